@@ -1,0 +1,42 @@
+# Kefir — common tasks. `make up` runs a local cluster; `make test` is the CI test suite.
+GO ?= go
+BIN := bin/kefir
+
+.PHONY: build up test test-race soak fuzz lint bench-storage bench-resp clean
+
+build:
+	$(GO) build -o $(BIN) ./cmd/kefir
+
+# A local cluster on loopback, ready for redis-cli.
+up:
+	$(GO) run ./cmd/kefir up
+
+# The default suite (CI): unit, simulator, checker and e2e tests. Must stay under 15 minutes on 2 cores.
+test:
+	$(GO) test -count=1 -timeout 20m ./...
+
+test-race:
+	$(GO) test -count=1 -race -timeout 30m ./...
+
+# Longer randomized runs (crash-recovery seeds, simulator seeds): minutes to hours.
+soak:
+	KEFIR_SOAK=1 $(GO) test -count=1 -timeout 90m ./internal/...
+
+# Short fuzzing passes over every fuzz target (seed corpora also run in `make test`).
+fuzz:
+	@for pkg in $$($(GO) list ./...); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz'); do \
+	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime 30s $$pkg || exit 1; \
+	  done; \
+	done
+
+lint:
+	gofmt -l $$(git ls-files '*.go')
+	$(GO) vet ./...
+	staticcheck ./...
+
+bench-resp:
+	bash bench/resp-vs-redis.sh
+
+clean:
+	rm -rf bin kefir-data
