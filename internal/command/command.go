@@ -1,0 +1,267 @@
+// Package command is Kefir's one command table: for every command the RESP front door
+// accepts, its arity, its class (read, nilext update, non-nilext update, admin) and its
+// flags. The front door validates arity with it, COMMAND answers from it, metrics are
+// indexed by it, and the replication layer routes by its class — so a command's class is
+// decided here and nowhere else (ARCHITECTURE §2).
+//
+// It must not import any other Kefir package except internal/level; in particular not the
+// server, the shard or the storage engine, which all depend on it.
+package command
+
+import (
+	"bytes"
+	"sort"
+	"strings"
+)
+
+// Class is how the replication layer must treat a command (ARCHITECTURE §2).
+type Class uint8
+
+const (
+	// Admin commands touch only the connection or the node (PING, HELLO, INFO, AUTH):
+	// they never reach a shard.
+	Admin Class = iota + 1
+	// Read commands observe state and are served per consistency level.
+	Read
+	// NilextUpdate commands modify state and return no state-dependent result (plain SET,
+	// MSET), so they may complete before they are ordered (Skyros fast path).
+	NilextUpdate
+	// NonNilextUpdate commands modify state and return something that depends on it
+	// (INCR, SET NX, DEL's count): they must be ordered before they reply.
+	NonNilextUpdate
+)
+
+// String names the class as the docs do.
+func (c Class) String() string {
+	switch c {
+	case Admin:
+		return "admin"
+	case Read:
+		return "read"
+	case NilextUpdate:
+		return "nilext-update"
+	case NonNilextUpdate:
+		return "non-nilext-update"
+	}
+	return "class(?)"
+}
+
+// IsUpdate reports whether the class modifies shard state.
+func (c Class) IsUpdate() bool { return c == NilextUpdate || c == NonNilextUpdate }
+
+// Flag is a property of a command beyond its class.
+type Flag uint16
+
+const (
+	// NoAuth commands are allowed before the connection has authenticated.
+	NoAuth Flag = 1 << iota
+	// MultiKey commands touch several keys (routing must split or reject them).
+	MultiKey
+	// Fast commands run in constant time.
+	Fast
+	// Unsupported commands are known (so COMMAND lists them and the error is clear)
+	// but not implemented in this deployment.
+	Unsupported
+	// DependsOnArgs marks commands whose class is decided by their arguments
+	// (SET with NX/XX/GET is non-nilext); use Classify, not Spec.Class.
+	DependsOnArgs
+	// Wrapper commands carry another command (KEFIR.CALL).
+	Wrapper
+)
+
+// Spec describes one command.
+type Spec struct {
+	// Name is the canonical upper-case name.
+	Name string
+	// Arity counts the command name, Redis style: n > 0 means exactly n words,
+	// n < 0 means at least -n words.
+	Arity int
+	// Class is the command's class for its base form (see Classify).
+	Class Class
+	Flags Flag
+	// FirstKey, LastKey and KeyStep locate keys in the argument vector for COMMAND
+	// (Redis convention: LastKey -1 means the last argument).
+	FirstKey, LastKey, KeyStep int
+	// Summary is a one-line description for COMMAND DOCS and --help.
+	Summary string
+	// ID is the command's dense index in All(); metrics and counters use it.
+	ID int
+}
+
+// Has reports whether the spec has flag f.
+func (s *Spec) Has(f Flag) bool { return s.Flags&f != 0 }
+
+// ArityOK reports whether a command of n words (name included) satisfies the arity.
+func (s *Spec) ArityOK(n int) bool {
+	if s.Arity >= 0 {
+		return n == s.Arity
+	}
+	return n >= -s.Arity
+}
+
+// IsUpdate reports whether the command's base form modifies state.
+func (s *Spec) IsUpdate() bool { return s.Class.IsUpdate() }
+
+var table = []Spec{
+	// Reads.
+	{Name: "GET", Arity: 2, Class: Read, Flags: Fast, FirstKey: 1, LastKey: 1, KeyStep: 1, Summary: "value of a key"},
+	{Name: "MGET", Arity: -2, Class: Read, Flags: MultiKey, FirstKey: 1, LastKey: -1, KeyStep: 1, Summary: "values of several keys"},
+	{Name: "EXISTS", Arity: -2, Class: Read, Flags: MultiKey | Fast, FirstKey: 1, LastKey: -1, KeyStep: 1, Summary: "count of the given keys that exist"},
+	{Name: "STRLEN", Arity: 2, Class: Read, Flags: Fast, FirstKey: 1, LastKey: 1, KeyStep: 1, Summary: "length of a key's value"},
+	{Name: "KEFIR.SCAN", Arity: -3, Class: Read, Flags: MultiKey, FirstKey: 0, LastKey: 0, KeyStep: 0, Summary: "ordered range read: KEFIR.SCAN start end [LIMIT n]"},
+
+	// Updates. SET is nilext in its plain form; Classify looks at its options.
+	{Name: "SET", Arity: -3, Class: NilextUpdate, Flags: DependsOnArgs, FirstKey: 1, LastKey: 1, KeyStep: 1, Summary: "set a key: SET key value [NX|XX] [GET] [EX s|PX ms|KEEPTTL]"},
+	{Name: "MSET", Arity: -3, Class: NilextUpdate, Flags: MultiKey, FirstKey: 1, LastKey: -1, KeyStep: 2, Summary: "set several keys"},
+	// DEL answers how many keys it removed, which depends on state: non-nilext.
+	{Name: "DEL", Arity: -2, Class: NonNilextUpdate, Flags: MultiKey, FirstKey: 1, LastKey: -1, KeyStep: 1, Summary: "delete keys, answering how many existed"},
+	{Name: "UNLINK", Arity: -2, Class: NonNilextUpdate, Flags: MultiKey, FirstKey: 1, LastKey: -1, KeyStep: 1, Summary: "same as DEL"},
+	{Name: "INCR", Arity: 2, Class: NonNilextUpdate, Flags: Fast, FirstKey: 1, LastKey: 1, KeyStep: 1, Summary: "add 1 to an integer value"},
+	{Name: "DECR", Arity: 2, Class: NonNilextUpdate, Flags: Fast, FirstKey: 1, LastKey: 1, KeyStep: 1, Summary: "subtract 1 from an integer value"},
+	{Name: "INCRBY", Arity: 3, Class: NonNilextUpdate, Flags: Fast, FirstKey: 1, LastKey: 1, KeyStep: 1, Summary: "add n to an integer value"},
+	{Name: "DECRBY", Arity: 3, Class: NonNilextUpdate, Flags: Fast, FirstKey: 1, LastKey: 1, KeyStep: 1, Summary: "subtract n from an integer value"},
+	{Name: "GETSET", Arity: 3, Class: NonNilextUpdate, Flags: Fast, FirstKey: 1, LastKey: 1, KeyStep: 1, Summary: "set a key, answering its old value"},
+	{Name: "APPEND", Arity: 3, Class: NonNilextUpdate, Flags: Fast, FirstKey: 1, LastKey: 1, KeyStep: 1, Summary: "append to a value, answering the new length"},
+	{Name: "SETNX", Arity: 3, Class: NonNilextUpdate, Flags: Fast, FirstKey: 1, LastKey: 1, KeyStep: 1, Summary: "set a key only if it does not exist"},
+	{Name: "KEFIR.CAS", Arity: 4, Class: NonNilextUpdate, Flags: Fast, FirstKey: 1, LastKey: 1, KeyStep: 1, Summary: "compare and swap: KEFIR.CAS key expected new"},
+	{Name: "KEFIR.CALL", Arity: -3, Class: Admin, Flags: Wrapper | DependsOnArgs, Summary: "run a command with per-call options (see docs/design/resp-extensions.md)"},
+
+	// Connection and node.
+	{Name: "PING", Arity: -1, Class: Admin, Flags: Fast | NoAuth, Summary: "liveness check"},
+	{Name: "ECHO", Arity: 2, Class: Admin, Flags: Fast, Summary: "echo the argument"},
+	{Name: "HELLO", Arity: -1, Class: Admin, Flags: Fast | NoAuth, Summary: "switch protocol (2 or 3) and authenticate"},
+	{Name: "AUTH", Arity: -2, Class: Admin, Flags: Fast | NoAuth, Summary: "authenticate the connection"},
+	{Name: "SELECT", Arity: 2, Class: Admin, Flags: Fast, Summary: "select database (only 0 exists)"},
+	{Name: "QUIT", Arity: -1, Class: Admin, Flags: Fast | NoAuth, Summary: "close the connection"},
+	{Name: "INFO", Arity: -1, Class: Admin, Summary: "node information"},
+	{Name: "CLIENT", Arity: -2, Class: Admin, Summary: "CLIENT ID | SETNAME name | GETNAME | INFO"},
+	{Name: "COMMAND", Arity: -1, Class: Admin, Summary: "describe commands"},
+	{Name: "CONFIG", Arity: -2, Class: Admin, Summary: "CONFIG GET answers the few settings tools ask for"},
+	{Name: "DBSIZE", Arity: 1, Class: Admin, Summary: "number of keys (approximate)"},
+	{Name: "KEFIR.CONSISTENCY", Arity: -1, Class: Admin, Flags: Fast, Summary: "get or set the connection's default consistency level"},
+	{Name: "KEFIR.DURABILITY", Arity: -1, Class: Admin, Flags: Fast, Summary: "get or set the connection's default durability level"},
+	{Name: "KEFIR.SESSION", Arity: -1, Class: Admin, Flags: Fast, Summary: "get or set the connection's session token"},
+
+	// Known but not implemented: a clear error beats "unknown command".
+	{Name: "EXPIRE", Arity: 3, Class: NonNilextUpdate, Flags: Unsupported, FirstKey: 1, LastKey: 1, KeyStep: 1, Summary: "TTLs are not supported yet"},
+	{Name: "PEXPIRE", Arity: 3, Class: NonNilextUpdate, Flags: Unsupported, FirstKey: 1, LastKey: 1, KeyStep: 1, Summary: "TTLs are not supported yet"},
+	{Name: "TTL", Arity: 2, Class: Read, Flags: Unsupported, FirstKey: 1, LastKey: 1, KeyStep: 1, Summary: "TTLs are not supported yet"},
+	{Name: "SETEX", Arity: 4, Class: NilextUpdate, Flags: Unsupported, FirstKey: 1, LastKey: 1, KeyStep: 1, Summary: "TTLs are not supported yet"},
+	{Name: "MULTI", Arity: 1, Class: Admin, Flags: Unsupported, Summary: "transactions are not supported yet"},
+	{Name: "FLUSHALL", Arity: -1, Class: Admin, Flags: Unsupported, Summary: "not supported"},
+	{Name: "FLUSHDB", Arity: -1, Class: Admin, Flags: Unsupported, Summary: "not supported"},
+	{Name: "KEYS", Arity: 2, Class: Read, Flags: Unsupported, Summary: "use KEFIR.SCAN"},
+	{Name: "SCAN", Arity: -2, Class: Read, Flags: Unsupported, Summary: "use KEFIR.SCAN"},
+}
+
+// maxNameLen bounds the names Lookup considers, so it can fold case on the stack.
+const maxNameLen = 32
+
+var byName = func() map[string]*Spec {
+	m := make(map[string]*Spec, len(table))
+	for i := range table {
+		s := &table[i]
+		s.ID = i
+		if s.Name != strings.ToUpper(s.Name) || len(s.Name) > maxNameLen {
+			panic("command: bad table name " + s.Name)
+		}
+		if _, dup := m[s.Name]; dup {
+			panic("command: duplicate " + s.Name)
+		}
+		if s.Arity == 0 || s.Class == 0 {
+			panic("command: incomplete spec " + s.Name)
+		}
+		m[s.Name] = s
+	}
+	return m
+}()
+
+// Lookup finds a command by name, case-insensitively, without allocating.
+func Lookup(name []byte) (*Spec, bool) {
+	if len(name) == 0 || len(name) > maxNameLen {
+		return nil, false
+	}
+	var buf [maxNameLen]byte
+	for i, c := range name {
+		if 'a' <= c && c <= 'z' {
+			c -= 'a' - 'A'
+		}
+		buf[i] = c
+	}
+	s, ok := byName[string(buf[:len(name)])] // the compiler does not allocate for this conversion
+	return s, ok
+}
+
+// MustLookup is Lookup for names known at compile time.
+func MustLookup(name string) *Spec {
+	s, ok := Lookup([]byte(name))
+	if !ok {
+		panic("command: unknown " + name)
+	}
+	return s
+}
+
+// All returns every spec, ordered by ID. The slice must not be modified.
+func All() []*Spec {
+	out := make([]*Spec, len(table))
+	for i := range table {
+		out[i] = &table[i]
+	}
+	return out
+}
+
+// Count is the number of commands in the table (IDs are 0..Count-1).
+func Count() int { return len(table) }
+
+// Names returns the command names sorted, for help texts.
+func Names() []string {
+	out := make([]string, 0, len(table))
+	for i := range table {
+		out = append(out, table[i].Name)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Classify returns the class of a concrete invocation: argv[0] is the command name.
+// It differs from Spec.Class only for DependsOnArgs commands: SET with NX, XX or GET is
+// a non-nilext update; KEFIR.CALL takes the class of the command it wraps.
+func Classify(s *Spec, argv [][]byte) Class {
+	if !s.Has(DependsOnArgs) {
+		return s.Class
+	}
+	switch s.Name {
+	case "SET":
+		for _, a := range argv[min(3, len(argv)):] {
+			if eqFold(a, "NX") || eqFold(a, "XX") || eqFold(a, "GET") {
+				return NonNilextUpdate
+			}
+		}
+		return NilextUpdate
+	case "KEFIR.CALL":
+		// Skip option values so a value spelled "CMD" cannot confuse the scan.
+		for i := 1; i < len(argv); {
+			switch {
+			case eqFold(argv[i], "CMD"):
+				if i+1 >= len(argv) {
+					return Admin
+				}
+				inner, ok := Lookup(argv[i+1])
+				if !ok || inner.Has(Wrapper) {
+					return Admin
+				}
+				return Classify(inner, argv[i+1:])
+			case eqFold(argv[i], "REQID"):
+				i += 3
+			default:
+				i += 2
+			}
+		}
+		return Admin
+	}
+	return s.Class
+}
+
+func eqFold(b []byte, upper string) bool {
+	return len(b) == len(upper) && bytes.EqualFold(b, []byte(upper))
+}
