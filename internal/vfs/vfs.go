@@ -1,0 +1,167 @@
+// Package vfs is the small file-system interface Kefir's storage engine writes through,
+// with two implementations: OS (the real file system, real fsync) and Mem (an in-memory
+// file system that models what survives a power cut and injects faults: lost unsynced
+// bytes, torn writes, failing fsync, a full disk, a power cut after N operations).
+//
+// Mem exists so crash-recovery can be tested deterministically over thousands of seeds
+// and so the deterministic simulator can give each simulated replica its own disk. It
+// therefore starts no goroutines, reads no clock and draws randomness only from the
+// *rand.Rand a test passes in.
+//
+// It must not import any other Kefir package.
+package vfs
+
+import (
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"syscall"
+)
+
+// File is an open file. Writes always append at the end of the file: the engine only
+// ever appends to logs and writes fresh files, and restricting the interface keeps the
+// crash model (durable prefix + unsynced suffix) exact.
+type File interface {
+	io.ReaderAt
+	// Write appends p at the end of the file. A short write returns an error.
+	Write(p []byte) (int, error)
+	// Sync makes the file's contents durable (fsync). It does not make the file's
+	// name durable; that needs FS.SyncDir on its directory.
+	Sync() error
+	// Truncate cuts the file to size bytes (not durable until Sync).
+	Truncate(size int64) error
+	// Size returns the current length of the file.
+	Size() (int64, error)
+	Close() error
+}
+
+// FS is the file-system interface. Paths are slash- or OS-separated; Mem cleans them.
+type FS interface {
+	// Create creates (or truncates) name for reading and appending.
+	Create(name string) (File, error)
+	// Open opens an existing file read-only.
+	Open(name string) (File, error)
+	// OpenRW opens an existing file for reading, appending and truncating.
+	OpenRW(name string) (File, error)
+	// Rename atomically renames oldname to newname, replacing newname
+	// (durable once the directory is synced).
+	Rename(oldname, newname string) error
+	// Remove deletes a file (durable once the directory is synced).
+	Remove(name string) error
+	// ReadDir returns the names of the entries in dir, sorted.
+	ReadDir(dir string) ([]string, error)
+	// MkdirAll creates dir and its parents.
+	MkdirAll(dir string) error
+	// SyncDir makes the creates, renames and removes in dir durable.
+	SyncDir(dir string) error
+	// Stat returns the size of name, or an error wrapping fs.ErrNotExist.
+	Stat(name string) (size int64, err error)
+}
+
+// ErrNoSpace is returned (wrapped) when the disk is full. errors.Is(err, syscall.ENOSPC)
+// also holds, so code written against the real file system branches the same way.
+var ErrNoSpace error = noSpace{}
+
+type noSpace struct{}
+
+func (noSpace) Error() string        { return "no space left on device" }
+func (noSpace) Is(target error) bool { return target == syscall.ENOSPC }
+
+// IsNoSpace reports whether err means the disk is full (ours or the OS's ENOSPC).
+func IsNoSpace(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, ErrNoSpace)
+}
+
+// OS is the real file system.
+type OS struct{}
+
+// Default is the real file system.
+var Default FS = OS{}
+
+type osFile struct{ *os.File }
+
+func (f osFile) Size() (int64, error) {
+	st, err := f.File.Stat()
+	if err != nil {
+		return 0, err
+	}
+	return st.Size(), nil
+}
+
+// Create implements FS.
+func (OS) Create(name string) (File, error) {
+	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	return osFile{f}, nil
+}
+
+// Open implements FS.
+func (OS) Open(name string) (File, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	return osFile{f}, nil
+}
+
+// OpenRW implements FS.
+func (OS) OpenRW(name string) (File, error) {
+	f, err := os.OpenFile(name, os.O_RDWR|os.O_APPEND, 0)
+	if err != nil {
+		return nil, err
+	}
+	return osFile{f}, nil
+}
+
+// Rename implements FS.
+func (OS) Rename(oldname, newname string) error { return os.Rename(oldname, newname) }
+
+// Remove implements FS.
+func (OS) Remove(name string) error { return os.Remove(name) }
+
+// ReadDir implements FS.
+func (OS) ReadDir(dir string) ([]string, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, len(ents))
+	for i, e := range ents {
+		names[i] = e.Name()
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
+// MkdirAll implements FS.
+func (OS) MkdirAll(dir string) error { return os.MkdirAll(dir, 0o755) }
+
+// SyncDir implements FS.
+func (OS) SyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	serr := d.Sync()
+	cerr := d.Close()
+	if serr != nil {
+		return serr
+	}
+	return cerr
+}
+
+// Stat implements FS.
+func (OS) Stat(name string) (int64, error) {
+	st, err := os.Stat(name)
+	if err != nil {
+		return 0, err
+	}
+	return st.Size(), nil
+}
+
+// Join is filepath.Join, re-exported so callers need not mix packages.
+func Join(elem ...string) string { return filepath.Join(elem...) }
