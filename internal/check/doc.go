@@ -1,0 +1,15 @@
+// Package check records client histories and judges them against Kefir's
+// consistency and durability promises (ARCHITECTURE §2, §9).
+//
+// A History is what clients observed: invoke and complete events with the
+// operation, its arguments, its result and the consistency/durability levels it
+// asked for; operations whose outcome is unknown (timeouts, crashes) are kept as
+// such. Each checker is a pure function from a History to a Verdict that, when it
+// fails, carries a small counter-example (the fewest operations that still show
+// the violation) so a human can read it.
+//
+// Checkers judge only what clients can see. They are shared by the deterministic
+// simulator (internal/sim) and the real-process tests (test/e2e), so they must
+// not import either, nor any replication core, server or storage package. Only
+// internal/level and porcupine.
+package check

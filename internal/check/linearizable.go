@@ -1,0 +1,246 @@
+package check
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	"github.com/kefirdb/kefir/internal/level"
+)
+
+// LinOptions tunes Linearizable.
+type LinOptions struct {
+	// Timeout bounds porcupine's search per key (0 = 10 s). A key whose search
+	// times out is reported in the verdict's note, not as a violation.
+	Timeout time.Duration
+	// VisualizationDir, if set, receives lin-<key>.html for each failing key.
+	VisualizationDir string
+	// AllReads includes reads made at weaker consistency levels. By default only
+	// reads asking for linearizable (or the default level, which is
+	// linearizable) are judged: stale reads are what the weaker levels allow.
+	AllReads bool
+	// ShrinkLimit: keys with at most this many operations get their
+	// counter-example shrunk to a 1-minimal one (0 = 200).
+	ShrinkLimit int
+}
+
+// regState is the per-key model state. It is comparable, so porcupine's default
+// equality works and states hash cheaply.
+type regState struct {
+	exists bool
+	val    string
+}
+
+func linStep(state, input, _ interface{}) (bool, interface{}) {
+	s := state.(regState)
+	op := input.(*Op)
+	known := op.Outcome == OK
+	switch op.Kind {
+	case Get:
+		if !known {
+			return true, s
+		}
+		if op.Found != s.exists || (op.Found && op.Result != s.val) {
+			return false, s
+		}
+		return true, s
+	case Put:
+		return true, regState{true, op.Value}
+	case Delete:
+		return true, regState{}
+	case CAS:
+		match := s.exists && s.val == op.Expect
+		if known && op.Found != match {
+			return false, s
+		}
+		if match {
+			return true, regState{true, op.Value}
+		}
+		return true, s
+	case Incr:
+		var cur int64
+		if s.exists {
+			n, err := strconv.ParseInt(s.val, 10, 64)
+			if err != nil {
+				// Incr of a non-integer fails without effect; a known success
+				// here cannot be explained.
+				return !known, s
+			}
+			cur = n
+		}
+		next := strconv.FormatInt(cur+op.Delta, 10)
+		if known && op.Result != next {
+			return false, s
+		}
+		return true, regState{true, next}
+	}
+	panic(fmt.Sprintf("check: unknown op kind %v", op.Kind))
+}
+
+// LinModel is the porcupine model of one key under get/put/delete/cas/incr.
+// Inputs are *Op; outputs are unused (the result lives in the Op).
+var LinModel = porcupine.Model{
+	Init: func() interface{} { return regState{} },
+	Step: linStep,
+	DescribeOperation: func(input, _ interface{}) string {
+		op := input.(*Op)
+		s := op.String()
+		if i := strings.Index(s, " ["); i >= 0 {
+			s = s[:i]
+		}
+		return s
+	},
+	DescribeState: func(state interface{}) string {
+		s := state.(regState)
+		if !s.exists {
+			return "nil"
+		}
+		return strconv.Quote(s.val)
+	},
+}
+
+func linRelevant(op *Op, all bool) bool {
+	switch op.Outcome {
+	case Failed:
+		return false
+	case OK:
+	default:
+		// An unknown write may have taken effect at any time after its
+		// invocation; an unknown read constrains nothing.
+		return op.Kind.IsWrite()
+	}
+	if op.Kind == Get && !all {
+		return op.Cons.IsZero() || op.Cons.Kind == level.Linearizable
+	}
+	return true
+}
+
+func toPorcupine(ops []*Op) []porcupine.Operation {
+	out := make([]porcupine.Operation, len(ops))
+	for i, op := range ops {
+		ret := op.Return
+		if op.Outcome != OK {
+			ret = Never
+		}
+		out[i] = porcupine.Operation{ClientId: op.Client, Input: op, Call: op.Invoke, Return: ret}
+	}
+	return out
+}
+
+// Linearizable checks per-key linearizability of h with porcupine. Keys are
+// independent (P-compositionality), so each key is checked on its own and a
+// failing key's operations are shrunk to a 1-minimal counter-example: removing
+// any one of the reported operations makes the rest linearizable.
+func Linearizable(h History, o LinOptions) Verdict {
+	if o.Timeout == 0 {
+		o.Timeout = 10 * time.Second
+	}
+	if o.ShrinkLimit == 0 {
+		o.ShrinkLimit = 200
+	}
+	v := Verdict{Checker: "linearizable", OK: true}
+	keys, byKey := h.byKey()
+	var timedOut []string
+	for _, key := range keys {
+		var ops []*Op
+		for _, i := range byKey[key] {
+			if op := &h.Ops[i]; linRelevant(op, o.AllReads) {
+				ops = append(ops, op)
+			}
+		}
+		v.Checked += len(ops)
+		res, info := porcupine.CheckOperationsVerbose(LinModel, toPorcupine(ops), o.Timeout)
+		switch res {
+		case porcupine.Ok:
+			continue
+		case porcupine.Unknown:
+			timedOut = append(timedOut, key)
+			continue
+		}
+		culprit := ops
+		if len(ops) <= o.ShrinkLimit {
+			culprit = shrinkLin(ops, o.Timeout)
+		}
+		if o.VisualizationDir != "" && v.Visualization == "" {
+			path := filepath.Join(o.VisualizationDir, "lin-"+sanitize(key)+".html")
+			if err := writeViz(path, info); err != nil {
+				v.Note = fmt.Sprintf("writing visualization: %v", err)
+			} else {
+				v.Visualization = path
+			}
+		}
+		v.add(Violation{Key: key, Reason: fmt.Sprintf("no linearization of these %d operations (of %d on the key)", len(culprit), len(ops)), Ops: derefSorted(culprit)})
+	}
+	if len(timedOut) > 0 {
+		v.Note = strings.TrimPrefix(v.Note+fmt.Sprintf("; search timed out on keys %q", timedOut), "; ")
+	}
+	return v
+}
+
+func writeViz(path string, info porcupine.LinearizationInfo) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("visualization dir: %w", err)
+	}
+	if err := porcupine.VisualizePath(LinModel, info, path); err != nil {
+		return fmt.Errorf("visualization %s: %w", path, err)
+	}
+	return nil
+}
+
+// shrinkLin removes operations one at a time while the rest stays
+// non-linearizable. Reads go first: they are the usual witnesses. A write whose
+// value a remaining read returned is kept, so the counter-example never turns
+// into a less telling "read of a value nobody wrote".
+func shrinkLin(ops []*Op, timeout time.Duration) []*Op {
+	cur := append([]*Op(nil), ops...)
+	readValue := func(val string) bool {
+		for _, op := range cur {
+			if op.Kind == Get && op.Outcome == OK && op.Found && op.Result == val {
+				return true
+			}
+		}
+		return false
+	}
+	for _, writes := range []bool{false, true} {
+		for i := 0; i < len(cur); {
+			if cur[i].Kind.IsWrite() != writes {
+				i++
+				continue
+			}
+			if val, ok := writtenValue(cur[i]); writes && ok && readValue(val) {
+				i++
+				continue
+			}
+			try := append(append([]*Op(nil), cur[:i]...), cur[i+1:]...)
+			if porcupine.CheckOperationsTimeout(LinModel, toPorcupine(try), timeout) == porcupine.Illegal {
+				cur = try
+				continue
+			}
+			i++
+		}
+	}
+	return cur
+}
+
+func derefSorted(ops []*Op) []Op {
+	out := make([]Op, len(ops))
+	for i, op := range ops {
+		out[i] = *op
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Invoke < out[j].Invoke })
+	return out
+}
+
+func sanitize(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' {
+			return r
+		}
+		return '_'
+	}, s)
+}

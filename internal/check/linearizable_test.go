@@ -1,0 +1,133 @@
+package check
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kefirdb/kefir/internal/level"
+)
+
+func TestLinearizablePasses(t *testing.T) {
+	cases := map[string]func(b *hist){
+		"sequential put then get": func(b *hist) {
+			b.put(0, "x", "a", 0, 10)
+			b.get(1, "x", "a", 20, 30)
+		},
+		"read concurrent with a put may see either value": func(b *hist) {
+			b.put(0, "x", "a", 0, 10)
+			b.put(0, "x", "b", 20, 40)
+			b.get(1, "x", "a", 25, 30)
+			b.get(2, "x", "b", 26, 31)
+			b.get(3, "x", "b", 45, 50)
+		},
+		"unknown put may take effect late": func(b *hist) {
+			b.put(0, "x", "a", 0, 10, unknown())
+			b.get(1, "x", "nil", 20, 30)
+			b.get(1, "x", "a", 1000, 1010)
+		},
+		"cas and incr": func(b *hist) {
+			b.put(0, "x", "1", 0, 10)
+			b.cas(1, "x", "1", "5", true, 20, 30)
+			b.cas(2, "x", "1", "9", false, 40, 50)
+			b.incr(0, "x", 2, "7", 60, 70)
+			b.get(1, "x", "7", 80, 90)
+			b.incr(0, "y", 3, "3", 60, 70)
+		},
+		"delete then absent": func(b *hist) {
+			b.put(0, "x", "a", 0, 10)
+			b.del(0, "x", 20, 30)
+			b.get(1, "x", "nil", 40, 50)
+		},
+		"stale read at a weak level is not judged": func(b *hist) {
+			b.put(0, "x", "a", 0, 10)
+			b.put(0, "x", "b", 20, 30)
+			b.get(1, "x", "a", 40, 50, cons(level.ConsEventual))
+		},
+	}
+	for name, build := range cases {
+		t.Run(name, func(t *testing.T) {
+			var b hist
+			build(&b)
+			if v := Linearizable(b.h, LinOptions{}); !v.OK {
+				t.Fatalf("want linearizable, got %v", v)
+			}
+		})
+	}
+}
+
+func TestLinearizableFailsWithMinimalCounterExample(t *testing.T) {
+	var b hist
+	// Noise on the same key and on another key, then the violation: a read that
+	// begins after put(b) completed returns the overwritten a.
+	b.put(0, "x", "a", 0, 10)
+	b.get(1, "x", "a", 12, 14)
+	b.get(2, "x", "a", 15, 16)
+	b.put(0, "x", "b", 20, 30)
+	b.get(3, "x", "b", 31, 33)
+	b.get(1, "x", "a", 40, 50)
+	b.put(2, "y", "q", 0, 100)
+	dir := t.TempDir()
+	v := Linearizable(b.h, LinOptions{VisualizationDir: dir})
+	if v.OK {
+		t.Fatal("stale read after a completed put must violate linearizability")
+	}
+	if len(v.Violations) != 1 || v.Violations[0].Key != "x" {
+		t.Fatalf("want one violation on x, got %v", v)
+	}
+	got := v.Violations[0].Ops
+	var desc []string
+	for _, op := range got {
+		desc = append(desc, op.String())
+	}
+	if len(got) != 3 || got[0].Value != "a" || got[1].Value != "b" || got[2].Result != "a" {
+		t.Fatalf("counter-example should be put(a), put(b), get->a; got\n%s", strings.Join(desc, "\n"))
+	}
+	if v.Visualization == "" || filepath.Dir(v.Visualization) != dir {
+		t.Fatalf("visualization not written: %q", v.Visualization)
+	}
+	if fi, err := os.Stat(v.Visualization); err != nil || fi.Size() == 0 {
+		t.Fatalf("visualization file: %v", err)
+	}
+	if v.Err() == nil || !strings.Contains(v.Err().Error(), "VIOLATED") {
+		t.Fatalf("Err() = %v", v.Err())
+	}
+}
+
+func TestLinearizableFails(t *testing.T) {
+	cases := map[string]func(b *hist){
+		"two incrs return the same value": func(b *hist) {
+			b.incr(0, "n", 1, "1", 0, 10)
+			b.incr(1, "n", 1, "1", 20, 30)
+		},
+		"cas succeeds on a value already replaced": func(b *hist) {
+			b.put(0, "x", "a", 0, 10)
+			b.put(0, "x", "b", 20, 30)
+			b.cas(1, "x", "a", "c", true, 40, 50)
+		},
+		"read of a deleted key returns the value": func(b *hist) {
+			b.put(0, "x", "a", 0, 10)
+			b.del(0, "x", 20, 30)
+			b.get(1, "x", "a", 40, 50)
+		},
+		"read from the future": func(b *hist) {
+			b.get(1, "x", "a", 0, 10)
+			b.put(0, "x", "a", 20, 30)
+		},
+		"weak read judged when asked": func(b *hist) {
+			b.put(0, "x", "a", 0, 10)
+			b.put(0, "x", "b", 20, 30)
+			b.get(1, "x", "a", 40, 50, cons(level.ConsEventual))
+		},
+	}
+	for name, build := range cases {
+		t.Run(name, func(t *testing.T) {
+			var b hist
+			build(&b)
+			if v := Linearizable(b.h, LinOptions{AllReads: true}); v.OK {
+				t.Fatalf("want violation, got %v", v)
+			}
+		})
+	}
+}
