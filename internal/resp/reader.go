@@ -1,0 +1,429 @@
+package resp
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// Default limits. They match Redis's (proto-max-bulk-len 512 MiB, inline requests
+// and header lines at most 64 KiB).
+const (
+	DefaultBufferSize = 16 << 10
+	DefaultMaxBulk    = 512 << 20
+	DefaultMaxArray   = 1 << 20
+	DefaultMaxLine    = 64 << 10
+	// MaxDepth bounds the nesting of aggregate replies so that a hostile peer cannot
+	// make the reader recurse without limit.
+	MaxDepth = 64
+)
+
+// ProtocolError reports malformed RESP input. After one, the stream is out of sync:
+// the server answers "-ERR " + Error() and closes the connection.
+type ProtocolError struct {
+	Msg string
+}
+
+func (e *ProtocolError) Error() string { return "Protocol error: " + e.Msg }
+
+func protoErr(format string, args ...any) error {
+	return &ProtocolError{Msg: fmt.Sprintf(format, args...)}
+}
+
+// IsProtocolError reports whether err is (or wraps) a *ProtocolError.
+func IsProtocolError(err error) bool {
+	var pe *ProtocolError
+	return errors.As(err, &pe)
+}
+
+// Reader reads RESP commands (server side) or replies (client side) from a stream.
+// A Reader is not safe for concurrent use.
+type Reader struct {
+	rd   io.Reader
+	buf  []byte
+	r, w int // unread bytes are buf[r:w]
+	err  error
+
+	initSize int
+	maxBulk  int
+	maxArray int
+	maxLine  int
+
+	// ReadCommand's resumable parse state: cleft is the number of arguments still to
+	// parse (-1: header not parsed yet), cpos the offset from r where parsing resumes,
+	// offs the [start,end) offsets (relative to r) of the arguments parsed so far.
+	// Offsets relative to r survive compaction and growth of buf.
+	cleft int
+	cpos  int
+	offs  []int
+
+	// ReadValue's resumable scan state: vpos is the offset from r where scanning
+	// resumes, pending the number of values still expected at each nesting level.
+	vpos    int
+	pending []int
+	arena   arena
+	work    []Value
+}
+
+// NewReader returns a Reader with an initial buffer of size bytes (DefaultBufferSize
+// if size <= 0) and the default limits.
+func NewReader(rd io.Reader, size int) *Reader {
+	if size <= 0 {
+		size = DefaultBufferSize
+	}
+	return &Reader{
+		rd:       rd,
+		buf:      make([]byte, size),
+		initSize: size,
+		maxBulk:  DefaultMaxBulk,
+		maxArray: DefaultMaxArray,
+		maxLine:  DefaultMaxLine,
+		cleft:    -1,
+	}
+}
+
+// SetMaxBulk sets the largest accepted bulk string length; a longer one is a
+// protocol error naming the limit.
+func (r *Reader) SetMaxBulk(n int) { r.maxBulk = n }
+
+// SetMaxArray sets the largest accepted element count of a command or aggregate.
+func (r *Reader) SetMaxArray(n int) { r.maxArray = n }
+
+// SetMaxLine sets the longest accepted inline command, header or simple-string line.
+func (r *Reader) SetMaxLine(n int) { r.maxLine = n }
+
+// Reset discards all state and reads from rd, keeping the buffer and limits.
+func (r *Reader) Reset(rd io.Reader) {
+	r.rd = rd
+	r.r, r.w, r.err = 0, 0, nil
+	r.resetCommand()
+	r.resetValue()
+}
+
+// Buffered returns the number of bytes read from the stream but not yet consumed.
+// A server flushes its replies when this is zero: no pipelined command is waiting.
+func (r *Reader) Buffered() int { return r.w - r.r }
+
+func (r *Reader) resetCommand() {
+	r.cleft, r.cpos, r.offs = -1, 0, r.offs[:0]
+}
+
+func (r *Reader) resetValue() {
+	r.vpos, r.pending = 0, r.pending[:0]
+}
+
+// fill reads more bytes into the buffer, first moving unread bytes to its front and
+// doubling it if it is full. Growth is driven by bytes that arrived, never by a
+// declared length.
+func (r *Reader) fill() error {
+	if r.r > 0 {
+		n := copy(r.buf, r.buf[r.r:r.w])
+		r.w, r.r = n, 0
+	}
+	if r.w == len(r.buf) {
+		nb := make([]byte, 2*len(r.buf))
+		copy(nb, r.buf[:r.w])
+		r.buf = nb
+	}
+	if r.err != nil {
+		err := r.err
+		r.err = nil
+		return err
+	}
+	for range 100 {
+		n, err := r.rd.Read(r.buf[r.w:])
+		if n < 0 || n > len(r.buf)-r.w {
+			panic("resp: reader returned invalid count")
+		}
+		r.w += n
+		if err != nil {
+			if n > 0 {
+				// Hand over the bytes now and the error on the next fill.
+				r.err = err
+				return nil
+			}
+			return err
+		}
+		if n > 0 {
+			return nil
+		}
+	}
+	return io.ErrNoProgress
+}
+
+// shrink returns an oversized buffer (grown for one huge command or reply) to its
+// initial size once it holds nothing the caller can still see.
+func (r *Reader) shrink() {
+	if len(r.buf) > 4*r.initSize && r.w-r.r <= r.initSize {
+		nb := make([]byte, r.initSize)
+		r.w = copy(nb, r.buf[r.r:r.w])
+		r.r = 0
+		r.buf = nb
+	}
+}
+
+// eofErr turns EOF inside a message into ErrUnexpectedEOF; EOF between messages is
+// a clean close.
+func eofErr(err error, midMessage bool) error {
+	if midMessage && err == io.EOF {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// ReadCommand reads one client command, a multibulk array of bulk strings or an
+// inline command, appending its arguments to dst[:0]. The returned slices alias the
+// Reader's buffer and are valid until the next call on r. Empty commands (an empty
+// inline line, "*0") are skipped. Malformed input returns a *ProtocolError; a clean
+// close between commands returns io.EOF, one inside a command io.ErrUnexpectedEOF.
+func (r *Reader) ReadCommand(dst [][]byte) ([][]byte, error) {
+	r.shrink()
+	for {
+		done, err := r.parseCommand()
+		if err != nil {
+			r.resetCommand()
+			return dst[:0], err
+		}
+		if done {
+			base := r.buf[r.r:]
+			dst = dst[:0]
+			for i := 0; i < len(r.offs); i += 2 {
+				dst = append(dst, base[r.offs[i]:r.offs[i+1]:r.offs[i+1]])
+			}
+			r.r += r.cpos
+			r.resetCommand()
+			if len(dst) == 0 {
+				continue
+			}
+			return dst, nil
+		}
+		mid := r.w > r.r
+		if err := r.fill(); err != nil {
+			return dst[:0], eofErr(err, mid)
+		}
+	}
+}
+
+// parseCommand advances the parse of the command starting at r.r as far as the
+// buffered bytes allow. It reports whether the command is complete.
+func (r *Reader) parseCommand() (bool, error) {
+	b := r.buf[r.r:r.w]
+	if r.cleft < 0 {
+		if len(b) == 0 {
+			return false, nil
+		}
+		if b[0] != '*' {
+			return r.parseInline(b)
+		}
+		line, next, err := r.line(b, 0)
+		if line == nil || err != nil {
+			return false, err
+		}
+		n, ok := parseInt(line[1:])
+		if !ok {
+			return false, protoErr("invalid multibulk length")
+		}
+		if n > int64(r.maxArray) {
+			return false, protoErr("multibulk length %d exceeds limit %d", n, r.maxArray)
+		}
+		r.cpos = next
+		if n <= 0 {
+			r.cleft = 0
+			return true, nil
+		}
+		r.cleft = int(n)
+	}
+	for r.cleft > 0 {
+		p := r.cpos
+		if p >= len(b) {
+			return false, nil
+		}
+		if b[p] != '$' {
+			return false, protoErr("expected '$', got '%c'", b[p])
+		}
+		line, next, err := r.line(b, p)
+		if line == nil || err != nil {
+			return false, err
+		}
+		n, ok := parseInt(line[1:])
+		if !ok || n < 0 {
+			return false, protoErr("invalid bulk length")
+		}
+		if n > int64(r.maxBulk) {
+			return false, protoErr("bulk length %d exceeds limit %d", n, r.maxBulk)
+		}
+		end := next + int(n)
+		if end+2 > len(b) {
+			return false, nil
+		}
+		if b[end] != '\r' || b[end+1] != '\n' {
+			return false, protoErr("bulk string not terminated by CRLF")
+		}
+		r.offs = append(r.offs, next, end)
+		r.cpos = end + 2
+		r.cleft--
+	}
+	return true, nil
+}
+
+// line finds the CRLF-terminated line starting at b[p]. It returns the line without
+// CRLF and the offset after it, or a nil line if more bytes are needed.
+func (r *Reader) line(b []byte, p int) ([]byte, int, error) {
+	i := bytes.IndexByte(b[p:], '\n')
+	if i < 0 {
+		if len(b)-p > r.maxLine {
+			return nil, 0, protoErr("line longer than limit %d", r.maxLine)
+		}
+		return nil, 0, nil
+	}
+	if i > r.maxLine {
+		// Same verdict whether or not the newline has arrived yet.
+		return nil, 0, protoErr("line longer than limit %d", r.maxLine)
+	}
+	if i == 0 || b[p+i-1] != '\r' {
+		return nil, 0, protoErr("line not terminated by CRLF")
+	}
+	return b[p : p+i-1 : p+i-1], p + i + 1, nil
+}
+
+// parseInline parses a telnet-style command: one line of arguments separated by
+// spaces or tabs, with Redis's double-quoted ("\n", "\xff" escapes) and single-quoted
+// strings. Escapes are decoded in place: the decoded argument is never longer than
+// its quoted form.
+func (r *Reader) parseInline(b []byte) (bool, error) {
+	i := bytes.IndexByte(b, '\n')
+	if i < 0 {
+		if len(b) > r.maxLine {
+			return false, protoErr("too big inline request (limit %d)", r.maxLine)
+		}
+		return false, nil
+	}
+	if i > r.maxLine {
+		return false, protoErr("too big inline request (limit %d)", r.maxLine)
+	}
+	line := b[:i]
+	if len(line) > 0 && line[len(line)-1] == '\r' {
+		line = line[:len(line)-1]
+	}
+	r.offs = r.offs[:0]
+	p := 0
+	for {
+		for p < len(line) && isSpace(line[p]) {
+			p++
+		}
+		if p == len(line) {
+			break
+		}
+		if len(r.offs)/2 >= r.maxArray {
+			return false, protoErr("inline command has more than %d arguments", r.maxArray)
+		}
+		start := p
+		switch line[p] {
+		case '"', '\'':
+			q := line[p]
+			p++
+			out := start
+			closed := false
+			for p < len(line) {
+				c := line[p]
+				if c == q {
+					closed = true
+					p++
+					break
+				}
+				if c == '\\' && p+1 < len(line) {
+					p++
+					c = line[p]
+					if q == '"' {
+						switch c {
+						case 'n':
+							c = '\n'
+						case 'r':
+							c = '\r'
+						case 't':
+							c = '\t'
+						case 'b':
+							c = '\b'
+						case 'a':
+							c = '\a'
+						case 'x':
+							if p+2 < len(line) && isHex(line[p+1]) && isHex(line[p+2]) {
+								c = unhex(line[p+1])<<4 | unhex(line[p+2])
+								p += 2
+							}
+						}
+					} else if c != '\'' {
+						// Single quotes only escape the quote itself.
+						line[out] = '\\'
+						out++
+					}
+				}
+				line[out] = c
+				out++
+				p++
+			}
+			if !closed || (p < len(line) && !isSpace(line[p])) {
+				return false, protoErr("unbalanced quotes in request")
+			}
+			r.offs = append(r.offs, start, out)
+		default:
+			for p < len(line) && !isSpace(line[p]) {
+				p++
+			}
+			r.offs = append(r.offs, start, p)
+		}
+	}
+	r.cpos = i + 1
+	r.cleft = 0
+	return true, nil
+}
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' }
+
+func isHex(c byte) bool {
+	return ('0' <= c && c <= '9') || ('a' <= c && c <= 'f') || ('A' <= c && c <= 'F')
+}
+
+func unhex(c byte) byte {
+	switch {
+	case c <= '9':
+		return c - '0'
+	case c <= 'F':
+		return c - 'A' + 10
+	}
+	return c - 'a' + 10
+}
+
+// parseInt parses a decimal int64 with an optional sign, rejecting empty input,
+// stray bytes and overflow.
+func parseInt(b []byte) (int64, bool) {
+	if len(b) == 0 || len(b) > 20 {
+		return 0, false
+	}
+	neg := false
+	if b[0] == '-' || b[0] == '+' {
+		neg = b[0] == '-'
+		b = b[1:]
+		if len(b) == 0 {
+			return 0, false
+		}
+	}
+	var n uint64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + uint64(c-'0')
+		if n > 1<<63 {
+			return 0, false
+		}
+	}
+	if neg {
+		return -int64(n), true // -(1<<63) wraps to itself, which is MinInt64
+	}
+	if n > 1<<63-1 {
+		return 0, false
+	}
+	return int64(n), true
+}

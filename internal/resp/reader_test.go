@@ -1,0 +1,271 @@
+package resp
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"testing/iotest"
+)
+
+// readAll reads every command from in, through a reader that hands out one byte at
+// a time when oneByte is set, so every resumption point of the parser is exercised.
+func readAllCommands(t *testing.T, in string, oneByte bool) ([][]string, error) {
+	t.Helper()
+	var src io.Reader = strings.NewReader(in)
+	if oneByte {
+		src = iotest.OneByteReader(src)
+	}
+	r := NewReader(src, 16) // tiny buffer: forces compaction and growth
+	var out [][]string
+	var args [][]byte
+	for {
+		var err error
+		args, err = r.ReadCommand(args)
+		if err != nil {
+			return out, err
+		}
+		var cmd []string
+		for _, a := range args {
+			cmd = append(cmd, string(a))
+		}
+		out = append(out, cmd)
+	}
+}
+
+func TestReadCommandParsesMultibulkAndInline(t *testing.T) {
+	big := strings.Repeat("x", 100)
+	cases := []struct {
+		name, in string
+		want     [][]string
+	}{
+		{"multibulk", "*2\r\n$3\r\nGET\r\n$1\r\nk\r\n", [][]string{{"GET", "k"}}},
+		{"empty bulk arg", "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$0\r\n\r\n", [][]string{{"SET", "k", ""}}},
+		{"binary arg keeps CRLF inside", "*2\r\n$4\r\nECHO\r\n$4\r\na\r\nb\r\n", [][]string{{"ECHO", "a\r\nb"}}},
+		{"pipelined", "*1\r\n$4\r\nPING\r\n*2\r\n$4\r\nECHO\r\n$2\r\nhi\r\nPING\r\n",
+			[][]string{{"PING"}, {"ECHO", "hi"}, {"PING"}}},
+		{"arg larger than buffer", "*2\r\n$4\r\nECHO\r\n$100\r\n" + big + "\r\n", [][]string{{"ECHO", big}}},
+		{"empty multibulk skipped", "*0\r\n*-1\r\n*1\r\n$4\r\nPING\r\n", [][]string{{"PING"}}},
+		{"inline", "SET k v\r\n", [][]string{{"SET", "k", "v"}}},
+		{"inline bare LF and extra spaces", "  GET \t k  \n", [][]string{{"GET", "k"}}},
+		{"inline empty lines skipped", "\r\n\nPING\r\n", [][]string{{"PING"}}},
+		{"inline double quotes and escapes", `SET "a key" "x\ny\x41\"z"` + "\r\n", [][]string{{"SET", "a key", "x\nyA\"z"}}},
+		{"inline single quotes", `SET k 'it\'s \n'` + "\r\n", [][]string{{"SET", "k", `it's \n`}}},
+		{"inline empty quoted arg", `SET k ""` + "\r\n", [][]string{{"SET", "k", ""}}},
+	}
+	for _, tc := range cases {
+		for _, oneByte := range []bool{false, true} {
+			got, err := readAllCommands(t, tc.in, oneByte)
+			if err != io.EOF {
+				t.Errorf("%s (oneByte=%v): err = %v, want io.EOF after the last command", tc.name, oneByte, err)
+			}
+			if !equalCmds(got, tc.want) {
+				t.Errorf("%s (oneByte=%v): got %q, want %q", tc.name, oneByte, got, tc.want)
+			}
+		}
+	}
+}
+
+func equalCmds(a, b [][]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if strings.Join(a[i], "\x00") != strings.Join(b[i], "\x00") || len(a[i]) != len(b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func TestReadCommandRejectsMalformedInput(t *testing.T) {
+	cases := []struct{ in, wantMsg string }{
+		{"*x\r\n", "invalid multibulk length"},
+		{"*2\r\n$3\r\nGET\r\n:1\r\n", "expected '$', got ':'"},
+		{"*1\r\n$-1\r\n", "invalid bulk length"},
+		{"*1\r\n$abc\r\n", "invalid bulk length"},
+		{"*1\r\n$3\r\nGETXX", "bulk string not terminated by CRLF"},
+		{"*1\n", "line not terminated by CRLF"},
+		{`SET "abc` + "\r\n", "unbalanced quotes"},
+		{`SET "abc"d` + "\r\n", "unbalanced quotes"},
+		{"*1\r\n$99999999999999999999999\r\n", "invalid bulk length"},
+	}
+	for _, tc := range cases {
+		_, err := readAllCommands(t, tc.in, false)
+		var pe *ProtocolError
+		if !errors.As(err, &pe) {
+			t.Errorf("%q: err = %v, want *ProtocolError", tc.in, err)
+			continue
+		}
+		if !strings.Contains(pe.Error(), tc.wantMsg) || !strings.HasPrefix(pe.Error(), "Protocol error: ") {
+			t.Errorf("%q: err = %q, want it to contain %q", tc.in, pe.Error(), tc.wantMsg)
+		}
+	}
+}
+
+func TestReadCommandLimitsNameTheLimit(t *testing.T) {
+	r := NewReader(strings.NewReader("*1\r\n$11\r\nhello world\r\n"), 0)
+	r.SetMaxBulk(10)
+	_, err := r.ReadCommand(nil)
+	if !IsProtocolError(err) || !strings.Contains(err.Error(), "bulk length 11 exceeds limit 10") {
+		t.Fatalf("oversized bulk: err = %v", err)
+	}
+
+	r = NewReader(strings.NewReader("*4\r\n"), 0)
+	r.SetMaxArray(3)
+	_, err = r.ReadCommand(nil)
+	if !IsProtocolError(err) || !strings.Contains(err.Error(), "multibulk length 4 exceeds limit 3") {
+		t.Fatalf("oversized multibulk: err = %v", err)
+	}
+
+	r = NewReader(strings.NewReader(strings.Repeat("a", 100)), 8)
+	r.SetMaxLine(64)
+	_, err = r.ReadCommand(nil)
+	if !IsProtocolError(err) || !strings.Contains(err.Error(), "too big inline request (limit 64)") {
+		t.Fatalf("oversized inline: err = %v", err)
+	}
+}
+
+// A declared length is a promise, not bytes: the buffer must only grow with data
+// that actually arrived.
+func TestReadCommandDoesNotAllocateFromDeclaredLength(t *testing.T) {
+	in := "*1000000\r\n$500000000\r\nabc"
+	r := NewReader(strings.NewReader(in), 64)
+	_, err := r.ReadCommand(nil)
+	if err != io.ErrUnexpectedEOF {
+		t.Fatalf("err = %v, want io.ErrUnexpectedEOF", err)
+	}
+	if len(r.buf) > 128 || cap(r.offs) > 16 {
+		t.Fatalf("buffer grew to %d bytes and offsets to %d for %d bytes of input", len(r.buf), cap(r.offs), len(in))
+	}
+}
+
+func TestReadCommandDistinguishesIOErrors(t *testing.T) {
+	boom := errors.New("boom")
+	r := NewReader(io.MultiReader(strings.NewReader("*1\r\n$4\r\nPI"), iotest.ErrReader(boom)), 0)
+	_, err := r.ReadCommand(nil)
+	if !errors.Is(err, boom) || IsProtocolError(err) {
+		t.Fatalf("err = %v, want the I/O error, not a protocol error", err)
+	}
+	_, err = NewReader(strings.NewReader("*1\r\n$4\r\nPI"), 0).ReadCommand(nil)
+	if err != io.ErrUnexpectedEOF {
+		t.Fatalf("EOF mid-command: err = %v, want io.ErrUnexpectedEOF", err)
+	}
+	_, err = NewReader(strings.NewReader(""), 0).ReadCommand(nil)
+	if err != io.EOF {
+		t.Fatalf("EOF between commands: err = %v, want io.EOF", err)
+	}
+}
+
+// A read deadline that fires mid-command must not lose the bytes already parsed:
+// the next call resumes.
+func TestReadCommandResumesAfterTransientError(t *testing.T) {
+	transient := errors.New("timeout")
+	src := &scriptReader{steps: []step{{data: "*2\r\n$3\r\nGET"}, {err: transient}, {data: "\r\n$1\r\nk\r\n"}}}
+	r := NewReader(src, 0)
+	if _, err := r.ReadCommand(nil); err != transient {
+		t.Fatalf("first call err = %v, want the transient error", err)
+	}
+	args, err := r.ReadCommand(nil)
+	if err != nil || len(args) != 2 || string(args[0]) != "GET" || string(args[1]) != "k" {
+		t.Fatalf("resumed call = %q, %v", args, err)
+	}
+}
+
+type step struct {
+	data string
+	err  error
+}
+
+type scriptReader struct{ steps []step }
+
+func (s *scriptReader) Read(p []byte) (int, error) {
+	if len(s.steps) == 0 {
+		return 0, io.EOF
+	}
+	st := s.steps[0]
+	s.steps = s.steps[1:]
+	return copy(p, st.data), st.err
+}
+
+func TestBufferedReportsPipelinedBytes(t *testing.T) {
+	in := "*1\r\n$4\r\nPING\r\n*1\r\n$4\r\nPING\r\n"
+	r := NewReader(strings.NewReader(in), 0)
+	if _, err := r.ReadCommand(nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.Buffered(); got != len(in)/2 {
+		t.Fatalf("Buffered after first of two pipelined commands = %d, want %d", got, len(in)/2)
+	}
+	if _, err := r.ReadCommand(nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.Buffered(); got != 0 {
+		t.Fatalf("Buffered after the last command = %d, want 0", got)
+	}
+}
+
+func TestReadCommandShrinksAfterHugeCommand(t *testing.T) {
+	big := strings.Repeat("v", 1<<20)
+	in := string(AppendCommand(nil, []byte("SET"), []byte("k"), []byte(big))) + "PING\r\n"
+	r := NewReader(strings.NewReader(in), 1024)
+	args, err := r.ReadCommand(nil)
+	if err != nil || string(args[2]) != big {
+		t.Fatalf("huge SET: %v", err)
+	}
+	if _, err := r.ReadCommand(args); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.buf) != 1024 {
+		t.Fatalf("buffer is %d bytes after the huge command was consumed, want it back at 1024", len(r.buf))
+	}
+}
+
+func TestReadCommandSteadyStateAllocatesNothing(t *testing.T) {
+	cmd := AppendCommand(nil, []byte("SET"), []byte("key:000001"), bytes.Repeat([]byte("v"), 100))
+	src := &repeatReader{data: cmd}
+	r := NewReader(src, 0)
+	args := make([][]byte, 0, 8)
+	args, _ = r.ReadCommand(args) // warm up
+	allocs := testing.AllocsPerRun(1000, func() {
+		var err error
+		args, err = r.ReadCommand(args)
+		if err != nil || len(args) != 3 {
+			t.Fatalf("ReadCommand = %q, %v", args, err)
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("ReadCommand allocates %.1f times per command in steady state, want 0", allocs)
+	}
+}
+
+// repeatReader returns data over and over, in reads that split it at varying points.
+type repeatReader struct {
+	data []byte
+	off  int
+}
+
+func (r *repeatReader) Read(p []byte) (int, error) {
+	n := 0
+	for n < len(p) {
+		c := copy(p[n:], r.data[r.off:])
+		n += c
+		r.off = (r.off + c) % len(r.data)
+	}
+	return n, nil
+}
+
+func TestAppendCommandRoundTrips(t *testing.T) {
+	args := [][]byte{[]byte("SET"), []byte("k\r\n"), {}, {0, 255}}
+	r := NewReader(bytes.NewReader(AppendCommand(nil, args...)), 0)
+	got, err := r.ReadCommand(nil)
+	if err != nil || len(got) != len(args) {
+		t.Fatalf("got %q, %v", got, err)
+	}
+	for i := range args {
+		if !bytes.Equal(got[i], args[i]) {
+			t.Errorf("arg %d = %q, want %q", i, got[i], args[i])
+		}
+	}
+}
