@@ -1,0 +1,678 @@
+package storage
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tidwall/btree"
+
+	"github.com/kefirdb/kefir/internal/vfs"
+)
+
+// DB is an open engine. All methods are safe for concurrent use.
+//
+// Locking: mu guards the index, the segment list, the write buffer and the positions.
+// Appends hold it exclusively for a memcpy and an index update; write(2) happens under it
+// only when the buffer is full or a Sync flushes it; fsync never happens under it (except
+// the once-per-segment roll). Reads hold it shared to find a record and pin its segment,
+// then read the file without it.
+type DB struct {
+	opts Options
+	fs   vfs.FS
+
+	mu       sync.RWMutex
+	syncCond *sync.Cond // signalled when an in-flight fsync finishes
+
+	idx    *btree.BTreeG[item]
+	segs   []*segment // sorted by id; the last is the active (tail) segment
+	buf    []byte     // appended records not yet written: logical range [written, next)
+	next   Pos        // end of the last appended record (LastPos)
+	writ   Pos        // everything before it is in the segment files
+	dur    Pos        // everything before it is fsynced
+	lastV  uint64
+	tail   int // device index of the active segment
+	snaps  []uint64
+	failed error
+	closed bool
+	// syncing is set while one goroutine (the leader) runs an fsync outside mu; others
+	// wait on syncCond and the next leader takes everything appended meanwhile.
+	syncing bool
+
+	devs  []*device
+	cache *cache
+
+	maint sync.Mutex // serialises checkpoints and compactions
+
+	bgKick chan struct{}
+	bgStop chan struct{}
+	bgDone chan struct{}
+
+	st struct {
+		appends, writes, syncs, compactions, compacted atomic.Int64
+	}
+}
+
+type segment struct {
+	id   uint64 // logical position of its first byte
+	dev  int
+	path string
+	f    vfs.File
+	size int64 // bytes in the file (for the active segment: written so far)
+	live int64 // bytes of records the index points at (under DB.mu)
+	// refs counts the segment list's reference plus readers in flight; the file is
+	// removed only once compaction has dropped the list's reference and readers left.
+	refs atomic.Int32
+}
+
+func (s *segment) end() uint64 { return s.id + uint64(s.size) }
+
+func segName(id uint64) string { return fmt.Sprintf("%016x.log", id) }
+
+// Append writes records and makes them visible to readers on return. It does not fsync:
+// call Sync with the returned position for durability. The records of one call are
+// applied atomically: either all of them or, on error, none.
+func (db *DB) Append(recs ...Record) (Pos, error) {
+	if len(recs) == 0 {
+		return db.LastPos(), nil
+	}
+	total := 0
+	for i := range recs {
+		r := &recs[i]
+		switch {
+		case len(r.Key) == 0:
+			return 0, ErrEmptyKey
+		case len(r.Key) > db.opts.MaxKeySize:
+			return 0, fmt.Errorf("%w: %d bytes > %d", ErrKeyTooLarge, len(r.Key), db.opts.MaxKeySize)
+		case len(r.Value) > db.opts.MaxValueSize:
+			return 0, fmt.Errorf("%w: %d bytes > %d", ErrValueTooLarge, len(r.Value), db.opts.MaxValueSize)
+		case r.Tombstone && len(r.Value) != 0:
+			return 0, fmt.Errorf("storage: tombstone for %q carries a value", r.Key)
+		}
+		total += recordSize(len(r.Key), len(r.Value))
+	}
+
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	if err := db.writableLocked(); err != nil {
+		return 0, err
+	}
+	if err := db.checkOrderLocked(recs); err != nil {
+		return 0, err
+	}
+	if len(db.buf) >= db.opts.WriteBufferSize {
+		if err := db.flushLocked(); err != nil {
+			return 0, err
+		}
+	}
+	act := db.segs[len(db.segs)-1]
+	if used := uint64(db.next) - act.id; used > 0 && int64(used)+int64(total) > db.opts.SegmentSize {
+		// A batch never straddles segments, so a failed roll leaves nothing applied.
+		if err := db.rollLocked(); err != nil {
+			return 0, err
+		}
+	}
+	now := db.opts.Now().UnixNano()
+	for i := range recs {
+		r := &recs[i]
+		start := uint64(db.next)
+		db.buf = appendRecord(db.buf, r, 0, 0)
+		size := uint32(recordSize(len(r.Key), len(r.Value)))
+		db.next += Pos(size)
+		v := ver{version: r.Version, ts: r.Timestamp, pos: start, size: size}
+		if r.Tombstone {
+			v.flags = verTombstone
+		}
+		db.insertLocked(r.Key, v, now)
+		if r.Version > db.lastV {
+			db.lastV = r.Version
+		}
+	}
+	db.segs[len(db.segs)-1].live += int64(total)
+	db.st.appends.Add(int64(len(recs)))
+	if db.bgKick != nil && db.opts.SyncBytes > 0 && int64(db.next-db.dur) >= db.opts.SyncBytes {
+		select {
+		case db.bgKick <- struct{}{}:
+		default:
+		}
+	}
+	return db.next, nil
+}
+
+func (db *DB) writableLocked() error {
+	if db.closed {
+		return ErrClosed
+	}
+	if db.failed != nil {
+		return db.failed
+	}
+	return nil
+}
+
+// checkOrderLocked rejects a batch in which some version is not newer than its key's
+// newest (in the index or earlier in the batch).
+func (db *DB) checkOrderLocked(recs []Record) error {
+	for i := range recs {
+		r := &recs[i]
+		newest, exists := uint64(0), false
+		if it, ok := db.idx.Get(item{key: keyString(r.Key)}); ok {
+			newest, exists = it.v.version, true
+		}
+		for j := 0; j < i; j++ {
+			if bytes.Equal(recs[j].Key, r.Key) && (!exists || recs[j].Version > newest) {
+				newest, exists = recs[j].Version, true
+			}
+		}
+		if exists && r.Version <= newest {
+			return fmt.Errorf("%w: key %q version %d, newest %d", ErrVersionOrder, r.Key, r.Version, newest)
+		}
+	}
+	return nil
+}
+
+// insertLocked adds a version newer than every version of key and applies retention.
+func (db *DB) insertLocked(key []byte, v ver, now int64) {
+	it, ok := db.idx.Get(item{key: keyString(key)})
+	if !ok {
+		db.idx.Set(item{key: string(key), v: v})
+		return
+	}
+	if it.older == nil && db.opts.Retention.KeepVersions <= 1 && !db.keepOld(v, it.v, now) {
+		// The common case: the previous version becomes garbage at once.
+		db.dropLocked(it.v)
+		v.flags |= verPruned
+		it.v = v
+		db.idx.Set(it)
+		return
+	}
+	var stack [8]ver
+	vs := append(stack[:0], v)
+	vs = it.versions(vs)
+	db.idx.Set(db.retainLocked(it.key, vs, now))
+}
+
+// retainLocked applies the retention policy to vs (newest first, distinct versions),
+// drops what it does not keep and returns the item to store.
+func (db *DB) retainLocked(key string, vs []ver, now int64) item {
+	kept := vs[:1]
+	pruned := false
+	for i := 1; i < len(vs); i++ {
+		if i < db.opts.Retention.KeepVersions || db.keepOld(vs[i-1], vs[i], now) {
+			kept = append(kept, vs[i])
+			continue
+		}
+		db.dropLocked(vs[i])
+		pruned = true
+	}
+	if pruned {
+		kept[len(kept)-1].flags |= verPruned
+	}
+	return makeItem(key, kept)
+}
+
+// keepOld reports whether old, superseded by newer, must be kept regardless of the
+// version count: it was superseded less than KeepFor ago, or a snapshot reads it.
+func (db *DB) keepOld(newer, old ver, now int64) bool {
+	if kf := db.opts.Retention.KeepFor; kf > 0 && newer.ts >= now-int64(kf) {
+		return true
+	}
+	return db.pinnedLocked(old.version, newer.version)
+}
+
+// pinnedLocked reports whether an open snapshot at S has lo <= S < hi.
+func (db *DB) pinnedLocked(lo, hi uint64) bool {
+	i := sort.Search(len(db.snaps), func(i int) bool { return db.snaps[i] >= lo })
+	return i < len(db.snaps) && db.snaps[i] < hi
+}
+
+func (db *DB) dropLocked(v ver) {
+	if s := db.segFor(v.pos); s != nil {
+		s.live -= int64(v.size)
+	}
+}
+
+// segFor returns the segment holding logical position pos, or nil.
+func (db *DB) segFor(pos uint64) *segment {
+	i := sort.Search(len(db.segs), func(i int) bool { return db.segs[i].id > pos }) - 1
+	if i < 0 {
+		return nil
+	}
+	return db.segs[i]
+}
+
+// flushLocked writes the buffer to the active segment. A short write is cut back so the
+// file never holds half a record; on a full disk the buffer is kept for a later attempt.
+func (db *DB) flushLocked() error {
+	if len(db.buf) == 0 {
+		return nil
+	}
+	act := db.segs[len(db.segs)-1]
+	n, err := act.f.Write(db.buf)
+	db.st.writes.Add(1)
+	if err != nil {
+		if n > 0 {
+			if terr := act.f.Truncate(act.size); terr != nil {
+				db.failLocked(fmt.Errorf("cut short write of %s back to %d: %w (after %v)", act.path, act.size, terr, err))
+				return db.failed
+			}
+		}
+		if vfs.IsNoSpace(err) {
+			return fmt.Errorf("%w: write %s: %w", ErrDiskFull, act.path, err)
+		}
+		db.failLocked(fmt.Errorf("write %s: %w", act.path, err))
+		return db.failed
+	}
+	act.size += int64(len(db.buf))
+	db.writ = db.next
+	db.buf = db.buf[:0]
+	return nil
+}
+
+// rollLocked seals the active segment (write + fsync, so a later segment never holds
+// data while an earlier one has a torn tail) and starts a new one on the next device.
+func (db *DB) rollLocked() error {
+	if err := db.flushLocked(); err != nil {
+		return err
+	}
+	act := db.segs[len(db.segs)-1]
+	if err := act.f.Sync(); err != nil {
+		db.failLocked(fmt.Errorf("fsync %s: %w", act.path, err))
+		return db.failed
+	}
+	db.st.syncs.Add(1)
+	db.dur = db.next
+	dev := (db.tail + 1) % len(db.devs)
+	seg, err := db.createSegment(uint64(db.next), dev)
+	if err != nil {
+		return err
+	}
+	db.tail = dev
+	db.segs = append(db.segs, seg)
+	return nil
+}
+
+// createSegment creates an empty segment file and makes its name durable.
+func (db *DB) createSegment(id uint64, dev int) (*segment, error) {
+	path := vfs.Join(db.devs[dev].dir, segName(id))
+	f, err := db.fs.Create(path)
+	if err != nil {
+		if vfs.IsNoSpace(err) {
+			return nil, fmt.Errorf("%w: create %s: %w", ErrDiskFull, path, err)
+		}
+		return nil, fmt.Errorf("storage: create segment: %w", err)
+	}
+	if err := db.fs.SyncDir(db.devs[dev].dir); err != nil {
+		f.Close()
+		db.failLocked(fmt.Errorf("sync dir %s: %w", db.devs[dev].dir, err))
+		return nil, db.failed
+	}
+	s := &segment{id: id, dev: dev, path: path, f: f}
+	s.refs.Store(1)
+	return s, nil
+}
+
+func (db *DB) failLocked(err error) {
+	if db.failed == nil {
+		db.failed = fmt.Errorf("%w: %w", ErrFailed, err)
+		db.opts.Logger.Error("storage engine failed; refusing writes until reopened", "err", err)
+	}
+}
+
+// Sync makes everything up to pos durable and returns the durable position (>= pos, or
+// the last position if pos is beyond it). Concurrent callers share one fsync: while one
+// runs, the others wait, and the next one covers everything appended meanwhile.
+func (db *DB) Sync(pos Pos) (Pos, error) {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	for {
+		if db.failed != nil {
+			return db.dur, db.failed
+		}
+		if pos > db.next {
+			pos = db.next
+		}
+		if db.dur >= pos {
+			return db.dur, nil
+		}
+		if db.closed {
+			return db.dur, ErrClosed
+		}
+		if !db.syncing {
+			break
+		}
+		db.syncCond.Wait()
+	}
+	db.syncing = true
+	defer func() {
+		db.syncing = false
+		db.syncCond.Broadcast()
+	}()
+	if err := db.flushLocked(); err != nil {
+		return db.dur, err
+	}
+	target := db.next
+	act := db.segs[len(db.segs)-1]
+	db.mu.Unlock()
+	err := act.f.Sync()
+	db.mu.Lock()
+	db.st.syncs.Add(1)
+	if err != nil {
+		db.failLocked(fmt.Errorf("fsync %s: %w", act.path, err))
+		return db.dur, db.failed
+	}
+	if target > db.dur {
+		db.dur = target
+	}
+	return db.dur, nil
+}
+
+// DurablePos returns the position up to which everything is fsynced.
+func (db *DB) DurablePos() Pos {
+	db.mu.RLock()
+	defer db.mu.RUnlock()
+	return db.dur
+}
+
+// LastPos returns the position of the last appended record.
+func (db *DB) LastPos() Pos {
+	db.mu.RLock()
+	defer db.mu.RUnlock()
+	return db.next
+}
+
+// LastVersion returns the highest version appended or recovered.
+func (db *DB) LastVersion() uint64 {
+	db.mu.RLock()
+	defer db.mu.RUnlock()
+	return db.lastV
+}
+
+// Get returns the newest version of key; ErrNotFound if it is missing or deleted.
+func (db *DB) Get(key []byte) (Value, error) { return db.getAt(key, math.MaxUint64) }
+
+// GetAt returns the newest version of key that is <= v.
+func (db *DB) GetAt(key []byte, v uint64) (Value, error) { return db.getAt(key, v) }
+
+func (db *DB) getAt(key []byte, at uint64) (Value, error) {
+	db.mu.RLock()
+	if db.closed {
+		db.mu.RUnlock()
+		return Value{}, ErrClosed
+	}
+	it, ok := db.idx.Get(item{key: keyString(key)})
+	if !ok {
+		db.mu.RUnlock()
+		return Value{}, ErrNotFound
+	}
+	i, gone := it.pick(at)
+	if i < 0 {
+		db.mu.RUnlock()
+		if gone {
+			return Value{}, fmt.Errorf("%w: %q at %d", ErrVersionGone, key, at)
+		}
+		return Value{}, ErrNotFound
+	}
+	v := it.at(i)
+	if v.tombstone() {
+		db.mu.RUnlock()
+		return Value{}, ErrNotFound
+	}
+	return db.readLocked(key, v) // releases mu
+}
+
+// readLocked reads version v's value. Called with mu read-locked; releases it.
+func (db *DB) readLocked(key []byte, v ver) (Value, error) {
+	out := Value{Version: v.version, Timestamp: v.ts, Pos: v.end()}
+	if v.pos >= uint64(db.writ) {
+		off := v.pos - uint64(db.writ)
+		_, _, val, ok := decodeRecord(db.buf[off : off+uint64(v.size)])
+		if !ok {
+			db.mu.RUnlock()
+			panic("storage: record in the write buffer fails its checksum")
+		}
+		out.Data = bytes.Clone(val)
+		if out.Data == nil {
+			out.Data = []byte{}
+		}
+		db.mu.RUnlock()
+		return out, nil
+	}
+	seg := db.segFor(v.pos)
+	seg.refs.Add(1)
+	db.mu.RUnlock()
+	defer db.release(seg)
+
+	if db.cache != nil {
+		if data, ok := db.cache.get(v.pos); ok {
+			out.Data = data
+			return out, nil
+		}
+	}
+	val, err := db.readRecord(seg, key, v)
+	if err != nil {
+		return Value{}, err
+	}
+	if db.cache != nil {
+		db.cache.put(v.pos, val)
+	}
+	out.Data = val
+	return out, nil
+}
+
+// readRecord reads and verifies the record of v from seg and returns its value (a fresh
+// slice).
+func (db *DB) readRecord(seg *segment, key []byte, v ver) ([]byte, error) {
+	buf := make([]byte, v.size)
+	off := int64(v.pos - seg.id)
+	dev := db.devs[seg.dev]
+	done := dev.begin(len(buf))
+	_, err := seg.f.ReadAt(buf, off)
+	dev.end(done)
+	if err != nil {
+		return nil, fmt.Errorf("storage: read %s at %d: %w", seg.path, off, err)
+	}
+	h, k, val, ok := decodeRecord(buf)
+	if !ok || h.version != v.version || (key != nil && !bytes.Equal(k, key)) {
+		return nil, &CorruptionError{File: seg.path, Offset: off, Reason: "record read back does not match its checksum or the index"}
+	}
+	return val[:len(val):len(val)], nil
+}
+
+func (db *DB) release(s *segment) { s.refs.Add(-1) }
+
+// Scan calls fn for each key in [start, end) in order (end nil = no bound) with its newest
+// version <= at (at 0 = latest), skipping keys deleted or absent at that version, until fn
+// returns false or limit keys (limit <= 0 = no limit) have been passed.
+func (db *DB) Scan(start, end []byte, at uint64, limit int, fn func(key []byte, v Value) bool) error {
+	if at == 0 {
+		at = math.MaxUint64
+	}
+	return db.scanAt(start, end, at, limit, fn)
+}
+
+func (db *DB) scanAt(start, end []byte, at uint64, limit int, fn func(key []byte, v Value) bool) error {
+	type hit struct {
+		key []byte
+		v   ver
+	}
+	batch := make([]hit, 0, 64)
+	from := string(start)
+	inclusive := true
+	n := 0
+	for {
+		batch = batch[:0]
+		db.mu.RLock()
+		if db.closed {
+			db.mu.RUnlock()
+			return ErrClosed
+		}
+		want := cap(batch)
+		if limit > 0 && limit-n < want {
+			want = limit - n
+		}
+		db.idx.Ascend(item{key: from}, func(it item) bool {
+			if !inclusive && it.key == from {
+				return true
+			}
+			if end != nil && it.key >= keyString(end) {
+				return false
+			}
+			if i, _ := it.pick(at); i >= 0 && !it.at(i).tombstone() {
+				batch = append(batch, hit{key: []byte(it.key), v: it.at(i)})
+			}
+			from = it.key
+			return len(batch) < want
+		})
+		// Pin the segments the batch reads so compaction cannot remove them meanwhile.
+		db.mu.RUnlock()
+		if len(batch) == 0 {
+			return nil
+		}
+		for _, h := range batch {
+			db.mu.RLock()
+			val, err := db.readLocked(h.key, h.v)
+			if err != nil {
+				return err
+			}
+			n++
+			if !fn(h.key, val) || (limit > 0 && n >= limit) {
+				return nil
+			}
+		}
+		inclusive = false
+	}
+}
+
+// Versions returns the retained versions of key, newest first.
+func (db *DB) Versions(key []byte) ([]VersionInfo, error) {
+	db.mu.RLock()
+	defer db.mu.RUnlock()
+	it, ok := db.idx.Get(item{key: keyString(key)})
+	if !ok {
+		return nil, ErrNotFound
+	}
+	out := make([]VersionInfo, it.n())
+	for i := range out {
+		v := it.at(i)
+		out[i] = VersionInfo{Version: v.version, Timestamp: v.ts, Tombstone: v.tombstone(), Pos: v.end(), Size: int(v.size)}
+	}
+	return out, nil
+}
+
+// VersionRange returns the interval of versions [lo, hi] over which a read of key at v
+// returns the same value: lo is the version read (0 if the key did not exist yet), hi the
+// version before the next one (math.MaxUint64 if the one read is still current).
+func (db *DB) VersionRange(key []byte, v uint64) (lo, hi uint64, err error) {
+	db.mu.RLock()
+	defer db.mu.RUnlock()
+	it, ok := db.idx.Get(item{key: keyString(key)})
+	if !ok {
+		return 0, math.MaxUint64, nil
+	}
+	i, gone := it.pick(v)
+	if i < 0 {
+		if gone {
+			return 0, 0, fmt.Errorf("%w: %q at %d", ErrVersionGone, key, v)
+		}
+		return 0, it.at(it.n()-1).version - 1, nil
+	}
+	lo = it.at(i).version
+	if i == 0 {
+		return lo, math.MaxUint64, nil
+	}
+	return lo, it.at(i-1).version - 1, nil
+}
+
+// Stats returns current counters.
+func (db *DB) Stats() Stats {
+	db.mu.RLock()
+	defer db.mu.RUnlock()
+	s := Stats{
+		Keys:        db.idx.Len(),
+		Segments:    len(db.segs),
+		LastPos:     db.next,
+		DurablePos:  db.dur,
+		Appends:     db.st.appends.Load(),
+		Writes:      db.st.writes.Load(),
+		Syncs:       db.st.syncs.Load(),
+		Compactions: db.st.compactions.Load(),
+		Compacted:   db.st.compacted.Load(),
+		Snapshots:   len(db.snaps),
+		Failed:      db.failed,
+	}
+	for _, seg := range db.segs {
+		s.DiskBytes += seg.size
+		s.LiveBytes += seg.live
+	}
+	s.DiskBytes += int64(len(db.buf))
+	db.idx.Scan(func(it item) bool {
+		s.Versions += it.n()
+		return true
+	})
+	if db.cache != nil {
+		s.CacheHits, s.CacheMisses = db.cache.stats()
+	}
+	return s
+}
+
+// Close flushes and fsyncs what was appended (unless the engine failed) and closes the
+// files. Reads and writes after Close return ErrClosed.
+func (db *DB) Close() error {
+	if db.bgStop != nil {
+		close(db.bgStop)
+		<-db.bgDone
+		db.bgStop = nil
+	}
+	var err error
+	db.mu.Lock()
+	if db.closed {
+		db.mu.Unlock()
+		return ErrClosed
+	}
+	for db.syncing {
+		db.syncCond.Wait()
+	}
+	if db.failed == nil && db.next > db.dur {
+		db.mu.Unlock()
+		_, err = db.Sync(db.next)
+		db.mu.Lock()
+	}
+	db.closed = true
+	segs := db.segs
+	db.mu.Unlock()
+	db.maint.Lock() // wait for a running compaction or checkpoint
+	defer db.maint.Unlock()
+	for _, s := range segs {
+		if cerr := s.f.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("storage: close %s: %w", s.path, cerr)
+		}
+	}
+	return err
+}
+
+// background runs the optional syncer.
+func (db *DB) background() {
+	defer close(db.bgDone)
+	var tick <-chan time.Time
+	if db.opts.SyncInterval > 0 {
+		t := time.NewTicker(db.opts.SyncInterval)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case <-db.bgStop:
+			return
+		case <-tick:
+		case <-db.bgKick:
+		}
+		if _, err := db.Sync(db.LastPos()); err != nil && !errors.Is(err, ErrClosed) && !errors.Is(err, ErrDiskFull) {
+			return // failed: nothing more to do
+		}
+	}
+}

@@ -1,0 +1,260 @@
+package storage
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+
+	"github.com/kefirdb/kefir/internal/vfs"
+)
+
+// A hint file is a checkpoint of the index as of log position P, named "%016x.hint" after
+// P, in the first device's directory:
+//
+//	"KFHINT01" | P u64 | lastVersion u64 | items u64
+//	items, in key order: uvarint keyLen | key | uvarint n | n × (uvarint version,
+//	  varint ts, uvarint pos, uvarint size, uvarint flags)
+//	crc32c u32 of everything before
+//
+// Reopening loads the newest valid hint and replays only the log after P. A hint may only
+// reference durable data (Checkpoint syncs to P first) and segments that still exist
+// (compaction removes every hint before it removes a segment).
+const hintMagic = "KFHINT01"
+
+func hintName(p uint64) string { return fmt.Sprintf("%016x.hint", p) }
+
+// Checkpoint writes a hint file for the current index. Appends continue meanwhile: the
+// index is cloned (copy-on-write) under the lock and written out without it.
+func (db *DB) Checkpoint() error {
+	db.maint.Lock()
+	defer db.maint.Unlock()
+	db.mu.Lock()
+	if err := db.writableLocked(); err != nil {
+		db.mu.Unlock()
+		return err
+	}
+	snap := db.idx.Copy()
+	p, lastV := db.next, db.lastV
+	db.mu.Unlock()
+	if _, err := db.Sync(p); err != nil {
+		return fmt.Errorf("storage: checkpoint: %w", err)
+	}
+
+	dir := db.devs[0].dir
+	final := vfs.Join(dir, hintName(uint64(p)))
+	tmp := final + ".tmp"
+	f, err := db.fs.Create(tmp)
+	if err != nil {
+		return fmt.Errorf("storage: checkpoint: %w", err)
+	}
+	crc := crc32.New(crcTable)
+	w := &hintWriter{f: f, crc: crc, buf: make([]byte, 0, 1<<20)}
+	var hdr [32]byte
+	copy(hdr[:], hintMagic)
+	binary.LittleEndian.PutUint64(hdr[8:], uint64(p))
+	binary.LittleEndian.PutUint64(hdr[16:], lastV)
+	binary.LittleEndian.PutUint64(hdr[24:], uint64(snap.Len()))
+	w.write(hdr[:])
+	snap.Scan(func(it item) bool {
+		w.uvarint(uint64(len(it.key)))
+		w.write([]byte(it.key))
+		w.uvarint(uint64(it.n()))
+		for i := 0; i < it.n(); i++ {
+			v := it.at(i)
+			w.uvarint(v.version)
+			w.varint(v.ts)
+			w.uvarint(v.pos)
+			w.uvarint(uint64(v.size))
+			w.uvarint(uint64(v.flags))
+		}
+		return w.err == nil
+	})
+	w.flush()
+	var tail [4]byte
+	binary.LittleEndian.PutUint32(tail[:], crc.Sum32())
+	if w.err == nil {
+		_, w.err = f.Write(tail[:])
+	}
+	err = w.err
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = db.fs.Rename(tmp, final)
+	}
+	if err == nil {
+		err = db.fs.SyncDir(dir)
+	}
+	if err != nil {
+		db.fs.Remove(tmp)
+		return fmt.Errorf("storage: checkpoint %s: %w", final, err)
+	}
+	// Older hints are now redundant.
+	names, err := db.fs.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("storage: checkpoint: %w", err)
+	}
+	for _, name := range names {
+		if id, ok := parseName(name, ".hint"); ok && id != uint64(p) {
+			if err := db.fs.Remove(vfs.Join(dir, name)); err != nil {
+				return fmt.Errorf("storage: remove old hint: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+type hintWriter struct {
+	f   vfs.File
+	crc interface{ Write([]byte) (int, error) }
+	buf []byte
+	err error
+}
+
+func (w *hintWriter) write(b []byte) {
+	w.buf = append(w.buf, b...)
+	if len(w.buf) >= 1<<20 {
+		w.flush()
+	}
+}
+
+func (w *hintWriter) uvarint(x uint64) { w.buf = binary.AppendUvarint(w.buf, x) }
+func (w *hintWriter) varint(x int64)   { w.buf = binary.AppendVarint(w.buf, x) }
+
+func (w *hintWriter) flush() {
+	if w.err != nil || len(w.buf) == 0 {
+		return
+	}
+	w.crc.Write(w.buf)
+	_, w.err = w.f.Write(w.buf)
+	w.buf = w.buf[:0]
+}
+
+var errBadHint = errors.New("bad hint file")
+
+// loadHint loads the hint at path (checkpoint position p) into the empty index.
+func (db *DB) loadHint(path string, p uint64) error {
+	f, err := db.fs.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	size, err := f.Size()
+	if err != nil {
+		return err
+	}
+	if size < 36 {
+		return fmt.Errorf("%w: %d bytes", errBadHint, size)
+	}
+	data := make([]byte, size)
+	if _, err := f.ReadAt(data, 0); err != nil && !errors.Is(err, io.EOF) {
+		return err
+	}
+	body := data[:len(data)-4]
+	if crc32.Checksum(body, crcTable) != binary.LittleEndian.Uint32(data[len(data)-4:]) {
+		return fmt.Errorf("%w: checksum mismatch", errBadHint)
+	}
+	if string(body[:8]) != hintMagic || binary.LittleEndian.Uint64(body[8:]) != p {
+		return fmt.Errorf("%w: header", errBadHint)
+	}
+	lastV := binary.LittleEndian.Uint64(body[16:])
+	n := binary.LittleEndian.Uint64(body[24:])
+	r := hintReader{b: body[32:]}
+	var vs []ver
+	prev := ""
+	for i := uint64(0); i < n; i++ {
+		kl := r.uvarint()
+		key := string(r.bytes(kl))
+		nv := r.uvarint()
+		if r.err != nil || nv == 0 || nv > 1<<20 || (i > 0 && key <= prev) {
+			return fmt.Errorf("%w: item %d", errBadHint, i)
+		}
+		vs = vs[:0]
+		for j := uint64(0); j < nv; j++ {
+			v := ver{version: r.uvarint(), ts: r.varint(), pos: r.uvarint()}
+			v.size = uint32(r.uvarint())
+			v.flags = uint32(r.uvarint())
+			if v.pos+uint64(v.size) > p {
+				return fmt.Errorf("%w: item %d points past the checkpoint", errBadHint, i)
+			}
+			vs = append(vs, v)
+		}
+		if r.err != nil {
+			return fmt.Errorf("%w: item %d: %w", errBadHint, i, r.err)
+		}
+		db.idx.Load(makeItem(key, vs))
+		prev = key
+	}
+	if len(r.b) != 0 {
+		return fmt.Errorf("%w: %d trailing bytes", errBadHint, len(r.b))
+	}
+	db.lastV = lastV
+	return nil
+}
+
+type hintReader struct {
+	b   []byte
+	err error
+}
+
+func (r *hintReader) uvarint() uint64 {
+	x, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.err = errBadHint
+		r.b = nil
+		return 0
+	}
+	r.b = r.b[n:]
+	return x
+}
+
+func (r *hintReader) varint() int64 {
+	x, n := binary.Varint(r.b)
+	if n <= 0 {
+		r.err = errBadHint
+		r.b = nil
+		return 0
+	}
+	r.b = r.b[n:]
+	return x
+}
+
+func (r *hintReader) bytes(n uint64) []byte {
+	if uint64(len(r.b)) < n {
+		r.err = errBadHint
+		r.b = nil
+		return nil
+	}
+	out := r.b[:n]
+	r.b = r.b[n:]
+	return out
+}
+
+// removeHints deletes every hint file (before segments they may reference go away).
+func (db *DB) removeHints() error {
+	dir := db.devs[0].dir
+	names, err := db.fs.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("storage: list hints: %w", err)
+	}
+	removed := false
+	for _, name := range names {
+		if _, ok := parseName(name, ".hint"); ok {
+			if err := db.fs.Remove(vfs.Join(dir, name)); err != nil {
+				return fmt.Errorf("storage: remove hint: %w", err)
+			}
+			removed = true
+		}
+	}
+	if removed {
+		if err := db.fs.SyncDir(dir); err != nil {
+			return fmt.Errorf("storage: sync dir %s: %w", dir, err)
+		}
+	}
+	return nil
+}

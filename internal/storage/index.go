@@ -1,0 +1,90 @@
+package storage
+
+import (
+	"slices"
+	"unsafe"
+
+	"github.com/tidwall/btree"
+)
+
+// ver is one version of a key in the index. 32 bytes; a key with one version costs one
+// item (56 bytes in a B-tree node) plus its key string.
+type ver struct {
+	version uint64
+	ts      int64
+	pos     uint64 // start of the record in the logical log
+	size    uint32 // record size
+	flags   uint32 // verTombstone | verPruned
+}
+
+const (
+	verTombstone = 1 << 0
+	// verPruned marks a key's oldest retained version when older ones were dropped, so
+	// GetAt below it can say ErrVersionGone rather than ErrNotFound.
+	verPruned = 1 << 1
+)
+
+func (v ver) tombstone() bool { return v.flags&verTombstone != 0 }
+func (v ver) end() Pos        { return Pos(v.pos + uint64(v.size)) }
+
+// item is a key and its versions, newest first: v is the newest, older (nil for the
+// common single-version key) the rest. The slice behind older is never modified in
+// place, so a cloned tree (checkpoints) can read it without locks.
+type item struct {
+	key   string
+	v     ver
+	older *[]ver
+}
+
+func itemLess(a, b item) bool { return a.key < b.key }
+
+func newIndex() *btree.BTreeG[item] {
+	return btree.NewBTreeGOptions(itemLess, btree.Options{NoLocks: true, Degree: 64})
+}
+
+// keyString views b as a string without copying, for lookups that do not retain it.
+func keyString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
+
+func (it *item) n() int {
+	if it.older == nil {
+		return 1
+	}
+	return 1 + len(*it.older)
+}
+
+func (it *item) at(i int) ver {
+	if i == 0 {
+		return it.v
+	}
+	return (*it.older)[i-1]
+}
+
+// versions appends the item's versions, newest first, to dst.
+func (it *item) versions(dst []ver) []ver {
+	dst = append(dst, it.v)
+	if it.older != nil {
+		dst = append(dst, *it.older...)
+	}
+	return dst
+}
+
+func makeItem(key string, vs []ver) item {
+	it := item{key: key, v: vs[0]}
+	if len(vs) > 1 {
+		older := slices.Clone(vs[1:])
+		it.older = &older
+	}
+	return it
+}
+
+// pick returns the index of the newest version <= at, or -1. gone reports that the
+// version asked for is older than every retained one and older ones were pruned.
+func (it *item) pick(at uint64) (i int, gone bool) {
+	n := it.n()
+	for i = 0; i < n; i++ {
+		if it.at(i).version <= at {
+			return i, false
+		}
+	}
+	return -1, it.at(n-1).flags&verPruned != 0
+}

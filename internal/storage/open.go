@@ -1,0 +1,342 @@
+package storage
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/kefirdb/kefir/internal/vfs"
+)
+
+// Open opens (creating if needed) an engine over the configured devices and recovers its
+// state: the newest valid hint file (index checkpoint) if any, then every record after it.
+func Open(opts Options) (*DB, error) {
+	if err := opts.fill(); err != nil {
+		return nil, err
+	}
+	db := &DB{opts: opts, fs: opts.FS, idx: newIndex()}
+	db.syncCond = sync.NewCond(&db.mu)
+	for _, d := range opts.Devices {
+		if err := db.fs.MkdirAll(d.Dir); err != nil {
+			return nil, fmt.Errorf("storage: create %s: %w", d.Dir, err)
+		}
+		db.devs = append(db.devs, newDevice(d))
+	}
+	if opts.CacheBytes > 0 {
+		db.cache = newCache(opts.CacheBytes)
+	}
+	if err := db.recover(); err != nil {
+		db.closeFiles()
+		return nil, err
+	}
+	if opts.SyncInterval > 0 || opts.SyncBytes > 0 {
+		db.bgKick = make(chan struct{}, 1)
+		db.bgStop = make(chan struct{})
+		db.bgDone = make(chan struct{})
+		go db.background()
+	}
+	return db, nil
+}
+
+func (db *DB) closeFiles() {
+	for _, s := range db.segs {
+		if s.f != nil {
+			s.f.Close()
+		}
+	}
+}
+
+type fileRef struct {
+	id   uint64
+	dev  int
+	path string
+}
+
+// parseName parses "%016x" + suffix.
+func parseName(name, suffix string) (uint64, bool) {
+	if !strings.HasSuffix(name, suffix) || len(name) != 16+len(suffix) {
+		return 0, false
+	}
+	id, err := strconv.ParseUint(name[:16], 16, 64)
+	return id, err == nil
+}
+
+func (db *DB) list() (segs, hints []fileRef, err error) {
+	for d, dev := range db.devs {
+		names, err := db.fs.ReadDir(dev.dir)
+		if err != nil {
+			return nil, nil, fmt.Errorf("storage: list %s: %w", dev.dir, err)
+		}
+		for _, name := range names {
+			path := vfs.Join(dev.dir, name)
+			if id, ok := parseName(name, ".log"); ok {
+				segs = append(segs, fileRef{id, d, path})
+			} else if id, ok := parseName(name, ".hint"); ok {
+				hints = append(hints, fileRef{id, d, path})
+			} else if strings.HasSuffix(name, ".tmp") {
+				// An unfinished hint or compaction output: never referenced.
+				if err := db.fs.Remove(path); err != nil {
+					return nil, nil, fmt.Errorf("storage: remove leftover %s: %w", path, err)
+				}
+			}
+		}
+	}
+	cmp := func(a, b fileRef) int {
+		switch {
+		case a.id < b.id:
+			return -1
+		case a.id > b.id:
+			return 1
+		}
+		return 0
+	}
+	slices.SortFunc(segs, cmp)
+	slices.SortFunc(hints, cmp)
+	for i := 1; i < len(segs); i++ {
+		if segs[i].id == segs[i-1].id {
+			return nil, nil, &CorruptionError{File: segs[i].path, Reason: "two segments with the same start position: " + segs[i-1].path}
+		}
+	}
+	return segs, hints, nil
+}
+
+func (db *DB) recover() error {
+	refs, hints, err := db.list()
+	if err != nil {
+		return err
+	}
+	if len(refs) == 0 {
+		seg, err := db.createSegment(0, 0)
+		if err != nil {
+			return err
+		}
+		db.segs = []*segment{seg}
+		return nil
+	}
+	for i, r := range refs {
+		var f vfs.File
+		if i == len(refs)-1 {
+			f, err = db.fs.OpenRW(r.path)
+		} else {
+			f, err = db.fs.Open(r.path)
+		}
+		if err != nil {
+			return fmt.Errorf("storage: open segment: %w", err)
+		}
+		size, err := f.Size()
+		if err != nil {
+			f.Close()
+			return fmt.Errorf("storage: size of %s: %w", r.path, err)
+		}
+		s := &segment{id: r.id, dev: r.dev, path: r.path, f: f, size: size}
+		s.refs.Store(1)
+		db.segs = append(db.segs, s)
+	}
+	for i := 0; i+1 < len(db.segs); i++ {
+		if a, b := db.segs[i], db.segs[i+1]; a.end() != b.id {
+			cerr := &CorruptionError{File: a.path, Offset: min(a.size, int64(b.id-a.id)),
+				Reason: fmt.Sprintf("log gap or overlap: segment ends at %d, next (%s) starts at %d", a.end(), b.path, b.id)}
+			if !db.opts.Salvage {
+				return cerr
+			}
+			if err := db.salvage(i, min(a.size, int64(b.id-a.id)), cerr); err != nil {
+				return err
+			}
+			break
+		}
+	}
+
+	from := db.segs[0].id
+	last := db.segs[len(db.segs)-1]
+	for i := len(hints) - 1; i >= 0; i-- {
+		h := hints[i]
+		if h.id < db.segs[0].id || h.id > last.end() {
+			continue
+		}
+		if err := db.loadHint(h.path, h.id); err != nil {
+			db.opts.Logger.Warn("ignoring hint file", "file", h.path, "err", err)
+			db.idx = newIndex()
+			db.lastV = 0
+			continue
+		}
+		from = h.id
+		break
+	}
+
+	floors := map[string]uint64{}
+	for i := 0; i < len(db.segs); i++ {
+		s := db.segs[i]
+		if s.end() <= from {
+			continue
+		}
+		if err := db.replay(i, max(from, s.id), floors); err != nil {
+			return err
+		}
+	}
+	// A copy made by compaction whose key no longer has any version >= the copy's floor
+	// belongs to a key deleted since (its tombstone was reclaimed): it must not resurrect.
+	for k, floor := range floors {
+		if it, ok := db.idx.Get(item{key: k}); ok && it.v.version < floor {
+			db.idx.Delete(it)
+		}
+	}
+	// Recount live bytes from the index (replay over-counts superseded copies).
+	for _, s := range db.segs {
+		s.live = 0
+	}
+	db.idx.Scan(func(it item) bool {
+		for i := 0; i < it.n(); i++ {
+			v := it.at(i)
+			if s := db.segFor(v.pos); s != nil {
+				s.live += int64(v.size)
+			}
+		}
+		return true
+	})
+	last = db.segs[len(db.segs)-1]
+	if err := last.f.Sync(); err != nil {
+		return fmt.Errorf("storage: fsync %s: %w", last.path, err)
+	}
+	db.tail = last.dev
+	db.next = Pos(last.end())
+	db.writ, db.dur = db.next, db.next
+	return nil
+}
+
+// replay reads segment i from logical position from and indexes its records. A bad record
+// in the last segment with nothing valid after it is a torn tail and is cut off; anything
+// else is corruption.
+func (db *DB) replay(i int, from uint64, floors map[string]uint64) error {
+	s := db.segs[i]
+	off := int64(from - s.id)
+	data := make([]byte, s.size-off)
+	if _, err := s.f.ReadAt(data, off); err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("storage: read %s: %w", s.path, err)
+	}
+	now := db.opts.Now().UnixNano()
+	p := 0
+	for p < len(data) {
+		h, key, _, ok := decodeRecord(data[p:])
+		if !ok {
+			bad := off + int64(p)
+			lastSeg := i == len(db.segs)-1
+			if lastSeg && !anyValidAfter(data[p+1:]) {
+				db.opts.Logger.Info("cutting torn tail", "file", s.path, "offset", bad, "bytes", len(data)-p)
+				if err := s.f.Truncate(bad); err != nil {
+					return fmt.Errorf("storage: truncate torn tail of %s: %w", s.path, err)
+				}
+				s.size = bad
+				return nil
+			}
+			cerr := &CorruptionError{File: s.path, Offset: bad, Reason: "checksum or framing mismatch before the end of the log"}
+			if !db.opts.Salvage {
+				return cerr
+			}
+			return db.salvage(i, bad, cerr)
+		}
+		size := h.size()
+		v := ver{version: h.version, ts: h.ts, pos: s.id + uint64(off) + uint64(p), size: uint32(size)}
+		if h.flags&flagTombstone != 0 {
+			v.flags = verTombstone
+		}
+		db.recoverInsert(key, v, now)
+		if h.flags&flagCopy != 0 && h.floor > h.version {
+			if f, ok := floors[string(key)]; !ok || h.floor > f {
+				floors[string(key)] = h.floor
+			}
+		}
+		if h.version > db.lastV {
+			db.lastV = h.version
+		}
+		p += size
+	}
+	return nil
+}
+
+// anyValidAfter reports whether a complete, checksummed record starts anywhere in b.
+func anyValidAfter(b []byte) bool {
+	for p := 0; p+hdrSize <= len(b); p++ {
+		if _, _, _, ok := decodeRecord(b[p:]); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// salvage cuts the log at segment i, offset off, dropping everything after it.
+func (db *DB) salvage(i int, off int64, cause error) error {
+	db.opts.Logger.Error("salvaging: dropping the log after corruption", "err", cause)
+	s := db.segs[i]
+	f, err := db.fs.OpenRW(s.path)
+	if err != nil {
+		return fmt.Errorf("storage: salvage: %w", err)
+	}
+	if err := f.Truncate(off); err != nil {
+		f.Close()
+		return fmt.Errorf("storage: salvage truncate: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("storage: salvage fsync: %w", err)
+	}
+	s.f.Close()
+	s.f, s.size = f, off
+	for _, later := range db.segs[i+1:] {
+		later.f.Close()
+		if err := db.fs.Remove(later.path); err != nil {
+			return fmt.Errorf("storage: salvage: %w", err)
+		}
+	}
+	db.segs = db.segs[:i+1]
+	if err := db.removeHints(); err != nil {
+		return err
+	}
+	for _, d := range db.devs {
+		if err := db.fs.SyncDir(d.dir); err != nil {
+			return fmt.Errorf("storage: salvage: sync dir: %w", err)
+		}
+	}
+	return nil
+}
+
+// recoverInsert indexes a record found during replay. Unlike Append, versions may arrive
+// out of order (compaction copies an old version to the tail) and twice (a crash between
+// copying and removing the source): the later copy wins.
+func (db *DB) recoverInsert(key []byte, v ver, now int64) {
+	it, ok := db.idx.Get(item{key: keyString(key)})
+	if !ok {
+		db.idx.Set(item{key: string(key), v: v})
+		return
+	}
+	if v.version > it.v.version {
+		db.insertLocked(key, v, now)
+		return
+	}
+	vs := it.versions(nil)
+	j, found := slices.BinarySearchFunc(vs, v.version, func(a ver, t uint64) int {
+		switch { // vs is sorted by version, descending
+		case a.version > t:
+			return -1
+		case a.version < t:
+			return 1
+		}
+		return 0
+	})
+	if found {
+		if v.pos > vs[j].pos {
+			v.flags |= vs[j].flags & verPruned
+			vs[j] = v
+		}
+	} else {
+		if j == len(vs) && vs[j-1].flags&verPruned != 0 {
+			// Older than what retention already pruned: garbage.
+			return
+		}
+		vs = slices.Insert(vs, j, v)
+	}
+	db.idx.Set(db.retainLocked(it.key, vs, now))
+}

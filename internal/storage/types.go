@@ -1,0 +1,210 @@
+// Package storage is Kefir's storage engine: a versioned, log-structured key-value store.
+//
+// Records (key, value, version, timestamp, tombstone) are appended to a segmented log with
+// a CRC32C each; concurrent appends are group-committed into one write and one fsync is
+// shared by every waiter (Append and Sync are separate so replication can choose "fsync
+// before ack" or "persist in the background and tell me how far"). An in-memory ordered
+// index maps each key to its versions, newest first, and serves point reads, reads at a
+// version and range scans at a version (the StaleStore API of Yogurt: GetAt, VersionRange,
+// Versions, Cost, snapshots). Old versions are kept by a retention policy; compaction copies
+// live versions of sparse segments to the tail and frees the head (FAWN-DS, Gecko). The log
+// is chained over one or more devices, each optionally carrying an emulated latency /
+// bandwidth / queue model.
+//
+// Recovery restores the synced prefix plus every complete, checksummed record after it; a
+// checksum failure before the tail is corruption and Open refuses it (unless Salvage).
+// Index checkpoints (hint files) make reopening fast. After a failed fsync the engine stops
+// accepting writes for good (the fsyncgate lesson).
+//
+// The contract callers code against is docs/design/storage-api.md.
+//
+// It must not import any Kefir package except internal/vfs.
+package storage
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/kefirdb/kefir/internal/vfs"
+)
+
+// Errors callers branch on. Returned errors wrap them with context.
+var (
+	ErrNotFound      = errors.New("storage: not found")
+	ErrEmptyKey      = errors.New("storage: empty key")
+	ErrKeyTooLarge   = errors.New("storage: key too large")
+	ErrValueTooLarge = errors.New("storage: value too large")
+	// ErrDiskFull means a write could not be persisted because a device is full. The
+	// engine stays consistent: nothing half-written is visible, and writes succeed
+	// again once space is freed (e.g. by compaction).
+	ErrDiskFull = errors.New("storage: disk full")
+	// ErrFailed means an fsync (or a write whose outcome is unknown) failed. The engine
+	// refuses every later write and sync; reads keep working. Reopen to recover.
+	ErrFailed = errors.New("storage: engine failed")
+	ErrClosed = errors.New("storage: closed")
+	// ErrVersionOrder is returned when an appended version is not newer than the key's
+	// newest version (versions are strictly increasing per key).
+	ErrVersionOrder = errors.New("storage: version not newer than the key's newest")
+	// ErrVersionGone is returned by GetAt/VersionRange when the version asked for was
+	// older than every version the retention policy kept.
+	ErrVersionGone = errors.New("storage: version no longer retained")
+)
+
+// CorruptionError reports a record whose checksum or framing is wrong somewhere other than
+// the torn tail of the log, or a gap in the log.
+type CorruptionError struct {
+	File   string
+	Offset int64
+	Reason string
+}
+
+func (e *CorruptionError) Error() string {
+	return fmt.Sprintf("storage: corruption in %s at offset %d: %s", e.File, e.Offset, e.Reason)
+}
+
+// Record is one write.
+type Record struct {
+	Key, Value []byte
+	Version    uint64 // assigned by the caller (the shard log position); strictly increasing per key
+	Timestamp  int64  // caller's wall clock, unix nanos
+	Tombstone  bool
+}
+
+// Pos is a position in the engine log: the byte offset just past a record in the logical
+// log that the segments concatenate into. Totally ordered; 0 = nothing.
+type Pos uint64
+
+// Value is the result of a read. Data is a fresh copy, safe to keep and modify.
+type Value struct {
+	Data      []byte
+	Version   uint64
+	Timestamp int64
+	Pos       Pos
+}
+
+// VersionInfo describes one retained version of a key.
+type VersionInfo struct {
+	Version   uint64
+	Timestamp int64
+	Tombstone bool
+	Pos       Pos
+	Size      int // record size in the log
+}
+
+// Retention says which old versions to keep. A version that is not a key's newest is kept
+// if it is among the key's last KeepVersions versions, or if it was superseded less than
+// KeepFor ago, or if an open snapshot needs it. Everything else is garbage that compaction
+// may reclaim (reads of garbage versions keep working until then). The zero value keeps
+// only the newest version.
+type Retention struct {
+	KeepVersions int
+	KeepFor      time.Duration
+}
+
+// Device is one data directory in the chain. Model, if set, emulates the medium.
+type Device struct {
+	Dir   string
+	Model *DeviceModel
+}
+
+// DeviceModel emulates a storage medium on top of whatever the directory really is: each
+// read waits Latency plus size/Bandwidth, with at most QueueDepth reads in service at once
+// (later ones queue). Writes are not slowed (the model is for read-path cost studies).
+type DeviceModel struct {
+	Latency    time.Duration
+	Bandwidth  int64 // bytes per second; 0 = unlimited
+	QueueDepth int   // 0 = unlimited
+}
+
+// Options configures Open. The zero value of every field except Devices is usable.
+type Options struct {
+	Devices     []Device // chained data directories; appends go to the tail device
+	FS          vfs.FS   // nil = the real OS file system
+	SegmentSize int64    // default 64 MiB
+
+	MaxKeySize, MaxValueSize int // defaults 64 KiB and 16 MiB
+
+	SyncInterval time.Duration // background syncer: sync every interval (0 = off)
+	SyncBytes    int64         // ... or every this many unsynced bytes (0 = off)
+
+	Retention  Retention
+	CacheBytes int64 // value cache size (0 = default 32 MiB, <0 = off)
+
+	CompactionThreshold float64 // live fraction below which a segment is compacted (default 0.5)
+	CompactionRate      int64   // bytes/s budget for compaction I/O (0 = unlimited)
+
+	Salvage bool // open despite mid-log corruption, dropping what follows it (logged)
+	Logger  *slog.Logger
+
+	// Now is the clock used by the retention policy (nil = time.Now). The simulator
+	// passes its virtual clock.
+	Now func() time.Time
+	// WriteBufferSize is how many appended bytes are buffered in memory before they are
+	// written to the segment file (default 256 KiB). Sync writes the buffer regardless.
+	WriteBufferSize int
+}
+
+// Stats is a snapshot of engine counters.
+type Stats struct {
+	Keys        int
+	Versions    int
+	Segments    int
+	DiskBytes   int64 // bytes in segment files
+	LiveBytes   int64 // bytes of records the index still points at
+	LastPos     Pos
+	DurablePos  Pos
+	Appends     int64 // records appended
+	Writes      int64 // write syscalls
+	Syncs       int64 // fsyncs of segment files
+	CacheHits   int64
+	CacheMisses int64
+	Compactions int64 // segments compacted
+	Compacted   int64 // bytes copied by compaction
+	Snapshots   int   // open snapshots
+	Failed      error // non-nil once the engine has failed
+}
+
+const (
+	defaultSegmentSize  = 64 << 20
+	defaultMaxKeySize   = 64 << 10
+	defaultMaxValueSize = 16 << 20
+	defaultCacheBytes   = 32 << 20
+	defaultWriteBuffer  = 256 << 10
+	defaultThreshold    = 0.5
+)
+
+func (o *Options) fill() error {
+	if len(o.Devices) == 0 {
+		return errors.New("storage: Options.Devices is empty")
+	}
+	if o.FS == nil {
+		o.FS = vfs.Default
+	}
+	if o.SegmentSize <= 0 {
+		o.SegmentSize = defaultSegmentSize
+	}
+	if o.MaxKeySize <= 0 {
+		o.MaxKeySize = defaultMaxKeySize
+	}
+	if o.MaxValueSize <= 0 {
+		o.MaxValueSize = defaultMaxValueSize
+	}
+	if o.CacheBytes == 0 {
+		o.CacheBytes = defaultCacheBytes
+	}
+	if o.CompactionThreshold <= 0 {
+		o.CompactionThreshold = defaultThreshold
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.WriteBufferSize <= 0 {
+		o.WriteBufferSize = defaultWriteBuffer
+	}
+	return nil
+}
