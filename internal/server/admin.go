@@ -1,0 +1,122 @@
+package server
+
+import (
+	"encoding/json"
+	"html/template"
+	"net/http"
+	"runtime"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// StatusJSON is /status's body.
+type StatusJSON struct {
+	NodeID        string         `json:"node_id"`
+	Role          string         `json:"role"`
+	Version       string         `json:"version"`
+	UptimeSeconds float64        `json:"uptime_seconds"`
+	ClientAddr    string         `json:"client_addr"`
+	PeerAddr      string         `json:"peer_addr,omitempty"`
+	Consistency   string         `json:"default_consistency"`
+	Durability    string         `json:"default_durability"`
+	Connections   int64          `json:"connections"`
+	Commands      uint64         `json:"commands"`
+	LastVersion   uint64         `json:"last_version"`
+	LogPos        uint64         `json:"log_pos"`
+	DurablePos    uint64         `json:"durable_pos"`
+	Storage       map[string]any `json:"storage"`
+	Shard         map[string]any `json:"shard"`
+}
+
+// Status returns the node's status as /status serves it.
+func (s *Server) Status() StatusJSON {
+	st := s.shard.Status()
+	ds := s.db.Stats()
+	failed := ""
+	if ds.Failed != nil {
+		failed = ds.Failed.Error()
+	}
+	out := StatusJSON{
+		NodeID:        s.cfg.NodeID,
+		Role:          "single-node",
+		Version:       Version,
+		UptimeSeconds: time.Since(s.started).Seconds(),
+		ClientAddr:    s.ClientAddr().String(),
+		Consistency:   s.cfg.Consistency.String(),
+		Durability:    s.cfg.Durability.String(),
+		Connections:   s.m.connected.Load(),
+		Commands:      s.m.commands.Load(),
+		LastVersion:   st.LastVersion,
+		LogPos:        st.LastPos,
+		DurablePos:    st.DurablePos,
+		Storage: map[string]any{
+			"keys": ds.Keys, "versions": ds.Versions, "segments": ds.Segments,
+			"disk_bytes": ds.DiskBytes, "live_bytes": ds.LiveBytes, "appends": ds.Appends,
+			"write_syscalls": ds.Writes, "fsyncs": ds.Syncs, "cache_hits": ds.CacheHits,
+			"cache_misses": ds.CacheMisses, "compactions": ds.Compactions, "failed": failed,
+		},
+		Shard: map[string]any{
+			"writes": st.Writes, "syncs": st.Syncs, "read_syncs": st.ReadSyncs,
+			"deduplicated": st.Deduped, "client_table_entries": st.Clients,
+		},
+	}
+	if a := s.PeerAddr(); a != nil {
+		out.PeerAddr = a.String()
+	}
+	return out
+}
+
+func (s *Server) httpHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(s.Status())
+	})
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		if s.closing.Load() {
+			http.Error(w, "shutting down", http.StatusServiceUnavailable)
+			return
+		}
+		if f := s.db.Stats().Failed; f != nil {
+			http.Error(w, "storage failed: "+f.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		_ = statusPage.Execute(w, struct {
+			StatusJSON
+			Go string
+		}{s.Status(), runtime.Version()})
+	})
+	return mux
+}
+
+var statusPage = template.Must(template.New("status").Parse(`<!doctype html>
+<html><head><meta charset="utf-8"><title>Kefir {{.NodeID}}</title>
+<style>body{font-family:system-ui,sans-serif;margin:2em;max-width:50em}
+td{padding:.2em 1em .2em 0}th{text-align:left;padding-top:1em}</style></head>
+<body><h1>Kefir node {{.NodeID}}</h1>
+<table>
+<tr><td>role</td><td>{{.Role}}</td></tr>
+<tr><td>version</td><td>{{.Version}} ({{.Go}})</td></tr>
+<tr><td>uptime</td><td>{{printf "%.0f" .UptimeSeconds}} s</td></tr>
+<tr><td>client port (RESP)</td><td><code>{{.ClientAddr}}</code></td></tr>
+<tr><td>defaults</td><td>consistency {{.Consistency}}, durability {{.Durability}}</td></tr>
+<tr><td>connections</td><td>{{.Connections}}</td></tr>
+<tr><td>commands</td><td>{{.Commands}}</td></tr>
+<tr><td>last version</td><td>{{.LastVersion}}</td></tr>
+<tr><td>log / durable position</td><td>{{.LogPos}} / {{.DurablePos}}</td></tr>
+<tr><th colspan=2>storage</th></tr>
+{{range $k, $v := .Storage}}<tr><td>{{$k}}</td><td>{{$v}}</td></tr>{{end}}
+<tr><th colspan=2>shard</th></tr>
+{{range $k, $v := .Shard}}<tr><td>{{$k}}</td><td>{{$v}}</td></tr>{{end}}
+</table>
+<p><a href="/metrics">/metrics</a> · <a href="/status">/status</a> · <a href="/healthz">/healthz</a></p>
+</body></html>
+`))

@@ -1,0 +1,549 @@
+package server
+
+import (
+	"bytes"
+	"crypto/subtle"
+	"fmt"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kefirdb/kefir/internal/command"
+	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/shard"
+)
+
+func eq(b []byte, upper string) bool {
+	return len(b) == len(upper) && bytes.EqualFold(b, []byte(upper))
+}
+
+func parseInt64(b []byte) (int64, error) {
+	if len(b) == 0 || len(b) > 20 {
+		return 0, errNotInt
+	}
+	n, err := strconv.ParseInt(string(b), 10, 64)
+	if err != nil {
+		return 0, errNotInt
+	}
+	return n, nil
+}
+
+// parseWrite turns a write command into a shard operation, copying its bytes into
+// the arena (args alias the reader's buffer).
+func parseWrite(spec *command.Spec, args [][]byte, a *arena) (shard.Op, replyShape, error) {
+	var op shard.Op
+	shape := shapeAsIs
+	switch spec.Name {
+	case "SET":
+		op = shard.Op{Kind: shard.KindSet, Key: a.copy(args[1]), Value: a.copy(args[2])}
+		for i := 3; i < len(args); i++ {
+			switch {
+			case eq(args[i], "NX") && op.Cond == shard.Always:
+				op.Cond = shard.IfAbsent
+			case eq(args[i], "XX") && op.Cond == shard.Always:
+				op.Cond = shard.IfPresent
+			case eq(args[i], "GET"):
+				op.ReturnOld = true
+			case eq(args[i], "EX"), eq(args[i], "PX"), eq(args[i], "EXAT"), eq(args[i], "PXAT"):
+				if i+1 >= len(args) {
+					return op, 0, errSyntax
+				}
+				if n, err := parseInt64(args[i+1]); err != nil || n <= 0 {
+					return op, 0, errf("ERR invalid expire time in 'set' command")
+				}
+				return op, 0, errf("ERR TTLs (SET %s) are not supported yet", strings.ToUpper(string(args[i])))
+			case eq(args[i], "KEEPTTL"):
+				// No key has a TTL, so keeping it is what SET does anyway.
+			default:
+				return op, 0, errSyntax
+			}
+		}
+	case "SETNX":
+		op = shard.Op{Kind: shard.KindSet, Key: a.copy(args[1]), Value: a.copy(args[2]), Cond: shard.IfAbsent}
+		shape = shapeSetNX
+	case "MSET":
+		if len(args)%2 != 1 {
+			return op, 0, errf("ERR wrong number of arguments for 'mset' command")
+		}
+		op = shard.Op{Kind: shard.KindMSet, Keys: make([][]byte, len(args)-1)}
+		for i := 1; i < len(args); i++ {
+			op.Keys[i-1] = a.copy(args[i])
+		}
+	case "DEL", "UNLINK":
+		op = shard.Op{Kind: shard.KindDel, Keys: make([][]byte, len(args)-1)}
+		for i := 1; i < len(args); i++ {
+			op.Keys[i-1] = a.copy(args[i])
+		}
+	case "INCR", "DECR", "INCRBY", "DECRBY":
+		op = shard.Op{Kind: shard.KindIncrBy, Key: a.copy(args[1]), Delta: 1}
+		if len(args) == 3 {
+			n, err := parseInt64(args[2])
+			if err != nil {
+				return op, 0, err
+			}
+			op.Delta = n
+		}
+		if spec.Name[0] == 'D' {
+			if op.Delta == -op.Delta && op.Delta != 0 { // MinInt64 cannot be negated
+				return op, 0, errf("ERR decrement would overflow")
+			}
+			op.Delta = -op.Delta
+		}
+	case "GETSET":
+		op = shard.Op{Kind: shard.KindGetSet, Key: a.copy(args[1]), Value: a.copy(args[2])}
+	case "APPEND":
+		op = shard.Op{Kind: shard.KindAppend, Key: a.copy(args[1]), Value: a.copy(args[2])}
+	case "KEFIR.CAS":
+		op = shard.Op{Kind: shard.KindCAS, Key: a.copy(args[1]), Expected: a.copy(args[2]), Value: a.copy(args[3])}
+	default:
+		return op, 0, errf("ERR %s is not a write", strings.ToLower(spec.Name))
+	}
+	return op, shape, nil
+}
+
+// parseRead turns a read command into a shard operation. Reads execute before the
+// next command is parsed, so their arguments need no copy.
+func parseRead(spec *command.Spec, args [][]byte) (shard.Op, error) {
+	switch spec.Name {
+	case "GET":
+		return shard.Op{Kind: shard.KindGet, Key: args[1]}, nil
+	case "STRLEN":
+		return shard.Op{Kind: shard.KindStrlen, Key: args[1]}, nil
+	case "MGET":
+		return shard.Op{Kind: shard.KindMGet, Keys: args[1:]}, nil
+	case "EXISTS":
+		return shard.Op{Kind: shard.KindExists, Keys: args[1:]}, nil
+	case "KEFIR.SCAN":
+		op := shard.Op{Kind: shard.KindScan, Key: args[1]}
+		if len(args[2]) > 0 {
+			op.End = args[2]
+		}
+		switch {
+		case len(args) == 3:
+		case len(args) == 5 && eq(args[3], "LIMIT"):
+			n, err := parseInt64(args[4])
+			if err != nil || n <= 0 {
+				return op, errf("ERR LIMIT must be a positive integer")
+			}
+			if n > shard.DefaultMaxScan {
+				n = shard.DefaultMaxScan
+			}
+			op.Limit = int(n)
+		default:
+			return op, errSyntax
+		}
+		return op, nil
+	}
+	return shard.Op{}, errf("ERR %s is not a read", strings.ToLower(spec.Name))
+}
+
+// admin runs a connection or node command; a nil error means the reply was written.
+func (c *conn) admin(spec *command.Spec, args [][]byte) error {
+	w := c.w
+	switch spec.Name {
+	case "PING":
+		switch len(args) {
+		case 1:
+			return w.WriteSimple("PONG")
+		case 2:
+			return w.WriteBulk(args[1])
+		}
+		return errf("ERR wrong number of arguments for 'ping' command")
+	case "ECHO":
+		return w.WriteBulk(args[1])
+	case "QUIT":
+		c.closing = true
+		return w.WriteSimple("OK")
+	case "SELECT":
+		if string(args[1]) != "0" {
+			return errf("ERR DB index is out of range (Kefir has only database 0)")
+		}
+		return w.WriteSimple("OK")
+	case "AUTH":
+		return c.auth(args[1:])
+	case "HELLO":
+		return c.hello(args[1:])
+	case "CLIENT":
+		return c.client(args[1:])
+	case "COMMAND":
+		return c.commandCmd(args[1:])
+	case "CONFIG":
+		return c.config(args[1:])
+	case "INFO":
+		section := ""
+		if len(args) > 1 {
+			section = strings.ToLower(string(args[1]))
+		}
+		return w.WriteBulkString(c.srv.info(section))
+	case "DBSIZE":
+		return errf("ERR DBSIZE is not supported yet; use KEFIR.SCAN")
+	case "KEFIR.CONSISTENCY":
+		if len(args) == 1 {
+			return w.WriteBulkString(c.cons.String())
+		}
+		if len(args) != 2 {
+			return errSyntax
+		}
+		l, err := level.ParseConsistency(string(args[1]))
+		if err != nil {
+			return err
+		}
+		if err := c.srv.shard.CheckConsistency(l); err != nil {
+			return errf("ERR level %s not supported by this deployment", l)
+		}
+		c.cons = l
+		return w.WriteSimple("OK")
+	case "KEFIR.DURABILITY":
+		if len(args) == 1 {
+			return w.WriteBulkString(c.dur.String())
+		}
+		if len(args) != 2 {
+			return errSyntax
+		}
+		d, err := level.ParseDurability(string(args[1]))
+		if err != nil {
+			return err
+		}
+		if err := c.srv.shard.CheckDurability(d); err != nil {
+			return errf("ERR level %s not supported by this deployment", d)
+		}
+		c.dur = d
+		return w.WriteSimple("OK")
+	case "KEFIR.SESSION":
+		if len(args) == 1 {
+			return w.WriteBulkString(c.sess.String())
+		}
+		if len(args) != 2 {
+			return errSyntax
+		}
+		s, err := shard.ParseSession(string(args[1]))
+		if err != nil {
+			return errf("ERR invalid session token")
+		}
+		c.sess = s
+		return w.WriteSimple("OK")
+	case "KEFIR.CALL":
+		return c.call(args)
+	}
+	return errf("ERR %s is not implemented", strings.ToLower(spec.Name))
+}
+
+// call runs KEFIR.CALL [CONSISTENCY l] [DURABILITY l] [SESSION t] [REQID c s] CMD ...
+func (c *conn) call(args [][]byte) error {
+	var o callOpts
+	o.wrapped = true
+	seen := map[string]bool{}
+	i := 1
+	for ; i < len(args); i++ {
+		opt := strings.ToUpper(string(args[i]))
+		if opt == "CMD" {
+			break
+		}
+		if seen[opt] {
+			return errf("ERR KEFIR.CALL option %s given twice", opt)
+		}
+		seen[opt] = true
+		need := 1
+		if opt == "REQID" {
+			need = 2
+		}
+		if i+need >= len(args) {
+			return errSyntax
+		}
+		v := string(args[i+1])
+		switch opt {
+		case "CONSISTENCY":
+			l, err := level.ParseConsistency(v)
+			if err != nil {
+				return err
+			}
+			if err := c.srv.shard.CheckConsistency(l); err != nil {
+				return errf("ERR level %s not supported by this deployment", l)
+			}
+			o.cons = l
+		case "DURABILITY":
+			d, err := level.ParseDurability(v)
+			if err != nil {
+				return err
+			}
+			if err := c.srv.shard.CheckDurability(d); err != nil {
+				return errf("ERR level %s not supported by this deployment", d)
+			}
+			o.dur = d
+		case "SESSION":
+			s, err := shard.ParseSession(v)
+			if err != nil {
+				return errf("ERR invalid session token")
+			}
+			o.session, o.sess = true, s
+		case "REQID":
+			id, err1 := strconv.ParseUint(v, 10, 64)
+			seq, err2 := strconv.ParseUint(string(args[i+2]), 10, 64)
+			if err1 != nil || err2 != nil || id == 0 {
+				return errf("ERR REQID needs a non-zero client id and a sequence number")
+			}
+			o.id = shard.ReqID{Client: id, Seq: seq}
+		default:
+			return errf("ERR unknown KEFIR.CALL option '%s'", clip(args[i]))
+		}
+		i += need
+	}
+	if i+1 >= len(args) {
+		return errf("ERR KEFIR.CALL needs CMD <command> [args...]")
+	}
+	inner := args[i+1:]
+	spec, ok := command.Lookup(inner[0])
+	if !ok {
+		return errf("ERR unknown command '%s'", clip(inner[0]))
+	}
+	if spec.Has(command.Wrapper) {
+		return errf("ERR KEFIR.CALL cannot be nested")
+	}
+	if err := c.check(spec, inner); err != nil {
+		return err
+	}
+	// Count the inner command too, so per-command metrics see wrapped traffic.
+	c.timed = append(c.timed, timedCmd{cmd: spec.ID, start: time.Now()})
+	if spec.Class == command.Admin {
+		if o.session {
+			_ = c.w.WriteArrayHeader(2)
+			_ = c.w.WriteBulkString(o.sess.String())
+		}
+		if err := c.admin(spec, inner); err != nil {
+			c.timed[len(c.timed)-1].err = true
+			c.writeErr(err)
+		}
+		return nil
+	}
+	c.run(spec, inner, o)
+	return nil
+}
+
+// auth runs AUTH [user] password.
+func (c *conn) auth(args [][]byte) error {
+	if err := c.checkAuth(args); err != nil {
+		return err
+	}
+	return c.w.WriteSimple("OK")
+}
+
+// checkAuth checks [user] password and authenticates the connection. Failures are
+// rate-limited per remote host and logged without the attempted secret.
+func (c *conn) checkAuth(args [][]byte) error {
+	if len(args) > 2 {
+		return errSyntax
+	}
+	if c.srv.cfg.Password == "" {
+		return errf("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?")
+	}
+	pwd := args[len(args)-1]
+	user := "default"
+	if len(args) == 2 {
+		user = string(args[0])
+	}
+	if !c.srv.limiter.allow(c.addr) {
+		c.log.Warn("AUTH refused: too many failures from this host")
+		return errf("ERR too many failed AUTH attempts; try again later")
+	}
+	ok := user == "default" && subtle.ConstantTimeCompare(pwd, []byte(c.srv.cfg.Password)) == 1
+	if !ok {
+		c.srv.limiter.fail(c.addr)
+		c.srv.m.authFails.Inc()
+		c.log.Warn("AUTH failed", "user", clip([]byte(user)))
+		return errWrongPwd
+	}
+	c.authed = true
+	return nil
+}
+
+// hello implements HELLO [protover [AUTH user pass] [SETNAME name]].
+func (c *conn) hello(args [][]byte) error {
+	proto := c.w.Protocol()
+	if len(args) > 0 {
+		n, err := parseInt64(args[0])
+		if err != nil {
+			return errf("ERR Protocol version is not an integer or out of range")
+		}
+		if n != 2 && n != 3 {
+			return errf("NOPROTO unsupported protocol version")
+		}
+		proto = int(n)
+		args = args[1:]
+	}
+	for len(args) > 0 {
+		switch {
+		case eq(args[0], "AUTH") && len(args) >= 3:
+			if err := c.checkAuth(args[1:3]); err != nil {
+				return err
+			}
+			args = args[3:]
+		case eq(args[0], "SETNAME") && len(args) >= 2:
+			c.name = string(args[1])
+			args = args[2:]
+		default:
+			return errSyntax
+		}
+	}
+	if !c.authed {
+		return errNoAuth
+	}
+	c.w.SetProtocol(proto)
+	w := c.w
+	_ = w.WriteMapHeader(7)
+	_ = w.WriteBulkString("server")
+	_ = w.WriteBulkString("kefir")
+	_ = w.WriteBulkString("version")
+	_ = w.WriteBulkString(Version)
+	_ = w.WriteBulkString("proto")
+	_ = w.WriteInt(int64(proto))
+	_ = w.WriteBulkString("id")
+	_ = w.WriteInt(c.id)
+	_ = w.WriteBulkString("mode")
+	_ = w.WriteBulkString("standalone")
+	_ = w.WriteBulkString("role")
+	_ = w.WriteBulkString("master")
+	_ = w.WriteBulkString("modules")
+	return w.WriteArrayHeader(0)
+}
+
+func (c *conn) client(args [][]byte) error {
+	switch {
+	case eq(args[0], "ID") && len(args) == 1:
+		return c.w.WriteInt(c.id)
+	case eq(args[0], "SETNAME") && len(args) == 2:
+		if bytes.ContainsAny(args[1], " \n\r") {
+			return errf("ERR Client names cannot contain spaces, newlines or special characters.")
+		}
+		c.name = string(args[1])
+		return c.w.WriteSimple("OK")
+	case eq(args[0], "GETNAME") && len(args) == 1:
+		if c.name == "" {
+			return c.w.WriteNull()
+		}
+		return c.w.WriteBulkString(c.name)
+	case eq(args[0], "INFO") && len(args) == 1:
+		return c.w.WriteBulkString(fmt.Sprintf("id=%d addr=%s name=%s resp=%d\n", c.id, c.addr, c.name, c.w.Protocol()))
+	case eq(args[0], "SETINFO"):
+		// Sent by recent client libraries on connect; nothing to keep.
+		return c.w.WriteSimple("OK")
+	}
+	return errf("ERR unknown subcommand '%s' for 'client'. Try CLIENT ID, SETNAME, GETNAME or INFO.", clip(args[0]))
+}
+
+// commandCmd answers COMMAND, COMMAND COUNT, COMMAND INFO and COMMAND DOCS with
+// what redis-cli and client libraries need (DOCS is empty: hints are optional).
+func (c *conn) commandCmd(args [][]byte) error {
+	w := c.w
+	all := command.All()
+	if len(args) == 0 {
+		_ = w.WriteArrayHeader(len(all))
+		for _, s := range all {
+			c.commandInfo(s)
+		}
+		return nil
+	}
+	switch {
+	case eq(args[0], "COUNT"):
+		return w.WriteInt(int64(len(all)))
+	case eq(args[0], "DOCS"):
+		return w.WriteMapHeader(0)
+	case eq(args[0], "INFO"):
+		_ = w.WriteArrayHeader(len(args) - 1)
+		for _, n := range args[1:] {
+			if s, ok := command.Lookup(n); ok {
+				c.commandInfo(s)
+			} else {
+				_ = w.WriteNullArray()
+			}
+		}
+		return nil
+	}
+	return errf("ERR unknown subcommand '%s' for 'command'", clip(args[0]))
+}
+
+func (c *conn) commandInfo(s *command.Spec) {
+	w := c.w
+	_ = w.WriteArrayHeader(6)
+	_ = w.WriteBulkString(strings.ToLower(s.Name))
+	_ = w.WriteInt(int64(s.Arity))
+	var flags []string
+	if s.IsUpdate() {
+		flags = append(flags, "write")
+	} else if s.Class == command.Read {
+		flags = append(flags, "readonly")
+	}
+	if s.Has(command.Fast) {
+		flags = append(flags, "fast")
+	}
+	if s.Has(command.NoAuth) {
+		flags = append(flags, "no-auth")
+	}
+	_ = w.WriteSetHeader(len(flags))
+	for _, f := range flags {
+		_ = w.WriteSimple(f)
+	}
+	_ = w.WriteInt(int64(s.FirstKey))
+	_ = w.WriteInt(int64(s.LastKey))
+	_ = w.WriteInt(int64(s.KeyStep))
+}
+
+// config answers CONFIG GET for the settings tools probe (redis-benchmark asks for
+// "save" and "appendonly"); everything else is an empty answer, CONFIG SET refused.
+func (c *conn) config(args [][]byte) error {
+	if !eq(args[0], "GET") || len(args) != 2 {
+		return errf("ERR CONFIG supports only GET; Kefir is configured by flags, environment or file")
+	}
+	vals := map[string]string{
+		"save":       "",
+		"appendonly": "yes",
+		"appendfsync": map[level.Durability]string{
+			level.Sync: "always", level.CAD: "everysec", level.Async: "no"}[c.srv.cfg.Durability],
+		"databases":  "1",
+		"maxclients": strconv.Itoa(c.srv.cfg.MaxClients),
+	}
+	key := strings.ToLower(string(args[1]))
+	v, ok := vals[key]
+	if key == "*" {
+		_ = c.w.WriteMapHeader(len(vals))
+		for k, v := range vals {
+			_ = c.w.WriteBulkString(k)
+			_ = c.w.WriteBulkString(v)
+		}
+		return nil
+	}
+	if !ok {
+		return c.w.WriteMapHeader(0)
+	}
+	_ = c.w.WriteMapHeader(1)
+	_ = c.w.WriteBulkString(key)
+	return c.w.WriteBulkString(v)
+}
+
+// info renders INFO in Redis's "# Section\r\nkey:value" format.
+func (s *Server) info(section string) string {
+	var b strings.Builder
+	want := func(name string) bool {
+		return section == "" || section == "all" || section == "everything" || section == "default" || section == name
+	}
+	st := s.shard.Status()
+	if want("server") {
+		fmt.Fprintf(&b, "# Server\r\nkefir_version:%s\r\nredis_version:7.0.0\r\nnode_id:%s\r\nprocess_id:%d\r\ntcp_port:%s\r\nuptime_in_seconds:%d\r\ngo_version:%s\r\narch_bits:64\r\n\r\n",
+			Version, s.cfg.NodeID, pid, portOf(s.ClientAddr()), int(time.Since(s.started).Seconds()), runtime.Version())
+	}
+	if want("clients") {
+		fmt.Fprintf(&b, "# Clients\r\nconnected_clients:%d\r\nmaxclients:%d\r\n\r\n", s.m.connected.Load(), s.cfg.MaxClients)
+	}
+	if want("stats") {
+		fmt.Fprintf(&b, "# Stats\r\ntotal_connections_received:%d\r\ntotal_commands_processed:%d\r\n\r\n",
+			s.m.total.Load(), s.m.commands.Load())
+	}
+	if want("keyspace") {
+		fmt.Fprintf(&b, "# Keyspace\r\n\r\n")
+	}
+	if want("kefir") {
+		fmt.Fprintf(&b, "# Kefir\r\nrole:single-node\r\ndefault_consistency:%s\r\ndefault_durability:%s\r\nlast_version:%d\r\nlog_pos:%d\r\ndurable_pos:%d\r\nwrites:%d\r\nsyncs:%d\r\nread_syncs:%d\r\ndeduplicated_writes:%d\r\nclient_table_entries:%d\r\n\r\n",
+			s.cfg.Consistency, s.cfg.Durability, st.LastVersion, st.LastPos, st.DurablePos, st.Writes, st.Syncs, st.ReadSyncs, st.Deduped, st.Clients)
+	}
+	return b.String()
+}

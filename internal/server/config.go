@@ -1,0 +1,133 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/kefirdb/kefir/internal/level"
+)
+
+// Config is everything a node needs. cmd/kefir fills it from flags, environment and
+// a config file; tests fill it directly.
+type Config struct {
+	// NodeID names the node in logs, INFO and /status.
+	NodeID string
+	// ClientAddr is the RESP listen address; PeerAddr the replication port; HTTPAddr
+	// the admin port. An empty PeerAddr or HTTPAddr disables that port.
+	ClientAddr string
+	PeerAddr   string
+	HTTPAddr   string
+	// DataDir holds the storage engine's files.
+	DataDir string
+
+	// Password, if set, is required by AUTH / HELLO AUTH before any other command.
+	Password string
+	// ClusterSecret authenticates peers on the peer port (HMAC challenge-response).
+	ClusterSecret string
+	// TLSCert and TLSKey, if both set, turn on TLS on the client port.
+	TLSCert, TLSKey string
+
+	// MaxClients caps concurrent client connections (0 = 10000).
+	MaxClients int
+	// IdleTimeout closes client connections idle this long (0 = never).
+	IdleTimeout time.Duration
+	// MaxBulk caps one bulk string in a request (0 = 512 MiB, Redis's default).
+	MaxBulk int
+
+	// Consistency and Durability are the defaults for connections that set none.
+	Consistency level.Consistency
+	Durability  level.Durability
+
+	// SyncInterval makes the engine fsync in the background at least this often
+	// (bounds what async writes can lose). 0 = engine default.
+	SyncInterval time.Duration
+	// CacheBytes sizes the engine's value cache (0 = engine default).
+	CacheBytes int64
+
+	// ShutdownTimeout bounds graceful shutdown's wait for in-flight commands.
+	ShutdownTimeout time.Duration
+
+	Logger *slog.Logger
+}
+
+// ErrInsecure is returned by Validate when a non-loopback address would be bound
+// without a password (or a peer port without a cluster secret).
+var ErrInsecure = errors.New("refusing to listen on a non-loopback address without authentication")
+
+// withDefaults returns c with zero fields set to their defaults.
+func (c Config) withDefaults() Config {
+	if c.NodeID == "" {
+		c.NodeID = "n1"
+	}
+	if c.ClientAddr == "" {
+		c.ClientAddr = "127.0.0.1:6380"
+	}
+	if c.MaxClients <= 0 {
+		c.MaxClients = 10000
+	}
+	if c.MaxBulk <= 0 {
+		c.MaxBulk = 512 << 20
+	}
+	if c.Consistency.IsZero() {
+		c.Consistency = level.ConsLinearizable
+	}
+	if c.Durability.IsZero() {
+		c.Durability = level.Sync
+	}
+	if c.ShutdownTimeout <= 0 {
+		c.ShutdownTimeout = 10 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// Validate checks the configuration, including the security defaults: every
+// port on a non-loopback address needs authentication.
+func (c Config) Validate() error {
+	if c.DataDir == "" {
+		return errors.New("config: data directory is required")
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		return errors.New("config: TLS needs both a certificate and a key file")
+	}
+	for _, p := range []struct{ name, addr, secret, how string }{
+		{"client", c.ClientAddr, c.Password, "set a password with --password or KEFIR_PASSWORD"},
+		{"http admin", c.HTTPAddr, c.Password, "set a password with --password or KEFIR_PASSWORD (it also guards the admin port's exposure decision)"},
+		{"peer", c.PeerAddr, c.ClusterSecret, "set a cluster secret with --cluster-secret or KEFIR_CLUSTER_SECRET"},
+	} {
+		if p.addr == "" {
+			continue
+		}
+		loop, err := isLoopback(p.addr)
+		if err != nil {
+			return fmt.Errorf("config: %s address: %w", p.name, err)
+		}
+		if !loop && p.secret == "" {
+			return fmt.Errorf("%w: %s port %s; %s", ErrInsecure, p.name, p.addr, p.how)
+		}
+	}
+	return nil
+}
+
+// isLoopback reports whether addr (host:port) binds only loopback interfaces.
+// An empty host ("":6380) or a wildcard binds everything.
+func isLoopback(addr string) (bool, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false, err
+	}
+	if host == "localhost" {
+		return true, nil
+	}
+	ip := net.ParseIP(host)
+	if ip == nil {
+		// A hostname may resolve anywhere: treat as exposed.
+		return false, nil
+	}
+	return ip.IsLoopback(), nil
+}

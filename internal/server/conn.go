@@ -1,0 +1,491 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kefirdb/kefir/internal/command"
+	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/resp"
+	"github.com/kefirdb/kefir/internal/shard"
+)
+
+// maxBatch bounds how many pipelined commands a connection executes before it
+// releases their replies, so one client cannot hold its replies (and memory)
+// indefinitely.
+const maxBatch = 1024
+
+// outBuf collects a batch's replies; the resp.Writer flushes into it, and the
+// connection writes it to the socket only once the batch's writes are durable.
+type outBuf struct{ b []byte }
+
+func (o *outBuf) Write(p []byte) (int, error) { o.b = append(o.b, p...); return len(p), nil }
+
+// replyShape says how a queued write's shard.Result is spelled.
+type replyShape uint8
+
+const (
+	shapeAsIs  replyShape = iota
+	shapeSetNX            // SETNX: OK → 1, nil → 0
+)
+
+// queued is the bookkeeping of one write waiting in the connection's batch.
+type queued struct {
+	cmd     int // command ID, for metrics
+	shape   replyShape
+	session bool          // KEFIR.CALL SESSION: reply [token, reply]
+	sess    shard.Session // the per-call session, when session is set
+}
+
+// conn is one client connection. Its goroutine owns all of it.
+type conn struct {
+	srv  *Server
+	nc   net.Conn
+	id   int64
+	addr string
+	log  *slog.Logger
+	name string
+
+	rd  *resp.Reader
+	w   *resp.Writer
+	out outBuf
+
+	authed bool
+	cons   level.Consistency
+	dur    level.Durability
+	sess   shard.Session
+
+	args [][]byte
+
+	// The batch: writes queued since the last flush, their reply bookkeeping, and
+	// what the applied ones still wait for.
+	writes  []shard.WriteReq
+	meta    []queued
+	arena   arena
+	pending shard.Pending
+	// timing for metrics: command ID and start of each command in the batch.
+	timed   []timedCmd
+	batched int
+	closing bool
+}
+
+type timedCmd struct {
+	cmd   int
+	start time.Time
+	err   bool
+}
+
+func (s *Server) newConn(nc net.Conn, id int64) *conn {
+	c := &conn{
+		srv:    s,
+		nc:     nc,
+		id:     id,
+		addr:   nc.RemoteAddr().String(),
+		authed: s.cfg.Password == "",
+		cons:   s.cfg.Consistency,
+		dur:    s.cfg.Durability,
+	}
+	c.log = s.log.With("conn", id, "remote", c.addr)
+	c.rd = resp.NewReader(nc, 0)
+	c.rd.SetMaxBulk(s.cfg.MaxBulk)
+	c.w = resp.NewWriter(&c.out, 64<<10)
+	return c
+}
+
+// serve runs the connection until the client leaves, misbehaves or the server
+// shuts down. A panic is a bug; it is logged with its stack and closes only this
+// connection.
+func (c *conn) serve() {
+	defer func() {
+		if r := recover(); r != nil {
+			c.log.Error("panic serving connection (bug)", "panic", r, "stack", string(debug.Stack()))
+		}
+		c.nc.Close()
+	}()
+	for !c.closing {
+		if c.rd.Buffered() == 0 {
+			if err := c.release(); err != nil {
+				c.log.Debug("write failed", "err", err)
+				return
+			}
+			if c.srv.draining() {
+				return
+			}
+			if c.srv.cfg.IdleTimeout > 0 {
+				_ = c.nc.SetReadDeadline(time.Now().Add(c.srv.cfg.IdleTimeout))
+			}
+		}
+		args, err := c.rd.ReadCommand(c.args[:0])
+		c.args = args
+		if err != nil {
+			c.readFailed(err)
+			return
+		}
+		c.srv.begin()
+		c.dispatch(args)
+		c.srv.end()
+		c.batched++
+		if c.batched >= maxBatch || len(c.out.b)+c.w.Buffered() > 1<<20 {
+			if err := c.release(); err != nil {
+				return
+			}
+		}
+	}
+	_ = c.release()
+}
+
+// readFailed answers a protocol error before closing; other errors just close.
+func (c *conn) readFailed(err error) {
+	switch {
+	case resp.IsProtocolError(err):
+		c.srv.m.protoErrors.Inc()
+		c.log.Info("closing connection on protocol error", "err", err)
+		_ = c.release()
+		c.out.b = c.out.b[:0]
+		_ = c.w.WriteError("ERR " + err.Error())
+		_ = c.release()
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		c.log.Info("closing idle connection", "idle_timeout", c.srv.cfg.IdleTimeout)
+		_ = c.release()
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed):
+		_ = c.release()
+	default:
+		c.log.Debug("read failed", "err", err)
+		_ = c.release()
+	}
+}
+
+// release ends the batch: applies queued writes, waits for their durability with
+// one shared fsync, and writes all replies in one system call. If the durability
+// wait fails the writes' outcome is unknown, so no reply claims anything: the
+// connection closes and the client sees an unknown outcome, as it must.
+func (c *conn) release() error {
+	c.flushWrites()
+	if c.pending.SyncPos != 0 {
+		t := time.Now()
+		err := c.srv.shard.Wait(context.Background(), c.pending)
+		c.srv.m.syncLatency.Observe(time.Since(t).Seconds())
+		c.pending = shard.Pending{}
+		if err != nil {
+			c.log.Error("durability wait failed; closing connection without replies", "err", err)
+			c.out.b = c.out.b[:0]
+			c.closing = true
+			return err
+		}
+	}
+	if len(c.timed) > 0 {
+		now := time.Now()
+		m := c.srv.m
+		for _, t := range c.timed {
+			m.calls[t.cmd].Inc()
+			m.latency[t.cmd].Observe(now.Sub(t.start).Seconds())
+			if t.err {
+				m.errs[t.cmd].Inc()
+			}
+		}
+		m.commands.Add(uint64(len(c.timed)))
+		c.timed = c.timed[:0]
+	}
+	c.batched = 0
+	if err := c.w.Flush(); err != nil {
+		return err
+	}
+	if len(c.out.b) == 0 {
+		return nil
+	}
+	_, err := c.nc.Write(c.out.b)
+	if cap(c.out.b) > 4<<20 {
+		c.out.b = nil // do not pin a huge buffer after one big reply
+	} else {
+		c.out.b = c.out.b[:0]
+	}
+	return err
+}
+
+// flushWrites applies the queued writes and writes their replies. Reads and admin
+// commands call it first, so replies stay in command order and reads see the
+// connection's earlier writes.
+func (c *conn) flushWrites() {
+	if len(c.writes) == 0 {
+		return
+	}
+	p, err := c.srv.shard.Apply(context.Background(), c.writes)
+	if err != nil {
+		for i := range c.writes {
+			c.writes[i].Err = err
+		}
+	}
+	c.pending = c.pending.Merge(p)
+	for i := range c.writes {
+		r := &c.writes[i]
+		q := &c.meta[i]
+		if r.Err != nil {
+			c.markErr(q.cmd)
+			if q.session {
+				_ = c.w.WriteArrayHeader(2)
+				_ = c.w.WriteBulkString(q.sess.String())
+			}
+			c.writeErr(r.Err)
+			continue
+		}
+		if q.session {
+			_ = c.w.WriteArrayHeader(2)
+			_ = c.w.WriteBulkString(q.sess.AfterWrite(r.Result).String())
+		} else {
+			c.sess = c.sess.AfterWrite(r.Result)
+		}
+		res := r.Result
+		if q.shape == shapeSetNX {
+			if res.Kind == shard.ResOK {
+				res = shard.Result{Kind: shard.ResInt, Int: 1}
+			} else {
+				res = shard.Result{Kind: shard.ResInt, Int: 0}
+			}
+		}
+		c.writeResult(res)
+	}
+	clear(c.writes) // drop references to the batch's keys and values
+	c.writes = c.writes[:0]
+	c.meta = c.meta[:0]
+	c.arena.reset()
+}
+
+// markErr flags the latest timed entry of cmd as an error.
+func (c *conn) markErr(cmd int) {
+	for i := len(c.timed) - 1; i >= 0; i-- {
+		if c.timed[i].cmd == cmd {
+			c.timed[i].err = true
+			return
+		}
+	}
+}
+
+func (c *conn) writeResult(r shard.Result) {
+	switch r.Kind {
+	case shard.ResOK:
+		_ = c.w.WriteSimple("OK")
+	case shard.ResInt:
+		_ = c.w.WriteInt(r.Int)
+	case shard.ResBulk:
+		_ = c.w.WriteBulk(r.Bulk)
+	case shard.ResNil:
+		_ = c.w.WriteNull()
+	case shard.ResArray:
+		_ = c.w.WriteArrayHeader(len(r.Array))
+		for _, b := range r.Array {
+			if b == nil {
+				_ = c.w.WriteNull()
+			} else {
+				_ = c.w.WriteBulk(b)
+			}
+		}
+	default:
+		panic(fmt.Sprintf("server: result kind %d", r.Kind))
+	}
+}
+
+// writeErr spells err with the prefix its type calls for
+// (docs/design/resp-extensions.md).
+func (c *conn) writeErr(err error) {
+	_ = c.w.WriteError(errorText(err))
+}
+
+func errorText(err error) string {
+	var re *replyError
+	switch {
+	case errors.As(err, &re):
+		return re.msg
+	case errors.Is(err, shard.ErrWrongType):
+		return "WRONGTYPE " + shard.ErrWrongType.Error()
+	case errors.Is(err, shard.ErrUnavailable), errors.Is(err, shard.ErrClosed), errors.Is(err, shard.ErrSessionAhead):
+		return "UNAVAILABLE " + err.Error()
+	case errors.Is(err, level.ErrUnknownLevel):
+		return "ERR " + err.Error()
+	}
+	return "ERR " + err.Error()
+}
+
+// replyError is an error whose RESP text (prefix included) is fixed.
+type replyError struct{ msg string }
+
+func (e *replyError) Error() string { return e.msg }
+
+func errf(format string, args ...any) error {
+	return &replyError{msg: fmt.Sprintf(format, args...)}
+}
+
+var (
+	errSyntax   = &replyError{"ERR syntax error"}
+	errNotInt   = &replyError{"ERR value is not an integer or out of range"}
+	errNoAuth   = &replyError{"NOAUTH Authentication required."}
+	errWrongPwd = &replyError{"WRONGPASS invalid username-password pair or user is disabled."}
+)
+
+// dispatch runs one command. Writes are queued (see flushWrites); everything else
+// first flushes the queue.
+func (c *conn) dispatch(args [][]byte) {
+	spec, ok := command.Lookup(args[0])
+	if !ok {
+		c.flushWrites()
+		c.writeErr(errf("ERR unknown command '%s', with args beginning with: %s", clip(args[0]), argPreview(args[1:])))
+		return
+	}
+	c.timed = append(c.timed, timedCmd{cmd: spec.ID, start: time.Now()})
+	if err := c.check(spec, args); err != nil {
+		c.flushWrites()
+		c.timed[len(c.timed)-1].err = true
+		c.writeErr(err)
+		return
+	}
+	c.run(spec, args, callOpts{})
+}
+
+// callOpts are KEFIR.CALL's per-call options.
+type callOpts struct {
+	cons    level.Consistency
+	dur     level.Durability
+	id      shard.ReqID
+	session bool
+	sess    shard.Session
+	wrapped bool
+}
+
+// check validates arity, authentication and support before a command runs.
+func (c *conn) check(spec *command.Spec, args [][]byte) error {
+	if !spec.ArityOK(len(args)) {
+		return errf("ERR wrong number of arguments for '%s' command", strings.ToLower(spec.Name))
+	}
+	if !c.authed && !spec.Has(command.NoAuth) {
+		return errNoAuth
+	}
+	if spec.Has(command.Unsupported) {
+		return errf("ERR %s: %s", strings.ToLower(spec.Name), spec.Summary)
+	}
+	return nil
+}
+
+// run executes a validated command with per-call options o.
+func (c *conn) run(spec *command.Spec, args [][]byte, o callOpts) {
+	if spec.IsUpdate() {
+		c.queueWrite(spec, args, o)
+		return
+	}
+	c.flushWrites()
+	var err error
+	if spec.Class == command.Read {
+		err = c.read(spec, args, o)
+	} else {
+		err = c.admin(spec, args)
+	}
+	if err != nil {
+		c.timed[len(c.timed)-1].err = true
+		if o.session {
+			_ = c.w.WriteArrayHeader(2)
+			_ = c.w.WriteBulkString(o.sess.String())
+		}
+		c.writeErr(err)
+	}
+}
+
+// queueWrite parses a write into the batch. Arguments alias the reader's buffer,
+// so they are copied into the batch arena.
+func (c *conn) queueWrite(spec *command.Spec, args [][]byte, o callOpts) {
+	op, shape, err := parseWrite(spec, args, &c.arena)
+	if err == nil && !o.dur.IsZero() {
+		err = c.srv.shard.CheckDurability(o.dur)
+	}
+	if err != nil {
+		c.flushWrites()
+		c.timed[len(c.timed)-1].err = true
+		if o.session {
+			_ = c.w.WriteArrayHeader(2)
+			_ = c.w.WriteBulkString(o.sess.String())
+		}
+		c.writeErr(err)
+		return
+	}
+	d := o.dur
+	if d.IsZero() {
+		d = c.dur
+	}
+	c.writes = append(c.writes, shard.WriteReq{Op: op, Durability: d, ID: o.id})
+	c.meta = append(c.meta, queued{cmd: spec.ID, shape: shape, session: o.session, sess: o.sess})
+}
+
+// read serves a read command; a nil error means the reply was written.
+func (c *conn) read(spec *command.Spec, args [][]byte, o callOpts) error {
+	op, err := parseRead(spec, args)
+	if err != nil {
+		return err
+	}
+	cons := o.cons
+	if cons.IsZero() {
+		cons = c.cons
+	}
+	sess := c.sess
+	if o.session {
+		sess = o.sess
+	}
+	res, err := c.srv.shard.Read(context.Background(), op, cons, sess)
+	if err != nil {
+		return err
+	}
+	if o.session {
+		_ = c.w.WriteArrayHeader(2)
+		_ = c.w.WriteBulkString(o.sess.AfterRead(res).String())
+	} else {
+		c.sess = c.sess.AfterRead(res)
+	}
+	c.writeResult(res)
+	return nil
+}
+
+func clip(b []byte) string {
+	if len(b) > 64 {
+		b = b[:64]
+	}
+	return strconv.Quote(string(b))[1 : len(strconv.Quote(string(b)))-1]
+}
+
+func argPreview(args [][]byte) string {
+	var sb strings.Builder
+	for i, a := range args {
+		if i == 4 {
+			break
+		}
+		sb.WriteByte('\'')
+		sb.WriteString(clip(a))
+		sb.WriteString("' ")
+	}
+	return sb.String()
+}
+
+// arena copies request bytes that must outlive the reader's buffer until the
+// batch is applied. Chunks are never reused after reset because the engine may
+// keep the slices it was given until it copies them; fresh chunks are cheap.
+type arena struct {
+	buf []byte
+}
+
+func (a *arena) reset() { a.buf = nil }
+
+func (a *arena) copy(b []byte) []byte {
+	if len(b) > 16<<10 {
+		return append([]byte(nil), b...)
+	}
+	if cap(a.buf)-len(a.buf) < len(b) {
+		a.buf = make([]byte, 0, 32<<10)
+	}
+	n := len(a.buf)
+	a.buf = append(a.buf, b...)
+	return a.buf[n:len(a.buf):len(a.buf)]
+}

@@ -1,0 +1,355 @@
+// Package server is the Kefir node process: it opens the storage engine and the
+// shard, and runs the node's front doors — the RESP client port, the peer port and
+// the HTTP admin port — with their limits, authentication, metrics, structured logs
+// and graceful shutdown.
+//
+// The RESP front door executes every command already buffered on a connection before
+// it answers: pipelined writes are applied as one batch, made durable with one fsync,
+// and answered with one write system call.
+//
+// It must not import cmd/kefir or the client package; commands are classified only
+// by internal/command, and state is reached only through the shard.Replica interface.
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kefirdb/kefir/internal/shard"
+	"github.com/kefirdb/kefir/internal/storage"
+)
+
+// Version is the node's version string (set by the linker in releases).
+var Version = "0.1.0-dev"
+
+var pid = os.Getpid()
+
+// Server is one node.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	db      *storage.DB
+	shard   *shard.Shard
+	m       *metrics
+	limiter *authLimiter
+	started time.Time
+
+	clientLn net.Listener
+	peerLn   net.Listener
+	httpLn   net.Listener
+	httpSrv  *http.Server
+
+	mu     sync.Mutex
+	conns  map[*conn]struct{}
+	nextID atomic.Int64
+	// closing is set once shutdown starts: connections stop reading new commands
+	// after their current batch.
+	closing atomic.Bool
+	// inflight counts commands being executed, so shutdown waits for them.
+	inflight sync.WaitGroup
+	connWG   sync.WaitGroup
+	done     chan struct{}
+}
+
+// New validates cfg and opens the node's storage. Start opens the ports.
+func New(cfg Config) (*Server, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{
+		cfg:     cfg,
+		log:     cfg.Logger.With("node", cfg.NodeID),
+		conns:   make(map[*conn]struct{}),
+		limiter: newAuthLimiter(),
+		done:    make(chan struct{}),
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("server: create data dir: %w", err)
+	}
+	db, err := storage.Open(storage.Options{
+		Devices:      []storage.Device{{Dir: filepath.Join(cfg.DataDir, "storage")}},
+		SyncInterval: cfg.SyncInterval,
+		CacheBytes:   cfg.CacheBytes,
+		Logger:       s.log.With("component", "storage"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("server: open storage in %s: %w", cfg.DataDir, err)
+	}
+	s.db = db
+	sh, err := shard.Open(db, shard.Options{
+		Durability:            cfg.Durability,
+		NoReadDurabilityCheck: false,
+		Logger:                s.log.With("component", "shard"),
+	})
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("server: open shard: %w", err)
+	}
+	s.shard = sh
+	s.m = newMetrics(s)
+	return s, nil
+}
+
+// Start opens the client, peer and HTTP ports and serves them in the background.
+func (s *Server) Start() error {
+	s.started = time.Now()
+	ln, err := net.Listen("tcp", s.cfg.ClientAddr)
+	if err != nil {
+		return fmt.Errorf("server: client port: %w", err)
+	}
+	if s.cfg.TLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(s.cfg.TLSCert, s.cfg.TLSKey)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("server: load TLS key pair: %w", err)
+		}
+		ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+	}
+	s.clientLn = ln
+	if s.cfg.PeerAddr != "" {
+		if s.peerLn, err = net.Listen("tcp", s.cfg.PeerAddr); err != nil {
+			s.clientLn.Close()
+			return fmt.Errorf("server: peer port: %w", err)
+		}
+		go s.servePeers()
+	}
+	if s.cfg.HTTPAddr != "" {
+		if s.httpLn, err = net.Listen("tcp", s.cfg.HTTPAddr); err != nil {
+			s.clientLn.Close()
+			if s.peerLn != nil {
+				s.peerLn.Close()
+			}
+			return fmt.Errorf("server: http port: %w", err)
+		}
+		s.httpSrv = &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			if err := s.httpSrv.Serve(s.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				s.log.Error("http admin stopped", "err", err)
+			}
+		}()
+	}
+	go s.acceptClients()
+	s.log.Info("node started", "client", s.ClientAddr().String(), "peer", addrString(s.peerLn),
+		"http", addrString(s.httpLn), "data", s.cfg.DataDir, "tls", s.cfg.TLSCert != "",
+		"auth", s.cfg.Password != "", "durability", s.cfg.Durability.String(),
+		"consistency", s.cfg.Consistency.String())
+	return nil
+}
+
+func addrString(ln net.Listener) string {
+	if ln == nil {
+		return ""
+	}
+	return ln.Addr().String()
+}
+
+// ClientAddr is the RESP port's bound address.
+func (s *Server) ClientAddr() net.Addr { return s.clientLn.Addr() }
+
+// HTTPAddr is the admin port's bound address, or nil.
+func (s *Server) HTTPAddr() net.Addr {
+	if s.httpLn == nil {
+		return nil
+	}
+	return s.httpLn.Addr()
+}
+
+// PeerAddr is the peer port's bound address, or nil.
+func (s *Server) PeerAddr() net.Addr {
+	if s.peerLn == nil {
+		return nil
+	}
+	return s.peerLn.Addr()
+}
+
+func portOf(a net.Addr) string {
+	if a == nil {
+		return ""
+	}
+	_, p, _ := net.SplitHostPort(a.String())
+	return p
+}
+
+func (s *Server) draining() bool { return s.closing.Load() }
+
+// begin/end bracket one command's execution for graceful shutdown.
+func (s *Server) begin() { s.inflight.Add(1) }
+func (s *Server) end()   { s.inflight.Done() }
+
+func (s *Server) acceptClients() {
+	var delay time.Duration
+	for {
+		nc, err := s.clientLn.Accept()
+		if err != nil {
+			if s.closing.Load() || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// Temporary failures (EMFILE): back off instead of spinning.
+			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+			s.log.Warn("accept failed", "err", err, "retry_in", delay)
+			time.Sleep(delay)
+			continue
+		}
+		delay = 0
+		s.m.total.Add(1)
+		s.m.connsTotal.Inc()
+		if int(s.m.connected.Load()) >= s.cfg.MaxClients {
+			s.m.rejected.Inc()
+			_ = nc.SetWriteDeadline(time.Now().Add(time.Second))
+			_, _ = nc.Write([]byte("-ERR max number of clients reached\r\n"))
+			nc.Close()
+			continue
+		}
+		if tc, ok := nc.(*net.TCPConn); ok {
+			_ = tc.SetNoDelay(true)
+		}
+		c := s.newConn(nc, s.nextID.Add(1))
+		s.mu.Lock()
+		if s.closing.Load() {
+			s.mu.Unlock()
+			nc.Close()
+			return
+		}
+		s.conns[c] = struct{}{}
+		s.connWG.Add(1)
+		s.mu.Unlock()
+		s.m.connected.Add(1)
+		s.m.conns.Inc()
+		go func() {
+			defer func() {
+				s.mu.Lock()
+				delete(s.conns, c)
+				s.mu.Unlock()
+				s.m.connected.Add(-1)
+				s.m.conns.Dec()
+				s.connWG.Done()
+			}()
+			c.serve()
+		}()
+	}
+}
+
+// Shutdown stops accepting, lets connections finish the commands they are
+// executing (their replies are sent), syncs and closes storage. If ctx ends first,
+// remaining connections are cut and Shutdown still syncs and closes.
+func (s *Server) Shutdown(ctx context.Context) error {
+	if !s.closing.CompareAndSwap(false, true) {
+		<-s.done
+		return nil
+	}
+	defer close(s.done)
+	s.log.Info("shutting down: no new connections")
+	s.clientLn.Close()
+	if s.peerLn != nil {
+		s.peerLn.Close()
+	}
+	// Wake connections blocked reading so they see closing; ones mid-command finish
+	// it, release their replies, and exit.
+	s.mu.Lock()
+	for c := range s.conns {
+		_ = c.nc.SetReadDeadline(time.Now())
+	}
+	s.mu.Unlock()
+	finished := make(chan struct{})
+	go func() { s.connWG.Wait(); close(finished) }()
+	select {
+	case <-finished:
+	case <-ctx.Done():
+		s.log.Warn("shutdown deadline: closing remaining connections")
+		s.mu.Lock()
+		for c := range s.conns {
+			c.nc.Close()
+		}
+		s.mu.Unlock()
+		<-finished
+	}
+	if s.httpSrv != nil {
+		hctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = s.httpSrv.Shutdown(hctx)
+		cancel()
+	}
+	var errs []error
+	if err := s.shard.Close(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := s.db.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("close storage: %w", err))
+	}
+	if len(errs) > 0 {
+		err := errors.Join(errs...)
+		s.log.Error("shutdown finished with errors", "err", err)
+		return err
+	}
+	s.log.Info("shutdown complete: storage synced and closed")
+	return nil
+}
+
+// Close is Shutdown with the configured timeout.
+func (s *Server) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+	defer cancel()
+	return s.Shutdown(ctx)
+}
+
+// authLimiter slows down password guessing: after failures from a host, further
+// attempts from it are refused for a window that doubles with each failure (capped).
+type authLimiter struct {
+	mu    sync.Mutex
+	hosts map[string]*authState
+}
+
+type authState struct {
+	fails int
+	until time.Time
+}
+
+func newAuthLimiter() *authLimiter { return &authLimiter{hosts: make(map[string]*authState)} }
+
+func hostOf(addr string) string {
+	if h, _, err := net.SplitHostPort(addr); err == nil {
+		return h
+	}
+	return addr
+}
+
+// allow reports whether addr may try a password now.
+func (l *authLimiter) allow(addr string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st := l.hosts[hostOf(addr)]
+	return st == nil || !time.Now().Before(st.until)
+}
+
+// fail records a failure: the first few are free (typos), then the host waits
+// 100ms, 200ms, ... up to 10s between attempts.
+func (l *authLimiter) fail(addr string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.hosts) > 10000 {
+		clear(l.hosts) // bound memory under a spray of source addresses
+	}
+	h := hostOf(addr)
+	st := l.hosts[h]
+	if st == nil {
+		st = &authState{}
+		l.hosts[h] = st
+	}
+	st.fails++
+	if st.fails > 3 {
+		d := min(100*time.Millisecond<<min(st.fails-4, 10), 10*time.Second)
+		st.until = time.Now().Add(d)
+	}
+}
+
+

@@ -1,0 +1,498 @@
+package server
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/resp"
+)
+
+func startServer(t *testing.T, mod func(*Config)) *Server {
+	t.Helper()
+	cfg := Config{
+		ClientAddr: "127.0.0.1:0",
+		HTTPAddr:   "127.0.0.1:0",
+		DataDir:    t.TempDir(),
+		Logger:     slog.New(slog.DiscardHandler),
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// client is a minimal RESP client for tests: it sends commands and reads replies
+// as their printed form (resp.Value.String()).
+type client struct {
+	t  *testing.T
+	nc net.Conn
+	rd *resp.Reader
+}
+
+func dial(t *testing.T, s *Server) *client {
+	t.Helper()
+	nc, err := net.Dial("tcp", s.ClientAddr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
+	return &client{t: t, nc: nc, rd: resp.NewReader(nc, 0)}
+}
+
+func (c *client) send(args ...string) {
+	c.t.Helper()
+	var bs [][]byte
+	for _, a := range args {
+		bs = append(bs, []byte(a))
+	}
+	if _, err := c.nc.Write(resp.AppendCommand(nil, bs...)); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+func (c *client) reply() string {
+	c.t.Helper()
+	v, err := c.rd.ReadValue()
+	if err != nil {
+		c.t.Fatalf("read reply: %v", err)
+	}
+	return show(v)
+}
+
+// show prints a reply the way the test scripts spell it (close to redis-cli).
+func show(v resp.Value) string {
+	switch v.Kind {
+	case resp.Simple, resp.Error:
+		return string(v.Str)
+	case resp.Int:
+		return fmt.Sprintf("(integer) %d", v.Int)
+	case resp.Bulk:
+		return fmt.Sprintf("%q", v.Str)
+	case resp.Null:
+		return "(nil)"
+	case resp.Array, resp.Map, resp.Set:
+		var parts []string
+		for _, e := range v.Elems {
+			parts = append(parts, show(e))
+		}
+		return "[" + strings.Join(parts, ", ") + "]"
+	}
+	return v.String()
+}
+
+func (c *client) do(args ...string) string {
+	c.t.Helper()
+	c.send(args...)
+	return c.reply()
+}
+
+// expect runs a script of "command args => reply" lines.
+func (c *client) expect(script string) {
+	c.t.Helper()
+	for _, line := range strings.Split(strings.TrimSpace(script), "\n") {
+		cmd, want, ok := strings.Cut(line, "=>")
+		if !ok {
+			c.t.Fatalf("bad script line %q", line)
+		}
+		got := c.do(strings.Fields(cmd)...)
+		want = strings.TrimSpace(want)
+		if strings.HasSuffix(want, "*") {
+			if !strings.HasPrefix(got, strings.TrimSuffix(want, "*")) {
+				c.t.Errorf("%s => %s, want prefix %s", strings.TrimSpace(cmd), got, want)
+			}
+		} else if got != want {
+			c.t.Errorf("%s => %s, want %s", strings.TrimSpace(cmd), got, want)
+		}
+	}
+}
+
+func TestStringCommands(t *testing.T) {
+	s := startServer(t, nil)
+	c := dial(t, s)
+	// The printed forms are resp.Value.String()'s.
+	probe := c.do("SET", "probe", "1")
+	if probe != "OK" {
+		t.Fatalf("SET replied %s", probe)
+	}
+	c.expect(`
+GET missing => (nil)
+SET k v => OK
+GET k => "v"
+SET k w NX => (nil)
+SET k w XX => OK
+SET n w XX => (nil)
+SET k x GET => "w"
+SET k y NX GET => "x"
+GET k => "x"
+SETNX k z => (integer) 0
+SETNX k2 z => (integer) 1
+GETSET k2 q => "z"
+APPEND k2 rs => (integer) 3
+STRLEN k2 => (integer) 3
+INCR c => (integer) 1
+INCRBY c 10 => (integer) 11
+DECR c => (integer) 10
+DECRBY c 3 => (integer) 7
+INCR k => WRONGTYPE*
+INCRBY c abc => ERR value is not an integer*
+EXISTS k k2 nope k => (integer) 3
+DEL k nope k2 => (integer) 2
+MSET a 1 b 2 => OK
+MGET a nope b => *
+KEFIR.CAS a 1 one => (integer) 1
+KEFIR.CAS a 1 uno => (integer) 0
+GET a => "one"
+SET t v EX 10 => ERR TTLs*
+SET t v NX XX => ERR syntax*
+SET t v BOGUS => ERR syntax*
+EXPIRE a 10 => ERR expire*
+PING => PONG
+PING hi => "hi"
+ECHO hello => "hello"
+SELECT 0 => OK
+SELECT 1 => ERR*
+GET => ERR wrong number of arguments for 'get' command
+NOSUCH a b => ERR unknown command*
+CLIENT SETNAME me => OK
+CLIENT GETNAME => "me"
+COMMAND COUNT => (integer)*
+`)
+	if got := c.do("MGET", "a", "nope", "b"); got != `["one", (nil), "2"]` {
+		t.Errorf("MGET = %s", got)
+	}
+}
+
+func TestScan(t *testing.T) {
+	s := startServer(t, nil)
+	c := dial(t, s)
+	c.do("MSET", "b", "2", "a", "1", "d", "4", "c", "3")
+	got := c.do("KEFIR.SCAN", "a", "d")
+	if want := `["a", "1", "b", "2", "c", "3"]`; got != want {
+		t.Errorf("scan = %s, want %s (ordered, end exclusive)", got, want)
+	}
+	if got := c.do("KEFIR.SCAN", "a", "", "LIMIT", "1"); strings.Contains(got, `"b"`) || !strings.Contains(got, `"a"`) {
+		t.Errorf("scan limit 1 = %s", got)
+	}
+	if got := c.do("KEFIR.SCAN", "", "", "LIMIT", "0"); !strings.HasPrefix(got, "ERR") {
+		t.Errorf("LIMIT 0 = %s", got)
+	}
+}
+
+func TestPipelinedWritesShareOneFsyncAndReplyInOrder(t *testing.T) {
+	s := startServer(t, nil)
+	c := dial(t, s)
+	syncsBefore := s.db.Stats().Syncs
+	var buf []byte
+	const n = 200
+	for i := range n {
+		buf = resp.AppendCommand(buf, []byte("INCR"), []byte("ctr"))
+		if i == n/2 {
+			buf = resp.AppendCommand(buf, []byte("GET"), []byte("ctr"))
+		}
+	}
+	if _, err := c.nc.Write(buf); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if got := c.reply(); got != fmt.Sprintf("(integer) %d", i+1) {
+			t.Fatalf("reply %d = %s", i, got)
+		}
+		if i == n/2 {
+			if got := c.reply(); got != fmt.Sprintf(`"%d"`, i+1) {
+				t.Fatalf("GET in the middle = %s", got)
+			}
+		}
+	}
+	// All arrived in one segment on loopback, so a handful of fsyncs at most — one
+	// per batch, not one per write.
+	if d := s.db.Stats().Syncs - syncsBefore; d > 10 {
+		t.Errorf("%d pipelined sync writes took %d fsyncs", n, d)
+	}
+}
+
+func TestProtocolErrorClosesOnlyThatConnection(t *testing.T) {
+	s := startServer(t, nil)
+	good := dial(t, s)
+	good.expect("SET a 1 => OK")
+	for _, garbage := range []string{"*2\r\n$3\r\nGET\r\n$-5\r\n", "*1\r\n$abc\r\n", "*1\r\n$3\r\nGETXX\r\n", "*abc\r\n", "\"unbalanced\r\n", "*1\r\n+OK\r\n"} {
+		bad := dial(t, s)
+		if _, err := bad.nc.Write([]byte(garbage)); err != nil {
+			t.Fatal(err)
+		}
+		all, _ := io.ReadAll(bad.nc)
+		if !bytes.HasPrefix(all, []byte("-ERR Protocol error")) {
+			t.Errorf("garbage %q got %q", garbage, all)
+		}
+	}
+	good.expect("GET a => \"1\"")
+}
+
+func TestOversizedBulkIsRefused(t *testing.T) {
+	s := startServer(t, func(c *Config) { c.MaxBulk = 1024 })
+	c := dial(t, s)
+	c.send("SET", "k", strings.Repeat("x", 2000))
+	all, _ := io.ReadAll(c.nc)
+	if !bytes.HasPrefix(all, []byte("-ERR Protocol error")) {
+		t.Fatalf("got %q", all)
+	}
+	c2 := dial(t, s)
+	c2.expect("SET k " + strings.Repeat("x", 1000) + " => OK")
+}
+
+func TestAuthentication(t *testing.T) {
+	s := startServer(t, func(c *Config) { c.Password = "s3cret" })
+	c := dial(t, s)
+	c.expect(`
+GET a => NOAUTH*
+PING => PONG
+AUTH wrong => WRONGPASS*
+AUTH s3cret => OK
+SET a 1 => OK
+`)
+	c2 := dial(t, s)
+	if got := c2.do("HELLO", "3", "AUTH", "default", "s3cret"); !strings.Contains(got, "proto") {
+		t.Fatalf("HELLO AUTH = %s", got)
+	}
+	c2.expect(`GET a => "1"`)
+}
+
+func TestWrongPasswordsAreRateLimited(t *testing.T) {
+	s := startServer(t, func(c *Config) { c.Password = "s3cret" })
+	c := dial(t, s)
+	limited := false
+	for range 10 {
+		if got := c.do("AUTH", "guess"); strings.Contains(got, "too many") {
+			limited = true
+			break
+		}
+	}
+	if !limited {
+		t.Fatal("10 wrong passwords in a row were never rate-limited")
+	}
+	// Even the right password is refused while limited.
+	if got := c.do("AUTH", "s3cret"); !strings.Contains(got, "too many") {
+		t.Fatalf("right password while limited = %s", got)
+	}
+}
+
+func TestHelloSwitchesToRESP3(t *testing.T) {
+	s := startServer(t, nil)
+	c := dial(t, s)
+	c.send("HELLO", "3")
+	v, err := c.rd.ReadValue()
+	if err != nil || v.Kind != resp.Map {
+		t.Fatalf("HELLO 3 = %v %v", v, err)
+	}
+	c.send("GET", "missing")
+	v, err = c.rd.ReadValue()
+	if err != nil || v.Kind != resp.Null {
+		t.Fatalf("RESP3 null = %v (%v)", v, err)
+	}
+	if got := c.do("HELLO", "4"); !strings.HasPrefix(got, "NOPROTO") {
+		t.Fatalf("HELLO 4 = %s", got)
+	}
+}
+
+func TestLevelsAndSessions(t *testing.T) {
+	s := startServer(t, nil)
+	c := dial(t, s)
+	c.expect(`
+KEFIR.CONSISTENCY => "linearizable"
+KEFIR.CONSISTENCY bounded(3) => OK
+KEFIR.CONSISTENCY => "bounded(3)"
+KEFIR.CONSISTENCY nonsense => ERR*
+KEFIR.DURABILITY => "sync"
+KEFIR.DURABILITY cad => OK
+KEFIR.DURABILITY fast => ERR*
+KEFIR.SESSION => ""
+KEFIR.SESSION garbage => ERR invalid session token
+KEFIR.SESSION v1.0.0 => OK
+`)
+	c.do("SET", "k", "v")
+	tok := c.do("KEFIR.SESSION")
+	if !strings.HasPrefix(tok, `"v1.`) {
+		t.Fatalf("session after write = %s", tok)
+	}
+	got := c.do("KEFIR.CALL", "SESSION", "", "DURABILITY", "sync", "CMD", "SET", "k", "w")
+	if !strings.Contains(got, `"v1.`) || !strings.Contains(got, "OK") {
+		t.Fatalf("KEFIR.CALL SESSION = %s", got)
+	}
+	got = c.do("KEFIR.CALL", "SESSION", "v1.999999.0", "CMD", "GET", "k")
+	if !strings.Contains(got, "UNAVAILABLE") || !strings.Contains(got, "v1.999999.0") {
+		t.Fatalf("session ahead = %s", got)
+	}
+	c.expect(`
+KEFIR.CALL CONSISTENCY eventual CMD GET k => "w"
+KEFIR.CALL CMD KEFIR.CALL CMD GET k => ERR*
+KEFIR.CALL DURABILITY sync DURABILITY sync CMD GET k => ERR*
+KEFIR.CALL REQID 0 1 CMD GET k => ERR*
+KEFIR.CALL => ERR*
+KEFIR.CALL REQID 5 1 CMD INCR ctr => (integer) 1
+KEFIR.CALL REQID 5 1 CMD INCR ctr => (integer) 1
+KEFIR.CALL REQID 5 2 CMD INCR ctr => (integer) 2
+KEFIR.CALL REQID 5 1 CMD INCR ctr => ERR stale request
+`)
+}
+
+func TestMaxClients(t *testing.T) {
+	s := startServer(t, func(c *Config) { c.MaxClients = 2 })
+	a, b := dial(t, s), dial(t, s)
+	a.expect("PING => PONG")
+	b.expect("PING => PONG")
+	c := dial(t, s)
+	all, _ := io.ReadAll(c.nc)
+	if !strings.Contains(string(all), "max number of clients") {
+		t.Fatalf("third client got %q", all)
+	}
+}
+
+func TestIdleConnectionsAreClosed(t *testing.T) {
+	s := startServer(t, func(c *Config) { c.IdleTimeout = 100 * time.Millisecond })
+	c := dial(t, s)
+	c.expect("PING => PONG")
+	start := time.Now()
+	if _, err := io.ReadAll(c.nc); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("idle close took %v", d)
+	}
+}
+
+func TestSecurityDefaults(t *testing.T) {
+	base := Config{DataDir: t.TempDir(), ClientAddr: "127.0.0.1:0"}
+	if err := base.Validate(); err != nil {
+		t.Fatalf("loopback without password refused: %v", err)
+	}
+	for _, c := range []Config{
+		{DataDir: "d", ClientAddr: "0.0.0.0:6380"},
+		{DataDir: "d", ClientAddr: ":6380"},
+		{DataDir: "d", ClientAddr: "10.1.2.3:6380"},
+		{DataDir: "d", ClientAddr: "127.0.0.1:1", PeerAddr: "0.0.0.0:7000", Password: "p"},
+		{DataDir: "d", ClientAddr: "127.0.0.1:1", HTTPAddr: "[::]:8080"},
+	} {
+		if err := c.Validate(); !errors.Is(err, ErrInsecure) {
+			t.Errorf("%+v: err = %v, want ErrInsecure", c, err)
+		}
+	}
+	ok := Config{DataDir: "d", ClientAddr: "0.0.0.0:6380", Password: "p", PeerAddr: "0.0.0.0:7000", ClusterSecret: "x"}
+	if err := ok.Validate(); err != nil {
+		t.Fatalf("authenticated exposure refused: %v", err)
+	}
+}
+
+func TestPeerHandshake(t *testing.T) {
+	s := startServer(t, func(c *Config) { c.PeerAddr = "127.0.0.1:0"; c.ClusterSecret = "cluster" })
+	nc, err := PeerDial(s.PeerAddr().String(), "n2", "cluster", 5*time.Second)
+	if err != nil {
+		t.Fatalf("right secret refused: %v", err)
+	}
+	nc.Close()
+	if _, err := PeerDial(s.PeerAddr().String(), "n2", "wrong", 5*time.Second); !errors.Is(err, ErrPeerAuth) {
+		t.Fatalf("wrong secret: err = %v, want ErrPeerAuth", err)
+	}
+	// A stray process speaking something else gets nothing but a refusal.
+	raw, err := net.Dial("tcp", s.PeerAddr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	br := bufio.NewReader(raw)
+	if _, err := br.ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(raw, "*1\r\n$4\r\nPING\r\n")
+	line, _ := br.ReadString('\n')
+	if !strings.HasPrefix(line, "ERR") {
+		t.Fatalf("stray peer got %q", line)
+	}
+}
+
+func TestHTTPAdmin(t *testing.T) {
+	s := startServer(t, nil)
+	c := dial(t, s)
+	c.do("SET", "a", "1")
+	c.do("GET", "a")
+	base := "http://" + s.HTTPAddr().String()
+	for path, want := range map[string]string{
+		"/metrics": `kefir_commands_total{cmd="set"} 1`,
+		"/status":  `"node_id": "n1"`,
+		"/healthz": "ok",
+		"/":        "<h1>Kefir node n1</h1>",
+	} {
+		r, err := http.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(r.Body)
+		r.Body.Close()
+		if r.StatusCode != 200 || !strings.Contains(string(body), want) {
+			t.Errorf("%s: %d, want %q in\n%.2000s", path, r.StatusCode, want, body)
+		}
+	}
+	r, _ := http.Get(base + "/metrics")
+	body, _ := io.ReadAll(r.Body)
+	r.Body.Close()
+	for _, m := range []string{"kefir_command_duration_seconds_bucket", "kefir_fsync_wait_seconds", "kefir_client_connections 1", "kefir_storage_log_bytes"} {
+		if !strings.Contains(string(body), m) {
+			t.Errorf("metrics lack %s", m)
+		}
+	}
+}
+
+func TestInfo(t *testing.T) {
+	s := startServer(t, nil)
+	c := dial(t, s)
+	info := c.do("INFO")
+	for _, sec := range []string{"# Server", "# Clients", "# Stats", "# Keyspace", "# Kefir"} {
+		if !strings.Contains(info, sec) {
+			t.Errorf("INFO lacks %s", sec)
+		}
+	}
+	if got := c.do("INFO", "kefir"); strings.Contains(got, "# Server") || !strings.Contains(got, "default_durability:sync") {
+		t.Errorf("INFO kefir = %s", got)
+	}
+}
+
+func TestGracefulShutdownFinishesInFlightAndPersists(t *testing.T) {
+	dir := t.TempDir()
+	s := startServer(t, func(c *Config) { c.DataDir = dir; c.Durability = level.Async })
+	c := dial(t, s)
+	c.expect("SET a 1 => OK")
+	if err := s.Close(); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	if _, err := c.rd.ReadValue(); err == nil {
+		t.Fatal("connection still open after shutdown")
+	}
+	s2 := startServer(t, func(c *Config) { c.DataDir = dir })
+	dial(t, s2).expect(`GET a => "1"`)
+}
+
+func TestQuit(t *testing.T) {
+	s := startServer(t, nil)
+	c := dial(t, s)
+	c.expect("QUIT => OK")
+	if _, err := c.rd.ReadValue(); err == nil {
+		t.Fatal("connection open after QUIT")
+	}
+}

@@ -1,0 +1,791 @@
+// Package shard is one shard replica on one node: it assigns versions, applies
+// operations to the storage engine under a single writer, keeps the client table that
+// makes retried writes execute at most once, and implements the durability levels
+// (sync, cad, async) and read consistency levels as they apply on a single node.
+//
+// The front doors talk to the Replica interface; the replication layer will implement
+// the same interface (a VR or chain replica in front of this apply logic), so the
+// server does not change when replication lands.
+//
+// It must not import the server, the RESP codec or any networking package.
+package shard
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/storage"
+)
+
+// WriteReq is one write in a batch. Apply fills Result and Err.
+type WriteReq struct {
+	Op         Op
+	Durability level.Durability // zero = the shard's default
+	ID         ReqID
+	Result     Result
+	Err        error
+}
+
+// Pending is what a batch of applied writes still waits for before its replies may
+// be released: the log position that must be durable. Pendings merge, so a front door
+// can apply several batches and wait once.
+type Pending struct {
+	SyncPos storage.Pos
+}
+
+// Merge returns the pending that covers both.
+func (p Pending) Merge(q Pending) Pending { return Pending{SyncPos: max(p.SyncPos, q.SyncPos)} }
+
+// Replica is what a front door needs from a shard. The single-node Shard implements
+// it; replication engines will too.
+type Replica interface {
+	// Apply applies writes in order (their effects are visible to reads on return)
+	// and returns what must be awaited before any of their replies is released. A
+	// write's own error is in its Err; the returned error is for the batch (closed).
+	Apply(ctx context.Context, reqs []WriteReq) (Pending, error)
+	// Wait blocks until p is satisfied. An error means the outcome of the writes is
+	// unknown (an fsync failed): their replies must not claim success.
+	Wait(ctx context.Context, p Pending) error
+	// Write is Apply and Wait for one write.
+	Write(ctx context.Context, op Op, d level.Durability, id ReqID) (Result, error)
+	// Read serves a read at consistency c for session s.
+	Read(ctx context.Context, op Op, c level.Consistency, s Session) (Result, error)
+	// CheckConsistency reports whether this replica can serve level c.
+	CheckConsistency(c level.Consistency) error
+	// CheckDurability reports whether this replica can provide level d.
+	CheckDurability(d level.Durability) error
+	Status() Status
+}
+
+// Engine is the part of the storage engine a Shard uses; *storage.DB implements it.
+type Engine interface {
+	Append(recs ...storage.Record) (storage.Pos, error)
+	Sync(pos storage.Pos) (storage.Pos, error)
+	DurablePos() storage.Pos
+	LastPos() storage.Pos
+	LastVersion() uint64
+	Get(key []byte) (storage.Value, error)
+	Scan(start, end []byte, at uint64, limit int, fn func(key []byte, v storage.Value) bool) error
+}
+
+var _ Engine = (*storage.DB)(nil)
+
+// Options configure a Shard.
+type Options struct {
+	// Durability is the default for writes that do not name one (default sync).
+	Durability level.Durability
+	// NoReadDurabilityCheck turns off the cad read check (a read of a not yet durable
+	// version first syncs it). Only for the async baseline: without the check a read
+	// may return a value a crash takes back.
+	NoReadDurabilityCheck bool
+	// NoBackgroundSync turns off the goroutine that syncs cad writes soon after
+	// they are applied; they then become durable only on a read, a sync write or
+	// the engine's own SyncInterval. Tests use it to observe the read check.
+	NoBackgroundSync bool
+	// MaxScan caps a scan's limit (default 100000).
+	MaxScan int
+	Logger  *slog.Logger
+	// Now is the clock for record timestamps (default time.Now).
+	Now func() time.Time
+}
+
+// Status is a snapshot of a shard's progress.
+type Status struct {
+	LastVersion uint64
+	LastPos     uint64
+	DurablePos  uint64
+	Clients     int
+	Writes      uint64
+	Syncs       uint64
+	ReadSyncs   uint64
+	Deduped     uint64
+}
+
+// ReservedPrefix starts the keys the shard keeps for itself (the client table). User
+// writes to it are refused and scans skip it.
+var ReservedPrefix = []byte("\xff\xffkefir/")
+
+var clientPrefix = append(append([]byte(nil), ReservedPrefix...), "client/"...)
+
+// chunk bounds how many records one Append carries, which also bounds the backward
+// search for earlier writes of the same batch.
+const chunk = 256
+
+// DefaultMaxScan is the server cap on a scan's limit (docs/design/resp-extensions.md).
+const DefaultMaxScan = 100000
+
+// Shard is a single-node replica.
+type Shard struct {
+	db   Engine
+	opts Options
+	log  *slog.Logger
+
+	// mu is the single writer lock: versions are assigned and read-modify-writes
+	// evaluated under it, so applies are serial in version order.
+	mu      sync.Mutex
+	next    uint64 // next version to assign
+	clients map[uint64]clientEntry
+	recs    []storage.Record
+	closed  bool
+	stats   Status
+
+	kick     chan struct{} // wakes the background syncer (cad writes)
+	done     chan struct{}
+	syncerWG sync.WaitGroup
+
+	statMu sync.Mutex // guards the read-side counters in stats
+}
+
+type clientEntry struct {
+	seq uint64
+	res Result
+}
+
+var _ Replica = (*Shard)(nil)
+
+// Open starts a shard over db, continuing versions after db.LastVersion() and
+// reloading the client table the engine holds.
+func Open(db Engine, opts Options) (*Shard, error) {
+	if opts.Durability == 0 {
+		opts.Durability = level.Sync
+	}
+	if opts.MaxScan <= 0 {
+		opts.MaxScan = DefaultMaxScan
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	s := &Shard{
+		db:      db,
+		opts:    opts,
+		log:     opts.Logger,
+		next:    db.LastVersion() + 1,
+		clients: make(map[uint64]clientEntry),
+		kick:    make(chan struct{}, 1),
+		done:    make(chan struct{}),
+	}
+	if err := s.loadClients(); err != nil {
+		return nil, fmt.Errorf("shard: load client table: %w", err)
+	}
+	if !opts.NoBackgroundSync {
+		s.syncerWG.Add(1)
+		go s.syncer()
+	}
+	s.log.Info("shard open", "next_version", s.next, "clients", len(s.clients),
+		"durable_pos", uint64(db.DurablePos()), "last_pos", uint64(db.LastPos()))
+	return s, nil
+}
+
+// Close stops the background syncer and makes everything applied durable. It does
+// not close the engine.
+func (s *Shard) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	close(s.done)
+	s.syncerWG.Wait()
+	if _, err := s.db.Sync(s.db.LastPos()); err != nil {
+		return fmt.Errorf("shard: final sync: %w", err)
+	}
+	return nil
+}
+
+// syncer makes cad writes durable in the background, coalescing kicks: each round
+// syncs everything appended so far with one fsync.
+func (s *Shard) syncer() {
+	defer s.syncerWG.Done()
+	for {
+		select {
+		case <-s.done:
+			return
+		case <-s.kick:
+		}
+		last := s.db.LastPos()
+		if last <= s.db.DurablePos() {
+			continue
+		}
+		if _, err := s.db.Sync(last); err != nil {
+			s.log.Error("background sync failed", "err", err)
+			return
+		}
+	}
+}
+
+// CheckConsistency: a single node holds the latest state, so it serves every level.
+func (s *Shard) CheckConsistency(c level.Consistency) error {
+	if c.Kind < level.Linearizable || c.Kind > level.Eventual {
+		return fmt.Errorf("consistency %v: %w", c, level.ErrUnknownLevel)
+	}
+	return nil
+}
+
+// CheckDurability: a single node provides every level (majority = itself).
+func (s *Shard) CheckDurability(d level.Durability) error {
+	if d < level.Sync || d > level.Async {
+		return fmt.Errorf("durability %v: %w", d, level.ErrUnknownLevel)
+	}
+	return nil
+}
+
+// Write applies one write and waits for its durability.
+func (s *Shard) Write(ctx context.Context, op Op, d level.Durability, id ReqID) (Result, error) {
+	reqs := [1]WriteReq{{Op: op, Durability: d, ID: id}}
+	p, err := s.Apply(ctx, reqs[:])
+	if err != nil {
+		return Result{}, err
+	}
+	if reqs[0].Err != nil {
+		return Result{}, reqs[0].Err
+	}
+	if err := s.Wait(ctx, p); err != nil {
+		return Result{}, err
+	}
+	return reqs[0].Result, nil
+}
+
+// Wait makes p.SyncPos durable; the engine shares one fsync among concurrent waiters.
+func (s *Shard) Wait(ctx context.Context, p Pending) error {
+	if p.SyncPos == 0 || p.SyncPos <= s.db.DurablePos() {
+		return nil
+	}
+	if _, err := s.db.Sync(p.SyncPos); err != nil {
+		return fmt.Errorf("%w: sync: %w", ErrUnavailable, err)
+	}
+	s.statMu.Lock()
+	s.stats.Syncs++
+	s.statMu.Unlock()
+	return nil
+}
+
+// Apply applies reqs in order under the writer lock, appending their records in
+// chunks. Within a chunk, a read-modify-write sees the earlier writes of the same
+// chunk by searching the records not yet appended.
+func (s *Shard) Apply(ctx context.Context, reqs []WriteReq) (Pending, error) {
+	if err := ctx.Err(); err != nil {
+		return Pending{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return Pending{}, ErrClosed
+	}
+	var p Pending
+	ts := s.opts.Now().UnixNano()
+	start := 0 // first request of the current chunk
+	s.recs = s.recs[:0]
+	for i := range reqs {
+		r := &reqs[i]
+		r.Result, r.Err = Result{}, nil
+		if r.Durability == 0 {
+			r.Durability = s.opts.Durability
+		}
+		if !r.ID.IsZero() {
+			if e, ok := s.clients[r.ID.Client]; ok {
+				if r.ID.Seq == e.seq {
+					r.Result = e.res
+					s.stats.Deduped++
+					continue
+				}
+				if r.ID.Seq < e.seq {
+					r.Err = ErrStaleRequest
+					continue
+				}
+			}
+		}
+		before := len(s.recs)
+		r.Result, r.Err = s.apply(&r.Op, ts)
+		if r.Err != nil {
+			s.recs = s.recs[:before]
+			continue
+		}
+		if !r.ID.IsZero() {
+			// The table entry shares the write's version if the write staged records
+			// (it assigned the newest version); a write that changed nothing (a failed
+			// SET NX) still advances the client's seq, under a version of its own.
+			v := s.next - 1
+			if len(s.recs) == before {
+				v = s.next
+				s.next++
+			}
+			s.recs = append(s.recs, clientRecord(r.ID, r.Result, v, ts))
+		}
+		if len(s.recs) >= chunk {
+			if err := s.flush(reqs[start:i+1], &p); err != nil {
+				failRest(reqs[i+1:], err)
+				return p, nil
+			}
+			start = i + 1
+		}
+	}
+	_ = s.flush(reqs[start:], &p) // a failure is in the requests' Err
+	return p, nil
+}
+
+func failRest(reqs []WriteReq, err error) {
+	for i := range reqs {
+		reqs[i].Result, reqs[i].Err = Result{}, err
+	}
+}
+
+// flush appends the pending records of reqs and, on success, records their client
+// table entries and durability needs. On failure every write in reqs fails.
+func (s *Shard) flush(reqs []WriteReq, p *Pending) error {
+	if len(s.recs) == 0 {
+		return nil
+	}
+	pos, err := s.db.Append(s.recs...)
+	s.recs = s.recs[:0]
+	if err != nil {
+		err = fmt.Errorf("%w: append: %w", ErrUnavailable, err)
+		for i := range reqs {
+			if reqs[i].Err == nil {
+				reqs[i].Err = err
+			}
+		}
+		return err
+	}
+	cad := false
+	for i := range reqs {
+		r := &reqs[i]
+		if r.Err != nil {
+			continue
+		}
+		s.stats.Writes++
+		if !r.ID.IsZero() {
+			// The result may alias the caller's request buffers (SET GET of a value
+			// written earlier in the batch); the table outlives them.
+			res := r.Result
+			res.Bulk = bytes.Clone(res.Bulk)
+			s.clients[r.ID.Client] = clientEntry{seq: r.ID.Seq, res: res}
+		}
+		switch r.Durability {
+		case level.Sync:
+			p.SyncPos = max(p.SyncPos, pos)
+		case level.CAD:
+			cad = true
+		}
+	}
+	if cad {
+		select {
+		case s.kick <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
+
+// current returns the latest value of key as the writer sees it: the newest record
+// of the chunk being built, else the engine. ok is false if missing or deleted.
+func (s *Shard) current(key []byte) (data []byte, version uint64, ok bool, err error) {
+	for i := len(s.recs) - 1; i >= 0; i-- {
+		if bytes.Equal(s.recs[i].Key, key) {
+			r := &s.recs[i]
+			return r.Value, r.Version, !r.Tombstone, nil
+		}
+	}
+	v, err := s.db.Get(key)
+	if errors.Is(err, storage.ErrNotFound) {
+		return nil, 0, false, nil
+	}
+	if err != nil {
+		return nil, 0, false, fmt.Errorf("%w: get: %w", ErrUnavailable, err)
+	}
+	return v.Data, v.Version, true, nil
+}
+
+func checkKey(k []byte) error {
+	if bytes.HasPrefix(k, ReservedPrefix) {
+		return ErrReservedKey
+	}
+	return nil
+}
+
+// put stages a record at a new version.
+func (s *Shard) put(key, value []byte, tomb bool, ts int64) uint64 {
+	v := s.next
+	s.next++
+	if value == nil && !tomb {
+		value = []byte{}
+	}
+	s.recs = append(s.recs, storage.Record{Key: key, Value: value, Version: v, Timestamp: ts, Tombstone: tomb})
+	return v
+}
+
+// apply evaluates one write against the current state and stages its records.
+func (s *Shard) apply(op *Op, ts int64) (Result, error) {
+	switch op.Kind {
+	case KindSet:
+		if err := checkKey(op.Key); err != nil {
+			return Result{}, err
+		}
+		var old []byte
+		var oldVer uint64
+		exists := false
+		if op.Cond != Always || op.ReturnOld {
+			var err error
+			if old, oldVer, exists, err = s.current(op.Key); err != nil {
+				return Result{}, err
+			}
+		}
+		res := Result{Kind: ResOK}
+		if op.ReturnOld {
+			res = Result{Kind: ResNil}
+			if exists {
+				res = Result{Kind: ResBulk, Bulk: old}
+			}
+		}
+		if (op.Cond == IfAbsent && exists) || (op.Cond == IfPresent && !exists) {
+			if !op.ReturnOld {
+				res.Kind = ResNil
+			}
+			res.Version = oldVer
+			return res, nil
+		}
+		res.Version = s.put(op.Key, op.Value, false, ts)
+		return res, nil
+
+	case KindMSet:
+		if len(op.Keys) == 0 || len(op.Keys)%2 != 0 {
+			return Result{}, fmt.Errorf("%w: MSET needs key value pairs", ErrInvalidOp)
+		}
+		for i := 0; i < len(op.Keys); i += 2 {
+			if err := checkKey(op.Keys[i]); err != nil {
+				return Result{}, err
+			}
+		}
+		// One version for the whole MSET: it is one atomic update.
+		v := s.next
+		s.next++
+		for i := 0; i < len(op.Keys); i += 2 {
+			val := op.Keys[i+1]
+			if val == nil {
+				val = []byte{}
+			}
+			s.recs = append(s.recs, storage.Record{Key: op.Keys[i], Value: val, Version: v, Timestamp: ts})
+		}
+		return Result{Kind: ResOK, Version: v}, nil
+
+	case KindDel:
+		var n int64
+		var v uint64
+		for _, k := range op.Keys {
+			if err := checkKey(k); err != nil {
+				return Result{}, err
+			}
+		}
+		for i, k := range op.Keys {
+			_, _, exists, err := s.current(k)
+			if err != nil {
+				return Result{}, err
+			}
+			// DEL a a counts a once: the second sees the first's tombstone.
+			if !exists || dupBefore(op.Keys, i) {
+				continue
+			}
+			if v == 0 {
+				v = s.next
+				s.next++
+			}
+			s.recs = append(s.recs, storage.Record{Key: k, Version: v, Timestamp: ts, Tombstone: true})
+			n++
+		}
+		return Result{Kind: ResInt, Int: n, Version: v}, nil
+
+	case KindIncrBy:
+		if err := checkKey(op.Key); err != nil {
+			return Result{}, err
+		}
+		old, _, exists, err := s.current(op.Key)
+		if err != nil {
+			return Result{}, err
+		}
+		var cur int64
+		if exists {
+			if cur, err = parseInt(old); err != nil {
+				return Result{}, err
+			}
+		}
+		if (op.Delta > 0 && cur > math.MaxInt64-op.Delta) || (op.Delta < 0 && cur < math.MinInt64-op.Delta) {
+			return Result{}, ErrOverflow
+		}
+		cur += op.Delta
+		v := s.put(op.Key, strconv.AppendInt(nil, cur, 10), false, ts)
+		return Result{Kind: ResInt, Int: cur, Version: v}, nil
+
+	case KindGetSet:
+		if err := checkKey(op.Key); err != nil {
+			return Result{}, err
+		}
+		old, _, exists, err := s.current(op.Key)
+		if err != nil {
+			return Result{}, err
+		}
+		res := Result{Kind: ResNil}
+		if exists {
+			res = Result{Kind: ResBulk, Bulk: old}
+		}
+		res.Version = s.put(op.Key, op.Value, false, ts)
+		return res, nil
+
+	case KindAppend:
+		if err := checkKey(op.Key); err != nil {
+			return Result{}, err
+		}
+		old, _, _, err := s.current(op.Key)
+		if err != nil {
+			return Result{}, err
+		}
+		nv := make([]byte, 0, len(old)+len(op.Value))
+		nv = append(append(nv, old...), op.Value...)
+		v := s.put(op.Key, nv, false, ts)
+		return Result{Kind: ResInt, Int: int64(len(nv)), Version: v}, nil
+
+	case KindCAS:
+		if err := checkKey(op.Key); err != nil {
+			return Result{}, err
+		}
+		old, oldVer, exists, err := s.current(op.Key)
+		if err != nil {
+			return Result{}, err
+		}
+		if !exists || !bytes.Equal(old, op.Expected) {
+			return Result{Kind: ResInt, Int: 0, Version: oldVer}, nil
+		}
+		v := s.put(op.Key, op.Value, false, ts)
+		return Result{Kind: ResInt, Int: 1, Version: v}, nil
+	}
+	return Result{}, fmt.Errorf("%w: %v is not a write", ErrInvalidOp, op.Kind)
+}
+
+func dupBefore(keys [][]byte, i int) bool {
+	for j := 0; j < i; j++ {
+		if bytes.Equal(keys[j], keys[i]) {
+			return true
+		}
+	}
+	return false
+}
+
+// parseInt parses a stored value as INCR does: a decimal int64, nothing else.
+func parseInt(b []byte) (int64, error) {
+	if len(b) == 0 || len(b) > 20 {
+		return 0, ErrWrongType
+	}
+	n, err := strconv.ParseInt(string(b), 10, 64)
+	if err != nil || (len(b) > 1 && (b[0] == '0' || (b[0] == '-' && b[1] == '0'))) || b[0] == '+' {
+		return 0, ErrWrongType
+	}
+	return n, nil
+}
+
+// Read serves a read. On one node the latest state satisfies every consistency
+// level, so c only matters for validation; the session only needs this node to have
+// the versions it saw. Unless disabled, a read that would return a version not yet
+// durable first makes it durable (cad: no read observes what a crash can take back).
+func (s *Shard) Read(ctx context.Context, op Op, c level.Consistency, sess Session) (Result, error) {
+	if err := ctx.Err(); err != nil {
+		return Result{}, err
+	}
+	if !c.IsZero() {
+		if err := s.CheckConsistency(c); err != nil {
+			return Result{}, err
+		}
+	}
+	if need := sess.Need(); need > 0 && need > s.db.LastVersion() {
+		return Result{}, fmt.Errorf("%w: session needs version %d, replica has %d", ErrSessionAhead, need, s.db.LastVersion())
+	}
+	var res Result
+	var maxPos storage.Pos
+	switch op.Kind {
+	case KindGet, KindStrlen:
+		v, ok, err := s.get(op.Key)
+		if err != nil {
+			return Result{}, err
+		}
+		res.Kind = ResNil
+		if op.Kind == KindStrlen {
+			res.Kind = ResInt
+		}
+		if ok {
+			maxPos, res.Version = v.Pos, v.Version
+			if op.Kind == KindStrlen {
+				res.Int = int64(len(v.Data))
+			} else {
+				res.Kind, res.Bulk = ResBulk, v.Data
+			}
+		}
+	case KindMGet, KindExists:
+		if op.Kind == KindMGet {
+			res.Kind = ResArray
+			res.Array = make([][]byte, len(op.Keys))
+		} else {
+			res.Kind = ResInt
+		}
+		for i, k := range op.Keys {
+			v, ok, err := s.get(k)
+			if err != nil {
+				return Result{}, err
+			}
+			if !ok {
+				continue
+			}
+			maxPos, res.Version = max(maxPos, v.Pos), max(res.Version, v.Version)
+			if op.Kind == KindMGet {
+				res.Array[i] = v.Data
+			} else {
+				res.Int++
+			}
+		}
+	case KindScan:
+		limit := op.Limit
+		if limit <= 0 {
+			limit = 1000
+		}
+		limit = min(limit, s.opts.MaxScan)
+		res.Kind = ResArray
+		res.Array = [][]byte{}
+		n := 0
+		err := s.db.Scan(op.Key, op.End, 0, 0, func(k []byte, v storage.Value) bool {
+			if bytes.HasPrefix(k, ReservedPrefix) {
+				return true
+			}
+			res.Array = append(res.Array, append([]byte(nil), k...), v.Data)
+			maxPos, res.Version = max(maxPos, v.Pos), max(res.Version, v.Version)
+			n++
+			return n < limit
+		})
+		if err != nil {
+			return Result{}, fmt.Errorf("%w: scan: %w", ErrUnavailable, err)
+		}
+	default:
+		return Result{}, fmt.Errorf("%w: %v is not a read", ErrInvalidOp, op.Kind)
+	}
+	if !s.opts.NoReadDurabilityCheck && maxPos > s.db.DurablePos() {
+		if _, err := s.db.Sync(maxPos); err != nil {
+			return Result{}, fmt.Errorf("%w: read durability sync: %w", ErrUnavailable, err)
+		}
+		s.statMu.Lock()
+		s.stats.ReadSyncs++
+		s.statMu.Unlock()
+	}
+	return res, nil
+}
+
+func (s *Shard) get(k []byte) (storage.Value, bool, error) {
+	if bytes.HasPrefix(k, ReservedPrefix) {
+		return storage.Value{}, false, nil
+	}
+	v, err := s.db.Get(k)
+	if errors.Is(err, storage.ErrNotFound) {
+		return v, false, nil
+	}
+	if err != nil {
+		return v, false, fmt.Errorf("%w: get: %w", ErrUnavailable, err)
+	}
+	return v, true, nil
+}
+
+// Status reports the shard's progress.
+func (s *Shard) Status() Status {
+	s.mu.Lock()
+	st := s.stats
+	st.Clients = len(s.clients)
+	s.mu.Unlock()
+	s.statMu.Lock()
+	st.Syncs, st.ReadSyncs = s.stats.Syncs, s.stats.ReadSyncs
+	s.statMu.Unlock()
+	st.LastVersion = s.db.LastVersion()
+	st.LastPos = uint64(s.db.LastPos())
+	st.DurablePos = uint64(s.db.DurablePos())
+	return st
+}
+
+// The client table is persisted as one reserved key per client id, written in the
+// same Append as the write it describes, so a sync write and its table entry become
+// durable together: a retry after a crash and restart is answered from the table
+// instead of executing twice. Entry encoding: seq uvarint, result kind byte, int
+// varint, version uvarint, bulk (the rest). Array results are never cached (writes
+// do not produce them).
+
+func clientKey(id uint64) []byte {
+	k := make([]byte, len(clientPrefix)+8)
+	copy(k, clientPrefix)
+	binary.BigEndian.PutUint64(k[len(clientPrefix):], id)
+	return k
+}
+
+func clientRecord(id ReqID, res Result, version uint64, ts int64) storage.Record {
+	b := make([]byte, 0, 32+len(res.Bulk))
+	b = binary.AppendUvarint(b, id.Seq)
+	b = append(b, byte(res.Kind))
+	b = binary.AppendVarint(b, res.Int)
+	b = binary.AppendUvarint(b, res.Version)
+	b = append(b, res.Bulk...)
+	return storage.Record{Key: clientKey(id.Client), Value: b, Version: version, Timestamp: ts}
+}
+
+func decodeClient(key, val []byte) (uint64, clientEntry, error) {
+	if len(key) != len(clientPrefix)+8 {
+		return 0, clientEntry{}, fmt.Errorf("client key %q: bad length", key)
+	}
+	id := binary.BigEndian.Uint64(key[len(clientPrefix):])
+	seq, n := binary.Uvarint(val)
+	if n <= 0 || n >= len(val) {
+		return 0, clientEntry{}, fmt.Errorf("client %d: bad seq", id)
+	}
+	val = val[n:]
+	kind := ResultKind(val[0])
+	if kind < ResOK || kind > ResNil {
+		return 0, clientEntry{}, fmt.Errorf("client %d: bad result kind %d", id, kind)
+	}
+	val = val[1:]
+	i, n := binary.Varint(val)
+	if n <= 0 {
+		return 0, clientEntry{}, fmt.Errorf("client %d: bad int", id)
+	}
+	val = val[n:]
+	ver, n := binary.Uvarint(val)
+	if n <= 0 {
+		return 0, clientEntry{}, fmt.Errorf("client %d: bad version", id)
+	}
+	val = val[n:]
+	res := Result{Kind: kind, Int: i, Version: ver}
+	if kind == ResBulk {
+		res.Bulk = append([]byte{}, val...)
+	}
+	return id, clientEntry{seq: seq, res: res}, nil
+}
+
+func (s *Shard) loadClients() error {
+	end := append(append([]byte(nil), clientPrefix...), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff)
+	var derr error
+	err := s.db.Scan(clientPrefix, end, 0, 0, func(k []byte, v storage.Value) bool {
+		id, e, err := decodeClient(k, v.Data)
+		if err != nil {
+			derr = err
+			return false
+		}
+		s.clients[id] = e
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	return derr
+}
