@@ -351,5 +351,3 @@ func (l *authLimiter) fail(addr string) {
 		st.until = time.Now().Add(d)
 	}
 }
-
-
