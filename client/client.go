@@ -1,0 +1,481 @@
+package client
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kefirdb/kefir/internal/resp"
+)
+
+// Option configures Dial.
+type Option func(*options)
+
+type options struct {
+	password    string
+	username    string
+	tls         *tls.Config
+	poolSize    int
+	dialTimeout time.Duration
+	maxRetries  int
+	// wrapConn lets tests interpose on a connection's socket.
+	wrapConn func(net.Conn) net.Conn
+}
+
+// WithPassword authenticates every connection with AUTH.
+func WithPassword(password string) Option { return func(o *options) { o.password = password } }
+
+// WithUser authenticates as a named user (AUTH username password); it needs
+// WithPassword.
+func WithUser(username string) Option { return func(o *options) { o.username = username } }
+
+// WithTLS connects with TLS using cfg.
+func WithTLS(cfg *tls.Config) Option { return func(o *options) { o.tls = cfg } }
+
+// WithPoolSize sets how many connections the client keeps (default 2). Each
+// connection pipelines any number of concurrent calls, so a few are plenty.
+func WithPoolSize(n int) Option { return func(o *options) { o.poolSize = n } }
+
+// WithDialTimeout bounds each connection attempt (default 5s).
+func WithDialTimeout(d time.Duration) Option { return func(o *options) { o.dialTimeout = d } }
+
+// WithMaxRetries sets how many times a call is retried on another connection after
+// its connection died (default 1). Reads and unsent requests are retried freely;
+// writes are resent with the same request id, so they are applied at most once.
+func WithMaxRetries(n int) Option { return func(o *options) { o.maxRetries = n } }
+
+// CallOption adjusts one call.
+type CallOption func(*callOptions)
+
+type callOptions struct {
+	consistency Consistency
+	durability  Durability
+}
+
+// WithConsistency sets the consistency level of a read.
+func WithConsistency(c Consistency) CallOption {
+	return func(o *callOptions) { o.consistency = c }
+}
+
+// WithDurability sets the durability level of a write.
+func WithDurability(d Durability) CallOption {
+	return func(o *callOptions) { o.durability = d }
+}
+
+// Client is a connection pool to a Kefir node. It is safe for concurrent use;
+// concurrent calls share connections by pipelining.
+type Client struct {
+	addrs  []string
+	opts   options
+	slots  []slot
+	next   atomic.Uint32
+	closed atomic.Bool
+}
+
+type slot struct {
+	mu sync.Mutex // serialises dialing for this slot
+	c  *conn
+}
+
+// Dial connects to the first reachable address of addrs and returns a Client. It
+// dials one connection eagerly, so a wrong address or password fails here; the rest
+// of the pool is dialed on demand.
+func Dial(ctx context.Context, addrs []string, opts ...Option) (*Client, error) {
+	if len(addrs) == 0 {
+		return nil, errors.New("kefir: Dial needs at least one address")
+	}
+	o := options{poolSize: 2, dialTimeout: 5 * time.Second, maxRetries: 1}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.poolSize < 1 {
+		return nil, fmt.Errorf("kefir: pool size %d, want >= 1", o.poolSize)
+	}
+	if o.username != "" && o.password == "" {
+		return nil, errors.New("kefir: WithUser needs WithPassword")
+	}
+	c := &Client{addrs: append([]string(nil), addrs...), opts: o, slots: make([]slot, o.poolSize)}
+	if _, err := c.conn(ctx, 0); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Close closes every connection. Calls in flight fail (writes with
+// ErrUnknownOutcome); later calls return ErrClosed.
+func (c *Client) Close() error {
+	c.closed.Store(true)
+	for i := range c.slots {
+		s := &c.slots[i]
+		s.mu.Lock()
+		if s.c != nil {
+			s.c.close()
+		}
+		s.mu.Unlock()
+	}
+	return nil
+}
+
+// conn returns slot i's connection, dialing it if it is missing or dead.
+func (c *Client) conn(ctx context.Context, i int) (*conn, error) {
+	s := &c.slots[i]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c.closed.Load() {
+		return nil, ErrClosed
+	}
+	if s.c != nil && s.c.healthy() {
+		return s.c, nil
+	}
+	var errs []error
+	for _, addr := range c.addrs {
+		cn, err := c.dial(ctx, addr)
+		if err == nil {
+			s.c = cn
+			return cn, nil
+		}
+		if errors.Is(err, ErrAuth) {
+			return nil, err
+		}
+		errs = append(errs, err)
+	}
+	return nil, fmt.Errorf("%w: %w", ErrUnavailable, errors.Join(errs...))
+}
+
+func (c *Client) dial(ctx context.Context, addr string) (*conn, error) {
+	dctx, cancel := context.WithTimeout(ctx, c.opts.dialTimeout)
+	defer cancel()
+	var nc net.Conn
+	var err error
+	if c.opts.tls != nil {
+		d := tls.Dialer{Config: c.opts.tls}
+		nc, err = d.DialContext(dctx, "tcp", addr)
+	} else {
+		var d net.Dialer
+		nc, err = d.DialContext(dctx, "tcp", addr)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", addr, err)
+	}
+	if tc, ok := nc.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true) // the writer batches; don't let Nagle add latency
+	}
+	if c.opts.wrapConn != nil {
+		nc = c.opts.wrapConn(nc)
+	}
+	rd := resp.NewReader(nc, 0)
+	if c.opts.password != "" {
+		if err := authenticate(dctx, nc, rd, c.opts.username, c.opts.password); err != nil {
+			nc.Close()
+			return nil, fmt.Errorf("%s: %w", addr, err)
+		}
+	}
+	return newConn(nc, rd, randomID()), nil
+}
+
+// authenticate runs AUTH synchronously, before the connection's goroutines start.
+func authenticate(ctx context.Context, nc net.Conn, rd *resp.Reader, user, password string) error {
+	if dl, ok := ctx.Deadline(); ok {
+		_ = nc.SetDeadline(dl)
+		defer nc.SetDeadline(time.Time{})
+	}
+	var cmd []byte
+	if user != "" {
+		cmd = resp.AppendCommand(nil, []byte("AUTH"), []byte(user), []byte(password))
+	} else {
+		cmd = resp.AppendCommand(nil, []byte("AUTH"), []byte(password))
+	}
+	if _, err := nc.Write(cmd); err != nil {
+		return fmt.Errorf("auth: %w", err)
+	}
+	v, err := rd.ReadValue()
+	if err != nil {
+		return fmt.Errorf("auth: %w", err)
+	}
+	if v.Kind == resp.Error {
+		se := serverError(v.Str)
+		if errors.Is(se, ErrAuth) || se.Prefix == "ERR" {
+			// Redis answers a bad AUTH with -WRONGPASS, older servers with -ERR.
+			return fmt.Errorf("%w: %s", ErrAuth, se.Msg)
+		}
+		return se
+	}
+	return nil
+}
+
+// randomID returns a random non-zero REQID client id.
+func randomID() uint64 {
+	var b [8]byte
+	for {
+		if _, err := rand.Read(b[:]); err != nil {
+			panic("client: crypto/rand failed: " + err.Error())
+		}
+		if id := binary.LittleEndian.Uint64(b[:]); id != 0 {
+			return id
+		}
+	}
+}
+
+// do runs req: it picks a connection, retries on another one if the connection
+// dies, and turns attempt outcomes into the public errors. owned reports whether
+// the caller may read req's result and return it to the pool.
+func (c *Client) do(ctx context.Context, req *request) (owned bool, err error) {
+	if err := ctx.Err(); err != nil {
+		return true, ctxError(err, false)
+	}
+	start := int(c.next.Add(1))
+	for attempt := 0; ; attempt++ {
+		cn, err := c.conn(ctx, (start+attempt)%len(c.slots))
+		if err != nil {
+			if req.sent && req.write {
+				err = fmt.Errorf("%w: retry failed: %w", ErrUnknownOutcome, err)
+			}
+			return true, err
+		}
+		owned, err := cn.do(ctx, req)
+		if !owned {
+			var ab errAbandoned
+			if !errors.As(err, &ab) {
+				panic("client: conn kept a request without abandoning it")
+			}
+			return false, ctxError(ab.cause, (ab.sent || req.sent) && req.write)
+		}
+		switch {
+		case errors.Is(err, errNotSent), errors.Is(err, errConnLost):
+			if attempt < c.opts.maxRetries && ctx.Err() == nil {
+				req.state, req.err = stateNew, nil
+				continue
+			}
+			if ctx.Err() != nil {
+				return true, ctxError(ctx.Err(), req.sent && req.write)
+			}
+			if req.sent && req.write {
+				return true, fmt.Errorf("%w: %w", ErrUnknownOutcome, err)
+			}
+			return true, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		case err != nil && attempt > 0 && req.write && isStale(err):
+			// A later write of the same client id ran before this retry arrived: the
+			// server cannot tell whether the original ran.
+			return true, fmt.Errorf("%w: %w", ErrUnknownOutcome, err)
+		}
+		return true, err
+	}
+}
+
+// ctxError maps a context error. A write that may have reached the server has an
+// unknown outcome; anything else timed out (deadline) or was cancelled.
+func ctxError(err error, maybeApplied bool) error {
+	switch {
+	case maybeApplied && errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("%w: %w: %w", ErrUnknownOutcome, ErrTimeout, err)
+	case maybeApplied:
+		return fmt.Errorf("%w: %w", ErrUnknownOutcome, err)
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("%w: %w", ErrTimeout, err)
+	}
+	return err
+}
+
+func newCall(kind replyKind, write bool, s *Session, opts []CallOption) *request {
+	r := getRequest()
+	r.kind, r.write, r.session = kind, write, s
+	for _, o := range opts {
+		o(&r.opts)
+	}
+	return r
+}
+
+// finish runs req and, for a session call, advances the session token. On error
+// it returns req to the pool (if it may); on success the caller reads the result
+// and then returns it.
+func (c *Client) finish(ctx context.Context, req *request) error {
+	owned, err := c.do(ctx, req)
+	if err != nil {
+		if owned {
+			putRequest(req)
+		}
+		return err
+	}
+	if req.session != nil && req.token != "" {
+		req.session.advance(req.token)
+	}
+	return nil
+}
+
+// The operations below are shared by Client (s == nil) and Session.
+
+func (c *Client) get(ctx context.Context, s *Session, key string, opts []CallOption) ([]byte, error) {
+	r := newCall(replyBulk, false, s, opts)
+	r.cmd = append(r.cmd, arg{s: "GET"}, arg{s: key})
+	if err := c.finish(ctx, r); err != nil {
+		return nil, err
+	}
+	val, null := r.val, r.null
+	putRequest(r)
+	if null {
+		return nil, ErrNotFound
+	}
+	return val, nil
+}
+
+func (c *Client) status(ctx context.Context, r *request) error {
+	if err := c.finish(ctx, r); err != nil {
+		return err
+	}
+	putRequest(r)
+	return nil
+}
+
+func (c *Client) integer(ctx context.Context, r *request) (int64, error) {
+	if err := c.finish(ctx, r); err != nil {
+		return 0, err
+	}
+	n := r.n
+	putRequest(r)
+	return n, nil
+}
+
+func (c *Client) put(ctx context.Context, s *Session, key string, value []byte, opts []CallOption) error {
+	r := newCall(replyStatus, true, s, opts)
+	r.cmd = append(r.cmd, arg{s: "SET"}, arg{s: key}, arg{b: nonNil(value)})
+	return c.status(ctx, r)
+}
+
+func (c *Client) del(ctx context.Context, s *Session, key string, opts []CallOption) (bool, error) {
+	r := newCall(replyInt, true, s, opts)
+	r.cmd = append(r.cmd, arg{s: "DEL"}, arg{s: key})
+	n, err := c.integer(ctx, r)
+	return n > 0, err
+}
+
+func (c *Client) cas(ctx context.Context, s *Session, key string, expected, value []byte, opts []CallOption) (bool, error) {
+	r := newCall(replyInt, true, s, opts)
+	r.cmd = append(r.cmd, arg{s: "KEFIR.CAS"}, arg{s: key}, arg{b: nonNil(expected)}, arg{b: nonNil(value)})
+	n, err := c.integer(ctx, r)
+	return n == 1, err
+}
+
+func (c *Client) incr(ctx context.Context, s *Session, key string, delta int64, opts []CallOption) (int64, error) {
+	r := newCall(replyInt, true, s, opts)
+	r.cmd = append(r.cmd, arg{s: "INCRBY"}, arg{s: key}, arg{s: strconv.FormatInt(delta, 10)})
+	return c.integer(ctx, r)
+}
+
+func (c *Client) multiGet(ctx context.Context, s *Session, keys []string, opts []CallOption) ([][]byte, error) {
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	r := newCall(replyList, false, s, opts)
+	r.cmd = append(r.cmd, arg{s: "MGET"})
+	for _, k := range keys {
+		r.cmd = append(r.cmd, arg{s: k})
+	}
+	if err := c.finish(ctx, r); err != nil {
+		return nil, err
+	}
+	list := r.list
+	putRequest(r)
+	if len(list) != len(keys) {
+		return nil, fmt.Errorf("kefir: MGET of %d keys returned %d values", len(keys), len(list))
+	}
+	return list, nil
+}
+
+func (c *Client) multiPut(ctx context.Context, s *Session, kvs []KV, opts []CallOption) error {
+	if len(kvs) == 0 {
+		return nil
+	}
+	r := newCall(replyStatus, true, s, opts)
+	r.cmd = append(r.cmd, arg{s: "MSET"})
+	for _, kv := range kvs {
+		r.cmd = append(r.cmd, arg{s: kv.Key}, arg{b: nonNil(kv.Value)})
+	}
+	return c.status(ctx, r)
+}
+
+func (c *Client) scan(ctx context.Context, s *Session, start, end string, limit int, opts []CallOption) ([]KV, error) {
+	r := newCall(replyList, false, s, opts)
+	r.cmd = append(r.cmd, arg{s: "KEFIR.SCAN"}, arg{s: start}, arg{s: end})
+	if limit > 0 {
+		r.cmd = append(r.cmd, arg{s: "LIMIT"}, arg{s: strconv.Itoa(limit)})
+	}
+	if err := c.finish(ctx, r); err != nil {
+		return nil, err
+	}
+	list := r.list
+	putRequest(r)
+	if len(list)%2 != 0 {
+		return nil, fmt.Errorf("kefir: KEFIR.SCAN returned an odd number (%d) of elements", len(list))
+	}
+	kvs := make([]KV, len(list)/2)
+	for i := range kvs {
+		kvs[i] = KV{Key: string(list[2*i]), Value: list[2*i+1]}
+	}
+	return kvs, nil
+}
+
+// nonNil keeps a nil value distinguishable from "no argument" in arg.
+func nonNil(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}
+
+// KV is a key and its value.
+type KV struct {
+	Key   string
+	Value []byte
+}
+
+// Get returns key's value, or ErrNotFound.
+func (c *Client) Get(ctx context.Context, key string, opts ...CallOption) ([]byte, error) {
+	return c.get(ctx, nil, key, opts)
+}
+
+// Put sets key to value.
+func (c *Client) Put(ctx context.Context, key string, value []byte, opts ...CallOption) error {
+	return c.put(ctx, nil, key, value, opts)
+}
+
+// Delete removes key and reports whether it existed.
+func (c *Client) Delete(ctx context.Context, key string, opts ...CallOption) (bool, error) {
+	return c.del(ctx, nil, key, opts)
+}
+
+// CAS sets key to value if its current value equals expected, and reports whether
+// it did.
+func (c *Client) CAS(ctx context.Context, key string, expected, value []byte, opts ...CallOption) (bool, error) {
+	return c.cas(ctx, nil, key, expected, value, opts)
+}
+
+// Incr adds delta to key's integer value (a missing key counts as 0) and returns the
+// new value. ErrWrongType if the value is not an integer.
+func (c *Client) Incr(ctx context.Context, key string, delta int64, opts ...CallOption) (int64, error) {
+	return c.incr(ctx, nil, key, delta, opts)
+}
+
+// MultiGet returns the values of keys in order; a missing key's value is nil (an
+// empty value is a non-nil empty slice).
+func (c *Client) MultiGet(ctx context.Context, keys []string, opts ...CallOption) ([][]byte, error) {
+	return c.multiGet(ctx, nil, keys, opts)
+}
+
+// MultiPut sets every key to its value in one command.
+func (c *Client) MultiPut(ctx context.Context, kvs []KV, opts ...CallOption) error {
+	return c.multiPut(ctx, nil, kvs, opts)
+}
+
+// Scan returns the pairs with start <= key < end in key order, at most limit of
+// them (limit <= 0: the server's default, 1000). An empty end means no upper bound.
+func (c *Client) Scan(ctx context.Context, start, end string, limit int, opts ...CallOption) ([]KV, error) {
+	return c.scan(ctx, nil, start, end, limit, opts)
+}

@@ -1,0 +1,524 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func dialTest(t *testing.T, s *testServer, opts ...Option) *Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := Dial(ctx, s.addr(), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestOperationsRoundTrip(t *testing.T) {
+	s := newTestServer(t)
+	c := dialTest(t, s)
+	ctx := testCtx(t)
+
+	if _, err := c.Get(ctx, "missing"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Get(missing) err = %v, want ErrNotFound", err)
+	}
+	if err := c.Put(ctx, "k", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Put(ctx, "empty", nil); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := c.Get(ctx, "k"); err != nil || string(v) != "v" {
+		t.Fatalf("Get(k) = %q, %v", v, err)
+	}
+	if v, err := c.Get(ctx, "empty"); err != nil || v == nil || len(v) != 0 {
+		t.Fatalf("Get(empty) = %#v, %v; want a non-nil empty value", v, err)
+	}
+	if ok, err := c.CAS(ctx, "k", []byte("nope"), []byte("w")); ok || err != nil {
+		t.Fatalf("CAS with wrong expected = %v, %v; want false", ok, err)
+	}
+	if ok, err := c.CAS(ctx, "k", []byte("v"), []byte("w")); !ok || err != nil {
+		t.Fatalf("CAS with right expected = %v, %v; want true", ok, err)
+	}
+	if n, err := c.Incr(ctx, "n", 5); n != 5 || err != nil {
+		t.Fatalf("Incr = %d, %v", n, err)
+	}
+	if n, err := c.Incr(ctx, "n", -7); n != -2 || err != nil {
+		t.Fatalf("Incr = %d, %v", n, err)
+	}
+	_, err := c.Incr(ctx, "k", 1)
+	var se *Error
+	if !errors.Is(err, ErrWrongType) || !errors.As(err, &se) || se.Prefix != "WRONGTYPE" {
+		t.Fatalf("Incr on a string: err = %v, want ErrWrongType carrying the server message", err)
+	}
+	if err := c.MultiPut(ctx, []KV{{"a", []byte("1")}, {"b", []byte("2")}, {"c", []byte("3")}}); err != nil {
+		t.Fatal(err)
+	}
+	vals, err := c.MultiGet(ctx, []string{"a", "zz", "c", "empty"})
+	if err != nil || len(vals) != 4 || string(vals[0]) != "1" || vals[1] != nil || string(vals[2]) != "3" || vals[3] == nil {
+		t.Fatalf("MultiGet = %q, %v", vals, err)
+	}
+	kvs, err := c.Scan(ctx, "a", "c", 0)
+	if err != nil || fmt.Sprint(kvs) != "[{a [49]} {b [50]}]" {
+		t.Fatalf("Scan[a,c) = %v, %v", kvs, err)
+	}
+	kvs, err = c.Scan(ctx, "", "", 2)
+	if err != nil || len(kvs) != 2 || kvs[0].Key != "a" {
+		t.Fatalf("Scan limit 2 = %v, %v", kvs, err)
+	}
+	if ok, err := c.Delete(ctx, "k"); !ok || err != nil {
+		t.Fatalf("Delete(k) = %v, %v", ok, err)
+	}
+	if ok, err := c.Delete(ctx, "k"); ok || err != nil {
+		t.Fatalf("second Delete(k) = %v, %v; want false", ok, err)
+	}
+}
+
+// The wire form of per-call options, request ids and plain reads is the contract
+// with the server (resp-extensions.md).
+func TestCallOptionsAndRequestIDsOnTheWire(t *testing.T) {
+	s := newTestServer(t)
+	c := dialTest(t, s, WithPoolSize(1))
+	ctx := testCtx(t)
+
+	c.Get(ctx, "k")
+	c.Get(ctx, "k", WithConsistency(BoundedTime(250*time.Millisecond)))
+	c.Put(ctx, "k", []byte("v"), WithDurability(Sync))
+	c.Put(ctx, "k", []byte("v"))
+	c.Scan(ctx, "a", "", 10, WithConsistency(Eventual))
+
+	cmds := s.commands()
+	if len(cmds) != 5 {
+		t.Fatalf("server saw %d commands: %q", len(cmds), cmds)
+	}
+	if cmds[0] != "GET k" {
+		t.Errorf("a read without options is sent plain; got %q", cmds[0])
+	}
+	if cmds[1] != "KEFIR.CALL CONSISTENCY bounded(250ms) CMD GET k" {
+		t.Errorf("read with a level: got %q", cmds[1])
+	}
+	var id1, id2, seq1, seq2 uint64
+	if _, err := fmt.Sscanf(cmds[2], "KEFIR.CALL DURABILITY sync REQID %d %d CMD SET k v", &id1, &seq1); err != nil {
+		t.Errorf("write with durability: got %q (%v)", cmds[2], err)
+	}
+	if _, err := fmt.Sscanf(cmds[3], "KEFIR.CALL REQID %d %d CMD SET k v", &id2, &seq2); err != nil {
+		t.Errorf("write without options still carries REQID: got %q (%v)", cmds[3], err)
+	}
+	if id1 == 0 || id1 != id2 || seq2 <= seq1 {
+		t.Errorf("REQIDs (%d,%d) then (%d,%d): want one non-zero client id and increasing seqs", id1, seq1, id2, seq2)
+	}
+	if cmds[4] != "KEFIR.CALL CONSISTENCY eventual CMD KEFIR.SCAN a  LIMIT 10" {
+		t.Errorf("scan: got %q", cmds[4])
+	}
+}
+
+// Many goroutines share one connection: every caller must get its own reply.
+func TestPipelinedRepliesMatchCallersUnderConcurrency(t *testing.T) {
+	s := newTestServer(t)
+	c := dialTest(t, s, WithPoolSize(1))
+	ctx := testCtx(t)
+	const n = 300
+	for i := range n {
+		s.set(fmt.Sprintf("k%d", i), fmt.Sprintf("v%d", i))
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var err error
+			switch i % 3 {
+			case 0:
+				var v []byte
+				v, err = c.Get(ctx, fmt.Sprintf("k%d", i))
+				if err == nil && string(v) != fmt.Sprintf("v%d", i) {
+					err = fmt.Errorf("Get(k%d) = %q", i, v)
+				}
+			case 1:
+				var got int64
+				got, err = c.Incr(ctx, fmt.Sprintf("ctr%d", i), int64(i))
+				if err == nil && got != int64(i) {
+					err = fmt.Errorf("Incr(ctr%d, %d) = %d", i, i, got)
+				}
+			default:
+				var vals [][]byte
+				vals, err = c.MultiGet(ctx, []string{fmt.Sprintf("k%d", i), "nope"})
+				if err == nil && (string(vals[0]) != fmt.Sprintf("v%d", i) || vals[1] != nil) {
+					err = fmt.Errorf("MultiGet(k%d) = %q", i, vals)
+				}
+			}
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s.accepts() != 1 {
+		t.Fatalf("pool of 1 opened %d connections", s.accepts())
+	}
+}
+
+// While the writer is busy in one socket write, calls queue up; the next write
+// carries all of them at once.
+func TestWriterBatchesQueuedCalls(t *testing.T) {
+	s := newTestServer(t)
+	var gc *gatedConn
+	c := dialTest(t, s, WithPoolSize(1), WithMaxRetries(0), func(o *options) {
+		o.wrapConn = func(nc net.Conn) net.Conn {
+			gc = &gatedConn{Conn: nc, gate: make(chan struct{}), inGate: make(chan struct{})}
+			return gc
+		}
+	})
+	ctx := testCtx(t)
+	gate := gc.gate
+	cn := c.slots[0].c
+
+	const n = 50
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); c.Get(ctx, "first") }()
+	<-gc.inGate // the writer is now stuck writing "first"
+	for i := range n {
+		wg.Add(1)
+		go func() { defer wg.Done(); c.Get(ctx, fmt.Sprintf("k%d", i)) }()
+	}
+	waitFor(t, func() bool { cn.mu.Lock(); defer cn.mu.Unlock(); return len(cn.queue) == n })
+	close(gate)
+	wg.Wait()
+
+	gc.mu.Lock()
+	defer gc.mu.Unlock()
+	if len(gc.writes) != 2 {
+		t.Fatalf("writes = %v: want 2 (one for the first call, one batch of %d)", gc.writes, n)
+	}
+	if got := len(s.commands()); got != n+1 {
+		t.Fatalf("server saw %d commands, want %d", got, n+1)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached in 5s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestDeadlineAfterSend(t *testing.T) {
+	s := newTestServer(t)
+	c := dialTest(t, s, WithPoolSize(1))
+	release := make(chan struct{})
+	s.setHook(func(h hookInfo) action {
+		if strings.HasPrefix(h.argv[1], "slow") {
+			<-release
+		}
+		return actReply
+	})
+	short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err := c.Get(short, "slow-read")
+	if !errors.Is(err, ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrUnknownOutcome) {
+		t.Fatalf("slow read: err = %v, want ErrTimeout (and DeadlineExceeded), not ErrUnknownOutcome", err)
+	}
+	short2, cancel2 := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel2()
+	err = c.Put(short2, "slow-write", []byte("x"))
+	if !errors.Is(err, ErrUnknownOutcome) || !errors.Is(err, ErrTimeout) {
+		t.Fatalf("slow write: err = %v, want ErrUnknownOutcome and ErrTimeout", err)
+	}
+	close(release)
+	// The late replies to the abandoned calls must be consumed in order, not handed
+	// to the next caller.
+	ctx := testCtx(t)
+	if err := c.Put(ctx, "k", []byte("fresh")); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := c.Get(ctx, "k"); err != nil || string(v) != "fresh" {
+		t.Fatalf("after abandoned calls: Get = %q, %v", v, err)
+	}
+}
+
+func TestDeadlineBeforeSendIsATimeoutAndSendsNothing(t *testing.T) {
+	s := newTestServer(t)
+	c := dialTest(t, s)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err := c.Put(ctx, "k", []byte("v"))
+	if !errors.Is(err, context.Canceled) || errors.Is(err, ErrUnknownOutcome) {
+		t.Fatalf("cancelled before send: err = %v, want context.Canceled only", err)
+	}
+	expired, cancel2 := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel2()
+	if err := c.Put(expired, "k", []byte("v")); !errors.Is(err, ErrTimeout) || errors.Is(err, ErrUnknownOutcome) {
+		t.Fatalf("expired before send: err = %v, want ErrTimeout only", err)
+	}
+	if cmds := s.commands(); len(cmds) != 0 {
+		t.Fatalf("server received %q", cmds)
+	}
+}
+
+// A write whose connection dies before the server applies it is resent with the
+// same request id on a new connection, and applied once.
+func TestDroppedConnectionRetriesWriteWithSameRequestID(t *testing.T) {
+	s := newTestServer(t)
+	c := dialTest(t, s, WithPoolSize(1))
+	var once sync.Once
+	s.setHook(func(h hookInfo) action {
+		act := actReply
+		if h.argv[0] == "INCRBY" {
+			once.Do(func() { act = actDropAfterApply }) // applied, reply lost
+		}
+		return act
+	})
+	n, err := c.Incr(testCtx(t), "ctr", 1)
+	if err != nil || n != 1 {
+		t.Fatalf("Incr across a dropped connection = %d, %v; want 1", n, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.reqids) != 2 || s.reqids[0] != s.reqids[1] {
+		t.Fatalf("REQIDs sent: %v; want the same one twice", s.reqids)
+	}
+	if s.dups != 1 || string(s.data["ctr"]) != "1" {
+		t.Fatalf("dups = %d, ctr = %s; want the retry answered from the client table and ctr = 1", s.dups, s.data["ctr"])
+	}
+}
+
+func TestDroppedConnectionWithoutRecoveryIsUnknownOutcome(t *testing.T) {
+	s := newTestServer(t)
+	c := dialTest(t, s, WithPoolSize(1))
+	s.setHook(func(h hookInfo) action {
+		s.ln.Close() // no reconnect possible
+		return actDropBeforeApply
+	})
+	err := c.Put(testCtx(t), "k", []byte("v"))
+	if !errors.Is(err, ErrUnknownOutcome) {
+		t.Fatalf("write on a dropped connection: err = %v, want ErrUnknownOutcome", err)
+	}
+}
+
+func TestDroppedConnectionReadIsUnavailable(t *testing.T) {
+	s := newTestServer(t)
+	c := dialTest(t, s, WithPoolSize(1))
+	s.setHook(func(h hookInfo) action {
+		s.ln.Close()
+		return actDropBeforeApply
+	})
+	_, err := c.Get(testCtx(t), "k")
+	if !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrUnknownOutcome) {
+		t.Fatalf("read on a dropped connection: err = %v, want ErrUnavailable", err)
+	}
+}
+
+// With a single-latest-seq client table, a retried write whose client id has since
+// run a later seq cannot be settled: the server says "stale" and the client must
+// report an unknown outcome, not success or a plain error.
+func TestStaleRetryIsUnknownOutcome(t *testing.T) {
+	s := newTestServer(t)
+	c := dialTest(t, s, WithPoolSize(1))
+	s.setHook(func(h hookInfo) action {
+		switch {
+		case h.connIndex == 1 && h.seq == 1:
+			return actNoReply // applied; its reply is lost
+		case h.connIndex == 1 && h.seq == 2:
+			return actDropAfterApply
+		}
+		return actReply
+	})
+	ctx := testCtx(t)
+	first := make(chan error, 1)
+	go func() { _, err := c.Incr(ctx, "a", 1); first <- err }()
+	waitFor(t, func() bool { return len(s.commands()) == 1 })
+	_, err2 := c.Incr(ctx, "b", 1)
+	err1 := <-first
+	if !errors.Is(err1, ErrUnknownOutcome) {
+		t.Fatalf("first write: err = %v, want ErrUnknownOutcome (retry was stale)", err1)
+	}
+	if err2 != nil {
+		t.Fatalf("second write: err = %v, want success from the client table", err2)
+	}
+}
+
+func TestServerErrorsMapToTypedErrors(t *testing.T) {
+	s := newTestServer(t)
+	c := dialTest(t, s)
+	ctx := testCtx(t)
+	cases := []struct {
+		reply  string
+		is     error
+		isNot  []error
+		prefix string
+	}{
+		{"WRONGTYPE Operation against a key holding the wrong kind of value", ErrWrongType, []error{ErrNotFound}, "WRONGTYPE"},
+		{"NOTFOUND no such key", ErrNotFound, []error{ErrWrongType}, "NOTFOUND"},
+		{"UNAVAILABLE shutting down", ErrUnavailable, []error{ErrAuth}, "UNAVAILABLE"},
+		{"NOAUTH Authentication required.", ErrAuth, []error{ErrUnavailable}, "NOAUTH"},
+		{"WRONGPASS invalid password", ErrAuth, nil, "WRONGPASS"},
+		{"ERR level bounded(3) not supported by this deployment", nil, []error{ErrWrongType, ErrNotFound, ErrUnavailable, ErrAuth}, "ERR"},
+		{"MOVED 10.0.0.2:7379", nil, []error{ErrUnavailable}, "MOVED"},
+	}
+	for _, tc := range cases {
+		_, err := c.Get(ctx, "reply-error:"+tc.reply)
+		var se *Error
+		if !errors.As(err, &se) || se.Prefix != tc.prefix || se.Msg != tc.reply {
+			t.Errorf("%q: err = %#v, want *Error{Prefix: %q}", tc.reply, err, tc.prefix)
+		}
+		if tc.is != nil && !errors.Is(err, tc.is) {
+			t.Errorf("%q: err = %v, want errors.Is %v", tc.reply, err, tc.is)
+		}
+		for _, not := range tc.isNot {
+			if errors.Is(err, not) {
+				t.Errorf("%q: err = %v must not match %v", tc.reply, err, not)
+			}
+		}
+	}
+}
+
+func TestAuthentication(t *testing.T) {
+	s := newTestServer(t)
+	s.mu.Lock()
+	s.password = "s3cret"
+	s.mu.Unlock()
+	ctx := testCtx(t)
+	if _, err := Dial(ctx, s.addr(), WithPassword("wrong")); !errors.Is(err, ErrAuth) {
+		t.Fatalf("wrong password: Dial err = %v, want ErrAuth", err)
+	}
+	c, err := Dial(ctx, s.addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Get(ctx, "k"); !errors.Is(err, ErrAuth) {
+		t.Fatalf("no password: Get err = %v, want ErrAuth", err)
+	}
+	c2 := dialTest(t, s, WithPassword("s3cret"))
+	if err := c2.Put(ctx, "k", []byte("v")); err != nil {
+		t.Fatalf("right password: %v", err)
+	}
+}
+
+func TestDialFailsOverToTheNextAddress(t *testing.T) {
+	s := newTestServer(t)
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadAddr := dead.Addr().String()
+	dead.Close()
+	ctx := testCtx(t)
+	c, err := Dial(ctx, []string{deadAddr, s.addr()[0]})
+	if err != nil {
+		t.Fatalf("Dial with one dead address: %v", err)
+	}
+	c.Close()
+	if _, err := Dial(ctx, []string{deadAddr}); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Dial with only a dead address: err = %v, want ErrUnavailable", err)
+	}
+}
+
+func TestPoolSpreadsCallsAndRedialsDeadConnections(t *testing.T) {
+	s := newTestServer(t)
+	c := dialTest(t, s, WithPoolSize(3))
+	ctx := testCtx(t)
+	for range 6 {
+		if _, err := c.Get(ctx, "k"); !errors.Is(err, ErrNotFound) {
+			t.Fatal(err)
+		}
+	}
+	if s.accepts() != 3 {
+		t.Fatalf("pool of 3 opened %d connections, want 3", s.accepts())
+	}
+	s.dropAll()
+	waitFor(t, func() bool {
+		for i := range c.slots {
+			if c.slots[i].c.healthy() {
+				return false
+			}
+		}
+		return true
+	})
+	for range 3 {
+		if _, err := c.Get(ctx, "k"); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("after the server dropped every connection: %v", err)
+		}
+	}
+	if s.accepts() != 6 {
+		t.Fatalf("accepted %d connections after redial, want 6", s.accepts())
+	}
+}
+
+func TestSessionSendsAndAdvancesToken(t *testing.T) {
+	s := newTestServer(t)
+	c := dialTest(t, s)
+	ctx := testCtx(t)
+	sess := c.Session()
+	if err := sess.Put(ctx, "k", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	if sess.Token() != "v1.1.1" {
+		t.Fatalf("token after the first write = %q, want v1.1.1", sess.Token())
+	}
+	c.Put(ctx, "other", []byte("x")) // advances the server outside the session
+	if v, err := sess.Get(ctx, "k"); err != nil || string(v) != "v" {
+		t.Fatalf("session Get = %q, %v", v, err)
+	}
+	if _, err := sess.Incr(ctx, "k", 1); !errors.Is(err, ErrWrongType) {
+		t.Fatalf("session Incr on a string: %v", err)
+	}
+	s.mu.Lock()
+	tokens := append([]string(nil), s.tokens...)
+	s.mu.Unlock()
+	want := []string{"", "v1.1.1", "v1.2.2"}
+	if strings.Join(tokens, ",") != strings.Join(want, ",") {
+		t.Fatalf("tokens sent = %q, want %q", tokens, want)
+	}
+	if sess.Token() != "v1.2.2" {
+		t.Fatalf("token after a failed call = %q, want it unchanged at v1.2.2", sess.Token())
+	}
+}
+
+func TestSessionTokenNeverMovesBackwards(t *testing.T) {
+	s := &Session{}
+	for _, tok := range []string{"v1.5.3", "v1.4.9", "v1.2.2"} {
+		s.advance(tok)
+	}
+	if s.Token() != "v1.5.9" {
+		t.Fatalf("merged token = %q, want v1.5.9", s.Token())
+	}
+	s.advance("v2-opaque")
+	if s.Token() != "v2-opaque" {
+		t.Fatalf("unknown format must replace the token; got %q", s.Token())
+	}
+}
+
+func TestClosedClient(t *testing.T) {
+	s := newTestServer(t)
+	c := dialTest(t, s)
+	c.Close()
+	if _, err := c.Get(testCtx(t), "k"); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Get after Close: err = %v, want ErrClosed", err)
+	}
+}

@@ -1,0 +1,395 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+
+	"github.com/kefirdb/kefir/internal/resp"
+)
+
+// replyKind says how the reader goroutine decodes a request's reply.
+type replyKind uint8
+
+const (
+	replyStatus replyKind = iota + 1 // any non-error reply
+	replyBulk                        // bulk string or null
+	replyInt                         // integer
+	replyList                        // array of bulk strings or nulls
+)
+
+// reqState is where a request is; guarded by conn.mu.
+type reqState uint8
+
+const (
+	stateNew       reqState = iota
+	stateQueued             // waiting for the writer goroutine
+	stateCancelled          // abandoned before it was sent: the writer skips it
+	stateSent               // handed to the socket; its reply is expected in FIFO order
+	stateReplied            // popped by the reader goroutine
+)
+
+// arg is one command word: a string (names, keys) or bytes (values), so callers'
+// strings are encoded without converting them to []byte first.
+type arg struct {
+	s string
+	b []byte
+}
+
+// request is one call. It is owned by the calling goroutine except between enqueue
+// and the signal on done, when the writer and reader goroutines use it. A request
+// whose caller gave up is never returned to the pool, because the reader may still
+// complete it.
+type request struct {
+	// Command: filled by the caller, encoded into buf on the first attempt.
+	cmd     []arg
+	kind    replyKind
+	write   bool
+	opts    callOptions
+	session *Session
+	buf     []byte // encoded bytes, reused as-is on retry (same REQID)
+	sent    bool   // some attempt reached the socket
+
+	state reqState
+	done  chan struct{}
+
+	// Result, written by the reader goroutine before it signals done.
+	err   error
+	null  bool
+	val   []byte
+	n     int64
+	list  [][]byte
+	token string
+}
+
+var requestPool = sync.Pool{New: func() any {
+	return &request{done: make(chan struct{}, 1), cmd: make([]arg, 0, 4)}
+}}
+
+func getRequest() *request { return requestPool.Get().(*request) }
+
+func putRequest(r *request) {
+	if len(r.done) != 0 {
+		panic("client: request returned to the pool with an unread completion")
+	}
+	clear(r.cmd)
+	*r = request{cmd: r.cmd[:0], buf: r.buf[:0], done: r.done}
+	requestPool.Put(r)
+}
+
+// encode writes the command into r.buf, wrapped in KEFIR.CALL when it carries
+// options, a session token or a request id. REQID is assigned here, under the
+// connection's lock, so that sequence numbers reach the server in increasing order.
+func (r *request) encode(clientID, seq uint64) {
+	o := &r.opts
+	var token string
+	if r.session != nil {
+		token = r.session.Token()
+	}
+	words := len(r.cmd)
+	wrapped := !o.consistency.IsZero() || !o.durability.IsZero() || r.session != nil || r.write
+	if wrapped {
+		words += 2 // KEFIR.CALL ... CMD
+		if !o.consistency.IsZero() {
+			words += 2
+		}
+		if !o.durability.IsZero() {
+			words += 2
+		}
+		if r.session != nil {
+			words += 2
+		}
+		if r.write {
+			words += 3
+		}
+	}
+	b := resp.AppendArrayHeader(r.buf[:0], words)
+	if wrapped {
+		b = resp.AppendBulkString(b, "KEFIR.CALL")
+		if !o.consistency.IsZero() {
+			b = resp.AppendBulkString(b, "CONSISTENCY")
+			b = resp.AppendBulkString(b, o.consistency.String())
+		}
+		if !o.durability.IsZero() {
+			b = resp.AppendBulkString(b, "DURABILITY")
+			b = resp.AppendBulkString(b, o.durability.String())
+		}
+		if r.session != nil {
+			b = resp.AppendBulkString(b, "SESSION")
+			b = resp.AppendBulkString(b, token)
+		}
+		if r.write {
+			var num [20]byte
+			b = resp.AppendBulkString(b, "REQID")
+			b = resp.AppendBulk(b, strconv.AppendUint(num[:0], clientID, 10))
+			b = resp.AppendBulk(b, strconv.AppendUint(num[:0], seq, 10))
+		}
+		b = resp.AppendBulkString(b, "CMD")
+	}
+	for _, a := range r.cmd {
+		if a.b != nil {
+			b = resp.AppendBulk(b, a.b)
+		} else {
+			b = resp.AppendBulkString(b, a.s)
+		}
+	}
+	r.buf = b
+}
+
+// complete decodes the reply into the request's result fields. It runs on the
+// reader goroutine while v still aliases the reader's buffer, so it copies.
+func (r *request) complete(v resp.Value) {
+	if r.session != nil && v.Kind != resp.Error {
+		if v.Kind != resp.Array || len(v.Elems) != 2 || (v.Elems[0].Kind != resp.Bulk && v.Elems[0].Kind != resp.Simple) {
+			r.err = fmt.Errorf("kefir: session call: want [token, reply], got %s", v.Kind)
+			return
+		}
+		r.token = string(v.Elems[0].Str)
+		v = v.Elems[1]
+	}
+	if v.Kind == resp.Error {
+		r.err = serverError(v.Str)
+		return
+	}
+	switch r.kind {
+	case replyStatus:
+	case replyBulk:
+		switch v.Kind {
+		case resp.Null:
+			r.null = true
+		case resp.Bulk, resp.Simple, resp.Verbatim:
+			r.val = append(make([]byte, 0, len(v.Str)), v.Str...)
+		default:
+			r.err = fmt.Errorf("kefir: want a bulk string reply, got %s", v.Kind)
+		}
+	case replyInt:
+		if v.Kind != resp.Int {
+			r.err = fmt.Errorf("kefir: want an integer reply, got %s", v.Kind)
+			return
+		}
+		r.n = v.Int
+	case replyList:
+		if v.Kind == resp.Null {
+			return
+		}
+		if v.Kind != resp.Array {
+			r.err = fmt.Errorf("kefir: want an array reply, got %s", v.Kind)
+			return
+		}
+		// One allocation for all values, one for the slice headers.
+		total := 0
+		for _, e := range v.Elems {
+			total += len(e.Str)
+		}
+		slab := make([]byte, 0, total)
+		r.list = make([][]byte, len(v.Elems))
+		for i, e := range v.Elems {
+			switch e.Kind {
+			case resp.Null:
+			case resp.Bulk, resp.Simple:
+				start := len(slab)
+				slab = append(slab, e.Str...)
+				r.list[i] = slab[start:len(slab):len(slab)]
+			default:
+				r.err = fmt.Errorf("kefir: want bulk strings in the array reply, got %s", e.Kind)
+				return
+			}
+		}
+	default:
+		panic("client: request without a reply kind")
+	}
+}
+
+// conn is one pipelined connection. Any number of goroutines call do concurrently;
+// one writer goroutine sends queued requests in batches (one socket write per batch)
+// and one reader goroutine matches replies to sent requests in FIFO order.
+type conn struct {
+	nc       net.Conn
+	rd       *resp.Reader
+	clientID uint64 // REQID client id of this connection's writes
+
+	mu       sync.Mutex
+	queue    []*request // not yet taken by the writer, in enqueue (= seq) order
+	inflight []*request // sent, awaiting replies, in wire order
+	seq      uint64     // last REQID seq assigned
+	broken   error      // why the connection is dead; nil while healthy
+
+	wake   chan struct{} // cap 1: the queue is non-empty
+	closed chan struct{} // closed when broken is set
+}
+
+func newConn(nc net.Conn, rd *resp.Reader, clientID uint64) *conn {
+	c := &conn{
+		nc:       nc,
+		rd:       rd,
+		clientID: clientID,
+		wake:     make(chan struct{}, 1),
+		closed:   make(chan struct{}),
+	}
+	go c.writeLoop()
+	go c.readLoop()
+	return c
+}
+
+func (c *conn) healthy() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.broken == nil
+}
+
+// do sends req and waits for its reply or ctx. It returns the reply's error,
+// errNotSent (never reached the socket: safe to retry anywhere), errConnLost (sent,
+// then the connection died) or errAbandoned (ctx ended after the request was
+// queued). owned reports whether req is back in the caller's sole hands; when it is
+// not, the writer or reader goroutine may still touch it and it must not be reused.
+func (c *conn) do(ctx context.Context, req *request) (owned bool, err error) {
+	c.mu.Lock()
+	if c.broken != nil {
+		c.mu.Unlock()
+		return true, fmt.Errorf("%w: %w", errNotSent, c.broken)
+	}
+	if len(req.buf) == 0 {
+		if req.write {
+			c.seq++
+		}
+		req.encode(c.clientID, c.seq)
+	}
+	req.state = stateQueued
+	c.queue = append(c.queue, req)
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default: // the writer is already due to run
+	}
+
+	select {
+	case <-req.done:
+		return true, req.err
+	case <-ctx.Done():
+	}
+	c.mu.Lock()
+	st := req.state
+	if st == stateQueued {
+		req.state = stateCancelled
+	}
+	c.mu.Unlock()
+	return false, errAbandoned{cause: ctx.Err(), sent: st != stateQueued}
+}
+
+// errAbandoned: the caller's context ended while the request was queued (sent is
+// false: the writer will skip it) or after it was sent.
+type errAbandoned struct {
+	cause error
+	sent  bool
+}
+
+func (e errAbandoned) Error() string {
+	return fmt.Sprintf("kefir: request abandoned (sent=%v): %v", e.sent, e.cause)
+}
+func (e errAbandoned) Unwrap() error { return e.cause }
+
+func (c *conn) writeLoop() {
+	var batch []*request
+	var wbuf []byte
+	for {
+		select {
+		case <-c.wake:
+		case <-c.closed:
+			return
+		}
+		c.mu.Lock()
+		if c.broken != nil {
+			c.mu.Unlock()
+			return
+		}
+		batch, c.queue = c.queue, batch[:0]
+		wbuf = wbuf[:0]
+		for _, r := range batch {
+			if r.state == stateCancelled {
+				continue
+			}
+			if r.state != stateQueued {
+				panic(fmt.Sprintf("client: writer found a request in state %d", r.state))
+			}
+			r.state = stateSent
+			r.sent = true
+			c.inflight = append(c.inflight, r)
+			wbuf = append(wbuf, r.buf...)
+		}
+		c.mu.Unlock()
+		clear(batch)
+		if len(wbuf) > 0 {
+			if _, err := c.nc.Write(wbuf); err != nil {
+				c.fail(fmt.Errorf("write: %w", err))
+				return
+			}
+		}
+		if cap(wbuf) > 1<<20 {
+			wbuf = nil // don't pin a buffer grown for one huge batch
+		}
+	}
+}
+
+func (c *conn) readLoop() {
+	for {
+		v, err := c.rd.ReadValue()
+		if err != nil {
+			c.fail(fmt.Errorf("read: %w", err))
+			return
+		}
+		if v.Kind == resp.Push {
+			continue // out-of-band (RESP3 push); not a reply to any request
+		}
+		c.mu.Lock()
+		if len(c.inflight) == 0 {
+			c.mu.Unlock()
+			c.fail(errors.New("reply without a request"))
+			return
+		}
+		req := c.inflight[0]
+		c.inflight[0] = nil
+		c.inflight = c.inflight[1:]
+		req.state = stateReplied
+		c.mu.Unlock()
+		req.complete(v)
+		req.done <- struct{}{}
+	}
+}
+
+// fail marks the connection dead and completes every queued request with
+// errNotSent and every sent one with errConnLost.
+func (c *conn) fail(cause error) {
+	c.mu.Lock()
+	if c.broken != nil {
+		c.mu.Unlock()
+		return
+	}
+	c.broken = cause
+	queued, inflight := c.queue, c.inflight
+	c.queue, c.inflight = nil, nil
+	var wake []*request
+	for _, r := range queued {
+		if r.state == stateCancelled {
+			continue // its caller is gone
+		}
+		r.state = stateReplied
+		r.err = fmt.Errorf("%w: %w", errNotSent, cause)
+		wake = append(wake, r)
+	}
+	for _, r := range inflight {
+		r.state = stateReplied
+		r.err = fmt.Errorf("%w: %w", errConnLost, cause)
+		wake = append(wake, r)
+	}
+	c.mu.Unlock()
+	close(c.closed)
+	_ = c.nc.Close()
+	for _, r := range wake {
+		r.done <- struct{}{}
+	}
+}
+
+func (c *conn) close() { c.fail(net.ErrClosed) }

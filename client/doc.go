@@ -1,0 +1,57 @@
+// Package client is Kefir's Go client. It speaks RESP, so every call it makes can
+// be reproduced with redis-cli; per-call options, request ids and session tokens
+// travel in the KEFIR.CALL wrapper (docs/design/resp-extensions.md).
+//
+// A Client keeps a small pool of connections. Each connection pipelines any number
+// of concurrent calls: one goroutine writes queued calls in batches, one reads the
+// replies and matches them in order; no goroutine is started per call.
+//
+// Every write carries a request id (a random client id per connection and a
+// sequence number), and a write whose connection dies is resent with the same id,
+// so a write is applied at most once. When a write's fate cannot be settled — the
+// deadline passed after it was sent, or the retry failed too — the call returns
+// ErrUnknownOutcome: it may or may not have been applied.
+//
+// Example:
+//
+//	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+//	defer cancel()
+//	c, err := client.Dial(ctx, []string{"127.0.0.1:7379"}, client.WithPassword(os.Getenv("KEFIR_PASSWORD")))
+//	if err != nil {
+//		log.Fatal(err)
+//	}
+//	defer c.Close()
+//
+//	// A durable write, then a linearizable read.
+//	if err := c.Put(ctx, "greeting", []byte("hello"), client.WithDurability(client.Sync)); err != nil {
+//		log.Fatal(err)
+//	}
+//	v, err := c.Get(ctx, "greeting", client.WithConsistency(client.Linearizable))
+//	switch {
+//	case errors.Is(err, client.ErrNotFound):
+//		fmt.Println("no greeting")
+//	case err != nil:
+//		log.Fatal(err)
+//	default:
+//		fmt.Println(string(v))
+//	}
+//
+//	// Counters and compare-and-set.
+//	n, err := c.Incr(ctx, "visits", 1)
+//	swapped, err := c.CAS(ctx, "greeting", []byte("hello"), []byte("hi"))
+//
+//	// A session reads its own writes even at a weaker level, on any node.
+//	s := c.Session()
+//	_ = s.Put(ctx, "cart", []byte("apples"), client.WithDurability(client.CAD))
+//	v, err = s.Get(ctx, "cart", client.WithConsistency(client.SessionConsistency))
+//
+//	// Ordered range reads: keys in ["user:", "user;"), at most 100.
+//	kvs, err := c.Scan(ctx, "user:", "user;", 100)
+//	for _, kv := range kvs {
+//		fmt.Printf("%s=%s\n", kv.Key, kv.Value)
+//	}
+//
+// It must not import Kefir packages other than internal/level and internal/resp;
+// users never need to import anything under internal/ (the level types are
+// re-exported here).
+package client
