@@ -606,6 +606,9 @@ func (db *DB) Stats() Stats {
 		Failed:      db.failed,
 	}
 	for _, seg := range db.segs {
+		if seg.f == nil {
+			continue // a gap left by compaction
+		}
 		s.DiskBytes += seg.size
 		s.LiveBytes += seg.live
 	}
@@ -643,11 +646,16 @@ func (db *DB) Close() error {
 		db.mu.Lock()
 	}
 	db.closed = true
-	segs := db.segs
 	db.mu.Unlock()
 	db.maint.Lock() // wait for a running compaction or checkpoint
 	defer db.maint.Unlock()
+	db.mu.RLock()
+	segs := db.segs
+	db.mu.RUnlock()
 	for _, s := range segs {
+		if s.f == nil {
+			continue
+		}
 		if cerr := s.f.Close(); cerr != nil && err == nil {
 			err = fmt.Errorf("storage: close %s: %w", s.path, cerr)
 		}

@@ -54,6 +54,7 @@ type fileRef struct {
 	id   uint64
 	dev  int
 	path string
+	gap  bool
 }
 
 // parseName parses "%016x" + suffix.
@@ -74,9 +75,11 @@ func (db *DB) list() (segs, hints []fileRef, err error) {
 		for _, name := range names {
 			path := vfs.Join(dev.dir, name)
 			if id, ok := parseName(name, ".log"); ok {
-				segs = append(segs, fileRef{id, d, path})
+				segs = append(segs, fileRef{id, d, path, false})
+			} else if id, ok := parseName(name, ".gap"); ok {
+				segs = append(segs, fileRef{id, d, path, true})
 			} else if id, ok := parseName(name, ".hint"); ok {
-				hints = append(hints, fileRef{id, d, path})
+				hints = append(hints, fileRef{id, d, path, false})
 			} else if strings.HasSuffix(name, ".tmp") {
 				// An unfinished hint or compaction output: never referenced.
 				if err := db.fs.Remove(path); err != nil {
@@ -96,12 +99,29 @@ func (db *DB) list() (segs, hints []fileRef, err error) {
 	}
 	slices.SortFunc(segs, cmp)
 	slices.SortFunc(hints, cmp)
-	for i := 1; i < len(segs); i++ {
-		if segs[i].id == segs[i-1].id {
-			return nil, nil, &CorruptionError{File: segs[i].path, Reason: "two segments with the same start position: " + segs[i-1].path}
+	out := segs[:0]
+	for i, s := range segs {
+		if i > 0 && s.id == segs[i-1].id {
+			a, b := segs[i-1], s
+			if a.gap == b.gap {
+				return nil, nil, &CorruptionError{File: b.path, Reason: "two segments with the same start position: " + a.path}
+			}
+			// Compaction crashed between writing the gap file and removing the segment:
+			// the segment (whose records were also copied) wins.
+			g := a
+			if b.gap {
+				g = b
+			} else {
+				out[len(out)-1] = b
+			}
+			if err := db.fs.Remove(g.path); err != nil {
+				return nil, nil, fmt.Errorf("storage: remove stale gap: %w", err)
+			}
+			continue
 		}
+		out = append(out, s)
 	}
-	return segs, hints, nil
+	return out, hints, nil
 }
 
 func (db *DB) recover() error {
@@ -117,7 +137,20 @@ func (db *DB) recover() error {
 		db.segs = []*segment{seg}
 		return nil
 	}
+	if refs[len(refs)-1].gap {
+		return &CorruptionError{File: refs[len(refs)-1].path, Reason: "the log ends with a gap (its tail segment is missing)"}
+	}
 	for i, r := range refs {
+		if r.gap {
+			end, err := db.readGap(r.path)
+			if err != nil {
+				return err
+			}
+			s := &segment{id: r.id, dev: r.dev, path: r.path, size: int64(end - r.id)}
+			s.refs.Store(1)
+			db.segs = append(db.segs, s)
+			continue
+		}
 		var f vfs.File
 		if i == len(refs)-1 {
 			f, err = db.fs.OpenRW(r.path)
@@ -140,7 +173,7 @@ func (db *DB) recover() error {
 		if a, b := db.segs[i], db.segs[i+1]; a.end() != b.id {
 			cerr := &CorruptionError{File: a.path, Offset: min(a.size, int64(b.id-a.id)),
 				Reason: fmt.Sprintf("log gap or overlap: segment ends at %d, next (%s) starts at %d", a.end(), b.path, b.id)}
-			if !db.opts.Salvage {
+			if !db.opts.Salvage || a.f == nil {
 				return cerr
 			}
 			if err := db.salvage(i, min(a.size, int64(b.id-a.id)), cerr); err != nil {
@@ -170,7 +203,7 @@ func (db *DB) recover() error {
 	floors := map[string]uint64{}
 	for i := 0; i < len(db.segs); i++ {
 		s := db.segs[i]
-		if s.end() <= from {
+		if s.end() <= from || s.f == nil {
 			continue
 		}
 		if err := db.replay(i, max(from, s.id), floors); err != nil {
@@ -286,7 +319,9 @@ func (db *DB) salvage(i int, off int64, cause error) error {
 	s.f.Close()
 	s.f, s.size = f, off
 	for _, later := range db.segs[i+1:] {
-		later.f.Close()
+		if later.f != nil {
+			later.f.Close()
+		}
 		if err := db.fs.Remove(later.path); err != nil {
 			return fmt.Errorf("storage: salvage: %w", err)
 		}

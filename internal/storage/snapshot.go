@@ -1,6 +1,9 @@
 package storage
 
-import "slices"
+import (
+	"errors"
+	"slices"
+)
 
 // Snapshot is a consistent read view at a version. While it is open, the retention policy
 // keeps every version it can read (for each key, the newest version <= its version).
@@ -27,7 +30,15 @@ func (db *DB) Snapshot(at uint64) *Snapshot {
 func (s *Snapshot) Version() uint64 { return s.at }
 
 // Get reads key at the snapshot's version.
-func (s *Snapshot) Get(key []byte) (Value, error) { return s.db.getAt(key, s.at) }
+func (s *Snapshot) Get(key []byte) (Value, error) {
+	v, err := s.db.getAt(key, s.at)
+	if errors.Is(err, ErrVersionGone) {
+		// The snapshot pinned the version it reads since before anything could be
+		// pruned, so nothing retained at or below it means the key did not exist.
+		return Value{}, ErrNotFound
+	}
+	return v, err
+}
 
 // Scan scans at the snapshot's version (see DB.Scan).
 func (s *Snapshot) Scan(start, end []byte, limit int, fn func(key []byte, v Value) bool) error {
