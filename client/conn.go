@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"strconv"
 	"sync"
 
@@ -301,6 +302,13 @@ func (c *conn) writeLoop() {
 			return
 		}
 		c.mu.Lock()
+		if len(c.inflight) > 0 {
+			// Replies are outstanding, so callers are active: let the ones that are
+			// runnable enqueue too, and send them all in one write.
+			c.mu.Unlock()
+			runtime.Gosched()
+			c.mu.Lock()
+		}
 		if c.broken != nil {
 			c.mu.Unlock()
 			return

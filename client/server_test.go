@@ -33,6 +33,7 @@ type testServer struct {
 	dups     int                   // writes answered from the client table
 	conns    []net.Conn
 	accepted int
+	noLog    bool // benchmarks: don't keep every command
 	// hook, if set, runs before each command (after KEFIR.CALL is unwrapped) and
 	// decides what happens to it.
 	hook func(h hookInfo) action
@@ -196,7 +197,9 @@ func (s *testServer) call(argv [][]byte, connIdx int) (resp.Value, action) {
 	for i, a := range argv {
 		words[i] = string(a)
 	}
-	s.log = append(s.log, strings.Join(words, " "))
+	if !s.noLog {
+		s.log = append(s.log, strings.Join(words, " "))
+	}
 
 	inner := words
 	var id, seq uint64
