@@ -1,0 +1,337 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	hdr "github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/kefirdb/kefir/bench/ycsb/gen"
+)
+
+// Config says how the clients drive the DB.
+type Config struct {
+	// Clients is the number of concurrent clients, each with its own DB handle.
+	Clients int
+	// Target is the total offered rate in operations per second. 0 = closed loop: each
+	// client issues its next operation when the previous one completes. > 0 = open loop:
+	// operations are scheduled at fixed intervals, and latency is measured from the
+	// scheduled (intended) start.
+	Target float64
+	// Warmup runs before measurement starts; its operations are not recorded.
+	Warmup time.Duration
+	// Duration is the measured time.
+	Duration time.Duration
+	// Seed makes key and operation choices repeatable (clients derive their own streams).
+	Seed uint64
+}
+
+// NewDB opens client number i's handle on the system under test.
+type NewDB func(client int) (DB, error)
+
+// OpStats is one operation type's measurement.
+type OpStats struct {
+	Op         string  `json:"op"`
+	Count      int64   `json:"count"`
+	Errors     int64   `json:"errors"`
+	NotFound   int64   `json:"not_found"`
+	Throughput float64 `json:"ops_per_sec"`
+	MeanUs     float64 `json:"mean_us"`
+	P50Us      float64 `json:"p50_us"`
+	P95Us      float64 `json:"p95_us"`
+	P99Us      float64 `json:"p99_us"`
+	P999Us     float64 `json:"p999_us"`
+	MaxUs      float64 `json:"max_us"`
+	// Histogram is the latency histogram (nanoseconds), for plots and for merging runs.
+	Histogram *hdr.Histogram `json:"-"`
+}
+
+// Result is one phase's measurement.
+type Result struct {
+	Workload   string    `json:"workload"`
+	Phase      string    `json:"phase"` // load or run
+	Mode       string    `json:"mode"`  // closed or open
+	Clients    int       `json:"clients"`
+	Target     float64   `json:"target_ops_per_sec,omitempty"`
+	Seconds    float64   `json:"seconds"`
+	Ops        int64     `json:"ops"`
+	Errors     int64     `json:"errors"`
+	Throughput float64   `json:"ops_per_sec"`
+	PerOp      []OpStats `json:"per_op"`
+	// Backlog counts open-loop operations that were due before the end but never sent
+	// because the system fell behind: each of them would have had a latency at least as
+	// long as the lag, so a non-zero backlog means the target rate was not sustained.
+	Backlog     int64    `json:"backlog,omitempty"`
+	FirstErrors []string `json:"first_errors,omitempty"`
+}
+
+func newHist() *hdr.Histogram { return hdr.New(100, int64(60*time.Second), 3) }
+
+// clientStats is one client's measurement, merged at the end.
+type clientStats struct {
+	hist      [numOps]*hdr.Histogram
+	count     [numOps]int64
+	errs      [numOps]int64
+	notFound  [numOps]int64
+	backlog   int64
+	firstErrs []string
+}
+
+func (s *clientStats) record(op Op, lat time.Duration, err error) {
+	switch {
+	case errors.Is(err, ErrNotFound):
+		s.notFound[op]++
+	case err != nil:
+		s.errs[op]++
+		if len(s.firstErrs) < 3 {
+			s.firstErrs = append(s.firstErrs, fmt.Sprintf("%s: %v", op, err))
+		}
+		return // a failed operation's latency is not a latency of the system's service
+	}
+	if s.hist[op] == nil {
+		s.hist[op] = newHist()
+	}
+	s.hist[op].RecordValue(int64(lat))
+	s.count[op]++
+}
+
+// merge folds client results into one Result over the measured window.
+func merge(w Workload, phase string, cfg Config, window time.Duration, all []*clientStats) *Result {
+	res := &Result{Workload: w.Name, Phase: phase, Mode: "closed", Clients: cfg.Clients, Seconds: window.Seconds()}
+	if cfg.Target > 0 {
+		res.Mode, res.Target = "open", cfg.Target
+	}
+	for op := range numOps {
+		h := newHist()
+		var st OpStats
+		st.Op = op.String()
+		for _, c := range all {
+			if c.hist[op] != nil {
+				h.Merge(c.hist[op])
+			}
+			st.Count += c.count[op]
+			st.Errors += c.errs[op]
+			st.NotFound += c.notFound[op]
+		}
+		if st.Count+st.Errors+st.NotFound == 0 {
+			continue
+		}
+		us := func(v int64) float64 { return float64(v) / 1e3 }
+		st.Throughput = float64(st.Count) / window.Seconds()
+		st.MeanUs, st.P50Us, st.P95Us = h.Mean()/1e3, us(h.ValueAtQuantile(50)), us(h.ValueAtQuantile(95))
+		st.P99Us, st.P999Us, st.MaxUs = us(h.ValueAtQuantile(99)), us(h.ValueAtQuantile(99.9)), us(h.Max())
+		st.Histogram = h
+		res.Ops += st.Count
+		res.Errors += st.Errors
+		res.PerOp = append(res.PerOp, st)
+	}
+	for _, c := range all {
+		res.Backlog += c.backlog
+		if len(res.FirstErrors) < 5 {
+			res.FirstErrors = append(res.FirstErrors, c.firstErrs...)
+		}
+	}
+	res.Throughput = float64(res.Ops) / window.Seconds()
+	return res
+}
+
+// valueFor fills a per-client buffer with fresh bytes for one write: a random prefix
+// over a fixed random body, so values differ without costing a full random fill.
+func valueFor(buf []byte, r *rand.Rand) []byte {
+	for i := 0; i < len(buf) && i < 16; i += 8 {
+		v := r.Uint64()
+		for j := 0; j < 8 && i+j < len(buf); j++ {
+			buf[i+j] = 'a' + byte(v>>(8*j))%26
+		}
+	}
+	return buf
+}
+
+func newValueBuf(size int, r *rand.Rand) []byte {
+	b := make([]byte, size)
+	for i := range b {
+		b[i] = 'a' + byte(r.Uint32()%26)
+	}
+	return b
+}
+
+// Load inserts records [0, RecordCount) with clients inserting in parallel (client c
+// takes every clients-th record), as YCSB's load phase does.
+func Load(ctx context.Context, w Workload, newDB NewDB, clients int) (*Result, error) {
+	if err := w.Validate(); err != nil {
+		return nil, err
+	}
+	cfg := Config{Clients: clients}
+	all := make([]*clientStats, clients)
+	var wg sync.WaitGroup
+	var openErr error
+	var mu sync.Mutex
+	start := time.Now()
+	for c := range clients {
+		all[c] = &clientStats{}
+		db, err := newDB(c)
+		if err != nil {
+			mu.Lock()
+			openErr = errors.Join(openErr, fmt.Errorf("client %d: %w", c, err))
+			mu.Unlock()
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer db.Close()
+			st := all[c]
+			r := rand.New(rand.NewPCG(uint64(c), 0x5eed))
+			val := newValueBuf(w.ValueSize, r)
+			var key []byte
+			for k := uint64(c); k < w.RecordCount && ctx.Err() == nil; k += uint64(clients) {
+				key = w.KeyName(key, k)
+				t := time.Now()
+				err := db.Insert(ctx, string(key), valueFor(val, r))
+				st.record(OpInsert, time.Since(t), err)
+			}
+		}()
+	}
+	wg.Wait()
+	if openErr != nil {
+		return nil, openErr
+	}
+	return merge(w, "load", cfg, time.Since(start), all), ctx.Err()
+}
+
+// Run runs the workload's transaction phase over records already loaded.
+func Run(ctx context.Context, w Workload, newDB NewDB, cfg Config) (*Result, error) {
+	if err := w.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Clients < 1 || cfg.Duration <= 0 {
+		return nil, errors.New("ycsb run: need at least one client and a positive duration")
+	}
+	counter := gen.NewCounter(w.RecordCount)
+	var chooser gen.Chooser
+	switch w.RequestDistribution {
+	case "uniform":
+		chooser = gen.Uniform{N: w.RecordCount}
+	case "zipfian":
+		chooser = gen.NewScrambledZipfian(w.RecordCount, w.ZipfianTheta)
+	case "latest":
+		chooser = gen.NewLatest(counter, w.ZipfianTheta)
+	}
+	cum := w.cumulative()
+
+	dbs := make([]DB, cfg.Clients)
+	for c := range dbs {
+		db, err := newDB(c)
+		if err != nil {
+			for _, d := range dbs[:c] {
+				d.Close()
+			}
+			return nil, fmt.Errorf("client %d: %w", c, err)
+		}
+		dbs[c] = db
+	}
+
+	all := make([]*clientStats, cfg.Clients)
+	var ackErr atomic.Pointer[error]
+	t0 := time.Now()
+	measureFrom := t0.Add(cfg.Warmup)
+	end := measureFrom.Add(cfg.Duration)
+	// Open loop: each client runs at Target/Clients, offset so the clients' schedules
+	// interleave evenly instead of firing together.
+	var interval time.Duration
+	if cfg.Target > 0 {
+		interval = time.Duration(float64(time.Second) * float64(cfg.Clients) / cfg.Target)
+		if interval <= 0 {
+			return nil, fmt.Errorf("ycsb run: target %v ops/s is beyond nanosecond scheduling", cfg.Target)
+		}
+	}
+	var wg sync.WaitGroup
+	for c := range cfg.Clients {
+		all[c] = &clientStats{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			db, st := dbs[c], all[c]
+			r := rand.New(rand.NewPCG(cfg.Seed, uint64(c)+1))
+			val := newValueBuf(w.ValueSize, r)
+			var key []byte
+			next := t0.Add(interval * time.Duration(c) / time.Duration(cfg.Clients))
+			for ctx.Err() == nil {
+				now := time.Now()
+				intended := now
+				if interval > 0 {
+					if now.Before(next) {
+						time.Sleep(next.Sub(now))
+					}
+					intended, next = next, next.Add(interval)
+					if now = time.Now(); !now.Before(end) {
+						// Due before the end but never sent: the system fell behind.
+						if intended.Before(end) {
+							st.backlog += int64(end.Sub(intended)/interval) + 1
+						}
+						return
+					}
+				}
+				if !intended.Before(end) {
+					return
+				}
+				x := r.Float64()
+				op := OpRead
+				for x >= cum[op] {
+					op++
+				}
+				var err error
+				switch op {
+				case OpRead:
+					key = w.KeyName(key, chooser.Next(r))
+					_, err = db.Read(ctx, string(key))
+				case OpUpdate:
+					key = w.KeyName(key, chooser.Next(r))
+					err = db.Update(ctx, string(key), valueFor(val, r))
+				case OpInsert:
+					k := counter.Next()
+					key = w.KeyName(key, k)
+					err = db.Insert(ctx, string(key), valueFor(val, r))
+					// Acknowledge even a failed insert, as YCSB does, so one failure does
+					// not freeze the latest distribution; the failure is counted.
+					if aerr := counter.Ack(k); aerr != nil {
+						ackErr.CompareAndSwap(nil, &aerr)
+					}
+				case OpScan:
+					key = w.KeyName(key, chooser.Next(r))
+					_, err = db.Scan(ctx, string(key), 1+r.IntN(w.MaxScanLength))
+				case OpRMW:
+					key = w.KeyName(key, chooser.Next(r))
+					if _, err = db.Read(ctx, string(key)); err == nil {
+						err = db.Update(ctx, string(key), valueFor(val, r))
+					}
+				}
+				if !intended.Before(measureFrom) {
+					st.record(op, time.Since(intended), err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	window := time.Since(measureFrom)
+	if cfg.Target > 0 {
+		window = cfg.Duration
+	}
+	var closeErr error
+	for _, d := range dbs {
+		closeErr = errors.Join(closeErr, d.Close())
+	}
+	res := merge(w, "run", cfg, window, all)
+	if p := ackErr.Load(); p != nil {
+		return res, *p
+	}
+	if closeErr != nil {
+		return res, fmt.Errorf("closing clients: %w", closeErr)
+	}
+	return res, ctx.Err()
+}

@@ -1,0 +1,246 @@
+package drivers
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"io"
+	"net"
+	"strconv"
+	"sync"
+)
+
+// RESPServer is a trivial in-process RESP server: an in-memory map behind the smallest
+// command set the drivers use (PING, GET, SET, MGET, DEL, FLUSHALL, ZADD and
+// ZRANGEBYLEX as no-ops, and KEFIR.CALL/KEFIR.SCAN so the Kefir driver can point at it).
+// It does no durability and no replication: driven through the Redis or Kefir driver it
+// measures the harness's and the client library's own ceiling — issue 8 requires the
+// harness to drive at least 3× the best throughput any real system reaches.
+type RESPServer struct {
+	ln     net.Listener
+	shards [64]shard
+	seed   maphash.Seed
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	conns  map[net.Conn]struct{}
+}
+
+type shard struct {
+	mu sync.RWMutex
+	m  map[string][]byte
+}
+
+// StartRESPServer listens on addr (use "127.0.0.1:0") and serves until Close.
+func StartRESPServer(addr string) (*RESPServer, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	s := &RESPServer{ln: ln, seed: maphash.MakeSeed(), conns: map[net.Conn]struct{}{}}
+	for i := range s.shards {
+		s.shards[i].m = map[string][]byte{}
+	}
+	s.wg.Add(1)
+	go s.accept()
+	return s, nil
+}
+
+// Addr is the address the server listens on.
+func (s *RESPServer) Addr() string { return s.ln.Addr().String() }
+
+// Close stops the listener and every connection and waits for their goroutines.
+func (s *RESPServer) Close() error {
+	err := s.ln.Close()
+	s.mu.Lock()
+	for c := range s.conns {
+		c.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	return err
+}
+
+func (s *RESPServer) accept() {
+	defer s.wg.Done()
+	for {
+		c, err := s.ln.Accept()
+		if err != nil {
+			return
+		}
+		s.mu.Lock()
+		s.conns[c] = struct{}{}
+		s.mu.Unlock()
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.serve(c)
+			s.mu.Lock()
+			delete(s.conns, c)
+			s.mu.Unlock()
+			c.Close()
+		}()
+	}
+}
+
+func (s *RESPServer) shard(key []byte) *shard {
+	return &s.shards[maphash.Bytes(s.seed, key)%uint64(len(s.shards))]
+}
+
+// serve reads pipelined commands and flushes replies only when no more input is
+// buffered, so a pipelined batch costs one write.
+func (s *RESPServer) serve(c net.Conn) {
+	rd := bufio.NewReaderSize(c, 64<<10)
+	wr := bufio.NewWriterSize(c, 64<<10)
+	var args [][]byte
+	for {
+		var err error
+		args, err = readCommand(rd, args[:0])
+		if err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+				fmt.Fprintf(wr, "-ERR %v\r\n", err)
+				wr.Flush()
+			}
+			return
+		}
+		s.exec(wr, args)
+		if rd.Buffered() == 0 {
+			if wr.Flush() != nil {
+				return
+			}
+		}
+	}
+}
+
+// readCommand parses one RESP array of bulk strings. The returned slices alias a fresh
+// buffer per command, so a stored value never aliases the reader's buffer.
+func readCommand(rd *bufio.Reader, args [][]byte) ([][]byte, error) {
+	line, err := readLine(rd)
+	if err != nil {
+		return nil, err
+	}
+	if len(line) == 0 || line[0] != '*' {
+		return nil, fmt.Errorf("protocol: expected array, got %q", line)
+	}
+	n, err := strconv.Atoi(string(line[1:]))
+	if err != nil || n < 1 || n > 1<<20 {
+		return nil, fmt.Errorf("protocol: bad array length %q", line)
+	}
+	for range n {
+		line, err := readLine(rd)
+		if err != nil {
+			return nil, err
+		}
+		if len(line) == 0 || line[0] != '$' {
+			return nil, fmt.Errorf("protocol: expected bulk string, got %q", line)
+		}
+		l, err := strconv.Atoi(string(line[1:]))
+		if err != nil || l < 0 || l > 512<<20 {
+			return nil, fmt.Errorf("protocol: bad bulk length %q", line)
+		}
+		b := make([]byte, l+2)
+		if _, err := io.ReadFull(rd, b); err != nil {
+			return nil, err
+		}
+		args = append(args, b[:l:l])
+	}
+	return args, nil
+}
+
+func readLine(rd *bufio.Reader) ([]byte, error) {
+	line, err := rd.ReadSlice('\n')
+	if err != nil {
+		return nil, err
+	}
+	if len(line) < 2 || line[len(line)-2] != '\r' {
+		return nil, errors.New("protocol: line not ended by CRLF")
+	}
+	return line[:len(line)-2], nil
+}
+
+func writeBulk(wr *bufio.Writer, v []byte) {
+	if v == nil {
+		wr.WriteString("$-1\r\n")
+		return
+	}
+	wr.WriteByte('$')
+	wr.WriteString(strconv.Itoa(len(v)))
+	wr.WriteString("\r\n")
+	wr.Write(v)
+	wr.WriteString("\r\n")
+}
+
+func (s *RESPServer) exec(wr *bufio.Writer, args [][]byte) {
+	cmd := bytes.ToUpper(args[0])
+	switch string(cmd) {
+	case "KEFIR.CALL":
+		// Skip the options up to CMD; levels mean nothing to an in-memory map.
+		for i := 1; i < len(args); i++ {
+			if bytes.EqualFold(args[i], []byte("CMD")) && i+1 < len(args) {
+				s.exec(wr, args[i+1:])
+				return
+			}
+		}
+		wr.WriteString("-ERR KEFIR.CALL without CMD\r\n")
+	case "PING":
+		wr.WriteString("+PONG\r\n")
+	case "GET":
+		if len(args) != 2 {
+			wr.WriteString("-ERR wrong number of arguments for 'get'\r\n")
+			return
+		}
+		sh := s.shard(args[1])
+		sh.mu.RLock()
+		v := sh.m[string(args[1])]
+		sh.mu.RUnlock()
+		writeBulk(wr, v)
+	case "SET":
+		if len(args) < 3 {
+			wr.WriteString("-ERR wrong number of arguments for 'set'\r\n")
+			return
+		}
+		sh := s.shard(args[1])
+		sh.mu.Lock()
+		sh.m[string(args[1])] = args[2]
+		sh.mu.Unlock()
+		wr.WriteString("+OK\r\n")
+	case "DEL":
+		n := 0
+		for _, k := range args[1:] {
+			sh := s.shard(k)
+			sh.mu.Lock()
+			if _, ok := sh.m[string(k)]; ok {
+				delete(sh.m, string(k))
+				n++
+			}
+			sh.mu.Unlock()
+		}
+		fmt.Fprintf(wr, ":%d\r\n", n)
+	case "MGET":
+		fmt.Fprintf(wr, "*%d\r\n", len(args)-1)
+		for _, k := range args[1:] {
+			sh := s.shard(k)
+			sh.mu.RLock()
+			v := sh.m[string(k)]
+			sh.mu.RUnlock()
+			writeBulk(wr, v)
+		}
+	case "FLUSHALL":
+		for i := range s.shards {
+			sh := &s.shards[i]
+			sh.mu.Lock()
+			sh.m = map[string][]byte{}
+			sh.mu.Unlock()
+		}
+		wr.WriteString("+OK\r\n")
+	case "ZADD":
+		wr.WriteString(":1\r\n")
+	case "ZRANGEBYLEX", "KEFIR.SCAN":
+		wr.WriteString("*0\r\n")
+	case "SELECT", "CLIENT":
+		wr.WriteString("+OK\r\n")
+	default:
+		fmt.Fprintf(wr, "-ERR unknown command '%s'\r\n", args[0])
+	}
+}

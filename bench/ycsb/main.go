@@ -1,0 +1,316 @@
+// Command ycsb runs YCSB core workloads (A–F, W) against Kefir, Redis, or a trivial
+// in-process RESP server (the harness's own ceiling), closed- or open-loop, and prints
+// per-operation throughput and latency percentiles as a Markdown table, Go-benchmark
+// lines (for benchstat) and optionally JSON.
+//
+// Run from bench/:
+//
+//	go run ./ycsb -db respserver -workloads a,c -clients 1,16,64       # harness ceiling
+//	go run ./ycsb -db redis -addr 127.0.0.1:6379 -workloads a -target 0,20000
+//	go run ./ycsb -db kefir -addr 127.0.0.1:7379 -consistency linearizable -durability sync
+//
+// It must not be imported; the library is bench/ycsb/core, the generators bench/ycsb/gen.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kefirdb/kefir/bench/ycsb/core"
+	"github.com/kefirdb/kefir/bench/ycsb/drivers"
+	"github.com/kefirdb/kefir/client"
+)
+
+type flags struct {
+	db, addr, password string
+	workloads          []string
+	records            uint64
+	valueSize          int
+	distribution       string
+	clients            []int
+	targets            []float64
+	warmup, dur        time.Duration
+	load               bool
+	loadClients        int
+	consistency        string
+	durability         string
+	runs               int
+	jsonPath, mdPath   string
+	seed               uint64
+	waitReplicas       int
+	respVia            string
+}
+
+func parse(args []string) (*flags, error) {
+	fs := flag.NewFlagSet("ycsb", flag.ContinueOnError)
+	f := &flags{}
+	var workloads, clients, targets string
+	fs.StringVar(&f.db, "db", "respserver", "system under test: kefir, redis, or respserver (trivial in-process server: the harness ceiling)")
+	fs.StringVar(&f.addr, "addr", "", "server address (default 127.0.0.1:7379 for kefir, 127.0.0.1:6379 for redis)")
+	fs.StringVar(&f.password, "password", os.Getenv("KEFIR_PASSWORD"), "server password")
+	fs.StringVar(&workloads, "workloads", "a", "comma-separated core workloads: a b c d e f w")
+	fs.Uint64Var(&f.records, "records", 100_000, "recordcount")
+	fs.IntVar(&f.valueSize, "valuesize", 1000, "record size in bytes (fieldcount × fieldlength)")
+	fs.StringVar(&f.distribution, "distribution", "", "override requestdistribution: uniform, zipfian or latest")
+	fs.StringVar(&clients, "clients", "16", "comma-separated client counts")
+	fs.StringVar(&targets, "target", "0", "comma-separated total target rates in ops/s; 0 = closed loop")
+	fs.DurationVar(&f.warmup, "warmup", 2*time.Second, "warm-up before measuring (not recorded)")
+	fs.DurationVar(&f.dur, "d", 10*time.Second, "measured duration of each run")
+	fs.BoolVar(&f.load, "load", true, "run the load phase before each workload")
+	fs.IntVar(&f.loadClients, "load-clients", 16, "clients in the load phase")
+	fs.StringVar(&f.consistency, "consistency", "", "kefir: read consistency level (linearizable, cross-client-monotonic, session, bounded(N), bounded(T), eventual); empty = server default")
+	fs.StringVar(&f.durability, "durability", "", "kefir: write durability level (sync, cad, async); empty = server default")
+	fs.IntVar(&f.waitReplicas, "redis-wait", 0, "redis: follow each write with WAIT n (primary with replicas)")
+	fs.StringVar(&f.respVia, "via", "redis", "respserver: which client library drives it (redis or kefir)")
+	fs.IntVar(&f.runs, "runs", 1, "repetitions of each cell (to report run-to-run spread)")
+	fs.Uint64Var(&f.seed, "seed", 1, "random seed")
+	fs.StringVar(&f.jsonPath, "json", "", "write results as JSON here")
+	fs.StringVar(&f.mdPath, "md", "", "write the Markdown table here too")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	for _, w := range strings.Split(workloads, ",") {
+		if w = strings.TrimSpace(w); w != "" {
+			f.workloads = append(f.workloads, w)
+		}
+	}
+	for _, s := range strings.Split(clients, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("-clients: bad count %q", s)
+		}
+		f.clients = append(f.clients, n)
+	}
+	for _, s := range strings.Split(targets, ",") {
+		t, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+		if err != nil || t < 0 {
+			return nil, fmt.Errorf("-target: bad rate %q", s)
+		}
+		f.targets = append(f.targets, t)
+	}
+	if f.addr == "" {
+		f.addr = map[string]string{"kefir": "127.0.0.1:7379", "redis": "127.0.0.1:6379"}[f.db]
+	}
+	return f, nil
+}
+
+// system is a connected driver.
+type system struct {
+	name  string
+	newDB core.NewDB
+	flush func(context.Context) error // empties the store before a load; nil if it cannot
+	close func() error
+}
+
+func connect(ctx context.Context, f *flags, index bool, pool int) (*system, error) {
+	switch f.db {
+	case "redis", "respserver":
+		addr, name := f.addr, "redis"
+		var srv *drivers.RESPServer
+		if f.db == "respserver" {
+			var err error
+			if srv, err = drivers.StartRESPServer("127.0.0.1:0"); err != nil {
+				return nil, err
+			}
+			addr, name = srv.Addr(), "respserver(via "+f.respVia+")"
+			if f.respVia == "kefir" {
+				k, err := drivers.NewKefir(ctx, drivers.KefirConfig{Addrs: []string{addr}, PoolSize: pool})
+				if err != nil {
+					srv.Close()
+					return nil, err
+				}
+				return &system{name: name, newDB: k.NewDB, close: func() error { return errors.Join(k.Close(), srv.Close()) }}, nil
+			}
+		}
+		r, err := drivers.NewRedis(ctx, drivers.RedisConfig{Addr: addr, Password: f.password, PoolSize: pool, Index: index,
+			WaitReplicas: f.waitReplicas, WaitTimeout: time.Second})
+		if err != nil {
+			if srv != nil {
+				srv.Close()
+			}
+			return nil, err
+		}
+		if f.waitReplicas > 0 {
+			name += fmt.Sprintf("+WAIT %d", f.waitReplicas)
+		}
+		return &system{name: name, newDB: r.NewDB, flush: r.FlushAll, close: func() error {
+			err := r.Close()
+			if srv != nil {
+				err = errors.Join(err, srv.Close())
+			}
+			return err
+		}}, nil
+	case "kefir":
+		cfg := drivers.KefirConfig{Addrs: strings.Split(f.addr, ","), Password: f.password, PoolSize: pool}
+		name := "kefir"
+		if f.consistency != "" {
+			c, err := client.ParseConsistency(f.consistency)
+			if err != nil {
+				return nil, err
+			}
+			cfg.Consistency = c
+		}
+		if f.durability != "" {
+			d, err := client.ParseDurability(f.durability)
+			if err != nil {
+				return nil, err
+			}
+			cfg.Durability = d
+		}
+		name += fmt.Sprintf("(%s/%s)", cfg.Consistency, cfg.Durability)
+		k, err := drivers.NewKefir(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		return &system{name: name, newDB: k.NewDB, close: k.Close}, nil
+	}
+	return nil, fmt.Errorf("unknown -db %q (want kefir, redis or respserver)", f.db)
+}
+
+// row is one measured cell for the reports.
+type row struct {
+	System string       `json:"system"`
+	Run    int          `json:"run"`
+	Result *core.Result `json:"result"`
+}
+
+func main() {
+	f, err := parse(os.Args[1:])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "ycsb:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	rows, err := run(ctx, f, os.Stderr)
+	if len(rows) > 0 {
+		cmd := "go run ./ycsb " + strings.Join(os.Args[1:], " ")
+		md := markdown(cmd, rows)
+		fmt.Print(md)
+		if f.mdPath != "" {
+			if werr := os.WriteFile(f.mdPath, []byte(md), 0o644); werr != nil {
+				err = errors.Join(err, werr)
+			}
+		}
+		if f.jsonPath != "" {
+			b, _ := json.MarshalIndent(map[string]any{"command": cmd, "rows": rows}, "", "  ")
+			if werr := os.WriteFile(f.jsonPath, append(b, '\n'), 0o644); werr != nil {
+				err = errors.Join(err, werr)
+			}
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "ycsb:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, f *flags, logw io.Writer) ([]row, error) {
+	var ws []core.Workload
+	index := false
+	for _, name := range f.workloads {
+		w, err := core.Standard(name)
+		if err != nil {
+			return nil, err
+		}
+		w.RecordCount, w.ValueSize = f.records, f.valueSize
+		if f.distribution != "" {
+			w.RequestDistribution = f.distribution
+		}
+		if err := w.Validate(); err != nil {
+			return nil, err
+		}
+		index = index || w.HasScans()
+		ws = append(ws, w)
+	}
+	pool := f.loadClients
+	for _, c := range f.clients {
+		pool = max(pool, c)
+	}
+	sys, err := connect(ctx, f, index, pool)
+	if err != nil {
+		return nil, err
+	}
+	defer sys.close()
+	var rows []row
+	for _, w := range ws {
+		if f.load {
+			if sys.flush != nil {
+				if err := sys.flush(ctx); err != nil {
+					return rows, fmt.Errorf("flush before loading %s: %w", w.Name, err)
+				}
+			}
+			res, err := core.Load(ctx, w, sys.newDB, f.loadClients)
+			if err != nil {
+				return rows, fmt.Errorf("load %s: %w", w.Name, err)
+			}
+			fmt.Fprintf(logw, "%s load %s: %d records in %.1fs (%.0f/s), %d errors\n", sys.name, w.Name, res.Ops, res.Seconds, res.Throughput, res.Errors)
+			if res.Errors > 0 {
+				return rows, fmt.Errorf("load %s: %d inserts failed, first: %v", w.Name, res.Errors, res.FirstErrors)
+			}
+		}
+		for run := range f.runs {
+			for _, c := range f.clients {
+				for _, t := range f.targets {
+					cfg := core.Config{Clients: c, Target: t, Warmup: f.warmup, Duration: f.dur, Seed: f.seed + uint64(run)}
+					res, err := core.Run(ctx, w, sys.newDB, cfg)
+					if err != nil {
+						return rows, fmt.Errorf("run %s clients=%d target=%v: %w", w.Name, c, t, err)
+					}
+					rows = append(rows, row{System: sys.name, Run: run + 1, Result: res})
+					fmt.Fprintln(logw, benchLine(sys.name, res))
+				}
+			}
+		}
+	}
+	return rows, nil
+}
+
+// benchLine formats a result as a Go benchmark line, so benchstat can compare runs.
+func benchLine(sys string, r *core.Result) string {
+	mode := "closed"
+	if r.Mode == "open" {
+		mode = fmt.Sprintf("target=%.0f", r.Target)
+	}
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "BenchmarkYCSB/%s/%s/clients=%d/%s 1 %.0f ops/sec", strings.NewReplacer(" ", "", "/", ":").Replace(sys), r.Workload, r.Clients, mode, r.Throughput)
+	for _, op := range r.PerOp {
+		name := strings.ToLower(strings.ReplaceAll(op.Op, "-", ""))
+		fmt.Fprintf(&sb, " %.1f %s-p50-us %.1f %s-p99-us", op.P50Us, name, op.P99Us, name)
+	}
+	fmt.Fprintf(&sb, " %d errors", r.Errors)
+	return sb.String()
+}
+
+func markdown(cmd string, rows []row) string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "Command (from `bench/`): `%s`\n\n", cmd)
+	sb.WriteString("| system | workload | clients | load | run | op | ops/s | p50 µs | p95 µs | p99 µs | p99.9 µs | errors | not found |\n")
+	sb.WriteString("|---|---|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, r := range rows {
+		mode := "closed"
+		if r.Result.Mode == "open" {
+			mode = fmt.Sprintf("open %.0f/s", r.Result.Target)
+			if r.Result.Backlog > 0 {
+				mode += fmt.Sprintf(" (**%d never sent**)", r.Result.Backlog)
+			}
+		}
+		for _, op := range r.Result.PerOp {
+			fmt.Fprintf(&sb, "| %s | %s | %d | %s | %d | %s | %.0f | %.1f | %.1f | %.1f | %.1f | %d | %d |\n",
+				r.System, strings.ToUpper(r.Result.Workload), r.Result.Clients, mode, r.Run, op.Op, op.Throughput,
+				op.P50Us, op.P95Us, op.P99Us, op.P999Us, op.Errors, op.NotFound)
+		}
+		fmt.Fprintf(&sb, "| %s | %s | %d | %s | %d | **total** | **%.0f** | | | | | %d | |\n",
+			r.System, strings.ToUpper(r.Result.Workload), r.Result.Clients, mode, r.Run, r.Result.Throughput, r.Result.Errors)
+	}
+	return sb.String()
+}
