@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"html/template"
 	"net/http"
+	"net/http/pprof"
 	"runtime"
 	"time"
 
@@ -69,6 +70,12 @@ func (s *Server) Status() StatusJSON {
 
 func (s *Server) httpHandler() http.Handler {
 	mux := http.NewServeMux()
+	// Profiles are how performance work is done here (go tool pprof
+	// http://HOST/debug/pprof/profile); the admin port is loopback or password-guarded.
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")

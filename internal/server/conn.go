@@ -470,20 +470,28 @@ func argPreview(args [][]byte) string {
 }
 
 // arena copies request bytes that must outlive the reader's buffer until the
-// batch is applied. Chunks are never reused after reset because the engine may
-// keep the slices it was given until it copies them; fresh chunks are cheap.
+// batch is applied. The engine copies keys and values into its write buffer and
+// index (storage.DB.Append keeps no caller slice) and the shard clones what its
+// client table keeps,
+// so the arena is reused from batch to batch; a chunk that fills up is replaced,
+// never grown in place, so earlier slices of the batch stay valid.
 type arena struct {
 	buf []byte
 }
 
-func (a *arena) reset() { a.buf = nil }
+func (a *arena) reset() {
+	if cap(a.buf) > 1<<20 {
+		a.buf = nil // one huge batch must not pin its memory
+	}
+	a.buf = a.buf[:0]
+}
 
 func (a *arena) copy(b []byte) []byte {
-	if len(b) > 16<<10 {
+	if len(b) > 64<<10 {
 		return append([]byte(nil), b...)
 	}
 	if cap(a.buf)-len(a.buf) < len(b) {
-		a.buf = make([]byte, 0, 32<<10)
+		a.buf = make([]byte, 0, max(2*cap(a.buf), 4<<10))
 	}
 	n := len(a.buf)
 	a.buf = append(a.buf, b...)

@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# Side-by-side RESP benchmark: redis-benchmark against a single Kefir node and
+# against redis-server (Debian package), both started here on loopback, in two
+# durability pairs:
+#   no fsync:   redis --appendonly no             vs  kefir --durability async
+#   fsync:      redis --appendfsync always        vs  kefir --durability sync
+# each with -c 50 and with -c 50 -P 16. Prints a Markdown table with ratios.
+#
+# Usage: bench/resp-vs-redis.sh [-n REQUESTS] [-r ROUNDS]
+#   Rounds alternate Kefir and Redis runs and report the median, because the
+#   machine is shared and single runs are noisy.
+# Needs: go, redis-server, redis-benchmark.
+set -euo pipefail
+
+N=200000
+ROUNDS=1
+while getopts "n:r:" o; do
+	case $o in
+	n) N=$OPTARG ;;
+	r) ROUNDS=$OPTARG ;;
+	*) echo "usage: $0 [-n requests] [-r rounds]" >&2; exit 2 ;;
+	esac
+done
+
+cd "$(dirname "$0")/.."
+for t in redis-server redis-benchmark go; do
+	command -v "$t" >/dev/null || { echo "$0: $t not found (apt-get install redis-server redis-tools)" >&2; exit 1; }
+done
+
+WORK=$(mktemp -d /tmp/kefir-bench.XXXXXX)
+PIDS=()
+cleanup() {
+	for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
+	wait 2>/dev/null || true
+	rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+go build -o "$WORK/kefir" ./cmd/kefir
+
+KPORT=${KPORT:-16390}
+RPORT=${RPORT:-16391}
+
+wait_port() {
+	for _ in $(seq 1 100); do
+		if redis-cli -p "$1" ping 2>/dev/null | grep -q PONG; then return 0; fi
+		sleep 0.1
+	done
+	echo "$0: nothing answers on port $1" >&2
+	exit 1
+}
+
+start_kefir() { # durability
+	rm -rf "$WORK/kefir-data"
+	"$WORK/kefir" server --client-addr "127.0.0.1:$KPORT" --peer-addr "" --http-addr "" \
+		--dir "$WORK/kefir-data" --durability "$1" --log-level warn 2>"$WORK/kefir.log" &
+	KPID=$!
+	PIDS+=("$KPID")
+	wait_port "$KPORT"
+}
+
+start_redis() { # appendonly appendfsync
+	rm -rf "$WORK/redis-data"
+	mkdir -p "$WORK/redis-data"
+	redis-server --port "$RPORT" --bind 127.0.0.1 --dir "$WORK/redis-data" --save "" \
+		--appendonly "$1" --appendfsync "$2" --daemonize no --logfile "$WORK/redis.log" &
+	RPID=$!
+	PIDS+=("$RPID")
+	wait_port "$RPORT"
+}
+
+stop() { kill "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
+
+# bench PORT PIPELINE -> "set_rps get_rps"
+bench() {
+	local out
+	out=$(redis-benchmark -p "$1" -t set,get -n "$N" -c 50 -P "$2" --csv 2>/dev/null)
+	local set get
+	set=$(echo "$out" | awk -F'","' '/^"SET"/{print $2}')
+	get=$(echo "$out" | awk -F'","' '/^"GET"/{print $2}')
+	echo "${set%%.*} ${get%%.*}"
+}
+
+median() { sort -n | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}'; }
+
+declare -A RES
+for mode in nofsync fsync; do
+	for P in 1 16; do
+		ks=(); kg=(); rs=(); rg=()
+		for _ in $(seq 1 "$ROUNDS"); do
+			if [ $mode = nofsync ]; then start_kefir async; else start_kefir sync; fi
+			read -r s g < <(bench "$KPORT" "$P"); ks+=("$s"); kg+=("$g")
+			stop "$KPID"
+			if [ $mode = nofsync ]; then start_redis no everysec; else start_redis yes always; fi
+			read -r s g < <(bench "$RPORT" "$P"); rs+=("$s"); rg+=("$g")
+			stop "$RPID"
+		done
+		RES[$mode,$P,kset]=$(printf '%s\n' "${ks[@]}" | median)
+		RES[$mode,$P,kget]=$(printf '%s\n' "${kg[@]}" | median)
+		RES[$mode,$P,rset]=$(printf '%s\n' "${rs[@]}" | median)
+		RES[$mode,$P,rget]=$(printf '%s\n' "${rg[@]}" | median)
+	done
+done
+
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN{ if (b>0) printf "%.2f", a/b; else print "n/a" }'; }
+
+echo
+echo "redis-benchmark -t set,get -n $N -c 50 [-P 16], median of $ROUNDS round(s), $(nproc) cores, $(date -u +%Y-%m-%dT%H:%MZ)"
+echo
+echo "| durability | pipeline | op | Kefir req/s | Redis req/s | Kefir / Redis | target |"
+echo "|---|---|---|---:|---:|---:|---:|"
+for mode in nofsync fsync; do
+	for P in 1 16; do
+		for op in set get; do
+			k=${RES[$mode,$P,k$op]}; r=${RES[$mode,$P,r$op]}
+			if [ $mode = nofsync ]; then d="kefir async / redis appendonly no"; tgt="≥ 0.8"; else d="kefir sync / redis appendfsync always"; tgt="≥ 1.0"; fi
+			echo "| $d | -P $P | ${op^^} | $k | $r | $(ratio "$k" "$r") | $tgt |"
+		done
+	done
+done

@@ -1,0 +1,238 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/server"
+)
+
+// An option is one setting of `kefir server`. Each has one name, used as the flag
+// (--name), the config file key (name, or name with '_' for '-') and the
+// environment variable (KEFIR_NAME with '_' for '-'). Values are parsed from
+// strings in every source, so the three sources cannot disagree on syntax.
+type option struct {
+	name  string
+	def   string
+	help  string
+	apply func(cfg *serverConfig, v string) error
+}
+
+// serverConfig is server.Config plus the process-level settings.
+type serverConfig struct {
+	server.Config
+	LogLevel  string
+	LogFormat string
+}
+
+func parseBytes(s string) (int64, error) {
+	s = strings.TrimSpace(strings.ToUpper(s))
+	mult := int64(1)
+	for _, u := range []struct {
+		suf string
+		m   int64
+	}{{"KIB", 1 << 10}, {"MIB", 1 << 20}, {"GIB", 1 << 30}, {"KB", 1000}, {"MB", 1000 * 1000}, {"GB", 1000 * 1000 * 1000}, {"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"B", 1}} {
+		if strings.HasSuffix(s, u.suf) {
+			s, mult = strings.TrimSpace(strings.TrimSuffix(s, u.suf)), u.m
+			break
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("%q is not a size (e.g. 512MiB, 1048576)", s)
+	}
+	return n * mult, nil
+}
+
+var serverOptions = []option{
+	{"node-id", "n1", "Name of this node in logs, INFO and /status.",
+		func(c *serverConfig, v string) error { c.NodeID = v; return nil }},
+	{"dir", "kefir-data/n1", "Data directory (created if missing).",
+		func(c *serverConfig, v string) error { c.DataDir = v; return nil }},
+	{"client-addr", "127.0.0.1:6380", "RESP listen address (redis-cli, redis-benchmark, the Go client). A non-loopback address requires --password.",
+		func(c *serverConfig, v string) error { c.ClientAddr = v; return nil }},
+	{"peer-addr", "127.0.0.1:7380", "Peer (replication) listen address; empty disables it. Peers must prove the --cluster-secret; a non-loopback address requires one.",
+		func(c *serverConfig, v string) error { c.PeerAddr = v; return nil }},
+	{"http-addr", "127.0.0.1:8380", "HTTP admin address (/metrics, /status, /healthz, /); empty disables it. A non-loopback address requires --password.",
+		func(c *serverConfig, v string) error { c.HTTPAddr = v; return nil }},
+	{"password", "", "Client password for AUTH and HELLO ... AUTH. Prefer KEFIR_PASSWORD or the config file over the flag (flags show in ps).",
+		func(c *serverConfig, v string) error { c.Password = v; return nil }},
+	{"cluster-secret", "", "Shared secret peers prove (HMAC challenge-response) on the peer port.",
+		func(c *serverConfig, v string) error { c.ClusterSecret = v; return nil }},
+	{"tls-cert", "", "PEM certificate file: with --tls-key, serve TLS on the client port.",
+		func(c *serverConfig, v string) error { c.TLSCert = v; return nil }},
+	{"tls-key", "", "PEM private key file for --tls-cert.",
+		func(c *serverConfig, v string) error { c.TLSKey = v; return nil }},
+	{"consistency", "linearizable", "Default read consistency for connections that set none: linearizable, cross-client-monotonic, session, bounded(N), bounded(DURATION), eventual.",
+		func(c *serverConfig, v string) error {
+			l, err := level.ParseConsistency(v)
+			c.Consistency = l
+			return err
+		}},
+	{"durability", "sync", "Default write durability: sync (fsync before the reply), cad (reply, fsync in the background; reads never see what a crash could take back), async (unsafe baseline).",
+		func(c *serverConfig, v string) error {
+			d, err := level.ParseDurability(v)
+			c.Durability = d
+			return err
+		}},
+	{"sync-interval", "1s", "Background fsync interval: bounds what async writes can lose (0 = only when needed).",
+		func(c *serverConfig, v string) error {
+			d, err := time.ParseDuration(v)
+			c.SyncInterval = d
+			return err
+		}},
+	{"cache-size", "32MiB", "Storage engine value cache size.",
+		func(c *serverConfig, v string) error {
+			n, err := parseBytes(v)
+			c.CacheBytes = n
+			return err
+		}},
+	{"max-clients", "10000", "Maximum concurrent client connections; more are refused with an error.",
+		func(c *serverConfig, v string) error {
+			n, err := strconv.Atoi(v)
+			if err == nil && n <= 0 {
+				err = errors.New("must be positive")
+			}
+			c.MaxClients = n
+			return err
+		}},
+	{"idle-timeout", "0s", "Close client connections idle this long (0 = never).",
+		func(c *serverConfig, v string) error {
+			d, err := time.ParseDuration(v)
+			c.IdleTimeout = d
+			return err
+		}},
+	{"max-bulk", "512MiB", "Largest bulk string accepted in a request; larger is a protocol error that closes the connection.",
+		func(c *serverConfig, v string) error {
+			n, err := parseBytes(v)
+			if err == nil && (n <= 0 || n > 1<<31-1) {
+				err = errors.New("must be between 1 and 2GiB")
+			}
+			c.MaxBulk = int(n)
+			return err
+		}},
+	{"shutdown-timeout", "10s", "On SIGTERM/SIGINT, how long to let connections finish before cutting them.",
+		func(c *serverConfig, v string) error {
+			d, err := time.ParseDuration(v)
+			c.ShutdownTimeout = d
+			return err
+		}},
+	{"log-level", "info", "Log level: debug, info, warn, error.",
+		func(c *serverConfig, v string) error { c.LogLevel = v; return nil }},
+	{"log-format", "text", "Log format: text or json.",
+		func(c *serverConfig, v string) error { c.LogFormat = v; return nil }},
+}
+
+func envName(opt string) string {
+	return "KEFIR_" + strings.ToUpper(strings.ReplaceAll(opt, "-", "_"))
+}
+
+func findOption(name string) *option {
+	name = strings.ReplaceAll(strings.ToLower(name), "_", "-")
+	for i := range serverOptions {
+		if serverOptions[i].name == name {
+			return &serverOptions[i]
+		}
+	}
+	return nil
+}
+
+// loadServerConfig resolves the configuration: defaults, then the config file
+// (--config or KEFIR_CONFIG), then KEFIR_* variables, then flags set on the
+// command line; each later source overrides the earlier.
+func loadServerConfig(args []string, env func(string) string, stderr io.Writer) (serverConfig, error) {
+	fs := flag.NewFlagSet("kefir server", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	configPath := fs.String("config", "", "TOML config file (keys are the option names, e.g. client-addr = \"127.0.0.1:6380\"). Also KEFIR_CONFIG.")
+	flagVals := map[string]*string{}
+	for _, o := range serverOptions {
+		flagVals[o.name] = fs.String(o.name, o.def, fmt.Sprintf("%s (env %s)", o.help, envName(o.name)))
+	}
+	fs.Usage = func() { serverUsage(fs, stderr) }
+	if err := fs.Parse(args); err != nil {
+		return serverConfig{}, err
+	}
+	if fs.NArg() > 0 {
+		return serverConfig{}, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	var cfg serverConfig
+	for _, o := range serverOptions {
+		if err := o.apply(&cfg, o.def); err != nil {
+			panic(fmt.Sprintf("default of %s: %v", o.name, err))
+		}
+	}
+	path := *configPath
+	if path == "" {
+		path = env("KEFIR_CONFIG")
+	}
+	if path != "" {
+		var file map[string]any
+		if _, err := toml.DecodeFile(path, &file); err != nil {
+			return cfg, fmt.Errorf("config file %s: %w", path, err)
+		}
+		keys := make([]string, 0, len(file))
+		for k := range file {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			o := findOption(k)
+			if o == nil {
+				return cfg, fmt.Errorf("config file %s: unknown option %q (see kefir server --help)", path, k)
+			}
+			if err := o.apply(&cfg, fmt.Sprint(file[k])); err != nil {
+				return cfg, fmt.Errorf("config file %s: %s: %w", path, k, err)
+			}
+		}
+	}
+	for _, o := range serverOptions {
+		if v := env(envName(o.name)); v != "" {
+			if err := o.apply(&cfg, v); err != nil {
+				return cfg, fmt.Errorf("%s: %w", envName(o.name), err)
+			}
+		}
+	}
+	var ferr error
+	fs.Visit(func(f *flag.Flag) {
+		if o := findOption(f.Name); o != nil && ferr == nil {
+			if err := o.apply(&cfg, *flagVals[o.name]); err != nil {
+				ferr = fmt.Errorf("--%s: %w", o.name, err)
+			}
+		}
+	})
+	return cfg, ferr
+}
+
+func serverUsage(fs *flag.FlagSet, w io.Writer) {
+	fmt.Fprintf(w, `Usage: kefir server [options]
+
+Runs one Kefir node: a RESP client port (any Redis client works), a peer port for
+replication and an HTTP admin port. Every port binds to 127.0.0.1 unless told
+otherwise; binding any other address requires a password (client/HTTP) or a
+cluster secret (peer), and the node refuses to start without one.
+
+Settings come from, in increasing precedence: built-in defaults, a TOML config file
+(--config FILE or KEFIR_CONFIG), environment variables KEFIR_<OPTION> (upper case,
+'-' as '_'), and command-line flags.
+
+Options:
+`)
+	fmt.Fprintf(w, "  --config FILE\n        TOML config file; keys are option names, e.g. durability = \"cad\". Also KEFIR_CONFIG.\n")
+	for _, o := range serverOptions {
+		def := o.def
+		if def == "" {
+			def = "none"
+		}
+		fmt.Fprintf(w, "  --%s VALUE   (env %s, default %s)\n        %s\n", o.name, envName(o.name), def, o.help)
+	}
+	fmt.Fprintf(w, "\nSignals: SIGTERM or SIGINT shuts down gracefully (stop accepting, finish in-flight\ncommands, fsync, close); a second signal exits at once.\n")
+}

@@ -1,0 +1,140 @@
+// Command kefir is Kefir's one binary: the node (`kefir server`), the local cluster
+// launcher (`kefir up`), the command-line client (`kefir get|put|del|cas|scan|status`)
+// and `kefir version`.
+//
+// It wires packages together and parses the command line; it holds no storage,
+// replication or protocol logic of its own, and nothing imports it.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime"
+	"strings"
+	"syscall"
+
+	"github.com/kefirdb/kefir/internal/server"
+)
+
+const usage = `kefir — a replicated key-value store where every request says how much
+consistency and durability it needs.
+
+Usage:
+  kefir up       [--nodes N] [--dir ./kefir-data]   start a local cluster on loopback
+  kefir server   [options]                          run one node (see kefir server --help)
+  kefir get KEY                                      read a key
+  kefir put KEY VALUE                                write a key
+  kefir del KEY...                                   delete keys
+  kefir cas KEY EXPECTED NEW                         compare and swap
+  kefir scan [START [END]] [--limit N]               ordered range read
+  kefir status                                       node status
+  kefir version                                      print the version
+
+Client commands take --addr (default 127.0.0.1:6380, env KEFIR_ADDR), --password
+(env KEFIR_PASSWORD), --consistency, --durability and --json.
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	cmd, rest := args[0], args[1:]
+	var err error
+	switch cmd {
+	case "server":
+		err = runServer(rest, stderr)
+	case "up":
+		err = runUp(rest, stdout, stderr)
+	case "get", "put", "del", "cas", "scan", "status":
+		err = runClient(cmd, rest, stdout, stderr)
+	case "version", "--version":
+		fmt.Fprintf(stdout, "kefir %s (%s %s/%s)\n", server.Version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+	default:
+		fmt.Fprintf(stderr, "kefir: unknown command %q\n\n%s", cmd, usage)
+		return 2
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "kefir %s: %v\n", cmd, err)
+		var ue usageError
+		if errors.As(err, &ue) {
+			return 2
+		}
+		return 1
+	}
+	return 0
+}
+
+// usageError marks errors in how the command was invoked (exit status 2).
+type usageError struct{ error }
+
+func newLogger(level, format string, w io.Writer) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("log level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch strings.ToLower(format) {
+	case "text", "":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("log format %q: want text or json", format)
+}
+
+func runServer(args []string, stderr io.Writer) error {
+	cfg, err := loadServerConfig(args, os.Getenv, stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err}
+	}
+	log, err := newLogger(cfg.LogLevel, cfg.LogFormat, stderr)
+	if err != nil {
+		return usageError{err}
+	}
+	cfg.Logger = log
+	srv, err := server.New(cfg.Config)
+	if err != nil {
+		return err
+	}
+	if err := srv.Start(); err != nil {
+		_ = srv.Close()
+		return err
+	}
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	sig := <-sigs
+	log.Info("signal received: shutting down gracefully (send again to exit at once)", "signal", sig.String())
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+		defer cancel()
+		done <- srv.Shutdown(ctx)
+	}()
+	select {
+	case err := <-done:
+		return err
+	case sig := <-sigs:
+		log.Warn("second signal: exiting without finishing shutdown", "signal", sig.String())
+		os.Exit(1)
+	}
+	return nil
+}
