@@ -1,6 +1,7 @@
 package server
 
 import (
+	"crypto/subtle"
 	"encoding/json"
 	"html/template"
 	"net/http"
@@ -101,7 +102,34 @@ func (s *Server) httpHandler() http.Handler {
 			Go string
 		}{s.Status(), runtime.Version()})
 	})
-	return mux
+	if s.cfg.Password == "" {
+		return mux
+	}
+	// With a password, everything but /healthz needs HTTP basic auth (any user name,
+	// the client password), so exposing the admin port does not expose the data's
+	// shape or profiles.
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		if !s.limiter.allow(r.RemoteAddr) {
+			http.Error(w, "too many failed attempts", http.StatusTooManyRequests)
+			return
+		}
+		_, pwd, ok := r.BasicAuth()
+		if !ok || subtle.ConstantTimeCompare([]byte(pwd), []byte(s.cfg.Password)) != 1 {
+			if ok {
+				s.limiter.fail(r.RemoteAddr)
+				s.m.authFails.Inc()
+				s.log.Warn("HTTP admin: wrong password", "remote", r.RemoteAddr)
+			}
+			w.Header().Set("WWW-Authenticate", `Basic realm="kefir"`)
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
 }
 
 var statusPage = template.Must(template.New("status").Parse(`<!doctype html>

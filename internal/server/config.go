@@ -97,7 +97,7 @@ func (c Config) Validate() error {
 	}
 	for _, p := range []struct{ name, addr, secret, how string }{
 		{"client", c.ClientAddr, c.Password, "set a password with --password or KEFIR_PASSWORD"},
-		{"http admin", c.HTTPAddr, c.Password, "set a password with --password or KEFIR_PASSWORD (it also guards the admin port's exposure decision)"},
+		{"http admin", c.HTTPAddr, c.Password, "set a password with --password or KEFIR_PASSWORD (the admin port then requires it as HTTP basic auth)"},
 		{"peer", c.PeerAddr, c.ClusterSecret, "set a cluster secret with --cluster-secret or KEFIR_CLUSTER_SECRET"},
 	} {
 		if p.addr == "" {

@@ -496,3 +496,32 @@ func TestQuit(t *testing.T) {
 		t.Fatal("connection open after QUIT")
 	}
 }
+
+func TestHTTPAdminNeedsThePasswordWhenOneIsSet(t *testing.T) {
+	s := startServer(t, func(c *Config) { c.Password = "pw" })
+	base := "http://" + s.HTTPAddr().String()
+	get := func(path, pwd string) int {
+		req, _ := http.NewRequest("GET", base+path, nil)
+		if pwd != "" {
+			req.SetBasicAuth("admin", pwd)
+		}
+		r, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Body.Close()
+		return r.StatusCode
+	}
+	if c := get("/status", ""); c != http.StatusUnauthorized {
+		t.Errorf("/status without password: %d", c)
+	}
+	if c := get("/metrics", "wrong"); c != http.StatusUnauthorized {
+		t.Errorf("/metrics with wrong password: %d", c)
+	}
+	if c := get("/status", "pw"); c != http.StatusOK {
+		t.Errorf("/status with password: %d", c)
+	}
+	if c := get("/healthz", ""); c != http.StatusOK {
+		t.Errorf("/healthz is for load balancers and needs no password: %d", c)
+	}
+}

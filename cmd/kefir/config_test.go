@@ -1,0 +1,119 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kefirdb/kefir/internal/level"
+)
+
+func envMap(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func TestConfigPrecedenceIsFlagsThenEnvThenFileThenDefaults(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "kefir.toml")
+	if err := os.WriteFile(file, []byte(`
+client-addr = "127.0.0.1:1111"
+durability = "cad"
+max_clients = 7
+idle-timeout = "5s"
+node-id = "from-file"
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := envMap(map[string]string{
+		"KEFIR_CONFIG":      file,
+		"KEFIR_DURABILITY":  "async",
+		"KEFIR_MAX_CLIENTS": "8",
+		"KEFIR_NODE_ID":     "from-env",
+	})
+	var stderr bytes.Buffer
+	cfg, err := loadServerConfig([]string{"--node-id", "from-flag"}, env, &stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checks := []struct {
+		name      string
+		got, want any
+	}{
+		{"node-id (flag over env and file)", cfg.NodeID, "from-flag"},
+		{"durability (env over file)", cfg.Durability, level.Async},
+		{"max-clients (env over file)", cfg.MaxClients, 8},
+		{"client-addr (file over default)", cfg.ClientAddr, "127.0.0.1:1111"},
+		{"idle-timeout (file)", cfg.IdleTimeout, 5 * time.Second},
+		{"http-addr (default)", cfg.HTTPAddr, "127.0.0.1:8380"},
+		{"consistency (default)", cfg.Consistency, level.ConsLinearizable},
+		{"max-bulk (default)", cfg.MaxBulk, 512 << 20},
+	}
+	for _, c := range checks {
+		if c.got != c.want {
+			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
+		}
+	}
+}
+
+func TestConfigErrorsNameTheirSource(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "bad.toml")
+	os.WriteFile(file, []byte(`no-such-option = 1`), 0o644)
+	cases := []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{[]string{"--config", file}, nil, `unknown option "no-such-option"`},
+		{nil, map[string]string{"KEFIR_DURABILITY": "fast"}, "KEFIR_DURABILITY"},
+		{[]string{"--consistency", "bounded(x)"}, nil, "--consistency"},
+		{[]string{"--max-clients", "0"}, nil, "--max-clients"},
+		{[]string{"--max-bulk", "lots"}, nil, "--max-bulk"},
+		{[]string{"stray"}, nil, "unexpected arguments"},
+	}
+	for _, c := range cases {
+		_, err := loadServerConfig(c.args, envMap(c.env), &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v %v: err = %v, want mention of %q", c.args, c.env, err, c.want)
+		}
+	}
+}
+
+func TestHelpExplainsEveryOption(t *testing.T) {
+	var stderr bytes.Buffer
+	_, err := loadServerConfig([]string{"--help"}, envMap(nil), &stderr)
+	if !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("err = %v", err)
+	}
+	for _, o := range serverOptions {
+		if !strings.Contains(stderr.String(), "--"+o.name) || !strings.Contains(stderr.String(), envName(o.name)) || o.help == "" {
+			t.Errorf("--help does not explain %s", o.name)
+		}
+	}
+}
+
+func TestParseBytes(t *testing.T) {
+	for in, want := range map[string]int64{"512MiB": 512 << 20, "1024": 1024, "4k": 4096, "1GB": 1e9, "2 MiB": 2 << 20} {
+		if got, err := parseBytes(in); err != nil || got != want {
+			t.Errorf("parseBytes(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "-1", "1XB", "MiB"} {
+		if _, err := parseBytes(bad); err == nil {
+			t.Errorf("parseBytes(%q) accepted", bad)
+		}
+	}
+}
+
+func TestInterleavedFlags(t *testing.T) {
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	j := fs.Bool("json", false, "")
+	a := fs.String("addr", "", "")
+	pos, err := parseInterleaved(fs, []string{"k", "--json", "v", "--addr", "h:1", "--", "--literal"})
+	if err != nil || !*j || *a != "h:1" || strings.Join(pos, ",") != "k,v,--literal" {
+		t.Fatalf("pos=%q json=%v addr=%q err=%v", pos, *j, *a, err)
+	}
+}
