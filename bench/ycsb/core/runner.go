@@ -29,6 +29,10 @@ type Config struct {
 	Duration time.Duration
 	// Seed makes key and operation choices repeatable (clients derive their own streams).
 	Seed uint64
+
+	// serviceTime measures latency from when an operation was actually sent, i.e. with
+	// coordinated omission. Only tests set it, to show what the default guards against.
+	serviceTime bool
 }
 
 // NewDB opens client number i's handle on the system under test.
@@ -279,6 +283,9 @@ func Run(ctx context.Context, w Workload, newDB NewDB, cfg Config) (*Result, err
 				}
 				if !intended.Before(end) {
 					return
+				}
+				if cfg.serviceTime {
+					intended = time.Now()
 				}
 				x := r.Float64()
 				op := OpRead

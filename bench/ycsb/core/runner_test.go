@@ -1,0 +1,281 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// memDB is an in-memory DB shared by all clients, with hooks to inject stalls and errors.
+type memDB struct {
+	mu    sync.Mutex
+	m     map[string][]byte
+	calls atomic.Int64
+	// stall, if set, is called before each operation with the operation's sequence
+	// number (across clients) and may sleep.
+	stall func(n int64)
+	// failEvery > 0 makes every failEvery-th operation fail.
+	failEvery int64
+}
+
+func newMemDB() *memDB { return &memDB{m: map[string][]byte{}} }
+
+func (d *memDB) newDB(int) (DB, error) { return d, nil }
+
+func (d *memDB) enter() error {
+	n := d.calls.Add(1)
+	if d.stall != nil {
+		d.stall(n)
+	}
+	if d.failEvery > 0 && n%d.failEvery == 0 {
+		return errors.New("injected failure")
+	}
+	return nil
+}
+
+func (d *memDB) Read(_ context.Context, key string) ([]byte, error) {
+	if err := d.enter(); err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	v, ok := d.m[key]
+	if !ok {
+		return nil, ErrNotFound
+	}
+	return v, nil
+}
+
+func (d *memDB) put(key string, value []byte) error {
+	if err := d.enter(); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	d.m[key] = append([]byte(nil), value...)
+	d.mu.Unlock()
+	return nil
+}
+
+func (d *memDB) Update(_ context.Context, key string, value []byte) error { return d.put(key, value) }
+func (d *memDB) Insert(_ context.Context, key string, value []byte) error { return d.put(key, value) }
+
+func (d *memDB) Scan(_ context.Context, start string, count int) (int, error) {
+	if err := d.enter(); err != nil {
+		return 0, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	keys := make([]string, 0, len(d.m))
+	for k := range d.m {
+		if k >= start {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	return min(count, len(keys)), nil
+}
+
+func (d *memDB) Close() error { return nil }
+
+func small(t *testing.T, name string) Workload {
+	t.Helper()
+	w, err := Standard(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.RecordCount, w.ValueSize = 1000, 100
+	return w
+}
+
+func opStats(r *Result, op Op) OpStats {
+	for _, s := range r.PerOp {
+		if s.Op == op.String() {
+			return s
+		}
+	}
+	return OpStats{}
+}
+
+func TestLoadInsertsEveryRecordOnce(t *testing.T) {
+	db := newMemDB()
+	w := small(t, "a")
+	res, err := Load(context.Background(), w, db.newDB, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Ops != 1000 || len(db.m) != 1000 {
+		t.Fatalf("load: %d inserts recorded, %d keys stored; want 1000 and 1000", res.Ops, len(db.m))
+	}
+	for k := range uint64(1000) {
+		if _, ok := db.m[string(w.KeyName(nil, k))]; !ok {
+			t.Fatalf("record %d (%s) not loaded", k, w.KeyName(nil, k))
+		}
+	}
+}
+
+func TestEveryStandardWorkloadRunsItsOperationMix(t *testing.T) {
+	for _, name := range []string{"a", "b", "c", "d", "e", "f", "w"} {
+		t.Run(name, func(t *testing.T) {
+			db := newMemDB()
+			w := small(t, name)
+			if _, err := Load(context.Background(), w, db.newDB, 4); err != nil {
+				t.Fatal(err)
+			}
+			res, err := Run(context.Background(), w, db.newDB, Config{Clients: 4, Duration: 150 * time.Millisecond, Seed: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Errors != 0 {
+				t.Fatalf("errors: %v", res.FirstErrors)
+			}
+			want := map[Op]float64{OpRead: w.ReadProportion, OpUpdate: w.UpdateProportion, OpInsert: w.InsertProportion,
+				OpScan: w.ScanProportion, OpRMW: w.RMWProportion}
+			total := float64(res.Ops)
+			if total < 300 {
+				t.Fatalf("only %v operations", total)
+			}
+			for op, p := range want {
+				got := float64(opStats(res, op).Count) / total
+				if d := got - p; d > 0.03 || d < -0.03 {
+					t.Errorf("%s: %.3f of operations, want %.3f", op, got, p)
+				}
+			}
+			if nf := opStats(res, OpRead).NotFound + opStats(res, OpRMW).NotFound; nf != 0 {
+				t.Errorf("%d reads found nothing: the key chooser picked keys that were never inserted", nf)
+			}
+		})
+	}
+}
+
+func TestErrorsAreCountedNotHidden(t *testing.T) {
+	db := newMemDB()
+	w := small(t, "c")
+	if _, err := Load(context.Background(), w, db.newDB, 2); err != nil {
+		t.Fatal(err)
+	}
+	db.failEvery = 10
+	res, err := Run(context.Background(), w, db.newDB, Config{Clients: 2, Duration: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := opStats(res, OpRead)
+	frac := float64(st.Errors) / float64(st.Errors+st.Count)
+	if frac < 0.08 || frac > 0.12 || res.Errors != st.Errors {
+		t.Fatalf("1 in 10 reads failed, report says errors=%d of %d (%.3f), total errors %d", st.Errors, st.Errors+st.Count, frac, res.Errors)
+	}
+	if len(res.FirstErrors) == 0 || !strings.Contains(res.FirstErrors[0], "injected failure") {
+		t.Fatalf("first errors not reported: %v", res.FirstErrors)
+	}
+}
+
+func TestWarmupIsNotRecorded(t *testing.T) {
+	db := newMemDB()
+	w := small(t, "c")
+	if _, err := Load(context.Background(), w, db.newDB, 1); err != nil {
+		t.Fatal(err)
+	}
+	before := db.calls.Load()
+	// Open loop at 2000/s: 100 ms warm-up + 100 ms measured ≈ 200 + 200 operations.
+	res, err := Run(context.Background(), w, db.newDB, Config{Clients: 1, Target: 2000, Warmup: 100 * time.Millisecond, Duration: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := db.calls.Load() - before
+	if res.Ops < 150 || res.Ops > 210 || calls < 350 {
+		t.Fatalf("recorded %d of %d operations; want ≈200 of ≈400 (warm-up excluded)", res.Ops, calls)
+	}
+}
+
+// stalledRun offers 1000 ops/s for one second to a DB that stalls 300 ms once, at
+// operation 200, and returns the fraction of operations whose latency exceeded 50 ms.
+func stalledRun(t *testing.T, serviceTime bool) (float64, *Result) {
+	t.Helper()
+	db := newMemDB()
+	w := small(t, "c")
+	if _, err := Load(context.Background(), w, db.newDB, 1); err != nil {
+		t.Fatal(err)
+	}
+	base := db.calls.Load()
+	db.stall = func(n int64) {
+		if n == base+200 {
+			time.Sleep(300 * time.Millisecond)
+		}
+	}
+	res, err := Run(context.Background(), w, db.newDB, Config{Clients: 1, Target: 1000, Duration: time.Second, serviceTime: serviceTime})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := opStats(res, OpRead).Histogram
+	slow := 0.0
+	for _, b := range h.Distribution() {
+		if b.From >= int64(50*time.Millisecond) {
+			slow += float64(b.Count)
+		}
+	}
+	return slow / float64(h.TotalCount()), res
+}
+
+func TestOpenLoopChargesAStallToEveryOperationItDelayed(t *testing.T) {
+	// A 300 ms stall at 1000 ops/s delays ~300 scheduled operations; measured from their
+	// intended start, ~250 of them (those delayed > 50 ms) are slow: ≥ 20% of the run.
+	frac, res := stalledRun(t, false)
+	if frac < 0.2 {
+		t.Fatalf("only %.1f%% of operations slower than 50 ms after a 300 ms stall: coordinated omission", 100*frac)
+	}
+	if p99 := opStats(res, OpRead).P99Us; p99 < 200_000 {
+		t.Fatalf("p99 %.0f µs after a 300 ms stall, want ≥ 200 ms", p99)
+	}
+}
+
+func TestServiceTimeMeasurementWouldHideTheStall(t *testing.T) {
+	// The same run measured from the actual send time sees one slow operation: this is
+	// the measurement the open loop avoids, and the check above would catch it.
+	frac, _ := stalledRun(t, true)
+	if frac > 0.01 {
+		t.Fatalf("service-time measurement saw %.1f%% slow operations; expected it to hide the stall", 100*frac)
+	}
+}
+
+func TestOpenLoopReportsABacklogWhenTheTargetIsNotSustained(t *testing.T) {
+	db := newMemDB()
+	w := small(t, "c")
+	if _, err := Load(context.Background(), w, db.newDB, 1); err != nil {
+		t.Fatal(err)
+	}
+	db.stall = func(int64) { time.Sleep(time.Millisecond) } // ≤ 1000 ops/s per client
+	res, err := Run(context.Background(), w, db.newDB, Config{Clients: 1, Target: 5000, Duration: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Backlog < 300 {
+		t.Fatalf("offered 1000 ops in 200 ms to a DB doing ≤ 200: backlog %d, ops %d", res.Backlog, res.Ops)
+	}
+}
+
+func TestStandardRejectsUnknownAndValidateChecksProportions(t *testing.T) {
+	if _, err := Standard("g"); err == nil {
+		t.Fatal("workload g accepted")
+	}
+	w := small(t, "a")
+	w.ReadProportion = 0.6
+	if err := w.Validate(); err == nil {
+		t.Fatal("proportions summing to 1.1 accepted")
+	}
+}
+
+func TestKeyNames(t *testing.T) {
+	w := small(t, "a")
+	if k := string(w.KeyName(nil, 0)); !strings.HasPrefix(k, "user") || k == "user0" {
+		t.Fatalf("hashed key name %q", k)
+	}
+	w.OrderedInserts = true
+	if k := string(w.KeyName(nil, 42)); k != fmt.Sprintf("user%020d", 42) {
+		t.Fatalf("ordered key name %q", k)
+	}
+}

@@ -1,0 +1,105 @@
+package drivers
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/kefirdb/kefir/bench/ycsb/core"
+	"github.com/kefirdb/kefir/client"
+)
+
+func workload(t *testing.T, name string) core.Workload {
+	t.Helper()
+	w, err := core.Standard(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.RecordCount, w.ValueSize = 500, 100
+	return w
+}
+
+func startServer(t *testing.T) *RESPServer {
+	t.Helper()
+	s, err := StartRESPServer("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// loadAndRun drives a load and a short closed-loop run and fails on any error or miss.
+func loadAndRun(t *testing.T, w core.Workload, newDB core.NewDB) *core.Result {
+	t.Helper()
+	ctx := context.Background()
+	res, err := core.Load(ctx, w, newDB, 4)
+	if err != nil || res.Errors != 0 || res.Ops != int64(w.RecordCount) {
+		t.Fatalf("load: err %v, %d inserts, %d errors %v", err, res.Ops, res.Errors, res.FirstErrors)
+	}
+	res, err = core.Run(ctx, w, newDB, core.Config{Clients: 4, Duration: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Errors != 0 || res.Ops == 0 {
+		t.Fatalf("run: %d ops, %d errors %v", res.Ops, res.Errors, res.FirstErrors)
+	}
+	for _, op := range res.PerOp {
+		if op.NotFound != 0 {
+			t.Fatalf("%s: %d not found: the driver lost loaded records", op.Op, op.NotFound)
+		}
+	}
+	return res
+}
+
+func TestRedisDriverOverTheInProcessServer(t *testing.T) {
+	s := startServer(t)
+	r, err := NewRedis(context.Background(), RedisConfig{Addr: s.Addr(), PoolSize: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	loadAndRun(t, workload(t, "a"), r.NewDB)
+	db, _ := r.NewDB(0)
+	ctx := context.Background()
+	if err := db.Update(ctx, "k", []byte("v1")); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := db.Read(ctx, "k"); err != nil || string(v) != "v1" {
+		t.Fatalf("read back: %q, %v", v, err)
+	}
+	if _, err := db.Read(ctx, "missing"); !errors.Is(err, core.ErrNotFound) {
+		t.Fatalf("missing key: err %v, want core.ErrNotFound", err)
+	}
+}
+
+func TestKefirDriverSpeaksKefirCallToTheInProcessServer(t *testing.T) {
+	s := startServer(t)
+	k, err := NewKefir(context.Background(), KefirConfig{Addrs: []string{s.Addr()}, PoolSize: 2,
+		Consistency: client.Linearizable, Durability: client.Sync})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	loadAndRun(t, workload(t, "b"), k.NewDB)
+	db, _ := k.NewDB(0)
+	if _, err := db.Read(context.Background(), "missing"); !errors.Is(err, core.ErrNotFound) {
+		t.Fatalf("missing key: err %v, want core.ErrNotFound", err)
+	}
+}
+
+func TestServerRejectsMalformedInput(t *testing.T) {
+	s := startServer(t)
+	r, err := NewRedis(context.Background(), RedisConfig{Addr: s.Addr(), PoolSize: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if err := r.c.Do(context.Background(), "NOSUCH").Err(); err == nil {
+		t.Fatal("unknown command accepted")
+	}
+	if err := r.c.Do(context.Background(), "GET").Err(); err == nil {
+		t.Fatal("GET without a key accepted")
+	}
+}
