@@ -376,15 +376,16 @@ func (r *Reader) build(b []byte, p int) (Value, int) {
 	}
 }
 
+// bytesIndexCRLF returns the index of the CR ending the line at b's start. scan
+// has checked that the first LF is preceded by CR, so searching for the LF (faster
+// than for the two-byte CRLF) finds the same place.
 func bytesIndexCRLF(b []byte) int {
-	i := bytes.Index(b, crlf)
-	if i < 0 {
+	i := bytes.IndexByte(b, '\n')
+	if i < 1 || b[i-1] != '\r' {
 		panic("resp: build found no CRLF in a scanned reply")
 	}
-	return i
+	return i - 1
 }
-
-var crlf = []byte("\r\n")
 
 func parseDouble(b []byte) (float64, bool) {
 	switch string(b) {
