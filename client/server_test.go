@@ -2,6 +2,7 @@ package client
 
 import (
 	"bytes"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -61,9 +62,18 @@ const (
 
 func newTestServer(t *testing.T) *testServer {
 	t.Helper()
+	return newTestServerOn(t, nil)
+}
+
+// newTestServerOn serves TLS when cfg is non-nil.
+func newTestServerOn(t *testing.T, cfg *tls.Config) *testServer {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if cfg != nil {
+		ln = tls.NewListener(ln, cfg)
 	}
 	s := &testServer{t: t, ln: ln, data: map[string][]byte{}, table: map[uint64]tableEntry{}}
 	go s.accept()
