@@ -277,6 +277,12 @@ func (c *conn) do(ctx context.Context, req *request) (owned bool, err error) {
 		req.state = stateCancelled
 	}
 	c.mu.Unlock()
+	if st == stateReplied {
+		// The outcome is already known and being delivered: the reader (or fail) is
+		// about to signal done, without blocking. Prefer the answer to a timeout.
+		<-req.done
+		return true, req.err
+	}
 	return false, errAbandoned{cause: ctx.Err(), sent: st != stateQueued}
 }
 
