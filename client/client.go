@@ -436,6 +436,13 @@ type KV struct {
 	Value []byte
 }
 
+// Ping checks that a connection of the pool can reach the server and get an answer.
+func (c *Client) Ping(ctx context.Context) error {
+	r := newCall(replyStatus, false, nil, nil)
+	r.cmd = append(r.cmd, arg{s: "PING"})
+	return c.status(ctx, r)
+}
+
 // Get returns key's value, or ErrNotFound.
 func (c *Client) Get(ctx context.Context, key string, opts ...CallOption) ([]byte, error) {
 	return c.get(ctx, nil, key, opts)

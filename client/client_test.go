@@ -34,6 +34,9 @@ func TestOperationsRoundTrip(t *testing.T) {
 	c := dialTest(t, s)
 	ctx := testCtx(t)
 
+	if err := c.Ping(ctx); err != nil {
+		t.Fatalf("Ping: %v", err)
+	}
 	if _, err := c.Get(ctx, "missing"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("Get(missing) err = %v, want ErrNotFound", err)
 	}
