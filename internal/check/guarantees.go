@@ -178,6 +178,8 @@ func Durability(h History) Verdict {
 		v.Note = "no crashes in the history"
 		return v
 	}
+	type pair struct{ a, b int }
+	reported := map[pair]bool{}
 	for _, k := range indexKeys(&h) {
 		after := readSpans(k, strongRead)
 		all := readSpans(k, func(*Op) bool { return true })
@@ -209,6 +211,12 @@ func Durability(h History) Verdict {
 			}
 			report := func(reason string) func(a, b spanned) {
 				return func(a, b spanned) {
+					// Simultaneous crashes (a whole-cluster power cut) would
+					// repeat the same pair once per node.
+					if reported[pair{a.op.ID, b.op.ID}] {
+						return
+					}
+					reported[pair{a.op.ID, b.op.ID}] = true
 					v.add(Violation{Key: k.key, Reason: fmt.Sprintf("%s (crash of node %d at %d)", reason, c.Node, c.At), Ops: []Op{*a.op, *b.op}})
 				}
 			}

@@ -27,6 +27,9 @@ type LinOptions struct {
 	// ShrinkLimit: keys with at most this many operations get their
 	// counter-example shrunk to a 1-minimal one (0 = 200).
 	ShrinkLimit int
+	// ShrinkBudget bounds the time spent shrinking one key (0 = 5 s); when it
+	// runs out the counter-example is as small as it got.
+	ShrinkBudget time.Duration
 }
 
 // regState is the per-key model state. It is comparable, so porcupine's default
@@ -143,6 +146,9 @@ func Linearizable(h History, o LinOptions) Verdict {
 	if o.ShrinkLimit == 0 {
 		o.ShrinkLimit = 200
 	}
+	if o.ShrinkBudget == 0 {
+		o.ShrinkBudget = 5 * time.Second
+	}
 	v := Verdict{Checker: "linearizable", OK: true}
 	keys, byKey := h.byKey()
 	var timedOut []string
@@ -153,6 +159,7 @@ func Linearizable(h History, o LinOptions) Verdict {
 				ops = append(ops, op)
 			}
 		}
+		ops = dropUnobservedPuts(ops)
 		v.Checked += len(ops)
 		res, info := porcupine.CheckOperationsVerbose(LinModel, toPorcupine(ops), o.Timeout)
 		switch res {
@@ -164,7 +171,7 @@ func Linearizable(h History, o LinOptions) Verdict {
 		}
 		culprit := ops
 		if len(ops) <= o.ShrinkLimit {
-			culprit = shrinkLin(ops, o.Timeout)
+			culprit = shrinkLin(ops, o.ShrinkBudget)
 		}
 		if o.VisualizationDir != "" && v.Visualization == "" {
 			path := filepath.Join(o.VisualizationDir, "lin-"+sanitize(key)+".html")
@@ -182,6 +189,34 @@ func Linearizable(h History, o LinOptions) Verdict {
 	return v
 }
 
+// dropUnobservedPuts removes puts with unknown outcome whose value nothing
+// observed: no read returned it and no CAS expected it, on a key without
+// incrs. Such a put can always be linearized after everything else, so the
+// rest is linearizable iff the whole is; dropping it spares porcupine an
+// operation that may float anywhere (which is what makes searches explode
+// when a crash leaves many writes unknown).
+func dropUnobservedPuts(ops []*Op) []*Op {
+	seen := map[string]bool{}
+	for _, op := range ops {
+		switch {
+		case op.Kind == Incr:
+			return ops
+		case op.Kind == Get && op.Outcome == OK && op.Found:
+			seen[op.Result] = true
+		case op.Kind == CAS:
+			seen[op.Expect] = true
+		}
+	}
+	out := ops[:0:0]
+	for _, op := range ops {
+		if op.Kind == Put && op.Outcome != OK && !seen[op.Value] {
+			continue
+		}
+		out = append(out, op)
+	}
+	return out
+}
+
 func writeViz(path string, info porcupine.LinearizationInfo) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("visualization dir: %w", err)
@@ -196,7 +231,8 @@ func writeViz(path string, info porcupine.LinearizationInfo) error {
 // non-linearizable. Reads go first: they are the usual witnesses. A write whose
 // value a remaining read returned is kept, so the counter-example never turns
 // into a less telling "read of a value nobody wrote".
-func shrinkLin(ops []*Op, timeout time.Duration) []*Op {
+func shrinkLin(ops []*Op, budget time.Duration) []*Op {
+	deadline := time.Now().Add(budget)
 	cur := append([]*Op(nil), ops...)
 	readValue := func(val string) bool {
 		for _, op := range cur {
@@ -216,8 +252,12 @@ func shrinkLin(ops []*Op, timeout time.Duration) []*Op {
 				i++
 				continue
 			}
+			left := time.Until(deadline)
+			if left <= 0 {
+				return cur
+			}
 			try := append(append([]*Op(nil), cur[:i]...), cur[i+1:]...)
-			if porcupine.CheckOperationsTimeout(LinModel, toPorcupine(try), timeout) == porcupine.Illegal {
+			if porcupine.CheckOperationsTimeout(LinModel, toPorcupine(try), left) == porcupine.Illegal {
 				cur = try
 				continue
 			}

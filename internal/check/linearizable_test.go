@@ -131,3 +131,28 @@ func TestLinearizableFails(t *testing.T) {
 		})
 	}
 }
+
+func TestLinearizableDropsOnlyUnobservedUnknownPuts(t *testing.T) {
+	var b hist
+	b.put(0, "x", "a", 0, 10)
+	for c := 1; c <= 30; c++ { // many writes lost in a crash, never seen
+		b.put(c, "x", "lost", int64(10+c), 0, unknown())
+	}
+	b.put(40, "x", "seen", 50, 0, unknown()) // timed out but took effect
+	b.get(41, "x", "a", 60, 70)
+	b.get(41, "x", "seen", 80, 90)
+	b.get(41, "x", "a", 100, 110) // goes back: not linearizable
+	v := Linearizable(b.h, LinOptions{})
+	if v.OK {
+		t.Fatalf("want violation, got %v", v)
+	}
+	for _, op := range v.Violations[0].Ops {
+		if op.Value == "lost" {
+			t.Fatalf("unobserved unknown put in counter-example: %v", v)
+		}
+	}
+	b.h.Ops = b.h.Ops[:len(b.h.Ops)-1]
+	if v := Linearizable(b.h, LinOptions{}); !v.OK {
+		t.Fatalf("want pass without the last read, got %v", v)
+	}
+}

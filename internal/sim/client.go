@@ -1,0 +1,66 @@
+package sim
+
+import (
+	"fmt"
+
+	"github.com/kefirdb/kefir/internal/check"
+)
+
+// Invoke starts op on client i now. The client must be idle (closed loop:
+// one operation in flight per client).
+func (s *Sim) Invoke(i int, op check.Op) {
+	c := s.clients[i]
+	if c.pending >= 0 {
+		panic(fmt.Sprintf("sim: client %d already has op #%d in flight", i, c.pending))
+	}
+	op.Client = i
+	c.seq++
+	c.pending = s.rec.Invoke(op)
+	id := s.cfg.ClientAddr(i)
+	s.tracef("invoke c%d seq=%d %v(%s)", i, c.seq, op.Kind, op.Key)
+	s.step(id, c.node, Event{Kind: Invoke, Seq: c.seq, Op: op})
+}
+
+// Idle reports whether client i has no operation in flight.
+func (s *Sim) Idle(i int) bool { return s.clients[i].pending < 0 }
+
+func (s *Sim) invokeNext(i int) {
+	c := s.clients[i]
+	if c.pending >= 0 || c.done >= s.o.OpsPerClient {
+		return
+	}
+	s.Invoke(i, s.o.Workload.Next(s.rng, i, c.done))
+}
+
+func (s *Sim) complete(i int, d Completion) {
+	c := s.clients[i]
+	if c.pending < 0 || d.Seq != c.seq {
+		panic(fmt.Sprintf("sim: client %d completed seq %d, in flight: %d (op #%d)", i, d.Seq, c.seq, c.pending))
+	}
+	id := c.pending
+	c.pending = -1
+	c.done++
+	s.tracef("done c%d seq=%d %v %+v", i, d.Seq, d.Outcome, d.Result)
+	switch d.Outcome {
+	case check.OK:
+		s.rec.Complete(id, d.Result)
+	case check.Failed:
+		s.rec.Fail(id)
+	default:
+		s.rec.Unknown(id)
+	}
+	if s.o.Workload == nil {
+		return
+	}
+	if c.done < s.o.OpsPerClient {
+		s.schedule(item{at: s.now + s.o.Think.sample(s.rng), kind: itInvoke, node: s.cfg.ClientAddr(i)})
+		return
+	}
+	for _, c := range s.clients {
+		if c.done < s.o.OpsPerClient {
+			return
+		}
+	}
+	s.tracef("workload finished")
+	s.Stop()
+}
