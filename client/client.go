@@ -231,9 +231,9 @@ func (c *Client) do(ctx context.Context, req *request) (owned bool, err error) {
 	if err := ctx.Err(); err != nil {
 		return true, ctxError(err, false)
 	}
-	start := int(c.next.Add(1))
+	start := c.next.Add(1) - 1 // slot 0, dialed by Dial, serves the first call
 	for attempt := 0; ; attempt++ {
-		cn, err := c.conn(ctx, (start+attempt)%len(c.slots))
+		cn, err := c.conn(ctx, int((uint64(start)+uint64(attempt))%uint64(len(c.slots))))
 		if err != nil {
 			if req.sent && req.write {
 				err = fmt.Errorf("%w: retry failed: %w", ErrUnknownOutcome, err)
