@@ -154,7 +154,6 @@ type value struct {
 type waiter struct {
 	client sim.Addr
 	seq    uint64
-	result check.Result
 }
 
 // Replica is a toy register replica.
