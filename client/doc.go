@@ -12,6 +12,11 @@
 // deadline passed after it was sent, or the retry failed too — the call returns
 // ErrUnknownOutcome: it may or may not have been applied.
 //
+// A call waits as long as its context allows, so pass one with a deadline: a
+// server that stops answering without closing the connection is only noticed by
+// TCP keep-alive. A call abandoned at its deadline does not poison its connection:
+// the late reply is read and dropped, and later calls get their own replies.
+//
 // Example:
 //
 //	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

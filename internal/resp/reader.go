@@ -84,14 +84,23 @@ func NewReader(rd io.Reader, size int) *Reader {
 }
 
 // SetMaxBulk sets the largest accepted bulk string length; a longer one is a
-// protocol error naming the limit.
-func (r *Reader) SetMaxBulk(n int) { r.maxBulk = n }
+// protocol error naming the limit. n <= 0 restores DefaultMaxBulk.
+func (r *Reader) SetMaxBulk(n int) { r.maxBulk = orDefault(n, DefaultMaxBulk) }
 
 // SetMaxArray sets the largest accepted element count of a command or aggregate.
-func (r *Reader) SetMaxArray(n int) { r.maxArray = n }
+// n <= 0 restores DefaultMaxArray.
+func (r *Reader) SetMaxArray(n int) { r.maxArray = orDefault(n, DefaultMaxArray) }
 
-// SetMaxLine sets the longest accepted inline command, header or simple-string line.
-func (r *Reader) SetMaxLine(n int) { r.maxLine = n }
+// SetMaxLine sets the longest accepted inline command, header or simple-string
+// line. n <= 0 restores DefaultMaxLine.
+func (r *Reader) SetMaxLine(n int) { r.maxLine = orDefault(n, DefaultMaxLine) }
+
+func orDefault(n, def int) int {
+	if n <= 0 {
+		return def
+	}
+	return n
+}
 
 // Reset discards all state and reads from rd, keeping the buffer and limits.
 func (r *Reader) Reset(rd io.Reader) {
