@@ -81,7 +81,7 @@ func (db *DB) compactSegment(s *segment) error {
 			db.mu.Unlock()
 			return err
 		}
-		now := db.opts.Now().UnixNano()
+		now := db.now()
 		head := db.segs[0] == s
 		batchEnd := min(p+64<<10, len(data))
 		for p < batchEnd {
@@ -156,7 +156,7 @@ func (db *DB) compactSegment(s *segment) error {
 // moveLocked copies the record at pos (version h of key) to the tail if the index still
 // needs it there, and returns the bytes copied.
 func (db *DB) moveLocked(key, val []byte, h recHdr, pos uint64, head bool, now int64) (int, error) {
-	it, ok := db.idx.Get(item{key: keyString(key)})
+	it, ok := db.idx.Get(keyString(key))
 	if !ok {
 		return 0, nil
 	}
@@ -175,18 +175,18 @@ func (db *DB) moveLocked(key, val []byte, h recHdr, pos uint64, head bool, now i
 	}
 	v := it.at(j)
 	if v.tombstone() && it.n() == 1 && head {
-		db.idx.Delete(it)
+		db.idx.Delete(it.key)
 		db.dropLocked(v)
 		return 0, nil
 	}
 	size := recordSize(len(key), len(val))
 	act := db.segs[len(db.segs)-1]
-	if used := uint64(db.next) - act.id; used > 0 && int64(used)+int64(size) > db.opts.SegmentSize {
+	if used := uint64(db.next) - act.id; !db.sealing && used > 0 && int64(used)+int64(size) > db.opts.SegmentSize {
 		if err := db.rollLocked(); err != nil {
 			return 0, err
 		}
 	}
-	if len(db.buf) >= db.opts.WriteBufferSize {
+	if len(db.buf) >= db.opts.WriteBufferSize && !db.sealing {
 		if err := db.flushLocked(); err != nil {
 			return 0, err
 		}
@@ -197,7 +197,7 @@ func (db *DB) moveLocked(key, val []byte, h recHdr, pos uint64, head bool, now i
 	db.next += Pos(size)
 	db.dropLocked(v)
 	v.pos, v.size = start, uint32(size)
-	db.segs[len(db.segs)-1].live += int64(size)
+	db.liveAdd(start, int64(size))
 	vs := it.versions(nil)
 	vs[j] = v
 	db.idx.Set(makeItem(it.key, vs))

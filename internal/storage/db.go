@@ -10,8 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/tidwall/btree"
-
 	"github.com/kefirdb/kefir/internal/vfs"
 )
 
@@ -29,7 +27,7 @@ type DB struct {
 	mu       sync.RWMutex
 	syncCond *sync.Cond // signalled when an in-flight fsync finishes
 
-	idx    *btree.BTreeG[item]
+	idx    *tree
 	segs   []*segment // sorted by id; the last is the active (tail) segment
 	buf    []byte     // appended records not yet written: logical range [written, next)
 	next   Pos        // end of the last appended record (LastPos)
@@ -43,6 +41,10 @@ type DB struct {
 	// syncing is set while one goroutine (the leader) runs an fsync outside mu; others
 	// wait on syncCond and the next leader takes everything appended meanwhile.
 	syncing bool
+	// sealing is set from a segment roll until the next segment exists (see rollLocked).
+	sealing     bool
+	sealID      uint64 // the id of the segment being created
+	pendingLive int64  // live bytes appended to it meanwhile
 
 	devs  []*device
 	cache *cache
@@ -102,38 +104,45 @@ func (db *DB) Append(recs ...Record) (Pos, error) {
 	if err := db.writableLocked(); err != nil {
 		return 0, err
 	}
-	if err := db.checkOrderLocked(recs); err != nil {
-		return 0, err
+	if len(recs) > 1 {
+		if err := db.checkOrderLocked(recs); err != nil {
+			return 0, err
+		}
 	}
-	if len(db.buf) >= db.opts.WriteBufferSize {
+	if len(db.buf) >= db.opts.WriteBufferSize && !db.sealing {
 		if err := db.flushLocked(); err != nil {
 			return 0, err
 		}
 	}
 	act := db.segs[len(db.segs)-1]
-	if used := uint64(db.next) - act.id; used > 0 && int64(used)+int64(total) > db.opts.SegmentSize {
+	if used := uint64(db.next) - act.id; !db.sealing && used > 0 && int64(used)+int64(total) > db.opts.SegmentSize {
 		// A batch never straddles segments, so a failed roll leaves nothing applied.
 		if err := db.rollLocked(); err != nil {
 			return 0, err
 		}
 	}
-	now := db.opts.Now().UnixNano()
+	now := db.now()
 	for i := range recs {
 		r := &recs[i]
 		start := uint64(db.next)
 		db.buf = appendRecord(db.buf, r, 0, 0)
 		size := uint32(recordSize(len(r.Key), len(r.Value)))
-		db.next += Pos(size)
 		v := ver{version: r.Version, ts: r.Timestamp, pos: start, size: size}
 		if r.Tombstone {
 			v.flags = verTombstone
 		}
-		db.insertLocked(r.Key, v, now)
+		if err := db.insertLocked(r.Key, v, now); err != nil {
+			// Only a single record can fail here (batches were checked), and nothing
+			// was applied: take its bytes back out of the buffer.
+			db.buf = db.buf[:len(db.buf)-int(size)]
+			return 0, err
+		}
+		db.next += Pos(size)
 		if r.Version > db.lastV {
 			db.lastV = r.Version
 		}
 	}
-	db.segs[len(db.segs)-1].live += int64(total)
+	db.liveAdd(uint64(db.next)-1, int64(total))
 	db.st.appends.Add(int64(len(recs)))
 	if db.bgKick != nil && db.opts.SyncBytes > 0 && int64(db.next-db.dur) >= db.opts.SyncBytes {
 		select {
@@ -160,7 +169,7 @@ func (db *DB) checkOrderLocked(recs []Record) error {
 	for i := range recs {
 		r := &recs[i]
 		newest, exists := uint64(0), false
-		if it, ok := db.idx.Get(item{key: keyString(r.Key)}); ok {
+		if it, ok := db.idx.Get(keyString(r.Key)); ok {
 			newest, exists = it.v.version, true
 		}
 		for j := 0; j < i; j++ {
@@ -176,24 +185,30 @@ func (db *DB) checkOrderLocked(recs []Record) error {
 }
 
 // insertLocked adds a version newer than every version of key and applies retention.
-func (db *DB) insertLocked(key []byte, v ver, now int64) {
-	it, ok := db.idx.Get(item{key: keyString(key)})
-	if !ok {
-		db.idx.Set(item{key: string(key), v: v})
-		return
+// The order was checked already for batches; a single record is checked here, so the
+// common path searches the tree once (the path hint makes the Set nearly free).
+func (db *DB) insertLocked(key []byte, v ver, now int64) error {
+	p := db.idx.get(keyString(key))
+	if p == nil {
+		db.idx.insert(item{key: string(key), v: v})
+		return nil
+	}
+	it := *p
+	if v.version <= it.v.version {
+		return fmt.Errorf("%w: key %q version %d, newest %d", ErrVersionOrder, key, v.version, it.v.version)
 	}
 	if it.older == nil && db.opts.Retention.KeepVersions <= 1 && !db.keepOld(v, it.v, now) {
 		// The common case: the previous version becomes garbage at once.
 		db.dropLocked(it.v)
 		v.flags |= verPruned
-		it.v = v
-		db.idx.Set(it)
-		return
+		p.v = v
+		return nil
 	}
 	var stack [8]ver
 	vs := append(stack[:0], v)
 	vs = it.versions(vs)
-	db.idx.Set(db.retainLocked(it.key, vs, now))
+	*p = db.retainLocked(it.key, vs, now)
+	return nil
 }
 
 // retainLocked applies the retention policy to vs (newest first, distinct versions),
@@ -215,6 +230,14 @@ func (db *DB) retainLocked(key string, vs []ver, now int64) item {
 	return makeItem(key, kept)
 }
 
+// now returns the retention clock, read only when time-based retention is on.
+func (db *DB) now() int64 {
+	if db.opts.Retention.KeepFor <= 0 {
+		return 0
+	}
+	return db.opts.Now().UnixNano()
+}
+
 // keepOld reports whether old, superseded by newer, must be kept regardless of the
 // version count: it was superseded less than KeepFor ago, or a snapshot reads it.
 func (db *DB) keepOld(newer, old ver, now int64) bool {
@@ -230,9 +253,17 @@ func (db *DB) pinnedLocked(lo, hi uint64) bool {
 	return i < len(db.snaps) && db.snaps[i] < hi
 }
 
-func (db *DB) dropLocked(v ver) {
-	if s := db.segFor(v.pos); s != nil {
-		s.live -= int64(v.size)
+func (db *DB) dropLocked(v ver) { db.liveAdd(v.pos, -int64(v.size)) }
+
+// liveAdd accounts n live bytes to the segment holding pos (or to the segment being
+// created, while a roll is sealing the previous one).
+func (db *DB) liveAdd(pos uint64, n int64) {
+	if db.sealing && pos >= db.sealID {
+		db.pendingLive += n
+		return
+	}
+	if s := db.segFor(pos); s != nil {
+		s.live += n
 	}
 }
 
@@ -250,6 +281,9 @@ func (db *DB) segFor(pos uint64) *segment {
 func (db *DB) flushLocked() error {
 	if len(db.buf) == 0 {
 		return nil
+	}
+	if db.sealing {
+		panic("storage: flush while the next segment is being created")
 	}
 	act := db.segs[len(db.segs)-1]
 	n, err := act.f.Write(db.buf)
@@ -269,31 +303,65 @@ func (db *DB) flushLocked() error {
 	}
 	act.size += int64(len(db.buf))
 	db.writ = db.next
-	db.buf = db.buf[:0]
+	if cap(db.buf) > 4*db.opts.WriteBufferSize {
+		// It grew while a roll was sealing; do not keep megabytes for good.
+		db.buf = make([]byte, 0, 2*db.opts.WriteBufferSize)
+	} else {
+		db.buf = db.buf[:0]
+	}
 	return nil
 }
 
-// rollLocked seals the active segment (write + fsync, so a later segment never holds
-// data while an earlier one has a torn tail) and starts a new one on the next device.
+// rollLocked seals the active segment and starts a new one on the next device. Sealing
+// writes out and fsyncs the old segment before anything is written to the new one, so a
+// later segment never holds data while an earlier one could have a torn tail (recovery
+// relies on this). The fsync and the new file's creation run in the background unless
+// Options.InlineRoll: appends continue into the memory buffer meanwhile, and flushes and
+// syncs wait for the new segment.
 func (db *DB) rollLocked() error {
 	if err := db.flushLocked(); err != nil {
 		return err
 	}
-	act := db.segs[len(db.segs)-1]
-	if err := act.f.Sync(); err != nil {
-		db.failLocked(fmt.Errorf("fsync %s: %w", act.path, err))
+	old := db.segs[len(db.segs)-1]
+	dev := (db.tail + 1) % len(db.devs)
+	id := uint64(db.next)
+	db.sealing, db.sealID = true, id
+	db.tail = dev
+	if db.opts.InlineRoll {
+		seg, err := db.seal(old, id, dev)
+		db.installLocked(old, seg, err)
 		return db.failed
 	}
-	db.st.syncs.Add(1)
-	db.dur = db.next
-	dev := (db.tail + 1) % len(db.devs)
-	seg, err := db.createSegment(uint64(db.next), dev)
-	if err != nil {
-		return err
-	}
-	db.tail = dev
-	db.segs = append(db.segs, seg)
+	go func() {
+		seg, err := db.seal(old, id, dev)
+		db.mu.Lock()
+		db.installLocked(old, seg, err)
+		db.mu.Unlock()
+	}()
 	return nil
+}
+
+// seal fsyncs old and creates the segment that follows it. It does not take mu.
+func (db *DB) seal(old *segment, id uint64, dev int) (*segment, error) {
+	if err := old.f.Sync(); err != nil {
+		return nil, fmt.Errorf("fsync %s: %w", old.path, err)
+	}
+	db.st.syncs.Add(1)
+	return db.createSegment(id, dev)
+}
+
+func (db *DB) installLocked(old, seg *segment, err error) {
+	db.sealing = false
+	db.syncCond.Broadcast()
+	if err != nil {
+		db.failLocked(err)
+		return
+	}
+	if e := old.end(); Pos(e) > db.dur {
+		db.dur = Pos(e)
+	}
+	seg.live, db.pendingLive = db.pendingLive, 0
+	db.segs = append(db.segs, seg)
 }
 
 // createSegment creates an empty segment file and makes its name durable.
@@ -308,8 +376,7 @@ func (db *DB) createSegment(id uint64, dev int) (*segment, error) {
 	}
 	if err := db.fs.SyncDir(db.devs[dev].dir); err != nil {
 		f.Close()
-		db.failLocked(fmt.Errorf("sync dir %s: %w", db.devs[dev].dir, err))
-		return nil, db.failed
+		return nil, fmt.Errorf("sync dir %s: %w", db.devs[dev].dir, err)
 	}
 	s := &segment{id: id, dev: dev, path: path, f: f}
 	s.refs.Store(1)
@@ -342,7 +409,7 @@ func (db *DB) Sync(pos Pos) (Pos, error) {
 		if db.closed {
 			return db.dur, ErrClosed
 		}
-		if !db.syncing {
+		if !db.syncing && !db.sealing {
 			break
 		}
 		db.syncCond.Wait()
@@ -404,7 +471,7 @@ func (db *DB) getAt(key []byte, at uint64) (Value, error) {
 		db.mu.RUnlock()
 		return Value{}, ErrClosed
 	}
-	it, ok := db.idx.Get(item{key: keyString(key)})
+	it, ok := db.idx.Get(keyString(key))
 	if !ok {
 		db.mu.RUnlock()
 		return Value{}, ErrNotFound
@@ -515,7 +582,7 @@ func (db *DB) scanAt(start, end []byte, at uint64, limit int, fn func(key []byte
 		if limit > 0 && limit-n < want {
 			want = limit - n
 		}
-		db.idx.Ascend(item{key: from}, func(it item) bool {
+		db.idx.ascend(from, func(it *item) bool {
 			if !inclusive && it.key == from {
 				return true
 			}
@@ -552,7 +619,7 @@ func (db *DB) scanAt(start, end []byte, at uint64, limit int, fn func(key []byte
 func (db *DB) Versions(key []byte) ([]VersionInfo, error) {
 	db.mu.RLock()
 	defer db.mu.RUnlock()
-	it, ok := db.idx.Get(item{key: keyString(key)})
+	it, ok := db.idx.Get(keyString(key))
 	if !ok {
 		return nil, ErrNotFound
 	}
@@ -570,7 +637,7 @@ func (db *DB) Versions(key []byte) ([]VersionInfo, error) {
 func (db *DB) VersionRange(key []byte, v uint64) (lo, hi uint64, err error) {
 	db.mu.RLock()
 	defer db.mu.RUnlock()
-	it, ok := db.idx.Get(item{key: keyString(key)})
+	it, ok := db.idx.Get(keyString(key))
 	if !ok {
 		return 0, math.MaxUint64, nil
 	}
@@ -637,7 +704,7 @@ func (db *DB) Close() error {
 		db.mu.Unlock()
 		return ErrClosed
 	}
-	for db.syncing {
+	for db.syncing || db.sealing {
 		db.syncCond.Wait()
 	}
 	if db.failed == nil && db.next > db.dur {
@@ -683,4 +750,14 @@ func (db *DB) background() {
 			return // failed: nothing more to do
 		}
 	}
+}
+
+// waitIdle waits until no fsync or segment roll is in flight (tests use it before they
+// cut the power, so no background file operation lands on the rebooted disk).
+func (db *DB) waitIdle() {
+	db.mu.Lock()
+	for db.syncing || db.sealing {
+		db.syncCond.Wait()
+	}
+	db.mu.Unlock()
 }

@@ -11,9 +11,10 @@ import (
 	"github.com/kefirdb/kefir/internal/vfs"
 )
 
-// memOpts returns options for an engine on a fresh in-memory disk.
+// memOpts returns options for an engine on a fresh in-memory disk, with every file
+// operation on the caller's goroutine so a seed always replays the same way.
 func memOpts(fs vfs.FS) Options {
-	return Options{Devices: []Device{{Dir: "/db"}}, FS: fs, SegmentSize: 4 << 10, CacheBytes: -1}
+	return Options{Devices: []Device{{Dir: "/db"}}, FS: fs, SegmentSize: 4 << 10, CacheBytes: -1, InlineRoll: true}
 }
 
 func mustOpen(t testing.TB, o Options) *DB {

@@ -81,7 +81,7 @@ func (d *device) cost(n int) int64 {
 // device's emulated service time scaled by its live queue depth. A missing version costs 0.
 func (db *DB) Cost(key []byte, v uint64) int64 {
 	db.mu.RLock()
-	it, ok := db.idx.Get(item{key: keyString(key)})
+	it, ok := db.idx.Get(keyString(key))
 	if !ok {
 		db.mu.RUnlock()
 		return 0

@@ -13,9 +13,10 @@ import (
 // A hint file is a checkpoint of the index as of log position P, named "%016x.hint" after
 // P, in the first device's directory:
 //
-//	"KFHINT01" | P u64 | lastVersion u64 | items u64
+//	"KFHINT01" | P u64 | lastVersion u64
 //	items, in key order: uvarint keyLen | key | uvarint n | n × (uvarint version,
 //	  varint ts, uvarint pos, uvarint size, uvarint flags)
+//	item count u64
 //	crc32c u32 of everything before
 //
 // Reopening loads the newest valid hint and replays only the log after P. A hint may only
@@ -25,22 +26,21 @@ const hintMagic = "KFHINT01"
 
 func hintName(p uint64) string { return fmt.Sprintf("%016x.hint", p) }
 
-// Checkpoint writes a hint file for the current index. Appends continue meanwhile: the
-// index is cloned (copy-on-write) under the lock and written out without it.
+// Checkpoint writes a hint file for the current index. Appends and reads continue
+// meanwhile: the index is copied out in chunks under the read lock. Items copied later
+// than P may already reflect records after P; replaying from P re-applies those records,
+// which is idempotent (same version, same or later position). Compaction, which could
+// drop a key outright, is excluded for the duration.
 func (db *DB) Checkpoint() error {
 	db.maint.Lock()
 	defer db.maint.Unlock()
-	db.mu.Lock()
+	db.mu.RLock()
 	if err := db.writableLocked(); err != nil {
-		db.mu.Unlock()
+		db.mu.RUnlock()
 		return err
 	}
-	snap := db.idx.Copy()
 	p, lastV := db.next, db.lastV
-	db.mu.Unlock()
-	if _, err := db.Sync(p); err != nil {
-		return fmt.Errorf("storage: checkpoint: %w", err)
-	}
+	db.mu.RUnlock()
 
 	dir := db.devs[0].dir
 	final := vfs.Join(dir, hintName(uint64(p)))
@@ -51,27 +51,52 @@ func (db *DB) Checkpoint() error {
 	}
 	crc := crc32.New(crcTable)
 	w := &hintWriter{f: f, crc: crc, buf: make([]byte, 0, 1<<20)}
-	var hdr [32]byte
+	var hdr [24]byte
 	copy(hdr[:], hintMagic)
 	binary.LittleEndian.PutUint64(hdr[8:], uint64(p))
 	binary.LittleEndian.PutUint64(hdr[16:], lastV)
-	binary.LittleEndian.PutUint64(hdr[24:], uint64(snap.Len()))
 	w.write(hdr[:])
-	snap.Scan(func(it item) bool {
-		w.uvarint(uint64(len(it.key)))
-		w.write([]byte(it.key))
-		w.uvarint(uint64(it.n()))
-		for i := 0; i < it.n(); i++ {
-			v := it.at(i)
-			w.uvarint(v.version)
-			w.varint(v.ts)
-			w.uvarint(v.pos)
-			w.uvarint(uint64(v.size))
-			w.uvarint(uint64(v.flags))
+	count := uint64(0)
+	chunk := make([]item, 0, 4096)
+	from, first := "", true
+	for w.err == nil {
+		chunk = chunk[:0]
+		db.mu.RLock()
+		db.idx.ascend(from, func(it *item) bool {
+			if first || it.key != from {
+				chunk = append(chunk, *it)
+			}
+			return len(chunk) < cap(chunk)
+		})
+		db.mu.RUnlock()
+		if len(chunk) == 0 {
+			break
 		}
-		return w.err == nil
-	})
+		for i := range chunk {
+			it := &chunk[i]
+			w.uvarint(uint64(len(it.key)))
+			w.write([]byte(it.key))
+			w.uvarint(uint64(it.n()))
+			for i := 0; i < it.n(); i++ {
+				v := it.at(i)
+				w.uvarint(v.version)
+				w.varint(v.ts)
+				w.uvarint(v.pos)
+				w.uvarint(uint64(v.size))
+				w.uvarint(uint64(v.flags))
+			}
+		}
+		count += uint64(len(chunk))
+		from, first = chunk[len(chunk)-1].key, false
+	}
+	var cnt [8]byte
+	binary.LittleEndian.PutUint64(cnt[:], count)
+	w.write(cnt[:])
 	w.flush()
+	// Items may point past P: make everything they point at durable first.
+	if w.err == nil {
+		_, w.err = db.Sync(db.LastPos())
+	}
 	var tail [4]byte
 	binary.LittleEndian.PutUint32(tail[:], crc.Sum32())
 	if w.err == nil {
@@ -137,8 +162,9 @@ func (w *hintWriter) flush() {
 
 var errBadHint = errors.New("bad hint file")
 
-// loadHint loads the hint at path (checkpoint position p) into the empty index.
-func (db *DB) loadHint(path string, p uint64) error {
+// loadHint loads the hint at path (checkpoint position p) into the empty index; no item
+// may point past logEnd.
+func (db *DB) loadHint(path string, p, logEnd uint64) error {
 	f, err := db.fs.Open(path)
 	if err != nil {
 		return err
@@ -163,8 +189,8 @@ func (db *DB) loadHint(path string, p uint64) error {
 		return fmt.Errorf("%w: header", errBadHint)
 	}
 	lastV := binary.LittleEndian.Uint64(body[16:])
-	n := binary.LittleEndian.Uint64(body[24:])
-	r := hintReader{b: body[32:]}
+	n := binary.LittleEndian.Uint64(body[len(body)-8:])
+	r := hintReader{b: body[24 : len(body)-8]}
 	var vs []ver
 	prev := ""
 	for i := uint64(0); i < n; i++ {
@@ -179,15 +205,15 @@ func (db *DB) loadHint(path string, p uint64) error {
 			v := ver{version: r.uvarint(), ts: r.varint(), pos: r.uvarint()}
 			v.size = uint32(r.uvarint())
 			v.flags = uint32(r.uvarint())
-			if v.pos+uint64(v.size) > p {
-				return fmt.Errorf("%w: item %d points past the checkpoint", errBadHint, i)
+			if v.pos+uint64(v.size) > logEnd {
+				return fmt.Errorf("%w: item %d points past the end of the log", errBadHint, i)
 			}
 			vs = append(vs, v)
 		}
 		if r.err != nil {
 			return fmt.Errorf("%w: item %d: %w", errBadHint, i, r.err)
 		}
-		db.idx.Load(makeItem(key, vs))
+		db.idx.insert(makeItem(key, vs))
 		prev = key
 	}
 	if len(r.b) != 0 {

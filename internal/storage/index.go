@@ -3,8 +3,6 @@ package storage
 import (
 	"slices"
 	"unsafe"
-
-	"github.com/tidwall/btree"
 )
 
 // ver is one version of a key in the index. 32 bytes; a key with one version costs one
@@ -34,12 +32,6 @@ type item struct {
 	key   string
 	v     ver
 	older *[]ver
-}
-
-func itemLess(a, b item) bool { return a.key < b.key }
-
-func newIndex() *btree.BTreeG[item] {
-	return btree.NewBTreeGOptions(itemLess, btree.Options{NoLocks: true, Degree: 64})
 }
 
 // keyString views b as a string without copying, for lookups that do not retain it.

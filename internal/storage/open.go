@@ -18,7 +18,7 @@ func Open(opts Options) (*DB, error) {
 	if err := opts.fill(); err != nil {
 		return nil, err
 	}
-	db := &DB{opts: opts, fs: opts.FS, idx: newIndex()}
+	db := &DB{opts: opts, fs: opts.FS, idx: newTree()}
 	db.syncCond = sync.NewCond(&db.mu)
 	for _, d := range opts.Devices {
 		if err := db.fs.MkdirAll(d.Dir); err != nil {
@@ -190,9 +190,9 @@ func (db *DB) recover() error {
 		if h.id < db.segs[0].id || h.id > last.end() {
 			continue
 		}
-		if err := db.loadHint(h.path, h.id); err != nil {
+		if err := db.loadHint(h.path, h.id, last.end()); err != nil {
 			db.opts.Logger.Warn("ignoring hint file", "file", h.path, "err", err)
-			db.idx = newIndex()
+			db.idx = newTree()
 			db.lastV = 0
 			continue
 		}
@@ -213,8 +213,8 @@ func (db *DB) recover() error {
 	// A copy made by compaction whose key no longer has any version >= the copy's floor
 	// belongs to a key deleted since (its tombstone was reclaimed): it must not resurrect.
 	for k, floor := range floors {
-		if it, ok := db.idx.Get(item{key: k}); ok && it.v.version < floor {
-			db.idx.Delete(it)
+		if it, ok := db.idx.Get(k); ok && it.v.version < floor {
+			db.idx.Delete(it.key)
 		}
 	}
 	// Recount live bytes from the index (replay over-counts superseded copies).
@@ -250,7 +250,7 @@ func (db *DB) replay(i int, from uint64, floors map[string]uint64) error {
 	if _, err := s.f.ReadAt(data, off); err != nil && !errors.Is(err, io.EOF) {
 		return fmt.Errorf("storage: read %s: %w", s.path, err)
 	}
-	now := db.opts.Now().UnixNano()
+	now := db.now()
 	p := 0
 	for p < len(data) {
 		h, key, _, ok := decodeRecord(data[p:])
@@ -342,13 +342,15 @@ func (db *DB) salvage(i int, off int64, cause error) error {
 // out of order (compaction copies an old version to the tail) and twice (a crash between
 // copying and removing the source): the later copy wins.
 func (db *DB) recoverInsert(key []byte, v ver, now int64) {
-	it, ok := db.idx.Get(item{key: keyString(key)})
+	it, ok := db.idx.Get(keyString(key))
 	if !ok {
 		db.idx.Set(item{key: string(key), v: v})
 		return
 	}
 	if v.version > it.v.version {
-		db.insertLocked(key, v, now)
+		if err := db.insertLocked(key, v, now); err != nil {
+			panic(err) // just checked
+		}
 		return
 	}
 	vs := it.versions(nil)

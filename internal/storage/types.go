@@ -141,6 +141,10 @@ type Options struct {
 	// Now is the clock used by the retention policy (nil = time.Now). The simulator
 	// passes its virtual clock.
 	Now func() time.Time
+	// InlineRoll seals a full segment (fsync, create the next) synchronously inside the
+	// Append that fills it instead of in a background goroutine. The deterministic
+	// simulator sets it so that every file operation happens on the caller's goroutine.
+	InlineRoll bool
 	// WriteBufferSize is how many appended bytes are buffered in memory before they are
 	// written to the segment file (default 256 KiB). Sync writes the buffer regardless.
 	WriteBufferSize int

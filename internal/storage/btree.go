@@ -1,0 +1,337 @@
+package storage
+
+// tree is the index's ordered map: a B+tree of items by key, written for memory density.
+//
+// A general B-tree splits full nodes in half, so a tree filled in key order (a bulk
+// load, a hint file, sequential keys) ends half empty; and a slice-backed node that
+// splits keeps the other half of its array alive. Here nodes are fixed-capacity arrays
+// allocated once, and a full node on the rightmost path that receives a key past its
+// end starts a new node instead of splitting, so in-order loads fill nodes completely.
+// Random inserts split in half as usual (about 69% full on average).
+//
+// Items live inline in the leaves; get returns a pointer to the item so an update costs
+// one descent. A pointer is valid until the next insert or remove. Not safe for
+// concurrent mutation; the DB's lock guards it.
+type tree struct {
+	root *bnode
+	n    int
+}
+
+// bMax is the inner-node fanout. leafMax is chosen so a leaf's item array (56-byte
+// items) fills a 4 KiB allocation size class: 73 × 56 = 4088 bytes.
+const (
+	bMax    = 64
+	leafMax = 73
+)
+
+// bnode is a leaf (kids == nil: items) or an inner node (keys, kids). In an inner node
+// every key in kids[i] is >= keys[i] and < keys[i+1]; keys[0] is never compared.
+type bnode struct {
+	items []item
+	keys  []string
+	kids  []*bnode
+}
+
+func newLeaf() *bnode             { return &bnode{items: make([]item, 0, leafMax)} }
+func (n *bnode) isLeaf() bool     { return n.kids == nil }
+func newTree() *tree              { return &tree{root: newLeaf()} }
+func (t *tree) Len() int          { return t.n }
+func newInner() *bnode            { return &bnode{keys: make([]string, 0, bMax), kids: make([]*bnode, 0, bMax)} }
+func (n *bnode) firstKey() string { return firstKeyOf(n) }
+
+func firstKeyOf(n *bnode) string {
+	for !n.isLeaf() {
+		n = n.kids[0]
+	}
+	if len(n.items) == 0 {
+		return ""
+	}
+	return n.items[0].key
+}
+
+// childIndex returns the child of inner node n whose range holds key.
+func childIndex(keys []string, key string) int {
+	lo, hi := 1, len(keys)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if keys[m] <= key {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo - 1
+}
+
+// search returns the index of the first item >= key and whether it is equal.
+func search(items []item, key string) (int, bool) {
+	lo, hi := 0, len(items)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if items[m].key < key {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo, lo < len(items) && items[lo].key == key
+}
+
+// get returns a pointer to key's item, or nil.
+func (t *tree) get(key string) *item {
+	n := t.root
+	for !n.isLeaf() {
+		n = n.kids[childIndex(n.keys, key)]
+	}
+	if i, ok := search(n.items, key); ok {
+		return &n.items[i]
+	}
+	return nil
+}
+
+// insert adds it; its key must not be present.
+func (t *tree) insert(it item) {
+	right, sep := t.ins(t.root, it, true)
+	if right != nil {
+		root := newInner()
+		root.keys = append(root.keys, t.root.firstKey(), sep)
+		root.kids = append(root.kids, t.root, right)
+		t.root = root
+	}
+	t.n++
+}
+
+func (t *tree) ins(n *bnode, it item, rightmost bool) (*bnode, string) {
+	if n.isLeaf() {
+		i, found := search(n.items, it.key)
+		if found {
+			panic("storage: index insert of a present key")
+		}
+		if len(n.items) < leafMax {
+			n.items = insertAt(n.items, i, it)
+			return nil, ""
+		}
+		r := newLeaf()
+		if rightmost && i == len(n.items) {
+			r.items = append(r.items, it)
+			return r, it.key
+		}
+		mid := leafMax / 2
+		r.items = append(r.items, n.items[mid:]...)
+		clear(n.items[mid:])
+		n.items = n.items[:mid]
+		if i <= mid {
+			n.items = insertAt(n.items, i, it)
+		} else {
+			r.items = insertAt(r.items, i-mid, it)
+		}
+		return r, r.items[0].key
+	}
+	ci := childIndex(n.keys, it.key)
+	if k := n.kids[ci]; k.isLeaf() && len(k.items) == leafMax && n.shareLeaf(ci) {
+		ci = childIndex(n.keys, it.key)
+	}
+	kid, sep := t.ins(n.kids[ci], it, rightmost && ci == len(n.kids)-1)
+	if kid == nil {
+		return nil, ""
+	}
+	at := ci + 1
+	if len(n.kids) < bMax {
+		n.keys = insertAt(n.keys, at, sep)
+		n.kids = insertAt(n.kids, at, kid)
+		return nil, ""
+	}
+	r := newInner()
+	if rightmost && at == len(n.kids) {
+		r.keys = append(r.keys, sep)
+		r.kids = append(r.kids, kid)
+		return r, sep
+	}
+	mid := bMax / 2
+	r.keys = append(r.keys, n.keys[mid:]...)
+	r.kids = append(r.kids, n.kids[mid:]...)
+	clear(n.keys[mid:])
+	clear(n.kids[mid:])
+	n.keys, n.kids = n.keys[:mid], n.kids[:mid]
+	if at <= mid {
+		n.keys = insertAt(n.keys, at, sep)
+		n.kids = insertAt(n.kids, at, kid)
+	} else {
+		r.keys = insertAt(r.keys, at-mid, sep)
+		r.kids = insertAt(r.kids, at-mid, kid)
+	}
+	return r, r.keys[0]
+}
+
+// shareLeaf makes room in the full leaf kids[ci] by moving items to a sibling leaf with
+// room (as a B*-tree does), instead of splitting. It keeps randomly filled leaves about
+// 80% full instead of 69%, which is most of the index's memory.
+func (n *bnode) shareLeaf(ci int) bool {
+	k := n.kids[ci]
+	if ci+1 < len(n.kids) {
+		if r := n.kids[ci+1]; len(r.items) < leafMax-1 {
+			m := (leafMax - len(r.items)) / 2
+			old := len(r.items)
+			r.items = r.items[:old+m]
+			copy(r.items[m:], r.items[:old])
+			copy(r.items[:m], k.items[len(k.items)-m:])
+			clear(k.items[len(k.items)-m:])
+			k.items = k.items[:len(k.items)-m]
+			n.keys[ci+1] = r.items[0].key
+			return true
+		}
+	}
+	if ci > 0 {
+		if l := n.kids[ci-1]; len(l.items) < leafMax-1 {
+			m := (leafMax - len(l.items)) / 2
+			l.items = append(l.items, k.items[:m]...)
+			copy(k.items, k.items[m:])
+			clear(k.items[len(k.items)-m:])
+			k.items = k.items[:len(k.items)-m]
+			n.keys[ci] = k.items[0].key
+			return true
+		}
+	}
+	return false
+}
+
+// insertAt inserts v at i within s's existing capacity.
+func insertAt[T any](s []T, i int, v T) []T {
+	s = s[:len(s)+1]
+	copy(s[i+1:], s[i:])
+	s[i] = v
+	return s
+}
+
+// remove deletes key and reports whether it was present. Empty nodes are unlinked;
+// other underfull nodes are left alone (they refill as keys arrive).
+func (t *tree) remove(key string) bool {
+	found, _ := t.rm(t.root, key)
+	if !found {
+		return false
+	}
+	t.n--
+	for !t.root.isLeaf() && len(t.root.kids) == 1 {
+		t.root = t.root.kids[0]
+	}
+	if !t.root.isLeaf() && len(t.root.kids) == 0 {
+		t.root = newLeaf()
+	}
+	return true
+}
+
+// rm returns whether key was found and whether n is now empty.
+func (t *tree) rm(n *bnode, key string) (found, empty bool) {
+	if n.isLeaf() {
+		i, ok := search(n.items, key)
+		if !ok {
+			return false, false
+		}
+		copy(n.items[i:], n.items[i+1:])
+		n.items[len(n.items)-1] = item{}
+		n.items = n.items[:len(n.items)-1]
+		return true, len(n.items) == 0
+	}
+	ci := childIndex(n.keys, key)
+	found, empty = t.rm(n.kids[ci], key)
+	if empty {
+		copy(n.keys[ci:], n.keys[ci+1:])
+		copy(n.kids[ci:], n.kids[ci+1:])
+		n.keys[len(n.keys)-1] = ""
+		n.kids[len(n.kids)-1] = nil
+		n.keys, n.kids = n.keys[:len(n.keys)-1], n.kids[:len(n.kids)-1]
+	}
+	return found, len(n.kids) == 0
+}
+
+// ascend calls fn for each item with key >= pivot, in order, until fn returns false.
+func (t *tree) ascend(pivot string, fn func(*item) bool) { asc(t.root, pivot, fn) }
+
+func asc(n *bnode, pivot string, fn func(*item) bool) bool {
+	if n.isLeaf() {
+		for i, _ := search(n.items, pivot); i < len(n.items); i++ {
+			if !fn(&n.items[i]) {
+				return false
+			}
+		}
+		return true
+	}
+	for ci := childIndex(n.keys, pivot); ci < len(n.kids); ci++ {
+		if !asc(n.kids[ci], pivot, fn) {
+			return false
+		}
+	}
+	return true
+}
+
+// check verifies the tree's invariants (for tests).
+func (t *tree) check() error {
+	count := 0
+	prev := ""
+	first := true
+	var walk func(n *bnode, lo, hi string, hasHi bool) error
+	walk = func(n *bnode, lo, hi string, hasHi bool) error {
+		if n.isLeaf() {
+			for _, it := range n.items {
+				if (!first && it.key <= prev) || it.key < lo || (hasHi && it.key >= hi) {
+					return errTree
+				}
+				prev, first = it.key, false
+				count++
+			}
+			return nil
+		}
+		if len(n.keys) != len(n.kids) || len(n.kids) == 0 {
+			return errTree
+		}
+		for i, k := range n.kids {
+			klo, khi, kHas := lo, hi, hasHi
+			if i > 0 {
+				klo = n.keys[i]
+			}
+			if i+1 < len(n.kids) {
+				khi, kHas = n.keys[i+1], true
+			}
+			if err := walk(k, klo, khi, kHas); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := walk(t.root, "", "", false); err != nil {
+		return err
+	}
+	if count != t.n {
+		return errTree
+	}
+	return nil
+}
+
+var errTree = errorString("storage: index B+tree invariant violated")
+
+type errorString string
+
+func (e errorString) Error() string { return string(e) }
+
+// Get returns a copy of key's item.
+func (t *tree) Get(key string) (item, bool) {
+	if p := t.get(key); p != nil {
+		return *p, true
+	}
+	return item{}, false
+}
+
+// Set inserts it or replaces the item with its key.
+func (t *tree) Set(it item) {
+	if p := t.get(it.key); p != nil {
+		*p = it
+		return
+	}
+	t.insert(it)
+}
+
+// Delete removes key.
+func (t *tree) Delete(key string) { t.remove(key) }
+
+// Scan calls fn for every item in order until it returns false.
+func (t *tree) Scan(fn func(it item) bool) { t.ascend("", func(p *item) bool { return fn(*p) }) }

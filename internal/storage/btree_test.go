@@ -1,0 +1,107 @@
+package storage
+
+import (
+	"fmt"
+	"math/rand"
+	"slices"
+	"testing"
+)
+
+// The index tree behaves as a sorted map under random inserts, updates, removes and
+// scans, in random and in ascending key order, and keeps its invariants.
+func TestTreeMatchesSortedMap(t *testing.T) {
+	for _, ordered := range []bool{false, true} {
+		for seed := int64(0); seed < 20; seed++ {
+			rng := rand.New(rand.NewSource(seed))
+			tr := newTree()
+			model := map[string]uint64{}
+			next := 0
+			for step := 0; step < 5000; step++ {
+				var key string
+				if ordered {
+					next++
+					key = fmt.Sprintf("%08d", next-rng.Intn(3))
+				} else {
+					key = fmt.Sprintf("%04d", rng.Intn(3000))
+				}
+				switch r := rng.Intn(10); {
+				case r < 6:
+					if p := tr.get(key); p != nil {
+						p.v.version++
+						model[key]++
+					} else {
+						tr.insert(item{key: key, v: ver{version: 1}})
+						model[key] = 1
+					}
+				case r < 9:
+					if tr.remove(key) != (model[key] != 0) {
+						t.Fatalf("remove(%s) disagrees with the model", key)
+					}
+					delete(model, key)
+				default:
+					var want []string
+					for k := range model {
+						if k >= key {
+							want = append(want, k)
+						}
+					}
+					slices.Sort(want)
+					want = want[:min(len(want), 10)]
+					var got []string
+					tr.ascend(key, func(it *item) bool {
+						if it.v.version != model[it.key] {
+							t.Fatalf("item %s version %d, model %d", it.key, it.v.version, model[it.key])
+						}
+						got = append(got, it.key)
+						return len(got) < 10
+					})
+					if !slices.Equal(got, want) {
+						t.Fatalf("ascend(%s) = %v, want %v", key, got, want)
+					}
+				}
+			}
+			if err := tr.check(); err != nil || tr.Len() != len(model) {
+				t.Fatalf("seed %d: %v, len %d vs %d", seed, err, tr.Len(), len(model))
+			}
+		}
+	}
+}
+
+// The invariant check itself fails on a broken tree.
+func TestTreeCheckCanFail(t *testing.T) {
+	tr := newTree()
+	for i := 0; i < 200; i++ {
+		tr.insert(item{key: fmt.Sprintf("%04d", i)})
+	}
+	if err := tr.check(); err != nil {
+		t.Fatal(err)
+	}
+	leaf := tr.root.kids[1]
+	leaf.items[0].key, leaf.items[1].key = leaf.items[1].key, leaf.items[0].key
+	if tr.check() == nil {
+		t.Fatal("check accepted out-of-order keys")
+	}
+}
+
+// In-order loading fills leaves completely.
+func TestTreeInOrderLoadIsDense(t *testing.T) {
+	tr := newTree()
+	for i := 0; i < leafMax*100; i++ {
+		tr.insert(item{key: fmt.Sprintf("%08d", i)})
+	}
+	leaves := 0
+	var walk func(n *bnode)
+	walk = func(n *bnode) {
+		if n.isLeaf() {
+			leaves++
+			return
+		}
+		for _, k := range n.kids {
+			walk(k)
+		}
+	}
+	walk(tr.root)
+	if leaves != 100 {
+		t.Fatalf("%d leaves for %d in-order keys, want 100", leaves, leafMax*100)
+	}
+}
