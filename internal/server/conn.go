@@ -108,6 +108,7 @@ func (c *conn) serve() {
 	defer func() {
 		if r := recover(); r != nil {
 			c.log.Error("panic serving connection (bug)", "panic", r, "stack", string(debug.Stack()))
+			c.srv.panics.Add(1)
 		}
 		c.nc.Close()
 	}()

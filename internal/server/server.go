@@ -58,6 +58,9 @@ type Server struct {
 	// inflight counts commands being executed, so shutdown waits for them.
 	inflight sync.WaitGroup
 	connWG   sync.WaitGroup
+	// panics counts connections that ended in a recovered panic (always a bug;
+	// the fuzz test asserts it stays zero).
+	panics atomic.Int64
 	done     chan struct{}
 }
 

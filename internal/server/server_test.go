@@ -17,7 +17,7 @@ import (
 	"github.com/kefirdb/kefir/internal/resp"
 )
 
-func startServer(t *testing.T, mod func(*Config)) *Server {
+func startServer(t testing.TB, mod func(*Config)) *Server {
 	t.Helper()
 	cfg := Config{
 		ClientAddr: "127.0.0.1:0",
