@@ -61,7 +61,7 @@ type Server struct {
 	// panics counts connections that ended in a recovered panic (always a bug;
 	// the fuzz test asserts it stays zero).
 	panics atomic.Int64
-	done     chan struct{}
+	done   chan struct{}
 }
 
 // New validates cfg and opens the node's storage. Start opens the ports.
