@@ -3,8 +3,11 @@ package client
 import (
 	"context"
 	"fmt"
+	"net"
 	"strconv"
 	"testing"
+
+	"github.com/kefirdb/kefir/internal/resp"
 )
 
 // BenchmarkClientPipelined measures calls from many goroutines sharing a small pool
@@ -48,6 +51,70 @@ func BenchmarkClientPipelined(b *testing.B) {
 						err = c.Put(ctx, key, val)
 					}
 					if err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
+
+// fixedResponder answers every command with the same reply, allocating nothing,
+// so a benchmark against it measures the client (plus loopback) alone.
+func fixedResponder(b *testing.B, reply string) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			b.Cleanup(func() { nc.Close() })
+			go func() {
+				rd := resp.NewReader(nc, 0)
+				w := resp.NewWriter(nc, 64<<10)
+				var args [][]byte
+				for {
+					var err error
+					if args, err = rd.ReadCommand(args); err != nil {
+						return
+					}
+					w.WriteBulkString(reply)
+					if rd.Buffered() == 0 && w.Flush() != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// BenchmarkClientOverhead: Get against a responder that allocates nothing, so
+// B/op and allocs/op are the client's own.
+//
+// Run: go test -run '^$' -bench ClientOverhead -benchmem ./client/
+func BenchmarkClientOverhead(b *testing.B) {
+	addr := fixedResponder(b, "value-0123456789abcdef")
+	for _, procs := range []int{1, 32} {
+		b.Run(fmt.Sprintf("get/pool=1/goroutines=%dxGOMAXPROCS", procs), func(b *testing.B) {
+			ctx := context.Background()
+			c, err := Dial(ctx, []string{addr}, WithPoolSize(1))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			b.SetParallelism(procs)
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if _, err := c.Get(ctx, "key:0000000001"); err != nil {
 						b.Error(err)
 						return
 					}
