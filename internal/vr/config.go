@@ -1,0 +1,140 @@
+package vr
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"time"
+)
+
+// Config is a replica's view of its group. All replicas of a group must have
+// equal Cluster, Epoch and Members; every message carries their identity and a
+// mismatch is refused (ConfigError), so a node started with the wrong peer
+// list cannot corrupt a group.
+type Config struct {
+	// Cluster identifies the group (e.g. a random id chosen at bootstrap).
+	Cluster uint64
+	// Epoch is the configuration's generation; membership changes bump it.
+	Epoch uint64
+	// Members lists the replica ids, in the order that picks leaders: the
+	// leader of view v is Members[v % len(Members)]. An odd count 2f+1.
+	Members []uint64
+	// Self is this replica's id; it must be in Members.
+	Self uint64
+
+	// HeartbeatInterval: the leader sends a commit (heartbeat) at least this
+	// often, on its local clock (nanoseconds, as in event times).
+	HeartbeatInterval time.Duration
+	// ViewChangeTimeout: a follower that hears nothing from its leader for this
+	// long starts a view change; a view change that does not finish in this
+	// long moves on to the next view. Must be >= LeaseDuration.
+	ViewChangeTimeout time.Duration
+	// LeaseDuration: a follower that acknowledged a heartbeat promises not to
+	// join another view for this long after it received it (on its clock).
+	// Zero disables leases (reads then always use ReadIndex).
+	LeaseDuration time.Duration
+	// MaxDrift bounds the rate error of every replica's clock (e.g. 1e-3 for
+	// 1 ms/s). The leader's lease is shortened by it; see Replica.LeaseRead.
+	MaxDrift float64
+
+	// MaxBatch caps the entries of one prepare (and one state-transfer
+	// message); proposals beyond it wait for the next Ready.
+	MaxBatch int
+	// MaxInflight caps uncommitted ops at the leader (the pipeline depth).
+	MaxInflight int
+}
+
+// Defaults for zero Config fields.
+const (
+	DefaultHeartbeatInterval = 10 * time.Millisecond
+	DefaultViewChangeTimeout = 100 * time.Millisecond
+	DefaultMaxBatch          = 256
+	DefaultMaxInflight       = 4096
+)
+
+func (c *Config) fill() {
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if c.ViewChangeTimeout == 0 {
+		c.ViewChangeTimeout = DefaultViewChangeTimeout
+	}
+	if c.MaxBatch == 0 {
+		c.MaxBatch = DefaultMaxBatch
+	}
+	if c.MaxInflight == 0 {
+		c.MaxInflight = DefaultMaxInflight
+	}
+}
+
+// Validate reports what is wrong with c (after defaults).
+func (c Config) Validate() error {
+	c.fill()
+	var errs []error
+	n := len(c.Members)
+	if n == 0 || n%2 == 0 {
+		errs = append(errs, fmt.Errorf("need an odd number of members, have %d", n))
+	}
+	seen := map[uint64]bool{}
+	self := false
+	for _, m := range c.Members {
+		if seen[m] {
+			errs = append(errs, fmt.Errorf("member %d listed twice", m))
+		}
+		seen[m] = true
+		self = self || m == c.Self
+	}
+	if !self {
+		errs = append(errs, fmt.Errorf("self %d is not a member of %v", c.Self, c.Members))
+	}
+	if c.HeartbeatInterval <= 0 || c.ViewChangeTimeout <= c.HeartbeatInterval {
+		errs = append(errs, fmt.Errorf("view-change timeout %v must exceed heartbeat interval %v", c.ViewChangeTimeout, c.HeartbeatInterval))
+	}
+	if c.LeaseDuration < 0 || c.ViewChangeTimeout < c.LeaseDuration {
+		errs = append(errs, fmt.Errorf("lease %v must be within [0, view-change timeout %v]", c.LeaseDuration, c.ViewChangeTimeout))
+	}
+	if c.MaxDrift < 0 || c.MaxDrift >= 0.1 {
+		errs = append(errs, fmt.Errorf("max drift %g must be in [0, 0.1)", c.MaxDrift))
+	}
+	if c.MaxBatch < 1 || c.MaxInflight < 1 {
+		errs = append(errs, errors.New("MaxBatch and MaxInflight must be positive"))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("vr: invalid config: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// Hash is a fingerprint of the member list (in leader order) and epoch: two
+// replicas with the same cluster and epoch but different peer lists disagree
+// on it.
+func (c Config) Hash() uint64 {
+	h := fnv.New64a()
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], c.Cluster)
+	h.Write(b[:])
+	binary.LittleEndian.PutUint64(b[:], c.Epoch)
+	h.Write(b[:])
+	for _, m := range c.Members {
+		binary.LittleEndian.PutUint64(b[:], m)
+		h.Write(b[:])
+	}
+	return h.Sum64()
+}
+
+// LeaderOf returns the leader of view v.
+func (c Config) LeaderOf(v uint64) uint64 { return c.Members[v%uint64(len(c.Members))] }
+
+// LeaderLease is how long, on the leader's own clock, a lease lasts after
+// the heartbeat that a majority acknowledged was sent:
+//
+//	LeaseDuration × (1 − MaxDrift) / (1 + MaxDrift)
+//
+// Why: a follower keeps its promise for LeaseDuration on its clock, which is
+// at least LeaseDuration/(1+MaxDrift) of real time after it received the
+// heartbeat, hence after the leader sent it; the leader's local span D lasts
+// at most D/(1−MaxDrift) of real time. D/(1−ρ) ≤ L/(1+ρ) gives the formula.
+func (c Config) LeaderLease() time.Duration {
+	return time.Duration(float64(c.LeaseDuration) * (1 - c.MaxDrift) / (1 + c.MaxDrift))
+}

@@ -1,0 +1,69 @@
+// Package vr is the Viewstamped Replication core (VR Revisited, Liskov &
+// Cowling 2012) of one replica: normal operation (prepare / prepare-ok /
+// commit, batched and pipelined, commit point on heartbeats), view change
+// (start-view-change / do-view-change / start-view), the recovery protocol
+// for a replica that lost state (nonce), state transfer (get-state /
+// new-state, with a snapshot when the log prefix is gone), log compaction,
+// the client table (at-most-once), configuration identity on every message,
+// and the hooks for linearizable reads (leader lease and read-index).
+//
+// It is a pure, deterministic state machine (ARCHITECTURE §1.2): it never
+// starts goroutines, reads a clock, draws random numbers or does I/O. Time
+// comes in with every call (the driver's local clock, nanoseconds), a
+// recovery nonce comes in State. It must not import net, os, time.Now users,
+// math/rand or any other Kefir package; internal/wire encodes its messages
+// and internal/shard drives it.
+//
+// # The driver's obligations
+//
+// A driver owns one Replica and calls it from one goroutine: Step for each
+// peer message, Tick periodically (every few milliseconds; timers are
+// compared against the times passed in), Propose for client writes, ReadIndex
+// or LeaseRead for linearizable reads, Persisted when an fsync completes.
+// After any of those it calls Ready and performs the returned actions:
+//
+//  1. Disk, in this order, as one append (one fsync covers the batch):
+//     if Snapshot is set, store it durably, discard the whole log and restore
+//     the state machine from it; if HasTruncate, discard log entries with
+//     op > Truncate; write HardState if set; append Entries. Then fsync and,
+//     when the fsync returns, call Persisted(PersistSeq). Batches must become
+//     durable in order. A failed write or fsync must stop the replica (crash
+//     it): the core has already counted on the batch.
+//  2. Send Messages. They may go out before the fsync of step 1: the core
+//     holds back everything that promises durability (prepare-ok only covers
+//     synced entries; do-view-change and start-view wait for the synced view)
+//     and releases it from a later Ready. Messages may be lost, duplicated or
+//     reordered; the core retransmits on its own timers.
+//  3. Apply Committed entries to the state machine in op order, skipping
+//     those marked Duplicate, then call Advance with one result per entry
+//     (nil for duplicates) before the next Step/Tick/Propose. The results
+//     become the client table's cached replies.
+//  4. Deliver Replies to clients, and serve ReadStates (a read-index read may
+//     run once the state machine has applied ReadState.Index). A read taken
+//     from LeaseRead likewise waits for applied >= the returned index.
+//  5. For each SnapshotNeeded peer, capture the state machine at the applied
+//     op (Data) with ClientTable(), and call SendSnapshot.
+//  6. Log Errors (configuration mismatches, refusals), rate-limited.
+//  7. Checkpoint now and then: store a snapshot of the state machine at the
+//     applied op (with ClientTable()) durably, then call Compact(op) (keep a
+//     tail of entries so slightly lagging replicas need no snapshot).
+//
+// On restart the driver passes what its disk holds in State: the latest
+// snapshot (with the state machine already restored from it), the entries
+// after it and the last hard state. If the replica may have acknowledged
+// anything that is not on disk (a replaced disk, writes acknowledged before
+// fsync), it sets LostState and a fresh random Nonce: the replica then runs
+// the recovery protocol and neither votes nor acknowledges until it is back.
+//
+// # Leases and reads
+//
+// Followers promise, when they acknowledge a heartbeat, not to join another
+// view for Config.LeaseDuration on their clock; the leader counts its lease
+// from the send time of the latest heartbeat f followers acknowledged, for
+// Config.LeaderLease() = LeaseDuration·(1−MaxDrift)/(1+MaxDrift) of its own
+// clock. That is safe as long as every clock's rate stays within 1±MaxDrift.
+// A restarted replica keeps promises it forgot by not voting for a lease
+// period after it starts. Without a lease, ReadIndex confirms leadership with
+// a heartbeat round instead. Followers expose their commit point (Info) for
+// session and bounded reads.
+package vr

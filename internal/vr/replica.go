@@ -1,0 +1,1314 @@
+package vr
+
+import (
+	"fmt"
+	"slices"
+)
+
+// State is what a replica starts from: nothing (a new group), or what its
+// disk recovered.
+type State struct {
+	HardState HardState
+	// Snapshot is the latest durable snapshot (nil: none, the log starts at 1).
+	// The driver has already restored the application state from it.
+	Snapshot *Snapshot
+	// Entries follow the snapshot, contiguous.
+	Entries []Entry
+	// LostState says the disk may lack something this replica promised before
+	// it stopped (acks before fsync, a replaced disk): the replica then runs
+	// the VR recovery protocol and does not vote until it has recovered.
+	LostState bool
+	// Nonce identifies this recovery (drawn by the driver; the core has no
+	// randomness). Required with LostState.
+	Nonce uint64
+}
+
+type batch struct {
+	seq  uint64
+	last uint64 // the log's last op when the batch was issued, lowered by later truncations
+}
+
+type deferred struct {
+	seq uint64
+	m   Message
+}
+
+type readReq struct {
+	ctx uint64
+	hb  uint64 // heartbeat that confirms leadership; 0 = not sent yet
+}
+
+// mutations are deliberate bugs the tests switch on to prove the simulator
+// and checkers catch them. Never set outside tests.
+type mutations struct {
+	ackBeforePersist    bool
+	commitWithoutQuorum bool
+	noLeaseCheck        bool
+	skipClientTable     bool
+}
+
+const hbRing = 256
+
+// Replica is the VR core for one replica: a deterministic state machine.
+// It is not safe for concurrent use; one driver goroutine owns it.
+type Replica struct {
+	cfg  Config
+	hash uint64
+	self int
+	n, f int
+	mut  mutations
+
+	status Status
+	view   uint64
+	lnv    uint64
+	log    []Entry // log[i].Op == first+i
+	first  uint64
+	commit uint64
+	handed uint64 // last op handed out in Ready.Committed
+	// applied: last op whose result came back through Advance.
+	applied uint64
+
+	// Persistence bookkeeping (see durable).
+	seq     uint64
+	synced  uint64
+	durable uint64 // log[..durable] is fsynced
+	batches []batch
+	viewSeq uint64 // batch that wrote the current view to the hard state
+	hsDirty bool
+	lastHS  HardState
+	defers  []deferred
+
+	out        Ready
+	lastHanded []Committed
+
+	now          int64
+	started      bool
+	promiseUntil int64
+	// pendingView: a higher view others asked for while this replica's lease
+	// promise forbade joining; it joins once the promise runs out.
+	pendingView uint64
+
+	// Leader state (valid while leader in normal status).
+	acked       []uint64
+	hbAcked     []uint64
+	ackAt       []int64
+	hbSeq       uint64
+	hbSent      [hbRing]struct{ seq uint64; at int64 }
+	lastHB      int64
+	hbNow       bool
+	viewStartOp uint64
+	queue       []Request
+	inflight    map[uint64]uint64
+	reads       []readReq
+	snapWanted  []bool
+
+	// Follower state.
+	lastContact  int64
+	lastGetState int64
+	lastAck      [2]uint64 // view, op of the last prepare-ok sent
+
+	// View change state.
+	vcStart int64
+	lastSVC int64
+	svc     []bool
+	dvc     []*Message
+	dvcSent *Message
+	pulling int
+
+	// Recovery state.
+	nonce        uint64
+	recHave      uint64
+	recResp      []*Message
+	lastRecovery int64
+
+	clients map[uint64]*ClientRecord
+}
+
+// New returns a replica. A replica with an empty State and view 0 is a member
+// of a new group; otherwise it resumes from what its disk recovered.
+func New(cfg Config, st State) (*Replica, error) {
+	cfg.fill()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	r := &Replica{cfg: cfg, hash: cfg.Hash(), n: len(cfg.Members), pulling: -1,
+		inflight: map[uint64]uint64{}, clients: map[uint64]*ClientRecord{}}
+	r.f = (r.n - 1) / 2
+	r.self = slices.Index(cfg.Members, cfg.Self)
+	r.acked = make([]uint64, r.n)
+	r.hbAcked = make([]uint64, r.n)
+	r.ackAt = make([]int64, r.n)
+	r.snapWanted = make([]bool, r.n)
+	r.svc = make([]bool, r.n)
+	r.dvc = make([]*Message, r.n)
+	r.recResp = make([]*Message, r.n)
+	r.first = 1
+	if s := st.Snapshot; s != nil {
+		r.first = s.Op + 1
+		r.loadClients(s.Clients)
+	}
+	for i, e := range st.Entries {
+		if e.Op != r.first+uint64(i) {
+			return nil, fmt.Errorf("vr: recovered entry %d has op %d, want %d", i, e.Op, r.first+uint64(i))
+		}
+	}
+	r.log = append([]Entry(nil), st.Entries...)
+	r.applied = r.first - 1
+	r.handed = r.applied
+	r.durable = r.lastOp()
+	hs := st.HardState
+	r.view, r.lnv = hs.View, hs.LastNormalView
+	r.lastHS = hs
+	r.commit = max(r.applied, min(hs.Commit, r.lastOp()))
+	switch {
+	case st.LostState:
+		if st.Nonce == 0 {
+			return nil, fmt.Errorf("vr: recovery needs a non-zero nonce")
+		}
+		r.status = Recovering
+		r.nonce = st.Nonce
+		r.recHave = r.commit
+	case r.view == r.lnv && cfg.LeaderOf(r.view) != cfg.Self:
+		// A follower's log is a prefix of its view's leader's log, on disk as
+		// in memory, so it can resume in that view and fill gaps by transfer.
+		r.status = Normal
+	default:
+		// A restarted leader may have lost entries it had sent (unsynced here,
+		// persisted by followers): leading the same view again could assign
+		// their op numbers to other requests. It waits for the next view.
+		r.status = ViewChange
+		r.svc[r.self] = true
+	}
+	return r, nil
+}
+
+// Config returns the configuration the replica runs with (defaults filled).
+func (r *Replica) Config() Config { return r.cfg }
+
+func (r *Replica) lastOp() uint64 { return r.first + uint64(len(r.log)) - 1 }
+
+func (r *Replica) entry(op uint64) *Entry {
+	if op < r.first || op > r.lastOp() {
+		panic(fmt.Sprintf("vr: replica %d: entry %d outside log [%d,%d]", r.cfg.Self, op, r.first, r.lastOp()))
+	}
+	return &r.log[op-r.first]
+}
+
+func (r *Replica) isLeader() bool { return r.cfg.LeaderOf(r.view) == r.cfg.Self }
+
+func (r *Replica) leaderIdx(v uint64) int { return int(v % uint64(r.n)) }
+
+func (r *Replica) observe(now int64) {
+	if !r.started {
+		r.started = true
+		// Before the crash this replica may have acknowledged heartbeats; it
+		// keeps those (forgotten) promises by not voting for a lease period.
+		r.promiseUntil = now + int64(r.cfg.LeaseDuration)
+		r.lastContact, r.vcStart, r.lastHB = now, now, now-int64(r.cfg.HeartbeatInterval)
+		if r.status == Recovering {
+			r.sendRecovery()
+		}
+	}
+	if now > r.now {
+		r.now = now
+	}
+}
+
+func (r *Replica) canVote() bool { return r.now >= r.promiseUntil }
+
+// ---- persistence ----
+
+func (r *Replica) nextSeq() uint64 { return r.seq + 1 }
+
+func (r *Replica) appendEntries(es []Entry) {
+	for _, e := range es {
+		if e.Op != r.lastOp()+1 {
+			panic(fmt.Sprintf("vr: replica %d: append op %d after %d", r.cfg.Self, e.Op, r.lastOp()))
+		}
+		r.log = append(r.log, e)
+		r.out.Entries = append(r.out.Entries, e)
+	}
+}
+
+// truncate discards entries after op. Committed entries are never discarded.
+func (r *Replica) truncate(op uint64) {
+	if op >= r.lastOp() {
+		return
+	}
+	if op < r.commit {
+		panic(fmt.Sprintf("vr: replica %d (view %d, %s): truncating to %d below commit %d", r.cfg.Self, r.view, r.status, op, r.commit))
+	}
+	r.log = r.log[:op+1-r.first:op+1-r.first]
+	n := 0
+	for _, e := range r.out.Entries {
+		if e.Op <= op {
+			r.out.Entries[n] = e
+			n++
+		}
+	}
+	r.out.Entries = r.out.Entries[:n]
+	if !r.out.HasTruncate || op < r.out.Truncate {
+		r.out.HasTruncate, r.out.Truncate = true, op
+	}
+	r.durable = min(r.durable, op)
+	for i := range r.batches {
+		r.batches[i].last = min(r.batches[i].last, op)
+	}
+}
+
+func (r *Replica) installSnapshot(s *Snapshot) {
+	if r.handed != r.applied {
+		panic(fmt.Sprintf("vr: replica %d: snapshot while %d entries are being applied", r.cfg.Self, r.handed-r.applied))
+	}
+	cp := *s
+	r.out.Snapshot = &cp
+	r.out.Entries, r.out.HasTruncate, r.out.Truncate = nil, false, 0
+	r.log = nil
+	r.first = s.Op + 1
+	r.commit, r.handed, r.applied = s.Op, s.Op, s.Op
+	r.durable = min(r.durable, s.Op)
+	for i := range r.batches {
+		r.batches[i].last = min(r.batches[i].last, s.Op)
+	}
+	r.loadClients(s.Clients)
+	r.hsDirty = true
+}
+
+func (r *Replica) loadClients(cs []ClientRecord) {
+	r.clients = make(map[uint64]*ClientRecord, len(cs))
+	for _, c := range cs {
+		c := c
+		r.clients[c.Client] = &c
+	}
+}
+
+// Persisted reports that every disk write of batches up to seq is durable.
+func (r *Replica) Persisted(seq uint64) {
+	if seq > r.seq {
+		panic(fmt.Sprintf("vr: replica %d: persisted %d, only %d issued", r.cfg.Self, seq, r.seq))
+	}
+	if seq <= r.synced {
+		return
+	}
+	r.synced = seq
+	i := 0
+	for ; i < len(r.batches) && r.batches[i].seq <= seq; i++ {
+		r.durable = max(r.durable, min(r.batches[i].last, r.lastOp()))
+	}
+	r.batches = r.batches[i:]
+	r.releaseDeferred()
+	if r.status == Normal && r.isLeader() {
+		r.advanceCommit()
+	} else {
+		r.maybeAck(0, false)
+	}
+}
+
+func (r *Replica) releaseDeferred() {
+	n := 0
+	for _, d := range r.defers {
+		if d.seq <= r.synced {
+			r.out.Messages = append(r.out.Messages, d.m)
+		} else {
+			r.defers[n] = d
+			n++
+		}
+	}
+	r.defers = r.defers[:n]
+}
+
+// ---- messages ----
+
+func (r *Replica) stamp(m *Message, to uint64) {
+	m.Cluster, m.Epoch, m.ConfigHash = r.cfg.Cluster, r.cfg.Epoch, r.hash
+	m.From, m.To = r.cfg.Self, to
+}
+
+func (r *Replica) send(to uint64, m Message) {
+	r.stamp(&m, to)
+	r.out.Messages = append(r.out.Messages, m)
+}
+
+// sendAfterSync sends m once the batch now being built is durable.
+func (r *Replica) sendAfterSync(to uint64, m Message) {
+	r.stamp(&m, to)
+	if r.mut.ackBeforePersist {
+		r.out.Messages = append(r.out.Messages, m)
+		return
+	}
+	r.defers = append(r.defers, deferred{seq: r.nextSeq(), m: m})
+}
+
+func (r *Replica) broadcast(m Message, afterSync bool) {
+	for i, id := range r.cfg.Members {
+		if i == r.self {
+			continue
+		}
+		if afterSync {
+			r.sendAfterSync(id, m)
+		} else {
+			r.send(id, m)
+		}
+	}
+}
+
+func (r *Replica) copyLog(from uint64, limit int) []Entry {
+	if from < r.first {
+		from = r.first
+	}
+	if from > r.lastOp() {
+		return nil
+	}
+	es := r.log[from-r.first:]
+	if limit > 0 && len(es) > limit {
+		es = es[:limit]
+	}
+	return append([]Entry(nil), es...)
+}
+
+// identity returns why m does not belong to this group ("" if it does).
+func (r *Replica) identity(m *Message) string {
+	switch {
+	case m.Cluster != r.cfg.Cluster:
+		return fmt.Sprintf("cluster %d, ours is %d", m.Cluster, r.cfg.Cluster)
+	case m.Epoch != r.cfg.Epoch:
+		return fmt.Sprintf("config epoch %d, ours is %d (stale configuration on one side)", m.Epoch, r.cfg.Epoch)
+	case m.ConfigHash != r.hash:
+		return fmt.Sprintf("member list differs (hash %x, ours %x for %v)", m.ConfigHash, r.hash, r.cfg.Members)
+	case !slices.Contains(r.cfg.Members, m.From):
+		return fmt.Sprintf("sender %d is not a member of %v", m.From, r.cfg.Members)
+	case m.To != r.cfg.Self:
+		return fmt.Sprintf("message for replica %d reached replica %d", m.To, r.cfg.Self)
+	case m.From == r.cfg.Self:
+		return "message from ourselves"
+	case !m.Type.Valid():
+		return fmt.Sprintf("unknown message type %d", m.Type)
+	}
+	return ""
+}
+
+// Step processes one peer message received at local time now.
+func (r *Replica) Step(now int64, m Message) {
+	r.observe(now)
+	if m.Type == MsgRefuse {
+		r.out.Errors = append(r.out.Errors, &RefusedError{By: m.From, Reason: m.Reason})
+		return
+	}
+	if why := r.identity(&m); why != "" {
+		r.out.Errors = append(r.out.Errors, &ConfigError{From: m.From, Reason: why})
+		reply := Message{Type: MsgRefuse, Reason: why}
+		r.stamp(&reply, m.From)
+		r.out.Messages = append(r.out.Messages, reply)
+		return
+	}
+	j := slices.Index(r.cfg.Members, m.From)
+	switch m.Type {
+	case MsgPrepare:
+		r.onPrepare(j, &m)
+	case MsgPrepareOK:
+		r.onPrepareOK(j, &m)
+	case MsgCommit:
+		r.onCommit(j, &m)
+	case MsgStartViewChange:
+		r.onSVC(j, &m)
+	case MsgDoViewChange:
+		r.onDVC(j, &m)
+	case MsgStartView:
+		r.onStartView(j, &m)
+	case MsgRecovery:
+		r.onRecovery(j, &m)
+	case MsgRecoveryResponse:
+		r.onRecoveryResponse(j, &m)
+	case MsgGetState:
+		r.onGetState(j, &m)
+	case MsgNewState:
+		r.onNewState(j, &m)
+	}
+	r.checkInvariants()
+}
+
+// Tick advances timers to local time now.
+func (r *Replica) Tick(now int64) {
+	r.observe(now)
+	hb := int64(r.cfg.HeartbeatInterval)
+	vct := int64(r.cfg.ViewChangeTimeout)
+	if r.pendingView > r.view && r.status != Recovering && r.canVote() {
+		r.startViewChange(r.pendingView)
+	}
+	switch r.status {
+	case Normal:
+		if r.isLeader() {
+			if r.now-r.lastHB >= hb {
+				r.hbNow = true
+			}
+		} else if r.now-r.lastContact >= vct && r.canVote() {
+			r.startViewChange(r.view + 1)
+		}
+	case ViewChange:
+		if r.now-r.vcStart >= vct && r.canVote() {
+			r.startViewChange(r.view + 1)
+		} else if r.now-r.lastSVC >= hb {
+			r.lastSVC = r.now
+			r.broadcast(Message{Type: MsgStartViewChange, View: r.view}, false)
+			if r.dvcSent != nil && r.cfg.LeaderOf(r.view) != r.cfg.Self {
+				r.sendAfterSync(r.cfg.LeaderOf(r.view), *r.dvcSent)
+			}
+			if r.pulling >= 0 {
+				r.send(r.cfg.Members[r.pulling], Message{Type: MsgGetState, View: r.view, Op: r.commit})
+			}
+		}
+	case Recovering:
+		if r.now-r.lastRecovery >= hb {
+			r.sendRecovery()
+		}
+	}
+	r.checkInvariants()
+}
+
+// ---- normal operation ----
+
+// Propose submits a client request at the leader. Duplicates of executed
+// requests are answered from the client table (Ready.Replies); duplicates of
+// requests in flight are dropped (the reply comes when they are applied).
+func (r *Replica) Propose(now int64, req Request) error {
+	r.observe(now)
+	if r.status != Normal {
+		return ErrNotNormal
+	}
+	if !r.isLeader() {
+		return ErrNotLeader
+	}
+	if req.Client != 0 && !r.mut.skipClientTable {
+		if c := r.clients[req.Client]; c != nil {
+			if req.ReqNum < c.ReqNum {
+				return fmt.Errorf("%w: client %d request %d, table has %d", ErrStaleRequest, req.Client, req.ReqNum, c.ReqNum)
+			}
+			if req.ReqNum == c.ReqNum {
+				r.out.Replies = append(r.out.Replies, Reply{Client: req.Client, ReqNum: req.ReqNum, Op: c.Op, Result: c.Result})
+				return nil
+			}
+		}
+		if r.inflight[req.Client] >= req.ReqNum {
+			return nil
+		}
+	}
+	if int(r.lastOp()-r.commit)+len(r.queue) >= r.cfg.MaxInflight {
+		return ErrBusy
+	}
+	r.queue = append(r.queue, req)
+	if req.Client != 0 {
+		r.inflight[req.Client] = req.ReqNum
+	}
+	return nil
+}
+
+// flush turns queued proposals into one batch of entries: one disk write,
+// one prepare per follower.
+func (r *Replica) flush() {
+	if len(r.queue) == 0 || r.status != Normal || !r.isLeader() {
+		return
+	}
+	room := r.cfg.MaxInflight - int(r.lastOp()-r.commit)
+	k := min(room, len(r.queue))
+	if k <= 0 {
+		return
+	}
+	start := r.lastOp() + 1
+	es := make([]Entry, k)
+	for i := range es {
+		es[i] = Entry{View: r.view, Op: start + uint64(i), Request: r.queue[i]}
+	}
+	r.queue = r.queue[k:]
+	if len(r.queue) == 0 {
+		r.queue = nil
+	}
+	r.appendEntries(es)
+	for off := 0; off < len(es); off += r.cfg.MaxBatch {
+		chunk := es[off:min(off+r.cfg.MaxBatch, len(es))]
+		r.broadcast(Message{Type: MsgPrepare, View: r.view, Op: chunk[len(chunk)-1].Op,
+			Commit: r.commit, First: chunk[0].Op, Entries: chunk}, false)
+	}
+	if r.mut.commitWithoutQuorum {
+		r.setCommit(r.lastOp())
+	}
+}
+
+func (r *Replica) setCommit(c uint64) {
+	if c > r.lastOp() {
+		panic(fmt.Sprintf("vr: replica %d: commit %d beyond last op %d", r.cfg.Self, c, r.lastOp()))
+	}
+	if c > r.commit {
+		r.commit = c
+	}
+}
+
+// follow handles a message from the leader of view v that shows the view is
+// running: a replica that missed its start (or is behind) joins it, keeping
+// only its committed prefix, and fetches the rest by state transfer.
+func (r *Replica) follow(j int, v uint64) bool {
+	if r.status == Recovering || v < r.view || j != r.leaderIdx(v) {
+		return false
+	}
+	if v == r.view && r.status == Normal {
+		return true
+	}
+	r.stepDown()
+	r.setView(v)
+	r.status, r.lnv = Normal, v
+	r.truncate(r.commit)
+	r.hsDirty = true
+	r.lastContact = r.now
+	r.requestState(j, true)
+	return false
+}
+
+func (r *Replica) setView(v uint64) {
+	if v < r.view {
+		panic(fmt.Sprintf("vr: replica %d: view going back from %d to %d", r.cfg.Self, r.view, v))
+	}
+	r.view = v
+}
+
+func (r *Replica) onPrepare(j int, m *Message) {
+	if !r.follow(j, m.View) {
+		return
+	}
+	r.lastContact = r.now
+	r.appendFrom(j, m)
+	r.maybeAck(0, false)
+}
+
+// appendFrom appends the entries of m this replica lacks; a gap triggers
+// state transfer. The log is a prefix of the leader's, so overlapping entries
+// are the same ones.
+func (r *Replica) appendFrom(j int, m *Message) {
+	if len(m.Entries) > 0 && m.First > r.lastOp()+1 {
+		r.requestState(j, false)
+	} else {
+		for _, e := range m.Entries {
+			if e.Op <= r.lastOp() {
+				if e.Op >= r.first && r.entry(e.Op).View != e.View {
+					panic(fmt.Sprintf("vr: replica %d (view %d): leader %d's entry %d is from view %d, ours from view %d",
+						r.cfg.Self, r.view, r.cfg.Members[j], e.Op, e.View, r.entry(e.Op).View))
+				}
+				continue
+			}
+			r.appendEntries([]Entry{e})
+		}
+	}
+	if c := min(m.Commit, r.lastOp()); c > r.commit {
+		r.setCommit(c)
+	}
+}
+
+func (r *Replica) requestState(j int, force bool) {
+	if !force && r.now-r.lastGetState < int64(r.cfg.HeartbeatInterval) {
+		return
+	}
+	r.lastGetState = r.now
+	r.send(r.cfg.Members[j], Message{Type: MsgGetState, View: r.view, Op: r.lastOp()})
+}
+
+// maybeAck sends a prepare-ok when this follower's durable prefix grew, or
+// to answer heartbeat hb.
+func (r *Replica) maybeAck(hb uint64, heartbeat bool) {
+	if r.status != Normal || r.isLeader() {
+		return
+	}
+	op := r.durable
+	if r.mut.ackBeforePersist {
+		op = r.lastOp()
+	} else if r.synced < r.viewSeq {
+		op = 0 // the view itself is not durable yet: promise nothing
+	}
+	if !heartbeat && (op == 0 || (r.lastAck[0] == r.view && op <= r.lastAck[1])) {
+		return
+	}
+	if op > 0 {
+		r.lastAck = [2]uint64{r.view, op}
+	}
+	r.send(r.cfg.LeaderOf(r.view), Message{Type: MsgPrepareOK, View: r.view, Op: op, HBSeq: hb})
+}
+
+func (r *Replica) onCommit(j int, m *Message) {
+	if !r.follow(j, m.View) {
+		return
+	}
+	r.lastContact = r.now
+	if m.Op > r.lastOp() {
+		r.requestState(j, false)
+	}
+	if c := min(m.Commit, r.lastOp()); c > r.commit {
+		r.setCommit(c)
+	}
+	hb := m.HBSeq
+	if r.pendingView > r.view {
+		// Another replica wants a new view: let the promise run out (and the
+		// leader's lease with it) so this replica can join, as plain VR would.
+		hb = 0
+	} else if r.cfg.LeaseDuration > 0 {
+		r.promiseUntil = max(r.promiseUntil, r.now+int64(r.cfg.LeaseDuration))
+	}
+	r.maybeAck(hb, true)
+}
+
+func (r *Replica) onPrepareOK(j int, m *Message) {
+	if r.status != Normal || m.View != r.view || !r.isLeader() {
+		return
+	}
+	if m.Op > r.acked[j] {
+		r.acked[j] = min(m.Op, r.lastOp())
+	}
+	if m.HBSeq > r.hbAcked[j] {
+		r.hbAcked[j] = m.HBSeq
+		r.ackAt[j] = r.hbSentAt(m.HBSeq)
+	}
+	r.advanceCommit()
+	r.checkReads()
+}
+
+func (r *Replica) hbSentAt(seq uint64) int64 {
+	s := r.hbSent[seq%hbRing]
+	if s.seq != seq {
+		return 0
+	}
+	return s.at
+}
+
+// advanceCommit commits the highest op that f+1 replicas (the leader
+// included) have persisted in this view.
+func (r *Replica) advanceCommit() {
+	if r.status != Normal || !r.isLeader() {
+		return
+	}
+	vals := make([]uint64, r.n)
+	copy(vals, r.acked)
+	vals[r.self] = r.durable
+	if r.mut.ackBeforePersist {
+		vals[r.self] = r.lastOp()
+	}
+	slices.Sort(vals)
+	if c := vals[r.n-1-r.f]; c > r.commit {
+		r.setCommit(c)
+	}
+	r.checkReads()
+}
+
+func (r *Replica) heartbeat() {
+	r.hbSeq++
+	r.hbSent[r.hbSeq%hbRing] = struct {
+		seq uint64
+		at  int64
+	}{r.hbSeq, r.now}
+	r.lastHB = r.now
+	r.hbNow = false
+	for i := range r.reads {
+		if r.reads[i].hb == 0 {
+			r.reads[i].hb = r.hbSeq
+		}
+	}
+	r.broadcast(Message{Type: MsgCommit, View: r.view, Commit: r.commit, Op: r.lastOp(), HBSeq: r.hbSeq}, false)
+	if r.n == 1 {
+		r.checkReads()
+	}
+}
+
+// ---- reads ----
+
+// ReadIndex registers a linearizable read: Ready.ReadStates will carry ctx
+// with the op the state machine must have applied before the read is served,
+// once a heartbeat round sent after this call has confirmed this replica is
+// still the leader (or an error if it lost leadership meanwhile).
+func (r *Replica) ReadIndex(now int64, ctx uint64) error {
+	r.observe(now)
+	if r.status != Normal || !r.isLeader() {
+		return ErrNotLeader
+	}
+	r.reads = append(r.reads, readReq{ctx: ctx})
+	r.hbNow = true
+	return nil
+}
+
+func (r *Replica) checkReads() {
+	if len(r.reads) == 0 || r.commit < r.viewStartOp {
+		return
+	}
+	// confirmed: the highest heartbeat acked by f followers.
+	acks := make([]uint64, 0, r.n)
+	for i, a := range r.hbAcked {
+		if i != r.self {
+			acks = append(acks, a)
+		}
+	}
+	slices.Sort(acks)
+	var confirmed uint64
+	if r.f == 0 {
+		confirmed = r.hbSeq
+	} else {
+		confirmed = acks[len(acks)-r.f]
+	}
+	n := 0
+	for _, rd := range r.reads {
+		if rd.hb != 0 && rd.hb <= confirmed {
+			r.out.ReadStates = append(r.out.ReadStates, ReadState{Ctx: rd.ctx, Index: r.commit})
+		} else {
+			r.reads[n] = rd
+			n++
+		}
+	}
+	r.reads = r.reads[:n]
+}
+
+// LeaseRead returns the op a linearizable read at local time now must wait
+// for (applied >= index) if this leader holds a lease, or ErrNoLease /
+// ErrNotLeader.
+//
+// Timing rule: the lease starts when the leader *sent* the latest heartbeat
+// that f followers acknowledged and lasts Config.LeaderLease() on the
+// leader's clock. A follower acknowledging a heartbeat promises not to join
+// another view for LeaseDuration on its own clock; with every clock's rate
+// within 1±MaxDrift, the leader's lease ends (in real time) before any such
+// promise does, and no new view can form without one of those followers.
+// A new leader also waits until it has committed the ops it inherited.
+func (r *Replica) LeaseRead(now int64) (uint64, error) {
+	r.observe(now)
+	if r.status != Normal || !r.isLeader() {
+		return 0, ErrNotLeader
+	}
+	if r.mut.noLeaseCheck {
+		return r.commit, nil
+	}
+	if r.cfg.LeaseDuration == 0 || r.commit < r.viewStartOp {
+		return 0, ErrNoLease
+	}
+	if r.n > 1 {
+		at := make([]int64, 0, r.n)
+		for i, a := range r.ackAt {
+			if i != r.self {
+				at = append(at, a)
+			}
+		}
+		slices.Sort(at)
+		start := at[len(at)-r.f]
+		if start == 0 || r.now >= start+int64(r.cfg.LeaderLease()) {
+			return 0, ErrNoLease
+		}
+	}
+	return r.commit, nil
+}
+
+// ---- view change ----
+
+// stepDown drops leader-only state when this replica leaves its view.
+func (r *Replica) stepDown() {
+	for _, rd := range r.reads {
+		r.out.ReadStates = append(r.out.ReadStates, ReadState{Ctx: rd.ctx, Err: ErrNotLeader})
+	}
+	r.reads = nil
+	r.queue = nil
+	clear(r.inflight)
+	for i := range r.acked {
+		r.acked[i], r.hbAcked[i], r.ackAt[i] = 0, 0, 0
+		r.snapWanted[i] = false
+		r.svc[i] = false
+		r.dvc[i] = nil
+	}
+	r.dvcSent = nil
+	r.pulling = -1
+}
+
+func (r *Replica) startViewChange(v uint64) {
+	if v <= r.view && r.status != Normal {
+		panic(fmt.Sprintf("vr: replica %d: view change to %d from view %d (%s)", r.cfg.Self, v, r.view, r.status))
+	}
+	r.stepDown()
+	r.setView(v)
+	r.status = ViewChange
+	r.svc[r.self] = true
+	r.vcStart, r.lastSVC = r.now, r.now
+	r.hsDirty = true
+	r.broadcast(Message{Type: MsgStartViewChange, View: v}, false)
+	r.checkSVC()
+}
+
+func (r *Replica) onSVC(j int, m *Message) {
+	if r.status == Recovering {
+		return
+	}
+	if m.View > r.view {
+		if !r.canVote() {
+			r.pendingView = max(r.pendingView, m.View)
+			return
+		}
+		r.startViewChange(m.View)
+	}
+	if m.View == r.view && r.status == ViewChange {
+		r.svc[j] = true
+		r.checkSVC()
+	}
+}
+
+func (r *Replica) checkSVC() {
+	if r.status != ViewChange || r.dvcSent != nil {
+		return
+	}
+	cnt := 0
+	for _, ok := range r.svc {
+		if ok {
+			cnt++
+		}
+	}
+	if cnt < r.f+1 {
+		return
+	}
+	m := Message{Type: MsgDoViewChange, View: r.view, LastNormalView: r.lnv, Op: r.lastOp(),
+		Commit: r.commit, First: r.first, Entries: r.copyLog(r.first, 0)}
+	r.stamp(&m, r.cfg.LeaderOf(r.view))
+	r.dvcSent = &m
+	if r.cfg.LeaderOf(r.view) == r.cfg.Self {
+		r.dvc[r.self] = &m
+		r.tryStartView()
+		return
+	}
+	// The do-view-change promises the view: it waits until the view is durable.
+	r.sendAfterSync(r.cfg.LeaderOf(r.view), m)
+}
+
+func (r *Replica) onDVC(j int, m *Message) {
+	if r.status == Recovering || r.cfg.LeaderOf(m.View) != r.cfg.Self {
+		return
+	}
+	if m.View > r.view {
+		if !r.canVote() {
+			r.pendingView = max(r.pendingView, m.View)
+			return
+		}
+		r.startViewChange(m.View)
+	}
+	if m.View != r.view {
+		return
+	}
+	switch r.status {
+	case ViewChange:
+		r.dvc[j] = m
+		r.tryStartView()
+	case Normal:
+		// The sender missed the start-view.
+		r.sendStartView(r.cfg.Members[j], false)
+	}
+}
+
+// tryStartView starts the view once f+1 do-view-changes (its own included)
+// are in: it takes the log with the highest last-normal view, then the
+// highest op, and the highest commit.
+func (r *Replica) tryStartView() {
+	if r.status != ViewChange || r.dvc[r.self] == nil || r.pulling >= 0 {
+		return
+	}
+	best, cnt := -1, 0
+	var commit uint64
+	for i, d := range r.dvc {
+		if d == nil {
+			continue
+		}
+		cnt++
+		commit = max(commit, d.Commit)
+		if best < 0 || d.LastNormalView > r.dvc[best].LastNormalView ||
+			(d.LastNormalView == r.dvc[best].LastNormalView && d.Op > r.dvc[best].Op) {
+			best = i
+		}
+	}
+	if cnt < r.f+1 {
+		return
+	}
+	if best != r.self {
+		d := r.dvc[best]
+		trusted := r.commit
+		if r.lnv == d.LastNormalView {
+			trusted = r.lastOp()
+		}
+		if d.First > trusted+1 {
+			// The chosen log starts after what we can vouch for: fetch the
+			// chosen replica's snapshot first.
+			r.pulling = best
+			r.send(r.cfg.Members[best], Message{Type: MsgGetState, View: r.view, Op: r.commit})
+			return
+		}
+		r.adoptLog(d.First, d.Entries)
+	}
+	r.status, r.lnv = Normal, r.view
+	r.hsDirty = true
+	if c := min(commit, r.lastOp()); c > r.commit {
+		r.setCommit(c)
+	}
+	r.viewStartOp = r.lastOp()
+	r.lastHB = r.now - int64(r.cfg.HeartbeatInterval)
+	for i := range r.dvc {
+		r.dvc[i] = nil
+	}
+	r.dvcSent = nil
+	// Requests still uncommitted will be answered when they commit; retries
+	// of them must not be ordered twice.
+	for op := r.commit + 1; op <= r.lastOp(); op++ {
+		if e := r.entry(op); e.Client != 0 {
+			r.inflight[e.Client] = max(r.inflight[e.Client], e.ReqNum)
+		}
+	}
+	for i, id := range r.cfg.Members {
+		if i != r.self {
+			r.sendStartView(id, true)
+		}
+	}
+	r.advanceCommit()
+}
+
+func (r *Replica) sendStartView(to uint64, afterSync bool) {
+	m := Message{Type: MsgStartView, View: r.view, Op: r.lastOp(), Commit: r.commit, First: r.first, Entries: r.copyLog(r.first, 0)}
+	if afterSync {
+		r.sendAfterSync(to, m)
+	} else {
+		r.send(to, m)
+	}
+}
+
+// adoptLog replaces the log from op `first` on by es (es[0].Op == first),
+// keeping the common part so that only the divergent suffix is rewritten.
+func (r *Replica) adoptLog(first uint64, es []Entry) {
+	if first < r.first {
+		skip := r.first - first
+		if skip > uint64(len(es)) {
+			panic(fmt.Sprintf("vr: replica %d: adopted log ends at %d before our snapshot %d", r.cfg.Self, first+uint64(len(es))-1, r.first-1))
+		}
+		es, first = es[skip:], r.first
+	}
+	if first > r.lastOp()+1 {
+		panic(fmt.Sprintf("vr: replica %d: adopted log starts at %d after our last op %d", r.cfg.Self, first, r.lastOp()))
+	}
+	div := first
+	for _, e := range es {
+		if e.Op > r.lastOp() || r.entry(e.Op).View != e.View {
+			break
+		}
+		div++
+	}
+	last := first + uint64(len(es)) - 1
+	r.truncate(div - 1)
+	if last < r.lastOp() {
+		r.truncate(last)
+	}
+	r.appendEntries(es[div-first:])
+}
+
+func (r *Replica) onStartView(j int, m *Message) {
+	if r.status == Recovering || m.View < r.view || j != r.leaderIdx(m.View) {
+		return
+	}
+	if m.View == r.view && r.status == Normal {
+		return
+	}
+	r.stepDown()
+	r.setView(m.View)
+	r.status, r.lnv = Normal, m.View
+	r.hsDirty = true
+	r.lastContact = r.now
+	if m.First <= r.commit+1 {
+		r.adoptLog(m.First, m.Entries)
+		if c := min(m.Commit, r.lastOp()); c > r.commit {
+			r.setCommit(c)
+		}
+	} else {
+		r.truncate(r.commit)
+		r.requestState(j, true)
+	}
+	r.maybeAck(0, false)
+}
+
+// ---- state transfer ----
+
+func (r *Replica) onGetState(j int, m *Message) {
+	leaderServing := r.status == Normal && r.isLeader() && m.View == r.view
+	pulled := r.status == ViewChange && m.View == r.view && r.dvcSent != nil && j == r.leaderIdx(r.view)
+	if !leaderServing && !pulled {
+		return
+	}
+	if m.Op+1 < r.first {
+		if !r.snapWanted[j] {
+			r.snapWanted[j] = true
+			r.out.SnapshotNeeded = append(r.out.SnapshotNeeded, r.cfg.Members[j])
+		}
+		return
+	}
+	r.send(r.cfg.Members[j], Message{Type: MsgNewState, View: r.view, Op: r.lastOp(), Commit: r.commit,
+		First: m.Op + 1, Entries: r.copyLog(m.Op+1, 4*r.cfg.MaxBatch)})
+}
+
+// SendSnapshot answers a SnapshotNeeded for peer `to` with s, the state
+// machine at s.Op (at most the applied op, at least the log's first op - 1).
+func (r *Replica) SendSnapshot(to uint64, s Snapshot) error {
+	j := slices.Index(r.cfg.Members, to)
+	if j < 0 {
+		return fmt.Errorf("vr: snapshot for unknown replica %d", to)
+	}
+	if s.Op+1 < r.first || s.Op > r.applied {
+		return fmt.Errorf("vr: snapshot at op %d outside [%d, %d]", s.Op, r.first-1, r.applied)
+	}
+	r.snapWanted[j] = false
+	r.send(to, Message{Type: MsgNewState, View: r.view, Op: r.lastOp(), Commit: r.commit, First: s.Op + 1,
+		Entries: r.copyLog(s.Op+1, 4*r.cfg.MaxBatch), Snapshot: &s})
+	return nil
+}
+
+func (r *Replica) onNewState(j int, m *Message) {
+	switch {
+	case r.status == Recovering:
+		// Only a snapshot is trustworthy before recovery ends: it is
+		// committed state, whatever view sent it.
+		if s := m.Snapshot; s != nil && s.Op > r.recHave {
+			r.installSnapshot(s)
+			r.recHave = s.Op
+		}
+	case r.status == ViewChange && m.View == r.view && j == r.pulling:
+		if s := m.Snapshot; s != nil && s.Op > r.commit {
+			r.installSnapshot(s)
+		}
+		r.pulling = -1
+		r.tryStartView()
+	case r.status == Normal && m.View == r.view && j == r.leaderIdx(r.view) && !r.isLeader():
+		r.lastContact = r.now
+		if s := m.Snapshot; s != nil && s.Op > r.lastOp() {
+			r.installSnapshot(s)
+		}
+		r.appendFrom(j, m)
+		r.maybeAck(0, false)
+	}
+}
+
+// Compact drops log entries up to op, which the driver has captured in a
+// durable snapshot (op <= applied). Lagging replicas then need that snapshot.
+func (r *Replica) Compact(op uint64) error {
+	if op > r.applied {
+		return fmt.Errorf("vr: compact to %d beyond applied %d", op, r.applied)
+	}
+	if op < r.first {
+		return nil
+	}
+	r.log = append([]Entry(nil), r.log[op+1-r.first:]...)
+	r.first = op + 1
+	return nil
+}
+
+// ---- recovery ----
+
+func (r *Replica) sendRecovery() {
+	r.lastRecovery = r.now
+	r.broadcast(Message{Type: MsgRecovery, Nonce: r.nonce, Op: r.recHave}, false)
+}
+
+func (r *Replica) onRecovery(j int, m *Message) {
+	if r.status != Normal {
+		return
+	}
+	resp := Message{Type: MsgRecoveryResponse, View: r.view, Nonce: m.Nonce}
+	if r.isLeader() {
+		if m.Op+1 < r.first {
+			if !r.snapWanted[j] {
+				r.snapWanted[j] = true
+				r.out.SnapshotNeeded = append(r.out.SnapshotNeeded, r.cfg.Members[j])
+			}
+			return
+		}
+		resp.Op, resp.Commit, resp.First = r.lastOp(), r.commit, m.Op+1
+		resp.Entries = r.copyLog(m.Op+1, 0)
+	}
+	r.send(r.cfg.Members[j], resp)
+}
+
+func (r *Replica) onRecoveryResponse(j int, m *Message) {
+	if r.status != Recovering || m.Nonce != r.nonce {
+		return
+	}
+	if p := r.recResp[j]; p == nil || m.View >= p.View {
+		r.recResp[j] = m
+	}
+	cnt := 0
+	var top uint64
+	for _, p := range r.recResp {
+		if p != nil {
+			cnt++
+			top = max(top, p.View)
+		}
+	}
+	l := r.recResp[r.leaderIdx(top)]
+	if cnt < r.f+1 || l == nil || l.View != top || l.First > r.recHave+1 {
+		return
+	}
+	r.setView(top)
+	r.status, r.lnv = Normal, top
+	r.truncate(r.recHave)
+	for _, e := range l.Entries {
+		if e.Op > r.lastOp() {
+			r.appendEntries([]Entry{e})
+		}
+	}
+	if c := min(l.Commit, r.lastOp()); c > r.commit {
+		r.setCommit(c)
+	}
+	r.hsDirty = true
+	r.lastContact = r.now
+	for i := range r.recResp {
+		r.recResp[i] = nil
+	}
+}
+
+// ---- output ----
+
+// Ready returns the actions accumulated since the last call and clears them.
+// The driver must perform them (doc.go) and, if Committed is non-empty, call
+// Advance before the next Step.
+func (r *Replica) Ready() Ready {
+	if len(r.lastHanded) > 0 {
+		panic(fmt.Sprintf("vr: replica %d: Ready before Advance of %d committed entries", r.cfg.Self, len(r.lastHanded)))
+	}
+	r.flush()
+	if r.hbNow && r.status == Normal && r.isLeader() {
+		r.heartbeat()
+	}
+	if r.commit > r.handed {
+		for op := r.handed + 1; op <= r.commit; op++ {
+			e := r.entry(op)
+			c := Committed{Entry: *e}
+			if e.Client != 0 && !r.mut.skipClientTable {
+				if rec := r.clients[e.Client]; rec != nil && e.ReqNum <= rec.ReqNum {
+					c.Duplicate = true
+				} else {
+					r.clients[e.Client] = &ClientRecord{Client: e.Client, ReqNum: e.ReqNum, Op: op}
+				}
+			}
+			r.out.Committed = append(r.out.Committed, c)
+		}
+		r.handed = r.commit
+		r.lastHanded = r.out.Committed
+	}
+	hs := HardState{View: r.view, LastNormalView: r.lnv, Commit: r.commit}
+	if r.hsDirty || (len(r.out.Entries) > 0 && hs != r.lastHS) {
+		if hs.View != r.lastHS.View || hs.LastNormalView != r.lastHS.LastNormalView {
+			r.viewSeq = r.nextSeq()
+		}
+		r.out.HardState = &hs
+		r.lastHS = hs
+		r.hsDirty = false
+	}
+	if r.out.HasWrite() {
+		r.seq++
+		r.out.PersistSeq = r.seq
+		r.batches = append(r.batches, batch{seq: r.seq, last: r.lastOp()})
+	} else {
+		// No batch this time: deferred messages wait only for what was issued.
+		for i := range r.defers {
+			r.defers[i].seq = min(r.defers[i].seq, r.seq)
+		}
+		r.releaseDeferred()
+	}
+	rd := r.out
+	r.out = Ready{}
+	return rd
+}
+
+// Advance reports the results of the last Ready's Committed entries, in the
+// same order (nil for duplicates). It updates the client table and queues the
+// leader's replies.
+func (r *Replica) Advance(results [][]byte) {
+	if len(results) != len(r.lastHanded) {
+		panic(fmt.Sprintf("vr: replica %d: %d results for %d committed entries", r.cfg.Self, len(results), len(r.lastHanded)))
+	}
+	leader := r.status == Normal && r.isLeader()
+	for i, c := range r.lastHanded {
+		if c.Op != r.applied+1 {
+			panic(fmt.Sprintf("vr: replica %d: applied %d after %d", r.cfg.Self, c.Op, r.applied))
+		}
+		r.applied = c.Op
+		if c.Client == 0 {
+			continue
+		}
+		res := results[i]
+		rec := r.clients[c.Client]
+		if !c.Duplicate && rec != nil && rec.Op == c.Op {
+			rec.Result = res
+		}
+		if r.inflight[c.Client] <= c.ReqNum {
+			delete(r.inflight, c.Client)
+		}
+		if !leader {
+			continue
+		}
+		if c.Duplicate {
+			if rec == nil || rec.ReqNum != c.ReqNum {
+				continue
+			}
+			res = rec.Result
+		}
+		r.out.Replies = append(r.out.Replies, Reply{Client: c.Client, ReqNum: c.ReqNum, Op: c.Op, Result: res})
+	}
+	r.lastHanded = nil
+}
+
+// ClientTable returns the client table as of the applied op, for a snapshot.
+func (r *Replica) ClientTable() []ClientRecord {
+	out := make([]ClientRecord, 0, len(r.clients))
+	for _, c := range r.clients {
+		out = append(out, *c)
+	}
+	slices.SortFunc(out, func(a, b ClientRecord) int {
+		switch {
+		case a.Client < b.Client:
+			return -1
+		case a.Client > b.Client:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// ---- introspection ----
+
+// Info is a snapshot of a replica's protocol state.
+type Info struct {
+	Self           uint64
+	Status         Status
+	View           uint64
+	LastNormalView uint64
+	Leader         uint64
+	IsLeader       bool
+	FirstOp        uint64
+	LastOp         uint64
+	Commit         uint64
+	Applied        uint64
+	Durable        uint64
+}
+
+// Info reports the replica's state. Followers serve session and bounded reads
+// from Commit/Applied: everything up to Commit is final.
+func (r *Replica) Info() Info {
+	return Info{Self: r.cfg.Self, Status: r.status, View: r.view, LastNormalView: r.lnv,
+		Leader: r.cfg.LeaderOf(r.view), IsLeader: r.status == Normal && r.isLeader(),
+		FirstOp: r.first, LastOp: r.lastOp(), Commit: r.commit, Applied: r.applied, Durable: r.durable}
+}
+
+// CommitPoint is the highest op this replica knows to be committed.
+func (r *Replica) CommitPoint() uint64 { return r.commit }
+
+func (r *Replica) checkInvariants() {
+	if r.commit > r.lastOp() {
+		panic(fmt.Sprintf("vr: replica %d: commit %d > last op %d", r.cfg.Self, r.commit, r.lastOp()))
+	}
+	if r.applied > r.handed || r.handed > r.commit {
+		panic(fmt.Sprintf("vr: replica %d: applied %d, handed %d, commit %d out of order", r.cfg.Self, r.applied, r.handed, r.commit))
+	}
+	if r.durable > r.lastOp() {
+		panic(fmt.Sprintf("vr: replica %d: durable %d > last op %d", r.cfg.Self, r.durable, r.lastOp()))
+	}
+	if r.status == Normal && r.lnv != r.view {
+		panic(fmt.Sprintf("vr: replica %d: normal in view %d but last normal view %d", r.cfg.Self, r.view, r.lnv))
+	}
+}

@@ -1,0 +1,655 @@
+package vr
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/kefirdb/kefir/internal/check"
+	"github.com/kefirdb/kefir/internal/sim"
+)
+
+// This file adapts the core to the simulator: simReplica is core + an
+// in-memory KV state machine + a driver that follows doc.go's obligations
+// over the simulator's disk; simClient is a client library that finds the
+// leader, retries with the same request number and gives up with an unknown
+// outcome.
+
+// ---- the state machine ----
+
+type kvVal struct {
+	exists  bool
+	val     string
+	version uint64
+}
+
+type kv map[string]kvVal
+
+func encodeOp(op check.Op) []byte {
+	b := []byte{byte(op.Kind)}
+	b = binary.AppendVarint(b, op.Delta)
+	for _, s := range []string{op.Key, op.Value, op.Expect} {
+		b = binary.AppendUvarint(b, uint64(len(s)))
+		b = append(b, s...)
+	}
+	return b
+}
+
+type reader struct {
+	b   []byte
+	err error
+}
+
+func (r *reader) uvarint() uint64 {
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.err = errors.New("bad uvarint")
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) varint() int64 {
+	v, n := binary.Varint(r.b)
+	if n <= 0 {
+		r.err = errors.New("bad varint")
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) str() string {
+	n := r.uvarint()
+	if r.err != nil || uint64(len(r.b)) < n {
+		r.err = errors.New("bad string")
+		return ""
+	}
+	s := string(r.b[:n])
+	r.b = r.b[n:]
+	return s
+}
+
+func (r *reader) byte() byte {
+	if len(r.b) == 0 {
+		r.err = errors.New("short")
+		return 0
+	}
+	c := r.b[0]
+	r.b = r.b[1:]
+	return c
+}
+
+func decodeOp(b []byte) check.Op {
+	r := reader{b: b}
+	op := check.Op{Kind: check.Kind(r.byte())}
+	op.Delta = r.varint()
+	op.Key, op.Value, op.Expect = r.str(), r.str(), r.str()
+	if r.err != nil {
+		panic(fmt.Sprintf("decodeOp: %v", r.err))
+	}
+	return op
+}
+
+func encodeResult(res check.Result) []byte {
+	b := []byte{0}
+	if res.Found {
+		b[0] = 1
+	}
+	b = binary.AppendUvarint(b, res.Version)
+	b = binary.AppendUvarint(b, uint64(len(res.Value)))
+	return append(b, res.Value...)
+}
+
+func decodeResult(b []byte) check.Result {
+	r := reader{b: b}
+	res := check.Result{Found: r.byte() == 1}
+	res.Version = r.uvarint()
+	res.Value = r.str()
+	if r.err != nil {
+		panic(fmt.Sprintf("decodeResult: %v", r.err))
+	}
+	return res
+}
+
+func (s kv) apply(opn uint64, op check.Op) check.Result {
+	cur := s[op.Key]
+	res := check.Result{Found: true, Version: opn}
+	switch op.Kind {
+	case check.Put:
+		s[op.Key] = kvVal{true, op.Value, opn}
+	case check.Delete:
+		s[op.Key] = kvVal{false, "", opn}
+	case check.CAS:
+		res.Found = cur.exists && cur.val == op.Expect
+		if res.Found {
+			s[op.Key] = kvVal{true, op.Value, opn}
+		} else {
+			res.Version = cur.version
+		}
+	case check.Incr:
+		var n int64
+		if cur.exists {
+			n, _ = strconv.ParseInt(cur.val, 10, 64)
+		}
+		res.Value = strconv.FormatInt(n+op.Delta, 10)
+		s[op.Key] = kvVal{true, res.Value, opn}
+	default:
+		panic(fmt.Sprintf("apply: %v is not a write", op.Kind))
+	}
+	return res
+}
+
+func (s kv) encode() []byte {
+	keys := make([]string, 0, len(s))
+	for k := range s {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b []byte
+	b = binary.AppendUvarint(b, uint64(len(keys)))
+	for _, k := range keys {
+		v := s[k]
+		b = binary.AppendUvarint(b, uint64(len(k)))
+		b = append(b, k...)
+		x := byte(0)
+		if v.exists {
+			x = 1
+		}
+		b = append(b, x)
+		b = binary.AppendUvarint(b, v.version)
+		b = binary.AppendUvarint(b, uint64(len(v.val)))
+		b = append(b, v.val...)
+	}
+	return b
+}
+
+func decodeKV(b []byte) kv {
+	r := reader{b: b}
+	n := r.uvarint()
+	s := make(kv, n)
+	for i := uint64(0); i < n && r.err == nil; i++ {
+		k := r.str()
+		ex := r.byte() == 1
+		ver := r.uvarint()
+		s[k] = kvVal{ex, r.str(), ver}
+	}
+	if r.err != nil {
+		panic(fmt.Sprintf("decodeKV: %v", r.err))
+	}
+	return s
+}
+
+// ---- the disk format of the simulated driver ----
+
+const (
+	recEntry byte = iota + 1
+	recTruncate
+	recHardState
+	recSnapshot   // installed snapshot: replaces the whole log
+	recCheckpoint // local checkpoint: entries after it stay
+)
+
+func appendSnapshot(b []byte, s *Snapshot) []byte {
+	b = binary.AppendUvarint(b, s.Op)
+	b = binary.AppendUvarint(b, uint64(len(s.Clients)))
+	for _, c := range s.Clients {
+		b = binary.AppendUvarint(b, c.Client)
+		b = binary.AppendUvarint(b, c.ReqNum)
+		b = binary.AppendUvarint(b, c.Op)
+		b = binary.AppendUvarint(b, uint64(len(c.Result)))
+		b = append(b, c.Result...)
+	}
+	b = binary.AppendUvarint(b, uint64(len(s.Data)))
+	return append(b, s.Data...)
+}
+
+func readSnapshot(r *reader) *Snapshot {
+	s := &Snapshot{Op: r.uvarint()}
+	n := r.uvarint()
+	for i := uint64(0); i < n && r.err == nil; i++ {
+		c := ClientRecord{Client: r.uvarint(), ReqNum: r.uvarint(), Op: r.uvarint()}
+		c.Result = []byte(r.str())
+		s.Clients = append(s.Clients, c)
+	}
+	s.Data = []byte(r.str())
+	return s
+}
+
+func encodeEntry(e *Entry) []byte {
+	b := []byte{recEntry}
+	for _, v := range []uint64{e.View, e.Op, e.Client, e.ReqNum, uint64(len(e.Data))} {
+		b = binary.AppendUvarint(b, v)
+	}
+	return append(b, e.Data...)
+}
+
+// replay rebuilds State from the records a restarted replica's disk kept.
+func replay(recs [][]byte) (State, kv) {
+	var st State
+	state := kv{}
+	base := uint64(0)
+	for _, rec := range recs {
+		r := reader{b: rec[1:]}
+		switch rec[0] {
+		case recEntry:
+			e := Entry{View: r.uvarint(), Op: r.uvarint()}
+			e.Client, e.ReqNum = r.uvarint(), r.uvarint()
+			e.Data = []byte(r.str())
+			if want := base + uint64(len(st.Entries)) + 1; e.Op != want {
+				panic(fmt.Sprintf("replay: entry %d, want %d", e.Op, want))
+			}
+			st.Entries = append(st.Entries, e)
+		case recTruncate:
+			t := r.uvarint()
+			if t < base {
+				panic(fmt.Sprintf("replay: truncate to %d below snapshot %d", t, base))
+			}
+			if t-base < uint64(len(st.Entries)) {
+				st.Entries = st.Entries[:t-base]
+			}
+		case recHardState:
+			st.HardState = HardState{View: r.uvarint(), LastNormalView: r.uvarint(), Commit: r.uvarint()}
+		case recSnapshot, recCheckpoint:
+			s := readSnapshot(&r)
+			if rec[0] == recSnapshot {
+				st.Entries = nil
+			} else {
+				if s.Op < base || s.Op-base > uint64(len(st.Entries)) {
+					panic(fmt.Sprintf("replay: checkpoint at %d outside log (%d,+%d]", s.Op, base, len(st.Entries)))
+				}
+				st.Entries = append([]Entry(nil), st.Entries[s.Op-base:]...)
+			}
+			st.Snapshot, base = s, s.Op
+			state = decodeKV(s.Data)
+		}
+		if r.err != nil {
+			panic(fmt.Sprintf("replay: record type %d: %v", rec[0], r.err))
+		}
+	}
+	return st, state
+}
+
+// ---- client protocol ----
+
+type clientReq struct {
+	Seq uint64
+	Op  check.Op
+}
+
+func (m clientReq) String() string { return fmt.Sprintf("req(seq=%d %v %s)", m.Seq, m.Op.Kind, m.Op.Key) }
+
+type clientResp struct {
+	Seq    uint64
+	OK     bool
+	Result check.Result
+	// Leader is the replica to try next (-1: unknown) when !OK.
+	Leader int
+}
+
+func (m clientResp) String() string {
+	return fmt.Sprintf("resp(seq=%d ok=%t v%d leader=%d)", m.Seq, m.OK, m.Result.Version, m.Leader)
+}
+
+// ---- the replica node ----
+
+type simOptions struct {
+	mut        mutations
+	lease      time.Duration // 0: reads use ReadIndex only
+	drift      float64
+	checkpoint uint64 // checkpoint every this many applied ops (0: never)
+	keep       uint64 // entries kept after a checkpoint
+	lostState  bool   // restarts run the recovery protocol
+}
+
+type parkedRead struct {
+	client sim.Addr
+	seq    uint64
+	key    string
+	index  uint64
+}
+
+type simReplica struct {
+	id     sim.Addr
+	o      simOptions
+	core   *Replica
+	state  kv
+	out    sim.Ready
+	recs   int
+	seqAt  []struct{ recs int; seq uint64 }
+	now    int64
+	parked []parkedRead
+	byCtx  map[uint64]parkedRead
+	ctx    uint64
+	ckpt   uint64
+	errs   []error
+}
+
+func memberIDs(n int) []uint64 {
+	ids := make([]uint64, n)
+	for i := range ids {
+		ids[i] = uint64(i + 1)
+	}
+	return ids
+}
+
+func replicaID(a sim.Addr) uint64 { return uint64(a) + 1 }
+func replicaAddr(id uint64) sim.Addr { return sim.Addr(id - 1) }
+
+func simConfig(id sim.Addr, n int, o simOptions) Config {
+	return Config{Cluster: 7, Epoch: 1, Members: memberIDs(n), Self: replicaID(id),
+		HeartbeatInterval: 5 * time.Millisecond, ViewChangeTimeout: 40 * time.Millisecond,
+		LeaseDuration: o.lease, MaxDrift: o.drift, MaxBatch: 16, MaxInflight: 256}
+}
+
+func newSimReplica(o simOptions) sim.ReplicaFactory {
+	return func(id sim.Addr, cfg sim.Config, recovered [][]byte) sim.Node {
+		st, state := replay(recovered)
+		if o.lostState && recovered != nil {
+			st.LostState = true
+			st.Nonce = uint64(len(recovered))<<16 | uint64(id) + 1
+		}
+		core, err := New(simConfig(id, cfg.Replicas, o), st)
+		if err != nil {
+			panic(err)
+		}
+		core.mut = o.mut
+		n := &simReplica{id: id, o: o, core: core, state: state, recs: len(recovered), byCtx: map[uint64]parkedRead{}}
+		n.ckpt = core.applied
+		return n
+	}
+}
+
+func (n *simReplica) Ready() sim.Ready {
+	rd := n.out
+	n.out = sim.Ready{}
+	return rd
+}
+
+func (n *simReplica) Step(ev sim.Event) {
+	n.now = ev.Now
+	switch ev.Kind {
+	case sim.Tick:
+		n.core.Tick(ev.Now)
+	case sim.Persisted:
+		var seq uint64
+		for len(n.seqAt) > 0 && n.seqAt[0].recs <= ev.Persisted {
+			seq = n.seqAt[0].seq
+			n.seqAt = n.seqAt[1:]
+		}
+		if seq > 0 {
+			n.core.Persisted(seq)
+		}
+	case sim.Message:
+		switch m := ev.Msg.(type) {
+		case Message:
+			n.core.Step(ev.Now, m)
+		case clientReq:
+			n.onClient(ev.From, m)
+		default:
+			panic(fmt.Sprintf("simReplica: unexpected %T", ev.Msg))
+		}
+	}
+	n.drain()
+}
+
+func (n *simReplica) redirect(to sim.Addr, seq uint64) {
+	l := -1
+	if info := n.core.Info(); info.Status == Normal {
+		l = int(replicaAddr(info.Leader))
+	}
+	n.out.Messages = append(n.out.Messages, sim.Envelope{To: to, Msg: clientResp{Seq: seq, Leader: l}})
+}
+
+func (n *simReplica) onClient(from sim.Addr, m clientReq) {
+	if m.Op.Kind == check.Get {
+		idx, err := n.core.LeaseRead(n.now)
+		if n.o.lease == 0 && !n.core.mut.noLeaseCheck {
+			idx, err = 0, ErrNoLease
+		}
+		switch {
+		case err == nil:
+			n.parked = append(n.parked, parkedRead{client: from, seq: m.Seq, key: m.Op.Key, index: idx})
+		case errors.Is(err, ErrNoLease):
+			n.ctx++
+			if err := n.core.ReadIndex(n.now, n.ctx); err != nil {
+				n.redirect(from, m.Seq)
+				return
+			}
+			n.byCtx[n.ctx] = parkedRead{client: from, seq: m.Seq, key: m.Op.Key}
+		default:
+			n.redirect(from, m.Seq)
+		}
+		return
+	}
+	err := n.core.Propose(n.now, Request{Client: uint64(from), ReqNum: m.Seq, Data: encodeOp(m.Op)})
+	if err != nil {
+		n.redirect(from, m.Seq)
+	}
+}
+
+func (n *simReplica) serveReads() {
+	k := 0
+	for _, p := range n.parked {
+		if p.index > n.core.applied {
+			n.parked[k] = p
+			k++
+			continue
+		}
+		v := n.state[p.key]
+		res := check.Result{Found: v.exists, Value: v.val, Version: v.version, Node: int(n.id)}
+		n.out.Messages = append(n.out.Messages, sim.Envelope{To: p.client, Msg: clientResp{Seq: p.seq, OK: true, Result: res}})
+	}
+	n.parked = n.parked[:k]
+}
+
+// drain performs the core's Ready batches as doc.go prescribes.
+func (n *simReplica) drain() {
+	for range 100 {
+		rd := n.core.Ready()
+		if rd.Empty() {
+			n.serveReads()
+			return
+		}
+		if rd.HasWrite() {
+			before := len(n.out.Persist)
+			if s := rd.Snapshot; s != nil {
+				n.out.Persist = append(n.out.Persist, appendSnapshot([]byte{recSnapshot}, s))
+				n.state = decodeKV(s.Data)
+				n.parked = nil // reads wait for applied, which jumped; simplest to let clients retry
+			}
+			if rd.HasTruncate {
+				n.out.Persist = append(n.out.Persist, binary.AppendUvarint([]byte{recTruncate}, rd.Truncate))
+			}
+			if hs := rd.HardState; hs != nil {
+				b := []byte{recHardState}
+				for _, v := range []uint64{hs.View, hs.LastNormalView, hs.Commit} {
+					b = binary.AppendUvarint(b, v)
+				}
+				n.out.Persist = append(n.out.Persist, b)
+			}
+			for i := range rd.Entries {
+				n.out.Persist = append(n.out.Persist, encodeEntry(&rd.Entries[i]))
+			}
+			n.recs += len(n.out.Persist) - before
+			n.seqAt = append(n.seqAt, struct {
+				recs int
+				seq  uint64
+			}{n.recs, rd.PersistSeq})
+			n.out.Sync = true
+		}
+		for _, m := range rd.Messages {
+			n.out.Messages = append(n.out.Messages, sim.Envelope{To: replicaAddr(m.To), Msg: m})
+		}
+		if len(rd.Committed) > 0 {
+			results := make([][]byte, len(rd.Committed))
+			for i, c := range rd.Committed {
+				if c.Duplicate {
+					continue
+				}
+				results[i] = encodeResult(n.state.apply(c.Op, decodeOp(c.Data)))
+			}
+			n.core.Advance(results)
+		}
+		for _, r := range rd.Replies {
+			res := check.Result{Node: int(n.id)}
+			ok := r.Err == nil
+			if ok {
+				res = decodeResult(r.Result)
+				res.Node = int(n.id)
+			}
+			n.out.Messages = append(n.out.Messages, sim.Envelope{To: sim.Addr(r.Client), Msg: clientResp{Seq: r.ReqNum, OK: ok, Result: res, Leader: -1}})
+		}
+		for _, rs := range rd.ReadStates {
+			p, ok := n.byCtx[rs.Ctx]
+			if !ok {
+				continue
+			}
+			delete(n.byCtx, rs.Ctx)
+			if rs.Err != nil {
+				n.redirect(p.client, p.seq)
+				continue
+			}
+			p.index = rs.Index
+			n.parked = append(n.parked, p)
+		}
+		for _, to := range rd.SnapshotNeeded {
+			s := Snapshot{Op: n.core.applied, Clients: n.core.ClientTable(), Data: n.state.encode()}
+			if err := n.core.SendSnapshot(to, s); err != nil {
+				panic(err)
+			}
+		}
+		n.errs = append(n.errs, rd.Errors...)
+		if n.o.checkpoint > 0 && n.core.applied >= n.ckpt+n.o.checkpoint {
+			a := n.core.applied
+			s := Snapshot{Op: a, Clients: n.core.ClientTable(), Data: n.state.encode()}
+			n.out.Persist = append(n.out.Persist, appendSnapshot([]byte{recCheckpoint}, &s))
+			n.recs++
+			n.ckpt = a
+			if a > n.o.keep {
+				if err := n.core.Compact(a - n.o.keep); err != nil {
+					panic(err)
+				}
+			}
+		}
+		n.serveReads()
+	}
+	panic(fmt.Sprintf("replica %d: Ready did not settle", n.id))
+}
+
+// ---- the client library ----
+
+type simClient struct {
+	id       sim.Addr
+	n        int
+	leader   int
+	seq      uint64
+	op       check.Op
+	inflight bool
+	ticks    int
+	tries    int
+	out      sim.Ready
+	timeout  int // ticks before trying another replica
+	maxTries int
+}
+
+func newSimClient(timeout, maxTries int) sim.ClientFactory {
+	return func(id sim.Addr, cfg sim.Config) sim.Node {
+		return &simClient{id: id, n: cfg.Replicas, timeout: timeout, maxTries: maxTries}
+	}
+}
+
+func (c *simClient) Ready() sim.Ready {
+	rd := c.out
+	c.out = sim.Ready{}
+	return rd
+}
+
+func (c *simClient) send() {
+	c.tries++
+	c.ticks = 0
+	c.out.Messages = append(c.out.Messages, sim.Envelope{To: sim.Addr(c.leader), Msg: clientReq{Seq: c.seq, Op: c.op}})
+}
+
+func (c *simClient) giveUp() {
+	c.inflight = false
+	c.out.Done = append(c.out.Done, sim.Completion{Seq: c.seq, Outcome: check.Unknown})
+}
+
+func (c *simClient) Step(ev sim.Event) {
+	switch ev.Kind {
+	case sim.Invoke:
+		c.seq, c.op, c.inflight, c.tries = ev.Seq, ev.Op, true, 0
+		c.send()
+	case sim.Message:
+		m, ok := ev.Msg.(clientResp)
+		if !ok || !c.inflight || m.Seq != c.seq {
+			return
+		}
+		if m.OK {
+			c.inflight = false
+			c.out.Done = append(c.out.Done, sim.Completion{Seq: m.Seq, Outcome: check.OK, Result: m.Result})
+			return
+		}
+		if m.Leader >= 0 && m.Leader != c.leader {
+			c.leader = m.Leader
+			if c.tries >= c.maxTries {
+				c.giveUp()
+				return
+			}
+			c.send()
+		}
+		// Otherwise wait: the timeout moves on to another replica.
+	case sim.Tick:
+		if !c.inflight {
+			return
+		}
+		c.ticks++
+		if c.ticks >= c.timeout {
+			if c.tries >= c.maxTries {
+				c.giveUp()
+				return
+			}
+			c.leader = (c.leader + 1) % c.n
+			c.send()
+		}
+	}
+}
+
+// ---- cross-replica invariants ----
+
+// checkAgreement verifies that live replicas agree on every committed op they
+// both still hold, and that applied state machines with the same applied op
+// are equal.
+func checkAgreement(s *sim.Sim, n int) error {
+	var rs []*simReplica
+	for i := 0; i < n; i++ {
+		if node := s.Replica(i); node != nil {
+			rs = append(rs, node.(*simReplica))
+		}
+	}
+	for a := 0; a < len(rs); a++ {
+		for b := a + 1; b < len(rs); b++ {
+			x, y := rs[a].core, rs[b].core
+			lo := max(x.first, y.first)
+			hi := min(x.commit, y.commit)
+			for op := lo; op <= hi; op++ {
+				ex, ey := x.entry(op), y.entry(op)
+				if ex.View != ey.View || ex.Client != ey.Client || ex.ReqNum != ey.ReqNum {
+					return fmt.Errorf("replicas %d and %d disagree on committed op %d: %+v vs %+v", x.cfg.Self, y.cfg.Self, op, ex, ey)
+				}
+			}
+			if x.applied == y.applied {
+				if ex, ey := rs[a].state.encode(), rs[b].state.encode(); !slices.Equal(ex, ey) {
+					return fmt.Errorf("replicas %d and %d applied %d ops but their states differ", x.cfg.Self, y.cfg.Self, x.applied)
+				}
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,216 @@
+package vr
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Status is a replica's protocol status (VR Revisited §4).
+type Status uint8
+
+const (
+	// Normal: the replica takes part in the current view.
+	Normal Status = iota + 1
+	// ViewChange: the replica is moving to View and does not accept prepares.
+	ViewChange
+	// Recovering: the replica lost state it may have promised; it neither votes
+	// nor acknowledges until the recovery protocol has rebuilt it.
+	Recovering
+)
+
+func (s Status) String() string {
+	switch s {
+	case Normal:
+		return "normal"
+	case ViewChange:
+		return "view-change"
+	case Recovering:
+		return "recovering"
+	}
+	return fmt.Sprintf("status(%d)", uint8(s))
+}
+
+// Request is one client operation to order. Data is opaque to the core: the
+// driver's state machine interprets it. Client 0 means "no identity" (plain
+// clients): such requests bypass the client table.
+type Request struct {
+	Client uint64
+	ReqNum uint64
+	Data   []byte
+}
+
+// Entry is one slot of the replicated log: a request at op number Op, first
+// proposed by the leader of View. Two entries with the same Op and View are the
+// same entry (one leader per view, and a leader's log only grows), which is
+// how logs are compared without looking at Data.
+type Entry struct {
+	View uint64
+	Op   uint64
+	Request
+}
+
+// ClientRecord is one row of the client table: the latest request of a client
+// that was executed and its result. It is part of the replicated state: it is
+// rebuilt from the log on every replica and travels inside snapshots.
+type ClientRecord struct {
+	Client uint64
+	ReqNum uint64
+	Op     uint64
+	Result []byte
+}
+
+// Snapshot is the state machine at op Op: the application's state (Data,
+// produced and consumed by the driver) and the client table.
+type Snapshot struct {
+	Op      uint64
+	Clients []ClientRecord
+	Data    []byte
+}
+
+// HardState is what a replica persists besides its log, so that a restart from
+// an intact disk keeps its promises: the view it promised not to go below,
+// the last view in which it was normal (its log is a prefix of that view's
+// leader's log), and a commit point below which its log is final.
+type HardState struct {
+	View           uint64
+	LastNormalView uint64
+	Commit         uint64
+}
+
+// MsgType says what a Message is.
+type MsgType uint8
+
+// Message types. Values are part of the wire format: never renumber.
+const (
+	MsgPrepare            MsgType = 1  // leader → followers: Entries, Commit
+	MsgPrepareOK          MsgType = 2  // follower → leader: Op persisted in View; HBSeq echoed
+	MsgCommit             MsgType = 3  // leader heartbeat: Commit, Op (leader's last op), HBSeq
+	MsgStartViewChange    MsgType = 4  // View
+	MsgDoViewChange       MsgType = 5  // → new leader: LastNormalView, Op, Commit, First, Entries
+	MsgStartView          MsgType = 6  // new leader → all: Op, Commit, First, Entries
+	MsgRecovery           MsgType = 7  // Nonce, Op (what the recovering replica still trusts)
+	MsgRecoveryResponse   MsgType = 8  // View, Nonce; from the leader also Op, Commit, First, Entries
+	MsgGetState           MsgType = 9  // View, Op (requester's trusted last op)
+	MsgNewState           MsgType = 10 // View, Op, Commit, First, Entries, Snapshot
+	MsgRefuse             MsgType = 11 // Reason: the sender refused a message (configuration mismatch)
+	maxMsgType                    = MsgRefuse
+	msgTypeCountForTables         = int(maxMsgType) + 1
+)
+
+var msgNames = [msgTypeCountForTables]string{"invalid", "prepare", "prepare-ok", "commit",
+	"start-view-change", "do-view-change", "start-view", "recovery", "recovery-response",
+	"get-state", "new-state", "refuse"}
+
+func (t MsgType) String() string {
+	if int(t) < len(msgNames) {
+		return msgNames[t]
+	}
+	return fmt.Sprintf("msg(%d)", uint8(t))
+}
+
+// Valid reports whether t is a known message type.
+func (t MsgType) Valid() bool { return t >= MsgPrepare && t <= maxMsgType }
+
+// Message is every peer message. One flat struct (rather than one type per
+// message) keeps the wire codec a single reflection-free function and lets
+// the configuration identity be checked in one place; each type uses the
+// fields its comment names.
+type Message struct {
+	Type MsgType
+	// Configuration identity, checked on every message (Config.Identity).
+	Cluster    uint64
+	Epoch      uint64
+	ConfigHash uint64
+	From, To   uint64
+
+	View           uint64
+	LastNormalView uint64
+	Op             uint64
+	Commit         uint64
+	// First is the op number of Entries[0] (and of a do-view-change's whole
+	// log), so an empty Entries still says where the sender's log starts.
+	First    uint64
+	Nonce    uint64
+	HBSeq    uint64
+	Entries  []Entry
+	Snapshot *Snapshot
+	Reason   string
+}
+
+func (m Message) String() string {
+	s := fmt.Sprintf("%s %d->%d v%d", m.Type, m.From, m.To, m.View)
+	switch m.Type {
+	case MsgPrepare, MsgNewState, MsgStartView, MsgDoViewChange, MsgRecoveryResponse:
+		s += fmt.Sprintf(" op%d c%d first%d n=%d", m.Op, m.Commit, m.First, len(m.Entries))
+		if m.Type == MsgDoViewChange {
+			s += fmt.Sprintf(" lnv%d", m.LastNormalView)
+		}
+		if m.Snapshot != nil {
+			s += fmt.Sprintf(" snap@%d", m.Snapshot.Op)
+		}
+	case MsgPrepareOK, MsgCommit:
+		s += fmt.Sprintf(" op%d c%d hb%d", m.Op, m.Commit, m.HBSeq)
+	case MsgGetState, MsgRecovery:
+		s += fmt.Sprintf(" op%d", m.Op)
+	case MsgRefuse:
+		s += " " + m.Reason
+	}
+	return s
+}
+
+// Reply answers a client request: the result the state machine produced (or
+// the cached one, for a duplicate), or Err.
+type Reply struct {
+	Client uint64
+	ReqNum uint64
+	Op     uint64
+	Result []byte
+	Err    error
+}
+
+// ReadState says that a read-index read registered with Ctx may be served
+// once the local state machine has applied Index (or failed with Err).
+type ReadState struct {
+	Ctx   uint64
+	Index uint64
+	Err   error
+}
+
+// Errors callers branch on.
+var (
+	// ErrNotLeader: the request must go to the leader (Replica.Leader names it
+	// when known).
+	ErrNotLeader = errors.New("vr: not the leader")
+	// ErrNotNormal: the replica is in a view change or recovering.
+	ErrNotNormal = errors.New("vr: replica not in normal status")
+	// ErrStaleRequest: a client sent a request number below the one the client
+	// table holds; it was executed (or superseded) long ago and its reply is gone.
+	ErrStaleRequest = errors.New("vr: stale request")
+	// ErrNoLease: the leader does not hold a lease right now; use ReadIndex.
+	ErrNoLease = errors.New("vr: no leader lease")
+	// ErrBusy: too many operations in flight; retry later.
+	ErrBusy = errors.New("vr: too many operations in flight")
+)
+
+// ConfigError is emitted (Ready.Errors) when a peer's message does not match
+// this replica's configuration identity: wrong cluster, wrong epoch, a
+// different member list, an unknown sender or a message meant for another
+// replica. The message is dropped and the sender is told (MsgRefuse).
+type ConfigError struct {
+	From   uint64
+	Reason string
+}
+
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("vr: refused message from replica %d: %s", e.From, e.Reason)
+}
+
+// RefusedError is emitted when a peer refused one of our messages.
+type RefusedError struct {
+	By     uint64
+	Reason string
+}
+
+func (e *RefusedError) Error() string {
+	return fmt.Sprintf("vr: replica %d refused our messages: %s", e.By, e.Reason)
+}
