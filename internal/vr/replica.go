@@ -89,11 +89,14 @@ type Replica struct {
 	pendingView uint64
 
 	// Leader state (valid while leader in normal status).
-	acked       []uint64
-	hbAcked     []uint64
-	ackAt       []int64
-	hbSeq       uint64
-	hbSent      [hbRing]struct{ seq uint64; at int64 }
+	acked   []uint64
+	hbAcked []uint64
+	ackAt   []int64
+	hbSeq   uint64
+	hbSent  [hbRing]struct {
+		seq uint64
+		at  int64
+	}
 	lastHB      int64
 	hbNow       bool
 	viewStartOp uint64
@@ -238,7 +241,7 @@ func (r *Replica) truncate(op uint64) {
 	if op < r.commit {
 		panic(fmt.Sprintf("vr: replica %d (view %d, %s): truncating to %d below commit %d", r.cfg.Self, r.view, r.status, op, r.commit))
 	}
-	r.log = r.log[:op+1-r.first:op+1-r.first]
+	r.log = r.log[: op+1-r.first : op+1-r.first]
 	n := 0
 	for _, e := range r.out.Entries {
 		if e.Op <= op {

@@ -282,7 +282,9 @@ type clientReq struct {
 	Op  check.Op
 }
 
-func (m clientReq) String() string { return fmt.Sprintf("req(seq=%d %v %s)", m.Seq, m.Op.Kind, m.Op.Key) }
+func (m clientReq) String() string {
+	return fmt.Sprintf("req(seq=%d %v %s)", m.Seq, m.Op.Kind, m.Op.Key)
+}
 
 type clientResp struct {
 	Seq    uint64
@@ -315,13 +317,16 @@ type parkedRead struct {
 }
 
 type simReplica struct {
-	id     sim.Addr
-	o      simOptions
-	core   *Replica
-	state  kv
-	out    sim.Ready
-	recs   int
-	seqAt  []struct{ recs int; seq uint64 }
+	id    sim.Addr
+	o     simOptions
+	core  *Replica
+	state kv
+	out   sim.Ready
+	recs  int
+	seqAt []struct {
+		recs int
+		seq  uint64
+	}
 	now    int64
 	parked []parkedRead
 	byCtx  map[uint64]parkedRead
@@ -338,7 +343,7 @@ func memberIDs(n int) []uint64 {
 	return ids
 }
 
-func replicaID(a sim.Addr) uint64 { return uint64(a) + 1 }
+func replicaID(a sim.Addr) uint64    { return uint64(a) + 1 }
 func replicaAddr(id uint64) sim.Addr { return sim.Addr(id - 1) }
 
 func simConfig(id sim.Addr, n int, o simOptions) Config {
