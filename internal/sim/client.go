@@ -9,6 +9,16 @@ import (
 // Invoke starts op on client i now. The client must be idle (closed loop:
 // one operation in flight per client).
 func (s *Sim) Invoke(i int, op check.Op) {
+	s.invoke(i, op, Event{Kind: Invoke})
+}
+
+// InvokeVia starts op on client i, asking it to send the operation to replica
+// r (see Event.Route).
+func (s *Sim) InvokeVia(i int, op check.Op, r int) {
+	s.invoke(i, op, Event{Kind: Invoke, Route: Addr(r), Routed: true})
+}
+
+func (s *Sim) invoke(i int, op check.Op, ev Event) {
 	c := s.clients[i]
 	if c.pending >= 0 {
 		panic(fmt.Sprintf("sim: client %d already has op #%d in flight", i, c.pending))
@@ -17,8 +27,9 @@ func (s *Sim) Invoke(i int, op check.Op) {
 	c.seq++
 	c.pending = s.rec.Invoke(op)
 	id := s.cfg.ClientAddr(i)
-	s.tracef("invoke c%d seq=%d %v(%s)", i, c.seq, op.Kind, op.Key)
-	s.step(id, c.node, Event{Kind: Invoke, Seq: c.seq, Op: op})
+	s.tracef("invoke c%d seq=%d %v(%s) route=%t:%d", i, c.seq, op.Kind, op.Key, ev.Routed, ev.Route)
+	ev.Seq, ev.Op = c.seq, op
+	s.step(id, c.node, ev)
 }
 
 // Idle reports whether client i has no operation in flight.

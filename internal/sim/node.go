@@ -47,12 +47,17 @@ type Event struct {
 	// Now is the node's local clock (virtual nanoseconds, drifted) when the
 	// event is delivered. Cores use it for leases and timeouts instead of
 	// reading a clock.
-	Now       int64
-	From      Addr
-	Msg       any
-	Seq       uint64   // Invoke
-	Op        check.Op // Invoke: Kind, Key, Value, Expect, Delta, Cons, Dur
-	Persisted int      // Persisted
+	Now  int64
+	From Addr
+	Msg  any
+	Seq  uint64   // Invoke
+	Op   check.Op // Invoke: Kind, Key, Value, Expect, Delta, Cons, Dur
+	// Route (Invoke, when Routed): the replica the test wants the operation
+	// sent to, e.g. a lagging follower for a follower read. A client honours
+	// it where its protocol allows reads there and ignores it otherwise.
+	Route     Addr
+	Routed    bool
+	Persisted int // Persisted
 }
 
 // Envelope is an outgoing message.

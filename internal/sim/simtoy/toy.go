@@ -455,8 +455,9 @@ func (r *Replica) apply() {
 }
 
 // Client is the toy client library: writes to the primary, reads to the
-// primary (Safe) or round-robin over all replicas (Unsafe), and an unknown
-// outcome after Timeout ticks without a reply.
+// primary (Safe) or round-robin over all replicas (Unsafe, which also honours
+// Event.Route for reads), and an unknown outcome after Timeout ticks without
+// a reply.
 type Client struct {
 	id       sim.Addr
 	cfg      sim.Config
@@ -492,6 +493,9 @@ func (c *Client) Step(ev sim.Event) {
 		if ev.Op.Kind == check.Get && c.mode == Unsafe {
 			to = sim.Addr(c.next % c.cfg.Replicas)
 			c.next++
+			if ev.Routed {
+				to = ev.Route
+			}
 		}
 		c.out.Messages = append(c.out.Messages, sim.Envelope{To: to, Msg: Request{Seq: ev.Seq, Op: ev.Op}})
 	case sim.Message:
