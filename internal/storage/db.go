@@ -46,6 +46,8 @@ type DB struct {
 	sealID      uint64 // the id of the segment being created
 	pendingLive int64  // live bytes appended to it meanwhile
 
+	hintPos Pos // the checkpoint Open recovered from
+
 	devs  []*device
 	cache *cache
 
@@ -670,6 +672,7 @@ func (db *DB) Stats() Stats {
 		Compactions: db.st.compactions.Load(),
 		Compacted:   db.st.compacted.Load(),
 		Snapshots:   len(db.snaps),
+		HintPos:     db.hintPos,
 		Failed:      db.failed,
 	}
 	for _, seg := range db.segs {

@@ -197,6 +197,7 @@ func (db *DB) recover() error {
 			continue
 		}
 		from = h.id
+		db.hintPos = Pos(h.id)
 		break
 	}
 

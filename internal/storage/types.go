@@ -167,6 +167,7 @@ type Stats struct {
 	Compactions int64 // segments compacted
 	Compacted   int64 // bytes copied by compaction
 	Snapshots   int   // open snapshots
+	HintPos     Pos   // the checkpoint the last Open recovered from (0 = full replay)
 	Failed      error // non-nil once the engine has failed
 }
 

@@ -1,0 +1,186 @@
+package storage
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/kefirdb/kefir/internal/vfs"
+)
+
+func TestCheckpointReopenReplaysTail(t *testing.T) {
+	fs := vfs.NewMem()
+	o := memOpts(fs)
+	db := mustOpen(t, o)
+	for i := 0; i < 300; i++ {
+		put(t, db, fmt.Sprintf("k%03d", i%50), uint64(i+1), fmt.Sprint(i))
+	}
+	if err := db.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	ckpt := db.LastPos()
+	// After the checkpoint: overwrites, a delete and new keys, all in the tail.
+	put(t, db, "k001", 1000, "after")
+	del(t, db, "k002", 1001)
+	put(t, db, "new", 1002, "n")
+	if _, err := db.Sync(db.LastPos()); err != nil {
+		t.Fatal(err)
+	}
+	check := func(db *DB) {
+		wantGet(t, db, "k001", "after")
+		wantGet(t, db, "k002", "")
+		wantGet(t, db, "new", "n")
+		wantGet(t, db, "k049", "299")
+		if db.LastVersion() != 1002 {
+			t.Fatalf("LastVersion = %d", db.LastVersion())
+		}
+	}
+	db.Close()
+	fs.Crash(nil)
+	db2 := mustOpen(t, o)
+	if db2.Stats().HintPos != ckpt {
+		t.Fatalf("recovered from %d, want the checkpoint at %d", db2.Stats().HintPos, ckpt)
+	}
+	check(db2)
+	db2.Close()
+
+	// A damaged hint is ignored: the log is replayed in full, with the same result.
+	rewrite(t, fs, "/db/"+hintName(uint64(ckpt)), func(b []byte) []byte { b[40] ^= 1; return b })
+	db3 := mustOpen(t, o)
+	defer db3.Close()
+	if db3.Stats().HintPos != 0 {
+		t.Fatal("a damaged hint was used")
+	}
+	check(db3)
+}
+
+func TestDeviceChain(t *testing.T) {
+	fs := vfs.NewMem()
+	o := memOpts(fs)
+	o.Devices = []Device{{Dir: "/ssd"}, {Dir: "/hdd"}, {Dir: "/remote"}}
+	o.SegmentSize = 512
+	db := mustOpen(t, o)
+	for i := 0; i < 100; i++ {
+		put(t, db, fmt.Sprintf("k%02d", i%10), uint64(i+1), fmt.Sprintf("%030d", i))
+	}
+	db.Sync(db.LastPos())
+	perDev := map[string]int{}
+	for _, d := range o.Devices {
+		names, _ := fs.ReadDir(d.Dir)
+		perDev[d.Dir] = len(names)
+	}
+	if perDev["/ssd"] == 0 || perDev["/hdd"] == 0 || perDev["/remote"] == 0 {
+		t.Fatalf("segments not chained over every device: %v", perDev)
+	}
+	// Compaction frees the head: almost everything is overwritten garbage.
+	before := db.Stats().Segments
+	if err := db.Compact(); err != nil {
+		t.Fatal(err)
+	}
+	if after := db.Stats().Segments; after >= before {
+		t.Fatalf("segments %d -> %d", before, after)
+	}
+	db.Close()
+	fs.Crash(nil)
+	db2 := mustOpen(t, o)
+	defer db2.Close()
+	for k := 0; k < 10; k++ {
+		wantGet(t, db2, fmt.Sprintf("k%02d", k), fmt.Sprintf("%030d", 90+k))
+	}
+}
+
+func TestDeviceModelAndCost(t *testing.T) {
+	dir := t.TempDir()
+	slow := &DeviceModel{Latency: 2 * time.Millisecond, Bandwidth: 1 << 20, QueueDepth: 1}
+	o := Options{Devices: []Device{{Dir: dir + "/fast"}, {Dir: dir + "/slow", Model: slow}}, SegmentSize: 300, InlineRoll: true}
+	db := mustOpen(t, o)
+	defer db.Close()
+	// Segment 0 is on the fast device, segment 1 on the slow one.
+	put(t, db, "fast", 1, string(make([]byte, 200)))
+	put(t, db, "slow", 2, string(make([]byte, 200)))
+	put(t, db, "tail", 3, string(make([]byte, 200))) // rolls again: "slow" is written out, "tail" is buffered
+	cFast, cSlow, cBuf := db.Cost([]byte("fast"), 10), db.Cost([]byte("slow"), 10), db.Cost([]byte("tail"), 10)
+	if !(cSlow > cFast && cFast > cBuf) {
+		t.Fatalf("costs fast=%d slow=%d buffered=%d; want slow > fast > buffered", cFast, cSlow, cBuf)
+	}
+	if c := db.Cost([]byte("missing"), 10); c != 0 {
+		t.Fatalf("cost of a missing key = %d", c)
+	}
+	start := time.Now()
+	wantGet(t, db, "slow", string(make([]byte, 200)))
+	if el := time.Since(start); el < 2*time.Millisecond {
+		t.Fatalf("read from the emulated device took %v, want >= its 2ms latency", el)
+	}
+	// Now cached: cheap to read again.
+	if c := db.Cost([]byte("slow"), 10); c >= cFast {
+		t.Fatalf("cost after caching = %d, want below an uncached read (%d)", c, cFast)
+	}
+	// A busy queue makes the device more expensive.
+	dev := db.devs[1]
+	dev.inflight.Add(3)
+	busy := dev.cost(200)
+	dev.inflight.Add(-3)
+	if busy <= dev.cost(200) {
+		t.Fatalf("cost with 3 queued reads %d not above idle %d", busy, dev.cost(200))
+	}
+}
+
+func TestCacheSieve(t *testing.T) {
+	c := newCache(cacheShards * (3 * (10 + centryOverhead))) // three 10-byte values per shard
+	s := c.shard(0)
+	var pos []uint64 // positions that land in shard 0
+	for p := uint64(1); len(pos) < 5; p++ {
+		if c.shard(p) == s {
+			pos = append(pos, p)
+		}
+	}
+	val := make([]byte, 10)
+	c.put(pos[0], val)
+	c.put(pos[1], val)
+	c.put(pos[2], val)
+	c.get(pos[0]) // visited: survives the next eviction
+	c.put(pos[3], val)
+	if _, ok := c.get(pos[0]); !ok {
+		t.Fatal("visited entry was evicted")
+	}
+	if _, ok := c.get(pos[1]); ok {
+		t.Fatal("the oldest unvisited entry survived")
+	}
+	if s.size > s.max {
+		t.Fatalf("shard holds %d bytes, bound %d", s.size, s.max)
+	}
+	got, _ := c.get(pos[3])
+	got[0] = 9 // the caller's copy: the cache is unaffected
+	if again, _ := c.get(pos[3]); again[0] != 0 {
+		t.Fatal("cache returned its own buffer")
+	}
+}
+
+func TestBackgroundSyncer(t *testing.T) {
+	for _, o := range []Options{{SyncInterval: 2 * time.Millisecond}, {SyncBytes: 100}} {
+		o.Devices = []Device{{Dir: t.TempDir()}}
+		db := mustOpen(t, o)
+		p := put(t, db, "k", 1, string(make([]byte, 200)))
+		deadline := time.Now().Add(5 * time.Second)
+		for db.DurablePos() < p {
+			if time.Now().After(deadline) {
+				t.Fatalf("background syncer never synced (%+v)", o)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		db.Close()
+	}
+}
+
+func TestCheckpointOnFailedEngine(t *testing.T) {
+	fs := vfs.NewMem()
+	db := mustOpen(t, memOpts(fs))
+	defer db.Close()
+	put(t, db, "a", 1, "x")
+	fs.FailSyncs(1)
+	db.Sync(db.LastPos())
+	if err := db.Checkpoint(); !errors.Is(err, ErrFailed) {
+		t.Fatalf("Checkpoint on a failed engine = %v", err)
+	}
+}
