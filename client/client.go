@@ -232,6 +232,7 @@ func (c *Client) do(ctx context.Context, req *request) (owned bool, err error) {
 		return true, ctxError(err, false)
 	}
 	start := c.next.Add(1) - 1 // slot 0, dialed by Dial, serves the first call
+	retries := 0                // attempts whose request may have reached a server
 	for attempt := 0; ; attempt++ {
 		cn, err := c.conn(ctx, int((uint64(start)+uint64(attempt))%uint64(len(c.slots))))
 		if err != nil {
@@ -250,7 +251,13 @@ func (c *Client) do(ctx context.Context, req *request) (owned bool, err error) {
 		}
 		switch {
 		case errors.Is(err, errNotSent), errors.Is(err, errConnLost):
-			if attempt < c.opts.maxRetries && ctx.Err() == nil {
+			// A request that never left the client is retried regardless of
+			// WithMaxRetries (it found a connection that had just died), but boundedly.
+			sentNow := errors.Is(err, errConnLost)
+			if sentNow {
+				retries++
+			}
+			if ctx.Err() == nil && ((sentNow && retries <= c.opts.maxRetries) || (!sentNow && attempt < c.opts.maxRetries+len(c.slots)+1)) {
 				req.state, req.err = stateNew, nil
 				continue
 			}
