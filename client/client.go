@@ -232,7 +232,7 @@ func (c *Client) do(ctx context.Context, req *request) (owned bool, err error) {
 		return true, ctxError(err, false)
 	}
 	start := c.next.Add(1) - 1 // slot 0, dialed by Dial, serves the first call
-	retries := 0                // attempts whose request may have reached a server
+	retries := 0               // attempts whose request may have reached a server
 	for attempt := 0; ; attempt++ {
 		cn, err := c.conn(ctx, int((uint64(start)+uint64(attempt))%uint64(len(c.slots))))
 		if err != nil {
