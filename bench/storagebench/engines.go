@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	dto "github.com/prometheus/client_model/go"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -47,6 +48,10 @@ type Config struct {
 	// batch size (see openBolt).
 	Writers int
 }
+
+// fsyncCounter is implemented by engines that can say how many log fsyncs they have
+// issued, so the report can show group-commit sizes (puts per fsync).
+type fsyncCounter interface{ fsyncs() int64 }
 
 // engineOpener opens (creating if needed) an engine in dir.
 type engineOpener func(dir string, cfg Config) (Engine, error)
@@ -141,6 +146,19 @@ func (e *pebbleEngine) Scan(start []byte, n int) (int, error) {
 }
 
 func (e *pebbleEngine) Prepare() error { return nil }
+
+// fsyncs counts WAL fsyncs through Pebble's fsync-latency histogram.
+func (e *pebbleEngine) fsyncs() int64 {
+	h := e.db.Metrics().LogWriter.FsyncLatency
+	if h == nil {
+		return 0
+	}
+	var m dto.Metric
+	if err := h.Write(&m); err != nil || m.Histogram == nil {
+		return 0
+	}
+	return int64(m.Histogram.GetSampleCount())
+}
 
 func (e *pebbleEngine) Close() error {
 	err := e.db.Close()

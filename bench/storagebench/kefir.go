@@ -95,3 +95,5 @@ func (e *kefirEngine) Scan(start []byte, n int) (int, error) {
 func (e *kefirEngine) Prepare() error { return e.db.Checkpoint() }
 
 func (e *kefirEngine) Close() error { return e.db.Close() }
+
+func (e *kefirEngine) fsyncs() int64 { return e.db.Stats().Syncs }

@@ -32,7 +32,7 @@ func (r *Report) Markdown() string {
 		k, kok := c.Samples["kefir"]
 		p, pok := c.Samples["pebble"]
 		ratio := ""
-		if kok && pok && median(p) != 0 {
+		if kok && pok && median(p) > 0 && median(k) > 0 {
 			ratio = fmt.Sprintf("%.2f×", median(k)/median(p))
 		}
 		target, met := "", ""
