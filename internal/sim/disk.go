@@ -101,8 +101,9 @@ func (s *Sim) recoverLog(r *replica) ([][]byte, error) {
 	return recs, nil
 }
 
-// persist performs a Ready's disk actions for replica a.
-func (s *Sim) persist(a Addr, rd *Ready) {
+// persist performs a Ready's disk actions for replica a. It reports false if
+// the write failed, in which case the replica has crashed.
+func (s *Sim) persist(a Addr, rd *Ready) bool {
 	r := s.replicas[a]
 	if len(rd.Persist) > 0 {
 		r.buf = r.buf[:0]
@@ -111,7 +112,9 @@ func (s *Sim) persist(a Addr, rd *Ready) {
 		}
 		// One write per batch, as a real driver would: a crash may tear it.
 		if _, err := r.wal.Write(r.buf); err != nil {
-			panic(fmt.Sprintf("sim: replica %d write: %v", a, err))
+			s.tracef("replica %d write failed (%v): crashing it", a, err)
+			s.Crash(int(a))
+			return false
 		}
 		r.logLen += len(rd.Persist)
 	}
@@ -121,6 +124,7 @@ func (s *Sim) persist(a Addr, rd *Ready) {
 		r.diskBusy = at
 		s.schedule(item{at: at, kind: itSync, node: a, inc: r.inc, n: r.logLen})
 	}
+	return true
 }
 
 // Crash kills replica i: its volatile state is gone, pending fsyncs never

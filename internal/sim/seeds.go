@@ -13,7 +13,12 @@ import (
 // KEFIR_SIM_SEED=1234 go test -run TestX ./internal/...
 const SeedEnv = "KEFIR_SIM_SEED"
 
-// Explore runs run for seeds first..first+n-1 (or only the seed in SeedEnv).
+// SeedsEnv names the environment variable that overrides how many seeds
+// Explore runs, for soaks: KEFIR_SIM_SEEDS=5000 go test -run TestX ...
+const SeedsEnv = "KEFIR_SIM_SEEDS"
+
+// Explore runs run for seeds first..first+n-1 (n overridden by SeedsEnv), or
+// only the seed in SeedEnv.
 // run builds and runs a simulation with the given trace writer (nil when not
 // tracing) and returns an error describing any violation. On the first
 // failure Explore replays that seed with tracing on, writes the trace next to
@@ -29,6 +34,13 @@ func Explore(t testing.TB, first uint64, n int, run func(seed uint64, trace io.W
 		}
 		seeds = append(seeds, v)
 	} else {
+		if s := os.Getenv(SeedsEnv); s != "" {
+			v, err := strconv.Atoi(s)
+			if err != nil || v <= 0 {
+				t.Fatalf("%s=%q: want a positive count", SeedsEnv, s)
+			}
+			n = v
+		}
 		for i := 0; i < n; i++ {
 			seeds = append(seeds, first+uint64(i))
 		}

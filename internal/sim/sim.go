@@ -31,6 +31,10 @@ type Options struct {
 	// Torn: on a crash each disk keeps a random prefix of its unsynced bytes
 	// and may tear the last write (otherwise exactly the synced state survives).
 	Torn bool
+	// SyncFail is the probability that an fsync fails (EIO). The replica then
+	// crashes, as a real process must (after a failed fsync the page cache can
+	// no longer be trusted), and restarts from what its disk kept.
+	SyncFail float64
 
 	// Workload, if set, drives every client closed-loop: OpsPerClient
 	// operations each, Think apart. Scenarios leave it nil and call Invoke.
@@ -48,6 +52,12 @@ type Options struct {
 
 	// Trace, if set, receives one line per event.
 	Trace io.Writer
+
+	// Invariant, if set, is checked after events, at most once per
+	// InvariantEvery of virtual time (0: after every event). An error stops
+	// the run; Err reports it with the seed and time.
+	Invariant      func(*Sim) error
+	InvariantEvery time.Duration
 }
 
 // Workload generates client operations. Values written should be unique per
@@ -109,6 +119,8 @@ type Sim struct {
 	stats    Stats
 	stopped  bool
 	trace    io.Writer
+	err      error
+	lastInv  int64
 }
 
 const walName = "/wal"
@@ -216,6 +228,9 @@ func (s *Sim) After(d time.Duration, f func()) {
 	s.schedule(item{at: s.now + int64(d), kind: itCall, fn: f})
 }
 
+// Err is the invariant violation that stopped the run, if any.
+func (s *Sim) Err() error { return s.err }
+
 // Stop ends the run after the current event.
 func (s *Sim) Stop() { s.stopped = true }
 
@@ -255,6 +270,14 @@ func (s *Sim) RunFor(d time.Duration) {
 		it := s.q.pop()
 		s.now = it.at
 		s.dispatch(&it)
+		if s.o.Invariant != nil && (s.o.InvariantEvery == 0 || s.now-s.lastInv >= int64(s.o.InvariantEvery)) {
+			s.lastInv = s.now
+			if err := s.o.Invariant(s); err != nil {
+				s.err = fmt.Errorf("sim: seed=%d at %v: invariant violated: %w", s.o.Seed, time.Duration(s.now), err)
+				s.tracef("%v", s.err)
+				s.stopped = true
+			}
+		}
 	}
 	if !s.stopped && s.now < end {
 		s.now = end
@@ -293,8 +316,13 @@ func (s *Sim) dispatch(it *item) {
 			return
 		}
 		r := s.replicas[it.node]
+		if s.o.SyncFail > 0 && s.rng.Float64() < s.o.SyncFail {
+			r.disk.FailSyncs(1)
+		}
 		if err := r.wal.Sync(); err != nil {
-			panic(fmt.Sprintf("sim: replica %d fsync: %v", it.node, err))
+			s.tracef("replica %d fsync failed (%v): crashing it", it.node, err)
+			s.Crash(int(it.node))
+			return
 		}
 		s.stats.Syncs++
 		s.tracef("persisted %d up to %d", it.node, it.n)
@@ -340,7 +368,9 @@ func (s *Sim) step(a Addr, n Node, ev Event) {
 		if !s.cfg.IsReplica(a) {
 			panic("sim: a client asked to persist")
 		}
-		s.persist(a, &rd)
+		if !s.persist(a, &rd) {
+			return // the write failed and the replica died with its Ready
+		}
 	}
 	for _, m := range rd.Messages {
 		s.send(a, m.To, m.Msg)

@@ -346,3 +346,55 @@ func BenchmarkSimulatedMessages(b *testing.B) {
 	b.ReportMetric(float64(delivered)/time.Since(start).Seconds(), "msgs/s")
 	b.ReportMetric(float64(delivered)/float64(b.N), "msgs/run")
 }
+
+func TestFailedFsyncCrashesTheReplica(t *testing.T) {
+	s, p := newProbes(t, sim.Options{SyncFail: 1})
+	n := p.byID[1]
+	n.out.Persist = [][]byte{[]byte("r1")}
+	n.out.Sync = true
+	s.RunFor(10 * time.Millisecond)
+	if s.Up(1) || s.Stats().Crashes != 1 || n.persisted != 0 {
+		t.Fatalf("up=%t stats=%+v persisted=%d", s.Up(1), s.Stats(), n.persisted)
+	}
+	s.Restart(1)
+	if got := p.byID[1].recovered; len(got) > 1 {
+		t.Fatalf("recovered %q", got)
+	}
+}
+
+func TestInvariantStopsTheRun(t *testing.T) {
+	calls := 0
+	s, _ := newProbes(t, sim.Options{Seed: 9, InvariantEvery: 10 * time.Millisecond, Invariant: func(s *sim.Sim) error {
+		calls++
+		if s.Now() > 50*time.Millisecond {
+			return fmt.Errorf("replica 2 disagrees")
+		}
+		return nil
+	}})
+	s.RunFor(time.Second)
+	if s.Err() == nil || !strings.Contains(s.Err().Error(), "seed=9") || !strings.Contains(s.Err().Error(), "replica 2 disagrees") {
+		t.Fatalf("Err() = %v", s.Err())
+	}
+	if s.Now() > 70*time.Millisecond || calls < 5 || calls > 8 {
+		t.Fatalf("run went on to %v after %d checks", s.Now(), calls)
+	}
+}
+
+func TestSwarmVariesOptionsDeterministically(t *testing.T) {
+	a, b := sim.Swarm(1, sim.Options{}), sim.Swarm(1, sim.Options{})
+	if !reflect.DeepEqual(a, b) {
+		t.Fatal("same seed, different swarm options")
+	}
+	distinct := map[string]bool{}
+	for seed := uint64(0); seed < 20; seed++ {
+		o := sim.Swarm(seed, sim.Options{})
+		distinct[fmt.Sprintf("%+v %v %v", o.Net, o.MaxDrift, *o.Faults)] = true
+	}
+	if len(distinct) < 15 {
+		t.Fatalf("only %d distinct swarm settings in 20 seeds", len(distinct))
+	}
+	kept := sim.Swarm(3, sim.Options{Net: sim.Link{Drop: 0.5}})
+	if kept.Net.Drop != 0.5 {
+		t.Fatal("Swarm overrode an explicit option")
+	}
+}

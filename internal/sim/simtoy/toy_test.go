@@ -131,3 +131,19 @@ func TestUnsafeToyLosesAcknowledgedWrites(t *testing.T) {
 	}
 	t.Log(v)
 }
+
+// TestSafeToySwarm: each seed draws its own fault mix (sim.Swarm), including
+// failing fsyncs.
+func TestSafeToySwarm(t *testing.T) {
+	seeds := 40
+	if testing.Short() {
+		seeds = 10
+	}
+	sim.Explore(t, 1000, seeds, func(seed uint64, trace io.Writer) error {
+		o := toyOptions(Safe, seed, trace)
+		o.Net, o.MaxDrift, o.Torn, o.Faults = sim.Link{}, 0, false, nil
+		o = sim.Swarm(seed, o)
+		o.Faults.Until = 400 * time.Millisecond
+		return judge(sim.New(o).Run(), "")
+	})
+}
