@@ -73,15 +73,15 @@ type conn struct {
 	arena   arena
 	pending shard.Pending
 	// timing for metrics: command ID and start of each command in the batch.
-	timed   []timedCmd
-	batched int
-	closing bool
+	timed      []timedCmd
+	batchStart time.Time
+	batched    int
+	closing    bool
 }
 
 type timedCmd struct {
-	cmd   int
-	start time.Time
-	err   bool
+	cmd int
+	err bool
 }
 
 func (s *Server) newConn(nc net.Conn, id int64) *conn {
@@ -184,11 +184,11 @@ func (c *conn) release() error {
 		}
 	}
 	if len(c.timed) > 0 {
-		now := time.Now()
+		lat := time.Since(c.batchStart).Seconds()
 		m := c.srv.m
 		for _, t := range c.timed {
 			m.calls[t.cmd].Inc()
-			m.latency[t.cmd].Observe(now.Sub(t.start).Seconds())
+			m.latency[t.cmd].Observe(lat)
 			if t.err {
 				m.errs[t.cmd].Inc()
 			}
@@ -340,7 +340,12 @@ func (c *conn) dispatch(args [][]byte) {
 		c.writeErr(errf("ERR unknown command '%s', with args beginning with: %s", clip(args[0]), argPreview(args[1:])))
 		return
 	}
-	c.timed = append(c.timed, timedCmd{cmd: spec.ID, start: time.Now()})
+	if len(c.timed) == 0 {
+		// One clock read per batch: every command of a pipeline arrived together,
+		// and its reply leaves with the others.
+		c.batchStart = time.Now()
+	}
+	c.timed = append(c.timed, timedCmd{cmd: spec.ID})
 	if err := c.check(spec, args); err != nil {
 		c.flushWrites()
 		c.timed[len(c.timed)-1].err = true

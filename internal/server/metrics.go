@@ -42,7 +42,7 @@ func newMetrics(s *Server) *metrics {
 	}, []string{"cmd"})
 	latVec := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "kefir_command_duration_seconds",
-		Help:    "Time from a command's parse to its reply being released (includes fsync for sync writes).",
+		Help:    "Time from the arrival of a command's pipeline batch to the release of its replies (includes the fsync of sync writes).",
 		Buckets: prometheus.ExponentialBuckets(5e-6, 2.5, 14),
 	}, []string{"cmd"})
 	for _, spec := range command.All() {
