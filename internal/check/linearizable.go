@@ -190,13 +190,15 @@ func Linearizable(h History, o LinOptions) Verdict {
 }
 
 // dropUnobservedPuts removes puts with unknown outcome whose value nothing
-// observed: no read returned it and no CAS expected it, on a key without
-// incrs. Such a put can always be linearized after everything else, so the
-// rest is linearizable iff the whole is; dropping it spares porcupine an
-// operation that may float anywhere (which is what makes searches explode
-// when a crash leaves many writes unknown).
+// observed: no read returned it, no CAS expected it, no failed CAS after it
+// could be explained by it, and the key has no incrs. Such a put can always be
+// linearized after everything else, so the rest is linearizable iff the whole
+// is; dropping it spares porcupine an operation that may float anywhere
+// (which is what makes searches explode when a crash leaves many writes
+// unknown).
 func dropUnobservedPuts(ops []*Op) []*Op {
 	seen := map[string]bool{}
+	lastFailedCAS := int64(-1 << 63)
 	for _, op := range ops {
 		switch {
 		case op.Kind == Incr:
@@ -205,11 +207,15 @@ func dropUnobservedPuts(ops []*Op) []*Op {
 			seen[op.Result] = true
 		case op.Kind == CAS:
 			seen[op.Expect] = true
+			if op.Outcome == OK && !op.Found {
+				// "Not the expected value" may be this put's doing.
+				lastFailedCAS = max(lastFailedCAS, op.Return)
+			}
 		}
 	}
 	out := ops[:0:0]
 	for _, op := range ops {
-		if op.Kind == Put && op.Outcome != OK && !seen[op.Value] {
+		if op.Kind == Put && op.Outcome != OK && !seen[op.Value] && op.Invoke > lastFailedCAS {
 			continue
 		}
 		out = append(out, op)
@@ -227,42 +233,77 @@ func writeViz(path string, info porcupine.LinearizationInfo) error {
 	return nil
 }
 
-// shrinkLin removes operations one at a time while the rest stays
-// non-linearizable. Reads go first: they are the usual witnesses. A write whose
-// value a remaining read returned is kept, so the counter-example never turns
-// into a less telling "read of a value nobody wrote".
+// shrinkLin cuts a non-linearizable history down to a smaller one that is
+// still non-linearizable and whose failure implies the original's. Two moves
+// keep that implication:
+//
+//  1. Cut at a clean point: keep the operations invoked before some time T
+//     when every one of them with a known return returned before T. Any
+//     linearization of the whole orders those before everything invoked
+//     after T, so the prefix alone would linearize too. Illegality is
+//     monotone over clean cuts, so the shortest illegal one is found by
+//     binary search.
+//  2. Drop operations that change nothing (reads, CASes that failed), one at
+//     a time: a linearization of the whole restricted to the rest is still a
+//     linearization.
+//
+// Writes are never dropped one by one: a dropped write can manufacture a
+// violation (a failed CAS that only that write explained) the real history
+// does not have.
 func shrinkLin(ops []*Op, budget time.Duration) []*Op {
 	deadline := time.Now().Add(budget)
-	cur := append([]*Op(nil), ops...)
-	readValue := func(val string) bool {
-		for _, op := range cur {
-			if op.Kind == Get && op.Outcome == OK && op.Found && op.Result == val {
-				return true
-			}
+	illegal := func(h []*Op) (bool, bool) {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return false, false
 		}
-		return false
+		r := porcupine.CheckOperationsTimeout(LinModel, toPorcupine(h), left)
+		return r == porcupine.Illegal, r != porcupine.Unknown
 	}
-	for _, writes := range []bool{false, true} {
-		for i := 0; i < len(cur); {
-			if cur[i].Kind.IsWrite() != writes {
-				i++
-				continue
-			}
-			if val, ok := writtenValue(cur[i]); writes && ok && readValue(val) {
-				i++
-				continue
-			}
-			left := time.Until(deadline)
-			if left <= 0 {
-				return cur
-			}
-			try := append(append([]*Op(nil), cur[:i]...), cur[i+1:]...)
-			if porcupine.CheckOperationsTimeout(LinModel, toPorcupine(try), left) == porcupine.Illegal {
-				cur = try
-				continue
-			}
-			i++
+	cur := append([]*Op(nil), ops...)
+	sort.SliceStable(cur, func(i, j int) bool { return cur[i].Invoke < cur[j].Invoke })
+	var cuts []int // prefix lengths that are clean cuts
+	var maxRet int64 = -1 << 63
+	for k := 1; k < len(cur); k++ {
+		if cur[k-1].Outcome == OK {
+			maxRet = max(maxRet, cur[k-1].Return)
 		}
+		if maxRet < cur[k].Invoke {
+			cuts = append(cuts, k)
+		}
+	}
+	lo, hi := 0, len(cuts) // the answer is cuts[i] for the least illegal i, or the whole
+	for lo < hi {
+		mid := (lo + hi) / 2
+		bad, ok := illegal(cur[:cuts[mid]])
+		if !ok {
+			return cur
+		}
+		if bad {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	if lo < len(cuts) {
+		cur = cur[:cuts[lo]]
+	}
+	for i := 0; i < len(cur); {
+		op := cur[i]
+		if op.Kind != Get && !(op.Kind == CAS && op.Outcome == OK && !op.Found) {
+			i++
+			continue
+		}
+		try := append(append([]*Op(nil), cur[:i]...), cur[i+1:]...)
+		bad, ok := illegal(try)
+		if !ok {
+			return cur
+		}
+		if bad {
+			cur = try
+			continue
+		}
+		i++
 	}
 	return cur
 }

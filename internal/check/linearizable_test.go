@@ -156,3 +156,50 @@ func TestLinearizableDropsOnlyUnobservedUnknownPuts(t *testing.T) {
 		t.Fatalf("want pass without the last read, got %v", v)
 	}
 }
+
+func TestShrinkNeverDropsWrites(t *testing.T) {
+	var b hist
+	// The failed CAS is explained only by put(b). Dropping put(b) would leave a
+	// "violation" (cas a->c failing on a) the real history does not have; the
+	// real violation is the stale read at the end.
+	b.put(0, "x", "a", 0, 10)
+	b.put(0, "x", "b", 20, 30)
+	b.cas(1, "x", "a", "c", false, 40, 50)
+	b.get(2, "x", "a", 60, 70)
+	v := Linearizable(b.h, LinOptions{})
+	if v.OK {
+		t.Fatal("want violation")
+	}
+	ops := v.Violations[0].Ops
+	if len(ops) != 3 || ops[1].Value != "b" || ops[2].Kind != Get {
+		t.Fatalf("counter-example should be put(a), put(b), get->a: %v", v)
+	}
+}
+
+func TestShrinkCutsAtACleanPoint(t *testing.T) {
+	var b hist
+	b.put(0, "x", "a", 0, 10)
+	b.put(0, "x", "b", 20, 30)
+	b.get(1, "x", "a", 40, 50)       // violation here
+	for i := int64(0); i < 20; i++ { // a long, innocent tail of writes
+		b.put(0, "x", "t", 100+20*i, 110+20*i)
+	}
+	v := Linearizable(b.h, LinOptions{})
+	if v.OK || len(v.Violations[0].Ops) != 3 {
+		t.Fatalf("want the 3-op prefix, got %v", v)
+	}
+}
+
+// Found by the toy soak (seed 142): a put that timed out, whose value nobody
+// read, still explains a later failed CAS. Dropping it as "unobserved" made a
+// correct history look non-linearizable.
+func TestUnknownPutExplainsFailedCAS(t *testing.T) {
+	var b hist
+	b.put(0, "x", "a", 0, 10)
+	b.put(1, "x", "b", 20, 0, unknown())
+	b.get(2, "x", "a", 30, 40)
+	b.cas(2, "x", "a", "c", false, 50, 60)
+	if v := Linearizable(b.h, LinOptions{}); !v.OK {
+		t.Fatalf("the unknown put explains the failed CAS: %v", v)
+	}
+}
