@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/vfs"
 )
 
 // Config is everything a node needs. cmd/kefir fills it from flags, environment and
@@ -51,6 +52,10 @@ type Config struct {
 	ShutdownTimeout time.Duration
 
 	Logger *slog.Logger
+
+	// FS is the file system under the engine (nil = the OS). Tests pass a vfs.Mem
+	// to inject fsync failures and crashes.
+	FS vfs.FS
 }
 
 // ErrInsecure is returned by Validate when a non-loopback address would be bound

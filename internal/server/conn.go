@@ -123,6 +123,11 @@ func (c *conn) serve() {
 			}
 			if c.srv.cfg.IdleTimeout > 0 {
 				_ = c.nc.SetReadDeadline(time.Now().Add(c.srv.cfg.IdleTimeout))
+				// Shutdown may have set an immediate deadline between the check
+				// above and this one; do not sleep through it.
+				if c.srv.draining() {
+					return
+				}
 			}
 		}
 		args, err := c.rd.ReadCommand(c.args[:0])
@@ -131,9 +136,7 @@ func (c *conn) serve() {
 			c.readFailed(err)
 			return
 		}
-		c.srv.begin()
 		c.dispatch(args)
-		c.srv.end()
 		c.batched++
 		if c.batched >= maxBatch || len(c.out.b)+c.w.Buffered() > 1<<20 {
 			if err := c.release(); err != nil {
@@ -153,6 +156,9 @@ func (c *conn) readFailed(err error) {
 		_ = c.release()
 		c.out.b = c.out.b[:0]
 		_ = c.w.WriteError("ERR " + err.Error())
+		_ = c.release()
+	case errors.Is(err, os.ErrDeadlineExceeded) && c.srv.draining():
+		c.log.Debug("closing connection: shutting down")
 		_ = c.release()
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		c.log.Info("closing idle connection", "idle_timeout", c.srv.cfg.IdleTimeout)

@@ -55,9 +55,7 @@ type Server struct {
 	// closing is set once shutdown starts: connections stop reading new commands
 	// after their current batch.
 	closing atomic.Bool
-	// inflight counts commands being executed, so shutdown waits for them.
-	inflight sync.WaitGroup
-	connWG   sync.WaitGroup
+	connWG  sync.WaitGroup
 	// panics counts connections that ended in a recovered panic (always a bug;
 	// the fuzz test asserts it stays zero).
 	panics atomic.Int64
@@ -77,11 +75,14 @@ func New(cfg Config) (*Server, error) {
 		limiter: newAuthLimiter(),
 		done:    make(chan struct{}),
 	}
-	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
-		return nil, fmt.Errorf("server: create data dir: %w", err)
+	if cfg.FS == nil {
+		if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+			return nil, fmt.Errorf("server: create data dir: %w", err)
+		}
 	}
 	db, err := storage.Open(storage.Options{
 		Devices:      []storage.Device{{Dir: filepath.Join(cfg.DataDir, "storage")}},
+		FS:           cfg.FS,
 		SyncInterval: cfg.SyncInterval,
 		CacheBytes:   cfg.CacheBytes,
 		Logger:       s.log.With("component", "storage"),
@@ -185,10 +186,6 @@ func portOf(a net.Addr) string {
 }
 
 func (s *Server) draining() bool { return s.closing.Load() }
-
-// begin/end bracket one command's execution for graceful shutdown.
-func (s *Server) begin() { s.inflight.Add(1) }
-func (s *Server) end()   { s.inflight.Done() }
 
 func (s *Server) acceptClients() {
 	var delay time.Duration

@@ -15,6 +15,7 @@ import (
 
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/resp"
+	"github.com/kefirdb/kefir/internal/vfs"
 )
 
 func startServer(t testing.TB, mod func(*Config)) *Server {
@@ -524,4 +525,42 @@ func TestHTTPAdminNeedsThePasswordWhenOneIsSet(t *testing.T) {
 	if c := get("/healthz", ""); c != http.StatusOK {
 		t.Errorf("/healthz is for load balancers and needs no password: %d", c)
 	}
+}
+
+// When an fsync fails, no reply claims the batch's sync writes succeeded: the
+// connection closes without them (the client sees an unknown outcome), later
+// writes answer -UNAVAILABLE, reads keep working and /healthz reports the failure.
+func TestFailedFsyncNeverAcknowledges(t *testing.T) {
+	fs := vfs.NewMem()
+	s := startServer(t, func(c *Config) { c.FS = fs; c.DataDir = "/data" })
+	c := dial(t, s)
+	c.expect("SET a 1 => OK")
+	fs.FailSyncs(1)
+	c.send("SET", "b", "2")
+	if v, err := c.rd.ReadValue(); err == nil {
+		t.Fatalf("a sync write whose fsync failed was answered: %s", show(v))
+	}
+	c2 := dial(t, s)
+	c2.expect(`
+GET a => "1"
+SET c 3 => UNAVAILABLE*
+`)
+	r, err := http.Get("http://" + s.HTTPAddr().String() + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Body.Close()
+	if r.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("/healthz after failed fsync = %d", r.StatusCode)
+	}
+}
+
+// The test above must be able to fail: with async durability nothing waits for
+// the fsync, so the reply is sent.
+func TestAsyncWritesDoNotWaitForFsync(t *testing.T) {
+	fs := vfs.NewMem()
+	s := startServer(t, func(c *Config) { c.FS = fs; c.DataDir = "/data"; c.Durability = level.Async; c.SyncInterval = 0 })
+	c := dial(t, s)
+	fs.FailSyncs(1)
+	c.expect("SET b 2 => OK")
 }
