@@ -335,6 +335,11 @@ func (c *conn) checkAuth(args [][]byte) error {
 		return errSyntax
 	}
 	if c.srv.cfg.Password == "" {
+		// Like Redis's passwordless default user: the two-argument form (which
+		// HELLO ... AUTH uses) succeeds, the legacy one-argument form is an error.
+		if len(args) == 2 {
+			return nil
+		}
 		return errf("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?")
 	}
 	pwd := args[len(args)-1]
