@@ -20,16 +20,21 @@ import (
 	"github.com/kefirdb/kefir/internal/sim"
 )
 
-// Mode selects the toy's safety.
+// Mode selects the toy's bugs (a bit set; Safe has none).
 type Mode uint8
 
 const (
 	// Safe: writes are acknowledged once a majority (the primary included)
 	// has persisted them; reads are served by the primary.
-	Safe Mode = iota
-	// Unsafe: writes are acknowledged on arrival at the primary, before any
-	// replication or fsync; reads go to any replica.
-	Unsafe
+	Safe Mode = 0
+	// StaleReads: clients send reads to any replica, round-robin; followers
+	// answer from whatever they have applied.
+	StaleReads Mode = 1 << 0
+	// EarlyAck: the primary acknowledges a write on arrival, before any
+	// replication or fsync.
+	EarlyAck Mode = 1 << 1
+	// Unsafe has both bugs.
+	Unsafe = StaleReads | EarlyAck
 )
 
 const primary sim.Addr = 0
@@ -307,7 +312,7 @@ func (r *Replica) onRequest(from sim.Addr, m Request) {
 	r.out.Sync = true
 	r.waiting[e.Index] = waiter{client: from, seq: m.Seq}
 	r.broadcast(r.prepare(e.Index))
-	if r.mode == Unsafe {
+	if r.mode&EarlyAck != 0 {
 		// The bug under test: acknowledge before anyone has the write.
 		r.commit = max(r.commit, e.Index)
 		r.apply()
@@ -455,9 +460,8 @@ func (r *Replica) apply() {
 }
 
 // Client is the toy client library: writes to the primary, reads to the
-// primary (Safe) or round-robin over all replicas (Unsafe, which also honours
-// Event.Route for reads), and an unknown outcome after Timeout ticks without
-// a reply.
+// primary, or with StaleReads round-robin over all replicas (honouring
+// Event.Route), and an unknown outcome after Timeout ticks without a reply.
 type Client struct {
 	id       sim.Addr
 	cfg      sim.Config
@@ -490,7 +494,7 @@ func (c *Client) Step(ev sim.Event) {
 	case sim.Invoke:
 		c.seq, c.inflight, c.ticks = ev.Seq, true, 0
 		to := primary
-		if ev.Op.Kind == check.Get && c.mode == Unsafe {
+		if ev.Op.Kind == check.Get && c.mode&StaleReads != 0 {
 			to = sim.Addr(c.next % c.cfg.Replicas)
 			c.next++
 			if ev.Routed {
