@@ -106,6 +106,12 @@ type Replica struct {
 	snapWanted  []bool
 
 	// Follower state.
+	// catchUp: this replica joined the current view without its start-view
+	// log (it kept only its committed prefix); until its log reaches catchUp
+	// it keeps its old last-normal view and acknowledges nothing, because its
+	// log is not yet a full prefix of the view's log (a do-view-change
+	// claiming this view would hide committed ops).
+	catchUp      uint64
 	lastContact  int64
 	lastGetState int64
 	lastAck      [2]uint64 // view, op of the last prepare-ok sent
@@ -548,7 +554,7 @@ func (r *Replica) setCommit(c uint64) {
 // follow handles a message from the leader of view v that shows the view is
 // running: a replica that missed its start (or is behind) joins it, keeping
 // only its committed prefix, and fetches the rest by state transfer.
-func (r *Replica) follow(j int, v uint64) bool {
+func (r *Replica) follow(j int, v, target uint64) bool {
 	if r.status == Recovering || v < r.view || j != r.leaderIdx(v) {
 		return false
 	}
@@ -557,12 +563,26 @@ func (r *Replica) follow(j int, v uint64) bool {
 	}
 	r.stepDown()
 	r.setView(v)
-	r.status, r.lnv = Normal, v
+	r.status = Normal
 	r.truncate(r.commit)
+	if r.lastOp() >= target {
+		r.lnv = v
+	} else {
+		r.catchUp = target
+	}
 	r.hsDirty = true
 	r.lastContact = r.now
 	r.requestState(j, true)
 	return false
+}
+
+// caughtUp ends a catch-up once the log covers the view's start.
+func (r *Replica) caughtUp() {
+	if r.catchUp > 0 && r.lastOp() >= r.catchUp {
+		r.catchUp = 0
+		r.lnv = r.view
+		r.hsDirty = true
+	}
 }
 
 func (r *Replica) setView(v uint64) {
@@ -573,7 +593,7 @@ func (r *Replica) setView(v uint64) {
 }
 
 func (r *Replica) onPrepare(j int, m *Message) {
-	if !r.follow(j, m.View) {
+	if !r.follow(j, m.View, m.Op) {
 		return
 	}
 	r.lastContact = r.now
@@ -602,6 +622,7 @@ func (r *Replica) appendFrom(j int, m *Message) {
 	if c := min(m.Commit, r.lastOp()); c > r.commit {
 		r.setCommit(c)
 	}
+	r.caughtUp()
 }
 
 func (r *Replica) requestState(j int, force bool) {
@@ -621,8 +642,8 @@ func (r *Replica) maybeAck(hb uint64, heartbeat bool) {
 	op := r.durable
 	if r.mut.ackBeforePersist {
 		op = r.lastOp()
-	} else if r.synced < r.viewSeq {
-		op = 0 // the view itself is not durable yet: promise nothing
+	} else if r.synced < r.viewSeq || r.lnv != r.view {
+		op = 0 // the view itself is not durable (or not complete) yet: promise nothing
 	}
 	if !heartbeat && (op == 0 || (r.lastAck[0] == r.view && op <= r.lastAck[1])) {
 		return
@@ -634,7 +655,7 @@ func (r *Replica) maybeAck(hb uint64, heartbeat bool) {
 }
 
 func (r *Replica) onCommit(j int, m *Message) {
-	if !r.follow(j, m.View) {
+	if !r.follow(j, m.View, m.Op) {
 		return
 	}
 	r.lastContact = r.now
@@ -818,6 +839,7 @@ func (r *Replica) stepDown() {
 	}
 	r.dvcSent = nil
 	r.pulling = -1
+	r.catchUp = 0
 }
 
 func (r *Replica) startViewChange(v uint64) {
@@ -1011,16 +1033,18 @@ func (r *Replica) onStartView(j int, m *Message) {
 	}
 	r.stepDown()
 	r.setView(m.View)
-	r.status, r.lnv = Normal, m.View
+	r.status = Normal
 	r.hsDirty = true
 	r.lastContact = r.now
 	if m.First <= r.commit+1 {
+		r.lnv = m.View
 		r.adoptLog(m.First, m.Entries)
 		if c := min(m.Commit, r.lastOp()); c > r.commit {
 			r.setCommit(c)
 		}
 	} else {
 		r.truncate(r.commit)
+		r.catchUp = m.Op
 		r.requestState(j, true)
 	}
 	r.maybeAck(0, false)
@@ -1311,7 +1335,7 @@ func (r *Replica) checkInvariants() {
 	if r.durable > r.lastOp() {
 		panic(fmt.Sprintf("vr: replica %d: durable %d > last op %d", r.cfg.Self, r.durable, r.lastOp()))
 	}
-	if r.status == Normal && r.lnv != r.view {
+	if r.status == Normal && r.lnv != r.view && r.catchUp == 0 {
 		panic(fmt.Sprintf("vr: replica %d: normal in view %d but last normal view %d", r.cfg.Self, r.view, r.lnv))
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"testing"
 	"time"
@@ -17,6 +18,11 @@ import (
 func soak() bool { return os.Getenv("KEFIR_SOAK") == "1" }
 
 func simRun(seed uint64, o simOptions, trace io.Writer, tweak func(*sim.Options)) (*sim.Sim, check.History) {
+	return simRunHook(seed, o, trace, tweak, nil)
+}
+
+// simRunHook is simRun with hook called on the built simulation before it runs.
+func simRunHook(seed uint64, o simOptions, trace io.Writer, tweak func(*sim.Options), hook func(*sim.Sim)) (*sim.Sim, check.History) {
 	so := sim.Options{
 		Seed:       seed,
 		Replicas:   3,
@@ -31,11 +37,11 @@ func simRun(seed uint64, o simOptions, trace io.Writer, tweak func(*sim.Options)
 		MaxDrift:     o.drift,
 		Torn:         true,
 		Workload:     sim.KV{Keys: 3, Get: 4, Put: 4, CAS: 1, Incr: 1, Dur: level.Sync},
-		OpsPerClient: 40,
-		Think:        sim.Dist{Jitter: 3 * time.Millisecond},
+		OpsPerClient: 60,
+		Think:        sim.Dist{Base: 2 * time.Millisecond, Jitter: 10 * time.Millisecond},
 		Faults: &sim.Faults{
-			Every: sim.Dist{Base: 30 * time.Millisecond, Jitter: 60 * time.Millisecond},
-			Until: 600 * time.Millisecond,
+			Every: sim.Dist{Base: 10 * time.Millisecond, Jitter: 40 * time.Millisecond},
+			Until: 500 * time.Millisecond,
 		},
 		Duration: 3 * time.Second,
 		Trace:    trace,
@@ -44,6 +50,9 @@ func simRun(seed uint64, o simOptions, trace io.Writer, tweak func(*sim.Options)
 		tweak(&so)
 	}
 	s := sim.New(so)
+	if hook != nil {
+		hook(s)
+	}
 	return s, s.Run()
 }
 
@@ -97,6 +106,7 @@ func (st *runStats) add(s *sim.Sim, h check.History) {
 
 func explore(t *testing.T, seeds int, o simOptions, tweak func(*sim.Options)) runStats {
 	var st runStats
+	o.counters = &simCounters{}
 	sim.Explore(t, 1, seeds, func(seed uint64, trace io.Writer) (err error) {
 		defer func() {
 			if p := recover(); p != nil {
@@ -109,7 +119,7 @@ func explore(t *testing.T, seeds int, o simOptions, tweak func(*sim.Options)) ru
 		}
 		return judge(s, h)
 	})
-	t.Logf("%d seeds: %d ops, %d ok, %d unknown; %d crashes; highest view %d", st.seeds, st.ops, st.ok, st.unknown, st.crashes, st.views)
+	t.Logf("%d seeds: %d ops, %d ok, %d unknown; %d crashes; highest view %d; %+v", st.seeds, st.ops, st.ok, st.unknown, st.crashes, st.views, *o.counters)
 	if st.ok < st.ops/3 {
 		t.Errorf("only %d of %d operations completed: the group is not making progress", st.ok, st.ops)
 	}
@@ -131,7 +141,7 @@ func seedCount(def, soakN int) int {
 // no acknowledged sync write is lost, and committed logs agree. Reads use the
 // leader lease when held and read-index otherwise.
 func TestSimLinearizable(t *testing.T) {
-	explore(t, seedCount(150, 3000), defaultSimOptions(), nil)
+	explore(t, seedCount(2000, 20000), defaultSimOptions(), nil)
 }
 
 // TestSimReadIndexOnly: the same, with leases off, so every linearizable read
@@ -139,18 +149,18 @@ func TestSimLinearizable(t *testing.T) {
 func TestSimReadIndexOnly(t *testing.T) {
 	o := defaultSimOptions()
 	o.lease = 0
-	explore(t, seedCount(60, 1000), o, nil)
+	explore(t, seedCount(300, 5000), o, nil)
 }
 
 // TestSimFiveReplicas: f = 2, up to two replicas down at once.
 func TestSimFiveReplicas(t *testing.T) {
-	explore(t, seedCount(40, 800), defaultSimOptions(), func(o *sim.Options) { o.Replicas = 5 })
+	explore(t, seedCount(200, 3000), defaultSimOptions(), func(o *sim.Options) { o.Replicas = 5 })
 }
 
 // mutationCaught runs the simulation with a deliberate bug until a checker
-// fails, and fails the test if none does within budget seeds: proof that the
+// (or one of the core's invariant assertions) fails, and fails the test if none does within budget seeds: proof that the
 // suite above can see that class of bug.
-func mutationCaught(t *testing.T, budget int, o simOptions, tweak func(*sim.Options)) {
+func mutationCaught(t *testing.T, budget int, o simOptions, tweak func(*sim.Options), hook func(*sim.Sim)) {
 	t.Helper()
 	for seed := uint64(1); seed <= uint64(budget); seed++ {
 		var err error
@@ -160,7 +170,7 @@ func mutationCaught(t *testing.T, budget int, o simOptions, tweak func(*sim.Opti
 					err = fmt.Errorf("panic: %v", p)
 				}
 			}()
-			s, h := simRun(seed, o, nil, tweak)
+			s, h := simRunHook(seed, o, nil, tweak, hook)
 			err = judge(s, h)
 		}()
 		if err != nil {
@@ -180,7 +190,52 @@ func mutationCaught(t *testing.T, budget int, o simOptions, tweak func(*sim.Opti
 func TestMutationCommitWithoutQuorum(t *testing.T) {
 	o := defaultSimOptions()
 	o.mut.commitWithoutQuorum = true
-	mutationCaught(t, 100, o, nil)
+	mutationCaught(t, 100, o, nil, nil)
+}
+
+// oneReader makes client 0 read-only, so it keeps talking to whichever
+// replica last answered it (a deposed leader, if that one still answers).
+type oneReader struct{ sim.KV }
+
+func (w oneReader) Next(rng *rand.Rand, client, seq int) check.Op {
+	op := w.KV.Next(rng, client, seq)
+	if client == 0 {
+		op = check.Op{Kind: check.Get, Key: op.Key, Dur: op.Dur}
+	}
+	return op
+}
+
+func readerWorkload(so *sim.Options) { so.Workload = oneReader{so.Workload.(sim.KV)} }
+
+// isolateLeader cuts the leader off from the other replicas (not from the
+// clients) for a while, twice: the classic deposed-leader-serves-reads setup.
+func isolateLeader(s *sim.Sim) {
+	for _, at := range []time.Duration{100 * time.Millisecond, 350 * time.Millisecond} {
+		s.At(at, func() {
+			for i := 0; i < s.Config().Replicas; i++ {
+				if n := s.Replica(i); n != nil && n.(*simReplica).core.Info().IsLeader {
+					s.Isolate(sim.Addr(i), false)
+					s.After(150*time.Millisecond, s.Heal)
+					return
+				}
+			}
+		})
+	}
+}
+
+// TestSimIsolatedLeader: the correct core under the same scenario as the
+// no-lease mutation below.
+func TestSimIsolatedLeader(t *testing.T) {
+	o := defaultSimOptions()
+	sim.Explore(t, 1, seedCount(300, 3000), func(seed uint64, trace io.Writer) (err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				err = fmt.Errorf("panic: %v", p)
+			}
+		}()
+		s, h := simRunHook(seed, o, trace, readerWorkload, isolateLeader)
+		return judge(s, h)
+	})
 }
 
 // TestMutationNoLeaseCheck: a deposed leader that serves reads without a
@@ -188,7 +243,7 @@ func TestMutationCommitWithoutQuorum(t *testing.T) {
 func TestMutationNoLeaseCheck(t *testing.T) {
 	o := defaultSimOptions()
 	o.mut.noLeaseCheck = true
-	mutationCaught(t, 100, o, nil)
+	mutationCaught(t, 100, o, readerWorkload, isolateLeader)
 }
 
 // TestMutationSkipClientTable: without the client table, a retried
@@ -196,13 +251,122 @@ func TestMutationNoLeaseCheck(t *testing.T) {
 func TestMutationSkipClientTable(t *testing.T) {
 	o := defaultSimOptions()
 	o.mut.skipClientTable = true
-	mutationCaught(t, 100, o, nil)
+	mutationCaught(t, 100, o, nil, nil)
 }
 
-// TestMutationAckBeforePersist: followers that acknowledge prepares before
-// the fsync lose acknowledged writes when a majority crashes.
+// powerFailures: no random crashes, slow fsyncs (so many writes are in
+// flight unsynced), and the whole cluster loses power twice; every replica
+// restarts from what its disk kept.
+func powerFailures(so *sim.Options) {
+	so.Faults.Crash, so.Faults.Restart = 0, 0
+	so.Sync = sim.Dist{Base: 2 * time.Millisecond, Jitter: 4 * time.Millisecond}
+}
+
+func powerFailureHook(s *sim.Sim) {
+	for _, at := range []time.Duration{80 * time.Millisecond, 250 * time.Millisecond} {
+		s.At(at, s.CrashAll)
+		s.At(at+10*time.Millisecond, func() {
+			for i := 0; i < s.Config().Replicas; i++ {
+				s.Restart(i)
+			}
+		})
+	}
+}
+
+// TestSimPowerFailure: acknowledged sync writes survive the loss of every
+// replica's unsynced data at once.
+func TestSimPowerFailure(t *testing.T) {
+	o := defaultSimOptions()
+	o.counters = &simCounters{}
+	sim.Explore(t, 1, seedCount(300, 3000), func(seed uint64, trace io.Writer) (err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				err = fmt.Errorf("panic: %v", p)
+			}
+		}()
+		s, h := simRunHook(seed, o, trace, powerFailures, powerFailureHook)
+		return judge(s, h)
+	})
+}
+
+// TestMutationAckBeforePersist: replicas that acknowledge prepares before
+// the fsync lose acknowledged writes in a power failure.
 func TestMutationAckBeforePersist(t *testing.T) {
 	o := defaultSimOptions()
 	o.mut.ackBeforePersist = true
-	mutationCaught(t, 100, o, nil)
+	mutationCaught(t, 50, o, powerFailures, powerFailureHook)
+}
+
+// runWithRecoveries runs with restarts that go through the recovery
+// protocol. VR assumes at most f replicas are crashed or recovering at once,
+// so the nemesis only partitions, and a scripted crasher takes one replica
+// down at a time, only when all are normal, sometimes wiping its disk (a
+// replaced machine), and restarts it a little later.
+func runWithRecoveries(seed uint64, o simOptions, trace io.Writer, wipe bool) (*sim.Sim, check.History) {
+	noCrashes := func(so *sim.Options) {
+		so.Faults.Crash, so.Faults.Restart = 0, 0
+		so.Faults.Partition, so.Faults.OneWay, so.Faults.Heal = 1, 1, 2
+	}
+	x := seed*2654435761 + 1 // xorshift: deterministic per seed
+	next := func(n uint64) uint64 {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		return x % n
+	}
+	crasher := func(s *sim.Sim) {
+		var tick func()
+		tick = func() {
+			if s.Now() > 500*time.Millisecond {
+				return
+			}
+			all := true
+			for i := 0; i < 3; i++ {
+				n := s.Replica(i)
+				all = all && n != nil && n.(*simReplica).core.status == Normal
+			}
+			if all {
+				i := int(next(3))
+				s.Crash(i)
+				if wipe && next(2) == 0 {
+					if err := s.Disk(i).Remove("/wal"); err != nil {
+						panic(err)
+					}
+					if err := s.Disk(i).SyncDir("/"); err != nil {
+						panic(err)
+					}
+				}
+				s.After(time.Duration(5+next(20))*time.Millisecond, func() { s.Restart(i) })
+			}
+			s.After(time.Duration(30+next(40))*time.Millisecond, tick)
+		}
+		s.After(20*time.Millisecond, tick)
+	}
+	return simRunHook(seed, o, trace, noCrashes, crasher)
+}
+
+// TestSimRecoveryProtocol: restarted replicas (half of them with wiped disks,
+// i.e. replaced machines) come back only through the VR recovery protocol,
+// and the history stays linearizable and durable.
+func TestSimRecoveryProtocol(t *testing.T) {
+	o := defaultSimOptions()
+	o.lostState = true
+	o.counters = &simCounters{}
+	var st runStats
+	sim.Explore(t, 1, seedCount(500, 5000), func(seed uint64, trace io.Writer) (err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				err = fmt.Errorf("panic: %v", p)
+			}
+		}()
+		s, h := runWithRecoveries(seed, o, trace, true)
+		if trace == nil {
+			st.add(s, h)
+		}
+		return judge(s, h)
+	})
+	t.Logf("%d seeds: %d ops, %d ok, %d unknown; %d crashes; %+v", st.seeds, st.ops, st.ok, st.unknown, st.crashes, *o.counters)
+	if o.counters.recoveries == 0 {
+		t.Fatal("no replica went through the recovery protocol")
+	}
 }

@@ -307,6 +307,12 @@ type simOptions struct {
 	checkpoint uint64 // checkpoint every this many applied ops (0: never)
 	keep       uint64 // entries kept after a checkpoint
 	lostState  bool   // restarts run the recovery protocol
+	counters   *simCounters
+}
+
+// simCounters shows that a run exercised the paths it claims to.
+type simCounters struct {
+	snapshotsSent, snapshotsInstalled, recoveries, viewsStarted int
 }
 
 type parkedRead struct {
@@ -353,11 +359,14 @@ func simConfig(id sim.Addr, n int, o simOptions) Config {
 }
 
 func newSimReplica(o simOptions) sim.ReplicaFactory {
+	incarnation := map[sim.Addr]uint64{}
 	return func(id sim.Addr, cfg sim.Config, recovered [][]byte) sim.Node {
 		st, state := replay(recovered)
-		if o.lostState && recovered != nil {
+		incarnation[id]++
+		if o.lostState && incarnation[id] > 1 {
+			// A restart (even from a wiped disk) is not a new group.
 			st.LostState = true
-			st.Nonce = uint64(len(recovered))<<16 | uint64(id) + 1
+			st.Nonce = incarnation[id]<<8 | uint64(id)
 		}
 		core, err := New(simConfig(id, cfg.Replicas, o), st)
 		if err != nil {
@@ -380,7 +389,9 @@ func (n *simReplica) Step(ev sim.Event) {
 	n.now = ev.Now
 	switch ev.Kind {
 	case sim.Tick:
+		before := n.core.Info()
 		n.core.Tick(ev.Now)
+		n.count(before)
 	case sim.Persisted:
 		var seq uint64
 		for len(n.seqAt) > 0 && n.seqAt[0].recs <= ev.Persisted {
@@ -393,7 +404,9 @@ func (n *simReplica) Step(ev sim.Event) {
 	case sim.Message:
 		switch m := ev.Msg.(type) {
 		case Message:
+			before := n.core.Info()
 			n.core.Step(ev.Now, m)
+			n.count(before)
 		case clientReq:
 			n.onClient(ev.From, m)
 		default:
@@ -401,6 +414,20 @@ func (n *simReplica) Step(ev sim.Event) {
 		}
 	}
 	n.drain()
+}
+
+func (n *simReplica) count(before Info) {
+	c := n.o.counters
+	if c == nil {
+		return
+	}
+	after := n.core.Info()
+	if before.Status == Recovering && after.Status == Normal {
+		c.recoveries++
+	}
+	if after.IsLeader && !before.IsLeader {
+		c.viewsStarted++
+	}
 }
 
 func (n *simReplica) redirect(to sim.Addr, seq uint64) {
@@ -465,6 +492,9 @@ func (n *simReplica) drain() {
 			before := len(n.out.Persist)
 			if s := rd.Snapshot; s != nil {
 				n.out.Persist = append(n.out.Persist, appendSnapshot([]byte{recSnapshot}, s))
+				if c := n.o.counters; c != nil {
+					c.snapshotsInstalled++
+				}
 				n.state = decodeKV(s.Data)
 				n.parked = nil // reads wait for applied, which jumped; simplest to let clients retry
 			}
@@ -527,6 +557,9 @@ func (n *simReplica) drain() {
 			s := Snapshot{Op: n.core.applied, Clients: n.core.ClientTable(), Data: n.state.encode()}
 			if err := n.core.SendSnapshot(to, s); err != nil {
 				panic(err)
+			}
+			if c := n.o.counters; c != nil {
+				c.snapshotsSent++
 			}
 		}
 		n.errs = append(n.errs, rd.Errors...)
