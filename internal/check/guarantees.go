@@ -85,14 +85,12 @@ func Session(h History, o SessionOptions) Verdict {
 			continue
 		}
 		for _, sess := range sortedKeys(writes) {
+			// Versioned spans are exact, so "older than an earlier write of
+			// the session" is the same sweep as for reads.
 			ws := writes[sess]
-			for i := range ws {
-				for j := range ws {
-					if ws[i].op.Precedes(ws[j].op) && ws[j].op.Version < ws[i].op.Version {
-						v.add(Violation{Key: k.key, Reason: fmt.Sprintf("monotonic writes: session %s's later write got an older version", sess), Ops: []Op{*ws[i].op, *ws[j].op}})
-					}
-				}
-			}
+			sweepOlder(append([]spanned(nil), ws...), ws, func(a, b spanned) {
+				v.add(Violation{Key: k.key, Reason: fmt.Sprintf("monotonic writes: session %s's later write got an older version", sess), Ops: []Op{*a.op, *b.op}})
+			})
 		}
 	}
 	if unversioned > 0 {

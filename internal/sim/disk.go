@@ -55,7 +55,7 @@ func (s *Sim) startReplica(a Addr, _ [][]byte) {
 	}
 	r.logLen = len(recs)
 	r.diskBusy = s.now
-	r.node = s.o.NewReplica(a, s.cfg, recs)
+	r.node = s.o.NewReplica(a, Boot{Config: s.cfg, Recovered: recs, FS: r.disk})
 	r.up = true
 	s.tracef("start %d recovered=%d records", a, len(recs))
 	s.schedule(item{at: s.now + s.rng.Int64N(int64(s.o.Tick)), kind: itTick, node: a, inc: r.inc})

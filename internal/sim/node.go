@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/kefirdb/kefir/internal/check"
+	"github.com/kefirdb/kefir/internal/vfs"
 )
 
 // Addr names a simulated endpoint. Replicas are 0..Replicas-1 and clients are
@@ -120,10 +121,22 @@ func (c Config) IsReplica(a Addr) bool { return a >= 0 && int(a) < c.Replicas }
 // ClientAddr is the address of client i.
 func (c Config) ClientAddr(i int) Addr { return Addr(c.Replicas + i) }
 
-// ReplicaFactory builds replica id from the records its disk recovered (nil on
-// first start). Records may include some that were appended but never synced,
-// and the last one may be missing; a torn record is never returned.
-type ReplicaFactory func(id Addr, cfg Config, recovered [][]byte) Node
+// Boot is what a replica is given when it starts or restarts.
+type Boot struct {
+	Config Config
+	// Recovered are the records its log kept (nil on first start). They may
+	// include records appended but never synced, and miss the last ones; a
+	// torn record is never returned. All of them are durable by now.
+	Recovered [][]byte
+	// FS is the replica's own disk, for engines that keep more than the log
+	// (e.g. an internal/storage engine under the shard). It has the same crash
+	// semantics as the log; its writes and fsyncs take no simulated time.
+	// The simulator owns the file "/wal"; use other names.
+	FS vfs.FS
+}
+
+// ReplicaFactory builds replica id.
+type ReplicaFactory func(id Addr, b Boot) Node
 
 // ClientFactory builds client library instance id.
 type ClientFactory func(id Addr, cfg Config) Node

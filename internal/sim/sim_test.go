@@ -13,6 +13,7 @@ import (
 	"github.com/kefirdb/kefir/internal/check"
 	"github.com/kefirdb/kefir/internal/sim"
 	"github.com/kefirdb/kefir/internal/sim/simtoy"
+	"github.com/kefirdb/kefir/internal/vfs"
 )
 
 // probe is a replica that does only what a test tells it: it sends the
@@ -25,13 +26,14 @@ type probe struct {
 	gotAt     []int64 // local clock at delivery
 	ticks     []int64 // local clock at each tick
 	persisted int
+	fs        vfs.FS
 	out       sim.Ready
 }
 
 type probes struct{ byID map[sim.Addr]*probe }
 
-func (p *probes) factory(id sim.Addr, _ sim.Config, rec [][]byte) sim.Node {
-	n := &probe{id: id, recovered: rec}
+func (p *probes) factory(id sim.Addr, b sim.Boot) sim.Node {
+	n := &probe{id: id, recovered: b.Recovered, fs: b.FS}
 	p.byID[id] = n
 	return n
 }
@@ -396,5 +398,31 @@ func TestSwarmVariesOptionsDeterministically(t *testing.T) {
 	kept := sim.Swarm(3, sim.Options{Net: sim.Link{Drop: 0.5}})
 	if kept.Net.Drop != 0.5 {
 		t.Fatal("Swarm overrode an explicit option")
+	}
+}
+
+// A replica's own files on Boot.FS follow the same crash rules as the log.
+func TestBootFSLosesUnsyncedFiles(t *testing.T) {
+	s, p := newProbes(t, sim.Options{})
+	fs := p.byID[0].fs
+	f, err := fs.Create("/state")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write([]byte("durable"))
+	f.Sync()
+	fs.SyncDir("/")
+	f.Write([]byte(" volatile"))
+	s.Crash(0)
+	s.Restart(0)
+	fs = p.byID[0].fs
+	g, err := fs.Open("/state")
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 64)
+	n, _ := g.ReadAt(buf, 0)
+	if string(buf[:n]) != "durable" {
+		t.Fatalf("after crash /state = %q", buf[:n])
 	}
 }

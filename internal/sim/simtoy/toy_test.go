@@ -58,9 +58,9 @@ func judge(h check.History, vizDir string) error {
 // TestSafeToyIsLinearizable: the correct toy passes every checker under drops,
 // duplicates, reordering, partitions, crashes with torn writes and clock drift.
 func TestSafeToyIsLinearizable(t *testing.T) {
-	seeds := 40
+	seeds := 200
 	if testing.Short() {
-		seeds = 10
+		seeds = 20
 	}
 	var ops, unknown int
 	sim.Explore(t, 1, seeds, func(seed uint64, trace io.Writer) error {
@@ -147,9 +147,9 @@ func TestUnsafeToyLosesAcknowledgedWrites(t *testing.T) {
 // TestSafeToySwarm: each seed draws its own fault mix (sim.Swarm), including
 // failing fsyncs.
 func TestSafeToySwarm(t *testing.T) {
-	seeds := 40
+	seeds := 200
 	if testing.Short() {
-		seeds = 10
+		seeds = 20
 	}
 	sim.Explore(t, 1000, seeds, func(seed uint64, trace io.Writer) error {
 		o := toyOptions(Safe, seed, trace)
