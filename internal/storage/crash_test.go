@@ -176,7 +176,7 @@ func crashRun(t *testing.T, seed int64, inlineRoll bool) crashResult {
 	rng := rand.New(rand.NewSource(seed))
 	fs := vfs.NewMem()
 	o := memOpts(fs)
-	o.InlineRoll = inlineRoll
+	o.Inline = inlineRoll
 	o.SegmentSize = int64(256 + rng.Intn(2048))
 	o.WriteBufferSize = 32 + rng.Intn(1024)
 	db, err := Open(o)

@@ -2,9 +2,10 @@ package storage
 
 import (
 	"bytes"
-	"errors"
+	"cmp"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -41,6 +42,13 @@ type DB struct {
 	// syncing is set while one goroutine (the leader) runs an fsync outside mu; others
 	// wait on syncCond and the next leader takes everything appended meanwhile.
 	syncing bool
+	// syncer is set while the background goroutine serves Syncs; wantSync is the highest
+	// position a waiter asked for; syncAttempts counts its fsync attempts and syncErr is
+	// the last one's non-fatal error (disk full).
+	syncer       bool
+	wantSync     Pos
+	syncAttempts uint64
+	syncErr      error
 	// sealing is set from a segment roll until the next segment exists (see rollLocked).
 	sealing     bool
 	sealID      uint64 // the id of the segment being created
@@ -147,10 +155,7 @@ func (db *DB) Append(recs ...Record) (Pos, error) {
 	db.liveAdd(uint64(db.next)-1, int64(total))
 	db.st.appends.Add(int64(len(recs)))
 	if db.bgKick != nil && db.opts.SyncBytes > 0 && int64(db.next-db.dur) >= db.opts.SyncBytes {
-		select {
-		case db.bgKick <- struct{}{}:
-		default:
-		}
+		db.kick()
 	}
 	return db.next, nil
 }
@@ -168,15 +173,26 @@ func (db *DB) writableLocked() error {
 // checkOrderLocked rejects a batch in which some version is not newer than its key's
 // newest (in the index or earlier in the batch).
 func (db *DB) checkOrderLocked(recs []Record) error {
+	var inBatch map[string]uint64 // newest version per key earlier in the batch (large batches)
+	if len(recs) > 8 {
+		inBatch = make(map[string]uint64, len(recs))
+	}
 	for i := range recs {
 		r := &recs[i]
 		newest, exists := uint64(0), false
 		if it, ok := db.idx.Get(keyString(r.Key)); ok {
 			newest, exists = it.v.version, true
 		}
-		for j := 0; j < i; j++ {
-			if bytes.Equal(recs[j].Key, r.Key) && (!exists || recs[j].Version > newest) {
-				newest, exists = recs[j].Version, true
+		if inBatch != nil {
+			if v, ok := inBatch[string(r.Key)]; ok {
+				newest, exists = v, true // later in the batch means newer, or we failed already
+			}
+			inBatch[string(r.Key)] = r.Version
+		} else {
+			for j := 0; j < i; j++ {
+				if bytes.Equal(recs[j].Key, r.Key) && (!exists || recs[j].Version > newest) {
+					newest, exists = recs[j].Version, true
+				}
 			}
 		}
 		if exists && r.Version <= newest {
@@ -188,7 +204,7 @@ func (db *DB) checkOrderLocked(recs []Record) error {
 
 // insertLocked adds a version newer than every version of key and applies retention.
 // The order was checked already for batches; a single record is checked here, so the
-// common path searches the tree once (the path hint makes the Set nearly free).
+// common path descends the tree once and updates the item in place.
 func (db *DB) insertLocked(key []byte, v ver, now int64) error {
 	p := db.idx.get(keyString(key))
 	if p == nil {
@@ -318,7 +334,7 @@ func (db *DB) flushLocked() error {
 // writes out and fsyncs the old segment before anything is written to the new one, so a
 // later segment never holds data while an earlier one could have a torn tail (recovery
 // relies on this). The fsync and the new file's creation run in the background unless
-// Options.InlineRoll: appends continue into the memory buffer meanwhile, and flushes and
+// Options.Inline: appends continue into the memory buffer meanwhile, and flushes and
 // syncs wait for the new segment.
 func (db *DB) rollLocked() error {
 	if err := db.flushLocked(); err != nil {
@@ -329,7 +345,7 @@ func (db *DB) rollLocked() error {
 	id := uint64(db.next)
 	db.sealing, db.sealID = true, id
 	db.tail = dev
-	if db.opts.InlineRoll {
+	if db.opts.Inline {
 		seg, err := db.seal(old, id, dev)
 		db.installLocked(old, seg, err)
 		return db.failed
@@ -376,6 +392,11 @@ func (db *DB) createSegment(id uint64, dev int) (*segment, error) {
 		}
 		return nil, fmt.Errorf("storage: create segment: %w", err)
 	}
+	if p, ok := f.(vfs.Preallocator); ok {
+		// Best effort: reserved blocks make each append's fdatasync cheaper; a failure
+		// (say, no room for a whole segment) only loses that.
+		_ = p.Preallocate(0, db.opts.SegmentSize)
+	}
 	if err := db.fs.SyncDir(db.devs[dev].dir); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("sync dir %s: %w", db.devs[dev].dir, err)
@@ -393,11 +414,17 @@ func (db *DB) failLocked(err error) {
 }
 
 // Sync makes everything up to pos durable and returns the durable position (>= pos, or
-// the last position if pos is beyond it). Concurrent callers share one fsync: while one
-// runs, the others wait, and the next one covers everything appended meanwhile.
+// the last position if pos is beyond it). Concurrent callers share one fsync.
+//
+// A dedicated syncer goroutine runs the fsyncs (unless Options.Inline): callers post the
+// position they need and wait; the syncer, already running, starts the next fsync the
+// moment the previous one returns if anyone is waiting past it, so no goroutine wake-up
+// sits between two fsyncs. Inline, the first waiter leads: it flushes and fsyncs, the
+// others wait and the next leader covers everything appended meanwhile.
 func (db *DB) Sync(pos Pos) (Pos, error) {
 	db.mu.Lock()
 	defer db.mu.Unlock()
+	gen := db.syncAttempts
 	for {
 		if db.failed != nil {
 			return db.dur, db.failed
@@ -411,18 +438,43 @@ func (db *DB) Sync(pos Pos) (Pos, error) {
 		if db.closed {
 			return db.dur, ErrClosed
 		}
+		if db.syncer {
+			if db.syncAttempts != gen && db.syncErr != nil {
+				return db.dur, db.syncErr // the attempt made for us failed (disk full)
+			}
+			if pos > db.wantSync {
+				db.wantSync = pos
+				db.kick()
+			}
+			db.syncCond.Wait()
+			continue
+		}
 		if !db.syncing && !db.sealing {
 			break
 		}
 		db.syncCond.Wait()
 	}
+	err := db.syncOnceLocked()
+	return db.dur, err
+}
+
+func (db *DB) kick() {
+	select {
+	case db.bgKick <- struct{}{}:
+	default:
+	}
+}
+
+// syncOnceLocked writes the buffer and fsyncs the active segment, with mu released
+// during the fsync. The caller has checked that no fsync or roll is in flight.
+func (db *DB) syncOnceLocked() error {
 	db.syncing = true
 	defer func() {
 		db.syncing = false
 		db.syncCond.Broadcast()
 	}()
 	if err := db.flushLocked(); err != nil {
-		return db.dur, err
+		return err
 	}
 	target := db.next
 	act := db.segs[len(db.segs)-1]
@@ -432,12 +484,12 @@ func (db *DB) Sync(pos Pos) (Pos, error) {
 	db.st.syncs.Add(1)
 	if err != nil {
 		db.failLocked(fmt.Errorf("fsync %s: %w", act.path, err))
-		return db.dur, db.failed
+		return db.failed
 	}
 	if target > db.dur {
 		db.dur = target
 	}
-	return db.dur, nil
+	return nil
 }
 
 // DurablePos returns the position up to which everything is fsynced.
@@ -565,11 +617,7 @@ func (db *DB) Scan(start, end []byte, at uint64, limit int, fn func(key []byte, 
 }
 
 func (db *DB) scanAt(start, end []byte, at uint64, limit int, fn func(key []byte, v Value) bool) error {
-	type hit struct {
-		key []byte
-		v   ver
-	}
-	batch := make([]hit, 0, 64)
+	batch := make([]scanHit, 0, 64)
 	from := string(start)
 	inclusive := true
 	n := 0
@@ -591,30 +639,114 @@ func (db *DB) scanAt(start, end []byte, at uint64, limit int, fn func(key []byte
 			if end != nil && it.key >= keyString(end) {
 				return false
 			}
-			if i, _ := it.pick(at); i >= 0 && !it.at(i).tombstone() {
-				batch = append(batch, hit{key: []byte(it.key), v: it.at(i)})
-			}
 			from = it.key
+			i, _ := it.pick(at)
+			if i < 0 || it.at(i).tombstone() {
+				return true
+			}
+			h := scanHit{key: []byte(it.key), v: it.at(i)}
+			if h.v.pos >= uint64(db.writ) {
+				off := h.v.pos - uint64(db.writ)
+				_, _, val, _ := decodeRecord(db.buf[off : off+uint64(h.v.size)])
+				h.val = append([]byte{}, val...)
+			} else {
+				// Pin the segment so compaction cannot remove it before we read.
+				h.seg = db.segFor(h.v.pos)
+				h.seg.refs.Add(1)
+			}
+			batch = append(batch, h)
 			return len(batch) < want
 		})
-		// Pin the segments the batch reads so compaction cannot remove them meanwhile.
 		db.mu.RUnlock()
 		if len(batch) == 0 {
 			return nil
 		}
+		if err := db.readBatch(batch); err != nil {
+			return err
+		}
 		for _, h := range batch {
-			db.mu.RLock()
-			val, err := db.readLocked(h.key, h.v)
-			if err != nil {
-				return err
-			}
 			n++
-			if !fn(h.key, val) || (limit > 0 && n >= limit) {
+			v := Value{Data: h.val, Version: h.v.version, Timestamp: h.v.ts, Pos: h.v.end()}
+			if !fn(h.key, v) || (limit > 0 && n >= limit) {
 				return nil
 			}
 		}
 		inclusive = false
 	}
+}
+
+type scanHit struct {
+	key []byte
+	v   ver
+	seg *segment // pinned until readBatch fills val; nil if val came from the buffer
+	val []byte
+}
+
+// Reads closer than scanGap bytes apart are merged into one, up to scanSpan bytes.
+const (
+	scanGap  = 4 << 10
+	scanSpan = 256 << 10
+)
+
+// readBatch fills the values of hits pinned to segments, from the cache or with as few
+// reads as possible: records adjacent in the log (the common case for keys loaded in
+// order) come in one read. It releases every pin, even on error.
+func (db *DB) readBatch(hits []scanHit) error {
+	var miss []int
+	for i := range hits {
+		h := &hits[i]
+		if h.seg == nil {
+			continue
+		}
+		if db.cache != nil {
+			if data, ok := db.cache.get(h.v.pos); ok {
+				h.val = data
+				continue
+			}
+		}
+		miss = append(miss, i)
+	}
+	var err error
+	slices.SortFunc(miss, func(a, b int) int { return cmp.Compare(hits[a].v.pos, hits[b].v.pos) })
+	for len(miss) > 0 && err == nil {
+		first := &hits[miss[0]]
+		lo, hi := first.v.pos, first.v.pos+uint64(first.v.size)
+		j := 1
+		for ; j < len(miss); j++ {
+			h := &hits[miss[j]]
+			if h.seg != first.seg || h.v.pos > hi+scanGap || h.v.pos+uint64(h.v.size)-lo > scanSpan {
+				break
+			}
+			hi = max(hi, h.v.pos+uint64(h.v.size))
+		}
+		buf := make([]byte, hi-lo)
+		dev := db.devs[first.seg.dev]
+		held := dev.begin(len(buf))
+		_, rerr := first.seg.f.ReadAt(buf, int64(lo-first.seg.id))
+		dev.end(held)
+		if rerr != nil {
+			err = fmt.Errorf("storage: read %s at %d: %w", first.seg.path, lo-first.seg.id, rerr)
+			break
+		}
+		for _, i := range miss[:j] {
+			h := &hits[i]
+			off := h.v.pos - lo
+			rh, k, val, ok := decodeRecord(buf[off : off+uint64(h.v.size)])
+			if !ok || rh.version != h.v.version || !bytes.Equal(k, h.key) {
+				err = &CorruptionError{File: h.seg.path, Offset: int64(h.v.pos - h.seg.id), Reason: "record read back does not match its checksum or the index"}
+				break
+			}
+			h.val = val[:len(val):len(val)] // capped: appending to one value cannot overwrite the next
+		}
+		miss = miss[j:]
+	}
+	for i := range hits {
+		if hits[i].seg != nil {
+			db.release(hits[i].seg)
+			hits[i].seg = nil
+		}
+	}
+	return err
 }
 
 // Versions returns the retained versions of key, newest first.
@@ -733,7 +865,8 @@ func (db *DB) Close() error {
 	return err
 }
 
-// background runs the optional syncer.
+// background is the syncer goroutine: it serves Sync requests (unless Inline) and the
+// periodic / every-N-bytes background sync.
 func (db *DB) background() {
 	defer close(db.bgDone)
 	var tick <-chan time.Time
@@ -743,15 +876,43 @@ func (db *DB) background() {
 		tick = t.C
 	}
 	for {
+		periodic := false
 		select {
 		case <-db.bgStop:
+			db.mu.Lock()
+			db.syncer = false // later Syncs lead themselves
+			db.syncCond.Broadcast()
+			db.mu.Unlock()
 			return
 		case <-tick:
+			periodic = true
 		case <-db.bgKick:
 		}
-		if _, err := db.Sync(db.LastPos()); err != nil && !errors.Is(err, ErrClosed) && !errors.Is(err, ErrDiskFull) {
-			return // failed: nothing more to do
+		db.mu.Lock()
+		if periodic || (db.opts.SyncBytes > 0 && int64(db.next-db.dur) >= db.opts.SyncBytes) {
+			db.wantSync = max(db.wantSync, db.next)
 		}
+		if !db.syncer {
+			want := db.wantSync
+			db.mu.Unlock()
+			db.Sync(want)
+			continue
+		}
+		for db.failed == nil && !db.closed && db.wantSync > db.dur {
+			if db.syncing || db.sealing {
+				db.syncCond.Wait()
+				continue
+			}
+			err := db.syncOnceLocked()
+			db.syncAttempts++
+			db.syncErr = err
+			if err != nil {
+				db.wantSync = 0 // waiters see syncErr or failed; new ones ask again
+				db.syncCond.Broadcast()
+				break
+			}
+		}
+		db.mu.Unlock()
 	}
 }
 

@@ -14,7 +14,7 @@ import (
 // memOpts returns options for an engine on a fresh in-memory disk, with every file
 // operation on the caller's goroutine so a seed always replays the same way.
 func memOpts(fs vfs.FS) Options {
-	return Options{Devices: []Device{{Dir: "/db"}}, FS: fs, SegmentSize: 4 << 10, CacheBytes: -1, InlineRoll: true}
+	return Options{Devices: []Device{{Dir: "/db"}}, FS: fs, SegmentSize: 4 << 10, CacheBytes: -1, Inline: true}
 }
 
 func mustOpen(t testing.TB, o Options) *DB {
@@ -245,9 +245,16 @@ func TestSnapshotPinsVersions(t *testing.T) {
 }
 
 func TestGroupCommitSharesFsync(t *testing.T) {
+	for _, inline := range []bool{true, false} {
+		t.Run(fmt.Sprintf("inline=%v", inline), func(t *testing.T) { groupCommitSharesFsync(t, inline) })
+	}
+}
+
+func groupCommitSharesFsync(t *testing.T, inline bool) {
 	fs := slowSyncFS{vfs.NewMem()}
 	o := memOpts(fs)
 	o.SegmentSize = 1 << 20
+	o.Inline = inline
 	db := mustOpen(t, o)
 	defer db.Close()
 	const writers, each = 16, 50
@@ -341,8 +348,16 @@ func TestAppendDoesNotSync(t *testing.T) {
 }
 
 func TestFsyncFailureFailsEngine(t *testing.T) {
+	for _, inline := range []bool{true, false} {
+		t.Run(fmt.Sprintf("inline=%v", inline), func(t *testing.T) { fsyncFailureFailsEngine(t, inline) })
+	}
+}
+
+func fsyncFailureFailsEngine(t *testing.T, inline bool) {
 	fs := vfs.NewMem()
-	db := mustOpen(t, memOpts(fs))
+	o := memOpts(fs)
+	o.Inline = inline
+	db := mustOpen(t, o)
 	defer db.Close()
 	p := put(t, db, "a", 1, "x")
 	fs.FailSyncs(1)
@@ -363,9 +378,16 @@ func TestFsyncFailureFailsEngine(t *testing.T) {
 }
 
 func TestDiskFull(t *testing.T) {
+	for _, inline := range []bool{true, false} {
+		t.Run(fmt.Sprintf("inline=%v", inline), func(t *testing.T) { diskFull(t, inline) })
+	}
+}
+
+func diskFull(t *testing.T, inline bool) {
 	fs := vfs.NewMem()
 	o := memOpts(fs)
 	o.SegmentSize = 1 << 20
+	o.Inline = inline
 	db := mustOpen(t, o)
 	put(t, db, "ok", 1, "fits")
 	if _, err := db.Sync(db.LastPos()); err != nil {

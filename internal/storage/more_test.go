@@ -93,7 +93,7 @@ func TestDeviceChain(t *testing.T) {
 func TestDeviceModelAndCost(t *testing.T) {
 	dir := t.TempDir()
 	slow := &DeviceModel{Latency: 2 * time.Millisecond, Bandwidth: 1 << 20, QueueDepth: 1}
-	o := Options{Devices: []Device{{Dir: dir + "/fast"}, {Dir: dir + "/slow", Model: slow}}, SegmentSize: 300, InlineRoll: true}
+	o := Options{Devices: []Device{{Dir: dir + "/fast"}, {Dir: dir + "/slow", Model: slow}}, SegmentSize: 300, Inline: true}
 	db := mustOpen(t, o)
 	defer db.Close()
 	// Segment 0 is on the fast device, segment 1 on the slow one.

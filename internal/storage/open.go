@@ -33,7 +33,8 @@ func Open(opts Options) (*DB, error) {
 		db.closeFiles()
 		return nil, err
 	}
-	if opts.SyncInterval > 0 || opts.SyncBytes > 0 {
+	if !opts.Inline || opts.SyncInterval > 0 || opts.SyncBytes > 0 {
+		db.syncer = !opts.Inline
 		db.bgKick = make(chan struct{}, 1)
 		db.bgStop = make(chan struct{})
 		db.bgDone = make(chan struct{})

@@ -141,10 +141,12 @@ type Options struct {
 	// Now is the clock used by the retention policy (nil = time.Now). The simulator
 	// passes its virtual clock.
 	Now func() time.Time
-	// InlineRoll seals a full segment (fsync, create the next) synchronously inside the
-	// Append that fills it instead of in a background goroutine. The deterministic
-	// simulator sets it so that every file operation happens on the caller's goroutine.
-	InlineRoll bool
+	// Inline runs every file operation on the calling goroutine: Sync fsyncs on the
+	// caller's goroutine (the first waiter leads) instead of handing off to the syncer
+	// goroutine, and a full segment is sealed (fsync, create the next) inside the Append
+	// that fills it instead of in the background. The deterministic simulator sets it.
+	// The optional periodic syncer (SyncInterval, SyncBytes) still runs a goroutine.
+	Inline bool
 	// WriteBufferSize is how many appended bytes are buffered in memory before they are
 	// written to the segment file (default 256 KiB). Sync writes the buffer regardless.
 	WriteBufferSize int

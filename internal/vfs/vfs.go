@@ -37,6 +37,12 @@ type File interface {
 	Close() error
 }
 
+// Preallocator is implemented by files that can reserve space ahead of appends without
+// changing their size (fallocate with KEEP_SIZE). Optional: callers type-assert.
+type Preallocator interface {
+	Preallocate(off, n int64) error
+}
+
 // FS is the file-system interface. Paths are slash- or OS-separated; Mem cleans them.
 type FS interface {
 	// Create creates (or truncates) name for reading and appending.
@@ -81,6 +87,14 @@ type OS struct{}
 var Default FS = OS{}
 
 type osFile struct{ *os.File }
+
+type osSyncError struct {
+	name string
+	err  error
+}
+
+func (e *osSyncError) Error() string { return "sync " + e.name + ": " + e.err.Error() }
+func (e *osSyncError) Unwrap() error { return e.err }
 
 func (f osFile) Size() (int64, error) {
 	st, err := f.File.Stat()
