@@ -1,0 +1,228 @@
+// Package wire is the binary encoding of peer messages (the VR core's
+// vr.Message) and the framing that carries them over a byte stream.
+//
+// Encoding: hand-written, no reflection, no gob: a type byte, then the header
+// fields as uvarints, then the entries, an optional snapshot and a reason
+// string, each length-prefixed. Framing: every message travels in a frame
+//
+//	length (4 bytes, little endian) | CRC-32C of payload (4 bytes) | payload
+//
+// so a corrupted or truncated peer message is rejected (ErrCorrupt) instead of
+// being decoded into something plausible. A Writer batches many frames into
+// one write; a Reader reads them back.
+//
+// It imports only internal/vr and the standard library (no net, no os): the
+// transport owns connections.
+package wire
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+
+	"github.com/kefirdb/kefir/internal/vr"
+)
+
+// Errors callers branch on.
+var (
+	// ErrCorrupt: the frame's checksum does not match, or its payload does
+	// not decode. The connection should be dropped.
+	ErrCorrupt = errors.New("wire: corrupt message")
+	// ErrTooLarge: a frame's length exceeds the reader's limit.
+	ErrTooLarge = errors.New("wire: frame too large")
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// FrameHeader is the size of a frame's header.
+const FrameHeader = 8
+
+// version is the first payload byte; bump it when the layout changes.
+const version = 1
+
+// AppendMessage appends the payload encoding of m to b.
+func AppendMessage(b []byte, m *vr.Message) []byte {
+	b = append(b, version, byte(m.Type))
+	for _, v := range [...]uint64{m.Cluster, m.Epoch, m.ConfigHash, m.From, m.To, m.View,
+		m.LastNormalView, m.Op, m.Commit, m.First, m.Nonce, m.HBSeq} {
+		b = binary.AppendUvarint(b, v)
+	}
+	b = binary.AppendUvarint(b, uint64(len(m.Entries)))
+	for i := range m.Entries {
+		e := &m.Entries[i]
+		b = binary.AppendUvarint(b, e.View)
+		b = binary.AppendUvarint(b, e.Op)
+		b = binary.AppendUvarint(b, e.Client)
+		b = binary.AppendUvarint(b, e.ReqNum)
+		b = binary.AppendUvarint(b, uint64(len(e.Data)))
+		b = append(b, e.Data...)
+	}
+	if s := m.Snapshot; s == nil {
+		b = append(b, 0)
+	} else {
+		b = append(b, 1)
+		b = binary.AppendUvarint(b, s.Op)
+		b = binary.AppendUvarint(b, uint64(len(s.Clients)))
+		for _, c := range s.Clients {
+			b = binary.AppendUvarint(b, c.Client)
+			b = binary.AppendUvarint(b, c.ReqNum)
+			b = binary.AppendUvarint(b, c.Op)
+			b = binary.AppendUvarint(b, uint64(len(c.Result)))
+			b = append(b, c.Result...)
+		}
+		b = binary.AppendUvarint(b, uint64(len(s.Data)))
+		b = append(b, s.Data...)
+	}
+	b = binary.AppendUvarint(b, uint64(len(m.Reason)))
+	return append(b, m.Reason...)
+}
+
+// AppendFrame appends m as one frame (header and payload) to b.
+func AppendFrame(b []byte, m *vr.Message) []byte {
+	start := len(b)
+	b = append(b, make([]byte, FrameHeader)...)
+	b = AppendMessage(b, m)
+	payload := b[start+FrameHeader:]
+	binary.LittleEndian.PutUint32(b[start:], uint32(len(payload)))
+	binary.LittleEndian.PutUint32(b[start+4:], crc32.Checksum(payload, castagnoli))
+	return b
+}
+
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) fail(what string) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: %s", ErrCorrupt, what)
+	}
+}
+
+func (d *decoder) uv(what string) uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.fail(what)
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+// bytes returns the next length-prefixed field, aliasing the input.
+func (d *decoder) bytes(what string) []byte {
+	n := d.uv(what)
+	if d.err != nil {
+		return nil
+	}
+	if n > uint64(len(d.b)) {
+		d.fail(what + " length")
+		return nil
+	}
+	p := d.b[:n:n]
+	d.b = d.b[n:]
+	if n == 0 {
+		return nil
+	}
+	return p
+}
+
+// count reads a count of items that each take at least min bytes, so a
+// corrupt count cannot make the decoder allocate more than the input justifies.
+func (d *decoder) count(what string, min int) int {
+	n := d.uv(what)
+	if d.err == nil && n > uint64(len(d.b)/min) {
+		d.fail(what + " count")
+		return 0
+	}
+	return int(n)
+}
+
+// DecodeMessage decodes payload p into m (overwriting it). The byte slices
+// in m (entry data, snapshot data, results) alias p: the caller must not
+// reuse p while m is in use.
+func DecodeMessage(p []byte, m *vr.Message) error {
+	d := decoder{b: p}
+	if len(p) < 2 {
+		return fmt.Errorf("%w: short payload (%d bytes)", ErrCorrupt, len(p))
+	}
+	if p[0] != version {
+		return fmt.Errorf("%w: payload version %d, want %d", ErrCorrupt, p[0], version)
+	}
+	*m = vr.Message{Type: vr.MsgType(p[1])}
+	if !m.Type.Valid() {
+		return fmt.Errorf("%w: unknown message type %d", ErrCorrupt, p[1])
+	}
+	d.b = p[2:]
+	for _, f := range [...]*uint64{&m.Cluster, &m.Epoch, &m.ConfigHash, &m.From, &m.To, &m.View,
+		&m.LastNormalView, &m.Op, &m.Commit, &m.First, &m.Nonce, &m.HBSeq} {
+		*f = d.uv("header")
+	}
+	if n := d.count("entries", 5); n > 0 {
+		m.Entries = make([]vr.Entry, n)
+		for i := range m.Entries {
+			e := &m.Entries[i]
+			e.View, e.Op, e.Client, e.ReqNum = d.uv("entry view"), d.uv("entry op"), d.uv("entry client"), d.uv("entry reqnum")
+			e.Data = d.bytes("entry data")
+		}
+	}
+	if d.err == nil {
+		if len(d.b) == 0 {
+			d.fail("missing snapshot flag")
+		} else {
+			flag := d.b[0]
+			d.b = d.b[1:]
+			switch flag {
+			case 0:
+			case 1:
+				s := &vr.Snapshot{Op: d.uv("snapshot op")}
+				if n := d.count("clients", 4); n > 0 {
+					s.Clients = make([]vr.ClientRecord, n)
+					for i := range s.Clients {
+						c := &s.Clients[i]
+						c.Client, c.ReqNum, c.Op = d.uv("client"), d.uv("client reqnum"), d.uv("client op")
+						c.Result = d.bytes("client result")
+					}
+				}
+				s.Data = d.bytes("snapshot data")
+				m.Snapshot = s
+			default:
+				d.fail("snapshot flag")
+			}
+		}
+	}
+	m.Reason = string(d.bytes("reason"))
+	if d.err == nil && len(d.b) != 0 {
+		d.fail(fmt.Sprintf("%d trailing bytes", len(d.b)))
+	}
+	if d.err != nil {
+		*m = vr.Message{}
+		return d.err
+	}
+	return nil
+}
+
+// CheckFrame validates the frame at the start of b and returns its payload
+// and total length. It returns (nil, 0, nil) if b holds less than a whole
+// frame, ErrTooLarge if the frame exceeds max, ErrCorrupt on a bad checksum.
+func CheckFrame(b []byte, max int) (payload []byte, n int, err error) {
+	if len(b) < FrameHeader {
+		return nil, 0, nil
+	}
+	size := binary.LittleEndian.Uint32(b)
+	if uint64(size) > uint64(max) {
+		return nil, 0, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, size, max)
+	}
+	if len(b)-FrameHeader < int(size) {
+		return nil, 0, nil
+	}
+	payload = b[FrameHeader : FrameHeader+int(size)]
+	if crc32.Checksum(payload, castagnoli) != binary.LittleEndian.Uint32(b[4:]) {
+		return nil, 0, fmt.Errorf("%w: checksum mismatch", ErrCorrupt)
+	}
+	return payload, FrameHeader + int(size), nil
+}

@@ -1,0 +1,314 @@
+package wire
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"reflect"
+	"testing"
+
+	"github.com/kefirdb/kefir/internal/vr"
+)
+
+func sample() []vr.Message {
+	hdr := vr.Message{Cluster: 7, Epoch: 3, ConfigHash: 0xdeadbeefcafef00d, From: 1, To: 2, View: 9}
+	with := func(f func(*vr.Message)) vr.Message { m := hdr; f(&m); return m }
+	entries := []vr.Entry{
+		{View: 9, Op: 41, Request: vr.Request{Client: 100, ReqNum: 5, Data: []byte("set k v")}},
+		{View: 9, Op: 42, Request: vr.Request{Client: 0, ReqNum: 0, Data: nil}},
+		{View: 8, Op: 43, Request: vr.Request{Client: 1 << 63, ReqNum: 1<<64 - 1, Data: bytes.Repeat([]byte{0xff}, 300)}},
+	}
+	return []vr.Message{
+		with(func(m *vr.Message) { m.Type, m.Op, m.Commit, m.First, m.Entries = vr.MsgPrepare, 43, 40, 41, entries }),
+		with(func(m *vr.Message) { m.Type, m.Op, m.HBSeq = vr.MsgPrepareOK, 43, 17 }),
+		with(func(m *vr.Message) { m.Type, m.Op, m.Commit, m.HBSeq = vr.MsgCommit, 43, 43, 18 }),
+		with(func(m *vr.Message) { m.Type = vr.MsgStartViewChange }),
+		with(func(m *vr.Message) {
+			m.Type, m.LastNormalView, m.Op, m.Commit, m.First, m.Entries = vr.MsgDoViewChange, 8, 43, 40, 41, entries
+		}),
+		with(func(m *vr.Message) { m.Type, m.Op, m.Commit, m.First, m.Entries = vr.MsgStartView, 43, 40, 41, entries }),
+		with(func(m *vr.Message) { m.Type, m.Nonce, m.Op = vr.MsgRecovery, 0x1234567890, 12 }),
+		with(func(m *vr.Message) { m.Type, m.Nonce = vr.MsgRecoveryResponse, 0x1234567890 }),
+		with(func(m *vr.Message) { m.Type, m.Op = vr.MsgGetState, 12 }),
+		with(func(m *vr.Message) {
+			m.Type, m.Op, m.Commit, m.First, m.Entries = vr.MsgNewState, 43, 43, 41, entries
+			m.Snapshot = &vr.Snapshot{Op: 40, Data: []byte("state"), Clients: []vr.ClientRecord{
+				{Client: 100, ReqNum: 4, Op: 39, Result: []byte("OK")}, {Client: 101, ReqNum: 1, Op: 2}}}
+		}),
+		with(func(m *vr.Message) { m.Type, m.Reason = vr.MsgRefuse, "config epoch 2, ours is 3" }),
+	}
+}
+
+// TestRoundTrip: every message type survives encode → frame → decode intact.
+func TestRoundTrip(t *testing.T) {
+	for _, m := range sample() {
+		t.Run(m.Type.String(), func(t *testing.T) {
+			frame := AppendFrame(nil, &m)
+			payload, n, err := CheckFrame(frame, DefaultMaxFrame)
+			if err != nil || n != len(frame) {
+				t.Fatalf("CheckFrame: n=%d of %d, err=%v", n, len(frame), err)
+			}
+			var got vr.Message
+			if err := DecodeMessage(payload, &got); err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, m) {
+				t.Fatalf("round trip changed the message:\n got %+v\nwant %+v", got, m)
+			}
+		})
+	}
+}
+
+// TestStreamBatches: a Writer's frames come back in order through a Reader,
+// across arbitrary read boundaries.
+func TestStreamBatches(t *testing.T) {
+	var buf bytes.Buffer
+	w := NewWriter(&buf)
+	msgs := sample()
+	for i := range msgs {
+		w.Append(&msgs[i])
+	}
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	r := NewReader(&oneByteReader{r: &buf})
+	for i := range msgs {
+		var got vr.Message
+		if err := r.Read(&got); err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+		if !reflect.DeepEqual(got, msgs[i]) {
+			t.Fatalf("message %d differs", i)
+		}
+	}
+	var m vr.Message
+	if err := r.Read(&m); !errors.Is(err, io.EOF) {
+		t.Fatalf("after the last frame: %v, want EOF", err)
+	}
+}
+
+type oneByteReader struct{ r io.Reader }
+
+func (o *oneByteReader) Read(p []byte) (int, error) { return o.r.Read(p[:min(1, len(p))]) }
+
+// TestCorruptionRejected: flipping any single bit of a frame (header or
+// payload) never yields a message: the checksum or the length check refuses it.
+func TestCorruptionRejected(t *testing.T) {
+	m := sample()[0]
+	frame := AppendFrame(nil, &m)
+	for i := 0; i < len(frame)*8; i++ {
+		bad := append([]byte(nil), frame...)
+		bad[i/8] ^= 1 << (i % 8)
+		payload, n, err := CheckFrame(bad, DefaultMaxFrame)
+		if err == nil && n > 0 {
+			var got vr.Message
+			if DecodeMessage(payload, &got) == nil {
+				t.Fatalf("bit %d flipped: frame still accepted as %v", i, got)
+			}
+		}
+	}
+}
+
+// TestTruncatedStream: a stream that ends inside a frame is an error, not a
+// silently shorter message.
+func TestTruncatedStream(t *testing.T) {
+	m := sample()[0]
+	frame := AppendFrame(nil, &m)
+	r := NewReader(bytes.NewReader(frame[:len(frame)-3]))
+	var got vr.Message
+	if err := r.Read(&got); !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("got %v, want unexpected EOF", err)
+	}
+}
+
+// TestTooLarge: a length beyond the limit is refused before any allocation.
+func TestTooLarge(t *testing.T) {
+	m := sample()[0]
+	frame := AppendFrame(nil, &m)
+	r := NewReader(bytes.NewReader(frame))
+	r.Max = 10
+	var got vr.Message
+	if err := r.Read(&got); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("got %v, want ErrTooLarge", err)
+	}
+	if err := r.Read(&got); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("a sick reader must stay sick, got %v", err)
+	}
+}
+
+// TestDecodeRejectsGarbage: bad version, unknown type, huge counts, trailing
+// bytes.
+func TestDecodeRejectsGarbage(t *testing.T) {
+	m := sample()[0]
+	good := AppendMessage(nil, &m)
+	cases := map[string][]byte{
+		"empty":       {},
+		"version":     append([]byte{9}, good[1:]...),
+		"type":        append([]byte{version, 200}, good[2:]...),
+		"trailing":    append(append([]byte(nil), good...), 0),
+		"truncated":   good[:len(good)-1],
+		"huge count":  append(append([]byte{version, byte(vr.MsgPrepare)}, bytes.Repeat([]byte{0}, 12)...), 0xff, 0xff, 0xff, 0xff, 0x0f),
+		"bad varint":  append([]byte{version, byte(vr.MsgPrepare)}, bytes.Repeat([]byte{0xff}, 11)...),
+		"no snapflag": append(append([]byte{version, byte(vr.MsgCommit)}, bytes.Repeat([]byte{0}, 12)...), 0),
+	}
+	for name, p := range cases {
+		var got vr.Message
+		if err := DecodeMessage(p, &got); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("%s: got %v, want ErrCorrupt", name, err)
+		}
+	}
+}
+
+func randomMessage(rng *rand.Rand) vr.Message {
+	u := func() uint64 {
+		switch rng.IntN(3) {
+		case 0:
+			return rng.Uint64N(128)
+		case 1:
+			return rng.Uint64N(1 << 20)
+		}
+		return rng.Uint64()
+	}
+	bs := func() []byte {
+		if rng.IntN(3) == 0 {
+			return nil
+		}
+		b := make([]byte, 1+rng.IntN(40))
+		for i := range b {
+			b[i] = byte(rng.Uint32())
+		}
+		return b
+	}
+	m := vr.Message{Type: vr.MsgType(1 + rng.IntN(11)), Cluster: u(), Epoch: u(), ConfigHash: u(), From: u(), To: u(),
+		View: u(), LastNormalView: u(), Op: u(), Commit: u(), First: u(), Nonce: u(), HBSeq: u()}
+	for i := rng.IntN(5); i > 0; i-- {
+		m.Entries = append(m.Entries, vr.Entry{View: u(), Op: u(), Request: vr.Request{Client: u(), ReqNum: u(), Data: bs()}})
+	}
+	if rng.IntN(3) == 0 {
+		s := &vr.Snapshot{Op: u(), Data: bs()}
+		for i := rng.IntN(3); i > 0; i-- {
+			s.Clients = append(s.Clients, vr.ClientRecord{Client: u(), ReqNum: u(), Op: u(), Result: bs()})
+		}
+		m.Snapshot = s
+	}
+	if rng.IntN(4) == 0 {
+		m.Reason = fmt.Sprintf("reason %d", rng.IntN(1000))
+	}
+	return m
+}
+
+// TestRandomRoundTrip: 5000 random messages round-trip exactly.
+func TestRandomRoundTrip(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := 0; i < 5000; i++ {
+		m := randomMessage(rng)
+		var got vr.Message
+		if err := DecodeMessage(AppendMessage(nil, &m), &got); err != nil {
+			t.Fatalf("#%d: %v", i, err)
+		}
+		if !reflect.DeepEqual(got, m) {
+			t.Fatalf("#%d differs:\n got %+v\nwant %+v", i, got, m)
+		}
+	}
+}
+
+// FuzzDecode: arbitrary payloads never panic, and whatever decodes
+// re-encodes to a payload that decodes to the same message.
+func FuzzDecode(f *testing.F) {
+	for _, m := range sample() {
+		f.Add(AppendMessage(nil, &m))
+	}
+	f.Fuzz(func(t *testing.T, p []byte) {
+		var m vr.Message
+		if err := DecodeMessage(p, &m); err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("error not ErrCorrupt: %v", err)
+			}
+			return
+		}
+		var again vr.Message
+		if err := DecodeMessage(AppendMessage(nil, &m), &again); err != nil {
+			t.Fatalf("re-encoded message does not decode: %v", err)
+		}
+		if !reflect.DeepEqual(m, again) {
+			t.Fatalf("re-encoding changed the message")
+		}
+	})
+}
+
+// FuzzFrames: arbitrary byte streams through a Reader never panic and only
+// yield messages from intact frames.
+func FuzzFrames(f *testing.F) {
+	var seed []byte
+	for _, m := range sample() {
+		seed = AppendFrame(seed, &m)
+	}
+	f.Add(seed)
+	f.Add(seed[:len(seed)/2])
+	f.Fuzz(func(t *testing.T, p []byte) {
+		r := NewReader(bytes.NewReader(p))
+		r.Max = 1 << 16
+		for i := 0; i < 100; i++ {
+			var m vr.Message
+			if err := r.Read(&m); err != nil {
+				return
+			}
+		}
+	})
+}
+
+func benchPrepare(n, size int) vr.Message {
+	m := vr.Message{Type: vr.MsgPrepare, Cluster: 7, Epoch: 1, ConfigHash: 0xabcdef0123456789, From: 1, To: 2,
+		View: 3, Op: 1000 + uint64(n), Commit: 990, First: 1001}
+	for i := 0; i < n; i++ {
+		m.Entries = append(m.Entries, vr.Entry{View: 3, Op: 1001 + uint64(i),
+			Request: vr.Request{Client: 12345678, ReqNum: uint64(i), Data: make([]byte, size)}})
+	}
+	return m
+}
+
+// Benchmarks: go test -run - -bench . -benchmem ./internal/wire/
+// A prepare of 64 entries of 160 bytes (a 16-byte key and 128-byte value plus
+// framing) is the batch a busy leader sends.
+func BenchmarkEncodePrepare64(b *testing.B) {
+	m := benchPrepare(64, 160)
+	buf := AppendFrame(nil, &m)
+	b.SetBytes(int64(len(buf)))
+	b.ReportAllocs()
+	for b.Loop() {
+		buf = AppendFrame(buf[:0], &m)
+	}
+}
+
+func BenchmarkDecodePrepare64(b *testing.B) {
+	m := benchPrepare(64, 160)
+	frame := AppendFrame(nil, &m)
+	b.SetBytes(int64(len(frame)))
+	b.ReportAllocs()
+	var got vr.Message
+	for b.Loop() {
+		payload, _, err := CheckFrame(frame, DefaultMaxFrame)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := DecodeMessage(payload, &got); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkHeartbeatRoundTrip(b *testing.B) {
+	m := vr.Message{Type: vr.MsgCommit, Cluster: 7, Epoch: 1, ConfigHash: 0xabcdef0123456789, From: 1, To: 2, View: 3, Op: 100000, Commit: 99990, HBSeq: 5000}
+	var buf []byte
+	var got vr.Message
+	b.ReportAllocs()
+	for b.Loop() {
+		buf = AppendFrame(buf[:0], &m)
+		payload, _, _ := CheckFrame(buf, DefaultMaxFrame)
+		if err := DecodeMessage(payload, &got); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
