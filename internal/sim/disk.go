@@ -55,7 +55,11 @@ func (s *Sim) startReplica(a Addr, _ [][]byte) {
 	}
 	r.logLen = len(recs)
 	r.diskBusy = s.now
-	r.node = s.o.NewReplica(a, Boot{Config: s.cfg, Recovered: recs, FS: r.disk})
+	if s.o.NewReplicaBoot != nil {
+		r.node = s.o.NewReplicaBoot(a, Boot{Config: s.cfg, Recovered: recs, FS: r.disk})
+	} else {
+		r.node = s.o.NewReplica(a, s.cfg, recs)
+	}
 	r.up = true
 	s.tracef("start %d recovered=%d records", a, len(recs))
 	s.schedule(item{at: s.now + s.rng.Int64N(int64(s.o.Tick)), kind: itTick, node: a, inc: r.inc})

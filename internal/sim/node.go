@@ -135,8 +135,13 @@ type Boot struct {
 	FS vfs.FS
 }
 
-// ReplicaFactory builds replica id.
-type ReplicaFactory func(id Addr, b Boot) Node
+// BootFactory builds replica id from its Boot (log records and own disk).
+type BootFactory func(id Addr, b Boot) Node
+
+// ReplicaFactory builds replica id from the records its log recovered (nil on
+// first start); see Boot.Recovered. Engines that also want their own disk use
+// a BootFactory (Options.NewReplicaBoot) instead.
+type ReplicaFactory func(id Addr, cfg Config, recovered [][]byte) Node
 
 // ClientFactory builds client library instance id.
 type ClientFactory func(id Addr, cfg Config) Node

@@ -16,8 +16,11 @@ type Options struct {
 	Replicas int
 	Clients  int
 
-	NewReplica ReplicaFactory
-	NewClient  ClientFactory
+	// NewReplica, or NewReplicaBoot when the replica also wants its own
+	// disk (Boot.FS), builds replicas; set exactly one.
+	NewReplica     ReplicaFactory
+	NewReplicaBoot BootFactory
+	NewClient      ClientFactory
 
 	// Net is every link's initial behaviour (client links included).
 	Net Link
@@ -128,8 +131,8 @@ const walName = "/wal"
 // New builds a cluster and schedules its first ticks and invocations. Nothing
 // runs until Run or RunFor.
 func New(o Options) *Sim {
-	if o.Replicas <= 0 || o.NewReplica == nil {
-		panic("sim: need Replicas > 0 and NewReplica")
+	if o.Replicas <= 0 || (o.NewReplica == nil) == (o.NewReplicaBoot == nil) {
+		panic("sim: need Replicas > 0 and exactly one of NewReplica, NewReplicaBoot")
 	}
 	if o.Clients > 0 && o.NewClient == nil {
 		panic("sim: clients need NewClient")

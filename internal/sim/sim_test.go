@@ -62,7 +62,7 @@ func newProbes(t *testing.T, o sim.Options) (*sim.Sim, *probes) {
 	if o.Replicas == 0 {
 		o.Replicas = 3
 	}
-	o.NewReplica = p.factory
+	o.NewReplicaBoot = p.factory
 	return sim.New(o), p
 }
 

@@ -28,9 +28,10 @@ import (
 
 // Engine is what a replication engine supplies to run scenarios.
 type Engine struct {
-	Name       string
-	NewReplica sim.ReplicaFactory
-	NewClient  sim.ClientFactory
+	Name           string
+	NewReplica     sim.ReplicaFactory
+	NewReplicaBoot sim.BootFactory // instead of NewReplica, for replicas with their own disk
+	NewClient      sim.ClientFactory
 	// Settle is how long (virtual time) the engine needs to recover from a
 	// crash or partition: elect, sync, re-form its active set (default 2s).
 	Settle time.Duration
@@ -118,7 +119,7 @@ func (sc *Scenario) Run(e Engine, seed uint64, trace io.Writer) (Result, error) 
 	}
 	s := sim.New(sim.Options{
 		Seed: seed, Replicas: sc.Replicas, Clients: sc.Clients,
-		NewReplica: e.NewReplica, NewClient: e.NewClient,
+		NewReplica: e.NewReplica, NewReplicaBoot: e.NewReplicaBoot, NewClient: e.NewClient,
 		Net:      sim.Link{Delay: sim.Dist{Base: time.Millisecond}},
 		MaxDrift: 50e-6,
 		Duration: time.Hour,

@@ -134,7 +134,7 @@ func TestThreeCycleForcesTheDigestsLogOrders(t *testing.T) {
 	a := &arrivals{logs: map[sim.Addr][]string{}}
 	e := scenario.Engine{
 		Name: "arrivals",
-		NewReplica: func(id sim.Addr, _ sim.Boot) sim.Node {
+		NewReplica: func(id sim.Addr, _ sim.Config, _ [][]byte) sim.Node {
 			return &arrReplica{id: id, a: a}
 		},
 		NewClient: func(_ sim.Addr, cfg sim.Config) sim.Node { return &arrClient{cfg: cfg} },
@@ -168,7 +168,7 @@ func TestFigure6ForcesLateCopies(t *testing.T) {
 	a := &arrivals{logs: map[sim.Addr][]string{}}
 	e := scenario.Engine{
 		Name:       "arrivals",
-		NewReplica: func(id sim.Addr, _ sim.Boot) sim.Node { return &arrReplica{id: id, a: a} },
+		NewReplica: func(id sim.Addr, _ sim.Config, _ [][]byte) sim.Node { return &arrReplica{id: id, a: a} },
 		NewClient:  func(_ sim.Addr, cfg sim.Config) sim.Node { return &arrClient{cfg: cfg} },
 	}
 	res, err := scenario.Figure6SimpleMajority.Run(e, 1, nil)

@@ -189,9 +189,8 @@ type Replica struct {
 
 // NewReplica returns a sim.ReplicaFactory for the toy in the given mode.
 func NewReplica(mode Mode) sim.ReplicaFactory {
-	return func(id sim.Addr, b sim.Boot) sim.Node {
-		recovered := b.Recovered
-		r := &Replica{id: id, cfg: b.Config, mode: mode, acks: map[uint64]uint64{},
+	return func(id sim.Addr, cfg sim.Config, recovered [][]byte) sim.Node {
+		r := &Replica{id: id, cfg: cfg, mode: mode, acks: map[uint64]uint64{},
 			state: map[string]value{}, lastSeq: map[int]uint64{}, waiting: map[uint64]waiter{}}
 		for _, rec := range recovered {
 			r.recIndex = append(r.recIndex, 0)
