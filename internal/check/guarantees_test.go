@@ -35,8 +35,8 @@ func runCases(t *testing.T, check func(History) Verdict, cases []checkCase) {
 			if !strings.Contains(v.Violations[0].Reason, c.wantReason) {
 				t.Fatalf("want violation %q, got %v", c.wantReason, v)
 			}
-			if n := len(v.Violations[0].Ops); n == 0 || n > 3 {
-				t.Fatalf("counter-example should be 1-3 ops, got %v", v)
+			if n := len(v.Violations[0].Ops); n == 0 || n > 4 {
+				t.Fatalf("counter-example should be 1-4 ops, got %v", v)
 			}
 		})
 	}
@@ -278,4 +278,63 @@ func mustPanic(t *testing.T, what string, f func()) {
 		}
 	}()
 	f()
+}
+
+// A server that reports versions on writes but not on some reads must not
+// make those reads look like reads of the initial state.
+func TestVersionsOnlyWhenReadsCarryThem(t *testing.T) {
+	c := cons(level.ConsCrossClient)
+	var b hist
+	b.put(0, "x", "a", 0, 10, ver(5))
+	b.get(1, "x", "a", 20, 30, c, ver(5))
+	b.get(2, "x", "a", 40, 50, c) // no version reported
+	if v := CrossClientMonotonic(b.h); !v.OK {
+		t.Fatalf("unversioned read judged as initial state: %v", v)
+	}
+	var d hist
+	d.put(0, "x", "a", 0, 10, ver(5))
+	d.del(0, "x", 20, 30, ver(6))
+	d.get(1, "x", "nil", 40, 50, c, ver(6))
+	d.get(2, "x", "nil", 60, 70, c) // tombstone version not reported
+	if v := CrossClientMonotonic(d.h); !v.OK {
+		t.Fatalf("absent read without tombstone version judged as initial state: %v", v)
+	}
+}
+
+func TestMonotonicState(t *testing.T) {
+	c := cons(level.ConsCrossClient)
+	runCases(t, MonotonicState, []checkCase{
+		{"later write seen, earlier one seen after", func(b *hist) {
+			b.put(0, "a", "1", 0, 10)
+			b.put(0, "b", "1", 20, 30)
+			b.get(1, "b", "1", 40, 50, c)
+			b.get(2, "a", "1", 60, 70, c)
+		}, ""},
+		{"concurrent reads may disagree", func(b *hist) {
+			b.put(0, "a", "1", 0, 10)
+			b.put(0, "b", "1", 20, 30)
+			b.get(1, "b", "1", 40, 50, c)
+			b.get(2, "a", "nil", 45, 70, c)
+		}, ""},
+		{"writes of different clients carry no order", func(b *hist) {
+			b.put(0, "a", "1", 0, 10)
+			b.put(3, "b", "1", 20, 30)
+			b.get(1, "b", "1", 40, 50, c)
+			b.get(2, "a", "nil", 60, 70, c)
+		}, ""},
+		{"saw b=1 so a=1 is in the state; a later read misses it", func(b *hist) {
+			b.put(0, "a", "1", 0, 10)
+			b.put(0, "b", "1", 20, 30)
+			b.get(1, "b", "1", 40, 50, c)
+			b.get(2, "a", "nil", 60, 70, c)
+		}, "older than client 0's write"},
+		{"after a crash the prefix must survive too", func(b *hist) {
+			b.put(0, "a", "1", 0, 10)
+			b.put(0, "a", "2", 12, 15)
+			b.put(0, "b", "1", 20, 30)
+			b.get(1, "b", "1", 40, 50, c)
+			b.crash(AllNodes, 55)
+			b.get(2, "a", "1", 60, 70, c)
+		}, "older than client 0's write"},
+	})
 }

@@ -103,6 +103,15 @@ func indexKeys(h *History) []*keyIndex {
 		if len(k.writes) == 0 {
 			k.versioned = false
 		}
+		// Version order needs every read to say which version it saw. A read
+		// of a present key without a version, or of an absent key without the
+		// tombstone's version when deletes exist, would pass for the initial
+		// state: fall back to real-time order for the key.
+		for _, r := range k.reads {
+			if r.Version == 0 && (r.Found || len(k.deletes) > 0) {
+				k.versioned = false
+			}
+		}
 		out = append(out, k)
 	}
 	return out

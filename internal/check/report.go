@@ -19,7 +19,8 @@ type Options struct {
 }
 
 // All runs every checker and returns their verdicts, in a fixed order:
-// linearizable, session, cross-client-monotonic, bounded-staleness, durability.
+// linearizable, session, cross-client-monotonic, monotonic-state,
+// bounded-staleness, durability.
 // Each checker only judges the operations whose levels promise what it checks,
 // so running all of them on any history is meaningful.
 func All(h History, o Options) []Verdict {
@@ -30,6 +31,7 @@ func All(h History, o Options) []Verdict {
 		Linearizable(h, o.Lin),
 		Session(h, o.Session),
 		CrossClientMonotonic(h),
+		MonotonicState(h),
 		BoundedStaleness(h),
 		Durability(h),
 	}

@@ -18,16 +18,16 @@ func TestAllSavesAReportThatReplays(t *testing.T) {
 	b.crash(AllNodes, 80)
 	dir := t.TempDir()
 	vs := All(b.h, Options{Dir: dir})
-	if len(vs) != 5 {
-		t.Fatalf("want 5 verdicts, got %d", len(vs))
+	if len(vs) != 6 {
+		t.Fatalf("want 6 verdicts, got %d", len(vs))
 	}
-	names := []string{"linearizable", "session", "cross-client-monotonic", "bounded-staleness", "durability"}
+	names := []string{"linearizable", "session", "cross-client-monotonic", "monotonic-state", "bounded-staleness", "durability"}
 	for i, v := range vs {
 		if v.Checker != names[i] {
 			t.Fatalf("verdict %d is %s, want %s", i, v.Checker, names[i])
 		}
 	}
-	if vs[0].OK || !vs[3].OK {
+	if vs[0].OK || !vs[4].OK {
 		t.Fatalf("want linearizability to fail and bounded(3) to pass: %v", vs)
 	}
 	if Errs(vs) == nil {

@@ -32,6 +32,7 @@ func Example() {
 	// linearizable true
 	// session true
 	// cross-client-monotonic true
+	// monotonic-state true
 	// bounded-staleness true
 	// durability true
 }
