@@ -30,6 +30,9 @@ type LinOptions struct {
 	// ShrinkBudget bounds the time spent shrinking one key (0 = 5 s); when it
 	// runs out the counter-example is as small as it got.
 	ShrinkBudget time.Duration
+	// Strict turns a search timeout into a failed verdict instead of a note:
+	// "could not decide" is then never mistaken for "linearizable".
+	Strict bool
 }
 
 // regState is the per-key model state. It is comparable, so porcupine's default
@@ -185,6 +188,11 @@ func Linearizable(h History, o LinOptions) Verdict {
 	}
 	if len(timedOut) > 0 {
 		v.Note = strings.TrimPrefix(v.Note+fmt.Sprintf("; search timed out on keys %q", timedOut), "; ")
+		if o.Strict {
+			for _, key := range timedOut {
+				v.add(Violation{Key: key, Reason: fmt.Sprintf("undecided: porcupine search exceeded %v (Strict)", o.Timeout)})
+			}
+		}
 	}
 	return v
 }

@@ -203,3 +203,19 @@ func TestUnknownPutExplainsFailedCAS(t *testing.T) {
 		t.Fatalf("the unknown put explains the failed CAS: %v", v)
 	}
 }
+
+func TestStrictTurnsTimeoutsIntoFailures(t *testing.T) {
+	var b hist
+	// Many concurrent unknown incrs whose results a read pins down: porcupine
+	// must try orders, which a 1ns budget cannot finish.
+	for c := 0; c < 12; c++ {
+		b.incr(c, "n", 1, "", int64(c), 0, unknown())
+	}
+	b.get(20, "n", "12", 100, 110)
+	if v := Linearizable(b.h, LinOptions{Timeout: 1}); !v.OK || !strings.Contains(v.Note, "timed out") {
+		t.Fatalf("lenient: want pass with a note, got %v", v)
+	}
+	if v := Linearizable(b.h, LinOptions{Timeout: 1, Strict: true}); v.OK || !strings.Contains(v.Violations[0].Reason, "undecided") {
+		t.Fatalf("strict: want an undecided failure, got %v", v)
+	}
+}
