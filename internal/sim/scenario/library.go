@@ -37,6 +37,7 @@ var (
 // the history must be linearizable and no sync write lost.
 var Figure6SimpleMajority = Scenario{
 	Name:     "figure6-simple-majority",
+	Doc:      "a completes on a simple majority while its copies to S4, S5 are late; b follows a; the leader crashes; a later read must return b",
 	Source:   "digest 004 §2.4, Skyros Figure 6",
 	Replicas: 5, Clients: 3,
 	Steps: steps(
@@ -61,6 +62,7 @@ var Figure6SimpleMajority = Scenario{
 // y is invoked, so y must win over x.
 var ThreeCycle = Scenario{
 	Name:     "three-cycle-f2",
+	Doc:      "forces d-logs S2=[z x y], S3=[x y z], S4=[y z x] with x before y in real time; the leader and S5 crash; a later read must not return x",
 	Source:   "digest 004 §6.1 (RecoverDurabilityLog counterexample)",
 	Replicas: 5, Clients: 4,
 	Steps: steps(
@@ -98,6 +100,7 @@ var ThreeCycle = Scenario{
 // ignore the routing and serve it at the leader.
 var LaggingFollowerRead = Scenario{
 	Name:     "lagging-follower-monotonic-read",
+	Doc:      "S5 is cut off after seeing k=1; k=2 is written and read; a read routed to S5 must not return 1",
 	Source:   "digest 003 §2.7 Figure 4, §5.4",
 	Replicas: 5, Clients: 3,
 	Steps: steps(
@@ -118,6 +121,7 @@ var LaggingFollowerRead = Scenario{
 // read must survive (cad), and every sync write acknowledged must survive.
 var ReadThenTotalCrash = Scenario{
 	Name:     "read-then-total-crash",
+	Doc:      "a cad write is read, then every replica crashes and restarts; the value read and every sync write must survive",
 	Source:   "digest 003 §1.2 Figure 1, §5.4 B8",
 	Replicas: 3, Clients: 2,
 	Steps: steps(
@@ -141,6 +145,7 @@ var ReadThenTotalCrash = Scenario{
 // 004 §5.3 SIGSTOP case, digest 003 §2.11).
 var DeposedLeader = Scenario{
 	Name:     "deposed-leader-read",
+	Doc:      "the leader is cut off from the other replicas but not from clients; the others accept k=2; a read at the old leader must not return 1",
 	Source:   "digest 003 §2.11, §5.4 extras; digest 004 §5.3",
 	Replicas: 5, Clients: 3,
 	Steps: steps(
@@ -161,6 +166,7 @@ var DeposedLeader = Scenario{
 // must stay monotonic.
 var AsymmetricPartition = Scenario{
 	Name:     "asymmetric-partition",
+	Doc:      "S5 hears the leader but cannot answer it; writes go on; a read routed to S5 must stay monotonic",
 	Source:   "digest 003 §5.4 extras",
 	Replicas: 5, Clients: 3,
 	Steps: steps(
