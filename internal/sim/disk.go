@@ -7,6 +7,8 @@ import (
 	"hash/crc32"
 	"io/fs"
 	mrand "math/rand"
+
+	"github.com/kefirdb/kefir/internal/vfs"
 )
 
 // A replica's log is one append-only file on its vfs.Mem disk, a sequence of
@@ -167,4 +169,16 @@ func (s *Sim) Restart(i int) {
 	}
 	s.stats.Restarts++
 	s.startReplica(Addr(i), nil)
+}
+
+// Wipe replaces crashed replica i's disk with an empty one: a replaced
+// machine, which must come back through its protocol's recovery path (it
+// restarts with no records).
+func (s *Sim) Wipe(i int) {
+	r := s.replicas[i]
+	if r.up {
+		panic(fmt.Sprintf("sim: wipe of running replica %d (crash it first)", i))
+	}
+	s.tracef("wipe %d", i)
+	r.disk = vfs.NewMem()
 }

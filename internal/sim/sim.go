@@ -200,6 +200,11 @@ func (s *Sim) Now() time.Duration { return time.Duration(s.now) }
 // Seed is the run's seed.
 func (s *Sim) Seed() uint64 { return s.o.Seed }
 
+// Rand is the run's PRNG, for test scripts that make random choices (which
+// replica to crash next). Drawing from it changes the rest of the run, but
+// deterministically, so seeds still replay.
+func (s *Sim) Rand() *rand.Rand { return s.rng }
+
 // Stats returns the counters so far.
 func (s *Sim) Stats() Stats { return s.stats }
 

@@ -426,3 +426,23 @@ func TestBootFSLosesUnsyncedFiles(t *testing.T) {
 		t.Fatalf("after crash /state = %q", buf[:n])
 	}
 }
+
+func TestWipeGivesAnEmptyDisk(t *testing.T) {
+	s, p := newProbes(t, sim.Options{})
+	n := p.byID[2]
+	n.out.Persist = [][]byte{[]byte("r1")}
+	n.out.Sync = true
+	s.RunFor(10 * time.Millisecond)
+	s.Crash(2)
+	s.Wipe(2)
+	s.Restart(2)
+	if got := p.byID[2].recovered; len(got) != 0 {
+		t.Fatalf("wiped replica recovered %q", got)
+	}
+	defer func() {
+		if recover() == nil {
+			t.Fatal("wiping a running replica must panic")
+		}
+	}()
+	s.Wipe(2)
+}
