@@ -17,7 +17,10 @@ import (
 //   - otherwise real-time order between writes (a write that returned before
 //     another was invoked is older), with each read mapped by value to the
 //     writes it may have returned. Values should be unique per key; duplicates
-//     only make the check more lenient, never wrong.
+//     only make the check more lenient, never wrong. This assumes the system
+//     orders writes consistently with real time, as every Kefir engine does
+//     (one ordering point per shard); a last-writer-wins store with skewed
+//     clocks would need versions.
 //
 // Both reduce to spans: a read or write is a span [lo, hi] and A is definitely
 // older than B iff A.hi < B.lo.
