@@ -28,15 +28,35 @@ const (
 // every key in kids[i] is >= keys[i] and < keys[i+1]; keys[0] is never compared.
 type bnode struct {
 	items []item
-	keys  []string
+	keys  []bkey
 	kids  []*bnode
+}
+
+// bkey is an inner-node separator with its first 8 bytes as an integer, so descending
+// compares integers in one cache line and dereferences a key only on a prefix tie.
+type bkey struct {
+	pfx uint64
+	key string
+}
+
+func mkKey(k string) bkey { return bkey{pfx: prefix(k), key: k} }
+
+// prefix is k's first 8 bytes, big-endian, zero-padded: prefix order agrees with key
+// order wherever prefixes differ.
+func prefix(k string) uint64 {
+	var p uint64
+	n := min(len(k), 8)
+	for i := 0; i < n; i++ {
+		p |= uint64(k[i]) << (56 - 8*i)
+	}
+	return p
 }
 
 func newLeaf() *bnode             { return &bnode{items: make([]item, 0, leafMax)} }
 func (n *bnode) isLeaf() bool     { return n.kids == nil }
 func newTree() *tree              { return &tree{root: newLeaf()} }
 func (t *tree) Len() int          { return t.n }
-func newInner() *bnode            { return &bnode{keys: make([]string, 0, bMax), kids: make([]*bnode, 0, bMax)} }
+func newInner() *bnode            { return &bnode{keys: make([]bkey, 0, bMax), kids: make([]*bnode, 0, bMax)} }
 func (n *bnode) firstKey() string { return firstKeyOf(n) }
 
 func firstKeyOf(n *bnode) string {
@@ -50,11 +70,12 @@ func firstKeyOf(n *bnode) string {
 }
 
 // childIndex returns the child of inner node n whose range holds key.
-func childIndex(keys []string, key string) int {
+func childIndex(keys []bkey, key string) int {
+	kp := prefix(key)
 	lo, hi := 1, len(keys)
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
-		if keys[m] <= key {
+		if keys[m].pfx < kp || keys[m].pfx == kp && keys[m].key <= key {
 			lo = m + 1
 		} else {
 			hi = m
@@ -94,7 +115,7 @@ func (t *tree) insert(it item) {
 	right, sep := t.ins(t.root, it, true)
 	if right != nil {
 		root := newInner()
-		root.keys = append(root.keys, t.root.firstKey(), sep)
+		root.keys = append(root.keys, mkKey(t.root.firstKey()), mkKey(sep))
 		root.kids = append(root.kids, t.root, right)
 		t.root = root
 	}
@@ -137,13 +158,13 @@ func (t *tree) ins(n *bnode, it item, rightmost bool) (*bnode, string) {
 	}
 	at := ci + 1
 	if len(n.kids) < bMax {
-		n.keys = insertAt(n.keys, at, sep)
+		n.keys = insertAt(n.keys, at, mkKey(sep))
 		n.kids = insertAt(n.kids, at, kid)
 		return nil, ""
 	}
 	r := newInner()
 	if rightmost && at == len(n.kids) {
-		r.keys = append(r.keys, sep)
+		r.keys = append(r.keys, mkKey(sep))
 		r.kids = append(r.kids, kid)
 		return r, sep
 	}
@@ -154,13 +175,13 @@ func (t *tree) ins(n *bnode, it item, rightmost bool) (*bnode, string) {
 	clear(n.kids[mid:])
 	n.keys, n.kids = n.keys[:mid], n.kids[:mid]
 	if at <= mid {
-		n.keys = insertAt(n.keys, at, sep)
+		n.keys = insertAt(n.keys, at, mkKey(sep))
 		n.kids = insertAt(n.kids, at, kid)
 	} else {
-		r.keys = insertAt(r.keys, at-mid, sep)
+		r.keys = insertAt(r.keys, at-mid, mkKey(sep))
 		r.kids = insertAt(r.kids, at-mid, kid)
 	}
-	return r, r.keys[0]
+	return r, r.keys[0].key
 }
 
 // shareLeaf makes room in the full leaf kids[ci] by moving items to a sibling leaf with
@@ -177,7 +198,7 @@ func (n *bnode) shareLeaf(ci int) bool {
 			copy(r.items[:m], k.items[len(k.items)-m:])
 			clear(k.items[len(k.items)-m:])
 			k.items = k.items[:len(k.items)-m]
-			n.keys[ci+1] = r.items[0].key
+			n.keys[ci+1] = mkKey(r.items[0].key)
 			return true
 		}
 	}
@@ -188,7 +209,7 @@ func (n *bnode) shareLeaf(ci int) bool {
 			copy(k.items, k.items[m:])
 			clear(k.items[len(k.items)-m:])
 			k.items = k.items[:len(k.items)-m]
-			n.keys[ci] = k.items[0].key
+			n.keys[ci] = mkKey(k.items[0].key)
 			return true
 		}
 	}
@@ -237,7 +258,7 @@ func (t *tree) rm(n *bnode, key string) (found, empty bool) {
 	if empty {
 		copy(n.keys[ci:], n.keys[ci+1:])
 		copy(n.kids[ci:], n.kids[ci+1:])
-		n.keys[len(n.keys)-1] = ""
+		n.keys[len(n.keys)-1] = bkey{}
 		n.kids[len(n.kids)-1] = nil
 		n.keys, n.kids = n.keys[:len(n.keys)-1], n.kids[:len(n.kids)-1]
 	}
@@ -287,10 +308,10 @@ func (t *tree) check() error {
 		for i, k := range n.kids {
 			klo, khi, kHas := lo, hi, hasHi
 			if i > 0 {
-				klo = n.keys[i]
+				klo = n.keys[i].key
 			}
 			if i+1 < len(n.kids) {
-				khi, kHas = n.keys[i+1], true
+				khi, kHas = n.keys[i+1].key, true
 			}
 			if err := walk(k, klo, khi, kHas); err != nil {
 				return err

@@ -10,7 +10,8 @@ import (
 // The index tree behaves as a sorted map under random inserts, updates, removes and
 // scans, in random and in ascending key order, and keeps its invariants.
 func TestTreeMatchesSortedMap(t *testing.T) {
-	for _, ordered := range []bool{false, true} {
+	for _, mode := range []string{"random", "ordered", "shared-prefixes"} {
+		ordered := mode == "ordered"
 		for seed := int64(0); seed < 20; seed++ {
 			rng := rand.New(rand.NewSource(seed))
 			tr := newTree()
@@ -21,6 +22,9 @@ func TestTreeMatchesSortedMap(t *testing.T) {
 				if ordered {
 					next++
 					key = fmt.Sprintf("%08d", next-rng.Intn(3))
+				} else if mode == "shared-prefixes" {
+					// Keys longer and shorter than the 8-byte prefix, many sharing it.
+					key = fmt.Sprintf("prefix%0*d", rng.Intn(8), rng.Intn(500))
 				} else {
 					key = fmt.Sprintf("%04d", rng.Intn(3000))
 				}
@@ -104,4 +108,23 @@ func TestTreeInOrderLoadIsDense(t *testing.T) {
 	if leaves != 100 {
 		t.Fatalf("%d leaves for %d in-order keys, want 100", leaves, leafMax*100)
 	}
+}
+
+func TestPrefixOrderAgreesWithKeyOrder(t *testing.T) {
+	rng := rand.New(rand.NewSource(1))
+	for i := 0; i < 100000; i++ {
+		a := string(randBytes(rng))
+		b := string(randBytes(rng))
+		if a < b && prefix(a) > prefix(b) {
+			t.Fatalf("%q < %q but prefix %x > %x", a, b, prefix(a), prefix(b))
+		}
+	}
+}
+
+func randBytes(rng *rand.Rand) []byte {
+	b := make([]byte, rng.Intn(12))
+	for i := range b {
+		b[i] = byte(rng.Intn(3)) // small alphabet: lots of ties and zero bytes
+	}
+	return b
 }

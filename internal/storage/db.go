@@ -416,11 +416,12 @@ func (db *DB) failLocked(err error) {
 // Sync makes everything up to pos durable and returns the durable position (>= pos, or
 // the last position if pos is beyond it). Concurrent callers share one fsync.
 //
-// A dedicated syncer goroutine runs the fsyncs (unless Options.Inline): callers post the
-// position they need and wait; the syncer, already running, starts the next fsync the
-// moment the previous one returns if anyone is waiting past it, so no goroutine wake-up
-// sits between two fsyncs. Inline, the first waiter leads: it flushes and fsyncs, the
-// others wait and the next leader covers everything appended meanwhile.
+// A caller that finds no fsync in flight runs one itself (no hand-off: the single-writer
+// case pays one fsync and nothing else). Callers that find one in flight post the
+// position they need and wait for the syncer goroutine (unless Options.Inline), which
+// starts the next fsync the moment the previous one returns while anyone waits past it,
+// so under load no goroutine wake-up sits between two fsyncs. Inline, a waiter leads the
+// next fsync itself.
 func (db *DB) Sync(pos Pos) (Pos, error) {
 	db.mu.Lock()
 	defer db.mu.Unlock()
@@ -438,6 +439,9 @@ func (db *DB) Sync(pos Pos) (Pos, error) {
 		if db.closed {
 			return db.dur, ErrClosed
 		}
+		if !db.syncing && !db.sealing {
+			break // idle: lead the fsync ourselves, with no hand-off
+		}
 		if db.syncer {
 			if db.syncAttempts != gen && db.syncErr != nil {
 				return db.dur, db.syncErr // the attempt made for us failed (disk full)
@@ -446,15 +450,13 @@ func (db *DB) Sync(pos Pos) (Pos, error) {
 				db.wantSync = pos
 				db.kick()
 			}
-			db.syncCond.Wait()
-			continue
-		}
-		if !db.syncing && !db.sealing {
-			break
 		}
 		db.syncCond.Wait()
 	}
 	err := db.syncOnceLocked()
+	if db.syncer && db.wantSync > db.dur {
+		db.kick() // others queued behind us: the syncer takes over
+	}
 	return db.dur, err
 }
 
@@ -520,69 +522,70 @@ func (db *DB) Get(key []byte) (Value, error) { return db.getAt(key, math.MaxUint
 func (db *DB) GetAt(key []byte, v uint64) (Value, error) { return db.getAt(key, v) }
 
 func (db *DB) getAt(key []byte, at uint64) (Value, error) {
-	db.mu.RLock()
-	if db.closed {
-		db.mu.RUnlock()
-		return Value{}, ErrClosed
-	}
-	it, ok := db.idx.Get(keyString(key))
-	if !ok {
-		db.mu.RUnlock()
-		return Value{}, ErrNotFound
-	}
-	i, gone := it.pick(at)
-	if i < 0 {
-		db.mu.RUnlock()
-		if gone {
-			return Value{}, fmt.Errorf("%w: %q at %d", ErrVersionGone, key, at)
+	for {
+		db.mu.RLock()
+		if db.closed {
+			db.mu.RUnlock()
+			return Value{}, ErrClosed
 		}
-		return Value{}, ErrNotFound
-	}
-	v := it.at(i)
-	if v.tombstone() {
-		db.mu.RUnlock()
-		return Value{}, ErrNotFound
-	}
-	return db.readLocked(key, v) // releases mu
-}
-
-// readLocked reads version v's value. Called with mu read-locked; releases it.
-func (db *DB) readLocked(key []byte, v ver) (Value, error) {
-	out := Value{Version: v.version, Timestamp: v.ts, Pos: v.end()}
-	if v.pos >= uint64(db.writ) {
-		off := v.pos - uint64(db.writ)
-		_, _, val, ok := decodeRecord(db.buf[off : off+uint64(v.size)])
+		it, ok := db.idx.Get(keyString(key))
 		if !ok {
 			db.mu.RUnlock()
-			panic("storage: record in the write buffer fails its checksum")
+			return Value{}, ErrNotFound
 		}
-		out.Data = bytes.Clone(val)
-		if out.Data == nil {
-			out.Data = []byte{}
+		i, gone := it.pick(at)
+		if i < 0 {
+			db.mu.RUnlock()
+			if gone {
+				return Value{}, fmt.Errorf("%w: %q at %d", ErrVersionGone, key, at)
+			}
+			return Value{}, ErrNotFound
 		}
-		db.mu.RUnlock()
-		return out, nil
-	}
-	seg := db.segFor(v.pos)
-	seg.refs.Add(1)
-	db.mu.RUnlock()
-	defer db.release(seg)
-
-	if db.cache != nil {
-		if data, ok := db.cache.get(v.pos); ok {
-			out.Data = data
+		v := it.at(i)
+		if v.tombstone() {
+			db.mu.RUnlock()
+			return Value{}, ErrNotFound
+		}
+		out := Value{Version: v.version, Timestamp: v.ts, Pos: v.end()}
+		if v.pos >= uint64(db.writ) {
+			off := v.pos - uint64(db.writ)
+			_, _, val, ok := decodeRecord(db.buf[off : off+uint64(v.size)])
+			if !ok {
+				db.mu.RUnlock()
+				panic("storage: record in the write buffer fails its checksum")
+			}
+			out.Data = append([]byte{}, val...)
+			db.mu.RUnlock()
 			return out, nil
 		}
+		db.mu.RUnlock()
+		// A record's bytes never change at a position, so the cache needs no pin.
+		if db.cache != nil {
+			if data, ok := db.cache.get(v.pos); ok {
+				out.Data = data
+				return out, nil
+			}
+		}
+		db.mu.RLock()
+		seg := db.segFor(v.pos)
+		if seg == nil || seg.f == nil || v.pos+uint64(v.size) > seg.end() {
+			// Compaction moved the record since we looked: look again.
+			db.mu.RUnlock()
+			continue
+		}
+		seg.refs.Add(1)
+		db.mu.RUnlock()
+		val, err := db.readRecord(seg, key, v)
+		db.release(seg)
+		if err != nil {
+			return Value{}, err
+		}
+		if db.cache != nil {
+			db.cache.put(v.pos, val)
+		}
+		out.Data = val
+		return out, nil
 	}
-	val, err := db.readRecord(seg, key, v)
-	if err != nil {
-		return Value{}, err
-	}
-	if db.cache != nil {
-		db.cache.put(v.pos, val)
-	}
-	out.Data = val
-	return out, nil
 }
 
 // readRecord reads and verifies the record of v from seg and returns its value (a fresh
@@ -617,12 +620,18 @@ func (db *DB) Scan(start, end []byte, at uint64, limit int, fn func(key []byte, 
 }
 
 func (db *DB) scanAt(start, end []byte, at uint64, limit int, fn func(key []byte, v Value) bool) error {
-	batch := make([]scanHit, 0, 64)
+	size := 128
+	if limit > 0 && limit < size {
+		size = limit
+	}
+	batch := make([]scanHit, 0, size)
+	var arena []byte // the batch's keys, one allocation
 	from := string(start)
 	inclusive := true
 	n := 0
 	for {
 		batch = batch[:0]
+		arena = make([]byte, 0, 24*cap(batch))
 		db.mu.RLock()
 		if db.closed {
 			db.mu.RUnlock()
@@ -644,7 +653,9 @@ func (db *DB) scanAt(start, end []byte, at uint64, limit int, fn func(key []byte
 			if i < 0 || it.at(i).tombstone() {
 				return true
 			}
-			h := scanHit{key: []byte(it.key), v: it.at(i)}
+			k0 := len(arena)
+			arena = append(arena, it.key...)
+			h := scanHit{key: arena[k0:len(arena):len(arena)], v: it.at(i)}
 			if h.v.pos >= uint64(db.writ) {
 				off := h.v.pos - uint64(db.writ)
 				_, _, val, _ := decodeRecord(db.buf[off : off+uint64(h.v.size)])
@@ -688,23 +699,17 @@ const (
 	scanSpan = 256 << 10
 )
 
-// readBatch fills the values of hits pinned to segments, from the cache or with as few
-// reads as possible: records adjacent in the log (the common case for keys loaded in
-// order) come in one read. It releases every pin, even on error.
+// readBatch fills the values of hits pinned to segments with as few reads as possible:
+// records adjacent in the log (the common case for keys loaded in order) come in one
+// read. Scans neither consult nor fill the value cache: a range read from the page cache
+// costs less than a hundred cache probes, and a scan must not flush the point-read set.
+// It releases every pin, even on error.
 func (db *DB) readBatch(hits []scanHit) error {
 	var miss []int
 	for i := range hits {
-		h := &hits[i]
-		if h.seg == nil {
-			continue
+		if hits[i].seg != nil {
+			miss = append(miss, i)
 		}
-		if db.cache != nil {
-			if data, ok := db.cache.get(h.v.pos); ok {
-				h.val = data
-				continue
-			}
-		}
-		miss = append(miss, i)
 	}
 	var err error
 	slices.SortFunc(miss, func(a, b int) int { return cmp.Compare(hits[a].v.pos, hits[b].v.pos) })
