@@ -3,7 +3,10 @@ package main
 import (
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"runtime"
+	"sort"
 	"strings"
 	"syscall"
 )
@@ -13,8 +16,8 @@ import (
 func (r *Report) Markdown() string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "Command (from `bench/`): `%s`  \n", r.Command)
-	fmt.Fprintf(&sb, "Started %s, took %s; %v; medians of %v runs, engines interleaved cell by cell.\n\n",
-		r.Started.Format("2006-01-02 15:04 UTC"), r.Elapsed, r.Machine["summary"], r.Config["runs"])
+	fmt.Fprintf(&sb, "Started %s, took %s; %v; load average at start %v; Kefir at %v; medians of %v runs, engines interleaved cell by cell.\n\n",
+		r.Started.Format("2006-01-02 15:04 UTC"), r.Elapsed, r.Machine["summary"], r.Machine["loadavg_at_start"], r.Machine["kefir_tree"], r.Config["runs"])
 	sb.WriteString("| workload | unit |")
 	for _, e := range r.Engines {
 		fmt.Fprintf(&sb, " %s |", e)
@@ -27,7 +30,14 @@ func (r *Report) Markdown() string {
 	for _, c := range r.Cells {
 		fmt.Fprintf(&sb, "| %s | %s |", c.Name, c.Unit)
 		for _, e := range r.Engines {
-			fmt.Fprintf(&sb, " %s |", fmtNum(median(c.Samples[e]), c.Samples[e] != nil))
+			m, ok := median(c.Samples[e]), c.Samples[e] != nil
+			if ok && c.Unit == "B/key" && m < 0 {
+				// Less live heap than the key bytes: the engine keeps its data outside the
+				// Go heap (mmap, manual allocation), which this figure cannot see.
+				sb.WriteString(" off-heap |")
+				continue
+			}
+			fmt.Fprintf(&sb, " %s |", fmtNum(m, ok))
 		}
 		k, kok := c.Samples["kefir"]
 		p, pok := c.Samples["pebble"]
@@ -79,15 +89,34 @@ func (r *Report) Markdown() string {
 			sb.WriteString("\n")
 		}
 	}
+	extra := false
 	for _, c := range r.Cells {
-		for name, m := range c.Extra {
-			fmt.Fprintf(&sb, "\n%s, %s:", c.Name, name)
-			for _, e := range r.Engines {
-				if m[e] != nil {
-					fmt.Fprintf(&sb, " %s %s;", e, fmtNum(median(m[e]), true))
-				}
+		extra = extra || len(c.Extra) > 0
+	}
+	if extra {
+		sb.WriteString("\nSecondary figures (medians):\n\n| workload | figure |")
+		for _, e := range r.Engines {
+			fmt.Fprintf(&sb, " %s |", e)
+		}
+		sb.WriteString("\n|---|---|")
+		for range r.Engines {
+			sb.WriteString("---:|")
+		}
+		sb.WriteString("\n")
+		for _, c := range r.Cells {
+			names := make([]string, 0, len(c.Extra))
+			for name := range c.Extra {
+				names = append(names, name)
 			}
-			sb.WriteString("\n")
+			sort.Strings(names)
+			for _, name := range names {
+				fmt.Fprintf(&sb, "| %s | %s |", c.Name, name)
+				for _, e := range r.Engines {
+					v, ok := c.Extra[name][e]
+					fmt.Fprintf(&sb, " %s |", fmtNum(median(v), ok))
+				}
+				sb.WriteString("\n")
+			}
 		}
 	}
 	if len(r.Notes) > 0 {
@@ -133,6 +162,7 @@ func machineInfo(dir string) map[string]any {
 		m["loadavg_at_start"] = strings.TrimSpace(string(b))
 	}
 	m["summary"] = fmt.Sprintf("%d CPUs, %s, %s", runtime.NumCPU(), runtime.Version(), m["kernel"])
+	m["kefir_tree"] = kefirTree()
 	m["dir"] = dir
 	return m
 }
@@ -145,4 +175,24 @@ func isTmpfs(dir string) bool {
 	}
 	const tmpfsMagic, ramfsMagic = 0x01021994, 0x858458f6
 	return st.Type == tmpfsMagic || st.Type == ramfsMagic
+}
+
+// kefirTree names the Kefir source the engine was built from: the commit, and whether
+// internal/storage had uncommitted changes (figures move with the engine; the report
+// must say which engine produced them).
+func kefirTree() string {
+	wd, err := os.Getwd()
+	if err != nil {
+		return "unknown"
+	}
+	root := filepath.Dir(wd) // run from bench/
+	head, err := exec.Command("git", "-C", root, "rev-parse", "--short", "HEAD").Output()
+	if err != nil {
+		return "unknown (not a git checkout)"
+	}
+	s := strings.TrimSpace(string(head))
+	if dirty, err := exec.Command("git", "-C", root, "status", "--porcelain", "--", "internal/storage").Output(); err == nil && len(dirty) > 0 {
+		s += " + uncommitted changes in internal/storage"
+	}
+	return s
 }

@@ -54,7 +54,7 @@ func parse(args []string) (*flags, error) {
 	fs := flag.NewFlagSet("ycsb", flag.ContinueOnError)
 	f := &flags{}
 	var workloads, clients, targets string
-	fs.StringVar(&f.db, "db", "respserver", "system under test: kefir, redis, or respserver (trivial in-process server: the harness ceiling)")
+	fs.StringVar(&f.db, "db", "respserver", "system under test: kefir, redis, respserver (trivial in-process RESP server: harness + client library ceiling) or null (no I/O: the harness alone)")
 	fs.StringVar(&f.addr, "addr", "", "server address (default 127.0.0.1:7379 for kefir, 127.0.0.1:6379 for redis)")
 	fs.StringVar(&f.password, "password", os.Getenv("KEFIR_PASSWORD"), "server password")
 	fs.StringVar(&workloads, "workloads", "a", "comma-separated core workloads: a b c d e f w")
@@ -149,6 +149,8 @@ func connect(ctx context.Context, f *flags, index bool, pool int) (*system, erro
 			}
 			return err
 		}}, nil
+	case "null":
+		return &system{name: "null (harness only)", newDB: drivers.Null{}.NewDB, close: func() error { return nil }}, nil
 	case "kefir":
 		cfg := drivers.KefirConfig{Addrs: strings.Split(f.addr, ","), Password: f.password, PoolSize: pool}
 		name := "kefir"
@@ -173,7 +175,7 @@ func connect(ctx context.Context, f *flags, index bool, pool int) (*system, erro
 		}
 		return &system{name: name, newDB: k.NewDB, close: k.Close}, nil
 	}
-	return nil, fmt.Errorf("unknown -db %q (want kefir, redis or respserver)", f.db)
+	return nil, fmt.Errorf("unknown -db %q (want kefir, redis, respserver or null)", f.db)
 }
 
 // row is one measured cell for the reports.

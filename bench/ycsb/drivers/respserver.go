@@ -172,7 +172,16 @@ func writeBulk(wr *bufio.Writer, v []byte) {
 }
 
 func (s *RESPServer) exec(wr *bufio.Writer, args [][]byte) {
-	cmd := bytes.ToUpper(args[0])
+	var up [16]byte
+	cmd := up[:0]
+	if len(args[0]) <= len(up) {
+		for _, c := range args[0] {
+			if 'a' <= c && c <= 'z' {
+				c -= 'a' - 'A'
+			}
+			cmd = append(cmd, c)
+		}
+	}
 	switch string(cmd) {
 	case "KEFIR.CALL":
 		// Skip the options up to CMD; levels mean nothing to an in-memory map.
