@@ -27,7 +27,9 @@ func (s *Sim) invoke(i int, op check.Op, ev Event) {
 	c.seq++
 	c.pending = s.rec.Invoke(op)
 	id := s.cfg.ClientAddr(i)
-	s.tracef("invoke c%d seq=%d %v(%s) route=%t:%d", i, c.seq, op.Kind, op.Key, ev.Routed, ev.Route)
+	if s.trace != nil {
+		s.tracef("invoke c%d seq=%d %v(%s) route=%t:%d", i, c.seq, op.Kind, op.Key, ev.Routed, ev.Route)
+	}
 	ev.Seq, ev.Op = c.seq, op
 	s.step(id, c.node, ev)
 }
@@ -51,7 +53,9 @@ func (s *Sim) complete(i int, d Completion) {
 	id := c.pending
 	c.pending = -1
 	c.done++
-	s.tracef("done c%d seq=%d %v %+v", i, d.Seq, d.Outcome, d.Result)
+	if s.trace != nil {
+		s.tracef("done c%d seq=%d %v %+v", i, d.Seq, d.Outcome, d.Result)
+	}
 	switch d.Outcome {
 	case check.OK:
 		s.rec.Complete(id, d.Result)
@@ -72,6 +76,8 @@ func (s *Sim) complete(i int, d Completion) {
 			return
 		}
 	}
-	s.tracef("workload finished")
+	if s.trace != nil {
+		s.tracef("workload finished")
+	}
 	s.Stop()
 }

@@ -63,7 +63,9 @@ func (s *Sim) startReplica(a Addr, _ [][]byte) {
 		r.node = s.o.NewReplica(a, s.cfg, recs)
 	}
 	r.up = true
-	s.tracef("start %d recovered=%d records", a, len(recs))
+	if s.trace != nil {
+		s.tracef("start %d recovered=%d records", a, len(recs))
+	}
 	s.schedule(item{at: s.now + s.rng.Int64N(int64(s.o.Tick)), kind: itTick, node: a, inc: r.inc})
 }
 
@@ -95,7 +97,9 @@ func (s *Sim) recoverLog(r *replica) ([][]byte, error) {
 	}
 	recs, valid := parseFrames(data)
 	if int64(valid) != size {
-		s.tracef("log: dropping %d torn bytes after %d records", size-int64(valid), len(recs))
+		if s.trace != nil {
+			s.tracef("log: dropping %d torn bytes after %d records", size-int64(valid), len(recs))
+		}
 		if err := f.Truncate(int64(valid)); err != nil {
 			return nil, fmt.Errorf("truncate torn tail: %w", err)
 		}
@@ -118,7 +122,9 @@ func (s *Sim) persist(a Addr, rd *Ready) bool {
 		}
 		// One write per batch, as a real driver would: a crash may tear it.
 		if _, err := r.wal.Write(r.buf); err != nil {
-			s.tracef("replica %d write failed (%v): crashing it", a, err)
+			if s.trace != nil {
+				s.tracef("replica %d write failed (%v): crashing it", a, err)
+			}
 			s.Crash(int(a))
 			return false
 		}
@@ -141,7 +147,9 @@ func (s *Sim) Crash(i int) {
 	if !r.up {
 		return
 	}
-	s.tracef("crash %d", i)
+	if s.trace != nil {
+		s.tracef("crash %d", i)
+	}
 	s.stats.Crashes++
 	r.up = false
 	r.inc++
@@ -179,6 +187,8 @@ func (s *Sim) Wipe(i int) {
 	if r.up {
 		panic(fmt.Sprintf("sim: wipe of running replica %d (crash it first)", i))
 	}
-	s.tracef("wipe %d", i)
+	if s.trace != nil {
+		s.tracef("wipe %d", i)
+	}
 	r.disk = vfs.NewMem()
 }

@@ -48,7 +48,9 @@ func (s *Sim) link(from, to Addr) *linkState {
 
 // SetLink changes one direction of a link.
 func (s *Sim) SetLink(from, to Addr, l Link) {
-	s.tracef("set-link %d->%d %+v", from, to, l)
+	if s.trace != nil {
+		s.tracef("set-link %d->%d %+v", from, to, l)
+	}
 	s.link(from, to).Link = l
 }
 
@@ -66,20 +68,26 @@ func (s *Sim) SetLinks(a, b []Addr, l Link) {
 
 // Block cuts the one-way link from -> to (a one-way partition).
 func (s *Sim) Block(from, to Addr) {
-	s.tracef("block %d->%d", from, to)
+	if s.trace != nil {
+		s.tracef("block %d->%d", from, to)
+	}
 	s.link(from, to).blocked = true
 }
 
 // Unblock restores the one-way link from -> to.
 func (s *Sim) Unblock(from, to Addr) {
-	s.tracef("unblock %d->%d", from, to)
+	if s.trace != nil {
+		s.tracef("unblock %d->%d", from, to)
+	}
 	s.link(from, to).blocked = false
 }
 
 // Partition cuts every link between different groups, both ways. Endpoints
 // not named in any group (clients, typically) keep talking to everyone.
 func (s *Sim) Partition(groups ...[]Addr) {
-	s.tracef("partition %v", groups)
+	if s.trace != nil {
+		s.tracef("partition %v", groups)
+	}
 	for i, g := range groups {
 		for j, h := range groups {
 			if i == j {
@@ -97,7 +105,9 @@ func (s *Sim) Partition(groups ...[]Addr) {
 // Isolate cuts every replica link to and from a, both ways (clients included
 // when withClients).
 func (s *Sim) Isolate(a Addr, withClients bool) {
-	s.tracef("isolate %d clients=%t", a, withClients)
+	if s.trace != nil {
+		s.tracef("isolate %d clients=%t", a, withClients)
+	}
 	for b := 0; b < s.total; b++ {
 		if Addr(b) == a || (!withClients && b >= s.cfg.Replicas) {
 			continue
@@ -109,7 +119,9 @@ func (s *Sim) Isolate(a Addr, withClients bool) {
 
 // Heal removes every partition and block and releases held links.
 func (s *Sim) Heal() {
-	s.tracef("heal")
+	if s.trace != nil {
+		s.tracef("heal")
+	}
 	for i := range s.links {
 		s.links[i].blocked = false
 	}
@@ -125,7 +137,9 @@ func (s *Sim) Heal() {
 // Hold queues every message sent on from -> to until Release: a precise way to
 // make one copy of a message arrive late (the scenarios use it).
 func (s *Sim) Hold(from, to Addr) {
-	s.tracef("hold %d->%d", from, to)
+	if s.trace != nil {
+		s.tracef("hold %d->%d", from, to)
+	}
 	s.link(from, to).held = true
 }
 
@@ -134,7 +148,9 @@ func (s *Sim) Hold(from, to Addr) {
 // has no jitter), and stops holding.
 func (s *Sim) Release(from, to Addr) {
 	l := s.link(from, to)
-	s.tracef("release %d->%d (%d held)", from, to, len(l.queued))
+	if s.trace != nil {
+		s.tracef("release %d->%d (%d held)", from, to, len(l.queued))
+	}
 	l.held = false
 	q := l.queued
 	l.queued = nil
@@ -153,12 +169,16 @@ func (s *Sim) send(from, to Addr, msg any) {
 	l := s.link(from, to)
 	if l.blocked {
 		s.stats.Dropped++
-		s.tracef("drop %d->%d %v (partitioned)", from, to, msg)
+		if s.trace != nil {
+			s.tracef("drop %d->%d %v (partitioned)", from, to, msg)
+		}
 		return
 	}
 	if l.Drop > 0 && s.rng.Float64() < l.Drop {
 		s.stats.Dropped++
-		s.tracef("drop %d->%d %v (loss)", from, to, msg)
+		if s.trace != nil {
+			s.tracef("drop %d->%d %v (loss)", from, to, msg)
+		}
 		return
 	}
 	it := item{kind: itDeliver, node: to, from: from, msg: msg}

@@ -251,6 +251,8 @@ func (s *Sim) schedule(it item) {
 	s.q.push(it)
 }
 
+// tracef writes a trace line. Callers test s.trace first: building the
+// arguments would otherwise allocate on every event of an untraced run.
 func (s *Sim) tracef(format string, args ...any) {
 	if s.trace == nil {
 		return
@@ -282,7 +284,9 @@ func (s *Sim) RunFor(d time.Duration) {
 			s.lastInv = s.now
 			if err := s.o.Invariant(s); err != nil {
 				s.err = fmt.Errorf("sim: seed=%d at %v: invariant violated: %w", s.o.Seed, time.Duration(s.now), err)
-				s.tracef("%v", s.err)
+				if s.trace != nil {
+					s.tracef("%v", s.err)
+				}
 				s.stopped = true
 			}
 		}
@@ -297,17 +301,23 @@ func (s *Sim) dispatch(it *item) {
 	case itDeliver:
 		if s.link(it.from, it.node).blocked {
 			s.stats.Dropped++
-			s.tracef("drop %d->%d %v (partitioned in flight)", it.from, it.node, it.msg)
+			if s.trace != nil {
+				s.tracef("drop %d->%d %v (partitioned in flight)", it.from, it.node, it.msg)
+			}
 			return
 		}
 		n := s.nodeIfUp(it.node)
 		if n == nil {
 			s.stats.Dropped++
-			s.tracef("drop %d->%d %v (down)", it.from, it.node, it.msg)
+			if s.trace != nil {
+				s.tracef("drop %d->%d %v (down)", it.from, it.node, it.msg)
+			}
 			return
 		}
 		s.stats.Delivered++
-		s.tracef("deliver %d->%d %v", it.from, it.node, it.msg)
+		if s.trace != nil {
+			s.tracef("deliver %d->%d %v", it.from, it.node, it.msg)
+		}
 		s.step(it.node, n, Event{Kind: Message, From: it.from, Msg: it.msg})
 	case itTick:
 		if !s.current(it.node, it.inc) {
@@ -328,12 +338,16 @@ func (s *Sim) dispatch(it *item) {
 			r.disk.FailSyncs(1)
 		}
 		if err := r.wal.Sync(); err != nil {
-			s.tracef("replica %d fsync failed (%v): crashing it", it.node, err)
+			if s.trace != nil {
+				s.tracef("replica %d fsync failed (%v): crashing it", it.node, err)
+			}
 			s.Crash(int(it.node))
 			return
 		}
 		s.stats.Syncs++
-		s.tracef("persisted %d up to %d", it.node, it.n)
+		if s.trace != nil {
+			s.tracef("persisted %d up to %d", it.node, it.n)
+		}
 		s.step(it.node, r.node, Event{Kind: Persisted, Persisted: it.n})
 	case itInvoke:
 		s.invokeNext(int(it.node) - s.cfg.Replicas)
