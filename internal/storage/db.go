@@ -620,11 +620,16 @@ func (db *DB) Scan(start, end []byte, at uint64, limit int, fn func(key []byte, 
 }
 
 func (db *DB) scanAt(start, end []byte, at uint64, limit int, fn func(key []byte, v Value) bool) error {
-	size := 128
+	size := scanBatch
 	if limit > 0 && limit < size {
 		size = limit
 	}
-	batch := make([]scanHit, 0, size)
+	bp := scanHits.Get().(*[]scanHit)
+	defer func() {
+		clear(*bp) // drop references to keys, values and segments
+		scanHits.Put(bp)
+	}()
+	batch := (*bp)[:0:size]
 	var arena []byte // the batch's keys, one allocation
 	from := string(start)
 	inclusive := true
@@ -685,6 +690,14 @@ func (db *DB) scanAt(start, end []byte, at uint64, limit int, fn func(key []byte
 		inclusive = false
 	}
 }
+
+const scanBatch = 128
+
+// scanHits recycles the per-scan hit slices (they never escape a scan).
+var scanHits = sync.Pool{New: func() any {
+	s := make([]scanHit, scanBatch)
+	return &s
+}}
 
 type scanHit struct {
 	key []byte
