@@ -18,8 +18,12 @@ type LinOptions struct {
 	// Timeout bounds porcupine's search per key (0 = 10 s). A key whose search
 	// times out is reported in the verdict's note, not as a violation.
 	Timeout time.Duration
-	// VisualizationDir, if set, receives lin-<key>.html for each failing key.
+	// VisualizationDir receives the porcupine HTML visualization of the
+	// first failing key, lin-<key>.html. Empty means a fresh file under
+	// os.TempDir()/kefir-check, so a failure always leaves one behind (the
+	// verdict names it); NoVisualization turns that off.
 	VisualizationDir string
+	NoVisualization  bool
 	// AllReads includes reads made at weaker consistency levels. By default only
 	// reads asking for linearizable (or the default level, which is
 	// linearizable) are judged: stale reads are what the weaker levels allow.
@@ -176,9 +180,12 @@ func Linearizable(h History, o LinOptions) Verdict {
 		if len(ops) <= o.ShrinkLimit {
 			culprit = shrinkLin(ops, o.ShrinkBudget)
 		}
-		if o.VisualizationDir != "" && v.Visualization == "" {
-			path := filepath.Join(o.VisualizationDir, "lin-"+sanitize(key)+".html")
-			if err := writeViz(path, info); err != nil {
+		if !o.NoVisualization && v.Visualization == "" {
+			path, err := vizPath(o.VisualizationDir, key)
+			if err == nil {
+				err = writeViz(path, info)
+			}
+			if err != nil {
 				v.Note = fmt.Sprintf("writing visualization: %v", err)
 			} else {
 				v.Visualization = path
@@ -229,6 +236,22 @@ func dropUnobservedPuts(ops []*Op) []*Op {
 		out = append(out, op)
 	}
 	return out
+}
+
+func vizPath(dir, key string) (string, error) {
+	if dir != "" {
+		return filepath.Join(dir, "lin-"+sanitize(key)+".html"), nil
+	}
+	dir = filepath.Join(os.TempDir(), "kefir-check")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("visualization dir: %w", err)
+	}
+	f, err := os.CreateTemp(dir, "lin-"+sanitize(key)+"-*.html")
+	if err != nil {
+		return "", fmt.Errorf("visualization file: %w", err)
+	}
+	f.Close()
+	return f.Name(), nil
 }
 
 func writeViz(path string, info porcupine.LinearizationInfo) error {

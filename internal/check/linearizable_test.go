@@ -125,7 +125,7 @@ func TestLinearizableFails(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			var b hist
 			build(&b)
-			if v := Linearizable(b.h, LinOptions{AllReads: true}); v.OK {
+			if v := Linearizable(b.h, LinOptions{AllReads: true, NoVisualization: true}); v.OK {
 				t.Fatalf("want violation, got %v", v)
 			}
 		})
@@ -142,7 +142,7 @@ func TestLinearizableDropsOnlyUnobservedUnknownPuts(t *testing.T) {
 	b.get(41, "x", "a", 60, 70)
 	b.get(41, "x", "seen", 80, 90)
 	b.get(41, "x", "a", 100, 110) // goes back: not linearizable
-	v := Linearizable(b.h, LinOptions{})
+	v := Linearizable(b.h, LinOptions{NoVisualization: true})
 	if v.OK {
 		t.Fatalf("want violation, got %v", v)
 	}
@@ -166,7 +166,7 @@ func TestShrinkNeverDropsWrites(t *testing.T) {
 	b.put(0, "x", "b", 20, 30)
 	b.cas(1, "x", "a", "c", false, 40, 50)
 	b.get(2, "x", "a", 60, 70)
-	v := Linearizable(b.h, LinOptions{})
+	v := Linearizable(b.h, LinOptions{NoVisualization: true})
 	if v.OK {
 		t.Fatal("want violation")
 	}
@@ -184,7 +184,7 @@ func TestShrinkCutsAtACleanPoint(t *testing.T) {
 	for i := int64(0); i < 20; i++ { // a long, innocent tail of writes
 		b.put(0, "x", "t", 100+20*i, 110+20*i)
 	}
-	v := Linearizable(b.h, LinOptions{})
+	v := Linearizable(b.h, LinOptions{NoVisualization: true})
 	if v.OK || len(v.Violations[0].Ops) != 3 {
 		t.Fatalf("want the 3-op prefix, got %v", v)
 	}
@@ -217,5 +217,26 @@ func TestStrictTurnsTimeoutsIntoFailures(t *testing.T) {
 	}
 	if v := Linearizable(b.h, LinOptions{Timeout: 1, Strict: true}); v.OK || !strings.Contains(v.Violations[0].Reason, "undecided") {
 		t.Fatalf("strict: want an undecided failure, got %v", v)
+	}
+}
+
+func TestFailureAlwaysLeavesAVisualization(t *testing.T) {
+	t.Setenv("TMPDIR", t.TempDir())
+	var b hist
+	b.put(0, "x", "a", 0, 10)
+	b.put(0, "x", "b", 20, 30)
+	b.get(1, "x", "a", 40, 50)
+	v := Linearizable(b.h, LinOptions{})
+	if v.OK || v.Visualization == "" {
+		t.Fatalf("want a violation with a visualization, got %v", v)
+	}
+	if !strings.HasPrefix(v.Visualization, filepath.Join(os.Getenv("TMPDIR"), "kefir-check", "lin-x-")) {
+		t.Fatalf("visualization at %s", v.Visualization)
+	}
+	if fi, err := os.Stat(v.Visualization); err != nil || fi.Size() < 1000 {
+		t.Fatalf("visualization file: %v", err)
+	}
+	if v := Linearizable(b.h, LinOptions{NoVisualization: true}); v.Visualization != "" {
+		t.Fatal("NoVisualization wrote one")
 	}
 }
