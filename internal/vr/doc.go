@@ -25,7 +25,9 @@
 //  1. Disk, in this order, as one append (one fsync covers the batch):
 //     if Snapshot is set, store it durably, discard the whole log and restore
 //     the state machine from it; if HasTruncate, discard log entries with
-//     op > Truncate; write HardState if set; append Entries. Then fsync and,
+//     op > Truncate; append Entries; write HardState if set (last: it may
+//     vouch for the entries before it, so a torn write must not keep it
+//     without them). Then fsync and,
 //     when the fsync returns, call Persisted(PersistSeq). Batches must become
 //     durable in order. A failed write or fsync must stop the replica (crash
 //     it): the core has already counted on the batch.

@@ -4,7 +4,7 @@ package vr
 // driver performs them in field order; doc.go states the obligations.
 type Ready struct {
 	// PersistSeq, when non-zero, numbers this batch's disk writes (Snapshot,
-	// Truncate, HardState, Entries). After they are written *and fsynced*, the
+	// Truncate, Entries, HardState, in that order). After they are written *and fsynced*, the
 	// driver calls Persisted(PersistSeq). Batches are synced in order: one
 	// fsync may cover several, reported as the highest.
 	PersistSeq uint64
@@ -12,15 +12,16 @@ type Ready struct {
 	// driver stores it durably, discards every log entry, and restores the
 	// application state from Snapshot.Data before applying anything later.
 	Snapshot *Snapshot
-	// Truncate, if HasTruncate, discards every log entry with op > Truncate
-	// (written before HardState and Entries, so a torn batch keeps a prefix of
-	// a log that is consistent with the hard state that survived).
+	// Truncate, if HasTruncate, discards every log entry with op > Truncate.
 	HasTruncate bool
 	Truncate    uint64
-	// HardState, if set, is written after the truncation and before Entries.
-	HardState *HardState
 	// Entries are appended to the log, contiguous after the log's last op.
 	Entries []Entry
+	// HardState, if set, is written last: it may claim a last-normal view
+	// whose start log is in Entries, so a torn batch must never keep the
+	// claim without the entries (a prefix of Truncate, Entries, HardState
+	// is always consistent).
+	HardState *HardState
 
 	// Messages may be sent at once, before the fsync of this batch: the core
 	// itself withholds every message that promises durability (prepare-ok,

@@ -106,12 +106,6 @@ type Replica struct {
 	snapWanted  []bool
 
 	// Follower state.
-	// catchUp: this replica joined the current view without its start-view
-	// log (it kept only its committed prefix); until its log reaches catchUp
-	// it keeps its old last-normal view and acknowledges nothing, because its
-	// log is not yet a full prefix of the view's log (a do-view-change
-	// claiming this view would hide committed ops).
-	catchUp      uint64
 	lastContact  int64
 	lastGetState int64
 	lastAck      [2]uint64 // view, op of the last prepare-ok sent
@@ -182,10 +176,15 @@ func New(cfg Config, st State) (*Replica, error) {
 		// in memory, so it can resume in that view and fill gaps by transfer.
 		r.status = Normal
 	default:
-		// A restarted leader may have lost entries it had sent (unsynced here,
-		// persisted by followers): leading the same view again could assign
-		// their op numbers to other requests. It waits for the next view.
 		r.status = ViewChange
+		if cfg.LeaderOf(r.view) == cfg.Self {
+			// A restarted leader may have lost entries it had sent (unsynced
+			// here, persisted by followers): leading the same view again
+			// would give their op numbers to other requests (found by the
+			// simulator, power-failure seed 282). It moves to the next view.
+			r.view++
+			r.hsDirty = true
+		}
 		r.svc[r.self] = true
 	}
 	return r, nil
@@ -269,6 +268,12 @@ func (r *Replica) installSnapshot(s *Snapshot) {
 	if r.handed != r.applied {
 		panic(fmt.Sprintf("vr: replica %d: snapshot while %d entries are being applied", r.cfg.Self, r.handed-r.applied))
 	}
+	// Outside normal status the entries after the snapshot stay: they may be
+	// this replica's copy of ops that are committed (see follow).
+	var keep []Entry
+	if r.status == ViewChange && r.lastOp() > s.Op {
+		keep = append(keep, r.log[s.Op+1-r.first:]...)
+	}
 	cp := *s
 	r.out.Snapshot = &cp
 	r.out.Entries, r.out.HasTruncate, r.out.Truncate = nil, false, 0
@@ -281,6 +286,7 @@ func (r *Replica) installSnapshot(s *Snapshot) {
 	}
 	r.loadClients(s.Clients)
 	r.hsDirty = true
+	r.appendEntries(keep)
 }
 
 func (r *Replica) loadClients(cs []ClientRecord) {
@@ -551,38 +557,32 @@ func (r *Replica) setCommit(c uint64) {
 	}
 }
 
-// follow handles a message from the leader of view v that shows the view is
-// running: a replica that missed its start (or is behind) joins it, keeping
-// only its committed prefix, and fetches the rest by state transfer.
-func (r *Replica) follow(j int, v, target uint64) bool {
+// follow handles a message from the leader of view v. A replica that is not
+// normal in v yet (it missed the start-view, or is behind by views) joins
+// the view the VR way: it enters the view change for v and sends its
+// do-view-change, which a leader already running v answers with the
+// start-view. It keeps its whole log meanwhile: truncating to the commit
+// point here could drop an op this replica's copy made committed, which a
+// later view change would then lose (found by the simulator: seed 3364).
+func (r *Replica) follow(j int, v uint64) bool {
 	if r.status == Recovering || v < r.view || j != r.leaderIdx(v) {
 		return false
 	}
 	if v == r.view && r.status == Normal {
 		return true
 	}
-	r.stepDown()
-	r.setView(v)
-	r.status = Normal
-	r.truncate(r.commit)
-	if r.lastOp() >= target {
-		r.lnv = v
-	} else {
-		r.catchUp = target
+	if v == r.view && (r.dvcSent != nil || r.pulling >= 0) {
+		return false // already asked; the tick resends
 	}
-	r.hsDirty = true
-	r.lastContact = r.now
-	r.requestState(j, true)
-	return false
-}
-
-// caughtUp ends a catch-up once the log covers the view's start.
-func (r *Replica) caughtUp() {
-	if r.catchUp > 0 && r.lastOp() >= r.catchUp {
-		r.catchUp = 0
-		r.lnv = r.view
+	if v > r.view || r.status != ViewChange {
+		r.stepDown()
+		r.setView(v)
+		r.status = ViewChange
+		r.vcStart, r.lastSVC = r.now, r.now
 		r.hsDirty = true
 	}
+	r.sendDVC()
+	return false
 }
 
 func (r *Replica) setView(v uint64) {
@@ -593,7 +593,7 @@ func (r *Replica) setView(v uint64) {
 }
 
 func (r *Replica) onPrepare(j int, m *Message) {
-	if !r.follow(j, m.View, m.Op) {
+	if !r.follow(j, m.View) {
 		return
 	}
 	r.lastContact = r.now
@@ -622,7 +622,6 @@ func (r *Replica) appendFrom(j int, m *Message) {
 	if c := min(m.Commit, r.lastOp()); c > r.commit {
 		r.setCommit(c)
 	}
-	r.caughtUp()
 }
 
 func (r *Replica) requestState(j int, force bool) {
@@ -642,8 +641,8 @@ func (r *Replica) maybeAck(hb uint64, heartbeat bool) {
 	op := r.durable
 	if r.mut.ackBeforePersist {
 		op = r.lastOp()
-	} else if r.synced < r.viewSeq || r.lnv != r.view {
-		op = 0 // the view itself is not durable (or not complete) yet: promise nothing
+	} else if r.synced < r.viewSeq {
+		op = 0 // the view itself is not durable yet: promise nothing
 	}
 	if !heartbeat && (op == 0 || (r.lastAck[0] == r.view && op <= r.lastAck[1])) {
 		return
@@ -655,7 +654,7 @@ func (r *Replica) maybeAck(hb uint64, heartbeat bool) {
 }
 
 func (r *Replica) onCommit(j int, m *Message) {
-	if !r.follow(j, m.View, m.Op) {
+	if !r.follow(j, m.View) {
 		return
 	}
 	r.lastContact = r.now
@@ -839,7 +838,6 @@ func (r *Replica) stepDown() {
 	}
 	r.dvcSent = nil
 	r.pulling = -1
-	r.catchUp = 0
 }
 
 func (r *Replica) startViewChange(v uint64) {
@@ -886,6 +884,12 @@ func (r *Replica) checkSVC() {
 	if cnt < r.f+1 {
 		return
 	}
+	r.sendDVC()
+}
+
+// sendDVC sends (or, at the new leader, records) this replica's
+// do-view-change for the current view, built from its log as it is now.
+func (r *Replica) sendDVC() {
 	m := Message{Type: MsgDoViewChange, View: r.view, LastNormalView: r.lnv, Op: r.lastOp(),
 		Commit: r.commit, First: r.first, Entries: r.copyLog(r.first, 0)}
 	r.stamp(&m, r.cfg.LeaderOf(r.view))
@@ -1033,19 +1037,22 @@ func (r *Replica) onStartView(j int, m *Message) {
 	}
 	r.stepDown()
 	r.setView(m.View)
-	r.status = Normal
 	r.hsDirty = true
 	r.lastContact = r.now
-	if m.First <= r.commit+1 {
-		r.lnv = m.View
-		r.adoptLog(m.First, m.Entries)
-		if c := min(m.Commit, r.lastOp()); c > r.commit {
-			r.setCommit(c)
-		}
-	} else {
-		r.truncate(r.commit)
-		r.catchUp = m.Op
-		r.requestState(j, true)
+	if m.First > r.commit+1 {
+		// The leader's log starts after our committed prefix: fetch its
+		// snapshot first, keeping our log (and staying out of the view)
+		// until the start-view can be adopted; the tick asks again.
+		r.status = ViewChange
+		r.vcStart, r.lastSVC = r.now, r.now
+		r.pulling = j
+		r.send(r.cfg.Members[j], Message{Type: MsgGetState, View: r.view, Op: r.commit})
+		return
+	}
+	r.status, r.lnv = Normal, m.View
+	r.adoptLog(m.First, m.Entries)
+	if c := min(m.Commit, r.lastOp()); c > r.commit {
+		r.setCommit(c)
 	}
 	r.maybeAck(0, false)
 }
@@ -1099,7 +1106,11 @@ func (r *Replica) onNewState(j int, m *Message) {
 			r.installSnapshot(s)
 		}
 		r.pulling = -1
-		r.tryStartView()
+		if r.isLeader() {
+			r.tryStartView()
+		} else {
+			r.sendDVC() // ask the leader for the start-view again
+		}
 	case r.status == Normal && m.View == r.view && j == r.leaderIdx(r.view) && !r.isLeader():
 		r.lastContact = r.now
 		if s := m.Snapshot; s != nil && s.Op > r.lastOp() {
@@ -1335,7 +1346,7 @@ func (r *Replica) checkInvariants() {
 	if r.durable > r.lastOp() {
 		panic(fmt.Sprintf("vr: replica %d: durable %d > last op %d", r.cfg.Self, r.durable, r.lastOp()))
 	}
-	if r.status == Normal && r.lnv != r.view && r.catchUp == 0 {
+	if r.status == Normal && r.lnv != r.view {
 		panic(fmt.Sprintf("vr: replica %d: normal in view %d but last normal view %d", r.cfg.Self, r.view, r.lnv))
 	}
 }

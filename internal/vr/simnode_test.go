@@ -501,15 +501,15 @@ func (n *simReplica) drain() {
 			if rd.HasTruncate {
 				n.out.Persist = append(n.out.Persist, binary.AppendUvarint([]byte{recTruncate}, rd.Truncate))
 			}
+			for i := range rd.Entries {
+				n.out.Persist = append(n.out.Persist, encodeEntry(&rd.Entries[i]))
+			}
 			if hs := rd.HardState; hs != nil {
 				b := []byte{recHardState}
 				for _, v := range []uint64{hs.View, hs.LastNormalView, hs.Commit} {
 					b = binary.AppendUvarint(b, v)
 				}
 				n.out.Persist = append(n.out.Persist, b)
-			}
-			for i := range rd.Entries {
-				n.out.Persist = append(n.out.Persist, encodeEntry(&rd.Entries[i]))
 			}
 			n.recs += len(n.out.Persist) - before
 			n.seqAt = append(n.seqAt, struct {
