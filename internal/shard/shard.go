@@ -91,6 +91,11 @@ type Options struct {
 	// they are applied; they then become durable only on a read, a sync write or
 	// the engine's own SyncInterval. Tests use it to observe the read check.
 	NoBackgroundSync bool
+	// ClientTTL is how long the client table remembers a client id after its last
+	// write (default 1h; negative = forever). Clients draw fresh ids (one per
+	// connection), so without expiry the table grows without bound; a retry older
+	// than the TTL may execute again.
+	ClientTTL time.Duration
 	// MaxScan caps a scan's limit (default 100000).
 	MaxScan int
 	Logger  *slog.Logger
@@ -138,6 +143,10 @@ type Shard struct {
 	closed  bool
 	stats   Status
 
+	// sweepEvery is how many writes pass between client-table expiry sweeps.
+	sweepEvery uint64
+	lastSweep  uint64
+
 	kick     chan struct{} // wakes the background syncer (cad writes)
 	done     chan struct{}
 	syncerWG sync.WaitGroup
@@ -146,8 +155,9 @@ type Shard struct {
 }
 
 type clientEntry struct {
-	seq uint64
-	res Result
+	seq     uint64
+	res     Result
+	touched int64 // unix nanos of the client's latest write
 }
 
 var _ Replica = (*Shard)(nil)
@@ -157,6 +167,9 @@ var _ Replica = (*Shard)(nil)
 func Open(db Engine, opts Options) (*Shard, error) {
 	if opts.Durability == 0 {
 		opts.Durability = level.Sync
+	}
+	if opts.ClientTTL == 0 {
+		opts.ClientTTL = time.Hour
 	}
 	if opts.MaxScan <= 0 {
 		opts.MaxScan = DefaultMaxScan
@@ -168,13 +181,14 @@ func Open(db Engine, opts Options) (*Shard, error) {
 		opts.Now = time.Now
 	}
 	s := &Shard{
-		db:      db,
-		opts:    opts,
-		log:     opts.Logger,
-		next:    db.LastVersion() + 1,
-		clients: make(map[uint64]clientEntry),
-		kick:    make(chan struct{}, 1),
-		done:    make(chan struct{}),
+		db:         db,
+		opts:       opts,
+		log:        opts.Logger,
+		next:       db.LastVersion() + 1,
+		clients:    make(map[uint64]clientEntry),
+		sweepEvery: 4096,
+		kick:       make(chan struct{}, 1),
+		done:       make(chan struct{}),
 	}
 	if err := s.loadClients(); err != nil {
 		return nil, fmt.Errorf("shard: load client table: %w", err)
@@ -289,6 +303,10 @@ func (s *Shard) Apply(ctx context.Context, reqs []WriteReq) (Pending, error) {
 	ts := s.opts.Now().UnixNano()
 	start := 0 // first request of the current chunk
 	s.recs = s.recs[:0]
+	if s.opts.ClientTTL > 0 && s.stats.Writes-s.lastSweep >= s.sweepEvery {
+		s.lastSweep = s.stats.Writes
+		s.expireClients(ts)
+	}
 	for i := range reqs {
 		r := &reqs[i]
 		r.Result, r.Err = Result{}, nil
@@ -349,6 +367,7 @@ func (s *Shard) flush(reqs []WriteReq, p *Pending) error {
 	if len(s.recs) == 0 {
 		return nil
 	}
+	ts := s.recs[0].Timestamp
 	pos, err := s.db.Append(s.recs...)
 	s.recs = s.recs[:0]
 	if err != nil {
@@ -372,7 +391,7 @@ func (s *Shard) flush(reqs []WriteReq, p *Pending) error {
 			// written earlier in the batch); the table outlives them.
 			res := r.Result
 			res.Bulk = bytes.Clone(res.Bulk)
-			s.clients[r.ID.Client] = clientEntry{seq: r.ID.Seq, res: res}
+			s.clients[r.ID.Client] = clientEntry{seq: r.ID.Seq, res: res, touched: ts}
 		}
 		switch r.Durability {
 		case level.Sync:
@@ -716,6 +735,30 @@ func (s *Shard) Status() Status {
 	return st
 }
 
+// maxExpirePerSweep bounds the tombstones one sweep adds to a batch.
+const maxExpirePerSweep = 1024
+
+// expireClients forgets clients idle longer than the TTL, in memory and in the
+// engine (a tombstone for the reserved key rides along with the current batch).
+func (s *Shard) expireClients(now int64) {
+	cutoff := now - int64(s.opts.ClientTTL)
+	n := 0
+	for id, e := range s.clients {
+		if e.touched >= cutoff {
+			continue
+		}
+		delete(s.clients, id)
+		s.recs = append(s.recs, storage.Record{Key: clientKey(id), Version: s.next, Timestamp: now, Tombstone: true})
+		s.next++
+		if n++; n == maxExpirePerSweep {
+			break
+		}
+	}
+	if n > 0 {
+		s.log.Debug("client table: expired idle clients", "count", n, "ttl", s.opts.ClientTTL)
+	}
+}
+
 // The client table is persisted as one reserved key per client id, written in the
 // same Append as the write it describes, so a sync write and its table entry become
 // durable together: a retry after a crash and restart is answered from the table
@@ -781,6 +824,7 @@ func (s *Shard) loadClients() error {
 			derr = err
 			return false
 		}
+		e.touched = v.Timestamp
 		s.clients[id] = e
 		return true
 	})

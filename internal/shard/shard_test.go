@@ -333,3 +333,33 @@ func TestClientRecordRoundTrip(t *testing.T) {
 }
 
 func runtimeGosched() { time.Sleep(time.Millisecond) }
+
+func TestIdleClientsExpireFromTheTable(t *testing.T) {
+	now := time.Unix(1000, 0)
+	n := newNode(t, Options{ClientTTL: time.Hour, Now: func() time.Time { return now }})
+	n.s.sweepEvery = 1
+	n.write(incr("x", 1), level.Sync, ReqID{Client: 1, Seq: 1})
+	n.write(incr("y", 1), level.Sync, ReqID{Client: 2, Seq: 1})
+	now = now.Add(50 * time.Minute)
+	n.write(incr("y", 1), level.Sync, ReqID{Client: 2, Seq: 2}) // client 2 stays active
+	now = now.Add(20 * time.Minute)
+	n.write(set("z", "1"), level.Sync, ReqID{}) // a write triggers the sweep
+	if got := n.s.Status().Clients; got != 1 {
+		t.Fatalf("client table has %d entries, want 1 (client 1 idle > TTL)", got)
+	}
+	// Forgotten across a restart too: the tombstone is in the engine.
+	n.s.Close()
+	n.db.Close()
+	n.open()
+	if got := n.s.Status().Clients; got != 1 {
+		t.Fatalf("after restart the table has %d entries, want 1", got)
+	}
+	// Client 2 is still deduplicated; client 1's old retry now executes again,
+	// which is the documented limit of the TTL.
+	if r := n.write(incr("y", 1), level.Sync, ReqID{Client: 2, Seq: 2}); r.Int != 2 {
+		t.Fatalf("active client's retry re-executed: %d", r.Int)
+	}
+	if r := n.write(incr("x", 1), level.Sync, ReqID{Client: 1, Seq: 1}); r.Int != 2 {
+		t.Fatalf("expired client's retry: %d", r.Int)
+	}
+}
