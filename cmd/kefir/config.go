@@ -126,6 +126,15 @@ var serverOptions = []option{
 			c.ShutdownTimeout = d
 			return err
 		}},
+	{"client-ttl", "1h", "How long the at-most-once table remembers an idle client id (KEFIR.CALL REQID); a retry older than this may execute again.",
+		func(c *serverConfig, v string) error {
+			d, err := time.ParseDuration(v)
+			if err == nil && d <= 0 {
+				err = errors.New("must be positive")
+			}
+			c.ClientTTL = d
+			return err
+		}},
 	{"log-level", "info", "Log level: debug, info, warn, error.",
 		func(c *serverConfig, v string) error { c.LogLevel = v; return nil }},
 	{"log-format", "text", "Log format: text or json.",

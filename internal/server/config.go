@@ -48,6 +48,10 @@ type Config struct {
 	// CacheBytes sizes the engine's value cache (0 = engine default).
 	CacheBytes int64
 
+	// ClientTTL is how long the at-most-once client table remembers an idle client
+	// id (0 = shard default, 1h).
+	ClientTTL time.Duration
+
 	// ShutdownTimeout bounds graceful shutdown's wait for in-flight commands.
 	ShutdownTimeout time.Duration
 

@@ -94,6 +94,7 @@ func New(cfg Config) (*Server, error) {
 	sh, err := shard.Open(db, shard.Options{
 		Durability:            cfg.Durability,
 		NoReadDurabilityCheck: false,
+		ClientTTL:             cfg.ClientTTL,
 		Logger:                s.log.With("component", "shard"),
 	})
 	if err != nil {
