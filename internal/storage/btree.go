@@ -1,5 +1,7 @@
 package storage
 
+import "unsafe"
+
 // tree is the index's ordered map: a B+tree of items by key, written for memory density.
 //
 // A general B-tree splits full nodes in half, so a tree filled in key order (a bulk
@@ -13,15 +15,16 @@ package storage
 // one descent. A pointer is valid until the next insert or remove. Not safe for
 // concurrent mutation; the DB's lock guards it.
 type tree struct {
-	root *bnode
-	n    int
+	root  *bnode
+	n     int
+	arena keyArena
 }
 
-// bMax is the inner-node fanout. leafMax is chosen so a leaf's item array (56-byte
-// items) fills a 4 KiB allocation size class: 73 × 56 = 4088 bytes.
+// bMax is the inner-node fanout. leafMax is chosen so a leaf's item array (48-byte
+// items) fills a 4 KiB allocation size class: 85 × 48 = 4080 bytes.
 const (
 	bMax    = 64
-	leafMax = 73
+	leafMax = 85
 )
 
 // bnode is a leaf (kids == nil: items) or an inner node (keys, kids). In an inner node
@@ -52,21 +55,19 @@ func prefix(k string) uint64 {
 	return p
 }
 
-func newLeaf() *bnode             { return &bnode{items: make([]item, 0, leafMax)} }
-func (n *bnode) isLeaf() bool     { return n.kids == nil }
-func newTree() *tree              { return &tree{root: newLeaf()} }
-func (t *tree) Len() int          { return t.n }
-func newInner() *bnode            { return &bnode{keys: make([]bkey, 0, bMax), kids: make([]*bnode, 0, bMax)} }
-func (n *bnode) firstKey() string { return firstKeyOf(n) }
-
-func firstKeyOf(n *bnode) string {
+func newLeaf() *bnode         { return &bnode{items: make([]item, 0, leafMax)} }
+func (n *bnode) isLeaf() bool { return n.kids == nil }
+func newTree() *tree          { return &tree{root: newLeaf()} }
+func (t *tree) Len() int      { return t.n }
+func newInner() *bnode        { return &bnode{keys: make([]bkey, 0, bMax), kids: make([]*bnode, 0, bMax)} }
+func (t *tree) firstKey(n *bnode) string {
 	for !n.isLeaf() {
 		n = n.kids[0]
 	}
 	if len(n.items) == 0 {
 		return ""
 	}
-	return n.items[0].key
+	return t.keyOf(&n.items[0])
 }
 
 // childIndex returns the child of inner node n whose range holds key.
@@ -85,17 +86,17 @@ func childIndex(keys []bkey, key string) int {
 }
 
 // search returns the index of the first item >= key and whether it is equal.
-func search(items []item, key string) (int, bool) {
+func (t *tree) search(items []item, key string) (int, bool) {
 	lo, hi := 0, len(items)
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
-		if items[m].key < key {
+		if t.keyOf(&items[m]) < key {
 			lo = m + 1
 		} else {
 			hi = m
 		}
 	}
-	return lo, lo < len(items) && items[lo].key == key
+	return lo, lo < len(items) && t.keyOf(&items[lo]) == key
 }
 
 // get returns a pointer to key's item, or nil.
@@ -104,7 +105,7 @@ func (t *tree) get(key string) *item {
 	for !n.isLeaf() {
 		n = n.kids[childIndex(n.keys, key)]
 	}
-	if i, ok := search(n.items, key); ok {
+	if i, ok := t.search(n.items, key); ok {
 		return &n.items[i]
 	}
 	return nil
@@ -115,7 +116,7 @@ func (t *tree) insert(it item) {
 	right, sep := t.ins(t.root, it, true)
 	if right != nil {
 		root := newInner()
-		root.keys = append(root.keys, mkKey(t.root.firstKey()), mkKey(sep))
+		root.keys = append(root.keys, mkKey(t.firstKey(t.root)), mkKey(sep))
 		root.kids = append(root.kids, t.root, right)
 		t.root = root
 	}
@@ -123,8 +124,9 @@ func (t *tree) insert(it item) {
 }
 
 func (t *tree) ins(n *bnode, it item, rightmost bool) (*bnode, string) {
+	key := t.keyOf(&it)
 	if n.isLeaf() {
-		i, found := search(n.items, it.key)
+		i, found := t.search(n.items, key)
 		if found {
 			panic("storage: index insert of a present key")
 		}
@@ -135,7 +137,7 @@ func (t *tree) ins(n *bnode, it item, rightmost bool) (*bnode, string) {
 		r := newLeaf()
 		if rightmost && i == len(n.items) {
 			r.items = append(r.items, it)
-			return r, it.key
+			return r, key
 		}
 		mid := leafMax / 2
 		r.items = append(r.items, n.items[mid:]...)
@@ -146,11 +148,11 @@ func (t *tree) ins(n *bnode, it item, rightmost bool) (*bnode, string) {
 		} else {
 			r.items = insertAt(r.items, i-mid, it)
 		}
-		return r, r.items[0].key
+		return r, t.keyOf(&r.items[0])
 	}
-	ci := childIndex(n.keys, it.key)
-	if k := n.kids[ci]; k.isLeaf() && len(k.items) == leafMax && n.shareLeaf(ci) {
-		ci = childIndex(n.keys, it.key)
+	ci := childIndex(n.keys, key)
+	if k := n.kids[ci]; k.isLeaf() && len(k.items) == leafMax && t.shareLeaf(n, ci) {
+		ci = childIndex(n.keys, key)
 	}
 	kid, sep := t.ins(n.kids[ci], it, rightmost && ci == len(n.kids)-1)
 	if kid == nil {
@@ -187,7 +189,7 @@ func (t *tree) ins(n *bnode, it item, rightmost bool) (*bnode, string) {
 // shareLeaf makes room in the full leaf kids[ci] by moving items to a sibling leaf with
 // room (as a B*-tree does), instead of splitting. It keeps randomly filled leaves about
 // 80% full instead of 69%, which is most of the index's memory.
-func (n *bnode) shareLeaf(ci int) bool {
+func (t *tree) shareLeaf(n *bnode, ci int) bool {
 	k := n.kids[ci]
 	if ci+1 < len(n.kids) {
 		if r := n.kids[ci+1]; len(r.items) < leafMax-1 {
@@ -198,7 +200,7 @@ func (n *bnode) shareLeaf(ci int) bool {
 			copy(r.items[:m], k.items[len(k.items)-m:])
 			clear(k.items[len(k.items)-m:])
 			k.items = k.items[:len(k.items)-m]
-			n.keys[ci+1] = mkKey(r.items[0].key)
+			n.keys[ci+1] = mkKey(t.keyOf(&r.items[0]))
 			return true
 		}
 	}
@@ -209,7 +211,7 @@ func (n *bnode) shareLeaf(ci int) bool {
 			copy(k.items, k.items[m:])
 			clear(k.items[len(k.items)-m:])
 			k.items = k.items[:len(k.items)-m]
-			n.keys[ci] = mkKey(k.items[0].key)
+			n.keys[ci] = mkKey(t.keyOf(&k.items[0]))
 			return true
 		}
 	}
@@ -244,10 +246,11 @@ func (t *tree) remove(key string) bool {
 // rm returns whether key was found and whether n is now empty.
 func (t *tree) rm(n *bnode, key string) (found, empty bool) {
 	if n.isLeaf() {
-		i, ok := search(n.items, key)
+		i, ok := t.search(n.items, key)
 		if !ok {
 			return false, false
 		}
+		t.arena.free(n.items[i].kref)
 		copy(n.items[i:], n.items[i+1:])
 		n.items[len(n.items)-1] = item{}
 		n.items = n.items[:len(n.items)-1]
@@ -266,11 +269,11 @@ func (t *tree) rm(n *bnode, key string) (found, empty bool) {
 }
 
 // ascend calls fn for each item with key >= pivot, in order, until fn returns false.
-func (t *tree) ascend(pivot string, fn func(*item) bool) { asc(t.root, pivot, fn) }
+func (t *tree) ascend(pivot string, fn func(*item) bool) { t.asc(t.root, pivot, fn) }
 
-func asc(n *bnode, pivot string, fn func(*item) bool) bool {
+func (t *tree) asc(n *bnode, pivot string, fn func(*item) bool) bool {
 	if n.isLeaf() {
-		for i, _ := search(n.items, pivot); i < len(n.items); i++ {
+		for i, _ := t.search(n.items, pivot); i < len(n.items); i++ {
 			if !fn(&n.items[i]) {
 				return false
 			}
@@ -278,7 +281,7 @@ func asc(n *bnode, pivot string, fn func(*item) bool) bool {
 		return true
 	}
 	for ci := childIndex(n.keys, pivot); ci < len(n.kids); ci++ {
-		if !asc(n.kids[ci], pivot, fn) {
+		if !t.asc(n.kids[ci], pivot, fn) {
 			return false
 		}
 	}
@@ -293,11 +296,12 @@ func (t *tree) check() error {
 	var walk func(n *bnode, lo, hi string, hasHi bool) error
 	walk = func(n *bnode, lo, hi string, hasHi bool) error {
 		if n.isLeaf() {
-			for _, it := range n.items {
-				if (!first && it.key <= prev) || it.key < lo || (hasHi && it.key >= hi) {
+			for i := range n.items {
+				k := t.keyOf(&n.items[i])
+				if (!first && k <= prev) || k < lo || (hasHi && k >= hi) {
 					return errTree
 				}
-				prev, first = it.key, false
+				prev, first = k, false
 				count++
 			}
 			return nil
@@ -344,7 +348,7 @@ func (t *tree) Get(key string) (item, bool) {
 
 // Set inserts it or replaces the item with its key.
 func (t *tree) Set(it item) {
-	if p := t.get(it.key); p != nil {
+	if p := t.get(t.keyOf(&it)); p != nil {
 		*p = it
 		return
 	}
@@ -356,3 +360,62 @@ func (t *tree) Delete(key string) { t.remove(key) }
 
 // Scan calls fn for every item in order until it returns false.
 func (t *tree) Scan(fn func(it item) bool) { t.ascend("", func(p *item) bool { return fn(*p) }) }
+
+// keyArena stores the index's keys back to back in large pointer-free chunks. An item
+// holds a 64-bit reference instead of a string, so the B+tree leaves hold no pointer
+// per key and the garbage collector neither scans nor marks a million key objects on
+// every cycle (with one heap object per key, GC work grew with the key count and stole
+// the read path's CPU). Keys of removed items are not reused: their bytes are counted
+// as garbage and reclaimed when the engine is reopened.
+type keyArena struct {
+	chunks  [][]byte
+	garbage int64
+}
+
+// A reference packs chunk (20 bits) | offset (20 bits) | length (24 bits).
+const (
+	arenaChunk   = 1 << 20
+	arenaBigKey  = 64 << 10 // keys at least this long get a chunk of their own
+	refLenBits   = 24
+	refOffBits   = 20
+	refChunkBits = 20
+)
+
+func (a *keyArena) add(k []byte) uint64 {
+	if len(k) >= 1<<refLenBits {
+		panic("storage: key too long for the index arena")
+	}
+	ci := len(a.chunks) - 1
+	if len(k) >= arenaBigKey {
+		a.chunks = append(a.chunks, append(make([]byte, 0, len(k)), k...))
+		ci = len(a.chunks) - 1
+	} else if ci < 0 || len(a.chunks[ci])+len(k) > cap(a.chunks[ci]) || cap(a.chunks[ci]) != arenaChunk {
+		a.chunks = append(a.chunks, make([]byte, 0, arenaChunk))
+		ci = len(a.chunks) - 1
+	}
+	if ci >= 1<<refChunkBits {
+		panic("storage: index arena exhausted")
+	}
+	c := a.chunks[ci]
+	off := len(c)
+	a.chunks[ci] = append(c, k...)
+	return uint64(ci)<<(refOffBits+refLenBits) | uint64(off)<<refLenBits | uint64(len(k))
+}
+
+func (a *keyArena) get(ref uint64) string {
+	n := int(ref & (1<<refLenBits - 1))
+	if n == 0 {
+		return ""
+	}
+	off := int(ref >> refLenBits & (1<<refOffBits - 1))
+	c := a.chunks[ref>>(refOffBits+refLenBits)]
+	return unsafe.String(&c[off], n)
+}
+
+func (a *keyArena) free(ref uint64) { a.garbage += int64(ref & (1<<refLenBits - 1)) }
+
+// keyOf returns it's key, backed by the arena (never modified; safe to keep).
+func (t *tree) keyOf(it *item) string { return t.arena.get(it.kref) }
+
+// newItem makes an item for key (copied into the arena) with versions vs.
+func (t *tree) newItem(key []byte, vs []ver) item { return makeItem(t.arena.add(key), vs) }

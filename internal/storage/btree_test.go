@@ -34,7 +34,7 @@ func TestTreeMatchesSortedMap(t *testing.T) {
 						p.v.version++
 						model[key]++
 					} else {
-						tr.insert(item{key: key, v: ver{version: 1}})
+						tr.insert(tr.newItem([]byte(key), []ver{{version: 1}}))
 						model[key] = 1
 					}
 				case r < 9:
@@ -53,10 +53,11 @@ func TestTreeMatchesSortedMap(t *testing.T) {
 					want = want[:min(len(want), 10)]
 					var got []string
 					tr.ascend(key, func(it *item) bool {
-						if it.v.version != model[it.key] {
-							t.Fatalf("item %s version %d, model %d", it.key, it.v.version, model[it.key])
+						k := tr.keyOf(it)
+						if it.v.version != model[k] {
+							t.Fatalf("item %s version %d, model %d", k, it.v.version, model[k])
 						}
-						got = append(got, it.key)
+						got = append(got, k)
 						return len(got) < 10
 					})
 					if !slices.Equal(got, want) {
@@ -75,13 +76,13 @@ func TestTreeMatchesSortedMap(t *testing.T) {
 func TestTreeCheckCanFail(t *testing.T) {
 	tr := newTree()
 	for i := 0; i < 200; i++ {
-		tr.insert(item{key: fmt.Sprintf("%04d", i)})
+		tr.insert(tr.newItem([]byte(fmt.Sprintf("%04d", i)), []ver{{}}))
 	}
 	if err := tr.check(); err != nil {
 		t.Fatal(err)
 	}
 	leaf := tr.root.kids[1]
-	leaf.items[0].key, leaf.items[1].key = leaf.items[1].key, leaf.items[0].key
+	leaf.items[0].kref, leaf.items[1].kref = leaf.items[1].kref, leaf.items[0].kref
 	if tr.check() == nil {
 		t.Fatal("check accepted out-of-order keys")
 	}
@@ -91,7 +92,7 @@ func TestTreeCheckCanFail(t *testing.T) {
 func TestTreeInOrderLoadIsDense(t *testing.T) {
 	tr := newTree()
 	for i := 0; i < leafMax*100; i++ {
-		tr.insert(item{key: fmt.Sprintf("%08d", i)})
+		tr.insert(tr.newItem([]byte(fmt.Sprintf("%08d", i)), []ver{{}}))
 	}
 	leaves := 0
 	var walk func(n *bnode)
@@ -127,4 +128,27 @@ func randBytes(rng *rand.Rand) []byte {
 		b[i] = byte(rng.Intn(3)) // small alphabet: lots of ties and zero bytes
 	}
 	return b
+}
+
+func TestKeyArenaRoundTrips(t *testing.T) {
+	var a keyArena
+	rng := rand.New(rand.NewSource(2))
+	refs := map[uint64]string{}
+	for i := 0; i < 5000; i++ {
+		n := 1 + rng.Intn(600)
+		if i%1000 == 0 {
+			n = arenaBigKey + rng.Intn(1000) // a chunk of its own
+		}
+		k := make([]byte, n)
+		rng.Read(k)
+		refs[a.add(k)] = string(k)
+	}
+	if len(a.chunks) < 3 {
+		t.Fatalf("only %d chunks: chunk boundaries not exercised", len(a.chunks))
+	}
+	for ref, want := range refs {
+		if got := a.get(ref); got != want {
+			t.Fatalf("ref %x: got %d bytes, want %d", ref, len(got), len(want))
+		}
+	}
 }

@@ -161,7 +161,7 @@ func (db *DB) moveLocked(key, val []byte, h recHdr, pos uint64, head bool, now i
 		return 0, nil
 	}
 	// Re-apply retention first: time-based versions may have expired since.
-	it = db.retainLocked(it.key, it.versions(nil), now)
+	it = db.retainLocked(it.kref, it.versions(nil), now)
 	db.idx.Set(it)
 	j := -1
 	for i := 0; i < it.n(); i++ {
@@ -175,7 +175,7 @@ func (db *DB) moveLocked(key, val []byte, h recHdr, pos uint64, head bool, now i
 	}
 	v := it.at(j)
 	if v.tombstone() && it.n() == 1 && head {
-		db.idx.Delete(it.key)
+		db.idx.Delete(keyString(key))
 		db.dropLocked(v)
 		return 0, nil
 	}
@@ -200,7 +200,7 @@ func (db *DB) moveLocked(key, val []byte, h recHdr, pos uint64, head bool, now i
 	db.liveAdd(start, int64(size))
 	vs := it.versions(nil)
 	vs[j] = v
-	db.idx.Set(makeItem(it.key, vs))
+	db.idx.Set(makeItem(it.kref, vs))
 	return size, nil
 }
 

@@ -208,7 +208,7 @@ func (db *DB) checkOrderLocked(recs []Record) error {
 func (db *DB) insertLocked(key []byte, v ver, now int64) error {
 	p := db.idx.get(keyString(key))
 	if p == nil {
-		db.idx.insert(item{key: string(key), v: v})
+		db.idx.insert(item{kref: db.idx.arena.add(key), v: v})
 		return nil
 	}
 	it := *p
@@ -225,13 +225,13 @@ func (db *DB) insertLocked(key []byte, v ver, now int64) error {
 	var stack [8]ver
 	vs := append(stack[:0], v)
 	vs = it.versions(vs)
-	*p = db.retainLocked(it.key, vs, now)
+	*p = db.retainLocked(it.kref, vs, now)
 	return nil
 }
 
 // retainLocked applies the retention policy to vs (newest first, distinct versions),
 // drops what it does not keep and returns the item to store.
-func (db *DB) retainLocked(key string, vs []ver, now int64) item {
+func (db *DB) retainLocked(kref uint64, vs []ver, now int64) item {
 	kept := vs[:1]
 	pruned := false
 	for i := 1; i < len(vs); i++ {
@@ -245,7 +245,7 @@ func (db *DB) retainLocked(key string, vs []ver, now int64) item {
 	if pruned {
 		kept[len(kept)-1].flags |= verPruned
 	}
-	return makeItem(key, kept)
+	return makeItem(kref, kept)
 }
 
 // now returns the retention clock, read only when time-based retention is on.
@@ -647,19 +647,20 @@ func (db *DB) scanAt(start, end []byte, at uint64, limit int, fn func(key []byte
 			want = limit - n
 		}
 		db.idx.ascend(from, func(it *item) bool {
-			if !inclusive && it.key == from {
+			key := db.idx.keyOf(it)
+			if !inclusive && key == from {
 				return true
 			}
-			if end != nil && it.key >= keyString(end) {
+			if end != nil && key >= keyString(end) {
 				return false
 			}
-			from = it.key
+			from = key
 			i, _ := it.pick(at)
 			if i < 0 || it.at(i).tombstone() {
 				return true
 			}
 			k0 := len(arena)
-			arena = append(arena, it.key...)
+			arena = append(arena, key...)
 			h := scanHit{key: arena[k0:len(arena):len(arena)], v: it.at(i)}
 			if h.v.pos >= uint64(db.writ) {
 				off := h.v.pos - uint64(db.writ)

@@ -57,14 +57,18 @@ func (db *DB) Checkpoint() error {
 	binary.LittleEndian.PutUint64(hdr[16:], lastV)
 	w.write(hdr[:])
 	count := uint64(0)
-	chunk := make([]item, 0, 4096)
+	type hintItem struct {
+		key string // arena-backed: immutable, safe to use after the lock is released
+		it  item
+	}
+	chunk := make([]hintItem, 0, 4096)
 	from, first := "", true
 	for w.err == nil {
 		chunk = chunk[:0]
 		db.mu.RLock()
 		db.idx.ascend(from, func(it *item) bool {
-			if first || it.key != from {
-				chunk = append(chunk, *it)
+			if k := db.idx.keyOf(it); first || k != from {
+				chunk = append(chunk, hintItem{k, *it})
 			}
 			return len(chunk) < cap(chunk)
 		})
@@ -73,9 +77,9 @@ func (db *DB) Checkpoint() error {
 			break
 		}
 		for i := range chunk {
-			it := &chunk[i]
-			w.uvarint(uint64(len(it.key)))
-			w.write([]byte(it.key))
+			it := &chunk[i].it
+			w.uvarint(uint64(len(chunk[i].key)))
+			w.write([]byte(chunk[i].key))
 			w.uvarint(uint64(it.n()))
 			for i := 0; i < it.n(); i++ {
 				v := it.at(i)
@@ -195,7 +199,8 @@ func (db *DB) loadHint(path string, p, logEnd uint64) error {
 	prev := ""
 	for i := uint64(0); i < n; i++ {
 		kl := r.uvarint()
-		key := string(r.bytes(kl))
+		kb := r.bytes(kl)
+		key := keyString(kb) // aliases the file's bytes: only compared, never kept
 		nv := r.uvarint()
 		if r.err != nil || nv == 0 || nv > 1<<20 || (i > 0 && key <= prev) {
 			return fmt.Errorf("%w: item %d", errBadHint, i)
@@ -213,7 +218,7 @@ func (db *DB) loadHint(path string, p, logEnd uint64) error {
 		if r.err != nil {
 			return fmt.Errorf("%w: item %d: %w", errBadHint, i, r.err)
 		}
-		db.idx.insert(makeItem(key, vs))
+		db.idx.insert(db.idx.newItem(kb, vs))
 		prev = key
 	}
 	if len(r.b) != 0 {

@@ -6,7 +6,7 @@ import (
 )
 
 // ver is one version of a key in the index. 32 bytes; a key with one version costs one
-// item (56 bytes in a B-tree node) plus its key string.
+// item (48 bytes in a B+tree leaf) plus its key bytes in the arena.
 type ver struct {
 	version uint64
 	ts      int64
@@ -29,7 +29,7 @@ func (v ver) end() Pos        { return Pos(v.pos + uint64(v.size)) }
 // common single-version key) the rest. The slice behind older is never modified in
 // place, so a cloned tree (checkpoints) can read it without locks.
 type item struct {
-	key   string
+	kref  uint64 // the key, in the tree's arena
 	v     ver
 	older *[]ver
 }
@@ -60,8 +60,8 @@ func (it *item) versions(dst []ver) []ver {
 	return dst
 }
 
-func makeItem(key string, vs []ver) item {
-	it := item{key: key, v: vs[0]}
+func makeItem(kref uint64, vs []ver) item {
+	it := item{kref: kref, v: vs[0]}
 	if len(vs) > 1 {
 		older := slices.Clone(vs[1:])
 		it.older = &older

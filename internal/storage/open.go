@@ -216,7 +216,7 @@ func (db *DB) recover() error {
 	// belongs to a key deleted since (its tombstone was reclaimed): it must not resurrect.
 	for k, floor := range floors {
 		if it, ok := db.idx.Get(k); ok && it.v.version < floor {
-			db.idx.Delete(it.key)
+			db.idx.Delete(k)
 		}
 	}
 	// Recount live bytes from the index (replay over-counts superseded copies).
@@ -346,7 +346,7 @@ func (db *DB) salvage(i int, off int64, cause error) error {
 func (db *DB) recoverInsert(key []byte, v ver, now int64) {
 	it, ok := db.idx.Get(keyString(key))
 	if !ok {
-		db.idx.Set(item{key: string(key), v: v})
+		db.idx.insert(item{kref: db.idx.arena.add(key), v: v})
 		return
 	}
 	if v.version > it.v.version {
@@ -377,5 +377,5 @@ func (db *DB) recoverInsert(key []byte, v ver, now int64) {
 		}
 		vs = slices.Insert(vs, j, v)
 	}
-	db.idx.Set(db.retainLocked(it.key, vs, now))
+	db.idx.Set(db.retainLocked(it.kref, vs, now))
 }
