@@ -23,6 +23,7 @@ import (
 
 	hdr "github.com/HdrHistogram/hdrhistogram-go"
 
+	"github.com/kefirdb/kefir/bench/limits"
 	"github.com/kefirdb/kefir/bench/ycsb/gen"
 )
 
@@ -246,6 +247,8 @@ type Report struct {
 	Engines []string       `json:"engines"`
 	Cells   []*Cell        `json:"cells"`
 	Notes   []string       `json:"notes"`
+	// Limits are this machine's floors, measured at the start in the scratch directory.
+	Limits *limits.Result `json:"limits,omitempty"`
 }
 
 func median(xs []float64) float64 {
@@ -310,6 +313,12 @@ func run(o *options, logw *os.File) (*Report, error) {
 			"put_value_sizes": o.values, "preloaded_keys": o.n, "preloaded_value_size": o.getValue,
 			"readers": o.readers, "scan_length": o.scanLen, "cache_bytes": o.cache, "key_size": keySize,
 		},
+	}
+	if lim, err := limits.Measure(root, 300); err == nil {
+		rep.Limits = &lim
+		b.logf("limits: %s\n", lim)
+	} else {
+		b.logf("limits: %v\n", err)
 	}
 	defer func() {
 		for _, e := range b.loaded {

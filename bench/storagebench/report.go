@@ -18,6 +18,9 @@ func (r *Report) Markdown() string {
 	fmt.Fprintf(&sb, "Command (from `bench/`): `%s`  \n", r.Command)
 	fmt.Fprintf(&sb, "Started %s, took %s; %v; load average at start %v; Kefir at %v; medians of %v runs, engines interleaved cell by cell.\n\n",
 		r.Started.Format("2006-01-02 15:04 UTC"), r.Elapsed, r.Machine["summary"], r.Machine["loadavg_at_start"], r.Machine["kefir_tree"], r.Config["runs"])
+	if r.Limits != nil {
+		fmt.Fprintf(&sb, "Physical floors on this machine, measured at the start: %s. One writer cannot exceed 1 / (write+fsync latency) durable puts per second.\n\n", r.Limits)
+	}
 	sb.WriteString("| workload | unit |")
 	for _, e := range r.Engines {
 		fmt.Fprintf(&sb, " %s |", e)

@@ -25,6 +25,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kefirdb/kefir/bench/limits"
 	"github.com/kefirdb/kefir/bench/ycsb/core"
 	"github.com/kefirdb/kefir/bench/ycsb/drivers"
 	"github.com/kefirdb/kefir/client"
@@ -105,10 +106,13 @@ func parse(args []string) (*flags, error) {
 
 // system is a connected driver.
 type system struct {
-	name  string
-	newDB core.NewDB
-	flush func(context.Context) error // empties the store before a load; nil if it cannot
-	close func() error
+	name string
+	// durable: a write is acknowledged only after an fsync, so its latency floor is a
+	// round trip plus an fsync (otherwise a round trip).
+	durable bool
+	newDB   core.NewDB
+	flush   func(context.Context) error // empties the store before a load; nil if it cannot
+	close   func() error
 }
 
 func connect(ctx context.Context, f *flags, index bool, pool int) (*system, error) {
@@ -173,16 +177,19 @@ func connect(ctx context.Context, f *flags, index bool, pool int) (*system, erro
 		if err != nil {
 			return nil, err
 		}
-		return &system{name: name, newDB: k.NewDB, close: k.Close}, nil
+		// The server's default durability is sync unless it was started otherwise.
+		durable := cfg.Durability == client.Sync || cfg.Durability.IsZero()
+		return &system{name: name, durable: durable, newDB: k.NewDB, close: k.Close}, nil
 	}
 	return nil, fmt.Errorf("unknown -db %q (want kefir, redis, respserver or null)", f.db)
 }
 
 // row is one measured cell for the reports.
 type row struct {
-	System string       `json:"system"`
-	Run    int          `json:"run"`
-	Result *core.Result `json:"result"`
+	System  string       `json:"system"`
+	Durable bool         `json:"durable_writes"`
+	Run     int          `json:"run"`
+	Result  *core.Result `json:"result"`
 }
 
 func main() {
@@ -193,10 +200,14 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	lim, lerr := limits.Measure(os.TempDir(), 300)
+	if lerr != nil {
+		fmt.Fprintln(os.Stderr, "ycsb: measuring limits:", lerr)
+	}
 	rows, err := run(ctx, f, os.Stderr)
 	if len(rows) > 0 {
 		cmd := "go run ./ycsb " + strings.Join(os.Args[1:], " ")
-		md := markdown(cmd, rows)
+		md := markdown(cmd, rows, lim)
 		fmt.Print(md)
 		if f.mdPath != "" {
 			if werr := os.WriteFile(f.mdPath, []byte(md), 0o644); werr != nil {
@@ -204,7 +215,7 @@ func main() {
 			}
 		}
 		if f.jsonPath != "" {
-			b, _ := json.MarshalIndent(map[string]any{"command": cmd, "rows": rows}, "", "  ")
+			b, _ := json.MarshalIndent(map[string]any{"command": cmd, "limits": lim, "rows": rows}, "", "  ")
 			if werr := os.WriteFile(f.jsonPath, append(b, '\n'), 0o644); werr != nil {
 				err = errors.Join(err, werr)
 			}
@@ -268,7 +279,7 @@ func run(ctx context.Context, f *flags, logw io.Writer) ([]row, error) {
 					if err != nil {
 						return rows, fmt.Errorf("run %s clients=%d target=%v: %w", w.Name, c, t, err)
 					}
-					rows = append(rows, row{System: sys.name, Run: run + 1, Result: res})
+					rows = append(rows, row{System: sys.name, Durable: sys.durable, Run: run + 1, Result: res})
 					fmt.Fprintln(logw, benchLine(sys.name, res))
 				}
 			}
@@ -293,11 +304,13 @@ func benchLine(sys string, r *core.Result) string {
 	return sb.String()
 }
 
-func markdown(cmd string, rows []row) string {
+func markdown(cmd string, rows []row, lim limits.Result) string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "Command (from `bench/`): `%s`\n\n", cmd)
-	sb.WriteString("| system | workload | clients | load | run | op | ops/s | p50 µs | p95 µs | p99 µs | p99.9 µs | errors | not found |\n")
-	sb.WriteString("|---|---|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	fmt.Fprintf(&sb, "Physical floors on this machine: %s. The \"× floor\" column is p50 ÷ the floor of that operation: "+
+		"a round trip, plus a write+fsync for writes of systems that fsync before acknowledging.\n\n", lim)
+	sb.WriteString("| system | workload | clients | load | run | op | ops/s | p50 µs | × floor | p95 µs | p99 µs | p99.9 µs | errors | not found |\n")
+	sb.WriteString("|---|---|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range rows {
 		mode := "closed"
 		if r.Result.Mode == "open" {
@@ -307,11 +320,22 @@ func markdown(cmd string, rows []row) string {
 			}
 		}
 		for _, op := range r.Result.PerOp {
-			fmt.Fprintf(&sb, "| %s | %s | %d | %s | %d | %s | %.0f | %.1f | %.1f | %.1f | %.1f | %d | %d |\n",
+			floor := lim.LoopbackRTTP50us
+			if r.Durable && (op.Op == "UPDATE" || op.Op == "INSERT" || op.Op == "READ-MODIFY-WRITE") {
+				floor += lim.FsyncP50us
+			}
+			if op.Op == "READ-MODIFY-WRITE" {
+				floor += lim.LoopbackRTTP50us
+			}
+			times := "–"
+			if floor > 0 {
+				times = fmt.Sprintf("%.1f×", op.P50Us/floor)
+			}
+			fmt.Fprintf(&sb, "| %s | %s | %d | %s | %d | %s | %.0f | %.1f | %s | %.1f | %.1f | %.1f | %d | %d |\n",
 				r.System, strings.ToUpper(r.Result.Workload), r.Result.Clients, mode, r.Run, op.Op, op.Throughput,
-				op.P50Us, op.P95Us, op.P99Us, op.P999Us, op.Errors, op.NotFound)
+				op.P50Us, times, op.P95Us, op.P99Us, op.P999Us, op.Errors, op.NotFound)
 		}
-		fmt.Fprintf(&sb, "| %s | %s | %d | %s | %d | **total** | **%.0f** | | | | | %d | |\n",
+		fmt.Fprintf(&sb, "| %s | %s | %d | %s | %d | **total** | **%.0f** | | | | | | %d | |\n",
 			r.System, strings.ToUpper(r.Result.Workload), r.Result.Clients, mode, r.Run, r.Result.Throughput, r.Result.Errors)
 	}
 	return sb.String()
