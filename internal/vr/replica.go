@@ -21,6 +21,11 @@ type State struct {
 	// Nonce identifies this recovery (drawn by the driver; the core has no
 	// randomness). Required with LostState.
 	Nonce uint64
+	// Bootstrap: this is the very first start of a new group (the driver
+	// knows, e.g. from an explicit init step): every replica starts normal in
+	// view 0. Any later start is a restart, even with an empty disk, and a
+	// restarted leader never leads its old view again.
+	Bootstrap bool
 }
 
 type batch struct {
@@ -171,6 +176,11 @@ func New(cfg Config, st State) (*Replica, error) {
 		r.status = Recovering
 		r.nonce = st.Nonce
 		r.recHave = r.commit
+	case st.Bootstrap:
+		if hs != (HardState{}) || st.Snapshot != nil || len(st.Entries) > 0 {
+			return nil, fmt.Errorf("vr: bootstrap with existing state (view %d, %d entries)", hs.View, len(st.Entries))
+		}
+		r.status = Normal
 	case r.view == r.lnv && cfg.LeaderOf(r.view) != cfg.Self:
 		// A follower's log is a prefix of its view's leader's log, on disk as
 		// in memory, so it can resume in that view and fill gaps by transfer.
@@ -207,6 +217,9 @@ func (r *Replica) isLeader() bool { return r.cfg.LeaderOf(r.view) == r.cfg.Self 
 func (r *Replica) leaderIdx(v uint64) int { return int(v % uint64(r.n)) }
 
 func (r *Replica) observe(now int64) {
+	if now > r.now {
+		r.now = now
+	}
 	if !r.started {
 		r.started = true
 		// Before the crash this replica may have acknowledged heartbeats; it
@@ -216,9 +229,6 @@ func (r *Replica) observe(now int64) {
 		if r.status == Recovering {
 			r.sendRecovery()
 		}
-	}
-	if now > r.now {
-		r.now = now
 	}
 }
 
@@ -1033,6 +1043,11 @@ func (r *Replica) onStartView(j int, m *Message) {
 		return
 	}
 	if m.View == r.view && r.status == Normal {
+		return
+	}
+	if m.View == r.view && m.Op < r.commit {
+		// A start-view overtaken by a snapshot we installed meanwhile (the
+		// leader's log only grows within a view): wait for the fresh one.
 		return
 	}
 	r.stepDown()

@@ -363,6 +363,7 @@ func newSimReplica(o simOptions) sim.ReplicaFactory {
 	return func(id sim.Addr, cfg sim.Config, recovered [][]byte) sim.Node {
 		st, state := replay(recovered)
 		incarnation[id]++
+		st.Bootstrap = incarnation[id] == 1
 		if o.lostState && incarnation[id] > 1 {
 			// A restart (even from a wiped disk) is not a new group.
 			st.LostState = true

@@ -1,0 +1,637 @@
+package vr
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Scenario tests: each drives a few cores by hand through one protocol step
+// and checks the actions they emit. The harness delivers messages only when
+// told to, and fsyncs only when told to (or always, with autoSync).
+
+const ms = int64(time.Millisecond)
+
+type tnet struct {
+	t        *testing.T
+	now      int64
+	rs       map[uint64]*Replica
+	ids      []uint64
+	q        []Message
+	autoSync bool
+	unsynced map[uint64]uint64 // highest persist seq issued, not yet synced
+	applied  map[uint64][]Committed
+	replies  map[uint64][]Reply
+	reads    map[uint64][]ReadState
+	snapReq  map[uint64][]uint64
+	errs     map[uint64][]error
+	sent     []Message // every message emitted, for assertions
+}
+
+func testConfig(self uint64, n int) Config {
+	return Config{Cluster: 42, Epoch: 1, Members: memberIDs(n), Self: self,
+		HeartbeatInterval: 10 * time.Millisecond, ViewChangeTimeout: 100 * time.Millisecond,
+		LeaseDuration: 50 * time.Millisecond, MaxDrift: 0.01, MaxBatch: 8, MaxInflight: 64}
+}
+
+func newNet(t *testing.T, n int) *tnet {
+	t.Helper()
+	net := &tnet{t: t, now: 1000 * ms, rs: map[uint64]*Replica{}, autoSync: true, unsynced: map[uint64]uint64{},
+		applied: map[uint64][]Committed{}, replies: map[uint64][]Reply{}, reads: map[uint64][]ReadState{},
+		snapReq: map[uint64][]uint64{}, errs: map[uint64][]error{}}
+	for _, id := range memberIDs(n) {
+		r, err := New(testConfig(id, n), State{Bootstrap: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		net.rs[id] = r
+		net.ids = append(net.ids, id)
+	}
+	for _, id := range net.ids {
+		net.rs[id].Tick(net.now)
+		net.ready(id)
+	}
+	return net
+}
+
+// ready performs one replica's actions: persist (sync now if autoSync),
+// queue messages, apply committed entries (result "r<op>").
+func (n *tnet) ready(id uint64) {
+	r := n.rs[id]
+	for i := 0; i < 50; i++ {
+		rd := r.Ready()
+		if rd.Empty() {
+			return
+		}
+		if rd.PersistSeq != 0 {
+			n.unsynced[id] = rd.PersistSeq
+		}
+		n.q = append(n.q, rd.Messages...)
+		n.sent = append(n.sent, rd.Messages...)
+		if len(rd.Committed) > 0 {
+			res := make([][]byte, len(rd.Committed))
+			for i, c := range rd.Committed {
+				if !c.Duplicate {
+					res[i] = []byte(fmt.Sprintf("r%d", c.Op))
+				}
+			}
+			n.applied[id] = append(n.applied[id], rd.Committed...)
+			r.Advance(res)
+		}
+		n.replies[id] = append(n.replies[id], rd.Replies...)
+		n.reads[id] = append(n.reads[id], rd.ReadStates...)
+		n.snapReq[id] = append(n.snapReq[id], rd.SnapshotNeeded...)
+		n.errs[id] = append(n.errs[id], rd.Errors...)
+		if n.autoSync && n.unsynced[id] != 0 {
+			n.sync(id)
+		}
+	}
+	n.t.Fatalf("replica %d: Ready never empties", id)
+}
+
+func (n *tnet) sync(id uint64) {
+	if s := n.unsynced[id]; s != 0 {
+		delete(n.unsynced, id)
+		n.rs[id].Persisted(s)
+		n.ready(id)
+	}
+}
+
+// deliver delivers queued messages (those keep returns true for; others are
+// dropped) until the network is quiet.
+func (n *tnet) deliver(keep func(Message) bool) {
+	for i := 0; len(n.q) > 0; i++ {
+		if i > 10000 {
+			n.t.Fatal("network never quiets")
+		}
+		m := n.q[0]
+		n.q = n.q[1:]
+		if keep != nil && !keep(m) {
+			continue
+		}
+		if r := n.rs[m.To]; r != nil {
+			r.Step(n.now, m)
+			n.ready(m.To)
+		}
+	}
+}
+
+// deliverOnce delivers the messages queued now that keep accepts, drops the
+// other queued ones, and leaves the replies queued.
+func (n *tnet) deliverOnce(keep func(Message) bool) {
+	q := n.q
+	n.q = nil
+	for _, m := range q {
+		if keep(m) {
+			n.rs[m.To].Step(n.now, m)
+			n.ready(m.To)
+		}
+	}
+}
+
+func (n *tnet) tick(d time.Duration, ids ...uint64) {
+	n.now += int64(d)
+	if len(ids) == 0 {
+		ids = n.ids
+	}
+	for _, id := range ids {
+		n.rs[id].Tick(n.now)
+		n.ready(id)
+	}
+}
+
+func (n *tnet) propose(id uint64, client, req uint64, data string) error {
+	err := n.rs[id].Propose(n.now, Request{Client: client, ReqNum: req, Data: []byte(data)})
+	return err
+}
+
+func (n *tnet) count(typ MsgType) int {
+	c := 0
+	for _, m := range n.sent {
+		if m.Type == typ {
+			c++
+		}
+	}
+	return c
+}
+
+func only(types ...MsgType) func(Message) bool {
+	return func(m Message) bool {
+		for _, t := range types {
+			if m.Type == t {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+func not(ids ...uint64) func(Message) bool {
+	return func(m Message) bool {
+		for _, id := range ids {
+			if m.To == id || m.From == id {
+				return false
+			}
+		}
+		return true
+	}
+}
+
+// TestBatchedPipelinedPrepare: proposals between two Readys become one
+// batch (one disk write, one prepare per follower); a second batch goes out
+// before the first is acknowledged.
+func TestBatchedPipelinedPrepare(t *testing.T) {
+	n := newNet(t, 3)
+	for i := uint64(1); i <= 5; i++ {
+		if err := n.propose(1, 100+i, 1, "put"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n.autoSync = false
+	rd := n.rs[1].Ready()
+	if len(rd.Entries) != 5 || rd.PersistSeq == 0 {
+		t.Fatalf("want one write of 5 entries, got %d entries seq %d", len(rd.Entries), rd.PersistSeq)
+	}
+	prepares := 0
+	for _, m := range rd.Messages {
+		if m.Type == MsgPrepare {
+			prepares++
+			if len(m.Entries) != 5 || m.First != 1 || m.Op != 5 {
+				t.Fatalf("prepare should carry ops 1..5: %v", m)
+			}
+		}
+	}
+	if prepares != 2 {
+		t.Fatalf("want one prepare per follower, got %d", prepares)
+	}
+	if err := n.propose(1, 200, 1, "put"); err != nil {
+		t.Fatal(err)
+	}
+	rd2 := n.rs[1].Ready()
+	if len(rd2.Entries) != 1 || rd2.Entries[0].Op != 6 || len(rd2.Messages) != 2 {
+		t.Fatalf("second batch must go out while the first is unacknowledged: %+v", rd2)
+	}
+	if c := n.rs[1].CommitPoint(); c != 0 {
+		t.Fatalf("nothing may commit before any fsync or ack, commit=%d", c)
+	}
+}
+
+// TestPrepareOKOnlyAfterPersist: a follower acknowledges nothing until its
+// fsync covers the entries; then one prepare-ok covers the whole batch.
+func TestPrepareOKOnlyAfterPersist(t *testing.T) {
+	n := newNet(t, 3)
+	n.autoSync = false
+	n.propose(1, 7, 1, "a")
+	n.propose(1, 8, 1, "b")
+	n.ready(1)
+	n.deliver(only(MsgPrepare))
+	for _, m := range n.sent {
+		if m.Type == MsgPrepareOK && m.Op > 0 {
+			t.Fatalf("prepare-ok before fsync: %v", m)
+		}
+	}
+	n.sync(2)
+	var oks []Message
+	for _, m := range n.q {
+		if m.Type == MsgPrepareOK {
+			oks = append(oks, m)
+		}
+	}
+	if len(oks) != 1 || oks[0].Op != 2 || oks[0].From != 2 {
+		t.Fatalf("want one prepare-ok for op 2 from replica 2, got %v", oks)
+	}
+}
+
+// TestCommitNeedsMajority: the leader's own fsync is not enough; one
+// follower's ack (f+1 = 2 of 3) commits, and the leader answers the client.
+func TestCommitNeedsMajority(t *testing.T) {
+	n := newNet(t, 3)
+	n.propose(1, 7, 1, "a")
+	n.ready(1)
+	// Replica 2 gets the prepare and persists it; replica 3 never does.
+	n.deliverOnce(func(m Message) bool { return m.Type == MsgPrepare && m.To == 2 })
+	if c := n.rs[1].CommitPoint(); c != 0 || len(n.q) != 1 || n.q[0].Type != MsgPrepareOK {
+		t.Fatalf("committed %d with only the leader's copy (queue %v)", c, n.q)
+	}
+	n.deliver(nil)
+	if c := n.rs[1].CommitPoint(); c != 1 {
+		t.Fatalf("commit = %d, want 1 after a follower's ack", c)
+	}
+	if rs := n.replies[1]; len(rs) != 1 || rs[0].Client != 7 || string(rs[0].Result) != "r1" {
+		t.Fatalf("want the leader's reply to client 7, got %+v", rs)
+	}
+}
+
+// TestFollowersLearnCommitFromHeartbeat: followers apply once a heartbeat
+// (or the next prepare) carries the commit point.
+func TestFollowersLearnCommitFromHeartbeat(t *testing.T) {
+	n := newNet(t, 3)
+	n.propose(1, 7, 1, "a")
+	n.ready(1)
+	n.deliver(nil)
+	if len(n.applied[2]) != 0 {
+		t.Fatal("follower applied before learning the commit point")
+	}
+	n.tick(10*time.Millisecond, 1)
+	n.deliver(nil)
+	for _, id := range []uint64{2, 3} {
+		if got := n.rs[id].Info(); got.Commit != 1 || len(n.applied[id]) != 1 {
+			t.Fatalf("replica %d: %+v applied %d", id, got, len(n.applied[id]))
+		}
+		if len(n.replies[id]) != 0 {
+			t.Fatalf("follower %d replied to a client", id)
+		}
+	}
+}
+
+// TestViewChange: when the leader goes silent, followers wait out their
+// lease promise and the timeout, run start-view-change / do-view-change /
+// start-view, and the new leader keeps the old leader's prepared entries.
+func TestViewChange(t *testing.T) {
+	n := newNet(t, 3)
+	n.propose(1, 7, 1, "a")
+	n.ready(1)
+	n.deliver(nil) // op 1 prepared everywhere, committed at the leader only
+	n.tick(10*time.Millisecond, 1)
+	n.deliver(nil) // heartbeat: followers now promise the lease
+	delete(n.rs, 1)
+	n.ids = []uint64{2, 3}
+	n.tick(60 * time.Millisecond)
+	if got := n.rs[2].Info().Status; got != Normal {
+		t.Fatalf("a follower must not start a view change within its lease promise and timeout: %v", got)
+	}
+	for i := 0; i < 5; i++ {
+		n.tick(25 * time.Millisecond)
+		n.deliver(nil)
+	}
+	i2 := n.rs[2].Info()
+	if !i2.IsLeader || i2.View != 1 || i2.LastOp != 1 {
+		t.Fatalf("replica 2 should lead view 1 with op 1: %+v", i2)
+	}
+	if i3 := n.rs[3].Info(); i3.Status != Normal || i3.View != 1 || i3.Leader != 2 {
+		t.Fatalf("replica 3 should follow view 1: %+v", i3)
+	}
+	for _, typ := range []MsgType{MsgStartViewChange, MsgDoViewChange, MsgStartView} {
+		if n.count(typ) == 0 {
+			t.Fatalf("no %v sent", typ)
+		}
+	}
+	n.propose(2, 8, 1, "b")
+	n.ready(2)
+	n.deliver(nil)
+	if c := n.rs[2].CommitPoint(); c != 2 {
+		t.Fatalf("new leader's commit = %d, want 2 (op 1 from the old view, op 2 new)", c)
+	}
+}
+
+// TestLeaseTiming: the lease needs acknowledgements from f followers,
+// starts at the heartbeat's send time and lasts LeaderLease() = L(1-ρ)/(1+ρ).
+func TestLeaseTiming(t *testing.T) {
+	n := newNet(t, 3)
+	if _, err := n.rs[1].LeaseRead(n.now); !errors.Is(err, ErrNoLease) {
+		t.Fatalf("lease before any acknowledgement: %v", err)
+	}
+	n.tick(10*time.Millisecond, 1)
+	sent := n.now
+	n.now += int64(time.Millisecond)
+	n.deliver(nil)
+	if _, err := n.rs[1].LeaseRead(n.now); err != nil {
+		t.Fatalf("lease after a majority acked: %v", err)
+	}
+	lease := int64(n.rs[1].Config().LeaderLease())
+	if want := int64(50 * time.Millisecond * 99 / 101); lease < want-1 || lease > want {
+		t.Fatalf("LeaderLease = %d, want %d", lease, want)
+	}
+	if _, err := n.rs[1].LeaseRead(sent + lease - 1); err != nil {
+		t.Fatalf("lease must hold until send time + %d: %v", lease, err)
+	}
+	if _, err := n.rs[1].LeaseRead(sent + lease); !errors.Is(err, ErrNoLease) {
+		t.Fatalf("lease must end at send time + lease: %v", err)
+	}
+	if _, err := n.rs[2].LeaseRead(n.now); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("a follower has no lease: %v", err)
+	}
+}
+
+// TestReadIndex: a read-index read is confirmed only by a heartbeat round
+// sent after it was registered, acknowledged by f followers.
+func TestReadIndex(t *testing.T) {
+	n := newNet(t, 3)
+	n.propose(1, 7, 1, "a")
+	n.ready(1)
+	n.deliver(nil)
+	if err := n.rs[1].ReadIndex(n.now, 99); err != nil {
+		t.Fatal(err)
+	}
+	n.ready(1)
+	if len(n.reads[1]) != 0 {
+		t.Fatal("read confirmed before any heartbeat acknowledgement")
+	}
+	n.deliver(func(m Message) bool { return m.To != 1 }) // acks lost
+	if len(n.reads[1]) != 0 {
+		t.Fatal("read confirmed without acknowledgements")
+	}
+	if err := n.rs[1].ReadIndex(n.now, 100); err != nil {
+		t.Fatal(err)
+	}
+	n.ready(1)
+	n.deliver(nil)
+	got := n.reads[1]
+	if len(got) != 2 || got[0].Index != 1 || got[0].Err != nil {
+		t.Fatalf("want both reads confirmed at index 1, got %+v", got)
+	}
+	if err := n.rs[2].ReadIndex(n.now, 1); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("follower read index: %v", err)
+	}
+}
+
+// TestClientTable: a retry of an executed request gets the cached reply; a
+// request number below the table's is stale; a retry in flight is not
+// ordered twice.
+func TestClientTable(t *testing.T) {
+	n := newNet(t, 3)
+	n.propose(1, 7, 5, "a")
+	n.propose(1, 7, 5, "a") // in flight: dropped
+	n.ready(1)
+	n.deliver(nil)
+	if got := n.rs[1].Info().LastOp; got != 1 {
+		t.Fatalf("a duplicate in flight was ordered again: last op %d", got)
+	}
+	n.replies[1] = nil
+	if err := n.propose(1, 7, 5, "a"); err != nil {
+		t.Fatal(err)
+	}
+	n.ready(1)
+	if rs := n.replies[1]; len(rs) != 1 || string(rs[0].Result) != "r1" || rs[0].Op != 1 {
+		t.Fatalf("duplicate must be answered from the table: %+v", rs)
+	}
+	if got := n.rs[1].Info().LastOp; got != 1 {
+		t.Fatalf("a duplicate of an executed request was ordered: last op %d", got)
+	}
+	if err := n.propose(1, 7, 4, "old"); !errors.Is(err, ErrStaleRequest) {
+		t.Fatalf("stale request: %v", err)
+	}
+	// Followers built the same table from the log.
+	n.tick(10*time.Millisecond, 1)
+	n.deliver(nil)
+	tab := n.rs[3].ClientTable()
+	if len(tab) != 1 || tab[0].Client != 7 || tab[0].ReqNum != 5 || string(tab[0].Result) != "r1" {
+		t.Fatalf("follower's client table: %+v", tab)
+	}
+}
+
+// TestDuplicateEntriesAreNotExecuted: if a retry was ordered twice (across a
+// view change), the second copy is marked Duplicate for every replica.
+func TestDuplicateEntriesAreNotExecuted(t *testing.T) {
+	r, err := New(testConfig(2, 3), State{HardState: HardState{Commit: 2}, Entries: []Entry{
+		{View: 0, Op: 1, Request: Request{Client: 7, ReqNum: 1, Data: []byte("incr")}},
+		{View: 1, Op: 2, Request: Request{Client: 7, ReqNum: 1, Data: []byte("incr")}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Tick(0)
+	rd := r.Ready()
+	if len(rd.Committed) != 2 || rd.Committed[0].Duplicate || !rd.Committed[1].Duplicate {
+		t.Fatalf("want op 1 executed and op 2 marked duplicate: %+v", rd.Committed)
+	}
+	r.Advance([][]byte{[]byte("1"), nil})
+}
+
+// TestConfigMismatchRefused: a message from a different cluster, epoch or
+// member list changes nothing; the receiver reports a ConfigError and tells
+// the sender, which reports a RefusedError.
+func TestConfigMismatchRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		mutate func(*Config)
+		want   string
+	}{
+		{"cluster", func(c *Config) { c.Cluster = 43 }, "cluster 43"},
+		{"epoch", func(c *Config) { c.Epoch = 0 }, "epoch 0"},
+		{"peers", func(c *Config) { c.Members = []uint64{1, 2, 4} }, "member list differs"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newNet(t, 3)
+			cfg := testConfig(1, 3)
+			tc.mutate(&cfg)
+			if tc.name == "peers" {
+				cfg.Members = []uint64{1, 2, 4}
+			}
+			bad, err := New(cfg, State{Bootstrap: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			bad.Tick(n.now)
+			bad.Propose(n.now, Request{Client: 1, ReqNum: 1})
+			rd := bad.Ready()
+			var m Message
+			for _, x := range rd.Messages {
+				if x.To == 2 {
+					m = x
+				}
+			}
+			before := n.rs[2].Info()
+			n.rs[2].Step(n.now, m)
+			n.ready(2)
+			if after := n.rs[2].Info(); after != before {
+				t.Fatalf("refused message changed state: %+v -> %+v", before, after)
+			}
+			errs := n.errs[2]
+			var ce *ConfigError
+			if len(errs) != 1 || !errors.As(errs[0], &ce) || !strings.Contains(ce.Error(), tc.want) {
+				t.Fatalf("want a ConfigError mentioning %q, got %v", tc.want, errs)
+			}
+			var refuse Message
+			for _, x := range n.q {
+				if x.Type == MsgRefuse {
+					refuse = x
+				}
+			}
+			bad.Step(n.now, refuse)
+			var re *RefusedError
+			if rd := bad.Ready(); len(rd.Errors) != 1 || !errors.As(rd.Errors[0], &re) || re.By != 2 {
+				t.Fatalf("sender must learn it was refused: %+v", rd.Errors)
+			}
+		})
+	}
+}
+
+// TestStateTransferNeedsSnapshot: a follower that missed ops the leader has
+// compacted away asks for state; the core asks the driver for a snapshot,
+// sends it, and the follower installs it and catches up.
+func TestStateTransferNeedsSnapshot(t *testing.T) {
+	n := newNet(t, 3)
+	cut := func(m Message) bool { return m.To != 3 && m.From != 3 }
+	for i := uint64(1); i <= 10; i++ {
+		n.propose(1, 100+i, 1, "w")
+		n.ready(1)
+		n.deliver(cut)
+	}
+	if c := n.rs[1].CommitPoint(); c != 10 {
+		t.Fatalf("commit %d", c)
+	}
+	if err := n.rs[1].Compact(8); err != nil {
+		t.Fatal(err)
+	}
+	n.tick(10*time.Millisecond, 1)
+	n.deliver(nil) // heartbeat shows replica 3 it is behind: get-state
+	if got := n.snapReq[1]; len(got) != 1 || got[0] != 3 {
+		t.Fatalf("leader should ask the driver for a snapshot for replica 3: %v", got)
+	}
+	snap := Snapshot{Op: 10, Clients: n.rs[1].ClientTable(), Data: []byte("state@10")}
+	if err := n.rs[1].SendSnapshot(3, snap); err != nil {
+		t.Fatal(err)
+	}
+	n.ready(1)
+	n.deliver(nil)
+	i3 := n.rs[3].Info()
+	if i3.Applied != 10 || i3.FirstOp != 11 || len(n.rs[3].ClientTable()) != 10 {
+		t.Fatalf("replica 3 should have installed the snapshot at 10: %+v, %d clients", i3, len(n.rs[3].ClientTable()))
+	}
+	n.propose(1, 500, 1, "w")
+	n.ready(1)
+	n.deliver(nil)
+	n.tick(10*time.Millisecond, 1)
+	n.deliver(nil)
+	if i3 := n.rs[3].Info(); i3.Commit != 11 {
+		t.Fatalf("replica 3 should follow after the snapshot: %+v", i3)
+	}
+}
+
+// TestRecoveryProtocol: a replica that lost state neither votes nor
+// acknowledges until f+1 replicas, the leader among them, answered its nonce.
+func TestRecoveryProtocol(t *testing.T) {
+	n := newNet(t, 3)
+	for i := uint64(1); i <= 3; i++ {
+		n.propose(1, 100+i, 1, "w")
+		n.ready(1)
+		n.deliver(nil)
+	}
+	r, err := New(testConfig(3, 3), State{LostState: true, Nonce: 77})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.rs[3] = r
+	n.sent = nil
+	n.tick(time.Millisecond, 3)
+	if c := n.count(MsgRecovery); c != 2 {
+		t.Fatalf("recovering replica should ask both peers, sent %d: %v", c, n.sent)
+	}
+	// A prepare reaching it before recovery is not acknowledged.
+	n.propose(1, 200, 1, "w")
+	n.ready(1)
+	n.deliver(func(m Message) bool { return m.Type == MsgPrepare })
+	for _, m := range n.sent {
+		if m.From == 3 && m.Type == MsgPrepareOK {
+			t.Fatalf("recovering replica acknowledged: %v", m)
+		}
+	}
+	if got := r.Info().Status; got != Recovering {
+		t.Fatalf("status %v", got)
+	}
+	n.q = nil
+	n.tick(10*time.Millisecond, 3)
+	n.deliver(nil)
+	if i := r.Info(); i.Status != Normal || i.LastOp != 4 || i.View != 0 {
+		t.Fatalf("recovered replica should hold the leader's log: %+v", i)
+	}
+	// A stale response (another nonce) is ignored.
+	r2, _ := New(testConfig(2, 3), State{LostState: true, Nonce: 5})
+	r2.Tick(n.now)
+	r2.Ready()
+	r2.Step(n.now, Message{Type: MsgRecoveryResponse, Cluster: 42, Epoch: 1, ConfigHash: testConfig(1, 3).Hash(), From: 1, To: 2, Nonce: 4})
+	r2.Step(n.now, Message{Type: MsgRecoveryResponse, Cluster: 42, Epoch: 1, ConfigHash: testConfig(1, 3).Hash(), From: 3, To: 2, Nonce: 4})
+	if r2.Info().Status != Recovering {
+		t.Fatal("responses with another nonce completed recovery")
+	}
+}
+
+// TestInvariantsPanic: breaking an invariant panics with context instead of
+// corrupting state.
+func TestInvariantsPanic(t *testing.T) {
+	n := newNet(t, 3)
+	n.propose(1, 7, 1, "a")
+	n.ready(1)
+	n.deliver(nil)
+	r := n.rs[1]
+	for name, f := range map[string]func(){
+		"truncate committed": func() { r.truncate(0) },
+		"view goes back":     func() { r.setView(0); r.view = 5; r.setView(4) },
+		"commit beyond log":  func() { r.setCommit(99) },
+	} {
+		func() {
+			defer func() {
+				p := recover()
+				if p == nil || !strings.Contains(fmt.Sprint(p), "replica 1") {
+					t.Errorf("%s: want a panic naming the replica, got %v", name, p)
+				}
+			}()
+			f()
+		}()
+	}
+}
+
+// TestConfigValidate rejects configurations that cannot work.
+func TestConfigValidate(t *testing.T) {
+	good := testConfig(1, 3)
+	if err := good.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for name, f := range map[string]func(*Config){
+		"even":       func(c *Config) { c.Members = []uint64{1, 2} },
+		"self":       func(c *Config) { c.Self = 9 },
+		"duplicate":  func(c *Config) { c.Members = []uint64{1, 1, 2} },
+		"lease>vct":  func(c *Config) { c.LeaseDuration = time.Second },
+		"drift":      func(c *Config) { c.MaxDrift = 0.5 },
+		"timeout<hb": func(c *Config) { c.ViewChangeTimeout = time.Millisecond },
+	} {
+		c := testConfig(1, 3)
+		f(&c)
+		if err := c.Validate(); err == nil {
+			t.Errorf("%s: accepted %+v", name, c)
+		}
+	}
+}
