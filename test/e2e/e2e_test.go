@@ -320,3 +320,42 @@ func TestLossCheckDetectsLostAsyncWrites(t *testing.T) {
 		t.Fatal("no async write was lost by SIGKILL: the crash is not exercising durability, so the sync test proves nothing")
 	}
 }
+
+// A frozen node (SIGSTOP) makes calls time out instead of hanging; after SIGCONT
+// it serves again with its data intact.
+func TestPausedNodeTimesOutAndRecovers(t *testing.T) {
+	n := cluster.NewNode(t, "n1")
+	n.Start()
+	c := dial(t, n.ClientAddr)
+	ctx := context.Background()
+	if err := c.Put(ctx, "k", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	n.Pause()
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	t0 := time.Now()
+	v, err := c.Get(short, "k")
+	cancel()
+	if err == nil {
+		t.Fatalf("a read from a stopped process succeeded after %v: %q (state: %s)", time.Since(t0), v, procState(n.Pid()))
+	}
+	n.Resume()
+	resumed := time.Now()
+	defer func() { t.Logf("served again %v after SIGCONT", time.Since(resumed)) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		v, err := c.Get(ctx, "k")
+		if err == nil && string(v) == "v" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after SIGCONT: %q, %v", v, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func procState(pid int) string {
+	out, _ := exec.Command("ps", "-o", "stat=", "-p", strconv.Itoa(pid)).Output()
+	return strings.TrimSpace(string(out))
+}

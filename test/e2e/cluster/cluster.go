@@ -261,9 +261,42 @@ func (n *Node) Stop() int {
 	return n.Wait(30 * time.Second)
 }
 
-// Pause freezes the process (SIGSTOP); Resume thaws it (SIGCONT).
-func (n *Node) Pause()  { n.signal(syscall.SIGSTOP) }
-func (n *Node) Resume() { n.signal(syscall.SIGCONT) }
+// Pause freezes the process (SIGSTOP) and returns once the kernel reports it
+// stopped: signal delivery is asynchronous, and a request sent right after kill(2)
+// could otherwise still be served.
+func (n *Node) Pause() {
+	n.t.Helper()
+	n.signal(syscall.SIGSTOP)
+	n.waitState(true)
+}
+
+// Resume thaws a paused process (SIGCONT) and returns once it runs again.
+func (n *Node) Resume() {
+	n.t.Helper()
+	n.signal(syscall.SIGCONT)
+	n.waitState(false)
+}
+
+// waitState polls /proc/<pid>/stat until the process is (or is no longer) in
+// state T (stopped).
+func (n *Node) waitState(stopped bool) {
+	n.t.Helper()
+	pid := n.Pid()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return // exited; callers find out on their next operation
+		}
+		// Format: pid (comm) state ...; comm may contain spaces, so split after ')'.
+		i := bytes.LastIndexByte(b, ')')
+		if i >= 0 && i+2 < len(b) && (b[i+2] == 'T') == stopped {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+	n.t.Fatalf("cluster: %s did not become stopped=%v", n.ID, stopped)
+}
 
 // Restart kills the node if it runs and starts it again on the same ports and
 // directory.
