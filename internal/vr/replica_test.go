@@ -168,17 +168,6 @@ func only(types ...MsgType) func(Message) bool {
 	}
 }
 
-func not(ids ...uint64) func(Message) bool {
-	return func(m Message) bool {
-		for _, id := range ids {
-			if m.To == id || m.From == id {
-				return false
-			}
-		}
-		return true
-	}
-}
-
 // TestBatchedPipelinedPrepare: proposals between two Readys become one
 // batch (one disk write, one prepare per follower); a second batch goes out
 // before the first is acknowledged.
