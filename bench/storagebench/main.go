@@ -515,6 +515,9 @@ func (b *bench) drive(workers int, op func(w int, r *rand.Rand) error) (float64,
 	if firstErr != nil {
 		return 0, nil, firstErr
 	}
+	if total == 0 {
+		return 0, nil, fmt.Errorf("no operation completed in the %v measured window (machine overloaded, or -d too short)", b.o.dur)
+	}
 	// Operations that started before the end count; the measured window is therefore
 	// from measureFrom to when the last of them finished.
 	window := time.Since(measureFrom)

@@ -9,7 +9,7 @@ import (
 // but measures nothing worth reporting.
 func tinyOptions(t *testing.T, engines ...string) *options {
 	t.Helper()
-	o, err := parseFlags([]string{"-runs", "1", "-d", "20ms", "-warmup", "5ms", "-n", "3000",
+	o, err := parseFlags([]string{"-runs", "1", "-d", "100ms", "-warmup", "10ms", "-n", "3000",
 		"-writers", "1,4", "-values", "100", "-phases", "put,get,scan,reopen", "-dir", t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
