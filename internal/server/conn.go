@@ -97,7 +97,9 @@ func (s *Server) newConn(nc net.Conn, id int64) *conn {
 	c.log = s.log.With("conn", id, "remote", c.addr)
 	c.rd = resp.NewReader(nc, 0)
 	c.rd.SetMaxBulk(s.cfg.MaxBulk)
-	c.w = resp.NewWriter(&c.out, 64<<10)
+	// The writer only stages replies for outBuf (an in-memory copy), so a small
+	// buffer costs little and keeps idle connections cheap.
+	c.w = resp.NewWriter(&c.out, 4<<10)
 	return c
 }
 
@@ -210,8 +212,8 @@ func (c *conn) release() error {
 		return nil
 	}
 	_, err := c.nc.Write(c.out.b)
-	if cap(c.out.b) > 4<<20 {
-		c.out.b = nil // do not pin a huge buffer after one big reply
+	if cap(c.out.b) > 256<<10 {
+		c.out.b = nil // do not pin a big buffer on a connection after one big reply
 	} else {
 		c.out.b = c.out.b[:0]
 	}

@@ -43,12 +43,12 @@ func startServer(t testing.TB, mod func(*Config)) *Server {
 // client is a minimal RESP client for tests: it sends commands and reads replies
 // as their printed form (resp.Value.String()).
 type client struct {
-	t  *testing.T
+	t  testing.TB
 	nc net.Conn
 	rd *resp.Reader
 }
 
-func dial(t *testing.T, s *Server) *client {
+func dial(t testing.TB, s *Server) *client {
 	t.Helper()
 	nc, err := net.Dial("tcp", s.ClientAddr().String())
 	if err != nil {
