@@ -251,7 +251,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	defer close(s.done)
 	s.log.Info("shutting down: no new connections")
-	s.clientLn.Close()
+	if s.clientLn != nil { // nil if Start failed or never ran
+		s.clientLn.Close()
+	}
 	if s.peerLn != nil {
 		s.peerLn.Close()
 	}

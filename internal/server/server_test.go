@@ -564,3 +564,21 @@ func TestAsyncWritesDoNotWaitForFsync(t *testing.T) {
 	fs.FailSyncs(1)
 	c.expect("SET b 2 => OK")
 }
+
+func TestStartFailureStillClosesCleanly(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	s, err := New(Config{ClientAddr: ln.Addr().String(), DataDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err == nil {
+		t.Fatal("Start on a busy port succeeded")
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close after failed Start: %v", err)
+	}
+}
