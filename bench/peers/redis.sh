@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Starts and stops Redis on loopback for the YCSB comparison (issue 8 §4): a single node, or
+# a primary with replicas (drive it with `go run ./ycsb -db redis -redis-wait N`), with its
+# durability set to match the Kefir mode it is compared with:
+#
+#   --fsync always    appendonly yes, appendfsync always: fsync before reply  (≈ kefir sync)
+#   --fsync everysec  appendonly yes, appendfsync everysec                     (≈ kefir cad/async)
+#   --fsync off       no persistence at all                                    (in-memory baseline)
+#
+# Usage:
+#   bench/peers/redis.sh start DIR [--port 6399] [--fsync always|everysec|off] [--replicas N]
+#   bench/peers/redis.sh stop DIR
+#
+# Every server binds 127.0.0.1 only. Installs the Debian package redis-server if missing.
+set -euo pipefail
+
+cmd=${1:-}; dir=${2:-}
+[ -n "$cmd" ] && [ -n "$dir" ] || { sed -n '2,16p' "$0"; exit 2; }
+shift 2
+port=6399; fsync=off; replicas=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --port) port=$2; shift 2 ;;
+    --fsync) fsync=$2; shift 2 ;;
+    --replicas) replicas=$2; shift 2 ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
+  esac
+done
+
+stop() {
+  for pidf in "$dir"/redis-*.pid; do
+    [ -e "$pidf" ] || continue
+    pid=$(cat "$pidf")
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    rm -f "$pidf"
+  done
+}
+
+case "$cmd" in
+  stop) stop; exit 0 ;;
+  start) ;;
+  *) echo "unknown command $cmd (start or stop)" >&2; exit 2 ;;
+esac
+
+if ! command -v redis-server >/dev/null; then
+  as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+  as_root apt-get update -q
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -q redis-server
+fi
+
+case "$fsync" in
+  always|everysec) persist=(--appendonly yes --appendfsync "$fsync" --save "") ;;
+  off) persist=(--appendonly no --save "") ;;
+  *) echo "--fsync must be always, everysec or off" >&2; exit 2 ;;
+esac
+
+mkdir -p "$dir"
+start_one() { # port [replicaof-port]
+  local p=$1 d="$dir/redis-$1"
+  mkdir -p "$d"
+  local extra=()
+  [ -n "${2:-}" ] && extra=(--replicaof 127.0.0.1 "$2")
+  redis-server --bind 127.0.0.1 --port "$p" --protected-mode yes --dir "$d" \
+    --daemonize yes --pidfile "$dir/redis-$p.pid" --logfile "$d/redis.log" \
+    "${persist[@]}" "${extra[@]}"
+  for _ in $(seq 50); do redis-cli -p "$p" ping >/dev/null 2>&1 && return 0; sleep 0.1; done
+  echo "redis on port $p did not start; see $d/redis.log" >&2; exit 1
+}
+
+start_one "$port"
+for i in $(seq 1 "$replicas"); do start_one $((port + i)) "$port"; done
+if [ "$replicas" -gt 0 ]; then
+  for _ in $(seq 100); do
+    n=$(redis-cli -p "$port" info replication | grep -c 'state=online' || true)
+    [ "${n:-0}" -ge "$replicas" ] && break; sleep 0.1
+  done
+fi
+echo "redis primary 127.0.0.1:$port (fsync=$fsync, replicas=$replicas)"
