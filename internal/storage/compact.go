@@ -279,3 +279,20 @@ func (db *DB) throttle(n int) {
 		time.Sleep(time.Duration(int64(n) * int64(time.Second) / r))
 	}
 }
+
+// compactor runs Compact every CompactInterval until Close.
+func (db *DB) compactor() {
+	defer close(db.compactDone)
+	t := time.NewTicker(db.opts.CompactInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-db.compactStop:
+			return
+		case <-t.C:
+		}
+		if err := db.Compact(); err != nil && !errors.Is(err, ErrClosed) {
+			db.opts.Logger.Warn("background compaction", "err", err)
+		}
+	}
+}

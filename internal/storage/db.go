@@ -3,6 +3,7 @@ package storage
 import (
 	"bytes"
 	"cmp"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -60,6 +61,8 @@ type DB struct {
 	cache *cache
 
 	maint sync.Mutex // serialises checkpoints and compactions
+
+	compactStop, compactDone chan struct{}
 
 	bgKick chan struct{}
 	bgStop chan struct{}
@@ -371,6 +374,16 @@ func (db *DB) seal(old *segment, id uint64, dev int) (*segment, error) {
 func (db *DB) installLocked(old, seg *segment, err error) {
 	db.sealing = false
 	db.syncCond.Broadcast()
+	if errors.Is(err, ErrDiskFull) {
+		// The old segment is synced but no new one could be created: keep appending to
+		// the old one (positions are contiguous) and try again at the next roll.
+		db.opts.Logger.Warn("cannot start a new segment; the current one grows past its size", "err", err)
+		db.dur = max(db.dur, Pos(old.end()))
+		old.live += db.pendingLive
+		db.pendingLive = 0
+		db.tail = old.dev
+		return
+	}
 	if err != nil {
 		db.failLocked(err)
 		return
@@ -847,6 +860,11 @@ func (db *DB) Stats() Stats {
 // Close flushes and fsyncs what was appended (unless the engine failed) and closes the
 // files. Reads and writes after Close return ErrClosed.
 func (db *DB) Close() error {
+	if db.compactStop != nil {
+		close(db.compactStop)
+		<-db.compactDone
+		db.compactStop = nil
+	}
 	if db.bgStop != nil {
 		close(db.bgStop)
 		<-db.bgDone

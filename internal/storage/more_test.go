@@ -184,3 +184,58 @@ func TestCheckpointOnFailedEngine(t *testing.T) {
 		t.Fatalf("Checkpoint on a failed engine = %v", err)
 	}
 }
+
+// A full disk when a segment fills is not fatal: the engine keeps the current segment
+// and rolls later, once there is room.
+func TestDiskFullAtRoll(t *testing.T) {
+	fs := vfs.NewMem()
+	o := memOpts(fs)
+	o.SegmentSize = 200
+	db := mustOpen(t, o)
+	defer db.Close()
+	put(t, db, "a", 1, string(make([]byte, 150)))
+	db.Sync(db.LastPos())
+	// With the disk exactly full, the roll this append triggers cannot create the next
+	// segment.
+	fs.SetCapacity(fs.Used())
+	if _, err := db.Append(Record{Key: []byte("b"), Value: make([]byte, 150), Version: 2}); err != nil {
+		t.Fatalf("append on a full disk: %v", err)
+	}
+	if n := db.Stats().Segments; n != 1 {
+		t.Fatalf("%d segments after a roll on a full disk, want 1", n)
+	}
+	if _, err := db.Sync(db.LastPos()); !errors.Is(err, ErrDiskFull) {
+		t.Fatalf("sync on a full disk = %v, want ErrDiskFull", err)
+	}
+	if db.Stats().Failed != nil {
+		t.Fatalf("a full disk failed the engine: %v", db.Stats().Failed)
+	}
+	fs.SetCapacity(0)
+	put(t, db, "c", 3, "after")
+	if _, err := db.Sync(db.LastPos()); err != nil {
+		t.Fatalf("sync after space came back: %v", err)
+	}
+	wantGet(t, db, "b", string(make([]byte, 150)))
+	wantGet(t, db, "c", "after")
+	if n := db.Stats().Segments; n < 2 {
+		t.Fatalf("still %d segment(s) once the disk has room", n)
+	}
+}
+
+func TestBackgroundCompaction(t *testing.T) {
+	o := Options{Devices: []Device{{Dir: t.TempDir()}}, SegmentSize: 1 << 10, CompactInterval: time.Millisecond}
+	db := mustOpen(t, o)
+	defer db.Close()
+	for i := 0; i < 400; i++ {
+		put(t, db, fmt.Sprintf("k%d", i%5), uint64(i+1), fmt.Sprintf("%050d", i))
+	}
+	db.Sync(db.LastPos())
+	deadline := time.Now().Add(5 * time.Second)
+	for db.Stats().Compactions == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no background compaction within 5s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	wantGet(t, db, "k4", fmt.Sprintf("%050d", 399))
+}

@@ -40,6 +40,11 @@ func Open(opts Options) (*DB, error) {
 		db.bgDone = make(chan struct{})
 		go db.background()
 	}
+	if opts.CompactInterval > 0 {
+		db.compactStop = make(chan struct{})
+		db.compactDone = make(chan struct{})
+		go db.compactor()
+	}
 	return db, nil
 }
 

@@ -134,6 +134,8 @@ type Options struct {
 
 	CompactionThreshold float64 // live fraction below which a segment is compacted (default 0.5)
 	CompactionRate      int64   // bytes/s budget for compaction I/O (0 = unlimited)
+	// CompactInterval runs Compact in the background this often (0 = only when called).
+	CompactInterval time.Duration
 
 	Salvage bool // open despite mid-log corruption, dropping what follows it (logged)
 	Logger  *slog.Logger

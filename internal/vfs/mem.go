@@ -70,7 +70,8 @@ func NewMem() *Mem {
 }
 
 // SetCapacity limits the total size of all files to n bytes (0 = unlimited). Writes
-// beyond it write what fits and fail with an error wrapping ErrNoSpace.
+// beyond it write what fits and fail with an error wrapping ErrNoSpace; creating a file
+// on a full disk fails the same way.
 func (m *Mem) SetCapacity(n int64) {
 	m.mu.Lock()
 	m.capacity = n
@@ -227,6 +228,10 @@ func (m *Mem) Create(name string) (File, error) {
 	}
 	if err := m.checkDir("create", name); err != nil {
 		return nil, err
+	}
+	if m.capacity > 0 && m.usedLocked() >= m.capacity {
+		// A full disk has no room for the new directory entry either.
+		return nil, &fs.PathError{Op: "create", Path: name, Err: ErrNoSpace}
 	}
 	nd := &memNode{}
 	m.files[name] = nd
