@@ -20,6 +20,7 @@ import (
 	"math"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kefirdb/kefir/internal/level"
@@ -74,6 +75,7 @@ type Engine interface {
 	LastPos() storage.Pos
 	LastVersion() uint64
 	Get(key []byte) (storage.Value, error)
+	Versions(key []byte) ([]storage.VersionInfo, error)
 	Scan(start, end []byte, at uint64, limit int, fn func(key []byte, v storage.Value) bool) error
 }
 
@@ -152,6 +154,15 @@ type Shard struct {
 	syncerWG sync.WaitGroup
 
 	statMu sync.Mutex // guards the read-side counters in stats
+
+	// The read check applies to values written by sync and cad writes, not async
+	// ones (async promises nothing). checkPos is the highest engine position of a
+	// chunk that held a sync or cad write; checking is set while such a chunk is
+	// being appended (its position is not known yet, but its values are already
+	// visible). A value at a position <= checkPos may come from a checked write
+	// and is made durable before it is returned; conservative, never unsafe.
+	checkPos atomic.Uint64
+	checking atomic.Bool
 }
 
 type clientEntry struct {
@@ -368,7 +379,23 @@ func (s *Shard) flush(reqs []WriteReq, p *Pending) error {
 		return nil
 	}
 	ts := s.recs[0].Timestamp
+	needCheck := false
+	for i := range reqs {
+		if reqs[i].Err == nil && reqs[i].Durability != level.Async {
+			needCheck = true
+			break
+		}
+	}
+	if needCheck {
+		s.checking.Store(true)
+	}
 	pos, err := s.db.Append(s.recs...)
+	if needCheck {
+		if err == nil && uint64(pos) > s.checkPos.Load() {
+			s.checkPos.Store(uint64(pos)) // only the writer (under mu) stores
+		}
+		s.checking.Store(false)
+	}
 	s.recs = s.recs[:0]
 	if err != nil {
 		err = fmt.Errorf("%w: append: %w", ErrUnavailable, err)
@@ -641,8 +668,9 @@ func (s *Shard) Read(ctx context.Context, op Op, c level.Consistency, sess Sessi
 		if op.Kind == KindStrlen {
 			res.Kind = ResInt
 		}
+		maxPos = v.Pos // a miss carries its tombstone's position (see get)
 		if ok {
-			maxPos, res.Version = v.Pos, v.Version
+			res.Version = v.Version
 			if op.Kind == KindStrlen {
 				res.Int = int64(len(v.Data))
 			} else {
@@ -661,10 +689,11 @@ func (s *Shard) Read(ctx context.Context, op Op, c level.Consistency, sess Sessi
 			if err != nil {
 				return Result{}, err
 			}
+			maxPos = max(maxPos, v.Pos)
 			if !ok {
 				continue
 			}
-			maxPos, res.Version = max(maxPos, v.Pos), max(res.Version, v.Version)
+			res.Version = max(res.Version, v.Version)
 			if op.Kind == KindMGet {
 				res.Array[i] = v.Data
 			} else {
@@ -680,6 +709,12 @@ func (s *Shard) Read(ctx context.Context, op Op, c level.Consistency, sess Sessi
 		res.Kind = ResArray
 		res.Array = [][]byte{}
 		n := 0
+		// A scan also observes which keys are absent; a deletion it does not show
+		// must not be one a crash can undo, so it waits for everything appended so
+		// far to be durable (only when something is not).
+		if !s.opts.NoReadDurabilityCheck {
+			maxPos = s.checkLimit()
+		}
 		err := s.db.Scan(op.Key, op.End, 0, 0, func(k []byte, v storage.Value) bool {
 			if bytes.HasPrefix(k, ReservedPrefix) {
 				return true
@@ -696,6 +731,9 @@ func (s *Shard) Read(ctx context.Context, op Op, c level.Consistency, sess Sessi
 		return Result{}, fmt.Errorf("%w: %v is not a read", ErrInvalidOp, op.Kind)
 	}
 	if !s.opts.NoReadDurabilityCheck && maxPos > s.db.DurablePos() {
+		maxPos = min(maxPos, s.checkLimit())
+	}
+	if !s.opts.NoReadDurabilityCheck && maxPos > s.db.DurablePos() {
 		if _, err := s.db.Sync(maxPos); err != nil {
 			return Result{}, fmt.Errorf("%w: read durability sync: %w", ErrUnavailable, err)
 		}
@@ -706,13 +744,31 @@ func (s *Shard) Read(ctx context.Context, op Op, c level.Consistency, sess Sessi
 	return res, nil
 }
 
+// checkLimit is the highest position a read must make durable before returning
+// what it saw there: values above it were written by async writes only.
+func (s *Shard) checkLimit() storage.Pos {
+	if s.checking.Load() {
+		return s.db.LastPos()
+	}
+	return storage.Pos(s.checkPos.Load())
+}
+
+// get reads k's latest value. For a key that is absent because of a deletion that
+// is not durable yet, the returned Value carries the tombstone's Pos, so that the
+// read check makes the deletion durable before the miss is reported: otherwise a
+// crash could bring the value back after a read said it was gone.
 func (s *Shard) get(k []byte) (storage.Value, bool, error) {
 	if bytes.HasPrefix(k, ReservedPrefix) {
 		return storage.Value{}, false, nil
 	}
 	v, err := s.db.Get(k)
 	if errors.Is(err, storage.ErrNotFound) {
-		return v, false, nil
+		if !s.opts.NoReadDurabilityCheck && s.db.DurablePos() < s.checkLimit() {
+			if vs, verr := s.db.Versions(k); verr == nil && len(vs) > 0 {
+				return storage.Value{Pos: vs[0].Pos}, false, nil
+			}
+		}
+		return storage.Value{}, false, nil
 	}
 	if err != nil {
 		return v, false, fmt.Errorf("%w: get: %w", ErrUnavailable, err)

@@ -363,3 +363,45 @@ func TestIdleClientsExpireFromTheTable(t *testing.T) {
 		t.Fatalf("expired client's retry: %d", r.Int)
 	}
 }
+
+// A read that reports a key missing because of a cad deletion makes the deletion
+// durable first: a crash must not bring back a value a read said was gone.
+func TestCADReadOfADeletedKeyMakesTheDeletionDurable(t *testing.T) {
+	for _, check := range []bool{true, false} {
+		n := newNode(t, Options{NoBackgroundSync: true, NoReadDurabilityCheck: !check})
+		n.write(set("k", "v"), level.Sync, ReqID{})
+		n.write(Op{Kind: KindDel, Keys: [][]byte{[]byte("k")}}, level.CAD, ReqID{})
+		if _, ok := n.get("k"); ok {
+			t.Fatal("deleted key still visible")
+		}
+		n.crash(4)
+		_, back := n.get("k")
+		if check && back {
+			t.Fatal("with the read check, a deletion a read observed was undone by a crash")
+		}
+		if !check && !back {
+			t.Fatal("without the read check the deletion should have been lost (the test would prove nothing)")
+		}
+	}
+}
+
+// Async writes promise nothing, so reading them costs no fsync; a cad value read
+// right after is still made durable.
+func TestReadCheckSkipsAsyncValues(t *testing.T) {
+	n := newNode(t, Options{NoBackgroundSync: true})
+	n.write(set("a", "1"), level.Async, ReqID{})
+	n.get("a")
+	if n.db.DurablePos() >= n.db.LastPos() {
+		t.Fatal("reading an async value forced an fsync")
+	}
+	n.write(set("c", "1"), level.CAD, ReqID{})
+	n.write(set("a", "2"), level.Async, ReqID{})
+	n.get("c")
+	if n.s.Status().ReadSyncs != 1 {
+		t.Fatalf("read syncs = %d, want 1 (reading the cad value)", n.s.Status().ReadSyncs)
+	}
+	n.crash(5)
+	if v, ok := n.get("c"); !ok || v != "1" {
+		t.Fatal("a cad value a read returned was lost by a crash")
+	}
+}
