@@ -85,9 +85,10 @@ var _ Engine = (*storage.DB)(nil)
 type Options struct {
 	// Durability is the default for writes that do not name one (default sync).
 	Durability level.Durability
-	// NoReadDurabilityCheck turns off the cad read check (a read of a not yet durable
-	// version first syncs it). Only for the async baseline: without the check a read
-	// may return a value a crash takes back.
+	// NoReadDurabilityCheck turns off the read check (a read of a not yet durable
+	// version written by a sync or cad write first syncs it; async values are never
+	// checked). Tests use it to show what the check prevents: without it a read may
+	// return a value a crash takes back.
 	NoReadDurabilityCheck bool
 	// NoBackgroundSync turns off the goroutine that syncs cad writes soon after
 	// they are applied; they then become durable only on a read, a sync write or
