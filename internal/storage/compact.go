@@ -195,7 +195,7 @@ func (db *DB) moveLocked(key, val []byte, h recHdr, pos uint64, head bool, now i
 	start := uint64(db.next)
 	db.buf = appendRecord(db.buf, &r, flagCopy, it.v.version)
 	db.next += Pos(size)
-	db.dropLocked(v)
+	db.liveAdd(v.pos, -int64(v.size)) // moved, not dropped
 	v.pos, v.size = start, uint32(size)
 	db.liveAdd(start, int64(size))
 	vs := it.versions(nil)

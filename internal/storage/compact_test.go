@@ -100,6 +100,15 @@ func TestCompactionModel(t *testing.T) {
 				put(t, db, key, version, val)
 				hist[key] = append(hist[key], modelVer{version, val, false})
 			}
+			// The version counter agrees with the index.
+			total := 0
+			for k := range hist {
+				vs, _ := db.Versions([]byte(k))
+				total += len(vs)
+			}
+			if st := db.Stats(); st.Versions != total {
+				t.Fatalf("seed %d step %d: Stats.Versions = %d, index holds %d", seed, step, st.Versions, total)
+			}
 			// Latest values and every pinned snapshot read match the model.
 			for k, vs := range hist {
 				wantGet(t, db, k, vs[len(vs)-1].val)

@@ -56,6 +56,7 @@ type DB struct {
 	pendingLive int64  // live bytes appended to it meanwhile
 
 	hintPos Pos // the checkpoint Open recovered from
+	nvers   int // versions in the index
 
 	devs  []*device
 	cache *cache
@@ -212,12 +213,14 @@ func (db *DB) insertLocked(key []byte, v ver, now int64) error {
 	p := db.idx.get(keyString(key))
 	if p == nil {
 		db.idx.insert(item{kref: db.idx.arena.add(key), v: v})
+		db.nvers++
 		return nil
 	}
 	it := *p
 	if v.version <= it.v.version {
 		return fmt.Errorf("%w: key %q version %d, newest %d", ErrVersionOrder, key, v.version, it.v.version)
 	}
+	db.nvers++
 	if it.older == nil && db.opts.Retention.KeepVersions <= 1 && !db.keepOld(v, it.v, now) {
 		// The common case: the previous version becomes garbage at once.
 		db.dropLocked(it.v)
@@ -274,7 +277,11 @@ func (db *DB) pinnedLocked(lo, hi uint64) bool {
 	return i < len(db.snaps) && db.snaps[i] < hi
 }
 
-func (db *DB) dropLocked(v ver) { db.liveAdd(v.pos, -int64(v.size)) }
+// dropLocked accounts for a version leaving the index.
+func (db *DB) dropLocked(v ver) {
+	db.nvers--
+	db.liveAdd(v.pos, -int64(v.size))
+}
 
 // liveAdd accounts n live bytes to the segment holding pos (or to the segment being
 // created, while a roll is sealing the previous one).
@@ -847,10 +854,7 @@ func (db *DB) Stats() Stats {
 		s.LiveBytes += seg.live
 	}
 	s.DiskBytes += int64(len(db.buf))
-	db.idx.Scan(func(it item) bool {
-		s.Versions += it.n()
-		return true
-	})
+	s.Versions = db.nvers
 	if db.cache != nil {
 		s.CacheHits, s.CacheMisses = db.cache.stats()
 	}

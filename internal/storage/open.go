@@ -228,7 +228,9 @@ func (db *DB) recover() error {
 	for _, s := range db.segs {
 		s.live = 0
 	}
+	db.nvers = 0
 	db.idx.Scan(func(it item) bool {
+		db.nvers += it.n()
 		for i := 0; i < it.n(); i++ {
 			v := it.at(i)
 			if s := db.segFor(v.pos); s != nil {
