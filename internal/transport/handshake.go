@@ -1,0 +1,256 @@
+package transport
+
+import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+)
+
+// The handshake, in two phases. Phase 1 is the node's original peer-port
+// text (internal/server/peer.go), byte for byte, so a process that only knows
+// phase 1 still authenticates against us and we against it:
+//
+//	acceptor → dialer:  "KEFIR-PEER 1 <nonceA>\n"
+//	dialer → acceptor:  "<nodeID> <nonceB> <hex HMAC(secret, "dial" nonceA nonceB nodeID)>\n"
+//	acceptor → dialer:  "OK <hex HMAC(secret, "accept" nonceA nonceB nodeID)>\n"  or "ERR ...\n" and close
+//
+// Both sides prove the cluster secret without revealing it, and fresh nonces
+// make a recorded handshake useless for replay. The HMAC input joins its
+// parts with NUL bytes.
+//
+// Phase 2 (transport identity) follows "OK" on the same connection:
+//
+//	dialer → acceptor:  "IDENT <to> <cluster> <confighash>\n"
+//	acceptor → dialer:  "READY <self> <cluster> <confighash>\n"  or "ERR <reason>\n" and close
+//
+// nodeID, to and self are decimal node ids, cluster and confighash are
+// 16-digit hex. The acceptor refuses a dialer whose id is not in its peer
+// list, who meant to reach another node (<to> is not the acceptor's id: the
+// dialer's peer list maps this address to the wrong node), or whose cluster
+// or configuration hash differs (a different member list or epoch). The
+// dialer checks the same in the READY line. After READY only the dialer
+// writes: frames (internal/wire) flow dialer → acceptor, so every pair of
+// nodes uses two connections, one per direction.
+//
+// Phase 2 is not authenticated separately: the phase-1 MACs prove who is at
+// the other end; an attacker who can rewrite bytes in flight can also hijack
+// the connection after the handshake, which only TLS (Config.TLS) prevents.
+
+const (
+	greeting = "KEFIR-PEER 1"
+	// maxLine bounds a handshake line, so a peer that never sends a newline
+	// cannot make us buffer without limit.
+	maxLine = 512
+)
+
+// Sentinel errors for handshake failures; wrapped with the details.
+var (
+	// ErrAuth: the other side does not know the cluster secret (or is not a
+	// Kefir node).
+	ErrAuth = errors.New("transport: peer authentication failed")
+	// ErrIdentity: the other side authenticated but its node id, cluster or
+	// configuration does not match ours.
+	ErrIdentity = errors.New("transport: peer identity or configuration mismatch")
+	// ErrProtocol: the other side does not speak the handshake (garbage,
+	// truncated lines, or only phase 1).
+	ErrProtocol = errors.New("transport: peer handshake protocol error")
+)
+
+// Identity is what a node says about itself in phase 2.
+type Identity struct {
+	Node       uint64
+	Cluster    uint64
+	ConfigHash uint64
+}
+
+func (id Identity) String() string {
+	return fmt.Sprintf("node %d cluster %016x config %016x", id.Node, id.Cluster, id.ConfigHash)
+}
+
+func peerMAC(secret, role, nonceA, nonceB, node string) string {
+	m := hmac.New(sha256.New, []byte(secret))
+	_, _ = io.WriteString(m, role+"\x00"+nonceA+"\x00"+nonceB+"\x00"+node)
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+func newNonce() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on Linux (Go ≥ 1.24 panics instead)
+	return hex.EncodeToString(b[:])
+}
+
+// lineReader reads handshake lines without reading past them, except for
+// bytes that arrive in the same segment; those are returned by rest so the
+// frame reader starts with them.
+type lineReader struct {
+	r   io.Reader
+	buf []byte
+}
+
+func (l *lineReader) line() (string, error) {
+	for {
+		if i := bytes.IndexByte(l.buf, '\n'); i >= 0 {
+			s := string(l.buf[:i])
+			l.buf = l.buf[i+1:]
+			return s, nil
+		}
+		if len(l.buf) >= maxLine {
+			return "", fmt.Errorf("%w: line longer than %d bytes", ErrProtocol, maxLine)
+		}
+		var chunk [maxLine]byte
+		n, err := l.r.Read(chunk[:maxLine-len(l.buf)])
+		l.buf = append(l.buf, chunk[:n]...)
+		if err != nil && n == 0 {
+			if errors.Is(err, io.EOF) {
+				return "", fmt.Errorf("%w: connection closed mid-handshake", ErrProtocol)
+			}
+			return "", err
+		}
+	}
+}
+
+func (l *lineReader) rest() []byte { return l.buf }
+
+// refusal turns an "ERR ..." line into an error of class err.
+func refusal(line string, class error) error {
+	if reason, ok := strings.CutPrefix(line, "ERR "); ok {
+		return fmt.Errorf("%w: refused: %s", class, reason)
+	}
+	return fmt.Errorf("%w: unexpected line %q", ErrProtocol, line)
+}
+
+// dialHandshake authenticates nc (already connected to the node we think is
+// `to`) as self. The acceptor never writes after READY, so no frame bytes
+// can be left buffered.
+func dialHandshake(nc net.Conn, secret string, self Identity, to uint64) error {
+	lr := &lineReader{r: nc}
+	line, err := lr.line()
+	if err != nil {
+		return fmt.Errorf("read greeting: %w", err)
+	}
+	f := strings.Fields(line)
+	if len(f) != 3 || f[0]+" "+f[1] != greeting {
+		if strings.HasPrefix(line, "ERR ") {
+			return refusal(line, ErrAuth)
+		}
+		return fmt.Errorf("%w: bad greeting %q", ErrProtocol, line)
+	}
+	nonceA, nonceB, node := f[2], newNonce(), strconv.FormatUint(self.Node, 10)
+	if _, err := fmt.Fprintf(nc, "%s %s %s\n", node, nonceB, peerMAC(secret, "dial", nonceA, nonceB, node)); err != nil {
+		return fmt.Errorf("send credentials: %w", err)
+	}
+	if line, err = lr.line(); err != nil {
+		return fmt.Errorf("read verdict: %w", err)
+	}
+	f = strings.Fields(line)
+	if len(f) != 2 || f[0] != "OK" {
+		return refusal(line, ErrAuth)
+	}
+	if !hmac.Equal([]byte(f[1]), []byte(peerMAC(secret, "accept", nonceA, nonceB, node))) {
+		return fmt.Errorf("%w: the acceptor does not know our cluster secret", ErrAuth)
+	}
+	if _, err := fmt.Fprintf(nc, "IDENT %d %016x %016x\n", to, self.Cluster, self.ConfigHash); err != nil {
+		return fmt.Errorf("send identity: %w", err)
+	}
+	if line, err = lr.line(); err != nil {
+		return fmt.Errorf("read identity verdict (a peer that closes here speaks only phase 1): %w", err)
+	}
+	f = strings.Fields(line)
+	if len(f) != 4 || f[0] != "READY" {
+		return refusal(line, ErrIdentity)
+	}
+	them, err := parseIdentity(f[1], f[2], f[3])
+	if err != nil {
+		return err
+	}
+	want := Identity{Node: to, Cluster: self.Cluster, ConfigHash: self.ConfigHash}
+	if them != want {
+		return fmt.Errorf("%w: expected %v, the acceptor is %v", ErrIdentity, want, them)
+	}
+	if len(lr.rest()) != 0 {
+		return fmt.Errorf("%w: %d bytes after READY", ErrProtocol, len(lr.rest()))
+	}
+	return nil
+}
+
+func parseIdentity(node, cluster, hash string) (Identity, error) {
+	var id Identity
+	var err1, err2, err3 error
+	id.Node, err1 = strconv.ParseUint(node, 10, 64)
+	id.Cluster, err2 = strconv.ParseUint(cluster, 16, 64)
+	id.ConfigHash, err3 = strconv.ParseUint(hash, 16, 64)
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return Identity{}, fmt.Errorf("%w: bad identity fields: %v", ErrProtocol, err)
+	}
+	return id, nil
+}
+
+// acceptHandshake authenticates the dialer on nc and returns its node id and
+// any frame bytes that arrived with the last handshake line. known reports
+// whether a node id is in our peer list. On failure the dialer has been told
+// why (an "ERR" line) where the protocol allows it.
+func acceptHandshake(nc net.Conn, secret string, self Identity, known func(uint64) bool) (uint64, []byte, error) {
+	nonceA := newNonce()
+	if _, err := fmt.Fprintf(nc, "%s %s\n", greeting, nonceA); err != nil {
+		return 0, nil, fmt.Errorf("send greeting: %w", err)
+	}
+	lr := &lineReader{r: nc}
+	line, err := lr.line()
+	if err != nil {
+		return 0, nil, fmt.Errorf("read credentials: %w", err)
+	}
+	f := strings.Fields(line)
+	if len(f) != 3 || !hmac.Equal([]byte(f[2]), []byte(peerMAC(secret, "dial", nonceA, f[1], f[0]))) {
+		_, _ = fmt.Fprintf(nc, "ERR authentication failed\n")
+		return 0, nil, fmt.Errorf("%w: wrong cluster secret or not a Kefir node", ErrAuth)
+	}
+	nonceB, node := f[1], f[0]
+	if _, err := fmt.Fprintf(nc, "OK %s\n", peerMAC(secret, "accept", nonceA, nonceB, node)); err != nil {
+		return 0, nil, fmt.Errorf("send verdict: %w", err)
+	}
+	if line, err = lr.line(); err != nil {
+		return 0, nil, fmt.Errorf("read identity of authenticated node %q (phase-1-only peer?): %w", node, err)
+	}
+	f = strings.Fields(line)
+	if len(f) != 4 || f[0] != "IDENT" {
+		_, _ = fmt.Fprintf(nc, "ERR expected IDENT\n")
+		return 0, nil, fmt.Errorf("%w: expected IDENT, got %q", ErrProtocol, line)
+	}
+	them, err := parseIdentity(node, f[2], f[3])
+	if err != nil {
+		_, _ = fmt.Fprintf(nc, "ERR %v\n", err)
+		return 0, nil, err
+	}
+	to, err := strconv.ParseUint(f[1], 10, 64)
+	if err != nil {
+		_, _ = fmt.Fprintf(nc, "ERR bad target node id %q\n", f[1])
+		return 0, nil, fmt.Errorf("%w: bad target node id %q", ErrProtocol, f[1])
+	}
+	var reason string
+	switch {
+	case to != self.Node:
+		reason = fmt.Sprintf("node %d dialed this address as node %d, but this is node %d (peer lists disagree)", them.Node, to, self.Node)
+	case them.Node == self.Node || !known(them.Node):
+		reason = fmt.Sprintf("node %d is not in node %d's peer list", them.Node, self.Node)
+	case them.Cluster != self.Cluster:
+		reason = fmt.Sprintf("cluster %016x differs from node %d's cluster %016x", them.Cluster, self.Node, self.Cluster)
+	case them.ConfigHash != self.ConfigHash:
+		reason = fmt.Sprintf("configuration %016x differs from node %d's %016x (different member list or epoch)", them.ConfigHash, self.Node, self.ConfigHash)
+	}
+	if reason != "" {
+		_, _ = fmt.Fprintf(nc, "ERR %s\n", reason)
+		return 0, nil, fmt.Errorf("%w: %s", ErrIdentity, reason)
+	}
+	if _, err := fmt.Fprintf(nc, "READY %d %016x %016x\n", self.Node, self.Cluster, self.ConfigHash); err != nil {
+		return 0, nil, fmt.Errorf("send ready: %w", err)
+	}
+	return them.Node, lr.rest(), nil
+}

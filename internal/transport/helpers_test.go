@@ -1,0 +1,189 @@
+package transport
+
+import (
+	"bytes"
+	"fmt"
+	"log/slog"
+	"net"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kefirdb/kefir/internal/vr"
+)
+
+const testSecret = "s3cret"
+
+// inbox records what a node's Handler received.
+type inbox struct {
+	mu      sync.Mutex
+	cond    *sync.Cond
+	msgs    []got
+	batches int
+}
+
+type got struct {
+	from uint64
+	m    vr.Message
+	at   time.Time
+}
+
+func newInbox() *inbox {
+	b := &inbox{}
+	b.cond = sync.NewCond(&b.mu)
+	return b
+}
+
+func (b *inbox) handle(from uint64, msgs []vr.Message) {
+	now := time.Now()
+	b.mu.Lock()
+	for _, m := range msgs {
+		b.msgs = append(b.msgs, got{from, m, now})
+	}
+	b.batches++
+	b.mu.Unlock()
+	b.cond.Broadcast()
+}
+
+// wait returns the first n messages, or fails the test after timeout.
+func (b *inbox) wait(t testing.TB, n int, timeout time.Duration) []got {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	stop := time.AfterFunc(timeout, b.cond.Broadcast)
+	defer stop.Stop()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for len(b.msgs) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("received %d messages, want %d within %v", len(b.msgs), n, timeout)
+		}
+		b.cond.Wait()
+	}
+	return append([]got(nil), b.msgs[:n]...)
+}
+
+func (b *inbox) count() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.msgs)
+}
+
+// logBuf is a concurrency-safe log sink whose text tests read.
+type logBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// waitLog waits until the log contains s.
+func (l *logBuf) waitLog(t testing.TB, s string, timeout time.Duration) {
+	t.Helper()
+	eventually(t, timeout, func() bool { return strings.Contains(l.String(), s) }, "log line containing %q; log:\n%s", s, l)
+}
+
+func eventually(t testing.TB, timeout time.Duration, cond func() bool, format string, args ...any) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: "+format, append([]any{timeout}, args...)...)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// node is one transport under test with its listener, inbox and log.
+type node struct {
+	id  uint64
+	tr  *Transport
+	ln  net.Listener
+	in  *inbox
+	log *logBuf
+}
+
+// cluster starts n transports (ids 1..n) on 127.0.0.1, each serving its own
+// listener. adjust may change a node's Config before New.
+func cluster(t testing.TB, n int, adjust func(c *Config)) []*node {
+	t.Helper()
+	lns := make([]net.Listener, n)
+	peers := map[uint64]string{}
+	for i := range lns {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns[i] = ln
+		peers[uint64(i+1)] = ln.Addr().String()
+	}
+	nodes := make([]*node, n)
+	for i := range nodes {
+		nd := &node{id: uint64(i + 1), ln: lns[i], in: newInbox(), log: &logBuf{}}
+		cfg := Config{
+			Self:          nd.id,
+			Peers:         peers,
+			ClusterSecret: testSecret,
+			Cluster:       7,
+			Handler:       nd.in.handle,
+			Logger:        slog.New(slog.NewTextHandler(nd.log, &slog.HandlerOptions{Level: slog.LevelDebug})),
+			DialBackoff:   5 * time.Millisecond,
+		}
+		if adjust != nil {
+			adjust(&cfg)
+		}
+		tr, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nd.tr = tr
+		go tr.Serve(lns[i])
+		t.Cleanup(func() { tr.Close() })
+		nodes[i] = nd
+	}
+	return nodes
+}
+
+// msg is a message from→to with op number op and a payload naming it.
+func msg(from, to, op uint64) *vr.Message {
+	return &vr.Message{
+		Type: vr.MsgPrepare, Cluster: 7, From: from, To: to, View: 1, Op: op, Commit: op - 1,
+		First:   op,
+		Entries: []vr.Entry{{View: 1, Op: op, Request: vr.Request{Client: 9, ReqNum: op, Data: fmt.Appendf(nil, "payload-%d", op)}}},
+	}
+}
+
+func mustSend(t testing.TB, tr *Transport, to uint64, m *vr.Message) {
+	t.Helper()
+	if err := tr.Send(to, m); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkNoLeak fails if goroutines started after `before` are still running.
+func checkNoLeak(t *testing.T, before int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			t.Fatalf("%d goroutines, %d before:\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func slogTo(l *logBuf) *slog.Logger {
+	return slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}

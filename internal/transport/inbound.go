@@ -1,0 +1,181 @@
+package transport
+
+import (
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"github.com/kefirdb/kefir/internal/vr"
+	"github.com/kefirdb/kefir/internal/wire"
+)
+
+const (
+	readBufSize = 64 << 10
+	// framesPerRead bounds the frames decoded into one Handler call, so a
+	// burst of tiny messages does not build one huge batch while the
+	// driver waits.
+	framesPerRead = 1024
+)
+
+// serveConn runs the acceptor side of one inbound connection.
+func (t *Transport) serveConn(raw net.Conn) {
+	defer t.wg.Done()
+	defer t.untrack(raw)
+	defer raw.Close()
+	remote := raw.RemoteAddr().String()
+	nc := raw
+	_ = nc.SetDeadline(time.Now().Add(t.cfg.HandshakeTimeout))
+	if t.cfg.TLS != nil {
+		tc := tls.Server(raw, t.cfg.TLS)
+		if err := tc.HandshakeContext(t.ctx); err != nil {
+			t.protoFailures.Add(1)
+			t.log.Warn("peer refused: TLS handshake failed", "remote", remote, "err", err)
+			return
+		}
+		nc = tc
+	}
+	from, rest, err := acceptHandshake(nc, t.cfg.ClusterSecret, t.self, func(id uint64) bool { return t.peers[id] != nil })
+	if err != nil {
+		switch {
+		case errors.Is(err, ErrAuth):
+			t.authFailures.Add(1)
+			t.log.Warn("peer refused: authentication failed (wrong cluster secret or not a Kefir node)", "remote", remote, "err", err)
+		case errors.Is(err, ErrIdentity):
+			t.identityFails.Add(1)
+			t.log.Error("peer refused: it belongs to a different cluster or configuration", "remote", remote, "err", err)
+		default:
+			if t.ctx.Err() == nil {
+				t.protoFailures.Add(1)
+				t.log.Warn("peer handshake failed", "remote", remote, "err", err)
+			}
+		}
+		return
+	}
+	_ = nc.SetDeadline(time.Time{})
+	p := t.peers[from]
+	p.inMu.Lock()
+	if old := p.inbound; old != nil {
+		old.Close()
+	}
+	p.inbound = nc
+	p.inMu.Unlock()
+	p.c.inboundConn.Add(1)
+	log := p.log.With("remote", remote)
+	log.Debug("inbound peer connection authenticated")
+
+	err = t.readLoop(p, nc, rest)
+
+	p.inMu.Lock()
+	if p.inbound == nc {
+		p.inbound = nil
+	}
+	p.inMu.Unlock()
+	switch {
+	case errors.Is(err, wire.ErrCorrupt) || errors.Is(err, wire.ErrTooLarge):
+		p.c.corrupt.Add(1)
+		log.Error("closing peer connection: corrupt frame", "err", err)
+	case errors.Is(err, errSpoofed):
+		p.c.spoofed.Add(1)
+		log.Error("closing peer connection: message not from the authenticated peer", "err", err)
+	case errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || t.ctx.Err() != nil:
+		log.Debug("inbound peer connection closed")
+	default:
+		log.Info("inbound peer connection failed", "err", err)
+	}
+}
+
+var errSpoofed = errors.New("transport: message with a forged or misdirected address")
+
+// readLoop reads frames from p's connection until it ends or misbehaves.
+// Every read's complete frames become one Handler call: they are copied
+// into one fresh slab (one allocation per batch, not per message) that the
+// decoded messages alias, so the Handler may keep them.
+func (t *Transport) readLoop(p *peer, nc net.Conn, rest []byte) error {
+	maxFrame := t.cfg.MaxFrame
+	buf := make([]byte, max(readBufSize, len(rest)))
+	hi := copy(buf, rest)
+	lo := 0
+	var sizes []int // frame sizes of the current batch
+	for {
+		var rerr error
+		if len(rest) == 0 || lo == hi {
+			var n int
+			n, rerr = nc.Read(buf[hi:])
+			hi += n
+		}
+		rest = nil
+		for lo < hi {
+			// Find the complete frames; CheckFrame verifies their checksums.
+			sizes = sizes[:0]
+			span := 0
+			for len(sizes) < framesPerRead {
+				_, n, err := wire.CheckFrame(buf[lo+span:hi], maxFrame)
+				if err != nil {
+					return fmt.Errorf("frame at stream offset +%d: %w", span, err)
+				}
+				if n == 0 {
+					break
+				}
+				sizes = append(sizes, n)
+				span += n
+			}
+			if span == 0 {
+				break
+			}
+			slab := make([]byte, span)
+			copy(slab, buf[lo:lo+span])
+			lo += span
+			msgs := make([]vr.Message, len(sizes))
+			off := 0
+			for i, n := range sizes {
+				if err := wire.DecodeMessage(slab[off+wire.FrameHeader:off+n], &msgs[i]); err != nil {
+					return err
+				}
+				if m := &msgs[i]; m.From != p.id || m.To != t.cfg.Self {
+					return fmt.Errorf("%w: %s on the connection authenticated as node %d to node %d", errSpoofed, m, p.id, t.cfg.Self)
+				}
+				off += n
+			}
+			p.c.bytesIn.Add(uint64(span))
+			if p.partitioned.Load() {
+				p.c.faultDroppedIn.Add(uint64(len(msgs)))
+				continue
+			}
+			p.c.received.Add(uint64(len(msgs)))
+			p.c.readBatches.Add(1)
+			t.cfg.Handler(p.id, msgs)
+		}
+		if rerr != nil {
+			if hi > lo && errors.Is(rerr, io.EOF) {
+				return fmt.Errorf("%w: stream ended inside a frame", wire.ErrCorrupt)
+			}
+			return rerr
+		}
+		// Make room: shift the partial frame down, grow for a large frame,
+		// and give back a buffer a snapshot grew.
+		if lo == hi {
+			lo, hi = 0, 0
+			if len(buf) > 1<<20 {
+				buf = make([]byte, readBufSize)
+			}
+			continue
+		}
+		if lo > 0 {
+			hi = copy(buf, buf[lo:hi])
+			lo = 0
+		}
+		if hi >= wire.FrameHeader {
+			need := wire.FrameHeader + int(binary.LittleEndian.Uint32(buf))
+			if need > len(buf) {
+				// CheckFrame already refused sizes beyond maxFrame.
+				nb := make([]byte, max(need, min(2*len(buf), maxFrame+wire.FrameHeader)))
+				copy(nb, buf[:hi])
+				buf = nb
+			}
+		}
+	}
+}

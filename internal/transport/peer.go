@@ -1,0 +1,337 @@
+package transport
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kefirdb/kefir/internal/vr"
+	"github.com/kefirdb/kefir/internal/wire"
+)
+
+// mark ends one message in an outbound buffer: the message's frame ends at
+// byte end and may be written once the transport clock reaches due (0: at
+// once). Invariant: within a buffer, marks are in order of end and of due.
+type mark struct {
+	end int
+	due int64
+}
+
+// peer is the outbound half of a link, plus the link's counters and fault.
+type peer struct {
+	t    *Transport
+	id   uint64
+	addr string
+	log  *slog.Logger
+	wake chan struct{} // capacity 1: "the queue is not empty"
+	c    counters
+
+	// partitioned mirrors fault.Partition for the inbound reader, which must
+	// not take mu per read.
+	partitioned atomic.Bool
+	// inbound is the peer's current authenticated inbound connection; a new
+	// one replaces (closes) it, since the peer keeps only one outbound
+	// connection and a second means the first is dead (half-open).
+	inMu    sync.Mutex
+	inbound net.Conn
+
+	// queued counts messages accepted by send and not yet written or
+	// dropped (in buf or in the writer's delay line).
+	queued atomic.Int64
+
+	mu      sync.Mutex
+	closed  bool
+	buf     []byte // frames waiting for the writer
+	marks   []mark // one per frame in buf
+	fault   Fault
+	rng     *rand.Rand // fault draws; REQUIRES: mu held
+	lastDue int64      // due of the last delayed message; keeps order under jitter
+}
+
+func (p *peer) send(m *vr.Message) error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return ErrClosed
+	}
+	f := &p.fault
+	if f.Partition || (f.DropRate > 0 && p.rng.Float64() < f.DropRate) {
+		p.mu.Unlock()
+		p.c.faultDropped.Add(1)
+		return nil
+	}
+	if p.queued.Load() >= int64(p.t.cfg.QueueLen) || (len(p.buf) >= p.t.cfg.MaxQueueBytes) {
+		p.mu.Unlock()
+		p.c.dropped.Add(1)
+		return nil
+	}
+	p.buf = wire.AppendFrame(p.buf, m)
+	var due int64
+	if f.Delay > 0 || f.Jitter > 0 || p.lastDue > 0 {
+		due = p.t.now() + int64(f.Delay)
+		if f.Jitter > 0 {
+			due += p.rng.Int64N(int64(f.Jitter))
+		}
+		// Order is kept: a message never overtakes the one before it, also
+		// when the delay was just lowered or removed.
+		due = max(due, p.lastDue)
+		p.lastDue = due
+		if f.Delay == 0 && f.Jitter == 0 && due <= p.t.now() {
+			p.lastDue = 0 // the delayed backlog is due: back to the fast path
+		}
+	}
+	p.marks = append(p.marks, mark{end: len(p.buf), due: due})
+	p.queued.Add(1)
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// run is the peer's writer goroutine: it owns the outbound connection.
+func (p *peer) run() {
+	defer p.t.wg.Done()
+	var (
+		nc        net.Conn
+		dead      chan struct{} // closed when nc's watcher sees it end
+		line      []byte        // frames taken from the queue, not yet written
+		lineMarks []mark
+		failures  int // consecutive failed dials
+		timer     = time.NewTimer(time.Hour)
+	)
+	timer.Stop()
+	closeConn := func() {
+		if nc != nil {
+			nc.Close()
+			nc, dead = nil, nil
+			p.c.connected.Store(false)
+		}
+	}
+	defer closeConn()
+	// consume removes the first n messages (ending at byte end) from the
+	// line, counting them as sent or dropped.
+	consume := func(n, end int, counter *atomic.Uint64) {
+		counter.Add(uint64(n))
+		p.queued.Add(-int64(n))
+		line = line[:copy(line, line[end:])]
+		k := copy(lineMarks, lineMarks[n:])
+		lineMarks = lineMarks[:k]
+		for i := range lineMarks {
+			lineMarks[i].end -= end
+		}
+	}
+	for {
+		// Take everything queued. With an empty line the buffers swap, so the
+		// common case copies nothing.
+		p.mu.Lock()
+		if len(p.buf) > 0 {
+			if len(line) == 0 {
+				line, p.buf = p.buf, line[:0]
+				lineMarks, p.marks = p.marks, lineMarks[:0]
+				if cap(p.buf) > 1<<20 {
+					p.buf = nil // do not pin a snapshot-sized buffer
+				}
+			} else {
+				off := len(line)
+				line = append(line, p.buf...)
+				for _, m := range p.marks {
+					lineMarks = append(lineMarks, mark{end: m.end + off, due: m.due})
+				}
+				p.buf, p.marks = p.buf[:0], p.marks[:0]
+			}
+		}
+		p.mu.Unlock()
+
+		if len(line) == 0 {
+			select {
+			case <-p.wake:
+			case <-dead:
+				closeConn()
+			case <-p.t.ctx.Done():
+				p.discard(len(lineMarks))
+				return
+			}
+			continue
+		}
+		if dead != nil {
+			select {
+			case <-dead:
+				closeConn()
+			default:
+			}
+		}
+		if nc == nil {
+			var err error
+			nc, dead, err = p.connect(failures)
+			if err != nil {
+				if p.t.ctx.Err() != nil {
+					p.discard(len(lineMarks))
+					return
+				}
+				failures++
+				p.c.dialFailures.Add(1)
+				consume(len(lineMarks), len(line), &p.c.dropped)
+				wait := backoff(p.t.cfg.DialBackoff, p.t.cfg.MaxDialBackoff, failures)
+				level := slog.LevelDebug
+				if failures == 1 {
+					level = slog.LevelWarn
+				}
+				p.log.Log(p.t.ctx, level, "peer unreachable; dropping its queue and backing off", "err", err, "failures", failures, "backoff", wait)
+				timer.Reset(wait)
+				select {
+				case <-timer.C:
+				case <-p.t.ctx.Done():
+					timer.Stop()
+					p.discard(0)
+					return
+				}
+				continue
+			}
+			if p.c.connects.Add(1) > 1 {
+				p.c.reconnects.Add(1)
+			}
+			if failures > 0 || p.c.connects.Load() > 1 {
+				p.log.Info("peer connected", "after_failures", failures)
+			}
+			failures = 0
+			p.c.connected.Store(true)
+		}
+
+		// Write the prefix that is due, in one Write.
+		n, end := len(lineMarks), len(line)
+		if lineMarks[n-1].due > 0 {
+			now := p.t.now()
+			n = 0
+			for n < len(lineMarks) && lineMarks[n].due <= now {
+				n++
+			}
+			end = 0
+			if n > 0 {
+				end = lineMarks[n-1].end
+			}
+		}
+		if n > 0 {
+			_ = nc.SetWriteDeadline(time.Now().Add(p.t.cfg.WriteTimeout))
+			if _, err := nc.Write(line[:end]); err != nil {
+				p.log.Warn("peer write failed; dropping the batch and reconnecting", "err", err, "messages", n)
+				closeConn()
+				consume(n, end, &p.c.dropped)
+				continue
+			}
+			p.c.batches.Add(1)
+			p.c.bytesOut.Add(uint64(end))
+			consume(n, end, &p.c.sent)
+			if cap(line) > 1<<20 && len(line) == 0 {
+				line, lineMarks = nil, nil
+			}
+		}
+		if len(lineMarks) == 0 {
+			continue
+		}
+		// The head of the line is held by an injected delay: sleep until it
+		// is due, or until something changes.
+		timer.Reset(time.Duration(lineMarks[0].due - p.t.now()))
+		select {
+		case <-timer.C:
+		case <-p.wake:
+			timer.Stop() // Go ≥ 1.23 timers: no stale tick to drain
+		case <-dead:
+			timer.Stop()
+			closeConn()
+		case <-p.t.ctx.Done():
+			timer.Stop()
+			p.discard(len(lineMarks))
+			return
+		}
+	}
+}
+
+// discard accounts for messages lost at Close: the line's and the queue's.
+func (p *peer) discard(inLine int) {
+	p.mu.Lock()
+	n := inLine + len(p.marks)
+	p.buf, p.marks = nil, nil
+	p.mu.Unlock()
+	p.c.dropped.Add(uint64(n))
+	p.queued.Add(-int64(n))
+}
+
+// backoff is the wait after `failures` consecutive failed dials: base·2^(f−1)
+// capped at max, then drawn uniformly from [d/2, d].
+func backoff(base, max time.Duration, failures int) time.Duration {
+	d := base
+	for i := 1; i < failures && d < max; i++ {
+		d *= 2
+	}
+	d = min(d, max)
+	if d <= 1 {
+		return d
+	}
+	return d/2 + rand.N(d/2+1)
+}
+
+// connect dials the peer, runs TLS and the handshake, and starts the
+// connection's watcher, which closes dead when the connection ends. The
+// acceptor never writes after the handshake, so the watcher reading EOF or
+// an error is how a restarted or vanished peer is noticed before the next
+// write is lost.
+func (p *peer) connect(failures int) (net.Conn, chan struct{}, error) {
+	cfg := &p.t.cfg
+	ctx, cancel := context.WithTimeout(p.t.ctx, cfg.DialTimeout)
+	defer cancel()
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "tcp", p.addr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("dial %s: %w", p.addr, err)
+	}
+	if cfg.TLS != nil {
+		tc := tls.Client(nc, cfg.TLS)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			nc.Close()
+			return nil, nil, fmt.Errorf("tls handshake with %s: %w", p.addr, err)
+		}
+		nc = tc
+	}
+	_ = nc.SetDeadline(time.Now().Add(cfg.HandshakeTimeout))
+	stop := context.AfterFunc(p.t.ctx, func() { _ = nc.SetDeadline(time.Unix(1, 0)) })
+	err = dialHandshake(nc, cfg.ClusterSecret, p.t.self, p.id)
+	stop()
+	if err != nil {
+		nc.Close()
+		if errors.Is(err, ErrAuth) || errors.Is(err, ErrIdentity) {
+			// Misconfiguration, not a network blip: say it loudly each time
+			// the backoff lets us try again.
+			p.log.Error("peer refused the connection: fix the cluster configuration", "err", err, "failures", failures+1)
+		}
+		return nil, nil, fmt.Errorf("handshake with %s: %w", p.addr, err)
+	}
+	_ = nc.SetDeadline(time.Time{})
+	dead := make(chan struct{})
+	p.t.wg.Add(1)
+	go func() {
+		defer p.t.wg.Done()
+		defer close(dead)
+		var b [256]byte
+		for {
+			n, err := nc.Read(b[:])
+			if err != nil {
+				return
+			}
+			if n > 0 {
+				p.log.Warn("peer wrote on an outbound connection; closing it", "bytes", n)
+				nc.Close()
+				return
+			}
+		}
+	}()
+	return nc, dead, nil
+}

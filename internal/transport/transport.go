@@ -1,0 +1,429 @@
+// Package transport is the production peer transport: it carries the
+// replication core's messages (vr.Message, encoded by internal/wire) between
+// nodes over authenticated TCP (optionally TLS) connections.
+//
+// Shape, per peer:
+//
+//	Send (driver goroutine, never blocks)
+//	  └─ encodes the frame into the peer's queue (bounded; overflow drops the new message)
+//	writer goroutine (one per peer)
+//	  └─ dials on demand (timeout, capped exponential backoff with jitter),
+//	     takes everything queued and writes it with ONE Write (one syscall per batch),
+//	     holds messages back for an injected link delay (order kept)
+//	reader goroutine (one per accepted connection)
+//	  └─ reads as much as the socket has, checks every frame's CRC, decodes the
+//	     whole read into one []vr.Message and hands it to the Handler
+//
+// Every pair of nodes uses two connections, one per direction: a node dials
+// each peer for its outbound messages and accepts the peer's connection for
+// inbound ones. That avoids dial races and lets each side reconnect alone.
+//
+// Loss is part of the contract: VR tolerates lost messages and retransmits,
+// so the transport never blocks the core to avoid a loss. A full queue drops
+// the message being sent; a failed dial drops what was queued for that peer
+// (it is stale by the time a later dial succeeds); a failed write drops its
+// batch. Every drop is counted (Stats).
+//
+// Trust: a connection is admitted only after the handshake (handshake.go)
+// proves the cluster secret and matching cluster id and configuration hash.
+// Every inbound message must then carry the authenticated peer's id in From
+// and ours in To; one that does not closes the connection, as does a frame
+// with a bad checksum (the stream's framing can no longer be trusted).
+//
+// Fault injection (SetLinkFault): per-link one-way delay with jitter (order
+// kept), random drops, and partitions, changeable at run time, for
+// experiments that emulate network distance and for tests.
+//
+// This package imports internal/vr (message type) and internal/wire (codec)
+// and the standard library. It must not import internal/server,
+// internal/shard or any driver: they use it, not the reverse.
+package transport
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kefirdb/kefir/internal/vr"
+	"github.com/kefirdb/kefir/internal/wire"
+)
+
+// Errors callers branch on.
+var (
+	// ErrUnknownPeer: Send to a node id that is not in Config.Peers.
+	ErrUnknownPeer = errors.New("transport: unknown peer")
+	// ErrClosed: the transport has been closed.
+	ErrClosed = errors.New("transport: closed")
+)
+
+// Defaults for zero Config fields.
+const (
+	DefaultQueueLen         = 4096
+	DefaultMaxQueueBytes    = 64 << 20
+	DefaultDialTimeout      = time.Second
+	DefaultHandshakeTimeout = 2 * time.Second
+	DefaultWriteTimeout     = 5 * time.Second
+	DefaultDialBackoff      = 50 * time.Millisecond
+	DefaultMaxDialBackoff   = 2 * time.Second
+)
+
+// Handler receives the messages of one read from peer `from`, in the order
+// the peer sent them. The handler owns msgs and every byte slice in them.
+// It is called from one goroutine per inbound connection, so it must be safe
+// for concurrent use; while it runs, that connection is not read (a slow
+// handler pushes back on the sender, whose queue then drops). It must return
+// for Close to finish.
+type Handler func(from uint64, msgs []vr.Message)
+
+// Config configures a Transport.
+type Config struct {
+	// Self is this node's id.
+	Self uint64
+	// Peers maps every other node's id to its peer address (host:port). An
+	// entry for Self is ignored, so the whole cluster's map may be passed.
+	Peers map[uint64]string
+	// ClusterSecret authenticates peers (HMAC challenge-response). Required.
+	ClusterSecret string
+	// Cluster and ConfigHash are compared in the handshake; a peer that
+	// differs is refused. A VR driver passes vr.Config.Cluster and
+	// vr.Config.Hash(). If ConfigHash is zero it is derived from Cluster and
+	// the sorted node ids (Self and Peers), which catches different peer
+	// lists but not a different leader order or epoch.
+	Cluster    uint64
+	ConfigHash uint64
+	// TLS, if set, wraps every connection: tls.Client when dialing (set
+	// ServerName or InsecureSkipVerify with VerifyPeerCertificate
+	// accordingly), tls.Server when accepting.
+	TLS *tls.Config
+	// Handler receives inbound messages. Required.
+	Handler Handler
+	// Logger receives connection events (nil: discard). Lines carry the
+	// node id and the peer id.
+	Logger *slog.Logger
+
+	// MaxFrame bounds one inbound frame (default wire.DefaultMaxFrame).
+	MaxFrame int
+	// QueueLen bounds the messages waiting for one peer (queued and held by
+	// an injected delay); beyond it Send drops (default DefaultQueueLen).
+	QueueLen int
+	// MaxQueueBytes bounds the encoded bytes queued for one peer; a message
+	// is still admitted into an empty queue whatever its size, so a large
+	// snapshot can go (default DefaultMaxQueueBytes).
+	MaxQueueBytes int
+	// DialTimeout bounds one TCP connect (and TLS handshake).
+	DialTimeout time.Duration
+	// HandshakeTimeout bounds the peer handshake on either side.
+	HandshakeTimeout time.Duration
+	// WriteTimeout bounds one batch write; a peer that stops reading (e.g.
+	// SIGSTOP) has its connection closed and redialed after it.
+	WriteTimeout time.Duration
+	// DialBackoff is the wait after the first failed dial; it doubles per
+	// consecutive failure up to MaxDialBackoff, and each wait is drawn
+	// uniformly from [d/2, d] so restarted nodes do not dial in lockstep.
+	DialBackoff    time.Duration
+	MaxDialBackoff time.Duration
+	// Seed seeds the random drops and jitter of injected faults (0: random),
+	// so an experiment can be repeated.
+	Seed uint64
+}
+
+func (c *Config) fill() {
+	if c.MaxFrame == 0 {
+		c.MaxFrame = wire.DefaultMaxFrame
+	}
+	if c.QueueLen == 0 {
+		c.QueueLen = DefaultQueueLen
+	}
+	if c.MaxQueueBytes == 0 {
+		c.MaxQueueBytes = DefaultMaxQueueBytes
+	}
+	if c.DialTimeout == 0 {
+		c.DialTimeout = DefaultDialTimeout
+	}
+	if c.HandshakeTimeout == 0 {
+		c.HandshakeTimeout = DefaultHandshakeTimeout
+	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = DefaultWriteTimeout
+	}
+	if c.DialBackoff == 0 {
+		c.DialBackoff = DefaultDialBackoff
+	}
+	if c.MaxDialBackoff == 0 {
+		c.MaxDialBackoff = DefaultMaxDialBackoff
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.ConfigHash == 0 {
+		c.ConfigHash = derivedHash(c.Cluster, c.Self, c.Peers)
+	}
+	if c.Seed == 0 {
+		c.Seed = rand.Uint64()
+	}
+}
+
+func derivedHash(cluster, self uint64, peers map[uint64]string) uint64 {
+	ids := []uint64{self}
+	for id := range peers {
+		if id != self {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	h := fnv.New64a()
+	var b [8]byte
+	for _, v := range append([]uint64{cluster}, ids...) {
+		binary.LittleEndian.PutUint64(b[:], v)
+		_, _ = h.Write(b[:])
+	}
+	return h.Sum64()
+}
+
+func (c *Config) validate() error {
+	var errs []error
+	if c.ClusterSecret == "" {
+		errs = append(errs, errors.New("a cluster secret is required (peers are authenticated with it)"))
+	}
+	if c.Handler == nil {
+		errs = append(errs, errors.New("a Handler is required"))
+	}
+	for id, addr := range c.Peers {
+		if id != c.Self && addr == "" {
+			errs = append(errs, fmt.Errorf("peer %d has no address", id))
+		}
+	}
+	if c.MaxFrame < wire.FrameHeader || c.QueueLen < 1 || c.MaxQueueBytes < 1 {
+		errs = append(errs, fmt.Errorf("MaxFrame %d, QueueLen %d and MaxQueueBytes %d must be positive", c.MaxFrame, c.QueueLen, c.MaxQueueBytes))
+	}
+	if c.DialTimeout < 0 || c.HandshakeTimeout < 0 || c.WriteTimeout < 0 || c.DialBackoff < 0 || c.MaxDialBackoff < c.DialBackoff {
+		errs = append(errs, fmt.Errorf("timeouts must be positive and MaxDialBackoff %v ≥ DialBackoff %v", c.MaxDialBackoff, c.DialBackoff))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("transport: invalid config: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// Transport sends and receives peer messages. Its methods are safe for
+// concurrent use.
+type Transport struct {
+	cfg   Config
+	self  Identity
+	log   *slog.Logger
+	peers map[uint64]*peer // fixed after New
+	start time.Time        // origin of the monotonic clock used for delays
+
+	ctx    context.Context // canceled by Close; aborts dials and handshakes
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu        sync.Mutex
+	closed    bool
+	listeners map[net.Listener]struct{}
+	conns     map[net.Conn]struct{} // every inbound connection, handshaking or not
+
+	authFailures  atomic.Uint64
+	identityFails atomic.Uint64
+	protoFailures atomic.Uint64
+}
+
+// New validates cfg and starts one writer goroutine per peer. Nothing is
+// dialed until there is something to send.
+func New(cfg Config) (*Transport, error) {
+	cfg.fill()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t := &Transport{
+		cfg:       cfg,
+		self:      Identity{Node: cfg.Self, Cluster: cfg.Cluster, ConfigHash: cfg.ConfigHash},
+		log:       cfg.Logger.With("node", cfg.Self),
+		peers:     make(map[uint64]*peer, len(cfg.Peers)),
+		start:     time.Now(),
+		ctx:       ctx,
+		cancel:    cancel,
+		listeners: map[net.Listener]struct{}{},
+		conns:     map[net.Conn]struct{}{},
+	}
+	for id, addr := range cfg.Peers {
+		if id == cfg.Self {
+			continue
+		}
+		p := &peer{
+			t:    t,
+			id:   id,
+			addr: addr,
+			log:  t.log.With("peer", id, "peer_addr", addr),
+			wake: make(chan struct{}, 1),
+			rng:  rand.New(rand.NewPCG(cfg.Seed, id)),
+		}
+		t.peers[id] = p
+	}
+	for _, p := range t.peers {
+		t.wg.Add(1)
+		go p.run()
+	}
+	return t, nil
+}
+
+// Self returns this node's id.
+func (t *Transport) Self() uint64 { return t.cfg.Self }
+
+// now is monotonic nanoseconds since New.
+func (t *Transport) now() int64 { return int64(time.Since(t.start)) }
+
+// Send queues m for peer `to` and returns at once; it never waits for the
+// network. The message is encoded before Send returns, so the caller may
+// reuse m and its slices. A message that does not fit the peer's queue, or
+// that an injected fault drops, is counted and discarded: the return value
+// is nil then too, because loss is normal for the protocol above. Errors are
+// for programming mistakes: ErrUnknownPeer, ErrClosed.
+func (t *Transport) Send(to uint64, m *vr.Message) error {
+	p := t.peers[to]
+	if p == nil {
+		return fmt.Errorf("%w: %d (node %d knows %v)", ErrUnknownPeer, to, t.cfg.Self, t.peerIDs())
+	}
+	return p.send(m)
+}
+
+func (t *Transport) peerIDs() []uint64 {
+	ids := make([]uint64, 0, len(t.peers))
+	for id := range t.peers {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// Listen opens a TCP listener on addr and serves it in a goroutine until
+// Close. It returns the bound address (useful with port 0).
+func (t *Transport) Listen(addr string) (net.Addr, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("transport: listen %s: %w", addr, err)
+	}
+	if !t.trackListener(ln) {
+		ln.Close()
+		return nil, ErrClosed
+	}
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		if err := t.serve(ln); err != nil {
+			t.log.Error("peer listener stopped", "addr", ln.Addr().String(), "err", err)
+		}
+	}()
+	return ln.Addr(), nil
+}
+
+// Serve accepts peer connections on ln until Close (then it returns nil) or
+// until Accept fails permanently. Close closes ln.
+func (t *Transport) Serve(ln net.Listener) error {
+	if !t.trackListener(ln) {
+		ln.Close()
+		return ErrClosed
+	}
+	return t.serve(ln)
+}
+
+func (t *Transport) trackListener(ln net.Listener) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return false
+	}
+	t.listeners[ln] = struct{}{}
+	return true
+}
+
+func (t *Transport) serve(ln net.Listener) error {
+	defer func() {
+		t.mu.Lock()
+		delete(t.listeners, ln)
+		t.mu.Unlock()
+	}()
+	delay := 5 * time.Millisecond
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			if t.ctx.Err() != nil {
+				return nil
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return fmt.Errorf("transport: listener closed by someone else: %w", err)
+			}
+			// Out of file descriptors and the like: wait instead of spinning.
+			t.log.Warn("peer accept failed; retrying", "err", err, "in", delay)
+			select {
+			case <-time.After(delay):
+			case <-t.ctx.Done():
+				return nil
+			}
+			delay = min(2*delay, time.Second)
+			continue
+		}
+		delay = 5 * time.Millisecond
+		t.HandleConn(nc)
+	}
+}
+
+// HandleConn takes ownership of an accepted connection (for a node that owns
+// its peer listener and hands connections over): it runs the acceptor's
+// handshake and then reads the peer's messages, in a new goroutine.
+func (t *Transport) HandleConn(nc net.Conn) {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		nc.Close()
+		return
+	}
+	t.conns[nc] = struct{}{}
+	t.wg.Add(1)
+	t.mu.Unlock()
+	go t.serveConn(nc)
+}
+
+func (t *Transport) untrack(nc net.Conn) {
+	t.mu.Lock()
+	delete(t.conns, nc)
+	t.mu.Unlock()
+}
+
+// Close stops every goroutine, closes every connection and listener, and
+// waits. Queued messages are dropped. It is safe to call more than once.
+func (t *Transport) Close() error {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		t.wg.Wait()
+		return nil
+	}
+	t.closed = true
+	t.cancel()
+	for ln := range t.listeners {
+		ln.Close()
+	}
+	for nc := range t.conns {
+		nc.Close()
+	}
+	t.mu.Unlock()
+	for _, p := range t.peers {
+		p.mu.Lock()
+		p.closed = true
+		p.mu.Unlock()
+	}
+	t.wg.Wait()
+	return nil
+}

@@ -1,0 +1,571 @@
+package transport
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kefirdb/kefir/internal/vr"
+	"github.com/kefirdb/kefir/internal/wire"
+)
+
+func TestMessagesArriveInOrderWithTheirContent(t *testing.T) {
+	nodes := cluster(t, 3, nil)
+	const n = 2000
+	for op := uint64(1); op <= n; op++ {
+		for _, to := range []uint64{2, 3} {
+			mustSend(t, nodes[0].tr, to, msg(1, to, op))
+		}
+	}
+	for _, nd := range nodes[1:] {
+		msgs := nd.in.wait(t, n, 10*time.Second)
+		for i, g := range msgs {
+			op := uint64(i + 1)
+			want := msg(1, nd.id, op)
+			if g.from != 1 || g.m.String() != want.String() || string(g.m.Entries[0].Data) != string(want.Entries[0].Data) {
+				t.Fatalf("node %d message %d: got from %d %v %q, want %v %q", nd.id, i, g.from, g.m, g.m.Entries[0].Data, want, want.Entries[0].Data)
+			}
+		}
+	}
+	s := nodes[0].tr.Stats()
+	if s.Total.Sent != 2*n || s.Total.Dropped != 0 || s.Total.Queued != 0 {
+		t.Fatalf("sender stats %+v: want %d sent, none dropped or queued", s.Total, 2*n)
+	}
+	if r := nodes[1].tr.Stats().Link(1); r.Received != n || r.BytesIn != s.Link(2).BytesOut {
+		t.Fatalf("receiver stats %+v, sender link %+v", r, s.Link(2))
+	}
+}
+
+func TestSendIsSafeToReuseTheMessageAfterward(t *testing.T) {
+	nodes := cluster(t, 2, nil)
+	m := msg(1, 2, 1)
+	mustSend(t, nodes[0].tr, 2, m)
+	m.Op, m.Entries[0].Data[0] = 99, 'X' // the caller reuses its message at once
+	got := nodes[1].in.wait(t, 1, 5*time.Second)[0].m
+	if got.Op != 1 || got.Entries[0].Data[0] != 'p' {
+		t.Fatalf("received %v %q: Send must copy the message before returning", got, got.Entries[0].Data)
+	}
+}
+
+func TestManySendsBecomeFewWrites(t *testing.T) {
+	nodes := cluster(t, 2, func(c *Config) { c.QueueLen = 1 << 20 })
+	const n = 20000
+	for op := uint64(1); op <= n; op++ {
+		mustSend(t, nodes[0].tr, 2, msg(1, 2, op))
+	}
+	nodes[1].in.wait(t, n, 10*time.Second)
+	s := nodes[0].tr.Stats().Link(2)
+	r := nodes[1].tr.Stats().Link(1)
+	t.Logf("%d messages in %d writes; received in %d handler calls", s.Sent, s.Batches, r.ReadBatches)
+	// Send (an encode and an append) is far cheaper than a write syscall, so
+	// the writer finds many messages per wake-up; one write per message
+	// would mean the batching is broken.
+	if s.Sent != n || s.Batches > n/4 {
+		t.Fatalf("%d messages took %d writes; want at most %d", s.Sent, s.Batches, n/4)
+	}
+	if r.ReadBatches > n/4 {
+		t.Fatalf("%d messages took %d handler calls; want at most %d", r.Received, r.ReadBatches, n/4)
+	}
+}
+
+func TestReconnectsAfterThePeerRestarts(t *testing.T) {
+	nodes := cluster(t, 2, nil)
+	a, b := nodes[0], nodes[1]
+	mustSend(t, a.tr, 2, msg(1, 2, 1))
+	b.in.wait(t, 1, 5*time.Second)
+	addr := b.ln.Addr().String()
+	b.tr.Close()
+
+	// The same node comes back on the same address with a fresh process state.
+	var ln net.Listener
+	eventually(t, 5*time.Second, func() bool {
+		var err error
+		ln, err = net.Listen("tcp", addr)
+		return err == nil
+	}, "relisten on %s", addr)
+	in := newInbox()
+	b2, err := New(Config{Self: 2, Peers: map[uint64]string{1: a.ln.Addr().String(), 2: addr},
+		ClusterSecret: testSecret, Cluster: 7, Handler: in.handle})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b2.Close()
+	go b2.Serve(ln)
+
+	// Messages sent while the peer is away are lost (and counted); the
+	// transport redials on its own and later messages arrive.
+	op := uint64(2)
+	eventually(t, 10*time.Second, func() bool {
+		mustSend(t, a.tr, 2, msg(1, 2, op))
+		op++
+		time.Sleep(5 * time.Millisecond)
+		return in.count() > 0
+	}, "delivery to the restarted peer")
+	s := a.tr.Stats().Link(2)
+	if s.Reconnects < 1 {
+		t.Fatalf("stats %+v: want a reconnect counted", s)
+	}
+	t.Logf("after restart: %+v", s)
+}
+
+func TestAPeerWithTheWrongSecretIsRefused(t *testing.T) {
+	nodes := cluster(t, 2, func(c *Config) {
+		if c.Self == 1 {
+			c.ClusterSecret = "not-the-secret"
+		}
+	})
+	a, b := nodes[0], nodes[1]
+	for op := uint64(1); op <= 5; op++ {
+		mustSend(t, a.tr, 2, msg(1, 2, op))
+		time.Sleep(10 * time.Millisecond)
+	}
+	b.log.waitLog(t, "peer refused: authentication failed", 5*time.Second)
+	a.log.waitLog(t, "peer refused the connection", 5*time.Second)
+	if n := b.in.count(); n != 0 {
+		t.Fatalf("node 2 delivered %d messages from a node without the secret", n)
+	}
+	if s := b.tr.Stats(); s.AuthFailures == 0 {
+		t.Fatalf("stats %+v: want an auth failure counted", s)
+	}
+	if s := a.tr.Stats().Link(2); s.DialFailures == 0 || s.Sent != 0 {
+		t.Fatalf("dialer stats %+v: want failed dials and nothing sent", s)
+	}
+}
+
+func TestANodeWithADifferentConfigurationIsRefused(t *testing.T) {
+	cases := []struct {
+		name    string
+		adjust  func(c *Config) // applied to node 1 only
+		wantLog string          // in node 2's log
+	}{
+		{"other cluster", func(c *Config) { c.Cluster = 8 }, "cluster 0000000000000008 differs"},
+		{"other peer list", func(c *Config) { c.Peers = withPeer(c.Peers, 3, "127.0.0.1:1") }, "configuration"},
+		{"explicit config hash", func(c *Config) { c.ConfigHash = 0xdead }, "configuration 000000000000dead differs"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			nodes := cluster(t, 2, func(c *Config) {
+				if c.Self == 1 {
+					tc.adjust(c)
+				}
+			})
+			a, b := nodes[0], nodes[1]
+			eventually(t, 5*time.Second, func() bool {
+				mustSend(t, a.tr, 2, msg(1, 2, 1))
+				time.Sleep(5 * time.Millisecond)
+				return b.tr.Stats().IdentityRefusals > 0
+			}, "node 2 to refuse node 1")
+			b.log.waitLog(t, "different cluster or configuration", time.Second)
+			b.log.waitLog(t, tc.wantLog, time.Second)
+			a.log.waitLog(t, "fix the cluster configuration", 5*time.Second)
+			if n := b.in.count(); n != 0 {
+				t.Fatalf("delivered %d messages across a configuration mismatch", n)
+			}
+		})
+	}
+}
+
+func withPeer(m map[uint64]string, id uint64, addr string) map[uint64]string {
+	out := map[uint64]string{id: addr}
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+func TestADialerThatMeantAnotherNodeIsRefused(t *testing.T) {
+	// Node 1 believes node 3 lives at node 2's address.
+	nodes := cluster(t, 2, nil)
+	in := newInbox()
+	peers := map[uint64]string{1: "127.0.0.1:1", 2: "127.0.0.1:1", 3: nodes[1].ln.Addr().String()}
+	lb := &logBuf{}
+	confused, err := New(Config{Self: 1, Peers: peers, ClusterSecret: testSecret, Cluster: 7,
+		ConfigHash: nodes[1].tr.cfg.ConfigHash, Handler: in.handle, Logger: slogTo(lb)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer confused.Close()
+	mustSend(t, confused, 3, msg(1, 3, 1))
+	nodes[1].log.waitLog(t, "dialed this address as node 3, but this is node 2", 5*time.Second)
+	lb.waitLog(t, "this is node 2", 5*time.Second)
+}
+
+// dialRaw authenticates to nd as node `as` and returns the raw connection,
+// for tests that write frames the transport would never send.
+func dialRaw(t *testing.T, nd *node, as uint64) net.Conn {
+	t.Helper()
+	nc, err := net.Dial("tcp", nd.ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	_ = nc.SetDeadline(time.Now().Add(5 * time.Second))
+	if err := dialHandshake(nc, testSecret, Identity{Node: as, Cluster: 7, ConfigHash: nd.tr.cfg.ConfigHash}, nd.id); err != nil {
+		t.Fatal(err)
+	}
+	return nc
+}
+
+// expectClosed fails unless the other side closes nc.
+func expectClosed(t *testing.T, nc net.Conn) {
+	t.Helper()
+	_ = nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	var b [1]byte
+	if _, err := nc.Read(b[:]); !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !isReset(err) {
+		t.Fatalf("connection not closed by the receiver: %v", err)
+	}
+}
+
+func isReset(err error) bool { return err != nil && strings.Contains(err.Error(), "connection reset") }
+
+func TestACorruptFrameClosesTheConnectionAndIsCounted(t *testing.T) {
+	nodes := cluster(t, 2, nil)
+	b := nodes[1]
+	nc := dialRaw(t, b, 1)
+	good := wire.AppendFrame(nil, msg(1, 2, 1))
+	bad := wire.AppendFrame(nil, msg(1, 2, 2))
+	bad[len(bad)-1] ^= 0x40 // one flipped bit in the payload: the CRC no longer matches
+	after := wire.AppendFrame(nil, msg(1, 2, 3))
+	if _, err := nc.Write(append(append(good, bad...), after...)); err != nil {
+		t.Fatal(err)
+	}
+	expectClosed(t, nc)
+	b.log.waitLog(t, "corrupt frame", 5*time.Second)
+	if s := b.tr.Stats().Link(1); s.Corrupt != 1 {
+		t.Fatalf("stats %+v: want one corrupt connection", s)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if got := b.in.count(); got > 1 {
+		t.Fatalf("delivered %d messages: nothing at or after the corrupt frame may be", got)
+	}
+}
+
+func TestAnOversizedFrameIsRefused(t *testing.T) {
+	nodes := cluster(t, 2, func(c *Config) { c.MaxFrame = 1 << 10 })
+	b := nodes[1]
+	nc := dialRaw(t, b, 1)
+	big := msg(1, 2, 1)
+	big.Entries[0].Data = make([]byte, 4<<10)
+	if _, err := nc.Write(wire.AppendFrame(nil, big)); err != nil && !isReset(err) {
+		t.Fatal(err)
+	}
+	expectClosed(t, nc)
+	eventually(t, 5*time.Second, func() bool { return b.tr.Stats().Link(1).Corrupt == 1 }, "oversized frame counted")
+	if b.in.count() != 0 {
+		t.Fatal("an oversized frame was delivered")
+	}
+}
+
+func TestAMessageNotFromTheAuthenticatedPeerIsRefused(t *testing.T) {
+	cases := []struct {
+		name string
+		m    *vr.Message
+	}{
+		{"forged From", msg(3, 2, 1)},    // node 1 pretends to be node 3
+		{"misdirected To", msg(1, 3, 1)}, // meant for node 3
+		{"From is the receiver", msg(2, 2, 1)},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			nodes := cluster(t, 3, nil)
+			b := nodes[1]
+			nc := dialRaw(t, b, 1)
+			if _, err := nc.Write(wire.AppendFrame(nil, tc.m)); err != nil {
+				t.Fatal(err)
+			}
+			expectClosed(t, nc)
+			b.log.waitLog(t, "message not from the authenticated peer", 5*time.Second)
+			if s := b.tr.Stats().Link(1); s.Spoofed != 1 || s.Received != 0 {
+				t.Fatalf("stats %+v: want one spoofing connection and nothing delivered", s)
+			}
+			if b.in.count() != 0 {
+				t.Fatal("a spoofed message was delivered")
+			}
+		})
+	}
+}
+
+func TestInjectedDelayDelaysEveryMessageAndKeepsOrder(t *testing.T) {
+	nodes := cluster(t, 2, nil)
+	a, b := nodes[0], nodes[1]
+	// Warm the connection up so dialing is not part of the measurement.
+	mustSend(t, a.tr, 2, msg(1, 2, 1))
+	b.in.wait(t, 1, 5*time.Second)
+
+	const delay, jitter = 60 * time.Millisecond, 30 * time.Millisecond
+	if err := a.tr.SetLinkFault(2, Fault{Delay: delay, Jitter: jitter}); err != nil {
+		t.Fatal(err)
+	}
+	const n = 200
+	sent := make([]time.Time, n+2)
+	for op := uint64(2); op < n+2; op++ {
+		sent[op] = time.Now()
+		mustSend(t, a.tr, 2, msg(1, 2, op))
+	}
+	msgs := b.in.wait(t, n+1, 10*time.Second)
+	for i, g := range msgs[1:] {
+		op := uint64(i + 2)
+		if g.m.Op != op {
+			t.Fatalf("message %d has op %d: the delay line reordered", op, g.m.Op)
+		}
+		// Never early; a loaded machine may make it late, so the upper
+		// bound is generous.
+		if d := g.at.Sub(sent[op]); d < delay || d > delay+jitter+2*time.Second {
+			t.Fatalf("message %d took %v; want ≥ %v", op, d, delay)
+		}
+	}
+	// Healing the link removes the delay for new messages.
+	if err := a.tr.SetLinkFault(2, Fault{}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(delay + jitter) // let the delayed backlog drain
+	start := time.Now()
+	mustSend(t, a.tr, 2, msg(1, 2, n+2))
+	g := b.in.wait(t, n+2, 5*time.Second)[n+1]
+	t.Logf("after heal: %v one way", g.at.Sub(start))
+	if g.m.Op != n+2 || g.at.Sub(start) >= delay {
+		t.Fatalf("after heal message %v took %v; want < %v", g.m, g.at.Sub(start), delay)
+	}
+}
+
+func TestAPartitionDropsBothWaysUntilHealed(t *testing.T) {
+	nodes := cluster(t, 2, nil)
+	a, b := nodes[0], nodes[1]
+	mustSend(t, a.tr, 2, msg(1, 2, 1))
+	mustSend(t, b.tr, 1, msg(2, 1, 1))
+	b.in.wait(t, 1, 5*time.Second)
+	a.in.wait(t, 1, 5*time.Second)
+
+	if err := a.tr.SetLinkFault(2, Fault{Partition: true}); err != nil { // at node 1 only
+		t.Fatal(err)
+	}
+	for op := uint64(2); op <= 50; op++ {
+		mustSend(t, a.tr, 2, msg(1, 2, op))
+		mustSend(t, b.tr, 1, msg(2, 1, op))
+	}
+	eventually(t, 5*time.Second, func() bool { return a.tr.Stats().Link(2).FaultDroppedIn == 49 }, "node 1 discards node 2's messages")
+	if s := a.tr.Stats().Link(2); s.FaultDropped != 49 {
+		t.Fatalf("stats %+v: want 49 outbound messages dropped by the partition", s)
+	}
+	if a.in.count() != 1 || b.in.count() != 1 {
+		t.Fatalf("messages crossed the partition: node 1 has %d, node 2 has %d", a.in.count(), b.in.count())
+	}
+
+	if err := a.tr.SetLinkFault(2, Fault{}); err != nil {
+		t.Fatal(err)
+	}
+	mustSend(t, a.tr, 2, msg(1, 2, 100))
+	mustSend(t, b.tr, 1, msg(2, 1, 100))
+	if g := b.in.wait(t, 2, 5*time.Second)[1]; g.m.Op != 100 {
+		t.Fatalf("after heal node 2 got %v", g.m)
+	}
+	if g := a.in.wait(t, 2, 5*time.Second)[1]; g.m.Op != 100 {
+		t.Fatalf("after heal node 1 got %v", g.m)
+	}
+}
+
+func TestDropRateDropsAboutThatShare(t *testing.T) {
+	nodes := cluster(t, 2, func(c *Config) { c.Seed = 42 })
+	a, b := nodes[0], nodes[1]
+	if err := a.tr.SetLinkFault(2, Fault{DropRate: 0.5}); err != nil {
+		t.Fatal(err)
+	}
+	const n = 2000
+	for op := uint64(1); op <= n; op++ {
+		mustSend(t, a.tr, 2, msg(1, 2, op))
+	}
+	s := a.tr.Stats().Link(2)
+	b.in.wait(t, int(n-s.FaultDropped), 10*time.Second)
+	if s.FaultDropped < n*4/10 || s.FaultDropped > n*6/10 {
+		t.Fatalf("dropped %d of %d at rate 0.5", s.FaultDropped, n)
+	}
+	msgs := b.in.wait(t, int(n-s.FaultDropped), time.Second)
+	for i := 1; i < len(msgs); i++ {
+		if msgs[i].m.Op <= msgs[i-1].m.Op {
+			t.Fatalf("survivors out of order: %d after %d", msgs[i].m.Op, msgs[i-1].m.Op)
+		}
+	}
+	if err := a.tr.SetLinkFault(2, Fault{DropRate: 1.5}); err == nil {
+		t.Fatal("a drop rate above 1 was accepted")
+	}
+}
+
+func TestSendNeverBlocksAndDropsWhenTheQueueIsFull(t *testing.T) {
+	// A peer that accepts TCP but never answers the handshake: the writer
+	// is stuck in the handshake while Send keeps being called.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer nc.Close()
+		}
+	}()
+	in := newInbox()
+	tr, err := New(Config{Self: 1, Peers: map[uint64]string{2: ln.Addr().String()}, ClusterSecret: testSecret,
+		Handler: in.handle, QueueLen: 100, HandshakeTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	const n = 10000
+	for op := uint64(1); op <= n; op++ {
+		mustSend(t, tr, 2, msg(1, 2, op))
+	}
+	s := tr.Stats().Link(2)
+	if s.Queued > 100 || s.Dropped < n-100 || s.Queued+int64(s.Dropped) != n {
+		t.Fatalf("stats %+v: want at most 100 queued and the rest of %d dropped", s, n)
+	}
+	if err := tr.Send(9, msg(1, 9, 1)); !errors.Is(err, ErrUnknownPeer) {
+		t.Fatalf("Send to an unknown peer: %v", err)
+	}
+}
+
+func TestUnreachablePeerIsRetriedWithBackoff(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now: dials are refused at once
+	in := newInbox()
+	tr, err := New(Config{Self: 1, Peers: map[uint64]string{2: addr}, ClusterSecret: testSecret,
+		Handler: in.handle, DialBackoff: 20 * time.Millisecond, MaxDialBackoff: 40 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	start := time.Now()
+	for time.Since(start) < 300*time.Millisecond {
+		mustSend(t, tr, 2, msg(1, 2, 1))
+		time.Sleep(time.Millisecond)
+	}
+	// Without backoff a refused dial repeats every millisecond (~300 here);
+	// with 10–40 ms waits it is at most ~300/10 + 1.
+	if f := tr.Stats().Link(2).DialFailures; f < 3 || f > 35 {
+		t.Fatalf("%d failed dials in 300ms with 20–40ms backoff", f)
+	}
+	for f := 1; f < 10; f++ {
+		d := backoff(20*time.Millisecond, 40*time.Millisecond, f)
+		cap := min(20*time.Millisecond<<(f-1), 40*time.Millisecond)
+		if d < cap/2 || d > cap {
+			t.Fatalf("backoff after %d failures = %v, want in [%v, %v]", f, d, cap/2, cap)
+		}
+	}
+}
+
+func TestCloseLeavesNoGoroutines(t *testing.T) {
+	before := runtime.NumGoroutine()
+	func() {
+		lns := make([]net.Listener, 3)
+		peers := map[uint64]string{}
+		for i := range lns {
+			lns[i], _ = net.Listen("tcp", "127.0.0.1:0")
+			peers[uint64(i+1)] = lns[i].Addr().String()
+		}
+		trs := make([]*Transport, 3)
+		ins := make([]*inbox, 3)
+		for i := range trs {
+			ins[i] = newInbox()
+			var err error
+			trs[i], err = New(Config{Self: uint64(i + 1), Peers: peers, ClusterSecret: testSecret, Handler: ins[i].handle})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if i < 2 {
+				go trs[i].Serve(lns[i])
+			} else {
+				lns[i].Close() // node 3 is down: node 1 and 2 keep redialing it
+			}
+		}
+		for op := uint64(1); op <= 100; op++ {
+			for i, tr := range trs[:2] {
+				for to := uint64(1); to <= 3; to++ {
+					if to != uint64(i+1) {
+						mustSend(t, tr, to, msg(uint64(i+1), to, op))
+					}
+				}
+			}
+		}
+		ins[0].wait(t, 100, 5*time.Second)
+		ins[1].wait(t, 100, 5*time.Second)
+		if err := trs[0].SetLinkFault(2, Fault{Delay: time.Hour}); err != nil { // a held message at Close
+			t.Fatal(err)
+		}
+		mustSend(t, trs[0], 2, msg(1, 2, 1000))
+		for _, tr := range trs {
+			tr.Close()
+			tr.Close() // idempotent
+		}
+		if err := trs[0].Send(2, msg(1, 2, 1)); !errors.Is(err, ErrClosed) {
+			t.Fatalf("Send after Close: %v", err)
+		}
+	}()
+	checkNoLeak(t, before)
+}
+
+func TestConfigIsValidated(t *testing.T) {
+	h := func(uint64, []vr.Message) {}
+	for _, tc := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{Self: 1, Handler: h}, "cluster secret"},
+		{Config{Self: 1, ClusterSecret: "x"}, "Handler"},
+		{Config{Self: 1, ClusterSecret: "x", Handler: h, Peers: map[uint64]string{2: ""}}, "peer 2 has no address"},
+		{Config{Self: 1, ClusterSecret: "x", Handler: h, DialBackoff: time.Second, MaxDialBackoff: time.Millisecond}, "MaxDialBackoff"},
+	} {
+		if _, err := New(tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("New(%+v) = %v, want an error mentioning %q", tc.cfg, err, tc.want)
+		}
+	}
+}
+
+func TestDerivedConfigHashDependsOnClusterAndMembers(t *testing.T) {
+	base := derivedHash(7, 1, map[uint64]string{2: "a", 3: "b"})
+	if derivedHash(7, 2, map[uint64]string{1: "x", 3: "y"}) != base {
+		t.Fatal("the same membership seen from another node must hash the same")
+	}
+	for name, h := range map[string]uint64{
+		"cluster": derivedHash(8, 1, map[uint64]string{2: "a", 3: "b"}),
+		"members": derivedHash(7, 1, map[uint64]string{2: "a", 4: "b"}),
+		"size":    derivedHash(7, 1, map[uint64]string{2: "a"}),
+	} {
+		if h == base {
+			t.Errorf("a different %s gives the same hash", name)
+		}
+	}
+}
+
+func ExampleTransport_Send() {
+	// Two nodes on loopback: node 1 sends a heartbeat to node 2.
+	ln1, _ := net.Listen("tcp", "127.0.0.1:0")
+	ln2, _ := net.Listen("tcp", "127.0.0.1:0")
+	peers := map[uint64]string{1: ln1.Addr().String(), 2: ln2.Addr().String()}
+	got := make(chan vr.Message, 1)
+	n1, _ := New(Config{Self: 1, Peers: peers, ClusterSecret: "s", Handler: func(uint64, []vr.Message) {}})
+	n2, _ := New(Config{Self: 2, Peers: peers, ClusterSecret: "s", Handler: func(from uint64, msgs []vr.Message) {
+		for _, m := range msgs {
+			got <- m
+		}
+	}})
+	defer n1.Close()
+	defer n2.Close()
+	go n1.Serve(ln1)
+	go n2.Serve(ln2)
+	_ = n1.Send(2, &vr.Message{Type: vr.MsgCommit, From: 1, To: 2, View: 3, Commit: 41})
+	m := <-got
+	fmt.Println(m.Type, m.From, m.View, m.Commit)
+	// Output: commit 1 3 41
+}
