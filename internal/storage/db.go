@@ -27,7 +27,9 @@ type DB struct {
 	fs   vfs.FS
 
 	mu       sync.RWMutex
-	syncCond *sync.Cond // signalled when an in-flight fsync finishes
+	syncCond *sync.Cond    // signalled when an in-flight fsync or roll finishes
+	notify   chan struct{} // closed and replaced at the same moments (see signalLocked)
+	durA     atomic.Uint64 // dur, readable without mu
 
 	idx    *tree
 	segs   []*segment // sorted by id; the last is the active (tail) segment
@@ -380,7 +382,7 @@ func (db *DB) seal(old *segment, id uint64, dev int) (*segment, error) {
 
 func (db *DB) installLocked(old, seg *segment, err error) {
 	db.sealing = false
-	db.syncCond.Broadcast()
+	defer db.signalLocked()
 	if errors.Is(err, ErrDiskFull) {
 		// The old segment is synced but no new one could be created: keep appending to
 		// the old one (positions are contiguous) and try again at the next roll.
@@ -444,40 +446,67 @@ func (db *DB) failLocked(err error) {
 // next fsync itself.
 func (db *DB) Sync(pos Pos) (Pos, error) {
 	db.mu.Lock()
-	defer db.mu.Unlock()
 	gen := db.syncAttempts
 	for {
 		if db.failed != nil {
-			return db.dur, db.failed
+			d, err := db.dur, db.failed
+			db.mu.Unlock()
+			return d, err
 		}
 		if pos > db.next {
 			pos = db.next
 		}
 		if db.dur >= pos {
-			return db.dur, nil
+			d := db.dur
+			db.mu.Unlock()
+			return d, nil
 		}
 		if db.closed {
-			return db.dur, ErrClosed
+			d := db.dur
+			db.mu.Unlock()
+			return d, ErrClosed
 		}
 		if !db.syncing && !db.sealing {
 			break // idle: lead the fsync ourselves, with no hand-off
 		}
 		if db.syncer {
 			if db.syncAttempts != gen && db.syncErr != nil {
-				return db.dur, db.syncErr // the attempt made for us failed (disk full)
+				d, err := db.dur, db.syncErr
+				db.mu.Unlock()
+				return d, err // the attempt made for us failed (disk full)
 			}
 			if pos > db.wantSync {
 				db.wantSync = pos
 				db.kick()
 			}
 		}
-		db.syncCond.Wait()
+		// Wait for the next change without holding mu, and return without retaking it
+		// when it made us durable: a group's waiters leave in parallel instead of
+		// queueing on the lock.
+		ch := db.notify
+		db.mu.Unlock()
+		<-ch
+		if d := Pos(db.durA.Load()); d >= pos {
+			return d, nil
+		}
+		db.mu.Lock()
 	}
 	err := db.syncOnceLocked()
 	if db.syncer && db.wantSync > db.dur {
 		db.kick() // others queued behind us: the syncer takes over
 	}
-	return db.dur, err
+	d := db.dur
+	db.mu.Unlock()
+	return d, err
+}
+
+// signalLocked publishes the durable position and wakes everyone waiting for a change
+// (an fsync or a roll finished, or the engine failed).
+func (db *DB) signalLocked() {
+	db.durA.Store(uint64(db.dur))
+	db.syncCond.Broadcast()
+	close(db.notify)
+	db.notify = make(chan struct{})
 }
 
 func (db *DB) kick() {
@@ -493,7 +522,7 @@ func (db *DB) syncOnceLocked() error {
 	db.syncing = true
 	defer func() {
 		db.syncing = false
-		db.syncCond.Broadcast()
+		db.signalLocked()
 	}()
 	if err := db.flushLocked(); err != nil {
 		return err
@@ -515,11 +544,7 @@ func (db *DB) syncOnceLocked() error {
 }
 
 // DurablePos returns the position up to which everything is fsynced.
-func (db *DB) DurablePos() Pos {
-	db.mu.RLock()
-	defer db.mu.RUnlock()
-	return db.dur
-}
+func (db *DB) DurablePos() Pos { return Pos(db.durA.Load()) }
 
 // LastPos returns the position of the last appended record.
 func (db *DB) LastPos() Pos {
@@ -922,7 +947,7 @@ func (db *DB) background() {
 		case <-db.bgStop:
 			db.mu.Lock()
 			db.syncer = false // later Syncs lead themselves
-			db.syncCond.Broadcast()
+			db.signalLocked()
 			db.mu.Unlock()
 			return
 		case <-tick:
@@ -949,7 +974,7 @@ func (db *DB) background() {
 			db.syncErr = err
 			if err != nil {
 				db.wantSync = 0 // waiters see syncErr or failed; new ones ask again
-				db.syncCond.Broadcast()
+				db.signalLocked()
 				break
 			}
 		}

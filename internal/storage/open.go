@@ -20,6 +20,7 @@ func Open(opts Options) (*DB, error) {
 	}
 	db := &DB{opts: opts, fs: opts.FS, idx: newTree()}
 	db.syncCond = sync.NewCond(&db.mu)
+	db.notify = make(chan struct{})
 	for _, d := range opts.Devices {
 		if err := db.fs.MkdirAll(d.Dir); err != nil {
 			return nil, fmt.Errorf("storage: create %s: %w", d.Dir, err)
@@ -246,6 +247,7 @@ func (db *DB) recover() error {
 	db.tail = last.dev
 	db.next = Pos(last.end())
 	db.writ, db.dur = db.next, db.next
+	db.durA.Store(uint64(db.dur))
 	return nil
 }
 
