@@ -159,7 +159,7 @@ func (t *Transport) readLoop(p *peer, nc net.Conn, rest []byte) error {
 		// and give back a buffer a snapshot grew.
 		if lo == hi {
 			lo, hi = 0, 0
-			if len(buf) > 1<<20 {
+			if len(buf) > keepBuf {
 				buf = make([]byte, readBufSize)
 			}
 			continue

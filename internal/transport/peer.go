@@ -16,6 +16,11 @@ import (
 	"github.com/kefirdb/kefir/internal/wire"
 )
 
+// keepBuf is the largest buffer kept for reuse once empty. Larger ones (a
+// snapshot, a deep backlog) are given back so an idle link does not pin
+// them; a streaming link's batches stay well under it.
+const keepBuf = 8 << 20
+
 // mark ends one message in an outbound buffer: the message's frame ends at
 // byte end and may be written once the transport clock reaches due (0: at
 // once). Invariant: within a buffer, marks are in order of end and of due.
@@ -137,7 +142,7 @@ func (p *peer) run() {
 			if len(line) == 0 {
 				line, p.buf = p.buf, line[:0]
 				lineMarks, p.marks = p.marks, lineMarks[:0]
-				if cap(p.buf) > 1<<20 {
+				if cap(p.buf) > keepBuf {
 					p.buf = nil // do not pin a snapshot-sized buffer
 				}
 			} else {
@@ -230,7 +235,7 @@ func (p *peer) run() {
 			p.c.batches.Add(1)
 			p.c.bytesOut.Add(uint64(end))
 			consume(n, end, &p.c.sent)
-			if cap(line) > 1<<20 && len(line) == 0 {
+			if cap(line) > keepBuf && len(line) == 0 {
 				line, lineMarks = nil, nil
 			}
 		}

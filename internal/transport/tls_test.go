@@ -1,0 +1,83 @@
+package transport
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"math/big"
+	"net"
+	"testing"
+	"time"
+)
+
+// clusterTLS is a throwaway cluster certificate for 127.0.0.1 that every
+// node presents and trusts (a cluster CA of one).
+func clusterTLS(t *testing.T) *tls.Config {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "kefir-peer-test"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		IPAddresses:           []net.IP{net.ParseIP("127.0.0.1")},
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	return &tls.Config{
+		Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}},
+		RootCAs:      pool, // dialer verifies the acceptor
+		ClientCAs:    pool, // acceptor verifies the dialer
+		ClientAuth:   tls.RequireAndVerifyClientCert,
+		ServerName:   "127.0.0.1",
+		MinVersion:   tls.VersionTLS13,
+	}
+}
+
+func TestTLSCarriesTheHandshakeAndMessages(t *testing.T) {
+	cfg := clusterTLS(t)
+	nodes := cluster(t, 2, func(c *Config) { c.TLS = cfg })
+	for op := uint64(1); op <= 100; op++ {
+		mustSend(t, nodes[0].tr, 2, msg(1, 2, op))
+	}
+	for i, g := range nodes[1].in.wait(t, 100, 10*time.Second) {
+		if g.m.Op != uint64(i+1) {
+			t.Fatalf("message %d has op %d", i, g.m.Op)
+		}
+	}
+}
+
+func TestAPlaintextPeerCannotReachATLSNode(t *testing.T) {
+	cfg := clusterTLS(t)
+	nodes := cluster(t, 2, func(c *Config) {
+		// Each side waits for the other to speak first (greeting vs
+		// ClientHello) until the handshake timeout.
+		c.HandshakeTimeout = 200 * time.Millisecond
+		if c.Self == 2 {
+			c.TLS = cfg
+		}
+	})
+	mustSend(t, nodes[0].tr, 2, msg(1, 2, 1))
+	nodes[1].log.waitLog(t, "TLS handshake failed", 5*time.Second)
+	if nodes[1].in.count() != 0 {
+		t.Fatal("a plaintext peer's message reached a TLS node")
+	}
+}
