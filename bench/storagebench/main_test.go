@@ -123,17 +123,23 @@ func TestTargetsAreJudgedOnMedians(t *testing.T) {
 	}
 	md := rep.Markdown()
 	for _, want := range []string{
-		"| put a | puts/s | 150 | 100 | 1.50× | ≥ 1.5× pebble | yes |",
-		"| put b | puts/s | 155 | 100 | 1.55× | ≥ 1.5× pebble | yes |",
-		"| reopen | s | 1.1 | 0.100 | 11.00× | ≤ 1 s | **no** |",
+		"| put a | puts/s | 150 | 100 | 1.50× (1.40–10.00) | ≥ 1.5× pebble | yes |",
+		"| put b | puts/s | 155 | 100 | 1.50× (1.41–1.78) | ≥ 1.5× pebble | yes |",
+		"| reopen | s | 1.1 | 0.100 | 11.00× (9.00–12.00) | ≤ 1 s | **no** |",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q:\n%s", want, md)
 		}
 	}
 	rep.Cells[0].Samples["kefir"] = []float64{149, 149, 1000}
-	if !strings.Contains(rep.Markdown(), "| put a | puts/s | 149 | 100 | 1.49× | ≥ 1.5× pebble | **no** |") {
+	if !strings.Contains(rep.Markdown(), "| put a | puts/s | 149 | 100 | 1.49× (1.49–10.00) | ≥ 1.5× pebble | **no** |") {
 		t.Errorf("a median just under the target must be a miss:\n%s", rep.Markdown())
+	}
+	// Paired ratios, not a ratio of medians: Kefir is 2× Pebble in two runs of three
+	// (the machine's speed drifting between runs); the medians alone (200 vs 200) say 1×.
+	rep.Cells[0].Samples = map[string][]float64{"kefir": {100, 400, 200}, "pebble": {50, 200, 300}}
+	if !strings.Contains(rep.Markdown(), "| put a | puts/s | 200 | 200 | 2.00× (0.67–2.00) | ≥ 1.5× pebble | yes |") {
+		t.Errorf("paired ratios:\n%s", rep.Markdown())
 	}
 }
 
