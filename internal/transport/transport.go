@@ -411,6 +411,12 @@ func (t *Transport) Close() error {
 		return nil
 	}
 	t.closed = true
+	// Refuse new Sends before the writers account for what is queued.
+	for _, p := range t.peers {
+		p.mu.Lock()
+		p.closed = true
+		p.mu.Unlock()
+	}
 	t.cancel()
 	for ln := range t.listeners {
 		ln.Close()
@@ -419,11 +425,6 @@ func (t *Transport) Close() error {
 		nc.Close()
 	}
 	t.mu.Unlock()
-	for _, p := range t.peers {
-		p.mu.Lock()
-		p.closed = true
-		p.mu.Unlock()
-	}
 	t.wg.Wait()
 	return nil
 }

@@ -290,6 +290,23 @@ func TestAMessageNotFromTheAuthenticatedPeerIsRefused(t *testing.T) {
 	}
 }
 
+func TestANewConnectionFromAPeerReplacesItsOldOne(t *testing.T) {
+	// A peer keeps one outbound connection; a second one means it restarted
+	// and the first is half-open, so the receiver closes the first.
+	nodes := cluster(t, 2, nil)
+	b := nodes[1]
+	old := dialRaw(t, b, 1)
+	eventually(t, 5*time.Second, func() bool { return b.tr.Stats().Link(1).InboundConns == 1 }, "first connection admitted")
+	fresh := dialRaw(t, b, 1)
+	expectClosed(t, old)
+	if _, err := fresh.Write(wire.AppendFrame(nil, msg(1, 2, 1))); err != nil {
+		t.Fatal(err)
+	}
+	if g := b.in.wait(t, 1, 5*time.Second)[0]; g.m.Op != 1 {
+		t.Fatalf("got %v over the new connection", g.m)
+	}
+}
+
 func TestInjectedDelayDelaysEveryMessageAndKeepsOrder(t *testing.T) {
 	nodes := cluster(t, 2, nil)
 	a, b := nodes[0], nodes[1]
@@ -507,6 +524,9 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 		for _, tr := range trs {
 			tr.Close()
 			tr.Close() // idempotent
+			if q := tr.Stats().Total.Queued; q != 0 {
+				t.Fatalf("%d messages still counted as queued after Close", q)
+			}
 		}
 		if err := trs[0].Send(2, msg(1, 2, 1)); !errors.Is(err, ErrClosed) {
 			t.Fatalf("Send after Close: %v", err)
