@@ -624,3 +624,98 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestRestartedLeaderMovesOn: a leader restarting from its disk (not a new
+// group) never leads its old view again: it may have lost entries that
+// followers hold under op numbers it would hand out anew.
+func TestRestartedLeaderMovesOn(t *testing.T) {
+	r, err := New(testConfig(1, 3), State{HardState: HardState{View: 3, LastNormalView: 3, Commit: 1},
+		Entries: []Entry{{View: 3, Op: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if i := r.Info(); i.View != 4 || i.Status != ViewChange || i.LastNormalView != 3 {
+		t.Fatalf("restarted leader of view 3: %+v", i)
+	}
+	f, err := New(testConfig(2, 3), State{HardState: HardState{View: 3, LastNormalView: 3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if i := f.Info(); i.View != 3 || i.Status != Normal {
+		t.Fatalf("restarted follower should resume its view: %+v", i)
+	}
+	if _, err := New(testConfig(2, 3), State{Bootstrap: true, Entries: []Entry{{Op: 1}}}); err == nil {
+		t.Fatal("bootstrap over existing state accepted")
+	}
+}
+
+// TestLeasePromiseDefersViewChange: a follower that acknowledged a heartbeat
+// does not join another replica's view change until its promise has run
+// out, and meanwhile stops extending the leader's lease.
+func TestLeasePromiseDefersViewChange(t *testing.T) {
+	n := newNet(t, 3)
+	n.tick(10*time.Millisecond, 1)
+	n.deliver(nil) // 2 and 3 promise until now+50ms
+	svc := Message{Type: MsgStartViewChange, View: 1}
+	n.rs[3].stamp(&svc, 2)
+	n.rs[2].Step(n.now, svc)
+	n.ready(2)
+	if i := n.rs[2].Info(); i.Status != Normal || i.View != 0 {
+		t.Fatalf("follower joined a view change within its promise: %+v", i)
+	}
+	n.q, n.sent = nil, nil
+	n.tick(10*time.Millisecond, 1)
+	n.deliver(nil)
+	for _, m := range n.sent {
+		if m.Type == MsgPrepareOK && m.From == 2 && m.HBSeq != 0 {
+			t.Fatalf("follower with a pending view change still renews the lease: %v", m)
+		}
+	}
+	n.tick(45*time.Millisecond, 2)
+	if i := n.rs[2].Info(); i.Status != ViewChange || i.View != 1 {
+		t.Fatalf("follower should join view 1 once its promise ran out: %+v", i)
+	}
+}
+
+// TestNewLeaderPullsSnapshot: when the chosen do-view-change log starts after
+// everything the new leader can vouch for (the others compacted it), the new
+// leader fetches the chosen replica's snapshot before starting the view.
+func TestNewLeaderPullsSnapshot(t *testing.T) {
+	n := newNet(t, 3)
+	cut := func(m Message) bool { return m.To != 2 && m.From != 2 }
+	for i := uint64(1); i <= 10; i++ {
+		n.propose(1, 100+i, 1, "w")
+		n.ready(1)
+		n.deliver(cut)
+	}
+	n.tick(10*time.Millisecond, 1)
+	n.deliver(cut)
+	for _, id := range []uint64{1, 3} {
+		if err := n.rs[id].Compact(8); err != nil {
+			t.Fatal(err)
+		}
+	}
+	delete(n.rs, 1) // the leader dies; 2 (far behind) leads view 1
+	n.ids = []uint64{2, 3}
+	for i := 0; i < 8 && len(n.snapReq[3]) == 0; i++ {
+		n.tick(30 * time.Millisecond)
+		n.deliver(nil)
+	}
+	if got := n.snapReq[3]; len(got) != 1 || got[0] != 2 {
+		t.Fatalf("replica 3 should be asked for a snapshot for the new leader: %v (2: %+v)", got, n.rs[2].Info())
+	}
+	if err := n.rs[3].SendSnapshot(2, Snapshot{Op: 10, Clients: n.rs[3].ClientTable(), Data: []byte("s")}); err != nil {
+		t.Fatal(err)
+	}
+	n.ready(3)
+	n.deliver(nil)
+	if i := n.rs[2].Info(); !i.IsLeader || i.View != 1 || i.Commit != 10 || i.FirstOp != 11 {
+		t.Fatalf("replica 2 should lead view 1 from the snapshot: %+v", i)
+	}
+	n.propose(2, 7, 1, "w")
+	n.ready(2)
+	n.deliver(nil)
+	if c := n.rs[2].CommitPoint(); c != 11 {
+		t.Fatalf("new view commits after the snapshot: %d", c)
+	}
+}
