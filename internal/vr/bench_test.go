@@ -43,8 +43,7 @@ func benchCommit(b *testing.B, batch int) {
 	var replies int
 	// run performs one node's Ready (fsync reported immediately) and keeps
 	// its outgoing messages.
-	var run func(n *benchNode)
-	run = func(n *benchNode) {
+	run := func(n *benchNode) {
 		for {
 			rd := n.r.Ready()
 			if rd.Empty() {
