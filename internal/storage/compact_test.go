@@ -60,6 +60,12 @@ func TestCompactionModel(t *testing.T) {
 	if testing.Short() {
 		seeds = 15
 	}
+	hintReopens := 0
+	defer func() {
+		if !t.Failed() && hintReopens == 0 {
+			t.Error("no reopen recovered from a hint file: the hint path went untested")
+		}
+	}()
 	for seed := int64(0); seed < int64(seeds); seed++ {
 		rng := rand.New(rand.NewSource(seed))
 		fs := vfs.NewMem()
@@ -95,6 +101,13 @@ func TestCompactionModel(t *testing.T) {
 				db.Close()
 				fs.Crash(nil)
 				db = mustOpen(t, o)
+				if db.Stats().HintPos > 0 {
+					hintReopens++
+				}
+			case r == 7:
+				if err := db.Checkpoint(); err != nil {
+					t.Fatalf("seed %d: Checkpoint: %v", seed, err)
+				}
 			default:
 				val := fmt.Sprintf("%s@%d", key, version)
 				put(t, db, key, version, val)
