@@ -370,3 +370,12 @@ func TestSimRecoveryProtocol(t *testing.T) {
 		t.Fatal("no replica went through the recovery protocol")
 	}
 }
+
+// TestSimHostileNetwork: heavy loss, duplication and long-tailed delays
+// (messages overtake each other all the time), with the usual crashes.
+func TestSimHostileNetwork(t *testing.T) {
+	explore(t, seedCount(100, 2000), defaultSimOptions(), func(o *sim.Options) {
+		o.Net = sim.Link{Delay: sim.Dist{Base: 100 * time.Microsecond, Jitter: 3 * time.Millisecond, Exp: true}, Drop: 0.15, Dup: 0.1}
+		o.NewClient = newSimClient(40, 20)
+	})
+}
