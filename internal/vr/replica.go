@@ -238,13 +238,23 @@ func (r *Replica) canVote() bool { return r.now >= r.promiseUntil }
 
 func (r *Replica) nextSeq() uint64 { return r.seq + 1 }
 
+// appendEntries appends es to the log and to this Ready's disk writes. es is
+// not modified afterwards by anyone (entries are immutable once created), so
+// the write list may share it.
 func (r *Replica) appendEntries(es []Entry) {
-	for _, e := range es {
-		if e.Op != r.lastOp()+1 {
-			panic(fmt.Sprintf("vr: replica %d: append op %d after %d", r.cfg.Self, e.Op, r.lastOp()))
+	if len(es) == 0 {
+		return
+	}
+	for i, e := range es {
+		if e.Op != r.lastOp()+1+uint64(i) {
+			panic(fmt.Sprintf("vr: replica %d: append op %d after %d", r.cfg.Self, e.Op, r.lastOp()+uint64(i)))
 		}
-		r.log = append(r.log, e)
-		r.out.Entries = append(r.out.Entries, e)
+	}
+	r.log = append(r.log, es...)
+	if len(r.out.Entries) == 0 {
+		r.out.Entries = es[:len(es):len(es)]
+	} else {
+		r.out.Entries = append(r.out.Entries, es...)
 	}
 }
 
@@ -257,14 +267,13 @@ func (r *Replica) truncate(op uint64) {
 		panic(fmt.Sprintf("vr: replica %d (view %d, %s): truncating to %d below commit %d", r.cfg.Self, r.view, r.status, op, r.commit))
 	}
 	r.log = r.log[: op+1-r.first : op+1-r.first]
-	n := 0
+	var kept []Entry // a new slice: the old one may be shared with messages
 	for _, e := range r.out.Entries {
 		if e.Op <= op {
-			r.out.Entries[n] = e
-			n++
+			kept = append(kept, e)
 		}
 	}
-	r.out.Entries = r.out.Entries[:n]
+	r.out.Entries = kept
 	if !r.out.HasTruncate || op < r.out.Truncate {
 		r.out.HasTruncate, r.out.Truncate = true, op
 	}
@@ -618,16 +627,15 @@ func (r *Replica) appendFrom(j int, m *Message) {
 	if len(m.Entries) > 0 && m.First > r.lastOp()+1 {
 		r.requestState(j, false)
 	} else {
-		for _, e := range m.Entries {
-			if e.Op <= r.lastOp() {
-				if e.Op >= r.first && r.entry(e.Op).View != e.View {
-					panic(fmt.Sprintf("vr: replica %d (view %d): leader %d's entry %d is from view %d, ours from view %d",
-						r.cfg.Self, r.view, r.cfg.Members[j], e.Op, e.View, r.entry(e.Op).View))
-				}
-				continue
+		k := 0
+		for ; k < len(m.Entries) && m.Entries[k].Op <= r.lastOp(); k++ {
+			e := &m.Entries[k]
+			if e.Op >= r.first && r.entry(e.Op).View != e.View {
+				panic(fmt.Sprintf("vr: replica %d (view %d): leader %d's entry %d is from view %d, ours from view %d",
+					r.cfg.Self, r.view, r.cfg.Members[j], e.Op, e.View, r.entry(e.Op).View))
 			}
-			r.appendEntries([]Entry{e})
 		}
+		r.appendEntries(m.Entries[k:])
 	}
 	if c := min(m.Commit, r.lastOp()); c > r.commit {
 		r.setCommit(c)
@@ -1227,6 +1235,7 @@ func (r *Replica) Ready() Ready {
 		r.heartbeat()
 	}
 	if r.commit > r.handed {
+		r.out.Committed = make([]Committed, 0, r.commit-r.handed)
 		for op := r.handed + 1; op <= r.commit; op++ {
 			e := r.entry(op)
 			c := Committed{Entry: *e}
