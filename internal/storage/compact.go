@@ -280,19 +280,40 @@ func (db *DB) throttle(n int) {
 	}
 }
 
-// compactor runs Compact every CompactInterval until Close.
-func (db *DB) compactor() {
+// maintenance runs Compact every CompactInterval and Checkpoint every
+// CheckpointInterval (when the log grew since the last hint) until Close.
+func (db *DB) maintenance() {
 	defer close(db.compactDone)
-	t := time.NewTicker(db.opts.CompactInterval)
-	defer t.Stop()
+	var compactC, ckptC <-chan time.Time
+	if d := db.opts.CompactInterval; d > 0 {
+		t := time.NewTicker(d)
+		defer t.Stop()
+		compactC = t.C
+	}
+	if d := db.opts.CheckpointInterval; d > 0 {
+		t := time.NewTicker(d)
+		defer t.Stop()
+		ckptC = t.C
+	}
+	lastHint := db.Stats().HintPos
 	for {
 		select {
 		case <-db.compactStop:
 			return
-		case <-t.C:
-		}
-		if err := db.Compact(); err != nil && !errors.Is(err, ErrClosed) {
-			db.opts.Logger.Warn("background compaction", "err", err)
+		case <-compactC:
+			if err := db.Compact(); err != nil && !errors.Is(err, ErrClosed) {
+				db.opts.Logger.Warn("background compaction", "err", err)
+			}
+		case <-ckptC:
+			if p := db.LastPos(); p != lastHint {
+				if err := db.Checkpoint(); err != nil {
+					if !errors.Is(err, ErrClosed) {
+						db.opts.Logger.Warn("background checkpoint", "err", err)
+					}
+					continue
+				}
+				lastHint = p
+			}
 		}
 	}
 }

@@ -239,3 +239,37 @@ func TestBackgroundCompaction(t *testing.T) {
 	}
 	wantGet(t, db, "k4", fmt.Sprintf("%050d", 399))
 }
+
+func TestBackgroundCheckpoint(t *testing.T) {
+	fs := vfs.NewMem()
+	o := memOpts(fs)
+	o.CheckpointInterval = time.Millisecond
+	db := mustOpen(t, o)
+	put(t, db, "a", 1, "x")
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		names, _ := fs.ReadDir("/db")
+		hints := 0
+		for _, n := range names {
+			if _, ok := parseName(n, ".hint"); ok {
+				hints++
+			}
+		}
+		if hints > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no background checkpoint within 5s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	db.Close()
+	fs.Crash(nil)
+	o.CheckpointInterval = 0
+	db2 := mustOpen(t, o)
+	defer db2.Close()
+	if db2.Stats().HintPos == 0 {
+		t.Fatal("reopen did not use the background checkpoint")
+	}
+	wantGet(t, db2, "a", "x")
+}

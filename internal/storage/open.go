@@ -41,10 +41,10 @@ func Open(opts Options) (*DB, error) {
 		db.bgDone = make(chan struct{})
 		go db.background()
 	}
-	if opts.CompactInterval > 0 {
+	if opts.CompactInterval > 0 || opts.CheckpointInterval > 0 {
 		db.compactStop = make(chan struct{})
 		db.compactDone = make(chan struct{})
-		go db.compactor()
+		go db.maintenance()
 	}
 	return db, nil
 }

@@ -136,6 +136,10 @@ type Options struct {
 	CompactionRate      int64   // bytes/s budget for compaction I/O (0 = unlimited)
 	// CompactInterval runs Compact in the background this often (0 = only when called).
 	CompactInterval time.Duration
+	// CheckpointInterval writes a hint file in the background this often, if the log
+	// has grown since the last one (0 = only when Checkpoint is called). Reopening
+	// replays only the log after the newest hint.
+	CheckpointInterval time.Duration
 
 	Salvage bool // open despite mid-log corruption, dropping what follows it (logged)
 	Logger  *slog.Logger
