@@ -50,7 +50,8 @@
 //     applied op (with ClientTable()) durably, then call Compact(op) (keep a
 //     tail of entries so slightly lagging replicas need no snapshot).
 //
-// On restart the driver passes what its disk holds in State: the latest
+// The very first start of a new group passes State{Bootstrap: true}. On
+// every later start the driver passes what its disk holds in State: the latest
 // snapshot (with the state machine already restored from it), the entries
 // after it and the last hard state. If the replica may have acknowledged
 // anything that is not on disk (a replaced disk, writes acknowledged before
