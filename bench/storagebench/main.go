@@ -201,6 +201,8 @@ type Cell struct {
 	// Extra holds secondary figures (e.g. RSS per key next to heap per key).
 	Extra  map[string]map[string][]float64 `json:"extra,omitempty"`
 	Target *Target                         `json:"target,omitempty"`
+	// Ratios are Kefir's figure over Pebble's, run by run (see pairedRatios).
+	Ratios []float64 `json:"kefir_over_pebble_per_run,omitempty"`
 }
 
 // Target is issue 2's bar for Kefir in this cell.
@@ -375,6 +377,9 @@ func run(o *options, logw *os.File) (*Report, error) {
 		}
 	}
 	rep.Elapsed = time.Since(start).Round(time.Second).String()
+	for _, c := range cells {
+		c.Ratios = c.pairedRatios()
+	}
 	rep.Notes = notes(o)
 	return rep, nil
 }

@@ -338,5 +338,61 @@ func markdown(cmd string, rows []row, lim limits.Result) string {
 		fmt.Fprintf(&sb, "| %s | %s | %d | %s | %d | **total** | **%.0f** | | | | | | %d | |\n",
 			r.System, strings.ToUpper(r.Result.Workload), r.Result.Clients, mode, r.Run, r.Result.Throughput, r.Result.Errors)
 	}
+	sb.WriteString(agreement(rows))
 	return sb.String()
+}
+
+// agreement reports, for cells measured more than once (-runs > 1), how far apart the
+// runs are: issue 8 asks that back-to-back runs agree within 15% on medians.
+func agreement(rows []row) string {
+	type cellKey struct {
+		sys, w  string
+		clients int
+		target  float64
+	}
+	type spread struct{ tput, p50 []float64 }
+	cells := map[cellKey]*spread{}
+	var order []cellKey
+	for _, r := range rows {
+		k := cellKey{r.System, r.Result.Workload, r.Result.Clients, r.Result.Target}
+		if cells[k] == nil {
+			cells[k] = &spread{}
+			order = append(order, k)
+		}
+		cells[k].tput = append(cells[k].tput, r.Result.Throughput)
+		if len(r.Result.PerOp) > 0 {
+			cells[k].p50 = append(cells[k].p50, r.Result.PerOp[0].P50Us)
+		}
+	}
+	var sb strings.Builder
+	for _, k := range order {
+		s := cells[k]
+		if len(s.tput) < 2 {
+			continue
+		}
+		if sb.Len() == 0 {
+			sb.WriteString("\nRun-to-run agreement (max ÷ min − 1 over runs; issue 8 wants ≤ 15%):\n\n| system | workload | clients | target | throughput | first op's p50 | within 15% |\n|---|---|---:|---:|---:|---:|---|\n")
+		}
+		dt, dp := relSpread(s.tput), relSpread(s.p50)
+		ok := "yes"
+		if dt > 0.15 || dp > 0.15 {
+			ok = "**no**"
+		}
+		fmt.Fprintf(&sb, "| %s | %s | %d | %.0f | %.0f%% | %.0f%% | %s |\n", k.sys, strings.ToUpper(k.w), k.clients, k.target, 100*dt, 100*dp, ok)
+	}
+	return sb.String()
+}
+
+func relSpread(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	lo, hi := xs[0], xs[0]
+	for _, x := range xs {
+		lo, hi = min(lo, x), max(hi, x)
+	}
+	if lo <= 0 {
+		return 0
+	}
+	return hi/lo - 1
 }
