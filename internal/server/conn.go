@@ -24,6 +24,10 @@ import (
 // indefinitely.
 const maxBatch = 1024
 
+// writeTimeout bounds how long a reply write may block on a client that does not
+// read.
+const writeTimeout = time.Minute
+
 // outBuf collects a batch's replies; the resp.Writer flushes into it, and the
 // connection writes it to the socket only once the batch's writes are durable.
 type outBuf struct{ b []byte }
@@ -211,6 +215,9 @@ func (c *conn) release() error {
 	if len(c.out.b) == 0 {
 		return nil
 	}
+	// A client that stops reading its replies must not hold the goroutine and
+	// its buffers forever.
+	_ = c.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
 	_, err := c.nc.Write(c.out.b)
 	if cap(c.out.b) > 256<<10 {
 		c.out.b = nil // do not pin a big buffer on a connection after one big reply

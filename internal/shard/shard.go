@@ -128,6 +128,9 @@ var clientPrefix = append(append([]byte(nil), ReservedPrefix...), "client/"...)
 // search for earlier writes of the same batch.
 const chunk = 256
 
+// maxScanBytes bounds the keys and values one scan returns.
+const maxScanBytes = 64 << 20
+
 // DefaultMaxScan is the server cap on a scan's limit (docs/design/resp-extensions.md).
 const DefaultMaxScan = 100000
 
@@ -709,7 +712,7 @@ func (s *Shard) Read(ctx context.Context, op Op, c level.Consistency, sess Sessi
 		limit = min(limit, s.opts.MaxScan)
 		res.Kind = ResArray
 		res.Array = [][]byte{}
-		n := 0
+		n, size := 0, 0
 		// A scan also observes which keys are absent; a deletion it does not show
 		// must not be one a crash can undo, so it waits for everything appended so
 		// far to be durable (only when something is not).
@@ -723,7 +726,10 @@ func (s *Shard) Read(ctx context.Context, op Op, c level.Consistency, sess Sessi
 			res.Array = append(res.Array, append([]byte(nil), k...), v.Data)
 			maxPos, res.Version = max(maxPos, v.Pos), max(res.Version, v.Version)
 			n++
-			return n < limit
+			size += len(k) + len(v.Data)
+			// Fewer pairs than the limit is allowed (the caller continues from the
+			// last key); an unbounded reply is not.
+			return n < limit && size < maxScanBytes
 		})
 		if err != nil {
 			return Result{}, fmt.Errorf("%w: scan: %w", ErrUnavailable, err)
