@@ -394,3 +394,53 @@ func TestValuesReadUnderCADSurviveSIGKILL(t *testing.T) {
 		}
 	}
 }
+
+// The command-line client against a real node: human and JSON output, exit
+// status 1 for a missing key.
+func TestCLI(t *testing.T) {
+	n := cluster.NewNode(t, "n1")
+	n.Start()
+	bin := cluster.Binary(t)
+	run := func(args ...string) (string, int) {
+		t.Helper()
+		cmd := exec.Command(bin, append(args, "--addr", n.ClientAddr)...)
+		out, err := cmd.Output()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatalf("kefir %v: %v", args, err)
+		}
+		return strings.TrimSpace(string(out)), code
+	}
+	steps := []struct {
+		args []string
+		want string
+		code int
+	}{
+		{[]string{"put", "a", "1"}, "OK", 0},
+		{[]string{"put", "b", "2", "--durability", "cad"}, "OK", 0},
+		{[]string{"get", "a"}, "1", 0},
+		{[]string{"get", "a", "--json", "--consistency", "session"}, `{"found":true,"key":"a","value":"1"}`, 0},
+		{[]string{"cas", "a", "1", "one"}, "swapped", 0},
+		{[]string{"cas", "a", "1", "uno", "--json"}, `{"swapped":false}`, 0},
+		{[]string{"scan", "--json"}, `[{"key":"a","value":"one"},{"key":"b","value":"2"}]`, 0},
+		{[]string{"scan", "a", "b"}, "a\tone", 0},
+		{[]string{"del", "a", "zzz"}, "deleted 1", 0},
+		{[]string{"get", "a"}, "", 1},
+	}
+	for _, s := range steps {
+		got, code := run(s.args...)
+		if got != s.want || code != s.code {
+			t.Errorf("kefir %s = %q (exit %d), want %q (exit %d)", strings.Join(s.args, " "), got, code, s.want, s.code)
+		}
+	}
+	status, code := run("status", "--json")
+	if code != 0 || !strings.Contains(status, `"node_id":"n1"`) || !strings.Contains(status, `"default_durability":"sync"`) {
+		t.Errorf("kefir status --json = %s (exit %d)", status, code)
+	}
+	human, _ := run("status")
+	if !strings.Contains(human, "Kefir") || !strings.Contains(human, "last_version") {
+		t.Errorf("kefir status = %s", human)
+	}
+}
