@@ -34,6 +34,8 @@ type WriteReq struct {
 	ID         ReqID
 	Result     Result
 	Err        error
+
+	deduped bool // answered from the client table
 }
 
 // Pending is what a batch of applied writes still waits for before its replies may
@@ -324,15 +326,20 @@ func (s *Shard) Apply(ctx context.Context, reqs []WriteReq) (Pending, error) {
 	}
 	for i := range reqs {
 		r := &reqs[i]
-		r.Result, r.Err = Result{}, nil
+		r.Result, r.Err, r.deduped = Result{}, nil, false
 		if r.Durability == 0 {
 			r.Durability = s.opts.Durability
 		}
 		if !r.ID.IsZero() {
 			if e, ok := s.clients[r.ID.Client]; ok {
 				if r.ID.Seq == e.seq {
-					r.Result = e.res
+					r.Result, r.deduped = e.res, true
 					s.stats.Deduped++
+					// The original may still be waiting for its fsync (a retry racing
+					// it on another connection): the answer waits for durability too.
+					if r.Durability == level.Sync {
+						p.SyncPos = max(p.SyncPos, s.db.LastPos())
+					}
 					continue
 				}
 				if r.ID.Seq < e.seq {
@@ -385,7 +392,7 @@ func (s *Shard) flush(reqs []WriteReq, p *Pending) error {
 	ts := s.recs[0].Timestamp
 	needCheck := false
 	for i := range reqs {
-		if reqs[i].Err == nil && reqs[i].Durability != level.Async {
+		if reqs[i].Err == nil && !reqs[i].deduped && reqs[i].Durability != level.Async {
 			needCheck = true
 			break
 		}
@@ -413,7 +420,7 @@ func (s *Shard) flush(reqs []WriteReq, p *Pending) error {
 	cad := false
 	for i := range reqs {
 		r := &reqs[i]
-		if r.Err != nil {
+		if r.Err != nil || r.deduped {
 			continue
 		}
 		s.stats.Writes++

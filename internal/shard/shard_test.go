@@ -405,3 +405,21 @@ func TestReadCheckSkipsAsyncValues(t *testing.T) {
 		t.Fatal("a cad value a read returned was lost by a crash")
 	}
 }
+
+// A retry answered from the client table is not acknowledged as sync before the
+// original write is durable.
+func TestDedupedSyncRetryWaitsForDurability(t *testing.T) {
+	n := newNode(t, Options{NoBackgroundSync: true})
+	id := ReqID{Client: 9, Seq: 1}
+	n.write(set("k", "v"), level.Async, id)
+	if n.db.DurablePos() >= n.db.LastPos() {
+		t.Fatal("setup: the async write is already durable")
+	}
+	n.write(set("k", "v"), level.Sync, id)
+	if n.db.DurablePos() < n.db.LastPos() {
+		t.Fatal("a sync retry was answered from the table before the original write was durable")
+	}
+	if n.s.Status().Deduped != 1 {
+		t.Fatal("the retry was not deduplicated")
+	}
+}
