@@ -218,6 +218,25 @@ func (t *tree) shareLeaf(n *bnode, ci int) bool {
 	return false
 }
 
+// load inserts it, whose key must be greater than every key in the tree (a bulk load in
+// key order, as from a hint file): it walks the rightmost path with no key comparisons
+// and appends, falling back to insert only when the last leaf is full.
+func (t *tree) load(it item) {
+	n := t.root
+	for !n.isLeaf() {
+		n = n.kids[len(n.kids)-1]
+	}
+	if len(n.items) > 0 && t.keyOf(&n.items[len(n.items)-1]) >= t.keyOf(&it) {
+		panic("storage: index load out of key order")
+	}
+	if len(n.items) < leafMax {
+		n.items = append(n.items, it)
+		t.n++
+		return
+	}
+	t.insert(it)
+}
+
 // insertAt inserts v at i within s's existing capacity.
 func insertAt[T any](s []T, i int, v T) []T {
 	s = s[:len(s)+1]

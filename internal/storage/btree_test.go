@@ -152,3 +152,22 @@ func TestKeyArenaRoundTrips(t *testing.T) {
 		}
 	}
 }
+
+func TestTreeLoadInOrder(t *testing.T) {
+	tr := newTree()
+	for i := 0; i < 10000; i++ {
+		tr.load(tr.newItem([]byte(fmt.Sprintf("%08d", i)), []ver{{version: uint64(i)}}))
+	}
+	if err := tr.check(); err != nil || tr.Len() != 10000 {
+		t.Fatalf("%v, len %d", err, tr.Len())
+	}
+	if p := tr.get("00004242"); p == nil || p.v.version != 4242 {
+		t.Fatal("loaded key not found")
+	}
+	defer func() {
+		if recover() == nil {
+			t.Fatal("an out-of-order load was accepted")
+		}
+	}()
+	tr.load(tr.newItem([]byte("00000001x"), []ver{{}}))
+}

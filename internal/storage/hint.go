@@ -218,7 +218,7 @@ func (db *DB) loadHint(path string, p, logEnd uint64) error {
 		if r.err != nil {
 			return fmt.Errorf("%w: item %d: %w", errBadHint, i, r.err)
 		}
-		db.idx.insert(db.idx.newItem(kb, vs))
+		db.idx.load(db.idx.newItem(kb, vs)) // in key order: checked above
 		prev = key
 	}
 	if len(r.b) != 0 {

@@ -27,7 +27,7 @@ func (v ver) end() Pos        { return Pos(v.pos + uint64(v.size)) }
 
 // item is a key and its versions, newest first: v is the newest, older (nil for the
 // common single-version key) the rest. The slice behind older is never modified in
-// place, so a cloned tree (checkpoints) can read it without locks.
+// place, so a checkpoint that copied an item under the lock can read it after.
 type item struct {
 	kref  uint64 // the key, in the tree's arena
 	v     ver
