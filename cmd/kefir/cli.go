@@ -57,7 +57,9 @@ func runClient(cmd string, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("kefir "+cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&f.addr, "addr", envOr("KEFIR_ADDR", "127.0.0.1:6380"), "node client address (env KEFIR_ADDR)")
-	fs.StringVar(&f.password, "password", os.Getenv("KEFIR_PASSWORD"), "password (env KEFIR_PASSWORD)")
+	// The env value is applied after parsing, not as the flag default: --help
+	// prints defaults, and must not print the secret.
+	fs.StringVar(&f.password, "password", "", "password (env KEFIR_PASSWORD)")
 	fs.StringVar(&f.consistency, "consistency", "", "read consistency (linearizable, cross-client-monotonic, session, bounded(N), bounded(DURATION), eventual)")
 	fs.StringVar(&f.durability, "durability", "", "write durability (sync, cad, async)")
 	fs.BoolVar(&f.json, "json", false, "print JSON")
@@ -71,6 +73,9 @@ func runClient(cmd string, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		return usageError{err}
+	}
+	if f.password == "" {
+		f.password = os.Getenv("KEFIR_PASSWORD")
 	}
 	need := map[string][2]int{"get": {1, 1}, "put": {2, 2}, "del": {1, 1 << 20}, "cas": {3, 3}, "scan": {0, 2}, "status": {0, 0}}[cmd]
 	if len(pos) < need[0] || len(pos) > need[1] {
