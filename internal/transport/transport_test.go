@@ -522,7 +522,7 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 		}
 		mustSend(t, trs[0], 2, msg(1, 2, 1000))
 		for _, tr := range trs {
-			tr.Close()
+			closeWithin(t, tr, 5*time.Second)
 			tr.Close() // idempotent
 			if q := tr.Stats().Total.Queued; q != 0 {
 				t.Fatalf("%d messages still counted as queued after Close", q)
@@ -533,6 +533,20 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 		}
 	}()
 	checkNoLeak(t, before)
+}
+
+// closeWithin fails the test if Close does not return in time (a goroutine
+// the transport waits for is stuck), with every goroutine's stack.
+func closeWithin(t *testing.T, tr *Transport, d time.Duration) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { tr.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(d):
+		buf := make([]byte, 1<<20)
+		t.Fatalf("Close did not return within %v:\n%s", d, buf[:runtime.Stack(buf, true)])
+	}
 }
 
 func TestConfigIsValidated(t *testing.T) {
