@@ -1,0 +1,40 @@
+// Package vrshard runs one Viewstamped Replication replica of a shard in a
+// real process: it drives the pure core (internal/vr) with real I/O — a
+// replication log on disk, the TCP peer transport, the storage engine as the
+// state machine — and implements shard.Replica, so the RESP front door
+// serves a replicated shard unchanged.
+//
+// One driver goroutine owns the core. Each round it takes every waiting
+// client write (one batch), peer message and read request, then performs the
+// core's Ready actions (internal/vr doc.go, "The driver's obligations"):
+//
+//  1. Persist: the batch's snapshot point, truncation, entries and hard state
+//     go to the replication log (wal.go: segmented, CRC-checked, on vfs) as
+//     ONE write and ONE fsync, after the batch's messages were handed to the
+//     transport (the core withholds those that promise durability).
+//  2. Apply committed entries to the engine with version = VR op number, in
+//     one Append and without an engine fsync: the log is the durable copy.
+//     After a crash the engine recovers some prefix of what was appended;
+//     the core re-delivers every op after the last checkpoint, and the
+//     applier writes only the records the engine lacks (ops whose records
+//     were partly recovered included), taking the results of ops the engine
+//     already holds from the client-table rows written with them.
+//  3. Reply to writers, serve read-index reads, send snapshots to lagging
+//     peers (the engine at the applied op plus the client table).
+//  4. Now and then checkpoint: engine fsync, then a new log segment that
+//     starts with the snapshot point, then the core's Compact.
+//
+// Durability: a write returns once committed (persisted on a majority) and
+// applied here; cad and async writes are served as sync for now (stronger).
+// Reads: read.go. Exactly-once: the core's client table, keyed by the RESP
+// request id (client id, seq), answers retries across leader changes; writes
+// without an id carry the proposer's id and a local sequence number so the
+// proposing leader can find their waiter.
+//
+// A failed write or fsync of the log or the engine stops this replica (the
+// others carry on); a replica whose log is gone (wiped disk) rejoins by VR
+// recovery and state transfer.
+//
+// It must not import the server, the RESP codec or the simulator; the server
+// imports it.
+package vrshard

@@ -1,0 +1,404 @@
+package vrshard
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/shard"
+	"github.com/kefirdb/kefir/internal/storage"
+	"github.com/kefirdb/kefir/internal/vr"
+)
+
+// Reads. Every replica's engine holds committed state only (entries are
+// applied once a majority persisted them), so any replica may serve a read
+// whose level it can prove from how far it has applied:
+//
+//   - linearizable (and cross-client-monotonic and bounded(N versions), which
+//     it implies): at the leader only, after the core confirms leadership —
+//     under the lease (LeaseRead) or else by a read-index heartbeat round —
+//     and the engine has applied the returned index.
+//   - session: any replica whose applied op is at least the token's last
+//     write and max read (versions are op numbers, equal on every replica);
+//     a replica behind waits up to FollowerWait, then redirects.
+//   - bounded(t): a follower that heard the leader within t (on its clock)
+//     and has applied the commit point that message carried serves: its
+//     state was the committed state at that instant. The leader serves it as
+//     linearizable.
+//   - eventual: any replica, always.
+//
+// A replica that cannot prove a level returns *NotLeaderError (redirect) or
+// ErrCannotServe; it never serves a weaker level silently.
+
+// CheckConsistency reports whether this replica can serve level c now.
+func (r *Replica) CheckConsistency(c level.Consistency) error {
+	if c.IsZero() {
+		c = level.ConsLinearizable
+	}
+	if c.Kind < level.Linearizable || c.Kind > level.Eventual {
+		return fmt.Errorf("consistency %v: %w", c, level.ErrUnknownLevel)
+	}
+	if err := r.failed(); err != nil {
+		return err
+	}
+	if needsLeader(c) && !r.isLeader.Load() && !r.mut.followerLinearizable {
+		return r.notLeader()
+	}
+	return nil
+}
+
+func needsLeader(c level.Consistency) bool {
+	switch c.Kind {
+	case level.Linearizable, level.CrossClientMonotonic, level.BoundedVersions:
+		return true
+	}
+	return false
+}
+
+// CheckDurability accepts every level: cad and async writes are served as
+// sync (persisted on a majority before the reply) until the CAD issue lands.
+func (r *Replica) CheckDurability(d level.Durability) error {
+	if d < level.Sync || d > level.Async {
+		return fmt.Errorf("durability %v: %w", d, level.ErrUnknownLevel)
+	}
+	return r.failed()
+}
+
+// Read serves a read at level c for session s.
+func (r *Replica) Read(ctx context.Context, op shard.Op, c level.Consistency, s shard.Session) (shard.Result, error) {
+	if err := ctx.Err(); err != nil {
+		return shard.Result{}, err
+	}
+	if c.IsZero() {
+		c = level.ConsLinearizable
+	}
+	if err := r.CheckConsistency(c); err != nil {
+		return shard.Result{}, err
+	}
+	var err error
+	switch {
+	case r.mut.followerLinearizable && needsLeader(c):
+		// Deliberately broken (tests): local state, no proof of freshness.
+	case needsLeader(c), c.Kind == level.BoundedTime && r.isLeader.Load():
+		err = r.linearizable(ctx)
+	case c.Kind == level.Session:
+		err = r.waitApplied(ctx, s.Need(), r.opts.FollowerWait)
+	case c.Kind == level.BoundedTime:
+		err = r.fresh(ctx, c.Staleness)
+	}
+	if err != nil {
+		return shard.Result{}, err
+	}
+	return r.readLocal(op)
+}
+
+// linearizable waits until a read started now may be served locally.
+func (r *Replica) linearizable(ctx context.Context) error {
+	rw := &readWaiter{done: make(chan struct{})}
+	select {
+	case r.readc <- rw:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-r.done:
+		return r.closedErr()
+	}
+	select {
+	case <-rw.done:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-r.done:
+		select {
+		case <-rw.done:
+		default:
+			return r.closedErr()
+		}
+	}
+	if rw.err != nil {
+		return rw.err
+	}
+	// The leader applies what it committed within its own Ready loop; no
+	// redirect makes sense here, so wait as long as the caller does.
+	return r.waitApplied(ctx, rw.idx, 0)
+}
+
+// waitApplied waits until the applied op reaches idx, at most limit (0 = as
+// long as ctx allows); then it redirects to the leader.
+func (r *Replica) waitApplied(ctx context.Context, idx uint64, limit time.Duration) error {
+	var timeout <-chan time.Time
+	if limit > 0 {
+		t := time.NewTimer(limit)
+		defer t.Stop()
+		timeout = t.C
+	}
+	for {
+		r.notifyMu.Lock()
+		ch := r.notify
+		r.notifyMu.Unlock()
+		if r.applied.Load() >= idx {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-timeout:
+			if r.isLeader.Load() {
+				return fmt.Errorf("%w: session needs version %d, replica has applied %d", shard.ErrSessionAhead, idx, r.applied.Load())
+			}
+			if err := r.notLeader(); !errors.Is(err, ErrNotLeader) || r.leader.Load() == 0 {
+				return ErrCannotServe
+			}
+			return r.notLeader()
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-r.done:
+			return r.closedErr()
+		}
+	}
+}
+
+// fresh waits until this follower can prove its state was current within
+// the last d.
+func (r *Replica) fresh(ctx context.Context, d time.Duration) error {
+	deadline := time.Now().Add(r.opts.FollowerWait)
+	for {
+		at, commit := r.hbAt.Load(), r.hbCommit.Load()
+		if at > 0 && r.now()-at <= int64(d) && r.applied.Load() >= commit {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			if _, _, ok := LeaderOf(r.notLeader()); ok {
+				return r.notLeader()
+			}
+			return ErrCannotServe
+		}
+		select {
+		case <-time.After(time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-r.done:
+			return r.closedErr()
+		}
+	}
+}
+
+// readLocal evaluates a read against this replica's engine.
+func (r *Replica) readLocal(op shard.Op) (shard.Result, error) {
+	var res shard.Result
+	switch op.Kind {
+	case shard.KindGet, shard.KindStrlen:
+		v, ok, err := r.get(op.Key)
+		if err != nil {
+			return shard.Result{}, err
+		}
+		res.Kind = shard.ResNil
+		if op.Kind == shard.KindStrlen {
+			res.Kind = shard.ResInt
+		}
+		if ok {
+			res.Version = v.Version
+			if op.Kind == shard.KindStrlen {
+				res.Int = int64(len(v.Data))
+			} else {
+				res.Kind, res.Bulk = shard.ResBulk, v.Data
+			}
+		}
+	case shard.KindMGet, shard.KindExists:
+		if op.Kind == shard.KindMGet {
+			res.Kind = shard.ResArray
+			res.Array = make([][]byte, len(op.Keys))
+		} else {
+			res.Kind = shard.ResInt
+		}
+		for i, k := range op.Keys {
+			v, ok, err := r.get(k)
+			if err != nil {
+				return shard.Result{}, err
+			}
+			if !ok {
+				continue
+			}
+			res.Version = max(res.Version, v.Version)
+			if op.Kind == shard.KindMGet {
+				res.Array[i] = v.Data
+			} else {
+				res.Int++
+			}
+		}
+	case shard.KindScan:
+		limit := op.Limit
+		if limit <= 0 {
+			limit = 1000
+		}
+		limit = min(limit, shard.DefaultMaxScan)
+		res.Kind = shard.ResArray
+		res.Array = [][]byte{}
+		n, size := 0, 0
+		err := r.db.Scan(op.Key, op.End, 0, 0, func(k []byte, v storage.Value) bool {
+			if bytes.HasPrefix(k, shard.ReservedPrefix) {
+				return true
+			}
+			res.Array = append(res.Array, append([]byte(nil), k...), v.Data)
+			res.Version = max(res.Version, v.Version)
+			n++
+			size += len(k) + len(v.Data)
+			return n < limit && size < 64<<20
+		})
+		if err != nil {
+			return shard.Result{}, fmt.Errorf("%w: scan: %w", shard.ErrUnavailable, err)
+		}
+	default:
+		return shard.Result{}, fmt.Errorf("%w: %v is not a read", shard.ErrInvalidOp, op.Kind)
+	}
+	return res, nil
+}
+
+func (r *Replica) get(k []byte) (storage.Value, bool, error) {
+	if bytes.HasPrefix(k, shard.ReservedPrefix) {
+		return storage.Value{}, false, nil
+	}
+	v, err := r.db.Get(k)
+	if errors.Is(err, storage.ErrNotFound) {
+		return storage.Value{}, false, nil
+	}
+	if err != nil {
+		return v, false, fmt.Errorf("%w: get: %w", shard.ErrUnavailable, err)
+	}
+	return v, true, nil
+}
+
+// ---- status ----
+
+// Status reports progress in shard terms: LastVersion is the applied op.
+func (r *Replica) Status() shard.Status {
+	st := r.db.Stats()
+	return shard.Status{
+		LastVersion: r.applied.Load(),
+		LastPos:     uint64(st.LastPos),
+		DurablePos:  uint64(st.DurablePos),
+		Writes:      r.st.applied.Load(),
+		Syncs:       r.st.fsyncs.Load(),
+	}
+}
+
+// Info is the replica's protocol state as last published by the driver.
+type Info struct {
+	Self     uint64
+	Status   vr.Status
+	View     uint64
+	Leader   uint64
+	IsLeader bool
+	Commit   uint64
+	Applied  uint64
+	Failed   error
+}
+
+// Info reports the replica's protocol state.
+func (r *Replica) Info() Info {
+	return Info{Self: r.cfg.Self, Status: vr.Status(r.status.Load()), View: r.view.Load(),
+		Leader: r.leader.Load(), IsLeader: r.isLeader.Load(), Commit: r.commit.Load(),
+		Applied: r.applied.Load(), Failed: r.failed()}
+}
+
+// Stats returns the replica's counters.
+func (r *Replica) Stats() Stats {
+	return Stats{Readies: r.st.readies.Load(), Fsyncs: r.st.fsyncs.Load(), Persisted: r.st.persisted.Load(),
+		Applied: r.st.applied.Load(), Proposals: r.st.proposals.Load(), LeaseReads: r.st.leaseReads.Load(),
+		IndexReads: r.st.indexReads.Load(), Checkpoints: r.st.ckpts.Load(), SnapsSent: r.st.snapsSent.Load(),
+		SnapsLoaded: r.st.snapsLoaded.Load()}
+}
+
+// ---- snapshots ----
+
+// capture returns the state machine at the applied op: every engine key
+// (client-table rows included) with its value, version and timestamp.
+// Encoding: count uvarint, then per key: key, value, version uvarint, ts varint.
+// TODO: stream large states instead of one message (the transport admits a
+// frame up to 256 MiB).
+func (r *Replica) capture() (vr.Snapshot, error) {
+	at := r.applied.Load()
+	var body []byte
+	n := 0
+	err := r.db.Scan(nil, nil, at, 0, func(k []byte, v storage.Value) bool {
+		body = appendBytes(body, k)
+		body = appendBytes(body, v.Data)
+		body = binary.AppendUvarint(body, v.Version)
+		body = binary.AppendVarint(body, v.Timestamp)
+		n++
+		return true
+	})
+	if err != nil {
+		return vr.Snapshot{}, fmt.Errorf("vrshard: snapshot at %d: %w", at, err)
+	}
+	data := binary.AppendUvarint(make([]byte, 0, len(body)+10), uint64(n))
+	data = append(data, body...)
+	return vr.Snapshot{Op: at, Clients: r.core.ClientTable(), Data: data}, nil
+}
+
+// restore makes the engine hold the snapshot's state (committed state at
+// s.Op; the engine may hold older committed state, or newer if it was ahead
+// after a restart) and syncs it, before the log records the snapshot point.
+func (r *Replica) restore(s *vr.Snapshot) error {
+	rd := reader{b: s.Data}
+	n := rd.uvarint()
+	if rd.err != nil || n > uint64(len(rd.b)) {
+		return fmt.Errorf("vrshard: snapshot at %d: %w", s.Op, ErrCorruptEntry)
+	}
+	in := make(map[string]struct{}, n)
+	var recs []storage.Record
+	flush := func() error {
+		if len(recs) == 0 {
+			return nil
+		}
+		_, err := r.db.Append(recs...)
+		recs = recs[:0]
+		if err != nil {
+			return fmt.Errorf("vrshard: restore snapshot: %w", err)
+		}
+		return nil
+	}
+	for i := uint64(0); i < n; i++ {
+		k, v := rd.bytes(), rd.bytes()
+		ver, ts := rd.uvarint(), rd.varint()
+		if rd.err != nil {
+			return fmt.Errorf("vrshard: snapshot at %d: %w", s.Op, ErrCorruptEntry)
+		}
+		in[string(k)] = struct{}{}
+		if vs, err := r.db.Versions(k); err == nil && len(vs) > 0 && vs[0].Version >= ver {
+			continue // same history: the engine has this version or a later one
+		}
+		recs = append(recs, storage.Record{Key: k, Value: v, Version: ver, Timestamp: ts})
+		if len(recs) >= 1024 {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	// Keys the engine has that the snapshot does not were deleted by an op
+	// up to s.Op.
+	var dels []storage.Record
+	err := r.db.Scan(nil, nil, 0, 0, func(k []byte, v storage.Value) bool {
+		if _, ok := in[string(k)]; !ok && v.Version < s.Op {
+			dels = append(dels, storage.Record{Key: append([]byte(nil), k...), Version: s.Op, Tombstone: true})
+		}
+		return true
+	})
+	if err != nil {
+		return fmt.Errorf("vrshard: restore snapshot: scan: %w", err)
+	}
+	recs = append(recs, dels...)
+	if err := flush(); err != nil {
+		return err
+	}
+	if _, err := r.db.Sync(r.db.LastPos()); err != nil {
+		return fmt.Errorf("vrshard: restore snapshot: engine sync: %w", err)
+	}
+	r.app.replayTo = max(r.app.replayTo, r.db.LastVersion())
+	r.setApplied(s.Op)
+	r.sinceCkpt = 0
+	r.st.snapsLoaded.Add(1)
+	r.log.Info("restored snapshot", "op", s.Op, "keys", n, "deleted", len(dels))
+	return nil
+}

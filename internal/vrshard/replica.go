@@ -1,0 +1,878 @@
+package vrshard
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/shard"
+	"github.com/kefirdb/kefir/internal/storage"
+	"github.com/kefirdb/kefir/internal/transport"
+	"github.com/kefirdb/kefir/internal/vfs"
+	"github.com/kefirdb/kefir/internal/vr"
+)
+
+// Options configure a Replica.
+type Options struct {
+	// Dir holds the replication log (Dir/wal) and the engine (Dir/engine).
+	Dir string
+	// FS is the file system (nil = the real one); tests pass a vfs.Mem.
+	FS vfs.FS
+	// VR is the group configuration: cluster id, epoch, members, self, and
+	// timing. Zero timings get this package's defaults (DefaultHeartbeat...).
+	VR vr.Config
+	// Bootstrap: start a new group if the disk holds no replication log. A
+	// replica whose log is missing without Bootstrap (a replaced or wiped
+	// disk) runs VR recovery before it takes part again. Pass it only on the
+	// very first start of a group.
+	Bootstrap bool
+	// Peers maps every member's id to its peer address (host:port).
+	Peers map[uint64]string
+	// ClientAddrs optionally maps member ids to their client (RESP)
+	// addresses, so a NotLeaderError can say where the leader listens.
+	ClientAddrs   map[uint64]string
+	ClusterSecret string
+	TLS           *tls.Config
+	// Listener, if set, is served for inbound peer connections. A node that
+	// owns its peer port passes none and hands connections to
+	// Transport().HandleConn instead.
+	Listener net.Listener
+	// Storage tunes the engine; Devices and FS are filled from Dir and FS
+	// when empty.
+	Storage storage.Options
+
+	// TickInterval is how often the core's timers run (default heartbeat/4).
+	TickInterval time.Duration
+	// MaxProposals caps the writes taken into one Ready batch (default 4096).
+	MaxProposals int
+	// CheckpointOps and CheckpointBytes trigger a checkpoint (engine fsync,
+	// new log segment, core compaction) after this many applied ops or this
+	// much log (defaults 20000 ops, 64 MiB).
+	CheckpointOps   uint64
+	CheckpointBytes int64
+	// KeepTail is how many applied entries the core keeps after a checkpoint
+	// so slightly lagging replicas catch up without a snapshot (default 1024).
+	KeepTail uint64
+	// FollowerWait bounds how long a session or bounded read waits for this
+	// replica to catch up before redirecting (default 50ms).
+	FollowerWait time.Duration
+	Logger       *slog.Logger
+}
+
+// Timing defaults (local loopback clusters; the docs state the drift bound).
+const (
+	DefaultHeartbeat  = 10 * time.Millisecond
+	DefaultViewChange = 300 * time.Millisecond
+	DefaultLease      = 250 * time.Millisecond
+	DefaultMaxDrift   = 0.01
+)
+
+func (o *Options) fill() error {
+	if o.FS == nil {
+		o.FS = vfs.Default
+	}
+	if o.Dir == "" {
+		return errors.New("vrshard: Options.Dir is required")
+	}
+	c := &o.VR
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = DefaultHeartbeat
+	}
+	if c.ViewChangeTimeout == 0 {
+		c.ViewChangeTimeout = DefaultViewChange
+	}
+	if c.LeaseDuration == 0 {
+		c.LeaseDuration = min(DefaultLease, c.ViewChangeTimeout)
+	}
+	if c.MaxDrift == 0 {
+		c.MaxDrift = DefaultMaxDrift
+	}
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	if o.TickInterval == 0 {
+		o.TickInterval = max(time.Millisecond, c.HeartbeatInterval/4)
+	}
+	if o.MaxProposals == 0 {
+		o.MaxProposals = 4096
+	}
+	if o.CheckpointOps == 0 {
+		o.CheckpointOps = 20000
+	}
+	if o.CheckpointBytes == 0 {
+		o.CheckpointBytes = 64 << 20
+	}
+	if o.KeepTail == 0 {
+		o.KeepTail = 1024
+	}
+	if o.FollowerWait == 0 {
+		o.FollowerWait = 50 * time.Millisecond
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if len(o.Storage.Devices) == 0 {
+		o.Storage.Devices = []storage.Device{{Dir: vfs.Join(o.Dir, "engine")}}
+	}
+	if o.Storage.FS == nil {
+		o.Storage.FS = o.FS
+	}
+	if o.Storage.Logger == nil {
+		o.Storage.Logger = o.Logger
+	}
+	for _, m := range c.Members {
+		if m != c.Self && o.Peers[m] == "" {
+			return fmt.Errorf("vrshard: no peer address for member %d", m)
+		}
+	}
+	return nil
+}
+
+// mutations are deliberate bugs tests switch on to prove the checkers see
+// them. Never set outside tests.
+type mutations struct {
+	// followerLinearizable serves linearizable reads from local state at any
+	// replica, without lease or read-index.
+	followerLinearizable bool
+}
+
+// proposal is one write on its way through the log.
+type proposal struct {
+	req  vr.Request
+	seq  uint64 // local seq (client 0 only)
+	res  shard.Result
+	err  error
+	wait *batchWait
+}
+
+type batchWait struct {
+	left atomic.Int32
+	done chan struct{}
+}
+
+func (p *proposal) finish(res shard.Result, err error) {
+	p.res, p.err = res, err
+	if p.wait.left.Add(-1) == 0 {
+		close(p.wait.done)
+	}
+}
+
+type idKey struct{ client, seq uint64 }
+
+type readWaiter struct {
+	idx  uint64
+	err  error
+	done chan struct{}
+}
+
+type inbound struct {
+	from uint64
+	msgs []vr.Message
+}
+
+// Stats are counters of a replica's work.
+type Stats struct {
+	Readies     uint64 // Ready batches handled
+	Fsyncs      uint64 // fsyncs of the replication log
+	Persisted   uint64 // log entries written
+	Applied     uint64 // ops applied to the engine
+	Proposals   uint64 // writes proposed at this replica while leader
+	LeaseReads  uint64 // linearizable reads served under the lease
+	IndexReads  uint64 // linearizable reads that needed a read-index round
+	Checkpoints uint64
+	SnapsSent   uint64
+	SnapsLoaded uint64
+}
+
+// Replica is one VR replica of a shard: it implements shard.Replica, so the
+// RESP front door serves it unchanged. Writes and strong reads are served at
+// the leader; others get a *NotLeaderError naming it.
+type Replica struct {
+	opts  Options
+	cfg   vr.Config
+	log   *slog.Logger
+	core  *vr.Replica
+	db    *storage.DB
+	wal   *wal
+	app   *applier
+	tr    *transport.Transport
+	start time.Time
+	mut   mutations
+
+	propc chan []*proposal
+	inbox chan inbound
+	readc chan *readWaiter
+	stop  chan struct{}
+	done  chan struct{}
+
+	// Driver goroutine state.
+	waitID     map[idKey][]*proposal
+	waitLocal  map[uint64]*proposal
+	reads      map[uint64]*readWaiter
+	readCtx    uint64
+	tail       []vr.Entry // log entries after the applied op, for checkpoints
+	lastHS     vr.HardState
+	sinceCkpt  uint64
+	recovering bool
+	wasLeader  bool
+	leadView   uint64
+	errLogAt   time.Time
+
+	// Published by the driver for other goroutines.
+	applied   atomic.Uint64
+	commit    atomic.Uint64
+	leader    atomic.Uint64
+	isLeader  atomic.Bool
+	status    atomic.Uint32
+	view      atomic.Uint64
+	hbAt      atomic.Int64  // local time of the last message from the leader
+	hbCommit  atomic.Uint64 // the commit point it carried
+	localSeq  atomic.Uint64
+	failErr   atomic.Pointer[error]
+	closeOnce sync.Once
+	notifyMu  sync.Mutex
+	notify    chan struct{} // closed and replaced when applied advances
+
+	st struct {
+		readies, fsyncs, persisted, applied, proposals, leaseReads, indexReads, ckpts, snapsSent, snapsLoaded atomic.Uint64
+	}
+}
+
+var _ shard.Replica = (*Replica)(nil)
+
+// Open recovers a replica from opts.Dir and starts it: its driver goroutine
+// and its peer transport.
+func Open(opts Options) (*Replica, error) {
+	if err := opts.fill(); err != nil {
+		return nil, err
+	}
+	w, ws, err := openWAL(opts.FS, vfs.Join(opts.Dir, "wal"))
+	if err != nil {
+		return nil, err
+	}
+	db, err := storage.Open(opts.Storage)
+	if err != nil {
+		w.close()
+		return nil, fmt.Errorf("vrshard: open engine: %w", err)
+	}
+	r := &Replica{
+		opts: opts, cfg: opts.VR, wal: w, db: db, start: time.Now(),
+		log:       opts.Logger.With("node", opts.VR.Self),
+		propc:     make(chan []*proposal, 256),
+		inbox:     make(chan inbound, 256),
+		readc:     make(chan *readWaiter, 256),
+		stop:      make(chan struct{}),
+		done:      make(chan struct{}),
+		waitID:    map[idKey][]*proposal{},
+		waitLocal: map[uint64]*proposal{},
+		reads:     map[uint64]*readWaiter{},
+		notify:    make(chan struct{}),
+	}
+	st := vr.State{HardState: ws.hs, Entries: ws.entries}
+	if ws.snap.Op > 0 || len(ws.snap.Clients) > 0 {
+		s := ws.snap
+		st.Snapshot = &s
+	}
+	switch {
+	case ws.empty && opts.Bootstrap:
+		st.Bootstrap = true
+	case ws.empty || ws.recovering:
+		// The disk lacks what this replica may have promised: recover from
+		// the group before voting or acknowledging anything.
+		st.LostState = true
+		st.Nonce = rand.Uint64() | 1
+		r.recovering = true
+	}
+	core, err := vr.New(opts.VR, st)
+	if err != nil {
+		db.Close()
+		w.close()
+		return nil, fmt.Errorf("vrshard: start core: %w", err)
+	}
+	r.core = core
+	r.cfg = core.Config()
+	r.lastHS = ws.hs
+	r.tail = ws.entries
+	r.app = newApplier(db)
+	r.applied.Store(ws.snap.Op)
+	if ws.empty {
+		w.addSnapshot(0, nil)
+		w.addFlags(r.recovering)
+		w.addHardState(vr.HardState{})
+		if err := w.roll(); err != nil {
+			db.Close()
+			w.close()
+			return nil, err
+		}
+	}
+	r.log.Info("vr replica open", "bootstrap", st.Bootstrap, "lost_state", st.LostState,
+		"snapshot_op", ws.snap.Op, "log_entries", len(ws.entries), "view", ws.hs.View,
+		"commit", ws.hs.Commit, "engine_version", db.LastVersion())
+	tr, err := transport.New(transport.Config{
+		Self: r.cfg.Self, Peers: opts.Peers, ClusterSecret: opts.ClusterSecret,
+		Cluster: r.cfg.Cluster, ConfigHash: r.cfg.Hash(), TLS: opts.TLS,
+		Handler: r.deliver, Logger: r.log,
+	})
+	if err != nil {
+		db.Close()
+		w.close()
+		return nil, fmt.Errorf("vrshard: transport: %w", err)
+	}
+	r.tr = tr
+	if opts.Listener != nil {
+		go func() {
+			if err := tr.Serve(opts.Listener); err != nil {
+				r.log.Error("peer listener stopped", "err", err)
+			}
+		}()
+	}
+	r.publish()
+	go r.run()
+	return r, nil
+}
+
+// Transport returns the peer transport (for HandleConn, Stats and fault
+// injection).
+func (r *Replica) Transport() *transport.Transport { return r.tr }
+
+// Engine returns the storage engine (reads only: the driver is its writer).
+func (r *Replica) Engine() *storage.DB { return r.db }
+
+func (r *Replica) now() int64 { return int64(time.Since(r.start)) }
+
+func (r *Replica) deliver(from uint64, msgs []vr.Message) {
+	select {
+	case r.inbox <- inbound{from, msgs}:
+	case <-r.stop:
+	}
+}
+
+// Close stops the replica: driver, transport, log and engine (which syncs).
+func (r *Replica) Close() error {
+	var err error
+	r.closeOnce.Do(func() {
+		close(r.stop)
+		<-r.done
+		r.tr.Close()
+		err = errors.Join(r.wal.close(), r.db.Close())
+	})
+	return err
+}
+
+// crash stops the replica as a process kill would: nothing is synced or
+// flushed (the engine's unwritten buffer is lost). The engine is abandoned,
+// not closed. Tests only.
+func (r *Replica) crash() {
+	r.closeOnce.Do(func() {
+		close(r.stop)
+		<-r.done
+		r.tr.Close()
+		r.wal.close()
+	})
+}
+
+func (r *Replica) failed() error {
+	if p := r.failErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// fail stops the replica after a disk error: the core counted on the write,
+// so continuing could break the protocol's promises. The group goes on.
+func (r *Replica) fail(err error) {
+	err = fmt.Errorf("%w: %w", ErrFailed, err)
+	r.failErr.CompareAndSwap(nil, &err)
+	r.log.Error("vr replica stopped", "err", err)
+}
+
+// ---- the driver goroutine ----
+
+func (r *Replica) run() {
+	defer close(r.done)
+	defer r.failAll(ErrOutcomeUnknown)
+	tick := time.NewTicker(r.opts.TickInterval)
+	defer tick.Stop()
+	var props []*proposal
+	for r.failed() == nil {
+		select {
+		case <-r.stop:
+			return
+		case ps := <-r.propc:
+			props = append(props[:0], ps...)
+		case in := <-r.inbox:
+			r.step(in)
+		case rw := <-r.readc:
+			r.read(rw)
+		case <-tick.C:
+			r.core.Tick(r.now())
+		}
+		// Take whatever else is waiting: one Ready (one fsync) covers it all.
+	drain:
+		for len(props) < r.opts.MaxProposals {
+			select {
+			case ps := <-r.propc:
+				props = append(props, ps...)
+			case in := <-r.inbox:
+				r.step(in)
+			case rw := <-r.readc:
+				r.read(rw)
+			default:
+				break drain
+			}
+		}
+		if len(props) > 0 {
+			r.propose(props)
+			clear(props)
+			props = props[:0]
+		}
+		if err := r.ready(); err != nil {
+			r.fail(err)
+			return
+		}
+		if err := r.maybeCheckpoint(); err != nil {
+			r.fail(err)
+			return
+		}
+	}
+}
+
+func (r *Replica) step(in inbound) {
+	now := r.now()
+	for _, m := range in.msgs {
+		if (m.Type == vr.MsgCommit || m.Type == vr.MsgPrepare) && m.View >= r.view.Load() && r.cfg.LeaderOf(m.View) == m.From {
+			r.hbAt.Store(now)
+			r.hbCommit.Store(m.Commit)
+		}
+		r.core.Step(now, m)
+	}
+}
+
+func (r *Replica) propose(ps []*proposal) {
+	now := r.now()
+	for _, p := range ps {
+		err := r.core.Propose(now, p.req)
+		if err != nil {
+			p.finish(shard.Result{}, r.mapErr(err))
+			continue
+		}
+		r.st.proposals.Add(1)
+		if p.req.Client != 0 {
+			k := idKey{p.req.Client, p.req.ReqNum}
+			r.waitID[k] = append(r.waitID[k], p)
+		} else {
+			r.waitLocal[p.seq] = p
+		}
+	}
+}
+
+func (r *Replica) mapErr(err error) error {
+	switch {
+	case errors.Is(err, vr.ErrNotLeader):
+		return r.notLeader()
+	case errors.Is(err, vr.ErrNotNormal):
+		return &NotLeaderError{}
+	case errors.Is(err, vr.ErrStaleRequest):
+		return fmt.Errorf("%w: %w", shard.ErrStaleRequest, err)
+	case errors.Is(err, vr.ErrBusy):
+		return ErrBusy
+	}
+	return fmt.Errorf("%w: %w", shard.ErrUnavailable, err)
+}
+
+func (r *Replica) notLeader() error {
+	id := r.leader.Load()
+	if id == r.cfg.Self || vr.Status(r.status.Load()) != vr.Normal {
+		return &NotLeaderError{}
+	}
+	return &NotLeaderError{Leader: id, Addr: r.opts.ClientAddrs[id]}
+}
+
+func (r *Replica) read(rw *readWaiter) {
+	now := r.now()
+	idx, err := r.core.LeaseRead(now)
+	if err == nil {
+		r.st.leaseReads.Add(1)
+		rw.idx = idx
+		close(rw.done)
+		return
+	}
+	if errors.Is(err, vr.ErrNoLease) {
+		r.readCtx++
+		if err = r.core.ReadIndex(now, r.readCtx); err == nil {
+			r.st.indexReads.Add(1)
+			r.reads[r.readCtx] = rw
+			return
+		}
+	}
+	rw.err = r.mapErr(err)
+	close(rw.done)
+}
+
+// ready performs the core's actions until it has none (doc.go of internal/vr).
+func (r *Replica) ready() error {
+	for {
+		rd := r.core.Ready()
+		if rd.Empty() {
+			break
+		}
+		r.st.readies.Add(1)
+		if err := r.handle(&rd); err != nil {
+			return err
+		}
+	}
+	r.publish()
+	info := r.core.Info()
+	if r.wasLeader && (!info.IsLeader || info.View != r.leadView) {
+		r.failWrites(ErrOutcomeUnknown)
+	}
+	r.wasLeader, r.leadView = info.IsLeader, info.View
+	if r.recovering && info.Status != vr.Recovering {
+		// The recovered state is durable (its batch was synced): from now on
+		// a restart with this disk is an ordinary restart.
+		r.recovering = false
+		r.wal.addFlags(false)
+		if err := r.wal.write(); err != nil {
+			return err
+		}
+		if err := r.wal.sync(); err != nil {
+			return err
+		}
+		r.st.fsyncs.Add(1)
+	}
+	return nil
+}
+
+func (r *Replica) handle(rd *vr.Ready) error {
+	// 1. Disk: snapshot, truncate, entries, hard state; one write, one fsync.
+	roll := false
+	if s := rd.Snapshot; s != nil {
+		if err := r.restore(s); err != nil {
+			return err
+		}
+		r.wal.buf = r.wal.buf[:0]
+		r.wal.addSnapshot(s.Op, s.Clients)
+		r.wal.addFlags(r.recovering)
+		r.wal.addHardState(r.lastHS)
+		r.tail = nil
+		roll = true
+	}
+	if rd.HasTruncate {
+		r.wal.addTruncate(rd.Truncate)
+		for len(r.tail) > 0 && r.tail[len(r.tail)-1].Op > rd.Truncate {
+			r.tail = r.tail[:len(r.tail)-1]
+		}
+	}
+	r.wal.addEntries(rd.Entries)
+	r.tail = append(r.tail, rd.Entries...)
+	r.st.persisted.Add(uint64(len(rd.Entries)))
+	if rd.HardState != nil {
+		r.wal.addHardState(*rd.HardState)
+		r.lastHS = *rd.HardState
+	}
+	// 2. Messages may leave before the fsync: the core withholds those that
+	// promise durability. Sending first overlaps the network with the disk.
+	for i := range rd.Messages {
+		m := &rd.Messages[i]
+		if err := r.tr.Send(m.To, m); err != nil && !errors.Is(err, transport.ErrClosed) {
+			r.log.Warn("send failed", "to", m.To, "err", err)
+		}
+	}
+	if roll {
+		if err := r.wal.roll(); err != nil {
+			return err
+		}
+		r.st.fsyncs.Add(1)
+	} else if r.wal.pending() {
+		if err := r.wal.write(); err != nil {
+			return err
+		}
+		if err := r.wal.sync(); err != nil {
+			return err
+		}
+		r.st.fsyncs.Add(1)
+	}
+	if rd.PersistSeq != 0 {
+		r.core.Persisted(rd.PersistSeq)
+	}
+	// 3. Apply committed entries: one engine Append, no engine fsync.
+	if len(rd.Committed) > 0 {
+		if err := r.apply(rd.Committed); err != nil {
+			return err
+		}
+	}
+	// 4. Replies and reads.
+	for _, rep := range rd.Replies {
+		k := idKey{rep.Client, rep.ReqNum}
+		ps := r.waitID[k]
+		delete(r.waitID, k)
+		var res shard.Result
+		var opErr error
+		if rep.Err != nil {
+			opErr = r.mapErr(rep.Err)
+		} else if len(rep.Result) > 0 {
+			var err error
+			if res, opErr, err = decodeResult(rep.Result); err != nil {
+				return fmt.Errorf("vrshard: cached result of client %d: %w", rep.Client, err)
+			}
+		}
+		for _, p := range ps {
+			p.finish(res, opErr)
+		}
+	}
+	for _, rs := range rd.ReadStates {
+		rw := r.reads[rs.Ctx]
+		if rw == nil {
+			continue
+		}
+		delete(r.reads, rs.Ctx)
+		rw.idx = rs.Index
+		if rs.Err != nil {
+			rw.err = r.mapErr(rs.Err)
+		}
+		close(rw.done)
+	}
+	// 5. Snapshots for lagging peers: the engine at the applied op.
+	for _, to := range rd.SnapshotNeeded {
+		s, err := r.capture()
+		if err != nil {
+			return err
+		}
+		if err := r.core.SendSnapshot(to, s); err != nil {
+			r.log.Warn("snapshot not sent", "to", to, "err", err)
+			continue
+		}
+		r.st.snapsSent.Add(1)
+		r.log.Info("sent snapshot", "to", to, "op", s.Op, "bytes", len(s.Data))
+	}
+	// 6. Errors an operator must see, at most one line a second.
+	if len(rd.Errors) > 0 && time.Since(r.errLogAt) > time.Second {
+		r.errLogAt = time.Now()
+		r.log.Warn("vr", "err", rd.Errors[0], "more", len(rd.Errors)-1)
+	}
+	return nil
+}
+
+func (r *Replica) apply(cs []vr.Committed) error {
+	results := make([][]byte, len(cs))
+	type local struct {
+		p   *proposal
+		res shard.Result
+		err error
+	}
+	var locals []local
+	r.app.begin()
+	self := r.cfg.Self
+	for i := range cs {
+		c := &cs[i]
+		if c.Duplicate || len(c.Data) == 0 {
+			continue
+		}
+		h, op, err := decodeOp(c.Data)
+		if err != nil {
+			return fmt.Errorf("vrshard: op %d: %w", c.Op, err)
+		}
+		res, opErr, err := r.app.applyOp(&op, c.Op, h.ts, c.Client, c.ReqNum)
+		if err != nil {
+			return fmt.Errorf("vrshard: op %d: %w", c.Op, err)
+		}
+		if c.Client != 0 {
+			results[i] = encodeResult(nil, res, opErr)
+		} else if h.proposer == self {
+			if p := r.waitLocal[h.seq]; p != nil {
+				delete(r.waitLocal, h.seq)
+				locals = append(locals, local{p, res, opErr})
+			}
+		}
+	}
+	if err := r.app.flush(); err != nil {
+		return err
+	}
+	last := cs[len(cs)-1].Op
+	r.core.Advance(results)
+	r.st.applied.Add(uint64(len(cs)))
+	r.sinceCkpt += uint64(len(cs))
+	k := 0
+	for k < len(r.tail) && r.tail[k].Op <= last {
+		k++
+	}
+	r.tail = r.tail[k:]
+	r.setApplied(last)
+	for _, l := range locals {
+		l.p.finish(l.res, l.err)
+	}
+	return nil
+}
+
+func (r *Replica) setApplied(op uint64) {
+	r.applied.Store(op)
+	r.notifyMu.Lock()
+	close(r.notify)
+	r.notify = make(chan struct{})
+	r.notifyMu.Unlock()
+}
+
+func (r *Replica) publish() {
+	info := r.core.Info()
+	r.commit.Store(info.Commit)
+	r.leader.Store(info.Leader)
+	r.isLeader.Store(info.IsLeader)
+	r.status.Store(uint32(info.Status))
+	r.view.Store(info.View)
+}
+
+// failWrites fails every write waiting for its outcome: this replica no
+// longer leads, so it will not learn it.
+func (r *Replica) failWrites(err error) {
+	for k, ps := range r.waitID {
+		for _, p := range ps {
+			p.finish(shard.Result{}, err)
+		}
+		delete(r.waitID, k)
+	}
+	for k, p := range r.waitLocal {
+		p.finish(shard.Result{}, err)
+		delete(r.waitLocal, k)
+	}
+}
+
+func (r *Replica) failAll(err error) {
+	if ferr := r.failed(); ferr != nil {
+		err = ferr
+	}
+	r.failWrites(err)
+	for k, rw := range r.reads {
+		rw.err = err
+		close(rw.done)
+		delete(r.reads, k)
+	}
+	r.isLeader.Store(false)
+	// Anyone still blocked in Apply/Read sees stop/done and leaves.
+}
+
+// maybeCheckpoint makes the engine durable up to the applied op, records
+// that point (with the client table) at the head of a new log segment, drops
+// the old segments and lets the core forget all but a tail of its log.
+func (r *Replica) maybeCheckpoint() error {
+	if r.recovering || (r.sinceCkpt < r.opts.CheckpointOps && r.wal.size < r.opts.CheckpointBytes) {
+		return nil
+	}
+	return r.checkpoint()
+}
+
+func (r *Replica) checkpoint() error {
+	if _, err := r.db.Sync(r.db.LastPos()); err != nil {
+		return fmt.Errorf("vrshard: checkpoint: engine sync: %w", err)
+	}
+	op := r.applied.Load()
+	r.wal.addSnapshot(op, r.core.ClientTable())
+	r.wal.addFlags(false)
+	r.wal.addEntries(r.tail)
+	r.wal.addHardState(r.lastHS)
+	if err := r.wal.roll(); err != nil {
+		return err
+	}
+	r.st.fsyncs.Add(1)
+	r.sinceCkpt = 0
+	r.st.ckpts.Add(1)
+	if op > r.opts.KeepTail {
+		if err := r.core.Compact(op - r.opts.KeepTail); err != nil {
+			return fmt.Errorf("vrshard: checkpoint: %w", err)
+		}
+	}
+	return nil
+}
+
+// ---- shard.Replica ----
+
+// Apply proposes writes and waits until they are committed (persisted on a
+// majority) and applied here, so their results are known and visible. The
+// returned Pending is empty: durability sync holds on return. cad and async
+// writes are served as sync (a stronger promise) until CAD lands.
+func (r *Replica) Apply(ctx context.Context, reqs []shard.WriteReq) (shard.Pending, error) {
+	if err := r.failed(); err != nil {
+		return shard.Pending{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return shard.Pending{}, err
+	}
+	if len(reqs) == 0 {
+		return shard.Pending{}, nil
+	}
+	if !r.isLeader.Load() {
+		err := r.notLeader()
+		for i := range reqs {
+			reqs[i].Result, reqs[i].Err = shard.Result{}, err
+		}
+		return shard.Pending{}, nil
+	}
+	bw := &batchWait{done: make(chan struct{})}
+	bw.left.Store(int32(len(reqs)))
+	ps := make([]proposal, len(reqs))
+	pp := make([]*proposal, len(reqs))
+	ts := time.Now().UnixNano()
+	for i := range reqs {
+		q := &reqs[i]
+		p := &ps[i]
+		p.wait = bw
+		h := header{ts: ts}
+		if q.ID.IsZero() {
+			p.seq = r.localSeq.Add(1)
+			h.proposer, h.seq = r.cfg.Self, p.seq
+		} else {
+			p.req.Client, p.req.ReqNum = q.ID.Client, q.ID.Seq
+		}
+		p.req.Data = encodeOp(nil, h, &q.Op)
+		pp[i] = p
+	}
+	select {
+	case r.propc <- pp:
+	case <-ctx.Done():
+		return shard.Pending{}, ctx.Err()
+	case <-r.done:
+		return shard.Pending{}, r.closedErr()
+	}
+	select {
+	case <-bw.done:
+	case <-ctx.Done():
+		return shard.Pending{}, ctx.Err()
+	case <-r.done:
+		// failAll finished every waiter before done closed.
+		select {
+		case <-bw.done:
+		default:
+			return shard.Pending{}, r.closedErr()
+		}
+	}
+	for i := range reqs {
+		reqs[i].Result, reqs[i].Err = ps[i].res, ps[i].err
+	}
+	return shard.Pending{}, nil
+}
+
+func (r *Replica) closedErr() error {
+	if err := r.failed(); err != nil {
+		return err
+	}
+	return shard.ErrClosed
+}
+
+// Wait returns at once: Apply already waited for majority persistence.
+func (r *Replica) Wait(ctx context.Context, p shard.Pending) error { return nil }
+
+// Write is Apply for one write.
+func (r *Replica) Write(ctx context.Context, op shard.Op, d level.Durability, id shard.ReqID) (shard.Result, error) {
+	reqs := [1]shard.WriteReq{{Op: op, Durability: d, ID: id}}
+	if _, err := r.Apply(ctx, reqs[:]); err != nil {
+		return shard.Result{}, err
+	}
+	return reqs[0].Result, reqs[0].Err
+}
