@@ -29,7 +29,7 @@ type RedisConfig struct {
 }
 
 // indexKey is the sorted set the driver keeps for scans: every member has score 0, so
-// ZRANGEBYLEX walks keys in byte order, which is what a range scan means.
+// ZRANGE ... BYLEX walks keys in byte order, which is what a range scan means.
 const indexKey = "ycsb:index"
 
 // Redis is a driver whose clients share one go-redis pool.
@@ -119,7 +119,7 @@ func (d redisDB) Scan(ctx context.Context, start string, count int) (int, error)
 	if !d.r.cfg.Index {
 		return 0, errors.New("redis driver: scans need RedisConfig.Index")
 	}
-	keys, err := d.r.c.ZRangeByLex(ctx, indexKey, &redis.ZRangeBy{Min: "[" + start, Max: "+", Count: int64(count)}).Result()
+	keys, err := d.r.c.ZRangeArgs(ctx, redis.ZRangeArgs{Key: indexKey, Start: "[" + start, Stop: "+", ByLex: true, Count: int64(count)}).Result()
 	if err != nil || len(keys) == 0 {
 		return 0, err
 	}

@@ -14,7 +14,7 @@ import (
 
 // RESPServer is a trivial in-process RESP server: an in-memory map behind the smallest
 // command set the drivers use (PING, GET, SET, MGET, DEL, FLUSHALL, ZADD and
-// ZRANGEBYLEX as no-ops, and KEFIR.CALL/KEFIR.SCAN so the Kefir driver can point at it).
+// ZRANGE as no-ops, and KEFIR.CALL/KEFIR.SCAN so the Kefir driver can point at it).
 // It does no durability and no replication: driven through the Redis or Kefir driver it
 // measures the harness's and the client library's own ceiling — issue 8 requires the
 // harness to drive at least 3× the best throughput any real system reaches.
@@ -245,7 +245,7 @@ func (s *RESPServer) exec(wr *bufio.Writer, args [][]byte) {
 		wr.WriteString("+OK\r\n")
 	case "ZADD":
 		wr.WriteString(":1\r\n")
-	case "ZRANGEBYLEX", "KEFIR.SCAN":
+	case "ZRANGE", "ZRANGEBYLEX", "KEFIR.SCAN":
 		wr.WriteString("*0\r\n")
 	case "SELECT", "CLIENT":
 		wr.WriteString("+OK\r\n")
