@@ -58,11 +58,19 @@ func (t *Transport) serveConn(raw net.Conn) {
 	_ = nc.SetDeadline(time.Time{})
 	p := t.peers[from]
 	p.inMu.Lock()
-	if old := p.inbound; old != nil {
-		old.Close()
-	}
-	p.inbound = nc
+	old, oldDone := p.inbound, p.inDone
+	done := make(chan struct{})
+	p.inbound, p.inDone = nc, done
 	p.inMu.Unlock()
+	defer close(done)
+	if old != nil {
+		// Finish the old connection's deliveries before starting this one's,
+		// so a peer's messages reach the Handler in the order it sent them
+		// even across a reconnect (with a gap for whatever the old
+		// connection still had in flight).
+		old.Close()
+		<-oldDone
+	}
 	p.c.inboundConn.Add(1)
 	log := p.log.With("remote", remote)
 	log.Debug("inbound peer connection authenticated")

@@ -46,6 +46,7 @@ type peer struct {
 	// connection and a second means the first is dead (half-open).
 	inMu    sync.Mutex
 	inbound net.Conn
+	inDone  chan struct{} // closed when inbound's reader has returned
 
 	// queued counts messages accepted by send and not yet written or
 	// dropped (in buf or in the writer's delay line).

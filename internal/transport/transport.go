@@ -14,6 +14,10 @@
 //	  └─ reads as much as the socket has, checks every frame's CRC, decodes the
 //	     whole read into one []vr.Message and hands it to the Handler
 //
+// Order: a peer's messages reach the Handler in the order it sent them, with
+// gaps for losses, also across reconnects (a new inbound connection from a
+// peer starts delivering only after the old one's reader has stopped).
+//
 // Every pair of nodes uses two connections, one per direction: a node dials
 // each peer for its outbound messages and accepts the peer's connection for
 // inbound ones. That avoids dial races and lets each side reconnect alone.
