@@ -122,12 +122,7 @@ func (a *applier) applyOp(op *shard.Op, v uint64, ts int64, client, reqNum uint6
 			a.recs = a.recs[:start]
 		}
 	}
-	for _, r := range a.recs[start:] {
-		a.overlay[string(r.Key)] = overlayVal{data: r.Value, version: r.Version, exists: !r.Tombstone}
-	}
-	if replay {
-		a.dropPresent(start, v)
-	}
+	a.settle(start, v, replay)
 	return res, opErr, nil
 }
 
@@ -142,25 +137,30 @@ func (a *applier) replayFilter(op *shard.Op, v uint64, ts int64, start int) erro
 		}
 		return nil
 	}
-	for _, r := range a.recs[start:] {
-		a.overlay[string(r.Key)] = overlayVal{data: r.Value, version: r.Version, exists: !r.Tombstone}
-	}
-	a.dropPresent(start, v)
+	a.settle(start, v, true)
 	return nil
 }
 
-// dropPresent removes staged records (from index start) whose key the engine
-// already holds at version >= v.
-func (a *applier) dropPresent(start int, v uint64) {
-	kept := a.recs[:start]
-	for _, r := range a.recs[start:] {
-		vs, err := a.db.Versions(r.Key)
-		if err == nil && len(vs) > 0 && vs[0].Version >= v {
-			continue
+// settle ends an op's evaluation: in replay, it drops the staged records
+// (from index start) whose key the engine already holds at version >= v, and
+// forgets those keys in the overlay — their evaluation may have read a later
+// state (see current), and later ops must read the engine's real value; the
+// kept records become visible to the rest of the batch.
+func (a *applier) settle(start int, v uint64, replay bool) {
+	if replay {
+		kept := a.recs[:start]
+		for _, r := range a.recs[start:] {
+			if vs, err := a.db.Versions(r.Key); err == nil && len(vs) > 0 && vs[0].Version >= v {
+				delete(a.overlay, string(r.Key))
+				continue
+			}
+			kept = append(kept, r)
 		}
-		kept = append(kept, r)
+		a.recs = kept
 	}
-	a.recs = kept
+	for _, r := range a.recs[start:] {
+		a.overlay[string(r.Key)] = overlayVal{data: r.Value, version: r.Version, exists: !r.Tombstone}
+	}
 }
 
 // current returns key's value as of op cur-1: the batch's staged records first,
@@ -179,6 +179,13 @@ func (a *applier) current(key []byte) ([]byte, uint64, bool, error) {
 	var err error
 	if a.cur <= a.replayTo {
 		v, err = a.db.GetAt(key, a.cur-1)
+		if errors.Is(err, storage.ErrVersionGone) {
+			// Retention dropped the version before op cur, so a later op
+			// (already in the engine) overwrote the key: the record this op
+			// would write is there or superseded and will be skipped, and the
+			// result is only needed if the client row has it. Any value will do.
+			v, err = a.db.Get(key)
+		}
 	} else {
 		v, err = a.db.Get(key)
 	}
