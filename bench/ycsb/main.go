@@ -46,6 +46,8 @@ type flags struct {
 	durability         string
 	runs               int
 	jsonPath, mdPath   string
+	plotDir            string
+	plotFrom           []string
 	seed               uint64
 	waitReplicas       int
 	respVia            string
@@ -76,8 +78,13 @@ func parse(args []string) (*flags, error) {
 	fs.Uint64Var(&f.seed, "seed", 1, "random seed")
 	fs.StringVar(&f.jsonPath, "json", "", "write results as JSON here")
 	fs.StringVar(&f.mdPath, "md", "", "write the Markdown table here too")
+	fs.StringVar(&f.plotDir, "plot", "", "write PNG plots (latency CDFs, throughput vs latency) here; with JSON files as arguments, plot those instead of running")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
+	}
+	f.plotFrom = fs.Args()
+	if len(f.plotFrom) > 0 && f.plotDir == "" {
+		return nil, fmt.Errorf("unexpected arguments %v (JSON files to plot need -plot DIR)", f.plotFrom)
 	}
 	for _, w := range strings.Split(workloads, ",") {
 		if w = strings.TrimSpace(w); w != "" {
@@ -198,6 +205,21 @@ func main() {
 		fmt.Fprintln(os.Stderr, "ycsb:", err)
 		os.Exit(2)
 	}
+	if len(f.plotFrom) > 0 {
+		rows, err := readRows(f.plotFrom)
+		if err == nil {
+			var files []string
+			files, err = plotAll(f.plotDir, rows)
+			for _, p := range files {
+				fmt.Println(p)
+			}
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "ycsb:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	lim, lerr := limits.Measure(os.TempDir(), 300)
@@ -219,6 +241,13 @@ func main() {
 			if werr := os.WriteFile(f.jsonPath, append(b, '\n'), 0o644); werr != nil {
 				err = errors.Join(err, werr)
 			}
+		}
+		if f.plotDir != "" {
+			files, perr := plotAll(f.plotDir, rows)
+			for _, p := range files {
+				fmt.Fprintln(os.Stderr, "plot:", p)
+			}
+			err = errors.Join(err, perr)
 		}
 	}
 	if err != nil {

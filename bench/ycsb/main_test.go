@@ -1,11 +1,15 @@
 package main
 
 import (
+	"context"
+	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kefirdb/kefir/bench/limits"
 	"github.com/kefirdb/kefir/bench/ycsb/core"
+	"github.com/kefirdb/kefir/bench/ycsb/drivers"
 )
 
 func result(tput, p50 float64) *core.Result {
@@ -36,5 +40,40 @@ func TestRowsShowLatencyAsAMultipleOfTheFloor(t *testing.T) {
 	// A durable update's floor is a round trip plus an fsync (310 µs); a read's is a round trip.
 	if !strings.Contains(md, "| UPDATE | 0 | 620.0 | 2.0× |") || !strings.Contains(md, "| READ | 0 | 20.0 | 2.0× |") {
 		t.Fatalf("floor multiples wrong:\n%s", md)
+	}
+}
+
+func TestPlotsAreWrittenAndEmptyDataIsAnError(t *testing.T) {
+	w, _ := core.Standard("a")
+	w.RecordCount, w.ValueSize = 1000, 10
+	var rows []row
+	for _, target := range []float64{0, 2000, 4000} {
+		res, err := core.Run(context.Background(), w, drivers.Null{}.NewDB, core.Config{Clients: 2, Target: target, Duration: 100 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows = append(rows, row{System: "null", Run: 1, Result: res})
+	}
+	dir := t.TempDir()
+	files, err := plotAll(dir, rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) != 2 {
+		t.Fatalf("wrote %v, want a CDF and a throughput-latency plot", files)
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil || len(b) < 1000 || string(b[1:4]) != "PNG" {
+			t.Fatalf("%s: not a PNG (%d bytes, %v)", f, len(b), err)
+		}
+	}
+	for i := range rows {
+		for j := range rows[i].Result.PerOp {
+			rows[i].Result.PerOp[j].CDF = nil
+		}
+	}
+	if _, err := plotAll(t.TempDir(), rows); err == nil {
+		t.Fatal("plotting results without latency data succeeded")
 	}
 }

@@ -51,9 +51,21 @@ type OpStats struct {
 	P99Us      float64 `json:"p99_us"`
 	P999Us     float64 `json:"p999_us"`
 	MaxUs      float64 `json:"max_us"`
-	// Histogram is the latency histogram (nanoseconds), for plots and for merging runs.
+	// CDF is the latency distribution at fixed percentiles, for plots.
+	CDF []Quantile `json:"cdf,omitempty"`
+	// Histogram is the latency histogram (nanoseconds), for merging runs.
 	Histogram *hdr.Histogram `json:"-"`
 }
+
+// Quantile is one point of a latency distribution.
+type Quantile struct {
+	Percentile float64 `json:"p"`
+	Us         float64 `json:"us"`
+}
+
+// cdfPercentiles are where OpStats.CDF samples the distribution: dense in the tail,
+// where the systems differ.
+var cdfPercentiles = []float64{1, 5, 10, 20, 30, 40, 50, 60, 70, 80, 90, 95, 97, 98, 99, 99.5, 99.7, 99.9, 99.95, 99.99, 99.999, 100}
 
 // Result is one phase's measurement.
 type Result struct {
@@ -130,6 +142,9 @@ func merge(w Workload, phase string, cfg Config, window time.Duration, all []*cl
 		st.MeanUs, st.P50Us, st.P95Us = h.Mean()/1e3, us(h.ValueAtQuantile(50)), us(h.ValueAtQuantile(95))
 		st.P99Us, st.P999Us, st.MaxUs = us(h.ValueAtQuantile(99)), us(h.ValueAtQuantile(99.9)), us(h.Max())
 		st.Histogram = h
+		for _, p := range cdfPercentiles {
+			st.CDF = append(st.CDF, Quantile{Percentile: p, Us: us(h.ValueAtQuantile(p))})
+		}
 		res.Ops += st.Count
 		res.Errors += st.Errors
 		res.PerOp = append(res.PerOp, st)
