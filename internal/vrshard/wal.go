@@ -139,7 +139,10 @@ func openWAL(fs vfs.FS, dir string) (*wal, walState, error) {
 		return nil, st, err
 	}
 	off, err := replayWAL(b, &st)
-	if err != nil && !errors.Is(err, errTorn) {
+	if err != nil && (!errors.Is(err, errTorn) || validAfter(b, off)) {
+		// A torn write only ever damages the end: a valid record after the
+		// bad one means the middle of the log is damaged, and cutting there
+		// would silently drop acknowledged entries.
 		return nil, st, fmt.Errorf("%w: %s at offset %d: %w", ErrWALCorrupt, segName(id), off, err)
 	}
 	f, err := fs.OpenRW(vfs.Join(dir, segName(id)))
@@ -195,6 +198,16 @@ func nextRecord(b []byte) (typ byte, payload []byte, n int, ok bool) {
 		return 0, nil, 0, false
 	}
 	return body[0], body[1:], 8 + int(l), true
+}
+
+// validAfter reports whether a valid record starts anywhere after off.
+func validAfter(b []byte, off int) bool {
+	for i := off + 1; i+walHeader <= len(b); i++ {
+		if _, _, _, ok := nextRecord(b[i:]); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // replayWAL applies the records of one segment to st and returns how many

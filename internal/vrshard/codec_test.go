@@ -1,0 +1,69 @@
+package vrshard
+
+import (
+	"errors"
+	"reflect"
+	"testing"
+
+	"github.com/kefirdb/kefir/internal/shard"
+)
+
+func TestOpAndResultEncodingRoundTrip(t *testing.T) {
+	ops := []shard.Op{
+		{Kind: shard.KindSet, Key: []byte("k"), Value: []byte("v"), Cond: shard.IfAbsent, ReturnOld: true},
+		{Kind: shard.KindMSet, Keys: [][]byte{[]byte("a"), []byte("1"), []byte("b"), {}}},
+		{Kind: shard.KindDel, Keys: [][]byte{[]byte("a")}},
+		{Kind: shard.KindIncrBy, Key: []byte("n"), Delta: -7},
+		{Kind: shard.KindCAS, Key: []byte("k"), Expected: []byte("old"), Value: []byte("new")},
+	}
+	for _, op := range ops {
+		h := header{proposer: 3, seq: 99, ts: -5}
+		gh, got, err := decodeOp(encodeOp(nil, h, &op))
+		if err != nil || gh != h {
+			t.Fatalf("%v: header %+v, %v", op.Kind, gh, err)
+		}
+		norm := func(o shard.Op) shard.Op {
+			for _, p := range []*[]byte{&o.Key, &o.Value, &o.Expected} {
+				if len(*p) == 0 {
+					*p = nil
+				}
+			}
+			for i := range o.Keys {
+				if len(o.Keys[i]) == 0 {
+					o.Keys[i] = nil
+				}
+			}
+			return o
+		}
+		if !reflect.DeepEqual(norm(got), norm(op)) {
+			t.Fatalf("round trip:\n%+v\nwant\n%+v", got, op)
+		}
+	}
+	if _, _, err := decodeOp([]byte{dataFormat, 1, 1, 0, byte(shard.KindGet), 0, 0, 0, 0, 0, 0}); !errors.Is(err, ErrCorruptEntry) {
+		t.Fatalf("a read kind in the log decoded: %v", err)
+	}
+	res := shard.Result{Kind: shard.ResBulk, Bulk: []byte("x"), Version: 12, Int: 3}
+	got, opErr, err := decodeResult(encodeResult(nil, res, nil))
+	if err != nil || opErr != nil || !reflect.DeepEqual(got, res) {
+		t.Fatalf("result round trip: %+v %v %v", got, opErr, err)
+	}
+	_, opErr, err = decodeResult(encodeResult(nil, shard.Result{}, shard.ErrWrongType))
+	if err != nil || !errors.Is(opErr, shard.ErrWrongType) || opErr.Error() != shard.ErrWrongType.Error() {
+		t.Fatalf("cached error: %v, %v", opErr, err)
+	}
+}
+
+func FuzzDecodeOp(f *testing.F) {
+	op := shard.Op{Kind: shard.KindMSet, Keys: [][]byte{[]byte("a"), []byte("1")}}
+	f.Add(encodeOp(nil, header{1, 2, 3}, &op))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		h, op, err := decodeOp(b)
+		if err != nil {
+			return
+		}
+		again := encodeOp(nil, h, &op)
+		if _, _, err := decodeOp(again); err != nil {
+			t.Fatalf("re-encoding of a decoded op fails: %v", err)
+		}
+	})
+}
