@@ -138,7 +138,7 @@ func (db *DB) compactSegment(s *segment) error {
 	for s.refs.Load() > 1 {
 		time.Sleep(50 * time.Microsecond)
 	}
-	s.f.Close()
+	closeSegment(s)
 	if err := db.fs.Remove(s.path); err != nil {
 		return fmt.Errorf("storage: compact: %w", err)
 	}

@@ -83,6 +83,9 @@ type segment struct {
 	f    vfs.File
 	size int64 // bytes in the file (for the active segment: written so far)
 	live int64 // bytes of records the index points at (under DB.mu)
+	// mm maps a sealed segment read-only (nil: read with ReadAt). Unmapped only once the
+	// segment has left the list and every reader has released it.
+	mm atomic.Pointer[[]byte]
 	// refs counts the segment list's reference plus readers in flight; the file is
 	// removed only once compaction has dropped the list's reference and readers left.
 	refs atomic.Int32
@@ -402,6 +405,43 @@ func (db *DB) installLocked(old, seg *segment, err error) {
 	}
 	seg.live, db.pendingLive = db.pendingLive, 0
 	db.segs = append(db.segs, seg)
+	db.mapSegment(old) // sealed: its bytes never change again
+}
+
+// mapSegment memory-maps a sealed segment if the file system supports it.
+func (db *DB) mapSegment(s *segment) {
+	m, ok := s.f.(vfs.Mapper)
+	if !ok || s.mm.Load() != nil || s.size == 0 {
+		return
+	}
+	mm, err := m.Map(s.size)
+	if err != nil {
+		db.opts.Logger.Warn("cannot map segment; reading it with pread", "file", s.path, "err", err)
+		return
+	}
+	s.mm.Store(&mm)
+}
+
+// readAt reads len(buf) bytes of s at off, from the mapping if there is one.
+func (s *segment) readAt(buf []byte, off int64) error {
+	if p := s.mm.Load(); p != nil && off+int64(len(buf)) <= int64(len(*p)) {
+		copy(buf, (*p)[off:])
+		return nil
+	}
+	_, err := s.f.ReadAt(buf, off)
+	return err
+}
+
+// closeSegment releases s's mapping and file. Readers must be gone.
+func closeSegment(s *segment) error {
+	var err error
+	if p := s.mm.Swap(nil); p != nil {
+		err = vfs.Unmap(*p)
+	}
+	if cerr := s.f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // createSegment creates an empty segment file and makes its name durable.
@@ -640,7 +680,7 @@ func (db *DB) readRecord(seg *segment, key []byte, v ver) ([]byte, error) {
 	off := int64(v.pos - seg.id)
 	dev := db.devs[seg.dev]
 	done := dev.begin(len(buf))
-	_, err := seg.f.ReadAt(buf, off)
+	err := seg.readAt(buf, off)
 	dev.end(done)
 	if err != nil {
 		return nil, fmt.Errorf("storage: read %s at %d: %w", seg.path, off, err)
@@ -786,7 +826,7 @@ func (db *DB) readBatch(hits []scanHit) error {
 		buf := make([]byte, hi-lo)
 		dev := db.devs[first.seg.dev]
 		held := dev.begin(len(buf))
-		_, rerr := first.seg.f.ReadAt(buf, int64(lo-first.seg.id))
+		rerr := first.seg.readAt(buf, int64(lo-first.seg.id))
 		dev.end(held)
 		if rerr != nil {
 			err = fmt.Errorf("storage: read %s at %d: %w", first.seg.path, lo-first.seg.id, rerr)
@@ -924,7 +964,10 @@ func (db *DB) Close() error {
 		if s.f == nil {
 			continue
 		}
-		if cerr := s.f.Close(); cerr != nil && err == nil {
+		for s.refs.Load() > 1 { // readers that pinned it before Close
+			time.Sleep(50 * time.Microsecond)
+		}
+		if cerr := closeSegment(s); cerr != nil && err == nil {
 			err = fmt.Errorf("storage: close %s: %w", s.path, cerr)
 		}
 	}

@@ -52,7 +52,7 @@ func Open(opts Options) (*DB, error) {
 func (db *DB) closeFiles() {
 	for _, s := range db.segs {
 		if s.f != nil {
-			s.f.Close()
+			closeSegment(s)
 		}
 	}
 }
@@ -243,6 +243,11 @@ func (db *DB) recover() error {
 	last = db.segs[len(db.segs)-1]
 	if err := last.f.Sync(); err != nil {
 		return fmt.Errorf("storage: fsync %s: %w", last.path, err)
+	}
+	for _, s := range db.segs[:len(db.segs)-1] {
+		if s.f != nil {
+			db.mapSegment(s)
+		}
 	}
 	db.tail = last.dev
 	db.next = Pos(last.end())

@@ -28,3 +28,20 @@ func (f osFile) Preallocate(off, n int64) error {
 		}
 	}
 }
+
+// Map maps the file's first size bytes read-only (MAP_SHARED). The file must not shrink
+// while mapped. Release the mapping with Unmap.
+func (f osFile) Map(size int64) ([]byte, error) {
+	if size == 0 {
+		return nil, nil
+	}
+	return syscall.Mmap(int(f.File.Fd()), 0, int(size), syscall.PROT_READ, syscall.MAP_SHARED)
+}
+
+// Unmap releases a mapping returned by a Mapper.
+func Unmap(b []byte) error {
+	if b == nil {
+		return nil
+	}
+	return syscall.Munmap(b)
+}

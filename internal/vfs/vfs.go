@@ -43,6 +43,13 @@ type Preallocator interface {
 	Preallocate(off, n int64) error
 }
 
+// Mapper is implemented by files that can be memory-mapped read-only, so reads of cached
+// pages cost a copy instead of a system call. Optional: callers type-assert and fall back
+// to ReadAt. Release a mapping with Unmap.
+type Mapper interface {
+	Map(size int64) ([]byte, error)
+}
+
 // FS is the file-system interface. Paths are slash- or OS-separated; Mem cleans them.
 type FS interface {
 	// Create creates (or truncates) name for reading and appending.
