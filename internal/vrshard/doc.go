@@ -31,6 +31,24 @@
 // without an id carry the proposer's id and a local sequence number so the
 // proposing leader can find their waiter.
 //
+// # Timing and the lease
+//
+// Defaults (Options.VR zero fields): heartbeat 10ms, view-change timeout
+// 300ms, lease 250ms, clock drift bound MaxDrift = 1% (every node's clock
+// runs at 1±0.01 of real time; internal/vr doc.go derives the leader's lease,
+// LeaseDuration·(1−ρ)/(1+ρ) ≈ 245ms after the heartbeat a majority
+// acknowledged). Time is each process's monotonic clock; wall-clock steps do
+// not matter, rate errors beyond the bound do. A leader without a lease
+// (new view, lost acks) serves linearizable reads by read-index instead.
+//
+// # Bootstrap
+//
+// Options.Bootstrap must be set only on a group's very first start. A replica
+// with no replication log and no Bootstrap is treated as one that lost its
+// disk: it runs VR recovery and state transfer before it votes or
+// acknowledges. Bootstrapping a replica that had been a member would let it
+// vote with an empty log (Open refuses when its engine is not empty).
+//
 // A failed write or fsync of the log or the engine stops this replica (the
 // others carry on); a replica whose log is gone (wiped disk) rejoins by VR
 // recovery and state transfer.

@@ -2,6 +2,7 @@ package vrshard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"testing"
@@ -90,5 +91,32 @@ func TestWipedReplicaRejoinsBySnapshot(t *testing.T) {
 	c.kill(other)
 	if _, err := c.write(set("after", "1"), shard.ReqID{}, 10*time.Second); err != nil {
 		t.Fatalf("write with the restored replica as the only follower: %v", err)
+	}
+}
+
+// A write retried with the same request id after the leader that executed
+// it died is answered from the client table at the new leader: executed
+// once. The same retry with a fresh id executes again (the control: the
+// test can tell the difference).
+func TestRetryAcrossLeaderChangeExecutesOnce(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	incr := shard.Op{Kind: shard.KindIncrBy, Key: []byte("n"), Delta: 1}
+	id := shard.ReqID{Client: 42, Seq: 1}
+	first, err := c.write(incr, id, 5*time.Second)
+	if err != nil || first.Int != 1 {
+		t.Fatalf("first incr: %+v, %v", first, err)
+	}
+	c.waitApplied(first.Version, 5*time.Second)
+	c.kill(c.leader(time.Second))
+	again, err := c.write(incr, id, 10*time.Second)
+	if err != nil || again.Int != 1 || again.Version != first.Version {
+		t.Fatalf("retry at the new leader: %+v, %v; want the cached result %+v", again, err, first)
+	}
+	fresh, err := c.write(incr, shard.ReqID{Client: 42, Seq: 2}, 5*time.Second)
+	if err != nil || fresh.Int != 2 {
+		t.Fatalf("next request: %+v, %v; want 2", fresh, err)
+	}
+	if _, err := c.write(incr, shard.ReqID{Client: 42, Seq: 1}, 5*time.Second); !errors.Is(err, shard.ErrStaleRequest) {
+		t.Fatalf("request older than the table's: %v, want shard.ErrStaleRequest", err)
 	}
 }

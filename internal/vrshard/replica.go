@@ -276,6 +276,14 @@ func Open(opts Options) (*Replica, error) {
 		reads:     map[uint64]*readWaiter{},
 		notify:    make(chan struct{}),
 	}
+	if ws.empty && opts.Bootstrap && db.LastVersion() > 0 {
+		// The log is gone but the engine is not: this is a replica that lost
+		// its log, not a new group. Bootstrapping it would let it vote with
+		// an empty log and lose committed writes.
+		db.Close()
+		w.close()
+		return nil, fmt.Errorf("vrshard: Bootstrap refused: %s has no replication log but its engine holds version %d; start without Bootstrap to recover from the group", opts.Dir, db.LastVersion())
+	}
 	st := vr.State{HardState: ws.hs, Entries: ws.entries}
 	if ws.snap.Op > 0 || len(ws.snap.Clients) > 0 {
 		s := ws.snap
