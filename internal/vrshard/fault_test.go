@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"testing"
 	"time"
@@ -118,5 +119,38 @@ func TestRetryAcrossLeaderChangeExecutesOnce(t *testing.T) {
 	}
 	if _, err := c.write(incr, shard.ReqID{Client: 42, Seq: 1}, 5*time.Second); !errors.Is(err, shard.ErrStaleRequest) {
 		t.Fatalf("request older than the table's: %v, want shard.ErrStaleRequest", err)
+	}
+}
+
+// A node started with a stale configuration (another epoch) is refused at
+// the handshake; it cannot join and the group is unaffected.
+func TestStaleConfigurationIsRefused(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	l := c.leader(5 * time.Second)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := c.options(2, true, ln)
+	o.Dir = t.TempDir()
+	o.VR.Epoch = 2
+	o.Peers = map[uint64]string{1: c.peers[1], 2: c.peers[2], 3: ln.Addr().String()}
+	rogue, err := Open(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rogue.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for c.reps[l].Transport().Stats().IdentityRefusals == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the leader never refused the stale node's connection")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := c.write(set("a", "1"), shard.ReqID{}, 5*time.Second); err != nil {
+		t.Fatalf("group stopped working with a stale node knocking: %v", err)
+	}
+	if rogue.Info().Commit != 0 {
+		t.Fatalf("stale node learned commit %d from a group that refused it", rogue.Info().Commit)
 	}
 }
