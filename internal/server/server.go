@@ -36,10 +36,12 @@ var pid = os.Getpid()
 
 // Server is one node.
 type Server struct {
-	cfg     Config
-	log     *slog.Logger
-	db      *storage.DB
-	shard   *shard.Shard
+	cfg Config
+	log *slog.Logger
+	db  *storage.DB
+	// shard is reached only through the Replica interface, so a replicated shard
+	// (issues 4+) replaces the single-node one without changes here.
+	shard   shard.Replica
 	m       *metrics
 	limiter *authLimiter
 	started time.Time

@@ -67,6 +67,9 @@ type Replica interface {
 	// CheckDurability reports whether this replica can provide level d.
 	CheckDurability(d level.Durability) error
 	Status() Status
+	// Close stops the replica after making what it applied durable; it does not
+	// close the engine.
+	Close() error
 }
 
 // Engine is the part of the storage engine a Shard uses; *storage.DB implements it.
