@@ -444,3 +444,46 @@ func TestCLI(t *testing.T) {
 		t.Errorf("kefir status = %s", human)
 	}
 }
+
+// A graceful shutdown waits for in-flight replies; a second signal exits at once.
+// A client that pipelines big reads and never reads the replies keeps one
+// connection busy, so the first SIGTERM cannot finish.
+func TestSecondSignalForcesExit(t *testing.T) {
+	n := cluster.NewNode(t, "n1", "--shutdown-timeout", "60s")
+	n.Start()
+	c := dial(t, n.ClientAddr)
+	if err := c.Put(context.Background(), "big", []byte(strings.Repeat("x", 1<<20))); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := net.Dial("tcp", n.ClientAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	go func() {
+		for range 200 {
+			if _, err := nc.Write([]byte("GET big\r\n")); err != nil {
+				return
+			}
+		}
+	}()
+	time.Sleep(500 * time.Millisecond) // let the server fill the socket buffers
+	if err := syscall.Kill(n.Pid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if !n.Running() {
+		t.Fatalf("the node finished a graceful shutdown although a reply could not be sent:\n%s", n.Logs())
+	}
+	start := time.Now()
+	if err := syscall.Kill(n.Pid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	code := n.Wait(10 * time.Second)
+	if code != 1 || time.Since(start) > 5*time.Second {
+		t.Fatalf("second signal: exit %d after %v, want 1 at once", code, time.Since(start))
+	}
+	if !strings.Contains(n.Logs(), "second signal") {
+		t.Errorf("no log line about the second signal:\n%s", n.Logs())
+	}
+}
