@@ -43,6 +43,14 @@ type Config struct {
 	MaxBatch int
 	// MaxInflight caps uncommitted ops at the leader (the pipeline depth).
 	MaxInflight int
+
+	// Nilext turns on the nilext fast path (nilext.go). Off, Nilext calls
+	// are refused and nothing else changes.
+	Nilext bool
+	// NilextBatch: the leader orders its d-log as soon as this many entries
+	// wait. NilextInterval: it orders whatever waits at least this often.
+	NilextBatch    int
+	NilextInterval time.Duration
 }
 
 // Defaults for zero Config fields.
@@ -51,6 +59,9 @@ const (
 	DefaultViewChangeTimeout = 100 * time.Millisecond
 	DefaultMaxBatch          = 256
 	DefaultMaxInflight       = 4096
+	// Skyros's artifact: batch 64, a 1 ms finalization timer (digest 004 §2.5).
+	DefaultNilextBatch    = 64
+	DefaultNilextInterval = time.Millisecond
 )
 
 func (c *Config) fill() {
@@ -65,6 +76,12 @@ func (c *Config) fill() {
 	}
 	if c.MaxInflight == 0 {
 		c.MaxInflight = DefaultMaxInflight
+	}
+	if c.NilextBatch == 0 {
+		c.NilextBatch = DefaultNilextBatch
+	}
+	if c.NilextInterval == 0 {
+		c.NilextInterval = DefaultNilextInterval
 	}
 }
 

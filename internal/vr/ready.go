@@ -44,6 +44,14 @@ type Ready struct {
 	// Errors are things an operator must see (configuration mismatches, peers
 	// refusing us). They change nothing; log them (rate-limited).
 	Errors []error
+
+	// DLog are nilext d-log entries to append to the disk in the same batch
+	// (before the fsync that PersistSeq reports): a restart passes them back
+	// in State.DLog. Entries that later show up in the client table may be
+	// dropped from the disk at a checkpoint (Replica.DLog is the live set).
+	DLog []NilextRequest
+	// NilextAcks answer nilext updates: send each to its client.
+	NilextAcks []NilextAck
 }
 
 // Committed is an entry ready to apply. Duplicate entries (a client's request
@@ -57,10 +65,11 @@ type Committed struct {
 // Empty reports whether rd holds nothing to do.
 func (rd *Ready) Empty() bool {
 	return rd.PersistSeq == 0 && len(rd.Messages) == 0 && len(rd.Committed) == 0 &&
-		len(rd.Replies) == 0 && len(rd.ReadStates) == 0 && len(rd.SnapshotNeeded) == 0 && len(rd.Errors) == 0
+		len(rd.Replies) == 0 && len(rd.ReadStates) == 0 && len(rd.SnapshotNeeded) == 0 && len(rd.Errors) == 0 &&
+		len(rd.DLog) == 0 && len(rd.NilextAcks) == 0
 }
 
 // HasWrite reports whether rd carries disk writes.
 func (rd *Ready) HasWrite() bool {
-	return rd.Snapshot != nil || rd.HasTruncate || rd.HardState != nil || len(rd.Entries) > 0
+	return rd.Snapshot != nil || rd.HasTruncate || rd.HardState != nil || len(rd.Entries) > 0 || len(rd.DLog) > 0
 }

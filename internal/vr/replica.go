@@ -26,6 +26,9 @@ type State struct {
 	// view 0. Any later start is a restart, even with an empty disk, and a
 	// restarted leader never leads its old view again.
 	Bootstrap bool
+	// DLog is the nilext durability log the disk kept (Ready.DLog records,
+	// in order); ignored with LostState.
+	DLog []NilextRequest
 }
 
 type batch struct {
@@ -41,6 +44,7 @@ type deferred struct {
 type readReq struct {
 	ctx uint64
 	hb  uint64 // heartbeat that confirms leadership; 0 = not sent yet
+	min uint64 // commit must reach this op first (nilext slow-path reads)
 }
 
 // mutations are deliberate bugs the tests switch on to prove the simulator
@@ -50,6 +54,7 @@ type mutations struct {
 	commitWithoutQuorum bool
 	noLeaseCheck        bool
 	skipClientTable     bool
+	nilextBreakCycles   bool
 }
 
 const hbRing = 256
@@ -130,6 +135,8 @@ type Replica struct {
 	lastRecovery int64
 
 	clients map[uint64]*ClientRecord
+
+	nx nilextState
 }
 
 // New returns a replica. A replica with an empty State and view 0 is a member
@@ -168,6 +175,9 @@ func New(cfg Config, st State) (*Replica, error) {
 	r.view, r.lnv = hs.View, hs.LastNormalView
 	r.lastHS = hs
 	r.commit = max(r.applied, min(hs.Commit, r.lastOp()))
+	if !st.LostState {
+		r.restoreDLog(st.DLog)
+	}
 	switch {
 	case st.LostState:
 		if st.Nonce == 0 {
@@ -349,6 +359,7 @@ func (r *Replica) releaseDeferred() {
 		}
 	}
 	r.defers = r.defers[:n]
+	r.nxRelease()
 }
 
 // ---- messages ----
@@ -475,6 +486,7 @@ func (r *Replica) Tick(now int64) {
 			if r.now-r.lastHB >= hb {
 				r.hbNow = true
 			}
+			r.nxTick()
 		} else if r.now-r.lastContact >= vct && r.canVote() {
 			r.startViewChange(r.view + 1)
 		}
@@ -512,6 +524,7 @@ func (r *Replica) Propose(now int64, req Request) error {
 	if !r.isLeader() {
 		return ErrNotLeader
 	}
+	r.nxBeforePropose(req)
 	if req.Client != 0 && !r.mut.skipClientTable {
 		if c := r.clients[req.Client]; c != nil {
 			if req.ReqNum < c.ReqNum {
@@ -790,7 +803,7 @@ func (r *Replica) checkReads() {
 	}
 	n := 0
 	for _, rd := range r.reads {
-		if rd.hb != 0 && rd.hb <= confirmed {
+		if rd.hb != 0 && rd.hb <= confirmed && r.commit >= rd.min {
 			r.out.ReadStates = append(r.out.ReadStates, ReadState{Ctx: rd.ctx, Index: r.commit})
 		} else {
 			r.reads[n] = rd
@@ -848,6 +861,7 @@ func (r *Replica) stepDown() {
 	r.reads = nil
 	r.queue = nil
 	clear(r.inflight)
+	r.nxStepDown()
 	for i := range r.acked {
 		r.acked[i], r.hbAcked[i], r.ackAt[i] = 0, 0, 0
 		r.snapWanted[i] = false
@@ -909,7 +923,7 @@ func (r *Replica) checkSVC() {
 // do-view-change for the current view, built from its log as it is now.
 func (r *Replica) sendDVC() {
 	m := Message{Type: MsgDoViewChange, View: r.view, LastNormalView: r.lnv, Op: r.lastOp(),
-		Commit: r.commit, First: r.first, Entries: r.copyLog(r.first, 0)}
+		Commit: r.commit, First: r.first, Entries: r.copyLog(r.first, 0), DLog: r.DLog()}
 	r.stamp(&m, r.cfg.LeaderOf(r.view))
 	r.dvcSent = &m
 	if r.cfg.LeaderOf(r.view) == r.cfg.Self {
@@ -968,6 +982,16 @@ func (r *Replica) tryStartView() {
 	if cnt < r.f+1 {
 		return
 	}
+	// The nilext d-log is rebuilt against the consensus log chosen below; a
+	// cycle among the d-logs waits for more do-view-changes (nilext.go).
+	chosenFirst, chosen := r.lastOp()+1, []Entry(nil)
+	if best != r.self {
+		chosenFirst, chosen = r.dvc[best].First, r.dvc[best].Entries
+	}
+	recovered, ok := r.nxRecover(chosenFirst, chosen)
+	if !ok {
+		return
+	}
 	if best != r.self {
 		d := r.dvc[best]
 		trusted := r.commit
@@ -983,6 +1007,7 @@ func (r *Replica) tryStartView() {
 		}
 		r.adoptLog(d.First, d.Entries)
 	}
+	r.nxStartView(recovered)
 	r.status, r.lnv = Normal, r.view
 	r.hsDirty = true
 	if c := min(commit, r.lastOp()); c > r.commit {
@@ -1073,6 +1098,7 @@ func (r *Replica) onStartView(j int, m *Message) {
 		return
 	}
 	r.status, r.lnv = Normal, m.View
+	r.nxEnterView()
 	r.adoptLog(m.First, m.Entries)
 	if c := min(m.Commit, r.lastOp()); c > r.commit {
 		r.setCommit(c)
@@ -1180,6 +1206,7 @@ func (r *Replica) onRecovery(j int, m *Message) {
 		}
 		resp.Op, resp.Commit, resp.First = r.lastOp(), r.commit, m.Op+1
 		resp.Entries = r.copyLog(m.Op+1, 0)
+		resp.DLog = r.DLog()
 	}
 	r.send(r.cfg.Members[j], resp)
 }
@@ -1205,6 +1232,7 @@ func (r *Replica) onRecoveryResponse(j int, m *Message) {
 	}
 	r.setView(top)
 	r.status, r.lnv = Normal, top
+	r.nxAdopt(l.DLog)
 	r.truncate(r.recHave)
 	for _, e := range l.Entries {
 		if e.Op > r.lastOp() {
@@ -1269,6 +1297,7 @@ func (r *Replica) Ready() Ready {
 		for i := range r.defers {
 			r.defers[i].seq = min(r.defers[i].seq, r.seq)
 		}
+		r.nxClamp()
 		r.releaseDeferred()
 	}
 	rd := r.out
@@ -1300,7 +1329,8 @@ func (r *Replica) Advance(results [][]byte) {
 		if r.inflight[c.Client] <= c.ReqNum {
 			delete(r.inflight, c.Client)
 		}
-		if !leader {
+		r.nxExecuted(c.Client, c.ReqNum)
+		if !leader || r.nxQuietReply(c.Client, c.ReqNum) {
 			continue
 		}
 		if c.Duplicate {
@@ -1347,6 +1377,11 @@ type Info struct {
 	Commit         uint64
 	Applied        uint64
 	Durable        uint64
+	// Nilext fast path: d-log length, reads that had to order pending
+	// updates first, and view changes that met a d-log cycle.
+	DLogLen         int
+	NilextSlowReads uint64
+	NilextCycles    uint64
 }
 
 // Info reports the replica's state. Followers serve session and bounded reads
@@ -1354,7 +1389,8 @@ type Info struct {
 func (r *Replica) Info() Info {
 	return Info{Self: r.cfg.Self, Status: r.status, View: r.view, LastNormalView: r.lnv,
 		Leader: r.cfg.LeaderOf(r.view), IsLeader: r.status == Normal && r.isLeader(),
-		FirstOp: r.first, LastOp: r.lastOp(), Commit: r.commit, Applied: r.applied, Durable: r.durable}
+		FirstOp: r.first, LastOp: r.lastOp(), Commit: r.commit, Applied: r.applied, Durable: r.durable,
+		DLogLen: r.nx.live, NilextSlowReads: r.nx.slowReads, NilextCycles: r.nx.cycles}
 }
 
 // CommitPoint is the highest op this replica knows to be committed.

@@ -253,6 +253,8 @@ func replay(recs [][]byte) (State, kv) {
 			if t-base < uint64(len(st.Entries)) {
 				st.Entries = st.Entries[:t-base]
 			}
+		case recDLog:
+			st.DLog = append(st.DLog, decodeDLog(&r))
 		case recHardState:
 			st.HardState = HardState{View: r.uvarint(), LastNormalView: r.uvarint(), Commit: r.uvarint()}
 		case recSnapshot, recCheckpoint:
@@ -308,6 +310,7 @@ type simOptions struct {
 	keep       uint64 // entries kept after a checkpoint
 	lostState  bool   // restarts run the recovery protocol
 	counters   *simCounters
+	nilext     *nilextSimOptions // nil: the fast path is off (nilext_sim_test.go)
 }
 
 // simCounters shows that a run exercised the paths it claims to.
@@ -353,9 +356,13 @@ func replicaID(a sim.Addr) uint64    { return uint64(a) + 1 }
 func replicaAddr(id uint64) sim.Addr { return sim.Addr(id - 1) }
 
 func simConfig(id sim.Addr, n int, o simOptions) Config {
-	return Config{Cluster: 7, Epoch: 1, Members: memberIDs(n), Self: replicaID(id),
+	c := Config{Cluster: 7, Epoch: 1, Members: memberIDs(n), Self: replicaID(id),
 		HeartbeatInterval: 5 * time.Millisecond, ViewChangeTimeout: 40 * time.Millisecond,
 		LeaseDuration: o.lease, MaxDrift: o.drift, MaxBatch: 16, MaxInflight: 256}
+	if o.nilext != nil {
+		c.Nilext, c.NilextBatch, c.NilextInterval = true, o.nilext.batch, o.nilext.interval
+	}
+	return c
 }
 
 func newSimReplica(o simOptions) sim.ReplicaFactory {
@@ -410,6 +417,8 @@ func (n *simReplica) Step(ev sim.Event) {
 			n.count(before)
 		case clientReq:
 			n.onClient(ev.From, m)
+		case nilextReq:
+			n.onNilext(ev.From, m)
 		default:
 			panic(fmt.Sprintf("simReplica: unexpected %T", ev.Msg))
 		}
@@ -441,6 +450,9 @@ func (n *simReplica) redirect(to sim.Addr, seq uint64) {
 
 func (n *simReplica) onClient(from sim.Addr, m clientReq) {
 	if m.Op.Kind == check.Get {
+		if n.nilextRead(from, m) {
+			return
+		}
 		idx, err := n.core.LeaseRead(n.now)
 		if n.o.lease == 0 && !n.core.mut.noLeaseCheck {
 			idx, err = 0, ErrNoLease
@@ -505,6 +517,9 @@ func (n *simReplica) drain() {
 			for i := range rd.Entries {
 				n.out.Persist = append(n.out.Persist, encodeEntry(&rd.Entries[i]))
 			}
+			for i := range rd.DLog {
+				n.out.Persist = append(n.out.Persist, encodeDLog(&rd.DLog[i]))
+			}
 			if hs := rd.HardState; hs != nil {
 				b := []byte{recHardState}
 				for _, v := range []uint64{hs.View, hs.LastNormalView, hs.Commit} {
@@ -521,6 +536,9 @@ func (n *simReplica) drain() {
 		}
 		for _, m := range rd.Messages {
 			n.out.Messages = append(n.out.Messages, sim.Envelope{To: replicaAddr(m.To), Msg: m})
+		}
+		for _, a := range rd.NilextAcks {
+			n.out.Messages = append(n.out.Messages, sim.Envelope{To: sim.Addr(a.Client), Msg: nilextAckMsg{a}})
 		}
 		if len(rd.Committed) > 0 {
 			results := make([][]byte, len(rd.Committed))

@@ -135,6 +135,9 @@ type Message struct {
 	Entries  []Entry
 	Snapshot *Snapshot
 	Reason   string
+	// DLog is the sender's nilext durability log, in its order: on
+	// do-view-change, and on the leader's recovery-response (nilext.go).
+	DLog []NilextRequest
 }
 
 func (m Message) String() string {
