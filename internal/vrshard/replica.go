@@ -173,6 +173,11 @@ type readWaiter struct {
 	done chan struct{}
 }
 
+type syncResult struct {
+	seq uint64
+	err error
+}
+
 type inbound struct {
 	from uint64
 	msgs []vr.Message
@@ -225,6 +230,14 @@ type Replica struct {
 	wasLeader  bool
 	leadView   uint64
 	errLogAt   time.Time
+	// Log fsyncs run off the driver goroutine, one at a time: written is the
+	// last PersistSeq written to the log, syncing the one the fsync in flight
+	// covers (0: none). The core accepts Persisted for several batches at
+	// once, so batches written while an fsync runs share the next one.
+	written  uint64
+	syncing  uint64
+	synced0  uint64 // highest PersistSeq reported to the core
+	syncDone chan syncResult
 
 	// Published by the driver for other goroutines.
 	applied   atomic.Uint64
@@ -275,6 +288,7 @@ func Open(opts Options) (*Replica, error) {
 		waitLocal: map[uint64]*proposal{},
 		reads:     map[uint64]*readWaiter{},
 		notify:    make(chan struct{}),
+		syncDone:  make(chan syncResult, 1),
 	}
 	if ws.empty && opts.Bootstrap && db.LastVersion() > 0 {
 		// The log is gone but the engine is not: this is a replica that lost
@@ -370,6 +384,7 @@ func (r *Replica) Close() error {
 		close(r.stop)
 		<-r.done
 		r.tr.Close()
+		r.drainSync()
 		err = errors.Join(r.wal.close(), r.db.Close())
 	})
 	return err
@@ -383,8 +398,18 @@ func (r *Replica) crash() {
 		close(r.stop)
 		<-r.done
 		r.tr.Close()
+		r.drainSync()
 		r.wal.close()
 	})
+}
+
+// drainSync waits for an fsync still in flight after the driver stopped, so
+// the log file is not closed under it.
+func (r *Replica) drainSync() {
+	if r.syncing != 0 {
+		<-r.syncDone
+		r.syncing = 0
+	}
 }
 
 func (r *Replica) failed() error {
@@ -422,6 +447,11 @@ func (r *Replica) run() {
 			r.read(rw)
 		case <-tick.C:
 			r.core.Tick(r.now())
+		case res := <-r.syncDone:
+			if err := r.synced(res); err != nil {
+				r.fail(err)
+				return
+			}
 		}
 		// Take whatever else is waiting: one Ready (one fsync) covers it all.
 	drain:
@@ -433,6 +463,11 @@ func (r *Replica) run() {
 				r.step(in)
 			case rw := <-r.readc:
 				r.read(rw)
+			case res := <-r.syncDone:
+				if err := r.synced(res); err != nil {
+					r.fail(err)
+					return
+				}
 			default:
 				break drain
 			}
@@ -446,9 +481,14 @@ func (r *Replica) run() {
 			r.fail(err)
 			return
 		}
-		if err := r.maybeCheckpoint(); err != nil {
-			r.fail(err)
-			return
+		if ck, err := r.maybeCheckpoint(); err != nil || ck {
+			if err == nil {
+				err = r.ready() // what the checkpoint's Persisted released
+			}
+			if err != nil {
+				r.fail(err)
+				return
+			}
 		}
 	}
 }
@@ -547,6 +587,9 @@ func (r *Replica) ready() error {
 		// The recovered state is durable (its batch was synced): from now on
 		// a restart with this disk is an ordinary restart.
 		r.recovering = false
+		if err := r.awaitSync(); err != nil {
+			return err
+		}
 		r.wal.addFlags(false)
 		if err := r.wal.write(); err != nil {
 			return err
@@ -555,8 +598,18 @@ func (r *Replica) ready() error {
 			return err
 		}
 		r.st.fsyncs.Add(1)
+		r.markSynced()
 	}
 	return nil
+}
+
+// markSynced tells the core that every batch written so far is durable
+// (after a synchronous fsync of the current segment).
+func (r *Replica) markSynced() {
+	if r.written > r.synced0 {
+		r.synced0 = r.written
+		r.core.Persisted(r.written)
+	}
 }
 
 func (r *Replica) handle(rd *vr.Ready) error {
@@ -595,21 +648,26 @@ func (r *Replica) handle(rd *vr.Ready) error {
 		}
 	}
 	if roll {
+		// The new segment holds everything the old one did that still
+		// matters (snapshot point, the entries after it, hard state), so once
+		// it is durable every batch written so far is.
+		if err := r.awaitSync(); err != nil {
+			return err
+		}
 		if err := r.wal.roll(); err != nil {
 			return err
 		}
 		r.st.fsyncs.Add(1)
+		r.written = max(r.written, rd.PersistSeq)
+		r.markSynced()
 	} else if r.wal.pending() {
 		if err := r.wal.write(); err != nil {
 			return err
 		}
-		if err := r.wal.sync(); err != nil {
-			return err
+		if rd.PersistSeq != 0 {
+			r.written = rd.PersistSeq
 		}
-		r.st.fsyncs.Add(1)
-	}
-	if rd.PersistSeq != 0 {
-		r.core.Persisted(rd.PersistSeq)
+		r.startSync()
 	}
 	// 3. Apply committed entries: one engine Append, no engine fsync.
 	if len(rd.Committed) > 0 {
@@ -667,6 +725,52 @@ func (r *Replica) handle(rd *vr.Ready) error {
 		r.log.Warn("vr", "err", rd.Errors[0], "more", len(rd.Errors)-1)
 	}
 	return nil
+}
+
+// startSync starts an fsync of the log if batches wait for one and none is
+// in flight.
+func (r *Replica) startSync() {
+	if r.syncing != 0 || r.written == 0 || r.written <= r.lastSynced() {
+		return
+	}
+	r.syncing = r.written
+	seg, seq := r.wal.seg, r.written
+	go func() { r.syncDone <- syncResult{seq, seg.Sync()} }()
+}
+
+func (r *Replica) lastSynced() uint64 { return r.synced0 }
+
+// synced handles a finished fsync: a failure stops the replica (the core
+// counted on the batch), success tells the core and starts the next one.
+func (r *Replica) synced(res syncResult) error {
+	if err := r.syncFinished(res); err != nil {
+		return err
+	}
+	r.startSync()
+	return nil
+}
+
+func (r *Replica) syncFinished(res syncResult) error {
+	r.syncing = 0
+	if res.err != nil {
+		return fmt.Errorf("vrshard: wal: fsync: %w", res.err)
+	}
+	r.st.fsyncs.Add(1)
+	r.wal.syncs++
+	if res.seq > r.synced0 {
+		r.synced0 = res.seq
+		r.core.Persisted(res.seq)
+	}
+	return nil
+}
+
+// awaitSync waits for the fsync in flight, before the segment changes, and
+// starts none: the caller syncs what was written since.
+func (r *Replica) awaitSync() error {
+	if r.syncing == 0 {
+		return nil
+	}
+	return r.syncFinished(<-r.syncDone)
 }
 
 func (r *Replica) apply(cs []vr.Committed) error {
@@ -769,14 +873,17 @@ func (r *Replica) failAll(err error) {
 // maybeCheckpoint makes the engine durable up to the applied op, records
 // that point (with the client table) at the head of a new log segment, drops
 // the old segments and lets the core forget all but a tail of its log.
-func (r *Replica) maybeCheckpoint() error {
+func (r *Replica) maybeCheckpoint() (bool, error) {
 	if r.recovering || (r.sinceCkpt < r.opts.CheckpointOps && r.wal.size < r.opts.CheckpointBytes) {
-		return nil
+		return false, nil
 	}
-	return r.checkpoint()
+	return true, r.checkpoint()
 }
 
 func (r *Replica) checkpoint() error {
+	if err := r.awaitSync(); err != nil {
+		return err
+	}
 	if _, err := r.db.Sync(r.db.LastPos()); err != nil {
 		return fmt.Errorf("vrshard: checkpoint: engine sync: %w", err)
 	}
@@ -789,6 +896,7 @@ func (r *Replica) checkpoint() error {
 		return err
 	}
 	r.st.fsyncs.Add(1)
+	r.markSynced() // batches written to the old segment are in the new one
 	r.sinceCkpt = 0
 	r.st.ckpts.Add(1)
 	if op > r.opts.KeepTail {
