@@ -11,6 +11,7 @@ import (
 
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/shard"
+	"github.com/kefirdb/kefir/internal/transport"
 )
 
 func TestKilledLeaderIsReplacedAndRejoins(t *testing.T) {
@@ -152,5 +153,48 @@ func TestStaleConfigurationIsRefused(t *testing.T) {
 	}
 	if rogue.Info().Commit != 0 {
 		t.Fatalf("stale node learned commit %d from a group that refused it", rogue.Info().Commit)
+	}
+}
+
+// A leader cut off from the group keeps believing it leads, but once its
+// lease has run out it must not serve linearizable reads: the others have
+// elected a new leader and written since. Its writes time out as unknown.
+func TestPartitionedOldLeaderServesNoStaleRead(t *testing.T) {
+	c := newCluster(t, 3, func(o *Options) { o.RequestTimeout = 400 * time.Millisecond })
+	if _, err := c.write(set("x", "old"), shard.ReqID{}, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	old := c.leader(time.Second)
+	for _, id := range c.ids {
+		if id != c.ids[old] {
+			c.reps[old].Transport().SetLinkFault(id, transport.Fault{Partition: true})
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	var nl int
+	for {
+		nl = -1
+		for i, r := range c.reps {
+			if i != old && r.Info().IsLeader {
+				nl = i
+			}
+		}
+		if nl >= 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no new leader on the majority side")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if _, err := c.reps[nl].Write(context.Background(), set("x", "new"), level.Sync, shard.ReqID{}); err != nil {
+		t.Fatalf("write at the new leader: %v", err)
+	}
+	res, err := c.reps[old].Read(context.Background(), get("x"), level.ConsLinearizable, shard.Session{})
+	if err == nil {
+		t.Fatalf("partitioned old leader served a linearizable read: %q (the new leader has written \"new\")", res.Bulk)
+	}
+	if _, err := c.reps[old].Write(context.Background(), set("y", "1"), level.Sync, shard.ReqID{}); !errors.Is(err, shard.ErrUnavailable) {
+		t.Fatalf("write at the partitioned old leader: %v, want an unavailable (unknown or redirect) error", err)
 	}
 }

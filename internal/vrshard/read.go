@@ -106,8 +106,12 @@ func (r *Replica) linearizable(ctx context.Context) error {
 	case <-r.done:
 		return r.closedErr()
 	}
+	timer := time.NewTimer(r.opts.RequestTimeout)
+	defer timer.Stop()
 	select {
 	case <-rw.done:
+	case <-timer.C:
+		return ErrCannotServe
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-r.done:
@@ -120,9 +124,8 @@ func (r *Replica) linearizable(ctx context.Context) error {
 	if rw.err != nil {
 		return rw.err
 	}
-	// The leader applies what it committed within its own Ready loop; no
-	// redirect makes sense here, so wait as long as the caller does.
-	return r.waitApplied(ctx, rw.idx, 0)
+	// The leader applies what it committed within its own Ready loop.
+	return r.waitApplied(ctx, rw.idx, r.opts.RequestTimeout)
 }
 
 // waitApplied waits until the applied op reaches idx, at most limit (0 = as

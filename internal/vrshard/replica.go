@@ -64,7 +64,13 @@ type Options struct {
 	// FollowerWait bounds how long a session or bounded read waits for this
 	// replica to catch up before redirecting (default 50ms).
 	FollowerWait time.Duration
-	Logger       *slog.Logger
+	// RequestTimeout bounds how long a write or a linearizable read waits at
+	// a leader that cannot reach a majority (a partitioned old leader keeps
+	// believing it leads until it hears of a newer view); then the write's
+	// outcome is unknown (ErrOutcomeUnknown) and the read fails
+	// (ErrCannotServe). Default 2 s.
+	RequestTimeout time.Duration
+	Logger         *slog.Logger
 }
 
 // Timing defaults (local loopback clusters; the docs state the drift bound).
@@ -115,6 +121,9 @@ func (o *Options) fill() error {
 	}
 	if o.FollowerWait == 0 {
 		o.FollowerWait = 50 * time.Millisecond
+	}
+	if o.RequestTimeout == 0 {
+		o.RequestTimeout = 2 * time.Second
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -956,8 +965,16 @@ func (r *Replica) Apply(ctx context.Context, reqs []shard.WriteReq) (shard.Pendi
 	case <-r.done:
 		return shard.Pending{}, r.closedErr()
 	}
+	timer := time.NewTimer(r.opts.RequestTimeout)
+	defer timer.Stop()
 	select {
 	case <-bw.done:
+	case <-timer.C:
+		// The driver may still finish the proposals; nobody reads them.
+		for i := range reqs {
+			reqs[i].Result, reqs[i].Err = shard.Result{}, ErrOutcomeUnknown
+		}
+		return shard.Pending{}, nil
 	case <-ctx.Done():
 		return shard.Pending{}, ctx.Err()
 	case <-r.done:
