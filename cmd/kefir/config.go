@@ -90,6 +90,27 @@ var serverOptions = []option{
 			c.SyncInterval = d
 			return err
 		}},
+	{"checkpoint-interval", "1m", "How often the storage engine writes its index hint file, so a restart replays only the log written since (negative = never).",
+		func(c *serverConfig, v string) error {
+			d, err := time.ParseDuration(v)
+			c.CheckpointInterval = d
+			return err
+		}},
+	{"compact-interval", "1m", "How often the storage engine looks for segments to compact (reclaiming overwritten and deleted data; negative = never).",
+		func(c *serverConfig, v string) error {
+			d, err := time.ParseDuration(v)
+			c.CompactInterval = d
+			return err
+		}},
+	{"retain-versions", "0", "Old versions of each key to keep for versioned and stale reads (0 = newest only).",
+		func(c *serverConfig, v string) error {
+			n, err := strconv.Atoi(v)
+			if err == nil && n < 0 {
+				return fmt.Errorf("must be >= 0")
+			}
+			c.RetainVersions = n
+			return err
+		}},
 	{"cache-size", "32MiB", "Storage engine value cache size.",
 		func(c *serverConfig, v string) error {
 			n, err := parseBytes(v)

@@ -35,7 +35,7 @@ node-id = "from-file"
 		"KEFIR_NODE_ID":     "from-env",
 	})
 	var stderr bytes.Buffer
-	cfg, err := loadServerConfig([]string{"--node-id", "from-flag"}, env, &stderr)
+	cfg, err := loadServerConfig([]string{"--node-id", "from-flag", "--retain-versions", "3", "--compact-interval", "-1s"}, env, &stderr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,6 +51,9 @@ node-id = "from-file"
 		{"http-addr (default)", cfg.HTTPAddr, "127.0.0.1:8380"},
 		{"consistency (default)", cfg.Consistency, level.ConsLinearizable},
 		{"max-bulk (default)", cfg.MaxBulk, 512 << 20},
+		{"retain-versions (flag)", cfg.RetainVersions, 3},
+		{"compact-interval (flag, negative = never)", cfg.CompactInterval, -time.Second},
+		{"checkpoint-interval (default)", cfg.CheckpointInterval, time.Minute},
 	}
 	for _, c := range checks {
 		if c.got != c.want {
@@ -72,6 +75,7 @@ func TestConfigErrorsNameTheirSource(t *testing.T) {
 		{[]string{"--consistency", "bounded(x)"}, nil, "--consistency"},
 		{[]string{"--max-clients", "0"}, nil, "--max-clients"},
 		{[]string{"--max-bulk", "lots"}, nil, "--max-bulk"},
+		{[]string{"--retain-versions", "-2"}, nil, "--retain-versions"},
 		{[]string{"stray"}, nil, "unexpected arguments"},
 	}
 	for _, c := range cases {

@@ -47,6 +47,14 @@ type Config struct {
 	SyncInterval time.Duration
 	// CacheBytes sizes the engine's value cache (0 = engine default).
 	CacheBytes int64
+	// CheckpointInterval writes the engine's index hint file this often, so a
+	// restart replays only the log tail (0 = default 1m, <0 = never).
+	CheckpointInterval time.Duration
+	// CompactInterval runs engine compaction this often (0 = default 1m, <0 = never).
+	CompactInterval time.Duration
+	// RetainVersions keeps this many old versions of each key for stale and
+	// versioned reads (0 = newest only).
+	RetainVersions int
 
 	// ClientTTL is how long the at-most-once client table remembers an idle client
 	// id (0 = shard default, 1h).
@@ -76,6 +84,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxClients <= 0 {
 		c.MaxClients = 10000
+	}
+	if c.CheckpointInterval == 0 {
+		c.CheckpointInterval = time.Minute
+	}
+	if c.CompactInterval == 0 {
+		c.CompactInterval = time.Minute
 	}
 	if c.MaxBulk <= 0 {
 		c.MaxBulk = 512 << 20

@@ -83,11 +83,14 @@ func New(cfg Config) (*Server, error) {
 		}
 	}
 	db, err := storage.Open(storage.Options{
-		Devices:      []storage.Device{{Dir: filepath.Join(cfg.DataDir, "storage")}},
-		FS:           cfg.FS,
-		SyncInterval: cfg.SyncInterval,
-		CacheBytes:   cfg.CacheBytes,
-		Logger:       s.log.With("component", "storage"),
+		Devices:            []storage.Device{{Dir: filepath.Join(cfg.DataDir, "storage")}},
+		FS:                 cfg.FS,
+		SyncInterval:       cfg.SyncInterval,
+		CacheBytes:         cfg.CacheBytes,
+		CheckpointInterval: max(cfg.CheckpointInterval, 0),
+		CompactInterval:    max(cfg.CompactInterval, 0),
+		Retention:          storage.Retention{KeepVersions: cfg.RetainVersions},
+		Logger:             s.log.With("component", "storage"),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("server: open storage in %s: %w", cfg.DataDir, err)
