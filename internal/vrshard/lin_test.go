@@ -24,6 +24,9 @@ type workload struct {
 	keys    []string
 	// anyReplica sends reads to random replicas instead of the leader.
 	anyReplica bool
+	// sessionReads makes some reads session reads at random replicas, each
+	// client carrying its session token.
+	sessionReads bool
 	mu         sync.Mutex // guards c.reps against the nemesis
 }
 
@@ -55,6 +58,7 @@ func retryable(err error) bool {
 func (w *workload) client(id int, stop <-chan struct{}, rng *rand.Rand) {
 	clientID := uint64(1000 + id)
 	var seq uint64
+	var sess shard.Session
 	for n := 0; ; n++ {
 		select {
 		case <-stop:
@@ -65,6 +69,9 @@ func (w *workload) client(id int, stop <-chan struct{}, rng *rand.Rand) {
 		op := check.Op{Client: id, Key: key}
 		var sop shard.Op
 		switch p := rng.IntN(10); {
+		case p < 2 && w.sessionReads:
+			op.Kind, op.Cons = check.Get, level.ConsSession
+			sop = get(key)
 		case p < 4:
 			op.Kind, op.Cons = check.Get, level.ConsLinearizable
 			sop = get(key)
@@ -77,16 +84,19 @@ func (w *workload) client(id int, stop <-chan struct{}, rng *rand.Rand) {
 			sop = shard.Op{Kind: shard.KindCAS, Key: []byte(key), Expected: []byte(op.Expect), Value: []byte(op.Value)}
 		}
 		h := w.rec.Invoke(op)
-		if op.Kind == check.Get {
-			w.doRead(h, sop, rng)
-		} else {
+		switch {
+		case op.Kind == check.Get && op.Cons.Kind == level.Session:
+			w.doSessionRead(h, sop, &sess, rng)
+		case op.Kind == check.Get:
+			w.doRead(h, sop, &sess, rng)
+		default:
 			seq++
-			w.doWrite(h, op.Kind, sop, shard.ReqID{Client: clientID, Seq: seq})
+			w.doWrite(h, op.Kind, sop, shard.ReqID{Client: clientID, Seq: seq}, &sess)
 		}
 	}
 }
 
-func (w *workload) doRead(h int, sop shard.Op, rng *rand.Rand) {
+func (w *workload) doRead(h int, sop shard.Op, sess *shard.Session, rng *rand.Rand) {
 	deadline := time.Now().Add(2 * time.Second)
 	target := w.leaderGuess()
 	if w.anyReplica {
@@ -103,6 +113,8 @@ func (w *workload) doRead(h int, sop shard.Op, rng *rand.Rand) {
 		res, err := r.Read(ctx, sop, level.ConsLinearizable, shard.Session{})
 		cancel()
 		if err == nil {
+			// The client's session includes what its strong reads saw.
+			*sess = sess.AfterRead(res)
 			w.rec.Complete(h, check.Result{Found: res.Kind == shard.ResBulk, Value: string(res.Bulk), Version: res.Version, Node: target})
 			return
 		}
@@ -116,7 +128,35 @@ func (w *workload) doRead(h int, sop shard.Op, rng *rand.Rand) {
 	w.rec.Unknown(h)
 }
 
-func (w *workload) doWrite(h int, kind check.Kind, sop shard.Op, id shard.ReqID) {
+func (w *workload) doSessionRead(h int, sop shard.Op, sess *shard.Session, rng *rand.Rand) {
+	deadline := time.Now().Add(2 * time.Second)
+	target := rng.IntN(len(w.c.reps))
+	for time.Now().Before(deadline) {
+		r := w.replica(target)
+		if r == nil {
+			target = w.leaderGuess()
+			time.Sleep(5 * time.Millisecond)
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		res, err := r.Read(ctx, sop, level.ConsSession, *sess)
+		cancel()
+		if err == nil {
+			*sess = sess.AfterRead(res)
+			w.rec.Complete(h, check.Result{Found: res.Kind == shard.ResBulk, Value: string(res.Bulk), Version: res.Version, Node: target})
+			return
+		}
+		if lid, _, ok := LeaderOf(err); ok {
+			target = w.c.index(lid)
+		} else {
+			time.Sleep(5 * time.Millisecond)
+			target = w.leaderGuess()
+		}
+	}
+	w.rec.Unknown(h)
+}
+
+func (w *workload) doWrite(h int, kind check.Kind, sop shard.Op, id shard.ReqID, sess *shard.Session) {
 	deadline := time.Now().Add(3 * time.Second)
 	target := w.leaderGuess()
 	for time.Now().Before(deadline) {
@@ -130,6 +170,7 @@ func (w *workload) doWrite(h int, kind check.Kind, sop shard.Op, id shard.ReqID)
 		res, err := r.Write(ctx, sop, level.Sync, id)
 		cancel()
 		if err == nil {
+			*sess = sess.AfterWrite(res)
 			out := check.Result{Version: res.Version, Node: target}
 			if kind == check.CAS {
 				out.Found = res.Int == 1
@@ -239,7 +280,7 @@ func summarize(h check.History) (ok, unknown int) {
 func TestConcurrentHistoryUnderFaultsIsLinearizable(t *testing.T) {
 	c := newCluster(t, 3, func(o *Options) { o.CheckpointOps = 200; o.KeepTail = 20 })
 	c.leader(5 * time.Second)
-	w := &workload{c: c, rec: check.NewRecorder(nil), clients: 5, keys: []string{"x", "y", "z"}}
+	w := &workload{c: c, rec: check.NewRecorder(nil), clients: 5, keys: []string{"x", "y", "z"}, sessionReads: true}
 	h := runWorkload(t, w, 3*time.Second, true, 1)
 	ok, unknown := summarize(h)
 	t.Logf("%d operations: %d ok, %d unknown, %d crashes", len(h.Ops), ok, unknown, len(h.Crashes))
@@ -249,6 +290,9 @@ func TestConcurrentHistoryUnderFaultsIsLinearizable(t *testing.T) {
 	v := check.Linearizable(h, check.LinOptions{NoVisualization: true, Strict: true})
 	if !v.OK {
 		t.Fatalf("history not linearizable:\n%v", v)
+	}
+	if v := check.Session(h, check.SessionOptions{}); !v.OK || v.Checked == 0 {
+		t.Fatalf("session guarantees (%d reads judged):\n%v", v.Checked, v)
 	}
 }
 
@@ -285,4 +329,31 @@ func TestBrokenFollowerReadsFailTheChecker(t *testing.T) {
 		t.Fatalf("stale follower reads passed the linearizability checker (%d ops, %d ok, %d unknown): the workload cannot see the bug", len(h.Ops), ok, unknown)
 	}
 	t.Logf("checker caught the broken read path, as it must:\n%.600s", v.String())
+}
+
+// Session reads at a follower that ignores the session token (serves
+// whatever it has) must fail the session checker.
+func TestBrokenSessionReadsFailTheChecker(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	for _, r := range c.reps {
+		r.mut.ignoreSession = true
+	}
+	l := c.leader(5 * time.Second)
+	w := &workload{c: c, rec: check.NewRecorder(nil), clients: 3, keys: []string{"x"}, sessionReads: true}
+	w.partition((l+1)%3, true)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range w.clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.client(i, stop, rand.New(rand.NewPCG(11, uint64(i))))
+		}()
+	}
+	time.Sleep(time.Second)
+	close(stop)
+	wg.Wait()
+	if v := check.Session(w.rec.History(), check.SessionOptions{}); v.OK {
+		t.Fatalf("session reads ignoring the token passed the session checker (%d judged)", v.Checked)
+	}
 }

@@ -85,7 +85,7 @@ func (r *Replica) Read(ctx context.Context, op shard.Op, c level.Consistency, s 
 		// Deliberately broken (tests): local state, no proof of freshness.
 	case needsLeader(c), c.Kind == level.BoundedTime && r.isLeader.Load():
 		err = r.linearizable(ctx)
-	case c.Kind == level.Session:
+	case c.Kind == level.Session && !r.mut.ignoreSession:
 		err = r.waitApplied(ctx, s.Need(), r.opts.FollowerWait)
 	case c.Kind == level.BoundedTime:
 		err = r.fresh(ctx, c.Staleness)

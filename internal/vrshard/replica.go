@@ -151,6 +151,8 @@ type mutations struct {
 	// followerLinearizable serves linearizable reads from local state at any
 	// replica, without lease or read-index.
 	followerLinearizable bool
+	// ignoreSession serves session reads without waiting for the token.
+	ignoreSession bool
 }
 
 // proposal is one write on its way through the log.
