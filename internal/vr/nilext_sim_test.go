@@ -25,6 +25,8 @@ type nilextSimOptions struct {
 	quorum     int // client completion rule; 0: the supermajority (a smaller one is a deliberate bug)
 	retransmit int // ticks between broadcasts of a pending nilext update
 	fallback   int // broadcasts before falling back to the ordered path
+	// Completions: fast path (supermajority of acks) vs ordered fallback.
+	fastDone, fellBack int
 }
 
 func defaultNilext() *nilextSimOptions {
@@ -145,6 +147,7 @@ func (c *simNilextClient) Step(ev sim.Event) {
 		if a, ok := ev.Msg.(nilextAckMsg); ok {
 			if c.fast && c.inflight && a.ReqNum == c.seq && c.tr.Add(a.NilextAck) {
 				c.inflight, c.fast = false, false
+				c.o.fastDone++
 				c.out.Done = append(c.out.Done, sim.Completion{Seq: c.seq, Outcome: check.OK, Result: check.Result{Found: true, Node: -1}})
 			}
 			return
@@ -156,6 +159,7 @@ func (c *simNilextClient) Step(ev sim.Event) {
 					// No supermajority answers: the ordered path (2 RTTs),
 					// same request number, so the d-log copies dedup.
 					c.fast = false
+					c.o.fellBack++
 					c.send()
 					return
 				}
@@ -201,8 +205,11 @@ func exploreNilext(t *testing.T, seeds, replicas int, nx *nilextSimOptions) {
 		}
 		return judge(s, h)
 	})
-	t.Logf("%d seeds: %d ops, %d ok, %d unknown; %d crashes; highest view %d; slow-path reads %d; d-log cycles met %d; %+v",
-		st.seeds, st.ops, st.ok, st.unknown, st.crashes, st.views, slow, cycles, *o.counters)
+	t.Logf("%d seeds: %d ops, %d ok, %d unknown; %d crashes; highest view %d; nilext writes: %d completed on the fast path, %d fell back to the ordered path; slow-path reads %d; d-log cycles met %d; %+v",
+		st.seeds, st.ops, st.ok, st.unknown, st.crashes, st.views, nx.fastDone, nx.fellBack, slow, cycles, *o.counters)
+	if nx.fastDone < st.ops/4 {
+		t.Errorf("only %d of %d operations completed on the fast path", nx.fastDone, st.ops)
+	}
 	if st.ok < st.ops/3 {
 		t.Errorf("only %d of %d operations completed", st.ok, st.ops)
 	}
@@ -244,7 +251,7 @@ func nilextEngine(nx *nilextSimOptions, breakCycles bool) scenario.Engine {
 // the leader to crash before finalizing anything).
 func slowFinalizer() *nilextSimOptions {
 	nx := defaultNilext()
-	nx.batch, nx.interval = 1 << 20, time.Hour
+	nx.batch, nx.interval = 1<<20, time.Hour
 	return nx
 }
 

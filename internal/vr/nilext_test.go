@@ -1,0 +1,462 @@
+package vr
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+)
+
+// Scenario tests of the nilext fast path, one protocol step each, on cores
+// driven by hand: messages are delivered and fsyncs reported only when the
+// test says so (or at once with autoSync).
+
+type nxNet struct {
+	t        *testing.T
+	now      int64
+	rs       map[uint64]*Replica
+	ids      []uint64
+	q        []Message
+	autoSync bool
+	unsynced map[uint64]uint64
+	acks     map[uint64][]NilextAck // by client
+	dlogDisk map[uint64][]NilextRequest
+	replies  map[uint64][]Reply
+	reads    map[uint64][]ReadState
+	applied  map[uint64][]Committed
+	errs     map[uint64][]error
+	sent     int
+}
+
+func nxConfig(self uint64, n int) Config {
+	c := testConfig(self, n)
+	c.Nilext, c.NilextBatch, c.NilextInterval = true, 4, 5*time.Millisecond
+	return c
+}
+
+func newNxNet(t *testing.T, n int) *nxNet {
+	t.Helper()
+	x := &nxNet{t: t, now: 1000 * ms, rs: map[uint64]*Replica{}, autoSync: true, unsynced: map[uint64]uint64{},
+		acks: map[uint64][]NilextAck{}, dlogDisk: map[uint64][]NilextRequest{}, replies: map[uint64][]Reply{},
+		reads: map[uint64][]ReadState{}, applied: map[uint64][]Committed{}, errs: map[uint64][]error{}}
+	for _, id := range memberIDs(n) {
+		r, err := New(nxConfig(id, n), State{Bootstrap: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		x.rs[id] = r
+		x.ids = append(x.ids, id)
+	}
+	for _, id := range x.ids {
+		x.rs[id].Tick(x.now)
+		x.ready(id)
+	}
+	return x
+}
+
+func (x *nxNet) ready(id uint64) {
+	r := x.rs[id]
+	for range 50 {
+		rd := r.Ready()
+		if rd.Empty() {
+			return
+		}
+		if rd.PersistSeq != 0 {
+			x.unsynced[id] = rd.PersistSeq
+		}
+		x.dlogDisk[id] = append(x.dlogDisk[id], rd.DLog...)
+		x.q = append(x.q, rd.Messages...)
+		x.sent += len(rd.Messages)
+		if len(rd.Committed) > 0 {
+			res := make([][]byte, len(rd.Committed))
+			x.applied[id] = append(x.applied[id], rd.Committed...)
+			r.Advance(res)
+		}
+		for _, a := range rd.NilextAcks {
+			x.acks[a.Client] = append(x.acks[a.Client], a)
+		}
+		x.replies[id] = append(x.replies[id], rd.Replies...)
+		x.reads[id] = append(x.reads[id], rd.ReadStates...)
+		x.errs[id] = append(x.errs[id], rd.Errors...)
+		if x.autoSync && x.unsynced[id] != 0 {
+			x.sync(id)
+		}
+	}
+	x.t.Fatalf("replica %d: Ready never empties", id)
+}
+
+func (x *nxNet) sync(id uint64) {
+	if s := x.unsynced[id]; s != 0 {
+		delete(x.unsynced, id)
+		x.rs[id].Persisted(s)
+		x.ready(id)
+	}
+}
+
+func (x *nxNet) deliver() {
+	for i := 0; len(x.q) > 0; i++ {
+		if i > 100000 {
+			x.t.Fatal("network never quiets")
+		}
+		m := x.q[0]
+		x.q = x.q[1:]
+		if r := x.rs[m.To]; r != nil {
+			r.Step(x.now, m)
+			x.ready(m.To)
+		}
+	}
+}
+
+func (x *nxNet) tick(d time.Duration) {
+	x.now += int64(d)
+	for _, id := range x.ids {
+		x.rs[id].Tick(x.now)
+		x.ready(id)
+	}
+}
+
+func nxReq(client, req uint64, key string, sync bool) NilextRequest {
+	return NilextRequest{Request: Request{Client: client, ReqNum: req, Data: []byte(key + "=" + fmt.Sprint(client, req))},
+		Keys: [][]byte{[]byte(key)}, Sync: sync}
+}
+
+// send gives a nilext update to the listed replicas (all if none).
+func (x *nxNet) send(q NilextRequest, to ...uint64) {
+	x.t.Helper()
+	if len(to) == 0 {
+		to = x.ids
+	}
+	for _, id := range to {
+		if err := x.rs[id].Nilext(x.now, q); err != nil {
+			x.t.Fatalf("replica %d refused %v: %v", id, q.Request, err)
+		}
+		x.ready(id)
+	}
+}
+
+func (x *nxNet) complete(client, req uint64) bool {
+	tr := NewNilextTracker(x.ids)
+	for _, a := range x.acks[client] {
+		if a.ReqNum == req && tr.Add(a) {
+			return true
+		}
+	}
+	return false
+}
+
+func logReqs(r *Replica) []uint64 {
+	var out []uint64
+	for op := r.first; op <= r.lastOp(); op++ {
+		out = append(out, r.entry(op).ReqNum)
+	}
+	return out
+}
+
+// TestNilextSyncAckWaitsForDisk: a sync update is acknowledged only after the
+// fsync covering its d-log entry; a cad/async one at once. Either way the
+// entry goes to the disk (Ready.DLog).
+func TestNilextSyncAckWaitsForDisk(t *testing.T) {
+	x := newNxNet(t, 3)
+	x.autoSync = false
+	x.send(nxReq(10, 1, "k", true), 2)
+	if len(x.acks[10]) != 0 {
+		t.Fatalf("sync update acknowledged before its fsync: %v", x.acks[10])
+	}
+	if len(x.dlogDisk[2]) != 1 {
+		t.Fatalf("d-log entry not handed to the disk: %v", x.dlogDisk[2])
+	}
+	x.sync(2)
+	if len(x.acks[10]) != 1 || x.acks[10][0].From != 2 || x.acks[10][0].View != 0 || x.acks[10][0].Leader {
+		t.Fatalf("want one follower ack in view 0 after the fsync, got %+v", x.acks[10])
+	}
+	x.send(nxReq(11, 1, "k", false), 1)
+	if len(x.acks[11]) != 1 || !x.acks[11][0].Leader {
+		t.Fatalf("async update must be acknowledged at once (by the leader): %+v", x.acks[11])
+	}
+}
+
+// TestNilextTrackerRule: f + ceil(f/2) + 1 acks of one view, the leader's
+// among them; fewer, mixed views or no leader do not complete.
+func TestNilextTrackerRule(t *testing.T) {
+	if got := []int{NilextSupermajority(3), NilextSupermajority(5), NilextSupermajority(7)}; !slices.Equal(got, []int{3, 4, 6}) {
+		t.Fatalf("supermajorities %v, want [3 4 6]", got)
+	}
+	ids := memberIDs(5)
+	ack := func(from, view uint64) NilextAck {
+		return NilextAck{Client: 9, ReqNum: 1, From: from, View: view, Leader: ids[view%5] == from}
+	}
+	tr := NewNilextTracker(ids)
+	for _, a := range []NilextAck{ack(2, 0), ack(3, 0), ack(4, 0), ack(4, 0)} {
+		if tr.Add(a) {
+			t.Fatal("completed without the leader's ack")
+		}
+	}
+	if tr.Add(ack(2, 1)) || tr.Add(ack(3, 1)) {
+		t.Fatal("acks of another view counted")
+	}
+	// 5 does not lead view 0: its claim is not believed (its ack counts).
+	if tr.Add(NilextAck{Client: 9, ReqNum: 1, From: 5, View: 0, Leader: true}) {
+		t.Fatal("a replica that does not lead view 0 completed the update by claiming to")
+	}
+	if !tr.Add(ack(1, 0)) {
+		t.Fatal("four acks of view 0 with the leader's did not complete")
+	}
+}
+
+// TestNilextRetransmitAndStraggler: a retransmission keeps its first d-log
+// position and is acknowledged again; a copy arriving after the update was
+// applied is acknowledged from the client table and never re-added.
+func TestNilextRetransmitAndStraggler(t *testing.T) {
+	x := newNxNet(t, 3)
+	x.send(nxReq(10, 1, "a", true))
+	x.send(nxReq(11, 1, "b", true))
+	x.send(nxReq(10, 1, "a", true))
+	if got := x.rs[2].DLog(); len(got) != 2 || got[0].Client != 10 || got[1].Client != 11 {
+		t.Fatalf("d-log after a retransmission: %v", got)
+	}
+	if n := len(x.acks[10]); n != 6 {
+		t.Fatalf("want the retransmission acknowledged again (6 acks), got %d", n)
+	}
+	x.tick(5 * time.Millisecond) // the finalizer's interval
+	x.deliver()
+	x.tick(10 * time.Millisecond) // heartbeat carries the commit point to followers
+	x.deliver()
+	for _, id := range x.ids {
+		if in := x.rs[id].Info(); in.DLogLen != 0 || in.Applied != 2 {
+			t.Fatalf("replica %d after finalization: %+v", id, in)
+		}
+	}
+	if len(x.replies[1]) != 0 {
+		t.Fatalf("background-ordered updates must not produce Replies: %v", x.replies[1])
+	}
+	before := len(x.acks[10])
+	x.send(nxReq(10, 1, "a", true))
+	if len(x.acks[10]) != before+3 {
+		t.Fatal("straggler copy of an applied update not acknowledged")
+	}
+	for _, id := range x.ids {
+		if x.rs[id].Info().DLogLen != 0 {
+			t.Fatalf("replica %d re-added an applied update to its d-log", id)
+		}
+	}
+}
+
+// TestNilextBackgroundBatch: the leader orders its d-log, in d-log order,
+// once NilextBatch entries wait (without waiting for the timer).
+func TestNilextBackgroundBatch(t *testing.T) {
+	x := newNxNet(t, 3)
+	for i := uint64(1); i <= 3; i++ {
+		x.send(nxReq(10+i, 1, "k", true))
+	}
+	x.deliver()
+	if got := x.rs[1].Info().LastOp; got != 0 {
+		t.Fatalf("3 < batch 4 entries ordered before the interval: last op %d", got)
+	}
+	x.send(nxReq(20, 1, "k", true))
+	x.deliver()
+	if got := logReqs(x.rs[1]); len(got) != 4 {
+		t.Fatalf("a full batch was not ordered: log %v", got)
+	}
+	var order []uint64
+	for op := uint64(1); op <= 4; op++ {
+		order = append(order, x.rs[1].entry(op).Client)
+	}
+	if !slices.Equal(order, []uint64{11, 12, 13, 20}) {
+		t.Fatalf("consensus log order %v is not the leader's d-log order", order)
+	}
+}
+
+// TestNilextSlowRead: a read of a key with a pending update orders the d-log
+// and is released only once it is committed; other keys go the usual way.
+func TestNilextSlowRead(t *testing.T) {
+	x := newNxNet(t, 3)
+	x.send(nxReq(10, 1, "k", true))
+	l := x.rs[1]
+	slow, err := l.ReadNilext(x.now, 77, [][]byte{[]byte("other")})
+	if err != nil || slow {
+		t.Fatalf("read of a key without pending updates: slow=%t err=%v", slow, err)
+	}
+	slow, err = l.ReadNilext(x.now, 78, [][]byte{[]byte("k")})
+	if err != nil || !slow {
+		t.Fatalf("read of a pending key must take the slow path: slow=%t err=%v", slow, err)
+	}
+	x.ready(1)
+	if len(x.reads[1]) != 0 {
+		t.Fatal("slow read released before the pending update committed")
+	}
+	x.deliver()
+	if len(x.reads[1]) != 1 || x.reads[1][0].Ctx != 78 || x.reads[1][0].Index < 1 {
+		t.Fatalf("slow read not released at the update's op: %+v", x.reads[1])
+	}
+	if in := l.Info(); in.NilextSlowReads != 1 {
+		t.Fatalf("slow reads counted %d, want 1", in.NilextSlowReads)
+	}
+	if _, err := x.rs[2].ReadNilext(x.now, 1, nil); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("follower read: %v", err)
+	}
+}
+
+// TestNilextProposeOrdersPendingFirst: a non-nilext update goes after every
+// pending nilext update.
+func TestNilextProposeOrdersPendingFirst(t *testing.T) {
+	x := newNxNet(t, 3)
+	x.send(nxReq(10, 1, "k", true))
+	x.send(nxReq(11, 1, "j", true))
+	if err := x.rs[1].Propose(x.now, Request{Client: 12, ReqNum: 1, Data: []byte("cas")}); err != nil {
+		t.Fatal(err)
+	}
+	x.ready(1)
+	x.deliver()
+	var order []uint64
+	for op := uint64(1); op <= x.rs[1].lastOp(); op++ {
+		order = append(order, x.rs[1].entry(op).Client)
+	}
+	if !slices.Equal(order, []uint64{10, 11, 12}) {
+		t.Fatalf("log order %v, want the pending d-log first", order)
+	}
+	if len(x.replies[1]) != 1 || x.replies[1][0].Client != 12 {
+		t.Fatalf("only the proposed update gets a Reply: %+v", x.replies[1])
+	}
+}
+
+// TestNilextViewChangeRecoversDLog: the leader dies with completed updates
+// only in d-logs; the new leader puts them in its start log (in real-time
+// order) and followers drop their d-logs.
+func TestNilextViewChangeRecoversDLog(t *testing.T) {
+	x := newNxNet(t, 3)
+	x.send(nxReq(10, 1, "k", true))
+	x.send(nxReq(11, 1, "k", true))
+	if !x.complete(10, 1) || !x.complete(11, 1) {
+		t.Fatal("updates did not complete")
+	}
+	if x.rs[1].Info().LastOp != 0 {
+		t.Fatal("finalizer ran; the scenario needs pending entries")
+	}
+	delete(x.rs, 1)
+	x.ids = []uint64{2, 3}
+	for range 10 {
+		x.tick(25 * time.Millisecond)
+		x.deliver()
+	}
+	l := x.rs[2]
+	if in := l.Info(); !in.IsLeader || in.View != 1 {
+		t.Fatalf("replica 2 should lead view 1: %+v", in)
+	}
+	var got []uint64
+	for op := uint64(1); op <= l.lastOp(); op++ {
+		got = append(got, l.entry(op).Client)
+	}
+	if !slices.Equal(got, []uint64{10, 11}) {
+		t.Fatalf("new leader's log %v, want the recovered updates 10, 11 in order", got)
+	}
+	for _, id := range x.ids {
+		if in := x.rs[id].Info(); in.DLogLen != 0 || in.Applied != 2 {
+			t.Fatalf("replica %d after the view change: %+v", id, in)
+		}
+	}
+}
+
+// TestNilextRestartKeepsDLog: a restarted replica gets its d-log back from
+// the disk records, minus what its client table shows executed.
+func TestNilextRestartKeepsDLog(t *testing.T) {
+	cfg := nxConfig(2, 3)
+	st := State{HardState: HardState{View: 0, LastNormalView: 0},
+		Snapshot: &Snapshot{Op: 1, Clients: []ClientRecord{{Client: 10, ReqNum: 1, Op: 1}}},
+		DLog:     []NilextRequest{nxReq(10, 1, "k", true), nxReq(11, 1, "k", true)}}
+	r, err := New(cfg, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := r.DLog(); len(got) != 1 || got[0].Client != 11 || !r.NilextPending([]byte("k")) {
+		t.Fatalf("restored d-log %v", got)
+	}
+}
+
+func nx(c uint64) NilextRequest { return NilextRequest{Request: Request{Client: c, ReqNum: 1}} }
+
+func clients(rs []NilextRequest) []uint64 {
+	var out []uint64
+	for _, q := range rs {
+		out = append(out, q.Client)
+	}
+	return out
+}
+
+// TestRecoverDurabilityLogFigure8: the paper's example (f = 2): a before c
+// in >= 2 of 3 logs, a and b unordered; an update in one log only is not
+// completed and is dropped.
+func TestRecoverDurabilityLogFigure8(t *testing.T) {
+	a, b, c, d := nx(1), nx(2), nx(3), nx(4)
+	got, err := RecoverDurabilityLog([][]NilextRequest{{a, b, c}, {b, a, c, d}, {a, c}}, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := clients(got); !slices.Equal(g, []uint64{1, 2, 3}) && !slices.Equal(g, []uint64{2, 1, 3}) {
+		t.Fatalf("recovered %v", g)
+	}
+}
+
+// TestRecoverDurabilityLogCycle: the digest 004 §6.1 logs form the cycle
+// x→y→z→x: refused with three logs; with all five (S1 = S5 = [x y z]) the
+// threshold rises to 4 and the order is x y z.
+func TestRecoverDurabilityLogCycle(t *testing.T) {
+	x, y, z := nx(1), nx(2), nx(3)
+	three := [][]NilextRequest{{z, x, y}, {x, y, z}, {y, z, x}}
+	if _, err := RecoverDurabilityLog(three, 5); !errors.Is(err, ErrDLogCycle) {
+		t.Fatalf("cycle not detected: %v", err)
+	}
+	all := append([][]NilextRequest{{x, y, z}}, append(three, []NilextRequest{x, y, z})...)
+	got, err := RecoverDurabilityLog(all, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := clients(got); !slices.Equal(g, []uint64{1, 2, 3}) {
+		t.Fatalf("recovered %v, want x y z", g)
+	}
+	if _, err := RecoverDurabilityLog(three[:1], 5); err == nil {
+		t.Fatal("one log of five accepted: a completed update may be in none of them")
+	}
+}
+
+// TestRecoverDurabilityLogF1NeverCycles: with f = 1 the edge relation is an
+// intersection of two orders; random logs never cycle, and an update in only
+// one of the two logs is dropped (a completed one is in all three d-logs).
+func TestRecoverDurabilityLogF1NeverCycles(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range 2000 {
+		var logs [][]NilextRequest
+		for range 2 {
+			var l []NilextRequest
+			for _, c := range rng.Perm(6) {
+				if rng.IntN(5) > 0 {
+					l = append(l, nx(uint64(c+1)))
+				}
+			}
+			logs = append(logs, l)
+		}
+		got, err := RecoverDurabilityLog(logs, 3)
+		if err != nil {
+			t.Fatalf("case %d: %v on %v", i, err, logs)
+		}
+		for _, q := range got {
+			if !slices.ContainsFunc(logs[0], func(p NilextRequest) bool { return p.Client == q.Client }) ||
+				!slices.ContainsFunc(logs[1], func(p NilextRequest) bool { return p.Client == q.Client }) {
+				t.Fatalf("case %d: kept %d, which is not in both logs", i, q.Client)
+			}
+		}
+	}
+}
+
+// TestNilextOffByDefault: without Config.Nilext the core refuses nilext
+// updates and behaves as before.
+func TestNilextOffByDefault(t *testing.T) {
+	r, err := New(testConfig(1, 3), State{Bootstrap: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Nilext(1, nxReq(1, 1, "k", true)); !errors.Is(err, ErrNilextOff) {
+		t.Fatalf("got %v", err)
+	}
+}
