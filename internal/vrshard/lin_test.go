@@ -27,7 +27,7 @@ type workload struct {
 	// sessionReads makes some reads session reads at random replicas, each
 	// client carrying its session token.
 	sessionReads bool
-	mu         sync.Mutex // guards c.reps against the nemesis
+	mu           sync.Mutex // guards c.reps against the nemesis
 }
 
 func (w *workload) replica(i int) *Replica {
