@@ -58,6 +58,20 @@
 // fsync), it sets LostState and a fresh random Nonce: the replica then runs
 // the recovery protocol and neither votes nor acknowledges until it is back.
 //
+// # The nilext fast path (Config.Nilext; nilext.go)
+//
+// With the fast path on, the driver also: passes every nilext update a
+// client sends to this replica to Nilext (any replica, not only the leader);
+// writes Ready.DLog with the batch's other records (before the fsync that
+// PersistSeq reports) and hands those records back in State.DLog on restart
+// (it may rewrite them from Replica.DLog at a checkpoint); sends
+// Ready.NilextAcks to their clients; and, at the leader, calls ReadNilext
+// before a linearizable read: if it returns true the read waits for the
+// ReadState carrying its ctx instead of LeaseRead/ReadIndex. The wire codec
+// must carry Message.DLog. Clients (or the node coordinating for a RESP
+// client) complete an update with NilextTracker and fall back to Propose,
+// with the same request number, when no supermajority answers.
+//
 // # Leases and reads
 //
 // Followers promise, when they acknowledge a heartbeat, not to join another

@@ -253,11 +253,12 @@ func (r *Replica) nxOrder() {
 			r.nx.remove(e)
 			continue
 		}
-		if r.inflight[e.Client] >= e.ReqNum {
-			continue // already in the consensus log (e.g. ordered by a Propose)
-		}
+		// Ordered even if a Propose of the same request (the client's
+		// fallback) or a later one of its client is in flight: the copy that
+		// applies second is a Duplicate and is skipped, and this way no entry
+		// can stay in the d-log (and keep its keys pending) for ever.
 		r.queue = append(r.queue, e.Request)
-		r.inflight[e.Client] = e.ReqNum
+		r.inflight[e.Client] = max(r.inflight[e.Client], e.ReqNum)
 		r.nx.quiet[dkey{e.Client, e.ReqNum}] = true
 	}
 	r.nx.lastOrder = r.now

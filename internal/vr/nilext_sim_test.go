@@ -368,3 +368,13 @@ func TestMutationNilextBreakCycles(t *testing.T) {
 	}
 	t.Fatal("a cycle broken by a fixed rule survived all three rotations")
 }
+
+// TestMutationNilextSimpleMajorityRandom: the simple-majority bug under the
+// random nemesis (5 replicas, slow finalizer so d-logs stay long) is caught
+// by the checkers within a bounded number of seeds, without a script.
+func TestMutationNilextSimpleMajorityRandom(t *testing.T) {
+	nx := defaultNilext()
+	nx.batch, nx.interval, nx.quorum = 1000, 200*time.Millisecond, 3
+	o, tweak := nilextSim(defaultSimOptions(), nx)
+	mutationCaught(t, 300, o, func(so *sim.Options) { tweak(so); so.Replicas = 5 }, nil)
+}
