@@ -78,8 +78,12 @@ kill "$kefir_pid"; wait "$kefir_pid" 2>/dev/null || true; kefir_pid=""
   echo "Produced by \`WORKLOADS=$WORKLOADS CLIENTS=$CLIENTS RECORDS=$RECORDS D=$D W=$W RUNS=$RUNS bench/compare.sh\`."
   echo "Redis fsync-always: appendonly yes, appendfsync always (≈ Kefir sync). Redis no-persistence: no AOF, no RDB."
   echo "Network distance: none (loopback, no delay proxy) for every system."
+  echo "Client libraries differ: Redis rows use go-redis (one connection per in-flight request);"
+  echo "Kefir and ceiling rows use Kefir's client (pipelines many goroutines' requests over a few"
+  echo "connections, fewer syscalls per operation). Part of any gap is the client, not the server."
   for f in ceiling redis-fsync-always redis-no-persistence kefir-sync kefir-async; do
     echo; echo "## $f"; echo; cat "$OUT/$f.md"
   done
 } >"$OUT/compare.md"
-echo "== wrote $OUT/compare.md"
+"$tmp/ycsb" -plot "$OUT/plots" "$OUT"/{ceiling,redis-fsync-always,redis-no-persistence,kefir-sync,kefir-async}.json >/dev/null
+echo "== wrote $OUT/compare.md and $OUT/plots/"
