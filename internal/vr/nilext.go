@@ -208,7 +208,7 @@ func (r *Replica) Nilext(now int64, req NilextRequest) error {
 			r.nxOrder()
 		}
 	}
-	if e.seq > r.synced && !r.mut.ackBeforePersist {
+	if e.seq > r.synced && !r.mut.ackBeforePersist && !r.mut.nilextAckEarly {
 		r.nx.acks = append(r.nx.acks, pendingAck{seq: e.seq, a: ack})
 	} else {
 		r.out.NilextAcks = append(r.out.NilextAcks, ack)

@@ -378,3 +378,81 @@ func TestMutationNilextSimpleMajorityRandom(t *testing.T) {
 	o, tweak := nilextSim(defaultSimOptions(), nx)
 	mutationCaught(t, 300, o, func(so *sim.Options) { tweak(so); so.Replicas = 5 }, nil)
 }
+
+// TestNilextSimPowerFailure: the whole group loses power twice while nilext
+// updates sit in d-logs; sync d-log entries were on disk before their acks,
+// so every completed sync write survives.
+func TestNilextSimPowerFailure(t *testing.T) {
+	nx := defaultNilext()
+	nx.batch, nx.interval = 1000, 50*time.Millisecond
+	o, tweak := nilextSim(defaultSimOptions(), nx)
+	sim.Explore(t, 1, seedCount(150, 2000), func(seed uint64, trace io.Writer) (err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				err = fmt.Errorf("panic: %v", p)
+			}
+		}()
+		s, h := simRunHook(seed, o, trace, func(so *sim.Options) { tweak(so); powerFailures(so) }, powerFailureHook)
+		return judge(s, h)
+	})
+	if nx.fastDone == 0 {
+		t.Fatal("no nilext write completed on the fast path")
+	}
+}
+
+// TestMutationNilextAckBeforePersist: acknowledging sync nilext updates
+// before their d-log entry is on disk (prepare-oks still wait for the disk)
+// loses completed writes in a power failure.
+func TestMutationNilextAckBeforePersist(t *testing.T) {
+	nx := defaultNilext()
+	nx.batch, nx.interval = 1000, 50*time.Millisecond
+	o, tweak := nilextSim(defaultSimOptions(), nx)
+	o.mut.nilextAckEarly = true
+	mutationCaught(t, 100, o, func(so *sim.Options) { tweak(so); powerFailures(so) }, powerFailureHook)
+}
+
+// TestNilextSimRecoveryProtocol: restarted replicas (half with wiped disks)
+// rejoin through the recovery protocol and take the leader's d-log.
+func TestNilextSimRecoveryProtocol(t *testing.T) {
+	o, tweak := nilextSim(defaultSimOptions(), defaultNilext())
+	o.lostState = true
+	o.counters = &simCounters{}
+	sim.Explore(t, 1, seedCount(200, 3000), func(seed uint64, trace io.Writer) (err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				err = fmt.Errorf("panic: %v", p)
+			}
+		}()
+		noCrashes := func(so *sim.Options) {
+			tweak(so)
+			so.Faults.Crash, so.Faults.Restart = 0, 0
+			so.Faults.Partition, so.Faults.OneWay, so.Faults.Heal = 1, 1, 2
+		}
+		s, h := simRunHook(seed, o, trace, noCrashes, recoveryCrasher(seed, true))
+		return judge(s, h)
+	})
+	if o.counters.recoveries == 0 {
+		t.Fatal("no replica went through the recovery protocol")
+	}
+}
+
+// TestNilextSimHostileNetwork: f = 2 with heavy loss, duplication and
+// long-tailed delays, so d-log orders diverge all the time.
+func TestNilextSimHostileNetwork(t *testing.T) {
+	nx := defaultNilext()
+	o, tweak := nilextSim(defaultSimOptions(), nx)
+	sim.Explore(t, 1, seedCount(100, 2000), func(seed uint64, trace io.Writer) (err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				err = fmt.Errorf("panic: %v", p)
+			}
+		}()
+		s, h := simRun(seed, o, trace, func(so *sim.Options) {
+			tweak(so)
+			so.Replicas = 5
+			so.Net = sim.Link{Delay: sim.Dist{Base: 100 * time.Microsecond, Jitter: 3 * time.Millisecond, Exp: true}, Drop: 0.15, Dup: 0.1}
+			so.NewClient = newSimNilextClient(nx, 40, 20)
+		})
+		return judge(s, h)
+	})
+}

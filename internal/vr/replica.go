@@ -55,6 +55,7 @@ type mutations struct {
 	noLeaseCheck        bool
 	skipClientTable     bool
 	nilextBreakCycles   bool
+	nilextAckEarly      bool
 }
 
 const hbRing = 256

@@ -307,6 +307,11 @@ func runWithRecoveries(seed uint64, o simOptions, trace io.Writer, wipe bool) (*
 		so.Faults.Crash, so.Faults.Restart = 0, 0
 		so.Faults.Partition, so.Faults.OneWay, so.Faults.Heal = 1, 1, 2
 	}
+	return simRunHook(seed, o, trace, noCrashes, recoveryCrasher(seed, wipe))
+}
+
+// recoveryCrasher is runWithRecoveries' scripted crasher (3 replicas).
+func recoveryCrasher(seed uint64, wipe bool) func(*sim.Sim) {
 	x := seed*2654435761 + 1 // xorshift: deterministic per seed
 	next := func(n uint64) uint64 {
 		x ^= x << 13
@@ -314,7 +319,7 @@ func runWithRecoveries(seed uint64, o simOptions, trace io.Writer, wipe bool) (*
 		x ^= x << 17
 		return x % n
 	}
-	crasher := func(s *sim.Sim) {
+	return func(s *sim.Sim) {
 		var tick func()
 		tick = func() {
 			if s.Now() > 500*time.Millisecond {
@@ -342,7 +347,6 @@ func runWithRecoveries(seed uint64, o simOptions, trace io.Writer, wipe bool) (*
 		}
 		s.After(20*time.Millisecond, tick)
 	}
-	return simRunHook(seed, o, trace, noCrashes, crasher)
 }
 
 // TestSimRecoveryProtocol: restarted replicas (half of them with wiped disks,
