@@ -248,6 +248,7 @@ type Replica struct {
 	written  uint64
 	syncing  uint64
 	synced0  uint64 // highest PersistSeq reported to the core
+	ckptBase int64  // log segment size right after the last checkpoint
 	syncDone chan syncResult
 
 	// Published by the driver for other goroutines.
@@ -669,6 +670,7 @@ func (r *Replica) handle(rd *vr.Ready) error {
 			return err
 		}
 		r.st.fsyncs.Add(1)
+		r.ckptBase = r.wal.size
 		r.written = max(r.written, rd.PersistSeq)
 		r.markSynced()
 	} else if r.wal.pending() {
@@ -885,7 +887,10 @@ func (r *Replica) failAll(err error) {
 // that point (with the client table) at the head of a new log segment, drops
 // the old segments and lets the core forget all but a tail of its log.
 func (r *Replica) maybeCheckpoint() (bool, error) {
-	if r.recovering || (r.sinceCkpt < r.opts.CheckpointOps && r.wal.size < r.opts.CheckpointBytes) {
+	// Bytes count from the last checkpoint's segment head, which holds the
+	// unapplied tail: a tail above CheckpointBytes must not trigger a
+	// checkpoint on every round.
+	if r.recovering || (r.sinceCkpt < r.opts.CheckpointOps && r.wal.size-r.ckptBase < r.opts.CheckpointBytes) {
 		return false, nil
 	}
 	return true, r.checkpoint()
@@ -909,6 +914,7 @@ func (r *Replica) checkpoint() error {
 	r.st.fsyncs.Add(1)
 	r.markSynced() // batches written to the old segment are in the new one
 	r.sinceCkpt = 0
+	r.ckptBase = r.wal.size
 	r.st.ckpts.Add(1)
 	if op > r.opts.KeepTail {
 		if err := r.core.Compact(op - r.opts.KeepTail); err != nil {
