@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The standard YCSB comparison on this machine (issue 8): the harness's ceiling (trivial
 # in-process RESP server, driven through Kefir's client), Redis with fsync-always and with
-# no persistence, and a single Kefir node with sync and async durability — same machine,
+# no persistence, a single Kefir node with sync and async durability, and a 3-member etcd
+# cluster — same machine,
 # same run, same workloads, same client counts. Everything binds to 127.0.0.1 and is torn
 # down at the end (also on failure).
 #
-#   bench/compare.sh                      # ≈ 15–20 minutes with the defaults below
+#   bench/compare.sh                      # ≈ 25 minutes with the defaults below on a busy 2-core machine
 #   WORKLOADS=a,c D=2s RUNS=1 bench/compare.sh    # a quick look
 #
 # Knobs (environment): WORKLOADS (a,b,c,d,e,f,w), CLIENTS (16,64), RECORDS (50000),
@@ -13,7 +14,7 @@
 # 15% agreement check), OUT (results/compare). Writes OUT/<system>.md and .json per system
 # and OUT/compare.md (all tables, with the commands).
 #
-# Not yet: etcd and ZooKeeper, Redis replicas with WAIT (peers/redis.sh --replicas and
+# Not yet: ZooKeeper, Redis replicas with WAIT (peers/redis.sh --replicas and
 # ycsb -redis-wait exist), emulated network distance, PNG plots.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -33,6 +34,7 @@ kefir_pid=""
 cleanup() {
   [ -n "$kefir_pid" ] && kill "$kefir_pid" 2>/dev/null && wait "$kefir_pid" 2>/dev/null || true
   peers/redis.sh stop "$tmp/redis" >/dev/null 2>&1 || true
+  peers/etcd.sh stop "$tmp/etcd" >/dev/null 2>&1 || true
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -72,6 +74,10 @@ run kefir-sync -db kefir -addr "127.0.0.1:$KEFIR_PORT" -durability sync -consist
 run kefir-async -db kefir -addr "127.0.0.1:$KEFIR_PORT" -durability async -consistency linearizable
 kill "$kefir_pid"; wait "$kefir_pid" 2>/dev/null || true; kefir_pid=""
 
+endpoints=$(peers/etcd.sh start "$tmp/etcd" --members 3)
+run etcd-3-members -db etcd -addr "$endpoints"
+peers/etcd.sh stop "$tmp/etcd"
+
 {
   echo "# YCSB comparison — $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
   echo
@@ -81,9 +87,10 @@ kill "$kefir_pid"; wait "$kefir_pid" 2>/dev/null || true; kefir_pid=""
   echo "Client libraries differ: Redis rows use go-redis (one connection per in-flight request);"
   echo "Kefir and ceiling rows use Kefir's client (pipelines many goroutines' requests over a few"
   echo "connections, fewer syscalls per operation). Part of any gap is the client, not the server."
-  for f in ceiling redis-fsync-always redis-no-persistence kefir-sync kefir-async; do
+  echo "etcd: 3 members on loopback, linearizable reads, every commit fsynced by a majority (≈ Kefir sync on 3 replicas; Kefir here is one node)."
+  for f in ceiling redis-fsync-always redis-no-persistence kefir-sync kefir-async etcd-3-members; do
     echo; echo "## $f"; echo; cat "$OUT/$f.md"
   done
 } >"$OUT/compare.md"
-"$tmp/ycsb" -plot "$OUT/plots" "$OUT"/{ceiling,redis-fsync-always,redis-no-persistence,kefir-sync,kefir-async}.json >/dev/null
+"$tmp/ycsb" -plot "$OUT/plots" "$OUT"/{ceiling,redis-fsync-always,redis-no-persistence,kefir-sync,kefir-async,etcd-3-members}.json >/dev/null
 echo "== wrote $OUT/compare.md and $OUT/plots/"

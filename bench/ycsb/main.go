@@ -7,7 +7,7 @@
 //
 //	go run ./ycsb -db respserver -workloads a,c -clients 1,16,64       # harness ceiling
 //	go run ./ycsb -db redis -addr 127.0.0.1:6379 -workloads a -target 0,20000
-//	go run ./ycsb -db kefir -addr 127.0.0.1:7379 -consistency linearizable -durability sync
+//	go run ./ycsb -db kefir -addr 127.0.0.1:6380 -consistency linearizable -durability sync
 //
 // It must not be imported; the library is bench/ycsb/core, the generators bench/ycsb/gen.
 package main
@@ -51,14 +51,15 @@ type flags struct {
 	seed               uint64
 	waitReplicas       int
 	respVia            string
+	etcdSerializable   bool
 }
 
 func parse(args []string) (*flags, error) {
 	fs := flag.NewFlagSet("ycsb", flag.ContinueOnError)
 	f := &flags{}
 	var workloads, clients, targets string
-	fs.StringVar(&f.db, "db", "respserver", "system under test: kefir, redis, respserver (trivial in-process RESP server: harness + client library ceiling) or null (no I/O: the harness alone)")
-	fs.StringVar(&f.addr, "addr", "", "server address (default 127.0.0.1:7379 for kefir, 127.0.0.1:6379 for redis)")
+	fs.StringVar(&f.db, "db", "respserver", "system under test: kefir, redis, etcd, respserver (trivial in-process RESP server: harness + client library ceiling) or null (no I/O: the harness alone)")
+	fs.StringVar(&f.addr, "addr", "", "server address(es), comma-separated (defaults: kefir 127.0.0.1:6380, redis 127.0.0.1:6379, etcd the three members of peers/etcd.sh)")
 	fs.StringVar(&f.password, "password", os.Getenv("KEFIR_PASSWORD"), "server password")
 	fs.StringVar(&workloads, "workloads", "a", "comma-separated core workloads: a b c d e f w")
 	fs.Uint64Var(&f.records, "records", 100_000, "recordcount")
@@ -73,6 +74,7 @@ func parse(args []string) (*flags, error) {
 	fs.StringVar(&f.consistency, "consistency", "", "kefir: read consistency level (linearizable, cross-client-monotonic, session, bounded(N), bounded(T), eventual); empty = server default")
 	fs.StringVar(&f.durability, "durability", "", "kefir: write durability level (sync, cad, async); empty = server default")
 	fs.IntVar(&f.waitReplicas, "redis-wait", 0, "redis: follow each write with WAIT n (primary with replicas)")
+	fs.BoolVar(&f.etcdSerializable, "etcd-serializable", false, "etcd: serializable (local, possibly stale) reads instead of linearizable")
 	fs.StringVar(&f.respVia, "via", "redis", "respserver: which client library drives it (redis or kefir)")
 	fs.IntVar(&f.runs, "runs", 1, "repetitions of each cell (to report run-to-run spread)")
 	fs.Uint64Var(&f.seed, "seed", 1, "random seed")
@@ -106,7 +108,8 @@ func parse(args []string) (*flags, error) {
 		f.targets = append(f.targets, t)
 	}
 	if f.addr == "" {
-		f.addr = map[string]string{"kefir": "127.0.0.1:7379", "redis": "127.0.0.1:6379"}[f.db]
+		f.addr = map[string]string{"kefir": "127.0.0.1:6380", "redis": "127.0.0.1:6379",
+			"etcd": "127.0.0.1:2479,127.0.0.1:2481,127.0.0.1:2483"}[f.db]
 	}
 	return f, nil
 }
@@ -160,6 +163,16 @@ func connect(ctx context.Context, f *flags, index bool, pool int) (*system, erro
 			}
 			return err
 		}}, nil
+	case "etcd":
+		e, err := drivers.NewEtcd(ctx, drivers.EtcdConfig{Endpoints: strings.Split(f.addr, ","), Serializable: f.etcdSerializable})
+		if err != nil {
+			return nil, err
+		}
+		name := "etcd"
+		if f.etcdSerializable {
+			name += "(serializable reads)"
+		}
+		return &system{name: name, durable: true, newDB: e.NewDB, flush: e.DeleteAll, close: e.Close}, nil
 	case "null":
 		return &system{name: "null (harness only)", newDB: drivers.Null{}.NewDB, close: func() error { return nil }}, nil
 	case "kefir":
@@ -188,7 +201,7 @@ func connect(ctx context.Context, f *flags, index bool, pool int) (*system, erro
 		durable := cfg.Durability == client.Sync || cfg.Durability.IsZero()
 		return &system{name: name, durable: durable, newDB: k.NewDB, close: k.Close}, nil
 	}
-	return nil, fmt.Errorf("unknown -db %q (want kefir, redis, respserver or null)", f.db)
+	return nil, fmt.Errorf("unknown -db %q (want kefir, redis, etcd, respserver or null)", f.db)
 }
 
 // row is one measured cell for the reports.

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Starts and stops an etcd cluster on loopback for the YCSB comparison (issue 8 §4): N
+# members (default 3) with client ports 2479, 2481, ... and peer ports 2480, 2482, ...
+# etcd fsyncs its WAL before acknowledging a commit (no knob turns that off in 3.4's
+# defaults), so its rows compare with Kefir's sync durability.
+#
+# Usage:
+#   bench/peers/etcd.sh start DIR [--members 3] [--port 2479]
+#   bench/peers/etcd.sh stop DIR
+#
+# Prints the client endpoints (comma-separated) for `go run ./ycsb -db etcd -addr ...`.
+# Installs the Debian package etcd-server if missing. Binds 127.0.0.1 only.
+set -euo pipefail
+
+cmd=${1:-}; dir=${2:-}
+[ -n "$cmd" ] && [ -n "$dir" ] || { sed -n '2,13p' "$0"; exit 2; }
+shift 2
+members=3; port=2479
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --members) members=$2; shift 2 ;;
+    --port) port=$2; shift 2 ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
+  esac
+done
+
+stop() {
+  for pidf in "$dir"/etcd-*.pid; do
+    [ -e "$pidf" ] || continue
+    pid=$(cat "$pidf")
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    rm -f "$pidf"
+  done
+}
+
+case "$cmd" in
+  stop) stop; exit 0 ;;
+  start) ;;
+  *) echo "unknown command $cmd (start or stop)" >&2; exit 2 ;;
+esac
+
+bin=$(command -v etcd || true)
+[ -z "$bin" ] && [ -x /usr/bin/etcd ] && bin=/usr/bin/etcd
+if [ -z "$bin" ]; then
+  as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+  as_root apt-get update -q
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -q --no-install-recommends etcd-server
+  bin=$(command -v etcd)
+fi
+
+mkdir -p "$dir"
+cluster=""; endpoints=""
+for i in $(seq 0 $((members - 1))); do
+  cp=$((port + 2 * i)); pp=$((cp + 1))
+  cluster+="${cluster:+,}m$i=http://127.0.0.1:$pp"
+  endpoints+="${endpoints:+,}127.0.0.1:$cp"
+done
+for i in $(seq 0 $((members - 1))); do
+  cp=$((port + 2 * i)); pp=$((cp + 1))
+  # The Debian service unit is not used: members run as plain processes of this script.
+  "$bin" --name "m$i" --data-dir "$dir/m$i" \
+    --listen-client-urls "http://127.0.0.1:$cp" --advertise-client-urls "http://127.0.0.1:$cp" \
+    --listen-peer-urls "http://127.0.0.1:$pp" --initial-advertise-peer-urls "http://127.0.0.1:$pp" \
+    --initial-cluster "$cluster" --initial-cluster-state new --initial-cluster-token kefir-bench \
+    >"$dir/m$i.log" 2>&1 &
+  echo $! >"$dir/etcd-m$i.pid"
+done
+listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+for _ in $(seq 100); do
+  up=0
+  for i in $(seq 0 $((members - 1))); do listening $((port + 2 * i)) && up=$((up + 1)); done
+  if [ "$up" -eq "$members" ]; then
+    echo "$endpoints"; exit 0 # clients wait for the leader election themselves
+  fi
+  sleep 0.1
+done
+echo "etcd did not become healthy; see $dir/m*.log" >&2
+stop
+exit 1
