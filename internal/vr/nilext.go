@@ -1,6 +1,7 @@
 package vr
 
 import (
+	"container/heap"
 	"errors"
 	"fmt"
 	"slices"
@@ -498,9 +499,8 @@ func recoverDLog(logs [][]NilextRequest, n int, breakCycles bool) ([]NilextReque
 	type node struct {
 		req   NilextRequest
 		count int
-		first int // order of first appearance (logs[0] first)
 	}
-	var nodes []*node
+	var nodes []*node // in order of first appearance, logs[0] first
 	at := map[dkey]int{}
 	pos := make([]map[dkey]int, v)
 	for i, l := range logs {
@@ -515,7 +515,7 @@ func recoverDLog(logs [][]NilextRequest, n int, breakCycles bool) ([]NilextReque
 			if !ok {
 				j = len(nodes)
 				at[k] = j
-				nodes = append(nodes, &node{req: q, first: j})
+				nodes = append(nodes, &node{req: q})
 			}
 			nodes[j].count++
 		}
@@ -531,6 +531,18 @@ func recoverDLog(logs [][]NilextRequest, n int, breakCycles bool) ([]NilextReque
 	for i, nd := range keep {
 		keys[i] = dkey{nd.req.Client, nd.req.ReqNum}
 	}
+	// at[i*m+a] is the position of kept update a in log i, -1 if absent: the
+	// pair loop below is O(m²·V) array reads, no map lookups.
+	at2 := make([]int32, v*m)
+	for i := 0; i < v; i++ {
+		for a, k := range keys {
+			p, ok := pos[i][k]
+			if !ok {
+				p = -1
+			}
+			at2[i*m+a] = int32(p)
+		}
+	}
 	// adj[a] lists b with a→b; indeg counts incoming edges.
 	adj := make([][]int, m)
 	indeg := make([]int, m)
@@ -538,12 +550,11 @@ func recoverDLog(logs [][]NilextRequest, n int, breakCycles bool) ([]NilextReque
 		for b := a + 1; b < m; b++ {
 			ab, ba := 0, 0
 			for i := 0; i < v; i++ {
-				pa, oka := pos[i][keys[a]]
-				pb, okb := pos[i][keys[b]]
+				pa, pb := at2[i*m+a], at2[i*m+b]
 				switch {
-				case oka && (!okb || pa < pb):
+				case pa >= 0 && (pb < 0 || pa < pb):
 					ab++
-				case okb && (!oka || pb < pa):
+				case pb >= 0 && (pa < 0 || pb < pa):
 					ba++
 				}
 			}
@@ -559,19 +570,22 @@ func recoverDLog(logs [][]NilextRequest, n int, breakCycles bool) ([]NilextReque
 			}
 		}
 	}
-	// Kahn's algorithm; among ready nodes the earliest first appearance goes
-	// first, which is the new leader's own order where it has no opinion.
+	// Kahn's algorithm; among ready updates the earliest first appearance
+	// goes first (a min-heap of indexes), which is the new leader's own
+	// order where the logs have no opinion.
 	out := make([]NilextRequest, 0, m)
 	done := make([]bool, m)
+	ready := &intHeap{}
+	for i := 0; i < m; i++ {
+		if indeg[i] == 0 {
+			heap.Push(ready, i)
+		}
+	}
 	for len(out) < m {
 		pick := -1
-		for i := 0; i < m; i++ {
-			if !done[i] && indeg[i] == 0 {
-				pick = i
-				break
-			}
-		}
-		if pick < 0 {
+		if ready.Len() > 0 {
+			pick = heap.Pop(ready).(int)
+		} else {
 			var cyc []dkey
 			for i := 0; i < m; i++ {
 				if !done[i] {
@@ -593,12 +607,13 @@ func recoverDLog(logs [][]NilextRequest, n int, breakCycles bool) ([]NilextReque
 					pick = i
 				}
 			}
-			indeg[pick] = 0
 		}
 		done[pick] = true
 		out = append(out, keep[pick].req)
 		for _, b := range adj[pick] {
-			indeg[b]--
+			if indeg[b]--; indeg[b] == 0 && !done[b] {
+				heap.Push(ready, b)
+			}
 		}
 	}
 	return out, nil
@@ -666,3 +681,16 @@ func (t *NilextTracker) Done() bool {
 
 // Reset forgets every ack (a new update).
 func (t *NilextTracker) Reset() { clear(t.views) }
+
+type intHeap []int
+
+func (h intHeap) Len() int           { return len(h) }
+func (h intHeap) Less(i, j int) bool { return h[i] < h[j] }
+func (h intHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *intHeap) Push(x any)        { *h = append(*h, x.(int)) }
+func (h *intHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}

@@ -460,3 +460,150 @@ func TestNilextOffByDefault(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 }
+
+// randomExecutions checks the counting argument on random executions:
+// nilext updates reach each of n replicas at random times (or never),
+// complete when `quorum` replicas including the leader (replica 0) hold them,
+// and the leader crashes at a random time. From the d-logs of a random set of
+// V >= f+1 survivors, whenever recovery succeeds, every completed update must
+// be kept and every update that completed before another was invoked must
+// come first. It returns the violations (the first few are logged) and counts
+// cycles.
+func randomExecutions(t *testing.T, n, quorum, cases int) (violations, recovered, cycles int) {
+	rng := rand.New(rand.NewPCG(uint64(n), uint64(quorum)))
+	for c := 0; c < cases; c++ {
+		ops := 2 + rng.IntN(6)
+		inv := make([]float64, ops)
+		arr := make([][]float64, ops) // arr[op][replica], -1 never
+		done := make([]float64, ops)  // completion time, -1 never
+		for o := range ops {
+			inv[o] = rng.Float64() * 10
+			arr[o] = make([]float64, n)
+			var got []float64
+			for r := range n {
+				arr[o][r] = -1
+				if rng.IntN(6) > 0 {
+					arr[o][r] = inv[o] + rng.ExpFloat64()*2
+					got = append(got, arr[o][r])
+				}
+			}
+			done[o] = -1
+			if arr[o][0] >= 0 && len(got) >= quorum {
+				slices.Sort(got)
+				done[o] = max(got[quorum-1], arr[o][0])
+			}
+		}
+		crash := rng.Float64() * 14
+		survivors := rng.Perm(n - 1) // the leader is gone
+		v := (n-1)/2 + 1 + rng.IntN(n-1-(n-1)/2)
+		var logs [][]NilextRequest
+		for _, s := range survivors[:v] {
+			r := s + 1
+			var idx []int
+			for o := range ops {
+				if arr[o][r] >= 0 && arr[o][r] < crash {
+					idx = append(idx, o)
+				}
+			}
+			slices.SortFunc(idx, func(a, b int) int {
+				switch {
+				case arr[a][r] < arr[b][r]:
+					return -1
+				case arr[a][r] > arr[b][r]:
+					return 1
+				}
+				return 0
+			})
+			var l []NilextRequest
+			for _, o := range idx {
+				l = append(l, nx(uint64(o+1)))
+			}
+			logs = append(logs, l)
+		}
+		got, err := RecoverDurabilityLog(logs, n)
+		if errors.Is(err, ErrDLogCycle) {
+			cycles++
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		recovered++
+		pos := map[int]int{}
+		for i, q := range got {
+			pos[int(q.Client)-1] = i
+		}
+		for a := range ops {
+			if done[a] < 0 || done[a] >= crash {
+				continue
+			}
+			pa, in := pos[a]
+			if !in {
+				if violations++; violations <= 3 {
+					t.Logf("n=%d case %d: completed update %d lost; logs %v", n, c, a+1, logs)
+				}
+				continue
+			}
+			for b := range ops {
+				if pb, in := pos[b]; in && done[a] < inv[b] && pb < pa {
+					if violations++; violations <= 3 {
+						t.Logf("n=%d case %d: %d completed before %d was invoked but is ordered after it", n, c, a+1, b+1)
+					}
+				}
+			}
+		}
+	}
+	return violations, recovered, cycles
+}
+
+// TestRecoverDurabilityLogRandomExecutions: with the supermajority rule no
+// random execution loses a completed update or breaks real-time order, and
+// f = 1 never meets a cycle.
+func TestRecoverDurabilityLogRandomExecutions(t *testing.T) {
+	for _, n := range []int{3, 5, 7} {
+		bad, ok, cycles := randomExecutions(t, n, NilextSupermajority(n), 4000)
+		t.Logf("n=%d: %d recoveries checked, %d met a cycle", n, ok, cycles)
+		if bad > 0 {
+			t.Errorf("n=%d: %d violations", n, bad)
+		}
+		if n == 3 && cycles > 0 {
+			t.Errorf("f = 1 met %d cycles", cycles)
+		}
+	}
+}
+
+// TestMutationRandomExecutionsSimpleMajority: the same checks catch the
+// simple-majority completion rule (Figure 6's hazard).
+func TestMutationRandomExecutionsSimpleMajority(t *testing.T) {
+	bad, ok, _ := randomExecutions(t, 5, 3, 4000)
+	if bad == 0 {
+		t.Fatalf("simple majority survived %d recoveries", ok)
+	}
+	t.Logf("caught: %d violations in %d recoveries", bad, ok)
+}
+
+// BenchmarkRecoverDurabilityLog: a view change's d-log recovery cost with
+// 5 logs of m pending updates in slightly different orders.
+func BenchmarkRecoverDurabilityLog(b *testing.B) {
+	for _, m := range []int{100, 1000} {
+		b.Run(fmt.Sprint("m=", m), func(b *testing.B) {
+			rng := rand.New(rand.NewPCG(1, 1))
+			logs := make([][]NilextRequest, 5)
+			for i := range logs {
+				for o := range m {
+					logs[i] = append(logs[i], nx(uint64(o+1)))
+				}
+				for range m / 10 { // local swaps: concurrent arrivals
+					j := rng.IntN(m - 1)
+					logs[i][j], logs[i][j+1] = logs[i][j+1], logs[i][j]
+				}
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := RecoverDurabilityLog(logs, 5); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
