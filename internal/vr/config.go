@@ -117,6 +117,9 @@ func (c Config) Validate() error {
 	if c.MaxBatch < 1 || c.MaxInflight < 1 {
 		errs = append(errs, errors.New("MaxBatch and MaxInflight must be positive"))
 	}
+	if c.NilextBatch < 1 || c.NilextInterval <= 0 {
+		errs = append(errs, fmt.Errorf("nilext batch %d and interval %v must be positive", c.NilextBatch, c.NilextInterval))
+	}
 	if len(errs) > 0 {
 		return fmt.Errorf("vr: invalid config: %w", errors.Join(errs...))
 	}

@@ -459,6 +459,14 @@ func TestNilextOffByDefault(t *testing.T) {
 	if err := r.Nilext(1, nxReq(1, 1, "k", true)); !errors.Is(err, ErrNilextOff) {
 		t.Fatalf("got %v", err)
 	}
+	if slow, err := r.ReadNilext(1, 1, [][]byte{[]byte("k")}); slow || err != nil {
+		t.Fatalf("read with the fast path off: slow=%t err=%v", slow, err)
+	}
+	bad := nxConfig(1, 3)
+	bad.NilextBatch = -1
+	if err := bad.Validate(); err == nil {
+		t.Fatal("negative nilext batch accepted")
+	}
 }
 
 // randomExecutions checks the counting argument on random executions:
