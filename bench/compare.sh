@@ -59,11 +59,11 @@ run() { # name ycsb-args...
 run ceiling -db respserver -via kefir
 
 peers/redis.sh start "$tmp/redis" --port "$REDIS_PORT" --fsync always
-run redis-fsync-always -db redis -addr "127.0.0.1:$REDIS_PORT"
+run redis-fsync-always -db redis -addr "127.0.0.1:$REDIS_PORT" -label "redis(appendfsync always)"
 peers/redis.sh stop "$tmp/redis"
 
 peers/redis.sh start "$tmp/redis" --port "$REDIS_PORT" --fsync off
-run redis-no-persistence -db redis -addr "127.0.0.1:$REDIS_PORT"
+run redis-no-persistence -db redis -addr "127.0.0.1:$REDIS_PORT" -label "redis(no persistence)"
 peers/redis.sh stop "$tmp/redis"
 
 "$tmp/kefir" server --dir "$tmp/kefir-data" --client-addr "127.0.0.1:$KEFIR_PORT" --peer-addr "" --http-addr "" \
@@ -75,7 +75,7 @@ run kefir-async -db kefir -addr "127.0.0.1:$KEFIR_PORT" -durability async -consi
 kill "$kefir_pid"; wait "$kefir_pid" 2>/dev/null || true; kefir_pid=""
 
 endpoints=$(peers/etcd.sh start "$tmp/etcd" --members 3)
-run etcd-3-members -db etcd -addr "$endpoints"
+run etcd-3-members -db etcd -addr "$endpoints" -label "etcd(3 members)"
 peers/etcd.sh stop "$tmp/etcd"
 
 {

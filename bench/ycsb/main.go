@@ -52,6 +52,7 @@ type flags struct {
 	waitReplicas       int
 	respVia            string
 	etcdSerializable   bool
+	label              string
 }
 
 func parse(args []string) (*flags, error) {
@@ -75,6 +76,7 @@ func parse(args []string) (*flags, error) {
 	fs.StringVar(&f.durability, "durability", "", "kefir: write durability level (sync, cad, async); empty = server default")
 	fs.IntVar(&f.waitReplicas, "redis-wait", 0, "redis: follow each write with WAIT n (primary with replicas)")
 	fs.BoolVar(&f.etcdSerializable, "etcd-serializable", false, "etcd: serializable (local, possibly stale) reads instead of linearizable")
+	fs.StringVar(&f.label, "label", "", "name of the system in reports (default: derived from -db and its options)")
 	fs.StringVar(&f.respVia, "via", "redis", "respserver: which client library drives it (redis or kefir)")
 	fs.IntVar(&f.runs, "runs", 1, "repetitions of each cell (to report run-to-run spread)")
 	fs.Uint64Var(&f.seed, "seed", 1, "random seed")
@@ -294,6 +296,9 @@ func run(ctx context.Context, f *flags, logw io.Writer) ([]row, error) {
 	sys, err := connect(ctx, f, index, pool)
 	if err != nil {
 		return nil, err
+	}
+	if f.label != "" {
+		sys.name = f.label
 	}
 	defer sys.close()
 	var rows []row
