@@ -89,10 +89,10 @@ type nilextState struct {
 	quiet     map[dkey]bool // ordered from the d-log: nobody waits for a Reply
 	lastOrder int64
 
-	slowReads  uint64
-	cycles     uint64
-	refusedVC  uint64 // view for which a refusal was reported
-	refuseOnce bool
+	slowReads uint64
+	cycles    uint64
+	cycleView uint64 // view and log count of the last cycle reported
+	cycleLogs int
 }
 
 type pendingAck struct {
@@ -419,10 +419,17 @@ func (r *Replica) nxRecover(first uint64, es []Entry) ([]NilextRequest, bool) {
 	}
 	out, err := recoverDLog(logs, r.n, r.mut.nilextBreakCycles)
 	if err != nil {
-		r.nx.cycles++
-		if len(logs) == r.n && (r.nx.refusedVC != r.view || !r.nx.refuseOnce) {
-			r.nx.refusedVC, r.nx.refuseOnce = r.view, true
-			r.out.Errors = append(r.out.Errors, fmt.Errorf("vr: replica %d refuses to start view %d: %w", r.cfg.Self, r.view, err))
+		// Reported (and counted) once per view and number of logs: the
+		// operator sees the group waiting for more replicas, or stuck.
+		if r.nx.cycleView != r.view || r.nx.cycleLogs != len(logs) {
+			r.nx.cycleView, r.nx.cycleLogs = r.view, len(logs)
+			r.nx.cycles++
+			what := "waiting for more replicas' do-view-changes"
+			if len(logs) == r.n {
+				what = "refusing to serve: even every replica's d-log cycles"
+			}
+			r.out.Errors = append(r.out.Errors, fmt.Errorf("vr: replica %d cannot start view %d from %d of %d d-logs (%s): %w",
+				r.cfg.Self, r.view, len(logs), r.n, what, err))
 		}
 		return nil, false
 	}
