@@ -21,6 +21,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -53,6 +54,7 @@ type flags struct {
 	respVia            string
 	etcdSerializable   bool
 	label              string
+	cpuProfile         string
 }
 
 func parse(args []string) (*flags, error) {
@@ -76,6 +78,7 @@ func parse(args []string) (*flags, error) {
 	fs.StringVar(&f.durability, "durability", "", "kefir: write durability level (sync, cad, async); empty = server default")
 	fs.IntVar(&f.waitReplicas, "redis-wait", 0, "redis: follow each write with WAIT n (primary with replicas)")
 	fs.BoolVar(&f.etcdSerializable, "etcd-serializable", false, "etcd: serializable (local, possibly stale) reads instead of linearizable")
+	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole invocation here (harness, drivers and any in-process server)")
 	fs.StringVar(&f.label, "label", "", "name of the system in reports (default: derived from -db and its options)")
 	fs.StringVar(&f.respVia, "via", "redis", "respserver: which client library drives it (redis or kefir)")
 	fs.IntVar(&f.runs, "runs", 1, "repetitions of each cell (to report run-to-run spread)")
@@ -234,6 +237,17 @@ func main() {
 			os.Exit(1)
 		}
 		return
+	}
+	if f.cpuProfile != "" {
+		pf, err := os.Create(f.cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(pf)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "ycsb:", err)
+			os.Exit(1)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
