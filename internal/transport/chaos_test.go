@@ -51,6 +51,8 @@ func TestChaosKeepsEachLinkInOrderAndRecovers(t *testing.T) {
 		mu   sync.Mutex
 		last map[uint64]uint64
 	}
+	var allMu sync.Mutex
+	var all []*Transport // every instance, for the corruption check
 	var violations atomic.Int64
 	var delivered atomic.Int64
 	newInstance := func(self uint64, ln net.Listener) (*Transport, *instance) {
@@ -75,6 +77,9 @@ func TestChaosKeepsEachLinkInOrderAndRecovers(t *testing.T) {
 			t.Fatal(err)
 		}
 		go tr.Serve(ln)
+		allMu.Lock()
+		all = append(all, tr)
+		allMu.Unlock()
 		return tr, inst
 	}
 
@@ -86,6 +91,7 @@ func TestChaosKeepsEachLinkInOrderAndRecovers(t *testing.T) {
 		insts[i] = append(insts[i], inst)
 	}
 
+	big := make([]byte, 8<<20)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var next [n + 1][n + 1]atomic.Uint64 // next op per (from, to)
@@ -100,11 +106,25 @@ func TestChaosKeepsEachLinkInOrderAndRecovers(t *testing.T) {
 				default:
 				}
 				tr := trs[from-1].Load()
+				// Alternate Send (writer goroutine) and SendAll (inline
+				// writes); now and then a message big enough to be written
+				// in parts, so a restart can cut one in the middle.
+				var batch []vr.Message
 				for to := uint64(1); to <= n; to++ {
-					if to != from {
-						_ = tr.Send(to, &vr.Message{Type: vr.MsgCommit, From: from, To: to, Op: next[from][to].Add(1)})
+					if to == from {
+						continue
+					}
+					m := vr.Message{Type: vr.MsgCommit, From: from, To: to, Op: next[from][to].Add(1)}
+					if m.Op%500 == 0 {
+						m.Type, m.Entries = vr.MsgPrepare, []vr.Entry{{Op: m.Op, Request: vr.Request{Data: big}}}
+					}
+					if m.Op%2 == 0 {
+						batch = append(batch, m)
+					} else {
+						_ = tr.Send(to, &m)
 					}
 				}
+				_ = tr.SendAll(batch)
 				time.Sleep(50 * time.Microsecond)
 			}
 		}(uint64(i + 1))
@@ -181,7 +201,20 @@ func TestChaosKeepsEachLinkInOrderAndRecovers(t *testing.T) {
 	for i := range n {
 		trs[i].Load().Close()
 	}
-	t.Logf("chaos: %d messages delivered, %d fault changes, %d restarts of node 3", delivered.Load(), faults, restarts)
+	var corrupt, inline, midFrame uint64
+	for _, tr := range all {
+		s := tr.Stats()
+		corrupt += s.Total.Corrupt
+		inline += s.Total.InlineWrites
+		for _, p := range tr.peers {
+			midFrame += p.c.midFrameDrops.Load()
+		}
+	}
+	t.Logf("chaos: %d messages delivered, %d fault changes, %d restarts of node 3, %d inline writes, %d partly written messages dropped at a reconnect",
+		delivered.Load(), faults, restarts, inline, midFrame)
+	if corrupt != 0 {
+		t.Errorf("%d connections saw a corrupt frame: a reconnect carried part of a frame", corrupt)
+	}
 	if delivered.Load() == 0 || violations.Load() != 0 {
 		t.Fatalf("%d delivered, %d order violations", delivered.Load(), violations.Load())
 	}

@@ -159,7 +159,9 @@ func (t *Transport) readLoop(p *peer, nc net.Conn, rest []byte) error {
 		}
 		if rerr != nil {
 			if hi > lo && errors.Is(rerr, io.EOF) {
-				return fmt.Errorf("%w: stream ended inside a frame", wire.ErrCorrupt)
+				// The peer closed (or restarted) mid-write: a cut, not
+				// corruption; the frame is lost like any in-flight message.
+				return fmt.Errorf("connection closed %d bytes into a frame: %w", hi-lo, io.ErrUnexpectedEOF)
 			}
 			return rerr
 		}

@@ -10,6 +10,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/kefirdb/kefir/internal/vr"
@@ -52,29 +53,51 @@ type peer struct {
 	// dropped (in buf or in the writer's delay line).
 	queued atomic.Int64
 
-	mu      sync.Mutex
-	closed  bool
-	buf     []byte // frames waiting for the writer
-	marks   []mark // one per frame in buf
-	fault   Fault
-	rng     *rand.Rand // fault draws; REQUIRES: mu held
-	lastDue int64      // due of the last delayed message; keeps order under jitter
+	mu     sync.Mutex
+	closed bool
+	buf    []byte // frames waiting for the writer
+	marks  []mark // one per frame in buf
+	fault  Fault
+	// idle: the writer is parked with nothing in hand on a live connection,
+	// whose raw socket is raw (nil for TLS), so push may write for it.
+	idle bool
+	raw  syscall.RawConn
+	// midFrame: buf starts in the middle of a frame whose first bytes push
+	// wrote on the current connection; on any other connection the rest
+	// would corrupt the stream, so the message is dropped instead.
+	midFrame bool
+	rng      *rand.Rand // fault draws; REQUIRES: mu held
+	lastDue  int64      // due of the last delayed message; keeps order under jitter
 }
 
 func (p *peer) send(m *vr.Message) error {
 	p.mu.Lock()
+	err := p.enqueueLocked(m)
+	p.mu.Unlock()
+	p.kick()
+	return err
+}
+
+// kick wakes the writer.
+func (p *peer) kick() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// enqueueLocked applies the link's fault and the queue bounds, and appends
+// m's frame. REQUIRES: p.mu held.
+func (p *peer) enqueueLocked(m *vr.Message) error {
 	if p.closed {
-		p.mu.Unlock()
 		return ErrClosed
 	}
 	f := &p.fault
 	if f.Partition || (f.DropRate > 0 && p.rng.Float64() < f.DropRate) {
-		p.mu.Unlock()
 		p.c.faultDropped.Add(1)
 		return nil
 	}
 	if p.queued.Load() >= int64(p.t.cfg.QueueLen) || (len(p.buf) >= p.t.cfg.MaxQueueBytes) {
-		p.mu.Unlock()
 		p.c.dropped.Add(1)
 		return nil
 	}
@@ -95,12 +118,64 @@ func (p *peer) send(m *vr.Message) error {
 	}
 	p.marks = append(p.marks, mark{end: len(p.buf), due: due})
 	p.queued.Add(1)
-	p.mu.Unlock()
-	select {
-	case p.wake <- struct{}{}:
-	default:
-	}
 	return nil
+}
+
+// push writes the queue right here if the writer is parked on a live plain
+// TCP connection with nothing in hand: one non-blocking write (it never
+// waits for the socket), which saves the hand-off to the writer goroutine on
+// the latency path. Whatever it cannot write (socket buffer full, error, a
+// delayed message) is left queued and the writer is woken, as after Send.
+// REQUIRES: p.mu not held.
+func (p *peer) push() {
+	p.mu.Lock()
+	if !p.idle || p.raw == nil || len(p.marks) == 0 || p.marks[len(p.marks)-1].due > 0 {
+		p.mu.Unlock()
+		p.kick()
+		return
+	}
+	buf := p.buf
+	n, werr := 0, error(nil)
+	err := p.raw.Write(func(fd uintptr) bool {
+		for {
+			n, werr = syscall.Write(int(fd), buf)
+			if werr != syscall.EINTR {
+				return true // never wait for writability: that is the writer's job
+			}
+		}
+	})
+	if err != nil || n < 0 {
+		n = 0
+	}
+	if n > 0 {
+		p.c.batches.Add(1)
+		p.c.inlineWrites.Add(1)
+		p.c.bytesOut.Add(uint64(n))
+		// Messages written whole leave the queue; a partly written head
+		// stays, and midFrame says the rest of it may only follow on this
+		// connection.
+		k := 0
+		for k < len(p.marks) && p.marks[k].end <= n {
+			k++
+		}
+		prevEnd := 0
+		if k > 0 {
+			prevEnd = p.marks[k-1].end
+		}
+		p.midFrame = n > prevEnd
+		p.c.sent.Add(uint64(k))
+		p.queued.Add(-int64(k))
+		p.buf = p.buf[:copy(p.buf, p.buf[n:])]
+		p.marks = p.marks[:copy(p.marks, p.marks[k:])]
+		for i := range p.marks {
+			p.marks[i].end -= n
+		}
+	}
+	left := len(p.buf) > 0
+	p.mu.Unlock()
+	if left {
+		p.kick()
+	}
 }
 
 // run is the peer's writer goroutine: it owns the outbound connection.
@@ -115,14 +190,6 @@ func (p *peer) run() {
 		timer     = time.NewTimer(time.Hour)
 	)
 	timer.Stop()
-	closeConn := func() {
-		if nc != nil {
-			nc.Close()
-			nc, dead = nil, nil
-			p.c.connected.Store(false)
-		}
-	}
-	defer closeConn()
 	// consume removes the first n messages (ending at byte end) from the
 	// line, counting them as sent or dropped.
 	consume := func(n, end int, counter *atomic.Uint64) {
@@ -135,12 +202,44 @@ func (p *peer) run() {
 			lineMarks[i].end -= end
 		}
 	}
+	midFrame := false // the line's head was partly written on nc (by push)
+	closeConn := func() {
+		if nc == nil {
+			return
+		}
+		nc.Close()
+		nc, dead = nil, nil
+		p.c.connected.Store(false)
+		p.mu.Lock()
+		p.idle, p.raw = false, nil
+		if p.midFrame && len(p.marks) > 0 {
+			p.midFrame = false
+			p.c.midFrameDrops.Add(1)
+			p.c.dropped.Add(1)
+			p.queued.Add(-1)
+			end := p.marks[0].end
+			p.buf = p.buf[:copy(p.buf, p.buf[end:])]
+			p.marks = p.marks[:copy(p.marks, p.marks[1:])]
+			for i := range p.marks {
+				p.marks[i].end -= end
+			}
+		}
+		p.mu.Unlock()
+		if midFrame && len(lineMarks) > 0 {
+			midFrame = false
+			p.c.midFrameDrops.Add(1)
+			consume(1, lineMarks[0].end, &p.c.dropped)
+		}
+	}
+	defer closeConn()
 	for {
 		// Take everything queued. With an empty line the buffers swap, so the
 		// common case copies nothing.
 		p.mu.Lock()
+		p.idle = false
 		if len(p.buf) > 0 {
 			if len(line) == 0 {
+				midFrame, p.midFrame = p.midFrame, false
 				line, p.buf = p.buf, line[:0]
 				lineMarks, p.marks = p.marks, lineMarks[:0]
 				if cap(p.buf) > keepBuf {
@@ -158,11 +257,17 @@ func (p *peer) run() {
 		p.mu.Unlock()
 
 		if len(line) == 0 {
+			if nc != nil {
+				p.mu.Lock()
+				p.idle = len(p.buf) == 0
+				p.mu.Unlock()
+			}
 			select {
 			case <-p.wake:
 			case <-dead:
 				closeConn()
 			case <-p.t.ctx.Done():
+				midFrame = false
 				p.discard(len(lineMarks))
 				return
 			}
@@ -172,6 +277,7 @@ func (p *peer) run() {
 			select {
 			case <-dead:
 				closeConn()
+				continue // closeConn may have dropped a partly written head
 			default:
 			}
 		}
@@ -180,6 +286,7 @@ func (p *peer) run() {
 			nc, dead, err = p.connect(failures)
 			if err != nil {
 				if p.t.ctx.Err() != nil {
+					midFrame = false
 					p.discard(len(lineMarks))
 					return
 				}
@@ -197,6 +304,7 @@ func (p *peer) run() {
 				case <-timer.C:
 				case <-p.t.ctx.Done():
 					timer.Stop()
+					midFrame = false
 					p.discard(0)
 					return
 				}
@@ -210,6 +318,13 @@ func (p *peer) run() {
 			}
 			failures = 0
 			p.c.connected.Store(true)
+			var raw syscall.RawConn
+			if sc, ok := nc.(syscall.Conn); ok {
+				raw, _ = sc.SyscallConn()
+			}
+			p.mu.Lock()
+			p.raw = raw
+			p.mu.Unlock()
 		}
 
 		// Write the prefix that is due, in one Write.
@@ -229,13 +344,18 @@ func (p *peer) run() {
 			_ = nc.SetWriteDeadline(time.Now().Add(p.t.cfg.WriteTimeout))
 			if _, err := nc.Write(line[:end]); err != nil {
 				p.log.Warn("peer write failed; dropping the batch and reconnecting", "err", err, "messages", n)
+				midFrame = false // dropped with the batch
 				closeConn()
 				consume(n, end, &p.c.dropped)
 				continue
 			}
+			// A deadline left armed would make push's RawConn.Write fail
+			// once it passes.
+			_ = nc.SetWriteDeadline(time.Time{})
 			p.c.batches.Add(1)
 			p.c.bytesOut.Add(uint64(end))
 			consume(n, end, &p.c.sent)
+			midFrame = false
 			if cap(line) > keepBuf && len(line) == 0 {
 				line, lineMarks = nil, nil
 			}
@@ -255,6 +375,7 @@ func (p *peer) run() {
 			closeConn()
 		case <-p.t.ctx.Done():
 			timer.Stop()
+			midFrame = false
 			p.discard(len(lineMarks))
 			return
 		}
@@ -265,7 +386,7 @@ func (p *peer) run() {
 func (p *peer) discard(inLine int) {
 	p.mu.Lock()
 	n := inLine + len(p.marks)
-	p.buf, p.marks = nil, nil
+	p.buf, p.marks, p.midFrame = nil, nil, false
 	p.mu.Unlock()
 	p.c.dropped.Add(uint64(n))
 	p.queued.Add(-int64(n))

@@ -53,6 +53,8 @@ func (t *Transport) SetLinkFault(to uint64, f Fault) error {
 // counters are one link's, updated with atomics on the hot paths.
 type counters struct {
 	sent, dropped, faultDropped, batches, bytesOut  atomic.Uint64
+	inlineWrites                                    atomic.Uint64
+	midFrameDrops                                   atomic.Uint64 // tests: the partial-head path ran
 	received, readBatches, bytesIn, faultDroppedIn  atomic.Uint64
 	corrupt, spoofed                                atomic.Uint64
 	connects, reconnects, dialFailures, inboundConn atomic.Uint64
@@ -67,6 +69,7 @@ type LinkStats struct {
 	Dropped      uint64 // messages dropped: queue full, failed dial or write, Close
 	FaultDropped uint64 // messages dropped by an injected DropRate or Partition
 	Batches      uint64 // writes (one syscall each, one per batch)
+	InlineWrites uint64 // of Batches, written by SendAll on the caller's goroutine
 	BytesOut     uint64 // frame bytes written
 	Queued       int64  // messages waiting now (queue and delay line)
 	Connected    bool   // an outbound connection is up now
@@ -87,6 +90,7 @@ func (s *LinkStats) add(o LinkStats) {
 	s.Dropped += o.Dropped
 	s.FaultDropped += o.FaultDropped
 	s.Batches += o.Batches
+	s.InlineWrites += o.InlineWrites
 	s.BytesOut += o.BytesOut
 	s.Queued += o.Queued
 	s.Reconnects += o.Reconnects
@@ -121,6 +125,7 @@ func (t *Transport) Stats() Stats {
 			Dropped:        c.dropped.Load(),
 			FaultDropped:   c.faultDropped.Load(),
 			Batches:        c.batches.Load(),
+			InlineWrites:   c.inlineWrites.Load(),
 			BytesOut:       c.bytesOut.Load(),
 			Queued:         p.queued.Load(),
 			Connected:      c.connected.Load(),
