@@ -3,6 +3,7 @@ package vrshard
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	mrand "math/rand"
 	"math/rand/v2"
@@ -16,6 +17,41 @@ import (
 	"github.com/kefirdb/kefir/internal/transport"
 	"github.com/kefirdb/kefir/internal/vfs"
 )
+
+// soak lengthens the fault workloads (default 3s each), e.g.
+//
+//	go test ./internal/vrshard/ -run 'UnderFaults|PowerLoss' -vrshard.soak 5m
+var soak = flag.Duration("vrshard.soak", 0, "run the fault workloads this long instead of 3s")
+
+func workloadTime() time.Duration {
+	if *soak > 0 {
+		return *soak
+	}
+	return 3 * time.Second
+}
+
+// workloadKeys spreads a soak over more keys: porcupine's search grows with
+// the operations per key, and a search that times out decides nothing.
+func workloadKeys(base ...string) []string {
+	if *soak <= 0 {
+		return base
+	}
+	var ks []string
+	for i := range int(soak.Seconds()/3) + 1 {
+		for _, k := range base {
+			ks = append(ks, fmt.Sprint(k, i))
+		}
+	}
+	return ks
+}
+
+func linOptions() check.LinOptions {
+	o := check.LinOptions{NoVisualization: true, Strict: true}
+	if *soak > 0 {
+		o.Timeout = time.Minute
+	}
+	return o
+}
 
 // workload runs concurrent clients against the cluster for d while nemesis
 // injects faults, and returns the recorded history.
@@ -288,14 +324,14 @@ func summarize(h check.History) (ok, unknown int) {
 func TestConcurrentHistoryUnderFaultsIsLinearizable(t *testing.T) {
 	c := newCluster(t, 3, func(o *Options) { o.CheckpointOps = 200; o.KeepTail = 20 })
 	c.leader(5 * time.Second)
-	w := &workload{c: c, rec: check.NewRecorder(nil), clients: 5, keys: []string{"x", "y", "z"}, sessionReads: true}
-	h := runWorkload(t, w, 3*time.Second, true, 1)
+	w := &workload{c: c, rec: check.NewRecorder(nil), clients: 5, keys: workloadKeys("x", "y", "z"), sessionReads: true}
+	h := runWorkload(t, w, workloadTime(), true, 1)
 	ok, unknown := summarize(h)
 	t.Logf("%d operations: %d ok, %d unknown, %d crashes", len(h.Ops), ok, unknown, len(h.Crashes))
 	if ok < 100 {
 		t.Fatalf("only %d operations completed: the cluster made no real progress under faults", ok)
 	}
-	v := check.Linearizable(h, check.LinOptions{NoVisualization: true, Strict: true})
+	v := check.Linearizable(h, linOptions())
 	if !v.OK {
 		t.Fatalf("history not linearizable:\n%v", v)
 	}
@@ -318,15 +354,15 @@ func TestPowerLossHistoryIsLinearizable(t *testing.T) {
 	})
 	c.leader(5 * time.Second)
 	crashRng := mrand.New(mrand.NewSource(5))
-	w := &workload{c: c, rec: check.NewRecorder(nil), clients: 5, keys: []string{"x", "y"}, sessionReads: true,
+	w := &workload{c: c, rec: check.NewRecorder(nil), clients: 5, keys: workloadKeys("x", "y"), sessionReads: true,
 		afterKill: func(i int) { mems[c.ids[i]].Crash(crashRng) }}
-	h := runWorkload(t, w, 3*time.Second, true, 3)
+	h := runWorkload(t, w, workloadTime(), true, 3)
 	ok, unknown := summarize(h)
 	t.Logf("%d operations: %d ok, %d unknown, %d power cuts", len(h.Ops), ok, unknown, len(h.Crashes))
 	if ok < 100 || len(h.Crashes) == 0 {
 		t.Fatalf("%d operations completed, %d power cuts: the test tested nothing", ok, len(h.Crashes))
 	}
-	if v := check.Linearizable(h, check.LinOptions{NoVisualization: true, Strict: true}); !v.OK {
+	if v := check.Linearizable(h, linOptions()); !v.OK {
 		t.Fatalf("history not linearizable:\n%v", v)
 	}
 	if v := check.Session(h, check.SessionOptions{}); !v.OK {
