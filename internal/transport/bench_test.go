@@ -103,9 +103,11 @@ func BenchmarkPingPong(b *testing.B) {
 	})
 }
 
-// BenchmarkPingPongSideBySide alternates blocks of 64 raw-TCP round trips
-// and 64 transport round trips, so both figures come from the same moments
-// of a shared, noisy machine. It reports each mean and their ratio.
+// BenchmarkPingPongSideBySide alternates blocks of 64 round trips over raw
+// TCP, over two transports with Send (writer goroutine on each hop), and
+// with SendAll (inline write when the writer is parked), so all three
+// figures come from the same moments of a shared, noisy machine. It reports
+// each mean and the ratios to raw TCP.
 func BenchmarkPingPongSideBySide(b *testing.B) {
 	frame := wire.AppendFrame(nil, heartbeat(1, 2))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -138,28 +140,36 @@ func BenchmarkPingPongSideBySide(b *testing.B) {
 
 	pong := make(chan struct{}, 1)
 	var echo *Transport
+	var inline atomic.Bool
+	reply := []vr.Message{*heartbeat(2, 1)}
 	nodes := cluster(b, 2, func(c *Config) {
 		if c.Self == 1 {
 			c.Handler = func(uint64, []vr.Message) { pong <- struct{}{} }
 		} else {
 			c.Handler = func(from uint64, msgs []vr.Message) {
 				for range msgs {
-					_ = echo.Send(from, heartbeat(2, 1))
+					if inline.Load() {
+						_ = echo.SendAll(reply)
+					} else {
+						_ = echo.Send(from, &reply[0])
+					}
 				}
 			}
 		}
 	})
 	echo = nodes[1].tr
+	a := nodes[0].tr
 	ping := heartbeat(1, 2)
-	mustSend(b, nodes[0].tr, 2, ping)
+	pings := []vr.Message{*ping}
+	mustSend(b, a, 2, ping)
 	<-pong
 
 	const block = 64
-	var rawTime, trTime time.Duration
+	var rawTime, sendTime, allTime time.Duration
 	rounds := 0
 	b.ResetTimer()
-	for done := 0; done < b.N; done += 2 * block {
-		start := time.Now()
+	for done := 0; done < b.N; done += 3 * block {
+		t0 := time.Now()
 		for range block {
 			if _, err := raw.Write(frame); err != nil {
 				b.Fatal(err)
@@ -168,18 +178,30 @@ func BenchmarkPingPongSideBySide(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		mid := time.Now()
+		t1 := time.Now()
+		inline.Store(false)
 		for range block {
-			_ = nodes[0].tr.Send(2, ping)
+			_ = a.Send(2, ping)
 			<-pong
 		}
-		rawTime += mid.Sub(start)
-		trTime += time.Since(mid)
+		t2 := time.Now()
+		inline.Store(true)
+		for range block {
+			_ = a.SendAll(pings)
+			<-pong
+		}
+		t3 := time.Now()
+		rawTime += t1.Sub(t0)
+		sendTime += t2.Sub(t1)
+		allTime += t3.Sub(t2)
 		rounds += block
 	}
-	b.ReportMetric(float64(rawTime.Nanoseconds())/float64(rounds)/1e3, "raw-µs/rtt")
-	b.ReportMetric(float64(trTime.Nanoseconds())/float64(rounds)/1e3, "transport-µs/rtt")
-	b.ReportMetric(float64(trTime)/float64(rawTime), "transport/raw")
+	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / float64(rounds) / 1e3 }
+	b.ReportMetric(us(rawTime), "raw-µs/rtt")
+	b.ReportMetric(us(sendTime), "send-µs/rtt")
+	b.ReportMetric(us(allTime), "sendall-µs/rtt")
+	b.ReportMetric(float64(sendTime)/float64(rawTime), "send/raw")
+	b.ReportMetric(float64(allTime)/float64(rawTime), "sendall/raw")
 }
 
 // BenchmarkStream measures one-way message throughput 1 → 2 with up to

@@ -4,8 +4,10 @@
 //
 // Shape, per peer:
 //
-//	Send (driver goroutine, never blocks)
-//	  └─ encodes the frame into the peer's queue (bounded; overflow drops the new message)
+//	Send / SendAll (driver goroutine, never waits for the network)
+//	  └─ encodes the frame into the peer's queue (bounded; overflow drops the new message);
+//	     SendAll then writes the queue itself with one non-blocking write if the
+//	     peer's writer is parked (no hand-off), else wakes the writer
 //	writer goroutine (one per peer)
 //	  └─ dials on demand (timeout, capped exponential backoff with jitter),
 //	     takes everything queued and writes it with ONE Write (one syscall per batch),
@@ -37,6 +39,13 @@
 // Fault injection (SetLinkFault): per-link one-way delay with jitter (order
 // kept), random drops, and partitions, changeable at run time, for
 // experiments that emulate network distance and for tests.
+//
+// Use from a node: New with the cluster's peer map, secret and vr.Config
+// identity (Cluster, Hash()); either Listen on the peer address or, if the
+// node owns the peer listener, hand each accepted connection untouched to
+// HandleConn. The driver calls SendAll with each Ready's messages and
+// receives batches in Handler; Stats feeds the node's metrics;
+// SetLinkFault is for experiments.
 //
 // This package imports internal/vr (message type) and internal/wire (codec)
 // and the standard library. It must not import internal/server,
