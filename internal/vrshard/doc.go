@@ -10,8 +10,11 @@
 //
 //  1. Persist: the batch's snapshot point, truncation, entries and hard state
 //     go to the replication log (wal.go: segmented, CRC-checked, on vfs) as
-//     ONE write and ONE fsync, after the batch's messages were handed to the
-//     transport (the core withholds those that promise durability).
+//     ONE write, after the batch's messages were handed to the transport (the
+//     core withholds those that promise durability). The fsync runs off the
+//     driver goroutine, one at a time, covering every batch written before it
+//     started; when it returns the driver calls Persisted. So a batch costs
+//     at most one fsync, and batches written during an fsync share the next.
 //  2. Apply committed entries to the engine with version = VR op number, in
 //     one Append and without an engine fsync: the log is the durable copy.
 //     After a crash the engine recovers some prefix of what was appended;
