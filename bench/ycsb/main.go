@@ -30,6 +30,7 @@ import (
 	"github.com/kefirdb/kefir/bench/ycsb/core"
 	"github.com/kefirdb/kefir/bench/ycsb/drivers"
 	"github.com/kefirdb/kefir/client"
+	"github.com/kefirdb/kefir/internal/faultproxy"
 )
 
 type flags struct {
@@ -55,6 +56,7 @@ type flags struct {
 	etcdSerializable   bool
 	label              string
 	cpuProfile         string
+	delay              time.Duration
 }
 
 func parse(args []string) (*flags, error) {
@@ -79,6 +81,7 @@ func parse(args []string) (*flags, error) {
 	fs.IntVar(&f.waitReplicas, "redis-wait", 0, "redis: follow each write with WAIT n (primary with replicas)")
 	fs.BoolVar(&f.etcdSerializable, "etcd-serializable", false, "etcd: serializable (local, possibly stale) reads instead of linearizable")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole invocation here (harness, drivers and any in-process server)")
+	fs.DurationVar(&f.delay, "delay", 0, "emulated network distance: a delay proxy in front of every server address adds this much in each direction (client links only)")
 	fs.StringVar(&f.label, "label", "", "name of the system in reports (default: derived from -db and its options)")
 	fs.StringVar(&f.respVia, "via", "redis", "respserver: which client library drives it (redis or kefir)")
 	fs.IntVar(&f.runs, "runs", 1, "repetitions of each cell (to report run-to-run spread)")
@@ -130,7 +133,63 @@ type system struct {
 	close   func() error
 }
 
+// delayer puts a delay proxy (internal/faultproxy) in front of each server address, so
+// every system compared sees the same emulated network distance on its client links.
+type delayer struct {
+	oneWay  time.Duration
+	proxies []*faultproxy.Proxy
+}
+
+// wrap returns the address clients should use for upstream: upstream itself when no
+// delay is asked for, else a new proxy delaying each direction by oneWay.
+func (d *delayer) wrap(upstream string) string {
+	if d.oneWay <= 0 {
+		return upstream
+	}
+	p, err := faultproxy.New(upstream, uint64(len(d.proxies))+1)
+	if err != nil {
+		// Listening on loopback failing is not something a benchmark can work around.
+		panic(fmt.Sprintf("delay proxy for %s: %v", upstream, err))
+	}
+	p.Delay(faultproxy.Up, d.oneWay, 0)
+	p.Delay(faultproxy.Down, d.oneWay, 0)
+	d.proxies = append(d.proxies, p)
+	return p.Addr()
+}
+
+func (d *delayer) wrapAll(addrs []string) []string {
+	out := make([]string, len(addrs))
+	for i, a := range addrs {
+		out[i] = d.wrap(a)
+	}
+	return out
+}
+
+func (d *delayer) close() error {
+	var err error
+	for _, p := range d.proxies {
+		err = errors.Join(err, p.Close())
+	}
+	return err
+}
+
+// connect opens the system under test, behind delay proxies if -delay is set.
 func connect(ctx context.Context, f *flags, index bool, pool int) (*system, error) {
+	dl := &delayer{oneWay: f.delay}
+	sys, err := connectVia(ctx, f, index, pool, dl)
+	if err != nil {
+		dl.close()
+		return nil, err
+	}
+	if f.delay > 0 {
+		sys.name += fmt.Sprintf(" +%v each way", f.delay)
+		inner := sys.close
+		sys.close = func() error { return errors.Join(inner(), dl.close()) }
+	}
+	return sys, nil
+}
+
+func connectVia(ctx context.Context, f *flags, index bool, pool int, dl *delayer) (*system, error) {
 	switch f.db {
 	case "redis", "respserver":
 		addr, name := f.addr, "redis"
@@ -141,6 +200,7 @@ func connect(ctx context.Context, f *flags, index bool, pool int) (*system, erro
 				return nil, err
 			}
 			addr, name = srv.Addr(), "respserver(via "+f.respVia+")"
+			addr = dl.wrap(addr)
 			if f.respVia == "kefir" {
 				k, err := drivers.NewKefir(ctx, drivers.KefirConfig{Addrs: []string{addr}, PoolSize: pool})
 				if err != nil {
@@ -149,6 +209,9 @@ func connect(ctx context.Context, f *flags, index bool, pool int) (*system, erro
 				}
 				return &system{name: name, newDB: k.NewDB, close: func() error { return errors.Join(k.Close(), srv.Close()) }}, nil
 			}
+		}
+		if srv == nil {
+			addr = dl.wrap(addr)
 		}
 		r, err := drivers.NewRedis(ctx, drivers.RedisConfig{Addr: addr, Password: f.password, PoolSize: pool, Index: index,
 			WaitReplicas: f.waitReplicas, WaitTimeout: time.Second})
@@ -169,7 +232,7 @@ func connect(ctx context.Context, f *flags, index bool, pool int) (*system, erro
 			return err
 		}}, nil
 	case "etcd":
-		e, err := drivers.NewEtcd(ctx, drivers.EtcdConfig{Endpoints: strings.Split(f.addr, ","), Serializable: f.etcdSerializable})
+		e, err := drivers.NewEtcd(ctx, drivers.EtcdConfig{Endpoints: dl.wrapAll(strings.Split(f.addr, ",")), Serializable: f.etcdSerializable})
 		if err != nil {
 			return nil, err
 		}
@@ -181,7 +244,7 @@ func connect(ctx context.Context, f *flags, index bool, pool int) (*system, erro
 	case "null":
 		return &system{name: "null (harness only)", newDB: drivers.Null{}.NewDB, close: func() error { return nil }}, nil
 	case "kefir":
-		cfg := drivers.KefirConfig{Addrs: strings.Split(f.addr, ","), Password: f.password, PoolSize: pool}
+		cfg := drivers.KefirConfig{Addrs: dl.wrapAll(strings.Split(f.addr, ",")), Password: f.password, PoolSize: pool}
 		name := "kefir"
 		if f.consistency != "" {
 			c, err := client.ParseConsistency(f.consistency)
@@ -211,10 +274,12 @@ func connect(ctx context.Context, f *flags, index bool, pool int) (*system, erro
 
 // row is one measured cell for the reports.
 type row struct {
-	System  string       `json:"system"`
-	Durable bool         `json:"durable_writes"`
-	Run     int          `json:"run"`
-	Result  *core.Result `json:"result"`
+	System  string `json:"system"`
+	Durable bool   `json:"durable_writes"`
+	// Delay is the emulated one-way delay added on client links (each direction).
+	Delay  time.Duration `json:"delay_one_way_ns,omitempty"`
+	Run    int           `json:"run"`
+	Result *core.Result  `json:"result"`
 }
 
 func main() {
@@ -340,7 +405,7 @@ func run(ctx context.Context, f *flags, logw io.Writer) ([]row, error) {
 					if err != nil {
 						return rows, fmt.Errorf("run %s clients=%d target=%v: %w", w.Name, c, t, err)
 					}
-					rows = append(rows, row{System: sys.name, Durable: sys.durable, Run: run + 1, Result: res})
+					rows = append(rows, row{System: sys.name, Durable: sys.durable, Delay: f.delay, Run: run + 1, Result: res})
 					fmt.Fprintln(logw, benchLine(sys.name, res))
 				}
 			}
@@ -369,7 +434,8 @@ func markdown(cmd string, rows []row, lim limits.Result) string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "Command (from `bench/`): `%s`\n\n", cmd)
 	fmt.Fprintf(&sb, "Physical floors on this machine: %s. The \"× floor\" column is p50 ÷ the floor of that operation: "+
-		"a round trip, plus a write+fsync for writes of systems that fsync before acknowledging.\n\n", lim)
+		"a round trip (plus twice any emulated one-way delay), plus a write+fsync for writes of systems that fsync before acknowledging. "+
+		"Network distance: loopback, plus the emulated delay named in the system column if any (client links only, via internal/faultproxy).\n\n", lim)
 	sb.WriteString("| system | workload | clients | load | run | op | ops/s | p50 µs | × floor | p95 µs | p99 µs | p99.9 µs | errors | not found |\n")
 	sb.WriteString("|---|---|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range rows {
@@ -381,12 +447,12 @@ func markdown(cmd string, rows []row, lim limits.Result) string {
 			}
 		}
 		for _, op := range r.Result.PerOp {
-			floor := lim.LoopbackRTTP50us
+			floor := lim.LoopbackRTTP50us + 2*float64(r.Delay)/1e3
 			if r.Durable && (op.Op == "UPDATE" || op.Op == "INSERT" || op.Op == "READ-MODIFY-WRITE") {
 				floor += lim.FsyncP50us
 			}
 			if op.Op == "READ-MODIFY-WRITE" {
-				floor += lim.LoopbackRTTP50us
+				floor += lim.LoopbackRTTP50us + 2*float64(r.Delay)/1e3
 			}
 			times := "–"
 			if floor > 0 {

@@ -77,3 +77,37 @@ func TestPlotsAreWrittenAndEmptyDataIsAnError(t *testing.T) {
 		t.Fatal("plotting results without latency data succeeded")
 	}
 }
+
+func TestFloorIncludesTheEmulatedDelay(t *testing.T) {
+	rows := []row{{System: "x", Delay: 500 * time.Microsecond, Run: 1, Result: &core.Result{Workload: "c", Clients: 1, Mode: "closed",
+		PerOp: []core.OpStats{{Op: "READ", P50Us: 2020}}}}}
+	// Floor: 10 µs round trip + 2 × 500 µs = 1010 µs.
+	if md := markdown("cmd", rows, limits.Result{LoopbackRTTP50us: 10}); !strings.Contains(md, "| READ | 0 | 2020.0 | 2.0× |") {
+		t.Fatalf("floor with delay wrong:\n%s", md)
+	}
+}
+
+func TestDelayProxyAddsTheDelayToEveryRoundTrip(t *testing.T) {
+	srv, err := drivers.StartRESPServer("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	dl := &delayer{oneWay: 5 * time.Millisecond}
+	defer dl.close()
+	r, err := drivers.NewRedis(context.Background(), drivers.RedisConfig{Addr: dl.wrap(srv.Addr()), PoolSize: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	db, _ := r.NewDB(0)
+	start := time.Now()
+	for range 5 {
+		if err := db.Update(context.Background(), "k", []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if per := time.Since(start) / 5; per < 10*time.Millisecond {
+		t.Fatalf("a round trip through a 5 ms each-way proxy took %v, want ≥ 10 ms", per)
+	}
+}
