@@ -11,11 +11,11 @@
 #
 # Knobs (environment): WORKLOADS (a,b,c,d,e,f,w), CLIENTS (16,64), RECORDS (50000),
 # D (5s measured per cell), W (1s warm-up), RUNS (2: back-to-back repetitions, for the
-# 15% agreement check), OUT (results/compare). Writes OUT/<system>.md and .json per system
+# 15% agreement check), DELAY (0s: one-way delay on client links), OUT (results/compare). Writes OUT/<system>.md and .json per system
 # and OUT/compare.md (all tables, with the commands).
 #
 # Not yet: ZooKeeper, Redis replicas with WAIT (peers/redis.sh --replicas and
-# ycsb -redis-wait exist), emulated network distance, PNG plots.
+# ycsb -redis-wait exist), delay on peer links.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -25,6 +25,7 @@ RECORDS=${RECORDS:-50000}
 D=${D:-5s}
 W=${W:-1s}
 RUNS=${RUNS:-2}
+DELAY=${DELAY:-0s}
 OUT=${OUT:-results/compare}
 REDIS_PORT=${REDIS_PORT:-6399}
 KEFIR_PORT=${KEFIR_PORT:-6390}
@@ -44,7 +45,7 @@ echo "== build"
 go build -o "$tmp/ycsb" ./ycsb
 (cd .. && go build -o "$tmp/kefir" ./cmd/kefir)
 
-common=(-workloads "$WORKLOADS" -clients "$CLIENTS" -records "$RECORDS" -d "$D" -warmup "$W" -runs "$RUNS")
+common=(-workloads "$WORKLOADS" -clients "$CLIENTS" -records "$RECORDS" -d "$D" -warmup "$W" -runs "$RUNS" -delay "$DELAY")
 run() { # name ycsb-args...
   local name=$1; shift
   echo "== $name"
@@ -81,9 +82,9 @@ peers/etcd.sh stop "$tmp/etcd"
 {
   echo "# YCSB comparison — $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
   echo
-  echo "Produced by \`WORKLOADS=$WORKLOADS CLIENTS=$CLIENTS RECORDS=$RECORDS D=$D W=$W RUNS=$RUNS bench/compare.sh\`."
+  echo "Produced by \`WORKLOADS=$WORKLOADS CLIENTS=$CLIENTS RECORDS=$RECORDS D=$D W=$W RUNS=$RUNS DELAY=$DELAY bench/compare.sh\`."
   echo "Redis fsync-always: appendonly yes, appendfsync always (≈ Kefir sync). Redis no-persistence: no AOF, no RDB."
-  echo "Network distance: none (loopback, no delay proxy) for every system."
+  echo "Network distance: loopback plus $DELAY each way on every client link (delay proxy), for every system; peer links undelayed."
   echo "Client libraries differ: Redis rows use go-redis (one connection per in-flight request);"
   echo "Kefir and ceiling rows use Kefir's client (pipelines many goroutines' requests over a few"
   echo "connections, fewer syscalls per operation). Part of any gap is the client, not the server."
