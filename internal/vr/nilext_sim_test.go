@@ -245,12 +245,12 @@ func exploreNilext(t *testing.T, seeds, replicas int, nx *nilextSimOptions) {
 // duplicates, partitions, drift and crashes that lose unsynced data: every
 // history is linearizable, no completed sync write is lost, logs agree.
 func TestNilextSimThreeReplicas(t *testing.T) {
-	exploreNilext(t, seedCount(300, 5000), 3, defaultNilext())
+	exploreNilext(t, seedCount(200, 5000), 3, defaultNilext())
 }
 
 // TestNilextSimFiveReplicas: f = 2, supermajority 4 of 5.
 func TestNilextSimFiveReplicas(t *testing.T) {
-	exploreNilext(t, seedCount(120, 2000), 5, defaultNilext())
+	exploreNilext(t, seedCount(100, 2000), 5, defaultNilext())
 }
 
 // TestNilextSimSlowFinalizer: the finalizer rarely runs, so view changes
@@ -258,7 +258,7 @@ func TestNilextSimFiveReplicas(t *testing.T) {
 func TestNilextSimSlowFinalizer(t *testing.T) {
 	nx := defaultNilext()
 	nx.batch, nx.interval = 1000, 200*time.Millisecond
-	exploreNilext(t, seedCount(120, 2000), 5, nx)
+	exploreNilext(t, seedCount(80, 2000), 5, nx)
 }
 
 // ---- scenarios (internal/sim/scenario) ----
@@ -434,7 +434,7 @@ func TestNilextSimPowerFailure(t *testing.T) {
 	nx := defaultNilext()
 	nx.batch, nx.interval = 1000, 50*time.Millisecond
 	o, tweak := nilextSim(defaultSimOptions(), nx)
-	sim.Explore(t, 1, seedCount(150, 2000), func(seed uint64, trace io.Writer) (err error) {
+	sim.Explore(t, 1, seedCount(100, 2000), func(seed uint64, trace io.Writer) (err error) {
 		defer func() {
 			if p := recover(); p != nil {
 				err = fmt.Errorf("panic: %v", p)
@@ -466,7 +466,7 @@ func TestNilextSimRecoveryProtocol(t *testing.T) {
 	o, tweak := nilextSim(defaultSimOptions(), defaultNilext())
 	o.lostState = true
 	o.counters = &simCounters{}
-	sim.Explore(t, 1, seedCount(200, 3000), func(seed uint64, trace io.Writer) (err error) {
+	sim.Explore(t, 1, seedCount(120, 3000), func(seed uint64, trace io.Writer) (err error) {
 		defer func() {
 			if p := recover(); p != nil {
 				err = fmt.Errorf("panic: %v", p)
@@ -491,7 +491,7 @@ func TestNilextSimRecoveryProtocol(t *testing.T) {
 func TestNilextSimHostileNetwork(t *testing.T) {
 	nx := defaultNilext()
 	o, tweak := nilextSim(defaultSimOptions(), nx)
-	sim.Explore(t, 1, seedCount(100, 2000), func(seed uint64, trace io.Writer) (err error) {
+	sim.Explore(t, 1, seedCount(60, 2000), func(seed uint64, trace io.Writer) (err error) {
 		defer func() {
 			if p := recover(); p != nil {
 				err = fmt.Errorf("panic: %v", p)
