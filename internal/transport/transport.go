@@ -129,9 +129,11 @@ type Config struct {
 	// QueueLen bounds the messages waiting for one peer (queued and held by
 	// an injected delay); beyond it Send drops (default DefaultQueueLen).
 	QueueLen int
-	// MaxQueueBytes bounds the encoded bytes queued for one peer; a message
-	// is still admitted into an empty queue whatever its size, so a large
-	// snapshot can go (default DefaultMaxQueueBytes).
+	// MaxQueueBytes bounds the encoded bytes waiting for one peer's writer
+	// to pick them up (what the writer already holds, e.g. for an injected
+	// delay, is bounded by QueueLen only); a message is still admitted into
+	// an empty queue whatever its size, so a large snapshot can go (default
+	// DefaultMaxQueueBytes).
 	MaxQueueBytes int
 	// DialTimeout bounds one TCP connect (and TLS handshake).
 	DialTimeout time.Duration
