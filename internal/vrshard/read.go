@@ -106,6 +106,21 @@ func (r *Replica) linearizable(ctx context.Context) error {
 	case <-r.done:
 		return r.closedErr()
 	}
+	select {
+	case <-rw.done: // the lease answered at once: no timer needed
+	default:
+		if err := r.awaitRead(ctx, rw); err != nil {
+			return err
+		}
+	}
+	if rw.err != nil {
+		return rw.err
+	}
+	// The leader applies what it committed within its own Ready loop.
+	return r.waitApplied(ctx, rw.idx, r.opts.RequestTimeout)
+}
+
+func (r *Replica) awaitRead(ctx context.Context, rw *readWaiter) error {
 	timer := time.NewTimer(r.opts.RequestTimeout)
 	defer timer.Stop()
 	select {
@@ -121,16 +136,15 @@ func (r *Replica) linearizable(ctx context.Context) error {
 			return r.closedErr()
 		}
 	}
-	if rw.err != nil {
-		return rw.err
-	}
-	// The leader applies what it committed within its own Ready loop.
-	return r.waitApplied(ctx, rw.idx, r.opts.RequestTimeout)
+	return nil
 }
 
 // waitApplied waits until the applied op reaches idx, at most limit (0 = as
 // long as ctx allows); then it redirects to the leader.
 func (r *Replica) waitApplied(ctx context.Context, idx uint64, limit time.Duration) error {
+	if r.applied.Load() >= idx {
+		return nil
+	}
 	var timeout <-chan time.Time
 	if limit > 0 {
 		t := time.NewTimer(limit)
