@@ -1,104 +1,141 @@
-package transport_test
+package transport
 
 import (
-	"bytes"
+	"bufio"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
-	"log/slog"
+	"fmt"
+	"io"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
-
-	"github.com/kefirdb/kefir/internal/server"
-	"github.com/kefirdb/kefir/internal/transport"
-	"github.com/kefirdb/kefir/internal/vr"
 )
 
-// The transport's handshake starts with the node's peer-port text
-// (internal/server/peer.go) byte for byte. These tests run the real server
-// code against the transport, both ways, so a change on either side that
-// breaks the shared phase shows up here.
+// The transport's handshake starts with the node's original peer-port text
+// (internal/server/peer.go at commit b229ea6), byte for byte. The two
+// functions below are that code, copied (names aside) rather than imported:
+// internal/server changes under other hands and will delegate its peer port
+// to this package, so the tests must not depend on it building. They run the
+// original protocol against the transport in both directions.
 
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+var errLegacyAuth = errors.New("peer authentication failed")
+
+const legacyGreeting = "KEFIR-PEER 1"
+
+func legacyMAC(secret, role, nonceA, nonceB, node string) string {
+	m := hmac.New(sha256.New, []byte(secret))
+	io.WriteString(m, role+"\x00"+nonceA+"\x00"+nonceB+"\x00"+node)
+	return hex.EncodeToString(m.Sum(nil))
 }
 
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
+func legacyNonce() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within 5s: %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
+// legacyPeerDial is server.PeerDial.
+func legacyPeerDial(addr, nodeID, secret string, timeout time.Duration) (net.Conn, error) {
+	nc, err := net.DialTimeout("tcp", addr, timeout)
+	if err != nil {
+		return nil, fmt.Errorf("peer dial %s: %w", addr, err)
 	}
+	_ = nc.SetDeadline(time.Now().Add(timeout))
+	br := bufio.NewReader(nc)
+	line, err := br.ReadString('\n')
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("peer %s: read greeting: %w", addr, err)
+	}
+	f := strings.Fields(line)
+	if len(f) != 3 || f[0]+" "+f[1] != legacyGreeting {
+		nc.Close()
+		return nil, fmt.Errorf("peer %s: bad greeting %q", addr, line)
+	}
+	nonceA, nonceB := f[2], legacyNonce()
+	fmt.Fprintf(nc, "%s %s %s\n", nodeID, nonceB, legacyMAC(secret, "dial", nonceA, nonceB, nodeID))
+	line, err = br.ReadString('\n')
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("peer %s: read verdict: %w", addr, err)
+	}
+	f = strings.Fields(line)
+	if len(f) != 2 || f[0] != "OK" || !hmac.Equal([]byte(f[1]), []byte(legacyMAC(secret, "accept", nonceA, nonceB, nodeID))) {
+		nc.Close()
+		return nil, fmt.Errorf("%w: %s answered %q", errLegacyAuth, addr, strings.TrimSpace(line))
+	}
+	_ = nc.SetDeadline(time.Time{})
+	return nc, nil
 }
 
-func TestServerPeerDialAuthenticatesAgainstTheTransport(t *testing.T) {
+// legacyAccept is the server's peerHandshake: it authenticates, reports the
+// peer's node id, and closes (the server had no replication yet).
+func legacyAccept(nc net.Conn, secret string) (string, error) {
+	defer nc.Close()
+	_ = nc.SetDeadline(time.Now().Add(5 * time.Second))
+	nonceA := legacyNonce()
+	fmt.Fprintf(nc, "%s %s\n", legacyGreeting, nonceA)
+	br := bufio.NewReaderSize(io.LimitReader(nc, 1024), 1024)
+	line, err := br.ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	f := strings.Fields(line)
+	if len(f) != 3 || !hmac.Equal([]byte(f[2]), []byte(legacyMAC(secret, "dial", nonceA, f[1], f[0]))) {
+		fmt.Fprintf(nc, "ERR authentication failed\n")
+		return "", errLegacyAuth
+	}
+	fmt.Fprintf(nc, "OK %s\n", legacyMAC(secret, "accept", nonceA, f[1], f[0]))
+	return f[0], nil
+}
+
+func TestTheOriginalPeerDialAuthenticatesAgainstTheTransport(t *testing.T) {
+	nodes := cluster(t, 2, func(c *Config) { c.HandshakeTimeout = time.Second })
+	b := nodes[1]
+	// Phase 1 succeeds with both MACs checked: the transport checks the
+	// dialer's, the original dialer checks the transport's.
+	nc, err := legacyPeerDial(b.ln.Addr().String(), "1", testSecret, 5*time.Second)
+	if err != nil {
+		t.Fatalf("original PeerDial against the transport: %v", err)
+	}
+	nc.Close() // a phase-1-only dialer stops here; the transport then refuses it
+	eventually(t, 5*time.Second, func() bool { return b.tr.Stats().ProtocolErrors == 1 }, "a protocol error for the phase-1-only dialer")
+
+	if _, err := legacyPeerDial(b.ln.Addr().String(), "1", "wrong", 5*time.Second); !errors.Is(err, errLegacyAuth) {
+		t.Fatalf("original PeerDial with the wrong secret: %v, want an authentication failure", err)
+	}
+	eventually(t, 5*time.Second, func() bool { return b.tr.Stats().AuthFailures == 1 }, "an auth failure counted")
+}
+
+func TestTheTransportAuthenticatesAgainstTheOriginalAcceptor(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuf{}
-	tr, err := transport.New(transport.Config{Self: 1, Peers: map[uint64]string{2: "127.0.0.1:1"}, ClusterSecret: "cluster",
-		Handler: func(uint64, []vr.Message) {}, Logger: slog.New(slog.NewTextHandler(logs, nil)), HandshakeTimeout: time.Second})
+	defer ln.Close()
+	logs := &logBuf{}
+	tr, err := New(Config{Self: 1, Peers: map[uint64]string{2: ln.Addr().String()}, ClusterSecret: testSecret,
+		Handler: newInbox().handle, Logger: slogTo(logs), DialBackoff: time.Hour, MaxDialBackoff: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tr.Close()
-	go tr.Serve(ln)
-
-	// Phase 1 (the server's handshake) succeeds in both directions' MACs:
-	// the transport checks the dialer's, PeerDial checks the transport's.
-	nc, err := server.PeerDial(ln.Addr().String(), "2", "cluster", 5*time.Second)
-	if err != nil {
-		t.Fatalf("server.PeerDial against the transport: %v", err)
-	}
-	nc.Close() // a phase-1-only dialer stops here; the transport then refuses it
-	waitFor(t, "a protocol error for the phase-1-only dialer", func() bool { return tr.Stats().ProtocolErrors == 1 })
-
-	if _, err := server.PeerDial(ln.Addr().String(), "2", "wrong", 5*time.Second); !errors.Is(err, server.ErrPeerAuth) {
-		t.Fatalf("PeerDial with the wrong secret: %v, want ErrPeerAuth", err)
-	}
-	waitFor(t, "an auth failure counted", func() bool { return tr.Stats().AuthFailures == 1 })
-}
-
-func TestTransportAuthenticatesAgainstTheServerPeerPort(t *testing.T) {
-	srvLogs := &syncBuf{}
-	s, err := server.New(server.Config{ClientAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", PeerAddr: "127.0.0.1:0",
-		ClusterSecret: "cluster", DataDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(srvLogs, nil))})
+	mustSend(t, tr, 2, msg(1, 2, 1))
+	nc, err := ln.Accept()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
+	// The original acceptor admits the transport's phase 1 (same text, same
+	// MACs) and, not speaking phase 2, closes; the transport says why.
+	if node, err := legacyAccept(nc, testSecret); err != nil || node != "1" {
+		t.Fatalf("original acceptor: node %q, %v", node, err)
 	}
-	defer s.Close()
-	logs := &syncBuf{}
-	tr, err := transport.New(transport.Config{Self: 1, Peers: map[uint64]string{2: s.PeerAddr().String()}, ClusterSecret: "cluster",
-		Handler: func(uint64, []vr.Message) {}, Logger: slog.New(slog.NewTextHandler(logs, nil))})
-	if err != nil {
-		t.Fatal(err)
+	logs.waitLog(t, "speaks only phase 1", 5*time.Second)
+	if s := tr.Stats().Link(2); s.DialFailures != 1 || s.Sent != 0 {
+		t.Fatalf("stats %+v: want one failed handshake, nothing sent", s)
 	}
-	defer tr.Close()
-	_ = tr.Send(2, &vr.Message{Type: vr.MsgCommit, From: 1, To: 2})
-	// The server accepts the transport's phase 1 (same text, same MACs) and,
-	// not speaking phase 2 yet, closes; the transport reports why.
-	waitFor(t, "the server to authenticate the transport", func() bool { return strings.Contains(srvLogs.String(), "peer authenticated") })
-	waitFor(t, "the transport to count the failed handshake", func() bool { return tr.Stats().Link(2).DialFailures > 0 })
-	waitFor(t, "the transport to log the phase-1-only peer", func() bool { return strings.Contains(logs.String(), "speaks only phase 1") })
 }
