@@ -29,6 +29,8 @@ type StatusJSON struct {
 	DurablePos    uint64         `json:"durable_pos"`
 	Storage       map[string]any `json:"storage"`
 	Shard         map[string]any `json:"shard"`
+	// Replication is set on a replica of a VR group.
+	Replication *ReplicaInfo `json:"replication,omitempty"`
 }
 
 // Status returns the node's status as /status serves it.
@@ -41,7 +43,8 @@ func (s *Server) Status() StatusJSON {
 	}
 	out := StatusJSON{
 		NodeID:        s.cfg.NodeID,
-		Role:          "single-node",
+		Role:          s.roleName(),
+		Replication:   s.replicaInfo(),
 		Version:       Version,
 		UptimeSeconds: time.Since(s.started).Seconds(),
 		ClientAddr:    s.ClientAddr().String(),

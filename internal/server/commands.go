@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"crypto/subtle"
+	"errors"
 	"fmt"
 	"runtime"
 	"strconv"
@@ -189,7 +190,7 @@ func (c *conn) admin(spec *command.Spec, args [][]byte) error {
 		if err != nil {
 			return err
 		}
-		if err := c.srv.shard.CheckConsistency(l); err != nil {
+		if err := c.srv.shard.CheckConsistency(l); unsupported(err) {
 			return errf("ERR level %s not supported by this deployment", l)
 		}
 		c.cons = l
@@ -205,7 +206,7 @@ func (c *conn) admin(spec *command.Spec, args [][]byte) error {
 		if err != nil {
 			return err
 		}
-		if err := c.srv.shard.CheckDurability(d); err != nil {
+		if err := c.srv.shard.CheckDurability(d); unsupported(err) {
 			return errf("ERR level %s not supported by this deployment", d)
 		}
 		c.dur = d
@@ -229,6 +230,13 @@ func (c *conn) admin(spec *command.Spec, args [][]byte) error {
 	return errf("ERR %s is not implemented", strings.ToLower(spec.Name))
 }
 
+// unsupported reports whether a level check failed because the deployment
+// cannot serve the level at all; a replica that cannot serve it right now
+// (a follower, a view change) routes each request instead.
+func unsupported(err error) bool {
+	return err != nil && !errors.Is(err, shard.ErrUnavailable)
+}
+
 // call runs KEFIR.CALL [CONSISTENCY l] [DURABILITY l] [SESSION t] [REQID c s] CMD ...
 func (c *conn) call(args [][]byte) error {
 	var o callOpts
@@ -245,20 +253,25 @@ func (c *conn) call(args [][]byte) error {
 		}
 		seen[opt] = true
 		need := 1
-		if opt == "REQID" {
+		switch opt {
+		case "REQID":
 			need = 2
+		case "REDIRECT":
+			need = 0
 		}
 		if i+need >= len(args) {
 			return errSyntax
 		}
 		v := string(args[i+1])
 		switch opt {
+		case "REDIRECT":
+			o.redirect = true
 		case "CONSISTENCY":
 			l, err := level.ParseConsistency(v)
 			if err != nil {
 				return err
 			}
-			if err := c.srv.shard.CheckConsistency(l); err != nil {
+			if err := c.srv.shard.CheckConsistency(l); unsupported(err) {
 				return errf("ERR level %s not supported by this deployment", l)
 			}
 			o.cons = l
@@ -267,7 +280,7 @@ func (c *conn) call(args [][]byte) error {
 			if err != nil {
 				return err
 			}
-			if err := c.srv.shard.CheckDurability(d); err != nil {
+			if err := c.srv.shard.CheckDurability(d); unsupported(err) {
 				return errf("ERR level %s not supported by this deployment", d)
 			}
 			o.dur = d
@@ -555,8 +568,12 @@ func (s *Server) info(section string) string {
 		fmt.Fprintf(&b, "# Keyspace\r\ndb0:keys=%d,expires=0,avg_ttl=0\r\n\r\n", s.approxKeys())
 	}
 	if want("kefir") {
-		fmt.Fprintf(&b, "# Kefir\r\nrole:single-node\r\ndefault_consistency:%s\r\ndefault_durability:%s\r\nlast_version:%d\r\nlog_pos:%d\r\ndurable_pos:%d\r\nwrites:%d\r\nsyncs:%d\r\nread_syncs:%d\r\ndeduplicated_writes:%d\r\nclient_table_entries:%d\r\n\r\n",
-			s.cfg.Consistency, s.cfg.Durability, st.LastVersion, st.LastPos, st.DurablePos, st.Writes, st.Syncs, st.ReadSyncs, st.Deduped, st.Clients)
+		fmt.Fprintf(&b, "# Kefir\r\nrole:%s\r\ndefault_consistency:%s\r\ndefault_durability:%s\r\nlast_version:%d\r\nlog_pos:%d\r\ndurable_pos:%d\r\nwrites:%d\r\nsyncs:%d\r\nread_syncs:%d\r\ndeduplicated_writes:%d\r\nclient_table_entries:%d\r\n\r\n",
+			s.roleName(), s.cfg.Consistency, s.cfg.Durability, st.LastVersion, st.LastPos, st.DurablePos, st.Writes, st.Syncs, st.ReadSyncs, st.Deduped, st.Clients)
+	}
+	if ri := s.replicaInfo(); ri != nil && want("replication") {
+		fmt.Fprintf(&b, "# Replication\r\nrole:%s\r\nreplica_id:%d\r\ncluster_id:%d\r\nvr_status:%s\r\nview:%d\r\nleader_id:%d\r\ncommit_op:%d\r\napplied_op:%d\r\nlog_fsyncs:%d\r\nforwarded:%d\r\nfailed:%s\r\n\r\n",
+			ri.Role, ri.ReplicaID, ri.ClusterID, ri.Status, ri.View, ri.Leader, ri.Commit, ri.Applied, ri.Fsyncs, ri.Forwarded, ri.Failed)
 	}
 	return b.String()
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/kefirdb/kefir/internal/level"
@@ -68,6 +70,115 @@ type Config struct {
 	// FS is the file system under the engine (nil = the OS). Tests pass a vfs.Mem
 	// to inject fsync failures and crashes.
 	FS vfs.FS
+
+	// Replication. With no Members the node is a single-node shard (the
+	// shard package); with Members it is one VR replica of the group
+	// (internal/vrshard), ReplicaID naming which.
+	//
+	// Members is the whole group in leader order (view v is led by
+	// Members[v mod n]); every node must be given the same list and
+	// ClusterID, else peers refuse each other's connections (a log line on
+	// both sides names the mismatch). ReplicaID must be one of them.
+	Members   []Member
+	ReplicaID uint64
+	ClusterID uint64
+	// Bootstrap starts a new group if this node's data directory holds no
+	// replication log. Set it only on the group's very first start (kefir up
+	// does it when no node has a data directory yet). Without it a node with
+	// an empty directory is treated as one that lost its disk: it rejoins by
+	// VR recovery and state transfer, and never re-bootstraps.
+	Bootstrap bool
+	// HeartbeatInterval and ViewChangeTimeout tune VR timing (0 = vrshard
+	// defaults: 10ms and 300ms).
+	HeartbeatInterval time.Duration
+	ViewChangeTimeout time.Duration
+}
+
+// Member is one replica of the group: its id, the address peers dial, and the
+// RESP address clients (and forwarding followers) use.
+type Member struct {
+	ID         uint64
+	PeerAddr   string
+	ClientAddr string
+}
+
+// Replicated reports whether the node runs as a replica of a group.
+func (c Config) Replicated() bool { return len(c.Members) > 0 }
+
+// ParseMembers parses "ID@PEER/CLIENT,ID@PEER/CLIENT,...", e.g.
+// "1@127.0.0.1:7381/127.0.0.1:6381,2@127.0.0.1:7382/127.0.0.1:6382". The
+// order is the leader order.
+func ParseMembers(s string) ([]Member, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return nil, nil
+	}
+	var ms []Member
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		idStr, addrs, ok := strings.Cut(part, "@")
+		if !ok {
+			return nil, fmt.Errorf("member %q: want ID@PEER-ADDR/CLIENT-ADDR", part)
+		}
+		id, err := strconv.ParseUint(idStr, 10, 64)
+		if err != nil || id == 0 {
+			return nil, fmt.Errorf("member %q: id must be a positive integer", part)
+		}
+		peer, client, ok := strings.Cut(addrs, "/")
+		if !ok || peer == "" || client == "" {
+			return nil, fmt.Errorf("member %q: want ID@PEER-ADDR/CLIENT-ADDR", part)
+		}
+		for _, a := range []string{peer, client} {
+			if _, _, err := net.SplitHostPort(a); err != nil {
+				return nil, fmt.Errorf("member %q: address %q: %w", part, a, err)
+			}
+		}
+		ms = append(ms, Member{ID: id, PeerAddr: peer, ClientAddr: client})
+	}
+	return ms, nil
+}
+
+// FormatMembers is ParseMembers' inverse.
+func FormatMembers(ms []Member) string {
+	parts := make([]string, len(ms))
+	for i, m := range ms {
+		parts[i] = fmt.Sprintf("%d@%s/%s", m.ID, m.PeerAddr, m.ClientAddr)
+	}
+	return strings.Join(parts, ",")
+}
+
+func (c Config) validateReplication() error {
+	if !c.Replicated() {
+		if c.ReplicaID != 0 || c.Bootstrap {
+			return errors.New("config: --replica-id and --bootstrap need --members (the group's member list)")
+		}
+		return nil
+	}
+	seen := map[uint64]bool{}
+	self := false
+	for _, m := range c.Members {
+		if seen[m.ID] {
+			return fmt.Errorf("config: member id %d listed twice", m.ID)
+		}
+		seen[m.ID] = true
+		self = self || m.ID == c.ReplicaID
+	}
+	if len(c.Members)%2 == 0 {
+		return fmt.Errorf("config: %d members: a VR group needs an odd number (2f+1)", len(c.Members))
+	}
+	if !self {
+		return fmt.Errorf("config: --replica-id %d is not in --members %s", c.ReplicaID, FormatMembers(c.Members))
+	}
+	if c.ClusterID == 0 {
+		return errors.New("config: a replicated node needs --cluster-id (the same positive number on every member)")
+	}
+	if c.ClusterSecret == "" {
+		return errors.New("config: a replicated node needs --cluster-secret (peers authenticate with it); set it with --cluster-secret or KEFIR_CLUSTER_SECRET")
+	}
+	if c.PeerAddr == "" {
+		return errors.New("config: a replicated node needs --peer-addr")
+	}
+	return nil
 }
 
 // ErrInsecure is returned by Validate when a non-loopback address would be bound
@@ -114,6 +225,9 @@ func (c Config) withDefaults() Config {
 func (c Config) Validate() error {
 	if c.DataDir == "" {
 		return errors.New("config: data directory is required")
+	}
+	if err := c.validateReplication(); err != nil {
+		return err
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		return errors.New("config: TLS needs both a certificate and a key file")

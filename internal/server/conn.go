@@ -17,6 +17,7 @@ import (
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/resp"
 	"github.com/kefirdb/kefir/internal/shard"
+	"github.com/kefirdb/kefir/internal/vrshard"
 )
 
 // maxBatch bounds how many pipelined commands a connection executes before it
@@ -48,6 +49,11 @@ type queued struct {
 	shape   replyShape
 	session bool          // KEFIR.CALL SESSION: reply [token, reply]
 	sess    shard.Session // the per-call session, when session is set
+	// Replicated mode only: the command as received (copied into the batch
+	// arena), to forward it if this node turns out not to lead, and whether
+	// the caller asked for -MOVED instead.
+	raw      [][]byte
+	redirect bool
 }
 
 // conn is one client connection. Its goroutine owns all of it.
@@ -241,9 +247,14 @@ func (c *conn) flushWrites() {
 		}
 	}
 	c.pending = c.pending.Merge(p)
+	fwd := c.forwardWrites()
 	for i := range c.writes {
 		r := &c.writes[i]
 		q := &c.meta[i]
+		if fwd != nil && fwd[i] != nil {
+			c.writeForwarded(fwd[i], q.cmd, q.session, q.shape)
+			continue
+		}
 		if r.Err != nil {
 			c.markErr(q.cmd)
 			if q.session {
@@ -320,6 +331,8 @@ func errorText(err error) string {
 	switch {
 	case errors.As(err, &re):
 		return re.msg
+	case errors.Is(err, vrshard.ErrNotLeader):
+		return notLeaderReply(err).Error()
 	case errors.Is(err, shard.ErrWrongType):
 		return "WRONGTYPE " + shard.ErrWrongType.Error()
 	case errors.Is(err, shard.ErrUnavailable), errors.Is(err, shard.ErrClosed), errors.Is(err, shard.ErrSessionAhead):
@@ -378,6 +391,9 @@ type callOpts struct {
 	session bool
 	sess    shard.Session
 	wrapped bool
+	// redirect (KEFIR.CALL REDIRECT): answer -MOVED <leader> instead of
+	// forwarding to the leader.
+	redirect bool
 }
 
 // check validates arity, authentication and support before a command runs.
@@ -439,7 +455,14 @@ func (c *conn) queueWrite(spec *command.Spec, args [][]byte, o callOpts) {
 		d = c.dur
 	}
 	c.writes = append(c.writes, shard.WriteReq{Op: op, Durability: d, ID: o.id})
-	c.meta = append(c.meta, queued{cmd: spec.ID, shape: shape, session: o.session, sess: o.sess})
+	q := queued{cmd: spec.ID, shape: shape, session: o.session, sess: o.sess, redirect: o.redirect}
+	if c.srv.vr != nil {
+		q.raw = make([][]byte, len(args))
+		for i, a := range args {
+			q.raw[i] = c.arena.copy(a)
+		}
+	}
+	c.meta = append(c.meta, q)
 }
 
 // read serves a read command; a nil error means the reply was written.
@@ -457,6 +480,9 @@ func (c *conn) read(spec *command.Spec, args [][]byte, o callOpts) error {
 		sess = o.sess
 	}
 	res, err := c.srv.shard.Read(context.Background(), op, cons, sess)
+	if errors.Is(err, vrshard.ErrNotLeader) {
+		return c.forwardRead(args, cons, sess, o, err)
+	}
 	if err != nil {
 		return err
 	}

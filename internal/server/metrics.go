@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/kefirdb/kefir/internal/command"
+	"github.com/kefirdb/kefir/internal/vrshard"
 )
 
 // metrics holds the node's Prometheus instruments. Per-command instruments are
@@ -73,5 +74,29 @@ func newMetrics(s *Server) *metrics {
 	m.reg.MustRegister(callsVec, errsVec, latVec, m.conns, m.connsTotal, m.rejected, m.authFails,
 		m.protoErrors, m.syncLatency, storageBytes, durable, version,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if s.vr != nil {
+		gauge := func(name, help string, f func(vrshard.Info) float64) prometheus.Collector {
+			return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help},
+				func() float64 { return f(s.vr.Info()) })
+		}
+		b := func(v bool) float64 {
+			if v {
+				return 1
+			}
+			return 0
+		}
+		m.reg.MustRegister(
+			gauge("kefir_vr_view", "Current VR view number.", func(in vrshard.Info) float64 { return float64(in.View) }),
+			gauge("kefir_vr_leader", "Replica id of the leader this node knows (0: none).", func(in vrshard.Info) float64 { return float64(in.Leader) }),
+			gauge("kefir_vr_is_leader", "1 if this node leads the group.", func(in vrshard.Info) float64 { return b(in.IsLeader) }),
+			gauge("kefir_vr_recovering", "1 while this node runs VR recovery.", func(in vrshard.Info) float64 { return b(role(in) == "recovering") }),
+			gauge("kefir_vr_commit_op", "Highest op number known committed.", func(in vrshard.Info) float64 { return float64(in.Commit) }),
+			gauge("kefir_vr_applied_op", "Highest op number applied to the engine.", func(in vrshard.Info) float64 { return float64(in.Applied) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kefir_vr_log_fsyncs_total", Help: "Fsyncs of the replication log."},
+				func() float64 { return float64(s.vr.Stats().Fsyncs) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kefir_forwarded_total", Help: "Commands this node forwarded to the leader."},
+				func() float64 { return float64(s.fwd.forwarded.Load()) }),
+		)
+	}
 	return m
 }

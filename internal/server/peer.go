@@ -85,6 +85,12 @@ func (s *Server) servePeers() {
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
+		if s.vr != nil {
+			// The transport runs the same handshake (plus the cluster id and
+			// configuration hash) and then the replication protocol.
+			go s.vr.Transport().HandleConn(nc)
+			continue
+		}
 		go s.peerHandshake(nc)
 	}
 }

@@ -27,6 +27,7 @@ import (
 
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/storage"
+	"github.com/kefirdb/kefir/internal/vrshard"
 )
 
 // Version is the node's version string (set by the linker in releases).
@@ -41,7 +42,12 @@ type Server struct {
 	db  *storage.DB
 	// shard is reached only through the Replica interface, so a replicated shard
 	// (issues 4+) replaces the single-node one without changes here.
-	shard   shard.Replica
+	shard shard.Replica
+	// vr is the replica when the node is a member of a replicated group (it
+	// is also shard); nil on a single node. fwd proxies requests a follower
+	// cannot serve to the leader.
+	vr      *vrshard.Replica
+	fwd     *forwarder
 	m       *metrics
 	limiter *authLimiter
 	started time.Time
@@ -81,6 +87,16 @@ func New(cfg Config) (*Server, error) {
 		if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 			return nil, fmt.Errorf("server: create data dir: %w", err)
 		}
+	}
+	s.fwd = newForwarder(cfg)
+	if cfg.Replicated() {
+		r, err := s.openReplica()
+		if err != nil {
+			return nil, err
+		}
+		s.vr, s.shard, s.db = r, r, r.Engine()
+		s.m = newMetrics(s)
+		return s, nil
 	}
 	db, err := storage.Open(storage.Options{
 		Devices:            []storage.Device{{Dir: filepath.Join(cfg.DataDir, "storage")}},
@@ -153,7 +169,11 @@ func (s *Server) Start() error {
 	s.log.Info("node started", "client", s.ClientAddr().String(), "peer", addrString(s.peerLn),
 		"http", addrString(s.httpLn), "data", s.cfg.DataDir, "tls", s.cfg.TLSCert != "",
 		"auth", s.cfg.Password != "", "durability", s.cfg.Durability.String(),
-		"consistency", s.cfg.Consistency.String())
+		"consistency", s.cfg.Consistency.String(), "role", s.roleName())
+	if s.vr != nil {
+		s.log.Info("replica of a VR group", "replica_id", s.cfg.ReplicaID, "cluster_id", s.cfg.ClusterID,
+			"members", FormatMembers(s.cfg.Members), "bootstrap", s.cfg.Bootstrap)
+	}
 	return nil
 }
 
@@ -291,8 +311,11 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if err := s.shard.Close(); err != nil {
 		errs = append(errs, err)
 	}
-	if err := s.db.Close(); err != nil {
-		errs = append(errs, fmt.Errorf("close storage: %w", err))
+	s.fwd.close()
+	if s.vr == nil { // the replica closed its own engine
+		if err := s.db.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close storage: %w", err))
+		}
 	}
 	if len(errs) > 0 {
 		err := errors.Join(errs...)

@@ -1,0 +1,170 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/kefirdb/kefir/internal/storage"
+	"github.com/kefirdb/kefir/internal/vr"
+	"github.com/kefirdb/kefir/internal/vrshard"
+)
+
+// ErrStaleConfig is returned by New when the data directory was created for a
+// different group (cluster id, replica id or member ids) than the one
+// configured: starting anyway would make this node vote in a group whose log
+// it does not hold.
+var ErrStaleConfig = errors.New("configuration does not match the data directory")
+
+// identityFile records, at a replica's first start, which group its data
+// directory belongs to. It is checked at every later start.
+const identityFile = "kefir-replica.json"
+
+type replicaIdentity struct {
+	Cluster uint64   `json:"cluster_id"`
+	Replica uint64   `json:"replica_id"`
+	Members []uint64 `json:"members"`
+}
+
+func (c Config) identity() replicaIdentity {
+	ids := make([]uint64, len(c.Members))
+	for i, m := range c.Members {
+		ids[i] = m.ID
+	}
+	return replicaIdentity{Cluster: c.ClusterID, Replica: c.ReplicaID, Members: ids}
+}
+
+// checkIdentity refuses a data directory that belongs to another group, and
+// records the identity in one that belongs to none yet. Peer addresses are
+// not part of it: a member may move to a new address.
+func checkIdentity(dir string, want replicaIdentity) error {
+	p := filepath.Join(dir, identityFile)
+	b, err := os.ReadFile(p)
+	if errors.Is(err, os.ErrNotExist) {
+		b, err = json.Marshal(want)
+		if err != nil {
+			return err
+		}
+		tmp := p + ".tmp"
+		if err := os.WriteFile(tmp, b, 0o644); err != nil {
+			return fmt.Errorf("server: write %s: %w", tmp, err)
+		}
+		if err := os.Rename(tmp, p); err != nil {
+			return fmt.Errorf("server: write %s: %w", p, err)
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("server: read %s: %w", p, err)
+	}
+	var have replicaIdentity
+	if err := json.Unmarshal(b, &have); err != nil {
+		return fmt.Errorf("server: %s is corrupt: %w", p, err)
+	}
+	if have.Cluster != want.Cluster || have.Replica != want.Replica || !slices.Equal(have.Members, want.Members) {
+		return fmt.Errorf("%w: %s belongs to cluster %d as replica %d of members %v, but this node is configured as cluster %d, replica %d, members %v; fix --cluster-id/--replica-id/--members (or use an empty --dir for a new node)",
+			ErrStaleConfig, dir, have.Cluster, have.Replica, have.Members, want.Cluster, want.Replica, want.Members)
+	}
+	return nil
+}
+
+// openReplica opens this node's VR replica in cfg.DataDir/vr.
+func (s *Server) openReplica() (*vrshard.Replica, error) {
+	cfg := s.cfg
+	if cfg.FS == nil {
+		if err := checkIdentity(cfg.DataDir, cfg.identity()); err != nil {
+			return nil, err
+		}
+	}
+	peers := map[uint64]string{}
+	clients := map[uint64]string{}
+	ids := make([]uint64, len(cfg.Members))
+	for i, m := range cfg.Members {
+		ids[i] = m.ID
+		peers[m.ID] = m.PeerAddr
+		clients[m.ID] = m.ClientAddr
+	}
+	r, err := vrshard.Open(vrshard.Options{
+		Dir: filepath.Join(cfg.DataDir, "vr"),
+		FS:  cfg.FS,
+		VR: vr.Config{
+			Cluster: cfg.ClusterID, Members: ids, Self: cfg.ReplicaID,
+			HeartbeatInterval: cfg.HeartbeatInterval, ViewChangeTimeout: cfg.ViewChangeTimeout,
+		},
+		Bootstrap:     cfg.Bootstrap,
+		Peers:         peers,
+		ClientAddrs:   clients,
+		ClusterSecret: cfg.ClusterSecret,
+		Storage: storage.Options{
+			SyncInterval:       cfg.SyncInterval,
+			CacheBytes:         cfg.CacheBytes,
+			CheckpointInterval: max(cfg.CheckpointInterval, 0),
+			CompactInterval:    max(cfg.CompactInterval, 0),
+			Retention:          storage.Retention{KeepVersions: cfg.RetainVersions},
+		},
+		Logger: s.log.With("component", "vr"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("server: open VR replica %d of cluster %d: %w", cfg.ReplicaID, cfg.ClusterID, err)
+	}
+	return r, nil
+}
+
+// ReplicaInfo is the replication part of /status and INFO.
+type ReplicaInfo struct {
+	ReplicaID uint64 `json:"replica_id"`
+	ClusterID uint64 `json:"cluster_id"`
+	Role      string `json:"role"`
+	Status    string `json:"status"`
+	View      uint64 `json:"view"`
+	Leader    uint64 `json:"leader"`
+	Commit    uint64 `json:"commit_op"`
+	Applied   uint64 `json:"applied_op"`
+	Failed    string `json:"failed,omitempty"`
+	Fsyncs    uint64 `json:"log_fsyncs"`
+	Forwarded uint64 `json:"forwarded"`
+}
+
+// role names what a replica does now: leader, follower, recovering,
+// view-change or failed.
+func role(in vrshard.Info) string {
+	switch {
+	case in.Failed != nil:
+		return "failed"
+	case in.Status == vr.Recovering:
+		return "recovering"
+	case in.Status == vr.ViewChange:
+		return "view-change"
+	case in.IsLeader:
+		return "leader"
+	}
+	return "follower"
+}
+
+// replicaInfo reports the VR state, or nil for a single node.
+func (s *Server) replicaInfo() *ReplicaInfo {
+	if s.vr == nil {
+		return nil
+	}
+	in := s.vr.Info()
+	out := &ReplicaInfo{
+		ReplicaID: s.cfg.ReplicaID, ClusterID: s.cfg.ClusterID, Role: role(in),
+		Status: in.Status.String(), View: in.View, Leader: in.Leader, Commit: in.Commit,
+		Applied: in.Applied, Fsyncs: s.vr.Stats().Fsyncs, Forwarded: s.fwd.forwarded.Load(),
+	}
+	if in.Failed != nil {
+		out.Failed = in.Failed.Error()
+	}
+	return out
+}
+
+// roleName is the node's role for INFO and /status.
+func (s *Server) roleName() string {
+	if ri := s.replicaInfo(); ri != nil {
+		return ri.Role
+	}
+	return "single-node"
+}

@@ -1,0 +1,275 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// freeAddrs reserves n loopback ports (closed again at once: a member list
+// must name ports before the nodes bind them).
+func freeAddrs(t testing.TB, n int) []string {
+	t.Helper()
+	var out []string
+	var lns []net.Listener
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns = append(lns, ln)
+		out = append(out, ln.Addr().String())
+	}
+	for _, ln := range lns {
+		ln.Close()
+	}
+	return out
+}
+
+type group struct {
+	cfgs  []Config
+	nodes []*Server
+}
+
+// startGroup starts a 3-replica group in-process, each node with its own
+// ports and directory, bootstrapped.
+func startGroup(t *testing.T) *group {
+	t.Helper()
+	addrs := freeAddrs(t, 6)
+	var ms []Member
+	for i := range 3 {
+		ms = append(ms, Member{ID: uint64(i + 1), PeerAddr: addrs[2*i], ClientAddr: addrs[2*i+1]})
+	}
+	g := &group{}
+	for i, m := range ms {
+		cfg := Config{
+			NodeID: "n" + string(rune('1'+i)), ClientAddr: m.ClientAddr, PeerAddr: m.PeerAddr,
+			HTTPAddr: "127.0.0.1:0", DataDir: t.TempDir(), ClusterSecret: "s3cret",
+			Members: ms, ReplicaID: m.ID, ClusterID: 42, Bootstrap: true,
+			Logger: slog.New(slog.DiscardHandler),
+		}
+		g.cfgs = append(g.cfgs, cfg)
+		g.nodes = append(g.nodes, g.start(t, cfg))
+	}
+	return g
+}
+
+func (g *group) start(t *testing.T, cfg Config) *Server {
+	t.Helper()
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// leader waits for a node to lead and returns its index.
+func (g *group) leader(t *testing.T) int {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		for i, s := range g.nodes {
+			if s != nil && s.roleName() == "leader" {
+				return i
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("no leader within 10s")
+	return -1
+}
+
+func TestReplicatedWritesAndReadsThroughAnyNode(t *testing.T) {
+	g := startGroup(t)
+	l := g.leader(t)
+	f := (l + 1) % 3
+
+	// A follower forwards a plain write and a linearizable read to the leader.
+	fc := dial(t, g.nodes[f])
+	fc.expect(`
+SET k1 v1 => OK
+GET k1 => "v1"
+INCR n => (integer) 1
+`)
+	// The leader has it.
+	lc := dial(t, g.nodes[l])
+	lc.expect(`GET k1 => "v1"`)
+
+	// A request asking for redirects gets -MOVED to the leader's client port.
+	got := fc.do("KEFIR.CALL", "REDIRECT", "CMD", "SET", "k2", "v2")
+	if want := "MOVED " + g.cfgs[l].ClientAddr; got != want {
+		t.Fatalf("redirect: got %q, want %q", got, want)
+	}
+	got = fc.do("KEFIR.CALL", "REDIRECT", "CMD", "GET", "k1")
+	if !strings.HasPrefix(got, "MOVED ") {
+		t.Fatalf("redirected linearizable read: got %q, want MOVED", got)
+	}
+	// The leader itself serves REDIRECT requests.
+	lc.expect(`KEFIR.CALL REDIRECT CMD SET k2 v2 => OK`)
+
+	// Exactly-once across forwarding: the same request id twice executes once,
+	// whether the retry goes through the follower or to the leader.
+	if got := fc.do("KEFIR.CALL", "REQID", "77", "1", "CMD", "INCR", "ctr"); got != "(integer) 1" {
+		t.Fatalf("first INCR: %s", got)
+	}
+	if got := fc.do("KEFIR.CALL", "REQID", "77", "1", "CMD", "INCR", "ctr"); got != "(integer) 1" {
+		t.Fatalf("retried INCR via follower: %s (executed twice?)", got)
+	}
+	if got := lc.do("KEFIR.CALL", "REQID", "77", "1", "CMD", "INCR", "ctr"); got != "(integer) 1" {
+		t.Fatalf("retried INCR at leader: %s", got)
+	}
+	lc.expect(`GET ctr => "1"`)
+
+	// A session read at the follower sees the session's own forwarded write.
+	reply := fc.do("KEFIR.CALL", "SESSION", "", "CMD", "SET", "sk", "sv")
+	if !strings.HasPrefix(reply, `["v1.`) || !strings.HasSuffix(reply, `OK]`) {
+		t.Fatalf("forwarded write with session: %s", reply)
+	}
+	tok := strings.Trim(strings.SplitN(reply, ",", 2)[0], `["`)
+	if got := fc.do("KEFIR.CALL", "CONSISTENCY", "session", "SESSION", tok, "CMD", "GET", "sk"); !strings.HasSuffix(got, `"sv"]`) {
+		t.Fatalf("session read at follower: %s", got)
+	}
+
+	// Pipelined writes at a follower are forwarded as one pipeline, in order.
+	for i := range 50 {
+		fc.send("SET", "p", string(rune('a'+i%26)))
+	}
+	for range 50 {
+		if got := fc.reply(); got != "OK" {
+			t.Fatalf("pipelined forwarded SET: %s", got)
+		}
+	}
+	lc.expect(`GET p => "x"`)
+
+	// INFO and /status name the role.
+	info := fc.do("INFO", "replication")
+	if !strings.Contains(info, "role:follower") || !strings.Contains(info, "leader_id:") {
+		t.Fatalf("follower INFO replication: %s", info)
+	}
+	resp, err := http.Get("http://" + g.nodes[l].HTTPAddr().String() + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st StatusJSON
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Role != "leader" || st.Replication == nil || st.Replication.Commit == 0 || st.Replication.Leader != uint64(l+1) {
+		t.Fatalf("leader /status: role %q replication %+v", st.Role, st.Replication)
+	}
+}
+
+func TestNoLeaderIsUnavailableNotAWeakerRead(t *testing.T) {
+	g := startGroup(t)
+	l := g.leader(t)
+	f := (l + 1) % 3
+	fc := dial(t, g.nodes[f])
+	fc.expect(`SET k v => OK`)
+	for fc.do("KEFIR.CALL", "CONSISTENCY", "eventual", "CMD", "GET", "k") != `"v"` {
+		time.Sleep(5 * time.Millisecond) // the follower learns the commit from the next heartbeat
+	}
+	// Stop both other nodes: the follower is alone and cannot know a leader
+	// for long; a linearizable read must fail, never be served locally.
+	for i := range g.nodes {
+		if i != f {
+			g.nodes[i].Close()
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got := fc.do("GET", "k")
+		if strings.HasPrefix(got, "UNAVAILABLE") {
+			break
+		}
+		if got == `"v"` && g.nodes[f].vr.Info().IsLeader {
+			t.Fatal("an isolated follower became leader")
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GET at an isolated follower still answers %q", got)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// Eventual reads are served locally.
+	fc.expect(`KEFIR.CALL CONSISTENCY eventual CMD GET k => "v"`)
+}
+
+func TestStaleConfigIsRefused(t *testing.T) {
+	g := startGroup(t)
+	g.leader(t)
+	cfg := g.cfgs[2]
+	g.nodes[2].Close()
+	g.nodes[2] = nil
+
+	// Restarting with another cluster id or member list is refused.
+	bad := cfg
+	bad.ClusterID = 43
+	if _, err := New(bad); !errors.Is(err, ErrStaleConfig) {
+		t.Fatalf("other cluster id: got %v, want ErrStaleConfig", err)
+	}
+	bad = cfg
+	bad.Members = append([]Member{cfg.Members[1], cfg.Members[0]}, cfg.Members[2:]...)
+	if _, err := New(bad); !errors.Is(err, ErrStaleConfig) {
+		t.Fatalf("reordered members: got %v, want ErrStaleConfig", err)
+	}
+	// The right one restarts (without bootstrap: it has its log).
+	cfg.Bootstrap = false
+	g.nodes[2] = g.start(t, cfg)
+
+	// A node whose disk was wiped rejoins by recovery, it does not bootstrap.
+	g.nodes[2].Close()
+	if err := os.RemoveAll(cfg.DataDir); err != nil {
+		t.Fatal(err)
+	}
+	g.nodes[2] = g.start(t, cfg)
+	deadline := time.Now().Add(15 * time.Second)
+	for g.nodes[2].roleName() != "follower" && g.nodes[2].roleName() != "leader" {
+		if time.Now().After(deadline) {
+			t.Fatalf("wiped node did not rejoin: role %s", g.nodes[2].roleName())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestReplicationConfigValidation(t *testing.T) {
+	ms, err := ParseMembers("1@127.0.0.1:7381/127.0.0.1:6381, 2@127.0.0.1:7382/127.0.0.1:6382,3@127.0.0.1:7383/127.0.0.1:6383")
+	if err != nil || len(ms) != 3 || ms[1].ClientAddr != "127.0.0.1:6382" {
+		t.Fatalf("ParseMembers: %v %+v", err, ms)
+	}
+	if FormatMembers(ms) != "1@127.0.0.1:7381/127.0.0.1:6381,2@127.0.0.1:7382/127.0.0.1:6382,3@127.0.0.1:7383/127.0.0.1:6383" {
+		t.Fatalf("FormatMembers: %s", FormatMembers(ms))
+	}
+	for _, bad := range []string{"1@a", "x@127.0.0.1:1/127.0.0.1:2", "0@127.0.0.1:1/127.0.0.1:2", "1@127.0.0.1/127.0.0.1:2"} {
+		if _, err := ParseMembers(bad); err == nil {
+			t.Errorf("ParseMembers(%q) accepted", bad)
+		}
+	}
+	base := Config{DataDir: "x", PeerAddr: "127.0.0.1:1", ClusterSecret: "s", Members: ms, ReplicaID: 1, ClusterID: 9}
+	if err := base.Validate(); err != nil {
+		t.Fatalf("valid config refused: %v", err)
+	}
+	for name, mod := range map[string]func(*Config){
+		"self not a member": func(c *Config) { c.ReplicaID = 4 },
+		"even group":        func(c *Config) { c.Members = ms[:2] },
+		"no cluster id":     func(c *Config) { c.ClusterID = 0 },
+		"no secret":         func(c *Config) { c.ClusterSecret = "" },
+		"duplicate id":      func(c *Config) { c.Members = []Member{ms[0], ms[0], ms[1]} },
+		"replica id alone":  func(c *Config) { c.Members = nil },
+	} {
+		c := base
+		mod(&c)
+		if err := c.Validate(); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
