@@ -156,6 +156,42 @@ var serverOptions = []option{
 			c.ClientTTL = d
 			return err
 		}},
+	{"members", "", "Replicated mode: the group's members in leader order, ID@PEER-ADDR/CLIENT-ADDR separated by commas, e.g. 1@127.0.0.1:7380/127.0.0.1:6380,2@127.0.0.1:7381/127.0.0.1:6381,3@127.0.0.1:7382/127.0.0.1:6382. Every member gets the same list; followers forward to (and name) the leader by its CLIENT-ADDR. Empty = a single node.",
+		func(c *serverConfig, v string) error {
+			ms, err := server.ParseMembers(v)
+			c.Members = ms
+			return err
+		}},
+	{"replica-id", "0", "Replicated mode: this node's id in --members.",
+		func(c *serverConfig, v string) error {
+			n, err := strconv.ParseUint(v, 10, 64)
+			c.ReplicaID = n
+			return err
+		}},
+	{"cluster-id", "0", "Replicated mode: the group's id, a positive number shared by every member; peers with another id (or another member list) are refused.",
+		func(c *serverConfig, v string) error {
+			n, err := strconv.ParseUint(v, 10, 64)
+			c.ClusterID = n
+			return err
+		}},
+	{"bootstrap", "false", "Replicated mode: start a NEW group if this node's --dir holds no replication log. Give it to every member on the group's very first start only. Without it a node with an empty --dir is taken for one that lost its disk and rejoins by VR recovery; never pass it to a member that has been part of the group (it could vote with an empty log). kefir up decides this for you.",
+		func(c *serverConfig, v string) error {
+			b, err := strconv.ParseBool(v)
+			c.Bootstrap = b
+			return err
+		}},
+	{"heartbeat", "10ms", "Replicated mode: leader heartbeat interval.",
+		func(c *serverConfig, v string) error {
+			d, err := time.ParseDuration(v)
+			c.HeartbeatInterval = d
+			return err
+		}},
+	{"view-change-timeout", "300ms", "Replicated mode: a follower that hears nothing from the leader this long starts a view change (must be at least the 250ms lease).",
+		func(c *serverConfig, v string) error {
+			d, err := time.ParseDuration(v)
+			c.ViewChangeTimeout = d
+			return err
+		}},
 	{"log-level", "info", "Log level: debug, info, warn, error.",
 		func(c *serverConfig, v string) error { c.LogLevel = v; return nil }},
 	{"log-format", "text", "Log format: text or json.",

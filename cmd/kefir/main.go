@@ -113,6 +113,7 @@ func runServer(args []string, stderr io.Writer) error {
 	cfg.Logger = log
 	srv, err := server.New(cfg.Config)
 	if err != nil {
+		log.Error("refusing to start", "err", err)
 		return err
 	}
 	if err := srv.Start(); err != nil {

@@ -2,6 +2,10 @@ package main
 
 import (
 	"bufio"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -15,6 +19,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/kefirdb/kefir/internal/server"
 )
 
 // runUp starts a local cluster: each node is a child `kefir server` process on
@@ -23,7 +29,7 @@ import (
 func runUp(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("kefir up", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	nodes := fs.Int("nodes", 1, "number of nodes (1 until replication lands; then the default becomes 3)")
+	nodes := fs.Int("nodes", 3, "number of nodes: 1 runs a single node; an odd number ≥ 3 runs one VR replica group (tolerates (N-1)/2 failed nodes)")
 	dir := fs.String("dir", "kefir-data", "data directory; node i keeps its data in DIR/n<i>")
 	basePort := fs.Int("base-port", 6380, "client port of node 1; node i uses base+i-1, its peer port base+1000+i-1, its HTTP port base+2000+i-1")
 	durability := fs.String("durability", "sync", "default write durability of the nodes: sync, cad or async")
@@ -38,8 +44,12 @@ func runUp(args []string, stdout, stderr io.Writer) error {
 		}
 		return usageError{err}
 	}
-	if *nodes != 1 {
-		return usageError{fmt.Errorf("--nodes %d: this build runs single-node shards only (replication is not in yet); use --nodes 1", *nodes)}
+	if *nodes < 1 || (*nodes > 1 && *nodes%2 == 0) {
+		return usageError{fmt.Errorf("--nodes %d: want 1 (single node) or an odd number ≥ 3 (a replica group of 2f+1)", *nodes)}
+	}
+	grp, err := prepareGroup(*dir, *nodes, *basePort)
+	if err != nil {
+		return err
 	}
 	self, err := os.Executable()
 	if err != nil {
@@ -91,6 +101,15 @@ func runUp(args []string, stdout, stderr io.Writer) error {
 			"--http-addr", c.http,
 			"--durability", *durability,
 			"--log-level", *logLevel)
+		if grp != nil {
+			c.cmd.Args = append(c.cmd.Args,
+				"--members", grp.members,
+				"--replica-id", strconv.Itoa(i),
+				"--cluster-id", strconv.FormatUint(grp.clusterID, 10),
+				"--bootstrap", strconv.FormatBool(grp.bootstrap))
+			// The secret goes through the environment: flags show in ps.
+			c.cmd.Env = append(os.Environ(), "KEFIR_CLUSTER_SECRET="+grp.secret)
+		}
 		c.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		c.cmd.Stdin = nil
 		out, err := c.cmd.StdoutPipe()
@@ -122,9 +141,20 @@ func runUp(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	outMu.Lock()
-	fmt.Fprintf(stdout, "\nKefir is up: %d node(s), data in %s\n", len(children), *dir)
+	if grp != nil {
+		how := "restarted from its data"
+		if grp.bootstrap {
+			how = "new group bootstrapped"
+		}
+		fmt.Fprintf(stdout, "\nKefir is up: a %d-replica group (cluster %d, %s), data in %s\n", len(children), grp.clusterID, how, *dir)
+	} else {
+		fmt.Fprintf(stdout, "\nKefir is up: 1 node, data in %s\n", *dir)
+	}
 	for _, c := range children {
 		fmt.Fprintf(stdout, "  %s  client (RESP) %s   admin http://%s/   peer %s\n", c.id, c.client, c.http, c.peer)
+	}
+	if grp != nil {
+		fmt.Fprintf(stdout, "\nPoint redis-cli (or any Redis client) at ANY node: followers forward writes and\nlinearizable reads to the leader. The Go client takes all addresses and finds the leader.\n")
 	}
 	host, port, _ := net.SplitHostPort(children[0].client)
 	fmt.Fprintf(stdout, "\nTry:  redis-cli -h %s -p %s set hello world\n      redis-cli -h %s -p %s get hello\n      kefir get hello --addr %s\n\nCtrl-C stops the cluster.\n\n",
@@ -184,4 +214,73 @@ func waitPing(addr string, timeout time.Duration, exited chan error) error {
 		time.Sleep(50 * time.Millisecond)
 	}
 	return fmt.Errorf("no PONG from %s within %v", addr, timeout)
+}
+
+// upGroup is what the nodes of a local replica group share.
+type upGroup struct {
+	members   string
+	clusterID uint64
+	secret    string
+	bootstrap bool
+}
+
+// prepareGroup returns the group settings for n > 1 nodes (nil for one).
+//
+// Bootstrap is decided here, once for the whole group: only when NO node has a
+// data directory yet is this the group's first start. If some node directories
+// exist, every node starts without bootstrap; a node whose directory is missing
+// (deleted by hand) then rejoins by VR recovery from the others instead of
+// founding a second, empty group. The cluster id and the peer secret are drawn
+// at the first start and kept in DIR/cluster.json (mode 0600), so a restart of
+// the same directory finds the same group.
+func prepareGroup(dir string, n, basePort int) (*upGroup, error) {
+	if n == 1 {
+		return nil, nil
+	}
+	var ms []server.Member
+	fresh := true
+	for i := 1; i <= n; i++ {
+		ms = append(ms, server.Member{
+			ID:         uint64(i),
+			PeerAddr:   net.JoinHostPort("127.0.0.1", strconv.Itoa(basePort+1000+i-1)),
+			ClientAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(basePort+i-1)),
+		})
+		if _, err := os.Stat(filepath.Join(dir, "n"+strconv.Itoa(i))); err == nil {
+			fresh = false
+		}
+	}
+	g := &upGroup{members: server.FormatMembers(ms)}
+	var saved struct {
+		ClusterID uint64 `json:"cluster_id"`
+		Secret    string `json:"cluster_secret"`
+	}
+	path := filepath.Join(dir, "cluster.json")
+	b, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		if err := json.Unmarshal(b, &saved); err != nil || saved.ClusterID == 0 || saved.Secret == "" {
+			return nil, fmt.Errorf("%s is corrupt (%v); remove %s to start a new cluster", path, err, dir)
+		}
+	case errors.Is(err, os.ErrNotExist):
+		if !fresh {
+			return nil, fmt.Errorf("%s has node directories but no cluster.json: it was made by a single-node `kefir up` or by hand; use --nodes 1 or another --dir", dir)
+		}
+		var rnd [24]byte
+		if _, err := rand.Read(rnd[:]); err != nil {
+			return nil, err
+		}
+		saved.ClusterID = binary.LittleEndian.Uint64(rnd[:8])>>1 | 1
+		saved.Secret = hex.EncodeToString(rnd[8:])
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("create %s: %w", dir, err)
+		}
+		b, _ := json.Marshal(saved)
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			return nil, fmt.Errorf("write %s: %w", path, err)
+		}
+	default:
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	g.clusterID, g.secret, g.bootstrap = saved.ClusterID, saved.Secret, fresh
+	return g, nil
 }
