@@ -189,6 +189,11 @@ type syncResult struct {
 	err error
 }
 
+type ckptResult struct {
+	gen uint64
+	err error
+}
+
 type inbound struct {
 	from uint64
 	msgs []vr.Message
@@ -249,7 +254,15 @@ type Replica struct {
 	syncing  uint64
 	synced0  uint64 // highest PersistSeq reported to the core
 	ckptBase int64  // log segment size right after the last checkpoint
-	syncDone chan syncResult
+	// A checkpoint's engine fsync runs off the driver goroutine too; the
+	// entries after its op stay in tail until its segment is written.
+	ckptRunning bool
+	ckptOp      uint64
+	ckptClients []vr.ClientRecord
+	ckptGen     uint64 // bumped to cancel a running checkpoint
+	ckptOut     int    // engine fsyncs started and not yet received
+	ckptDone    chan ckptResult
+	syncDone    chan syncResult
 
 	// Published by the driver for other goroutines.
 	applied   atomic.Uint64
@@ -301,6 +314,7 @@ func Open(opts Options) (*Replica, error) {
 		reads:     map[uint64]*readWaiter{},
 		notify:    make(chan struct{}),
 		syncDone:  make(chan syncResult, 1),
+		ckptDone:  make(chan ckptResult, 2),
 	}
 	if ws.empty && opts.Bootstrap && db.LastVersion() > 0 {
 		// The log is gone but the engine is not: this is a replica that lost
@@ -415,12 +429,15 @@ func (r *Replica) crash() {
 	})
 }
 
-// drainSync waits for an fsync still in flight after the driver stopped, so
-// the log file is not closed under it.
+// drainSync waits for fsyncs still in flight after the driver stopped, so
+// no file is closed under them.
 func (r *Replica) drainSync() {
 	if r.syncing != 0 {
 		<-r.syncDone
 		r.syncing = 0
+	}
+	for ; r.ckptOut > 0; r.ckptOut-- {
+		<-r.ckptDone
 	}
 }
 
@@ -464,6 +481,11 @@ func (r *Replica) run() {
 				r.fail(err)
 				return
 			}
+		case res := <-r.ckptDone:
+			if err := r.finishCheckpoint(res); err != nil {
+				r.fail(err)
+				return
+			}
 		}
 		// Take whatever else is waiting: one Ready (one fsync) covers it all.
 	drain:
@@ -493,15 +515,7 @@ func (r *Replica) run() {
 			r.fail(err)
 			return
 		}
-		if ck, err := r.maybeCheckpoint(); err != nil || ck {
-			if err == nil {
-				err = r.ready() // what the checkpoint's Persisted released
-			}
-			if err != nil {
-				r.fail(err)
-				return
-			}
-		}
+		r.maybeCheckpoint()
 	}
 }
 
@@ -637,6 +651,9 @@ func (r *Replica) handle(rd *vr.Ready) error {
 		r.wal.addHardState(r.lastHS)
 		r.tail = nil
 		roll = true
+		// A checkpoint in flight is superseded by the snapshot point.
+		r.ckptGen++
+		r.ckptRunning, r.ckptClients = false, nil
 	}
 	if rd.HasTruncate {
 		r.wal.addTruncate(rd.Truncate)
@@ -825,11 +842,7 @@ func (r *Replica) apply(cs []vr.Committed) error {
 	r.core.Advance(results)
 	r.st.applied.Add(uint64(len(cs)))
 	r.sinceCkpt += uint64(len(cs))
-	k := 0
-	for k < len(r.tail) && r.tail[k].Op <= last {
-		k++
-	}
-	r.tail = r.tail[k:]
+	r.trimTail(last)
 	r.setApplied(last)
 	for _, l := range locals {
 		l.p.finish(l.res, l.err)
@@ -883,39 +896,73 @@ func (r *Replica) failAll(err error) {
 	// Anyone still blocked in Apply/Read sees stop/done and leaves.
 }
 
-// maybeCheckpoint makes the engine durable up to the applied op, records
-// that point (with the client table) at the head of a new log segment, drops
-// the old segments and lets the core forget all but a tail of its log.
-func (r *Replica) maybeCheckpoint() (bool, error) {
+// trimTail drops tail entries up to op, keeping those a running checkpoint
+// must still write.
+func (r *Replica) trimTail(op uint64) {
+	if r.ckptRunning {
+		op = min(op, r.ckptOp)
+	}
+	k := 0
+	for k < len(r.tail) && r.tail[k].Op <= op {
+		k++
+	}
+	r.tail = r.tail[k:]
+}
+
+// maybeCheckpoint starts a checkpoint when one is due: the engine is
+// fsynced up to the applied op in the background; finishCheckpoint then
+// records that point (with the client table as of it) at the head of a new
+// log segment, drops the old segments and lets the core forget all but a
+// tail of its log.
+func (r *Replica) maybeCheckpoint() {
 	// Bytes count from the last checkpoint's segment head, which holds the
 	// unapplied tail: a tail above CheckpointBytes must not trigger a
 	// checkpoint on every round.
-	if r.recovering || (r.sinceCkpt < r.opts.CheckpointOps && r.wal.size-r.ckptBase < r.opts.CheckpointBytes) {
-		return false, nil
+	if r.recovering || r.ckptRunning || (r.sinceCkpt < r.opts.CheckpointOps && r.wal.size-r.ckptBase < r.opts.CheckpointBytes) {
+		return
 	}
-	return true, r.checkpoint()
+	r.ckptRunning = true
+	r.ckptOp = r.applied.Load()
+	r.ckptClients = r.core.ClientTable()
+	r.ckptGen++
+	r.ckptOut++
+	r.sinceCkpt = 0
+	gen, pos := r.ckptGen, r.db.LastPos()
+	go func() {
+		_, err := r.db.Sync(pos)
+		r.ckptDone <- ckptResult{gen, err}
+	}()
 }
 
-func (r *Replica) checkpoint() error {
+func (r *Replica) finishCheckpoint(res ckptResult) error {
+	r.ckptOut--
+	if res.gen != r.ckptGen || !r.ckptRunning {
+		return nil // cancelled by a snapshot install
+	}
+	if res.err != nil {
+		return fmt.Errorf("vrshard: checkpoint: engine sync: %w", res.err)
+	}
+	op := r.ckptOp
 	if err := r.awaitSync(); err != nil {
 		return err
 	}
-	if _, err := r.db.Sync(r.db.LastPos()); err != nil {
-		return fmt.Errorf("vrshard: checkpoint: engine sync: %w", err)
-	}
-	op := r.applied.Load()
-	r.wal.addSnapshot(op, r.core.ClientTable())
+	r.wal.addSnapshot(op, r.ckptClients)
 	r.wal.addFlags(false)
-	r.wal.addEntries(r.tail)
+	k := 0
+	for k < len(r.tail) && r.tail[k].Op <= op {
+		k++
+	}
+	r.wal.addEntries(r.tail[k:])
 	r.wal.addHardState(r.lastHS)
 	if err := r.wal.roll(); err != nil {
 		return err
 	}
+	r.ckptRunning, r.ckptClients = false, nil
 	r.st.fsyncs.Add(1)
 	r.markSynced() // batches written to the old segment are in the new one
-	r.sinceCkpt = 0
 	r.ckptBase = r.wal.size
 	r.st.ckpts.Add(1)
+	r.trimTail(r.applied.Load())
 	if op > r.opts.KeepTail {
 		if err := r.core.Compact(op - r.opts.KeepTail); err != nil {
 			return fmt.Errorf("vrshard: checkpoint: %w", err)
