@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,6 +27,8 @@ type options struct {
 	poolSize    int
 	dialTimeout time.Duration
 	maxRetries  int
+	// retryUnavailable: how long a call keeps retrying -UNAVAILABLE replies.
+	retryUnavailable time.Duration
 	// wrapConn lets tests interpose on a connection's socket.
 	wrapConn func(net.Conn) net.Conn
 }
@@ -51,6 +54,18 @@ func WithDialTimeout(d time.Duration) Option { return func(o *options) { o.dialT
 // its connection died (default 1). Reads and unsent requests are retried freely;
 // writes are resent with the same request id, so they are applied at most once.
 func WithMaxRetries(n int) Option { return func(o *options) { o.maxRetries = n } }
+
+// WithRetryUnavailable makes a call that gets -UNAVAILABLE (a replica group
+// between leaders, a follower that cannot reach the leader) retry for up to d,
+// with short backoffs, within its context (default 0: return ErrUnavailable at
+// once). Writes are retried with the same request id, so they still execute at
+// most once.
+func WithRetryUnavailable(d time.Duration) Option {
+	return func(o *options) { o.retryUnavailable = d }
+}
+
+// maxMoves bounds how many -MOVED redirects one call follows.
+const maxMoves = 5
 
 // CallOption adjusts one call.
 type CallOption func(*callOptions)
@@ -78,6 +93,9 @@ type Client struct {
 	slots  []slot
 	next   atomic.Uint32
 	closed atomic.Bool
+	// leader is the node the last -MOVED named (nil: none known). Slots whose
+	// connection goes elsewhere move to it on their next call.
+	leader atomic.Pointer[string]
 }
 
 type slot struct {
@@ -132,6 +150,24 @@ func (c *Client) conn(ctx context.Context, i int) (*conn, error) {
 	if c.closed.Load() {
 		return nil, ErrClosed
 	}
+	hint := c.leader.Load()
+	if s.c != nil && s.c.healthy() && (hint == nil || s.c.addr == *hint) {
+		return s.c, nil
+	}
+	if hint != nil {
+		cn, err := c.dial(ctx, *hint)
+		if err == nil {
+			if s.c != nil {
+				s.c.closeWhenIdle()
+			}
+			s.c = cn
+			return cn, nil
+		}
+		if errors.Is(err, ErrAuth) {
+			return nil, err
+		}
+		c.leader.CompareAndSwap(hint, nil) // it is gone; find another node
+	}
 	if s.c != nil && s.c.healthy() {
 		return s.c, nil
 	}
@@ -178,7 +214,9 @@ func (c *Client) dial(ctx context.Context, addr string) (*conn, error) {
 			return nil, fmt.Errorf("%s: %w", addr, err)
 		}
 	}
-	return newConn(nc, rd, randomID()), nil
+	cn := newConn(nc, rd, randomID())
+	cn.addr = addr
+	return cn, nil
 }
 
 // authenticate runs AUTH synchronously, before the connection's goroutines start.
@@ -233,6 +271,10 @@ func (c *Client) do(ctx context.Context, req *request) (owned bool, err error) {
 	}
 	start := c.next.Add(1) - 1 // slot 0, dialed by Dial, serves the first call
 	retries := 0               // attempts whose request may have reached a server
+	moves := 0
+	maybeApplied := false // an earlier attempt of this write may have executed
+	var began time.Time
+	backoff := 5 * time.Millisecond
 	for attempt := 0; ; attempt++ {
 		cn, err := c.conn(ctx, int((uint64(start)+uint64(attempt))%uint64(len(c.slots))))
 		if err != nil {
@@ -249,6 +291,59 @@ func (c *Client) do(ctx context.Context, req *request) (owned bool, err error) {
 			}
 			return false, ctxError(ab.cause, (ab.sent || req.sent) && req.write)
 		}
+		var se *Error
+		if errors.As(err, &se) {
+			switch {
+			case se.Prefix == "MOVED" && (moves < maxMoves || c.opts.retryUnavailable > 0):
+				// Not executed there: go to the named leader, same request id.
+				// Nodes may name a leader that just died (until they notice),
+				// so after a couple of hops wait a little, within the
+				// WithRetryUnavailable window.
+				moves++
+				if moves > 2 {
+					if began.IsZero() {
+						began = time.Now()
+					}
+					if moves > maxMoves && time.Since(began) >= c.opts.retryUnavailable {
+						break
+					}
+					select {
+					case <-time.After(backoff):
+					case <-ctx.Done():
+						return true, ctxError(ctx.Err(), req.write && (req.sent || maybeApplied))
+					}
+					backoff = min(2*backoff, 200*time.Millisecond)
+				}
+				addr := strings.TrimSpace(strings.TrimPrefix(se.Msg, "MOVED"))
+				c.leader.Store(&addr)
+				req.state, req.err = stateNew, nil
+				continue
+			case se.Prefix == "UNAVAILABLE" && c.opts.retryUnavailable > 0:
+				if req.write && strings.Contains(se.Msg, "outcome") {
+					maybeApplied = true
+				}
+				if began.IsZero() {
+					began = time.Now()
+				}
+				if time.Since(began) < c.opts.retryUnavailable {
+					c.leader.Store(nil) // whoever said so is no longer sure who leads
+					select {
+					case <-time.After(backoff):
+					case <-ctx.Done():
+						return true, ctxError(ctx.Err(), req.write && (req.sent || maybeApplied))
+					}
+					backoff = min(2*backoff, 200*time.Millisecond)
+					req.state, req.err = stateNew, nil
+					continue
+				}
+			}
+			if req.write && se.Prefix == "UNAVAILABLE" && (maybeApplied || strings.Contains(se.Msg, "outcome")) {
+				return true, fmt.Errorf("%w: %w", ErrUnknownOutcome, err)
+			}
+		}
+		if errors.Is(err, errConnLost) && req.write {
+			maybeApplied = true
+		}
 		switch {
 		case errors.Is(err, errNotSent), errors.Is(err, errConnLost):
 			// A request that never left the client is retried regardless of
@@ -264,7 +359,7 @@ func (c *Client) do(ctx context.Context, req *request) (owned bool, err error) {
 			if ctx.Err() != nil {
 				return true, ctxError(ctx.Err(), req.sent && req.write)
 			}
-			if req.sent && req.write {
+			if (req.sent || maybeApplied) && req.write {
 				return true, fmt.Errorf("%w: %w", ErrUnknownOutcome, err)
 			}
 			return true, fmt.Errorf("%w: %w", ErrUnavailable, err)
@@ -294,6 +389,7 @@ func ctxError(err error, maybeApplied bool) error {
 func newCall(kind replyKind, write bool, s *Session, opts []CallOption) *request {
 	r := getRequest()
 	r.kind, r.write, r.session = kind, write, s
+	r.allowRedirect = true
 	for _, o := range opts {
 		o(&r.opts)
 	}

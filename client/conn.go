@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/kefirdb/kefir/internal/resp"
 )
@@ -52,7 +53,11 @@ type request struct {
 	opts    callOptions
 	session *Session
 	buf     []byte // encoded bytes, reused as-is on retry (same REQID)
-	sent    bool   // some attempt reached the socket
+	// allowRedirect asks (via KEFIR.CALL REDIRECT) for -MOVED <leader> instead
+	// of forwarding; redirect records that the encoded call carries it.
+	allowRedirect bool
+	redirect      bool
+	sent          bool // some attempt reached the socket
 
 	state reqState
 	done  chan struct{}
@@ -92,6 +97,7 @@ func (r *request) encode(clientID, seq uint64) {
 	}
 	words := len(r.cmd)
 	wrapped := !o.consistency.IsZero() || !o.durability.IsZero() || r.session != nil || r.write
+	r.redirect = wrapped && r.allowRedirect
 	if wrapped {
 		words += 2 // KEFIR.CALL ... CMD
 		if !o.consistency.IsZero() {
@@ -106,10 +112,16 @@ func (r *request) encode(clientID, seq uint64) {
 		if r.write {
 			words += 3
 		}
+		if r.redirect {
+			words++
+		}
 	}
 	b := resp.AppendArrayHeader(r.buf[:0], words)
 	if wrapped {
 		b = resp.AppendBulkString(b, "KEFIR.CALL")
+		if r.redirect {
+			b = resp.AppendBulkString(b, "REDIRECT")
+		}
 		if !o.consistency.IsZero() {
 			b = resp.AppendBulkString(b, "CONSISTENCY")
 			b = resp.AppendBulkString(b, o.consistency.String())
@@ -211,6 +223,7 @@ type conn struct {
 	nc       net.Conn
 	rd       *resp.Reader
 	clientID uint64 // REQID client id of this connection's writes
+	addr     string // the node it talks to
 
 	mu       sync.Mutex
 	queue    []*request // not yet taken by the writer, in enqueue (= seq) order
@@ -407,3 +420,22 @@ func (c *conn) fail(cause error) {
 }
 
 func (c *conn) close() { c.fail(net.ErrClosed) }
+
+// closeWhenIdle closes the connection once no request is queued or in flight
+// (or after a grace period): the client moved this slot to the leader, and the
+// calls still on the old node finish there.
+func (c *conn) closeWhenIdle() {
+	go func() {
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) {
+			c.mu.Lock()
+			idle := len(c.queue) == 0 && len(c.inflight) == 0
+			c.mu.Unlock()
+			if idle {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		c.close()
+	}()
+}

@@ -1,0 +1,117 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/kefirdb/kefir/internal/server"
+)
+
+// startGroup runs a 3-replica group in-process and returns its nodes.
+func startGroup(t *testing.T) []*server.Server {
+	t.Helper()
+	var addrs []string
+	var lns []net.Listener
+	for range 6 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns = append(lns, ln)
+		addrs = append(addrs, ln.Addr().String())
+	}
+	for _, ln := range lns {
+		ln.Close()
+	}
+	var ms []server.Member
+	for i := range 3 {
+		ms = append(ms, server.Member{ID: uint64(i + 1), PeerAddr: addrs[2*i], ClientAddr: addrs[2*i+1]})
+	}
+	var nodes []*server.Server
+	for _, m := range ms {
+		s, err := server.New(server.Config{
+			NodeID: fmt.Sprint("n", m.ID), ClientAddr: m.ClientAddr, PeerAddr: m.PeerAddr,
+			DataDir: t.TempDir(), ClusterSecret: "s", Members: ms, ReplicaID: m.ID, ClusterID: 7,
+			Bootstrap: true, Logger: slog.New(slog.DiscardHandler),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		nodes = append(nodes, s)
+	}
+	return nodes
+}
+
+func leaderOf(t *testing.T, nodes []*server.Server) int {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		for i, n := range nodes {
+			if n != nil && n.Status().Role == "leader" {
+				return i
+			}
+		}
+	}
+	t.Fatal("no leader")
+	return -1
+}
+
+// The client, pointed at a follower, is redirected to the leader and keeps
+// writing exactly once across a leader change.
+func TestClientFollowsTheLeader(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-node group")
+	}
+	nodes := startGroup(t)
+	l := leaderOf(t, nodes)
+	f := (l + 1) % 3
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var all []string
+	for _, i := range []int{f, l, 3 - f - l} {
+		all = append(all, nodes[i].ClientAddr().String())
+	}
+	c, err := Dial(ctx, all, WithPoolSize(1), WithRetryUnavailable(10*time.Second), WithMaxRetries(5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for i := range 10 {
+		if _, err := c.Incr(ctx, "n", 1); err != nil {
+			t.Fatalf("incr %d: %v", i, err)
+		}
+	}
+	// The writes went to the leader directly after the first MOVED: the
+	// follower forwarded none of them.
+	if fw := nodes[f].Status().Replication.Forwarded; fw != 0 {
+		t.Fatalf("follower forwarded %d calls; the client should have moved to the leader", fw)
+	}
+	if leaderAddr := *c.leader.Load(); leaderAddr != nodes[l].ClientAddr().String() {
+		t.Fatalf("client's leader %s, want %s", leaderAddr, nodes[l].ClientAddr())
+	}
+
+	// Stop the leader: the client finds the new one and carries on.
+	nodes[l].Close()
+	nodes[l] = nil
+	for i := range 10 {
+		if _, err := c.Incr(ctx, "n", 1); err != nil && !errors.Is(err, ErrUnknownOutcome) {
+			t.Fatalf("incr %d after the leader stopped: %v", i, err)
+		}
+	}
+	n, err := c.Incr(ctx, "n", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every incr above either succeeded or was unknown; none ran twice.
+	if n < 19 || n > 20 {
+		t.Fatalf("counter = %d after 20 increments (at most one of them with an unknown outcome)", n)
+	}
+}
