@@ -81,7 +81,8 @@ type dEntry struct {
 type nilextState struct {
 	list     []*dEntry // arrival order, with gone entries until compaction
 	idx      map[dkey]*dEntry
-	keys     map[string]int // pending entries per key
+	byClient map[uint64][]*dEntry // per client, in arrival order (gone ones pruned lazily)
+	keys     map[string]int       // pending entries per key
 	live     int
 	unqueued int
 
@@ -103,6 +104,7 @@ type pendingAck struct {
 func (nx *nilextState) init() {
 	if nx.idx == nil {
 		nx.idx = map[dkey]*dEntry{}
+		nx.byClient = map[uint64][]*dEntry{}
 		nx.keys = map[string]int{}
 		nx.quiet = map[dkey]bool{}
 	}
@@ -112,6 +114,7 @@ func (nx *nilextState) add(e *dEntry) {
 	nx.init()
 	nx.list = append(nx.list, e)
 	nx.idx[dkey{e.Client, e.ReqNum}] = e
+	nx.byClient[e.Client] = append(nx.byClient[e.Client], e)
 	for _, k := range e.Keys {
 		nx.keys[string(k)]++
 	}
@@ -144,6 +147,7 @@ func (nx *nilextState) remove(e *dEntry) {
 func (nx *nilextState) clear() {
 	nx.list = nil
 	clear(nx.idx)
+	clear(nx.byClient)
 	clear(nx.keys)
 	clear(nx.quiet)
 	nx.live, nx.unqueued = 0, 0
@@ -294,10 +298,34 @@ func (r *Replica) nxQuietReply(client, req uint64) bool {
 	return false
 }
 
-// nxExecuted removes an applied request from the d-log.
+// nxExecuted removes an applied request, and every earlier one of its
+// client, from the d-log. The earlier ones are applied already or were never
+// completed: a client has one request outstanding (the client table's rule),
+// so an earlier request that completed was in the leader's d-log before this
+// one arrived and was ordered first. Without this, copies that reached only
+// some followers (a client that died mid-broadcast, or moved on) would stay
+// until the next view change.
 func (r *Replica) nxExecuted(client, req uint64) {
-	if e := r.nx.idx[dkey{client, req}]; e != nil {
-		r.nx.remove(e)
+	es, ok := r.nx.byClient[client]
+	if !ok {
+		return
+	}
+	k := 0
+	for _, e := range es {
+		if e.gone {
+			continue
+		}
+		if e.ReqNum <= req {
+			r.nx.remove(e)
+			continue
+		}
+		es[k] = e
+		k++
+	}
+	if k == 0 {
+		delete(r.nx.byClient, client)
+	} else {
+		r.nx.byClient[client] = es[:k]
 	}
 }
 

@@ -243,6 +243,24 @@ func TestNilextRetransmitAndStraggler(t *testing.T) {
 	}
 }
 
+// TestNilextOrphansCollected: a copy that reached one follower only (its
+// client moved on) leaves that follower's d-log once a later request of the
+// same client is applied, without waiting for a view change.
+func TestNilextOrphansCollected(t *testing.T) {
+	x := newNxNet(t, 3)
+	x.send(nxReq(10, 1, "k", true), 3)
+	x.send(nxReq(10, 2, "k", true))
+	x.tick(5 * time.Millisecond)
+	x.deliver()
+	x.tick(10 * time.Millisecond)
+	x.deliver()
+	for _, id := range x.ids {
+		if in := x.rs[id].Info(); in.DLogLen != 0 || in.Applied != 1 {
+			t.Fatalf("replica %d: %+v (the orphan of request 1 must be gone)", id, in)
+		}
+	}
+}
+
 // TestNilextBackgroundBatch: the leader orders its d-log, in d-log order,
 // once NilextBatch entries wait (without waiting for the timer).
 func TestNilextBackgroundBatch(t *testing.T) {
