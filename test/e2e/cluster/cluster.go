@@ -122,6 +122,17 @@ func NewNode(t testing.TB, id string, args ...string) *Node {
 // Start starts the process and waits until it answers PING.
 func (n *Node) Start() {
 	n.t.Helper()
+	if err := n.StartNoWait(); err != nil {
+		n.t.Fatal(err)
+	}
+	if err := n.WaitReady(20 * time.Second); err != nil {
+		n.t.Fatalf("cluster: %s not ready: %v\n%s", n.ID, err, n.Logs())
+	}
+}
+
+// StartNoWait starts the process without waiting for it to serve (for nodes
+// expected to refuse to start; Wait returns their exit code).
+func (n *Node) StartNoWait() error {
 	args := append([]string{"server",
 		"--node-id", n.ID, "--dir", n.Dir,
 		"--client-addr", n.ClientAddr, "--http-addr", n.HTTPAddr, "--peer-addr", n.PeerAddr,
@@ -129,11 +140,11 @@ func (n *Node) Start() {
 	cmd := exec.Command(n.bin, args...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
-		n.t.Fatal(err)
+		return err
 	}
 	cmd.Stderr = cmd.Stdout
 	if err := cmd.Start(); err != nil {
-		n.t.Fatalf("cluster: start %s: %v", n.ID, err)
+		return fmt.Errorf("cluster: start %s: %w", n.ID, err)
 	}
 	exited := make(chan struct{})
 	n.mu.Lock()
@@ -155,9 +166,7 @@ func (n *Node) Start() {
 		n.mu.Unlock()
 		close(exited)
 	}()
-	if err := n.WaitReady(20 * time.Second); err != nil {
-		n.t.Fatalf("cluster: %s not ready: %v\n%s", n.ID, err, n.Logs())
-	}
+	return nil
 }
 
 // WaitReady polls the client port until the node answers PING.

@@ -1,0 +1,377 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kefirdb/kefir/client"
+	"github.com/kefirdb/kefir/internal/check"
+	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/test/e2e/cluster"
+)
+
+// group is a 3-replica group of real `kefir server` processes.
+type group struct {
+	t       *testing.T
+	nodes   []*cluster.Node
+	members string
+}
+
+const groupSecret = "e2e-cluster-secret"
+
+func replicaArgs(members string, id int, bootstrap bool) []string {
+	return []string{"--members", members, "--replica-id", strconv.Itoa(id), "--cluster-id", "4242",
+		"--cluster-secret", groupSecret, "--bootstrap", strconv.FormatBool(bootstrap)}
+}
+
+// startGroup starts three replicas, bootstrapping a new group.
+func startGroup(t *testing.T) *group {
+	t.Helper()
+	g := &group{t: t}
+	var ms []string
+	for i := 1; i <= 3; i++ {
+		n := cluster.NewNode(t, "n"+strconv.Itoa(i))
+		g.nodes = append(g.nodes, n)
+		ms = append(ms, fmt.Sprintf("%d@%s/%s", i, n.PeerAddr, n.ClientAddr))
+	}
+	g.members = strings.Join(ms, ",")
+	for i, n := range g.nodes {
+		n.Args = replicaArgs(g.members, i+1, true)
+		n.Start()
+		// Later starts of the same directory must not bootstrap.
+		n.Args = replicaArgs(g.members, i+1, false)
+	}
+	return g
+}
+
+type nodeStatus struct {
+	Role        string `json:"role"`
+	Replication *struct {
+		View    uint64 `json:"view"`
+		Leader  uint64 `json:"leader"`
+		Commit  uint64 `json:"commit_op"`
+		Applied uint64 `json:"applied_op"`
+	} `json:"replication"`
+}
+
+func status(n *cluster.Node) (nodeStatus, error) {
+	var st nodeStatus
+	hc := http.Client{Timeout: time.Second}
+	r, err := hc.Get("http://" + n.HTTPAddr + "/status")
+	if err != nil {
+		return st, err
+	}
+	defer r.Body.Close()
+	err = json.NewDecoder(r.Body).Decode(&st)
+	if err == nil && st.Replication == nil {
+		err = errors.New("/status has no replication section")
+	}
+	return st, err
+}
+
+// leader waits until a running node other than skip reports itself leader.
+func (g *group) leader(skip int) int {
+	g.t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		for i, n := range g.nodes {
+			if i == skip || !n.Running() {
+				continue
+			}
+			if st, err := status(n); err == nil && st.Role == "leader" {
+				return i
+			}
+		}
+	}
+	g.t.Fatal("no leader within 20s")
+	return -1
+}
+
+// caughtUp waits until node i has applied everything the leader committed.
+func (g *group) caughtUp(i, leader int) {
+	g.t.Helper()
+	lst, err := status(g.nodes[leader])
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		st, err := status(g.nodes[i])
+		if err == nil && st.Replication.Applied >= lst.Replication.Commit {
+			return
+		}
+		if time.Now().After(deadline) {
+			g.t.Fatalf("%s did not catch up to op %d: %+v %v", g.nodes[i].ID, lst.Replication.Commit, st.Replication, err)
+		}
+	}
+}
+
+func (g *group) addrs() []string {
+	var out []string
+	for _, n := range g.nodes {
+		out = append(out, n.ClientAddr)
+	}
+	return out
+}
+
+func dialGroup(t *testing.T, addrs []string) *client.Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := client.Dial(ctx, addrs, client.WithRetryUnavailable(15*time.Second), client.WithMaxRetries(5),
+		client.WithDialTimeout(time.Second))
+	if err != nil {
+		t.Fatalf("client.Dial %v: %v", addrs, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// A 3-node group under concurrent clients: writes through any node, the
+// leader SIGKILLed mid-load, the killed node restarted, a follower SIGSTOPped
+// then resumed, then the leader SIGSTOPped past its lease and resumed. Every acknowledged sync write is on every node at the end, and the
+// history of the checked clients is linearizable.
+func TestReplicatedGroupUnderKillsAndPauses(t *testing.T) {
+	g := startGroup(t)
+	l := g.leader(-1)
+
+	// redis-cli works through any node: followers forward to the leader.
+	for i, n := range g.nodes {
+		if got := redisCLI(t, n.ClientAddr, "SET", "cli"+strconv.Itoa(i), "v"+strconv.Itoa(i)); got != "OK" {
+			t.Fatalf("redis-cli SET via %s = %q", n.ID, got)
+		}
+		if got := redisCLI(t, n.ClientAddr, "GET", "cli0"); got != "v0" {
+			t.Fatalf("redis-cli GET via %s = %q", n.ID, got)
+		}
+	}
+
+	var (
+		stop     atomic.Bool
+		wg       sync.WaitGroup
+		ackedMu  sync.Mutex
+		acked    = map[string]string{}
+		afterCut atomic.Int64 // acknowledged writes after the leader's kill
+		cut      atomic.Bool
+		rec      = check.NewRecorder(nil)
+	)
+	// Durability writers: unique keys, sync, through every node in turn.
+	for w := range 3 {
+		c := dialGroup(t, append(g.addrs()[w:], g.addrs()[:w]...))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; !stop.Load(); i++ {
+				k, v := fmt.Sprintf("w%d-%d", w, i), fmt.Sprintf("val-%d-%d", w, i)
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				err := c.Put(ctx, k, []byte(v), client.WithDurability(client.Sync))
+				cancel()
+				if err == nil {
+					ackedMu.Lock()
+					acked[k] = v
+					ackedMu.Unlock()
+					if cut.Load() {
+						afterCut.Add(1)
+					}
+				}
+			}
+		}()
+	}
+	// Checked clients: a mix of operations on a few keys, recorded.
+	keys := []string{"a", "b", "c"}
+	for cid := range 4 {
+		c := dialGroup(t, g.addrs())
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(cid), 7))
+			for i := 0; !stop.Load(); i++ {
+				key := keys[rng.IntN(len(keys))]
+				op := check.Op{Client: cid, Key: key, Cons: level.ConsLinearizable, Dur: level.Sync}
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				switch rng.IntN(4) {
+				case 0, 1:
+					op.Kind = check.Get
+					id := rec.Invoke(op)
+					v, err := c.Get(ctx, key, client.WithConsistency(client.Linearizable))
+					switch {
+					case err == nil:
+						rec.Complete(id, check.Result{Found: true, Value: string(v), Node: -1})
+					case errors.Is(err, client.ErrNotFound):
+						rec.Complete(id, check.Result{Found: false, Node: -1})
+					default:
+						rec.Fail(id) // a failed read has no effect
+					}
+				case 2:
+					op.Kind, op.Value = check.Put, fmt.Sprintf("c%d-%d", cid, i)
+					id := rec.Invoke(op)
+					if err := c.Put(ctx, key, []byte(op.Value), client.WithDurability(client.Sync)); err != nil {
+						rec.Unknown(id) // in a replica group any failed write may have executed
+					} else {
+						rec.Complete(id, check.Result{Node: -1})
+					}
+				case 3:
+					op.Kind, op.Expect, op.Value = check.CAS, fmt.Sprintf("c%d-%d", (cid+1)%4, i-1), fmt.Sprintf("c%d-%d", cid, i)
+					id := rec.Invoke(op)
+					ok, err := c.CAS(ctx, key, []byte(op.Expect), []byte(op.Value), client.WithDurability(client.Sync))
+					if err != nil {
+						rec.Unknown(id)
+					} else {
+						rec.Complete(id, check.Result{Found: ok, Node: -1})
+					}
+				}
+				cancel()
+			}
+		}()
+	}
+
+	time.Sleep(time.Second)
+	// SIGKILL the leader mid-load.
+	g.nodes[l].Kill()
+	rec.Crash(l)
+	cut.Store(true)
+	nl := g.leader(l)
+	t.Logf("killed leader %s; new leader %s", g.nodes[l].ID, g.nodes[nl].ID)
+	time.Sleep(time.Second)
+
+	// Restart the killed node (no bootstrap: it rejoins from its log).
+	g.nodes[l].Start()
+	time.Sleep(500 * time.Millisecond)
+
+	// SIGSTOP a follower for longer than the view-change timeout, then resume.
+	f := 3 - l - nl
+	g.nodes[f].Pause()
+	time.Sleep(800 * time.Millisecond)
+	g.nodes[f].Resume()
+	time.Sleep(time.Second)
+
+	// SIGSTOP the leader past its lease and the view-change timeout: the
+	// others elect a new leader; when the old one resumes, clients still
+	// talking to it must not read stale values (the history check below).
+	pl := g.leader(-1)
+	g.nodes[pl].Pause()
+	npl := g.leader(pl)
+	time.Sleep(500 * time.Millisecond)
+	g.nodes[pl].Resume()
+	t.Logf("paused leader %s; %s took over; resumed", g.nodes[pl].ID, g.nodes[npl].ID)
+	time.Sleep(time.Second)
+
+	stop.Store(true)
+	wg.Wait()
+
+	if afterCut.Load() == 0 {
+		t.Fatal("no write was acknowledged after the leader was killed")
+	}
+	ackedMu.Lock()
+	defer ackedMu.Unlock()
+	t.Logf("%d sync writes acknowledged (%d after the kill)", len(acked), afterCut.Load())
+
+	// Every acknowledged write is on every node, the restarted one included
+	// (eventual reads at each node are served from its own state).
+	cur := g.leader(-1)
+	for i, n := range g.nodes {
+		g.caughtUp(i, cur)
+		c := dialGroup(t, []string{n.ClientAddr})
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		missing := 0
+		for k, v := range acked {
+			got, err := c.Get(ctx, k, client.WithConsistency(client.Eventual))
+			if err != nil || string(got) != v {
+				if missing < 5 {
+					t.Errorf("%s: acknowledged %s=%s, read %q (%v)", n.ID, k, v, got, err)
+				}
+				missing++
+			}
+		}
+		cancel()
+		if missing > 0 {
+			t.Fatalf("%s lost %d of %d acknowledged sync writes", n.ID, missing, len(acked))
+		}
+		_ = i
+	}
+
+	h := rec.History()
+	v := check.Linearizable(h, check.LinOptions{Timeout: 30 * time.Second, Strict: true})
+	if !v.OK {
+		t.Fatalf("history of %d ops is not linearizable: %+v", len(h.Ops), v)
+	}
+	t.Logf("linearizable: %d ops checked", v.Checked)
+}
+
+// The linearizability check above must be able to fail on this kind of
+// history: a read that returns a value no write produced.
+func TestLinearizabilityCheckCatchesAStaleRead(t *testing.T) {
+	rec := check.NewRecorder(nil)
+	w := rec.Invoke(check.Op{Client: 0, Kind: check.Put, Key: "a", Value: "1", Cons: level.ConsLinearizable})
+	rec.Complete(w, check.Result{Node: -1})
+	w = rec.Invoke(check.Op{Client: 0, Kind: check.Put, Key: "a", Value: "2", Cons: level.ConsLinearizable})
+	rec.Complete(w, check.Result{Node: -1})
+	r := rec.Invoke(check.Op{Client: 1, Kind: check.Get, Key: "a", Cons: level.ConsLinearizable})
+	rec.Complete(r, check.Result{Found: true, Value: "1", Node: -1}) // stale: 2 was acknowledged before
+	if v := check.Linearizable(rec.History(), check.LinOptions{NoVisualization: true}); v.OK {
+		t.Fatal("a stale read passed the linearizability check")
+	}
+}
+
+// A node given a member list that differs from the group's is refused by its
+// peers (and says so in its log); a data directory restarted with another
+// cluster id is refused at start.
+func TestWrongMemberListIsRefused(t *testing.T) {
+	g := startGroup(t)
+	g.leader(-1)
+	n3 := g.nodes[2]
+	n3.Kill()
+
+	// Same data directory, another cluster id: the node refuses to start.
+	bad := cluster.NewNode(t, "n3-stale")
+	bad.Dir, bad.ClientAddr, bad.PeerAddr, bad.HTTPAddr = n3.Dir, n3.ClientAddr, n3.PeerAddr, n3.HTTPAddr
+	bad.Args = append(replicaArgs(g.members, 3, false), "--cluster-id", "999")
+	startExpectExit(t, bad)
+	if !strings.Contains(bad.Logs(), "configuration does not match the data directory") {
+		t.Fatalf("stale config not refused with a clear log line:\n%s", bad.Logs())
+	}
+
+	// A fresh directory with the members in another order (another leader
+	// order, so another configuration): the group refuses its connections.
+	parts := strings.Split(g.members, ",")
+	wrong := strings.Join([]string{parts[2], parts[1], parts[0]}, ",")
+	imp := cluster.NewNode(t, "n3-wrong")
+	imp.ClientAddr, imp.PeerAddr = n3.ClientAddr, n3.PeerAddr
+	imp.Args = replicaArgs(wrong, 3, false)
+	imp.Start()
+	deadline := time.Now().Add(15 * time.Second)
+	for !strings.Contains(imp.Logs(), "fix the cluster configuration") {
+		if time.Now().After(deadline) {
+			t.Fatalf("wrong member list: no refusal logged:\n%s", imp.Logs())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if st, err := status(imp); err == nil && (st.Role == "leader" || st.Role == "follower") {
+		t.Fatalf("node with a wrong member list joined as %s", st.Role)
+	}
+	found := false
+	for _, n := range g.nodes[:2] {
+		found = found || strings.Contains(n.Logs(), "belongs to a different cluster or configuration")
+	}
+	if !found {
+		t.Fatal("the group's nodes did not log the refused peer")
+	}
+}
+
+// startExpectExit runs n expecting it to refuse to start (exit non-zero).
+func startExpectExit(t *testing.T, n *cluster.Node) {
+	t.Helper()
+	if err := n.StartNoWait(); err != nil {
+		t.Fatal(err)
+	}
+	if code := n.Wait(20 * time.Second); code == 0 {
+		t.Fatalf("%s started (exit code 0), want a refusal", n.ID)
+	}
+}
