@@ -639,7 +639,8 @@ func (r *Replica) markSynced() {
 }
 
 func (r *Replica) handle(rd *vr.Ready) error {
-	// 1. Disk: snapshot, truncate, entries, hard state; one write, one fsync.
+	// 1. Disk: snapshot, truncate, entries, hard state: one write; the fsync
+	// runs in the background (startSync).
 	roll := false
 	if s := rd.Snapshot; s != nil {
 		if err := r.restore(s); err != nil {
