@@ -327,7 +327,14 @@ func TestConcurrentHistoryUnderFaultsIsLinearizable(t *testing.T) {
 	w := &workload{c: c, rec: check.NewRecorder(nil), clients: 5, keys: workloadKeys("x", "y", "z"), sessionReads: true}
 	h := runWorkload(t, w, workloadTime(), true, 1)
 	ok, unknown := summarize(h)
-	t.Logf("%d operations: %d ok, %d unknown, %d crashes", len(h.Ops), ok, unknown, len(h.Crashes))
+	var snaps, ckpts uint64
+	for _, r := range c.reps {
+		if r != nil {
+			snaps += r.Stats().SnapsLoaded
+			ckpts += r.Stats().Checkpoints
+		}
+	}
+	t.Logf("%d operations: %d ok, %d unknown, %d crashes; live replicas loaded %d snapshots, took %d checkpoints", len(h.Ops), ok, unknown, len(h.Crashes), snaps, ckpts)
 	if ok < 100 {
 		t.Fatalf("only %d operations completed: the cluster made no real progress under faults", ok)
 	}
