@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -138,6 +139,18 @@ func runUp(args []string, stdout, stderr io.Writer) error {
 		if err := waitPing(c.client, 15*time.Second, c.exited); err != nil {
 			stopAll()
 			return fmt.Errorf("%s did not come up: %w", c.id, err)
+		}
+	}
+	if grp != nil {
+		// Serving PING is not serving writes: wait until the group has a
+		// leader (on a restart, after the view change and recovery).
+		var https []string
+		for _, c := range children {
+			https = append(https, c.http)
+		}
+		if err := waitLeader(https, 30*time.Second); err != nil {
+			stopAll()
+			return err
 		}
 	}
 	outMu.Lock()
@@ -283,4 +296,26 @@ func prepareGroup(dir string, n, basePort int) (*upGroup, error) {
 	}
 	g.clusterID, g.secret, g.bootstrap = saved.ClusterID, saved.Secret, fresh
 	return g, nil
+}
+
+// waitLeader polls the nodes' /status until one of them leads.
+func waitLeader(httpAddrs []string, timeout time.Duration) error {
+	hc := http.Client{Timeout: time.Second}
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		for _, a := range httpAddrs {
+			r, err := hc.Get("http://" + a + "/status")
+			if err != nil {
+				continue
+			}
+			var st struct {
+				Role string `json:"role"`
+			}
+			err = json.NewDecoder(r.Body).Decode(&st)
+			r.Body.Close()
+			if err == nil && st.Role == "leader" {
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("the group elected no leader within %v (see the nodes' logs above)", timeout)
 }

@@ -199,49 +199,64 @@ func TestSIGTERMShutsDownGracefully(t *testing.T) {
 	}
 }
 
-// `kefir up` starts a node that answers PING, prints how to reach it, and stops
-// everything on SIGINT (Ctrl-C).
-func TestUpStartsANodeAndStopsOnCtrlC(t *testing.T) {
-	bin := cluster.Binary(t)
-	// Find a base port whose client, peer and HTTP ports are all free.
-	base := 0
-	for range 20 {
+// freeBase finds a base port such that the client, peer and HTTP ports of
+// nodes nodes (base+i, base+1000+i, base+2000+i) are all free.
+func freeBase(t *testing.T, nodes int) int {
+	t.Helper()
+	for range 50 {
 		p, _ := strconv.Atoi(strings.Split(cluster.FreeAddr(t), ":")[1])
-		if p+2000 > 65535 {
+		if p+2000+nodes > 65535 {
 			continue
 		}
 		ok := true
-		for _, q := range []int{p, p + 1000, p + 2000} {
-			ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", q))
-			if err != nil {
-				ok = false
-				break
+		for i := range nodes {
+			for _, q := range []int{p + i, p + 1000 + i, p + 2000 + i} {
+				ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", q))
+				if err != nil {
+					ok = false
+					break
+				}
+				ln.Close()
 			}
-			ln.Close()
 		}
 		if ok {
-			base = p
-			break
+			return p
 		}
 	}
-	if base == 0 {
-		t.Fatal("no free port triple found")
-	}
-	cmd := exec.Command(bin, "up", "--dir", t.TempDir(), "--base-port", strconv.Itoa(base))
-	stdout, _ := cmd.StdoutPipe()
-	var logs strings.Builder
-	var logMu sync.Mutex
-	stderr, _ := cmd.StderrPipe()
-	if err := cmd.Start(); err != nil {
+	t.Fatal("no free port range found")
+	return 0
+}
+
+// upProc is a running `kefir up`.
+type upProc struct {
+	cmd    *exec.Cmd
+	mu     sync.Mutex
+	logs   strings.Builder
+	banner string
+}
+
+func (u *upProc) Logs() string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.logs.String()
+}
+
+// startUp runs `kefir up` with args and waits for its banner.
+func startUp(t *testing.T, args ...string) *upProc {
+	t.Helper()
+	u := &upProc{cmd: exec.Command(cluster.Binary(t), append([]string{"up"}, args...)...)}
+	stdout, _ := u.cmd.StdoutPipe()
+	stderr, _ := u.cmd.StderrPipe()
+	if err := u.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	t.Cleanup(func() { _ = u.cmd.Process.Kill() })
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
-			logMu.Lock()
-			logs.WriteString(sc.Text() + "\n")
-			logMu.Unlock()
+			u.mu.Lock()
+			u.logs.WriteString(sc.Text() + "\n")
+			u.mu.Unlock()
 		}
 	}()
 	ready := make(chan string, 1)
@@ -255,27 +270,20 @@ func TestUpStartsANodeAndStopsOnCtrlC(t *testing.T) {
 			}
 		}
 	}()
-	var banner string
 	select {
-	case banner = <-ready:
-	case <-time.After(30 * time.Second):
-		logMu.Lock()
-		defer logMu.Unlock()
-		t.Fatalf("kefir up did not become ready:\n%s", logs.String())
+	case u.banner = <-ready:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("kefir up did not become ready:\n%s", u.Logs())
 	}
-	addr := fmt.Sprintf("127.0.0.1:%d", base)
-	if !strings.Contains(banner, addr) || !strings.Contains(banner, "redis-cli") {
-		t.Errorf("banner lacks the address or a redis-cli line:\n%s", banner)
-	}
-	if err := cluster.Ping(addr); err != nil {
-		t.Fatalf("PING the node kefir up started: %v", err)
-	}
-	if got := redisCLI(t, addr, "PING"); got != "PONG" {
-		t.Fatalf("redis-cli PING = %q", got)
-	}
-	_ = cmd.Process.Signal(syscall.SIGINT)
+	return u
+}
+
+// stop sends SIGINT (Ctrl-C) and waits for a clean exit.
+func (u *upProc) stop(t *testing.T) {
+	t.Helper()
+	_ = u.cmd.Process.Signal(syscall.SIGINT)
 	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	go func() { done <- u.cmd.Wait() }()
 	select {
 	case err := <-done:
 		if err != nil {
@@ -284,14 +292,78 @@ func TestUpStartsANodeAndStopsOnCtrlC(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("kefir up did not stop on SIGINT")
 	}
-	if err := cluster.Ping(addr); err == nil {
-		t.Fatal("the node still answers after kefir up stopped")
+}
+
+// `kefir up` starts a 3-replica group by default: every node answers
+// redis-cli, a write through one node is read through the others, Ctrl-C stops
+// everything, and a second `kefir up` on the same directory restarts the group
+// from its data (no new bootstrap).
+func TestUpStartsAGroupAndStopsOnCtrlC(t *testing.T) {
+	base := freeBase(t, 3)
+	dir := t.TempDir()
+	u := startUp(t, "--dir", dir, "--base-port", strconv.Itoa(base))
+	var addrs []string
+	for i := range 3 {
+		addrs = append(addrs, fmt.Sprintf("127.0.0.1:%d", base+i))
 	}
-	logMu.Lock()
-	defer logMu.Unlock()
-	if !strings.Contains(logs.String(), "n1 | ") {
-		t.Errorf("node logs are not streamed with a node prefix:\n%s", logs.String())
+	for _, a := range addrs {
+		if !strings.Contains(u.banner, a) {
+			t.Errorf("banner lacks node address %s:\n%s", a, u.banner)
+		}
 	}
+	if !strings.Contains(u.banner, "redis-cli") || !strings.Contains(u.banner, "ANY node") {
+		t.Errorf("banner lacks a redis-cli line or says which node to use:\n%s", u.banner)
+	}
+	for i, a := range addrs {
+		if got := redisCLI(t, a, "PING"); got != "PONG" {
+			t.Fatalf("redis-cli PING n%d = %q", i+1, got)
+		}
+		if got := redisCLI(t, a, "SET", fmt.Sprint("k", i), fmt.Sprint("v", i)); got != "OK" {
+			t.Fatalf("redis-cli SET via n%d = %q", i+1, got)
+		}
+	}
+	for i, a := range addrs {
+		if got := redisCLI(t, a, "GET", fmt.Sprint("k", (i+1)%3)); got != fmt.Sprint("v", (i+1)%3) {
+			t.Fatalf("redis-cli GET via n%d = %q", i+1, got)
+		}
+	}
+	u.stop(t)
+	for _, a := range addrs {
+		if err := cluster.Ping(a); err == nil {
+			t.Fatalf("%s still answers after kefir up stopped", a)
+		}
+	}
+	for i := 1; i <= 3; i++ {
+		if !strings.Contains(u.Logs(), fmt.Sprintf("n%d | ", i)) {
+			t.Errorf("node n%d's logs are not streamed with a node prefix", i)
+		}
+	}
+
+	// Restart from the same directory: the same group, the same data.
+	u = startUp(t, "--dir", dir, "--base-port", strconv.Itoa(base))
+	if !strings.Contains(u.banner, "restarted from its data") {
+		t.Errorf("second kefir up did not restart the group:\n%s", u.banner)
+	}
+	if strings.Contains(u.Logs(), "bootstrap=true") {
+		t.Errorf("a node bootstrapped on restart:\n%s", u.Logs())
+	}
+	for i, a := range addrs {
+		if got := redisCLI(t, a, "GET", fmt.Sprint("k", i)); got != fmt.Sprint("v", i) {
+			t.Fatalf("after restart, GET k%d via n%d = %q", i, i+1, got)
+		}
+	}
+	u.stop(t)
+}
+
+// `kefir up --nodes 1` keeps the single-node mode.
+func TestUpSingleNode(t *testing.T) {
+	base := freeBase(t, 1)
+	u := startUp(t, "--nodes", "1", "--dir", t.TempDir(), "--base-port", strconv.Itoa(base))
+	addr := fmt.Sprintf("127.0.0.1:%d", base)
+	if got := redisCLI(t, addr, "INFO", "kefir"); !strings.Contains(got, "role:single-node") {
+		t.Fatalf("kefir up --nodes 1: INFO = %q", got)
+	}
+	u.stop(t)
 }
 
 // The SIGKILL check above must be able to fail. Writes acknowledged under async
