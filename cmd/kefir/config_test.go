@@ -121,3 +121,69 @@ func TestInterleavedFlags(t *testing.T) {
 		t.Fatalf("pos=%q json=%v addr=%q err=%v", pos, *j, *a, err)
 	}
 }
+
+func TestReplicationOptionsFromFileEnvAndFlags(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "kefir.toml")
+	if err := os.WriteFile(file, []byte(`
+members = "1@127.0.0.1:7381/127.0.0.1:6381,2@127.0.0.1:7382/127.0.0.1:6382,3@127.0.0.1:7383/127.0.0.1:6383"
+cluster-id = 77
+replica_id = 1
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := envMap(map[string]string{"KEFIR_CONFIG": file, "KEFIR_REPLICA_ID": "2", "KEFIR_CLUSTER_SECRET": "s"})
+	var stderr bytes.Buffer
+	cfg, err := loadServerConfig([]string{"--bootstrap", "true"}, env, &stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Members) != 3 || cfg.Members[2].PeerAddr != "127.0.0.1:7383" || cfg.Members[2].ClientAddr != "127.0.0.1:6383" {
+		t.Errorf("members = %+v", cfg.Members)
+	}
+	if cfg.ClusterID != 77 || cfg.ReplicaID != 2 || !cfg.Bootstrap {
+		t.Errorf("cluster-id %d (want 77, file), replica-id %d (want 2, env), bootstrap %v (want true, flag)", cfg.ClusterID, cfg.ReplicaID, cfg.Bootstrap)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("valid replicated config refused: %v", err)
+	}
+	if _, err := loadServerConfig([]string{"--members", "1@nope"}, envMap(nil), &stderr); err == nil {
+		t.Error("a malformed member list was accepted")
+	}
+	var help bytes.Buffer
+	_, _ = loadServerConfig([]string{"--help"}, envMap(nil), &help)
+	for _, opt := range []string{"--members", "--replica-id", "--cluster-id", "--bootstrap", "KEFIR_MEMBERS"} {
+		if !strings.Contains(help.String(), opt) {
+			t.Errorf("--help does not mention %s", opt)
+		}
+	}
+}
+
+func TestUpGroupBootstrapsOnlyOnFirstStart(t *testing.T) {
+	dir := t.TempDir()
+	g, err := prepareGroup(dir, 3, 16000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !g.bootstrap || g.clusterID == 0 || g.secret == "" {
+		t.Fatalf("first start: %+v", g)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "n2"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// One node has data: nobody bootstraps (a node without data recovers).
+	g2, err := prepareGroup(dir, 3, 16000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g2.bootstrap || g2.clusterID != g.clusterID || g2.secret != g.secret {
+		t.Fatalf("restart: %+v, first %+v", g2, g)
+	}
+	// A single-node directory is not silently turned into a group.
+	single := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(single, "n1"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := prepareGroup(single, 3, 16000); err == nil {
+		t.Fatal("a single-node data directory was reused for a group")
+	}
+}

@@ -96,6 +96,11 @@ func (s *Server) httpHandler() http.Handler {
 			http.Error(w, "storage failed: "+f.Error(), http.StatusServiceUnavailable)
 			return
 		}
+		if ri := s.replicaInfo(); ri != nil && ri.Failed != "" {
+			// A replica whose log write or fsync failed is out of the group.
+			http.Error(w, "replica failed: "+ri.Failed, http.StatusServiceUnavailable)
+			return
+		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
