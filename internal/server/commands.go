@@ -319,6 +319,7 @@ func (c *conn) call(args [][]byte) error {
 	// Count the inner command too, so per-command metrics see wrapped traffic.
 	c.timed = append(c.timed, timedCmd{cmd: spec.ID})
 	if spec.Class == command.Admin {
+		c.flushWrites()
 		if o.session {
 			_ = c.w.WriteArrayHeader(2)
 			_ = c.w.WriteBulkString(o.sess.String())

@@ -416,11 +416,20 @@ func (c *conn) run(spec *command.Spec, args [][]byte, o callOpts) {
 		c.queueWrite(spec, args, o)
 		return
 	}
-	c.flushWrites()
 	var err error
-	if spec.Class == command.Read {
+	switch {
+	case spec.Has(command.Wrapper):
+		// KEFIR.CALL: a wrapped write joins the batch like a plain one (the
+		// Go client wraps every write, and a follower forwards pipelines of
+		// them); call flushes before anything else it runs.
+		if err = c.call(args); err != nil {
+			c.flushWrites()
+		}
+	case spec.Class == command.Read:
+		c.flushWrites()
 		err = c.read(spec, args, o)
-	} else {
+	default:
+		c.flushWrites()
 		err = c.admin(spec, args)
 	}
 	if err != nil {

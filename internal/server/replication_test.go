@@ -39,7 +39,7 @@ type group struct {
 
 // startGroup starts a 3-replica group in-process, each node with its own
 // ports and directory, bootstrapped.
-func startGroup(t *testing.T) *group {
+func startGroup(t testing.TB) *group {
 	t.Helper()
 	addrs := freeAddrs(t, 6)
 	var ms []Member
@@ -60,7 +60,7 @@ func startGroup(t *testing.T) *group {
 	return g
 }
 
-func (g *group) start(t *testing.T, cfg Config) *Server {
+func (g *group) start(t testing.TB, cfg Config) *Server {
 	t.Helper()
 	s, err := New(cfg)
 	if err != nil {
@@ -74,7 +74,7 @@ func (g *group) start(t *testing.T, cfg Config) *Server {
 }
 
 // leader waits for a node to lead and returns its index.
-func (g *group) leader(t *testing.T) int {
+func (g *group) leader(t testing.TB) int {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
