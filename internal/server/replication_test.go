@@ -1,6 +1,7 @@
 package server
 
 import (
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -10,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kefirdb/kefir/internal/resp"
 )
 
 // freeAddrs reserves n loopback ports (closed again at once: a member list
@@ -39,7 +42,10 @@ type group struct {
 
 // startGroup starts a 3-replica group in-process, each node with its own
 // ports and directory, bootstrapped.
-func startGroup(t testing.TB) *group {
+func startGroup(t testing.TB) *group { return startGroupWith(t, nil) }
+
+// startGroupWith is startGroup with mod applied to every node's Config.
+func startGroupWith(t testing.TB, mod func(*Config)) *group {
 	t.Helper()
 	addrs := freeAddrs(t, 6)
 	var ms []Member
@@ -53,6 +59,9 @@ func startGroup(t testing.TB) *group {
 			HTTPAddr: "127.0.0.1:0", DataDir: t.TempDir(), ClusterSecret: "s3cret",
 			Members: ms, ReplicaID: m.ID, ClusterID: 42, Bootstrap: true,
 			Logger: slog.New(slog.DiscardHandler),
+		}
+		if mod != nil {
+			mod(&cfg)
 		}
 		g.cfgs = append(g.cfgs, cfg)
 		g.nodes = append(g.nodes, g.start(t, cfg))
@@ -271,5 +280,45 @@ func TestReplicationConfigValidation(t *testing.T) {
 		if err := c.Validate(); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
+	}
+}
+
+// Forwarding works when the client port needs TLS and a password: the
+// follower authenticates to the leader with the group's password and trusts
+// exactly the group's certificate.
+func TestForwardingOverTLSWithPassword(t *testing.T) {
+	cert, key := selfSigned(t)
+	g := startGroupWith(t, func(c *Config) { c.TLSCert, c.TLSKey, c.Password = cert, key, "pw" })
+	l := g.leader(t)
+	f := g.nodes[(l+1)%3]
+	tc, err := tls.Dial("tcp", f.ClientAddr().String(), &tls.Config{InsecureSkipVerify: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+	_ = tc.SetDeadline(time.Now().Add(10 * time.Second))
+	c := &client{t: t, nc: tc, rd: resp.NewReader(tc, 0)}
+	c.expect(`
+AUTH pw => OK
+SET k v => OK
+GET k => "v"
+`)
+	if n := f.fwd.forwarded.Load(); n != 2 {
+		t.Fatalf("forwarded %d commands, want 2", n)
+	}
+
+	// A leader serving another certificate is not trusted.
+	other, otherKey := selfSigned(t)
+	verify := verifyGroupCert(cert, key)
+	raw, err := tls.LoadX509KeyPair(other, otherKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := verify(raw.Certificate, nil); err == nil {
+		t.Fatal("a foreign certificate was accepted")
+	}
+	own, _ := tls.LoadX509KeyPair(cert, key)
+	if err := verify(own.Certificate, nil); err != nil {
+		t.Fatalf("the group's certificate was refused: %v", err)
 	}
 }
