@@ -2,6 +2,8 @@ package server
 
 import (
 	"bytes"
+	"crypto/rand"
+	"encoding/binary"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -73,6 +75,14 @@ type fwdConn struct {
 	nc  net.Conn
 	rd  *resp.Reader
 	buf []byte
+	// reused: taken from the idle pool (the leader may have closed it since).
+	reused bool
+	// id and seq are the request ids this connection gives forwarded writes
+	// that came without one (plain redis-cli writes), so that the
+	// forwarder's own retry is answered from the leader's client table
+	// instead of executing twice. One id per connection keeps its seqs in
+	// wire order, as the client table requires.
+	id, seq uint64
 }
 
 func newForwarder(cfg Config) *forwarder {
@@ -91,6 +101,7 @@ func (f *forwarder) get(addr string) (*fwdConn, error) {
 		c := l[len(l)-1]
 		f.idle[addr] = l[:len(l)-1]
 		f.mu.Unlock()
+		c.reused = true
 		return c, nil
 	}
 	f.mu.Unlock()
@@ -104,7 +115,7 @@ func (f *forwarder) get(addr string) (*fwdConn, error) {
 	if f.tls != nil {
 		nc = tls.Client(nc, f.tls)
 	}
-	c := &fwdConn{nc: nc, rd: resp.NewReader(nc, 0)}
+	c := &fwdConn{nc: nc, rd: resp.NewReader(nc, 0), id: randomID()}
 	if f.password != "" {
 		_ = nc.SetDeadline(time.Now().Add(fwdTimeout))
 		c.buf = resp.AppendCommand(c.buf[:0], []byte("AUTH"), []byte(f.password))
@@ -173,36 +184,58 @@ func (f *forwarder) forward(addr string, calls []*fwdCall) {
 }
 
 func (f *forwarder) roundTrip(addr string, calls []*fwdCall) {
-	fail := func(err error) {
-		for _, c := range calls {
-			c.err = &replyError{"UNAVAILABLE " + err.Error() + " (a forwarded write's outcome is unknown; retry it with the same request id)"}
+	for attempt := 0; ; attempt++ {
+		conn, err := f.get(addr)
+		if err != nil {
+			failCalls(calls, err)
+			return
 		}
-	}
-	conn, err := f.get(addr)
-	if err != nil {
-		fail(err)
+		n, err := f.exchange(conn, calls)
+		if err == nil {
+			f.forwarded.Add(uint64(len(calls)))
+			conn.reused = false
+			f.put(addr, conn)
+			return
+		}
+		conn.nc.Close()
+		// An idle pooled connection the leader closed fails before any reply.
+		// Every write carries a request id by now, so one retry on a fresh
+		// connection cannot execute anything twice.
+		if n == 0 && conn.reused && attempt == 0 {
+			continue
+		}
+		failCalls(calls[n:], fmt.Errorf("forward to leader %s: %w", addr, err))
 		return
 	}
+}
+
+func failCalls(calls []*fwdCall, err error) {
+	e := &replyError{"UNAVAILABLE " + err.Error() + " (a forwarded write's outcome is unknown; retry it with the same request id)"}
+	for _, c := range calls {
+		c.err = e
+	}
+}
+
+// exchange sends calls on conn and reads their replies; n is how many were
+// answered before an error.
+func (f *forwarder) exchange(conn *fwdConn, calls []*fwdCall) (n int, err error) {
 	b := conn.buf[:0]
 	for _, c := range calls {
+		if c.dur != 0 && c.id.IsZero() {
+			conn.seq++
+			c.id = shard.ReqID{Client: conn.id, Seq: conn.seq}
+		}
 		b = appendFwd(b, c)
 	}
 	conn.buf = b
 	_ = conn.nc.SetDeadline(time.Now().Add(fwdTimeout))
 	if _, err := conn.nc.Write(b); err != nil {
-		conn.nc.Close()
-		fail(fmt.Errorf("forward to leader %s: %w", addr, err))
-		return
+		return 0, err
 	}
 	for i, c := range calls {
 		v, err := conn.rd.ReadValue()
 		if err != nil {
-			conn.nc.Close()
-			fail := &replyError{"UNAVAILABLE forward to leader " + addr + " failed: " + err.Error() + " (a forwarded write's outcome is unknown; retry it with the same request id)"}
-			for _, c := range calls[i:] {
-				c.err = fail
-			}
-			return
+			return i, err
 		}
 		c.err, c.reply, c.newSess = nil, resp.Value{}, c.sess
 		switch {
@@ -215,8 +248,18 @@ func (f *forwarder) roundTrip(addr string, calls []*fwdCall) {
 			c.reply = v.Clone()
 		}
 	}
-	f.forwarded.Add(uint64(len(calls)))
-	f.put(addr, conn)
+	return len(calls), nil
+}
+
+// randomID returns a random non-zero request client id.
+func randomID() uint64 {
+	var b [8]byte
+	for {
+		_, _ = rand.Read(b[:])
+		if id := binary.LittleEndian.Uint64(b[:]); id != 0 {
+			return id
+		}
+	}
 }
 
 func appendFwd(b []byte, c *fwdCall) []byte {

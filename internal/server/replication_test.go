@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -320,5 +321,22 @@ GET k => "v"
 	own, _ := tls.LoadX509KeyPair(cert, key)
 	if err := verify(own.Certificate, nil); err != nil {
 		t.Fatalf("the group's certificate was refused: %v", err)
+	}
+}
+
+// A pooled forwarding connection that the leader closed while idle is
+// replaced without failing the request (which carries a request id the
+// follower gave it, so the retry cannot execute it twice).
+func TestForwardingSurvivesAnIdleTimeoutAtTheLeader(t *testing.T) {
+	g := startGroupWith(t, func(c *Config) { c.IdleTimeout = 100 * time.Millisecond })
+	l := g.leader(t)
+	f := g.nodes[(l+1)%3]
+	for i := range 3 {
+		// A fresh client connection each time: the idle timeout applies to it too.
+		fc := dial(t, f)
+		if got := fc.do("INCR", "n"); got != fmt.Sprintf("(integer) %d", i+1) {
+			t.Fatalf("INCR %d via follower: %s", i, got)
+		}
+		time.Sleep(300 * time.Millisecond)
 	}
 }
