@@ -3,9 +3,9 @@ package server
 import (
 	"bytes"
 	"crypto/rand"
-	"encoding/binary"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
