@@ -7,8 +7,16 @@
 // it answers: pipelined writes are applied as one batch, made durable with one fsync,
 // and answered with one write system call.
 //
+// A node is either a single-node shard (no --members) or one replica of a VR
+// group (internal/vrshard). A replica's peer port is served by the VR transport;
+// a follower forwards the writes and strong reads it cannot serve to the leader
+// over pooled RESP connections (forward.go), or answers -MOVED when the request
+// asked for redirects.
+//
 // It must not import cmd/kefir or the client package; commands are classified only
-// by internal/command, and state is reached only through the shard.Replica interface.
+// by internal/command, and state is reached only through the shard.Replica
+// interface (vrshard is used directly only for the replica's protocol state,
+// its transport and the NotLeaderError that routes requests).
 package server
 
 import (
