@@ -16,6 +16,7 @@ import (
 
 	"github.com/kefirdb/kefir/client"
 	"github.com/kefirdb/kefir/internal/check"
+	"github.com/kefirdb/kefir/internal/faultproxy"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/test/e2e/cluster"
 )
@@ -135,64 +136,52 @@ func dialGroup(t *testing.T, addrs []string) *client.Client {
 	return c
 }
 
-// A 3-node group under concurrent clients: writes through any node, the
-// leader SIGKILLed mid-load, the killed node restarted, a follower SIGSTOPped
-// then resumed, then the leader SIGSTOPped past its lease and resumed. Every acknowledged sync write is on every node at the end, and the
-// history of the checked clients is linearizable.
-func TestReplicatedGroupUnderKillsAndPauses(t *testing.T) {
-	g := startGroup(t)
-	l := g.leader(-1)
+// workload runs concurrent clients against a group until stop: durability
+// writers putting unique keys with sync through every node in turn, and
+// checked clients mixing linearizable reads, puts and CASes on a few keys,
+// recorded for the linearizability check.
+type workload struct {
+	stop     atomic.Bool
+	wg       sync.WaitGroup
+	ackedMu  sync.Mutex
+	acked    map[string]string
+	afterCut atomic.Int64 // acknowledged writes after cut was set
+	cut      atomic.Bool
+	rec      *check.Recorder
+}
 
-	// redis-cli works through any node: followers forward to the leader.
-	for i, n := range g.nodes {
-		if got := redisCLI(t, n.ClientAddr, "SET", "cli"+strconv.Itoa(i), "v"+strconv.Itoa(i)); got != "OK" {
-			t.Fatalf("redis-cli SET via %s = %q", n.ID, got)
-		}
-		if got := redisCLI(t, n.ClientAddr, "GET", "cli0"); got != "v0" {
-			t.Fatalf("redis-cli GET via %s = %q", n.ID, got)
-		}
-	}
-
-	var (
-		stop     atomic.Bool
-		wg       sync.WaitGroup
-		ackedMu  sync.Mutex
-		acked    = map[string]string{}
-		afterCut atomic.Int64 // acknowledged writes after the leader's kill
-		cut      atomic.Bool
-		rec      = check.NewRecorder(nil)
-	)
-	// Durability writers: unique keys, sync, through every node in turn.
-	for w := range 3 {
-		c := dialGroup(t, append(g.addrs()[w:], g.addrs()[:w]...))
-		wg.Add(1)
+func startWorkload(t *testing.T, g *group) *workload {
+	w := &workload{acked: map[string]string{}, rec: check.NewRecorder(nil)}
+	for wi := range 3 {
+		c := dialGroup(t, append(g.addrs()[wi:], g.addrs()[:wi]...))
+		w.wg.Add(1)
 		go func() {
-			defer wg.Done()
-			for i := 0; !stop.Load(); i++ {
-				k, v := fmt.Sprintf("w%d-%d", w, i), fmt.Sprintf("val-%d-%d", w, i)
+			defer w.wg.Done()
+			for i := 0; !w.stop.Load(); i++ {
+				k, v := fmt.Sprintf("w%d-%d", wi, i), fmt.Sprintf("val-%d-%d", wi, i)
 				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 				err := c.Put(ctx, k, []byte(v), client.WithDurability(client.Sync))
 				cancel()
 				if err == nil {
-					ackedMu.Lock()
-					acked[k] = v
-					ackedMu.Unlock()
-					if cut.Load() {
-						afterCut.Add(1)
+					w.ackedMu.Lock()
+					w.acked[k] = v
+					w.ackedMu.Unlock()
+					if w.cut.Load() {
+						w.afterCut.Add(1)
 					}
 				}
 			}
 		}()
 	}
-	// Checked clients: a mix of operations on a few keys, recorded.
 	keys := []string{"a", "b", "c"}
 	for cid := range 4 {
 		c := dialGroup(t, g.addrs())
-		wg.Add(1)
+		w.wg.Add(1)
 		go func() {
-			defer wg.Done()
+			defer w.wg.Done()
+			rec := w.rec
 			rng := rand.New(rand.NewPCG(uint64(cid), 7))
-			for i := 0; !stop.Load(); i++ {
+			for i := 0; !w.stop.Load(); i++ {
 				key := keys[rng.IntN(len(keys))]
 				op := check.Op{Client: cid, Key: key, Cons: level.ConsLinearizable, Dur: level.Sync}
 				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -231,12 +220,74 @@ func TestReplicatedGroupUnderKillsAndPauses(t *testing.T) {
 			}
 		}()
 	}
+	return w
+}
 
+// finish stops the clients and checks: writes were acknowledged after the
+// fault, every acknowledged sync write is on every node (eventual reads at
+// each node are served from its own state), and the checked history is
+// linearizable.
+func (w *workload) finish(t *testing.T, g *group) {
+	t.Helper()
+	w.stop.Store(true)
+	w.wg.Wait()
+	if w.afterCut.Load() == 0 {
+		t.Fatal("no write was acknowledged after the fault")
+	}
+	w.ackedMu.Lock()
+	defer w.ackedMu.Unlock()
+	t.Logf("%d sync writes acknowledged (%d after the fault)", len(w.acked), w.afterCut.Load())
+	cur := g.leader(-1)
+	for i, n := range g.nodes {
+		g.caughtUp(i, cur)
+		c := dialGroup(t, []string{n.ClientAddr})
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		missing := 0
+		for k, v := range w.acked {
+			got, err := c.Get(ctx, k, client.WithConsistency(client.Eventual))
+			if err != nil || string(got) != v {
+				if missing < 5 {
+					t.Errorf("%s: acknowledged %s=%s, read %q (%v)", n.ID, k, v, got, err)
+				}
+				missing++
+			}
+		}
+		cancel()
+		if missing > 0 {
+			t.Fatalf("%s lost %d of %d acknowledged sync writes", n.ID, missing, len(w.acked))
+		}
+	}
+	h := w.rec.History()
+	v := check.Linearizable(h, check.LinOptions{Timeout: 30 * time.Second, Strict: true})
+	if !v.OK {
+		t.Fatalf("history of %d ops is not linearizable: %+v", len(h.Ops), v)
+	}
+	t.Logf("linearizable: %d ops checked", v.Checked)
+}
+
+// A 3-node group under concurrent clients: writes through any node, the
+// leader SIGKILLed mid-load, the killed node restarted, a follower SIGSTOPped
+// then resumed, then the leader SIGSTOPped past its lease and resumed.
+func TestReplicatedGroupUnderKillsAndPauses(t *testing.T) {
+	g := startGroup(t)
+	l := g.leader(-1)
+
+	// redis-cli works through any node: followers forward to the leader.
+	for i, n := range g.nodes {
+		if got := redisCLI(t, n.ClientAddr, "SET", "cli"+strconv.Itoa(i), "v"+strconv.Itoa(i)); got != "OK" {
+			t.Fatalf("redis-cli SET via %s = %q", n.ID, got)
+		}
+		if got := redisCLI(t, n.ClientAddr, "GET", "cli0"); got != "v0" {
+			t.Fatalf("redis-cli GET via %s = %q", n.ID, got)
+		}
+	}
+
+	w := startWorkload(t, g)
 	time.Sleep(time.Second)
 	// SIGKILL the leader mid-load.
 	g.nodes[l].Kill()
-	rec.Crash(l)
-	cut.Store(true)
+	w.rec.Crash(l)
+	w.cut.Store(true)
 	nl := g.leader(l)
 	t.Logf("killed leader %s; new leader %s", g.nodes[l].ID, g.nodes[nl].ID)
 	time.Sleep(time.Second)
@@ -254,7 +305,7 @@ func TestReplicatedGroupUnderKillsAndPauses(t *testing.T) {
 
 	// SIGSTOP the leader past its lease and the view-change timeout: the
 	// others elect a new leader; when the old one resumes, clients still
-	// talking to it must not read stale values (the history check below).
+	// talking to it must not read stale values (the history check).
 	pl := g.leader(-1)
 	g.nodes[pl].Pause()
 	npl := g.leader(pl)
@@ -263,46 +314,53 @@ func TestReplicatedGroupUnderKillsAndPauses(t *testing.T) {
 	t.Logf("paused leader %s; %s took over; resumed", g.nodes[pl].ID, g.nodes[npl].ID)
 	time.Sleep(time.Second)
 
-	stop.Store(true)
-	wg.Wait()
+	w.finish(t, g)
+}
 
-	if afterCut.Load() == 0 {
-		t.Fatal("no write was acknowledged after the leader was killed")
+// The leader is cut off from its peers by fault proxies on every peer link
+// while clients can still reach it: the others elect a new leader, the
+// isolated one must neither acknowledge writes nor serve stale linearizable
+// reads, and after the partition heals it rejoins and catches up.
+func TestReplicatedGroupLeaderPartition(t *testing.T) {
+	g := &group{t: t}
+	for i := 1; i <= 3; i++ {
+		g.nodes = append(g.nodes, cluster.NewNode(t, "n"+strconv.Itoa(i)))
 	}
-	ackedMu.Lock()
-	defer ackedMu.Unlock()
-	t.Logf("%d sync writes acknowledged (%d after the kill)", len(acked), afterCut.Load())
-
-	// Every acknowledged write is on every node, the restarted one included
-	// (eventual reads at each node are served from its own state).
-	cur := g.leader(-1)
+	var ups []string
+	for _, n := range g.nodes {
+		ups = append(ups, n.PeerAddr)
+	}
+	mesh, err := faultproxy.NewMesh(ups, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mesh.Close() })
+	// Node i reaches node j through proxy (i, j); the ids (and so the
+	// configuration) are the same on every node, only the addresses differ.
 	for i, n := range g.nodes {
-		g.caughtUp(i, cur)
-		c := dialGroup(t, []string{n.ClientAddr})
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		missing := 0
-		for k, v := range acked {
-			got, err := c.Get(ctx, k, client.WithConsistency(client.Eventual))
-			if err != nil || string(got) != v {
-				if missing < 5 {
-					t.Errorf("%s: acknowledged %s=%s, read %q (%v)", n.ID, k, v, got, err)
-				}
-				missing++
+		var ms []string
+		for j, m := range g.nodes {
+			peer := m.PeerAddr
+			if i != j {
+				peer = mesh.Addr(i, j)
 			}
+			ms = append(ms, fmt.Sprintf("%d@%s/%s", j+1, peer, m.ClientAddr))
 		}
-		cancel()
-		if missing > 0 {
-			t.Fatalf("%s lost %d of %d acknowledged sync writes", n.ID, missing, len(acked))
-		}
-		_ = i
+		n.Args = replicaArgs(strings.Join(ms, ","), i+1, true)
+		n.Start()
+		n.Args = replicaArgs(strings.Join(ms, ","), i+1, false)
 	}
-
-	h := rec.History()
-	v := check.Linearizable(h, check.LinOptions{Timeout: 30 * time.Second, Strict: true})
-	if !v.OK {
-		t.Fatalf("history of %d ops is not linearizable: %+v", len(h.Ops), v)
-	}
-	t.Logf("linearizable: %d ops checked", v.Checked)
+	l := g.leader(-1)
+	w := startWorkload(t, g)
+	time.Sleep(time.Second)
+	mesh.Isolate(l)
+	w.cut.Store(true)
+	nl := g.leader(l)
+	t.Logf("isolated leader %s; new leader %s", g.nodes[l].ID, g.nodes[nl].ID)
+	time.Sleep(1500 * time.Millisecond)
+	mesh.Heal()
+	time.Sleep(time.Second)
+	w.finish(t, g)
 }
 
 // The linearizability check above must be able to fail on this kind of
