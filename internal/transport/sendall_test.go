@@ -64,6 +64,8 @@ func TestAPartlyWrittenMessageNeverCorruptsTheNextConnection(t *testing.T) {
 	self := Identity{Node: 2, Cluster: 7, ConfigHash: a.cfg.ConfigHash}
 	accept := func() net.Conn {
 		t.Helper()
+		// A deadline, so a writer that never redials fails the test instead of hanging it.
+		_ = ln.(*net.TCPListener).SetDeadline(time.Now().Add(10 * time.Second))
 		nc, err := ln.Accept()
 		if err != nil {
 			t.Fatal(err)
@@ -124,6 +126,8 @@ func TestACutMidFrameNeverLeaksIntoTheNextConnection(t *testing.T) {
 	self := Identity{Node: 2, Cluster: 7, ConfigHash: a.cfg.ConfigHash}
 	accept := func() *net.TCPConn {
 		t.Helper()
+		// A deadline, so a writer that never redials fails the test instead of hanging it.
+		_ = ln.(*net.TCPListener).SetDeadline(time.Now().Add(10 * time.Second))
 		nc, err := ln.Accept()
 		if err != nil {
 			t.Fatal(err)
