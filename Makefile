@@ -2,7 +2,7 @@
 GO ?= go
 BIN := bin/kefir
 
-.PHONY: build up test test-race soak fuzz lint bench-storage bench-resp clean
+.PHONY: build up test test-race soak fuzz lint bench-storage bench-resp compare clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/kefir
@@ -35,8 +35,15 @@ lint:
 	$(GO) vet ./...
 	staticcheck ./...
 
+# Benchmarks (see docs/benchmarks.md; each figure there names its command).
+bench-storage:
+	cd bench && $(GO) run ./storagebench -md results/storage-table.md -json results/storage.json
+
 bench-resp:
-	bash bench/resp-vs-redis.sh
+	bash bench/resp-vs-redis.sh -n 200000 -r 3
+
+compare:
+	bash bench/compare.sh
 
 clean:
 	rm -rf bin kefir-data
