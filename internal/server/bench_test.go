@@ -102,3 +102,8 @@ func BenchmarkGroupGetP1Follower(b *testing.B) {
 }
 func BenchmarkGroupSetP1Leader(b *testing.B)   { benchGroup(b, false, 1, nil, "SET", "key", "value") }
 func BenchmarkGroupSetP1Follower(b *testing.B) { benchGroup(b, true, 1, nil, "SET", "key", "value") }
+
+// Wrapped writes (what the Go client sends) batch like plain ones.
+func BenchmarkCallSetSyncP16(b *testing.B) {
+	benchPipeline(b, level.Sync, 16, nil, "KEFIR.CALL", "DURABILITY", "sync", "CMD", "SET", "key", "value")
+}
