@@ -111,7 +111,7 @@ func runUp(args []string, stdout, stderr io.Writer) error {
 			// The secret goes through the environment: flags show in ps.
 			c.cmd.Env = append(os.Environ(), "KEFIR_CLUSTER_SECRET="+grp.secret)
 		}
-		c.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		c.cmd.SysProcAttr = nodeProcAttr()
 		c.cmd.Stdin = nil
 		out, err := c.cmd.StdoutPipe()
 		if err != nil {

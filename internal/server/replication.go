@@ -71,10 +71,27 @@ func checkIdentity(dir string, want replicaIdentity) error {
 	return nil
 }
 
+// checkMode refuses a data directory written in the other mode: a single
+// node keeps its engine in DIR/storage, a replica its log and engine in
+// DIR/vr. Starting in the other mode would silently serve an empty store.
+func checkMode(dir string, replicated bool) error {
+	other, mode := "vr", "a replica of a group (it has vr/); start it with its --members, --replica-id and --cluster-id"
+	if replicated {
+		other, mode = "storage", "a single node (it has storage/); start it without --members, or use an empty --dir"
+	}
+	if _, err := os.Stat(filepath.Join(dir, other)); err == nil {
+		return fmt.Errorf("%w: %s was created by %s", ErrStaleConfig, dir, mode)
+	}
+	return nil
+}
+
 // openReplica opens this node's VR replica in cfg.DataDir/vr.
 func (s *Server) openReplica() (*vrshard.Replica, error) {
 	cfg := s.cfg
 	if cfg.FS == nil {
+		if err := checkMode(cfg.DataDir, true); err != nil {
+			return nil, err
+		}
 		if err := checkIdentity(cfg.DataDir, cfg.identity()); err != nil {
 			return nil, err
 		}

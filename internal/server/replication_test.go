@@ -340,3 +340,23 @@ func TestForwardingSurvivesAnIdleTimeoutAtTheLeader(t *testing.T) {
 		time.Sleep(300 * time.Millisecond)
 	}
 }
+
+// A data directory is never reused in the other mode: that would serve an
+// empty store as if it were the node's data.
+func TestModeSwitchIsRefused(t *testing.T) {
+	single := startServer(t, nil)
+	dir := single.cfg.DataDir
+	single.Close()
+	g := startGroup(t)
+	cfg := g.cfgs[0]
+	g.nodes[0].Close()
+	replicaDir := cfg.DataDir
+
+	cfg.DataDir = dir
+	if _, err := New(cfg); !errors.Is(err, ErrStaleConfig) {
+		t.Fatalf("single-node directory opened as a replica: %v", err)
+	}
+	if _, err := New(Config{DataDir: replicaDir, ClientAddr: "127.0.0.1:0", Logger: slog.New(slog.DiscardHandler)}); !errors.Is(err, ErrStaleConfig) {
+		t.Fatalf("replica directory opened as a single node: %v", err)
+	}
+}

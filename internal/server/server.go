@@ -106,6 +106,11 @@ func New(cfg Config) (*Server, error) {
 		s.m = newMetrics(s)
 		return s, nil
 	}
+	if cfg.FS == nil {
+		if err := checkMode(cfg.DataDir, false); err != nil {
+			return nil, err
+		}
+	}
 	db, err := storage.Open(storage.Options{
 		Devices:            []storage.Device{{Dir: filepath.Join(cfg.DataDir, "storage")}},
 		FS:                 cfg.FS,
