@@ -12,6 +12,14 @@
 // deadline passed after it was sent, or the retry failed too — the call returns
 // ErrUnknownOutcome: it may or may not have been applied.
 //
+// Replica groups: give Dial every node's address. Calls that carry options or a
+// request id (every write) ask for redirects (KEFIR.CALL REDIRECT): a follower
+// answers -MOVED <leader>, and the pool moves to that node and resends the call
+// with the same request id, so it still executes at most once. Plain calls sent
+// to a follower are forwarded by it instead. WithRetryUnavailable keeps a call
+// retrying through a leader change (-UNAVAILABLE no leader) for a while; a
+// write whose fate that change left open returns ErrUnknownOutcome.
+//
 // A call waits as long as its context allows, so pass one with a deadline: a
 // server that stops answering without closing the connection is only noticed by
 // TCP keep-alive. A call abandoned at its deadline does not poison its connection:
