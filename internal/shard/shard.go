@@ -722,24 +722,15 @@ func (s *Shard) Read(ctx context.Context, op Op, c level.Consistency, sess Sessi
 		limit = min(limit, s.opts.MaxScan)
 		res.Kind = ResArray
 		res.Array = [][]byte{}
-		n, size := 0, 0
 		// A scan also observes which keys are absent; a deletion it does not show
 		// must not be one a crash can undo, so it waits for everything appended so
 		// far to be durable (only when something is not).
 		if !s.opts.NoReadDurabilityCheck {
 			maxPos = s.checkLimit()
 		}
-		err := s.db.Scan(op.Key, op.End, 0, 0, func(k []byte, v storage.Value) bool {
-			if bytes.HasPrefix(k, ReservedPrefix) {
-				return true
-			}
-			res.Array = append(res.Array, append([]byte(nil), k...), v.Data)
+		err := ScanUser(s.db, op.Key, op.End, limit, func(k []byte, v storage.Value) {
+			res.Array = append(res.Array, k, v.Data)
 			maxPos, res.Version = max(maxPos, v.Pos), max(res.Version, v.Version)
-			n++
-			size += len(k) + len(v.Data)
-			// Fewer pairs than the limit is allowed (the caller continues from the
-			// last key); an unbounded reply is not.
-			return n < limit && size < maxScanBytes
 		})
 		if err != nil {
 			return Result{}, fmt.Errorf("%w: scan: %w", ErrUnavailable, err)

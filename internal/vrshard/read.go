@@ -252,16 +252,9 @@ func (r *Replica) readLocal(op shard.Op) (shard.Result, error) {
 		limit = min(limit, shard.DefaultMaxScan)
 		res.Kind = shard.ResArray
 		res.Array = [][]byte{}
-		n, size := 0, 0
-		err := r.db.Scan(op.Key, op.End, 0, 0, func(k []byte, v storage.Value) bool {
-			if bytes.HasPrefix(k, shard.ReservedPrefix) {
-				return true
-			}
-			res.Array = append(res.Array, append([]byte(nil), k...), v.Data)
+		err := shard.ScanUser(r.db, op.Key, op.End, limit, func(k []byte, v storage.Value) {
+			res.Array = append(res.Array, k, v.Data)
 			res.Version = max(res.Version, v.Version)
-			n++
-			size += len(k) + len(v.Data)
-			return n < limit && size < 64<<20
 		})
 		if err != nil {
 			return shard.Result{}, fmt.Errorf("%w: scan: %w", shard.ErrUnavailable, err)
