@@ -2,8 +2,14 @@
 // vr.Message) and the framing that carries them over a byte stream.
 //
 // Encoding: hand-written, no reflection, no gob: a type byte, then the header
-// fields as uvarints, then the entries, an optional snapshot and a reason
-// string, each length-prefixed. Framing: every message travels in a frame
+// fields as uvarints, then the entries, an optional snapshot, a reason
+// string and the nilext durability log (Message.DLog), each length-prefixed.
+//
+// Besides the core's message types, two nilext types travel in the same
+// frames (MsgNilext, MsgNilextAck): the nilext fast path's client request
+// and its acknowledgement, which the core exchanges with clients rather than
+// peers, but which a coordinating node sends over the peer transport. The
+// driver handles them; they never reach the core's Step. Framing: every message travels in a frame
 //
 //	length (4 bytes, little endian) | CRC-32C of payload (4 bytes) | payload
 //
@@ -39,7 +45,53 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 const FrameHeader = 8
 
 // version is the first payload byte; bump it when the layout changes.
-const version = 1
+// 2: the DLog section after the reason.
+const version = 2
+
+// Nilext message types, outside the core's numbering (vr.MsgType values are
+// the core's; these start far above them so the core can grow).
+const (
+	// MsgNilext carries one nilext update (DLog[0]) from its coordinator to
+	// a replica; From is the coordinator, whom the ack goes back to.
+	MsgNilext vr.MsgType = 64
+	// MsgNilextAck carries acks of one replica (From) in one view (View),
+	// Op = 1 if From leads that view; DLog holds the acked (Client, ReqNum)
+	// pairs without data.
+	MsgNilextAck vr.MsgType = 65
+)
+
+// IsNilext reports whether t is one of the nilext types (handled by the
+// driver, not the core).
+func IsNilext(t vr.MsgType) bool { return t == MsgNilext || t == MsgNilextAck }
+
+// NilextAcksMessage packs acks that share sender, view and leader flag into
+// one MsgNilextAck (the caller sets the identity fields and To).
+func NilextAcksMessage(acks []vr.NilextAck) vr.Message {
+	if len(acks) == 0 {
+		panic("wire: NilextAcksMessage with no acks")
+	}
+	a0 := acks[0]
+	m := vr.Message{Type: MsgNilextAck, From: a0.From, View: a0.View, DLog: make([]vr.NilextRequest, len(acks))}
+	if a0.Leader {
+		m.Op = 1
+	}
+	for i, a := range acks {
+		if a.From != a0.From || a.View != a0.View || a.Leader != a0.Leader {
+			panic(fmt.Sprintf("wire: NilextAcksMessage mixes acks %+v and %+v", a0, a))
+		}
+		m.DLog[i].Client, m.DLog[i].ReqNum = a.Client, a.ReqNum
+	}
+	return m
+}
+
+// NilextAcks unpacks a MsgNilextAck.
+func NilextAcks(m *vr.Message) []vr.NilextAck {
+	out := make([]vr.NilextAck, len(m.DLog))
+	for i, q := range m.DLog {
+		out[i] = vr.NilextAck{Client: q.Client, ReqNum: q.ReqNum, From: m.From, View: m.View, Leader: m.Op == 1}
+	}
+	return out
+}
 
 // AppendMessage appends the payload encoding of m to b.
 func AppendMessage(b []byte, m *vr.Message) []byte {
@@ -75,7 +127,26 @@ func AppendMessage(b []byte, m *vr.Message) []byte {
 		b = append(b, s.Data...)
 	}
 	b = binary.AppendUvarint(b, uint64(len(m.Reason)))
-	return append(b, m.Reason...)
+	b = append(b, m.Reason...)
+	b = binary.AppendUvarint(b, uint64(len(m.DLog)))
+	for i := range m.DLog {
+		q := &m.DLog[i]
+		b = binary.AppendUvarint(b, q.Client)
+		b = binary.AppendUvarint(b, q.ReqNum)
+		b = binary.AppendUvarint(b, uint64(len(q.Data)))
+		b = append(b, q.Data...)
+		b = binary.AppendUvarint(b, uint64(len(q.Keys)))
+		for _, k := range q.Keys {
+			b = binary.AppendUvarint(b, uint64(len(k)))
+			b = append(b, k...)
+		}
+		if q.Sync {
+			b = append(b, 1)
+		} else {
+			b = append(b, 0)
+		}
+	}
+	return b
 }
 
 // AppendFrame appends m as one frame (header and payload) to b.
@@ -154,7 +225,7 @@ func DecodeMessage(p []byte, m *vr.Message) error {
 		return fmt.Errorf("%w: payload version %d, want %d", ErrCorrupt, p[0], version)
 	}
 	*m = vr.Message{Type: vr.MsgType(p[1])}
-	if !m.Type.Valid() {
+	if !m.Type.Valid() && !IsNilext(m.Type) {
 		return fmt.Errorf("%w: unknown message type %d", ErrCorrupt, p[1])
 	}
 	d.b = p[2:]
@@ -196,6 +267,30 @@ func DecodeMessage(p []byte, m *vr.Message) error {
 		}
 	}
 	m.Reason = string(d.bytes("reason"))
+	if n := d.count("d-log", 5); n > 0 {
+		m.DLog = make([]vr.NilextRequest, n)
+		for i := range m.DLog {
+			q := &m.DLog[i]
+			q.Client, q.ReqNum = d.uv("d-log client"), d.uv("d-log reqnum")
+			q.Data = d.bytes("d-log data")
+			if k := d.count("d-log keys", 1); k > 0 {
+				q.Keys = make([][]byte, k)
+				for j := range q.Keys {
+					q.Keys[j] = d.bytes("d-log key")
+				}
+			}
+			switch {
+			case d.err != nil:
+			case len(d.b) == 0:
+				d.fail("missing d-log sync flag")
+			case d.b[0] > 1:
+				d.fail("d-log sync flag")
+			default:
+				q.Sync = d.b[0] == 1
+				d.b = d.b[1:]
+			}
+		}
+	}
 	if d.err == nil && len(d.b) != 0 {
 		d.fail(fmt.Sprintf("%d trailing bytes", len(d.b)))
 	}

@@ -20,8 +20,21 @@ func sample() []vr.Message {
 		{View: 9, Op: 42, Request: vr.Request{Client: 0, ReqNum: 0, Data: nil}},
 		{View: 8, Op: 43, Request: vr.Request{Client: 1 << 63, ReqNum: 1<<64 - 1, Data: bytes.Repeat([]byte{0xff}, 300)}},
 	}
+	dlog := []vr.NilextRequest{
+		{Request: vr.Request{Client: 100, ReqNum: 6, Data: []byte("set a 1")}, Keys: [][]byte{[]byte("a")}, Sync: true},
+		{Request: vr.Request{Client: 1 << 62, ReqNum: 1, Data: []byte("mset b 2 c 3")}, Keys: [][]byte{[]byte("b"), []byte("c")}},
+	}
 	return []vr.Message{
 		with(func(m *vr.Message) { m.Type, m.Op, m.Commit, m.First, m.Entries = vr.MsgPrepare, 43, 40, 41, entries }),
+		with(func(m *vr.Message) {
+			m.Type, m.LastNormalView, m.Op, m.Commit, m.First, m.Entries, m.DLog = vr.MsgDoViewChange, 8, 43, 40, 41, entries, dlog
+		}),
+		with(func(m *vr.Message) { m.Type, m.Nonce, m.DLog = vr.MsgRecoveryResponse, 0x1234567890, dlog }),
+		with(func(m *vr.Message) { m.Type, m.DLog = MsgNilext, dlog[:1] }),
+		with(func(m *vr.Message) {
+			*m = NilextAcksMessage([]vr.NilextAck{{Client: 100, ReqNum: 6, From: 1, View: 9, Leader: true}, {Client: 7, ReqNum: 1, From: 1, View: 9, Leader: true}})
+			m.Cluster, m.Epoch, m.ConfigHash, m.To = hdr.Cluster, hdr.Epoch, hdr.ConfigHash, hdr.To
+		}),
 		with(func(m *vr.Message) { m.Type, m.Op, m.HBSeq = vr.MsgPrepareOK, 43, 17 }),
 		with(func(m *vr.Message) { m.Type, m.Op, m.Commit, m.HBSeq = vr.MsgCommit, 43, 43, 18 }),
 		with(func(m *vr.Message) { m.Type = vr.MsgStartViewChange }),
@@ -161,6 +174,41 @@ func TestDecodeRejectsGarbage(t *testing.T) {
 	}
 }
 
+// TestNilextAcksPack: acks survive packing into a message and the wire.
+func TestNilextAcksPack(t *testing.T) {
+	acks := []vr.NilextAck{{Client: 5, ReqNum: 9, From: 3, View: 4}, {Client: 6, ReqNum: 1, From: 3, View: 4}}
+	m := NilextAcksMessage(acks)
+	var got vr.Message
+	if err := DecodeMessage(AppendMessage(nil, &m), &got); err != nil {
+		t.Fatal(err)
+	}
+	if back := NilextAcks(&got); !reflect.DeepEqual(back, acks) {
+		t.Fatalf("acks changed: got %+v want %+v", back, acks)
+	}
+	acks[1].Leader = true
+	defer func() {
+		if recover() == nil {
+			t.Fatal("acks with different leader flags packed into one message")
+		}
+	}()
+	NilextAcksMessage(acks)
+}
+
+// TestDecodeRejectsBadDLog: a d-log sync flag other than 0/1 and a missing
+// one are corrupt, not silently accepted.
+func TestDecodeRejectsBadDLog(t *testing.T) {
+	m := sample()[1]
+	good := AppendMessage(nil, &m)
+	bad := append([]byte(nil), good...)
+	bad[len(bad)-1] = 2
+	for name, p := range map[string][]byte{"flag": bad, "missing": good[:len(good)-1]} {
+		var got vr.Message
+		if err := DecodeMessage(p, &got); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("%s: got %v, want ErrCorrupt", name, err)
+		}
+	}
+}
+
 func randomMessage(rng *rand.Rand) vr.Message {
 	u := func() uint64 {
 		switch rng.IntN(3) {
@@ -181,7 +229,11 @@ func randomMessage(rng *rand.Rand) vr.Message {
 		}
 		return b
 	}
-	m := vr.Message{Type: vr.MsgType(1 + rng.IntN(11)), Cluster: u(), Epoch: u(), ConfigHash: u(), From: u(), To: u(),
+	typ := vr.MsgType(1 + rng.IntN(11))
+	if rng.IntN(6) == 0 {
+		typ = MsgNilext + vr.MsgType(rng.IntN(2))
+	}
+	m := vr.Message{Type: typ, Cluster: u(), Epoch: u(), ConfigHash: u(), From: u(), To: u(),
 		View: u(), LastNormalView: u(), Op: u(), Commit: u(), First: u(), Nonce: u(), HBSeq: u()}
 	for i := rng.IntN(5); i > 0; i-- {
 		m.Entries = append(m.Entries, vr.Entry{View: u(), Op: u(), Request: vr.Request{Client: u(), ReqNum: u(), Data: bs()}})
@@ -195,6 +247,13 @@ func randomMessage(rng *rand.Rand) vr.Message {
 	}
 	if rng.IntN(4) == 0 {
 		m.Reason = fmt.Sprintf("reason %d", rng.IntN(1000))
+	}
+	for i := rng.IntN(4); i > 0 && rng.IntN(2) == 0; i-- {
+		q := vr.NilextRequest{Request: vr.Request{Client: u(), ReqNum: u(), Data: bs()}, Sync: rng.IntN(2) == 0}
+		for k := rng.IntN(3); k > 0; k-- {
+			q.Keys = append(q.Keys, append(bs(), 'k'))
+		}
+		m.DLog = append(m.DLog, q)
 	}
 	return m
 }
