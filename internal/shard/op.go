@@ -89,7 +89,9 @@ const (
 	ResArray
 )
 
-// Result is an operation's answer.
+// Result is an operation's answer. Bulk and Array's elements are read-only: a read
+// hands out the storage engine's cached bytes (storage.DB.GetShared) without copying,
+// so a caller that wants to modify a value must copy it first.
 type Result struct {
 	Kind  ResultKind
 	Int   int64

@@ -22,7 +22,7 @@ type cache struct {
 const cacheShards = 16
 
 type cacheShard struct {
-	mu         sync.Mutex
+	mu         sync.RWMutex
 	m          map[uint64]*centry
 	head, tail *centry // head = newest
 	hand       *centry
@@ -51,20 +51,26 @@ func (c *cache) shard(pos uint64) *cacheShard {
 	return &c.shards[(pos*0x9E3779B97F4A7C15)>>60]
 }
 
-// get returns a copy of the cached value at pos.
-func (c *cache) get(pos uint64) ([]byte, bool) {
+// get returns the cached value at pos: a copy if clone, else the cached bytes themselves
+// (immutable: nothing writes to an entry's data after put, so sharing them is safe as
+// long as the caller does not write either). A hit takes the shard's lock shared: it only
+// sets the atomic visited bit.
+func (c *cache) get(pos uint64, clone bool) ([]byte, bool) {
 	s := c.shard(pos)
-	s.mu.Lock()
+	s.mu.RLock()
 	e, ok := s.m[pos]
 	var out []byte
 	if ok {
 		e.visited.Store(true)
-		out = bytes.Clone(e.data)
+		out = e.data
+		if clone {
+			out = bytes.Clone(out)
+		}
 		if out == nil {
 			out = []byte{}
 		}
 	}
-	s.mu.Unlock()
+	s.mu.RUnlock()
 	if ok {
 		c.hits.Add(1)
 	} else {
@@ -75,14 +81,20 @@ func (c *cache) get(pos uint64) ([]byte, bool) {
 
 func (c *cache) has(pos uint64) bool {
 	s := c.shard(pos)
-	s.mu.Lock()
+	s.mu.RLock()
 	_, ok := s.m[pos]
-	s.mu.Unlock()
+	s.mu.RUnlock()
 	return ok
 }
 
 // put caches a copy of data at pos.
-func (c *cache) put(pos uint64, data []byte) {
+func (c *cache) put(pos uint64, data []byte) { c.insert(pos, data, true) }
+
+// putOwned caches data itself at pos: the caller hands it over and, like every other
+// reader of it from now on, never modifies it.
+func (c *cache) putOwned(pos uint64, data []byte) { c.insert(pos, data, false) }
+
+func (c *cache) insert(pos uint64, data []byte, clone bool) {
 	s := c.shard(pos)
 	cost := int64(len(data)) + centryOverhead
 	if cost > s.max {
@@ -96,7 +108,10 @@ func (c *cache) put(pos uint64, data []byte) {
 	for s.size+cost > s.max && s.tail != nil {
 		s.evict()
 	}
-	e := &centry{pos: pos, data: bytes.Clone(data), next: s.head}
+	if clone {
+		data = bytes.Clone(data)
+	}
+	e := &centry{pos: pos, data: data, next: s.head}
 	if s.head != nil {
 		s.head.prev = e
 	}

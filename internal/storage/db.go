@@ -601,12 +601,21 @@ func (db *DB) LastVersion() uint64 {
 }
 
 // Get returns the newest version of key; ErrNotFound if it is missing or deleted.
-func (db *DB) Get(key []byte) (Value, error) { return db.getAt(key, math.MaxUint64) }
+func (db *DB) Get(key []byte) (Value, error) { return db.getAt(key, math.MaxUint64, false) }
+
+// GetShared is Get without the copy: the returned Data may be the engine's cached bytes,
+// shared with every other reader, so the caller must never modify it (it may keep it:
+// a record's bytes at a position never change, and eviction only drops the cache's
+// reference). It exists for the read hot path that only writes the value to a socket,
+// where the copy and its allocation were a measurable share of a GET.
+func (db *DB) GetShared(key []byte) (Value, error) { return db.getAt(key, math.MaxUint64, true) }
 
 // GetAt returns the newest version of key that is <= v.
-func (db *DB) GetAt(key []byte, v uint64) (Value, error) { return db.getAt(key, v) }
+func (db *DB) GetAt(key []byte, v uint64) (Value, error) { return db.getAt(key, v, false) }
 
-func (db *DB) getAt(key []byte, at uint64) (Value, error) {
+// getAt serves Get, GetShared and GetAt; shared lets a cache hit (and a miss, whose
+// freshly read value then becomes the cached copy) hand out bytes without copying.
+func (db *DB) getAt(key []byte, at uint64, shared bool) (Value, error) {
 	for {
 		db.mu.RLock()
 		if db.closed {
@@ -646,7 +655,7 @@ func (db *DB) getAt(key []byte, at uint64) (Value, error) {
 		db.mu.RUnlock()
 		// A record's bytes never change at a position, so the cache needs no pin.
 		if db.cache != nil {
-			if data, ok := db.cache.get(v.pos); ok {
+			if data, ok := db.cache.get(v.pos, !shared); ok {
 				out.Data = data
 				return out, nil
 			}
@@ -666,7 +675,11 @@ func (db *DB) getAt(key []byte, at uint64) (Value, error) {
 			return Value{}, err
 		}
 		if db.cache != nil {
-			db.cache.put(v.pos, val)
+			if shared {
+				db.cache.putOwned(v.pos, val)
+			} else {
+				db.cache.put(v.pos, val)
+			}
 		}
 		out.Data = val
 		return out, nil

@@ -139,20 +139,20 @@ func TestCacheSieve(t *testing.T) {
 	c.put(pos[0], val)
 	c.put(pos[1], val)
 	c.put(pos[2], val)
-	c.get(pos[0]) // visited: survives the next eviction
+	c.get(pos[0], true) // visited: survives the next eviction
 	c.put(pos[3], val)
-	if _, ok := c.get(pos[0]); !ok {
+	if _, ok := c.get(pos[0], true); !ok {
 		t.Fatal("visited entry was evicted")
 	}
-	if _, ok := c.get(pos[1]); ok {
+	if _, ok := c.get(pos[1], true); ok {
 		t.Fatal("the oldest unvisited entry survived")
 	}
 	if s.size > s.max {
 		t.Fatalf("shard holds %d bytes, bound %d", s.size, s.max)
 	}
-	got, _ := c.get(pos[3])
+	got, _ := c.get(pos[3], true)
 	got[0] = 9 // the caller's copy: the cache is unaffected
-	if again, _ := c.get(pos[3]); again[0] != 0 {
+	if again, _ := c.get(pos[3], true); again[0] != 0 {
 		t.Fatal("cache returned its own buffer")
 	}
 }
@@ -272,4 +272,49 @@ func TestBackgroundCheckpoint(t *testing.T) {
 		t.Fatal("reopen did not use the background checkpoint")
 	}
 	wantGet(t, db2, "a", "x")
+}
+
+// GetShared returns the same bytes as Get, from the cache without a copy once cached;
+// Get keeps handing out private copies of those same cached bytes.
+func TestGetSharedIsGetWithoutTheCopy(t *testing.T) {
+	db, err := Open(Options{Devices: []Device{{Dir: t.TempDir()}}, CacheBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Append(Record{Key: []byte("k"), Value: []byte("value"), Version: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.GetShared([]byte("missing")); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("GetShared(missing) = %v, want ErrNotFound", err)
+	}
+	// Still in the write buffer: served from it, so not shared with anything.
+	if v, err := db.GetShared([]byte("k")); err != nil || string(v.Data) != "value" || v.Version != 1 {
+		t.Fatalf("GetShared from the write buffer = %q %d %v", v.Data, v.Version, err)
+	}
+	if _, err := db.Sync(db.LastPos()); err != nil {
+		t.Fatal(err)
+	}
+	first, err := db.GetShared([]byte("k")) // a cache miss: read from the file, then cached as is
+	if err != nil || string(first.Data) != "value" {
+		t.Fatalf("GetShared from the file = %q %v", first.Data, err)
+	}
+	second, err := db.GetShared([]byte("k"))
+	if err != nil || string(second.Data) != "value" {
+		t.Fatalf("GetShared from the cache = %q %v", second.Data, err)
+	}
+	if &first.Data[0] != &second.Data[0] {
+		t.Fatal("GetShared copied a cached value")
+	}
+	private, err := db.Get([]byte("k"))
+	if err != nil || string(private.Data) != "value" {
+		t.Fatalf("Get = %q %v", private.Data, err)
+	}
+	if &private.Data[0] == &second.Data[0] {
+		t.Fatal("Get handed out the cache's own bytes")
+	}
+	private.Data[0] = 'X'
+	if again, _ := db.GetShared([]byte("k")); string(again.Data) != "value" {
+		t.Fatalf("modifying Get's copy changed the cached value: %q", again.Data)
+	}
 }

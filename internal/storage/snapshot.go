@@ -31,7 +31,7 @@ func (s *Snapshot) Version() uint64 { return s.at }
 
 // Get reads key at the snapshot's version.
 func (s *Snapshot) Get(key []byte) (Value, error) {
-	v, err := s.db.getAt(key, s.at)
+	v, err := s.db.getAt(key, s.at, false)
 	if errors.Is(err, ErrVersionGone) {
 		// The snapshot pinned the version it reads since before anything could be
 		// pruned, so nothing retained at or below it means the key did not exist.
