@@ -84,7 +84,7 @@ func (r *Replica) Read(ctx context.Context, op shard.Op, c level.Consistency, s 
 	case r.mut.followerLinearizable && needsLeader(c):
 		// Deliberately broken (tests): local state, no proof of freshness.
 	case needsLeader(c), c.Kind == level.BoundedTime && r.isLeader.Load():
-		err = r.linearizable(ctx)
+		err = r.linearizable(ctx, &op)
 	case c.Kind == level.Session && !r.mut.ignoreSession:
 		err = r.waitApplied(ctx, s.Need(), r.opts.FollowerWait)
 	case c.Kind == level.BoundedTime:
@@ -97,8 +97,9 @@ func (r *Replica) Read(ctx context.Context, op shard.Op, c level.Consistency, s 
 }
 
 // linearizable waits until a read started now may be served locally.
-func (r *Replica) linearizable(ctx context.Context) error {
-	rw := &readWaiter{done: make(chan struct{})}
+// With the nilext fast path on, op says which keys the read depends on.
+func (r *Replica) linearizable(ctx context.Context, op *shard.Op) error {
+	rw := &readWaiter{done: make(chan struct{}), op: op}
 	select {
 	case r.readc <- rw:
 	case <-ctx.Done():
@@ -317,7 +318,8 @@ func (r *Replica) Stats() Stats {
 	return Stats{Readies: r.st.readies.Load(), Fsyncs: r.st.fsyncs.Load(), Persisted: r.st.persisted.Load(),
 		Applied: r.st.applied.Load(), Proposals: r.st.proposals.Load(), LeaseReads: r.st.leaseReads.Load(),
 		IndexReads: r.st.indexReads.Load(), Checkpoints: r.st.ckpts.Load(), SnapsSent: r.st.snapsSent.Load(),
-		SnapsLoaded: r.st.snapsLoaded.Load()}
+		SnapsLoaded: r.st.snapsLoaded.Load(), NilextFast: r.st.nxFast.Load(), NilextFallbacks: r.st.nxFallbacks.Load(),
+		NilextSent: r.st.nxSent.Load(), NilextAcksSent: r.st.nxAcksSent.Load(), NilextSlowReads: r.st.nxSlowReads.Load()}
 }
 
 // ---- snapshots ----

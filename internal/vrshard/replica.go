@@ -18,6 +18,7 @@ import (
 	"github.com/kefirdb/kefir/internal/transport"
 	"github.com/kefirdb/kefir/internal/vfs"
 	"github.com/kefirdb/kefir/internal/vr"
+	"github.com/kefirdb/kefir/internal/wire"
 )
 
 // Options configure a Replica.
@@ -70,7 +71,14 @@ type Options struct {
 	// outcome is unknown (ErrOutcomeUnknown) and the read fails
 	// (ErrCannotServe). Default 2 s.
 	RequestTimeout time.Duration
-	Logger         *slog.Logger
+	// Nilext turns on the nilext fast path (nilext.go; experimental): the
+	// core's Config.Nilext, the d-log on disk, NilextApply. Every member of
+	// a group must agree on it.
+	Nilext bool
+	// NilextTimeout bounds how long a coordinated nilext write waits for a
+	// supermajority before it falls back to the ordered path (default 100ms).
+	NilextTimeout time.Duration
+	Logger        *slog.Logger
 }
 
 // Timing defaults (local loopback clusters; the docs state the drift bound).
@@ -100,6 +108,11 @@ func (o *Options) fill() error {
 	}
 	if c.MaxDrift == 0 {
 		c.MaxDrift = DefaultMaxDrift
+	}
+	c.Nilext = c.Nilext || o.Nilext
+	o.Nilext = c.Nilext
+	if o.NilextTimeout == 0 {
+		o.NilextTimeout = 100 * time.Millisecond
 	}
 	if err := c.Validate(); err != nil {
 		return err
@@ -179,6 +192,7 @@ func (p *proposal) finish(res shard.Result, err error) {
 type idKey struct{ client, seq uint64 }
 
 type readWaiter struct {
+	op   *shard.Op // the read, for the nilext check (nil: none)
 	idx  uint64
 	err  error
 	done chan struct{}
@@ -211,6 +225,15 @@ type Stats struct {
 	Checkpoints uint64
 	SnapsSent   uint64
 	SnapsLoaded uint64
+	// Nilext fast path: writes this node coordinated that completed on a
+	// supermajority, and those that fell back to the ordered path; nilext
+	// messages sent (one per peer per batch) and acks sent to coordinators;
+	// linearizable reads at the leader that had to order pending updates.
+	NilextFast      uint64
+	NilextFallbacks uint64
+	NilextSent      uint64
+	NilextAcksSent  uint64
+	NilextSlowReads uint64
 }
 
 // Replica is one VR replica of a shard: it implements shard.Replica, so the
@@ -231,6 +254,7 @@ type Replica struct {
 	propc chan []*proposal
 	inbox chan inbound
 	readc chan *readWaiter
+	nxc   chan []*nxCall
 	stop  chan struct{}
 	done  chan struct{}
 
@@ -246,6 +270,9 @@ type Replica struct {
 	wasLeader  bool
 	leadView   uint64
 	errLogAt   time.Time
+	nxWait     map[nxKey]*nxCall // nilext writes this node coordinates
+	nxOrigin   map[nxKey]uint64  // coordinator of each nilext update not acked yet
+	nxView     uint64
 	// Log fsyncs run off the driver goroutine, one at a time: written is the
 	// last PersistSeq written to the log, syncing the one the fsync in flight
 	// covers (0: none). The core accepts Persisted for several batches at
@@ -278,9 +305,11 @@ type Replica struct {
 	closeOnce sync.Once
 	notifyMu  sync.Mutex
 	notify    chan struct{} // closed and replaced when applied advances
+	nxIDs     nxIdents
 
 	st struct {
 		readies, fsyncs, persisted, applied, proposals, leaseReads, indexReads, ckpts, snapsSent, snapsLoaded atomic.Uint64
+		nxFast, nxFallbacks, nxSent, nxAcksSent, nxSlowReads                                                  atomic.Uint64
 	}
 }
 
@@ -307,6 +336,9 @@ func Open(opts Options) (*Replica, error) {
 		propc:     make(chan []*proposal, 256),
 		inbox:     make(chan inbound, 256),
 		readc:     make(chan *readWaiter, 256),
+		nxc:       make(chan []*nxCall, 256),
+		nxWait:    map[nxKey]*nxCall{},
+		nxOrigin:  map[nxKey]uint64{},
 		stop:      make(chan struct{}),
 		done:      make(chan struct{}),
 		waitID:    map[idKey][]*proposal{},
@@ -324,7 +356,7 @@ func Open(opts Options) (*Replica, error) {
 		w.close()
 		return nil, fmt.Errorf("vrshard: Bootstrap refused: %s has no replication log but its engine holds version %d; start without Bootstrap to recover from the group", opts.Dir, db.LastVersion())
 	}
-	st := vr.State{HardState: ws.hs, Entries: ws.entries}
+	st := vr.State{HardState: ws.hs, Entries: ws.entries, DLog: ws.dlog}
 	if ws.snap.Op > 0 || len(ws.snap.Clients) > 0 {
 		s := ws.snap
 		st.Snapshot = &s
@@ -474,8 +506,11 @@ func (r *Replica) run() {
 			r.step(in)
 		case rw := <-r.readc:
 			r.read(rw)
+		case calls := <-r.nxc:
+			r.nxStart(calls)
 		case <-tick.C:
 			r.core.Tick(r.now())
+			r.nxSweep(false)
 		case res := <-r.syncDone:
 			if err := r.synced(res); err != nil {
 				r.fail(err)
@@ -497,6 +532,8 @@ func (r *Replica) run() {
 				r.step(in)
 			case rw := <-r.readc:
 				r.read(rw)
+			case calls := <-r.nxc:
+				r.nxStart(calls)
 			case res := <-r.syncDone:
 				if err := r.synced(res); err != nil {
 					r.fail(err)
@@ -521,12 +558,17 @@ func (r *Replica) run() {
 
 func (r *Replica) step(in inbound) {
 	now := r.now()
-	for _, m := range in.msgs {
+	for i := range in.msgs {
+		m := &in.msgs[i]
+		if wire.IsNilext(m.Type) {
+			r.nxStep(now, m)
+			continue
+		}
 		if (m.Type == vr.MsgCommit || m.Type == vr.MsgPrepare) && m.View >= r.view.Load() && r.cfg.LeaderOf(m.View) == m.From {
 			r.hbAt.Store(now)
 			r.hbCommit.Store(m.Commit)
 		}
-		r.core.Step(now, m)
+		r.core.Step(now, *m)
 	}
 }
 
@@ -572,6 +614,18 @@ func (r *Replica) notLeader() error {
 
 func (r *Replica) read(rw *readWaiter) {
 	now := r.now()
+	if r.opts.Nilext && rw.op != nil && r.isLeader.Load() {
+		// A key with a pending nilext update: the core orders the d-log and
+		// releases the read (a read-index read) once that is committed.
+		ctx := r.readCtx + 1
+		slow, err := r.core.ReadNilext(now, ctx, r.nxReadKeys(rw.op))
+		if err == nil && slow {
+			r.readCtx = ctx
+			r.st.nxSlowReads.Add(1)
+			r.reads[ctx] = rw
+			return
+		}
+	}
 	idx, err := r.core.LeaseRead(now)
 	if err == nil {
 		r.st.leaseReads.Add(1)
@@ -609,6 +663,10 @@ func (r *Replica) ready() error {
 		r.failWrites(ErrOutcomeUnknown)
 	}
 	r.wasLeader, r.leadView = info.IsLeader, info.View
+	if info.View != r.nxView {
+		r.nxView = info.View
+		r.nxSweep(true)
+	}
 	if r.recovering && info.Status != vr.Recovering {
 		// The recovered state is durable (its batch was synced): from now on
 		// a restart with this disk is an ordinary restart.
@@ -664,6 +722,13 @@ func (r *Replica) handle(rd *vr.Ready) error {
 	}
 	r.wal.addEntries(rd.Entries)
 	r.tail = append(r.tail, rd.Entries...)
+	if roll {
+		// The new segment replaces every older one: it must hold the whole
+		// live d-log, not only this batch's records.
+		r.wal.addDLog(r.core.DLog())
+	} else {
+		r.wal.addDLog(rd.DLog)
+	}
 	r.st.persisted.Add(uint64(len(rd.Entries)))
 	if rd.HardState != nil {
 		r.wal.addHardState(*rd.HardState)
@@ -699,6 +764,9 @@ func (r *Replica) handle(rd *vr.Ready) error {
 			r.written = rd.PersistSeq
 		}
 		r.startSync()
+	}
+	if len(rd.NilextAcks) > 0 {
+		r.nxRoute(rd.NilextAcks)
 	}
 	// 3. Apply committed entries: one engine Append, no engine fsync.
 	if len(rd.Committed) > 0 {
@@ -954,6 +1022,7 @@ func (r *Replica) finishCheckpoint(res ckptResult) error {
 		k++
 	}
 	r.wal.addEntries(r.tail[k:])
+	r.wal.addDLog(r.core.DLog())
 	r.wal.addHardState(r.lastHS)
 	if err := r.wal.roll(); err != nil {
 		return err

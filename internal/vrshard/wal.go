@@ -54,6 +54,7 @@ type walState struct {
 	entries    []vr.Entry
 	hs         vr.HardState
 	recovering bool
+	dlog       []vr.NilextRequest // nilext d-log records (nilext.go)
 }
 
 type wal struct {
@@ -244,6 +245,7 @@ func (st *walState) apply(typ byte, p []byte) error {
 			st.snap.Clients = append(st.snap.Clients, c)
 		}
 		st.entries = st.entries[:0]
+		st.dlog = st.dlog[:0]
 	case recEntries:
 		n := r.uvarint()
 		if n > uint64(len(r.b)) {
@@ -276,6 +278,8 @@ func (st *walState) apply(typ byte, p []byte) error {
 		}
 	case recFlags:
 		st.recovering = r.byte()&1 != 0
+	case recDLog:
+		return st.applyDLog(p)
 	default:
 		return fmt.Errorf("unknown record type %d", typ)
 	}

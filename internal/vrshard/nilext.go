@@ -1,0 +1,409 @@
+package vrshard
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/shard"
+	"github.com/kefirdb/kefir/internal/vr"
+	"github.com/kefirdb/kefir/internal/wire"
+)
+
+// The nilext fast path (Skyros; internal/vr nilext.go, ARCHITECTURE §5.2),
+// on when Options.Nilext is set. Experimental.
+//
+// Driver side: every replica passes nilext updates it receives (MsgNilext,
+// from whichever node coordinates them) to the core's Nilext, writes the
+// core's Ready.DLog records into the same log batch as entries (one fsync;
+// a log segment starts with the whole live d-log, so a roll loses none) and
+// hands them back in State.DLog on restart, and sends each Ready.NilextAck
+// to the node that coordinated the update (MsgNilextAck). A linearizable
+// read at the leader first asks the core's ReadNilext: a read of a key with
+// a pending nilext update waits until the d-log is ordered and applied.
+//
+// Coordinator side (NilextApply): this node sends the update to every
+// replica, itself included, and completes it on vr.NilextSupermajority acks
+// of one view including that view's leader (vr.NilextTracker). Without them
+// within NilextTimeout the update falls back to the ordered path with the
+// same request id: the client table makes the two copies apply once.
+//
+// Identities: the core's d-log cleanup (nxExecuted) relies on a client
+// having one request outstanding, so the coordinator never sends two
+// concurrent updates under one client id. It keeps a pool of identities
+// (random client ids, increasing request numbers), takes one per update and
+// puts it back only after a fast completion; an identity whose update fell
+// back is retired, since the ordered copy may still be in flight.
+
+// nxKey is a nilext update's identity.
+type nxKey struct{ client, req uint64 }
+
+// Call states.
+const (
+	nxPending int32 = iota
+	nxDone          // completed on a supermajority: the write is linearized
+	nxFailed        // the local replica refused it (not normal): fall back
+	nxAbandoned     // the caller timed out: fall back
+)
+
+type nxCall struct {
+	req   vr.NilextRequest
+	tr    *vr.NilextTracker
+	state atomic.Int32
+	wait  *batchWait
+	born  time.Time
+}
+
+// settle moves a pending call to state s; only the first settle counts.
+func (c *nxCall) settle(s int32) bool {
+	if !c.state.CompareAndSwap(nxPending, s) {
+		return false
+	}
+	if c.wait.left.Add(-1) == 0 {
+		close(c.wait.done)
+	}
+	return true
+}
+
+type nxIdent struct{ client, seq uint64 }
+
+type nxIdents struct {
+	mu   sync.Mutex
+	free []nxIdent
+}
+
+func (p *nxIdents) get() nxIdent {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var id nxIdent
+	if n := len(p.free); n > 0 {
+		id = p.free[n-1]
+		p.free = p.free[:n-1]
+	} else {
+		id.client = rand.Uint64() | 1
+	}
+	id.seq++
+	return id
+}
+
+func (p *nxIdents) put(id nxIdent) {
+	p.mu.Lock()
+	p.free = append(p.free, id)
+	p.mu.Unlock()
+}
+
+// NilextOn reports whether the fast path is on.
+func (r *Replica) NilextOn() bool { return r.opts.Nilext }
+
+// NilextEligible reports whether op is a nilext update the fast path takes:
+// plain SET (no NX/XX/GET) and MSET, as internal/command classifies them.
+func NilextEligible(op *shard.Op) bool {
+	switch op.Kind {
+	case shard.KindSet:
+		return op.Cond == shard.Always && !op.ReturnOld
+	case shard.KindMSet:
+		return len(op.Keys) > 0 && len(op.Keys)%2 == 0
+	}
+	return false
+}
+
+func nilextKeys(op *shard.Op) [][]byte {
+	if op.Kind == shard.KindSet {
+		return [][]byte{op.Key}
+	}
+	ks := make([][]byte, 0, len(op.Keys)/2)
+	for i := 0; i < len(op.Keys); i += 2 {
+		ks = append(ks, op.Keys[i])
+	}
+	return ks
+}
+
+// NilextApply runs writes through the fast path, this node coordinating:
+// every write must be NilextEligible and carry no request id. Writes that
+// complete get Result OK and Err nil. The indexes it returns are writes that
+// did not complete within NilextTimeout (or that this replica could not
+// take): their ID is set to the identity the fast path used, and the caller
+// must apply them through the ordered path (Apply here, or forwarding to the
+// leader) with that ID, so a copy already in some d-log is applied once.
+func (r *Replica) NilextApply(ctx context.Context, reqs []shard.WriteReq) ([]int, error) {
+	if err := r.failed(); err != nil {
+		return nil, err
+	}
+	if !r.opts.Nilext {
+		return nil, vr.ErrNilextOff
+	}
+	bw := &batchWait{done: make(chan struct{})}
+	bw.left.Store(int32(len(reqs)))
+	calls := make([]*nxCall, len(reqs))
+	ids := make([]nxIdent, len(reqs))
+	ts := time.Now().UnixNano()
+	now := time.Now()
+	for i := range reqs {
+		q := &reqs[i]
+		if !NilextEligible(&q.Op) || !q.ID.IsZero() {
+			panic("vrshard: NilextApply with an ineligible write or one with an id")
+		}
+		ids[i] = r.nxIDs.get()
+		calls[i] = &nxCall{
+			req: vr.NilextRequest{
+				Request: vr.Request{Client: ids[i].client, ReqNum: ids[i].seq, Data: encodeOp(nil, header{ts: ts}, &q.Op)},
+				Keys:    nilextKeys(&q.Op),
+				Sync:    q.Durability == level.Sync || q.Durability.IsZero(),
+			},
+			tr: vr.NewNilextTracker(r.cfg.Members), wait: bw, born: now,
+		}
+	}
+	select {
+	case r.nxc <- calls:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-r.done:
+		return nil, r.closedErr()
+	}
+	timer := time.NewTimer(r.opts.NilextTimeout)
+	defer timer.Stop()
+	select {
+	case <-bw.done:
+	case <-timer.C:
+	case <-ctx.Done():
+	case <-r.done:
+	}
+	var fallback []int
+	for i, c := range calls {
+		c.settle(nxAbandoned)
+		if c.state.Load() == nxDone {
+			r.nxIDs.put(ids[i])
+			reqs[i].Result, reqs[i].Err = shard.Result{Kind: shard.ResOK}, nil
+			r.st.nxFast.Add(1)
+			continue
+		}
+		reqs[i].ID = shard.ReqID{Client: ids[i].client, Seq: ids[i].seq}
+		fallback = append(fallback, i)
+		r.st.nxFallbacks.Add(1)
+	}
+	return fallback, ctx.Err()
+}
+
+// NilextWrite is one nilext write through the fast path, falling back to
+// this replica's ordered path (Write) with the same id; a follower's
+// fallback returns *NotLeaderError, which the caller forwards with the ID
+// it carries in NilextFallbackID.
+func (r *Replica) NilextWrite(ctx context.Context, op shard.Op, d level.Durability) (shard.Result, shard.ReqID, error) {
+	reqs := [1]shard.WriteReq{{Op: op, Durability: d}}
+	fb, err := r.NilextApply(ctx, reqs[:])
+	if err != nil {
+		return shard.Result{}, reqs[0].ID, err
+	}
+	if len(fb) == 0 {
+		return reqs[0].Result, shard.ReqID{}, nil
+	}
+	res, err := r.Write(ctx, op, d, reqs[0].ID)
+	return res, reqs[0].ID, err
+}
+
+// ---- driver goroutine ----
+
+func (r *Replica) stamp(m *vr.Message, to uint64) {
+	m.Cluster, m.Epoch, m.ConfigHash, m.From, m.To = r.cfg.Cluster, r.cfg.Epoch, r.cfg.Hash(), r.cfg.Self, to
+}
+
+// nxStart registers coordinated calls, takes them locally and sends them to
+// every other member in one message each.
+func (r *Replica) nxStart(calls []*nxCall) {
+	now := r.now()
+	reqs := make([]vr.NilextRequest, 0, len(calls))
+	for _, c := range calls {
+		k := nxKey{c.req.Client, c.req.ReqNum}
+		r.nxWait[k] = c
+		r.nxOrigin[k] = r.cfg.Self
+		if err := r.core.Nilext(now, c.req); err != nil {
+			// Not normal (a view change): the others could not complete it
+			// without our ack if we lead, and we cannot tell; fall back.
+			delete(r.nxWait, k)
+			delete(r.nxOrigin, k)
+			c.settle(nxFailed)
+			continue
+		}
+		reqs = append(reqs, c.req)
+	}
+	if len(reqs) == 0 {
+		return
+	}
+	for _, to := range r.cfg.Members {
+		if to == r.cfg.Self {
+			continue
+		}
+		m := vr.Message{Type: wire.MsgNilext, DLog: reqs}
+		r.stamp(&m, to)
+		r.st.nxSent.Add(1)
+		_ = r.tr.Send(to, &m)
+	}
+}
+
+// nxStep handles a nilext message from a peer.
+func (r *Replica) nxStep(now int64, m *vr.Message) {
+	if m.Cluster != r.cfg.Cluster || m.Epoch != r.cfg.Epoch || m.ConfigHash != r.cfg.Hash() || m.To != r.cfg.Self {
+		return // the transport's handshake checked the peer; this is stale or misrouted
+	}
+	switch m.Type {
+	case wire.MsgNilext:
+		for _, q := range m.DLog {
+			k := nxKey{q.Client, q.ReqNum}
+			r.nxOrigin[k] = m.From
+			if err := r.core.Nilext(now, q); err != nil {
+				delete(r.nxOrigin, k) // no ack: the coordinator falls back
+			}
+		}
+	case wire.MsgNilextAck:
+		for _, a := range wire.NilextAcks(m) {
+			r.nxAck(a)
+		}
+	}
+}
+
+func (r *Replica) nxAck(a vr.NilextAck) {
+	k := nxKey{a.Client, a.ReqNum}
+	c := r.nxWait[k]
+	if c == nil {
+		return
+	}
+	if c.state.Load() != nxPending {
+		delete(r.nxWait, k)
+		return
+	}
+	if c.tr.Add(a) {
+		delete(r.nxWait, k)
+		c.settle(nxDone)
+	}
+}
+
+// nxRoute sends the core's acks to the updates' coordinators.
+func (r *Replica) nxRoute(acks []vr.NilextAck) {
+	var out map[uint64][]vr.NilextAck
+	for _, a := range acks {
+		k := nxKey{a.Client, a.ReqNum}
+		to, ok := r.nxOrigin[k]
+		if !ok {
+			continue // restored from disk, or its coordinator is unknown: it retransmits or falls back
+		}
+		delete(r.nxOrigin, k)
+		if to == r.cfg.Self {
+			r.nxAck(a)
+			continue
+		}
+		if out == nil {
+			out = map[uint64][]vr.NilextAck{}
+		}
+		out[to] = append(out[to], a)
+	}
+	for to, as := range out {
+		// One message per run of acks that share view and leader flag.
+		for len(as) > 0 {
+			n := 1
+			for n < len(as) && as[n].View == as[0].View && as[n].Leader == as[0].Leader {
+				n++
+			}
+			m := wire.NilextAcksMessage(as[:n])
+			r.stamp(&m, to)
+			r.st.nxAcksSent.Add(uint64(n))
+			_ = r.tr.Send(to, &m)
+			as = as[n:]
+		}
+	}
+}
+
+// nxSweep forgets abandoned calls and, on a view change, coordinators of
+// updates the core will not ack any more (it dropped its d-log).
+func (r *Replica) nxSweep(viewChanged bool) {
+	for k, c := range r.nxWait {
+		if c.state.Load() != nxPending {
+			delete(r.nxWait, k)
+		}
+	}
+	if viewChanged || len(r.nxOrigin) > 1<<20 {
+		clear(r.nxOrigin)
+	}
+}
+
+// nxReadKeys returns the keys a linearizable read of op depends on, for
+// ReadNilext. A scan depends on every pending key in its range.
+func (r *Replica) nxReadKeys(op *shard.Op) [][]byte {
+	switch op.Kind {
+	case shard.KindGet, shard.KindStrlen:
+		return [][]byte{op.Key}
+	case shard.KindMGet, shard.KindExists:
+		return op.Keys
+	case shard.KindScan:
+		var ks [][]byte
+		for _, q := range r.core.DLog() {
+			for _, k := range q.Keys {
+				if bytes.Compare(k, op.Key) >= 0 && (op.End == nil || bytes.Compare(k, op.End) < 0) {
+					ks = append(ks, k)
+				}
+			}
+		}
+		return ks
+	}
+	return nil
+}
+
+// ---- the d-log on disk ----
+
+// recDLog: count uvarint, then per update: client, reqnum, data, key count,
+// keys, sync byte. A segment's d-log is the union of its recDLog records
+// (the core drops what the client table shows applied).
+const recDLog = 6
+
+func (w *wal) addDLog(es []vr.NilextRequest) {
+	if len(es) == 0 {
+		return
+	}
+	w.record(recDLog, func(b []byte) []byte {
+		b = binary.AppendUvarint(b, uint64(len(es)))
+		for i := range es {
+			q := &es[i]
+			b = binary.AppendUvarint(b, q.Client)
+			b = binary.AppendUvarint(b, q.ReqNum)
+			b = appendBytes(b, q.Data)
+			b = binary.AppendUvarint(b, uint64(len(q.Keys)))
+			for _, k := range q.Keys {
+				b = appendBytes(b, k)
+			}
+			if q.Sync {
+				b = append(b, 1)
+			} else {
+				b = append(b, 0)
+			}
+		}
+		return b
+	})
+}
+
+func (st *walState) applyDLog(p []byte) error {
+	r := reader{b: p}
+	n := r.uvarint()
+	if n > uint64(len(r.b)) {
+		return ErrCorruptEntry
+	}
+	for i := uint64(0); i < n && r.err == nil; i++ {
+		q := vr.NilextRequest{Request: vr.Request{Client: r.uvarint(), ReqNum: r.uvarint()}}
+		q.Data = append([]byte(nil), r.bytes()...)
+		nk := r.uvarint()
+		if nk > uint64(len(r.b)) {
+			return ErrCorruptEntry
+		}
+		for j := uint64(0); j < nk && r.err == nil; j++ {
+			q.Keys = append(q.Keys, append([]byte(nil), r.bytes()...))
+		}
+		q.Sync = r.byte() == 1
+		if r.err == nil {
+			st.dlog = append(st.dlog, q)
+		}
+	}
+	return r.err
+}
