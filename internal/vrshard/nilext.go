@@ -45,10 +45,10 @@ type nxKey struct{ client, req uint64 }
 
 // Call states.
 const (
-	nxPending int32 = iota
-	nxDone          // completed on a supermajority: the write is linearized
-	nxFailed        // the local replica refused it (not normal): fall back
-	nxAbandoned     // the caller timed out: fall back
+	nxPending   int32 = iota
+	nxDone            // completed on a supermajority: the write is linearized
+	nxFailed          // the local replica refused it (not normal): fall back
+	nxAbandoned       // the caller timed out: fall back
 )
 
 type nxCall struct {
@@ -57,6 +57,7 @@ type nxCall struct {
 	state atomic.Int32
 	wait  *batchWait
 	born  time.Time
+	acks  []vr.NilextAck // mutation nilextMajority only
 }
 
 // settle moves a pending call to state s; only the first settle counts.
@@ -276,10 +277,27 @@ func (r *Replica) nxAck(a vr.NilextAck) {
 		delete(r.nxWait, k)
 		return
 	}
-	if c.tr.Add(a) {
+	done := c.tr.Add(a)
+	if r.mut.nilextMajority {
+		done = c.majority(a, r.cfg)
+	}
+	if done {
 		delete(r.nxWait, k)
 		c.settle(nxDone)
 	}
+}
+
+// majority is the deliberately wrong completion rule (tests only).
+func (c *nxCall) majority(a vr.NilextAck, cfg vr.Config) bool {
+	c.acks = append(c.acks, a)
+	n, leader := 0, false
+	for _, b := range c.acks {
+		if b.View == a.View {
+			n++
+			leader = leader || (b.Leader && cfg.LeaderOf(b.View) == b.From)
+		}
+	}
+	return leader && n >= len(cfg.Members)/2+1
 }
 
 // nxRoute sends the core's acks to the updates' coordinators.

@@ -304,13 +304,15 @@ type Info struct {
 	Commit   uint64
 	Applied  uint64
 	Failed   error
+	// DLogLen is the nilext d-log's length (pending nilext updates).
+	DLogLen int
 }
 
 // Info reports the replica's protocol state.
 func (r *Replica) Info() Info {
 	return Info{Self: r.cfg.Self, Status: vr.Status(r.status.Load()), View: r.view.Load(),
 		Leader: r.leader.Load(), IsLeader: r.isLeader.Load(), Commit: r.commit.Load(),
-		Applied: r.applied.Load(), Failed: r.failed()}
+		Applied: r.applied.Load(), Failed: r.failed(), DLogLen: int(r.dlogLen.Load())}
 }
 
 // Stats returns the replica's counters.

@@ -166,6 +166,10 @@ type mutations struct {
 	followerLinearizable bool
 	// ignoreSession serves session reads without waiting for the token.
 	ignoreSession bool
+	// nilextMajority completes coordinated nilext writes on a simple
+	// majority (f+1 acks of one view, the leader's included) instead of the
+	// supermajority: a completed write can be lost in a view change.
+	nilextMajority bool
 }
 
 // proposal is one write on its way through the log.
@@ -298,6 +302,7 @@ type Replica struct {
 	isLeader  atomic.Bool
 	status    atomic.Uint32
 	view      atomic.Uint64
+	dlogLen   atomic.Int64
 	hbAt      atomic.Int64  // local time of the last message from the leader
 	hbCommit  atomic.Uint64 // the commit point it carried
 	localSeq  atomic.Uint64
@@ -934,6 +939,7 @@ func (r *Replica) publish() {
 	r.isLeader.Store(info.IsLeader)
 	r.status.Store(uint32(info.Status))
 	r.view.Store(info.View)
+	r.dlogLen.Store(int64(info.DLogLen))
 }
 
 // failWrites fails every write waiting for its outcome: this replica no

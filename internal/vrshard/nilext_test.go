@@ -1,0 +1,192 @@
+package vrshard
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/shard"
+	"github.com/kefirdb/kefir/internal/transport"
+)
+
+// nilextOn turns the fast path on; lazy keeps d-log entries pending (the
+// leader orders them only when a read or a non-nilext update needs it), so
+// tests can look at them before background ordering does.
+func nilextOn(lazy bool) func(*Options) {
+	return func(o *Options) {
+		o.Nilext = true
+		o.NilextTimeout = 300 * time.Millisecond
+		if lazy {
+			o.VR.NilextBatch = 1 << 20
+			o.VR.NilextInterval = time.Hour
+		}
+	}
+}
+
+func (c *cluster) linGet(i int, k string) (string, error) {
+	res, err := c.reps[i].Read(context.Background(), get(k), level.ConsLinearizable, shard.Session{})
+	return string(res.Bulk), err
+}
+
+// A nilext write coordinated by a follower completes on the supermajority's
+// acks in one round trip (one MsgNilext per peer, no fallback, nothing
+// proposed through the ordered path) and the leader's background ordering
+// then puts it in every replica's state.
+func TestNilextWriteCompletesInOneRoundTripAndIsOrderedInBackground(t *testing.T) {
+	c := newCluster(t, 3, nilextOn(false))
+	l := c.leader(5 * time.Second)
+	f := (l + 1) % 3
+	before := c.reps[f].Stats()
+	res, fb, err := c.reps[f].NilextWrite(context.Background(), set("a", "1"), level.Sync)
+	if err != nil || res.Kind != shard.ResOK || !fb.IsZero() {
+		t.Fatalf("nilext write at follower: %+v, fallback id %v, %v", res, fb, err)
+	}
+	st := c.reps[f].Stats()
+	if st.NilextFast-before.NilextFast != 1 || st.NilextFallbacks != before.NilextFallbacks {
+		t.Fatalf("stats %+v: want one fast completion, no fallback", st)
+	}
+	if sent := st.NilextSent - before.NilextSent; sent != 2 {
+		t.Fatalf("coordinator sent %d nilext messages for one write to 2 peers, want 2 (one round trip)", sent)
+	}
+	if p := c.reps[l].Stats().Proposals; p != 0 {
+		t.Fatalf("leader proposed %d writes through the ordered path, want 0", p)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		ok := true
+		for i := range c.reps {
+			res, err := c.reps[i].Read(context.Background(), get("a"), level.ConsEventual, shard.Session{})
+			ok = ok && err == nil && string(res.Bulk) == "1"
+		}
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("background ordering did not apply the nilext write on every replica")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got := c.reps[l].Info().DLogLen; got != 0 {
+		t.Fatalf("leader d-log holds %d entries after the write was applied", got)
+	}
+}
+
+// A linearizable read at the leader of a key with a pending nilext write
+// takes the slow path (counted) and sees the write; a read of another key
+// does not.
+func TestNilextReadOfPendingKeyTakesSlowPath(t *testing.T) {
+	c := newCluster(t, 3, nilextOn(true))
+	l := c.leader(5 * time.Second)
+	f := (l + 1) % 3
+	if _, _, err := c.reps[f].NilextWrite(context.Background(), set("k", "v1"), level.Sync); err != nil {
+		t.Fatal(err)
+	}
+	if n := c.reps[l].Info().DLogLen; n != 1 {
+		t.Fatalf("leader d-log length %d, want the pending write", n)
+	}
+	if v, err := c.linGet(l, "other"); err != nil || v != "" {
+		t.Fatalf("read of another key: %q, %v", v, err)
+	}
+	if n := c.reps[l].Stats().NilextSlowReads; n != 0 {
+		t.Fatalf("a read of a key without pending writes took the slow path (%d)", n)
+	}
+	v, err := c.linGet(l, "k")
+	if err != nil || v != "v1" {
+		t.Fatalf("linearizable read of the pending key: %q, %v; want v1", v, err)
+	}
+	if n := c.reps[l].Stats().NilextSlowReads; n != 1 {
+		t.Fatalf("slow-path reads %d, want 1", n)
+	}
+}
+
+// Completed nilext writes still only in d-logs (none ordered) survive the
+// leader's death: the new leader rebuilds them from the do-view-changes.
+// The killed replica restarts with its d-log from disk.
+func TestNilextCompletedWritesSurviveLeaderKill(t *testing.T) {
+	c := newCluster(t, 3, nilextOn(true))
+	l := c.leader(5 * time.Second)
+	f := (l + 1) % 3
+	const n = 20
+	for i := range n {
+		if _, fb, err := c.reps[f].NilextWrite(context.Background(), set(fmt.Sprint("k", i), fmt.Sprint("v", i)), level.Sync); err != nil || !fb.IsZero() {
+			t.Fatalf("write %d: fallback %v, %v", i, fb, err)
+		}
+	}
+	if got := c.reps[l].Info().DLogLen; got != n {
+		t.Fatalf("leader d-log %d, want %d pending", got, n)
+	}
+	c.kill(l)
+	nl := c.leader(10 * time.Second)
+	for i := range n {
+		if v, err := c.linGet(nl, fmt.Sprint("k", i)); err != nil || v != fmt.Sprint("v", i) {
+			t.Fatalf("after the leader's kill: k%d = %q, %v; a completed write was lost", i, v, err)
+		}
+	}
+	c.open(l, false, nil)
+	c.waitApplied(c.reps[nl].Info().Applied, 10*time.Second)
+	c.expectValue(l, fmt.Sprint("k", n-1), fmt.Sprint("v", n-1))
+}
+
+// nilextLossScenario: the coordinator's link to one follower is cut, so
+// that follower never sees the write; the leader and the coordinator ack it.
+// Then the link heals and the leader dies before ordering it. It reports
+// whether the write completed on the fast path and whether it survived.
+func nilextLossScenario(t *testing.T, broken bool) (completed, survived bool) {
+	c := newCluster(t, 3, nilextOn(true))
+	l := c.leader(5 * time.Second)
+	co, other := (l+1)%3, (l+2)%3
+	c.reps[co].mut.nilextMajority = broken
+	if err := c.reps[co].Transport().SetLinkFault(c.ids[other], transport.Fault{Partition: true}); err != nil {
+		t.Fatal(err)
+	}
+	_, fb, err := c.reps[co].NilextWrite(context.Background(), set("x", "1"), level.Sync)
+	completed = err == nil && fb.IsZero()
+	if err := c.reps[co].Transport().SetLinkFault(c.ids[other], transport.Fault{}); err != nil {
+		t.Fatal(err)
+	}
+	if !completed {
+		return false, false
+	}
+	c.kill(l)
+	nl := c.leader(10 * time.Second)
+	v, err := c.linGet(nl, "x")
+	if err != nil {
+		t.Fatalf("read after the view change: %v", err)
+	}
+	return true, v == "1"
+}
+
+// The durability check can fail: a coordinator that completes on a simple
+// majority acknowledges a write that the view change then drops. The
+// correct coordinator does not complete it on the fast path (it falls back).
+func TestNilextSimpleMajorityLosesWrites(t *testing.T) {
+	if completed, survived := nilextLossScenario(t, true); !completed || survived {
+		t.Fatalf("broken coordinator: completed %v survived %v; want an acknowledged write lost", completed, survived)
+	}
+	if completed, _ := nilextLossScenario(t, false); completed {
+		t.Fatal("correct coordinator completed a write only two of three replicas hold")
+	}
+}
+
+// With the fast path on, a restart keeps an un-ordered d-log entry on disk
+// (it is in State.DLog), and the group still applies it after a full
+// restart of every replica.
+func TestNilextDLogSurvivesFullRestart(t *testing.T) {
+	c := newCluster(t, 3, nilextOn(true))
+	l := c.leader(5 * time.Second)
+	if _, fb, err := c.reps[(l+1)%3].NilextWrite(context.Background(), set("p", "q"), level.Sync); err != nil || !fb.IsZero() {
+		t.Fatalf("write: %v %v", fb, err)
+	}
+	for i := range c.reps {
+		c.kill(i)
+	}
+	for i := range c.reps {
+		c.open(i, false, nil)
+	}
+	nl := c.leader(10 * time.Second)
+	if v, err := c.linGet(nl, "p"); err != nil || v != "q" {
+		t.Fatalf("after a whole-group restart: p = %q, %v", v, err)
+	}
+}
