@@ -192,6 +192,12 @@ var serverOptions = []option{
 			c.ViewChangeTimeout = d
 			return err
 		}},
+	{"nilext", "false", "Replicated mode, EXPERIMENTAL: the Skyros nilext fast path. Plain SET and MSET from RESP clients complete in one round trip: the receiving node sends them to every replica and answers on acks from f+ceil(f/2)+1 of them (the leader's included); the leader orders them in the background. Writes that miss those acks within 100ms fall back to the ordered path, exactly once. Give it to every member alike.",
+		func(c *serverConfig, v string) error {
+			b, err := strconv.ParseBool(v)
+			c.Nilext = b
+			return err
+		}},
 	{"log-level", "info", "Log level: debug, info, warn, error.",
 		func(c *serverConfig, v string) error { c.LogLevel = v; return nil }},
 	{"log-format", "text", "Log format: text or json.",

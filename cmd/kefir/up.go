@@ -35,6 +35,7 @@ func runUp(args []string, stdout, stderr io.Writer) error {
 	basePort := fs.Int("base-port", 6380, "client port of node 1; node i uses base+i-1, its peer port base+1000+i-1, its HTTP port base+2000+i-1")
 	durability := fs.String("durability", "sync", "default write durability of the nodes: sync, cad or async")
 	logLevel := fs.String("log-level", "info", "log level of the nodes")
+	nilext := fs.Bool("nilext", false, "EXPERIMENTAL: run the group with the Skyros nilext fast path (kefir server --nilext on every node); needs --nodes ≥ 3")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: kefir up [options]\n\nStarts a local Kefir cluster on loopback as child processes, prints its addresses,\nstreams the nodes' logs prefixed by node id, and stops everything on Ctrl-C.\n\nOptions:\n")
 		fs.PrintDefaults()
@@ -47,6 +48,9 @@ func runUp(args []string, stdout, stderr io.Writer) error {
 	}
 	if *nodes < 1 || (*nodes > 1 && *nodes%2 == 0) {
 		return usageError{fmt.Errorf("--nodes %d: want 1 (single node) or an odd number ≥ 3 (a replica group of 2f+1)", *nodes)}
+	}
+	if *nilext && *nodes == 1 {
+		return usageError{errors.New("--nilext needs a replica group (--nodes 3 or more)")}
 	}
 	grp, err := prepareGroup(*dir, *nodes, *basePort)
 	if err != nil {
@@ -107,7 +111,8 @@ func runUp(args []string, stdout, stderr io.Writer) error {
 				"--members", grp.members,
 				"--replica-id", strconv.Itoa(i),
 				"--cluster-id", strconv.FormatUint(grp.clusterID, 10),
-				"--bootstrap", strconv.FormatBool(grp.bootstrap))
+				"--bootstrap", strconv.FormatBool(grp.bootstrap),
+				"--nilext", strconv.FormatBool(*nilext))
 			// The secret goes through the environment: flags show in ps.
 			c.cmd.Env = append(os.Environ(), "KEFIR_CLUSTER_SECRET="+grp.secret)
 		}

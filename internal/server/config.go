@@ -92,6 +92,11 @@ type Config struct {
 	// defaults: 10ms and 300ms).
 	HeartbeatInterval time.Duration
 	ViewChangeTimeout time.Duration
+	// Nilext turns on the Skyros nilext fast path (experimental; every
+	// member must agree): plain SET and MSET complete in one round trip to
+	// every replica, this node coordinating, and are ordered in the
+	// background (internal/vrshard nilext.go, internal/server nilext.go).
+	Nilext bool
 }
 
 // Member is one replica of the group: its id, the address peers dial, and the
@@ -149,6 +154,9 @@ func FormatMembers(ms []Member) string {
 
 func (c Config) validateReplication() error {
 	if !c.Replicated() {
+		if c.Nilext {
+			return fmt.Errorf("config: --nilext needs replicated mode (--members)")
+		}
 		if c.ReplicaID != 0 || c.Bootstrap {
 			return errors.New("config: --replica-id and --bootstrap need --members (the group's member list)")
 		}

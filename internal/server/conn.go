@@ -240,7 +240,7 @@ func (c *conn) flushWrites() {
 	if len(c.writes) == 0 {
 		return
 	}
-	p, err := c.srv.shard.Apply(context.Background(), c.writes)
+	p, err := c.applyBatch()
 	if err != nil {
 		for i := range c.writes {
 			c.writes[i].Err = err

@@ -112,6 +112,7 @@ func (s *Server) openReplica() (*vrshard.Replica, error) {
 			HeartbeatInterval: cfg.HeartbeatInterval, ViewChangeTimeout: cfg.ViewChangeTimeout,
 		},
 		Bootstrap:     cfg.Bootstrap,
+		Nilext:        cfg.Nilext,
 		Peers:         peers,
 		ClientAddrs:   clients,
 		ClusterSecret: cfg.ClusterSecret,
@@ -143,6 +144,8 @@ type ReplicaInfo struct {
 	Failed    string `json:"failed,omitempty"`
 	Fsyncs    uint64 `json:"log_fsyncs"`
 	Forwarded uint64 `json:"forwarded"`
+	// Nilext fast path (omitted when off).
+	Nilext *NilextInfo `json:"nilext,omitempty"`
 }
 
 // role names what a replica does now: leader, follower, recovering,
@@ -174,6 +177,9 @@ func (s *Server) replicaInfo() *ReplicaInfo {
 	}
 	if in.Failed != nil {
 		out.Failed = in.Failed.Error()
+	}
+	if s.vr.NilextOn() {
+		out.Nilext = s.nilextInfo(in)
 	}
 	return out
 }

@@ -113,13 +113,15 @@ func NilextEligible(op *shard.Op) bool {
 	return false
 }
 
+// nilextKeys copies the keys op writes: the core keeps them in its d-log,
+// and callers reuse op's buffers once the call returns.
 func nilextKeys(op *shard.Op) [][]byte {
 	if op.Kind == shard.KindSet {
-		return [][]byte{op.Key}
+		return [][]byte{bytes.Clone(op.Key)}
 	}
 	ks := make([][]byte, 0, len(op.Keys)/2)
 	for i := 0; i < len(op.Keys); i += 2 {
-		ks = append(ks, op.Keys[i])
+		ks = append(ks, bytes.Clone(op.Keys[i]))
 	}
 	return ks
 }

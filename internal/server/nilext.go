@@ -1,0 +1,110 @@
+package server
+
+import (
+	"context"
+
+	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/shard"
+	"github.com/kefirdb/kefir/internal/vrshard"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// The nilext coordinator (Config.Nilext, experimental). A node that receives
+// plain SETs and MSETs from a RESP client coordinates them on the Skyros fast
+// path (vrshard.NilextApply): sent to every replica, complete on a
+// supermajority of acks from one view including the leader's, ordered by the
+// leader in the background. Writes that miss the supermajority fall back to
+// the ordered path with the request id the fast path used (exactly-once via
+// the client table): applied here if this node leads, else forwarded.
+//
+// A batch takes the fast path only when every write in it may: each is a
+// nilext update (vrshard.NilextEligible: plain SET, MSET), carries no
+// client request id (a client id may have several writes in flight, which
+// the d-log's per-client cleanup must not see; such writes keep the ordered
+// path), is no KEFIR.CALL SESSION call and the connection does not use
+// session consistency (a fast write has no version to put in a token), and
+// no two writes share a key (so a fallback of an earlier write cannot be
+// ordered after a later one that completed). Anything else keeps the
+// ordered path, which orders every pending d-log entry first.
+
+// applyBatch applies the connection's batch: on the fast path when it
+// qualifies, else (and for fast-path fallbacks) through the shard.
+func (c *conn) applyBatch() (shard.Pending, error) {
+	ctx := context.Background()
+	if !c.nilextBatch() {
+		return c.srv.shard.Apply(ctx, c.writes)
+	}
+	fb, err := c.srv.vr.NilextApply(ctx, c.writes)
+	if err != nil {
+		return shard.Pending{}, err
+	}
+	if len(fb) == 0 {
+		return shard.Pending{}, nil
+	}
+	sub := make([]shard.WriteReq, len(fb))
+	for j, i := range fb {
+		sub[j] = c.writes[i]
+	}
+	p, err := c.srv.shard.Apply(ctx, sub)
+	for j, i := range fb {
+		c.writes[i].Result, c.writes[i].Err = sub[j].Result, sub[j].Err
+	}
+	return p, err
+}
+
+func (c *conn) nilextBatch() bool {
+	if c.srv.vr == nil || !c.srv.vr.NilextOn() || c.cons.Kind == level.Session {
+		return false
+	}
+	seen := make(map[string]struct{}, len(c.writes))
+	for i := range c.writes {
+		w := &c.writes[i]
+		if !w.ID.IsZero() || c.meta[i].session || !vrshard.NilextEligible(&w.Op) {
+			return false
+		}
+		keys := [][]byte{w.Op.Key}
+		if w.Op.Kind == shard.KindMSet {
+			keys = keys[:0]
+			for j := 0; j < len(w.Op.Keys); j += 2 {
+				keys = append(keys, w.Op.Keys[j])
+			}
+		}
+		for _, k := range keys {
+			if _, dup := seen[string(k)]; dup {
+				return false
+			}
+			seen[string(k)] = struct{}{}
+		}
+	}
+	return true
+}
+
+// NilextInfo is the fast path's part of /status.
+type NilextInfo struct {
+	Fast      uint64 `json:"fast_writes"`
+	Fallbacks uint64 `json:"fallback_writes"`
+	SlowReads uint64 `json:"slow_reads"`
+	DLogLen   int    `json:"dlog_len"`
+}
+
+func (s *Server) nilextInfo(in vrshard.Info) *NilextInfo {
+	st := s.vr.Stats()
+	return &NilextInfo{Fast: st.NilextFast, Fallbacks: st.NilextFallbacks, SlowReads: st.NilextSlowReads, DLogLen: in.DLogLen}
+}
+
+func (s *Server) nilextCollectors() []prometheus.Collector {
+	counter := func(name, help string, f func(vrshard.Stats) uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
+			func() float64 { return float64(f(s.vr.Stats())) })
+	}
+	return []prometheus.Collector{
+		counter("kefir_nilext_fast_writes_total", "Nilext writes this node coordinated that completed on the fast path.",
+			func(st vrshard.Stats) uint64 { return st.NilextFast }),
+		counter("kefir_nilext_fallback_writes_total", "Nilext writes this node coordinated that fell back to the ordered path.",
+			func(st vrshard.Stats) uint64 { return st.NilextFallbacks }),
+		counter("kefir_nilext_slow_reads_total", "Linearizable reads at the leader that waited for pending nilext writes to be ordered.",
+			func(st vrshard.Stats) uint64 { return st.NilextSlowReads }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kefir_nilext_dlog_len", Help: "Nilext updates in this replica's durability log, not applied yet."},
+			func() float64 { return float64(s.vr.Info().DLogLen) }),
+	}
+}
