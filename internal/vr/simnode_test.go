@@ -311,6 +311,10 @@ type simOptions struct {
 	lostState  bool   // restarts run the recovery protocol
 	counters   *simCounters
 	nilext     *nilextSimOptions // nil: the fast path is off (nilext_sim_test.go)
+	// Session reads (session_sim_test.go): counters, and the mutation that
+	// serves them without checking the client's token.
+	session        *sessionCounters
+	sessionNoToken bool
 }
 
 // simCounters shows that a run exercised the paths it claims to.
@@ -419,6 +423,8 @@ func (n *simReplica) Step(ev sim.Event) {
 			n.onClient(ev.From, m)
 		case nilextReq:
 			n.onNilext(ev.From, m)
+		case sessionReq:
+			n.onSession(ev.From, m)
 		default:
 			panic(fmt.Sprintf("simReplica: unexpected %T", ev.Msg))
 		}
