@@ -68,7 +68,10 @@ type workload struct {
 	// afterKill, if set, runs after a replica was killed, before it restarts
 	// (a power cut of its disk).
 	afterKill func(i int)
-	mu        sync.Mutex // guards c.reps against the nemesis
+	// nilext sends puts through the nilext fast path, coordinated by a
+	// random replica (nilext_test.go).
+	nilext bool
+	mu     sync.Mutex // guards c.reps against the nemesis
 }
 
 func (w *workload) replica(i int) *Replica {
@@ -130,6 +133,8 @@ func (w *workload) client(id int, stop <-chan struct{}, rng *rand.Rand) {
 			w.doSessionRead(h, sop, &sess, rng)
 		case op.Kind == check.Get:
 			w.doRead(h, sop, &sess, rng)
+		case op.Kind == check.Put && w.nilext:
+			w.doNilextWrite(h, sop, rng)
 		default:
 			seq++
 			w.doWrite(h, op.Kind, sop, shard.ReqID{Client: clientID, Seq: seq}, &sess)
