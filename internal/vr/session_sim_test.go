@@ -6,6 +6,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/kefirdb/kefir/internal/check"
 	"github.com/kefirdb/kefir/internal/level"
@@ -41,14 +42,80 @@ func (m sessionReq) need() uint64 { return max(m.LastWrite, m.MaxRead) }
 
 // sessionCounters shows that a run exercised the session path.
 type sessionCounters struct {
-	servedByFollower, servedByLeader, redirected, waited int
+	servedByFollower, servedByLeader, redirected, waited  int
+	boundedByFollower, boundedByLeader, boundedRedirected int
+}
+
+// heardLeader records, on a follower in normal status, a message from its
+// leader and the commit point it carried: the base of bounded(t) reads.
+//
+// A new leader's commit point lags: it starts its view at the highest commit
+// its do-view-changes reported, which can be behind ops already acknowledged
+// to clients in an earlier view, and only catches up once it has committed
+// its start-view log. Until the leader's commit reaches the op its view
+// started with (start-view's Op), its commit point proves nothing about
+// freshness; a follower that did not see the start-view of its current view
+// (restarted since) never serves bounded reads in that view.
+func (n *simReplica) heardLeader(now int64, m Message) {
+	switch m.Type {
+	case MsgPrepare, MsgCommit, MsgStartView:
+	default:
+		return
+	}
+	info := n.core.Info()
+	if info.Status != Normal || info.IsLeader || m.View != info.View || m.From != info.Leader {
+		return
+	}
+	if m.Type == MsgStartView {
+		n.startView, n.startOp = m.View, m.Op
+	}
+	if !n.o.boundedNoViewStart && (n.startView != m.View || m.Commit < n.startOp) {
+		return
+	}
+	n.hbAt, n.hbCommit = now, m.Commit
+}
+
+// onBounded serves a bounded(t) read the way vrshard does: the leader as a
+// linearizable read; a follower when it heard its leader within t (on its
+// own clock) and has applied the commit point that message carried, so its
+// state was the committed state at that instant; otherwise it redirects.
+func (n *simReplica) onBounded(from sim.Addr, m sessionReq) {
+	c := n.o.session
+	info := n.core.Info()
+	if info.IsLeader {
+		if c != nil {
+			c.boundedByLeader++
+		}
+		n.onClient(from, clientReq{Seq: m.Seq, Op: m.Op})
+		return
+	}
+	fresh := n.hbAt > 0 && n.now-n.hbAt <= int64(m.Op.Cons.Staleness) && n.core.applied >= n.hbCommit
+	if !fresh && !n.o.boundedNoCheck {
+		if c != nil {
+			c.boundedRedirected++
+		}
+		n.redirect(from, m.Seq)
+		return
+	}
+	if c != nil {
+		c.boundedByFollower++
+	}
+	n.parked = append(n.parked, parkedRead{client: from, seq: m.Seq, key: m.Op.Key})
+	n.serveReads()
 }
 
 // onSession serves, redirects or parks a session read.
 func (n *simReplica) onSession(from sim.Addr, m sessionReq) {
+	if m.Op.Cons.Kind == level.BoundedTime {
+		n.onBounded(from, m)
+		return
+	}
 	need := m.need()
-	if n.o.sessionNoToken {
+	switch {
+	case n.o.sessionNoToken:
 		need = 0 // the mutation: serve whatever this replica has applied
+	case n.o.sessionNoRead:
+		need = m.LastWrite
 	}
 	c := n.o.session
 	if n.core.applied >= need {
@@ -112,8 +179,10 @@ func (c *sessionClient) Ready() sim.Ready {
 	return rd
 }
 
-func (c *sessionClient) session() bool {
-	return c.op.Kind == check.Get && c.op.Cons.Kind == level.Session
+// local reports whether the operation in flight is a read any replica may
+// serve (session or bounded), sent as a sessionReq to a random replica.
+func (c *sessionClient) local() bool {
+	return c.op.Kind == check.Get && (c.op.Cons.Kind == level.Session || c.op.Cons.Kind == level.BoundedTime)
 }
 
 // random is deterministic per simulation seed: the invocation times differ
@@ -129,7 +198,7 @@ func (c *sessionClient) send() {
 	c.tries++
 	c.ticks = 0
 	var msg any = clientReq{Seq: c.seq, Op: c.op}
-	if c.session() {
+	if c.local() {
 		msg = sessionReq{Seq: c.seq, Op: c.op, LastWrite: c.lastWrite, MaxRead: c.maxRead}
 	}
 	c.out.Messages = append(c.out.Messages, sim.Envelope{To: sim.Addr(c.target), Msg: msg})
@@ -157,7 +226,7 @@ func (c *sessionClient) Step(ev sim.Event) {
 		c.seq, c.op, c.inflight, c.tries = ev.Seq, ev.Op, true, 0
 		c.rnd = uint64(ev.Now)*2654435761 + uint64(c.id)*40503 + c.seq | 1
 		c.target = c.leader
-		if c.session() {
+		if c.local() {
 			c.target = c.random(c.n)
 		}
 		c.send()
@@ -192,7 +261,7 @@ func (c *sessionClient) Step(ev sim.Event) {
 				return
 			}
 			c.target = (c.target + 1) % c.n
-			if !c.session() {
+			if !c.local() {
 				c.leader = c.target
 			}
 			c.send()
@@ -200,13 +269,23 @@ func (c *sessionClient) Step(ev sim.Event) {
 	}
 }
 
-// sessionWorkload turns two reads in three into session reads.
+// boundedStaleness is the bound of the bounded(t) reads: four heartbeat
+// intervals.
+const boundedStaleness = 20 * time.Millisecond
+
+// sessionWorkload splits reads evenly between linearizable, session and
+// bounded(t).
 type sessionWorkload struct{ sim.KV }
 
 func (w sessionWorkload) Next(rng *rand.Rand, client, seq int) check.Op {
 	op := w.KV.Next(rng, client, seq)
-	if op.Kind == check.Get && rng.IntN(3) != 0 {
-		op.Cons = level.ConsSession
+	if op.Kind == check.Get {
+		switch rng.IntN(3) {
+		case 1:
+			op.Cons = level.ConsSession
+		case 2:
+			op.Cons = level.BoundedTimeLevel(boundedStaleness)
+		}
 	}
 	return op
 }
@@ -219,11 +298,10 @@ func sessionTweak(so *sim.Options) {
 	so.NewClient = newSessionClient(30, 12)
 }
 
-// judgeSession is judge plus the session guarantees of session reads.
+// judgeSession is judge plus the session guarantees of session reads and
+// the staleness bound of bounded reads.
 func judgeSession(s *sim.Sim, h check.History) error {
-	err := judge(s, h)
-	v := check.Session(h, check.SessionOptions{})
-	return errors.Join(err, v.Err())
+	return errors.Join(judge(s, h), check.Session(h, check.SessionOptions{}).Err(), check.BoundedStaleness(h).Err())
 }
 
 // exploreSession runs seeds with session clients and fails on any checker
@@ -265,14 +343,13 @@ func TestSimSessionReads(t *testing.T) {
 	}
 }
 
-// TestMutationSessionNoToken: replicas that serve session reads from their
-// applied state without checking the token return reads older than the
-// session's own writes (or than what it read before), and check.Session sees it.
-func TestMutationSessionNoToken(t *testing.T) {
-	o := defaultSimOptions()
-	o.sessionNoToken = true
-	for seed := uint64(1); seed <= 2000; seed++ {
-		var err, serr error
+// caughtBy runs seeds with a deliberate bug until verdict fails, and fails
+// the test if it never does within budget seeds, or if a checker the bug
+// does not concern fails first (the bug must be seen for what it is).
+func caughtBy(t *testing.T, budget int, o simOptions, verdict func(check.History) check.Verdict) {
+	t.Helper()
+	for seed := uint64(1); seed <= uint64(budget); seed++ {
+		var err, caught error
 		func() {
 			defer func() {
 				if p := recover(); p != nil {
@@ -281,19 +358,59 @@ func TestMutationSessionNoToken(t *testing.T) {
 			}()
 			s, h := simRun(seed, o, nil, sessionTweak)
 			err = judge(s, h)
-			serr = check.Session(h, check.SessionOptions{}).Err()
+			caught = verdict(h).Err()
 		}()
 		if err != nil {
-			t.Fatalf("seed %d: the mutation broke a check it does not touch: %v", seed, err)
+			t.Fatalf("seed %d: the bug broke a check it does not concern: %v", seed, err)
 		}
-		if serr != nil {
-			msg := serr.Error()
+		if caught != nil {
+			msg := caught.Error()
 			if len(msg) > 600 {
 				msg = msg[:600] + "..."
 			}
-			t.Logf("caught by check.Session at seed %d: %s", seed, msg)
+			t.Logf("caught at seed %d of %d: %s", seed, budget, msg)
 			return
 		}
 	}
-	t.Fatal("mutation survived 2000 seeds: the session checker cannot see a replica that ignores the token")
+	t.Fatalf("mutation survived %d seeds: the checker cannot see this bug", budget)
+}
+
+func sessionVerdict(h check.History) check.Verdict { return check.Session(h, check.SessionOptions{}) }
+
+// TestMutationSessionNoToken: replicas that serve session reads from their
+// applied state without checking the token return reads older than the
+// session's own writes (or than what it read before), and check.Session sees it.
+func TestMutationSessionNoToken(t *testing.T) {
+	o := defaultSimOptions()
+	o.sessionNoToken = true
+	caughtBy(t, 2000, o, sessionVerdict)
+}
+
+// TestMutationSessionNoMaxRead: a token that carries only the last write
+// lets a session read from a replica behind one it read before: monotonic
+// reads break.
+func TestMutationSessionNoMaxRead(t *testing.T) {
+	o := defaultSimOptions()
+	o.sessionNoRead = true
+	caughtBy(t, 2000, o, sessionVerdict)
+}
+
+// TestMutationBoundedNoFreshness: followers that serve bounded(t) reads
+// without having heard their leader within t serve stale values through a
+// partition, and check.BoundedStaleness sees it.
+func TestMutationBoundedNoFreshness(t *testing.T) {
+	o := defaultSimOptions()
+	o.boundedNoCheck = true
+	caughtBy(t, 2000, o, check.BoundedStaleness)
+}
+
+// TestMutationBoundedNoViewStart: followers that trust any commit point
+// their leader sends — vrshard's rule today (internal/vrshard/read.go fresh,
+// replica.go step) — serve stale bounded(t) reads right after a view change,
+// when the new leader's commit point is still behind ops acknowledged in an
+// earlier view.
+func TestMutationBoundedNoViewStart(t *testing.T) {
+	o := defaultSimOptions()
+	o.boundedNoViewStart = true
+	caughtBy(t, 2000, o, check.BoundedStaleness)
 }

@@ -315,6 +315,11 @@ type simOptions struct {
 	// serves them without checking the client's token.
 	session        *sessionCounters
 	sessionNoToken bool
+	sessionNoRead  bool // the mutation: the token's max read is ignored (last write only)
+	boundedNoCheck bool // the mutation: followers serve bounded(t) reads without freshness
+	// boundedNoViewStart: followers trust any commit point their leader
+	// sends, even one still behind the log the view started with (vrshard's rule).
+	boundedNoViewStart bool
 }
 
 // simCounters shows that a run exercised the paths it claims to.
@@ -346,6 +351,13 @@ type simReplica struct {
 	ctx    uint64
 	ckpt   uint64
 	errs   []error
+	// bounded(t) reads: when (local clock) this follower last heard its
+	// leader, and the commit point that message carried.
+	hbAt     int64
+	hbCommit uint64
+	// The view whose start-view this replica received, and the op that
+	// view's log ended at.
+	startView, startOp uint64
 }
 
 func memberIDs(n int) []uint64 {
@@ -419,6 +431,7 @@ func (n *simReplica) Step(ev sim.Event) {
 			before := n.core.Info()
 			n.core.Step(ev.Now, m)
 			n.count(before)
+			n.heardLeader(ev.Now, m)
 		case clientReq:
 			n.onClient(ev.From, m)
 		case nilextReq:
