@@ -34,6 +34,22 @@
 // without an id carry the proposer's id and a local sequence number so the
 // proposing leader can find their waiter.
 //
+// # The nilext fast path (Options.Nilext; experimental)
+//
+// Off by default. On, the driver also keeps the core's durability log: its
+// records go into the same log batch as entries (one fsync) and every new
+// segment starts with the whole live d-log; nilext updates and their acks
+// travel over the peer transport as wire.MsgNilext / wire.MsgNilextAck; a
+// linearizable read at the leader of a key with a pending nilext update
+// waits until the d-log is ordered and applied (Stats.NilextSlowReads).
+// NilextApply makes this node the coordinator of plain SET/MSET writes: one
+// round trip to every replica, complete on vr.NilextSupermajority acks of
+// one view including its leader's, else (after NilextTimeout) the ordered
+// path with the same request id. A sync nilext write is fsynced in the
+// d-log of every acking replica before it completes; a cad or async one is
+// acknowledged from memory and persisted in the background (so, unlike the
+// ordered path, cad is weaker than sync here). Details: nilext.go.
+//
 // # Timing and the lease
 //
 // Defaults (Options.VR zero fields): heartbeat 10ms, view-change timeout
