@@ -134,7 +134,8 @@ func (w *workload) client(id int, stop <-chan struct{}, rng *rand.Rand) {
 		case op.Kind == check.Get:
 			w.doRead(h, sop, &sess, rng)
 		case op.Kind == check.Put && w.nilext:
-			w.doNilextWrite(h, sop, rng)
+			seq++
+			w.doNilextWrite(h, sop, rng, shard.ReqID{Client: clientID, Seq: seq}, &sess)
 		default:
 			seq++
 			w.doWrite(h, op.Kind, sop, shard.ReqID{Client: clientID, Seq: seq}, &sess)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -133,12 +134,26 @@ func nilextKeys(op *shard.Op) [][]byte {
 // take): their ID is set to the identity the fast path used, and the caller
 // must apply them through the ordered path (Apply here, or forwarding to the
 // leader) with that ID, so a copy already in some d-log is applied once.
+// After a timeout the fast path rests for NilextBackoff: writes in that time
+// come back at once as fallbacks with no ID (nothing was sent).
 func (r *Replica) NilextApply(ctx context.Context, reqs []shard.WriteReq) ([]int, error) {
 	if err := r.failed(); err != nil {
 		return nil, err
 	}
 	if !r.opts.Nilext {
 		return nil, vr.ErrNilextOff
+	}
+	if time.Now().UnixNano() < r.nxCool.Load() {
+		// A recent write missed the supermajority (a replica is down or
+		// slow): take the ordered path at once instead of waiting out
+		// NilextTimeout on every write; the fast path is tried again after
+		// NilextBackoff. Nothing was sent, so no id needs carrying over.
+		fb := make([]int, len(reqs))
+		for i := range reqs {
+			fb[i] = i
+		}
+		r.st.nxFallbacks.Add(uint64(len(reqs)))
+		return fb, nil
 	}
 	bw := &batchWait{done: make(chan struct{})}
 	bw.left.Store(int32(len(reqs)))
@@ -178,7 +193,9 @@ func (r *Replica) NilextApply(ctx context.Context, reqs []shard.WriteReq) ([]int
 	}
 	var fallback []int
 	for i, c := range calls {
-		c.settle(nxAbandoned)
+		if c.settle(nxAbandoned) {
+			r.nxCool.Store(time.Now().Add(r.opts.NilextBackoff).UnixNano())
+		}
 		if c.state.Load() == nxDone {
 			r.nxIDs.put(ids[i])
 			reqs[i].Result, reqs[i].Err = shard.Result{Kind: shard.ResOK}, nil
@@ -192,10 +209,15 @@ func (r *Replica) NilextApply(ctx context.Context, reqs []shard.WriteReq) ([]int
 	return fallback, ctx.Err()
 }
 
+// ErrNilextResting: the fast path rests after a recent timeout (see
+// NilextApply) and did not take the write; use the ordered path.
+var ErrNilextResting = errors.New("vrshard: nilext fast path resting after a timeout; use the ordered path")
+
 // NilextWrite is one nilext write through the fast path, falling back to
-// this replica's ordered path (Write) with the same id; a follower's
-// fallback returns *NotLeaderError, which the caller forwards with the ID
-// it carries in NilextFallbackID.
+// this replica's ordered path (Write) with the fast path's id, which it
+// returns (zero when the write completed fast). A follower's fallback
+// returns *NotLeaderError: retry at the leader with that id. While the fast
+// path rests it returns ErrNilextResting and sends nothing.
 func (r *Replica) NilextWrite(ctx context.Context, op shard.Op, d level.Durability) (shard.Result, shard.ReqID, error) {
 	reqs := [1]shard.WriteReq{{Op: op, Durability: d}}
 	fb, err := r.NilextApply(ctx, reqs[:])
@@ -204,6 +226,9 @@ func (r *Replica) NilextWrite(ctx context.Context, op shard.Op, d level.Durabili
 	}
 	if len(fb) == 0 {
 		return reqs[0].Result, shard.ReqID{}, nil
+	}
+	if reqs[0].ID.IsZero() {
+		return shard.Result{}, shard.ReqID{}, ErrNilextResting
 	}
 	res, err := r.Write(ctx, op, d, reqs[0].ID)
 	return res, reqs[0].ID, err

@@ -196,8 +196,9 @@ func TestNilextDLogSurvivesFullRestart(t *testing.T) {
 
 // doNilextWrite coordinates a put at a random replica; a write that falls
 // back is retried through the ordered path with the id the fast path used
-// (exactly-once), following redirects.
-func (w *workload) doNilextWrite(h int, sop shard.Op, rng *rand.Rand) {
+// (exactly-once), following redirects. While the fast path rests, the put
+// takes the ordered path with the client's own id (own).
+func (w *workload) doNilextWrite(h int, sop shard.Op, rng *rand.Rand, own shard.ReqID, sess *shard.Session) {
 	deadline := time.Now().Add(3 * time.Second)
 	target := rng.IntN(len(w.c.reps))
 	var id shard.ReqID
@@ -212,6 +213,11 @@ func (w *workload) doNilextWrite(h int, sop shard.Op, rng *rand.Rand) {
 		var err error
 		if id.IsZero() {
 			_, id, err = r.NilextWrite(ctx, sop, level.Sync)
+			if errors.Is(err, ErrNilextResting) {
+				cancel()
+				w.doWrite(h, check.Put, sop, own, sess)
+				return
+			}
 		} else {
 			_, err = r.Write(ctx, sop, level.Sync, id)
 		}
@@ -243,6 +249,7 @@ func TestNilextHistoryUnderFaultsIsLinearizable(t *testing.T) {
 	c := newCluster(t, 3, func(o *Options) {
 		nilextOn(false)(o)
 		o.VR.NilextInterval = 20 * time.Millisecond
+		o.NilextBackoff = 100 * time.Millisecond
 		o.CheckpointOps = 200
 		o.KeepTail = 20
 	})
@@ -264,5 +271,44 @@ func TestNilextHistoryUnderFaultsIsLinearizable(t *testing.T) {
 	}
 	if v := check.Linearizable(h, linOptions()); !v.OK {
 		t.Fatalf("history not linearizable:\n%v", v)
+	}
+}
+
+// A down replica (no supermajority possible for n = 3) costs one timeout:
+// the write falls back to the ordered path with its id, later writes skip
+// the fast path while it rests, and it completes fast again once the
+// replica is back and the rest is over.
+func TestNilextFallsBackAndReturnsWhenReplicasAreBack(t *testing.T) {
+	c := newCluster(t, 3, func(o *Options) {
+		nilextOn(false)(o)
+		o.NilextTimeout = 100 * time.Millisecond
+		o.NilextBackoff = 300 * time.Millisecond
+	})
+	l := c.leader(5 * time.Second)
+	down := (l + 1) % 3
+	c.kill(down)
+	t0 := time.Now()
+	res, id, err := c.reps[l].NilextWrite(context.Background(), set("a", "1"), level.Sync)
+	if err != nil || id.IsZero() || res.Kind != shard.ResOK || time.Since(t0) < 100*time.Millisecond {
+		t.Fatalf("write with a replica down: %+v id %v err %v after %v; want an ordered fallback after the timeout", res, id, err, time.Since(t0))
+	}
+	t0 = time.Now()
+	if _, _, err := c.reps[l].NilextWrite(context.Background(), set("b", "1"), level.Sync); !errors.Is(err, ErrNilextResting) || time.Since(t0) > 50*time.Millisecond {
+		t.Fatalf("second write while resting: %v after %v; want ErrNilextResting at once", err, time.Since(t0))
+	}
+	c.open(down, false, nil)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		time.Sleep(100 * time.Millisecond)
+		_, id, err := c.reps[l].NilextWrite(context.Background(), set("c", "1"), level.Sync)
+		if err == nil && id.IsZero() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("fast path did not come back after the replica returned: id %v err %v", id, err)
+		}
+	}
+	if v, err := c.linGet(l, "a"); err != nil || v != "1" {
+		t.Fatalf("fallback write: a = %q, %v", v, err)
 	}
 }

@@ -78,6 +78,10 @@ type Options struct {
 	// NilextTimeout bounds how long a coordinated nilext write waits for a
 	// supermajority before it falls back to the ordered path (default 100ms).
 	NilextTimeout time.Duration
+	// NilextBackoff: after a write missed the supermajority, writes take the
+	// ordered path at once for this long, then the fast path is tried again
+	// (default 1s): a down replica costs one timeout, not one per write.
+	NilextBackoff time.Duration
 	Logger        *slog.Logger
 }
 
@@ -113,6 +117,9 @@ func (o *Options) fill() error {
 	o.Nilext = c.Nilext
 	if o.NilextTimeout == 0 {
 		o.NilextTimeout = 100 * time.Millisecond
+	}
+	if o.NilextBackoff == 0 {
+		o.NilextBackoff = time.Second
 	}
 	if err := c.Validate(); err != nil {
 		return err
@@ -311,6 +318,7 @@ type Replica struct {
 	notifyMu  sync.Mutex
 	notify    chan struct{} // closed and replaced when applied advances
 	nxIDs     nxIdents
+	nxCool    atomic.Int64 // local Unix ns until which the fast path rests
 
 	st struct {
 		readies, fsyncs, persisted, applied, proposals, leaseReads, indexReads, ckpts, snapsSent, snapsLoaded atomic.Uint64
