@@ -102,6 +102,18 @@ func TestNilextReadOfPendingKeyTakesSlowPath(t *testing.T) {
 	if n := c.reps[l].Stats().NilextSlowReads; n != 1 {
 		t.Fatalf("slow-path reads %d, want 1", n)
 	}
+	// A scan whose range holds a pending key takes the slow path too.
+	if _, _, err := c.reps[f].NilextWrite(context.Background(), set("s2", "x"), level.Sync); err != nil {
+		t.Fatal(err)
+	}
+	scan := shard.Op{Kind: shard.KindScan, Key: []byte("s"), End: []byte("t"), Limit: 10}
+	res, err := c.reps[l].Read(context.Background(), scan, level.ConsLinearizable, shard.Session{})
+	if err != nil || len(res.Array) != 2 || string(res.Array[0]) != "s2" {
+		t.Fatalf("scan over a pending key: %q, %v; want [s2 x]", res.Array, err)
+	}
+	if n := c.reps[l].Stats().NilextSlowReads; n != 2 {
+		t.Fatalf("slow-path reads %d after the scan, want 2", n)
+	}
 }
 
 // Completed nilext writes still only in d-logs (none ordered) survive the
