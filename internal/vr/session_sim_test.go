@@ -89,7 +89,10 @@ func (n *simReplica) onBounded(from sim.Addr, m sessionReq) {
 		n.onClient(from, clientReq{Seq: m.Seq, Op: m.Op})
 		return
 	}
-	fresh := n.hbAt > 0 && n.now-n.hbAt <= int64(m.Op.Cons.Staleness) && n.core.applied >= n.hbCommit
+	// Elapsed time on this replica's clock, stretched by the drift bound: a
+	// slow clock under-measures real time.
+	elapsed := float64(n.now-n.hbAt) / (1 - n.o.drift)
+	fresh := n.hbAt > 0 && elapsed <= float64(m.Op.Cons.Staleness) && n.core.applied >= n.hbCommit
 	if !fresh && !n.o.boundedNoCheck {
 		if c != nil {
 			c.boundedRedirected++
