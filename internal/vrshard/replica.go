@@ -361,6 +361,13 @@ func Open(opts Options) (*Replica, error) {
 		syncDone:  make(chan syncResult, 1),
 		ckptDone:  make(chan ckptResult, 2),
 	}
+	// Writes without a request id are matched to their committed entries by
+	// (proposer, local seq). Entries this replica proposed before a restart can
+	// commit after it (when it leads again); they must not complete this
+	// incarnation's writes, so every incarnation draws its seqs from a fresh,
+	// random point of a 2^62 space (a collision needs two incarnations'
+	// ranges to overlap).
+	r.localSeq.Store(rand.Uint64() >> 2)
 	if ws.empty && opts.Bootstrap && db.LastVersion() > 0 {
 		// The log is gone but the engine is not: this is a replica that lost
 		// its log, not a new group. Bootstrapping it would let it vote with
