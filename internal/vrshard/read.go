@@ -18,17 +18,17 @@ import (
 // applied once a majority persisted them), so any replica may serve a read
 // whose level it can prove from how far it has applied:
 //
-//   - linearizable (and cross-client-monotonic and bounded(N versions), which
-//     it implies): at the leader only, after the core confirms leadership —
+//   - linearizable (and cross-client-monotonic, bounded(N versions) and
+//     bounded(t), which it implies): at the leader only, after the core confirms leadership —
 //     under the lease (LeaseRead) or else by a read-index heartbeat round —
 //     and the engine has applied the returned index.
 //   - session: any replica whose applied op is at least the token's last
 //     write and max read (versions are op numbers, equal on every replica);
 //     a replica behind waits up to FollowerWait, then redirects.
-//   - bounded(t): a follower that heard the leader within t (on its clock)
-//     and has applied the commit point that message carried serves: its
-//     state was the committed state at that instant. The leader serves it as
-//     linearizable.
+//   - bounded(t): at the leader, as linearizable. A follower cannot time its
+//     freshness from a heartbeat's arrival (a deposed leader keeps sending
+//     them; a message can sit in a queue); serving it at followers needs a
+//     round trip the follower starts, answered by a leader holding its lease.
 //   - eventual: any replica, always.
 //
 // A replica that cannot prove a level returns *NotLeaderError (redirect) or
@@ -51,9 +51,14 @@ func (r *Replica) CheckConsistency(c level.Consistency) error {
 	return nil
 }
 
+// needsLeader reports whether level c is served at the leader only. bounded(t)
+// is among them: a follower would time freshness from a heartbeat's arrival,
+// which proves nothing when the sender was deposed (it keeps sending) or the
+// message sat in a queue. A follower may serve it once freshness is proven by
+// a round trip the follower starts and a leader that holds its lease.
 func needsLeader(c level.Consistency) bool {
 	switch c.Kind {
-	case level.Linearizable, level.CrossClientMonotonic, level.BoundedVersions:
+	case level.Linearizable, level.CrossClientMonotonic, level.BoundedVersions, level.BoundedTime:
 		return true
 	}
 	return false
@@ -83,12 +88,10 @@ func (r *Replica) Read(ctx context.Context, op shard.Op, c level.Consistency, s 
 	switch {
 	case r.mut.followerLinearizable && needsLeader(c):
 		// Deliberately broken (tests): local state, no proof of freshness.
-	case needsLeader(c), c.Kind == level.BoundedTime && r.isLeader.Load():
+	case needsLeader(c):
 		err = r.linearizable(ctx, &op)
 	case c.Kind == level.Session && !r.mut.ignoreSession:
 		err = r.waitApplied(ctx, s.Need(), r.opts.FollowerWait)
-	case c.Kind == level.BoundedTime:
-		err = r.fresh(ctx, c.Staleness)
 	}
 	if err != nil {
 		return shard.Result{}, err
@@ -169,31 +172,6 @@ func (r *Replica) waitApplied(ctx context.Context, idx uint64, limit time.Durati
 				return ErrCannotServe
 			}
 			return r.notLeader()
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-r.done:
-			return r.closedErr()
-		}
-	}
-}
-
-// fresh waits until this follower can prove its state was current within
-// the last d.
-func (r *Replica) fresh(ctx context.Context, d time.Duration) error {
-	deadline := time.Now().Add(r.opts.FollowerWait)
-	for {
-		at, commit := r.hbAt.Load(), r.hbCommit.Load()
-		if at > 0 && r.now()-at <= int64(d) && r.applied.Load() >= commit {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			if _, _, ok := LeaderOf(r.notLeader()); ok {
-				return r.notLeader()
-			}
-			return ErrCannotServe
-		}
-		select {
-		case <-time.After(time.Millisecond):
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-r.done:

@@ -310,8 +310,6 @@ type Replica struct {
 	status    atomic.Uint32
 	view      atomic.Uint64
 	dlogLen   atomic.Int64
-	hbAt      atomic.Int64  // local time of the last message from the leader
-	hbCommit  atomic.Uint64 // the commit point it carried
 	localSeq  atomic.Uint64
 	failErr   atomic.Pointer[error]
 	closeOnce sync.Once
@@ -583,10 +581,6 @@ func (r *Replica) step(in inbound) {
 		if wire.IsNilext(m.Type) {
 			r.nxStep(now, m)
 			continue
-		}
-		if (m.Type == vr.MsgCommit || m.Type == vr.MsgPrepare) && m.View >= r.view.Load() && r.cfg.LeaderOf(m.View) == m.From {
-			r.hbAt.Store(now)
-			r.hbCommit.Store(m.Commit)
 		}
 		r.core.Step(now, *m)
 	}
