@@ -46,17 +46,46 @@ type sessionCounters struct {
 	boundedByFollower, boundedByLeader, boundedRedirected int
 }
 
+// leasedMsg is a leader's prepare or commit stamped with whether the leader
+// held its lease when it sent it (session runs only; the core's messages
+// carry no such bit). Under the lease no other view can have committed
+// anything, so the commit point it carries covers every write acknowledged
+// before it was sent.
+type leasedMsg struct {
+	Message
+	Leased bool
+}
+
+// outgoing stamps the leader's prepares and commits in session runs.
+func (n *simReplica) outgoing(m Message) any {
+	if n.o.session == nil || (m.Type != MsgPrepare && m.Type != MsgCommit) {
+		return m
+	}
+	_, err := n.core.LeaseRead(n.now)
+	return leasedMsg{Message: m, Leased: err == nil}
+}
+
+func (n *simReplica) stepLeased(now int64, m leasedMsg) {
+	before := n.core.Info()
+	n.core.Step(now, m.Message)
+	n.count(before)
+	n.heardLeader(now, m.Message, m.Leased)
+}
+
 // heardLeader records, on a follower in normal status, a message from its
 // leader and the commit point it carried: the base of bounded(t) reads.
 //
-// A new leader's commit point lags: it starts its view at the highest commit
+// Only a leader holding its lease vouches for freshness: a deposed leader
+// (cut off from a majority that has formed a new view) may still reach this
+// follower, with a commit point that misses the new view's writes. And a
+// new leader's commit point lags: it starts its view at the highest commit
 // its do-view-changes reported, which can be behind ops already acknowledged
-// to clients in an earlier view, and only catches up once it has committed
-// its start-view log. Until the leader's commit reaches the op its view
-// started with (start-view's Op), its commit point proves nothing about
-// freshness; a follower that did not see the start-view of its current view
-// (restarted since) never serves bounded reads in that view.
-func (n *simReplica) heardLeader(now int64, m Message) {
+// in an earlier view, and only catches up once it has committed its
+// start-view log. Until the leader's commit reaches the op its view started
+// with (start-view's Op), its commit point proves nothing either; a follower
+// that did not see the start-view of its current view (restarted since)
+// never serves bounded reads in that view.
+func (n *simReplica) heardLeader(now int64, m Message, leased bool) {
 	switch m.Type {
 	case MsgPrepare, MsgCommit, MsgStartView:
 	default:
@@ -68,8 +97,9 @@ func (n *simReplica) heardLeader(now int64, m Message) {
 	}
 	if m.Type == MsgStartView {
 		n.startView, n.startOp = m.View, m.Op
+		return
 	}
-	if !n.o.boundedNoViewStart && (n.startView != m.View || m.Commit < n.startOp) {
+	if !n.o.boundedVrshardRule && (!leased || n.startView != m.View || m.Commit < n.startOp) {
 		return
 	}
 	n.hbAt, n.hbCommit = now, m.Commit
@@ -309,7 +339,7 @@ func judgeSession(s *sim.Sim, h check.History) error {
 
 // exploreSession runs seeds with session clients and fails on any checker
 // violation; it returns the counters of the runs.
-func exploreSession(t *testing.T, seeds int, o simOptions, hook func(*sim.Sim)) (sessionCounters, runStats) {
+func exploreSession(t *testing.T, seeds int, o simOptions, tweak func(*sim.Options), hook func(*sim.Sim)) (sessionCounters, runStats) {
 	var st runStats
 	o.counters = &simCounters{}
 	o.session = &sessionCounters{}
@@ -319,7 +349,12 @@ func exploreSession(t *testing.T, seeds int, o simOptions, hook func(*sim.Sim)) 
 				err = fmt.Errorf("panic: %v", p)
 			}
 		}()
-		s, h := simRunHook(seed, o, trace, sessionTweak, hook)
+		s, h := simRunHook(seed, o, trace, func(so *sim.Options) {
+			sessionTweak(so)
+			if tweak != nil {
+				tweak(so)
+			}
+		}, hook)
 		if trace == nil {
 			st.add(s, h)
 		}
@@ -335,7 +370,7 @@ func exploreSession(t *testing.T, seeds int, o simOptions, hook func(*sim.Sim)) 
 // read-my-writes, monotonic reads and monotonic writes; the linearizable
 // operations stay linearizable and no acknowledged sync write is lost.
 func TestSimSessionReads(t *testing.T) {
-	c, st := exploreSession(t, seedCount(2000, 20000), defaultSimOptions(), nil)
+	c, st := exploreSession(t, seedCount(2000, 20000), defaultSimOptions(), nil, nil)
 	if st.ok < st.ops/3 {
 		t.Errorf("only %d of %d operations completed: the group is not making progress", st.ok, st.ops)
 	}
@@ -428,19 +463,29 @@ func crashLeader(s *sim.Sim) {
 // crashing, so views change often and new leaders start behind on their
 // commit point (the scenario of the mutation below).
 func TestSimSessionLeaderCrashes(t *testing.T) {
-	c, _ := exploreSession(t, seedCount(300, 5000), defaultSimOptions(), crashLeader)
+	c, _ := exploreSession(t, seedCount(300, 5000), defaultSimOptions(), nil, crashLeader)
 	if c.boundedByFollower == 0 || c.servedByFollower == 0 {
 		t.Errorf("follower reads not exercised: %+v", c)
 	}
 }
 
-// TestMutationBoundedNoViewStart: followers that trust any commit point
+// TestSimSessionFiveReplicas: f = 2. Here a deposed leader cut off from
+// the majority that formed the next view can still reach one follower; the
+// follower must not take its heartbeats (no lease) as proof of freshness.
+func TestSimSessionFiveReplicas(t *testing.T) {
+	c, _ := exploreSession(t, seedCount(300, 3000), defaultSimOptions(), func(so *sim.Options) { so.Replicas = 5 }, nil)
+	if c.boundedByFollower == 0 || c.servedByFollower == 0 {
+		t.Errorf("follower reads not exercised: %+v", c)
+	}
+}
+
+// TestMutationBoundedVrshardRule: followers that trust any commit point
 // their leader sends — vrshard's rule today (internal/vrshard/read.go fresh,
 // replica.go step) — serve stale bounded(t) reads right after a view change,
 // when the new leader's commit point is still behind ops acknowledged in an
 // earlier view.
-func TestMutationBoundedNoViewStart(t *testing.T) {
+func TestMutationBoundedVrshardRule(t *testing.T) {
 	o := defaultSimOptions()
-	o.boundedNoViewStart = true
+	o.boundedVrshardRule = true
 	caughtBy(t, 2000, o, crashLeader, check.BoundedStaleness)
 }

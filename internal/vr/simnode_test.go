@@ -317,9 +317,10 @@ type simOptions struct {
 	sessionNoToken bool
 	sessionNoRead  bool // the mutation: the token's max read is ignored (last write only)
 	boundedNoCheck bool // the mutation: followers serve bounded(t) reads without freshness
-	// boundedNoViewStart: followers trust any commit point their leader
-	// sends, even one still behind the log the view started with (vrshard's rule).
-	boundedNoViewStart bool
+	// boundedVrshardRule: followers trust any commit point their leader
+	// sends, without a lease and even one still behind the log the view
+	// started with (vrshard's rule today).
+	boundedVrshardRule bool
 }
 
 // simCounters shows that a run exercised the paths it claims to.
@@ -431,7 +432,9 @@ func (n *simReplica) Step(ev sim.Event) {
 			before := n.core.Info()
 			n.core.Step(ev.Now, m)
 			n.count(before)
-			n.heardLeader(ev.Now, m)
+			n.heardLeader(ev.Now, m, false)
+		case leasedMsg:
+			n.stepLeased(ev.Now, m)
 		case clientReq:
 			n.onClient(ev.From, m)
 		case nilextReq:
@@ -554,7 +557,7 @@ func (n *simReplica) drain() {
 			n.out.Sync = true
 		}
 		for _, m := range rd.Messages {
-			n.out.Messages = append(n.out.Messages, sim.Envelope{To: replicaAddr(m.To), Msg: m})
+			n.out.Messages = append(n.out.Messages, sim.Envelope{To: replicaAddr(m.To), Msg: n.outgoing(m)})
 		}
 		for _, a := range rd.NilextAcks {
 			n.out.Messages = append(n.out.Messages, sim.Envelope{To: sim.Addr(a.Client), Msg: nilextAckMsg{a}})
