@@ -165,7 +165,9 @@ func (c *conn) readFailed(err error) {
 	case resp.IsProtocolError(err):
 		c.srv.m.protoErrors.Inc()
 		c.log.Info("closing connection on protocol error", "err", err)
-		_ = c.release()
+		if c.release() != nil && c.closing {
+			return // the batch's durability failed: the connection closes with no reply at all
+		}
 		c.out.b = c.out.b[:0]
 		_ = c.w.WriteError("ERR " + err.Error())
 		_ = c.release()
@@ -196,6 +198,11 @@ func (c *conn) release() error {
 		c.pending = shard.Pending{}
 		if err != nil {
 			c.log.Error("durability wait failed; closing connection without replies", "err", err)
+			// Drop every reply of the batch, including those still staged in
+			// the RESP writer: none may reach the client, now or on a later flush.
+			proto := c.w.Protocol()
+			c.w.Reset(&c.out)
+			c.w.SetProtocol(proto)
 			c.out.b = c.out.b[:0]
 			c.closing = true
 			return err
