@@ -69,6 +69,10 @@ type wal struct {
 
 func segName(n uint64) string { return fmt.Sprintf("wal-%016d.log", n) }
 
+// tmpSuffix marks a segment being written by a roll; it is renamed into place
+// once complete and durable.
+const tmpSuffix = ".tmp"
+
 func parseSeg(name string) (uint64, bool) {
 	s, ok := strings.CutPrefix(name, "wal-")
 	if !ok {
@@ -97,6 +101,11 @@ func openWAL(fs vfs.FS, dir string) (*wal, walState, error) {
 	for _, n := range names {
 		if id, ok := parseSeg(n); ok {
 			segs = append(segs, id)
+		} else if strings.HasSuffix(n, tmpSuffix) {
+			// A roll that crashed before its rename: the old segment is whole.
+			if err := fs.Remove(vfs.Join(dir, n)); err != nil {
+				return nil, walState{}, fmt.Errorf("vrshard: wal: remove unfinished segment: %w", err)
+			}
 		}
 	}
 	slices.Sort(segs)
@@ -384,7 +393,14 @@ func (w *wal) roll() error {
 		panic("vrshard: wal: a segment must start with a snapshot record")
 	}
 	n := w.segN + 1
-	f, err := w.fs.Create(vfs.Join(w.dir, segName(n)))
+	// The new segment is written under a temporary name and renamed only once
+	// it is whole and fsynced: recovery trusts the newest segment that starts
+	// with a snapshot record and deletes older ones, and a real file system
+	// may keep a new file's name and first pages without its tail after a
+	// crash — that must never outrank the complete old segment.
+	final := vfs.Join(w.dir, segName(n))
+	tmp := final + tmpSuffix
+	f, err := w.fs.Create(tmp)
 	if err != nil {
 		return fmt.Errorf("vrshard: wal: create segment: %w", err)
 	}
@@ -395,6 +411,9 @@ func (w *wal) roll() error {
 	}
 	if err := w.sync(); err != nil {
 		return err
+	}
+	if err := w.fs.Rename(tmp, final); err != nil {
+		return fmt.Errorf("vrshard: wal: install segment: %w", err)
 	}
 	if err := w.fs.SyncDir(w.dir); err != nil {
 		return fmt.Errorf("vrshard: wal: sync dir: %w", err)

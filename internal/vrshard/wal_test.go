@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -203,5 +204,58 @@ func TestFailedFsyncStopsOnlyThatReplica(t *testing.T) {
 	}
 	if _, err := c.reps[2].Read(context.Background(), get("a"), level.ConsEventual, shard.Session{}); !errors.Is(err, ErrFailed) {
 		t.Fatalf("read at the failed replica: %v, want ErrFailed", err)
+	}
+}
+
+// A roll writes the new segment under a temporary name and renames it only once
+// it is whole and fsynced. A crash before the rename leaves a partial ".tmp"
+// file (a real file system may keep a new file's name and first pages): recovery
+// must ignore and remove it and keep every entry of the complete old segment.
+func TestWALUnfinishedRollNeverOutranksTheOldSegment(t *testing.T) {
+	mem := vfs.NewMem()
+	w := newTestWAL(t, mem)
+	w.addEntries(entries(1, 10, 0))
+	w.addHardState(vr.HardState{View: 2, LastNormalView: 2, Commit: 8})
+	commitBatch(t, w)
+	w.close()
+
+	// What the next roll would have written: a checkpoint at op 5 (taken from a
+	// scratch WAL), of which only the first record's worth reached the disk.
+	scratch := vfs.NewMem()
+	w2 := newTestWAL(t, scratch)
+	w2.addSnapshot(5, nil)
+	w2.addEntries(entries(6, 10, 0))
+	w2.addHardState(vr.HardState{View: 2, LastNormalView: 2, Commit: 8})
+	if err := w2.roll(); err != nil {
+		t.Fatal(err)
+	}
+	w2.close()
+	var full []byte
+	rewrite(t, scratch, "/wal/"+segName(2), func(b []byte) { full = append(full, b...) })
+	partial := full[:len(full)/3]
+	if typ, _, _, ok := nextRecord(partial); !ok || typ != recSnapshot {
+		t.Fatalf("test setup: the partial segment must start with a whole snapshot record")
+	}
+	f, err := mem.Create("/wal/" + segName(2) + tmpSuffix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write(partial)
+	f.Sync()
+	f.Close()
+	mem.SyncDir("/wal")
+
+	_, st, err := openWAL(mem, "/wal")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.entries) != 10 || st.hs.View != 2 || st.hs.Commit != 8 {
+		t.Fatalf("recovered %d entries, hard state %+v: the complete old segment must win", len(st.entries), st.hs)
+	}
+	names, _ := mem.ReadDir("/wal")
+	for _, n := range names {
+		if strings.HasSuffix(n, tmpSuffix) {
+			t.Fatalf("unfinished segment %s left behind: %v", n, names)
+		}
 	}
 }
