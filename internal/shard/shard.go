@@ -36,6 +36,7 @@ type WriteReq struct {
 	Err        error
 
 	deduped bool // answered from the client table
+	reveals bool // the reply reports state the write read (see revealsState)
 }
 
 // Pending is what a batch of applied writes still waits for before its replies may
@@ -372,6 +373,14 @@ func (s *Shard) Apply(ctx context.Context, reqs []WriteReq) (Pending, error) {
 			s.recs = s.recs[:before]
 			continue
 		}
+		if revealsState(&r.Op) && !s.opts.NoReadDurabilityCheck {
+			// A read-modify-write's reply is also a read (the old value, whether
+			// the key existed, a count): like a read, it may only report state a
+			// crash cannot take back. Earlier batches are covered here, this
+			// batch's own records by flush.
+			p.SyncPos = max(p.SyncPos, s.checkLimit())
+			r.reveals = true
+		}
 		if !r.ID.IsZero() {
 			// The table entry shares the write's version if the write staged records
 			// (it assigned the newest version); a write that changed nothing (a failed
@@ -393,6 +402,20 @@ func (s *Shard) Apply(ctx context.Context, reqs []WriteReq) (Pending, error) {
 	}
 	_ = s.flush(reqs[start:], &p) // a failure is in the requests' Err
 	return p, nil
+}
+
+// revealsState reports whether a write's reply carries state it read: the old
+// value (GETSET, SET GET), whether the key existed or matched (SET NX/XX, CAS), a
+// count (DEL) or a computed value (INCRBY, APPEND's length). Plain SET and MSET
+// reply OK whatever was there: they are nil-externalizing.
+func revealsState(op *Op) bool {
+	switch op.Kind {
+	case KindSet:
+		return op.Cond != Always || op.ReturnOld
+	case KindMSet:
+		return false
+	}
+	return op.Kind.IsUpdate()
 }
 
 func failRest(reqs []WriteReq, err error) {
@@ -454,6 +477,9 @@ func (s *Shard) flush(reqs []WriteReq, p *Pending) error {
 			p.SyncPos = max(p.SyncPos, pos)
 		case level.CAD:
 			cad = true
+		}
+		if r.reveals && needCheck {
+			p.SyncPos = max(p.SyncPos, pos)
 		}
 	}
 	if cad {
