@@ -259,7 +259,9 @@ func TestWritesReplicateToEveryReplicaAndSurviveRestart(t *testing.T) {
 }
 
 func TestFollowerRedirectsWritesAndStrongReads(t *testing.T) {
-	c := newCluster(t, 3, nil)
+	// The follower must apply the leader's write within FollowerWait to serve the
+	// session read below; on a loaded CI machine 50 ms is not always enough.
+	c := newCluster(t, 3, func(o *Options) { o.FollowerWait = 2 * time.Second })
 	l := c.leader(5 * time.Second)
 	f := (l + 1) % 3
 	_, err := c.reps[f].Write(context.Background(), set("a", "1"), level.Sync, shard.ReqID{})
