@@ -105,3 +105,34 @@ func fuzzValues(t *testing.T, src io.Reader, inputLen int) ([]string, error) {
 		out = append(out, v.String())
 	}
 }
+
+// The header fast path agrees with the general one (line + parseInt) wherever it
+// answers: same length, same next offset; and it answers for every plain short length.
+func FuzzShortLen(f *testing.F) {
+	for _, s := range []string{"$3\r\n", "*2\r\n", "$0\r\n", "$007\r\n", "$123456789\r\n", "$1234567890\r\n", "$-1\r\n", "$+5\r\n", "$3\n", "$3\r", "$\r\n", "$12a\r\n"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if len(b) == 0 || (b[0] != '$' && b[0] != '*') {
+			return // the parser takes a header path only after seeing its type byte
+		}
+		r := NewReader(bytes.NewReader(nil), 0)
+		n, next, ok := r.shortLen(b, 1)
+		line, gnext, err := r.line(b, 0)
+		var gn int64
+		gok := len(line) > 0 && err == nil // line[0] stands for the type byte
+		if gok {
+			gn, gok = parseInt(line[1:])
+		}
+		if ok && (!gok || gn != n || gnext != next) {
+			t.Fatalf("%q: fast path says %d (next %d), general path %d %v (next %d, err %v)", b, n, next, gn, gok, gnext, err)
+		}
+		if !ok && gok && gn >= 0 && len(line) <= shortLenMaxLine && line[1] != '+' && line[1] != '-' { // gok: len(line) > 1
+			t.Fatalf("%q: fast path declined the plain length %d", b, gn)
+		}
+		r.SetMaxLine(4)
+		if _, _, ok := r.shortLen(b, 1); ok {
+			t.Fatalf("%q: fast path answered under a line limit below its longest header", b)
+		}
+	})
+}
