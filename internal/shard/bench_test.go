@@ -2,6 +2,7 @@ package shard
 
 import (
 	"fmt"
+	"log/slog"
 	"testing"
 
 	"github.com/kefirdb/kefir/internal/level"
@@ -16,7 +17,7 @@ func openFileShard(tb testing.TB, n int) *Shard {
 	if err != nil {
 		tb.Fatalf("open storage: %v", err)
 	}
-	s, err := Open(db, Options{})
+	s, err := Open(db, Options{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		tb.Fatalf("open shard: %v", err)
 	}
