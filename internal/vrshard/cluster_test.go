@@ -61,8 +61,8 @@ func (c *cluster) options(i int, bootstrap bool, ln net.Listener) Options {
 	o := Options{
 		Dir: c.dirs[i],
 		VR: vr.Config{Cluster: 77, Epoch: 1, Members: c.ids, Self: c.ids[i],
-			HeartbeatInterval: 10 * time.Millisecond, ViewChangeTimeout: 300 * time.Millisecond,
-			LeaseDuration: 250 * time.Millisecond, MaxDrift: 0.01},
+			HeartbeatInterval: 10 * time.Millisecond, ViewChangeTimeout: time.Second, // a loaded CI box stalls processes for 100s of ms
+			LeaseDuration: 800 * time.Millisecond, MaxDrift: 0.01},
 		Bootstrap: bootstrap, Peers: c.peers, ClusterSecret: "test-secret", Listener: ln,
 		ClientAddrs: map[uint64]string{},
 		Logger:      testLogger(c.t),

@@ -12,6 +12,7 @@ import (
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/transport"
+	"github.com/kefirdb/kefir/internal/vr"
 )
 
 func TestKilledLeaderIsReplacedAndRejoins(t *testing.T) {
@@ -79,6 +80,12 @@ func TestWipedReplicaRejoinsBySnapshot(t *testing.T) {
 	}
 	c.open(f, false, nil) // no bootstrap: an empty disk means lost state
 	c.waitApplied(last.Version, 15*time.Second)
+	// It serves nothing, not even eventual reads, until its recovery completes.
+	for deadline := time.Now().Add(15 * time.Second); c.reps[f].Info().Status != vr.Normal; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the wiped replica did not finish recovery: %+v", c.reps[f].Info())
+		}
+	}
 	if got := c.reps[f].Stats().SnapsLoaded; got == 0 {
 		t.Fatalf("the wiped replica caught up without a snapshot (loaded %d): the test did not test state transfer", got)
 	}

@@ -45,6 +45,12 @@ func (r *Replica) CheckConsistency(c level.Consistency) error {
 	if err := r.failed(); err != nil {
 		return err
 	}
+	if vr.Status(r.status.Load()) == vr.Recovering {
+		// A replica recovering from a lost disk may hold nothing yet: even an
+		// eventual read must not answer "absent" for a key that has existed
+		// all along.
+		return r.notLeader()
+	}
 	if needsLeader(c) && !r.isLeader.Load() && !r.mut.followerLinearizable {
 		return r.notLeader()
 	}
