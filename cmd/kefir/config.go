@@ -132,7 +132,7 @@ var serverOptions = []option{
 			c.IdleTimeout = d
 			return err
 		}},
-	{"max-bulk", "512MiB", "Largest bulk string accepted in a request; larger is a protocol error that closes the connection.",
+	{"max-bulk", "16448KiB", "Largest bulk string accepted in a request (default: the largest value, 16 MiB, plus 64 KiB); larger is a protocol error that closes the connection.",
 		func(c *serverConfig, v string) error {
 			n, err := parseBytes(v)
 			if err == nil && (n <= 0 || n > 1<<31-1) {

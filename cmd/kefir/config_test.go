@@ -50,7 +50,7 @@ node-id = "from-file"
 		{"idle-timeout (file)", cfg.IdleTimeout, 5 * time.Second},
 		{"http-addr (default)", cfg.HTTPAddr, "127.0.0.1:8380"},
 		{"consistency (default)", cfg.Consistency, level.ConsLinearizable},
-		{"max-bulk (default)", cfg.MaxBulk, 512 << 20},
+		{"max-bulk (default)", cfg.MaxBulk, 16<<20 + 64<<10},
 		{"retain-versions (flag)", cfg.RetainVersions, 3},
 		{"compact-interval (flag, negative = never)", cfg.CompactInterval, -time.Second},
 		{"checkpoint-interval (default)", cfg.CheckpointInterval, time.Minute},

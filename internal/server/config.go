@@ -37,7 +37,8 @@ type Config struct {
 	MaxClients int
 	// IdleTimeout closes client connections idle this long (0 = never).
 	IdleTimeout time.Duration
-	// MaxBulk caps one bulk string in a request (0 = 512 MiB, Redis's default).
+	// MaxBulk caps one bulk string in a request (0 = 16 MiB + 64 KiB: the storage
+	// engine refuses larger values anyway, so reading them would only spend memory).
 	MaxBulk int
 
 	// Consistency and Durability are the defaults for connections that set none.
@@ -211,7 +212,7 @@ func (c Config) withDefaults() Config {
 		c.CompactInterval = time.Minute
 	}
 	if c.MaxBulk <= 0 {
-		c.MaxBulk = 512 << 20
+		c.MaxBulk = 16<<20 + 64<<10
 	}
 	if c.Consistency.IsZero() {
 		c.Consistency = level.ConsLinearizable
