@@ -13,10 +13,26 @@ import (
 )
 
 // runRegisterWorkload drives concurrent clients over RESP against s (each on its
-// own connection) on a few hot keys and records what they observe. If stale is
-// set, GETs are not sent: they are answered "not found" by the test itself,
-// which is what a node serving an old snapshot would do.
-func runRegisterWorkload(t *testing.T, s *Server, clients, opsPerClient int, stale bool) check.History {
+// own connection) on a few hot keys, named prefix+"r0".."r2", and records what
+// they observe. If stale is set, GETs are not sent: they are answered "not
+// found" by the test itself, which is what a node serving an old snapshot
+// would do.
+//
+// The checker's register model starts every key absent, so the keys must be
+// absent when the run starts: two runs against one store need different
+// prefixes (the client seeds are fixed, so a second run on the same keys
+// writes the same values, and a read of the first run's leftover value looks
+// like a read from the future). This is checked, not assumed.
+func runRegisterWorkload(t *testing.T, s *Server, prefix string, clients, opsPerClient int, stale bool) check.History {
+	t.Helper()
+	pre := dial(t, s)
+	for k := range 3 {
+		key := prefix + "r" + strconv.Itoa(k)
+		pre.send("EXISTS", key)
+		if got := pre.reply(); got != "(integer) 0" {
+			t.Fatalf("register workload: key %q exists before the run (EXISTS => %s); the model starts it absent, use a fresh prefix", key, got)
+		}
+	}
 	rec := check.NewRecorder(nil)
 	var wg sync.WaitGroup
 	for cl := range clients {
@@ -26,7 +42,7 @@ func runRegisterWorkload(t *testing.T, s *Server, clients, opsPerClient int, sta
 		go func() {
 			defer wg.Done()
 			for i := range opsPerClient {
-				key := "r" + strconv.Itoa(rng.Intn(3))
+				key := prefix + "r" + strconv.Itoa(rng.Intn(3))
 				op := check.Op{Client: cl, Key: key, Cons: level.ConsLinearizable, Dur: level.Sync}
 				var args []string
 				switch p := rng.Intn(10); {
@@ -81,7 +97,7 @@ func runRegisterWorkload(t *testing.T, s *Server, clients, opsPerClient int, sta
 // Concurrent SET, GET, KEFIR.CAS and DEL over RESP form a linearizable history.
 func TestRESPHistoryIsLinearizable(t *testing.T) {
 	s := startServer(t, nil)
-	h := runRegisterWorkload(t, s, 6, 150, false)
+	h := runRegisterWorkload(t, s, "", 6, 150, false)
 	if v := check.Linearizable(h, check.LinOptions{NoVisualization: true, Strict: true}); !v.OK {
 		t.Fatalf("not linearizable:\n%s", v)
 	}
@@ -90,7 +106,7 @@ func TestRESPHistoryIsLinearizable(t *testing.T) {
 // The check above can fail: reads that ignore completed writes are caught.
 func TestStaleReadsAreNotLinearizable(t *testing.T) {
 	s := startServer(t, nil)
-	h := runRegisterWorkload(t, s, 3, 60, true)
+	h := runRegisterWorkload(t, s, "", 3, 60, true)
 	if v := check.Linearizable(h, check.LinOptions{NoVisualization: true}); v.OK {
 		t.Fatal("a history of reads that never see completed writes passed the linearizability check")
 	}
