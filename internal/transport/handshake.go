@@ -132,38 +132,18 @@ func refusal(line string, class error) error {
 // can be left buffered.
 func dialHandshake(nc net.Conn, secret string, self Identity, to uint64) error {
 	lr := &lineReader{r: nc}
-	line, err := lr.line()
-	if err != nil {
-		return fmt.Errorf("read greeting: %w", err)
+	if err := dialAuth(nc, lr, secret, strconv.FormatUint(self.Node, 10)); err != nil {
+		return err
 	}
-	f := strings.Fields(line)
-	if len(f) != 3 || f[0]+" "+f[1] != greeting {
-		if strings.HasPrefix(line, "ERR ") {
-			return refusal(line, ErrAuth)
-		}
-		return fmt.Errorf("%w: bad greeting %q", ErrProtocol, line)
-	}
-	nonceA, nonceB, node := f[2], newNonce(), strconv.FormatUint(self.Node, 10)
-	if _, err := fmt.Fprintf(nc, "%s %s %s\n", node, nonceB, peerMAC(secret, "dial", nonceA, nonceB, node)); err != nil {
-		return fmt.Errorf("send credentials: %w", err)
-	}
-	if line, err = lr.line(); err != nil {
-		return fmt.Errorf("read verdict: %w", err)
-	}
-	f = strings.Fields(line)
-	if len(f) != 2 || f[0] != "OK" {
-		return refusal(line, ErrAuth)
-	}
-	if !hmac.Equal([]byte(f[1]), []byte(peerMAC(secret, "accept", nonceA, nonceB, node))) {
-		return fmt.Errorf("%w: the acceptor does not know our cluster secret", ErrAuth)
-	}
+	var line string
+	var err error
 	if _, err := fmt.Fprintf(nc, "IDENT %d %016x %016x\n", to, self.Cluster, self.ConfigHash); err != nil {
 		return fmt.Errorf("send identity: %w", err)
 	}
 	if line, err = lr.line(); err != nil {
 		return fmt.Errorf("read identity verdict (a peer that closes here speaks only phase 1): %w", err)
 	}
-	f = strings.Fields(line)
+	f := strings.Fields(line)
 	if len(f) != 4 || f[0] != "READY" {
 		return refusal(line, ErrIdentity)
 	}
@@ -179,6 +159,73 @@ func dialHandshake(nc net.Conn, secret string, self Identity, to uint64) error {
 		return fmt.Errorf("%w: %d bytes after READY", ErrProtocol, len(lr.rest()))
 	}
 	return nil
+}
+
+// dialAuth is phase 1 on the dialing side: prove the cluster secret as node and
+// check that the acceptor knows it too.
+func dialAuth(nc net.Conn, lr *lineReader, secret, node string) error {
+	line, err := lr.line()
+	if err != nil {
+		return fmt.Errorf("read greeting: %w", err)
+	}
+	f := strings.Fields(line)
+	if len(f) != 3 || f[0]+" "+f[1] != greeting {
+		if strings.HasPrefix(line, "ERR ") {
+			return refusal(line, ErrAuth)
+		}
+		return fmt.Errorf("%w: bad greeting %q", ErrProtocol, line)
+	}
+	nonceA, nonceB := f[2], newNonce()
+	if _, err := fmt.Fprintf(nc, "%s %s %s\n", node, nonceB, peerMAC(secret, "dial", nonceA, nonceB, node)); err != nil {
+		return fmt.Errorf("send credentials: %w", err)
+	}
+	if line, err = lr.line(); err != nil {
+		return fmt.Errorf("read verdict: %w", err)
+	}
+	f = strings.Fields(line)
+	if len(f) != 2 || f[0] != "OK" {
+		return refusal(line, ErrAuth)
+	}
+	if !hmac.Equal([]byte(f[1]), []byte(peerMAC(secret, "accept", nonceA, nonceB, node))) {
+		return fmt.Errorf("%w: the acceptor does not know our cluster secret", ErrAuth)
+	}
+	return nil
+}
+
+// acceptAuth is phase 1 on the accepting side: greet, check the dialer's proof
+// of the cluster secret, and prove ours. It returns the node name the dialer gave.
+func acceptAuth(nc net.Conn, lr *lineReader, secret string) (string, error) {
+	nonceA := newNonce()
+	if _, err := fmt.Fprintf(nc, "%s %s\n", greeting, nonceA); err != nil {
+		return "", fmt.Errorf("send greeting: %w", err)
+	}
+	line, err := lr.line()
+	if err != nil {
+		return "", fmt.Errorf("read credentials: %w", err)
+	}
+	f := strings.Fields(line)
+	if len(f) != 3 || !hmac.Equal([]byte(f[2]), []byte(peerMAC(secret, "dial", nonceA, f[1], f[0]))) {
+		_, _ = fmt.Fprintf(nc, "ERR authentication failed\n")
+		return "", fmt.Errorf("%w: wrong cluster secret or not a Kefir node", ErrAuth)
+	}
+	nonceB, node := f[1], f[0]
+	if _, err := fmt.Fprintf(nc, "OK %s\n", peerMAC(secret, "accept", nonceA, nonceB, node)); err != nil {
+		return "", fmt.Errorf("send verdict: %w", err)
+	}
+	return node, nil
+}
+
+// DialAuth runs only phase 1 of the handshake as node on an open connection: for
+// tools and for nodes without replication, which authenticate peers but run no
+// protocol after it.
+func DialAuth(nc net.Conn, secret, node string) error {
+	return dialAuth(nc, &lineReader{r: nc}, secret, node)
+}
+
+// AcceptAuth runs only phase 1 of the handshake on the accepting side and returns
+// the dialer's node name; see DialAuth.
+func AcceptAuth(nc net.Conn, secret string) (string, error) {
+	return acceptAuth(nc, &lineReader{r: nc}, secret)
 }
 
 func parseIdentity(node, cluster, hash string) (Identity, error) {
@@ -198,28 +245,16 @@ func parseIdentity(node, cluster, hash string) (Identity, error) {
 // whether a node id is in our peer list. On failure the dialer has been told
 // why (an "ERR" line) where the protocol allows it.
 func acceptHandshake(nc net.Conn, secret string, self Identity, known func(uint64) bool) (uint64, []byte, error) {
-	nonceA := newNonce()
-	if _, err := fmt.Fprintf(nc, "%s %s\n", greeting, nonceA); err != nil {
-		return 0, nil, fmt.Errorf("send greeting: %w", err)
-	}
 	lr := &lineReader{r: nc}
-	line, err := lr.line()
+	node, err := acceptAuth(nc, lr, secret)
 	if err != nil {
-		return 0, nil, fmt.Errorf("read credentials: %w", err)
+		return 0, nil, err
 	}
-	f := strings.Fields(line)
-	if len(f) != 3 || !hmac.Equal([]byte(f[2]), []byte(peerMAC(secret, "dial", nonceA, f[1], f[0]))) {
-		_, _ = fmt.Fprintf(nc, "ERR authentication failed\n")
-		return 0, nil, fmt.Errorf("%w: wrong cluster secret or not a Kefir node", ErrAuth)
-	}
-	nonceB, node := f[1], f[0]
-	if _, err := fmt.Fprintf(nc, "OK %s\n", peerMAC(secret, "accept", nonceA, nonceB, node)); err != nil {
-		return 0, nil, fmt.Errorf("send verdict: %w", err)
-	}
+	var line string
 	if line, err = lr.line(); err != nil {
 		return 0, nil, fmt.Errorf("read identity of authenticated node %q (phase-1-only peer?): %w", node, err)
 	}
-	f = strings.Fields(line)
+	f := strings.Fields(line)
 	if len(f) != 4 || f[0] != "IDENT" {
 		_, _ = fmt.Fprintf(nc, "ERR expected IDENT\n")
 		return 0, nil, fmt.Errorf("%w: expected IDENT, got %q", ErrProtocol, line)
