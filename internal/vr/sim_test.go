@@ -63,7 +63,8 @@ func defaultSimOptions() simOptions {
 // judge runs the checkers the VR core promises through this driver.
 func judge(s *sim.Sim, h check.History) error {
 	var errs []error
-	if v := check.Linearizable(h, check.LinOptions{Timeout: 5 * time.Second}); !v.OK {
+	// Strict: an undecided search must not pass as linearizable.
+	if v := check.Linearizable(h, check.LinOptions{Timeout: 5 * time.Second, Strict: true}); !v.OK {
 		errs = append(errs, v.Err())
 	}
 	if v := check.Durability(h); !v.OK {
