@@ -141,6 +141,8 @@ var table = []Spec{
 	{Name: "KEFIR.CONSISTENCY", Arity: -1, Class: Admin, Flags: Fast, Summary: "get or set the connection's default consistency level"},
 	{Name: "KEFIR.DURABILITY", Arity: -1, Class: Admin, Flags: Fast, Summary: "get or set the connection's default durability level"},
 	{Name: "KEFIR.SESSION", Arity: -1, Class: Admin, Flags: Fast, Summary: "get or set the connection's session token"},
+	{Name: "KEFIR.TOPOLOGY", Arity: 1, Class: Admin, Flags: Fast, Summary: "replica group: cluster, view, leader, nilext mode, members and their client addresses"},
+	{Name: "KEFIR.NILEXT", Arity: -7, Class: Admin, Summary: "internal (Go client): take a nilext update into this replica's d-log: KEFIR.NILEXT client seq durability SET k v | MSET k v ..."},
 
 	// Known but not implemented: a clear error beats "unknown command".
 	{Name: "EXPIRE", Arity: 3, Class: NonNilextUpdate, Flags: Unsupported, FirstKey: 1, LastKey: 1, KeyStep: 1, Summary: "TTLs are not supported yet"},

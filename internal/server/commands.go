@@ -226,6 +226,10 @@ func (c *conn) admin(spec *command.Spec, args [][]byte) error {
 		return w.WriteSimple("OK")
 	case "KEFIR.CALL":
 		return c.call(args)
+	case "KEFIR.TOPOLOGY":
+		return c.topology()
+	case "KEFIR.NILEXT":
+		return c.nilextTake(args)
 	}
 	return errf("ERR %s is not implemented", strings.ToLower(spec.Name))
 }

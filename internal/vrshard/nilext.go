@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -59,6 +60,13 @@ type nxCall struct {
 	wait  *batchWait
 	born  time.Time
 	acks  []vr.NilextAck // mutation nilextMajority only
+
+	// A direct call (NilextTake) waits for this replica's own ack only:
+	// the client that sent it counts the supermajority. The driver sets ack,
+	// or err when it refuses the update, before it settles the call.
+	direct bool
+	ack    vr.NilextAck
+	err    error
 }
 
 // settle moves a pending call to state s; only the first settle counts.
@@ -74,9 +82,16 @@ func (c *nxCall) settle(s int32) bool {
 
 type nxIdent struct{ client, seq uint64 }
 
+// nxIdents is the pool of coordinator identities. It also holds, for
+// direct updates (NilextTake), the highest request number this replica took
+// from each client id (high, driver goroutine only) and the counters of the
+// direct path.
 type nxIdents struct {
 	mu   sync.Mutex
 	free []nxIdent
+
+	high                      map[uint64]uint64
+	directTaken, directRefuse atomic.Uint64
 }
 
 func (p *nxIdents) get() nxIdent {
@@ -246,6 +261,10 @@ func (r *Replica) nxStart(calls []*nxCall) {
 	now := r.now()
 	reqs := make([]vr.NilextRequest, 0, len(calls))
 	for _, c := range calls {
+		if c.direct {
+			r.nxTakeDirect(now, c)
+			continue
+		}
 		k := nxKey{c.req.Client, c.req.ReqNum}
 		r.nxWait[k] = c
 		r.nxOrigin[k] = r.cfg.Self
@@ -302,6 +321,12 @@ func (r *Replica) nxAck(a vr.NilextAck) {
 	}
 	if c.state.Load() != nxPending {
 		delete(r.nxWait, k)
+		return
+	}
+	if c.direct {
+		delete(r.nxWait, k)
+		c.ack = a
+		c.settle(nxDone)
 		return
 	}
 	done := c.tr.Add(a)
@@ -368,6 +393,14 @@ func (r *Replica) nxSweep(viewChanged bool) {
 	for k, c := range r.nxWait {
 		if c.state.Load() != nxPending {
 			delete(r.nxWait, k)
+			continue
+		}
+		if viewChanged && c.direct {
+			// The core dropped (or re-ordered) its d-log and will not ack
+			// this copy: tell its client now instead of at its timeout.
+			delete(r.nxWait, k)
+			c.err = &NotLeaderError{}
+			c.settle(nxFailed)
 		}
 	}
 	if viewChanged || len(r.nxOrigin) > 1<<20 {
@@ -451,4 +484,160 @@ func (st *walState) applyDLog(p []byte) error {
 		}
 	}
 	return r.err
+}
+
+// ---- updates straight from a client (the Go client's broadcast) ----
+
+// Errors of NilextTake callers branch on.
+var (
+	// ErrNilextStale: this replica already took a later request of the
+	// client id. A client has one nilext update outstanding per id and sends
+	// them in order, so an older one arriving now is a misuse (or a copy
+	// delayed past its successor): it gets no ack, since the core would
+	// count it executed once the later one is applied.
+	ErrNilextStale = errors.New("vrshard: nilext request older than one this replica already took from its client id")
+	// ErrNilextBusy: the same request is already waiting for its ack here.
+	ErrNilextBusy = errors.New("vrshard: nilext request already in flight at this replica")
+	// ErrNilextInvalid: the update is not one the fast path may take.
+	ErrNilextInvalid = errors.New("vrshard: not a valid nilext update")
+)
+
+// maxNilextClients bounds NilextTake's per-client memory.
+const maxNilextClients = 1 << 16
+
+// NilextTake appends a nilext update a client sent to every replica itself
+// (RESP KEFIR.NILEXT, docs/design/resp-extensions.md) to this replica's
+// d-log and returns this replica's ack: its view, its id and whether it leads
+// that view. The ack of a sync update comes once the d-log record is on disk.
+// The client, not this replica, completes the update on
+// vr.NilextSupermajority acks of one view including the leader's, and falls
+// back to the ordered path (Write with the same id) without them.
+//
+// Everything a client controls is checked here, because a plain RESP user
+// can send it: the op must be a nilext update (NilextEligible) within the
+// engine's key and value limits (a lazily applied update must not fail
+// later), the id must be non-zero, and an id older than one this replica
+// already took from the same client is refused (ErrNilextStale).
+func (r *Replica) NilextTake(ctx context.Context, id shard.ReqID, op shard.Op, d level.Durability) (vr.NilextAck, error) {
+	if err := r.failed(); err != nil {
+		return vr.NilextAck{}, err
+	}
+	if !r.opts.Nilext {
+		return vr.NilextAck{}, vr.ErrNilextOff
+	}
+	if id.Client == 0 || id.Seq == 0 {
+		return vr.NilextAck{}, fmt.Errorf("%w: client id and request number must be non-zero", ErrNilextInvalid)
+	}
+	if err := r.nilextValid(&op); err != nil {
+		return vr.NilextAck{}, err
+	}
+	if err := r.CheckDurability(d); err != nil {
+		return vr.NilextAck{}, err
+	}
+	c := &nxCall{
+		req: vr.NilextRequest{
+			Request: vr.Request{Client: id.Client, ReqNum: id.Seq, Data: encodeOp(nil, header{ts: time.Now().UnixNano()}, &op)},
+			Keys:    nilextKeys(&op),
+			Sync:    d == level.Sync || d.IsZero(),
+		},
+		wait: &batchWait{done: make(chan struct{})}, born: time.Now(), direct: true,
+	}
+	c.wait.left.Store(1)
+	select {
+	case r.nxc <- []*nxCall{c}:
+	case <-ctx.Done():
+		return vr.NilextAck{}, ctx.Err()
+	case <-r.done:
+		return vr.NilextAck{}, r.closedErr()
+	}
+	timer := time.NewTimer(r.opts.RequestTimeout)
+	defer timer.Stop()
+	select {
+	case <-c.wait.done:
+	case <-timer.C:
+	case <-ctx.Done():
+	case <-r.done:
+	}
+	if c.settle(nxAbandoned) {
+		if err := ctx.Err(); err != nil {
+			return vr.NilextAck{}, err
+		}
+		return vr.NilextAck{}, fmt.Errorf("%w: no ack within %v", shard.ErrUnavailable, r.opts.RequestTimeout)
+	}
+	if c.state.Load() == nxDone {
+		return c.ack, nil
+	}
+	return vr.NilextAck{}, c.err
+}
+
+// nilextValid checks a client's nilext op before it enters a d-log: once
+// acknowledged it must apply without an execution error.
+func (r *Replica) nilextValid(op *shard.Op) error {
+	if !NilextEligible(op) {
+		return fmt.Errorf("%w: only a plain SET or an MSET of key/value pairs", ErrNilextInvalid)
+	}
+	maxKey, maxVal := r.opts.Storage.MaxKeySize, r.opts.Storage.MaxValueSize
+	if maxKey <= 0 {
+		maxKey = 64 << 10 // the engine's defaults (storage.Options)
+	}
+	if maxVal <= 0 {
+		maxVal = 16 << 20
+	}
+	check := func(k, v []byte) error {
+		if len(k) > maxKey {
+			return fmt.Errorf("%w: key of %d bytes > %d", ErrNilextInvalid, len(k), maxKey)
+		}
+		if len(v) > maxVal {
+			return fmt.Errorf("%w: value of %d bytes > %d", ErrNilextInvalid, len(v), maxVal)
+		}
+		return nil
+	}
+	if op.Kind == shard.KindSet {
+		return check(op.Key, op.Value)
+	}
+	for i := 0; i < len(op.Keys); i += 2 {
+		if err := check(op.Keys[i], op.Keys[i+1]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// nxTakeDirect runs a NilextTake on the driver goroutine.
+func (r *Replica) nxTakeDirect(now int64, c *nxCall) {
+	k := nxKey{c.req.Client, c.req.ReqNum}
+	refuse := func(err error) {
+		r.nxIDs.directRefuse.Add(1)
+		c.err = err
+		c.settle(nxFailed)
+	}
+	if w := r.nxWait[k]; w != nil && w.state.Load() == nxPending {
+		refuse(ErrNilextBusy)
+		return
+	}
+	if r.nxIDs.high == nil || len(r.nxIDs.high) > maxNilextClients {
+		// Forgetting is safe for clients that keep the one-outstanding rule;
+		// it only weakens the check against misuse for a moment.
+		r.nxIDs.high = map[uint64]uint64{}
+	}
+	if h := r.nxIDs.high[c.req.Client]; h > c.req.ReqNum {
+		refuse(fmt.Errorf("%w: %d after %d", ErrNilextStale, c.req.ReqNum, h))
+		return
+	}
+	r.nxWait[k] = c
+	r.nxOrigin[k] = r.cfg.Self
+	if err := r.core.Nilext(now, c.req); err != nil {
+		delete(r.nxWait, k)
+		delete(r.nxOrigin, k)
+		refuse(r.mapErr(err))
+		return
+	}
+	r.nxIDs.high[c.req.Client] = c.req.ReqNum
+	r.nxIDs.directTaken.Add(1)
+}
+
+// NilextDirectStats reports how many direct updates (NilextTake) this
+// replica acknowledged and refused.
+func (r *Replica) NilextDirectStats() (taken, refused uint64) {
+	return r.nxIDs.directTaken.Load(), r.nxIDs.directRefuse.Load()
 }

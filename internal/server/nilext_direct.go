@@ -1,0 +1,118 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"strconv"
+
+	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/shard"
+	"github.com/kefirdb/kefir/internal/vr"
+	"github.com/kefirdb/kefir/internal/vrshard"
+)
+
+// KEFIR.TOPOLOGY and KEFIR.NILEXT: what the Go client needs to run the
+// nilext fast path itself (docs/design/resp-extensions.md, "Nilext fast
+// path"). The client learns the group and whether the fast path is on from
+// KEFIR.TOPOLOGY, sends each nilext update to every replica with
+// KEFIR.NILEXT, and completes it on a supermajority of the acks (one view,
+// the leader's included); the replica only appends to its d-log and says in
+// which view it did. A single ack is not a completion, which the reply's
+// shape (three integers, no +OK) makes plain to a redis-cli user.
+
+// topology answers KEFIR.TOPOLOGY:
+//
+//	[cluster-id, view, leader-id, nilext (0|1), self-id, [[id, client-addr], ...]]
+//
+// Members come in leader order (view v is led by members[v mod n]), which
+// the client needs to believe an ack's leader flag. A single node answers
+// zeros and no members.
+func (c *conn) topology() error {
+	w := c.w
+	s := c.srv
+	_ = w.WriteArrayHeader(6)
+	if s.vr == nil {
+		for range 5 {
+			_ = w.WriteInt(0)
+		}
+		return w.WriteArrayHeader(0)
+	}
+	in := s.vr.Info()
+	nilext := int64(0)
+	if s.vr.NilextOn() {
+		nilext = 1
+	}
+	_ = w.WriteInt(int64(s.cfg.ClusterID))
+	_ = w.WriteInt(int64(in.View))
+	_ = w.WriteInt(int64(in.Leader))
+	_ = w.WriteInt(nilext)
+	_ = w.WriteInt(int64(s.cfg.ReplicaID))
+	_ = w.WriteArrayHeader(len(s.cfg.Members))
+	for _, m := range s.cfg.Members {
+		_ = w.WriteArrayHeader(2)
+		_ = w.WriteInt(int64(m.ID))
+		_ = w.WriteBulkString(m.ClientAddr)
+	}
+	return nil
+}
+
+// nilextTake answers KEFIR.NILEXT client seq durability SET k v | MSET k v ...
+// with this replica's ack [view, replica-id, leader (0|1)].
+func (c *conn) nilextTake(args [][]byte) error {
+	if c.srv.vr == nil || !c.srv.vr.NilextOn() {
+		return errf("ERR KEFIR.NILEXT: the nilext fast path is off on this node")
+	}
+	client, err1 := strconv.ParseUint(string(args[1]), 10, 64)
+	seq, err2 := strconv.ParseUint(string(args[2]), 10, 64)
+	if err1 != nil || err2 != nil || client == 0 || seq == 0 {
+		return errf("ERR KEFIR.NILEXT: client id and request number must be non-zero unsigned integers")
+	}
+	d, err := level.ParseDurability(string(args[3]))
+	if err != nil {
+		return errf("ERR KEFIR.NILEXT: %s", err.Error())
+	}
+	var op shard.Op
+	rest := args[4:]
+	switch {
+	case eq(rest[0], "SET") && len(rest) == 3:
+		// No options: SET with NX, XX or GET reports state and is not nilext.
+		op = shard.Op{Kind: shard.KindSet, Key: rest[1], Value: rest[2]}
+	case eq(rest[0], "MSET") && len(rest) >= 3 && len(rest)%2 == 1:
+		op = shard.Op{Kind: shard.KindMSet, Keys: rest[1:]}
+	default:
+		return errf("ERR KEFIR.NILEXT takes only SET key value or MSET key value [key value ...]")
+	}
+	// The arguments alias the reader's buffer; NilextTake copies what the
+	// d-log keeps before it returns.
+	ack, err := c.srv.vr.NilextTake(context.Background(), shard.ReqID{Client: client, Seq: seq}, op, d)
+	if err != nil {
+		return nilextTakeError(err)
+	}
+	_ = c.w.WriteArrayHeader(3)
+	_ = c.w.WriteInt(int64(ack.View))
+	_ = c.w.WriteInt(int64(ack.From))
+	leader := int64(0)
+	if ack.Leader {
+		leader = 1
+	}
+	return c.w.WriteInt(leader)
+}
+
+// nilextTakeError: -ERR for what the client got wrong (it must not retry the
+// same request), -UNAVAILABLE for what this replica cannot do now (no ack
+// from it this time; the client may still complete on the others, or fall
+// back to the ordered path).
+func nilextTakeError(err error) error {
+	var nl *vrshard.NotLeaderError
+	switch {
+	case errors.Is(err, vrshard.ErrNilextInvalid), errors.Is(err, vrshard.ErrNilextStale), errors.Is(err, vr.ErrNilextOff):
+		return errf("ERR KEFIR.NILEXT: %s", err.Error())
+	case errors.Is(err, level.ErrUnknownLevel):
+		return errf("ERR KEFIR.NILEXT: %s", err.Error())
+	case errors.As(err, &nl):
+		return errf("UNAVAILABLE KEFIR.NILEXT: replica not normal (view change or recovery)")
+	case errors.Is(err, vrshard.ErrNilextBusy):
+		return errf("UNAVAILABLE KEFIR.NILEXT: %s", err.Error())
+	}
+	return errf("UNAVAILABLE KEFIR.NILEXT: %s", err.Error())
+}
