@@ -198,6 +198,12 @@ var serverOptions = []option{
 			c.Nilext = b
 			return err
 		}},
+	{"follower-reads", "false", "Replicated mode: followers serve cross-client-monotonic reads while they hold an active-set lease from the leader (docs/consistency.md); durable data is then applied on every active-set member before any read sees it. Without it those reads go to the leader. Give it to every member alike.",
+		func(c *serverConfig, v string) error {
+			b, err := strconv.ParseBool(v)
+			c.FollowerReads = b
+			return err
+		}},
 	{"log-level", "info", "Log level: debug, info, warn, error.",
 		func(c *serverConfig, v string) error { c.LogLevel = v; return nil }},
 	{"log-format", "text", "Log format: text or json.",

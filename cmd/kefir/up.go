@@ -36,6 +36,7 @@ func runUp(args []string, stdout, stderr io.Writer) error {
 	durability := fs.String("durability", "sync", "default write durability of the nodes: sync, cad or async")
 	logLevel := fs.String("log-level", "info", "log level of the nodes")
 	nilext := fs.Bool("nilext", false, "EXPERIMENTAL: run the group with the Skyros nilext fast path (kefir server --nilext on every node); needs --nodes ≥ 3")
+	followerReads := fs.Bool("follower-reads", false, "followers serve cross-client-monotonic reads under active-set leases (kefir server --follower-reads on every node); needs --nodes ≥ 3")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: kefir up [options]\n\nStarts a local Kefir cluster on loopback as child processes, prints its addresses,\nstreams the nodes' logs prefixed by node id, and stops everything on Ctrl-C.\n\nOptions:\n")
 		fs.PrintDefaults()
@@ -51,6 +52,9 @@ func runUp(args []string, stdout, stderr io.Writer) error {
 	}
 	if *nilext && *nodes == 1 {
 		return usageError{errors.New("--nilext needs a replica group (--nodes 3 or more)")}
+	}
+	if *followerReads && *nodes == 1 {
+		return usageError{errors.New("--follower-reads needs a replica group (--nodes 3 or more)")}
 	}
 	grp, err := prepareGroup(*dir, *nodes, *basePort)
 	if err != nil {
@@ -112,7 +116,8 @@ func runUp(args []string, stdout, stderr io.Writer) error {
 				"--replica-id", strconv.Itoa(i),
 				"--cluster-id", strconv.FormatUint(grp.clusterID, 10),
 				"--bootstrap", strconv.FormatBool(grp.bootstrap),
-				"--nilext", strconv.FormatBool(*nilext))
+				"--nilext", strconv.FormatBool(*nilext),
+				"--follower-reads", strconv.FormatBool(*followerReads))
 			// The secret goes through the environment: flags show in ps.
 			c.cmd.Env = append(os.Environ(), "KEFIR_CLUSTER_SECRET="+grp.secret)
 		}

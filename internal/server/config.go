@@ -98,6 +98,10 @@ type Config struct {
 	// every replica, this node coordinating, and are ordered in the
 	// background (internal/vrshard nilext.go, internal/server nilext.go).
 	Nilext bool
+	// FollowerReads lets followers serve cross-client-monotonic reads while
+	// they hold an active-set lease (docs/design/cad.md §3); every member
+	// must agree.
+	FollowerReads bool
 }
 
 // Member is one replica of the group: its id, the address peers dial, and the
@@ -157,6 +161,9 @@ func (c Config) validateReplication() error {
 	if !c.Replicated() {
 		if c.Nilext {
 			return fmt.Errorf("config: --nilext needs replicated mode (--members)")
+		}
+		if c.FollowerReads {
+			return fmt.Errorf("config: --follower-reads needs replicated mode (--members)")
 		}
 		if c.ReplicaID != 0 || c.Bootstrap {
 			return errors.New("config: --replica-id and --bootstrap need --members (the group's member list)")

@@ -97,6 +97,7 @@ func newMetrics(s *Server) *metrics {
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kefir_forwarded_total", Help: "Commands this node forwarded to the leader."},
 				func() float64 { return float64(s.fwd.forwarded.Load()) }),
 		)
+		m.reg.MustRegister(s.cadCollectors()...)
 		if s.vr.NilextOn() {
 			m.reg.MustRegister(s.nilextCollectors()...)
 		}

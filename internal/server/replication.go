@@ -113,6 +113,7 @@ func (s *Server) openReplica() (*vrshard.Replica, error) {
 		},
 		Bootstrap:     cfg.Bootstrap,
 		Nilext:        cfg.Nilext,
+		FollowerReads: cfg.FollowerReads,
 		Peers:         peers,
 		ClientAddrs:   clients,
 		ClusterSecret: cfg.ClusterSecret,
@@ -146,6 +147,8 @@ type ReplicaInfo struct {
 	Forwarded uint64 `json:"forwarded"`
 	// Nilext fast path (omitted when off).
 	Nilext *NilextInfo `json:"nilext,omitempty"`
+	// CAD and cross-client-monotonic reads.
+	CAD *CADInfo `json:"cad"`
 }
 
 // role names what a replica does now: leader, follower, recovering,
@@ -181,6 +184,7 @@ func (s *Server) replicaInfo() *ReplicaInfo {
 	if s.vr.NilextOn() {
 		out.Nilext = s.nilextInfo(in)
 	}
+	out.CAD = s.cadInfo(in)
 	return out
 }
 

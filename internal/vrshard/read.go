@@ -290,13 +290,15 @@ type Info struct {
 	Failed   error
 	// DLogLen is the nilext d-log's length (pending nilext updates).
 	DLogLen int
+	// Readable is the readable index R this replica knows (cad.go).
+	Readable uint64
 }
 
 // Info reports the replica's protocol state.
 func (r *Replica) Info() Info {
 	return Info{Self: r.cfg.Self, Status: vr.Status(r.status.Load()), View: r.view.Load(),
 		Leader: r.leader.Load(), IsLeader: r.isLeader.Load(), Commit: r.commit.Load(),
-		Applied: r.applied.Load(), Failed: r.failed(), DLogLen: int(r.dlogLen.Load())}
+		Applied: r.applied.Load(), Failed: r.failed(), DLogLen: int(r.dlogLen.Load()), Readable: r.readable.Load()}
 }
 
 // Stats returns the replica's counters.
@@ -305,7 +307,9 @@ func (r *Replica) Stats() Stats {
 		Applied: r.st.applied.Load(), Proposals: r.st.proposals.Load(), LeaseReads: r.st.leaseReads.Load(),
 		IndexReads: r.st.indexReads.Load(), Checkpoints: r.st.ckpts.Load(), SnapsSent: r.st.snapsSent.Load(),
 		SnapsLoaded: r.st.snapsLoaded.Load(), NilextFast: r.st.nxFast.Load(), NilextFallbacks: r.st.nxFallbacks.Load(),
-		NilextSent: r.st.nxSent.Load(), NilextAcksSent: r.st.nxAcksSent.Load(), NilextSlowReads: r.st.nxSlowReads.Load()}
+		NilextSent: r.st.nxSent.Load(), NilextAcksSent: r.st.nxAcksSent.Load(), NilextSlowReads: r.st.nxSlowReads.Load(),
+		DurabilityWaits: r.st.durWaits.Load(), FollowerReads: r.st.followerReads.Load(),
+		FollowerRedirects: r.st.followerRedirects.Load(), EarlyAcks: r.st.earlyAcks.Load(), OverlayReads: r.st.overlayReads.Load()}
 }
 
 // ---- snapshots ----
@@ -394,6 +398,7 @@ func (r *Replica) restore(s *vr.Snapshot) error {
 		return fmt.Errorf("vrshard: restore snapshot: engine sync: %w", err)
 	}
 	r.app.replayTo = max(r.app.replayTo, r.db.LastVersion())
+	r.upd.raiseFloor(max(s.Op, r.db.LastVersion()))
 	r.setApplied(s.Op)
 	r.sinceCkpt = 0
 	r.st.snapsLoaded.Add(1)

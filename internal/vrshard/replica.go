@@ -82,6 +82,10 @@ type Options struct {
 	// ordered path at once for this long, then the fast path is tried again
 	// (default 1s): a down replica costs one timeout, not one per write.
 	NilextBackoff time.Duration
+	// FollowerReads turns on the active set (docs/design/cad.md §3):
+	// followers holding a lease serve cross-client-monotonic reads. Every
+	// member of a group must agree on it.
+	FollowerReads bool
 	Logger        *slog.Logger
 }
 
@@ -245,6 +249,15 @@ type Stats struct {
 	NilextSent      uint64
 	NilextAcksSent  uint64
 	NilextSlowReads uint64
+	// CAD (cad.go): reads at the leader that waited for their keys' latest
+	// update to become readable; cross-client-monotonic reads a follower
+	// served locally, and those it redirected; cad/async writes acknowledged
+	// before commit; reads served from the leader's async overlay.
+	DurabilityWaits   uint64
+	FollowerReads     uint64
+	FollowerRedirects uint64
+	EarlyAcks         uint64
+	OverlayReads      uint64
 }
 
 // Replica is one VR replica of a shard: it implements shard.Replica, so the
@@ -316,11 +329,14 @@ type Replica struct {
 	notifyMu  sync.Mutex
 	notify    chan struct{} // closed and replaced when applied advances
 	nxIDs     nxIdents
+	upd       *keyUpdates // per-key update index and async overlay (cad.go)
+	readable  atomic.Uint64
 	nxCool    atomic.Int64 // local Unix ns until which the fast path rests
 
 	st struct {
 		readies, fsyncs, persisted, applied, proposals, leaseReads, indexReads, ckpts, snapsSent, snapsLoaded atomic.Uint64
 		nxFast, nxFallbacks, nxSent, nxAcksSent, nxSlowReads                                                  atomic.Uint64
+		durWaits, followerReads, followerRedirects, earlyAcks, overlayReads                                   atomic.Uint64
 	}
 }
 
@@ -401,6 +417,19 @@ func Open(opts Options) (*Replica, error) {
 	r.tail = ws.entries
 	r.app = newApplier(db)
 	r.applied.Store(ws.snap.Op)
+	// The engine can hold ops after the log's last entry (both are written
+	// without fsync; a crash keeps what the OS happened to write): the
+	// index cannot know those.
+	floor := ws.snap.Op
+	if n := len(ws.entries); db.LastVersion() > floor && (n == 0 || db.LastVersion() > ws.entries[n-1].Op) {
+		floor = db.LastVersion()
+	}
+	r.upd = newKeyUpdates(floor)
+	if err := r.upd.addEntries(ws.entries); err != nil {
+		db.Close()
+		w.close()
+		return nil, err
+	}
 	if ws.empty {
 		w.addSnapshot(0, nil)
 		w.addFlags(r.recovering)
@@ -730,12 +759,16 @@ func (r *Replica) handle(rd *vr.Ready) error {
 	}
 	if rd.HasTruncate {
 		r.wal.addTruncate(rd.Truncate)
+		r.upd.truncate(rd.Truncate)
 		for len(r.tail) > 0 && r.tail[len(r.tail)-1].Op > rd.Truncate {
 			r.tail = r.tail[:len(r.tail)-1]
 		}
 	}
 	r.wal.addEntries(rd.Entries)
 	r.tail = append(r.tail, rd.Entries...)
+	if err := r.upd.addEntries(rd.Entries); err != nil {
+		return err
+	}
 	if roll {
 		// The new segment replaces every older one: it must hold the whole
 		// live d-log, not only this batch's records.

@@ -1,0 +1,50 @@
+package server
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kefirdb/kefir/internal/vrshard"
+)
+
+// CAD and cross-client-monotonic reads (docs/design/cad.md) in /metrics,
+// /status and INFO. The durability-wait counter is the paper's "fraction
+// of reads that needed the durability check": divide it by the reads.
+
+// CADInfo is the CAD part of /status.
+type CADInfo struct {
+	FollowerReads    bool   `json:"follower_reads"`
+	Readable         uint64 `json:"readable_op"`
+	DurabilityWaits  uint64 `json:"reads_durability_wait"`
+	FollowerServed   uint64 `json:"follower_reads_served"`
+	FollowerRedirect uint64 `json:"follower_reads_redirected"`
+	EarlyAcks        uint64 `json:"writes_acked_before_commit"`
+	OverlayReads     uint64 `json:"async_overlay_reads"`
+}
+
+func (s *Server) cadInfo(in vrshard.Info) *CADInfo {
+	st := s.vr.Stats()
+	return &CADInfo{FollowerReads: s.cfg.FollowerReads, Readable: in.Readable, DurabilityWaits: st.DurabilityWaits,
+		FollowerServed: st.FollowerReads, FollowerRedirect: st.FollowerRedirects, EarlyAcks: st.EarlyAcks,
+		OverlayReads: st.OverlayReads}
+}
+
+func (s *Server) cadCollectors() []prometheus.Collector {
+	counter := func(name, help string, f func(vrshard.Stats) uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
+			func() float64 { return float64(f(s.vr.Stats())) })
+	}
+	return []prometheus.Collector{
+		counter("kefir_reads_durability_wait_total", "Reads at the leader whose key's latest update was not yet readable (durable and applied on every active-set member), so they waited for it (the CAD durability check).",
+			func(st vrshard.Stats) uint64 { return st.DurabilityWaits }),
+		counter("kefir_follower_reads_total", "Cross-client-monotonic reads this follower served from its own engine under an active-set lease.",
+			func(st vrshard.Stats) uint64 { return st.FollowerReads }),
+		counter("kefir_follower_reads_redirected_total", "Cross-client-monotonic reads this follower sent to the leader (no lease, or the data read was not yet readable).",
+			func(st vrshard.Stats) uint64 { return st.FollowerRedirects }),
+		counter("kefir_writes_early_ack_total", "cad and async blind writes acknowledged before they were committed (in memory on a majority, or appended at the leader).",
+			func(st vrshard.Stats) uint64 { return st.EarlyAcks }),
+		counter("kefir_reads_async_overlay_total", "Reads at the leader served from pending async writes (no durability check; async is unsafe).",
+			func(st vrshard.Stats) uint64 { return st.OverlayReads }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kefir_vr_readable_op", Help: "The readable index R this node knows: ops up to it are durable and applied on every active-set member."},
+			func() float64 { return float64(s.vr.Info().Readable) }),
+	}
+}

@@ -1,0 +1,296 @@
+package vrshard
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/kefirdb/kefir/internal/shard"
+	"github.com/kefirdb/kefir/internal/storage"
+	"github.com/kefirdb/kefir/internal/vr"
+)
+
+// Consistency-aware durability (docs/design/cad.md). With cad and async
+// writes the leader acknowledges an entry before it is committed, so a
+// replica's log can hold writes that are not (yet) visible anywhere, and a
+// replica's engine can hold writes that some other active-set member has
+// not applied. A read must never return either: anything it returns must
+// be at most the readable index R (durable and applied on every replica that
+// may serve a cross-client-monotonic read). Two structures make that check
+// one map lookup per key:
+//
+//   - updates: for each key, the highest op in this replica's log (applied
+//     or not) that writes it. An entry leaves when its op is at most
+//     min(applied, R): from then on the engine holds it and every reader may
+//     see it. Pruning at R and not at apply (as the design first said) is
+//     deliberate: the engine's compaction drops a key's tombstone when it is
+//     the key's sole version, so "latest version including tombstones" is
+//     not always answerable from the engine; the index answers it for every
+//     op above R instead.
+//   - overlay: at the leader, the pending async blind writes (key → value or
+//     tombstone, op). A read of a key whose latest update is such a write is
+//     served from here at once — the async level's documented weakness.
+//
+// Both are written by the driver goroutine and read by reader goroutines
+// after they read the engine (validate), so a write applied concurrently
+// with a read is always seen by the check: it enters updates when it is
+// appended, long before it is applied.
+
+// keyUpdates is the per-key update index and the async overlay.
+type keyUpdates struct {
+	mu    sync.Mutex
+	last  map[string]uint64 // key → highest op writing it, for ops > pruned
+	queue []updBatch        // ops in log order, for pruning and truncation
+	// floor: the index holds every write of an op > floor that is in the log
+	// or the engine. At start the engine may hold ops after the log's
+	// snapshot point that the index never saw, so floor starts at the
+	// engine's last version; a read checked against R < floor cannot rely
+	// on the index alone.
+	floor   uint64
+	pruned  uint64 // ops up to here have left the index
+	overlay map[string]overlayEntry
+}
+
+type updBatch struct {
+	op   uint64
+	keys []string
+}
+
+// overlayEntry is a pending async blind write of one key.
+type overlayEntry struct {
+	op    uint64
+	value []byte
+	tomb  bool
+}
+
+func newKeyUpdates(floor uint64) *keyUpdates {
+	return &keyUpdates{last: map[string]uint64{}, overlay: map[string]overlayEntry{}, floor: floor, pruned: floor}
+}
+
+// writtenKeys returns the keys op writes (or may write: a conditional write
+// that turns out to write nothing is counted, which only makes reads wait a
+// little more).
+func writtenKeys(op *shard.Op) [][]byte {
+	switch op.Kind {
+	case shard.KindSet, shard.KindIncrBy, shard.KindGetSet, shard.KindAppend, shard.KindCAS:
+		return [][]byte{op.Key}
+	case shard.KindMSet:
+		ks := make([][]byte, 0, len(op.Keys)/2)
+		for i := 0; i+1 < len(op.Keys); i += 2 {
+			ks = append(ks, op.Keys[i])
+		}
+		return ks
+	case shard.KindDel:
+		return op.Keys
+	}
+	return nil
+}
+
+// add records that op (appended to the log now) writes keys. Ops arrive in
+// increasing order, except after a truncation.
+func (u *keyUpdates) add(op uint64, keys [][]byte) {
+	if len(keys) == 0 {
+		return
+	}
+	b := updBatch{op: op, keys: make([]string, len(keys))}
+	u.mu.Lock()
+	for i, k := range keys {
+		s := string(k)
+		b.keys[i] = s
+		if u.last[s] < op {
+			u.last[s] = op
+		}
+	}
+	u.queue = append(u.queue, b)
+	u.mu.Unlock()
+}
+
+// truncate forgets the ops after op (a new leader's log replaced them). The
+// keys they wrote fall back to their previous op still in the index.
+func (u *keyUpdates) truncate(op uint64) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	n := len(u.queue)
+	for n > 0 && u.queue[n-1].op > op {
+		n--
+	}
+	if n == len(u.queue) {
+		return
+	}
+	gone := u.queue[n:]
+	u.queue = u.queue[:n]
+	for _, b := range gone {
+		for _, k := range b.keys {
+			delete(u.last, k)
+		}
+	}
+	// The keys the dropped ops wrote fall back to their previous op still
+	// in the index (for the others this changes nothing).
+	for _, b := range u.queue {
+		for _, k := range b.keys {
+			u.last[k] = max(u.last[k], b.op)
+		}
+	}
+	for k, e := range u.overlay {
+		if e.op > op {
+			delete(u.overlay, k)
+		}
+	}
+}
+
+// prune drops the ops up to op (the caller passes min(applied, R)), and the
+// overlay entries they made redundant.
+func (u *keyUpdates) prune(op uint64) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if op <= u.pruned {
+		return
+	}
+	u.pruned = op
+	i := 0
+	for i < len(u.queue) && u.queue[i].op <= op {
+		for _, k := range u.queue[i].keys {
+			if u.last[k] <= op {
+				delete(u.last, k)
+			}
+		}
+		i++
+	}
+	if i > 0 {
+		clear(u.queue[:i])
+		u.queue = u.queue[i:]
+	}
+	if len(u.overlay) > 0 {
+		for k, e := range u.overlay {
+			if e.op <= op {
+				delete(u.overlay, k)
+			}
+		}
+	}
+}
+
+// setOverlay records a pending async blind write at op.
+func (u *keyUpdates) setOverlay(op uint64, keys [][]byte, values [][]byte, tomb bool) {
+	u.mu.Lock()
+	for i, k := range keys {
+		e := overlayEntry{op: op, tomb: tomb}
+		if !tomb {
+			e.value = bytes.Clone(values[i])
+			if e.value == nil {
+				e.value = []byte{}
+			}
+		}
+		u.overlay[string(k)] = e
+	}
+	u.mu.Unlock()
+}
+
+// dropOverlay forgets every pending async write (leader change: their fate
+// is the new leader's log's).
+func (u *keyUpdates) dropOverlay() {
+	u.mu.Lock()
+	clear(u.overlay)
+	u.mu.Unlock()
+}
+
+// need returns the highest op writing any of keys (0: none above the pruned
+// point).
+func (u *keyUpdates) need(keys [][]byte) uint64 {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	var n uint64
+	for _, k := range keys {
+		n = max(n, u.last[string(k)])
+	}
+	return n
+}
+
+// needRange returns the highest op writing a key in [start, end) (end nil:
+// no upper bound). It walks the whole index, which holds only the ops not
+// yet readable.
+func (u *keyUpdates) needRange(start, end []byte) uint64 {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	var n uint64
+	for k, op := range u.last {
+		if op > n && k >= string(start) && (end == nil || k < string(end)) {
+			n = op
+		}
+	}
+	return n
+}
+
+// overlayGet returns the pending async write of key if it is the key's
+// latest update.
+func (u *keyUpdates) overlayGet(key []byte) (overlayEntry, bool) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	e, ok := u.overlay[string(key)]
+	if !ok || u.last[string(key)] != e.op {
+		return overlayEntry{}, false
+	}
+	return e, true
+}
+
+func (u *keyUpdates) overlayLen() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return len(u.overlay)
+}
+
+// readKeys returns the keys a point read depends on (nil for a scan).
+func readKeys(op *shard.Op) [][]byte {
+	switch op.Kind {
+	case shard.KindGet, shard.KindStrlen:
+		return [][]byte{op.Key}
+	case shard.KindMGet, shard.KindExists:
+		return op.Keys
+	}
+	return nil
+}
+
+// latestVersion is the engine's latest version of key, tombstones included
+// (0: the engine holds none — never written, or a sole tombstone that
+// compaction reclaimed).
+func latestVersion(db *storage.DB, key []byte) (uint64, error) {
+	vs, err := db.Versions(key)
+	if errors.Is(err, storage.ErrNotFound) || (err == nil && len(vs) == 0) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	return vs[0].Version, nil
+}
+
+// addEntries indexes log entries as they are appended.
+func (u *keyUpdates) addEntries(es []vr.Entry) error {
+	for i := range es {
+		e := &es[i]
+		if len(e.Data) == 0 {
+			continue
+		}
+		_, op, err := decodeOp(e.Data)
+		if err != nil {
+			return fmt.Errorf("vrshard: op %d: %w", e.Op, err)
+		}
+		u.add(e.Op, writtenKeys(&op))
+	}
+	return nil
+}
+
+// raiseFloor records that the engine now holds ops up to op that the index
+// may never have seen (a snapshot was installed).
+func (u *keyUpdates) raiseFloor(op uint64) {
+	u.mu.Lock()
+	u.floor = max(u.floor, op)
+	u.mu.Unlock()
+}
+
+// complete reports whether the index alone knows every op above r.
+func (u *keyUpdates) complete(r uint64) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return r >= u.floor
+}
