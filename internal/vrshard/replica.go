@@ -982,6 +982,14 @@ func (r *Replica) publish() {
 	r.status.Store(uint32(info.Status))
 	r.view.Store(info.View)
 	r.dlogLen.Store(int64(info.DLogLen))
+	r.publishReadable(info.Commit)
+}
+
+// publishReadable publishes the readable index R and drops from the update
+// index the ops every reader may now see.
+func (r *Replica) publishReadable(R uint64) {
+	r.readable.Store(R)
+	r.upd.prune(min(r.applied.Load(), R))
 }
 
 // failWrites fails every write waiting for its outcome: this replica no
