@@ -51,6 +51,30 @@ type Config struct {
 	// wait. NilextInterval: it orders whatever waits at least this often.
 	NilextBatch    int
 	NilextInterval time.Duration
+
+	// FollowerReads turns on the active set (cad.md §3): the leader grants
+	// read leases to followers that have applied everything readable, and
+	// followers holding one serve cross-client-monotonic reads
+	// (FollowerRead). Off, the readable index R is simply the commit point
+	// and FollowerRead always fails. Needs LeaseDuration > 0: grants never
+	// outlive the leader's own lease.
+	FollowerReads bool
+	// MarkOut is the longest read lease the leader grants a follower (on
+	// the follower's clock from receipt, shortened by MaxDrift). It bounds
+	// how long a follower that stopped hearing from the leader may keep
+	// serving.
+	MarkOut time.Duration
+	// Removal is how long after the last grant it *sent* the leader waits
+	// before it drops a suspected follower from the active set (and stops
+	// counting its applied op in R). It must cover the longest grant in
+	// real time plus a heartbeat:
+	//
+	//	Removal >= MarkOut·(1+MaxDrift)/(1−MaxDrift) + HeartbeatInterval
+	Removal time.Duration
+	// Suspect: a member that has not answered for this long, or whose
+	// applied op trails a pending durability wait for this long, stops
+	// receiving grants (IN → REMOVING).
+	Suspect time.Duration
 }
 
 // Defaults for zero Config fields.
@@ -62,6 +86,12 @@ const (
 	// Skyros's artifact: batch 64, a 1 ms finalization timer (digest 004 §2.5).
 	DefaultNilextBatch    = 64
 	DefaultNilextInterval = time.Millisecond
+	// Active set (cad.md §3): a 100 ms lease, dropped after five of them,
+	// suspected after three missed heartbeats (two flap under load on a
+	// shared box; a few tens of ms either way).
+	DefaultMarkOut          = 100 * time.Millisecond
+	DefaultRemovalMarkOuts  = 5
+	DefaultSuspectHeartbeat = 3
 )
 
 func (c *Config) fill() {
@@ -83,6 +113,23 @@ func (c *Config) fill() {
 	if c.NilextInterval == 0 {
 		c.NilextInterval = DefaultNilextInterval
 	}
+	if c.MarkOut == 0 {
+		c.MarkOut = DefaultMarkOut
+	}
+	if c.Removal == 0 {
+		c.Removal = max(DefaultRemovalMarkOuts*c.MarkOut, c.MinRemoval())
+	}
+	if c.Suspect == 0 {
+		c.Suspect = DefaultSuspectHeartbeat * c.HeartbeatInterval
+	}
+}
+
+// MinRemoval is the smallest Removal that is safe for c: a grant of MarkOut
+// lasts at most MarkOut·(1+ρ)/(1−ρ) of the leader's clock (the follower's
+// clock may run slow, the leader's fast), plus one heartbeat for a grant in
+// flight when the leader decided.
+func (c Config) MinRemoval() time.Duration {
+	return time.Duration(float64(c.MarkOut)*(1+c.MaxDrift)/(1-c.MaxDrift)) + c.HeartbeatInterval
 }
 
 // Validate reports what is wrong with c (after defaults).
@@ -119,6 +166,14 @@ func (c Config) Validate() error {
 	}
 	if c.NilextBatch < 1 || c.NilextInterval <= 0 {
 		errs = append(errs, fmt.Errorf("nilext batch %d and interval %v must be positive", c.NilextBatch, c.NilextInterval))
+	}
+	if c.MarkOut <= 0 || c.Suspect <= 0 {
+		errs = append(errs, fmt.Errorf("mark-out %v and suspect %v must be positive", c.MarkOut, c.Suspect))
+	} else if c.Removal < c.MinRemoval() {
+		errs = append(errs, fmt.Errorf("removal %v must be at least mark-out·(1+drift)/(1−drift) + heartbeat = %v", c.Removal, c.MinRemoval()))
+	}
+	if c.FollowerReads && c.LeaseDuration == 0 {
+		errs = append(errs, errors.New("follower reads need a lease (LeaseDuration > 0): grants never outlive the leader's lease"))
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("vr: invalid config: %w", errors.Join(errs...))

@@ -72,6 +72,28 @@
 // client) complete an update with NilextTracker and fall back to Propose,
 // with the same request number, when no supermajority answers.
 //
+// # CAD and cross-client monotonic reads (cad.go; docs/design/cad.md)
+//
+// The driver's obligations do not grow: it calls Advance with applied
+// results and Persisted after each fsync as above, and reports nothing new —
+// the core learns the applied op from Advance and the persisted one from
+// Persisted, and followers send both to the leader on their own. It may
+// propose a write with ProposeAck: AckReplicated (cad) or AckAppended
+// (async) acknowledgements come out in Ready.Acks (Client, ReqNum, Op, no
+// Result) and the write's normal Reply still comes at apply (ignore it if
+// already acked). Writes whose reply depends on state use AckApplied. At
+// the leader, a read of a key whose latest update index u (in the log,
+// applied or not) is <= Readable() is served under the lease once applied
+// >= u; otherwise it calls WaitReadable(now, ctx, u) and serves when the
+// ReadState for ctx arrives (applied >= its Index). With
+// Config.FollowerReads, a follower serves a cross-client-monotonic read of
+// key k when FollowerRead(now) succeeds with R and k's latest version in its
+// state machine (tombstones included) is <= R; otherwise it redirects to the
+// leader. The driver should pass a fresh random State.Nonce on every start,
+// not only with LostState: it keeps read-lease acknowledgements of
+// different lives apart. The wire codec must carry Persisted, Applied,
+// Readable, Grant and AckSeq.
+//
 // # Leases and reads
 //
 // Followers promise, when they acknowledge a heartbeat, not to join another

@@ -52,6 +52,10 @@ type Ready struct {
 	DLog []NilextRequest
 	// NilextAcks answer nilext updates: send each to its client.
 	NilextAcks []NilextAck
+	// Acks are early acknowledgements of writes proposed with
+	// AckReplicated or AckAppended (ProposeAck): Client, ReqNum and Op, no
+	// Result. The write's normal Reply still comes when it is applied.
+	Acks []Reply
 }
 
 // Committed is an entry ready to apply. Duplicate entries (a client's request
@@ -66,7 +70,7 @@ type Committed struct {
 func (rd *Ready) Empty() bool {
 	return rd.PersistSeq == 0 && len(rd.Messages) == 0 && len(rd.Committed) == 0 &&
 		len(rd.Replies) == 0 && len(rd.ReadStates) == 0 && len(rd.SnapshotNeeded) == 0 && len(rd.Errors) == 0 &&
-		len(rd.DLog) == 0 && len(rd.NilextAcks) == 0
+		len(rd.DLog) == 0 && len(rd.NilextAcks) == 0 && len(rd.Acks) == 0
 }
 
 // HasWrite reports whether rd carries disk writes.

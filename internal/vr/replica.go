@@ -45,6 +45,9 @@ type readReq struct {
 	ctx uint64
 	hb  uint64 // heartbeat that confirms leadership; 0 = not sent yet
 	min uint64 // commit must reach this op first (nilext slow-path reads)
+	// readable: the readable index must reach this op first (durability
+	// waits, WaitReadable); 0 for plain read-index reads.
+	readable uint64
 }
 
 // mutations are deliberate bugs the tests switch on to prove the simulator
@@ -56,6 +59,15 @@ type mutations struct {
 	skipClientTable     bool
 	nilextBreakCycles   bool
 	nilextAckEarly      bool
+	// CAD (cad.go): a follower's lease timed from the grant's receipt; grants
+	// not capped by the leader's lease; suspected members dropped without
+	// waiting Removal; R advanced past members' applied ops; a follower
+	// serving although it has not applied the R it learned.
+	grantFromReceipt       bool
+	grantBeyondLease       bool
+	dropAtOnce             bool
+	readableIgnoresMembers bool
+	followerNoAppliedCheck bool
 }
 
 const hbRing = 256
@@ -138,6 +150,8 @@ type Replica struct {
 	clients map[uint64]*ClientRecord
 
 	nx nilextState
+
+	cad cadState
 }
 
 // New returns a replica. A replica with an empty State and view 0 is a member
@@ -158,6 +172,7 @@ func New(cfg Config, st State) (*Replica, error) {
 	r.svc = make([]bool, r.n)
 	r.dvc = make([]*Message, r.n)
 	r.recResp = make([]*Message, r.n)
+	r.cad.init(r.n, st.Nonce)
 	r.first = 1
 	if s := st.Snapshot; s != nil {
 		r.first = s.Op + 1
@@ -488,6 +503,7 @@ func (r *Replica) Tick(now int64) {
 				r.hbNow = true
 			}
 			r.nxTick()
+			r.updateMembers()
 		} else if r.now-r.lastContact >= vct && r.canVote() {
 			r.startViewChange(r.view + 1)
 		}
@@ -573,9 +589,10 @@ func (r *Replica) flush() {
 	r.appendEntries(es)
 	for off := 0; off < len(es); off += r.cfg.MaxBatch {
 		chunk := es[off:min(off+r.cfg.MaxBatch, len(es))]
-		r.broadcast(Message{Type: MsgPrepare, View: r.view, Op: chunk[len(chunk)-1].Op,
-			Commit: r.commit, First: chunk[0].Op, Entries: chunk}, false)
+		r.sendLeader(Message{Type: MsgPrepare, View: r.view, Op: chunk[len(chunk)-1].Op,
+			Commit: r.commit, First: chunk[0].Op, Entries: chunk})
 	}
+	r.cadOrdered(es)
 	if r.mut.commitWithoutQuorum {
 		r.setCommit(r.lastOp())
 	}
@@ -631,6 +648,7 @@ func (r *Replica) onPrepare(j int, m *Message) {
 	}
 	r.lastContact = r.now
 	r.appendFrom(j, m)
+	r.learn(m)
 	r.maybeAck(0, false)
 }
 
@@ -664,27 +682,6 @@ func (r *Replica) requestState(j int, force bool) {
 	r.send(r.cfg.Members[j], Message{Type: MsgGetState, View: r.view, Op: r.lastOp()})
 }
 
-// maybeAck sends a prepare-ok when this follower's durable prefix grew, or
-// to answer heartbeat hb.
-func (r *Replica) maybeAck(hb uint64, heartbeat bool) {
-	if r.status != Normal || r.isLeader() {
-		return
-	}
-	op := r.durable
-	if r.mut.ackBeforePersist {
-		op = r.lastOp()
-	} else if r.synced < r.viewSeq {
-		op = 0 // the view itself is not durable yet: promise nothing
-	}
-	if !heartbeat && (op == 0 || (r.lastAck[0] == r.view && op <= r.lastAck[1])) {
-		return
-	}
-	if op > 0 {
-		r.lastAck = [2]uint64{r.view, op}
-	}
-	r.send(r.cfg.LeaderOf(r.view), Message{Type: MsgPrepareOK, View: r.view, Op: op, HBSeq: hb})
-}
-
 func (r *Replica) onCommit(j int, m *Message) {
 	if !r.follow(j, m.View) {
 		return
@@ -696,6 +693,7 @@ func (r *Replica) onCommit(j int, m *Message) {
 	if c := min(m.Commit, r.lastOp()); c > r.commit {
 		r.setCommit(c)
 	}
+	r.learn(m)
 	hb := m.HBSeq
 	if r.pendingView > r.view {
 		// Another replica wants a new view: let the promise run out (and the
@@ -711,15 +709,17 @@ func (r *Replica) onPrepareOK(j int, m *Message) {
 	if r.status != Normal || m.View != r.view || !r.isLeader() {
 		return
 	}
-	if m.Op > r.acked[j] {
-		r.acked[j] = min(m.Op, r.lastOp())
+	// Only the persisted prefix counts toward the commit point: entries
+	// merely received (m.Op) count for early acks, and a crash may take them.
+	if m.Persisted > r.acked[j] {
+		r.acked[j] = min(m.Persisted, r.lastOp())
 	}
 	if m.HBSeq > r.hbAcked[j] {
 		r.hbAcked[j] = m.HBSeq
 		r.ackAt[j] = r.hbSentAt(m.HBSeq)
 	}
+	r.onPeerAck(j, m)
 	r.advanceCommit()
-	r.checkReads()
 }
 
 func (r *Replica) hbSentAt(seq uint64) int64 {
@@ -745,8 +745,9 @@ func (r *Replica) advanceCommit() {
 	slices.Sort(vals)
 	if c := vals[r.n-1-r.f]; c > r.commit {
 		r.setCommit(c)
+		r.advanceAcked()
 	}
-	r.checkReads()
+	r.updateMembers()
 }
 
 func (r *Replica) heartbeat() {
@@ -762,7 +763,7 @@ func (r *Replica) heartbeat() {
 			r.reads[i].hb = r.hbSeq
 		}
 	}
-	r.broadcast(Message{Type: MsgCommit, View: r.view, Commit: r.commit, Op: r.lastOp(), HBSeq: r.hbSeq}, false)
+	r.sendLeader(Message{Type: MsgCommit, View: r.view, Commit: r.commit, Op: r.lastOp(), HBSeq: r.hbSeq})
 	if r.n == 1 {
 		r.checkReads()
 	}
@@ -804,7 +805,7 @@ func (r *Replica) checkReads() {
 	}
 	n := 0
 	for _, rd := range r.reads {
-		if rd.hb != 0 && rd.hb <= confirmed && r.commit >= rd.min {
+		if rd.hb != 0 && rd.hb <= confirmed && r.commit >= rd.min && r.Readable() >= rd.readable {
 			r.out.ReadStates = append(r.out.ReadStates, ReadState{Ctx: rd.ctx, Index: r.commit})
 		} else {
 			r.reads[n] = rd
@@ -863,6 +864,7 @@ func (r *Replica) stepDown() {
 	r.queue = nil
 	clear(r.inflight)
 	r.nxStepDown()
+	r.cadReset()
 	for i := range r.acked {
 		r.acked[i], r.hbAcked[i], r.ackAt[i] = 0, 0, 0
 		r.snapWanted[i] = false
@@ -1263,6 +1265,7 @@ func (r *Replica) Ready() Ready {
 	if r.hbNow && r.status == Normal && r.isLeader() {
 		r.heartbeat()
 	}
+	r.flushAck()
 	if r.commit > r.handed {
 		r.out.Committed = make([]Committed, 0, r.commit-r.handed)
 		for op := r.handed + 1; op <= r.commit; op++ {
@@ -1343,6 +1346,9 @@ func (r *Replica) Advance(results [][]byte) {
 		r.out.Replies = append(r.out.Replies, Reply{Client: c.Client, ReqNum: c.ReqNum, Op: c.Op, Result: res})
 	}
 	r.lastHanded = nil
+	if leader && r.cfg.FollowerReads {
+		r.advanceReadable() // the leader's own applied op bounds R
+	}
 }
 
 // ClientTable returns the client table as of the applied op, for a snapshot.
@@ -1383,6 +1389,17 @@ type Info struct {
 	DLogLen         int
 	NilextSlowReads uint64
 	NilextCycles    uint64
+	// CAD (cad.go). Persisted: this replica's fsynced log prefix. Acked
+	// (leader): highest op held in memory by a majority. Readable: the
+	// readable index R (Replica.Readable). ReadLeaseUntil (follower): local
+	// time its read lease ends (0: none). Members (leader): how many
+	// followers are in each active-set state, indexed by MemberState
+	// (Replica.Peers has the details; Info stays comparable).
+	Persisted      uint64
+	Acked          uint64
+	Readable       uint64
+	ReadLeaseUntil int64
+	Members        [4]int
 }
 
 // Info reports the replica's state. Followers serve session and bounded reads
@@ -1391,7 +1408,23 @@ func (r *Replica) Info() Info {
 	return Info{Self: r.cfg.Self, Status: r.status, View: r.view, LastNormalView: r.lnv,
 		Leader: r.cfg.LeaderOf(r.view), IsLeader: r.status == Normal && r.isLeader(),
 		FirstOp: r.first, LastOp: r.lastOp(), Commit: r.commit, Applied: r.applied, Durable: r.durable,
-		DLogLen: r.nx.live, NilextSlowReads: r.nx.slowReads, NilextCycles: r.nx.cycles}
+		DLogLen: r.nx.live, NilextSlowReads: r.nx.slowReads, NilextCycles: r.nx.cycles,
+		Persisted: r.durable, Acked: r.cad.acked, Readable: r.Readable(), ReadLeaseUntil: r.readLeaseUntil(),
+		Members: r.memberCounts()}
+}
+
+func (r *Replica) memberCounts() (n [4]int) {
+	for _, p := range r.Peers() {
+		n[p.State]++
+	}
+	return n
+}
+
+func (r *Replica) readLeaseUntil() int64 {
+	if r.status != Normal || r.isLeader() || r.cad.leaseView != r.view {
+		return 0
+	}
+	return r.cad.leaseUntil
 }
 
 // CommitPoint is the highest op this replica knows to be committed.
@@ -1410,4 +1443,5 @@ func (r *Replica) checkInvariants() {
 	if r.status == Normal && r.lnv != r.view {
 		panic(fmt.Sprintf("vr: replica %d: normal in view %d but last normal view %d", r.cfg.Self, r.view, r.lnv))
 	}
+	r.checkCADInvariants()
 }

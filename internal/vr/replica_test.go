@@ -207,8 +207,9 @@ func TestBatchedPipelinedPrepare(t *testing.T) {
 	}
 }
 
-// TestPrepareOKOnlyAfterPersist: a follower acknowledges nothing until its
-// fsync covers the entries; then one prepare-ok covers the whole batch.
+// TestPrepareOKOnlyAfterPersist: a follower reports entries it received at
+// once (Op, counted only for early acks) but claims nothing persisted until
+// its fsync covers the entries; then one prepare-ok covers the whole batch.
 func TestPrepareOKOnlyAfterPersist(t *testing.T) {
 	n := newNet(t, 3)
 	n.autoSync = false
@@ -217,10 +218,11 @@ func TestPrepareOKOnlyAfterPersist(t *testing.T) {
 	n.ready(1)
 	n.deliver(only(MsgPrepare))
 	for _, m := range n.sent {
-		if m.Type == MsgPrepareOK && m.Op > 0 {
-			t.Fatalf("prepare-ok before fsync: %v", m)
+		if m.Type == MsgPrepareOK && m.Persisted > 0 {
+			t.Fatalf("prepare-ok claims persisted before fsync: %v", m)
 		}
 	}
+	n.q = nil
 	n.sync(2)
 	var oks []Message
 	for _, m := range n.q {
@@ -228,7 +230,7 @@ func TestPrepareOKOnlyAfterPersist(t *testing.T) {
 			oks = append(oks, m)
 		}
 	}
-	if len(oks) != 1 || oks[0].Op != 2 || oks[0].From != 2 {
+	if len(oks) != 1 || oks[0].Persisted != 2 || oks[0].From != 2 {
 		t.Fatalf("want one prepare-ok for op 2 from replica 2, got %v", oks)
 	}
 }
@@ -241,7 +243,7 @@ func TestCommitNeedsMajority(t *testing.T) {
 	n.ready(1)
 	// Replica 2 gets the prepare and persists it; replica 3 never does.
 	n.deliverOnce(func(m Message) bool { return m.Type == MsgPrepare && m.To == 2 })
-	if c := n.rs[1].CommitPoint(); c != 0 || len(n.q) != 1 || n.q[0].Type != MsgPrepareOK {
+	if c := n.rs[1].CommitPoint(); c != 0 || len(n.q) == 0 || n.q[0].Type != MsgPrepareOK {
 		t.Fatalf("committed %d with only the leader's copy (queue %v)", c, n.q)
 	}
 	n.deliver(nil)

@@ -83,7 +83,7 @@ type MsgType uint8
 // Message types. Values are part of the wire format: never renumber.
 const (
 	MsgPrepare            MsgType = 1  // leader → followers: Entries, Commit
-	MsgPrepareOK          MsgType = 2  // follower → leader: Op persisted in View; HBSeq echoed
+	MsgPrepareOK          MsgType = 2  // follower → leader: Op received, Persisted, Applied in View; HBSeq echoed
 	MsgCommit             MsgType = 3  // leader heartbeat: Commit, Op (leader's last op), HBSeq
 	MsgStartViewChange    MsgType = 4  // View
 	MsgDoViewChange       MsgType = 5  // → new leader: LastNormalView, Op, Commit, First, Entries
@@ -138,6 +138,21 @@ type Message struct {
 	// DLog is the sender's nilext durability log, in its order: on
 	// do-view-change, and on the leader's recovery-response (nilext.go).
 	DLog []NilextRequest
+
+	// CAD (cad.md). On prepare-ok, Op is the follower's last op held in
+	// memory (received, counted for Acked only), Persisted its fsynced
+	// prefix (counted for the commit point) and Applied its applied op
+	// (counted for the readable index). On the leader's prepare and
+	// heartbeat, Readable is the readable index R and Grant the read lease
+	// the follower may assume from receipt, in nanoseconds (0: none).
+	Persisted uint64
+	Applied   uint64
+	Readable  uint64
+	Grant     int64
+	// AckSeq numbers a follower's prepare-oks; the leader echoes the latest
+	// one it received with every grant, and the follower times the grant
+	// from when it sent that prepare-ok (cad.go).
+	AckSeq uint64
 }
 
 func (m Message) String() string {
@@ -151,8 +166,10 @@ func (m Message) String() string {
 		if m.Snapshot != nil {
 			s += fmt.Sprintf(" snap@%d", m.Snapshot.Op)
 		}
-	case MsgPrepareOK, MsgCommit:
-		s += fmt.Sprintf(" op%d c%d hb%d", m.Op, m.Commit, m.HBSeq)
+	case MsgPrepareOK:
+		s += fmt.Sprintf(" op%d p%d a%d hb%d", m.Op, m.Persisted, m.Applied, m.HBSeq)
+	case MsgCommit:
+		s += fmt.Sprintf(" op%d c%d r%d g%d hb%d", m.Op, m.Commit, m.Readable, m.Grant, m.HBSeq)
 	case MsgGetState, MsgRecovery:
 		s += fmt.Sprintf(" op%d", m.Op)
 	case MsgRefuse:
@@ -193,7 +210,68 @@ var (
 	ErrNoLease = errors.New("vr: no leader lease")
 	// ErrBusy: too many operations in flight; retry later.
 	ErrBusy = errors.New("vr: too many operations in flight")
+	// ErrNoReadLease: this follower holds no valid active-set lease in the
+	// current normal view (or follower reads are off): redirect the
+	// cross-client-monotonic read to the leader.
+	ErrNoReadLease = errors.New("vr: no follower read lease")
 )
+
+// AckPoint is where a write is acknowledged to its client (cad.md §1).
+type AckPoint uint8
+
+const (
+	// AckApplied: when committed (persisted on a majority) and applied; the
+	// Reply carries the result. sync writes, and every write whose reply
+	// depends on state.
+	AckApplied AckPoint = iota
+	// AckReplicated: when held in memory by a majority (Info.Acked >= op);
+	// cad blind writes. The ack comes out in Ready.Acks.
+	AckReplicated
+	// AckAppended: as soon as the leader appended it; async blind writes
+	// (unsafe, for experiments).
+	AckAppended
+)
+
+func (a AckPoint) String() string {
+	switch a {
+	case AckApplied:
+		return "applied"
+	case AckReplicated:
+		return "replicated"
+	case AckAppended:
+		return "appended"
+	}
+	return fmt.Sprintf("ack(%d)", uint8(a))
+}
+
+// MemberState is a follower's place in the leader's active set (cad.md §3).
+type MemberState uint8
+
+const (
+	// MemberOut: not in the active set; its applied op does not hold R back.
+	MemberOut MemberState = iota
+	// MemberJoining: counted in R, not yet granted (catching up to R).
+	MemberJoining
+	// MemberIn: counted in R and granted read leases.
+	MemberIn
+	// MemberRemoving: suspected; no more grants, still counted in R until
+	// Removal has passed since the last grant sent.
+	MemberRemoving
+)
+
+func (s MemberState) String() string {
+	switch s {
+	case MemberOut:
+		return "out"
+	case MemberJoining:
+		return "joining"
+	case MemberIn:
+		return "in"
+	case MemberRemoving:
+		return "removing"
+	}
+	return fmt.Sprintf("member(%d)", uint8(s))
+}
 
 // ConfigError is emitted (Ready.Errors) when a peer's message does not match
 // this replica's configuration identity: wrong cluster, wrong epoch, a

@@ -46,7 +46,16 @@ const FrameHeader = 8
 
 // version is the first payload byte; bump it when the layout changes.
 // 2: the DLog section after the reason.
-const version = 2
+// 3: CAD header fields after HBSeq (Persisted, Applied, Readable, Grant,
+// AckSeq); a prepare-ok's Op now means "received in memory", Persisted
+// carries what Op meant before.
+const version = 3
+
+// oldVersion is still decoded: a version-2 prepare-ok's Op was the sender's
+// persisted prefix, so it decodes as Op = Persisted (the received prefix is
+// at least that). Version-2 peers refuse version-3 payloads (ErrCorrupt),
+// so a mixed group fails loudly rather than misreading acks.
+const oldVersion = 2
 
 // Nilext message types, outside the core's numbering (vr.MsgType values are
 // the core's; these start far above them so the core can grow).
@@ -97,7 +106,8 @@ func NilextAcks(m *vr.Message) []vr.NilextAck {
 func AppendMessage(b []byte, m *vr.Message) []byte {
 	b = append(b, version, byte(m.Type))
 	for _, v := range [...]uint64{m.Cluster, m.Epoch, m.ConfigHash, m.From, m.To, m.View,
-		m.LastNormalView, m.Op, m.Commit, m.First, m.Nonce, m.HBSeq} {
+		m.LastNormalView, m.Op, m.Commit, m.First, m.Nonce, m.HBSeq,
+		m.Persisted, m.Applied, m.Readable, uint64(m.Grant), m.AckSeq} {
 		b = binary.AppendUvarint(b, v)
 	}
 	b = binary.AppendUvarint(b, uint64(len(m.Entries)))
@@ -221,7 +231,7 @@ func DecodeMessage(p []byte, m *vr.Message) error {
 	if len(p) < 2 {
 		return fmt.Errorf("%w: short payload (%d bytes)", ErrCorrupt, len(p))
 	}
-	if p[0] != version {
+	if p[0] != version && p[0] != oldVersion {
 		return fmt.Errorf("%w: payload version %d, want %d", ErrCorrupt, p[0], version)
 	}
 	*m = vr.Message{Type: vr.MsgType(p[1])}
@@ -232,6 +242,15 @@ func DecodeMessage(p []byte, m *vr.Message) error {
 	for _, f := range [...]*uint64{&m.Cluster, &m.Epoch, &m.ConfigHash, &m.From, &m.To, &m.View,
 		&m.LastNormalView, &m.Op, &m.Commit, &m.First, &m.Nonce, &m.HBSeq} {
 		*f = d.uv("header")
+	}
+	if p[0] == version {
+		var grant uint64
+		for _, f := range [...]*uint64{&m.Persisted, &m.Applied, &m.Readable, &grant, &m.AckSeq} {
+			*f = d.uv("cad header")
+		}
+		m.Grant = int64(grant)
+	} else if m.Type == vr.MsgPrepareOK {
+		m.Persisted = m.Op
 	}
 	if n := d.count("entries", 5); n > 0 {
 		m.Entries = make([]vr.Entry, n)

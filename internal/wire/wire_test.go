@@ -2,6 +2,7 @@ package wire
 
 import (
 	"bytes"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -35,8 +36,12 @@ func sample() []vr.Message {
 			*m = NilextAcksMessage([]vr.NilextAck{{Client: 100, ReqNum: 6, From: 1, View: 9, Leader: true}, {Client: 7, ReqNum: 1, From: 1, View: 9, Leader: true}})
 			m.Cluster, m.Epoch, m.ConfigHash, m.To = hdr.Cluster, hdr.Epoch, hdr.ConfigHash, hdr.To
 		}),
-		with(func(m *vr.Message) { m.Type, m.Op, m.HBSeq = vr.MsgPrepareOK, 43, 17 }),
-		with(func(m *vr.Message) { m.Type, m.Op, m.Commit, m.HBSeq = vr.MsgCommit, 43, 43, 18 }),
+		with(func(m *vr.Message) {
+			m.Type, m.Op, m.HBSeq, m.Persisted, m.Applied, m.AckSeq = vr.MsgPrepareOK, 43, 17, 41, 40, 1<<62+5
+		}),
+		with(func(m *vr.Message) {
+			m.Type, m.Op, m.Commit, m.HBSeq, m.Readable, m.Grant, m.AckSeq = vr.MsgCommit, 43, 43, 18, 40, 100_000_000, 1<<62+5
+		}),
 		with(func(m *vr.Message) { m.Type = vr.MsgStartViewChange }),
 		with(func(m *vr.Message) {
 			m.Type, m.LastNormalView, m.Op, m.Commit, m.First, m.Entries = vr.MsgDoViewChange, 8, 43, 40, 41, entries
@@ -162,9 +167,11 @@ func TestDecodeRejectsGarbage(t *testing.T) {
 		"type":        append([]byte{version, 200}, good[2:]...),
 		"trailing":    append(append([]byte(nil), good...), 0),
 		"truncated":   good[:len(good)-1],
-		"huge count":  append(append([]byte{version, byte(vr.MsgPrepare)}, bytes.Repeat([]byte{0}, 12)...), 0xff, 0xff, 0xff, 0xff, 0x0f),
-		"bad varint":  append([]byte{version, byte(vr.MsgPrepare)}, bytes.Repeat([]byte{0xff}, 11)...),
-		"no snapflag": append(append([]byte{version, byte(vr.MsgCommit)}, bytes.Repeat([]byte{0}, 12)...), 0),
+		"huge count":  append(append([]byte{version, byte(vr.MsgPrepare)}, bytes.Repeat([]byte{0}, 17)...), 0xff, 0xff, 0xff, 0xff, 0x0f),
+		"bad varint":  append([]byte{version, byte(vr.MsgPrepare)}, bytes.Repeat([]byte{0xff}, 16)...),
+		"no snapflag": append(append([]byte{version, byte(vr.MsgCommit)}, bytes.Repeat([]byte{0}, 17)...), 0),
+		"old huge":    append(append([]byte{oldVersion, byte(vr.MsgPrepare)}, bytes.Repeat([]byte{0}, 12)...), 0xff, 0xff, 0xff, 0xff, 0x0f),
+		"version 1":   append([]byte{1}, good[1:]...),
 	}
 	for name, p := range cases {
 		var got vr.Message
@@ -234,7 +241,8 @@ func randomMessage(rng *rand.Rand) vr.Message {
 		typ = MsgNilext + vr.MsgType(rng.IntN(2))
 	}
 	m := vr.Message{Type: typ, Cluster: u(), Epoch: u(), ConfigHash: u(), From: u(), To: u(),
-		View: u(), LastNormalView: u(), Op: u(), Commit: u(), First: u(), Nonce: u(), HBSeq: u()}
+		View: u(), LastNormalView: u(), Op: u(), Commit: u(), First: u(), Nonce: u(), HBSeq: u(),
+		Persisted: u(), Applied: u(), Readable: u(), Grant: int64(u()), AckSeq: u()}
 	for i := rng.IntN(5); i > 0; i-- {
 		m.Entries = append(m.Entries, vr.Entry{View: u(), Op: u(), Request: vr.Request{Client: u(), ReqNum: u(), Data: bs()}})
 	}
@@ -368,6 +376,51 @@ func BenchmarkHeartbeatRoundTrip(b *testing.B) {
 		payload, _, _ := CheckFrame(buf, DefaultMaxFrame)
 		if err := DecodeMessage(payload, &got); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// TestDecodesVersion2: payloads written by the version-2 encoder (golden
+// bytes from commit 5b37bdc's AppendMessage) still decode, and a version-2
+// prepare-ok's Op, which then meant "persisted", lands in Persisted too, so
+// the commit point never counts an old follower's unsynced entries.
+func TestDecodesVersion2(t *testing.T) {
+	hdr := vr.Message{Cluster: 7, Epoch: 3, ConfigHash: 0xdeadbeefcafef00d, View: 9}
+	cases := []struct {
+		hex  string
+		want vr.Message
+	}{
+		{"020207038de0fbd7fcddefd6de01020109002b0000001100000000", func() vr.Message {
+			m := hdr
+			m.Type, m.From, m.To, m.Op, m.Persisted, m.HBSeq = vr.MsgPrepareOK, 2, 1, 43, 43, 17
+			return m
+		}()},
+		{"020307038de0fbd7fcddefd6de01010209002b2800001200000000", func() vr.Message {
+			m := hdr
+			m.Type, m.From, m.To, m.Op, m.Commit, m.HBSeq = vr.MsgCommit, 1, 2, 43, 40, 18
+			return m
+		}()},
+		{"020107038de0fbd7fcddefd6de01010209002928290000010929640507736574206b2076000000", func() vr.Message {
+			m := hdr
+			m.Type, m.From, m.To, m.Op, m.Commit, m.First = vr.MsgPrepare, 1, 2, 41, 40, 41
+			m.Entries = []vr.Entry{{View: 9, Op: 41, Request: vr.Request{Client: 100, ReqNum: 5, Data: []byte("set k v")}}}
+			return m
+		}()},
+	}
+	for _, tc := range cases {
+		p, err := hex.DecodeString(tc.hex)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got vr.Message
+		if err := DecodeMessage(p, &got); err != nil {
+			t.Fatalf("%s: %v", tc.want.Type, err)
+		}
+		if !reflect.DeepEqual(got, tc.want) {
+			t.Fatalf("%s:\n got %+v\nwant %+v", tc.want.Type, got, tc.want)
+		}
+		if again := AppendMessage(nil, &got); again[0] != version {
+			t.Fatalf("re-encoded as version %d, want %d", again[0], version)
 		}
 	}
 }
