@@ -57,13 +57,23 @@ type flags struct {
 	label              string
 	cpuProfile         string
 	delay              time.Duration
+	pool               int
+	zkSyncReads        bool
+	loadOnly           bool
+	linkDelay          time.Duration
+	durable            string
+	summarizeTo        string
+	agreeFiles         string
+	spliceInto         string
+	section            string
+	note               string
 }
 
 func parse(args []string) (*flags, error) {
 	fs := flag.NewFlagSet("ycsb", flag.ContinueOnError)
 	f := &flags{}
 	var workloads, clients, targets string
-	fs.StringVar(&f.db, "db", "respserver", "system under test: kefir, redis, etcd, respserver (trivial in-process RESP server: harness + client library ceiling) or null (no I/O: the harness alone)")
+	fs.StringVar(&f.db, "db", "respserver", "system under test: kefir, redis, etcd, zookeeper, respserver (trivial in-process RESP server: harness + client library ceiling) or null (no I/O: the harness alone)")
 	fs.StringVar(&f.addr, "addr", "", "server address(es), comma-separated (defaults: kefir 127.0.0.1:6380, redis 127.0.0.1:6379, etcd the three members of peers/etcd.sh)")
 	fs.StringVar(&f.password, "password", os.Getenv("KEFIR_PASSWORD"), "server password")
 	fs.StringVar(&workloads, "workloads", "a", "comma-separated core workloads: a b c d e f w")
@@ -82,6 +92,16 @@ func parse(args []string) (*flags, error) {
 	fs.BoolVar(&f.etcdSerializable, "etcd-serializable", false, "etcd: serializable (local, possibly stale) reads instead of linearizable")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole invocation here (harness, drivers and any in-process server)")
 	fs.DurationVar(&f.delay, "delay", 0, "emulated network distance: a delay proxy in front of every server address adds this much in each direction (client links only)")
+	fs.IntVar(&f.pool, "pool", 0, "connections per client library: 0 = one per client for go-redis (it cannot pipeline concurrent calls), 4 for Kefir's client (it pipelines concurrent calls per connection)")
+	fs.BoolVar(&f.zkSyncReads, "zk-sync-reads", false, "zookeeper: sync before every read (reads see every write committed before they started) instead of local reads")
+	fs.BoolVar(&f.loadOnly, "load-only", false, "run the load phase of the first workload and exit (later invocations then use -load=false: every workload shares the key space)")
+	fs.DurationVar(&f.linkDelay, "link-delay", 0, "one-way delay already emulated outside this process on every client and peer link (bench/delaymesh, started by the peers scripts): only recorded in the reports")
+	fs.StringVar(&f.durable, "durable", "", "yes: the system fsyncs before acknowledging a write (sets the latency floor); no: it does not; empty: the driver's guess (kefir from -durability, etcd yes, zookeeper yes, redis no)")
+	fs.StringVar(&f.summarizeTo, "summarize", "", "reduce the -json files given as arguments (rounds of the same cells) to medians; write the summary JSON here and its table to -md")
+	fs.StringVar(&f.agreeFiles, "agree", "", "A.json,B.json: compare two -summarize outputs row by row (issue 8: within 15% on medians); table to -md and stdout; exit 3 if any row disagrees")
+	fs.StringVar(&f.spliceInto, "splice", "", "replace the text between <!-- BEGIN SECTION --> and <!-- END SECTION --> in this file with standard input")
+	fs.StringVar(&f.section, "section", "ycsb-compare", "marker name for -splice")
+	fs.StringVar(&f.note, "note", "", "free text recorded in -summarize output (compare.sh records the load averages)")
 	fs.StringVar(&f.label, "label", "", "name of the system in reports (default: derived from -db and its options)")
 	fs.StringVar(&f.respVia, "via", "redis", "respserver: which client library drives it (redis or kefir)")
 	fs.IntVar(&f.runs, "runs", 1, "repetitions of each cell (to report run-to-run spread)")
@@ -93,8 +113,8 @@ func parse(args []string) (*flags, error) {
 		return nil, err
 	}
 	f.plotFrom = fs.Args()
-	if len(f.plotFrom) > 0 && f.plotDir == "" {
-		return nil, fmt.Errorf("unexpected arguments %v (JSON files to plot need -plot DIR)", f.plotFrom)
+	if len(f.plotFrom) > 0 && f.plotDir == "" && f.summarizeTo == "" {
+		return nil, fmt.Errorf("unexpected arguments %v (JSON files need -plot DIR or -summarize FILE)", f.plotFrom)
 	}
 	for _, w := range strings.Split(workloads, ",") {
 		if w = strings.TrimSpace(w); w != "" {
@@ -117,7 +137,8 @@ func parse(args []string) (*flags, error) {
 	}
 	if f.addr == "" {
 		f.addr = map[string]string{"kefir": "127.0.0.1:6380", "redis": "127.0.0.1:6379",
-			"etcd": "127.0.0.1:2479,127.0.0.1:2481,127.0.0.1:2483"}[f.db]
+			"etcd":      "127.0.0.1:2479,127.0.0.1:2481,127.0.0.1:2483",
+			"zookeeper": "127.0.0.1:2181,127.0.0.1:2182,127.0.0.1:2183"}[f.db]
 	}
 	return f, nil
 }
@@ -130,6 +151,9 @@ type system struct {
 	durable bool
 	newDB   core.NewDB
 	flush   func(context.Context) error // empties the store before a load; nil if it cannot
+	// noScans: the system has no range read, so workloads with scans are skipped
+	// (and reported as unsupported) rather than emulated.
+	noScans bool
 	close   func() error
 }
 
@@ -202,7 +226,7 @@ func connectVia(ctx context.Context, f *flags, index bool, pool int, dl *delayer
 			addr, name = srv.Addr(), "respserver(via "+f.respVia+")"
 			addr = dl.wrap(addr)
 			if f.respVia == "kefir" {
-				k, err := drivers.NewKefir(ctx, drivers.KefirConfig{Addrs: []string{addr}, PoolSize: pool})
+				k, err := drivers.NewKefir(ctx, drivers.KefirConfig{Addrs: []string{addr}, PoolSize: kefirPool(f)})
 				if err != nil {
 					srv.Close()
 					return nil, err
@@ -241,10 +265,23 @@ func connectVia(ctx context.Context, f *flags, index bool, pool int, dl *delayer
 			name += "(serializable reads)"
 		}
 		return &system{name: name, durable: true, newDB: e.NewDB, flush: e.DeleteAll, close: e.Close}, nil
+	case "zookeeper":
+		z, err := drivers.NewZooKeeper(ctx, drivers.ZooKeeperConfig{Servers: dl.wrapAll(strings.Split(f.addr, ",")),
+			Sessions: kefirPool(f), SyncReads: f.zkSyncReads})
+		if err != nil {
+			return nil, err
+		}
+		name := "zookeeper"
+		if f.zkSyncReads {
+			name += "(sync+read)"
+		}
+		// Whether writes are fsynced before the ack is the ensemble's forceSync
+		// (peers/zookeeper.sh), which the label states; durable assumes the default, yes.
+		return &system{name: name, durable: true, newDB: z.NewDB, flush: z.DeleteAll, close: z.Close, noScans: true}, nil
 	case "null":
 		return &system{name: "null (harness only)", newDB: drivers.Null{}.NewDB, close: func() error { return nil }}, nil
 	case "kefir":
-		cfg := drivers.KefirConfig{Addrs: dl.wrapAll(strings.Split(f.addr, ",")), Password: f.password, PoolSize: pool}
+		cfg := drivers.KefirConfig{Addrs: dl.wrapAll(strings.Split(f.addr, ",")), Password: f.password, PoolSize: kefirPool(f)}
 		name := "kefir"
 		if f.consistency != "" {
 			c, err := client.ParseConsistency(f.consistency)
@@ -269,7 +306,17 @@ func connectVia(ctx context.Context, f *flags, index bool, pool int, dl *delayer
 		durable := cfg.Durability == client.Sync || cfg.Durability.IsZero()
 		return &system{name: name, durable: durable, newDB: k.NewDB, close: k.Close}, nil
 	}
-	return nil, fmt.Errorf("unknown -db %q (want kefir, redis, etcd, respserver or null)", f.db)
+	return nil, fmt.Errorf("unknown -db %q (want kefir, redis, etcd, zookeeper, respserver or null)", f.db)
+}
+
+// kefirPool is the Kefir client's connection count: its calls pipeline, so a few
+// connections carry any number of clients, and each write/read syscall carries many
+// requests — one connection per client would cost four syscalls per operation.
+func kefirPool(f *flags) int {
+	if f.pool > 0 {
+		return f.pool
+	}
+	return 4
 }
 
 // row is one measured cell for the reports.
@@ -277,9 +324,14 @@ type row struct {
 	System  string `json:"system"`
 	Durable bool   `json:"durable_writes"`
 	// Delay is the emulated one-way delay added on client links (each direction).
-	Delay  time.Duration `json:"delay_one_way_ns,omitempty"`
-	Run    int           `json:"run"`
-	Result *core.Result  `json:"result"`
+	Delay time.Duration `json:"delay_one_way_ns,omitempty"`
+	// LinkDelay is the one-way delay emulated outside this process on every client and
+	// peer link (bench/delaymesh), as declared with -link-delay.
+	LinkDelay time.Duration `json:"link_delay_one_way_ns,omitempty"`
+	// Unsupported names what the system lacks when the workload was not run ("scans").
+	Unsupported string       `json:"unsupported,omitempty"`
+	Run         int          `json:"run"`
+	Result      *core.Result `json:"result"`
 }
 
 func main() {
@@ -287,6 +339,16 @@ func main() {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "ycsb:", err)
 		os.Exit(2)
+	}
+	if f.summarizeTo != "" || f.agreeFiles != "" || f.spliceInto != "" {
+		if err := report(f, os.Args[1:]); err != nil {
+			fmt.Fprintln(os.Stderr, "ycsb:", err)
+			if errors.Is(err, errDisagree) {
+				os.Exit(3)
+			}
+			os.Exit(1)
+		}
+		return
 	}
 	if len(f.plotFrom) > 0 {
 		rows, err := readRows(f.plotFrom)
@@ -350,6 +412,94 @@ func main() {
 	}
 }
 
+// errDisagree is -agree's verdict when some row differs by more than agreeLimit.
+var errDisagree = errors.New("the two runs disagree by more than 15% on some rows")
+
+// report runs the offline modes: -summarize, -agree, -splice.
+func report(f *flags, args []string) error {
+	switch {
+	case f.summarizeTo != "":
+		rows, err := readRows(f.plotFrom)
+		if err != nil {
+			return err
+		}
+		var lim limits.Result
+		if len(f.plotFrom) > 0 {
+			var doc struct {
+				Limits limits.Result `json:"limits"`
+			}
+			if b, err := os.ReadFile(f.plotFrom[0]); err == nil {
+				_ = json.Unmarshal(b, &doc) // readRows already parsed this file
+			}
+			lim = doc.Limits
+		}
+		s := summary{Command: "go run ./ycsb " + strings.Join(args, " "), LoadAvg: f.note, Limits: lim, Rows: summarize(rows)}
+		b, _ := json.MarshalIndent(s, "", "  ")
+		if err := os.WriteFile(f.summarizeTo, append(b, '\n'), 0o644); err != nil {
+			return err
+		}
+		md := summaryMarkdown(s)
+		fmt.Print(md)
+		if f.mdPath != "" {
+			if err := os.WriteFile(f.mdPath, []byte(md), 0o644); err != nil {
+				return err
+			}
+		}
+		if f.plotDir != "" {
+			files, err := plotAll(f.plotDir, rows)
+			for _, p := range files {
+				fmt.Fprintln(os.Stderr, "plot:", p)
+			}
+			return err
+		}
+		return nil
+	case f.agreeFiles != "":
+		names := strings.Split(f.agreeFiles, ",")
+		if len(names) != 2 {
+			return fmt.Errorf("-agree wants two summary files, got %q", f.agreeFiles)
+		}
+		a, err := readSummary(names[0])
+		if err != nil {
+			return err
+		}
+		b, err := readSummary(names[1])
+		if err != nil {
+			return err
+		}
+		md := agreeMarkdown([2]string{names[0], names[1]}, a, b)
+		fmt.Print(md)
+		if f.mdPath != "" {
+			if err := os.WriteFile(f.mdPath, []byte(md), 0o644); err != nil {
+				return err
+			}
+		}
+		rows, missing := agree(a.Rows, b.Rows)
+		for _, r := range rows {
+			if !r.Within {
+				return errDisagree
+			}
+		}
+		if len(missing) > 0 {
+			return fmt.Errorf("%d cells measured in only one run", len(missing))
+		}
+		return nil
+	default:
+		body, err := io.ReadAll(os.Stdin)
+		if err != nil {
+			return err
+		}
+		doc, err := os.ReadFile(f.spliceInto)
+		if err != nil {
+			return err
+		}
+		out, err := splice(doc, f.section, body)
+		if err != nil {
+			return fmt.Errorf("%s: %w", f.spliceInto, err)
+		}
+		return os.WriteFile(f.spliceInto, out, 0o644)
+	}
+}
+
 func run(ctx context.Context, f *flags, logw io.Writer) ([]row, error) {
 	var ws []core.Workload
 	index := false
@@ -368,9 +518,12 @@ func run(ctx context.Context, f *flags, logw io.Writer) ([]row, error) {
 		index = index || w.HasScans()
 		ws = append(ws, w)
 	}
-	pool := f.loadClients
-	for _, c := range f.clients {
-		pool = max(pool, c)
+	pool := f.pool
+	if pool <= 0 {
+		pool = f.loadClients
+		for _, c := range f.clients {
+			pool = max(pool, c)
+		}
 	}
 	sys, err := connect(ctx, f, index, pool)
 	if err != nil {
@@ -380,9 +533,21 @@ func run(ctx context.Context, f *flags, logw io.Writer) ([]row, error) {
 		sys.name = f.label
 	}
 	defer sys.close()
+	if f.durable != "" {
+		sys.durable = f.durable == "yes"
+	}
 	var rows []row
-	for _, w := range ws {
-		if f.load {
+	for i, w := range ws {
+		if w.HasScans() && sys.noScans {
+			fmt.Fprintf(logw, "%s: workload %s skipped: the system has no range read (scans unsupported)\n", sys.name, w.Name)
+			rows = append(rows, row{System: sys.name, Durable: sys.durable, Delay: f.delay, LinkDelay: f.linkDelay,
+				Unsupported: "scans", Result: &core.Result{Workload: w.Name, Phase: "run", Mode: "closed"}})
+			continue
+		}
+		if f.loadOnly && i > 0 {
+			break
+		}
+		if f.load || f.loadOnly {
 			if sys.flush != nil {
 				if err := sys.flush(ctx); err != nil {
 					return rows, fmt.Errorf("flush before loading %s: %w", w.Name, err)
@@ -397,6 +562,9 @@ func run(ctx context.Context, f *flags, logw io.Writer) ([]row, error) {
 				return rows, fmt.Errorf("load %s: %d inserts failed, first: %v", w.Name, res.Errors, res.FirstErrors)
 			}
 		}
+		if f.loadOnly {
+			continue
+		}
 		for run := range f.runs {
 			for _, c := range f.clients {
 				for _, t := range f.targets {
@@ -405,7 +573,7 @@ func run(ctx context.Context, f *flags, logw io.Writer) ([]row, error) {
 					if err != nil {
 						return rows, fmt.Errorf("run %s clients=%d target=%v: %w", w.Name, c, t, err)
 					}
-					rows = append(rows, row{System: sys.name, Durable: sys.durable, Delay: f.delay, Run: run + 1, Result: res})
+					rows = append(rows, row{System: sys.name, Durable: sys.durable, Delay: f.delay, LinkDelay: f.linkDelay, Run: run + 1, Result: res})
 					fmt.Fprintln(logw, benchLine(sys.name, res))
 				}
 			}
@@ -434,11 +602,15 @@ func markdown(cmd string, rows []row, lim limits.Result) string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "Command (from `bench/`): `%s`\n\n", cmd)
 	fmt.Fprintf(&sb, "Physical floors on this machine: %s. The \"× floor\" column is p50 ÷ the floor of that operation: "+
-		"a round trip (plus twice any emulated one-way delay), plus a write+fsync for writes of systems that fsync before acknowledging. "+
-		"Network distance: loopback, plus the emulated delay named in the system column if any (client links only, via internal/faultproxy).\n\n", lim)
+		"a round trip (plus twice any emulated one-way delay), plus a write+fsync for writes of systems that fsync before acknowledging "+
+		"(replicated systems' peer round trip is not counted in the floor). %s\n\n", lim, networkNote(rows))
 	sb.WriteString("| system | workload | clients | load | run | op | ops/s | p50 µs | × floor | p95 µs | p99 µs | p99.9 µs | errors | not found |\n")
 	sb.WriteString("|---|---|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range rows {
+		if r.Unsupported != "" {
+			fmt.Fprintf(&sb, "| %s | %s | | | | not supported: no %s | | | | | | | | |\n", r.System, strings.ToUpper(r.Result.Workload), r.Unsupported)
+			continue
+		}
 		mode := "closed"
 		if r.Result.Mode == "open" {
 			mode = fmt.Sprintf("open %.0f/s", r.Result.Target)
@@ -447,12 +619,13 @@ func markdown(cmd string, rows []row, lim limits.Result) string {
 			}
 		}
 		for _, op := range r.Result.PerOp {
-			floor := lim.LoopbackRTTP50us + 2*float64(r.Delay)/1e3
+			rtt := lim.LoopbackRTTP50us + 2*float64(r.Delay+r.LinkDelay)/1e3
+			floor := rtt
 			if r.Durable && (op.Op == "UPDATE" || op.Op == "INSERT" || op.Op == "READ-MODIFY-WRITE") {
 				floor += lim.FsyncP50us
 			}
 			if op.Op == "READ-MODIFY-WRITE" {
-				floor += lim.LoopbackRTTP50us + 2*float64(r.Delay)/1e3
+				floor += rtt
 			}
 			times := "–"
 			if floor > 0 {
@@ -469,6 +642,28 @@ func markdown(cmd string, rows []row, lim limits.Result) string {
 	return sb.String()
 }
 
+// networkNote states the emulated network distance of the rows, as every table must.
+func networkNote(rows []row) string {
+	seen := map[[2]time.Duration]bool{}
+	var parts []string
+	for _, r := range rows {
+		k := [2]time.Duration{r.Delay, r.LinkDelay}
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		switch {
+		case r.Delay == 0 && r.LinkDelay == 0:
+			parts = append(parts, "none (loopback, no delay proxy)")
+		case r.LinkDelay > 0:
+			parts = append(parts, fmt.Sprintf("%v one way on every client and peer link (delay proxies, bench/delaymesh)", r.LinkDelay+r.Delay))
+		default:
+			parts = append(parts, fmt.Sprintf("%v one way on client links only (delay proxies in the harness; peer links undelayed)", r.Delay))
+		}
+	}
+	return "Network distance: " + strings.Join(parts, "; ") + "."
+}
+
 // agreement reports, for cells measured more than once (-runs > 1), how far apart the
 // runs are: issue 8 asks that back-to-back runs agree within 15% on medians.
 func agreement(rows []row) string {
@@ -481,6 +676,9 @@ func agreement(rows []row) string {
 	cells := map[cellKey]*spread{}
 	var order []cellKey
 	for _, r := range rows {
+		if r.Unsupported != "" {
+			continue
+		}
 		k := cellKey{r.System, r.Result.Workload, r.Result.Clients, r.Result.Target}
 		if cells[k] == nil {
 			cells[k] = &spread{}

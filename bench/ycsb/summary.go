@@ -1,0 +1,295 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/kefirdb/kefir/bench/limits"
+)
+
+// The standard matrix (bench/compare.sh) runs every system for several short rounds,
+// interleaved, instead of one long run each: on a shared machine a burst of someone
+// else's work then lands on one round of every system rather than on all of one
+// system's figures. summarize reduces the rounds to medians; agree compares two such
+// summaries (two back-to-back matrices) row by row.
+
+// cellKey names one cell of the matrix.
+type cellKey struct {
+	System   string  `json:"system"`
+	Workload string  `json:"workload"`
+	Clients  int     `json:"clients"`
+	Target   float64 `json:"target_ops_per_sec,omitempty"`
+	Op       string  `json:"op"` // an operation type, or "total"
+}
+
+// summaryRow is one cell's medians over rounds.
+type summaryRow struct {
+	cellKey
+	Rounds      int           `json:"rounds"`
+	Durable     bool          `json:"durable_writes"`
+	Delay       time.Duration `json:"delay_one_way_ns,omitempty"`
+	LinkDelay   time.Duration `json:"link_delay_one_way_ns,omitempty"`
+	Unsupported string        `json:"unsupported,omitempty"`
+	Throughput  float64       `json:"median_ops_per_sec"`
+	P50Us       float64       `json:"median_p50_us"`
+	P99Us       float64       `json:"median_p99_us"`
+	// Spread is max ÷ min − 1 of the rounds' throughputs: how noisy the cell was.
+	Spread   float64 `json:"round_spread"`
+	Errors   int64   `json:"errors"`
+	NotFound int64   `json:"not_found"`
+	Backlog  int64   `json:"backlog,omitempty"`
+}
+
+// summary is what -summarize writes as JSON and -agree reads.
+type summary struct {
+	Command  string        `json:"command"`
+	LoadAvg  string        `json:"load_average,omitempty"`
+	Limits   limits.Result `json:"limits"`
+	Rows     []summaryRow  `json:"rows"`
+	Started  string        `json:"started,omitempty"`
+	Finished string        `json:"finished,omitempty"`
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	sort.Float64s(s)
+	if n := len(s); n%2 == 1 {
+		return s[n/2]
+	} else {
+		return (s[n/2-1] + s[n/2]) / 2
+	}
+}
+
+// summarize reduces rows measured over rounds (Run = round) to one row per cell and
+// operation, with medians over the rounds. Cell order is first appearance.
+func summarize(rows []row) []summaryRow {
+	type acc struct {
+		out            summaryRow
+		tput, p50, p99 []float64
+	}
+	cells := map[cellKey]*acc{}
+	var order []cellKey
+	add := func(k cellKey, r row, tput, p50, p99 float64, errs, nf int64) {
+		a := cells[k]
+		if a == nil {
+			a = &acc{out: summaryRow{cellKey: k, Durable: r.Durable, Delay: r.Delay, LinkDelay: r.LinkDelay, Unsupported: r.Unsupported}}
+			cells[k] = a
+			order = append(order, k)
+		}
+		if r.Unsupported != "" {
+			return
+		}
+		a.tput, a.p50, a.p99 = append(a.tput, tput), append(a.p50, p50), append(a.p99, p99)
+		a.out.Errors += errs
+		a.out.NotFound += nf
+		if k.Op == "total" {
+			a.out.Backlog += r.Result.Backlog
+		}
+	}
+	for _, r := range rows {
+		base := cellKey{System: r.System, Workload: r.Result.Workload, Clients: r.Result.Clients, Target: r.Result.Target}
+		for _, op := range r.Result.PerOp {
+			k := base
+			k.Op = op.Op
+			add(k, r, op.Throughput, op.P50Us, op.P99Us, op.Errors, op.NotFound)
+		}
+		k := base
+		k.Op = "total"
+		add(k, r, r.Result.Throughput, 0, 0, r.Result.Errors, 0)
+	}
+	out := make([]summaryRow, 0, len(order))
+	for _, k := range order {
+		a := cells[k]
+		a.out.Rounds = len(a.tput)
+		a.out.Throughput, a.out.P50Us, a.out.P99Us = median(a.tput), median(a.p50), median(a.p99)
+		a.out.Spread = relSpread(a.tput)
+		out = append(out, a.out)
+	}
+	return out
+}
+
+// summaryMarkdown is the matrix's table: one line per cell and operation.
+func summaryMarkdown(s summary) string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "Medians over rounds. Physical floors: %s. \"× floor\" is the median p50 ÷ the floor of that operation "+
+		"(a round trip plus twice the emulated one-way delay, plus a write+fsync for writes of systems that fsync before acknowledging).\n\n", s.Limits)
+	sb.WriteString("| system | workload | clients | op | rounds | ops/s | p50 µs | × floor | p99 µs | round spread | errors | not found |\n")
+	sb.WriteString("|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, r := range s.Rows {
+		if r.Unsupported != "" {
+			if r.Op == "total" {
+				fmt.Fprintf(&sb, "| %s | %s | | not supported: no %s | | | | | | | | |\n", r.System, strings.ToUpper(r.Workload), r.Unsupported)
+			}
+			continue
+		}
+		clients := fmt.Sprint(r.Clients)
+		if r.Target > 0 {
+			clients += fmt.Sprintf(" @%.0f/s", r.Target)
+			if r.Backlog > 0 {
+				clients += fmt.Sprintf(" (**%d never sent**)", r.Backlog)
+			}
+		}
+		if r.Op == "total" {
+			fmt.Fprintf(&sb, "| %s | %s | %s | **total** | %d | **%.0f** | | | | %.0f%% | %d | |\n",
+				r.System, strings.ToUpper(r.Workload), clients, r.Rounds, r.Throughput, 100*r.Spread, r.Errors)
+			continue
+		}
+		rtt := s.Limits.LoopbackRTTP50us + 2*float64(r.Delay+r.LinkDelay)/1e3
+		floor := rtt
+		if r.Durable && (r.Op == "UPDATE" || r.Op == "INSERT" || r.Op == "READ-MODIFY-WRITE") {
+			floor += s.Limits.FsyncP50us
+		}
+		if r.Op == "READ-MODIFY-WRITE" {
+			floor += rtt
+		}
+		times := "–"
+		if floor > 0 {
+			times = fmt.Sprintf("%.1f×", r.P50Us/floor)
+		}
+		fmt.Fprintf(&sb, "| %s | %s | %s | %s | %d | %.0f | %.0f | %s | %.0f | %.0f%% | %d | %d |\n",
+			r.System, strings.ToUpper(r.Workload), clients, r.Op, r.Rounds, r.Throughput, r.P50Us, times, r.P99Us, 100*r.Spread, r.Errors, r.NotFound)
+	}
+	return sb.String()
+}
+
+// agreeRow is one cell of two matrices side by side.
+type agreeRow struct {
+	cellKey
+	Tput   [2]float64
+	P50    [2]float64
+	DTput  float64 // |a − b| ÷ min(a, b)
+	DP50   float64
+	Within bool
+}
+
+// agreeLimit is issue 8's bar: two back-to-back runs agree within 15% on medians.
+const agreeLimit = 0.15
+
+// agree compares two matrices' summaries cell by cell: each cell's median throughput
+// and (for operations) median p50 must differ by at most agreeLimit, relative to the
+// smaller. Cells present in only one summary are reported as such, never dropped.
+func agree(a, b []summaryRow) (rows []agreeRow, missing []cellKey) {
+	bi := map[cellKey]summaryRow{}
+	for _, r := range b {
+		bi[r.cellKey] = r
+	}
+	seen := map[cellKey]bool{}
+	for _, ra := range a {
+		if ra.Unsupported != "" {
+			continue
+		}
+		seen[ra.cellKey] = true
+		rb, ok := bi[ra.cellKey]
+		if !ok || rb.Unsupported != "" {
+			missing = append(missing, ra.cellKey)
+			continue
+		}
+		ar := agreeRow{cellKey: ra.cellKey, Tput: [2]float64{ra.Throughput, rb.Throughput}, P50: [2]float64{ra.P50Us, rb.P50Us}}
+		ar.DTput = relDiff(ra.Throughput, rb.Throughput)
+		if ra.Op != "total" {
+			ar.DP50 = relDiff(ra.P50Us, rb.P50Us)
+		}
+		ar.Within = ar.DTput <= agreeLimit && ar.DP50 <= agreeLimit
+		rows = append(rows, ar)
+	}
+	for _, rb := range b {
+		if rb.Unsupported == "" && !seen[rb.cellKey] {
+			missing = append(missing, rb.cellKey)
+		}
+	}
+	return rows, missing
+}
+
+// relDiff is |a − b| relative to the smaller of the two; a zero against a non-zero
+// is an infinite difference, two zeros none.
+func relDiff(a, b float64) float64 {
+	lo, hi := min(a, b), max(a, b)
+	if hi == 0 {
+		return 0
+	}
+	if lo <= 0 {
+		return math.Inf(1)
+	}
+	return hi/lo - 1
+}
+
+func agreeMarkdown(names [2]string, sa, sb summary) string {
+	rows, missing := agree(sa.Rows, sb.Rows)
+	var out strings.Builder
+	n, within := 0, 0
+	for _, r := range rows {
+		n++
+		if r.Within {
+			within++
+		}
+	}
+	fmt.Fprintf(&out, "Run 1: `%s`, load average %s. Run 2: `%s`, load average %s.\n\n", names[0], sa.LoadAvg, names[1], sb.LoadAvg)
+	fmt.Fprintf(&out, "**%d of %d rows agree within %.0f%%** (median throughput, and median p50 for operation rows; difference = larger ÷ smaller − 1).", within, n, 100*agreeLimit)
+	if len(missing) > 0 {
+		fmt.Fprintf(&out, " %d cells were measured in only one run (failed or skipped in the other): %v.", len(missing), missing)
+	}
+	out.WriteString("\n\n| system | workload | clients | op | ops/s run 1 | ops/s run 2 | Δ | p50 µs run 1 | p50 µs run 2 | Δ | within 15% |\n")
+	out.WriteString("|---|---|---:|---|---:|---:|---:|---:|---:|---:|---|\n")
+	pct := func(x float64) string {
+		if math.IsInf(x, 1) {
+			return "∞"
+		}
+		return fmt.Sprintf("%.0f%%", 100*x)
+	}
+	for _, r := range rows {
+		ok := "yes"
+		if !r.Within {
+			ok = "**no**"
+		}
+		p50a, p50b, dp := "", "", ""
+		if r.Op != "total" {
+			p50a, p50b, dp = fmt.Sprintf("%.0f", r.P50[0]), fmt.Sprintf("%.0f", r.P50[1]), pct(r.DP50)
+		}
+		fmt.Fprintf(&out, "| %s | %s | %d | %s | %.0f | %.0f | %s | %s | %s | %s | %s |\n", r.System, strings.ToUpper(r.Workload), r.Clients, r.Op,
+			r.Tput[0], r.Tput[1], pct(r.DTput), p50a, p50b, dp, ok)
+	}
+	return out.String()
+}
+
+func readSummary(path string) (summary, error) {
+	var s summary
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return s, err
+	}
+	if err := json.Unmarshal(b, &s); err != nil {
+		return s, fmt.Errorf("%s: %w", path, err)
+	}
+	return s, nil
+}
+
+// splice replaces the text between the lines "<!-- BEGIN name -->" and
+// "<!-- END name -->" in doc with body, keeping everything outside the markers
+// (hand-written sections). Both markers must be present exactly once.
+func splice(doc []byte, name string, body []byte) ([]byte, error) {
+	begin, end := []byte("<!-- BEGIN "+name+" -->\n"), []byte("<!-- END "+name+" -->")
+	if bytes.Count(doc, begin) != 1 || bytes.Count(doc, end) != 1 {
+		return nil, fmt.Errorf("want exactly one %q line and one %q line", strings.TrimSpace(string(begin)), end)
+	}
+	i := bytes.Index(doc, begin) + len(begin)
+	j := bytes.Index(doc, end)
+	if j < i {
+		return nil, fmt.Errorf("%q comes before %q", end, strings.TrimSpace(string(begin)))
+	}
+	out := slices.Clone(doc[:i])
+	out = append(out, body...)
+	if len(body) > 0 && body[len(body)-1] != '\n' {
+		out = append(out, '\n')
+	}
+	return append(out, doc[j:]...), nil
+}

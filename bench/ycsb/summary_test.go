@@ -1,0 +1,80 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/kefirdb/kefir/bench/ycsb/core"
+)
+
+func roundRow(sys string, round int, tput, p50 float64) row {
+	return row{System: sys, Run: round, Result: &core.Result{Workload: "a", Clients: 16, Throughput: tput,
+		PerOp: []core.OpStats{{Op: "READ", Throughput: tput, P50Us: p50, P99Us: 2 * p50}}}}
+}
+
+func TestSummarizeTakesTheMedianOfRounds(t *testing.T) {
+	rows := []row{roundRow("x", 1, 100, 10), roundRow("x", 2, 1000, 99), roundRow("x", 3, 120, 12)}
+	s := summarize(rows)
+	if len(s) != 2 || s[0].Op != "READ" || s[1].Op != "total" {
+		t.Fatalf("rows %+v, want READ then total", s)
+	}
+	// One wild round moves neither median.
+	if s[0].Throughput != 120 || s[0].P50Us != 12 || s[1].Throughput != 120 || s[0].Rounds != 3 {
+		t.Fatalf("medians %+v", s[0])
+	}
+	if s[1].Spread != 9 {
+		t.Fatalf("spread %v, want 1000/100-1 = 9", s[1].Spread)
+	}
+}
+
+func TestAgreeFailsARowBeyond15Percent(t *testing.T) {
+	a := summarize([]row{roundRow("x", 1, 100, 10), roundRow("y", 1, 100, 10)})
+	b := summarize([]row{roundRow("x", 1, 114, 11), roundRow("y", 1, 100, 12)})
+	rows, missing := agree(a, b)
+	if len(missing) != 0 || len(rows) != 4 {
+		t.Fatalf("rows %+v missing %v", rows, missing)
+	}
+	verdict := map[string]bool{}
+	for _, r := range rows {
+		verdict[r.System+"/"+r.Op] = r.Within
+	}
+	// x: 14% and 10% apart: agrees. y: same throughput, but p50 20% apart: does not.
+	want := map[string]bool{"x/READ": true, "x/total": true, "y/READ": false, "y/total": true}
+	for k, v := range want {
+		if verdict[k] != v {
+			t.Errorf("%s within=%v, want %v", k, verdict[k], v)
+		}
+	}
+	md := agreeMarkdown([2]string{"a", "b"}, summary{Rows: a}, summary{Rows: b})
+	if !strings.Contains(md, "3 of 4 rows agree") {
+		t.Fatalf("verdict line missing:\n%s", md)
+	}
+}
+
+func TestAgreeReportsCellsMissingFromOneRun(t *testing.T) {
+	a := summarize([]row{roundRow("x", 1, 100, 10), roundRow("gone", 1, 100, 10)})
+	b := summarize([]row{roundRow("x", 1, 100, 10)})
+	if _, missing := agree(a, b); len(missing) != 2 {
+		t.Fatalf("missing %v, want both of gone's cells", missing)
+	}
+	if d := relDiff(0, 5); d <= agreeLimit {
+		t.Fatalf("a zero against a figure counted as agreeing (%v)", d)
+	}
+}
+
+func TestSpliceKeepsHandWrittenText(t *testing.T) {
+	doc := "# T\nmine\n<!-- BEGIN s -->\nold\n<!-- END s -->\ntheirs\n"
+	out, err := splice([]byte(doc), "s", []byte("new"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "# T\nmine\n<!-- BEGIN s -->\nnew\n<!-- END s -->\ntheirs\n"; string(out) != want {
+		t.Fatalf("got %q want %q", out, want)
+	}
+	if _, err := splice([]byte("no markers"), "s", nil); err == nil {
+		t.Fatal("spliced into a file without markers")
+	}
+	if _, err := splice([]byte("<!-- END s -->\n<!-- BEGIN s -->\n"), "s", nil); err == nil {
+		t.Fatal("spliced between reversed markers")
+	}
+}
