@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/storage"
 	"github.com/kefirdb/kefir/internal/vr"
@@ -194,16 +195,40 @@ func (u *keyUpdates) dropOverlay() {
 	u.mu.Unlock()
 }
 
-// need returns the highest op writing any of keys (0: none above the pruned
+// need1 returns the highest op writing key (0: none above the pruned
 // point).
-func (u *keyUpdates) need(keys [][]byte) uint64 {
+func (u *keyUpdates) need1(key []byte) uint64 {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	var n uint64
-	for _, k := range keys {
-		n = max(n, u.last[string(k)])
+	return u.last[string(key)]
+}
+
+func (u *keyUpdates) floorOp() uint64 {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.floor
+}
+
+// overlayFor returns the pending async writes that are the latest update
+// of some of keys (nil: none, the common case).
+func (u *keyUpdates) overlayFor(keys [][]byte) map[string]overlayEntry {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if len(u.overlay) == 0 {
+		return nil
 	}
-	return n
+	var m map[string]overlayEntry
+	for _, k := range keys {
+		e, ok := u.overlay[string(k)]
+		if !ok || u.last[string(k)] != e.op {
+			continue
+		}
+		if m == nil {
+			m = map[string]overlayEntry{}
+		}
+		m[string(k)] = e
+	}
+	return m
 }
 
 // needRange returns the highest op writing a key in [start, end) (end nil:
@@ -214,29 +239,11 @@ func (u *keyUpdates) needRange(start, end []byte) uint64 {
 	defer u.mu.Unlock()
 	var n uint64
 	for k, op := range u.last {
-		if op > n && k >= string(start) && (end == nil || k < string(end)) {
+		if op > n && k >= string(start) && (len(end) == 0 || k < string(end)) {
 			n = op
 		}
 	}
 	return n
-}
-
-// overlayGet returns the pending async write of key if it is the key's
-// latest update.
-func (u *keyUpdates) overlayGet(key []byte) (overlayEntry, bool) {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	e, ok := u.overlay[string(key)]
-	if !ok || u.last[string(key)] != e.op {
-		return overlayEntry{}, false
-	}
-	return e, true
-}
-
-func (u *keyUpdates) overlayLen() int {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return len(u.overlay)
 }
 
 // readKeys returns the keys a point read depends on (nil for a scan).
@@ -293,4 +300,96 @@ func (u *keyUpdates) complete(r uint64) bool {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return r >= u.floor
+}
+
+// ---- the write path (driver goroutine) ----
+
+// ackPoint says where a write is acknowledged (docs/design/cad.md §1): a
+// blind write (the command table's nilext class: its reply depends on no
+// state) at cad when a majority holds it in memory, at async when the
+// leader appended it; everything else — sync, and every write whose reply
+// reports state (INCR, SET NX/GET, DEL's count...) — once committed and
+// applied.
+func ackPoint(q *shard.WriteReq) vr.AckPoint {
+	if !NilextEligible(&q.Op) {
+		return vr.AckApplied
+	}
+	switch q.Durability {
+	case level.CAD:
+		return vr.AckReplicated
+	case level.Async:
+		return vr.AckAppended
+	}
+	return vr.AckApplied
+}
+
+// earlyAcks answers the writes the core acknowledged before commit. An
+// async write enters the overlay first, so a read that follows the reply
+// sees it. The write's Reply at apply then finds no waiter.
+func (r *Replica) earlyAcks(acks []vr.Reply) {
+	for _, a := range acks {
+		k := idKey{a.Client, a.ReqNum}
+		ps := r.waitID[k]
+		delete(r.waitID, k)
+		for _, p := range ps {
+			if p.ack == vr.AckAppended && p.op != nil && a.Op > r.applied.Load() {
+				r.overlay(a.Op, p.op)
+			}
+			r.st.earlyAcks.Add(1)
+			p.finish(shard.Result{Kind: shard.ResOK, Version: a.Op}, nil)
+		}
+	}
+}
+
+// overlay records a pending async blind write.
+func (r *Replica) overlay(op uint64, w *shard.Op) {
+	switch w.Kind {
+	case shard.KindSet:
+		r.upd.setOverlay(op, [][]byte{w.Key}, [][]byte{w.Value}, false)
+	case shard.KindMSet:
+		ks := make([][]byte, 0, len(w.Keys)/2)
+		vs := make([][]byte, 0, len(w.Keys)/2)
+		for i := 0; i+1 < len(w.Keys); i += 2 {
+			ks, vs = append(ks, w.Keys[i]), append(vs, w.Keys[i+1])
+		}
+		r.upd.setOverlay(op, ks, vs, false)
+	}
+}
+
+// mustPark reports whether a state-dependent reply at op must wait for R:
+// with follower reads, a leader applies ops before every active-set member
+// did, and the reply (INCR's value, a failed SET NX) is a read of that
+// state, which a member must not be able to contradict afterwards.
+func (r *Replica) mustPark(op uint64) bool {
+	return r.opts.FollowerReads && op > r.readable.Load()
+}
+
+// releaseParked sends the parked replies R now covers.
+func (r *Replica) releaseParked() {
+	if len(r.parked) == 0 {
+		return
+	}
+	R := r.readable.Load()
+	n := 0
+	for _, pr := range r.parked {
+		if pr.op <= R {
+			pr.fin()
+			continue
+		}
+		r.parked[n] = pr
+		n++
+	}
+	clear(r.parked[n:])
+	r.parked = r.parked[:n]
+}
+
+// cloneOp copies a write's bytes (the caller reuses its buffers).
+func cloneOp(op *shard.Op) *shard.Op {
+	c := *op
+	c.Key, c.Value = bytes.Clone(op.Key), bytes.Clone(op.Value)
+	c.Keys = make([][]byte, len(op.Keys))
+	for i, k := range op.Keys {
+		c.Keys[i] = bytes.Clone(k)
+	}
+	return &c
 }

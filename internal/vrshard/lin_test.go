@@ -71,7 +71,20 @@ type workload struct {
 	// nilext sends puts through the nilext fast path, coordinated by a
 	// random replica (nilext_test.go).
 	nilext bool
-	mu     sync.Mutex // guards c.reps against the nemesis
+	// dur is the durability of puts (zero: sync); CAS is always sync (its
+	// reply reports state, so it is acknowledged at apply whatever the level).
+	dur level.Durability
+	// ccmReads makes reads cross-client-monotonic at random replicas
+	// (follower reads, cad_test.go).
+	ccmReads bool
+	mu       sync.Mutex // guards c.reps against the nemesis
+}
+
+func (w *workload) putDur() level.Durability {
+	if w.dur == 0 {
+		return level.Sync
+	}
+	return w.dur
 }
 
 func (w *workload) replica(i int) *Replica {
@@ -116,11 +129,14 @@ func (w *workload) client(id int, stop <-chan struct{}, rng *rand.Rand) {
 		case p < 2 && w.sessionReads:
 			op.Kind, op.Cons = check.Get, level.ConsSession
 			sop = get(key)
+		case p < 4 && w.ccmReads:
+			op.Kind, op.Cons = check.Get, level.ConsCrossClient
+			sop = get(key)
 		case p < 4:
 			op.Kind, op.Cons = check.Get, level.ConsLinearizable
 			sop = get(key)
 		case p < 8:
-			op.Kind, op.Value, op.Dur = check.Put, fmt.Sprintf("c%d-%d", id, n), level.Sync
+			op.Kind, op.Value, op.Dur = check.Put, fmt.Sprintf("c%d-%d", id, n), w.putDur()
 			sop = set(key, op.Value)
 		default:
 			op.Kind, op.Dur = check.CAS, level.Sync
@@ -131,6 +147,8 @@ func (w *workload) client(id int, stop <-chan struct{}, rng *rand.Rand) {
 		switch {
 		case op.Kind == check.Get && op.Cons.Kind == level.Session:
 			w.doSessionRead(h, sop, &sess, rng)
+		case op.Kind == check.Get && op.Cons.Kind == level.CrossClientMonotonic:
+			w.doCCMRead(h, sop, rng)
 		case op.Kind == check.Get:
 			w.doRead(h, sop, &sess, rng)
 		case op.Kind == check.Put && w.nilext:
@@ -214,7 +232,11 @@ func (w *workload) doWrite(h int, kind check.Kind, sop shard.Op, id shard.ReqID,
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-		res, err := r.Write(ctx, sop, level.Sync, id)
+		d := level.Sync
+		if kind == check.Put {
+			d = w.putDur()
+		}
+		res, err := r.Write(ctx, sop, d, id)
 		cancel()
 		if err == nil {
 			*sess = sess.AfterWrite(res)

@@ -51,7 +51,8 @@ func (r *Replica) CheckConsistency(c level.Consistency) error {
 		// all along.
 		return r.notLeader()
 	}
-	if needsLeader(c) && !r.isLeader.Load() && !r.mut.followerLinearizable {
+	if needsLeader(c) && !r.isLeader.Load() && !r.mut.followerLinearizable &&
+		!(c.Kind == level.CrossClientMonotonic && r.opts.FollowerReads) {
 		return r.notLeader()
 	}
 	return nil
@@ -70,8 +71,8 @@ func needsLeader(c level.Consistency) bool {
 	return false
 }
 
-// CheckDurability accepts every level: cad and async writes are served as
-// sync (persisted on a majority before the reply) until the CAD issue lands.
+// CheckDurability accepts every level (docs/design/cad.md §1; Apply says
+// where each is acknowledged).
 func (r *Replica) CheckDurability(d level.Durability) error {
 	if d < level.Sync || d > level.Async {
 		return fmt.Errorf("durability %v: %w", d, level.ErrUnknownLevel)
@@ -94,8 +95,10 @@ func (r *Replica) Read(ctx context.Context, op shard.Op, c level.Consistency, s 
 	switch {
 	case r.mut.followerLinearizable && needsLeader(c):
 		// Deliberately broken (tests): local state, no proof of freshness.
+	case c.Kind == level.CrossClientMonotonic && r.opts.FollowerReads && !r.isLeader.Load():
+		return r.followerRead(ctx, op)
 	case needsLeader(c):
-		err = r.linearizable(ctx, &op)
+		return r.leaderRead(ctx, op)
 	case c.Kind == level.Session && !r.mut.ignoreSession:
 		err = r.waitApplied(ctx, s.Need(), r.opts.FollowerWait)
 	}
@@ -103,6 +106,128 @@ func (r *Replica) Read(ctx context.Context, op shard.Op, c level.Consistency, s 
 		return shard.Result{}, err
 	}
 	return r.readLocal(op)
+}
+
+// leaderRead serves a linearizable or cross-client-monotonic read at the
+// leader: leadership confirmed (lease or read-index) as before, then the
+// read is checked against the readable index R (cad.go). If a key it read
+// has a later update than R — a cad write acknowledged but not committed,
+// or (with follower reads) one not applied on every active-set member — it
+// registers a durability wait for that op and reads again once R covers it.
+func (r *Replica) leaderRead(ctx context.Context, op shard.Op) (shard.Result, error) {
+	if err := r.linearizable(ctx, &op); err != nil {
+		return shard.Result{}, err
+	}
+	deadline := time.Now().Add(r.opts.RequestTimeout)
+	waited := false
+	for {
+		ov := r.upd.overlayFor(readKeys(&op))
+		res, err := r.readWith(op, ov)
+		if err != nil {
+			return shard.Result{}, err
+		}
+		R := r.readable.Load()
+		need := r.cadNeed(&op, R, ov)
+		if (need <= R && (need == 0 || R > 0)) || r.mut.noDurabilityWait {
+			if len(ov) > 0 {
+				r.st.overlayReads.Add(1)
+			}
+			return res, nil
+		}
+		if !waited {
+			waited = true
+			r.st.durWaits.Add(1)
+		}
+		if time.Now().After(deadline) {
+			return shard.Result{}, ErrCannotServe
+		}
+		rw := &readWaiter{done: make(chan struct{}), kind: rwDurable, need: need}
+		if err := r.sendRead(ctx, rw); err != nil {
+			return shard.Result{}, err
+		}
+		if err := r.awaitRead(ctx, rw); err != nil {
+			return shard.Result{}, err
+		}
+		if rw.err != nil {
+			return shard.Result{}, rw.err
+		}
+		if err := r.waitApplied(ctx, max(rw.idx, need), r.opts.RequestTimeout); err != nil {
+			return shard.Result{}, err
+		}
+	}
+}
+
+// followerRead serves a cross-client-monotonic read at a follower holding
+// an active-set lease: from its engine if nothing it read (nor, for a scan,
+// anything in the range) was updated after the readable index R it learned;
+// else the read goes to the leader. Why R suffices: docs/design/cad.md §2.
+func (r *Replica) followerRead(ctx context.Context, op shard.Op) (shard.Result, error) {
+	rw := &readWaiter{done: make(chan struct{}), kind: rwFollower}
+	if err := r.sendRead(ctx, rw); err != nil {
+		return shard.Result{}, err
+	}
+	if err := r.awaitRead(ctx, rw); err != nil {
+		return shard.Result{}, err
+	}
+	if rw.err != nil {
+		r.st.followerRedirects.Add(1)
+		return shard.Result{}, r.notLeader()
+	}
+	R := rw.idx
+	res, err := r.readLocal(op)
+	if err != nil {
+		return shard.Result{}, err
+	}
+	if need := r.cadNeed(&op, R, nil); need > R && !r.mut.followerNoRCheck {
+		r.st.followerRedirects.Add(1)
+		return shard.Result{}, r.notLeader()
+	}
+	r.st.followerReads.Add(1)
+	return res, nil
+}
+
+// cadNeed returns the op R must reach before op's result (already read
+// from the engine) may be returned: the latest update of every key it read
+// (ov: keys served from the async overlay, exempt), of every key in a
+// scan's range. When the index does not know every op above R (shortly
+// after a restart: keyUpdates.floor), the engine's latest versions stand in
+// for point reads and a scan needs R to pass the floor.
+func (r *Replica) cadNeed(op *shard.Op, R uint64, ov map[string]overlayEntry) uint64 {
+	complete := r.upd.complete(R)
+	if op.Kind == shard.KindScan {
+		need := r.upd.needRange(op.Key, op.End)
+		if !complete {
+			need = max(need, r.upd.floorOp())
+		}
+		return need
+	}
+	var need uint64
+	for _, k := range readKeys(op) {
+		if _, ok := ov[string(k)]; ok {
+			continue
+		}
+		n := r.upd.need1(k)
+		if !complete {
+			if v, err := latestVersion(r.db, k); err == nil {
+				n = max(n, v)
+			} else {
+				n = max(n, r.upd.floorOp())
+			}
+		}
+		need = max(need, n)
+	}
+	return need
+}
+
+func (r *Replica) sendRead(ctx context.Context, rw *readWaiter) error {
+	select {
+	case r.readc <- rw:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-r.done:
+		return r.closedErr()
+	}
 }
 
 // linearizable waits until a read started now may be served locally.
@@ -187,11 +312,24 @@ func (r *Replica) waitApplied(ctx context.Context, idx uint64, limit time.Durati
 }
 
 // readLocal evaluates a read against this replica's engine.
-func (r *Replica) readLocal(op shard.Op) (shard.Result, error) {
+func (r *Replica) readLocal(op shard.Op) (shard.Result, error) { return r.readWith(op, nil) }
+
+// readWith evaluates a read against the engine, keys in ov (the leader's
+// pending async writes) excepted.
+func (r *Replica) readWith(op shard.Op, ov map[string]overlayEntry) (shard.Result, error) {
+	get := r.get
+	if len(ov) > 0 {
+		get = func(k []byte) (storage.Value, bool, error) {
+			if e, ok := ov[string(k)]; ok {
+				return storage.Value{Data: e.value, Version: e.op}, !e.tomb, nil
+			}
+			return r.get(k)
+		}
+	}
 	var res shard.Result
 	switch op.Kind {
 	case shard.KindGet, shard.KindStrlen:
-		v, ok, err := r.get(op.Key)
+		v, ok, err := get(op.Key)
 		if err != nil {
 			return shard.Result{}, err
 		}
@@ -215,7 +353,7 @@ func (r *Replica) readLocal(op shard.Op) (shard.Result, error) {
 			res.Kind = shard.ResInt
 		}
 		for i, k := range op.Keys {
-			v, ok, err := r.get(k)
+			v, ok, err := get(k)
 			if err != nil {
 				return shard.Result{}, err
 			}

@@ -118,6 +118,8 @@ func (o *Options) fill() error {
 		c.MaxDrift = DefaultMaxDrift
 	}
 	c.Nilext = c.Nilext || o.Nilext
+	c.FollowerReads = c.FollowerReads || o.FollowerReads
+	o.FollowerReads = c.FollowerReads
 	o.Nilext = c.Nilext
 	if o.NilextTimeout == 0 {
 		o.NilextTimeout = 100 * time.Millisecond
@@ -181,6 +183,12 @@ type mutations struct {
 	// majority (f+1 acks of one view, the leader's included) instead of the
 	// supermajority: a completed write can be lost in a view change.
 	nilextMajority bool
+	// followerNoRCheck serves cross-client-monotonic follower reads under
+	// the lease without checking the keys' latest updates against R.
+	followerNoRCheck bool
+	// noDurabilityWait serves leader reads without the check against R
+	// (the read may return a cad write no majority has persisted).
+	noDurabilityWait bool
 }
 
 // proposal is one write on its way through the log.
@@ -190,6 +198,12 @@ type proposal struct {
 	res  shard.Result
 	err  error
 	wait *batchWait
+	// ack is where the write is acknowledged (cad.go): AckReplicated for a
+	// cad blind write, AckAppended for an async one, else AckApplied. op is
+	// the write (valid while Apply waits), for the async overlay.
+	ack   vr.AckPoint
+	op    *shard.Op // async writes only: a copy the overlay may keep
+	blind bool      // the reply depends on no state
 }
 
 type batchWait struct {
@@ -208,9 +222,27 @@ type idKey struct{ client, seq uint64 }
 
 type readWaiter struct {
 	op   *shard.Op // the read, for the nilext check (nil: none)
+	kind readKind
+	need uint64 // rwDurable: the op R must reach
 	idx  uint64
 	err  error
 	done chan struct{}
+}
+
+type readKind uint8
+
+const (
+	rwLeader   readKind = iota // confirm leadership (lease or read-index)
+	rwDurable                  // durability wait: R >= need (WaitReadable)
+	rwFollower                 // follower read lease and R (FollowerRead)
+)
+
+// parkedReply is a state-dependent write's reply held until R covers its
+// op (follower reads only): the reply is a read of that state.
+type parkedReply struct {
+	op  uint64
+	fin func()
+	p   *proposal
 }
 
 type syncResult struct {
@@ -331,6 +363,11 @@ type Replica struct {
 	nxIDs     nxIdents
 	upd       *keyUpdates // per-key update index and async overlay (cad.go)
 	readable  atomic.Uint64
+	// Early-acknowledged writes without a request id get one: this
+	// incarnation's random client id and the next number (driver only).
+	cadClient uint64
+	cadSeq    uint64
+	parked    []parkedReply // driver only, in op order
 	nxCool    atomic.Int64 // local Unix ns until which the fast path rests
 
 	st struct {
@@ -382,6 +419,7 @@ func Open(opts Options) (*Replica, error) {
 	// random point of a 2^62 space (a collision needs two incarnations'
 	// ranges to overlap).
 	r.localSeq.Store(rand.Uint64() >> 2)
+	r.cadClient = rand.Uint64() | 1<<63
 	if ws.empty && opts.Bootstrap && db.LastVersion() > 0 {
 		// The log is gone but the engine is not: this is a replica that lost
 		// its log, not a new group. Bootstrapping it would let it vote with
@@ -618,7 +656,14 @@ func (r *Replica) step(in inbound) {
 func (r *Replica) propose(ps []*proposal) {
 	now := r.now()
 	for _, p := range ps {
-		err := r.core.Propose(now, p.req)
+		if p.ack != vr.AckApplied && p.req.Client == 0 {
+			// The core acknowledges early only writes with a client
+			// identity. Numbered here, in proposal order: the core drops a
+			// request numbered below one of the same client in flight.
+			r.cadSeq++
+			p.req.Client, p.req.ReqNum = r.cadClient, r.cadSeq
+		}
+		err := r.core.ProposeAck(now, p.req, p.ack)
 		if err != nil {
 			p.finish(shard.Result{}, r.mapErr(err))
 			continue
@@ -657,6 +702,22 @@ func (r *Replica) notLeader() error {
 
 func (r *Replica) read(rw *readWaiter) {
 	now := r.now()
+	switch rw.kind {
+	case rwFollower:
+		R, err := r.core.FollowerRead(now)
+		rw.idx, rw.err = R, err
+		close(rw.done)
+		return
+	case rwDurable:
+		r.readCtx++
+		if err := r.core.WaitReadable(now, r.readCtx, rw.need); err != nil {
+			rw.err = r.mapErr(err)
+			close(rw.done)
+			return
+		}
+		r.reads[r.readCtx] = rw
+		return
+	}
 	if r.opts.Nilext && rw.op != nil && r.isLeader.Load() {
 		// A key with a pending nilext update: the core orders the d-log and
 		// releases the read (a read-index read) once that is committed.
@@ -704,7 +765,9 @@ func (r *Replica) ready() error {
 	info := r.core.Info()
 	if r.wasLeader && (!info.IsLeader || info.View != r.leadView) {
 		r.failWrites(ErrOutcomeUnknown)
+		r.upd.dropOverlay()
 	}
+	r.releaseParked()
 	r.wasLeader, r.leadView = info.IsLeader, info.View
 	if info.View != r.nxView {
 		r.nxView = info.View
@@ -837,9 +900,14 @@ func (r *Replica) handle(rd *vr.Ready) error {
 			}
 		}
 		for _, p := range ps {
+			if !p.blind && r.mustPark(rep.Op) {
+				r.parked = append(r.parked, parkedReply{op: rep.Op, p: p, fin: func() { p.finish(res, opErr) }})
+				continue
+			}
 			p.finish(res, opErr)
 		}
 	}
+	r.earlyAcks(rd.Acks)
 	for _, rs := range rd.ReadStates {
 		rw := r.reads[rs.Ctx]
 		if rw == nil {
@@ -923,6 +991,7 @@ func (r *Replica) apply(cs []vr.Committed) error {
 	results := make([][]byte, len(cs))
 	type local struct {
 		p   *proposal
+		op  uint64
 		res shard.Result
 		err error
 	}
@@ -947,7 +1016,7 @@ func (r *Replica) apply(cs []vr.Committed) error {
 		} else if h.proposer == self {
 			if p := r.waitLocal[h.seq]; p != nil {
 				delete(r.waitLocal, h.seq)
-				locals = append(locals, local{p, res, opErr})
+				locals = append(locals, local{p, c.Op, res, opErr})
 			}
 		}
 	}
@@ -961,6 +1030,10 @@ func (r *Replica) apply(cs []vr.Committed) error {
 	r.trimTail(last)
 	r.setApplied(last)
 	for _, l := range locals {
+		if !l.p.blind && r.mustPark(l.op) {
+			r.parked = append(r.parked, parkedReply{op: l.op, p: l.p, fin: func() { l.p.finish(l.res, l.err) }})
+			continue
+		}
 		l.p.finish(l.res, l.err)
 	}
 	return nil
@@ -982,7 +1055,7 @@ func (r *Replica) publish() {
 	r.status.Store(uint32(info.Status))
 	r.view.Store(info.View)
 	r.dlogLen.Store(int64(info.DLogLen))
-	r.publishReadable(info.Commit)
+	r.publishReadable(r.core.Readable())
 }
 
 // publishReadable publishes the readable index R and drops from the update
@@ -1005,6 +1078,11 @@ func (r *Replica) failWrites(err error) {
 		p.finish(shard.Result{}, err)
 		delete(r.waitLocal, k)
 	}
+	for _, pr := range r.parked {
+		pr.p.finish(shard.Result{}, err)
+	}
+	clear(r.parked)
+	r.parked = r.parked[:0]
 }
 
 func (r *Replica) failAll(err error) {
@@ -1099,10 +1177,12 @@ func (r *Replica) finishCheckpoint(res ckptResult) error {
 
 // ---- shard.Replica ----
 
-// Apply proposes writes and waits until they are committed (persisted on a
-// majority) and applied here, so their results are known and visible. The
-// returned Pending is empty: durability sync holds on return. cad and async
-// writes are served as sync (a stronger promise) until CAD lands.
+// Apply proposes writes and waits for their acknowledgement point
+// (docs/design/cad.md §1): a sync write, and every write whose reply depends
+// on state, until it is committed (persisted on a majority) and applied
+// here; a cad blind write (plain SET, MSET) until a majority holds it in
+// memory; an async blind write until the leader appended it. The returned
+// Pending is empty: nothing is left to wait for.
 func (r *Replica) Apply(ctx context.Context, reqs []shard.WriteReq) (shard.Pending, error) {
 	if err := r.failed(); err != nil {
 		return shard.Pending{}, err
@@ -1129,6 +1209,10 @@ func (r *Replica) Apply(ctx context.Context, reqs []shard.WriteReq) (shard.Pendi
 		q := &reqs[i]
 		p := &ps[i]
 		p.wait = bw
+		p.ack, p.blind = ackPoint(q), NilextEligible(&q.Op)
+		if p.ack == vr.AckAppended {
+			p.op = cloneOp(&q.Op)
+		}
 		h := header{ts: ts}
 		if q.ID.IsZero() {
 			p.seq = r.localSeq.Add(1)

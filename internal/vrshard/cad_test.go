@@ -1,0 +1,495 @@
+package vrshard
+
+import (
+	"context"
+	"errors"
+	mrand "math/rand"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kefirdb/kefir/internal/check"
+	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/shard"
+	"github.com/kefirdb/kefir/internal/vfs"
+)
+
+// gatedFS wraps a file system so a test can hold every fsync of the
+// replication log (files under "/wal") until it opens the gate, or slow each
+// one down: a disk that is slow to make things durable, while memory and the
+// network are fast — exactly the gap cad exploits.
+type gatedFS struct {
+	vfs.FS
+	mu     sync.Mutex
+	closed bool
+	open   chan struct{} // closed when the gate opens
+	delay  atomic.Int64  // ns added to every log fsync
+	held   atomic.Int64  // fsyncs waiting at the gate now
+}
+
+func newGatedFS(fs vfs.FS) *gatedFS { return &gatedFS{FS: fs, open: make(chan struct{})} }
+
+func (g *gatedFS) hold() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.closed {
+		g.closed, g.open = true, make(chan struct{})
+	}
+}
+
+func (g *gatedFS) release() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		g.closed = false
+		close(g.open)
+	}
+}
+
+func (g *gatedFS) wait(name string) {
+	if !strings.Contains(name, "/wal") {
+		return
+	}
+	if d := g.delay.Load(); d > 0 {
+		time.Sleep(time.Duration(d))
+	}
+	g.mu.Lock()
+	closed, ch := g.closed, g.open
+	g.mu.Unlock()
+	if closed {
+		g.held.Add(1)
+		<-ch
+		g.held.Add(-1)
+	}
+}
+
+func (g *gatedFS) Create(name string) (vfs.File, error) {
+	f, err := g.FS.Create(name)
+	if err != nil {
+		return nil, err
+	}
+	return &gatedFile{File: f, g: g, name: name}, nil
+}
+
+func (g *gatedFS) OpenRW(name string) (vfs.File, error) {
+	f, err := g.FS.OpenRW(name)
+	if err != nil {
+		return nil, err
+	}
+	return &gatedFile{File: f, g: g, name: name}, nil
+}
+
+type gatedFile struct {
+	vfs.File
+	g    *gatedFS
+	name string
+}
+
+func (f *gatedFile) Sync() error {
+	f.g.wait(f.name)
+	return f.File.Sync()
+}
+
+// gatedCluster is a 3-replica cluster whose replication-log fsyncs the test
+// controls (each replica on its own in-memory disk).
+func gatedCluster(t *testing.T, tune func(*Options)) (*cluster, map[uint64]*gatedFS, map[uint64]*vfs.Mem) {
+	mems := map[uint64]*vfs.Mem{1: vfs.NewMem(), 2: vfs.NewMem(), 3: vfs.NewMem()}
+	gates := map[uint64]*gatedFS{}
+	for id, m := range mems {
+		gates[id] = newGatedFS(m)
+	}
+	c := newCluster(t, 3, func(o *Options) {
+		o.FS = gates[o.VR.Self]
+		if tune != nil {
+			tune(o)
+		}
+	})
+	return c, gates, mems
+}
+
+// A cad blind write is acknowledged once a majority holds it in memory: it
+// completes while no replica can fsync its log, where a sync write cannot.
+// A linearizable read of the key then waits until the write is durable (it
+// is counted as a durability wait) and returns it; a read of a key with no
+// pending write does not wait.
+func TestCADWriteIsAcknowledgedBeforeFsyncAndReadWaitsForDurability(t *testing.T) {
+	c, gates, _ := gatedCluster(t, func(o *Options) { o.RequestTimeout = 400 * time.Millisecond })
+	l := c.leader(5 * time.Second)
+	leader := c.reps[l]
+	ctx := context.Background()
+	if _, err := leader.Write(ctx, set("old", "v0"), level.Sync, shard.ReqID{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range gates {
+		g.hold()
+	}
+	defer func() {
+		for _, g := range gates {
+			g.release()
+		}
+	}()
+
+	res, err := leader.Write(ctx, set("k", "v1"), level.CAD, shard.ReqID{Client: 5, Seq: 1})
+	if err != nil || res.Kind != shard.ResOK || res.Version == 0 {
+		t.Fatalf("cad SET with every log fsync held: %+v, %v; want OK at once", res, err)
+	}
+	if got := leader.Stats().EarlyAcks; got != 1 {
+		t.Fatalf("early acks = %d, want 1", got)
+	}
+	if _, err := leader.Write(ctx, set("s", "v1"), level.Sync, shard.ReqID{Client: 6, Seq: 1}); !errors.Is(err, ErrOutcomeUnknown) {
+		t.Fatalf("sync SET with every log fsync held: %v; want it to time out (ErrOutcomeUnknown)", err)
+	}
+	// A state-dependent write at cad is acknowledged at apply, like sync.
+	if _, err := leader.Write(ctx, shard.Op{Kind: shard.KindIncrBy, Key: []byte("n"), Delta: 1}, level.CAD, shard.ReqID{Client: 7, Seq: 1}); !errors.Is(err, ErrOutcomeUnknown) {
+		t.Fatalf("cad INCR with every log fsync held: %v; want it to wait for commit (ErrOutcomeUnknown)", err)
+	}
+
+	// A key without pending writes is served at once, no wait counted.
+	if r, err := leader.Read(ctx, get("old"), level.ConsLinearizable, shard.Session{}); err != nil || string(r.Bulk) != "v0" {
+		t.Fatalf("read of a durable key: %+v, %v", r, err)
+	}
+	if n := leader.Stats().DurabilityWaits; n != 0 {
+		t.Fatalf("durability waits = %d after reading a durable key, want 0", n)
+	}
+
+	type out struct {
+		res shard.Result
+		err error
+	}
+	got := make(chan out, 1)
+	go func() {
+		r, err := leader.Read(ctx, get("k"), level.ConsLinearizable, shard.Session{})
+		got <- out{r, err}
+	}()
+	select {
+	case o := <-got:
+		t.Fatalf("read of a cad key nobody persisted returned before any fsync: %+v, %v", o.res, o.err)
+	case <-time.After(150 * time.Millisecond):
+	}
+	for _, g := range gates {
+		g.release()
+	}
+	o := <-got
+	if o.err != nil || string(o.res.Bulk) != "v1" {
+		t.Fatalf("read after the fsyncs: %+v, %v; want v1", o.res, o.err)
+	}
+	if n := leader.Stats().DurabilityWaits; n != 1 {
+		t.Fatalf("durability waits = %d, want 1", n)
+	}
+	if R := leader.Info().Readable; R < res.Version {
+		t.Fatalf("readable index %d below the op %d the read returned", R, res.Version)
+	}
+}
+
+// The mutation that skips the durability check returns the cad write
+// before any replica persisted it: the test above can fail.
+func TestBrokenDurabilityCheckReadsUnpersistedWrite(t *testing.T) {
+	c, gates, _ := gatedCluster(t, nil)
+	l := c.leader(5 * time.Second)
+	leader := c.reps[l]
+	leader.mut.noDurabilityWait = true
+	for _, g := range gates {
+		g.hold()
+	}
+	defer func() {
+		for _, g := range gates {
+			g.release()
+		}
+	}()
+	if _, err := leader.Write(context.Background(), set("k", "v1"), level.CAD, shard.ReqID{Client: 5, Seq: 1}); err != nil {
+		t.Fatal(err)
+	}
+	// Uncommitted, the write is not in the engine: the broken read returns
+	// the old state (absent) although the write was acknowledged — a stale
+	// linearizable read the checker would flag.
+	r, err := leader.Read(context.Background(), get("k"), level.ConsLinearizable, shard.Session{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Kind != shard.ResNil {
+		t.Fatalf("broken read returned %+v; expected the stale absent state", r)
+	}
+}
+
+// An async blind write is acknowledged at the leader's append and read from
+// the leader's overlay at once: no durability wait (the documented unsafe
+// baseline).
+func TestAsyncWriteIsReadFromTheOverlayWithoutWaiting(t *testing.T) {
+	c, gates, _ := gatedCluster(t, nil)
+	l := c.leader(5 * time.Second)
+	leader := c.reps[l]
+	for _, g := range gates {
+		g.hold()
+	}
+	defer func() {
+		for _, g := range gates {
+			g.release()
+		}
+	}()
+	if _, err := leader.Write(context.Background(), set("a", "x"), level.Async, shard.ReqID{}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := leader.Read(context.Background(), shard.Op{Kind: shard.KindMGet, Keys: [][]byte{[]byte("a"), []byte("b")}}, level.ConsLinearizable, shard.Session{})
+	if err != nil || len(r.Array) != 2 || string(r.Array[0]) != "x" || r.Array[1] != nil {
+		t.Fatalf("MGET a b after async SET a: %+v, %v", r, err)
+	}
+	st := leader.Stats()
+	if st.OverlayReads != 1 || st.DurabilityWaits != 0 {
+		t.Fatalf("overlay reads %d, durability waits %d; want 1 and 0", st.OverlayReads, st.DurabilityWaits)
+	}
+}
+
+// waitReadable waits until replica i knows a readable index of at least op.
+func waitReadable(t *testing.T, r *Replica, op uint64) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for r.Info().Readable < op {
+		if time.Now().After(deadline) {
+			t.Fatalf("replica %d: readable %d never reached %d", r.cfg.Self, r.Info().Readable, op)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func followerReadOpts(o *Options) {
+	o.FollowerReads = true
+	o.VR.MarkOut = 150 * time.Millisecond
+	o.VR.Removal = 1500 * time.Millisecond
+	o.VR.Suspect = 60 * time.Millisecond
+}
+
+// With follower reads, a follower holding an active-set lease serves a
+// cross-client-monotonic read itself when the key's latest update is
+// readable, and redirects to the leader while it is not (here: a third
+// replica is cut off, so R stays behind until the leader removes it).
+func TestFollowerServesCrossClientMonotonicReadsOnlyWhenReadable(t *testing.T) {
+	c := newCluster(t, 3, followerReadOpts)
+	l := c.leader(5 * time.Second)
+	leader := c.reps[l]
+	f, cut := c.reps[(l+1)%3], (l+2)%3
+	ctx := context.Background()
+	if _, err := leader.Write(ctx, set("stable", "s"), level.CAD, shard.ReqID{Client: 5, Seq: 100}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := leader.Write(ctx, set("k", "v1"), level.CAD, shard.ReqID{Client: 5, Seq: 101})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitReadable(t, f, res.Version)
+	r, err := f.Read(ctx, get("k"), level.ConsCrossClient, shard.Session{})
+	if err != nil || string(r.Bulk) != "v1" {
+		t.Fatalf("follower read of a readable key: %+v, %v", r, err)
+	}
+	if st := f.Stats(); st.FollowerReads != 1 {
+		t.Fatalf("follower served %d reads, want 1", st.FollowerReads)
+	}
+
+	// Cut one follower off: it stays in the active set (REMOVING) for
+	// Removal, holding R back, while the other follower applies new writes.
+	w := &workload{c: c}
+	w.partition(cut, true)
+	defer w.partition(cut, false)
+	res2, err := leader.Write(ctx, set("k", "v2"), level.Sync, shard.ReqID{Client: 5, Seq: 102})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for f.Info().Applied < res2.Version {
+		time.Sleep(2 * time.Millisecond)
+	}
+	if R := f.Info().Readable; R >= res2.Version {
+		t.Skipf("R reached %d before the check (the box stalled past Removal)", R)
+	}
+	_, err = f.Read(ctx, get("k"), level.ConsCrossClient, shard.Session{})
+	if id, _, ok := LeaderOf(err); !ok || id != c.ids[l] {
+		t.Fatalf("follower read of a key updated after R: %v; want a redirect to the leader %d", err, c.ids[l])
+	}
+	if st := f.Stats(); st.FollowerRedirects == 0 {
+		t.Fatal("redirect not counted")
+	}
+	// A key not updated since R is still served locally, even now.
+	if r, err := f.Read(ctx, get("stable"), level.ConsCrossClient, shard.Session{}); err != nil || string(r.Bulk) != "s" {
+		t.Fatalf("follower read of a key untouched since R: %+v, %v", r, err)
+	}
+	// Once the leader drops the cut replica, R passes the write and the
+	// follower serves it.
+	waitReadable(t, f, res2.Version)
+	r, err = f.Read(ctx, get("k"), level.ConsCrossClient, shard.Session{})
+	if err != nil || string(r.Bulk) != "v2" {
+		t.Fatalf("follower read after R passed the write: %+v, %v", r, err)
+	}
+	// The cut-off replica has no lease any more: it redirects.
+	_, err = c.reps[cut].Read(ctx, get("k"), level.ConsCrossClient, shard.Session{})
+	if !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("cut-off replica answered a cross-client-monotonic read: %v", err)
+	}
+}
+
+// The mutation that skips the R check at followers serves the unreadable
+// value: the test above can fail.
+func TestBrokenFollowerRCheckServesUnreadableValue(t *testing.T) {
+	c := newCluster(t, 3, followerReadOpts)
+	l := c.leader(5 * time.Second)
+	leader := c.reps[l]
+	f, cut := c.reps[(l+1)%3], (l+2)%3
+	f.mut.followerNoRCheck = true
+	ctx := context.Background()
+	res, err := leader.Write(ctx, set("k", "v1"), level.Sync, shard.ReqID{Client: 5, Seq: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitReadable(t, f, res.Version)
+	w := &workload{c: c}
+	w.partition(cut, true)
+	defer w.partition(cut, false)
+	res2, err := leader.Write(ctx, set("k", "v2"), level.Sync, shard.ReqID{Client: 5, Seq: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for f.Info().Applied < res2.Version {
+		time.Sleep(2 * time.Millisecond)
+	}
+	r, err := f.Read(ctx, get("k"), level.ConsCrossClient, shard.Session{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if R := f.Info().Readable; string(r.Bulk) != "v2" || R >= res2.Version {
+		t.Skipf("R %d, read %q: the window closed before the read", R, r.Bulk)
+	}
+	// v2 is beyond R: the cut replica (still counted) may not have it, so a
+	// later read there could go back to v1. The broken check served it.
+}
+
+// Histories with cad writes, cross-client-monotonic reads at every replica
+// (follower reads) and linearizable reads at the leader, under leader kills
+// with power loss (unsynced log bytes lost) and whole-cluster power cuts: no
+// read may go back in time (check.CrossClientMonotonic), and no value once
+// read may be lost (check.Durability). With async writes the same schedule
+// must show the anomaly: proof the checkers and the schedule can see it.
+func TestCADHistoryWithPowerCutsIsCrossClientMonotonic(t *testing.T) {
+	h := cadPowerCutHistory(t, level.CAD, 21)
+	if v := check.CrossClientMonotonic(h); !v.OK || v.Checked == 0 {
+		t.Fatalf("cross-client monotonic (%d reads judged):\n%v", v.Checked, v)
+	}
+	if v := check.Durability(h); !v.OK {
+		t.Fatalf("durability:\n%v", v)
+	}
+}
+
+func TestAsyncHistoryWithPowerCutsGoesBackInTime(t *testing.T) {
+	// Several seeds: the anomaly needs a power cut to land after an async
+	// write was read and before it was persisted anywhere.
+	for seed := uint64(31); seed < 36; seed++ {
+		h := cadPowerCutHistory(t, level.Async, seed)
+		if v := check.CrossClientMonotonic(h); !v.OK {
+			t.Logf("seed %d: the checker caught async losing a value already read, as it must:\n%.700s", seed, v.String())
+			return
+		}
+	}
+	t.Fatal("async writes with reads and whole-cluster power cuts passed the cross-client monotonic checker in every seed: the test cannot see the anomaly")
+}
+
+// cadPowerCutHistory runs puts at level d (CAS stays sync), cross-client
+// monotonic reads at random replicas and linearizable reads at the leader,
+// with a slow log fsync (so acknowledged-but-unpersisted writes exist) and,
+// every round, either a leader power cut or a whole-cluster power cut.
+func cadPowerCutHistory(t *testing.T, d level.Durability, seed uint64) check.History {
+	t.Helper()
+	c, gates, mems := gatedCluster(t, func(o *Options) {
+		followerReadOpts(o)
+		o.CheckpointOps = 300
+		o.KeepTail = 20
+		o.RequestTimeout = 500 * time.Millisecond
+	})
+	for _, g := range gates {
+		g.delay.Store(int64(15 * time.Millisecond))
+	}
+	c.leader(5 * time.Second)
+	crashRng := mrand.New(mrand.NewSource(int64(seed)))
+	w := &workload{c: c, rec: check.NewRecorder(nil), clients: 6, keys: workloadKeys("x", "y"),
+		dur: d, ccmReads: true}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range w.clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.client(i, stop, rand.New(rand.NewPCG(seed, uint64(i))))
+		}()
+	}
+	rounds := max(3, int(workloadTime()/time.Second))
+	for round := range rounds {
+		time.Sleep(600 * time.Millisecond)
+		w.mu.Lock()
+		victims := []int{}
+		if round%2 == 0 {
+			for i := range c.reps {
+				victims = append(victims, i)
+			}
+		} else {
+			for i, r := range c.reps {
+				if r != nil && r.Info().IsLeader {
+					victims = append(victims, i)
+				}
+			}
+		}
+		for _, i := range victims {
+			if c.reps[i] != nil {
+				w.rec.Crash(i)
+				c.reps[i].crash()
+				c.reps[i] = nil
+			}
+		}
+		for _, i := range victims {
+			mems[c.ids[i]].Crash(crashRng)
+		}
+		w.mu.Unlock()
+		time.Sleep(100 * time.Millisecond)
+		w.mu.Lock()
+		for _, i := range victims {
+			c.open(i, false, nil)
+		}
+		w.mu.Unlock()
+	}
+	time.Sleep(600 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	h := w.rec.History()
+	ok, unknown := summarize(h)
+	t.Logf("%s seed %d: %d operations, %d ok, %d unknown, %d crashes", d, seed, len(h.Ops), ok, unknown, len(h.Crashes))
+	if ok < 100 {
+		t.Fatalf("only %d operations completed: the test tested nothing", ok)
+	}
+	return h
+}
+
+// doCCMRead reads at a random replica at cross-client-monotonic level,
+// following redirects.
+func (w *workload) doCCMRead(h int, sop shard.Op, rng *rand.Rand) {
+	deadline := time.Now().Add(2 * time.Second)
+	target := rng.IntN(len(w.c.reps))
+	for time.Now().Before(deadline) {
+		r := w.replica(target)
+		if r == nil {
+			target = w.leaderGuess()
+			time.Sleep(5 * time.Millisecond)
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		res, err := r.Read(ctx, sop, level.ConsCrossClient, shard.Session{})
+		cancel()
+		if err == nil {
+			w.rec.Complete(h, check.Result{Found: res.Kind == shard.ResBulk, Value: string(res.Bulk), Version: res.Version, Node: target})
+			return
+		}
+		if lid, _, ok := LeaderOf(err); ok {
+			target = w.c.index(lid)
+		} else {
+			time.Sleep(5 * time.Millisecond)
+			target = w.leaderGuess()
+		}
+	}
+	w.rec.Unknown(h)
+}
