@@ -368,7 +368,7 @@ type Replica struct {
 	cadClient uint64
 	cadSeq    uint64
 	parked    []parkedReply // driver only, in op order
-	nxCool    atomic.Int64 // local Unix ns until which the fast path rests
+	nxCool    atomic.Int64  // local Unix ns until which the fast path rests
 
 	st struct {
 		readies, fsyncs, persisted, applied, proposals, leaseReads, indexReads, ckpts, snapsSent, snapsLoaded atomic.Uint64
