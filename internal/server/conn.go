@@ -87,6 +87,14 @@ type conn struct {
 	batchStart time.Time
 	batched    int
 	closing    bool
+	// writeDeadline is the write deadline last set on nc; sendOut renews it only
+	// when less than half of writeTimeout is left, not on every batch (resetting a
+	// deadline is a runtime timer update under the poller's locks).
+	writeDeadline time.Time
+
+	// ev is the connection's state in an epoll event loop (eventloop_linux.go)
+	// when one serves it; nil on the goroutine-per-connection path.
+	ev *evConn
 }
 
 type timedCmd struct {
@@ -105,7 +113,14 @@ func (s *Server) newConn(nc net.Conn, id int64) *conn {
 		dur:    s.cfg.Durability,
 	}
 	c.log = s.log.With("conn", id, "remote", c.addr)
-	c.rd = resp.NewReader(nc, 0)
+	var in io.Reader = nc
+	if ev := s.loopConn(nc); ev != nil {
+		// An event loop will own the socket: nc becomes a handle that forwards
+		// Shutdown's deadline and close to the loop, and the reader takes its
+		// bytes from the loop's reads.
+		c.ev, c.nc, in = ev, ev.nc, &ev.in
+	}
+	c.rd = resp.NewReader(in, 0)
 	c.rd.SetMaxBulk(s.cfg.MaxBulk)
 	// The writer only stages replies for outBuf (an in-memory copy), so a small
 	// buffer costs little and keeps idle connections cheap.
@@ -117,6 +132,10 @@ func (s *Server) newConn(nc net.Conn, id int64) *conn {
 // shuts down. A panic is a bug; it is logged with its stack and closes only this
 // connection.
 func (c *conn) serve() {
+	if c.ev != nil {
+		c.serveLoop() // returns once the event loop has closed the connection
+		return
+	}
 	defer func() {
 		if r := recover(); r != nil {
 			c.log.Error("panic serving connection (bug)", "panic", r, "stack", string(debug.Stack()))
@@ -194,19 +213,36 @@ func (c *conn) release() error {
 	if c.pending.SyncPos != 0 {
 		t := time.Now()
 		err := c.srv.shard.Wait(context.Background(), c.pending)
-		c.srv.m.syncLatency.Observe(time.Since(t).Seconds())
-		c.pending = shard.Pending{}
-		if err != nil {
-			c.log.Error("durability wait failed; closing connection without replies", "err", err)
-			// Drop every reply of the batch, including those still staged in
-			// the RESP writer: none may reach the client, now or on a later flush.
-			proto := c.w.Protocol()
-			c.w.Reset(&c.out)
-			c.w.SetProtocol(proto)
-			c.out.b = c.out.b[:0]
-			c.closing = true
+		if err := c.waited(err, time.Since(t)); err != nil {
 			return err
 		}
+	}
+	return c.send()
+}
+
+// waited records the outcome of the batch's durability wait (err, after d). On
+// failure it drops every reply of the batch, including those still staged in the
+// RESP writer: none may reach the client, now or on a later flush.
+func (c *conn) waited(err error, d time.Duration) error {
+	c.srv.m.syncLatency.Observe(d.Seconds())
+	c.pending = shard.Pending{}
+	if err == nil {
+		return nil
+	}
+	c.log.Error("durability wait failed; closing connection without replies", "err", err)
+	proto := c.w.Protocol()
+	c.w.Reset(&c.out)
+	c.w.SetProtocol(proto)
+	c.out.b = c.out.b[:0]
+	c.closing = true
+	return err
+}
+
+// send ends a batch whose writes are applied and durable: it records the batch's
+// metrics and writes its replies.
+func (c *conn) send() error {
+	if c.pending.SyncPos != 0 {
+		panic("server: replies released before their writes are durable")
 	}
 	if len(c.timed) > 0 {
 		lat := time.Since(c.batchStart).Seconds()
@@ -228,10 +264,21 @@ func (c *conn) release() error {
 	if len(c.out.b) == 0 {
 		return nil
 	}
-	// A client that stops reading its replies must not hold the goroutine and
-	// its buffers forever.
-	_ = c.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
-	_, err := c.nc.Write(c.out.b)
+	var err error
+	if c.ev != nil {
+		// The loop's socket never blocks: what it does not take now waits in
+		// the connection's output queue, and the loop stops reading from this
+		// client until that drains.
+		err = c.ev.send(c.out.b)
+	} else {
+		// A client that stops reading its replies must not hold the goroutine
+		// and its buffers forever.
+		if now := time.Now(); c.writeDeadline.Sub(now) < writeTimeout/2 {
+			c.writeDeadline = now.Add(writeTimeout)
+			_ = c.nc.SetWriteDeadline(c.writeDeadline)
+		}
+		_, err = c.nc.Write(c.out.b)
+	}
 	if cap(c.out.b) > 256<<10 {
 		c.out.b = nil // do not pin a big buffer on a connection after one big reply
 	} else {

@@ -1,0 +1,847 @@
+//go:build linux
+
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kefirdb/kefir/internal/shard"
+)
+
+// The epoll event loop for plain-TCP client connections (see IOModel).
+//
+// Ownership is the whole concurrency story: at any moment a connection belongs
+// either to its loop or to one goroutine the loop handed it to ("away"), and only
+// its owner touches it. A loop hands a connection off with a go statement and gets
+// it back through its inbox (a mutex), so every transfer is a happens-before edge.
+// Away connections stay registered with epoll; if their socket becomes readable
+// meanwhile, the loop stops listening to it until they return (level-triggered
+// epoll would otherwise report it on every wait).
+//
+// Per readiness a connection gets one read(2) (the reader's budget), runs every
+// complete command, and answers with one write(2). A batch with writes that must be
+// durable before the reply is parked; at the end of the loop iteration all parked
+// connections of a server are handed to one goroutine that waits once for the
+// highest position among them (one group-commit fsync for every client of the
+// iteration, as Redis's appendfsync always does) and then writes each reply.
+
+const epollSupported = true
+
+var errWouldBlock = errors.New("server: socket has no more input now")
+
+// evConn is a connection's event-loop state.
+type evConn struct {
+	l    *loop
+	fd   int
+	in   fdReader
+	nc   *loopNetConn
+	done chan struct{} // closed when the loop has closed the connection
+
+	// Owned by the loop; by the away goroutine while away is set.
+	away   bool
+	events uint32      // epoll events currently registered
+	wbuf   []byte      // replies the socket has not taken yet
+	woff   int         // wbuf[woff:] is still to be written
+	wdead  int64       // unix nanoseconds: a client not reading by then is cut
+	idleAt int64       // unix nanoseconds: closed as idle if no command by then; 0: never
+	broken bool        // a panic left the connection in an unknown state: close at once
+	inLoop bool        // registered in the loop's table
+	killed atomic.Bool // Shutdown's deadline passed: close as soon as owned
+}
+
+// fdReader is the resp.Reader's source on a loop connection. It does at most
+// budget read system calls (the loop grants one per readiness) and reports
+// errWouldBlock instead of waiting, so that parsing stops at the end of what
+// arrived.
+type fdReader struct {
+	fd     int
+	budget int
+}
+
+func (r *fdReader) Read(p []byte) (int, error) {
+	if r.budget <= 0 || len(p) == 0 {
+		return 0, errWouldBlock
+	}
+	r.budget--
+	for {
+		n, err := unix.Read(r.fd, p)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err == unix.EAGAIN:
+			return 0, errWouldBlock
+		case err != nil:
+			return 0, fmt.Errorf("read: %w", os.NewSyscallError("read", err))
+		case n == 0:
+			return 0, io.EOF
+		}
+		return n, nil
+	}
+}
+
+// send writes b without blocking; the rest is queued for the loop, which writes it
+// when the socket is writable and reads nothing more from this client meanwhile.
+func (e *evConn) send(b []byte) error {
+	if e.woff < len(e.wbuf) { // keep order behind what is already queued
+		e.wbuf = append(e.wbuf, b...)
+		return nil
+	}
+	n, err := writeFD(e.fd, b)
+	if err != nil {
+		return err
+	}
+	if n < len(b) {
+		e.wbuf = append(e.wbuf[:0], b[n:]...)
+		e.woff = 0
+		e.wdead = time.Now().Add(writeTimeout).UnixNano()
+	}
+	return nil
+}
+
+// pendingOut reports whether replies wait for the socket.
+func (e *evConn) pendingOut() bool { return e.woff < len(e.wbuf) }
+
+// writeFD writes b until done or the socket is full.
+func writeFD(fd int, b []byte) (int, error) {
+	done := 0
+	for done < len(b) {
+		n, err := unix.Write(fd, b[done:])
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err == unix.EAGAIN:
+			return done, nil
+		case err != nil:
+			return done, fmt.Errorf("write: %w", os.NewSyscallError("write", err))
+		}
+		done += n
+	}
+	return done, nil
+}
+
+// loopNetConn stands in for the net.Conn of a loop connection: server.go's
+// Shutdown sets an immediate read deadline to make connections drain, and closes
+// them when its own deadline passes; both become requests to the loop. Before the
+// loop adopts the socket (serveLoop), they act on the original connection.
+type loopNetConn struct {
+	mu      sync.Mutex
+	tc      *net.TCPConn // until adopted
+	c       *conn
+	adopted bool
+	closed  bool
+	local   net.Addr
+	remote  net.Addr
+}
+
+var errLoopConn = errors.New("server: a loop connection is read and written by its event loop")
+
+func (w *loopNetConn) Read([]byte) (int, error)  { return 0, errLoopConn }
+func (w *loopNetConn) Write([]byte) (int, error) { return 0, errLoopConn }
+func (w *loopNetConn) LocalAddr() net.Addr       { return w.local }
+func (w *loopNetConn) RemoteAddr() net.Addr      { return w.remote }
+
+func (w *loopNetConn) Close() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return nil
+	}
+	w.closed = true
+	if !w.adopted {
+		return w.tc.Close()
+	}
+	w.c.ev.killed.Store(true)
+	w.c.ev.l.poke()
+	return nil
+}
+
+func (w *loopNetConn) SetDeadline(t time.Time) error { return w.SetReadDeadline(t) }
+
+// SetReadDeadline is how Shutdown wakes connections so they see it draining; a
+// loop re-checks its connections.
+func (w *loopNetConn) SetReadDeadline(t time.Time) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.adopted {
+		if w.closed {
+			return net.ErrClosed
+		}
+		return w.tc.SetReadDeadline(t)
+	}
+	w.c.ev.l.poke()
+	return nil
+}
+
+func (w *loopNetConn) SetWriteDeadline(time.Time) error { return nil }
+
+// loopConn returns the loop state for nc if an event loop should serve it.
+func (s *Server) loopConn(nc net.Conn) *evConn {
+	tc, ok := nc.(*net.TCPConn)
+	if ioModel != IOEpoll || !ok {
+		return nil
+	}
+	l, err := pickLoop()
+	if err != nil {
+		s.log.Warn("event loop unavailable; serving the connection with a goroutine", "err", err)
+		return nil
+	}
+	e := &evConn{l: l, done: make(chan struct{})}
+	e.nc = &loopNetConn{tc: tc, local: tc.LocalAddr(), remote: tc.RemoteAddr()}
+	return e
+}
+
+// serveLoop moves the socket into the loop and waits until the loop has closed it.
+// The connection's goroutine stays parked here so that server.go's accounting
+// (connection count, WaitGroup) holds exactly as for a goroutine connection.
+func (c *conn) serveLoop() {
+	e, w := c.ev, c.ev.nc
+	w.mu.Lock()
+	w.c = c
+	if w.closed {
+		w.mu.Unlock()
+		return
+	}
+	fd, err := adopt(w.tc)
+	if err != nil {
+		w.mu.Unlock()
+		c.log.Warn("cannot move connection to the event loop; closing it", "err", err)
+		w.tc.Close()
+		return
+	}
+	e.fd, e.in.fd = fd, fd
+	w.adopted, w.tc = true, nil
+	w.mu.Unlock()
+	e.l.giveBack(c, true)
+	<-e.done
+}
+
+// adopt takes the socket out of Go's netpoller: a duplicate descriptor (sharing
+// the socket and its non-blocking mode) survives closing the original, which
+// deregisters it from the runtime's epoll.
+func adopt(tc *net.TCPConn) (int, error) {
+	raw, err := tc.SyscallConn()
+	if err != nil {
+		return -1, err
+	}
+	fd := -1
+	var derr error
+	if err := raw.Control(func(s uintptr) {
+		fd, derr = unix.FcntlInt(s, unix.F_DUPFD_CLOEXEC, 0)
+	}); err != nil {
+		return -1, err
+	}
+	if derr != nil {
+		return -1, fmt.Errorf("dup socket: %w", derr)
+	}
+	if err := tc.Close(); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("close original socket: %w", err)
+	}
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("non-blocking socket: %w", err)
+	}
+	return fd, nil
+}
+
+var (
+	loopsOnce sync.Once
+	loops     []*loop
+	loopsErr  error
+	loopNext  atomic.Uint32
+)
+
+// pickLoop returns a loop for a new connection, starting the process's loops on
+// first use. Loops live as long as the process, like the runtime's netpoller; an
+// idle loop sleeps in epoll_wait with no timeout.
+func pickLoop() (*loop, error) {
+	loopsOnce.Do(func() {
+		for range ioLoops {
+			l, err := newLoop()
+			if err != nil {
+				loopsErr = err
+				return
+			}
+			loops = append(loops, l)
+			go l.run()
+		}
+	})
+	if loopsErr != nil {
+		return nil, loopsErr
+	}
+	return loops[int(loopNext.Add(1))%len(loops)], nil
+}
+
+// loop is one event loop.
+type loop struct {
+	epfd, evfd int
+
+	mu      sync.Mutex
+	inbox   []inboxItem // connections arriving or coming back from a goroutine
+	inboxN  atomic.Int32
+	woken   atomic.Bool // an eventfd write is pending
+	sweepRq atomic.Bool // Shutdown or a hard close asked for a sweep
+
+	// Owned by the loop goroutine.
+	byFD      []*conn
+	n         int
+	events    []unix.EpollEvent
+	parked    []*conn // this iteration's batches waiting for durability
+	minIdle   time.Duration
+	nextSweep int64
+	drained   []inboxItem
+}
+
+type inboxItem struct {
+	c   *conn
+	new bool
+}
+
+func newLoop() (*loop, error) {
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("epoll_create1: %w", err)
+	}
+	evfd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		unix.Close(epfd)
+		return nil, fmt.Errorf("eventfd: %w", err)
+	}
+	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, evfd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(evfd)}); err != nil {
+		unix.Close(epfd)
+		unix.Close(evfd)
+		return nil, fmt.Errorf("epoll_ctl eventfd: %w", err)
+	}
+	return &loop{epfd: epfd, evfd: evfd, events: make([]unix.EpollEvent, 256)}, nil
+}
+
+// poke makes the loop sweep its connections soon (draining, hard closes).
+func (l *loop) poke() {
+	l.sweepRq.Store(true)
+	l.wake()
+}
+
+func (l *loop) wake() {
+	if l.woken.CompareAndSwap(false, true) {
+		var one = [8]byte{1}
+		_, _ = unix.Write(l.evfd, one[:])
+	}
+}
+
+// giveBack hands c to the loop: a new connection, or one a goroutine is done with.
+// The caller must not touch c afterwards.
+func (l *loop) giveBack(c *conn, isNew bool) {
+	l.mu.Lock()
+	l.inbox = append(l.inbox, inboxItem{c: c, new: isNew})
+	l.mu.Unlock()
+	l.inboxN.Add(1)
+	l.wake()
+}
+
+// giveBackQuiet is giveBack without the wake-up: the caller wakes the loop once
+// for a whole group of connections.
+func (l *loop) giveBackQuiet(c *conn) {
+	l.mu.Lock()
+	l.inbox = append(l.inbox, inboxItem{c: c})
+	l.mu.Unlock()
+	l.inboxN.Add(1)
+}
+
+func (l *loop) run() {
+	for {
+		n, err := unix.EpollWait(l.epfd, l.events, l.waitMillis())
+		if err != nil && err != unix.EINTR {
+			panic(fmt.Sprintf("server: epoll_wait: %v", err)) // EBADF/EINVAL: a bug
+		}
+		l.drainInbox()
+		for i := 0; i < n; i++ {
+			ev := &l.events[i]
+			fd := int(ev.Fd)
+			if fd == l.evfd {
+				var b [8]byte
+				_, _ = unix.Read(l.evfd, b[:])
+				l.woken.Store(false)
+				l.drainInbox() // after clearing woken: nothing queued is missed
+				continue
+			}
+			if fd < len(l.byFD) && l.byFD[fd] != nil {
+				l.handle(l.byFD[fd], ev.Events)
+			}
+		}
+		l.releaseParked()
+		if now := time.Now().UnixNano(); l.sweepRq.Swap(false) || now >= l.nextSweep {
+			l.sweep(now)
+		}
+	}
+}
+
+// waitMillis is epoll_wait's timeout: until the next sweep for timeouts, or no
+// timeout at all when the loop has no connections.
+func (l *loop) waitMillis() int {
+	if l.n == 0 {
+		return -1
+	}
+	d := (l.nextSweep - time.Now().UnixNano()) / int64(time.Millisecond)
+	return int(max(d, 0)) + 1
+}
+
+// sweepEvery is how often a loop checks idle and write timeouts: a fraction of
+// the shortest idle timeout, so that idle connections close within 1/8 past it.
+func (l *loop) sweepEvery() time.Duration {
+	d := 250 * time.Millisecond
+	if l.minIdle > 0 {
+		d = min(d, max(l.minIdle/8, 5*time.Millisecond))
+	}
+	return d
+}
+
+func (l *loop) drainInbox() {
+	if l.inboxN.Load() == 0 {
+		return
+	}
+	l.mu.Lock()
+	l.drained, l.inbox = l.inbox, l.drained[:0]
+	l.inboxN.Store(0)
+	l.mu.Unlock()
+	for _, it := range l.drained {
+		if it.new {
+			l.add(it.c)
+		} else {
+			l.returned(it.c)
+		}
+	}
+	clear(l.drained)
+}
+
+func (l *loop) add(c *conn) {
+	e := c.ev
+	for e.fd >= len(l.byFD) {
+		l.byFD = append(l.byFD, make([]*conn, len(l.byFD)+64)...)
+	}
+	if err := unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, e.fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(e.fd)}); err != nil {
+		c.log.Warn("epoll_ctl add failed; closing connection", "err", err)
+		unix.Close(e.fd)
+		close(e.done)
+		return
+	}
+	l.byFD[e.fd] = c
+	l.n++
+	e.inLoop, e.events = true, unix.EPOLLIN
+	if idle := c.srv.cfg.IdleTimeout; idle > 0 {
+		if l.minIdle == 0 || idle < l.minIdle {
+			l.minIdle = idle
+			l.nextSweep = 0
+		}
+		e.idleAt = time.Now().Add(idle).UnixNano()
+	}
+	if c.srv.draining() {
+		l.close(c)
+	}
+}
+
+// setEvents registers the events c waits for, if they changed; false if the
+// socket cannot be watched any more (the caller closes it). Only the loop calls
+// it, and events is the loop's own field even while c is away.
+func (l *loop) setEvents(c *conn, ev uint32) bool {
+	e := c.ev
+	if e.events == ev {
+		return true
+	}
+	if err := unix.EpollCtl(l.epfd, unix.EPOLL_CTL_MOD, e.fd, &unix.EpollEvent{Events: ev, Fd: int32(e.fd)}); err != nil {
+		c.log.Debug("epoll_ctl mod failed; closing connection", "err", err)
+		return false
+	}
+	e.events = ev
+	return true
+}
+
+// handle serves one readiness report for a connection.
+func (l *loop) handle(c *conn, ev uint32) {
+	e := c.ev
+	if e.away {
+		// Its goroutine may have finished after this wait's drain.
+		l.drainInbox()
+		if e.away {
+			// A failure here resurfaces when it returns and is re-armed.
+			_ = l.setEvents(c, 0)
+			return
+		}
+	}
+	defer l.recoverPanic(c)
+	if e.pendingOut() {
+		if !l.flushOut(c) {
+			return
+		}
+		if !e.inLoop || e.away {
+			return
+		}
+	}
+	if ev&(unix.EPOLLIN|unix.EPOLLHUP|unix.EPOLLERR|unix.EPOLLRDHUP) != 0 {
+		e.in.budget = 1
+	}
+	l.process(c)
+}
+
+// recoverPanic closes a connection whose command panicked (a bug) and keeps the
+// loop, and every other connection on it, running.
+func (l *loop) recoverPanic(c *conn) {
+	if r := recover(); r != nil {
+		c.log.Error("panic serving connection (bug)", "panic", r, "stack", string(debug.Stack()))
+		c.srv.panics.Add(1)
+		if c.ev.inLoop && !c.ev.away {
+			l.close(c)
+		}
+	}
+}
+
+// process runs the complete commands c has buffered (after at most the one read
+// its budget allows) and ends the batch.
+func (l *loop) process(c *conn) {
+	e := c.ev
+	for !c.closing {
+		if c.rd.Buffered() == 0 && e.in.budget == 0 {
+			break
+		}
+		args, err := c.rd.ReadCommand(c.args[:0])
+		c.args = args
+		if err != nil {
+			if errors.Is(err, errWouldBlock) {
+				break
+			}
+			l.readFailed(c, err)
+			return
+		}
+		if c.srv.vr != nil {
+			// A replica's reads and writes wait for the VR driver or a forward
+			// to the leader: the rest of the pipeline runs on a goroutine.
+			l.handOff(c, args)
+			return
+		}
+		c.dispatch(args)
+		c.batched++
+		if c.batched >= maxBatch || len(c.out.b)+c.w.Buffered() > 1<<20 {
+			c.flushWrites()
+			if c.pending.SyncPos != 0 {
+				l.handOff(c, nil)
+				return
+			}
+			if !l.sendBatch(c) {
+				return
+			}
+			if e.pendingOut() {
+				// The client must read before more of its commands run.
+				if !l.setEvents(c, unix.EPOLLOUT) {
+					l.close(c)
+				}
+				return
+			}
+		}
+	}
+	c.flushWrites()
+	if c.pending.SyncPos != 0 {
+		e.away = true
+		l.parked = append(l.parked, c)
+		return
+	}
+	if l.sendBatch(c) {
+		l.afterBatch(c)
+	}
+}
+
+// sendBatch releases the batch's replies; false if that closed the connection.
+func (l *loop) sendBatch(c *conn) bool {
+	if err := c.send(); err != nil {
+		c.log.Debug("write failed", "err", err)
+		l.close(c)
+		return false
+	}
+	if c.ev.broken {
+		l.close(c)
+		return false
+	}
+	return true
+}
+
+// afterBatch decides what c waits for once its batch's replies are out (or
+// queued): the client's next commands, the socket draining, or its end.
+func (l *loop) afterBatch(c *conn) {
+	e := c.ev
+	switch {
+	case e.broken || e.killed.Load():
+		l.close(c)
+	case e.pendingOut():
+		if !l.setEvents(c, unix.EPOLLOUT) {
+			l.close(c)
+		}
+	case c.closing:
+		l.close(c)
+	case c.srv.draining():
+		c.log.Debug("closing connection: shutting down")
+		l.close(c)
+	default:
+		if c.rd.Buffered() == 0 {
+			if idle := c.srv.cfg.IdleTimeout; idle > 0 {
+				e.idleAt = time.Now().Add(idle).UnixNano()
+			}
+		}
+		if !l.setEvents(c, unix.EPOLLIN) {
+			l.close(c)
+		}
+	}
+}
+
+// flushOut writes queued replies; true if none are left and c is still open.
+func (l *loop) flushOut(c *conn) bool {
+	e := c.ev
+	n, err := writeFD(e.fd, e.wbuf[e.woff:])
+	if err != nil {
+		c.log.Debug("write failed", "err", err)
+		l.close(c)
+		return false
+	}
+	e.woff += n
+	if e.pendingOut() {
+		if !l.setEvents(c, unix.EPOLLOUT) {
+			l.close(c)
+		}
+		return false
+	}
+	if cap(e.wbuf) > 256<<10 {
+		e.wbuf = nil
+	} else {
+		e.wbuf = e.wbuf[:0]
+	}
+	e.woff = 0
+	// Commands that waited behind the replies run now (with no new read: their
+	// bytes are already buffered), then c listens for input again.
+	l.afterBatch(c)
+	return e.inLoop && !c.closing
+}
+
+// readFailed ends a connection whose input ended or broke, like the goroutine
+// path: the batch so far is released, a protocol error is answered.
+func (l *loop) readFailed(c *conn, err error) {
+	c.flushWrites()
+	if c.pending.SyncPos != 0 {
+		// Releasing waits for durability: finish on a goroutine.
+		c.ev.away = true
+		go func() {
+			defer c.ev.l.recoverAway(c)
+			c.readFailed(err)
+			c.closing = true
+			c.ev.l.giveBack(c, false)
+		}()
+		return
+	}
+	c.readFailed(err)
+	c.closing = true
+	l.afterBatch(c)
+}
+
+// handOff gives c to a goroutine that runs the rest of its pipeline (first, then
+// what is buffered), waiting where it must, and gives it back.
+func (l *loop) handOff(c *conn, first [][]byte) {
+	c.ev.away = true
+	go l.runAway(c, first)
+}
+
+func (l *loop) runAway(c *conn, first [][]byte) {
+	defer l.recoverAway(c)
+	e := c.ev
+	if first != nil {
+		c.dispatch(first)
+		c.batched++
+	} else {
+		// Handed off mid-pipeline because the batch so far waits for an fsync.
+		if err := c.release(); err != nil {
+			c.closing = true
+		}
+		if c.closing || e.pendingOut() {
+			l.giveBack(c, false)
+			return
+		}
+	}
+	for !c.closing {
+		if c.rd.Buffered() == 0 && e.in.budget == 0 {
+			break
+		}
+		args, err := c.rd.ReadCommand(c.args[:0])
+		c.args = args
+		if err != nil {
+			if errors.Is(err, errWouldBlock) {
+				break
+			}
+			c.readFailed(err)
+			c.closing = true
+			l.giveBack(c, false)
+			return
+		}
+		c.dispatch(args)
+		c.batched++
+		if c.batched >= maxBatch || len(c.out.b)+c.w.Buffered() > 1<<20 {
+			if err := c.release(); err != nil {
+				c.closing = true
+				break
+			}
+			if e.pendingOut() {
+				l.giveBack(c, false) // the loop resumes once the client reads
+				return
+			}
+		}
+	}
+	if err := c.release(); err != nil {
+		c.closing = true
+	}
+	l.giveBack(c, false)
+}
+
+// recoverAway handles a panic on an away goroutine: the connection goes back to
+// its loop, which closes it.
+func (l *loop) recoverAway(c *conn) {
+	if r := recover(); r != nil {
+		c.log.Error("panic serving connection (bug)", "panic", r, "stack", string(debug.Stack()))
+		c.srv.panics.Add(1)
+		c.ev.broken = true
+		l.giveBack(c, false)
+	}
+}
+
+// returned takes back a connection a goroutine is done with.
+func (l *loop) returned(c *conn) {
+	e := c.ev
+	if !e.away {
+		panic("server: connection returned to its loop while the loop owned it")
+	}
+	e.away = false
+	defer l.recoverPanic(c)
+	if e.broken {
+		l.close(c)
+		return
+	}
+	if e.pendingOut() {
+		if !l.setEvents(c, unix.EPOLLOUT) {
+			l.close(c)
+		}
+		return
+	}
+	if c.closing {
+		l.close(c)
+		return
+	}
+	if c.rd.Buffered() > 0 && c.srv.vr == nil {
+		// Stopped mid-pipeline (its replies had to drain): carry on.
+		l.process(c)
+		return
+	}
+	l.afterBatch(c)
+}
+
+// releaseParked hands this iteration's durable-write batches to one goroutine per
+// server, which waits once for all of them.
+func (l *loop) releaseParked() {
+	if len(l.parked) == 0 {
+		return
+	}
+	group := l.parked
+	l.parked = nil
+	go l.waitGroup(group)
+}
+
+func (l *loop) waitGroup(group []*conn) {
+	var srv *Server
+	var p shard.Pending
+	var rest []*conn
+	for _, c := range group {
+		if srv == nil {
+			srv = c.srv
+		}
+		if c.srv != srv {
+			rest = append(rest, c) // another server in this process (tests)
+			continue
+		}
+		p = p.Merge(c.pending)
+	}
+	t := time.Now()
+	err := srv.shard.Wait(context.Background(), p)
+	d := time.Since(t)
+	for _, c := range group {
+		if c.srv != srv {
+			continue
+		}
+		l.finishParked(c, err, d)
+	}
+	if len(rest) > 0 {
+		l.waitGroup(rest)
+	}
+	l.wake()
+}
+
+// finishParked releases a parked batch after its durability wait and returns the
+// connection to the loop.
+func (l *loop) finishParked(c *conn, err error, d time.Duration) {
+	defer l.recoverAway(c)
+	if c.waited(err, d) == nil {
+		if err := c.send(); err != nil {
+			c.log.Debug("write failed", "err", err)
+			c.closing = true
+		}
+	}
+	l.giveBackQuiet(c)
+}
+
+// sweep closes connections past their idle or write timeout, killed ones, and
+// idle ones of a draining server.
+func (l *loop) sweep(now int64) {
+	l.nextSweep = now + int64(l.sweepEvery())
+	for _, c := range l.byFD {
+		if c == nil || c.ev.away {
+			continue
+		}
+		e := c.ev
+		switch {
+		case e.killed.Load():
+			l.close(c)
+		case e.pendingOut():
+			if now > e.wdead {
+				c.log.Info("closing connection: client does not read its replies", "write_timeout", writeTimeout)
+				l.close(c)
+			} else if c.srv.draining() && !c.closing {
+				c.closing = true // close once the replies are out
+			}
+		case c.srv.draining():
+			c.log.Debug("closing connection: shutting down")
+			l.close(c)
+		case e.idleAt != 0 && now > e.idleAt:
+			c.log.Info("closing idle connection", "idle_timeout", c.srv.cfg.IdleTimeout)
+			l.close(c)
+		}
+	}
+}
+
+// close closes the socket and lets the connection's goroutine return.
+func (l *loop) close(c *conn) {
+	e := c.ev
+	if !e.inLoop {
+		return
+	}
+	e.inLoop = false
+	l.byFD[e.fd] = nil
+	l.n--
+	// Closing the only descriptor also removes it from the epoll set.
+	unix.Close(e.fd)
+	e.nc.mu.Lock()
+	e.nc.closed = true
+	e.nc.mu.Unlock()
+	close(e.done)
+}

@@ -1,0 +1,78 @@
+package server
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+)
+
+// IOModel says how plain-TCP client connections are served.
+//
+// IOEpoll serves them from a few epoll event loops (Linux only): one epoll_wait
+// reports every ready socket, each is read once, all of its complete commands run,
+// and its replies leave in one write — the shape of Redis's event loop. Compared
+// with a goroutine per connection it saves, per pipelined batch, the read that
+// returns EAGAIN and the netpoller's park and wake-up, which were 40–47 % of the
+// server's CPU under redis-benchmark. Work that blocks (waiting for an fsync, the
+// VR driver, forwarding) is handed to a goroutine, so the loop never waits on it.
+//
+// IOGoroutine is Go's model: one goroutine per connection. TLS connections and
+// non-Linux systems always use it.
+type IOModel string
+
+const (
+	IOEpoll     IOModel = "epoll"
+	IOGoroutine IOModel = "goroutine"
+)
+
+// ParseIOModel parses an --io-model value.
+func ParseIOModel(s string) (IOModel, error) {
+	switch m := IOModel(s); m {
+	case IOEpoll, IOGoroutine:
+		return m, nil
+	case "":
+		return DefaultIOModel(), nil
+	}
+	return "", fmt.Errorf("server: unknown I/O model %q (want epoll or goroutine)", s)
+}
+
+// DefaultIOModel is the model used unless KEFIR_IO_MODEL says otherwise: the
+// event loop where it exists.
+func DefaultIOModel() IOModel {
+	if epollSupported {
+		return IOEpoll
+	}
+	return IOGoroutine
+}
+
+// ioModel is the process's I/O model for client connections. It is process-wide,
+// like the event loops (and Go's own netpoller), and read from KEFIR_IO_MODEL
+// until Config carries an IOModel field (a flag for kefir server); tests set it
+// directly.
+var ioModel = ioModelFromEnv()
+
+// ioLoops is the number of event loops, KEFIR_IO_LOOPS or one per two
+// processors: a loop keeps one processor busy, and the other half is left for
+// the goroutines that wait for fsyncs, the storage engine's background work and,
+// on a benchmark box, the load generator.
+var ioLoops = ioLoopsFromEnv()
+
+func ioModelFromEnv() IOModel {
+	m, err := ParseIOModel(os.Getenv("KEFIR_IO_MODEL"))
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "kefir: %v; using %s\n", err, DefaultIOModel())
+		return DefaultIOModel()
+	}
+	if m == IOEpoll && !epollSupported {
+		return IOGoroutine
+	}
+	return m
+}
+
+func ioLoopsFromEnv() int {
+	if n, err := strconv.Atoi(os.Getenv("KEFIR_IO_LOOPS")); err == nil && n > 0 {
+		return n
+	}
+	return max(1, runtime.GOMAXPROCS(0)/2)
+}
