@@ -377,14 +377,17 @@ func (r *Replica) updateMembers() {
 				c.lagSince[j] = r.now
 			}
 			lagging := lag && r.now-c.lagSince[j] >= susp
+			// A follower joins once it has caught up with R, so a far-behind
+			// one (state transfer) does not hold R back while it catches up;
+			// it is counted in R (JOINING) before it is granted (IN), so R
+			// cannot pass it in between (digest §2.15.2).
+			if c.member[j] == MemberOut && alive && c.peerApp[j] >= c.readable {
+				c.member[j] = MemberJoining
+			}
 			switch c.member[j] {
-			case MemberOut:
-				if alive {
-					c.member[j] = MemberJoining
-				}
 			case MemberJoining:
 				// Never granted in this state: it can leave at once.
-				if !alive {
+				if !alive || lagging {
 					c.member[j] = MemberOut
 				} else if c.peerApp[j] >= c.readable && c.peerApp[j] >= r.viewStartOp {
 					c.member[j] = MemberIn
@@ -409,8 +412,8 @@ func (r *Replica) updateMembers() {
 func (r *Replica) waitTarget() uint64 {
 	var t uint64
 	for _, rd := range r.reads {
-		if rd.readable > 0 && (t == 0 || rd.readable < t) {
-			t = rd.readable
+		if w := max(rd.readable, r.viewStartOp); rd.durWait && (t == 0 || w < t) {
+			t = w
 		}
 	}
 	return min(t, r.commit)
@@ -480,7 +483,7 @@ func (r *Replica) WaitReadable(now int64, ctx, index uint64) error {
 	if index > r.lastOp() {
 		return fmt.Errorf("vr: durability wait for op %d beyond the log's last op %d", index, r.lastOp())
 	}
-	r.reads = append(r.reads, readReq{ctx: ctx, readable: max(index, 1)})
+	r.reads = append(r.reads, readReq{ctx: ctx, durWait: true, readable: index})
 	r.hbNow = true
 	return nil
 }

@@ -45,8 +45,9 @@ type readReq struct {
 	ctx uint64
 	hb  uint64 // heartbeat that confirms leadership; 0 = not sent yet
 	min uint64 // commit must reach this op first (nilext slow-path reads)
-	// readable: the readable index must reach this op first (durability
-	// waits, WaitReadable); 0 for plain read-index reads.
+	// durWait: a durability wait (WaitReadable): the readable index must
+	// reach readable (and the view's start op) first.
+	durWait  bool
 	readable uint64
 }
 
@@ -805,7 +806,8 @@ func (r *Replica) checkReads() {
 	}
 	n := 0
 	for _, rd := range r.reads {
-		if rd.hb != 0 && rd.hb <= confirmed && r.commit >= rd.min && r.Readable() >= rd.readable {
+		if rd.hb != 0 && rd.hb <= confirmed && r.commit >= rd.min &&
+			(!rd.durWait || r.cad.readable >= max(rd.readable, r.viewStartOp)) {
 			r.out.ReadStates = append(r.out.ReadStates, ReadState{Ctx: rd.ctx, Index: r.commit})
 		} else {
 			r.reads[n] = rd

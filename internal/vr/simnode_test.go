@@ -321,6 +321,8 @@ type simOptions struct {
 	// sends, without a lease and even one still behind the log the view
 	// started with (vrshard's rule today).
 	boundedVrshardRule bool
+	// cad: the CAD read and write rules (cad_sim_test.go); nil: off.
+	cad *cadSimOptions
 }
 
 // simCounters shows that a run exercised the paths it claims to.
@@ -359,6 +361,10 @@ type simReplica struct {
 	// The view whose start-view this replica received, and the op that
 	// view's log ended at.
 	startView, startOp uint64
+	// async runs: acknowledged blind writes not yet applied, by key, and
+	// the operations proposed at AckAppended awaiting their ack.
+	overlay  map[string]kvVal
+	asyncOps map[[2]uint64]check.Op
 }
 
 func memberIDs(n int) []uint64 {
@@ -379,6 +385,9 @@ func simConfig(id sim.Addr, n int, o simOptions) Config {
 	if o.nilext != nil {
 		c.Nilext, c.NilextBatch, c.NilextInterval = true, o.nilext.batch, o.nilext.interval
 	}
+	if o.cad != nil {
+		cadConfig(&c, o.cad)
+	}
 	return c
 }
 
@@ -392,6 +401,9 @@ func newSimReplica(o simOptions) sim.ReplicaFactory {
 			// A restart (even from a wiped disk) is not a new group.
 			st.LostState = true
 			st.Nonce = incarnation[id]<<8 | uint64(id)
+		} else if o.cad != nil {
+			// doc.go: a fresh random nonce on every start (scrambled here).
+			st.Nonce = splitmix(incarnation[id]<<8 | uint64(id))
 		}
 		core, err := New(simConfig(id, cfg.Replicas, o), st)
 		if err != nil {
@@ -471,10 +483,30 @@ func (n *simReplica) redirect(to sim.Addr, seq uint64) {
 }
 
 func (n *simReplica) onClient(from sim.Addr, m clientReq) {
+	if n.o.cad != nil {
+		if m.Op.Kind == check.Get {
+			n.cadRead(from, m)
+		} else {
+			n.cadPropose(from, m)
+		}
+		return
+	}
 	if m.Op.Kind == check.Get {
 		if n.nilextRead(from, m) {
 			return
 		}
+		n.onClientRead(from, m)
+		return
+	}
+	err := n.core.Propose(n.now, Request{Client: uint64(from), ReqNum: m.Seq, Data: encodeOp(m.Op)})
+	if err != nil {
+		n.redirect(from, m.Seq)
+	}
+}
+
+// onClientRead serves a linearizable read: under the lease, else read-index.
+func (n *simReplica) onClientRead(from sim.Addr, m clientReq) {
+	{
 		idx, err := n.core.LeaseRead(n.now)
 		if n.o.lease == 0 && !n.core.mut.noLeaseCheck {
 			idx, err = 0, ErrNoLease
@@ -492,11 +524,6 @@ func (n *simReplica) onClient(from sim.Addr, m clientReq) {
 		default:
 			n.redirect(from, m.Seq)
 		}
-		return
-	}
-	err := n.core.Propose(n.now, Request{Client: uint64(from), ReqNum: m.Seq, Data: encodeOp(m.Op)})
-	if err != nil {
-		n.redirect(from, m.Seq)
 	}
 }
 
@@ -509,6 +536,9 @@ func (n *simReplica) serveReads() {
 			continue
 		}
 		v := n.state[p.key]
+		if n.cadRewait(p, v) {
+			continue
+		}
 		res := check.Result{Found: v.exists, Value: v.val, Version: v.version, Node: int(n.id)}
 		n.out.Messages = append(n.out.Messages, sim.Envelope{To: p.client, Msg: clientResp{Seq: p.seq, OK: true, Result: res}})
 	}
@@ -559,6 +589,9 @@ func (n *simReplica) drain() {
 		for _, m := range rd.Messages {
 			n.out.Messages = append(n.out.Messages, sim.Envelope{To: replicaAddr(m.To), Msg: n.outgoing(m)})
 		}
+		for _, a := range rd.Acks {
+			n.onAck(a)
+		}
 		for _, a := range rd.NilextAcks {
 			n.out.Messages = append(n.out.Messages, sim.Envelope{To: sim.Addr(a.Client), Msg: nilextAckMsg{a}})
 		}
@@ -571,6 +604,7 @@ func (n *simReplica) drain() {
 				results[i] = encodeResult(n.state.apply(c.Op, decodeOp(c.Data)))
 			}
 			n.core.Advance(results)
+			n.pruneOverlay()
 		}
 		for _, r := range rd.Replies {
 			res := check.Result{Node: int(n.id)}

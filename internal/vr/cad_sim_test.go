@@ -1,0 +1,523 @@
+package vr
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/kefirdb/kefir/internal/check"
+	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/sim"
+)
+
+// This file extends the simulated driver with the read and write rules of
+// docs/design/cad.md, in three configurations:
+//
+//   - cad: blind writes acknowledged at AckReplicated, CAS/INCR at apply;
+//     Config.FollowerReads; a follower serves a key iff FollowerRead gives
+//     it R and the key's version in its state machine is <= R, else it
+//     redirects; the leader serves a key whose update index u <= Readable()
+//     under its lease, and otherwise waits with WaitReadable(u).
+//   - async: blind writes acknowledged at AckAppended; the leader keeps an
+//     overlay of acknowledged, not yet applied blind writes and serves reads
+//     of those keys from it; followers serve their applied state.
+//   - syncFollower: every write acknowledged at apply (sync), followers
+//     serve their applied state (follower reads without the active set).
+//
+// Reads go to replicas in turn, so followers serve many of them.
+
+type cadMode uint8
+
+const (
+	cadModeCAD cadMode = iota
+	cadModeAsync
+	cadModeSyncFollower
+)
+
+func (m cadMode) String() string {
+	return [...]string{"cad+active-set", "async+follower-reads", "sync+follower-reads"}[m]
+}
+
+func (m cadMode) durability() level.Durability {
+	return [...]level.Durability{level.CAD, level.Async, level.Sync}[m]
+}
+
+type cadSimOptions struct {
+	mode cadMode
+	// noRCheck is a driver mutation: a follower holding a lease serves its
+	// state machine without comparing the key's version with R.
+	noRCheck bool
+	// noLeaderRCheck is a driver mutation: the leader serves what it applied
+	// once R >= u, without checking the version it serves against R.
+	noLeaderRCheck bool
+	// leaderReads sends every read to the leader (as a linearizable read).
+	leaderReads bool
+	// syncWrites: in cad mode, every write is acknowledged at apply (sync)
+	// while reads keep cad's rules.
+	syncWrites bool
+	stats      *cadStats
+}
+
+// cadStats shows that a run exercised the paths it claims to.
+type cadStats struct {
+	followerServed, followerRedirected, leaderFast, leaderWaits, leaderRewaits, overlayServed, earlyAcks int
+}
+
+func (c *cadStats) String() string {
+	return fmt.Sprintf("follower served %d, redirected %d; leader fast %d, durability waits %d (+%d again); overlay %d; early acks %d",
+		c.followerServed, c.followerRedirected, c.leaderFast, c.leaderWaits, c.leaderRewaits, c.overlayServed, c.earlyAcks)
+}
+
+func cadConfig(c *Config, o *cadSimOptions) {
+	if o.mode == cadModeCAD {
+		c.FollowerReads = true
+		// Short enough for a 3 s simulated run; Removal just above its bound.
+		c.MarkOut = 20 * time.Millisecond
+		c.Removal = 30 * time.Millisecond
+		c.Suspect = 15 * time.Millisecond
+	}
+}
+
+func blindWrite(k check.Kind) bool { return k == check.Put || k == check.Delete }
+
+// cadPropose submits a client write at the ack point its mode wants.
+func (n *simReplica) cadPropose(from sim.Addr, m clientReq) {
+	ack := AckApplied
+	if blindWrite(m.Op.Kind) && !n.o.cad.syncWrites {
+		switch n.o.cad.mode {
+		case cadModeCAD:
+			ack = AckReplicated
+		case cadModeAsync:
+			ack = AckAppended
+			if n.asyncOps == nil {
+				n.asyncOps = map[[2]uint64]check.Op{}
+			}
+			n.asyncOps[[2]uint64{uint64(from), m.Seq}] = m.Op
+		}
+	}
+	if err := n.core.ProposeAck(n.now, Request{Client: uint64(from), ReqNum: m.Seq, Data: encodeOp(m.Op)}, ack); err != nil {
+		n.redirect(from, m.Seq)
+	}
+}
+
+// onAck answers an early acknowledgement; async writes enter the overlay.
+func (n *simReplica) onAck(a Reply) {
+	if s := n.o.cad.stats; s != nil {
+		s.earlyAcks++
+	}
+	k := [2]uint64{a.Client, a.ReqNum}
+	if op, ok := n.asyncOps[k]; ok {
+		delete(n.asyncOps, k)
+		if n.overlay == nil {
+			n.overlay = map[string]kvVal{}
+		}
+		if cur, ok := n.overlay[op.Key]; !ok || cur.version < a.Op {
+			n.overlay[op.Key] = kvVal{exists: op.Kind == check.Put, val: op.Value, version: a.Op}
+		}
+	}
+	res := check.Result{Found: true, Version: a.Op, Node: int(n.id)}
+	n.out.Messages = append(n.out.Messages, sim.Envelope{To: sim.Addr(a.Client), Msg: clientResp{Seq: a.ReqNum, OK: true, Result: res}})
+}
+
+// pruneOverlay drops overlay entries the state machine has caught up with,
+// and all of them once this replica no longer leads.
+func (n *simReplica) pruneOverlay() {
+	if len(n.overlay) == 0 {
+		return
+	}
+	if !n.core.Info().IsLeader {
+		clear(n.overlay)
+		clear(n.asyncOps)
+		return
+	}
+	for k, v := range n.overlay {
+		if v.version <= n.core.applied {
+			delete(n.overlay, k)
+		}
+	}
+}
+
+// updateIndex is u: the highest op in the log (applied or not) that writes
+// key, or the version the state machine holds.
+func (n *simReplica) updateIndex(key string) uint64 {
+	c := n.core
+	for op := c.lastOp(); op > c.applied && op >= c.first; op-- {
+		e := c.entry(op)
+		if len(e.Data) > 0 && decodeOp(e.Data).Key == key {
+			return op
+		}
+	}
+	return n.state[key].version
+}
+
+func (n *simReplica) serveNow(to sim.Addr, seq uint64, v kvVal) {
+	res := check.Result{Found: v.exists, Value: v.val, Version: v.version, Node: int(n.id)}
+	n.out.Messages = append(n.out.Messages, sim.Envelope{To: to, Msg: clientResp{Seq: seq, OK: true, Result: res}})
+}
+
+// cadRead serves a read by the rules of the run's mode.
+func (n *simReplica) cadRead(from sim.Addr, m clientReq) {
+	o, st := n.o.cad, n.o.cad.stats
+	info := n.core.Info()
+	if info.Status != Normal {
+		n.redirect(from, m.Seq)
+		return
+	}
+	if !info.IsLeader {
+		if o.leaderReads {
+			n.redirect(from, m.Seq)
+			return
+		}
+		if o.mode != cadModeCAD {
+			// Follower reads without the active set: whatever is applied.
+			st.followerServed++
+			n.serveNow(from, m.Seq, n.state[m.Op.Key])
+			return
+		}
+		r, err := n.core.FollowerRead(n.now)
+		v := n.state[m.Op.Key]
+		if err != nil || (v.version > r && !o.noRCheck) {
+			st.followerRedirected++
+			n.redirect(from, m.Seq)
+			return
+		}
+		st.followerServed++
+		n.serveNow(from, m.Seq, v)
+		return
+	}
+	idx, err := n.core.LeaseRead(n.now)
+	if o.mode == cadModeAsync && err == nil {
+		if v, ok := n.overlay[m.Op.Key]; ok {
+			st.overlayServed++
+			n.serveNow(from, m.Seq, v)
+			return
+		}
+	}
+	if o.mode != cadModeCAD {
+		n.onClientRead(from, m)
+		return
+	}
+	u := n.updateIndex(m.Op.Key)
+	if err == nil && u <= n.core.Readable() {
+		st.leaderFast++
+		n.parked = append(n.parked, parkedRead{client: from, seq: m.Seq, key: m.Op.Key, index: max(idx, u)})
+		return
+	}
+	n.ctx++
+	if err := n.core.WaitReadable(n.now, n.ctx, u); err != nil {
+		n.redirect(from, m.Seq)
+		return
+	}
+	st.leaderWaits++
+	n.byCtx[n.ctx] = parkedRead{client: from, seq: m.Seq, key: m.Op.Key}
+}
+
+// cadRewait: at the leader, a cad read serves the state machine's version
+// of the key only if it is <= R (applied may have run past R since u was
+// taken, with a newer write of the key that other members lack); otherwise
+// it waits again, for that version. It reports whether it took the read.
+func (n *simReplica) cadRewait(p parkedRead, v kvVal) bool {
+	o := n.o.cad
+	if o == nil || o.mode != cadModeCAD || o.noLeaderRCheck || v.version <= n.core.Readable() {
+		return false
+	}
+	n.ctx++
+	if err := n.core.WaitReadable(n.now, n.ctx, v.version); err != nil {
+		n.redirect(p.client, p.seq)
+		return true
+	}
+	o.stats.leaderRewaits++
+	n.byCtx[n.ctx] = parkedRead{client: p.client, seq: p.seq, key: p.key}
+	return true
+}
+
+// cadClient is simClient with reads sent to replicas in turn (writes go to
+// the leader it knows; both follow redirects).
+type cadClient struct {
+	*simClient
+	rr          int
+	leaderReads bool
+	leader      int
+}
+
+func newCADClient(timeout, maxTries int, leaderReads bool) sim.ClientFactory {
+	return func(id sim.Addr, cfg sim.Config) sim.Node {
+		return &cadClient{simClient: &simClient{id: id, n: cfg.Replicas, timeout: timeout, maxTries: maxTries}, leaderReads: leaderReads}
+	}
+}
+
+func (c *cadClient) Step(ev sim.Event) {
+	if ev.Kind == sim.Invoke && !c.leaderReads {
+		if ev.Op.Kind == check.Get {
+			c.leader = c.simClient.leader
+			c.rr++
+			c.simClient.leader = (int(c.id) + c.rr) % c.n
+		} else {
+			c.simClient.leader = c.leader
+		}
+	}
+	c.simClient.Step(ev)
+	if m, ok := ev.Msg.(clientResp); ok && ev.Kind == sim.Message && !m.OK && m.Leader >= 0 {
+		c.leader = m.Leader
+	}
+}
+
+// ---- runs ----
+
+func cadSimOptionsFor(mode cadMode) simOptions {
+	o := defaultSimOptions()
+	o.cad = &cadSimOptions{mode: mode, stats: &cadStats{}}
+	return o
+}
+
+// cadRun is simRunHook with the CAD client and workload.
+func cadRun(seed uint64, o simOptions, trace io.Writer, tweak func(*sim.Options), hook func(*sim.Sim)) (*sim.Sim, check.History) {
+	return simRunHook(seed, o, trace, func(so *sim.Options) {
+		so.NewClient = newCADClient(30, 12, o.cad.leaderReads)
+		cons := level.ConsCrossClient
+		if o.cad.leaderReads {
+			cons = level.ConsLinearizable
+		}
+		dur := o.cad.mode.durability()
+		if o.cad.syncWrites {
+			dur = level.Sync
+		}
+		so.Workload = sim.KV{Keys: 3, Get: 5, Put: 4, Delete: 1, CAS: 1, Incr: 1, Cons: cons, Dur: dur}
+		// Slow fsyncs: many acknowledged writes sit unsynced when crashes hit.
+		so.Sync = sim.Dist{Base: 2 * time.Millisecond, Jitter: 4 * time.Millisecond}
+		if tweak != nil {
+			tweak(so)
+		}
+	}, hook)
+}
+
+// cadJudge runs the checkers CAD promises: cross-client monotonic reads and
+// the cad durability rule (a value once read survives crashes), besides the
+// replicas' agreement and reported errors. lin adds linearizability (runs
+// whose crashes cannot lose acknowledged writes, reads at the leader).
+func cadJudge(s *sim.Sim, h check.History, lin bool) error {
+	var errs []error
+	if v := check.CrossClientMonotonic(h); !v.OK {
+		errs = append(errs, v.Err())
+	}
+	if v := check.Durability(h); !v.OK {
+		errs = append(errs, v.Err())
+	}
+	if lin {
+		if v := check.Linearizable(h, check.LinOptions{Timeout: 5 * time.Second, Strict: true}); !v.OK {
+			errs = append(errs, v.Err())
+		}
+	}
+	if err := checkAgreement(s, s.Config().Replicas); err != nil {
+		errs = append(errs, err)
+	}
+	for i := 0; i < s.Config().Replicas; i++ {
+		if n := s.Replica(i); n != nil {
+			if e := n.(*simReplica).errs; len(e) > 0 {
+				errs = append(errs, fmt.Errorf("replica %d reported: %v", i, e[0]))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// lagFollower slows the links to and from one follower for a while, twice,
+// so it trails the others (and, without the active set, serves old state).
+func lagFollower(s *sim.Sim) {
+	for _, at := range []time.Duration{60 * time.Millisecond, 300 * time.Millisecond} {
+		s.At(at, func() {
+			for i := 0; i < s.Config().Replicas; i++ {
+				if n := s.Replica(i); n != nil && !n.(*simReplica).core.Info().IsLeader {
+					slow := sim.Link{Delay: sim.Dist{Base: 8 * time.Millisecond, Jitter: 20 * time.Millisecond}}
+					for j := 0; j < s.Config().Replicas; j++ {
+						if j != i {
+							s.SetLink(sim.Addr(i), sim.Addr(j), slow)
+							s.SetLink(sim.Addr(j), sim.Addr(i), slow)
+						}
+					}
+					s.After(120*time.Millisecond, s.Heal)
+					return
+				}
+			}
+		})
+	}
+}
+
+// slowFollower gives one follower links a few milliseconds slower than the
+// others' for most of the run: it applies later than the other follower but
+// answers well within Suspect, so it stays in the active set.
+func slowFollower(s *sim.Sim) {
+	s.At(50*time.Millisecond, func() {
+		for i := 0; i < s.Config().Replicas; i++ {
+			if n := s.Replica(i); n != nil && !n.(*simReplica).core.Info().IsLeader {
+				slow := sim.Link{Delay: sim.Dist{Base: 2 * time.Millisecond, Jitter: 3 * time.Millisecond}}
+				for j := 0; j < s.Config().Replicas; j++ {
+					if j != i {
+						s.SetLink(sim.Addr(i), sim.Addr(j), slow)
+						s.SetLink(sim.Addr(j), sim.Addr(i), slow)
+					}
+				}
+				s.After(1500*time.Millisecond, s.Heal)
+				return
+			}
+		}
+	})
+}
+
+// cadScenarios are the fault schedules every configuration runs: the random
+// nemesis (crashes of up to f replicas that keep a torn prefix of unsynced
+// bytes, partitions, one-way links), whole-cluster power failures, and a
+// lagging follower.
+var cadScenarios = []struct {
+	name  string
+	tweak func(*sim.Options)
+	hook  func(*sim.Sim)
+}{
+	{"nemesis", nil, nil},
+	{"power-failure", func(so *sim.Options) { so.Faults.Crash, so.Faults.Restart = 0, 0 }, powerFailureHook},
+	{"lagging-follower", func(so *sim.Options) {
+		so.Faults.Crash, so.Faults.Restart, so.Faults.Partition, so.Faults.OneWay = 0, 0, 1, 1
+	}, lagFollower},
+	{"slow-follower", func(so *sim.Options) { so.Faults = nil }, slowFollower},
+}
+
+func cadExplore(t *testing.T, seeds int, o simOptions, tweak func(*sim.Options), hook func(*sim.Sim), lin bool) runStats {
+	t.Helper()
+	var st runStats
+	sim.Explore(t, 1, seeds, func(seed uint64, trace io.Writer) (err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				err = fmt.Errorf("panic: %v", p)
+			}
+		}()
+		s, h := cadRun(seed, o, trace, tweak, hook)
+		if trace == nil {
+			st.add(s, h)
+		}
+		return cadJudge(s, h, lin)
+	})
+	t.Logf("%d seeds: %d ops, %d ok, %d unknown; %d crashes; %s", st.seeds, st.ops, st.ok, st.unknown, st.crashes, o.cad.stats)
+	if st.ok < st.ops/3 {
+		t.Errorf("only %d of %d operations completed: the group is not making progress", st.ok, st.ops)
+	}
+	return st
+}
+
+// TestCADSim: with the active set, cross-client monotonic reads and the cad
+// durability rule hold under every fault schedule, although followers serve
+// reads and writes are acknowledged before they are durable.
+func TestCADSim(t *testing.T) {
+	for _, sc := range cadScenarios {
+		t.Run(sc.name, func(t *testing.T) {
+			o := cadSimOptionsFor(cadModeCAD)
+			cadExplore(t, seedCount(150, 3000), o, sc.tweak, sc.hook, false)
+			if st := o.cad.stats; st.followerServed == 0 || st.leaderWaits == 0 || st.earlyAcks == 0 {
+				t.Fatalf("the run did not exercise follower reads, durability waits and early acks: %s", st)
+			}
+		})
+	}
+}
+
+// TestCADSimLinearizableLeaderReads: cad writes with linearizable reads at
+// the leader, under partitions and one-way links (no crash, so no
+// acknowledged write may vanish): the history is linearizable — reads wait
+// for R >= u, so they see every write acknowledged at AckReplicated.
+func TestCADSimLinearizableLeaderReads(t *testing.T) {
+	o := cadSimOptionsFor(cadModeCAD)
+	o.cad.leaderReads = true
+	cadExplore(t, seedCount(150, 3000), o, func(so *sim.Options) {
+		so.Faults.Crash, so.Faults.Restart, so.Faults.Partition, so.Faults.OneWay = 0, 0, 1, 1
+	}, nil, true)
+}
+
+// TestCADSimSyncWrites: sync writes with cad's read rules (follower reads
+// through the active set) pass too; the durability checker then also holds
+// every acknowledged write to survive the crashes.
+func TestCADSimSyncWrites(t *testing.T) {
+	for _, sc := range cadScenarios[:2] {
+		t.Run(sc.name, func(t *testing.T) {
+			o := cadSimOptionsFor(cadModeCAD)
+			o.cad.syncWrites = true
+			cadExplore(t, seedCount(60, 1000), o, sc.tweak, sc.hook, false)
+		})
+	}
+}
+
+// cadMutationCaught is mutationCaught for the CAD runs: some seed must fail
+// a checker (or an assertion).
+func cadMutationCaught(t *testing.T, budget int, o simOptions, tweak func(*sim.Options), hook func(*sim.Sim)) {
+	t.Helper()
+	for seed := uint64(1); seed <= uint64(budget); seed++ {
+		var err error
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					err = fmt.Errorf("panic: %v", p)
+				}
+			}()
+			s, h := cadRun(seed, o, nil, tweak, hook)
+			err = cadJudge(s, h, false)
+		}()
+		if err != nil {
+			msg := err.Error()
+			if len(msg) > 600 {
+				msg = msg[:600] + "..."
+			}
+			t.Logf("caught at seed %d of %d: %s", seed, budget, msg)
+			return
+		}
+	}
+	t.Fatalf("mutation survived %d seeds: the simulator and checkers cannot see this bug", budget)
+}
+
+// TestCADSimAsyncFails: async with the leader's overlay (and followers
+// serving their applied state) breaks cross-client monotonic reads once
+// crashes take acknowledged, read writes away.
+func TestCADSimAsyncFails(t *testing.T) {
+	cadMutationCaught(t, 50, cadSimOptionsFor(cadModeAsync), cadScenarios[1].tweak, cadScenarios[1].hook)
+}
+
+// TestCADSimSyncFollowerReadsFail: sync writes, followers serve their
+// applied state without the active set: a lagging follower returns values
+// older than ones already read at the leader.
+func TestCADSimSyncFollowerReadsFail(t *testing.T) {
+	cadMutationCaught(t, 50, cadSimOptionsFor(cadModeSyncFollower), cadScenarios[2].tweak, cadScenarios[2].hook)
+}
+
+// TestCADMutationFollowerNoRCheck: a follower that serves its state machine
+// without comparing the key's version with R returns values other members
+// do not have yet; a later read elsewhere goes back.
+func TestCADMutationFollowerNoRCheck(t *testing.T) {
+	o := cadSimOptionsFor(cadModeCAD)
+	o.cad.noRCheck = true
+	cadMutationCaught(t, 80, o, cadScenarios[3].tweak, cadScenarios[3].hook)
+}
+
+// TestCADMutationLeaderServesPastR: the leader serves whatever it applied
+// once R reached the key's update index, although applied may include a
+// newer write of the key that R does not cover yet (found by the nemesis
+// seeds: the first version of this driver did exactly that).
+func TestCADMutationLeaderServesPastR(t *testing.T) {
+	o := cadSimOptionsFor(cadModeCAD)
+	o.cad.noLeaderRCheck = true
+	cadMutationCaught(t, 80, o, nil, nil)
+}
+
+// TestCADMutationReadableIgnoresMembers: R advanced to the leader's own
+// applied op, past what followers applied.
+func TestCADMutationReadableIgnoresMembers(t *testing.T) {
+	o := cadSimOptionsFor(cadModeCAD)
+	o.mut.readableIgnoresMembers = true
+	cadMutationCaught(t, 80, o, cadScenarios[2].tweak, cadScenarios[2].hook)
+}
+
+// splitmix scrambles x (SplitMix64's finalizer): distinct, well spread
+// start nonces for the simulated restarts.
+func splitmix(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return x ^ (x >> 31)
+}
