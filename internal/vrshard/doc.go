@@ -27,9 +27,15 @@
 //  4. Now and then checkpoint: engine fsync, then a new log segment that
 //     starts with the snapshot point, then the core's Compact.
 //
-// Durability: a write returns once committed (persisted on a majority) and
-// applied here; cad and async writes are served as sync for now (stronger).
-// Reads: read.go. Exactly-once: the core's client table, keyed by the RESP
+// Durability (cad.go, docs/design/cad.md): a sync write, and any write whose
+// reply depends on state, returns once committed (persisted on a majority)
+// and applied here; a cad blind write (plain SET, MSET) once a majority
+// holds it in memory (vr.AckReplicated); an async one once the leader
+// appended it (vr.AckAppended; served from the leader's overlay). Every read
+// is checked against the readable index R via a per-key update index, and a
+// leader read of a key updated after R waits for R (a durability wait).
+// With Options.FollowerReads, followers holding an active-set lease serve
+// cross-client-monotonic reads. Reads: read.go. Exactly-once: the core's client table, keyed by the RESP
 // request id (client id, seq), answers retries across leader changes; writes
 // without an id carry the proposer's id and a local sequence number so the
 // proposing leader can find their waiter.

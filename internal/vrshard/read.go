@@ -19,9 +19,15 @@ import (
 // whose level it can prove from how far it has applied:
 //
 //   - linearizable (and cross-client-monotonic, bounded(N versions) and
-//     bounded(t), which it implies): at the leader only, after the core confirms leadership —
+//     bounded(t), which it implies): at the leader, after the core confirms leadership —
 //     under the lease (LeaseRead) or else by a read-index heartbeat round —
-//     and the engine has applied the returned index.
+//     and the engine has applied the returned index; then the keys read are
+//     checked against the readable index R (cad.go): a key updated after R
+//     (an early-acknowledged cad write, or with follower reads an op some
+//     active-set member has not applied) waits for R and is read again.
+//   - cross-client-monotonic with Options.FollowerReads: also at a follower
+//     holding an active-set lease (vr FollowerRead), when no key read (no key
+//     in a scan's range) was updated after the R it learned; else redirect.
 //   - session: any replica whose applied op is at least the token's last
 //     write and max read (versions are op numbers, equal on every replica);
 //     a replica behind waits up to FollowerWait, then redirects.
