@@ -4,35 +4,33 @@
 # etcd fsyncs its WAL before acknowledging a commit (no knob turns that off in 3.4's
 # defaults), so its rows compare with Kefir's sync durability.
 #
+# --delay D puts a delay proxy (bench/delaymesh) on every client and peer port (port +
+# 10000): members advertise the proxied peer URLs, so every member-to-member link
+# crosses one, and the printed endpoints are the proxied client ports (ycsb -link-delay D).
+#
 # Usage:
-#   bench/peers/etcd.sh start DIR [--members 3] [--port 2479]
+#   bench/peers/etcd.sh start DIR [--members 3] [--port 2479] [--delay 0]
 #   bench/peers/etcd.sh stop DIR
 #
 # Prints the client endpoints (comma-separated) for `go run ./ycsb -db etcd -addr ...`.
 # Installs the Debian package etcd-server if missing. Binds 127.0.0.1 only.
 set -euo pipefail
+source "$(dirname "$0")/lib.sh"
 
 cmd=${1:-}; dir=${2:-}
-[ -n "$cmd" ] && [ -n "$dir" ] || { sed -n '2,13p' "$0"; exit 2; }
+[ -n "$cmd" ] && [ -n "$dir" ] || { sed -n '2,17p' "$0"; exit 2; }
 shift 2
-members=3; port=2479
+members=3; port=2479; delay=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --members) members=$2; shift 2 ;;
     --port) port=$2; shift 2 ;;
+    --delay) delay=$2; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
 
-stop() {
-  for pidf in "$dir"/etcd-*.pid; do
-    [ -e "$pidf" ] || continue
-    pid=$(cat "$pidf")
-    kill "$pid" 2>/dev/null || true
-    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    rm -f "$pidf"
-  done
-}
+stop() { stop_pids "$dir" 'etcd-*.pid'; mesh_stop "$dir"; }
 
 case "$cmd" in
   stop) stop; exit 0 ;;
@@ -50,23 +48,27 @@ if [ -z "$bin" ]; then
 fi
 
 mkdir -p "$dir"
+# adv PORT: the address others dial for PORT (its proxy under --delay).
+adv() { if delayed "$delay"; then echo "127.0.0.1:$(proxy_port "$1")"; else echo "127.0.0.1:$1"; fi; }
+if delayed "$delay"; then
+  mesh_start "$dir" "$delay" $(seq "$port" $((port + 2 * members - 1)))
+fi
 cluster=""; endpoints=""
 for i in $(seq 0 $((members - 1))); do
   cp=$((port + 2 * i)); pp=$((cp + 1))
-  cluster+="${cluster:+,}m$i=http://127.0.0.1:$pp"
-  endpoints+="${endpoints:+,}127.0.0.1:$cp"
+  cluster+="${cluster:+,}m$i=http://$(adv "$pp")"
+  endpoints+="${endpoints:+,}$(adv "$cp")"
 done
 for i in $(seq 0 $((members - 1))); do
   cp=$((port + 2 * i)); pp=$((cp + 1))
   # The Debian service unit is not used: members run as plain processes of this script.
   "$bin" --name "m$i" --data-dir "$dir/m$i" \
-    --listen-client-urls "http://127.0.0.1:$cp" --advertise-client-urls "http://127.0.0.1:$cp" \
-    --listen-peer-urls "http://127.0.0.1:$pp" --initial-advertise-peer-urls "http://127.0.0.1:$pp" \
+    --listen-client-urls "http://127.0.0.1:$cp" --advertise-client-urls "http://$(adv "$cp")" \
+    --listen-peer-urls "http://127.0.0.1:$pp" --initial-advertise-peer-urls "http://$(adv "$pp")" \
     --initial-cluster "$cluster" --initial-cluster-state new --initial-cluster-token kefir-bench \
     >"$dir/m$i.log" 2>&1 &
   echo $! >"$dir/etcd-m$i.pid"
 done
-listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 for _ in $(seq 100); do
   up=0
   for i in $(seq 0 $((members - 1))); do listening $((port + 2 * i)) && up=$((up + 1)); done

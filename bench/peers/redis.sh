@@ -7,35 +7,33 @@
 #   --fsync everysec  appendonly yes, appendfsync everysec                     (≈ kefir cad/async)
 #   --fsync off       no persistence at all                                    (in-memory baseline)
 #
+# --delay D puts a delay proxy (bench/delaymesh) on every server's port (port + 10000):
+# replicas replicate from the primary's proxy, and the printed endpoint is the primary's
+# proxy (ycsb -link-delay D).
+#
 # Usage:
-#   bench/peers/redis.sh start DIR [--port 6399] [--fsync always|everysec|off] [--replicas N]
+#   bench/peers/redis.sh start DIR [--port 6399] [--fsync always|everysec|off] [--replicas N] [--delay 0]
 #   bench/peers/redis.sh stop DIR
 #
 # Every server binds 127.0.0.1 only. Installs the Debian package redis-server if missing.
 set -euo pipefail
+source "$(dirname "$0")/lib.sh"
 
 cmd=${1:-}; dir=${2:-}
-[ -n "$cmd" ] && [ -n "$dir" ] || { sed -n '2,16p' "$0"; exit 2; }
+[ -n "$cmd" ] && [ -n "$dir" ] || { sed -n '2,20p' "$0"; exit 2; }
 shift 2
-port=6399; fsync=off; replicas=0
+port=6399; fsync=off; replicas=0; delay=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --port) port=$2; shift 2 ;;
     --fsync) fsync=$2; shift 2 ;;
     --replicas) replicas=$2; shift 2 ;;
+    --delay) delay=$2; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
 
-stop() {
-  for pidf in "$dir"/redis-*.pid; do
-    [ -e "$pidf" ] || continue
-    pid=$(cat "$pidf")
-    kill "$pid" 2>/dev/null || true
-    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    rm -f "$pidf"
-  done
-}
+stop() { stop_pids "$dir" 'redis-*.pid'; mesh_stop "$dir"; }
 
 case "$cmd" in
   stop) stop; exit 0 ;;
@@ -56,6 +54,8 @@ case "$fsync" in
 esac
 
 mkdir -p "$dir"
+adv() { if delayed "$delay"; then proxy_port "$1"; else echo "$1"; fi; }
+if delayed "$delay"; then mesh_start "$dir" "$delay" $(seq "$port" $((port + replicas))); fi
 start_one() { # port [replicaof-port]
   local p=$1 d="$dir/redis-$1"
   mkdir -p "$d"
@@ -69,11 +69,11 @@ start_one() { # port [replicaof-port]
 }
 
 start_one "$port"
-for i in $(seq 1 "$replicas"); do start_one $((port + i)) "$port"; done
+for i in $(seq 1 "$replicas"); do start_one $((port + i)) "$(adv "$port")"; done
 if [ "$replicas" -gt 0 ]; then
   for _ in $(seq 100); do
     n=$(redis-cli -p "$port" info replication | grep -c 'state=online' || true)
     [ "${n:-0}" -ge "$replicas" ] && break; sleep 0.1
   done
 fi
-echo "redis primary 127.0.0.1:$port (fsync=$fsync, replicas=$replicas)"
+echo "127.0.0.1:$(adv "$port")" # the primary (fsync=$fsync, replicas=$replicas, delay=$delay)

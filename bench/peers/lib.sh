@@ -1,0 +1,52 @@
+# Shared by the peers scripts (sourced, not run). Delay proxies: with --delay D every
+# client and peer port of a system gets a proxy (bench/delaymesh) on port + 10000
+# holding each direction for D, and the system's member lists name the proxies, so
+# every link — client to server, server to server — crosses one. One mesh process per
+# system, started before the servers and stopped after them.
+
+# proxy_port PORT: where the proxy in front of PORT listens.
+proxy_port() { echo $(($1 + 10000)); }
+
+# mesh_start DIR DELAY PORT... : proxies 127.0.0.1:PORT+10000 -> 127.0.0.1:PORT.
+mesh_start() {
+  local dir=$1 delay=$2; shift 2
+  local bin=${DELAYMESH:-}
+  if [ -z "$bin" ]; then
+    bin="$dir/delaymesh"
+    (cd "$(dirname "${BASH_SOURCE[0]}")/.." && go build -o "$bin" ./delaymesh)
+  fi
+  local pairs=()
+  for p in "$@"; do pairs+=("127.0.0.1:$(proxy_port "$p")=127.0.0.1:$p"); done
+  "$bin" -delay "$delay" "${pairs[@]}" >"$dir/delaymesh.log" 2>&1 &
+  echo $! >"$dir/delaymesh.pid"
+  for _ in $(seq 100); do grep -q '^ready' "$dir/delaymesh.log" 2>/dev/null && return 0; sleep 0.05; done
+  echo "delaymesh did not start; see $dir/delaymesh.log" >&2
+  return 1
+}
+
+mesh_stop() {
+  local pidf="$1/delaymesh.pid"
+  [ -e "$pidf" ] || return 0
+  local pid; pid=$(cat "$pidf")
+  kill "$pid" 2>/dev/null || true
+  for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  rm -f "$pidf"
+}
+
+# delayed DELAY: true if DELAY is a non-zero Go duration.
+delayed() { case "$1" in ""|0|0s|0ms|0us|0µs|0ns) return 1 ;; *) return 0 ;; esac; }
+
+# stop_pids DIR GLOB: kill the processes whose pid files match DIR/GLOB and wait for them.
+stop_pids() {
+  local dir=$1 glob=$2
+  for pidf in "$dir"/$glob; do
+    [ -e "$pidf" ] || continue
+    local pid; pid=$(cat "$pidf")
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$pid" 2>/dev/null || true
+    rm -f "$pidf"
+  done
+}
+
+listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
