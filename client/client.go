@@ -31,6 +31,8 @@ type options struct {
 	retryUnavailable time.Duration
 	// wrapConn lets tests interpose on a connection's socket.
 	wrapConn func(net.Conn) net.Conn
+	// nilext: the fast path for nilext writes (nilext.go); nil: off.
+	nilext *nilextOptions
 }
 
 // WithPassword authenticates every connection with AUTH.
@@ -96,6 +98,7 @@ type Client struct {
 	// leader is the node the last -MOVED named (nil: none known). Slots whose
 	// connection goes elsewhere move to it on their next call.
 	leader atomic.Pointer[string]
+	nx     *nilextPath // nil unless WithNilext
 }
 
 type slot struct {
@@ -121,6 +124,9 @@ func Dial(ctx context.Context, addrs []string, opts ...Option) (*Client, error) 
 		return nil, errors.New("kefir: WithUser needs WithPassword")
 	}
 	c := &Client{addrs: append([]string(nil), addrs...), opts: o, slots: make([]slot, o.poolSize)}
+	if o.nilext != nil {
+		c.nx = newNilextPath(c, *o.nilext)
+	}
 	if _, err := c.conn(ctx, 0); err != nil {
 		return nil, err
 	}
@@ -131,6 +137,9 @@ func Dial(ctx context.Context, addrs []string, opts ...Option) (*Client, error) 
 // ErrUnknownOutcome); later calls return ErrClosed.
 func (c *Client) Close() error {
 	c.closed.Store(true)
+	if c.nx != nil {
+		c.nx.close()
+	}
 	for i := range c.slots {
 		s := &c.slots[i]
 		s.mu.Lock()
@@ -447,6 +456,11 @@ func (c *Client) integer(ctx context.Context, r *request) (int64, error) {
 }
 
 func (c *Client) put(ctx context.Context, s *Session, key string, value []byte, opts []CallOption) error {
+	if s == nil && c.nx != nil {
+		if done, err := c.nx.write(ctx, []KV{{Key: key, Value: value}}, opts); done {
+			return err
+		}
+	}
 	r := newCall(replyStatus, true, s, opts)
 	r.cmd = append(r.cmd, arg{s: "SET"}, arg{s: key}, arg{b: nonNil(value)})
 	return c.status(ctx, r)
@@ -495,6 +509,11 @@ func (c *Client) multiGet(ctx context.Context, s *Session, keys []string, opts [
 func (c *Client) multiPut(ctx context.Context, s *Session, kvs []KV, opts []CallOption) error {
 	if len(kvs) == 0 {
 		return nil
+	}
+	if s == nil && c.nx != nil {
+		if done, err := c.nx.write(ctx, kvs, opts); done {
+			return err
+		}
 	}
 	r := newCall(replyStatus, true, s, opts)
 	r.cmd = append(r.cmd, arg{s: "MSET"})

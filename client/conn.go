@@ -21,6 +21,7 @@ const (
 	replyBulk                        // bulk string or null
 	replyInt                         // integer
 	replyList                        // array of bulk strings or nulls
+	replyRaw                         // any reply, deep-copied into request.raw (nilext.go)
 )
 
 // reqState is where a request is; guarded by conn.mu.
@@ -58,6 +59,10 @@ type request struct {
 	allowRedirect bool
 	redirect      bool
 	sent          bool // some attempt reached the socket
+	// fixedID, when non-zero, is the REQID (fixedID, fixedSeq) this write
+	// carries instead of the connection's: a nilext write's ordered fallback
+	// keeps the id its broadcast used (nilext.go).
+	fixedID, fixedSeq uint64
 
 	state reqState
 	done  chan struct{}
@@ -69,6 +74,7 @@ type request struct {
 	n     int64
 	list  [][]byte
 	token string
+	raw   resp.Value
 }
 
 var requestPool = sync.Pool{New: func() any {
@@ -211,6 +217,8 @@ func (r *request) complete(v resp.Value) {
 				return
 			}
 		}
+	case replyRaw:
+		r.raw = cloneValue(v)
 	default:
 		panic("client: request without a reply kind")
 	}
@@ -266,10 +274,15 @@ func (c *conn) do(ctx context.Context, req *request) (owned bool, err error) {
 		return true, fmt.Errorf("%w: %w", errNotSent, c.broken)
 	}
 	if len(req.buf) == 0 {
-		if req.write {
+		switch {
+		case req.fixedID != 0:
+			req.encode(req.fixedID, req.fixedSeq)
+		case req.write:
 			c.seq++
+			req.encode(c.clientID, c.seq)
+		default:
+			req.encode(c.clientID, c.seq)
 		}
-		req.encode(c.clientID, c.seq)
 	}
 	req.state = stateQueued
 	c.queue = append(c.queue, req)

@@ -1,0 +1,522 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kefirdb/kefir/internal/resp"
+)
+
+// The nilext fast path (Skyros; docs/design/nilext.md, ARCHITECTURE §5.2).
+//
+// With WithNilext, and a replica group running --nilext (the client asks
+// KEFIR.TOPOLOGY once), Put and MultiPut outside a Session are sent by the
+// client itself to every replica (KEFIR.NILEXT) and complete on
+// f + ceil(f/2) + 1 acks of one view, the leader's among them: one round
+// trip instead of the ordered path's two. The replicas append the write to
+// their durability logs; the leader orders it in the background.
+//
+// A write that gets no such supermajority within the nilext timeout (a
+// replica down, slow or partitioned, a view change) falls back to the
+// ordered path with the same request id, so a copy that did reach some
+// d-logs and the ordered copy apply once. After a fallback the fast path
+// rests for the backoff (writes go straight to the ordered path), then is
+// tried again.
+//
+// Identities: a replica's d-log cleanup assumes one nilext write in flight
+// per client id, sent in request-number order. The client keeps lanes: a
+// random client id, its request counter and one connection per replica,
+// used by one write at a time, so per replica the writes of a lane arrive in
+// order over one TCP connection. A lane whose fallback's outcome stayed
+// unknown is retired (its ordered copy may still be in flight).
+
+// Defaults of WithNilext.
+const (
+	DefaultNilextTimeout = 50 * time.Millisecond
+	DefaultNilextBackoff = time.Second
+)
+
+type nilextOptions struct {
+	timeout, backoff time.Duration
+}
+
+// WithNilext turns on the nilext fast path for Put and MultiPut (outside
+// sessions) when the replica group runs it. timeout bounds how long a write
+// waits for a supermajority before it falls back to the ordered path;
+// backoff is how long the fast path then rests. Zero picks
+// DefaultNilextTimeout and DefaultNilextBackoff. Writes return exactly what
+// the ordered path returns; Delete keeps the ordered path (its reply says
+// whether the key existed, which depends on state).
+func WithNilext(timeout, backoff time.Duration) Option {
+	return func(o *options) {
+		if timeout <= 0 {
+			timeout = DefaultNilextTimeout
+		}
+		if backoff <= 0 {
+			backoff = DefaultNilextBackoff
+		}
+		o.nilext = &nilextOptions{timeout: timeout, backoff: backoff}
+	}
+}
+
+// NilextStats counts the client's nilext writes.
+type NilextStats struct {
+	// Fast writes completed on a supermajority; Fallbacks took the ordered
+	// path after one missed it; Rested took the ordered path while the fast
+	// path rested after a fallback.
+	Fast, Fallbacks, Rested uint64
+}
+
+// NilextStats reports the fast path's counters (zero without WithNilext).
+func (c *Client) NilextStats() NilextStats {
+	if c.nx == nil {
+		return NilextStats{}
+	}
+	return NilextStats{Fast: c.nx.fast.Load(), Fallbacks: c.nx.fallbacks.Load(), Rested: c.nx.rested.Load()}
+}
+
+type nilextPath struct {
+	c    *Client
+	opts nilextOptions
+
+	mu       sync.Mutex
+	topo     *topology // nil until learned
+	retryAt  time.Time // when to ask for the topology again after a failure
+	free     []*lane
+	lanes    []*lane // every live lane, for close
+	closed   bool
+	downTill []atomic.Int64 // per member: Unix ns until which dialing it is skipped
+
+	cool                    atomic.Int64 // Unix ns until which the fast path rests
+	fast, fallbacks, rested atomic.Uint64
+
+	// mutFirstAck completes a write on the first ack from anyone: the
+	// deliberately wrong rule tests use to show their checks can fail.
+	mutFirstAck bool
+}
+
+// topology is what KEFIR.TOPOLOGY said.
+type topology struct {
+	on      bool
+	members []uint64 // in leader order: view v is led by members[v mod n]
+	addrs   []string // their client addresses
+	need    int      // acks that complete a write
+}
+
+type lane struct {
+	id  uint64
+	seq uint64
+	// conns: per member; nil or broken: dial on next use. A send of an
+	// earlier write may still be dialing when the next write starts, so
+	// conns is guarded by mu (never held across a dial or a round trip).
+	mu    sync.Mutex
+	conns []*conn
+	// misses counts a member's consecutive unanswered requests: a
+	// connection that stopped answering without breaking (a partition that
+	// ate bytes) is replaced after maxMisses.
+	misses []int
+}
+
+const maxMisses = 3
+
+func newNilextPath(c *Client, o nilextOptions) *nilextPath {
+	return &nilextPath{c: c, opts: o}
+}
+
+// nilextSupermajority is f + ceil(f/2) + 1 for n = 2f+1 replicas (the same
+// rule as internal/vr's NilextSupermajority; a test checks they agree).
+func nilextSupermajority(n int) int {
+	f := (n - 1) / 2
+	return f + (f+1)/2 + 1
+}
+
+// topology returns the group's topology, asking for it if it is not known
+// (nil while a recent attempt failed: take the ordered path meanwhile).
+func (p *nilextPath) topology(ctx context.Context) *topology {
+	p.mu.Lock()
+	t, retry := p.topo, p.retryAt
+	p.mu.Unlock()
+	if t != nil || time.Now().Before(retry) {
+		return t
+	}
+	t, err := p.fetchTopology(ctx)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err != nil {
+		p.retryAt = time.Now().Add(p.opts.backoff)
+		return nil
+	}
+	if p.topo == nil {
+		p.topo = t
+		p.downTill = make([]atomic.Int64, len(t.members))
+	}
+	return p.topo
+}
+
+func (p *nilextPath) fetchTopology(ctx context.Context) (*topology, error) {
+	r := newCall(replyRaw, false, nil, nil)
+	r.cmd = append(r.cmd, arg{s: "KEFIR.TOPOLOGY"})
+	if err := p.c.finish(ctx, r); err != nil {
+		var se *Error
+		if errors.As(err, &se) && se.Prefix == "ERR" {
+			// A server without KEFIR.TOPOLOGY: no fast path, ever.
+			return &topology{}, nil
+		}
+		return nil, err
+	}
+	v := r.raw
+	putRequest(r)
+	return parseTopology(v)
+}
+
+// parseTopology reads [cluster, view, leader, nilext, self, [[id, addr]...]].
+func parseTopology(v resp.Value) (*topology, error) {
+	bad := func(what string) (*topology, error) {
+		return nil, fmt.Errorf("kefir: KEFIR.TOPOLOGY reply: %s", what)
+	}
+	if v.Kind != resp.Array || len(v.Elems) != 6 || v.Elems[3].Kind != resp.Int || v.Elems[5].Kind != resp.Array {
+		return bad("want [cluster, view, leader, nilext, self, members]")
+	}
+	t := &topology{on: v.Elems[3].Int == 1}
+	for _, m := range v.Elems[5].Elems {
+		if m.Kind != resp.Array || len(m.Elems) != 2 || m.Elems[0].Kind != resp.Int || m.Elems[0].Int <= 0 || m.Elems[1].Kind != resp.Bulk {
+			return bad("want members as [id, address] pairs")
+		}
+		t.members = append(t.members, uint64(m.Elems[0].Int))
+		t.addrs = append(t.addrs, string(m.Elems[1].Str))
+	}
+	if len(t.members)%2 == 0 {
+		t.on = false // a single node (no members) or a malformed group
+	}
+	t.need = nilextSupermajority(len(t.members))
+	return t, nil
+}
+
+func (p *nilextPath) getLane() *lane {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if n := len(p.free); n > 0 {
+		l := p.free[n-1]
+		p.free = p.free[:n-1]
+		return l
+	}
+	l := &lane{id: randomID(), conns: make([]*conn, len(p.topo.members)), misses: make([]int, len(p.topo.members))}
+	p.lanes = append(p.lanes, l)
+	return l
+}
+
+func (p *nilextPath) putLane(l *lane) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		l.close()
+		return
+	}
+	p.free = append(p.free, l)
+}
+
+// retire drops a lane whose id may still have a write in flight.
+func (p *nilextPath) retire(l *lane) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, x := range p.lanes {
+		if x == l {
+			p.lanes = append(p.lanes[:i], p.lanes[i+1:]...)
+			break
+		}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, cn := range l.conns {
+		if cn != nil {
+			cn.closeWhenIdle()
+		}
+	}
+}
+
+func (p *nilextPath) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	for _, l := range p.lanes {
+		l.close()
+	}
+	p.lanes, p.free = nil, nil
+}
+
+func (l *lane) close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, cn := range l.conns {
+		if cn != nil {
+			cn.close()
+		}
+	}
+}
+
+// nilextAck is one replica's answer to KEFIR.NILEXT.
+type nilextAck struct {
+	member int // index in topology.members
+	view   uint64
+	from   uint64
+	leader bool
+	err    error
+}
+
+// ackTracker is the completion rule: need acks from distinct members in one
+// view, one of them that view's leader (members[view mod n]; an ack's own
+// leader claim is believed only when it matches).
+type ackTracker struct {
+	t     *topology
+	views map[uint64]*viewCount
+}
+
+type viewCount struct {
+	from   uint64 // bit i: members[i] acked in this view
+	count  int
+	leader bool
+}
+
+func (a *ackTracker) add(k nilextAck) bool {
+	n := len(a.t.members)
+	if k.err != nil || k.member < 0 || k.member >= n || a.t.members[k.member] != k.from {
+		return false // an error, or a node that is not the member we asked
+	}
+	if a.views == nil {
+		a.views = map[uint64]*viewCount{}
+	}
+	vc := a.views[k.view]
+	if vc == nil {
+		vc = &viewCount{}
+		a.views[k.view] = vc
+	}
+	if vc.from&(1<<k.member) == 0 {
+		vc.from |= 1 << k.member
+		vc.count++
+	}
+	if k.leader && a.t.members[k.view%uint64(n)] == k.from {
+		vc.leader = true
+	}
+	return vc.leader && vc.count >= a.t.need
+}
+
+// write runs a nilext write (Put: one pair; MultiPut: several) on the fast
+// path. done false means the fast path did not take it and nothing was sent:
+// the caller runs the ordered path as usual. done true means err is the
+// write's outcome (the fast path, or its ordered fallback with the same id).
+func (p *nilextPath) write(ctx context.Context, kvs []KV, opts []CallOption) (done bool, err error) {
+	var o callOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	if !o.consistency.IsZero() {
+		return false, nil // a write with a read level: let the server judge it
+	}
+	t := p.topology(ctx)
+	if t == nil || !t.on || len(t.members) > 63 {
+		return false, nil
+	}
+	if now := time.Now().UnixNano(); now < p.cool.Load() {
+		p.rested.Add(1)
+		return false, nil
+	}
+	if len(kvs) > 1 {
+		seen := make(map[string]struct{}, len(kvs))
+		for _, kv := range kvs {
+			if _, dup := seen[kv.Key]; dup {
+				// MSET's last value wins; keep that exact semantics on the
+				// ordered path instead of reasoning about it here.
+				return false, nil
+			}
+			seen[kv.Key] = struct{}{}
+		}
+	}
+	dur := o.durability
+	if dur.IsZero() {
+		dur = Sync
+	}
+	l := p.getLane()
+	l.seq++
+	if p.broadcast(ctx, t, l, kvs, dur.String()) {
+		p.fast.Add(1)
+		p.putLane(l)
+		return true, nil
+	}
+	// No supermajority in time: rest the fast path, and take the ordered
+	// path with the same id (exactly once with any copy in a d-log).
+	p.cool.Store(time.Now().Add(p.opts.backoff).UnixNano())
+	p.fallbacks.Add(1)
+	if err := p.fallback(ctx, l, kvs, opts); err != nil {
+		p.retire(l)
+		return true, err
+	}
+	p.putLane(l)
+	return true, nil
+}
+
+// broadcast sends the write to every member on the lane's connections and
+// reports whether a supermajority acked it within the nilext timeout.
+func (p *nilextPath) broadcast(ctx context.Context, t *topology, l *lane, kvs []KV, dur string) bool {
+	bctx, cancel := context.WithTimeout(ctx, p.opts.timeout)
+	defer cancel()
+	cmd := make([]arg, 0, 6+2*len(kvs))
+	cmd = append(cmd, arg{s: "KEFIR.NILEXT"}, arg{s: strconv.FormatUint(l.id, 10)}, arg{s: strconv.FormatUint(l.seq, 10)}, arg{s: dur})
+	if len(kvs) == 1 {
+		cmd = append(cmd, arg{s: "SET"})
+	} else {
+		cmd = append(cmd, arg{s: "MSET"})
+	}
+	for _, kv := range kvs {
+		cmd = append(cmd, arg{s: kv.Key}, arg{b: nonNil(kv.Value)})
+	}
+	acks := make(chan nilextAck, len(t.members))
+	for i := range t.members {
+		go func() { acks <- p.send(bctx, t, l, i, cmd) }()
+	}
+	tr := ackTracker{t: t}
+	for range t.members {
+		select {
+		case a := <-acks:
+			if p.mutFirstAck && a.err == nil {
+				return true
+			}
+			if tr.add(a) {
+				return true
+			}
+		case <-bctx.Done():
+			return false
+		}
+	}
+	return false
+}
+
+// send asks member i to take the write and returns its ack (or error). It
+// runs on its own goroutine, so a slow dial or reply holds nobody up.
+func (p *nilextPath) send(ctx context.Context, t *topology, l *lane, i int, cmd []arg) nilextAck {
+	out := nilextAck{member: i}
+	l.mu.Lock()
+	cn := l.conns[i]
+	l.mu.Unlock()
+	if cn == nil || !cn.healthy() {
+		if time.Now().UnixNano() < p.downTill[i].Load() {
+			out.err = fmt.Errorf("kefir: nilext: member %d was unreachable recently", t.members[i])
+			return out
+		}
+		fresh, err := p.c.dial(ctx, t.addrs[i])
+		if err != nil {
+			p.downTill[i].Store(time.Now().Add(p.opts.backoff).UnixNano())
+			out.err = err
+			return out
+		}
+		l.mu.Lock()
+		if l.conns[i] == cn {
+			l.conns[i] = fresh
+		} else {
+			// Another send replaced it meanwhile: keep one connection per
+			// member, so the lane's writes stay in order on it.
+			fresh.close()
+			fresh = l.conns[i]
+		}
+		l.mu.Unlock()
+		if cn != nil && cn != fresh {
+			cn.close()
+		}
+		cn = fresh
+	}
+	// A fresh request, never pooled: when ctx ends first the connection may
+	// still complete it.
+	r := &request{cmd: cmd, kind: replyRaw, done: make(chan struct{}, 1)}
+	owned, err := cn.do(ctx, r)
+	l.mu.Lock()
+	if !owned && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		if l.misses[i]++; l.misses[i] >= maxMisses && l.conns[i] == cn {
+			l.conns[i] = nil
+			cn.close()
+		}
+	} else if owned {
+		l.misses[i] = 0
+	}
+	l.mu.Unlock()
+	if !owned || err != nil {
+		if err == nil {
+			err = ctx.Err()
+		}
+		out.err = err
+		return out
+	}
+	v := r.raw
+	if v.Kind != resp.Array || len(v.Elems) != 3 || v.Elems[0].Kind != resp.Int || v.Elems[1].Kind != resp.Int || v.Elems[2].Kind != resp.Int ||
+		v.Elems[0].Int < 0 || v.Elems[1].Int <= 0 {
+		out.err = fmt.Errorf("kefir: KEFIR.NILEXT reply: want [view, replica, leader], got %s", v.Kind)
+		return out
+	}
+	out.view, out.from, out.leader = uint64(v.Elems[0].Int), uint64(v.Elems[1].Int), v.Elems[2].Int == 1
+	return out
+}
+
+// fallback applies the write on the ordered path under the lane's id,
+// retrying while the group has no leader (a retry with the same id executes
+// at most once) until ctx ends.
+func (p *nilextPath) fallback(ctx context.Context, l *lane, kvs []KV, opts []CallOption) error {
+	backoff := 5 * time.Millisecond
+	for {
+		r := newCall(replyStatus, true, nil, opts)
+		r.fixedID, r.fixedSeq = l.id, l.seq
+		if len(kvs) == 1 {
+			r.cmd = append(r.cmd, arg{s: "SET"}, arg{s: kvs[0].Key}, arg{b: nonNil(kvs[0].Value)})
+		} else {
+			r.cmd = append(r.cmd, arg{s: "MSET"})
+			for _, kv := range kvs {
+				r.cmd = append(r.cmd, arg{s: kv.Key}, arg{b: nonNil(kv.Value)})
+			}
+		}
+		err := p.c.status(ctx, r)
+		if err == nil {
+			return nil
+		}
+		retry := errors.Is(err, ErrUnavailable) || (errors.Is(err, ErrUnknownOutcome) && ctx.Err() == nil && !isStale(err))
+		var se *Error
+		if errors.As(err, &se) && se.Prefix == "UNAVAILABLE" {
+			retry = true
+		}
+		if errors.Is(err, errConnLost) {
+			// The node the leader hint names accepted and then dropped the
+			// call (it may be dead behind a proxy, or restarting): ask the
+			// nodes again instead of redialing it.
+			p.c.leader.Store(nil)
+		}
+		if !retry || ctx.Err() != nil {
+			if ctx.Err() != nil && !errors.Is(err, ErrUnknownOutcome) {
+				// The broadcast may have reached some d-logs.
+				return fmt.Errorf("%w: %w", ErrUnknownOutcome, err)
+			}
+			return err
+		}
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %w", ErrUnknownOutcome, ctx.Err())
+		}
+		backoff = min(2*backoff, 100*time.Millisecond)
+	}
+}
+
+// cloneValue deep-copies v, which aliases the reader's buffer.
+func cloneValue(v resp.Value) resp.Value {
+	out := v
+	if v.Str != nil {
+		out.Str = append([]byte(nil), v.Str...)
+	}
+	if v.Elems != nil {
+		out.Elems = make([]resp.Value, len(v.Elems))
+		for i, e := range v.Elems {
+			out.Elems[i] = cloneValue(e)
+		}
+	}
+	return out
+}
