@@ -323,6 +323,15 @@ func (r *Replica) grantFor(j int) int64 {
 		g = min(g, rem)
 	}
 	c.lastGrant[j] = r.now
+	if !r.mut.leaderVotesWhileGranting {
+		// The leader's lease keeps every other replica that backs it out
+		// of a new view, but not the leader itself: it could join one at
+		// once (and the grantee, cut off, keep serving). So the leader, too,
+		// joins no other view while a grant it sent may be valid: the
+		// grantee's lease ends, in real time, within g/(1+ρ) of now, which
+		// g of the leader's clock covers.
+		r.promiseUntil = max(r.promiseUntil, r.now+g)
+	}
 	return g
 }
 

@@ -57,7 +57,9 @@ type cadSimOptions struct {
 	// syncWrites: in cad mode, every write is acknowledged at apply (sync)
 	// while reads keep cad's rules.
 	syncWrites bool
-	stats      *cadStats
+	// cfg adjusts the replicas' configuration (mutation scenarios).
+	cfg   func(*Config)
+	stats *cadStats
 }
 
 // cadStats shows that a run exercised the paths it claims to.
@@ -77,6 +79,9 @@ func cadConfig(c *Config, o *cadSimOptions) {
 		c.MarkOut = 20 * time.Millisecond
 		c.Removal = 30 * time.Millisecond
 		c.Suspect = 15 * time.Millisecond
+	}
+	if o.cfg != nil {
+		o.cfg(c)
 	}
 }
 
@@ -520,4 +525,153 @@ func splitmix(x uint64) uint64 {
 	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
 	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
 	return x ^ (x >> 31)
+}
+
+// ---- scenarios aimed at the active set's timing rules ----
+
+// leaderOf returns the index of the replica that leads (-1: none).
+func leaderOf(s *sim.Sim) int {
+	for i := 0; i < s.Config().Replicas; i++ {
+		if n := s.Replica(i); n != nil && n.(*simReplica).core.Info().IsLeader {
+			return i
+		}
+	}
+	return -1
+}
+
+// isolateFollower cuts one follower off from the other replicas (clients
+// still reach it) for a while, twice: the leader suspects it and, after
+// Removal, drops it from the active set while it still answers clients.
+func isolateFollower(s *sim.Sim) {
+	for _, at := range []time.Duration{100 * time.Millisecond, 400 * time.Millisecond} {
+		s.At(at, func() {
+			l := leaderOf(s)
+			if l < 0 {
+				return
+			}
+			f := (l + 1 + s.Rand().IntN(s.Config().Replicas-1)) % s.Config().Replicas
+			s.Isolate(sim.Addr(f), false)
+			s.After(80*time.Millisecond, s.Heal)
+		})
+	}
+}
+
+// defectingLeader: the replica next in line (F2) is cut off from the other
+// replicas until it runs a view change for a view it leads; then its link
+// with the leader comes back while the third replica (F1, holding a grant)
+// still cannot hear F2. The leader, asked to join F2's view, must wait until
+// its grant to F1 has run out.
+func defectingLeader(s *sim.Sim) {
+	for _, at := range []time.Duration{100 * time.Millisecond, 500 * time.Millisecond} {
+		s.At(at, func() {
+			l := leaderOf(s)
+			if l < 0 {
+				return
+			}
+			n := s.Config().Replicas
+			v := s.Replica(l).(*simReplica).core.view
+			f2 := int((v + 1) % uint64(n))
+			s.Isolate(sim.Addr(f2), false)
+			// F2 times out after ViewChangeTimeout (100 ms in this
+			// scenario) and asks for view v+1, which it leads; let it reach
+			// the leader then.
+			s.After(105*time.Millisecond, func() {
+				s.Unblock(sim.Addr(f2), sim.Addr(l))
+				s.Unblock(sim.Addr(l), sim.Addr(f2))
+			})
+			s.After(300*time.Millisecond, s.Heal)
+		})
+	}
+}
+
+// minorityLeader (5 replicas): the leader and one follower are cut off from
+// the other three, which form a new view once their lease promises run out.
+// The cut-off follower must stop serving by then.
+func minorityLeader(s *sim.Sim) {
+	for _, at := range []time.Duration{100 * time.Millisecond, 500 * time.Millisecond} {
+		s.At(at, func() {
+			l := leaderOf(s)
+			if l < 0 {
+				return
+			}
+			n := s.Config().Replicas
+			f1 := (l + 1) % n
+			var rest []sim.Addr
+			for i := 0; i < n; i++ {
+				if i != l && i != f1 {
+					rest = append(rest, sim.Addr(i))
+				}
+			}
+			s.Partition([]sim.Addr{sim.Addr(l), sim.Addr(f1)}, rest)
+			s.After(200*time.Millisecond, s.Heal)
+		})
+	}
+}
+
+// delayedGrants delays the leader's messages to one follower by 30 ms for
+// 8 ms (less than the view-change timeout: the follower stays normal), then
+// holds everything newer for a while: the follower gets old grants late and
+// none of the newer commits, while the leader has dropped it from the active
+// set and moved R past what it applied.
+func delayedGrants(s *sim.Sim) {
+	for _, at := range []time.Duration{100 * time.Millisecond, 300 * time.Millisecond, 500 * time.Millisecond} {
+		s.At(at, func() {
+			l := leaderOf(s)
+			if l < 0 {
+				return
+			}
+			f := (l + 1 + s.Rand().IntN(s.Config().Replicas-1)) % s.Config().Replicas
+			from, to := sim.Addr(l), sim.Addr(f)
+			s.SetLink(from, to, sim.Link{Delay: sim.Dist{Base: 30 * time.Millisecond}})
+			s.After(8*time.Millisecond, func() { s.Hold(from, to) })
+			s.After(60*time.Millisecond, func() {
+				s.SetLink(from, to, defaultLink)
+				s.Release(from, to)
+			})
+		})
+	}
+}
+
+func noRandomFaults(so *sim.Options) { so.Faults = nil }
+
+// cadTargeted pairs each timing-rule mutation with the scenario aimed at
+// it; the correct core must pass the same scenarios.
+var cadTargeted = []struct {
+	name  string
+	mut   func(*mutations)
+	cfg   func(*Config)
+	tweak func(*sim.Options)
+	hook  func(*sim.Sim)
+}{
+	{"drop-without-removal", func(m *mutations) { m.dropAtOnce = true },
+		func(c *Config) { c.Suspect = 5 * time.Millisecond }, noRandomFaults, isolateFollower},
+	{"leader-votes-while-granting", func(m *mutations) { m.leaderVotesWhileGranting = true },
+		func(c *Config) {
+			// Long leases, so the grant outlives the new view's first reads.
+			c.ViewChangeTimeout, c.LeaseDuration = 100*time.Millisecond, 90*time.Millisecond
+			c.MarkOut, c.Removal = 80*time.Millisecond, 170*time.Millisecond
+		}, noRandomFaults, defectingLeader},
+	{"grant-beyond-leader-lease", func(m *mutations) { m.grantBeyondLease = true },
+		nil, func(so *sim.Options) { so.Faults, so.Replicas = nil, 5 }, minorityLeader},
+	{"grant-timed-from-receipt", func(m *mutations) { m.grantFromReceipt = true },
+		func(c *Config) {
+			c.MarkOut, c.Removal, c.Suspect = 10*time.Millisecond, 16*time.Millisecond, 5*time.Millisecond
+		}, noRandomFaults, delayedGrants},
+}
+
+// TestCADTimingRules: every timing rule of the active set has a scenario
+// that breaks cross-client monotonic reads when the rule is dropped
+// (mutation caught), and the correct core passes the same scenario.
+func TestCADTimingRules(t *testing.T) {
+	for _, tc := range cadTargeted {
+		t.Run(tc.name, func(t *testing.T) {
+			o := cadSimOptionsFor(cadModeCAD)
+			o.cad.cfg = tc.cfg
+			cadExplore(t, seedCount(40, 1000), o, tc.tweak, tc.hook, false)
+			o = cadSimOptionsFor(cadModeCAD)
+			o.cad.cfg = tc.cfg
+			tc.mut(&o.mut)
+			cadMutationCaught(t, 150, o, tc.tweak, tc.hook)
+		})
+	}
 }

@@ -69,6 +69,8 @@ type mutations struct {
 	dropAtOnce             bool
 	readableIgnoresMembers bool
 	followerNoAppliedCheck bool
+	// ... and a leader that joins another view while its grants may be valid.
+	leaderVotesWhileGranting bool
 }
 
 const hbRing = 256

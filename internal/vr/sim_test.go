@@ -24,16 +24,12 @@ func simRun(seed uint64, o simOptions, trace io.Writer, tweak func(*sim.Options)
 // simRunHook is simRun with hook called on the built simulation before it runs.
 func simRunHook(seed uint64, o simOptions, trace io.Writer, tweak func(*sim.Options), hook func(*sim.Sim)) (*sim.Sim, check.History) {
 	so := sim.Options{
-		Seed:       seed,
-		Replicas:   3,
-		Clients:    4,
-		NewReplica: newSimReplica(o),
-		NewClient:  newSimClient(30, 12),
-		Net: sim.Link{
-			Delay: sim.Dist{Base: 200 * time.Microsecond, Jitter: 600 * time.Microsecond, Exp: true},
-			Drop:  0.02,
-			Dup:   0.02,
-		},
+		Seed:         seed,
+		Replicas:     3,
+		Clients:      4,
+		NewReplica:   newSimReplica(o),
+		NewClient:    newSimClient(30, 12),
+		Net:          defaultLink,
 		MaxDrift:     o.drift,
 		Torn:         true,
 		Workload:     sim.KV{Keys: 3, Get: 4, Put: 4, CAS: 1, Incr: 1, Dur: level.Sync},
@@ -54,6 +50,12 @@ func simRunHook(seed uint64, o simOptions, trace io.Writer, tweak func(*sim.Opti
 		hook(s)
 	}
 	return s, s.Run()
+}
+
+var defaultLink = sim.Link{
+	Delay: sim.Dist{Base: 200 * time.Microsecond, Jitter: 600 * time.Microsecond, Exp: true},
+	Drop:  0.02,
+	Dup:   0.02,
 }
 
 func defaultSimOptions() simOptions {
