@@ -11,6 +11,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/kefirdb/kefir/internal/command"
@@ -95,6 +96,10 @@ type conn struct {
 	// ev is the connection's state in an epoll event loop (eventloop_linux.go)
 	// when one serves it; nil on the goroutine-per-connection path.
 	ev *evConn
+	// front is the highest engine position any connection of this node is
+	// making durable (see syncFrontOf): until it is durable, a read may have to
+	// wait for an fsync, so an event loop hands such reads to a goroutine.
+	front *atomic.Uint64
 }
 
 type timedCmd struct {
@@ -111,6 +116,7 @@ func (s *Server) newConn(nc net.Conn, id int64) *conn {
 		authed: s.cfg.Password == "",
 		cons:   s.cfg.Consistency,
 		dur:    s.cfg.Durability,
+		front:  syncFrontOf(s.db),
 	}
 	c.log = s.log.With("conn", id, "remote", c.addr)
 	var in io.Reader = nc
@@ -301,6 +307,10 @@ func (c *conn) flushWrites() {
 		}
 	}
 	c.pending = c.pending.Merge(p)
+	if p.SyncPos != 0 {
+		for f := c.front.Load(); f < uint64(p.SyncPos) && !c.front.CompareAndSwap(f, uint64(p.SyncPos)); f = c.front.Load() {
+		}
+	}
 	fwd := c.forwardWrites()
 	for i := range c.writes {
 		r := &c.writes[i]

@@ -12,10 +12,12 @@ import (
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kefirdb/kefir/internal/command"
 	"github.com/kefirdb/kefir/internal/shard"
 )
 
@@ -37,6 +39,13 @@ import (
 // iteration, as Redis's appendfsync always does) and then writes each reply.
 
 const epollSupported = true
+
+// loopWaitsInline is a test-only mutation: the loop waits for durability itself,
+// stalling every connection on it, so tests can show they catch that.
+var loopWaitsInline atomic.Bool
+
+// loopReadsInline is the same for reads that must wait for an fsync.
+var loopReadsInline atomic.Bool
 
 var errWouldBlock = errors.New("server: socket has no more input now")
 
@@ -75,11 +84,11 @@ func (r *fdReader) Read(p []byte) (int, error) {
 	}
 	r.budget--
 	for {
-		n, err := unix.Read(r.fd, p)
+		n, err := syscall.Read(r.fd, p)
 		switch {
-		case err == unix.EINTR:
+		case err == syscall.EINTR:
 			continue
-		case err == unix.EAGAIN:
+		case err == syscall.EAGAIN:
 			return 0, errWouldBlock
 		case err != nil:
 			return 0, fmt.Errorf("read: %w", os.NewSyscallError("read", err))
@@ -112,15 +121,18 @@ func (e *evConn) send(b []byte) error {
 // pendingOut reports whether replies wait for the socket.
 func (e *evConn) pendingOut() bool { return e.woff < len(e.wbuf) }
 
-// writeFD writes b until done or the socket is full.
+// writeFD writes b until done or the socket is full. It and fdReader use package
+// syscall, not x/sys/unix, because syscall's Read and Write carry the race
+// detector's happens-before annotations for file I/O that net.Conn users (clients
+// in tests) acquire: a reply written here orders what came before it.
 func writeFD(fd int, b []byte) (int, error) {
 	done := 0
 	for done < len(b) {
-		n, err := unix.Write(fd, b[done:])
+		n, err := syscall.Write(fd, b[done:])
 		switch {
-		case err == unix.EINTR:
+		case err == syscall.EINTR:
 			continue
-		case err == unix.EAGAIN:
+		case err == syscall.EAGAIN:
 			return done, nil
 		case err != nil:
 			return done, fmt.Errorf("write: %w", os.NewSyscallError("write", err))
@@ -188,7 +200,7 @@ func (w *loopNetConn) SetWriteDeadline(time.Time) error { return nil }
 // loopConn returns the loop state for nc if an event loop should serve it.
 func (s *Server) loopConn(nc net.Conn) *evConn {
 	tc, ok := nc.(*net.TCPConn)
-	if ioModel != IOEpoll || !ok {
+	if ioModel.Load() != IOEpoll || !ok {
 		return nil
 	}
 	l, err := pickLoop()
@@ -522,9 +534,10 @@ func (l *loop) process(c *conn) {
 			l.readFailed(c, err)
 			return
 		}
-		if c.srv.vr != nil {
+		if c.srv.vr != nil || c.readMayWait(args) {
 			// A replica's reads and writes wait for the VR driver or a forward
-			// to the leader: the rest of the pipeline runs on a goroutine.
+			// to the leader, and a read may wait for an fsync: the rest of the
+			// pipeline runs on a goroutine.
 			l.handOff(c, args)
 			return
 		}
@@ -549,14 +562,38 @@ func (l *loop) process(c *conn) {
 		}
 	}
 	c.flushWrites()
-	if c.pending.SyncPos != 0 {
+	if c.pending.SyncPos != 0 && !loopWaitsInline.Load() {
 		e.away = true
 		l.parked = append(l.parked, c)
+		return
+	}
+	if c.pending.SyncPos != 0 {
+		if err := c.release(); err != nil { // the mutation: the loop waits
+			l.close(c)
+			return
+		}
+		l.afterBatch(c)
 		return
 	}
 	if l.sendBatch(c) {
 		l.afterBatch(c)
 	}
+}
+
+// readMayWait reports whether args is a read that may wait for an fsync: the
+// shard makes what a read reports durable first, which takes an fsync only while
+// some sync or cad write is not durable yet. The connection's own queued writes
+// are applied first (as the read would), so that they count.
+func (c *conn) readMayWait(args [][]byte) bool {
+	if len(c.writes) == 0 && c.front.Load() <= uint64(c.srv.db.DurablePos()) {
+		return false
+	}
+	spec, ok := command.Lookup(args[0])
+	if !ok || (spec.Class != command.Read && !spec.Has(command.Wrapper)) || loopReadsInline.Load() {
+		return false
+	}
+	c.flushWrites()
+	return c.front.Load() > uint64(c.srv.db.DurablePos())
 }
 
 // sendBatch releases the batch's replies; false if that closed the connection.

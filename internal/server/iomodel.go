@@ -5,6 +5,11 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"sync"
+	"sync/atomic"
+	"weak"
+
+	"github.com/kefirdb/kefir/internal/storage"
 )
 
 // IOModel says how plain-TCP client connections are served.
@@ -50,7 +55,15 @@ func DefaultIOModel() IOModel {
 // like the event loops (and Go's own netpoller), and read from KEFIR_IO_MODEL
 // until Config carries an IOModel field (a flag for kefir server); tests set it
 // directly.
-var ioModel = ioModelFromEnv()
+var ioModel atomicIOModel
+
+func init() { ioModel.Store(ioModelFromEnv()) }
+
+// atomicIOModel is an IOModel tests may change while earlier servers still accept.
+type atomicIOModel struct{ v atomic.Value }
+
+func (a *atomicIOModel) Load() IOModel   { return a.v.Load().(IOModel) }
+func (a *atomicIOModel) Store(m IOModel) { a.v.Store(m) }
 
 // ioLoops is the number of event loops, KEFIR_IO_LOOPS or one per two
 // processors: a loop keeps one processor busy, and the other half is left for
@@ -75,4 +88,23 @@ func ioLoopsFromEnv() int {
 		return n
 	}
 	return max(1, runtime.GOMAXPROCS(0)/2)
+}
+
+// syncFronts maps an engine to the highest position its connections wait to make
+// durable. The key is weak so that the servers a test process opens and closes
+// are not kept alive by it; an entry is a few bytes.
+var syncFronts sync.Map // weak.Pointer[storage.DB] -> *atomic.Uint64
+
+// syncFrontOf returns db's sync front. The shard's read check (a read waits until
+// what it reports is durable) can only wait while a sync or cad write is not yet
+// durable; every such write comes from a connection, which raises the front before
+// it waits. A loop compares the front with the engine's durable position to know,
+// without asking the shard, that a read cannot wait.
+func syncFrontOf(db *storage.DB) *atomic.Uint64 {
+	k := weak.Make(db)
+	if v, ok := syncFronts.Load(k); ok {
+		return v.(*atomic.Uint64)
+	}
+	v, _ := syncFronts.LoadOrStore(k, new(atomic.Uint64))
+	return v.(*atomic.Uint64)
 }

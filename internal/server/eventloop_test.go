@@ -1,0 +1,509 @@
+//go:build linux
+
+package server
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/resp"
+	"github.com/kefirdb/kefir/internal/vfs"
+)
+
+// useIOModel serves the test's new connections with model m.
+func useIOModel(t testing.TB, m IOModel) {
+	t.Helper()
+	old := ioModel.Load()
+	ioModel.Store(m)
+	t.Cleanup(func() { ioModel.Store(old) })
+}
+
+// loopServed counts s's connections an event loop serves.
+func loopServed(s *Server) (loop, all int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.conns {
+		all++
+		if c.ev != nil {
+			loop++
+		}
+	}
+	return loop, all
+}
+
+// bothModels runs f once per I/O model: every behaviour below is the same on both.
+func bothModels(t *testing.T, f func(t *testing.T)) {
+	for _, m := range []IOModel{IOEpoll, IOGoroutine} {
+		t.Run(string(m), func(t *testing.T) {
+			useIOModel(t, m)
+			f(t)
+		})
+	}
+}
+
+// waitFor polls cond for up to 5 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
+
+func TestIOModelDecidesWhoServesPlainTCP(t *testing.T) {
+	for _, tc := range []struct {
+		model IOModel
+		loop  int
+	}{{IOEpoll, 1}, {IOGoroutine, 0}} {
+		useIOModel(t, tc.model)
+		s := startServer(t, nil)
+		c := dial(t, s)
+		c.expect("PING => PONG")
+		if l, all := loopServed(s); l != tc.loop || all != 1 {
+			t.Fatalf("%s: %d of %d connections on an event loop, want %d of 1", tc.model, l, all, tc.loop)
+		}
+	}
+	if _, err := ParseIOModel("threads"); err == nil {
+		t.Fatal("an unknown I/O model was accepted")
+	}
+}
+
+// A pipeline that arrives in arbitrary fragments (a command split anywhere, several
+// commands in one read) is answered exactly as if it arrived whole, in order.
+func TestPipelineAcrossPartialReads(t *testing.T) {
+	bothModels(t, func(t *testing.T) {
+		s := startServer(t, func(c *Config) { c.Durability = level.Async })
+		c := dial(t, s)
+		rng := rand.New(rand.NewSource(1))
+		var in []byte
+		var want []string
+		lens := map[string]int{}
+		for i := range 300 {
+			k := fmt.Sprintf("k%d", i%7)
+			switch i % 5 {
+			case 0:
+				v := strings.Repeat("v", rng.Intn(3000))
+				in = resp.AppendCommand(in, []byte("SET"), []byte(k), []byte(v))
+				want = append(want, "OK")
+				lens[k] = len(v)
+			case 1:
+				in = resp.AppendCommand(in, []byte("STRLEN"), []byte(k))
+				want = append(want, fmt.Sprint("(integer) ", lens[k]))
+			case 2:
+				in = resp.AppendCommand(in, []byte("INCR"), []byte("ctr"))
+				want = append(want, fmt.Sprint("(integer) ", i/5+1))
+			case 3:
+				in = append(in, "PING\r\n"...) // inline
+				want = append(want, "PONG")
+			case 4:
+				in = resp.AppendCommand(in, []byte("ECHO"), []byte(k))
+				want = append(want, `"`+k+`"`)
+			}
+		}
+		go func() {
+			for len(in) > 0 {
+				n := min(len(in), 1+rng.Intn(9))
+				if rng.Intn(20) == 0 {
+					n = min(len(in), 1+rng.Intn(20000))
+				}
+				if _, err := c.nc.Write(in[:n]); err != nil {
+					return
+				}
+				in = in[n:]
+				if rng.Intn(10) == 0 {
+					time.Sleep(time.Millisecond)
+				}
+			}
+		}()
+		for i, w := range want {
+			if got := c.reply(); got != w {
+				t.Fatalf("reply %d = %q, want %q", i, got, w)
+			}
+		}
+	})
+}
+
+// A client that pipelines big replies and does not read them holds back only
+// itself: the loop stops reading from it until its replies drain, and serves
+// everyone else meanwhile. It then gets every reply, in order.
+func TestSlowConsumerDoesNotStallOthers(t *testing.T) {
+	bothModels(t, func(t *testing.T) {
+		s := startServer(t, func(c *Config) { c.Durability = level.Async })
+		big := bytes.Repeat([]byte("x"), 200<<10)
+		setup := dial(t, s)
+		setup.do("SET", "big", string(big))
+		slow := dial(t, s)
+		const n = 100 // 20 MB of replies, far more than the socket buffers hold
+		var in []byte
+		for i := range n {
+			in = resp.AppendCommand(in, []byte("ECHO"), []byte(fmt.Sprint(i)), []byte("x"))
+			in = resp.AppendCommand(in, []byte("GET"), []byte("big"))
+		}
+		// Written from a goroutine: the server stops reading, so this blocks.
+		go func() { _, _ = slow.nc.Write(in) }()
+		time.Sleep(100 * time.Millisecond)
+		other := dial(t, s)
+		start := time.Now()
+		for range 50 {
+			other.expect("PING => PONG")
+		}
+		if d := time.Since(start); d > 2*time.Second {
+			t.Fatalf("50 PINGs took %v while another client was not reading", d)
+		}
+		for i := range n {
+			v, err := slow.rd.ReadValue()
+			if err != nil || v.Kind != resp.Error {
+				t.Fatalf("reply %d: %v %v (ECHO with 3 arguments is an arity error)", 2*i, show(v), err)
+			}
+			v, err = slow.rd.ReadValue()
+			if err != nil || !bytes.Equal(v.Str, big) {
+				t.Fatalf("reply %d: %d bytes, err %v", 2*i+1, len(v.Str), err)
+			}
+		}
+	})
+}
+
+// slowFS delays every fsync by delay (while it is set) and records when the last
+// one finished.
+type slowFS struct {
+	vfs.FS
+	delay    atomic.Int64
+	syncs    atomic.Int64
+	lastDone atomic.Int64 // unix nanoseconds
+}
+
+type slowFile struct {
+	vfs.File
+	fs *slowFS
+}
+
+func (f *slowFS) Create(name string) (vfs.File, error) {
+	file, err := f.FS.Create(name)
+	return &slowFile{file, f}, err
+}
+
+func (f *slowFS) OpenRW(name string) (vfs.File, error) {
+	file, err := f.FS.OpenRW(name)
+	return &slowFile{file, f}, err
+}
+
+func (f *slowFile) Sync() error {
+	time.Sleep(time.Duration(f.fs.delay.Load()))
+	err := f.File.Sync()
+	f.fs.syncs.Add(1)
+	f.fs.lastDone.Store(time.Now().UnixNano())
+	return err
+}
+
+func startSlowServer(t *testing.T, delay time.Duration) (*Server, *slowFS) {
+	t.Helper()
+	fs := &slowFS{FS: vfs.NewMem()}
+	s := startServer(t, func(c *Config) { c.FS = fs; c.DataDir = "/data"; c.Durability = level.Sync })
+	fs.delay.Store(int64(delay))
+	return s, fs
+}
+
+// checkOthersNotStalled sends a sync write on one connection and, while its fsync
+// (delay long) is in progress, a read on a second connection that must wait for
+// that fsync (it reads an async write made after the sync one, which is durable
+// only once the sync one is), and times PINGs on a third. It returns an error if
+// the PINGs waited, or if the sync write or the read was answered before the
+// fsync finished.
+func checkOthersNotStalled(t *testing.T, delay time.Duration) error {
+	s, fs := startSlowServer(t, delay)
+	pinger, reader, writer := dial(t, s), dial(t, s), dial(t, s)
+	pinger.expect("PING => PONG")
+	reader.expect("KEFIR.DURABILITY async => OK")
+	writer.send("SET", "a", "1")
+	time.Sleep(delay / 10) // the write reaches the server and its fsync starts
+	reader.send("SET", "b", "2")
+	reader.send("GET", "b")
+	time.Sleep(delay / 10)
+	start := time.Now()
+	pinger.expect(`
+PING => PONG
+ECHO x => "x"
+PING => PONG
+`)
+	if d := time.Since(start); d > delay/2 {
+		return fmt.Errorf("PINGs took %v behind a %v fsync waited for by other connections", d, delay)
+	}
+	for _, r := range []struct {
+		c    *client
+		what string
+		want []string
+	}{{writer, "sync SET", []string{"OK"}}, {reader, "read of a write behind a sync one", []string{"OK", `"2"`}}} {
+		for _, w := range r.want {
+			if got := r.c.reply(); got != w {
+				return fmt.Errorf("%s answered %q, want %q", r.what, got, w)
+			}
+		}
+		if answered := time.Now().UnixNano(); fs.lastDone.Load() == 0 || fs.lastDone.Load() > answered {
+			return fmt.Errorf("%s answered before the fsync finished", r.what)
+		}
+	}
+	return nil
+}
+
+func TestLoopNeverWaitsForAnFsync(t *testing.T) {
+	bothModels(t, func(t *testing.T) {
+		if err := checkOthersNotStalled(t, 300*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// The check above fails against a loop that waits for a write's durability
+// itself, and against one that runs a read that must wait.
+func TestLoopNeverWaitsForAnFsyncCanFail(t *testing.T) {
+	useIOModel(t, IOEpoll)
+	for _, mut := range []*atomic.Bool{&loopWaitsInline, &loopReadsInline} {
+		mut.Store(true)
+		err := checkOthersNotStalled(t, 300*time.Millisecond)
+		mut.Store(false)
+		if err == nil {
+			t.Fatal("a loop stalled by an fsync passed the check")
+		}
+		t.Logf("mutation caught: %v", err)
+	}
+}
+
+// Sync writes, async writes, reads and admin commands interleaved in one pipeline
+// are answered in order, each sync write only once durable, and a read sees the
+// pipeline's earlier writes.
+func TestBlockingAndFastCommandsInterleaved(t *testing.T) {
+	bothModels(t, func(t *testing.T) {
+		s, fs := startSlowServer(t, 20*time.Millisecond)
+		c := dial(t, s)
+		var in []byte
+		var want []string
+		add := func(reply string, args ...string) {
+			var bs [][]byte
+			for _, a := range args {
+				bs = append(bs, []byte(a))
+			}
+			in = resp.AppendCommand(in, bs...)
+			want = append(want, reply)
+		}
+		for i := range 20 {
+			k := fmt.Sprint("k", i)
+			add("OK", "SET", k, "sync")
+			add(`"sync"`, "GET", k)
+			add("PONG", "PING")
+			add("OK", "KEFIR.CALL", "DURABILITY", "async", "CMD", "SET", k, "async")
+			add(`"async"`, "GET", k)
+			add(fmt.Sprint("(integer) ", i+1), "INCR", "n")
+		}
+		before := fs.syncs.Load()
+		if _, err := c.nc.Write(in); err != nil {
+			t.Fatal(err)
+		}
+		for i, w := range want {
+			if got := c.reply(); got != w {
+				t.Fatalf("reply %d = %q, want %q", i, got, w)
+			}
+		}
+		if fs.syncs.Load() == before {
+			t.Fatal("sync writes were answered with no fsync")
+		}
+		c.expect(`GET n => "20"`)
+	})
+}
+
+// Many clients each with one sync write outstanding (redis-benchmark -P 1 -c 50)
+// share fsyncs: the loop collects an iteration's writes and waits once for all.
+func TestConcurrentSyncWritesShareFsyncs(t *testing.T) {
+	bothModels(t, func(t *testing.T) {
+		s, fs := startSlowServer(t, 2*time.Millisecond)
+		const clients, each = 20, 20
+		var cs []*client
+		for range clients {
+			cs = append(cs, dial(t, s))
+		}
+		before := fs.syncs.Load()
+		var wg sync.WaitGroup
+		errs := make(chan error, clients)
+		for i, c := range cs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for j := range each {
+					if _, err := c.nc.Write(resp.AppendCommand(nil, []byte("SET"), []byte(fmt.Sprint(i, "-", j)), []byte("v"))); err != nil {
+						errs <- err
+						return
+					}
+					if v, err := c.rd.ReadValue(); err != nil || v.Kind == resp.Error {
+						errs <- fmt.Errorf("%v %v", show(v), err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		syncs := fs.syncs.Load() - before
+		perSync := float64(clients*each) / float64(syncs)
+		t.Logf("%d writes, %d fsyncs: %.1f writes per fsync", clients*each, syncs, perSync)
+		if perSync < 3 {
+			t.Fatalf("%.1f writes per fsync with %d clients writing at once: group commit is not working", perSync, clients)
+		}
+	})
+}
+
+// Idle means no complete command: a client stuck half-way through one is closed
+// too, and a client that keeps sending is not.
+func TestIdleTimeoutOnTheLoop(t *testing.T) {
+	bothModels(t, func(t *testing.T) {
+		s := startServer(t, func(c *Config) { c.IdleTimeout = 150 * time.Millisecond })
+		busy := dial(t, s)
+		half := dial(t, s)
+		if _, err := half.nc.Write([]byte("*1\r\n$4\r\nPI")); err != nil {
+			t.Fatal(err)
+		}
+		closed := make(chan error, 1)
+		go func() {
+			_, err := io.ReadAll(half.nc)
+			closed <- err
+		}()
+		for range 10 {
+			busy.expect("PING => PONG")
+			time.Sleep(50 * time.Millisecond)
+		}
+		select {
+		case err := <-closed:
+			if err != nil {
+				t.Fatalf("half-sent command: %v", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("a connection idle half-way through a command was not closed")
+		}
+		busy.expect("PING => PONG") // 500 ms of activity kept it open
+	})
+}
+
+// Closing connections frees their places: server.go counts a loop connection
+// until the loop has closed it.
+func TestConnectionLimitOnTheLoop(t *testing.T) {
+	bothModels(t, func(t *testing.T) {
+		s := startServer(t, func(c *Config) { c.MaxClients = 2 })
+		a, b := dial(t, s), dial(t, s)
+		a.expect("PING => PONG")
+		b.expect("PING => PONG")
+		c := dial(t, s)
+		if got := c.reply(); !strings.HasPrefix(got, "ERR max number of clients") {
+			t.Fatalf("third client got %q", got)
+		}
+		a.expect("QUIT => OK")
+		waitFor(t, "the quitting client to be uncounted", func() bool { _, all := loopServed(s); return all == 1 })
+		d := dial(t, s)
+		d.expect("PING => PONG")
+	})
+}
+
+// Shutdown lets a write whose fsync is in progress finish and answers it before
+// closing the connection.
+func TestShutdownAnswersInFlightSyncWrites(t *testing.T) {
+	bothModels(t, func(t *testing.T) {
+		s, _ := startSlowServer(t, 300*time.Millisecond)
+		c := dial(t, s)
+		idle := dial(t, s)
+		idle.expect("PING => PONG")
+		c.send("SET", "a", "1")
+		time.Sleep(50 * time.Millisecond)
+		done := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			done <- s.Shutdown(ctx)
+		}()
+		if got := c.reply(); got != "OK" {
+			t.Fatalf("in-flight sync write answered %q", got)
+		}
+		if _, err := c.rd.ReadValue(); !errors.Is(err, io.EOF) {
+			t.Fatalf("after the reply: %v, want EOF", err)
+		}
+		if _, err := idle.rd.ReadValue(); !errors.Is(err, io.EOF) {
+			t.Fatalf("idle connection at shutdown: %v, want EOF", err)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// Shutdown's deadline cuts a client that does not read its replies.
+func TestShutdownDeadlineCutsSlowConsumers(t *testing.T) {
+	bothModels(t, func(t *testing.T) {
+		s := startServer(t, func(c *Config) { c.Durability = level.Async })
+		slow := dial(t, s)
+		slow.do("SET", "big", strings.Repeat("x", 1<<20))
+		var in []byte
+		for range 64 {
+			in = resp.AppendCommand(in, []byte("GET"), []byte("big"))
+		}
+		go func() { _, _ = slow.nc.Write(in) }()
+		time.Sleep(100 * time.Millisecond)
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		_ = s.Shutdown(ctx)
+		if d := time.Since(start); d > 3*time.Second {
+			t.Fatalf("Shutdown took %v with a client not reading", d)
+		}
+	})
+}
+
+// Input that breaks the protocol, ends mid-command or comes with writes in flight
+// never crashes the node on the loop either (the goroutine path has FuzzConn).
+func FuzzLoopConn(f *testing.F) {
+	cmd := func(a ...string) []byte {
+		var bs [][]byte
+		for _, s := range a {
+			bs = append(bs, []byte(s))
+		}
+		return resp.AppendCommand(nil, bs...)
+	}
+	for _, s := range [][]byte{
+		cmd("SET", "k", "v"), cmd("GET", "k"), []byte("PING\r\nPING\r\n*1\r\n$4\r\nPI"),
+		[]byte("*2\r\n$3\r\nGET\r\n$-5\r\n"), append(cmd("SET", "a", "b"), cmd("QUIT")...),
+		append(cmd("KEFIR.DURABILITY", "sync"), cmd("SET", "a", "b")...), []byte("*x\r\n"),
+	} {
+		f.Add(s)
+	}
+	useIOModel(f, IOEpoll)
+	srv := startServer(f, func(c *Config) { c.MaxBulk = 1 << 16; c.HTTPAddr = "" })
+	f.Fuzz(func(t *testing.T, in []byte) {
+		nc, err := net.Dial("tcp", srv.ClientAddr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
+		go func() {
+			_, _ = nc.Write(in)
+			_ = nc.(*net.TCPConn).CloseWrite()
+		}()
+		if _, err := io.Copy(io.Discard, nc); err != nil {
+			t.Fatalf("connection did not end: %v", err)
+		}
+		if n := srv.panics.Load(); n > 0 {
+			t.Fatalf("%d connection(s) panicked", n)
+		}
+	})
+}
