@@ -2,7 +2,7 @@
 GO ?= go
 BIN := bin/kefir
 
-.PHONY: build up test test-race soak fuzz lint bench-storage bench-resp compare clean
+.PHONY: build up test test-race soak fuzz lint bench-storage bench-resp compare compare-quick clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/kefir
@@ -42,8 +42,14 @@ bench-storage:
 bench-resp:
 	bash bench/resp-vs-redis.sh -n 200000 -r 3
 
+# The standard YCSB matrix (issue 8), twice back to back, ≤ 20 minutes: regenerates the
+# section of docs/benchmarks.md between its ycsb-compare markers. Knobs: bench/compare.sh.
 compare:
-	bash bench/compare.sh
+	DOCS=../docs/benchmarks.md bash bench/compare.sh
+
+# A one-minute look at the same machinery (one matrix, two systems, workload A).
+compare-quick:
+	SYSTEMS="ceiling kefir-sync" WORKLOADS=a ROUNDS=2 MATRICES=1 OUT=results/compare-quick bash bench/compare.sh
 
 clean:
 	rm -rf bin kefir-data

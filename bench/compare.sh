@@ -1,97 +1,211 @@
 #!/usr/bin/env bash
-# The standard YCSB comparison on this machine (issue 8): the harness's ceiling (trivial
-# in-process RESP server, driven through Kefir's client), Redis with fsync-always and with
-# no persistence, a single Kefir node with sync and async durability, and a 3-member etcd
-# cluster — same machine,
-# same run, same workloads, same client counts. Everything binds to 127.0.0.1 and is torn
-# down at the end (also on failure).
+# The standard YCSB matrix on this machine (issue 8): every system is started once, on
+# loopback, then measured in short ROUNDS, interleaved (round 1 of every system, then
+# round 2, ...), and each cell is reported as the median of its rounds — on a shared
+# machine a burst of someone else's work then hits one round of every system instead of
+# all of one system's figures. MATRICES=2 runs the whole matrix twice back to back (the
+# systems stay up) and compares the two row by row (issue 8: within 15% on medians).
 #
-#   bench/compare.sh                      # ≈ 25 minutes with the defaults below on a busy 2-core machine
-#   WORKLOADS=a,c D=2s RUNS=1 bench/compare.sh    # a quick look
+#   bench/compare.sh                                # the standard matrix, twice: ≈ 18 minutes
+#   make compare                                    # the same, then docs/benchmarks.md is regenerated
+#   WORKLOADS=a ROUNDS=1 SYSTEMS="ceiling kefir-sync" bench/compare.sh   # a quick look
 #
-# Knobs (environment): WORKLOADS (a,b,c,d,e,f,w), CLIENTS (16,64), RECORDS (50000),
-# D (5s measured per cell), W (1s warm-up), RUNS (2: back-to-back repetitions, for the
-# 15% agreement check), DELAY (0s: one-way delay on client links), OUT (results/compare). Writes OUT/<system>.md and .json per system
-# and OUT/compare.md (all tables, with the commands).
+# Systems (SYSTEMS, default all), each row's durability matched to the Kefir mode it is
+# compared with:
+#   ceiling               trivial in-process RESP server via Kefir's client: the harness's ceiling
+#   ceiling-redis         the same server via go-redis: the ceiling of the Redis rows' client
+#   redis-always          Redis, appendfsync always (fsync before reply)        ≈ kefir sync, 1 node
+#   redis-none            Redis, no persistence                                 ≈ kefir async, 1 node
+#   redis-wait            Redis primary + 2 replicas, everysec, WAIT 1 per write ≈ kefir cad, 3 replicas
+#   kefir-sync kefir-async                   a single Kefir node
+#   kefir3-sync kefir3-cad kefir3-async      a 3-replica VR group, linearizable reads at the leader
+#   kefir3-follower       the group, sync writes, cross-client-monotonic reads (followers serve them
+#                         once follower reads land; until then the leader does)
+#   etcd                  3 members, linearizable reads, fsync per commit        ≈ kefir3-sync
+#   zk-sync zk-nosync     ZooKeeper 3 servers, forceSync yes / no, local reads  ≈ kefir3-sync / -cad
 #
-# Not yet: ZooKeeper, Redis replicas with WAIT (peers/redis.sh --replicas and
-# ycsb -redis-wait exist), delay on peer links.
+# Knobs: WORKLOADS (a,c,e,w), CLIENTS (16,64), RECORDS (20000), VALUESIZE (1000),
+# D (1s measured per cell per round), W (300ms warm-up), ROUNDS (3), MATRICES (2),
+# DELAY (0: one-way delay on every client and peer link, via bench/delaymesh), POOL (1:
+# Kefir client connections; go-redis gets one per client), OUT (results/compare).
+# Writes OUT/rounds/*.json (every round), OUT/summary-N.json, OUT/compare.md (tables,
+# commands, load averages), OUT/plots/*.png; with DOCS=path, splices OUT/compare.md into
+# that file between <!-- BEGIN ycsb-compare --> and <!-- END ycsb-compare -->.
 set -euo pipefail
 cd "$(dirname "$0")"
 
-WORKLOADS=${WORKLOADS:-a,b,c,d,e,f,w}
+WORKLOADS=${WORKLOADS:-a,c,e,w}
 CLIENTS=${CLIENTS:-16,64}
-RECORDS=${RECORDS:-50000}
-D=${D:-5s}
-W=${W:-1s}
-RUNS=${RUNS:-2}
-DELAY=${DELAY:-0s}
+RECORDS=${RECORDS:-20000}
+VALUESIZE=${VALUESIZE:-1000}
+D=${D:-1s}
+W=${W:-300ms}
+ROUNDS=${ROUNDS:-3}
+MATRICES=${MATRICES:-2}
+DELAY=${DELAY:-0}
+POOL=${POOL:-1}
 OUT=${OUT:-results/compare}
-REDIS_PORT=${REDIS_PORT:-6399}
-KEFIR_PORT=${KEFIR_PORT:-6390}
+DOCS=${DOCS:-}
+ALL="ceiling ceiling-redis redis-always redis-none redis-wait kefir-sync kefir-async kefir3-sync kefir3-cad kefir3-async kefir3-follower etcd zk-sync zk-nosync"
+SYSTEMS=${SYSTEMS:-$ALL}
+started=$(date -u '+%Y-%m-%d %H:%M UTC')
+t0=$(date +%s)
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/kefir-compare.XXXXXX")
-kefir_pid=""
 cleanup() {
-  [ -n "$kefir_pid" ] && kill "$kefir_pid" 2>/dev/null && wait "$kefir_pid" 2>/dev/null || true
-  peers/redis.sh stop "$tmp/redis" >/dev/null 2>&1 || true
+  for p in redis-always redis-none redis-wait; do peers/redis.sh stop "$tmp/$p" >/dev/null 2>&1 || true; done
+  peers/kefir.sh stop "$tmp/kefir1" >/dev/null 2>&1 || true
+  peers/kefir.sh stop "$tmp/kefir3" >/dev/null 2>&1 || true
   peers/etcd.sh stop "$tmp/etcd" >/dev/null 2>&1 || true
+  peers/zookeeper.sh stop "$tmp/zk-sync" >/dev/null 2>&1 || true
+  peers/zookeeper.sh stop "$tmp/zk-nosync" >/dev/null 2>&1 || true
   rm -rf "$tmp"
 }
 trap cleanup EXIT
+has() { [[ " $SYSTEMS " == *" $1 "* ]]; }
 
-mkdir -p "$OUT"
+rm -rf "$OUT/rounds" "$OUT/plots"
+mkdir -p "$OUT/rounds"
 echo "== build"
 go build -o "$tmp/ycsb" ./ycsb
+go build -o "$tmp/delaymesh" ./delaymesh
 (cd .. && go build -o "$tmp/kefir" ./cmd/kefir)
+export DELAYMESH="$tmp/delaymesh"
 
-common=(-workloads "$WORKLOADS" -clients "$CLIENTS" -records "$RECORDS" -d "$D" -warmup "$W" -runs "$RUNS" -delay "$DELAY")
-run() { # name ycsb-args...
-  local name=$1; shift
-  echo "== $name"
-  if ! "$tmp/ycsb" "$@" "${common[@]}" -md "$OUT/$name.md" -json "$OUT/$name.json" >/dev/null 2>"$OUT/$name.log"; then
-    cat "$OUT/$name.log" >&2
-    exit 1
+echo "== start systems (delay $DELAY each way on every link)"
+declare -A addr args
+if has redis-always; then
+  addr[redis-always]=$(peers/redis.sh start "$tmp/redis-always" --port 6399 --fsync always --delay "$DELAY")
+  args[redis-always]="-db redis -durable yes -label redis(appendfsync-always)"
+fi
+if has redis-none; then
+  addr[redis-none]=$(peers/redis.sh start "$tmp/redis-none" --port 6409 --fsync off --delay "$DELAY")
+  args[redis-none]="-db redis -durable no -label redis(no-persistence)"
+fi
+if has redis-wait; then
+  addr[redis-wait]=$(peers/redis.sh start "$tmp/redis-wait" --port 6419 --fsync everysec --replicas 2 --delay "$DELAY")
+  args[redis-wait]="-db redis -redis-wait 1 -durable no -label redis(everysec+2-replicas,WAIT-1)"
+fi
+if has kefir-sync || has kefir-async; then
+  k1=$(peers/kefir.sh start "$tmp/kefir1" --port 6390 --delay "$DELAY" --bin "$tmp/kefir")
+  addr[kefir-sync]=$k1 addr[kefir-async]=$k1
+  args[kefir-sync]="-db kefir -durability sync -consistency linearizable -label kefir-1-node(sync)"
+  args[kefir-async]="-db kefir -durability async -consistency linearizable -label kefir-1-node(async)"
+fi
+if has kefir3-sync || has kefir3-cad || has kefir3-async || has kefir3-follower; then
+  k3=$(peers/kefir.sh start "$tmp/kefir3" --replicas 3 --port 6590 --follower-reads --delay "$DELAY" --bin "$tmp/kefir")
+  for m in sync cad async follower; do addr[kefir3-$m]=$k3; done
+  args[kefir3-sync]="-db kefir -durability sync -consistency linearizable -label kefir-3-replicas(sync,linearizable)"
+  args[kefir3-cad]="-db kefir -durability cad -consistency linearizable -durable no -label kefir-3-replicas(cad,linearizable)"
+  args[kefir3-async]="-db kefir -durability async -consistency linearizable -label kefir-3-replicas(async,linearizable)"
+  args[kefir3-follower]="-db kefir -durability sync -consistency cross-client-monotonic -label kefir-3-replicas(sync,follower-reads)"
+fi
+if has etcd; then
+  addr[etcd]=$(peers/etcd.sh start "$tmp/etcd" --members 3 --delay "$DELAY")
+  args[etcd]="-db etcd -label etcd-3-members"
+fi
+if has zk-sync; then
+  addr[zk-sync]=$(peers/zookeeper.sh start "$tmp/zk-sync" --port 2181 --force-sync yes --delay "$DELAY")
+  args[zk-sync]="-db zookeeper -durable yes -label zookeeper-3-servers(forceSync=yes)"
+fi
+if has zk-nosync; then
+  addr[zk-nosync]=$(peers/zookeeper.sh start "$tmp/zk-nosync" --port 3181 --force-sync no --delay "$DELAY")
+  args[zk-nosync]="-db zookeeper -durable no -label zookeeper-3-servers(forceSync=no)"
+fi
+args[ceiling]="-db respserver -via kefir -label respserver(via-kefir-client)"
+args[ceiling-redis]="-db respserver -via redis -label respserver(via-go-redis)"
+
+# Every ycsb invocation: the same workloads, clients, sizes and pool; the delay is
+# emulated outside (delaymesh) and only declared to ycsb for its floors and tables.
+common=(-workloads "$WORKLOADS" -clients "$CLIENTS" -records "$RECORDS" -valuesize "$VALUESIZE" -pool "$POOL" -link-delay "$DELAY")
+ycsb() { # name log ycsb-args...
+  local name=$1 log=$2; shift 2
+  # shellcheck disable=SC2086 # args[] holds several words on purpose
+  if ! "$tmp/ycsb" ${args[$name]} ${addr[$name]:+-addr "${addr[$name]}"} "${common[@]}" "$@" >/dev/null 2>"$log"; then
+    echo "!! $name failed:" >&2; cat "$log" >&2; return 1
   fi
-  grep '^Benchmark' "$OUT/$name.log" >"$OUT/$name.bench" || true # benchstat input
-  grep -v '^Benchmark' "$OUT/$name.log" || true
 }
 
-run ceiling -db respserver -via kefir
+echo "== load (once per system; every workload shares the key space)"
+for s in $SYSTEMS; do
+  [[ "$s" == ceiling* ]] && continue # in-process: it loads itself in every invocation
+  # kefir-async and the kefir3 rows after the first share their node's data.
+  case "$s" in kefir-async) has kefir-sync && continue ;; kefir3-cad|kefir3-async|kefir3-follower) has kefir3-sync && continue ;; esac
+  ycsb "$s" "$OUT/rounds/$s.load.log" -load-only -limits-samples 0
+  grep -h ' load ' "$OUT/rounds/$s.load.log" || true
+done
 
-peers/redis.sh start "$tmp/redis" --port "$REDIS_PORT" --fsync always
-run redis-fsync-always -db redis -addr "127.0.0.1:$REDIS_PORT" -label "redis(appendfsync always)"
-peers/redis.sh stop "$tmp/redis"
-
-peers/redis.sh start "$tmp/redis" --port "$REDIS_PORT" --fsync off
-run redis-no-persistence -db redis -addr "127.0.0.1:$REDIS_PORT" -label "redis(no persistence)"
-peers/redis.sh stop "$tmp/redis"
-
-"$tmp/kefir" server --dir "$tmp/kefir-data" --client-addr "127.0.0.1:$KEFIR_PORT" --peer-addr "" --http-addr "" \
-  >"$tmp/kefir.log" 2>&1 &
-kefir_pid=$!
-for _ in $(seq 50); do redis-cli -p "$KEFIR_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
-run kefir-sync -db kefir -addr "127.0.0.1:$KEFIR_PORT" -durability sync -consistency linearizable
-run kefir-async -db kefir -addr "127.0.0.1:$KEFIR_PORT" -durability async -consistency linearizable
-kill "$kefir_pid"; wait "$kefir_pid" 2>/dev/null || true; kefir_pid=""
-
-endpoints=$(peers/etcd.sh start "$tmp/etcd" --members 3)
-run etcd-3-members -db etcd -addr "$endpoints" -label "etcd(3 members)"
-peers/etcd.sh stop "$tmp/etcd"
-
-{
-  echo "# YCSB comparison — $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
-  echo
-  echo "Produced by \`WORKLOADS=$WORKLOADS CLIENTS=$CLIENTS RECORDS=$RECORDS D=$D W=$W RUNS=$RUNS DELAY=$DELAY bench/compare.sh\`."
-  echo "Redis fsync-always: appendonly yes, appendfsync always (≈ Kefir sync). Redis no-persistence: no AOF, no RDB."
-  echo "Network distance: loopback plus $DELAY each way on every client link (delay proxy), for every system; peer links undelayed."
-  echo "Client libraries differ: Redis rows use go-redis (one connection per in-flight request);"
-  echo "Kefir and ceiling rows use Kefir's client (pipelines many goroutines' requests over a few"
-  echo "connections, fewer syscalls per operation). Part of any gap is the client, not the server."
-  echo "etcd: 3 members on loopback, linearizable reads, every commit fsynced by a majority (≈ Kefir sync on 3 replicas; Kefir here is one node)."
-  for f in ceiling redis-fsync-always redis-no-persistence kefir-sync kefir-async etcd-3-members; do
-    echo; echo "## $f"; echo; cat "$OUT/$f.md"
+loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
+for m in $(seq "$MATRICES"); do
+  loads=()
+  for r in $(seq "$ROUNDS"); do
+    loads+=("$(loadavg)")
+    echo "== matrix $m round $r (load average ${loads[-1]}; $(( $(date +%s) - t0 )) s so far)"
+    for s in $SYSTEMS; do
+      extra=(-load=false -limits-samples 0)
+      # The ceiling is in-process (no proxy, whatever DELAY is) and loads itself; its
+      # invocations also sample the machine's floors (round trip, fsync) for the tables.
+      [[ "$s" == ceiling* ]] && extra=(-load=true -link-delay 0 -limits-samples 300)
+      ycsb "$s" "$OUT/rounds/$s.m$m.r$r.log" "${extra[@]}" -warmup "$W" -d "$D" -seed "$r" -json "$OUT/rounds/$s.m$m.r$r.json"
+      grep -h '^Benchmark' "$OUT/rounds/$s.m$m.r$r.log" | awk '{printf "   %-70s %8.0f ops/s\n", $1, $3}'
+    done
   done
+  loads+=("$(loadavg)")
+  note="load average (1, 5, 15 min) at the start of each round and at the end: $(printf '%s; ' "${loads[@]}")"
+  note=${note%; }
+  "$tmp/ycsb" -summarize "$OUT/summary-$m.json" -md "$OUT/summary-$m.md" -note "$note" \
+    $( [ "$m" = 1 ] && echo "-plot $OUT/plots" ) "$OUT"/rounds/*.m$m.r*.json >/dev/null 2>"$OUT/summary-$m.log" || { cat "$OUT/summary-$m.log" >&2; exit 1; }
+done
+agree_rc=0
+if [ "$MATRICES" -ge 2 ]; then
+  "$tmp/ycsb" -agree "$OUT/summary-1.json,$OUT/summary-2.json" -md "$OUT/agreement.md" >/dev/null || agree_rc=$?
+fi
+elapsed=$(( $(date +%s) - t0 ))
+
+cmdline="WORKLOADS=$WORKLOADS CLIENTS=$CLIENTS RECORDS=$RECORDS VALUESIZE=$VALUESIZE D=$D W=$W ROUNDS=$ROUNDS MATRICES=$MATRICES DELAY=$DELAY POOL=$POOL bench/compare.sh"
+netnote="none: loopback, no delay proxy"
+case "$DELAY" in 0|0s) ;; *) netnote="$DELAY one way on every client link and every peer link (bench/delaymesh proxies; member lists name the proxies)" ;; esac
+{
+  echo "### Standard YCSB matrix — $started, $(nproc) CPUs, $elapsed s"
+  echo
+  echo "Produced by \`$cmdline\` (from the repository root; \`make compare\` runs it and regenerates this section)."
+  echo "Kefir at $(git -C .. rev-parse --short HEAD). Network distance: **$netnote**, the same for every system."
+  echo "Each cell: $ROUNDS rounds of $D measured after $W warm-up, systems interleaved, median reported; the"
+  echo "\"round spread\" column is max ÷ min − 1 of a cell's round throughputs. Records: $RECORDS × $VALUESIZE B,"
+  echo "loaded once per system. Closed loop; every system's servers run all the time (idle ones cost little CPU)."
+  echo "Kefir rows use Kefir's client with $POOL pipelined connection(s); Redis rows use go-redis (one connection per"
+  echo "client, no pipelining across clients); etcd clientv3 (one gRPC connection); ZooKeeper go-zookeeper ($POOL session(s))."
+  echo "Part of any gap between client libraries is the client, not the server."
+  echo
+  echo "Durability per row: redis(appendfsync-always) and kefir sync fsync before the reply; redis(no-persistence) and"
+  echo "kefir async never wait for a disk; kefir cad replies before its fsync but reads never see what a crash could undo;"
+  echo "redis WAIT 1 waits for one replica's receipt (everysec fsync); etcd and zookeeper(forceSync=yes) fsync on a majority"
+  echo "before the ack; zookeeper(forceSync=no) replicates to a majority without fsync. ZooKeeper reads are local to the"
+  echo "server a session is connected to (sequentially consistent, may be stale), unlike Kefir's and etcd's linearizable"
+  echo "reads; ZooKeeper has no range read, so workload E is marked not supported for it (not emulated)."
+  for m in $(seq "$MATRICES"); do
+    echo
+    echo "#### Matrix $m"
+    echo
+    echo "$(jq -r .load_average "$OUT/summary-$m.json" 2>/dev/null || grep -o '"load_average": "[^"]*"' "$OUT/summary-$m.json")."
+    echo
+    cat "$OUT/summary-$m.md"
+  done
+  if [ -e "$OUT/agreement.md" ]; then
+    echo
+    echo "#### Reproducibility: matrix 1 vs matrix 2"
+    echo
+    cat "$OUT/agreement.md"
+  fi
+  echo
+  echo "Plots (matrix 1; \`go run ./ycsb -plot DIR $OUT/rounds/*.m1.r*.json\` from bench/):"
+  for p in "$OUT"/plots/*.png; do [ -e "$p" ] && echo "[$(basename "$p")](../bench/$p)"; done | paste -sd' ' -
+  echo
+  echo "Raw figures: \`bench/$OUT/rounds/*.json\` (every round; each file names its ycsb command), \`summary-*.json\`."
 } >"$OUT/compare.md"
-"$tmp/ycsb" -plot "$OUT/plots" "$OUT"/{ceiling,redis-fsync-always,redis-no-persistence,kefir-sync,kefir-async,etcd-3-members}.json >/dev/null
-echo "== wrote $OUT/compare.md and $OUT/plots/"
+if [ -n "$DOCS" ]; then
+  "$tmp/ycsb" -splice "$DOCS" -section ycsb-compare <"$OUT/compare.md"
+  echo "== spliced into $DOCS"
+fi
+echo "== wrote $OUT/compare.md in $elapsed s"
+exit "$agree_rc"

@@ -67,6 +67,7 @@ type flags struct {
 	spliceInto         string
 	section            string
 	note               string
+	limitSamples       int
 }
 
 func parse(args []string) (*flags, error) {
@@ -102,6 +103,7 @@ func parse(args []string) (*flags, error) {
 	fs.StringVar(&f.spliceInto, "splice", "", "replace the text between <!-- BEGIN SECTION --> and <!-- END SECTION --> in this file with standard input")
 	fs.StringVar(&f.section, "section", "ycsb-compare", "marker name for -splice")
 	fs.StringVar(&f.note, "note", "", "free text recorded in -summarize output (compare.sh records the load averages)")
+	fs.IntVar(&f.limitSamples, "limits-samples", 300, "round trips and fsyncs sampled for the physical floors (0 = skip: compare.sh measures them once per matrix)")
 	fs.StringVar(&f.label, "label", "", "name of the system in reports (default: derived from -db and its options)")
 	fs.StringVar(&f.respVia, "via", "redis", "respserver: which client library drives it (redis or kefir)")
 	fs.IntVar(&f.runs, "runs", 1, "repetitions of each cell (to report run-to-run spread)")
@@ -378,9 +380,12 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	lim, lerr := limits.Measure(os.TempDir(), 300)
-	if lerr != nil {
-		fmt.Fprintln(os.Stderr, "ycsb: measuring limits:", lerr)
+	var lim limits.Result
+	if f.limitSamples > 0 {
+		var lerr error
+		if lim, lerr = limits.Measure(os.TempDir(), f.limitSamples); lerr != nil {
+			fmt.Fprintln(os.Stderr, "ycsb: measuring limits:", lerr)
+		}
 	}
 	rows, err := run(ctx, f, os.Stderr)
 	if len(rows) > 0 {
@@ -423,15 +428,17 @@ func report(f *flags, args []string) error {
 		if err != nil {
 			return err
 		}
+		// The floors come from the first file that measured them (compare.sh has its
+		// ceiling invocations measure them, the others skip it).
 		var lim limits.Result
-		if len(f.plotFrom) > 0 {
+		for _, path := range f.plotFrom {
 			var doc struct {
 				Limits limits.Result `json:"limits"`
 			}
-			if b, err := os.ReadFile(f.plotFrom[0]); err == nil {
-				_ = json.Unmarshal(b, &doc) // readRows already parsed this file
+			if b, err := os.ReadFile(path); err == nil && json.Unmarshal(b, &doc) == nil && doc.Limits.LoopbackRTTP50us > 0 {
+				lim = doc.Limits
+				break
 			}
-			lim = doc.Limits
 		}
 		s := summary{Command: "go run ./ycsb " + strings.Join(args, " "), LoadAvg: f.note, Limits: lim, Rows: summarize(rows)}
 		b, _ := json.MarshalIndent(s, "", "  ")
@@ -439,6 +446,9 @@ func report(f *flags, args []string) error {
 			return err
 		}
 		md := summaryMarkdown(s)
+		if c := ceilingMarkdown(s.Rows); c != "" {
+			md += "\nHarness ceiling (issue 8: the harness against a trivial in-process RESP server must reach ≥ 3× the best system in the same cell):\n\n" + c
+		}
 		fmt.Print(md)
 		if f.mdPath != "" {
 			if err := os.WriteFile(f.mdPath, []byte(md), 0o644); err != nil {

@@ -162,6 +162,51 @@ func summaryMarkdown(s summary) string {
 	return sb.String()
 }
 
+// ceilingMarkdown compares, per workload and client count, the harness's ceiling (the
+// rows whose system name starts with "respserver": the trivial in-process server) with
+// the highest total throughput any other system reached. Issue 8 wants ≥ 3×.
+func ceilingMarkdown(rows []summaryRow) string {
+	type cell struct {
+		w string
+		c int
+	}
+	ceil := map[cell]float64{}
+	best := map[cell]summaryRow{}
+	var order []cell
+	for _, r := range rows {
+		if r.Op != "total" || r.Unsupported != "" || r.Target > 0 {
+			continue
+		}
+		k := cell{r.Workload, r.Clients}
+		if strings.HasPrefix(r.System, "respserver") {
+			if _, ok := ceil[k]; !ok {
+				order = append(order, k)
+			}
+			ceil[k] = max(ceil[k], r.Throughput)
+		} else if r.Throughput > best[k].Throughput {
+			best[k] = r
+		}
+	}
+	if len(order) == 0 {
+		return ""
+	}
+	var sb strings.Builder
+	sb.WriteString("| workload | clients | harness ceiling ops/s | best system | its ops/s | ceiling ÷ best | ≥ 3× |\n|---|---:|---:|---|---:|---:|---|\n")
+	for _, k := range order {
+		b := best[k]
+		ratio, ok := "–", "–"
+		if b.Throughput > 0 {
+			x := ceil[k] / b.Throughput
+			ratio, ok = fmt.Sprintf("%.1f×", x), "yes"
+			if x < 3 {
+				ok = "**no**"
+			}
+		}
+		fmt.Fprintf(&sb, "| %s | %d | %.0f | %s | %.0f | %s | %s |\n", strings.ToUpper(k.w), k.c, ceil[k], b.System, b.Throughput, ratio, ok)
+	}
+	return sb.String()
+}
+
 // agreeRow is one cell of two matrices side by side.
 type agreeRow struct {
 	cellKey
