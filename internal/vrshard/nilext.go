@@ -525,13 +525,8 @@ func (r *Replica) NilextTake(ctx context.Context, id shard.ReqID, op shard.Op, d
 	if !r.opts.Nilext {
 		return vr.NilextAck{}, vr.ErrNilextOff
 	}
-	if id.Client == 0 || id.Seq == 0 {
-		return vr.NilextAck{}, fmt.Errorf("%w: client id and request number must be non-zero", ErrNilextInvalid)
-	}
-	if err := r.nilextValid(&op); err != nil {
-		return vr.NilextAck{}, err
-	}
-	if err := r.CheckDurability(d); err != nil {
+	if err := r.nilextValidTake(id, &op, d); err != nil {
+		r.nxIDs.directRefuse.Add(1)
 		return vr.NilextAck{}, err
 	}
 	c := &nxCall{
@@ -568,6 +563,16 @@ func (r *Replica) NilextTake(ctx context.Context, id shard.ReqID, op shard.Op, d
 		return c.ack, nil
 	}
 	return vr.NilextAck{}, c.err
+}
+
+func (r *Replica) nilextValidTake(id shard.ReqID, op *shard.Op, d level.Durability) error {
+	if id.Client == 0 || id.Seq == 0 {
+		return fmt.Errorf("%w: client id and request number must be non-zero", ErrNilextInvalid)
+	}
+	if err := r.nilextValid(op); err != nil {
+		return err
+	}
+	return r.CheckDurability(d)
 }
 
 // nilextValid checks a client's nilext op before it enters a d-log: once

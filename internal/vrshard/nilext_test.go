@@ -324,3 +324,83 @@ func TestNilextFallsBackAndReturnsWhenReplicasAreBack(t *testing.T) {
 		t.Fatalf("fallback write: a = %q, %v", v, err)
 	}
 }
+
+// NilextTake (a client's own broadcast, KEFIR.NILEXT): every replica acks
+// in the same view, only the leader claims to lead; a retransmission is
+// acked again without a second d-log entry; a client that gathered every
+// ack has a write a linearizable read sees; and what a misbehaving client
+// sends is refused without an ack.
+func TestNilextTakeFromAClient(t *testing.T) {
+	c := newCluster(t, 3, nilextOn(true))
+	l := c.leader(5 * time.Second)
+	ctx := context.Background()
+	id := shard.ReqID{Client: 99, Seq: 1}
+	view := c.reps[l].Info().View
+	for i, r := range c.reps {
+		a, err := r.NilextTake(ctx, id, set("k", "v"), level.Sync)
+		if err != nil {
+			t.Fatalf("replica %d: %v", i, err)
+		}
+		if a.View != view || a.From != c.ids[i] || a.Leader != (i == l) || a.Client != 99 || a.ReqNum != 1 {
+			t.Fatalf("replica %d acked %+v (view %d, leader index %d)", i, a, view, l)
+		}
+	}
+	if _, err := c.reps[l].NilextTake(ctx, id, set("k", "v"), level.Sync); err != nil {
+		t.Fatalf("retransmission: %v", err)
+	}
+	if n := c.reps[l].Info().DLogLen; n != 1 {
+		t.Fatalf("leader d-log %d after a retransmission, want 1", n)
+	}
+	if v, err := c.linGet(l, "k"); err != nil || v != "v" {
+		t.Fatalf("read after the client's supermajority: %q, %v", v, err)
+	}
+
+	refused := []struct {
+		name string
+		id   shard.ReqID
+		op   shard.Op
+		want error
+	}{
+		{"older than one already taken", shard.ReqID{Client: 99, Seq: 0}, set("k", "x"), ErrNilextInvalid},
+		{"SET NX", shard.ReqID{Client: 5, Seq: 1}, shard.Op{Kind: shard.KindSet, Key: []byte("k"), Value: []byte("v"), Cond: shard.IfAbsent}, ErrNilextInvalid},
+		{"SET GET", shard.ReqID{Client: 5, Seq: 1}, shard.Op{Kind: shard.KindSet, Key: []byte("k"), Value: []byte("v"), ReturnOld: true}, ErrNilextInvalid},
+		{"DEL", shard.ReqID{Client: 5, Seq: 1}, shard.Op{Kind: shard.KindDel, Keys: [][]byte{[]byte("k")}}, ErrNilextInvalid},
+		{"odd MSET", shard.ReqID{Client: 5, Seq: 1}, shard.Op{Kind: shard.KindMSet, Keys: [][]byte{[]byte("k")}}, ErrNilextInvalid},
+		{"no client id", shard.ReqID{Seq: 1}, set("k", "x"), ErrNilextInvalid},
+		{"oversized value", shard.ReqID{Client: 5, Seq: 1}, set("k", string(make([]byte, 16<<20+1))), ErrNilextInvalid},
+	}
+	for _, tc := range refused {
+		if _, err := c.reps[l].NilextTake(ctx, tc.id, tc.op, level.Sync); !errors.Is(err, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
+		}
+	}
+	// Out of order: seq 3 then seq 2 of one client. Acking 2 would be
+	// wrong: once 3 is applied the core counts 2 as executed.
+	if _, err := c.reps[l].NilextTake(ctx, shard.ReqID{Client: 7, Seq: 3}, set("o", "3"), level.CAD); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.reps[l].NilextTake(ctx, shard.ReqID{Client: 7, Seq: 2}, set("o", "2"), level.CAD); !errors.Is(err, ErrNilextStale) {
+		t.Fatalf("seq 2 after seq 3: %v, want ErrNilextStale", err)
+	}
+
+	// A write that reached only two replicas (no supermajority) and then
+	// took the ordered path with the same id is applied once.
+	fid := shard.ReqID{Client: 8, Seq: 1}
+	for _, i := range []int{l, (l + 1) % 3} {
+		if _, err := c.reps[i].NilextTake(ctx, fid, set("f", "1"), level.Sync); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.write(shard.Op{Kind: shard.KindIncrBy, Key: []byte("f"), Delta: 1}, shard.ReqID{Client: 8, Seq: 2}, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := c.write(set("f", "1"), fid, 5*time.Second); err == nil {
+		t.Fatalf("ordered copy after a later request of the client: %+v, want a stale-request error", res)
+	}
+	if v, err := c.linGet(l, "f"); err != nil || v != "2" {
+		t.Fatalf("f = %q, %v; want 2 (the d-log copy ordered before the INCR, applied once)", v, err)
+	}
+	if taken, refusedN := c.reps[l].NilextDirectStats(); taken < 4 || refusedN < uint64(len(refused)) {
+		t.Fatalf("leader direct stats: taken %d, refused %d", taken, refusedN)
+	}
+}
