@@ -24,9 +24,9 @@ import (
 // A write that gets no such supermajority within the nilext timeout (a
 // replica down, slow or partitioned, a view change) falls back to the
 // ordered path with the same request id, so a copy that did reach some
-// d-logs and the ordered copy apply once. After a fallback the fast path
-// rests for the backoff (writes go straight to the ordered path), then is
-// tried again.
+// d-logs and the ordered copy apply once. After two such fallbacks in a row
+// the fast path rests for the backoff (writes go straight to the ordered
+// path), then is tried again; one stalled write alone does not make it rest.
 //
 // Identities: a replica's d-log cleanup assumes one nilext write in flight
 // per client id, sent in request-number order. The client keeps lanes: a
@@ -40,6 +40,10 @@ const (
 	DefaultNilextTimeout = 50 * time.Millisecond
 	DefaultNilextBackoff = time.Second
 )
+
+// restAfter is how many writes in a row must miss the supermajority
+// before the fast path rests.
+const restAfter = 2
 
 type nilextOptions struct {
 	timeout, backoff time.Duration
@@ -93,6 +97,7 @@ type nilextPath struct {
 	downTill []atomic.Int64 // per member: Unix ns until which dialing it is skipped
 
 	cool                    atomic.Int64 // Unix ns until which the fast path rests
+	missed                  atomic.Int32 // writes that missed the supermajority since the last fast one
 	fast, fallbacks, rested atomic.Uint64
 
 	// mutFirstAck completes a write on the first ack from anyone: the
@@ -344,12 +349,18 @@ func (p *nilextPath) write(ctx context.Context, kvs []KV, opts []CallOption) (do
 	l.seq++
 	if p.broadcast(ctx, t, l, kvs, dur.String()) {
 		p.fast.Add(1)
+		p.missed.Store(0)
 		p.putLane(l)
 		return true, nil
 	}
-	// No supermajority in time: rest the fast path, and take the ordered
-	// path with the same id (exactly once with any copy in a d-log).
-	p.cool.Store(time.Now().Add(p.opts.backoff).UnixNano())
+	// No supermajority in time: take the ordered path with the same id
+	// (exactly once with any copy in a d-log). A second miss in a row means
+	// a replica is down or slow, not a passing stall: rest the fast path so
+	// the writes until the backoff ends do not each wait out the timeout.
+	if p.missed.Add(1) >= restAfter {
+		p.cool.Store(time.Now().Add(p.opts.backoff).UnixNano())
+		p.missed.Store(0)
+	}
 	p.fallbacks.Add(1)
 	if err := p.fallback(ctx, l, kvs, opts); err != nil {
 		p.retire(l)
