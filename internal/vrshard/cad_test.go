@@ -369,20 +369,36 @@ func TestBrokenFollowerRCheckServesUnreadableValue(t *testing.T) {
 // read may be lost (check.Durability). With async writes the same schedule
 // must show the anomaly: proof the checkers and the schedule can see it.
 func TestCADHistoryWithPowerCutsIsCrossClientMonotonic(t *testing.T) {
-	h := cadPowerCutHistory(t, level.CAD, 21)
-	if v := check.CrossClientMonotonic(h); !v.OK || v.Checked == 0 {
-		t.Fatalf("cross-client monotonic (%d reads judged):\n%v", v.Checked, v)
+	for seed := uint64(21); seed < 23; seed++ {
+		h := cadPowerCutHistory(t, level.CAD, seed, mutations{})
+		if v := check.CrossClientMonotonic(h); !v.OK || v.Checked == 0 {
+			t.Fatalf("seed %d: cross-client monotonic (%d reads judged):\n%v", seed, v.Checked, v)
+		}
+		if v := check.Durability(h); !v.OK {
+			t.Fatalf("seed %d: durability:\n%v", seed, v)
+		}
 	}
-	if v := check.Durability(h); !v.OK {
-		t.Fatalf("durability:\n%v", v)
+}
+
+// Followers that serve under the lease without checking R (they serve
+// whatever they applied, ahead of other members) must fail the checker in
+// the same schedule.
+func TestBrokenFollowerRCheckHistoryGoesBackInTime(t *testing.T) {
+	for seed := uint64(41); seed < 47; seed++ {
+		h := cadPowerCutHistory(t, level.CAD, seed, mutations{followerNoRCheck: true})
+		if v := check.CrossClientMonotonic(h); !v.OK {
+			t.Logf("seed %d: the checker caught followers serving beyond R, as it must:\n%.500s", seed, v.String())
+			return
+		}
 	}
+	t.Fatal("followers serving beyond R passed the cross-client monotonic checker in every seed")
 }
 
 func TestAsyncHistoryWithPowerCutsGoesBackInTime(t *testing.T) {
 	// Several seeds: the anomaly needs a power cut to land after an async
 	// write was read and before it was persisted anywhere.
-	for seed := uint64(31); seed < 36; seed++ {
-		h := cadPowerCutHistory(t, level.Async, seed)
+	for seed := uint64(31); seed < 39; seed++ {
+		h := cadPowerCutHistory(t, level.Async, seed, mutations{})
 		if v := check.CrossClientMonotonic(h); !v.OK {
 			t.Logf("seed %d: the checker caught async losing a value already read, as it must:\n%.700s", seed, v.String())
 			return
@@ -394,17 +410,21 @@ func TestAsyncHistoryWithPowerCutsGoesBackInTime(t *testing.T) {
 // cadPowerCutHistory runs puts at level d (CAS stays sync), cross-client
 // monotonic reads at random replicas and linearizable reads at the leader,
 // with a slow log fsync (so acknowledged-but-unpersisted writes exist) and,
-// every round, either a leader power cut or a whole-cluster power cut.
-func cadPowerCutHistory(t *testing.T, d level.Durability, seed uint64) check.History {
+// in turn, a whole-cluster power cut during a disk stall (no unsynced byte
+// survives) and a leader power cut (a random prefix survives).
+func cadPowerCutHistory(t *testing.T, d level.Durability, seed uint64, mut mutations) check.History {
 	t.Helper()
 	c, gates, mems := gatedCluster(t, func(o *Options) {
 		followerReadOpts(o)
+		o.mut = mut
 		o.CheckpointOps = 300
 		o.KeepTail = 20
 		o.RequestTimeout = 500 * time.Millisecond
+		// Leaders change on every cut: elect the next one quickly.
+		o.VR.ViewChangeTimeout, o.VR.LeaseDuration = 300*time.Millisecond, 250*time.Millisecond
 	})
 	for _, g := range gates {
-		g.delay.Store(int64(15 * time.Millisecond))
+		g.delay.Store(int64(10 * time.Millisecond))
 	}
 	c.leader(5 * time.Second)
 	crashRng := mrand.New(mrand.NewSource(int64(seed)))
@@ -419,30 +439,53 @@ func cadPowerCutHistory(t *testing.T, d level.Durability, seed uint64) check.His
 			w.client(i, stop, rand.New(rand.NewPCG(seed, uint64(i))))
 		}()
 	}
-	rounds := max(3, int(workloadTime()/time.Second))
+	rounds := max(4, int(workloadTime()/time.Second)+1)
 	for round := range rounds {
-		time.Sleep(600 * time.Millisecond)
-		w.mu.Lock()
-		victims := []int{}
+		time.Sleep(500 * time.Millisecond)
 		if round%2 == 0 {
-			for i := range c.reps {
-				victims = append(victims, i)
+			// A whole-cluster power cut while the disks stall: every fsync
+			// of the last 150ms is held, then every replica loses all it
+			// had not fsynced (the power goes before the fsyncs return).
+			for _, g := range gates {
+				g.hold()
 			}
-		} else {
-			for i, r := range c.reps {
-				if r != nil && r.Info().IsLeader {
-					victims = append(victims, i)
+			time.Sleep(150 * time.Millisecond)
+			w.mu.Lock()
+			for i := range c.reps {
+				w.rec.Crash(i)
+				mems[c.ids[i]].Crash(nil)
+			}
+			for _, g := range gates {
+				g.release()
+			}
+			for i := range c.reps {
+				if c.reps[i] != nil {
+					c.reps[i].crash()
+					c.reps[i] = nil
 				}
 			}
+			w.mu.Unlock()
+			time.Sleep(100 * time.Millisecond)
+			w.mu.Lock()
+			for i := range c.reps {
+				c.open(i, false, nil)
+			}
+			w.mu.Unlock()
+			continue
 		}
-		for _, i := range victims {
-			if c.reps[i] != nil {
-				w.rec.Crash(i)
-				c.reps[i].crash()
-				c.reps[i] = nil
+		// A power cut of the leader: a random prefix of its unsynced bytes
+		// survives, maybe torn.
+		w.mu.Lock()
+		victims := []int{}
+		for i, r := range c.reps {
+			if r != nil && r.Info().IsLeader {
+				victims = append(victims, i)
 			}
 		}
 		for _, i := range victims {
+			w.rec.Crash(i)
+			c.reps[i].crash()
+			c.reps[i] = nil
 			mems[c.ids[i]].Crash(crashRng)
 		}
 		w.mu.Unlock()

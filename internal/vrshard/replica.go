@@ -87,6 +87,9 @@ type Options struct {
 	// member of a group must agree on it.
 	FollowerReads bool
 	Logger        *slog.Logger
+
+	// mut: deliberate bugs for tests (mutations), set from the first start.
+	mut mutations
 }
 
 // Timing defaults (local loopback clusters; the docs state the drift bound).
@@ -395,7 +398,7 @@ func Open(opts Options) (*Replica, error) {
 		return nil, fmt.Errorf("vrshard: open engine: %w", err)
 	}
 	r := &Replica{
-		opts: opts, cfg: opts.VR, wal: w, db: db, start: time.Now(),
+		opts: opts, cfg: opts.VR, wal: w, db: db, start: time.Now(), mut: opts.mut,
 		log:       opts.Logger.With("node", opts.VR.Self),
 		propc:     make(chan []*proposal, 256),
 		inbox:     make(chan inbound, 256),
