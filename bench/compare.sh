@@ -93,7 +93,9 @@ if has kefir-sync || has kefir-async; then
   args[kefir-async]="-db kefir -durability async -consistency linearizable -label kefir-1-node(async)"
 fi
 if has kefir3-sync || has kefir3-cad || has kefir3-async || has kefir3-follower; then
-  k3=$(peers/kefir.sh start "$tmp/kefir3" --replicas 3 --port 6590 --follower-reads --delay "$DELAY" --bin "$tmp/kefir")
+  # 1 s view-change timeout, as Kefir's own test clusters use on a loaded box: with the
+  # default 300 ms, CPU stalls on this shared machine depose leaders mid-run.
+  k3=$(peers/kefir.sh start "$tmp/kefir3" --replicas 3 --port 6590 --follower-reads --view-change-timeout 1s --delay "$DELAY" --bin "$tmp/kefir")
   for m in sync cad async follower; do addr[kefir3-$m]=$k3; done
   args[kefir3-sync]="-db kefir -durability sync -consistency linearizable -label kefir-3-replicas(sync,linearizable)"
   args[kefir3-cad]="-db kefir -durability cad -consistency linearizable -durable no -label kefir-3-replicas(cad,linearizable)"
@@ -118,11 +120,16 @@ args[ceiling-redis]="-db respserver -via redis -label respserver(via-go-redis)"
 # Every ycsb invocation: the same workloads, clients, sizes and pool; the delay is
 # emulated outside (delaymesh) and only declared to ycsb for its floors and tables.
 common=(-workloads "$WORKLOADS" -clients "$CLIENTS" -records "$RECORDS" -valuesize "$VALUESIZE" -pool "$POOL" -link-delay "$DELAY")
+# A failed invocation does not stop the matrix: it is listed in OUT/failures.txt and in
+# the report, and its cells are missing from that round (the agreement table names them).
+: >"$OUT/failures.txt"
 ycsb() { # name log ycsb-args...
   local name=$1 log=$2; shift 2
   # shellcheck disable=SC2086 # args[] holds several words on purpose
   if ! "$tmp/ycsb" ${args[$name]} ${addr[$name]:+-addr "${addr[$name]}"} "${common[@]}" "$@" >/dev/null 2>"$log"; then
-    echo "!! $name failed:" >&2; cat "$log" >&2; return 1
+    echo "!! $name failed ($log):" >&2; grep -v '^Benchmark' "$log" | tail -3 >&2
+    echo "- $name ($(basename "$log" .log)): $(grep '^ycsb:' "$log" | tail -1 | cut -c1-300)" >>"$OUT/failures.txt"
+    return 1
   fi
 }
 
@@ -131,7 +138,7 @@ for s in $SYSTEMS; do
   [[ "$s" == ceiling* ]] && continue # in-process: it loads itself in every invocation
   # kefir-async and the kefir3 rows after the first share their node's data.
   case "$s" in kefir-async) has kefir-sync && continue ;; kefir3-cad|kefir3-async|kefir3-follower) has kefir3-sync && continue ;; esac
-  ycsb "$s" "$OUT/rounds/$s.load.log" -load-only -limits-samples 0
+  ycsb "$s" "$OUT/rounds/$s.load.log" -load-only -load-clients 64 -limits-samples 0 || true
   grep -h ' load ' "$OUT/rounds/$s.load.log" || true
 done
 
@@ -146,7 +153,7 @@ for m in $(seq "$MATRICES"); do
       # The ceiling is in-process (no proxy, whatever DELAY is) and loads itself; its
       # invocations also sample the machine's floors (round trip, fsync) for the tables.
       [[ "$s" == ceiling* ]] && extra=(-load=true -link-delay 0 -limits-samples 300)
-      ycsb "$s" "$OUT/rounds/$s.m$m.r$r.log" "${extra[@]}" -warmup "$W" -d "$D" -seed "$r" -json "$OUT/rounds/$s.m$m.r$r.json"
+      ycsb "$s" "$OUT/rounds/$s.m$m.r$r.log" "${extra[@]}" -warmup "$W" -d "$D" -seed "$r" -json "$OUT/rounds/$s.m$m.r$r.json" || true
       grep -h '^Benchmark' "$OUT/rounds/$s.m$m.r$r.log" | awk '{printf "   %-70s %8.0f ops/s\n", $1, $3}'
     done
   done
@@ -191,6 +198,12 @@ case "$DELAY" in 0|0s) ;; *) netnote="$DELAY one way on every client link and ev
     echo
     cat "$OUT/summary-$m.md"
   done
+  if [ -s "$OUT/failures.txt" ]; then
+    echo
+    echo "**Failed invocations** (their cells are missing from that round; logs in \`bench/$OUT/rounds/\`):"
+    echo
+    cat "$OUT/failures.txt"
+  fi
   if [ -e "$OUT/agreement.md" ]; then
     echo
     echo "#### Reproducibility: matrix 1 vs matrix 2"

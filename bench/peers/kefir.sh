@@ -6,12 +6,15 @@
 # so one group serves every Kefir row.
 #
 #   --follower-reads   followers serve cross-client-monotonic reads (every member alike)
+#   --view-change-timeout D   how long followers wait for the leader before electing another
+#                      (kefir's default 300ms; a CPU-starved shared box needs more, or a
+#                      benchmark measures view changes instead of the steady state)
 #   --delay D          a delay proxy (bench/delaymesh) on every client and peer port; the
 #                      member list names the proxies, so replication and forwarding cross
 #                      them too. Drive with ycsb -link-delay D.
 #
 # Usage:
-#   bench/peers/kefir.sh start DIR [--replicas 1] [--port 6390] [--follower-reads] [--delay 0] [--bin PATH]
+#   bench/peers/kefir.sh start DIR [--replicas 1] [--port 6390] [--follower-reads] [--view-change-timeout 300ms] [--delay 0] [--bin PATH]
 #   bench/peers/kefir.sh stop DIR
 #
 # Prints the client endpoints (comma-separated, leader first). Builds ./cmd/kefir unless
@@ -20,14 +23,15 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
 cmd=${1:-}; dir=${2:-}
-[ -n "$cmd" ] && [ -n "$dir" ] || { sed -n '2,19p' "$0"; exit 2; }
+[ -n "$cmd" ] && [ -n "$dir" ] || { sed -n '2,22p' "$0"; exit 2; }
 shift 2
-replicas=1; port=6390; follower=false; delay=0; bin=""
+replicas=1; port=6390; follower=false; delay=0; bin=""; vct=300ms
 while [ $# -gt 0 ]; do
   case "$1" in
     --replicas) replicas=$2; shift 2 ;;
     --port) port=$2; shift 2 ;;
     --follower-reads) follower=true; shift ;;
+    --view-change-timeout) vct=$2; shift 2 ;;
     --delay) delay=$2; shift 2 ;;
     --bin) bin=$2; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
@@ -68,7 +72,7 @@ for i in $(seq "$replicas"); do
   args=(server --node-id "n$i" --dir "$dir/n$i" --client-addr "127.0.0.1:$(cport "$i")" --http-addr "" --log-level warn)
   if [ "$replicas" -gt 1 ]; then
     args+=(--peer-addr "127.0.0.1:$(pport "$i")" --members "$members" --replica-id "$i" --cluster-id "$cluster"
-      --follower-reads="$follower")
+      --follower-reads="$follower" --view-change-timeout "$vct")
     [ -d "$dir/n$i" ] || args+=(--bootstrap=true)
   else
     args+=(--peer-addr "")

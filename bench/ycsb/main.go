@@ -283,7 +283,8 @@ func connectVia(ctx context.Context, f *flags, index bool, pool int, dl *delayer
 	case "null":
 		return &system{name: "null (harness only)", newDB: drivers.Null{}.NewDB, close: func() error { return nil }}, nil
 	case "kefir":
-		cfg := drivers.KefirConfig{Addrs: dl.wrapAll(strings.Split(f.addr, ",")), Password: f.password, PoolSize: kefirPool(f)}
+		cfg := drivers.KefirConfig{Addrs: dl.wrapAll(strings.Split(f.addr, ",")), Password: f.password, PoolSize: kefirPool(f),
+			RetryUnavailable: 5 * time.Second}
 		name := "kefir"
 		if f.consistency != "" {
 			c, err := client.ParseConsistency(f.consistency)
@@ -567,7 +568,7 @@ func run(ctx context.Context, f *flags, logw io.Writer) ([]row, error) {
 			if err != nil {
 				return rows, fmt.Errorf("load %s: %w", w.Name, err)
 			}
-			fmt.Fprintf(logw, "%s load %s: %d records in %.1fs (%.0f/s), %d errors\n", sys.name, w.Name, res.Ops, res.Seconds, res.Throughput, res.Errors)
+			fmt.Fprintf(logw, "%s load %s: %d records in %.1fs (%.0f/s), %d errors, %d inserts retried\n", sys.name, w.Name, res.Ops, res.Seconds, res.Throughput, res.Errors, res.Retries)
 			if res.Errors > 0 {
 				return rows, fmt.Errorf("load %s: %d inserts failed, first: %v", w.Name, res.Errors, res.FirstErrors)
 			}

@@ -82,7 +82,9 @@ type Result struct {
 	// Backlog counts open-loop operations that were due before the end but never sent
 	// because the system fell behind: each of them would have had a latency at least as
 	// long as the lag, so a non-zero backlog means the target rate was not sustained.
-	Backlog     int64    `json:"backlog,omitempty"`
+	Backlog int64 `json:"backlog,omitempty"`
+	// Retries counts load-phase inserts that failed and were sent again (see Load).
+	Retries     int64    `json:"retries,omitempty"`
 	FirstErrors []string `json:"first_errors,omitempty"`
 }
 
@@ -95,6 +97,7 @@ type clientStats struct {
 	errs      [numOps]int64
 	notFound  [numOps]int64
 	backlog   int64
+	retries   int64
 	firstErrs []string
 }
 
@@ -151,6 +154,7 @@ func merge(w Workload, phase string, cfg Config, window time.Duration, all []*cl
 	}
 	for _, c := range all {
 		res.Backlog += c.backlog
+		res.Retries += c.retries
 		if len(res.FirstErrors) < 5 {
 			res.FirstErrors = append(res.FirstErrors, c.firstErrs...)
 		}
@@ -178,6 +182,12 @@ func newValueBuf(size int, r *rand.Rand) []byte {
 	}
 	return b
 }
+
+// loadAttempts bounds how often Load sends one record: a replicated system may fail an
+// insert across a leader change with an unknown outcome, and an insert is an idempotent
+// put, so sending it again is safe; the retries are counted in Result.Retries, and a
+// record that fails every attempt is an error that fails the load.
+const loadAttempts = 4
 
 // Load inserts records [0, RecordCount) with clients inserting in parallel (client c
 // takes every clients-th record), as YCSB's load phase does.
@@ -212,6 +222,11 @@ func Load(ctx context.Context, w Workload, newDB NewDB, clients int) (*Result, e
 				key = w.KeyName(key, k)
 				t := time.Now()
 				err := db.Insert(ctx, string(key), valueFor(val, r))
+				for a := 1; err != nil && a < loadAttempts && ctx.Err() == nil; a++ {
+					st.retries++
+					time.Sleep(time.Duration(a) * 50 * time.Millisecond)
+					err = db.Insert(ctx, string(key), val)
+				}
 				st.record(OpInsert, time.Since(t), err)
 			}
 		}()

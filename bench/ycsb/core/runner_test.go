@@ -127,9 +127,14 @@ func TestEveryStandardWorkloadRunsItsOperationMix(t *testing.T) {
 			if _, err := Load(context.Background(), w, db.newDB, 4); err != nil {
 				t.Fatal(err)
 			}
-			res, err := Run(context.Background(), w, db.newDB, Config{Clients: 4, Duration: 150 * time.Millisecond, Seed: 1})
-			if err != nil {
-				t.Fatal(err)
+			// Enough operations for the mix to show, however starved the CPU: a longer
+			// run when a short one did too few (workload E's scans are slow on a busy box).
+			var res *Result
+			for d := 150 * time.Millisecond; res == nil || (res.Ops < 300 && d <= 5*time.Second); d *= 2 {
+				var err error
+				if res, err = Run(context.Background(), w, db.newDB, Config{Clients: 4, Duration: d, Seed: 1}); err != nil {
+					t.Fatal(err)
+				}
 			}
 			if res.Errors != 0 {
 				t.Fatalf("errors: %v", res.FirstErrors)
@@ -277,5 +282,35 @@ func TestKeyNames(t *testing.T) {
 	w.OrderedInserts = true
 	if k := string(w.KeyName(nil, 42)); k != fmt.Sprintf("user%020d", 42) {
 		t.Fatalf("ordered key name %q", k)
+	}
+}
+
+func TestLoadRetriesAFailedInsertAndCountsIt(t *testing.T) {
+	db := newMemDB()
+	db.failEvery = 10 // one call in ten fails; its retry (the next call) succeeds
+	w := small(t, "a")
+	res, err := Load(context.Background(), w, db.newDB, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Errors != 0 || len(db.m) != 1000 || res.Ops != 1000 {
+		t.Fatalf("load: %d errors, %d keys stored, %d inserts; want 0, 1000, 1000", res.Errors, len(db.m), res.Ops)
+	}
+	if res.Retries == 0 {
+		t.Fatal("inserts were retried but no retry was reported")
+	}
+}
+
+func TestLoadReportsAnInsertThatFailsEveryAttempt(t *testing.T) {
+	db := newMemDB()
+	db.failEvery = 1 // every call fails
+	w := small(t, "a")
+	w.RecordCount = 3
+	res, err := Load(context.Background(), w, db.newDB, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Errors != 3 || res.Retries != 3*(loadAttempts-1) {
+		t.Fatalf("load: %d errors, %d retries; want 3 errors after %d retries", res.Errors, res.Retries, 3*(loadAttempts-1))
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/kefirdb/kefir/bench/ycsb/core"
 	"github.com/kefirdb/kefir/client"
@@ -16,6 +17,10 @@ type KefirConfig struct {
 	PoolSize    int
 	Consistency client.Consistency
 	Durability  client.Durability
+	// RetryUnavailable lets calls retry through a leader change for up to this long
+	// (client.WithRetryUnavailable), as an application would; the stall then shows as
+	// latency. A write whose outcome the change left open still fails (and is counted).
+	RetryUnavailable time.Duration
 }
 
 // Kefir is a driver whose clients share one client.Client (it pipelines concurrent
@@ -29,6 +34,9 @@ type Kefir struct {
 // NewKefir dials the cluster.
 func NewKefir(ctx context.Context, cfg KefirConfig) (*Kefir, error) {
 	opts := []client.Option{client.WithPoolSize(max(cfg.PoolSize, 1))}
+	if cfg.RetryUnavailable > 0 {
+		opts = append(opts, client.WithRetryUnavailable(cfg.RetryUnavailable))
+	}
 	if cfg.Password != "" {
 		opts = append(opts, client.WithPassword(cfg.Password))
 	}
