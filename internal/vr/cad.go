@@ -386,11 +386,12 @@ func (r *Replica) updateMembers() {
 				c.lagSince[j] = r.now
 			}
 			lagging := lag && r.now-c.lagSince[j] >= susp
-			// A follower joins once it has caught up with R, so a far-behind
-			// one (state transfer) does not hold R back while it catches up;
-			// it is counted in R (JOINING) before it is granted (IN), so R
-			// cannot pass it in between (digest §2.15.2).
-			if c.member[j] == MemberOut && alive && c.peerApp[j] >= c.readable {
+			// A follower joins once it has caught up with R (and with what a
+			// pending durability wait needs), so a far-behind or stuck one
+			// does not hold R back while it catches up; it is counted in R
+			// (JOINING) before it is granted (IN), so R cannot pass it in
+			// between (digest §2.15.2).
+			if c.member[j] == MemberOut && alive && c.peerApp[j] >= c.readable && !lag {
 				c.member[j] = MemberJoining
 			}
 			switch c.member[j] {

@@ -27,7 +27,8 @@ type tnet struct {
 	reads    map[uint64][]ReadState
 	snapReq  map[uint64][]uint64
 	errs     map[uint64][]error
-	sent     []Message // every message emitted, for assertions
+	acks     map[uint64][]Reply // early acknowledgements (Ready.Acks)
+	sent     []Message          // every message emitted, for assertions
 }
 
 func testConfig(self uint64, n int) Config {
@@ -38,11 +39,21 @@ func testConfig(self uint64, n int) Config {
 
 func newNet(t *testing.T, n int) *tnet {
 	t.Helper()
+	return newNetWith(t, n, nil)
+}
+
+// newNetWith is newNet with adjust applied to every replica's config.
+func newNetWith(t *testing.T, n int, adjust func(*Config)) *tnet {
+	t.Helper()
 	net := &tnet{t: t, now: 1000 * ms, rs: map[uint64]*Replica{}, autoSync: true, unsynced: map[uint64]uint64{},
 		applied: map[uint64][]Committed{}, replies: map[uint64][]Reply{}, reads: map[uint64][]ReadState{},
-		snapReq: map[uint64][]uint64{}, errs: map[uint64][]error{}}
+		snapReq: map[uint64][]uint64{}, errs: map[uint64][]error{}, acks: map[uint64][]Reply{}}
 	for _, id := range memberIDs(n) {
-		r, err := New(testConfig(id, n), State{Bootstrap: true})
+		cfg := testConfig(id, n)
+		if adjust != nil {
+			adjust(&cfg)
+		}
+		r, err := New(cfg, State{Bootstrap: true, Nonce: id << 40})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -81,6 +92,7 @@ func (n *tnet) ready(id uint64) {
 			r.Advance(res)
 		}
 		n.replies[id] = append(n.replies[id], rd.Replies...)
+		n.acks[id] = append(n.acks[id], rd.Acks...)
 		n.reads[id] = append(n.reads[id], rd.ReadStates...)
 		n.snapReq[id] = append(n.snapReq[id], rd.SnapshotNeeded...)
 		n.errs[id] = append(n.errs[id], rd.Errors...)
