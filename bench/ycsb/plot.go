@@ -80,16 +80,22 @@ func tailX(p float64) float64 {
 
 func plotCDF(dir, workload string, rows []row) (string, error) {
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("YCSB %s: latency by percentile (first run; closed loop unless noted)", strings.ToUpper(workload))
+	p.Title.Text = fmt.Sprintf("YCSB %s: latency by percentile (first run; closed loop unless noted; with >4 systems, the largest client count)", strings.ToUpper(workload))
 	p.X.Label.Text = "percentile (nines: 1 = p90, 2 = p99, 3 = p99.9)"
 	p.Y.Label.Text = "latency (µs, log)"
 	p.Y.Scale = plot.LogScale{}
 	p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
 	p.Legend.Top = true
 	p.Legend.Left = true
+	// Many systems: only the largest client count, or the legend outgrows the plot.
+	maxClients, systems := 0, map[string]bool{}
+	for _, r := range rows {
+		maxClients = max(maxClients, r.Result.Clients)
+		systems[r.System] = true
+	}
 	var lines []any
 	for _, r := range rows {
-		if r.Run != 1 {
+		if r.Run != 1 || (len(systems) > 4 && r.Result.Clients != maxClients) {
 			continue
 		}
 		for _, op := range r.Result.PerOp {
@@ -119,18 +125,29 @@ func plotCDF(dir, workload string, rows []row) (string, error) {
 	return out, p.Save(10*vg.Inch, 7*vg.Inch, out)
 }
 
+// plotThroughputLatency plots p99 against achieved throughput: one curve per system
+// and client count over open-loop targets, or, without open-loop runs, one curve per
+// system over its closed-loop client counts (more clients: more throughput, until the
+// system saturates and only latency grows).
 func plotThroughputLatency(dir, workload string, rows []row) (string, error) {
 	type key struct {
 		sys     string
 		clients int
 	}
+	open := false
+	for _, r := range rows {
+		open = open || r.Result.Mode == "open"
+	}
 	curves := map[key]plotter.XYs{}
 	var order []key
 	for _, r := range rows {
-		if r.Run != 1 || r.Result.Mode != "open" || len(r.Result.PerOp) == 0 {
+		if r.Run != 1 || (r.Result.Mode == "open") != open || len(r.Result.PerOp) == 0 {
 			continue
 		}
 		k := key{r.System, r.Result.Clients}
+		if !open {
+			k.clients = 0
+		}
 		if curves[k] == nil {
 			order = append(order, k)
 		}
@@ -142,13 +159,18 @@ func plotThroughputLatency(dir, workload string, rows []row) (string, error) {
 			continue
 		}
 		sort.Slice(curves[k], func(i, j int) bool { return curves[k][i].X < curves[k][j].X })
-		lines = append(lines, fmt.Sprintf("%s c=%d", k.sys, k.clients), curves[k])
+		label := k.sys
+		if open {
+			label += fmt.Sprintf(" c=%d", k.clients)
+		}
+		lines = append(lines, label, curves[k])
 	}
 	if len(lines) == 0 {
 		return "", nil
 	}
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("YCSB %s: p99 of the first operation type vs achieved throughput (open loop)", strings.ToUpper(workload))
+	p.Title.Text = fmt.Sprintf("YCSB %s: p99 of the first operation type vs achieved throughput (%s)", strings.ToUpper(workload),
+		map[bool]string{true: "open loop, one point per target rate", false: "closed loop, one point per client count"}[open])
 	p.X.Label.Text = "achieved throughput (ops/s)"
 	p.Y.Label.Text = "p99 latency (µs, log)"
 	p.Y.Scale = plot.LogScale{}
