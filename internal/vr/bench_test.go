@@ -16,7 +16,22 @@ import (
 func BenchmarkCommitBatch(b *testing.B) {
 	for _, batch := range []int{1, 16, 64, 256} {
 		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
-			benchCommit(b, batch)
+			benchCommit(b, batch, false)
+		})
+	}
+}
+
+// BenchmarkCommitBatchCAD is BenchmarkCommitBatch with CAD on: follower
+// reads (active set, grants, R), writes proposed at AckReplicated (an early
+// ack each, besides the reply), and followers sending a prepare-ok on
+// receipt, on fsync and on apply. The difference is the core's CPU cost of
+// CAD per write.
+//
+//	go test -run - -bench 'CommitBatch' -benchmem ./internal/vr/
+func BenchmarkCommitBatchCAD(b *testing.B) {
+	for _, batch := range []int{1, 16, 64, 256} {
+		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
+			benchCommit(b, batch, true)
 		})
 	}
 }
@@ -27,20 +42,23 @@ type benchNode struct {
 	res [][]byte
 }
 
-func benchCommit(b *testing.B, batch int) {
+func benchCommit(b *testing.B, batch int, cad bool) {
 	ids := memberIDs(3)
 	nodes := map[uint64]*benchNode{}
 	for _, id := range ids {
 		cfg := Config{Cluster: 1, Epoch: 1, Members: ids, Self: id, HeartbeatInterval: time.Second,
 			ViewChangeTimeout: 10 * time.Second, MaxBatch: 1024, MaxInflight: 1 << 16}
-		r, err := New(cfg, State{Bootstrap: true})
+		if cad {
+			cfg.FollowerReads, cfg.LeaseDuration = true, 10*time.Second
+		}
+		r, err := New(cfg, State{Bootstrap: true, Nonce: id << 40})
 		if err != nil {
 			b.Fatal(err)
 		}
 		r.Tick(1)
 		nodes[id] = &benchNode{r: r}
 	}
-	var replies int
+	var replies, acks int
 	// run performs one node's Ready (fsync reported immediately) and keeps
 	// its outgoing messages.
 	run := func(n *benchNode) {
@@ -58,6 +76,7 @@ func benchCommit(b *testing.B, batch int) {
 				n.r.Advance(n.res)
 			}
 			replies += len(rd.Replies)
+			acks += len(rd.Acks)
 			if rd.PersistSeq != 0 {
 				n.r.Persisted(rd.PersistSeq)
 			}
@@ -66,12 +85,16 @@ func benchCommit(b *testing.B, batch int) {
 	data := make([]byte, 160)
 	leader := nodes[1]
 	var req uint64
+	ack := AckApplied
+	if cad {
+		ack = AckReplicated
+	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
 		for i := 0; i < batch; i++ {
 			req++
-			if err := leader.r.Propose(1, Request{Client: 1 + req%64, ReqNum: req, Data: data}); err != nil {
+			if err := leader.r.ProposeAck(1, Request{Client: 1 + req%64, ReqNum: req, Data: data}, ack); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -97,8 +120,8 @@ func benchCommit(b *testing.B, batch int) {
 		}
 	}
 	b.StopTimer()
-	if replies != int(req) {
-		b.Fatalf("%d replies for %d writes", replies, req)
+	if replies != int(req) || (cad && acks != int(req)) {
+		b.Fatalf("%d replies and %d early acks for %d writes", replies, acks, req)
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(req), "ns/write")
 }

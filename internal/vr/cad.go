@@ -62,6 +62,8 @@ type cadState struct {
 	readable  uint64
 	want      map[dkey]AckPoint // early acks requested, not yet ordered
 	early     []earlyAck        // ordered AckReplicated writes waiting for acked
+	scratch   []uint64          // for the majority sort (hot path: no allocation)
+	scratchT  []int64
 
 	// Follower.
 	ackSeq     uint64
@@ -82,6 +84,8 @@ func (c *cadState) init(n int, nonce uint64) {
 	c.lastGrant = make([]int64, n)
 	c.lagSince = make([]int64, n)
 	c.ackSeqIn = make([]uint64, n)
+	c.scratch = make([]uint64, n)
+	c.scratchT = make([]int64, 0, n)
 	c.want = map[dkey]AckPoint{}
 	// Sequence numbers must not repeat across restarts, or a grant echoing
 	// an earlier life's prepare-ok could be anchored at a later send time.
@@ -171,7 +175,7 @@ func (r *Replica) advanceAcked() {
 	if r.status != Normal || !r.isLeader() {
 		return
 	}
-	vals := make([]uint64, r.n)
+	vals := c.scratch
 	copy(vals, c.recv)
 	vals[r.self] = r.lastOp()
 	slices.Sort(vals)
@@ -294,7 +298,7 @@ func (r *Replica) leaseEnd() int64 {
 	if r.n == 1 {
 		return r.now + int64(r.cfg.LeaderLease())
 	}
-	at := make([]int64, 0, r.n)
+	at := r.cad.scratchT[:0]
 	for i, a := range r.ackAt {
 		if i != r.self {
 			at = append(at, a)
@@ -308,15 +312,16 @@ func (r *Replica) leaseEnd() int64 {
 	return start + int64(r.cfg.LeaderLease())
 }
 
-// grantFor returns the grant for follower j in a message sent now.
-func (r *Replica) grantFor(j int) int64 {
+// grantFor returns the grant for follower j in a message sent now, with the
+// leader's lease ending at end.
+func (r *Replica) grantFor(j int, end int64) int64 {
 	c := &r.cad
 	if !r.cfg.FollowerReads || c.member[j] != MemberIn || c.ackSeqIn[j] == 0 {
 		return 0
 	}
 	g := int64(r.cfg.MarkOut)
 	if !r.mut.grantBeyondLease {
-		rem := r.leaseEnd() - r.now
+		rem := end - r.now
 		if rem <= 0 {
 			return 0
 		}
@@ -339,12 +344,16 @@ func (r *Replica) grantFor(j int) int64 {
 // grant and echoed prepare-ok number.
 func (r *Replica) sendLeader(m Message) {
 	m.Readable = r.Readable()
+	var end int64
+	if r.cfg.FollowerReads {
+		end = r.leaseEnd()
+	}
 	for j, id := range r.cfg.Members {
 		if j == r.self {
 			continue
 		}
 		mm := m
-		mm.Grant = r.grantFor(j)
+		mm.Grant = r.grantFor(j, end)
 		mm.AckSeq = r.cad.ackSeqIn[j]
 		r.send(id, mm)
 	}
