@@ -85,7 +85,11 @@
 // the leader, a read of a key whose latest update index u (in the log,
 // applied or not) is <= Readable() is served under the lease once applied
 // >= u; otherwise it calls WaitReadable(now, ctx, u) and serves when the
-// ReadState for ctx arrives (applied >= its Index). With
+// ReadState for ctx arrives (applied >= its Index). Either way, at serve
+// time the key's version in the state machine must be <= Readable(): the
+// state machine may have applied a newer write of the key since u was
+// taken, which other members may lack; if so, wait again with that version
+// as u (the simulator found this). With
 // Config.FollowerReads, a follower serves a cross-client-monotonic read of
 // key k when FollowerRead(now) succeeds with R and k's latest version in its
 // state machine (tombstones included) is <= R; otherwise it redirects to the
