@@ -134,7 +134,6 @@ type Replica struct {
 	// Follower state.
 	lastContact  int64
 	lastGetState int64
-	lastAck      [2]uint64 // view, op of the last prepare-ok sent
 
 	// View change state.
 	vcStart int64
