@@ -3,7 +3,6 @@ package vrshard
 import (
 	"bytes"
 	"errors"
-	"fmt"
 	"sync"
 
 	"github.com/kefirdb/kefir/internal/level"
@@ -21,14 +20,18 @@ import (
 // may serve a cross-client-monotonic read). Two structures make that check
 // one map lookup per key:
 //
-//   - updates: for each key, the highest op in this replica's log (applied
-//     or not) that writes it. An entry leaves when its op is at most
-//     min(applied, R): from then on the engine holds it and every reader may
-//     see it. Pruning at R and not at apply (as the design first said) is
-//     deliberate: the engine's compaction drops a key's tombstone when it is
-//     the key's sole version, so "latest version including tombstones" is
-//     not always answerable from the engine; the index answers it for every
-//     op above R instead.
+//   - updates: for each key, the highest op writing it that a read could
+//     return or must see: every applied op (indexed just before the engine
+//     shows it), and at the leader every early-acknowledged (cad, async)
+//     write from its append on. Other unapplied ops are left out: a read
+//     concurrent with a write nobody acknowledged may miss it, and without
+//     follower reads this keeps sync reads from waiting at all. An entry
+//     leaves when its op is at most min(applied, R): from then on every
+//     reader may see it. Pruning at R and not at apply (as the design first
+//     said) is deliberate: the engine's compaction drops a key's tombstone
+//     when it is the key's sole version, so "latest version including
+//     tombstones" is not always answerable from the engine; the index
+//     answers it for every op above R instead.
 //   - overlay: at the leader, the pending async blind writes (key → value or
 //     tombstone, op). A read of a key whose latest update is such a write is
 //     served from here at once — the async level's documented weakness.
@@ -271,20 +274,21 @@ func latestVersion(db *storage.DB, key []byte) (uint64, error) {
 	return vs[0].Version, nil
 }
 
-// addEntries indexes log entries as they are appended.
-func (u *keyUpdates) addEntries(es []vr.Entry) error {
+// indexEarly indexes the early-acknowledged writes among the entries the
+// leader just appended (before their acks go out: they come later in the
+// same Ready).
+func (r *Replica) indexEarly(es []vr.Entry) {
+	if len(r.early) == 0 {
+		return
+	}
 	for i := range es {
 		e := &es[i]
-		if len(e.Data) == 0 {
-			continue
+		k := idKey{e.Client, e.ReqNum}
+		if ks, ok := r.early[k]; ok {
+			delete(r.early, k)
+			r.upd.add(e.Op, ks)
 		}
-		_, op, err := decodeOp(e.Data)
-		if err != nil {
-			return fmt.Errorf("vrshard: op %d: %w", e.Op, err)
-		}
-		u.add(e.Op, writtenKeys(&op))
 	}
-	return nil
 }
 
 // raiseFloor records that the engine now holds ops up to op that the index

@@ -1,6 +1,7 @@
 package vrshard
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -207,6 +208,7 @@ type proposal struct {
 	ack   vr.AckPoint
 	op    *shard.Op // async writes only: a copy the overlay may keep
 	blind bool      // the reply depends on no state
+	keys  [][]byte  // early-acknowledged writes: the keys written (copies)
 }
 
 type batchWait struct {
@@ -370,8 +372,9 @@ type Replica struct {
 	// incarnation's random client id and the next number (driver only).
 	cadClient uint64
 	cadSeq    uint64
-	parked    []parkedReply // driver only, in op order
-	nxCool    atomic.Int64  // local Unix ns until which the fast path rests
+	early     map[idKey][][]byte // keys of early-ack proposals not yet appended
+	parked    []parkedReply      // driver only, in op order
+	nxCool    atomic.Int64       // local Unix ns until which the fast path rests
 
 	st struct {
 		readies, fsyncs, persisted, applied, proposals, leaseReads, indexReads, ckpts, snapsSent, snapsLoaded atomic.Uint64
@@ -458,19 +461,10 @@ func Open(opts Options) (*Replica, error) {
 	r.tail = ws.entries
 	r.app = newApplier(db)
 	r.applied.Store(ws.snap.Op)
-	// The engine can hold ops after the log's last entry (both are written
-	// without fsync; a crash keeps what the OS happened to write): the
-	// index cannot know those.
-	floor := ws.snap.Op
-	if n := len(ws.entries); db.LastVersion() > floor && (n == 0 || db.LastVersion() > ws.entries[n-1].Op) {
-		floor = db.LastVersion()
-	}
-	r.upd = newKeyUpdates(floor)
-	if err := r.upd.addEntries(ws.entries); err != nil {
-		db.Close()
-		w.close()
-		return nil, err
-	}
+	// The engine may hold ops the index never saw (applied before this
+	// start; they are re-applied, and indexed, as the log replays).
+	r.upd = newKeyUpdates(max(ws.snap.Op, db.LastVersion()))
+	r.early = map[idKey][][]byte{}
 	if ws.empty {
 		w.addSnapshot(0, nil)
 		w.addFlags(r.recovering)
@@ -672,6 +666,9 @@ func (r *Replica) propose(ps []*proposal) {
 			continue
 		}
 		r.st.proposals.Add(1)
+		if p.ack != vr.AckApplied {
+			r.early[idKey{p.req.Client, p.req.ReqNum}] = p.keys
+		}
 		if p.req.Client != 0 {
 			k := idKey{p.req.Client, p.req.ReqNum}
 			r.waitID[k] = append(r.waitID[k], p)
@@ -769,6 +766,7 @@ func (r *Replica) ready() error {
 	if r.wasLeader && (!info.IsLeader || info.View != r.leadView) {
 		r.failWrites(ErrOutcomeUnknown)
 		r.upd.dropOverlay()
+		clear(r.early)
 	}
 	r.releaseParked()
 	r.wasLeader, r.leadView = info.IsLeader, info.View
@@ -832,9 +830,7 @@ func (r *Replica) handle(rd *vr.Ready) error {
 	}
 	r.wal.addEntries(rd.Entries)
 	r.tail = append(r.tail, rd.Entries...)
-	if err := r.upd.addEntries(rd.Entries); err != nil {
-		return err
-	}
+	r.indexEarly(rd.Entries)
 	if roll {
 		// The new segment replaces every older one: it must hold the whole
 		// live d-log, not only this batch's records.
@@ -1014,6 +1010,9 @@ func (r *Replica) apply(cs []vr.Committed) error {
 		if err != nil {
 			return fmt.Errorf("vrshard: op %d: %w", c.Op, err)
 		}
+		// Indexed before the engine shows it: a reader that sees the new
+		// state then finds the op when it checks against R.
+		r.upd.add(c.Op, writtenKeys(&op))
 		if c.Client != 0 {
 			results[i] = encodeResult(nil, res, opErr)
 		} else if h.proposer == self {
@@ -1215,6 +1214,11 @@ func (r *Replica) Apply(ctx context.Context, reqs []shard.WriteReq) (shard.Pendi
 		p.ack, p.blind = ackPoint(q), NilextEligible(&q.Op)
 		if p.ack == vr.AckAppended {
 			p.op = cloneOp(&q.Op)
+		}
+		if p.ack != vr.AckApplied {
+			for _, k := range writtenKeys(&q.Op) {
+				p.keys = append(p.keys, bytes.Clone(k))
+			}
 		}
 		h := header{ts: ts}
 		if q.ID.IsZero() {
