@@ -59,14 +59,19 @@ type evConn struct {
 
 	// Owned by the loop; by the away goroutine while away is set.
 	away   bool
-	events uint32      // epoll events currently registered
-	wbuf   []byte      // replies the socket has not taken yet
-	woff   int         // wbuf[woff:] is still to be written
-	wdead  int64       // unix nanoseconds: a client not reading by then is cut
-	idleAt int64       // unix nanoseconds: closed as idle if no command by then; 0: never
-	broken bool        // a panic left the connection in an unknown state: close at once
-	inLoop bool        // registered in the loop's table
-	killed atomic.Bool // Shutdown's deadline passed: close as soon as owned
+	events uint32 // epoll events currently registered
+	wbuf   []byte // replies the socket has not taken yet
+	woff   int    // wbuf[woff:] is still to be written
+	wdead  int64  // unix nanoseconds: a client not reading by then is cut
+	idleAt int64  // unix nanoseconds: closed as idle if no command by then; 0: never
+	broken bool   // a panic left the connection in an unknown state: close at once
+	inLoop bool   // registered in the loop's table
+	// Set by the syncer: the batch's durability wait is over (with waitErr,
+	// after waitDur) and the loop sends its replies.
+	waited  bool
+	waitErr error
+	waitDur time.Duration
+	killed  atomic.Bool // Shutdown's deadline passed: close as soon as owned
 }
 
 // fdReader is the resp.Reader's source on a loop connection. It does at most
@@ -304,6 +309,12 @@ type loop struct {
 	inboxN  atomic.Int32
 	woken   atomic.Bool // an eventfd write is pending
 	sweepRq atomic.Bool // Shutdown or a hard close asked for a sweep
+
+	// The syncer: batches queued for a durability wait, and whether a goroutine
+	// is waiting for some already.
+	syncMu   sync.Mutex
+	syncQ    []*conn
+	syncBusy bool
 
 	// Owned by the loop goroutine.
 	byFD      []*conn
@@ -766,6 +777,15 @@ func (l *loop) returned(c *conn) {
 		l.close(c)
 		return
 	}
+	if e.waited {
+		err := e.waitErr
+		e.waited, e.waitErr = false, nil
+		if c.waited(err, e.waitDur) == nil && !l.sendBatch(c) {
+			return
+		}
+		l.afterBatch(c)
+		return
+	}
 	if e.pendingOut() {
 		if !l.setEvents(c, unix.EPOLLOUT) {
 			l.close(c)
@@ -784,57 +804,71 @@ func (l *loop) returned(c *conn) {
 	l.afterBatch(c)
 }
 
-// releaseParked hands this iteration's durable-write batches to one goroutine per
-// server, which waits once for all of them.
+// releaseParked queues this iteration's durable-write batches for the loop's
+// syncer, starting it if it is idle. The syncer waits once for everything queued
+// (one group commit), hands the connections back, and meanwhile the loop keeps
+// serving and queueing: batches that arrive during an fsync form the next group.
 func (l *loop) releaseParked() {
 	if len(l.parked) == 0 {
 		return
 	}
-	group := l.parked
-	l.parked = nil
-	go l.waitGroup(group)
+	l.syncMu.Lock()
+	l.syncQ = append(l.syncQ, l.parked...)
+	start := !l.syncBusy
+	l.syncBusy = true
+	l.syncMu.Unlock()
+	clear(l.parked)
+	l.parked = l.parked[:0]
+	if start {
+		go l.syncer()
+	}
 }
 
+func (l *loop) syncer() {
+	var group []*conn
+	for {
+		l.syncMu.Lock()
+		group, l.syncQ = l.syncQ, group[:0]
+		if len(group) == 0 {
+			l.syncBusy = false
+			l.syncMu.Unlock()
+			return
+		}
+		l.syncMu.Unlock()
+		l.waitGroup(group)
+		clear(group)
+	}
+}
+
+// waitGroup waits for the durability of group's batches, one wait per server,
+// and gives the connections back to the loop, which sends their replies: the loop
+// writes them in one pass, while requests that arrive meanwhile gather for its
+// next epoll_wait, as in Redis.
 func (l *loop) waitGroup(group []*conn) {
-	var srv *Server
-	var p shard.Pending
-	var rest []*conn
-	for _, c := range group {
-		if srv == nil {
-			srv = c.srv
+	for len(group) > 0 {
+		srv := group[0].srv
+		var p shard.Pending
+		for _, c := range group {
+			if c.srv == srv {
+				p = p.Merge(c.pending)
+			}
 		}
-		if c.srv != srv {
-			rest = append(rest, c) // another server in this process (tests)
-			continue
+		t := time.Now()
+		err := srv.shard.Wait(context.Background(), p)
+		d := time.Since(t)
+		rest := group[:0] // another server in this process (tests)
+		for _, c := range group {
+			if c.srv != srv {
+				rest = append(rest, c)
+				continue
+			}
+			c.ev.waited, c.ev.waitErr, c.ev.waitDur = true, err, d
+			l.giveBackQuiet(c)
 		}
-		p = p.Merge(c.pending)
+		clear(group[len(rest):])
+		group = rest
+		l.wake()
 	}
-	t := time.Now()
-	err := srv.shard.Wait(context.Background(), p)
-	d := time.Since(t)
-	for _, c := range group {
-		if c.srv != srv {
-			continue
-		}
-		l.finishParked(c, err, d)
-	}
-	if len(rest) > 0 {
-		l.waitGroup(rest)
-	}
-	l.wake()
-}
-
-// finishParked releases a parked batch after its durability wait and returns the
-// connection to the loop.
-func (l *loop) finishParked(c *conn, err error, d time.Duration) {
-	defer l.recoverAway(c)
-	if c.waited(err, d) == nil {
-		if err := c.send(); err != nil {
-			c.log.Debug("write failed", "err", err)
-			c.closing = true
-		}
-	}
-	l.giveBackQuiet(c)
 }
 
 // sweep closes connections past their idle or write timeout, killed ones, and
