@@ -6,8 +6,9 @@
 # all of one system's figures. MATRICES=2 runs the whole matrix twice back to back (the
 # systems stay up) and compares the two row by row (issue 8: within 15% on medians).
 #
-#   bench/compare.sh                                # the standard matrix, twice: ≈ 18 minutes
+#   bench/compare.sh                                # the standard matrix, twice: ≈ 17 minutes
 #   make compare                                    # the same, then docs/benchmarks.md is regenerated
+#   REPORT_ONLY=1 bench/compare.sh                  # rebuild the reports from the last run's JSON
 #   WORKLOADS=a ROUNDS=1 SYSTEMS="ceiling kefir-sync" bench/compare.sh   # a quick look
 #
 # Systems (SYSTEMS, default all), each row's durability matched to the Kefir mode it is
@@ -24,21 +25,22 @@
 #   etcd                  3 members, linearizable reads, fsync per commit        ≈ kefir3-sync
 #   zk-sync zk-nosync     ZooKeeper 3 servers, forceSync yes / no, local reads  ≈ kefir3-sync / -cad
 #
-# Knobs: WORKLOADS (a,c,e,w), CLIENTS (16,64), RECORDS (20000), VALUESIZE (1000),
-# D (1s measured per cell per round), W (300ms warm-up), ROUNDS (3), MATRICES (2),
+# Knobs: WORKLOADS (a,c,e,w), CLIENTS (16,64), RECORDS (10000), VALUESIZE (1000),
+# D (800ms measured per cell per round), W (300ms warm-up), ROUNDS (3), MATRICES (2),
 # DELAY (0: one-way delay on every client and peer link, via bench/delaymesh), POOL (1:
 # Kefir client connections; go-redis gets one per client), OUT (results/compare).
-# Writes OUT/rounds/*.json (every round), OUT/summary-N.json, OUT/compare.md (tables,
-# commands, load averages), OUT/plots/*.png; with DOCS=path, splices OUT/compare.md into
-# that file between <!-- BEGIN ycsb-compare --> and <!-- END ycsb-compare -->.
+# Writes OUT/rounds/*.json (every round), OUT/summary-N.json, OUT/compare.md (every table,
+# commands, load averages), OUT/plots/*.png, and OUT/docs-section.md (the compact tables);
+# with DOCS=path, splices OUT/docs-section.md into that file between
+# <!-- BEGIN ycsb-compare --> and <!-- END ycsb-compare -->.
 set -euo pipefail
 cd "$(dirname "$0")"
 
 WORKLOADS=${WORKLOADS:-a,c,e,w}
 CLIENTS=${CLIENTS:-16,64}
-RECORDS=${RECORDS:-20000}
+RECORDS=${RECORDS:-10000}
 VALUESIZE=${VALUESIZE:-1000}
-D=${D:-1s}
+D=${D:-800ms}
 W=${W:-300ms}
 ROUNDS=${ROUNDS:-3}
 MATRICES=${MATRICES:-2}
@@ -46,6 +48,7 @@ DELAY=${DELAY:-0}
 POOL=${POOL:-1}
 OUT=${OUT:-results/compare}
 DOCS=${DOCS:-}
+REPORT_ONLY=${REPORT_ONLY:-} # 1: skip the measurements, rebuild the reports from OUT (after changing the report code)
 ALL="ceiling ceiling-redis redis-always redis-none redis-wait kefir-sync kefir-async kefir3-sync kefir3-cad kefir3-async kefir3-follower etcd zk-sync zk-nosync"
 SYSTEMS=${SYSTEMS:-$ALL}
 started=$(date -u '+%Y-%m-%d %H:%M UTC')
@@ -64,10 +67,18 @@ cleanup() {
 trap cleanup EXIT
 has() { [[ " $SYSTEMS " == *" $1 "* ]]; }
 
-rm -rf "$OUT/rounds" "$OUT/plots"
-mkdir -p "$OUT/rounds"
 echo "== build"
 go build -o "$tmp/ycsb" ./ycsb
+loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
+# What the report says produced it (a REPORT_ONLY run reports the measured run's settings).
+cmdline="WORKLOADS=$WORKLOADS CLIENTS=$CLIENTS RECORDS=$RECORDS VALUESIZE=$VALUESIZE D=$D W=$W ROUNDS=$ROUNDS MATRICES=$MATRICES DELAY=$DELAY POOL=$POOL bench/compare.sh"
+if [ -z "$REPORT_ONLY" ]; then
+rm -rf "$OUT/rounds" "$OUT/plots"
+mkdir -p "$OUT/rounds"
+echo "$started" >"$OUT/started.txt"
+echo "$cmdline" >"$OUT/cmdline.txt"
+declare -p WORKLOADS CLIENTS RECORDS VALUESIZE D W ROUNDS MATRICES DELAY POOL >"$OUT/settings.sh"
+git -C .. rev-parse --short HEAD >"$OUT/kefir-rev.txt"
 go build -o "$tmp/delaymesh" ./delaymesh
 (cd .. && go build -o "$tmp/kefir" ./cmd/kefir)
 export DELAYMESH="$tmp/delaymesh"
@@ -142,7 +153,6 @@ for s in $SYSTEMS; do
   grep -h ' load ' "$OUT/rounds/$s.load.log" || true
 done
 
-loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
 for m in $(seq "$MATRICES"); do
   loads=()
   for r in $(seq "$ROUNDS"); do
@@ -159,24 +169,35 @@ for m in $(seq "$MATRICES"); do
   done
   loads+=("$(loadavg)")
   note="load average (1, 5, 15 min) at the start of each round and at the end: $(printf '%s; ' "${loads[@]}")"
-  note=${note%; }
-  "$tmp/ycsb" -summarize "$OUT/summary-$m.json" -md "$OUT/summary-$m.md" -note "$note" \
-    $( [ "$m" = 1 ] && echo "-plot $OUT/plots" ) "$OUT"/rounds/*.m$m.r*.json >/dev/null 2>"$OUT/summary-$m.log" || { cat "$OUT/summary-$m.log" >&2; exit 1; }
+  echo "${note%; }" >"$OUT/loadavg-$m.txt"
 done
+echo $(( $(date +%s) - t0 )) >"$OUT/elapsed.txt"
+fi # REPORT_ONLY
+
+[ -n "$REPORT_ONLY" ] && source "$OUT/settings.sh" # the measured run's settings
+started=$(cat "$OUT/started.txt")
+cmdline=$(cat "$OUT/cmdline.txt")
+elapsed=$(cat "$OUT/elapsed.txt")
+rm -rf "$OUT/plots"
+for m in $(seq "$MATRICES"); do
+  note=$(cat "$OUT/loadavg-$m.txt")
+  "$tmp/ycsb" -summarize "$OUT/summary-$m.json" -md "$OUT/summary-$m.md" -md-compact "$OUT/summary-$m.compact.md" -note "$note" \
+    "$OUT"/rounds/*.m$m.r*.json >/dev/null 2>"$OUT/summary-$m.log" || { cat "$OUT/summary-$m.log" >&2; exit 1; }
+done
+# Plots from matrix 1, round 1 (one curve per system, not one per round).
+"$tmp/ycsb" -plot "$OUT/plots" "$OUT"/rounds/*.m1.r1.json >/dev/null
 agree_rc=0
 if [ "$MATRICES" -ge 2 ]; then
-  "$tmp/ycsb" -agree "$OUT/summary-1.json,$OUT/summary-2.json" -md "$OUT/agreement.md" >/dev/null || agree_rc=$?
+  "$tmp/ycsb" -agree "$OUT/summary-1.json,$OUT/summary-2.json" -md "$OUT/agreement.md" -md-compact "$OUT/agreement.compact.md" >/dev/null || agree_rc=$?
 fi
-elapsed=$(( $(date +%s) - t0 ))
 
-cmdline="WORKLOADS=$WORKLOADS CLIENTS=$CLIENTS RECORDS=$RECORDS VALUESIZE=$VALUESIZE D=$D W=$W ROUNDS=$ROUNDS MATRICES=$MATRICES DELAY=$DELAY POOL=$POOL bench/compare.sh"
 netnote="none: loopback, no delay proxy"
 case "$DELAY" in 0|0s) ;; *) netnote="$DELAY one way on every client link and every peer link (bench/delaymesh proxies; member lists name the proxies)" ;; esac
-{
+header() {
   echo "### Standard YCSB matrix — $started, $(nproc) CPUs, $elapsed s"
   echo
   echo "Produced by \`$cmdline\` (from the repository root; \`make compare\` runs it and regenerates this section)."
-  echo "Kefir at $(git -C .. rev-parse --short HEAD). Network distance: **$netnote**, the same for every system."
+  echo "Kefir at $(cat "$OUT/kefir-rev.txt"). Network distance: **$netnote**, the same for every system."
   echo "Each cell: $ROUNDS rounds of $D measured after $W warm-up, systems interleaved, median reported; the"
   echo "\"round spread\" column is max ÷ min − 1 of a cell's round throughputs. Records: $RECORDS × $VALUESIZE B,"
   echo "loaded once per system. Closed loop; every system's servers run all the time (idle ones cost little CPU)."
@@ -190,11 +211,14 @@ case "$DELAY" in 0|0s) ;; *) netnote="$DELAY one way on every client link and ev
   echo "before the ack; zookeeper(forceSync=no) replicates to a majority without fsync. ZooKeeper reads are local to the"
   echo "server a session is connected to (sequentially consistent, may be stale), unlike Kefir's and etcd's linearizable"
   echo "reads; ZooKeeper has no range read, so workload E is marked not supported for it (not emulated)."
+}
+{
+  header
   for m in $(seq "$MATRICES"); do
     echo
     echo "#### Matrix $m"
     echo
-    echo "$(jq -r .load_average "$OUT/summary-$m.json" 2>/dev/null || grep -o '"load_average": "[^"]*"' "$OUT/summary-$m.json")."
+    echo "$(cat "$OUT/loadavg-$m.txt")."
     echo
     cat "$OUT/summary-$m.md"
   done
@@ -211,13 +235,41 @@ case "$DELAY" in 0|0s) ;; *) netnote="$DELAY one way on every client link and ev
     cat "$OUT/agreement.md"
   fi
   echo
-  echo "Plots (matrix 1; \`go run ./ycsb -plot DIR $OUT/rounds/*.m1.r*.json\` from bench/):"
+  echo "Plots (matrix 1, round 1; \`go run ./ycsb -plot $OUT/plots $OUT/rounds/*.m1.r1.json\` from bench/):"
   for p in "$OUT"/plots/*.png; do [ -e "$p" ] && echo "[$(basename "$p")](../bench/$p)"; done | paste -sd' ' -
   echo
   echo "Raw figures: \`bench/$OUT/rounds/*.json\` (every round; each file names its ycsb command), \`summary-*.json\`."
 } >"$OUT/compare.md"
+{
+  header
+  for m in $(seq "$MATRICES"); do
+    echo
+    echo "#### Matrix $m: median total ops/s (and median p50 of the first operation type)"
+    echo
+    echo "$(cat "$OUT/loadavg-$m.txt")."
+    echo
+    cat "$OUT/summary-$m.compact.md"
+  done
+  if [ -e "$OUT/agreement.compact.md" ]; then
+    echo
+    echo "#### Reproducibility: matrix 1 vs matrix 2"
+    echo
+    cat "$OUT/agreement.compact.md"
+  fi
+  if [ -s "$OUT/failures.txt" ]; then
+    echo
+    echo "**Failed invocations** (their cells are missing from that round):"
+    echo
+    cat "$OUT/failures.txt"
+  fi
+  echo
+  echo "Every operation's median p50, p99, × floor, round spread, errors and not-found counts, and the"
+  echo "row-by-row agreement table: [bench/$OUT/compare.md](../bench/$OUT/compare.md)."
+  echo "Plots (matrix 1, round 1; \`go run ./ycsb -plot $OUT/plots $OUT/rounds/*.m1.r1.json\` from bench/):"
+  for p in "$OUT"/plots/*.png; do [ -e "$p" ] && echo "[$(basename "$p")](../bench/$p)"; done | paste -sd' ' -
+} >"$OUT/docs-section.md"
 if [ -n "$DOCS" ]; then
-  "$tmp/ycsb" -splice "$DOCS" -section ycsb-compare <"$OUT/compare.md"
+  "$tmp/ycsb" -splice "$DOCS" -section ycsb-compare <"$OUT/docs-section.md"
   echo "== spliced into $DOCS"
 fi
 echo "== wrote $OUT/compare.md in $elapsed s"

@@ -68,6 +68,7 @@ type flags struct {
 	section            string
 	note               string
 	limitSamples       int
+	compactPath        string
 }
 
 func parse(args []string) (*flags, error) {
@@ -104,6 +105,7 @@ func parse(args []string) (*flags, error) {
 	fs.StringVar(&f.section, "section", "ycsb-compare", "marker name for -splice")
 	fs.StringVar(&f.note, "note", "", "free text recorded in -summarize output (compare.sh records the load averages)")
 	fs.IntVar(&f.limitSamples, "limits-samples", 300, "round trips and fsyncs sampled for the physical floors (0 = skip: compare.sh measures them once per matrix)")
+	fs.StringVar(&f.compactPath, "md-compact", "", "-summarize, -agree: also write the compact table (one line per system, one column per workload and client count) here")
 	fs.StringVar(&f.label, "label", "", "name of the system in reports (default: derived from -db and its options)")
 	fs.StringVar(&f.respVia, "via", "redis", "respserver: which client library drives it (redis or kefir)")
 	fs.IntVar(&f.runs, "runs", 1, "repetitions of each cell (to report run-to-run spread)")
@@ -456,6 +458,15 @@ func report(f *flags, args []string) error {
 				return err
 			}
 		}
+		if f.compactPath != "" {
+			c := totalsMarkdown(s.Rows)
+			if t := ceilingMarkdown(s.Rows); t != "" {
+				c += "\nHarness ceiling (in-process trivial RESP server, same cell; issue 8 wants ≥ 3× the best system):\n\n" + t
+			}
+			if err := os.WriteFile(f.compactPath, []byte(c), 0o644); err != nil {
+				return err
+			}
+		}
 		if f.plotDir != "" {
 			files, err := plotAll(f.plotDir, rows)
 			for _, p := range files {
@@ -485,6 +496,21 @@ func report(f *flags, args []string) error {
 			}
 		}
 		rows, missing := agree(a.Rows, b.Rows)
+		if f.compactPath != "" {
+			n, within := 0, 0
+			for _, r := range rows {
+				n++
+				if r.Within {
+					within++
+				}
+			}
+			c := fmt.Sprintf("**%d of %d rows agree within 15%%** (all operation rows and totals; every row in the full table). "+
+				"Difference of the two runs' median total throughput per cell (larger ÷ smaller − 1; bold: beyond 15%%):\n\n", within, n)
+			c += agreeTotalsMarkdown(a.Rows, b.Rows)
+			if err := os.WriteFile(f.compactPath, []byte(c), 0o644); err != nil {
+				return err
+			}
+		}
 		for _, r := range rows {
 			if !r.Within {
 				return errDisagree

@@ -233,7 +233,7 @@ func ceilingMarkdown(rows []summaryRow) string {
 		}
 		x := c / b
 		if x < 3 {
-			return fmt.Sprintf("%.1f×", x), "**no**"
+			return fmt.Sprintf("%.2f×", x), "**no**" // two decimals: 2.97 must not print as 3.0
 		}
 		return fmt.Sprintf("%.1f×", x), "yes"
 	}
@@ -250,6 +250,127 @@ func ceilingMarkdown(rows []summaryRow) string {
 			return fmt.Sprintf("%s (%s)", x, strings.Trim(ok, "*"))
 		}
 		fmt.Fprintf(&sb, "| %s | %d | %.0f | %s | %.0f | %s | %s | %s | %s |\n", strings.ToUpper(k.w), k.c, c.tput, b.sys, b.tput, x, ok, fam("redis"), fam("kefir"))
+	}
+	return sb.String()
+}
+
+// totalsMarkdown is the compact view of a summary: one line per system, one column per
+// workload and client count, each cell the median total throughput (and the median p50
+// of the workload's first operation type, µs).
+func totalsMarkdown(rows []summaryRow) string {
+	type col struct {
+		w string
+		c int
+	}
+	var cols []col
+	var systems []string
+	seenCol, seenSys := map[col]bool{}, map[string]bool{}
+	cell := map[string]map[col]string{}
+	for _, r := range rows {
+		if r.Target > 0 {
+			continue
+		}
+		if !seenSys[r.System] {
+			seenSys[r.System] = true
+			systems = append(systems, r.System)
+			cell[r.System] = map[col]string{}
+		}
+		if r.Unsupported != "" {
+			for _, c := range cols {
+				if c.w == r.Workload {
+					cell[r.System][c] = "n/s"
+				}
+			}
+			cell[r.System][col{r.Workload, -1}] = "n/s"
+			continue
+		}
+		k := col{r.Workload, r.Clients}
+		if !seenCol[k] {
+			seenCol[k] = true
+			cols = append(cols, k)
+		}
+		switch {
+		case r.Op == "total":
+			cell[r.System][k] = fmt.Sprintf("**%.0f**", r.Throughput) + cell[r.System][k]
+		case cell[r.System][k] == "" || !strings.Contains(cell[r.System][k], "µs"):
+			cell[r.System][k] += fmt.Sprintf(" (%.0f µs)", r.P50Us)
+		}
+	}
+	var sb strings.Builder
+	sb.WriteString("| system |")
+	for _, c := range cols {
+		fmt.Fprintf(&sb, " %s c=%d |", strings.ToUpper(c.w), c.c)
+	}
+	sb.WriteString("\n|---|")
+	for range cols {
+		sb.WriteString("---:|")
+	}
+	sb.WriteString("\n")
+	for _, sys := range systems {
+		fmt.Fprintf(&sb, "| %s |", sys)
+		for _, c := range cols {
+			v := cell[sys][c]
+			if v == "" && cell[sys][col{c.w, -1}] != "" {
+				v = "not supported"
+			}
+			fmt.Fprintf(&sb, " %s |", v)
+		}
+		sb.WriteString("\n")
+	}
+	return sb.String()
+}
+
+// agreeTotalsMarkdown is the compact view of agree: per system and cell, the difference
+// between the two runs' median total throughputs, bold where beyond agreeLimit.
+func agreeTotalsMarkdown(a, b []summaryRow) string {
+	rows, _ := agree(a, b)
+	type col struct {
+		w string
+		c int
+	}
+	var cols []col
+	var systems []string
+	seenCol, seenSys := map[col]bool{}, map[string]bool{}
+	cell := map[string]map[col]string{}
+	for _, r := range rows {
+		if r.Op != "total" || r.Target > 0 {
+			continue
+		}
+		k := col{r.Workload, r.Clients}
+		if !seenCol[k] {
+			seenCol[k] = true
+			cols = append(cols, k)
+		}
+		if !seenSys[r.System] {
+			seenSys[r.System] = true
+			systems = append(systems, r.System)
+			cell[r.System] = map[col]string{}
+		}
+		d := "∞"
+		if !math.IsInf(r.DTput, 1) {
+			d = fmt.Sprintf("%.0f%%", 100*r.DTput)
+		}
+		if r.DTput > agreeLimit {
+			d = "**" + d + "**"
+		}
+		cell[r.System][k] = d
+	}
+	var sb strings.Builder
+	sb.WriteString("| system |")
+	for _, c := range cols {
+		fmt.Fprintf(&sb, " %s c=%d |", strings.ToUpper(c.w), c.c)
+	}
+	sb.WriteString("\n|---|")
+	for range cols {
+		sb.WriteString("---:|")
+	}
+	sb.WriteString("\n")
+	for _, sys := range systems {
+		fmt.Fprintf(&sb, "| %s |", sys)
+		for _, c := range cols {
+			fmt.Fprintf(&sb, " %s |", cell[sys][c])
+		}
+		sb.WriteString("\n")
 	}
 	return sb.String()
 }
@@ -325,7 +446,7 @@ func agreeMarkdown(names [2]string, sa, sb summary) string {
 			within++
 		}
 	}
-	fmt.Fprintf(&out, "Run 1: `%s`, load average %s. Run 2: `%s`, load average %s.\n\n", names[0], sa.LoadAvg, names[1], sb.LoadAvg)
+	fmt.Fprintf(&out, "Run 1: `%s`, %s. Run 2: `%s`, %s.\n\n", names[0], sa.LoadAvg, names[1], sb.LoadAvg)
 	fmt.Fprintf(&out, "**%d of %d rows agree within %.0f%%** (median throughput, and median p50 for operation rows; difference = larger ÷ smaller − 1).", within, n, 100*agreeLimit)
 	if len(missing) > 0 {
 		fmt.Fprintf(&out, " %d cells were measured in only one run (failed or skipped in the other): %v.", len(missing), missing)

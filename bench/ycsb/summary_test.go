@@ -82,11 +82,23 @@ func TestSpliceKeepsHandWrittenText(t *testing.T) {
 func TestCeilingFlagsACellBelowThreeTimesTheBestSystem(t *testing.T) {
 	rows := summarize([]row{roundRow("respserver(via kefir)", 1, 300, 1), roundRow("fast", 1, 150, 1), roundRow("kefir-slow", 1, 150, 1), roundRow("slow", 1, 50, 1)})
 	md := ceilingMarkdown(rows)
-	if !strings.Contains(md, "| A | 16 | 300 | fast | 150 | 2.0× | **no** | – | 2.0× (no) |") {
+	if !strings.Contains(md, "| A | 16 | 300 | fast | 150 | 2.00× | **no** | – | 2.00× (no) |") {
 		t.Fatalf("want a failing 2.0× row against the fastest system:\n%s", md)
 	}
 	rows = summarize([]row{roundRow("respserver(via kefir)", 1, 300, 1), roundRow("slow", 1, 50, 1)})
 	if md := ceilingMarkdown(rows); !strings.Contains(md, "6.0× | yes | – | – |") {
 		t.Fatalf("want a passing 6.0× row:\n%s", md)
+	}
+}
+
+func TestTotalsTableHasOneLinePerSystemAndMarksUnsupportedCells(t *testing.T) {
+	rows := []row{roundRow("x", 1, 100, 10), {System: "zk", Unsupported: "scans", Result: &core.Result{Workload: "e"}}}
+	e := roundRow("x", 1, 50, 20)
+	e.Result.Workload = "e"
+	md := totalsMarkdown(summarize(append(rows, e)))
+	for _, want := range []string{"| system | A c=16 | E c=16 |", "| x | **100** (10 µs) | **50** (20 µs) |", "| zk |  | not supported |"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("missing %q in\n%s", want, md)
+		}
 	}
 }
