@@ -69,6 +69,9 @@ type flags struct {
 	note               string
 	limitSamples       int
 	compactPath        string
+	matrixPath         string
+	rounds             int
+	failuresPath       string
 }
 
 func parse(args []string) (*flags, error) {
@@ -106,6 +109,9 @@ func parse(args []string) (*flags, error) {
 	fs.StringVar(&f.note, "note", "", "free text recorded in -summarize output (compare.sh records the load averages)")
 	fs.IntVar(&f.limitSamples, "limits-samples", 300, "round trips and fsyncs sampled for the physical floors (0 = skip: compare.sh measures them once per matrix)")
 	fs.StringVar(&f.compactPath, "md-compact", "", "-summarize, -agree: also write the compact table (one line per system, one column per workload and client count) here")
+	fs.StringVar(&f.matrixPath, "matrix", "", "drive every system listed in this file (one line of ycsb flags per system, each with -label) from this process, cells interleaved across systems, -rounds times; rows and failures go to -json")
+	fs.IntVar(&f.rounds, "rounds", 3, "-matrix: rounds (each cell of each system measured once per round)")
+	fs.StringVar(&f.failuresPath, "failures", "", "-matrix: also list failed connections, loads and cells here, one per line (empty file: none)")
 	fs.StringVar(&f.label, "label", "", "name of the system in reports (default: derived from -db and its options)")
 	fs.StringVar(&f.respVia, "via", "redis", "respserver: which client library drives it (redis or kefir)")
 	fs.IntVar(&f.runs, "runs", 1, "repetitions of each cell (to report run-to-run spread)")
@@ -390,7 +396,20 @@ func main() {
 			fmt.Fprintln(os.Stderr, "ycsb: measuring limits:", lerr)
 		}
 	}
-	rows, err := run(ctx, f, os.Stderr)
+	var rows []row
+	var failures []string
+	if f.matrixPath != "" {
+		rows, failures, err = runMatrix(ctx, f.matrixPath, f.rounds, f.seed, os.Stderr)
+		if f.failuresPath != "" {
+			var b strings.Builder
+			for _, m := range failures {
+				b.WriteString("- " + m + "\n")
+			}
+			err = errors.Join(err, os.WriteFile(f.failuresPath, []byte(b.String()), 0o644))
+		}
+	} else {
+		rows, err = run(ctx, f, os.Stderr)
+	}
 	if len(rows) > 0 {
 		cmd := "go run ./ycsb " + strings.Join(os.Args[1:], " ")
 		md := markdown(cmd, rows, lim)
@@ -401,7 +420,14 @@ func main() {
 			}
 		}
 		if f.jsonPath != "" {
-			b, _ := json.MarshalIndent(map[string]any{"command": cmd, "limits": lim, "rows": rows}, "", "  ")
+			doc := map[string]any{"command": cmd, "limits": lim, "rows": rows}
+			if f.matrixPath != "" {
+				doc["failures"] = failures
+				if b, rerr := os.ReadFile(f.matrixPath); rerr == nil {
+					doc["matrix"] = strings.Split(strings.TrimSpace(string(b)), "\n")
+				}
+			}
+			b, _ := json.MarshalIndent(doc, "", "  ")
 			if werr := os.WriteFile(f.jsonPath, append(b, '\n'), 0o644); werr != nil {
 				err = errors.Join(err, werr)
 			}
@@ -537,24 +563,30 @@ func report(f *flags, args []string) error {
 	}
 }
 
-func run(ctx context.Context, f *flags, logw io.Writer) ([]row, error) {
+// workloadsOf builds the workloads f asks for, and whether any of them scans.
+func workloadsOf(f *flags) ([]core.Workload, bool, error) {
 	var ws []core.Workload
 	index := false
 	for _, name := range f.workloads {
 		w, err := core.Standard(name)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		w.RecordCount, w.ValueSize = f.records, f.valueSize
 		if f.distribution != "" {
 			w.RequestDistribution = f.distribution
 		}
 		if err := w.Validate(); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		index = index || w.HasScans()
 		ws = append(ws, w)
 	}
+	return ws, index, nil
+}
+
+// open connects f's system with its label and durability override applied.
+func open(ctx context.Context, f *flags, index bool) (*system, error) {
 	pool := f.pool
 	if pool <= 0 {
 		pool = f.loadClients
@@ -569,10 +601,40 @@ func run(ctx context.Context, f *flags, logw io.Writer) ([]row, error) {
 	if f.label != "" {
 		sys.name = f.label
 	}
-	defer sys.close()
 	if f.durable != "" {
 		sys.durable = f.durable == "yes"
 	}
+	return sys, nil
+}
+
+// load empties sys (if it can) and runs w's load phase.
+func load(ctx context.Context, f *flags, sys *system, w core.Workload, logw io.Writer) error {
+	if sys.flush != nil {
+		if err := sys.flush(ctx); err != nil {
+			return fmt.Errorf("flush before loading %s: %w", w.Name, err)
+		}
+	}
+	res, err := core.Load(ctx, w, sys.newDB, f.loadClients)
+	if err != nil {
+		return fmt.Errorf("load %s: %w", w.Name, err)
+	}
+	fmt.Fprintf(logw, "%s load %s: %d records in %.1fs (%.0f/s), %d errors, %d inserts retried\n", sys.name, w.Name, res.Ops, res.Seconds, res.Throughput, res.Errors, res.Retries)
+	if res.Errors > 0 {
+		return fmt.Errorf("load %s: %d inserts failed, first: %v", w.Name, res.Errors, res.FirstErrors)
+	}
+	return nil
+}
+
+func run(ctx context.Context, f *flags, logw io.Writer) ([]row, error) {
+	ws, index, err := workloadsOf(f)
+	if err != nil {
+		return nil, err
+	}
+	sys, err := open(ctx, f, index)
+	if err != nil {
+		return nil, err
+	}
+	defer sys.close()
 	var rows []row
 	for i, w := range ws {
 		if w.HasScans() && sys.noScans {
@@ -585,18 +647,8 @@ func run(ctx context.Context, f *flags, logw io.Writer) ([]row, error) {
 			break
 		}
 		if f.load || f.loadOnly {
-			if sys.flush != nil {
-				if err := sys.flush(ctx); err != nil {
-					return rows, fmt.Errorf("flush before loading %s: %w", w.Name, err)
-				}
-			}
-			res, err := core.Load(ctx, w, sys.newDB, f.loadClients)
-			if err != nil {
-				return rows, fmt.Errorf("load %s: %w", w.Name, err)
-			}
-			fmt.Fprintf(logw, "%s load %s: %d records in %.1fs (%.0f/s), %d errors, %d inserts retried\n", sys.name, w.Name, res.Ops, res.Seconds, res.Throughput, res.Errors, res.Retries)
-			if res.Errors > 0 {
-				return rows, fmt.Errorf("load %s: %d inserts failed, first: %v", w.Name, res.Errors, res.FirstErrors)
+			if err := load(ctx, f, sys, w, logw); err != nil {
+				return rows, err
 			}
 		}
 		if f.loadOnly {

@@ -1,0 +1,185 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/kefirdb/kefir/bench/ycsb/core"
+)
+
+// The matrix mode (-matrix FILE -rounds N) drives every system of the comparison from
+// one process, interleaved at the finest grain: for each round, workload and client
+// count, every system runs that cell once, back to back (in an order rotated each round),
+// before the next cell starts. A system's cell is then measured within seconds of the
+// same cell on every other system, so a burst of load from elsewhere on a shared machine
+// hits the cell of every system rather than all cells of one; the median over rounds
+// (-summarize) then discards the bursts. One process also spares each round the start-up
+// of a process, a client library and its connections per system.
+
+// matrixSystem is one line of the matrix file: a connected system and its flags.
+type matrixSystem struct {
+	f   *flags
+	sys *system
+}
+
+// readMatrix parses the matrix file: one system per line, given as the ycsb flags that
+// would measure it alone (blank lines and lines starting with # are ignored). Every line
+// must ask for the same workloads, client counts, warm-up and duration: those are the
+// cells, and a cell means the same thing for every system.
+func readMatrix(r io.Reader) ([]*flags, error) {
+	var out []*flags
+	sc := bufio.NewScanner(r)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		f, err := parse(strings.Fields(line))
+		if err != nil {
+			return nil, fmt.Errorf("matrix line %d: %w", n, err)
+		}
+		if f.label == "" {
+			return nil, fmt.Errorf("matrix line %d: every system needs a -label", n)
+		}
+		if len(out) > 0 {
+			a := out[0]
+			if !slices.Equal(a.workloads, f.workloads) || !slices.Equal(a.clients, f.clients) || !slices.Equal(a.targets, f.targets) ||
+				a.warmup != f.warmup || a.dur != f.dur || a.records != f.records || a.valueSize != f.valueSize {
+				return nil, fmt.Errorf("matrix line %d (%s): workloads, clients, targets, records, value size, warm-up and duration must match line 1's", n, f.label)
+			}
+			for _, o := range out {
+				if o.label == f.label {
+					return nil, fmt.Errorf("matrix line %d: label %q used twice", n, f.label)
+				}
+			}
+		}
+		out = append(out, f)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	if len(out) == 0 {
+		return nil, errors.New("matrix file lists no system")
+	}
+	return out, nil
+}
+
+// cellTimeout bounds one system's cell: a system that stops answering costs the matrix
+// this much, not the rest of the run.
+func cellTimeout(f *flags) time.Duration { return f.warmup + f.dur + 30*time.Second }
+
+// runMatrix connects every system, loads those whose line asks for it (each load fills
+// the key space every workload uses), and measures rounds × workloads × clients × targets,
+// systems interleaved. A system that fails to connect or load is dropped, and a cell that
+// fails is left out; both are returned as failures, never hidden.
+func runMatrix(ctx context.Context, path string, rounds int, seed uint64, logw io.Writer) ([]row, []string, error) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	fl, err := readMatrix(fh)
+	fh.Close()
+	if err != nil {
+		return nil, nil, err
+	}
+	if rounds < 1 {
+		return nil, nil, fmt.Errorf("-rounds %d: want at least 1", rounds)
+	}
+	var failures []string
+	fail := func(format string, args ...any) {
+		msg := fmt.Sprintf(format, args...)
+		failures = append(failures, msg)
+		fmt.Fprintln(logw, "FAILED:", msg)
+	}
+	var systems []matrixSystem
+	defer func() {
+		for _, s := range systems {
+			s.sys.close()
+		}
+	}()
+	ws, _, err := workloadsOf(fl[0])
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, f := range fl {
+		fws, index, err := workloadsOf(f)
+		if err != nil {
+			return nil, failures, err
+		}
+		sys, err := open(ctx, f, index)
+		if err != nil {
+			fail("%s: connect: %v", f.label, err)
+			continue
+		}
+		// The in-process server starts empty in every process, so it always loads.
+		if f.load || f.db == "respserver" {
+			if err := load(ctx, f, sys, fws[0], logw); err != nil {
+				fail("%s: %v", f.label, err)
+				sys.close()
+				continue
+			}
+		}
+		systems = append(systems, matrixSystem{f: f, sys: sys})
+	}
+	if len(systems) == 0 {
+		return nil, failures, errors.New("no system could be connected and loaded")
+	}
+	var rows []row
+	for _, w := range ws {
+		for _, s := range systems {
+			if w.HasScans() && s.sys.noScans {
+				fmt.Fprintf(logw, "%s: workload %s not run: the system has no range read\n", s.sys.name, w.Name)
+				rows = append(rows, row{System: s.sys.name, Durable: s.sys.durable, Delay: s.f.delay, LinkDelay: s.f.linkDelay,
+					Unsupported: "scans", Run: 1, Result: &core.Result{Workload: w.Name, Phase: "run", Mode: "closed"}})
+			}
+		}
+	}
+	f0 := fl[0]
+	for r := 1; r <= rounds; r++ {
+		fmt.Fprintf(logw, "round %d of %d: %s\n", r, rounds, loadAverage())
+		for _, w := range ws {
+			for _, c := range f0.clients {
+				for _, t := range f0.targets {
+					for i := range systems {
+						// Rotate who goes first, so no system always runs right after
+						// the same neighbour (or first, on a cold cache).
+						s := systems[(i+r-1)%len(systems)]
+						if w.HasScans() && s.sys.noScans {
+							continue
+						}
+						cfg := core.Config{Clients: c, Target: t, Warmup: f0.warmup, Duration: f0.dur, Seed: seed + uint64(r)}
+						cctx, cancel := context.WithTimeout(ctx, cellTimeout(f0))
+						res, err := core.Run(cctx, w, s.sys.newDB, cfg)
+						cancel()
+						if ctx.Err() != nil {
+							return rows, failures, ctx.Err()
+						}
+						if err != nil {
+							fail("%s: round %d workload %s clients %d: %v", s.sys.name, r, w.Name, c, err)
+							continue
+						}
+						rows = append(rows, row{System: s.sys.name, Durable: s.sys.durable, Delay: s.f.delay, LinkDelay: s.f.linkDelay, Run: r, Result: res})
+						fmt.Fprintln(logw, benchLine(s.sys.name, res))
+					}
+				}
+			}
+		}
+	}
+	return rows, failures, nil
+}
+
+// loadAverage is /proc/loadavg's first three fields, for the log (the machine is shared).
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "load average unknown"
+	}
+	return "load average " + strings.Join(strings.Fields(string(b))[:3], " ")
+}
