@@ -3,6 +3,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -600,12 +601,44 @@ func (c *conn) readMayWait(args [][]byte) bool {
 		return false
 	}
 	spec, ok := command.Lookup(args[0])
-	if !ok || (spec.Class != command.Read && !spec.Has(command.Wrapper)) || loopReadsInline.Load() {
+	if ok && spec.Has(command.Wrapper) {
+		spec, ok = wrappedSpec(args)
+	}
+	if !ok || spec.Class != command.Read || loopReadsInline.Load() {
 		return false
 	}
 	c.flushWrites()
 	return c.front.Load() > uint64(c.srv.db.DurablePos())
 }
+
+// wrappedSpec is the command KEFIR.CALL args carries, found by skipping its
+// options as call does (REQID takes two values, REDIRECT none, the others one). A
+// wrapper that fails to parse counts as a read, so it leaves the loop: only
+// precision is lost, never the loop's promptness.
+func wrappedSpec(args [][]byte) (*command.Spec, bool) {
+	for i := 1; i < len(args); {
+		opt := args[i]
+		switch {
+		case bytes.EqualFold(opt, []byte("CMD")):
+			if i+1 < len(args) {
+				if spec, ok := command.Lookup(args[i+1]); ok && !spec.Has(command.Wrapper) {
+					return spec, true
+				}
+			}
+			return readSpec, true
+		case bytes.EqualFold(opt, []byte("REQID")):
+			i += 3
+		case bytes.EqualFold(opt, []byte("REDIRECT")):
+			i++
+		default:
+			i += 2
+		}
+	}
+	return readSpec, true
+}
+
+// readSpec stands for a command that may be a read.
+var readSpec = &command.Spec{Name: "KEFIR.CALL", Class: command.Read}
 
 // sendBatch releases the batch's replies; false if that closed the connection.
 func (l *loop) sendBatch(c *conn) bool {
@@ -634,7 +667,9 @@ func (l *loop) afterBatch(c *conn) {
 		}
 	case c.closing:
 		l.close(c)
-	case c.srv.draining():
+	case c.srv.draining() && c.rd.Buffered() == 0:
+		// Like the goroutine path, a draining connection stops between
+		// commands; one half-received is cut by the sweep.
 		c.log.Debug("closing connection: shutting down")
 		l.close(c)
 	default:

@@ -507,3 +507,27 @@ func FuzzLoopConn(f *testing.F) {
 		}
 	})
 }
+
+func TestWrappedSpecFindsTheCarriedCommand(t *testing.T) {
+	for _, tc := range []struct {
+		args string
+		want string
+	}{
+		{"KEFIR.CALL DURABILITY sync CMD SET k v", "SET"},
+		{"KEFIR.CALL REQID 1 2 CMD GET k", "GET"},
+		{"KEFIR.CALL REDIRECT CMD INCR k", "INCR"},
+		{"KEFIR.CALL REQID 1 CMD CMD SET k v", "SET"}, // an option value spelled CMD is a value
+		{"KEFIR.CALL CONSISTENCY CMD CMD MGET a b", "MGET"},
+		{"KEFIR.CALL DURABILITY sync", "KEFIR.CALL"}, // no command: treated as a read
+		{"KEFIR.CALL CMD KEFIR.CALL CMD SET k v", "KEFIR.CALL"},
+	} {
+		var args [][]byte
+		for _, a := range strings.Fields(tc.args) {
+			args = append(args, []byte(a))
+		}
+		spec, ok := wrappedSpec(args)
+		if !ok || spec.Name != tc.want {
+			t.Errorf("%s: got %v, want %s", tc.args, spec.Name, tc.want)
+		}
+	}
+}
