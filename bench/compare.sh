@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The standard YCSB matrix on this machine (issue 8): every system is started once, on
-# loopback, then measured in short ROUNDS, interleaved (round 1 of every system, then
-# round 2, ...), and each cell is reported as the median of its rounds — on a shared
-# machine a burst of someone else's work then hits one round of every system instead of
-# all of one system's figures. MATRICES=2 runs the whole matrix twice back to back (the
+# loopback, then one ycsb process (ycsb -matrix) measures short ROUNDS, interleaved at the
+# cell level (each workload × client count runs on every system back to back), and each
+# cell is reported as the median of its rounds — on a shared machine a burst of someone
+# else's work then hits one round of every system instead of all of one system's figures. MATRICES=2 runs the whole matrix twice back to back (the
 # systems stay up) and compares the two row by row (issue 8: within 15% on medians).
 #
 #   bench/compare.sh                                # the standard matrix, twice: ≈ 17 minutes
@@ -26,7 +26,7 @@
 #   zk-sync zk-nosync     ZooKeeper 3 servers, forceSync yes / no, local reads  ≈ kefir3-sync / -cad
 #
 # Knobs: WORKLOADS (a,c,e,w), CLIENTS (16,64), RECORDS (10000), VALUESIZE (1000),
-# D (800ms measured per cell per round), W (300ms warm-up), ROUNDS (3), MATRICES (2),
+# D (500ms measured per cell per round), W (200ms warm-up), ROUNDS (5), MATRICES (2),
 # DELAY (0: one-way delay on every client and peer link, via bench/delaymesh), POOL (1:
 # Kefir client connections; go-redis gets one per client), OUT (results/compare).
 # Writes OUT/rounds/*.json (every round), OUT/summary-N.json, OUT/compare.md (every table,
@@ -40,9 +40,9 @@ WORKLOADS=${WORKLOADS:-a,c,e,w}
 CLIENTS=${CLIENTS:-16,64}
 RECORDS=${RECORDS:-10000}
 VALUESIZE=${VALUESIZE:-1000}
-D=${D:-800ms}
-W=${W:-300ms}
-ROUNDS=${ROUNDS:-3}
+D=${D:-500ms}
+W=${W:-200ms}
+ROUNDS=${ROUNDS:-5}
 MATRICES=${MATRICES:-2}
 DELAY=${DELAY:-0}
 POOL=${POOL:-1}
@@ -128,48 +128,35 @@ fi
 args[ceiling]="-db respserver -via kefir -label respserver(via-kefir-client)"
 args[ceiling-redis]="-db respserver -via redis -label respserver(via-go-redis)"
 
-# Every ycsb invocation: the same workloads, clients, sizes and pool; the delay is
-# emulated outside (delaymesh) and only declared to ycsb for its floors and tables.
-common=(-workloads "$WORKLOADS" -clients "$CLIENTS" -records "$RECORDS" -valuesize "$VALUESIZE" -pool "$POOL" -link-delay "$DELAY")
-# A failed invocation does not stop the matrix: it is listed in OUT/failures.txt and in
-# the report, and its cells are missing from that round (the agreement table names them).
+# Every system: the same workloads, clients, sizes, pool, warm-up and duration; the delay
+# is emulated outside (delaymesh) and only declared to ycsb for its floors and tables.
+common=(-workloads "$WORKLOADS" -clients "$CLIENTS" -records "$RECORDS" -valuesize "$VALUESIZE" -pool "$POOL"
+  -link-delay "$DELAY" -warmup "$W" -d "$D" -load-clients 64 -limits-samples 0)
+# One ycsb process drives every system (ycsb -matrix): for each round, workload and client
+# count, each system runs the cell back to back before the next cell starts. A system that
+# fails to connect or load, or a cell that fails, is listed in the report; the rest runs.
 : >"$OUT/failures.txt"
-ycsb() { # name log ycsb-args...
-  local name=$1 log=$2; shift 2
-  # shellcheck disable=SC2086 # args[] holds several words on purpose
-  if ! "$tmp/ycsb" ${args[$name]} ${addr[$name]:+-addr "${addr[$name]}"} "${common[@]}" "$@" >/dev/null 2>"$log"; then
-    echo "!! $name failed ($log):" >&2; grep -v '^Benchmark' "$log" | tail -3 >&2
-    echo "- $name ($(basename "$log" .log)): $(grep '^ycsb:' "$log" | tail -1 | cut -c1-300)" >>"$OUT/failures.txt"
-    return 1
-  fi
-}
-
-echo "== load (once per system; every workload shares the key space)"
-for s in $SYSTEMS; do
-  [[ "$s" == ceiling* ]] && continue # in-process: it loads itself in every invocation
-  # kefir-async and the kefir3 rows after the first share their node's data.
-  case "$s" in kefir-async) has kefir-sync && continue ;; kefir3-cad|kefir3-async|kefir3-follower) has kefir3-sync && continue ;; esac
-  ycsb "$s" "$OUT/rounds/$s.load.log" -load-only -load-clients 64 -limits-samples 0 || true
-  grep -h ' load ' "$OUT/rounds/$s.load.log" || true
-done
-
 for m in $(seq "$MATRICES"); do
-  loads=()
-  for r in $(seq "$ROUNDS"); do
-    loads+=("$(loadavg)")
-    echo "== matrix $m round $r (load average ${loads[-1]}; $(( $(date +%s) - t0 )) s so far)"
-    for s in $SYSTEMS; do
-      extra=(-load=false -limits-samples 0)
-      # The ceiling is in-process (no proxy, whatever DELAY is) and loads itself; its
-      # invocations also sample the machine's floors (round trip, fsync) for the tables.
-      [[ "$s" == ceiling* ]] && extra=(-load=true -link-delay 0 -limits-samples 300)
-      ycsb "$s" "$OUT/rounds/$s.m$m.r$r.log" "${extra[@]}" -warmup "$W" -d "$D" -seed "$r" -json "$OUT/rounds/$s.m$m.r$r.json" || true
-      grep -h '^Benchmark' "$OUT/rounds/$s.m$m.r$r.log" | awk '{printf "   %-70s %8.0f ops/s\n", $1, $3}'
-    done
-  done
-  loads+=("$(loadavg)")
-  note="load average (1, 5, 15 min) at the start of each round and at the end: $(printf '%s; ' "${loads[@]}")"
-  echo "${note%; }" >"$OUT/loadavg-$m.txt"
+  for s in $SYSTEMS; do
+    # Load once per data set, in the first matrix: kefir-async and the kefir3 rows after
+    # the first share their node's data; the in-process ceiling loads in every process.
+    load=false
+    if [ "$m" = 1 ]; then
+      load=true
+      case "$s" in kefir-async) has kefir-sync && load=false ;; kefir3-cad|kefir3-async|kefir3-follower) has kefir3-sync && load=false ;; esac
+    fi
+    extra=()
+    [[ "$s" == ceiling* ]] && extra=(-link-delay 0) # in-process: no proxy, whatever DELAY is
+    echo "${args[$s]} ${addr[$s]:+-addr ${addr[$s]}} ${common[*]} -load=$load ${extra[*]}"
+  done >"$OUT/rounds/matrix-$m.txt"
+  echo "== matrix $m: $ROUNDS rounds ($(( $(date +%s) - t0 )) s so far, load average $(loadavg))"
+  "$tmp/ycsb" -matrix "$OUT/rounds/matrix-$m.txt" -rounds "$ROUNDS" -seed $((100 * m)) -limits-samples 300 \
+    -json "$OUT/rounds/matrix-$m.json" -md "$OUT/rounds/matrix-$m.md" -failures "$OUT/rounds/failures-$m.txt" \
+    >/dev/null 2>"$OUT/rounds/matrix-$m.log" || echo "!! matrix $m: ycsb exited $? (see $OUT/rounds/matrix-$m.log)" >&2
+  grep -E '^(round| *[^ ]+ load |FAILED)' "$OUT/rounds/matrix-$m.log" || true
+  sed "s/^- /- matrix $m: /" "$OUT/rounds/failures-$m.txt" >>"$OUT/failures.txt" 2>/dev/null || true
+  loads=$(grep -o '^round [0-9]* of [0-9]*: load average .*' "$OUT/rounds/matrix-$m.log" | sed 's/: load average /: /' | paste -sd';' - | sed 's/;/; /g')
+  echo "load average (1, 5, 15 min) at the start of each round: ${loads:-unknown}; at the end: $(loadavg)" >"$OUT/loadavg-$m.txt"
 done
 echo $(( $(date +%s) - t0 )) >"$OUT/elapsed.txt"
 fi # REPORT_ONLY
@@ -182,10 +169,10 @@ rm -rf "$OUT/plots"
 for m in $(seq "$MATRICES"); do
   note=$(cat "$OUT/loadavg-$m.txt")
   "$tmp/ycsb" -summarize "$OUT/summary-$m.json" -md "$OUT/summary-$m.md" -md-compact "$OUT/summary-$m.compact.md" -note "$note" \
-    "$OUT"/rounds/*.m$m.r*.json >/dev/null 2>"$OUT/summary-$m.log" || { cat "$OUT/summary-$m.log" >&2; exit 1; }
+    "$OUT/rounds/matrix-$m.json" >/dev/null 2>"$OUT/summary-$m.log" || { cat "$OUT/summary-$m.log" >&2; exit 1; }
 done
 # Plots from matrix 1, round 1 (one curve per system, not one per round).
-"$tmp/ycsb" -plot "$OUT/plots" "$OUT"/rounds/*.m1.r1.json >/dev/null
+"$tmp/ycsb" -plot "$OUT/plots" "$OUT/rounds/matrix-1.json" >/dev/null
 agree_rc=0
 if [ "$MATRICES" -ge 2 ]; then
   "$tmp/ycsb" -agree "$OUT/summary-1.json,$OUT/summary-2.json" -md "$OUT/agreement.md" -md-compact "$OUT/agreement.compact.md" >/dev/null || agree_rc=$?
@@ -198,8 +185,9 @@ header() {
   echo
   echo "Produced by \`$cmdline\` (from the repository root; \`make compare\` runs it and regenerates this section)."
   echo "Kefir at $(cat "$OUT/kefir-rev.txt"). Network distance: **$netnote**, the same for every system."
-  echo "Each cell: $ROUNDS rounds of $D measured after $W warm-up, systems interleaved, median reported; the"
-  echo "\"round spread\" column is max ÷ min − 1 of a cell's round throughputs. Records: $RECORDS × $VALUESIZE B,"
+  echo "Each cell: $ROUNDS rounds of $D measured after $W warm-up; one ycsb process drives every system and runs each"
+  echo "cell on every system back to back (order rotated per round) before the next cell; the median of the rounds is"
+  echo "reported, and \"round spread\" is max ÷ min − 1 of a cell's round throughputs. Records: $RECORDS × $VALUESIZE B,"
   echo "loaded once per system. Closed loop; every system's servers run all the time (idle ones cost little CPU)."
   echo "Kefir rows use Kefir's client with $POOL pipelined connection(s); Redis rows use go-redis (one connection per"
   echo "client, no pipelining across clients); etcd clientv3 (one gRPC connection); ZooKeeper go-zookeeper ($POOL session(s))."
@@ -235,10 +223,10 @@ header() {
     cat "$OUT/agreement.md"
   fi
   echo
-  echo "Plots (matrix 1, round 1; \`go run ./ycsb -plot $OUT/plots $OUT/rounds/*.m1.r1.json\` from bench/):"
+  echo "Plots (matrix 1, round 1; \`go run ./ycsb -plot $OUT/plots $OUT/rounds/matrix-1.json\` from bench/):"
   for p in "$OUT"/plots/*.png; do [ -e "$p" ] && echo "[$(basename "$p")](../bench/$p)"; done | paste -sd' ' -
   echo
-  echo "Raw figures: \`bench/$OUT/rounds/*.json\` (every round; each file names its ycsb command), \`summary-*.json\`."
+  echo "Raw figures: \`bench/$OUT/rounds/matrix-*.json\` (every round of every cell; each names its ycsb command and matrix file), \`summary-*.json\`."
 } >"$OUT/compare.md"
 {
   header
@@ -265,7 +253,7 @@ header() {
   echo
   echo "Every operation's median p50, p99, × floor, round spread, errors and not-found counts, and the"
   echo "row-by-row agreement table: [bench/$OUT/compare.md](../bench/$OUT/compare.md)."
-  echo "Plots (matrix 1, round 1; \`go run ./ycsb -plot $OUT/plots $OUT/rounds/*.m1.r1.json\` from bench/):"
+  echo "Plots (matrix 1, round 1; \`go run ./ycsb -plot $OUT/plots $OUT/rounds/matrix-1.json\` from bench/):"
   for p in "$OUT"/plots/*.png; do [ -e "$p" ] && echo "[$(basename "$p")](../bench/$p)"; done | paste -sd' ' -
 } >"$OUT/docs-section.md"
 if [ -n "$DOCS" ]; then

@@ -5,7 +5,7 @@
 # defaults), so its rows compare with Kefir's sync durability.
 #
 # --delay D puts a delay proxy (bench/delaymesh) on every client and peer port (port +
-# 10000): members advertise the proxied peer URLs, so every member-to-member link
+# PROXY_OFFSET, default 20000): members advertise the proxied peer URLs, so every member-to-member link
 # crosses one, and the printed endpoints are the proxied client ports (ycsb -link-delay D).
 #
 # Usage:

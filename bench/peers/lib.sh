@@ -1,13 +1,13 @@
 # Shared by the peers scripts (sourced, not run). Delay proxies: with --delay D every
-# client and peer port of a system gets a proxy (bench/delaymesh) on port + 10000
-# holding each direction for D, and the system's member lists name the proxies, so
+# client and peer port of a system gets a proxy (bench/delaymesh) on port + PROXY_OFFSET (default 20000;
+# other benchmarks on this machine use 16xxx) holding each direction for D, and the system's member lists name the proxies, so
 # every link — client to server, server to server — crosses one. One mesh process per
 # system, started before the servers and stopped after them.
 
 # proxy_port PORT: where the proxy in front of PORT listens.
-proxy_port() { echo $(($1 + 10000)); }
+proxy_port() { echo $(($1 + ${PROXY_OFFSET:-20000})); }
 
-# mesh_start DIR DELAY PORT... : proxies 127.0.0.1:PORT+10000 -> 127.0.0.1:PORT.
+# mesh_start DIR DELAY PORT... : proxies 127.0.0.1:PORT+PROXY_OFFSET -> 127.0.0.1:PORT.
 mesh_start() {
   local dir=$1 delay=$2; shift 2
   local bin=${DELAYMESH:-}

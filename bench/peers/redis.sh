@@ -7,7 +7,7 @@
 #   --fsync everysec  appendonly yes, appendfsync everysec                     (≈ kefir cad/async)
 #   --fsync off       no persistence at all                                    (in-memory baseline)
 #
-# --delay D puts a delay proxy (bench/delaymesh) on every server's port (port + 10000):
+# --delay D puts a delay proxy (bench/delaymesh) on every server's port (port + PROXY_OFFSET, default 20000):
 # replicas replicate from the primary's proxy, and the printed endpoint is the primary's
 # proxy (ycsb -link-delay D).
 #

@@ -132,15 +132,6 @@ func runMatrix(ctx context.Context, path string, rounds int, seed uint64, logw i
 		return nil, failures, errors.New("no system could be connected and loaded")
 	}
 	var rows []row
-	for _, w := range ws {
-		for _, s := range systems {
-			if w.HasScans() && s.sys.noScans {
-				fmt.Fprintf(logw, "%s: workload %s not run: the system has no range read\n", s.sys.name, w.Name)
-				rows = append(rows, row{System: s.sys.name, Durable: s.sys.durable, Delay: s.f.delay, LinkDelay: s.f.linkDelay,
-					Unsupported: "scans", Run: 1, Result: &core.Result{Workload: w.Name, Phase: "run", Mode: "closed"}})
-			}
-		}
-	}
 	f0 := fl[0]
 	for r := 1; r <= rounds; r++ {
 		fmt.Fprintf(logw, "round %d of %d: %s\n", r, rounds, loadAverage())
@@ -169,6 +160,16 @@ func runMatrix(ctx context.Context, path string, rounds int, seed uint64, logw i
 						fmt.Fprintln(logw, benchLine(s.sys.name, res))
 					}
 				}
+			}
+		}
+	}
+	// Workloads a system cannot run are reported, after the measured rows.
+	for _, w := range ws {
+		for _, s := range systems {
+			if w.HasScans() && s.sys.noScans {
+				fmt.Fprintf(logw, "%s: workload %s not run: the system has no range read\n", s.sys.name, w.Name)
+				rows = append(rows, row{System: s.sys.name, Durable: s.sys.durable, Delay: s.f.delay, LinkDelay: s.f.linkDelay,
+					Unsupported: "scans", Run: 1, Result: &core.Result{Workload: w.Name, Phase: "run", Mode: "closed"}})
 			}
 		}
 	}
