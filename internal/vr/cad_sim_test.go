@@ -412,6 +412,7 @@ var cadScenarios = []struct {
 		so.Faults.Crash, so.Faults.Restart, so.Faults.Partition, so.Faults.OneWay = 0, 0, 1, 1
 	}, lagFollower},
 	{"slow-follower", func(so *sim.Options) { so.Faults = nil }, slowFollower},
+	{"five-replicas", func(so *sim.Options) { so.Replicas = 5 }, nil},
 }
 
 func cadExplore(t *testing.T, seeds int, o simOptions, tweak func(*sim.Options), hook func(*sim.Sim), lin bool) runStats {
