@@ -62,6 +62,9 @@ func (c *conn) nilextTake(args [][]byte) error {
 	if c.srv.vr == nil || !c.srv.vr.NilextOn() {
 		return errf("ERR KEFIR.NILEXT: the nilext fast path is off on this node")
 	}
+	if eq(args[1], "BATCH") {
+		return c.nilextTakeBatch(args[2:])
+	}
 	client, err1 := strconv.ParseUint(string(args[1]), 10, 64)
 	seq, err2 := strconv.ParseUint(string(args[2]), 10, 64)
 	if err1 != nil || err2 != nil || client == 0 || seq == 0 {
@@ -115,4 +118,92 @@ func nilextTakeError(err error) error {
 		return errf("UNAVAILABLE KEFIR.NILEXT: %s", err.Error())
 	}
 	return errf("UNAVAILABLE KEFIR.NILEXT: %s", err.Error())
+}
+
+// maxNilextBatch bounds one KEFIR.NILEXT BATCH.
+const maxNilextBatch = 4096
+
+// nilextTakeBatch answers KEFIR.NILEXT BATCH n [client seq durability pairs k v ...]×n
+// with an array of n replies, each this replica's ack [view, replica-id,
+// leader] or an error for that update alone. The updates (any client ids)
+// go to the VR driver together and share one fsync: a client sends one batch
+// per replica for all the writes it has in flight.
+func (c *conn) nilextTakeBatch(args [][]byte) error {
+	bad := errf("ERR KEFIR.NILEXT BATCH n [client seq durability pairs key value ...] x n")
+	if len(args) < 1 {
+		return bad
+	}
+	n, err := strconv.Atoi(string(args[0]))
+	if err != nil || n < 1 || n > maxNilextBatch {
+		return bad
+	}
+	args = args[1:]
+	ups := make([]vrshard.NilextDirect, n)
+	pre := make([]error, n) // parse errors, per update
+	for i := range n {
+		if len(args) < 4 {
+			return bad
+		}
+		pairs, err := strconv.Atoi(string(args[3]))
+		if err != nil || pairs < 1 || len(args) < 4+2*pairs {
+			return bad
+		}
+		client, err1 := strconv.ParseUint(string(args[0]), 10, 64)
+		seq, err2 := strconv.ParseUint(string(args[1]), 10, 64)
+		d, err3 := level.ParseDurability(string(args[2]))
+		kv := args[4 : 4+2*pairs]
+		args = args[4+2*pairs:]
+		switch {
+		case err1 != nil || err2 != nil || client == 0 || seq == 0:
+			pre[i] = errf("ERR KEFIR.NILEXT: client id and request number must be non-zero unsigned integers")
+		case err3 != nil:
+			pre[i] = errf("ERR KEFIR.NILEXT: %s", err3.Error())
+		case pairs == 1:
+			ups[i] = vrshard.NilextDirect{ID: shard.ReqID{Client: client, Seq: seq}, Durability: d,
+				Op: shard.Op{Kind: shard.KindSet, Key: kv[0], Value: kv[1]}}
+		default:
+			ups[i] = vrshard.NilextDirect{ID: shard.ReqID{Client: client, Seq: seq}, Durability: d,
+				Op: shard.Op{Kind: shard.KindMSet, Keys: kv}}
+		}
+	}
+	if len(args) != 0 {
+		return bad
+	}
+	var take []vrshard.NilextDirect
+	var at []int
+	for i := range ups {
+		if pre[i] == nil {
+			take, at = append(take, ups[i]), append(at, i)
+		}
+	}
+	// The arguments alias the reader's buffer; NilextTakeBatch copies what
+	// the d-log keeps before it returns.
+	acks, errs := c.srv.vr.NilextTakeBatch(context.Background(), take)
+	res := make([]error, n)
+	copy(res, pre)
+	ackAt := make([]int, n)
+	for j, i := range at {
+		if errs[j] != nil {
+			res[i] = nilextTakeError(errs[j])
+		}
+		ackAt[i] = j
+	}
+	w := c.w
+	_ = w.WriteArrayHeader(n)
+	for i := range n {
+		if res[i] != nil {
+			_ = w.WriteError(errorText(res[i]))
+			continue
+		}
+		a := acks[ackAt[i]]
+		leader := int64(0)
+		if a.Leader {
+			leader = 1
+		}
+		_ = w.WriteArrayHeader(3)
+		_ = w.WriteInt(int64(a.View))
+		_ = w.WriteInt(int64(a.From))
+		_ = w.WriteInt(leader)
+	}
+	return nil
 }

@@ -66,3 +66,32 @@ KEFIR.NILEXT 78 1 sync DEL a b c => ERR KEFIR.NILEXT takes only*
 		t.Fatalf("leader took %d and refused %d direct updates", taken, refused)
 	}
 }
+
+// KEFIR.NILEXT BATCH: one reply per update, an error only for the update
+// that is wrong; a malformed batch is refused whole.
+func TestNilextDirectBatch(t *testing.T) {
+	g := startNilextGroup(t)
+	l := g.leader(t)
+	view := g.nodes[l].vr.Info().View
+	ack := fmt.Sprintf("[(integer) %d, (integer) %d, (integer) 1]", view, l+1)
+	c := dial(t, g.nodes[l])
+	c.expect(`
+KEFIR.NILEXT BATCH 3 11 1 sync 1 a 1 12 1 cad 2 b 2 c 3 0 1 sync 1 d 4 => [` + ack + `, ` + ack + `, ERR KEFIR.NILEXT: client id and request number must be non-zero unsigned integers]
+KEFIR.NILEXT BATCH 1 11 1 sync 1 a 1 => [` + ack + `]
+KEFIR.NILEXT BATCH 2 11 1 sync 1 a 1 => ERR KEFIR.NILEXT BATCH*
+KEFIR.NILEXT BATCH 1 11 2 sync 2 a 1 b => ERR KEFIR.NILEXT BATCH*
+KEFIR.NILEXT BATCH 1 11 2 sync 1 a 1 extra => ERR KEFIR.NILEXT BATCH*
+KEFIR.NILEXT BATCH 0 11 2 sync 1 a 1 => ERR KEFIR.NILEXT BATCH*
+KEFIR.NILEXT BATCH 1 13 1 never 1 a 1 => [ERR KEFIR.NILEXT:*
+`)
+	// Every replica took 11/1 and 12/1 from the batch: a linearizable read
+	// sees them once the client holds the acks of all three.
+	for i, s := range g.nodes {
+		if i != l {
+			dial(t, s).do("KEFIR.NILEXT", "BATCH", "2", "11", "1", "sync", "1", "a", "1", "12", "1", "cad", "2", "b", "2", "c", "3")
+		}
+	}
+	dial(t, g.nodes[(l+1)%3]).expect(`
+GET a => "1"
+MGET b c => ["2", "3"]`)
+}

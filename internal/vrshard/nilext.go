@@ -646,3 +646,92 @@ func (r *Replica) nxTakeDirect(now int64, c *nxCall) {
 func (r *Replica) NilextDirectStats() (taken, refused uint64) {
 	return r.nxIDs.directTaken.Load(), r.nxIDs.directRefuse.Load()
 }
+
+// NilextDirect is one update of a NilextTakeBatch.
+type NilextDirect struct {
+	ID         shard.ReqID
+	Op         shard.Op
+	Durability level.Durability
+}
+
+// NilextTakeBatch is NilextTake for several updates (from several client
+// ids) at once: one hand-off to the driver, one wait, and for sync updates
+// one shared fsync. acks[i] is valid when errs[i] is nil.
+func (r *Replica) NilextTakeBatch(ctx context.Context, ups []NilextDirect) (acks []vr.NilextAck, errs []error) {
+	acks, errs = make([]vr.NilextAck, len(ups)), make([]error, len(ups))
+	if err := r.failed(); err != nil {
+		for i := range errs {
+			errs[i] = err
+		}
+		return acks, errs
+	}
+	if !r.opts.Nilext {
+		for i := range errs {
+			errs[i] = vr.ErrNilextOff
+		}
+		return acks, errs
+	}
+	bw := &batchWait{done: make(chan struct{})}
+	calls := make([]*nxCall, len(ups))
+	var send []*nxCall
+	ts := time.Now().UnixNano()
+	for i := range ups {
+		u := &ups[i]
+		if err := r.nilextValidTake(u.ID, &u.Op, u.Durability); err != nil {
+			r.nxIDs.directRefuse.Add(1)
+			errs[i] = err
+			continue
+		}
+		calls[i] = &nxCall{
+			req: vr.NilextRequest{
+				Request: vr.Request{Client: u.ID.Client, ReqNum: u.ID.Seq, Data: encodeOp(nil, header{ts: ts}, &u.Op)},
+				Keys:    nilextKeys(&u.Op),
+				Sync:    u.Durability == level.Sync || u.Durability.IsZero(),
+			},
+			wait: bw, born: time.Now(), direct: true,
+		}
+		send = append(send, calls[i])
+	}
+	if len(send) == 0 {
+		return acks, errs
+	}
+	bw.left.Store(int32(len(send)))
+	fail := func(err error) ([]vr.NilextAck, []error) {
+		for i, c := range calls {
+			if c != nil {
+				errs[i] = err
+			}
+		}
+		return acks, errs
+	}
+	select {
+	case r.nxc <- send:
+	case <-ctx.Done():
+		return fail(ctx.Err())
+	case <-r.done:
+		return fail(r.closedErr())
+	}
+	timer := time.NewTimer(r.opts.RequestTimeout)
+	defer timer.Stop()
+	select {
+	case <-bw.done:
+	case <-timer.C:
+	case <-ctx.Done():
+	case <-r.done:
+	}
+	for i, c := range calls {
+		switch {
+		case c == nil:
+		case c.settle(nxAbandoned):
+			errs[i] = fmt.Errorf("%w: no ack within %v", shard.ErrUnavailable, r.opts.RequestTimeout)
+			if err := ctx.Err(); err != nil {
+				errs[i] = err
+			}
+		case c.state.Load() == nxDone:
+			acks[i] = c.ack
+		default:
+			errs[i] = c.err
+		}
+	}
+	return acks, errs
+}
