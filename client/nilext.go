@@ -88,13 +88,12 @@ type nilextPath struct {
 	c    *Client
 	opts nilextOptions
 
-	mu       sync.Mutex
-	topo     *topology // nil until learned
-	retryAt  time.Time // when to ask for the topology again after a failure
-	free     []*lane
-	lanes    []*lane // every live lane, for close
-	closed   bool
-	downTill []atomic.Int64 // per member: Unix ns until which dialing it is skipped
+	mu      sync.Mutex
+	topo    *topology // nil until learned
+	retryAt time.Time // when to ask for the topology again after a failure
+	free    []*lane
+	closed  bool
+	members []*memberQ // per member of topo, created with it
 
 	cool                    atomic.Int64 // Unix ns until which the fast path rests
 	missed                  atomic.Int32 // writes that missed the supermajority since the last fast one
@@ -113,18 +112,40 @@ type topology struct {
 	need    int      // acks that complete a write
 }
 
+// lane is a nilext client id and its request counter, used by one write at
+// a time.
 type lane struct {
 	id  uint64
 	seq uint64
-	// conns: per member; nil or broken: dial on next use. A send of an
-	// earlier write may still be dialing when the next write starts, so
-	// conns is guarded by mu (never held across a dial or a round trip).
-	mu    sync.Mutex
-	conns []*conn
-	// misses counts a member's consecutive unanswered requests: a
+}
+
+// memberQ sends every lane's writes to one member over one connection, as
+// KEFIR.NILEXT BATCH commands with one batch in flight: writes that arrive
+// while a batch is out go together in the next one (group commit), so under
+// load a member handles one command and one fsync for many writes. Writes
+// of one lane are one at a time and the queue is FIFO, so each lane's
+// requests reach the member in order.
+type memberQ struct {
+	i    int
+	addr string
+
+	mu       sync.Mutex
+	cn       *conn // nil or broken: dial before the next batch
+	queue    []*nxItem
+	flushing bool
+	// misses counts batches in a row that got no reply in time: a
 	// connection that stopped answering without breaking (a partition that
 	// ate bytes) is replaced after maxMisses.
-	misses []int
+	misses   int
+	downTill time.Time // a failed dial is not retried before then
+}
+
+// nxItem is one write's request to one member.
+type nxItem struct {
+	id, seq uint64
+	dur     string
+	kvs     []KV
+	acks    chan<- nilextAck // buffered for every member: never blocks
 }
 
 const maxMisses = 3
@@ -158,7 +179,9 @@ func (p *nilextPath) topology(ctx context.Context) *topology {
 	}
 	if p.topo == nil {
 		p.topo = t
-		p.downTill = make([]atomic.Int64, len(t.members))
+		for i, a := range t.addrs {
+			p.members = append(p.members, &memberQ{i: i, addr: a})
+		}
 	}
 	return p.topo
 }
@@ -202,45 +225,26 @@ func parseTopology(v resp.Value) (*topology, error) {
 	return t, nil
 }
 
+// getLane returns a free lane, or nil once the client is closed.
 func (p *nilextPath) getLane() *lane {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.closed {
+		return nil
+	}
 	if n := len(p.free); n > 0 {
 		l := p.free[n-1]
 		p.free = p.free[:n-1]
 		return l
 	}
-	l := &lane{id: randomID(), conns: make([]*conn, len(p.topo.members)), misses: make([]int, len(p.topo.members))}
-	p.lanes = append(p.lanes, l)
-	return l
+	return &lane{id: randomID()}
 }
 
 func (p *nilextPath) putLane(l *lane) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed {
-		l.close()
-		return
-	}
-	p.free = append(p.free, l)
-}
-
-// retire drops a lane whose id may still have a write in flight.
-func (p *nilextPath) retire(l *lane) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for i, x := range p.lanes {
-		if x == l {
-			p.lanes = append(p.lanes[:i], p.lanes[i+1:]...)
-			break
-		}
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, cn := range l.conns {
-		if cn != nil {
-			cn.closeWhenIdle()
-		}
+	if !p.closed {
+		p.free = append(p.free, l)
 	}
 }
 
@@ -248,19 +252,13 @@ func (p *nilextPath) close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.closed = true
-	for _, l := range p.lanes {
-		l.close()
-	}
-	p.lanes, p.free = nil, nil
-}
-
-func (l *lane) close() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, cn := range l.conns {
-		if cn != nil {
-			cn.close()
+	p.free = nil
+	for _, m := range p.members {
+		m.mu.Lock()
+		if m.cn != nil {
+			m.cn.close()
 		}
+		m.mu.Unlock()
 	}
 }
 
@@ -345,7 +343,14 @@ func (p *nilextPath) write(ctx context.Context, kvs []KV, opts []CallOption) (do
 	if dur.IsZero() {
 		dur = Sync
 	}
+	// Copies may be sent after this call returns (to a slow member), and
+	// every copy of one request id must carry the same bytes: the caller
+	// may reuse its buffers once we return.
+	kvs = cloneKVs(kvs)
 	l := p.getLane()
+	if l == nil {
+		return false, nil // closed: the ordered path says so
+	}
 	l.seq++
 	if p.broadcast(ctx, t, l, kvs, dur.String()) {
 		p.fast.Add(1)
@@ -363,31 +368,20 @@ func (p *nilextPath) write(ctx context.Context, kvs []KV, opts []CallOption) (do
 	}
 	p.fallbacks.Add(1)
 	if err := p.fallback(ctx, l, kvs, opts); err != nil {
-		p.retire(l)
-		return true, err
+		return true, err // the lane is dropped: its id may still have a write in flight
 	}
 	p.putLane(l)
 	return true, nil
 }
 
-// broadcast sends the write to every member on the lane's connections and
-// reports whether a supermajority acked it within the nilext timeout.
+// broadcast sends the write to every member and reports whether a
+// supermajority acked it within the nilext timeout.
 func (p *nilextPath) broadcast(ctx context.Context, t *topology, l *lane, kvs []KV, dur string) bool {
 	bctx, cancel := context.WithTimeout(ctx, p.opts.timeout)
 	defer cancel()
-	cmd := make([]arg, 0, 6+2*len(kvs))
-	cmd = append(cmd, arg{s: "KEFIR.NILEXT"}, arg{s: strconv.FormatUint(l.id, 10)}, arg{s: strconv.FormatUint(l.seq, 10)}, arg{s: dur})
-	if len(kvs) == 1 {
-		cmd = append(cmd, arg{s: "SET"})
-	} else {
-		cmd = append(cmd, arg{s: "MSET"})
-	}
-	for _, kv := range kvs {
-		cmd = append(cmd, arg{s: kv.Key}, arg{b: nonNil(kv.Value)})
-	}
 	acks := make(chan nilextAck, len(t.members))
-	for i := range t.members {
-		go func() { acks <- p.send(bctx, t, l, i, cmd) }()
+	for _, m := range p.members {
+		p.submit(m, &nxItem{id: l.id, seq: l.seq, dur: dur, kvs: kvs, acks: acks})
 	}
 	tr := ackTracker{t: t}
 	for range t.members {
@@ -406,67 +400,127 @@ func (p *nilextPath) broadcast(ctx context.Context, t *topology, l *lane, kvs []
 	return false
 }
 
-// send asks member i to take the write and returns its ack (or error). It
-// runs on its own goroutine, so a slow dial or reply holds nobody up.
-func (p *nilextPath) send(ctx context.Context, t *topology, l *lane, i int, cmd []arg) nilextAck {
-	out := nilextAck{member: i}
-	l.mu.Lock()
-	cn := l.conns[i]
-	l.mu.Unlock()
+// submit queues it for member m and starts a flush unless one runs.
+func (p *nilextPath) submit(m *memberQ, it *nxItem) {
+	m.mu.Lock()
+	m.queue = append(m.queue, it)
+	if m.flushing {
+		m.mu.Unlock()
+		return
+	}
+	m.flushing = true
+	batch := m.queue
+	m.queue = nil
+	m.mu.Unlock()
+	go p.flush(m, batch)
+}
+
+// flush sends batches to m until its queue is empty.
+func (p *nilextPath) flush(m *memberQ, batch []*nxItem) {
+	for {
+		p.sendBatch(m, batch)
+		m.mu.Lock()
+		if len(m.queue) == 0 {
+			m.flushing = false
+			m.mu.Unlock()
+			return
+		}
+		batch = m.queue
+		m.queue = nil
+		m.mu.Unlock()
+	}
+}
+
+// sendBatch sends one KEFIR.NILEXT BATCH to m and hands each write its ack
+// (or error). A reply later than the nilext timeout is of no use to anyone:
+// the writes have completed or fallen back by then.
+func (p *nilextPath) sendBatch(m *memberQ, batch []*nxItem) {
+	failAll := func(err error) {
+		for _, it := range batch {
+			it.acks <- nilextAck{member: m.i, err: err}
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), p.opts.timeout)
+	defer cancel()
+	m.mu.Lock()
+	cn, down := m.cn, m.downTill
+	m.mu.Unlock()
 	if cn == nil || !cn.healthy() {
-		if time.Now().UnixNano() < p.downTill[i].Load() {
-			out.err = fmt.Errorf("kefir: nilext: member %d was unreachable recently", t.members[i])
-			return out
+		if time.Now().Before(down) {
+			failAll(fmt.Errorf("kefir: nilext: %s was unreachable recently", m.addr))
+			return
 		}
-		fresh, err := p.c.dial(ctx, t.addrs[i])
+		fresh, err := p.c.dial(ctx, m.addr)
+		m.mu.Lock()
 		if err != nil {
-			p.downTill[i].Store(time.Now().Add(p.opts.backoff).UnixNano())
-			out.err = err
-			return out
-		}
-		l.mu.Lock()
-		if l.conns[i] == cn {
-			l.conns[i] = fresh
+			m.downTill = time.Now().Add(p.opts.backoff)
 		} else {
-			// Another send replaced it meanwhile: keep one connection per
-			// member, so the lane's writes stay in order on it.
-			fresh.close()
-			fresh = l.conns[i]
+			if m.cn != nil {
+				m.cn.close()
+			}
+			m.cn = fresh
 		}
-		l.mu.Unlock()
-		if cn != nil && cn != fresh {
-			cn.close()
+		m.mu.Unlock()
+		if err != nil {
+			failAll(err)
+			return
 		}
 		cn = fresh
+	}
+	words := 3
+	for _, it := range batch {
+		words += 4 + 2*len(it.kvs)
+	}
+	cmd := make([]arg, 0, words)
+	cmd = append(cmd, arg{s: "KEFIR.NILEXT"}, arg{s: "BATCH"}, arg{s: strconv.Itoa(len(batch))})
+	for _, it := range batch {
+		cmd = append(cmd, arg{s: strconv.FormatUint(it.id, 10)}, arg{s: strconv.FormatUint(it.seq, 10)}, arg{s: it.dur}, arg{s: strconv.Itoa(len(it.kvs))})
+		for _, kv := range it.kvs {
+			cmd = append(cmd, arg{s: kv.Key}, arg{b: nonNil(kv.Value)})
+		}
 	}
 	// A fresh request, never pooled: when ctx ends first the connection may
 	// still complete it.
 	r := &request{cmd: cmd, kind: replyRaw, done: make(chan struct{}, 1)}
 	owned, err := cn.do(ctx, r)
-	l.mu.Lock()
-	if !owned && errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		if l.misses[i]++; l.misses[i] >= maxMisses && l.conns[i] == cn {
-			l.conns[i] = nil
+	m.mu.Lock()
+	if !owned {
+		if m.misses++; m.misses >= maxMisses && m.cn == cn {
+			m.cn = nil
 			cn.close()
 		}
-	} else if owned {
-		l.misses[i] = 0
+	} else {
+		m.misses = 0
 	}
-	l.mu.Unlock()
+	m.mu.Unlock()
 	if !owned || err != nil {
 		if err == nil {
 			err = ctx.Err()
 		}
-		out.err = err
-		return out
+		failAll(err)
+		return
 	}
 	v := r.raw
-	if v.Kind != resp.Array || len(v.Elems) != 3 || v.Elems[0].Kind != resp.Int || v.Elems[1].Kind != resp.Int || v.Elems[2].Kind != resp.Int ||
-		v.Elems[0].Int < 0 || v.Elems[1].Int <= 0 {
-		out.err = fmt.Errorf("kefir: KEFIR.NILEXT reply: want [view, replica, leader], got %s", v.Kind)
-		return out
+	if v.Kind != resp.Array || len(v.Elems) != len(batch) {
+		failAll(fmt.Errorf("kefir: KEFIR.NILEXT BATCH reply: want %d replies, got %s", len(batch), v.Kind))
+		return
 	}
-	out.view, out.from, out.leader = uint64(v.Elems[0].Int), uint64(v.Elems[1].Int), v.Elems[2].Int == 1
+	for j, it := range batch {
+		it.acks <- parseNilextAck(m.i, v.Elems[j])
+	}
+}
+
+func parseNilextAck(member int, v resp.Value) nilextAck {
+	out := nilextAck{member: member}
+	switch {
+	case v.Kind == resp.Error:
+		out.err = serverError(v.Str)
+	case v.Kind != resp.Array || len(v.Elems) != 3 || v.Elems[0].Kind != resp.Int || v.Elems[1].Kind != resp.Int || v.Elems[2].Kind != resp.Int ||
+		v.Elems[0].Int < 0 || v.Elems[1].Int <= 0:
+		out.err = fmt.Errorf("kefir: KEFIR.NILEXT reply: want [view, replica, leader], got %s", v.Kind)
+	default:
+		out.view, out.from, out.leader = uint64(v.Elems[0].Int), uint64(v.Elems[1].Int), v.Elems[2].Int == 1
+	}
 	return out
 }
 
@@ -515,6 +569,21 @@ func (p *nilextPath) fallback(ctx context.Context, l *lane, kvs []KV, opts []Cal
 		}
 		backoff = min(2*backoff, 100*time.Millisecond)
 	}
+}
+
+func cloneKVs(kvs []KV) []KV {
+	n := 0
+	for _, kv := range kvs {
+		n += len(kv.Value)
+	}
+	slab := make([]byte, 0, n)
+	out := make([]KV, len(kvs))
+	for i, kv := range kvs {
+		start := len(slab)
+		slab = append(slab, kv.Value...)
+		out[i] = KV{Key: kv.Key, Value: slab[start:len(slab):len(slab)]}
+	}
+	return out
 }
 
 // cloneValue deep-copies v, which aliases the reader's buffer.

@@ -32,7 +32,7 @@ type nxGroup struct {
 
 // holdAddrs reserves n loopback ports; release frees them just before the
 // servers bind them (the proxies, started in between, must not take them).
-func holdAddrs(t *testing.T, n int) (addrs []string, release func()) {
+func holdAddrs(t testing.TB, n int) (addrs []string, release func()) {
 	t.Helper()
 	var lns []net.Listener
 	for range n {
@@ -50,7 +50,7 @@ func holdAddrs(t *testing.T, n int) (addrs []string, release func()) {
 	}
 }
 
-func startNilextGroup(t *testing.T, n int) *nxGroup {
+func startNilextGroup(t testing.TB, n int) *nxGroup {
 	t.Helper()
 	addrs, release := holdAddrs(t, 2*n)
 	peers, clients := addrs[:n], addrs[n:]
@@ -97,9 +97,9 @@ func startNilextGroup(t *testing.T, n int) *nxGroup {
 }
 
 // dialAll returns a client of every node's real address, leader first.
-func (g *nxGroup) dial(t *testing.T, opts ...Option) *Client {
+func (g *nxGroup) dial(t testing.TB, opts ...Option) *Client {
 	t.Helper()
-	l := leaderOf(t, g.nodes)
+	l := g.leader(t)
 	addrs := []string{g.direct[l]}
 	for i, a := range g.direct {
 		if i != l && g.nodes[i] != nil {
@@ -115,6 +115,19 @@ func (g *nxGroup) dial(t *testing.T, opts ...Option) *Client {
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+func (g *nxGroup) leader(t testing.TB) int {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		for i, n := range g.nodes {
+			if n != nil && n.Status().Role == "leader" {
+				return i
+			}
+		}
+	}
+	t.Fatal("no leader")
+	return -1
 }
 
 // runWorkload drives workers closed-loop on keys prefix+"r0".."r2" through
@@ -442,5 +455,45 @@ func TestNilextAckRuleMatchesTheCore(t *testing.T) {
 	tr.add(nilextAck{member: 1, view: 3, from: 2})
 	if tr.add(nilextAck{member: 2, view: 3, from: 2}) {
 		t.Fatal("counted member 3's slot answered by replica 2")
+	}
+}
+
+// BenchmarkNilextPut: Put latency and client allocations, fast path vs the
+// ordered path, on an in-process 3-replica group with no delay (so it
+// measures CPU and fsyncs, not the round trips the fast path saves; for
+// those see bench/nilextbench).
+//
+// Run: go test -run '^$' -bench NilextPut -benchmem -benchtime 2000x ./client/
+func BenchmarkNilextPut(b *testing.B) {
+	g := startNilextGroup(b, 3)
+	val := []byte("value-0123456789abcdef")
+	for _, d := range []Durability{CAD, Sync} {
+		for _, fast := range []bool{true, false} {
+			name := fmt.Sprintf("%s/ordered", d)
+			var opts []Option
+			if fast {
+				name = fmt.Sprintf("%s/nilext", d)
+				opts = append(opts, WithNilext(time.Second, 0))
+			}
+			b.Run(name, func(b *testing.B) {
+				c := g.dial(b, opts...)
+				ctx := context.Background()
+				if err := c.Put(ctx, "warm", val); err != nil {
+					b.Fatal(err)
+				}
+				before := c.NilextStats()
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := range b.N {
+					if err := c.Put(ctx, "k"+strconv.Itoa(i%1000), val, WithDurability(d)); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.StopTimer()
+				if fast {
+					b.ReportMetric(float64(c.NilextStats().Fast-before.Fast)/float64(b.N), "fast/op")
+				}
+			})
+		}
 	}
 }
