@@ -20,6 +20,13 @@
 // retrying through a leader change (-UNAVAILABLE no leader) for a while; a
 // write whose fate that change left open returns ErrUnknownOutcome.
 //
+// Nilext fast path (experimental): with WithNilext, against a group running
+// kefir server --nilext, Put and MultiPut outside a Session are sent by the
+// client to every replica and complete in one round trip on a supermajority
+// of acknowledgements (the leader's among them), falling back to the ordered
+// path with the same request id when those do not come in time
+// (docs/design/nilext.md).
+//
 // A call waits as long as its context allows, so pass one with a deadline: a
 // server that stops answering without closing the connection is only noticed by
 // TCP keep-alive. A call abandoned at its deadline does not poison its connection:
