@@ -6,19 +6,23 @@
 #   fsync:      redis --appendfsync always        vs  kefir --durability sync
 # each with -c 50 and with -c 50 -P 16. Prints a Markdown table with ratios.
 #
-# Usage: bench/resp-vs-redis.sh [-n REQUESTS] [-r ROUNDS]
-#   Rounds alternate Kefir and Redis runs and report the median, because the
-#   machine is shared and single runs are noisy.
+# Usage: bench/resp-vs-redis.sh [-n REQUESTS] [-r ROUNDS] [-m IO_MODEL]
+#   Rounds alternate Kefir and Redis runs, because the machine is shared and
+#   single runs are noisy: each round's ratio is printed (with the load average
+#   when it ran), and the table gives the medians and the median of the ratios.
+#   -m runs Kefir with KEFIR_IO_MODEL=epoll or goroutine (default: the server's).
 # Needs: go, redis-server, redis-benchmark.
 set -euo pipefail
 
 N=200000
 ROUNDS=1
-while getopts "n:r:" o; do
+MODEL=${KEFIR_IO_MODEL:-}
+while getopts "n:r:m:" o; do
 	case $o in
 	n) N=$OPTARG ;;
 	r) ROUNDS=$OPTARG ;;
-	*) echo "usage: $0 [-n requests] [-r rounds]" >&2; exit 2 ;;
+	m) MODEL=$OPTARG ;;
+	*) echo "usage: $0 [-n requests] [-r rounds] [-m epoll|goroutine]" >&2; exit 2 ;;
 	esac
 done
 
@@ -52,7 +56,7 @@ wait_port() {
 
 start_kefir() { # durability
 	rm -rf "$WORK/kefir-data"
-	"$WORK/kefir" server --client-addr "127.0.0.1:$KPORT" --peer-addr "" --http-addr "" \
+	KEFIR_IO_MODEL=$MODEL "$WORK/kefir" server --client-addr "127.0.0.1:$KPORT" --peer-addr "" --http-addr "" \
 		--dir "$WORK/kefir-data" --durability "$1" --log-level warn 2>"$WORK/kefir.log" &
 	KPID=$!
 	PIDS+=("$KPID")
@@ -81,40 +85,46 @@ bench() {
 	echo "${set%%.*} ${get%%.*}"
 }
 
-median() { sort -n | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}'; }
+median() { sort -g | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN{ if (b>0) printf "%.2f", a/b; else print "n/a" }'; }
+load() { cut -d' ' -f1 /proc/loadavg; }
 
 declare -A RES
 for mode in nofsync fsync; do
 	for P in 1 16; do
-		ks=(); kg=(); rs=(); rg=()
-		for _ in $(seq 1 "$ROUNDS"); do
+		ks=(); kg=(); rs=(); rg=(); qs=(); qg=()
+		for i in $(seq 1 "$ROUNDS"); do
 			if [ $mode = nofsync ]; then start_kefir async; else start_kefir sync; fi
 			read -r s g < <(bench "$KPORT" "$P"); ks+=("$s"); kg+=("$g")
 			stop "$KPID"
 			if [ $mode = nofsync ]; then start_redis no everysec; else start_redis yes always; fi
-			read -r s g < <(bench "$RPORT" "$P"); rs+=("$s"); rg+=("$g")
+			read -r s2 g2 < <(bench "$RPORT" "$P"); rs+=("$s2"); rg+=("$g2")
 			stop "$RPID"
+			qs+=("$(ratio "$s" "$s2")"); qg+=("$(ratio "$g" "$g2")")
+			echo "round $i $mode -P $P: SET $s / $s2 = ${qs[-1]}, GET $g / $g2 = ${qg[-1]} (load $(load))" >&2
 		done
 		RES[$mode,$P,kset]=$(printf '%s\n' "${ks[@]}" | median)
 		RES[$mode,$P,kget]=$(printf '%s\n' "${kg[@]}" | median)
 		RES[$mode,$P,rset]=$(printf '%s\n' "${rs[@]}" | median)
 		RES[$mode,$P,rget]=$(printf '%s\n' "${rg[@]}" | median)
+		RES[$mode,$P,qset]=$(printf '%s\n' "${qs[@]}" | median)
+		RES[$mode,$P,qget]=$(printf '%s\n' "${qg[@]}" | median)
+		RES[$mode,$P,lset]=$(printf '%s ' "${qs[@]}")
+		RES[$mode,$P,lget]=$(printf '%s ' "${qg[@]}")
 	done
 done
 
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN{ if (b>0) printf "%.2f", a/b; else print "n/a" }'; }
-
 echo
-echo "redis-benchmark -t set,get -n $N -c 50 [-P 16], median of $ROUNDS round(s), $(nproc) cores, $(date -u +%Y-%m-%dT%H:%MZ)"
+echo "redis-benchmark -t set,get -n $N -c 50 [-P 16], median of $ROUNDS round(s), $(nproc) cores, $(date -u +%Y-%m-%dT%H:%MZ), load $(load), Kefir I/O model ${MODEL:-default}"
 echo
-echo "| durability | pipeline | op | Kefir req/s | Redis req/s | Kefir / Redis | target |"
-echo "|---|---|---|---:|---:|---:|---:|"
+echo "| durability | pipeline | op | Kefir req/s | Redis req/s | median of round ratios | round ratios | target |"
+echo "|---|---|---|---:|---:|---:|---|---:|"
 for mode in nofsync fsync; do
 	for P in 1 16; do
 		for op in set get; do
 			k=${RES[$mode,$P,k$op]}; r=${RES[$mode,$P,r$op]}
 			if [ $mode = nofsync ]; then d="kefir async / redis appendonly no"; tgt="≥ 0.8"; else d="kefir sync / redis appendfsync always"; tgt="≥ 1.0"; fi
-			echo "| $d | -P $P | ${op^^} | $k | $r | $(ratio "$k" "$r") | $tgt |"
+			echo "| $d | -P $P | ${op^^} | $k | $r | ${RES[$mode,$P,q$op]} | ${RES[$mode,$P,l$op]}| $tgt |"
 		done
 	done
 done
