@@ -254,6 +254,27 @@ func waitReadable(t *testing.T, r *Replica, op uint64) {
 	}
 }
 
+// waitLease waits until follower r holds an active-set read lease (the
+// leader grants one once it has applied R; a fresh group needs a moment).
+func waitLease(t *testing.T, r *Replica) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		rw := &readWaiter{done: make(chan struct{}), kind: rwFollower}
+		if err := r.sendRead(context.Background(), rw); err != nil {
+			t.Fatal(err)
+		}
+		<-rw.done
+		if rw.err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replica %d never got a read lease: %v", r.cfg.Self, rw.err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 func followerReadOpts(o *Options) {
 	o.FollowerReads = true
 	o.VR.MarkOut = 150 * time.Millisecond
@@ -279,6 +300,7 @@ func TestFollowerServesCrossClientMonotonicReadsOnlyWhenReadable(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitReadable(t, f, res.Version)
+	waitLease(t, f)
 	r, err := f.Read(ctx, get("k"), level.ConsCrossClient, shard.Session{})
 	if err != nil || string(r.Bulk) != "v1" {
 		t.Fatalf("follower read of a readable key: %+v, %v", r, err)
@@ -365,6 +387,8 @@ func TestBrokenFollowerRCheckGoesBackInTime(t *testing.T) {
 	v1 := put("v1", 1)
 	waitReadable(t, f, v1)
 	waitReadable(t, cut, v1)
+	waitLease(t, f)
+	waitLease(t, cut)
 	w := &workload{c: c}
 	ci := (l + 2) % 3
 	w.partition(ci, true)

@@ -374,6 +374,7 @@ type Replica struct {
 	cadSeq    uint64
 	early     map[idKey][][]byte // keys of early-ack proposals not yet appended
 	parked    []parkedReply      // driver only, in op order
+	backlog   []*proposal        // writes waiting for room in the pipeline, in order
 	nxCool    atomic.Int64       // local Unix ns until which the fast path rests
 
 	st struct {
@@ -625,7 +626,7 @@ func (r *Replica) run() {
 				break drain
 			}
 		}
-		if len(props) > 0 {
+		if len(props) > 0 || len(r.backlog) > 0 {
 			r.propose(props)
 			clear(props)
 			props = props[:0]
@@ -650,10 +651,20 @@ func (r *Replica) step(in inbound) {
 	}
 }
 
+// propose hands writes to the core in arrival order. When the pipeline is
+// full (vr.ErrBusy: MaxInflight ops not yet committed — cad and async writes
+// are acknowledged before commit, so their clients can outrun it) the rest
+// wait in the backlog, in order, and are proposed as commits make room:
+// backpressure, not an error. Order matters: the core drops a request
+// numbered below one of the same client already in flight.
 func (r *Replica) propose(ps []*proposal) {
+	if len(r.backlog) > 0 {
+		ps = append(r.backlog, ps...)
+		r.backlog = nil
+	}
 	now := r.now()
-	for _, p := range ps {
-		if p.ack != vr.AckApplied && p.req.Client == 0 {
+	for i, p := range ps {
+		if p.ack != vr.AckApplied && p.req.Client == 0 && p.req.ReqNum == 0 {
 			// The core acknowledges early only writes with a client
 			// identity. Numbered here, in proposal order: the core drops a
 			// request numbered below one of the same client in flight.
@@ -661,6 +672,10 @@ func (r *Replica) propose(ps []*proposal) {
 			p.req.Client, p.req.ReqNum = r.cadClient, r.cadSeq
 		}
 		err := r.core.ProposeAck(now, p.req, p.ack)
+		if errors.Is(err, vr.ErrBusy) {
+			r.backlog = append(r.backlog[:0:0], ps[i:]...)
+			return
+		}
 		if err != nil {
 			p.finish(shard.Result{}, r.mapErr(err))
 			continue
@@ -1085,6 +1100,11 @@ func (r *Replica) failWrites(err error) {
 	}
 	clear(r.parked)
 	r.parked = r.parked[:0]
+	// Never proposed: whoever leads now never saw them.
+	for _, p := range r.backlog {
+		p.finish(shard.Result{}, r.notLeader())
+	}
+	r.backlog = nil
 }
 
 func (r *Replica) failAll(err error) {
