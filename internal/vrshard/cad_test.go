@@ -3,6 +3,7 @@ package vrshard
 import (
 	"context"
 	"errors"
+	"fmt"
 	mrand "math/rand"
 	"math/rand/v2"
 	"strings"
@@ -579,4 +580,36 @@ func (w *workload) doCCMRead(h int, sop shard.Op, rng *rand.Rand) {
 		}
 	}
 	w.rec.Unknown(h)
+}
+
+// cad and async writes are acknowledged before they commit, so writers can
+// outrun the commit point; when the pipeline is full (MaxInflight
+// uncommitted ops) later writes wait for room instead of failing.
+func TestEarlyAckedWritersWaitForPipelineRoom(t *testing.T) {
+	c := newCluster(t, 3, func(o *Options) { o.VR.MaxInflight = 8 })
+	l := c.leader(5 * time.Second)
+	leader := c.reps[l]
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	var firstErr atomic.Value
+	for w := range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 20 {
+				d := level.Async
+				if w%2 == 0 {
+					d = level.CAD
+				}
+				if _, err := leader.Write(context.Background(), set(fmt.Sprintf("k%d-%d", w, i), "v"), d, shard.ReqID{}); err != nil {
+					failed.Add(1)
+					firstErr.CompareAndSwap(nil, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if n := failed.Load(); n > 0 {
+		t.Fatalf("%d of 640 early-acknowledged writes failed with an 8-op pipeline, first: %v", n, firstErr.Load())
+	}
 }
