@@ -6,7 +6,7 @@
 # else's work then hits one round of every system instead of all of one system's figures. MATRICES=2 runs the whole matrix twice back to back (the
 # systems stay up) and compares the two row by row (issue 8: within 15% on medians).
 #
-#   bench/compare.sh                                # the standard matrix, twice: ≈ 17 minutes
+#   bench/compare.sh                                # the standard matrix, twice: ≈ 18 minutes
 #   make compare                                    # the same, then docs/benchmarks.md is regenerated
 #   REPORT_ONLY=1 bench/compare.sh                  # rebuild the reports from the last run's JSON
 #   WORKLOADS=a ROUNDS=1 SYSTEMS="ceiling kefir-sync" bench/compare.sh   # a quick look
@@ -14,7 +14,10 @@
 # Systems (SYSTEMS, default all), each row's durability matched to the Kefir mode it is
 # compared with:
 #   ceiling               trivial in-process RESP server via Kefir's client: the harness's ceiling
-#   ceiling-redis         the same server via go-redis: the ceiling of the Redis rows' client
+#   ceiling-redis         the same server via go-redis (not in the default set: ceiling-proc-redis is)
+#   ceiling-proc ceiling-proc-redis   the same trivial server in its own process (ycsb -serve), as every
+#                         real system is: on a contended machine the in-process server shares the
+#                         harness process's CPU share, the separate one gets its own
 #   redis-always          Redis, appendfsync always (fsync before reply)        ≈ kefir sync, 1 node
 #   redis-none            Redis, no persistence                                 ≈ kefir async, 1 node
 #   redis-wait            Redis primary + 2 replicas, everysec, WAIT 1 per write ≈ kefir cad, 3 replicas
@@ -26,7 +29,7 @@
 #   zk-sync zk-nosync     ZooKeeper 3 servers, forceSync yes / no, local reads  ≈ kefir3-sync / -cad
 #
 # Knobs: WORKLOADS (a,c,e,w), CLIENTS (16,64), RECORDS (10000), VALUESIZE (1000),
-# D (500ms measured per cell per round), W (200ms warm-up), ROUNDS (5), MATRICES (2),
+# D (1s measured per cell per round), W (200ms warm-up), ROUNDS (3), MATRICES (2),
 # DELAY (0: one-way delay on every client and peer link, via bench/delaymesh), POOL (1:
 # Kefir client connections; go-redis gets one per client), OUT (results/compare).
 # Writes OUT/rounds/*.json (every round), OUT/summary-N.json, OUT/compare.md (every table,
@@ -40,16 +43,16 @@ WORKLOADS=${WORKLOADS:-a,c,e,w}
 CLIENTS=${CLIENTS:-16,64}
 RECORDS=${RECORDS:-10000}
 VALUESIZE=${VALUESIZE:-1000}
-D=${D:-500ms}
+D=${D:-1s}
 W=${W:-200ms}
-ROUNDS=${ROUNDS:-5}
+ROUNDS=${ROUNDS:-3}
 MATRICES=${MATRICES:-2}
 DELAY=${DELAY:-0}
 POOL=${POOL:-1}
 OUT=${OUT:-results/compare}
 DOCS=${DOCS:-}
 REPORT_ONLY=${REPORT_ONLY:-} # 1: skip the measurements, rebuild the reports from OUT (after changing the report code)
-ALL="ceiling ceiling-redis redis-always redis-none redis-wait kefir-sync kefir-async kefir3-sync kefir3-cad kefir3-async kefir3-follower etcd zk-sync zk-nosync"
+ALL="ceiling ceiling-proc ceiling-proc-redis redis-always redis-none redis-wait kefir-sync kefir-async kefir3-sync kefir3-cad kefir3-async kefir3-follower etcd zk-sync zk-nosync"
 SYSTEMS=${SYSTEMS:-$ALL}
 started=$(date -u '+%Y-%m-%d %H:%M UTC')
 t0=$(date +%s)
@@ -57,6 +60,7 @@ t0=$(date +%s)
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/kefir-compare.XXXXXX")
 cleanup() {
   for p in redis-always redis-none redis-wait; do peers/redis.sh stop "$tmp/$p" >/dev/null 2>&1 || true; done
+  [ -e "$tmp/serve.pid" ] && kill "$(cat "$tmp/serve.pid")" 2>/dev/null || true
   peers/kefir.sh stop "$tmp/kefir1" >/dev/null 2>&1 || true
   peers/kefir.sh stop "$tmp/kefir3" >/dev/null 2>&1 || true
   peers/etcd.sh stop "$tmp/etcd" >/dev/null 2>&1 || true
@@ -125,6 +129,14 @@ if has zk-nosync; then
   addr[zk-nosync]=$(peers/zookeeper.sh start "$tmp/zk-nosync" --port 3181 --force-sync no --delay "$DELAY")
   args[zk-nosync]="-db zookeeper -durable no -label zookeeper-3-servers(forceSync=no)"
 fi
+if has ceiling-proc || has ceiling-proc-redis; then
+  "$tmp/ycsb" -serve 127.0.0.1:6799 >"$tmp/serve.log" 2>&1 &
+  echo $! >"$tmp/serve.pid"
+  for _ in $(seq 50); do grep -q serving "$tmp/serve.log" && break; sleep 0.1; done
+  addr[ceiling-proc]=127.0.0.1:6799 addr[ceiling-proc-redis]=127.0.0.1:6799
+  args[ceiling-proc]="-db kefir -durable no -label respserver-process(via-kefir-client)"
+  args[ceiling-proc-redis]="-db redis -durable no -label respserver-process(via-go-redis)"
+fi
 args[ceiling]="-db respserver -via kefir -label respserver(via-kefir-client)"
 args[ceiling-redis]="-db respserver -via redis -label respserver(via-go-redis)"
 
@@ -143,7 +155,11 @@ for m in $(seq "$MATRICES"); do
     load=false
     if [ "$m" = 1 ]; then
       load=true
-      case "$s" in kefir-async) has kefir-sync && load=false ;; kefir3-cad|kefir3-async|kefir3-follower) has kefir3-sync && load=false ;; esac
+      case "$s" in
+        kefir-async) has kefir-sync && load=false ;;
+        kefir3-cad|kefir3-async|kefir3-follower) has kefir3-sync && load=false ;;
+        ceiling-proc-redis) has ceiling-proc && load=false ;;
+      esac
     fi
     extra=()
     [[ "$s" == ceiling* ]] && extra=(-link-delay 0) # in-process: no proxy, whatever DELAY is

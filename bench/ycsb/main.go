@@ -24,6 +24,7 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/kefirdb/kefir/bench/limits"
@@ -72,6 +73,7 @@ type flags struct {
 	matrixPath         string
 	rounds             int
 	failuresPath       string
+	serveAddr          string
 }
 
 func parse(args []string) (*flags, error) {
@@ -112,6 +114,7 @@ func parse(args []string) (*flags, error) {
 	fs.StringVar(&f.matrixPath, "matrix", "", "drive every system listed in this file (one line of ycsb flags per system, each with -label) from this process, cells interleaved across systems, -rounds times; rows and failures go to -json")
 	fs.IntVar(&f.rounds, "rounds", 3, "-matrix: rounds (each cell of each system measured once per round)")
 	fs.StringVar(&f.failuresPath, "failures", "", "-matrix: also list failed connections, loads and cells here, one per line (empty file: none)")
+	fs.StringVar(&f.serveAddr, "serve", "", "run only the trivial RESP server (the -db respserver one) on this address until interrupted: the harness ceiling with the server in its own process, as every real system is")
 	fs.StringVar(&f.label, "label", "", "name of the system in reports (default: derived from -db and its options)")
 	fs.StringVar(&f.respVia, "via", "redis", "respserver: which client library drives it (redis or kefir)")
 	fs.IntVar(&f.runs, "runs", 1, "repetitions of each cell (to report run-to-run spread)")
@@ -350,6 +353,22 @@ func main() {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "ycsb:", err)
 		os.Exit(2)
+	}
+	if f.serveAddr != "" {
+		srv, err := drivers.StartRESPServer(f.serveAddr)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "ycsb:", err)
+			os.Exit(1)
+		}
+		fmt.Println("serving RESP on", srv.Addr())
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		<-ctx.Done()
+		stop()
+		if err := srv.Close(); err != nil {
+			fmt.Fprintln(os.Stderr, "ycsb:", err)
+			os.Exit(1)
+		}
+		return
 	}
 	if f.summarizeTo != "" || f.agreeFiles != "" || f.spliceInto != "" {
 		if err := report(f, os.Args[1:]); err != nil {

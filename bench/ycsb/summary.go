@@ -175,7 +175,7 @@ func ceilingMarkdown(rows []summaryRow) string {
 	}
 	family := func(sys string) string {
 		switch {
-		case strings.HasPrefix(sys, "respserver") && strings.Contains(sys, "redis"):
+		case strings.HasPrefix(sys, "respserver") && strings.Contains(sys, "go-redis"):
 			return "redis"
 		case strings.HasPrefix(sys, "respserver") && strings.Contains(sys, "kefir"):
 			return "kefir"
@@ -238,7 +238,7 @@ func ceilingMarkdown(rows []summaryRow) string {
 		return fmt.Sprintf("%.1f×", x), "yes"
 	}
 	var sb strings.Builder
-	sb.WriteString("| workload | clients | harness ceiling ops/s | best system | its ops/s | ceiling ÷ best | ≥ 3× | go-redis ceiling ÷ best redis row | Kefir-client ceiling ÷ best kefir row |\n|---|---:|---:|---|---:|---:|---|---|---|\n")
+	sb.WriteString("| workload | clients | harness ceiling ops/s (best ceiling row) | best system | its ops/s | ceiling ÷ best | ≥ 3× | go-redis ceiling ÷ best redis row | Kefir-client ceiling ÷ best kefir row |\n|---|---:|---:|---|---:|---:|---|---|---|\n")
 	for _, k := range order {
 		c, b := ceil[k], top[k]
 		x, ok := ratio(c.tput, b.tput)
@@ -249,7 +249,7 @@ func ceilingMarkdown(rows []summaryRow) string {
 			}
 			return fmt.Sprintf("%s (%s)", x, strings.Trim(ok, "*"))
 		}
-		fmt.Fprintf(&sb, "| %s | %d | %.0f | %s | %.0f | %s | %s | %s | %s |\n", strings.ToUpper(k.w), k.c, c.tput, b.sys, b.tput, x, ok, fam("redis"), fam("kefir"))
+		fmt.Fprintf(&sb, "| %s | %d | %.0f (%s) | %s | %.0f | %s | %s | %s | %s |\n", strings.ToUpper(k.w), k.c, c.tput, c.sys, b.sys, b.tput, x, ok, fam("redis"), fam("kefir"))
 	}
 	return sb.String()
 }

@@ -82,7 +82,7 @@ func TestSpliceKeepsHandWrittenText(t *testing.T) {
 func TestCeilingFlagsACellBelowThreeTimesTheBestSystem(t *testing.T) {
 	rows := summarize([]row{roundRow("respserver(via kefir)", 1, 300, 1), roundRow("fast", 1, 150, 1), roundRow("kefir-slow", 1, 150, 1), roundRow("slow", 1, 50, 1)})
 	md := ceilingMarkdown(rows)
-	if !strings.Contains(md, "| A | 16 | 300 | fast | 150 | 2.00× | **no** | – | 2.00× (no) |") {
+	if !strings.Contains(md, "| A | 16 | 300 (respserver(via kefir)) | fast | 150 | 2.00× | **no** | – | 2.00× (no) |") {
 		t.Fatalf("want a failing 2.0× row against the fastest system:\n%s", md)
 	}
 	rows = summarize([]row{roundRow("respserver(via kefir)", 1, 300, 1), roundRow("slow", 1, 50, 1)})
