@@ -108,3 +108,16 @@ func syncFrontOf(db *storage.DB) *atomic.Uint64 {
 	v, _ := syncFronts.LoadOrStore(k, new(atomic.Uint64))
 	return v.(*atomic.Uint64)
 }
+
+// SetIOModel sets the I/O model of the connections accepted from now on (the
+// hook for an --io-model flag; KEFIR_IO_MODEL sets it at start). IOEpoll where
+// there is no epoll falls back to IOGoroutine.
+func SetIOModel(m IOModel) {
+	if m == IOEpoll && !epollSupported {
+		m = IOGoroutine
+	}
+	ioModel.Store(m)
+}
+
+// CurrentIOModel is the I/O model new connections get.
+func CurrentIOModel() IOModel { return ioModel.Load() }
