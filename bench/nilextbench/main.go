@@ -268,6 +268,7 @@ func (g *group) stop() {
 type status struct {
 	Role        string `json:"role"`
 	Replication *struct {
+		Fsyncs uint64 `json:"log_fsyncs"`
 		Nilext *struct {
 			SlowReads uint64 `json:"slow_reads"`
 		} `json:"nilext"`
@@ -309,6 +310,17 @@ func (g *group) slowReads() uint64 {
 	return n
 }
 
+// fsyncs sums the replicas' log fsyncs.
+func (g *group) fsyncs() uint64 {
+	var n uint64
+	for i := range g.n {
+		if st, err := g.status(i); err == nil && st.Replication != nil {
+			n += st.Replication.Fsyncs
+		}
+	}
+	return n
+}
+
 // ---- closed-loop runs ----
 
 type mode int
@@ -330,6 +342,12 @@ type result struct {
 	reads       int
 	slowReads   uint64
 	errors      int
+	fsyncs      uint64 // log fsyncs on all replicas during the run
+}
+
+// fsyncsPerWrite: log fsyncs (all replicas) per completed write.
+func (r result) fsyncsPerWrite() float64 {
+	return float64(r.fsyncs) / float64(max(r.ops-r.reads, 1))
 }
 
 func (r result) tput() float64 { return float64(r.ops) / r.secs }
@@ -468,13 +486,15 @@ func (g *group) measure(c config, m mode, k int, w workload) (result, error) {
 	if w.readFrac > 0 {
 		slowBefore = g.slowReads()
 	}
+	fsBefore := g.fsyncs()
 	start := time.Now()
 	close(measuring)
 	time.Sleep(c.round)
 	close(stop)
 	secs := time.Since(start).Seconds()
+	fsAfter := g.fsyncs()
 	wg.Wait()
-	r := result{ops: ops, secs: secs, reads: reads, errors: ne}
+	r := result{ops: ops, secs: secs, reads: reads, errors: ne, fsyncs: fsAfter - fsBefore}
 	r.w50, r.w99, r.wmean = pct(wlat, 0.5), pct(wlat, 0.99), mean(wlat)
 	r.r50, r.r99 = pct(rlat, 0.5), pct(rlat, 0.99)
 	for _, cl := range cls {
@@ -505,8 +525,8 @@ func (g *group) interleave(c config, k int, w workload) (map[mode][]result, erro
 				return nil, err
 			}
 			out[m] = append(out[m], res)
-			fmt.Fprintf(os.Stderr, "  %s k=%d %s: %.0f ops/s w50=%v w99=%v r50=%v fast=%d fallback=%d slowreads=%d/%d errs=%d\n",
-				w.dur, k, m, res.tput(), res.w50, res.w99, res.r50, res.fast, res.falls, res.slowReads, res.reads, res.errors)
+			fmt.Fprintf(os.Stderr, "  %s k=%d %s: %.0f ops/s w50=%v w99=%v r50=%v fast=%d fallback=%d slowreads=%d/%d errs=%d fsyncs/write=%.2f\n",
+				w.dur, k, m, res.tput(), res.w50, res.w99, res.r50, res.fast, res.falls, res.slowReads, res.reads, res.errors, res.fsyncsPerWrite())
 		}
 	}
 	return out, nil
@@ -537,10 +557,20 @@ func runGroup(c config, n int, delay time.Duration) error {
 	fmt.Fprintf(os.Stderr, "group of %d, one-way delay %v: up\n", n, delay)
 	fmt.Printf("## %d replicas, one-way delay %v on every link\n\n", n, delay)
 	uniform := func(r *rand.Rand) uint64 { return r.Uint64N(uint64(c.records)) }
+	if c.experiments["ping"] || c.experiments["low"] {
+		// Calibration: one client-to-replica round trip through the proxies
+		// (PING: no replication, no disk). A nilext write costs one such round
+		// trip plus the replica's work; an ordered one two.
+		p50, p99, err := g.pingLatency()
+		if err != nil {
+			return err
+		}
+		fmt.Printf("Calibration: PING round trip through the delay proxies p50 %.3f ms, p99 %.3f ms (ideal %.3f ms).\n\n", ms(p50), ms(p99), ms(2*delay))
+	}
 	if c.experiments["low"] {
 		fmt.Printf("### Low load: write latency (ms, median of %d interleaved rounds of %v)\n\n", c.rounds, c.round)
-		fmt.Println("| durability | clients | nilext p50 | ordered p50 | ratio p50 | nilext mean | ordered mean | ratio mean | nilext p99 | ordered p99 | fast / fallback writes |")
-		fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
+		fmt.Println("| durability | clients | nilext p50 | ordered p50 | ratio p50 | nilext mean | ordered mean | ratio mean | nilext p99 | ordered p99 | fast / fallback writes | fsyncs per write nilext / ordered |")
+		fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|")
 		for _, d := range c.durs {
 			for _, k := range c.clients {
 				rs, err := g.interleave(c, k, workload{keys: uniform, dur: d})
@@ -554,8 +584,9 @@ func runGroup(c config, n int, delay time.Duration) error {
 				for _, r := range nx {
 					fast, falls = fast+r.fast, falls+r.falls
 				}
-				fmt.Printf("| %s | %d | %.3f | %.3f | **%.2f** | %.3f | %.3f | %.2f | %.3f | %.3f | %d / %d |\n", d, k, n50, o50, n50/o50, nm, om, nm/om,
-					med(nx, func(r result) float64 { return ms(r.w99) }), med(od, func(r result) float64 { return ms(r.w99) }), fast, falls)
+				fmt.Printf("| %s | %d | %.3f | %.3f | **%.2f** | %.3f | %.3f | %.2f | %.3f | %.3f | %d / %d | %.2f / %.2f |\n", d, k, n50, o50, n50/o50, nm, om, nm/om,
+					med(nx, func(r result) float64 { return ms(r.w99) }), med(od, func(r result) float64 { return ms(r.w99) }), fast, falls,
+					med(nx, result.fsyncsPerWrite), med(od, result.fsyncsPerWrite))
 			}
 		}
 		fmt.Println()
@@ -635,9 +666,27 @@ func runGroup(c config, n int, delay time.Duration) error {
 	return nil
 }
 
+// pingLatency measures PING round trips from one client for a second.
+func (g *group) pingLatency() (p50, p99 time.Duration, err error) {
+	cl, err := client.Dial(context.Background(), g.clients[:1], client.WithPoolSize(1))
+	if err != nil {
+		return 0, 0, err
+	}
+	defer cl.Close()
+	var lat []time.Duration
+	for end := time.Now().Add(time.Second); time.Now().Before(end); {
+		t0 := time.Now()
+		if err := cl.Ping(context.Background()); err != nil {
+			return 0, 0, err
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	return pct(lat, 0.5), pct(lat, 0.99), nil
+}
+
 // preload writes every YCSB key once, on the ordered path, in batches.
 func preload(g *group, c config) error {
-	cl, err := client.Dial(context.Background(), g.clients, client.WithPoolSize(4))
+	cl, err := client.Dial(context.Background(), g.clients, client.WithPoolSize(4), client.WithRetryUnavailable(20*time.Second))
 	if err != nil {
 		return err
 	}
