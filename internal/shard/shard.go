@@ -174,7 +174,9 @@ type Shard struct {
 	done     chan struct{}
 	syncerWG sync.WaitGroup
 
-	statMu sync.Mutex // guards the read-side counters in stats
+	// syncs and readSyncs are bumped by waiters that do not hold mu, so they
+	// live outside stats (Status copies stats under mu only).
+	syncs, readSyncs atomic.Uint64
 
 	// The read check applies to values written by sync and cad writes, not async
 	// ones (async promises nothing). checkPos is the highest engine position of a
@@ -317,9 +319,7 @@ func (s *Shard) Wait(ctx context.Context, p Pending) error {
 	if _, err := s.db.Sync(p.SyncPos); err != nil {
 		return fmt.Errorf("%w: sync: %w", ErrUnavailable, err)
 	}
-	s.statMu.Lock()
-	s.stats.Syncs++
-	s.statMu.Unlock()
+	s.syncs.Add(1)
 	return nil
 }
 
@@ -775,9 +775,7 @@ func (s *Shard) Read(ctx context.Context, op Op, c level.Consistency, sess Sessi
 		if _, err := s.db.Sync(maxPos); err != nil {
 			return Result{}, fmt.Errorf("%w: read durability sync: %w", ErrUnavailable, err)
 		}
-		s.statMu.Lock()
-		s.stats.ReadSyncs++
-		s.statMu.Unlock()
+		s.readSyncs.Add(1)
 	}
 	return res, nil
 }
@@ -844,9 +842,8 @@ func (s *Shard) Status() Status {
 	st := s.stats
 	st.Clients = len(s.clients)
 	s.mu.Unlock()
-	s.statMu.Lock()
-	st.Syncs, st.ReadSyncs = s.stats.Syncs, s.stats.ReadSyncs
-	s.statMu.Unlock()
+	// Counted outside mu (waits run unlocked); stats' own copies stay zero.
+	st.Syncs, st.ReadSyncs = s.syncs.Load(), s.readSyncs.Load()
 	st.LastVersion = s.db.LastVersion()
 	st.LastPos = uint64(s.db.LastPos())
 	st.DurablePos = uint64(s.db.DurablePos())
