@@ -204,6 +204,18 @@ var serverOptions = []option{
 			c.FollowerReads = b
 			return err
 		}},
+	{"io-model", string(server.DefaultIOModel()), "How client connections are served: epoll (a few event loops read every ready socket, run its pipelined commands and write the replies at once; Linux only) or goroutine (one goroutine per connection, Go's usual model). TLS connections always use goroutine. KEFIR_IO_LOOPS sets the number of event loops (default: one per two CPUs).",
+		func(c *serverConfig, v string) error {
+			m, err := server.ParseIOModel(strings.TrimSpace(v))
+			if err != nil {
+				return err
+			}
+			if m == server.IOEpoll && server.DefaultIOModel() != server.IOEpoll {
+				return errors.New("epoll needs Linux; use goroutine")
+			}
+			c.IOModel = m
+			return nil
+		}},
 	{"log-level", "info", "Log level: debug, info, warn, error.",
 		func(c *serverConfig, v string) error { c.LogLevel = v; return nil }},
 	{"log-format", "text", "Log format: text or json.",

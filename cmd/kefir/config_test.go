@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/server"
 )
 
 func envMap(m map[string]string) func(string) string {
@@ -185,5 +186,98 @@ func TestUpGroupBootstrapsOnlyOnFirstStart(t *testing.T) {
 	}
 	if _, err := prepareGroup(single, 3, 16000); err == nil {
 		t.Fatal("a single-node data directory was reused for a group")
+	}
+}
+
+// --io-model follows the same precedence as every option (flag over env over
+// file over the platform default), and a value the server cannot run is
+// refused with an error naming where it came from.
+func TestIOModelOption(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "kefir.toml")
+	if err := os.WriteFile(file, []byte("io-model = \"goroutine\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	epollOK := server.DefaultIOModel() == server.IOEpoll
+	type ioCase struct {
+		name string
+		args []string
+		env  map[string]string
+		want server.IOModel
+	}
+	cases := []ioCase{
+		{"default: epoll where the platform has it", nil, nil, server.DefaultIOModel()},
+		{"file", nil, map[string]string{"KEFIR_CONFIG": file}, server.IOGoroutine},
+		{"env over default", nil, map[string]string{"KEFIR_IO_MODEL": "goroutine"}, server.IOGoroutine},
+		{"flag over env and file", []string{"--io-model", "goroutine"}, map[string]string{"KEFIR_CONFIG": file, "KEFIR_IO_MODEL": "goroutine"}, server.IOGoroutine},
+	}
+	if epollOK {
+		cases = append(cases,
+			ioCase{"env over file", nil, map[string]string{"KEFIR_CONFIG": file, "KEFIR_IO_MODEL": "epoll"}, server.IOEpoll},
+			ioCase{"flag over env", []string{"--io-model=epoll"}, map[string]string{"KEFIR_IO_MODEL": "goroutine"}, server.IOEpoll})
+	}
+	for _, c := range cases {
+		cfg, err := loadServerConfig(c.args, envMap(c.env), &bytes.Buffer{})
+		if err != nil {
+			t.Errorf("%s: %v", c.name, err)
+			continue
+		}
+		if cfg.IOModel != c.want {
+			t.Errorf("%s: io-model = %q, want %q", c.name, cfg.IOModel, c.want)
+		}
+	}
+
+	bad := filepath.Join(t.TempDir(), "bad.toml")
+	if err := os.WriteFile(bad, []byte("io_model = \"threads\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{[]string{"--io-model", "uring"}, nil, `--io-model: server: unknown I/O model "uring" (want epoll or goroutine)`},
+		{nil, map[string]string{"KEFIR_IO_MODEL": "Epoll"}, "KEFIR_IO_MODEL: server: unknown I/O model"},
+		{nil, map[string]string{"KEFIR_CONFIG": bad}, "io_model: server: unknown I/O model \"threads\""},
+	} {
+		_, err := loadServerConfig(c.args, envMap(c.env), &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v %v: err = %v, want mention of %q", c.args, c.env, err, c.want)
+		}
+	}
+	if !epollOK {
+		if _, err := loadServerConfig([]string{"--io-model", "epoll"}, envMap(nil), &bytes.Buffer{}); err == nil {
+			t.Error("--io-model epoll accepted on a platform without epoll")
+		}
+	}
+
+	var help bytes.Buffer
+	_, _ = loadServerConfig([]string{"--help"}, envMap(nil), &help)
+	for _, want := range []string{"--io-model", "KEFIR_IO_MODEL", "epoll", "goroutine"} {
+		if !strings.Contains(help.String(), want) {
+			t.Errorf("--help does not mention %s", want)
+		}
+	}
+}
+
+// server.Config.Validate is the last gate for callers that fill Config
+// directly: an unknown model is an error, not a silent fallback.
+func TestConfigValidateRefusesUnknownIOModel(t *testing.T) {
+	base := server.Config{DataDir: t.TempDir(), ClientAddr: "127.0.0.1:0"}
+	for _, m := range []server.IOModel{"", server.IOGoroutine} {
+		c := base
+		c.IOModel = m
+		if err := c.Validate(); err != nil {
+			t.Errorf("IOModel %q refused: %v", m, err)
+		}
+	}
+	c := base
+	c.IOModel = "threads"
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), `--io-model "threads"`) {
+		t.Errorf("IOModel threads: err = %v", err)
+	}
+	c.IOModel = server.IOEpoll
+	err := c.Validate()
+	if epoll := server.DefaultIOModel() == server.IOEpoll; epoll != (err == nil) {
+		t.Errorf("IOModel epoll (platform has epoll: %v): err = %v", epoll, err)
 	}
 }

@@ -66,6 +66,14 @@ type Config struct {
 	// ShutdownTimeout bounds graceful shutdown's wait for in-flight commands.
 	ShutdownTimeout time.Duration
 
+	// IOModel is how plain-TCP client connections are served: IOEpoll (event
+	// loops, Linux only) or IOGoroutine (one goroutine per connection); ""
+	// leaves the process's model as it is (KEFIR_IO_MODEL at start, else
+	// DefaultIOModel). The model is process-wide, like the event loops: New
+	// sets it, so the last server created in a process decides for all of
+	// them. TLS connections always use goroutines.
+	IOModel IOModel
+
 	Logger *slog.Logger
 
 	// FS is the file system under the engine (nil = the OS). Tests pass a vfs.Mem
@@ -197,6 +205,22 @@ func (c Config) validateReplication() error {
 	return nil
 }
 
+// validateIOModel refuses a model this build cannot run rather than falling
+// back silently: an operator who asked for epoll and got goroutines would read
+// the wrong conclusions off a benchmark.
+func validateIOModel(m IOModel) error {
+	switch m {
+	case "", IOGoroutine:
+		return nil
+	case IOEpoll:
+		if !epollSupported {
+			return fmt.Errorf("config: --io-model epoll needs Linux; use goroutine here")
+		}
+		return nil
+	}
+	return fmt.Errorf("config: --io-model %q: want epoll or goroutine", string(m))
+}
+
 // ErrInsecure is returned by Validate when a non-loopback address would be bound
 // without a password (or a peer port without a cluster secret).
 var ErrInsecure = errors.New("refusing to listen on a non-loopback address without authentication")
@@ -247,6 +271,9 @@ func (c Config) Validate() error {
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		return errors.New("config: TLS needs both a certificate and a key file")
+	}
+	if err := validateIOModel(c.IOModel); err != nil {
+		return err
 	}
 	for _, p := range []struct{ name, addr, secret, how string }{
 		{"client", c.ClientAddr, c.Password, "set a password with --password or KEFIR_PASSWORD"},

@@ -84,6 +84,9 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if cfg.IOModel != "" {
+		SetIOModel(cfg.IOModel)
+	}
 	s := &Server{
 		cfg:     cfg,
 		log:     cfg.Logger.With("node", cfg.NodeID),
