@@ -62,9 +62,17 @@ func TestConfigRemovalBound(t *testing.T) {
 	if err := c.Validate(); err == nil {
 		t.Fatal("follower reads without a leader lease accepted")
 	}
+	c = testConfig(1, 3)
+	followerReads(&c)
+	if _, err := New(c, State{Bootstrap: true}); err == nil || !strings.Contains(err.Error(), "nonce") {
+		t.Fatalf("follower reads started without a nonce: %v", err)
+	}
+	if _, err := New(c, State{Bootstrap: true, Nonce: 9}); err != nil {
+		t.Fatalf("follower reads with a nonce: %v", err)
+	}
 	d := testConfig(1, 3)
 	d.fill()
-	if d.MarkOut != DefaultMarkOut || d.Removal != 5*DefaultMarkOut || d.Suspect != 3*d.HeartbeatInterval {
+	if d.MarkOut != DefaultMarkOut || d.Removal != 5*DefaultMarkOut || d.Suspect != DefaultMarkOut {
 		t.Fatalf("defaults: mark-out %v removal %v suspect %v", d.MarkOut, d.Removal, d.Suspect)
 	}
 }

@@ -18,8 +18,10 @@ type State struct {
 	// it stopped (acks before fsync, a replaced disk): the replica then runs
 	// the VR recovery protocol and does not vote until it has recovered.
 	LostState bool
-	// Nonce identifies this recovery (drawn by the driver; the core has no
-	// randomness). Required with LostState.
+	// Nonce identifies this start (drawn by the driver, fresh and random on
+	// every start; the core has no randomness). Required with LostState and
+	// with Config.FollowerReads: it seeds the prepare-ok sequence numbers
+	// that keep read-lease acknowledgements of different lives apart.
 	Nonce uint64
 	// Bootstrap: this is the very first start of a new group (the driver
 	// knows, e.g. from an explicit init step): every replica starts normal in
@@ -142,6 +144,10 @@ type Replica struct {
 	dvc     []*Message
 	dvcSent *Message
 	pulling int
+	// vcAbandoned counts view changes this replica left unfinished since it
+	// was last normal; each one doubles the view-change timeout (vcTimeout).
+	vcAbandoned int
+	lastDVC     int64
 
 	// Recovery state.
 	nonce        uint64
@@ -162,6 +168,12 @@ func New(cfg Config, st State) (*Replica, error) {
 	cfg.fill()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if cfg.FollowerReads && st.Nonce == 0 {
+		// A zero nonce is what a driver that forgot it passes on every
+		// start: grants echoing an earlier life's prepare-ok numbers could
+		// then be timed from this life's sends (cad.go, cadState.init).
+		return nil, fmt.Errorf("vr: follower reads need a non-zero start nonce (State.Nonce)")
 	}
 	r := &Replica{cfg: cfg, hash: cfg.Hash(), n: len(cfg.Members), pulling: -1,
 		inflight: map[uint64]uint64{}, clients: map[uint64]*ClientRecord{}}
@@ -261,6 +273,26 @@ func (r *Replica) observe(now int64) {
 }
 
 func (r *Replica) canVote() bool { return r.now >= r.promiseUntil }
+
+// maxVCBackoff caps the view-change timeout's doubling at 2^maxVCBackoff
+// times Config.ViewChangeTimeout.
+const maxVCBackoff = 4
+
+// vcTimeout is how long this replica gives the view change it is in before
+// it moves on to the next view. A view change ships whole logs (do-view-change,
+// start-view); on a stalled box that can take longer than the configured
+// timeout, and if every replica then abandons every view at the same pace the
+// group cycles through views for ever (seen at load 20–40 with an 11k-entry
+// tail: views 2150 → 2400+, no leader; TestViewChangeWithSlowLargeLogConverges).
+// So each view change abandoned since the replica was last normal doubles the
+// timeout (capped), until one is long enough to finish; seeing a normal view
+// resets it. On top, a deterministic stagger by member index (up to half the
+// current timeout; the core has no randomness) keeps replicas from timing out
+// together and tearing down a view change that another one is finishing.
+func (r *Replica) vcTimeout() int64 {
+	t := int64(r.cfg.ViewChangeTimeout) << min(r.vcAbandoned, maxVCBackoff)
+	return t + t*int64(r.self)/int64(2*r.n)
+}
 
 // ---- persistence ----
 
@@ -510,12 +542,17 @@ func (r *Replica) Tick(now int64) {
 			r.startViewChange(r.view + 1)
 		}
 	case ViewChange:
-		if r.now-r.vcStart >= vct && r.canVote() {
+		if r.now-r.vcStart >= r.vcTimeout() && r.canVote() {
 			r.startViewChange(r.view + 1)
 		} else if r.now-r.lastSVC >= hb {
 			r.lastSVC = r.now
 			r.broadcast(Message{Type: MsgStartViewChange, View: r.view}, false)
-			if r.dvcSent != nil && r.cfg.LeaderOf(r.view) != r.cfg.Self {
+			// The do-view-change carries the log: resending it every
+			// heartbeat would bury a slow new leader under copies of it
+			// (and each copy reaching a leader already normal draws a
+			// start-view with the whole log again).
+			if r.dvcSent != nil && r.cfg.LeaderOf(r.view) != r.cfg.Self && r.now-r.lastDVC >= max(hb, r.vcTimeout()/4) {
+				r.lastDVC = r.now
 				r.sendAfterSync(r.cfg.LeaderOf(r.view), *r.dvcSent)
 			}
 			if r.pulling >= 0 {
@@ -882,6 +919,9 @@ func (r *Replica) startViewChange(v uint64) {
 	if v <= r.view && r.status != Normal {
 		panic(fmt.Sprintf("vr: replica %d: view change to %d from view %d (%s)", r.cfg.Self, v, r.view, r.status))
 	}
+	if r.status == ViewChange {
+		r.vcAbandoned++
+	}
 	r.stepDown()
 	r.setView(v)
 	r.status = ViewChange
@@ -938,6 +978,7 @@ func (r *Replica) sendDVC() {
 		return
 	}
 	// The do-view-change promises the view: it waits until the view is durable.
+	r.lastDVC = r.now
 	r.sendAfterSync(r.cfg.LeaderOf(r.view), m)
 }
 
@@ -1015,6 +1056,7 @@ func (r *Replica) tryStartView() {
 	}
 	r.nxStartView(recovered)
 	r.status, r.lnv = Normal, r.view
+	r.vcAbandoned = 0
 	r.hsDirty = true
 	if c := min(commit, r.lastOp()); c > r.commit {
 		r.setCommit(c)
@@ -1104,6 +1146,7 @@ func (r *Replica) onStartView(j int, m *Message) {
 		return
 	}
 	r.status, r.lnv = Normal, m.View
+	r.vcAbandoned = 0
 	r.nxEnterView()
 	r.adoptLog(m.First, m.Entries)
 	if c := min(m.Commit, r.lastOp()); c > r.commit {
@@ -1238,6 +1281,7 @@ func (r *Replica) onRecoveryResponse(j int, m *Message) {
 	}
 	r.setView(top)
 	r.status, r.lnv = Normal, top
+	r.vcAbandoned = 0
 	r.nxAdopt(l.DLog)
 	r.truncate(r.recHave)
 	for _, e := range l.Entries {

@@ -440,6 +440,9 @@ func Open(opts Options) (*Replica, error) {
 		s := ws.snap
 		st.Snapshot = &s
 	}
+	// A fresh nonce on every start, not only for recovery: the core seeds
+	// its prepare-ok sequence numbers from it (vr cadState.init).
+	st.Nonce = rand.Uint64() | 1
 	switch {
 	case ws.empty && opts.Bootstrap:
 		st.Bootstrap = true
@@ -447,7 +450,6 @@ func Open(opts Options) (*Replica, error) {
 		// The disk lacks what this replica may have promised: recover from
 		// the group before voting or acknowledging anything.
 		st.LostState = true
-		st.Nonce = rand.Uint64() | 1
 		r.recovering = true
 	}
 	core, err := vr.New(opts.VR, st)
