@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/resp"
 )
 
@@ -99,12 +100,32 @@ type Client struct {
 	// connection goes elsewhere move to it on their next call.
 	leader atomic.Pointer[string]
 	nx     *nilextPath // nil unless WithNilext
+
+	// replicas serve the reads any replica may answer (replicaRead): poolSize
+	// connections per address given to Dial, used round robin. They are apart
+	// from slots so that a -MOVED, which moves slots to the leader, leaves
+	// them where they are: one redirected read must not turn every later
+	// follower read into a leader read. Empty with a single address.
+	replicas []replicaSlot
+	rnext    atomic.Uint32
 }
 
 type slot struct {
 	mu sync.Mutex // serialises dialing for this slot
 	c  *conn
 }
+
+// replicaSlot is a connection to one fixed address.
+type replicaSlot struct {
+	slot
+	addr string
+	// downUntil (unix nanoseconds, under mu): a dial failed, so reads skip
+	// this address until then instead of paying a dial per call.
+	downUntil int64
+}
+
+// replicaDownFor is how long a replica whose dial failed is left alone.
+const replicaDownFor = time.Second
 
 // Dial connects to the first reachable address of addrs and returns a Client. It
 // dials one connection eagerly, so a wrong address or password fails here; the rest
@@ -124,6 +145,12 @@ func Dial(ctx context.Context, addrs []string, opts ...Option) (*Client, error) 
 		return nil, errors.New("kefir: WithUser needs WithPassword")
 	}
 	c := &Client{addrs: append([]string(nil), addrs...), opts: o, slots: make([]slot, o.poolSize)}
+	if len(c.addrs) > 1 {
+		c.replicas = make([]replicaSlot, len(c.addrs)*o.poolSize)
+		for i := range c.replicas {
+			c.replicas[i].addr = c.addrs[i/o.poolSize]
+		}
+	}
 	if o.nilext != nil {
 		c.nx = newNilextPath(c, *o.nilext)
 	}
@@ -141,14 +168,20 @@ func (c *Client) Close() error {
 		c.nx.close()
 	}
 	for i := range c.slots {
-		s := &c.slots[i]
-		s.mu.Lock()
-		if s.c != nil {
-			s.c.close()
-		}
-		s.mu.Unlock()
+		c.slots[i].close()
+	}
+	for i := range c.replicas {
+		c.replicas[i].close()
 	}
 	return nil
+}
+
+func (s *slot) close() {
+	s.mu.Lock()
+	if s.c != nil {
+		s.c.close()
+	}
+	s.mu.Unlock()
 }
 
 // conn returns slot i's connection, dialing it if it is missing or dead.
@@ -271,12 +304,111 @@ func randomID() uint64 {
 	}
 }
 
+// replicaRead reports whether req is a read that any replica of a group may
+// serve, so that the client spreads it over the addresses it was given:
+// cross-client-monotonic (followers serve it with --follower-reads), session
+// reads that carry a Session's token (any replica that has applied the
+// token's writes), and eventual. Linearizable and bounded reads, writes, and
+// session-level reads without a Session (their guarantee is the server
+// connection's own session, which only the leader-bound pool keeps) are not.
+func replicaRead(req *request) bool {
+	if req.write {
+		return false
+	}
+	switch req.opts.consistency.Kind {
+	case level.CrossClientMonotonic, level.Eventual:
+		return true
+	case level.Session:
+		return req.session != nil
+	}
+	return false
+}
+
+// replicaConn returns replica slot i's connection, dialing it if needed. It
+// never waits for another caller's dial, and reports ok false when the slot
+// is busy dialing, its address is down, or the dial fails: the read then goes
+// the leader's way instead.
+func (c *Client) replicaConn(ctx context.Context, i int) (cn *conn, ok bool, err error) {
+	s := &c.replicas[i]
+	if !s.mu.TryLock() {
+		return nil, false, nil
+	}
+	defer s.mu.Unlock()
+	if c.closed.Load() {
+		return nil, false, ErrClosed
+	}
+	if s.c != nil && s.c.healthy() {
+		return s.c, true, nil
+	}
+	if time.Now().UnixNano() < s.downUntil {
+		return nil, false, nil
+	}
+	cn, err = c.dial(ctx, s.addr)
+	if err != nil {
+		if errors.Is(err, ErrAuth) {
+			return nil, false, err
+		}
+		s.downUntil = time.Now().Add(replicaDownFor).UnixNano()
+		return nil, false, nil
+	}
+	s.c = cn
+	return cn, true, nil
+}
+
+// doReplica tries a replicaRead at the next replica. done false means the
+// replica did not serve it — it answered -MOVED (cannot prove the level now:
+// no lease, data not yet readable, a session's writes not yet applied) or
+// -UNAVAILABLE, or the connection failed — and req is ready to run the
+// leader's way; only this read goes there. A -MOVED's leader is remembered
+// for the leader-bound pool, which is where that retry and writes go anyway.
+func (c *Client) doReplica(ctx context.Context, req *request) (done, owned bool, err error) {
+	i := int((c.rnext.Add(1) - 1) % uint32(len(c.replicas)))
+	cn, ok, err := c.replicaConn(ctx, i)
+	if err != nil {
+		return true, true, err
+	}
+	if !ok {
+		return false, true, nil
+	}
+	owned, err = cn.do(ctx, req)
+	if !owned {
+		var ab errAbandoned
+		if !errors.As(err, &ab) {
+			panic("client: conn kept a request without abandoning it")
+		}
+		return true, false, ctxError(ab.cause, false) // a read: nothing was applied
+	}
+	var se *Error
+	switch {
+	case err == nil:
+		return true, true, nil
+	case errors.As(err, &se) && se.Prefix == "MOVED":
+		if addr := strings.TrimSpace(strings.TrimPrefix(se.Msg, "MOVED")); addr != "" {
+			c.leader.Store(&addr)
+		}
+	case errors.As(err, &se) && se.Prefix == "UNAVAILABLE":
+	case errors.Is(err, errNotSent), errors.Is(err, errConnLost):
+	default:
+		return true, true, err // the replica's answer (an error reply included)
+	}
+	if ctx.Err() != nil {
+		return true, true, ctxError(ctx.Err(), false)
+	}
+	req.state, req.err = stateNew, nil
+	return false, true, nil
+}
+
 // do runs req: it picks a connection, retries on another one if the connection
 // dies, and turns attempt outcomes into the public errors. owned reports whether
 // the caller may read req's result and return it to the pool.
 func (c *Client) do(ctx context.Context, req *request) (owned bool, err error) {
 	if err := ctx.Err(); err != nil {
 		return true, ctxError(err, false)
+	}
+	if len(c.replicas) > 0 && replicaRead(req) {
+		if done, owned, err := c.doReplica(ctx, req); done {
+			return owned, err
+		}
 	}
 	start := c.next.Add(1) - 1 // slot 0, dialed by Dial, serves the first call
 	retries := 0               // attempts whose request may have reached a server
