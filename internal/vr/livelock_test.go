@@ -175,3 +175,59 @@ func TestViewChangeFastPathUnchanged(t *testing.T) {
 		t.Fatalf("view change took %v with cheap messages; want about one 300 ms timeout (plus the lease wait)", d)
 	}
 }
+
+// TestViewChangeTimeoutBacksOff: a replica left alone in a view change
+// moves on after the view-change timeout, then after twice, four times ...
+// that (capped at 16 times), each stretched by its member stagger; a
+// start-view (a normal view) resets it to one timeout.
+func TestViewChangeTimeoutBacksOff(t *testing.T) {
+	const self = 2 // member index 1 of 3: stagger = timeout·1/6
+	cfg := testConfig(self, 3)
+	r, err := New(cfg, State{HardState: HardState{View: 5, LastNormalView: 4}, Nonce: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := int64(cfg.ViewChangeTimeout)
+	now := 1000 * ms
+	r.Tick(now)
+	r.Ready()
+	// moves steps the clock in 1 ms ticks until the view changes and
+	// reports how long that took.
+	moves := func() int64 {
+		v, start := r.Info().View, now
+		for r.Info().View == v {
+			now += ms
+			r.Tick(now)
+			r.Ready()
+			if now-start > 100*base {
+				t.Fatalf("stuck in view %d", v)
+			}
+		}
+		return now - start
+	}
+	for k, mult := range []int64{1, 2, 4, 8, 16, 16} {
+		timeout := base * mult
+		want := timeout + timeout/6
+		if got := moves(); got < want || got > want+ms {
+			t.Fatalf("view change %d abandoned after %v, want %v", k, time.Duration(got), time.Duration(want))
+		}
+	}
+	// The leader of the current view starts it: normal, backoff forgotten.
+	v := r.Info().View
+	leader := cfg.LeaderOf(v)
+	if leader == self {
+		t.Fatalf("test assumes member %d does not lead view %d", self, v)
+	}
+	r.Step(now, Message{Type: MsgStartView, Cluster: cfg.Cluster, Epoch: cfg.Epoch, ConfigHash: cfg.Hash(),
+		From: leader, To: self, View: v, First: 1})
+	r.Ready()
+	if in := r.Info(); in.Status != Normal || in.View != v {
+		t.Fatalf("after start-view: %s in view %d, want normal in %d", in.Status, in.View, v)
+	}
+	if got := moves(); got < base || got > base+ms { // the leader falls silent
+		t.Fatalf("normal follower started a view change after %v, want %v", time.Duration(got), time.Duration(base))
+	}
+	if got, want := moves(), base+base/6; got < want || got > want+ms {
+		t.Fatalf("first view change after a normal view abandoned after %v, want %v (backoff not reset)", time.Duration(got), time.Duration(want))
+	}
+}
