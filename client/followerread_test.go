@@ -151,7 +151,6 @@ func TestFollowerReadsAreSpreadOverReplicas(t *testing.T) {
 	for _, i := range order {
 		addrs = append(addrs, nodes[i].ClientAddr().String())
 	}
-	leaderAddr := nodes[l].ClientAddr().String()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var wire wireLog
@@ -166,11 +165,15 @@ func TestFollowerReadsAreSpreadOverReplicas(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got := c.leader.Load(); got == nil || *got != leaderAddr {
-		t.Fatalf("after a write through a follower the client's leader is %v, want %s", got, leaderAddr)
-	}
 	waitFollowerReads(t, ctx, c, nodes)
+	stableView(t, nodes, func(l int) []string { return spreadRound(t, ctx, c, &wire, nodes, order, l) })
+}
 
+// spreadRound is one measured round of TestFollowerReadsAreSpreadOverReplicas
+// with node l leading; it returns what it found wrong.
+func spreadRound(t *testing.T, ctx context.Context, c *Client, wire *wireLog, nodes []*server.Server, order []int, l int) (failures []string) {
+	fail := func(format string, args ...any) { failures = append(failures, fmt.Sprintf(format, args...)) }
+	leaderAddr := nodes[l].ClientAddr().String()
 	wire.reset()
 	before := followerServed(nodes)
 	var fwdBefore []uint64
@@ -194,7 +197,9 @@ func TestFollowerReadsAreSpreadOverReplicas(t *testing.T) {
 			if _, err := c.Get(ctx, key, WithConsistency(Linearizable)); err != nil {
 				t.Fatalf("linearizable read %d: %v", i, err)
 			}
-			if _, err := c.Get(ctx, key, WithConsistency(Eventual)); err != nil {
+			// Eventual may find a replica that has not applied the key's
+			// first write yet.
+			if _, err := c.Get(ctx, key, WithConsistency(Eventual)); err != nil && !errors.Is(err, ErrNotFound) {
 				t.Fatalf("eventual read %d: %v", i, err)
 			}
 		}
@@ -202,39 +207,80 @@ func TestFollowerReadsAreSpreadOverReplicas(t *testing.T) {
 	after := followerServed(nodes)
 	served := sum(after) - sum(before)
 	t.Logf("followers served %d of %d cross-client-monotonic reads themselves (per node %v -> %v)", served, reads, before, after)
+	if got := c.leader.Load(); got == nil || *got != leaderAddr {
+		fail("the client's leader is %s, want %s", deref(got), leaderAddr)
+	}
 	for _, i := range order {
 		if i != l && after[i] == before[i] {
-			t.Errorf("follower %s served no cross-client-monotonic read", nodes[i].ClientAddr())
+			fail("follower %s served no cross-client-monotonic read", nodes[i].ClientAddr())
 		}
 	}
-	// Round robin sends two thirds of the reads to followers; a few of those
-	// find their key's latest write not yet readable and are redirected.
-	if served < reads/3 {
-		t.Errorf("followers served %d of %d reads; want at least %d", served, reads, reads/3)
+	// Round robin sends two thirds of the reads to followers. Those that find
+	// their key's latest write not yet readable (on a loaded machine, a
+	// follower applies late) are redirected: a tenth is a floor that a
+	// client pinned to the leader, which leaves followers serving none,
+	// cannot meet.
+	if served < reads/10 {
+		fail("followers served %d of %d reads; want at least %d", served, reads, reads/10)
 	}
-	for i, a := range addrs {
+	for _, i := range order {
+		a := nodes[i].ClientAddr().String()
 		if n := wire.count(a, "cross-client-monotonic"); n == 0 {
-			t.Errorf("no cross-client-monotonic read was sent to %s", a)
+			fail("no cross-client-monotonic read was sent to %s", a)
 		}
 		if n := wire.count(a, "eventual"); n == 0 {
-			t.Errorf("no eventual read was sent to %s", a)
+			fail("no eventual read was sent to %s", a)
 		}
-		if a == leaderAddr {
+		if i == l {
 			continue
 		}
 		if n := wire.count(a, "REQID"); n != 0 {
-			t.Errorf("%d writes were sent to follower %s", n, a)
+			fail("%d writes were sent to follower %s", n, a)
 		}
 		if n := wire.count(a, "linearizable"); n != 0 {
-			t.Errorf("%d linearizable reads were sent to follower %s", n, a)
+			fail("%d linearizable reads were sent to follower %s", n, a)
 		}
-		if fw := nodes[order[i]].Status().Replication.Forwarded; fw != fwdBefore[order[i]] {
-			t.Errorf("follower %s forwarded %d calls", a, fw-fwdBefore[order[i]])
+		if fw := nodes[i].Status().Replication.Forwarded; fw != fwdBefore[i] {
+			fail("follower %s forwarded %d calls", a, fw-fwdBefore[i])
 		}
 	}
 	if w := wire.count(leaderAddr, "REQID"); w != reads/10 {
-		t.Errorf("leader got %d writes, want %d", w, reads/10)
+		fail("leader got %d writes, want %d", w, reads/10)
 	}
+	return failures
+}
+
+// stableView runs round with the current leader until one run sees no view
+// change (at most 3 tries): the routing assertions name the leader, and a
+// loaded machine (the race detector, other engineers' builds) can make the
+// group change views in the middle of a round. A round that finds something
+// wrong without a view change fails the test.
+func stableView(t *testing.T, nodes []*server.Server, round func(l int) []string) {
+	t.Helper()
+	for try := 1; ; try++ {
+		l := leaderOf(t, nodes)
+		v0 := viewOf(nodes)
+		failures := round(l)
+		if v1 := viewOf(nodes); v1 != v0 && try < 3 {
+			t.Logf("the group changed views (%d -> %d) during round %d; again (%d findings dropped)", v0, v1, try, len(failures))
+			continue
+		}
+		for _, f := range failures {
+			t.Error(f)
+		}
+		return
+	}
+}
+
+// viewOf is the highest view any live node is in.
+func viewOf(nodes []*server.Server) uint64 {
+	var v uint64
+	for _, n := range nodes {
+		if n != nil && n.Status().Replication != nil {
+			v = max(v, n.Status().Replication.View)
+		}
+	}
+	return v
 }
 
 // Without --follower-reads a follower answers every cross-client-monotonic
@@ -246,12 +292,10 @@ func TestFollowerReadRetriesAtTheLeaderOnMoved(t *testing.T) {
 		t.Skip("starts a 3-node group")
 	}
 	nodes := startGroup(t) // no follower reads
-	l := leaderOf(t, nodes)
 	var addrs []string
 	for _, n := range nodes {
 		addrs = append(addrs, n.ClientAddr().String())
 	}
-	leaderAddr := nodes[l].ClientAddr().String()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var wire wireLog
@@ -264,30 +308,34 @@ func TestFollowerReadRetriesAtTheLeaderOnMoved(t *testing.T) {
 	if err := c.Put(ctx, "k", []byte("v1")); err != nil {
 		t.Fatal(err)
 	}
-	wire.reset()
-	const reads = 60
-	for i := range reads {
-		v, err := c.Get(ctx, "k", WithConsistency(CrossClientMonotonic))
-		if err != nil || string(v) != "v1" {
-			t.Fatalf("read %d = %q, %v; want v1", i, v, err)
+	stableView(t, nodes, func(l int) (failures []string) {
+		fail := func(format string, args ...any) { failures = append(failures, fmt.Sprintf(format, args...)) }
+		wire.reset()
+		const reads = 60
+		for i := range reads {
+			v, err := c.Get(ctx, "k", WithConsistency(CrossClientMonotonic))
+			if err != nil || string(v) != "v1" {
+				t.Fatalf("read %d = %q, %v; want v1", i, v, err)
+			}
 		}
-	}
-	// Round robin: a third of the reads start at the leader; the other two
-	// thirds are tried at a follower first and retried at the leader.
-	if n := wire.count(leaderAddr, "cross-client-monotonic"); n != reads {
-		t.Errorf("leader got %d reads, want all %d", n, reads)
-	}
-	for i, a := range addrs {
-		if i == l {
-			continue
+		// Round robin: a third of the reads start at the leader; the other
+		// two thirds are tried at a follower first and retried at the leader.
+		if n := wire.count(addrs[l], "cross-client-monotonic"); n != reads {
+			fail("leader got %d reads, want all %d", n, reads)
 		}
-		if n := wire.count(a, "cross-client-monotonic"); n != reads/3 {
-			t.Errorf("follower %s got %d reads, want %d (every third, also after its -MOVEDs)", a, n, reads/3)
+		for i, a := range addrs {
+			if i == l {
+				continue
+			}
+			if n := wire.count(a, "cross-client-monotonic"); n != reads/3 {
+				fail("follower %s got %d reads, want %d (every third, also after its -MOVEDs)", a, n, reads/3)
+			}
+			if fw := nodes[i].Status().Replication.Forwarded; fw != 0 {
+				fail("follower %s forwarded %d calls; the client asked for -MOVED", a, fw)
+			}
 		}
-		if fw := nodes[i].Status().Replication.Forwarded; fw != 0 {
-			t.Errorf("follower %s forwarded %d calls; the client asked for -MOVED", a, fw)
-		}
-	}
+		return failures
+	})
 }
 
 // A follower serving reads under a lease keeps doing so for a client that
@@ -321,6 +369,12 @@ func TestFollowerReadsResumeAfterALeaderChange(t *testing.T) {
 	if err := c.Put(ctx, "k", []byte("v2")); err != nil {
 		t.Fatalf("write after the leader stopped: %v", err)
 	}
+	// Cross-client-monotonic reads need not see a completed write, but
+	// never return less than an earlier read did: after this read of v2,
+	// every read returns v2.
+	if v, err := c.Get(ctx, "k", WithConsistency(Linearizable)); err != nil || string(v) != "v2" {
+		t.Fatalf("linearizable read after the write = %q, %v; want v2", v, err)
+	}
 	f := 3 - l - nl
 	start := nodes[f].Status().Replication.CAD.FollowerServed
 	for deadline := time.Now().Add(10 * time.Second); nodes[f].Status().Replication.CAD.FollowerServed == start; {
@@ -329,7 +383,7 @@ func TestFollowerReadsResumeAfterALeaderChange(t *testing.T) {
 		}
 		v, err := c.Get(ctx, "k", WithConsistency(CrossClientMonotonic))
 		if err != nil || string(v) != "v2" {
-			t.Fatalf("read after the leader change = %q, %v; want v2", v, err)
+			t.Fatalf("read after a read of v2 = %q, %v; want v2", v, err)
 		}
 	}
 }
@@ -483,4 +537,22 @@ func staleRead(h check.History) (check.Op, bool) {
 			Invoke: end + 1, Return: end + 2, Outcome: check.OK, Found: true, Result: f.Value, Node: -1}, true
 	}
 	return check.Op{}, false
+}
+
+func deref(p *string) string {
+	if p == nil {
+		return "none"
+	}
+	return *p
+}
+
+func views(nodes []*server.Server) []string {
+	var out []string
+	for _, n := range nodes {
+		if n != nil && n.Status().Replication != nil {
+			r := n.Status().Replication
+			out = append(out, fmt.Sprintf("%s:%s/v%d", n.ClientAddr(), r.Role, r.View))
+		}
+	}
+	return out
 }
