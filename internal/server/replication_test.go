@@ -10,10 +10,12 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/kefirdb/kefir/internal/resp"
+	"github.com/kefirdb/kefir/internal/vr"
 )
 
 // freeAddrs reserves n loopback ports (closed again at once: a member list
@@ -46,8 +48,26 @@ type group struct {
 func startGroup(t testing.TB) *group { return startGroupWith(t, nil) }
 
 // startGroupWith is startGroup with mod applied to every node's Config.
+//
+// The member list must name every port before any node binds one, so the
+// ports come from freeAddrs (listen, close) and another test or process may
+// take one in between: a start that fails with EADDRINUSE closes what it
+// started and tries again with fresh ports.
 func startGroupWith(t testing.TB, mod func(*Config)) *group {
 	t.Helper()
+	for attempt := 1; ; attempt++ {
+		g, err := tryStartGroup(t, mod)
+		if err == nil {
+			return g
+		}
+		if !errors.Is(err, syscall.EADDRINUSE) || attempt == 5 {
+			t.Fatalf("start group (attempt %d): %v", attempt, err)
+		}
+		t.Logf("start group: %v; retrying with fresh ports", err)
+	}
+}
+
+func tryStartGroup(t testing.TB, mod func(*Config)) (*group, error) {
 	addrs := freeAddrs(t, 6)
 	var ms []Member
 	for i := range 3 {
@@ -64,39 +84,137 @@ func startGroupWith(t testing.TB, mod func(*Config)) *group {
 		if mod != nil {
 			mod(&cfg)
 		}
+		s, err := startNode(cfg)
+		if err != nil {
+			for _, n := range g.nodes {
+				n.Close()
+			}
+			return nil, fmt.Errorf("node %d: %w", i+1, err)
+		}
+		t.Cleanup(func() { s.Close() })
 		g.cfgs = append(g.cfgs, cfg)
-		g.nodes = append(g.nodes, g.start(t, cfg))
+		g.nodes = append(g.nodes, s)
 	}
-	return g
+	return g, nil
+}
+
+func startNode(cfg Config) (*Server, error) {
+	s, err := New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("New: %w", err)
+	}
+	if err := s.Start(); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("Start: %w", err)
+	}
+	return s, nil
 }
 
 func (g *group) start(t testing.TB, cfg Config) *Server {
 	t.Helper()
-	s, err := New(cfg)
+	s, err := startNode(cfg)
 	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	if err := s.Start(); err != nil {
-		t.Fatalf("Start: %v", err)
+		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
 	return s
 }
 
-// leader waits for a node to lead and returns its index.
+// settleTime is how long every running node must agree on one leader, and
+// hear it, before leader trusts it: longer than the default view-change
+// timeout (300 ms), so a follower that was not hearing the leader has
+// started a view change by then and broken the agreement.
+const settleTime = 500 * time.Millisecond
+
+// deafAfter: a follower that received nothing from the leader for this long
+// is not hearing its heartbeats (every 10 ms); the group is not ready.
+const deafAfter = 200 * time.Millisecond
+
+// leader waits until the group is ready and returns the leader's index:
+// every running node is in normal status in the same view and names the
+// same leader, which says it leads, every follower keeps receiving the
+// leader's messages, and that has held for settleTime. A node that merely
+// calls itself leader is not enough: a bootstrapped group's first leader
+// does so before it has reached anyone, and a peer that was not listening
+// yet when the leader first dialed it may hear nothing for a while (dial
+// backoff, a loaded box), time out and start a view change; a client that
+// writes through a node in a view change gets -UNAVAILABLE no leader, which
+// is the contract during an election, not a failure of the test's subject.
 func (g *group) leader(t testing.TB) int {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(20 * time.Second)
+	var since time.Time
+	last := -1
+	heard := make([]uint64, len(g.nodes))
+	heardAt := make([]time.Time, len(g.nodes))
 	for time.Now().Before(deadline) {
-		for i, s := range g.nodes {
-			if s != nil && s.roleName() == "leader" {
-				return i
+		now := time.Now()
+		l, ok := g.agreedLeader()
+		if ok {
+			lid := g.cfgs[l].ReplicaID
+			for i, s := range g.nodes {
+				if s == nil || i == l {
+					continue
+				}
+				if n := receivedFrom(s, lid); n != heard[i] {
+					heard[i], heardAt[i] = n, now
+				}
+				if now.Sub(heardAt[i]) > deafAfter {
+					ok = false
+				}
 			}
+		}
+		switch {
+		case !ok:
+			last = -1
+		case l != last:
+			last, since = l, now
+		case now.Sub(since) >= settleTime:
+			return l
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	t.Fatal("no leader within 10s")
+	for i, s := range g.nodes {
+		if s != nil {
+			t.Logf("node %d: %+v", i, s.vr.Info())
+		}
+	}
+	t.Fatal("the group did not settle on a leader within 20s")
 	return -1
+}
+
+// receivedFrom is how many messages s's transport has received from peer.
+func receivedFrom(s *Server, peer uint64) uint64 {
+	for _, l := range s.vr.Transport().Stats().Links {
+		if l.Peer == peer {
+			return l.Received
+		}
+	}
+	return 0
+}
+
+// agreedLeader reports the index of the leader every running node agrees on.
+func (g *group) agreedLeader() (int, bool) {
+	l := -1
+	var view, id uint64
+	for i, s := range g.nodes {
+		if s == nil {
+			continue
+		}
+		in := s.vr.Info()
+		if in.Status != vr.Normal || in.Leader == 0 || in.Failed != nil {
+			return -1, false
+		}
+		if id == 0 {
+			view, id = in.View, in.Leader
+		} else if in.View != view || in.Leader != id {
+			return -1, false
+		}
+		if in.IsLeader {
+			l = i
+		}
+	}
+	return l, l >= 0
 }
 
 func TestReplicatedWritesAndReadsThroughAnyNode(t *testing.T) {
