@@ -34,6 +34,8 @@ type options struct {
 	wrapConn func(net.Conn) net.Conn
 	// nilext: the fast path for nilext writes (nilext.go); nil: off.
 	nilext *nilextOptions
+	// leaderReadsOnly turns off spreading replicaReads over the addresses.
+	leaderReadsOnly bool
 }
 
 // WithPassword authenticates every connection with AUTH.
@@ -66,6 +68,17 @@ func WithMaxRetries(n int) Option { return func(o *options) { o.maxRetries = n }
 func WithRetryUnavailable(d time.Duration) Option {
 	return func(o *options) { o.retryUnavailable = d }
 }
+
+// WithReplicaReads says whether reads that any replica of a group may serve —
+// cross-client-monotonic, session reads of a Session, eventual — are spread
+// round robin over every address given to Dial (default true; only with more
+// than one address). A replica that cannot serve one answers -MOVED and that
+// read alone is retried the leader's way; writes and linearizable and bounded
+// reads always go the leader's way. Against a group without --follower-reads,
+// followers redirect every cross-client-monotonic read, so two thirds of them
+// (with three addresses) pay a second round trip: turn this off there if
+// those reads dominate.
+func WithReplicaReads(on bool) Option { return func(o *options) { o.leaderReadsOnly = !on } }
 
 // maxMoves bounds how many -MOVED redirects one call follows.
 const maxMoves = 5
@@ -145,7 +158,7 @@ func Dial(ctx context.Context, addrs []string, opts ...Option) (*Client, error) 
 		return nil, errors.New("kefir: WithUser needs WithPassword")
 	}
 	c := &Client{addrs: append([]string(nil), addrs...), opts: o, slots: make([]slot, o.poolSize)}
-	if len(c.addrs) > 1 {
+	if len(c.addrs) > 1 && !o.leaderReadsOnly {
 		c.replicas = make([]replicaSlot, len(c.addrs)*o.poolSize)
 		for i := range c.replicas {
 			c.replicas[i].addr = c.addrs[i/o.poolSize]

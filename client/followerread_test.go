@@ -20,7 +20,7 @@ import (
 
 // startFollowerReadGroup runs a 3-replica group in-process with
 // --follower-reads on every member.
-func startFollowerReadGroup(t *testing.T) []*server.Server {
+func startFollowerReadGroup(t testing.TB) []*server.Server {
 	t.Helper()
 	var lns []net.Listener
 	for range 6 {
@@ -123,7 +123,7 @@ func (c *loggedConn) Write(b []byte) (int, error) {
 // waitFollowerReads reads at cross-client-monotonic level until some follower
 // serves one itself: followers serve them only once they hold an active-set
 // lease, a few heartbeats after the group formed.
-func waitFollowerReads(t *testing.T, ctx context.Context, c *Client, nodes []*server.Server) {
+func waitFollowerReads(t testing.TB, ctx context.Context, c *Client, nodes []*server.Server) {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); sum(followerServed(nodes)) == 0; {
 		if time.Now().After(deadline) {
@@ -546,13 +546,40 @@ func deref(p *string) string {
 	return *p
 }
 
-func views(nodes []*server.Server) []string {
-	var out []string
-	for _, n := range nodes {
-		if n != nil && n.Status().Replication != nil {
-			r := n.Status().Replication
-			out = append(out, fmt.Sprintf("%s:%s/v%d", n.ClientAddr(), r.Role, r.View))
+// WithReplicaReads(false) keeps every read on the leader-bound pool; the
+// default spreads replica-servable reads over every address, and only those.
+func TestWithReplicaReadsOff(t *testing.T) {
+	a, b := newTestServer(t), newTestServer(t)
+	defer a.close()
+	defer b.close()
+	a.set("k", "v")
+	b.set("k", "v")
+	addrs := append(a.addr(), b.addr()...)
+	ctx := context.Background()
+	for _, spread := range []bool{true, false} {
+		var wire wireLog
+		c, err := Dial(ctx, addrs, WithPoolSize(1), WithReplicaReads(spread), func(o *options) { o.wrapConn = wire.wrap })
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 10 {
+			if _, err := c.Get(ctx, "k", WithConsistency(Eventual)); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.Get(ctx, "k", WithConsistency(Linearizable)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c.Close()
+		if n := wire.count(addrs[1], "linearizable"); n != 0 {
+			t.Errorf("spread=%v: %d linearizable reads went to the second address", spread, n)
+		}
+		want := 0
+		if spread {
+			want = 5
+		}
+		if n := wire.count(addrs[1], "eventual"); n != want {
+			t.Errorf("spread=%v: %d of 10 eventual reads went to the second address, want %d", spread, n, want)
 		}
 	}
-	return out
 }

@@ -1,0 +1,64 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+)
+
+// BenchmarkFollowerReads measures cross-client-monotonic reads from many
+// goroutines against an in-process 3-replica group with --follower-reads,
+// spread over the replicas (the default) and sent the leader's way only
+// (WithReplicaReads(false)). All three replicas share this machine's CPUs,
+// so the figure shows the client's overhead and how the load spreads, not
+// the scaling three machines would give.
+//
+// Run: go test -run '^$' -bench FollowerReads -benchmem ./client/
+func BenchmarkFollowerReads(b *testing.B) {
+	nodes := startFollowerReadGroup(b)
+	var addrs []string
+	for _, n := range nodes {
+		addrs = append(addrs, n.ClientAddr().String())
+	}
+	ctx := context.Background()
+	seed, err := Dial(ctx, addrs, WithRetryUnavailable(10*time.Second))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer seed.Close()
+	for i := range 100 {
+		if err := seed.Put(ctx, fmt.Sprint("key:", i), []byte("value-0123456789abcdef")); err != nil {
+			b.Fatal(err)
+		}
+	}
+	waitFollowerReads(b, ctx, seed, nodes)
+	for _, tc := range []struct {
+		name   string
+		spread bool
+	}{{"spread", true}, {"leader", false}} {
+		b.Run(tc.name, func(b *testing.B) {
+			c, err := Dial(ctx, addrs, WithReplicaReads(tc.spread), WithRetryUnavailable(10*time.Second))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			before := sum(followerServed(nodes))
+			b.SetParallelism(16)
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				i := 0
+				for pb.Next() {
+					i++
+					if _, err := c.Get(ctx, fmt.Sprint("key:", i%100), WithConsistency(CrossClientMonotonic)); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.StopTimer()
+			b.ReportMetric(float64(sum(followerServed(nodes))-before)/float64(b.N), "follower-served/op")
+		})
+	}
+}
