@@ -231,3 +231,55 @@ func TestViewChangeTimeoutBacksOff(t *testing.T) {
 		t.Fatalf("first view change after a normal view abandoned after %v, want %v (backoff not reset)", time.Duration(got), time.Duration(want))
 	}
 }
+
+// TestDoViewChangeResentSparingly: a do-view-change carries the whole log;
+// while the view change lasts it is resent about every quarter of the
+// view-change timeout, not with every heartbeat's start-view-change.
+func TestDoViewChangeResentSparingly(t *testing.T) {
+	const self, other = 2, 1 // view 5 is led by member 3
+	cfg := testConfig(self, 3)
+	cfg.ViewChangeTimeout = time.Second
+	r, err := New(cfg, State{HardState: HardState{View: 5, LastNormalView: 4}, Nonce: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := 1000 * ms
+	dvcs, svcs := 0, 0
+	var ready func()
+	ready = func() {
+		rd := r.Ready()
+		for _, m := range rd.Messages {
+			switch m.Type {
+			case MsgDoViewChange:
+				dvcs++
+			case MsgStartViewChange:
+				svcs++
+			}
+		}
+		if rd.PersistSeq != 0 {
+			r.Persisted(rd.PersistSeq)
+			ready()
+		}
+	}
+	r.Tick(now)
+	ready()
+	r.Step(now, Message{Type: MsgStartViewChange, Cluster: cfg.Cluster, Epoch: cfg.Epoch, ConfigHash: cfg.Hash(),
+		From: other, To: self, View: 5})
+	ready()
+	if dvcs != 1 {
+		t.Fatalf("%d do-view-changes after f+1 start-view-changes, want 1", dvcs)
+	}
+	for end := now + 900*ms; now < end; {
+		now += ms
+		r.Tick(now)
+		ready()
+	}
+	if in := r.Info(); in.View != 5 {
+		t.Fatalf("left view 5 (now %d) within the 1 s timeout", in.View)
+	}
+	// 900 ms: start-view-changes to both peers every 10 ms heartbeat, the do-view-change
+	// every max(heartbeat, (1 s + stagger)/4) ≈ 292 ms.
+	if svcs < 80 || dvcs > 4 {
+		t.Fatalf("in 900 ms: %d start-view-change and %d do-view-change messages, want >= 80 and <= 4", svcs, dvcs)
+	}
+}
