@@ -28,7 +28,10 @@ type Config struct {
 	HeartbeatInterval time.Duration
 	// ViewChangeTimeout: a follower that hears nothing from its leader for this
 	// long starts a view change; a view change that does not finish in this
-	// long moves on to the next view. Must be >= LeaseDuration.
+	// long moves on to the next view. Each view change a replica leaves
+	// unfinished doubles its wait for the next one (up to 16 times, back to
+	// one once it sees a normal view; Replica.vcTimeout), so view changes
+	// that ship large logs on a slow box still finish. Must be >= LeaseDuration.
 	ViewChangeTimeout time.Duration
 	// LeaseDuration: a follower that acknowledged a heartbeat promises not to
 	// join another view for this long after it received it (on its clock).

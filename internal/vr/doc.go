@@ -93,9 +93,9 @@
 // Config.FollowerReads, a follower serves a cross-client-monotonic read of
 // key k when FollowerRead(now) succeeds with R and k's latest version in its
 // state machine (tombstones included) is <= R; otherwise it redirects to the
-// leader. The driver should pass a fresh random State.Nonce on every start,
+// leader. The driver must pass a fresh random State.Nonce on every start,
 // not only with LostState: it keeps read-lease acknowledgements of
-// different lives apart. The wire codec must carry Persisted, Applied,
+// different lives apart (New refuses a zero nonce with FollowerReads). The wire codec must carry Persisted, Applied,
 // Readable, Grant and AckSeq.
 //
 // # Leases and reads
