@@ -82,7 +82,7 @@ type wireLog struct {
 	seen map[string]map[string]int // addr -> marker -> count
 }
 
-var wireMarkers = []string{"REQID", "linearizable", "cross-client-monotonic", "eventual"}
+var wireMarkers = []string{"REQID", "SESSION", "linearizable", "cross-client-monotonic", "eventual"}
 
 func (w *wireLog) wrap(nc net.Conn) net.Conn { return &loggedConn{Conn: nc, log: w} }
 
@@ -581,5 +581,51 @@ func TestWithReplicaReadsOff(t *testing.T) {
 		if n := wire.count(addrs[1], "eventual"); n != want {
 			t.Errorf("spread=%v: %d of 10 eventual reads went to the second address, want %d", spread, n, want)
 		}
+	}
+}
+
+// Session reads of a Session go to every replica too, and still read the
+// session's own writes: a follower that has not applied them waits or
+// redirects, never answers older.
+func TestSessionReadsSpreadAndReadTheirWrites(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-node group")
+	}
+	nodes := startFollowerReadGroup(t)
+	leaderOf(t, nodes)
+	var addrs []string
+	for _, n := range nodes {
+		addrs = append(addrs, n.ClientAddr().String())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var wire wireLog
+	c, err := Dial(ctx, addrs, WithPoolSize(1), WithRetryUnavailable(10*time.Second), WithMaxRetries(5),
+		func(o *options) { o.wrapConn = wire.wrap })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s := c.Session()
+	for i := range 60 {
+		want := fmt.Sprint("v", i)
+		if err := s.Put(ctx, "k", []byte(want)); err != nil {
+			t.Fatalf("write %d: %v", i, err)
+		}
+		got, err := s.Get(ctx, "k", WithConsistency(SessionConsistency))
+		if err != nil || string(got) != want {
+			t.Fatalf("session read after writing %s = %q, %v", want, got, err)
+		}
+	}
+	wire.mu.Lock()
+	defer wire.mu.Unlock()
+	reached := 0
+	for _, a := range addrs {
+		if wire.seen[a]["SESSION"] > 0 {
+			reached++
+		}
+	}
+	if reached != len(addrs) {
+		t.Errorf("session calls reached %d of %d replicas: %v", reached, len(addrs), wire.seen)
 	}
 }
