@@ -176,11 +176,12 @@ func TestSlowConsumerDoesNotStallOthers(t *testing.T) {
 	})
 }
 
-// slowFS delays every fsync by delay (while it is set) and records when the last
-// one finished.
+// slowFS delays every fsync by delay (while it is set) and records how many
+// started and finished and when the last one finished.
 type slowFS struct {
 	vfs.FS
 	delay    atomic.Int64
+	started  atomic.Int64
 	syncs    atomic.Int64
 	lastDone atomic.Int64 // unix nanoseconds
 }
@@ -201,6 +202,7 @@ func (f *slowFS) OpenRW(name string) (vfs.File, error) {
 }
 
 func (f *slowFile) Sync() error {
+	f.fs.started.Add(1)
 	time.Sleep(time.Duration(f.fs.delay.Load()))
 	err := f.File.Sync()
 	f.fs.syncs.Add(1)
@@ -219,27 +221,41 @@ func startSlowServer(t *testing.T, delay time.Duration) (*Server, *slowFS) {
 // checkOthersNotStalled sends a sync write on one connection and, while its fsync
 // (delay long) is in progress, a read on a second connection that must wait for
 // that fsync (it reads an async write made after the sync one, which is durable
-// only once the sync one is), and times PINGs on a third. It returns an error if
-// the PINGs waited, or if the sync write or the read was answered before the
-// fsync finished.
+// only once the sync one is), and then PINGs on a third. It returns an error if
+// the PINGs were answered only after the fsync finished (the loop waited for
+// it), or if the sync write or the read was answered before it finished.
+//
+// It asserts an order, not a duration, so that a loaded box cannot flip it
+// either way: it waits (polling, not sleeping) until the fsync has started
+// and the read's batch is being run, so a loop that waits for the fsync is
+// blocked before the PINGs are sent and cannot answer them before the fsync
+// ends, while a loop that does not wait answers them within the fsync's
+// delay (a stall of the whole process for most of delay is the only way
+// correct code fails).
 func checkOthersNotStalled(t *testing.T, delay time.Duration) error {
 	s, fs := startSlowServer(t, delay)
 	pinger, reader, writer := dial(t, s), dial(t, s), dial(t, s)
 	pinger.expect("PING => PONG")
 	reader.expect("KEFIR.DURABILITY async => OK")
+	started := fs.started.Load()
 	writer.send("SET", "a", "1")
-	time.Sleep(delay / 10) // the write reaches the server and its fsync starts
+	waitFor(t, "the sync write's fsync to start", func() bool { return fs.started.Load() > started })
+	finished := fs.syncs.Load()
+	v := s.db.LastVersion()
 	reader.send("SET", "b", "2")
 	reader.send("GET", "b")
-	time.Sleep(delay / 10)
+	// The async SET is applied when the loop runs the reader's batch, just
+	// before the GET that must wait. (A loop that waited for the sync write
+	// gets here only after the fsync: then the PINGs are late too.)
+	waitFor(t, "the reader's async write to apply", func() bool { return s.db.LastVersion() > v })
 	start := time.Now()
 	pinger.expect(`
 PING => PONG
 ECHO x => "x"
 PING => PONG
 `)
-	if d := time.Since(start); d > delay/2 {
-		return fmt.Errorf("PINGs took %v behind a %v fsync waited for by other connections", d, delay)
+	if fs.syncs.Load() > finished {
+		return fmt.Errorf("PINGs answered only after the %v fsync others waited for had finished (they took %v)", delay, time.Since(start))
 	}
 	for _, r := range []struct {
 		c    *client
@@ -370,9 +386,12 @@ func TestConcurrentSyncWritesShareFsyncs(t *testing.T) {
 // too, and a client that keeps sending is not.
 func TestIdleTimeoutOnTheLoop(t *testing.T) {
 	bothModels(t, func(t *testing.T) {
-		// Margins are wide (a busy client pauses 20 ms of a 400 ms timeout)
-		// because a loaded CI box can stall a goroutine for 100 ms and more.
-		s := startServer(t, func(c *Config) { c.IdleTimeout = 400 * time.Millisecond })
+		// The busy client sends back to back for 1.5 idle timeouts, so
+		// it outlives the timeout only if its commands count, while it is
+		// closed only if it goes a whole second without a command: a loaded
+		// box stalls a goroutine for 100 ms and more, but not for 1 s.
+		const idle = time.Second
+		s := startServer(t, func(c *Config) { c.IdleTimeout = idle })
 		busy := dial(t, s)
 		half := dial(t, s)
 		if _, err := half.nc.Write([]byte("*1\r\n$4\r\nPI")); err != nil {
@@ -383,9 +402,10 @@ func TestIdleTimeoutOnTheLoop(t *testing.T) {
 			_, err := io.ReadAll(half.nc)
 			closed <- err
 		}()
-		for range 50 {
+		start := time.Now()
+		for time.Since(start) < idle*3/2 {
 			busy.expect("PING => PONG")
-			time.Sleep(20 * time.Millisecond)
+			time.Sleep(time.Millisecond)
 		}
 		select {
 		case err := <-closed:
@@ -395,7 +415,7 @@ func TestIdleTimeoutOnTheLoop(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatal("a connection idle half-way through a command was not closed")
 		}
-		busy.expect("PING => PONG") // a second of activity kept it open
+		busy.expect("PING => PONG") // 1.5 s of activity kept it open
 	})
 }
 
