@@ -10,7 +10,8 @@ import (
 // BenchmarkFollowerReads measures cross-client-monotonic reads from many
 // goroutines against an in-process 3-replica group with --follower-reads,
 // spread over the replicas (the default) and sent the leader's way only
-// (WithReplicaReads(false)). All three replicas share this machine's CPUs,
+// (WithReplicaReads(false)); pool is WithPoolSize, per address when spread.
+// All three replicas share this machine's CPUs,
 // so the figure shows the client's overhead and how the load spreads, not
 // the scaling three machines would give.
 //
@@ -34,11 +35,26 @@ func BenchmarkFollowerReads(b *testing.B) {
 	}
 	waitFollowerReads(b, ctx, seed, nodes)
 	for _, tc := range []struct {
-		name   string
 		spread bool
-	}{{"spread", true}, {"leader", false}} {
-		b.Run(tc.name, func(b *testing.B) {
-			c, err := Dial(ctx, addrs, WithReplicaReads(tc.spread), WithRetryUnavailable(10*time.Second))
+		pool   int
+	}{{true, 2}, {false, 2}, {true, 1}, {false, 1}} {
+		name := "leader"
+		if tc.spread {
+			name = "spread"
+		}
+		b.Run(fmt.Sprintf("%s/pool=%d", name, tc.pool), func(b *testing.B) {
+			// The leader first: the pool's connections go to it (there is
+			// no write here to redirect them), so "leader" reads are leader
+			// reads, unless the group changes views during the run.
+			var ordered []string
+			for _, n := range nodes {
+				if n.Status().Role == "leader" {
+					ordered = append([]string{n.ClientAddr().String()}, ordered...)
+				} else {
+					ordered = append(ordered, n.ClientAddr().String())
+				}
+			}
+			c, err := Dial(ctx, ordered, WithReplicaReads(tc.spread), WithPoolSize(tc.pool), WithRetryUnavailable(10*time.Second))
 			if err != nil {
 				b.Fatal(err)
 			}
