@@ -69,15 +69,39 @@ func moduleRoot() (string, error) {
 	return filepath.Dir(mod), nil
 }
 
-// FreeAddr returns a loopback address with a port that was free a moment ago.
+// handedOut holds every address FreeAddr returned in this process.
+var handedOut struct {
+	sync.Mutex
+	addrs map[string]bool
+}
+
+// FreeAddr returns a loopback address with a port that was free a moment ago
+// and that it never returned before in this process. Nodes bind their ports
+// only when they start, well after their member list was made, and the
+// kernel readily hands a just-closed port out again: without the record, a
+// node got the same port as its client and HTTP address (bind: address
+// already in use), or two nodes of one group shared one.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("cluster: free port: %v", err)
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	if handedOut.addrs == nil {
+		handedOut.addrs = map[string]bool{}
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	for range 100 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("cluster: free port: %v", err)
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		if !handedOut.addrs[addr] {
+			handedOut.addrs[addr] = true
+			return addr
+		}
+	}
+	t.Fatal("cluster: no port that was not handed out already in 100 tries")
+	return ""
 }
 
 // Node is one `kefir server` process. Its ports and directory stay the same
