@@ -8,7 +8,7 @@ import (
 )
 
 // BenchmarkFollowerReads measures cross-client-monotonic reads from many
-// goroutines against an in-process 3-replica group with --follower-reads,
+// goroutines (and, as the baseline of issue 7, linearizable reads) against an in-process 3-replica group with --follower-reads,
 // spread over the replicas (the default) and sent the leader's way only
 // (WithReplicaReads(false)); pool is WithPoolSize, per address when spread.
 // All three replicas share this machine's CPUs,
@@ -37,12 +37,16 @@ func BenchmarkFollowerReads(b *testing.B) {
 	for _, tc := range []struct {
 		spread bool
 		pool   int
-	}{{true, 2}, {false, 2}, {true, 1}, {false, 1}} {
+		cons   Consistency
+	}{
+		{true, 2, CrossClientMonotonic}, {false, 2, CrossClientMonotonic}, {false, 2, Linearizable},
+		{true, 1, CrossClientMonotonic}, {false, 1, CrossClientMonotonic}, {false, 1, Linearizable},
+	} {
 		name := "leader"
 		if tc.spread {
 			name = "spread"
 		}
-		b.Run(fmt.Sprintf("%s/pool=%d", name, tc.pool), func(b *testing.B) {
+		b.Run(fmt.Sprintf("%s/%s/pool=%d", name, tc.cons, tc.pool), func(b *testing.B) {
 			// The leader first: the pool's connections go to it (there is
 			// no write here to redirect them), so "leader" reads are leader
 			// reads, unless the group changes views during the run.
@@ -67,7 +71,7 @@ func BenchmarkFollowerReads(b *testing.B) {
 				i := 0
 				for pb.Next() {
 					i++
-					if _, err := c.Get(ctx, fmt.Sprint("key:", i%100), WithConsistency(CrossClientMonotonic)); err != nil {
+					if _, err := c.Get(ctx, fmt.Sprint("key:", i%100), WithConsistency(tc.cons)); err != nil {
 						b.Error(err)
 						return
 					}
