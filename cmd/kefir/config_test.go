@@ -281,3 +281,16 @@ func TestConfigValidateRefusesUnknownIOModel(t *testing.T) {
 		t.Errorf("IOModel epoll (platform has epoll: %v): err = %v", epoll, err)
 	}
 }
+
+// kefir up refuses an unknown --io-model before it creates or starts
+// anything, naming the flag.
+func TestUpRefusesUnknownIOModel(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	err := runUp([]string{"--io-model", "threads", "--dir", dir}, &bytes.Buffer{}, &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), `--io-model: server: unknown I/O model "threads"`) {
+		t.Fatalf("err = %v", err)
+	}
+	if _, statErr := os.Stat(dir); !os.IsNotExist(statErr) {
+		t.Fatalf("kefir up created %s before refusing the flag (stat: %v)", dir, statErr)
+	}
+}

@@ -37,6 +37,7 @@ func runUp(args []string, stdout, stderr io.Writer) error {
 	logLevel := fs.String("log-level", "info", "log level of the nodes")
 	nilext := fs.Bool("nilext", false, "EXPERIMENTAL: run the group with the Skyros nilext fast path (kefir server --nilext on every node); needs --nodes ≥ 3")
 	followerReads := fs.Bool("follower-reads", false, "followers serve cross-client-monotonic reads under active-set leases (kefir server --follower-reads on every node); needs --nodes ≥ 3")
+	ioModel := fs.String("io-model", "", "how the nodes serve client connections: epoll or goroutine (kefir server --io-model); empty: each node's own default (KEFIR_IO_MODEL, else epoll on Linux)")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: kefir up [options]\n\nStarts a local Kefir cluster on loopback as child processes, prints its addresses,\nstreams the nodes' logs prefixed by node id, and stops everything on Ctrl-C.\n\nOptions:\n")
 		fs.PrintDefaults()
@@ -55,6 +56,12 @@ func runUp(args []string, stdout, stderr io.Writer) error {
 	}
 	if *followerReads && *nodes == 1 {
 		return usageError{errors.New("--follower-reads needs a replica group (--nodes 3 or more)")}
+	}
+	if *ioModel != "" {
+		// Refuse it here, once, rather than have every child exit with it.
+		if _, err := server.ParseIOModel(*ioModel); err != nil {
+			return usageError{fmt.Errorf("--io-model: %w", err)}
+		}
 	}
 	grp, err := prepareGroup(*dir, *nodes, *basePort)
 	if err != nil {
@@ -110,6 +117,9 @@ func runUp(args []string, stdout, stderr io.Writer) error {
 			"--http-addr", c.http,
 			"--durability", *durability,
 			"--log-level", *logLevel)
+		if *ioModel != "" {
+			c.cmd.Args = append(c.cmd.Args, "--io-model", *ioModel)
+		}
 		if grp != nil {
 			c.cmd.Args = append(c.cmd.Args,
 				"--members", grp.members,
