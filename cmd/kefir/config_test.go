@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"flag"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -292,5 +293,32 @@ func TestUpRefusesUnknownIOModel(t *testing.T) {
 	}
 	if _, statErr := os.Stat(dir); !os.IsNotExist(statErr) {
 		t.Fatalf("kefir up created %s before refusing the flag (stat: %v)", dir, statErr)
+	}
+}
+
+// server.New applies Config.IOModel to the process (it is process-wide), and
+// an empty one leaves the model alone.
+func TestServerNewAppliesIOModel(t *testing.T) {
+	orig := server.CurrentIOModel()
+	t.Cleanup(func() { server.SetIOModel(orig) })
+	open := func(m server.IOModel) {
+		t.Helper()
+		s, err := server.New(server.Config{DataDir: t.TempDir(), ClientAddr: "127.0.0.1:0", IOModel: m, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+	}
+	other := server.IOGoroutine
+	if orig == server.IOGoroutine && server.DefaultIOModel() == server.IOEpoll {
+		other = server.IOEpoll
+	}
+	open(other)
+	if got := server.CurrentIOModel(); got != other {
+		t.Fatalf("after New with IOModel %s the process serves with %s", other, got)
+	}
+	open("")
+	if got := server.CurrentIOModel(); got != other {
+		t.Fatalf("New with no IOModel changed the model to %s", got)
 	}
 }
