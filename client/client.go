@@ -128,9 +128,12 @@ type slot struct {
 	c  *conn
 }
 
-// replicaSlot is a connection to one fixed address.
+// replicaSlot is a connection to one fixed address. Calls load cur without
+// a lock: every replica read passes here, and a mutex taken per call would
+// be contended by exactly the concurrent readers spreading is for.
 type replicaSlot struct {
-	slot
+	cur  atomic.Pointer[conn]
+	mu   sync.Mutex // held while dialing, and by Close
 	addr string
 	// downUntil (unix nanoseconds, under mu): a dial failed, so reads skip
 	// this address until then instead of paying a dial per call.
@@ -184,7 +187,12 @@ func (c *Client) Close() error {
 		c.slots[i].close()
 	}
 	for i := range c.replicas {
-		c.replicas[i].close()
+		r := &c.replicas[i]
+		r.mu.Lock() // waits for a dial in progress, whose connection is stored by then
+		if cn := r.cur.Load(); cn != nil {
+			cn.close()
+		}
+		r.mu.Unlock()
 	}
 	return nil
 }
@@ -343,6 +351,9 @@ func replicaRead(req *request) bool {
 // the leader's way instead.
 func (c *Client) replicaConn(ctx context.Context, i int) (cn *conn, ok bool, err error) {
 	s := &c.replicas[i]
+	if cn := s.cur.Load(); cn != nil && cn.healthy() {
+		return cn, true, nil
+	}
 	if !s.mu.TryLock() {
 		return nil, false, nil
 	}
@@ -350,8 +361,8 @@ func (c *Client) replicaConn(ctx context.Context, i int) (cn *conn, ok bool, err
 	if c.closed.Load() {
 		return nil, false, ErrClosed
 	}
-	if s.c != nil && s.c.healthy() {
-		return s.c, true, nil
+	if cn := s.cur.Load(); cn != nil && cn.healthy() {
+		return cn, true, nil
 	}
 	if time.Now().UnixNano() < s.downUntil {
 		return nil, false, nil
@@ -364,7 +375,7 @@ func (c *Client) replicaConn(ctx context.Context, i int) (cn *conn, ok bool, err
 		s.downUntil = time.Now().Add(replicaDownFor).UnixNano()
 		return nil, false, nil
 	}
-	s.c = cn
+	s.cur.Store(cn)
 	return cn, true, nil
 }
 
