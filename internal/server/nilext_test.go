@@ -25,14 +25,15 @@ func startNilextGroup(t testing.TB) *group {
 const nilextBackoff = time.Second
 
 // fastWrites sends script (nilext writes only) through c until every write
-// in it completes on s's fast path, and fails if one ever takes neither
-// path. A fast write must gather acks from every replica of a 3-node group
-// within NilextTimeout (100 ms); on a loaded 2-core box a write can miss that
-// window (the first one from a node also dials its peer connections) and
-// correctly fall back to the ordered path, which the client cannot tell
-// apart. So a miss is retried after the coordinator's rest, a bounded
-// number of times: a fast path that never completes still fails the test.
-func fastWrites(t *testing.T, s *Server, c *client, script string, n uint64) {
+// in it completes on s's fast path; it returns an error if a write ever takes
+// neither path, or if the fast path still misses after 8 tries. A fast write
+// must gather acks from every replica of a 3-node group within NilextTimeout
+// (100 ms); on a loaded 2-core box a write can miss that window (the first
+// one from a node also dials its peer connections) and correctly fall back
+// to the ordered path, which the client cannot tell apart. So a miss is
+// retried after the coordinator's rest: a fast path that never completes
+// still fails.
+func fastWrites(t *testing.T, s *Server, c *client, script string, n uint64) error {
 	t.Helper()
 	for attempt := 1; ; attempt++ {
 		before := s.vr.Stats()
@@ -41,15 +42,27 @@ func fastWrites(t *testing.T, s *Server, c *client, script string, n uint64) {
 		fast, fb := after.NilextFast-before.NilextFast, after.NilextFallbacks-before.NilextFallbacks
 		switch {
 		case fast == n:
-			return
+			return nil
 		case fast+fb != n:
-			t.Fatalf("%d fast + %d fallback writes for %q, want %d nilext writes: some took neither path", fast, fb, script, n)
+			return fmt.Errorf("%d fast + %d fallback writes for %q, want %d nilext writes: some took neither path", fast, fb, script, n)
 		case attempt == 8:
-			t.Fatalf("%q: %d of %d writes on the fast path after %d attempts", script, fast, n, attempt)
+			return fmt.Errorf("%q: %d of %d writes on the fast path after %d attempts", script, fast, n, attempt)
 		}
 		t.Logf("attempt %d: %d of %d writes fell back (missed the fast path's window); retrying after the coordinator's rest", attempt, fb, n)
 		time.Sleep(nilextBackoff + 100*time.Millisecond)
 	}
+}
+
+// fastWrites fails when writes keep the ordered path (here: a group without
+// --nilext, where a plain SET is never coordinated on the fast path).
+func TestFastWritesCanFail(t *testing.T) {
+	g := startGroup(t)
+	l := g.leader(t)
+	err := fastWrites(t, g.nodes[l], dial(t, g.nodes[l]), `SET k v => OK`, 1)
+	if err == nil {
+		t.Fatal("ordered-path writes passed as fast-path writes")
+	}
+	t.Logf("caught: %v", err)
 }
 
 // With --nilext a plain SET at any node completes on the fast path (that
@@ -61,9 +74,11 @@ func TestNilextSetThroughEveryNode(t *testing.T) {
 	for i, s := range g.nodes {
 		c := dial(t, s)
 		a := "a" + string(rune('0'+i))
-		fastWrites(t, s, c, `
+		if err := fastWrites(t, s, c, `
 SET `+a+` v => OK
-MSET m1 x m2 y => OK`, 2)
+MSET m1 x m2 y => OK`, 2); err != nil {
+			t.Fatalf("node %d: %v", i, err)
+		}
 		c.expect(`
 GET ` + a + ` => "v"
 GET m2 => "y"
