@@ -52,9 +52,10 @@ func DefaultIOModel() IOModel {
 }
 
 // ioModel is the process's I/O model for client connections. It is process-wide,
-// like the event loops (and Go's own netpoller), and read from KEFIR_IO_MODEL
-// until Config carries an IOModel field (a flag for kefir server); tests set it
-// directly.
+// like the event loops (and Go's own netpoller). Config.IOModel (--io-model,
+// resolved with KEFIR_IO_MODEL and the config file) sets it in New; the
+// environment is also read here so in-process servers built without a Config
+// value (tests, embedders) follow KEFIR_IO_MODEL too.
 var ioModel atomicIOModel
 
 func init() { ioModel.Store(ioModelFromEnv()) }
@@ -74,7 +75,8 @@ var ioLoops = ioLoopsFromEnv()
 func ioModelFromEnv() IOModel {
 	m, err := ParseIOModel(os.Getenv("KEFIR_IO_MODEL"))
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "kefir: %v; using %s\n", err, DefaultIOModel())
+		// Not reported here: kefir server's option resolution rejects the value
+		// with an error naming its source.
 		return DefaultIOModel()
 	}
 	if m == IOEpoll && !epollSupported {
