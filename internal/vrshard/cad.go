@@ -299,11 +299,15 @@ func (u *keyUpdates) raiseFloor(op uint64) {
 	u.mu.Unlock()
 }
 
-// complete reports whether the index alone knows every op above r.
+// complete reports whether the index alone knows every op above r: not if
+// r is below the floor, nor below the pruned point — R restarts from 0 in a
+// new view (a follower can hold a grant before it learns an R covering the
+// view's start), and ops pruned under an earlier, higher R are no longer
+// indexed although they are above r.
 func (u *keyUpdates) complete(r uint64) bool {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	return r >= u.floor
+	return r >= u.floor && r >= u.pruned
 }
 
 // ---- the write path (driver goroutine) ----

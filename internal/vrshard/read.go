@@ -127,24 +127,11 @@ func (r *Replica) leaderRead(ctx context.Context, op shard.Op) (shard.Result, er
 	deadline := time.Now().Add(r.opts.RequestTimeout)
 	waited := false
 	for {
-		ov := r.upd.overlayFor(readKeys(&op))
-		res, err := r.readWith(op, ov)
+		res, need, R, err := r.leaderCheck(op, waited)
 		if err != nil {
 			return shard.Result{}, err
 		}
-		R := r.readable.Load()
-		need := r.cadNeed(&op, R, ov)
-		if waited {
-			// The read began before any update it has not seen was
-			// acknowledged, so it only needs what it returned to be
-			// readable: the engine's state, at most the applied op. A hot
-			// key's later updates do not make it wait again.
-			need = min(need, r.applied.Load())
-		}
-		if need <= R || r.mut.noDurabilityWait {
-			if len(ov) > 0 {
-				r.st.overlayReads.Add(1)
-			}
+		if need <= R {
 			return res, nil
 		}
 		if !waited {
@@ -168,6 +155,36 @@ func (r *Replica) leaderRead(ctx context.Context, op shard.Op) (shard.Result, er
 			return shard.Result{}, err
 		}
 	}
+}
+
+// leaderCheck reads op from the engine (and the async overlay) and returns
+// the result with the op R must reach before it may be returned, and the R
+// it was checked against: the result may be returned if need <= R.
+func (r *Replica) leaderCheck(op shard.Op, waited bool) (res shard.Result, need, R uint64, err error) {
+	ov := r.upd.overlayFor(readKeys(&op))
+	res, err = r.readWith(op, ov)
+	if err != nil {
+		return shard.Result{}, 0, 0, err
+	}
+	R = r.readable.Load()
+	need = r.cadNeed(&op, R, ov)
+	if waited {
+		// The read began before any update it has not seen was
+		// acknowledged, so it only needs what it returned to be readable:
+		// the engine's state, at most engineTop — loaded after the engine
+		// read, and set before each write to it. Not applied: it is
+		// published after the write, so the engine may already show a
+		// version beyond both it and R, which other members lack (issue 7).
+		// A hot key's later updates do not make it wait again.
+		need = min(need, r.engineTop.Load())
+	}
+	if need <= R || r.mut.noDurabilityWait {
+		if len(ov) > 0 {
+			r.st.overlayReads.Add(1)
+		}
+		return res, R, R, nil
+	}
+	return res, need, R, nil
 }
 
 // followerRead serves a cross-client-monotonic read at a follower holding
@@ -500,6 +517,8 @@ func (r *Replica) restore(s *vr.Snapshot) error {
 		return fmt.Errorf("vrshard: snapshot at %d: %w", s.Op, ErrCorruptEntry)
 	}
 	in := make(map[string]struct{}, n)
+	// Its records (versions <= s.Op) become visible as they are written.
+	r.engineTop.Store(max(r.engineTop.Load(), s.Op))
 	var recs []storage.Record
 	flush := func() error {
 		if len(recs) == 0 {

@@ -193,6 +193,10 @@ type mutations struct {
 	// noDurabilityWait serves leader reads without the check against R
 	// (the read may return a cad write no majority has persisted).
 	noDurabilityWait bool
+	// afterEngineWrite (a test hook, not a mutation) runs on the driver
+	// goroutine when an apply batch is in the engine but applied is not yet
+	// published: the window in which readers see the engine ahead of it.
+	afterEngineWrite func()
 }
 
 // proposal is one write on its way through the log.
@@ -353,7 +357,13 @@ type Replica struct {
 	syncDone    chan syncResult
 
 	// Published by the driver for other goroutines.
-	applied   atomic.Uint64
+	applied atomic.Uint64
+	// engineTop is the highest op whose records the engine may show: set
+	// before they are written, so a reader that loads it after reading the
+	// engine has a bound on what it saw. applied is published only after
+	// the write (a reader can see the engine ahead of it), so it is no such
+	// bound (issue 7: a leader read returned a version beyond R that way).
+	engineTop atomic.Uint64
 	commit    atomic.Uint64
 	leader    atomic.Uint64
 	isLeader  atomic.Bool
@@ -467,6 +477,7 @@ func Open(opts Options) (*Replica, error) {
 	// The engine may hold ops the index never saw (applied before this
 	// start; they are re-applied, and indexed, as the log replays).
 	r.upd = newKeyUpdates(max(ws.snap.Op, db.LastVersion()))
+	r.engineTop.Store(max(ws.snap.Op, db.LastVersion()))
 	r.early = map[idKey][][]byte{}
 	if ws.empty {
 		w.addSnapshot(0, nil)
@@ -1039,10 +1050,14 @@ func (r *Replica) apply(cs []vr.Committed) error {
 			}
 		}
 	}
+	last := cs[len(cs)-1].Op
+	r.engineTop.Store(max(r.engineTop.Load(), last))
 	if err := r.app.flush(); err != nil {
 		return err
 	}
-	last := cs[len(cs)-1].Op
+	if h := r.mut.afterEngineWrite; h != nil {
+		h()
+	}
 	r.core.Advance(results)
 	r.st.applied.Add(uint64(len(cs)))
 	r.sinceCkpt += uint64(len(cs))
