@@ -10,7 +10,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -140,13 +139,6 @@ func (r *rawReader) get(key, cons string) (bool, string, error) {
 // returned (check.CrossClientMonotonic), and no value once read may be lost
 // (check.Durability).
 func TestCADGroupWithFollowerReadsUnderSIGKILL(t *testing.T) {
-	if os.Getenv("KEFIR_SOAK") == "" {
-		// Known bug (issue 7, open): about one run in four, a follower serves a
-		// cross-client-monotonic read older than a linearizable read just returned,
-		// around a node's restart. Until it is fixed this test runs with the soak
-		// (make soak), where it fails when the bug shows.
-		t.Skip("known cross-client-monotonic violation with --follower-reads around restarts; run with KEFIR_SOAK=1")
-	}
 	g := startCADGroup(t)
 	l := g.leader(-1)
 	rec := check.NewRecorder(nil)
