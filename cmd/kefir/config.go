@@ -198,7 +198,7 @@ var serverOptions = []option{
 			c.Nilext = b
 			return err
 		}},
-	{"follower-reads", "false", "EXPERIMENTAL (known bug, docs/consistency.md). Replicated mode: followers serve cross-client-monotonic reads while they hold an active-set lease from the leader (docs/consistency.md); durable data is then applied on every active-set member before any read sees it. Without it those reads go to the leader. Give it to every member alike.",
+	{"follower-reads", "false", "Replicated mode: followers serve cross-client-monotonic reads while they hold an active-set lease from the leader (docs/consistency.md); durable data is then applied on every active-set member before any read sees it. Without it those reads go to the leader. Give it to every member alike.",
 		func(c *serverConfig, v string) error {
 			b, err := strconv.ParseBool(v)
 			c.FollowerReads = b
