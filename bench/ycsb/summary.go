@@ -254,98 +254,116 @@ func ceilingMarkdown(rows []summaryRow) string {
 	return sb.String()
 }
 
-// totalsMarkdown is the compact view of a summary: one line per system, one column per
-// workload and client count, each cell the median total throughput (and the median p50
-// of the workload's first operation type, µs).
-func totalsMarkdown(rows []summaryRow) string {
-	type col struct {
-		w string
-		c int
+// gridCol is one column of a compact table: a workload at a client count
+// (clients -1 marks "this workload is unsupported by the system").
+type gridCol struct {
+	w string
+	c int
+}
+
+// grid is a compact table: one line per system, one column per workload and
+// client count, in first-seen order.
+type grid struct {
+	cols    []gridCol
+	systems []string
+	seenCol map[gridCol]bool
+	cell    map[string]map[gridCol]string
+}
+
+func newGrid() *grid {
+	return &grid{seenCol: map[gridCol]bool{}, cell: map[string]map[gridCol]string{}}
+}
+
+// row returns the cells of system sys, adding the line on first sight.
+func (g *grid) row(sys string) map[gridCol]string {
+	m, ok := g.cell[sys]
+	if !ok {
+		m = map[gridCol]string{}
+		g.cell[sys] = m
+		g.systems = append(g.systems, sys)
 	}
-	var cols []col
-	var systems []string
-	seenCol, seenSys := map[col]bool{}, map[string]bool{}
-	cell := map[string]map[col]string{}
-	for _, r := range rows {
-		if r.Target > 0 {
-			continue
-		}
-		if !seenSys[r.System] {
-			seenSys[r.System] = true
-			systems = append(systems, r.System)
-			cell[r.System] = map[col]string{}
-		}
-		if r.Unsupported != "" {
-			for _, c := range cols {
-				if c.w == r.Workload {
-					cell[r.System][c] = "n/s"
-				}
-			}
-			cell[r.System][col{r.Workload, -1}] = "n/s"
-			continue
-		}
-		k := col{r.Workload, r.Clients}
-		if !seenCol[k] {
-			seenCol[k] = true
-			cols = append(cols, k)
-		}
-		switch {
-		case r.Op == "total":
-			cell[r.System][k] = fmt.Sprintf("**%.0f**", r.Throughput) + cell[r.System][k]
-		case cell[r.System][k] == "" || !strings.Contains(cell[r.System][k], "µs"):
-			cell[r.System][k] += fmt.Sprintf(" (%.0f µs)", r.P50Us)
-		}
+	return m
+}
+
+// col returns the column of a workload and client count, adding it on first sight.
+func (g *grid) col(w string, c int) gridCol {
+	k := gridCol{w, c}
+	if !g.seenCol[k] {
+		g.seenCol[k] = true
+		g.cols = append(g.cols, k)
 	}
+	return k
+}
+
+// markdown renders the table; value gives the text of one cell.
+func (g *grid) markdown(value func(sys string, c gridCol) string) string {
 	var sb strings.Builder
 	sb.WriteString("| system |")
-	for _, c := range cols {
+	for _, c := range g.cols {
 		fmt.Fprintf(&sb, " %s c=%d |", strings.ToUpper(c.w), c.c)
 	}
 	sb.WriteString("\n|---|")
-	for range cols {
+	for range g.cols {
 		sb.WriteString("---:|")
 	}
 	sb.WriteString("\n")
-	for _, sys := range systems {
+	for _, sys := range g.systems {
 		fmt.Fprintf(&sb, "| %s |", sys)
-		for _, c := range cols {
-			v := cell[sys][c]
-			if v == "" && cell[sys][col{c.w, -1}] != "" {
-				v = "not supported"
-			}
-			fmt.Fprintf(&sb, " %s |", v)
+		for _, c := range g.cols {
+			fmt.Fprintf(&sb, " %s |", value(sys, c))
 		}
 		sb.WriteString("\n")
 	}
 	return sb.String()
 }
 
+// totalsMarkdown is the compact view of a summary: one line per system, one column per
+// workload and client count, each cell the median total throughput (and the median p50
+// of the workload's first operation type, µs).
+func totalsMarkdown(rows []summaryRow) string {
+	g := newGrid()
+	for _, r := range rows {
+		if r.Target > 0 {
+			continue
+		}
+		cells := g.row(r.System)
+		if r.Unsupported != "" {
+			for _, c := range g.cols {
+				if c.w == r.Workload {
+					cells[c] = "n/s"
+				}
+			}
+			cells[gridCol{r.Workload, -1}] = "n/s"
+			continue
+		}
+		k := g.col(r.Workload, r.Clients)
+		switch {
+		case r.Op == "total":
+			cells[k] = fmt.Sprintf("**%.0f**", r.Throughput) + cells[k]
+		case cells[k] == "" || !strings.Contains(cells[k], "µs"):
+			cells[k] += fmt.Sprintf(" (%.0f µs)", r.P50Us)
+		}
+	}
+	return g.markdown(func(sys string, c gridCol) string {
+		v := g.cell[sys][c]
+		if v == "" && g.cell[sys][gridCol{c.w, -1}] != "" {
+			v = "not supported"
+		}
+		return v
+	})
+}
+
 // agreeTotalsMarkdown is the compact view of agree: per system and cell, the difference
 // between the two runs' median total throughputs, bold where beyond agreeLimit.
 func agreeTotalsMarkdown(a, b []summaryRow) string {
 	rows, _ := agree(a, b)
-	type col struct {
-		w string
-		c int
-	}
-	var cols []col
-	var systems []string
-	seenCol, seenSys := map[col]bool{}, map[string]bool{}
-	cell := map[string]map[col]string{}
+	g := newGrid()
 	for _, r := range rows {
 		if r.Op != "total" || r.Target > 0 {
 			continue
 		}
-		k := col{r.Workload, r.Clients}
-		if !seenCol[k] {
-			seenCol[k] = true
-			cols = append(cols, k)
-		}
-		if !seenSys[r.System] {
-			seenSys[r.System] = true
-			systems = append(systems, r.System)
-			cell[r.System] = map[col]string{}
-		}
+		k := g.col(r.Workload, r.Clients)
+		cells := g.row(r.System)
 		d := "∞"
 		if !math.IsInf(r.DTput, 1) {
 			d = fmt.Sprintf("%.0f%%", 100*r.DTput)
@@ -353,26 +371,9 @@ func agreeTotalsMarkdown(a, b []summaryRow) string {
 		if r.DTput > agreeLimit {
 			d = "**" + d + "**"
 		}
-		cell[r.System][k] = d
+		cells[k] = d
 	}
-	var sb strings.Builder
-	sb.WriteString("| system |")
-	for _, c := range cols {
-		fmt.Fprintf(&sb, " %s c=%d |", strings.ToUpper(c.w), c.c)
-	}
-	sb.WriteString("\n|---|")
-	for range cols {
-		sb.WriteString("---:|")
-	}
-	sb.WriteString("\n")
-	for _, sys := range systems {
-		fmt.Fprintf(&sb, "| %s |", sys)
-		for _, c := range cols {
-			fmt.Fprintf(&sb, " %s |", cell[sys][c])
-		}
-		sb.WriteString("\n")
-	}
-	return sb.String()
+	return g.markdown(func(sys string, c gridCol) string { return g.cell[sys][c] })
 }
 
 // agreeRow is one cell of two matrices side by side.
