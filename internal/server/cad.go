@@ -29,10 +29,7 @@ func (s *Server) cadInfo(in vrshard.Info) *CADInfo {
 }
 
 func (s *Server) cadCollectors() []prometheus.Collector {
-	counter := func(name, help string, f func(vrshard.Stats) uint64) prometheus.Collector {
-		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
-			func() float64 { return float64(f(s.vr.Stats())) })
-	}
+	counter := s.vrStatCounter
 	return []prometheus.Collector{
 		counter("kefir_reads_durability_wait_total", "Reads at the leader whose key's latest update was not yet readable (durable and applied on every active-set member), so they waited for it (the CAD durability check).",
 			func(st vrshard.Stats) uint64 { return st.DurabilityWaits }),

@@ -93,10 +93,7 @@ func (s *Server) nilextInfo(in vrshard.Info) *NilextInfo {
 }
 
 func (s *Server) nilextCollectors() []prometheus.Collector {
-	counter := func(name, help string, f func(vrshard.Stats) uint64) prometheus.Collector {
-		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
-			func() float64 { return float64(f(s.vr.Stats())) })
-	}
+	counter := s.vrStatCounter
 	return []prometheus.Collector{
 		counter("kefir_nilext_fast_writes_total", "Nilext writes this node coordinated that completed on the fast path.",
 			func(st vrshard.Stats) uint64 { return st.NilextFast }),
@@ -107,4 +104,11 @@ func (s *Server) nilextCollectors() []prometheus.Collector {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kefir_nilext_dlog_len", Help: "Nilext updates in this replica's durability log, not applied yet."},
 			func() float64 { return float64(s.vr.Info().DLogLen) }),
 	}
+}
+
+// vrStatCounter is a Prometheus counter reading one figure of the VR driver's
+// Stats at scrape time (shared by the nilext and CAD collectors).
+func (s *Server) vrStatCounter(name, help string, f func(vrshard.Stats) uint64) prometheus.Collector {
+	return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
+		func() float64 { return float64(f(s.vr.Stats())) })
 }
