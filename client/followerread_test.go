@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
 	"net"
 	"sync"
@@ -22,38 +21,7 @@ import (
 // --follower-reads on every member.
 func startFollowerReadGroup(t testing.TB) []*server.Server {
 	t.Helper()
-	var lns []net.Listener
-	for range 6 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns = append(lns, ln)
-	}
-	var ms []server.Member
-	for i := range 3 {
-		ms = append(ms, server.Member{ID: uint64(i + 1), PeerAddr: lns[2*i].Addr().String(), ClientAddr: lns[2*i+1].Addr().String()})
-	}
-	for _, ln := range lns {
-		ln.Close()
-	}
-	var nodes []*server.Server
-	for _, m := range ms {
-		s, err := server.New(server.Config{
-			NodeID: fmt.Sprint("n", m.ID), ClientAddr: m.ClientAddr, PeerAddr: m.PeerAddr,
-			DataDir: t.TempDir(), ClusterSecret: "s", Members: ms, ReplicaID: m.ID, ClusterID: 7,
-			Bootstrap: true, FollowerReads: true, Logger: slog.New(slog.DiscardHandler),
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		nodes = append(nodes, s)
-	}
-	return nodes
+	return startGroupWith(t, true)
 }
 
 // followerServed is each node's count of cross-client-monotonic reads it

@@ -15,6 +15,13 @@ import (
 // startGroup runs a 3-replica group in-process and returns its nodes.
 func startGroup(t *testing.T) []*server.Server {
 	t.Helper()
+	return startGroupWith(t, false)
+}
+
+// startGroupWith runs a 3-replica group in-process, with --follower-reads on
+// every member if followerReads, and returns its nodes.
+func startGroupWith(t testing.TB, followerReads bool) []*server.Server {
+	t.Helper()
 	var addrs []string
 	var lns []net.Listener
 	for range 6 {
@@ -37,7 +44,7 @@ func startGroup(t *testing.T) []*server.Server {
 		s, err := server.New(server.Config{
 			NodeID: fmt.Sprint("n", m.ID), ClientAddr: m.ClientAddr, PeerAddr: m.PeerAddr,
 			DataDir: t.TempDir(), ClusterSecret: "s", Members: ms, ReplicaID: m.ID, ClusterID: 7,
-			Bootstrap: true, Logger: slog.New(slog.DiscardHandler),
+			Bootstrap: true, FollowerReads: followerReads, Logger: slog.New(slog.DiscardHandler),
 		})
 		if err != nil {
 			t.Fatal(err)
