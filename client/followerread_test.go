@@ -122,11 +122,7 @@ func TestFollowerReadsAreSpreadOverReplicas(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var wire wireLog
-	c, err := Dial(ctx, addrs, WithPoolSize(1), WithRetryUnavailable(10*time.Second), WithMaxRetries(5),
-		func(o *options) { o.wrapConn = wire.wrap })
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := dialGroup(t, ctx, addrs, &wire)
 	defer c.Close()
 	for i := range 10 {
 		if err := c.Put(ctx, fmt.Sprint("k", i), []byte("v0")); err != nil {
@@ -260,18 +256,11 @@ func TestFollowerReadRetriesAtTheLeaderOnMoved(t *testing.T) {
 		t.Skip("starts a 3-node group")
 	}
 	nodes := startGroup(t) // no follower reads
-	var addrs []string
-	for _, n := range nodes {
-		addrs = append(addrs, n.ClientAddr().String())
-	}
+	addrs := clientAddrs(nodes)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var wire wireLog
-	c, err := Dial(ctx, addrs, WithPoolSize(1), WithRetryUnavailable(10*time.Second), WithMaxRetries(5),
-		func(o *options) { o.wrapConn = wire.wrap })
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := dialGroup(t, ctx, addrs, &wire)
 	defer c.Close()
 	if err := c.Put(ctx, "k", []byte("v1")); err != nil {
 		t.Fatal(err)
@@ -315,16 +304,10 @@ func TestFollowerReadsResumeAfterALeaderChange(t *testing.T) {
 	}
 	nodes := startFollowerReadGroup(t)
 	l := leaderOf(t, nodes)
-	var addrs []string
-	for _, n := range nodes {
-		addrs = append(addrs, n.ClientAddr().String())
-	}
+	addrs := clientAddrs(nodes)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c, err := Dial(ctx, addrs, WithPoolSize(1), WithRetryUnavailable(10*time.Second), WithMaxRetries(5))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := dialGroup(t, ctx, addrs, nil)
 	defer c.Close()
 	if err := c.Put(ctx, "k", []byte("v1")); err != nil {
 		t.Fatal(err)
@@ -367,10 +350,7 @@ func TestFollowerReadHistoryIsCrossClientMonotonic(t *testing.T) {
 	}
 	nodes := startFollowerReadGroup(t)
 	leaderOf(t, nodes)
-	var addrs []string
-	for _, n := range nodes {
-		addrs = append(addrs, n.ClientAddr().String())
-	}
+	addrs := clientAddrs(nodes)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	dial := func() *Client {
@@ -561,18 +541,11 @@ func TestSessionReadsSpreadAndReadTheirWrites(t *testing.T) {
 	}
 	nodes := startFollowerReadGroup(t)
 	leaderOf(t, nodes)
-	var addrs []string
-	for _, n := range nodes {
-		addrs = append(addrs, n.ClientAddr().String())
-	}
+	addrs := clientAddrs(nodes)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var wire wireLog
-	c, err := Dial(ctx, addrs, WithPoolSize(1), WithRetryUnavailable(10*time.Second), WithMaxRetries(5),
-		func(o *options) { o.wrapConn = wire.wrap })
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := dialGroup(t, ctx, addrs, &wire)
 	defer c.Close()
 	s := c.Session()
 	for i := range 60 {

@@ -58,6 +58,31 @@ func startGroupWith(t testing.TB, followerReads bool) []*server.Server {
 	return nodes
 }
 
+// clientAddrs is the client address of each node, in order.
+func clientAddrs(nodes []*server.Server) []string {
+	var addrs []string
+	for _, n := range nodes {
+		addrs = append(addrs, n.ClientAddr().String())
+	}
+	return addrs
+}
+
+// dialGroup dials addrs as the group tests do: one connection per address,
+// -UNAVAILABLE retried for up to 10s, up to 5 retries after a dead connection; if wire is not
+// nil it logs every connection's requests.
+func dialGroup(t *testing.T, ctx context.Context, addrs []string, wire *wireLog) *Client {
+	t.Helper()
+	opts := []Option{WithPoolSize(1), WithRetryUnavailable(10 * time.Second), WithMaxRetries(5)}
+	if wire != nil {
+		opts = append(opts, func(o *options) { o.wrapConn = wire.wrap })
+	}
+	c, err := Dial(ctx, addrs, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 func leaderOf(t *testing.T, nodes []*server.Server) int {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
@@ -86,10 +111,7 @@ func TestClientFollowsTheLeader(t *testing.T) {
 	for _, i := range []int{f, l, 3 - f - l} {
 		all = append(all, nodes[i].ClientAddr().String())
 	}
-	c, err := Dial(ctx, all, WithPoolSize(1), WithRetryUnavailable(10*time.Second), WithMaxRetries(5))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := dialGroup(t, ctx, all, nil)
 	defer c.Close()
 	for i := range 10 {
 		if _, err := c.Incr(ctx, "n", 1); err != nil {
