@@ -572,12 +572,7 @@ func (w *workload) doCCMRead(h int, sop shard.Op, rng *rand.Rand) {
 			w.rec.Complete(h, check.Result{Found: res.Kind == shard.ResBulk, Value: string(res.Bulk), Version: res.Version, Node: target})
 			return
 		}
-		if lid, _, ok := LeaderOf(err); ok {
-			target = w.c.index(lid)
-		} else {
-			time.Sleep(5 * time.Millisecond)
-			target = w.leaderGuess()
-		}
+		target = w.redirect(err)
 	}
 	w.rec.Unknown(h)
 }

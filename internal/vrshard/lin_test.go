@@ -161,6 +161,16 @@ func (w *workload) client(id int, stop <-chan struct{}, rng *rand.Rand) {
 	}
 }
 
+// redirect picks the replica to try after err: the leader err names, or,
+// after a short pause, the current leader guess.
+func (w *workload) redirect(err error) int {
+	if lid, _, ok := LeaderOf(err); ok {
+		return w.c.index(lid)
+	}
+	time.Sleep(5 * time.Millisecond)
+	return w.leaderGuess()
+}
+
 func (w *workload) doRead(h int, sop shard.Op, sess *shard.Session, rng *rand.Rand) {
 	deadline := time.Now().Add(2 * time.Second)
 	target := w.leaderGuess()
@@ -183,12 +193,7 @@ func (w *workload) doRead(h int, sop shard.Op, sess *shard.Session, rng *rand.Ra
 			w.rec.Complete(h, check.Result{Found: res.Kind == shard.ResBulk, Value: string(res.Bulk), Version: res.Version, Node: target})
 			return
 		}
-		if lid, _, ok := LeaderOf(err); ok {
-			target = w.c.index(lid)
-		} else {
-			time.Sleep(5 * time.Millisecond)
-			target = w.leaderGuess()
-		}
+		target = w.redirect(err)
 	}
 	w.rec.Unknown(h)
 }
@@ -211,12 +216,7 @@ func (w *workload) doSessionRead(h int, sop shard.Op, sess *shard.Session, rng *
 			w.rec.Complete(h, check.Result{Found: res.Kind == shard.ResBulk, Value: string(res.Bulk), Version: res.Version, Node: target})
 			return
 		}
-		if lid, _, ok := LeaderOf(err); ok {
-			target = w.c.index(lid)
-		} else {
-			time.Sleep(5 * time.Millisecond)
-			target = w.leaderGuess()
-		}
+		target = w.redirect(err)
 	}
 	w.rec.Unknown(h)
 }
@@ -250,12 +250,7 @@ func (w *workload) doWrite(h int, kind check.Kind, sop shard.Op, id shard.ReqID,
 		if !retryable(err) {
 			panic(fmt.Sprintf("write %v: unexpected error %v", sop.Kind, err))
 		}
-		if lid, _, ok := LeaderOf(err); ok {
-			target = w.c.index(lid)
-		} else {
-			time.Sleep(5 * time.Millisecond)
-			target = w.leaderGuess()
-		}
+		target = w.redirect(err)
 	}
 	w.rec.Unknown(h)
 }

@@ -241,12 +241,7 @@ func (w *workload) doNilextWrite(h int, sop shard.Op, rng *rand.Rand, own shard.
 		if !retryable(err) && !errors.Is(err, ErrFailed) {
 			panic(fmt.Sprintf("nilext write: unexpected error %v", err))
 		}
-		if lid, _, ok := LeaderOf(err); ok {
-			target = w.c.index(lid)
-		} else {
-			time.Sleep(5 * time.Millisecond)
-			target = w.leaderGuess()
-		}
+		target = w.redirect(err)
 		// With id still zero the fast path never took the write (the
 		// replica was closed): it is in no d-log, so a fresh attempt is safe.
 	}
