@@ -1,9 +1,7 @@
 package server
 
 import (
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"testing"
 	"time"
 
@@ -97,15 +95,7 @@ INCR n => (integer) ` + string(rune('1'+i)))
 		}
 	}
 	fc.expect(`GET p => "3"`)
-	resp, err := http.Get("http://" + g.nodes[l].HTTPAddr().String() + "/status")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var st StatusJSON
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
-		t.Fatal(err)
-	}
+	st := fetchStatus(t, g.nodes[l])
 	if st.Replication == nil || st.Replication.Nilext == nil || st.Replication.Nilext.Fast == 0 {
 		t.Fatalf("leader /status has no nilext figures: %+v", st.Replication)
 	}

@@ -284,15 +284,7 @@ INCR n => (integer) 1
 	if !strings.Contains(info, "role:follower") || !strings.Contains(info, "leader_id:") {
 		t.Fatalf("follower INFO replication: %s", info)
 	}
-	resp, err := http.Get("http://" + g.nodes[l].HTTPAddr().String() + "/status")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var st StatusJSON
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
-		t.Fatal(err)
-	}
+	st := fetchStatus(t, g.nodes[l])
 	if st.Role != "leader" || st.Replication == nil || st.Replication.Commit == 0 || st.Replication.Leader != uint64(l+1) {
 		t.Fatalf("leader /status: role %q replication %+v", st.Role, st.Replication)
 	}
@@ -477,4 +469,19 @@ func TestModeSwitchIsRefused(t *testing.T) {
 	if _, err := New(Config{DataDir: replicaDir, ClientAddr: "127.0.0.1:0", Logger: slog.New(slog.DiscardHandler)}); !errors.Is(err, ErrStaleConfig) {
 		t.Fatalf("replica directory opened as a single node: %v", err)
 	}
+}
+
+// fetchStatus GETs n's /status and decodes it, failing the test on any error.
+func fetchStatus(t *testing.T, n *Server) StatusJSON {
+	t.Helper()
+	resp, err := http.Get("http://" + n.HTTPAddr().String() + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st StatusJSON
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		t.Fatal(err)
+	}
+	return st
 }
