@@ -122,7 +122,7 @@ func (r *Replica) ProposeAck(now int64, req Request, ack AckPoint) error {
 	}
 	if ack != AckApplied && req.Client != 0 {
 		k := dkey{req.Client, req.ReqNum}
-		if _, queued := r.inflightQueued(k); queued {
+		if r.inflightQueued(k) {
 			r.cad.want[k] = ack
 		}
 	}
@@ -131,14 +131,16 @@ func (r *Replica) ProposeAck(now int64, req Request, ack AckPoint) error {
 
 // inflightQueued reports whether the request still waits in the proposal
 // queue (Propose took it; an executed duplicate or an in-flight retry was
-// answered or dropped instead).
-func (r *Replica) inflightQueued(k dkey) (int, bool) {
+// answered or dropped instead). The scan runs backwards: a request Propose
+// has just queued is the last one, found at once; only a retry of a request
+// still queued, or a duplicate Propose did not queue, walks the queue.
+func (r *Replica) inflightQueued(k dkey) bool {
 	for i := len(r.queue) - 1; i >= 0; i-- {
 		if q := r.queue[i]; q.Client == k.client && q.ReqNum == k.req {
-			return i, true
+			return true
 		}
 	}
-	return 0, false
+	return false
 }
 
 // cadOrdered is called for each batch of entries the leader appends.
