@@ -27,21 +27,7 @@ import (
 // follower reads on every node.
 func startCADGroup(t *testing.T) *group {
 	t.Helper()
-	g := &group{t: t}
-	var ms []string
-	for i := 1; i <= 3; i++ {
-		n := cluster.NewNode(t, "n"+strconv.Itoa(i))
-		g.nodes = append(g.nodes, n)
-		ms = append(ms, fmt.Sprintf("%d@%s/%s", i, n.PeerAddr, n.ClientAddr))
-	}
-	g.members = strings.Join(ms, ",")
-	extra := []string{"--follower-reads", "true", "--durability", "cad"}
-	for i, n := range g.nodes {
-		n.Args = append(replicaArgs(g.members, i+1, true), extra...)
-		n.Start()
-		n.Args = append(replicaArgs(g.members, i+1, false), extra...)
-	}
-	return g
+	return startGroupWith(t, "--follower-reads", "true", "--durability", "cad")
 }
 
 type cadStatus struct {

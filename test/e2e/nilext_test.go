@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -22,20 +21,7 @@ import (
 // startNilextGroup is startGroup with --nilext on every node.
 func startNilextGroup(t *testing.T) *group {
 	t.Helper()
-	g := &group{t: t}
-	var ms []string
-	for i := 1; i <= 3; i++ {
-		n := cluster.NewNode(t, "n"+strconv.Itoa(i))
-		g.nodes = append(g.nodes, n)
-		ms = append(ms, fmt.Sprintf("%d@%s/%s", i, n.PeerAddr, n.ClientAddr))
-	}
-	g.members = strings.Join(ms, ",")
-	for i, n := range g.nodes {
-		n.Args = append(replicaArgs(g.members, i+1, true), "--nilext", "true")
-		n.Start()
-		n.Args = append(replicaArgs(g.members, i+1, false), "--nilext", "true")
-	}
-	return g
+	return startGroupWith(t, "--nilext", "true")
 }
 
 // settledLeader waits until the group is ready for a workload and returns

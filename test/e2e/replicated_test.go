@@ -38,6 +38,13 @@ func replicaArgs(members string, id int, bootstrap bool) []string {
 // startGroup starts three replicas, bootstrapping a new group.
 func startGroup(t *testing.T) *group {
 	t.Helper()
+	return startGroupWith(t)
+}
+
+// startGroupWith starts three replicas with extra flags on each,
+// bootstrapping a new group.
+func startGroupWith(t *testing.T, extra ...string) *group {
+	t.Helper()
 	g := &group{t: t}
 	var ms []string
 	for i := 1; i <= 3; i++ {
@@ -47,10 +54,10 @@ func startGroup(t *testing.T) *group {
 	}
 	g.members = strings.Join(ms, ",")
 	for i, n := range g.nodes {
-		n.Args = replicaArgs(g.members, i+1, true)
+		n.Args = append(replicaArgs(g.members, i+1, true), extra...)
 		n.Start()
 		// Later starts of the same directory must not bootstrap.
-		n.Args = replicaArgs(g.members, i+1, false)
+		n.Args = append(replicaArgs(g.members, i+1, false), extra...)
 	}
 	return g
 }
