@@ -534,17 +534,13 @@ func (l *loop) recoverPanic(c *conn) {
 func (l *loop) process(c *conn) {
 	e := c.ev
 	for !c.closing {
-		if c.rd.Buffered() == 0 && e.in.budget == 0 {
-			break
-		}
-		args, err := c.rd.ReadCommand(c.args[:0])
-		c.args = args
+		args, ok, err := c.nextCommand()
 		if err != nil {
-			if errors.Is(err, errWouldBlock) {
-				break
-			}
 			l.readFailed(c, err)
 			return
+		}
+		if !ok {
+			break
 		}
 		if c.srv.vr != nil || c.readMayWait(args) {
 			// A replica's reads and writes wait for the VR driver or a forward
@@ -555,7 +551,7 @@ func (l *loop) process(c *conn) {
 		}
 		c.dispatch(args)
 		c.batched++
-		if c.batched >= maxBatch || len(c.out.b)+c.w.Buffered() > 1<<20 {
+		if c.batchFull() {
 			c.flushWrites()
 			if c.pending.SyncPos != 0 {
 				l.handOff(c, nil)
@@ -590,6 +586,30 @@ func (l *loop) process(c *conn) {
 	if l.sendBatch(c) {
 		l.afterBatch(c)
 	}
+}
+
+// nextCommand reads c's next complete command for the loop or its away
+// goroutine: ok is false, with no error, when there is none for now (nothing
+// buffered and no read budget left, or the read would block).
+func (c *conn) nextCommand() (args [][]byte, ok bool, err error) {
+	if c.rd.Buffered() == 0 && c.ev.in.budget == 0 {
+		return nil, false, nil
+	}
+	args, err = c.rd.ReadCommand(c.args[:0])
+	c.args = args
+	if err != nil {
+		if errors.Is(err, errWouldBlock) {
+			return nil, false, nil
+		}
+		return nil, false, err
+	}
+	return args, true, nil
+}
+
+// batchFull reports whether c's batch has run enough commands, or buffered
+// enough replies, that it must end before the next command.
+func (c *conn) batchFull() bool {
+	return c.batched >= maxBatch || len(c.out.b)+c.w.Buffered() > 1<<20
 }
 
 // readMayWait reports whether args is a read that may wait for an fsync: the
@@ -756,23 +776,19 @@ func (l *loop) runAway(c *conn, first [][]byte) {
 		}
 	}
 	for !c.closing {
-		if c.rd.Buffered() == 0 && e.in.budget == 0 {
-			break
-		}
-		args, err := c.rd.ReadCommand(c.args[:0])
-		c.args = args
+		args, ok, err := c.nextCommand()
 		if err != nil {
-			if errors.Is(err, errWouldBlock) {
-				break
-			}
 			c.readFailed(err)
 			c.closing = true
 			l.giveBack(c, false)
 			return
 		}
+		if !ok {
+			break
+		}
 		c.dispatch(args)
 		c.batched++
-		if c.batched >= maxBatch || len(c.out.b)+c.w.Buffered() > 1<<20 {
+		if c.batchFull() {
 			if err := c.release(); err != nil {
 				c.closing = true
 				break
