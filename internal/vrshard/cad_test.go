@@ -556,25 +556,8 @@ func cadPowerCutHistory(t *testing.T, d level.Durability, seed uint64) check.His
 // doCCMRead reads at a random replica at cross-client-monotonic level,
 // following redirects.
 func (w *workload) doCCMRead(h int, sop shard.Op, rng *rand.Rand) {
-	deadline := time.Now().Add(2 * time.Second)
 	target := rng.IntN(len(w.c.reps))
-	for time.Now().Before(deadline) {
-		r := w.replica(target)
-		if r == nil {
-			target = w.leaderGuess()
-			time.Sleep(5 * time.Millisecond)
-			continue
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-		res, err := r.Read(ctx, sop, level.ConsCrossClient, shard.Session{})
-		cancel()
-		if err == nil {
-			w.rec.Complete(h, check.Result{Found: res.Kind == shard.ResBulk, Value: string(res.Bulk), Version: res.Version, Node: target})
-			return
-		}
-		target = w.redirect(err)
-	}
-	w.rec.Unknown(h)
+	w.readAt(h, target, sop, level.ConsCrossClient, shard.Session{})
 }
 
 // cad and async writes are acknowledged before they commit, so writers can

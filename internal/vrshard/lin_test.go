@@ -171,54 +171,47 @@ func (w *workload) redirect(err error) int {
 	return w.leaderGuess()
 }
 
-func (w *workload) doRead(h int, sop shard.Op, sess *shard.Session, rng *rand.Rand) {
+// readAt reads sop at consistency c with session s, starting at replica
+// target and following redirects for up to 2s. It records the outcome of
+// history op h and reports the result and whether the read completed.
+func (w *workload) readAt(h, target int, sop shard.Op, c level.Consistency, s shard.Session) (shard.Result, bool) {
 	deadline := time.Now().Add(2 * time.Second)
+	for time.Now().Before(deadline) {
+		r := w.replica(target)
+		if r == nil {
+			target = w.leaderGuess()
+			time.Sleep(5 * time.Millisecond)
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		res, err := r.Read(ctx, sop, c, s)
+		cancel()
+		if err == nil {
+			w.rec.Complete(h, check.Result{Found: res.Kind == shard.ResBulk, Value: string(res.Bulk), Version: res.Version, Node: target})
+			return res, true
+		}
+		target = w.redirect(err)
+	}
+	w.rec.Unknown(h)
+	return shard.Result{}, false
+}
+
+func (w *workload) doRead(h int, sop shard.Op, sess *shard.Session, rng *rand.Rand) {
 	target := w.leaderGuess()
 	if w.anyReplica {
 		target = rng.IntN(len(w.c.reps))
 	}
-	for time.Now().Before(deadline) {
-		r := w.replica(target)
-		if r == nil {
-			target = w.leaderGuess()
-			time.Sleep(5 * time.Millisecond)
-			continue
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-		res, err := r.Read(ctx, sop, level.ConsLinearizable, shard.Session{})
-		cancel()
-		if err == nil {
-			// The client's session includes what its strong reads saw.
-			*sess = sess.AfterRead(res)
-			w.rec.Complete(h, check.Result{Found: res.Kind == shard.ResBulk, Value: string(res.Bulk), Version: res.Version, Node: target})
-			return
-		}
-		target = w.redirect(err)
+	if res, ok := w.readAt(h, target, sop, level.ConsLinearizable, shard.Session{}); ok {
+		// The client's session includes what its strong reads saw.
+		*sess = sess.AfterRead(res)
 	}
-	w.rec.Unknown(h)
 }
 
 func (w *workload) doSessionRead(h int, sop shard.Op, sess *shard.Session, rng *rand.Rand) {
-	deadline := time.Now().Add(2 * time.Second)
 	target := rng.IntN(len(w.c.reps))
-	for time.Now().Before(deadline) {
-		r := w.replica(target)
-		if r == nil {
-			target = w.leaderGuess()
-			time.Sleep(5 * time.Millisecond)
-			continue
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-		res, err := r.Read(ctx, sop, level.ConsSession, *sess)
-		cancel()
-		if err == nil {
-			*sess = sess.AfterRead(res)
-			w.rec.Complete(h, check.Result{Found: res.Kind == shard.ResBulk, Value: string(res.Bulk), Version: res.Version, Node: target})
-			return
-		}
-		target = w.redirect(err)
+	if res, ok := w.readAt(h, target, sop, level.ConsSession, *sess); ok {
+		*sess = sess.AfterRead(res)
 	}
-	w.rec.Unknown(h)
 }
 
 func (w *workload) doWrite(h int, kind check.Kind, sop shard.Op, id shard.ReqID, sess *shard.Session) {
