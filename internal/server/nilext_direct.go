@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/resp"
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/vr"
 	"github.com/kefirdb/kefir/internal/vrshard"
@@ -91,14 +92,19 @@ func (c *conn) nilextTake(args [][]byte) error {
 	if err != nil {
 		return nilextTakeError(err)
 	}
-	_ = c.w.WriteArrayHeader(3)
-	_ = c.w.WriteInt(int64(ack.View))
-	_ = c.w.WriteInt(int64(ack.From))
+	return writeNilextAck(c.w, ack)
+}
+
+// writeNilextAck writes one replica's ack [view, replica-id, leader (0|1)].
+func writeNilextAck(w *resp.Writer, a vr.NilextAck) error {
 	leader := int64(0)
-	if ack.Leader {
+	if a.Leader {
 		leader = 1
 	}
-	return c.w.WriteInt(leader)
+	_ = w.WriteArrayHeader(3)
+	_ = w.WriteInt(int64(a.View))
+	_ = w.WriteInt(int64(a.From))
+	return w.WriteInt(leader)
 }
 
 // nilextTakeError: -ERR for what the client got wrong (it must not retry the
@@ -195,15 +201,7 @@ func (c *conn) nilextTakeBatch(args [][]byte) error {
 			_ = w.WriteError(errorText(res[i]))
 			continue
 		}
-		a := acks[ackAt[i]]
-		leader := int64(0)
-		if a.Leader {
-			leader = 1
-		}
-		_ = w.WriteArrayHeader(3)
-		_ = w.WriteInt(int64(a.View))
-		_ = w.WriteInt(int64(a.From))
-		_ = w.WriteInt(leader)
+		_ = writeNilextAck(w, acks[ackAt[i]])
 	}
 	return nil
 }
