@@ -578,21 +578,32 @@ func leaderOf(s *sim.Sim) int {
 	return -1
 }
 
+// atLeader runs fn with the leader's index at each of the given times (a
+// time when no replica leads is skipped).
+func atLeader(s *sim.Sim, ats []time.Duration, fn func(l int)) {
+	for _, at := range ats {
+		s.At(at, func() {
+			if l := leaderOf(s); l >= 0 {
+				fn(l)
+			}
+		})
+	}
+}
+
+// randomFollower picks one of the replicas other than l.
+func randomFollower(s *sim.Sim, l int) int {
+	n := s.Config().Replicas
+	return (l + 1 + s.Rand().IntN(n-1)) % n
+}
+
 // isolateFollower cuts one follower off from the other replicas (clients
 // still reach it) for a while, twice: the leader suspects it and, after
 // Removal, drops it from the active set while it still answers clients.
 func isolateFollower(s *sim.Sim) {
-	for _, at := range []time.Duration{100 * time.Millisecond, 400 * time.Millisecond} {
-		s.At(at, func() {
-			l := leaderOf(s)
-			if l < 0 {
-				return
-			}
-			f := (l + 1 + s.Rand().IntN(s.Config().Replicas-1)) % s.Config().Replicas
-			s.Isolate(sim.Addr(f), false)
-			s.After(80*time.Millisecond, s.Heal)
-		})
-	}
+	atLeader(s, []time.Duration{100 * time.Millisecond, 400 * time.Millisecond}, func(l int) {
+		s.Isolate(sim.Addr(randomFollower(s, l)), false)
+		s.After(80*time.Millisecond, s.Heal)
+	})
 }
 
 // defectingLeader: the replica next in line (F2) is cut off from the other
@@ -601,50 +612,38 @@ func isolateFollower(s *sim.Sim) {
 // still cannot hear F2. The leader, asked to join F2's view, must wait until
 // its grant to F1 has run out.
 func defectingLeader(s *sim.Sim) {
-	for _, at := range []time.Duration{100 * time.Millisecond, 500 * time.Millisecond} {
-		s.At(at, func() {
-			l := leaderOf(s)
-			if l < 0 {
-				return
-			}
-			n := s.Config().Replicas
-			v := s.Replica(l).(*simReplica).core.view
-			f2 := int((v + 1) % uint64(n))
-			s.Isolate(sim.Addr(f2), false)
-			// F2 times out after ViewChangeTimeout (100 ms in this
-			// scenario) and asks for view v+1, which it leads; let it reach
-			// the leader then.
-			s.After(105*time.Millisecond, func() {
-				s.Unblock(sim.Addr(f2), sim.Addr(l))
-				s.Unblock(sim.Addr(l), sim.Addr(f2))
-			})
-			s.After(300*time.Millisecond, s.Heal)
+	atLeader(s, []time.Duration{100 * time.Millisecond, 500 * time.Millisecond}, func(l int) {
+		n := s.Config().Replicas
+		v := s.Replica(l).(*simReplica).core.view
+		f2 := int((v + 1) % uint64(n))
+		s.Isolate(sim.Addr(f2), false)
+		// F2 times out after ViewChangeTimeout (100 ms in this scenario)
+		// and asks for view v+1, which it leads; let it reach the leader
+		// then.
+		s.After(105*time.Millisecond, func() {
+			s.Unblock(sim.Addr(f2), sim.Addr(l))
+			s.Unblock(sim.Addr(l), sim.Addr(f2))
 		})
-	}
+		s.After(300*time.Millisecond, s.Heal)
+	})
 }
 
 // minorityLeader (5 replicas): the leader and one follower are cut off from
 // the other three, which form a new view once their lease promises run out.
 // The cut-off follower must stop serving by then.
 func minorityLeader(s *sim.Sim) {
-	for _, at := range []time.Duration{100 * time.Millisecond, 500 * time.Millisecond} {
-		s.At(at, func() {
-			l := leaderOf(s)
-			if l < 0 {
-				return
+	atLeader(s, []time.Duration{100 * time.Millisecond, 500 * time.Millisecond}, func(l int) {
+		n := s.Config().Replicas
+		f1 := (l + 1) % n
+		var rest []sim.Addr
+		for i := 0; i < n; i++ {
+			if i != l && i != f1 {
+				rest = append(rest, sim.Addr(i))
 			}
-			n := s.Config().Replicas
-			f1 := (l + 1) % n
-			var rest []sim.Addr
-			for i := 0; i < n; i++ {
-				if i != l && i != f1 {
-					rest = append(rest, sim.Addr(i))
-				}
-			}
-			s.Partition([]sim.Addr{sim.Addr(l), sim.Addr(f1)}, rest)
-			s.After(200*time.Millisecond, s.Heal)
-		})
-	}
+		}
+		s.Partition([]sim.Addr{sim.Addr(l), sim.Addr(f1)}, rest)
+		s.After(200*time.Millisecond, s.Heal)
+	})
 }
 
 // delayedGrants delays the leader's messages to one follower by 30 ms for
@@ -653,22 +652,15 @@ func minorityLeader(s *sim.Sim) {
 // none of the newer commits, while the leader has dropped it from the active
 // set and moved R past what it applied.
 func delayedGrants(s *sim.Sim) {
-	for _, at := range []time.Duration{100 * time.Millisecond, 300 * time.Millisecond, 500 * time.Millisecond} {
-		s.At(at, func() {
-			l := leaderOf(s)
-			if l < 0 {
-				return
-			}
-			f := (l + 1 + s.Rand().IntN(s.Config().Replicas-1)) % s.Config().Replicas
-			from, to := sim.Addr(l), sim.Addr(f)
-			s.SetLink(from, to, sim.Link{Delay: sim.Dist{Base: 30 * time.Millisecond}})
-			s.After(8*time.Millisecond, func() { s.Hold(from, to) })
-			s.After(60*time.Millisecond, func() {
-				s.SetLink(from, to, defaultLink)
-				s.Release(from, to)
-			})
+	atLeader(s, []time.Duration{100 * time.Millisecond, 300 * time.Millisecond, 500 * time.Millisecond}, func(l int) {
+		from, to := sim.Addr(l), sim.Addr(randomFollower(s, l))
+		s.SetLink(from, to, sim.Link{Delay: sim.Dist{Base: 30 * time.Millisecond}})
+		s.After(8*time.Millisecond, func() { s.Hold(from, to) })
+		s.After(60*time.Millisecond, func() {
+			s.SetLink(from, to, defaultLink)
+			s.Release(from, to)
 		})
-	}
+	})
 }
 
 func noRandomFaults(so *sim.Options) { so.Faults = nil }
