@@ -126,7 +126,7 @@ func (r *rawReader) get(key, cons string) (bool, string, error) {
 // (check.Durability).
 func TestCADGroupWithFollowerReadsUnderSIGKILL(t *testing.T) {
 	g := startCADGroup(t)
-	l := g.leader(-1)
+	l := g.settledLeader(-1)
 	rec := check.NewRecorder(nil)
 	var stop atomic.Bool
 	var wg sync.WaitGroup

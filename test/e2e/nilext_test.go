@@ -24,56 +24,6 @@ func startNilextGroup(t *testing.T) *group {
 	return startGroupWith(t, "--nilext", "true")
 }
 
-// settledLeader waits until the group is ready for a workload and returns
-// the leader's index: every running node other than skip reports the same
-// view and leader, one of them as leader and the rest as followers, and that
-// has held for a second. A node that calls itself leader is not enough: a
-// fresh group's first leader does so before it has reached its peers, and a
-// follower that has not heard it yet (its dials backed off while the peers
-// were starting; a loaded box) times out and starts a view change, during
-// which writes through it get -UNAVAILABLE no leader by contract. A second
-// is over three view-change timeouts (300 ms), so such a follower has
-// broken the agreement by then.
-func (g *group) settledLeader(skip int) int {
-	g.t.Helper()
-	const settle = time.Second
-	var since time.Time
-	last := -1
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		l, ok := -1, true
-		var view, leader uint64
-		for i, n := range g.nodes {
-			if i == skip || !n.Running() {
-				continue
-			}
-			st, err := status(n)
-			if err != nil || (st.Role != "leader" && st.Role != "follower") {
-				ok = false
-				break
-			}
-			if leader == 0 {
-				view, leader = st.Replication.View, st.Replication.Leader
-			} else if st.Replication.View != view || st.Replication.Leader != leader {
-				ok = false
-				break
-			}
-			if st.Role == "leader" {
-				l = i
-			}
-		}
-		switch {
-		case !ok || l < 0:
-			last = -1
-		case l != last:
-			last, since = l, time.Now()
-		case time.Since(since) >= settle:
-			return l
-		}
-	}
-	g.t.Fatal("the group did not settle on a leader within 30s")
-	return -1
-}
-
 func nilextFast(n *cluster.Node) uint64 {
 	var st struct {
 		Replication *struct {
