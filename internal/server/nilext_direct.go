@@ -129,13 +129,16 @@ func nilextTakeError(err error) error {
 // maxNilextBatch bounds one KEFIR.NILEXT BATCH.
 const maxNilextBatch = 4096
 
+// errNilextBatchSyntax is built once, not on every batch.
+var errNilextBatchSyntax = &replyError{"ERR KEFIR.NILEXT BATCH n [client seq durability pairs key value ...] x n"}
+
 // nilextTakeBatch answers KEFIR.NILEXT BATCH n [client seq durability pairs k v ...]×n
 // with an array of n replies, each this replica's ack [view, replica-id,
 // leader] or an error for that update alone. The updates (any client ids)
 // go to the VR driver together and share one fsync: a client sends one batch
 // per replica for all the writes it has in flight.
 func (c *conn) nilextTakeBatch(args [][]byte) error {
-	bad := errf("ERR KEFIR.NILEXT BATCH n [client seq durability pairs key value ...] x n")
+	bad := errNilextBatchSyntax
 	if len(args) < 1 {
 		return bad
 	}
