@@ -198,14 +198,7 @@ func (r *Replica) NilextApply(ctx context.Context, reqs []shard.WriteReq) ([]int
 	case <-r.done:
 		return nil, r.closedErr()
 	}
-	timer := time.NewTimer(r.opts.NilextTimeout)
-	defer timer.Stop()
-	select {
-	case <-bw.done:
-	case <-timer.C:
-	case <-ctx.Done():
-	case <-r.done:
-	}
+	r.awaitBatch(ctx, bw, r.opts.NilextTimeout)
 	var fallback []int
 	for i, c := range calls {
 		if c.settle(nxAbandoned) {
@@ -545,14 +538,7 @@ func (r *Replica) NilextTake(ctx context.Context, id shard.ReqID, op shard.Op, d
 	case <-r.done:
 		return vr.NilextAck{}, r.closedErr()
 	}
-	timer := time.NewTimer(r.opts.RequestTimeout)
-	defer timer.Stop()
-	select {
-	case <-c.wait.done:
-	case <-timer.C:
-	case <-ctx.Done():
-	case <-r.done:
-	}
+	r.awaitBatch(ctx, c.wait, r.opts.RequestTimeout)
 	if c.settle(nxAbandoned) {
 		if err := ctx.Err(); err != nil {
 			return vr.NilextAck{}, err
@@ -711,14 +697,7 @@ func (r *Replica) NilextTakeBatch(ctx context.Context, ups []NilextDirect) (acks
 	case <-r.done:
 		return fail(r.closedErr())
 	}
-	timer := time.NewTimer(r.opts.RequestTimeout)
-	defer timer.Stop()
-	select {
-	case <-bw.done:
-	case <-timer.C:
-	case <-ctx.Done():
-	case <-r.done:
-	}
+	r.awaitBatch(ctx, bw, r.opts.RequestTimeout)
 	for i, c := range calls {
 		switch {
 		case c == nil:
@@ -734,4 +713,17 @@ func (r *Replica) NilextTakeBatch(ctx context.Context, ups []NilextDirect) (acks
 		}
 	}
 	return acks, errs
+}
+
+// awaitBatch waits until every call of bw has settled, d has passed, ctx
+// has ended or the replica has closed; the caller settles what is left.
+func (r *Replica) awaitBatch(ctx context.Context, bw *batchWait, d time.Duration) {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-bw.done:
+	case <-timer.C:
+	case <-ctx.Done():
+	case <-r.done:
+	}
 }
