@@ -114,15 +114,13 @@ func writeNilextAck(w *resp.Writer, a vr.NilextAck) error {
 func nilextTakeError(err error) error {
 	var nl *vrshard.NotLeaderError
 	switch {
-	case errors.Is(err, vrshard.ErrNilextInvalid), errors.Is(err, vrshard.ErrNilextStale), errors.Is(err, vr.ErrNilextOff):
-		return errf("ERR KEFIR.NILEXT: %s", err.Error())
-	case errors.Is(err, level.ErrUnknownLevel):
+	case errors.Is(err, vrshard.ErrNilextInvalid), errors.Is(err, vrshard.ErrNilextStale), errors.Is(err, vr.ErrNilextOff),
+		errors.Is(err, level.ErrUnknownLevel):
 		return errf("ERR KEFIR.NILEXT: %s", err.Error())
 	case errors.As(err, &nl):
 		return errf("UNAVAILABLE KEFIR.NILEXT: replica not normal (view change or recovery)")
-	case errors.Is(err, vrshard.ErrNilextBusy):
-		return errf("UNAVAILABLE KEFIR.NILEXT: %s", err.Error())
 	}
+	// vrshard.ErrNilextBusy and anything else this replica cannot do now.
 	return errf("UNAVAILABLE KEFIR.NILEXT: %s", err.Error())
 }
 
