@@ -186,8 +186,7 @@ func (c *conn) nilextTakeBatch(args [][]byte) error {
 	// The arguments alias the reader's buffer; NilextTakeBatch copies what
 	// the d-log keeps before it returns.
 	acks, errs := c.srv.vr.NilextTakeBatch(context.Background(), take)
-	res := make([]error, n)
-	copy(res, pre)
+	res := pre // the parse errors, then the driver's
 	ackAt := make([]int, n)
 	for j, i := range at {
 		if errs[j] != nil {
