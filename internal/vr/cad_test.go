@@ -22,16 +22,33 @@ func followerReads(c *Config) {
 func cadNet(t *testing.T) *tnet {
 	t.Helper()
 	n := newNetWith(t, 3, followerReads)
-	for range 3 {
-		n.tick(10 * time.Millisecond)
-		n.deliver(nil)
-	}
+	n.heartbeats(3)
 	for _, p := range n.rs[1].Peers() {
 		if p.State != MemberIn {
 			t.Fatalf("after warm-up peer %d is %s, want in (%+v)", p.ID, p.State, n.rs[1].Peers())
 		}
 	}
 	return n
+}
+
+// commitOne has the leader (replica 1) order and commit one write (client
+// 7, request 1) by delivering everything it sends; the followers learn of
+// the commit with the next heartbeat.
+func (n *tnet) commitOne() {
+	n.t.Helper()
+	if err := n.propose(1, 7, 1, "a"); err != nil {
+		n.t.Fatal(err)
+	}
+	n.ready(1)
+	n.deliver(nil)
+}
+
+// heartbeats runs k heartbeat rounds: 10 ms pass, every message is delivered.
+func (n *tnet) heartbeats(k int) {
+	for range k {
+		n.tick(10 * time.Millisecond)
+		n.deliver(nil)
+	}
 }
 
 func (n *tnet) proposeAck(client, req uint64, ack AckPoint) {
@@ -148,9 +165,7 @@ func TestFollowerReportsReceivedThenPersisted(t *testing.T) {
 // TestReadableIsCommitWithoutFollowerReads.
 func TestReadableIsCommitWithoutFollowerReads(t *testing.T) {
 	n := newNet(t, 3)
-	n.propose(1, 7, 1, "a")
-	n.ready(1)
-	n.deliver(nil)
+	n.commitOne()
 	if r, c := n.rs[1].Readable(), n.rs[1].CommitPoint(); r != c || c != 1 {
 		t.Fatalf("readable %d, commit %d", r, c)
 	}
@@ -163,15 +178,10 @@ func TestReadableIsCommitWithoutFollowerReads(t *testing.T) {
 // by MarkOut, and serve up to the R they learned.
 func TestGrantsAndFollowerRead(t *testing.T) {
 	n := cadNet(t)
-	n.propose(1, 7, 1, "a")
-	n.ready(1)
-	n.deliver(nil)
+	n.commitOne()
 	// One heartbeat brings the followers the commit point (they apply and
 	// report it, which moves R), the next one brings them R.
-	for range 2 {
-		n.tick(10 * time.Millisecond)
-		n.deliver(nil)
-	}
+	n.heartbeats(2)
 	if r := n.rs[1].Readable(); r != 1 {
 		t.Fatalf("leader readable %d, want 1", r)
 	}
@@ -409,9 +419,7 @@ func TestTwoStepRemoval(t *testing.T) {
 // confirmed leadership.
 func TestWaitReadableHeartbeatsAtOnce(t *testing.T) {
 	n := cadNet(t)
-	n.propose(1, 7, 1, "a")
-	n.ready(1)
-	n.deliver(nil) // committed at the leader; the followers do not know yet
+	n.commitOne() // committed at the leader; the followers do not know yet
 	if n.rs[1].Readable() != 0 {
 		t.Fatal("setup: readable already")
 	}
@@ -437,11 +445,8 @@ func TestWaitReadableHeartbeatsAtOnce(t *testing.T) {
 // their leases.
 func TestViewChangeResetsReadState(t *testing.T) {
 	n := cadNet(t)
-	n.propose(1, 7, 1, "a")
-	n.ready(1)
-	n.deliver(nil)
-	n.tick(10 * time.Millisecond)
-	n.deliver(nil)
+	n.commitOne()
+	n.heartbeats(1)
 	if _, err := n.rs[3].FollowerRead(n.now); err != nil {
 		t.Fatal(err)
 	}
@@ -474,10 +479,7 @@ func TestLeaderPromisesWhileGranting(t *testing.T) {
 		n := cadNet(t)
 		l := n.rs[1]
 		l.mut.leaderVotesWhileGranting = mutated
-		for range 6 { // past the promise every replica makes at start
-			n.tick(10 * time.Millisecond)
-			n.deliver(nil)
-		}
+		n.heartbeats(6) // past the promise every replica makes at start
 		n.q = nil
 		n.tick(10*time.Millisecond, 1)
 		var g int64
