@@ -359,19 +359,7 @@ func syncAsCAD(h check.History) check.History {
 func lagFollower(s *sim.Sim) {
 	for _, at := range []time.Duration{60 * time.Millisecond, 300 * time.Millisecond} {
 		s.At(at, func() {
-			for i := 0; i < s.Config().Replicas; i++ {
-				if n := s.Replica(i); n != nil && !n.(*simReplica).core.Info().IsLeader {
-					slow := sim.Link{Delay: sim.Dist{Base: 8 * time.Millisecond, Jitter: 20 * time.Millisecond}}
-					for j := 0; j < s.Config().Replicas; j++ {
-						if j != i {
-							s.SetLink(sim.Addr(i), sim.Addr(j), slow)
-							s.SetLink(sim.Addr(j), sim.Addr(i), slow)
-						}
-					}
-					s.After(120*time.Millisecond, s.Heal)
-					return
-				}
-			}
+			slowOneFollower(s, sim.Link{Delay: sim.Dist{Base: 8 * time.Millisecond, Jitter: 20 * time.Millisecond}}, 120*time.Millisecond)
 		})
 	}
 }
@@ -381,20 +369,25 @@ func lagFollower(s *sim.Sim) {
 // answers well within Suspect, so it stays in the active set.
 func slowFollower(s *sim.Sim) {
 	s.At(50*time.Millisecond, func() {
-		for i := 0; i < s.Config().Replicas; i++ {
-			if n := s.Replica(i); n != nil && !n.(*simReplica).core.Info().IsLeader {
-				slow := sim.Link{Delay: sim.Dist{Base: 2 * time.Millisecond, Jitter: 3 * time.Millisecond}}
-				for j := 0; j < s.Config().Replicas; j++ {
-					if j != i {
-						s.SetLink(sim.Addr(i), sim.Addr(j), slow)
-						s.SetLink(sim.Addr(j), sim.Addr(i), slow)
-					}
-				}
-				s.After(1500*time.Millisecond, s.Heal)
-				return
-			}
-		}
+		slowOneFollower(s, sim.Link{Delay: sim.Dist{Base: 2 * time.Millisecond, Jitter: 3 * time.Millisecond}}, 1500*time.Millisecond)
 	})
+}
+
+// slowOneFollower gives the first running replica that does not lead the
+// link slow to and from every other replica, healed after d.
+func slowOneFollower(s *sim.Sim, slow sim.Link, d time.Duration) {
+	for i := 0; i < s.Config().Replicas; i++ {
+		if n := s.Replica(i); n != nil && !n.(*simReplica).core.Info().IsLeader {
+			for j := 0; j < s.Config().Replicas; j++ {
+				if j != i {
+					s.SetLink(sim.Addr(i), sim.Addr(j), slow)
+					s.SetLink(sim.Addr(j), sim.Addr(i), slow)
+				}
+			}
+			s.After(d, s.Heal)
+			return
+		}
+	}
 }
 
 // cadScenarios are the fault schedules every configuration runs: the random
