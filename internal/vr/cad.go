@@ -93,7 +93,7 @@ func (c *cadState) init(n int, nonce uint64) {
 	c.ackSeq = nonce >> 1
 }
 
-// resetLeader forgets the active set, R and the early acks: on view change.
+// cadReset forgets the active set, R and the early acks: on view change.
 func (r *Replica) cadReset() {
 	c := &r.cad
 	for i := range c.recv {
