@@ -156,6 +156,9 @@ type Replica struct {
 	lastRecovery int64
 
 	clients map[uint64]*ClientRecord
+	// clientCap overrides MaxClients (tests); clientsEvicted counts drops.
+	clientCap      int
+	clientsEvicted uint64
 
 	nx nilextState
 
@@ -1323,6 +1326,7 @@ func (r *Replica) Ready() Ready {
 					c.Duplicate = true
 				} else {
 					r.clients[e.Client] = &ClientRecord{Client: e.Client, ReqNum: e.ReqNum, Op: op}
+					r.evictClients()
 				}
 			}
 			r.out.Committed = append(r.out.Committed, c)
@@ -1447,6 +1451,10 @@ type Info struct {
 	Readable       uint64
 	ReadLeaseUntil int64
 	Members        [4]int
+	// Clients is the client table's size; ClientsEvicted counts records
+	// dropped to keep it within MaxClients (clients.go).
+	Clients        int
+	ClientsEvicted uint64
 }
 
 // Info reports the replica's state. Followers serve session and bounded reads
@@ -1457,7 +1465,7 @@ func (r *Replica) Info() Info {
 		FirstOp: r.first, LastOp: r.lastOp(), Commit: r.commit, Applied: r.applied, Durable: r.durable,
 		DLogLen: r.nx.live, NilextSlowReads: r.nx.slowReads, NilextCycles: r.nx.cycles,
 		Persisted: r.durable, Acked: r.cad.acked, Readable: r.Readable(), ReadLeaseUntil: r.readLeaseUntil(),
-		Members: r.memberCounts()}
+		Members: r.memberCounts(), Clients: len(r.clients), ClientsEvicted: r.clientsEvicted}
 }
 
 func (r *Replica) memberCounts() (n [4]int) {
