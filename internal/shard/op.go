@@ -114,9 +114,13 @@ var (
 	// ErrSessionAhead means the session has seen versions this replica does not have
 	// (after a crash lost unsynced writes, or a replica that lags).
 	ErrSessionAhead = errors.New("session token is ahead of this replica")
-	ErrUnavailable  = errors.New("shard unavailable")
-	ErrClosed       = errors.New("shard closed")
-	ErrInvalidOp    = errors.New("invalid operation")
+	// ErrSessionLost means the session saw a version that a crash took back
+	// (an async or cad write acknowledged before it was durable): serving it
+	// would silently drop its own writes. The client must start a new session.
+	ErrSessionLost = errors.New("session token refers to writes lost in a crash")
+	ErrUnavailable = errors.New("shard unavailable")
+	ErrClosed      = errors.New("shard closed")
+	ErrInvalidOp   = errors.New("invalid operation")
 )
 
 // ReqID identifies a write for at-most-once execution: Client is a random non-zero

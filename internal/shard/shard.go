@@ -159,12 +159,18 @@ type Shard struct {
 
 	// mu is the single writer lock: versions are assigned and read-modify-writes
 	// evaluated under it, so applies are serial in version order.
-	mu      sync.Mutex
-	next    uint64 // next version to assign
-	clients map[uint64]clientEntry
-	recs    []storage.Record
-	closed  bool
-	stats   Status
+	mu   sync.Mutex
+	next uint64 // next version to assign
+	// reserved bounds the versions handed out (versions.go): every version
+	// below it is covered by a durable reservation. holes are ranges lost in
+	// crashes; set by Open, read-only afterwards.
+	reserved   uint64
+	reserveSeq uint64 // sequence number of the latest reservation record
+	holes      []hole
+	clients    map[uint64]clientEntry
+	recs       []storage.Record
+	closed     bool
+	stats      Status
 
 	// sweepEvery is how many writes pass between client-table expiry sweeps.
 	sweepEvery uint64
@@ -231,6 +237,9 @@ func Open(db Engine, opts Options) (*Shard, error) {
 	if err := s.loadClients(); err != nil {
 		return nil, fmt.Errorf("shard: load client table: %w", err)
 	}
+	if err := s.openVersions(); err != nil {
+		return nil, fmt.Errorf("shard: %w", err)
+	}
 	if !opts.NoBackgroundSync {
 		s.syncerWG.Add(1)
 		go s.syncer()
@@ -249,7 +258,11 @@ func (s *Shard) Close() error {
 		return nil
 	}
 	s.closed = true
+	verr := s.closeVersions()
 	s.mu.Unlock()
+	if verr != nil {
+		return fmt.Errorf("shard: close: %w", verr)
+	}
 	close(s.done)
 	s.syncerWG.Wait()
 	if _, err := s.db.Sync(s.db.LastPos()); err != nil {
@@ -441,7 +454,11 @@ func (s *Shard) flush(reqs []WriteReq, p *Pending) error {
 	if needCheck {
 		s.checking.Store(true)
 	}
-	pos, err := s.db.Append(s.recs...)
+	err := s.reserveFor()
+	var pos storage.Pos
+	if err == nil {
+		pos, err = s.db.Append(s.recs...)
+	}
 	if needCheck {
 		if err == nil && uint64(pos) > s.checkPos.Load() {
 			s.checkPos.Store(uint64(pos)) // only the writer (under mu) stores
@@ -707,6 +724,9 @@ func (s *Shard) Read(ctx context.Context, op Op, c level.Consistency, sess Sessi
 		if err := s.CheckConsistency(c); err != nil {
 			return Result{}, err
 		}
+	}
+	if err := s.checkLost(sess); err != nil {
+		return Result{}, err
 	}
 	if need := sess.Need(); need > 0 && need > s.db.LastVersion() {
 		return Result{}, fmt.Errorf("%w: session needs version %d, replica has %d", ErrSessionAhead, need, s.db.LastVersion())
