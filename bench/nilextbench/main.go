@@ -360,6 +360,38 @@ func (g *group) serverTimes() serverTimes {
 	return t
 }
 
+// cpuTimes is the CPU time (user + system) so far of the replica processes
+// together and of this process (the clients and every delay proxy).
+type cpuTimes struct{ replicas, bench time.Duration }
+
+func (g *group) cpuTimes() cpuTimes {
+	var t cpuTimes
+	for _, p := range g.procs {
+		if p.Process == nil {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.Process.Pid))
+		if err != nil {
+			continue
+		}
+		// Fields after the ")" closing the command name: state is field 3,
+		// utime and stime are fields 14 and 15, in clock ticks (USER_HZ, 100).
+		_, rest, _ := strings.Cut(string(b), ") ")
+		f := strings.Fields(rest)
+		if len(f) < 13 {
+			continue
+		}
+		ut, _ := strconv.ParseInt(f[11], 10, 64)
+		st, _ := strconv.ParseInt(f[12], 10, 64)
+		t.replicas += time.Duration(ut+st) * 10 * time.Millisecond
+	}
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
+		t.bench = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	return t
+}
+
 // ---- closed-loop runs ----
 
 type mode int
@@ -383,6 +415,14 @@ type result struct {
 	errors      int
 	fsyncs      uint64      // log fsyncs on all replicas during the run
 	server      serverTimes // per replica: command and fsync-wait seconds during the run
+	cpu         cpuTimes    // CPU used during the run
+}
+
+// cpuPerOp is the CPU (µs) per completed operation of the replicas together
+// and of the bench process (clients and delay proxies).
+func (r result) cpuPerOp() (replicas, bench float64) {
+	n := float64(max(r.ops, 1))
+	return float64(r.cpu.replicas) / 1e3 / n, float64(r.cpu.bench) / 1e3 / n
 }
 
 // serverMs is, per replica, the command time per completed write (ms);
@@ -539,15 +579,18 @@ func (g *group) measure(c config, m mode, k int, w workload) (result, error) {
 	}
 	fsBefore := g.fsyncs()
 	stBefore := g.serverTimes()
+	cpuBefore := g.cpuTimes()
 	start := time.Now()
 	close(measuring)
 	time.Sleep(c.round)
 	close(stop)
 	secs := time.Since(start).Seconds()
+	cpuAfter := g.cpuTimes()
 	fsAfter := g.fsyncs()
 	stAfter := g.serverTimes()
 	wg.Wait()
-	r := result{ops: ops, secs: secs, reads: reads, errors: ne, fsyncs: fsAfter - fsBefore, server: stAfter}
+	r := result{ops: ops, secs: secs, reads: reads, errors: ne, fsyncs: fsAfter - fsBefore, server: stAfter,
+		cpu: cpuTimes{cpuAfter.replicas - cpuBefore.replicas, cpuAfter.bench - cpuBefore.bench}}
 	for i := range r.server.cmd {
 		r.server.cmd[i] -= stBefore.cmd[i]
 		r.server.fsyncWait[i] -= stBefore.fsyncWait[i]
@@ -686,9 +729,11 @@ func runGroup(c config, n int, delay time.Duration) error {
 	if c.experiments["peak"] {
 		for _, d := range c.durs {
 			fmt.Printf("### Throughput vs latency, %s writes (median of %d rounds of %v)\n\n", d, c.rounds, c.round)
-			fmt.Println("| clients | nilext ops/s | nilext p50 ms | nilext mean ms | ordered ops/s | ordered p50 ms | ordered mean ms |")
-			fmt.Println("|---|---|---|---|---|---|---|")
-			type pt struct{ tput, p50, mean float64 }
+			fmt.Println("CPU µs per write: the replica processes together / this process (clients and delay proxies); the box has 2 cores.")
+			fmt.Println()
+			fmt.Println("| clients | nilext ops/s | nilext p50 ms | nilext mean ms | nilext CPU µs/write | ordered ops/s | ordered p50 ms | ordered mean ms | ordered CPU µs/write |")
+			fmt.Println("|---|---|---|---|---|---|---|---|---|")
+			type pt struct{ tput, p50, mean, cpuR, cpuB float64 }
 			var nxs, ods []pt
 			for _, k := range c.peakClients {
 				rs, err := g.interleave(c, k, workload{keys: uniform, dur: d})
@@ -696,11 +741,12 @@ func runGroup(c config, n int, delay time.Duration) error {
 					return err
 				}
 				f := func(rs []result) pt {
-					return pt{med(rs, result.tput), med(rs, func(r result) float64 { return ms(r.w50) }), med(rs, func(r result) float64 { return ms(r.wmean) })}
+					return pt{med(rs, result.tput), med(rs, func(r result) float64 { return ms(r.w50) }), med(rs, func(r result) float64 { return ms(r.wmean) }),
+						med(rs, func(r result) float64 { v, _ := r.cpuPerOp(); return v }), med(rs, func(r result) float64 { _, v := r.cpuPerOp(); return v })}
 				}
 				a, b := f(rs[nilext]), f(rs[ordered])
 				nxs, ods = append(nxs, a), append(ods, b)
-				fmt.Printf("| %d | %.0f | %.3f | %.3f | %.0f | %.3f | %.3f |\n", k, a.tput, a.p50, a.mean, b.tput, b.p50, b.mean)
+				fmt.Printf("| %d | %.0f | %.3f | %.3f | %.0f / %.0f | %.0f | %.3f | %.3f | %.0f / %.0f |\n", k, a.tput, a.p50, a.mean, a.cpuR, a.cpuB, b.tput, b.p50, b.mean, b.cpuR, b.cpuB)
 			}
 			best := 0
 			for i := range ods {
