@@ -321,6 +321,77 @@ func (g *group) fsyncs() uint64 {
 	return n
 }
 
+// serverTimes is, per replica, the summed time its RESP commands took
+// (kefir_command_duration_seconds: from the arrival of a command's batch to
+// the release of its replies, fsync waits included) and the summed fsync wait
+// of its sync writes (kefir_fsync_wait_seconds), in seconds.
+type serverTimes struct{ cmd, fsyncWait []float64 }
+
+func (g *group) serverTimes() serverTimes {
+	t := serverTimes{cmd: make([]float64, g.n), fsyncWait: make([]float64, g.n)}
+	hc := http.Client{Timeout: 2 * time.Second}
+	for i := range g.n {
+		resp, err := hc.Get("http://" + g.https[i] + "/metrics")
+		if err != nil {
+			continue
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			name, val, ok := strings.Cut(line, " ")
+			if !ok {
+				continue
+			}
+			v, err := strconv.ParseFloat(strings.TrimSpace(val), 64)
+			if err != nil {
+				continue
+			}
+			switch {
+			case strings.HasPrefix(name, "kefir_command_duration_seconds_sum{"):
+				t.cmd[i] += v
+			case name == "kefir_fsync_wait_seconds_sum":
+				t.fsyncWait[i] += v
+			}
+		}
+	}
+	return t
+}
+
+// cpuTimes is the CPU time (user + system) so far of the replica processes
+// together and of this process (the clients and every delay proxy).
+type cpuTimes struct{ replicas, bench time.Duration }
+
+func (g *group) cpuTimes() cpuTimes {
+	var t cpuTimes
+	for _, p := range g.procs {
+		if p.Process == nil {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.Process.Pid))
+		if err != nil {
+			continue
+		}
+		// Fields after the ")" closing the command name: state is field 3,
+		// utime and stime are fields 14 and 15, in clock ticks (USER_HZ, 100).
+		_, rest, _ := strings.Cut(string(b), ") ")
+		f := strings.Fields(rest)
+		if len(f) < 13 {
+			continue
+		}
+		ut, _ := strconv.ParseInt(f[11], 10, 64)
+		st, _ := strconv.ParseInt(f[12], 10, 64)
+		t.replicas += time.Duration(ut+st) * 10 * time.Millisecond
+	}
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
+		t.bench = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	return t
+}
+
 // ---- closed-loop runs ----
 
 type mode int
@@ -342,7 +413,27 @@ type result struct {
 	reads       int
 	slowReads   uint64
 	errors      int
-	fsyncs      uint64 // log fsyncs on all replicas during the run
+	fsyncs      uint64      // log fsyncs on all replicas during the run
+	server      serverTimes // per replica: command and fsync-wait seconds during the run
+	cpu         cpuTimes    // CPU used during the run
+}
+
+// cpuPerOp is the CPU (µs) per completed operation of the replicas together
+// and of the bench process (clients and delay proxies).
+func (r result) cpuPerOp() (replicas, bench float64) {
+	n := float64(max(r.ops, 1))
+	return float64(r.cpu.replicas) / 1e3 / n, float64(r.cpu.bench) / 1e3 / n
+}
+
+// serverMs is, per replica, the command time per completed write (ms);
+// fsyncMs the same for the fsync wait of sync writes.
+func (r result) serverMs() (cmd, fsync []float64) {
+	w := float64(max(r.ops-r.reads, 1))
+	for i := range r.server.cmd {
+		cmd = append(cmd, 1e3*r.server.cmd[i]/w)
+		fsync = append(fsync, 1e3*r.server.fsyncWait[i]/w)
+	}
+	return cmd, fsync
 }
 
 // fsyncsPerWrite: log fsyncs (all replicas) per completed write.
@@ -487,14 +578,23 @@ func (g *group) measure(c config, m mode, k int, w workload) (result, error) {
 		slowBefore = g.slowReads()
 	}
 	fsBefore := g.fsyncs()
+	stBefore := g.serverTimes()
+	cpuBefore := g.cpuTimes()
 	start := time.Now()
 	close(measuring)
 	time.Sleep(c.round)
 	close(stop)
 	secs := time.Since(start).Seconds()
+	cpuAfter := g.cpuTimes()
 	fsAfter := g.fsyncs()
+	stAfter := g.serverTimes()
 	wg.Wait()
-	r := result{ops: ops, secs: secs, reads: reads, errors: ne, fsyncs: fsAfter - fsBefore}
+	r := result{ops: ops, secs: secs, reads: reads, errors: ne, fsyncs: fsAfter - fsBefore, server: stAfter,
+		cpu: cpuTimes{cpuAfter.replicas - cpuBefore.replicas, cpuAfter.bench - cpuBefore.bench}}
+	for i := range r.server.cmd {
+		r.server.cmd[i] -= stBefore.cmd[i]
+		r.server.fsyncWait[i] -= stBefore.fsyncWait[i]
+	}
 	r.w50, r.w99, r.wmean = pct(wlat, 0.5), pct(wlat, 0.99), mean(wlat)
 	r.r50, r.r99 = pct(rlat, 0.5), pct(rlat, 0.99)
 	for _, cl := range cls {
@@ -547,6 +647,25 @@ func med(rs []result, f func(result) float64) float64 {
 
 func ms(d time.Duration) float64 { return float64(d) / 1e6 }
 
+// breakdownRow is one row of the low-load "where the time goes" table.
+func breakdownRow(d client.Durability, k int, m mode, rs []result, delay time.Duration) string {
+	if len(rs) == 0 {
+		return ""
+	}
+	n := len(rs[0].server.cmd)
+	cmd, fsync := make([]string, n), make([]string, n)
+	largest := 0.0
+	for i := range n {
+		c := med(rs, func(r result) float64 { v, _ := r.serverMs(); return v[i] })
+		f := med(rs, func(r result) float64 { _, v := r.serverMs(); return v[i] })
+		cmd[i], fsync[i] = fmt.Sprintf("%.3f", c), fmt.Sprintf("%.3f", f)
+		largest = max(largest, c)
+	}
+	mean := med(rs, func(r result) float64 { return ms(r.wmean) })
+	return fmt.Sprintf("| %s | %d | %s | %.3f | %s | %s | %.3f | %.3f |", d, k, m, mean, strings.Join(cmd, " / "),
+		strings.Join(fsync, " / "), mean-largest, ms(2*delay))
+}
+
 func runGroup(c config, n int, delay time.Duration) error {
 	dir := filepath.Join(c.dir, fmt.Sprintf("g%d-%v", n, delay))
 	g, err := startGroup(c, n, delay, dir)
@@ -571,6 +690,7 @@ func runGroup(c config, n int, delay time.Duration) error {
 		fmt.Printf("### Low load: write latency (ms, median of %d interleaved rounds of %v)\n\n", c.rounds, c.round)
 		fmt.Println("| durability | clients | nilext p50 | ordered p50 | ratio p50 | nilext mean | ordered mean | ratio mean | nilext p99 | ordered p99 | fast / fallback writes | fsyncs per write nilext / ordered |")
 		fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|")
+		var breakdown []string
 		for _, d := range c.durs {
 			for _, k := range c.clients {
 				rs, err := g.interleave(c, k, workload{keys: uniform, dur: d})
@@ -587,16 +707,33 @@ func runGroup(c config, n int, delay time.Duration) error {
 				fmt.Printf("| %s | %d | %.3f | %.3f | **%.2f** | %.3f | %.3f | %.2f | %.3f | %.3f | %d / %d | %.2f / %.2f |\n", d, k, n50, o50, n50/o50, nm, om, nm/om,
 					med(nx, func(r result) float64 { return ms(r.w99) }), med(od, func(r result) float64 { return ms(r.w99) }), fast, falls,
 					med(nx, result.fsyncsPerWrite), med(od, result.fsyncsPerWrite))
+				for _, m := range []mode{nilext, ordered} {
+					breakdown = append(breakdown, breakdownRow(d, k, m, rs[m], delay))
+				}
 			}
+		}
+		fmt.Println()
+		fmt.Println("Where a write's time goes (ms per write, medians over rounds). *Replica command time*: each replica's")
+		fmt.Println("`kefir_command_duration_seconds` per write, arrival of the command's batch to its reply (a nilext replica: d-log")
+		fmt.Println("append, and its fsync at `sync`; the ordered leader: prepare, follower round trip, fsync). *Fsync wait*: each")
+		fmt.Println("replica's `kefir_fsync_wait_seconds` per write. *Outside the replicas*: client mean minus the largest replica")
+		fmt.Println("command time — the client, the proxies and the wire; its ideal is the link delay it covers (2 one-way delays).")
+		fmt.Println()
+		fmt.Println("| durability | clients | path | client mean | replica command time (r1 / r2 / ...) | fsync wait (r1 / r2 / ...) | outside the replicas | ideal outside |")
+		fmt.Println("|---|---|---|---|---|---|---|---|")
+		for _, row := range breakdown {
+			fmt.Println(row)
 		}
 		fmt.Println()
 	}
 	if c.experiments["peak"] {
 		for _, d := range c.durs {
 			fmt.Printf("### Throughput vs latency, %s writes (median of %d rounds of %v)\n\n", d, c.rounds, c.round)
-			fmt.Println("| clients | nilext ops/s | nilext p50 ms | nilext mean ms | ordered ops/s | ordered p50 ms | ordered mean ms |")
-			fmt.Println("|---|---|---|---|---|---|---|")
-			type pt struct{ tput, p50, mean float64 }
+			fmt.Println("CPU µs per write: the replica processes together / this process (clients and delay proxies); the box has 2 cores.")
+			fmt.Println()
+			fmt.Println("| clients | nilext ops/s | nilext p50 ms | nilext mean ms | nilext CPU µs/write | ordered ops/s | ordered p50 ms | ordered mean ms | ordered CPU µs/write |")
+			fmt.Println("|---|---|---|---|---|---|---|---|---|")
+			type pt struct{ tput, p50, mean, cpuR, cpuB float64 }
 			var nxs, ods []pt
 			for _, k := range c.peakClients {
 				rs, err := g.interleave(c, k, workload{keys: uniform, dur: d})
@@ -604,11 +741,12 @@ func runGroup(c config, n int, delay time.Duration) error {
 					return err
 				}
 				f := func(rs []result) pt {
-					return pt{med(rs, result.tput), med(rs, func(r result) float64 { return ms(r.w50) }), med(rs, func(r result) float64 { return ms(r.wmean) })}
+					return pt{med(rs, result.tput), med(rs, func(r result) float64 { return ms(r.w50) }), med(rs, func(r result) float64 { return ms(r.wmean) }),
+						med(rs, func(r result) float64 { v, _ := r.cpuPerOp(); return v }), med(rs, func(r result) float64 { _, v := r.cpuPerOp(); return v })}
 				}
 				a, b := f(rs[nilext]), f(rs[ordered])
 				nxs, ods = append(nxs, a), append(ods, b)
-				fmt.Printf("| %d | %.0f | %.3f | %.3f | %.0f | %.3f | %.3f |\n", k, a.tput, a.p50, a.mean, b.tput, b.p50, b.mean)
+				fmt.Printf("| %d | %.0f | %.3f | %.3f | %.0f / %.0f | %.0f | %.3f | %.3f | %.0f / %.0f |\n", k, a.tput, a.p50, a.mean, a.cpuR, a.cpuB, b.tput, b.p50, b.mean, b.cpuR, b.cpuB)
 			}
 			best := 0
 			for i := range ods {

@@ -17,7 +17,7 @@ type echoServer struct {
 	received atomic.Int64
 }
 
-func newEcho(t *testing.T) *echoServer {
+func newEcho(t testing.TB) *echoServer {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -131,6 +131,31 @@ func TestDelayPerDirection(t *testing.T) {
 	p.Heal()
 	if rtt, err = roundTrip(c, "fast", 5*time.Second); err != nil || rtt >= 150*time.Millisecond {
 		t.Fatalf("after heal: rtt %v err %v; want well under the 150ms upstream delay", rtt, err)
+	}
+}
+
+// TestSubMillisecondDelay: a sub-millisecond delay costs about that much, not
+// the millisecond or more a time.Sleep-based wait rounds it up to (the proxy
+// measured 2.3 ms per round trip at 0.25 ms one way before it waited on a
+// timerfd). The fastest of many round trips is compared, so a loaded machine
+// can only make the test pass less tightly, not fail it: each of the two
+// waits alone used to take at least a millisecond.
+func TestSubMillisecondDelay(t *testing.T) {
+	p, _ := setup(t)
+	c := dial(t, p)
+	const oneWay = 250 * time.Microsecond
+	p.Delay(Up, oneWay, 0)
+	p.Delay(Down, oneWay, 0)
+	best := time.Hour
+	for range 50 {
+		rtt, err := roundTrip(c, "ping", 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		best = min(best, rtt)
+	}
+	if best < 2*oneWay || best > 1500*time.Microsecond {
+		t.Fatalf("fastest round trip %v, want in [%v, 1.5ms]", best, 2*oneWay)
 	}
 }
 
