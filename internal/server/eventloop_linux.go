@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -35,9 +36,16 @@ import (
 // Per readiness a connection gets one read(2) (the reader's budget), runs every
 // complete command, and answers with one write(2). A batch with writes that must be
 // durable before the reply is parked; at the end of the loop iteration all parked
-// connections of a server are handed to one goroutine that waits once for the
-// highest position among them (one group-commit fsync for every client of the
-// iteration, as Redis's appendfsync always does) and then writes each reply.
+// connections of a server are handed to one goroutine, the loop's syncer, that
+// waits once for the highest position among them (one group-commit fsync for every
+// client of the iteration, as Redis's appendfsync always does; with no fsync in
+// flight the syncer runs it itself) and then writes each reply itself: the
+// connections are away, so they are its to write to. It gives them back to the
+// loop without waking it unless the loop has something to do for them (see
+// syncDone); the loop takes them back when it next wakes, at the latest when their
+// client's next request arrives. So a durable write costs one hand-off (loop to
+// syncer) and no wake-up back, and reads on other connections never wait for an
+// fsync: the loop keeps serving, and batches parked meanwhile form the next group.
 
 const epollSupported = true
 
@@ -60,19 +68,18 @@ type evConn struct {
 
 	// Owned by the loop; by the away goroutine while away is set.
 	away   bool
-	events uint32 // epoll events currently registered
-	wbuf   []byte // replies the socket has not taken yet
-	woff   int    // wbuf[woff:] is still to be written
-	wdead  int64  // unix nanoseconds: a client not reading by then is cut
-	idleAt int64  // unix nanoseconds: closed as idle if no command by then; 0: never
-	broken bool   // a panic left the connection in an unknown state: close at once
-	inLoop bool   // registered in the loop's table
-	// Set by the syncer: the batch's durability wait is over (with waitErr,
-	// after waitDur) and the loop sends its replies.
-	waited  bool
-	waitErr error
-	waitDur time.Duration
-	killed  atomic.Bool // Shutdown's deadline passed: close as soon as owned
+	events uint32      // epoll events currently registered
+	wbuf   []byte      // replies the socket has not taken yet
+	woff   int         // wbuf[woff:] is still to be written
+	wdead  int64       // unix nanoseconds: a client not reading by then is cut
+	idleAt int64       // unix nanoseconds: closed as idle if no command by then; 0: never
+	broken bool        // a panic left the connection in an unknown state: close at once
+	inLoop bool        // registered in the loop's table
+	killed atomic.Bool // Shutdown's deadline passed: close as soon as owned
+	// muted is set by the loop before it stops watching an away connection's
+	// socket (it became readable while away): whoever gives the connection back
+	// must then wake the loop, which re-arms it. See handle and syncDone.
+	muted atomic.Bool
 }
 
 // fdReader is the resp.Reader's source on a loop connection. It does at most
@@ -285,6 +292,7 @@ var (
 // idle loop sleeps in epoll_wait with no timeout.
 func pickLoop() (*loop, error) {
 	loopsOnce.Do(func() {
+		addLoopProcs(ioLoops)
 		for range ioLoops {
 			l, err := newLoop()
 			if err != nil {
@@ -299,6 +307,22 @@ func pickLoop() (*loop, error) {
 		return nil, loopsErr
 	}
 	return loops[int(loopNext.Add(1))%len(loops)], nil
+}
+
+// addLoopProcs gives the Go scheduler two more processors (Ps) per loop, unless
+// GOMAXPROCS is set explicitly. A loop blocks in epoll_wait, and its syncer in
+// fdatasync, through plain system calls that keep their P (the runtime's own
+// netpoller parks without one); while both of a 2-core machine's Ps sit in them, a
+// goroutine they make runnable, such as the next group's syncer, waits until
+// sysmon retakes a P, 20 µs to 10 ms later. Measured on 2 cores, sync SET -c 50
+// (docs/benchmarks.md): 34–38k req/s with GOMAXPROCS=2, 42–46k with 3 or 4. The
+// extra Ps are not extra CPU use: they only run goroutines while the others are
+// blocked in those system calls.
+func addLoopProcs(n int) {
+	if os.Getenv("GOMAXPROCS") != "" {
+		return
+	}
+	runtime.GOMAXPROCS(runtime.GOMAXPROCS(0) + 2*n)
 }
 
 // loop is one event loop.
@@ -373,8 +397,8 @@ func (l *loop) giveBack(c *conn, isNew bool) {
 	l.wake()
 }
 
-// giveBackQuiet is giveBack without the wake-up: the caller wakes the loop once
-// for a whole group of connections.
+// giveBackQuiet is giveBack without the wake-up: the caller wakes the loop if it
+// must act at once (syncDone).
 func (l *loop) giveBackQuiet(c *conn) {
 	l.mu.Lock()
 	l.inbox = append(l.inbox, inboxItem{c: c})
@@ -494,7 +518,10 @@ func (l *loop) setEvents(c *conn, ev uint32) bool {
 func (l *loop) handle(c *conn, ev uint32) {
 	e := c.ev
 	if e.away {
-		// Its goroutine may have finished after this wait's drain.
+		// Its goroutine may have finished after this wait's drain. muted is
+		// set before the drain: a syncer that gives c back after the drain
+		// sees it and wakes the loop (the inbox mutex orders the two).
+		e.muted.Store(true)
 		l.drainInbox()
 		if e.away {
 			// A failure here resurfaces when it returns and is re-armed.
@@ -823,18 +850,10 @@ func (l *loop) returned(c *conn) {
 		panic("server: connection returned to its loop while the loop owned it")
 	}
 	e.away = false
+	e.muted.Store(false)
 	defer l.recoverPanic(c)
 	if e.broken {
 		l.close(c)
-		return
-	}
-	if e.waited {
-		err := e.waitErr
-		e.waited, e.waitErr = false, nil
-		if c.waited(err, e.waitDur) == nil && !l.sendBatch(c) {
-			return
-		}
-		l.afterBatch(c)
 		return
 	}
 	if e.pendingOut() {
@@ -857,8 +876,14 @@ func (l *loop) returned(c *conn) {
 
 // releaseParked queues this iteration's durable-write batches for the loop's
 // syncer, starting it if it is idle. The syncer waits once for everything queued
-// (one group commit), hands the connections back, and meanwhile the loop keeps
-// serving and queueing: batches that arrive during an fsync form the next group.
+// (one group commit), writes the replies, and meanwhile the loop keeps serving and
+// queueing: batches that arrive during an fsync and the reply writes form the
+// next group.
+//
+// The next group's fsync does not start before this group's replies are written:
+// tried (a new syncer started right after the fsync), it made groups smaller and
+// sync SET -P 1 slower (37–39k against 45k req/s), because fewer requests had
+// arrived by then.
 func (l *loop) releaseParked() {
 	if len(l.parked) == 0 {
 		return
@@ -892,9 +917,10 @@ func (l *loop) syncer() {
 }
 
 // waitGroup waits for the durability of group's batches, one wait per server,
-// and gives the connections back to the loop, which sends their replies: the loop
-// writes them in one pass, while requests that arrive meanwhile gather for its
-// next epoll_wait, as in Redis.
+// writes their replies and gives the connections back to the loop (syncDone).
+// The wait runs the fsync on this goroutine when none is in flight (storage's
+// Sync leads it itself), so the cycle from a group's last write to its replies
+// has no hand-off between goroutines.
 func (l *loop) waitGroup(group []*conn) {
 	for len(group) > 0 {
 		srv := group[0].srv
@@ -913,11 +939,45 @@ func (l *loop) waitGroup(group []*conn) {
 				rest = append(rest, c)
 				continue
 			}
-			c.ev.waited, c.ev.waitErr, c.ev.waitDur = true, err, d
-			l.giveBackQuiet(c)
+			l.syncDone(c, err, d)
 		}
 		clear(group[len(rest):])
 		group = rest
+	}
+}
+
+// syncDone ends the durability wait of c's batch (err after d): it sends the
+// replies, or on failure none (waited closes the connection), and gives c back to
+// the loop. The loop is woken only if it must act on c now: close it, write what
+// the socket did not take, run commands already buffered, or re-arm a socket it
+// muted. Otherwise c waits in the inbox, still registered for input, and the loop
+// takes it back on its next wake-up, at the latest when c's client sends again.
+func (l *loop) syncDone(c *conn, err error, d time.Duration) {
+	e := c.ev
+	wake := true
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				c.log.Error("panic serving connection (bug)", "panic", r, "stack", string(debug.Stack()))
+				c.srv.panics.Add(1)
+				e.broken = true
+			}
+		}()
+		if c.waited(err, d) != nil {
+			return
+		}
+		if err := c.send(); err != nil {
+			c.log.Debug("write failed", "err", err)
+			c.closing = true
+			return
+		}
+		wake = e.broken || c.closing || e.pendingOut() || e.killed.Load() ||
+			c.srv.draining() || c.rd.Buffered() > 0
+	}()
+	l.giveBackQuiet(c)
+	// After the push: if the loop muted c before draining its inbox, this
+	// load sees it (see handle).
+	if wake || e.muted.Load() {
 		l.wake()
 	}
 }

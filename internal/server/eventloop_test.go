@@ -553,3 +553,90 @@ func TestWrappedSpecFindsTheCarriedCommand(t *testing.T) {
 		}
 	}
 }
+
+// A connection whose batch waits for an fsync belongs to the syncer, which
+// writes its replies and gives it back without waking the loop. Commands the
+// client sends meanwhile (the loop stops watching the socket, see handle and
+// syncDone) must still run, in order, once it is back, and so must the next
+// command of a client that waited for its reply.
+func TestCommandsSentWhileAWriteWaitsForItsFsync(t *testing.T) {
+	bothModels(t, func(t *testing.T) {
+		s, fs := startSlowServer(t, 200*time.Millisecond)
+		c := dial(t, s)
+		started := fs.started.Load()
+		c.send("SET", "a", "1")
+		waitFor(t, "the write's fsync to start", func() bool { return fs.started.Load() > started })
+		c.send("GET", "a")
+		c.send("SET", "a", "2")
+		c.send("PING")
+		for _, want := range []string{"OK", `"1"`, "OK", "PONG"} {
+			if got := c.reply(); got != want {
+				t.Fatalf("got %q, want %q", got, want)
+			}
+		}
+		fs.delay.Store(0)
+		for i := range 50 { // one command at a time: each is given back quietly
+			c.expect(fmt.Sprintf("SET k%d v => OK", i))
+		}
+		c.expect(`GET k49 => "v"`)
+	})
+}
+
+// The client of a batch waiting for its fsync goes away: the syncer's reply
+// write fails or lands in a dead socket, and the loop closes the connection
+// (the server stops counting it) while others keep being served.
+func TestClientGoneWhileItsWriteWaitsForAnFsync(t *testing.T) {
+	bothModels(t, func(t *testing.T) {
+		s, fs := startSlowServer(t, 200*time.Millisecond)
+		other := dial(t, s)
+		other.expect("PING => PONG")
+		c := dial(t, s)
+		started := fs.started.Load()
+		c.send("SET", "a", "1")
+		waitFor(t, "the write's fsync to start", func() bool { return fs.started.Load() > started })
+		if tc, ok := c.nc.(*net.TCPConn); ok {
+			_ = tc.SetLinger(0) // reset: the server's reply write fails
+		}
+		c.nc.Close()
+		waitFor(t, "the gone client's connection to close", func() bool { _, all := loopServed(s); return all == 1 })
+		other.expect(`
+PING => PONG
+GET a => "1"
+`)
+	})
+}
+
+// A batch that waits for an fsync and whose replies do not fit in the socket:
+// the syncer writes what the socket takes, and the loop writes the rest once the
+// client reads, then carries on with the client's next commands.
+func TestLargeRepliesOfAWriteThatWaitedForAnFsync(t *testing.T) {
+	bothModels(t, func(t *testing.T) {
+		s, _ := startSlowServer(t, 50*time.Millisecond)
+		big := bytes.Repeat([]byte("y"), 4<<20)
+		setup := dial(t, s)
+		setup.do("SET", "big", string(big))
+		c := dial(t, s)
+		var in []byte
+		in = resp.AppendCommand(in, []byte("SET"), []byte("a"), []byte("1"))
+		in = resp.AppendCommand(in, []byte("GET"), []byte("big"))
+		in = resp.AppendCommand(in, []byte("GET"), []byte("big"))
+		in = resp.AppendCommand(in, []byte("PING"))
+		if _, err := c.nc.Write(in); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(150 * time.Millisecond) // the fsync is over; the socket is full
+		if got := c.reply(); got != "OK" {
+			t.Fatalf("sync SET answered %q", got)
+		}
+		for i := range 2 {
+			v, err := c.rd.ReadValue()
+			if err != nil || !bytes.Equal(v.Str, big) {
+				t.Fatalf("GET %d: %d bytes, err %v", i, len(v.Str), err)
+			}
+		}
+		if got := c.reply(); got != "PONG" {
+			t.Fatalf("PING after the large replies answered %q", got)
+		}
+		c.expect(`GET a => "1"`)
+	})
+}
