@@ -59,6 +59,8 @@ type flags struct {
 	cpuProfile         string
 	delay              time.Duration
 	pool               int
+	redisPool          int
+	zkSessions         int
 	zkSyncReads        bool
 	loadOnly           bool
 	linkDelay          time.Duration
@@ -99,7 +101,9 @@ func parse(args []string) (*flags, error) {
 	fs.BoolVar(&f.etcdSerializable, "etcd-serializable", false, "etcd: serializable (local, possibly stale) reads instead of linearizable")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole invocation here (harness, drivers and any in-process server)")
 	fs.DurationVar(&f.delay, "delay", 0, "emulated network distance: a delay proxy in front of every server address adds this much in each direction (client links only)")
-	fs.IntVar(&f.pool, "pool", 0, "connections per client library: 0 = one per client for go-redis (it cannot pipeline concurrent calls), 4 for Kefir's client (it pipelines concurrent calls per connection)")
+	fs.IntVar(&f.pool, "pool", 0, "kefir (and respserver -via kefir): connections of Kefir's client, which pipelines concurrent calls on each; 0 = 4")
+	fs.IntVar(&f.redisPool, "redis-pool", 0, "redis (and respserver -via redis): go-redis pool size; 0 = one connection per client (the largest of -clients and -load-clients), as a go-redis user sizes it: go-redis does not pipeline concurrent calls, so a client without a connection waits for one")
+	fs.IntVar(&f.zkSessions, "zk-sessions", 1, "zookeeper: sessions the clients share (go-zookeeper pipelines concurrent calls on each; one session per process is ZooKeeper's usual model)")
 	fs.BoolVar(&f.zkSyncReads, "zk-sync-reads", false, "zookeeper: sync before every read (reads see every write committed before they started) instead of local reads")
 	fs.BoolVar(&f.loadOnly, "load-only", false, "run the load phase of the first workload and exit (later invocations then use -load=false: every workload shares the key space)")
 	fs.DurationVar(&f.linkDelay, "link-delay", 0, "one-way delay already emulated outside this process on every client and peer link (bench/delaymesh, started by the peers scripts): only recorded in the reports")
@@ -280,7 +284,7 @@ func connectVia(ctx context.Context, f *flags, index bool, pool int, dl *delayer
 		return &system{name: name, durable: true, newDB: e.NewDB, flush: e.DeleteAll, close: e.Close}, nil
 	case "zookeeper":
 		z, err := drivers.NewZooKeeper(ctx, drivers.ZooKeeperConfig{Servers: dl.wrapAll(strings.Split(f.addr, ",")),
-			Sessions: kefirPool(f), SyncReads: f.zkSyncReads})
+			Sessions: max(f.zkSessions, 1), SyncReads: f.zkSyncReads})
 		if err != nil {
 			return nil, err
 		}
@@ -604,16 +608,22 @@ func workloadsOf(f *flags) ([]core.Workload, bool, error) {
 	return ws, index, nil
 }
 
+// redisPool is go-redis's pool size: -redis-pool, or by default one connection per
+// client of the largest phase, since go-redis sends one call at a time per connection.
+func redisPool(f *flags) int {
+	if f.redisPool > 0 {
+		return f.redisPool
+	}
+	pool := f.loadClients
+	for _, c := range f.clients {
+		pool = max(pool, c)
+	}
+	return pool
+}
+
 // open connects f's system with its label and durability override applied.
 func open(ctx context.Context, f *flags, index bool) (*system, error) {
-	pool := f.pool
-	if pool <= 0 {
-		pool = f.loadClients
-		for _, c := range f.clients {
-			pool = max(pool, c)
-		}
-	}
-	sys, err := connect(ctx, f, index, pool)
+	sys, err := connect(ctx, f, index, redisPool(f))
 	if err != nil {
 		return nil, err
 	}
@@ -702,7 +712,7 @@ func benchLine(sys string, r *core.Result) string {
 		name := strings.ToLower(strings.ReplaceAll(op.Op, "-", ""))
 		fmt.Fprintf(&sb, " %.1f %s-p50-us %.1f %s-p99-us", op.P50Us, name, op.P99Us, name)
 	}
-	fmt.Fprintf(&sb, " %d errors", r.Errors)
+	fmt.Fprintf(&sb, " %.2f process-cpu-us/op %d errors", r.ProcessCPUUsPerOp, r.Errors)
 	return sb.String()
 }
 
