@@ -74,6 +74,7 @@ type flags struct {
 	compactPath        string
 	matrixPath         string
 	rounds             int
+	prewarm            time.Duration
 	failuresPath       string
 	serveAddr          string
 }
@@ -116,6 +117,7 @@ func parse(args []string) (*flags, error) {
 	fs.IntVar(&f.limitSamples, "limits-samples", 300, "round trips and fsyncs sampled for the physical floors (0 = skip: compare.sh measures them once per matrix)")
 	fs.StringVar(&f.compactPath, "md-compact", "", "-summarize, -agree: also write the compact table (one line per system, one column per workload and client count) here")
 	fs.StringVar(&f.matrixPath, "matrix", "", "drive every system listed in this file (one line of ycsb flags per system, each with -label) from this process, cells interleaved across systems, -rounds times; rows and failures go to -json")
+	fs.DurationVar(&f.prewarm, "prewarm", 0, "-matrix: before round 1, run every workload on every system for this long at the largest client count, unmeasured (JIT, caches, heaps: so the first round is not the only cold one)")
 	fs.IntVar(&f.rounds, "rounds", 3, "-matrix: rounds (each cell of each system measured once per round)")
 	fs.StringVar(&f.failuresPath, "failures", "", "-matrix: also list failed connections, loads and cells here, one per line (empty file: none)")
 	fs.StringVar(&f.serveAddr, "serve", "", "run only the trivial RESP server (the -db respserver one) on this address until interrupted: the harness ceiling with the server in its own process, as every real system is")
@@ -422,7 +424,7 @@ func main() {
 	var rows []row
 	var failures []string
 	if f.matrixPath != "" {
-		rows, failures, err = runMatrix(ctx, f.matrixPath, f.rounds, f.seed, os.Stderr)
+		rows, failures, err = runMatrix(ctx, f.matrixPath, f.rounds, f.prewarm, f.seed, os.Stderr)
 		if f.failuresPath != "" {
 			var b strings.Builder
 			for _, m := range failures {
@@ -546,15 +548,8 @@ func report(f *flags, args []string) error {
 		}
 		rows, missing := agree(a.Rows, b.Rows)
 		if f.compactPath != "" {
-			n, within := 0, 0
-			for _, r := range rows {
-				n++
-				if r.Within {
-					within++
-				}
-			}
-			c := fmt.Sprintf("**%d of %d rows agree within 15%%** (all operation rows and totals; every row in the full table). "+
-				"Difference of the two runs' median total throughput per cell (larger ÷ smaller − 1; bold: beyond 15%%):\n\n", within, n)
+			c := agreeVerdict(rows) + " Every row is in the full table. Below: the difference of the two runs' median total throughput " +
+				"per cell (bold: beyond 15%):\n\n"
 			c += agreeTotalsMarkdown(a.Rows, b.Rows)
 			if err := os.WriteFile(f.compactPath, []byte(c), 0o644); err != nil {
 				return err
