@@ -93,7 +93,10 @@ echo "== build"
 go build -o "$tmp/ycsb" ./ycsb
 loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
 # What the report says produced it (a REPORT_ONLY run reports the measured run's settings).
-cmdline="WORKLOADS=$WORKLOADS CLIENTS=$CLIENTS RECORDS=$RECORDS VALUESIZE=$VALUESIZE D=$D W=$W PREWARM=$PREWARM ROUNDS=$ROUNDS MATRICES=$MATRICES DELAY=$DELAY POOL=$POOL GOGC=$GOGC DIAGNOSTIC=$DIAGNOSTIC bench/compare.sh"
+sysarg=""
+[ "$SYSTEMS" != "$STANDARD" ] && sysarg="SYSTEMS=\"$SYSTEMS\" " # a subset or another set: the command must say which
+[ "$OUT" != results/compare ] && sysarg="${sysarg}OUT=$OUT "
+cmdline="${sysarg}WORKLOADS=$WORKLOADS CLIENTS=$CLIENTS RECORDS=$RECORDS VALUESIZE=$VALUESIZE D=$D W=$W PREWARM=$PREWARM ROUNDS=$ROUNDS MATRICES=$MATRICES DELAY=$DELAY POOL=$POOL GOGC=$GOGC DIAGNOSTIC=$DIAGNOSTIC bench/compare.sh"
 if [ -z "$REPORT_ONLY" ]; then
 rm -rf "$OUT/rounds" "$OUT/plots"
 mkdir -p "$OUT/rounds"
