@@ -60,7 +60,7 @@ ROUNDS=${ROUNDS:-3}
 MATRICES=${MATRICES:-2}
 DELAY=${DELAY:-0}
 POOL=${POOL:-1}
-export GOGC=${GOGC:-400}
+HARNESS_GOGC=${GOGC:-400} # not exported: the systems under test (Kefir, etcd) keep their own GC settings
 DIAGNOSTIC=${DIAGNOSTIC:-0}
 OUT=${OUT:-results/compare}
 DOCS=${DOCS:-}
@@ -96,14 +96,14 @@ loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
 sysarg=""
 [ "$SYSTEMS" != "$STANDARD" ] && sysarg="SYSTEMS=\"$SYSTEMS\" " # a subset or another set: the command must say which
 [ "$OUT" != results/compare ] && sysarg="${sysarg}OUT=$OUT "
-cmdline="${sysarg}WORKLOADS=$WORKLOADS CLIENTS=$CLIENTS RECORDS=$RECORDS VALUESIZE=$VALUESIZE D=$D W=$W PREWARM=$PREWARM ROUNDS=$ROUNDS MATRICES=$MATRICES DELAY=$DELAY POOL=$POOL GOGC=$GOGC DIAGNOSTIC=$DIAGNOSTIC bench/compare.sh"
+cmdline="${sysarg}WORKLOADS=$WORKLOADS CLIENTS=$CLIENTS RECORDS=$RECORDS VALUESIZE=$VALUESIZE D=$D W=$W PREWARM=$PREWARM ROUNDS=$ROUNDS MATRICES=$MATRICES DELAY=$DELAY POOL=$POOL GOGC=$HARNESS_GOGC DIAGNOSTIC=$DIAGNOSTIC bench/compare.sh"
 if [ -z "$REPORT_ONLY" ]; then
 rm -rf "$OUT/rounds" "$OUT/plots"
 mkdir -p "$OUT/rounds"
 echo "$started" >"$OUT/started.txt"
 echo "$cmdline" >"$OUT/cmdline.txt"
 echo "$SYSTEMS" >"$OUT/systems.txt"
-declare -p WORKLOADS CLIENTS RECORDS VALUESIZE D W PREWARM ROUNDS MATRICES DELAY POOL GOGC DIAGNOSTIC >"$OUT/settings.sh"
+declare -p WORKLOADS CLIENTS RECORDS VALUESIZE D W PREWARM ROUNDS MATRICES DELAY POOL HARNESS_GOGC DIAGNOSTIC >"$OUT/settings.sh"
 git -C .. rev-parse --short HEAD >"$OUT/kefir-rev.txt"
 go build -o "$tmp/delaymesh" ./delaymesh
 (cd .. && go build -o "$tmp/kefir" ./cmd/kefir)
@@ -188,7 +188,7 @@ for m in $(seq "$MATRICES"); do
     echo "${args[$s]} ${addr[$s]:+-addr ${addr[$s]}} ${common[*]} -load=$load ${extra[*]}"
   done >"$OUT/rounds/matrix-$m.txt"
   echo "== matrix $m: $ROUNDS rounds ($(( $(date +%s) - t0 )) s so far, load average $(loadavg))"
-  "$tmp/ycsb" -matrix "$OUT/rounds/matrix-$m.txt" -rounds "$ROUNDS" -prewarm "$PREWARM" -seed $((100 * m)) -limits-samples 300 \
+  GOGC=$HARNESS_GOGC "$tmp/ycsb" -matrix "$OUT/rounds/matrix-$m.txt" -rounds "$ROUNDS" -prewarm "$PREWARM" -seed $((100 * m)) -limits-samples 300 \
     -json "$OUT/rounds/matrix-$m.json" -md "$OUT/rounds/matrix-$m.md" -failures "$OUT/rounds/failures-$m.txt" \
     >/dev/null 2>"$OUT/rounds/matrix-$m.log" || echo "!! matrix $m: ycsb exited $? (see $OUT/rounds/matrix-$m.log)" >&2
   grep -E '^(prewarm:|round| *[^ ]+ load |FAILED)' "$OUT/rounds/matrix-$m.log" || true
@@ -201,7 +201,7 @@ fi # REPORT_ONLY
 
 if [ -n "$REPORT_ONLY" ]; then
   source "$OUT/settings.sh" # the measured run's settings
-  PREWARM=${PREWARM:-0} GOGC=${GOGC:-100} DIAGNOSTIC=${DIAGNOSTIC:-0} # runs from before these knobs
+  PREWARM=${PREWARM:-0} HARNESS_GOGC=${HARNESS_GOGC:-${GOGC:-100}} DIAGNOSTIC=${DIAGNOSTIC:-0} # runs from before these knobs
 fi
 started=$(cat "$OUT/started.txt")
 cmdline=$(cat "$OUT/cmdline.txt")
@@ -227,7 +227,7 @@ header() {
   echo "Produced by \`$cmdline\` (from the repository root; \`make compare\` runs it and regenerates this section)."
   echo "Kefir at $(cat "$OUT/kefir-rev.txt"). Network distance: **$netnote**, the same for every system."
   echo "Each cell: $ROUNDS rounds of $D measured after $W warm-up; before round 1 every system ran every workload for"
-  echo "$PREWARM unmeasured (prewarm). One ycsb process (GOGC=$GOGC) drives every system and runs each cell on every system"
+  echo "$PREWARM unmeasured (prewarm). One ycsb process (GOGC=$HARNESS_GOGC) drives every system and runs each cell on every system"
   echo "back to back (order rotated per round) before the next cell; the median of the rounds is reported, and \"round"
   echo "spread\" is max ÷ min − 1 of a cell's round throughputs. Records: $RECORDS × $VALUESIZE B, loaded once per system."
   echo "Closed loop; every system's servers run all the time (idle ones cost little CPU)."
