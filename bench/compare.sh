@@ -5,33 +5,43 @@
 # cell is reported as the median of its rounds — on a shared machine a burst of someone
 # else's work then hits one round of every system instead of all of one system's figures. MATRICES=2 runs the whole matrix twice back to back (the
 # systems stay up) and compares the two row by row (issue 8: within 15% on medians).
+# Before round 1 of each matrix every system runs every workload once, unmeasured
+# (PREWARM), so neither matrix is the only one to meet cold systems (ZooKeeper's JIT,
+# page cache, heaps).
 #
-#   bench/compare.sh                                # the standard matrix, twice: ≈ 18 minutes
+#   bench/compare.sh                                # the standard matrix, twice: ≈ 17 minutes
+#   DIAGNOSTIC=1 bench/compare.sh                   # plus the diagnostic rows (below)
 #   make compare                                    # the same, then docs/benchmarks.md is regenerated
 #   REPORT_ONLY=1 bench/compare.sh                  # rebuild the reports from the last run's JSON
 #   WORKLOADS=a ROUNDS=1 SYSTEMS="ceiling kefir-sync" bench/compare.sh   # a quick look
 #
-# Systems (SYSTEMS, default all), each row's durability matched to the Kefir mode it is
-# compared with:
-#   ceiling               trivial in-process RESP server via Kefir's client: the harness's ceiling
-#   ceiling-redis         the same server via go-redis (not in the default set: ceiling-proc-redis is)
-#   ceiling-proc ceiling-proc-redis   the same trivial server in its own process (ycsb -serve), as every
-#                         real system is: on a contended machine the in-process server shares the
-#                         harness process's CPU share, the separate one gets its own
+# Systems (SYSTEMS, default the standard set; DIAGNOSTIC=1 adds the diagnostic rows), each
+# row's durability matched to the Kefir mode it is compared with, each driver with the
+# connection model its users would use:
+#   ceiling               trivial in-process RESP server via Kefir's client (POOL pipelined
+#                         connections): the ceiling of the harness + the client the kefir rows use
+#   ceiling-redis         the same server via go-redis (a pool of one connection per client): the
+#                         ceiling of the harness + the client the redis rows use
+#   ceiling-proc ceiling-proc-redis   (diagnostic) the same trivial server in its own process
+#                         (ycsb -serve), as every real system is
 #   redis-always          Redis, appendfsync always (fsync before reply)        ≈ kefir sync, 1 node
 #   redis-none            Redis, no persistence                                 ≈ kefir async, 1 node
 #   redis-wait            Redis primary + 2 replicas, everysec, WAIT 1 per write ≈ kefir cad, 3 replicas
 #   kefir-sync kefir-async                   a single Kefir node
 #   kefir3-sync kefir3-cad kefir3-async      a 3-replica VR group, linearizable reads at the leader
-#   kefir3-follower       the group, sync writes, cross-client-monotonic reads (followers serve them
-#                         once follower reads land; until then the leader does)
+#   kefir3-follower       (diagnostic: an ablation) the group, sync writes, cross-client-monotonic
+#                         reads (followers serve them with --follower-reads)
 #   etcd                  3 members, linearizable reads, fsync per commit        ≈ kefir3-sync
 #   zk-sync zk-nosync     ZooKeeper 3 servers, forceSync yes / no, local reads  ≈ kefir3-sync / -cad
 #
-# Knobs: WORKLOADS (a,c,e,w), CLIENTS (16,64), RECORDS (10000), VALUESIZE (1000),
-# D (1s measured per cell per round), W (200ms warm-up), ROUNDS (3), MATRICES (2),
-# DELAY (0: one-way delay on every client and peer link, via bench/delaymesh), POOL (1:
-# Kefir client connections; go-redis gets one per client), OUT (results/compare).
+# Knobs: WORKLOADS (a,c,e,w), CLIENTS (64), RECORDS (10000), VALUESIZE (1000),
+# D (2s measured per cell per round), W (500ms warm-up before each), ROUNDS (3), MATRICES (2),
+# PREWARM (1s per system and workload before round 1), DELAY (0: one-way delay on every
+# client and peer link, via bench/delaymesh), POOL (1: connections of Kefir's client, which
+# pipelines; go-redis always gets one connection per client, ZooKeeper one session, etcd one
+# clientv3), GOGC (400, for the ycsb process only: fewer collections of the harness's own heap
+# inside the measured windows; every system is driven by the same process), DIAGNOSTIC (0),
+# OUT (results/compare).
 # Writes OUT/rounds/*.json (every round), OUT/summary-N.json, OUT/compare.md (every table,
 # commands, load averages), OUT/plots/*.png, and OUT/docs-section.md (the compact tables);
 # with DOCS=path, splices OUT/docs-section.md into that file between
@@ -40,20 +50,28 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 WORKLOADS=${WORKLOADS:-a,c,e,w}
-CLIENTS=${CLIENTS:-16,64}
+CLIENTS=${CLIENTS:-64}
 RECORDS=${RECORDS:-10000}
 VALUESIZE=${VALUESIZE:-1000}
-D=${D:-1s}
-W=${W:-200ms}
+D=${D:-2s}
+W=${W:-500ms}
+PREWARM=${PREWARM:-1s}
 ROUNDS=${ROUNDS:-3}
 MATRICES=${MATRICES:-2}
 DELAY=${DELAY:-0}
 POOL=${POOL:-1}
+HARNESS_GOGC=${GOGC:-400} # not exported: the systems under test (Kefir, etcd) keep their own GC settings
+DIAGNOSTIC=${DIAGNOSTIC:-0}
 OUT=${OUT:-results/compare}
 DOCS=${DOCS:-}
 REPORT_ONLY=${REPORT_ONLY:-} # 1: skip the measurements, rebuild the reports from OUT (after changing the report code)
-ALL="ceiling ceiling-proc ceiling-proc-redis redis-always redis-none redis-wait kefir-sync kefir-async kefir3-sync kefir3-cad kefir3-async kefir3-follower etcd zk-sync zk-nosync"
-SYSTEMS=${SYSTEMS:-$ALL}
+# The standard matrix: one row per system and mode compared, plus one ceiling per client
+# library. The diagnostic rows answer narrower questions and would cost the standard
+# matrix time (and so length per cell, and so stability).
+STANDARD="ceiling ceiling-redis redis-always redis-none redis-wait kefir-sync kefir-async kefir3-sync kefir3-cad kefir3-async etcd zk-sync zk-nosync"
+DIAGNOSTIC_SYSTEMS="ceiling-proc ceiling-proc-redis kefir3-follower"
+if [ "$DIAGNOSTIC" = 1 ]; then STANDARD="$STANDARD $DIAGNOSTIC_SYSTEMS"; fi
+SYSTEMS=${SYSTEMS:-$STANDARD}
 started=$(date -u '+%Y-%m-%d %H:%M UTC')
 t0=$(date +%s)
 
@@ -75,13 +93,17 @@ echo "== build"
 go build -o "$tmp/ycsb" ./ycsb
 loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
 # What the report says produced it (a REPORT_ONLY run reports the measured run's settings).
-cmdline="WORKLOADS=$WORKLOADS CLIENTS=$CLIENTS RECORDS=$RECORDS VALUESIZE=$VALUESIZE D=$D W=$W ROUNDS=$ROUNDS MATRICES=$MATRICES DELAY=$DELAY POOL=$POOL bench/compare.sh"
+sysarg=""
+[ "$SYSTEMS" != "$STANDARD" ] && sysarg="SYSTEMS=\"$SYSTEMS\" " # a subset or another set: the command must say which
+[ "$OUT" != results/compare ] && sysarg="${sysarg}OUT=$OUT "
+cmdline="${sysarg}WORKLOADS=$WORKLOADS CLIENTS=$CLIENTS RECORDS=$RECORDS VALUESIZE=$VALUESIZE D=$D W=$W PREWARM=$PREWARM ROUNDS=$ROUNDS MATRICES=$MATRICES DELAY=$DELAY POOL=$POOL GOGC=$HARNESS_GOGC DIAGNOSTIC=$DIAGNOSTIC bench/compare.sh"
 if [ -z "$REPORT_ONLY" ]; then
 rm -rf "$OUT/rounds" "$OUT/plots"
 mkdir -p "$OUT/rounds"
 echo "$started" >"$OUT/started.txt"
 echo "$cmdline" >"$OUT/cmdline.txt"
-declare -p WORKLOADS CLIENTS RECORDS VALUESIZE D W ROUNDS MATRICES DELAY POOL >"$OUT/settings.sh"
+echo "$SYSTEMS" >"$OUT/systems.txt"
+declare -p WORKLOADS CLIENTS RECORDS VALUESIZE D W PREWARM ROUNDS MATRICES DELAY POOL HARNESS_GOGC DIAGNOSTIC >"$OUT/settings.sh"
 git -C .. rev-parse --short HEAD >"$OUT/kefir-rev.txt"
 go build -o "$tmp/delaymesh" ./delaymesh
 (cd .. && go build -o "$tmp/kefir" ./cmd/kefir)
@@ -166,10 +188,10 @@ for m in $(seq "$MATRICES"); do
     echo "${args[$s]} ${addr[$s]:+-addr ${addr[$s]}} ${common[*]} -load=$load ${extra[*]}"
   done >"$OUT/rounds/matrix-$m.txt"
   echo "== matrix $m: $ROUNDS rounds ($(( $(date +%s) - t0 )) s so far, load average $(loadavg))"
-  "$tmp/ycsb" -matrix "$OUT/rounds/matrix-$m.txt" -rounds "$ROUNDS" -seed $((100 * m)) -limits-samples 300 \
+  GOGC=$HARNESS_GOGC "$tmp/ycsb" -matrix "$OUT/rounds/matrix-$m.txt" -rounds "$ROUNDS" -prewarm "$PREWARM" -seed $((100 * m)) -limits-samples 300 \
     -json "$OUT/rounds/matrix-$m.json" -md "$OUT/rounds/matrix-$m.md" -failures "$OUT/rounds/failures-$m.txt" \
     >/dev/null 2>"$OUT/rounds/matrix-$m.log" || echo "!! matrix $m: ycsb exited $? (see $OUT/rounds/matrix-$m.log)" >&2
-  grep -E '^(round| *[^ ]+ load |FAILED)' "$OUT/rounds/matrix-$m.log" || true
+  grep -E '^(prewarm:|round| *[^ ]+ load |FAILED)' "$OUT/rounds/matrix-$m.log" || true
   sed "s/^- /- matrix $m: /" "$OUT/rounds/failures-$m.txt" >>"$OUT/failures.txt" 2>/dev/null || true
   loads=$(grep -o '^round [0-9]* of [0-9]*: load average .*' "$OUT/rounds/matrix-$m.log" | sed 's/: load average /: /' | paste -sd';' - | sed 's/;/; /g')
   echo "load average (1, 5, 15 min) at the start of each round: ${loads:-unknown}; at the end: $(loadavg)" >"$OUT/loadavg-$m.txt"
@@ -177,7 +199,10 @@ done
 echo $(( $(date +%s) - t0 )) >"$OUT/elapsed.txt"
 fi # REPORT_ONLY
 
-[ -n "$REPORT_ONLY" ] && source "$OUT/settings.sh" # the measured run's settings
+if [ -n "$REPORT_ONLY" ]; then
+  source "$OUT/settings.sh" # the measured run's settings
+  PREWARM=${PREWARM:-0} HARNESS_GOGC=${HARNESS_GOGC:-${GOGC:-100}} DIAGNOSTIC=${DIAGNOSTIC:-0} # runs from before these knobs
+fi
 started=$(cat "$OUT/started.txt")
 cmdline=$(cat "$OUT/cmdline.txt")
 elapsed=$(cat "$OUT/elapsed.txt")
@@ -201,12 +226,17 @@ header() {
   echo
   echo "Produced by \`$cmdline\` (from the repository root; \`make compare\` runs it and regenerates this section)."
   echo "Kefir at $(cat "$OUT/kefir-rev.txt"). Network distance: **$netnote**, the same for every system."
-  echo "Each cell: $ROUNDS rounds of $D measured after $W warm-up; one ycsb process drives every system and runs each"
-  echo "cell on every system back to back (order rotated per round) before the next cell; the median of the rounds is"
-  echo "reported, and \"round spread\" is max ÷ min − 1 of a cell's round throughputs. Records: $RECORDS × $VALUESIZE B,"
-  echo "loaded once per system. Closed loop; every system's servers run all the time (idle ones cost little CPU)."
-  echo "Kefir rows use Kefir's client with $POOL pipelined connection(s); Redis rows use go-redis (one connection per"
-  echo "client, no pipelining across clients); etcd clientv3 (one gRPC connection); ZooKeeper go-zookeeper ($POOL session(s))."
+  echo "Each cell: $ROUNDS rounds of $D measured after $W warm-up; before round 1 every system ran every workload for"
+  echo "$PREWARM unmeasured (prewarm). One ycsb process (GOGC=$HARNESS_GOGC) drives every system and runs each cell on every system"
+  echo "back to back (order rotated per round) before the next cell; the median of the rounds is reported, and \"round"
+  echo "spread\" is max ÷ min − 1 of a cell's round throughputs. Records: $RECORDS × $VALUESIZE B, loaded once per system."
+  echo "Closed loop; every system's servers run all the time (idle ones cost little CPU)."
+  echo "Connection model per driver, as its users would set it up: Kefir rows and respserver(via-kefir-client) use one"
+  echo "Kefir client with $POOL connection(s), on which it pipelines the concurrent calls; Redis rows and"
+  echo "respserver(via-go-redis) use one go-redis client whose pool has one connection per client (go-redis sends one call"
+  echo "at a time per connection); etcd one clientv3 (one gRPC connection, multiplexed); ZooKeeper one go-zookeeper session"
+  echo "(one connection to one server, pipelined: ZooKeeper's usual one session per process; sessions are costly to the"
+  echo "ensemble). Each respserver row bounds the rows driven by the same client library."
   echo "Part of any gap between client libraries is the client, not the server."
   echo
   echo "Durability per row: redis(appendfsync-always) and kefir sync fsync before the reply; redis(no-persistence) and"

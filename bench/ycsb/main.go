@@ -59,6 +59,8 @@ type flags struct {
 	cpuProfile         string
 	delay              time.Duration
 	pool               int
+	redisPool          int
+	zkSessions         int
 	zkSyncReads        bool
 	loadOnly           bool
 	linkDelay          time.Duration
@@ -72,6 +74,7 @@ type flags struct {
 	compactPath        string
 	matrixPath         string
 	rounds             int
+	prewarm            time.Duration
 	failuresPath       string
 	serveAddr          string
 }
@@ -99,7 +102,9 @@ func parse(args []string) (*flags, error) {
 	fs.BoolVar(&f.etcdSerializable, "etcd-serializable", false, "etcd: serializable (local, possibly stale) reads instead of linearizable")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole invocation here (harness, drivers and any in-process server)")
 	fs.DurationVar(&f.delay, "delay", 0, "emulated network distance: a delay proxy in front of every server address adds this much in each direction (client links only)")
-	fs.IntVar(&f.pool, "pool", 0, "connections per client library: 0 = one per client for go-redis (it cannot pipeline concurrent calls), 4 for Kefir's client (it pipelines concurrent calls per connection)")
+	fs.IntVar(&f.pool, "pool", 0, "kefir (and respserver -via kefir): connections of Kefir's client, which pipelines concurrent calls on each; 0 = 4")
+	fs.IntVar(&f.redisPool, "redis-pool", 0, "redis (and respserver -via redis): go-redis pool size; 0 = one connection per client (the largest of -clients and -load-clients), as a go-redis user sizes it: go-redis does not pipeline concurrent calls, so a client without a connection waits for one")
+	fs.IntVar(&f.zkSessions, "zk-sessions", 1, "zookeeper: sessions the clients share (go-zookeeper pipelines concurrent calls on each; one session per process is ZooKeeper's usual model)")
 	fs.BoolVar(&f.zkSyncReads, "zk-sync-reads", false, "zookeeper: sync before every read (reads see every write committed before they started) instead of local reads")
 	fs.BoolVar(&f.loadOnly, "load-only", false, "run the load phase of the first workload and exit (later invocations then use -load=false: every workload shares the key space)")
 	fs.DurationVar(&f.linkDelay, "link-delay", 0, "one-way delay already emulated outside this process on every client and peer link (bench/delaymesh, started by the peers scripts): only recorded in the reports")
@@ -112,6 +117,7 @@ func parse(args []string) (*flags, error) {
 	fs.IntVar(&f.limitSamples, "limits-samples", 300, "round trips and fsyncs sampled for the physical floors (0 = skip: compare.sh measures them once per matrix)")
 	fs.StringVar(&f.compactPath, "md-compact", "", "-summarize, -agree: also write the compact table (one line per system, one column per workload and client count) here")
 	fs.StringVar(&f.matrixPath, "matrix", "", "drive every system listed in this file (one line of ycsb flags per system, each with -label) from this process, cells interleaved across systems, -rounds times; rows and failures go to -json")
+	fs.DurationVar(&f.prewarm, "prewarm", 0, "-matrix: before round 1, run every workload on every system for this long at the largest client count, unmeasured (JIT, caches, heaps: so the first round is not the only cold one)")
 	fs.IntVar(&f.rounds, "rounds", 3, "-matrix: rounds (each cell of each system measured once per round)")
 	fs.StringVar(&f.failuresPath, "failures", "", "-matrix: also list failed connections, loads and cells here, one per line (empty file: none)")
 	fs.StringVar(&f.serveAddr, "serve", "", "run only the trivial RESP server (the -db respserver one) on this address until interrupted: the harness ceiling with the server in its own process, as every real system is")
@@ -280,7 +286,7 @@ func connectVia(ctx context.Context, f *flags, index bool, pool int, dl *delayer
 		return &system{name: name, durable: true, newDB: e.NewDB, flush: e.DeleteAll, close: e.Close}, nil
 	case "zookeeper":
 		z, err := drivers.NewZooKeeper(ctx, drivers.ZooKeeperConfig{Servers: dl.wrapAll(strings.Split(f.addr, ",")),
-			Sessions: kefirPool(f), SyncReads: f.zkSyncReads})
+			Sessions: max(f.zkSessions, 1), SyncReads: f.zkSyncReads})
 		if err != nil {
 			return nil, err
 		}
@@ -418,7 +424,7 @@ func main() {
 	var rows []row
 	var failures []string
 	if f.matrixPath != "" {
-		rows, failures, err = runMatrix(ctx, f.matrixPath, f.rounds, f.seed, os.Stderr)
+		rows, failures, err = runMatrix(ctx, f.matrixPath, f.rounds, f.prewarm, f.seed, os.Stderr)
 		if f.failuresPath != "" {
 			var b strings.Builder
 			for _, m := range failures {
@@ -542,15 +548,8 @@ func report(f *flags, args []string) error {
 		}
 		rows, missing := agree(a.Rows, b.Rows)
 		if f.compactPath != "" {
-			n, within := 0, 0
-			for _, r := range rows {
-				n++
-				if r.Within {
-					within++
-				}
-			}
-			c := fmt.Sprintf("**%d of %d rows agree within 15%%** (all operation rows and totals; every row in the full table). "+
-				"Difference of the two runs' median total throughput per cell (larger ÷ smaller − 1; bold: beyond 15%%):\n\n", within, n)
+			c := agreeVerdict(rows) + " Every row is in the full table. Below: the difference of the two runs' median total throughput " +
+				"per cell (bold: beyond 15%):\n\n"
 			c += agreeTotalsMarkdown(a.Rows, b.Rows)
 			if err := os.WriteFile(f.compactPath, []byte(c), 0o644); err != nil {
 				return err
@@ -604,16 +603,22 @@ func workloadsOf(f *flags) ([]core.Workload, bool, error) {
 	return ws, index, nil
 }
 
+// redisPool is go-redis's pool size: -redis-pool, or by default one connection per
+// client of the largest phase, since go-redis sends one call at a time per connection.
+func redisPool(f *flags) int {
+	if f.redisPool > 0 {
+		return f.redisPool
+	}
+	pool := f.loadClients
+	for _, c := range f.clients {
+		pool = max(pool, c)
+	}
+	return pool
+}
+
 // open connects f's system with its label and durability override applied.
 func open(ctx context.Context, f *flags, index bool) (*system, error) {
-	pool := f.pool
-	if pool <= 0 {
-		pool = f.loadClients
-		for _, c := range f.clients {
-			pool = max(pool, c)
-		}
-	}
-	sys, err := connect(ctx, f, index, pool)
+	sys, err := connect(ctx, f, index, redisPool(f))
 	if err != nil {
 		return nil, err
 	}
@@ -702,7 +707,7 @@ func benchLine(sys string, r *core.Result) string {
 		name := strings.ToLower(strings.ReplaceAll(op.Op, "-", ""))
 		fmt.Fprintf(&sb, " %.1f %s-p50-us %.1f %s-p99-us", op.P50Us, name, op.P99Us, name)
 	}
-	fmt.Fprintf(&sb, " %d errors", r.Errors)
+	fmt.Fprintf(&sb, " %.2f process-cpu-us/op %d errors", r.ProcessCPUUsPerOp, r.Errors)
 	return sb.String()
 }
 

@@ -76,10 +76,10 @@ func readMatrix(r io.Reader) ([]*flags, error) {
 func cellTimeout(f *flags) time.Duration { return f.warmup + f.dur + 30*time.Second }
 
 // runMatrix connects every system, loads those whose line asks for it (each load fills
-// the key space every workload uses), and measures rounds × workloads × clients × targets,
-// systems interleaved. A system that fails to connect or load is dropped, and a cell that
+// the key space every workload uses), warms every system up for prewarm per workload,
+// and measures rounds × workloads × clients × targets, systems interleaved. A system that fails to connect or load is dropped, and a cell that
 // fails is left out; both are returned as failures, never hidden.
-func runMatrix(ctx context.Context, path string, rounds int, seed uint64, logw io.Writer) ([]row, []string, error) {
+func runMatrix(ctx context.Context, path string, rounds int, prewarm time.Duration, seed uint64, logw io.Writer) ([]row, []string, error) {
 	fh, err := os.Open(path)
 	if err != nil {
 		return nil, nil, err
@@ -133,6 +133,32 @@ func runMatrix(ctx context.Context, path string, rounds int, seed uint64, logw i
 	}
 	var rows []row
 	f0 := fl[0]
+	// A fixed warm-up pass before round 1: every system runs every workload once at the
+	// largest client count, unmeasured. Without it the first round (and so the first of
+	// two back-to-back matrices) pays what only a cold system pays — a JVM's JIT
+	// (ZooKeeper), first-touch page faults and cache fills, Go heaps growing to their
+	// steady size — and differs from the second for that reason alone.
+	if prewarm > 0 {
+		fmt.Fprintf(logw, "prewarm: %v per system and workload: %s\n", prewarm, loadAverage())
+		for _, w := range ws {
+			for _, s := range systems {
+				if w.HasScans() && s.sys.noScans {
+					continue
+				}
+				cfg := core.Config{Clients: slices.Max(f0.clients), Duration: prewarm, Seed: seed}
+				cctx, cancel := context.WithTimeout(ctx, prewarm+30*time.Second)
+				_, err := core.Run(cctx, w, s.sys.newDB, cfg)
+				cancel()
+				if ctx.Err() != nil {
+					return nil, failures, ctx.Err()
+				}
+				if err != nil {
+					// Not a failure of the matrix: the measured rounds will say.
+					fmt.Fprintf(logw, "prewarm %s workload %s: %v\n", s.sys.name, w.Name, err)
+				}
+			}
+		}
+	}
 	for r := 1; r <= rounds; r++ {
 		fmt.Fprintf(logw, "round %d of %d: %s\n", r, rounds, loadAverage())
 		for _, w := range ws {

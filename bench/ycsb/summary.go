@@ -45,6 +45,10 @@ type summaryRow struct {
 	Errors   int64   `json:"errors"`
 	NotFound int64   `json:"not_found"`
 	Backlog  int64   `json:"backlog,omitempty"`
+	// CPUUsPerOp (total rows) is the median over rounds of the harness process's CPU
+	// time per operation (core.Result.ProcessCPUUsPerOp): the client side's cost of
+	// an operation, plus the server's for the in-process ceiling.
+	CPUUsPerOp float64 `json:"median_process_cpu_us_per_op,omitempty"`
 }
 
 // summary is what -summarize writes as JSON and -agree reads.
@@ -74,8 +78,8 @@ func median(xs []float64) float64 {
 // operation, with medians over the rounds. Cell order is first appearance.
 func summarize(rows []row) []summaryRow {
 	type acc struct {
-		out            summaryRow
-		tput, p50, p99 []float64
+		out                 summaryRow
+		tput, p50, p99, cpu []float64
 	}
 	cells := map[cellKey]*acc{}
 	var order []cellKey
@@ -94,6 +98,9 @@ func summarize(rows []row) []summaryRow {
 		a.out.NotFound += nf
 		if k.Op == "total" {
 			a.out.Backlog += r.Result.Backlog
+			if r.Result.ProcessCPUUsPerOp > 0 {
+				a.cpu = append(a.cpu, r.Result.ProcessCPUUsPerOp)
+			}
 		}
 	}
 	for _, r := range rows {
@@ -112,6 +119,7 @@ func summarize(rows []row) []summaryRow {
 		a := cells[k]
 		a.out.Rounds = len(a.tput)
 		a.out.Throughput, a.out.P50Us, a.out.P99Us = median(a.tput), median(a.p50), median(a.p99)
+		a.out.CPUUsPerOp = median(a.cpu)
 		a.out.Spread = relSpread(a.tput)
 		out = append(out, a.out)
 	}
@@ -123,12 +131,14 @@ func summaryMarkdown(s summary) string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "Medians over rounds. Physical floors: %s. \"× floor\" is the median p50 ÷ the floor of that operation "+
 		"(a round trip plus twice the emulated one-way delay, plus a write+fsync for writes of systems that fsync before acknowledging).\n\n", s.Limits)
-	sb.WriteString("| system | workload | clients | op | rounds | ops/s | p50 µs | × floor | p99 µs | round spread | errors | not found |\n")
-	sb.WriteString("|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	sb.WriteString("The harness's CPU µs/op (total rows) is the ycsb process's CPU time per operation: the harness and the client library " +
+		"(and, for the in-process respserver rows, the trivial server too), never the system under test's.\n\n")
+	sb.WriteString("| system | workload | clients | op | rounds | ops/s | p50 µs | × floor | p99 µs | round spread | errors | not found | harness CPU µs/op |\n")
+	sb.WriteString("|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range s.Rows {
 		if r.Unsupported != "" {
 			if r.Op == "total" {
-				fmt.Fprintf(&sb, "| %s | %s | | not supported: no %s | | | | | | | | |\n", r.System, strings.ToUpper(r.Workload), r.Unsupported)
+				fmt.Fprintf(&sb, "| %s | %s | | not supported: no %s | | | | | | | | | |\n", r.System, strings.ToUpper(r.Workload), r.Unsupported)
 			}
 			continue
 		}
@@ -140,8 +150,8 @@ func summaryMarkdown(s summary) string {
 			}
 		}
 		if r.Op == "total" {
-			fmt.Fprintf(&sb, "| %s | %s | %s | **total** | %d | **%.0f** | | | | %.0f%% | %d | |\n",
-				r.System, strings.ToUpper(r.Workload), clients, r.Rounds, r.Throughput, 100*r.Spread, r.Errors)
+			fmt.Fprintf(&sb, "| %s | %s | %s | **total** | %d | **%.0f** | | | | %.0f%% | %d | | %.1f |\n",
+				r.System, strings.ToUpper(r.Workload), clients, r.Rounds, r.Throughput, 100*r.Spread, r.Errors, r.CPUUsPerOp)
 			continue
 		}
 		rtt := s.Limits.LoopbackRTTP50us + 2*float64(r.Delay+r.LinkDelay)/1e3
@@ -156,7 +166,7 @@ func summaryMarkdown(s summary) string {
 		if floor > 0 {
 			times = fmt.Sprintf("%.1f×", r.P50Us/floor)
 		}
-		fmt.Fprintf(&sb, "| %s | %s | %s | %s | %d | %.0f | %.0f | %s | %.0f | %.0f%% | %d | %d |\n",
+		fmt.Fprintf(&sb, "| %s | %s | %s | %s | %d | %.0f | %.0f | %s | %.0f | %.0f%% | %d | %d | |\n",
 			r.System, strings.ToUpper(r.Workload), clients, r.Op, r.Rounds, r.Throughput, r.P50Us, times, r.P99Us, 100*r.Spread, r.Errors, r.NotFound)
 	}
 	return sb.String()
@@ -437,18 +447,35 @@ func relDiff(a, b float64) float64 {
 	return hi/lo - 1
 }
 
+// agreeVerdict states how many rows agree, totals and operation rows separately: a
+// total row compares one number (the cell's median total throughput), an operation row
+// two (that operation's median throughput and median p50), so the second is the harder
+// bar, and mixing them would hide which of the two the runs miss.
+func agreeVerdict(rows []agreeRow) string {
+	var tot, totOK, ops, opsOK int
+	for _, r := range rows {
+		if r.Op == "total" {
+			tot++
+			if r.Within {
+				totOK++
+			}
+			continue
+		}
+		ops++
+		if r.Within {
+			opsOK++
+		}
+	}
+	return fmt.Sprintf("**Total throughput: %d of %d cells agree within %.0f%%. Per operation (throughput and p50): %d of %d rows.** "+
+		"Each figure compared is a median over the cell's rounds in one matrix; difference = larger ÷ smaller − 1.",
+		totOK, tot, 100*agreeLimit, opsOK, ops)
+}
+
 func agreeMarkdown(names [2]string, sa, sb summary) string {
 	rows, missing := agree(sa.Rows, sb.Rows)
 	var out strings.Builder
-	n, within := 0, 0
-	for _, r := range rows {
-		n++
-		if r.Within {
-			within++
-		}
-	}
 	fmt.Fprintf(&out, "Run 1: `%s`, %s. Run 2: `%s`, %s.\n\n", names[0], sa.LoadAvg, names[1], sb.LoadAvg)
-	fmt.Fprintf(&out, "**%d of %d rows agree within %.0f%%** (median throughput, and median p50 for operation rows; difference = larger ÷ smaller − 1).", within, n, 100*agreeLimit)
+	out.WriteString(agreeVerdict(rows))
 	if len(missing) > 0 {
 		fmt.Fprintf(&out, " %d cells were measured in only one run (failed or skipped in the other): %v.", len(missing), missing)
 	}

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	hdr "github.com/HdrHistogram/hdrhistogram-go"
@@ -84,8 +85,24 @@ type Result struct {
 	// long as the lag, so a non-zero backlog means the target rate was not sustained.
 	Backlog int64 `json:"backlog,omitempty"`
 	// Retries counts load-phase inserts that failed and were sent again (see Load).
-	Retries     int64    `json:"retries,omitempty"`
-	FirstErrors []string `json:"first_errors,omitempty"`
+	Retries int64 `json:"retries,omitempty"`
+	// ProcessCPUUsPerOp is the CPU time (user + system) this whole process spent during
+	// the measured window, per operation completed in it: the harness, the client
+	// library, and an in-process server if there is one (respserver). Against an
+	// external server it is what one operation costs the client side; unlike
+	// throughput, it barely moves when other processes compete for the cores.
+	ProcessCPUUsPerOp float64  `json:"process_cpu_us_per_op,omitempty"`
+	FirstErrors       []string `json:"first_errors,omitempty"`
+}
+
+// processCPU is the user + system CPU time this process has used so far (0 if the
+// system cannot say).
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func newHist() *hdr.Histogram { return hdr.New(100, int64(60*time.Second), 3) }
@@ -284,6 +301,15 @@ func Run(ctx context.Context, w Workload, newDB NewDB, cfg Config) (*Result, err
 			return nil, fmt.Errorf("ycsb run: target %v ops/s is beyond nanosecond scheduling", cfg.Target)
 		}
 	}
+	// The process's CPU time over the measured window, sampled by a goroutine that
+	// sleeps through the warm-up and the window (it costs two getrusage calls).
+	cpuWindow := make(chan time.Duration, 1)
+	go func() {
+		time.Sleep(time.Until(measureFrom))
+		before := processCPU()
+		time.Sleep(time.Until(end))
+		cpuWindow <- processCPU() - before
+	}()
 	var wg sync.WaitGroup
 	for c := range cfg.Clients {
 		all[c] = &clientStats{}
@@ -364,6 +390,13 @@ func Run(ctx context.Context, w Workload, newDB NewDB, cfg Config) (*Result, err
 		closeErr = errors.Join(closeErr, d.Close())
 	}
 	res := merge(w, "run", cfg, window, all)
+	select {
+	case cpu := <-cpuWindow:
+		if cpu > 0 && res.Ops > 0 {
+			res.ProcessCPUUsPerOp = float64(cpu) / 1e3 / float64(res.Ops)
+		}
+	case <-ctx.Done(): // cut short: the window never ended
+	}
 	if p := ackErr.Load(); p != nil {
 		return res, *p
 	}

@@ -3,6 +3,8 @@ package drivers
 import (
 	"context"
 	"errors"
+	"io"
+	"net"
 	"testing"
 	"time"
 
@@ -101,5 +103,29 @@ func TestServerRejectsMalformedInput(t *testing.T) {
 	}
 	if err := r.c.Do(context.Background(), "GET").Err(); err == nil {
 		t.Fatal("GET without a key accepted")
+	}
+}
+
+// The trivial server parses each command into one buffer it reuses for the next: a
+// stored value must not alias it, and a pipelined batch is answered in order.
+func TestRESPServerPipelinedBatchKeepsStoredValues(t *testing.T) {
+	s := startServer(t)
+	c, err := net.Dial("tcp", s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	batch := "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5\r\nfirst\r\n" +
+		"*3\r\n$3\r\nSET\r\n$1\r\ne\r\n$0\r\n\r\n" +
+		"*3\r\n$3\r\nSET\r\n$1\r\nj\r\n$6\r\nsecond\r\n" +
+		"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n*2\r\n$3\r\nGET\r\n$1\r\ne\r\n*2\r\n$3\r\nGET\r\n$7\r\nmissing\r\n"
+	if _, err := c.Write([]byte(batch)); err != nil {
+		t.Fatal(err)
+	}
+	want := "+OK\r\n+OK\r\n+OK\r\n$5\r\nfirst\r\n$0\r\n\r\n$-1\r\n"
+	got := make([]byte, len(want))
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadFull(c, got); err != nil || string(got) != want {
+		t.Fatalf("replies %q (%v), want %q", got, err, want)
 	}
 }

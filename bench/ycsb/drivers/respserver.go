@@ -8,6 +8,7 @@ import (
 	"hash/maphash"
 	"io"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 )
@@ -89,14 +90,18 @@ func (s *RESPServer) shard(key []byte) *shard {
 }
 
 // serve reads pipelined commands and flushes replies only when no more input is
-// buffered, so a pipelined batch costs one write.
+// buffered, so a pipelined batch costs one read and one write. It is the ceiling's
+// server, so it does the least per command it can: the arguments of one command live
+// in one buffer reused for the next (only SET copies its value, to keep it), lengths
+// are parsed in place, and nothing is allocated per GET.
 func (s *RESPServer) serve(c net.Conn) {
 	rd := bufio.NewReaderSize(c, 64<<10)
 	wr := bufio.NewWriterSize(c, 64<<10)
 	var args [][]byte
+	var buf []byte
 	for {
 		var err error
-		args, err = readCommand(rd, args[:0])
+		args, buf, err = readCommand(rd, args[:0], buf[:0])
 		if err != nil {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 				fmt.Fprintf(wr, "-ERR %v\r\n", err)
@@ -113,39 +118,65 @@ func (s *RESPServer) serve(c net.Conn) {
 	}
 }
 
-// readCommand parses one RESP array of bulk strings. The returned slices alias a fresh
-// buffer per command, so a stored value never aliases the reader's buffer.
-func readCommand(rd *bufio.Reader, args [][]byte) ([][]byte, error) {
+// readCommand parses one RESP array of bulk strings into args, whose slices alias buf
+// (grown as needed and returned): they are valid until the next call with the same buf.
+func readCommand(rd *bufio.Reader, args [][]byte, buf []byte) ([][]byte, []byte, error) {
 	line, err := readLine(rd)
 	if err != nil {
-		return nil, err
+		return nil, buf, err
 	}
 	if len(line) == 0 || line[0] != '*' {
-		return nil, fmt.Errorf("protocol: expected array, got %q", line)
+		return nil, buf, fmt.Errorf("protocol: expected array, got %q", line)
 	}
-	n, err := strconv.Atoi(string(line[1:]))
-	if err != nil || n < 1 || n > 1<<20 {
-		return nil, fmt.Errorf("protocol: bad array length %q", line)
+	n, ok := parseLen(line[1:])
+	if !ok || n < 1 || n > 1<<20 {
+		return nil, buf, fmt.Errorf("protocol: bad array length %q", line)
 	}
+	// Spans first, slices after: buf may move while it grows.
+	var spanBuf [8][2]int
+	spans := spanBuf[:0]
 	for range n {
 		line, err := readLine(rd)
 		if err != nil {
-			return nil, err
+			return nil, buf, err
 		}
 		if len(line) == 0 || line[0] != '$' {
-			return nil, fmt.Errorf("protocol: expected bulk string, got %q", line)
+			return nil, buf, fmt.Errorf("protocol: expected bulk string, got %q", line)
 		}
-		l, err := strconv.Atoi(string(line[1:]))
-		if err != nil || l < 0 || l > 512<<20 {
-			return nil, fmt.Errorf("protocol: bad bulk length %q", line)
+		l, ok := parseLen(line[1:])
+		if !ok || l < 0 || l > 512<<20 {
+			return nil, buf, fmt.Errorf("protocol: bad bulk length %q", line)
 		}
-		b := make([]byte, l+2)
-		if _, err := io.ReadFull(rd, b); err != nil {
-			return nil, err
+		start := len(buf)
+		buf = slices.Grow(buf, l+2)[:start+l+2]
+		if _, err := io.ReadFull(rd, buf[start:]); err != nil {
+			return nil, buf, err
 		}
-		args = append(args, b[:l:l])
+		buf = buf[:start+l]
+		spans = append(spans, [2]int{start, start + l})
 	}
-	return args, nil
+	for _, sp := range spans {
+		args = append(args, buf[sp[0]:sp[1]:sp[1]])
+	}
+	return args, buf, nil
+}
+
+// parseLen parses a RESP length (decimal, possibly -1) without allocating.
+func parseLen(b []byte) (int, bool) {
+	if len(b) == 2 && b[0] == '-' && b[1] == '1' {
+		return -1, true
+	}
+	if len(b) == 0 || len(b) > 10 {
+		return 0, false
+	}
+	n := 0
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = 10*n + int(c-'0')
+	}
+	return n, true
 }
 
 func readLine(rd *bufio.Reader) ([]byte, error) {
@@ -164,9 +195,10 @@ func writeBulk(wr *bufio.Writer, v []byte) {
 		wr.WriteString("$-1\r\n")
 		return
 	}
-	wr.WriteByte('$')
-	wr.WriteString(strconv.Itoa(len(v)))
-	wr.WriteString("\r\n")
+	var hdr [24]byte
+	h := append(hdr[:0], '$')
+	h = strconv.AppendInt(h, int64(len(v)), 10)
+	wr.Write(append(h, '\r', '\n'))
 	wr.Write(v)
 	wr.WriteString("\r\n")
 }
@@ -209,9 +241,13 @@ func (s *RESPServer) exec(wr *bufio.Writer, args [][]byte) {
 			wr.WriteString("-ERR wrong number of arguments for 'set'\r\n")
 			return
 		}
+		v := bytes.Clone(args[2]) // args alias the connection's buffer
+		if v == nil {
+			v = []byte{} // an empty value is a value, not a missing key
+		}
 		sh := s.shard(args[1])
 		sh.mu.Lock()
-		sh.m[string(args[1])] = args[2]
+		sh.m[string(args[1])] = v
 		sh.mu.Unlock()
 		wr.WriteString("+OK\r\n")
 	case "DEL":
