@@ -26,7 +26,16 @@ var (
 	ErrAuth = errors.New("kefir: authentication failed")
 	// ErrClosed: the Client was closed.
 	ErrClosed = errors.New("kefir: client closed")
+	// ErrSessionLost: the Session saw a write that a crash of a single node took
+	// back (an async or cad write acknowledged before it was durable). The server
+	// refuses to serve it rather than answer without the session's own writes;
+	// start a new Session. Not retryable.
+	ErrSessionLost = errors.New("kefir: session lost writes in a crash")
 )
+
+// sessionLostMsg starts the server's reply for a session that saw lost writes
+// (shard.ErrSessionLost).
+const sessionLostMsg = "ERR session token refers to writes lost in a crash"
 
 // Error is an error reply from the server that has no sentinel of its own
 // (-ERR bad arguments, unknown command, unsupported level, ...). Replies that do have
@@ -53,6 +62,8 @@ func (e *Error) Is(target error) bool {
 		return e.Prefix == "UNAVAILABLE" || e.Prefix == "TRYAGAIN" || e.Prefix == "LOADING"
 	case ErrAuth:
 		return e.Prefix == "NOAUTH" || e.Prefix == "WRONGPASS"
+	case ErrSessionLost:
+		return strings.HasPrefix(e.Msg, sessionLostMsg)
 	}
 	return false
 }
