@@ -145,7 +145,8 @@ cpu_ticks() {
 hz=$(getconf CLK_TCK)
 
 # cell WORKLOAD CLIENTS LEVEL CONSISTENCY: one measured run; prints
-# "ops/s reads waited byfollowers load p50write cpu-µs/op" (cpu: the three replicas' CPU
+# "ops/s reads waited byfollowers load p50write cpu-µs/op" (p50write: UPDATE or INSERT,
+# READ-MODIFY-WRITE on F) (cpu: the three replicas' CPU
 # time over the cell's operations: on a CPU-bound box throughput follows it).
 cell() {
   local w=$1 c=$2 lvl=$3 cons=$4 lead
@@ -174,7 +175,7 @@ cell() {
   local ops reads p50
   ops=$(jq '[.. | objects | select(.phase? == "run")][0].ops_per_sec' "$dir/cell.json")
   reads=$(jq '[.. | objects | select(.phase? == "run")][0].per_op | map(select(.op == "READ")) | (.[0].count // 0)' "$dir/cell.json")
-  p50=$(jq '[.. | objects | select(.phase? == "run")][0].per_op | map(select(.op == "UPDATE" or .op == "INSERT")) | (.[0].p50_us // 0)' "$dir/cell.json")
+  p50=$(jq '[.. | objects | select(.phase? == "run")][0].per_op | map(select(.op == "UPDATE" or .op == "INSERT" or .op == "READ-MODIFY-WRITE")) | (.[0].p50_us // 0)' "$dir/cell.json")
   local n
   n=$(jq '[.. | objects | select(.phase? == "run")][0].ops' "$dir/cell.json")
   echo "$ops $reads $((w1 - w0)) $((f1 - f0)) $(load1) $p50 $(((t1 - t0) * 1000000 / hz / (n > 0 ? n : 1)))"
