@@ -873,12 +873,11 @@ func (r *Replica) handle(rd *vr.Ready) error {
 	}
 	// 2. Messages may leave before the fsync: the core withholds those that
 	// promise durability. Sending first overlaps the network with the disk.
-	// SendAll, not Send per message: it writes each peer's queue right here
-	// when that peer's writer is parked, which saves a goroutine hand-off on
-	// every hop of a cad write (prepare, in-memory prepare-ok) — on a
-	// CPU-bound box each hand-off waits for a core (docs/design/cad.md §8).
-	if err := r.tr.SendAll(rd.Messages); err != nil && !errors.Is(err, transport.ErrClosed) {
-		r.log.Warn("send failed", "err", err)
+	for i := range rd.Messages {
+		m := &rd.Messages[i]
+		if err := r.tr.Send(m.To, m); err != nil && !errors.Is(err, transport.ErrClosed) {
+			r.log.Warn("send failed", "to", m.To, "err", err)
+		}
 	}
 	if roll {
 		// The new segment holds everything the old one did that still
