@@ -24,7 +24,14 @@ import (
 //	ops/fsync      leader: writes per replication-log fsync (batching)
 //	f-ops/fsync    the same at a follower
 //
-// Run: go test ./internal/vrshard/ -run '^$' -bench Replicated -benchmem -benchtime 3s
+// Run: go test ./internal/vrshard/ -run '^$' -bench Replicated -benchmem -benchtime 3s -cpu 4
+//
+// -cpu 4 on a two-core box: the three replicas share one Go runtime, and at
+// GOMAXPROCS=2 two replicas' fdatasyncs in flight hold both Ps (a goroutine
+// in a blocking system call keeps its P until sysmon takes it back), so
+// nothing else runs until one ends: a cad write at one writer then measures
+// like a sync one (p50 ~530 µs against ~55 µs at -cpu 4; docs/design/cad.md §8).
+// Separate processes, one per replica, do not have this problem.
 //
 // The Sync, CAD and Async variants differ only in the write's durability
 // (plain SETs: cad is acknowledged once a majority holds the write in

@@ -1,0 +1,250 @@
+#!/usr/bin/env bash
+# Issue 7's performance measurement in one script: three `kefir server` replicas on
+# loopback, YCSB cells with the durability levels interleaved per cell (sync, cad, async)
+# and rounds, one Markdown table with ratios, the fraction of reads that waited for the
+# CAD durability check, and the load average around every cell.
+#
+#   bench/cadbench/run.sh writes [options]   # sync / cad / async on workloads W, A, F (B, D)
+#   bench/cadbench/run.sh reads  [options]   # workload C: linearizable at the leader vs
+#                                            # cross-client-monotonic served by followers
+#
+# Options:
+#   --workloads "w a f"   YCSB workloads (writes mode; reads mode always runs c)
+#   --clients "10 64"     closed-loop client counts
+#   --levels "sync cad async"   durability levels, measured in this order within each cell
+#   --rounds 2            every cell is measured once per round
+#   --d 5s                measured duration of a cell
+#   --records 20000       records loaded once (every cell shares the key space)
+#   --dir DIR             scratch directory (default /tmp/cadbench.$$; removed at the end)
+#   --port 17480          client ports PORT..PORT+2, peer PORT+100.., HTTP PORT+200..
+#   --cpu-quota PCT       cap every replica at PCT % of one core with a cgroup v1 CPU
+#                         quota (cfs_quota/cfs_period; /sys/fs/cgroup/cpu/kefir-cadbench-rN):
+#                         each replica then emulates its own small machine and the
+#                         servers, not the client, are the bottleneck (reads mode). 0: none.
+#   --gomaxprocs N        GOMAXPROCS of every replica (empty: Go's default, the core count)
+#   --bin PATH            kefir binary (default: go build ./cmd/kefir into DIR)
+#   --profile PDIR        also take a CPU profile of every replica during each cell
+#                         (PDIR/<round>-<workload>-<clients>-<level>-n<i>.pprof, the cell's
+#                         duration minus 1 s; profiling costs a little CPU itself)
+#
+# Every measuring run must hold the shared bench lock; wrap the whole script:
+#   flock /tmp/kefir-bench.lock bench/cadbench/run.sh writes --workloads w --clients 10
+# Keep one invocation short (a cell is --d plus ~1 s; 2 rounds × 3 levels × 2 client
+# counts × 3 workloads × 5 s ≈ 4 min).
+#
+# "reads waited" is the leader's reads_durability_wait counter (/status) over the reads
+# the cell made (cad only: sync data is durable when acknowledged, async reads skip the check).
+# In reads mode "by followers" is the followers' follower_reads_served over the reads.
+set -euo pipefail
+
+mode=${1:-}
+case "$mode" in writes | reads) shift ;; *) sed -n '2,31p' "$0"; exit 2 ;; esac
+workloads="w a f"; clients="10 64"; levels="sync cad async"; rounds=2; dur=5s
+records=20000; dir=""; port=17480; quota=0; gmp=""; bin=""; prof=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --workloads) workloads=$2; shift 2 ;;
+    --clients) clients=$2; shift 2 ;;
+    --levels) levels=$2; shift 2 ;;
+    --rounds) rounds=$2; shift 2 ;;
+    --d) dur=$2; shift 2 ;;
+    --records) records=$2; shift 2 ;;
+    --dir) dir=$2; shift 2 ;;
+    --port) port=$2; shift 2 ;;
+    --cpu-quota) quota=$2; shift 2 ;;
+    --gomaxprocs) gmp=$2; shift 2 ;;
+    --bin) bin=$2; shift 2 ;;
+    --profile) prof=$2; shift 2 ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
+  esac
+done
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+[ -n "$dir" ] || dir=/tmp/cadbench.$$
+mkdir -p "$dir"
+if [ -z "$bin" ]; then
+  bin="$dir/kefir"
+  (cd "$root" && go build -o "$bin" ./cmd/kefir)
+fi
+ycsb="$dir/ycsb"
+(cd "$root/bench" && go build -o "$ycsb" ./ycsb)
+
+cport() { echo $((port + $1 - 1)); }
+pport() { echo $((port + 100 + $1 - 1)); }
+hport() { echo $((port + 200 + $1 - 1)); }
+addrs=""
+members=""
+for i in 1 2 3; do
+  members+="${members:+,}$i@127.0.0.1:$(pport $i)/127.0.0.1:$(cport $i)"
+  addrs+="${addrs:+,}127.0.0.1:$(cport $i)"
+done
+
+pids=()
+cgroups=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do
+    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$pid" 2>/dev/null || true
+  done
+  for cg in "${cgroups[@]}"; do rmdir "$cg" 2>/dev/null || true; done
+  case "$dir" in /tmp/cadbench.*) rm -rf "$dir" ;; esac
+}
+trap cleanup EXIT
+
+follower=false
+[ "$mode" = reads ] && follower=true
+secret=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+cluster=$((($(od -An -N4 -tu4 /dev/urandom) % 1000000) + 1))
+for i in 1 2 3; do
+  args=(server --node-id "n$i" --dir "$dir/n$i" --client-addr "127.0.0.1:$(cport $i)"
+    --http-addr "127.0.0.1:$(hport $i)" --log-level warn
+    --peer-addr "127.0.0.1:$(pport $i)" --members "$members" --replica-id "$i" --cluster-id "$cluster"
+    --follower-reads="$follower" --view-change-timeout 1s --bootstrap=true)
+  if [ -n "$gmp" ]; then
+    GOMAXPROCS=$gmp KEFIR_CLUSTER_SECRET=$secret "$bin" "${args[@]}" >"$dir/n$i.log" 2>&1 &
+  else
+    KEFIR_CLUSTER_SECRET=$secret "$bin" "${args[@]}" >"$dir/n$i.log" 2>&1 &
+  fi
+  pids+=($!)
+  if [ "$quota" != 0 ]; then
+    cg=/sys/fs/cgroup/cpu/kefir-cadbench-r$i
+    mkdir -p "$cg"
+    echo 100000 >"$cg/cpu.cfs_period_us"
+    echo $((quota * 1000)) >"$cg/cpu.cfs_quota_us"
+    echo "${pids[-1]}" >"$cg/cgroup.procs"
+    cgroups+=("$cg")
+  fi
+done
+
+status() { curl -fsS "http://127.0.0.1:$(hport "$1")/status"; }
+# leader: the replica that says it leads (1-based), after the group settled.
+leader() {
+  for _ in $(seq 200); do
+    for i in 1 2 3; do
+      if [ "$(status "$i" 2>/dev/null | jq -r '.replication.role // empty')" = leader ]; then echo "$i"; return; fi
+    done
+    sleep 0.1
+  done
+  echo "no leader" >&2
+  return 1
+}
+lead=$(leader)
+sleep 1 # followers hear the leader's first heartbeats
+
+"$ycsb" -db kefir -addr "$addrs" -records "$records" -load-only -durability sync -limits-samples 0 >"$dir/load.txt"
+cad_counter() { status "$1" | jq -r ".replication.cad.$2"; }
+load1() { cut -d' ' -f1 /proc/loadavg; }
+# cpu_ticks: user+system CPU of the three replicas so far, in clock ticks.
+cpu_ticks() {
+  local t=0 pid
+  for pid in "${pids[@]}"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$pid/stat"))); done
+  echo "$t"
+}
+hz=$(getconf CLK_TCK)
+
+# cell WORKLOAD CLIENTS LEVEL CONSISTENCY: one measured run; prints
+# "ops/s reads waited byfollowers load p50write cpu-µs/op" (p50write: UPDATE or INSERT,
+# READ-MODIFY-WRITE on F) (cpu: the three replicas' CPU
+# time over the cell's operations: on a CPU-bound box throughput follows it).
+cell() {
+  local w=$1 c=$2 lvl=$3 cons=$4 lead
+  lead=$(leader)
+  local w0 f0=0
+  w0=$(cad_counter "$lead" reads_durability_wait)
+  for i in 1 2 3; do [ "$i" = "$lead" ] || f0=$((f0 + $(cad_counter "$i" follower_reads_served))); done
+  local t0 ppids=()
+  if [ -n "$prof" ]; then
+    mkdir -p "$prof"
+    local secs=$((${dur%s} - 1))
+    for i in 1 2 3; do
+      curl -fsS -o "$prof/$r-$w-$c-$lvl-n$i.pprof" "http://127.0.0.1:$(hport "$i")/debug/pprof/profile?seconds=$secs" &
+      ppids+=($!)
+    done
+  fi
+  t0=$(cpu_ticks)
+  "$ycsb" -db kefir -addr "$addrs" -records "$records" -load=false -d "$dur" -workloads "$w" \
+    -clients "$c" -consistency "$cons" -durability "$lvl" -limits-samples 0 -json "$dir/cell.json" >"$dir/cell.txt" 2>&1 ||
+    { echo "ycsb failed:" >&2; tail -5 "$dir/cell.txt" >&2; echo "0 0 0 0 $(load1) 0 0"; return; }
+  local t1 w1 f1=0
+  t1=$(cpu_ticks)
+  for pid in "${ppids[@]}"; do wait "$pid" || echo "profile failed" >&2; done
+  w1=$(cad_counter "$lead" reads_durability_wait)
+  for i in 1 2 3; do [ "$i" = "$lead" ] || f1=$((f1 + $(cad_counter "$i" follower_reads_served))); done
+  local ops reads p50
+  ops=$(jq '[.. | objects | select(.phase? == "run")][0].ops_per_sec' "$dir/cell.json")
+  reads=$(jq '[.. | objects | select(.phase? == "run")][0].per_op | map(select(.op == "READ")) | (.[0].count // 0)' "$dir/cell.json")
+  p50=$(jq '[.. | objects | select(.phase? == "run")][0].per_op | map(select(.op == "UPDATE" or .op == "INSERT" or .op == "READ-MODIFY-WRITE")) | (.[0].p50_us // 0)' "$dir/cell.json")
+  local n
+  n=$(jq '[.. | objects | select(.phase? == "run")][0].ops' "$dir/cell.json")
+  echo "$ops $reads $((w1 - w0)) $((f1 - f0)) $(load1) $p50 $(((t1 - t0) * 1000000 / hz / (n > 0 ? n : 1)))"
+}
+
+results="$dir/results.txt"
+: >"$results"
+echo "# $(date -u +%FT%TZ) mode=$mode quota=${quota}% gomaxprocs=${gmp:-default} leader=n$lead $(uptime)" >&2
+for r in $(seq "$rounds"); do
+  for w in $([ "$mode" = reads ] && echo c || echo "$workloads"); do
+    for c in $clients; do
+      if [ "$mode" = reads ]; then
+        for cons in linearizable cross-client-monotonic; do
+          line=$(cell "$w" "$c" sync "$cons")
+          echo "$r $w $c $cons $line" | tee -a "$results" >&2
+        done
+      else
+        for lvl in $levels; do
+          line=$(cell "$w" "$c" "$lvl" linearizable)
+          echo "$r $w $c $lvl $line" | tee -a "$results" >&2
+        done
+      fi
+    done
+  done
+done
+
+# Table: per workload and client count, each level's ops/s per round, the medians'
+# ratios, reads waited (cad), load average range.
+python3 - "$mode" "$results" <<'EOF'
+import sys, statistics as st
+mode, path = sys.argv[1], sys.argv[2]
+rows = {}
+order = []
+for line in open(path):
+    r, w, c, lvl, ops, reads, waited, byf, load, p50, cpu = line.split()
+    k = (w, int(c))
+    if k not in rows:
+        rows[k] = {}
+        order.append(k)
+    rows[k].setdefault(lvl, []).append((float(ops), int(reads), int(waited), int(byf), float(load), float(p50), float(cpu)))
+def med(xs): return st.median(xs) if xs else 0
+def ops(v): return "/".join(f"{x[0]:,.0f}" for x in v)
+if mode == "writes":
+    lv = [l for l in ["sync", "cad", "async"] if any(l in rows[k] for k in order)]
+    print("| workload | clients | " + " | ".join(f"{l} ops/s" for l in lv) + " | cad ÷ sync | cad ÷ async | write p50 sync/cad/async (µs) | server CPU µs/op sync/cad/async | reads waited (cad) | load |")
+    print("|---|---:|" + "---|" * len(lv) + "---:|---:|---|---|---:|---|")
+    for k in order:
+        d = rows[k]
+        m = {l: med([x[0] for x in d.get(l, [])]) for l in lv}
+        ratio = lambda a, b: f"{m[a] / m[b]:.2f}" if m.get(a) and m.get(b) else "–"
+        cad = d.get("cad", [])
+        reads, waited = sum(x[1] for x in cad), sum(x[2] for x in cad)
+        frac = f"{100 * waited / reads:.1f} % ({waited}/{reads})" if reads else "–"
+        p50 = "/".join(f"{med([x[5] for x in d.get(l, [])]):.0f}" for l in ["sync", "cad", "async"] if l in d)
+        cpu = "/".join(f"{med([x[6] for x in d.get(l, [])]):.0f}" for l in ["sync", "cad", "async"] if l in d)
+        loads = [x[4] for l in lv for x in d.get(l, [])]
+        print(f"| {k[0].upper()} | {k[1]} | " + " | ".join(ops(d.get(l, [])) for l in lv) +
+              f" | {ratio('cad', 'sync')} | {ratio('cad', 'async')} | {p50} | {cpu} | {frac} | {min(loads):.1f}–{max(loads):.1f} |")
+    print("\nops/s per round (r1/r2/...); ratios of the medians over rounds.")
+else:
+    print("| clients | linearizable at leader ops/s | cross-client-monotonic ops/s | ccm ÷ lin | served by followers | server CPU µs/op lin/ccm | load |")
+    print("|---:|---|---|---:|---:|---|---|")
+    for k in order:
+        d = rows[k]
+        lin, ccm = d.get("linearizable", []), d.get("cross-client-monotonic", [])
+        ml, mc = med([x[0] for x in lin]), med([x[0] for x in ccm])
+        reads, byf = sum(x[1] for x in ccm), sum(x[3] for x in ccm)
+        loads = [x[4] for x in lin + ccm]
+        cpu = f"{med([x[6] for x in lin]):.0f}/{med([x[6] for x in ccm]):.0f}"
+        print(f"| {k[1]} | {ops(lin)} | {ops(ccm)} | {mc / ml if ml else 0:.2f} | {100 * byf / max(1, reads):.0f} % | {cpu} | {min(loads):.1f}–{max(loads):.1f} |")
+EOF
+echo "# done $(date -u +%FT%TZ) $(uptime)" >&2
