@@ -56,6 +56,14 @@ var loopWaitsInline atomic.Bool
 // loopReadsInline is the same for reads that must wait for an fsync.
 var loopReadsInline atomic.Bool
 
+// syncerSkipsWake is a test-only mutation: the syncer gives every connection
+// back quietly, even one the loop muted, which then waits for the next sweep.
+var syncerSkipsWake atomic.Bool
+
+// loopSweepEvery is the longest a loop sleeps between sweeps for timeouts (a
+// variable so a test can make a missed wake-up stand out).
+var loopSweepEvery = 250 * time.Millisecond
+
 var errWouldBlock = errors.New("server: socket has no more input now")
 
 // evConn is a connection's event-loop state.
@@ -447,7 +455,7 @@ func (l *loop) waitMillis() int {
 // sweepEvery is how often a loop checks idle and write timeouts: a fraction of
 // the shortest idle timeout, so that idle connections close within 1/8 past it.
 func (l *loop) sweepEvery() time.Duration {
-	d := 250 * time.Millisecond
+	d := loopSweepEvery
 	if l.minIdle > 0 {
 		d = min(d, max(l.minIdle/8, 5*time.Millisecond))
 	}
@@ -977,7 +985,7 @@ func (l *loop) syncDone(c *conn, err error, d time.Duration) {
 	l.giveBackQuiet(c)
 	// After the push: if the loop muted c before draining its inbox, this
 	// load sees it (see handle).
-	if wake || e.muted.Load() {
+	if (wake || e.muted.Load()) && !syncerSkipsWake.Load() {
 		l.wake()
 	}
 }

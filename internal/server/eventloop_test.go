@@ -640,3 +640,48 @@ func TestLargeRepliesOfAWriteThatWaitedForAnFsync(t *testing.T) {
 		c.expect(`GET a => "1"`)
 	})
 }
+
+// A command that arrives while its connection's write waits for an fsync makes
+// the loop stop watching that socket; the syncer must then wake the loop when it
+// gives the connection back, or the command waits for the next timeout sweep.
+func checkMutedConnectionServedPromptly(t *testing.T) error {
+	old := loopSweepEvery
+	loopSweepEvery = 5 * time.Second // a missed wake-up now costs seconds
+	defer func() { loopSweepEvery = old }()
+	s, fs := startSlowServer(t, 200*time.Millisecond)
+	c := dial(t, s)
+	c.expect("PING => PONG") // the loop has slept with the new sweep interval since
+	started := fs.started.Load()
+	c.send("SET", "a", "1")
+	waitFor(t, "the write's fsync to start", func() bool { return fs.started.Load() > started })
+	c.send("GET", "a")
+	if got := c.reply(); got != "OK" {
+		return fmt.Errorf("SET answered %q", got)
+	}
+	start := time.Now()
+	if got := c.reply(); got != `"1"` {
+		return fmt.Errorf("GET answered %q", got)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		return fmt.Errorf("GET sent during the fsync answered %v after the SET: the loop was not woken", d)
+	}
+	return nil
+}
+
+func TestMutedConnectionIsServedPromptly(t *testing.T) {
+	useIOModel(t, IOEpoll)
+	if err := checkMutedConnectionServedPromptly(t); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestMutedConnectionIsServedPromptlyCanFail(t *testing.T) {
+	useIOModel(t, IOEpoll)
+	syncerSkipsWake.Store(true)
+	defer syncerSkipsWake.Store(false)
+	err := checkMutedConnectionServedPromptly(t)
+	if err == nil {
+		t.Fatal("a syncer that never wakes the loop passed the check")
+	}
+	t.Logf("mutation caught: %v", err)
+}
