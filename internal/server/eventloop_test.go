@@ -10,6 +10,8 @@ import (
 	"io"
 	"math/rand"
 	"net"
+	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -675,7 +677,22 @@ func TestMutedConnectionIsServedPromptly(t *testing.T) {
 	}
 }
 
+// The mutation runs in a fresh process: the event loops are per process, and
+// other tests' servers (idle timeouts that shorten the sweep, stray wake-ups)
+// would otherwise wake the loop and hide the missing wake-up.
 func TestMutedConnectionIsServedPromptlyCanFail(t *testing.T) {
+	if os.Getenv("KEFIR_TEST_MUTED_CHILD") == "" {
+		cmd := exec.Command(os.Args[0], "-test.run", "^TestMutedConnectionIsServedPromptlyCanFail$", "-test.count", "1", "-test.v")
+		cmd.Env = append(os.Environ(), "KEFIR_TEST_MUTED_CHILD=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("child: %v\n%s", err, out)
+		}
+		if !strings.Contains(string(out), "mutation caught") {
+			t.Fatalf("child did not run the check:\n%s", out)
+		}
+		return
+	}
 	useIOModel(t, IOEpoll)
 	syncerSkipsWake.Store(true)
 	defer syncerSkipsWake.Store(false)
