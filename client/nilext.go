@@ -74,6 +74,10 @@ type NilextStats struct {
 	// path after one missed it; Rested took the ordered path while the fast
 	// path rested after a fallback.
 	Fast, Fallbacks, Rested uint64
+	// Batches is how many KEFIR.NILEXT BATCH commands went out (to all
+	// members together), Items how many writes they carried: Items/Batches
+	// is the group commit's batch size.
+	Batches, Items uint64
 }
 
 // NilextStats reports the fast path's counters (zero without WithNilext).
@@ -81,7 +85,8 @@ func (c *Client) NilextStats() NilextStats {
 	if c.nx == nil {
 		return NilextStats{}
 	}
-	return NilextStats{Fast: c.nx.fast.Load(), Fallbacks: c.nx.fallbacks.Load(), Rested: c.nx.rested.Load()}
+	return NilextStats{Fast: c.nx.fast.Load(), Fallbacks: c.nx.fallbacks.Load(), Rested: c.nx.rested.Load(),
+		Batches: c.nx.batches.Load(), Items: c.nx.items.Load()}
 }
 
 type nilextPath struct {
@@ -98,6 +103,7 @@ type nilextPath struct {
 	cool                    atomic.Int64 // Unix ns until which the fast path rests
 	missed                  atomic.Int32 // writes that missed the supermajority since the last fast one
 	fast, fallbacks, rested atomic.Uint64
+	batches, items          atomic.Uint64
 
 	// mutFirstAck completes a write on the first ack from anyone: the
 	// deliberately wrong rule tests use to show their checks can fail.
@@ -482,6 +488,8 @@ func (p *nilextPath) sendBatch(m *memberQ, batch []*nxItem) {
 	// A fresh request, never pooled: when ctx ends first the connection may
 	// still complete it.
 	r := &request{cmd: cmd, kind: replyRaw, done: make(chan struct{}, 1)}
+	p.batches.Add(1)
+	p.items.Add(uint64(len(batch)))
 	owned, err := cn.do(ctx, r)
 	m.mu.Lock()
 	if !owned {
