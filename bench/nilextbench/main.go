@@ -75,6 +75,9 @@ type config struct {
 	// has its own client with one connection (as separate processes).
 	shared bool
 	pool   int
+	// nxConns: the nilext client's connections per replica
+	// (client.WithNilextConns).
+	nxConns int
 	// cpuProfile: write a CPU profile of this process (the clients and the
 	// delay proxies) during each measured nilext run to cpuProfile-<dur>-<k>.
 	cpuProfile string
@@ -83,9 +86,9 @@ type config struct {
 // clientModel says in the tables which client model the rows use.
 func (c config) clientModel() string {
 	if c.shared {
-		return fmt.Sprintf("one shared `client.Client` for all workers of a run (pool size %d, concurrent calls pipelined; nilext writes group-committed per replica as `KEFIR.NILEXT BATCH`), same options for ordered and nilext", c.pool)
+		return fmt.Sprintf("one shared `client.Client` for all workers of a run (pool size %d, concurrent calls pipelined; nilext writes group-committed per replica as `KEFIR.NILEXT BATCH` over %d connection(s) per replica, one batch in flight on each), same options for ordered and nilext", c.pool, c.nxConns)
 	}
-	return "one `client.Client` per worker (pool size 1: one connection each, as separate client processes; nilext batches hold one write)"
+	return fmt.Sprintf("one `client.Client` per worker (pool size 1: one connection each, as separate client processes; nilext: %d connection(s) per replica, batches hold one write)", c.nxConns)
 }
 
 func main() {
@@ -114,6 +117,7 @@ func main() {
 	flag.StringVar(&extra, "server-flags", "", "extra kefir server flags, space-separated")
 	flag.BoolVar(&c.shared, "shared", false, "all workers of a run share one client (default: one client per worker)")
 	flag.StringVar(&c.cpuProfile, "cpuprofile", "", "profile this process during each measured nilext run into FILE-<durability>-<clients>")
+	flag.IntVar(&c.nxConns, "nx-conns", 1, "nilext client connections per replica (client.WithNilextConns; each has one KEFIR.NILEXT BATCH in flight)")
 	flag.IntVar(&c.pool, "pool", 2, "pool size of the shared client (-shared; the client's default is 2)")
 	flag.Parse()
 	var err error
@@ -505,7 +509,7 @@ func (g *group) dialClients(c config, m mode, k int) ([]*client.Client, error) {
 	for range n {
 		opts := []client.Option{client.WithPoolSize(pool), client.WithRetryUnavailable(5 * time.Second)}
 		if m == nilext {
-			opts = append(opts, client.WithNilext(c.nxTimeout, 0))
+			opts = append(opts, client.WithNilext(c.nxTimeout, 0), client.WithNilextConns(c.nxConns))
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		cl, err := client.Dial(ctx, g.clients, opts...)
