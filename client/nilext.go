@@ -47,6 +47,23 @@ const restAfter = 2
 
 type nilextOptions struct {
 	timeout, backoff time.Duration
+	conns            int // connections (batches in flight) per member
+}
+
+// WithNilextConns sets how many connections the nilext fast path keeps to
+// each replica (default 1), each with one KEFIR.NILEXT BATCH in flight.
+// With one, a write that arrives while a batch is out waits for that batch's
+// whole round trip before its own batch leaves: under a few concurrent
+// writers that doubles their latency. With more, a new batch leaves on an
+// idle connection at once, and the replica's driver can share one fsync
+// among batches from several connections. It adjusts WithNilext: give it
+// after WithNilext (alone, or before it, it does nothing).
+func WithNilextConns(n int) Option {
+	return func(o *options) {
+		if o.nilext != nil {
+			o.nilext.conns = n
+		}
+	}
 }
 
 // WithNilext turns on the nilext fast path for Put and MultiPut (outside
@@ -74,6 +91,10 @@ type NilextStats struct {
 	// path after one missed it; Rested took the ordered path while the fast
 	// path rested after a fallback.
 	Fast, Fallbacks, Rested uint64
+	// Batches is how many KEFIR.NILEXT BATCH commands went out (to all
+	// members together), Items how many writes they carried: Items/Batches
+	// is the group commit's batch size.
+	Batches, Items uint64
 }
 
 // NilextStats reports the fast path's counters (zero without WithNilext).
@@ -81,7 +102,8 @@ func (c *Client) NilextStats() NilextStats {
 	if c.nx == nil {
 		return NilextStats{}
 	}
-	return NilextStats{Fast: c.nx.fast.Load(), Fallbacks: c.nx.fallbacks.Load(), Rested: c.nx.rested.Load()}
+	return NilextStats{Fast: c.nx.fast.Load(), Fallbacks: c.nx.fallbacks.Load(), Rested: c.nx.rested.Load(),
+		Batches: c.nx.batches.Load(), Items: c.nx.items.Load()}
 }
 
 type nilextPath struct {
@@ -98,6 +120,7 @@ type nilextPath struct {
 	cool                    atomic.Int64 // Unix ns until which the fast path rests
 	missed                  atomic.Int32 // writes that missed the supermajority since the last fast one
 	fast, fallbacks, rested atomic.Uint64
+	batches, items          atomic.Uint64
 
 	// mutFirstAck completes a write on the first ack from anyone: the
 	// deliberately wrong rule tests use to show their checks can fail.
@@ -119,25 +142,38 @@ type lane struct {
 	seq uint64
 }
 
-// memberQ sends every lane's writes to one member over one connection, as
-// KEFIR.NILEXT BATCH commands with one batch in flight: writes that arrive
-// while a batch is out go together in the next one (group commit), so under
-// load a member handles one command and one fsync for many writes. Writes
-// of one lane are one at a time and the queue is FIFO, so each lane's
-// requests reach the member in order.
+// memberQ sends every lane's writes to one member as KEFIR.NILEXT BATCH
+// commands over its slots' connections, one batch in flight per slot:
+// writes that arrive while every slot has a batch out go together in the
+// next one (group commit), so under load a member handles one command and
+// one fsync for many writes.
+//
+// Order: a lane's next write is submitted only after its previous one
+// completed on a supermajority. With one slot the queue is FIFO over one
+// connection, so each lane's requests reach the member in order. With
+// several, a write to a member that had not acked the lane's previous one
+// (only possible when the supermajority is not every member: 5 or more
+// replicas) can overtake it on another connection; the member then refuses
+// the older one as stale (vrshard.ErrNilextStale), which only costs that
+// member's ack of a write that already completed.
 type memberQ struct {
 	i    int
 	addr string
 
 	mu       sync.Mutex
-	cn       *conn // nil or broken: dial before the next batch
+	slots    []*memberSlot
 	queue    []*nxItem
-	flushing bool
+	downTill time.Time // a failed dial is not retried before then
+}
+
+// memberSlot is one connection to a member with at most one batch out.
+type memberSlot struct {
+	cn   *conn // nil or broken: dial before the next batch
+	busy bool  // a flush runs on this slot
 	// misses counts batches in a row that got no reply in time: a
 	// connection that stopped answering without breaking (a partition that
 	// ate bytes) is replaced after maxMisses.
-	misses   int
-	downTill time.Time // a failed dial is not retried before then
+	misses int
 }
 
 // nxItem is one write's request to one member.
@@ -180,7 +216,11 @@ func (p *nilextPath) topology(ctx context.Context) *topology {
 	if p.topo == nil {
 		p.topo = t
 		for i, a := range t.addrs {
-			p.members = append(p.members, &memberQ{i: i, addr: a})
+			m := &memberQ{i: i, addr: a}
+			for range max(p.opts.conns, 1) {
+				m.slots = append(m.slots, &memberSlot{})
+			}
+			p.members = append(p.members, m)
 		}
 	}
 	return p.topo
@@ -255,8 +295,10 @@ func (p *nilextPath) close() {
 	p.free = nil
 	for _, m := range p.members {
 		m.mu.Lock()
-		if m.cn != nil {
-			m.cn.close()
+		for _, sl := range m.slots {
+			if sl.cn != nil {
+				sl.cn.close()
+			}
 		}
 		m.mu.Unlock()
 	}
@@ -400,28 +442,36 @@ func (p *nilextPath) broadcast(ctx context.Context, t *topology, l *lane, kvs []
 	return false
 }
 
-// submit queues it for member m and starts a flush unless one runs.
+// submit queues it for member m and starts a flush on an idle slot, if
+// any (else a busy slot's flush takes it when its batch is back).
 func (p *nilextPath) submit(m *memberQ, it *nxItem) {
 	m.mu.Lock()
 	m.queue = append(m.queue, it)
-	if m.flushing {
+	var sl *memberSlot
+	for _, s := range m.slots {
+		if !s.busy {
+			sl = s
+			break
+		}
+	}
+	if sl == nil {
 		m.mu.Unlock()
 		return
 	}
-	m.flushing = true
+	sl.busy = true
 	batch := m.queue
 	m.queue = nil
 	m.mu.Unlock()
-	go p.flush(m, batch)
+	go p.flush(m, sl, batch)
 }
 
-// flush sends batches to m until its queue is empty.
-func (p *nilextPath) flush(m *memberQ, batch []*nxItem) {
+// flush sends batches to m on slot sl until m's queue is empty.
+func (p *nilextPath) flush(m *memberQ, sl *memberSlot, batch []*nxItem) {
 	for {
-		p.sendBatch(m, batch)
+		p.sendBatch(m, sl, batch)
 		m.mu.Lock()
 		if len(m.queue) == 0 {
-			m.flushing = false
+			sl.busy = false
 			m.mu.Unlock()
 			return
 		}
@@ -434,7 +484,7 @@ func (p *nilextPath) flush(m *memberQ, batch []*nxItem) {
 // sendBatch sends one KEFIR.NILEXT BATCH to m and hands each write its ack
 // (or error). A reply later than the nilext timeout is of no use to anyone:
 // the writes have completed or fallen back by then.
-func (p *nilextPath) sendBatch(m *memberQ, batch []*nxItem) {
+func (p *nilextPath) sendBatch(m *memberQ, sl *memberSlot, batch []*nxItem) {
 	failAll := func(err error) {
 		for _, it := range batch {
 			it.acks <- nilextAck{member: m.i, err: err}
@@ -443,7 +493,7 @@ func (p *nilextPath) sendBatch(m *memberQ, batch []*nxItem) {
 	ctx, cancel := context.WithTimeout(context.Background(), p.opts.timeout)
 	defer cancel()
 	m.mu.Lock()
-	cn, down := m.cn, m.downTill
+	cn, down := sl.cn, m.downTill
 	m.mu.Unlock()
 	if cn == nil || !cn.healthy() {
 		if time.Now().Before(down) {
@@ -455,10 +505,10 @@ func (p *nilextPath) sendBatch(m *memberQ, batch []*nxItem) {
 		if err != nil {
 			m.downTill = time.Now().Add(p.opts.backoff)
 		} else {
-			if m.cn != nil {
-				m.cn.close()
+			if sl.cn != nil {
+				sl.cn.close()
 			}
-			m.cn = fresh
+			sl.cn = fresh
 		}
 		m.mu.Unlock()
 		if err != nil {
@@ -482,15 +532,17 @@ func (p *nilextPath) sendBatch(m *memberQ, batch []*nxItem) {
 	// A fresh request, never pooled: when ctx ends first the connection may
 	// still complete it.
 	r := &request{cmd: cmd, kind: replyRaw, done: make(chan struct{}, 1)}
+	p.batches.Add(1)
+	p.items.Add(uint64(len(batch)))
 	owned, err := cn.do(ctx, r)
 	m.mu.Lock()
 	if !owned {
-		if m.misses++; m.misses >= maxMisses && m.cn == cn {
-			m.cn = nil
+		if sl.misses++; sl.misses >= maxMisses && sl.cn == cn {
+			sl.cn = nil
 			cn.close()
 		}
 	} else {
-		m.misses = 0
+		sl.misses = 0
 	}
 	m.mu.Unlock()
 	if !owned || err != nil {

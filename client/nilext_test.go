@@ -272,6 +272,40 @@ func TestNilextBroadcastIsLinearizable(t *testing.T) {
 	}
 }
 
+// With several connections per member (WithNilextConns) batches of one
+// member go out concurrently; with 5 replicas a write may then overtake the
+// same lane's previous one at a member that had not acked it yet. The
+// history stays linearizable, the writes take the fast path, and the
+// concurrent writers' batches still carry more than one write in all.
+func TestNilextSeveralConnsPerMemberIsLinearizable(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts replica groups")
+	}
+	for _, n := range []int{3, 5} {
+		t.Run(strconv.Itoa(n), func(t *testing.T) {
+			g := startNilextGroup(t, n)
+			c := g.dial(t, WithNilext(time.Second, 0), WithNilextConns(3))
+			if c.nx == nil || c.nx.opts.conns != 3 {
+				t.Fatalf("WithNilextConns(3) after WithNilext: conns %+v", c.nx)
+			}
+			h := runWorkload(t, c, "s", 8, 60, nil)
+			mustLinearizable(t, h)
+			st := c.NilextStats()
+			if st.Fast == 0 || st.Fallbacks != 0 {
+				t.Fatalf("nilext stats %+v: want fast writes and no fallback on a healthy group", st)
+			}
+			if st.Batches == 0 || st.Items < st.Fast*uint64(n-1) {
+				t.Fatalf("nilext stats %+v: batches do not account for the fast writes' copies", st)
+			}
+			for _, m := range c.nx.members {
+				if len(m.slots) != 3 {
+					t.Fatalf("member %d has %d slots, want 3", m.i, len(m.slots))
+				}
+			}
+		})
+	}
+}
+
 // With one replica unreachable no supermajority exists (3 of 3 needed): a
 // write falls back to the ordered path with its id after the timeout, the
 // fast path rests, and the history stays linearizable. Once the replica is

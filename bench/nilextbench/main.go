@@ -38,6 +38,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -69,6 +70,25 @@ type config struct {
 	dir         string
 	nxTimeout   time.Duration
 	extraFlags  []string
+	// shared: all closed-loop workers of a run share one client.Client
+	// (as one Go process would), with pool connections; else each worker
+	// has its own client with one connection (as separate processes).
+	shared bool
+	pool   int
+	// nxConns: the nilext client's connections per replica
+	// (client.WithNilextConns).
+	nxConns int
+	// cpuProfile: write a CPU profile of this process (the clients and the
+	// delay proxies) during each measured nilext run to cpuProfile-<dur>-<k>.
+	cpuProfile string
+}
+
+// clientModel says in the tables which client model the rows use.
+func (c config) clientModel() string {
+	if c.shared {
+		return fmt.Sprintf("one shared `client.Client` for all workers of a run (pool size %d, concurrent calls pipelined; nilext writes group-committed per replica as `KEFIR.NILEXT BATCH` over %d connection(s) per replica, one batch in flight on each), same options for ordered and nilext", c.pool, c.nxConns)
+	}
+	return fmt.Sprintf("one `client.Client` per worker (pool size 1: one connection each, as separate client processes; nilext: %d connection(s) per replica, batches hold one write)", c.nxConns)
 }
 
 func main() {
@@ -95,6 +115,10 @@ func main() {
 	flag.StringVar(&c.dir, "dir", "", "data directory (default: a temporary one, removed at exit)")
 	flag.DurationVar(&c.nxTimeout, "nilext-timeout", 100*time.Millisecond, "client nilext timeout before the ordered fallback (the client default is 50ms; a loaded shared box has fsync tails past that)")
 	flag.StringVar(&extra, "server-flags", "", "extra kefir server flags, space-separated")
+	flag.BoolVar(&c.shared, "shared", false, "all workers of a run share one client (default: one client per worker)")
+	flag.StringVar(&c.cpuProfile, "cpuprofile", "", "profile this process during each measured nilext run into FILE-<durability>-<clients>")
+	flag.IntVar(&c.nxConns, "nx-conns", 1, "nilext client connections per replica (client.WithNilextConns; each has one KEFIR.NILEXT BATCH in flight)")
+	flag.IntVar(&c.pool, "pool", 2, "pool size of the shared client (-shared; the client's default is 2)")
 	flag.Parse()
 	var err error
 	must := func(e error) {
@@ -410,6 +434,8 @@ type result struct {
 	wmean       time.Duration
 	r50, r99    time.Duration // read latency (YCSB)
 	fast, falls uint64
+	batches     uint64 // KEFIR.NILEXT BATCH commands sent (all members)
+	items       uint64 // writes they carried
 	reads       int
 	slowReads   uint64
 	errors      int
@@ -443,6 +469,9 @@ func (r result) fsyncsPerWrite() float64 {
 
 func (r result) tput() float64 { return float64(r.ops) / r.secs }
 
+// batchSize is the writes per KEFIR.NILEXT BATCH the client sent (nilext).
+func (r result) batchSize() float64 { return float64(r.items) / float64(max(r.batches, 1)) }
+
 type workload struct {
 	readFrac float64
 	keys     func(*rand.Rand) uint64
@@ -468,13 +497,19 @@ func mean(xs []time.Duration) time.Duration {
 	return s / time.Duration(len(xs))
 }
 
-// clients dials k clients (one per closed-loop worker, one connection each).
+// dialClients dials the clients of a run in mode m: k of them, one per
+// closed-loop worker with one connection each, or with c.shared one client
+// for all k workers. Both modes get the same options but WithNilext.
 func (g *group) dialClients(c config, m mode, k int) ([]*client.Client, error) {
 	var out []*client.Client
-	for range k {
-		opts := []client.Option{client.WithPoolSize(1), client.WithRetryUnavailable(5 * time.Second)}
+	n, pool := k, 1
+	if c.shared {
+		n, pool = 1, c.pool
+	}
+	for range n {
+		opts := []client.Option{client.WithPoolSize(pool), client.WithRetryUnavailable(5 * time.Second)}
 		if m == nilext {
-			opts = append(opts, client.WithNilext(c.nxTimeout, 0))
+			opts = append(opts, client.WithNilext(c.nxTimeout, 0), client.WithNilextConns(c.nxConns))
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		cl, err := client.Dial(ctx, g.clients, opts...)
@@ -515,7 +550,8 @@ func (g *group) measure(c config, m mode, k int, w workload) (result, error) {
 		wg             sync.WaitGroup
 	)
 	var slowBefore uint64
-	for i, cl := range cls {
+	for i := range k {
+		cl := cls[i%len(cls)]
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -573,6 +609,8 @@ func (g *group) measure(c config, m mode, k int, w workload) (result, error) {
 		s := cl.NilextStats()
 		before.Fast += s.Fast
 		before.Fallbacks += s.Fallbacks + s.Rested
+		before.Batches += s.Batches
+		before.Items += s.Items
 	}
 	if w.readFrac > 0 {
 		slowBefore = g.slowReads()
@@ -580,10 +618,24 @@ func (g *group) measure(c config, m mode, k int, w workload) (result, error) {
 	fsBefore := g.fsyncs()
 	stBefore := g.serverTimes()
 	cpuBefore := g.cpuTimes()
+	var prof *os.File
+	if c.cpuProfile != "" && m == nilext {
+		if prof, err = os.Create(fmt.Sprintf("%s-%s-%d", c.cpuProfile, w.dur, k)); err != nil {
+			return result{}, fmt.Errorf("cpu profile: %w", err)
+		}
+		if err := pprof.StartCPUProfile(prof); err != nil {
+			prof.Close()
+			return result{}, fmt.Errorf("cpu profile: %w", err)
+		}
+	}
 	start := time.Now()
 	close(measuring)
 	time.Sleep(c.round)
 	close(stop)
+	if prof != nil {
+		pprof.StopCPUProfile()
+		prof.Close()
+	}
 	secs := time.Since(start).Seconds()
 	cpuAfter := g.cpuTimes()
 	fsAfter := g.fsyncs()
@@ -601,9 +653,13 @@ func (g *group) measure(c config, m mode, k int, w workload) (result, error) {
 		s := cl.NilextStats()
 		r.fast += s.Fast
 		r.falls += s.Fallbacks + s.Rested
+		r.batches += s.Batches
+		r.items += s.Items
 	}
 	r.fast -= before.Fast
 	r.falls -= before.Fallbacks
+	r.batches -= before.Batches
+	r.items -= before.Items
 	if w.readFrac > 0 {
 		r.slowReads = g.slowReads() - slowBefore
 	}
@@ -675,6 +731,7 @@ func runGroup(c config, n int, delay time.Duration) error {
 	defer g.stop()
 	fmt.Fprintf(os.Stderr, "group of %d, one-way delay %v: up\n", n, delay)
 	fmt.Printf("## %d replicas, one-way delay %v on every link\n\n", n, delay)
+	fmt.Printf("Client model (every table below; \"clients\" = closed-loop workers): %s.\n\n", c.clientModel())
 	uniform := func(r *rand.Rand) uint64 { return r.Uint64N(uint64(c.records)) }
 	if c.experiments["ping"] || c.experiments["low"] {
 		// Calibration: one client-to-replica round trip through the proxies
@@ -731,9 +788,9 @@ func runGroup(c config, n int, delay time.Duration) error {
 			fmt.Printf("### Throughput vs latency, %s writes (median of %d rounds of %v)\n\n", d, c.rounds, c.round)
 			fmt.Println("CPU µs per write: the replica processes together / this process (clients and delay proxies); the box has 2 cores.")
 			fmt.Println()
-			fmt.Println("| clients | nilext ops/s | nilext p50 ms | nilext mean ms | nilext CPU µs/write | ordered ops/s | ordered p50 ms | ordered mean ms | ordered CPU µs/write |")
-			fmt.Println("|---|---|---|---|---|---|---|---|---|")
-			type pt struct{ tput, p50, mean, cpuR, cpuB float64 }
+			fmt.Println("| clients | nilext ops/s | nilext p50 ms | nilext mean ms | nilext CPU µs/write | nilext writes per BATCH | nilext fallbacks (all rounds) | ordered ops/s | ordered p50 ms | ordered mean ms | ordered CPU µs/write |")
+			fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
+			type pt struct{ tput, p50, mean, cpuR, cpuB, batch float64 }
 			var nxs, ods []pt
 			for _, k := range c.peakClients {
 				rs, err := g.interleave(c, k, workload{keys: uniform, dur: d})
@@ -742,11 +799,19 @@ func runGroup(c config, n int, delay time.Duration) error {
 				}
 				f := func(rs []result) pt {
 					return pt{med(rs, result.tput), med(rs, func(r result) float64 { return ms(r.w50) }), med(rs, func(r result) float64 { return ms(r.wmean) }),
-						med(rs, func(r result) float64 { v, _ := r.cpuPerOp(); return v }), med(rs, func(r result) float64 { _, v := r.cpuPerOp(); return v })}
+						med(rs, func(r result) float64 { v, _ := r.cpuPerOp(); return v }), med(rs, func(r result) float64 { _, v := r.cpuPerOp(); return v }),
+						med(rs, result.batchSize)}
 				}
 				a, b := f(rs[nilext]), f(rs[ordered])
+				// Fallbacks took the ordered path: a round with many is not
+				// fast-path throughput.
+				var fast, falls uint64
+				for _, r := range rs[nilext] {
+					fast, falls = fast+r.fast, falls+r.falls
+				}
 				nxs, ods = append(nxs, a), append(ods, b)
-				fmt.Printf("| %d | %.0f | %.3f | %.3f | %.0f / %.0f | %.0f | %.3f | %.3f | %.0f / %.0f |\n", k, a.tput, a.p50, a.mean, a.cpuR, a.cpuB, b.tput, b.p50, b.mean, b.cpuR, b.cpuB)
+				fmt.Printf("| %d | %.0f | %.3f | %.3f | %.0f / %.0f | %.1f | %.1f%% (%d of %d) | %.0f | %.3f | %.3f | %.0f / %.0f |\n", k, a.tput, a.p50, a.mean, a.cpuR, a.cpuB, a.batch,
+					100*float64(falls)/float64(max(fast+falls, 1)), falls, fast+falls, b.tput, b.p50, b.mean, b.cpuR, b.cpuB)
 			}
 			best := 0
 			for i := range ods {
