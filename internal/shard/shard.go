@@ -901,12 +901,7 @@ func (s *Shard) expireClients(now int64) {
 // varint, version uvarint, bulk (the rest). Array results are never cached (writes
 // do not produce them).
 
-func clientKey(id uint64) []byte {
-	k := make([]byte, len(clientPrefix)+8)
-	copy(k, clientPrefix)
-	binary.BigEndian.PutUint64(k[len(clientPrefix):], id)
-	return k
-}
+func clientKey(id uint64) []byte { return reservedKey(clientPrefix, id) }
 
 func clientRecord(id ReqID, res Result, version uint64, ts int64) storage.Record {
 	b := make([]byte, 0, 32+len(res.Bulk))
@@ -919,10 +914,10 @@ func clientRecord(id ReqID, res Result, version uint64, ts int64) storage.Record
 }
 
 func decodeClient(key, val []byte) (uint64, clientEntry, error) {
-	if len(key) != len(clientPrefix)+8 {
-		return 0, clientEntry{}, fmt.Errorf("client key %q: bad length", key)
+	id, err := reservedSuffix(clientPrefix, key)
+	if err != nil {
+		return 0, clientEntry{}, err
 	}
-	id := binary.BigEndian.Uint64(key[len(clientPrefix):])
 	seq, n := binary.Uvarint(val)
 	if n <= 0 || n >= len(val) {
 		return 0, clientEntry{}, fmt.Errorf("client %d: bad seq", id)
@@ -951,20 +946,13 @@ func decodeClient(key, val []byte) (uint64, clientEntry, error) {
 }
 
 func (s *Shard) loadClients() error {
-	end := append(append([]byte(nil), clientPrefix...), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff)
-	var derr error
-	err := s.db.Scan(clientPrefix, end, 0, 0, func(k []byte, v storage.Value) bool {
+	return s.scanReserved(clientPrefix, func(k []byte, v storage.Value) error {
 		id, e, err := decodeClient(k, v.Data)
 		if err != nil {
-			derr = err
-			return false
+			return err
 		}
 		e.touched = v.Timestamp
 		s.clients[id] = e
-		return true
+		return nil
 	})
-	if err != nil {
-		return err
-	}
-	return derr
 }

@@ -46,16 +46,13 @@ func reservedKey(prefix []byte, v uint64) []byte {
 	return binary.BigEndian.AppendUint64(append([]byte(nil), prefix...), v)
 }
 
-// scanReserved calls fn with the uint64 suffix and value of each key under prefix.
-func (s *Shard) scanReserved(prefix []byte, fn func(v uint64, val []byte) error) error {
+// scanReserved calls fn with every record under prefix, whose keys are prefix
+// plus a big-endian uint64 (reservedKey), in key order.
+func (s *Shard) scanReserved(prefix []byte, fn func(k []byte, v storage.Value) error) error {
 	end := append(append([]byte(nil), prefix...), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff)
 	var ferr error
 	err := s.db.Scan(prefix, end, 0, 0, func(k []byte, v storage.Value) bool {
-		if len(k) != len(prefix)+8 {
-			ferr = fmt.Errorf("reserved key %q: bad length", k)
-			return false
-		}
-		ferr = fn(binary.BigEndian.Uint64(k[len(prefix):]), v.Data)
+		ferr = fn(k, v)
 		return ferr == nil
 	})
 	if err != nil {
@@ -64,12 +61,25 @@ func (s *Shard) scanReserved(prefix []byte, fn func(v uint64, val []byte) error)
 	return ferr
 }
 
+// reservedSuffix returns the uint64 a reservedKey under prefix carries.
+func reservedSuffix(prefix, k []byte) (uint64, error) {
+	if len(k) != len(prefix)+8 {
+		return 0, fmt.Errorf("reserved key %q: bad length", k)
+	}
+	return binary.BigEndian.Uint64(k[len(prefix):]), nil
+}
+
 // openVersions loads the reservation and the holes, records a new hole if the
 // last life handed out versions its disk did not keep, and reserves the next
 // chunk. Called by Open before anything is served.
 func (s *Shard) openVersions() error {
 	var bound uint64
-	if err := s.scanReserved(reservePrefix, func(seq uint64, val []byte) error {
+	if err := s.scanReserved(reservePrefix, func(k []byte, v storage.Value) error {
+		seq, err := reservedSuffix(reservePrefix, k)
+		if err != nil {
+			return err
+		}
+		val := v.Data
 		if len(val) != 8 {
 			return fmt.Errorf("reservation %d: bad value length %d", seq, len(val))
 		}
@@ -80,7 +90,12 @@ func (s *Shard) openVersions() error {
 	}); err != nil {
 		return fmt.Errorf("load version reservation: %w", err)
 	}
-	if err := s.scanReserved(holePrefix, func(lo uint64, val []byte) error {
+	if err := s.scanReserved(holePrefix, func(k []byte, v storage.Value) error {
+		lo, err := reservedSuffix(holePrefix, k)
+		if err != nil {
+			return err
+		}
+		val := v.Data
 		if len(val) != 8 {
 			return fmt.Errorf("hole at %d: bad value length %d", lo, len(val))
 		}
