@@ -24,6 +24,17 @@ func startFollowerReadGroup(t testing.TB) []*server.Server {
 	return startGroupWith(t, true)
 }
 
+// followerReadTestGroup is startFollowerReadGroup for a test (skipped under
+// -short), once the group has a leader, whose index it returns.
+func followerReadTestGroup(t *testing.T) ([]*server.Server, int) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts a 3-node group")
+	}
+	nodes := startFollowerReadGroup(t)
+	return nodes, leaderOf(t, nodes)
+}
+
 // followerServed is each node's count of cross-client-monotonic reads it
 // served from its own engine as a follower (kefir_follower_reads_total).
 func followerServed(nodes []*server.Server) []uint64 {
@@ -109,11 +120,7 @@ func waitFollowerReads(t testing.TB, ctx context.Context, c *Client, nodes []*se
 // linearizable reads go to the leader only — also after a -MOVED, which used
 // to move the whole pool (follower reads included) to the leader for good.
 func TestFollowerReadsAreSpreadOverReplicas(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a 3-node group")
-	}
-	nodes := startFollowerReadGroup(t)
-	l := leaderOf(t, nodes)
+	nodes, l := followerReadTestGroup(t)
 	order := []int{(l + 1) % 3, l, (l + 2) % 3} // a follower first: the first write gets -MOVED
 	var addrs []string
 	for _, i := range order {
@@ -299,11 +306,7 @@ func TestFollowerReadRetriesAtTheLeaderOnMoved(t *testing.T) {
 // saw the leader stop and followed -MOVEDs to the new one: the redirects did
 // not pin reads to the leader.
 func TestFollowerReadsResumeAfterALeaderChange(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a 3-node group")
-	}
-	nodes := startFollowerReadGroup(t)
-	l := leaderOf(t, nodes)
+	nodes, l := followerReadTestGroup(t)
 	addrs := clientAddrs(nodes)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -345,11 +348,7 @@ func TestFollowerReadsResumeAfterALeaderChange(t *testing.T) {
 // returned. The same history with one stale read added fails the check, so
 // the history is one the checker can judge.
 func TestFollowerReadHistoryIsCrossClientMonotonic(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a 3-node group")
-	}
-	nodes := startFollowerReadGroup(t)
-	leaderOf(t, nodes)
+	nodes, _ := followerReadTestGroup(t)
 	addrs := clientAddrs(nodes)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -397,12 +396,7 @@ func TestFollowerReadHistoryIsCrossClientMonotonic(t *testing.T) {
 				key := keys[rng.IntN(len(keys))]
 				id := rec.Invoke(check.Op{Client: cid, Kind: check.Get, Key: key, Cons: level.ConsCrossClient})
 				v, err := readers.Get(ctx, key, WithConsistency(CrossClientMonotonic))
-				switch {
-				case err == nil:
-					rec.Complete(id, check.Result{Found: true, Value: string(v), Node: -1})
-				case errors.Is(err, ErrNotFound):
-					rec.Complete(id, check.Result{Node: -1})
-				default:
+				if finishRead(rec, id, v, err, check.Result{Node: -1}) != nil {
 					readErrs.Add(1)
 					rec.Fail(id)
 				}
@@ -536,11 +530,7 @@ func TestWithReplicaReadsOff(t *testing.T) {
 // session's own writes: a follower that has not applied them waits or
 // redirects, never answers older.
 func TestSessionReadsSpreadAndReadTheirWrites(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a 3-node group")
-	}
-	nodes := startFollowerReadGroup(t)
-	leaderOf(t, nodes)
+	nodes, _ := followerReadTestGroup(t)
 	addrs := clientAddrs(nodes)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

@@ -178,13 +178,7 @@ func runWorkload(t *testing.T, c *Client, prefix string, workers, ops int, mid f
 					id := rec.Invoke(op)
 					var v []byte
 					v, err = c.Get(ctx, key, WithConsistency(Linearizable))
-					switch {
-					case err == nil:
-						res.Found, res.Value = true, string(v)
-						rec.Complete(id, res)
-					case errors.Is(err, ErrNotFound):
-						rec.Complete(id, res)
-					default:
+					if finishRead(rec, id, v, err, res) != nil {
 						rec.Fail(id)
 					}
 				case p < 19:
@@ -225,6 +219,21 @@ func finishWrite(rec *check.Recorder, id int, err error, res check.Result) {
 		return
 	}
 	rec.Complete(id, res)
+}
+
+// finishRead records a Get's outcome: found, or not found, completes the op
+// with res (its Found and Value filled in); any other error is returned and the
+// op left to the caller.
+func finishRead(rec *check.Recorder, id int, v []byte, err error, res check.Result) error {
+	switch {
+	case err == nil:
+		res.Found, res.Value = true, string(v)
+	case errors.Is(err, ErrNotFound):
+	default:
+		return err
+	}
+	rec.Complete(id, res)
+	return nil
 }
 
 func mustLinearizable(t *testing.T, h check.History) {
@@ -407,12 +416,7 @@ func TestNilextFirstAckRuleIsCaught(t *testing.T) {
 			finishWrite(rec, id, c.Put(ctx, "k", []byte(op.Value)), check.Result{Node: -1})
 			id = rec.Invoke(check.Op{Client: 0, Kind: check.Get, Key: "k", Cons: level.ConsLinearizable})
 			v, err := c.Get(ctx, "k")
-			switch {
-			case err == nil:
-				rec.Complete(id, check.Result{Found: true, Value: string(v), Node: -1})
-			case errors.Is(err, ErrNotFound):
-				rec.Complete(id, check.Result{Node: -1})
-			default:
+			if err := finishRead(rec, id, v, err, check.Result{Node: -1}); err != nil {
 				t.Fatal(err)
 			}
 		}
