@@ -44,8 +44,19 @@ import (
 // loop without waking it unless the loop has something to do for them (see
 // syncDone); the loop takes them back when it next wakes, at the latest when their
 // client's next request arrives. So a durable write costs one hand-off (loop to
-// syncer) and no wake-up back, and reads on other connections never wait for an
+// syncer) and no wake-up back, and reads on other connections do not wait for an
 // fsync: the loop keeps serving, and batches parked meanwhile form the next group.
+//
+// Except under a write-only load. Serving on while an fsync runs means waking once
+// per arriving request (with 50 clients sending one sync SET each, about one
+// wake-up and context switch per request), where Redis's loop, blocked in its
+// fsync, collects all of them in one epoll_wait. So once a loop has run nothing
+// but durable writes for coalesceAfter iterations in a row, it waits for its
+// groups' fsyncs itself, as Redis does with appendfsync always: arrivals pile up
+// in the sockets and the next iteration takes a whole fsync's worth at once. The
+// first command it could have answered without an fsync (a read, a PING, an
+// async write) switches it back; that one command waits for at most the fsync in
+// progress.
 
 const epollSupported = true
 
@@ -55,6 +66,24 @@ var loopWaitsInline atomic.Bool
 
 // loopReadsInline is the same for reads that must wait for an fsync.
 var loopReadsInline atomic.Bool
+
+// coalesceAfter is how many iterations in a row a loop must have run only
+// durable writes before it waits for their fsyncs itself. Long enough that a
+// mixed load (a read every few iterations) never coalesces; short enough that a
+// write-only load does within a few fsyncs. Measured on 2 cores
+// (docs/benchmarks.md, issue 3): sync SET -c 50 -P 1 40–45k req/s coalescing
+// against 33–41k serving on.
+const coalesceAfter = 16
+
+// loopNeverCoalesces and loopCoalescesAlways are test-only mutations: a loop
+// that serves on through every fsync even under a write-only load, and one
+// that waits for every group's fsync however recently it served a read.
+var loopNeverCoalesces, loopCoalescesAlways atomic.Bool
+
+// parkedBehindFsync counts durable batches parked while the loop's syncer was
+// still busy with an earlier group: the loop served on during an fsync. Tests
+// read it to see whether a loop coalesces.
+var parkedBehindFsync atomic.Uint64
 
 // syncerSkipsWake is a test-only mutation: the syncer gives every connection
 // back quietly, even one the loop muted, which then waits for the next sweep.
@@ -354,6 +383,8 @@ type loop struct {
 	n         int
 	events    []unix.EpollEvent
 	parked    []*conn // this iteration's batches waiting for durability
+	fast      bool    // this iteration answered a command without an fsync
+	writeOnly int     // iterations in a row that parked batches and were not fast
 	minIdle   time.Duration
 	nextSweep int64
 	drained   []inboxItem
@@ -434,6 +465,12 @@ func (l *loop) run() {
 			if fd < len(l.byFD) && l.byFD[fd] != nil {
 				l.handle(l.byFD[fd], ev.Events)
 			}
+		}
+		switch {
+		case l.fast:
+			l.writeOnly, l.fast = 0, false
+		case len(l.parked) > 0:
+			l.writeOnly++
 		}
 		l.releaseParked()
 		if now := time.Now().UnixNano(); l.sweepRq.Swap(false) || now >= l.nextSweep {
@@ -697,6 +734,9 @@ var readSpec = &command.Spec{Name: "KEFIR.CALL", Class: command.Read}
 
 // sendBatch releases the batch's replies; false if that closed the connection.
 func (l *loop) sendBatch(c *conn) bool {
+	if c.batched > 0 {
+		l.fast = true
+	}
 	if err := c.send(); err != nil {
 		c.log.Debug("write failed", "err", err)
 		l.close(c)
@@ -790,6 +830,9 @@ func (l *loop) readFailed(c *conn, err error) {
 // handOff gives c to a goroutine that runs the rest of its pipeline (first, then
 // what is buffered), waiting where it must, and gives it back.
 func (l *loop) handOff(c *conn, first [][]byte) {
+	if first != nil {
+		l.fast = true // a read that may wait, or a replica's command
+	}
 	c.ev.away = true
 	go l.runAway(c, first)
 }
@@ -896,6 +939,16 @@ func (l *loop) releaseParked() {
 	if len(l.parked) == 0 {
 		return
 	}
+	if l.coalescing() {
+		// Wait here, as Redis does: what arrives meanwhile is the next
+		// iteration's group, read in one epoll_wait. If an earlier group is
+		// still with the syncer, storage orders the two fsyncs.
+		l.waitGroup(l.parked, true)
+		clear(l.parked)
+		l.parked = l.parked[:0]
+		l.drainInbox()
+		return
+	}
 	l.syncMu.Lock()
 	l.syncQ = append(l.syncQ, l.parked...)
 	start := !l.syncBusy
@@ -905,7 +958,18 @@ func (l *loop) releaseParked() {
 	l.parked = l.parked[:0]
 	if start {
 		go l.syncer()
+	} else {
+		parkedBehindFsync.Add(1)
 	}
+}
+
+// coalescing reports whether the loop waits for this iteration's group itself:
+// it has run only durable writes for coalesceAfter iterations.
+func (l *loop) coalescing() bool {
+	if loopCoalescesAlways.Load() {
+		return true
+	}
+	return l.writeOnly >= coalesceAfter && !loopNeverCoalesces.Load()
 }
 
 func (l *loop) syncer() {
@@ -919,7 +983,7 @@ func (l *loop) syncer() {
 			return
 		}
 		l.syncMu.Unlock()
-		l.waitGroup(group)
+		l.waitGroup(group, false)
 		clear(group)
 	}
 }
@@ -929,7 +993,10 @@ func (l *loop) syncer() {
 // The wait runs the fsync on this goroutine when none is in flight (storage's
 // Sync leads it itself), so the cycle from a group's last write to its replies
 // has no hand-off between goroutines.
-func (l *loop) waitGroup(group []*conn) {
+//
+// inLoop is true when the loop itself waits (coalescing): it takes the
+// connections back right after, so none needs a wake-up.
+func (l *loop) waitGroup(group []*conn, inLoop bool) {
 	for len(group) > 0 {
 		srv := group[0].srv
 		var p shard.Pending
@@ -947,7 +1014,7 @@ func (l *loop) waitGroup(group []*conn) {
 				rest = append(rest, c)
 				continue
 			}
-			l.syncDone(c, err, d)
+			l.syncDone(c, err, d, inLoop)
 		}
 		clear(group[len(rest):])
 		group = rest
@@ -960,7 +1027,7 @@ func (l *loop) waitGroup(group []*conn) {
 // the socket did not take, run commands already buffered, or re-arm a socket it
 // muted. Otherwise c waits in the inbox, still registered for input, and the loop
 // takes it back on its next wake-up, at the latest when c's client sends again.
-func (l *loop) syncDone(c *conn, err error, d time.Duration) {
+func (l *loop) syncDone(c *conn, err error, d time.Duration, inLoop bool) {
 	e := c.ev
 	wake := true
 	func() {
@@ -985,7 +1052,7 @@ func (l *loop) syncDone(c *conn, err error, d time.Duration) {
 	l.giveBackQuiet(c)
 	// After the push: if the loop muted c before draining its inbox, this
 	// load sees it (see handle).
-	if (wake || e.muted.Load()) && !syncerSkipsWake.Load() {
+	if (wake || e.muted.Load()) && !inLoop && !syncerSkipsWake.Load() {
 		l.wake()
 	}
 }

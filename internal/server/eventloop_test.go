@@ -237,6 +237,9 @@ func startSlowServer(t *testing.T, delay time.Duration) (*Server, *slowFS) {
 func checkOthersNotStalled(t *testing.T, delay time.Duration) error {
 	s, fs := startSlowServer(t, delay)
 	pinger, reader, writer := dial(t, s), dial(t, s), dial(t, s)
+	// Each connection's loop has just answered a command without an fsync, so
+	// none of them is coalescing (a write-only load's exception).
+	writer.expect("PING => PONG")
 	pinger.expect("PING => PONG")
 	reader.expect("KEFIR.DURABILITY async => OK")
 	started := fs.started.Load()
@@ -297,6 +300,81 @@ func TestLoopNeverWaitsForAnFsyncCanFail(t *testing.T) {
 		}
 		t.Logf("mutation caught: %v", err)
 	}
+}
+
+// Under a write-only load a loop waits for its groups' fsyncs itself, as Redis's
+// loop does, instead of serving on (one wake-up per arriving request): after a
+// warm-up, no batch is parked while an earlier group's fsync runs.
+func TestWriteOnlyLoadCoalescesFsyncs(t *testing.T) {
+	useIOModel(t, IOEpoll)
+	if n := parkedBehindFsyncUnderWriteOnlyLoad(t); n != 0 {
+		t.Fatalf("%d batches were parked behind a running fsync under a write-only load", n)
+	}
+}
+
+func TestWriteOnlyLoadCoalescesFsyncsCanFail(t *testing.T) {
+	useIOModel(t, IOEpoll)
+	loopNeverCoalesces.Store(true)
+	defer loopNeverCoalesces.Store(false)
+	if parkedBehindFsyncUnderWriteOnlyLoad(t) == 0 {
+		t.Fatal("a loop that serves on through every fsync passed the check")
+	}
+}
+
+// The never-waits check catches a loop that coalesces although it has just
+// served reads.
+func TestLoopCoalescingOnlyWhenWriteOnlyCanFail(t *testing.T) {
+	useIOModel(t, IOEpoll)
+	loopCoalescesAlways.Store(true)
+	defer loopCoalescesAlways.Store(false)
+	if err := checkOthersNotStalled(t, 300*time.Millisecond); err == nil {
+		t.Fatal("a loop that waits for fsyncs while serving reads passed the check")
+	}
+}
+
+// parkedBehindFsyncUnderWriteOnlyLoad runs 20 clients sending one sync SET at a
+// time (redis-benchmark -c 20 -P 1) against 2 ms fsyncs, and returns how many
+// batches were parked behind a running fsync after a warm-up long enough for
+// every loop to see coalesceAfter write-only iterations.
+func parkedBehindFsyncUnderWriteOnlyLoad(t *testing.T) uint64 {
+	s, _ := startSlowServer(t, 2*time.Millisecond)
+	const clients = 20
+	var cs []*client
+	for range clients {
+		cs = append(cs, dial(t, s))
+	}
+	writes := func(phase string, each int) {
+		var wg sync.WaitGroup
+		errs := make(chan error, clients)
+		for i, c := range cs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for j := range each {
+					key := []byte(fmt.Sprint(phase, i, "-", j))
+					if _, err := c.nc.Write(resp.AppendCommand(nil, []byte("SET"), key, []byte("v"))); err != nil {
+						errs <- err
+						return
+					}
+					if v, err := c.rd.ReadValue(); err != nil || v.Kind == resp.Error {
+						errs <- fmt.Errorf("%v %v", show(v), err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+	}
+	writes("warm", 3*coalesceAfter)
+	before := parkedBehindFsync.Load()
+	writes("run", 10)
+	n := parkedBehindFsync.Load() - before
+	t.Logf("%d of %d batches parked behind a running fsync", n, clients*10)
+	return n
 }
 
 // Sync writes, async writes, reads and admin commands interleaved in one pipeline
