@@ -182,6 +182,18 @@ func (db *DB) writableLocked() error {
 // checkOrderLocked rejects a batch in which some version is not newer than its key's
 // newest (in the index or earlier in the batch).
 func (db *DB) checkOrderLocked(recs []Record) error {
+	if risingAbove(recs, db.lastV) {
+		// The common case: versions come from one counter, so a batch whose versions
+		// rise and start above every version the store holds (lastV bounds them all)
+		// is in order without looking any key up — a map and a tree descent per
+		// record were an eighth of a pipelined SET's CPU.
+		return nil
+	}
+	return db.checkOrderFullLocked(recs)
+}
+
+// checkOrderFullLocked is checkOrderLocked without the fast path.
+func (db *DB) checkOrderFullLocked(recs []Record) error {
 	var inBatch map[string]uint64 // newest version per key earlier in the batch (large batches)
 	if len(recs) > 8 {
 		inBatch = make(map[string]uint64, len(recs))
@@ -209,6 +221,18 @@ func (db *DB) checkOrderLocked(recs []Record) error {
 		}
 	}
 	return nil
+}
+
+// risingAbove reports whether the versions of recs are strictly increasing and the
+// first is above floor.
+func risingAbove(recs []Record, floor uint64) bool {
+	for i := range recs {
+		if recs[i].Version <= floor {
+			return false
+		}
+		floor = recs[i].Version
+	}
+	return true
 }
 
 // insertLocked adds a version newer than every version of key and applies retention.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
@@ -447,4 +448,40 @@ func TestRealFiles(t *testing.T) {
 	db2 := mustOpen(t, o)
 	defer db2.Close()
 	wantGet(t, db2, "k199", "199")
+}
+
+// The batch order check skips its per-key look-ups when versions rise from above
+// every stored version; it must never accept a batch the full check rejects.
+func TestBatchOrderFastPathAgreesWithFullCheck(t *testing.T) {
+	db := mustOpen(t, memOpts(vfs.NewMem()))
+	defer db.Close()
+	rng := rand.New(rand.NewPCG(1, 2))
+	fast := 0
+	for i := 0; i < 2000; i++ {
+		n := 2 + rng.IntN(12)
+		recs := make([]Record, n)
+		v := db.LastVersion() - min(db.LastVersion(), uint64(rng.IntN(3))) // sometimes at or below lastV
+		for j := range recs {
+			v += uint64(rng.IntN(3)) // sometimes equal: not rising
+			recs[j] = Record{Key: []byte(fmt.Sprintf("k%d", rng.IntN(6))), Value: []byte("v"), Version: v}
+		}
+		db.mu.Lock()
+		full := db.checkOrderFullLocked(recs)
+		got := db.checkOrderLocked(recs)
+		if risingAbove(recs, db.lastV) {
+			fast++
+		}
+		db.mu.Unlock()
+		if (got == nil) != (full == nil) {
+			t.Fatalf("batch %d %v: checkOrderLocked = %v, full check = %v", i, recs, got, full)
+		}
+		if got == nil {
+			if _, err := db.Append(recs...); err != nil {
+				t.Fatalf("Append of a checked batch: %v", err)
+			}
+		}
+	}
+	if fast < 100 {
+		t.Fatalf("only %d batches took the fast path: the test does not exercise it", fast)
+	}
 }
