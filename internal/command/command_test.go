@@ -94,3 +94,14 @@ func TestLookupDoesNotAllocate(t *testing.T) {
 		t.Fatalf("Lookup allocates %v times", n)
 	}
 }
+
+// Lookup's shortcut for the hottest names must answer exactly as the table does.
+func TestLookupFindsEverySpecByItsName(t *testing.T) {
+	for _, s := range All() {
+		for _, n := range []string{s.Name, strings.ToLower(s.Name)} {
+			if got, ok := Lookup([]byte(n)); !ok || got != s {
+				t.Errorf("Lookup(%q) = %v, %v; want %s", n, got, ok, s.Name)
+			}
+		}
+	}
+}
