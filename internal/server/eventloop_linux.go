@@ -134,7 +134,7 @@ func (r *fdReader) Read(p []byte) (int, error) {
 	}
 	r.budget--
 	for {
-		n, err := syscall.Read(r.fd, p)
+		n, err := sockRead(r.fd, p)
 		switch {
 		case err == syscall.EINTR:
 			continue
@@ -171,14 +171,12 @@ func (e *evConn) send(b []byte) error {
 // pendingOut reports whether replies wait for the socket.
 func (e *evConn) pendingOut() bool { return e.woff < len(e.wbuf) }
 
-// writeFD writes b until done or the socket is full. It and fdReader use package
-// syscall, not x/sys/unix, because syscall's Read and Write carry the race
-// detector's happens-before annotations for file I/O that net.Conn users (clients
-// in tests) acquire: a reply written here orders what came before it.
+// writeFD writes b until done or the socket is full. It and fdReader go through
+// sockRead and sockWrite (sockio_linux.go).
 func writeFD(fd int, b []byte) (int, error) {
 	done := 0
 	for done < len(b) {
-		n, err := syscall.Write(fd, b[done:])
+		n, err := sockWrite(fd, b[done:])
 		switch {
 		case err == syscall.EINTR:
 			continue
