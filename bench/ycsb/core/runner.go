@@ -109,7 +109,11 @@ func newHist() *hdr.Histogram { return hdr.New(100, int64(60*time.Second), 3) }
 
 // clientStats is one client's measurement, merged at the end.
 type clientStats struct {
-	hist      [numOps]*hdr.Histogram
+	hist [numOps]*hdr.Histogram
+	// pending holds latencies not yet in hist: recording them a batch at a time keeps
+	// the histogram's counts (≈ 170 KiB each, one per client and operation type) out
+	// of the cache between batches, instead of touching one of them per operation.
+	pending   [numOps][]int64
 	count     [numOps]int64
 	errs      [numOps]int64
 	notFound  [numOps]int64
@@ -129,11 +133,31 @@ func (s *clientStats) record(op Op, lat time.Duration, err error) {
 		}
 		return // a failed operation's latency is not a latency of the system's service
 	}
+	if s.pending[op] == nil {
+		s.pending[op] = make([]int64, 0, pendingBatch)
+	}
+	s.pending[op] = append(s.pending[op], int64(lat))
+	if len(s.pending[op]) == pendingBatch {
+		s.flush(op)
+	}
+	s.count[op]++
+}
+
+// pendingBatch is how many latencies a client keeps before recording them.
+const pendingBatch = 512
+
+// flush records op's pending latencies into its histogram.
+func (s *clientStats) flush(op Op) {
+	if len(s.pending[op]) == 0 {
+		return
+	}
 	if s.hist[op] == nil {
 		s.hist[op] = newHist()
 	}
-	s.hist[op].RecordValue(int64(lat))
-	s.count[op]++
+	for _, v := range s.pending[op] {
+		s.hist[op].RecordValue(v)
+	}
+	s.pending[op] = s.pending[op][:0]
 }
 
 // merge folds client results into one Result over the measured window.
@@ -147,6 +171,7 @@ func merge(w Workload, phase string, cfg Config, window time.Duration, all []*cl
 		var st OpStats
 		st.Op = op.String()
 		for _, c := range all {
+			c.flush(op)
 			if c.hist[op] != nil {
 				h.Merge(c.hist[op])
 			}
