@@ -245,7 +245,25 @@ type keyTable struct {
 // maxKeyTable bounds the table (≈ 40 bytes a key).
 const maxKeyTable = 1 << 21
 
+// lastKeys is the most recent table: a matrix runs every cell of every system over the
+// same records, so it is built once, not once per cell. Tables are never modified.
+var lastKeys struct {
+	sync.Mutex
+	t keyTable
+}
+
 func newKeyTable(w Workload) keyTable {
+	lastKeys.Lock()
+	defer lastKeys.Unlock()
+	if t := lastKeys.t; t.keys != nil && t.w.RecordCount == w.RecordCount && t.w.OrderedInserts == w.OrderedInserts {
+		return keyTable{w: w, keys: t.keys}
+	}
+	t := buildKeyTable(w)
+	lastKeys.t = t
+	return t
+}
+
+func buildKeyTable(w Workload) keyTable {
 	n := min(w.RecordCount, maxKeyTable)
 	t := keyTable{w: w, keys: make([]string, n)}
 	var b []byte
