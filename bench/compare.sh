@@ -34,6 +34,17 @@
 #   etcd                  3 members, linearizable reads, fsync per commit        ≈ kefir3-sync
 #   zk-sync zk-nosync     ZooKeeper 3 servers, forceSync yes / no, local reads  ≈ kefir3-sync / -cad
 #
+# Quiet systems (NO_MAINTENANCE=1, the default): every system runs with its background
+# maintenance off — Kefir's compaction and index checkpoint, Redis's AOF rewrite, etcd's
+# and ZooKeeper's snapshots — because each fires on a timer or a count, burns 0.2-0.5 cores
+# for a moment, and lands inside whichever system's cell is being measured then (the
+# matrix is short: nothing needs compacting). QUIESCE (200ms) pauses before every cell.
+# The CPU watch: each cell records the CPU used by processes outside the matrix (not the
+# ycsb process, not any system's servers, read from /proc); a cell during which they used
+# more than DISTURBED (0.25) cores is measured again, up to REMEASURE (2) times, at most
+# REMEASURE_BUDGET (20) times per matrix, keeping the least disturbed measurement, and the
+# report prints every cell's figure.
+#
 # Knobs: WORKLOADS (a,c,e,w), CLIENTS (64), RECORDS (10000), VALUESIZE (1000),
 # D (2s measured per cell per round), W (500ms warm-up before each), ROUNDS (3), MATRICES (2),
 # PREWARM (1s per system and workload before round 1), DELAY (0: one-way delay on every
@@ -41,6 +52,7 @@
 # pipelines; go-redis always gets one connection per client, ZooKeeper one session, etcd one
 # clientv3), GOGC (400, for the ycsb process only: fewer collections of the harness's own heap
 # inside the measured windows; every system is driven by the same process), DIAGNOSTIC (0),
+# NO_MAINTENANCE (1), QUIESCE (200ms), DISTURBED (0.25), REMEASURE (2), REMEASURE_BUDGET (20),
 # OUT (results/compare).
 # Writes OUT/rounds/*.json (every round), OUT/summary-N.json, OUT/compare.md (every table,
 # commands, load averages), OUT/plots/*.png, and OUT/docs-section.md (the compact tables);
@@ -62,6 +74,11 @@ DELAY=${DELAY:-0}
 POOL=${POOL:-1}
 HARNESS_GOGC=${GOGC:-400} # not exported: the systems under test (Kefir, etcd) keep their own GC settings
 DIAGNOSTIC=${DIAGNOSTIC:-0}
+NO_MAINTENANCE=${NO_MAINTENANCE:-1}
+QUIESCE=${QUIESCE:-200ms}
+DISTURBED=${DISTURBED:-0.25}
+REMEASURE=${REMEASURE:-2}
+REMEASURE_BUDGET=${REMEASURE_BUDGET:-20}
 OUT=${OUT:-results/compare}
 DOCS=${DOCS:-}
 REPORT_ONLY=${REPORT_ONLY:-} # 1: skip the measurements, rebuild the reports from OUT (after changing the report code)
@@ -96,35 +113,38 @@ loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
 sysarg=""
 [ "$SYSTEMS" != "$STANDARD" ] && sysarg="SYSTEMS=\"$SYSTEMS\" " # a subset or another set: the command must say which
 [ "$OUT" != results/compare ] && sysarg="${sysarg}OUT=$OUT "
-cmdline="${sysarg}WORKLOADS=$WORKLOADS CLIENTS=$CLIENTS RECORDS=$RECORDS VALUESIZE=$VALUESIZE D=$D W=$W PREWARM=$PREWARM ROUNDS=$ROUNDS MATRICES=$MATRICES DELAY=$DELAY POOL=$POOL GOGC=$HARNESS_GOGC DIAGNOSTIC=$DIAGNOSTIC bench/compare.sh"
+cmdline="${sysarg}WORKLOADS=$WORKLOADS CLIENTS=$CLIENTS RECORDS=$RECORDS VALUESIZE=$VALUESIZE D=$D W=$W PREWARM=$PREWARM ROUNDS=$ROUNDS MATRICES=$MATRICES DELAY=$DELAY POOL=$POOL GOGC=$HARNESS_GOGC DIAGNOSTIC=$DIAGNOSTIC NO_MAINTENANCE=$NO_MAINTENANCE QUIESCE=$QUIESCE DISTURBED=$DISTURBED REMEASURE=$REMEASURE REMEASURE_BUDGET=$REMEASURE_BUDGET bench/compare.sh"
 if [ -z "$REPORT_ONLY" ]; then
 rm -rf "$OUT/rounds" "$OUT/plots"
 mkdir -p "$OUT/rounds"
 echo "$started" >"$OUT/started.txt"
 echo "$cmdline" >"$OUT/cmdline.txt"
 echo "$SYSTEMS" >"$OUT/systems.txt"
-declare -p WORKLOADS CLIENTS RECORDS VALUESIZE D W PREWARM ROUNDS MATRICES DELAY POOL HARNESS_GOGC DIAGNOSTIC >"$OUT/settings.sh"
+declare -p WORKLOADS CLIENTS RECORDS VALUESIZE D W PREWARM ROUNDS MATRICES DELAY POOL HARNESS_GOGC DIAGNOSTIC \
+  NO_MAINTENANCE QUIESCE DISTURBED REMEASURE REMEASURE_BUDGET >"$OUT/settings.sh"
 git -C .. rev-parse --short HEAD >"$OUT/kefir-rev.txt"
 go build -o "$tmp/delaymesh" ./delaymesh
 (cd .. && go build -o "$tmp/kefir" ./cmd/kefir)
 export DELAYMESH="$tmp/delaymesh"
 
-echo "== start systems (delay $DELAY each way on every link)"
+quiet=()
+[ "$NO_MAINTENANCE" = 1 ] && quiet=(--no-maintenance)
+echo "== start systems (delay $DELAY each way on every link; background maintenance $([ "$NO_MAINTENANCE" = 1 ] && echo off || echo on))"
 declare -A addr args
 if has redis-always; then
-  addr[redis-always]=$(peers/redis.sh start "$tmp/redis-always" --port 6399 --fsync always --delay "$DELAY")
+  addr[redis-always]=$(peers/redis.sh start "$tmp/redis-always" --port 6399 --fsync always ${quiet[@]+"${quiet[@]}"} --delay "$DELAY")
   args[redis-always]="-db redis -durable yes -label redis(appendfsync-always)"
 fi
 if has redis-none; then
-  addr[redis-none]=$(peers/redis.sh start "$tmp/redis-none" --port 6409 --fsync off --delay "$DELAY")
+  addr[redis-none]=$(peers/redis.sh start "$tmp/redis-none" --port 6409 --fsync off ${quiet[@]+"${quiet[@]}"} --delay "$DELAY")
   args[redis-none]="-db redis -durable no -label redis(no-persistence)"
 fi
 if has redis-wait; then
-  addr[redis-wait]=$(peers/redis.sh start "$tmp/redis-wait" --port 6419 --fsync everysec --replicas 2 --delay "$DELAY")
+  addr[redis-wait]=$(peers/redis.sh start "$tmp/redis-wait" --port 6419 --fsync everysec --replicas 2 ${quiet[@]+"${quiet[@]}"} --delay "$DELAY")
   args[redis-wait]="-db redis -redis-wait 1 -durable no -label redis(everysec+2-replicas,WAIT-1)"
 fi
 if has kefir-sync || has kefir-async; then
-  k1=$(peers/kefir.sh start "$tmp/kefir1" --port 6390 --delay "$DELAY" --bin "$tmp/kefir")
+  k1=$(peers/kefir.sh start "$tmp/kefir1" --port 6390 ${quiet[@]+"${quiet[@]}"} --delay "$DELAY" --bin "$tmp/kefir")
   addr[kefir-sync]=$k1 addr[kefir-async]=$k1
   args[kefir-sync]="-db kefir -durability sync -consistency linearizable -label kefir-1-node(sync)"
   args[kefir-async]="-db kefir -durability async -consistency linearizable -label kefir-1-node(async)"
@@ -132,7 +152,7 @@ fi
 if has kefir3-sync || has kefir3-cad || has kefir3-async || has kefir3-follower; then
   # 1 s view-change timeout, as Kefir's own test clusters use on a loaded box: with the
   # default 300 ms, CPU stalls on this shared machine depose leaders mid-run.
-  k3=$(peers/kefir.sh start "$tmp/kefir3" --replicas 3 --port 6590 --follower-reads --view-change-timeout 1s --delay "$DELAY" --bin "$tmp/kefir")
+  k3=$(peers/kefir.sh start "$tmp/kefir3" --replicas 3 --port 6590 --follower-reads --view-change-timeout 1s ${quiet[@]+"${quiet[@]}"} --delay "$DELAY" --bin "$tmp/kefir")
   for m in sync cad async follower; do addr[kefir3-$m]=$k3; done
   args[kefir3-sync]="-db kefir -durability sync -consistency linearizable -label kefir-3-replicas(sync,linearizable)"
   args[kefir3-cad]="-db kefir -durability cad -consistency linearizable -durable no -label kefir-3-replicas(cad,linearizable)"
@@ -140,15 +160,15 @@ if has kefir3-sync || has kefir3-cad || has kefir3-async || has kefir3-follower;
   args[kefir3-follower]="-db kefir -durability sync -consistency cross-client-monotonic -label kefir-3-replicas(sync,follower-reads)"
 fi
 if has etcd; then
-  addr[etcd]=$(peers/etcd.sh start "$tmp/etcd" --members 3 --delay "$DELAY")
+  addr[etcd]=$(peers/etcd.sh start "$tmp/etcd" --members 3 ${quiet[@]+"${quiet[@]}"} --delay "$DELAY")
   args[etcd]="-db etcd -label etcd-3-members"
 fi
 if has zk-sync; then
-  addr[zk-sync]=$(peers/zookeeper.sh start "$tmp/zk-sync" --port 2181 --force-sync yes --delay "$DELAY")
+  addr[zk-sync]=$(peers/zookeeper.sh start "$tmp/zk-sync" --port 2181 --force-sync yes ${quiet[@]+"${quiet[@]}"} --delay "$DELAY")
   args[zk-sync]="-db zookeeper -durable yes -label zookeeper-3-servers(forceSync=yes)"
 fi
 if has zk-nosync; then
-  addr[zk-nosync]=$(peers/zookeeper.sh start "$tmp/zk-nosync" --port 3181 --force-sync no --delay "$DELAY")
+  addr[zk-nosync]=$(peers/zookeeper.sh start "$tmp/zk-nosync" --port 3181 --force-sync no ${quiet[@]+"${quiet[@]}"} --delay "$DELAY")
   args[zk-nosync]="-db zookeeper -durable no -label zookeeper-3-servers(forceSync=no)"
 fi
 if has ceiling-proc || has ceiling-proc-redis; then
@@ -159,6 +179,9 @@ if has ceiling-proc || has ceiling-proc-redis; then
   args[ceiling-proc]="-db kefir -durable no -label respserver-process(via-kefir-client)"
   args[ceiling-proc-redis]="-db redis -durable no -label respserver-process(via-go-redis)"
 fi
+# The CPU watch's list of the matrix's own server processes (everything else is "other").
+cat "$tmp"/*.pid "$tmp"/*/*.pid 2>/dev/null >"$tmp/watch-pids" || true
+echo "watching $(wc -w <"$tmp/watch-pids") server processes"
 args[ceiling]="-db respserver -via kefir -label respserver(via-kefir-client)"
 args[ceiling-redis]="-db respserver -via redis -label respserver(via-go-redis)"
 
@@ -189,9 +212,11 @@ for m in $(seq "$MATRICES"); do
   done >"$OUT/rounds/matrix-$m.txt"
   echo "== matrix $m: $ROUNDS rounds ($(( $(date +%s) - t0 )) s so far, load average $(loadavg))"
   GOGC=$HARNESS_GOGC "$tmp/ycsb" -matrix "$OUT/rounds/matrix-$m.txt" -rounds "$ROUNDS" -prewarm "$PREWARM" -seed $((100 * m)) -limits-samples 300 \
+    -watch-pids "$tmp/watch-pids" -disturbed "$DISTURBED" -remeasure "$REMEASURE" -remeasure-budget "$REMEASURE_BUDGET" -quiesce "$QUIESCE" \
     -json "$OUT/rounds/matrix-$m.json" -md "$OUT/rounds/matrix-$m.md" -failures "$OUT/rounds/failures-$m.txt" \
     >/dev/null 2>"$OUT/rounds/matrix-$m.log" || echo "!! matrix $m: ycsb exited $? (see $OUT/rounds/matrix-$m.log)" >&2
   grep -E '^(prewarm:|round| *[^ ]+ load |FAILED)' "$OUT/rounds/matrix-$m.log" || true
+  echo "   $(grep -c 'measuring again' "$OUT/rounds/matrix-$m.log" || true) cells measured again (CPU watch)"
   sed "s/^- /- matrix $m: /" "$OUT/rounds/failures-$m.txt" >>"$OUT/failures.txt" 2>/dev/null || true
   loads=$(grep -o '^round [0-9]* of [0-9]*: load average .*' "$OUT/rounds/matrix-$m.log" | sed 's/: load average /: /' | paste -sd';' - | sed 's/;/; /g')
   echo "load average (1, 5, 15 min) at the start of each round: ${loads:-unknown}; at the end: $(loadavg)" >"$OUT/loadavg-$m.txt"
@@ -202,6 +227,7 @@ fi # REPORT_ONLY
 if [ -n "$REPORT_ONLY" ]; then
   source "$OUT/settings.sh" # the measured run's settings
   PREWARM=${PREWARM:-0} HARNESS_GOGC=${HARNESS_GOGC:-${GOGC:-100}} DIAGNOSTIC=${DIAGNOSTIC:-0} # runs from before these knobs
+  NO_MAINTENANCE=${NO_MAINTENANCE:-0} QUIESCE=${QUIESCE:-0}
 fi
 started=$(cat "$OUT/started.txt")
 cmdline=$(cat "$OUT/cmdline.txt")
@@ -230,7 +256,13 @@ header() {
   echo "$PREWARM unmeasured (prewarm). One ycsb process (GOGC=$HARNESS_GOGC) drives every system and runs each cell on every system"
   echo "back to back (order rotated per round) before the next cell; the median of the rounds is reported, and \"round"
   echo "spread\" is max ÷ min − 1 of a cell's round throughputs. Records: $RECORDS × $VALUESIZE B, loaded once per system."
-  echo "Closed loop; every system's servers run all the time (idle ones cost little CPU)."
+  echo "Closed loop; every system's servers run all the time (an idle 3-replica Kefir group still costs 0.1-0.25 cores: 10 ms heartbeats)."
+  if [ "$NO_MAINTENANCE" = 1 ]; then
+    echo "Background maintenance off in every system (NO_MAINTENANCE=1): Kefir --compact-interval=-1s --checkpoint-interval=-1s,"
+    echo "Redis auto-aof-rewrite-percentage 0, etcd --snapshot-count 100000000, ZooKeeper snapCount=100000000 and no autopurge."
+  fi
+  echo "Pause before each cell: $QUIESCE. CPU watch: a round during which processes outside the matrix used more than $DISTURBED cores"
+  echo "was measured again (at most $REMEASURE times per round, $REMEASURE_BUDGET per matrix; the least disturbed kept)."
   echo "Connection model per driver, as its users would set it up: Kefir rows and respserver(via-kefir-client) use one"
   echo "Kefir client with $POOL connection(s), on which it pipelines the concurrent calls; Redis rows and"
   echo "respserver(via-go-redis) use one go-redis client whose pool has one connection per client (go-redis sends one call"

@@ -4,12 +4,16 @@
 # etcd fsyncs its WAL before acknowledging a commit (no knob turns that off in 3.4's
 # defaults), so its rows compare with Kefir's sync durability.
 #
+# --no-maintenance: --snapshot-count 100000000, so no member snapshots its state (and
+# compacts its raft log) inside a measured cell; etcd's default is a snapshot every 100000
+# applied entries, which the matrix reaches (compare.sh NO_MAINTENANCE).
+#
 # --delay D puts a delay proxy (bench/delaymesh) on every client and peer port (port +
 # PROXY_OFFSET, default 20000): members advertise the proxied peer URLs, so every member-to-member link
 # crosses one, and the printed endpoints are the proxied client ports (ycsb -link-delay D).
 #
 # Usage:
-#   bench/peers/etcd.sh start DIR [--members 3] [--port 2479] [--delay 0]
+#   bench/peers/etcd.sh start DIR [--members 3] [--port 2479] [--no-maintenance] [--delay 0]
 #   bench/peers/etcd.sh stop DIR
 #
 # Prints the client endpoints (comma-separated) for `go run ./ycsb -db etcd -addr ...`.
@@ -18,13 +22,14 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
 cmd=${1:-}; dir=${2:-}
-[ -n "$cmd" ] && [ -n "$dir" ] || { sed -n '2,17p' "$0"; exit 2; }
+[ -n "$cmd" ] && [ -n "$dir" ] || { sed -n '2,21p' "$0"; exit 2; }
 shift 2
-members=3; port=2479; delay=0
+members=3; port=2479; delay=0; maint=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --members) members=$2; shift 2 ;;
     --port) port=$2; shift 2 ;;
+    --no-maintenance) maint=(--snapshot-count 100000000); shift ;;
     --delay) delay=$2; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
@@ -65,7 +70,7 @@ for i in $(seq 0 $((members - 1))); do
   "$bin" --name "m$i" --data-dir "$dir/m$i" \
     --listen-client-urls "http://127.0.0.1:$cp" --advertise-client-urls "http://$(adv "$cp")" \
     --listen-peer-urls "http://127.0.0.1:$pp" --initial-advertise-peer-urls "http://$(adv "$pp")" \
-    --initial-cluster "$cluster" --initial-cluster-state new --initial-cluster-token kefir-bench \
+    --initial-cluster "$cluster" --initial-cluster-state new --initial-cluster-token kefir-bench ${maint[@]+"${maint[@]}"} \
     >"$dir/m$i.log" 2>&1 &
   echo $! >"$dir/etcd-m$i.pid"
 done

@@ -9,12 +9,17 @@
 #   --view-change-timeout D   how long followers wait for the leader before electing another
 #                      (kefir's default 300ms; a CPU-starved shared box needs more, or a
 #                      benchmark measures view changes instead of the steady state)
+#   --no-maintenance   no background storage maintenance: compaction and the index
+#                      checkpoint never run (--compact-interval=-1s --checkpoint-interval=-1s).
+#                      Each burns 0.2-0.5 cores for a moment once a minute on this box, which
+#                      lands inside some other system's measured cell of the matrix
+#                      (compare.sh NO_MAINTENANCE, default on; see docs/benchmarks.md).
 #   --delay D          a delay proxy (bench/delaymesh) on every client and peer port; the
 #                      member list names the proxies, so replication and forwarding cross
 #                      them too. Drive with ycsb -link-delay D.
 #
 # Usage:
-#   bench/peers/kefir.sh start DIR [--replicas 1] [--port 6390] [--follower-reads] [--view-change-timeout 300ms] [--delay 0] [--bin PATH]
+#   bench/peers/kefir.sh start DIR [--replicas 1] [--port 6390] [--follower-reads] [--view-change-timeout 300ms] [--no-maintenance] [--delay 0] [--bin PATH]
 #   bench/peers/kefir.sh stop DIR
 #
 # Prints the client endpoints (comma-separated, leader first). Builds ./cmd/kefir unless
@@ -23,14 +28,15 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
 cmd=${1:-}; dir=${2:-}
-[ -n "$cmd" ] && [ -n "$dir" ] || { sed -n '2,22p' "$0"; exit 2; }
+[ -n "$cmd" ] && [ -n "$dir" ] || { sed -n '2,27p' "$0"; exit 2; }
 shift 2
-replicas=1; port=6390; follower=false; delay=0; bin=""; vct=300ms
+replicas=1; port=6390; follower=false; delay=0; bin=""; vct=300ms; maint=true
 while [ $# -gt 0 ]; do
   case "$1" in
     --replicas) replicas=$2; shift 2 ;;
     --port) port=$2; shift 2 ;;
     --follower-reads) follower=true; shift ;;
+    --no-maintenance) maint=false; shift ;;
     --view-change-timeout) vct=$2; shift 2 ;;
     --delay) delay=$2; shift 2 ;;
     --bin) bin=$2; shift 2 ;;
@@ -70,6 +76,7 @@ secret=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
 cluster=$(( ($(od -An -N4 -tu4 /dev/urandom) % 1000000) + 1 ))
 for i in $(seq "$replicas"); do
   args=(server --node-id "n$i" --dir "$dir/n$i" --client-addr "127.0.0.1:$(cport "$i")" --http-addr "" --log-level warn)
+  [ "$maint" = true ] || args+=(--compact-interval=-1s --checkpoint-interval=-1s)
   if [ "$replicas" -gt 1 ]; then
     args+=(--peer-addr "127.0.0.1:$(pport "$i")" --members "$members" --replica-id "$i" --cluster-id "$cluster"
       --follower-reads="$follower" --view-change-timeout "$vct")

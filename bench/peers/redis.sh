@@ -7,12 +7,17 @@
 #   --fsync everysec  appendonly yes, appendfsync everysec                     (≈ kefir cad/async)
 #   --fsync off       no persistence at all                                    (in-memory baseline)
 #
+# --no-maintenance turns off the append-only file's automatic rewrite
+# (auto-aof-rewrite-percentage 0): a background rewrite forks and copies the data set at
+# a moment of Redis's choosing, inside some other system's measured cell of the matrix
+# (compare.sh NO_MAINTENANCE). RDB snapshots are off in every mode (--save "").
+#
 # --delay D puts a delay proxy (bench/delaymesh) on every server's port (port + PROXY_OFFSET, default 20000):
 # replicas replicate from the primary's proxy, and the printed endpoint is the primary's
 # proxy (ycsb -link-delay D).
 #
 # Usage:
-#   bench/peers/redis.sh start DIR [--port 6399] [--fsync always|everysec|off] [--replicas N] [--delay 0]
+#   bench/peers/redis.sh start DIR [--port 6399] [--fsync always|everysec|off] [--replicas N] [--no-maintenance] [--delay 0]
 #   bench/peers/redis.sh stop DIR
 #
 # Every server binds 127.0.0.1 only. Installs the Debian package redis-server if missing.
@@ -20,14 +25,15 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
 cmd=${1:-}; dir=${2:-}
-[ -n "$cmd" ] && [ -n "$dir" ] || { sed -n '2,20p' "$0"; exit 2; }
+[ -n "$cmd" ] && [ -n "$dir" ] || { sed -n '2,25p' "$0"; exit 2; }
 shift 2
-port=6399; fsync=off; replicas=0; delay=0
+port=6399; fsync=off; replicas=0; delay=0; maint=true
 while [ $# -gt 0 ]; do
   case "$1" in
     --port) port=$2; shift 2 ;;
     --fsync) fsync=$2; shift 2 ;;
     --replicas) replicas=$2; shift 2 ;;
+    --no-maintenance) maint=false; shift ;;
     --delay) delay=$2; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
@@ -52,6 +58,7 @@ case "$fsync" in
   off) persist=(--appendonly no --save "") ;;
   *) echo "--fsync must be always, everysec or off" >&2; exit 2 ;;
 esac
+[ "$maint" = true ] || persist+=(--auto-aof-rewrite-percentage 0)
 
 mkdir -p "$dir"
 adv() { if delayed "$delay"; then proxy_port "$1"; else echo "$1"; fi; }

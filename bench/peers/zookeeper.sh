@@ -7,13 +7,16 @@
 #   --force-sync yes   every server fsyncs its transaction log before acknowledging a
 #                      proposal (ZooKeeper's default): compare with Kefir sync
 #   --force-sync no    the log is written but not fsynced: compare with Kefir cad/async
+#   --no-maintenance   snapCount=100000000 and no autopurge: no server snapshots its data
+#                      tree (default every 100000 transactions, randomised) or purges old
+#                      files inside a measured cell of the matrix (compare.sh NO_MAINTENANCE)
 #   --delay D          a delay proxy (bench/delaymesh) on every client, quorum and election
 #                      port: each server's own zoo.cfg names its own ports and the others'
 #                      proxies, so every server-to-server link crosses one; clients get
 #                      the proxied client ports. Drive with ycsb -link-delay D.
 #
 # Usage:
-#   bench/peers/zookeeper.sh start DIR [--servers 3] [--port 2181] [--force-sync yes|no] [--delay 0]
+#   bench/peers/zookeeper.sh start DIR [--servers 3] [--port 2181] [--force-sync yes|no] [--no-maintenance] [--delay 0]
 #   bench/peers/zookeeper.sh stop DIR
 #
 # Prints the client endpoints (comma-separated) for `go run ./ycsb -db zookeeper -addr ...`.
@@ -27,14 +30,15 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
 cmd=${1:-}; dir=${2:-}
-[ -n "$cmd" ] && [ -n "$dir" ] || { sed -n '2,25p' "$0"; exit 2; }
+[ -n "$cmd" ] && [ -n "$dir" ] || { sed -n '2,28p' "$0"; exit 2; }
 shift 2
-servers=3; port=2181; force=yes; delay=0
+servers=3; port=2181; force=yes; delay=0; maint=true
 while [ $# -gt 0 ]; do
   case "$1" in
     --servers) servers=$2; shift 2 ;;
     --port) port=$2; shift 2 ;;
     --force-sync) force=$2; shift 2 ;;
+    --no-maintenance) maint=false; shift ;;
     --delay) delay=$2; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
@@ -79,7 +83,11 @@ for i in $(seq "$servers"); do
     echo "admin.enableServer=false" # no Jetty admin server on :8080
     echo "forceSync=$force"
     echo "maxClientCnxns=0"
-    echo "autopurge.purgeInterval=1"
+    if [ "$maint" = true ]; then
+      echo "autopurge.purgeInterval=1"
+    else
+      echo "snapCount=100000000"
+    fi
     if [ "$servers" -gt 1 ]; then
       for j in $(seq "$servers"); do
         if [ "$j" = "$i" ] || ! delayed "$delay"; then

@@ -75,6 +75,11 @@ type flags struct {
 	matrixPath         string
 	rounds             int
 	prewarm            time.Duration
+	watchPids          string
+	disturbed          float64
+	remeasure          int
+	remeasureBudget    int
+	quiesce            time.Duration
 	failuresPath       string
 	serveAddr          string
 }
@@ -118,6 +123,11 @@ func parse(args []string) (*flags, error) {
 	fs.StringVar(&f.compactPath, "md-compact", "", "-summarize, -agree: also write the compact table (one line per system, one column per workload and client count) here")
 	fs.StringVar(&f.matrixPath, "matrix", "", "drive every system listed in this file (one line of ycsb flags per system, each with -label) from this process, cells interleaved across systems, -rounds times; rows and failures go to -json")
 	fs.DurationVar(&f.prewarm, "prewarm", 0, "-matrix: before round 1, run every workload on every system for this long at the largest client count, unmeasured (JIT, caches, heaps: so the first round is not the only cold one)")
+	fs.StringVar(&f.watchPids, "watch-pids", "", "-matrix: file listing the systems' server pids; each cell then records the CPU used by every other process outside this one (the CPU watch)")
+	fs.Float64Var(&f.disturbed, "disturbed", 0.25, "-matrix with -watch-pids: a cell during which other processes used more than this many cores is measured again (see -remeasure)")
+	fs.IntVar(&f.remeasure, "remeasure", 2, "-matrix: extra measurements at most of one disturbed cell (the least disturbed is kept)")
+	fs.IntVar(&f.remeasureBudget, "remeasure-budget", 30, "-matrix: extra measurements at most over the whole matrix (bounds its length on a busy machine)")
+	fs.DurationVar(&f.quiesce, "quiesce", 0, "-matrix: pause before each cell, so the previous cell's system settles (its last writes, fsyncs and collections) before the next one is measured")
 	fs.IntVar(&f.rounds, "rounds", 3, "-matrix: rounds (each cell of each system measured once per round)")
 	fs.StringVar(&f.failuresPath, "failures", "", "-matrix: also list failed connections, loads and cells here, one per line (empty file: none)")
 	fs.StringVar(&f.serveAddr, "serve", "", "run only the trivial RESP server (the -db respserver one) on this address until interrupted: the harness ceiling with the server in its own process, as every real system is")
@@ -352,6 +362,12 @@ type row struct {
 	Unsupported string       `json:"unsupported,omitempty"`
 	Run         int          `json:"run"`
 	Result      *core.Result `json:"result"`
+	// OtherCPUCores is the CPU (in cores) that processes outside the matrix — not this
+	// one, not the systems' servers — used while the cell ran (-matrix with
+	// -watch-pids; the CPU watch, cpuwatch.go). Attempts counts the cell's measurements
+	// when it was measured again for being disturbed (the least disturbed is kept).
+	OtherCPUCores float64 `json:"other_cpu_cores,omitempty"`
+	Attempts      int     `json:"attempts,omitempty"`
 }
 
 func main() {
@@ -424,7 +440,14 @@ func main() {
 	var rows []row
 	var failures []string
 	if f.matrixPath != "" {
-		rows, failures, err = runMatrix(ctx, f.matrixPath, f.rounds, f.prewarm, f.seed, os.Stderr)
+		var pids []int
+		if pids, err = readWatchPids(f.watchPids); err == nil && f.watchPids != "" && pids == nil {
+			pids = []int{} // watch with no server of its own (every system in process)
+		}
+		if err == nil {
+			rows, failures, err = runMatrix(ctx, f.matrixPath, matrixOpts{rounds: f.rounds, prewarm: f.prewarm, seed: f.seed,
+				watchPids: pids, disturbed: f.disturbed, remeasure: f.remeasure, remeasureBudget: f.remeasureBudget, quiesce: f.quiesce}, os.Stderr)
+		}
 		if f.failuresPath != "" {
 			var b strings.Builder
 			for _, m := range failures {
@@ -500,6 +523,9 @@ func report(f *flags, args []string) error {
 			return err
 		}
 		md := summaryMarkdown(s)
+		if w := watchMarkdown(s.Rows); w != "" {
+			md += "\n" + w
+		}
 		if c := ceilingMarkdown(s.Rows); c != "" {
 			md += "\nHarness ceiling (issue 8: the harness against a trivial in-process RESP server must reach ≥ 3× the best system in the same cell):\n\n" + c
 		}
@@ -511,6 +537,9 @@ func report(f *flags, args []string) error {
 		}
 		if f.compactPath != "" {
 			c := totalsMarkdown(s.Rows)
+			if w := watchMarkdown(s.Rows); w != "" {
+				c += "\n" + w
+			}
 			if t := ceilingMarkdown(s.Rows); t != "" {
 				c += "\nHarness ceiling (in-process trivial RESP server, same cell; issue 8 wants ≥ 3× the best system):\n\n" + t
 			}

@@ -49,6 +49,13 @@ type summaryRow struct {
 	// time per operation (core.Result.ProcessCPUUsPerOp): the client side's cost of
 	// an operation, plus the server's for the in-process ceiling.
 	CPUUsPerOp float64 `json:"median_process_cpu_us_per_op,omitempty"`
+	// The CPU watch (total rows of a -matrix run with -watch-pids): the median and the
+	// largest, over the rounds kept, of the CPU other processes used during the cell,
+	// and how many extra measurements the cell took because a round was disturbed.
+	OtherCPUCores    float64 `json:"median_other_cpu_cores,omitempty"`
+	MaxOtherCPUCores float64 `json:"max_other_cpu_cores,omitempty"`
+	Remeasured       int     `json:"remeasured,omitempty"`
+	Watched          bool    `json:"cpu_watched,omitempty"`
 }
 
 // summary is what -summarize writes as JSON and -agree reads.
@@ -80,6 +87,7 @@ func summarize(rows []row) []summaryRow {
 	type acc struct {
 		out                 summaryRow
 		tput, p50, p99, cpu []float64
+		other               []float64
 	}
 	cells := map[cellKey]*acc{}
 	var order []cellKey
@@ -101,6 +109,11 @@ func summarize(rows []row) []summaryRow {
 			if r.Result.ProcessCPUUsPerOp > 0 {
 				a.cpu = append(a.cpu, r.Result.ProcessCPUUsPerOp)
 			}
+			if r.Attempts > 0 { // watched
+				a.out.Watched = true
+				a.other = append(a.other, r.OtherCPUCores)
+				a.out.Remeasured += r.Attempts - 1
+			}
 		}
 	}
 	for _, r := range rows {
@@ -120,6 +133,9 @@ func summarize(rows []row) []summaryRow {
 		a.out.Rounds = len(a.tput)
 		a.out.Throughput, a.out.P50Us, a.out.P99Us = median(a.tput), median(a.p50), median(a.p99)
 		a.out.CPUUsPerOp = median(a.cpu)
+		if len(a.other) > 0 {
+			a.out.OtherCPUCores, a.out.MaxOtherCPUCores = median(a.other), slices.Max(a.other)
+		}
 		a.out.Spread = relSpread(a.tput)
 		out = append(out, a.out)
 	}
@@ -133,12 +149,15 @@ func summaryMarkdown(s summary) string {
 		"(a round trip plus twice the emulated one-way delay, plus a write+fsync for writes of systems that fsync before acknowledging).\n\n", s.Limits)
 	sb.WriteString("The harness's CPU µs/op (total rows) is the ycsb process's CPU time per operation: the harness and the client library " +
 		"(and, for the in-process respserver rows, the trivial server too), never the system under test's.\n\n")
-	sb.WriteString("| system | workload | clients | op | rounds | ops/s | p50 µs | × floor | p99 µs | round spread | errors | not found | harness CPU µs/op |\n")
-	sb.WriteString("|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	sb.WriteString("Other CPU (total rows, the CPU watch) is what processes outside the matrix — neither the ycsb process nor any system's servers — " +
+		"used while the cell ran, in cores: median and largest over the rounds kept; \"+N\" counts extra measurements of a round that was disturbed " +
+		"(the least disturbed is kept).\n\n")
+	sb.WriteString("| system | workload | clients | op | rounds | ops/s | p50 µs | × floor | p99 µs | round spread | errors | not found | harness CPU µs/op | other CPU cores |\n")
+	sb.WriteString("|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range s.Rows {
 		if r.Unsupported != "" {
 			if r.Op == "total" {
-				fmt.Fprintf(&sb, "| %s | %s | | not supported: no %s | | | | | | | | | |\n", r.System, strings.ToUpper(r.Workload), r.Unsupported)
+				fmt.Fprintf(&sb, "| %s | %s | | not supported: no %s | | | | | | | | | | |\n", r.System, strings.ToUpper(r.Workload), r.Unsupported)
 			}
 			continue
 		}
@@ -150,8 +169,15 @@ func summaryMarkdown(s summary) string {
 			}
 		}
 		if r.Op == "total" {
-			fmt.Fprintf(&sb, "| %s | %s | %s | **total** | %d | **%.0f** | | | | %.0f%% | %d | | %.1f |\n",
-				r.System, strings.ToUpper(r.Workload), clients, r.Rounds, r.Throughput, 100*r.Spread, r.Errors, r.CPUUsPerOp)
+			other := ""
+			if r.Watched {
+				other = fmt.Sprintf("%.2f / %.2f", r.OtherCPUCores, r.MaxOtherCPUCores)
+				if r.Remeasured > 0 {
+					other += fmt.Sprintf(" (+%d)", r.Remeasured)
+				}
+			}
+			fmt.Fprintf(&sb, "| %s | %s | %s | **total** | %d | **%.0f** | | | | %.0f%% | %d | | %.1f | %s |\n",
+				r.System, strings.ToUpper(r.Workload), clients, r.Rounds, r.Throughput, 100*r.Spread, r.Errors, r.CPUUsPerOp, other)
 			continue
 		}
 		rtt := s.Limits.LoopbackRTTP50us + 2*float64(r.Delay+r.LinkDelay)/1e3
@@ -166,10 +192,35 @@ func summaryMarkdown(s summary) string {
 		if floor > 0 {
 			times = fmt.Sprintf("%.1f×", r.P50Us/floor)
 		}
-		fmt.Fprintf(&sb, "| %s | %s | %s | %s | %d | %.0f | %.0f | %s | %.0f | %.0f%% | %d | %d | |\n",
+		fmt.Fprintf(&sb, "| %s | %s | %s | %s | %d | %.0f | %.0f | %s | %.0f | %.0f%% | %d | %d | | |\n",
 			r.System, strings.ToUpper(r.Workload), clients, r.Op, r.Rounds, r.Throughput, r.P50Us, times, r.P99Us, 100*r.Spread, r.Errors, r.NotFound)
 	}
 	return sb.String()
+}
+
+// watchMarkdown sums up the CPU watch over a matrix's total rows: how disturbed the
+// kept measurements were and how many were taken again ("" when nothing was watched).
+func watchMarkdown(rows []summaryRow) string {
+	var cells, remeasured, over int
+	var worst, meds []float64
+	for _, r := range rows {
+		if r.Op != "total" || !r.Watched {
+			continue
+		}
+		cells++
+		remeasured += r.Remeasured
+		worst = append(worst, r.MaxOtherCPUCores)
+		meds = append(meds, r.OtherCPUCores)
+		if r.MaxOtherCPUCores > 0.25 {
+			over++
+		}
+	}
+	if cells == 0 {
+		return ""
+	}
+	return fmt.Sprintf("CPU watch: processes outside the matrix used a median of %.2f cores per cell (median over cells of the rounds' median), "+
+		"at most %.2f in a kept round; %d of %d cells kept a round above 0.25 cores; %d extra measurements of disturbed rounds.\n",
+		median(meds), slices.Max(worst), over, cells, remeasured)
 }
 
 // ceilingMarkdown compares, per workload and client count, the harness's ceiling (the

@@ -109,7 +109,11 @@ func newHist() *hdr.Histogram { return hdr.New(100, int64(60*time.Second), 3) }
 
 // clientStats is one client's measurement, merged at the end.
 type clientStats struct {
-	hist      [numOps]*hdr.Histogram
+	hist [numOps]*hdr.Histogram
+	// pending holds latencies not yet in hist: recording them a batch at a time keeps
+	// the histogram's counts (≈ 170 KiB each, one per client and operation type) out
+	// of the cache between batches, instead of touching one of them per operation.
+	pending   [numOps][]int64
 	count     [numOps]int64
 	errs      [numOps]int64
 	notFound  [numOps]int64
@@ -129,11 +133,31 @@ func (s *clientStats) record(op Op, lat time.Duration, err error) {
 		}
 		return // a failed operation's latency is not a latency of the system's service
 	}
+	if s.pending[op] == nil {
+		s.pending[op] = make([]int64, 0, pendingBatch)
+	}
+	s.pending[op] = append(s.pending[op], int64(lat))
+	if len(s.pending[op]) == pendingBatch {
+		s.flush(op)
+	}
+	s.count[op]++
+}
+
+// pendingBatch is how many latencies a client keeps before recording them.
+const pendingBatch = 512
+
+// flush records op's pending latencies into its histogram.
+func (s *clientStats) flush(op Op) {
+	if len(s.pending[op]) == 0 {
+		return
+	}
 	if s.hist[op] == nil {
 		s.hist[op] = newHist()
 	}
-	s.hist[op].RecordValue(int64(lat))
-	s.count[op]++
+	for _, v := range s.pending[op] {
+		s.hist[op].RecordValue(v)
+	}
+	s.pending[op] = s.pending[op][:0]
 }
 
 // merge folds client results into one Result over the measured window.
@@ -147,6 +171,7 @@ func merge(w Workload, phase string, cfg Config, window time.Duration, all []*cl
 		var st OpStats
 		st.Op = op.String()
 		for _, c := range all {
+			c.flush(op)
 			if c.hist[op] != nil {
 				h.Merge(c.hist[op])
 			}
@@ -180,24 +205,82 @@ func merge(w Workload, phase string, cfg Config, window time.Duration, all []*cl
 	return res
 }
 
-// valueFor fills a per-client buffer with fresh bytes for one write: a random prefix
-// over a fixed random body, so values differ without costing a full random fill.
-func valueFor(buf []byte, r *rand.Rand) []byte {
-	for i := 0; i < len(buf) && i < 16; i += 8 {
-		v := r.Uint64()
-		for j := 0; j < 8 && i+j < len(buf); j++ {
-			buf[i+j] = 'a' + byte(v>>(8*j))%26
-		}
-	}
-	return buf
+// values is one pre-generated random buffer that every write takes its value from: a
+// value is a slice of it at a random offset, so values differ from write to write (one
+// of valueOffsets) without the harness generating bytes per operation, and no client
+// needs a buffer of its own. Nothing writes to the buffer after it is made, so a driver
+// that keeps a value (or sends it after the call returned) still sends what was chosen.
+type values struct {
+	buf  []byte
+	size int
 }
 
-func newValueBuf(size int, r *rand.Rand) []byte {
-	b := make([]byte, size)
+// valueOffsets is how many distinct values a run writes.
+const valueOffsets = 4096
+
+func newValues(size int, seed uint64) values {
+	r := rand.New(rand.NewPCG(seed, 0x7a1e))
+	b := make([]byte, size+valueOffsets)
 	for i := range b {
 		b[i] = 'a' + byte(r.Uint32()%26)
 	}
-	return b
+	return values{buf: b, size: size}
+}
+
+// next returns a value for one write.
+func (v values) next(r *rand.Rand) []byte {
+	off := r.IntN(valueOffsets)
+	return v.buf[off : off+v.size : off+v.size]
+}
+
+// keyTable holds the key names of records [0, len) as strings, built once per phase, so
+// an operation on a loaded record costs the harness an index instead of a hash, a
+// decimal formatting and a string allocation. Keys past the table (inserted during the
+// run, or a record count over maxKeyTable) are named on the fly.
+type keyTable struct {
+	w    Workload
+	keys []string
+}
+
+// maxKeyTable bounds the table (≈ 40 bytes a key).
+const maxKeyTable = 1 << 21
+
+// lastKeys is the most recent table: a matrix runs every cell of every system over the
+// same records, so it is built once, not once per cell. Tables are never modified.
+var lastKeys struct {
+	sync.Mutex
+	t keyTable
+}
+
+func newKeyTable(w Workload) keyTable {
+	lastKeys.Lock()
+	defer lastKeys.Unlock()
+	if t := lastKeys.t; t.keys != nil && t.w.RecordCount == w.RecordCount && t.w.OrderedInserts == w.OrderedInserts {
+		return keyTable{w: w, keys: t.keys}
+	}
+	t := buildKeyTable(w)
+	lastKeys.t = t
+	return t
+}
+
+func buildKeyTable(w Workload) keyTable {
+	n := min(w.RecordCount, maxKeyTable)
+	t := keyTable{w: w, keys: make([]string, n)}
+	var b []byte
+	for i := range n {
+		b = w.KeyName(b, i)
+		t.keys[i] = string(b)
+	}
+	return t
+}
+
+// key returns record k's key; scratch is the caller's buffer for keys past the table.
+func (t keyTable) key(k uint64, scratch *[]byte) string {
+	if k < uint64(len(t.keys)) {
+		return t.keys[k]
+	}
+	*scratch = t.w.KeyName(*scratch, k)
+	return string(*scratch)
 }
 
 // loadAttempts bounds how often Load sends one record: a replicated system may fail an
@@ -217,6 +300,7 @@ func Load(ctx context.Context, w Workload, newDB NewDB, clients int) (*Result, e
 	var wg sync.WaitGroup
 	var openErr error
 	var mu sync.Mutex
+	vals := newValues(w.ValueSize, 0x5eed)
 	start := time.Now()
 	for c := range clients {
 		all[c] = &clientStats{}
@@ -233,12 +317,12 @@ func Load(ctx context.Context, w Workload, newDB NewDB, clients int) (*Result, e
 			defer db.Close()
 			st := all[c]
 			r := rand.New(rand.NewPCG(uint64(c), 0x5eed))
-			val := newValueBuf(w.ValueSize, r)
 			var key []byte
 			for k := uint64(c); k < w.RecordCount && ctx.Err() == nil; k += uint64(clients) {
 				key = w.KeyName(key, k)
+				val := vals.next(r)
 				t := time.Now()
-				err := db.Insert(ctx, string(key), valueFor(val, r))
+				err := db.Insert(ctx, string(key), val)
 				for a := 1; err != nil && a < loadAttempts && ctx.Err() == nil; a++ {
 					st.retries++
 					time.Sleep(time.Duration(a) * 50 * time.Millisecond)
@@ -274,6 +358,8 @@ func Run(ctx context.Context, w Workload, newDB NewDB, cfg Config) (*Result, err
 		chooser = gen.NewLatest(counter, w.ZipfianTheta)
 	}
 	cum := w.cumulative()
+	keys := newKeyTable(w)
+	vals := newValues(w.ValueSize, cfg.Seed)
 
 	dbs := make([]DB, cfg.Clients)
 	for c := range dbs {
@@ -318,8 +404,7 @@ func Run(ctx context.Context, w Workload, newDB NewDB, cfg Config) (*Result, err
 			defer wg.Done()
 			db, st := dbs[c], all[c]
 			r := rand.New(rand.NewPCG(cfg.Seed, uint64(c)+1))
-			val := newValueBuf(w.ValueSize, r)
-			var key []byte
+			var scratch []byte
 			next := t0.Add(interval * time.Duration(c) / time.Duration(cfg.Clients))
 			for ctx.Err() == nil {
 				now := time.Now()
@@ -351,27 +436,23 @@ func Run(ctx context.Context, w Workload, newDB NewDB, cfg Config) (*Result, err
 				var err error
 				switch op {
 				case OpRead:
-					key = w.KeyName(key, chooser.Next(r))
-					_, err = db.Read(ctx, string(key))
+					_, err = db.Read(ctx, keys.key(chooser.Next(r), &scratch))
 				case OpUpdate:
-					key = w.KeyName(key, chooser.Next(r))
-					err = db.Update(ctx, string(key), valueFor(val, r))
+					err = db.Update(ctx, keys.key(chooser.Next(r), &scratch), vals.next(r))
 				case OpInsert:
 					k := counter.Next()
-					key = w.KeyName(key, k)
-					err = db.Insert(ctx, string(key), valueFor(val, r))
+					err = db.Insert(ctx, keys.key(k, &scratch), vals.next(r))
 					// Acknowledge even a failed insert, as YCSB does, so one failure does
 					// not freeze the latest distribution; the failure is counted.
 					if aerr := counter.Ack(k); aerr != nil {
 						ackErr.CompareAndSwap(nil, &aerr)
 					}
 				case OpScan:
-					key = w.KeyName(key, chooser.Next(r))
-					_, err = db.Scan(ctx, string(key), 1+r.IntN(w.MaxScanLength))
+					_, err = db.Scan(ctx, keys.key(chooser.Next(r), &scratch), 1+r.IntN(w.MaxScanLength))
 				case OpRMW:
-					key = w.KeyName(key, chooser.Next(r))
-					if _, err = db.Read(ctx, string(key)); err == nil {
-						err = db.Update(ctx, string(key), valueFor(val, r))
+					key := keys.key(chooser.Next(r), &scratch)
+					if _, err = db.Read(ctx, key); err == nil {
+						err = db.Update(ctx, key, vals.next(r))
 					}
 				}
 				if !intended.Before(measureFrom) {

@@ -314,3 +314,20 @@ func TestLoadReportsAnInsertThatFailsEveryAttempt(t *testing.T) {
 		t.Fatalf("load: %d errors, %d retries; want 3 errors after %d retries", res.Errors, res.Retries, 3*(loadAttempts-1))
 	}
 }
+
+// The key table names records as KeyName does, and one cached for another record count
+// or key order is never reused.
+func TestKeyTableMatchesKeyName(t *testing.T) {
+	for _, w := range []Workload{{RecordCount: 50}, {RecordCount: 70}, {RecordCount: 70, OrderedInserts: true}} {
+		kt := newKeyTable(w)
+		if len(kt.keys) != int(w.RecordCount) {
+			t.Fatalf("%+v: %d keys", w, len(kt.keys))
+		}
+		var scratch []byte
+		for k := uint64(0); k < w.RecordCount+5; k++ {
+			if got, want := kt.key(k, &scratch), string(w.KeyName(nil, k)); got != want {
+				t.Fatalf("%+v: key %d = %q, want %q", w, k, got, want)
+			}
+		}
+	}
+}

@@ -1,10 +1,12 @@
 package drivers
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
 	"net"
+	"strconv"
 	"testing"
 	"time"
 
@@ -127,5 +129,61 @@ func TestRESPServerPipelinedBatchKeepsStoredValues(t *testing.T) {
 	c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if _, err := io.ReadFull(c, got); err != nil || string(got) != want {
 		t.Fatalf("replies %q (%v), want %q", got, err, want)
+	}
+}
+
+// The server parses commands in place in its input buffer: a command split across
+// reads (here: written a few bytes at a time), one larger than the buffer, and large
+// values sent from where they are stored (writev) must all come back intact and in order.
+func TestRESPServerSplitAndOversizedCommands(t *testing.T) {
+	s := startServer(t)
+	c, err := net.Dial("tcp", s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	big := make([]byte, 200<<10) // over the 64 KiB input buffer
+	for i := range big {
+		big[i] = byte('a' + i%26)
+	}
+	mid := big[:1000] // a value sent by reference
+	var batch []byte
+	batch = append(batch, "*3\r\n$3\r\nSET\r\n$3\r\nbig\r\n$"+strconv.Itoa(len(big))+"\r\n"...)
+	batch = append(append(batch, big...), "\r\n"...)
+	batch = append(batch, "*3\r\n$3\r\nset\r\n$3\r\nmid\r\n$1000\r\n"...)
+	batch = append(append(batch, mid...), "\r\n"...)
+	batch = append(batch, "*2\r\n$3\r\nGET\r\n$3\r\nmid\r\n*2\r\n$3\r\nGET\r\n$3\r\nbig\r\n*1\r\n$4\r\nPING\r\n"...)
+	go func() {
+		// Small pieces first (every header boundary split), then the rest at once.
+		for i := 0; i < 64; i += 3 {
+			c.Write(batch[i : i+3])
+			time.Sleep(time.Millisecond)
+		}
+		c.Write(batch[66:])
+	}()
+	var want []byte
+	want = append(want, "+OK\r\n+OK\r\n$1000\r\n"...)
+	want = append(append(want, mid...), "\r\n$"+strconv.Itoa(len(big))+"\r\n"...)
+	want = append(append(want, big...), "\r\n+PONG\r\n"...)
+	got := make([]byte, len(want))
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadFull(c, got); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("replies differ (%v): got %d bytes starting %q, want %d", err, len(got), got[:min(40, len(got))], len(want))
+	}
+}
+
+func TestParseCommandWaitsForWholeCommand(t *testing.T) {
+	cmd := []byte("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5\r\nvalue\r\n")
+	for n := range len(cmd) {
+		if args, used, err := parseCommand(cmd[:n], nil); err != nil || used != 0 {
+			t.Fatalf("prefix of %d bytes: args %q used %d err %v, want incomplete", n, args, used, err)
+		}
+	}
+	args, used, err := parseCommand(append(cmd, "*1\r\n"...), nil)
+	if err != nil || used != len(cmd) || len(args) != 3 || string(args[2]) != "value" {
+		t.Fatalf("whole command: args %q used %d err %v", args, used, err)
+	}
+	if _, _, err := parseCommand([]byte("*1\r\n$3\r\nGETxx"), nil); err == nil {
+		t.Fatal("bulk string without CRLF accepted")
 	}
 }

@@ -1,14 +1,11 @@
 package drivers
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
 	"hash/maphash"
-	"io"
 	"net"
-	"slices"
 	"strconv"
 	"sync"
 )
@@ -89,76 +86,107 @@ func (s *RESPServer) shard(key []byte) *shard {
 	return &s.shards[maphash.Bytes(s.seed, key)%uint64(len(s.shards))]
 }
 
-// serve reads pipelined commands and flushes replies only when no more input is
-// buffered, so a pipelined batch costs one read and one write. It is the ceiling's
-// server, so it does the least per command it can: the arguments of one command live
-// in one buffer reused for the next (only SET copies its value, to keep it), lengths
-// are parsed in place, and nothing is allocated per GET.
+// serve runs one connection as an event loop would: each read fills the input buffer
+// with whatever the client sent, every complete command in it is parsed in place (the
+// arguments alias the input buffer: nothing is copied or allocated per command, except
+// the value SET keeps), and all the batch's replies leave in one write. A GET reply
+// refers to the stored value instead of copying it (writev): a stored value is never
+// modified, a SET replaces it. It is the ceiling's server, so it does the least per
+// command it can; what remains per operation is the kernel's work and the map.
 func (s *RESPServer) serve(c net.Conn) {
-	rd := bufio.NewReaderSize(c, 64<<10)
-	wr := bufio.NewWriterSize(c, 64<<10)
+	in := make([]byte, 64<<10)
+	var start, end int // unparsed input: in[start:end]
+	var out replies
 	var args [][]byte
-	var buf []byte
 	for {
-		var err error
-		args, buf, err = readCommand(rd, args[:0], buf[:0])
-		if err != nil {
-			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
-				fmt.Fprintf(wr, "-ERR %v\r\n", err)
-				wr.Flush()
+		if end == len(in) {
+			if start > 0 { // move the partial command to the front
+				end = copy(in, in[start:end])
+				start = 0
+			} else { // one command larger than the buffer
+				in = append(in, make([]byte, len(in))...)
 			}
+		}
+		n, err := c.Read(in[end:])
+		if n == 0 && err != nil {
 			return
 		}
-		s.exec(wr, args)
-		if rd.Buffered() == 0 {
-			if wr.Flush() != nil {
+		end += n
+		for start < end {
+			var used int
+			var perr error
+			args, used, perr = parseCommand(in[start:end], args[:0])
+			if perr != nil {
+				out.simple("-ERR " + perr.Error() + "\r\n")
+				out.flush(c)
 				return
 			}
+			if used == 0 {
+				break // incomplete: read more
+			}
+			s.exec(&out, args)
+			start += used
 		}
+		if start == end {
+			start, end = 0, 0
+		}
+		if out.pending() && out.flush(c) != nil {
+			return
+		}
+		clear(args[:cap(args)]) // drop references into in before it is overwritten
 	}
 }
 
-// readCommand parses one RESP array of bulk strings into args, whose slices alias buf
-// (grown as needed and returned): they are valid until the next call with the same buf.
-func readCommand(rd *bufio.Reader, args [][]byte, buf []byte) ([][]byte, []byte, error) {
-	line, err := readLine(rd)
-	if err != nil {
-		return nil, buf, err
+// parseCommand parses one RESP array of bulk strings at the start of b. It returns the
+// arguments (aliasing b) and the bytes the command took, or used == 0 if b does not
+// hold a whole command yet.
+func parseCommand(b []byte, args [][]byte) (_ [][]byte, used int, err error) {
+	line, p, ok := parseLine(b, 0)
+	if !ok {
+		return args, 0, nil
 	}
 	if len(line) == 0 || line[0] != '*' {
-		return nil, buf, fmt.Errorf("protocol: expected array, got %q", line)
+		return args, 0, fmt.Errorf("protocol: expected array, got %q", line)
 	}
 	n, ok := parseLen(line[1:])
 	if !ok || n < 1 || n > 1<<20 {
-		return nil, buf, fmt.Errorf("protocol: bad array length %q", line)
+		return args, 0, fmt.Errorf("protocol: bad array length %q", line)
 	}
-	// Spans first, slices after: buf may move while it grows.
-	var spanBuf [8][2]int
-	spans := spanBuf[:0]
 	for range n {
-		line, err := readLine(rd)
-		if err != nil {
-			return nil, buf, err
+		line, p, ok = parseLine(b, p)
+		if !ok {
+			return args, 0, nil
 		}
 		if len(line) == 0 || line[0] != '$' {
-			return nil, buf, fmt.Errorf("protocol: expected bulk string, got %q", line)
+			return args, 0, fmt.Errorf("protocol: expected bulk string, got %q", line)
 		}
 		l, ok := parseLen(line[1:])
 		if !ok || l < 0 || l > 512<<20 {
-			return nil, buf, fmt.Errorf("protocol: bad bulk length %q", line)
+			return args, 0, fmt.Errorf("protocol: bad bulk length %q", line)
 		}
-		start := len(buf)
-		buf = slices.Grow(buf, l+2)[:start+l+2]
-		if _, err := io.ReadFull(rd, buf[start:]); err != nil {
-			return nil, buf, err
+		if len(b)-p < l+2 {
+			return args, 0, nil
 		}
-		buf = buf[:start+l]
-		spans = append(spans, [2]int{start, start + l})
+		if b[p+l] != '\r' || b[p+l+1] != '\n' {
+			return args, 0, errors.New("protocol: bulk string not ended by CRLF")
+		}
+		args = append(args, b[p:p+l:p+l])
+		p += l + 2
 	}
-	for _, sp := range spans {
-		args = append(args, buf[sp[0]:sp[1]:sp[1]])
+	return args, p, nil
+}
+
+// parseLine returns the CRLF-terminated line at b[p:] (without the CRLF) and the
+// offset after it, or ok == false if the line is not complete yet.
+func parseLine(b []byte, p int) (line []byte, next int, ok bool) {
+	i := bytes.IndexByte(b[p:], '\n')
+	if i < 0 {
+		return nil, p, false
 	}
-	return args, buf, nil
+	if i == 0 || b[p+i-1] != '\r' {
+		return b[p : p+i], p + i + 1, true // the caller rejects it: not a '*' or '$' line
+	}
+	return b[p : p+i-1], p + i + 1, true
 }
 
 // parseLen parses a RESP length (decimal, possibly -1) without allocating.
@@ -179,31 +207,104 @@ func parseLen(b []byte) (int, bool) {
 	return n, true
 }
 
-func readLine(rd *bufio.Reader) ([]byte, error) {
-	line, err := rd.ReadSlice('\n')
-	if err != nil {
-		return nil, err
-	}
-	if len(line) < 2 || line[len(line)-2] != '\r' {
-		return nil, errors.New("protocol: line not ended by CRLF")
-	}
-	return line[:len(line)-2], nil
+// replies collects one batch's replies for a single writev: small pieces are appended
+// to scratch, and values of at least bigValue bytes are referred to where they are
+// stored instead of being copied. segs lists the pieces in order.
+type replies struct {
+	scratch []byte
+	segs    []seg
+	bufs    net.Buffers
 }
 
-func writeBulk(wr *bufio.Writer, v []byte) {
-	if v == nil {
-		wr.WriteString("$-1\r\n")
+// seg is one piece of the reply stream: scratch[from:to], or val when it is not nil.
+type seg struct {
+	from, to int
+	val      []byte
+}
+
+// bigValue is the size from which a value is sent from where it is stored rather than
+// copied into the scratch buffer: below it a copy is cheaper than an iovec.
+const bigValue = 256
+
+func (r *replies) pending() bool { return len(r.segs) > 0 || len(r.scratch) > 0 }
+
+func (r *replies) simple(s string) {
+	from := len(r.scratch)
+	r.scratch = append(r.scratch, s...)
+	r.extend(from)
+}
+
+// extend records that scratch[from:] follows the previous piece.
+func (r *replies) extend(from int) {
+	if n := len(r.segs); n > 0 && r.segs[n-1].val == nil && r.segs[n-1].to == from {
+		r.segs[n-1].to = len(r.scratch)
 		return
 	}
-	var hdr [24]byte
-	h := append(hdr[:0], '$')
-	h = strconv.AppendInt(h, int64(len(v)), 10)
-	wr.Write(append(h, '\r', '\n'))
-	wr.Write(v)
-	wr.WriteString("\r\n")
+	r.segs = append(r.segs, seg{from: from, to: len(r.scratch)})
 }
 
-func (s *RESPServer) exec(wr *bufio.Writer, args [][]byte) {
+func (r *replies) integer(n int) {
+	from := len(r.scratch)
+	r.scratch = append(r.scratch, ':')
+	r.scratch = strconv.AppendInt(r.scratch, int64(n), 10)
+	r.scratch = append(r.scratch, '\r', '\n')
+	r.extend(from)
+}
+
+func (r *replies) arrayHeader(n int) {
+	from := len(r.scratch)
+	r.scratch = append(r.scratch, '*')
+	r.scratch = strconv.AppendInt(r.scratch, int64(n), 10)
+	r.scratch = append(r.scratch, '\r', '\n')
+	r.extend(from)
+}
+
+// bulk appends a bulk string reply (v == nil: the null reply).
+func (r *replies) bulk(v []byte) {
+	if v == nil {
+		r.simple("$-1\r\n")
+		return
+	}
+	from := len(r.scratch)
+	r.scratch = append(r.scratch, '$')
+	r.scratch = strconv.AppendInt(r.scratch, int64(len(v)), 10)
+	r.scratch = append(r.scratch, '\r', '\n')
+	if len(v) < bigValue {
+		r.scratch = append(r.scratch, v...)
+		r.scratch = append(r.scratch, '\r', '\n')
+		r.extend(from)
+		return
+	}
+	r.extend(from)
+	r.segs = append(r.segs, seg{val: v})
+	from = len(r.scratch)
+	r.scratch = append(r.scratch, '\r', '\n')
+	r.extend(from)
+}
+
+// flush writes the batch in one writev and resets it.
+func (r *replies) flush(c net.Conn) error {
+	// scratch is final now (it may have moved while growing), so the slices are taken here.
+	bufs := r.bufs[:0]
+	for _, sg := range r.segs {
+		if sg.val != nil {
+			bufs = append(bufs, sg.val)
+		} else {
+			bufs = append(bufs, r.scratch[sg.from:sg.to])
+		}
+	}
+	r.bufs = bufs
+	_, err := bufs.WriteTo(c) // consumes a copy of the slice header, not r.bufs
+	clear(r.bufs)             // don't keep stored values alive
+	clear(r.segs)
+	r.segs, r.scratch = r.segs[:0], r.scratch[:0]
+	if cap(r.scratch) > 1<<20 {
+		r.scratch = nil // don't pin a buffer grown for one huge batch
+	}
+	return err
+}
+
+func (s *RESPServer) exec(wr *replies, args [][]byte) {
 	var up [16]byte
 	cmd := up[:0]
 	if len(args[0]) <= len(up) {
@@ -223,22 +324,22 @@ func (s *RESPServer) exec(wr *bufio.Writer, args [][]byte) {
 				return
 			}
 		}
-		wr.WriteString("-ERR KEFIR.CALL without CMD\r\n")
+		wr.simple("-ERR KEFIR.CALL without CMD\r\n")
 	case "PING":
-		wr.WriteString("+PONG\r\n")
+		wr.simple("+PONG\r\n")
 	case "GET":
 		if len(args) != 2 {
-			wr.WriteString("-ERR wrong number of arguments for 'get'\r\n")
+			wr.simple("-ERR wrong number of arguments for 'get'\r\n")
 			return
 		}
 		sh := s.shard(args[1])
 		sh.mu.RLock()
 		v := sh.m[string(args[1])]
 		sh.mu.RUnlock()
-		writeBulk(wr, v)
+		wr.bulk(v)
 	case "SET":
 		if len(args) < 3 {
-			wr.WriteString("-ERR wrong number of arguments for 'set'\r\n")
+			wr.simple("-ERR wrong number of arguments for 'set'\r\n")
 			return
 		}
 		v := bytes.Clone(args[2]) // args alias the connection's buffer
@@ -249,7 +350,7 @@ func (s *RESPServer) exec(wr *bufio.Writer, args [][]byte) {
 		sh.mu.Lock()
 		sh.m[string(args[1])] = v
 		sh.mu.Unlock()
-		wr.WriteString("+OK\r\n")
+		wr.simple("+OK\r\n")
 	case "DEL":
 		n := 0
 		for _, k := range args[1:] {
@@ -261,15 +362,15 @@ func (s *RESPServer) exec(wr *bufio.Writer, args [][]byte) {
 			}
 			sh.mu.Unlock()
 		}
-		fmt.Fprintf(wr, ":%d\r\n", n)
+		wr.integer(n)
 	case "MGET":
-		fmt.Fprintf(wr, "*%d\r\n", len(args)-1)
+		wr.arrayHeader(len(args) - 1)
 		for _, k := range args[1:] {
 			sh := s.shard(k)
 			sh.mu.RLock()
 			v := sh.m[string(k)]
 			sh.mu.RUnlock()
-			writeBulk(wr, v)
+			wr.bulk(v)
 		}
 	case "FLUSHALL":
 		for i := range s.shards {
@@ -278,14 +379,14 @@ func (s *RESPServer) exec(wr *bufio.Writer, args [][]byte) {
 			sh.m = map[string][]byte{}
 			sh.mu.Unlock()
 		}
-		wr.WriteString("+OK\r\n")
+		wr.simple("+OK\r\n")
 	case "ZADD":
-		wr.WriteString(":1\r\n")
+		wr.simple(":1\r\n")
 	case "ZRANGE", "ZRANGEBYLEX", "KEFIR.SCAN":
-		wr.WriteString("*0\r\n")
+		wr.simple("*0\r\n")
 	case "SELECT", "CLIENT":
-		wr.WriteString("+OK\r\n")
+		wr.simple("+OK\r\n")
 	default:
-		fmt.Fprintf(wr, "-ERR unknown command '%s'\r\n", args[0])
+		wr.simple(fmt.Sprintf("-ERR unknown command '%s'\r\n", args[0]))
 	}
 }
