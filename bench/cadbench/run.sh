@@ -26,6 +26,14 @@
 #   --profile PDIR        also take a CPU profile of every replica during each cell
 #                         (PDIR/<round>-<workload>-<clients>-<level>-n<i>.pprof, the cell's
 #                         duration minus 1 s; profiling costs a little CPU itself)
+#   --pool N              connections of ycsb's Kefir client (0: its default, 4); the
+#                         client pipelines its clients' calls over them, and the server runs
+#                         each connection's commands in order (docs/design/cad.md §9)
+#
+# Timeline of every op (append, fsyncs, commit, apply, R, durability waits; cad.md §9):
+# apply bench/cadbench/cadtrace.patch, build, and run with KEFIR_CADTRACE=1 --dir DIR: the
+# script sends every replica SIGUSR1 after the load and after each cell, and each prints
+# its percentiles for that cell to DIR/n<i>.log. Without the patch SIGUSR1 kills the servers.
 #
 # Every measuring run must hold the shared bench lock; wrap the whole script:
 #   flock /tmp/kefir-bench.lock bench/cadbench/run.sh writes --workloads w --clients 10
@@ -40,9 +48,9 @@
 set -euo pipefail
 
 mode=${1:-}
-case "$mode" in writes | reads) shift ;; *) sed -n '2,31p' "$0"; exit 2 ;; esac
+case "$mode" in writes | reads) shift ;; *) sed -n '2,39p' "$0"; exit 2 ;; esac
 workloads="w a f"; clients="10 64"; levels="sync cad async"; rounds=2; dur=5s
-records=20000; dir=""; port=17480; quota=0; gmp=""; bin=""; prof=""
+records=20000; pool=0; dir=""; port=17480; quota=0; gmp=""; bin=""; prof=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --workloads) workloads=$2; shift 2 ;;
@@ -57,6 +65,7 @@ while [ $# -gt 0 ]; do
     --gomaxprocs) gmp=$2; shift 2 ;;
     --bin) bin=$2; shift 2 ;;
     --profile) prof=$2; shift 2 ;;
+    --pool) pool=$2; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -136,6 +145,7 @@ lead=$(leader)
 sleep 1 # followers hear the leader's first heartbeats
 
 "$ycsb" -db kefir -addr "$addrs" -records "$records" -load-only -durability sync -limits-samples 0 >"$dir/load.txt"
+if [ -n "${KEFIR_CADTRACE:-}" ]; then for pid in "${pids[@]}"; do kill -USR1 "$pid"; done; fi
 cad_counter() { status "$1" | jq -r ".replication.cad.$2"; }
 load1() { cut -d' ' -f1 /proc/loadavg; }
 # cpu_ticks: user+system CPU of the three replicas so far, in clock ticks.
@@ -167,10 +177,11 @@ cell() {
   fi
   t0=$(cpu_ticks)
   "$ycsb" -db kefir -addr "$addrs" -records "$records" -load=false -d "$dur" -workloads "$w" \
-    -clients "$c" -consistency "$cons" -durability "$lvl" -limits-samples 0 -json "$dir/cell.json" >"$dir/cell.txt" 2>&1 ||
+    -clients "$c" -pool "$pool" -consistency "$cons" -durability "$lvl" -limits-samples 0 -json "$dir/cell.json" >"$dir/cell.txt" 2>&1 ||
     { echo "ycsb failed:" >&2; tail -5 "$dir/cell.txt" >&2; echo "0 0 0 0 $(load1) 0 0"; return; }
   local t1 w1 f1=0
   t1=$(cpu_ticks)
+  if [ -n "${KEFIR_CADTRACE:-}" ]; then for pid in "${pids[@]}"; do kill -USR1 "$pid"; done; fi
   for pid in "${ppids[@]}"; do wait "$pid" || echo "profile failed" >&2; done
   w1=$(cad_counter "$lead" reads_durability_wait)
   for i in 1 2 3; do [ "$i" = "$lead" ] || f1=$((f1 + $(cad_counter "$i" follower_reads_served))); done

@@ -215,6 +215,86 @@ func TestBrokenDurabilityCheckReadsUnpersistedWrite(t *testing.T) {
 	}
 }
 
+// A read released from its durability wait finds the R that released it
+// already published, so it waits once: one round with the core, not two
+// (docs/design/cad.md §9). The hook holds the driver right after it woke the
+// reader, before ready() ends — where R used to be published — so the
+// reader always runs in that window; a second round would show in
+// DurabilityRounds.
+func TestDurabilityWaitIsServedAfterOneRound(t *testing.T) {
+	if n := durabilityRounds(t, false); n != 1 {
+		t.Fatalf("durability rounds = %d for one waiting read, want 1: the reader saw the old R and waited again", n)
+	}
+}
+
+// With R published only at the end of ready() (as before), the same read
+// needs a second round: the test above can fail.
+func TestLateReadableCostsASecondRound(t *testing.T) {
+	if n := durabilityRounds(t, true); n < 2 {
+		t.Fatalf("durability rounds = %d with the late publication, want >= 2: the window was not tested", n)
+	}
+}
+
+// durabilityRounds makes one linearizable read wait for a cad write held
+// back from every disk, then lets the fsyncs through, and returns how many
+// waits the read registered with the core.
+func durabilityRounds(t *testing.T, late bool) uint64 {
+	var armed atomic.Bool
+	c, gates, _ := gatedCluster(t, func(o *Options) {
+		o.mut.lateReadable = late
+		o.mut.afterReadRelease = func() {
+			if armed.Load() {
+				time.Sleep(50 * time.Millisecond)
+			}
+		}
+	})
+	l := c.leader(5 * time.Second)
+	leader := c.reps[l]
+	ctx := context.Background()
+	for _, g := range gates {
+		g.hold()
+	}
+	released := false
+	defer func() {
+		if !released {
+			for _, g := range gates {
+				g.release()
+			}
+		}
+	}()
+	if _, err := leader.Write(ctx, set("k", "v1"), level.CAD, shard.ReqID{Client: 5, Seq: 1}); err != nil {
+		t.Fatal(err)
+	}
+	armed.Store(true)
+	got := make(chan error, 1)
+	go func() {
+		r, err := leader.Read(ctx, get("k"), level.ConsLinearizable, shard.Session{})
+		if err == nil && string(r.Bulk) != "v1" {
+			err = fmt.Errorf("read %+v, want v1", r)
+		}
+		got <- err
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for leader.Stats().DurabilityRounds == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the read never registered a durability wait")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	for _, g := range gates {
+		g.release()
+	}
+	released = true
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	st := leader.Stats()
+	if st.DurabilityWaits != 1 {
+		t.Fatalf("durability waits = %d, want 1", st.DurabilityWaits)
+	}
+	return st.DurabilityRounds
+}
+
 // An async blind write is acknowledged at the leader's append and read from
 // the leader's overlay at once: no durability wait (the documented unsafe
 // baseline).

@@ -476,7 +476,7 @@ func (r *Replica) Stats() Stats {
 		IndexReads: r.st.indexReads.Load(), Checkpoints: r.st.ckpts.Load(), SnapsSent: r.st.snapsSent.Load(),
 		SnapsLoaded: r.st.snapsLoaded.Load(), NilextFast: r.st.nxFast.Load(), NilextFallbacks: r.st.nxFallbacks.Load(),
 		NilextSent: r.st.nxSent.Load(), NilextAcksSent: r.st.nxAcksSent.Load(), NilextSlowReads: r.st.nxSlowReads.Load(),
-		DurabilityWaits: r.st.durWaits.Load(), FollowerReads: r.st.followerReads.Load(),
+		DurabilityWaits: r.st.durWaits.Load(), DurabilityRounds: r.st.durRounds.Load(), FollowerReads: r.st.followerReads.Load(),
 		FollowerRedirects: r.st.followerRedirects.Load(), EarlyAcks: r.st.earlyAcks.Load(), OverlayReads: r.st.overlayReads.Load()}
 }
 

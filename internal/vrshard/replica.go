@@ -197,6 +197,13 @@ type mutations struct {
 	// goroutine when an apply batch is in the engine but applied is not yet
 	// published: the window in which readers see the engine ahead of it.
 	afterEngineWrite func()
+	// afterReadRelease (a test hook) runs on the driver goroutine right
+	// after a Ready's read waits were released, before ready() ends.
+	afterReadRelease func()
+	// lateReadable publishes R only at the end of ready(), after the
+	// readers a Ready releases were woken (the behaviour before §9 of
+	// docs/design/cad.md): they may check against the old R and wait again.
+	lateReadable bool
 }
 
 // proposal is one write on its way through the log.
@@ -294,7 +301,10 @@ type Stats struct {
 	// update to become readable; cross-client-monotonic reads a follower
 	// served locally, and those it redirected; cad/async writes acknowledged
 	// before commit; reads served from the leader's async overlay.
+	// DurabilityRounds counts the waits registered with the core: at least
+	// one per durability wait, more when a read had to wait again.
 	DurabilityWaits   uint64
+	DurabilityRounds  uint64
 	FollowerReads     uint64
 	FollowerRedirects uint64
 	EarlyAcks         uint64
@@ -390,7 +400,7 @@ type Replica struct {
 	st struct {
 		readies, fsyncs, persisted, applied, proposals, leaseReads, indexReads, ckpts, snapsSent, snapsLoaded atomic.Uint64
 		nxFast, nxFallbacks, nxSent, nxAcksSent, nxSlowReads                                                  atomic.Uint64
-		durWaits, followerReads, followerRedirects, earlyAcks, overlayReads                                   atomic.Uint64
+		durWaits, durRounds, followerReads, followerRedirects, earlyAcks, overlayReads                        atomic.Uint64
 	}
 }
 
@@ -744,6 +754,7 @@ func (r *Replica) read(rw *readWaiter) {
 			return
 		}
 		r.reads[r.readCtx] = rw
+		r.st.durRounds.Add(1)
 		return
 	}
 	if r.opts.Nilext && rw.op != nil && r.isLeader.Load() {
@@ -935,6 +946,16 @@ func (r *Replica) handle(rd *vr.Ready) error {
 		}
 	}
 	r.earlyAcks(rd.Acks)
+	if len(rd.ReadStates) > 0 && !r.mut.lateReadable {
+		// The core releases a durability wait once R covers it, and the
+		// reader then checks its keys against the *published* R: publish it
+		// before waking the reader, or it may still see the R of the last
+		// ready() and register a second wait, which costs another heartbeat
+		// round (2–7 % of waits under YCSB A; docs/design/cad.md §9). Safe
+		// to publish early: the Committed of this Ready are applied (step
+		// 3), so R <= applied, as publish() would find a moment later.
+		r.publishReadable(r.core.Readable())
+	}
 	for _, rs := range rd.ReadStates {
 		rw := r.reads[rs.Ctx]
 		if rw == nil {
@@ -946,6 +967,9 @@ func (r *Replica) handle(rd *vr.Ready) error {
 			rw.err = r.mapErr(rs.Err)
 		}
 		close(rw.done)
+	}
+	if h := r.mut.afterReadRelease; h != nil && len(rd.ReadStates) > 0 {
+		h()
 	}
 	// 5. Snapshots for lagging peers: the engine at the applied op.
 	for _, to := range rd.SnapshotNeeded {
