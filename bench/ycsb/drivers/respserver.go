@@ -243,17 +243,14 @@ func (r *replies) extend(from int) {
 	r.segs = append(r.segs, seg{from: from, to: len(r.scratch)})
 }
 
-func (r *replies) integer(n int) {
-	from := len(r.scratch)
-	r.scratch = append(r.scratch, ':')
-	r.scratch = strconv.AppendInt(r.scratch, int64(n), 10)
-	r.scratch = append(r.scratch, '\r', '\n')
-	r.extend(from)
-}
+func (r *replies) integer(n int) { r.prefixed(':', n) }
 
-func (r *replies) arrayHeader(n int) {
+func (r *replies) arrayHeader(n int) { r.prefixed('*', n) }
+
+// prefixed appends a reply line of one type byte and a decimal number (":n", "*n").
+func (r *replies) prefixed(typ byte, n int) {
 	from := len(r.scratch)
-	r.scratch = append(r.scratch, '*')
+	r.scratch = append(r.scratch, typ)
 	r.scratch = strconv.AppendInt(r.scratch, int64(n), 10)
 	r.scratch = append(r.scratch, '\r', '\n')
 	r.extend(from)
