@@ -17,12 +17,13 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"sync"
 	"syscall"
 )
 
-// File is an open file. Writes always append at the end of the file: the engine only
-// ever appends to logs and writes fresh files, and restricting the interface keeps the
-// crash model (durable prefix + unsynced suffix) exact.
+// File is an open file. Write always appends at the end of the file; positional writes
+// are the optional WriterAt, so code that only appends keeps the simple crash model
+// (durable prefix + unsynced suffix).
 type File interface {
 	io.ReaderAt
 	// Write appends p at the end of the file. A short write returns an error.
@@ -43,6 +44,20 @@ type Preallocator interface {
 	Preallocate(off, n int64) error
 }
 
+// WriterAt is implemented by writable files that can overwrite in place: WriteAt writes
+// p at offset off, whatever the file's size. Writing beyond the end extends the file and
+// the gap reads as zeros (a hole), as pwrite does. A short write returns an error.
+// Optional: callers type-assert. Both OS and Mem files implement it.
+//
+// Crash semantics (what Mem models, and what a disk with 4 KiB pages and 512-byte atomic
+// sectors allows): until the next successful Sync, each page overwritten in place may,
+// after a power cut, hold its old durable contents, its new contents, or a mix of the
+// two at sector boundaries; pages not written since the last Sync keep their contents.
+// Bytes written beyond the durable size follow the append rules (a prefix survives).
+type WriterAt interface {
+	WriteAt(p []byte, off int64) (int, error)
+}
+
 // Mapper is implemented by files that can be memory-mapped read-only, so reads of cached
 // pages cost a copy instead of a system call. Optional: callers type-assert and fall back
 // to ReadAt. Release a mapping with Unmap.
@@ -52,11 +67,11 @@ type Mapper interface {
 
 // FS is the file-system interface. Paths are slash- or OS-separated; Mem cleans them.
 type FS interface {
-	// Create creates (or truncates) name for reading and appending.
+	// Create creates (or truncates) name for reading and writing (appends; WriterAt).
 	Create(name string) (File, error)
 	// Open opens an existing file read-only.
 	Open(name string) (File, error)
-	// OpenRW opens an existing file for reading, appending and truncating.
+	// OpenRW opens an existing file for reading, writing (appends; WriterAt) and truncating.
 	OpenRW(name string) (File, error)
 	// Rename atomically renames oldname to newname, replacing newname
 	// (durable once the directory is synced).
@@ -93,7 +108,30 @@ type OS struct{}
 // Default is the real file system.
 var Default FS = OS{}
 
-type osFile struct{ *os.File }
+// osFile is an OS file opened without O_APPEND: Go refuses WriteAt on an append-mode
+// file, and Linux's pwrite on an O_APPEND descriptor ignores the offset and appends. Write
+// keeps append semantics by seeking to the end first (one lseek, cheap next to the write).
+type osFile struct {
+	*os.File
+	// wmu makes Write's seek and write one step, so concurrent Writes on one handle each
+	// land whole at the end, as with O_APPEND. (Two handles appending to one file at the
+	// same time are no longer atomic with respect to each other; Kefir never does that.)
+	wmu sync.Mutex
+}
+
+// Write appends p at the end of the file, wherever an earlier WriteAt or Truncate left
+// the file offset.
+func (f *osFile) Write(p []byte) (int, error) {
+	f.wmu.Lock()
+	defer f.wmu.Unlock()
+	if _, err := f.File.Seek(0, io.SeekEnd); err != nil {
+		return 0, err
+	}
+	return f.File.Write(p)
+}
+
+// WriteAt implements WriterAt with pwrite.
+func (f *osFile) WriteAt(p []byte, off int64) (int, error) { return f.File.WriteAt(p, off) }
 
 type osSyncError struct {
 	name string
@@ -103,7 +141,7 @@ type osSyncError struct {
 func (e *osSyncError) Error() string { return "sync " + e.name + ": " + e.err.Error() }
 func (e *osSyncError) Unwrap() error { return e.err }
 
-func (f osFile) Size() (int64, error) {
+func (f *osFile) Size() (int64, error) {
 	st, err := f.File.Stat()
 	if err != nil {
 		return 0, err
@@ -113,11 +151,11 @@ func (f osFile) Size() (int64, error) {
 
 // Create implements FS.
 func (OS) Create(name string) (File, error) {
-	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o644)
+	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
 		return nil, err
 	}
-	return osFile{f}, nil
+	return &osFile{File: f}, nil
 }
 
 // Open implements FS.
@@ -126,16 +164,16 @@ func (OS) Open(name string) (File, error) {
 	if err != nil {
 		return nil, err
 	}
-	return osFile{f}, nil
+	return &osFile{File: f}, nil
 }
 
 // OpenRW implements FS.
 func (OS) OpenRW(name string) (File, error) {
-	f, err := os.OpenFile(name, os.O_RDWR|os.O_APPEND, 0)
+	f, err := os.OpenFile(name, os.O_RDWR, 0)
 	if err != nil {
 		return nil, err
 	}
-	return osFile{f}, nil
+	return &osFile{File: f}, nil
 }
 
 // Rename implements FS.
