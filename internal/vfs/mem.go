@@ -74,6 +74,8 @@ type memNode struct {
 	durLen int    // data[:durLen] is durable, unless base != nil
 	base   []byte // durable contents when they are not a prefix of data
 	// [lostLo, lostHi) was dropped by a failed fsync; the next sync makes it zeros.
+	// It is byte-exact and nothing written later shrinks it (a WriteAt into it is lost
+	// too: pessimistic, where lost pages below are exact).
 	lostLo, lostHi int
 	// old maps each page overwritten in place since the last sync to its durable bytes
 	// (the page's part below the durable size), saved before the first overwrite. When
