@@ -2,7 +2,22 @@
 
 package vfs
 
-import "syscall"
+import (
+	"os"
+	"strconv"
+	"syscall"
+)
+
+// reopenForWriteAt opens a second, non-append, write-only descriptor on f's file through
+// /proc/self/fd, so it reaches the same inode even if the file was renamed or removed
+// since f was opened.
+func reopenForWriteAt(f *os.File) (*os.File, error) {
+	fd, err := syscall.Open("/proc/self/fd/"+strconv.Itoa(int(f.Fd())), syscall.O_WRONLY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), f.Name()), nil
+}
 
 // Sync uses fdatasync: it persists the data and the metadata needed to read it back
 // (the file size), but not timestamps, which saves a journal commit on most fsyncs.

@@ -13,6 +13,7 @@ package vfs
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -108,30 +109,56 @@ type OS struct{}
 // Default is the real file system.
 var Default FS = OS{}
 
-// osFile is an OS file opened without O_APPEND: Go refuses WriteAt on an append-mode
-// file, and Linux's pwrite on an O_APPEND descriptor ignores the offset and appends. Write
-// keeps append semantics by seeking to the end first (one lseek, cheap next to the write).
+// osFile is an OS file. Writable files are opened with O_APPEND, so Write appends
+// atomically with one write(2). That descriptor cannot do positional writes (Go refuses
+// WriteAt on it, and Linux's pwrite on an O_APPEND descriptor ignores the offset), so
+// WriteAt uses a second descriptor on the same file, opened on first use. fdatasync
+// flushes the file, not a descriptor, so Sync covers writes through both.
+//
+// (Opening without O_APPEND and seeking to the end before each Write was measured at
+// about 0.35 us more per 2,800-byte Write, 3.15 -> 3.49 us: a cost on every append to
+// buy positional writes that only new code uses.)
 type osFile struct {
 	*os.File
-	// wmu makes Write's seek and write one step, so concurrent Writes on one handle each
-	// land whole at the end, as with O_APPEND. (Two handles appending to one file at the
-	// same time are no longer atomic with respect to each other; Kefir never does that.)
-	wmu sync.Mutex
+	writable bool
+
+	mu sync.Mutex
+	pw *os.File // the positional-write descriptor, nil until the first WriteAt
 }
 
-// Write appends p at the end of the file, wherever an earlier WriteAt or Truncate left
-// the file offset.
-func (f *osFile) Write(p []byte) (int, error) {
-	f.wmu.Lock()
-	defer f.wmu.Unlock()
-	if _, err := f.File.Seek(0, io.SeekEnd); err != nil {
-		return 0, err
+// WriteAt implements WriterAt with pwrite on the positional-write descriptor.
+func (f *osFile) WriteAt(p []byte, off int64) (int, error) {
+	if !f.writable {
+		return 0, &os.PathError{Op: "write", Path: f.Name(), Err: os.ErrPermission}
 	}
-	return f.File.Write(p)
+	f.mu.Lock()
+	if f.pw == nil {
+		pw, err := reopenForWriteAt(f.File)
+		if err != nil {
+			f.mu.Unlock()
+			return 0, fmt.Errorf("vfs: open %s for positional writes: %w", f.Name(), err)
+		}
+		f.pw = pw
+	}
+	pw := f.pw
+	f.mu.Unlock()
+	return pw.WriteAt(p, off)
 }
 
-// WriteAt implements WriterAt with pwrite.
-func (f *osFile) WriteAt(p []byte, off int64) (int, error) { return f.File.WriteAt(p, off) }
+// Close closes the file and its positional-write descriptor, if any.
+func (f *osFile) Close() error {
+	f.mu.Lock()
+	pw := f.pw
+	f.pw = nil
+	f.mu.Unlock()
+	err := f.File.Close()
+	if pw != nil {
+		if perr := pw.Close(); err == nil {
+			err = perr
+		}
+	}
+	return err
+}
 
 type osSyncError struct {
 	name string
@@ -151,11 +178,11 @@ func (f *osFile) Size() (int64, error) {
 
 // Create implements FS.
 func (OS) Create(name string) (File, error) {
-	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
-	return &osFile{File: f}, nil
+	return &osFile{File: f, writable: true}, nil
 }
 
 // Open implements FS.
@@ -169,11 +196,11 @@ func (OS) Open(name string) (File, error) {
 
 // OpenRW implements FS.
 func (OS) OpenRW(name string) (File, error) {
-	f, err := os.OpenFile(name, os.O_RDWR, 0)
+	f, err := os.OpenFile(name, os.O_RDWR|os.O_APPEND, 0)
 	if err != nil {
 		return nil, err
 	}
-	return &osFile{File: f}, nil
+	return &osFile{File: f, writable: true}, nil
 }
 
 // Rename implements FS.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand"
+	"runtime"
 	"testing"
 )
 
@@ -411,5 +412,32 @@ func TestWriteAtFaults(t *testing.T) {
 	m.CrashAfter(0)
 	if _, err := w.WriteAt([]byte("x"), 0); !errors.Is(err, ErrPoweredOff) {
 		t.Fatalf("WriteAt after power cut: %v", err)
+	}
+}
+
+// The OS positional-write descriptor reaches the file the handle has open, even after
+// a rename (it is opened through /proc/self/fd on Linux), and Write keeps appending
+// with O_APPEND next to it.
+func TestOSWriteAtAfterRename(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("by-name reopen elsewhere")
+	}
+	dir := t.TempDir()
+	f, err := Default.Create(Join(dir, "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	mustWrite(t, f, "0123")
+	if err := Default.Rename(Join(dir, "a"), Join(dir, "b")); err != nil {
+		t.Fatal(err)
+	}
+	mustWriteAt(t, f, []byte("X"), 1)
+	mustWrite(t, f, "4")
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if got := readAll(t, Default, Join(dir, "b")); got != "0X234" {
+		t.Fatalf("renamed file = %q, want %q", got, "0X234")
 	}
 }
