@@ -45,10 +45,11 @@ type Preallocator interface {
 	Preallocate(off, n int64) error
 }
 
-// WriterAt is implemented by writable files that can overwrite in place: WriteAt writes
-// p at offset off, whatever the file's size. Writing beyond the end extends the file and
-// the gap reads as zeros (a hole), as pwrite does. A short write returns an error.
-// Optional: callers type-assert. Both OS and Mem files implement it.
+// WriterAt is implemented by files that can overwrite in place: WriteAt writes p at
+// offset off, whatever the file's size. Writing beyond the end extends the file and the
+// gap reads as zeros (a hole), as pwrite does. A short write returns an error, and so
+// does WriteAt on a file opened read-only (Open). Optional: callers type-assert. Both OS
+// and Mem files implement it.
 //
 // Crash semantics (what Mem models, and what a disk with 4 KiB pages and 512-byte atomic
 // sectors allows): until the next successful Sync, each page overwritten in place may,
