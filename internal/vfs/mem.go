@@ -33,6 +33,13 @@ var ErrInjected error = syscall.EIO
 // the kernel marks the pages clean, so a later successful fsync does not write them and
 // after a crash they read back as zeros.
 //
+// In-place overwrites (WriteAt below the durable size) are tracked per 4 KiB page: Crash
+// gives each page overwritten since the last sync, independently, its old durable
+// contents, its new contents, or a mix of the two at 512-byte sector boundaries (sectors
+// are atomic, pages are not). Pages not overwritten keep their durable contents. A failed
+// fsync loses overwritten pages too: they keep their old durable contents until written
+// again, even across a later successful fsync.
+//
 // Mem is safe for concurrent use; it starts no goroutines and has no hidden randomness.
 type Mem struct {
 	mu      sync.Mutex
@@ -49,14 +56,70 @@ type Mem struct {
 
 	syncs int64 // successful fsyncs (files and directories), for tests and benchmarks
 	ops   int64 // mutating operations attempted
+
+	// keepOverwrites is a test-only mutation: Crash keeps every unsynced in-place
+	// overwrite, a model that never loses them. The crash tests must catch it.
+	keepOverwrites bool
 }
+
+// memPage and memSector are the units of the overwrite crash model: the page cache
+// writes back whole pages, and a disk writes a sector atomically or not at all.
+const (
+	memPage   = 4096
+	memSector = 512
+)
 
 type memNode struct {
 	data   []byte
 	durLen int    // data[:durLen] is durable, unless base != nil
 	base   []byte // durable contents when they are not a prefix of data
 	// [lostLo, lostHi) was dropped by a failed fsync; the next sync makes it zeros.
+	// It is byte-exact and nothing written later shrinks it (a WriteAt into it is lost
+	// too: pessimistic, where lost pages below are exact).
 	lostLo, lostHi int
+	// old maps each page overwritten in place since the last sync to its durable bytes
+	// (the page's part below the durable size), saved before the first overwrite. When
+	// base == nil the durable contents are data[:durLen] with these pages put back.
+	old map[int][]byte
+	// lost maps each page whose overwrite a failed fsync dropped to its durable bytes:
+	// the disk still holds them and the page cache thinks the page clean, so they stay
+	// durable (a crash restores them, a successful sync does not write over them) until
+	// the page is written again.
+	lost map[int][]byte
+}
+
+// durable returns the file's durable contents (a fresh copy).
+func (nd *memNode) durable() []byte {
+	if nd.base != nil {
+		return append([]byte(nil), nd.base...)
+	}
+	d := append([]byte(nil), nd.data[:nd.durLen]...)
+	for pg, b := range nd.old {
+		copy(d[pg*memPage:], b)
+	}
+	for pg, b := range nd.lost {
+		copy(d[pg*memPage:], b)
+	}
+	return d
+}
+
+// durSize returns the durable file size.
+func (nd *memNode) durSize() int {
+	if nd.base != nil {
+		return len(nd.base)
+	}
+	return nd.durLen
+}
+
+// sortedPages returns the keys of a page map in order, so a seed always makes the same
+// choices.
+func sortedPages(m map[int][]byte) []int {
+	pgs := make([]int, 0, len(m))
+	for pg := range m {
+		pgs = append(pgs, pg)
+	}
+	sort.Ints(pgs)
+	return pgs
 }
 
 // NewMem returns an empty in-memory file system with the root directory "/" and ".".
@@ -140,8 +203,9 @@ func (m *Mem) Ops() int64 {
 // Crash simulates a power cut and reboot: unsynced names and bytes are lost, handles
 // opened before become stale, scheduled faults are cleared. If rng is non-nil, each
 // file keeps a random prefix of its unsynced appended bytes and, half of the time, the
-// last up to 16 kept bytes are overwritten with garbage (a torn write). With rng nil
-// exactly the durable state survives.
+// last up to 16 kept bytes are overwritten with garbage (a torn write); then each page
+// overwritten in place since the last sync gets its old contents, its new contents or a
+// sector-by-sector mix. With rng nil exactly the durable state survives.
 func (m *Mem) Crash(rng *rand.Rand) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -163,7 +227,7 @@ func (m *Mem) Crash(rng *rand.Rand) {
 		if old.base != nil {
 			keep = append([]byte(nil), old.base...)
 		} else {
-			keep = append([]byte(nil), old.data[:old.durLen]...)
+			keep = old.durable()
 			if rng != nil && len(old.data) > old.durLen {
 				unsynced := old.data[old.durLen:]
 				k := rng.Intn(len(unsynced) + 1)
@@ -175,6 +239,13 @@ func (m *Mem) Crash(rng *rand.Rand) {
 					}
 				}
 				keep = append(keep, tail...)
+			}
+			// Drawn after the append tail so files without overwrites consume the
+			// rng exactly as before overwrites existed.
+			if rng != nil || m.keepOverwrites {
+				for _, pg := range sortedPages(old.old) {
+					crashPage(keep, old, pg, rng, m.keepOverwrites)
+				}
 			}
 		}
 		nd := &memNode{data: keep, durLen: len(keep)}
@@ -191,6 +262,30 @@ func (m *Mem) Crash(rng *rand.Rand) {
 	m.opsLeft = -1
 	m.failSyncs = 0
 	m.failWrites = 0
+}
+
+// crashPage decides what page pg of nd holds after a power cut, writing it into keep
+// (which holds the durable contents): the old bytes, the new bytes, or per sector either.
+func crashPage(keep []byte, nd *memNode, pg int, rng *rand.Rand, keepNew bool) {
+	lo := pg * memPage
+	hi := lo + len(nd.old[pg]) // the part of the page below the durable size
+	newb := nd.data[lo:hi]
+	if keepNew {
+		copy(keep[lo:hi], newb)
+		return
+	}
+	switch rng.Intn(5) {
+	case 0, 1: // the page never reached the disk: keep already holds the old bytes
+	case 2, 3:
+		copy(keep[lo:hi], newb)
+	default: // torn: the write-back stopped part way, sector by sector in any order
+		for s := lo; s < hi; s += memSector {
+			if rng.Intn(2) == 0 {
+				e := min(s+memSector, hi)
+				copy(keep[s:e], nd.data[s:e])
+			}
+		}
+	}
 }
 
 func clean(name string) string { return filepath.Clean(name) }
@@ -472,6 +567,75 @@ func (f *memFile) Write(p []byte) (int, error) {
 	return n, err
 }
 
+// WriteAt implements WriterAt. Below the durable size it overwrites in place (see the
+// crash model on Mem); beyond the current size it extends the file, zeros filling any
+// gap, and the new bytes are unsynced appended bytes.
+func (f *memFile) WriteAt(p []byte, off int64) (int, error) {
+	f.m.mu.Lock()
+	defer f.m.mu.Unlock()
+	if err := f.check("write"); err != nil {
+		return 0, err
+	}
+	if !f.rw {
+		return 0, &fs.PathError{Op: "write", Path: f.name, Err: fs.ErrPermission}
+	}
+	if err := f.m.mutate(); err != nil {
+		return 0, &fs.PathError{Op: "write", Path: f.name, Err: err}
+	}
+	if off < 0 {
+		return 0, &fs.PathError{Op: "write", Path: f.name, Err: fs.ErrInvalid}
+	}
+	if f.m.failWrites > 0 {
+		f.m.failWrites--
+		return 0, &fs.PathError{Op: "write", Path: f.name, Err: ErrInjected}
+	}
+	nd := f.nd
+	n := len(p)
+	var err error
+	if end := off + int64(n); f.m.capacity > 0 && end > int64(len(nd.data)) {
+		// Only growth needs space; write what fits below the capacity.
+		limit := int64(len(nd.data)) + max(0, f.m.capacity-f.m.usedLocked())
+		if end > limit {
+			n = int(max(0, min(int64(n), limit-off)))
+			err = &fs.PathError{Op: "write", Path: f.name, Err: ErrNoSpace}
+		}
+	}
+	if n == 0 {
+		return 0, err
+	}
+	lo, hi := int(off), int(off)+n
+	// Save the durable bytes of every page this write overwrites in place, once per
+	// sync interval. (With base != nil a crash restores base whole, but a failed fsync
+	// still needs to know which pages it dropped.)
+	dur := nd.durSize()
+	for pg := lo / memPage; pg*memPage < min(hi, dur); pg++ {
+		if _, ok := nd.old[pg]; ok {
+			continue
+		}
+		if nd.old == nil {
+			nd.old = map[int][]byte{}
+		}
+		if b, ok := nd.lost[pg]; ok {
+			// Written again after a failed fsync: dirty once more, and the disk
+			// still holds the bytes that fsync dropped.
+			nd.old[pg] = b
+			delete(nd.lost, pg)
+			continue
+		}
+		s, e := pg*memPage, min((pg+1)*memPage, dur)
+		if nd.base != nil {
+			nd.old[pg] = append([]byte(nil), nd.base[s:e]...)
+		} else {
+			nd.old[pg] = append([]byte(nil), nd.data[s:e]...)
+		}
+	}
+	if hi > len(nd.data) {
+		nd.data = append(nd.data, make([]byte, hi-len(nd.data))...)
+	}
+	copy(nd.data[lo:hi], p[:n])
+	return n, err
+}
+
 func (f *memFile) Sync() error {
 	f.m.mu.Lock()
 	defer f.m.mu.Unlock()
@@ -491,19 +655,34 @@ func (f *memFile) Sync() error {
 			}
 			nd.lostLo, nd.lostHi = lo, hi
 		}
+		// The overwritten pages are dropped too: the disk keeps their old bytes.
+		for pg, b := range nd.old {
+			if nd.lost == nil {
+				nd.lost = map[int][]byte{}
+			}
+			nd.lost[pg] = b
+		}
+		nd.old = nil
 		return &fs.PathError{Op: "sync", Path: f.name, Err: ErrInjected}
 	}
-	if nd.lostHi > nd.lostLo {
+	if nd.lostHi > nd.lostLo || len(nd.lost) > 0 {
 		// The pages a failed fsync dropped never reach the disk.
 		base := append([]byte(nil), nd.data...)
 		for i := nd.lostLo; i < nd.lostHi && i < len(base); i++ {
 			base[i] = 0
 		}
+		for pg, b := range nd.lost {
+			if lo := pg * memPage; lo < len(base) {
+				copy(base[lo:], b)
+			}
+		}
 		nd.base, nd.durLen = base, len(base)
 		nd.lostLo, nd.lostHi = 0, 0
+		nd.lost = nil
 	} else {
 		nd.base, nd.durLen = nil, len(nd.data)
 	}
+	nd.old = nil
 	f.m.syncs++
 	return nil
 }
@@ -525,8 +704,9 @@ func (f *memFile) Truncate(size int64) error {
 		return &fs.PathError{Op: "truncate", Path: f.name, Err: fs.ErrInvalid}
 	}
 	if int(size) < nd.durLen && nd.base == nil {
-		// The durable contents are no longer a prefix of the file.
-		nd.base = append([]byte(nil), nd.data[:nd.durLen]...)
+		// The durable contents are no longer a prefix of the file. From here on a
+		// crash restores exactly them, unsynced overwrites included (as for appends).
+		nd.base = nd.durable()
 	}
 	if int(size) <= len(nd.data) {
 		nd.data = nd.data[:size]

@@ -2,11 +2,26 @@
 
 package vfs
 
-import "syscall"
+import (
+	"os"
+	"strconv"
+	"syscall"
+)
+
+// reopenForWriteAt opens a second, non-append, write-only descriptor on f's file through
+// /proc/self/fd, so it reaches the same inode even if the file was renamed or removed
+// since f was opened.
+func reopenForWriteAt(f *os.File) (*os.File, error) {
+	fd, err := syscall.Open("/proc/self/fd/"+strconv.Itoa(int(f.Fd())), syscall.O_WRONLY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), f.Name()), nil
+}
 
 // Sync uses fdatasync: it persists the data and the metadata needed to read it back
 // (the file size), but not timestamps, which saves a journal commit on most fsyncs.
-func (f osFile) Sync() error {
+func (f *osFile) Sync() error {
 	for {
 		err := syscall.Fdatasync(int(f.File.Fd()))
 		if err != syscall.EINTR {
@@ -20,7 +35,7 @@ func (f osFile) Sync() error {
 
 // Preallocate reserves disk blocks for [off, off+n) without changing the file size, so
 // later appends allocate no extents and their fdatasync has less metadata to commit.
-func (f osFile) Preallocate(off, n int64) error {
+func (f *osFile) Preallocate(off, n int64) error {
 	for {
 		err := syscall.Fallocate(int(f.File.Fd()), 1 /* FALLOC_FL_KEEP_SIZE */, off, n)
 		if err != syscall.EINTR {
@@ -31,7 +46,7 @@ func (f osFile) Preallocate(off, n int64) error {
 
 // Map maps the file's first size bytes read-only (MAP_SHARED). The file must not shrink
 // while mapped. Release the mapping with Unmap.
-func (f osFile) Map(size int64) ([]byte, error) {
+func (f *osFile) Map(size int64) ([]byte, error) {
 	if size == 0 {
 		return nil, nil
 	}
