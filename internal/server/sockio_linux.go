@@ -14,6 +14,8 @@ import (
 // receiver's TCP work, 15–30 µs) could have its P retaken and handed to another
 // thread; sysmon, kept busy, then polled every 20 µs — about a third of a nanosleep
 // per durable SET at -P 1 (strace), and context switches Redis does not make.
+// The price: a goroutine in a raw call cannot be stopped, so a stop-the-world (GC) waits
+// for it — at most one copy into the socket buffer (a few hundred µs for a large reply).
 // Race builds use the syscall package for its happens-before annotations
 // (sockio_race_linux.go).
 func sockRead(fd int, p []byte) (int, error) {
