@@ -171,19 +171,3 @@ func TestRESPServerSplitAndOversizedCommands(t *testing.T) {
 		t.Fatalf("replies differ (%v): got %d bytes starting %q, want %d", err, len(got), got[:min(40, len(got))], len(want))
 	}
 }
-
-func TestParseCommandWaitsForWholeCommand(t *testing.T) {
-	cmd := []byte("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5\r\nvalue\r\n")
-	for n := range len(cmd) {
-		if args, used, err := parseCommand(cmd[:n], nil); err != nil || used != 0 {
-			t.Fatalf("prefix of %d bytes: args %q used %d err %v, want incomplete", n, args, used, err)
-		}
-	}
-	args, used, err := parseCommand(append(cmd, "*1\r\n"...), nil)
-	if err != nil || used != len(cmd) || len(args) != 3 || string(args[2]) != "value" {
-		t.Fatalf("whole command: args %q used %d err %v", args, used, err)
-	}
-	if _, _, err := parseCommand([]byte("*1\r\n$3\r\nGETxx"), nil); err == nil {
-		t.Fatal("bulk string without CRLF accepted")
-	}
-}

@@ -2,12 +2,13 @@ package drivers
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"hash/maphash"
 	"net"
 	"strconv"
 	"sync"
+
+	"github.com/kefirdb/kefir/internal/resp"
 )
 
 // RESPServer is a trivial in-process RESP server: an in-memory map behind the smallest
@@ -86,125 +87,32 @@ func (s *RESPServer) shard(key []byte) *shard {
 	return &s.shards[maphash.Bytes(s.seed, key)%uint64(len(s.shards))]
 }
 
-// serve runs one connection as an event loop would: each read fills the input buffer
-// with whatever the client sent, every complete command in it is parsed in place (the
-// arguments alias the input buffer: nothing is copied or allocated per command, except
-// the value SET keeps), and all the batch's replies leave in one write. A GET reply
+// serve runs one connection as an event loop would: every complete command the last
+// read brought is parsed in place by the project's RESP reader (the arguments alias its
+// buffer: nothing is copied or allocated per command, except the value SET keeps), and
+// the batch's replies leave in one write once no command is left buffered. A GET reply
 // refers to the stored value instead of copying it (writev): a stored value is never
 // modified, a SET replaces it. It is the ceiling's server, so it does the least per
 // command it can; what remains per operation is the kernel's work and the map.
 func (s *RESPServer) serve(c net.Conn) {
-	in := make([]byte, 64<<10)
-	var start, end int // unparsed input: in[start:end]
+	rd := resp.NewReader(c, 64<<10)
 	var out replies
 	var args [][]byte
 	for {
-		if end == len(in) {
-			if start > 0 { // move the partial command to the front
-				end = copy(in, in[start:end])
-				start = 0
-			} else { // one command larger than the buffer
-				in = append(in, make([]byte, len(in))...)
+		var err error
+		args, err = rd.ReadCommand(args[:0])
+		if err != nil {
+			if resp.IsProtocolError(err) {
+				out.simple("-ERR " + err.Error() + "\r\n")
 			}
-		}
-		n, err := c.Read(in[end:])
-		if n == 0 && err != nil {
+			out.flush(c)
 			return
 		}
-		end += n
-		for start < end {
-			var used int
-			var perr error
-			args, used, perr = parseCommand(in[start:end], args[:0])
-			if perr != nil {
-				out.simple("-ERR " + perr.Error() + "\r\n")
-				out.flush(c)
-				return
-			}
-			if used == 0 {
-				break // incomplete: read more
-			}
-			s.exec(&out, args)
-			start += used
-		}
-		if start == end {
-			start, end = 0, 0
-		}
-		if out.pending() && out.flush(c) != nil {
+		s.exec(&out, args)
+		if rd.Buffered() == 0 && out.flush(c) != nil {
 			return
 		}
-		clear(args[:cap(args)]) // drop references into in before it is overwritten
 	}
-}
-
-// parseCommand parses one RESP array of bulk strings at the start of b. It returns the
-// arguments (aliasing b) and the bytes the command took, or used == 0 if b does not
-// hold a whole command yet.
-func parseCommand(b []byte, args [][]byte) (_ [][]byte, used int, err error) {
-	line, p, ok := parseLine(b, 0)
-	if !ok {
-		return args, 0, nil
-	}
-	if len(line) == 0 || line[0] != '*' {
-		return args, 0, fmt.Errorf("protocol: expected array, got %q", line)
-	}
-	n, ok := parseLen(line[1:])
-	if !ok || n < 1 || n > 1<<20 {
-		return args, 0, fmt.Errorf("protocol: bad array length %q", line)
-	}
-	for range n {
-		line, p, ok = parseLine(b, p)
-		if !ok {
-			return args, 0, nil
-		}
-		if len(line) == 0 || line[0] != '$' {
-			return args, 0, fmt.Errorf("protocol: expected bulk string, got %q", line)
-		}
-		l, ok := parseLen(line[1:])
-		if !ok || l < 0 || l > 512<<20 {
-			return args, 0, fmt.Errorf("protocol: bad bulk length %q", line)
-		}
-		if len(b)-p < l+2 {
-			return args, 0, nil
-		}
-		if b[p+l] != '\r' || b[p+l+1] != '\n' {
-			return args, 0, errors.New("protocol: bulk string not ended by CRLF")
-		}
-		args = append(args, b[p:p+l:p+l])
-		p += l + 2
-	}
-	return args, p, nil
-}
-
-// parseLine returns the CRLF-terminated line at b[p:] (without the CRLF) and the
-// offset after it, or ok == false if the line is not complete yet.
-func parseLine(b []byte, p int) (line []byte, next int, ok bool) {
-	i := bytes.IndexByte(b[p:], '\n')
-	if i < 0 {
-		return nil, p, false
-	}
-	if i == 0 || b[p+i-1] != '\r' {
-		return b[p : p+i], p + i + 1, true // the caller rejects it: not a '*' or '$' line
-	}
-	return b[p : p+i-1], p + i + 1, true
-}
-
-// parseLen parses a RESP length (decimal, possibly -1) without allocating.
-func parseLen(b []byte) (int, bool) {
-	if len(b) == 2 && b[0] == '-' && b[1] == '1' {
-		return -1, true
-	}
-	if len(b) == 0 || len(b) > 10 {
-		return 0, false
-	}
-	n := 0
-	for _, c := range b {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		n = 10*n + int(c-'0')
-	}
-	return n, true
 }
 
 // replies collects one batch's replies for a single writev: small pieces are appended
@@ -225,8 +133,6 @@ type seg struct {
 // bigValue is the size from which a value is sent from where it is stored rather than
 // copied into the scratch buffer: below it a copy is cheaper than an iovec.
 const bigValue = 256
-
-func (r *replies) pending() bool { return len(r.segs) > 0 || len(r.scratch) > 0 }
 
 func (r *replies) simple(s string) {
 	from := len(r.scratch)
