@@ -223,11 +223,10 @@ func (m *Mem) Crash(rng *rand.Rand) {
 			files[name] = nd
 			continue
 		}
-		var keep []byte
-		if old.base != nil {
-			keep = append([]byte(nil), old.base...)
-		} else {
-			keep = old.durable()
+		keep := old.durable()
+		// With base set (a truncation below the durable size, or pages a failed fsync
+		// dropped) exactly the durable contents survive.
+		if old.base == nil {
 			if rng != nil && len(old.data) > old.durLen {
 				unsynced := old.data[old.durLen:]
 				k := rng.Intn(len(unsynced) + 1)
@@ -535,21 +534,34 @@ func (f *memFile) ReadAt(p []byte, off int64) (int, error) {
 	return n, nil
 }
 
-func (f *memFile) Write(p []byte) (int, error) {
-	f.m.mu.Lock()
-	defer f.m.mu.Unlock()
+// startWrite makes the checks and fault injections every write goes through, in order:
+// a stale or closed handle, a read-only handle, the power (a mutating operation), a
+// negative offset (WriteAt), an injected write failure. Called with m.mu held.
+func (f *memFile) startWrite(off int64) error {
 	if err := f.check("write"); err != nil {
-		return 0, err
+		return err
 	}
 	if !f.rw {
-		return 0, &fs.PathError{Op: "write", Path: f.name, Err: fs.ErrPermission}
+		return &fs.PathError{Op: "write", Path: f.name, Err: fs.ErrPermission}
 	}
 	if err := f.m.mutate(); err != nil {
-		return 0, &fs.PathError{Op: "write", Path: f.name, Err: err}
+		return &fs.PathError{Op: "write", Path: f.name, Err: err}
+	}
+	if off < 0 {
+		return &fs.PathError{Op: "write", Path: f.name, Err: fs.ErrInvalid}
 	}
 	if f.m.failWrites > 0 {
 		f.m.failWrites--
-		return 0, &fs.PathError{Op: "write", Path: f.name, Err: ErrInjected}
+		return &fs.PathError{Op: "write", Path: f.name, Err: ErrInjected}
+	}
+	return nil
+}
+
+func (f *memFile) Write(p []byte) (int, error) {
+	f.m.mu.Lock()
+	defer f.m.mu.Unlock()
+	if err := f.startWrite(0); err != nil {
+		return 0, err
 	}
 	n := len(p)
 	var err error
@@ -573,21 +585,8 @@ func (f *memFile) Write(p []byte) (int, error) {
 func (f *memFile) WriteAt(p []byte, off int64) (int, error) {
 	f.m.mu.Lock()
 	defer f.m.mu.Unlock()
-	if err := f.check("write"); err != nil {
+	if err := f.startWrite(off); err != nil {
 		return 0, err
-	}
-	if !f.rw {
-		return 0, &fs.PathError{Op: "write", Path: f.name, Err: fs.ErrPermission}
-	}
-	if err := f.m.mutate(); err != nil {
-		return 0, &fs.PathError{Op: "write", Path: f.name, Err: err}
-	}
-	if off < 0 {
-		return 0, &fs.PathError{Op: "write", Path: f.name, Err: fs.ErrInvalid}
-	}
-	if f.m.failWrites > 0 {
-		f.m.failWrites--
-		return 0, &fs.PathError{Op: "write", Path: f.name, Err: ErrInjected}
 	}
 	nd := f.nd
 	n := len(p)
