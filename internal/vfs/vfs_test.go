@@ -34,80 +34,77 @@ func readAll(t *testing.T, fsys FS, name string) string {
 	return string(buf)
 }
 
+// forBothFS runs a contract test against the real file system (in a temporary
+// directory) and against Mem.
+func forBothFS(t *testing.T, test func(t *testing.T, fsys FS, dir string)) {
+	t.Run("os", func(t *testing.T) { test(t, Default, t.TempDir()) })
+	t.Run("mem", func(t *testing.T) { test(t, NewMem(), "/data") })
+}
+
 // Both implementations satisfy the same contract.
 func TestFSContract(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		fs   FS
-		dir  string
-	}{
-		{"os", Default, t.TempDir()},
-		{"mem", NewMem(), "/data"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			fsys, dir := tc.fs, tc.dir
-			if err := fsys.MkdirAll(Join(dir, "sub")); err != nil {
-				t.Fatal(err)
-			}
-			f, err := fsys.Create(Join(dir, "a"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			mustWrite(t, f, "hello ")
-			mustWrite(t, f, "world")
-			if err := f.Sync(); err != nil {
-				t.Fatal(err)
-			}
-			buf := make([]byte, 5)
-			if _, err := f.ReadAt(buf, 6); err != nil || string(buf) != "world" {
-				t.Fatalf("ReadAt = %q, %v", buf, err)
-			}
-			if _, err := f.ReadAt(buf, 8); !errors.Is(err, io.EOF) {
-				t.Fatalf("short ReadAt err = %v, want EOF", err)
-			}
-			if err := f.Truncate(5); err != nil {
-				t.Fatal(err)
-			}
-			mustWrite(t, f, "!") // appends at the new end
-			if err := f.Close(); err != nil {
-				t.Fatal(err)
-			}
-			if got := readAll(t, fsys, Join(dir, "a")); got != "hello!" {
-				t.Fatalf("contents = %q", got)
-			}
-			if size, err := fsys.Stat(Join(dir, "a")); err != nil || size != 6 {
-				t.Fatalf("Stat = %d, %v", size, err)
-			}
-			rw, err := fsys.OpenRW(Join(dir, "a"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			mustWrite(t, rw, "?")
-			rw.Close()
-			if got := readAll(t, fsys, Join(dir, "a")); got != "hello!?" {
-				t.Fatalf("contents after OpenRW append = %q", got)
-			}
-			if err := fsys.Rename(Join(dir, "a"), Join(dir, "b")); err != nil {
-				t.Fatal(err)
-			}
-			if err := fsys.SyncDir(dir); err != nil {
-				t.Fatal(err)
-			}
-			names, err := fsys.ReadDir(dir)
-			if err != nil || len(names) != 2 || names[0] != "b" || names[1] != "sub" {
-				t.Fatalf("ReadDir = %v, %v", names, err)
-			}
-			if _, err := fsys.Open(Join(dir, "a")); !errors.Is(err, fs.ErrNotExist) {
-				t.Fatalf("open renamed-away file: %v", err)
-			}
-			if err := fsys.Remove(Join(dir, "b")); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := fsys.Stat(Join(dir, "b")); !errors.Is(err, fs.ErrNotExist) {
-				t.Fatalf("stat removed: %v", err)
-			}
-		})
-	}
+	forBothFS(t, func(t *testing.T, fsys FS, dir string) {
+		if err := fsys.MkdirAll(Join(dir, "sub")); err != nil {
+			t.Fatal(err)
+		}
+		f, err := fsys.Create(Join(dir, "a"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustWrite(t, f, "hello ")
+		mustWrite(t, f, "world")
+		if err := f.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 5)
+		if _, err := f.ReadAt(buf, 6); err != nil || string(buf) != "world" {
+			t.Fatalf("ReadAt = %q, %v", buf, err)
+		}
+		if _, err := f.ReadAt(buf, 8); !errors.Is(err, io.EOF) {
+			t.Fatalf("short ReadAt err = %v, want EOF", err)
+		}
+		if err := f.Truncate(5); err != nil {
+			t.Fatal(err)
+		}
+		mustWrite(t, f, "!") // appends at the new end
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if got := readAll(t, fsys, Join(dir, "a")); got != "hello!" {
+			t.Fatalf("contents = %q", got)
+		}
+		if size, err := fsys.Stat(Join(dir, "a")); err != nil || size != 6 {
+			t.Fatalf("Stat = %d, %v", size, err)
+		}
+		rw, err := fsys.OpenRW(Join(dir, "a"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustWrite(t, rw, "?")
+		rw.Close()
+		if got := readAll(t, fsys, Join(dir, "a")); got != "hello!?" {
+			t.Fatalf("contents after OpenRW append = %q", got)
+		}
+		if err := fsys.Rename(Join(dir, "a"), Join(dir, "b")); err != nil {
+			t.Fatal(err)
+		}
+		if err := fsys.SyncDir(dir); err != nil {
+			t.Fatal(err)
+		}
+		names, err := fsys.ReadDir(dir)
+		if err != nil || len(names) != 2 || names[0] != "b" || names[1] != "sub" {
+			t.Fatalf("ReadDir = %v, %v", names, err)
+		}
+		if _, err := fsys.Open(Join(dir, "a")); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("open renamed-away file: %v", err)
+		}
+		if err := fsys.Remove(Join(dir, "b")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fsys.Stat(Join(dir, "b")); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("stat removed: %v", err)
+		}
+	})
 }
 
 func TestCrashDropsUnsyncedBytes(t *testing.T) {

@@ -23,76 +23,67 @@ func mustWriteAt(t *testing.T, f File, p []byte, off int64) {
 // Both implementations overwrite in place, extend with a zero-filled hole past the end,
 // and keep Write appending at the end whatever WriteAt and Truncate did before.
 func TestWriteAtContract(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		fs   FS
-		dir  string
-	}{
-		{"os", Default, t.TempDir()},
-		{"mem", NewMem(), "/data"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			fsys, name := tc.fs, Join(tc.dir, "f")
-			if err := fsys.MkdirAll(tc.dir); err != nil {
-				t.Fatal(err)
-			}
-			f, err := fsys.Create(name)
-			if err != nil {
-				t.Fatal(err)
-			}
-			mustWrite(t, f, "0123456789")
-			mustWriteAt(t, f, []byte("ab"), 2)
-			if got := readAll(t, fsys, name); got != "01ab456789" {
-				t.Fatalf("after overwrite = %q", got)
-			}
-			mustWriteAt(t, f, []byte("XY"), 12) // past the end: bytes 10 and 11 are a hole
-			if got := readAll(t, fsys, name); got != "01ab456789\x00\x00XY" {
-				t.Fatalf("after extending WriteAt = %q", got)
-			}
-			mustWrite(t, f, "!") // appends at the end, not at the file offset
-			if got := readAll(t, fsys, name); got != "01ab456789\x00\x00XY!" {
-				t.Fatalf("append after WriteAt = %q", got)
-			}
-			if err := f.Truncate(4); err != nil {
-				t.Fatal(err)
-			}
-			mustWrite(t, f, "z")
-			if err := f.Sync(); err != nil {
-				t.Fatal(err)
-			}
-			if err := f.Close(); err != nil {
-				t.Fatal(err)
-			}
-			if got := readAll(t, fsys, name); got != "01abz" {
-				t.Fatalf("after truncate and append = %q", got)
-			}
-			rw, err := fsys.OpenRW(name)
-			if err != nil {
-				t.Fatal(err)
-			}
-			mustWriteAt(t, rw, []byte("Q"), 0)
-			if _, err := rw.(WriterAt).WriteAt([]byte("x"), -1); err == nil {
-				t.Fatal("WriteAt at a negative offset succeeded")
-			}
-			mustWrite(t, rw, "?")
-			rw.Close()
-			if got := readAll(t, fsys, name); got != "Q1abz?" {
-				t.Fatalf("after OpenRW WriteAt and append = %q", got)
-			}
-			ro, err := fsys.Open(name)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ro.Close()
-			w, ok := ro.(WriterAt)
-			if !ok {
-				t.Fatalf("read-only %T does not implement WriterAt", ro)
-			}
-			if _, err := w.WriteAt([]byte("x"), 0); err == nil {
-				t.Fatal("WriteAt on a read-only file succeeded")
-			}
-		})
-	}
+	forBothFS(t, func(t *testing.T, fsys FS, dir string) {
+		name := Join(dir, "f")
+		if err := fsys.MkdirAll(dir); err != nil {
+			t.Fatal(err)
+		}
+		f, err := fsys.Create(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustWrite(t, f, "0123456789")
+		mustWriteAt(t, f, []byte("ab"), 2)
+		if got := readAll(t, fsys, name); got != "01ab456789" {
+			t.Fatalf("after overwrite = %q", got)
+		}
+		mustWriteAt(t, f, []byte("XY"), 12) // past the end: bytes 10 and 11 are a hole
+		if got := readAll(t, fsys, name); got != "01ab456789\x00\x00XY" {
+			t.Fatalf("after extending WriteAt = %q", got)
+		}
+		mustWrite(t, f, "!") // appends at the end, not at the file offset
+		if got := readAll(t, fsys, name); got != "01ab456789\x00\x00XY!" {
+			t.Fatalf("append after WriteAt = %q", got)
+		}
+		if err := f.Truncate(4); err != nil {
+			t.Fatal(err)
+		}
+		mustWrite(t, f, "z")
+		if err := f.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if got := readAll(t, fsys, name); got != "01abz" {
+			t.Fatalf("after truncate and append = %q", got)
+		}
+		rw, err := fsys.OpenRW(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustWriteAt(t, rw, []byte("Q"), 0)
+		if _, err := rw.(WriterAt).WriteAt([]byte("x"), -1); err == nil {
+			t.Fatal("WriteAt at a negative offset succeeded")
+		}
+		mustWrite(t, rw, "?")
+		rw.Close()
+		if got := readAll(t, fsys, name); got != "Q1abz?" {
+			t.Fatalf("after OpenRW WriteAt and append = %q", got)
+		}
+		ro, err := fsys.Open(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ro.Close()
+		w, ok := ro.(WriterAt)
+		if !ok {
+			t.Fatalf("read-only %T does not implement WriterAt", ro)
+		}
+		if _, err := w.WriteAt([]byte("x"), 0); err == nil {
+			t.Fatal("WriteAt on a read-only file succeeded")
+		}
+	})
 }
 
 // pageOf returns a page-sized run of b.
