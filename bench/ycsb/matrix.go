@@ -147,7 +147,7 @@ func runMatrix(ctx context.Context, path string, o matrixOpts, logw io.Writer) (
 	var rows []row
 	f0 := fl[0]
 	watch := &cpuWatch{pids: o.watchPids}
-	budget := o.remeasureBudget
+	cells := &cellMeasurer{o: o, watch: watch, budget: o.remeasureBudget, cellTimeout: cellTimeout(f0), logw: logw}
 	// A fixed warm-up pass before round 1: every system runs every workload once at the
 	// largest client count, unmeasured. Without it the first round (and so the first of
 	// two back-to-back matrices) pays what only a cold system pays — a JVM's JIT
@@ -187,42 +187,12 @@ func runMatrix(ctx context.Context, path string, o matrixOpts, logw io.Writer) (
 							continue
 						}
 						cfg := core.Config{Clients: c, Target: t, Warmup: f0.warmup, Duration: f0.dur, Seed: seed + uint64(r)}
-						var res *core.Result
-						var other float64
-						attempts := 0
-						for {
-							if o.quiesce > 0 {
-								time.Sleep(o.quiesce)
-							}
-							before := watch.sample()
-							cctx, cancel := context.WithTimeout(ctx, cellTimeout(f0))
-							got, err := core.Run(cctx, w, s.sys.newDB, cfg)
-							cancel()
-							after := watch.sample()
-							if ctx.Err() != nil {
-								return rows, failures, ctx.Err()
-							}
-							attempts++
-							if err != nil {
-								fail("%s: round %d workload %s clients %d: %v", s.sys.name, r, w.Name, c, err)
-								break
-							}
-							cores, ok := otherCores(before, after)
-							// Keep the least disturbed measurement of the cell.
-							if res == nil || cores < other {
-								res, other = got, cores
-							}
-							if !ok || watch.pids == nil || cores <= o.disturbed {
-								break
-							}
-							if attempts > o.remeasure || budget <= 0 {
-								fmt.Fprintf(logw, "%s: round %d workload %s: other processes used %.2f cores; not measured again (%d attempts, budget %d left)\n",
-									s.sys.name, r, w.Name, cores, attempts, budget)
-								break
-							}
-							budget--
-							fmt.Fprintf(logw, "%s: round %d workload %s: other processes used %.2f cores (> %.2f): measuring again\n",
-								s.sys.name, r, w.Name, cores, o.disturbed)
+						res, other, attempts, err := cells.measure(ctx, w, s, cfg, r)
+						if ctx.Err() != nil {
+							return rows, failures, ctx.Err()
+						}
+						if err != nil {
+							fail("%s: round %d workload %s clients %d: %v", s.sys.name, r, w.Name, c, err)
 						}
 						if res == nil {
 							continue
@@ -258,4 +228,55 @@ func loadAverage() string {
 		return "load average unknown"
 	}
 	return "load average " + strings.Join(strings.Fields(string(b))[:3], " ")
+}
+
+// cellMeasurer runs the matrix's cells: before each measurement it waits quiesce, and
+// while the CPU watch finds a measurement disturbed (other processes used more than
+// disturbed cores) it measures the cell again, at most remeasure times per cell and
+// budget times per matrix, keeping the least disturbed measurement.
+type cellMeasurer struct {
+	o           matrixOpts
+	watch       *cpuWatch
+	budget      int // extra measurements left in this matrix
+	cellTimeout time.Duration
+	logw        io.Writer
+}
+
+// measure returns the kept result (nil if no attempt succeeded), the other processes'
+// CPU while it ran, how many attempts the cell took, and the error of the attempt that
+// failed, if one did (after which the cell is not measured again). It returns early when
+// ctx ends; the caller checks ctx.
+func (m *cellMeasurer) measure(ctx context.Context, w core.Workload, s matrixSystem, cfg core.Config, round int) (res *core.Result, other float64, attempts int, err error) {
+	for {
+		if m.o.quiesce > 0 {
+			time.Sleep(m.o.quiesce)
+		}
+		before := m.watch.sample()
+		cctx, cancel := context.WithTimeout(ctx, m.cellTimeout)
+		got, runErr := core.Run(cctx, w, s.sys.newDB, cfg)
+		cancel()
+		after := m.watch.sample()
+		if ctx.Err() != nil {
+			return res, other, attempts, ctx.Err()
+		}
+		attempts++
+		if runErr != nil {
+			return res, other, attempts, runErr
+		}
+		cores, ok := otherCores(before, after)
+		if res == nil || cores < other {
+			res, other = got, cores
+		}
+		if !ok || m.watch.pids == nil || cores <= m.o.disturbed {
+			return res, other, attempts, nil
+		}
+		if attempts > m.o.remeasure || m.budget <= 0 {
+			fmt.Fprintf(m.logw, "%s: round %d workload %s: other processes used %.2f cores; not measured again (%d attempts, budget %d left)\n",
+				s.sys.name, round, w.Name, cores, attempts, m.budget)
+			return res, other, attempts, nil
+		}
+		m.budget--
+		fmt.Fprintf(m.logw, "%s: round %d workload %s: other processes used %.2f cores (> %.2f): measuring again\n",
+			s.sys.name, round, w.Name, cores, m.o.disturbed)
+	}
 }
