@@ -435,7 +435,7 @@ func (c *conn) dispatch(args [][]byte) {
 	if len(c.timed) == 0 {
 		// One clock read per batch: every command of a pipeline arrived together,
 		// and its reply leaves with the others.
-		c.batchStart = time.Now()
+		c.batchStart = c.clock()
 	}
 	c.timed = append(c.timed, timedCmd{cmd: spec.ID})
 	if err := c.check(spec, args); err != nil {

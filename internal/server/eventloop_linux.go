@@ -93,6 +93,17 @@ var syncerSkipsWake atomic.Bool
 // variable so a test can make a missed wake-up stand out).
 var loopSweepEvery = 250 * time.Millisecond
 
+// yieldEvery is how often a busy loop yields its thread to the scheduler. A
+// loop goroutine never blocks in the runtime (epoll_wait is a plain system
+// call), so without yielding the runtime's monitor thread (sysmon) sees it run
+// on one scheduling tick for 10 ms, preempts it by force and, having acted,
+// polls every 20 µs again for the next millisecond or more: about 1,600
+// wake-ups a second under load, each a context switch on the other core,
+// which redis-benchmark needs (docs/benchmarks.md, issue 3). A yield every
+// 5 ms starts a new tick before sysmon ever acts, and sysmon backs off to
+// sleeping 10 ms at a time.
+const yieldEvery = 5 * time.Millisecond
+
 var errWouldBlock = errors.New("server: socket has no more input now")
 
 // evConn is a connection's event-loop state.
@@ -108,8 +119,8 @@ type evConn struct {
 	events uint32      // epoll events currently registered
 	wbuf   []byte      // replies the socket has not taken yet
 	woff   int         // wbuf[woff:] is still to be written
-	wdead  int64       // unix nanoseconds: a client not reading by then is cut
-	idleAt int64       // unix nanoseconds: closed as idle if no command by then; 0: never
+	wdead  int64       // monoNow time: a client not reading by then is cut
+	idleAt int64       // monoNow time: closed as idle if no command by then; 0: never
 	broken bool        // a panic left the connection in an unknown state: close at once
 	inLoop bool        // registered in the loop's table
 	killed atomic.Bool // Shutdown's deadline passed: close as soon as owned
@@ -163,7 +174,7 @@ func (e *evConn) send(b []byte) error {
 	if n < len(b) {
 		e.wbuf = append(e.wbuf[:0], b[n:]...)
 		e.woff = 0
-		e.wdead = time.Now().Add(writeTimeout).UnixNano()
+		e.wdead = monoNow() + int64(writeTimeout)
 	}
 	return nil
 }
@@ -386,6 +397,13 @@ type loop struct {
 	minIdle   time.Duration
 	nextSweep int64
 	drained   []inboxItem
+	// now (monoNow) is read once per iteration, right after epoll_wait
+	// returns: the start of every batch the iteration runs (its commands were
+	// all waiting by then), the base of idle deadlines and of the next wait's
+	// timeout. Clock reads per request were 1.4 % of an unpipelined GET's
+	// server CPU (docs/benchmarks.md, issue 3).
+	now     int64
+	yielded int64 // now when the loop last yielded its thread (yieldEvery)
 }
 
 type inboxItem struct {
@@ -446,6 +464,7 @@ func (l *loop) giveBackQuiet(c *conn) {
 func (l *loop) run() {
 	for {
 		n, err := unix.EpollWait(l.epfd, l.events, l.waitMillis())
+		l.now = monoNow()
 		if err != nil && err != unix.EINTR {
 			panic(fmt.Sprintf("server: epoll_wait: %v", err)) // EBADF/EINVAL: a bug
 		}
@@ -471,8 +490,12 @@ func (l *loop) run() {
 			l.writeOnly++
 		}
 		l.releaseParked()
-		if now := time.Now().UnixNano(); l.sweepRq.Swap(false) || now >= l.nextSweep {
-			l.sweep(now)
+		if l.sweepRq.Swap(false) || l.now >= l.nextSweep {
+			l.sweep(l.now)
+		}
+		if l.now-l.yielded >= int64(yieldEvery) {
+			l.yielded = l.now
+			runtime.Gosched()
 		}
 	}
 }
@@ -483,7 +506,7 @@ func (l *loop) waitMillis() int {
 	if l.n == 0 {
 		return -1
 	}
-	d := (l.nextSweep - time.Now().UnixNano()) / int64(time.Millisecond)
+	d := (l.nextSweep - l.now) / int64(time.Millisecond)
 	return int(max(d, 0)) + 1
 }
 
@@ -534,7 +557,7 @@ func (l *loop) add(c *conn) {
 			l.minIdle = idle
 			l.nextSweep = 0
 		}
-		e.idleAt = time.Now().Add(idle).UnixNano()
+		e.idleAt = monoNow() + int64(idle)
 	}
 	if c.srv.draining() {
 		l.close(c)
@@ -768,7 +791,7 @@ func (l *loop) afterBatch(c *conn) {
 	default:
 		if c.rd.Buffered() == 0 {
 			if idle := c.srv.cfg.IdleTimeout; idle > 0 {
-				e.idleAt = time.Now().Add(idle).UnixNano()
+				e.idleAt = l.now + int64(idle)
 			}
 		}
 		if !l.setEvents(c, unix.EPOLLIN) {
@@ -1100,3 +1123,21 @@ func (l *loop) close(c *conn) {
 	e.nc.mu.Unlock()
 	close(e.done)
 }
+
+// clock is the start time of a batch c runs now: the loop iteration's clock when
+// the loop runs it, a fresh reading on an away goroutine (which alone owns c
+// then, so reading away is safe; the loop's clock is not).
+func (c *conn) clock() time.Time {
+	if e := c.ev; e != nil && !e.away {
+		return loopEpoch.Add(time.Duration(e.l.now))
+	}
+	return time.Now()
+}
+
+// loopEpoch anchors the loops' clock, monoNow.
+var loopEpoch = time.Now()
+
+// monoNow is the loops' clock: nanoseconds since loopEpoch on the monotonic
+// clock. One vDSO call (time.Now makes two), and deadlines kept in it do not
+// move when the wall clock is stepped.
+func monoNow() int64 { return int64(time.Since(loopEpoch)) }

@@ -2,7 +2,10 @@
 
 package server
 
-import "net"
+import (
+	"net"
+	"time"
+)
 
 // Without epoll every connection is served by its own goroutine.
 
@@ -22,3 +25,5 @@ func (*evConn) send([]byte) error { panic("server: no event loop on this system"
 func (*Server) loopConn(net.Conn) *evConn { return nil }
 
 func (*conn) serveLoop() { panic("server: no event loop on this system") }
+
+func (c *conn) clock() time.Time { return time.Now() }
