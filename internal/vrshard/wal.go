@@ -187,9 +187,9 @@ func (w *wal) recover() (walState, error) {
 	// Find the newest segment that starts with a valid snapshot record; a
 	// newer one that does not is a checkpoint that crashed before its fsync.
 	start := -1
+	var b []byte
 	for i := len(segs) - 1; i >= 0; i-- {
-		b, err := w.readAll(segs[i])
-		if err != nil {
+		if b, err = w.readAll(segs[i]); err != nil {
 			return st, err
 		}
 		if firstIsSnapshot(b, segs[i]) {
@@ -218,10 +218,6 @@ func (w *wal) recover() (walState, error) {
 		}
 	}
 	id := segs[start]
-	b, err := w.readAll(id)
-	if err != nil {
-		return st, err
-	}
 	if !isFormat2(b) {
 		return w.upgrade(id, b, st)
 	}
