@@ -669,6 +669,7 @@ func (w *wal) roll() error {
 			w.writeAt = -1
 		}
 	} else {
+		w.writeAt = 1
 		w.zeroRolls++
 	}
 	w.rolls++
