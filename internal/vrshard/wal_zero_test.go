@@ -9,6 +9,7 @@ import (
 	"math/rand"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kefirdb/kefir/internal/vfs"
 	"github.com/kefirdb/kefir/internal/vr"
@@ -462,5 +463,42 @@ func TestWALSegmentSize(t *testing.T) {
 		if got := c.segSizeAfter(tc.end); got != tc.want {
 			t.Errorf("after a segment of %d bytes: %d, want %d", tc.end, got, tc.want)
 		}
+	}
+}
+
+// The background filler (as replicas run it) has the next segment's file
+// ready for the next roll, and close stops a fill in progress.
+func TestWALAsyncFillerIsReadyForTheNextRoll(t *testing.T) {
+	mem := vfs.NewMem()
+	cfg := testWALConfig()
+	cfg.fill = fillAsync
+	w := newTestWALWith(t, mem, cfg)
+	for i := uint64(1); i <= 3; i++ {
+		for !w.fill.idle() {
+			time.Sleep(time.Millisecond)
+		}
+		w.addSnapshot(i, nil)
+		if err := w.roll(); err != nil {
+			t.Fatal(err)
+		}
+		if w.zeroRolls != i+1 || w.fileSize != 64<<10 {
+			t.Fatalf("roll %d: %d of %d rolls on a zero-filled file, file %d bytes", i, w.zeroRolls, w.rolls, w.fileSize)
+		}
+	}
+	// A large fill, stopped by close part way.
+	w.cfg.minSeg, w.cfg.maxSeg = 64<<20, 64<<20
+	w.addSnapshot(9, nil)
+	if err := w.roll(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.close(); err != nil {
+		t.Fatal(err)
+	}
+	if !w.fill.idle() {
+		t.Fatalf("a fill still runs after close")
+	}
+	_, st, err := openWALWith(mem, "/wal", testWALConfig())
+	if err != nil || st.snap.Op != 9 {
+		t.Fatalf("reopen: snapshot %d, %v", st.snap.Op, err)
 	}
 }
