@@ -18,17 +18,48 @@ import (
 // client table; the state itself is in the storage engine, synced before the
 // snapshot record is written).
 //
-// Files: wal-<seq>.log, each a sequence of records
+// Files: wal-<seq>.log. A segment (format 2) is a 16-byte header
 //
-//	length uint32 LE | CRC-32C (type + payload) uint32 LE | type byte | payload
+//	"KWAL" | version uint32 LE (2) | segment number uint64 LE
+//
+// then a sequence of records
+//
+//	length uint32 LE (type + payload) | CRC-32C uint32 LE | pos uint64 LE |
+//	synced uint64 LE | type byte | payload
+//
+// where pos is the record's own offset in the segment and synced a point of
+// the segment below which every byte was durable (a completed fsync) when the
+// record was written. The CRC covers the segment number, pos, synced, type
+// and payload, so a record is valid only in its segment at the offset it
+// claims.
+//
+// Segments are zero-filled and synced ahead of need (wal_zero.go), and
+// records are written in place at the log's logical end: the file does not
+// grow, so an fdatasync commits no metadata (docs/design/zero-filled-logs.md).
+// If no zero-filled file is ready at a roll, the segment is appended to, as
+// before; the format is the same.
 //
 // Every segment starts with a snapshot record, so the newest segment whose
 // first record is valid is self-contained: older ones are deleted once it is
 // durable (a checkpoint, or a snapshot received from a peer, starts a new
 // segment holding the snapshot point, the entries after it and the hard
-// state). A Ready batch is one Write and one fsync. Recovery reads the
-// segments in order and stops at the first bad record of the last one (a torn
-// tail: truncated away); a bad record anywhere else is corruption.
+// state). A Ready batch is one write; its fsync runs in the background.
+//
+// Recovery replays the newest segment until the first invalid record: that
+// is the end (a zero header is the ordinary clean end). Unsynced pages of an
+// overwrite may land in any order, so valid records may follow a hole; they
+// were never acknowledged, unless one of them says (synced) that the hole
+// was below a completed fsync: then the middle of the log is damaged and
+// openWAL refuses with ErrWALCorrupt, as it refuses a bad record below any
+// synced mark read before the end. Everything non-zero after the end is
+// overwritten with zeros and synced before the log takes a write, so a stale
+// record can never be resurrected by a later record that ends where it
+// begins.
+//
+// Format 1 (no segment header, records length | CRC | type | payload; written
+// before zero-filled segments) is still read: openWAL replays it under its
+// old rules (a valid record after a bad one is corruption) and rewrites the
+// recovered state into a format-2 segment, as a checkpoint would.
 
 const (
 	recEntries   = 1 // count uvarint, then per entry: view, op, client, reqnum uvarints, data
@@ -37,7 +68,15 @@ const (
 	recSnapshot  = 4 // op uvarint, count uvarint, per client: client, reqnum, op, result
 	recFlags     = 5 // flags byte: 1 = recovering (the replica has not finished VR recovery)
 
-	walHeader = 9
+	walHeader = 9 // format 1 record header
+
+	segHeader   = 16 // format 2 segment header
+	segMagic    = "KWAL"
+	segVersion  = 2
+	recHeader   = 25 // format 2 record header: length, crc, pos, synced, type
+	recTypeAt   = 24 // offset of the type byte in a format 2 record
+	recLenBytes = 24 // header bytes not counted in length
+
 	// maxWALRecord bounds a record so a corrupted length cannot make recovery
 	// allocate without bound.
 	maxWALRecord = 1 << 30
@@ -58,19 +97,32 @@ type walState struct {
 }
 
 type wal struct {
-	fs    vfs.FS
-	dir   string
-	seg   vfs.File
-	segN  uint64
-	size  int64
-	buf   []byte
-	syncs uint64
+	fs   vfs.FS
+	dir  string
+	seg  vfs.File // the active segment: sf, or nil
+	sf   *segFile
+	segN uint64
+	// size is the logical end of the active segment: where the next record
+	// goes. fileSize is the file's length, larger while a zero-filled tail
+	// remains.
+	size     int64
+	fileSize int64
+	buf      []byte // records not yet written, framed but not positioned
+	syncs    uint64
+
+	cfg  walConfig
+	fill *filler
+	// writeAt: the file system's files implement vfs.WriterAt (learned from
+	// the first writable segment file; 0 unknown, 1 yes, -1 no).
+	writeAt int8
+	// rolls counts segments started, zeroRolls those on a zero-filled file.
+	rolls, zeroRolls uint64
 }
 
 func segName(n uint64) string { return fmt.Sprintf("wal-%016d.log", n) }
 
-// tmpSuffix marks a segment being written by a roll; it is renamed into place
-// once complete and durable.
+// tmpSuffix marks a segment being written by a roll, or the filler's
+// zero-filled file; it is renamed into place once complete and durable.
 const tmpSuffix = ".tmp"
 
 func parseSeg(name string) (uint64, bool) {
@@ -86,25 +138,47 @@ func parseSeg(name string) (uint64, bool) {
 	return n, err == nil
 }
 
-// openWAL recovers the WAL in dir. It leaves the newest segment open for
-// appending (its torn tail cut off), or none if the directory is empty.
+// openWAL recovers the WAL in dir with the default configuration (a
+// background filler; wal_zero.go).
 func openWAL(fs vfs.FS, dir string) (*wal, walState, error) {
-	w := &wal{fs: fs, dir: dir}
+	return openWALWith(fs, dir, defaultWALConfig())
+}
+
+// openWALWith recovers the WAL in dir. It leaves the newest segment open for
+// writing (its tail after the last valid record zeroed, or cut off), or none
+// if the directory is empty.
+func openWALWith(fs vfs.FS, dir string, cfg walConfig) (*wal, walState, error) {
+	w := &wal{fs: fs, dir: dir, cfg: cfg}
+	w.fill = newFiller(w)
+	st, err := w.recover()
+	if err != nil {
+		w.close()
+		return nil, st, err
+	}
+	if w.seg != nil {
+		w.requestFill(w.size)
+	}
+	return w, st, nil
+}
+
+func (w *wal) recover() (walState, error) {
+	fs, dir := w.fs, w.dir
 	if err := fs.MkdirAll(dir); err != nil {
-		return nil, walState{}, fmt.Errorf("vrshard: wal: mkdir: %w", err)
+		return walState{}, fmt.Errorf("vrshard: wal: mkdir: %w", err)
 	}
 	names, err := fs.ReadDir(dir)
 	if err != nil {
-		return nil, walState{}, fmt.Errorf("vrshard: wal: list: %w", err)
+		return walState{}, fmt.Errorf("vrshard: wal: list: %w", err)
 	}
 	var segs []uint64
 	for _, n := range names {
 		if id, ok := parseSeg(n); ok {
 			segs = append(segs, id)
 		} else if strings.HasSuffix(n, tmpSuffix) {
-			// A roll that crashed before its rename: the old segment is whole.
+			// A roll that crashed before its rename (the old segment is
+			// whole), or the filler's zero-filled file: made again.
 			if err := fs.Remove(vfs.Join(dir, n)); err != nil {
-				return nil, walState{}, fmt.Errorf("vrshard: wal: remove unfinished segment: %w", err)
+				return walState{}, fmt.Errorf("vrshard: wal: remove unfinished segment: %w", err)
 			}
 		}
 	}
@@ -113,12 +187,12 @@ func openWAL(fs vfs.FS, dir string) (*wal, walState, error) {
 	// Find the newest segment that starts with a valid snapshot record; a
 	// newer one that does not is a checkpoint that crashed before its fsync.
 	start := -1
+	var b []byte
 	for i := len(segs) - 1; i >= 0; i-- {
-		b, err := w.readAll(segs[i])
-		if err != nil {
-			return nil, st, err
+		if b, err = w.readAll(segs[i]); err != nil {
+			return st, err
 		}
-		if typ, _, _, ok := nextRecord(b); ok && typ == recSnapshot {
+		if firstIsSnapshot(b, segs[i]) {
 			start = i
 			break
 		}
@@ -131,7 +205,7 @@ func openWAL(fs vfs.FS, dir string) (*wal, walState, error) {
 				_ = fs.Remove(vfs.Join(dir, segName(id)))
 			}
 		}
-		return w, st, nil
+		return st, nil
 	}
 	st.empty = false
 	// Newer segments are checkpoints that crashed before their first record
@@ -139,40 +213,78 @@ func openWAL(fs vfs.FS, dir string) (*wal, walState, error) {
 	for i, id := range segs {
 		if i != start {
 			if err := fs.Remove(vfs.Join(dir, segName(id))); err != nil {
-				return nil, st, fmt.Errorf("vrshard: wal: remove stale segment: %w", err)
+				return st, fmt.Errorf("vrshard: wal: remove stale segment: %w", err)
 			}
 		}
 	}
 	id := segs[start]
-	b, err := w.readAll(id)
-	if err != nil {
-		return nil, st, err
+	if !isFormat2(b) {
+		return w.upgrade(id, b, st)
 	}
-	off, err := replayWAL(b, &st)
-	if err != nil && (!errors.Is(err, errTorn) || validAfter(b, off)) {
-		// A torn write only ever damages the end: a valid record after the
-		// bad one means the middle of the log is damaged, and cutting there
-		// would silently drop acknowledged entries.
-		return nil, st, fmt.Errorf("%w: %s at offset %d: %w", ErrWALCorrupt, segName(id), off, err)
+	end, err := replaySegment(b, id, &st, w.cfg.mut)
+	if err != nil {
+		return st, fmt.Errorf("%w: %s: %w", ErrWALCorrupt, segName(id), err)
 	}
 	f, err := fs.OpenRW(vfs.Join(dir, segName(id)))
 	if err != nil {
-		return nil, st, fmt.Errorf("vrshard: wal: open: %w", err)
+		return st, fmt.Errorf("vrshard: wal: open: %w", err)
 	}
-	if off < len(b) {
-		// A torn tail: the batch being written when the replica stopped, never
-		// acknowledged (fsync had not returned).
-		if err := f.Truncate(int64(off)); err != nil {
-			f.Close()
-			return nil, st, fmt.Errorf("vrshard: wal: cut torn tail: %w", err)
+	fileSize := int64(len(b))
+	if wa, ok := f.(vfs.WriterAt); ok {
+		w.writeAt = 1
+		// Nothing non-zero may stay behind the end: a later record ending
+		// where a stale one begins would resurrect it at the next recovery.
+		if !w.cfg.mut.skipZeroTail {
+			if err := zeroNonZero(wa, b, int(end)); err != nil {
+				f.Close()
+				return st, fmt.Errorf("vrshard: wal: zero the tail: %w", err)
+			}
 		}
-		if err := f.Sync(); err != nil {
-			f.Close()
-			return nil, st, fmt.Errorf("vrshard: wal: sync: %w", err)
+	} else {
+		w.writeAt = -1
+		// No positional writes: cut the tail off and append, as format 1 did.
+		if fileSize > end {
+			if err := f.Truncate(end); err != nil {
+				f.Close()
+				return st, fmt.Errorf("vrshard: wal: cut torn tail: %w", err)
+			}
+			fileSize = end
 		}
 	}
-	w.seg, w.segN, w.size = f, id, int64(off)
-	return w, st, nil
+	// Sync even when nothing changed: after a process crash (not a power
+	// cut) the records read above may be in the page cache only, and the
+	// next record will say they are durable.
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return st, fmt.Errorf("vrshard: wal: sync: %w", err)
+	}
+	w.install(f, id, end, fileSize)
+	w.sf.synced.Store(end)
+	return st, nil
+}
+
+// upgrade recovers a format 1 segment under format 1's rules and rewrites
+// the recovered state into a new format 2 segment (a roll: the new segment
+// is durable before the old one is removed).
+func (w *wal) upgrade(id uint64, b []byte, st walState) (walState, error) {
+	off, err := replayWAL(b, &st)
+	if err != nil && (!errors.Is(err, errTorn) || validAfter(b, off)) {
+		// A torn write only ever damages the end of an appended log: a
+		// valid record after the bad one means the middle of the log is
+		// damaged, and cutting there would silently drop acknowledged
+		// entries.
+		return st, fmt.Errorf("%w: %s (format 1) at offset %d: %w", ErrWALCorrupt, segName(id), off, err)
+	}
+	w.segN = id
+	w.addSnapshot(st.snap.Op, st.snap.Clients)
+	w.addFlags(st.recovering)
+	w.addEntries(st.entries)
+	w.addDLog(st.dlog)
+	w.addHardState(st.hs)
+	if err := w.roll(); err != nil {
+		return st, fmt.Errorf("vrshard: wal: rewrite format 1 segment %s: %w", segName(id), err)
+	}
+	return st, nil
 }
 
 func (w *wal) readAll(id uint64) ([]byte, error) {
@@ -194,7 +306,25 @@ func (w *wal) readAll(id uint64) ([]byte, error) {
 
 var errTorn = errors.New("incomplete or corrupt record")
 
-// nextRecord parses the record at the start of b.
+func isFormat2(b []byte) bool {
+	return len(b) >= segHeader && string(b[:4]) == segMagic
+}
+
+// firstIsSnapshot reports whether segment id (contents b, either format)
+// starts with a valid snapshot record.
+func firstIsSnapshot(b []byte, id uint64) bool {
+	if isFormat2(b) {
+		if binary.LittleEndian.Uint32(b[4:]) != segVersion || binary.LittleEndian.Uint64(b[8:]) != id {
+			return false
+		}
+		r, ok := parseRecord(b, segHeader, id, walMutations{})
+		return ok && r.typ == recSnapshot
+	}
+	typ, _, _, ok := nextRecord(b)
+	return ok && typ == recSnapshot
+}
+
+// nextRecord parses the format 1 record at the start of b.
 func nextRecord(b []byte) (typ byte, payload []byte, n int, ok bool) {
 	if len(b) < walHeader {
 		return 0, nil, 0, false
@@ -210,7 +340,8 @@ func nextRecord(b []byte) (typ byte, payload []byte, n int, ok bool) {
 	return body[0], body[1:], 8 + int(l), true
 }
 
-// validAfter reports whether a valid record starts anywhere after off.
+// validAfter reports whether a valid format 1 record starts anywhere after
+// off.
 func validAfter(b []byte, off int) bool {
 	for i := off + 1; i+walHeader <= len(b); i++ {
 		if _, _, _, ok := nextRecord(b[i:]); ok {
@@ -220,8 +351,8 @@ func validAfter(b []byte, off int) bool {
 	return false
 }
 
-// replayWAL applies the records of one segment to st and returns how many
-// bytes were valid.
+// replayWAL applies the records of a format 1 segment to st and returns how
+// many bytes were valid.
 func replayWAL(b []byte, st *walState) (int, error) {
 	off := 0
 	for off < len(b) {
@@ -235,6 +366,87 @@ func replayWAL(b []byte, st *walState) (int, error) {
 		off += n
 	}
 	return off, nil
+}
+
+// record2 is a parsed format 2 record.
+type record2 struct {
+	typ     byte
+	payload []byte
+	n       int   // bytes, header included
+	synced  int64 // the durable point it carries
+}
+
+// recordCRC is the CRC of a format 2 record: the segment number, then the
+// record from pos to the end of its payload.
+func recordCRC(seg uint64, rec []byte) uint32 {
+	var sb [8]byte
+	binary.LittleEndian.PutUint64(sb[:], seg)
+	return crc32.Update(crc32.Checksum(sb[:], crcTable), crcTable, rec[8:])
+}
+
+// parseRecord parses the format 2 record at b[off:] of segment seg: valid
+// only if whole, its CRC matches, it claims to be at off, and the durable
+// point it carries is not past itself.
+func parseRecord(b []byte, off int, seg uint64, mut walMutations) (record2, bool) {
+	if off+recHeader > len(b) || off < 0 {
+		return record2{}, false
+	}
+	h := b[off:]
+	l := binary.LittleEndian.Uint32(h)
+	if l == 0 || l > maxWALRecord || int64(off)+recLenBytes+int64(l) > int64(len(b)) {
+		return record2{}, false
+	}
+	pos := binary.LittleEndian.Uint64(h[8:])
+	synced := binary.LittleEndian.Uint64(h[16:])
+	if !mut.ignorePos && pos != uint64(off) {
+		return record2{}, false
+	}
+	if synced > pos {
+		return record2{}, false
+	}
+	rec := h[:recLenBytes+int(l)]
+	if recordCRC(seg, rec) != binary.LittleEndian.Uint32(h[4:]) {
+		return record2{}, false
+	}
+	return record2{typ: rec[recTypeAt], payload: rec[recTypeAt+1:], n: len(rec), synced: int64(synced)}, true
+}
+
+// replaySegment applies the records of format 2 segment seg (contents b) to
+// st and returns the log's end: the offset of its first invalid record. It
+// returns an error if the end is below a point that a valid record after it
+// says was durable (the middle of the log is damaged), or if a valid record
+// does not apply.
+func replaySegment(b []byte, seg uint64, st *walState, mut walMutations) (int64, error) {
+	off := segHeader
+	for {
+		r, ok := parseRecord(b, off, seg, mut)
+		if !ok {
+			break
+		}
+		if err := st.apply(r.typ, r.payload); err != nil {
+			return int64(off), fmt.Errorf("record at offset %d: %w", off, err)
+		}
+		off += r.n
+	}
+	if mut.ignoreSynced {
+		return int64(off), nil
+	}
+	// A record's synced mark is never past its own offset, so only records
+	// after the end can say the end was durable. The valid ones there are
+	// stale (written, never synced, landed while an earlier page did not)
+	// unless one says so: then a synced record is damaged.
+	for i := off + 1; i+recHeader <= len(b); {
+		if binary.LittleEndian.Uint64(b[i:]) == 0 {
+			// No record can start at i..i+4: its length would be zero.
+			i += 5
+			continue
+		}
+		if r, ok := parseRecord(b, i, seg, mut); ok && r.synced > int64(off) {
+			return int64(off), fmt.Errorf("bad record at offset %d, but the valid record at offset %d says the log was durable up to %d", off, i, r.synced)
+		}
+		i++
+	}
+	return int64(off), nil
 }
 
 func (st *walState) lastOp() uint64 { return st.snap.Op + uint64(len(st.entries)) }
@@ -295,14 +507,27 @@ func (st *walState) apply(typ byte, p []byte) error {
 	return r.err
 }
 
-// record appends one record framing to w.buf; fill appends the payload.
+// record appends one record to w.buf, framed but not yet positioned: write
+// fills in pos, synced and the CRC when it knows where the batch goes.
 func (w *wal) record(typ byte, fill func(b []byte) []byte) {
 	start := len(w.buf)
-	w.buf = append(w.buf, 0, 0, 0, 0, 0, 0, 0, 0, typ)
+	w.buf = append(w.buf, make([]byte, recTypeAt)...)
+	w.buf = append(w.buf, typ)
 	w.buf = fill(w.buf)
-	body := w.buf[start+8:]
-	binary.LittleEndian.PutUint32(w.buf[start:], uint32(len(body)))
-	binary.LittleEndian.PutUint32(w.buf[start+4:], crc32.Checksum(body, crcTable))
+	binary.LittleEndian.PutUint32(w.buf[start:], uint32(len(w.buf)-start-recLenBytes))
+}
+
+// position stamps every buffered record with its offset in segment seg (the
+// batch lands at base), the durable point synced, and its CRC.
+func (w *wal) position(seg uint64, base, synced int64) {
+	for s := 0; s < len(w.buf); {
+		rec := w.buf[s:]
+		n := recLenBytes + int(binary.LittleEndian.Uint32(rec))
+		binary.LittleEndian.PutUint64(rec[8:], uint64(base)+uint64(s))
+		binary.LittleEndian.PutUint64(rec[16:], uint64(synced))
+		binary.LittleEndian.PutUint32(rec[4:], recordCRC(seg, rec[:n]))
+		s += n
+	}
 }
 
 func (w *wal) addEntries(es []vr.Entry) {
@@ -361,7 +586,8 @@ func (w *wal) addSnapshot(op uint64, clients []vr.ClientRecord) {
 // pending reports whether records wait to be written.
 func (w *wal) pending() bool { return len(w.buf) > 0 }
 
-// write writes the buffered records with one Write (no fsync).
+// write writes the buffered records with one write at the log's logical end
+// (no fsync): in place over the zero-filled tail, or appended.
 func (w *wal) write() error {
 	if len(w.buf) == 0 {
 		return nil
@@ -369,9 +595,26 @@ func (w *wal) write() error {
 	if w.seg == nil {
 		return errors.New("vrshard: wal: no open segment")
 	}
-	n, err := w.seg.Write(w.buf)
-	w.size += int64(n)
+	w.position(w.segN, w.size, w.sf.synced.Load())
+	err := w.put(w.buf)
 	w.buf = w.buf[:0]
+	return err
+}
+
+// put writes p at the logical end of the active segment.
+func (w *wal) put(p []byte) error {
+	var n int
+	var err error
+	if w.size < w.fileSize {
+		// w.size < w.fileSize only on a file that implements WriterAt: a
+		// segment recovered without it was cut to its end.
+		n, err = w.sf.File.(vfs.WriterAt).WriteAt(p, w.size)
+	} else {
+		n, err = w.sf.Write(p)
+	}
+	w.size += int64(n)
+	w.fileSize = max(w.fileSize, w.size)
+	w.sf.end.Store(w.size)
 	if err != nil {
 		return fmt.Errorf("vrshard: wal: write: %w", err)
 	}
@@ -386,10 +629,20 @@ func (w *wal) sync() error {
 	return nil
 }
 
+// install makes f the active segment n: end is its logical end, size its
+// file's length.
+func (w *wal) install(f vfs.File, n uint64, end, size int64) {
+	w.sf = &segFile{File: f}
+	w.sf.end.Store(end)
+	w.seg, w.segN, w.size, w.fileSize = w.sf, n, end, size
+}
+
 // roll starts a new segment holding the buffered records, which must begin
 // with a snapshot record, makes it durable, and deletes the older segments.
+// The new segment is the filler's zero-filled file if one is ready;
+// otherwise it is created empty and appended to.
 func (w *wal) roll() error {
-	if typ, _, _, ok := nextRecord(w.buf); !ok || typ != recSnapshot {
+	if len(w.buf) <= recTypeAt || w.buf[recTypeAt] != recSnapshot {
 		panic("vrshard: wal: a segment must start with a snapshot record")
 	}
 	n := w.segN + 1
@@ -399,13 +652,36 @@ func (w *wal) roll() error {
 	// may keep a new file's name and first pages without its tail after a
 	// crash — that must never outrank the complete old segment.
 	final := vfs.Join(w.dir, segName(n))
-	tmp := final + tmpSuffix
-	f, err := w.fs.Create(tmp)
-	if err != nil {
-		return fmt.Errorf("vrshard: wal: create segment: %w", err)
+	if w.seg == nil {
+		// The first segment (a new replica, or an upgraded log): nothing
+		// waits on the write path yet, so zero-fill it here.
+		w.fill.fillNow(w.cfg.minSeg)
 	}
-	old, oldN := w.seg, w.segN
-	w.seg, w.segN, w.size = f, n, 0
+	f, size, tmp := w.fill.take()
+	if f == nil {
+		tmp = final + tmpSuffix
+		var err error
+		if f, err = w.fs.Create(tmp); err != nil {
+			return fmt.Errorf("vrshard: wal: create segment: %w", err)
+		}
+		size = 0
+		if _, ok := f.(vfs.WriterAt); !ok {
+			w.writeAt = -1
+		}
+	} else {
+		w.writeAt = 1
+		w.zeroRolls++
+	}
+	w.rolls++
+	old, oldN, oldEnd := w.seg, w.segN, w.size
+	w.install(f, n, 0, size)
+	var hdr [segHeader]byte
+	copy(hdr[:], segMagic)
+	binary.LittleEndian.PutUint32(hdr[4:], segVersion)
+	binary.LittleEndian.PutUint64(hdr[8:], n)
+	if err := w.put(hdr[:]); err != nil {
+		return err
+	}
 	if err := w.write(); err != nil {
 		return err
 	}
@@ -418,30 +694,35 @@ func (w *wal) roll() error {
 	if err := w.fs.SyncDir(w.dir); err != nil {
 		return fmt.Errorf("vrshard: wal: sync dir: %w", err)
 	}
+	// The sealed segment is not cut to its logical end: it is deleted now
+	// that its successor is durable, and if the deletion is lost in a crash
+	// recovery ignores it (older than a valid segment).
 	if old != nil {
 		old.Close()
-		names, err := w.fs.ReadDir(w.dir)
-		if err != nil {
-			return fmt.Errorf("vrshard: wal: list: %w", err)
-		}
-		for _, name := range names {
-			if id, ok := parseSeg(name); ok && id <= oldN {
-				if err := w.fs.Remove(vfs.Join(w.dir, name)); err != nil {
-					return fmt.Errorf("vrshard: wal: remove old segment: %w", err)
-				}
+	}
+	names, err := w.fs.ReadDir(w.dir)
+	if err != nil {
+		return fmt.Errorf("vrshard: wal: list: %w", err)
+	}
+	for _, name := range names {
+		if id, ok := parseSeg(name); ok && id <= oldN {
+			if err := w.fs.Remove(vfs.Join(w.dir, name)); err != nil {
+				return fmt.Errorf("vrshard: wal: remove old segment: %w", err)
 			}
 		}
-		// Not fatal if lost: recovery ignores segments older than a valid one.
-		_ = w.fs.SyncDir(w.dir)
 	}
+	// Not fatal if lost: recovery ignores segments older than a valid one.
+	_ = w.fs.SyncDir(w.dir)
+	w.requestFill(oldEnd)
 	return nil
 }
 
 func (w *wal) close() error {
+	w.fill.close()
 	if w.seg == nil {
 		return nil
 	}
 	err := w.seg.Close()
-	w.seg = nil
+	w.seg, w.sf = nil, nil
 	return err
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand"
 	"strings"
 	"testing"
 	"time"
@@ -23,9 +24,20 @@ func entries(from, to, view uint64) []vr.Entry {
 	return es
 }
 
+// testWALConfig: small zero-filled segments (64 KiB), filled on the
+// caller's goroutine so a test's file operations come in a fixed order.
+func testWALConfig() walConfig {
+	return walConfig{fill: fillInline, minSeg: 64 << 10, maxSeg: 64 << 10}
+}
+
 func newTestWAL(t *testing.T, fs vfs.FS) *wal {
 	t.Helper()
-	w, st, err := openWAL(fs, "/wal")
+	return newTestWALWith(t, fs, testWALConfig())
+}
+
+func newTestWALWith(t *testing.T, fs vfs.FS, cfg walConfig) *wal {
+	t.Helper()
+	w, st, err := openWALWith(fs, "/wal", cfg)
 	if err != nil || !st.empty {
 		t.Fatalf("open empty wal: %+v, %v", st, err)
 	}
@@ -76,9 +88,8 @@ func TestWALRecoversEntriesTruncationHardStateAndCheckpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	w2.close()
-	names, _ := mem.ReadDir("/wal")
-	if len(names) != 1 {
-		t.Fatalf("segments after checkpoint: %v", names)
+	if segs := segments(t, mem); len(segs) != 1 {
+		t.Fatalf("segments after checkpoint: %v", segs)
 	}
 	_, st2, err := openWAL(mem, "/wal")
 	if err != nil {
@@ -91,45 +102,91 @@ func TestWALRecoversEntriesTruncationHardStateAndCheckpoint(t *testing.T) {
 
 // Power cuts at every point of a run: what was fsynced is recovered; a torn
 // tail is cut off; a crash during a checkpoint leaves the old segment in use.
+// With rng nil exactly the synced state survives a cut; with an rng a prefix
+// of unsynced appends and any mix of unsynced overwritten pages and sectors
+// (vfs.Mem's crash model) survives too.
 func TestWALSurvivesPowerCutAnywhere(t *testing.T) {
-	for cut := 1; cut < 40; cut++ {
-		mem := vfs.NewMem()
-		w := newTestWAL(t, mem)
-		mem.CrashAfter(cut)
-		var durable uint64 // highest op whose batch's fsync returned
-		var ckpt bool
-		for b := uint64(0); b < 8; b++ {
-			w.addEntries(entries(b*5+1, b*5+5, 0))
-			if w.write() != nil || w.sync() != nil {
-				break
+	for _, seeded := range []bool{false, true} {
+		ops := powerCutRun(t, -1, nil) // a run without a cut counts its file operations
+		if ops < 20 {
+			t.Fatalf("a run makes only %d file operations", ops)
+		}
+		for cut := 1; cut <= ops; cut++ {
+			var rng *rand.Rand
+			if seeded {
+				rng = rand.New(rand.NewSource(int64(cut)))
 			}
-			durable = b*5 + 5
-			if b == 3 {
-				w.addSnapshot(12, nil)
-				w.addEntries(entries(13, durable, 0))
-				if w.roll() != nil {
-					break
-				}
-				ckpt = true
-			}
-		}
-		mem.Crash(nil)
-		_, st, err := openWAL(mem, "/wal")
-		if err != nil {
-			t.Fatalf("cut %d: recovery failed: %v", cut, err)
-		}
-		if st.lastOp() < durable {
-			t.Fatalf("cut %d: recovered up to op %d, but op %d was fsynced", cut, st.lastOp(), durable)
-		}
-		if ckpt && st.snap.Op != 12 {
-			t.Fatalf("cut %d: a durable checkpoint was lost (snapshot op %d)", cut, st.snap.Op)
-		}
-		for i, e := range st.entries {
-			if e.Op != st.snap.Op+uint64(i)+1 || string(e.Data) != fmt.Sprint("d", e.Op) {
-				t.Fatalf("cut %d: entry %d is %+v", cut, i, e)
-			}
+			powerCutRun(t, cut, rng)
 		}
 	}
+}
+
+// powerCutRun writes eight synced batches with a checkpoint after the
+// fourth, cuts the power after cut file operations (never if cut < 0),
+// recovers and checks. It returns the operations the run made.
+func powerCutRun(t *testing.T, cut int, rng *rand.Rand) int {
+	t.Helper()
+	mem := vfs.NewMem()
+	w := newTestWAL(t, mem)
+	start := mem.Ops()
+	mem.CrashAfter(cut)
+	var durable uint64 // highest op whose batch's fsync returned
+	var ckpt bool
+	for b := uint64(0); b < 8; b++ {
+		w.addEntries(entries(b*5+1, b*5+5, 0))
+		if w.write() != nil || w.sync() != nil {
+			break
+		}
+		durable = b*5 + 5
+		if b == 3 {
+			w.addSnapshot(12, nil)
+			w.addEntries(entries(13, durable, 0))
+			if w.roll() != nil {
+				break
+			}
+			ckpt = true
+		}
+	}
+	// The last batch is written, not synced: a cut keeps any part of it.
+	w.addEntries(entries(durable+1, durable+5, 0))
+	w.write()
+	ops := int(mem.Ops() - start)
+	if cut < 0 && (w.rolls != 2 || w.zeroRolls != 2 || w.fileSize <= w.size) {
+		t.Fatalf("both segments must be zero-filled and written in place: %d rolls, %d on zero-filled files, file %d bytes, log %d", w.rolls, w.zeroRolls, w.fileSize, w.size)
+	}
+	mem.Crash(rng)
+	_, st, err := openWALWith(mem, "/wal", testWALConfig())
+	if err != nil {
+		t.Fatalf("cut %d: recovery failed: %v", cut, err)
+	}
+	if st.lastOp() < durable {
+		t.Fatalf("cut %d: recovered up to op %d, but op %d was fsynced", cut, st.lastOp(), durable)
+	}
+	if ckpt && st.snap.Op != 12 {
+		t.Fatalf("cut %d: a durable checkpoint was lost (snapshot op %d)", cut, st.snap.Op)
+	}
+	for i, e := range st.entries {
+		if e.Op != st.snap.Op+uint64(i)+1 || string(e.Data) != fmt.Sprint("d", e.Op) {
+			t.Fatalf("cut %d: entry %d is %+v", cut, i, e)
+		}
+	}
+	return ops
+}
+
+// segments lists the segment files in /wal.
+func segments(t *testing.T, mem *vfs.Mem) []string {
+	t.Helper()
+	names, err := mem.ReadDir("/wal")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var segs []string
+	for _, n := range names {
+		if _, ok := parseSeg(n); ok {
+			segs = append(segs, n)
+		}
+	}
+	return segs
 }
 
 func rewrite(t *testing.T, mem *vfs.Mem, name string, edit func([]byte)) {
@@ -157,11 +214,12 @@ func TestWALTornTailIsCutButCorruptionBeforeItIsRefused(t *testing.T) {
 	head := w.size
 	w.addEntries(entries(4, 6, 0))
 	commitBatch(t, w)
+	end := w.size
 	w.close()
 	name := "/wal/" + segName(1)
 
-	rewrite(t, mem, name, func(b []byte) { b[len(b)-5] ^= 0xff }) // inside the last record
-	if _, st, err := openWAL(mem, "/wal"); err != nil || st.lastOp() != 3 {
+	rewrite(t, mem, name, func(b []byte) { b[end-5] ^= 0xff }) // inside the last record
+	if _, st, err := openWALWith(mem, "/wal", testWALConfig()); err != nil || st.lastOp() != 3 {
 		t.Fatalf("a bad last record is a torn tail (cut, ops 1-3 kept): op %d, %v", st.lastOp(), err)
 	}
 
@@ -173,8 +231,8 @@ func TestWALTornTailIsCutButCorruptionBeforeItIsRefused(t *testing.T) {
 	commitBatch(t, w)
 	w.close()
 	rewrite(t, mem, name, func(b []byte) { b[head-3] ^= 0xff }) // inside the first entries record
-	if _, _, err := openWAL(mem, "/wal"); !errors.Is(err, ErrWALCorrupt) {
-		t.Fatalf("a bad record followed by good ones: %v, want ErrWALCorrupt", err)
+	if _, _, err := openWALWith(mem, "/wal", testWALConfig()); !errors.Is(err, ErrWALCorrupt) {
+		t.Fatalf("a bad record followed by one that says it was synced: %v, want ErrWALCorrupt", err)
 	}
 }
 
@@ -188,6 +246,10 @@ func TestFailedFsyncStopsOnlyThatReplica(t *testing.T) {
 	})
 	if _, err := c.write(set("a", "1"), shard.ReqID{}, 5*time.Second); err != nil {
 		t.Fatal(err)
+	}
+	// The failure must hit the log's fsync, not the zero-filler's.
+	for !c.reps[2].wal.fill.idle() {
+		time.Sleep(time.Millisecond)
 	}
 	mem.FailSyncs(1)
 	for i := range 20 {
@@ -231,9 +293,9 @@ func TestWALUnfinishedRollNeverOutranksTheOldSegment(t *testing.T) {
 	}
 	w2.close()
 	var full []byte
-	rewrite(t, scratch, "/wal/"+segName(2), func(b []byte) { full = append(full, b...) })
+	rewrite(t, scratch, "/wal/"+segName(2), func(b []byte) { full = append(full, b[:w2.size]...) })
 	partial := full[:len(full)/3]
-	if typ, _, _, ok := nextRecord(partial); !ok || typ != recSnapshot {
+	if !firstIsSnapshot(partial, 2) {
 		t.Fatalf("test setup: the partial segment must start with a whole snapshot record")
 	}
 	f, err := mem.Create("/wal/" + segName(2) + tmpSuffix)
@@ -254,7 +316,7 @@ func TestWALUnfinishedRollNeverOutranksTheOldSegment(t *testing.T) {
 	}
 	names, _ := mem.ReadDir("/wal")
 	for _, n := range names {
-		if strings.HasSuffix(n, tmpSuffix) {
+		if strings.HasSuffix(n, segName(2)+tmpSuffix) {
 			t.Fatalf("unfinished segment %s left behind: %v", n, names)
 		}
 	}
