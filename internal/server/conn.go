@@ -237,7 +237,11 @@ func (c *conn) release() error {
 // failure it drops every reply of the batch, including those still staged in the
 // RESP writer: none may reach the client, now or on a later flush.
 func (c *conn) waited(err error, d time.Duration) error {
-	c.srv.m.syncLatency.Observe(d.Seconds())
+	if c.pending.SyncPos != 0 {
+		// An fsync wait (kefir_fsync_wait_seconds); a replica's wait for
+		// acknowledgements (Pending.Acks) is not one.
+		c.srv.m.syncLatency.Observe(d.Seconds())
+	}
 	c.pending = shard.Pending{}
 	if err == nil {
 		return nil
