@@ -286,7 +286,9 @@ func (r *Replica) indexEarly(es []vr.Entry) {
 		k := idKey{e.Client, e.ReqNum}
 		if ks, ok := r.early[k]; ok {
 			delete(r.early, k)
-			r.upd.add(e.Op, ks)
+			if !r.mut.noEarlyIndex {
+				r.upd.add(e.Op, ks)
+			}
 			r.appended = append(r.appended, appendedWrite{k, e.Op})
 		}
 	}

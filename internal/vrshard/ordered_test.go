@@ -313,3 +313,29 @@ func TestWaitAwaitsEveryMergedBatch(t *testing.T) {
 		t.Fatal("Wait returned before every merged batch was acknowledged")
 	}
 }
+
+// The mutation noEarlyIndex (a cad write enters the update index only when
+// applied) breaks the argument of TestCADApplyReturnsAtItsOrderedPoint: the
+// connection's read right after Apply returned serves the old value.
+func TestBrokenEarlyIndexMissesTheConnectionsOwnWrite(t *testing.T) {
+	c := orderedCluster(t, func(o *Options) { o.mut.noEarlyIndex = true })
+	l := c.leader(5 * time.Second)
+	leader := c.reps[l]
+	ctx := context.Background()
+	base, err := leader.Write(ctx, set("k", "v0"), level.Sync, shard.ReqID{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitReadable(t, leader, base.Version)
+	c.isolate(l, true)
+	defer c.isolate(l, false)
+	w, p := applyOne(t, leader, set("k", "v1"), level.CAD, shard.ReqID{})
+	if w.Err != nil || len(p.Acks) != 1 {
+		t.Fatalf("ordered cad write: %+v, pending %+v", w, p)
+	}
+	r, err := leader.Read(ctx, get("k"), level.ConsLinearizable, shard.Session{})
+	if err != nil || string(r.Bulk) != "v0" {
+		t.Fatalf("with noEarlyIndex: read after the connection's own write: %+v, %v; want the stale v0", r, err)
+	}
+	t.Logf("mutation caught: the read after the connection's own cad write returned %q", r.Bulk)
+}

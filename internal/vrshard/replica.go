@@ -211,6 +211,10 @@ type mutations struct {
 	// applyWaitsForAck: Apply waits for every write's acknowledgement, as
 	// before §10 (no ordered point); tests compare the two.
 	applyWaitsForAck bool
+	// noEarlyIndex: early-acknowledged writes enter the update index only
+	// when applied, not when appended: a read right after Apply returned
+	// misses the connection's own write (and any cad write not applied).
+	noEarlyIndex bool
 }
 
 // proposal is one write on its way through the log.
