@@ -3,6 +3,7 @@ package vrshard
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -338,4 +339,98 @@ func TestBrokenEarlyIndexMissesTheConnectionsOwnWrite(t *testing.T) {
 		t.Fatalf("with noEarlyIndex: read after the connection's own write: %+v, %v; want the stale v0", r, err)
 	}
 	t.Logf("mutation caught: the read after the connection's own cad write returned %q", r.Bulk)
+}
+
+// A leader read checks its keys' latest updates against R before it reads
+// the engine, not only after: here the connection's own cad write is
+// ordered (no replica can fsync, so it cannot commit), the read starts, and
+// — only with the noPreReadCheck mutation, where the engine is read first —
+// the write commits, is applied and becomes readable between the engine
+// read and the check after it (the afterLeaderRead hook opens the fsyncs
+// and waits for that), so the check finds nothing unreadable and serves the
+// value before the write. Without the mutation the read waits for the
+// write and returns it. The third case is main before §10 (Apply waited
+// for the acknowledgement, the read checked only after the engine read):
+// the client was told OK and then read the value before its own write — a
+// linearizability bug that predates the ordered point, made more likely by
+// it (reads now run right after the write is ordered).
+func TestLeaderReadChecksItsKeysBeforeReadingTheEngine(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		broken, main bool
+	}{{"checked", false, false}, {"noPreReadCheck", true, false}, {"noPreReadCheck+applyWaitsForAck", true, true}} {
+		broken := tc.broken
+		t.Run(tc.name, func(t *testing.T) {
+			var (
+				armed  atomic.Bool
+				target atomic.Uint64
+				hooked atomic.Int32
+			)
+			var gates map[uint64]*gatedFS
+			var c *cluster
+			openGates := func() {
+				for _, g := range gates {
+					g.release()
+				}
+			}
+			c, gates, _ = gatedCluster(t, func(o *Options) {
+				o.mut.noPreReadCheck = broken
+				o.mut.applyWaitsForAck = tc.main
+				o.RequestTimeout = 5 * time.Second
+				o.mut.afterLeaderRead = func() {
+					if !armed.Load() || hooked.Add(1) != 1 {
+						return
+					}
+					openGates()
+					for _, r := range c.reps {
+						if r != nil && r.Info().IsLeader {
+							waitReadable(t, r, target.Load())
+						}
+					}
+				}
+			})
+			defer openGates()
+			l := c.leader(5 * time.Second)
+			leader := c.reps[l]
+			ctx := context.Background()
+			if _, err := leader.Write(ctx, set("k", "v0"), level.Sync, shard.ReqID{}); err != nil {
+				t.Fatal(err)
+			}
+			for _, g := range gates {
+				g.hold()
+			}
+			w, p := applyOne(t, leader, set("k", "v1"), level.CAD, shard.ReqID{})
+			if w.Err != nil {
+				t.Fatal(w.Err)
+			}
+			target.Store(w.Result.Version)
+			armed.Store(true)
+			if !broken {
+				// The read waits for the write's durability; the hook runs
+				// only once it re-reads. Let the fsyncs go meanwhile.
+				go func() {
+					time.Sleep(100 * time.Millisecond)
+					openGates()
+				}()
+			}
+			r, err := leader.Read(ctx, get("k"), level.ConsLinearizable, shard.Session{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := leader.Wait(ctx, p); err != nil {
+				t.Fatal(err)
+			}
+			if hooked.Load() == 0 {
+				t.Fatal("the hook never ran: the window was not tested")
+			}
+			switch {
+			case !broken && string(r.Bulk) != "v1":
+				t.Fatalf("read after the connection's own write returned %q, want v1", r.Bulk)
+			case broken && string(r.Bulk) != "v0":
+				t.Fatalf("with noPreReadCheck the read returned %q; want the stale v0 (the test shows nothing)", r.Bulk)
+			case broken:
+				t.Logf("mutation caught: the read after the connection's own write returned %q", r.Bulk)
+			}
+		})
+	}
 }

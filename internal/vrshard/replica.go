@@ -211,6 +211,14 @@ type mutations struct {
 	// applyWaitsForAck: Apply waits for every write's acknowledgement, as
 	// before §10 (no ordered point); tests compare the two.
 	applyWaitsForAck bool
+	// noPreReadCheck: a leader read checks its keys' latest updates against
+	// R only after reading the engine (the check before §10): an update
+	// applied, and made readable, in between is missed and the read returns
+	// the value before it.
+	noPreReadCheck bool
+	// afterLeaderRead (a test hook) runs on the reader's goroutine right
+	// after a leader read read the engine, before its check against R.
+	afterLeaderRead func()
 	// noEarlyIndex: early-acknowledged writes enter the update index only
 	// when applied, not when appended: a read right after Apply returned
 	// misses the connection's own write (and any cad write not applied).
