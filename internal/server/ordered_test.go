@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -113,40 +114,103 @@ func pipelineBehindLostWrite(t *testing.T) (replies []string, lost string) {
 // by hand that vrshard's noEarlyIndex mutation fails it (a read misses its
 // connection's write; this package cannot switch vrshard's mutations).
 func TestPipelinedCADHistoryIsLinearizableAndReadsItsWrites(t *testing.T) {
+	if err := pipelinedCADHistory(t, false); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The same with the leader cut off from the group now and then: batches
+// whose writes were ordered at a deposed leader are dropped whole (their
+// operations are unknown to the client), and the history stays
+// linearizable, reads-your-writes included.
+func TestPipelinedCADHistoryAcrossLeaderChanges(t *testing.T) {
+	if err := pipelinedCADHistory(t, true); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The check above can fail: with replies released before the batch's
+// writes are acknowledged (releaseSkipsWait), a client is told OK for
+// writes a deposed leader loses, and a later read misses them. Not every
+// schedule loses a write that is read again, so up to four runs.
+func TestBrokenReleaseFailsThePipelinedHistory(t *testing.T) {
+	releaseSkipsWait.Store(true)
+	defer releaseSkipsWait.Store(false)
+	for try := 1; try <= 4; try++ {
+		if err := pipelinedCADHistory(t, true); err != nil {
+			t.Logf("mutation caught (run %d): %v", try, err)
+			return
+		}
+	}
+	t.Fatal("four histories with replies released before acknowledgement all passed")
+}
+
+// pipelinedCADHistory runs the workload and returns its first violation
+// (nil: none).
+func pipelinedCADHistory(t *testing.T, nemesis bool) error {
 	g := startGroupWith(t, func(c *Config) { c.Durability = level.CAD })
 	l := g.leader(t)
-	const conns, pipelines, depth = 4, 80, 6
+	const conns, depth = 4, 6
 	rec := check.NewRecorder(nil)
+	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	errs := make(chan string, conns)
+	var dropped atomic.Int64
+	leaderNode := func(rng *rand.Rand) *Server {
+		for _, s := range g.nodes {
+			if s.vr.Info().IsLeader {
+				return s
+			}
+		}
+		return g.nodes[rng.Intn(len(g.nodes))]
+	}
 	for cn := range conns {
-		c := dial(t, g.nodes[l])
 		rng := rand.New(rand.NewSource(int64(cn)))
 		own := fmt.Sprintf("own%d", cn)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for pl := range pipelines {
+			var c *client
+			// ownCur is the connection's last acknowledged write of own
+			// ("": none, or its last write's outcome is unknown).
+			ownCur := ""
+			for pl := 0; ; pl++ {
+				if !nemesis && pl == 80 {
+					return
+				}
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if c == nil {
+					nc, err := net.Dial("tcp", leaderNode(rng).ClientAddr().String())
+					if err != nil {
+						errs <- err.Error()
+						return
+					}
+					defer nc.Close()
+					c = &client{t: t, nc: nc, rd: resp.NewReader(nc, 0)}
+				}
 				type sent struct {
 					id   int // recorder id, -1: own key
 					kind check.Kind
-					want string // own-key GET: the value the pipeline wrote
+					val  string // own-key SET: the value
 				}
 				var cmds []sent
 				var buf []byte
-				ownVal := ""
 				for pos := range depth {
 					key := "s" + strconv.Itoa(rng.Intn(2))
 					op := check.Op{Client: cn*depth + pos, Key: key, Cons: level.ConsLinearizable, Dur: level.CAD}
 					var args []string
 					switch p := rng.Intn(10); {
 					case p < 3:
-						ownVal = fmt.Sprintf("c%d-%d-%d", cn, pl, pos)
-						args = []string{"SET", own, ownVal}
-						cmds = append(cmds, sent{id: -1, kind: check.Put})
-					case p < 5 && ownVal != "":
+						v := fmt.Sprintf("c%d-%d-%d", cn, pl, pos)
+						args = []string{"SET", own, v}
+						cmds = append(cmds, sent{id: -1, kind: check.Put, val: v})
+					case p < 5:
 						args = []string{"GET", own}
-						cmds = append(cmds, sent{id: -1, kind: check.Get, want: ownVal})
+						cmds = append(cmds, sent{id: -1, kind: check.Get})
 					case p < 8:
 						op.Kind, op.Value = check.Put, fmt.Sprintf("c%d-%d-%d", cn, pl, pos)
 						args = []string{"SET", key, op.Value}
@@ -162,19 +226,50 @@ func TestPipelinedCADHistoryIsLinearizableAndReadsItsWrites(t *testing.T) {
 					}
 					buf = resp.AppendCommand(buf, bs...)
 				}
-				if _, err := c.nc.Write(buf); err != nil {
-					errs <- err.Error()
-					return
-				}
-				for _, s := range cmds {
-					v, err := c.rd.ReadValue()
-					if err != nil || v.Kind == resp.Error {
-						errs <- fmt.Sprintf("pipeline %d of conn %d: %v %v", pl, cn, show(v), err)
-						return
+				_ = c.nc.SetDeadline(time.Now().Add(5 * time.Second))
+				_, werr := c.nc.Write(buf)
+				for k, s := range cmds {
+					var v resp.Value
+					err := werr
+					if err == nil {
+						v, err = c.rd.ReadValue()
+					}
+					if err != nil {
+						if !nemesis {
+							errs <- fmt.Sprintf("pipeline %d of conn %d: %v", pl, cn, err)
+							return
+						}
+						// The batch was dropped: nothing of it is known.
+						dropped.Add(1)
+						for _, r := range cmds[k:] {
+							if r.id >= 0 {
+								rec.Unknown(r.id)
+							} else if r.kind == check.Put {
+								ownCur = ""
+							}
+						}
+						c.nc.Close()
+						c = nil
+						break
+					}
+					if v.Kind == resp.Error {
+						if !nemesis {
+							errs <- fmt.Sprintf("pipeline %d of conn %d: %s", pl, cn, show(v))
+							return
+						}
+						if s.id >= 0 {
+							rec.Unknown(s.id)
+						} else if s.kind == check.Put {
+							ownCur = ""
+						}
+						continue
 					}
 					if s.id < 0 {
-						if s.kind == check.Get && (v.Kind != resp.Bulk || string(v.Str) != s.want) {
-							errs <- fmt.Sprintf("conn %d read its own key as %s after writing %q (its last write of it, earlier in this pipeline or in one before)", cn, show(v), s.want)
+						switch {
+						case s.kind == check.Put:
+							ownCur = s.val
+						case ownCur != "" && (v.Kind != resp.Bulk || string(v.Str) != ownCur):
+							errs <- fmt.Sprintf("conn %d read its own key as %s after its acknowledged write %q", cn, show(v), ownCur)
 							return
 						}
 						continue
@@ -188,16 +283,55 @@ func TestPipelinedCADHistoryIsLinearizableAndReadsItsWrites(t *testing.T) {
 			}
 		}()
 	}
+	if nemesis {
+		for range 3 {
+			time.Sleep(300 * time.Millisecond)
+			li := -1
+			for i, s := range g.nodes {
+				if s.vr.Info().IsLeader {
+					li = i
+				}
+			}
+			if li < 0 {
+				continue
+			}
+			cut := func(on bool) {
+				for _, m := range g.cfgs[li].Members {
+					if m.ID != g.cfgs[li].ReplicaID {
+						if err := g.nodes[li].vr.Transport().SetLinkFault(m.ID, transport.Fault{Partition: on}); err != nil {
+							t.Error(err)
+						}
+					}
+				}
+			}
+			cut(true)
+			time.Sleep(600 * time.Millisecond)
+			cut(false)
+		}
+		time.Sleep(time.Second)
+		close(stop)
+	}
 	wg.Wait()
 	close(errs)
 	for e := range errs {
-		t.Fatal(e)
+		return errors.New(e)
 	}
 	h := rec.History()
-	if v := check.Linearizable(h, check.LinOptions{NoVisualization: true, Strict: true}); !v.OK {
-		t.Fatalf("not linearizable:\n%s", v)
+	ok, unknown := 0, 0
+	for _, op := range h.Ops {
+		switch op.Outcome {
+		case check.OK:
+			ok++
+		case check.Unknown:
+			unknown++
+		}
+	}
+	t.Logf("%d operations completed, %d unknown; %d batches dropped", ok, unknown, dropped.Load())
+	if v := check.Linearizable(h, check.LinOptions{NoVisualization: true, Strict: !nemesis}); !v.OK {
+		return fmt.Errorf("not linearizable:\n%s", v)
 	}
 	if n := g.nodes[l].vr.Stats().EarlyAcks; n == 0 {
 		t.Fatal("no cad write was acknowledged early: the test did not exercise the ordered point")
 	}
+	return nil
 }
