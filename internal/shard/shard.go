@@ -40,14 +40,44 @@ type WriteReq struct {
 }
 
 // Pending is what a batch of applied writes still waits for before its replies may
-// be released: the log position that must be durable. Pendings merge, so a front door
-// can apply several batches and wait once.
+// be released: the log position that must be durable (a single node), or the
+// acknowledgement of writes a replication engine has ordered but not yet
+// acknowledged (Acks). Pendings merge, so a front door can apply several batches and
+// wait once.
 type Pending struct {
 	SyncPos storage.Pos
+	// Acks are writes a replication engine's Apply returned once they were ordered
+	// (their replies are known and later reads see them) but before they were
+	// acknowledged. Only the Replica that returned them interprets them: its Wait
+	// fails if any of them was not acknowledged (a leader change, a closed replica),
+	// and then no reply of the batch may be released.
+	Acks []Ack
+}
+
+// Ack is a replication engine's handle on ordered writes awaiting acknowledgement
+// (see Pending.Acks).
+type Ack interface {
+	// Await blocks until the writes are acknowledged (nil) or will not be (their
+	// outcome is unknown).
+	Await(ctx context.Context) error
 }
 
 // Merge returns the pending that covers both.
-func (p Pending) Merge(q Pending) Pending { return Pending{SyncPos: max(p.SyncPos, q.SyncPos)} }
+func (p Pending) Merge(q Pending) Pending {
+	m := Pending{SyncPos: max(p.SyncPos, q.SyncPos), Acks: p.Acks}
+	switch {
+	case len(q.Acks) == 0:
+	case len(p.Acks) == 0:
+		m.Acks = q.Acks
+	default:
+		// Never append into p's backing array: another Pending may share it.
+		m.Acks = append(p.Acks[:len(p.Acks):len(p.Acks)], q.Acks...)
+	}
+	return m
+}
+
+// IsZero reports whether p waits for nothing.
+func (p Pending) IsZero() bool { return p.SyncPos == 0 && len(p.Acks) == 0 }
 
 // Replica is what a front door needs from a shard. The single-node Shard implements
 // it; replication engines will too.
@@ -57,7 +87,8 @@ type Replica interface {
 	// write's own error is in its Err; the returned error is for the batch (closed).
 	Apply(ctx context.Context, reqs []WriteReq) (Pending, error)
 	// Wait blocks until p is satisfied. An error means the outcome of the writes is
-	// unknown (an fsync failed): their replies must not claim success.
+	// unknown (an fsync failed, a replicated write was not acknowledged): no reply
+	// of the batch may be released.
 	Wait(ctx context.Context, p Pending) error
 	// Write is Apply and Wait for one write.
 	Write(ctx context.Context, op Op, d level.Durability, id ReqID) (Result, error)

@@ -286,9 +286,37 @@ func (r *Replica) indexEarly(es []vr.Entry) {
 		k := idKey{e.Client, e.ReqNum}
 		if ks, ok := r.early[k]; ok {
 			delete(r.early, k)
-			r.upd.add(e.Op, ks)
+			if !r.mut.noEarlyIndex {
+				r.upd.add(e.Op, ks)
+			}
+			r.appended = append(r.appended, appendedWrite{k, e.Op})
 		}
 	}
+}
+
+// appendedWrite is an early-acknowledged write the leader just appended.
+type appendedWrite struct {
+	id idKey
+	op uint64
+}
+
+// markAppended answers, at their ordered point, the writes indexEarly saw
+// appended that are still waiting for their acknowledgement (cad; an async
+// write was acknowledged in the same Ready): Apply returns with their
+// reply, OK at their op, and Wait awaits the acknowledgement
+// (docs/design/cad.md §10). Called after the Ready's acks, so that a write
+// acknowledged in it is simply finished.
+func (r *Replica) markAppended() {
+	for _, a := range r.appended {
+		for _, p := range r.waitID[a.id] {
+			if !p.ordered {
+				p.early = true
+				p.markOrdered(shard.Result{Kind: shard.ResOK, Version: a.op}, nil)
+			}
+		}
+	}
+	clear(r.appended)
+	r.appended = r.appended[:0]
 }
 
 // raiseFloor records that the engine now holds ops up to op that the index

@@ -162,9 +162,30 @@ func (r *Replica) leaderRead(ctx context.Context, op shard.Op) (shard.Result, er
 // it was checked against: the result may be returned if need <= R.
 func (r *Replica) leaderCheck(op shard.Op, waited bool) (res shard.Result, need, R uint64, err error) {
 	ov := r.upd.overlayFor(readKeys(&op))
+	if !waited && !r.mut.noDurabilityWait && !r.mut.noPreReadCheck {
+		// Before the engine read: the latest update of every key read must
+		// be readable already, or the read waits for it. The check after the
+		// read (below) cannot see this: an update the engine does not show
+		// yet may be applied, and R pass it, between the engine read and
+		// that check, which then finds it readable and serves the older
+		// value — for the connection's own cad write right after Apply
+		// returned (docs/design/cad.md §10), or any write acknowledged
+		// before the read began. An update indexed before this check is
+		// either still indexed (need0 >= its op, so R0 >= its op: applied
+		// before R0 was published, i.e. before the engine read) or pruned
+		// before it (pruning needs it applied): either way the engine read
+		// below shows it.
+		R0 := r.readable.Load()
+		if need0 := r.cadNeed(&op, R0, ov); need0 > R0 {
+			return shard.Result{}, need0, R0, nil
+		}
+	}
 	res, err = r.readWith(op, ov)
 	if err != nil {
 		return shard.Result{}, 0, 0, err
+	}
+	if h := r.mut.afterLeaderRead; h != nil {
+		h()
 	}
 	R = r.readable.Load()
 	need = r.cadNeed(&op, R, ov)

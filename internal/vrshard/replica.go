@@ -204,6 +204,25 @@ type mutations struct {
 	// readers a Ready releases were woken (the behaviour before §9 of
 	// docs/design/cad.md): they may check against the old R and wait again.
 	lateReadable bool
+	// ackWaitSkipped: Wait returns at once for writes Apply returned at
+	// their ordered point, as if they were acknowledged: a front door then
+	// releases replies of writes that may be lost (docs/design/cad.md §10).
+	ackWaitSkipped bool
+	// applyWaitsForAck: Apply waits for every write's acknowledgement, as
+	// before §10 (no ordered point); tests compare the two.
+	applyWaitsForAck bool
+	// noPreReadCheck: a leader read checks its keys' latest updates against
+	// R only after reading the engine (the check before §10): an update
+	// applied, and made readable, in between is missed and the read returns
+	// the value before it.
+	noPreReadCheck bool
+	// afterLeaderRead (a test hook) runs on the reader's goroutine right
+	// after a leader read read the engine, before its check against R.
+	afterLeaderRead func()
+	// noEarlyIndex: early-acknowledged writes enter the update index only
+	// when applied, not when appended: a read right after Apply returned
+	// misses the connection's own write (and any cad write not applied).
+	noEarlyIndex bool
 }
 
 // proposal is one write on its way through the log.
@@ -220,17 +239,48 @@ type proposal struct {
 	op    *shard.Op // async writes only: a copy the overlay may keep
 	blind bool      // the reply depends on no state
 	keys  [][]byte  // early-acknowledged writes: the keys written (copies)
+	// The ordered point (Apply returns there; docs/design/cad.md §10), driver
+	// only until bw.ordered closes: ordered once the write is in the
+	// leader's log or finished, whichever comes first; early when it was
+	// in the log first (Apply answered it, Wait awaits its finish); ores and
+	// oerr are the reply Apply gives.
+	ordered, early bool
+	ores           shard.Result
+	oerr           error
 }
 
+// batchWait is one Apply call's writes. done closes when every write is
+// finished (acknowledged or failed), ordered when every write is ordered.
+// It is the shard.Ack a Pending carries for the early ones (Await).
 type batchWait struct {
-	left atomic.Int32
-	done chan struct{}
+	left      atomic.Int32
+	done      chan struct{}
+	unordered int // driver only
+	ordered   chan struct{}
+	ps        []proposal
+	r         *Replica
+	deadline  time.Time // RequestTimeout after the proposals were handed over
 }
 
 func (p *proposal) finish(res shard.Result, err error) {
 	p.res, p.err = res, err
+	if !p.ordered {
+		p.markOrdered(res, err)
+	}
 	if p.wait.left.Add(-1) == 0 {
 		close(p.wait.done)
+	}
+}
+
+// markOrdered records the reply Apply gives for p: its result if it is
+// finished, else (early) OK at its op, the acknowledgement still to come.
+func (p *proposal) markOrdered(res shard.Result, err error) {
+	p.ordered = true
+	p.ores, p.oerr = res, err
+	if bw := p.wait; bw.ordered != nil {
+		if bw.unordered--; bw.unordered == 0 {
+			close(bw.ordered)
+		}
 	}
 }
 
@@ -393,6 +443,7 @@ type Replica struct {
 	cadClient uint64
 	cadSeq    uint64
 	early     map[idKey][][]byte // keys of early-ack proposals not yet appended
+	appended  []appendedWrite    // early-ack proposals appended in this Ready
 	parked    []parkedReply      // driver only, in op order
 	backlog   []*proposal        // writes waiting for room in the pipeline, in order
 	nxCool    atomic.Int64       // local Unix ns until which the fast path rests
@@ -946,6 +997,7 @@ func (r *Replica) handle(rd *vr.Ready) error {
 		}
 	}
 	r.earlyAcks(rd.Acks)
+	r.markAppended()
 	if len(rd.ReadStates) > 0 && !r.mut.lateReadable {
 		// The core releases a durability wait once R covers it, and the
 		// reader then checks its keys against the *published* R: publish it
@@ -1240,12 +1292,18 @@ func (r *Replica) finishCheckpoint(res ckptResult) error {
 
 // ---- shard.Replica ----
 
-// Apply proposes writes and waits for their acknowledgement point
-// (docs/design/cad.md §1): a sync write, and every write whose reply depends
-// on state, until it is committed (persisted on a majority) and applied
-// here; a cad blind write (plain SET, MSET) until a majority holds it in
-// memory; an async blind write until the leader appended it. The returned
-// Pending is empty: nothing is left to wait for.
+// Apply proposes writes and returns at their ordered point
+// (docs/design/cad.md §10). A blind write acknowledged before commit (cad:
+// once a majority holds it in memory; async: once the leader appended it)
+// is ordered once it is in the leader's log: its reply (OK at its op) is
+// then known, and a later read of its keys sees it (the update index holds
+// it from its append, so a linearizable or cross-client-monotonic read
+// waits until it is durable). Apply returns then, and the returned Pending
+// carries it: Wait awaits its acknowledgement and fails if it will not come
+// (leader change, closed replica, RequestTimeout) — the writes' outcome is
+// then unknown and no reply of the batch may be released. Every other write
+// — sync, and any write whose reply depends on state — is answered when
+// committed and applied here, inside Apply, as before.
 func (r *Replica) Apply(ctx context.Context, reqs []shard.WriteReq) (shard.Pending, error) {
 	if err := r.failed(); err != nil {
 		return shard.Pending{}, err
@@ -1263,9 +1321,10 @@ func (r *Replica) Apply(ctx context.Context, reqs []shard.WriteReq) (shard.Pendi
 		}
 		return shard.Pending{}, nil
 	}
-	bw := &batchWait{done: make(chan struct{})}
+	bw := &batchWait{done: make(chan struct{}), ordered: make(chan struct{}), r: r, unordered: len(reqs)}
 	bw.left.Store(int32(len(reqs)))
 	ps := make([]proposal, len(reqs))
+	bw.ps = ps
 	pp := make([]*proposal, len(reqs))
 	ts := time.Now().UnixNano()
 	for i := range reqs {
@@ -1298,10 +1357,15 @@ func (r *Replica) Apply(ctx context.Context, reqs []shard.WriteReq) (shard.Pendi
 	case <-r.done:
 		return shard.Pending{}, r.closedErr()
 	}
+	bw.deadline = time.Now().Add(r.opts.RequestTimeout)
+	point := bw.ordered
+	if r.mut.applyWaitsForAck {
+		point = bw.done
+	}
 	timer := time.NewTimer(r.opts.RequestTimeout)
 	defer timer.Stop()
 	select {
-	case <-bw.done:
+	case <-point:
 	case <-timer.C:
 		// The driver may still finish the proposals; nobody reads them.
 		for i := range reqs {
@@ -1318,10 +1382,51 @@ func (r *Replica) Apply(ctx context.Context, reqs []shard.WriteReq) (shard.Pendi
 			return shard.Pending{}, r.closedErr()
 		}
 	}
+	early := false
 	for i := range reqs {
-		reqs[i].Result, reqs[i].Err = ps[i].res, ps[i].err
+		reqs[i].Result, reqs[i].Err = ps[i].ores, ps[i].oerr
+		early = early || ps[i].early
 	}
-	return shard.Pending{}, nil
+	if !early {
+		return shard.Pending{}, nil
+	}
+	return shard.Pending{Acks: []shard.Ack{bw}}, nil
+}
+
+// Await waits until every write Apply answered at its ordered point is
+// acknowledged: nil if all are, else the first one's error (the outcome of
+// the writes is unknown).
+func (bw *batchWait) Await(ctx context.Context) error {
+	r := bw.r
+	if r.mut.ackWaitSkipped {
+		return nil
+	}
+	select {
+	case <-bw.done:
+	default:
+		timer := time.NewTimer(max(time.Until(bw.deadline), 0))
+		defer timer.Stop()
+		select {
+		case <-bw.done:
+		case <-timer.C:
+			return ErrOutcomeUnknown
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-r.done:
+			// failAll finished every waiter before done closed.
+			select {
+			case <-bw.done:
+			default:
+				return r.closedErr()
+			}
+		}
+	}
+	for i := range bw.ps {
+		if p := &bw.ps[i]; p.early && p.err != nil {
+			return p.err
+		}
+	}
+	return nil
 }
 
 func (r *Replica) closedErr() error {
@@ -1331,14 +1436,31 @@ func (r *Replica) closedErr() error {
 	return shard.ErrClosed
 }
 
-// Wait returns at once: Apply already waited for majority persistence.
-func (r *Replica) Wait(ctx context.Context, p shard.Pending) error { return nil }
+// Wait waits for the acknowledgement of the writes Apply returned at their
+// ordered point (p.Acks); an error means some of them may be lost, so no
+// reply of their batch may claim success. Everything else Apply already
+// waited for.
+func (r *Replica) Wait(ctx context.Context, p shard.Pending) error {
+	for _, a := range p.Acks {
+		if err := a.Await(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
-// Write is Apply for one write.
+// Write is Apply and Wait for one write.
 func (r *Replica) Write(ctx context.Context, op shard.Op, d level.Durability, id shard.ReqID) (shard.Result, error) {
 	reqs := [1]shard.WriteReq{{Op: op, Durability: d, ID: id}}
-	if _, err := r.Apply(ctx, reqs[:]); err != nil {
+	p, err := r.Apply(ctx, reqs[:])
+	if err != nil {
 		return shard.Result{}, err
 	}
-	return reqs[0].Result, reqs[0].Err
+	if reqs[0].Err != nil {
+		return shard.Result{}, reqs[0].Err
+	}
+	if err := r.Wait(ctx, p); err != nil {
+		return shard.Result{}, err
+	}
+	return reqs[0].Result, nil
 }
