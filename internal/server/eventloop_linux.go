@@ -93,17 +93,6 @@ var syncerSkipsWake atomic.Bool
 // variable so a test can make a missed wake-up stand out).
 var loopSweepEvery = 250 * time.Millisecond
 
-// yieldEvery is how often a busy loop yields its thread to the scheduler. A
-// loop goroutine never blocks in the runtime (epoll_wait is a plain system
-// call), so without yielding the runtime's monitor thread (sysmon) sees it run
-// on one scheduling tick for 10 ms, preempts it by force and, having acted,
-// polls every 20 µs again for the next millisecond or more: about 1,600
-// wake-ups a second under load, each a context switch on the other core,
-// which redis-benchmark needs (docs/benchmarks.md, issue 3). A yield every
-// 5 ms starts a new tick before sysmon ever acts, and sysmon backs off to
-// sleeping 10 ms at a time.
-const yieldEvery = 5 * time.Millisecond
-
 var errWouldBlock = errors.New("server: socket has no more input now")
 
 // evConn is a connection's event-loop state.
@@ -402,8 +391,7 @@ type loop struct {
 	// all waiting by then), the base of idle deadlines and of the next wait's
 	// timeout. Clock reads per request were 1.4 % of an unpipelined GET's
 	// server CPU (docs/benchmarks.md, issue 3).
-	now     int64
-	yielded int64 // now when the loop last yielded its thread (yieldEvery)
+	now int64
 }
 
 type inboxItem struct {
@@ -492,10 +480,6 @@ func (l *loop) run() {
 		l.releaseParked()
 		if l.sweepRq.Swap(false) || l.now >= l.nextSweep {
 			l.sweep(l.now)
-		}
-		if l.now-l.yielded >= int64(yieldEvery) {
-			l.yielded = l.now
-			runtime.Gosched()
 		}
 	}
 }
