@@ -94,6 +94,13 @@ func (f *gatedFile) Sync() error {
 	return f.File.Sync()
 }
 
+// WriteAt passes positional writes through (the files are vfs.Mem's), so
+// these tests run the replication log on zero-filled segments, as a
+// production replica does, not on its append fallback.
+func (f *gatedFile) WriteAt(p []byte, off int64) (int, error) {
+	return f.File.(vfs.WriterAt).WriteAt(p, off)
+}
+
 // gatedCluster is a 3-replica cluster whose replication-log fsyncs the test
 // controls (each replica on its own in-memory disk).
 func gatedCluster(t *testing.T, tune func(*Options)) (*cluster, map[uint64]*gatedFS, map[uint64]*vfs.Mem) {
