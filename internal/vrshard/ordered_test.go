@@ -198,7 +198,7 @@ func TestCADApplyReturnsAtItsOrderedPoint(t *testing.T) {
 // lostOrderedWrite applies a cad write at a leader cut off from both
 // followers, lets them elect a new leader, heals, and returns what Wait
 // said about the write and the value the new leader holds for its key.
-func lostOrderedWrite(t *testing.T, skip bool) (waitErr error, newValue string, w shard.WriteReq) {
+func lostOrderedWrite(t *testing.T, skip bool) (newValue string, w shard.WriteReq, waitErr error) {
 	c := newCluster(t, 3, func(o *Options) {
 		o.VR.ViewChangeTimeout = 300 * time.Millisecond
 		o.VR.LeaseDuration = 250 * time.Millisecond
@@ -245,14 +245,14 @@ func lostOrderedWrite(t *testing.T, skip bool) (waitErr error, newValue string, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	return waitErr, string(r.Bulk), w
+	return string(r.Bulk), w, waitErr
 }
 
 // A leader change between Apply and Wait: the write was ordered at the old
 // leader only and is lost; Wait must fail (outcome unknown), so the front
 // door drops the batch's replies and no one is told OK.
 func TestOrderedWriteLostInALeaderChangeFailsItsWait(t *testing.T) {
-	err, v, w := lostOrderedWrite(t, false)
+	v, w, err := lostOrderedWrite(t, false)
 	if v != "v0" {
 		t.Fatalf("the new leader holds %q for the key: the write was not lost, the test shows nothing", v)
 	}
@@ -263,7 +263,7 @@ func TestOrderedWriteLostInALeaderChangeFailsItsWait(t *testing.T) {
 
 // The mutation: Wait that does not wait acknowledges the lost write.
 func TestBrokenAckWaitAcknowledgesALostWrite(t *testing.T) {
-	err, v, _ := lostOrderedWrite(t, true)
+	v, _, err := lostOrderedWrite(t, true)
 	if err != nil || v != "v0" {
 		t.Fatalf("with ackWaitSkipped: Wait %v, new leader holds %q; want nil and v0 (a lost write acknowledged)", err, v)
 	}
