@@ -630,7 +630,7 @@ func (l *loop) process(c *conn) {
 		c.batched++
 		if c.batchFull() {
 			c.flushWrites()
-			if c.pending.SyncPos != 0 {
+			if !c.pending.IsZero() {
 				l.handOff(c, nil)
 				return
 			}
@@ -647,12 +647,12 @@ func (l *loop) process(c *conn) {
 		}
 	}
 	c.flushWrites()
-	if c.pending.SyncPos != 0 && !loopWaitsInline.Load() {
+	if !c.pending.IsZero() && !loopWaitsInline.Load() {
 		e.away = true
 		l.parked = append(l.parked, c)
 		return
 	}
-	if c.pending.SyncPos != 0 {
+	if !c.pending.IsZero() {
 		if err := c.release(); err != nil { // the mutation: the loop waits
 			l.close(c)
 			return
@@ -816,7 +816,7 @@ func (l *loop) flushOut(c *conn) bool {
 // path: the batch so far is released, a protocol error is answered.
 func (l *loop) readFailed(c *conn, err error) {
 	c.flushWrites()
-	if c.pending.SyncPos != 0 {
+	if !c.pending.IsZero() {
 		// Releasing waits for durability: finish on a goroutine.
 		c.ev.away = true
 		go func() {
