@@ -223,7 +223,10 @@ func (c *conn) readFailed(err error) {
 // closes and the client sees an unknown outcome, as it must.
 func (c *conn) release() error {
 	c.flushWrites()
-	if !c.pending.IsZero() && !releaseSkipsWait.Load() {
+	if releaseSkipsWait.Load() {
+		c.pending = shard.Pending{} // the mutation: replies before their writes are acknowledged
+	}
+	if !c.pending.IsZero() {
 		t := time.Now()
 		err := c.srv.shard.Wait(context.Background(), c.pending)
 		if err := c.waited(err, time.Since(t)); err != nil {
@@ -258,9 +261,6 @@ func (c *conn) waited(err error, d time.Duration) error {
 // send ends a batch whose writes are applied and durable: it records the batch's
 // metrics and writes its replies.
 func (c *conn) send() error {
-	if releaseSkipsWait.Load() {
-		c.pending = shard.Pending{} // the mutation: replies before their writes are acknowledged
-	}
 	if !c.pending.IsZero() {
 		panic("server: replies released before their writes are durable")
 	}
