@@ -541,7 +541,7 @@ func (l *loop) add(c *conn) {
 			l.minIdle = idle
 			l.nextSweep = 0
 		}
-		e.idleAt = monoNow() + int64(idle)
+		e.idleAt = l.now + int64(idle)
 	}
 	if c.srv.draining() {
 		l.close(c)
