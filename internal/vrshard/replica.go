@@ -1404,21 +1404,8 @@ func (bw *batchWait) Await(ctx context.Context) error {
 	select {
 	case <-bw.done:
 	default:
-		timer := time.NewTimer(max(time.Until(bw.deadline), 0))
-		defer timer.Stop()
-		select {
-		case <-bw.done:
-		case <-timer.C:
-			return ErrOutcomeUnknown
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-r.done:
-			// failAll finished every waiter before done closed.
-			select {
-			case <-bw.done:
-			default:
-				return r.closedErr()
-			}
+		if err := r.awaitDone(ctx, bw.done, max(time.Until(bw.deadline), 0), ErrOutcomeUnknown); err != nil {
+			return err
 		}
 	}
 	for i := range bw.ps {
