@@ -163,20 +163,7 @@ func TestCADWriteIsAcknowledgedBeforeFsyncAndReadWaitsForDurability(t *testing.T
 		t.Fatalf("durability waits = %d after reading a durable key, want 0", n)
 	}
 
-	type out struct {
-		res shard.Result
-		err error
-	}
-	got := make(chan out, 1)
-	go func() {
-		r, err := leader.Read(ctx, get("k"), level.ConsLinearizable, shard.Session{})
-		got <- out{r, err}
-	}()
-	select {
-	case o := <-got:
-		t.Fatalf("read of a cad key nobody persisted returned before any fsync: %+v, %v", o.res, o.err)
-	case <-time.After(150 * time.Millisecond):
-	}
+	got := heldRead(t, leader, "k", 150*time.Millisecond, "read of a cad key nobody persisted returned before any fsync")
 	for _, g := range gates {
 		g.release()
 	}
@@ -331,6 +318,29 @@ func TestAsyncWriteIsReadFromTheOverlayWithoutWaiting(t *testing.T) {
 }
 
 // waitReadable waits until replica i knows a readable index of at least op.
+// readOut is a read's outcome.
+type readOut struct {
+	res shard.Result
+	err error
+}
+
+// heldRead starts a linearizable read of k on r and fails with msg if it
+// returns within d; the read's outcome arrives on the channel later.
+func heldRead(t *testing.T, r *Replica, k string, d time.Duration, msg string) <-chan readOut {
+	t.Helper()
+	got := make(chan readOut, 1)
+	go func() {
+		res, err := r.Read(context.Background(), get(k), level.ConsLinearizable, shard.Session{})
+		got <- readOut{res, err}
+	}()
+	select {
+	case o := <-got:
+		t.Fatalf("%s: %+v, %v", msg, o.res, o.err)
+	case <-time.After(d):
+	}
+	return got
+}
+
 func waitReadable(t *testing.T, r *Replica, op uint64) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)

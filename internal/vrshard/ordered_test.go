@@ -45,6 +45,29 @@ func orderedCluster(t *testing.T, tune func(*Options)) *cluster {
 }
 
 // applyOne applies one write and returns its reply and its Pending.
+// isolatedLeader writes each key/value pair of kvs at sync to c's leader,
+// waits until the last is readable there, then isolates the leader. It
+// returns the leader and the op of the first write.
+func isolatedLeader(t *testing.T, c *cluster, kvs ...string) (int, *Replica, uint64) {
+	t.Helper()
+	l := c.leader(5 * time.Second)
+	leader := c.reps[l]
+	var first, last uint64
+	for i := 0; i+1 < len(kvs); i += 2 {
+		res, err := leader.Write(context.Background(), set(kvs[i], kvs[i+1]), level.Sync, shard.ReqID{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			first = res.Version
+		}
+		last = res.Version
+	}
+	waitReadable(t, leader, last)
+	c.isolate(l, true)
+	return l, leader, first
+}
+
 func applyOne(t *testing.T, r *Replica, op shard.Op, d level.Durability, id shard.ReqID) (shard.WriteReq, shard.Pending) {
 	t.Helper()
 	reqs := []shard.WriteReq{{Op: op, Durability: d, ID: id}}
@@ -85,18 +108,8 @@ func TestCADApplyReturnsAtItsOrderedPoint(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			c := orderedCluster(t, func(o *Options) { o.mut.applyWaitsForAck = before })
-			l := c.leader(5 * time.Second)
-			leader := c.reps[l]
+			l, leader, base := isolatedLeader(t, c, "k", "v0", "other", "o")
 			ctx := context.Background()
-			base, err := leader.Write(ctx, set("k", "v0"), level.Sync, shard.ReqID{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := leader.Write(ctx, set("other", "o"), level.Sync, shard.ReqID{}); err != nil {
-				t.Fatal(err)
-			}
-			waitReadable(t, leader, base.Version+1)
-			c.isolate(l, true)
 			healed := false
 			defer func() {
 				if !healed {
@@ -133,7 +146,7 @@ func TestCADApplyReturnsAtItsOrderedPoint(t *testing.T) {
 				}
 				return
 			}
-			if a.err != nil || a.w.Err != nil || a.w.Result.Kind != shard.ResOK || a.w.Result.Version <= base.Version {
+			if a.err != nil || a.w.Err != nil || a.w.Result.Kind != shard.ResOK || a.w.Result.Version <= base {
 				t.Fatalf("ordered cad write: %+v; want OK at its op", a.w)
 			}
 			if len(a.p.Acks) != 1 || acked(a.p) {
@@ -145,20 +158,7 @@ func TestCADApplyReturnsAtItsOrderedPoint(t *testing.T) {
 			}
 			// Reading its own write: neither v0 (the connection wrote v1)
 			// nor v1 before it is durable.
-			type out struct {
-				res shard.Result
-				err error
-			}
-			rd := make(chan out, 1)
-			go func() {
-				r, err := leader.Read(ctx, get("k"), level.ConsLinearizable, shard.Session{})
-				rd <- out{r, err}
-			}()
-			select {
-			case o := <-rd:
-				t.Fatalf("read of an ordered, unacknowledged cad write returned %+v, %v before it was durable", o.res, o.err)
-			case <-time.After(200 * time.Millisecond):
-			}
+			rd := heldRead(t, leader, "k", 200*time.Millisecond, "read of an ordered, unacknowledged cad write returned before it was durable")
 			if acked(a.p) {
 				t.Fatal("acknowledged with no follower reachable")
 			}
@@ -320,15 +320,8 @@ func TestWaitAwaitsEveryMergedBatch(t *testing.T) {
 // connection's read right after Apply returned serves the old value.
 func TestBrokenEarlyIndexMissesTheConnectionsOwnWrite(t *testing.T) {
 	c := orderedCluster(t, func(o *Options) { o.mut.noEarlyIndex = true })
-	l := c.leader(5 * time.Second)
-	leader := c.reps[l]
+	l, leader, _ := isolatedLeader(t, c, "k", "v0")
 	ctx := context.Background()
-	base, err := leader.Write(ctx, set("k", "v0"), level.Sync, shard.ReqID{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitReadable(t, leader, base.Version)
-	c.isolate(l, true)
 	defer c.isolate(l, false)
 	w, p := applyOne(t, leader, set("k", "v1"), level.CAD, shard.ReqID{})
 	if w.Err != nil || len(p.Acks) != 1 {

@@ -307,17 +307,24 @@ func (r *Replica) linearizable(ctx context.Context, op *shard.Op) error {
 }
 
 func (r *Replica) awaitRead(ctx context.Context, rw *readWaiter) error {
-	timer := time.NewTimer(r.opts.RequestTimeout)
+	return r.awaitDone(ctx, rw.done, r.opts.RequestTimeout, ErrCannotServe)
+}
+
+// awaitDone waits until done closes, at most d (then timeoutErr). If the
+// replica closes first, done may still have closed: failAll finishes every
+// waiter before r.done closes.
+func (r *Replica) awaitDone(ctx context.Context, done <-chan struct{}, d time.Duration, timeoutErr error) error {
+	timer := time.NewTimer(d)
 	defer timer.Stop()
 	select {
-	case <-rw.done:
+	case <-done:
 	case <-timer.C:
-		return ErrCannotServe
+		return timeoutErr
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-r.done:
 		select {
-		case <-rw.done:
+		case <-done:
 		default:
 			return r.closedErr()
 		}

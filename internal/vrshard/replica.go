@@ -240,17 +240,19 @@ type proposal struct {
 	blind bool      // the reply depends on no state
 	keys  [][]byte  // early-acknowledged writes: the keys written (copies)
 	// The ordered point (Apply returns there; docs/design/cad.md §10), driver
-	// only until bw.ordered closes: ordered once the write is in the
-	// leader's log or finished, whichever comes first; early when it was
-	// in the log first (Apply answered it, Wait awaits its finish); ores and
-	// oerr are the reply Apply gives.
+	// only until it (bw.ordered, or bw.done if that is nil): ordered once the
+	// write is in the leader's log or finished, whichever comes first; early
+	// when it was in the log first (Apply answered it, Wait awaits its
+	// finish); ores and oerr are the reply Apply gives.
 	ordered, early bool
 	ores           shard.Result
 	oerr           error
 }
 
 // batchWait is one Apply call's writes. done closes when every write is
-// finished (acknowledged or failed), ordered when every write is ordered.
+// finished (acknowledged or failed), ordered when every write is ordered
+// (nil when no write of the batch can be ordered before it is finished:
+// then done is the ordered point).
 // It is the shard.Ack a Pending carries for the early ones (Await).
 type batchWait struct {
 	left      atomic.Int32
@@ -1321,12 +1323,13 @@ func (r *Replica) Apply(ctx context.Context, reqs []shard.WriteReq) (shard.Pendi
 		}
 		return shard.Pending{}, nil
 	}
-	bw := &batchWait{done: make(chan struct{}), ordered: make(chan struct{}), r: r, unordered: len(reqs)}
+	bw := &batchWait{done: make(chan struct{}), r: r, unordered: len(reqs)}
 	bw.left.Store(int32(len(reqs)))
 	ps := make([]proposal, len(reqs))
 	bw.ps = ps
 	pp := make([]*proposal, len(reqs))
 	ts := time.Now().UnixNano()
+	mayBeEarly := false
 	for i := range reqs {
 		q := &reqs[i]
 		p := &ps[i]
@@ -1336,6 +1339,7 @@ func (r *Replica) Apply(ctx context.Context, reqs []shard.WriteReq) (shard.Pendi
 			p.op = cloneOp(&q.Op)
 		}
 		if p.ack != vr.AckApplied {
+			mayBeEarly = true
 			for _, k := range writtenKeys(&q.Op) {
 				p.keys = append(p.keys, bytes.Clone(k))
 			}
@@ -1350,6 +1354,14 @@ func (r *Replica) Apply(ctx context.Context, reqs []shard.WriteReq) (shard.Pendi
 		p.req.Data = encodeOp(nil, h, &q.Op)
 		pp[i] = p
 	}
+	// Only a write acknowledged before it is applied can be ordered before
+	// it is finished: a batch with none (sync, state-dependent writes) is
+	// ordered when done, and needs no second channel.
+	point := bw.done
+	if mayBeEarly && !r.mut.applyWaitsForAck {
+		bw.ordered = make(chan struct{})
+		point = bw.ordered
+	}
 	select {
 	case r.propc <- pp:
 	case <-ctx.Done():
@@ -1358,10 +1370,6 @@ func (r *Replica) Apply(ctx context.Context, reqs []shard.WriteReq) (shard.Pendi
 		return shard.Pending{}, r.closedErr()
 	}
 	bw.deadline = time.Now().Add(r.opts.RequestTimeout)
-	point := bw.ordered
-	if r.mut.applyWaitsForAck {
-		point = bw.done
-	}
 	timer := time.NewTimer(r.opts.RequestTimeout)
 	defer timer.Stop()
 	select {
@@ -1404,21 +1412,8 @@ func (bw *batchWait) Await(ctx context.Context) error {
 	select {
 	case <-bw.done:
 	default:
-		timer := time.NewTimer(max(time.Until(bw.deadline), 0))
-		defer timer.Stop()
-		select {
-		case <-bw.done:
-		case <-timer.C:
-			return ErrOutcomeUnknown
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-r.done:
-			// failAll finished every waiter before done closed.
-			select {
-			case <-bw.done:
-			default:
-				return r.closedErr()
-			}
+		if err := r.awaitDone(ctx, bw.done, max(time.Until(bw.deadline), 0), ErrOutcomeUnknown); err != nil {
+			return err
 		}
 	}
 	for i := range bw.ps {
