@@ -115,9 +115,6 @@ type filler struct {
 	busy    bool  // a goroutine is filling it
 	stopped atomic.Bool
 	wg      sync.WaitGroup
-	fills   uint64 // completed
-	fails   uint64
-	lastErr error
 }
 
 func newFiller(w *wal) *filler {
@@ -173,13 +170,10 @@ func (f *filler) run(size int64) {
 	defer f.mu.Unlock()
 	f.busy = false
 	if err != nil {
-		f.fails++
-		f.lastErr = err
 		_ = f.fs.Remove(f.path)
 		return
 	}
 	f.ready, f.size = true, size
-	f.fills++
 }
 
 // zeroFill writes size zero bytes to a new file at f.path and fsyncs it, in
