@@ -131,14 +131,10 @@ func (w *wal) requestFill(end int64) {
 	switch w.cfg.fill {
 	case fillAsync:
 		f := w.fill
-		f.mu.Lock()
-		if f.busy || f.ready || f.stopped.Load() {
-			f.mu.Unlock()
+		if !f.claim() {
 			return
 		}
-		f.busy = true
 		f.wg.Add(1)
-		f.mu.Unlock()
 		go func() {
 			defer f.wg.Done()
 			f.run(size)
@@ -151,17 +147,24 @@ func (w *wal) requestFill(end int64) {
 // fillNow fills the next segment's file on the caller's goroutine, unless
 // one is ready or being filled.
 func (f *filler) fillNow(size int64) {
+	if f.claim() {
+		f.run(size)
+	}
+}
+
+// claim marks a fill as running and reports true, unless the filler is off
+// or stopped, or a file is ready or being filled.
+func (f *filler) claim() bool {
 	if f.mode == fillOff || f.stopped.Load() {
-		return
+		return false
 	}
 	f.mu.Lock()
+	defer f.mu.Unlock()
 	if f.busy || f.ready {
-		f.mu.Unlock()
-		return
+		return false
 	}
 	f.busy = true
-	f.mu.Unlock()
-	f.run(size)
+	return true
 }
 
 func (f *filler) run(size int64) {
