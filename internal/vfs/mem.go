@@ -647,12 +647,10 @@ func (f *memFile) Sync() error {
 			nd.lostLo, nd.lostHi = lo, hi
 		}
 		// The overwritten pages are dropped too: the disk keeps their old bytes.
-		for pg, b := range nd.old {
-			if nd.lost == nil {
-				nd.lost = map[int][]byte{}
-			}
-			nd.lost[pg] = b
+		if nd.lost == nil && len(nd.old) > 0 {
+			nd.lost = map[int][]byte{}
 		}
+		maps.Copy(nd.lost, nd.old)
 		nd.old = nil
 		return &fs.PathError{Op: "sync", Path: f.name, Err: ErrInjected}
 	}
