@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"math/rand"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -109,17 +111,6 @@ func (nd *memNode) durSize() int {
 		return len(nd.base)
 	}
 	return nd.durLen
-}
-
-// sortedPages returns the keys of a page map in order, so a seed always makes the same
-// choices.
-func sortedPages(m map[int][]byte) []int {
-	pgs := make([]int, 0, len(m))
-	for pg := range m {
-		pgs = append(pgs, pg)
-	}
-	sort.Ints(pgs)
-	return pgs
 }
 
 // NewMem returns an empty in-memory file system with the root directory "/" and ".".
@@ -242,7 +233,8 @@ func (m *Mem) Crash(rng *rand.Rand) {
 			// Drawn after the append tail so files without overwrites consume the
 			// rng exactly as before overwrites existed.
 			if rng != nil || m.keepOverwrites {
-				for _, pg := range sortedPages(old.old) {
+				// In page order, so a seed always makes the same choices.
+				for _, pg := range slices.Sorted(maps.Keys(old.old)) {
 					crashPage(keep, old, pg, rng, m.keepOverwrites)
 				}
 			}
@@ -655,12 +647,10 @@ func (f *memFile) Sync() error {
 			nd.lostLo, nd.lostHi = lo, hi
 		}
 		// The overwritten pages are dropped too: the disk keeps their old bytes.
-		for pg, b := range nd.old {
-			if nd.lost == nil {
-				nd.lost = map[int][]byte{}
-			}
-			nd.lost[pg] = b
+		if nd.lost == nil && len(nd.old) > 0 {
+			nd.lost = map[int][]byte{}
 		}
+		maps.Copy(nd.lost, nd.old)
 		nd.old = nil
 		return &fs.PathError{Op: "sync", Path: f.name, Err: ErrInjected}
 	}

@@ -73,9 +73,9 @@ const (
 	segHeader   = 16 // format 2 segment header
 	segMagic    = "KWAL"
 	segVersion  = 2
-	recHeader   = 25 // format 2 record header: length, crc, pos, synced, type
-	recTypeAt   = 24 // offset of the type byte in a format 2 record
-	recLenBytes = 24 // header bytes not counted in length
+	recTypeAt   = 4 + 4 + 8 + 8 // offset of the type byte in a format 2 record: after length, crc, pos, synced
+	recHeader   = recTypeAt + 1 // format 2 record header: length, crc, pos, synced, type
+	recLenBytes = recTypeAt     // header bytes not counted in length (it counts type + payload)
 
 	// maxWALRecord bounds a record so a corrupted length cannot make recovery
 	// allocate without bound.

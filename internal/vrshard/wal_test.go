@@ -106,11 +106,11 @@ func TestWALRecoversEntriesTruncationHardStateAndCheckpoint(t *testing.T) {
 // of unsynced appends and any mix of unsynced overwritten pages and sectors
 // (vfs.Mem's crash model) survives too.
 func TestWALSurvivesPowerCutAnywhere(t *testing.T) {
+	ops := powerCutRun(t, -1, nil) // a run without a cut counts its file operations
+	if ops < 20 {
+		t.Fatalf("a run makes only %d file operations", ops)
+	}
 	for _, seeded := range []bool{false, true} {
-		ops := powerCutRun(t, -1, nil) // a run without a cut counts its file operations
-		if ops < 20 {
-			t.Fatalf("a run makes only %d file operations", ops)
-		}
 		for cut := 1; cut <= ops; cut++ {
 			var rng *rand.Rand
 			if seeded {

@@ -115,9 +115,6 @@ type filler struct {
 	busy    bool  // a goroutine is filling it
 	stopped atomic.Bool
 	wg      sync.WaitGroup
-	fills   uint64 // completed
-	fails   uint64
-	lastErr error
 }
 
 func newFiller(w *wal) *filler {
@@ -134,14 +131,10 @@ func (w *wal) requestFill(end int64) {
 	switch w.cfg.fill {
 	case fillAsync:
 		f := w.fill
-		f.mu.Lock()
-		if f.busy || f.ready || f.stopped.Load() {
-			f.mu.Unlock()
+		if !f.claim() {
 			return
 		}
-		f.busy = true
 		f.wg.Add(1)
-		f.mu.Unlock()
 		go func() {
 			defer f.wg.Done()
 			f.run(size)
@@ -154,17 +147,24 @@ func (w *wal) requestFill(end int64) {
 // fillNow fills the next segment's file on the caller's goroutine, unless
 // one is ready or being filled.
 func (f *filler) fillNow(size int64) {
+	if f.claim() {
+		f.run(size)
+	}
+}
+
+// claim marks a fill as running and reports true, unless the filler is off
+// or stopped, or a file is ready or being filled.
+func (f *filler) claim() bool {
 	if f.mode == fillOff || f.stopped.Load() {
-		return
+		return false
 	}
 	f.mu.Lock()
+	defer f.mu.Unlock()
 	if f.busy || f.ready {
-		f.mu.Unlock()
-		return
+		return false
 	}
 	f.busy = true
-	f.mu.Unlock()
-	f.run(size)
+	return true
 }
 
 func (f *filler) run(size int64) {
@@ -173,13 +173,10 @@ func (f *filler) run(size int64) {
 	defer f.mu.Unlock()
 	f.busy = false
 	if err != nil {
-		f.fails++
-		f.lastErr = err
 		_ = f.fs.Remove(f.path)
 		return
 	}
 	f.ready, f.size = true, size
-	f.fills++
 }
 
 // zeroFill writes size zero bytes to a new file at f.path and fsyncs it, in
