@@ -397,6 +397,17 @@ func (r *Replica) NilextPending(keys ...[]byte) bool {
 // the d-log records on its disk.
 func (r *Replica) DLog() []NilextRequest { return r.nx.entries() }
 
+// InDLog reports whether this replica is normal and holds request (client,
+// req) in its d-log (not applied yet). A driver uses it to tell log entries
+// that came from the d-log — whose clients completed on the d-log acks, so no
+// client waits for their commit — from the others: it may hold the fsync of
+// a batch of such entries until a later batch needs one (group commit across
+// the d-log and the log; docs/design/nilext.md). Only a hint for when to
+// fsync: what Persisted promises is unchanged.
+func (r *Replica) InDLog(client, req uint64) bool {
+	return r.status == Normal && r.nx.idx[dkey{client, req}] != nil
+}
+
 // ---- view change ----
 
 // nxRecover rebuilds the d-log at a new leader from the do-view-changes at

@@ -633,3 +633,36 @@ func BenchmarkRecoverDurabilityLog(b *testing.B) {
 		})
 	}
 }
+
+// TestNilextInDLog: a request is in the d-log from its arrival until it is
+// applied, at the leader and at followers, and only while normal; a request
+// proposed through the ordered path is not.
+func TestNilextInDLog(t *testing.T) {
+	x := newNxNet(t, 3)
+	x.send(nxReq(10, 1, "k", true))
+	x.deliver()
+	for _, id := range x.ids {
+		if !x.rs[id].InDLog(10, 1) {
+			t.Fatalf("replica %d: pending request not in its d-log", id)
+		}
+		if x.rs[id].InDLog(10, 2) || x.rs[id].InDLog(11, 1) {
+			t.Fatalf("replica %d: InDLog true for a request it never took", id)
+		}
+	}
+	x.rs[1].nxOrder()
+	x.ready(1)
+	x.deliver()
+	x.tick(10 * time.Millisecond) // the heartbeat carries the commit to the followers
+	x.deliver()
+	for _, id := range x.ids {
+		if x.rs[id].InDLog(10, 1) {
+			t.Fatalf("replica %d: applied request still in its d-log (applied %d)", id, x.rs[id].Info().Applied)
+		}
+	}
+	x.send(nxReq(12, 1, "k", true))
+	x.deliver()
+	x.rs[2].status = ViewChange
+	if x.rs[2].InDLog(12, 1) {
+		t.Fatal("InDLog true at a replica that is not normal")
+	}
+}
