@@ -666,3 +666,48 @@ func TestNilextInDLog(t *testing.T) {
 		t.Fatal("InDLog true at a replica that is not normal")
 	}
 }
+
+// TestNilextSyncHint: the leader's prepare and heartbeat ask followers to
+// sync (NilextSyncWanted) while a slow-path read waits for their commit, and
+// not for background ordering.
+func TestNilextSyncHint(t *testing.T) {
+	x := newNxNet(t, 3)
+	wanted := func() (prepares, wanted int) {
+		for i := range x.q {
+			if m := &x.q[i]; m.From == 1 && (m.Type == MsgPrepare || m.Type == MsgCommit) {
+				if m.Type == MsgPrepare {
+					prepares++
+				}
+				if NilextSyncWanted(m) {
+					wanted++
+				}
+			}
+		}
+		return prepares, wanted
+	}
+	x.send(nxReq(10, 1, "k", true))
+	x.deliver()
+	x.rs[1].nxOrder()
+	x.ready(1)
+	if p, w := wanted(); p == 0 || w != 0 {
+		t.Fatalf("background ordering: %d prepares, %d asking for a sync; want some, none", p, w)
+	}
+	x.deliver()
+	x.send(nxReq(11, 1, "k", true))
+	x.deliver()
+	if slow, err := x.rs[1].ReadNilext(x.now, 5, [][]byte{[]byte("k")}); err != nil || !slow {
+		t.Fatalf("slow read: %v %v", slow, err)
+	}
+	x.ready(1)
+	if p, w := wanted(); p == 0 || w == 0 {
+		t.Fatalf("ordering for a slow-path read: %d prepares, %d asking for a sync; want both > 0", p, w)
+	}
+	x.deliver()
+	if len(x.reads[1]) != 1 {
+		t.Fatalf("slow read not released: %+v", x.reads[1])
+	}
+	x.tick(10 * time.Millisecond)
+	if _, w := wanted(); w != 0 {
+		t.Fatal("heartbeat asks for a sync with no read waiting")
+	}
+}
