@@ -32,9 +32,10 @@ import (
 // waiter of this replica proposed, an entry not in this replica's d-log (a
 // non-nilext update, the ordered fallback of a write this replica never
 // took), anything while recovering, and every batch while a read waits at
-// this replica (a slow-path read or durability wait needs the commit).
-// A follower cannot tell that the leader has a read waiting on a held batch:
-// such a read waits up to NilextSyncDelay longer.
+// this replica (a slow-path read or durability wait needs the commit). A
+// follower learns that the leader has such a read waiting from the leader's
+// prepare or heartbeat (vr.NilextSyncWanted): it then holds nothing until its
+// next fsync has started.
 
 // groupCommit is the driver's hold state (driver goroutine only).
 type groupCommit struct {
@@ -43,6 +44,7 @@ type groupCommit struct {
 	heldSq uint64    // that batch's PersistSeq
 	timer  *time.Timer
 	timerC <-chan time.Time // timer.C while armed, else nil
+	want   bool             // the leader asked for a sync: hold nothing until the next fsync starts
 	held   atomic.Uint64    // batches held (tests)
 	late   atomic.Uint64    // fsyncs the deadline started (tests)
 }
@@ -50,7 +52,7 @@ type groupCommit struct {
 // holdable reports whether the batch rd may wait for a later fsync. It runs
 // before handle() records rd (r.lastHS is still the previous hard state).
 func (r *Replica) holdable(rd *vr.Ready) bool {
-	if !r.opts.Nilext || r.opts.NilextSyncDelay < 0 || r.recovering || rd.Snapshot != nil || rd.HasTruncate {
+	if !r.opts.Nilext || r.opts.NilextSyncDelay < 0 || r.gc.want || r.recovering || rd.Snapshot != nil || rd.HasTruncate {
 		return false
 	}
 	if hs := rd.HardState; hs != nil && (hs.View != r.lastHS.View || hs.LastNormalView != r.lastHS.LastNormalView) {
@@ -96,7 +98,7 @@ func (r *Replica) noteWritten(held bool) {
 // wait (startSync starts no fsync then).
 func (r *Replica) holding() bool {
 	g := &r.gc
-	if g.urgent > r.synced0 || g.heldAt.IsZero() || len(r.reads) > 0 {
+	if g.urgent > r.synced0 || g.heldAt.IsZero() || g.want || len(r.reads) > 0 {
 		return false
 	}
 	if time.Since(g.heldAt) >= r.opts.NilextSyncDelay {
@@ -110,7 +112,7 @@ func (r *Replica) holding() bool {
 }
 
 // syncStarted: the fsync just started covers every batch written so far.
-func (r *Replica) syncStarted() { r.gc.heldAt = time.Time{} }
+func (r *Replica) syncStarted() { r.gc.heldAt, r.gc.want = time.Time{}, false }
 
 // armHold sets the deadline timer for the oldest held batch.
 func (r *Replica) armHold() {

@@ -195,8 +195,8 @@ func TestNilextHeldPrepareOKBeforeFsyncLosesACommittedOp(t *testing.T) {
 // Slow-path reads and non-nilext updates behind held batches: a non-nilext
 // update is not held (its entry is not in any d-log), so it completes long
 // before the deadline and carries the held ordering with it; a slow-path
-// read is served with the pending write, within the deadline (followers
-// cannot tell that the leader's read waits).
+// read is served with the pending write long before the deadline too (the
+// leader's prepare asks the followers to sync: vr.NilextSyncWanted).
 func TestNilextHeldBatchesAndOrderedWritesAndSlowReads(t *testing.T) {
 	const delay = 500 * time.Millisecond
 	c := newCluster(t, 3, func(o *Options) {
@@ -233,10 +233,46 @@ func TestNilextHeldBatchesAndOrderedWritesAndSlowReads(t *testing.T) {
 	if c.reps[l].Stats().NilextSlowReads != slow+1 {
 		t.Fatal("the read did not take the slow path")
 	}
-	if took > delay+time.Second {
-		t.Fatalf("slow-path read took %v, beyond the %v deadline", took, delay)
+	if took > delay/2 {
+		t.Fatalf("slow-path read took %v: the followers held its ordering toward the %v deadline (no sync hint)", took, delay)
 	}
-	t.Logf("slow-path read behind held followers: %v (deadline %v)", took, delay)
+	t.Logf("slow-path read: %v (deadline %v)", took, delay)
+}
+
+// A slow-path read of a key whose ordering is already held at every replica
+// (background ordering ran, nothing synced it): the leader's heartbeat asks
+// the followers to sync, so the read does not wait for the deadline.
+func TestNilextSlowReadOfAHeldOrderingDoesNotWaitForTheDeadline(t *testing.T) {
+	const delay = time.Second
+	c := newCluster(t, 3, func(o *Options) {
+		nilextOn(false)(o)
+		o.NilextSyncDelay = delay
+	})
+	l := c.leader(5 * time.Second)
+	f := (l + 1) % 3
+	written, commit := c.reps[l].Stats().Persisted, c.reps[l].Info().Commit
+	if _, fb, err := c.reps[f].NilextWrite(context.Background(), set("h", "1"), level.Sync); err != nil || !fb.IsZero() {
+		t.Fatalf("nilext write: fallback %v, %v", fb, err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for c.reps[l].Stats().Persisted == written { // the ordering's entry in the leader's log
+		if time.Now().After(deadline) {
+			t.Fatal("the leader never ordered the write")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if in := c.reps[l].Info(); in.Commit != commit || in.DLogLen == 0 {
+		t.Fatalf("ordering not held (commit %d before the write): %+v", commit, in)
+	}
+	start := time.Now()
+	if v, err := c.linGet(l, "h"); err != nil || v != "1" {
+		t.Fatalf("slow-path read: %q, %v; want 1", v, err)
+	}
+	if took := time.Since(start); took > delay/2 {
+		t.Fatalf("slow-path read of a held ordering took %v (deadline %v): the followers were not asked to sync", took, delay)
+	} else {
+		t.Logf("slow-path read of a held ordering: %v (deadline %v)", took, delay)
+	}
 }
 
 // Power cuts with the fast path and group commit on: nilext puts, ordered

@@ -743,6 +743,9 @@ func (r *Replica) step(in inbound) {
 			r.nxStep(now, m)
 			continue
 		}
+		if vr.NilextSyncWanted(m) {
+			r.gc.want = true // a read at the leader waits: hold nothing (nilext_gc.go)
+		}
 		r.core.Step(now, *m)
 	}
 }
