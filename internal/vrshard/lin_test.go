@@ -343,17 +343,7 @@ func runWorkload(t *testing.T, w *workload, d time.Duration, kills bool, seed ui
 	return w.rec.History()
 }
 
-func summarize(h check.History) (ok, unknown int) {
-	for _, op := range h.Ops {
-		switch op.Outcome {
-		case check.OK:
-			ok++
-		case check.Unknown:
-			unknown++
-		}
-	}
-	return
-}
+func summarize(h check.History) (ok, unknown int) { return h.Outcomes() }
 
 func TestConcurrentHistoryUnderFaultsIsLinearizable(t *testing.T) {
 	c := newCluster(t, 3, func(o *Options) { o.CheckpointOps = 200; o.KeepTail = 20 })
