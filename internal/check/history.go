@@ -189,6 +189,20 @@ type History struct {
 	Crashes []Crash
 }
 
+// Outcomes counts h's operations that completed (OK) and those whose outcome
+// is unknown: how much a test's history actually exercised.
+func (h History) Outcomes() (ok, unknown int) {
+	for _, op := range h.Ops {
+		switch op.Outcome {
+		case OK:
+			ok++
+		case Unknown:
+			unknown++
+		}
+	}
+	return ok, unknown
+}
+
 // Recorder collects a history. It is safe for concurrent use by real clients;
 // in the simulator one goroutine drives it with virtual time.
 type Recorder struct {

@@ -47,3 +47,11 @@ func TestAllSavesAReportThatReplays(t *testing.T) {
 		t.Fatal("re-checking the saved history gives a different verdict")
 	}
 }
+
+// Outcomes counts completed and unknown operations; failed ones are neither.
+func TestOutcomesCountsCompletedAndUnknown(t *testing.T) {
+	h := History{Ops: []Op{{Outcome: OK}, {Outcome: Unknown}, {Outcome: Failed}, {Outcome: OK}}}
+	if ok, unknown := h.Outcomes(); ok != 2 || unknown != 1 {
+		t.Fatalf("Outcomes() = %d ok, %d unknown; want 2 and 1", ok, unknown)
+	}
+}

@@ -19,13 +19,14 @@ type CADInfo struct {
 	FollowerRedirect uint64 `json:"follower_reads_redirected"`
 	EarlyAcks        uint64 `json:"writes_acked_before_commit"`
 	OverlayReads     uint64 `json:"async_overlay_reads"`
+	DeferredReads    uint64 `json:"reads_durability_deferred"`
 }
 
 func (s *Server) cadInfo(in vrshard.Info) *CADInfo {
 	st := s.vr.Stats()
 	return &CADInfo{FollowerReads: s.cfg.FollowerReads, Readable: in.Readable, DurabilityWaits: st.DurabilityWaits,
 		FollowerServed: st.FollowerReads, FollowerRedirect: st.FollowerRedirects, EarlyAcks: st.EarlyAcks,
-		OverlayReads: st.OverlayReads}
+		OverlayReads: st.OverlayReads, DeferredReads: st.DeferredReads}
 }
 
 func (s *Server) cadCollectors() []prometheus.Collector {
@@ -33,6 +34,8 @@ func (s *Server) cadCollectors() []prometheus.Collector {
 	return []prometheus.Collector{
 		counter("kefir_reads_durability_wait_total", "Reads at the leader whose key's latest update was not yet readable (durable and applied on every active-set member), so they waited for it (the CAD durability check).",
 			func(st vrshard.Stats) uint64 { return st.DurabilityWaits }),
+		counter("kefir_reads_durability_deferred_total", "Of the reads counted in kefir_reads_durability_wait_total, those answered at once from the leader's log with the reply held until the value was readable (the connection's later commands did not wait).",
+			func(st vrshard.Stats) uint64 { return st.DeferredReads }),
 		counter("kefir_follower_reads_total", "Cross-client-monotonic reads this follower served from its own engine under an active-set lease.",
 			func(st vrshard.Stats) uint64 { return st.FollowerReads }),
 		counter("kefir_follower_reads_redirected_total", "Cross-client-monotonic reads this follower sent to the leader (no lease, or the data read was not yet readable).",

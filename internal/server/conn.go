@@ -566,13 +566,23 @@ func (c *conn) read(spec *command.Spec, args [][]byte, o callOpts) error {
 	if o.session {
 		sess = o.sess
 	}
-	res, err := c.srv.shard.Read(context.Background(), op, cons, sess)
+	var res shard.Result
+	var p shard.Pending
+	if dr, ok := c.srv.shard.(shard.DeferredReader); ok {
+		// A read of a value the leader's log holds but has not made durable
+		// is answered now and its reply held with the batch's (release), so
+		// the connection's later commands do not wait behind it.
+		res, p, err = dr.ReadDeferred(context.Background(), op, cons, sess)
+	} else {
+		res, err = c.srv.shard.Read(context.Background(), op, cons, sess)
+	}
 	if errors.Is(err, vrshard.ErrNotLeader) {
 		return c.forwardRead(args, cons, sess, o, err)
 	}
 	if err != nil {
 		return err
 	}
+	c.pending = c.pending.Merge(p)
 	if o.session {
 		_ = c.w.WriteArrayHeader(2)
 		_ = c.w.WriteBulkString(o.sess.AfterRead(res).String())

@@ -317,15 +317,7 @@ func pipelinedCADHistory(t *testing.T, nemesis bool) error {
 		return errors.New(e)
 	}
 	h := rec.History()
-	ok, unknown := 0, 0
-	for _, op := range h.Ops {
-		switch op.Outcome {
-		case check.OK:
-			ok++
-		case check.Unknown:
-			unknown++
-		}
-	}
+	ok, unknown := h.Outcomes()
 	t.Logf("%d operations completed, %d unknown; %d batches dropped", ok, unknown, dropped.Load())
 	if v := check.Linearizable(h, check.LinOptions{NoVisualization: true, Strict: !nemesis}); !v.OK {
 		return fmt.Errorf("not linearizable:\n%s", v)

@@ -104,6 +104,15 @@ type Replica interface {
 	Close() error
 }
 
+// DeferredReader is implemented by a replication engine that can answer a read at
+// once with a result whose release must wait (a value its leader's log holds but has
+// not made durable yet): the front door writes the reply in its place and releases
+// it with the batch, after Wait(p) succeeds; if Wait fails, no reply of the batch
+// may be released. A front door that cannot hold replies calls Read instead.
+type DeferredReader interface {
+	ReadDeferred(ctx context.Context, op Op, c level.Consistency, s Session) (Result, Pending, error)
+}
+
 // Engine is the part of the storage engine a Shard uses; *storage.DB implements it.
 type Engine interface {
 	Append(recs ...storage.Record) (storage.Pos, error)

@@ -510,6 +510,33 @@ func (r *Replica) WaitReadable(now int64, ctx, index uint64) error {
 	return nil
 }
 
+// AwaitReadable registers a durability wait that needs no leadership round:
+// Ready.ReadStates will carry ctx once R >= index in this view, or
+// ErrNotLeader if this replica steps down first. It is for a read whose
+// result was fixed while this replica's leadership was already confirmed
+// (lease or read-index) and that returns an entry of this view's log at
+// index (vrshard's deferred reads, docs/design/cad.md §11): once R covers
+// index in this view the entry is durable, and the view's leader was the
+// leader when the result was fixed, so no later confirmation adds anything.
+// Without follower reads R is the commit point, which the followers'
+// persisted reports move; with them R needs the members' applied reports,
+// so the leader heartbeats at once as WaitReadable does.
+func (r *Replica) AwaitReadable(now int64, ctx, index uint64) error {
+	r.observe(now)
+	if r.status != Normal || !r.isLeader() {
+		return ErrNotLeader
+	}
+	if index > r.lastOp() {
+		return fmt.Errorf("vr: durability wait for op %d beyond the log's last op %d", index, r.lastOp())
+	}
+	r.reads = append(r.reads, readReq{ctx: ctx, durWait: true, readable: index, noConfirm: true})
+	if r.cfg.FollowerReads {
+		r.hbNow = true
+	}
+	r.checkReads()
+	return nil
+}
+
 // PeerInfo is the leader's view of one follower (for /status).
 type PeerInfo struct {
 	ID        uint64

@@ -51,6 +51,8 @@ type readReq struct {
 	// reach readable (and the view's start op) first.
 	durWait  bool
 	readable uint64
+	// noConfirm (AwaitReadable): released on R alone, no heartbeat round.
+	noConfirm bool
 }
 
 // mutations are deliberate bugs the tests switch on to prove the simulator
@@ -847,7 +849,7 @@ func (r *Replica) checkReads() {
 	}
 	n := 0
 	for _, rd := range r.reads {
-		if rd.hb != 0 && rd.hb <= confirmed && r.commit >= rd.min &&
+		if (rd.noConfirm || rd.hb != 0 && rd.hb <= confirmed) && r.commit >= rd.min &&
 			(!rd.durWait || r.cad.readable >= max(rd.readable, r.viewStartOp)) {
 			r.out.ReadStates = append(r.out.ReadStates, ReadState{Ctx: rd.ctx, Index: r.commit})
 		} else {

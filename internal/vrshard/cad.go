@@ -32,9 +32,12 @@ import (
 //     when it is the key's sole version, so "latest version including
 //     tombstones" is not always answerable from the engine; the index
 //     answers it for every op above R instead.
-//   - overlay: at the leader, the pending async blind writes (key → value or
-//     tombstone, op). A read of a key whose latest update is such a write is
-//     served from here at once — the async level's documented weakness.
+//   - overlay: at the leader, the pending early-acknowledged blind writes
+//     (key → value, op). A read of a key whose latest update is an async
+//     write is served from here at once — the async level's documented
+//     weakness. One whose latest update is a cad write may take its value
+//     from here too, but only as a deferred read (ReadDeferred): the reply
+//     is held until R covers the write (docs/design/cad.md §11).
 //
 // Both are written by the driver goroutine and read by reader goroutines
 // after they read the engine (validate), so a write applied concurrently
@@ -61,11 +64,17 @@ type updBatch struct {
 	keys []string
 }
 
-// overlayEntry is a pending async blind write of one key.
+// overlayEntry is a pending early-acknowledged blind write of one key.
 type overlayEntry struct {
 	op    uint64
 	value []byte
 	tomb  bool
+	// cad: a cad write, which a read may return only once R >= op (a
+	// deferred read); else an async one, served at once. view: the view
+	// whose leader appended it — a deferred read's wait must be registered
+	// in that view, or op may name another view's entry.
+	cad  bool
+	view uint64
 }
 
 func newKeyUpdates(floor uint64) *keyUpdates {
@@ -174,11 +183,15 @@ func (u *keyUpdates) prune(op uint64) {
 	}
 }
 
-// setOverlay records a pending async blind write at op.
-func (u *keyUpdates) setOverlay(op uint64, keys [][]byte, values [][]byte, tomb bool) {
+// setOverlay records a pending blind write at op (cad: a cad write,
+// appended by the leader of view).
+func (u *keyUpdates) setOverlay(op uint64, keys [][]byte, values [][]byte, tomb, cad bool, view uint64) {
 	u.mu.Lock()
 	for i, k := range keys {
-		e := overlayEntry{op: op, tomb: tomb}
+		if old, ok := u.overlay[string(k)]; ok && old.op > op {
+			continue // a later write of the key is there already
+		}
+		e := overlayEntry{op: op, tomb: tomb, cad: cad, view: view}
 		if !tomb {
 			e.value = bytes.Clone(values[i])
 			if e.value == nil {
@@ -212,9 +225,10 @@ func (u *keyUpdates) floorOp() uint64 {
 	return u.floor
 }
 
-// overlayFor returns the pending async writes that are the latest update
-// of some of keys (nil: none, the common case).
-func (u *keyUpdates) overlayFor(keys [][]byte) map[string]overlayEntry {
+// overlayFor returns the pending async writes (and with withCad the cad
+// writes) that are the latest update of some of keys (nil: none, the common
+// case).
+func (u *keyUpdates) overlayFor(keys [][]byte, withCad bool) map[string]overlayEntry {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if len(u.overlay) == 0 {
@@ -223,7 +237,7 @@ func (u *keyUpdates) overlayFor(keys [][]byte) map[string]overlayEntry {
 	var m map[string]overlayEntry
 	for _, k := range keys {
 		e, ok := u.overlay[string(k)]
-		if !ok || u.last[string(k)] != e.op {
+		if !ok || u.last[string(k)] != e.op || (e.cad && !withCad) {
 			continue
 		}
 		if m == nil {
@@ -310,6 +324,11 @@ func (r *Replica) markAppended() {
 	for _, a := range r.appended {
 		for _, p := range r.waitID[a.id] {
 			if !p.ordered {
+				if p.op != nil {
+					// Before Apply returns: the connection's next read of
+					// the key must find the value (ReadDeferred).
+					r.overlay(a.op, p.op, p.ack == vr.AckReplicated)
+				}
 				p.early = true
 				p.markOrdered(shard.Result{Kind: shard.ResOK, Version: a.op}, nil)
 			}
@@ -359,17 +378,18 @@ func ackPoint(q *shard.WriteReq) vr.AckPoint {
 	return vr.AckApplied
 }
 
-// earlyAcks answers the writes the core acknowledged before commit. An
-// async write enters the overlay first, so a read that follows the reply
-// sees it. The write's Reply at apply then finds no waiter.
+// earlyAcks answers the writes the core acknowledged before commit. The
+// write enters the overlay first, so a read that follows the reply finds
+// its value (async: served at once; cad: deferred). The write's Reply at
+// apply then finds no waiter.
 func (r *Replica) earlyAcks(acks []vr.Reply) {
 	for _, a := range acks {
 		k := idKey{a.Client, a.ReqNum}
 		ps := r.waitID[k]
 		delete(r.waitID, k)
 		for _, p := range ps {
-			if p.ack == vr.AckAppended && p.op != nil && a.Op > r.applied.Load() {
-				r.overlay(a.Op, p.op)
+			if p.op != nil && !p.early && a.Op > r.applied.Load() {
+				r.overlay(a.Op, p.op, p.ack == vr.AckReplicated)
 			}
 			r.st.earlyAcks.Add(1)
 			p.finish(shard.Result{Kind: shard.ResOK, Version: a.Op}, nil)
@@ -377,18 +397,20 @@ func (r *Replica) earlyAcks(acks []vr.Reply) {
 	}
 }
 
-// overlay records a pending async blind write.
-func (r *Replica) overlay(op uint64, w *shard.Op) {
+// overlay records a pending blind write (cad: a cad write) the leader
+// appended in the current view.
+func (r *Replica) overlay(op uint64, w *shard.Op, cad bool) {
+	view := r.lastHS.View
 	switch w.Kind {
 	case shard.KindSet:
-		r.upd.setOverlay(op, [][]byte{w.Key}, [][]byte{w.Value}, false)
+		r.upd.setOverlay(op, [][]byte{w.Key}, [][]byte{w.Value}, false, cad, view)
 	case shard.KindMSet:
 		ks := make([][]byte, 0, len(w.Keys)/2)
 		vs := make([][]byte, 0, len(w.Keys)/2)
 		for i := 0; i+1 < len(w.Keys); i += 2 {
 			ks, vs = append(ks, w.Keys[i]), append(vs, w.Keys[i+1])
 		}
-		r.upd.setOverlay(op, ks, vs, false)
+		r.upd.setOverlay(op, ks, vs, false, cad, view)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	mrand "math/rand"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -77,7 +78,13 @@ type workload struct {
 	// ccmReads makes reads cross-client-monotonic at random replicas
 	// (follower reads, cad_test.go).
 	ccmReads bool
-	mu       sync.Mutex // guards c.reps against the nemesis
+	// deferredReads serves reads with ReadDeferred and waits for the
+	// returned Pending before recording the result, as the RESP front door
+	// releases a reply (deferred.go); deferred counts the reads that had
+	// something to wait for.
+	deferredReads bool
+	deferred      atomic.Int64
+	mu            sync.Mutex // guards c.reps against the nemesis
 }
 
 func (w *workload) putDur() level.Durability {
@@ -184,7 +191,18 @@ func (w *workload) readAt(h, target int, sop shard.Op, c level.Consistency, s sh
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-		res, err := r.Read(ctx, sop, c, s)
+		var res shard.Result
+		var err error
+		if w.deferredReads {
+			var p shard.Pending
+			res, p, err = r.ReadDeferred(ctx, sop, c, s)
+			if err == nil && !p.IsZero() {
+				w.deferred.Add(1)
+				err = r.Wait(ctx, p)
+			}
+		} else {
+			res, err = r.Read(ctx, sop, c, s)
+		}
 		cancel()
 		if err == nil {
 			w.rec.Complete(h, check.Result{Found: res.Kind == shard.ResBulk, Value: string(res.Bulk), Version: res.Version, Node: target})
@@ -325,17 +343,7 @@ func runWorkload(t *testing.T, w *workload, d time.Duration, kills bool, seed ui
 	return w.rec.History()
 }
 
-func summarize(h check.History) (ok, unknown int) {
-	for _, op := range h.Ops {
-		switch op.Outcome {
-		case check.OK:
-			ok++
-		case check.Unknown:
-			unknown++
-		}
-	}
-	return
-}
+func summarize(h check.History) (ok, unknown int) { return h.Outcomes() }
 
 func TestConcurrentHistoryUnderFaultsIsLinearizable(t *testing.T) {
 	c := newCluster(t, 3, func(o *Options) { o.CheckpointOps = 200; o.KeepTail = 20 })

@@ -124,6 +124,11 @@ func (r *Replica) leaderRead(ctx context.Context, op shard.Op) (shard.Result, er
 	if err := r.linearizable(ctx, &op); err != nil {
 		return shard.Result{}, err
 	}
+	return r.leaderServe(ctx, op)
+}
+
+// leaderServe is leaderRead once leadership is confirmed.
+func (r *Replica) leaderServe(ctx context.Context, op shard.Op) (shard.Result, error) {
 	deadline := time.Now().Add(r.opts.RequestTimeout)
 	waited := false
 	for {
@@ -161,7 +166,7 @@ func (r *Replica) leaderRead(ctx context.Context, op shard.Op) (shard.Result, er
 // the result with the op R must reach before it may be returned, and the R
 // it was checked against: the result may be returned if need <= R.
 func (r *Replica) leaderCheck(op shard.Op, waited bool) (res shard.Result, need, R uint64, err error) {
-	ov := r.upd.overlayFor(readKeys(&op))
+	ov := r.upd.overlayFor(readKeys(&op), false)
 	if !waited && !r.mut.noDurabilityWait && !r.mut.noPreReadCheck {
 		// Before the engine read: the latest update of every key read must
 		// be readable already, or the read waits for it. The check after the
@@ -505,7 +510,8 @@ func (r *Replica) Stats() Stats {
 		SnapsLoaded: r.st.snapsLoaded.Load(), NilextFast: r.st.nxFast.Load(), NilextFallbacks: r.st.nxFallbacks.Load(),
 		NilextSent: r.st.nxSent.Load(), NilextAcksSent: r.st.nxAcksSent.Load(), NilextSlowReads: r.st.nxSlowReads.Load(),
 		DurabilityWaits: r.st.durWaits.Load(), DurabilityRounds: r.st.durRounds.Load(), FollowerReads: r.st.followerReads.Load(),
-		FollowerRedirects: r.st.followerRedirects.Load(), EarlyAcks: r.st.earlyAcks.Load(), OverlayReads: r.st.overlayReads.Load()}
+		FollowerRedirects: r.st.followerRedirects.Load(), EarlyAcks: r.st.earlyAcks.Load(), OverlayReads: r.st.overlayReads.Load(),
+		DeferredReads: r.st.durDeferred.Load()}
 }
 
 // ---- snapshots ----

@@ -234,6 +234,17 @@ type mutations struct {
 	// when applied, not when appended: a read right after Apply returned
 	// misses the connection's own write (and any cad write not applied).
 	noEarlyIndex bool
+	// deferNoWait: a deferred read's reply is released at once, before the
+	// cad write whose value it returns is durable (docs/design/cad.md §11).
+	deferNoWait bool
+	// deferNoRecheck: a deferred read does not check, after reading the
+	// engine, that the log values it took are still its keys' latest
+	// updates: a multi-key read may combine an older value of one key with
+	// a newer value of another.
+	deferNoRecheck bool
+	// afterOverlay (a test hook) runs on the reader's goroutine right after
+	// a deferred read took its keys' values from the overlay.
+	afterOverlay func()
 	// heldAckEarly: a log batch held for group commit (nilext_gc.go) is
 	// reported to the core as durable before any fsync covers it, so a
 	// prepare-ok promises entries a crash can still lose.
@@ -251,7 +262,7 @@ type proposal struct {
 	// cad blind write, AckAppended for an async one, else AckApplied. op is
 	// the write (valid while Apply waits), for the async overlay.
 	ack   vr.AckPoint
-	op    *shard.Op // async writes only: a copy the overlay may keep
+	op    *shard.Op // early-acknowledged writes only: a copy the overlay may keep
 	blind bool      // the reply depends on no state
 	keys  [][]byte  // early-acknowledged writes: the keys written (copies)
 	// The ordered point (Apply returns there; docs/design/cad.md §10), driver
@@ -307,6 +318,9 @@ type readWaiter struct {
 	op   *shard.Op // the read, for the nilext check (nil: none)
 	kind readKind
 	need uint64 // rwDurable: the op R must reach
+	// view (rwDurable, a deferred read): the view whose leader appended op
+	// need; the wait fails unless this replica still leads it.
+	view uint64
 	idx  uint64
 	err  error
 	done chan struct{}
@@ -376,6 +390,10 @@ type Stats struct {
 	FollowerRedirects uint64
 	EarlyAcks         uint64
 	OverlayReads      uint64
+	// DeferredReads counts the durability waits (among DurabilityWaits)
+	// served as deferred reads: answered at once from the leader's log,
+	// the reply held until R covered it (ReadDeferred).
+	DeferredReads uint64
 }
 
 // Replica is one VR replica of a shard: it implements shard.Replica, so the
@@ -469,7 +487,7 @@ type Replica struct {
 	st struct {
 		readies, fsyncs, persisted, applied, proposals, leaseReads, indexReads, ckpts, snapsSent, snapsLoaded atomic.Uint64
 		nxFast, nxFallbacks, nxSent, nxAcksSent, nxSlowReads                                                  atomic.Uint64
-		durWaits, durRounds, followerReads, followerRedirects, earlyAcks, overlayReads                        atomic.Uint64
+		durWaits, durRounds, followerReads, followerRedirects, earlyAcks, overlayReads, durDeferred           atomic.Uint64
 	}
 }
 
@@ -823,8 +841,21 @@ func (r *Replica) read(rw *readWaiter) {
 		close(rw.done)
 		return
 	case rwDurable:
+		if rw.view != 0 && (!r.wasLeader || r.leadView != rw.view) {
+			// A deferred read took its value from this view's log: in
+			// another view op need may be another entry.
+			rw.err = r.notLeader()
+			close(rw.done)
+			return
+		}
 		r.readCtx++
-		if err := r.core.WaitReadable(now, r.readCtx, rw.need); err != nil {
+		wait := r.core.WaitReadable
+		if rw.view != 0 {
+			// A deferred read's result was fixed under confirmed
+			// leadership: R alone releases it (vr AwaitReadable).
+			wait = r.core.AwaitReadable
+		}
+		if err := wait(now, r.readCtx, rw.need); err != nil {
 			rw.err = r.mapErr(err)
 			close(rw.done)
 			return
@@ -1362,8 +1393,8 @@ func (r *Replica) Apply(ctx context.Context, reqs []shard.WriteReq) (shard.Pendi
 		p := &ps[i]
 		p.wait = bw
 		p.ack, p.blind = ackPoint(q), NilextEligible(&q.Op)
-		if p.ack == vr.AckAppended {
-			p.op = cloneOp(&q.Op)
+		if p.ack == vr.AckAppended || p.ack == vr.AckReplicated {
+			p.op = cloneOp(&q.Op) // for the overlay (cad.go)
 		}
 		if p.ack != vr.AckApplied {
 			mayBeEarly = true
