@@ -397,6 +397,43 @@ func (r *Replica) NilextPending(keys ...[]byte) bool {
 // the d-log records on its disk.
 func (r *Replica) DLog() []NilextRequest { return r.nx.entries() }
 
+// InDLog reports whether this replica is normal and holds request (client,
+// req) in its d-log (not applied yet). A driver uses it to tell log entries
+// that came from the d-log — whose clients completed on the d-log acks, so no
+// client waits for their commit — from the others: it may hold the fsync of
+// a batch of such entries until a later batch needs one (group commit across
+// the d-log and the log; docs/design/nilext.md). Only a hint for when to
+// fsync: what Persisted promises is unchanged.
+func (r *Replica) InDLog(client, req uint64) bool {
+	return r.status == Normal && r.nx.idx[dkey{client, req}] != nil
+}
+
+// nxSyncHint marks a leader's prepare or heartbeat sent while a read waits
+// for a commit (a nilext slow-path read, a durability wait): Persisted,
+// unused on the leader's messages, carries the leader's last op. A follower
+// whose driver holds log batches for group commit (entries from the d-log,
+// which no client waits for) syncs them at once instead of at its deadline
+// (NilextSyncWanted). Only a hint: it changes when a follower fsyncs, never
+// what it promises.
+func (r *Replica) nxSyncHint(m *Message) {
+	if !r.cfg.Nilext {
+		return
+	}
+	for i := range r.reads {
+		if q := &r.reads[i]; q.min > r.commit || q.durWait {
+			m.Persisted = r.lastOp()
+			return
+		}
+	}
+}
+
+// NilextSyncWanted reports whether m, a message from the leader, asks its
+// receiver to sync held log batches now (a read at the leader waits for a
+// commit; nxSyncHint).
+func NilextSyncWanted(m *Message) bool {
+	return (m.Type == MsgPrepare || m.Type == MsgCommit) && m.Persisted > 0
+}
+
 // ---- view change ----
 
 // nxRecover rebuilds the d-log at a new leader from the do-view-changes at

@@ -633,3 +633,81 @@ func BenchmarkRecoverDurabilityLog(b *testing.B) {
 		})
 	}
 }
+
+// TestNilextInDLog: a request is in the d-log from its arrival until it is
+// applied, at the leader and at followers, and only while normal; a request
+// proposed through the ordered path is not.
+func TestNilextInDLog(t *testing.T) {
+	x := newNxNet(t, 3)
+	x.send(nxReq(10, 1, "k", true))
+	x.deliver()
+	for _, id := range x.ids {
+		if !x.rs[id].InDLog(10, 1) {
+			t.Fatalf("replica %d: pending request not in its d-log", id)
+		}
+		if x.rs[id].InDLog(10, 2) || x.rs[id].InDLog(11, 1) {
+			t.Fatalf("replica %d: InDLog true for a request it never took", id)
+		}
+	}
+	x.rs[1].nxOrder()
+	x.ready(1)
+	x.deliver()
+	x.tick(10 * time.Millisecond) // the heartbeat carries the commit to the followers
+	x.deliver()
+	for _, id := range x.ids {
+		if x.rs[id].InDLog(10, 1) {
+			t.Fatalf("replica %d: applied request still in its d-log (applied %d)", id, x.rs[id].Info().Applied)
+		}
+	}
+	x.send(nxReq(12, 1, "k", true))
+	x.deliver()
+	x.rs[2].status = ViewChange
+	if x.rs[2].InDLog(12, 1) {
+		t.Fatal("InDLog true at a replica that is not normal")
+	}
+}
+
+// TestNilextSyncHint: the leader's prepare and heartbeat ask followers to
+// sync (NilextSyncWanted) while a slow-path read waits for their commit, and
+// not for background ordering.
+func TestNilextSyncHint(t *testing.T) {
+	x := newNxNet(t, 3)
+	wanted := func() (prepares, wanted int) {
+		for i := range x.q {
+			if m := &x.q[i]; m.From == 1 && (m.Type == MsgPrepare || m.Type == MsgCommit) {
+				if m.Type == MsgPrepare {
+					prepares++
+				}
+				if NilextSyncWanted(m) {
+					wanted++
+				}
+			}
+		}
+		return prepares, wanted
+	}
+	x.send(nxReq(10, 1, "k", true))
+	x.deliver()
+	x.rs[1].nxOrder()
+	x.ready(1)
+	if p, w := wanted(); p == 0 || w != 0 {
+		t.Fatalf("background ordering: %d prepares, %d asking for a sync; want some, none", p, w)
+	}
+	x.deliver()
+	x.send(nxReq(11, 1, "k", true))
+	x.deliver()
+	if slow, err := x.rs[1].ReadNilext(x.now, 5, [][]byte{[]byte("k")}); err != nil || !slow {
+		t.Fatalf("slow read: %v %v", slow, err)
+	}
+	x.ready(1)
+	if p, w := wanted(); p == 0 || w == 0 {
+		t.Fatalf("ordering for a slow-path read: %d prepares, %d asking for a sync; want both > 0", p, w)
+	}
+	x.deliver()
+	if len(x.reads[1]) != 1 {
+		t.Fatalf("slow read not released: %+v", x.reads[1])
+	}
+	x.tick(10 * time.Millisecond)
+	if _, w := wanted(); w != 0 {
+		t.Fatal("heartbeat asks for a sync with no read waiting")
+	}
+}

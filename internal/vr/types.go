@@ -144,7 +144,9 @@ type Message struct {
 	// prefix (counted for the commit point) and Applied its applied op
 	// (counted for the readable index). On the leader's prepare and
 	// heartbeat, Readable is the readable index R and Grant the read lease
-	// the follower may assume from receipt, in nanoseconds (0: none).
+	// the follower may assume from receipt, in nanoseconds (0: none), and
+	// (nilext fast path) a non-zero Persisted asks the follower to sync its
+	// log now: a read at the leader waits for a commit (NilextSyncWanted).
 	Persisted uint64
 	Applied   uint64
 	Readable  uint64

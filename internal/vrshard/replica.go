@@ -83,6 +83,12 @@ type Options struct {
 	// ordered path at once for this long, then the fast path is tried again
 	// (default 1s): a down replica costs one timeout, not one per write.
 	NilextBackoff time.Duration
+	// NilextSyncDelay bounds how long a log batch nobody waits for (entries
+	// the leader ordered from the d-log, cad d-log records, a new commit
+	// point) may wait for a later batch's fsync to cover it (group commit
+	// across the d-log and the log; nilext_gc.go). Default 5ms; negative:
+	// every batch is synced at once, as without the fast path.
+	NilextSyncDelay time.Duration
 	// FollowerReads turns on the active set (docs/design/cad.md §3):
 	// followers holding a lease serve cross-client-monotonic reads. Every
 	// member of a group must agree on it.
@@ -99,6 +105,8 @@ const (
 	DefaultViewChange = 300 * time.Millisecond
 	DefaultLease      = 250 * time.Millisecond
 	DefaultMaxDrift   = 0.01
+
+	DefaultNilextSyncDelay = 5 * time.Millisecond
 )
 
 func (o *Options) fill() error {
@@ -130,6 +138,9 @@ func (o *Options) fill() error {
 	}
 	if o.NilextBackoff == 0 {
 		o.NilextBackoff = time.Second
+	}
+	if o.NilextSyncDelay == 0 {
+		o.NilextSyncDelay = DefaultNilextSyncDelay
 	}
 	if err := c.Validate(); err != nil {
 		return err
@@ -234,6 +245,10 @@ type mutations struct {
 	// afterOverlay (a test hook) runs on the reader's goroutine right after
 	// a deferred read took its keys' values from the overlay.
 	afterOverlay func()
+	// heldAckEarly: a log batch held for group commit (nilext_gc.go) is
+	// reported to the core as durable before any fsync covers it, so a
+	// prepare-ok promises entries a crash can still lose.
+	heldAckEarly bool
 }
 
 // proposal is one write on its way through the log.
@@ -435,6 +450,7 @@ type Replica struct {
 	ckptOut     int    // engine fsyncs started and not yet received
 	ckptDone    chan ckptResult
 	syncDone    chan syncResult
+	gc          groupCommit // batches held for a later fsync (nilext_gc.go)
 
 	// Published by the driver for other goroutines.
 	applied atomic.Uint64
@@ -670,6 +686,7 @@ func (r *Replica) fail(err error) {
 func (r *Replica) run() {
 	defer close(r.done)
 	defer r.failAll(ErrOutcomeUnknown)
+	defer r.stopHold()
 	tick := time.NewTicker(r.opts.TickInterval)
 	defer tick.Stop()
 	var props []*proposal
@@ -698,6 +715,8 @@ func (r *Replica) run() {
 				r.fail(err)
 				return
 			}
+		case <-r.gc.timerC:
+			r.holdExpired()
 		}
 		// Take whatever else is waiting: one Ready (one fsync) covers it all.
 	drain:
@@ -729,6 +748,7 @@ func (r *Replica) run() {
 			r.fail(err)
 			return
 		}
+		r.startSync() // a read may now wait for a held batch (nilext_gc.go)
 		r.maybeCheckpoint()
 	}
 }
@@ -740,6 +760,9 @@ func (r *Replica) step(in inbound) {
 		if wire.IsNilext(m.Type) {
 			r.nxStep(now, m)
 			continue
+		}
+		if vr.NilextSyncWanted(m) {
+			r.gc.want = true // a read at the leader waits: hold nothing (nilext_gc.go)
 		}
 		r.core.Step(now, *m)
 	}
@@ -928,7 +951,9 @@ func (r *Replica) markSynced() {
 
 func (r *Replica) handle(rd *vr.Ready) error {
 	// 1. Disk: snapshot, truncate, entries, hard state: one write; the fsync
-	// runs in the background (startSync).
+	// runs in the background (startSync), or waits for a later batch's if
+	// nobody waits for this one (nilext_gc.go).
+	hold := r.holdable(rd)
 	roll := false
 	if s := rd.Snapshot; s != nil {
 		if err := r.restore(s); err != nil {
@@ -995,6 +1020,7 @@ func (r *Replica) handle(rd *vr.Ready) error {
 		if rd.PersistSeq != 0 {
 			r.written = rd.PersistSeq
 		}
+		r.noteWritten(hold)
 		r.startSync()
 	}
 	if len(rd.NilextAcks) > 0 {
@@ -1077,12 +1103,13 @@ func (r *Replica) handle(rd *vr.Ready) error {
 	return nil
 }
 
-// startSync starts an fsync of the log if batches wait for one and none is
-// in flight.
+// startSync starts an fsync of the log if batches wait for one, none is in
+// flight, and they may not be held for a later one (nilext_gc.go).
 func (r *Replica) startSync() {
-	if r.syncing != 0 || r.written == 0 || r.written <= r.lastSynced() {
+	if r.syncing != 0 || r.written == 0 || r.written <= r.lastSynced() || r.holding() {
 		return
 	}
+	r.syncStarted()
 	r.syncing = r.written
 	seg, seq := r.wal.seg, r.written
 	go func() { r.syncDone <- syncResult{seq, seg.Sync()} }()

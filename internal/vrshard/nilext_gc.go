@@ -1,0 +1,145 @@
+package vrshard
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/kefirdb/kefir/internal/vr"
+)
+
+// Group commit across the d-log and the log (nilext fast path;
+// docs/design/nilext.md, "Durability levels and fsyncs").
+//
+// The d-log records and the log entries go into the same log segment, so one
+// fsync covers both. A batch the leader's background ordering produced —
+// entries that all came from the d-log — has no client waiting for it: the
+// clients completed on the d-log acks; only a slow-path read, a durability
+// wait or a non-nilext update behind it would wait. Such a batch (and one
+// that carries nothing else anyone waits for: a cad/async d-log record, a
+// new commit point) is *held*: its fsync is not started. The next batch that
+// needs one — at steady load, the next sync d-log record — starts an fsync
+// that covers the held batches too; if none comes within
+// Options.NilextSyncDelay of the first held batch, the held ones are synced
+// then. Persisted is reported to the core only when the fsync that covers a
+// batch returns, as before, so a prepare-ok (its Persisted field) still only
+// covers durable entries: VR's rule is intact; only when the ordering's fsync
+// happens changes.
+//
+// Urgent (synced at once, covering every held batch before it): a snapshot,
+// a truncation, a new view or last-normal view in the hard state (the core
+// holds do-view-change and start-view until it is durable), a sync d-log
+// record (its ack waits), an entry without a client identity, an entry a
+// waiter of this replica proposed, an entry not in this replica's d-log (a
+// non-nilext update, the ordered fallback of a write this replica never
+// took), anything while recovering, and every batch while a read waits at
+// this replica (a slow-path read or durability wait needs the commit). A
+// follower learns that the leader has such a read waiting from the leader's
+// prepare or heartbeat (vr.NilextSyncWanted): it then holds nothing until its
+// next fsync has started.
+
+// groupCommit is the driver's hold state (driver goroutine only).
+type groupCommit struct {
+	urgent uint64    // highest PersistSeq written that must be synced at once
+	heldAt time.Time // when the oldest held batch not covered by an fsync was written (zero: none)
+	heldSq uint64    // that batch's PersistSeq
+	timer  *time.Timer
+	timerC <-chan time.Time // timer.C while armed, else nil
+	want   bool             // the leader asked for a sync: hold nothing until the next fsync starts
+	held   atomic.Uint64    // batches held (tests)
+	late   atomic.Uint64    // fsyncs the deadline started (tests)
+}
+
+// holdable reports whether the batch rd may wait for a later fsync. It runs
+// before handle() records rd (r.lastHS is still the previous hard state).
+func (r *Replica) holdable(rd *vr.Ready) bool {
+	if !r.opts.Nilext || r.opts.NilextSyncDelay < 0 || r.gc.want || r.recovering || rd.Snapshot != nil || rd.HasTruncate {
+		return false
+	}
+	if hs := rd.HardState; hs != nil && (hs.View != r.lastHS.View || hs.LastNormalView != r.lastHS.LastNormalView) {
+		return false
+	}
+	if len(r.reads) > 0 {
+		return false
+	}
+	for i := range rd.DLog {
+		if rd.DLog[i].Sync {
+			return false
+		}
+	}
+	for i := range rd.Entries {
+		e := &rd.Entries[i]
+		if e.Client == 0 || len(r.waitID[idKey{e.Client, e.ReqNum}]) > 0 || !r.core.InDLog(e.Client, e.ReqNum) {
+			return false
+		}
+	}
+	return true
+}
+
+// noteWritten records that the batch up to r.written (held or not) was
+// written to the log, before startSync.
+func (r *Replica) noteWritten(held bool) {
+	g := &r.gc
+	if !held {
+		g.urgent = r.written
+		return
+	}
+	g.held.Add(1)
+	if r.mut.heldAckEarly {
+		// The mutation: the held batch counts as durable before any fsync.
+		r.markSynced()
+		return
+	}
+	if g.heldAt.IsZero() || g.heldSq <= r.synced0 {
+		g.heldAt, g.heldSq = time.Now(), r.written
+	}
+}
+
+// holding reports whether every batch written and not synced may still
+// wait (startSync starts no fsync then).
+func (r *Replica) holding() bool {
+	g := &r.gc
+	if g.urgent > r.synced0 || g.heldAt.IsZero() || g.want || len(r.reads) > 0 {
+		return false
+	}
+	if time.Since(g.heldAt) >= r.opts.NilextSyncDelay {
+		g.late.Add(1)
+		return false
+	}
+	if g.timerC == nil {
+		r.armHold()
+	}
+	return true
+}
+
+// syncStarted: the fsync just started covers every batch written so far.
+func (r *Replica) syncStarted() { r.gc.heldAt, r.gc.want = time.Time{}, false }
+
+// armHold sets the deadline timer for the oldest held batch.
+func (r *Replica) armHold() {
+	g := &r.gc
+	if g.heldAt.IsZero() {
+		return
+	}
+	d := max(r.opts.NilextSyncDelay-time.Since(g.heldAt), 0)
+	if g.timer == nil {
+		g.timer = time.NewTimer(d)
+	} else {
+		g.timer.Reset(d)
+	}
+	g.timerC = g.timer.C
+}
+
+// holdExpired runs when the deadline timer fires: sync the held batches if
+// their deadline passed; startSync re-checks and, if they may still wait (the
+// timer was set for batches an fsync covered meanwhile), re-arms it.
+func (r *Replica) holdExpired() {
+	r.gc.timerC = nil
+	r.startSync()
+}
+
+// stopHold releases the timer when the driver stops.
+func (r *Replica) stopHold() {
+	if r.gc.timer != nil {
+		r.gc.timer.Stop()
+	}
+}
