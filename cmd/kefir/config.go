@@ -198,6 +198,37 @@ var serverOptions = []option{
 			c.Nilext = b
 			return err
 		}},
+	{"nilext-batch", "64", "With --nilext: the leader orders its pending nilext updates into the log as soon as this many wait (at least 1).",
+		func(c *serverConfig, v string) error {
+			n, err := strconv.Atoi(v)
+			if err == nil && n < 1 {
+				err = fmt.Errorf("must be at least 1, got %d", n)
+			}
+			c.NilextBatch = n
+			return err
+		}},
+	{"nilext-interval", "1ms", "With --nilext: the leader orders whatever nilext updates wait at least this often. Longer: fewer ordering rounds at low load, more reads that must wait for pending updates to be ordered.",
+		func(c *serverConfig, v string) error {
+			d, err := time.ParseDuration(v)
+			if err == nil && d <= 0 {
+				err = fmt.Errorf("must be positive, got %v", d)
+			}
+			c.NilextInterval = d
+			return err
+		}},
+	{"nilext-sync-delay", "5ms", "With --nilext: how long a log batch no client waits for (updates ordered from the durability log, cad durability-log records) may wait for the next fsync to cover it, so each nilext write costs about one fsync per replica instead of two. 0: sync every batch at once. A cad nilext write can then be lost if every replica loses power within this delay plus one fsync (docs/design/nilext.md).",
+		func(c *serverConfig, v string) error {
+			d, err := time.ParseDuration(v)
+			switch {
+			case err != nil:
+			case d < 0:
+				err = fmt.Errorf("must not be negative, got %v", d)
+			case d == 0:
+				d = -1 // vrshard: negative means no holding
+			}
+			c.NilextSyncDelay = d
+			return err
+		}},
 	{"follower-reads", "false", "Replicated mode: followers serve cross-client-monotonic reads while they hold an active-set lease from the leader (docs/consistency.md); durable data is then applied on every active-set member before any read sees it. Without it those reads go to the leader. Give it to every member alike.",
 		func(c *serverConfig, v string) error {
 			b, err := strconv.ParseBool(v)

@@ -322,3 +322,30 @@ func TestServerNewAppliesIOModel(t *testing.T) {
 		t.Fatalf("New with no IOModel changed the model to %s", got)
 	}
 }
+
+// The nilext tuning options reach the server's config; 0 for the sync delay
+// means "no holding" (vrshard's negative), and bad values are refused with
+// the option's name.
+func TestNilextTuningOptions(t *testing.T) {
+	var stderr bytes.Buffer
+	cfg, err := loadServerConfig(nil, envMap(nil), &stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.NilextBatch != 64 || cfg.NilextInterval != time.Millisecond || cfg.NilextSyncDelay != 5*time.Millisecond {
+		t.Errorf("defaults: batch %d, interval %v, sync delay %v; want 64, 1ms, 5ms", cfg.NilextBatch, cfg.NilextInterval, cfg.NilextSyncDelay)
+	}
+	cfg, err = loadServerConfig([]string{"--nilext-batch", "8", "--nilext-interval", "3ms", "--nilext-sync-delay", "0"},
+		envMap(nil), &stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.NilextBatch != 8 || cfg.NilextInterval != 3*time.Millisecond || cfg.NilextSyncDelay >= 0 {
+		t.Errorf("flags: batch %d, interval %v, sync delay %v; want 8, 3ms and a negative delay (no holding)", cfg.NilextBatch, cfg.NilextInterval, cfg.NilextSyncDelay)
+	}
+	for _, args := range [][]string{{"--nilext-batch", "0"}, {"--nilext-interval", "0s"}, {"--nilext-sync-delay", "-1ms"}, {"--nilext-interval", "soon"}} {
+		if _, err := loadServerConfig(args, envMap(nil), &stderr); err == nil || !strings.Contains(err.Error(), args[0]) {
+			t.Errorf("%v: err %v, want a refusal naming %s", args, err, args[0])
+		}
+	}
+}

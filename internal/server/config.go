@@ -106,6 +106,15 @@ type Config struct {
 	// every replica, this node coordinating, and are ordered in the
 	// background (internal/vrshard nilext.go, internal/server nilext.go).
 	Nilext bool
+	// NilextBatch and NilextInterval tune the leader's background ordering
+	// of its d-log (it orders as soon as NilextBatch entries wait, and at
+	// least every NilextInterval); NilextSyncDelay bounds how long a log
+	// batch nobody waits for may wait for a later fsync to cover it
+	// (negative: never; vrshard Options.NilextSyncDelay). 0 = defaults
+	// (64, 1ms, 5ms).
+	NilextBatch     int
+	NilextInterval  time.Duration
+	NilextSyncDelay time.Duration
 	// FollowerReads lets followers serve cross-client-monotonic reads while
 	// they hold an active-set lease (docs/design/cad.md §3); every member
 	// must agree.
@@ -177,6 +186,9 @@ func (c Config) validateReplication() error {
 			return errors.New("config: --replica-id and --bootstrap need --members (the group's member list)")
 		}
 		return nil
+	}
+	if c.NilextBatch < 0 || c.NilextInterval < 0 {
+		return fmt.Errorf("config: --nilext-batch %d and --nilext-interval %v must not be negative", c.NilextBatch, c.NilextInterval)
 	}
 	seen := map[uint64]bool{}
 	self := false

@@ -110,7 +110,9 @@ func (s *Server) openReplica() (*vrshard.Replica, error) {
 		VR: vr.Config{
 			Cluster: cfg.ClusterID, Members: ids, Self: cfg.ReplicaID,
 			HeartbeatInterval: cfg.HeartbeatInterval, ViewChangeTimeout: cfg.ViewChangeTimeout,
+			NilextBatch: cfg.NilextBatch, NilextInterval: cfg.NilextInterval,
 		},
+		NilextSyncDelay: cfg.NilextSyncDelay,
 		Bootstrap:     cfg.Bootstrap,
 		Nilext:        cfg.Nilext,
 		FollowerReads: cfg.FollowerReads,
