@@ -156,6 +156,8 @@ type Options struct {
 	// WriteBufferSize is how many appended bytes are buffered in memory before they are
 	// written to the segment file (default 256 KiB). Sync writes the buffer regardless.
 	WriteBufferSize int
+
+	mut mutations // deliberate bugs, for tests (zero.go)
 }
 
 // Stats is a snapshot of engine counters.
