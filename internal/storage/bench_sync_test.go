@@ -15,10 +15,22 @@ import (
 // is zero-filled before it starts.
 //
 //	go test -run '^$' -bench PutSyncLatency -benchtime 3000x ./internal/storage
+//
+// (value=2800/seg=8MiB wants -benchtime 10000x or more to roll.)
 func BenchmarkPutSyncLatency(b *testing.B) {
-	for _, vsize := range []int{100, 2800} {
-		b.Run(fmt.Sprintf("value=%d", vsize), func(b *testing.B) {
-			db := benchOpen(b, Options{})
+	for _, c := range []struct {
+		vsize int
+		seg   int64 // segment size (0: the default, 64 MiB)
+	}{{100, 0}, {2800, 0}, {2800, 8 << 20}} {
+		name := fmt.Sprintf("value=%d", c.vsize)
+		if c.seg > 0 {
+			// Small segments: a long run rolls, and the filler zero-fills the next
+			// segment while the writer syncs.
+			name += fmt.Sprintf("/seg=%dMiB", c.seg>>20)
+		}
+		vsize := c.vsize
+		b.Run(name, func(b *testing.B) {
+			db := benchOpen(b, Options{SegmentSize: c.seg})
 			defer db.Close()
 			val := make([]byte, vsize)
 			key := make([]byte, 0, 16)
@@ -49,6 +61,7 @@ func BenchmarkPutSyncLatency(b *testing.B) {
 			b.ReportMetric(q(ops, 0.99), "op-p99-us")
 			b.ReportMetric(q(syncs, 0.5), "sync-p50-us")
 			b.ReportMetric(q(syncs, 0.99), "sync-p99-us")
+			b.ReportMetric(float64(db.Stats().Segments), "segments")
 		})
 	}
 }
