@@ -180,8 +180,7 @@ func (db *DB) moveLocked(key, val []byte, h recHdr, pos uint64, head bool, now i
 		return 0, nil
 	}
 	size := recordSize(len(key), len(val))
-	act := db.segs[len(db.segs)-1]
-	if used := uint64(db.next) - act.id; !db.sealing && used > 0 && int64(used)+int64(size) > db.opts.SegmentSize {
+	if db.rollDueLocked(size) {
 		if err := db.rollLocked(); err != nil {
 			return 0, err
 		}

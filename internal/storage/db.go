@@ -96,6 +96,8 @@ type segment struct {
 	// fileSize is the file's length: larger than size while the active segment has a
 	// zero-filled tail (written in place). A sealed segment is cut to size.
 	fileSize int64
+	// zeroSize is the zero-filled file's size when the segment started (0: appended).
+	zeroSize int64
 	live     int64 // bytes of records the index points at (under DB.mu)
 	// mm maps a sealed segment read-only (nil: read with ReadAt). Unmapped only once the
 	// segment has left the list and every reader has released it.
@@ -147,8 +149,7 @@ func (db *DB) Append(recs ...Record) (Pos, error) {
 			return 0, err
 		}
 	}
-	act := db.segs[len(db.segs)-1]
-	if used := uint64(db.next) - act.id; !db.sealing && used > 0 && int64(used)+int64(total) > db.opts.SegmentSize {
+	if db.rollDueLocked(total) {
 		// A batch never straddles segments, so a failed roll leaves nothing applied.
 		if err := db.rollLocked(); err != nil {
 			return 0, err
@@ -394,15 +395,46 @@ func (db *DB) flushLocked() error {
 	return nil
 }
 
-// askFillLocked asks the filler for the next segment's zero-filled file once the
-// active segment is a quarter full (once per segment), so it is ready by the roll.
+// rollDueLocked reports whether a batch of n bytes must start a new segment: it would
+// take the active one past SegmentSize, or past its zeros when it is a zero-filled
+// segment smaller than SegmentSize and the next file is ready.
+func (db *DB) rollDueLocked(n int) bool {
+	act := db.segs[len(db.segs)-1]
+	used := int64(uint64(db.next) - act.id)
+	if db.sealing || used == 0 {
+		return false
+	}
+	if used+int64(n) > db.opts.SegmentSize {
+		return true
+	}
+	return act.zeroSize > 0 && used+int64(n) > act.zeroSize && db.fill.readyIn(db.nextDir())
+}
+
+// zeroSizeAfter returns the zero-filled size of the segment to follow act: twice act's,
+// from minZeroSize up to SegmentSize; SegmentSize after an appended one.
+func (db *DB) zeroSizeAfter(act *segment) int64 {
+	if act.zeroSize == 0 {
+		return db.opts.SegmentSize
+	}
+	return min(db.opts.SegmentSize, max(minZeroSize, 2*act.zeroSize))
+}
+
+func (db *DB) nextDir() string { return db.devs[(db.tail+1)%len(db.devs)].dir }
+
+// askFillLocked asks the filler for the next segment's zero-filled file once a quarter
+// of the active segment's zeros (or of SegmentSize, if it is appended) is used, once
+// per segment, so it is ready by the roll.
 func (db *DB) askFillLocked() {
 	act := db.segs[len(db.segs)-1]
-	if db.fillFor == act.id+1 || uint64(db.next)-act.id < uint64(db.opts.SegmentSize/4) {
+	span := act.zeroSize
+	if span == 0 {
+		span = db.opts.SegmentSize
+	}
+	if db.fillFor == act.id+1 || int64(uint64(db.next)-act.id) < span/4 {
 		return
 	}
 	db.fillFor = act.id + 1
-	db.fill.request(db.devs[(db.tail+1)%len(db.devs)].dir)
+	db.fill.request(db.nextDir(), db.zeroSizeAfter(act))
 }
 
 // undoWrite takes back the n bytes a failed write left at the end of act: cut off if
@@ -588,7 +620,7 @@ func (db *DB) takeZeroFilled(id uint64, dev int, path string) *segment {
 		f.Close()
 		return nil
 	}
-	s := &segment{id: id, dev: dev, path: path, f: f, fileSize: size}
+	s := &segment{id: id, dev: dev, path: path, f: f, fileSize: size, zeroSize: size}
 	s.refs.Store(1)
 	return s
 }

@@ -39,7 +39,7 @@ func Open(opts Options) (*DB, error) {
 	if opts.mut.setFill {
 		mode = opts.mut.fill
 	}
-	db.fill = &filler{fs: db.fs, mode: mode, size: opts.SegmentSize}
+	db.fill = &filler{fs: db.fs, mode: mode}
 	if err := db.recover(); err != nil {
 		db.fill.close()
 		db.closeFiles()
@@ -166,7 +166,7 @@ func (db *DB) recover() error {
 			}
 		}
 		// Nothing waits on the write path yet: zero-fill the first segment here.
-		db.fill.fillNow(db.devs[0].dir)
+		db.fill.fillNow(db.devs[0].dir, min(db.opts.SegmentSize, minZeroSize))
 		seg, err := db.createSegment(0, 0)
 		if err != nil {
 			return err
@@ -292,6 +292,9 @@ func (db *DB) recover() error {
 	db.next = Pos(last.end())
 	db.writ, db.dur = db.next, db.next
 	db.durA.Store(uint64(db.dur))
+	if last.fileSize > last.size {
+		last.zeroSize = last.fileSize
+	}
 	db.askFillLocked()
 	return nil
 }

@@ -13,17 +13,26 @@ import (
 )
 
 // Zero-filled segments (docs/design/zero-filled-logs.md, "Built for the storage log"):
-// the active segment is a file of SegmentSize zero bytes, written and synced before it
-// was needed, and records are written in place at the log's logical end. The file does
-// not grow, so an fdatasync has no file size or extent to commit (on this machine's
-// disk about 83 us p50 against 184 us for an append). A filler prepares the next
-// segment's file (zeroName in the next device's directory) once the active segment is a
-// quarter full; a roll renames it into place. If none is ready the roll creates an
-// empty, preallocated segment and appends to it, as before zero-filled segments.
+// the active segment is a file of zero bytes, written and synced before it was needed,
+// and records are written in place at the log's logical end. The file does not grow, so
+// an fdatasync has no file size or extent to commit (on this machine's disk about 83 us
+// p50 against 184 us for an append). A filler prepares the next segment's file (zeroName
+// in the next device's directory) once the active segment's zeros are a quarter used; a
+// roll renames it into place. If none is ready the roll creates an empty, preallocated
+// segment and appends to it, as before zero-filled segments.
+//
+// Sizes: a new engine's first segment is minZeroSize (a fresh engine reserves and writes
+// 4 MiB, not 64, and tests on vfs.Mem hold no 64 MiB of zeros per engine); each next one
+// twice the one before, up to SegmentSize. A segment smaller than SegmentSize ends where
+// its zeros end once the next file is ready (it appends past them meanwhile), so an
+// engine reaches full-size segments after five rolls (4, 8, 16, 32, 64 MiB).
 //
 // A sealed segment is truncated to its logical end before it is synced, so every rule
 // about sealed segments (ids are positions, a.end() == b.id, compaction, hint files,
 // readers by offset) sees exactly what an appended segment looked like.
+
+// minZeroSize is the zero-filled size of a new engine's first segment.
+const minZeroSize = 4 << 20
 
 // fillMode says when the next segment's file is zero-filled.
 type fillMode int
@@ -63,7 +72,6 @@ const zeroName = "zero-segment.tmp"
 type filler struct {
 	fs   vfs.FS
 	mode fillMode
-	size int64
 
 	mu      sync.Mutex
 	ready   bool   // path is complete: zero-filled and synced
@@ -73,9 +81,10 @@ type filler struct {
 	wg      sync.WaitGroup
 }
 
-// request asks for a zero-filled file in dir (the next segment's device), unless one
-// is ready there or being filled. A ready file in another directory is dropped.
-func (f *filler) request(dir string) {
+// request asks for a zero-filled file of size bytes in dir (the next segment's
+// device), unless one is ready there or being filled. A ready file in another
+// directory is dropped.
+func (f *filler) request(dir string, size int64) {
 	if f.mode != fillAsync && f.mode != fillInline {
 		return
 	}
@@ -83,22 +92,29 @@ func (f *filler) request(dir string) {
 		return
 	}
 	if f.mode == fillInline {
-		f.run()
+		f.run(size)
 		return
 	}
 	f.wg.Add(1)
 	go func() {
 		defer f.wg.Done()
-		f.run()
+		f.run(size)
 	}()
 }
 
-// fillNow fills a file in dir on the caller's goroutine, whatever the mode (except
-// fillOff), unless one is ready there or being filled.
-func (f *filler) fillNow(dir string) {
+// fillNow fills a file of size bytes in dir on the caller's goroutine, whatever the
+// mode (except fillOff), unless one is ready there or being filled.
+func (f *filler) fillNow(dir string, size int64) {
 	if f.mode != fillOff && f.claim(dir) {
-		f.run()
+		f.run(size)
 	}
+}
+
+// readyIn reports whether a zero-filled file is ready in dir.
+func (f *filler) readyIn(dir string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.ready && f.path == vfs.Join(dir, zeroName)
 }
 
 // claim marks a fill of dir's file as running and reports true, unless the filler is
@@ -121,11 +137,11 @@ func (f *filler) claim(dir string) bool {
 	return true
 }
 
-func (f *filler) run() {
+func (f *filler) run(size int64) {
 	f.mu.Lock()
 	path := f.path
 	f.mu.Unlock()
-	err := f.zeroFill(path)
+	err := f.zeroFill(path, size)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.busy = false
@@ -136,7 +152,7 @@ func (f *filler) run() {
 	f.ready = true
 }
 
-func (f *filler) zeroFill(path string) error {
+func (f *filler) zeroFill(path string, size int64) error {
 	file, err := f.fs.Create(path)
 	if err != nil {
 		return err
@@ -147,7 +163,7 @@ func (f *filler) zeroFill(path string) error {
 	}
 	// The file's name needs no directory sync here: the roll that takes it renames it
 	// and syncs the directory, and recovery deletes it if that never happened.
-	return vfs.ZeroFill(file, f.size, f.stopped.Load)
+	return vfs.ZeroFill(file, size, f.stopped.Load)
 }
 
 // take returns the path of the ready zero-filled file in dir, or "" if none is ready

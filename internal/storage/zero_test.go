@@ -142,7 +142,7 @@ func TestRollWithoutReadyFileFallsBack(t *testing.T) {
 		t.Fatalf("fallback segment %s: file size %d, log %d; want it appended", act.path, size, act.size)
 	}
 	// The filler catches up: the next roll takes its file.
-	db.fill.fillNow("/db")
+	db.fill.fillNow("/db", o.SegmentSize)
 	for ; db.rolls.Load() < 3; i++ {
 		put(t, db, fmt.Sprintf("k%03d", i), uint64(i+1), strings.Repeat("v", 100))
 	}
@@ -607,5 +607,47 @@ func TestRepeatedPowerCutsNeverResurrect(t *testing.T) {
 	t.Logf("%d seeds x 6 power cuts: %d recoveries kept unsynced records, %d found valid stale records after a hole", seeds, kept, holes)
 	if holes == 0 || kept == 0 {
 		t.Fatal("the workload never left valid records after a hole, or never kept unsynced ones: it proves nothing")
+	}
+}
+
+// A new engine starts with a minZeroSize segment; each next one is zero-filled to twice
+// the one before (up to SegmentSize), and a smaller segment ends where its zeros end.
+func TestZeroFilledSizesDouble(t *testing.T) {
+	fs := vfs.NewMem()
+	o := memOpts(fs)
+	o.SegmentSize = 64 << 20
+	db := mustOpen(t, o)
+	val := strings.Repeat("v", 60<<10)
+	i := 0
+	for ; db.rolls.Load() < 3; i++ {
+		put(t, db, fmt.Sprintf("k%04d", i), uint64(i+1), val)
+	}
+	if _, err := db.Sync(db.LastPos()); err != nil {
+		t.Fatal(err)
+	}
+	want := []int64{minZeroSize, 2 * minZeroSize, 4 * minZeroSize}
+	for j, s := range db.segs {
+		if s.zeroSize != want[j] {
+			t.Fatalf("segment %d zero-filled to %d, want %d", j, s.zeroSize, want[j])
+		}
+	}
+	if size, _ := fs.Stat(db.segs[0].path); size > minZeroSize || size < minZeroSize-int64(recordSize(5, len(val))) {
+		t.Fatalf("the first segment ends at %d, want where its zeros end (%d)", size, minZeroSize)
+	}
+	if got := db.zeroSizeAfter(&segment{zeroSize: 32 << 20}); got != 64<<20 {
+		t.Fatalf("after 32 MiB: %d", got)
+	}
+	if got := db.zeroSizeAfter(&segment{zeroSize: 64 << 20}); got != 64<<20 {
+		t.Fatalf("after 64 MiB: %d", got)
+	}
+	if got := db.zeroSizeAfter(&segment{}); got != 64<<20 {
+		t.Fatalf("after an appended segment: %d", got)
+	}
+	db.Close()
+	fs.Crash(nil)
+	db2 := mustOpen(t, o)
+	defer db2.Close()
+	for j := 0; j < i; j++ {
+		wantGet(t, db2, fmt.Sprintf("k%04d", j), val)
 	}
 }
