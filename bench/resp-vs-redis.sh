@@ -6,23 +6,26 @@
 #   fsync:      redis --appendfsync always        vs  kefir --durability sync
 # each with -c 50 and with -c 50 -P 16. Prints a Markdown table with ratios.
 #
-# Usage: bench/resp-vs-redis.sh [-n REQUESTS] [-r ROUNDS] [-m IO_MODEL]
+# Usage: bench/resp-vs-redis.sh [-n REQUESTS] [-r ROUNDS] [-m IO_MODEL] [-b KEFIR_BINARY]
 #   Rounds alternate Kefir and Redis runs, because the machine is shared and
 #   single runs are noisy: each round's ratio is printed (with the load average
 #   when it ran), and the table gives the medians and the median of the ratios.
 #   -m runs Kefir with KEFIR_IO_MODEL=epoll or goroutine (default: the server's).
+#   -b runs that kefir binary instead of building ./cmd/kefir (A/B runs of two builds).
 # Needs: go, redis-server, redis-benchmark.
 set -euo pipefail
 
 N=200000
 ROUNDS=1
 MODEL=${KEFIR_IO_MODEL:-}
-while getopts "n:r:m:" o; do
+BIN=
+while getopts "n:r:m:b:" o; do
 	case $o in
 	n) N=$OPTARG ;;
 	r) ROUNDS=$OPTARG ;;
 	m) MODEL=$OPTARG ;;
-	*) echo "usage: $0 [-n requests] [-r rounds] [-m epoll|goroutine]" >&2; exit 2 ;;
+	b) BIN=$(realpath "$OPTARG") ;;
+	*) echo "usage: $0 [-n requests] [-r rounds] [-m epoll|goroutine] [-b kefir-binary]" >&2; exit 2 ;;
 	esac
 done
 
@@ -40,7 +43,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-go build -o "$WORK/kefir" ./cmd/kefir
+if [ -n "$BIN" ]; then cp "$BIN" "$WORK/kefir"; else go build -o "$WORK/kefir" ./cmd/kefir; fi
 
 KPORT=${KPORT:-16390}
 RPORT=${RPORT:-16391}

@@ -85,7 +85,7 @@ func (db *DB) compactSegment(s *segment) error {
 		head := db.segs[0] == s
 		batchEnd := min(p+64<<10, len(data))
 		for p < batchEnd {
-			h, key, val, ok := decodeRecord(data[p:])
+			h, key, val, ok := decodeRecord(data[p:], s.id+uint64(p))
 			if !ok {
 				db.mu.Unlock()
 				return &CorruptionError{File: s.path, Offset: int64(p), Reason: "bad record found by compaction"}
@@ -180,8 +180,7 @@ func (db *DB) moveLocked(key, val []byte, h recHdr, pos uint64, head bool, now i
 		return 0, nil
 	}
 	size := recordSize(len(key), len(val))
-	act := db.segs[len(db.segs)-1]
-	if used := uint64(db.next) - act.id; !db.sealing && used > 0 && int64(used)+int64(size) > db.opts.SegmentSize {
+	if db.rollDueLocked(size) {
 		if err := db.rollLocked(); err != nil {
 			return 0, err
 		}
@@ -193,7 +192,7 @@ func (db *DB) moveLocked(key, val []byte, h recHdr, pos uint64, head bool, now i
 	}
 	r := Record{Key: key, Value: val, Version: h.version, Timestamp: h.ts, Tombstone: h.flags&flagTombstone != 0}
 	start := uint64(db.next)
-	db.buf = appendRecord(db.buf, &r, flagCopy, it.v.version)
+	db.buf = appendRecord(db.buf, &r, flagCopy, it.v.version, start, uint64(db.dur))
 	db.next += Pos(size)
 	db.liveAdd(v.pos, -int64(v.size)) // moved, not dropped
 	v.pos, v.size = start, uint32(size)

@@ -60,6 +60,17 @@ type DB struct {
 	hintPos Pos // the checkpoint Open recovered from
 	nvers   int // versions in the index
 
+	// fmtFrom is the log position where format 2 records begin (see formatMarkName);
+	// math.MaxUint64 while a format 1 directory is being recovered.
+	fmtFrom uint64
+	// fill makes the next segment's zero-filled file (zero.go); fillFor is the id+1 of
+	// the segment for whose successor it was last asked.
+	fill    *filler
+	fillFor uint64
+	// rolls counts segments started since Open, zeroRolls those that took a
+	// zero-filled file (tests).
+	rolls, zeroRolls atomic.Int64
+
 	devs  []*device
 	cache *cache
 
@@ -81,8 +92,13 @@ type segment struct {
 	dev  int
 	path string
 	f    vfs.File
-	size int64 // bytes in the file (for the active segment: written so far)
-	live int64 // bytes of records the index points at (under DB.mu)
+	size int64 // bytes of log in the file (for the active segment: written so far)
+	// fileSize is the file's length: larger than size while the active segment has a
+	// zero-filled tail (written in place). A sealed segment is cut to size.
+	fileSize int64
+	// zeroSize is the zero-filled file's size when the segment started (0: appended).
+	zeroSize int64
+	live     int64 // bytes of records the index points at (under DB.mu)
 	// mm maps a sealed segment read-only (nil: read with ReadAt). Unmapped only once the
 	// segment has left the list and every reader has released it.
 	mm atomic.Pointer[[]byte]
@@ -133,8 +149,7 @@ func (db *DB) Append(recs ...Record) (Pos, error) {
 			return 0, err
 		}
 	}
-	act := db.segs[len(db.segs)-1]
-	if used := uint64(db.next) - act.id; !db.sealing && used > 0 && int64(used)+int64(total) > db.opts.SegmentSize {
+	if db.rollDueLocked(total) {
 		// A batch never straddles segments, so a failed roll leaves nothing applied.
 		if err := db.rollLocked(); err != nil {
 			return 0, err
@@ -144,7 +159,7 @@ func (db *DB) Append(recs ...Record) (Pos, error) {
 	for i := range recs {
 		r := &recs[i]
 		start := uint64(db.next)
-		db.buf = appendRecord(db.buf, r, 0, 0)
+		db.buf = appendRecord(db.buf, r, 0, 0, start, uint64(db.dur))
 		size := uint32(recordSize(len(r.Key), len(r.Value)))
 		v := ver{version: r.Version, ts: r.Timestamp, pos: start, size: size}
 		if r.Tombstone {
@@ -162,6 +177,7 @@ func (db *DB) Append(recs ...Record) (Pos, error) {
 		}
 	}
 	db.liveAdd(uint64(db.next)-1, int64(total))
+	db.askFillLocked()
 	db.st.appends.Add(int64(len(recs)))
 	if db.bgKick != nil && db.opts.SyncBytes > 0 && int64(db.next-db.dur) >= db.opts.SyncBytes {
 		db.kick()
@@ -343,11 +359,20 @@ func (db *DB) flushLocked() error {
 		panic("storage: flush while the next segment is being created")
 	}
 	act := db.segs[len(db.segs)-1]
-	n, err := act.f.Write(db.buf)
+	var n int
+	var err error
+	inPlace := act.fileSize > act.size
+	if inPlace {
+		// At the logical end, over the zero-filled tail (extending the file if the
+		// buffer is longer than what is left of it).
+		n, err = act.f.(vfs.WriterAt).WriteAt(db.buf, act.size)
+	} else {
+		n, err = act.f.Write(db.buf)
+	}
 	db.st.writes.Add(1)
 	if err != nil {
 		if n > 0 {
-			if terr := act.f.Truncate(act.size); terr != nil {
+			if terr := db.undoWrite(act, n, inPlace); terr != nil {
 				db.failLocked(fmt.Errorf("cut short write of %s back to %d: %w (after %v)", act.path, act.size, terr, err))
 				return db.failed
 			}
@@ -359,12 +384,71 @@ func (db *DB) flushLocked() error {
 		return db.failed
 	}
 	act.size += int64(len(db.buf))
+	act.fileSize = max(act.fileSize, act.size)
 	db.writ = db.next
 	if cap(db.buf) > 4*db.opts.WriteBufferSize {
 		// It grew while a roll was sealing; do not keep megabytes for good.
 		db.buf = make([]byte, 0, 2*db.opts.WriteBufferSize)
 	} else {
 		db.buf = db.buf[:0]
+	}
+	return nil
+}
+
+// rollDueLocked reports whether a batch of n bytes must start a new segment: it would
+// take the active one past SegmentSize, or past its zeros when it is a zero-filled
+// segment smaller than SegmentSize and the next file is ready.
+func (db *DB) rollDueLocked(n int) bool {
+	act := db.segs[len(db.segs)-1]
+	used := int64(uint64(db.next) - act.id)
+	if db.sealing || used == 0 {
+		return false
+	}
+	if used+int64(n) > db.opts.SegmentSize {
+		return true
+	}
+	return act.zeroSize > 0 && used+int64(n) > act.zeroSize && db.fill.readyIn(db.nextDir())
+}
+
+// zeroSizeAfter returns the zero-filled size of the segment to follow act: twice act's,
+// from minZeroSize up to SegmentSize; SegmentSize after an appended one.
+func (db *DB) zeroSizeAfter(act *segment) int64 {
+	if act.zeroSize == 0 {
+		return db.opts.SegmentSize
+	}
+	return min(db.opts.SegmentSize, max(minZeroSize, 2*act.zeroSize))
+}
+
+func (db *DB) nextDir() string { return db.devs[(db.tail+1)%len(db.devs)].dir }
+
+// askFillLocked asks the filler for the next segment's zero-filled file once a quarter
+// of the active segment's zeros (or of SegmentSize, if it is appended) is used, once
+// per segment, so it is ready by the roll.
+func (db *DB) askFillLocked() {
+	act := db.segs[len(db.segs)-1]
+	span := act.zeroSize
+	if span == 0 {
+		span = db.opts.SegmentSize
+	}
+	if db.fillFor == act.id+1 || int64(uint64(db.next)-act.id) < span/4 {
+		return
+	}
+	db.fillFor = act.id + 1
+	db.fill.request(db.nextDir(), db.zeroSizeAfter(act))
+}
+
+// undoWrite takes back the n bytes a failed write left at the end of act: cut off if
+// appended, zeros again if written in place (and the file cut back to its length).
+func (db *DB) undoWrite(act *segment, n int, inPlace bool) error {
+	if !inPlace {
+		return act.f.Truncate(act.size)
+	}
+	z := min(int64(n), act.fileSize-act.size)
+	if _, err := act.f.(vfs.WriterAt).WriteAt(make([]byte, z), act.size); err != nil {
+		return err
+	}
+	if act.size+int64(n) > act.fileSize {
+		return act.f.Truncate(act.fileSize)
 	}
 	return nil
 }
@@ -398,8 +482,17 @@ func (db *DB) rollLocked() error {
 	return nil
 }
 
-// seal fsyncs old and creates the segment that follows it. It does not take mu.
+// seal cuts old to its logical end, fsyncs it and creates the segment that follows it.
+// It does not take mu (old's sizes do not change while sealing; installLocked records
+// the cut).
 func (db *DB) seal(old *segment, id uint64, dev int) (*segment, error) {
+	if old.fileSize > old.size {
+		// Sealed segments hold exactly their records, as appended ones did. The cut is
+		// durable (the fsync below) before the next segment's name is.
+		if err := old.f.Truncate(old.size); err != nil {
+			return nil, fmt.Errorf("cut %s to its end: %w", old.path, err)
+		}
+	}
 	if err := old.f.Sync(); err != nil {
 		return nil, fmt.Errorf("fsync %s: %w", old.path, err)
 	}
@@ -410,6 +503,9 @@ func (db *DB) seal(old *segment, id uint64, dev int) (*segment, error) {
 func (db *DB) installLocked(old, seg *segment, err error) {
 	db.sealing = false
 	defer db.signalLocked()
+	if err == nil || errors.Is(err, ErrDiskFull) {
+		old.fileSize = old.size // seal cut it
+	}
 	if errors.Is(err, ErrDiskFull) {
 		// The old segment is synced but no new one could be created: keep appending to
 		// the old one (positions are contiguous) and try again at the next roll.
@@ -468,9 +564,15 @@ func closeSegment(s *segment) error {
 	return err
 }
 
-// createSegment creates an empty segment file and makes its name durable.
+// createSegment starts segment id on device dev and makes its name durable: the
+// filler's zero-filled file if one is ready there, otherwise an empty file.
 func (db *DB) createSegment(id uint64, dev int) (*segment, error) {
+	db.rolls.Add(1)
 	path := vfs.Join(db.devs[dev].dir, segName(id))
+	if seg := db.takeZeroFilled(id, dev, path); seg != nil {
+		db.zeroRolls.Add(1)
+		return seg, nil
+	}
 	f, err := db.fs.Create(path)
 	if err != nil {
 		if vfs.IsNoSpace(err) {
@@ -490,6 +592,37 @@ func (db *DB) createSegment(id uint64, dev int) (*segment, error) {
 	s := &segment{id: id, dev: dev, path: path, f: f}
 	s.refs.Store(1)
 	return s, nil
+}
+
+// takeZeroFilled renames the filler's ready file in dev's directory to path and
+// returns it as segment id, or returns nil if none is ready or a step fails (the caller
+// then creates the segment empty, truncating whatever the rename left).
+func (db *DB) takeZeroFilled(id uint64, dev int, path string) *segment {
+	dir := db.devs[dev].dir
+	zp := db.fill.take(dir)
+	if zp == "" {
+		return nil
+	}
+	if err := db.fs.Rename(zp, path); err != nil {
+		_ = db.fs.Remove(zp)
+		return nil
+	}
+	f, err := db.fs.OpenRW(path)
+	if err != nil {
+		return nil
+	}
+	size, err := f.Size()
+	if _, ok := f.(vfs.WriterAt); err != nil || !ok {
+		f.Close()
+		return nil
+	}
+	if err := db.fs.SyncDir(dir); err != nil {
+		f.Close()
+		return nil
+	}
+	s := &segment{id: id, dev: dev, path: path, f: f, fileSize: size, zeroSize: size}
+	s.refs.Store(1)
+	return s
 }
 
 func (db *DB) failLocked(err error) {
@@ -667,7 +800,7 @@ func (db *DB) getAt(key []byte, at uint64, shared bool) (Value, error) {
 		out := Value{Version: v.version, Timestamp: v.ts, Pos: v.end()}
 		if v.pos >= uint64(db.writ) {
 			off := v.pos - uint64(db.writ)
-			_, _, val, ok := decodeRecord(db.buf[off : off+uint64(v.size)])
+			_, _, val, ok := decodeRecord(db.buf[off:off+uint64(v.size)], v.pos)
 			if !ok {
 				db.mu.RUnlock()
 				panic("storage: record in the write buffer fails its checksum")
@@ -722,7 +855,7 @@ func (db *DB) readRecord(seg *segment, key []byte, v ver) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("storage: read %s at %d: %w", seg.path, off, err)
 	}
-	h, k, val, ok := decodeRecord(buf)
+	h, k, val, ok := decodeRecord(buf, v.pos)
 	if !ok || h.version != v.version || (key != nil && !bytes.Equal(k, key)) {
 		return nil, &CorruptionError{File: seg.path, Offset: off, Reason: "record read back does not match its checksum or the index"}
 	}
@@ -786,7 +919,7 @@ func (db *DB) scanAt(start, end []byte, at uint64, limit int, fn func(key []byte
 			h := scanHit{key: arena[k0:len(arena):len(arena)], v: it.at(i)}
 			if h.v.pos >= uint64(db.writ) {
 				off := h.v.pos - uint64(db.writ)
-				_, _, val, _ := decodeRecord(db.buf[off : off+uint64(h.v.size)])
+				_, _, val, _ := decodeRecord(db.buf[off:off+uint64(h.v.size)], h.v.pos)
 				h.val = append([]byte{}, val...)
 			} else {
 				// Pin the segment so compaction cannot remove it before we read.
@@ -872,7 +1005,7 @@ func (db *DB) readBatch(hits []scanHit) error {
 		for _, i := range miss[:j] {
 			h := &hits[i]
 			off := h.v.pos - lo
-			rh, k, val, ok := decodeRecord(buf[off : off+uint64(h.v.size)])
+			rh, k, val, ok := decodeRecord(buf[off:off+uint64(h.v.size)], h.v.pos)
 			if !ok || rh.version != h.v.version || !bytes.Equal(k, h.key) {
 				err = &CorruptionError{File: h.seg.path, Offset: int64(h.v.pos - h.seg.id), Reason: "record read back does not match its checksum or the index"}
 				break
@@ -966,6 +1099,9 @@ func (db *DB) Stats() Stats {
 // Close flushes and fsyncs what was appended (unless the engine failed) and closes the
 // files. Reads and writes after Close return ErrClosed.
 func (db *DB) Close() error {
+	if db.fill != nil {
+		db.fill.close()
+	}
 	if db.compactStop != nil {
 		close(db.compactStop)
 		<-db.compactDone

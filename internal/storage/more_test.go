@@ -191,6 +191,9 @@ func TestDiskFullAtRoll(t *testing.T) {
 	fs := vfs.NewMem()
 	o := memOpts(fs)
 	o.SegmentSize = 200
+	// Appended segments: a zero-filled next segment made before the disk filled up
+	// would let the roll go through.
+	o.mut.fill, o.mut.setFill = fillOff, true
 	db := mustOpen(t, o)
 	defer db.Close()
 	put(t, db, "a", 1, string(make([]byte, 150)))

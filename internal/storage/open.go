@@ -1,9 +1,11 @@
 package storage
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -30,7 +32,16 @@ func Open(opts Options) (*DB, error) {
 	if opts.CacheBytes > 0 {
 		db.cache = newCache(opts.CacheBytes)
 	}
+	mode := fillAsync
+	if opts.Inline {
+		mode = fillInline
+	}
+	if opts.mut.setFill {
+		mode = opts.mut.fill
+	}
+	db.fill = &filler{fs: db.fs, mode: mode}
 	if err := db.recover(); err != nil {
+		db.fill.close()
 		db.closeFiles()
 		return nil, err
 	}
@@ -73,24 +84,29 @@ func parseName(name, suffix string) (uint64, bool) {
 	return id, err == nil
 }
 
-func (db *DB) list() (segs, hints []fileRef, err error) {
+// list returns the segments and gap files, sorted, the hint files, and the format
+// mark's path ("" if there is none).
+func (db *DB) list() (segs, hints []fileRef, mark string, err error) {
 	for d, dev := range db.devs {
 		names, err := db.fs.ReadDir(dev.dir)
 		if err != nil {
-			return nil, nil, fmt.Errorf("storage: list %s: %w", dev.dir, err)
+			return nil, nil, "", fmt.Errorf("storage: list %s: %w", dev.dir, err)
 		}
 		for _, name := range names {
 			path := vfs.Join(dev.dir, name)
-			if id, ok := parseName(name, ".log"); ok {
+			if name == formatMarkName {
+				mark = path
+			} else if id, ok := parseName(name, ".log"); ok {
 				segs = append(segs, fileRef{id, d, path, false})
 			} else if id, ok := parseName(name, ".gap"); ok {
 				segs = append(segs, fileRef{id, d, path, true})
 			} else if id, ok := parseName(name, ".hint"); ok {
 				hints = append(hints, fileRef{id, d, path, false})
 			} else if strings.HasSuffix(name, ".tmp") {
-				// An unfinished hint or compaction output: never referenced.
+				// An unfinished hint, compaction output or format mark, or the
+				// filler's zero-filled file: never referenced.
 				if err := db.fs.Remove(path); err != nil {
-					return nil, nil, fmt.Errorf("storage: remove leftover %s: %w", path, err)
+					return nil, nil, "", fmt.Errorf("storage: remove leftover %s: %w", path, err)
 				}
 			}
 		}
@@ -111,7 +127,7 @@ func (db *DB) list() (segs, hints []fileRef, err error) {
 		if i > 0 && s.id == segs[i-1].id {
 			a, b := segs[i-1], s
 			if a.gap == b.gap {
-				return nil, nil, &CorruptionError{File: b.path, Reason: "two segments with the same start position: " + a.path}
+				return nil, nil, "", &CorruptionError{File: b.path, Reason: "two segments with the same start position: " + a.path}
 			}
 			// Compaction crashed between writing the gap file and removing the segment:
 			// the segment (whose records were also copied) wins.
@@ -122,21 +138,35 @@ func (db *DB) list() (segs, hints []fileRef, err error) {
 				out[len(out)-1] = b
 			}
 			if err := db.fs.Remove(g.path); err != nil {
-				return nil, nil, fmt.Errorf("storage: remove stale gap: %w", err)
+				return nil, nil, "", fmt.Errorf("storage: remove stale gap: %w", err)
 			}
 			continue
 		}
 		out = append(out, s)
 	}
-	return out, hints, nil
+	return out, hints, mark, nil
 }
 
 func (db *DB) recover() error {
-	refs, hints, err := db.list()
+	refs, hints, mark, err := db.list()
 	if err != nil {
 		return err
 	}
+	db.fmtFrom = math.MaxUint64 // format 1 throughout
+	if mark != "" {
+		if db.fmtFrom, err = db.readFormatMark(mark); err != nil {
+			return err
+		}
+	}
 	if len(refs) == 0 {
+		// A new engine: format 2 from the start, marked before any record exists.
+		if db.fmtFrom != 0 {
+			if err := db.writeFormatMark(0); err != nil {
+				return err
+			}
+		}
+		// Nothing waits on the write path yet: zero-fill the first segment here.
+		db.fill.fillNow(db.devs[0].dir, min(db.opts.SegmentSize, minZeroSize))
 		seg, err := db.createSegment(0, 0)
 		if err != nil {
 			return err
@@ -172,7 +202,7 @@ func (db *DB) recover() error {
 			f.Close()
 			return fmt.Errorf("storage: size of %s: %w", r.path, err)
 		}
-		s := &segment{id: r.id, dev: r.dev, path: r.path, f: f, size: size}
+		s := &segment{id: r.id, dev: r.dev, path: r.path, f: f, size: size, fileSize: size}
 		s.refs.Store(1)
 		db.segs = append(db.segs, s)
 	}
@@ -241,8 +271,17 @@ func (db *DB) recover() error {
 		return true
 	})
 	last = db.segs[len(db.segs)-1]
+	// Sync even when nothing changed: after a process crash (not a power cut) the
+	// records just read may be in the page cache only, and the next record's synced
+	// mark will say they are durable.
 	if err := last.f.Sync(); err != nil {
 		return fmt.Errorf("storage: fsync %s: %w", last.path, err)
+	}
+	if db.fmtFrom == math.MaxUint64 {
+		// Upgrade: records from here on are format 2; everything before is durable.
+		if err := db.writeFormatMark(last.end()); err != nil {
+			return err
+		}
 	}
 	for _, s := range db.segs[:len(db.segs)-1] {
 		if s.f != nil {
@@ -253,12 +292,23 @@ func (db *DB) recover() error {
 	db.next = Pos(last.end())
 	db.writ, db.dur = db.next, db.next
 	db.durA.Store(uint64(db.dur))
+	if last.fileSize > last.size {
+		last.zeroSize = last.fileSize
+	}
+	db.askFillLocked()
 	return nil
 }
 
-// replay reads segment i from logical position from and indexes its records. A bad record
-// in the last segment with nothing valid after it is a torn tail and is cut off; anything
-// else is corruption.
+// replay reads segment i from logical position from and indexes its records: format 1
+// records below db.fmtFrom, format 2 records (at the position they claim) from it on.
+//
+// The first bad record of the last segment is the end of the log if the log was not
+// durable there: it is not below db.fmtFrom (everything before was synced when the
+// directory was upgraded) and no valid record after it carries a synced mark past it.
+// Then every non-zero block after the end is overwritten with zeros (the file is cut
+// there if it cannot be written in place), so a stale record can never come back. In a
+// format 1 directory the old rule holds: a bad record in the last segment with nothing
+// valid after it is a torn tail and is cut off. Anything else is corruption.
 func (db *DB) replay(i int, from uint64, floors map[string]uint64) error {
 	s := db.segs[i]
 	off := int64(from - s.id)
@@ -269,19 +319,40 @@ func (db *DB) replay(i int, from uint64, floors map[string]uint64) error {
 	now := db.now()
 	p := 0
 	for p < len(data) {
-		h, key, _, ok := decodeRecord(data[p:])
+		at := s.id + uint64(off) + uint64(p)
+		h, key, _, ok := decodeRecord(data[p:], at)
+		if ok && h.v2() != (at >= db.fmtFrom) {
+			ok = false // a format 1 record where format 2 began, or the reverse
+		}
 		if !ok {
 			bad := off + int64(p)
 			lastSeg := i == len(db.segs)-1
-			if lastSeg && !anyValidAfter(data[p+1:]) {
-				db.opts.Logger.Info("cutting torn tail", "file", s.path, "offset", bad, "bytes", len(data)-p)
-				if err := s.f.Truncate(bad); err != nil {
-					return fmt.Errorf("storage: truncate torn tail of %s: %w", s.path, err)
+			reason := "checksum or framing mismatch before the end of the log"
+			switch {
+			case !lastSeg:
+			case db.fmtFrom == math.MaxUint64:
+				if !anyValidAfter(data[p+1:]) {
+					db.opts.Logger.Info("cutting torn tail", "file", s.path, "offset", bad, "bytes", len(data)-p)
+					if err := s.f.Truncate(bad); err != nil {
+						return fmt.Errorf("storage: truncate torn tail of %s: %w", s.path, err)
+					}
+					s.size, s.fileSize = bad, bad
+					return nil
 				}
-				s.size = bad
-				return nil
+			case at < db.fmtFrom:
+				reason = fmt.Sprintf("checksum or framing mismatch below %d, where the log was durable when its format was upgraded", db.fmtFrom)
+			default:
+				j := -1
+				if !db.opts.mut.ignoreSynced {
+					j = validAfterEnd(data, p, s.id, uint64(off))
+				}
+				if j < 0 {
+					return db.endLog(s, data[p:], bad)
+				}
+				reason = fmt.Sprintf("checksum or framing mismatch below the synced point: the valid record at offset %d says the log was durable up to %d",
+					off+int64(j), binary.LittleEndian.Uint64(data[j+45:]))
 			}
-			cerr := &CorruptionError{File: s.path, Offset: bad, Reason: "checksum or framing mismatch before the end of the log"}
+			cerr := &CorruptionError{File: s.path, Offset: bad, Reason: reason}
 			if !db.opts.Salvage {
 				return cerr
 			}
@@ -306,10 +377,36 @@ func (db *DB) replay(i int, from uint64, floors map[string]uint64) error {
 	return nil
 }
 
-// anyValidAfter reports whether a complete, checksummed record starts anywhere in b.
+// endLog makes file offset end of the last segment s the end of the log; tail holds
+// the file from there on. Nothing non-zero may stay behind the end: a later record
+// ending where a stale one begins would resurrect it at the next recovery.
+func (db *DB) endLog(s *segment, tail []byte, end int64) error {
+	s.size = end
+	wa, ok := s.f.(vfs.WriterAt)
+	if !ok {
+		if err := s.f.Truncate(end); err != nil {
+			return fmt.Errorf("storage: cut the tail of %s: %w", s.path, err)
+		}
+		s.fileSize = end
+		return nil
+	}
+	if !db.opts.mut.skipZeroTail {
+		n, err := vfs.ZeroNonZero(wa, tail, end)
+		if err != nil {
+			return fmt.Errorf("storage: zero the tail of %s: %w", s.path, err)
+		}
+		if n > 0 {
+			db.opts.Logger.Info("zeroed the unsynced tail", "file", s.path, "offset", end, "bytes", n)
+		}
+	}
+	return nil
+}
+
+// anyValidAfter reports whether a complete, checksummed format 1 record starts anywhere
+// in b.
 func anyValidAfter(b []byte) bool {
-	for p := 0; p+hdrSize <= len(b); p++ {
-		if _, _, _, ok := decodeRecord(b[p:]); ok {
+	for p := 0; p+hdrSize1 <= len(b); p++ {
+		if h, _, _, ok := decodeRecord(b[p:], 0); ok && !h.v2() {
 			return true
 		}
 	}
@@ -333,7 +430,7 @@ func (db *DB) salvage(i int, off int64, cause error) error {
 		return fmt.Errorf("storage: salvage fsync: %w", err)
 	}
 	s.f.Close()
-	s.f, s.size = f, off
+	s.f, s.size, s.fileSize = f, off, off
 	for _, later := range db.segs[i+1:] {
 		if later.f != nil {
 			later.f.Close()

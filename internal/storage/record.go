@@ -5,25 +5,37 @@ import (
 	"hash/crc32"
 )
 
-// On-disk record layout (little endian):
+// On-disk record layout (little endian), format 2:
 //
 //	0  crc32c  u32   over bytes [4, end)
 //	4  keyLen  u32
 //	8  valLen  u32
 //	12 version u64
 //	20 ts      i64
-//	28 flags   u8    flagTombstone | flagCopy
+//	28 flags   u8    flagTombstone | flagCopy | flagPositioned
 //	29 floor   u64   for compaction copies: the key's newest version when it was copied
-//	37 key, value
+//	37 pos     u64   the record's own position in the logical log
+//	45 synced  u64   a position below which the log was durable when the record was made
+//	53 key, value
 //
 // The floor lets recovery tell a retained old version (its key still has a version >=
 // floor) from a version of a key whose tombstone compaction has since dropped (nothing
 // >= floor survives, so the copy must not resurrect the key).
+//
+// pos and synced (format 2, flagPositioned set) exist for zero-filled segments
+// (docs/design/zero-filled-logs.md): a record is valid only at the position it claims,
+// and a valid record found after the end of the log whose synced mark lies beyond that
+// end proves the end is damage below a completed fsync, not a torn tail.
+//
+// Format 1 (written before zero-filled segments) has no pos and synced: flagPositioned is
+// clear and the key follows the floor at offset 37. It is still read (see formatMark).
 const (
-	hdrSize       = 37
-	flagTombstone = 1 << 0
-	flagCopy      = 1 << 1
-	flagsKnown    = flagTombstone | flagCopy
+	hdrSize1       = 37 // format 1 header
+	hdrSize        = 53 // format 2 header: every record written today
+	flagTombstone  = 1 << 0
+	flagCopy       = 1 << 1
+	flagPositioned = 1 << 2
+	flagsKnown     = flagTombstone | flagCopy | flagPositioned
 
 	// Hard framing limits used when decoding, independent of the configured limits so
 	// that lowering MaxValueSize never makes an existing log unreadable.
@@ -39,16 +51,34 @@ type recHdr struct {
 	ts             int64
 	flags          uint8
 	floor          uint64
+	pos, synced    uint64 // format 2 only
+	hdr            int    // header size: hdrSize1 or hdrSize
 }
 
+// v2 reports whether the record is format 2 (carries its position and a synced mark).
+func (h recHdr) v2() bool { return h.flags&flagPositioned != 0 }
+
+// recordSize is the size of a (format 2) record.
 func recordSize(keyLen, valLen int) int { return hdrSize + keyLen + valLen }
 
-// appendRecord encodes r at the end of dst.
-func appendRecord(dst []byte, r *Record, flags uint8, floor uint64) []byte {
+// appendRecord encodes r at the end of dst as a format 2 record at log position pos,
+// carrying the durable mark synced (<= pos).
+func appendRecord(dst []byte, r *Record, flags uint8, floor, pos, synced uint64) []byte {
 	n := recordSize(len(r.Key), len(r.Value))
 	start := len(dst)
 	dst = grow(dst, n)
 	b := dst[start : start+n]
+	putHeader(b, r, flags|flagPositioned, floor)
+	binary.LittleEndian.PutUint64(b[37:], pos)
+	binary.LittleEndian.PutUint64(b[45:], synced)
+	copy(b[hdrSize:], r.Key)
+	copy(b[hdrSize+len(r.Key):], r.Value)
+	binary.LittleEndian.PutUint32(b[0:], crc32.Checksum(b[4:], crcTable))
+	return dst
+}
+
+// putHeader writes the fields both formats share (all but the CRC).
+func putHeader(b []byte, r *Record, flags uint8, floor uint64) {
 	binary.LittleEndian.PutUint32(b[4:], uint32(len(r.Key)))
 	binary.LittleEndian.PutUint32(b[8:], uint32(len(r.Value)))
 	binary.LittleEndian.PutUint64(b[12:], r.Version)
@@ -58,10 +88,6 @@ func appendRecord(dst []byte, r *Record, flags uint8, floor uint64) []byte {
 	}
 	b[28] = flags
 	binary.LittleEndian.PutUint64(b[29:], floor)
-	copy(b[hdrSize:], r.Key)
-	copy(b[hdrSize+len(r.Key):], r.Value)
-	binary.LittleEndian.PutUint32(b[0:], crc32.Checksum(b[4:], crcTable))
-	return dst
 }
 
 func grow(b []byte, n int) []byte {
@@ -73,9 +99,10 @@ func grow(b []byte, n int) []byte {
 	return nb
 }
 
-// parseHeader decodes and sanity-checks a header; it does not check the CRC.
+// parseHeader decodes and sanity-checks a header of either format; it does not check
+// the CRC or the position.
 func parseHeader(b []byte) (recHdr, bool) {
-	if len(b) < hdrSize {
+	if len(b) < hdrSize1 {
 		return recHdr{}, false
 	}
 	h := recHdr{
@@ -85,6 +112,7 @@ func parseHeader(b []byte) (recHdr, bool) {
 		ts:      int64(binary.LittleEndian.Uint64(b[20:])),
 		flags:   b[28],
 		floor:   binary.LittleEndian.Uint64(b[29:]),
+		hdr:     hdrSize1,
 	}
 	if h.keyLen == 0 || h.keyLen > maxKeyLenHard || h.valLen > maxValLenHard || h.flags&^flagsKnown != 0 {
 		return recHdr{}, false
@@ -92,17 +120,29 @@ func parseHeader(b []byte) (recHdr, bool) {
 	if h.flags&flagTombstone != 0 && h.valLen != 0 {
 		return recHdr{}, false
 	}
+	if h.v2() {
+		if len(b) < hdrSize {
+			return recHdr{}, false
+		}
+		h.pos = binary.LittleEndian.Uint64(b[37:])
+		h.synced = binary.LittleEndian.Uint64(b[45:])
+		h.hdr = hdrSize
+		if h.synced > h.pos {
+			return recHdr{}, false
+		}
+	}
 	return h, true
 }
 
-func (h recHdr) size() int { return recordSize(int(h.keyLen), int(h.valLen)) }
+func (h recHdr) size() int { return h.hdr + int(h.keyLen) + int(h.valLen) }
 
-// decodeRecord decodes the record at the start of b. It returns the header, the record's
-// size and ok=false if b does not start with a complete record whose checksum matches.
+// decodeRecord decodes the record at the start of b, which lies at log position at. It
+// returns the header, the record's size and ok=false if b does not start with a complete
+// record whose checksum matches or, for format 2, whose claimed position is not at.
 // key and value alias b.
-func decodeRecord(b []byte) (h recHdr, key, val []byte, ok bool) {
+func decodeRecord(b []byte, at uint64) (h recHdr, key, val []byte, ok bool) {
 	h, ok = parseHeader(b)
-	if !ok {
+	if !ok || (h.v2() && h.pos != at) {
 		return h, nil, nil, false
 	}
 	n := h.size()
@@ -112,7 +152,7 @@ func decodeRecord(b []byte) (h recHdr, key, val []byte, ok bool) {
 	if binary.LittleEndian.Uint32(b[0:]) != crc32.Checksum(b[4:n], crcTable) {
 		return h, nil, nil, false
 	}
-	key = b[hdrSize : hdrSize+int(h.keyLen)]
-	val = b[hdrSize+int(h.keyLen) : n]
+	key = b[h.hdr : h.hdr+int(h.keyLen)]
+	val = b[h.hdr+int(h.keyLen) : n]
 	return h, key, val, true
 }

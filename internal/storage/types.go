@@ -11,8 +11,13 @@
 // is chained over one or more devices, each optionally carrying an emulated latency /
 // bandwidth / queue model.
 //
+// Segments are zero-filled and synced ahead of need and written in place, so an fsync
+// commits no file size (zero.go, docs/design/zero-filled-logs.md); records carry their
+// own position and a synced mark (record.go).
+//
 // Recovery restores the synced prefix plus every complete, checksummed record after it; a
-// checksum failure before the tail is corruption and Open refuses it (unless Salvage).
+// checksum failure below what a later record says was synced is corruption and Open
+// refuses it (unless Salvage).
 // Index checkpoints (hint files) make reopening fast. After a failed fsync the engine stops
 // accepting writes for good (the fsyncgate lesson).
 //
@@ -156,6 +161,8 @@ type Options struct {
 	// WriteBufferSize is how many appended bytes are buffered in memory before they are
 	// written to the segment file (default 256 KiB). Sync writes the buffer regardless.
 	WriteBufferSize int
+
+	mut mutations // deliberate bugs, for tests (zero.go)
 }
 
 // Stats is a snapshot of engine counters.
