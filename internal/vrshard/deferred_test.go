@@ -247,3 +247,81 @@ func TestDeferredReadsUnderPowerLossAreLinearizable(t *testing.T) {
 		t.Fatalf("session guarantees:\n%v", v)
 	}
 }
+
+// A deferred read returns what a read served once R covers its op would
+// return: for a multi-key read, every key's value at that op. A sync write
+// (and any state-dependent one) enters the update index only when applied,
+// so a deferred MGET that takes k's cad write (op w) from the log and j from
+// the engine misses a sync write of j at an op below w that is appended but
+// not applied yet: [k1 j0], a state the log never held (j1 precedes k1).
+// Alone that history has a linearization (j1 is not acknowledged yet), but
+// an ordinary MGET j k that reads j after j1 is applied and k before k1 is
+// fixes j1 before k1, and the two reads together have none.
+func TestDeferredMultiKeyReadSeesEveryEarlierWrite(t *testing.T) {
+	c, gates, _ := gatedCluster(t, func(o *Options) { o.RequestTimeout = 5 * time.Second })
+	leader := c.reps[c.leader(5*time.Second)]
+	ctx := context.Background()
+	for _, kv := range [][2]string{{"j", "j0"}, {"k", "k0"}} {
+		if _, err := leader.Write(ctx, set(kv[0], kv[1]), level.Sync, shard.ReqID{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, g := range gates {
+		g.hold()
+	}
+	var once sync.Once
+	release := func() {
+		once.Do(func() {
+			for _, g := range gates {
+				g.release()
+			}
+		})
+	}
+	defer release()
+	applied := make(chan error, 1)
+	go func() {
+		// One batch: j1 at op w-1, k1 at op w.
+		_, err := leader.Apply(ctx, []shard.WriteReq{
+			{Op: set("j", "j1"), Durability: level.Sync},
+			{Op: set("k", "k1"), Durability: level.CAD, ID: shard.ReqID{Client: 5, Seq: 1}},
+		})
+		applied <- err
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for leader.upd.overlayFor([][]byte{[]byte("k")}, true) == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("setup: k1 never ordered")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	type result struct {
+		res shard.Result
+		p   shard.Pending
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		res, p, err := leader.ReadDeferred(ctx, shard.Op{Kind: shard.KindMGet, Keys: [][]byte{[]byte("k"), []byte("j")}}, level.ConsLinearizable, shard.Session{})
+		got <- result{res, p, err}
+	}()
+	var o result
+	select {
+	case o = <-got: // answered at once (deferred)
+	case <-time.After(200 * time.Millisecond): // waiting for R: let it
+		release()
+		o = <-got
+	}
+	release()
+	if o.err == nil {
+		o.err = leader.Wait(ctx, o.p)
+	}
+	if o.err != nil || len(o.res.Array) != 2 {
+		t.Fatalf("MGET k j: %+v, %v", o.res, o.err)
+	}
+	if k, j := string(o.res.Array[0]), string(o.res.Array[1]); k == "k1" && j != "j1" {
+		t.Fatalf("MGET k j = [%s %s]: k1 was appended after j1, so a read returning k1 must return j1", k, j)
+	}
+	if err := <-applied; err != nil {
+		t.Fatalf("apply j1 k1: %v", err)
+	}
+}
