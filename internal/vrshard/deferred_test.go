@@ -2,6 +2,7 @@ package vrshard
 
 import (
 	"context"
+	"fmt"
 	mrand "math/rand"
 	"sync"
 	"testing"
@@ -323,5 +324,72 @@ func TestDeferredMultiKeyReadSeesEveryEarlierWrite(t *testing.T) {
 	}
 	if err := <-applied; err != nil {
 		t.Fatalf("apply j1 k1: %v", err)
+	}
+}
+
+// A deferred read's reply waits for R in the view whose leader appended the
+// write it returns. If that leader is deposed before the read's Wait
+// registers, and leads again in a later view (three replicas: every third
+// view), R there covers the same op number — but of another log, which lost
+// the write. The driver refuses the wait unless it still leads the write's
+// view, so the Wait fails instead of releasing the lost value. Run from a
+// view after the first: view 0 is the sentinel "no view" of readWaiter.view
+// (see the report of branch s7-rv-defer: a deferred read in view 0 skips the
+// check; the fix needs replica.go).
+func TestDeferredReadIsNotReleasedInALaterViewOfItsLeader(t *testing.T) {
+	deferredReadInALaterView(t, true)
+}
+
+// deferredReadInALaterView runs the schedule above; laterView: from a view
+// after the first.
+func deferredReadInALaterView(t *testing.T, laterView bool) {
+	c := newCluster(t, 3, func(o *Options) { o.RequestTimeout = 10 * time.Second })
+	if laterView {
+		first := c.leader(5 * time.Second)
+		c.isolate(first, true)
+		newLeaderBesides(t, c, first)
+		c.isolate(first, false)
+	}
+	l, old, _ := isolatedLeader(t, c, "k", "v0")
+	v := old.Info().View
+	if laterView && v == 0 {
+		t.Fatal("setup: still in view 0")
+	}
+	if _, p := applyOne(t, old, set("k", "lost"), level.CAD, shard.ReqID{Client: 5, Seq: 1}); len(p.Acks) != 1 {
+		t.Fatalf("ordered cad write at an isolated leader: pending %+v", p)
+	}
+	res, p := deferredRead(t, old, get("k"))
+	if string(res.Bulk) != "lost" || p.IsZero() {
+		t.Fatalf("deferred read at the isolated leader: %+v, pending %+v; want the ordered value, held", res, p)
+	}
+	// Another leader's log gets entries past the lost write's op.
+	nl := newLeaderBesides(t, c, l)
+	for i := range 3 {
+		if _, err := c.reps[nl].Write(context.Background(), set("x", fmt.Sprint(i)), level.Sync, shard.ReqID{}); err != nil {
+			t.Fatalf("write at the new leader: %v", err)
+		}
+	}
+	c.isolate(l, false)
+	// Depose leaders until l leads again.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		cur := c.leader(10 * time.Second)
+		if in := c.reps[cur].Info(); cur == l && in.View != v {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("setup: the old leader never led again")
+		}
+		if cur != l {
+			c.isolate(cur, true)
+			newLeaderBesides(t, c, cur)
+			c.isolate(cur, false)
+		}
+	}
+	if v, err := c.linGet(l, "k"); err != nil || v != "v0" {
+		t.Fatalf("k at the old leader, leading again: %q, %v; want v0 (the cad write was lost)", v, err)
+	}
+	if err := old.Wait(context.Background(), p); err == nil {
+		t.Fatal("the reply of a read of a lost write was released in a later view of its leader")
 	}
 }
