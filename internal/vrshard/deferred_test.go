@@ -343,7 +343,12 @@ func TestDeferredReadIsNotReleasedInALaterViewOfItsLeader(t *testing.T) {
 // deferredReadInALaterView runs the schedule above; laterView: from a view
 // after the first.
 func deferredReadInALaterView(t *testing.T, laterView bool) {
-	c := newCluster(t, 3, func(o *Options) { o.RequestTimeout = 10 * time.Second })
+	c := newCluster(t, 3, func(o *Options) {
+		// The isolated leader must still hold its lease when it serves the
+		// read, also on a loaded box (-race, parallel packages).
+		o.VR.ViewChangeTimeout, o.VR.LeaseDuration = 2*time.Second, 2*time.Second
+		o.RequestTimeout = 10 * time.Second
+	})
 	if laterView {
 		first := c.leader(5 * time.Second)
 		c.isolate(first, true)
