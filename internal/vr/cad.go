@@ -521,9 +521,16 @@ func (r *Replica) WaitReadable(now int64, ctx, index uint64) error {
 // Without follower reads R is the commit point, which the followers'
 // persisted reports move; with them R needs the members' applied reports,
 // so the leader heartbeats at once as WaitReadable does.
+//
+// index names an entry of the log of the view the caller last saw in a
+// Ready (the caller checks that it led that view). If the view changed since
+// — the driver steps several messages between Readies, and this replica may
+// already lead a later view whose adopted log holds another entry at index
+// — the wait is refused: R in the new view says nothing about the entry the
+// caller read.
 func (r *Replica) AwaitReadable(now int64, ctx, index uint64) error {
 	r.observe(now)
-	if r.status != Normal || !r.isLeader() {
+	if r.status != Normal || !r.isLeader() || r.view != r.lastHS.View {
 		return ErrNotLeader
 	}
 	if index > r.lastOp() {
