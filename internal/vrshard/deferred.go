@@ -77,8 +77,11 @@ func (r *Replica) deferredRead(op shard.Op) (shard.Result, *readAck, error) {
 		if !e.cad {
 			continue
 		}
-		if view != 0 && e.view != view {
-			return shard.Result{}, nil, nil // a leader change is under way
+		if to != 0 && e.view != view {
+			// Entries of two views (view 0 is a view like any other, so
+			// `to`, never 0 for an entry, says whether one was seen): a
+			// leader change is under way.
+			return shard.Result{}, nil, nil
 		}
 		to, view = max(to, e.op), e.view
 	}
@@ -153,7 +156,7 @@ func (a *readAck) Await(ctx context.Context) error {
 	if r.mut.deferNoWait {
 		return nil
 	}
-	rw := &readWaiter{done: make(chan struct{}), kind: rwDurable, need: a.need, view: a.view}
+	rw := &readWaiter{done: make(chan struct{}), kind: rwDurable, need: a.need, deferred: true, view: a.view}
 	if err := r.sendRead(ctx, rw); err != nil {
 		return err
 	}

@@ -332,12 +332,15 @@ func TestDeferredMultiKeyReadSeesEveryEarlierWrite(t *testing.T) {
 // registers, and leads again in a later view (three replicas: every third
 // view), R there covers the same op number — but of another log, which lost
 // the write. The driver refuses the wait unless it still leads the write's
-// view, so the Wait fails instead of releasing the lost value. Run from a
-// view after the first: view 0 is the sentinel "no view" of readWaiter.view
-// (see the report of branch s7-rv-defer: a deferred read in view 0 skips the
-// check; the fix needs replica.go).
+// view, so the Wait fails instead of releasing the lost value. Run from the
+// first view (0, which readWaiter once used as "not a deferred read", so
+// the check was skipped) and from a later one.
 func TestDeferredReadIsNotReleasedInALaterViewOfItsLeader(t *testing.T) {
-	deferredReadInALaterView(t, true)
+	for _, later := range []bool{false, true} {
+		t.Run(map[bool]string{false: "view0", true: "laterView"}[later], func(t *testing.T) {
+			deferredReadInALaterView(t, later)
+		})
+	}
 }
 
 // deferredReadInALaterView runs the schedule above; laterView: from a view

@@ -318,12 +318,15 @@ type readWaiter struct {
 	op   *shard.Op // the read, for the nilext check (nil: none)
 	kind readKind
 	need uint64 // rwDurable: the op R must reach
-	// view (rwDurable, a deferred read): the view whose leader appended op
-	// need; the wait fails unless this replica still leads it.
-	view uint64
-	idx  uint64
-	err  error
-	done chan struct{}
+	// deferred (rwDurable): a deferred read's wait, released on R alone
+	// (AwaitReadable); view: the view whose leader appended op need — the
+	// wait fails unless this replica still leads it. A flag, not view != 0:
+	// view 0 is every new group's first view.
+	deferred bool
+	view     uint64
+	idx      uint64
+	err      error
+	done     chan struct{}
 }
 
 type readKind uint8
@@ -841,7 +844,7 @@ func (r *Replica) read(rw *readWaiter) {
 		close(rw.done)
 		return
 	case rwDurable:
-		if rw.view != 0 && (!r.wasLeader || r.leadView != rw.view) {
+		if rw.deferred && (!r.wasLeader || r.leadView != rw.view) {
 			// A deferred read took its value from this view's log: in
 			// another view op need may be another entry.
 			rw.err = r.notLeader()
@@ -850,7 +853,7 @@ func (r *Replica) read(rw *readWaiter) {
 		}
 		r.readCtx++
 		wait := r.core.WaitReadable
-		if rw.view != 0 {
+		if rw.deferred {
 			// A deferred read's result was fixed under confirmed
 			// leadership: R alone releases it (vr AwaitReadable).
 			wait = r.core.AwaitReadable
