@@ -11,6 +11,17 @@ type Scanner interface {
 	Scan(start, end []byte, at uint64, limit int, fn func(key []byte, v storage.Value) bool) error
 }
 
+// AtSnapshot is a Scanner that reads at snap's version whatever version it is
+// asked for: ScanUser continues a scan with several engine calls, and every one
+// must see the same state.
+func AtSnapshot(snap *storage.Snapshot) Scanner { return snapScanner{snap} }
+
+type snapScanner struct{ s *storage.Snapshot }
+
+func (s snapScanner) Scan(start, end []byte, _ uint64, limit int, fn func(key []byte, v storage.Value) bool) error {
+	return s.s.Scan(start, end, limit, fn)
+}
+
 // ScanUser visits the user keys in [start, end) (end nil = unbounded) in order, at
 // most limit of them and about maxScanBytes of keys and values, skipping the
 // shard's reserved keys. It passes the limit down to the engine, which reads values

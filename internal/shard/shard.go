@@ -123,6 +123,10 @@ type Engine interface {
 	Get(key []byte) (storage.Value, error)
 	Versions(key []byte) ([]storage.VersionInfo, error)
 	Scan(start, end []byte, at uint64, limit int, fn func(key []byte, v storage.Value) bool) error
+	// Snapshot pins a consistent view (at 0: the last version); a read of
+	// several keys uses one, so that writes applied between its keys' reads
+	// cannot show in part.
+	Snapshot(at uint64) *storage.Snapshot
 }
 
 var _ Engine = (*storage.DB)(nil)
@@ -194,6 +198,10 @@ type Shard struct {
 	// readGet is the engine's GetShared if it has one, else its Get: the read path's
 	// point lookup (read results are read-only, so the value need not be copied).
 	readGet func(key []byte) (storage.Value, error)
+	// Tests only: tornMultiReads (a mutation) reads MGET's keys one by one
+	// from the latest state; betweenKeys runs between its first two keys.
+	tornMultiReads bool
+	betweenKeys    func()
 	opts    Options
 	log     *slog.Logger
 
@@ -799,8 +807,20 @@ func (s *Shard) Read(ctx context.Context, op Op, c level.Consistency, sess Sessi
 		} else {
 			res.Kind = ResInt
 		}
+		get := s.get
+		if len(op.Keys) > 1 && !s.tornMultiReads {
+			// One version for every key: a write applied between two keys'
+			// reads must not show in part (another client's x then k, seen
+			// as k without x).
+			snap := s.db.Snapshot(0)
+			defer snap.Close()
+			get = func(k []byte) (storage.Value, bool, error) { return s.getWith(snap.Get, k) }
+		}
 		for i, k := range op.Keys {
-			v, ok, err := s.get(k)
+			if i == 1 && s.betweenKeys != nil {
+				s.betweenKeys()
+			}
+			v, ok, err := get(k)
 			if err != nil {
 				return Result{}, err
 			}
@@ -852,7 +872,9 @@ func (s *Shard) scan(op Op, limit int) (Result, storage.Pos, error) {
 	if !s.opts.NoReadDurabilityCheck {
 		maxPos = s.checkLimit()
 	}
-	err := ScanUser(s.db, op.Key, op.End, limit, func(k []byte, v storage.Value) {
+	snap := s.db.Snapshot(0)
+	defer snap.Close()
+	err := ScanUser(AtSnapshot(snap), op.Key, op.End, limit, func(k []byte, v storage.Value) {
 		res.Array = append(res.Array, k, v.Data)
 		maxPos, res.Version = max(maxPos, v.Pos), max(res.Version, v.Version)
 	})
@@ -876,12 +898,17 @@ func (s *Shard) checkLimit() storage.Pos {
 // read check makes the deletion durable before the miss is reported: otherwise a
 // crash could bring the value back after a read said it was gone.
 func (s *Shard) get(k []byte) (storage.Value, bool, error) {
+	// Shared: read results are only written to the client (Result's values are
+	// read-only), so the engine's cached bytes need no copy.
+	return s.getWith(s.readGet, k)
+}
+
+// getWith is get reading with readGet (the engine's latest, or a snapshot's).
+func (s *Shard) getWith(readGet func([]byte) (storage.Value, error), k []byte) (storage.Value, bool, error) {
 	if bytes.HasPrefix(k, ReservedPrefix) {
 		return storage.Value{}, false, nil
 	}
-	// Shared: read results are only written to the client (Result's values are
-	// read-only), so the engine's cached bytes need no copy.
-	v, err := s.readGet(k)
+	v, err := readGet(k)
 	if errors.Is(err, storage.ErrNotFound) {
 		if !s.opts.NoReadDurabilityCheck && s.db.DurablePos() < s.checkLimit() {
 			if vs, verr := s.db.Versions(k); verr == nil && len(vs) > 0 {

@@ -380,13 +380,28 @@ func (r *Replica) readLocal(op shard.Op) (shard.Result, error) { return r.readWi
 // readWith evaluates a read against the engine, keys in ov (the leader's
 // pending async writes) excepted.
 func (r *Replica) readWith(op shard.Op, ov map[string]overlayEntry) (shard.Result, error) {
-	get := r.get
+	engineGet := r.get
+	var scanner shard.Scanner = r.db
+	if multiKey(&op) && !r.mut.tornMultiReads {
+		// A read of several keys sees the engine at one version: the
+		// driver applies batches between the reads of single keys, and a
+		// read that saw one key before a batch and another after it would
+		// return a state no prefix of the log ever had (a write that
+		// completed before another began, seen only in part). The engine's
+		// last version is every key's newest, so the snapshot pins nothing
+		// retention would otherwise drop.
+		snap := r.db.Snapshot(0)
+		defer snap.Close()
+		engineGet = func(k []byte) (storage.Value, bool, error) { return r.getFrom(snap.Get, k) }
+		scanner = shard.AtSnapshot(snap)
+	}
+	get := engineGet
 	if len(ov) > 0 {
 		get = func(k []byte) (storage.Value, bool, error) {
 			if e, ok := ov[string(k)]; ok {
 				return storage.Value{Data: e.value, Version: e.op}, !e.tomb, nil
 			}
-			return r.get(k)
+			return engineGet(k)
 		}
 	}
 	var res shard.Result
@@ -416,6 +431,9 @@ func (r *Replica) readWith(op shard.Op, ov map[string]overlayEntry) (shard.Resul
 			res.Kind = shard.ResInt
 		}
 		for i, k := range op.Keys {
+			if h := r.mut.betweenKeys; h != nil && i == 1 {
+				h()
+			}
 			v, ok, err := get(k)
 			if err != nil {
 				return shard.Result{}, err
@@ -438,7 +456,7 @@ func (r *Replica) readWith(op shard.Op, ov map[string]overlayEntry) (shard.Resul
 		limit = min(limit, shard.DefaultMaxScan)
 		res.Kind = shard.ResArray
 		res.Array = [][]byte{}
-		err := shard.ScanUser(r.db, op.Key, op.End, limit, func(k []byte, v storage.Value) {
+		err := shard.ScanUser(scanner, op.Key, op.End, limit, func(k []byte, v storage.Value) {
 			res.Array = append(res.Array, k, v.Data)
 			res.Version = max(res.Version, v.Version)
 		})
@@ -451,11 +469,26 @@ func (r *Replica) readWith(op shard.Op, ov map[string]overlayEntry) (shard.Resul
 	return res, nil
 }
 
-func (r *Replica) get(k []byte) (storage.Value, bool, error) {
+// multiKey reports whether op reads several keys (a scan, or MGET/EXISTS of
+// more than one): those read the engine at one version (readWith).
+func multiKey(op *shard.Op) bool {
+	switch op.Kind {
+	case shard.KindScan:
+		return true
+	case shard.KindMGet, shard.KindExists:
+		return len(op.Keys) > 1
+	}
+	return false
+}
+
+func (r *Replica) get(k []byte) (storage.Value, bool, error) { return r.getFrom(r.db.Get, k) }
+
+// getFrom reads user key k with get (the engine's latest, or a snapshot's).
+func (r *Replica) getFrom(get func([]byte) (storage.Value, error), k []byte) (storage.Value, bool, error) {
 	if bytes.HasPrefix(k, shard.ReservedPrefix) {
 		return storage.Value{}, false, nil
 	}
-	v, err := r.db.Get(k)
+	v, err := get(k)
 	if errors.Is(err, storage.ErrNotFound) {
 		return storage.Value{}, false, nil
 	}

@@ -245,6 +245,13 @@ type mutations struct {
 	// afterOverlay (a test hook) runs on the reader's goroutine right after
 	// a deferred read took its keys' values from the overlay.
 	afterOverlay func()
+	// tornMultiReads: MGET, EXISTS and scans read the engine's latest
+	// state key by key (no snapshot), so an apply batch can land between
+	// two keys' reads.
+	tornMultiReads bool
+	// betweenKeys (a test hook) runs on the reader's goroutine between the
+	// first and the second key of an MGET or EXISTS.
+	betweenKeys func()
 	// heldAckEarly: a log batch held for group commit (nilext_gc.go) is
 	// reported to the core as durable before any fsync covers it, so a
 	// prepare-ok promises entries a crash can still lose.
