@@ -202,8 +202,8 @@ type Shard struct {
 	// from the latest state; betweenKeys runs between its first two keys.
 	tornMultiReads bool
 	betweenKeys    func()
-	opts    Options
-	log     *slog.Logger
+	opts           Options
+	log            *slog.Logger
 
 	// mu is the single writer lock: versions are assigned and read-modify-writes
 	// evaluated under it, so applies are serial in version order.
