@@ -552,8 +552,35 @@ func (c *conn) queueWrite(spec *command.Spec, args [][]byte, o callOpts) {
 	c.meta = append(c.meta, q)
 }
 
+// keyReader is a replica with a GET path that builds no shard.Op or
+// shard.Result (shard.Shard.ReadKey): on one node, GET is the hottest command.
+type keyReader interface {
+	ReadKey(key []byte, c level.Consistency, sess shard.Session) (value []byte, version uint64, found bool, err error)
+}
+
+var _ keyReader = (*shard.Shard)(nil)
+
+var getSpec, _ = command.Lookup([]byte("GET"))
+
 // read serves a read command; a nil error means the reply was written.
 func (c *conn) read(spec *command.Spec, args [][]byte, o callOpts) error {
+	if kr, ok := c.srv.shard.(keyReader); ok && spec == getSpec && len(args) == 2 && !o.session {
+		cons := o.cons
+		if cons.IsZero() {
+			cons = c.cons
+		}
+		v, version, found, err := kr.ReadKey(args[1], cons, c.sess)
+		if err != nil {
+			return err
+		}
+		c.sess.MaxRead = max(c.sess.MaxRead, version)
+		if found {
+			_ = c.w.WriteBulk(v)
+		} else {
+			_ = c.w.WriteNull()
+		}
+		return nil
+	}
 	op, err := parseRead(spec, args)
 	if err != nil {
 		return err

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/kefirdb/kefir/internal/command"
 	"io"
 	"log/slog"
 	"net"
@@ -580,5 +581,15 @@ func TestStartFailureStillClosesCleanly(t *testing.T) {
 	}
 	if err := s.Close(); err != nil {
 		t.Fatalf("Close after failed Start: %v", err)
+	}
+}
+
+// GET takes the single node's ReadKey path: the spec the table returns for
+// any spelling is the one the fast path compares against.
+func TestGetTakesTheKeyReaderPath(t *testing.T) {
+	for _, name := range []string{"GET", "get", "Get"} {
+		if spec, ok := command.Lookup([]byte(name)); !ok || spec != getSpec {
+			t.Fatalf("Lookup(%q) = %p, %v; the GET fast path compares against %p", name, spec, ok, getSpec)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/kefirdb/kefir/internal/level"
@@ -40,5 +41,28 @@ func TestMultiKeyReadSeesOneEngineVersion(t *testing.T) {
 				t.Fatalf("MGET = [%s %s], want [x0 k0]: the read began before both writes and sees one version", x, k)
 			}
 		})
+	}
+}
+
+// ReadKey is Read of a GET without the Op and Result: the same answer, the
+// same refusals (a session ahead of this node, an unknown level).
+func TestReadKeyAnswersAsReadDoes(t *testing.T) {
+	n := newNode(t, Options{})
+	w := n.write(set("k", "v"), level.Sync, ReqID{})
+	for _, key := range []string{"k", "missing"} {
+		r, err := n.s.Read(ctx, Op{Kind: KindGet, Key: []byte(key)}, level.ConsLinearizable, Session{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, version, found, err := n.s.ReadKey([]byte(key), level.ConsLinearizable, Session{})
+		if err != nil || found != (r.Kind == ResBulk) || string(v) != string(r.Bulk) || version != r.Version {
+			t.Fatalf("%s: ReadKey = %q, %d, %v, %v; Read = %+v", key, v, version, found, err, r)
+		}
+	}
+	if _, _, _, err := n.s.ReadKey([]byte("k"), level.ConsLinearizable, Session{MaxRead: w.Version + 10}); !errors.Is(err, ErrSessionAhead) {
+		t.Fatalf("session ahead: %v, want ErrSessionAhead", err)
+	}
+	if _, _, _, err := n.s.ReadKey([]byte("k"), level.Consistency{Kind: 99}, Session{}); err == nil {
+		t.Fatal("an unknown consistency level was accepted")
 	}
 }

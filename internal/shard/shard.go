@@ -768,16 +768,8 @@ func (s *Shard) Read(ctx context.Context, op Op, c level.Consistency, sess Sessi
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
 	}
-	if !c.IsZero() {
-		if err := s.CheckConsistency(c); err != nil {
-			return Result{}, err
-		}
-	}
-	if err := s.checkLost(sess); err != nil {
+	if err := s.readChecks(c, sess); err != nil {
 		return Result{}, err
-	}
-	if need := sess.Need(); need > 0 && need > s.db.LastVersion() {
-		return Result{}, fmt.Errorf("%w: session needs version %d, replica has %d", ErrSessionAhead, need, s.db.LastVersion())
 	}
 	var res Result
 	var maxPos storage.Pos
@@ -848,16 +840,62 @@ func (s *Shard) Read(ctx context.Context, op Op, c level.Consistency, sess Sessi
 	default:
 		return Result{}, fmt.Errorf("%w: %v is not a read", ErrInvalidOp, op.Kind)
 	}
+	if err := s.readDurable(maxPos); err != nil {
+		return Result{}, err
+	}
+	return res, nil
+}
+
+// readChecks validates a read's level and session before it is served.
+func (s *Shard) readChecks(c level.Consistency, sess Session) error {
+	if !c.IsZero() {
+		if err := s.CheckConsistency(c); err != nil {
+			return err
+		}
+	}
+	if err := s.checkLost(sess); err != nil {
+		return err
+	}
+	if need := sess.Need(); need > 0 && need > s.db.LastVersion() {
+		return fmt.Errorf("%w: session needs version %d, replica has %d", ErrSessionAhead, need, s.db.LastVersion())
+	}
+	return nil
+}
+
+// readDurable makes what a read observed (up to log position maxPos) durable
+// before it is returned, unless the check is off: no read reports a state a
+// crash can take back.
+func (s *Shard) readDurable(maxPos storage.Pos) error {
 	if !s.opts.NoReadDurabilityCheck && maxPos > s.db.DurablePos() {
 		maxPos = min(maxPos, s.checkLimit())
 	}
 	if !s.opts.NoReadDurabilityCheck && maxPos > s.db.DurablePos() {
 		if _, err := s.db.Sync(maxPos); err != nil {
-			return Result{}, fmt.Errorf("%w: read durability sync: %w", ErrUnavailable, err)
+			return fmt.Errorf("%w: read durability sync: %w", ErrUnavailable, err)
 		}
 		s.readSyncs.Add(1)
 	}
-	return res, nil
+	return nil
+}
+
+// ReadKey is Read of a GET of key for a front door's hot path: it builds no Op
+// and no Result (copying those large structs was a measurable share of a
+// pipelined GET's CPU). found is false for a missing key; value is read-only.
+func (s *Shard) ReadKey(key []byte, c level.Consistency, sess Session) (value []byte, version uint64, found bool, err error) {
+	if err := s.readChecks(c, sess); err != nil {
+		return nil, 0, false, err
+	}
+	v, ok, err := s.get(key)
+	if err != nil {
+		return nil, 0, false, err
+	}
+	if err := s.readDurable(v.Pos); err != nil {
+		return nil, 0, false, err
+	}
+	if !ok {
+		return nil, 0, false, nil
+	}
+	return v.Data, v.Version, true, nil
 }
 
 // scan serves KindScan for Read. It is its own function so that the closure capturing
