@@ -323,6 +323,7 @@ func (r *Replica) indexEarly(es []vr.Entry) {
 	}
 	if len(r.early) == 0 {
 		r.upd.noteUnindexed(es[len(es)-1].Op)
+		r.late = append(r.late, es...)
 		return
 	}
 	var other uint64
@@ -331,16 +332,77 @@ func (r *Replica) indexEarly(es []vr.Entry) {
 		k := idKey{e.Client, e.ReqNum}
 		if ks, ok := r.early[k]; ok {
 			delete(r.early, k)
+			r.indexLate(e.Op)
 			if !r.mut.noEarlyIndex {
 				r.upd.add(e.Op, ks)
 			}
 			r.appended = append(r.appended, appendedWrite{k, e.Op})
 		} else {
 			other = e.Op
+			r.late = append(r.late, *e)
 		}
 	}
 	if other != 0 {
 		r.upd.noteUnindexed(other)
+	}
+}
+
+// indexLate indexes, before an early-acknowledged op is, the writes ordered
+// before it that are not applied and were not indexed at their append (sync
+// and state-dependent writes; r.late). Without this a read that starts after
+// the early op's acknowledgement could miss such a write ordered before it
+// (the key's latest indexed op is older), while another read sees that write
+// and not the early op's — together the two reads order the writes both ways
+// (docs/design/cad.md §11, "sync writes ordered before a cad write"). Indexed,
+// such a write makes a read of its keys wait until it is readable, as a cad
+// write does; writes ordered after every early op are still left out, so a
+// workload without early acknowledgements pays nothing but this list.
+func (r *Replica) indexLate(before uint64) {
+	applied := r.applied.Load()
+	n := 0
+	for n < len(r.late) && r.late[n].Op < before {
+		e := &r.late[n]
+		n++
+		if e.Op <= applied || r.mut.noLateIndex {
+			continue
+		}
+		_, op, err := decodeOp(e.Data)
+		if err != nil {
+			continue // apply reports a corrupt entry
+		}
+		if ks := writtenKeys(&op); len(ks) > 0 {
+			r.upd.add(e.Op, ks)
+		}
+	}
+	r.dropLate(n)
+}
+
+// trimLate forgets the r.late entries up to applied (indexed at apply).
+func (r *Replica) trimLate(applied uint64) {
+	n := 0
+	for n < len(r.late) && r.late[n].Op <= applied {
+		n++
+	}
+	r.dropLate(n)
+}
+
+// truncateLate forgets the r.late entries after op (a new leader's log
+// replaced them).
+func (r *Replica) truncateLate(op uint64) {
+	for len(r.late) > 0 && r.late[len(r.late)-1].Op > op {
+		r.late[len(r.late)-1] = vr.Entry{}
+		r.late = r.late[:len(r.late)-1]
+	}
+}
+
+func (r *Replica) dropLate(n int) {
+	if n == 0 {
+		return
+	}
+	clear(r.late[:n]) // drop references to entry data
+	r.late = r.late[n:]
+	if len(r.late) == 0 {
+		r.late = r.late[:0:0] // release the backing array's spent front
 	}
 }
 

@@ -401,3 +401,77 @@ func deferredReadInALaterView(t *testing.T, laterView bool) {
 		t.Fatal("the reply of a read of a lost write was released in a later view of its leader")
 	}
 }
+
+// A read that starts after a cad write was acknowledged reflects every write
+// ordered before it: here a sync SET k k1 is appended (every log fsync held,
+// so it cannot commit), then a cad SET x x1 is acknowledged. A read of k must
+// not return k0 at once — another read could see k1 without x1 once the sync
+// write is applied (the engine applies in log order) and so order the two
+// writes the other way (docs/design/cad.md §11). It waits until k1 is readable
+// and returns it. With the noLateIndex mutation it returns k0 at once.
+func TestReadAfterACADAckSeesSyncWritesOrderedBeforeIt(t *testing.T) {
+	for _, broken := range []bool{false, true} {
+		t.Run(map[bool]string{false: "indexed", true: "noLateIndex"}[broken], func(t *testing.T) {
+			c, gates, _ := gatedCluster(t, func(o *Options) {
+				o.RequestTimeout = 5 * time.Second
+				o.mut.noLateIndex = broken
+			})
+			leader := c.reps[c.leader(5*time.Second)]
+			ctx := context.Background()
+			w0, err := leader.Write(ctx, set("k", "k0"), level.Sync, shard.ReqID{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitReadable(t, leader, w0.Version)
+			for _, g := range gates {
+				g.hold()
+			}
+			defer func() {
+				for _, g := range gates {
+					g.release()
+				}
+			}()
+			syncDone := make(chan error, 1)
+			go func() {
+				_, err := leader.Write(ctx, set("k", "k1"), level.Sync, shard.ReqID{Client: 8, Seq: 1})
+				syncDone <- err
+			}()
+			// The sync write is appended before the cad write is proposed.
+			deadline := time.Now().Add(5 * time.Second)
+			for leader.Stats().Persisted < w0.Version+1 {
+				if time.Now().After(deadline) {
+					t.Fatal("the sync write was never appended")
+				}
+				time.Sleep(time.Millisecond)
+			}
+			if _, err := leader.Write(ctx, set("x", "x1"), level.CAD, shard.ReqID{Client: 9, Seq: 1}); err != nil {
+				t.Fatal(err)
+			}
+			got := make(chan readOut, 1)
+			go func() {
+				res, err := leader.Read(ctx, get("k"), level.ConsLinearizable, shard.Session{})
+				got <- readOut{res, err}
+			}()
+			select {
+			case o := <-got:
+				if broken && o.err == nil && string(o.res.Bulk) == "k0" {
+					return // caught: k0 after a cad write ordered after k1 was acknowledged
+				}
+				t.Fatalf("read of k while its sync write (ordered before an acknowledged cad write) is unpersisted: %+v, %v; want it to wait", o.res, o.err)
+			case <-time.After(150 * time.Millisecond):
+				if broken {
+					t.Fatal("noLateIndex: the read waited; the mutation was not exercised")
+				}
+			}
+			for _, g := range gates {
+				g.release()
+			}
+			if o := <-got; o.err != nil || string(o.res.Bulk) != "k1" {
+				t.Fatalf("read after the fsyncs: %+v, %v; want k1", o.res, o.err)
+			}
+			if err := <-syncDone; err != nil {
+				t.Fatalf("the sync write: %v", err)
+			}
+		})
+	}
+}

@@ -236,6 +236,10 @@ type mutations struct {
 	noEarlyIndex bool
 	// deferNoWait: a deferred read's reply is released at once, before the
 	// cad write whose value it returns is durable (docs/design/cad.md §11).
+	// noLateIndex: writes appended without entering the index (sync,
+	// state-dependent) stay out of it until applied even when an
+	// early-acknowledged op is ordered after them (cad.go indexLate).
+	noLateIndex bool
 	deferNoWait bool
 	// deferNoRecheck: a deferred read does not check, after reading the
 	// engine, that the log values it took are still its keys' latest
@@ -489,6 +493,7 @@ type Replica struct {
 	cadClient uint64
 	cadSeq    uint64
 	early     map[idKey][][]byte // keys of early-ack proposals not yet appended
+	late      []vr.Entry         // appended, not indexed, not applied (cad.go indexLate)
 	appended  []appendedWrite    // early-ack proposals appended in this Ready
 	parked    []parkedReply      // driver only, in op order
 	backlog   []*proposal        // writes waiting for room in the pipeline, in order
@@ -982,6 +987,7 @@ func (r *Replica) handle(rd *vr.Ready) error {
 	if rd.HasTruncate {
 		r.wal.addTruncate(rd.Truncate)
 		r.upd.truncate(rd.Truncate)
+		r.truncateLate(rd.Truncate)
 		for len(r.tail) > 0 && r.tail[len(r.tail)-1].Op > rd.Truncate {
 			r.tail = r.tail[:len(r.tail)-1]
 		}
@@ -1209,6 +1215,7 @@ func (r *Replica) apply(cs []vr.Committed) error {
 	r.sinceCkpt += uint64(len(cs))
 	r.trimTail(last)
 	r.setApplied(last)
+	r.trimLate(last)
 	for _, l := range locals {
 		if !l.p.blind && r.mustPark(l.op) {
 			r.parked = append(r.parked, parkedReply{op: l.op, p: l.p, fin: func() { l.p.finish(l.res, l.err) }})
