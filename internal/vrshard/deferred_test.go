@@ -2,6 +2,7 @@ package vrshard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	mrand "math/rand"
 	"sync"
@@ -371,10 +372,19 @@ func deferredReadInALaterView(t *testing.T, laterView bool) {
 		t.Fatalf("deferred read at the isolated leader: %+v, pending %+v; want the ordered value, held", res, p)
 	}
 	// Another leader's log gets entries past the lost write's op.
-	nl := newLeaderBesides(t, c, l)
 	for i := range 3 {
-		if _, err := c.reps[nl].Write(context.Background(), set("x", fmt.Sprint(i)), level.Sync, shard.ReqID{}); err != nil {
-			t.Fatalf("write at the new leader: %v", err)
+		// The group may still be settling (another view change under load):
+		// retry a redirected write at whichever replica other than l leads.
+		for deadline := time.Now().Add(15 * time.Second); ; {
+			nl := newLeaderBesides(t, c, l)
+			_, err := c.reps[nl].Write(context.Background(), set("x", fmt.Sprint(i)), level.Sync, shard.ReqID{Client: 6, Seq: uint64(i + 1)})
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, ErrNotLeader) || time.Now().After(deadline) {
+				t.Fatalf("write at the new leader: %v", err)
+			}
+			time.Sleep(10 * time.Millisecond)
 		}
 	}
 	c.isolate(l, false)
