@@ -235,7 +235,7 @@ func (w *wal) recover() (walState, error) {
 		// Nothing non-zero may stay behind the end: a later record ending
 		// where a stale one begins would resurrect it at the next recovery.
 		if !w.cfg.mut.skipZeroTail {
-			if err := zeroNonZero(wa, b, int(end)); err != nil {
+			if _, err := vfs.ZeroNonZero(wa, b[end:], end); err != nil {
 				f.Close()
 				return st, fmt.Errorf("vrshard: wal: zero the tail: %w", err)
 			}

@@ -1,8 +1,6 @@
 package vrshard
 
 import (
-	"bytes"
-	"fmt"
 	"sync"
 	"sync/atomic"
 
@@ -179,34 +177,17 @@ func (f *filler) run(size int64) {
 	f.ready, f.size = true, size
 }
 
-// zeroFill writes size zero bytes to a new file at f.path and fsyncs it, in
-// steps of 4 MiB so the disk sees no burst of dirty pages. The file's name
-// needs no directory sync here: the roll that takes it renames it and syncs
-// the directory, and recovery deletes it if that never happened.
+// zeroFill writes size zero bytes to a new file at f.path and fsyncs it
+// (vfs.ZeroFill). The file's name needs no directory sync here: the roll
+// that takes it renames it and syncs the directory, and recovery deletes it
+// if that never happened.
 func (f *filler) zeroFill(size int64) error {
 	file, err := f.fs.Create(f.path)
 	if err != nil {
 		return err
 	}
 	defer file.Close()
-	const step = 4 << 20
-	zeros := make([]byte, min(size, 1<<20))
-	for off := int64(0); off < size; {
-		if f.stopped.Load() {
-			return fmt.Errorf("vrshard: wal: filler stopped")
-		}
-		n := min(int64(len(zeros)), size-off)
-		if _, err := file.Write(zeros[:n]); err != nil {
-			return err
-		}
-		off += n
-		if off%step == 0 || off == size {
-			if err := file.Sync(); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	return vfs.ZeroFill(file, size, f.stopped.Load)
 }
 
 // take returns the ready zero-filled file, open for writing, with its size
@@ -244,19 +225,3 @@ func (f *filler) close() {
 	f.wg.Wait()
 }
 
-// zeroNonZero overwrites with zeros every 4 KiB block of the file (contents
-// b) from off to its end that holds a non-zero byte.
-func zeroNonZero(wa vfs.WriterAt, b []byte, off int) error {
-	const blk = 4096
-	var zeros [blk]byte
-	for lo := off; lo < len(b); {
-		hi := min((lo/blk+1)*blk, len(b))
-		if !bytes.Equal(b[lo:hi], zeros[:hi-lo]) {
-			if _, err := wa.WriteAt(zeros[:hi-lo], int64(lo)); err != nil {
-				return err
-			}
-		}
-		lo = hi
-	}
-	return nil
-}
