@@ -207,15 +207,24 @@ func (db *DB) moveLocked(key, val []byte, h recHdr, pos uint64, head bool, now i
 func (db *DB) writeGap(s *segment) error {
 	dir := db.devs[s.dev].dir
 	final := vfs.Join(dir, gapName(s.id))
-	tmp := final + ".tmp"
 	var b [12]byte
 	binary.LittleEndian.PutUint64(b[:], s.end())
 	binary.LittleEndian.PutUint32(b[8:], crc32.Checksum(b[:8], crcTable))
+	if err := db.writeDurably(dir, final, b[:]); err != nil {
+		return fmt.Errorf("storage: compact: gap file %s: %w", final, err)
+	}
+	return nil
+}
+
+// writeDurably writes b as the whole file final in dir, durably and atomically: a
+// temporary file, synced, renamed into place, and the directory synced.
+func (db *DB) writeDurably(dir, final string, b []byte) error {
+	tmp := final + ".tmp"
 	f, err := db.fs.Create(tmp)
 	if err != nil {
-		return fmt.Errorf("storage: compact: %w", err)
+		return err
 	}
-	_, err = f.Write(b[:])
+	_, err = f.Write(b)
 	if err == nil {
 		err = f.Sync()
 	}
@@ -228,10 +237,7 @@ func (db *DB) writeGap(s *segment) error {
 	if err == nil {
 		err = db.fs.SyncDir(dir)
 	}
-	if err != nil {
-		return fmt.Errorf("storage: compact: gap file %s: %w", final, err)
-	}
-	return nil
+	return err
 }
 
 // readGap returns the end position recorded in a gap file.

@@ -231,30 +231,12 @@ func (db *DB) readFormatMark(path string) (uint64, error) {
 func (db *DB) writeFormatMark(from uint64) error {
 	dir := db.devs[0].dir
 	final := vfs.Join(dir, formatMarkName)
-	tmp := final + ".tmp"
 	var b [formatMarkBytes]byte
 	copy(b[:], formatMagic)
 	binary.LittleEndian.PutUint32(b[8:], formatVersion)
 	binary.LittleEndian.PutUint64(b[12:], from)
 	binary.LittleEndian.PutUint32(b[20:], crc32.Checksum(b[:20], crcTable))
-	f, err := db.fs.Create(tmp)
-	if err != nil {
-		return fmt.Errorf("storage: format mark: %w", err)
-	}
-	_, err = f.Write(b[:])
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = db.fs.Rename(tmp, final)
-	}
-	if err == nil {
-		err = db.fs.SyncDir(dir)
-	}
-	if err != nil {
+	if err := db.writeDurably(dir, final, b[:]); err != nil {
 		return fmt.Errorf("storage: format mark %s: %w", final, err)
 	}
 	db.fmtFrom = from
