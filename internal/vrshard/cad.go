@@ -57,12 +57,6 @@ type keyUpdates struct {
 	floor   uint64
 	pruned  uint64 // ops up to here have left the index
 	overlay map[string]overlayEntry
-	// unindexed: at least the highest op appended whose keys are not
-	// indexed from its append (sync and state-dependent writes, no-ops;
-	// they enter the index when applied). A deferred read that combines a
-	// value from the log with values from the engine needs every such op
-	// below its own applied first (deferredRead).
-	unindexed uint64
 }
 
 type updBatch struct {
@@ -156,7 +150,6 @@ func (u *keyUpdates) truncate(op uint64) {
 			delete(u.overlay, k)
 		}
 	}
-	u.unindexed = min(u.unindexed, op)
 }
 
 // prune drops the ops up to op (the caller passes min(applied, R)), and the
@@ -208,22 +201,6 @@ func (u *keyUpdates) setOverlay(op uint64, keys [][]byte, values [][]byte, tomb,
 		u.overlay[string(k)] = e
 	}
 	u.mu.Unlock()
-}
-
-// noteUnindexed records that ops up to op were appended without entering
-// the index.
-func (u *keyUpdates) noteUnindexed(op uint64) {
-	u.mu.Lock()
-	u.unindexed = max(u.unindexed, op)
-	u.mu.Unlock()
-}
-
-// unindexedTop returns the highest op appended without entering the index
-// (an upper bound after a truncation).
-func (u *keyUpdates) unindexedTop() uint64 {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return u.unindexed
 }
 
 // dropOverlay forgets every pending async write (leader change: their fate
@@ -313,20 +290,18 @@ func latestVersion(db *storage.DB, key []byte) (uint64, error) {
 
 // indexEarly indexes the early-acknowledged writes among the entries the
 // leader just appended (before their acks go out: they come later in the
-// same Ready), and notes the highest of the others, which enter the index
-// only when applied (keyUpdates.unindexed). Both before markAppended puts
-// the Ready's cad writes in the overlay: a deferred read that finds a cad
-// write there finds every op below it noted.
+// same Ready), each after the unapplied writes ordered before it
+// (indexLate); the others wait in r.late. Both before markAppended puts the
+// Ready's cad writes in the overlay: a deferred read that finds a cad write
+// there finds every write below it indexed or applied.
 func (r *Replica) indexEarly(es []vr.Entry) {
 	if len(es) == 0 {
 		return
 	}
 	if len(r.early) == 0 {
-		r.upd.noteUnindexed(es[len(es)-1].Op)
 		r.late = append(r.late, es...)
 		return
 	}
-	var other uint64
 	for i := range es {
 		e := &es[i]
 		k := idKey{e.Client, e.ReqNum}
@@ -338,12 +313,8 @@ func (r *Replica) indexEarly(es []vr.Entry) {
 			}
 			r.appended = append(r.appended, appendedWrite{k, e.Op})
 		} else {
-			other = e.Op
 			r.late = append(r.late, *e)
 		}
-	}
-	if other != 0 {
-		r.upd.noteUnindexed(other)
 	}
 }
 

@@ -94,20 +94,10 @@ func (r *Replica) deferredRead(op shard.Op) (shard.Result, *readAck, error) {
 		return shard.Result{}, nil, nil
 	}
 	// The result must be every key's value at op to. A key read from the
-	// engine (or from an overlay entry below to) shows the updates the index
-	// knows of, but a sync or state-dependent write enters the index only
-	// when applied: one appended below to and not applied yet would be
-	// missed, and the read would return a state the log never held (k's
-	// cad write with j's value from before an earlier sync write of j —
-	// which an ordinary read that saw j's write and not k's makes
-	// non-linearizable). Every op below to was noted before the cad write
-	// at to entered the overlay (indexEarly), so if every noted op is
-	// applied now, the engine read below shows them. A read whose keys all
-	// take their value from to itself (a GET, an MGET of one MSET's keys)
-	// needs nothing.
-	if !allAt(keys, ov, to) && r.upd.unindexedTop() > r.applied.Load() {
-		return shard.Result{}, nil, nil
-	}
+	// engine shows the updates the index knows of, and every unapplied write
+	// ordered before to was indexed before to was (indexLate): one on a key
+	// read makes the check above fall back, so the read never returns k's
+	// cad write with j's value from before an earlier sync write of j.
 	if h := r.mut.afterOverlay; h != nil {
 		h()
 	}
@@ -131,17 +121,6 @@ func (r *Replica) deferredRead(op shard.Op) (shard.Result, *readAck, error) {
 	r.st.durWaits.Add(1)
 	r.st.durDeferred.Add(1)
 	return res, &readAck{r: r, need: to, view: view}, nil
-}
-
-// allAt reports whether every key of keys takes its value from a cad
-// overlay entry at op to.
-func allAt(keys [][]byte, ov map[string]overlayEntry, to uint64) bool {
-	for _, k := range keys {
-		if e, ok := ov[string(k)]; !ok || !e.cad || e.op != to {
-			return false
-		}
-	}
-	return true
 }
 
 // readAck holds a deferred read's reply until R covers op need in view view.

@@ -224,4 +224,3 @@ func (f *filler) close() {
 	f.stopped.Store(true)
 	f.wg.Wait()
 }
-
