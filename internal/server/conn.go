@@ -564,7 +564,7 @@ var getSpec, _ = command.Lookup([]byte("GET"))
 
 // read serves a read command; a nil error means the reply was written.
 func (c *conn) read(spec *command.Spec, args [][]byte, o callOpts) error {
-	if kr, ok := c.srv.shard.(keyReader); ok && spec == getSpec && len(args) == 2 && !o.session {
+	if kr := c.srv.keys; kr != nil && spec == getSpec && len(args) == 2 && !o.session {
 		cons := o.cons
 		if cons.IsZero() {
 			cons = c.cons
@@ -595,7 +595,7 @@ func (c *conn) read(spec *command.Spec, args [][]byte, o callOpts) error {
 	}
 	var res shard.Result
 	var p shard.Pending
-	if dr, ok := c.srv.shard.(shard.DeferredReader); ok {
+	if dr := c.srv.deferred; dr != nil {
 		// A read of a value the leader's log holds but has not made durable
 		// is answered now and its reply held with the batch's (release), so
 		// the connection's later commands do not wait behind it.

@@ -221,6 +221,10 @@ func TestReplicatedWritesAndReadsThroughAnyNode(t *testing.T) {
 	g := startGroup(t)
 	l := g.leader(t)
 	f := (l + 1) % 3
+	// A replica serves reads through ReadDeferred, not the single node's GET path.
+	if n := g.nodes[l]; n.deferred == nil || n.keys != nil {
+		t.Fatalf("replica: deferred %v, keys %v; want deferred reads and no ReadKey", n.deferred, n.keys)
+	}
 
 	// A follower forwards a plain write and a linearizable read to the leader.
 	fc := dial(t, g.nodes[f])

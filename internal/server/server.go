@@ -51,6 +51,11 @@ type Server struct {
 	// shard is reached only through the Replica interface, so a replicated shard
 	// (issues 4+) replaces the single-node one without changes here.
 	shard shard.Replica
+	// The shard's optional read paths, resolved once (setShard) rather than by a
+	// type assertion per read: keys is a single node's GET path without Op or
+	// Result, deferred a replica that can hold a read's reply (nil: none).
+	keys     keyReader
+	deferred shard.DeferredReader
 	// vr is the replica when the node is a member of a replicated group (it
 	// is also shard); nil on a single node. fwd proxies requests a follower
 	// cannot serve to the leader.
@@ -105,7 +110,8 @@ func New(cfg Config) (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
-		s.vr, s.shard, s.db = r, r, r.Engine()
+		s.vr, s.db = r, r.Engine()
+		s.setShard(r)
 		s.m = newMetrics(s)
 		return s, nil
 	}
@@ -138,9 +144,16 @@ func New(cfg Config) (*Server, error) {
 		db.Close()
 		return nil, fmt.Errorf("server: open shard: %w", err)
 	}
-	s.shard = sh
+	s.setShard(sh)
 	s.m = newMetrics(s)
 	return s, nil
+}
+
+// setShard makes sh the node's shard and resolves its optional read paths.
+func (s *Server) setShard(sh shard.Replica) {
+	s.shard = sh
+	s.keys, _ = sh.(keyReader)
+	s.deferred, _ = sh.(shard.DeferredReader)
 }
 
 // Start opens the client, peer and HTTP ports and serves them in the background.

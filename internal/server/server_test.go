@@ -585,11 +585,15 @@ func TestStartFailureStillClosesCleanly(t *testing.T) {
 }
 
 // GET takes the single node's ReadKey path: the spec the table returns for
-// any spelling is the one the fast path compares against.
+// any spelling is the one the fast path compares against, and a single
+// node's server has the path (and no deferred reads).
 func TestGetTakesTheKeyReaderPath(t *testing.T) {
 	for _, name := range []string{"GET", "get", "Get"} {
 		if spec, ok := command.Lookup([]byte(name)); !ok || spec != getSpec {
 			t.Fatalf("Lookup(%q) = %p, %v; the GET fast path compares against %p", name, spec, ok, getSpec)
 		}
+	}
+	if s := startServer(t, nil); s.keys == nil || s.deferred != nil {
+		t.Fatalf("single node: keys %v, deferred %v; want ReadKey and no deferred reads", s.keys, s.deferred)
 	}
 }
