@@ -103,9 +103,24 @@ func (f *gatedFile) WriteAt(p []byte, off int64) (int, error) {
 
 // gatedCluster is a 3-replica cluster whose replication-log fsyncs the test
 // controls (each replica on its own in-memory disk).
-func gatedCluster(t *testing.T, tune func(*Options)) (*cluster, map[uint64]*gatedFS, map[uint64]*vfs.Mem) {
+// gateSet is every replica's gate: hold and release act on all of them.
+type gateSet map[uint64]*gatedFS
+
+func (gs gateSet) hold() {
+	for _, g := range gs {
+		g.hold()
+	}
+}
+
+func (gs gateSet) release() {
+	for _, g := range gs {
+		g.release()
+	}
+}
+
+func gatedCluster(t *testing.T, tune func(*Options)) (*cluster, gateSet, map[uint64]*vfs.Mem) {
 	mems := map[uint64]*vfs.Mem{1: vfs.NewMem(), 2: vfs.NewMem(), 3: vfs.NewMem()}
-	gates := map[uint64]*gatedFS{}
+	gates := gateSet{}
 	for id, m := range mems {
 		gates[id] = newGatedFS(m)
 	}
@@ -131,14 +146,8 @@ func TestCADWriteIsAcknowledgedBeforeFsyncAndReadWaitsForDurability(t *testing.T
 	if _, err := leader.Write(ctx, set("old", "v0"), level.Sync, shard.ReqID{}); err != nil {
 		t.Fatal(err)
 	}
-	for _, g := range gates {
-		g.hold()
-	}
-	defer func() {
-		for _, g := range gates {
-			g.release()
-		}
-	}()
+	gates.hold()
+	defer gates.release()
 
 	res, err := leader.Write(ctx, set("k", "v1"), level.CAD, shard.ReqID{Client: 5, Seq: 1})
 	if err != nil || res.Kind != shard.ResOK || res.Version == 0 {
@@ -164,9 +173,7 @@ func TestCADWriteIsAcknowledgedBeforeFsyncAndReadWaitsForDurability(t *testing.T
 	}
 
 	got := heldRead(t, leader, "k", 150*time.Millisecond, "read of a cad key nobody persisted returned before any fsync")
-	for _, g := range gates {
-		g.release()
-	}
+	gates.release()
 	o := <-got
 	if o.err != nil || string(o.res.Bulk) != "v1" {
 		t.Fatalf("read after the fsyncs: %+v, %v; want v1", o.res, o.err)
@@ -186,14 +193,8 @@ func TestBrokenDurabilityCheckReadsUnpersistedWrite(t *testing.T) {
 	l := c.leader(5 * time.Second)
 	leader := c.reps[l]
 	leader.mut.noDurabilityWait = true
-	for _, g := range gates {
-		g.hold()
-	}
-	defer func() {
-		for _, g := range gates {
-			g.release()
-		}
-	}()
+	gates.hold()
+	defer gates.release()
 	if _, err := leader.Write(context.Background(), set("k", "v1"), level.CAD, shard.ReqID{Client: 5, Seq: 1}); err != nil {
 		t.Fatal(err)
 	}
@@ -245,15 +246,11 @@ func durabilityRounds(t *testing.T, late bool) uint64 {
 	l := c.leader(5 * time.Second)
 	leader := c.reps[l]
 	ctx := context.Background()
-	for _, g := range gates {
-		g.hold()
-	}
+	gates.hold()
 	released := false
 	defer func() {
 		if !released {
-			for _, g := range gates {
-				g.release()
-			}
+			gates.release()
 		}
 	}()
 	if _, err := leader.Write(ctx, set("k", "v1"), level.CAD, shard.ReqID{Client: 5, Seq: 1}); err != nil {
@@ -275,9 +272,7 @@ func durabilityRounds(t *testing.T, late bool) uint64 {
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
-	for _, g := range gates {
-		g.release()
-	}
+	gates.release()
 	released = true
 	if err := <-got; err != nil {
 		t.Fatal(err)
@@ -296,14 +291,8 @@ func TestAsyncWriteIsReadFromTheOverlayWithoutWaiting(t *testing.T) {
 	c, gates, _ := gatedCluster(t, nil)
 	l := c.leader(5 * time.Second)
 	leader := c.reps[l]
-	for _, g := range gates {
-		g.hold()
-	}
-	defer func() {
-		for _, g := range gates {
-			g.release()
-		}
-	}()
+	gates.hold()
+	defer gates.release()
 	if _, err := leader.Write(context.Background(), set("a", "x"), level.Async, shard.ReqID{}); err != nil {
 		t.Fatal(err)
 	}
@@ -574,18 +563,14 @@ func cadPowerCutHistory(t *testing.T, d level.Durability, seed uint64) check.His
 			// A whole-cluster power cut while the disks stall: every fsync
 			// of the last 150ms is held, then every replica loses all it
 			// had not fsynced (the power goes before the fsyncs return).
-			for _, g := range gates {
-				g.hold()
-			}
+			gates.hold()
 			time.Sleep(150 * time.Millisecond)
 			w.mu.Lock()
 			for i := range c.reps {
 				w.rec.Crash(i)
 				mems[c.ids[i]].Crash(nil)
 			}
-			for _, g := range gates {
-				g.release()
-			}
+			gates.release()
 			for i := range c.reps {
 				if c.reps[i] != nil {
 					c.reps[i].crash()

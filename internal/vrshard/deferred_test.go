@@ -55,14 +55,8 @@ func TestDeferredReadAnswersAtOnceAndReleasesWhenDurable(t *testing.T) {
 	if _, err := leader.Write(ctx, set("old", "v0"), level.Sync, shard.ReqID{}); err != nil {
 		t.Fatal(err)
 	}
-	for _, g := range gates {
-		g.hold()
-	}
-	defer func() {
-		for _, g := range gates {
-			g.release()
-		}
-	}()
+	gates.hold()
+	defer gates.release()
 	w, err := leader.Write(ctx, set("k", "v1"), level.CAD, shard.ReqID{Client: 5, Seq: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -82,9 +76,7 @@ func TestDeferredReadAnswersAtOnceAndReleasesWhenDurable(t *testing.T) {
 		t.Fatalf("deferred reads %d, durability waits %d; want 1 and 1", st.DeferredReads, st.DurabilityWaits)
 	}
 	done := heldWait(t, leader, p, 150*time.Millisecond, "the reply of a read of a write nobody persisted was released")
-	for _, g := range gates {
-		g.release()
-	}
+	gates.release()
 	if err := <-done; err != nil {
 		t.Fatalf("Wait after the fsyncs: %v", err)
 	}
@@ -177,18 +169,14 @@ func TestDeferredReadRechecksItsKeysAfterTheEngineRead(t *testing.T) {
 			if _, err := leader.Write(ctx, set("j", "j0"), level.Sync, shard.ReqID{}); err != nil {
 				t.Fatal(err)
 			}
-			for _, g := range gates {
-				g.hold()
-			}
+			gates.hold()
 			if _, err := leader.Write(ctx, set("k", "v1"), level.CAD, shard.ReqID{Client: 5, Seq: 1}); err != nil {
 				t.Fatal(err)
 			}
 			var once sync.Once
 			leader.mut.afterOverlay = func() {
 				once.Do(func() {
-					for _, g := range gates {
-						g.release()
-					}
+					gates.release()
 					if _, err := leader.Write(ctx, set("k", "v2"), level.CAD, shard.ReqID{Client: 5, Seq: 2}); err != nil {
 						t.Error(err)
 					}
@@ -268,15 +256,11 @@ func TestDeferredMultiKeyReadSeesEveryEarlierWrite(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, g := range gates {
-		g.hold()
-	}
+	gates.hold()
 	var once sync.Once
 	release := func() {
 		once.Do(func() {
-			for _, g := range gates {
-				g.release()
-			}
+			gates.release()
 		})
 	}
 	defer release()
@@ -433,14 +417,8 @@ func TestReadAfterACADAckSeesSyncWritesOrderedBeforeIt(t *testing.T) {
 				t.Fatal(err)
 			}
 			waitReadable(t, leader, w0.Version)
-			for _, g := range gates {
-				g.hold()
-			}
-			defer func() {
-				for _, g := range gates {
-					g.release()
-				}
-			}()
+			gates.hold()
+			defer gates.release()
 			syncDone := make(chan error, 1)
 			go func() {
 				_, err := leader.Write(ctx, set("k", "k1"), level.Sync, shard.ReqID{Client: 8, Seq: 1})
@@ -473,9 +451,7 @@ func TestReadAfterACADAckSeesSyncWritesOrderedBeforeIt(t *testing.T) {
 					t.Fatal("noLateIndex: the read waited; the mutation was not exercised")
 				}
 			}
-			for _, g := range gates {
-				g.release()
-			}
+			gates.release()
 			if o := <-got; o.err != nil || string(o.res.Bulk) != "k1" {
 				t.Fatalf("read after the fsyncs: %+v, %v; want k1", o.res, o.err)
 			}

@@ -359,12 +359,10 @@ func TestLeaderReadChecksItsKeysBeforeReadingTheEngine(t *testing.T) {
 				target atomic.Uint64
 				hooked atomic.Int32
 			)
-			var gates map[uint64]*gatedFS
+			var gates gateSet
 			var c *cluster
 			openGates := func() {
-				for _, g := range gates {
-					g.release()
-				}
+				gates.release()
 			}
 			c, gates, _ = gatedCluster(t, func(o *Options) {
 				o.mut.noPreReadCheck = broken
@@ -389,9 +387,7 @@ func TestLeaderReadChecksItsKeysBeforeReadingTheEngine(t *testing.T) {
 			if _, err := leader.Write(ctx, set("k", "v0"), level.Sync, shard.ReqID{}); err != nil {
 				t.Fatal(err)
 			}
-			for _, g := range gates {
-				g.hold()
-			}
+			gates.hold()
 			w, p := applyOne(t, leader, set("k", "v1"), level.CAD, shard.ReqID{})
 			if w.Err != nil {
 				t.Fatal(w.Err)
