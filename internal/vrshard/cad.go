@@ -393,10 +393,12 @@ func (r *Replica) markAppended() {
 	for _, a := range r.appended {
 		for _, p := range r.waitID[a.id] {
 			if !p.ordered {
-				if p.op != nil {
+				if p.op != nil && !(p.orderEarly && r.mut.syncEarlyUnindexed) {
 					// Before Apply returns: the connection's next read of
-					// the key must find the value (ReadDeferred).
-					r.overlay(a.op, p.op, p.ack == vr.AckReplicated)
+					// the key must find the value (ReadDeferred). A sync
+					// write's value, like a cad one's, is held until
+					// readable.
+					r.overlay(a.op, p.op, p.ack == vr.AckReplicated || p.orderEarly)
 				}
 				p.early = true
 				p.markOrdered(shard.Result{Kind: shard.ResOK, Version: a.op}, nil)

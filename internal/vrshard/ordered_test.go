@@ -175,16 +175,23 @@ func TestCADApplyReturnsAtItsOrderedPoint(t *testing.T) {
 				t.Fatalf("read returned op %d above R %d", a.w.Result.Version, R)
 			}
 
-			// A sync write and a state-dependent cad write are still
-			// answered inside Apply: nothing is left for Wait.
+			// State-dependent writes are still answered inside Apply:
+			// nothing is left for Wait.
 			for _, w := range []struct {
 				op shard.Op
 				d  level.Durability
-			}{{set("s", "1"), level.Sync}, {shard.Op{Kind: shard.KindIncrBy, Key: []byte("n"), Delta: 1}, level.CAD}} {
+			}{{shard.Op{Kind: shard.KindIncrBy, Key: []byte("n"), Delta: 1}, level.Sync}, {shard.Op{Kind: shard.KindIncrBy, Key: []byte("n"), Delta: 1}, level.CAD}} {
 				r, p := applyOne(t, leader, w.op, w.d, shard.ReqID{})
 				if r.Err != nil || len(p.Acks) != 0 {
 					t.Fatalf("%v at %v: %+v, pending %+v; want it answered inside Apply", w.op.Kind, w.d, r, p)
 				}
+			}
+			// A blind sync write is answered at its ordered point too
+			// (§12): OK at its op, Wait awaiting its apply.
+			if r, p := applyOne(t, leader, set("s", "1"), level.Sync, shard.ReqID{}); r.Err != nil || r.Result.Kind != shard.ResOK || len(p.Acks) != 1 {
+				t.Fatalf("blind sync write: %+v, pending %+v; want OK at its op and one pending wait", r, p)
+			} else if err := leader.Wait(ctx, p); err != nil {
+				t.Fatalf("Wait for a blind sync write: %v", err)
 			}
 			// An async write is acknowledged in the Ready that appends it:
 			// nothing is left for Wait either.

@@ -222,6 +222,14 @@ type mutations struct {
 	// applyWaitsForAck: Apply waits for every write's acknowledgement, as
 	// before §10 (no ordered point); tests compare the two.
 	applyWaitsForAck bool
+	// syncWaitsInApply: sync blind writes are answered inside Apply, once
+	// applied, as before §12: a read pipelined behind one on a connection
+	// waits for its commit (tests compare the two; not a safety mutation).
+	syncWaitsInApply bool
+	// syncEarlyUnindexed: a sync blind write answered at its ordered point
+	// enters neither the update index nor the overlay: a read pipelined
+	// behind it on the same connection misses it (§12's safety rule).
+	syncEarlyUnindexed bool
 	// noPreReadCheck: a leader read checks its keys' latest updates against
 	// R only after reading the engine (the check before §10): an update
 	// applied, and made readable, in between is missed and the read returns
@@ -276,6 +284,12 @@ type proposal struct {
 	op    *shard.Op // early-acknowledged writes only: a copy the overlay may keep
 	blind bool      // the reply depends on no state
 	keys  [][]byte  // early-acknowledged writes: the keys written (copies)
+	// orderEarly: a sync blind write (ack AckApplied) that Apply still
+	// answers at its ordered point, with Wait awaiting its apply, so that
+	// the reads pipelined behind it on a connection do not wait for its
+	// commit (docs/design/cad.md §12). It is indexed and overlaid like a
+	// cad write: a read of its keys waits until it is readable.
+	orderEarly bool
 	// The ordered point (Apply returns there; docs/design/cad.md §10), driver
 	// only until it (bw.ordered, or bw.done if that is nil): ordered once the
 	// write is in the leader's log or finished, whichever comes first; early
@@ -796,7 +810,7 @@ func (r *Replica) propose(ps []*proposal) {
 	}
 	now := r.now()
 	for i, p := range ps {
-		if p.ack != vr.AckApplied && p.req.Client == 0 && p.req.ReqNum == 0 {
+		if (p.ack != vr.AckApplied || p.orderEarly) && p.req.Client == 0 && p.req.ReqNum == 0 {
 			// The core acknowledges early only writes with a client
 			// identity. Numbered here, in proposal order: the core drops a
 			// request numbered below one of the same client in flight.
@@ -813,8 +827,12 @@ func (r *Replica) propose(ps []*proposal) {
 			continue
 		}
 		r.st.proposals.Add(1)
-		if p.ack != vr.AckApplied {
-			r.early[idKey{p.req.Client, p.req.ReqNum}] = p.keys
+		if p.ack != vr.AckApplied || p.orderEarly {
+			ks := p.keys
+			if p.orderEarly && r.mut.syncEarlyUnindexed {
+				ks = nil // the mutation: indexed under no key
+			}
+			r.early[idKey{p.req.Client, p.req.ReqNum}] = ks
 		}
 		if p.req.Client != 0 {
 			k := idKey{p.req.Client, p.req.ReqNum}
@@ -1410,10 +1428,11 @@ func (r *Replica) Apply(ctx context.Context, reqs []shard.WriteReq) (shard.Pendi
 		p := &ps[i]
 		p.wait = bw
 		p.ack, p.blind = ackPoint(q), NilextEligible(&q.Op)
-		if p.ack == vr.AckAppended || p.ack == vr.AckReplicated {
+		p.orderEarly = p.ack == vr.AckApplied && p.blind && !r.opts.Nilext && !r.mut.syncWaitsInApply
+		if p.ack == vr.AckAppended || p.ack == vr.AckReplicated || p.orderEarly {
 			p.op = cloneOp(&q.Op) // for the overlay (cad.go)
 		}
-		if p.ack != vr.AckApplied {
+		if p.ack != vr.AckApplied || p.orderEarly {
 			mayBeEarly = true
 			for _, k := range writtenKeys(&q.Op) {
 				p.keys = append(p.keys, bytes.Clone(k))
