@@ -26,6 +26,8 @@
 #   --profile PDIR        also take a CPU profile of every replica during each cell
 #                         (PDIR/<round>-<workload>-<clients>-<level>-n<i>.pprof, the cell's
 #                         duration minus 1 s; profiling costs a little CPU itself)
+#   --follower-reads      writes mode: run the group with --follower-reads, as the standard
+#                         YCSB matrix does (R then waits for every active-set member)
 #   --pool N              connections of ycsb's Kefir client (0: its default, 4); the
 #                         client pipelines its clients' calls over them, and the server runs
 #                         each connection's commands in order (docs/design/cad.md §9)
@@ -48,9 +50,9 @@
 set -euo pipefail
 
 mode=${1:-}
-case "$mode" in writes | reads) shift ;; *) sed -n '2,39p' "$0"; exit 2 ;; esac
+case "$mode" in writes | reads) shift ;; *) sed -n '2,41p' "$0"; exit 2 ;; esac
 workloads="w a f"; clients="10 64"; levels="sync cad async"; rounds=2; dur=5s
-records=20000; pool=0; dir=""; port=17480; quota=0; gmp=""; bin=""; prof=""
+records=20000; pool=0; dir=""; port=17480; quota=0; gmp=""; bin=""; prof=""; fr=false
 while [ $# -gt 0 ]; do
   case "$1" in
     --workloads) workloads=$2; shift 2 ;;
@@ -66,6 +68,7 @@ while [ $# -gt 0 ]; do
     --bin) bin=$2; shift 2 ;;
     --profile) prof=$2; shift 2 ;;
     --pool) pool=$2; shift 2 ;;
+    --follower-reads) fr=true; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -104,7 +107,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-follower=false
+follower=$fr
 [ "$mode" = reads ] && follower=true
 secret=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
 cluster=$((($(od -An -N4 -tu4 /dev/urandom) % 1000000) + 1))

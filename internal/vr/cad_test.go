@@ -503,3 +503,42 @@ func TestLeaderPromisesWhileGranting(t *testing.T) {
 		}
 	}
 }
+
+// TestCommitGoesOutAtOnceWhileADurabilityWaitNeedsIt: with follower reads R
+// needs the followers' applied reports, and a follower applies only what it
+// learned is committed. While a durability wait is not covered, the leader
+// sends a commit point that advances at once (cad.md §13): here no tick
+// happens, and the wait is released; with noCommitForReads the followers
+// learn it only from the next heartbeat, so the wait is still pending.
+func TestCommitGoesOutAtOnceWhileADurabilityWaitNeedsIt(t *testing.T) {
+	for _, off := range []bool{false, true} {
+		t.Run(map[bool]string{false: "atOnce", true: "noCommitForReads"}[off], func(t *testing.T) {
+			n := cadNet(t)
+			l := n.rs[1]
+			l.mut.noCommitForReads = off
+			if err := n.propose(1, 7, 1, "a"); err != nil {
+				t.Fatal(err)
+			}
+			n.ready(1)
+			op := l.lastOp()
+			if err := l.AwaitReadable(n.now, 5, op); err != nil {
+				t.Fatal(err)
+			}
+			n.ready(1)
+			n.deliver(nil) // no tick
+			if l.commit < op {
+				t.Fatalf("setup: op %d not committed (commit %d)", op, l.commit)
+			}
+			released := len(n.reads[1]) == 1 && n.reads[1][0].Ctx == 5 && n.reads[1][0].Err == nil
+			if released == off {
+				t.Fatalf("noCommitForReads=%v: R = %d, read states %+v", off, l.Readable(), n.reads[1])
+			}
+			if off {
+				n.heartbeats(1) // the next heartbeat carries the commit point
+				if rs := n.reads[1]; len(rs) != 1 || rs[0].Ctx != 5 || rs[0].Err != nil {
+					t.Fatalf("after a heartbeat: read states %+v", rs)
+				}
+			}
+		})
+	}
+}
