@@ -84,7 +84,13 @@ type workload struct {
 	// something to wait for.
 	deferredReads bool
 	deferred      atomic.Int64
-	mu            sync.Mutex // guards c.reps against the nemesis
+	// pipelined sends each put as the RESP front door runs a pipeline
+	// [put; read] on one connection (sync_pipeline_test.go): Apply, then a
+	// deferred read of the same key or another before the put is waited
+	// for, then both waits.
+	pipelined bool
+	pipe      pipeStats
+	mu        sync.Mutex // guards c.reps against the nemesis
 }
 
 func (w *workload) putDur() level.Durability {
@@ -161,6 +167,9 @@ func (w *workload) client(id int, stop <-chan struct{}, rng *rand.Rand) {
 		case op.Kind == check.Put && w.nilext:
 			seq++
 			w.doNilextWrite(h, sop, rng, shard.ReqID{Client: clientID, Seq: seq}, &sess)
+		case op.Kind == check.Put && w.pipelined:
+			seq++
+			w.doPipelined(h, id, sop, shard.ReqID{Client: clientID, Seq: seq}, rng)
 		default:
 			seq++
 			w.doWrite(h, op.Kind, sop, shard.ReqID{Client: clientID, Seq: seq}, &sess)
