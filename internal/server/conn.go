@@ -36,6 +36,11 @@ const writeTimeout = time.Minute
 // (TestBrokenReleaseAcknowledgesLostWrite).
 var releaseSkipsWait atomic.Bool
 
+// syncBarrierSkipped is a test-only mutation: a read runs without first waiting
+// for the connection's unapplied sync writes of its keys (syncKeys), so it can
+// miss a write pipelined before it.
+var syncBarrierSkipped atomic.Bool
+
 // outBuf collects a batch's replies; the resp.Writer flushes into it, and the
 // connection writes it to the socket only once the batch's writes are durable.
 type outBuf struct{ b []byte }
@@ -89,6 +94,13 @@ type conn struct {
 	meta    []queued
 	arena   arena
 	pending shard.Pending
+	// syncKeys are the keys of this connection's sync writes that a
+	// replicated shard answered at their ordered point, not yet applied
+	// (docs/design/cad.md §12): nobody sees them until they are, so a later
+	// read of one of these keys on this connection waits for the batch's
+	// pending writes first (awaitSyncWrites). Cleared whenever they were
+	// waited for.
+	syncKeys map[string]struct{}
 	// timing for metrics: command ID and start of each command in the batch.
 	timed      []timedCmd
 	batchStart time.Time
@@ -246,6 +258,7 @@ func (c *conn) waited(err error, d time.Duration) error {
 		c.srv.m.syncLatency.Observe(d.Seconds())
 	}
 	c.pending = shard.Pending{}
+	clear(c.syncKeys)
 	if err == nil {
 		return nil
 	}
@@ -321,6 +334,9 @@ func (c *conn) flushWrites() {
 		}
 	}
 	c.pending = c.pending.Merge(p)
+	if len(p.Acks) > 0 {
+		c.noteSyncKeys()
+	}
 	if p.SyncPos != 0 {
 		for f := c.front.Load(); f < uint64(p.SyncPos) && !c.front.CompareAndSwap(f, uint64(p.SyncPos)); f = c.front.Load() {
 		}
@@ -505,6 +521,9 @@ func (c *conn) run(spec *command.Spec, args [][]byte, o callOpts) {
 		}
 	case spec.Class == command.Read:
 		c.flushWrites()
+		if len(c.syncKeys) > 0 && readsAny(spec, args, c.syncKeys) && !c.awaitSyncWrites() {
+			return // the wait failed: the batch gets no replies, the connection closes
+		}
 		err = c.read(spec, args, o)
 	default:
 		c.flushWrites()
@@ -667,4 +686,54 @@ func (a *arena) copy(b []byte) []byte {
 	n := len(a.buf)
 	a.buf = append(a.buf, b...)
 	return a.buf[n:len(a.buf):len(a.buf)]
+}
+
+// noteSyncKeys records the keys of the batch's sync writes just applied, which a
+// replicated shard may have answered at their ordered point (Pending.Acks).
+func (c *conn) noteSyncKeys() {
+	for i := range c.writes {
+		w := &c.writes[i]
+		if w.Err != nil || w.Durability != level.Sync {
+			continue
+		}
+		if c.syncKeys == nil {
+			c.syncKeys = make(map[string]struct{})
+		}
+		switch w.Op.Kind {
+		case shard.KindMSet:
+			for j := 0; j < len(w.Op.Keys); j += 2 {
+				c.syncKeys[string(w.Op.Keys[j])] = struct{}{}
+			}
+		default:
+			c.syncKeys[string(w.Op.Key)] = struct{}{}
+		}
+	}
+}
+
+// readsAny reports whether read command args may read one of keys; a range
+// read (or any read whose keys are not its arguments) is assumed to.
+func readsAny(spec *command.Spec, args [][]byte, keys map[string]struct{}) bool {
+	switch spec.Name {
+	case "GET", "STRLEN", "MGET", "EXISTS":
+		for _, k := range args[1:] {
+			if _, ok := keys[string(k)]; ok {
+				return true
+			}
+		}
+		return false
+	}
+	return true
+}
+
+// awaitSyncWrites waits for the batch's pending writes before a read of a key
+// one of its sync writes wrote (syncKeys). Those writes are visible once
+// applied, and their replies leave with the batch's anyway; the connection's
+// replies stay staged. False if the wait failed (waited closed the connection).
+func (c *conn) awaitSyncWrites() bool {
+	if syncBarrierSkipped.Load() {
+		return true // the mutation
+	}
+	t := time.Now()
+	err := c.srv.shard.Wait(context.Background(), c.pending)
+	return c.waited(err, time.Since(t)) == nil
 }

@@ -298,13 +298,21 @@ func (r *Replica) indexEarly(es []vr.Entry) {
 	if len(es) == 0 {
 		return
 	}
-	if len(r.early) == 0 {
+	if len(r.early) == 0 && len(r.ordEarly) == 0 {
 		r.late = append(r.late, es...)
 		return
 	}
 	for i := range es {
 		e := &es[i]
 		k := idKey{e.Client, e.ReqNum}
+		if _, ok := r.ordEarly[k]; ok {
+			// A sync blind write: marked ordered (markAppended) but not
+			// indexed, like any write acknowledged at apply (§12).
+			delete(r.ordEarly, k)
+			r.late = append(r.late, *e)
+			r.appended = append(r.appended, appendedWrite{k, e.Op})
+			continue
+		}
 		if ks, ok := r.early[k]; ok {
 			delete(r.early, k)
 			r.indexLate(e.Op)
@@ -393,12 +401,11 @@ func (r *Replica) markAppended() {
 	for _, a := range r.appended {
 		for _, p := range r.waitID[a.id] {
 			if !p.ordered {
-				if p.op != nil && !(p.orderEarly && r.mut.syncEarlyUnindexed) {
+				if p.op != nil {
 					// Before Apply returns: the connection's next read of
-					// the key must find the value (ReadDeferred). A sync
-					// write's value, like a cad one's, is held until
-					// readable.
-					r.overlay(a.op, p.op, p.ack == vr.AckReplicated || p.orderEarly)
+					// the key must find the value (ReadDeferred). (A sync
+					// write has no op here: it is not overlaid, §12.)
+					r.overlay(a.op, p.op, p.ack == vr.AckReplicated)
 				}
 				p.early = true
 				p.markOrdered(shard.Result{Kind: shard.ResOK, Version: a.op}, nil)

@@ -421,11 +421,7 @@ func TestReadAfterACADAckSeesSyncWritesOrderedBeforeIt(t *testing.T) {
 			defer gates.release()
 			syncDone := make(chan error, 1)
 			go func() {
-				// SET ... GET: state-dependent, so answered once applied and
-				// not indexed at its append (a blind sync SET is: §12).
-				op := set("k", "k1")
-				op.ReturnOld = true
-				_, err := leader.Write(ctx, op, level.Sync, shard.ReqID{Client: 8, Seq: 1})
+				_, err := leader.Write(ctx, set("k", "k1"), level.Sync, shard.ReqID{Client: 8, Seq: 1})
 				syncDone <- err
 			}()
 			// The sync write is appended before the cad write is proposed.

@@ -226,10 +226,6 @@ type mutations struct {
 	// applied, as before §12: a read pipelined behind one on a connection
 	// waits for its commit (tests compare the two; not a safety mutation).
 	syncWaitsInApply bool
-	// syncEarlyUnindexed: a sync blind write answered at its ordered point
-	// enters neither the update index nor the overlay: a read pipelined
-	// behind it on the same connection misses it (§12's safety rule).
-	syncEarlyUnindexed bool
 	// noPreReadCheck: a leader read checks its keys' latest updates against
 	// R only after reading the engine (the check before §10): an update
 	// applied, and made readable, in between is missed and the read returns
@@ -286,9 +282,10 @@ type proposal struct {
 	keys  [][]byte  // early-acknowledged writes: the keys written (copies)
 	// orderEarly: a sync blind write (ack AckApplied) that Apply still
 	// answers at its ordered point, with Wait awaiting its apply, so that
-	// the reads pipelined behind it on a connection do not wait for its
-	// commit (docs/design/cad.md §12). It is indexed and overlaid like a
-	// cad write: a read of its keys waits until it is readable.
+	// the commands pipelined behind it on a connection do not wait for its
+	// commit (docs/design/cad.md §12). Unlike a cad write it is neither
+	// indexed nor overlaid: nobody may see it before it is applied, and the
+	// front door makes a read of its keys on the same connection wait.
 	orderEarly bool
 	// The ordered point (Apply returns there; docs/design/cad.md §10), driver
 	// only until it (bw.ordered, or bw.done if that is nil): ordered once the
@@ -507,6 +504,7 @@ type Replica struct {
 	cadClient uint64
 	cadSeq    uint64
 	early     map[idKey][][]byte // keys of early-ack proposals not yet appended
+	ordEarly  map[idKey]struct{} // orderEarly proposals not yet appended (cad.go indexEarly)
 	late      []vr.Entry         // appended, not indexed, not applied (cad.go indexLate)
 	appended  []appendedWrite    // early-ack proposals appended in this Ready
 	parked    []parkedReply      // driver only, in op order
@@ -605,6 +603,7 @@ func Open(opts Options) (*Replica, error) {
 	r.upd = newKeyUpdates(max(ws.snap.Op, db.LastVersion()))
 	r.engineTop.Store(max(ws.snap.Op, db.LastVersion()))
 	r.early = map[idKey][][]byte{}
+	r.ordEarly = map[idKey]struct{}{}
 	if ws.empty {
 		w.addSnapshot(0, nil)
 		w.addFlags(r.recovering)
@@ -827,12 +826,10 @@ func (r *Replica) propose(ps []*proposal) {
 			continue
 		}
 		r.st.proposals.Add(1)
-		if p.ack != vr.AckApplied || p.orderEarly {
-			ks := p.keys
-			if p.orderEarly && r.mut.syncEarlyUnindexed {
-				ks = nil // the mutation: indexed under no key
-			}
-			r.early[idKey{p.req.Client, p.req.ReqNum}] = ks
+		if p.ack != vr.AckApplied {
+			r.early[idKey{p.req.Client, p.req.ReqNum}] = p.keys
+		} else if p.orderEarly {
+			r.ordEarly[idKey{p.req.Client, p.req.ReqNum}] = struct{}{}
 		}
 		if p.req.Client != 0 {
 			k := idKey{p.req.Client, p.req.ReqNum}
@@ -946,6 +943,7 @@ func (r *Replica) ready() error {
 		r.failWrites(ErrOutcomeUnknown)
 		r.upd.dropOverlay()
 		clear(r.early)
+		clear(r.ordEarly)
 	}
 	r.releaseParked()
 	r.wasLeader, r.leadView = info.IsLeader, info.View
@@ -1429,10 +1427,13 @@ func (r *Replica) Apply(ctx context.Context, reqs []shard.WriteReq) (shard.Pendi
 		p.wait = bw
 		p.ack, p.blind = ackPoint(q), NilextEligible(&q.Op)
 		p.orderEarly = p.ack == vr.AckApplied && p.blind && !r.opts.Nilext && !r.mut.syncWaitsInApply
-		if p.ack == vr.AckAppended || p.ack == vr.AckReplicated || p.orderEarly {
+		if p.orderEarly {
+			mayBeEarly = true
+		}
+		if p.ack == vr.AckAppended || p.ack == vr.AckReplicated {
 			p.op = cloneOp(&q.Op) // for the overlay (cad.go)
 		}
-		if p.ack != vr.AckApplied || p.orderEarly {
+		if p.ack != vr.AckApplied {
 			mayBeEarly = true
 			for _, k := range writtenKeys(&q.Op) {
 				p.keys = append(p.keys, bytes.Clone(k))
