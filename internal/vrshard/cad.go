@@ -443,8 +443,11 @@ func (u *keyUpdates) complete(r uint64) bool {
 // leader appended it; everything else — sync, and every write whose reply
 // reports state (INCR, SET NX/GET, DEL's count...) — once committed and
 // applied.
-func ackPoint(q *shard.WriteReq) vr.AckPoint {
-	if !NilextEligible(&q.Op) {
+//
+// early says whether q may be answered before it is applied at all
+// (answerableEarly).
+func ackPoint(q *shard.WriteReq, early bool) vr.AckPoint {
+	if !early {
 		return vr.AckApplied
 	}
 	switch q.Durability {
@@ -454,6 +457,28 @@ func ackPoint(q *shard.WriteReq) vr.AckPoint {
 		return vr.AckAppended
 	}
 	return vr.AckApplied
+}
+
+// answerableEarly reports whether op may be answered before it is applied
+// (acknowledged early at cad or async, or ordered early at sync, §12): a
+// blind write that apply will not reject. One with an empty or reserved key
+// (checkKey) fails at apply and writes nothing — an MSET none of its keys —
+// so its reply is that error, known only at apply, and none of its values
+// may enter the overlay, where a read could return them. The
+// earlyRejectable mutation skips the key check.
+func (r *Replica) answerableEarly(op *shard.Op) bool {
+	if !NilextEligible(op) {
+		return false
+	}
+	if r.mut.earlyRejectable {
+		return true
+	}
+	for _, k := range writtenKeys(op) {
+		if checkKey(k) != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // earlyAcks answers the writes the core acknowledged before commit. The

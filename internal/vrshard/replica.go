@@ -226,6 +226,12 @@ type mutations struct {
 	// applied, as before §12: a read pipelined behind one on a connection
 	// waits for its commit (tests compare the two; not a safety mutation).
 	syncWaitsInApply bool
+	// earlyRejectable: a blind write that apply will reject (an empty or
+	// reserved key) is answered early anyway — acknowledged OK at cad or
+	// async (and overlaid: a read may return a value of a write that wrote
+	// nothing), ordered with OK at sync (its batch then gets no reply) —
+	// cad.go answerableEarly.
+	earlyRejectable bool
 	// noPreReadCheck: a leader read checks its keys' latest updates against
 	// R only after reading the engine (the check before §10): an update
 	// applied, and made readable, in between is missed and the read returns
@@ -1425,8 +1431,9 @@ func (r *Replica) Apply(ctx context.Context, reqs []shard.WriteReq) (shard.Pendi
 		q := &reqs[i]
 		p := &ps[i]
 		p.wait = bw
-		p.ack, p.blind = ackPoint(q), NilextEligible(&q.Op)
-		p.orderEarly = p.ack == vr.AckApplied && p.blind && !r.opts.Nilext && !r.mut.syncWaitsInApply
+		early := r.answerableEarly(&q.Op)
+		p.ack, p.blind = ackPoint(q, early), NilextEligible(&q.Op)
+		p.orderEarly = p.ack == vr.AckApplied && early && !r.opts.Nilext && !r.mut.syncWaitsInApply
 		if p.orderEarly {
 			mayBeEarly = true
 		}
