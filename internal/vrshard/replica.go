@@ -1400,9 +1400,12 @@ func (r *Replica) finishCheckpoint(res ckptResult) error {
 // waits until it is durable). Apply returns then, and the returned Pending
 // carries it: Wait awaits its acknowledgement and fails if it will not come
 // (leader change, closed replica, RequestTimeout) — the writes' outcome is
-// then unknown and no reply of the batch may be released. Every other write
-// — sync, and any write whose reply depends on state — is answered when
-// committed and applied here, inside Apply, as before.
+// then unknown and no reply of the batch may be released. A blind sync write
+// (not with Nilext) is ordered the same way, indexed and overlaid like a cad
+// one, and Wait awaits its apply (docs/design/cad.md §12). Every other write
+// — any write whose reply depends on state, and a blind one apply will
+// reject (answerableEarly) — is answered when committed and applied here,
+// inside Apply, as before.
 func (r *Replica) Apply(ctx context.Context, reqs []shard.WriteReq) (shard.Pending, error) {
 	if err := r.failed(); err != nil {
 		return shard.Pending{}, err
