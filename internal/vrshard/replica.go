@@ -226,6 +226,11 @@ type mutations struct {
 	// applied, as before §12: a read pipelined behind one on a connection
 	// waits for its commit (tests compare the two; not a safety mutation).
 	syncWaitsInApply bool
+	// nilextUnchecked: NilextApply sends writes apply will reject (an
+	// empty or reserved key, an oversize key or value) on the fast path, where
+	// they are acknowledged before apply fails them (nilextApplyValid), and
+	// NilextTake takes those with an empty or reserved key.
+	nilextUnchecked bool
 	// noSizeCheck: Apply proposes writes whose keys or values the engine
 	// refuses; the apply of the committed op fails and stops the replica.
 	noSizeCheck bool
