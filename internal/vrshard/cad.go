@@ -22,12 +22,13 @@ import (
 //
 //   - updates: for each key, the highest op writing it that a read could
 //     return or must see: every applied op (indexed just before the engine
-//     shows it), and at the leader every write answered early — cad and
-//     async blind writes, and blind sync writes ordered early (§12) — from
-//     its append on, with the unapplied writes ordered before it
-//     (indexLate). Other unapplied ops (state-dependent writes ordered after
-//     every early one) are left out: a read concurrent with a write nobody
-//     acknowledged may miss it. An entry
+//     shows it), and at the leader every early-acknowledged (cad, async)
+//     write from its append on, with the unapplied writes ordered before it
+//     (indexLate). Other unapplied ops — state-dependent writes and sync
+//     blind writes (even those Apply answers at their ordered point, §12)
+//     ordered after every early one — are left out: a read concurrent with
+//     a write nobody acknowledged may miss it (the front door makes a read
+//     on the writer's own connection wait for its sync write). An entry
 //     leaves when its op is at most min(applied, R): from then on every
 //     reader may see it. Pruning at R and not at apply (as the design first
 //     said) is deliberate: the engine's compaction drops a key's tombstone

@@ -1409,8 +1409,9 @@ func (r *Replica) finishCheckpoint(res ckptResult) error {
 // carries it: Wait awaits its acknowledgement and fails if it will not come
 // (leader change, closed replica, RequestTimeout) — the writes' outcome is
 // then unknown and no reply of the batch may be released. A blind sync write
-// (not with Nilext) is ordered the same way, indexed and overlaid like a cad
-// one, and Wait awaits its apply (docs/design/cad.md §12). Every other write
+// (not with Nilext) is ordered the same way, and Wait awaits its apply; unlike
+// a cad write it is neither indexed nor overlaid, so nobody sees it until it
+// is applied (docs/design/cad.md §12). Every other write
 // — any write whose reply depends on state, and a blind one apply will
 // reject (answerableEarly) — is answered when committed and applied here,
 // inside Apply, as before.
