@@ -521,7 +521,7 @@ func (c *conn) run(spec *command.Spec, args [][]byte, o callOpts) {
 		}
 	case spec.Class == command.Read:
 		c.flushWrites()
-		if len(c.syncKeys) > 0 && readsAny(spec, args, c.syncKeys) && !c.awaitSyncWrites() {
+		if len(c.syncKeys) > 0 && (readsAny(spec, args, c.syncKeys) || c.sessionRead(o)) && !c.awaitSyncWrites() {
 			return // the wait failed: the batch gets no replies, the connection closes
 		}
 		err = c.read(spec, args, o)
@@ -723,6 +723,20 @@ func readsAny(spec *command.Spec, args [][]byte, keys map[string]struct{}) bool 
 		return false
 	}
 	return true
+}
+
+// sessionRead reports whether a read with options o is served at session
+// level. Its token carries the versions of the connection's sync writes
+// answered at their ordered point (flushWrites), whatever keys it reads, and
+// a replica waits only FollowerWait for a token's versions to be applied:
+// such a read waits for those writes first (awaitSyncWrites), or it fails
+// with "session token is ahead" whenever their commit takes longer.
+func (c *conn) sessionRead(o callOpts) bool {
+	cons := o.cons
+	if cons.IsZero() {
+		cons = c.cons
+	}
+	return o.session || cons.Kind == level.Session
 }
 
 // awaitSyncWrites waits for the batch's pending writes before a read of a key

@@ -23,9 +23,12 @@ import (
 //   - updates: for each key, the highest op writing it that a read could
 //     return or must see: every applied op (indexed just before the engine
 //     shows it), and at the leader every early-acknowledged (cad, async)
-//     write from its append on. Other unapplied ops are left out: a read
-//     concurrent with a write nobody acknowledged may miss it, and without
-//     follower reads this keeps sync reads from waiting at all. An entry
+//     write from its append on, with the unapplied writes ordered before it
+//     (indexLate). Other unapplied ops — state-dependent writes and sync
+//     blind writes (even those Apply answers at their ordered point, §12)
+//     ordered after every early one — are left out: a read concurrent with
+//     a write nobody acknowledged may miss it (the front door makes a read
+//     on the writer's own connection wait for its sync write). An entry
 //     leaves when its op is at most min(applied, R): from then on every
 //     reader may see it. Pruning at R and not at apply (as the design first
 //     said) is deliberate: the engine's compaction drops a key's tombstone
@@ -443,8 +446,11 @@ func (u *keyUpdates) complete(r uint64) bool {
 // leader appended it; everything else — sync, and every write whose reply
 // reports state (INCR, SET NX/GET, DEL's count...) — once committed and
 // applied.
-func ackPoint(q *shard.WriteReq) vr.AckPoint {
-	if !NilextEligible(&q.Op) {
+//
+// early says whether q may be answered before it is applied at all
+// (answerableEarly).
+func ackPoint(q *shard.WriteReq, early bool) vr.AckPoint {
+	if !early {
 		return vr.AckApplied
 	}
 	switch q.Durability {
@@ -454,6 +460,28 @@ func ackPoint(q *shard.WriteReq) vr.AckPoint {
 		return vr.AckAppended
 	}
 	return vr.AckApplied
+}
+
+// answerableEarly reports whether op may be answered before it is applied
+// (acknowledged early at cad or async, or ordered early at sync, §12): a
+// blind write that apply will not reject. One with an empty or reserved key
+// (checkKey) fails at apply and writes nothing — an MSET none of its keys —
+// so its reply is that error, known only at apply, and none of its values
+// may enter the overlay, where a read could return them. The
+// earlyRejectable mutation skips the key check.
+func (r *Replica) answerableEarly(op *shard.Op) bool {
+	if !NilextEligible(op) {
+		return false
+	}
+	if r.mut.earlyRejectable {
+		return true
+	}
+	for _, k := range writtenKeys(op) {
+		if checkKey(k) != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // earlyAcks answers the writes the core acknowledged before commit. The

@@ -170,6 +170,9 @@ func (r *Replica) NilextApply(ctx context.Context, reqs []shard.WriteReq) ([]int
 		r.st.nxFallbacks.Add(uint64(len(reqs)))
 		return fb, nil
 	}
+	if fb, split, err := r.nilextApplyValid(ctx, reqs); split {
+		return fb, err
+	}
 	bw := &batchWait{done: make(chan struct{})}
 	bw.left.Store(int32(len(reqs)))
 	calls := make([]*nxCall, len(reqs))
@@ -215,6 +218,58 @@ func (r *Replica) NilextApply(ctx context.Context, reqs []shard.WriteReq) ([]int
 		r.st.nxFallbacks.Add(1)
 	}
 	return fallback, ctx.Err()
+}
+
+// nilextApplyValid keeps off the fast path the writes of reqs that apply
+// would reject (nilextValid: an empty or reserved key, a key or value above
+// the engine's limits): acknowledged before they are applied, they would be
+// answered OK and write nothing — or stop every replica that applies them.
+// They come back as fallbacks with no ID (nothing was sent), for the ordered
+// path to answer with their error; the others take the fast path (split:
+// some were kept off, fb and err are NilextApply's).
+func (r *Replica) nilextApplyValid(ctx context.Context, reqs []shard.WriteReq) (fb []int, split bool, err error) {
+	if r.mut.nilextUnchecked {
+		return nil, false, nil
+	}
+	var ok []int
+	for i := range reqs {
+		if r.nilextValid(&reqs[i].Op) == nil {
+			ok = append(ok, i)
+		}
+	}
+	if len(ok) == len(reqs) {
+		return nil, false, nil
+	}
+	var subFB []int
+	if len(ok) > 0 {
+		sub := make([]shard.WriteReq, len(ok))
+		for j, i := range ok {
+			sub[j] = reqs[i]
+		}
+		subFB, err = r.NilextApply(ctx, sub)
+		for j, i := range ok {
+			reqs[i] = sub[j]
+		}
+	}
+	isFB := make([]bool, len(reqs))
+	for _, j := range subFB {
+		isFB[ok[j]] = true
+	}
+	okSet := make([]bool, len(reqs))
+	for _, i := range ok {
+		okSet[i] = true
+	}
+	refused := 0
+	for i := range reqs {
+		if !okSet[i] || isFB[i] {
+			fb = append(fb, i) // in request order, as the ordered path must apply them
+			if !okSet[i] {
+				refused++
+			}
+		}
+	}
+	r.st.nxFallbacks.Add(uint64(refused))
+	return fb, true, err
 }
 
 // ErrNilextResting: the fast path rests after a recent timeout (see
@@ -582,6 +637,13 @@ func (r *Replica) nilextValid(op *shard.Op) error {
 			return fmt.Errorf("%w: value of %d bytes > %d", ErrNilextInvalid, len(v), maxVal)
 		}
 		return nil
+	}
+	for _, k := range writtenKeys(op) {
+		// An empty or reserved key fails at apply and the write (an MSET:
+		// all of it) writes nothing.
+		if err := checkKey(k); err != nil && !r.mut.nilextUnchecked {
+			return fmt.Errorf("%w: %w", ErrNilextInvalid, err)
+		}
 	}
 	if op.Kind == shard.KindSet {
 		return check(op.Key, op.Value)

@@ -226,6 +226,20 @@ type mutations struct {
 	// applied, as before §12: a read pipelined behind one on a connection
 	// waits for its commit (tests compare the two; not a safety mutation).
 	syncWaitsInApply bool
+	// nilextUnchecked: NilextApply sends writes apply will reject (an
+	// empty or reserved key, an oversize key or value) on the fast path, where
+	// they are acknowledged before apply fails them (nilextApplyValid), and
+	// NilextTake takes those with an empty or reserved key.
+	nilextUnchecked bool
+	// noSizeCheck: Apply proposes writes whose keys or values the engine
+	// refuses; the apply of the committed op fails and stops the replica.
+	noSizeCheck bool
+	// earlyRejectable: a blind write that apply will reject (an empty or
+	// reserved key) is answered early anyway — acknowledged OK at cad or
+	// async (and overlaid: a read may return a value of a write that wrote
+	// nothing), ordered with OK at sync (its batch then gets no reply) —
+	// cad.go answerableEarly.
+	earlyRejectable bool
 	// noPreReadCheck: a leader read checks its keys' latest updates against
 	// R only after reading the engine (the check before §10): an update
 	// applied, and made readable, in between is missed and the read returns
@@ -1394,9 +1408,13 @@ func (r *Replica) finishCheckpoint(res ckptResult) error {
 // waits until it is durable). Apply returns then, and the returned Pending
 // carries it: Wait awaits its acknowledgement and fails if it will not come
 // (leader change, closed replica, RequestTimeout) — the writes' outcome is
-// then unknown and no reply of the batch may be released. Every other write
-// — sync, and any write whose reply depends on state — is answered when
-// committed and applied here, inside Apply, as before.
+// then unknown and no reply of the batch may be released. A blind sync write
+// (not with Nilext) is ordered the same way, and Wait awaits its apply; unlike
+// a cad write it is neither indexed nor overlaid, so nobody sees it until it
+// is applied (docs/design/cad.md §12). Every other write
+// — any write whose reply depends on state, and a blind one apply will
+// reject (answerableEarly) — is answered when committed and applied here,
+// inside Apply, as before.
 func (r *Replica) Apply(ctx context.Context, reqs []shard.WriteReq) (shard.Pending, error) {
 	if err := r.failed(); err != nil {
 		return shard.Pending{}, err
@@ -1414,6 +1432,11 @@ func (r *Replica) Apply(ctx context.Context, reqs []shard.WriteReq) (shard.Pendi
 		}
 		return shard.Pending{}, nil
 	}
+	if !r.mut.noSizeCheck {
+		if p, err, split := r.applyWithoutOversize(ctx, reqs); split {
+			return p, err
+		}
+	}
 	bw := &batchWait{done: make(chan struct{}), r: r, unordered: len(reqs)}
 	bw.left.Store(int32(len(reqs)))
 	ps := make([]proposal, len(reqs))
@@ -1425,8 +1448,9 @@ func (r *Replica) Apply(ctx context.Context, reqs []shard.WriteReq) (shard.Pendi
 		q := &reqs[i]
 		p := &ps[i]
 		p.wait = bw
-		p.ack, p.blind = ackPoint(q), NilextEligible(&q.Op)
-		p.orderEarly = p.ack == vr.AckApplied && p.blind && !r.opts.Nilext && !r.mut.syncWaitsInApply
+		early := r.answerableEarly(&q.Op)
+		p.ack, p.blind = ackPoint(q, early), NilextEligible(&q.Op)
+		p.orderEarly = p.ack == vr.AckApplied && early && !r.opts.Nilext && !r.mut.syncWaitsInApply
 		if p.orderEarly {
 			mayBeEarly = true
 		}
@@ -1494,6 +1518,82 @@ func (r *Replica) Apply(ctx context.Context, reqs []shard.WriteReq) (shard.Pendi
 		return shard.Pending{}, nil
 	}
 	return shard.Pending{Acks: []shard.Ack{bw}}, nil
+}
+
+// applyWithoutOversize answers with an error, without proposing them, the
+// writes of reqs whose keys or values the engine would refuse, and applies
+// the others (split: some were refused, p and err are Apply's). A committed
+// op the engine refuses fails the apply, and the replica stops — on every
+// replica that applies it, and again on every restart that replays it: one
+// SET with a 70 KiB key took a group down.
+func (r *Replica) applyWithoutOversize(ctx context.Context, reqs []shard.WriteReq) (p shard.Pending, err error, split bool) {
+	var bad []error
+	for i := range reqs {
+		if e := r.oversize(&reqs[i].Op); e != nil {
+			if bad == nil {
+				bad = make([]error, len(reqs))
+			}
+			bad[i] = e
+		}
+	}
+	if bad == nil {
+		return shard.Pending{}, nil, false
+	}
+	sub := make([]shard.WriteReq, 0, len(reqs))
+	idx := make([]int, 0, len(reqs))
+	for i := range reqs {
+		if bad[i] != nil {
+			reqs[i].Result, reqs[i].Err = shard.Result{}, bad[i]
+			continue
+		}
+		sub = append(sub, reqs[i])
+		idx = append(idx, i)
+	}
+	if len(sub) == 0 {
+		return shard.Pending{}, nil, true
+	}
+	p, err = r.Apply(ctx, sub)
+	for j, i := range idx {
+		reqs[i].Result, reqs[i].Err = sub[j].Result, sub[j].Err
+	}
+	return p, err, true
+}
+
+// oversize returns an error if op writes a key or value above the engine's
+// limits (Options.Storage, as nilextValid). An APPEND whose result outgrows
+// the value limit is not caught here: its size is known only at apply.
+func (r *Replica) oversize(op *shard.Op) error {
+	maxKey, maxVal := r.opts.Storage.MaxKeySize, r.opts.Storage.MaxValueSize
+	if maxKey <= 0 {
+		maxKey = 64 << 10 // the engine's defaults (storage.Options)
+	}
+	if maxVal <= 0 {
+		maxVal = 16 << 20
+	}
+	check := func(k, v []byte) error {
+		if len(k) > maxKey {
+			return fmt.Errorf("%w: key of %d bytes > %d", shard.ErrInvalidOp, len(k), maxKey)
+		}
+		if len(v) > maxVal {
+			return fmt.Errorf("%w: value of %d bytes > %d", shard.ErrInvalidOp, len(v), maxVal)
+		}
+		return nil
+	}
+	switch op.Kind {
+	case shard.KindSet, shard.KindGetSet, shard.KindAppend, shard.KindCAS:
+		return check(op.Key, op.Value)
+	case shard.KindIncrBy:
+		return check(op.Key, nil)
+	case shard.KindMSet:
+		for i := 0; i+1 < len(op.Keys); i += 2 {
+			if err := check(op.Keys[i], op.Keys[i+1]); err != nil {
+				return err
+			}
+		}
+	}
+	// DEL writes a tombstone only for a key that exists, which an oversize
+	// key never does.
+	return nil
 }
 
 // Await waits until every write Apply answered at its ordered point is
