@@ -3,6 +3,7 @@ package check
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -206,12 +207,16 @@ func TestUnknownPutExplainsFailedCAS(t *testing.T) {
 
 func TestStrictTurnsTimeoutsIntoFailures(t *testing.T) {
 	var b hist
-	// Many concurrent unknown incrs whose results a read pins down: porcupine
-	// must try orders, which a 1ns budget cannot finish.
-	for c := 0; c < 12; c++ {
-		b.incr(c, "n", 1, "", int64(c), 0, unknown())
+	// Many concurrent unknown incrs, by distinct powers of two, and a read of
+	// a sum no subset of them makes: porcupine must try every subset (2^24
+	// states) before it could answer, which no machine finishes before the
+	// 1ns budget is noticed. (With 12 incrs of 1 and a reachable sum, a loaded
+	// machine once let porcupine succeed before its timer fired.)
+	const n = 24
+	for c := 0; c < n; c++ {
+		b.incr(c, "n", 1<<c, "", int64(c), 0, unknown())
 	}
-	b.get(20, "n", "12", 100, 110)
+	b.get(n+8, "n", strconv.Itoa(1<<n), 100, 110)
 	if v := Linearizable(b.h, LinOptions{Timeout: 1}); !v.OK || !strings.Contains(v.Note, "timed out") {
 		t.Fatalf("lenient: want pass with a note, got %v", v)
 	}
