@@ -717,6 +717,10 @@ func (s *Shard) apply(op *Op, ts int64) (Result, error) {
 		if err != nil {
 			return Result{}, err
 		}
+		if lim, ok := s.db.(interface{ MaxValueSize() int }); ok && len(old)+len(op.Value) > lim.MaxValueSize() {
+			// Refused here, not by the engine, which would fail the batch.
+			return Result{}, fmt.Errorf("%w: APPEND would make a value of %d bytes > %d", ErrInvalidOp, len(old)+len(op.Value), lim.MaxValueSize())
+		}
 		nv := make([]byte, 0, len(old)+len(op.Value))
 		nv = append(append(nv, old...), op.Value...)
 		v := s.put(op.Key, nv, false, ts)

@@ -750,6 +750,11 @@ func (db *DB) LastPos() Pos {
 	return db.next
 }
 
+// MaxValueSize is the largest value Append accepts (Options.MaxValueSize). A
+// state machine that computes a value (APPEND) checks it before writing, so a
+// too-large result is the operation's error, not a failed batch.
+func (db *DB) MaxValueSize() int { return db.opts.MaxValueSize }
+
 // LastVersion returns the highest version appended or recovered.
 func (db *DB) LastVersion() uint64 {
 	db.mu.RLock()

@@ -95,3 +95,53 @@ func oversizeBatch(t *testing.T, d level.Durability, broken bool) error {
 	}
 	return nil
 }
+
+// An APPEND whose result would outgrow the engine's value limit is known
+// only at apply: the state machine refuses it there, as the op's error, on
+// every replica alike, and the group goes on. With appendUnchecked the
+// engine fails the apply batch and the replicas that apply it stop.
+func TestAppendPastTheValueLimitIsRefusedAtApply(t *testing.T) {
+	for _, broken := range []bool{false, true} {
+		t.Run(map[bool]string{false: "refused", true: "appendUnchecked"}[broken], func(t *testing.T) {
+			c := newCluster(t, 3, func(o *Options) {
+				o.RequestTimeout = 2 * time.Second
+				o.Storage.MaxValueSize = 1 << 10
+				o.mut.appendUnchecked = broken
+			})
+			leader := c.reps[c.leader(5*time.Second)]
+			ctx := context.Background()
+			chunk := strings.Repeat("a", 400)
+			var last error
+			for range 3 { // 400, 800, then 1200 > 1024
+				_, last = leader.Write(ctx, shard.Op{Kind: shard.KindAppend, Key: []byte("k"), Value: []byte(chunk)}, level.Sync, shard.ReqID{})
+			}
+			if broken {
+				deadline := time.Now().Add(2 * time.Second)
+				for time.Now().Before(deadline) {
+					for _, r := range c.reps {
+						if err := r.failed(); err != nil {
+							t.Logf("appendUnchecked caught: %v", err)
+							return
+						}
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
+				t.Fatalf("appendUnchecked: no replica stopped (last APPEND: %v)", last)
+			}
+			if !errors.Is(last, shard.ErrInvalidOp) {
+				t.Fatalf("third APPEND: %v; want ErrInvalidOp", last)
+			}
+			if _, err := leader.Write(ctx, set("after", "ok"), level.Sync, shard.ReqID{}); err != nil {
+				t.Fatalf("a write after the refused APPEND: %v", err)
+			}
+			if r, err := leader.Read(ctx, shard.Op{Kind: shard.KindStrlen, Key: []byte("k")}, level.ConsLinearizable, shard.Session{}); err != nil || r.Int != 800 {
+				t.Fatalf("STRLEN k: %+v, %v; want 800", r, err)
+			}
+			for _, r := range c.reps {
+				if err := r.failed(); err != nil {
+					t.Fatalf("replica stopped: %v", err)
+				}
+			}
+		})
+	}
+}

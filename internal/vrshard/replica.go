@@ -234,6 +234,10 @@ type mutations struct {
 	// noSizeCheck: Apply proposes writes whose keys or values the engine
 	// refuses; the apply of the committed op fails and stops the replica.
 	noSizeCheck bool
+	// appendUnchecked: an APPEND whose result outgrows the engine's value
+	// limit is written anyway; the engine fails the apply and the replica
+	// stops (statemachine.go).
+	appendUnchecked bool
 	// earlyRejectable: a blind write that apply will reject (an empty or
 	// reserved key) is answered early anyway — acknowledged OK at cad or
 	// async (and overlaid: a read may return a value of a write that wrote
@@ -611,6 +615,7 @@ func Open(opts Options) (*Replica, error) {
 	r.lastHS = ws.hs
 	r.tail = ws.entries
 	r.app = newApplier(db)
+	r.app.appendUnchecked = r.mut.appendUnchecked
 	r.applied.Store(ws.snap.Op)
 	// The engine may hold ops the index never saw (applied before this
 	// start; they are re-applied, and indexed, as the log replays).

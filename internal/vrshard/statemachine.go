@@ -52,6 +52,9 @@ type applier struct {
 	overlay  map[string]overlayVal
 	// cur is the op being evaluated; reads see state as of cur-1.
 	cur uint64
+	// appendUnchecked (a mutation): APPEND writes a value above the engine's
+	// limit, which fails the apply and stops the replica.
+	appendUnchecked bool
 }
 
 func newApplier(db *storage.DB) *applier {
@@ -337,6 +340,11 @@ func (a *applier) eval(op *shard.Op, v uint64, ts int64) (shard.Result, error) {
 		old, _, _, err := a.current(op.Key)
 		if err != nil {
 			return shard.Result{}, err
+		}
+		if n, max := len(old)+len(op.Value), a.db.MaxValueSize(); n > max && !a.appendUnchecked {
+			// Known only here, so refused here: the engine would fail the
+			// batch, and with it every replica that applies the op.
+			return shard.Result{}, fmt.Errorf("%w: APPEND would make a value of %d bytes > %d", shard.ErrInvalidOp, n, max)
 		}
 		nv := make([]byte, 0, len(old)+len(op.Value))
 		nv = append(append(nv, old...), op.Value...)
