@@ -51,3 +51,45 @@ func TestAppendPastTheValueLimitIsTheWritesOwnError(t *testing.T) {
 		}
 	}
 }
+
+// A SET or MSET with a key or value the engine refuses fails alone; the
+// writes batched with it are applied.
+func TestOversizeWriteFailsAloneInItsBatch(t *testing.T) {
+	db, err := storage.Open(storage.Options{Devices: []storage.Device{{Dir: "/data"}}, FS: vfs.NewMem(), MaxValueSize: 1 << 10, MaxKeySize: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(db, Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(); db.Close() })
+	ctx := context.Background()
+	big, longKey := []byte(strings.Repeat("v", 1<<10+1)), []byte(strings.Repeat("k", 65))
+	reqs := []WriteReq{
+		{Op: Op{Kind: KindSet, Key: []byte("a"), Value: big}, Durability: level.Sync},
+		{Op: Op{Kind: KindSet, Key: []byte("b"), Value: []byte("1")}, Durability: level.Sync},
+		{Op: Op{Kind: KindMSet, Keys: [][]byte{[]byte("c"), []byte("2"), longKey, []byte("3")}}, Durability: level.Sync},
+		{Op: Op{Kind: KindDel, Keys: [][]byte{longKey}}, Durability: level.Sync},
+		{Op: Op{Kind: KindSet, Key: []byte("d"), Value: []byte("4")}, Durability: level.Sync},
+	}
+	p, err := s.Apply(ctx, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Wait(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	for i, ok := range []bool{false, true, false, true, true} {
+		if (reqs[i].Err == nil) != ok || (!ok && !errors.Is(reqs[i].Err, ErrInvalidOp)) {
+			t.Fatalf("write %d: %+v, %v; want accepted=%v (else ErrInvalidOp)", i, reqs[i].Result, reqs[i].Err, ok)
+		}
+	}
+	if reqs[3].Result.Int != 0 {
+		t.Fatalf("DEL of an oversize key: %+v; want 0", reqs[3].Result)
+	}
+	r, err := s.Read(ctx, Op{Kind: KindMGet, Keys: [][]byte{[]byte("a"), []byte("b"), []byte("c"), []byte("d")}}, level.ConsLinearizable, Session{})
+	if err != nil || r.Array[0] != nil || string(r.Array[1]) != "1" || r.Array[2] != nil || string(r.Array[3]) != "4" {
+		t.Fatalf("MGET a b c d: %+v, %v; want [nil 1 nil 4]", r, err)
+	}
+}

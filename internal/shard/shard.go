@@ -595,6 +595,9 @@ func (s *Shard) put(key, value []byte, tomb bool, ts int64) uint64 {
 
 // apply evaluates one write against the current state and stages its records.
 func (s *Shard) apply(op *Op, ts int64) (Result, error) {
+	if err := s.oversize(op); err != nil {
+		return Result{}, err
+	}
 	switch op.Kind {
 	case KindSet:
 		if err := checkKey(op.Key); err != nil {
@@ -717,7 +720,7 @@ func (s *Shard) apply(op *Op, ts int64) (Result, error) {
 		if err != nil {
 			return Result{}, err
 		}
-		if lim, ok := s.db.(interface{ MaxValueSize() int }); ok && len(old)+len(op.Value) > lim.MaxValueSize() {
+		if lim, ok := s.db.(sizeLimits); ok && len(old)+len(op.Value) > lim.MaxValueSize() {
 			// Refused here, not by the engine, which would fail the batch.
 			return Result{}, fmt.Errorf("%w: APPEND would make a value of %d bytes > %d", ErrInvalidOp, len(old)+len(op.Value), lim.MaxValueSize())
 		}
@@ -1064,4 +1067,44 @@ func (s *Shard) loadClients() error {
 		s.clients[id] = e
 		return nil
 	})
+}
+
+// sizeLimits is an engine that says which keys and values it accepts
+// (storage.DB does).
+type sizeLimits interface {
+	MaxKeySize() int
+	MaxValueSize() int
+}
+
+// oversize refuses a write whose keys or values the engine would refuse, as
+// that write's own error: the engine refuses a whole batch, so one oversized
+// SET in a pipeline would fail every write batched with it.
+func (s *Shard) oversize(op *Op) error {
+	lim, ok := s.db.(sizeLimits)
+	if !ok {
+		return nil
+	}
+	check := func(k, v []byte) error {
+		if len(k) > lim.MaxKeySize() {
+			return fmt.Errorf("%w: key of %d bytes > %d", ErrInvalidOp, len(k), lim.MaxKeySize())
+		}
+		if len(v) > lim.MaxValueSize() {
+			return fmt.Errorf("%w: value of %d bytes > %d", ErrInvalidOp, len(v), lim.MaxValueSize())
+		}
+		return nil
+	}
+	switch op.Kind {
+	case KindMSet:
+		for i := 0; i+1 < len(op.Keys); i += 2 {
+			if err := check(op.Keys[i], op.Keys[i+1]); err != nil {
+				return err
+			}
+		}
+		return nil
+	case KindDel:
+		// A tombstone is written only for a key that exists, which an
+		// oversize key never does: DEL answers 0, as for any absent key.
+		return nil
+	}
+	return check(op.Key, op.Value)
 }

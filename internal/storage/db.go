@@ -755,6 +755,9 @@ func (db *DB) LastPos() Pos {
 // too-large result is the operation's error, not a failed batch.
 func (db *DB) MaxValueSize() int { return db.opts.MaxValueSize }
 
+// MaxKeySize is the longest key Append accepts (Options.MaxKeySize).
+func (db *DB) MaxKeySize() int { return db.opts.MaxKeySize }
+
 // LastVersion returns the highest version appended or recovered.
 func (db *DB) LastVersion() uint64 {
 	db.mu.RLock()
