@@ -211,6 +211,9 @@ type mutations struct {
 	// afterReadRelease (a test hook) runs on the driver goroutine right
 	// after a Ready's read waits were released, before ready() ends.
 	afterReadRelease func()
+	// afterHandle (a test hook) runs on the driver goroutine at the end of
+	// every handled Ready: tests read driver-only state there.
+	afterHandle func(r *Replica)
 	// lateReadable publishes R only at the end of ready(), after the
 	// readers a Ready releases were woken (the behaviour before §9 of
 	// docs/design/cad.md): they may check against the old R and wait again.
@@ -1088,6 +1091,11 @@ func (r *Replica) handle(rd *vr.Ready) error {
 		k := idKey{rep.Client, rep.ReqNum}
 		ps := r.waitID[k]
 		delete(r.waitID, k)
+		// A retry of a request already applied is answered from the client
+		// table and never appended: indexEarly would never drop its entry.
+		// (Only ordEarly: a sync write there is not indexed, so forgetting
+		// it can only cost an early answer; r.early entries must stay.)
+		delete(r.ordEarly, k)
 		var res shard.Result
 		var opErr error
 		if rep.Err != nil {
@@ -1132,6 +1140,9 @@ func (r *Replica) handle(rd *vr.Ready) error {
 	}
 	if h := r.mut.afterReadRelease; h != nil && len(rd.ReadStates) > 0 {
 		h()
+	}
+	if h := r.mut.afterHandle; h != nil {
+		h(r)
 	}
 	// 5. Snapshots for lagging peers: the engine at the applied op.
 	for _, to := range rd.SnapshotNeeded {

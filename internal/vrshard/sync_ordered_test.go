@@ -2,6 +2,7 @@ package vrshard
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -93,5 +94,38 @@ func TestSyncWaitsInApplyHoldsApplyUntilCommit(t *testing.T) {
 	gates.release()
 	if p := <-done; len(p.Acks) != 0 {
 		t.Fatalf("pending %+v; want nothing left for Wait", p)
+	}
+}
+
+// A retry of a sync SET that was already applied is answered from the client
+// table without being appended; the driver must not keep waiting for its
+// append (r.ordEarly would grow by one entry per such retry until the next
+// leader change).
+func TestRetryOfAnAppliedSyncWriteLeavesNothingBehind(t *testing.T) {
+	var pending atomic.Int64
+	c := newCluster(t, 3, func(o *Options) {
+		o.mut.afterHandle = func(r *Replica) {
+			if r.isLeader.Load() {
+				pending.Store(int64(len(r.ordEarly)))
+			}
+		}
+	})
+	leader := c.reps[c.leader(5*time.Second)]
+	ctx := context.Background()
+	id := shard.ReqID{Client: 42, Seq: 1}
+	first, err := leader.Write(ctx, set("k", "v"), level.Sync, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := leader.Write(ctx, set("k", "v"), level.Sync, id)
+	if err != nil || again.Version != first.Version {
+		t.Fatalf("retry: %+v, %v; want the first reply (version %d)", again, err, first.Version)
+	}
+	// Another write's Ready runs the hook after the retry was answered.
+	if _, err := leader.Write(ctx, set("other", "x"), level.Sync, shard.ReqID{Client: 43, Seq: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if got := pending.Load(); got != 0 {
+		t.Fatalf("%d sync writes still wait for an append that will not come", got)
 	}
 }
