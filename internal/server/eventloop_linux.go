@@ -363,6 +363,8 @@ func addLoopProcs(n int) {
 // loop is one event loop.
 type loop struct {
 	epfd, evfd int
+	// gapAvg: moving average of how long wait waited for events (ns; wait).
+	gapAvg int64
 
 	mu      sync.Mutex
 	inbox   []inboxItem // connections arriving or coming back from a goroutine
@@ -451,7 +453,7 @@ func (l *loop) giveBackQuiet(c *conn) {
 
 func (l *loop) run() {
 	for {
-		n, err := unix.EpollWait(l.epfd, l.events, l.waitMillis())
+		n, err := l.wait()
 		l.now = monoNow()
 		if err != nil && err != unix.EINTR {
 			panic(fmt.Sprintf("server: epoll_wait: %v", err)) // EBADF/EINVAL: a bug
@@ -482,6 +484,56 @@ func (l *loop) run() {
 			l.sweep(l.now)
 		}
 	}
+}
+
+// loopSpin bounds how long a loop polls without blocking before it sleeps in
+// epoll_wait (KEFIR_LOOP_SPIN; 0 disables). A client that waits for each reply
+// (redis-benchmark -P 1, a closed-loop caller) sends its next command a few
+// microseconds after it got the last reply; a loop asleep by then must be woken,
+// and the wake-up (and the context switch) is charged to the sender. Measured
+// (docs/benchmarks.md, session 8): GET -c 50 -P 1 on one node 91k → 95–99k
+// req/s with 50us. Off by default until it is shown not to cost replicas that
+// share cores anything. The loop spins only while it is hot: when the gaps it waited
+// before its last events were short (gapAvg < loopSpin/2), so a lightly loaded
+// or CPU-starved node (replicas sharing cores) does not burn CPU polling.
+var loopSpin = func() time.Duration {
+	if v, ok := os.LookupEnv("KEFIR_LOOP_SPIN"); ok {
+		d, _ := time.ParseDuration(v)
+		return max(d, 0)
+	}
+	return 0 // off by default: see docs/benchmarks.md, session 8
+}()
+
+// wait is epoll_wait: while the loop is hot it first polls for up to loopSpin
+// before it blocks; it keeps gapAvg, a moving average of how long it waited
+// for events.
+func (l *loop) wait() (int, error) {
+	start := monoNow()
+	if loopSpin > 0 && l.n > 0 && l.gapAvg < int64(loopSpin)/2 {
+		end := start + int64(loopSpin)
+		for {
+			n, err := unix.EpollWait(l.epfd, l.events, 0)
+			if n != 0 || (err != nil && err != unix.EINTR) {
+				l.noteGap(monoNow() - start)
+				return n, err
+			}
+			if monoNow() >= end {
+				break
+			}
+		}
+	}
+	n, err := unix.EpollWait(l.epfd, l.events, l.waitMillis())
+	if n > 0 {
+		l.noteGap(monoNow() - start)
+	}
+	return n, err
+}
+
+// noteGap folds one wait into gapAvg (1/8 weight), capped so that one long idle
+// period is forgotten after a few quick waits.
+func (l *loop) noteGap(d int64) {
+	d = min(d, 8*int64(loopSpin))
+	l.gapAvg += (d - l.gapAvg) / 8
 }
 
 // waitMillis is epoll_wait's timeout: until the next sweep for timeouts, or no
