@@ -699,30 +699,29 @@ func (c *conn) noteSyncKeys() {
 		if c.syncKeys == nil {
 			c.syncKeys = make(map[string]struct{})
 		}
-		switch w.Op.Kind {
-		case shard.KindMSet:
-			for j := 0; j < len(w.Op.Keys); j += 2 {
-				c.syncKeys[string(w.Op.Keys[j])] = struct{}{}
-			}
-		default:
-			c.syncKeys[string(w.Op.Key)] = struct{}{}
+		for _, k := range w.Op.WrittenKeys() {
+			c.syncKeys[string(k)] = struct{}{}
 		}
 	}
 }
 
-// readsAny reports whether read command args may read one of keys; a range
-// read (or any read whose keys are not its arguments) is assumed to.
+// readsAny reports whether read command args may read one of keys, found where
+// the command table says its keys are (FirstKey, LastKey, KeyStep); a read with
+// no key positions (a range read) is assumed to.
 func readsAny(spec *command.Spec, args [][]byte, keys map[string]struct{}) bool {
-	switch spec.Name {
-	case "GET", "STRLEN", "MGET", "EXISTS":
-		for _, k := range args[1:] {
-			if _, ok := keys[string(k)]; ok {
-				return true
-			}
-		}
-		return false
+	if spec.FirstKey <= 0 || spec.KeyStep <= 0 {
+		return true
 	}
-	return true
+	last := spec.LastKey
+	if last < 0 {
+		last += len(args)
+	}
+	for i := spec.FirstKey; i <= last && i < len(args); i += spec.KeyStep {
+		if _, ok := keys[string(args[i])]; ok {
+			return true
+		}
+	}
+	return false
 }
 
 // sessionRead reports whether a read with options o is served at session

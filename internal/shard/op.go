@@ -133,3 +133,50 @@ type ReqID struct {
 
 // IsZero reports whether the request carries no id.
 func (r ReqID) IsZero() bool { return r.Client == 0 }
+
+// WrittenKeys returns the keys op writes (or may write: a conditional write
+// that turns out to write nothing is counted). DEL's keys count too.
+func (op *Op) WrittenKeys() [][]byte {
+	switch op.Kind {
+	case KindSet, KindIncrBy, KindGetSet, KindAppend, KindCAS:
+		return [][]byte{op.Key}
+	case KindMSet:
+		ks := make([][]byte, 0, len(op.Keys)/2)
+		for i := 0; i+1 < len(op.Keys); i += 2 {
+			ks = append(ks, op.Keys[i])
+		}
+		return ks
+	case KindDel:
+		return op.Keys
+	}
+	return nil
+}
+
+// CheckSizes refuses (ErrInvalidOp) a write that stores a key longer than
+// maxKey or a value longer than maxVal, the engine's limits: the engine would
+// refuse the whole batch it came in, and a replicated op it refuses stops every
+// replica that applies it. DEL is never refused (it writes a tombstone only for
+// a key that exists, which an oversize key never does), nor an APPEND whose
+// result outgrows maxVal: that is known only when it is applied.
+func (op *Op) CheckSizes(maxKey, maxVal int) error {
+	check := func(k, v []byte) error {
+		if len(k) > maxKey {
+			return fmt.Errorf("%w: key of %d bytes > %d", ErrInvalidOp, len(k), maxKey)
+		}
+		if len(v) > maxVal {
+			return fmt.Errorf("%w: value of %d bytes > %d", ErrInvalidOp, len(v), maxVal)
+		}
+		return nil
+	}
+	switch op.Kind {
+	case KindSet, KindGetSet, KindAppend, KindCAS, KindIncrBy:
+		return check(op.Key, op.Value)
+	case KindMSet:
+		for i := 0; i+1 < len(op.Keys); i += 2 {
+			if err := check(op.Keys[i], op.Keys[i+1]); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

@@ -198,6 +198,9 @@ type Shard struct {
 	// readGet is the engine's GetShared if it has one, else its Get: the read path's
 	// point lookup (read results are read-only, so the value need not be copied).
 	readGet func(key []byte) (storage.Value, error)
+	// maxKey, maxVal: the engine's size limits (if it says), checked per write
+	// (Op.CheckSizes) so that one oversized write fails alone; 0: unknown.
+	maxKey, maxVal int
 	// Tests only: tornMultiReads (a mutation) reads MGET's keys one by one
 	// from the latest state; betweenKeys runs between its first two keys.
 	tornMultiReads bool
@@ -279,6 +282,12 @@ func Open(db Engine, opts Options) (*Shard, error) {
 		done:       make(chan struct{}),
 	}
 	s.readGet = db.Get
+	if lim, ok := db.(interface {
+		MaxKeySize() int
+		MaxValueSize() int
+	}); ok {
+		s.maxKey, s.maxVal = lim.MaxKeySize(), lim.MaxValueSize()
+	}
 	if sg, ok := db.(sharedGetter); ok {
 		s.readGet = sg.GetShared
 	}
@@ -595,8 +604,10 @@ func (s *Shard) put(key, value []byte, tomb bool, ts int64) uint64 {
 
 // apply evaluates one write against the current state and stages its records.
 func (s *Shard) apply(op *Op, ts int64) (Result, error) {
-	if err := s.oversize(op); err != nil {
-		return Result{}, err
+	if s.maxKey > 0 {
+		if err := op.CheckSizes(s.maxKey, s.maxVal); err != nil {
+			return Result{}, err
+		}
 	}
 	switch op.Kind {
 	case KindSet:
@@ -720,9 +731,9 @@ func (s *Shard) apply(op *Op, ts int64) (Result, error) {
 		if err != nil {
 			return Result{}, err
 		}
-		if lim, ok := s.db.(sizeLimits); ok && len(old)+len(op.Value) > lim.MaxValueSize() {
+		if n := len(old) + len(op.Value); s.maxVal > 0 && n > s.maxVal {
 			// Refused here, not by the engine, which would fail the batch.
-			return Result{}, fmt.Errorf("%w: APPEND would make a value of %d bytes > %d", ErrInvalidOp, len(old)+len(op.Value), lim.MaxValueSize())
+			return Result{}, fmt.Errorf("%w: APPEND would make a value of %d bytes > %d", ErrInvalidOp, n, s.maxVal)
 		}
 		nv := make([]byte, 0, len(old)+len(op.Value))
 		nv = append(append(nv, old...), op.Value...)
@@ -1067,44 +1078,4 @@ func (s *Shard) loadClients() error {
 		s.clients[id] = e
 		return nil
 	})
-}
-
-// sizeLimits is an engine that says which keys and values it accepts
-// (storage.DB does).
-type sizeLimits interface {
-	MaxKeySize() int
-	MaxValueSize() int
-}
-
-// oversize refuses a write whose keys or values the engine would refuse, as
-// that write's own error: the engine refuses a whole batch, so one oversized
-// SET in a pipeline would fail every write batched with it.
-func (s *Shard) oversize(op *Op) error {
-	lim, ok := s.db.(sizeLimits)
-	if !ok {
-		return nil
-	}
-	check := func(k, v []byte) error {
-		if len(k) > lim.MaxKeySize() {
-			return fmt.Errorf("%w: key of %d bytes > %d", ErrInvalidOp, len(k), lim.MaxKeySize())
-		}
-		if len(v) > lim.MaxValueSize() {
-			return fmt.Errorf("%w: value of %d bytes > %d", ErrInvalidOp, len(v), lim.MaxValueSize())
-		}
-		return nil
-	}
-	switch op.Kind {
-	case KindMSet:
-		for i := 0; i+1 < len(op.Keys); i += 2 {
-			if err := check(op.Keys[i], op.Keys[i+1]); err != nil {
-				return err
-			}
-		}
-		return nil
-	case KindDel:
-		// A tombstone is written only for a key that exists, which an
-		// oversize key never does: DEL answers 0, as for any absent key.
-		return nil
-	}
-	return check(op.Key, op.Value)
 }

@@ -84,25 +84,6 @@ func newKeyUpdates(floor uint64) *keyUpdates {
 	return &keyUpdates{last: map[string]uint64{}, overlay: map[string]overlayEntry{}, floor: floor, pruned: floor}
 }
 
-// writtenKeys returns the keys op writes (or may write: a conditional write
-// that turns out to write nothing is counted, which only makes reads wait a
-// little more).
-func writtenKeys(op *shard.Op) [][]byte {
-	switch op.Kind {
-	case shard.KindSet, shard.KindIncrBy, shard.KindGetSet, shard.KindAppend, shard.KindCAS:
-		return [][]byte{op.Key}
-	case shard.KindMSet:
-		ks := make([][]byte, 0, len(op.Keys)/2)
-		for i := 0; i+1 < len(op.Keys); i += 2 {
-			ks = append(ks, op.Keys[i])
-		}
-		return ks
-	case shard.KindDel:
-		return op.Keys
-	}
-	return nil
-}
-
 // add records that op (appended to the log now) writes keys. Ops arrive in
 // increasing order, except after a truncation.
 func (u *keyUpdates) add(op uint64, keys [][]byte) {
@@ -352,7 +333,7 @@ func (r *Replica) indexLate(before uint64) {
 		if err != nil {
 			continue // apply reports a corrupt entry
 		}
-		if ks := writtenKeys(&op); len(ks) > 0 {
+		if ks := op.WrittenKeys(); len(ks) > 0 {
 			r.upd.add(e.Op, ks)
 		}
 	}
@@ -476,7 +457,7 @@ func (r *Replica) answerableEarly(op *shard.Op) bool {
 	if r.mut.earlyRejectable {
 		return true
 	}
-	for _, k := range writtenKeys(op) {
+	for _, k := range op.WrittenKeys() {
 		if checkKey(k) != nil {
 			return false
 		}

@@ -622,36 +622,15 @@ func (r *Replica) nilextValid(op *shard.Op) error {
 	if !NilextEligible(op) {
 		return fmt.Errorf("%w: only a plain SET or an MSET of key/value pairs", ErrNilextInvalid)
 	}
-	maxKey, maxVal := r.opts.Storage.MaxKeySize, r.opts.Storage.MaxValueSize
-	if maxKey <= 0 {
-		maxKey = 64 << 10 // the engine's defaults (storage.Options)
-	}
-	if maxVal <= 0 {
-		maxVal = 16 << 20
-	}
-	check := func(k, v []byte) error {
-		if len(k) > maxKey {
-			return fmt.Errorf("%w: key of %d bytes > %d", ErrNilextInvalid, len(k), maxKey)
-		}
-		if len(v) > maxVal {
-			return fmt.Errorf("%w: value of %d bytes > %d", ErrNilextInvalid, len(v), maxVal)
-		}
-		return nil
-	}
-	for _, k := range writtenKeys(op) {
+	for _, k := range op.WrittenKeys() {
 		// An empty or reserved key fails at apply and the write (an MSET:
 		// all of it) writes nothing.
 		if err := checkKey(k); err != nil && !r.mut.nilextUnchecked {
 			return fmt.Errorf("%w: %w", ErrNilextInvalid, err)
 		}
 	}
-	if op.Kind == shard.KindSet {
-		return check(op.Key, op.Value)
-	}
-	for i := 0; i < len(op.Keys); i += 2 {
-		if err := check(op.Keys[i], op.Keys[i+1]); err != nil {
-			return err
-		}
+	if err := r.oversize(op); err != nil {
+		return fmt.Errorf("%w: %w", ErrNilextInvalid, err)
 	}
 	return nil
 }

@@ -1238,7 +1238,7 @@ func (r *Replica) apply(cs []vr.Committed) error {
 		}
 		// Indexed before the engine shows it: a reader that sees the new
 		// state then finds the op when it checks against R.
-		r.upd.add(c.Op, writtenKeys(&op))
+		r.upd.add(c.Op, op.WrittenKeys())
 		if c.Client != 0 {
 			results[i] = encodeResult(nil, res, opErr)
 		} else if h.proposer == self {
@@ -1475,7 +1475,7 @@ func (r *Replica) Apply(ctx context.Context, reqs []shard.WriteReq) (shard.Pendi
 		}
 		if p.ack != vr.AckApplied {
 			mayBeEarly = true
-			for _, k := range writtenKeys(&q.Op) {
+			for _, k := range q.Op.WrittenKeys() {
 				p.keys = append(p.keys, bytes.Clone(k))
 			}
 		}
@@ -1576,40 +1576,10 @@ func (r *Replica) applyWithoutOversize(ctx context.Context, reqs []shard.WriteRe
 }
 
 // oversize returns an error if op writes a key or value above the engine's
-// limits (Options.Storage, as nilextValid). An APPEND whose result outgrows
-// the value limit is not caught here: its size is known only at apply.
+// limits (shard.Op.CheckSizes). An APPEND whose result outgrows the value
+// limit is not caught here: its size is known only at apply.
 func (r *Replica) oversize(op *shard.Op) error {
-	maxKey, maxVal := r.opts.Storage.MaxKeySize, r.opts.Storage.MaxValueSize
-	if maxKey <= 0 {
-		maxKey = 64 << 10 // the engine's defaults (storage.Options)
-	}
-	if maxVal <= 0 {
-		maxVal = 16 << 20
-	}
-	check := func(k, v []byte) error {
-		if len(k) > maxKey {
-			return fmt.Errorf("%w: key of %d bytes > %d", shard.ErrInvalidOp, len(k), maxKey)
-		}
-		if len(v) > maxVal {
-			return fmt.Errorf("%w: value of %d bytes > %d", shard.ErrInvalidOp, len(v), maxVal)
-		}
-		return nil
-	}
-	switch op.Kind {
-	case shard.KindSet, shard.KindGetSet, shard.KindAppend, shard.KindCAS:
-		return check(op.Key, op.Value)
-	case shard.KindIncrBy:
-		return check(op.Key, nil)
-	case shard.KindMSet:
-		for i := 0; i+1 < len(op.Keys); i += 2 {
-			if err := check(op.Keys[i], op.Keys[i+1]); err != nil {
-				return err
-			}
-		}
-	}
-	// DEL writes a tombstone only for a key that exists, which an oversize
-	// key never does.
-	return nil
+	return op.CheckSizes(r.db.MaxKeySize(), r.db.MaxValueSize())
 }
 
 // Await waits until every write Apply answered at its ordered point is
