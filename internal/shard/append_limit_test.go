@@ -16,15 +16,7 @@ import (
 // that write's error; the writes batched with it are applied (the engine
 // would have failed the whole batch).
 func TestAppendPastTheValueLimitIsTheWritesOwnError(t *testing.T) {
-	db, err := storage.Open(storage.Options{Devices: []storage.Device{{Dir: "/data"}}, FS: vfs.NewMem(), MaxValueSize: 1 << 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := Open(db, Options{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close(); db.Close() })
+	s := limitedShard(t, 1<<10, 0)
 	ctx := context.Background()
 	chunk := []byte(strings.Repeat("a", 600))
 	if _, err := s.Write(ctx, Op{Kind: KindAppend, Key: []byte("k"), Value: chunk}, level.Sync, ReqID{}); err != nil {
@@ -55,15 +47,7 @@ func TestAppendPastTheValueLimitIsTheWritesOwnError(t *testing.T) {
 // A SET or MSET with a key or value the engine refuses fails alone; the
 // writes batched with it are applied.
 func TestOversizeWriteFailsAloneInItsBatch(t *testing.T) {
-	db, err := storage.Open(storage.Options{Devices: []storage.Device{{Dir: "/data"}}, FS: vfs.NewMem(), MaxValueSize: 1 << 10, MaxKeySize: 64})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := Open(db, Options{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close(); db.Close() })
+	s := limitedShard(t, 1<<10, 64)
 	ctx := context.Background()
 	big, longKey := []byte(strings.Repeat("v", 1<<10+1)), []byte(strings.Repeat("k", 65))
 	reqs := []WriteReq{
@@ -92,4 +76,20 @@ func TestOversizeWriteFailsAloneInItsBatch(t *testing.T) {
 	if err != nil || r.Array[0] != nil || string(r.Array[1]) != "1" || r.Array[2] != nil || string(r.Array[3]) != "4" {
 		t.Fatalf("MGET a b c d: %+v, %v; want [nil 1 nil 4]", r, err)
 	}
+}
+
+// limitedShard is a shard on an in-memory engine that stores values up to
+// maxVal bytes and keys up to maxKey (0: the engine's default).
+func limitedShard(t *testing.T, maxVal, maxKey int) *Shard {
+	t.Helper()
+	db, err := storage.Open(storage.Options{Devices: []storage.Device{{Dir: "/data"}}, FS: vfs.NewMem(), MaxValueSize: maxVal, MaxKeySize: maxKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(db, Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(); db.Close() })
+	return s
 }

@@ -133,6 +133,29 @@ func gatedCluster(t *testing.T, tune func(*Options)) (*cluster, gateSet, map[uin
 	return c, gates, mems
 }
 
+// heldLeader is a gated cluster (RequestTimeout 5s, then tune) whose leader
+// holds k = v, readable, with every replica's log fsyncs then held (released
+// when the test ends): nothing written from now on can commit until the test
+// releases the gates.
+func heldLeader(t *testing.T, tune func(*Options), k, v string) (*Replica, gateSet, shard.Result) {
+	t.Helper()
+	c, gates, _ := gatedCluster(t, func(o *Options) {
+		o.RequestTimeout = 5 * time.Second
+		if tune != nil {
+			tune(o)
+		}
+	})
+	leader := c.reps[c.leader(5*time.Second)]
+	w0, err := leader.Write(context.Background(), set(k, v), level.Sync, shard.ReqID{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitReadable(t, leader, w0.Version)
+	gates.hold()
+	t.Cleanup(gates.release)
+	return leader, gates, w0
+}
+
 // A cad blind write is acknowledged once a majority holds it in memory: it
 // completes while no replica can fsync its log, where a sync write cannot.
 // A linearizable read of the key then waits until the write is durable (it

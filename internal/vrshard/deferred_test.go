@@ -452,19 +452,8 @@ func deferredReadInALaterView(t *testing.T, laterView bool) bool {
 func TestReadAfterACADAckSeesSyncWritesOrderedBeforeIt(t *testing.T) {
 	for _, broken := range []bool{false, true} {
 		t.Run(map[bool]string{false: "indexed", true: "noLateIndex"}[broken], func(t *testing.T) {
-			c, gates, _ := gatedCluster(t, func(o *Options) {
-				o.RequestTimeout = 5 * time.Second
-				o.mut.noLateIndex = broken
-			})
-			leader := c.reps[c.leader(5*time.Second)]
+			leader, gates, w0 := heldLeader(t, func(o *Options) { o.mut.noLateIndex = broken }, "k", "k0")
 			ctx := context.Background()
-			w0, err := leader.Write(ctx, set("k", "k0"), level.Sync, shard.ReqID{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			waitReadable(t, leader, w0.Version)
-			gates.hold()
-			defer gates.release()
 			syncDone := make(chan error, 1)
 			go func() {
 				_, err := leader.Write(ctx, set("k", "k1"), level.Sync, shard.ReqID{Client: 8, Seq: 1})

@@ -56,19 +56,8 @@ func TestRejectedBlindWriteIsNeverAnsweredEarlyNorRead(t *testing.T) {
 
 // rejectedBlindWrite runs the schedule above and returns what went wrong.
 func rejectedBlindWrite(t *testing.T, d level.Durability, key string, want error, broken bool) (bad []string) {
-	c, gates, _ := gatedCluster(t, func(o *Options) {
-		o.RequestTimeout = 5 * time.Second
-		o.mut.earlyRejectable = broken
-	})
-	leader := c.reps[c.leader(5*time.Second)]
+	leader, gates, _ := heldLeader(t, func(o *Options) { o.mut.earlyRejectable = broken }, "k", "v0")
 	ctx := context.Background()
-	w0, err := leader.Write(ctx, set("k", "v0"), level.Sync, shard.ReqID{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitReadable(t, leader, w0.Version)
-	gates.hold()
-	defer gates.release()
 
 	type out struct {
 		w shard.WriteReq

@@ -17,16 +17,8 @@ import (
 // for the write first): a sync write is visible once applied, as before.
 // Every fsync is held here, so nothing can commit while the test looks.
 func TestSyncBlindWriteIsAnsweredAtItsOrderedPoint(t *testing.T) {
-	c, gates, _ := gatedCluster(t, func(o *Options) { o.RequestTimeout = 5 * time.Second })
-	leader := c.reps[c.leader(5*time.Second)]
+	leader, gates, w0 := heldLeader(t, nil, "k", "v0")
 	ctx := context.Background()
-	w0, err := leader.Write(ctx, set("k", "v0"), level.Sync, shard.ReqID{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitReadable(t, leader, w0.Version)
-	gates.hold()
-	defer gates.release()
 
 	type applied struct {
 		w shard.WriteReq
@@ -70,17 +62,7 @@ func TestSyncBlindWriteIsAnsweredAtItsOrderedPoint(t *testing.T) {
 // sync write only once it is applied: the behaviour §12 replaced, kept so
 // the two can be compared.
 func TestSyncWaitsInApplyHoldsApplyUntilCommit(t *testing.T) {
-	c, gates, _ := gatedCluster(t, func(o *Options) {
-		o.RequestTimeout = 5 * time.Second
-		o.mut.syncWaitsInApply = true
-	})
-	leader := c.reps[c.leader(5*time.Second)]
-	w0, err := leader.Write(context.Background(), set("k", "v0"), level.Sync, shard.ReqID{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitReadable(t, leader, w0.Version)
-	gates.hold()
+	leader, gates, _ := heldLeader(t, func(o *Options) { o.mut.syncWaitsInApply = true }, "k", "v0")
 	done := make(chan shard.Pending, 1)
 	go func() {
 		_, p := applyOne(t, leader, set("k", "v1"), level.Sync, shard.ReqID{})
