@@ -247,6 +247,28 @@ var serverOptions = []option{
 			c.IOModel = m
 			return nil
 		}},
+	{"loop-spin", "auto", "How long an event loop polls for more commands before it sleeps, while it is busy (a closed-loop client's next command then finds it awake and pays no wake-up): a duration such as 50us, off, or auto (50us on a single node; off in a replica group, whose nodes usually share cores). Spends CPU only under load. See docs/operations.md.",
+		func(c *serverConfig, v string) error {
+			switch v = strings.TrimSpace(v); v {
+			case "auto", "":
+				c.LoopSpin = 0
+				return nil
+			case "off", "0":
+				c.LoopSpin = -1
+				return nil
+			}
+			d, err := time.ParseDuration(v)
+			switch {
+			case err != nil:
+				return fmt.Errorf("want a duration, off or auto: %w", err)
+			case d < 0:
+				return fmt.Errorf("must not be negative, got %v", d)
+			case d > 10*time.Millisecond:
+				return fmt.Errorf("at most 10ms, got %v", d)
+			}
+			c.LoopSpin = d
+			return nil
+		}},
 	{"log-level", "info", "Log level: debug, info, warn, error.",
 		func(c *serverConfig, v string) error { c.LogLevel = v; return nil }},
 	{"log-format", "text", "Log format: text or json.",

@@ -349,3 +349,34 @@ func TestNilextTuningOptions(t *testing.T) {
 		}
 	}
 }
+
+// --loop-spin (KEFIR_LOOP_SPIN): auto leaves the choice to the server (0),
+// off is negative, a duration is taken as is, and bad values are refused
+// with the option's name.
+func TestLoopSpinOption(t *testing.T) {
+	var stderr bytes.Buffer
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+		want time.Duration
+	}{
+		{nil, nil, 0},
+		{[]string{"--loop-spin", "off"}, nil, -1},
+		{[]string{"--loop-spin", "0"}, nil, -1},
+		{[]string{"--loop-spin", "120us"}, nil, 120 * time.Microsecond},
+		{nil, map[string]string{"KEFIR_LOOP_SPIN": "30us"}, 30 * time.Microsecond},
+	} {
+		cfg, err := loadServerConfig(tc.args, envMap(tc.env), &stderr)
+		if err != nil {
+			t.Fatalf("%v %v: %v", tc.args, tc.env, err)
+		}
+		if cfg.LoopSpin != tc.want {
+			t.Errorf("%v %v: LoopSpin %v, want %v", tc.args, tc.env, cfg.LoopSpin, tc.want)
+		}
+	}
+	for _, v := range []string{"-5us", "soon", "1s"} {
+		if _, err := loadServerConfig([]string{"--loop-spin", v}, envMap(nil), &stderr); err == nil || !strings.Contains(err.Error(), "--loop-spin") {
+			t.Errorf("--loop-spin %s: err %v, want a refusal naming --loop-spin", v, err)
+		}
+	}
+}

@@ -74,6 +74,13 @@ type Config struct {
 	// them. TLS connections always use goroutines.
 	IOModel IOModel
 
+	// LoopSpin is how long an event loop polls for more input before it
+	// sleeps in epoll_wait, while it is busy (docs/operations.md, "Event
+	// loop polling"): 0 picks DefaultLoopSpin for a single node and no polling
+	// for a replica (its processes usually share cores with its peers);
+	// negative turns polling off. Process-wide like IOModel: New sets it.
+	LoopSpin time.Duration
+
 	Logger *slog.Logger
 
 	// FS is the file system under the engine (nil = the OS). Tests pass a vfs.Mem
@@ -322,4 +329,24 @@ func isLoopback(addr string) (bool, error) {
 		return false, nil
 	}
 	return ip.IsLoopback(), nil
+}
+
+// DefaultLoopSpin is a single node's event-loop polling (Config.LoopSpin).
+const DefaultLoopSpin = 50 * time.Microsecond
+
+// effectiveLoopSpin resolves LoopSpin's 0 ("auto"): a single node polls, a
+// replica does not. Three replicas on one small machine (kefir up, the
+// benchmarks) share its cores, and a loop polling there takes CPU its peers
+// need: YCSB A at async, 64 clients, fell from 29.4–29.7k to 25.8–27.4k ops/s
+// with 50 µs (docs/benchmarks.md, session 8).
+func (c Config) effectiveLoopSpin() time.Duration {
+	switch {
+	case c.LoopSpin < 0:
+		return 0
+	case c.LoopSpin > 0:
+		return c.LoopSpin
+	case len(c.Members) > 0:
+		return 0
+	}
+	return DefaultLoopSpin
 }

@@ -487,30 +487,27 @@ func (l *loop) run() {
 }
 
 // loopSpin bounds how long a loop polls without blocking before it sleeps in
-// epoll_wait (KEFIR_LOOP_SPIN; 0 disables). A client that waits for each reply
-// (redis-benchmark -P 1, a closed-loop caller) sends its next command a few
-// microseconds after it got the last reply; a loop asleep by then must be woken,
-// and the wake-up (and the context switch) is charged to the sender. Measured
-// (docs/benchmarks.md, session 8): GET -c 50 -P 1 on one node 91k → 95–99k
-// req/s with 50us. Off by default until it is shown not to cost replicas that
-// share cores anything. The loop spins only while it is hot: when the gaps it waited
-// before its last events were short (gapAvg < loopSpin/2), so a lightly loaded
-// or CPU-starved node (replicas sharing cores) does not burn CPU polling.
-var loopSpin = func() time.Duration {
-	if v, ok := os.LookupEnv("KEFIR_LOOP_SPIN"); ok {
-		d, _ := time.ParseDuration(v)
-		return max(d, 0)
-	}
-	return 0 // off by default: see docs/benchmarks.md, session 8
-}()
+// epoll_wait (Config.LoopSpin; 0 disables). A client that waits for each reply
+// (redis-benchmark, a closed-loop caller) sends its next command a few
+// microseconds after it got the last reply; a loop asleep by then must be
+// woken, and the wake-up (and the context switch) is charged to the sender.
+// Measured (docs/benchmarks.md, sessions 8 and 9): redis-benchmark GET -c 50
+// -P 16 spends 0.79–0.85 µs of its own CPU per request against a loop that
+// sleeps, 0.66–0.68 with 50 µs of polling, 0.69–0.72 against Redis. The loop
+// polls only while it is hot: when the gaps it waited before its last events
+// were short (gapAvg < loopSpin/2), so a lightly loaded node does not burn CPU
+// polling. Process-wide, like the loops: the last server created sets it.
+var loopSpin atomic.Int64
+
+func setLoopSpin(d time.Duration) { loopSpin.Store(int64(max(d, 0))) }
 
 // wait is epoll_wait: while the loop is hot it first polls for up to loopSpin
 // before it blocks; it keeps gapAvg, a moving average of how long it waited
 // for events.
 func (l *loop) wait() (int, error) {
 	start := monoNow()
-	if loopSpin > 0 && l.n > 0 && l.gapAvg < int64(loopSpin)/2 {
-		end := start + int64(loopSpin)
+	if spin := loopSpin.Load(); spin > 0 && l.n > 0 && l.gapAvg < spin/2 {
+		end := start + spin
 		for {
 			n, err := unix.EpollWait(l.epfd, l.events, 0)
 			if n != 0 || (err != nil && err != unix.EINTR) {
@@ -532,7 +529,7 @@ func (l *loop) wait() (int, error) {
 // noteGap folds one wait into gapAvg (1/8 weight), capped so that one long idle
 // period is forgotten after a few quick waits.
 func (l *loop) noteGap(d int64) {
-	d = min(d, 8*int64(loopSpin))
+	d = min(d, 8*loopSpin.Load())
 	l.gapAvg += (d - l.gapAvg) / 8
 }
 

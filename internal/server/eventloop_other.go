@@ -27,3 +27,5 @@ func (*Server) loopConn(net.Conn) *evConn { return nil }
 func (*conn) serveLoop() { panic("server: no event loop on this system") }
 
 func (c *conn) clock() time.Time { return time.Now() }
+
+func setLoopSpin(time.Duration) {}

@@ -92,6 +92,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.IOModel != "" {
 		SetIOModel(cfg.IOModel)
 	}
+	setLoopSpin(cfg.effectiveLoopSpin())
 	s := &Server{
 		cfg:     cfg,
 		log:     cfg.Logger.With("node", cfg.NodeID),
