@@ -725,11 +725,15 @@ func readsAny(spec *command.Spec, args [][]byte, keys map[string]struct{}) bool 
 }
 
 // sessionRead reports whether a read with options o is served at session
-// level. Its token carries the versions of the connection's sync writes
-// answered at their ordered point (flushWrites), whatever keys it reads, and
-// a replica waits only FollowerWait for a token's versions to be applied:
-// such a read waits for those writes first (awaitSyncWrites), or it fails
-// with "session token is ahead" whenever their commit takes longer.
+// level. Its token carries the versions of the connection's writes answered
+// before they were applied — sync writes at their ordered point
+// (flushWrites), cad and async writes at their acknowledgement — whatever
+// keys it reads. The leader serves it once it has applied them, waiting for
+// a version in its log however slow the commit (up to vrshard's
+// RequestTimeout; a redirect if it stops leading; "session token is ahead"
+// only for a version beyond its log, a write a view change lost). Such a read
+// still waits for the connection's sync writes here first (awaitSyncWrites),
+// as a read of their keys does: the replica's wait then finds them applied.
 func (c *conn) sessionRead(o callOpts) bool {
 	cons := o.cons
 	if cons.IsZero() {
