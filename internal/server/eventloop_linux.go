@@ -496,21 +496,25 @@ func (l *loop) run() {
 // share cores anything. The loop spins only while it is hot: when the gaps it waited
 // before its last events were short (gapAvg < loopSpin/2), so a lightly loaded
 // or CPU-starved node (replicas sharing cores) does not burn CPU polling.
-var loopSpin = func() time.Duration {
+// Nanoseconds; atomic because the loops are shared by every server of the
+// process and a test switches it on while they run.
+var loopSpin atomic.Int64
+
+func init() {
 	if v, ok := os.LookupEnv("KEFIR_LOOP_SPIN"); ok {
 		d, _ := time.ParseDuration(v)
-		return max(d, 0)
+		loopSpin.Store(int64(max(d, 0)))
 	}
-	return 0 // off by default: see docs/benchmarks.md, session 8
-}()
+	// Else off by default: see docs/benchmarks.md, session 8.
+}
 
 // wait is epoll_wait: while the loop is hot it first polls for up to loopSpin
 // before it blocks; it keeps gapAvg, a moving average of how long it waited
 // for events.
 func (l *loop) wait() (int, error) {
 	start := monoNow()
-	if loopSpin > 0 && l.n > 0 && l.gapAvg < int64(loopSpin)/2 {
-		end := start + int64(loopSpin)
+	if spin := loopSpin.Load(); spin > 0 && l.n > 0 && l.gapAvg < spin/2 {
+		end := start + spin
 		for {
 			n, err := unix.EpollWait(l.epfd, l.events, 0)
 			if n != 0 || (err != nil && err != unix.EINTR) {
@@ -532,7 +536,7 @@ func (l *loop) wait() (int, error) {
 // noteGap folds one wait into gapAvg (1/8 weight), capped so that one long idle
 // period is forgotten after a few quick waits.
 func (l *loop) noteGap(d int64) {
-	d = min(d, 8*int64(loopSpin))
+	d = min(d, 8*loopSpin.Load())
 	l.gapAvg += (d - l.gapAvg) / 8
 }
 

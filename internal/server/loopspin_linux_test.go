@@ -11,9 +11,8 @@ import (
 // same whether a command finds it spinning (back-to-back round trips), asleep
 // (after a pause longer than the spin) or busy with a pipeline.
 func TestLoopSpinServesAsWithout(t *testing.T) {
-	old := loopSpin
-	loopSpin = 50 * time.Microsecond
-	defer func() { loopSpin = old }()
+	old := loopSpin.Swap(int64(50 * time.Microsecond))
+	defer loopSpin.Store(old)
 	s := startServer(t, func(c *Config) { c.IOModel = IOEpoll })
 	c := dial(t, s)
 	for i := range 200 {
