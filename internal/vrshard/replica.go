@@ -1113,10 +1113,15 @@ func (r *Replica) handle(rd *vr.Ready) error {
 		ps := r.waitID[k]
 		delete(r.waitID, k)
 		// A retry of a request already applied is answered from the client
-		// table and never appended: indexEarly would never drop its entry.
-		// (Only ordEarly: a sync write there is not indexed, so forgetting
-		// it can only cost an early answer; r.early entries must stay.)
+		// table, and one of a request in flight is dropped by the core and
+		// answered here with the original: neither is appended, so
+		// indexEarly would never drop its entry. A reply means the request
+		// was executed, so a later append of it (a retry queued behind
+		// MaxInflight) is a duplicate that writes nothing and needs no index
+		// entry; the original was indexed at its own append, handled (step 1)
+		// before the replies of the same Ready.
 		delete(r.ordEarly, k)
+		delete(r.early, k)
 		var res shard.Result
 		var opErr error
 		if rep.Err != nil {
