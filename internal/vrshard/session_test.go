@@ -162,9 +162,9 @@ func TestSessionTokenBeyondTheLeadersLogFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	began := time.Now()
-	_, err = leader.Read(ctx, get("k"), level.ConsSession, shard.Session{LastWrite: res.Version + 1})
+	_, err = leader.Read(ctx, get("k"), level.ConsSession, shard.Session{LastWrite: res.Version + 1000})
 	if !errors.Is(err, shard.ErrSessionAhead) {
-		t.Fatalf("session token one op beyond the leader's log: %v; want shard.ErrSessionAhead", err)
+		t.Fatalf("session token beyond the leader's log (ends at %d): %v; want shard.ErrSessionAhead", res.Version, err)
 	}
 	if d := time.Since(began); d < wait || d > 2*time.Second {
 		t.Fatalf("ErrSessionAhead after %v; want after FollowerWait (%v)", d, wait)
@@ -278,7 +278,7 @@ func sessionReadAtDeposedLeader(t *testing.T, noWake bool) (time.Duration, error
 // wait, and then fails with ErrCannotServe: the group cannot commit now, the
 // session is not lost (not shard.ErrSessionAhead).
 func TestSessionReadOfAWriteThatCannotCommitTimesOut(t *testing.T) {
-	const timeout = 1500 * time.Millisecond
+	const timeout = 2 * time.Second
 	leader, _, _ := heldLeader(t, func(o *Options) {
 		o.RequestTimeout = timeout
 		o.FollowerWait = 50 * time.Millisecond
