@@ -324,6 +324,9 @@ func (c *conn) call(args [][]byte) error {
 	c.timed = append(c.timed, timedCmd{cmd: spec.ID})
 	if spec.Class == command.Admin {
 		c.flushWrites()
+		if !c.keyspaceBarrier(spec, inner) {
+			return nil // the wait failed: the batch gets no replies, the connection closes
+		}
 		if o.session {
 			_ = c.w.WriteArrayHeader(2)
 			_ = c.w.WriteBulkString(o.sess.String())
@@ -551,12 +554,15 @@ func (s *Server) approxKeys() int64 {
 	return max(n, 0)
 }
 
+// infoWants reports whether INFO section (lower case) shows section name.
+func infoWants(section, name string) bool {
+	return section == "" || section == "all" || section == "everything" || section == "default" || section == name
+}
+
 // info renders INFO in Redis's "# Section\r\nkey:value" format.
 func (s *Server) info(section string) string {
 	var b strings.Builder
-	want := func(name string) bool {
-		return section == "" || section == "all" || section == "everything" || section == "default" || section == name
-	}
+	want := func(name string) bool { return infoWants(section, name) }
 	st := s.shard.Status()
 	if want("server") {
 		fmt.Fprintf(&b, "# Server\r\nkefir_version:%s\r\nredis_version:7.0.0\r\nnode_id:%s\r\nprocess_id:%d\r\ntcp_port:%s\r\nuptime_in_seconds:%d\r\ngo_version:%s\r\narch_bits:64\r\n\r\n",

@@ -97,9 +97,10 @@ type conn struct {
 	// syncKeys are the keys of this connection's sync writes that a
 	// replicated shard answered at their ordered point, not yet applied
 	// (docs/design/cad.md §12): nobody sees them until they are, so a later
-	// read of one of these keys on this connection waits for the batch's
-	// pending writes first (awaitSyncWrites). Cleared whenever they were
-	// waited for.
+	// read of one of these keys on this connection (a KEFIR.SCAN whose range
+	// covers one, a DBSIZE or INFO keyspace: keyspaceBarrier) waits for the
+	// batch's pending writes first (awaitSyncWrites). Cleared whenever they
+	// were waited for.
 	syncKeys map[string]struct{}
 	// timing for metrics: command ID and start of each command in the batch.
 	timed      []timedCmd
@@ -527,6 +528,9 @@ func (c *conn) run(spec *command.Spec, args [][]byte, o callOpts) {
 		err = c.read(spec, args, o)
 	default:
 		c.flushWrites()
+		if !c.keyspaceBarrier(spec, args) {
+			return // the wait failed: the batch gets no replies, the connection closes
+		}
 		err = c.admin(spec, args)
 	}
 	if err != nil {
@@ -706,9 +710,19 @@ func (c *conn) noteSyncKeys() {
 }
 
 // readsAny reports whether read command args may read one of keys, found where
-// the command table says its keys are (FirstKey, LastKey, KeyStep); a read with
-// no key positions (a range read) is assumed to.
+// the command table says its keys are (FirstKey, LastKey, KeyStep); a
+// KEFIR.SCAN reads those in its range [start, end) (an empty end: to the
+// last key); any other read with no key positions is assumed to.
 func readsAny(spec *command.Spec, args [][]byte, keys map[string]struct{}) bool {
+	if spec.Name == "KEFIR.SCAN" && len(args) >= 3 {
+		start, end := args[1], args[2]
+		for k := range keys {
+			if k >= string(start) && (len(end) == 0 || k < string(end)) {
+				return true
+			}
+		}
+		return false
+	}
 	if spec.FirstKey <= 0 || spec.KeyStep <= 0 {
 		return true
 	}
@@ -725,17 +739,50 @@ func readsAny(spec *command.Spec, args [][]byte, keys map[string]struct{}) bool 
 }
 
 // sessionRead reports whether a read with options o is served at session
-// level. Its token carries the versions of the connection's sync writes
-// answered at their ordered point (flushWrites), whatever keys it reads, and
-// a replica waits only FollowerWait for a token's versions to be applied:
-// such a read waits for those writes first (awaitSyncWrites), or it fails
-// with "session token is ahead" whenever their commit takes longer.
+// level. Its token carries the versions of the connection's writes answered
+// before they were applied — sync writes at their ordered point
+// (flushWrites), cad and async writes at their acknowledgement — whatever
+// keys it reads. The leader serves it once it has applied them, waiting for
+// a version in its log however slow the commit (up to vrshard's
+// RequestTimeout; a redirect if it stops leading; "session token is ahead"
+// only for a version beyond its log, a write a view change lost). Such a read
+// still waits for the connection's sync writes here first (awaitSyncWrites),
+// as a read of their keys does: the replica's wait then finds them applied.
 func (c *conn) sessionRead(o callOpts) bool {
 	cons := o.cons
 	if cons.IsZero() {
 		cons = c.cons
 	}
 	return o.session || cons.Kind == level.Session
+}
+
+// keyspaceBarrier makes an admin command that reports on the whole keyspace —
+// DBSIZE, INFO with its keyspace section — wait for the connection's sync
+// writes answered at their ordered point (syncKeys), as a read of their keys
+// does: a client that pipelines SET k then DBSIZE counts k, as it did before
+// those writes were answered early (docs/design/cad.md §12). Other
+// connections' writes are counted once applied, as always (DBSIZE stays an
+// approximate, local count). False if the wait failed (the connection closes).
+func (c *conn) keyspaceBarrier(spec *command.Spec, args [][]byte) bool {
+	if len(c.syncKeys) == 0 || !readsKeyspace(spec, args) {
+		return true
+	}
+	return c.awaitSyncWrites()
+}
+
+// readsKeyspace reports whether admin command args reports on the keyspace.
+func readsKeyspace(spec *command.Spec, args [][]byte) bool {
+	switch spec.Name {
+	case "DBSIZE":
+		return true
+	case "INFO":
+		section := ""
+		if len(args) > 1 {
+			section = strings.ToLower(string(args[1]))
+		}
+		return infoWants(section, "keyspace")
+	}
+	return false
 }
 
 // awaitSyncWrites waits for the batch's pending writes before a read of a key

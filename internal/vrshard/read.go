@@ -30,7 +30,8 @@ import (
 //     in a scan's range) was updated after the R it learned; else redirect.
 //   - session: any replica whose applied op is at least the token's last
 //     write and max read (versions are op numbers, equal on every replica);
-//     a replica behind waits up to FollowerWait, then redirects.
+//     a follower behind waits up to FollowerWait, then redirects; the leader
+//     waits for a version in its log until it is applied (waitSession).
 //   - bounded(t): at the leader, as linearizable. A follower cannot time its
 //     freshness from a heartbeat's arrival (a deposed leader keeps sending
 //     them; a message can sit in a queue); serving it at followers needs a
@@ -106,7 +107,7 @@ func (r *Replica) Read(ctx context.Context, op shard.Op, c level.Consistency, s 
 	case needsLeader(c):
 		return r.leaderRead(ctx, op)
 	case c.Kind == level.Session && !r.mut.ignoreSession:
-		err = r.waitApplied(ctx, s.Need(), r.opts.FollowerWait)
+		err = r.waitSession(ctx, s.Need())
 	}
 	if err != nil {
 		return shard.Result{}, err
@@ -337,18 +338,97 @@ func (r *Replica) awaitDone(ctx context.Context, done <-chan struct{}, d time.Du
 	return nil
 }
 
-// waitApplied waits until the applied op reaches idx, at most limit (0 = as
-// long as ctx allows); then it redirects to the leader.
+// waitSession waits until this replica has applied need, a session token's
+// last write and max read (versions are op numbers).
+//
+// A follower waits at most FollowerWait, then redirects to the leader.
+//
+// At the leader a version it has not applied is normally a write it answered
+// before applying it: a cad or async write (acknowledged before its commit)
+// or a sync write answered at its ordered point (docs/design/cad.md §10,
+// §12). Such a write is in the leader's log (lastOp is set before any write
+// of a Ready is answered) and is applied unless a view change drops it, so a
+// need up to lastOp is waited for however slow the commit — up to
+// RequestTimeout in all, as every leader wait (then ErrCannotServe: the
+// group cannot commit, the session is not lost) — and the wait redirects as
+// soon as this replica stops leading (publish wakes it). A need beyond the
+// log — a write a view change lost, a token from another group — fails with
+// shard.ErrSessionAhead after FollowerWait, as before.
+//
+// Every wait is woken by notify (setApplied, publish), with one timer,
+// stopped on return.
+func (r *Replica) waitSession(ctx context.Context, need uint64) error {
+	if r.applied.Load() >= need {
+		return nil
+	}
+	start := time.Now()
+	t := time.NewTimer(r.opts.FollowerWait)
+	defer t.Stop()
+	inLog := false // past FollowerWait, at the leader, need within its log
+	for {
+		r.notifyMu.Lock()
+		ch := r.notify
+		r.notifyMu.Unlock()
+		if r.applied.Load() >= need {
+			return nil
+		}
+		if inLog {
+			if !r.isLeader.Load() {
+				return r.redirect()
+			}
+			if need > r.lastOp.Load() {
+				return r.sessionAhead(need)
+			}
+		}
+		select {
+		case <-ch:
+		case <-t.C:
+			if inLog {
+				return ErrCannotServe
+			}
+			if !r.isLeader.Load() {
+				return r.redirect()
+			}
+			if need > r.lastOp.Load() || r.mut.sessionWaitLimited {
+				return r.sessionAhead(need)
+			}
+			left := r.opts.RequestTimeout - time.Since(start)
+			if left <= 0 {
+				return ErrCannotServe
+			}
+			inLog = true
+			t.Reset(left)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-r.done:
+			return r.closedErr()
+		}
+	}
+}
+
+func (r *Replica) sessionAhead(need uint64) error {
+	return fmt.Errorf("%w: session needs version %d, replica has applied %d and its log ends at %d",
+		shard.ErrSessionAhead, need, r.applied.Load(), r.lastOp.Load())
+}
+
+// redirect is the error of a read this replica cannot serve because it does
+// not lead: the leader's address, or ErrCannotServe if none is known.
+func (r *Replica) redirect() error {
+	if err := r.notLeader(); !errors.Is(err, ErrNotLeader) || r.leader.Load() == 0 {
+		return ErrCannotServe
+	}
+	return r.notLeader()
+}
+
+// waitApplied waits until the applied op reaches idx, an op a linearizable
+// or durability wait learned is committed, at most limit; then it fails
+// (ErrCannotServe at the leader, else a redirect).
 func (r *Replica) waitApplied(ctx context.Context, idx uint64, limit time.Duration) error {
 	if r.applied.Load() >= idx {
 		return nil
 	}
-	var timeout <-chan time.Time
-	if limit > 0 {
-		t := time.NewTimer(limit)
-		defer t.Stop()
-		timeout = t.C
-	}
+	t := time.NewTimer(limit)
+	defer t.Stop()
 	for {
 		r.notifyMu.Lock()
 		ch := r.notify
@@ -358,14 +438,12 @@ func (r *Replica) waitApplied(ctx context.Context, idx uint64, limit time.Durati
 		}
 		select {
 		case <-ch:
-		case <-timeout:
+		case <-t.C:
 			if r.isLeader.Load() {
-				return fmt.Errorf("%w: session needs version %d, replica has applied %d", shard.ErrSessionAhead, idx, r.applied.Load())
-			}
-			if err := r.notLeader(); !errors.Is(err, ErrNotLeader) || r.leader.Load() == 0 {
+				// Not a session's error: no token asked for idx.
 				return ErrCannotServe
 			}
-			return r.notLeader()
+			return r.redirect()
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-r.done:

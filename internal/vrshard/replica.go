@@ -63,8 +63,10 @@ type Options struct {
 	// KeepTail is how many applied entries the core keeps after a checkpoint
 	// so slightly lagging replicas catch up without a snapshot (default 1024).
 	KeepTail uint64
-	// FollowerWait bounds how long a session or bounded read waits for this
-	// replica to catch up before redirecting (default 50ms).
+	// FollowerWait bounds how long a session read waits for this replica to
+	// catch up before redirecting (default 50ms); at the leader, how long it
+	// waits for a token version beyond its log before it fails with
+	// shard.ErrSessionAhead (read.go waitSession).
 	FollowerWait time.Duration
 	// RequestTimeout bounds how long a write or a linearizable read waits at
 	// a leader that cannot reach a majority (a partitioned old leader keeps
@@ -281,6 +283,16 @@ type mutations struct {
 	// betweenKeys (a test hook) runs on the reader's goroutine between the
 	// first and the second key of an MGET or EXISTS.
 	betweenKeys func()
+	// sessionWaitLimited: a session read at the leader fails with
+	// shard.ErrSessionAhead once FollowerWait passed even when the token's
+	// version is in the leader's log (the rule before session 9): a client
+	// that reads right after a cad, async or ordered sync write gets that
+	// error whenever the commit is slower than FollowerWait.
+	sessionWaitLimited bool
+	// noLeaderWake: publish does not wake waiting readers when leadership
+	// changes, so a session read waiting at a deposed leader for an op of
+	// its log waits until an apply or RequestTimeout instead of redirecting.
+	noLeaderWake bool
 	// heldAckEarly: a log batch held for group commit (nilext_gc.go) is
 	// reported to the core as durable before any fsync covers it, so a
 	// prepare-ok promises entries a crash can still lose.
@@ -507,6 +519,10 @@ type Replica struct {
 	// bound (issue 7: a leader read returned a version beyond R that way).
 	engineTop atomic.Uint64
 	commit    atomic.Uint64
+	// lastOp is the last op in the log: set when a Ready's entries are
+	// written, before any of them is answered (markAppended, earlyAcks), so
+	// a token carrying an op this leader answered never exceeds it.
+	lastOp    atomic.Uint64
 	leader    atomic.Uint64
 	isLeader  atomic.Bool
 	status    atomic.Uint32
@@ -516,7 +532,7 @@ type Replica struct {
 	failErr   atomic.Pointer[error]
 	closeOnce sync.Once
 	notifyMu  sync.Mutex
-	notify    chan struct{} // closed and replaced when applied advances
+	notify    chan struct{} // closed and replaced when applied advances or leadership changes (wake)
 	nxIDs     nxIdents
 	upd       *keyUpdates // per-key update index and async overlay (cad.go)
 	readable  atomic.Uint64
@@ -1032,6 +1048,11 @@ func (r *Replica) handle(rd *vr.Ready) error {
 	}
 	r.wal.addEntries(rd.Entries)
 	r.tail = append(r.tail, rd.Entries...)
+	if n := len(rd.Entries); n > 0 {
+		r.lastOp.Store(rd.Entries[n-1].Op)
+	} else if rd.HasTruncate {
+		r.lastOp.Store(min(r.lastOp.Load(), rd.Truncate))
+	}
 	r.indexEarly(rd.Entries)
 	if roll {
 		// The new segment replaces every older one: it must hold the whole
@@ -1092,10 +1113,15 @@ func (r *Replica) handle(rd *vr.Ready) error {
 		ps := r.waitID[k]
 		delete(r.waitID, k)
 		// A retry of a request already applied is answered from the client
-		// table and never appended: indexEarly would never drop its entry.
-		// (Only ordEarly: a sync write there is not indexed, so forgetting
-		// it can only cost an early answer; r.early entries must stay.)
+		// table, and one of a request in flight is dropped by the core and
+		// answered here with the original: neither is appended, so
+		// indexEarly would never drop its entry. A reply means the request
+		// was executed, so a later append of it (a retry queued behind
+		// MaxInflight) is a duplicate that writes nothing and needs no index
+		// entry; the original was indexed at its own append, handled (step 1)
+		// before the replies of the same Ready.
 		delete(r.ordEarly, k)
+		delete(r.early, k)
 		var res shard.Result
 		var opErr error
 		if rep.Err != nil {
@@ -1274,6 +1300,11 @@ func (r *Replica) apply(cs []vr.Committed) error {
 
 func (r *Replica) setApplied(op uint64) {
 	r.applied.Store(op)
+	r.wake()
+}
+
+// wake wakes every reader waiting on notify (waitApplied, waitSession).
+func (r *Replica) wake() {
 	r.notifyMu.Lock()
 	close(r.notify)
 	r.notify = make(chan struct{})
@@ -1282,11 +1313,19 @@ func (r *Replica) setApplied(op uint64) {
 
 func (r *Replica) publish() {
 	info := r.core.Info()
+	changed := info.IsLeader != r.isLeader.Load() || info.View != r.view.Load() ||
+		uint32(info.Status) != r.status.Load()
 	r.commit.Store(info.Commit)
+	r.lastOp.Store(info.LastOp)
 	r.leader.Store(info.Leader)
 	r.isLeader.Store(info.IsLeader)
 	r.status.Store(uint32(info.Status))
 	r.view.Store(info.View)
+	if changed && !r.mut.noLeaderWake {
+		// A session read waiting at the leader for an op in its log must
+		// redirect as soon as this replica stops leading (waitSession).
+		r.wake()
+	}
 	r.dlogLen.Store(int64(info.DLogLen))
 	r.publishReadable(r.core.Readable())
 }

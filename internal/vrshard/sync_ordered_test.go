@@ -2,6 +2,7 @@ package vrshard
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -109,5 +110,63 @@ func TestRetryOfAnAppliedSyncWriteLeavesNothingBehind(t *testing.T) {
 	}
 	if got := pending.Load(); got != 0 {
 		t.Fatalf("%d sync writes still wait for an append that will not come", got)
+	}
+}
+
+// The same for cad and async writes (r.early): a retry of one already
+// applied is answered from the client table, and a retry of one still in
+// flight is dropped by the core and answered with the original at its
+// commit; neither is appended, so indexEarly never drops the retry's entry.
+// Each would leak one entry (and its keys) until the next leader change.
+func TestRetryOfAnEarlyWriteLeavesNothingBehind(t *testing.T) {
+	for _, d := range []level.Durability{level.CAD, level.Async} {
+		t.Run(d.String(), func(t *testing.T) {
+			var pending atomic.Int64
+			leader, gates, _ := heldLeader(t, func(o *Options) {
+				o.mut.afterHandle = func(r *Replica) {
+					if r.isLeader.Load() {
+						pending.Store(int64(len(r.early)))
+					}
+				}
+			}, "k0", "v0")
+			ctx := context.Background()
+			// In flight: acknowledged early, not committed (fsyncs held).
+			inflight := shard.ReqID{Client: 41, Seq: 1}
+			first, err := leader.Write(ctx, set("k", "v1"), d, inflight)
+			if err != nil {
+				t.Fatal(err)
+			}
+			retried := make(chan error, 1)
+			go func() {
+				again, err := leader.Write(ctx, set("k", "v1"), d, inflight)
+				if err == nil && again.Version != first.Version {
+					err = fmt.Errorf("retry answered at version %d, want %d", again.Version, first.Version)
+				}
+				retried <- err
+			}()
+			time.Sleep(50 * time.Millisecond)
+			gates.release()
+			if err := <-retried; err != nil {
+				t.Fatalf("retry of an in-flight %v write: %v", d, err)
+			}
+			waitReadable(t, leader, first.Version)
+			// Applied: answered from the client table.
+			applied := shard.ReqID{Client: 42, Seq: 1}
+			w, err := leader.Write(ctx, set("j", "v"), d, applied)
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitReadable(t, leader, w.Version)
+			if again, err := leader.Write(ctx, set("j", "v"), d, applied); err != nil || again.Version != w.Version {
+				t.Fatalf("retry of an applied %v write: %+v, %v; want version %d", d, again, err, w.Version)
+			}
+			// Another write's Ready runs the hook after the retries were answered.
+			if _, err := leader.Write(ctx, set("other", "x"), level.Sync, shard.ReqID{Client: 43, Seq: 1}); err != nil {
+				t.Fatal(err)
+			}
+			if got := pending.Load(); got != 0 {
+				t.Fatalf("%d early writes still wait for an append that will not come", got)
+			}
+		})
 	}
 }

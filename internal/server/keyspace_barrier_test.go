@@ -1,0 +1,138 @@
+package server
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kefirdb/kefir/internal/command"
+	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/resp"
+	"github.com/kefirdb/kefir/internal/transport"
+)
+
+// A replicated leader answers a sync SET at its ordered point and runs the
+// connection's next commands before it is applied (docs/design/cad.md §12).
+// A command that reports on the whole keyspace — DBSIZE, INFO keyspace, also
+// wrapped in KEFIR.CALL — reads no key, so it skipped the wait a read of the
+// SET's key makes, and a client pipelining SET k then DBSIZE did not count k
+// (it did before §12). It must wait for the connection's pending sync writes
+// too; so must a KEFIR.SCAN whose range covers one. Every message from the
+// leader to its followers is delayed 150 ms, so no commit comes sooner.
+func TestKeyspaceReadsSeeTheConnectionsSyncWrites(t *testing.T) {
+	if bad := keyspaceReadsBehindSyncWrites(t); len(bad) > 0 {
+		t.Fatalf("keyspace reads that missed a sync write pipelined before them: %v", bad)
+	}
+}
+
+// The mutation (syncBarrierSkipped): they run at once and miss the writes.
+func TestSyncBarrierSkippedMissesWritesInDBSize(t *testing.T) {
+	syncBarrierSkipped.Store(true)
+	defer syncBarrierSkipped.Store(false)
+	bad := keyspaceReadsBehindSyncWrites(t)
+	if len(bad) == 0 {
+		t.Fatal("syncBarrierSkipped: every keyspace read still counted the writes pipelined before it")
+	}
+	t.Logf("mutation caught: %s", strings.Join(bad, "; "))
+}
+
+func keyspaceReadsBehindSyncWrites(t *testing.T) []string {
+	g := startGroupWith(t, func(c *Config) { c.Durability = level.Sync })
+	l := g.leader(t)
+	c := dial(t, g.nodes[l])
+	// The first early-answered write adds the leader's own client-table row;
+	// from now on each new key adds one to DBSIZE.
+	c.expect(`SET w 1 => OK`)
+	base, err := strconv.Atoi(strings.TrimPrefix(c.do("DBSIZE"), "(integer) "))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range g.cfgs[l].Members {
+		if m.ID != g.cfgs[l].ReplicaID {
+			if err := g.nodes[l].vr.Transport().SetLinkFault(m.ID, transport.Fault{Delay: 150 * time.Millisecond}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	cmds := [][]string{
+		{"SET", "n1", "v"},
+		{"SET", "n2", "v"},
+		{"DBSIZE"},
+		{"SET", "n3", "v"},
+		{"INFO", "keyspace"},
+		{"SET", "n4", "v"},
+		{"KEFIR.CALL", "CMD", "DBSIZE"},
+		{"SET", "s:b", "v"},
+		{"KEFIR.SCAN", "s:", "s;"},
+	}
+	want := []string{"OK", "OK", fmt.Sprintf("(integer) %d", base+2),
+		"OK", fmt.Sprintf("keys=%d,", base+3),
+		"OK", fmt.Sprintf("(integer) %d", base+4),
+		"OK", `["s:b", "v"]`}
+	// One write: the server must see the pipeline in one batch.
+	var buf []byte
+	for _, cmd := range cmds {
+		var bs [][]byte
+		for _, a := range cmd {
+			bs = append(bs, []byte(a))
+		}
+		buf = resp.AppendCommand(buf, bs...)
+	}
+	if _, err := c.nc.Write(buf); err != nil {
+		t.Fatal(err)
+	}
+	var bad []string
+	for i, cmd := range cmds {
+		got := c.reply()
+		if cmd[0] == "INFO" {
+			if !strings.Contains(got, want[i]) {
+				bad = append(bad, fmt.Sprintf("%s: got %q, want %s", strings.Join(cmd, " "), got, want[i]))
+			}
+			continue
+		}
+		if got != want[i] {
+			bad = append(bad, fmt.Sprintf("%s: got %s, want %s", strings.Join(cmd, " "), got, want[i]))
+		}
+	}
+	return bad
+}
+
+// A KEFIR.SCAN waits for the connection's pending sync writes only if its
+// range [start, end) covers one of their keys (an empty end: to the last
+// key); DBSIZE and INFO with its keyspace section always do, other admin
+// commands never.
+func TestWhichReadsWaitForPendingSyncWrites(t *testing.T) {
+	scan, _ := command.Lookup([]byte("KEFIR.SCAN"))
+	keys := map[string]struct{}{"b": {}, "m": {}}
+	for _, tc := range []struct {
+		start, end string
+		want       bool
+	}{
+		{"a", "c", true}, {"b", "c", true}, {"a", "b", false}, {"c", "m", false},
+		{"c", "", true}, {"n", "", false}, {"", "", true}, {"m", "m", false}, {"x", "a", false},
+	} {
+		args := [][]byte{[]byte("KEFIR.SCAN"), []byte(tc.start), []byte(tc.end), []byte("LIMIT"), []byte("10")}
+		if got := readsAny(scan, args, keys); got != tc.want {
+			t.Errorf("KEFIR.SCAN %q %q over pending keys b, m: waits = %v, want %v", tc.start, tc.end, got, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		args []string
+		want bool
+	}{
+		{[]string{"DBSIZE"}, true}, {[]string{"INFO"}, true}, {[]string{"INFO", "keyspace"}, true},
+		{[]string{"INFO", "ALL"}, true}, {[]string{"INFO", "default"}, true}, {[]string{"INFO", "server"}, false},
+		{[]string{"PING"}, false}, {[]string{"KEFIR.SESSION"}, false},
+	} {
+		spec, _ := command.Lookup([]byte(tc.args[0]))
+		var args [][]byte
+		for _, a := range tc.args {
+			args = append(args, []byte(a))
+		}
+		if got := readsKeyspace(spec, args); got != tc.want {
+			t.Errorf("%v: reads the keyspace = %v, want %v", tc.args, got, tc.want)
+		}
+	}
+}
