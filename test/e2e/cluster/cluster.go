@@ -10,6 +10,7 @@ package cluster
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -162,14 +163,19 @@ func holdBlock(p int) bool {
 		return true
 	}
 	f, err := os.OpenFile(filepath.Join(ports.dir, fmt.Sprintf("block-%d", ports.lo+b*portBlock)), os.O_RDWR|os.O_CREATE, 0o666)
-	if err == nil {
-		if err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-			f.Close()
-		}
-	}
 	if err != nil {
-		ports.foreign[b] = true
-		return false
+		// Say, another user's file: no lock, but still no port of the kernel's.
+		ports.held[b] = true
+		return true
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			ports.foreign[b] = true
+			return false
+		}
+		ports.held[b] = true // no locks on this file system: as above
+		return true
 	}
 	ports.held[b] = true
 	ports.locks = append(ports.locks, f)
