@@ -258,6 +258,9 @@ func crashRun(t *testing.T, seed int64, inlineRoll bool) crashResult {
 	if len(ops) > 0 {
 		res.appended = ops[len(ops)-1].end
 	}
+	// db is dropped, not closed, as the power cut would leave it; unlike a process, its
+	// filler goroutine may still be running and remove its file by name under db2's
+	// recovery (TestRecoveryWhileAnOldFillerRemovesItsFile forces that interleaving).
 	fs.Crash(rng)
 	db2, err := Open(o)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"slices"
 	"strconv"
@@ -104,8 +105,13 @@ func (db *DB) list() (segs, hints []fileRef, mark string, err error) {
 				hints = append(hints, fileRef{id, d, path, false})
 			} else if strings.HasSuffix(name, ".tmp") {
 				// An unfinished hint, compaction output or format mark, or the
-				// filler's zero-filled file: never referenced.
-				if err := db.fs.Remove(path); err != nil {
+				// filler's zero-filled file: never referenced. One that is already
+				// gone is what this wanted: a filler that outlived its engine (a
+				// crash test's dropped engine; before the close fix, a fill started
+				// as Close returned) removes its file by name when its write fails,
+				// and may do so between this listing and this Remove. The name is
+				// never a segment's, so nothing durable is at stake.
+				if err := db.fs.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 					return nil, nil, "", fmt.Errorf("storage: remove leftover %s: %w", path, err)
 				}
 			}

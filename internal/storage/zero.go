@@ -74,11 +74,15 @@ type filler struct {
 	mode fillMode
 
 	mu      sync.Mutex
-	ready   bool   // path is complete: zero-filled and synced
-	path    string // the file being filled or ready
-	busy    bool   // a fill is running
-	stopped atomic.Bool
+	ready   bool        // path is complete: zero-filled and synced
+	path    string      // the file being filled or ready
+	busy    bool        // a fill is running
+	stopped atomic.Bool // set under mu (claim checks it there); read without it by fills
 	wg      sync.WaitGroup
+
+	// afterClaim, if set, runs after an async claim, before its goroutine starts
+	// (tests: close racing a request).
+	afterClaim func()
 }
 
 // request asks for a zero-filled file of size bytes in dir (the next segment's
@@ -88,14 +92,16 @@ func (f *filler) request(dir string, size int64) {
 	if f.mode != fillAsync && f.mode != fillInline {
 		return
 	}
-	if !f.claim(dir) {
+	if !f.claim(dir, f.mode == fillAsync) {
 		return
 	}
 	if f.mode == fillInline {
 		f.run(size)
 		return
 	}
-	f.wg.Add(1)
+	if f.afterClaim != nil {
+		f.afterClaim()
+	}
 	go func() {
 		defer f.wg.Done()
 		f.run(size)
@@ -105,7 +111,7 @@ func (f *filler) request(dir string, size int64) {
 // fillNow fills a file of size bytes in dir on the caller's goroutine, whatever the
 // mode (except fillOff), unless one is ready there or being filled.
 func (f *filler) fillNow(dir string, size int64) {
-	if f.mode != fillOff && f.claim(dir) {
+	if f.mode != fillOff && f.claim(dir, false) {
 		f.run(size)
 	}
 }
@@ -118,15 +124,18 @@ func (f *filler) readyIn(dir string) bool {
 }
 
 // claim marks a fill of dir's file as running and reports true, unless the filler is
-// stopped, or a file is being filled or is ready in dir.
-func (f *filler) claim(dir string) bool {
-	if f.stopped.Load() {
-		return false
-	}
+// stopped, or a file is being filled or is ready in dir. With async it also counts the
+// goroutine the caller is about to start in wg, under the same lock as the stopped
+// check: close sets stopped under that lock too, so either close sees the goroutine
+// counted and waits for it, or the claim sees stopped. (Checking stopped before the lock
+// and counting after it let close return, and a new engine open the directory, before a
+// fill began: that fill's file then appeared, and its failed fill removed it by name,
+// under the new engine.)
+func (f *filler) claim(dir string, async bool) bool {
 	path := vfs.Join(dir, zeroName)
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.busy || (f.ready && f.path == path) {
+	if f.stopped.Load() || f.busy || (f.ready && f.path == path) {
 		return false
 	}
 	if f.ready {
@@ -134,6 +143,9 @@ func (f *filler) claim(dir string) bool {
 		f.ready = false
 	}
 	f.busy, f.path = true, path
+	if async {
+		f.wg.Add(1)
+	}
 	return true
 }
 
@@ -153,6 +165,9 @@ func (f *filler) run(size int64) {
 }
 
 func (f *filler) zeroFill(path string, size int64) error {
+	if f.stopped.Load() {
+		return vfs.ErrStopped // close came first: create nothing
+	}
 	file, err := f.fs.Create(path)
 	if err != nil {
 		return err
@@ -185,9 +200,11 @@ func (f *filler) idle() bool {
 	return !f.busy
 }
 
-// close stops the filler and waits for its goroutine.
+// close stops the filler and waits for its goroutine: no fill runs once it returns.
 func (f *filler) close() {
+	f.mu.Lock()
 	f.stopped.Store(true)
+	f.mu.Unlock()
 	f.wg.Wait()
 }
 

@@ -200,31 +200,15 @@ func TestSIGTERMShutsDownGracefully(t *testing.T) {
 }
 
 // freeBase finds a base port such that the client, peer and HTTP ports of
-// nodes nodes (base+i, base+1000+i, base+2000+i) are all free.
+// nodes nodes (base+i, base+1000+i, base+2000+i) are all free and reserved
+// (cluster.FreePorts).
 func freeBase(t *testing.T, nodes int) int {
 	t.Helper()
-	for range 50 {
-		p, _ := strconv.Atoi(strings.Split(cluster.FreeAddr(t), ":")[1])
-		if p+2000+nodes > 65535 {
-			continue
-		}
-		ok := true
-		for i := range nodes {
-			for _, q := range []int{p + i, p + 1000 + i, p + 2000 + i} {
-				ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", q))
-				if err != nil {
-					ok = false
-					break
-				}
-				ln.Close()
-			}
-		}
-		if ok {
-			return p
-		}
+	var offs []int
+	for i := range nodes {
+		offs = append(offs, i, 1000+i, 2000+i)
 	}
-	t.Fatal("no free port range found")
-	return 0
+	return cluster.FreePorts(t, offs...)
 }
 
 // upProc is a running `kefir up`.
