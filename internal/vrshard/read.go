@@ -587,6 +587,9 @@ func (r *Replica) Status() shard.Status {
 		DurablePos:  uint64(st.DurablePos),
 		Writes:      r.st.applied.Load(),
 		Syncs:       r.st.fsyncs.Load(),
+		// The client table's rows in the engine, which the engine counts
+		// among its keys (DBSIZE subtracts them).
+		Clients: int(r.app.nrows.Load()),
 	}
 }
 
@@ -713,6 +716,9 @@ func (r *Replica) restore(s *vr.Snapshot) error {
 		return fmt.Errorf("vrshard: restore snapshot: engine sync: %w", err)
 	}
 	r.app.replayTo = max(r.app.replayTo, r.db.LastVersion())
+	if err := r.app.loadRows(); err != nil {
+		return err
+	}
 	r.upd.raiseFloor(max(s.Op, r.db.LastVersion()))
 	r.setApplied(s.Op)
 	r.sinceCkpt = 0

@@ -635,6 +635,11 @@ func Open(opts Options) (*Replica, error) {
 	r.tail = ws.entries
 	r.app = newApplier(db)
 	r.app.appendUnchecked = r.mut.appendUnchecked
+	if err := r.app.loadRows(); err != nil {
+		db.Close()
+		w.close()
+		return nil, err
+	}
 	r.applied.Store(ws.snap.Op)
 	// The engine may hold ops the index never saw (applied before this
 	// start; they are re-applied, and indexed, as the log replays).

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"sync/atomic"
 
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/storage"
@@ -26,6 +27,10 @@ import (
 // in the same Append as the write. After a crash they give the results of ops
 // the engine already holds, for the VR core's client table.
 var clientPrefix = append(append([]byte(nil), shard.ReservedPrefix...), "vrclient/"...)
+
+// clientEnd ends the range of client rows: clientPrefix with its last byte
+// ('/') incremented.
+var clientEnd = append(append([]byte(nil), shard.ReservedPrefix...), "vrclient0"...)
 
 func clientKey(id uint64) []byte {
 	k := make([]byte, len(clientPrefix)+8)
@@ -55,15 +60,49 @@ type applier struct {
 	// appendUnchecked (a mutation): APPEND writes a value above the engine's
 	// limit, which fails the apply and stops the replica.
 	appendUnchecked bool
+
+	// rows holds the client ids that have a row in the engine, and nrows its
+	// size for Status (read by any goroutine): the engine counts the rows among
+	// its keys, and DBSIZE must not (docs/design/client-table.md). newRows are
+	// the batch's ids not in rows yet, added once its Append succeeded.
+	rows    map[uint64]struct{}
+	newRows []uint64
+	nrows   atomic.Int64
 }
 
 func newApplier(db *storage.DB) *applier {
-	return &applier{db: db, replayTo: db.LastVersion(), overlay: map[string]overlayVal{}}
+	return &applier{db: db, replayTo: db.LastVersion(), overlay: map[string]overlayVal{}, rows: map[uint64]struct{}{}}
+}
+
+// loadRows reads which client ids have a row in the engine: at start, and
+// after a snapshot changed the engine.
+func (a *applier) loadRows() error {
+	rows := map[uint64]struct{}{}
+	err := a.db.Scan(clientPrefix, clientEnd, 0, 0, func(k []byte, _ storage.Value) bool {
+		if len(k) == len(clientPrefix)+8 {
+			rows[binary.BigEndian.Uint64(k[len(clientPrefix):])] = struct{}{}
+		}
+		return true
+	})
+	if err != nil {
+		return fmt.Errorf("vrshard: load client rows: %w", err)
+	}
+	a.rows = rows
+	a.nrows.Store(int64(len(rows)))
+	return nil
+}
+
+// noteRow records that the batch writes client's row.
+func (a *applier) noteRow(client uint64) {
+	if _, ok := a.rows[client]; !ok {
+		a.newRows = append(a.newRows, client)
+	}
 }
 
 // begin starts a batch: records accumulate until flush.
 func (a *applier) begin() {
 	a.recs = a.recs[:0]
+	a.newRows = a.newRows[:0]
 	clear(a.overlay)
 }
 
@@ -80,6 +119,11 @@ func (a *applier) flush() error {
 	if err != nil {
 		return fmt.Errorf("vrshard: apply: append: %w", err)
 	}
+	for _, id := range a.newRows {
+		a.rows[id] = struct{}{}
+	}
+	a.newRows = a.newRows[:0]
+	a.nrows.Store(int64(len(a.rows)))
 	return nil
 }
 
@@ -105,6 +149,7 @@ func (a *applier) applyOp(op *shard.Op, v uint64, ts int64, client, reqNum uint6
 	}
 	if client != 0 {
 		a.recs = append(a.recs, storage.Record{Key: clientKey(client), Version: v, Timestamp: ts})
+		a.noteRow(client)
 	}
 	res, opErr := a.eval(op, v, ts)
 	if errors.Is(opErr, shard.ErrUnavailable) {
