@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"sync/atomic"
 
@@ -61,26 +62,25 @@ type applier struct {
 	// limit, which fails the apply and stops the replica.
 	appendUnchecked bool
 
-	// rows holds the client ids that have a row in the engine, and nrows its
-	// size for Status (read by any goroutine): the engine counts the rows among
-	// its keys, and DBSIZE must not (docs/design/client-table.md). newRows are
-	// the batch's ids not in rows yet, added once its Append succeeded.
-	rows    map[uint64]struct{}
-	newRows []uint64
-	nrows   atomic.Int64
+	// rows maps the client ids that have a row in the engine (or staged in
+	// the batch) to the row's version; nrows is its size as of the last
+	// Append, for Status (read by any goroutine): the engine counts the rows
+	// among its keys, and DBSIZE must not (docs/design/client-table.md).
+	rows  map[uint64]uint64
+	nrows atomic.Int64
 }
 
 func newApplier(db *storage.DB) *applier {
-	return &applier{db: db, replayTo: db.LastVersion(), overlay: map[string]overlayVal{}, rows: map[uint64]struct{}{}}
+	return &applier{db: db, replayTo: db.LastVersion(), overlay: map[string]overlayVal{}, rows: map[uint64]uint64{}}
 }
 
 // loadRows reads which client ids have a row in the engine: at start, and
 // after a snapshot changed the engine.
 func (a *applier) loadRows() error {
-	rows := map[uint64]struct{}{}
-	err := a.db.Scan(clientPrefix, clientEnd, 0, 0, func(k []byte, _ storage.Value) bool {
+	rows := map[uint64]uint64{}
+	err := a.db.Scan(clientPrefix, clientEnd, 0, 0, func(k []byte, v storage.Value) bool {
 		if len(k) == len(clientPrefix)+8 {
-			rows[binary.BigEndian.Uint64(k[len(clientPrefix):])] = struct{}{}
+			rows[binary.BigEndian.Uint64(k[len(clientPrefix):])] = v.Version
 		}
 		return true
 	})
@@ -92,17 +92,32 @@ func (a *applier) loadRows() error {
 	return nil
 }
 
-// noteRow records that the batch writes client's row.
-func (a *applier) noteRow(client uint64) {
-	if _, ok := a.rows[client]; !ok {
-		a.newRows = append(a.newRows, client)
+// applyForget evaluates the leader's forget entry at op v: every client row
+// whose version is below `below` gets a tombstone of version v. The leader
+// picks below no higher than the oldest op in its core's client table, so only
+// rows of clients the core has dropped go (docs/design/client-table.md). The
+// predicate is monotone in the row's version, so a replay stages exactly the
+// tombstones a crash lost (settle drops those the engine holds).
+func (a *applier) applyForget(v, below uint64, ts int64) {
+	a.cur = v
+	start := len(a.recs)
+	ids := make([]uint64, 0, 16)
+	for id, ver := range a.rows {
+		if ver < below {
+			ids = append(ids, id)
+		}
 	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		delete(a.rows, id)
+		a.recs = append(a.recs, storage.Record{Key: clientKey(id), Version: v, Timestamp: ts, Tombstone: true})
+	}
+	a.settle(start, v, v <= a.replayTo)
 }
 
 // begin starts a batch: records accumulate until flush.
 func (a *applier) begin() {
 	a.recs = a.recs[:0]
-	a.newRows = a.newRows[:0]
 	clear(a.overlay)
 }
 
@@ -110,6 +125,7 @@ func (a *applier) begin() {
 // the durable copy; see doc.go).
 func (a *applier) flush() error {
 	if len(a.recs) == 0 {
+		a.nrows.Store(int64(len(a.rows))) // a replay may change rows and stage nothing
 		return nil
 	}
 	_, err := a.db.Append(a.recs...)
@@ -119,10 +135,6 @@ func (a *applier) flush() error {
 	if err != nil {
 		return fmt.Errorf("vrshard: apply: append: %w", err)
 	}
-	for _, id := range a.newRows {
-		a.rows[id] = struct{}{}
-	}
-	a.newRows = a.newRows[:0]
 	a.nrows.Store(int64(len(a.rows)))
 	return nil
 }
@@ -149,7 +161,7 @@ func (a *applier) applyOp(op *shard.Op, v uint64, ts int64, client, reqNum uint6
 	}
 	if client != 0 {
 		a.recs = append(a.recs, storage.Record{Key: clientKey(client), Version: v, Timestamp: ts})
-		a.noteRow(client)
+		a.rows[client] = v
 	}
 	res, opErr := a.eval(op, v, ts)
 	if errors.Is(opErr, shard.ErrUnavailable) {
