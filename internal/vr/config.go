@@ -86,6 +86,11 @@ type Config struct {
 	// grant sent), and a follower that really died holds durability waits
 	// back for Suspect + Removal, 600 ms instead of 530 ms by default.
 	Suspect time.Duration
+
+	// ClientCap overrides MaxClients (clients.go) when > 0: tests only. It
+	// decides which client records every replica drops, so it must be the
+	// same on every replica.
+	ClientCap int
 }
 
 // Defaults for zero Config fields.

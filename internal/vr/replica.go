@@ -186,7 +186,7 @@ func New(cfg Config, st State) (*Replica, error) {
 		return nil, fmt.Errorf("vr: follower reads need a non-zero start nonce (State.Nonce)")
 	}
 	r := &Replica{cfg: cfg, hash: cfg.Hash(), n: len(cfg.Members), pulling: -1,
-		inflight: map[uint64]uint64{}, clients: map[uint64]*ClientRecord{}}
+		inflight: map[uint64]uint64{}, clients: map[uint64]*ClientRecord{}, clientCap: cfg.ClientCap}
 	r.f = (r.n - 1) / 2
 	r.self = slices.Index(cfg.Members, cfg.Self)
 	r.acked = make([]uint64, r.n)

@@ -111,6 +111,34 @@ func (r *reader) bytes() []byte {
 	return s
 }
 
+// forgetFormat marks the leader's internal entry that forgets client-table
+// rows (docs/design/client-table.md):
+//
+//	format byte (2) | timestamp varint | below uvarint
+//
+// Applying it deletes every row whose version is below `below`. A binary
+// without it stops on the entry (ErrCorruptEntry).
+const forgetFormat = 2
+
+func encodeForget(ts int64, below uint64) []byte {
+	b := []byte{forgetFormat}
+	b = binary.AppendVarint(b, ts)
+	return binary.AppendUvarint(b, below)
+}
+
+// decodeForget decodes a forgetFormat entry; ok is false for any other.
+func decodeForget(data []byte) (ts int64, below uint64, ok bool, err error) {
+	if len(data) == 0 || data[0] != forgetFormat {
+		return 0, 0, false, nil
+	}
+	r := reader{b: data[1:]}
+	ts, below = r.varint(), r.uvarint()
+	if r.err == nil && len(r.b) != 0 {
+		r.err = fmt.Errorf("%w: %d trailing bytes", ErrCorruptEntry, len(r.b))
+	}
+	return ts, below, true, r.err
+}
+
 // decodeOp decodes Data. The op's slices alias data.
 func decodeOp(data []byte) (header, shard.Op, error) {
 	r := reader{b: data}

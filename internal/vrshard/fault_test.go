@@ -91,6 +91,11 @@ func TestWipedReplicaRejoinsBySnapshot(t *testing.T) {
 	}
 	c.expectValue(f, "k49", "v199")
 	c.expectValue(f, "late19", "x")
+	// The restored engine's client rows are counted (Status.Clients, which
+	// DBSIZE subtracts): the same rows as the leader's, client 8's among them.
+	if got, want := c.reps[f].Status().Clients, engineRows(t, c.reps[f]); got != want || got == 0 || got != c.reps[l].Status().Clients {
+		t.Fatalf("restored replica counts %d client rows, its engine has %d, the leader counts %d", got, want, c.reps[l].Status().Clients)
+	}
 	res, err := c.reps[f].Read(context.Background(), get("k3"), level.ConsEventual, shard.Session{})
 	if err != nil || res.Kind != shard.ResNil {
 		t.Fatalf("deleted key on the restored replica: %+v, %v", res, err)

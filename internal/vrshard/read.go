@@ -587,6 +587,9 @@ func (r *Replica) Status() shard.Status {
 		DurablePos:  uint64(st.DurablePos),
 		Writes:      r.st.applied.Load(),
 		Syncs:       r.st.fsyncs.Load(),
+		// The client table's rows in the engine, which the engine counts
+		// among its keys (DBSIZE subtracts them).
+		Clients: int(r.app.nrows.Load()),
 	}
 }
 
@@ -618,7 +621,7 @@ func (r *Replica) Stats() Stats {
 	return Stats{Readies: r.st.readies.Load(), Fsyncs: r.st.fsyncs.Load(), Persisted: r.st.persisted.Load(),
 		Applied: r.st.applied.Load(), Proposals: r.st.proposals.Load(), LeaseReads: r.st.leaseReads.Load(),
 		IndexReads: r.st.indexReads.Load(), Checkpoints: r.st.ckpts.Load(), SnapsSent: r.st.snapsSent.Load(),
-		SnapsLoaded: r.st.snapsLoaded.Load(), NilextFast: r.st.nxFast.Load(), NilextFallbacks: r.st.nxFallbacks.Load(),
+		SnapsLoaded: r.st.snapsLoaded.Load(), Forgets: r.st.forgets.Load(), NilextFast: r.st.nxFast.Load(), NilextFallbacks: r.st.nxFallbacks.Load(),
 		NilextSent: r.st.nxSent.Load(), NilextAcksSent: r.st.nxAcksSent.Load(), NilextSlowReads: r.st.nxSlowReads.Load(),
 		DurabilityWaits: r.st.durWaits.Load(), DurabilityRounds: r.st.durRounds.Load(), FollowerReads: r.st.followerReads.Load(),
 		FollowerRedirects: r.st.followerRedirects.Load(), EarlyAcks: r.st.earlyAcks.Load(), OverlayReads: r.st.overlayReads.Load(),
@@ -713,6 +716,9 @@ func (r *Replica) restore(s *vr.Snapshot) error {
 		return fmt.Errorf("vrshard: restore snapshot: engine sync: %w", err)
 	}
 	r.app.replayTo = max(r.app.replayTo, r.db.LastVersion())
+	if err := r.app.loadRows(); err != nil {
+		return err
+	}
 	r.upd.raiseFloor(max(s.Op, r.db.LastVersion()))
 	r.setApplied(s.Op)
 	r.sinceCkpt = 0

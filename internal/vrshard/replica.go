@@ -297,6 +297,12 @@ type mutations struct {
 	// reported to the core as durable before any fsync covers it, so a
 	// prepare-ok promises entries a crash can still lose.
 	heldAckEarly bool
+	// forgetTooEarly: the leader's forget entry deletes every client row
+	// (below = applied+1) instead of only those older than its core's
+	// oldest client record: a crash then rebuilds a result the core still
+	// holds by re-evaluating the op, and a retry gets a wrong reply
+	// (docs/design/client-table.md).
+	forgetTooEarly bool
 }
 
 // proposal is one write on its way through the log.
@@ -427,6 +433,9 @@ type Stats struct {
 	Checkpoints uint64
 	SnapsSent   uint64
 	SnapsLoaded uint64
+	// Forgets counts the forget entries this node proposed as leader
+	// (client rows of clients the core dropped; docs/design/client-table.md).
+	Forgets uint64
 	// Nilext fast path: writes this node coordinated that completed on a
 	// supermajority, and those that fell back to the ordered path; nilext
 	// messages sent (one per peer per batch) and acks sent to coordinators;
@@ -484,6 +493,7 @@ type Replica struct {
 	tail       []vr.Entry // log entries after the applied op, for checkpoints
 	lastHS     vr.HardState
 	sinceCkpt  uint64
+	forgetAt   uint64 // the applied op before which no forget entry is proposed
 	recovering bool
 	wasLeader  bool
 	leadView   uint64
@@ -549,9 +559,9 @@ type Replica struct {
 	nxCool    atomic.Int64       // local Unix ns until which the fast path rests
 
 	st struct {
-		readies, fsyncs, persisted, applied, proposals, leaseReads, indexReads, ckpts, snapsSent, snapsLoaded atomic.Uint64
-		nxFast, nxFallbacks, nxSent, nxAcksSent, nxSlowReads                                                  atomic.Uint64
-		durWaits, durRounds, followerReads, followerRedirects, earlyAcks, overlayReads, durDeferred           atomic.Uint64
+		readies, fsyncs, persisted, applied, proposals, leaseReads, indexReads, ckpts, snapsSent, snapsLoaded, forgets atomic.Uint64
+		nxFast, nxFallbacks, nxSent, nxAcksSent, nxSlowReads                                                           atomic.Uint64
+		durWaits, durRounds, followerReads, followerRedirects, earlyAcks, overlayReads, durDeferred                    atomic.Uint64
 	}
 }
 
@@ -635,6 +645,11 @@ func Open(opts Options) (*Replica, error) {
 	r.tail = ws.entries
 	r.app = newApplier(db)
 	r.app.appendUnchecked = r.mut.appendUnchecked
+	if err := r.app.loadRows(); err != nil {
+		db.Close()
+		w.close()
+		return nil, err
+	}
 	r.applied.Store(ws.snap.Op)
 	// The engine may hold ops the index never saw (applied before this
 	// start; they are re-applied, and indexed, as the log replays).
@@ -816,7 +831,37 @@ func (r *Replica) run() {
 		}
 		r.startSync() // a read may now wait for a held batch (nilext_gc.go)
 		r.maybeCheckpoint()
+		r.maybeForgetRows()
 	}
+}
+
+// maybeForgetRows (leader): once the engine holds a tenth more client rows
+// than the core's table may hold, propose an entry that forgets the rows
+// older than the core's oldest record — rows of clients the core has dropped,
+// which no dedup decision and no replay needs (docs/design/client-table.md).
+// At most one proposal per cap/10 applied ops; a lost one (view change)
+// is simply proposed again later, and a repeated one deletes nothing more.
+func (r *Replica) maybeForgetRows() {
+	limit := r.cfg.ClientCap
+	if limit <= 0 {
+		limit = vr.MaxClients
+	}
+	applied := r.applied.Load()
+	if !r.isLeader.Load() || int(r.app.nrows.Load()) <= limit+limit/10 || applied < r.forgetAt {
+		return
+	}
+	below := applied + 1
+	for _, c := range r.core.ClientTable() {
+		below = min(below, c.Op)
+	}
+	if r.mut.forgetTooEarly {
+		below = applied + 1
+	}
+	if err := r.core.ProposeAck(r.now(), vr.Request{Data: encodeForget(time.Now().UnixNano(), below)}, vr.AckApplied); err != nil {
+		return // not normal, not leader or busy: the next round tries again
+	}
+	r.forgetAt = applied + uint64(max(limit/10, 1))
+	r.st.forgets.Add(1)
 }
 
 func (r *Replica) step(in inbound) {
@@ -1252,6 +1297,13 @@ func (r *Replica) apply(cs []vr.Committed) error {
 	for i := range cs {
 		c := &cs[i]
 		if c.Duplicate || len(c.Data) == 0 {
+			continue
+		}
+		if ts, below, ok, err := decodeForget(c.Data); ok {
+			if err != nil {
+				return fmt.Errorf("vrshard: op %d: %w", c.Op, err)
+			}
+			r.app.applyForget(c.Op, below, ts)
 			continue
 		}
 		h, op, err := decodeOp(c.Data)

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
+	"sync/atomic"
 
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/storage"
@@ -26,6 +28,10 @@ import (
 // in the same Append as the write. After a crash they give the results of ops
 // the engine already holds, for the VR core's client table.
 var clientPrefix = append(append([]byte(nil), shard.ReservedPrefix...), "vrclient/"...)
+
+// clientEnd ends the range of client rows: clientPrefix with its last byte
+// ('/') incremented.
+var clientEnd = append(append([]byte(nil), shard.ReservedPrefix...), "vrclient0"...)
 
 func clientKey(id uint64) []byte {
 	k := make([]byte, len(clientPrefix)+8)
@@ -55,10 +61,58 @@ type applier struct {
 	// appendUnchecked (a mutation): APPEND writes a value above the engine's
 	// limit, which fails the apply and stops the replica.
 	appendUnchecked bool
+
+	// rows maps the client ids that have a row in the engine (or staged in
+	// the batch) to the row's version; nrows is its size as of the last
+	// Append, for Status (read by any goroutine): the engine counts the rows
+	// among its keys, and DBSIZE must not (docs/design/client-table.md).
+	rows  map[uint64]uint64
+	nrows atomic.Int64
 }
 
 func newApplier(db *storage.DB) *applier {
-	return &applier{db: db, replayTo: db.LastVersion(), overlay: map[string]overlayVal{}}
+	return &applier{db: db, replayTo: db.LastVersion(), overlay: map[string]overlayVal{}, rows: map[uint64]uint64{}}
+}
+
+// loadRows reads which client ids have a row in the engine: at start, and
+// after a snapshot changed the engine.
+func (a *applier) loadRows() error {
+	rows := map[uint64]uint64{}
+	err := a.db.Scan(clientPrefix, clientEnd, 0, 0, func(k []byte, v storage.Value) bool {
+		if len(k) == len(clientPrefix)+8 {
+			rows[binary.BigEndian.Uint64(k[len(clientPrefix):])] = v.Version
+		}
+		return true
+	})
+	if err != nil {
+		return fmt.Errorf("vrshard: load client rows: %w", err)
+	}
+	a.rows = rows
+	a.nrows.Store(int64(len(rows)))
+	return nil
+}
+
+// applyForget evaluates the leader's forget entry at op v: every client row
+// whose version is below `below` gets a tombstone of version v. The leader
+// picks below no higher than the oldest op in its core's client table, so only
+// rows of clients the core has dropped go (docs/design/client-table.md). The
+// predicate is monotone in the row's version, so a replay stages exactly the
+// tombstones a crash lost (settle drops those the engine holds).
+func (a *applier) applyForget(v, below uint64, ts int64) {
+	a.cur = v
+	start := len(a.recs)
+	ids := make([]uint64, 0, 16)
+	for id, ver := range a.rows {
+		if ver < below {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		delete(a.rows, id)
+		a.recs = append(a.recs, storage.Record{Key: clientKey(id), Version: v, Timestamp: ts, Tombstone: true})
+	}
+	a.settle(start, v, v <= a.replayTo)
 }
 
 // begin starts a batch: records accumulate until flush.
@@ -71,6 +125,7 @@ func (a *applier) begin() {
 // the durable copy; see doc.go).
 func (a *applier) flush() error {
 	if len(a.recs) == 0 {
+		a.nrows.Store(int64(len(a.rows))) // a replay may change rows and stage nothing
 		return nil
 	}
 	_, err := a.db.Append(a.recs...)
@@ -80,6 +135,7 @@ func (a *applier) flush() error {
 	if err != nil {
 		return fmt.Errorf("vrshard: apply: append: %w", err)
 	}
+	a.nrows.Store(int64(len(a.rows)))
 	return nil
 }
 
@@ -105,6 +161,7 @@ func (a *applier) applyOp(op *shard.Op, v uint64, ts int64, client, reqNum uint6
 	}
 	if client != 0 {
 		a.recs = append(a.recs, storage.Record{Key: clientKey(client), Version: v, Timestamp: ts})
+		a.rows[client] = v
 	}
 	res, opErr := a.eval(op, v, ts)
 	if errors.Is(opErr, shard.ErrUnavailable) {

@@ -1,0 +1,155 @@
+package vrshard
+
+import (
+	"encoding/binary"
+	"fmt"
+	"maps"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kefirdb/kefir/internal/shard"
+	"github.com/kefirdb/kefir/internal/storage"
+)
+
+// engineRows counts the client-table rows in r's engine by scanning them.
+func engineRows(t testing.TB, r *Replica) int {
+	t.Helper()
+	n := 0
+	err := r.db.Scan(clientPrefix, clientEnd, 0, 0, func([]byte, storage.Value) bool { n++; return true })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// engineRowSet returns r's engine rows: client id → row version.
+func engineRowSet(t testing.TB, r *Replica) map[uint64]uint64 {
+	t.Helper()
+	rows := map[uint64]uint64{}
+	err := r.db.Scan(clientPrefix, clientEnd, 0, 0, func(k []byte, v storage.Value) bool {
+		rows[binary.BigEndian.Uint64(k[len(clientPrefix):])] = v.Version
+		return true
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rows
+}
+
+const testClientCap = 20
+
+// boundedRows writes with 10×testClientCap client ids (the core's table capped
+// at testClientCap) and checks, after every Ready of every replica, the rule
+// that makes forgetting rows safe: each client the core's table holds still
+// has its engine row, written by the op the record names (a crash rebuilds its
+// result from that row). It returns the cluster and a function that returns
+// the violations seen so far (the check stays on for replicas reopened later).
+func boundedRows(t *testing.T, tooEarly bool) (*cluster, func() []string) {
+	var mu sync.Mutex
+	var bad []string
+	c := newCluster(t, 3, func(o *Options) {
+		o.VR.ClientCap = testClientCap
+		o.mut.forgetTooEarly = tooEarly
+		o.mut.afterHandle = func(r *Replica) {
+			for _, rec := range r.core.ClientTable() {
+				v, err := r.db.Get(clientKey(rec.Client))
+				if err != nil || v.Version != rec.Op {
+					mu.Lock()
+					if len(bad) < 5 {
+						bad = append(bad, fmt.Sprintf("replica %d at op %d: client %d (op %d) in the core's table, row %d %v",
+							r.cfg.Self, r.applied.Load(), rec.Client, rec.Op, v.Version, err))
+					}
+					mu.Unlock()
+				}
+			}
+		}
+	})
+	for i := range 10 * testClientCap {
+		if _, err := c.write(set(fmt.Sprint("k", i%7), fmt.Sprint(i)), shard.ReqID{Client: uint64(1000 + i), Seq: 1}, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), bad...)
+	}
+}
+
+// Client rows are forgotten once the core's table dropped their client, on
+// every replica alike: with 200 client ids and a table of 20, each engine
+// holds a few more than 20 rows (200 before), the same rows at the same
+// versions everywhere, and never lacks the row of a client the table holds.
+func TestClientRowsForgottenWithTheCoresTable(t *testing.T) {
+	c, bad := boundedRows(t, false)
+	if b := bad(); len(b) > 0 {
+		t.Fatalf("the core's table names clients without their row: %v", b)
+	}
+	sets := c.sameRows(t)
+	l := c.leader(5 * time.Second)
+	if f := c.reps[l].Stats().Forgets; f == 0 {
+		t.Fatal("the leader proposed no forget entry")
+	}
+	t.Logf("%d rows on every replica; the leader proposed %d forget entries", len(sets[0]), c.reps[l].Stats().Forgets)
+	// Every replica is killed (the engine loses what it had not written) and
+	// restarts: it replays the log from its last checkpoint, forget entries
+	// included, over an engine that may hold them already, to the same rows.
+	for i := range c.reps {
+		c.kill(i)
+	}
+	for i := range c.reps {
+		c.open(i, false, nil)
+	}
+	if _, err := c.write(set("after", "1"), shard.ReqID{Client: 1, Seq: 1}, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if b := bad(); len(b) > 0 {
+		t.Fatalf("after a restart, the core's table names clients without their row: %v", b)
+	}
+	after := c.sameRows(t)
+	delete(after[0], 1)
+	if !maps.Equal(after[0], sets[0]) {
+		t.Fatalf("after a restart the replicas hold rows %v, before %v", after[0], sets[0])
+	}
+}
+
+// sameRows waits until every replica's engine holds the same client rows, and
+// checks their number against the bound and each replica's count.
+func (c *cluster) sameRows(t *testing.T) []map[uint64]uint64 {
+	t.Helper()
+	var sets []map[uint64]uint64
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		sets = sets[:0]
+		for _, r := range c.reps {
+			sets = append(sets, engineRowSet(t, r))
+		}
+		if (maps.Equal(sets[0], sets[1]) && maps.Equal(sets[0], sets[2])) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for i, s := range sets {
+		if !maps.Equal(s, sets[0]) {
+			t.Fatalf("replica %d holds rows %v, replica 0 %v", c.ids[i], s, sets[0])
+		}
+		if n := len(s); n == 0 || n > 2*testClientCap {
+			t.Fatalf("replica %d holds %d client rows; want at most %d", c.ids[i], n, 2*testClientCap)
+		}
+		if got := c.reps[i].Status().Clients; got != len(s) {
+			t.Fatalf("replica %d counts %d rows, its engine holds %d", c.ids[i], got, len(s))
+		}
+	}
+	return sets
+}
+
+// The mutation (forgetTooEarly): rows of clients the core still holds go too.
+func TestForgetTooEarlyDropsRowsTheCoreNeeds(t *testing.T) {
+	_, bad := boundedRows(t, true)
+	b := bad()
+	if len(b) == 0 {
+		t.Fatal("forgetTooEarly: every client in the core's table kept its row")
+	}
+	t.Logf("mutation caught: %v", b[0])
+}
