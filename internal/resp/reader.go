@@ -72,15 +72,43 @@ func NewReader(rd io.Reader, size int) *Reader {
 	if size <= 0 {
 		size = DefaultBufferSize
 	}
+	return newReader(rd, make([]byte, size))
+}
+
+func newReader(rd io.Reader, buf []byte) *Reader {
 	return &Reader{
 		rd:       rd,
-		buf:      make([]byte, size),
-		initSize: size,
+		buf:      buf,
+		initSize: len(buf),
 		maxBulk:  DefaultMaxBulk,
 		maxArray: DefaultMaxArray,
 		maxLine:  DefaultMaxLine,
 		cleft:    -1,
 	}
+}
+
+// NewReaderBuf is NewReader with buf (its full length) as the initial buffer,
+// for callers that recycle buffers across readers (TakeBuffer).
+func NewReaderBuf(rd io.Reader, buf []byte) *Reader {
+	if len(buf) == 0 {
+		return NewReader(rd, 0)
+	}
+	return newReader(rd, buf[:cap(buf)])
+}
+
+// TakeBuffer detaches the reader's buffer for reuse by another reader, if it
+// is still its initial size (a buffer grown for a large command is left to
+// the collector), and returns it; nil otherwise. The reader must not be used
+// afterwards, and nothing it returned may be read any more: the buffer's next
+// owner overwrites it.
+func (r *Reader) TakeBuffer() []byte {
+	b := r.buf
+	r.buf, r.rd = nil, nil
+	r.r, r.w = 0, 0
+	if cap(b) != r.initSize {
+		return nil
+	}
+	return b[:cap(b)]
 }
 
 // SetMaxBulk sets the largest accepted bulk string length; a longer one is a

@@ -269,3 +269,25 @@ func TestAppendCommandRoundTrips(t *testing.T) {
 		}
 	}
 }
+
+// A reader built on a recycled buffer starts empty whatever the buffer held,
+// and gives back only a buffer still of its initial size.
+func TestRecycledBufferStartsEmpty(t *testing.T) {
+	buf := make([]byte, 64)
+	copy(buf, "*1\r\n$4\r\nPING\r\n") // what a previous connection left behind
+	r := NewReaderBuf(strings.NewReader("*2\r\n$3\r\nGET\r\n$1\r\nk\r\n"), buf)
+	args, err := r.ReadCommand(nil)
+	if err != nil || len(args) != 2 || string(args[0]) != "GET" || string(args[1]) != "k" {
+		t.Fatalf("first command on a recycled buffer: %q, %v", args, err)
+	}
+	if b := r.TakeBuffer(); len(b) != 64 {
+		t.Fatalf("TakeBuffer gave %d bytes, want the 64-byte initial buffer", len(b))
+	}
+	big := NewReaderBuf(strings.NewReader("*1\r\n$200\r\n"+strings.Repeat("x", 200)+"\r\n"), make([]byte, 16))
+	if _, err := big.ReadCommand(nil); err != nil {
+		t.Fatal(err)
+	}
+	if b := big.TakeBuffer(); b != nil {
+		t.Fatalf("TakeBuffer gave back a grown buffer (%d bytes)", len(b))
+	}
+}

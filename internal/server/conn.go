@@ -11,6 +11,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -145,12 +146,30 @@ func (s *Server) newConn(nc net.Conn, id int64) *conn {
 		// bytes from the loop's reads.
 		c.ev, c.nc, in = ev, ev.nc, &ev.in
 	}
-	c.rd = resp.NewReader(in, 0)
+	c.rd = resp.NewReaderBuf(in, getReadBuf())
 	c.rd.SetMaxBulk(s.cfg.MaxBulk)
 	// The writer only stages replies for outBuf (an in-memory copy), so a small
 	// buffer costs little and keeps idle connections cheap.
 	c.w = resp.NewWriter(&c.out, 4<<10)
 	return c
+}
+
+// readBufs recycles connections' initial read buffers (resp.DefaultBufferSize
+// each). A client that opens connections per job (redis-benchmark opens 50 per
+// test) otherwise allocates 16 KB per connection, two thirds of a connection's
+// allocations, and on a small heap that runs the collector every few dozen
+// connections (docs/benchmarks.md, session 9). A buffer goes back only once
+// serve has returned: nothing reads a connection's buffer after that.
+var readBufs = sync.Pool{New: func() any { b := make([]byte, resp.DefaultBufferSize); return &b }}
+
+func getReadBuf() []byte { return *readBufs.Get().(*[]byte) }
+
+// releaseBuffers returns c's read buffer for another connection's use; c is
+// finished (serve returned) and its reader must not be used again.
+func (c *conn) releaseBuffers() {
+	if b := c.rd.TakeBuffer(); len(b) == resp.DefaultBufferSize {
+		readBufs.Put(&b)
+	}
 }
 
 // serve runs the connection until the client leaves, misbehaves or the server

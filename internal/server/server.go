@@ -292,6 +292,7 @@ func (s *Server) acceptClients() {
 				s.connWG.Done()
 			}()
 			c.serve()
+			c.releaseBuffers()
 		}()
 	}
 }
