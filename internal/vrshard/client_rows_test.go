@@ -10,6 +10,7 @@ import (
 
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/storage"
+	"github.com/kefirdb/kefir/internal/vfs"
 )
 
 // engineRows counts the client-table rows in r's engine by scanning them.
@@ -152,4 +153,42 @@ func TestForgetTooEarlyDropsRowsTheCoreNeeds(t *testing.T) {
 		t.Fatal("forgetTooEarly: every client in the core's table kept its row")
 	}
 	t.Logf("mutation caught: %v", b[0])
+}
+
+// A replay that reaches a client's row through an older op first must leave
+// the applier's row version at the engine's: client 7 writes at ops 1 and 2,
+// the replica restarts and replays both (op 1 is re-evaluated, its row being
+// op 2's; op 2's result comes from the row). The core's table then names
+// client 7 at op 2, and a forget "below 2" (op 2 the oldest in the table)
+// must keep its row — a lower version left in applier.rows made it delete
+// the row on this replica only (engines diverge, and a later crash rebuilds
+// client 7's result by re-evaluation).
+func TestReplayKeepsRowVersionForForget(t *testing.T) {
+	mem := vfs.NewMem()
+	db := openMemEngine(t, mem)
+	ops := []testOp{
+		{op: shard.Op{Kind: shard.KindIncrBy, Key: []byte("ctr"), Delta: 1}, client: 7, seq: 1},
+		{op: shard.Op{Kind: shard.KindIncrBy, Key: []byte("ctr"), Delta: 1}, client: 7, seq: 2},
+	}
+	applyAll(t, newApplier(db), ops)
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db2 := openMemEngine(t, mem)
+	a := newApplier(db2)
+	if err := a.loadRows(); err != nil {
+		t.Fatal(err)
+	}
+	applyAll(t, a, ops) // the replay after a restart from a checkpoint at op 0
+	if got := a.rows[7]; got != 2 {
+		t.Errorf("after the replay applier.rows has client 7 at version %d, the engine at 2", got)
+	}
+	a.begin()
+	a.applyForget(3, 2, 1)
+	if err := a.flush(); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := db2.Get(clientKey(7)); err != nil || v.Version != 2 {
+		t.Fatalf("forget below 2 deleted client 7's row (op 2, still in the core's table): %+v, %v", v, err)
+	}
 }

@@ -151,6 +151,9 @@ func (a *applier) applyOp(op *shard.Op, v uint64, ts int64, client, reqNum uint6
 			if seq, n := binary.Uvarint(cv.Data); n > 0 && seq == reqNum {
 				res, opErr, derr := decodeResult(cv.Data[n:])
 				if derr == nil {
+					// The row is this op's: a replayed older op of the
+					// client may have set a lower version (applyForget).
+					a.rows[client] = v
 					if err := a.replayFilter(op, v, ts, start); err != nil {
 						return shard.Result{}, nil, err
 					}
