@@ -9,7 +9,6 @@ import (
 
 	"github.com/kefirdb/kefir/internal/command"
 	"github.com/kefirdb/kefir/internal/level"
-	"github.com/kefirdb/kefir/internal/resp"
 	"github.com/kefirdb/kefir/internal/transport"
 )
 
@@ -78,11 +77,7 @@ func keyspaceReadsBehindSyncWrites(t *testing.T) []string {
 	// One write: the server must see the pipeline in one batch.
 	var buf []byte
 	for _, cmd := range cmds {
-		var bs [][]byte
-		for _, a := range cmd {
-			bs = append(bs, []byte(a))
-		}
-		buf = resp.AppendCommand(buf, bs...)
+		buf = appendCmd(buf, cmd...)
 	}
 	if _, err := c.nc.Write(buf); err != nil {
 		t.Fatal(err)

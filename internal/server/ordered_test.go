@@ -256,11 +256,7 @@ func pipelinedHistory(t *testing.T, nemesis bool, dur level.Durability) error {
 						args = []string{"GET", key}
 						cmds = append(cmds, sent{id: rec.Invoke(op), kind: check.Get})
 					}
-					var bs [][]byte
-					for _, a := range args {
-						bs = append(bs, []byte(a))
-					}
-					buf = resp.AppendCommand(buf, bs...)
+					buf = appendCmd(buf, args...)
 				}
 				_ = c.nc.SetDeadline(time.Now().Add(5 * time.Second))
 				_, werr := c.nc.Write(buf)

@@ -62,13 +62,19 @@ func dial(t testing.TB, s *Server) *client {
 
 func (c *client) send(args ...string) {
 	c.t.Helper()
-	var bs [][]byte
-	for _, a := range args {
-		bs = append(bs, []byte(a))
-	}
-	if _, err := c.nc.Write(resp.AppendCommand(nil, bs...)); err != nil {
+	if _, err := c.nc.Write(appendCmd(nil, args...)); err != nil {
 		c.t.Fatal(err)
 	}
+}
+
+// appendCmd appends args as one RESP command to buf: several appended and
+// written at once arrive as one pipeline.
+func appendCmd(buf []byte, args ...string) []byte {
+	bs := make([][]byte, len(args))
+	for i, a := range args {
+		bs[i] = []byte(a)
+	}
+	return resp.AppendCommand(buf, bs...)
 }
 
 func (c *client) reply() string {

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/kefirdb/kefir/internal/level"
-	"github.com/kefirdb/kefir/internal/resp"
 )
 
 // A replicated leader answers a sync SET at its ordered point and runs the
@@ -64,11 +63,7 @@ func pipelinedSyncRounds(t *testing.T, rounds int) []string {
 					"[" + fmt.Sprintf("%q", x) + ", " + v + ", " + fmt.Sprintf("%q", y) + ", " + v + "]"}
 				var buf []byte
 				for _, cmd := range cmds {
-					var bs [][]byte
-					for _, a := range cmd {
-						bs = append(bs, []byte(a))
-					}
-					buf = resp.AppendCommand(buf, bs...)
+					buf = appendCmd(buf, cmd...)
 				}
 				if _, err := c.nc.Write(buf); err != nil {
 					t.Error(err)
