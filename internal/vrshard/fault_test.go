@@ -182,23 +182,7 @@ func TestPartitionedOldLeaderServesNoStaleRead(t *testing.T) {
 			c.reps[old].Transport().SetLinkFault(id, transport.Fault{Partition: true})
 		}
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	var nl int
-	for {
-		nl = -1
-		for i, r := range c.reps {
-			if i != old && r.Info().IsLeader {
-				nl = i
-			}
-		}
-		if nl >= 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no new leader on the majority side")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	nl := newLeaderBesides(t, c, old)
 	if _, err := c.reps[nl].Write(context.Background(), set("x", "new"), level.Sync, shard.ReqID{}); err != nil {
 		t.Fatalf("write at the new leader: %v", err)
 	}

@@ -226,19 +226,7 @@ func lostOrderedWrite(t *testing.T, skip bool) (newValue string, w shard.WriteRe
 	done := make(chan error, 1)
 	go func() { done <- old.Wait(ctx, p) }()
 	// The others elect a new leader; the old one hears of it once healed.
-	deadline := time.Now().Add(10 * time.Second)
-	nl := -1
-	for nl < 0 {
-		for i, r := range c.reps {
-			if i != l && r.Info().IsLeader {
-				nl = i
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no new leader")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	nl := newLeaderBesides(t, c, l)
 	if _, err := c.reps[nl].Write(ctx, set("x", "1"), level.Sync, shard.ReqID{}); err != nil {
 		t.Fatalf("write at the new leader: %v", err)
 	}

@@ -231,22 +231,7 @@ func sessionReadAtDeposedLeader(t *testing.T, noWake bool) (time.Duration, error
 		r, err := c.reps[old].Read(context.Background(), get("x"), level.ConsSession, shard.Session{LastWrite: res.Version})
 		got <- out{r, err}
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		nl := -1
-		for i, r := range c.reps {
-			if i != old && r.Info().IsLeader {
-				nl = i
-			}
-		}
-		if nl >= 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no new leader on the majority side")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	newLeaderBesides(t, c, old)
 	select {
 	case o := <-got:
 		t.Fatalf("the cut-off leader answered a session read of its uncommitted write: %+v, %v", o.res, o.err)
