@@ -354,56 +354,35 @@ func (r *Replica) awaitDone(ctx context.Context, done <-chan struct{}, d time.Du
 // soon as this replica stops leading (publish wakes it). A need beyond the
 // log — a write a view change lost, a token from another group — fails with
 // shard.ErrSessionAhead after FollowerWait, as before.
-//
-// Every wait is woken by notify (setApplied, publish), with one timer,
-// stopped on return.
 func (r *Replica) waitSession(ctx context.Context, need uint64) error {
-	if r.applied.Load() >= need {
-		return nil
-	}
 	start := time.Now()
-	t := time.NewTimer(r.opts.FollowerWait)
-	defer t.Stop()
-	inLog := false // past FollowerWait, at the leader, need within its log
-	for {
-		r.notifyMu.Lock()
-		ch := r.notify
-		r.notifyMu.Unlock()
-		if r.applied.Load() >= need {
-			return nil
-		}
-		if inLog {
-			if !r.isLeader.Load() {
-				return r.redirect()
-			}
-			if need > r.lastOp.Load() {
-				return r.sessionAhead(need)
-			}
-		}
-		select {
-		case <-ch:
-		case <-t.C:
-			if inLog {
-				return ErrCannotServe
-			}
-			if !r.isLeader.Load() {
-				return r.redirect()
-			}
-			if need > r.lastOp.Load() || r.mut.sessionWaitLimited {
-				return r.sessionAhead(need)
-			}
-			left := r.opts.RequestTimeout - time.Since(start)
-			if left <= 0 {
-				return ErrCannotServe
-			}
-			inLog = true
-			t.Reset(left)
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-r.done:
-			return r.closedErr()
-		}
+	if done, err := r.untilApplied(ctx, need, r.opts.FollowerWait, nil); done || err != nil {
+		return err
 	}
+	if !r.isLeader.Load() {
+		return r.redirect()
+	}
+	if need > r.lastOp.Load() || r.mut.sessionWaitLimited {
+		return r.sessionAhead(need)
+	}
+	left := r.opts.RequestTimeout - time.Since(start)
+	if left <= 0 {
+		return ErrCannotServe
+	}
+	// Past FollowerWait, at the leader, need within its log.
+	done, err := r.untilApplied(ctx, need, left, func() error {
+		if !r.isLeader.Load() {
+			return r.redirect()
+		}
+		if need > r.lastOp.Load() {
+			return r.sessionAhead(need)
+		}
+		return nil
+	})
+	if done || err != nil {
+		return err
+	}
+	return ErrCannotServe
 }
 
 func (r *Replica) sessionAhead(need uint64) error {
@@ -414,40 +393,58 @@ func (r *Replica) sessionAhead(need uint64) error {
 // redirect is the error of a read this replica cannot serve because it does
 // not lead: the leader's address, or ErrCannotServe if none is known.
 func (r *Replica) redirect() error {
-	if err := r.notLeader(); !errors.Is(err, ErrNotLeader) || r.leader.Load() == 0 {
+	err := r.notLeader()
+	if !errors.Is(err, ErrNotLeader) || r.leader.Load() == 0 {
 		return ErrCannotServe
 	}
-	return r.notLeader()
+	return err
 }
 
 // waitApplied waits until the applied op reaches idx, an op a linearizable
 // or durability wait learned is committed, at most limit; then it fails
 // (ErrCannotServe at the leader, else a redirect).
 func (r *Replica) waitApplied(ctx context.Context, idx uint64, limit time.Duration) error {
-	if r.applied.Load() >= idx {
-		return nil
+	if done, err := r.untilApplied(ctx, idx, limit, nil); done || err != nil {
+		return err
 	}
-	t := time.NewTimer(limit)
+	if r.isLeader.Load() {
+		// Not a session's error: no token asked for idx.
+		return ErrCannotServe
+	}
+	return r.redirect()
+}
+
+// untilApplied waits until the applied op reaches idx (true), d passes
+// (false, nil), or ctx ends, the replica closes or check, called whenever
+// the wait wakes without idx applied (and once before it sleeps), fails.
+// Every wait is woken by notify (setApplied, publish), with one timer,
+// stopped on return.
+func (r *Replica) untilApplied(ctx context.Context, idx uint64, d time.Duration, check func() error) (bool, error) {
+	if r.applied.Load() >= idx {
+		return true, nil
+	}
+	t := time.NewTimer(d)
 	defer t.Stop()
 	for {
 		r.notifyMu.Lock()
 		ch := r.notify
 		r.notifyMu.Unlock()
 		if r.applied.Load() >= idx {
-			return nil
+			return true, nil
+		}
+		if check != nil {
+			if err := check(); err != nil {
+				return false, err
+			}
 		}
 		select {
 		case <-ch:
 		case <-t.C:
-			if r.isLeader.Load() {
-				// Not a session's error: no token asked for idx.
-				return ErrCannotServe
-			}
-			return r.redirect()
+			return false, nil
 		case <-ctx.Done():
-			return ctx.Err()
+			return false, ctx.Err()
 		case <-r.done:
-			return r.closedErr()
+			return false, r.closedErr()
 		}
 	}
 }
