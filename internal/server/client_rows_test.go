@@ -46,7 +46,8 @@ KEFIR.CALL REQID 103 8 CMD INCR d => (integer) 2`)
 		for {
 			// A follower counts a write once it has applied it.
 			db, keys = counts(c)
-			if db == fmt.Sprintf("(integer) %d", want) || time.Now().After(deadline) {
+			// INFO is read before DBSIZE: wait until both count the last write.
+			if (db == fmt.Sprintf("(integer) %d", want) && keys == fmt.Sprintf("keys=%d", want)) || time.Now().After(deadline) {
 				break
 			}
 			time.Sleep(10 * time.Millisecond)
