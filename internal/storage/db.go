@@ -200,9 +200,11 @@ func (db *DB) writableLocked() error {
 func (db *DB) checkOrderLocked(recs []Record) error {
 	if risingAbove(recs, db.lastV) {
 		// The common case: versions come from one counter, so a batch whose versions
-		// rise and start above every version the store holds (lastV bounds them all)
-		// is in order without looking any key up — a map and a tree descent per
-		// record were an eighth of a pipelined SET's CPU.
+		// do not fall, start above every version the store holds (lastV bounds them
+		// all) and never repeat a key within one version is in order without looking
+		// any key up — a map and a tree descent per record were an eighth of a
+		// pipelined SET's CPU, and a tenth of a replica's (each replicated write
+		// stores its key and its client's row at one version).
 		return nil
 	}
 	return db.checkOrderFullLocked(recs)
@@ -239,14 +241,30 @@ func (db *DB) checkOrderFullLocked(recs []Record) error {
 	return nil
 }
 
-// risingAbove reports whether the versions of recs are strictly increasing and the
-// first is above floor.
+// risingAbove reports whether the versions of recs never fall, the first is above
+// floor, and the records sharing a version have distinct keys. Runs of one version
+// longer than maxRun are not checked pairwise: it reports false for them.
 func risingAbove(recs []Record, floor uint64) bool {
+	const maxRun = 8
+	start := 0 // first record of the current run of equal versions
 	for i := range recs {
-		if recs[i].Version <= floor {
+		v := recs[i].Version
+		switch {
+		case i > 0 && v == recs[i-1].Version:
+			if i-start >= maxRun {
+				return false
+			}
+			for j := start; j < i; j++ {
+				if bytes.Equal(recs[j].Key, recs[i].Key) {
+					return false
+				}
+			}
+		case v <= floor:
 			return false
+		default:
+			start = i
 		}
-		floor = recs[i].Version
+		floor = v
 	}
 	return true
 }

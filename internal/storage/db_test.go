@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -455,13 +456,14 @@ func TestRealFiles(t *testing.T) {
 	wantGet(t, db2, "k199", "199")
 }
 
-// The batch order check skips its per-key look-ups when versions rise from above
-// every stored version; it must never accept a batch the full check rejects.
+// The batch order check skips its per-key look-ups when versions do not fall, start
+// above every stored version and never repeat a key within one version; it must never
+// accept a batch the full check rejects.
 func TestBatchOrderFastPathAgreesWithFullCheck(t *testing.T) {
 	db := mustOpen(t, memOpts(vfs.NewMem()))
 	defer db.Close()
 	rng := rand.New(rand.NewPCG(1, 2))
-	fast := 0
+	fast, fastShared := 0, 0 // fast-path batches; those with a version shared by two keys
 	for i := 0; i < 2000; i++ {
 		n := 2 + rng.IntN(12)
 		recs := make([]Record, n)
@@ -475,6 +477,12 @@ func TestBatchOrderFastPathAgreesWithFullCheck(t *testing.T) {
 		got := db.checkOrderLocked(recs)
 		if risingAbove(recs, db.lastV) {
 			fast++
+			for j := 1; j < n; j++ {
+				if recs[j].Version == recs[j-1].Version {
+					fastShared++
+					break
+				}
+			}
 		}
 		db.mu.Unlock()
 		if (got == nil) != (full == nil) {
@@ -486,7 +494,80 @@ func TestBatchOrderFastPathAgreesWithFullCheck(t *testing.T) {
 			}
 		}
 	}
-	if fast < 100 {
-		t.Fatalf("only %d batches took the fast path: the test does not exercise it", fast)
+	if fast < 100 || fastShared < 20 {
+		t.Fatalf("only %d batches took the fast path, %d with a shared version: the test does not exercise it", fast, fastShared)
+	}
+}
+
+// An engine opened with NoZeroFill never writes a zero-filled file: every segment is
+// appended to, so no segment holds more bytes than its records. A directory moves
+// between the two modes in both directions without losing a record.
+func TestNoZeroFillAppendsSegments(t *testing.T) {
+	fs := vfs.NewMem()
+	o := memOpts(fs)
+	o.Inline = false // the background filler is the one that must stay idle
+	o.SegmentSize = 16 << 10
+	o.NoZeroFill = true
+	ver := uint64(0)
+	from := uint64(0) // segments from this id on were created with NoZeroFill
+	noZeros := func(db *DB) {
+		t.Helper()
+		names, err := fs.ReadDir("/db")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range names {
+			if n == zeroName {
+				t.Fatalf("%s exists with NoZeroFill (after version %d)", zeroName, ver)
+			}
+		}
+		for _, s := range db.segs {
+			size, err := fs.Stat(s.path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if end := int64(uint64(db.next) - s.id); s.id >= from && s == db.segs[len(db.segs)-1] && size > end {
+				t.Fatalf("active segment %s is %d bytes on disk, %d written: zero-filled", s.path, size, end)
+			}
+		}
+	}
+	db := mustOpen(t, o)
+	write := func(db *DB, n int) {
+		for i := 0; i < n; i++ {
+			ver++
+			put(t, db, fmt.Sprintf("k%d", ver%50), ver, strings.Repeat("v", 100))
+			if o.NoZeroFill && ver%37 == 0 {
+				noZeros(db)
+			}
+		}
+		if _, err := db.Sync(db.LastPos()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(db, 1000)       // several segments (about seven)
+	if len(db.segs) < 2 { // a background seal running late lets a segment grow
+		t.Fatalf("only %d segments: the test does not roll", len(db.segs))
+	}
+	noZeros(db)
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, nz := range []bool{false, true} { // zero-filled, then appended again
+		o.NoZeroFill = nz
+		db = mustOpen(t, o)
+		from = db.segs[len(db.segs)-1].id + 1 // the active one may have been zero-filled
+		wantGet(t, db, fmt.Sprintf("k%d", ver%50), strings.Repeat("v", 100))
+		write(db, 300)
+		if nz {
+			noZeros(db)
+		}
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db = mustOpen(t, o)
+	defer db.Close()
+	for k := uint64(0); k < 50; k++ {
+		wantGet(t, db, fmt.Sprintf("k%d", k), strings.Repeat("v", 100))
 	}
 }

@@ -37,6 +37,9 @@ func Open(opts Options) (*DB, error) {
 	if opts.Inline {
 		mode = fillInline
 	}
+	if opts.NoZeroFill {
+		mode = fillOff
+	}
 	if opts.mut.setFill {
 		mode = opts.mut.fill
 	}

@@ -161,6 +161,12 @@ type Options struct {
 	// WriteBufferSize is how many appended bytes are buffered in memory before they are
 	// written to the segment file (default 256 KiB). Sync writes the buffer regardless.
 	WriteBufferSize int
+	// NoZeroFill appends to every segment instead of zero-filling the next one ahead
+	// and writing it in place. Zero-filling makes each fsync commit no file size; it
+	// pays for itself only when fsyncs are frequent and waited on. An engine synced
+	// rarely (a VR replica's, whose writes its replication log makes durable, synced at
+	// checkpoints) would write every byte twice and gain nothing.
+	NoZeroFill bool
 
 	mut mutations // deliberate bugs, for tests (zero.go)
 }
