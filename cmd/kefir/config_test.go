@@ -350,6 +350,35 @@ func TestNilextTuningOptions(t *testing.T) {
 	}
 }
 
+// --cad-sync-delay (KEFIR_CAD_SYNC_DELAY): 2ms by default, 0 turns holding off
+// (a negative delay for vrshard), and bad values are refused by name.
+func TestCadSyncDelayOption(t *testing.T) {
+	var stderr bytes.Buffer
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+		want time.Duration // -1: any negative
+	}{
+		{nil, nil, 2 * time.Millisecond},
+		{[]string{"--cad-sync-delay", "10ms"}, nil, 10 * time.Millisecond},
+		{nil, map[string]string{"KEFIR_CAD_SYNC_DELAY": "500us"}, 500 * time.Microsecond},
+		{[]string{"--cad-sync-delay", "0"}, nil, -1},
+	} {
+		cfg, err := loadServerConfig(tc.args, envMap(tc.env), &stderr)
+		if err != nil {
+			t.Fatalf("%v %v: %v", tc.args, tc.env, err)
+		}
+		if got := cfg.CadSyncDelay; got != tc.want && !(tc.want < 0 && got < 0) {
+			t.Errorf("%v %v: CadSyncDelay %v, want %v", tc.args, tc.env, got, tc.want)
+		}
+	}
+	for _, v := range []string{"-1ms", "soon"} {
+		if _, err := loadServerConfig([]string{"--cad-sync-delay", v}, envMap(nil), &stderr); err == nil || !strings.Contains(err.Error(), "--cad-sync-delay") {
+			t.Errorf("--cad-sync-delay %s: err %v, want a refusal naming the option", v, err)
+		}
+	}
+}
+
 // --loop-spin (KEFIR_LOOP_SPIN): auto leaves the choice to the server (0),
 // off is negative, a duration is taken as is, and bad values are refused
 // with the option's name.

@@ -122,6 +122,10 @@ type Config struct {
 	NilextBatch     int
 	NilextInterval  time.Duration
 	NilextSyncDelay time.Duration
+	// CadSyncDelay bounds how long a log batch of cad and async blind writes
+	// may wait for a later fsync to cover it (negative: never; 0: the
+	// default, 2ms; vrshard Options.CadSyncDelay).
+	CadSyncDelay time.Duration
 	// FollowerReads lets followers serve cross-client-monotonic reads while
 	// they hold an active-set lease (docs/design/cad.md §3); every member
 	// must agree.

@@ -113,6 +113,7 @@ func (s *Server) openReplica() (*vrshard.Replica, error) {
 			NilextBatch: cfg.NilextBatch, NilextInterval: cfg.NilextInterval,
 		},
 		NilextSyncDelay: cfg.NilextSyncDelay,
+		CadSyncDelay:    cfg.CadSyncDelay,
 		Bootstrap:       cfg.Bootstrap,
 		Nilext:          cfg.Nilext,
 		FollowerReads:   cfg.FollowerReads,

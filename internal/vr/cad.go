@@ -346,7 +346,7 @@ func (r *Replica) grantFor(j int, end int64) int64 {
 // grant and echoed prepare-ok number.
 func (r *Replica) sendLeader(m Message) {
 	m.Readable = r.Readable()
-	r.nxSyncHint(&m)
+	r.syncHint(&m)
 	var end int64
 	if r.cfg.FollowerReads {
 		end = r.leaseEnd()

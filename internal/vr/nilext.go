@@ -408,15 +408,17 @@ func (r *Replica) InDLog(client, req uint64) bool {
 	return r.status == Normal && r.nx.idx[dkey{client, req}] != nil
 }
 
-// nxSyncHint marks a leader's prepare or heartbeat sent while a read waits
-// for a commit (a nilext slow-path read, a durability wait): Persisted,
-// unused on the leader's messages, carries the leader's last op. A follower
-// whose driver holds log batches for group commit (entries from the d-log,
-// which no client waits for) syncs them at once instead of at its deadline
-// (NilextSyncWanted). Only a hint: it changes when a follower fsyncs, never
-// what it promises.
-func (r *Replica) nxSyncHint(m *Message) {
-	if !r.cfg.Nilext {
+// syncHint marks a leader's prepare or heartbeat sent while something at the
+// leader waits for a commit — a read (a nilext slow-path read, a durability
+// wait) or a write the driver said waits for its commit (WantSync):
+// Persisted, unused on the leader's messages, carries the leader's last op. A
+// follower whose driver holds log batches for group commit (batches no client
+// waits for: d-log entries, cad and async blind writes) syncs them at once
+// instead of at its deadline (SyncWanted). Only a hint: it changes when a
+// follower fsyncs, never what it promises.
+func (r *Replica) syncHint(m *Message) {
+	if r.syncWanted {
+		m.Persisted = r.lastOp()
 		return
 	}
 	for i := range r.reads {
@@ -427,10 +429,22 @@ func (r *Replica) nxSyncHint(m *Message) {
 	}
 }
 
-// NilextSyncWanted reports whether m, a message from the leader, asks its
-// receiver to sync held log batches now (a read at the leader waits for a
-// commit; nxSyncHint).
-func NilextSyncWanted(m *Message) bool {
+// WantSync makes the prepares and heartbeats of the next Ready ask the
+// followers to sync held log batches now (SyncWanted): the driver proposed a
+// write that waits for its commit (its prepare carries the request), or,
+// with beat, something waits for entries already sent, and a heartbeat goes
+// out with the next Ready if any entry is not yet committed.
+func (r *Replica) WantSync(beat bool) {
+	r.syncWanted = true
+	if beat && r.commit < r.lastOp() {
+		r.hbNow = true
+	}
+}
+
+// SyncWanted reports whether m, a message from the leader, asks its receiver
+// to sync held log batches now (something at the leader waits for a commit;
+// syncHint).
+func SyncWanted(m *Message) bool {
 	return (m.Type == MsgPrepare || m.Type == MsgCommit) && m.Persisted > 0
 }
 

@@ -668,7 +668,7 @@ func TestNilextInDLog(t *testing.T) {
 }
 
 // TestNilextSyncHint: the leader's prepare and heartbeat ask followers to
-// sync (NilextSyncWanted) while a slow-path read waits for their commit, and
+// sync (SyncWanted) while a slow-path read waits for their commit, and
 // not for background ordering.
 func TestNilextSyncHint(t *testing.T) {
 	x := newNxNet(t, 3)
@@ -678,7 +678,7 @@ func TestNilextSyncHint(t *testing.T) {
 				if m.Type == MsgPrepare {
 					prepares++
 				}
-				if NilextSyncWanted(m) {
+				if SyncWanted(m) {
 					wanted++
 				}
 			}

@@ -134,6 +134,7 @@ type Replica struct {
 	}
 	lastHB      int64
 	hbNow       bool
+	syncWanted  bool // WantSync: this Ready's leader messages carry the sync hint
 	viewStartOp uint64
 	queue       []Request
 	inflight    map[uint64]uint64
@@ -1383,6 +1384,7 @@ func (r *Replica) Ready() Ready {
 		r.nxClamp()
 		r.releaseDeferred()
 	}
+	r.syncWanted = false // this Ready's prepares and heartbeats carried it
 	rd := r.out
 	r.out = Ready{}
 	return rd

@@ -145,8 +145,8 @@ type Message struct {
 	// (counted for the readable index). On the leader's prepare and
 	// heartbeat, Readable is the readable index R and Grant the read lease
 	// the follower may assume from receipt, in nanoseconds (0: none), and
-	// (nilext fast path) a non-zero Persisted asks the follower to sync its
-	// log now: a read at the leader waits for a commit (NilextSyncWanted).
+	// a non-zero Persisted asks the follower to sync its log now: something
+	// at the leader waits for a commit (SyncWanted).
 	Persisted uint64
 	Applied   uint64
 	Readable  uint64

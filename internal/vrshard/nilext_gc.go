@@ -34,10 +34,25 @@ import (
 // took), anything while recovering, and every batch while a read waits at
 // this replica (a slow-path read or durability wait needs the commit). A
 // follower learns that the leader has such a read waiting from the leader's
-// prepare or heartbeat (vr.NilextSyncWanted): it then holds nothing until its
+// prepare or heartbeat (vr.SyncWanted): it then holds nothing until its
 // next fsync has started.
 
-// groupCommit is the driver's hold state (driver goroutine only).
+// The same hold serves cad and async writes without the fast path
+// (Options.CadSyncDelay): a batch whose entries are all blind cad or async
+// writes is acknowledged before it is durable (at a majority's memory, or at
+// the leader's append), so no client waits for its fsync. Holding it saves
+// fsyncs — on this kind of VM an fsync costs about as much CPU as the writes it
+// covers — at the price of a later commit point and apply. Urgent, besides the
+// cases above: an entry whose waiter at the leader awaits its commit (a sync
+// or non-blind write: the leader's prepare then carries the sync hint,
+// vr.Replica.WantSync), a read waiting at this replica, and a caller waiting
+// for an apply (untilApplied: a session read, a barrier), which wakes the
+// driver and makes its next messages carry the hint. A follower holds every
+// batch until the leader's hint or its deadline: it cannot tell which entries
+// someone waits for, the leader can.
+
+// groupCommit is the driver's hold state (driver goroutine only, except
+// appliedWaiters and wake).
 type groupCommit struct {
 	urgent uint64    // highest PersistSeq written that must be synced at once
 	heldAt time.Time // when the oldest held batch not covered by an fsync was written (zero: none)
@@ -47,18 +62,30 @@ type groupCommit struct {
 	want   bool             // the leader asked for a sync: hold nothing until the next fsync starts
 	held   atomic.Uint64    // batches held (tests)
 	late   atomic.Uint64    // fsyncs the deadline started (tests)
+	// appliedWaiters counts callers blocked in untilApplied; one that starts
+	// waiting sends on wake (capacity 1) so the driver stops holding.
+	appliedWaiters atomic.Int64
+	wake           chan struct{}
+}
+
+// holdDelay is how long a held batch may wait (negative: never held).
+func (r *Replica) holdDelay() time.Duration {
+	if r.opts.Nilext {
+		return r.opts.NilextSyncDelay
+	}
+	return r.opts.CadSyncDelay
 }
 
 // holdable reports whether the batch rd may wait for a later fsync. It runs
 // before handle() records rd (r.lastHS is still the previous hard state).
 func (r *Replica) holdable(rd *vr.Ready) bool {
-	if !r.opts.Nilext || r.opts.NilextSyncDelay < 0 || r.gc.want || r.recovering || rd.Snapshot != nil || rd.HasTruncate {
+	if r.holdDelay() < 0 || r.gc.want || r.recovering || rd.Snapshot != nil || rd.HasTruncate {
 		return false
 	}
 	if hs := rd.HardState; hs != nil && (hs.View != r.lastHS.View || hs.LastNormalView != r.lastHS.LastNormalView) {
 		return false
 	}
-	if len(r.reads) > 0 {
+	if len(r.reads) > 0 || r.gc.appliedWaiters.Load() > 0 {
 		return false
 	}
 	for i := range rd.DLog {
@@ -66,13 +93,37 @@ func (r *Replica) holdable(rd *vr.Ready) bool {
 			return false
 		}
 	}
+	leader := r.isLeader.Load()
 	for i := range rd.Entries {
 		e := &rd.Entries[i]
-		if e.Client == 0 || len(r.waitID[idKey{e.Client, e.ReqNum}]) > 0 || !r.core.InDLog(e.Client, e.ReqNum) {
+		if e.Client == 0 {
+			return false
+		}
+		ws := r.waitID[idKey{e.Client, e.ReqNum}]
+		if r.opts.Nilext {
+			if len(ws) > 0 || !r.core.InDLog(e.Client, e.ReqNum) {
+				return false
+			}
+			continue
+		}
+		if leader && !ackedBeforeDurable(ws) {
 			return false
 		}
 	}
 	return true
+}
+
+// ackedBeforeDurable reports whether ws, the waiters of one entry at the
+// leader, are all acknowledged before the entry is durable (cad and async
+// blind writes). An entry nobody here waits for (a forwarded write, a
+// retransmission) counts as awaited: its waiter may want its commit.
+func ackedBeforeDurable(ws []*proposal) bool {
+	for _, p := range ws {
+		if p.ack == vr.AckApplied {
+			return false
+		}
+	}
+	return len(ws) > 0
 }
 
 // noteWritten records that the batch up to r.written (held or not) was
@@ -98,10 +149,10 @@ func (r *Replica) noteWritten(held bool) {
 // wait (startSync starts no fsync then).
 func (r *Replica) holding() bool {
 	g := &r.gc
-	if g.urgent > r.synced0 || g.heldAt.IsZero() || g.want || len(r.reads) > 0 {
+	if g.urgent > r.synced0 || g.heldAt.IsZero() || g.want || len(r.reads) > 0 || g.appliedWaiters.Load() > 0 {
 		return false
 	}
-	if time.Since(g.heldAt) >= r.opts.NilextSyncDelay {
+	if time.Since(g.heldAt) >= r.holdDelay() {
 		g.late.Add(1)
 		return false
 	}
@@ -120,7 +171,7 @@ func (r *Replica) armHold() {
 	if g.heldAt.IsZero() {
 		return
 	}
-	d := max(r.opts.NilextSyncDelay-time.Since(g.heldAt), 0)
+	d := max(r.holdDelay()-time.Since(g.heldAt), 0)
 	if g.timer == nil {
 		g.timer = time.NewTimer(d)
 	} else {

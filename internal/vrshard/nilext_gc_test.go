@@ -196,7 +196,7 @@ func TestNilextHeldPrepareOKBeforeFsyncLosesACommittedOp(t *testing.T) {
 // update is not held (its entry is not in any d-log), so it completes long
 // before the deadline and carries the held ordering with it; a slow-path
 // read is served with the pending write long before the deadline too (the
-// leader's prepare asks the followers to sync: vr.NilextSyncWanted).
+// leader's prepare asks the followers to sync: vr.SyncWanted).
 func TestNilextHeldBatchesAndOrderedWritesAndSlowReads(t *testing.T) {
 	const delay = 500 * time.Millisecond
 	c := newCluster(t, 3, func(o *Options) {

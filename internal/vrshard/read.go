@@ -425,6 +425,14 @@ func (r *Replica) untilApplied(ctx context.Context, idx uint64, d time.Duration,
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
+	// A batch held for group commit would keep this waiter up to its
+	// deadline: tell the driver someone waits (nilext_gc.go).
+	r.gc.appliedWaiters.Add(1)
+	defer r.gc.appliedWaiters.Add(-1)
+	select {
+	case r.gc.wake <- struct{}{}:
+	default:
+	}
 	for {
 		r.notifyMu.Lock()
 		ch := r.notify

@@ -91,6 +91,14 @@ type Options struct {
 	// across the d-log and the log; nilext_gc.go). Default 5ms; negative:
 	// every batch is synced at once, as without the fast path.
 	NilextSyncDelay time.Duration
+	// CadSyncDelay bounds how long a log batch nobody waits for — cad and
+	// async blind writes, acknowledged before they are durable — may wait
+	// for a later batch's fsync to cover it (group commit; nilext_gc.go).
+	// A write or read that waits for a commit syncs the held batches at once,
+	// here and (by the leader's sync hint) at the followers. Default 2ms;
+	// negative: every batch is synced as soon as the fsync before it returns.
+	// With Nilext, NilextSyncDelay and its rules apply instead.
+	CadSyncDelay time.Duration
 	// FollowerReads turns on the active set (docs/design/cad.md §3):
 	// followers holding a lease serve cross-client-monotonic reads. Every
 	// member of a group must agree on it.
@@ -109,6 +117,7 @@ const (
 	DefaultMaxDrift   = 0.01
 
 	DefaultNilextSyncDelay = 5 * time.Millisecond
+	DefaultCadSyncDelay    = 2 * time.Millisecond
 )
 
 func (o *Options) fill() error {
@@ -143,6 +152,9 @@ func (o *Options) fill() error {
 	}
 	if o.NilextSyncDelay == 0 {
 		o.NilextSyncDelay = DefaultNilextSyncDelay
+	}
+	if o.CadSyncDelay == 0 {
+		o.CadSyncDelay = DefaultCadSyncDelay
 	}
 	if err := c.Validate(); err != nil {
 		return err
@@ -602,6 +614,7 @@ func Open(opts Options) (*Replica, error) {
 		reads:     map[uint64]*readWaiter{},
 		notify:    make(chan struct{}),
 		syncDone:  make(chan syncResult, 1),
+		gc:        groupCommit{wake: make(chan struct{}, 1)},
 		ckptDone:  make(chan ckptResult, 2),
 	}
 	// Writes without a request id are matched to their committed entries by
@@ -802,6 +815,9 @@ func (r *Replica) run() {
 			}
 		case <-r.gc.timerC:
 			r.holdExpired()
+		case <-r.gc.wake:
+			// An apply waiter arrived: ready() asks the followers to sync
+			// and startSync stops holding (nilext_gc.go).
 		}
 		// Take whatever else is waiting: one Ready (one fsync) covers it all.
 	drain:
@@ -876,7 +892,7 @@ func (r *Replica) step(in inbound) {
 			r.nxStep(now, m)
 			continue
 		}
-		if vr.NilextSyncWanted(m) {
+		if vr.SyncWanted(m) {
 			r.gc.want = true // a read at the leader waits: hold nothing (nilext_gc.go)
 		}
 		r.core.Step(now, *m)
@@ -913,6 +929,9 @@ func (r *Replica) propose(ps []*proposal) {
 			continue
 		}
 		r.st.proposals.Add(1)
+		if p.ack == vr.AckApplied {
+			r.core.WantSync(false) // its commit is awaited: followers must not hold it
+		}
 		if p.ack != vr.AckApplied {
 			r.early[idKey{p.req.Client, p.req.ReqNum}] = p.keys
 		} else if p.orderEarly {
@@ -1014,6 +1033,9 @@ func (r *Replica) read(rw *readWaiter) {
 
 // ready performs the core's actions until it has none (doc.go of internal/vr).
 func (r *Replica) ready() error {
+	if r.gc.appliedWaiters.Load() > 0 {
+		r.core.WantSync(true)
+	}
 	for {
 		rd := r.core.Ready()
 		if rd.Empty() {

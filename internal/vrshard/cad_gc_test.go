@@ -1,0 +1,133 @@
+package vrshard
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/shard"
+)
+
+// Tests of the group commit of cad and async writes (Options.CadSyncDelay,
+// nilext_gc.go): batches nobody waits for are held for a later fsync, and
+// anything that waits for a commit or an apply releases them at once.
+
+// waitAppliedEverywhere waits until every live replica applied op and
+// returns how long that took.
+func (c *cluster) waitAppliedEverywhere(op uint64, timeout time.Duration) (time.Duration, bool) {
+	start := time.Now()
+	for time.Since(start) < timeout {
+		done := true
+		for _, r := range c.reps {
+			if r != nil && r.Info().Applied < op {
+				done = false
+			}
+		}
+		if done {
+			return time.Since(start), true
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return time.Since(start), false
+}
+
+// A cad write with nothing after it is acknowledged at once, and its batch is
+// held at every replica until the deadline syncs it: it is applied after about
+// CadSyncDelay, not before (the hold is real) and not never (no hang).
+func TestCadHeldBatchIsReleasedByTheDeadline(t *testing.T) {
+	const delay = 300 * time.Millisecond
+	c := newCluster(t, 3, func(o *Options) { o.CadSyncDelay = delay })
+	l := c.leader(5 * time.Second)
+	c.write(set("warm", "up"), shard.ReqID{Client: 9, Seq: 1}, 5*time.Second) // a sync write: nothing held behind it
+	c.waitApplied(c.reps[l].Info().Commit, 5*time.Second)
+	start := time.Now()
+	res, err := c.reps[l].Write(context.Background(), set("a", "1"), level.CAD, shard.ReqID{Client: 5, Seq: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if acked := time.Since(start); acked > delay/2 {
+		t.Fatalf("the cad write took %v: it waited for the held fsync (deadline %v)", acked, delay)
+	}
+	took, ok := c.waitAppliedEverywhere(res.Version, 5*time.Second)
+	took += time.Since(start) - took // from the write
+	if !ok {
+		t.Fatalf("the held batch was never synced: op %d not applied everywhere after %v", res.Version, took)
+	}
+	if took < delay*2/3 {
+		t.Fatalf("op applied everywhere %v after the write, before the %v deadline: nothing was held", took, delay)
+	}
+	held, late := c.gcStats()
+	if held == 0 || late == 0 {
+		t.Fatalf("held %d batches, %d deadline fsyncs: want both > 0", held, late)
+	}
+	c.expectValue(l, "a", "1")
+}
+
+// Whatever waits for a held batch's commit or apply must not wait for the
+// deadline: the leader syncs at once and its sync hint makes the followers do
+// the same. With a 5 s deadline, each of these finishes well within a second.
+func TestCadHeldBatchesDoNotDelayWhatWaitsForThem(t *testing.T) {
+	const delay = 5 * time.Second
+	for _, tc := range []struct {
+		name string
+		// after runs at the leader after a held cad write of k=v1 (version
+		// ver); it returns what it read, if anything.
+		after func(ctx context.Context, r *Replica, ver uint64) (string, error)
+		want  string
+	}{
+		{"sync write", func(ctx context.Context, r *Replica, _ uint64) (string, error) {
+			_, err := r.Write(ctx, set("other", "x"), level.Sync, shard.ReqID{Client: 6, Seq: 1})
+			return "", err
+		}, ""},
+		{"non-blind cad write", func(ctx context.Context, r *Replica, _ uint64) (string, error) {
+			res, err := r.Write(ctx, shard.Op{Kind: shard.KindAppend, Key: []byte("k"), Value: []byte("+")}, level.CAD, shard.ReqID{Client: 6, Seq: 1})
+			if err != nil {
+				return "", err
+			}
+			return string(rune('0' + res.Int)), nil
+		}, "3"},
+		{"linearizable read", func(ctx context.Context, r *Replica, _ uint64) (string, error) {
+			res, err := r.Read(ctx, get("k"), level.ConsLinearizable, shard.Session{})
+			return string(res.Bulk), err
+		}, "v1"},
+		{"session read", func(ctx context.Context, r *Replica, ver uint64) (string, error) {
+			res, err := r.Read(ctx, get("other"), level.ConsSession, shard.Session{LastWrite: ver})
+			if err != nil {
+				return "", err
+			}
+			return "session:" + string(res.Bulk), nil
+		}, "session:"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t, 3, func(o *Options) { o.CadSyncDelay = delay })
+			l := c.leader(5 * time.Second)
+			c.write(set("warm", "up"), shard.ReqID{Client: 9, Seq: 1}, 5*time.Second)
+			c.waitApplied(c.reps[l].Info().Commit, 5*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*delay)
+			defer cancel()
+			res, err := c.reps[l].Write(ctx, set("k", "v1"), level.CAD, shard.ReqID{Client: 5, Seq: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if held, _ := c.gcStats(); held == 0 {
+				t.Fatal("the cad write's batch was not held: the test shows nothing")
+			}
+			start := time.Now()
+			got, err := tc.after(ctx, c.reps[l], res.Version)
+			took := time.Since(start)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if took > time.Second {
+				t.Fatalf("took %v: it waited for the held batches' deadline (%v)", took, delay)
+			}
+			if got != tc.want {
+				t.Fatalf("got %q, want %q", got, tc.want)
+			}
+			if _, late := c.gcStats(); late != 0 {
+				t.Fatalf("%d fsyncs started by the deadline", late)
+			}
+		})
+	}
+}
