@@ -506,19 +506,38 @@ func staleAfterEnd(data []byte, segID uint64) bool {
 // 700 random bytes), some synced, each ended by a seeded power cut (unsynced appends'
 // prefix, unsynced overwritten pages old, new or torn at 512-byte sectors). After every
 // recovery: everything synced survives, what survives beyond it is exactly a prefix of
-// the last incarnation's writes, and the active file is zero after the end.
+// the last incarnation's writes, and the active file is zero after the end. The same
+// for engines that append (Options.NoZeroFill, a VR replica's), and for a directory
+// each incarnation opens in either mode (a node upgraded to NoZeroFill, or back): a
+// zero-filled active segment then grows by appends, and an appended one is written in
+// place after a zero-filled roll.
 func TestRepeatedPowerCutsNeverResurrect(t *testing.T) {
 	seeds := *crashSeeds / 2
 	if testing.Short() {
 		seeds = 30
 	}
-	holes, kept := 0, 0
+	for _, tc := range []struct {
+		name      string
+		noZero    func(rng *rand.Rand) bool // the mode of the next incarnation
+		wantHoles bool                      // stale valid records after a hole occur (zero-filled files)
+	}{
+		{"zero-filled", func(*rand.Rand) bool { return false }, true},
+		{"appended", func(*rand.Rand) bool { return true }, false},
+		{"switching", func(rng *rand.Rand) bool { return rng.Intn(2) == 0 }, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) { repeatedPowerCuts(t, seeds, tc.noZero, tc.wantHoles) })
+	}
+}
+
+func repeatedPowerCuts(t *testing.T, seeds int, noZero func(*rand.Rand) bool, wantHoles bool) {
+	holes, kept, switched := 0, 0, 0
 	for seed := int64(0); seed < int64(seeds); seed++ {
 		rng := rand.New(rand.NewSource(seed))
 		fs := vfs.NewMem()
 		o := memOpts(fs)
 		o.SegmentSize = int64(2048 + rng.Intn(8192))
 		o.WriteBufferSize = 64 + rng.Intn(4096)
+		o.NoZeroFill = noZero(rng)
 		db := mustOpen(t, o)
 		model := map[string]string{}
 		version := uint64(0)
@@ -576,8 +595,12 @@ func TestRepeatedPowerCutsNeverResurrect(t *testing.T) {
 				holes++
 			}
 			var err error
+			if nz := noZero(rng); nz != o.NoZeroFill {
+				o.NoZeroFill = nz
+				switched++
+			}
 			if db, err = Open(o); err != nil {
-				t.Fatalf("seed %d incarnation %d: reopen: %v\n%s", seed, inc, err, fs)
+				t.Fatalf("seed %d incarnation %d (NoZeroFill %v): reopen: %v\n%s", seed, inc, o.NoZeroFill, err, fs)
 			}
 			rec := db.LastPos()
 			if rec < durable {
@@ -604,8 +627,8 @@ func TestRepeatedPowerCutsNeverResurrect(t *testing.T) {
 		}
 		db.Close()
 	}
-	t.Logf("%d seeds x 6 power cuts: %d recoveries kept unsynced records, %d found valid stale records after a hole", seeds, kept, holes)
-	if holes == 0 || kept == 0 {
+	t.Logf("%d seeds x 6 power cuts: %d recoveries kept unsynced records, %d found valid stale records after a hole, %d switched the fill mode", seeds, kept, holes, switched)
+	if (wantHoles && holes == 0) || kept == 0 {
 		t.Fatal("the workload never left valid records after a hole, or never kept unsynced ones: it proves nothing")
 	}
 }
