@@ -2,11 +2,13 @@ package vrshard
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/shard"
+	"github.com/kefirdb/kefir/internal/vr"
 )
 
 // Tests of the group commit of cad and async writes (Options.CadSyncDelay,
@@ -130,4 +132,71 @@ func TestCadHeldBatchesDoNotDelayWhatWaitsForThem(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A follower that receives the leader's sync hint must not hold the hinted
+// entries, even when an fsync of batches it held before finishes between the
+// message and the Ready that writes its entries: the drain loop takes a
+// finished fsync (synced, which starts the next one) after stepping a message
+// and before ready(). The hook starts that fsync right after the hinted
+// message is stepped, as synced would; the sync write behind the held cad
+// write must still commit within a second, not at the 5 s deadline. With the
+// mutation hintConsumedEarly (the hint consumed by that fsync, as in 7bd8c06)
+// it waits until RequestTimeout.
+func TestCadSyncHintSurvivesAnFsyncBeforeTheReady(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		mutation bool
+	}{{"fixed", false}, {"mutation hintConsumedEarly", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			took, err := syncWriteBehindHintRace(t, tc.mutation)
+			slow := err != nil || took > time.Second
+			if slow != tc.mutation {
+				t.Fatalf("the sync write took %v (err %v); held until the deadline: %v, want %v", took, err, slow, tc.mutation)
+			}
+		})
+	}
+}
+
+func syncWriteBehindHintRace(t *testing.T, mutation bool) (time.Duration, error) {
+	const delay = 5 * time.Second
+	var armed atomic.Bool
+	var fired atomic.Int32
+	c := newCluster(t, 3, func(o *Options) {
+		o.CadSyncDelay = delay
+		o.mut.hintConsumedEarly = mutation
+		o.mut.afterStep = func(r *Replica, m *vr.Message) {
+			if !armed.Load() || !vr.SyncWanted(m) || r.syncing != 0 || r.written <= r.synced0 {
+				return
+			}
+			// What synced does when the fsync in flight returns now: start
+			// the next one, over the held batches written so far.
+			r.startSync()
+			fired.Add(1)
+		}
+	})
+	l := c.leader(5 * time.Second)
+	c.write(set("warm", "up"), shard.ReqID{Client: 9, Seq: 1}, 5*time.Second)
+	c.waitApplied(c.reps[l].Info().Commit, 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*delay)
+	defer cancel()
+	if _, err := c.reps[l].Write(ctx, set("k", "v1"), level.CAD, shard.ReqID{Client: 5, Seq: 1}); err != nil {
+		t.Fatal(err)
+	}
+	// The cad write's batch is now held everywhere (written, not synced).
+	deadline := time.Now().Add(2 * time.Second)
+	for held, _ := c.gcStats(); held < 3; held, _ = c.gcStats() {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d replicas hold the cad write's batch", held)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	armed.Store(true)
+	start := time.Now()
+	_, err := c.reps[l].Write(ctx, set("other", "x"), level.Sync, shard.ReqID{Client: 6, Seq: 1})
+	took := time.Since(start)
+	if fired.Load() == 0 {
+		t.Fatal("no follower started an fsync between the hinted message and its Ready: the test shows nothing")
+	}
+	return took, err
 }

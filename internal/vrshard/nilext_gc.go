@@ -59,7 +59,7 @@ type groupCommit struct {
 	heldSq uint64    // that batch's PersistSeq
 	timer  *time.Timer
 	timerC <-chan time.Time // timer.C while armed, else nil
-	want   bool             // the leader asked for a sync: hold nothing until the next fsync starts
+	want   bool             // the leader asked for a sync: hold nothing it sent (until wantDone)
 	held   atomic.Uint64    // batches held (tests)
 	late   atomic.Uint64    // fsyncs the deadline started (tests)
 	// appliedWaiters counts callers blocked in untilApplied; one that starts
@@ -163,7 +163,28 @@ func (r *Replica) holding() bool {
 }
 
 // syncStarted: the fsync just started covers every batch written so far.
-func (r *Replica) syncStarted() { r.gc.heldAt, r.gc.want = time.Time{}, false }
+// It does not consume the leader's sync hint (want): an fsync may start
+// between the step of the hinted message and the Ready that writes its
+// entries (the drain loop takes a finished fsync, and synced starts the next
+// one), and that fsync does not cover them. wantDone consumes it.
+func (r *Replica) syncStarted() {
+	r.gc.heldAt = time.Time{}
+	if r.mut.hintConsumedEarly {
+		r.gc.want = false // the mutation
+	}
+}
+
+// wantDone runs at the end of ready(), once every message stepped so far has
+// had its entries written (none held while want was set): the leader's hint
+// makes everything written urgent, and is consumed.
+func (r *Replica) wantDone() {
+	g := &r.gc
+	if !g.want || r.mut.hintConsumedEarly {
+		return
+	}
+	g.urgent = max(g.urgent, r.written)
+	g.want = false
+}
 
 // armHold sets the deadline timer for the oldest held batch.
 func (r *Replica) armHold() {

@@ -232,6 +232,16 @@ type mutations struct {
 	// afterHandle (a test hook) runs on the driver goroutine at the end of
 	// every handled Ready: tests read driver-only state there.
 	afterHandle func(r *Replica)
+	// hintConsumedEarly: the leader's sync hint is consumed by the next
+	// fsync that starts (as before), even one that started between the
+	// hinted message's step and the Ready writing its entries, which are
+	// then held until the deadline (nilext_gc.go wantDone).
+	hintConsumedEarly bool
+	// afterStep (a test hook) runs on the driver goroutine after each peer
+	// message is stepped, before the Ready it produced is handled: tests
+	// interleave there what the drain loop may do in between (a finished
+	// fsync, synced).
+	afterStep func(r *Replica, m *vr.Message)
 	// lateReadable publishes R only at the end of ready(), after the
 	// readers a Ready releases were woken (the behaviour before §9 of
 	// docs/design/cad.md): they may check against the old R and wait again.
@@ -896,6 +906,9 @@ func (r *Replica) step(in inbound) {
 			r.gc.want = true // a read at the leader waits: hold nothing (nilext_gc.go)
 		}
 		r.core.Step(now, *m)
+		if h := r.mut.afterStep; h != nil {
+			h(r, m)
+		}
 	}
 }
 
@@ -1046,6 +1059,7 @@ func (r *Replica) ready() error {
 			return err
 		}
 	}
+	r.wantDone()
 	r.publish()
 	info := r.core.Info()
 	if r.wasLeader && (!info.IsLeader || info.View != r.leadView) {
