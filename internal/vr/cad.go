@@ -143,6 +143,15 @@ func (r *Replica) inflightQueued(k dkey) bool {
 	return false
 }
 
+// Queued reports whether request (client, req) waits in the proposal queue,
+// i.e. whether the Propose that just took it will append it as a new entry:
+// false for a retry of a request in flight (dropped: its reply comes when the
+// entry already in the log is applied) or of an executed one (answered from
+// the client table).
+func (r *Replica) Queued(client, req uint64) bool {
+	return r.inflightQueued(dkey{client, req})
+}
+
 // cadOrdered is called for each batch of entries the leader appends.
 func (r *Replica) cadOrdered(es []Entry) {
 	c := &r.cad

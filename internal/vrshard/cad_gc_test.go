@@ -2,6 +2,7 @@ package vrshard
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -69,40 +70,64 @@ func TestCadHeldBatchIsReleasedByTheDeadline(t *testing.T) {
 // Whatever waits for a held batch's commit or apply must not wait for the
 // deadline: the leader syncs at once and its sync hint makes the followers do
 // the same. With a 5 s deadline, each of these finishes well within a second.
+//
+// A row with a mutation must fail that way (the waiter times out or takes
+// more than a second).
 func TestCadHeldBatchesDoNotDelayWhatWaitsForThem(t *testing.T) {
 	const delay = 5 * time.Second
+	retry := func(d level.Durability) func(ctx context.Context, r *Replica, ver uint64) (string, error) {
+		return func(ctx context.Context, r *Replica, ver uint64) (string, error) {
+			res, err := r.Write(ctx, set("k", "v1"), d, shard.ReqID{Client: 5, Seq: 1})
+			if err == nil && res.Version != ver {
+				return "", fmt.Errorf("retry answered at version %d, the write is at %d", res.Version, ver)
+			}
+			return "", err
+		}
+	}
 	for _, tc := range []struct {
 		name string
 		// after runs at the leader after a held cad write of k=v1 (version
 		// ver); it returns what it read, if anything.
-		after func(ctx context.Context, r *Replica, ver uint64) (string, error)
-		want  string
+		after  func(ctx context.Context, r *Replica, ver uint64) (string, error)
+		want   string
+		mutate func(o *Options)
 	}{
 		{"sync write", func(ctx context.Context, r *Replica, _ uint64) (string, error) {
 			_, err := r.Write(ctx, set("other", "x"), level.Sync, shard.ReqID{Client: 6, Seq: 1})
 			return "", err
-		}, ""},
+		}, "", nil},
 		{"non-blind cad write", func(ctx context.Context, r *Replica, _ uint64) (string, error) {
 			res, err := r.Write(ctx, shard.Op{Kind: shard.KindAppend, Key: []byte("k"), Value: []byte("+")}, level.CAD, shard.ReqID{Client: 6, Seq: 1})
 			if err != nil {
 				return "", err
 			}
 			return string(rune('0' + res.Int)), nil
-		}, "3"},
+		}, "3", nil},
 		{"linearizable read", func(ctx context.Context, r *Replica, _ uint64) (string, error) {
 			res, err := r.Read(ctx, get("k"), level.ConsLinearizable, shard.Session{})
 			return string(res.Bulk), err
-		}, "v1"},
+		}, "v1", nil},
+		// A retry of the held cad write (its reply was lost, say): the core
+		// drops it as in flight, and its waiter waits for the apply.
+		{"retried cad write", retry(level.CAD), "", nil},
+		{"retried as a sync write", retry(level.Sync), "", nil},
+		{"retried cad write, mutation retryMayWait", retry(level.CAD), "", func(o *Options) { o.mut.retryMayWait = true }},
+		{"retried as a sync write, mutation retryMayWait", retry(level.Sync), "", func(o *Options) { o.mut.retryMayWait = true }},
 		{"session read", func(ctx context.Context, r *Replica, ver uint64) (string, error) {
 			res, err := r.Read(ctx, get("other"), level.ConsSession, shard.Session{LastWrite: ver})
 			if err != nil {
 				return "", err
 			}
 			return "session:" + string(res.Bulk), nil
-		}, "session:"},
+		}, "session:", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := newCluster(t, 3, func(o *Options) { o.CadSyncDelay = delay })
+			c := newCluster(t, 3, func(o *Options) {
+				o.CadSyncDelay = delay
+				if tc.mutate != nil {
+					tc.mutate(o)
+				}
+			})
 			l := c.leader(5 * time.Second)
 			c.write(set("warm", "up"), shard.ReqID{Client: 9, Seq: 1}, 5*time.Second)
 			c.waitApplied(c.reps[l].Info().Commit, 5*time.Second)
@@ -118,6 +143,12 @@ func TestCadHeldBatchesDoNotDelayWhatWaitsForThem(t *testing.T) {
 			start := time.Now()
 			got, err := tc.after(ctx, c.reps[l], res.Version)
 			took := time.Since(start)
+			if tc.mutate != nil {
+				if err == nil && took <= time.Second {
+					t.Fatalf("the mutation was not caught: done in %v", took)
+				}
+				return
+			}
 			if err != nil {
 				t.Fatal(err)
 			}

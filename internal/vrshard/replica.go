@@ -237,6 +237,10 @@ type mutations struct {
 	// hinted message's step and the Ready writing its entries, which are
 	// then held until the deadline (nilext_gc.go wantDone).
 	hintConsumedEarly bool
+	// retryMayWait: a retry of a request in flight (dropped by the core: it
+	// waits for the entry already in the log) does not release held
+	// batches, which it then waits for until their deadline (nilext_gc.go).
+	retryMayWait bool
 	// afterStep (a test hook) runs on the driver goroutine after each peer
 	// message is stepped, before the Ready it produced is handled: tests
 	// interleave there what the drain loop may do in between (a finished
@@ -944,6 +948,14 @@ func (r *Replica) propose(ps []*proposal) {
 		r.st.proposals.Add(1)
 		if p.ack == vr.AckApplied {
 			r.core.WantSync(false) // its commit is awaited: followers must not hold it
+		}
+		if p.req.Client != 0 && !r.opts.Nilext && !r.mut.retryMayWait && !r.core.Queued(p.req.Client, p.req.ReqNum) {
+			// A retry of a request already in the log (or executed): no new
+			// entry makes its batch urgent, yet its waiter waits for the
+			// apply of an entry that may be held, here and at the
+			// followers: sync it now, and ask them to (nilext_gc.go).
+			r.gc.want = true
+			r.core.WantSync(true)
 		}
 		if p.ack != vr.AckApplied {
 			r.early[idKey{p.req.Client, p.req.ReqNum}] = p.keys
