@@ -231,3 +231,49 @@ func syncWriteBehindHintRace(t *testing.T, mutation bool) (time.Duration, error)
 	}
 	return took, err
 }
+
+// Writes waiting for room in a full pipeline (the backlog, vr.ErrBusy) wait
+// for a commit: held batches must not keep them until the deadline. Four
+// held cad writes fill a 4-op pipeline; the fifth write waits for their
+// commit, which must come within a second, not after the 5 s deadline
+// (mutation backlogMayWait: it times out).
+func TestCadFullPipelineReleasesHeldBatches(t *testing.T) {
+	const delay = 5 * time.Second
+	for _, tc := range []struct {
+		name     string
+		d        level.Durability
+		mutation bool
+	}{
+		{"cad", level.CAD, false},
+		{"sync", level.Sync, false},
+		{"cad, mutation backlogMayWait", level.CAD, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t, 3, func(o *Options) {
+				o.CadSyncDelay = delay
+				o.VR.MaxInflight = 4
+				o.mut.backlogMayWait = tc.mutation
+			})
+			l := c.leader(5 * time.Second)
+			c.write(set("warm", "up"), shard.ReqID{Client: 9, Seq: 1}, 5*time.Second)
+			c.waitApplied(c.reps[l].Info().Commit, 5*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*delay)
+			defer cancel()
+			for i := range 4 {
+				if _, err := c.reps[l].Write(ctx, set(fmt.Sprintf("k%d", i), "v"), level.CAD, shard.ReqID{Client: 5, Seq: uint64(i + 1)}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if last, commit := c.reps[l].lastOp.Load(), c.reps[l].commit.Load(); last-commit < 4 {
+				t.Fatalf("the pipeline is not full (last op %d, commit %d): the test shows nothing", last, commit)
+			}
+			start := time.Now()
+			_, err := c.reps[l].Write(ctx, set("k4", "v"), tc.d, shard.ReqID{Client: 6, Seq: 1})
+			took := time.Since(start)
+			slow := err != nil || took > time.Second
+			if slow != tc.mutation {
+				t.Fatalf("the write behind a full pipeline took %v (err %v); held until the deadline: %v, want %v", took, err, slow, tc.mutation)
+			}
+		})
+	}
+}

@@ -241,6 +241,10 @@ type mutations struct {
 	// waits for the entry already in the log) does not release held
 	// batches, which it then waits for until their deadline (nilext_gc.go).
 	retryMayWait bool
+	// backlogMayWait: writes waiting in the backlog for room in a full
+	// pipeline do not release held batches, whose commit they wait for
+	// until the deadline (nilext_gc.go).
+	backlogMayWait bool
 	// afterStep (a test hook) runs on the driver goroutine after each peer
 	// message is stepped, before the Ready it produced is handled: tests
 	// interleave there what the drain loop may do in between (a finished
@@ -923,7 +927,8 @@ func (r *Replica) step(in inbound) {
 // backpressure, not an error. Order matters: the core drops a request
 // numbered below one of the same client already in flight.
 func (r *Replica) propose(ps []*proposal) {
-	if len(r.backlog) > 0 {
+	backlogged := len(r.backlog) > 0
+	if backlogged {
 		ps = append(r.backlog, ps...)
 		r.backlog = nil
 	}
@@ -939,6 +944,14 @@ func (r *Replica) propose(ps []*proposal) {
 		err := r.core.ProposeAck(now, p.req, p.ack)
 		if errors.Is(err, vr.ErrBusy) {
 			r.backlog = append(r.backlog[:0:0], ps[i:]...)
+			if !r.opts.Nilext && !r.mut.backlogMayWait {
+				// The backlog waits for a commit: hold nothing here, and
+				// make the prepares ask the followers to sync; when it
+				// starts, a heartbeat asks them to sync what they hold
+				// (nilext_gc.go).
+				r.gc.want = true
+				r.core.WantSync(!backlogged)
+			}
 			return
 		}
 		if err != nil {
