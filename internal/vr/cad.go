@@ -223,6 +223,8 @@ func (r *Replica) flushAck() {
 	c := &r.cad
 	hbDue, hb := c.due, c.dueHB
 	c.due, c.dueHB = false, 0
+	ask := r.askSync
+	r.askSync = false
 	if r.status != Normal || r.isLeader() {
 		return
 	}
@@ -240,8 +242,12 @@ func (r *Replica) flushAck() {
 	c.sent = [4]uint64{r.view, recv, pers, app}
 	c.ackSeq++
 	c.ackRing[c.ackSeq%hbRing] = ackSent{seq: c.ackSeq, at: r.now}
-	r.send(r.cfg.LeaderOf(r.view), Message{Type: MsgPrepareOK, View: r.view, Op: recv, Persisted: pers,
-		Applied: app, HBSeq: hb, AckSeq: c.ackSeq})
+	m := Message{Type: MsgPrepareOK, View: r.view, Op: recv, Persisted: pers,
+		Applied: app, HBSeq: hb, AckSeq: c.ackSeq}
+	if ask {
+		m.Readable = max(recv, 1) // AskSync: non-zero
+	}
+	r.send(r.cfg.LeaderOf(r.view), m)
 }
 
 // learn takes R and the grant from a leader message of the current view.

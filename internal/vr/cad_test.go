@@ -542,3 +542,57 @@ func TestCommitGoesOutAtOnceWhileADurabilityWaitNeedsIt(t *testing.T) {
 		})
 	}
 }
+
+// TestAskSync: a follower's AskSync makes its next Ready send the leader a
+// prepare-ok asking for a sync (SyncAsked), even with nothing new to report,
+// once; without it the follower sends nothing, and at the leader it is a no-op.
+func TestAskSync(t *testing.T) {
+	n := newNet(t, 3)
+	n.deliver(nil)
+	asked := func(from uint64) (oks, asks int) {
+		for _, m := range n.q {
+			if m.From == from && m.Type == MsgPrepareOK {
+				oks++
+				if SyncAsked(&m) {
+					asks++
+				}
+			}
+		}
+		return oks, asks
+	}
+	n.ready(2)
+	if oks, _ := asked(2); oks != 0 {
+		t.Fatalf("an idle follower sent %d prepare-oks", oks)
+	}
+	n.rs[2].AskSync()
+	n.ready(2)
+	if oks, asks := asked(2); oks != 1 || asks != 1 {
+		t.Fatalf("after AskSync: %d prepare-oks, %d asking for a sync; want 1, 1", oks, asks)
+	}
+	n.q = nil
+	n.ready(2)
+	if oks, _ := asked(2); oks != 0 {
+		t.Fatalf("AskSync asked again: %d prepare-oks", oks)
+	}
+	n.rs[1].AskSync() // the leader
+	n.ready(1)
+	for _, m := range n.q {
+		if SyncAsked(&m) {
+			t.Fatalf("the leader asked for a sync: %v", m)
+		}
+	}
+	// Ordinary prepare-oks never ask.
+	if err := n.rs[1].Propose(n.now, Request{Client: 7, ReqNum: 1, Data: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	n.ready(1)
+	for len(n.q) > 0 {
+		m := n.q[0]
+		n.q = n.q[1:]
+		if SyncAsked(&m) {
+			t.Fatalf("an ordinary prepare-ok asks for a sync: %v", m)
+		}
+		n.rs[m.To].Step(n.now, m)
+		n.ready(m.To)
+	}
+}

@@ -448,6 +448,25 @@ func SyncWanted(m *Message) bool {
 	return (m.Type == MsgPrepare || m.Type == MsgCommit) && m.Persisted > 0
 }
 
+// AskSync (at a follower) makes the next Ready send the leader a prepare-ok,
+// even without progress, that asks it to sync held log batches now and to
+// ask the other followers to (SyncAsked): a caller at this follower waits
+// for an apply (a session read), which needs a commit, and the leader cannot
+// know. Readable, unused on a prepare-ok, carries the request (non-zero).
+// Only a hint: it changes when replicas fsync, never what they promise.
+func (r *Replica) AskSync() {
+	if r.status == Normal && !r.isLeader() {
+		r.askSync = true
+		r.cad.due = true
+	}
+}
+
+// SyncAsked reports whether m, a follower's prepare-ok, asks the leader to
+// sync held log batches now (AskSync).
+func SyncAsked(m *Message) bool {
+	return m.Type == MsgPrepareOK && m.Readable > 0
+}
+
 // ---- view change ----
 
 // nxRecover rebuilds the d-log at a new leader from the do-view-changes at

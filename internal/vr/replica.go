@@ -135,6 +135,7 @@ type Replica struct {
 	lastHB      int64
 	hbNow       bool
 	syncWanted  bool // WantSync: this Ready's leader messages carry the sync hint
+	askSync     bool // AskSync: this Ready's prepare-ok asks the leader to sync
 	viewStartOp uint64
 	queue       []Request
 	inflight    map[uint64]uint64

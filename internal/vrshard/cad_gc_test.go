@@ -277,3 +277,47 @@ func TestCadFullPipelineReleasesHeldBatches(t *testing.T) {
 		})
 	}
 }
+
+// A session read at a follower waits for the apply of the session's cad
+// write, i.e. for its commit, for which the leader holds the batch (no
+// caller at the leader waits for it): the follower asks the leader to sync
+// (vr AskSync) and the read is served there well within a second. With the
+// mutation noAskSync the leader holds the batch for the 5 s deadline and the
+// read redirects after FollowerWait.
+func TestCadFollowerSessionReadReleasesHeldBatches(t *testing.T) {
+	const delay = 5 * time.Second
+	for _, tc := range []struct {
+		name     string
+		mutation bool
+	}{{"fixed", false}, {"mutation noAskSync", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t, 3, func(o *Options) {
+				o.CadSyncDelay = delay
+				o.FollowerWait = 1500 * time.Millisecond
+				o.mut.noAskSync = tc.mutation
+			})
+			l := c.leader(5 * time.Second)
+			c.write(set("warm", "up"), shard.ReqID{Client: 9, Seq: 1}, 5*time.Second)
+			if _, ok := c.waitAppliedEverywhere(c.reps[l].Info().Commit, 5*time.Second); !ok {
+				t.Fatal("the warm-up write was not applied everywhere")
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*delay)
+			defer cancel()
+			res, err := c.reps[l].Write(ctx, set("k", "v1"), level.CAD, shard.ReqID{Client: 5, Seq: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := (l + 1) % len(c.reps)
+			start := time.Now()
+			got, err := c.reps[f].Read(ctx, get("k"), level.ConsSession, shard.Session{LastWrite: res.Version})
+			took := time.Since(start)
+			slow := err != nil || took > time.Second
+			if slow != tc.mutation {
+				t.Fatalf("the follower's session read took %v (err %v); held until the deadline: %v, want %v", took, err, slow, tc.mutation)
+			}
+			if !slow && string(got.Bulk) != "v1" {
+				t.Fatalf("the follower's session read returned %q, want v1", got.Bulk)
+			}
+		})
+	}
+}

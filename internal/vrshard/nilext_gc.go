@@ -66,6 +66,7 @@ type groupCommit struct {
 	// waiting sends on wake (capacity 1) so the driver stops holding.
 	appliedWaiters atomic.Int64
 	wake           chan struct{}
+	arrived        bool // a wake came: at a follower, ready() asks the leader to sync (vr AskSync)
 }
 
 // holdDelay is how long a held batch may wait (negative: never held).

@@ -245,6 +245,10 @@ type mutations struct {
 	// pipeline do not release held batches, whose commit they wait for
 	// until the deadline (nilext_gc.go).
 	backlogMayWait bool
+	// noAskSync: a caller waiting for an apply at a follower (a session
+	// read) does not ask the leader to sync (vr AskSync), so it waits for
+	// the held batches' deadline at the leader (nilext_gc.go).
+	noAskSync bool
 	// afterStep (a test hook) runs on the driver goroutine after each peer
 	// message is stepped, before the Ready it produced is handled: tests
 	// interleave there what the drain loop may do in between (a finished
@@ -834,8 +838,10 @@ func (r *Replica) run() {
 		case <-r.gc.timerC:
 			r.holdExpired()
 		case <-r.gc.wake:
-			// An apply waiter arrived: ready() asks the followers to sync
-			// and startSync stops holding (nilext_gc.go).
+			// An apply waiter arrived: ready() asks the followers (at a
+			// follower: the leader) to sync and startSync stops holding
+			// (nilext_gc.go).
+			r.gc.arrived = true
 		}
 		// Take whatever else is waiting: one Ready (one fsync) covers it all.
 	drain:
@@ -912,6 +918,12 @@ func (r *Replica) step(in inbound) {
 		}
 		if vr.SyncWanted(m) {
 			r.gc.want = true // a read at the leader waits: hold nothing (nilext_gc.go)
+		}
+		if vr.SyncAsked(m) && !r.opts.Nilext {
+			// A follower's caller waits for an apply: hold nothing, and ask
+			// the other followers to sync too (nilext_gc.go).
+			r.gc.want = true
+			r.core.WantSync(true)
 		}
 		r.core.Step(now, *m)
 		if h := r.mut.afterStep; h != nil {
@@ -1073,6 +1085,15 @@ func (r *Replica) read(rw *readWaiter) {
 func (r *Replica) ready() error {
 	if r.gc.appliedWaiters.Load() > 0 {
 		r.core.WantSync(true)
+	}
+	if r.gc.arrived {
+		r.gc.arrived = false
+		if !r.opts.Nilext && !r.mut.noAskSync {
+			// At a follower (a no-op at the leader): the apply waited for
+			// needs a commit, for which the leader and the other followers
+			// may hold batches until their deadline.
+			r.core.AskSync()
+		}
 	}
 	for {
 		rd := r.core.Ready()
