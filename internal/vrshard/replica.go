@@ -1084,7 +1084,10 @@ func (r *Replica) read(rw *readWaiter) {
 // ready performs the core's actions until it has none (doc.go of internal/vr).
 func (r *Replica) ready() error {
 	if r.gc.appliedWaiters.Load() > 0 {
-		r.core.WantSync(true)
+		// Prepares carry the hint while anyone waits; a heartbeat carries it
+		// only when a waiter arrived (one per arrival, not one per driver
+		// round: the prepare-oks it draws would start the next round).
+		r.core.WantSync(r.gc.arrived)
 	}
 	if r.gc.arrived {
 		r.gc.arrived = false
