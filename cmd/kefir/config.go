@@ -229,13 +229,17 @@ var serverOptions = []option{
 			c.NilextSyncDelay = d
 			return err
 		}},
-	{"cad-sync-delay", "2ms", "Replicated mode: how long a log batch no client waits for (cad and async blind writes, acknowledged before they are durable) may wait for a later fsync to cover it, so a write-heavy cad load pays fewer fsyncs. A sync write, a read or a session that waits for such a batch syncs it at once. 0: sync every batch as soon as the previous fsync returns. The price: acknowledged cad writes that no read has seen can be lost if every replica loses power within this delay plus one fsync (docs/design/cad.md §17).",
+	{"cad-sync-delay", "2ms", "Replicated mode: how long a log batch no client waits for (cad and async blind writes, acknowledged before they are durable) may wait for a later fsync to cover it, so a write-heavy cad load pays fewer fsyncs. A sync write, a read or a session that waits for such a batch syncs it at once. 0: sync every batch as soon as the previous fsync returns; at most 100ms. The price: acknowledged cad writes that no read has seen can be lost if every replica loses power within this delay plus one fsync (docs/design/cad.md §17).",
 		func(c *serverConfig, v string) error {
 			d, err := time.ParseDuration(v)
 			switch {
 			case err != nil:
 			case d < 0:
 				err = fmt.Errorf("must not be negative, got %v", d)
+			case d > 100*time.Millisecond:
+				// Longer holds would outlast the waits that rely on a prompt
+				// commit (a follower's 50ms read wait, request timeouts).
+				err = fmt.Errorf("must be at most 100ms, got %v", d)
 			case d == 0:
 				d = -1 // vrshard: negative means no holding
 			}

@@ -372,7 +372,7 @@ func TestCadSyncDelayOption(t *testing.T) {
 			t.Errorf("%v %v: CadSyncDelay %v, want %v", tc.args, tc.env, got, tc.want)
 		}
 	}
-	for _, v := range []string{"-1ms", "soon"} {
+	for _, v := range []string{"-1ms", "soon", "101ms"} {
 		if _, err := loadServerConfig([]string{"--cad-sync-delay", v}, envMap(nil), &stderr); err == nil || !strings.Contains(err.Error(), "--cad-sync-delay") {
 			t.Errorf("--cad-sync-delay %s: err %v, want a refusal naming the option", v, err)
 		}
