@@ -217,33 +217,15 @@ var serverOptions = []option{
 			return err
 		}},
 	{"nilext-sync-delay", "5ms", "With --nilext: how long a log batch no client waits for (updates ordered from the durability log, cad durability-log records) may wait for the next fsync to cover it, so each nilext write costs about one fsync per replica instead of two. 0: sync every batch at once. A cad nilext write can then be lost if every replica loses power within this delay plus one fsync (docs/design/nilext.md).",
-		func(c *serverConfig, v string) error {
-			d, err := time.ParseDuration(v)
-			switch {
-			case err != nil:
-			case d < 0:
-				err = fmt.Errorf("must not be negative, got %v", d)
-			case d == 0:
-				d = -1 // vrshard: negative means no holding
-			}
-			c.NilextSyncDelay = d
+		func(c *serverConfig, v string) (err error) {
+			c.NilextSyncDelay, err = parseHoldDelay(v, 0)
 			return err
 		}},
 	{"cad-sync-delay", "2ms", "Replicated mode: how long a log batch no client waits for (cad and async blind writes, acknowledged before they are durable) may wait for a later fsync to cover it, so a write-heavy cad load pays fewer fsyncs. A sync write, a read or a session that waits for such a batch syncs it at once. 0: sync every batch as soon as the previous fsync returns; at most 100ms. The price: acknowledged cad writes that no read has seen can be lost if every replica loses power within this delay plus one fsync (docs/design/cad.md §17).",
-		func(c *serverConfig, v string) error {
-			d, err := time.ParseDuration(v)
-			switch {
-			case err != nil:
-			case d < 0:
-				err = fmt.Errorf("must not be negative, got %v", d)
-			case d > 100*time.Millisecond:
-				// Longer holds would outlast the waits that rely on a prompt
-				// commit (a follower's 50ms read wait, request timeouts).
-				err = fmt.Errorf("must be at most 100ms, got %v", d)
-			case d == 0:
-				d = -1 // vrshard: negative means no holding
-			}
-			c.CadSyncDelay = d
+		func(c *serverConfig, v string) (err error) {
+			// Longer holds would outlast the waits that rely on a prompt
+			// commit (a follower's 50ms read wait, request timeouts).
+			c.CadSyncDelay, err = parseHoldDelay(v, 100*time.Millisecond)
 			return err
 		}},
 	{"follower-reads", "false", "Replicated mode: followers serve cross-client-monotonic reads while they hold an active-set lease from the leader (docs/consistency.md); durable data is then applied on every active-set member before any read sees it. Without it those reads go to the leader. Give it to every member alike.",
@@ -395,4 +377,21 @@ Options:
 		fmt.Fprintf(w, "  --%s VALUE   (env %s, default %s)\n        %s\n", o.name, envName(o.name), def, o.help)
 	}
 	fmt.Fprintf(w, "\nSignals: SIGTERM or SIGINT shuts down gracefully (stop accepting, finish in-flight\ncommands, fsync, close); a second signal exits at once.\n")
+}
+
+// parseHoldDelay parses a group-commit hold (--nilext-sync-delay,
+// --cad-sync-delay): not negative, at most limit (0: no limit); 0 means no
+// holding, which vrshard spells as a negative delay.
+func parseHoldDelay(v string, limit time.Duration) (time.Duration, error) {
+	d, err := time.ParseDuration(v)
+	switch {
+	case err != nil:
+	case d < 0:
+		err = fmt.Errorf("must not be negative, got %v", d)
+	case limit > 0 && d > limit:
+		err = fmt.Errorf("must be at most %v, got %v", limit, d)
+	case d == 0:
+		d = -1
+	}
+	return d, err
 }
