@@ -3,6 +3,7 @@ package vrshard
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,25 +16,6 @@ import (
 // Tests of the group commit of cad and async writes (Options.CadSyncDelay,
 // nilext_gc.go): batches nobody waits for are held for a later fsync, and
 // anything that waits for a commit or an apply releases them at once.
-
-// waitAppliedEverywhere waits until every live replica applied op and
-// returns how long that took.
-func (c *cluster) waitAppliedEverywhere(op uint64, timeout time.Duration) (time.Duration, bool) {
-	start := time.Now()
-	for time.Since(start) < timeout {
-		done := true
-		for _, r := range c.reps {
-			if r != nil && r.Info().Applied < op {
-				done = false
-			}
-		}
-		if done {
-			return time.Since(start), true
-		}
-		time.Sleep(time.Millisecond)
-	}
-	return time.Since(start), false
-}
 
 // A cad write with nothing after it is acknowledged at once, and its batch is
 // held at every replica until the deadline syncs it: it is applied after about
@@ -52,8 +34,8 @@ func TestCadHeldBatchIsReleasedByTheDeadline(t *testing.T) {
 	if acked := time.Since(start); acked > delay/2 {
 		t.Fatalf("the cad write took %v: it waited for the held fsync (deadline %v)", acked, delay)
 	}
-	took, ok := c.waitAppliedEverywhere(res.Version, 5*time.Second)
-	took += time.Since(start) - took // from the write
+	_, ok := c.waitEvery(5*time.Second, appliedOp(res.Version))
+	took := time.Since(start) // from the write
 	if !ok {
 		t.Fatalf("the held batch was never synced: op %d not applied everywhere after %v", res.Version, took)
 	}
@@ -101,7 +83,7 @@ func TestCadHeldBatchesDoNotDelayWhatWaitsForThem(t *testing.T) {
 			if err != nil {
 				return "", err
 			}
-			return string(rune('0' + res.Int)), nil
+			return strconv.FormatInt(res.Int, 10), nil
 		}, "3", nil},
 		{"linearizable read", func(ctx context.Context, r *Replica, _ uint64) (string, error) {
 			res, err := r.Read(ctx, get("k"), level.ConsLinearizable, shard.Session{})
@@ -298,7 +280,7 @@ func TestCadFollowerSessionReadReleasesHeldBatches(t *testing.T) {
 			})
 			l := c.leader(5 * time.Second)
 			c.write(set("warm", "up"), shard.ReqID{Client: 9, Seq: 1}, 5*time.Second)
-			if _, ok := c.waitAppliedEverywhere(c.reps[l].Info().Commit, 5*time.Second); !ok {
+			if _, ok := c.waitEvery(5*time.Second, appliedOp(c.reps[l].Info().Commit)); !ok {
 				t.Fatal("the warm-up write was not applied everywhere")
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 2*delay)

@@ -179,29 +179,39 @@ func set(k, v string) shard.Op {
 
 func get(k string) shard.Op { return shard.Op{Kind: shard.KindGet, Key: []byte(k)} }
 
-// waitApplied waits until every live replica applied at least op.
-func (c *cluster) waitApplied(op uint64, timeout time.Duration) {
-	c.t.Helper()
-	deadline := time.Now().Add(timeout)
+// waitEvery waits until cond holds for every live replica and returns how
+// long that took, and whether it happened within timeout.
+func (c *cluster) waitEvery(timeout time.Duration, cond func(r *Replica) bool) (time.Duration, bool) {
+	start := time.Now()
 	for {
 		ok := true
 		for _, r := range c.reps {
-			if r != nil && r.Info().Applied < op {
+			if r != nil && !cond(r) {
 				ok = false
 			}
 		}
-		if ok {
-			return
+		if ok || time.Since(start) >= timeout {
+			return time.Since(start), ok
 		}
-		if time.Now().After(deadline) {
-			for _, r := range c.reps {
-				if r != nil {
-					c.t.Logf("replica %+v", r.Info())
-				}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// appliedOp is a waitEvery condition: the replica applied at least op.
+func appliedOp(op uint64) func(r *Replica) bool {
+	return func(r *Replica) bool { return r.Info().Applied >= op }
+}
+
+// waitApplied waits until every live replica applied at least op.
+func (c *cluster) waitApplied(op uint64, timeout time.Duration) {
+	c.t.Helper()
+	if _, ok := c.waitEvery(timeout, appliedOp(op)); !ok {
+		for _, r := range c.reps {
+			if r != nil {
+				c.t.Logf("replica %+v", r.Info())
 			}
-			c.t.Fatalf("replicas did not apply op %d within %v", op, timeout)
 		}
-		time.Sleep(5 * time.Millisecond)
+		c.t.Fatalf("replicas did not apply op %d within %v", op, timeout)
 	}
 }
 

@@ -29,20 +29,7 @@ func (c *cluster) gcStats() (held, late uint64) {
 // waitDLogEmpty waits until every replica applied its d-log (the leader's
 // ordering committed everywhere) and returns how long it took.
 func (c *cluster) waitDLogEmpty(timeout time.Duration) (time.Duration, bool) {
-	start := time.Now()
-	for time.Since(start) < timeout {
-		empty := true
-		for _, r := range c.reps {
-			if r != nil && r.Info().DLogLen != 0 {
-				empty = false
-			}
-		}
-		if empty {
-			return time.Since(start), true
-		}
-		time.Sleep(time.Millisecond)
-	}
-	return time.Since(start), false
+	return c.waitEvery(timeout, func(r *Replica) bool { return r.Info().DLogLen == 0 })
 }
 
 // A nilext write with no write after it: the ordering batch is held at every
