@@ -80,13 +80,10 @@ func (r *Replica) holdDelay() time.Duration {
 // holdable reports whether the batch rd may wait for a later fsync. It runs
 // before handle() records rd (r.lastHS is still the previous hard state).
 func (r *Replica) holdable(rd *vr.Ready) bool {
-	if r.holdDelay() < 0 || r.gc.want || r.recovering || rd.Snapshot != nil || rd.HasTruncate {
+	if r.holdDelay() < 0 || r.waited() || r.recovering || rd.Snapshot != nil || rd.HasTruncate {
 		return false
 	}
 	if hs := rd.HardState; hs != nil && (hs.View != r.lastHS.View || hs.LastNormalView != r.lastHS.LastNormalView) {
-		return false
-	}
-	if len(r.reads) > 0 || r.gc.appliedWaiters.Load() > 0 {
 		return false
 	}
 	for i := range rd.DLog {
@@ -100,18 +97,23 @@ func (r *Replica) holdable(rd *vr.Ready) bool {
 		if e.Client == 0 {
 			return false
 		}
-		ws := r.waitID[idKey{e.Client, e.ReqNum}]
 		if r.opts.Nilext {
-			if len(ws) > 0 || !r.core.InDLog(e.Client, e.ReqNum) {
+			if len(r.waitID[idKey{e.Client, e.ReqNum}]) > 0 || !r.core.InDLog(e.Client, e.ReqNum) {
 				return false
 			}
 			continue
 		}
-		if leader && !ackedBeforeDurable(ws) {
+		if leader && !ackedBeforeDurable(r.waitID[idKey{e.Client, e.ReqNum}]) {
 			return false
 		}
 	}
 	return true
+}
+
+// waited reports whether something here waits for a commit, so nothing may
+// be held: the leader's sync hint, a read, a caller blocked for an apply.
+func (r *Replica) waited() bool {
+	return r.gc.want || len(r.reads) > 0 || r.gc.appliedWaiters.Load() > 0
 }
 
 // ackedBeforeDurable reports whether ws, the waiters of one entry at the
@@ -150,7 +152,7 @@ func (r *Replica) noteWritten(held bool) {
 // wait (startSync starts no fsync then).
 func (r *Replica) holding() bool {
 	g := &r.gc
-	if g.urgent > r.synced0 || g.heldAt.IsZero() || g.want || len(r.reads) > 0 || g.appliedWaiters.Load() > 0 {
+	if g.urgent > r.synced0 || g.heldAt.IsZero() || r.waited() {
 		return false
 	}
 	if time.Since(g.heldAt) >= r.holdDelay() {
