@@ -42,6 +42,8 @@
 # Keep one invocation short (a cell is --d plus ~1 s; 2 rounds × 3 levels × 2 client
 # counts × 3 workloads × 5 s ≈ 4 min).
 #
+# "log fsyncs/op" is the three replicas' replication-log fsyncs (/status log_fsyncs) over
+# the cell's operations; like the CPU figure it counts ycsb's warm-up too.
 # "reads waited" is the leader's reads_durability_wait counter (/status) over the reads
 # the cell made (cad only: sync data is durable when acknowledged, async reads skip the check).
 # In reads mode "by followers" is the followers' follower_reads_served over the reads. The
@@ -158,6 +160,12 @@ cpu_ticks() {
   echo "$t"
 }
 hz=$(getconf CLK_TCK)
+# log_fsyncs: replication-log fsyncs of the three replicas so far (/status).
+log_fsyncs() {
+  local t=0 i
+  for i in 1 2 3; do t=$((t + $(status "$i" | jq -r '.replication.log_fsyncs // 0'))); done
+  echo "$t"
+}
 
 # cell WORKLOAD CLIENTS LEVEL CONSISTENCY: one measured run; prints
 # "ops/s reads waited byfollowers load p50write cpu-µs/op" (p50write: UPDATE or INSERT,
@@ -179,11 +187,14 @@ cell() {
     done
   fi
   t0=$(cpu_ticks)
+  local s0
+  s0=$(log_fsyncs)
   "$ycsb" -db kefir -addr "$addrs" -records "$records" -load=false -d "$dur" -workloads "$w" \
     -clients "$c" -pool "$pool" -consistency "$cons" -durability "$lvl" -limits-samples 0 -json "$dir/cell.json" >"$dir/cell.txt" 2>&1 ||
-    { echo "ycsb failed:" >&2; tail -5 "$dir/cell.txt" >&2; echo "0 0 0 0 $(load1) 0 0"; return; }
-  local t1 w1 f1=0
+    { echo "ycsb failed:" >&2; tail -5 "$dir/cell.txt" >&2; echo "0 0 0 0 $(load1) 0 0 0"; return; }
+  local t1 w1 f1=0 s1
   t1=$(cpu_ticks)
+  s1=$(log_fsyncs)
   if [ -n "${KEFIR_CADTRACE:-}" ]; then for pid in "${pids[@]}"; do kill -USR1 "$pid"; done; fi
   for pid in "${ppids[@]}"; do wait "$pid" || echo "profile failed" >&2; done
   w1=$(cad_counter "$lead" reads_durability_wait)
@@ -194,7 +205,7 @@ cell() {
   p50=$(jq '[.. | objects | select(.phase? == "run")][0].per_op | map(select(.op == "UPDATE" or .op == "INSERT" or .op == "READ-MODIFY-WRITE")) | (.[0].p50_us // 0)' "$dir/cell.json")
   local n
   n=$(jq '[.. | objects | select(.phase? == "run")][0].ops' "$dir/cell.json")
-  echo "$ops $reads $((w1 - w0)) $((f1 - f0)) $(load1) $p50 $(((t1 - t0) * 1000000 / hz / (n > 0 ? n : 1)))"
+  echo "$ops $reads $((w1 - w0)) $((f1 - f0)) $(load1) $p50 $(((t1 - t0) * 1000000 / hz / (n > 0 ? n : 1))) $(awk -v s=$((s1 - s0)) -v n="$n" 'BEGIN{printf "%.3f", (n > 0 ? s / n : 0)}')"
 }
 
 results="$dir/results.txt"
@@ -226,18 +237,18 @@ mode, path = sys.argv[1], sys.argv[2]
 rows = {}
 order = []
 for line in open(path):
-    r, w, c, lvl, ops, reads, waited, byf, load, p50, cpu = line.split()
+    r, w, c, lvl, ops, reads, waited, byf, load, p50, cpu, fs = line.split()
     k = (w, int(c))
     if k not in rows:
         rows[k] = {}
         order.append(k)
-    rows[k].setdefault(lvl, []).append((float(ops), int(reads), int(waited), int(byf), float(load), float(p50), float(cpu)))
+    rows[k].setdefault(lvl, []).append((float(ops), int(reads), int(waited), int(byf), float(load), float(p50), float(cpu), float(fs)))
 def med(xs): return st.median(xs) if xs else 0
 def ops(v): return "/".join(f"{x[0]:,.0f}" for x in v)
 if mode == "writes":
     lv = [l for l in ["sync", "cad", "async"] if any(l in rows[k] for k in order)]
-    print("| workload | clients | " + " | ".join(f"{l} ops/s" for l in lv) + " | cad ÷ sync | cad ÷ async | write p50 sync/cad/async (µs) | server CPU µs/op sync/cad/async | reads waited (cad) | load |")
-    print("|---|---:|" + "---|" * len(lv) + "---:|---:|---|---|---:|---|")
+    print("| workload | clients | " + " | ".join(f"{l} ops/s" for l in lv) + " | cad ÷ sync | cad ÷ async | write p50 sync/cad/async (µs) | server CPU µs/op sync/cad/async | log fsyncs/op sync/cad/async | reads waited (cad) | load |")
+    print("|---|---:|" + "---|" * len(lv) + "---:|---:|---|---|---|---:|---|")
     for k in order:
         d = rows[k]
         m = {l: med([x[0] for x in d.get(l, [])]) for l in lv}
@@ -247,9 +258,10 @@ if mode == "writes":
         frac = f"{100 * waited / reads:.1f} % ({waited}/{reads})" if reads else "–"
         p50 = "/".join(f"{med([x[5] for x in d.get(l, [])]):.0f}" for l in ["sync", "cad", "async"] if l in d)
         cpu = "/".join(f"{med([x[6] for x in d.get(l, [])]):.0f}" for l in ["sync", "cad", "async"] if l in d)
+        fs = "/".join(f"{med([x[7] for x in d.get(l, [])]):.2f}" for l in ["sync", "cad", "async"] if l in d)
         loads = [x[4] for l in lv for x in d.get(l, [])]
         print(f"| {k[0].upper()} | {k[1]} | " + " | ".join(ops(d.get(l, [])) for l in lv) +
-              f" | {ratio('cad', 'sync')} | {ratio('cad', 'async')} | {p50} | {cpu} | {frac} | {min(loads):.1f}–{max(loads):.1f} |")
+              f" | {ratio('cad', 'sync')} | {ratio('cad', 'async')} | {p50} | {cpu} | {fs} | {frac} | {min(loads):.1f}–{max(loads):.1f} |")
     print("\nops/s per round (r1/r2/...); ratios of the medians over rounds.")
 else:
     print("| clients | linearizable at leader ops/s | cross-client-monotonic ops/s | ccm ÷ lin | served by followers | server CPU µs/op lin/ccm | load |")
