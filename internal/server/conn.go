@@ -103,6 +103,9 @@ type conn struct {
 	// batch's pending writes first (awaitSyncWrites). Cleared whenever they
 	// were waited for.
 	syncKeys map[string]struct{}
+	// inline: an event loop runs this command and it must not wait (a
+	// replica's read: readInline); wouldWait: it could not, and did nothing.
+	inline, wouldWait bool
 	// timing for metrics: command ID and start of each command in the batch.
 	timed      []timedCmd
 	batchStart time.Time
@@ -604,6 +607,12 @@ var _ keyReader = (*shard.Shard)(nil)
 
 var getSpec, _ = command.Lookup([]byte("GET"))
 
+// inlineReader is a replica that can serve a read at once when it need not
+// wait for anything (vrshard.Replica.TryRead); ok false: it did nothing.
+type inlineReader interface {
+	TryRead(op shard.Op, c level.Consistency) (res shard.Result, ok bool)
+}
+
 // read serves a read command; a nil error means the reply was written.
 func (c *conn) read(spec *command.Spec, args [][]byte, o callOpts) error {
 	if kr := c.srv.keys; kr != nil && spec == getSpec && len(args) == 2 && !o.session {
@@ -637,7 +646,13 @@ func (c *conn) read(spec *command.Spec, args [][]byte, o callOpts) error {
 	}
 	var res shard.Result
 	var p shard.Pending
-	if dr := c.srv.deferred; dr != nil {
+	if c.inline {
+		var ok bool
+		if res, ok = c.srv.tryRead.TryRead(op, cons); !ok {
+			c.wouldWait = true
+			return nil
+		}
+	} else if dr := c.srv.deferred; dr != nil {
 		// A read of a value the leader's log holds but has not made durable
 		// is answered now and its reply held with the batch's (release), so
 		// the connection's later commands do not wait behind it.

@@ -671,11 +671,15 @@ func (l *loop) process(c *conn) {
 		if c.srv.vr != nil || c.readMayWait(args) {
 			// A replica's reads and writes wait for the VR driver or a forward
 			// to the leader, and a read may wait for an fsync: the rest of the
-			// pipeline runs on a goroutine.
-			l.handOff(c, args)
-			return
+			// pipeline runs on a goroutine — unless the command is a read a
+			// leader can serve without waiting (readInline).
+			if c.srv.vr == nil || !c.readInline(args) {
+				l.handOff(c, args)
+				return
+			}
+		} else {
+			c.dispatch(args)
 		}
-		c.dispatch(args)
 		c.batched++
 		if c.batchFull() {
 			c.flushWrites()
@@ -755,6 +759,36 @@ func (c *conn) readMayWait(args [][]byte) bool {
 	}
 	c.flushWrites()
 	return c.front.Load() > uint64(c.srv.db.DurablePos())
+}
+
+// readInline runs args on the loop if it is a read the replica serves
+// without waiting (vrshard.Replica.TryRead: a leader under a running lease,
+// nothing it returns waiting to become durable). False, with nothing done,
+// if the command must run on a goroutine. Measured on 3 replicas
+// (docs/benchmarks.md, session 11): a leader's read otherwise costs a
+// goroutine, a round trip to the VR driver and two wake-ups.
+func (c *conn) readInline(args [][]byte) bool {
+	if c.srv.tryRead == nil || len(c.writes) > 0 || len(c.syncKeys) > 0 || !c.pending.IsZero() {
+		return false
+	}
+	spec, ok := command.Lookup(args[0])
+	if ok && spec.Has(command.Wrapper) {
+		spec, ok = wrappedSpec(args)
+	}
+	if !ok || spec.Class != command.Read {
+		return false
+	}
+	n := len(c.timed)
+	c.inline = true
+	c.dispatch(args)
+	c.inline = false
+	if c.wouldWait {
+		c.wouldWait = false
+		c.timed = c.timed[:n]
+		return false
+	}
+	c.srv.inlineReads.Add(1)
+	return true
 }
 
 // wrappedSpec is the command KEFIR.CALL args carries, found by skipping its

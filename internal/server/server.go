@@ -56,6 +56,10 @@ type Server struct {
 	// Result, deferred a replica that can hold a read's reply (nil: none).
 	keys     keyReader
 	deferred shard.DeferredReader
+	// tryRead: a replica that can serve a read without waiting, on an event
+	// loop (nil: none); inlineReads counts the reads it served so (tests).
+	tryRead     inlineReader
+	inlineReads atomic.Uint64
 	// vr is the replica when the node is a member of a replicated group (it
 	// is also shard); nil on a single node. fwd proxies requests a follower
 	// cannot serve to the leader.
@@ -155,6 +159,7 @@ func (s *Server) setShard(sh shard.Replica) {
 	s.shard = sh
 	s.keys, _ = sh.(keyReader)
 	s.deferred, _ = sh.(shard.DeferredReader)
+	s.tryRead, _ = sh.(inlineReader)
 }
 
 // Start opens the client, peer and HTTP ports and serves them in the background.

@@ -305,6 +305,24 @@ func (r *Replica) FollowerRead(now int64) (readable uint64, err error) {
 	return c.learnedR, nil
 }
 
+// FollowerLease is FollowerRead for readers outside the driver: the local
+// time until which this follower's read lease lasts and the readable index
+// it serves up to; ok is false when FollowerRead would fail now for any
+// reason but time. Published as vr.LeaseUntil is (before anything a step
+// produced is sent), a reader that loaded it before the driver saw a view
+// change serves as a follower cut off from that change would: within its
+// grant, during which no other view can form (a grant ends within the
+// leader's lease, and the leader joins no view while a grant it sent may be
+// valid: grantFor).
+func (r *Replica) FollowerLease() (until int64, readable uint64, ok bool) {
+	c := &r.cad
+	if !r.cfg.FollowerReads || r.status != Normal || r.isLeader() || c.leaseView != r.view ||
+		(r.applied < c.learnedR && !r.mut.followerNoAppliedCheck) {
+		return 0, 0, false
+	}
+	return c.leaseUntil, c.learnedR, true
+}
+
 // ---- leader side: active set and R ----
 
 // leaseEnd is the local time the leader's lease runs out (0: no lease).

@@ -2,6 +2,7 @@ package vr
 
 import (
 	"fmt"
+	"math"
 	"slices"
 )
 
@@ -924,6 +925,28 @@ func (r *Replica) LeaseRead(now int64) (uint64, error) {
 		}
 	}
 	return r.commit, nil
+}
+
+// LeaseUntil is LeaseRead for readers outside the driver: the local time
+// until which this leader's current lease lasts, and the op a read must find
+// applied (the commit index now). ok is false when LeaseRead would fail now
+// for any reason but time. A driver publishes it after every step and before
+// it sends anything a step produced (vrshard's local lease reads): a read
+// that loaded it before the driver learned of a new view began before this
+// replica could help form one, and one made after its end fails; in between,
+// the followers' promises (LeaseRead) keep any other view from forming.
+func (r *Replica) LeaseUntil() (until int64, commit uint64, ok bool) {
+	if r.status != Normal || !r.isLeader() {
+		return 0, 0, false
+	}
+	if r.mut.noLeaseCheck {
+		return math.MaxInt64, r.commit, true
+	}
+	end := r.leaseEnd()
+	if end == 0 {
+		return 0, 0, false
+	}
+	return end, r.commit, true
 }
 
 // ---- view change ----

@@ -356,6 +356,39 @@ func TestLeaseTiming(t *testing.T) {
 	if _, err := n.rs[2].LeaseRead(n.now); !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("a follower has no lease: %v", err)
 	}
+	// LeaseUntil publishes the same lease for readers outside the driver.
+	if until, commit, ok := n.rs[1].LeaseUntil(); !ok || until != sent+lease || commit != n.rs[1].CommitPoint() {
+		t.Fatalf("LeaseUntil = %d, %d, %v; want %d, %d, true", until, commit, ok, sent+lease, n.rs[1].CommitPoint())
+	}
+	if _, _, ok := n.rs[2].LeaseUntil(); ok {
+		t.Fatal("a follower publishes a lease")
+	}
+}
+
+// TestLeaseUntilEndsWithLeadership: once the leader joins a view change
+// it publishes no lease, though its followers' promises still run.
+func TestLeaseUntilEndsWithLeadership(t *testing.T) {
+	n := newNet(t, 3)
+	// Past the promise a replica makes at start (observe), so the leader
+	// may vote; the followers' acknowledgements are fresh.
+	n.tick(60*time.Millisecond, 1)
+	n.now += int64(time.Millisecond)
+	n.deliver(nil)
+	if _, _, ok := n.rs[1].LeaseUntil(); !ok {
+		t.Fatal("no lease after a majority acked")
+	}
+	svc := Message{Type: MsgStartViewChange, View: 1}
+	n.rs[3].stamp(&svc, 1)
+	n.rs[1].Step(n.now, svc)
+	if got := n.rs[1].Info().Status; got != ViewChange {
+		t.Fatalf("leader status %v after a start-view-change, want it to join (ViewChange)", got)
+	}
+	if _, err := n.rs[1].LeaseRead(n.now); err == nil {
+		t.Fatal("LeaseRead serves during a view change")
+	}
+	if _, _, ok := n.rs[1].LeaseUntil(); ok {
+		t.Fatal("a leader that joined a view change still publishes its lease")
+	}
 }
 
 // TestReadIndex: a read-index read is confirmed only by a heartbeat round

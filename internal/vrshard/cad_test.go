@@ -457,6 +457,59 @@ func TestFollowerServesCrossClientMonotonicReadsOnlyWhenReadable(t *testing.T) {
 	if !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("cut-off replica answered a cross-client-monotonic read: %v", err)
 	}
+	if _, ok := c.reps[cut].TryRead(get("k"), level.ConsCrossClient); ok {
+		t.Fatal("cut-off replica's TryRead answered a cross-client-monotonic read")
+	}
+}
+
+// A follower's published read lease (localFollowerLease) ends on time: a
+// follower cut off from its leader, which (view changes slowed down) stays
+// a normal follower of the view, stops serving once its grant runs out,
+// though the lease it published is still the last it held. With the
+// localLeaseNoClock mutation it serves the value from before a write the
+// other follower already served — a read back in time.
+func TestFollowerLocalLeaseEndsOnTime(t *testing.T) {
+	for _, broken := range []bool{false, true} {
+		t.Run(map[bool]string{false: "lease", true: "localLeaseNoClock"}[broken], func(t *testing.T) {
+			c := newCluster(t, 3, func(o *Options) {
+				followerReadOpts(o)
+				o.VR.ViewChangeTimeout = time.Minute // the cut follower stays normal
+			})
+			l := c.leader(5 * time.Second)
+			leader := c.reps[l]
+			f, ci := c.reps[(l+1)%3], (l+2)%3
+			cut := c.reps[ci]
+			ctx := context.Background()
+			res, err := leader.Write(ctx, set("k", "v1"), level.Sync, shard.ReqID{Client: 5, Seq: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitReadable(t, cut, res.Version)
+			waitLease(t, cut)
+			if r, ok := cut.TryRead(get("k"), level.ConsCrossClient); !ok || string(r.Bulk) != "v1" {
+				t.Fatalf("follower under its lease: TryRead = %q, %v; want \"v1\", true", r.Bulk, ok)
+			}
+			w := &workload{c: c}
+			w.partition(ci, true)
+			defer w.partition(ci, false)
+			res2, err := leader.Write(ctx, set("k", "v2"), level.Sync, shard.ReqID{Client: 5, Seq: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitReadable(t, f, res2.Version) // the leader dropped the cut follower
+			if r, err := f.Read(ctx, get("k"), level.ConsCrossClient, shard.Session{}); err != nil || string(r.Bulk) != "v2" {
+				t.Fatalf("follower read after R passed v2: %+v, %v", r, err)
+			}
+			cut.mut.localLeaseNoClock = broken
+			r, ok := cut.TryRead(get("k"), level.ConsCrossClient)
+			if ok != broken {
+				t.Fatalf("mutated=%t: cut-off follower's TryRead = %q, %v after another follower served v2", broken, r.Bulk, ok)
+			}
+			if broken && string(r.Bulk) != "v1" {
+				t.Fatalf("mutated: TryRead = %q, want the stale \"v1\"", r.Bulk)
+			}
+		})
+	}
 }
 
 // The mutation that skips the R check at followers: a follower serves a

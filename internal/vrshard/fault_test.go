@@ -171,26 +171,47 @@ func TestStaleConfigurationIsRefused(t *testing.T) {
 // A leader cut off from the group keeps believing it leads, but once its
 // lease has run out it must not serve linearizable reads: the others have
 // elected a new leader and written since. Its writes time out as unknown.
+// Reads that confirm the lease without the driver (TryRead, and Read's
+// local lease) must see that it ran out: with the localLeaseNoClock
+// mutation the old leader serves its stale value.
 func TestPartitionedOldLeaderServesNoStaleRead(t *testing.T) {
-	c := newCluster(t, 3, func(o *Options) { o.RequestTimeout = 400 * time.Millisecond })
-	if _, err := c.write(set("x", "old"), shard.ReqID{}, 5*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	old := c.leader(time.Second)
-	for _, id := range c.ids {
-		if id != c.ids[old] {
-			c.reps[old].Transport().SetLinkFault(id, transport.Fault{Partition: true})
-		}
-	}
-	nl := newLeaderBesides(t, c, old)
-	if _, err := c.reps[nl].Write(context.Background(), set("x", "new"), level.Sync, shard.ReqID{}); err != nil {
-		t.Fatalf("write at the new leader: %v", err)
-	}
-	res, err := c.reps[old].Read(context.Background(), get("x"), level.ConsLinearizable, shard.Session{})
-	if err == nil {
-		t.Fatalf("partitioned old leader served a linearizable read: %q (the new leader has written \"new\")", res.Bulk)
-	}
-	if _, err := c.reps[old].Write(context.Background(), set("y", "1"), level.Sync, shard.ReqID{}); !errors.Is(err, shard.ErrUnavailable) {
-		t.Fatalf("write at the partitioned old leader: %v, want an unavailable (unknown or redirect) error", err)
+	for _, broken := range []bool{false, true} {
+		t.Run(map[bool]string{false: "lease", true: "localLeaseNoClock"}[broken], func(t *testing.T) {
+			c := newCluster(t, 3, func(o *Options) { o.RequestTimeout = 400 * time.Millisecond })
+			if _, err := c.write(set("x", "old"), shard.ReqID{}, 5*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			old := c.leader(time.Second)
+			if res, ok := c.reps[old].TryRead(get("x"), level.ConsLinearizable); !ok || string(res.Bulk) != "old" {
+				t.Fatalf("leader under its lease: TryRead = %q, %v; want \"old\", true", res.Bulk, ok)
+			}
+			c.reps[old].mut.localLeaseNoClock = broken
+			for _, id := range c.ids {
+				if id != c.ids[old] {
+					c.reps[old].Transport().SetLinkFault(id, transport.Fault{Partition: true})
+				}
+			}
+			nl := newLeaderBesides(t, c, old)
+			if _, err := c.reps[nl].Write(context.Background(), set("x", "new"), level.Sync, shard.ReqID{}); err != nil {
+				t.Fatalf("write at the new leader: %v", err)
+			}
+			res, ok := c.reps[old].TryRead(get("x"), level.ConsLinearizable)
+			if ok != broken {
+				t.Fatalf("mutated=%t: partitioned old leader's TryRead = %q, %v (the new leader has written \"new\")", broken, res.Bulk, ok)
+			}
+			res, err := c.reps[old].Read(context.Background(), get("x"), level.ConsLinearizable, shard.Session{})
+			if (err == nil) != broken {
+				t.Fatalf("mutated=%t: partitioned old leader's Read = %q, %v (the new leader has written \"new\")", broken, res.Bulk, err)
+			}
+			if broken {
+				if string(res.Bulk) != "old" {
+					t.Fatalf("mutated: stale read returned %q, want \"old\"", res.Bulk)
+				}
+				return
+			}
+			if _, err := c.reps[old].Write(context.Background(), set("y", "1"), level.Sync, shard.ReqID{}); !errors.Is(err, shard.ErrUnavailable) {
+				t.Fatalf("write at the partitioned old leader: %v, want an unavailable (unknown or redirect) error", err)
+			}
+		})
 	}
 }

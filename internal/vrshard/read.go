@@ -219,6 +219,9 @@ func (r *Replica) leaderCheck(op shard.Op, waited bool) (res shard.Result, need,
 // anything in the range) was updated after the readable index R it learned;
 // else the read goes to the leader. Why R suffices: docs/design/cad.md §2.
 func (r *Replica) followerRead(ctx context.Context, op shard.Op) (shard.Result, error) {
+	if res, ok := r.tryFollowerRead(op); ok {
+		return res, nil
+	}
 	rw := &readWaiter{done: make(chan struct{}), kind: rwFollower}
 	if err := r.sendRead(ctx, rw); err != nil {
 		return shard.Result{}, err
@@ -241,6 +244,26 @@ func (r *Replica) followerRead(ctx context.Context, op shard.Op) (shard.Result, 
 	}
 	r.st.followerReads.Add(1)
 	return res, nil
+}
+
+// tryFollowerRead is followerRead under the published read lease
+// (localFollowerLease): ok false if there is none or the read must go to the
+// leader, which followerRead then decides with the driver.
+func (r *Replica) tryFollowerRead(op shard.Op) (shard.Result, bool) {
+	R, ok := r.localFollowerLease()
+	if !ok {
+		return shard.Result{}, false
+	}
+	res, err := r.readLocal(op)
+	if err != nil {
+		return shard.Result{}, false
+	}
+	if need := r.cadNeed(&op, R, nil); need > R && !r.mut.followerNoRCheck {
+		return shard.Result{}, false
+	}
+	r.st.followerReads.Add(1)
+	r.st.localReads.Add(1)
+	return res, true
 }
 
 // cadNeed returns the op R must reach before op's result (already read
@@ -290,6 +313,11 @@ func (r *Replica) sendRead(ctx context.Context, rw *readWaiter) error {
 // linearizable waits until a read started now may be served locally.
 // With the nilext fast path on, op says which keys the read depends on.
 func (r *Replica) linearizable(ctx context.Context, op *shard.Op) error {
+	if r.localLease() {
+		r.st.leaseReads.Add(1)
+		r.st.localReads.Add(1)
+		return nil
+	}
 	rw := &readWaiter{done: make(chan struct{}), op: op}
 	select {
 	case r.readc <- rw:
@@ -310,6 +338,52 @@ func (r *Replica) linearizable(ctx context.Context, op *shard.Op) error {
 	}
 	// The leader applies what it committed within its own Ready loop.
 	return r.waitApplied(ctx, rw.idx, r.opts.RequestTimeout)
+}
+
+// localLease confirms leadership for a read started now from the lease the
+// driver published (publishLease), as the driver's LeaseRead would, without
+// a round trip to the driver: two goroutine wake-ups per read, and a driver
+// round that contends with the writes' (docs/design/local-lease-reads.md).
+// False means ask the driver.
+func (r *Replica) localLease() bool {
+	ls := r.lease.Load()
+	return ls != nil && !ls.follower && (r.mut.localLeaseNoClock || r.now() < ls.until) && r.applied.Load() >= ls.idx
+}
+
+// localFollowerLease is localLease for a follower's cross-client-monotonic
+// read (the driver's vr.FollowerRead): the readable index it may serve up
+// to, or false.
+func (r *Replica) localFollowerLease() (uint64, bool) {
+	ls := r.lease.Load()
+	if ls == nil || !ls.follower || (!r.mut.localLeaseNoClock && r.now() >= ls.until) || r.applied.Load() < ls.idx {
+		return 0, false
+	}
+	return ls.idx, true
+}
+
+// TryRead serves a read that confirms leadership (linearizable,
+// cross-client-monotonic) at once if it can without waiting: this replica
+// leads under a running lease (localLease) and everything the read returns
+// is readable. ok false means it could not, with nothing done: the caller
+// reads with Read or ReadDeferred, which wait. Event loops call it so that
+// a leader's reads need not leave the loop for a goroutine.
+func (r *Replica) TryRead(op shard.Op, c level.Consistency) (shard.Result, bool) {
+	if c.IsZero() {
+		c = level.ConsLinearizable
+	}
+	if c.Kind == level.CrossClientMonotonic && r.opts.FollowerReads && !r.isLeader.Load() {
+		return r.tryFollowerRead(op)
+	}
+	if !needsLeader(c) || r.mut.followerLinearizable || r.CheckConsistency(c) != nil || !r.localLease() {
+		return shard.Result{}, false
+	}
+	res, need, R, err := r.leaderCheck(op, false)
+	if err != nil || need > R {
+		return shard.Result{}, false
+	}
+	r.st.leaseReads.Add(1)
+	r.st.localReads.Add(1)
+	return res, true
 }
 
 func (r *Replica) awaitRead(ctx context.Context, rw *readWaiter) error {
@@ -624,7 +698,7 @@ func (r *Replica) Info() Info {
 // Stats returns the replica's counters.
 func (r *Replica) Stats() Stats {
 	return Stats{Readies: r.st.readies.Load(), Fsyncs: r.st.fsyncs.Load(), Persisted: r.st.persisted.Load(),
-		Applied: r.st.applied.Load(), Proposals: r.st.proposals.Load(), LeaseReads: r.st.leaseReads.Load(),
+		Applied: r.st.applied.Load(), Proposals: r.st.proposals.Load(), LeaseReads: r.st.leaseReads.Load(), LocalReads: r.st.localReads.Load(),
 		IndexReads: r.st.indexReads.Load(), Checkpoints: r.st.ckpts.Load(), SnapsSent: r.st.snapsSent.Load(),
 		SnapsLoaded: r.st.snapsLoaded.Load(), Forgets: r.st.forgets.Load(), NilextFast: r.st.nxFast.Load(), NilextFallbacks: r.st.nxFallbacks.Load(),
 		NilextSent: r.st.nxSent.Load(), NilextAcksSent: r.st.nxAcksSent.Load(), NilextSlowReads: r.st.nxSlowReads.Load(),

@@ -210,6 +210,9 @@ type mutations struct {
 	// followerLinearizable serves linearizable reads from local state at any
 	// replica, without lease or read-index.
 	followerLinearizable bool
+	// localLeaseNoClock: a local lease read (localLease) trusts the
+	// published lease without checking that it is still running.
+	localLeaseNoClock bool
 	// ignoreSession serves session reads without waiting for the token.
 	ignoreSession bool
 	// nilextMajority completes coordinated nilext writes on a simple
@@ -467,6 +470,7 @@ type Stats struct {
 	Applied     uint64 // ops applied to the engine
 	Proposals   uint64 // writes proposed at this replica while leader
 	LeaseReads  uint64 // linearizable reads served under the lease
+	LocalReads  uint64 // reads confirmed by a published lease, without the driver (leader lease and follower reads)
 	IndexReads  uint64 // linearizable reads that needed a read-index round
 	Checkpoints uint64
 	SnapsSent   uint64
@@ -596,7 +600,13 @@ type Replica struct {
 	backlog   []*proposal        // writes waiting for room in the pipeline, in order
 	nxCool    atomic.Int64       // local Unix ns until which the fast path rests
 
+	// lease: the leader's lease as the driver last published it (LeaseUntil),
+	// for reads that confirm leadership without a round trip to the driver
+	// (localLease); nil when there is none.
+	lease atomic.Pointer[leaseSnap]
+
 	st struct {
+		localReads                                                                                                     atomic.Uint64
 		readies, fsyncs, persisted, applied, proposals, leaseReads, indexReads, ckpts, snapsSent, snapsLoaded, forgets atomic.Uint64
 		nxFast, nxFallbacks, nxSent, nxAcksSent, nxSlowReads                                                           atomic.Uint64
 		durWaits, durRounds, followerReads, followerRedirects, earlyAcks, overlayReads, durDeferred                    atomic.Uint64
@@ -1099,6 +1109,10 @@ func (r *Replica) ready() error {
 		}
 	}
 	for {
+		// Before anything this round's steps produced is sent (handle): a
+		// reader must not use a lease this replica gave up by joining
+		// another view (vr.LeaseUntil).
+		r.publishLease()
 		rd := r.core.Ready()
 		if rd.Empty() {
 			break
@@ -1110,6 +1124,7 @@ func (r *Replica) ready() error {
 	}
 	r.wantDone()
 	r.publish()
+	r.publishLease()
 	info := r.core.Info()
 	if r.wasLeader && (!info.IsLeader || info.View != r.leadView) {
 		r.failWrites(ErrOutcomeUnknown)
@@ -1452,6 +1467,37 @@ func (r *Replica) wake() {
 	r.notifyMu.Unlock()
 }
 
+// leaseSnap is a published lease, valid until local time until
+// (Replica.now). A leader's (follower false): reads may confirm leadership
+// with it once applied >= idx, its commit index. A follower's read lease:
+// cross-client-monotonic reads may be served up to the readable index idx.
+type leaseSnap struct {
+	until    int64
+	idx      uint64
+	follower bool
+}
+
+// publishLease publishes the core's lease for localLease and
+// localFollowerLease.
+func (r *Replica) publishLease() {
+	until, idx, ok := r.core.LeaseUntil()
+	follower := false
+	if !ok && r.opts.FollowerReads {
+		until, idx, ok = r.core.FollowerLease()
+		follower = true
+	}
+	cur := r.lease.Load()
+	if !ok || r.opts.Nilext {
+		if cur != nil {
+			r.lease.Store(nil)
+		}
+		return
+	}
+	if cur == nil || cur.until != until || cur.idx != idx || cur.follower != follower {
+		r.lease.Store(&leaseSnap{until: until, idx: idx, follower: follower})
+	}
+}
+
 func (r *Replica) publish() {
 	info := r.core.Info()
 	changed := info.IsLeader != r.isLeader.Load() || info.View != r.view.Load() ||
@@ -1514,6 +1560,7 @@ func (r *Replica) failAll(err error) {
 		delete(r.reads, k)
 	}
 	r.isLeader.Store(false)
+	r.lease.Store(nil)
 	// Anyone still blocked in Apply/Read sees stop/done and leaves.
 }
 
