@@ -111,6 +111,16 @@ trap cleanup EXIT
 
 follower=$fr
 [ "$mode" = reads ] && follower=true
+# A port already in use would let ycsb measure whatever holds it (another
+# group left running) while this script's servers fail to bind: refuse.
+for i in 1 2 3; do
+  for p in $(cport $i) $(pport $i) $(hport $i); do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+      echo "$0: port $p is in use (another cluster running?); pick another --port" >&2
+      exit 1
+    fi
+  done
+done
 secret=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
 cluster=$((($(od -An -N4 -tu4 /dev/urandom) % 1000000) + 1))
 for i in 1 2 3; do
@@ -147,6 +157,9 @@ leader() {
   return 1
 }
 lead=$(leader)
+for pid in "${pids[@]}"; do
+  kill -0 "$pid" 2>/dev/null || { echo "$0: a server exited at start; logs in $dir" >&2; tail -3 "$dir"/n*.log >&2; exit 1; }
+done
 sleep 1 # followers hear the leader's first heartbeats
 
 "$ycsb" -db kefir -addr "$addrs" -records "$records" -load-only -durability sync -limits-samples 0 >"$dir/load.txt"
