@@ -94,6 +94,12 @@ func newMetrics(s *Server) *metrics {
 			gauge("kefir_vr_applied_op", "Highest op number applied to the engine.", func(in vrshard.Info) float64 { return float64(in.Applied) }),
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kefir_vr_log_fsyncs_total", Help: "Fsyncs of the replication log."},
 				func() float64 { return float64(s.vr.Stats().Fsyncs) }),
+			s.vrStatCounter("kefir_vr_lease_reads_total", "Reads that confirmed leadership under the leader's lease (no read-index round).",
+				func(st vrshard.Stats) uint64 { return st.LeaseReads }),
+			s.vrStatCounter("kefir_vr_local_lease_reads_total", "Leader lease reads and follower reads confirmed by the lease the VR driver published, without a round trip to it.",
+				func(st vrshard.Stats) uint64 { return st.LocalReads }),
+			s.vrStatCounter("kefir_vr_read_index_reads_total", "Linearizable reads that needed a read-index heartbeat round.",
+				func(st vrshard.Stats) uint64 { return st.IndexReads }),
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kefir_forwarded_total", Help: "Commands this node forwarded to the leader."},
 				func() float64 { return float64(s.fwd.forwarded.Load()) }),
 		)
