@@ -141,6 +141,15 @@ var serverOptions = []option{
 			c.MaxBulk = int(n)
 			return err
 		}},
+	{"max-request", "64MiB", "Largest command accepted on the RESP port, all its arguments together (an MSET of many values); larger is a protocol error that closes the connection. Bounds the memory one connection can make the node buffer.",
+		func(c *serverConfig, v string) error {
+			n, err := parseBytes(v)
+			if err == nil && (n <= 0 || n > 1<<31-1) {
+				err = errors.New("must be between 1 and 2GiB")
+			}
+			c.MaxRequest = int(n)
+			return err
+		}},
 	{"shutdown-timeout", "10s", "On SIGTERM/SIGINT, how long to let connections finish before cutting them.",
 		func(c *serverConfig, v string) error {
 			d, err := time.ParseDuration(v)

@@ -53,6 +53,7 @@ node-id = "from-file"
 		{"http-addr (default)", cfg.HTTPAddr, "127.0.0.1:8380"},
 		{"consistency (default)", cfg.Consistency, level.ConsLinearizable},
 		{"max-bulk (default)", cfg.MaxBulk, 16<<20 + 64<<10},
+		{"max-request (default)", cfg.MaxRequest, 64 << 20},
 		{"retain-versions (flag)", cfg.RetainVersions, 3},
 		{"compact-interval (flag, negative = never)", cfg.CompactInterval, -time.Second},
 		{"checkpoint-interval (default)", cfg.CheckpointInterval, time.Minute},
@@ -77,6 +78,8 @@ func TestConfigErrorsNameTheirSource(t *testing.T) {
 		{[]string{"--consistency", "bounded(x)"}, nil, "--consistency"},
 		{[]string{"--max-clients", "0"}, nil, "--max-clients"},
 		{[]string{"--max-bulk", "lots"}, nil, "--max-bulk"},
+		{[]string{"--max-request", "0"}, nil, "--max-request"},
+		{nil, map[string]string{"KEFIR_MAX_REQUEST": "3GiB"}, "KEFIR_MAX_REQUEST"},
 		{[]string{"--retain-versions", "-2"}, nil, "--retain-versions"},
 		{[]string{"stray"}, nil, "unexpected arguments"},
 	}

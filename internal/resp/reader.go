@@ -14,6 +14,11 @@ const (
 	DefaultMaxBulk    = 512 << 20
 	DefaultMaxArray   = 1 << 20
 	DefaultMaxLine    = 64 << 10
+	// DefaultMaxCommand bounds one command's total size, headers included, like
+	// Redis's client-query-buffer-limit (1 GiB): the per-argument and argument-count
+	// limits alone would let one command of a million 512 MiB arguments buffer
+	// without end.
+	DefaultMaxCommand = 1 << 30
 	// MaxDepth bounds the nesting of aggregate replies so that a hostile peer cannot
 	// make the reader recurse without limit.
 	MaxDepth = 64
@@ -49,6 +54,7 @@ type Reader struct {
 	maxBulk  int
 	maxArray int
 	maxLine  int
+	maxCmd   int
 
 	// ReadCommand's resumable parse state: cleft is the number of arguments still to
 	// parse (-1: header not parsed yet), cpos the offset from r where parsing resumes,
@@ -83,6 +89,7 @@ func newReader(rd io.Reader, buf []byte) *Reader {
 		maxBulk:  DefaultMaxBulk,
 		maxArray: DefaultMaxArray,
 		maxLine:  DefaultMaxLine,
+		maxCmd:   DefaultMaxCommand,
 		cleft:    -1,
 	}
 }
@@ -114,6 +121,13 @@ func (r *Reader) TakeBuffer() []byte {
 // SetMaxBulk sets the largest accepted bulk string length; a longer one is a
 // protocol error naming the limit. n <= 0 restores DefaultMaxBulk.
 func (r *Reader) SetMaxBulk(n int) { r.maxBulk = orDefault(n, DefaultMaxBulk) }
+
+// SetMaxCommand sets the largest accepted size of one command (a multibulk
+// array: its headers and arguments); a command that would exceed it is a
+// protocol error naming the limit, raised as soon as a length header shows it,
+// before its bytes are buffered. Inline commands are bounded by the line limit.
+// n <= 0 restores DefaultMaxCommand.
+func (r *Reader) SetMaxCommand(n int) { r.maxCmd = orDefault(n, DefaultMaxCommand) }
 
 // SetMaxArray sets the largest accepted element count of a command or aggregate.
 // n <= 0 restores DefaultMaxArray.
@@ -297,6 +311,9 @@ func (r *Reader) parseCommand() (bool, error) {
 			return false, protoErr("bulk length %d exceeds limit %d", n, r.maxBulk)
 		}
 		end := next + int(n)
+		if end+2 > r.maxCmd {
+			return false, protoErr("command larger than limit %d bytes", r.maxCmd)
+		}
 		if end+2 > len(b) {
 			return false, nil
 		}

@@ -3,6 +3,7 @@ package resp
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -124,6 +125,42 @@ func TestReadCommandLimitsNameTheLimit(t *testing.T) {
 	_, err = r.ReadCommand(nil)
 	if !IsProtocolError(err) || !strings.Contains(err.Error(), "too big inline request (limit 64)") {
 		t.Fatalf("oversized inline: err = %v", err)
+	}
+}
+
+// The command limit counts the whole command, so many arguments each under the
+// bulk limit cannot add up to an unbounded buffer; a command exactly at the limit
+// is accepted, and the verdict comes from the header, before the bytes it announces.
+func TestReadCommandBoundsTheWholeCommand(t *testing.T) {
+	cmd := AppendCommand(nil, []byte("MSET"), []byte("k1"), bytes.Repeat([]byte("v"), 40), []byte("k2"), bytes.Repeat([]byte("v"), 40))
+	r := NewReader(bytes.NewReader(cmd), 0)
+	r.SetMaxCommand(len(cmd))
+	if args, err := r.ReadCommand(nil); err != nil || len(args) != 5 {
+		t.Fatalf("command at the limit: args %d, err %v", len(args), err)
+	}
+
+	r = NewReader(bytes.NewReader(cmd), 0)
+	r.SetMaxCommand(len(cmd) - 1)
+	_, err := r.ReadCommand(nil)
+	if !IsProtocolError(err) || !strings.Contains(err.Error(), fmt.Sprintf("command larger than limit %d bytes", len(cmd)-1)) {
+		t.Fatalf("command over the limit: err = %v", err)
+	}
+
+	// A million 1000-byte arguments, refused after the first kilobytes arrive.
+	var in bytes.Buffer
+	in.WriteString("*1000000\r\n$4\r\nMSET\r\n")
+	for in.Len() < 64<<10 {
+		in.WriteString("$1000\r\n" + strings.Repeat("x", 1000) + "\r\n")
+	}
+	r = NewReader(&in, 0)
+	r.SetMaxBulk(1024)
+	r.SetMaxCommand(16 << 10)
+	_, err = r.ReadCommand(nil)
+	if !IsProtocolError(err) || !strings.Contains(err.Error(), "command larger than limit 16384 bytes") {
+		t.Fatalf("many small arguments: err = %v", err)
+	}
+	if len(r.buf) > 64<<10 {
+		t.Fatalf("buffer grew to %d bytes before the verdict", len(r.buf))
 	}
 }
 

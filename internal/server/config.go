@@ -40,6 +40,10 @@ type Config struct {
 	// MaxBulk caps one bulk string in a request (0 = 16 MiB + 64 KiB: the storage
 	// engine refuses larger values anyway, so reading them would only spend memory).
 	MaxBulk int
+	// MaxRequest caps one command's total size, its arguments and headers (0 =
+	// 64 MiB): without it a client could send a million arguments, each under
+	// MaxBulk, and make the node buffer them all before anything is refused.
+	MaxRequest int
 
 	// Consistency and Durability are the defaults for connections that set none.
 	Consistency level.Consistency
@@ -267,6 +271,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxBulk <= 0 {
 		c.MaxBulk = 16<<20 + 64<<10
+	}
+	if c.MaxRequest <= 0 {
+		c.MaxRequest = 64 << 20
 	}
 	if c.Consistency.IsZero() {
 		c.Consistency = level.ConsLinearizable

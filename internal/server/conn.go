@@ -151,6 +151,7 @@ func (s *Server) newConn(nc net.Conn, id int64) *conn {
 	}
 	c.rd = resp.NewReaderBuf(in, getReadBuf())
 	c.rd.SetMaxBulk(s.cfg.MaxBulk)
+	c.rd.SetMaxCommand(s.cfg.MaxRequest)
 	// The writer only stages replies for outBuf (an in-memory copy), so a small
 	// buffer costs little and keeps idle connections cheap.
 	c.w = resp.NewWriter(&c.out, 4<<10)

@@ -266,6 +266,25 @@ func TestOversizedBulkIsRefused(t *testing.T) {
 	c2.expect("SET k " + strings.Repeat("x", 1000) + " => OK")
 }
 
+// One command's total size is bounded, not only each argument: a client must not
+// make the node buffer a million arguments that are each small enough.
+func TestOversizedRequestIsRefused(t *testing.T) {
+	s := startServer(t, func(c *Config) { c.MaxBulk = 1024; c.MaxRequest = 8 << 10 })
+	c := dial(t, s)
+	args := []string{"MSET"}
+	for i := range 20 {
+		args = append(args, fmt.Sprintf("k%d", i), strings.Repeat("x", 1000))
+	}
+	c.send(args...)
+	all, _ := io.ReadAll(c.nc)
+	if !bytes.HasPrefix(all, []byte("-ERR Protocol error: command larger than limit 8192 bytes")) {
+		t.Fatalf("got %q", all)
+	}
+	c2 := dial(t, s)
+	c2.expect("MSET a " + strings.Repeat("x", 1000) + " b " + strings.Repeat("y", 1000) + " => OK")
+	c2.expect("STRLEN b => (integer) 1000")
+}
+
 func TestAuthentication(t *testing.T) {
 	s := startServer(t, func(c *Config) { c.Password = "s3cret" })
 	c := dial(t, s)
