@@ -3,6 +3,7 @@ package server
 import (
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -31,6 +32,23 @@ type metrics struct {
 	commands  atomic.Uint64
 	connected atomic.Int64
 	total     atomic.Uint64
+}
+
+// newFsyncHistogram is kefir_fsync_duration_seconds: how long each fsync
+// system call took, by log. The "storage" log is the engine's (a single node's
+// only log, synced for sync writes; a replica's engine, synced at checkpoints),
+// "replication" a replica's replication log (synced for every batch).
+func newFsyncHistogram() *prometheus.HistogramVec {
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "kefir_fsync_duration_seconds",
+		Help:    "Duration of each fsync of a log file, by log (storage: the engine's log; replication: a replica's replication log).",
+		Buckets: prometheus.ExponentialBuckets(2e-5, 2, 16),
+	}, []string{"log"})
+}
+
+func (s *Server) fsyncObserver(log string) func(time.Duration) {
+	h := s.fsyncs.WithLabelValues(log)
+	return func(d time.Duration) { h.Observe(d.Seconds()) }
 }
 
 func newMetrics(s *Server) *metrics {
@@ -72,7 +90,7 @@ func newMetrics(s *Server) *metrics {
 		Name: "kefir_last_version", Help: "Highest version applied.",
 	}, func() float64 { return float64(s.shard.Status().LastVersion) })
 	m.reg.MustRegister(callsVec, errsVec, latVec, m.conns, m.connsTotal, m.rejected, m.authFails,
-		m.protoErrors, m.syncLatency, storageBytes, durable, version,
+		m.protoErrors, m.syncLatency, s.fsyncs, storageBytes, durable, version,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if s.vr != nil {
 		gauge := func(name, help string, f func(vrshard.Info) float64) prometheus.Collector {

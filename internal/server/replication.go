@@ -126,8 +126,10 @@ func (s *Server) openReplica() (*vrshard.Replica, error) {
 			CheckpointInterval: max(cfg.CheckpointInterval, 0),
 			CompactInterval:    max(cfg.CompactInterval, 0),
 			Retention:          storage.Retention{KeepVersions: cfg.RetainVersions},
+			OnSync:             s.fsyncObserver("storage"),
 		},
-		Logger: s.log.With("component", "vr"),
+		OnLogSync: s.fsyncObserver("replication"),
+		Logger:    s.log.With("component", "vr"),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("server: open VR replica %d of cluster %d: %w", cfg.ReplicaID, cfg.ClusterID, err)

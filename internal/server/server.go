@@ -33,6 +33,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/storage"
 	"github.com/kefirdb/kefir/internal/vrshard"
@@ -67,6 +69,9 @@ type Server struct {
 	fwd     *forwarder
 	m       *metrics
 	limiter *authLimiter
+	// fsyncs times every fsync of the engine's log and the replication log;
+	// it exists before either is opened, which is when they take its observers.
+	fsyncs  *prometheus.HistogramVec
 	started time.Time
 
 	clientLn net.Listener
@@ -103,6 +108,7 @@ func New(cfg Config) (*Server, error) {
 		conns:   make(map[*conn]struct{}),
 		limiter: newAuthLimiter(),
 		done:    make(chan struct{}),
+		fsyncs:  newFsyncHistogram(),
 	}
 	if cfg.FS == nil {
 		if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
@@ -134,6 +140,7 @@ func New(cfg Config) (*Server, error) {
 		CompactInterval:    max(cfg.CompactInterval, 0),
 		Retention:          storage.Retention{KeepVersions: cfg.RetainVersions},
 		Logger:             s.log.With("component", "storage"),
+		OnSync:             s.fsyncObserver("storage"),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("server: open storage in %s: %w", cfg.DataDir, err)

@@ -511,7 +511,7 @@ func (db *DB) seal(old *segment, id uint64, dev int) (*segment, error) {
 			return nil, fmt.Errorf("cut %s to its end: %w", old.path, err)
 		}
 	}
-	if err := old.f.Sync(); err != nil {
+	if err := db.timedSync(old.f); err != nil {
 		return nil, fmt.Errorf("fsync %s: %w", old.path, err)
 	}
 	db.st.syncs.Add(1)
@@ -745,7 +745,7 @@ func (db *DB) syncOnceLocked() error {
 	target := db.next
 	act := db.segs[len(db.segs)-1]
 	db.mu.Unlock()
-	err := act.f.Sync()
+	err := db.timedSync(act.f)
 	db.mu.Lock()
 	db.st.syncs.Add(1)
 	if err != nil {
@@ -756,6 +756,18 @@ func (db *DB) syncOnceLocked() error {
 		db.dur = target
 	}
 	return nil
+}
+
+// timedSync fsyncs f and reports how long it took to Options.OnSync. The clock
+// is read only when someone listens (the simulator does not).
+func (db *DB) timedSync(f vfs.File) error {
+	if db.opts.OnSync == nil {
+		return f.Sync()
+	}
+	start := time.Now()
+	err := f.Sync()
+	db.opts.OnSync(time.Since(start))
+	return err
 }
 
 // DurablePos returns the position up to which everything is fsynced.

@@ -167,6 +167,10 @@ type Options struct {
 	// rarely (a VR replica's, whose writes its replication log makes durable, synced at
 	// checkpoints) would write every byte twice and gain nothing.
 	NoZeroFill bool
+	// OnSync, if set, is told how long each fsync of a log segment took (the
+	// node's fsync latency histogram). It runs on the goroutine that synced,
+	// outside the engine's lock, and must not call back into the engine.
+	OnSync func(time.Duration)
 
 	mut mutations // deliberate bugs, for tests (zero.go)
 }

@@ -104,6 +104,10 @@ type Options struct {
 	// member of a group must agree on it.
 	FollowerReads bool
 	Logger        *slog.Logger
+	// OnLogSync, if set, is told how long each fsync of the replication log
+	// took (the node's fsync latency histogram); it runs on the goroutine that
+	// synced. The engine's own fsyncs are Storage.OnSync's.
+	OnLogSync func(time.Duration)
 
 	// mut: deliberate bugs for tests (mutations), set from the first start.
 	mut mutations
@@ -621,7 +625,9 @@ func Open(opts Options) (*Replica, error) {
 	if err := opts.fill(); err != nil {
 		return nil, err
 	}
-	w, ws, err := openWAL(opts.FS, vfs.Join(opts.Dir, "wal"))
+	wcfg := defaultWALConfig()
+	wcfg.onSync = opts.OnLogSync
+	w, ws, err := openWALWith(opts.FS, vfs.Join(opts.Dir, "wal"), wcfg)
 	if err != nil {
 		return nil, err
 	}

@@ -632,7 +632,7 @@ func (w *wal) sync() error {
 // install makes f the active segment n: end is its logical end, size its
 // file's length.
 func (w *wal) install(f vfs.File, n uint64, end, size int64) {
-	w.sf = &segFile{File: f}
+	w.sf = &segFile{File: f, onSync: w.cfg.onSync}
 	w.sf.end.Store(end)
 	w.seg, w.segN, w.size, w.fileSize = w.sf, n, end, size
 }

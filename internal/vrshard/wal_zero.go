@@ -3,6 +3,7 @@ package vrshard
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/kefirdb/kefir/internal/vfs"
 )
@@ -45,7 +46,10 @@ const (
 type walConfig struct {
 	fill           fillMode
 	minSeg, maxSeg int64
-	mut            walMutations
+	// onSync, if set, is told how long each fsync of a segment took
+	// (Options.OnLogSync); it runs on the goroutine that synced.
+	onSync func(time.Duration)
+	mut    walMutations
 }
 
 // walMutations are deliberate bugs the WAL's tests switch on to show they
@@ -86,12 +90,20 @@ type segFile struct {
 	vfs.File
 	end    atomic.Int64 // logical end: bytes written so far
 	synced atomic.Int64 // every byte below it is durable
+	onSync func(time.Duration)
 }
 
 func (f *segFile) Sync() error {
 	end := f.end.Load()
+	var start time.Time
+	if f.onSync != nil {
+		start = time.Now()
+	}
 	if err := f.File.Sync(); err != nil {
 		return err
+	}
+	if f.onSync != nil {
+		f.onSync(time.Since(start))
 	}
 	for {
 		s := f.synced.Load()

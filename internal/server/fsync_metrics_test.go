@@ -1,0 +1,62 @@
+package server
+
+import (
+	"io"
+	"net/http"
+	"regexp"
+	"strconv"
+	"testing"
+)
+
+// fsyncCount reads kefir_fsync_duration_seconds_count{log="<log>"} from n's /metrics.
+func fsyncCount(t *testing.T, n *Server, log string) int {
+	t.Helper()
+	r, err := http.Get("http://" + n.HTTPAddr().String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(r.Body)
+	r.Body.Close()
+	m := regexp.MustCompile(`kefir_fsync_duration_seconds_count\{log="` + log + `"\} (\d+)`).FindSubmatch(body)
+	if m == nil {
+		return 0
+	}
+	v, _ := strconv.Atoi(string(m[1]))
+	return v
+}
+
+// The fsync latency histogram times real fsyncs: a single node's sync write
+// syncs the engine's log and is counted there.
+func TestFsyncDurationIsExportedForTheEnginesLog(t *testing.T) {
+	s := startServer(t, nil)
+	before := fsyncCount(t, s, "storage")
+	c := dial(t, s)
+	c.expect(`SET a 1 => OK`) // sync by default: acknowledged after an fsync
+	if got := fsyncCount(t, s, "storage"); got <= before {
+		t.Fatalf("kefir_fsync_duration_seconds_count{log=storage} = %d after a sync write, was %d", got, before)
+	}
+}
+
+// In a replica group writes are made durable by the replication log: its
+// fsyncs are counted at every replica (a follower syncs what the leader sends).
+func TestFsyncDurationIsExportedForTheReplicationLog(t *testing.T) {
+	g := startGroup(t)
+	l := g.leader(t)
+	before := make([]int, len(g.nodes))
+	for i, n := range g.nodes {
+		before[i] = fsyncCount(t, n, "replication")
+	}
+	c := dial(t, g.nodes[l])
+	c.expect(`SET a 1 => OK`)
+	// A sync write is on a majority's disks when acknowledged: the leader and
+	// at least one follower have synced since.
+	grew := 0
+	for i, n := range g.nodes {
+		if fsyncCount(t, n, "replication") > before[i] {
+			grew++
+		}
+	}
+	if grew < 2 {
+		t.Fatalf("replication-log fsyncs grew at %d replicas after a sync write, want a majority (2)", grew)
+	}
+}
