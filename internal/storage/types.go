@@ -169,7 +169,8 @@ type Options struct {
 	NoZeroFill bool
 	// OnSync, if set, is told how long each fsync of a log segment took (the
 	// node's fsync latency histogram). It runs on the goroutine that synced,
-	// outside the engine's lock, and must not call back into the engine.
+	// possibly under the engine's lock (sealing a segment), so it must be quick
+	// and must not call back into the engine.
 	OnSync func(time.Duration)
 
 	mut mutations // deliberate bugs, for tests (zero.go)
