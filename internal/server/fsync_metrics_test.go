@@ -8,8 +8,9 @@ import (
 	"testing"
 )
 
-// fsyncCount reads kefir_fsync_duration_seconds_count{log="<log>"} from n's /metrics.
-func fsyncCount(t *testing.T, n *Server, log string) int {
+// metricValue reads the sample named series (name and labels, as exposed)
+// from n's /metrics; 0 if it is absent.
+func metricValue(t *testing.T, n *Server, series string) float64 {
 	t.Helper()
 	r, err := http.Get("http://" + n.HTTPAddr().String() + "/metrics")
 	if err != nil {
@@ -17,12 +18,37 @@ func fsyncCount(t *testing.T, n *Server, log string) int {
 	}
 	body, _ := io.ReadAll(r.Body)
 	r.Body.Close()
-	m := regexp.MustCompile(`kefir_fsync_duration_seconds_count\{log="` + log + `"\} (\d+)`).FindSubmatch(body)
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(series) + ` (\S+)$`).FindSubmatch(body)
 	if m == nil {
 		return 0
 	}
-	v, _ := strconv.Atoi(string(m[1]))
+	v, _ := strconv.ParseFloat(string(m[1]), 64)
 	return v
+}
+
+// fsyncCount reads kefir_fsync_duration_seconds_count{log="<log>"} from n's /metrics.
+func fsyncCount(t *testing.T, n *Server, log string) int {
+	t.Helper()
+	return int(metricValue(t, n, `kefir_fsync_duration_seconds_count{log="`+log+`"}`))
+}
+
+// The storage gauges report the engine's files and index, not only its log position.
+func TestStorageGaugesCountBytesAndKeys(t *testing.T) {
+	s := startServer(t, nil)
+	c := dial(t, s)
+	c.expect(`
+SET a 1 => OK
+SET b 2 => OK
+`)
+	if got := metricValue(t, s, "kefir_storage_keys"); got < 2 {
+		t.Errorf("kefir_storage_keys = %v after two keys were written", got)
+	}
+	if got := metricValue(t, s, "kefir_storage_disk_bytes"); got <= 0 {
+		t.Errorf("kefir_storage_disk_bytes = %v after synced writes", got)
+	}
+	if got := metricValue(t, s, "kefir_storage_live_bytes"); got <= 0 {
+		t.Errorf("kefir_storage_live_bytes = %v after synced writes", got)
+	}
 }
 
 // The fsync latency histogram times real fsyncs: a single node's sync write

@@ -86,11 +86,20 @@ func newMetrics(s *Server) *metrics {
 	durable := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "kefir_storage_durable_bytes", Help: "Engine durable position.",
 	}, func() float64 { return float64(s.shard.Status().DurablePos) })
+	diskBytes := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "kefir_storage_disk_bytes", Help: "Bytes in the engine's log segment files (what compaction reclaims shrinks it).",
+	}, func() float64 { return float64(s.db.Stats().DiskBytes) })
+	liveBytes := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "kefir_storage_live_bytes", Help: "Bytes of records the engine's index still points at.",
+	}, func() float64 { return float64(s.db.Stats().LiveBytes) })
+	keys := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "kefir_storage_keys", Help: "Keys in the engine's index (the node's own client-table rows included).",
+	}, func() float64 { return float64(s.db.Stats().Keys) })
 	version := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "kefir_last_version", Help: "Highest version applied.",
 	}, func() float64 { return float64(s.shard.Status().LastVersion) })
 	m.reg.MustRegister(callsVec, errsVec, latVec, m.conns, m.connsTotal, m.rejected, m.authFails,
-		m.protoErrors, m.syncLatency, s.fsyncs, storageBytes, durable, version,
+		m.protoErrors, m.syncLatency, s.fsyncs, storageBytes, durable, diskBytes, liveBytes, keys, version,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if s.vr != nil {
 		gauge := func(name, help string, f func(vrshard.Info) float64) prometheus.Collector {

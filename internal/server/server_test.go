@@ -479,7 +479,7 @@ func TestHTTPAdmin(t *testing.T) {
 	r, _ := http.Get(base + "/metrics")
 	body, _ := io.ReadAll(r.Body)
 	r.Body.Close()
-	for _, m := range []string{"kefir_command_duration_seconds_bucket", "kefir_fsync_wait_seconds", "kefir_client_connections 1", "kefir_storage_log_bytes"} {
+	for _, m := range []string{"kefir_command_duration_seconds_bucket", "kefir_fsync_wait_seconds", "kefir_client_connections 1", "kefir_storage_log_bytes", "kefir_storage_disk_bytes", "kefir_storage_keys"} {
 		if !strings.Contains(string(body), m) {
 			t.Errorf("metrics lack %s", m)
 		}
