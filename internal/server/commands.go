@@ -379,6 +379,7 @@ func (c *conn) checkAuth(args [][]byte) error {
 		c.log.Warn("AUTH failed", "user", clip([]byte(user)))
 		return errWrongPwd
 	}
+	c.srv.limiter.succeed(c.addr)
 	c.authed = true
 	return nil
 }
