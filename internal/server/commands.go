@@ -429,7 +429,7 @@ func (c *conn) hello(args [][]byte) error {
 	_ = w.WriteBulkString("mode")
 	_ = w.WriteBulkString("standalone")
 	_ = w.WriteBulkString("role")
-	_ = w.WriteBulkString("master")
+	_ = w.WriteBulkString(c.srv.redisRole())
 	_ = w.WriteBulkString("modules")
 	return w.WriteArrayHeader(0)
 }
