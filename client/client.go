@@ -743,7 +743,8 @@ func (c *Client) CAS(ctx context.Context, key string, expected, value []byte, op
 }
 
 // Incr adds delta to key's integer value (a missing key counts as 0) and returns the
-// new value. ErrWrongType if the value is not an integer.
+// new value. ErrNotInteger (which also matches ErrWrongType) if the value is not an
+// integer.
 func (c *Client) Incr(ctx context.Context, key string, delta int64, opts ...CallOption) (int64, error) {
 	return c.incr(ctx, nil, key, delta, opts)
 }

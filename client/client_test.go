@@ -66,8 +66,8 @@ func TestOperationsRoundTrip(t *testing.T) {
 	}
 	_, err := c.Incr(ctx, "k", 1)
 	var se *Error
-	if !errors.Is(err, ErrWrongType) || !errors.As(err, &se) || se.Prefix != "WRONGTYPE" {
-		t.Fatalf("Incr on a string: err = %v, want ErrWrongType carrying the server message", err)
+	if !errors.Is(err, ErrNotInteger) || !errors.As(err, &se) || se.Msg != "ERR value is not an integer or out of range" {
+		t.Fatalf("Incr on a string: err = %v, want ErrNotInteger carrying the server message", err)
 	}
 	if err := c.MultiPut(ctx, []KV{{"a", []byte("1")}, {"b", []byte("2")}, {"c", []byte("3")}}); err != nil {
 		t.Fatal(err)
@@ -372,16 +372,22 @@ func TestServerErrorsMapToTypedErrors(t *testing.T) {
 	ctx := testCtx(t)
 	cases := []struct {
 		reply  string
-		is     error
+		is     []error
 		isNot  []error
 		prefix string
 	}{
-		{"WRONGTYPE Operation against a key holding the wrong kind of value", ErrWrongType, []error{ErrNotFound}, "WRONGTYPE"},
-		{"NOTFOUND no such key", ErrNotFound, []error{ErrWrongType}, "NOTFOUND"},
-		{"UNAVAILABLE shutting down", ErrUnavailable, []error{ErrAuth}, "UNAVAILABLE"},
-		{"NOAUTH Authentication required.", ErrAuth, []error{ErrUnavailable}, "NOAUTH"},
-		{"WRONGPASS invalid password", ErrAuth, nil, "WRONGPASS"},
-		{"ERR level bounded(3) not supported by this deployment", nil, []error{ErrWrongType, ErrNotFound, ErrUnavailable, ErrAuth}, "ERR"},
+		{"WRONGTYPE Operation against a key holding the wrong kind of value", []error{ErrWrongType}, []error{ErrNotFound, ErrNotInteger}, "WRONGTYPE"},
+		// Redis's reply for INCR on a non-integer; it is also ErrWrongType, which
+		// Incr was documented to return for it before.
+		{"ERR value is not an integer or out of range", []error{ErrNotInteger, ErrWrongType}, []error{ErrNotFound, ErrUnavailable}, "ERR"},
+		// What earlier Kefir servers answered instead.
+		{"WRONGTYPE value is not an integer or out of range", []error{ErrNotInteger, ErrWrongType}, nil, "WRONGTYPE"},
+		{"NOTFOUND no such key", []error{ErrNotFound}, []error{ErrWrongType, ErrNotInteger}, "NOTFOUND"},
+		{"UNAVAILABLE shutting down", []error{ErrUnavailable}, []error{ErrAuth}, "UNAVAILABLE"},
+		{"NOAUTH Authentication required.", []error{ErrAuth}, []error{ErrUnavailable}, "NOAUTH"},
+		{"WRONGPASS invalid password", []error{ErrAuth}, nil, "WRONGPASS"},
+		{"ERR level bounded(3) not supported by this deployment", nil, []error{ErrWrongType, ErrNotInteger, ErrNotFound, ErrUnavailable, ErrAuth}, "ERR"},
+		{"ERR increment or decrement would overflow", nil, []error{ErrNotInteger, ErrWrongType}, "ERR"},
 		// A MOVED the client cannot settle (it keeps naming the same node) is
 		// followed a bounded number of times, then returned.
 		{"MOVED " + s.addr()[0], nil, []error{ErrUnavailable}, "MOVED"},
@@ -392,8 +398,10 @@ func TestServerErrorsMapToTypedErrors(t *testing.T) {
 		if !errors.As(err, &se) || se.Prefix != tc.prefix || se.Msg != tc.reply {
 			t.Errorf("%q: err = %#v, want *Error{Prefix: %q}", tc.reply, err, tc.prefix)
 		}
-		if tc.is != nil && !errors.Is(err, tc.is) {
-			t.Errorf("%q: err = %v, want errors.Is %v", tc.reply, err, tc.is)
+		for _, is := range tc.is {
+			if !errors.Is(err, is) {
+				t.Errorf("%q: err = %v, want errors.Is %v", tc.reply, err, is)
+			}
 		}
 		for _, not := range tc.isNot {
 			if errors.Is(err, not) {
@@ -491,7 +499,7 @@ func TestSessionSendsAndAdvancesToken(t *testing.T) {
 	if v, err := sess.Get(ctx, "k"); err != nil || string(v) != "v" {
 		t.Fatalf("session Get = %q, %v", v, err)
 	}
-	if _, err := sess.Incr(ctx, "k", 1); !errors.Is(err, ErrWrongType) {
+	if _, err := sess.Incr(ctx, "k", 1); !errors.Is(err, ErrNotInteger) {
 		t.Fatalf("session Incr on a string: %v", err)
 	}
 	s.mu.Lock()

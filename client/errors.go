@@ -9,8 +9,13 @@ import (
 var (
 	// ErrNotFound: the key does not exist (Get), or the server answered -NOTFOUND.
 	ErrNotFound = errors.New("kefir: not found")
-	// ErrWrongType: the value is not what the operation needs (Incr on a non-integer).
+	// ErrWrongType: the value is not what the operation needs (-WRONGTYPE). An
+	// ErrNotInteger error matches it too, because Incr on a non-integer was
+	// documented as ErrWrongType before the server answered as Redis does.
 	ErrWrongType = errors.New("kefir: wrong type")
+	// ErrNotInteger: Incr on a value that is not a decimal integer in the 64-bit
+	// range (-ERR value is not an integer or out of range, as Redis answers).
+	ErrNotInteger = errors.New("kefir: value is not an integer")
 	// ErrTimeout: the context's deadline passed before the reply arrived. Errors that
 	// are ErrTimeout also match context.DeadlineExceeded.
 	ErrTimeout = errors.New("kefir: timeout")
@@ -33,13 +38,18 @@ var (
 	ErrSessionLost = errors.New("kefir: session lost writes in a crash")
 )
 
+// notIntegerMsg is Redis's reply text, after the prefix, for INCR on a
+// non-integer. Earlier Kefir servers sent it with -WRONGTYPE.
+const notIntegerMsg = "value is not an integer or out of range"
+
 // sessionLostMsg starts the server's reply for a session that saw lost writes
 // (shard.ErrSessionLost).
 const sessionLostMsg = "ERR session token refers to writes lost in a crash"
 
 // Error is an error reply from the server that has no sentinel of its own
 // (-ERR bad arguments, unknown command, unsupported level, ...). Replies that do have
-// one (-WRONGTYPE, -NOTFOUND, -UNAVAILABLE, -NOAUTH, -WRONGPASS) are also *Error, so
+// one (-WRONGTYPE, -NOTFOUND, -UNAVAILABLE, -NOAUTH, -WRONGPASS, -ERR value is not
+// an integer ...) are also *Error, so
 // the message stays available via errors.As, and they match their sentinel via
 // errors.Is.
 type Error struct {
@@ -55,7 +65,9 @@ func (e *Error) Error() string { return "kefir: server error: " + e.Msg }
 func (e *Error) Is(target error) bool {
 	switch target {
 	case ErrWrongType:
-		return e.Prefix == "WRONGTYPE"
+		return e.Prefix == "WRONGTYPE" || e.notInteger()
+	case ErrNotInteger:
+		return e.notInteger()
 	case ErrNotFound:
 		return e.Prefix == "NOTFOUND"
 	case ErrUnavailable:
@@ -66,6 +78,11 @@ func (e *Error) Is(target error) bool {
 		return strings.HasPrefix(e.Msg, sessionLostMsg)
 	}
 	return false
+}
+
+func (e *Error) notInteger() bool {
+	_, rest, _ := strings.Cut(e.Msg, " ")
+	return (e.Prefix == "ERR" || e.Prefix == "WRONGTYPE") && strings.HasPrefix(rest, notIntegerMsg)
 }
 
 func serverError(msg []byte) *Error {

@@ -74,8 +74,10 @@ func TestAgainstRealServer(t *testing.T) {
 	if n, err := c.Incr(ctx, "ctr", 41); n != 41 || err != nil {
 		t.Fatalf("Incr = %d, %v", n, err)
 	}
-	if _, err := c.Incr(ctx, "k", 1); !errors.Is(err, ErrWrongType) {
-		t.Fatalf("Incr on a string: err = %v, want ErrWrongType", err)
+	_, err = c.Incr(ctx, "k", 1)
+	var notInt *Error
+	if !errors.Is(err, ErrNotInteger) || !errors.Is(err, ErrWrongType) || !errors.As(err, &notInt) || notInt.Msg != "ERR value is not an integer or out of range" {
+		t.Fatalf("Incr on a string: err = %v, want Redis's reply, matching ErrNotInteger and ErrWrongType", err)
 	}
 	if err := c.MultiPut(ctx, []KV{{"s:1", []byte("a")}, {"s:2", []byte("b")}, {"s:3", []byte("c")}}); err != nil {
 		t.Fatal(err)

@@ -303,7 +303,7 @@ func (s *testServer) exec(w []string) resp.Value {
 		if v, ok := s.data[w[1]]; ok {
 			n, err := strconv.ParseInt(string(v), 10, 64)
 			if err != nil {
-				return errv("WRONGTYPE value is not an integer")
+				return errv("ERR value is not an integer or out of range")
 			}
 			cur = n
 		}

@@ -124,11 +124,16 @@ func runClient(cmd string, args []string, stdout, stderr io.Writer) error {
 	case "get":
 		v, err := c.Get(ctx, pos[0], copts...)
 		if errors.Is(err, client.ErrNotFound) {
+			// Exit status 1 in both modes, so a script can test for the key
+			// without parsing what was printed.
 			if f.json {
-				return out("", map[string]any{"key": pos[0], "found": false})
+				if err := out("", map[string]any{"key": pos[0], "found": false}); err != nil {
+					return err
+				}
+			} else {
+				fmt.Fprintf(stderr, "(not found)\n")
 			}
-			fmt.Fprintf(stderr, "(not found)\n")
-			os.Exit(1)
+			return exitStatus(1)
 		}
 		if err != nil {
 			return err

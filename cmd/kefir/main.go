@@ -38,6 +38,9 @@ Usage:
 
 Client commands take --addr (default 127.0.0.1:6380, env KEFIR_ADDR), --password
 (env KEFIR_PASSWORD), --consistency, --durability and --json.
+
+Exit status: 0 on success; 1 on an error, and for kefir get of a missing key
+(with --json after printing {"found":false,"key":KEY}); 2 for a bad invocation.
 `
 
 func main() {
@@ -69,6 +72,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
+	var status exitStatus
+	if errors.As(err, &status) {
+		return int(status)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "kefir %s: %v\n", cmd, err)
 		var ue usageError
@@ -82,6 +89,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 // usageError marks errors in how the command was invoked (exit status 2).
 type usageError struct{ error }
+
+// exitStatus ends a command that has already reported its outcome (a missing
+// key) with that status and no further message.
+type exitStatus int
+
+func (e exitStatus) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
 
 func newLogger(level, format string, w io.Writer) (*slog.Logger, error) {
 	var lv slog.Level

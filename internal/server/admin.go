@@ -136,6 +136,7 @@ func (s *Server) httpHandler() http.Handler {
 			http.Error(w, "unauthorized", http.StatusUnauthorized)
 			return
 		}
+		s.limiter.succeed(r.RemoteAddr)
 		mux.ServeHTTP(w, r)
 	})
 }

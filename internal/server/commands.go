@@ -379,6 +379,7 @@ func (c *conn) checkAuth(args [][]byte) error {
 		c.log.Warn("AUTH failed", "user", clip([]byte(user)))
 		return errWrongPwd
 	}
+	c.srv.limiter.succeed(c.addr)
 	c.authed = true
 	return nil
 }
@@ -428,7 +429,7 @@ func (c *conn) hello(args [][]byte) error {
 	_ = w.WriteBulkString("mode")
 	_ = w.WriteBulkString("standalone")
 	_ = w.WriteBulkString("role")
-	_ = w.WriteBulkString("master")
+	_ = w.WriteBulkString(c.srv.redisRole())
 	_ = w.WriteBulkString("modules")
 	return w.WriteArrayHeader(0)
 }

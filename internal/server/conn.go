@@ -452,7 +452,9 @@ func errorText(err error) string {
 	case errors.Is(err, vrshard.ErrNotLeader):
 		return notLeaderReply(err).Error()
 	case errors.Is(err, shard.ErrWrongType):
-		return "WRONGTYPE " + shard.ErrWrongType.Error()
+		// Redis's reply for INCR on a non-integer, which clients match on;
+		// -WRONGTYPE is for a key holding another kind of value.
+		return errNotInt.msg
 	case errors.Is(err, shard.ErrUnavailable), errors.Is(err, shard.ErrClosed), errors.Is(err, shard.ErrSessionAhead):
 		return "UNAVAILABLE " + err.Error()
 	case errors.Is(err, level.ErrUnknownLevel):

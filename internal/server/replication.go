@@ -200,3 +200,13 @@ func (s *Server) roleName() string {
 	}
 	return "single-node"
 }
+
+// redisRole is the role HELLO reports, in Redis's words: a client library that
+// looks for the master must find the node that leads, not any replica (a
+// follower forwards writes, but it is not where they are decided).
+func (s *Server) redisRole() string {
+	if s.vr == nil || role(s.vr.Info()) == "leader" {
+		return "master"
+	}
+	return "replica"
+}

@@ -288,6 +288,13 @@ INCR n => (integer) 1
 	if !strings.Contains(info, "role:follower") || !strings.Contains(info, "leader_id:") {
 		t.Fatalf("follower INFO replication: %s", info)
 	}
+	// HELLO names it the way Redis clients look for the master.
+	if _, hf := helloFields(t, dial(t, g.nodes[f]), "3"); hf["role"] != `"replica"` {
+		t.Errorf("follower HELLO role = %s, want replica", hf["role"])
+	}
+	if _, hf := helloFields(t, dial(t, g.nodes[l]), "2"); hf["role"] != `"master"` {
+		t.Errorf("leader HELLO role = %s, want master", hf["role"])
+	}
 	st := fetchStatus(t, g.nodes[l])
 	if st.Role != "leader" || st.Replication == nil || st.Replication.Commit == 0 || st.Replication.Leader != uint64(l+1) {
 		t.Fatalf("leader /status: role %q replication %+v", st.Role, st.Replication)

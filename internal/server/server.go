@@ -378,17 +378,36 @@ func (s *Server) Close() error {
 
 // authLimiter slows down password guessing: after failures from a host, further
 // attempts from it are refused for a window that doubles with each failure (capped).
+// It keys by host, so every process on one machine shares a record: a success
+// clears it, and a record with no failure for authForget is forgotten, so a few
+// typos by one local user do not keep locking out the others.
 type authLimiter struct {
 	mu    sync.Mutex
 	hosts map[string]*authState
+	// max bounds hosts; swept is when fail last scanned for forgotten records.
+	max   int
+	swept time.Time
+	now   func() time.Time // time.Now; tests move it
 }
 
 type authState struct {
 	fails int
-	until time.Time
+	last  time.Time // the latest failure
+	until time.Time // attempts before this are refused
 }
 
-func newAuthLimiter() *authLimiter { return &authLimiter{hosts: make(map[string]*authState)} }
+const (
+	// authForget is how long a host's failures are remembered: longer than the
+	// longest penalty (10s), so a guesser cannot wait the penalty out and
+	// start again with free attempts.
+	authForget = time.Minute
+	// authMaxHosts bounds the records under a spray of source addresses.
+	authMaxHosts = 10000
+)
+
+func newAuthLimiter() *authLimiter {
+	return &authLimiter{hosts: make(map[string]*authState), max: authMaxHosts, now: time.Now}
+}
 
 func hostOf(addr string) string {
 	if h, _, err := net.SplitHostPort(addr); err == nil {
@@ -397,12 +416,23 @@ func hostOf(addr string) string {
 	return addr
 }
 
+func (st *authState) forgotten(now time.Time) bool { return now.Sub(st.last) >= authForget }
+
 // allow reports whether addr may try a password now.
 func (l *authLimiter) allow(addr string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	st := l.hosts[hostOf(addr)]
-	return st == nil || !time.Now().Before(st.until)
+	return st == nil || !l.now().Before(st.until)
+}
+
+// succeed forgets addr's host's failures: whoever there knows the password,
+// and the next typo starts from the free attempts again.
+func (l *authLimiter) succeed(addr string) {
+	h := hostOf(addr)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.hosts, h)
 }
 
 // fail records a failure: the first few are free (typos), then the host waits
@@ -410,18 +440,54 @@ func (l *authLimiter) allow(addr string) bool {
 func (l *authLimiter) fail(addr string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if len(l.hosts) > 10000 {
-		clear(l.hosts) // bound memory under a spray of source addresses
-	}
+	now := l.now()
 	h := hostOf(addr)
 	st := l.hosts[h]
+	if st != nil && st.forgotten(now) {
+		st = nil
+	}
 	if st == nil {
+		if _, ok := l.hosts[h]; !ok && len(l.hosts) >= l.max {
+			l.makeRoom(now)
+		}
 		st = &authState{}
 		l.hosts[h] = st
 	}
 	st.fails++
+	st.last = now
 	if st.fails > 3 {
 		d := min(100*time.Millisecond<<min(st.fails-4, 10), 10*time.Second)
-		st.until = time.Now().Add(d)
+		st.until = now.Add(d)
 	}
+}
+
+// makeRoom frees one record or more. Forgotten records go first; the scan
+// runs at most once a second so a spray of new addresses does not make every
+// failure walk the whole map. If none is forgotten, one record is evicted,
+// preferably one not serving a penalty, so a spray can at worst reset some
+// hosts' free attempts but rarely lift a running penalty.
+func (l *authLimiter) makeRoom(now time.Time) {
+	if now.Sub(l.swept) >= time.Second {
+		l.swept = now
+		for h, st := range l.hosts {
+			if st.forgotten(now) {
+				delete(l.hosts, h)
+			}
+		}
+		if len(l.hosts) < l.max {
+			return
+		}
+	}
+	victim, probes := "", 0
+	for h, st := range l.hosts { // map order is randomized
+		idle := !now.Before(st.until)
+		if victim == "" || idle {
+			victim = h
+		}
+		probes++
+		if idle || probes == 16 {
+			break
+		}
+	}
+	delete(l.hosts, victim)
 }

@@ -103,8 +103,8 @@ type Result struct {
 }
 
 // Errors callers branch on. The server maps them to RESP prefixes
-// (docs/design/resp-extensions.md): ErrWrongType → -WRONGTYPE, ErrUnavailable →
-// -UNAVAILABLE, the rest → -ERR. Their texts are the RESP message after the prefix.
+// (docs/design/resp-extensions.md): ErrUnavailable → -UNAVAILABLE, the rest →
+// -ERR (ErrWrongType as Redis's "-ERR value is not an integer or out of range"). Their texts are the RESP message after the prefix.
 var (
 	ErrWrongType    = errors.New("value is not an integer or out of range")
 	ErrOverflow     = errors.New("increment or decrement would overflow")

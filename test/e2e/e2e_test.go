@@ -452,7 +452,7 @@ func TestValuesReadUnderCADSurviveSIGKILL(t *testing.T) {
 }
 
 // The command-line client against a real node: human and JSON output, exit
-// status 1 for a missing key.
+// status 1 for a missing key in both.
 func TestCLI(t *testing.T) {
 	n := cluster.NewNode(t, "n1")
 	n.Start()
@@ -484,12 +484,23 @@ func TestCLI(t *testing.T) {
 		{[]string{"scan", "a", "b"}, "a\tone", 0},
 		{[]string{"del", "a", "zzz"}, "deleted 1", 0},
 		{[]string{"get", "a"}, "", 1},
+		{[]string{"get", "a", "--json"}, `{"found":false,"key":"a"}`, 1},
+		{[]string{"put", "c", "3", "--json"}, `{"ok":true}`, 0},
+		{[]string{"del", "c", "zzz", "--json"}, `{"deleted":1}`, 0},
+		{[]string{"get", "c", "--json"}, `{"found":false,"key":"c"}`, 1},
 	}
 	for _, s := range steps {
 		got, code := run(s.args...)
 		if got != s.want || code != s.code {
 			t.Errorf("kefir %s = %q (exit %d), want %q (exit %d)", strings.Join(s.args, " "), got, code, s.want, s.code)
 		}
+	}
+	// A missing key is an outcome, not an error: stderr says so and nothing more.
+	miss := exec.Command(bin, "get", "a", "--addr", n.ClientAddr)
+	var stderr strings.Builder
+	miss.Stderr = &stderr
+	if err := miss.Run(); strings.TrimSpace(stderr.String()) != "(not found)" {
+		t.Errorf("kefir get of a missing key: %v, stderr %q, want only (not found)", err, stderr.String())
 	}
 	status, code := run("status", "--json")
 	if code != 0 || !strings.Contains(status, `"node_id":"n1"`) || !strings.Contains(status, `"default_durability":"sync"`) {
