@@ -15,6 +15,7 @@ import (
 	"github.com/kefirdb/kefir/internal/check"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/shard"
+	"github.com/kefirdb/kefir/internal/transport"
 	"github.com/kefirdb/kefir/internal/vfs"
 )
 
@@ -305,6 +306,47 @@ func durabilityRounds(t *testing.T, late bool) uint64 {
 		t.Fatalf("durability waits = %d, want 1", st.DurabilityWaits)
 	}
 	return st.DurabilityRounds
+}
+
+// A cad blind write is acknowledged once a majority holds it in memory, not
+// at the leader's append: a leader cut off from every follower does not answer
+// it. Once a follower hears it again it completes, before any fsync ends
+// (every log fsync stays held).
+func TestCadWriteWaitsForAMajoritysMemory(t *testing.T) {
+	c, gates, _ := gatedCluster(t, func(o *Options) { o.RequestTimeout = 5 * time.Second })
+	l := c.leader(5 * time.Second)
+	leader := c.reps[l]
+	gates.hold()
+	defer gates.release()
+	cut := func(on bool) {
+		for _, id := range c.ids {
+			if id != c.ids[l] {
+				if err := leader.Transport().SetLinkFault(id, transport.Fault{Partition: on}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	cut(true)
+	done := make(chan error, 1)
+	go func() {
+		_, err := leader.Write(context.Background(), set("k", "v"), level.CAD, shard.ReqID{Client: 9, Seq: 1})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("cad SET at a leader cut off from every follower returned (%v); want it to wait for a majority's memory", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	cut(false)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("cad SET after the heal: %v", err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("cad SET still waiting 3 s after the heal, with fsyncs held (a majority holds it in memory)")
+	}
 }
 
 // An async blind write is acknowledged at the leader's append and read from
