@@ -389,7 +389,7 @@ func (r *Replica) markAppended() {
 					// Before Apply returns: the connection's next read of
 					// the key must find the value (ReadDeferred). (A sync
 					// write has no op here: it is not overlaid, §12.)
-					r.overlay(a.op, p.op, p.ack == vr.AckReplicated)
+					r.overlay(a.op, p.op, !p.async)
 				}
 				p.early = true
 				p.markOrdered(shard.Result{Kind: shard.ResOK, Version: a.op}, nil)
@@ -421,12 +421,14 @@ func (u *keyUpdates) complete(r uint64) bool {
 
 // ---- the write path (driver goroutine) ----
 
-// ackPoint says where a write is acknowledged (docs/design/cad.md §1): a
-// blind write (the command table's nilext class: its reply depends on no
-// state) at cad when a majority holds it in memory, at async when the
-// leader appended it; everything else — sync, and every write whose reply
-// reports state (INCR, SET NX/GET, DEL's count...) — once committed and
-// applied.
+// ackPoint says where a write is acknowledged (docs/design/cad.md §1, §19):
+// a blind write (the command table's nilext class: its reply depends on no
+// state) at cad or async once a majority holds it in memory — the two share
+// the write path, as ARCHITECTURE §2 defines async ("as cad, with no
+// durability check on reads"); they differ in the overlay, which serves an
+// async write to reads from its append on; everything else — sync, and
+// every write whose reply reports state (INCR, SET NX/GET, DEL's count...) —
+// once committed and applied.
 //
 // early says whether q may be answered before it is applied at all
 // (answerableEarly).
@@ -435,10 +437,8 @@ func ackPoint(q *shard.WriteReq, early bool) vr.AckPoint {
 		return vr.AckApplied
 	}
 	switch q.Durability {
-	case level.CAD:
+	case level.CAD, level.Async:
 		return vr.AckReplicated
-	case level.Async:
-		return vr.AckAppended
 	}
 	return vr.AckApplied
 }
@@ -476,7 +476,7 @@ func (r *Replica) earlyAcks(acks []vr.Reply) {
 		delete(r.waitID, k)
 		for _, p := range ps {
 			if p.op != nil && !p.early && a.Op > r.applied.Load() {
-				r.overlay(a.Op, p.op, p.ack == vr.AckReplicated)
+				r.overlay(a.Op, p.op, !p.async)
 			}
 			r.st.earlyAcks.Add(1)
 			p.finish(shard.Result{Kind: shard.ResOK, Version: a.Op}, nil)

@@ -308,50 +308,55 @@ func durabilityRounds(t *testing.T, late bool) uint64 {
 	return st.DurabilityRounds
 }
 
-// A cad blind write is acknowledged once a majority holds it in memory, not
-// at the leader's append: a leader cut off from every follower does not answer
-// it. Once a follower hears it again it completes, before any fsync ends
-// (every log fsync stays held).
-func TestCadWriteWaitsForAMajoritysMemory(t *testing.T) {
-	c, gates, _ := gatedCluster(t, func(o *Options) { o.RequestTimeout = 5 * time.Second })
-	l := c.leader(5 * time.Second)
-	leader := c.reps[l]
-	gates.hold()
-	defer gates.release()
-	cut := func(on bool) {
-		for _, id := range c.ids {
-			if id != c.ids[l] {
-				if err := leader.Transport().SetLinkFault(id, transport.Fault{Partition: on}); err != nil {
-					t.Fatal(err)
+// A cad or async blind write is acknowledged once a majority holds it in
+// memory, not at the leader's append (async shares cad's write path:
+// ARCHITECTURE §2, docs/design/cad.md §19): a leader cut off from every
+// follower answers neither. Once a follower hears it again both complete,
+// before any fsync ends (every log fsync stays held).
+func TestCadAndAsyncWritesWaitForAMajoritysMemory(t *testing.T) {
+	for _, d := range []level.Durability{level.CAD, level.Async} {
+		t.Run(d.String(), func(t *testing.T) {
+			c, gates, _ := gatedCluster(t, func(o *Options) { o.RequestTimeout = 5 * time.Second })
+			l := c.leader(5 * time.Second)
+			leader := c.reps[l]
+			gates.hold()
+			defer gates.release()
+			cut := func(on bool) {
+				for _, id := range c.ids {
+					if id != c.ids[l] {
+						if err := leader.Transport().SetLinkFault(id, transport.Fault{Partition: on}); err != nil {
+							t.Fatal(err)
+						}
+					}
 				}
 			}
-		}
-	}
-	cut(true)
-	done := make(chan error, 1)
-	go func() {
-		_, err := leader.Write(context.Background(), set("k", "v"), level.CAD, shard.ReqID{Client: 9, Seq: 1})
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		t.Fatalf("cad SET at a leader cut off from every follower returned (%v); want it to wait for a majority's memory", err)
-	case <-time.After(200 * time.Millisecond):
-	}
-	cut(false)
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("cad SET after the heal: %v", err)
-		}
-	case <-time.After(3 * time.Second):
-		t.Fatal("cad SET still waiting 3 s after the heal, with fsyncs held (a majority holds it in memory)")
+			cut(true)
+			done := make(chan error, 1)
+			go func() {
+				_, err := leader.Write(context.Background(), set("k", "v"), d, shard.ReqID{Client: 9, Seq: 1})
+				done <- err
+			}()
+			select {
+			case err := <-done:
+				t.Fatalf("%s SET at a leader cut off from every follower returned (%v); want it to wait for a majority's memory", d, err)
+			case <-time.After(200 * time.Millisecond):
+			}
+			cut(false)
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatalf("%s SET after the heal: %v", d, err)
+				}
+			case <-time.After(3 * time.Second):
+				t.Fatalf("%s SET still waiting 3 s after the heal, with fsyncs held (a majority holds it in memory)", d)
+			}
+		})
 	}
 }
 
-// An async blind write is acknowledged at the leader's append and read from
-// the leader's overlay at once: no durability wait (the documented unsafe
-// baseline).
+// An async blind write is read from the leader's overlay at once, from its
+// append on: no durability wait (the documented unsafe baseline), even while
+// every log fsync is held.
 func TestAsyncWriteIsReadFromTheOverlayWithoutWaiting(t *testing.T) {
 	c, gates, _ := gatedCluster(t, nil)
 	l := c.leader(5 * time.Second)

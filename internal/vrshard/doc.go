@@ -30,8 +30,8 @@
 // Durability (cad.go, docs/design/cad.md): a sync write, and any write whose
 // reply depends on state, returns once committed (persisted on a majority)
 // and applied here; a cad blind write (plain SET, MSET) once a majority
-// holds it in memory (vr.AckReplicated); an async one once the leader
-// appended it (vr.AckAppended; served from the leader's overlay). Every read
+// holds it in memory (vr.AckReplicated); an async one at the same point,
+// served to reads from the leader's overlay from its append on. Every read
 // is checked against the readable index R via a per-key update index, and a
 // leader read of a key updated after R waits for R (a durability wait).
 // With Options.FollowerReads, followers holding an active-set lease serve

@@ -39,8 +39,8 @@ import (
 
 // The same hold serves cad and async writes without the fast path
 // (Options.CadSyncDelay): a batch whose entries are all blind cad or async
-// writes is acknowledged before it is durable (at a majority's memory, or at
-// the leader's append), so no client waits for its fsync. Holding it saves
+// writes is acknowledged before it is durable (at a majority's memory), so
+// no client waits for its fsync. Holding it saves
 // fsyncs — on this kind of VM an fsync costs about as much CPU as the writes it
 // covers — at the price of a later commit point and apply. Urgent, besides the
 // cases above: an entry whose waiter at the leader awaits its commit (a sync

@@ -193,10 +193,18 @@ func TestCADApplyReturnsAtItsOrderedPoint(t *testing.T) {
 			} else if err := leader.Wait(ctx, p); err != nil {
 				t.Fatalf("Wait for a blind sync write: %v", err)
 			}
-			// An async write is acknowledged in the Ready that appends it:
-			// nothing is left for Wait either.
-			if r, p := applyOne(t, leader, set("a", "1"), level.Async, shard.ReqID{}); r.Err != nil || len(p.Acks) != 0 {
-				t.Fatalf("async write: %+v, pending %+v; want it acknowledged inside Apply", r, p)
+			// An async blind write shares cad's write path (cad.md §19):
+			// OK at its op, Wait awaiting a majority's memory; a read is
+			// served its value at once, from the overlay.
+			if r, p := applyOne(t, leader, set("a", "1"), level.Async, shard.ReqID{}); r.Err != nil || r.Result.Kind != shard.ResOK || len(p.Acks) != 1 {
+				t.Fatalf("async write: %+v, pending %+v; want OK at its op and one pending acknowledgement", r, p)
+			} else {
+				if got, err := leader.Read(ctx, get("a"), level.ConsLinearizable, shard.Session{}); err != nil || string(got.Bulk) != "1" {
+					t.Fatalf("read of an ordered async write: %+v, %v; want its value at once", got, err)
+				}
+				if err := leader.Wait(ctx, p); err != nil {
+					t.Fatalf("Wait for an async write: %v", err)
+				}
 			}
 		})
 	}

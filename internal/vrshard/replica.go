@@ -358,9 +358,11 @@ type proposal struct {
 	err  error
 	wait *batchWait
 	// ack is where the write is acknowledged (cad.go): AckReplicated for a
-	// cad blind write, AckAppended for an async one, else AckApplied. op is
-	// the write (valid while Apply waits), for the async overlay.
+	// cad or async blind write, else AckApplied. op is the write (valid while
+	// Apply waits), for the overlay; async says it is an async write, which
+	// reads take from the overlay at once (a cad one only once readable).
 	ack   vr.AckPoint
+	async bool
 	op    *shard.Op // early-acknowledged writes only: a copy the overlay may keep
 	blind bool      // the reply depends on no state
 	keys  [][]byte  // early-acknowledged writes: the keys written (copies)
@@ -1699,6 +1701,7 @@ func (r *Replica) Apply(ctx context.Context, reqs []shard.WriteReq) (shard.Pendi
 		p.wait = bw
 		early := r.answerableEarly(&q.Op)
 		p.ack, p.blind = ackPoint(q, early), NilextEligible(&q.Op)
+		p.async = p.ack != vr.AckApplied && q.Durability == level.Async
 		p.orderEarly = p.ack == vr.AckApplied && early && !r.opts.Nilext && !r.mut.syncWaitsInApply
 		if p.orderEarly {
 			mayBeEarly = true

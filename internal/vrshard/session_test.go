@@ -218,10 +218,14 @@ func sessionReadAtDeposedLeader(t *testing.T, noWake bool) (time.Duration, error
 			}
 		}
 	}
-	res, err := c.reps[old].Write(context.Background(), set("x", "lost"), level.Async, shard.ReqID{})
-	if err != nil {
-		t.Fatalf("async write at the cut-off leader: %v", err)
+	// A blind cad write returns from Apply at its ordered point, in the cut-off
+	// leader's log and never acknowledged: the session token names a version
+	// that leader holds but cannot apply.
+	w, _ := applyOne(t, c.reps[old], set("x", "lost"), level.CAD, shard.ReqID{})
+	if w.Err != nil || w.Result.Version == 0 {
+		t.Fatalf("cad write at the cut-off leader: %+v", w)
 	}
+	res := w.Result
 	type out struct {
 		res shard.Result
 		err error
