@@ -47,8 +47,9 @@ bin=$(command -v etcd || true)
 [ -z "$bin" ] && [ -x /usr/bin/etcd ] && bin=/usr/bin/etcd
 if [ -z "$bin" ]; then
   as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
-  as_root apt-get update -q
-  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -q --no-install-recommends etcd-server
+  # To stderr: stdout is the address the caller captures (compare.sh's matrix lines).
+  as_root apt-get update -q >&2
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -q --no-install-recommends etcd-server >&2
   bin=$(command -v etcd)
 fi
 

@@ -49,8 +49,9 @@ esac
 
 if ! command -v redis-server >/dev/null; then
   as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
-  as_root apt-get update -q
-  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -q redis-server
+  # To stderr: stdout is the address the caller captures (compare.sh's matrix lines).
+  as_root apt-get update -q >&2
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -q redis-server >&2
 fi
 
 case "$fsync" in

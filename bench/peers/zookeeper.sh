@@ -56,8 +56,9 @@ esac
 jar=/usr/share/java/zookeeper.jar
 if [ ! -e "$jar" ] || ! command -v java >/dev/null; then
   as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
-  as_root apt-get update -q
-  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -q --no-install-recommends zookeeper
+  # To stderr: stdout is the address the caller captures (compare.sh's matrix lines).
+  as_root apt-get update -q >&2
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -q --no-install-recommends zookeeper >&2
 fi
 
 mkdir -p "$dir"
