@@ -133,13 +133,14 @@ func TestFailedAuthIsLoggedWithoutTheGuess(t *testing.T) {
 	c.expect(`
 AUTH guess-one-Xq7 => WRONGPASS*
 AUTH default guess-two-Xq7 => WRONGPASS*
+AUTH typed-into-the-user-slot-Xq7 x => WRONGPASS*
 `)
 	if got := c.do("HELLO", "3", "AUTH", "default", "guess-three-Xq7"); !strings.HasPrefix(got, "WRONGPASS") {
 		t.Fatalf("HELLO with a wrong password = %s", got)
 	}
 	out := logs.String()
-	if n := strings.Count(out, "AUTH failed"); n != 3 {
-		t.Errorf("%d log lines for 3 failed AUTHs:\n%s", n, out)
+	if n := strings.Count(out, "AUTH failed"); n != 4 {
+		t.Errorf("%d log lines for 4 failed AUTHs:\n%s", n, out)
 	}
 	if strings.Contains(out, "Xq7") {
 		t.Errorf("the log holds a guessed password:\n%s", out)

@@ -376,7 +376,14 @@ func (c *conn) checkAuth(args [][]byte) error {
 	if !ok {
 		c.srv.limiter.fail(c.addr)
 		c.srv.m.authFails.Inc()
-		c.log.Warn("AUTH failed", "user", clip([]byte(user)))
+		// The only user is "default": any other name is logged as such, never
+		// spelled out, since a password typed into the user slot (AUTH pass
+		// pass, HELLO 3 AUTH pass x) would otherwise reach the log.
+		logUser := "default"
+		if user != "default" {
+			logUser = "(not a user)"
+		}
+		c.log.Warn("AUTH failed", "user", logUser)
 		return errWrongPwd
 	}
 	c.srv.limiter.succeed(c.addr)
