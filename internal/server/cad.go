@@ -40,7 +40,7 @@ func (s *Server) cadCollectors() []prometheus.Collector {
 			func(st vrshard.Stats) uint64 { return st.FollowerReads }),
 		counter("kefir_follower_reads_redirected_total", "Cross-client-monotonic reads this follower sent to the leader (no lease, or the data read was not yet readable).",
 			func(st vrshard.Stats) uint64 { return st.FollowerRedirects }),
-		counter("kefir_writes_early_ack_total", "cad and async blind writes acknowledged before they were committed (in memory on a majority, or appended at the leader).",
+		counter("kefir_writes_early_ack_total", "cad and async blind writes acknowledged before they were committed (once in memory on a majority).",
 			func(st vrshard.Stats) uint64 { return st.EarlyAcks }),
 		counter("kefir_reads_async_overlay_total", "Reads at the leader served from pending async writes (no durability check; async is unsafe).",
 			func(st vrshard.Stats) uint64 { return st.OverlayReads }),

@@ -78,8 +78,8 @@
 // results and Persisted after each fsync as above, and reports nothing new —
 // the core learns the applied op from Advance and the persisted one from
 // Persisted, and followers send both to the leader on their own. It may
-// propose a write with ProposeAck: AckReplicated (cad) or AckAppended
-// (async) acknowledgements come out in Ready.Acks (Client, ReqNum, Op, no
+// propose a write with ProposeAck: AckReplicated (cad, async) or AckAppended
+// (a fully asynchronous baseline) acknowledgements come out in Ready.Acks (Client, ReqNum, Op, no
 // Result) and the write's normal Reply still comes at apply (ignore it if
 // already acked). Writes whose reply depends on state use AckApplied. At
 // the leader, a read of a key whose latest update index u (in the log,

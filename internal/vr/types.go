@@ -229,8 +229,9 @@ const (
 	// AckReplicated: when held in memory by a majority (Info.Acked >= op);
 	// cad blind writes. The ack comes out in Ready.Acks.
 	AckReplicated
-	// AckAppended: as soon as the leader appended it; async blind writes
-	// (unsafe, for experiments).
+	// AckAppended: as soon as the leader appended it (unsafe, for
+	// experiments: the simulator's fully asynchronous baseline; the driver
+	// acknowledges async writes at AckReplicated, docs/design/cad.md §19).
 	AckAppended
 )
 

@@ -376,8 +376,8 @@ type appendedWrite struct {
 }
 
 // markAppended answers, at their ordered point, the writes indexEarly saw
-// appended that are still waiting for their acknowledgement (cad; an async
-// write was acknowledged in the same Ready): Apply returns with their
+// appended that are still waiting for their acknowledgement (cad and
+// async): Apply returns with their
 // reply, OK at their op, and Wait awaits the acknowledgement
 // (docs/design/cad.md §10). Called after the Ready's acks, so that a write
 // acknowledged in it is simply finished.

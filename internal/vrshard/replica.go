@@ -1651,9 +1651,9 @@ func (r *Replica) finishCheckpoint(res ckptResult) error {
 // ---- shard.Replica ----
 
 // Apply proposes writes and returns at their ordered point
-// (docs/design/cad.md §10). A blind write acknowledged before commit (cad:
-// once a majority holds it in memory; async: once the leader appended it)
-// is ordered once it is in the leader's log: its reply (OK at its op) is
+// (docs/design/cad.md §10). A blind write acknowledged before commit (cad
+// and async: once a majority holds it in memory, §19) is ordered once it is
+// in the leader's log: its reply (OK at its op) is
 // then known, and a later read of its keys sees it (the update index holds
 // it from its append, so a linearizable or cross-client-monotonic read
 // waits until it is durable). Apply returns then, and the returned Pending
@@ -1706,7 +1706,7 @@ func (r *Replica) Apply(ctx context.Context, reqs []shard.WriteReq) (shard.Pendi
 		if p.orderEarly {
 			mayBeEarly = true
 		}
-		if p.ack == vr.AckAppended || p.ack == vr.AckReplicated {
+		if p.ack == vr.AckReplicated {
 			p.op = cloneOp(&q.Op) // for the overlay (cad.go)
 		}
 		if p.ack != vr.AckApplied {
