@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/kefirdb/kefir/internal/command"
+	"github.com/kefirdb/kefir/internal/storage"
 	"github.com/kefirdb/kefir/internal/vrshard"
 )
 
@@ -86,20 +87,11 @@ func newMetrics(s *Server) *metrics {
 	durable := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "kefir_storage_durable_bytes", Help: "Engine durable position.",
 	}, func() float64 { return float64(s.shard.Status().DurablePos) })
-	diskBytes := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "kefir_storage_disk_bytes", Help: "Bytes in the engine's log segment files (what compaction reclaims shrinks it).",
-	}, func() float64 { return float64(s.db.Stats().DiskBytes) })
-	liveBytes := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "kefir_storage_live_bytes", Help: "Bytes of records the engine's index still points at.",
-	}, func() float64 { return float64(s.db.Stats().LiveBytes) })
-	keys := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "kefir_storage_keys", Help: "Keys in the engine's index (the node's own client-table rows included).",
-	}, func() float64 { return float64(s.db.Stats().Keys) })
 	version := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "kefir_last_version", Help: "Highest version applied.",
 	}, func() float64 { return float64(s.shard.Status().LastVersion) })
 	m.reg.MustRegister(callsVec, errsVec, latVec, m.conns, m.connsTotal, m.rejected, m.authFails,
-		m.protoErrors, m.syncLatency, s.fsyncs, storageBytes, durable, diskBytes, liveBytes, keys, version,
+		m.protoErrors, m.syncLatency, s.fsyncs, storageBytes, durable, storageCollector{s.db}, version,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if s.vr != nil {
 		gauge := func(name, help string, f func(vrshard.Info) float64) prometheus.Collector {
@@ -136,4 +128,28 @@ func newMetrics(s *Server) *metrics {
 		}
 	}
 	return m
+}
+
+// storageCollector exports the engine's file and index figures from one
+// storage.DB.Stats per scrape (Stats takes the engine's lock and walks its
+// segments; a gauge function each would take it once per figure).
+type storageCollector struct{ db *storage.DB }
+
+var storageDescs = [...]*prometheus.Desc{
+	prometheus.NewDesc("kefir_storage_disk_bytes", "Bytes in the engine's log segment files (what compaction reclaims shrinks it).", nil, nil),
+	prometheus.NewDesc("kefir_storage_live_bytes", "Bytes of records the engine's index still points at.", nil, nil),
+	prometheus.NewDesc("kefir_storage_keys", "Keys in the engine's index (the node's own client-table rows included).", nil, nil),
+}
+
+func (storageCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range storageDescs {
+		ch <- d
+	}
+}
+
+func (c storageCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.db.Stats()
+	for i, v := range [...]int64{st.DiskBytes, st.LiveBytes, int64(st.Keys)} {
+		ch <- prometheus.MustNewConstMetric(storageDescs[i], prometheus.GaugeValue, float64(v))
+	}
 }
