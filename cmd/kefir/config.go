@@ -53,6 +53,16 @@ func parseBytes(s string) (int64, error) {
 	return n * mult, nil
 }
 
+// parseByteLimit is parseBytes for a per-request size limit, which the RESP
+// reader keeps as an int: 1 byte to 2 GiB.
+func parseByteLimit(v string) (int, error) {
+	n, err := parseBytes(v)
+	if err == nil && (n <= 0 || n > 1<<31-1) {
+		err = errors.New("must be between 1 and 2GiB")
+	}
+	return int(n), err
+}
+
 var serverOptions = []option{
 	{"node-id", "n1", "Name of this node in logs, INFO and /status.",
 		func(c *serverConfig, v string) error { c.NodeID = v; return nil }},
@@ -133,23 +143,9 @@ var serverOptions = []option{
 			return err
 		}},
 	{"max-bulk", "16448KiB", "Largest bulk string accepted in a request (default: the largest value, 16 MiB, plus 64 KiB); larger is a protocol error that closes the connection.",
-		func(c *serverConfig, v string) error {
-			n, err := parseBytes(v)
-			if err == nil && (n <= 0 || n > 1<<31-1) {
-				err = errors.New("must be between 1 and 2GiB")
-			}
-			c.MaxBulk = int(n)
-			return err
-		}},
+		func(c *serverConfig, v string) (err error) { c.MaxBulk, err = parseByteLimit(v); return err }},
 	{"max-request", "64MiB", "Largest command accepted on the RESP port, all its arguments together (an MSET of many values); larger is a protocol error that closes the connection. Bounds the memory one connection can make the node buffer.",
-		func(c *serverConfig, v string) error {
-			n, err := parseBytes(v)
-			if err == nil && (n <= 0 || n > 1<<31-1) {
-				err = errors.New("must be between 1 and 2GiB")
-			}
-			c.MaxRequest = int(n)
-			return err
-		}},
+		func(c *serverConfig, v string) (err error) { c.MaxRequest, err = parseByteLimit(v); return err }},
 	{"shutdown-timeout", "10s", "On SIGTERM/SIGINT, how long to let connections finish before cutting them.",
 		func(c *serverConfig, v string) error {
 			d, err := time.ParseDuration(v)
