@@ -443,11 +443,8 @@ func (l *authLimiter) fail(addr string) {
 	now := l.now()
 	h := hostOf(addr)
 	st := l.hosts[h]
-	if st != nil && st.forgotten(now) {
-		st = nil
-	}
-	if st == nil {
-		if _, ok := l.hosts[h]; !ok && len(l.hosts) >= l.max {
+	if st == nil || st.forgotten(now) {
+		if st == nil && len(l.hosts) >= l.max {
 			l.makeRoom(now)
 		}
 		st = &authState{}
