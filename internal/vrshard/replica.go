@@ -1701,7 +1701,7 @@ func (r *Replica) Apply(ctx context.Context, reqs []shard.WriteReq) (shard.Pendi
 		p.wait = bw
 		early := r.answerableEarly(&q.Op)
 		p.ack, p.blind = ackPoint(q, early), NilextEligible(&q.Op)
-		p.async = p.ack != vr.AckApplied && q.Durability == level.Async
+		p.async = q.Durability == level.Async
 		p.orderEarly = p.ack == vr.AckApplied && early && !r.opts.Nilext && !r.mut.syncWaitsInApply
 		if p.orderEarly {
 			mayBeEarly = true
