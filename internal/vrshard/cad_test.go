@@ -15,7 +15,6 @@ import (
 	"github.com/kefirdb/kefir/internal/check"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/shard"
-	"github.com/kefirdb/kefir/internal/transport"
 	"github.com/kefirdb/kefir/internal/vfs"
 )
 
@@ -321,16 +320,7 @@ func TestCadAndAsyncWritesWaitForAMajoritysMemory(t *testing.T) {
 			leader := c.reps[l]
 			gates.hold()
 			defer gates.release()
-			cut := func(on bool) {
-				for _, id := range c.ids {
-					if id != c.ids[l] {
-						if err := leader.Transport().SetLinkFault(id, transport.Fault{Partition: on}); err != nil {
-							t.Fatal(err)
-						}
-					}
-				}
-			}
-			cut(true)
+			c.isolate(l, true)
 			done := make(chan error, 1)
 			go func() {
 				_, err := leader.Write(context.Background(), set("k", "v"), d, shard.ReqID{Client: 9, Seq: 1})
@@ -341,7 +331,7 @@ func TestCadAndAsyncWritesWaitForAMajoritysMemory(t *testing.T) {
 				t.Fatalf("%s SET at a leader cut off from every follower returned (%v); want it to wait for a majority's memory", d, err)
 			case <-time.After(200 * time.Millisecond):
 			}
-			cut(false)
+			c.isolate(l, false)
 			select {
 			case err := <-done:
 				if err != nil {

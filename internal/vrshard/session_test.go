@@ -9,7 +9,6 @@ import (
 
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/shard"
-	"github.com/kefirdb/kefir/internal/transport"
 )
 
 // A session token can carry the op of a write the leader answered before
@@ -211,13 +210,7 @@ func sessionReadAtDeposedLeader(t *testing.T, noWake bool) (time.Duration, error
 		t.Fatal(err)
 	}
 	old := c.leader(time.Second)
-	for _, id := range c.ids {
-		if id != c.ids[old] {
-			if err := c.reps[old].Transport().SetLinkFault(id, transport.Fault{Partition: true}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	c.isolate(old, true)
 	// A blind cad write returns from Apply at its ordered point, in the cut-off
 	// leader's log and never acknowledged: the session token names a version
 	// that leader holds but cannot apply.
@@ -241,13 +234,7 @@ func sessionReadAtDeposedLeader(t *testing.T, noWake bool) (time.Duration, error
 		t.Fatalf("the cut-off leader answered a session read of its uncommitted write: %+v, %v", o.res, o.err)
 	default:
 	}
-	for _, id := range c.ids {
-		if id != c.ids[old] {
-			if err := c.reps[old].Transport().SetLinkFault(id, transport.Fault{}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	c.isolate(old, false)
 	healed := time.Now()
 	o := <-got
 	d := time.Since(healed)
