@@ -3,9 +3,6 @@
 package server
 
 import (
-	"io"
-	"net/http"
-	"regexp"
 	"testing"
 
 	"github.com/kefirdb/kefir/internal/level"
@@ -51,15 +48,8 @@ GET c => "1"
 		t.Fatalf("%d reads ran on the leader's loop, want at least %d (the four reads before each write)", n, 20*4)
 	}
 	// The lease reads are visible to operators.
-	resp, err := http.Get("http://" + g.nodes[l].HTTPAddr().String() + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
 	for _, name := range []string{"kefir_vr_local_lease_reads_total", "kefir_vr_lease_reads_total"} {
-		m := regexp.MustCompile(`(?m)^` + name + ` (\d+)`).FindSubmatch(body)
-		if m == nil || string(m[1]) == "0" {
+		if metricValue(t, g.nodes[l], name) == 0 {
 			t.Fatalf("/metrics: %s missing or zero after %d inline reads", name, g.nodes[l].inlineReads.Load())
 		}
 	}
