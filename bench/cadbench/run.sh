@@ -28,6 +28,12 @@
 #                         duration minus 1 s; profiling costs a little CPU itself)
 #   --follower-reads      writes mode: run the group with --follower-reads, as the standard
 #                         YCSB matrix does (R then waits for every active-set member)
+#   --fsync-extra-delay D every replica sleeps D after each fsync before the data counts as
+#                         durable (kefir server --fsync-extra-delay): a slower disk than
+#                         this machine's, e.g. 1ms for the SSDs of the CAD paper (digest 003
+#                         §5.2: make the run latency-bound, not CPU-bound). Default 0.
+#   --server-args "ARGS"  more `kefir server` flags for every replica (word-split), e.g.
+#                         "--cad-sync-delay 0"
 #   --pool N              connections of ycsb's Kefir client (0: its default, 4); the
 #                         client pipelines its clients' calls over them, and the server runs
 #                         each connection's commands in order (docs/design/cad.md §9)
@@ -52,9 +58,9 @@
 set -euo pipefail
 
 mode=${1:-}
-case "$mode" in writes | reads) shift ;; *) sed -n '2,41p' "$0"; exit 2 ;; esac
+case "$mode" in writes | reads) shift ;; *) sed -n '2,47p' "$0"; exit 2 ;; esac
 workloads="w a f"; clients="10 64"; levels="sync cad async"; rounds=2; dur=5s
-records=20000; pool=0; dir=""; port=17480; quota=0; gmp=""; bin=""; prof=""; fr=false
+records=20000; fxd=0; sargs=""; pool=0; dir=""; port=17480; quota=0; gmp=""; bin=""; prof=""; fr=false
 while [ $# -gt 0 ]; do
   case "$1" in
     --workloads) workloads=$2; shift 2 ;;
@@ -70,6 +76,8 @@ while [ $# -gt 0 ]; do
     --bin) bin=$2; shift 2 ;;
     --profile) prof=$2; shift 2 ;;
     --pool) pool=$2; shift 2 ;;
+    --fsync-extra-delay) fxd=$2; shift 2 ;;
+    --server-args) sargs=$2; shift 2 ;;
     --follower-reads) fr=true; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
@@ -127,7 +135,10 @@ for i in 1 2 3; do
   args=(server --node-id "n$i" --dir "$dir/n$i" --client-addr "127.0.0.1:$(cport $i)"
     --http-addr "127.0.0.1:$(hport $i)" --log-level warn
     --peer-addr "127.0.0.1:$(pport $i)" --members "$members" --replica-id "$i" --cluster-id "$cluster"
-    --follower-reads="$follower" --view-change-timeout 1s --bootstrap=true)
+    --follower-reads="$follower" --view-change-timeout 1s --bootstrap=true
+    --fsync-extra-delay "$fxd")
+  # shellcheck disable=SC2206 # word-split on purpose: a list of flags
+  [ -z "$sargs" ] || args+=($sargs)
   if [ -n "$gmp" ]; then
     GOMAXPROCS=$gmp KEFIR_CLUSTER_SECRET=$secret "$bin" "${args[@]}" >"$dir/n$i.log" 2>&1 &
   else
@@ -223,7 +234,7 @@ cell() {
 
 results="$dir/results.txt"
 : >"$results"
-echo "# $(date -u +%FT%TZ) mode=$mode quota=${quota}% gomaxprocs=${gmp:-default} leader=n$lead $(uptime)" >&2
+echo "# $(date -u +%FT%TZ) mode=$mode quota=${quota}% fsync-extra-delay=$fxd server-args='$sargs'  gomaxprocs=${gmp:-default} leader=n$lead $(uptime)" >&2
 for r in $(seq "$rounds"); do
   for w in $([ "$mode" = reads ] && echo c || echo "$workloads"); do
     for c in $clients; do

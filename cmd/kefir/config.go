@@ -233,6 +233,15 @@ var serverOptions = []option{
 			c.CadSyncDelay, err = parseHoldDelay(v, 100*time.Millisecond)
 			return err
 		}},
+	{"fsync-extra-delay", "0", "Benchmarks only: sleep this long after every fsync (engine and replication logs), before the data counts as durable, to emulate a slower disk than this machine's — e.g. 1ms to 3ms for the SSDs of the CAD paper's experiments (docs/benchmarks.md). The real fsync still happens first, so nothing is reported durable that is not. 0: none; at most 100ms.",
+		func(c *serverConfig, v string) error {
+			d, err := time.ParseDuration(v)
+			if err == nil && (d < 0 || d > server.MaxFsyncExtraDelay) {
+				err = fmt.Errorf("must be between 0 and %v, got %v", server.MaxFsyncExtraDelay, d)
+			}
+			c.FsyncExtraDelay = d
+			return err
+		}},
 	{"follower-reads", "false", "Replicated mode: followers serve cross-client-monotonic reads while they hold an active-set lease from the leader (docs/consistency.md); durable data is then applied on every active-set member before any read sees it. Without it those reads go to the leader. Give it to every member alike.",
 		func(c *serverConfig, v string) error {
 			b, err := strconv.ParseBool(v)

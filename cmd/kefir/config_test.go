@@ -412,3 +412,31 @@ func TestLoopSpinOption(t *testing.T) {
 		}
 	}
 }
+
+// --fsync-extra-delay (KEFIR_FSYNC_EXTRA_DELAY): off by default, a duration up
+// to 100ms, and bad values are refused by name.
+func TestFsyncExtraDelayOption(t *testing.T) {
+	var stderr bytes.Buffer
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+		want time.Duration
+	}{
+		{nil, nil, 0},
+		{[]string{"--fsync-extra-delay", "1ms"}, nil, time.Millisecond},
+		{nil, map[string]string{"KEFIR_FSYNC_EXTRA_DELAY": "2500us"}, 2500 * time.Microsecond},
+	} {
+		cfg, err := loadServerConfig(tc.args, envMap(tc.env), &stderr)
+		if err != nil {
+			t.Fatalf("%v %v: %v", tc.args, tc.env, err)
+		}
+		if cfg.FsyncExtraDelay != tc.want {
+			t.Errorf("%v %v: FsyncExtraDelay %v, want %v", tc.args, tc.env, cfg.FsyncExtraDelay, tc.want)
+		}
+	}
+	for _, v := range []string{"-1ms", "soon", "101ms"} {
+		if _, err := loadServerConfig([]string{"--fsync-extra-delay", v}, envMap(nil), &stderr); err == nil || !strings.Contains(err.Error(), "--fsync-extra-delay") {
+			t.Errorf("--fsync-extra-delay %s: err %v, want a refusal naming the option", v, err)
+		}
+	}
+}

@@ -130,6 +130,12 @@ type Config struct {
 	// may wait for a later fsync to cover it (negative: never; 0: the
 	// default, 2ms; vrshard Options.CadSyncDelay).
 	CadSyncDelay time.Duration
+	// FsyncExtraDelay emulates a slower disk for benchmarks: every fsync of
+	// the engine's log and of the replication log is followed by a sleep this
+	// long on the goroutine that synced, before anything learns it is done,
+	// so the data is reported durable that much later (the real fsync still
+	// happens first, so what is reported durable is). 0: none.
+	FsyncExtraDelay time.Duration
 	// FollowerReads lets followers serve cross-client-monotonic reads while
 	// they hold an active-set lease (docs/design/cad.md §3); every member
 	// must agree.
@@ -292,6 +298,10 @@ func (c Config) withDefaults() Config {
 
 // Validate checks the configuration, including the security defaults: every
 // port on a non-loopback address needs authentication.
+// MaxFsyncExtraDelay bounds Config.FsyncExtraDelay: an emulated disk slower
+// than this would outlast request timeouts rather than emulate a disk.
+const MaxFsyncExtraDelay = 100 * time.Millisecond
+
 func (c Config) Validate() error {
 	if c.DataDir == "" {
 		return errors.New("config: data directory is required")
@@ -304,6 +314,9 @@ func (c Config) Validate() error {
 	}
 	if err := validateIOModel(c.IOModel); err != nil {
 		return err
+	}
+	if c.FsyncExtraDelay < 0 || c.FsyncExtraDelay > MaxFsyncExtraDelay {
+		return fmt.Errorf("config: --fsync-extra-delay %v must be between 0 and %v", c.FsyncExtraDelay, MaxFsyncExtraDelay)
 	}
 	for _, p := range []struct{ name, addr, secret, how string }{
 		{"client", c.ClientAddr, c.Password, "set a password with --password or KEFIR_PASSWORD"},

@@ -5,7 +5,9 @@ import (
 	"net/http"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
+	"time"
 )
 
 // metricValue reads the sample named series (name and labels, as exposed)
@@ -84,5 +86,49 @@ func TestFsyncDurationIsExportedForTheReplicationLog(t *testing.T) {
 	}
 	if grew < 2 {
 		t.Fatalf("replication-log fsyncs grew at %d replicas after a sync write, want a majority (2)", grew)
+	}
+}
+
+// --fsync-extra-delay emulates a slower disk: a write acknowledged only once
+// durable waits for the delay after its fsync, at a single node and in a
+// group, while a cad write (acknowledged in a majority's memory) does not.
+// The fsync histogram keeps timing the real system call.
+func TestFsyncExtraDelayDelaysWhatWaitsForDurability(t *testing.T) {
+	const extra = 100 * time.Millisecond
+	timed := func(c *client, args ...string) time.Duration {
+		t.Helper()
+		start := time.Now()
+		if got := c.do(args...); got != "OK" {
+			t.Fatalf("%v: %q", args, got)
+		}
+		return time.Since(start)
+	}
+
+	s := startServer(t, func(c *Config) { c.FsyncExtraDelay = extra })
+	if d := timed(dial(t, s), "SET", "a", "1"); d < extra {
+		t.Errorf("single node: a sync write took %v with a %v emulated fsync", d, extra)
+	}
+
+	g := startGroupWith(t, func(c *Config) { c.FsyncExtraDelay = extra })
+	c := dial(t, g.nodes[g.leader(t)])
+	if d := timed(c, "SET", "b", "1"); d < extra {
+		t.Errorf("group: a sync write took %v with a %v emulated fsync", d, extra)
+	}
+	if d := timed(c, "KEFIR.CALL", "DURABILITY", "cad", "CMD", "SET", "b", "2"); d >= extra {
+		t.Errorf("group: a cad write took %v, as long as the %v emulated fsync it need not wait for", d, extra)
+	}
+	n := fsyncCount(t, g.nodes[0], "replication")
+	sum := metricValue(t, g.nodes[0], `kefir_fsync_duration_seconds_sum{log="replication"}`)
+	if n == 0 || sum/float64(n) >= extra.Seconds() {
+		t.Errorf("fsync histogram: %d fsyncs, %.3fs in all: it timed the emulated delay, not the system call", n, sum)
+	}
+}
+
+func TestFsyncExtraDelayIsBounded(t *testing.T) {
+	for _, d := range []time.Duration{-time.Millisecond, MaxFsyncExtraDelay + 1} {
+		cfg := Config{DataDir: t.TempDir(), FsyncExtraDelay: d}
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "--fsync-extra-delay") {
+			t.Errorf("FsyncExtraDelay %v: %v, want a refusal naming --fsync-extra-delay", d, err)
+		}
 	}
 }

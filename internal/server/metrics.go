@@ -47,8 +47,19 @@ func newFsyncHistogram() *prometheus.HistogramVec {
 	}, []string{"log"})
 }
 
+// fsyncObserver is the hook the engine and the replication log call after
+// each fsync: it records the fsync's real duration and then, if the node
+// emulates a slower disk (Config.FsyncExtraDelay), sleeps; the hook runs on
+// the goroutine that synced before the sync is reported done, so the sleep
+// delays the data's durability as a slower fsync would.
 func (s *Server) fsyncObserver(log string) func(time.Duration) {
 	h := s.fsyncs.WithLabelValues(log)
+	if extra := s.cfg.FsyncExtraDelay; extra > 0 {
+		return func(d time.Duration) {
+			h.Observe(d.Seconds())
+			time.Sleep(extra)
+		}
+	}
 	return func(d time.Duration) { h.Observe(d.Seconds()) }
 }
 
