@@ -126,6 +126,28 @@ type Client struct {
 type slot struct {
 	mu sync.Mutex // serialises dialing for this slot
 	c  *conn
+	// calls counts the calls in progress on this slot (pick).
+	calls atomic.Int32
+}
+
+// pick returns the slot for a call's first attempt: the one with the fewest
+// calls in progress, ties going round robin from next. A server answers a
+// connection's pipelined commands in order, so one slow command — a sync
+// write waiting for its fsync, a read waiting for durability — holds every
+// reply behind it; a call sent round robin would join that queue a quarter of
+// the time with four connections, while the least busy connection is usually
+// one that is not stuck.
+func (c *Client) pick() int {
+	n := len(c.slots)
+	start := int((c.next.Add(1) - 1) % uint32(n))
+	best, bestCalls := start, c.slots[start].calls.Load()
+	for k := 1; k < n && bestCalls > 0; k++ {
+		i := (start + k) % n
+		if v := c.slots[i].calls.Load(); v < bestCalls {
+			best, bestCalls = i, v
+		}
+	}
+	return best
 }
 
 // replicaSlot is a connection to one fixed address. Calls load cur without
@@ -434,21 +456,24 @@ func (c *Client) do(ctx context.Context, req *request) (owned bool, err error) {
 			return owned, err
 		}
 	}
-	start := c.next.Add(1) - 1 // slot 0, dialed by Dial, serves the first call
-	retries := 0               // attempts whose request may have reached a server
+	start := c.pick() // slot 0, dialed by Dial, serves the first call
+	retries := 0      // attempts whose request may have reached a server
 	moves := 0
 	maybeApplied := false // an earlier attempt of this write may have executed
 	var began time.Time
 	backoff := 5 * time.Millisecond
 	for attempt := 0; ; attempt++ {
-		cn, err := c.conn(ctx, int((uint64(start)+uint64(attempt))%uint64(len(c.slots))))
+		sl := (start + attempt) % len(c.slots)
+		cn, err := c.conn(ctx, sl)
 		if err != nil {
 			if req.sent && req.write {
 				err = fmt.Errorf("%w: retry failed: %w", ErrUnknownOutcome, err)
 			}
 			return true, err
 		}
+		c.slots[sl].calls.Add(1)
 		owned, err := cn.do(ctx, req)
+		c.slots[sl].calls.Add(-1)
 		if !owned {
 			var ab errAbandoned
 			if !errors.As(err, &ab) {

@@ -484,6 +484,40 @@ func TestPoolSpreadsCallsAndRedialsDeadConnections(t *testing.T) {
 	}
 }
 
+// A server answers a connection's commands in order, so a slow command holds
+// every reply queued behind it: a new call must go to a connection with nothing
+// in progress, not round robin onto the stuck one.
+func TestPoolSendsCallsAroundAStuckConnection(t *testing.T) {
+	s := newTestServer(t)
+	release := make(chan struct{})
+	s.hook = func(h hookInfo) action {
+		if len(h.argv) == 2 && h.argv[0] == "GET" && h.argv[1] == "stuck" {
+			<-release
+		}
+		return actReply
+	}
+	defer close(release)
+	c := dialTest(t, s, WithPoolSize(2))
+	ctx := testCtx(t)
+	stuck := make(chan error, 1)
+	go func() { _, err := c.Get(ctx, "stuck"); stuck <- err }()
+	waitFor(t, func() bool { return c.slots[0].calls.Load()+c.slots[1].calls.Load() == 1 })
+	// Round robin would send one of these two to the stuck connection.
+	for i := range 2 {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := c.Get(cctx, "k")
+		cancel()
+		if !errors.Is(err, ErrNotFound) {
+			t.Fatalf("call %d while another connection is stuck: %v", i, err)
+		}
+	}
+	select {
+	case err := <-stuck:
+		t.Fatalf("the stuck call returned early: %v", err)
+	default:
+	}
+}
+
 func TestSessionSendsAndAdvancesToken(t *testing.T) {
 	s := newTestServer(t)
 	c := dialTest(t, s)
