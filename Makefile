@@ -2,7 +2,7 @@
 GO ?= go
 BIN := bin/kefir
 
-.PHONY: build up test test-race soak fuzz lint bench-storage bench-resp compare compare-quick clean
+.PHONY: build up test test-bench test-race soak fuzz lint bench-storage bench-resp compare compare-quick clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/kefir
@@ -12,8 +12,17 @@ up:
 	$(GO) run ./cmd/kefir up
 
 # The default suite (CI): unit, simulator, checker and e2e tests. Must stay under 15 minutes on 2 cores.
+# The bench module's own tests (YCSB generators and runner, the delay mesh,
+# the limits probe, storagebench) need no peer servers; the driver tests,
+# which start redis-server, etcd and ZooKeeper, run with `make test-bench`.
+BENCH_SELF_TESTS = ./ycsb ./ycsb/gen ./ycsb/core ./delaymesh ./limits ./storagebench
+
 test:
 	$(GO) test -count=1 -timeout 20m ./...
+	cd bench && $(GO) test -count=1 -timeout 5m $(BENCH_SELF_TESTS)
+
+test-bench:
+	cd bench && $(GO) test -count=1 -timeout 10m ./...
 
 test-race:
 	$(GO) test -count=1 -race -timeout 30m ./...
