@@ -11,12 +11,12 @@ build:
 up:
 	$(GO) run ./cmd/kefir up
 
-# The default suite (CI): unit, simulator, checker and e2e tests. Must stay under 15 minutes on 2 cores.
 # The bench module's own tests (YCSB generators and runner, the delay mesh,
 # the limits probe, storagebench) need no peer servers; the driver tests,
 # which start redis-server, etcd and ZooKeeper, run with `make test-bench`.
 BENCH_SELF_TESTS = ./ycsb ./ycsb/gen ./ycsb/core ./delaymesh ./limits ./storagebench
 
+# The default suite (CI): unit, simulator, checker and e2e tests. Must stay under 15 minutes on 2 cores.
 test:
 	$(GO) test -count=1 -timeout 20m ./...
 	cd bench && $(GO) test -count=1 -timeout 5m $(BENCH_SELF_TESTS)

@@ -126,26 +126,47 @@ type Client struct {
 type slot struct {
 	mu sync.Mutex // serialises dialing for this slot
 	c  *conn
-	// calls counts the calls in progress on this slot (pick).
-	calls atomic.Int32
+	// calls counts the calls in progress on this slot, dialing included
+	// (pick); failedAt is when its last dial failed (unix nanoseconds, 0:
+	// it did not).
+	calls    atomic.Int32
+	failedAt atomic.Int64
+	live     atomic.Bool // its connection worked at its last use (connFor)
 }
 
+// slotFailPause is how long pick avoids a slot whose dial failed while
+// another slot may serve: an idle-looking slot that cannot connect would
+// otherwise draw every call (a server at its connection limit, a node down).
+const slotFailPause = time.Second
+
 // pick returns the slot for a call's first attempt: the one with the fewest
-// calls in progress, ties going round robin from next. A server answers a
-// connection's pipelined commands in order, so one slow command — a sync
-// write waiting for its fsync, a read waiting for durability — holds every
-// reply behind it; a call sent round robin would join that queue a quarter of
-// the time with four connections, while the least busy connection is usually
-// one that is not stuck.
+// calls in progress, ties going round robin from next, passing over slots
+// whose dial failed within slotFailPause. A server answers a connection's
+// pipelined commands in order, so one slow command — a sync write waiting
+// for its fsync, a read waiting for durability — holds every reply behind
+// it; round robin sends 1/n of new calls onto that queue, while the least
+// busy connection is usually one that is not stuck. (A call whose caller
+// gave up no longer counts, though its command may still be queued.)
 func (c *Client) pick() int {
 	n := len(c.slots)
 	start := int((c.next.Add(1) - 1) % uint32(n))
-	best, bestCalls := start, c.slots[start].calls.Load()
-	for k := 1; k < n && bestCalls > 0; k++ {
+	now := time.Now().UnixNano()
+	best, bestCalls := -1, int32(0)
+	for k := 0; k < n; k++ {
 		i := (start + k) % n
-		if v := c.slots[i].calls.Load(); v < bestCalls {
-			best, bestCalls = i, v
+		sl := &c.slots[i]
+		if f := sl.failedAt.Load(); f != 0 && now-f < int64(slotFailPause) {
+			continue
 		}
+		if v := sl.calls.Load(); best < 0 || v < bestCalls {
+			best, bestCalls = i, v
+			if v == 0 {
+				break
+			}
+		}
+	}
+	if best < 0 {
+		return start // every slot failed lately: try again in turn
 	}
 	return best
 }
@@ -192,7 +213,7 @@ func Dial(ctx context.Context, addrs []string, opts ...Option) (*Client, error) 
 	if o.nilext != nil {
 		c.nx = newNilextPath(c, *o.nilext)
 	}
-	if _, err := c.conn(ctx, 0); err != nil {
+	if _, err := c.conn(ctx, &c.slots[0]); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -227,9 +248,46 @@ func (s *slot) close() {
 	s.mu.Unlock()
 }
 
-// conn returns slot i's connection, dialing it if it is missing or dead.
-func (c *Client) conn(ctx context.Context, i int) (*conn, error) {
-	s := &c.slots[i]
+// connFor returns slot i's connection with the slot's call count raised
+// (the caller lowers it when the call ends). If slot i cannot connect, it is
+// marked failed (pick then passes it over for a while) and a slot whose
+// connection was live at its last use serves instead, if there is one:
+// another connection of the pool may well work while this one cannot be
+// opened (a server at its connection limit). Slots never dialed or failed
+// are not tried here, so an unreachable cluster costs one dial per call.
+func (c *Client) connFor(ctx context.Context, i int) (*slot, *conn, error) {
+	sl := &c.slots[i]
+	sl.calls.Add(1)
+	cn, err := c.conn(ctx, sl)
+	if err == nil {
+		sl.failedAt.Store(0)
+		sl.live.Store(true)
+		return sl, cn, nil
+	}
+	sl.calls.Add(-1)
+	sl.failedAt.Store(time.Now().UnixNano())
+	sl.live.Store(false)
+	if errors.Is(err, ErrAuth) || errors.Is(err, ErrClosed) {
+		return nil, nil, err
+	}
+	for k := 1; k < len(c.slots); k++ {
+		alt := &c.slots[(i+k)%len(c.slots)]
+		if !alt.live.Load() {
+			continue
+		}
+		alt.calls.Add(1)
+		if acn, aerr := c.conn(ctx, alt); aerr == nil {
+			return alt, acn, nil
+		}
+		alt.calls.Add(-1)
+		alt.failedAt.Store(time.Now().UnixNano())
+		alt.live.Store(false)
+	}
+	return nil, nil, err
+}
+
+// conn returns slot s's connection, dialing it if it is missing or dead.
+func (c *Client) conn(ctx context.Context, s *slot) (*conn, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if c.closed.Load() {
@@ -325,13 +383,23 @@ func authenticate(ctx context.Context, nc net.Conn, rd *resp.Reader, user, passw
 	}
 	if v.Kind == resp.Error {
 		se := serverError(v.Str)
-		if errors.Is(se, ErrAuth) || se.Prefix == "ERR" {
-			// Redis answers a bad AUTH with -WRONGPASS, older servers with -ERR.
+		if errors.Is(se, ErrAuth) || (se.Prefix == "ERR" && authRefusal(se.Msg)) {
+			// Redis answers a bad AUTH with -WRONGPASS, older servers with
+			// -ERR invalid password.
 			return fmt.Errorf("%w: %s", ErrAuth, se.Msg)
 		}
-		return se
+		// Anything else (a server at its connection limit answers the first
+		// command with -ERR max number of clients reached) is not about the
+		// credentials: another connection or node may be fine.
+		return fmt.Errorf("auth: %w", se)
 	}
 	return nil
+}
+
+// authRefusal reports whether an -ERR reply to AUTH refuses the credentials.
+func authRefusal(msg string) bool {
+	m := strings.ToLower(msg)
+	return strings.Contains(m, "password") || strings.Contains(m, "auth")
 }
 
 // randomID returns a random non-zero REQID client id.
@@ -463,17 +531,15 @@ func (c *Client) do(ctx context.Context, req *request) (owned bool, err error) {
 	var began time.Time
 	backoff := 5 * time.Millisecond
 	for attempt := 0; ; attempt++ {
-		sl := (start + attempt) % len(c.slots)
-		cn, err := c.conn(ctx, sl)
+		sl, cn, err := c.connFor(ctx, (start+attempt)%len(c.slots))
 		if err != nil {
 			if req.sent && req.write {
 				err = fmt.Errorf("%w: retry failed: %w", ErrUnknownOutcome, err)
 			}
 			return true, err
 		}
-		c.slots[sl].calls.Add(1)
 		owned, err := cn.do(ctx, req)
-		c.slots[sl].calls.Add(-1)
+		sl.calls.Add(-1)
 		if !owned {
 			var ab errAbandoned
 			if !errors.As(err, &ab) {

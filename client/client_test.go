@@ -518,6 +518,38 @@ func TestPoolSendsCallsAroundAStuckConnection(t *testing.T) {
 	}
 }
 
+// A pool slot that cannot open its connection (here: the server is at its
+// connection limit) must not draw the calls that its idle look invites: they
+// go to the slots whose connections work. Review of the least-busy pick
+// (session 13): 95 % of calls failed this way, against 25 % round robin.
+func TestPoolCallsAvoidASlotThatCannotConnect(t *testing.T) {
+	s := newTestServer(t)
+	s.password = "s3cret"
+	c := dialTest(t, s, WithPoolSize(4), WithPassword("s3cret"))
+	ctx := testCtx(t)
+	for range 3 { // three calls open three connections
+		if _, err := c.Get(ctx, "k"); !errors.Is(err, ErrNotFound) {
+			t.Fatal(err)
+		}
+	}
+	s.mu.Lock()
+	s.maxConns = s.open
+	s.mu.Unlock()
+	failed := 0
+	const calls = 200
+	for range calls {
+		if _, err := c.Get(ctx, "k"); !errors.Is(err, ErrNotFound) {
+			if failed == 0 {
+				t.Logf("first failure: %v", err)
+			}
+			failed++
+		}
+	}
+	if failed > 0 {
+		t.Fatalf("%d of %d calls failed with three live connections and a fourth slot that cannot connect", failed, calls)
+	}
+}
+
 func TestSessionSendsAndAdvancesToken(t *testing.T) {
 	s := newTestServer(t)
 	c := dialTest(t, s)

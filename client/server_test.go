@@ -35,6 +35,10 @@ type testServer struct {
 	conns    []net.Conn
 	accepted int
 	noLog    bool // benchmarks: don't keep every command
+	// maxConns, if set, refuses connections beyond that many open ones the
+	// way kefir server does at --max-clients: an error reply, then close.
+	maxConns int
+	open     int
 	// hook, if set, runs before each command (after KEFIR.CALL is unwrapped) and
 	// decides what happens to it.
 	hook func(h hookInfo) action
@@ -132,11 +136,23 @@ func (s *testServer) accept() {
 			return
 		}
 		s.mu.Lock()
+		if s.maxConns > 0 && s.open >= s.maxConns {
+			s.mu.Unlock()
+			nc.Write([]byte("-ERR max number of clients reached\r\n"))
+			nc.Close()
+			continue
+		}
 		s.conns = append(s.conns, nc)
 		s.accepted++
+		s.open++
 		idx := s.accepted
 		s.mu.Unlock()
-		go s.serve(nc, idx)
+		go func() {
+			s.serve(nc, idx)
+			s.mu.Lock()
+			s.open--
+			s.mu.Unlock()
+		}()
 	}
 }
 

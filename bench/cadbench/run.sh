@@ -135,10 +135,10 @@ for i in 1 2 3; do
   args=(server --node-id "n$i" --dir "$dir/n$i" --client-addr "127.0.0.1:$(cport $i)"
     --http-addr "127.0.0.1:$(hport $i)" --log-level warn
     --peer-addr "127.0.0.1:$(pport $i)" --members "$members" --replica-id "$i" --cluster-id "$cluster"
-    --follower-reads="$follower" --view-change-timeout 1s --bootstrap=true
-    --fsync-extra-delay "$fxd")
-  # shellcheck disable=SC2206 # word-split on purpose: a list of flags
-  [ -z "$sargs" ] || args+=($sargs)
+    --follower-reads="$follower" --view-change-timeout 1s --bootstrap=true)
+  # Only when asked: binaries older than the flag (A/B runs) refuse it.
+  [ "$fxd" = 0 ] || args+=(--fsync-extra-delay "$fxd")
+  if [ -n "$sargs" ]; then read -ra extra <<<"$sargs"; args+=("${extra[@]}"); fi
   if [ -n "$gmp" ]; then
     GOMAXPROCS=$gmp KEFIR_CLUSTER_SECRET=$secret "$bin" "${args[@]}" >"$dir/n$i.log" 2>&1 &
   else
@@ -234,7 +234,7 @@ cell() {
 
 results="$dir/results.txt"
 : >"$results"
-echo "# $(date -u +%FT%TZ) mode=$mode quota=${quota}% fsync-extra-delay=$fxd server-args='$sargs'  gomaxprocs=${gmp:-default} leader=n$lead $(uptime)" >&2
+echo "# $(date -u +%FT%TZ) mode=$mode quota=${quota}% fsync-extra-delay=$fxd server-args='$sargs' gomaxprocs=${gmp:-default} leader=n$lead $(uptime)" >&2
 for r in $(seq "$rounds"); do
   for w in $([ "$mode" = reads ] && echo c || echo "$workloads"); do
     for c in $clients; do

@@ -296,12 +296,12 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Validate checks the configuration, including the security defaults: every
-// port on a non-loopback address needs authentication.
 // MaxFsyncExtraDelay bounds Config.FsyncExtraDelay: an emulated disk slower
 // than this would outlast request timeouts rather than emulate a disk.
 const MaxFsyncExtraDelay = 100 * time.Millisecond
 
+// Validate checks the configuration, including the security defaults: every
+// port on a non-loopback address needs authentication.
 func (c Config) Validate() error {
 	if c.DataDir == "" {
 		return errors.New("config: data directory is required")
