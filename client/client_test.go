@@ -524,7 +524,9 @@ func TestPoolSendsCallsAroundAStuckConnection(t *testing.T) {
 // (session 13): 95 % of calls failed this way, against 25 % round robin.
 func TestPoolCallsAvoidASlotThatCannotConnect(t *testing.T) {
 	s := newTestServer(t)
+	s.mu.Lock()
 	s.password = "s3cret"
+	s.mu.Unlock()
 	c := dialTest(t, s, WithPoolSize(4), WithPassword("s3cret"))
 	ctx := testCtx(t)
 	for range 3 { // three calls open three connections
