@@ -114,8 +114,14 @@ func TestFsyncExtraDelayDelaysWhatWaitsForDurability(t *testing.T) {
 	if d := timed(c, "SET", "b", "1"); d < extra {
 		t.Errorf("group: a sync write took %v with a %v emulated fsync", d, extra)
 	}
-	if d := timed(c, "KEFIR.CALL", "DURABILITY", "cad", "CMD", "SET", "b", "2"); d >= extra {
-		t.Errorf("group: a cad write took %v, as long as the %v emulated fsync it need not wait for", d, extra)
+	// The fastest of three: a loaded machine may stall one write for other
+	// reasons, but a write that waited for the fsync waits every time.
+	fastest := time.Hour
+	for i := range 3 {
+		fastest = min(fastest, timed(c, "KEFIR.CALL", "DURABILITY", "cad", "CMD", "SET", "b", strconv.Itoa(i)))
+	}
+	if fastest >= extra {
+		t.Errorf("group: the fastest of three cad writes took %v, as long as the %v emulated fsync it need not wait for", fastest, extra)
 	}
 	n := fsyncCount(t, g.nodes[0], "replication")
 	sum := metricValue(t, g.nodes[0], `kefir_fsync_duration_seconds_sum{log="replication"}`)
