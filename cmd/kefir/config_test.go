@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -353,90 +354,69 @@ func TestNilextTuningOptions(t *testing.T) {
 	}
 }
 
-// --cad-sync-delay (KEFIR_CAD_SYNC_DELAY): 2ms by default, 0 turns holding off
-// (a negative delay for vrshard), and bad values are refused by name.
-func TestCadSyncDelayOption(t *testing.T) {
+// durationCase is one way of setting a duration option and the value it must
+// give (anyNegative: any negative duration, vrshard's "off"; other values
+// must match exactly).
+type durationCase struct {
+	args []string
+	env  map[string]string
+	want time.Duration
+}
+
+const anyNegative = time.Duration(math.MinInt64)
+
+// checkDurationOption loads the server configuration for each case and
+// compares the option's value, then checks that each bad value is refused
+// with the option's name.
+func checkDurationOption(t *testing.T, flag string, get func(serverConfig) time.Duration, cases []durationCase, bad []string) {
+	t.Helper()
 	var stderr bytes.Buffer
-	for _, tc := range []struct {
-		args []string
-		env  map[string]string
-		want time.Duration // -1: any negative
-	}{
-		{nil, nil, 2 * time.Millisecond},
-		{[]string{"--cad-sync-delay", "10ms"}, nil, 10 * time.Millisecond},
-		{nil, map[string]string{"KEFIR_CAD_SYNC_DELAY": "500us"}, 500 * time.Microsecond},
-		{[]string{"--cad-sync-delay", "0"}, nil, -1},
-	} {
+	for _, tc := range cases {
 		cfg, err := loadServerConfig(tc.args, envMap(tc.env), &stderr)
 		if err != nil {
 			t.Fatalf("%v %v: %v", tc.args, tc.env, err)
 		}
-		if got := cfg.CadSyncDelay; got != tc.want && !(tc.want < 0 && got < 0) {
-			t.Errorf("%v %v: CadSyncDelay %v, want %v", tc.args, tc.env, got, tc.want)
+		if got := get(cfg); got != tc.want && !(tc.want == anyNegative && got < 0) {
+			t.Errorf("%v %v: %s = %v, want %v", tc.args, tc.env, flag, got, tc.want)
 		}
 	}
-	for _, v := range []string{"-1ms", "soon", "101ms"} {
-		if _, err := loadServerConfig([]string{"--cad-sync-delay", v}, envMap(nil), &stderr); err == nil || !strings.Contains(err.Error(), "--cad-sync-delay") {
-			t.Errorf("--cad-sync-delay %s: err %v, want a refusal naming the option", v, err)
+	for _, v := range bad {
+		if _, err := loadServerConfig([]string{flag, v}, envMap(nil), &stderr); err == nil || !strings.Contains(err.Error(), flag) {
+			t.Errorf("%s %s: err %v, want a refusal naming the option", flag, v, err)
 		}
 	}
+}
+
+// --cad-sync-delay (KEFIR_CAD_SYNC_DELAY): 2ms by default, 0 turns holding off
+// (a negative delay for vrshard), and bad values are refused by name.
+func TestCadSyncDelayOption(t *testing.T) {
+	checkDurationOption(t, "--cad-sync-delay", func(c serverConfig) time.Duration { return c.CadSyncDelay }, []durationCase{
+		{nil, nil, 2 * time.Millisecond},
+		{[]string{"--cad-sync-delay", "10ms"}, nil, 10 * time.Millisecond},
+		{nil, map[string]string{"KEFIR_CAD_SYNC_DELAY": "500us"}, 500 * time.Microsecond},
+		{[]string{"--cad-sync-delay", "0"}, nil, anyNegative},
+	}, []string{"-1ms", "soon", "101ms"})
 }
 
 // --loop-spin (KEFIR_LOOP_SPIN): auto leaves the choice to the server (0),
 // off is negative, a duration is taken as is, and bad values are refused
 // with the option's name.
 func TestLoopSpinOption(t *testing.T) {
-	var stderr bytes.Buffer
-	for _, tc := range []struct {
-		args []string
-		env  map[string]string
-		want time.Duration
-	}{
+	checkDurationOption(t, "--loop-spin", func(c serverConfig) time.Duration { return c.LoopSpin }, []durationCase{
 		{nil, nil, 0},
 		{[]string{"--loop-spin", "off"}, nil, -1},
 		{[]string{"--loop-spin", "0"}, nil, -1},
 		{[]string{"--loop-spin", "120us"}, nil, 120 * time.Microsecond},
 		{nil, map[string]string{"KEFIR_LOOP_SPIN": "30us"}, 30 * time.Microsecond},
-	} {
-		cfg, err := loadServerConfig(tc.args, envMap(tc.env), &stderr)
-		if err != nil {
-			t.Fatalf("%v %v: %v", tc.args, tc.env, err)
-		}
-		if cfg.LoopSpin != tc.want {
-			t.Errorf("%v %v: LoopSpin %v, want %v", tc.args, tc.env, cfg.LoopSpin, tc.want)
-		}
-	}
-	for _, v := range []string{"-5us", "soon", "1s"} {
-		if _, err := loadServerConfig([]string{"--loop-spin", v}, envMap(nil), &stderr); err == nil || !strings.Contains(err.Error(), "--loop-spin") {
-			t.Errorf("--loop-spin %s: err %v, want a refusal naming --loop-spin", v, err)
-		}
-	}
+	}, []string{"-5us", "soon", "1s"})
 }
 
 // --fsync-extra-delay (KEFIR_FSYNC_EXTRA_DELAY): off by default, a duration up
 // to 100ms, and bad values are refused by name.
 func TestFsyncExtraDelayOption(t *testing.T) {
-	var stderr bytes.Buffer
-	for _, tc := range []struct {
-		args []string
-		env  map[string]string
-		want time.Duration
-	}{
+	checkDurationOption(t, "--fsync-extra-delay", func(c serverConfig) time.Duration { return c.FsyncExtraDelay }, []durationCase{
 		{nil, nil, 0},
 		{[]string{"--fsync-extra-delay", "1ms"}, nil, time.Millisecond},
 		{nil, map[string]string{"KEFIR_FSYNC_EXTRA_DELAY": "2500us"}, 2500 * time.Microsecond},
-	} {
-		cfg, err := loadServerConfig(tc.args, envMap(tc.env), &stderr)
-		if err != nil {
-			t.Fatalf("%v %v: %v", tc.args, tc.env, err)
-		}
-		if cfg.FsyncExtraDelay != tc.want {
-			t.Errorf("%v %v: FsyncExtraDelay %v, want %v", tc.args, tc.env, cfg.FsyncExtraDelay, tc.want)
-		}
-	}
-	for _, v := range []string{"-1ms", "soon", "101ms"} {
-		if _, err := loadServerConfig([]string{"--fsync-extra-delay", v}, envMap(nil), &stderr); err == nil || !strings.Contains(err.Error(), "--fsync-extra-delay") {
-			t.Errorf("--fsync-extra-delay %s: err %v, want a refusal naming the option", v, err)
-		}
-	}
+	}, []string{"-1ms", "soon", "101ms"})
 }
