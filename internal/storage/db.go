@@ -758,17 +758,8 @@ func (db *DB) syncOnceLocked() error {
 	return nil
 }
 
-// timedSync fsyncs f and reports how long it took to Options.OnSync. The clock
-// is read only when someone listens (the simulator does not).
-func (db *DB) timedSync(f vfs.File) error {
-	if db.opts.OnSync == nil {
-		return f.Sync()
-	}
-	start := time.Now()
-	err := f.Sync()
-	db.opts.OnSync(time.Since(start))
-	return err
-}
+// timedSync fsyncs f and reports how long it took to Options.OnSync.
+func (db *DB) timedSync(f vfs.File) error { return vfs.SyncTimed(f, db.opts.OnSync) }
 
 // DurablePos returns the position up to which everything is fsynced.
 func (db *DB) DurablePos() Pos { return Pos(db.durA.Load()) }

@@ -20,6 +20,7 @@ import (
 	"sort"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // File is an open file. Write always appends at the end of the file; positional writes
@@ -65,6 +66,20 @@ type WriterAt interface {
 // to ReadAt. Release a mapping with Unmap.
 type Mapper interface {
 	Map(size int64) ([]byte, error)
+}
+
+// SyncTimed syncs f and, if onSync is set, tells it how long the Sync took,
+// on this goroutine, before returning (the engine's and the replication log's
+// fsync histogram; an emulated slower disk sleeps there). The clock is read
+// only when someone listens, so the simulator's runs read none.
+func SyncTimed(f File, onSync func(time.Duration)) error {
+	if onSync == nil {
+		return f.Sync()
+	}
+	start := time.Now()
+	err := f.Sync()
+	onSync(time.Since(start))
+	return err
 }
 
 // FS is the file-system interface. Paths are slash- or OS-separated; Mem cleans them.

@@ -95,15 +95,8 @@ type segFile struct {
 
 func (f *segFile) Sync() error {
 	end := f.end.Load()
-	var start time.Time
-	if f.onSync != nil {
-		start = time.Now()
-	}
-	if err := f.File.Sync(); err != nil {
+	if err := vfs.SyncTimed(f.File, f.onSync); err != nil {
 		return err
-	}
-	if f.onSync != nil {
-		f.onSync(time.Since(start))
 	}
 	for {
 		s := f.synced.Load()
