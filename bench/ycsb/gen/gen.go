@@ -58,9 +58,6 @@ func NewZipfian(n uint64, theta float64) *Zipfian {
 	if n == 0 {
 		panic("gen: zipfian over zero items")
 	}
-	if theta <= 0 || theta >= 1 {
-		panic(fmt.Sprintf("gen: zipfian theta %v outside (0,1)", theta))
-	}
 	return newZipfianWithZeta(n, theta, zeta(0, n, theta, 0))
 }
 
