@@ -150,13 +150,18 @@ const slotFailPause = time.Second
 func (c *Client) pick() int {
 	n := len(c.slots)
 	start := int((c.next.Add(1) - 1) % uint32(n))
-	now := time.Now().UnixNano()
+	var now int64 // read only if a slot failed: every call passes here
 	best, bestCalls := -1, int32(0)
 	for k := 0; k < n; k++ {
 		i := (start + k) % n
 		sl := &c.slots[i]
-		if f := sl.failedAt.Load(); f != 0 && now-f < int64(slotFailPause) {
-			continue
+		if f := sl.failedAt.Load(); f != 0 {
+			if now == 0 {
+				now = time.Now().UnixNano()
+			}
+			if now-f < int64(slotFailPause) {
+				continue
+			}
 		}
 		if v := sl.calls.Load(); best < 0 || v < bestCalls {
 			best, bestCalls = i, v
@@ -257,33 +262,40 @@ func (s *slot) close() {
 // are not tried here, so an unreachable cluster costs one dial per call.
 func (c *Client) connFor(ctx context.Context, i int) (*slot, *conn, error) {
 	sl := &c.slots[i]
-	sl.calls.Add(1)
-	cn, err := c.conn(ctx, sl)
-	if err == nil {
-		sl.failedAt.Store(0)
-		sl.live.Store(true)
-		return sl, cn, nil
-	}
-	sl.calls.Add(-1)
-	sl.failedAt.Store(time.Now().UnixNano())
-	sl.live.Store(false)
-	if errors.Is(err, ErrAuth) || errors.Is(err, ErrClosed) {
-		return nil, nil, err
+	cn, err := c.use(ctx, sl)
+	if err == nil || errors.Is(err, ErrAuth) || errors.Is(err, ErrClosed) {
+		return sl, cn, err
 	}
 	for k := 1; k < len(c.slots); k++ {
-		alt := &c.slots[(i+k)%len(c.slots)]
-		if !alt.live.Load() {
-			continue
+		if alt := &c.slots[(i+k)%len(c.slots)]; alt.live.Load() {
+			if acn, aerr := c.use(ctx, alt); aerr == nil {
+				return alt, acn, nil
+			}
 		}
-		alt.calls.Add(1)
-		if acn, aerr := c.conn(ctx, alt); aerr == nil {
-			return alt, acn, nil
-		}
-		alt.calls.Add(-1)
-		alt.failedAt.Store(time.Now().UnixNano())
-		alt.live.Store(false)
 	}
-	return nil, nil, err
+	return sl, nil, err
+}
+
+// use returns slot sl's connection with the slot's call count raised, and
+// records whether it could connect (live, failedAt).
+func (c *Client) use(ctx context.Context, sl *slot) (*conn, error) {
+	sl.calls.Add(1)
+	cn, err := c.conn(ctx, sl)
+	if err != nil {
+		sl.calls.Add(-1)
+		sl.failedAt.Store(time.Now().UnixNano())
+		sl.live.Store(false)
+		return nil, err
+	}
+	// Loads first: every call passes here, and a store each time would bounce
+	// the slot's cache line between the callers' cores for nothing.
+	if sl.failedAt.Load() != 0 {
+		sl.failedAt.Store(0)
+	}
+	if !sl.live.Load() {
+		sl.live.Store(true)
+	}
+	return cn, nil
 }
 
 // conn returns slot s's connection, dialing it if it is missing or dead.
