@@ -521,6 +521,9 @@ func TestNoZeroFillAppendsSegments(t *testing.T) {
 				t.Fatalf("%s exists with NoZeroFill (after version %d)", zeroName, ver)
 			}
 		}
+		// A background seal installs segments under mu while writes go on.
+		db.mu.RLock()
+		defer db.mu.RUnlock()
 		for _, s := range db.segs {
 			size, err := fs.Stat(s.path)
 			if err != nil {
@@ -544,9 +547,12 @@ func TestNoZeroFillAppendsSegments(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	write(db, 1000)       // several segments (about seven)
-	if len(db.segs) < 2 { // a background seal running late lets a segment grow
-		t.Fatalf("only %d segments: the test does not roll", len(db.segs))
+	write(db, 1000) // several segments (about seven)
+	db.mu.RLock()
+	segs := len(db.segs)
+	db.mu.RUnlock()
+	if segs < 2 { // a background seal running late lets a segment grow
+		t.Fatalf("only %d segments: the test does not roll", segs)
 	}
 	noZeros(db)
 	if err := db.Close(); err != nil {
