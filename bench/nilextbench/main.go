@@ -347,12 +347,15 @@ func (g *group) fsyncs() uint64 {
 
 // serverTimes is, per replica, the summed time its RESP commands took
 // (kefir_command_duration_seconds: from the arrival of a command's batch to
-// the release of its replies, fsync waits included) and the summed fsync wait
-// of its sync writes (kefir_fsync_wait_seconds), in seconds.
-type serverTimes struct{ cmd, fsyncWait []float64 }
+// the release of its replies, fsync waits included) and the summed duration
+// and count of its replication-log fsync system calls
+// (kefir_fsync_duration_seconds{log="replication"}), in seconds. A group's
+// writes wait for replication-log fsyncs, so the single-node batch wait
+// (kefir_fsync_wait_seconds) is always zero here.
+type serverTimes struct{ cmd, fsyncSum, fsyncCount []float64 }
 
 func (g *group) serverTimes() serverTimes {
-	t := serverTimes{cmd: make([]float64, g.n), fsyncWait: make([]float64, g.n)}
+	t := serverTimes{cmd: make([]float64, g.n), fsyncSum: make([]float64, g.n), fsyncCount: make([]float64, g.n)}
 	hc := http.Client{Timeout: 2 * time.Second}
 	for i := range g.n {
 		resp, err := hc.Get("http://" + g.https[i] + "/metrics")
@@ -376,8 +379,10 @@ func (g *group) serverTimes() serverTimes {
 			switch {
 			case strings.HasPrefix(name, "kefir_command_duration_seconds_sum{"):
 				t.cmd[i] += v
-			case name == "kefir_fsync_wait_seconds_sum":
-				t.fsyncWait[i] += v
+			case name == `kefir_fsync_duration_seconds_sum{log="replication"}`:
+				t.fsyncSum[i] += v
+			case name == `kefir_fsync_duration_seconds_count{log="replication"}`:
+				t.fsyncCount[i] += v
 			}
 		}
 	}
@@ -451,13 +456,13 @@ func (r result) cpuPerOp() (replicas, bench float64) {
 	return float64(r.cpu.replicas) / 1e3 / n, float64(r.cpu.bench) / 1e3 / n
 }
 
-// serverMs is, per replica, the command time per completed write (ms);
-// fsyncMs the same for the fsync wait of sync writes.
+// serverMs is, per replica, the command time per completed write and the
+// mean duration of one replication-log fsync (ms).
 func (r result) serverMs() (cmd, fsync []float64) {
 	w := float64(max(r.ops-r.reads, 1))
 	for i := range r.server.cmd {
 		cmd = append(cmd, 1e3*r.server.cmd[i]/w)
-		fsync = append(fsync, 1e3*r.server.fsyncWait[i]/w)
+		fsync = append(fsync, 1e3*r.server.fsyncSum[i]/max(r.server.fsyncCount[i], 1))
 	}
 	return cmd, fsync
 }
@@ -645,7 +650,8 @@ func (g *group) measure(c config, m mode, k int, w workload) (result, error) {
 		cpu: cpuTimes{cpuAfter.replicas - cpuBefore.replicas, cpuAfter.bench - cpuBefore.bench}}
 	for i := range r.server.cmd {
 		r.server.cmd[i] -= stBefore.cmd[i]
-		r.server.fsyncWait[i] -= stBefore.fsyncWait[i]
+		r.server.fsyncSum[i] -= stBefore.fsyncSum[i]
+		r.server.fsyncCount[i] -= stBefore.fsyncCount[i]
 	}
 	r.w50, r.w99, r.wmean = pct(wlat, 0.5), pct(wlat, 0.99), mean(wlat)
 	r.r50, r.r99 = pct(rlat, 0.5), pct(rlat, 0.99)
@@ -772,11 +778,11 @@ func runGroup(c config, n int, delay time.Duration) error {
 		fmt.Println()
 		fmt.Println("Where a write's time goes (ms per write, medians over rounds). *Replica command time*: each replica's")
 		fmt.Println("`kefir_command_duration_seconds` per write, arrival of the command's batch to its reply (a nilext replica: d-log")
-		fmt.Println("append, and its fsync at `sync`; the ordered leader: prepare, follower round trip, fsync). *Fsync wait*: each")
-		fmt.Println("replica's `kefir_fsync_wait_seconds` per write. *Outside the replicas*: client mean minus the largest replica")
+		fmt.Println("append, and its fsync at `sync`; the ordered leader: prepare, follower round trip, fsync). *Log fsync*: the mean")
+		fmt.Println("duration of one replication-log fsync system call at each replica. *Outside the replicas*: client mean minus the largest replica")
 		fmt.Println("command time — the client, the proxies and the wire; its ideal is the link delay it covers (2 one-way delays).")
 		fmt.Println()
-		fmt.Println("| durability | clients | path | client mean | replica command time (r1 / r2 / ...) | fsync wait (r1 / r2 / ...) | outside the replicas | ideal outside |")
+		fmt.Println("| durability | clients | path | client mean | replica command time (r1 / r2 / ...) | log fsync (r1 / r2 / ...) | outside the replicas | ideal outside |")
 		fmt.Println("|---|---|---|---|---|---|---|---|")
 		for _, row := range breakdown {
 			fmt.Println(row)
