@@ -104,6 +104,7 @@ var errSpoofed = errors.New("transport: message with a forged or misdirected add
 // decoded messages alias, so the Handler may keep them.
 func (t *Transport) readLoop(p *peer, nc net.Conn, rest []byte) error {
 	maxFrame := t.cfg.MaxFrame
+	join := wire.Joiner{Max: t.cfg.MaxMessage}
 	buf := make([]byte, max(readBufSize, len(rest)))
 	hi := copy(buf, rest)
 	lo := 0
@@ -137,18 +138,32 @@ func (t *Transport) readLoop(p *peer, nc net.Conn, rest []byte) error {
 			slab := make([]byte, span)
 			copy(slab, buf[lo:lo+span])
 			lo += span
-			msgs := make([]vr.Message, len(sizes))
+			msgs := make([]vr.Message, 0, len(sizes))
 			off := 0
-			for i, n := range sizes {
-				if err := wire.DecodeMessage(slab[off+wire.FrameHeader:off+n], &msgs[i]); err != nil {
+			for _, n := range sizes {
+				// A fragment is copied out of the slab into the joined
+				// message; the slab is then garbage once no message aliases it.
+				whole, ok, err := join.Add(slab[off+wire.FrameHeader : off+n])
+				off += n
+				if err != nil {
 					return err
 				}
-				if m := &msgs[i]; m.From != p.id || m.To != t.cfg.Self {
+				if !ok {
+					continue
+				}
+				msgs = append(msgs, vr.Message{})
+				m := &msgs[len(msgs)-1]
+				if err := wire.DecodeMessage(whole, m); err != nil {
+					return err
+				}
+				if m.From != p.id || m.To != t.cfg.Self {
 					return fmt.Errorf("%w: %s on the connection authenticated as node %d to node %d", errSpoofed, m, p.id, t.cfg.Self)
 				}
-				off += n
 			}
 			p.c.bytesIn.Add(uint64(span))
+			if len(msgs) == 0 {
+				continue
+			}
 			if p.partitioned.Load() {
 				p.c.faultDroppedIn.Add(uint64(len(msgs)))
 				continue

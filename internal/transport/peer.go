@@ -101,7 +101,7 @@ func (p *peer) enqueueLocked(m *vr.Message) error {
 		p.c.dropped.Add(1)
 		return nil
 	}
-	p.buf = wire.AppendFrame(p.buf, m)
+	p.buf = wire.AppendFrames(p.buf, m, p.t.cfg.MaxFrame)
 	var due int64
 	if f.Delay > 0 || f.Jitter > 0 || p.lastDue > 0 {
 		due = p.t.now() + int64(f.Delay)
@@ -341,8 +341,7 @@ func (p *peer) run() {
 			}
 		}
 		if n > 0 {
-			_ = nc.SetWriteDeadline(time.Now().Add(p.t.cfg.WriteTimeout))
-			if _, err := nc.Write(line[:end]); err != nil {
+			if err := writeTimed(nc, line[:end], p.t.cfg.WriteTimeout); err != nil {
 				p.log.Warn("peer write failed; dropping the batch and reconnecting", "err", err, "messages", n)
 				midFrame = false // dropped with the batch
 				closeConn()
@@ -461,4 +460,28 @@ func (p *peer) connect(failures int) (net.Conn, chan struct{}, error) {
 		}
 	}()
 	return nc, dead, nil
+}
+
+// writePiece is the most one Write hands the socket under one deadline.
+const writePiece = 8 << 20
+
+// writeTimed writes b with the timeout bounding each piece's progress, not
+// the whole: a batch holding a large snapshot takes as long as the link
+// needs, while a peer that stops reading is still found out within timeout.
+// A batch up to writePiece bytes is one Write, as before.
+func writeTimed(nc net.Conn, b []byte, timeout time.Duration) error {
+	return writePieces(nc, b, timeout, writePiece)
+}
+
+func writePieces(nc net.Conn, b []byte, timeout time.Duration, piece int) error {
+	for len(b) > 0 {
+		k := min(len(b), piece)
+		_ = nc.SetWriteDeadline(time.Now().Add(timeout))
+		n, err := nc.Write(b[:k])
+		b = b[n:]
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }

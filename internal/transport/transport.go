@@ -60,6 +60,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"net"
 	"slices"
@@ -86,8 +87,11 @@ const (
 	DefaultDialTimeout      = time.Second
 	DefaultHandshakeTimeout = 2 * time.Second
 	DefaultWriteTimeout     = 5 * time.Second
-	DefaultDialBackoff      = 50 * time.Millisecond
-	DefaultMaxDialBackoff   = 2 * time.Second
+	// DefaultMaxMessage bounds a message joined from fragments: the largest
+	// snapshot (whole state) a replica accepts.
+	DefaultMaxMessage     int64 = 64 << 30
+	DefaultDialBackoff          = 50 * time.Millisecond
+	DefaultMaxDialBackoff       = 2 * time.Second
 )
 
 // Handler receives the messages of one read from peer `from`, in the order
@@ -124,8 +128,14 @@ type Config struct {
 	// node id and the peer id.
 	Logger *slog.Logger
 
-	// MaxFrame bounds one inbound frame (default wire.DefaultMaxFrame).
+	// MaxFrame bounds one frame, inbound and outbound (default
+	// wire.DefaultMaxFrame); a larger message (a snapshot of a large state)
+	// is sent as fragments of at most this size. Every member must use the
+	// same value.
 	MaxFrame int
+	// MaxMessage bounds one inbound message joined from fragments (default
+	// DefaultMaxMessage).
+	MaxMessage int64
 	// QueueLen bounds the messages waiting for one peer (queued and held by
 	// an injected delay); beyond it Send drops (default DefaultQueueLen).
 	QueueLen int
@@ -139,8 +149,10 @@ type Config struct {
 	DialTimeout time.Duration
 	// HandshakeTimeout bounds the peer handshake on either side.
 	HandshakeTimeout time.Duration
-	// WriteTimeout bounds one batch write; a peer that stops reading (e.g.
-	// SIGSTOP) has its connection closed and redialed after it.
+	// WriteTimeout bounds a batch write's progress (each piece of up to
+	// writePiece bytes, so a snapshot of gigabytes is not cut off by it); a
+	// peer that stops reading (e.g. SIGSTOP) has its connection closed and
+	// redialed after it.
 	WriteTimeout time.Duration
 	// DialBackoff is the wait after the first failed dial; it doubles per
 	// consecutive failure up to MaxDialBackoff, and each wait is drawn
@@ -155,6 +167,9 @@ type Config struct {
 func (c *Config) fill() {
 	if c.MaxFrame == 0 {
 		c.MaxFrame = wire.DefaultMaxFrame
+	}
+	if c.MaxMessage == 0 {
+		c.MaxMessage = DefaultMaxMessage
 	}
 	if c.QueueLen == 0 {
 		c.QueueLen = DefaultQueueLen
@@ -220,6 +235,9 @@ func (c *Config) validate() error {
 	}
 	if c.MaxFrame < wire.FrameHeader || c.QueueLen < 1 || c.MaxQueueBytes < 1 {
 		errs = append(errs, fmt.Errorf("MaxFrame %d, QueueLen %d and MaxQueueBytes %d must be positive", c.MaxFrame, c.QueueLen, c.MaxQueueBytes))
+	}
+	if int64(c.MaxFrame) > math.MaxUint32 || c.MaxMessage < int64(c.MaxFrame) {
+		errs = append(errs, fmt.Errorf("MaxFrame %d must fit a frame's 32-bit length and MaxMessage %d must be at least it", c.MaxFrame, c.MaxMessage))
 	}
 	if c.DialTimeout < 0 || c.HandshakeTimeout < 0 || c.WriteTimeout < 0 || c.DialBackoff < 0 || c.MaxDialBackoff < c.DialBackoff {
 		errs = append(errs, fmt.Errorf("timeouts must be positive and MaxDialBackoff %v ≥ DialBackoff %v", c.MaxDialBackoff, c.DialBackoff))

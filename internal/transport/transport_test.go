@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -602,4 +603,78 @@ func ExampleTransport_Send() {
 	m := <-got
 	fmt.Println(m.Type, m.From, m.View, m.Commit)
 	// Output: commit 1 3 41
+}
+
+// A message larger than the frame limit (a snapshot of a large state) goes
+// as fragments and arrives whole, in order with the messages around it.
+// Before fragments the receiver refused its one oversized frame and closed
+// the connection, so a replica could never again be sent such a state.
+func TestAMessageLargerThanAFrameArrivesWhole(t *testing.T) {
+	nodes := cluster(t, 2, func(c *Config) { c.MaxFrame = 4 << 10 })
+	big := msg(1, 2, 2)
+	big.Entries[0].Data = make([]byte, 100<<10)
+	for i := range big.Entries[0].Data {
+		big.Entries[0].Data[i] = byte(i % 251)
+	}
+	mustSend(t, nodes[0].tr, 2, msg(1, 2, 1))
+	mustSend(t, nodes[0].tr, 2, big)
+	mustSend(t, nodes[0].tr, 2, msg(1, 2, 3))
+	got := nodes[1].in.wait(t, 3, 10*time.Second)
+	for i, g := range got {
+		if g.m.Op != uint64(i+1) {
+			t.Fatalf("message %d has op %d: order lost", i, g.m.Op)
+		}
+	}
+	if d := got[1].m.Entries[0].Data; !bytes.Equal(d, big.Entries[0].Data) {
+		t.Fatalf("the large message arrived with %d bytes, not its %d", len(d), len(big.Entries[0].Data))
+	}
+	if s := nodes[1].tr.Stats().Link(1); s.Corrupt != 0 || s.Received != 3 {
+		t.Fatalf("receiver stats %+v: want 3 received, no corrupt connection", s)
+	}
+}
+
+// A message joined from fragments is bounded by MaxMessage: beyond it the
+// connection is closed and counted, and nothing of it is delivered.
+func TestAJoinedMessageOverMaxMessageIsRefused(t *testing.T) {
+	nodes := cluster(t, 2, func(c *Config) { c.MaxFrame, c.MaxMessage = 1<<10, 8<<10 })
+	big := msg(1, 2, 1)
+	big.Entries[0].Data = make([]byte, 20<<10)
+	mustSend(t, nodes[0].tr, 2, big)
+	eventually(t, 5*time.Second, func() bool { return nodes[1].tr.Stats().Link(1).Corrupt >= 1 }, "over-long message counted")
+	if n := nodes[1].in.count(); n != 0 {
+		t.Fatalf("delivered %d messages", n)
+	}
+}
+
+// The write timeout bounds each piece's progress, not a whole batch: a peer
+// that reads slowly but steadily still takes a batch that needs longer than
+// the timeout in all (a snapshot of gigabytes), where one write under one
+// deadline fails.
+func TestWriteTimeoutBoundsProgressNotTheWholeBatch(t *testing.T) {
+	const piece, timeout = 64 << 10, 150 * time.Millisecond
+	b := make([]byte, 32*piece) // about 320 ms at the reader's pace
+	for _, tc := range []struct {
+		name    string
+		piece   int
+		wantErr bool
+	}{{"in pieces", piece, false}, {"one write", len(b), true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			w, r := net.Pipe()
+			defer w.Close()
+			defer r.Close()
+			go func() {
+				buf := make([]byte, piece)
+				for {
+					time.Sleep(10 * time.Millisecond)
+					if _, err := io.ReadFull(r, buf); err != nil {
+						return
+					}
+				}
+			}()
+			err := writePieces(w, b, timeout, tc.piece)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("err %v, want error: %v", err, tc.wantErr)
+			}
+		})
+	}
 }

@@ -8,8 +8,9 @@ import (
 	"github.com/kefirdb/kefir/internal/vr"
 )
 
-// DefaultMaxFrame bounds a frame a Reader accepts (snapshots travel in one
-// message today, so it is generous).
+// DefaultMaxFrame bounds one frame (a larger message travels as fragments:
+// AppendFrames). It is generous so that a peer from before fragments, which
+// reads any message as one frame, still receives every message up to it.
 const DefaultMaxFrame = 256 << 20
 
 // Writer batches frames and writes them with one Write per Flush: the
@@ -17,13 +18,20 @@ const DefaultMaxFrame = 256 << 20
 type Writer struct {
 	w   io.Writer
 	buf []byte
+	Max int // frame size limit (DefaultMaxFrame if 0); larger messages are fragmented
 }
 
 // NewWriter returns a Writer on w.
 func NewWriter(w io.Writer) *Writer { return &Writer{w: w} }
 
 // Append queues m.
-func (w *Writer) Append(m *vr.Message) { w.buf = AppendFrame(w.buf, m) }
+func (w *Writer) Append(m *vr.Message) {
+	max := w.Max
+	if max == 0 {
+		max = DefaultMaxFrame
+	}
+	w.buf = AppendFrames(w.buf, m, max)
+}
 
 // Buffered is the number of bytes waiting for Flush.
 func (w *Writer) Buffered() int { return len(w.buf) }
@@ -53,6 +61,7 @@ type Reader struct {
 	hi   int
 	Max  int // frame size limit (DefaultMaxFrame if 0)
 	sick error
+	join Joiner
 }
 
 // NewReader returns a Reader on r.
@@ -76,8 +85,16 @@ func (r *Reader) Read(m *vr.Message) error {
 			return err
 		}
 		if n > 0 {
-			own := append([]byte(nil), payload...)
 			r.lo += n
+			whole, ok, err := r.join.Add(payload)
+			if err != nil {
+				r.sick = err
+				return err
+			}
+			if !ok {
+				continue
+			}
+			own := append([]byte(nil), whole...)
 			if err := DecodeMessage(own, m); err != nil {
 				r.sick = err
 				return err

@@ -14,8 +14,11 @@
 //	length (4 bytes, little endian) | CRC-32C of payload (4 bytes) | payload
 //
 // so a corrupted or truncated peer message is rejected (ErrCorrupt) instead of
-// being decoded into something plausible. A Writer batches many frames into
-// one write; a Reader reads them back.
+// being decoded into something plausible. A message whose payload exceeds the
+// frame limit (a snapshot of a large state) travels as fragments: consecutive
+// frames whose payloads start with a fragment marker instead of the version
+// byte (AppendFrames; a Joiner puts them back together). A Writer batches many
+// frames into one write; a Reader reads them back.
 //
 // It imports only internal/vr and the standard library (no net, no os): the
 // transport owns connections.
@@ -169,6 +172,87 @@ func AppendFrame(b []byte, m *vr.Message) []byte {
 	binary.LittleEndian.PutUint32(b[start+4:], crc32.Checksum(payload, castagnoli))
 	return b
 }
+
+// Fragment markers: the first payload byte of a fragment frame, where an
+// ordinary frame has the version byte. The rest of the payload is the next
+// piece of one message's payload; fragLast ends it.
+const (
+	fragMore byte = 0xF0
+	fragLast byte = 0xF1
+)
+
+// AppendFrames appends m to b as one frame if its payload fits in max bytes,
+// else as fragment frames of at most max payload bytes each, in order. Only
+// an oversized message pays for the split (a copy of its payload).
+func AppendFrames(b []byte, m *vr.Message, max int) []byte {
+	if max < 2 {
+		panic(fmt.Sprintf("wire: frame limit %d leaves no room for a fragment", max))
+	}
+	start := len(b)
+	b = AppendFrame(b, m)
+	if len(b)-start-FrameHeader <= max {
+		return b
+	}
+	payload := append([]byte(nil), b[start+FrameHeader:]...)
+	b = b[:start]
+	for off := 0; off < len(payload); {
+		end := min(off+max-1, len(payload))
+		kind := fragMore
+		if end == len(payload) {
+			kind = fragLast
+		}
+		fs := len(b)
+		b = append(b, make([]byte, FrameHeader)...)
+		b = append(b, kind)
+		b = append(b, payload[off:end]...)
+		piece := b[fs+FrameHeader:]
+		binary.LittleEndian.PutUint32(b[fs:], uint32(len(piece)))
+		binary.LittleEndian.PutUint32(b[fs+4:], crc32.Checksum(piece, castagnoli))
+		off = end
+	}
+	return b
+}
+
+// Joiner puts fragmented messages back together from a stream's frame
+// payloads, in order. The zero value refuses nothing but an ordinary frame
+// inside a fragmented message; Max bounds a joined message (0: no bound).
+type Joiner struct {
+	Max  int64
+	buf  []byte
+	open bool
+}
+
+// Add takes the next frame's payload. It returns a whole message payload
+// and true for an ordinary frame (the payload itself) or a message's last
+// fragment (the joined payload, which the caller then owns), and false for
+// any other fragment. Errors (ErrCorrupt, ErrTooLarge) mean the stream's
+// framing is lost.
+func (j *Joiner) Add(payload []byte) ([]byte, bool, error) {
+	kind := byte(0)
+	if len(payload) > 0 {
+		kind = payload[0]
+	}
+	if kind != fragMore && kind != fragLast {
+		if j.open {
+			return nil, false, fmt.Errorf("%w: an ordinary frame inside a fragmented message", ErrCorrupt)
+		}
+		return payload, true, nil
+	}
+	if j.Max > 0 && int64(len(j.buf))+int64(len(payload)-1) > j.Max {
+		return nil, false, fmt.Errorf("%w: fragmented message over %d bytes", ErrTooLarge, j.Max)
+	}
+	j.buf = append(j.buf, payload[1:]...)
+	j.open = true
+	if kind == fragMore {
+		return nil, false, nil
+	}
+	whole := j.buf
+	j.buf, j.open = nil, false
+	return whole, true, nil
+}
+
+// Pending is how many bytes of an unfinished fragmented message it holds.
+func (j *Joiner) Pending() int { return len(j.buf) }
 
 type decoder struct {
 	b   []byte

@@ -424,3 +424,84 @@ func TestDecodesVersion2(t *testing.T) {
 		}
 	}
 }
+
+// bigSnapshot is a new-state message whose snapshot is size bytes.
+func bigSnapshot(size int) vr.Message {
+	data := make([]byte, size)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	return vr.Message{Type: vr.MsgNewState, Cluster: 9, From: 1, To: 2, View: 3, Op: 40, First: 31,
+		Snapshot: &vr.Snapshot{Op: 30, Clients: []vr.ClientRecord{{Client: 5, ReqNum: 6, Op: 7, Result: []byte("r")}}, Data: data}}
+}
+
+// TestAMessageOverTheFrameLimitTravelsAsFragments: AppendFrames keeps a
+// message that fits as the very frame AppendFrame writes, and cuts a larger
+// one into frames none of which exceeds the limit; a Reader with that limit
+// gets the message back whole, between ordinary ones.
+func TestAMessageOverTheFrameLimitTravelsAsFragments(t *testing.T) {
+	const max = 1000
+	small := sample()[0]
+	if got, want := AppendFrames(nil, &small, max), AppendFrame(nil, &small); !bytes.Equal(got, want) {
+		t.Fatal("a message that fits must be one ordinary frame")
+	}
+	big := bigSnapshot(10_000)
+	var stream []byte
+	stream = AppendFrames(stream, &small, max)
+	stream = AppendFrames(stream, &big, max)
+	stream = AppendFrames(stream, &small, max)
+	frames := 0
+	for rest := stream; len(rest) > 0; frames++ {
+		_, n, err := CheckFrame(rest, max)
+		if err != nil || n == 0 {
+			t.Fatalf("frame %d: %v (n %d): every frame must fit the limit", frames, err, n)
+		}
+		rest = rest[n:]
+	}
+	if frames < 2+10_000/max {
+		t.Fatalf("%d frames: the snapshot was not split", frames)
+	}
+	r := NewReader(&oneByteReader{bytes.NewReader(stream)})
+	r.Max = max
+	for i, want := range []vr.Message{small, big, small} {
+		var got vr.Message
+		if err := r.Read(&got); err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+		if got.String() != want.String() || (want.Snapshot != nil && !bytes.Equal(got.Snapshot.Data, want.Snapshot.Data)) {
+			t.Fatalf("message %d: got %v, want %v", i, got, want)
+		}
+	}
+}
+
+// TestJoinerRefusesABrokenFragmentStream: an ordinary frame inside a
+// fragmented message, and a joined message over the bound, lose the framing.
+func TestJoinerRefusesABrokenFragmentStream(t *testing.T) {
+	big := bigSnapshot(5000)
+	frames := AppendFrames(nil, &big, 1000)
+	first, n, err := CheckFrame(frames, 1000)
+	if err != nil || n == 0 {
+		t.Fatal(err)
+	}
+	small := sample()[0]
+	ordinary := AppendMessage(nil, &small)
+
+	j := Joiner{}
+	if _, ok, err := j.Add(first); ok || err != nil {
+		t.Fatalf("a first fragment is not a message: ok %v, err %v", ok, err)
+	}
+	if _, _, err := j.Add(ordinary); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("an ordinary frame inside a fragmented message: got %v, want ErrCorrupt", err)
+	}
+
+	j = Joiner{Max: 3000}
+	var got error
+	for rest := frames; len(rest) > 0 && got == nil; {
+		p, n, _ := CheckFrame(rest, 1000)
+		rest = rest[n:]
+		_, _, got = j.Add(p)
+	}
+	if !errors.Is(got, ErrTooLarge) {
+		t.Fatalf("a joined message over Max: got %v, want ErrTooLarge", got)
+	}
+}
