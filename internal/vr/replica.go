@@ -142,6 +142,10 @@ type Replica struct {
 	inflight    map[uint64]uint64
 	reads       []readReq
 	snapWanted  []bool
+	// snapNext: no new snapshot for peer j is asked of the driver before
+	// this time (the last one is presumably still on its way; a recovering
+	// replica asks every heartbeat, and each capture is a scan of the state).
+	snapNext []int64
 
 	// Follower state.
 	lastContact  int64
@@ -196,6 +200,7 @@ func New(cfg Config, st State) (*Replica, error) {
 	r.hbAcked = make([]uint64, r.n)
 	r.ackAt = make([]int64, r.n)
 	r.snapWanted = make([]bool, r.n)
+	r.snapNext = make([]int64, r.n)
 	r.svc = make([]bool, r.n)
 	r.dvc = make([]*Message, r.n)
 	r.recResp = make([]*Message, r.n)
@@ -964,6 +969,7 @@ func (r *Replica) stepDown() {
 	for i := range r.acked {
 		r.acked[i], r.hbAcked[i], r.ackAt[i] = 0, 0, 0
 		r.snapWanted[i] = false
+		r.snapNext[i] = 0
 		r.svc[i] = false
 		r.dvc[i] = nil
 	}
@@ -1220,14 +1226,24 @@ func (r *Replica) onGetState(j int, m *Message) {
 		return
 	}
 	if m.Op+1 < r.first {
-		if !r.snapWanted[j] {
-			r.snapWanted[j] = true
-			r.out.SnapshotNeeded = append(r.out.SnapshotNeeded, r.cfg.Members[j])
-		}
+		r.wantSnapshot(j)
 		return
 	}
 	r.send(r.cfg.Members[j], Message{Type: MsgNewState, View: r.view, Op: r.lastOp(), Commit: r.commit,
 		First: m.Op + 1, Entries: r.copyLog(m.Op+1, 4*r.cfg.MaxBatch)})
+}
+
+// snapshotRate is the transfer rate a snapshot's resend interval assumes.
+const snapshotRate = 64 << 20 // bytes per second
+
+// wantSnapshot asks the driver for a snapshot for peer j, unless one is
+// asked for already or the last one may still be on its way.
+func (r *Replica) wantSnapshot(j int) {
+	if r.snapWanted[j] || r.now < r.snapNext[j] {
+		return
+	}
+	r.snapWanted[j] = true
+	r.out.SnapshotNeeded = append(r.out.SnapshotNeeded, r.cfg.Members[j])
 }
 
 // SendSnapshot answers a SnapshotNeeded for peer `to` with s, the state
@@ -1241,6 +1257,15 @@ func (r *Replica) SendSnapshot(to uint64, s Snapshot) error {
 		return fmt.Errorf("vr: snapshot at op %d outside [%d, %d]", s.Op, r.first-1, r.applied)
 	}
 	r.snapWanted[j] = false
+	// Another one only after the view-change timeout, or the time this one
+	// takes at snapshotRate if longer: a state of gigabytes must not be
+	// scanned and queued again every heartbeat while the first is in flight.
+	size := int64(len(s.Data))
+	for _, c := range s.Clients {
+		size += int64(len(c.Result)) + 24
+	}
+	transfer := size / (snapshotRate / 1000) * 1e6 // ns, in whole milliseconds (no overflow)
+	r.snapNext[j] = r.now + max(int64(r.cfg.ViewChangeTimeout), transfer)
 	r.send(to, Message{Type: MsgNewState, View: r.view, Op: r.lastOp(), Commit: r.commit, First: s.Op + 1,
 		Entries: r.copyLog(s.Op+1, 4*r.cfg.MaxBatch), Snapshot: &s})
 	return nil
@@ -1303,10 +1328,7 @@ func (r *Replica) onRecovery(j int, m *Message) {
 	resp := Message{Type: MsgRecoveryResponse, View: r.view, Nonce: m.Nonce}
 	if r.isLeader() {
 		if m.Op+1 < r.first {
-			if !r.snapWanted[j] {
-				r.snapWanted[j] = true
-				r.out.SnapshotNeeded = append(r.out.SnapshotNeeded, r.cfg.Members[j])
-			}
+			r.wantSnapshot(j)
 			return
 		}
 		resp.Op, resp.Commit, resp.First = r.lastOp(), r.commit, m.Op+1

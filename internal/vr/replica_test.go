@@ -577,6 +577,61 @@ func TestStateTransferNeedsSnapshot(t *testing.T) {
 	}
 }
 
+// TestSnapshotIsNotRecapturedWhileOneMayBeInFlight: a replica that needs
+// state asks again every heartbeat, and a capture scans the whole state, so
+// once a snapshot went out the core asks the driver for another only after
+// the view-change timeout, or after the time the last one takes at
+// snapshotRate if that is longer (here 32 MiB: 500 ms).
+func TestSnapshotIsNotRecapturedWhileOneMayBeInFlight(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		size  int
+		after time.Duration // no new request before, one soon after
+	}{
+		{"small", 8, 100 * time.Millisecond},
+		{"32 MiB", 32 << 20, 500 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newNet(t, 3)
+			cut := func(m Message) bool { return m.To != 3 && m.From != 3 }
+			for i := uint64(1); i <= 10; i++ {
+				n.propose(1, 100+i, 1, "w")
+				n.ready(1)
+				n.deliver(cut)
+			}
+			if err := n.rs[1].Compact(8); err != nil {
+				t.Fatal(err)
+			}
+			n.tick(10*time.Millisecond, 1)
+			n.deliver(nil)
+			if got := n.snapReq[1]; len(got) != 1 {
+				t.Fatalf("leader should ask for one snapshot for replica 3: %v", got)
+			}
+			sentAt := n.now
+			snap := Snapshot{Op: 10, Clients: n.rs[1].ClientTable(), Data: make([]byte, tc.size)}
+			if err := n.rs[1].SendSnapshot(3, snap); err != nil {
+				t.Fatal(err)
+			}
+			n.ready(1)
+			lost := func(m Message) bool { return m.Snapshot == nil } // the snapshot is lost on the way
+			for n.now+int64(10*time.Millisecond) < sentAt+int64(tc.after) {
+				n.tick(10 * time.Millisecond)
+				n.deliver(lost)
+			}
+			if got := n.snapReq[1]; len(got) != 1 {
+				t.Fatalf("asked for %d snapshots within %v of sending one; want no new one yet", len(got), tc.after)
+			}
+			for range 3 {
+				n.tick(10 * time.Millisecond)
+				n.deliver(nil)
+			}
+			if got := n.snapReq[1]; len(got) != 2 {
+				t.Fatalf("asked for %d snapshots after %v; want the lost one asked for again", len(got), tc.after)
+			}
+		})
+	}
+}
+
 // TestRecoveryProtocol: a replica that lost state neither votes nor
 // acknowledges until f+1 replicas, the leader among them, answered its nonce.
 func TestRecoveryProtocol(t *testing.T) {
