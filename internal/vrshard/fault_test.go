@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -214,4 +215,52 @@ func TestPartitionedOldLeaderServesNoStaleRead(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A state larger than one peer frame still reaches a replica that needs a
+// snapshot: it travels as several frames (with the default 256 MiB frame
+// limit, any store above it could never again restore a wiped or
+// far-behind replica).
+func TestSnapshotLargerThanAFrameReachesAWipedReplica(t *testing.T) {
+	const frame = 64 << 10
+	c := newCluster(t, 3, func(o *Options) {
+		o.CheckpointOps = 40
+		o.KeepTail = 5
+		o.PeerMaxFrame = frame
+	})
+	val := strings.Repeat("v", 900)
+	var last shard.Result
+	var err error
+	for i := range 400 { // ~360 KB of values: a snapshot of about six frames
+		if last, err = c.write(set(fmt.Sprint("k", i), val), shard.ReqID{}, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l := c.leader(5 * time.Second)
+	f := (l + 1) % 3
+	c.waitApplied(last.Version, 5*time.Second)
+	c.reps[f].Close()
+	c.reps[f] = nil
+	if err := os.RemoveAll(c.dirs[f]); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 50 {
+		if last, err = c.write(set(fmt.Sprint("late", i), "x"), shard.ReqID{}, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.open(f, false, nil)
+	for deadline := time.Now().Add(15 * time.Second); c.reps[f].Info().Status != vr.Normal; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the wiped replica did not finish recovery: %+v (leader sent %d snapshots)", c.reps[f].Info(), c.reps[l].Stats().SnapsSent)
+		}
+	}
+	c.waitApplied(last.Version, 15*time.Second)
+	if got := c.reps[f].Stats().SnapsLoaded; got == 0 {
+		t.Fatal("the wiped replica caught up without a snapshot: the test did not test state transfer")
+	}
+	t.Logf("leader sent %d snapshots", c.reps[l].Stats().SnapsSent)
+	c.expectValue(f, "k0", val)
+	c.expectValue(f, "k399", val)
+	c.expectValue(f, "late49", "x")
 }

@@ -712,8 +712,12 @@ func (r *Replica) Stats() Stats {
 // capture returns the state machine at the applied op: every engine key
 // (client-table rows included) with its value, version and timestamp.
 // Encoding: count uvarint, then per key: key, value, version uvarint, ts varint.
-// TODO: stream large states instead of one message (the transport admits a
-// frame up to 256 MiB).
+// The snapshot is one message, fragmented by the transport past its frame
+// limit (up to transport.DefaultMaxMessage), and the core asks for another
+// for the same peer only after the time this one takes to send (vr
+// snapshotRate). Left: the capture runs on the driver goroutine and holds
+// the whole state in memory; streaming it from an engine snapshot would
+// bound both.
 func (r *Replica) capture() (vr.Snapshot, error) {
 	at := r.applied.Load()
 	var body []byte

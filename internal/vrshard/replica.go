@@ -47,6 +47,10 @@ type Options struct {
 	// owns its peer port passes none and hands connections to
 	// Transport().HandleConn instead.
 	Listener net.Listener
+	// PeerMaxFrame bounds one frame on the peer transport (default
+	// wire.DefaultMaxFrame); a larger message, such as a snapshot of a big
+	// state, travels as several frames. Every member must agree on it.
+	PeerMaxFrame int
 	// Storage tunes the engine; Devices and FS are filled from Dir and FS
 	// when empty.
 	Storage storage.Options
@@ -730,7 +734,7 @@ func Open(opts Options) (*Replica, error) {
 	tr, err := transport.New(transport.Config{
 		Self: r.cfg.Self, Peers: opts.Peers, ClusterSecret: opts.ClusterSecret,
 		Cluster: r.cfg.Cluster, ConfigHash: r.cfg.Hash(), TLS: opts.TLS,
-		Handler: r.deliver, Logger: r.log,
+		Handler: r.deliver, Logger: r.log, MaxFrame: opts.PeerMaxFrame,
 	})
 	if err != nil {
 		db.Close()
