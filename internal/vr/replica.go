@@ -1254,6 +1254,7 @@ func (r *Replica) SendSnapshot(to uint64, s Snapshot) error {
 		return fmt.Errorf("vr: snapshot for unknown replica %d", to)
 	}
 	if s.Op+1 < r.first || s.Op > r.applied {
+		r.snapWanted[j] = false // asked for again on the peer's next request
 		return fmt.Errorf("vr: snapshot at op %d outside [%d, %d]", s.Op, r.first-1, r.applied)
 	}
 	r.snapWanted[j] = false

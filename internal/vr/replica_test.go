@@ -632,6 +632,38 @@ func TestSnapshotIsNotRecapturedWhileOneMayBeInFlight(t *testing.T) {
 	}
 }
 
+// TestARefusedSnapshotIsAskedForAgain: a snapshot the core refuses (its op
+// is no longer in the log's range, e.g. compacted past while it was being
+// captured) leaves the peer's request open, so the driver is asked again on
+// the peer's next request instead of never.
+func TestARefusedSnapshotIsAskedForAgain(t *testing.T) {
+	n := newNet(t, 3)
+	cut := func(m Message) bool { return m.To != 3 && m.From != 3 }
+	for i := uint64(1); i <= 10; i++ {
+		n.propose(1, 100+i, 1, "w")
+		n.ready(1)
+		n.deliver(cut)
+	}
+	if err := n.rs[1].Compact(8); err != nil {
+		t.Fatal(err)
+	}
+	n.tick(10*time.Millisecond, 1)
+	n.deliver(nil)
+	if got := n.snapReq[1]; len(got) != 1 {
+		t.Fatalf("leader should ask for one snapshot: %v", got)
+	}
+	if err := n.rs[1].SendSnapshot(3, Snapshot{Op: 5, Data: []byte("too old")}); err == nil {
+		t.Fatal("a snapshot older than the log's first op must be refused")
+	}
+	for range 3 {
+		n.tick(10 * time.Millisecond)
+		n.deliver(nil)
+	}
+	if got := n.snapReq[1]; len(got) != 2 {
+		t.Fatalf("asked for %d snapshots after a refused one; want it asked for again", len(got))
+	}
+}
+
 // TestRecoveryProtocol: a replica that lost state neither votes nor
 // acknowledges until f+1 replicas, the leader among them, answered its nonce.
 func TestRecoveryProtocol(t *testing.T) {

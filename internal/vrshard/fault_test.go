@@ -264,3 +264,58 @@ func TestSnapshotLargerThanAFrameReachesAWipedReplica(t *testing.T) {
 	c.expectValue(f, "k399", val)
 	c.expectValue(f, "late49", "x")
 }
+
+// A snapshot capture that takes longer than the view-change timeout (a
+// large state's scan) runs beside the leader's work: writes keep committing
+// and no view change happens while it runs, and the wiped replica that
+// asked is restored once it is done. On the driver goroutine the capture
+// stopped heartbeats and replication for its whole length.
+func TestASlowSnapshotCaptureDoesNotStallTheLeader(t *testing.T) {
+	const capture = 2500 * time.Millisecond // the test cluster's view-change timeout is 1 s
+	c := newCluster(t, 3, func(o *Options) {
+		o.CheckpointOps = 40
+		o.KeepTail = 5
+		o.mut.captureDelay = capture
+	})
+	var last shard.Result
+	var err error
+	for i := range 200 {
+		if last, err = c.write(set(fmt.Sprint("k", i%50), fmt.Sprint("v", i)), shard.ReqID{}, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l := c.leader(5 * time.Second)
+	view := c.reps[l].Info().View
+	f := (l + 1) % 3
+	c.waitApplied(last.Version, 5*time.Second)
+	c.reps[f].Close()
+	c.reps[f] = nil
+	if err := os.RemoveAll(c.dirs[f]); err != nil {
+		t.Fatal(err)
+	}
+	c.open(f, false, nil)
+	start := time.Now()
+	for time.Since(start) < capture {
+		t0 := time.Now()
+		if last, err = c.write(set("during", fmt.Sprint(time.Since(start))), shard.ReqID{}, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(t0); d > 700*time.Millisecond {
+			t.Fatalf("a write took %v while a snapshot was being captured", d)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := c.reps[l].Info(); got.View != view || !got.IsLeader {
+		t.Fatalf("the leader lost its view during the capture: %+v (was view %d)", got, view)
+	}
+	for deadline := time.Now().Add(15 * time.Second); c.reps[f].Info().Status != vr.Normal; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the wiped replica did not finish recovery: %+v", c.reps[f].Info())
+		}
+	}
+	c.waitApplied(last.Version, 15*time.Second)
+	if got := c.reps[f].Stats().SnapsLoaded; got == 0 {
+		t.Fatal("the wiped replica caught up without a snapshot: the test did not test state transfer")
+	}
+	c.expectValue(f, "k49", "v199")
+}

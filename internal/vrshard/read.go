@@ -3,7 +3,6 @@ package vrshard
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
@@ -709,34 +708,7 @@ func (r *Replica) Stats() Stats {
 
 // ---- snapshots ----
 
-// capture returns the state machine at the applied op: every engine key
-// (client-table rows included) with its value, version and timestamp.
-// Encoding: count uvarint, then per key: key, value, version uvarint, ts varint.
-// The snapshot is one message, fragmented by the transport past its frame
-// limit (up to transport.DefaultMaxMessage), and the core asks for another
-// for the same peer only after the time this one takes to send (vr
-// snapshotRate). Left: the capture runs on the driver goroutine and holds
-// the whole state in memory; streaming it from an engine snapshot would
-// bound both.
-func (r *Replica) capture() (vr.Snapshot, error) {
-	at := r.applied.Load()
-	var body []byte
-	n := 0
-	err := r.db.Scan(nil, nil, at, 0, func(k []byte, v storage.Value) bool {
-		body = appendBytes(body, k)
-		body = appendBytes(body, v.Data)
-		body = binary.AppendUvarint(body, v.Version)
-		body = binary.AppendVarint(body, v.Timestamp)
-		n++
-		return true
-	})
-	if err != nil {
-		return vr.Snapshot{}, fmt.Errorf("vrshard: snapshot at %d: %w", at, err)
-	}
-	data := binary.AppendUvarint(make([]byte, 0, len(body)+10), uint64(n))
-	data = append(data, body...)
-	return vr.Snapshot{Op: at, Clients: r.core.ClientTable(), Data: data}, nil
-}
+// The capture itself (scan, encoding) is in snapshot.go.
 
 // restore makes the engine hold the snapshot's state (committed state at
 // s.Op; the engine may hold older committed state, or newer if it was ahead

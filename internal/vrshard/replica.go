@@ -243,6 +243,9 @@ type mutations struct {
 	// afterHandle (a test hook) runs on the driver goroutine at the end of
 	// every handled Ready: tests read driver-only state there.
 	afterHandle func(r *Replica)
+	// captureDelay (a test hook) lengthens every snapshot capture, as a
+	// large state's scan would.
+	captureDelay time.Duration
 	// hintConsumedEarly: the leader's sync hint is consumed by the next
 	// fsync that starts (as before), even one that started between the
 	// hinted message's step and the Ready writing its entries, which are
@@ -570,6 +573,12 @@ type Replica struct {
 	ckptOut     int    // engine fsyncs started and not yet received
 	ckptDone    chan ckptResult
 	syncDone    chan syncResult
+	// A snapshot capture runs off the driver goroutine (snapshot.go): one at
+	// a time, for every peer in snapFor.
+	snapRunning bool
+	snapAt      uint64
+	snapFor     map[uint64]bool
+	snapDone    chan snapResult
 	gc          groupCommit // batches held for a later fsync (nilext_gc.go)
 
 	// Published by the driver for other goroutines.
@@ -658,6 +667,8 @@ func Open(opts Options) (*Replica, error) {
 		reads:     map[uint64]*readWaiter{},
 		notify:    make(chan struct{}),
 		syncDone:  make(chan syncResult, 1),
+		snapDone:  make(chan snapResult, 1),
+		snapFor:   map[uint64]bool{},
 		gc:        groupCommit{wake: make(chan struct{}, 1)},
 		ckptDone:  make(chan ckptResult, 2),
 	}
@@ -854,6 +865,11 @@ func (r *Replica) run() {
 			}
 		case res := <-r.ckptDone:
 			if err := r.finishCheckpoint(res); err != nil {
+				r.fail(err)
+				return
+			}
+		case res := <-r.snapDone:
+			if err := r.captured(res); err != nil {
 				r.fail(err)
 				return
 			}
@@ -1331,18 +1347,10 @@ func (r *Replica) handle(rd *vr.Ready) error {
 	if h := r.mut.afterHandle; h != nil {
 		h(r)
 	}
-	// 5. Snapshots for lagging peers: the engine at the applied op.
+	// 5. Snapshots for lagging peers: the engine at the applied op, captured
+	// off this goroutine (snapshot.go).
 	for _, to := range rd.SnapshotNeeded {
-		s, err := r.capture()
-		if err != nil {
-			return err
-		}
-		if err := r.core.SendSnapshot(to, s); err != nil {
-			r.log.Warn("snapshot not sent", "to", to, "err", err)
-			continue
-		}
-		r.st.snapsSent.Add(1)
-		r.log.Info("sent snapshot", "to", to, "op", s.Op, "bytes", len(s.Data))
+		r.wantSnapshot(to)
 	}
 	// 6. Errors an operator must see, at most one line a second.
 	if len(rd.Errors) > 0 && time.Since(r.errLogAt) > time.Second {
@@ -1645,7 +1653,13 @@ func (r *Replica) finishCheckpoint(res ckptResult) error {
 	r.st.ckpts.Add(1)
 	r.trimTail(r.applied.Load())
 	if op > r.opts.KeepTail {
-		if err := r.core.Compact(op - r.opts.KeepTail); err != nil {
+		to := op - r.opts.KeepTail
+		if r.snapRunning {
+			// The capture's op must stay in the log's range, or the core
+			// refuses the snapshot once it is ready.
+			to = min(to, r.snapAt)
+		}
+		if err := r.core.Compact(to); err != nil {
 			return fmt.Errorf("vrshard: checkpoint: %w", err)
 		}
 	}

@@ -1,0 +1,94 @@
+package vrshard
+
+import (
+	"encoding/binary"
+	"fmt"
+	"time"
+
+	"github.com/kefirdb/kefir/internal/storage"
+	"github.com/kefirdb/kefir/internal/vr"
+)
+
+// Snapshots for lagging peers. A capture scans the whole engine: for a
+// large state that takes seconds, and on the driver goroutine it would stop
+// heartbeats and replication for that long (a view change at the default
+// 300 ms timeout). So the driver pins an engine snapshot at the applied op
+// and takes the core's client table (both consistent with that op), and a
+// goroutine scans and encodes; the result comes back on snapDone and the
+// core sends it to every peer that asked meanwhile. One capture runs at a
+// time, and checkpoints do not compact the log past its op while it runs,
+// so the core still accepts it when it is ready.
+//
+// The message still holds the whole state in memory (the transport sends
+// it as fragments past its frame limit); streaming it from the pinned
+// snapshot would bound that too.
+
+type snapResult struct {
+	s   vr.Snapshot
+	err error
+}
+
+// wantSnapshot records that peer `to` needs a snapshot and starts a capture
+// unless one is running (it will serve `to` as well).
+func (r *Replica) wantSnapshot(to uint64) {
+	r.snapFor[to] = true
+	if r.snapRunning {
+		return
+	}
+	at := r.applied.Load()
+	es := r.db.Snapshot(at)
+	clients := r.core.ClientTable()
+	r.snapRunning, r.snapAt = true, at
+	delay := r.mut.captureDelay
+	go func() {
+		defer es.Close()
+		if delay > 0 {
+			time.Sleep(delay)
+		}
+		data, err := captureData(es)
+		r.snapDone <- snapResult{s: vr.Snapshot{Op: at, Clients: clients, Data: data}, err: err}
+	}()
+}
+
+// captured hands a finished capture to the core for every peer waiting for
+// it. A failed scan fails the replica, as any engine read error on the
+// driver does.
+func (r *Replica) captured(res snapResult) error {
+	r.snapRunning = false
+	if res.err != nil {
+		return fmt.Errorf("vrshard: snapshot at %d: %w", res.s.Op, res.err)
+	}
+	for to := range r.snapFor {
+		delete(r.snapFor, to)
+		if err := r.core.SendSnapshot(to, res.s); err != nil {
+			r.log.Warn("snapshot not sent", "to", to, "err", err)
+			continue
+		}
+		r.st.snapsSent.Add(1)
+		r.log.Info("sent snapshot", "to", to, "op", res.s.Op, "bytes", len(res.s.Data))
+	}
+	// The core's Ready carries the message(s); run's loop handles it next.
+	return nil
+}
+
+// captureData encodes every engine key at the snapshot's version (client
+// table rows included) with its value, version and timestamp: count
+// uvarint, then per key: key, value, version uvarint, ts varint (restore
+// reads it back).
+func captureData(es *storage.Snapshot) ([]byte, error) {
+	var body []byte
+	n := 0
+	err := es.Scan(nil, nil, 0, func(k []byte, v storage.Value) bool {
+		body = appendBytes(body, k)
+		body = appendBytes(body, v.Data)
+		body = binary.AppendUvarint(body, v.Version)
+		body = binary.AppendVarint(body, v.Timestamp)
+		n++
+		return true
+	})
+	if err != nil {
+		return nil, err
+	}
+	data := binary.AppendUvarint(make([]byte, 0, len(body)+10), uint64(n))
+	return append(data, body...), nil
+}
