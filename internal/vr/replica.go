@@ -476,7 +476,23 @@ func (r *Replica) copyLog(from uint64, limit int) []Entry {
 	if limit > 0 && len(es) > limit {
 		es = es[:limit]
 	}
+	if limit > 0 {
+		es = es[:batchLen(es, 4*r.cfg.MaxBatchBytes)]
+	}
 	return append([]Entry(nil), es...)
+}
+
+// batchLen is how many of es, at least one, fit in maxBytes of request data.
+func batchLen(es []Entry, maxBytes int) int {
+	n, size := 0, 0
+	for n < len(es) {
+		size += len(es[n].Data)
+		if n > 0 && size > maxBytes {
+			break
+		}
+		n++
+	}
+	return n
 }
 
 // identity returns why m does not belong to this group ("" if it does).
@@ -644,8 +660,10 @@ func (r *Replica) flush() {
 		r.queue = nil
 	}
 	r.appendEntries(es)
-	for off := 0; off < len(es); off += r.cfg.MaxBatch {
+	for off := 0; off < len(es); {
 		chunk := es[off:min(off+r.cfg.MaxBatch, len(es))]
+		chunk = chunk[:batchLen(chunk, r.cfg.MaxBatchBytes)]
+		off += len(chunk)
 		r.sendLeader(Message{Type: MsgPrepare, View: r.view, Op: chunk[len(chunk)-1].Op,
 			Commit: r.commit, First: chunk[0].Op, Entries: chunk})
 	}

@@ -664,6 +664,39 @@ func TestARefusedSnapshotIsAskedForAgain(t *testing.T) {
 	}
 }
 
+// TestPreparesAreBoundedInBytes: a batch of large writes goes out as
+// several prepares of at most MaxBatchBytes of request data (one entry alone
+// when it is larger), and commits as one would.
+func TestPreparesAreBoundedInBytes(t *testing.T) {
+	n := newNetWith(t, 3, func(c *Config) { c.MaxBatch, c.MaxBatchBytes = 64, 10_000 })
+	n.sent = nil
+	sizes := []int{4000, 4000, 4000, 25_000, 100, 100}
+	for i, size := range sizes {
+		if err := n.propose(1, 100+uint64(i), 1, strings.Repeat("x", size)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n.ready(1)
+	var got [][]int
+	for _, m := range n.sent {
+		if m.Type != MsgPrepare || m.To != 2 {
+			continue
+		}
+		var b []int
+		for _, e := range m.Entries {
+			b = append(b, len(e.Data))
+		}
+		got = append(got, b)
+	}
+	if want := "[[4000 4000] [4000] [25000] [100 100]]"; fmt.Sprint(got) != want {
+		t.Fatalf("prepares to replica 2 carry %v, want %s", got, want)
+	}
+	n.deliver(nil)
+	if c := n.rs[1].CommitPoint(); c != uint64(len(sizes)) {
+		t.Fatalf("commit %d, want %d", c, len(sizes))
+	}
+}
+
 // TestRecoveryProtocol: a replica that lost state neither votes nor
 // acknowledges until f+1 replicas, the leader among them, answered its nonce.
 func TestRecoveryProtocol(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -318,4 +319,35 @@ func TestASlowSnapshotCaptureDoesNotStallTheLeader(t *testing.T) {
 		t.Fatal("the wiped replica caught up without a snapshot: the test did not test state transfer")
 	}
 	c.expectValue(f, "k49", "v199")
+}
+
+// Concurrent large writes make a batch larger than a peer frame: it commits
+// (the transport fragments what exceeds the frame, the core bounds a prepare
+// in bytes). Before either, the followers refused the one oversized prepare
+// and the group stopped committing: with the default limits, sixteen
+// pipelined 16 MiB SETs were enough.
+func TestABatchLargerThanAFrameCommits(t *testing.T) {
+	c := newCluster(t, 3, func(o *Options) { o.PeerMaxFrame = 256 << 10 })
+	val := strings.Repeat("b", 200<<10)
+	var wg sync.WaitGroup
+	errs := make(chan error, 24)
+	for i := range 24 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := c.write(set(fmt.Sprint("big", i), val), shard.ReqID{}, 10*time.Second); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	l := c.leader(5 * time.Second)
+	c.waitApplied(c.reps[l].Info().Commit, 10*time.Second)
+	for i := range c.reps {
+		c.expectValue(i, "big23", val)
+	}
 }
