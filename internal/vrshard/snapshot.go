@@ -76,7 +76,9 @@ func (r *Replica) captured(res snapResult) error {
 // uvarint, then per key: key, value, version uvarint, ts varint (restore
 // reads it back).
 func captureData(es *storage.Snapshot) ([]byte, error) {
-	var body []byte
+	// The count goes in front, once it is known: room is kept for its
+	// longest encoding, so the state is not copied a second time.
+	body := make([]byte, binary.MaxVarintLen64, 64<<10)
 	n := 0
 	err := es.Scan(nil, nil, 0, func(k []byte, v storage.Value) bool {
 		body = appendBytes(body, k)
@@ -89,6 +91,9 @@ func captureData(es *storage.Snapshot) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	data := binary.AppendUvarint(make([]byte, 0, len(body)+10), uint64(n))
-	return append(data, body...), nil
+	var count [binary.MaxVarintLen64]byte
+	k := binary.PutUvarint(count[:], uint64(n))
+	start := binary.MaxVarintLen64 - k
+	copy(body[start:], count[:k])
+	return body[start:], nil
 }
