@@ -717,6 +717,20 @@ func (r *Replica) setView(v uint64) {
 	r.view = v
 }
 
+// Heard tells a follower that bytes from peer `from` are arriving without a
+// whole message yet (the transport's progress): a large message, such as a
+// snapshot, is on its way from the leader, and the leader's heartbeats queued
+// behind it on the same stream would otherwise arrive too late to keep this
+// follower from starting a view change. Only the view-change timer hears it;
+// leases and acknowledgements still need messages.
+func (r *Replica) Heard(now int64, from uint64) {
+	r.observe(now)
+	j := slices.Index(r.cfg.Members, from)
+	if r.status == Normal && !r.isLeader() && j == r.leaderIdx(r.view) {
+		r.lastContact = r.now
+	}
+}
+
 func (r *Replica) onPrepare(j int, m *Message) {
 	if !r.follow(j, m.View) {
 		return
@@ -1270,6 +1284,12 @@ func (r *Replica) SendSnapshot(to uint64, s Snapshot) error {
 	j := slices.Index(r.cfg.Members, to)
 	if j < 0 {
 		return fmt.Errorf("vr: snapshot for unknown replica %d", to)
+	}
+	if !r.snapWanted[j] {
+		// Not asked for, or no longer: a view change since (stepDown)
+		// ended the request. A capture that finished late must not hold
+		// the peer's link with a state it will ignore.
+		return fmt.Errorf("vr: no snapshot wanted for replica %d", to)
 	}
 	if s.Op+1 < r.first || s.Op > r.applied {
 		r.snapWanted[j] = false // asked for again on the peer's next request

@@ -697,6 +697,101 @@ func TestPreparesAreBoundedInBytes(t *testing.T) {
 	}
 }
 
+// TestASnapshotNoLongerWantedIsRefused: a capture that finishes after a
+// view change ended the request is not sent (the driver captures off its
+// goroutine, so the result can come late).
+func TestASnapshotNoLongerWantedIsRefused(t *testing.T) {
+	n := newNet(t, 3)
+	if err := n.rs[1].SendSnapshot(3, Snapshot{Op: 0}); err == nil {
+		t.Fatal("a snapshot nobody asked for must be refused")
+	}
+	cut := func(m Message) bool { return m.To != 3 && m.From != 3 }
+	for i := uint64(1); i <= 10; i++ {
+		n.propose(1, 100+i, 1, "w")
+		n.ready(1)
+		n.deliver(cut)
+	}
+	if err := n.rs[1].Compact(8); err != nil {
+		t.Fatal(err)
+	}
+	n.tick(10*time.Millisecond, 1)
+	n.deliver(nil)
+	if got := n.snapReq[1]; len(got) != 1 {
+		t.Fatalf("leader should ask for one snapshot: %v", got)
+	}
+	n.rs[1].stepDown() // as when it joins a newer view
+	n.sent = nil
+	if err := n.rs[1].SendSnapshot(3, Snapshot{Op: 10, Clients: n.rs[1].ClientTable(), Data: []byte("late")}); err == nil {
+		t.Fatal("a snapshot whose request a view change ended must be refused")
+	}
+	n.ready(1)
+	for _, m := range n.sent {
+		if m.Snapshot != nil {
+			t.Fatalf("a refused snapshot was sent: %v", m)
+		}
+	}
+}
+
+// TestAFollowerHearingASnapshotArriveDoesNotStartAViewChange: while a
+// large snapshot streams to a lagging follower, everything the leader sends
+// it afterwards (heartbeats included) waits behind it on the same stream. The
+// transport's progress (Heard) keeps the follower's view-change timer quiet,
+// so the snapshot, which carries the view, is installed when it lands;
+// without it the follower starts a view change and the snapshot of the old
+// view is ignored.
+func TestAFollowerHearingASnapshotArriveDoesNotStartAViewChange(t *testing.T) {
+	for _, heard := range []bool{true, false} {
+		t.Run(fmt.Sprintf("heard=%v", heard), func(t *testing.T) {
+			n := newNet(t, 3)
+			cut := func(m Message) bool { return m.To != 3 && m.From != 3 }
+			for i := uint64(1); i <= 10; i++ {
+				n.propose(1, 100+i, 1, "w")
+				n.ready(1)
+				n.deliver(cut)
+			}
+			if err := n.rs[1].Compact(8); err != nil {
+				t.Fatal(err)
+			}
+			n.tick(10*time.Millisecond, 1)
+			n.deliver(nil)
+			if err := n.rs[1].SendSnapshot(3, Snapshot{Op: 10, Clients: n.rs[1].ClientTable(), Data: []byte("state@10")}); err != nil {
+				t.Fatal(err)
+			}
+			n.ready(1)
+			view := n.rs[3].Info().View
+			var held []Message // leader to 3, behind the snapshot
+			for range 30 {     // 300 ms: three view-change timeouts
+				n.tick(10 * time.Millisecond)
+				if heard {
+					n.rs[3].Heard(n.now, 1)
+					n.ready(3)
+				}
+				q := n.q
+				n.q = nil
+				for _, m := range q {
+					if m.From == 1 && m.To == 3 {
+						held = append(held, m)
+						continue
+					}
+					if r := n.rs[m.To]; r != nil {
+						r.Step(n.now, m)
+						n.ready(m.To)
+					}
+				}
+			}
+			n.q = append(held, n.q...)
+			n.deliver(nil)
+			i3 := n.rs[3].Info()
+			if heard && (i3.View != view || i3.Applied != 10) {
+				t.Fatalf("replica 3 should have stayed in view %d and installed the snapshot: %+v", view, i3)
+			}
+			if !heard && i3.View == view {
+				t.Fatalf("without progress replica 3 should have started a view change (the test's control): %+v", i3)
+			}
+		})
+	}
+}
+
 // TestRecoveryProtocol: a replica that lost state neither votes nor
 // acknowledges until f+1 replicas, the leader among them, answered its nonce.
 func TestRecoveryProtocol(t *testing.T) {
