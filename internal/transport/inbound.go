@@ -19,6 +19,8 @@ const (
 	// burst of tiny messages does not build one huge batch while the
 	// driver waits.
 	framesPerRead = 1024
+	// progressEvery spaces Config.OnProgress calls of one connection.
+	progressEvery = 10 * time.Millisecond
 )
 
 // serveConn runs the acceptor side of one inbound connection.
@@ -105,6 +107,7 @@ var errSpoofed = errors.New("transport: message with a forged or misdirected add
 func (t *Transport) readLoop(p *peer, nc net.Conn, rest []byte) error {
 	maxFrame := t.cfg.MaxFrame
 	join := wire.Joiner{Max: t.cfg.MaxMessage}
+	var progressAt time.Time
 	buf := make([]byte, max(readBufSize, len(rest)))
 	hi := copy(buf, rest)
 	lo := 0
@@ -171,6 +174,12 @@ func (t *Transport) readLoop(p *peer, nc net.Conn, rest []byte) error {
 			p.c.received.Add(uint64(len(msgs)))
 			p.c.readBatches.Add(1)
 			t.cfg.Handler(p.id, msgs)
+		}
+		if f := t.cfg.OnProgress; f != nil && (hi > lo || join.Pending() > 0) {
+			if now := time.Now(); now.Sub(progressAt) >= progressEvery {
+				progressAt = now
+				f(p.id)
+			}
 		}
 		if rerr != nil {
 			if hi > lo && errors.Is(rerr, io.EOF) {

@@ -124,6 +124,11 @@ type Config struct {
 	TLS *tls.Config
 	// Handler receives inbound messages. Required.
 	Handler Handler
+	// OnProgress, if set, is told (from a connection's reader, at most every
+	// progressEvery) that bytes of a message from a peer are arriving but no
+	// whole message yet: a large one (a snapshot) is on its way, and the
+	// messages queued behind it on the peer's stream wait for it.
+	OnProgress func(from uint64)
 	// Logger receives connection events (nil: discard). Lines carry the
 	// node id and the peer id.
 	Logger *slog.Logger

@@ -8,6 +8,7 @@ import (
 	"net"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -676,5 +677,41 @@ func TestWriteTimeoutBoundsProgressNotTheWholeBatch(t *testing.T) {
 				t.Fatalf("err %v, want error: %v", err, tc.wantErr)
 			}
 		})
+	}
+}
+
+// While a large message is arriving, OnProgress tells the receiver which peer
+// it is coming from, before the message is whole (a follower must not take
+// the leader for dead while its snapshot streams in).
+func TestProgressIsReportedWhileALargeMessageArrives(t *testing.T) {
+	var mu sync.Mutex
+	var from []uint64
+	nodes := cluster(t, 2, func(c *Config) {
+		c.MaxFrame = 4 << 10
+		c.OnProgress = func(id uint64) { mu.Lock(); from = append(from, id); mu.Unlock() }
+	})
+	b := nodes[1]
+	nc := dialRaw(t, b, 1)
+	big := msg(1, 2, 1)
+	big.Entries[0].Data = make([]byte, 64<<10)
+	frames := wire.AppendFrames(nil, big, 4<<10)
+	half := len(frames) / 2
+	if _, err := nc.Write(frames[:half]); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(from) > 0 }, "progress reported")
+	mu.Lock()
+	if from[0] != 1 {
+		t.Fatalf("progress reported for %v, want node 1", from)
+	}
+	mu.Unlock()
+	if n := b.in.count(); n != 0 {
+		t.Fatalf("%d messages delivered from half a message", n)
+	}
+	if _, err := nc.Write(frames[half:]); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.in.wait(t, 1, 5*time.Second)[0].m; len(got.Entries[0].Data) != 64<<10 {
+		t.Fatalf("the message arrived with %d bytes", len(got.Entries[0].Data))
 	}
 }
