@@ -318,7 +318,51 @@ func TestASlowSnapshotCaptureDoesNotStallTheLeader(t *testing.T) {
 	if got := c.reps[f].Stats().SnapsLoaded; got == 0 {
 		t.Fatal("the wiped replica caught up without a snapshot: the test did not test state transfer")
 	}
+	// Checkpoints ran during the capture (over 40 writes); none compacted
+	// the log past its op, so the core took it the first time.
+	if st := c.reps[l].Stats(); st.SnapsCaptured != 1 || st.Checkpoints < 2 {
+		t.Fatalf("leader captured %d snapshots with %d checkpoints; want one capture, with checkpoints during it", st.SnapsCaptured, st.Checkpoints)
+	}
 	c.expectValue(f, "k49", "v199")
+}
+
+// Closing a replica whose capture is still running stops the capture and
+// waits for it, so no scan outlives the engine.
+func TestCloseStopsARunningCapture(t *testing.T) {
+	c := newCluster(t, 3, func(o *Options) {
+		o.CheckpointOps = 40
+		o.KeepTail = 5
+		o.mut.captureDelay = time.Minute
+	})
+	var last shard.Result
+	var err error
+	for i := range 100 {
+		if last, err = c.write(set(fmt.Sprint("k", i), "v"), shard.ReqID{}, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l := c.leader(5 * time.Second)
+	f := (l + 1) % 3
+	c.waitApplied(last.Version, 5*time.Second)
+	c.reps[f].Close()
+	c.reps[f] = nil
+	if err := os.RemoveAll(c.dirs[f]); err != nil {
+		t.Fatal(err)
+	}
+	c.open(f, false, nil)
+	for deadline := time.Now().Add(10 * time.Second); c.reps[l].Stats().SnapsCaptured == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no capture started")
+		}
+	}
+	start := time.Now()
+	if err := c.reps[l].Close(); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("Close took %v with a capture running", d)
+	}
+	c.reps[l] = nil
 }
 
 // Concurrent large writes make a batch larger than a peer frame: it commits

@@ -698,7 +698,7 @@ func (r *Replica) Info() Info {
 func (r *Replica) Stats() Stats {
 	return Stats{Readies: r.st.readies.Load(), Fsyncs: r.st.fsyncs.Load(), Persisted: r.st.persisted.Load(),
 		Applied: r.st.applied.Load(), Proposals: r.st.proposals.Load(), LeaseReads: r.st.leaseReads.Load(), LocalReads: r.st.localReads.Load(),
-		IndexReads: r.st.indexReads.Load(), Checkpoints: r.st.ckpts.Load(), SnapsSent: r.st.snapsSent.Load(),
+		IndexReads: r.st.indexReads.Load(), Checkpoints: r.st.ckpts.Load(), SnapsSent: r.st.snapsSent.Load(), SnapsCaptured: r.st.snapsCaptured.Load(),
 		SnapsLoaded: r.st.snapsLoaded.Load(), Forgets: r.st.forgets.Load(), NilextFast: r.st.nxFast.Load(), NilextFallbacks: r.st.nxFallbacks.Load(),
 		NilextSent: r.st.nxSent.Load(), NilextAcksSent: r.st.nxAcksSent.Load(), NilextSlowReads: r.st.nxSlowReads.Load(),
 		DurabilityWaits: r.st.durWaits.Load(), DurabilityRounds: r.st.durRounds.Load(), FollowerReads: r.st.followerReads.Load(),

@@ -488,6 +488,9 @@ type Stats struct {
 	Checkpoints uint64
 	SnapsSent   uint64
 	SnapsLoaded uint64
+	// SnapsCaptured counts snapshot captures started (one may serve several
+	// peers; one the core refuses is captured again).
+	SnapsCaptured uint64
 	// Forgets counts the forget entries this node proposed as leader
 	// (client rows of clients the core dropped; docs/design/client-table.md).
 	Forgets uint64
@@ -625,10 +628,10 @@ type Replica struct {
 	lease atomic.Pointer[leaseSnap]
 
 	st struct {
-		localReads                                                                                                     atomic.Uint64
-		readies, fsyncs, persisted, applied, proposals, leaseReads, indexReads, ckpts, snapsSent, snapsLoaded, forgets atomic.Uint64
-		nxFast, nxFallbacks, nxSent, nxAcksSent, nxSlowReads                                                           atomic.Uint64
-		durWaits, durRounds, followerReads, followerRedirects, earlyAcks, overlayReads, durDeferred                    atomic.Uint64
+		localReads                                                                                                                    atomic.Uint64
+		readies, fsyncs, persisted, applied, proposals, leaseReads, indexReads, ckpts, snapsSent, snapsLoaded, snapsCaptured, forgets atomic.Uint64
+		nxFast, nxFallbacks, nxSent, nxAcksSent, nxSlowReads                                                                          atomic.Uint64
+		durWaits, durRounds, followerReads, followerRedirects, earlyAcks, overlayReads, durDeferred                                   atomic.Uint64
 	}
 }
 
@@ -745,7 +748,7 @@ func Open(opts Options) (*Replica, error) {
 	tr, err := transport.New(transport.Config{
 		Self: r.cfg.Self, Peers: opts.Peers, ClusterSecret: opts.ClusterSecret,
 		Cluster: r.cfg.Cluster, ConfigHash: r.cfg.Hash(), TLS: opts.TLS,
-		Handler: r.deliver, Logger: r.log, MaxFrame: opts.PeerMaxFrame,
+		Handler: r.deliver, OnProgress: r.progress, Logger: r.log, MaxFrame: opts.PeerMaxFrame,
 	})
 	if err != nil {
 		db.Close()
@@ -781,6 +784,16 @@ func (r *Replica) deliver(from uint64, msgs []vr.Message) {
 	}
 }
 
+// progress passes the transport's "a large message from `from` is arriving"
+// to the core (vr.Heard) as an inbound batch without messages; when the
+// driver is busy it is dropped, as the next one comes 10 ms later.
+func (r *Replica) progress(from uint64) {
+	select {
+	case r.inbox <- inbound{from, nil}:
+	default:
+	}
+}
+
 // Close stops the replica: driver, transport, log and engine (which syncs).
 func (r *Replica) Close() error {
 	var err error
@@ -813,6 +826,10 @@ func (r *Replica) drainSync() {
 	if r.syncing != 0 {
 		<-r.syncDone
 		r.syncing = 0
+	}
+	if r.snapRunning { // its scan stops early once r.stop is closed
+		<-r.snapDone
+		r.snapRunning = false
 	}
 	for ; r.ckptOut > 0; r.ckptOut-- {
 		<-r.ckptDone
@@ -948,6 +965,10 @@ func (r *Replica) maybeForgetRows() {
 
 func (r *Replica) step(in inbound) {
 	now := r.now()
+	if len(in.msgs) == 0 {
+		r.core.Heard(now, in.from)
+		return
+	}
 	for i := range in.msgs {
 		m := &in.msgs[i]
 		if wire.IsNilext(m.Type) {

@@ -2,6 +2,7 @@ package vrshard
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"time"
 
@@ -39,16 +40,24 @@ func (r *Replica) wantSnapshot(to uint64) {
 	es := r.db.Snapshot(at)
 	clients := r.core.ClientTable()
 	r.snapRunning, r.snapAt = true, at
+	r.st.snapsCaptured.Add(1)
 	delay := r.mut.captureDelay
 	go func() {
 		defer es.Close()
 		if delay > 0 {
-			time.Sleep(delay)
+			select {
+			case <-time.After(delay):
+			case <-r.stop:
+			}
 		}
-		data, err := captureData(es)
+		data, err := captureData(es, r.stop)
 		r.snapDone <- snapResult{s: vr.Snapshot{Op: at, Clients: clients, Data: data}, err: err}
 	}()
 }
+
+// errCaptureStopped ends a capture of a replica that is closing (Close and
+// crash wait for it: drainSync).
+var errCaptureStopped = errors.New("vrshard: snapshot capture stopped: replica closing")
 
 // captured hands a finished capture to the core for every peer waiting for
 // it. A failed scan fails the replica, as any engine read error on the
@@ -75,12 +84,21 @@ func (r *Replica) captured(res snapResult) error {
 // table rows included) with its value, version and timestamp: count
 // uvarint, then per key: key, value, version uvarint, ts varint (restore
 // reads it back).
-func captureData(es *storage.Snapshot) ([]byte, error) {
+func captureData(es *storage.Snapshot, stop <-chan struct{}) ([]byte, error) {
 	// The count goes in front, once it is known: room is kept for its
 	// longest encoding, so the state is not copied a second time.
 	body := make([]byte, binary.MaxVarintLen64, 64<<10)
 	n := 0
+	stopped := false
 	err := es.Scan(nil, nil, 0, func(k []byte, v storage.Value) bool {
+		if n%1024 == 0 {
+			select {
+			case <-stop:
+				stopped = true
+				return false
+			default:
+			}
+		}
 		body = appendBytes(body, k)
 		body = appendBytes(body, v.Data)
 		body = binary.AppendUvarint(body, v.Version)
@@ -88,6 +106,9 @@ func captureData(es *storage.Snapshot) ([]byte, error) {
 		n++
 		return true
 	})
+	if err == nil && stopped {
+		err = errCaptureStopped
+	}
 	if err != nil {
 		return nil, err
 	}
