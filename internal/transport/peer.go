@@ -52,6 +52,9 @@ type peer struct {
 	// queued counts messages accepted by send and not yet written or
 	// dropped (in buf or in the writer's delay line).
 	queued atomic.Int64
+	// lineBytes is how many bytes the writer holds, taken from buf and not
+	// yet written (a large snapshot being written, for SendLarge's bound).
+	lineBytes atomic.Int64
 
 	mu     sync.Mutex
 	closed bool
@@ -72,7 +75,16 @@ type peer struct {
 
 func (p *peer) send(m *vr.Message) error {
 	p.mu.Lock()
-	err := p.enqueueLocked(m)
+	err := p.enqueueLocked(m, nil)
+	p.mu.Unlock()
+	p.kick()
+	return err
+}
+
+// sendFrames queues one message already encoded as frames (SendLarge).
+func (p *peer) sendFrames(frames []byte) error {
+	p.mu.Lock()
+	err := p.enqueueLocked(nil, frames)
 	p.mu.Unlock()
 	p.kick()
 	return err
@@ -87,8 +99,9 @@ func (p *peer) kick() {
 }
 
 // enqueueLocked applies the link's fault and the queue bounds, and appends
-// m's frame. REQUIRES: p.mu held.
-func (p *peer) enqueueLocked(m *vr.Message) error {
+// m's frames, or frames (one message already encoded) when m is nil; an
+// empty queue takes frames without a copy. REQUIRES: p.mu held.
+func (p *peer) enqueueLocked(m *vr.Message, frames []byte) error {
 	if p.closed {
 		return ErrClosed
 	}
@@ -101,7 +114,21 @@ func (p *peer) enqueueLocked(m *vr.Message) error {
 		p.c.dropped.Add(1)
 		return nil
 	}
-	p.buf = wire.AppendFrames(p.buf, m, p.t.cfg.MaxFrame)
+	if frames != nil && int64(len(p.buf))+p.lineBytes.Load() >= int64(p.t.cfg.MaxQueueBytes) {
+		// A large message while the link still carries a previous one (a
+		// snapshot asked for again before the first was written): a second
+		// copy of the state would only wait behind the first.
+		p.c.dropped.Add(1)
+		return nil
+	}
+	switch {
+	case m != nil:
+		p.buf = wire.AppendFrames(p.buf, m, p.t.cfg.MaxFrame)
+	case len(p.buf) == 0:
+		p.buf = frames
+	default:
+		p.buf = append(p.buf, frames...)
+	}
 	var due int64
 	if f.Delay > 0 || f.Jitter > 0 || p.lastDue > 0 {
 		due = p.t.now() + int64(f.Delay)
@@ -196,6 +223,7 @@ func (p *peer) run() {
 		counter.Add(uint64(n))
 		p.queued.Add(-int64(n))
 		line = line[:copy(line, line[end:])]
+		p.lineBytes.Store(int64(len(line)))
 		k := copy(lineMarks, lineMarks[n:])
 		lineMarks = lineMarks[:k]
 		for i := range lineMarks {
@@ -254,6 +282,7 @@ func (p *peer) run() {
 				p.buf, p.marks = p.buf[:0], p.marks[:0]
 			}
 		}
+		p.lineBytes.Store(int64(len(line)))
 		p.mu.Unlock()
 
 		if len(line) == 0 {

@@ -336,6 +336,19 @@ func (t *Transport) Send(to uint64, m *vr.Message) error {
 	return p.send(m)
 }
 
+// SendLarge is Send for a message too large to encode on the caller's hot
+// path (a snapshot of the whole state): it encodes m into a buffer of its
+// own without holding the peer's queue, then queues it. It may run on any
+// goroutine; a caller that needs it in order with its other messages to the
+// same peer holds those back until SendLarge returns.
+func (t *Transport) SendLarge(to uint64, m *vr.Message) error {
+	p := t.peers[to]
+	if p == nil {
+		return fmt.Errorf("%w: %d (node %d knows %v)", ErrUnknownPeer, to, t.cfg.Self, t.peerIDs())
+	}
+	return p.sendFrames(wire.AppendFrames(nil, m, t.cfg.MaxFrame))
+}
+
 // SendAll queues every message of msgs for its m.To, like Send, and then
 // pushes each peer it touched: when that peer's writer goroutine is parked
 // on a live plain-TCP connection, the peer's whole queue is written right
@@ -358,7 +371,7 @@ func (t *Transport) SendAll(msgs []vr.Message) error {
 			continue
 		}
 		p.mu.Lock()
-		err := p.enqueueLocked(m)
+		err := p.enqueueLocked(m, nil)
 		p.mu.Unlock()
 		if err != nil {
 			if first == nil {

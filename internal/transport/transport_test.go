@@ -715,3 +715,38 @@ func TestProgressIsReportedWhileALargeMessageArrives(t *testing.T) {
 		t.Fatalf("the message arrived with %d bytes", len(got.Entries[0].Data))
 	}
 }
+
+// SendLarge does not queue a second large message behind one the link is
+// still carrying (a snapshot asked for again before the first was written):
+// the second is dropped and counted; the first arrives.
+func TestASecondLargeMessageIsNotQueuedBehindTheFirst(t *testing.T) {
+	nodes := cluster(t, 2, func(c *Config) { c.MaxFrame, c.MaxQueueBytes = 16<<10, 64<<10 })
+	a := nodes[0]
+	if err := a.tr.SetLinkFault(2, Fault{Delay: 300 * time.Millisecond}); err != nil {
+		t.Fatal(err) // the writer holds the first message for the delay
+	}
+	big := func(op uint64) *vr.Message {
+		m := msg(1, 2, op)
+		m.Entries[0].Data = make([]byte, 100<<10)
+		return m
+	}
+	if err := a.tr.SendLarge(2, big(1)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, func() bool { return a.tr.Stats().Link(2).Queued == 1 }, "first large message queued")
+	time.Sleep(50 * time.Millisecond) // the writer has taken it
+	if err := a.tr.SendLarge(2, big(2)); err != nil {
+		t.Fatal(err)
+	}
+	got := nodes[1].in.wait(t, 1, 5*time.Second)
+	if got[0].m.Op != 1 {
+		t.Fatalf("got op %d first", got[0].m.Op)
+	}
+	time.Sleep(400 * time.Millisecond)
+	if n := nodes[1].in.count(); n != 1 {
+		t.Fatalf("%d large messages arrived, want the first only", n)
+	}
+	if d := a.tr.Stats().Link(2).Dropped; d != 1 {
+		t.Fatalf("dropped %d, want the second large message", d)
+	}
+}
