@@ -395,3 +395,71 @@ func TestABatchLargerThanAFrameCommits(t *testing.T) {
 		c.expectValue(i, "big23", val)
 	}
 }
+
+// A message with a large snapshot is encoded and queued off the driver
+// goroutine (encoding copies and checksums the whole state: about a second
+// per GiB). With the encoding slowed past the view-change timeout, writes
+// keep committing and the leader keeps its view; the messages for the
+// wiped replica wait behind its snapshot and it is restored.
+func TestALargeSnapshotIsEncodedOffTheDriver(t *testing.T) {
+	const encode = 2500 * time.Millisecond // the test cluster's view-change timeout is 1 s
+	c := newCluster(t, 3, func(o *Options) {
+		o.CheckpointOps = 40
+		o.KeepTail = 5
+		o.mut.encodeDelay = encode
+	})
+	val := strings.Repeat("v", 900)
+	var last shard.Result
+	var err error
+	for i := range 400 { // ~370 KB: above largeMessage
+		if last, err = c.write(set(fmt.Sprint("k", i), val), shard.ReqID{}, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l := c.leader(5 * time.Second)
+	view := c.reps[l].Info().View
+	f := (l + 1) % 3
+	c.waitApplied(last.Version, 5*time.Second)
+	c.reps[f].Close()
+	c.reps[f] = nil
+	if err := os.RemoveAll(c.dirs[f]); err != nil {
+		t.Fatal(err)
+	}
+	c.open(f, false, nil)
+	for deadline := time.Now().Add(10 * time.Second); c.reps[l].Stats().SnapsSent == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no snapshot sent")
+		}
+	}
+	start := time.Now()
+	for time.Since(start) < encode {
+		t0 := time.Now()
+		if last, err = c.write(set("during", fmt.Sprint(time.Since(start))), shard.ReqID{}, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(t0); d > 700*time.Millisecond {
+			t.Fatalf("a write took %v while a snapshot was being encoded", d)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := c.reps[l].Info(); got.View != view || !got.IsLeader {
+		t.Fatalf("the leader lost its view during the encoding: %+v (was view %d)", got, view)
+	}
+	for deadline := time.Now().Add(15 * time.Second); c.reps[f].Info().Status != vr.Normal; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the wiped replica did not finish recovery: %+v", c.reps[f].Info())
+		}
+	}
+	c.waitApplied(last.Version, 15*time.Second)
+	// Checkpoints ran while the snapshot was on its way; the log after it
+	// was kept, so the first snapshot to arrive was enough.
+	if got, ckpts := c.reps[f].Stats().SnapsLoaded, c.reps[l].Stats().Checkpoints; got != 1 || ckpts < 3 {
+		t.Fatalf("the wiped replica loaded %d snapshots, the leader checkpointed %d times; want one snapshot despite checkpoints", got, ckpts)
+	}
+	c.expectValue(f, "k399", val)
+	res, err := c.reps[l].Read(context.Background(), get("during"), level.ConsLinearizable, shard.Session{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.expectValue(f, "during", string(res.Bulk))
+}

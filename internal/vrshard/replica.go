@@ -246,6 +246,9 @@ type mutations struct {
 	// captureDelay (a test hook) lengthens every snapshot capture, as a
 	// large state's scan would.
 	captureDelay time.Duration
+	// encodeDelay (a test hook) lengthens the encoding of every large
+	// message, as a state of gigabytes would.
+	encodeDelay time.Duration
 	// hintConsumedEarly: the leader's sync hint is consumed by the next
 	// fsync that starts (as before), even one that started between the
 	// hinted message's step and the Ready writing its entries, which are
@@ -582,7 +585,16 @@ type Replica struct {
 	snapAt      uint64
 	snapFor     map[uint64]bool
 	snapDone    chan snapResult
-	gc          groupCommit // batches held for a later fsync (nilext_gc.go)
+	// A message with a large snapshot is encoded and queued off this
+	// goroutine (snapshot.go, sendLarge); later messages to that peer wait
+	// in held until it is queued. largeOut counts those in flight.
+	held map[uint64][]vr.Message
+	// snapHolds: a peer sent a snapshot at op needs the log after it until
+	// it has installed it; checkpoints do not compact past op before until.
+	snapHolds map[uint64]snapHold
+	largeOut  int
+	largeDone chan uint64
+	gc        groupCommit // batches held for a later fsync (nilext_gc.go)
 
 	// Published by the driver for other goroutines.
 	applied atomic.Uint64
@@ -671,6 +683,9 @@ func Open(opts Options) (*Replica, error) {
 		notify:    make(chan struct{}),
 		syncDone:  make(chan syncResult, 1),
 		snapDone:  make(chan snapResult, 1),
+		held:      map[uint64][]vr.Message{},
+		snapHolds: map[uint64]snapHold{},
+		largeDone: make(chan uint64, len(opts.VR.Members)),
 		snapFor:   map[uint64]bool{},
 		gc:        groupCommit{wake: make(chan struct{}, 1)},
 		ckptDone:  make(chan ckptResult, 2),
@@ -831,6 +846,9 @@ func (r *Replica) drainSync() {
 		<-r.snapDone
 		r.snapRunning = false
 	}
+	for ; r.largeOut > 0; r.largeOut-- {
+		<-r.largeDone
+	}
 	for ; r.ckptOut > 0; r.ckptOut-- {
 		<-r.ckptDone
 	}
@@ -890,6 +908,8 @@ func (r *Replica) run() {
 				r.fail(err)
 				return
 			}
+		case to := <-r.largeDone:
+			r.sentLarge(to)
 		case <-r.gc.timerC:
 			r.holdExpired()
 		case <-r.gc.wake:
@@ -1267,10 +1287,7 @@ func (r *Replica) handle(rd *vr.Ready) error {
 	// 2. Messages may leave before the fsync: the core withholds those that
 	// promise durability. Sending first overlaps the network with the disk.
 	for i := range rd.Messages {
-		m := &rd.Messages[i]
-		if err := r.tr.Send(m.To, m); err != nil && !errors.Is(err, transport.ErrClosed) {
-			r.log.Warn("send failed", "to", m.To, "err", err)
-		}
+		r.send(&rd.Messages[i])
 	}
 	if roll {
 		// The new segment holds everything the old one did that still
@@ -1680,6 +1697,7 @@ func (r *Replica) finishCheckpoint(res ckptResult) error {
 			// refuses the snapshot once it is ready.
 			to = min(to, r.snapAt)
 		}
+		to = r.holdLog(to)
 		if err := r.core.Compact(to); err != nil {
 			return fmt.Errorf("vrshard: checkpoint: %w", err)
 		}

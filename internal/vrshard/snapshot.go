@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kefirdb/kefir/internal/storage"
+	"github.com/kefirdb/kefir/internal/transport"
 	"github.com/kefirdb/kefir/internal/vr"
 )
 
@@ -75,6 +76,7 @@ func (r *Replica) captured(res snapResult) error {
 		}
 		r.st.snapsSent.Add(1)
 		r.log.Info("sent snapshot", "to", to, "op", res.s.Op, "bytes", len(res.s.Data))
+
 	}
 	// The core's Ready carries the message(s); run's loop handles it next.
 	return nil
@@ -117,4 +119,105 @@ func captureData(es *storage.Snapshot, stop <-chan struct{}) ([]byte, error) {
 	start := binary.MaxVarintLen64 - k
 	copy(body[start:], count[:k])
 	return body[start:], nil
+}
+
+// largeMessage is the snapshot size from which a message is encoded off the
+// driver goroutine: encoding copies and checksums the whole state, which
+// takes about a second per GiB.
+const largeMessage = 256 << 10
+
+// maxHeld bounds the messages held for a peer while its large message is
+// being queued; beyond it they are dropped, as a full transport queue
+// would (VR retransmits).
+const maxHeld = 4096
+
+// send hands m to the transport. A message carrying a large snapshot is
+// encoded and queued by a goroutine (transport.SendLarge), and the messages
+// for the same peer after it wait in r.held until it is queued, so the peer
+// still gets them in the order the core sent them.
+func (r *Replica) send(m *vr.Message) {
+	if h, holding := r.held[m.To]; holding {
+		if m.Snapshot != nil {
+			return // another copy of the state would only follow the first
+		}
+		if len(h) < maxHeld {
+			r.held[m.To] = append(h, ownMessage(m))
+		}
+		return
+	}
+	if s := m.Snapshot; s != nil {
+		r.snapHolds[m.To] = snapHold{op: s.Op, until: time.Now().Add(holdFor(len(s.Data), r.cfg.ViewChangeTimeout))}
+	}
+	if m.Snapshot != nil && len(m.Snapshot.Data) >= largeMessage {
+		r.held[m.To] = nil
+		r.largeOut++
+		big, delay := ownMessage(m), r.mut.encodeDelay
+		go func() {
+			if delay > 0 {
+				select {
+				case <-time.After(delay):
+				case <-r.stop:
+				}
+			}
+			if err := r.tr.SendLarge(big.To, &big); err != nil && !errors.Is(err, transport.ErrClosed) {
+				r.log.Warn("send failed", "to", big.To, "err", err)
+			}
+			r.largeDone <- big.To
+		}()
+		return
+	}
+	if err := r.tr.Send(m.To, m); err != nil && !errors.Is(err, transport.ErrClosed) {
+		r.log.Warn("send failed", "to", m.To, "err", err)
+	}
+}
+
+// sentLarge: the large message for peer `to` is queued; what waited behind
+// it follows.
+func (r *Replica) sentLarge(to uint64) {
+	r.largeOut--
+	h := r.held[to]
+	delete(r.held, to)
+	for i := range h {
+		r.send(&h[i])
+	}
+}
+
+// ownMessage copies m's slices that the core may reuse once the Ready is
+// handled (entries and d-log records; their data bytes are never written
+// again), so a held message stays as it was sent.
+func ownMessage(m *vr.Message) vr.Message {
+	c := *m
+	c.Entries = append([]vr.Entry(nil), m.Entries...)
+	c.DLog = append([]vr.NilextRequest(nil), m.DLog...)
+	return c
+}
+
+// snapHold keeps the log after a sent snapshot's op for the peer receiving
+// it: compacted past it before the peer installs it, the snapshot is stale
+// on arrival (the peer cannot catch up from the log) and another, as large,
+// is needed; under a steady write load that never ends.
+type snapHold struct {
+	op    uint64
+	until time.Time
+}
+
+// holdFor is how long the log is kept for a snapshot of size bytes: twice
+// the time it takes at 32 MiB/s (half the rate the core's resend interval
+// assumes), at least two view-change timeouts.
+func holdFor(size int, vct time.Duration) time.Duration {
+	return max(2*vct, 2*time.Duration(int64(size)/(32<<10))*time.Millisecond)
+}
+
+// holdLog lowers a compaction point to keep the log after every snapshot a
+// peer may still be receiving, and forgets the holds that ran out.
+func (r *Replica) holdLog(to uint64) uint64 {
+	now := time.Now()
+	for id, h := range r.snapHolds {
+		if now.After(h.until) {
+			delete(r.snapHolds, id)
+			continue
+		}
+		to = min(to, h.op)
+	}
+	return to
 }
