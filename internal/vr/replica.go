@@ -1339,6 +1339,33 @@ func (r *Replica) onNewState(j int, m *Message) {
 	}
 }
 
+// CompactPoint is where Compact should cut to keep at most keepEntries
+// entries up to op and, of those, only as many as hold keepBytes of request
+// data (at least one): 0 if nothing is to be dropped. A tail counted in
+// entries alone held 1,024 entries whatever their size (16 GiB of 16 MiB
+// values in memory, carried whole by every view change and recovery).
+func (r *Replica) CompactPoint(op, keepEntries uint64, keepBytes int) uint64 {
+	if op < r.first || op > r.lastOp() {
+		return 0
+	}
+	cut := uint64(0)
+	if op > keepEntries {
+		cut = op - keepEntries
+	}
+	size := 0
+	for k := op; k > cut && k >= r.first; k-- {
+		size += len(r.log[k-r.first].Data)
+		if size > keepBytes && k < op {
+			cut = k
+			break
+		}
+	}
+	if cut < r.first {
+		return 0
+	}
+	return cut
+}
+
 // Compact drops log entries up to op, which the driver has captured in a
 // durable snapshot (op <= applied). Lagging replicas then need that snapshot.
 func (r *Replica) Compact(op uint64) error {

@@ -792,6 +792,35 @@ func TestAFollowerHearingASnapshotArriveDoesNotStartAViewChange(t *testing.T) {
 	}
 }
 
+// TestCompactPointBoundsTheTailInBytes: the tail kept after a checkpoint
+// is at most keepEntries entries and, of those, as many as fit keepBytes (at
+// least the last one).
+func TestCompactPointBoundsTheTailInBytes(t *testing.T) {
+	n := newNet(t, 3)
+	for i, size := range []int{10, 10, 10, 10, 500, 500, 10, 10} { // ops 1..8
+		n.propose(1, 100+uint64(i), 1, strings.Repeat("x", size))
+		n.ready(1)
+		n.deliver(nil)
+	}
+	r := n.rs[1]
+	for _, tc := range []struct {
+		op, entries uint64
+		bytes       int
+		want        uint64
+	}{
+		{8, 1024, 1 << 20, 0}, // everything fits: nothing to drop
+		{8, 3, 1 << 20, 5},    // three entries kept: 6, 7, 8
+		{8, 1024, 100, 6},     // 7 and 8 (20 bytes) fit; 6 would not
+		{8, 1024, 5, 7},       // the last entry is kept whatever its size
+		{6, 1024, 600, 5},     // 6 (500 bytes) fits, 5 would not
+		{4, 1024, 1 << 20, 0},
+	} {
+		if got := r.CompactPoint(tc.op, tc.entries, tc.bytes); got != tc.want {
+			t.Errorf("CompactPoint(%d, %d, %d) = %d, want %d", tc.op, tc.entries, tc.bytes, got, tc.want)
+		}
+	}
+}
+
 // TestRecoveryProtocol: a replica that lost state neither votes nor
 // acknowledges until f+1 replicas, the leader among them, answered its nonce.
 func TestRecoveryProtocol(t *testing.T) {

@@ -463,3 +463,44 @@ func TestALargeSnapshotIsEncodedOffTheDriver(t *testing.T) {
 	}
 	c.expectValue(f, "during", string(res.Bulk))
 }
+
+// A tail of large entries is bounded in bytes after a checkpoint, not only
+// in entries: a replica that lost its disk comes back from a snapshot, not
+// from a recovery response carrying every large value since the start. With
+// 1,024 entries kept whatever their size, 22 values of 16 MiB were never
+// compacted, and every recovery response and view change carried 352 MiB.
+func TestATailOfLargeEntriesIsBoundedInBytes(t *testing.T) {
+	c := newCluster(t, 3, func(o *Options) {
+		o.CheckpointBytes = 1 << 20
+		o.KeepTailBytes = 512 << 10
+	})
+	val := strings.Repeat("L", 200<<10)
+	var last shard.Result
+	var err error
+	for i := range 20 { // 4 MB in 20 entries: far fewer than KeepTail
+		if last, err = c.write(set(fmt.Sprint("big", i), val), shard.ReqID{}, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l := c.leader(5 * time.Second)
+	f := (l + 1) % 3
+	c.waitApplied(last.Version, 5*time.Second)
+	if info := c.reps[l].core.Info(); info.FirstOp < 10 {
+		t.Fatalf("the leader's log still starts at op %d after 4 MB of checkpointed writes", info.FirstOp)
+	}
+	c.reps[f].Close()
+	c.reps[f] = nil
+	if err := os.RemoveAll(c.dirs[f]); err != nil {
+		t.Fatal(err)
+	}
+	c.open(f, false, nil)
+	for deadline := time.Now().Add(15 * time.Second); c.reps[f].Info().Status != vr.Normal; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the wiped replica did not finish recovery: %+v", c.reps[f].Info())
+		}
+	}
+	if got := c.reps[f].Stats().SnapsLoaded; got == 0 {
+		t.Fatal("the wiped replica recovered from the log: the tail was not bounded in bytes")
+	}
+	c.expectValue(f, "big0", val)
+}

@@ -67,6 +67,9 @@ type Options struct {
 	// KeepTail is how many applied entries the core keeps after a checkpoint
 	// so slightly lagging replicas catch up without a snapshot (default 1024).
 	KeepTail uint64
+	// KeepTailBytes bounds that tail's request data (default 32 MiB): a
+	// lagging replica beyond it gets a snapshot instead.
+	KeepTailBytes int
 	// FollowerWait bounds how long a session read waits for this replica to
 	// catch up before redirecting (default 50ms); at the leader, how long it
 	// waits for a token version beyond its log before it fails with
@@ -181,6 +184,9 @@ func (o *Options) fill() error {
 	}
 	if o.KeepTail == 0 {
 		o.KeepTail = 1024
+	}
+	if o.KeepTailBytes == 0 {
+		o.KeepTailBytes = 32 << 20
 	}
 	if o.FollowerWait == 0 {
 		o.FollowerWait = 50 * time.Millisecond
@@ -1690,8 +1696,7 @@ func (r *Replica) finishCheckpoint(res ckptResult) error {
 	r.ckptBase = r.wal.size
 	r.st.ckpts.Add(1)
 	r.trimTail(r.applied.Load())
-	if op > r.opts.KeepTail {
-		to := op - r.opts.KeepTail
+	if to := r.core.CompactPoint(op, r.opts.KeepTail, r.opts.KeepTailBytes); to > 0 {
 		if r.snapRunning {
 			// The capture's op must stay in the log's range, or the core
 			// refuses the snapshot once it is ready.

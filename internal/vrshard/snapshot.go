@@ -121,24 +121,59 @@ func captureData(es *storage.Snapshot, stop <-chan struct{}) ([]byte, error) {
 	return body[start:], nil
 }
 
-// largeMessage is the snapshot size from which a message is encoded off the
-// driver goroutine: encoding copies and checksums the whole state, which
-// takes about a second per GiB.
+// largeMessage is the size from which a message is encoded off the driver
+// goroutine: encoding copies and checksums it, about a second per GiB (a
+// snapshot, or a recovery response or view change carrying a log of large
+// values).
 const largeMessage = 256 << 10
+
+// hugeMessage: any message from this size on is encoded off the driver
+// (prepares are bounded by MaxBatchBytes, so in practice only state).
+const hugeMessage = 64 << 20
+
+// carriesState: the message types that carry a snapshot or a whole log and
+// are sent again when lost (new-state, recovery response, view change).
+func carriesState(t vr.MsgType) bool {
+	switch t {
+	case vr.MsgNewState, vr.MsgRecoveryResponse, vr.MsgStartView, vr.MsgDoViewChange:
+		return true
+	}
+	return false
+}
+
+// messageBytes is about how many bytes m's encoding takes beyond its header.
+func messageBytes(m *vr.Message) int {
+	n := 0
+	if s := m.Snapshot; s != nil {
+		n += len(s.Data)
+	}
+	for i := range m.Entries {
+		n += len(m.Entries[i].Data)
+	}
+	for i := range m.DLog {
+		n += len(m.DLog[i].Data)
+	}
+	return n
+}
 
 // maxHeld bounds the messages held for a peer while its large message is
 // being queued; beyond it they are dropped, as a full transport queue
 // would (VR retransmits).
 const maxHeld = 4096
 
-// send hands m to the transport. A message carrying a large snapshot is
-// encoded and queued by a goroutine (transport.SendLarge), and the messages
-// for the same peer after it wait in r.held until it is queued, so the peer
-// still gets them in the order the core sent them.
+// send hands m to the transport. A large message (largeMessage) is encoded
+// and queued by a goroutine (transport.SendLarge), and the messages for the
+// same peer after it wait in r.held until it is queued, so the peer still gets
+// them in the order the core sent them; a further large one meanwhile is
+// dropped, as VR retransmits.
 func (r *Replica) send(m *vr.Message) {
+	size, state := messageBytes(m), carriesState(m.Type)
+	large := size >= hugeMessage || state && size >= largeMessage
 	if h, holding := r.held[m.To]; holding {
-		if m.Snapshot != nil {
-			return // another copy of the state would only follow the first
+		if large && state {
+			// A retransmission (a recovering replica asks every heartbeat)
+			// or another copy of the state: it would only follow the first.
+			return
 		}
 		if len(h) < maxHeld {
 			r.held[m.To] = append(h, ownMessage(m))
@@ -148,7 +183,7 @@ func (r *Replica) send(m *vr.Message) {
 	if s := m.Snapshot; s != nil {
 		r.snapHolds[m.To] = snapHold{op: s.Op, until: time.Now().Add(holdFor(len(s.Data), r.cfg.ViewChangeTimeout))}
 	}
-	if m.Snapshot != nil && len(m.Snapshot.Data) >= largeMessage {
+	if large {
 		r.held[m.To] = nil
 		r.largeOut++
 		big, delay := ownMessage(m), r.mut.encodeDelay
