@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -470,9 +471,11 @@ func TestALargeSnapshotIsEncodedOffTheDriver(t *testing.T) {
 // 1,024 entries kept whatever their size, 22 values of 16 MiB were never
 // compacted, and every recovery response and view change carried 352 MiB.
 func TestATailOfLargeEntriesIsBoundedInBytes(t *testing.T) {
+	var firstOp [4]atomic.Uint64 // per replica id, read on its driver goroutine
 	c := newCluster(t, 3, func(o *Options) {
 		o.CheckpointBytes = 1 << 20
 		o.KeepTailBytes = 512 << 10
+		o.mut.afterHandle = func(r *Replica) { firstOp[r.cfg.Self].Store(r.core.Info().FirstOp) }
 	})
 	val := strings.Repeat("L", 200<<10)
 	var last shard.Result
@@ -485,8 +488,8 @@ func TestATailOfLargeEntriesIsBoundedInBytes(t *testing.T) {
 	l := c.leader(5 * time.Second)
 	f := (l + 1) % 3
 	c.waitApplied(last.Version, 5*time.Second)
-	if info := c.reps[l].core.Info(); info.FirstOp < 10 {
-		t.Fatalf("the leader's log still starts at op %d after 4 MB of checkpointed writes", info.FirstOp)
+	if first := firstOp[c.ids[l]].Load(); first < 10 {
+		t.Fatalf("the leader's log still starts at op %d after 4 MB of checkpointed writes", first)
 	}
 	c.reps[f].Close()
 	c.reps[f] = nil
