@@ -539,23 +539,9 @@ func TestConfigMismatchRefused(t *testing.T) {
 // compacted away asks for state; the core asks the driver for a snapshot,
 // sends it, and the follower installs it and catches up.
 func TestStateTransferNeedsSnapshot(t *testing.T) {
-	n := newNet(t, 3)
-	cut := func(m Message) bool { return m.To != 3 && m.From != 3 }
-	for i := uint64(1); i <= 10; i++ {
-		n.propose(1, 100+i, 1, "w")
-		n.ready(1)
-		n.deliver(cut)
-	}
+	n := laggingThird(t) // the heartbeat showed replica 3 it is behind: get-state
 	if c := n.rs[1].CommitPoint(); c != 10 {
 		t.Fatalf("commit %d", c)
-	}
-	if err := n.rs[1].Compact(8); err != nil {
-		t.Fatal(err)
-	}
-	n.tick(10*time.Millisecond, 1)
-	n.deliver(nil) // heartbeat shows replica 3 it is behind: get-state
-	if got := n.snapReq[1]; len(got) != 1 || got[0] != 3 {
-		t.Fatalf("leader should ask the driver for a snapshot for replica 3: %v", got)
 	}
 	snap := Snapshot{Op: 10, Clients: n.rs[1].ClientTable(), Data: []byte("state@10")}
 	if err := n.rs[1].SendSnapshot(3, snap); err != nil {
@@ -577,6 +563,29 @@ func TestStateTransferNeedsSnapshot(t *testing.T) {
 	}
 }
 
+// laggingThird is a 3-replica group whose replica 3 missed ops 1..10 while
+// the leader (1) compacted its log to 8: the heartbeat that followed showed
+// replica 3 it is behind, and the leader asked its driver for one snapshot.
+func laggingThird(t *testing.T) *tnet {
+	t.Helper()
+	n := newNet(t, 3)
+	cut := func(m Message) bool { return m.To != 3 && m.From != 3 }
+	for i := uint64(1); i <= 10; i++ {
+		n.propose(1, 100+i, 1, "w")
+		n.ready(1)
+		n.deliver(cut)
+	}
+	if err := n.rs[1].Compact(8); err != nil {
+		t.Fatal(err)
+	}
+	n.tick(10*time.Millisecond, 1)
+	n.deliver(nil)
+	if got := n.snapReq[1]; len(got) != 1 || got[0] != 3 {
+		t.Fatalf("leader should ask the driver for one snapshot, for replica 3: %v", got)
+	}
+	return n
+}
+
 // TestSnapshotIsNotRecapturedWhileOneMayBeInFlight: a replica that needs
 // state asks again every heartbeat, and a capture scans the whole state, so
 // once a snapshot went out the core asks the driver for another only after
@@ -592,21 +601,7 @@ func TestSnapshotIsNotRecapturedWhileOneMayBeInFlight(t *testing.T) {
 		{"32 MiB", 32 << 20, 500 * time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			n := newNet(t, 3)
-			cut := func(m Message) bool { return m.To != 3 && m.From != 3 }
-			for i := uint64(1); i <= 10; i++ {
-				n.propose(1, 100+i, 1, "w")
-				n.ready(1)
-				n.deliver(cut)
-			}
-			if err := n.rs[1].Compact(8); err != nil {
-				t.Fatal(err)
-			}
-			n.tick(10*time.Millisecond, 1)
-			n.deliver(nil)
-			if got := n.snapReq[1]; len(got) != 1 {
-				t.Fatalf("leader should ask for one snapshot for replica 3: %v", got)
-			}
+			n := laggingThird(t)
 			sentAt := n.now
 			snap := Snapshot{Op: 10, Clients: n.rs[1].ClientTable(), Data: make([]byte, tc.size)}
 			if err := n.rs[1].SendSnapshot(3, snap); err != nil {
@@ -637,21 +632,7 @@ func TestSnapshotIsNotRecapturedWhileOneMayBeInFlight(t *testing.T) {
 // captured) leaves the peer's request open, so the driver is asked again on
 // the peer's next request instead of never.
 func TestARefusedSnapshotIsAskedForAgain(t *testing.T) {
-	n := newNet(t, 3)
-	cut := func(m Message) bool { return m.To != 3 && m.From != 3 }
-	for i := uint64(1); i <= 10; i++ {
-		n.propose(1, 100+i, 1, "w")
-		n.ready(1)
-		n.deliver(cut)
-	}
-	if err := n.rs[1].Compact(8); err != nil {
-		t.Fatal(err)
-	}
-	n.tick(10*time.Millisecond, 1)
-	n.deliver(nil)
-	if got := n.snapReq[1]; len(got) != 1 {
-		t.Fatalf("leader should ask for one snapshot: %v", got)
-	}
+	n := laggingThird(t)
 	if err := n.rs[1].SendSnapshot(3, Snapshot{Op: 5, Data: []byte("too old")}); err == nil {
 		t.Fatal("a snapshot older than the log's first op must be refused")
 	}
@@ -705,20 +686,7 @@ func TestASnapshotNoLongerWantedIsRefused(t *testing.T) {
 	if err := n.rs[1].SendSnapshot(3, Snapshot{Op: 0}); err == nil {
 		t.Fatal("a snapshot nobody asked for must be refused")
 	}
-	cut := func(m Message) bool { return m.To != 3 && m.From != 3 }
-	for i := uint64(1); i <= 10; i++ {
-		n.propose(1, 100+i, 1, "w")
-		n.ready(1)
-		n.deliver(cut)
-	}
-	if err := n.rs[1].Compact(8); err != nil {
-		t.Fatal(err)
-	}
-	n.tick(10*time.Millisecond, 1)
-	n.deliver(nil)
-	if got := n.snapReq[1]; len(got) != 1 {
-		t.Fatalf("leader should ask for one snapshot: %v", got)
-	}
+	n = laggingThird(t)
 	n.rs[1].stepDown() // as when it joins a newer view
 	n.sent = nil
 	if err := n.rs[1].SendSnapshot(3, Snapshot{Op: 10, Clients: n.rs[1].ClientTable(), Data: []byte("late")}); err == nil {
@@ -742,18 +710,7 @@ func TestASnapshotNoLongerWantedIsRefused(t *testing.T) {
 func TestAFollowerHearingASnapshotArriveDoesNotStartAViewChange(t *testing.T) {
 	for _, heard := range []bool{true, false} {
 		t.Run(fmt.Sprintf("heard=%v", heard), func(t *testing.T) {
-			n := newNet(t, 3)
-			cut := func(m Message) bool { return m.To != 3 && m.From != 3 }
-			for i := uint64(1); i <= 10; i++ {
-				n.propose(1, 100+i, 1, "w")
-				n.ready(1)
-				n.deliver(cut)
-			}
-			if err := n.rs[1].Compact(8); err != nil {
-				t.Fatal(err)
-			}
-			n.tick(10*time.Millisecond, 1)
-			n.deliver(nil)
+			n := laggingThird(t)
 			if err := n.rs[1].SendSnapshot(3, Snapshot{Op: 10, Clients: n.rs[1].ClientTable(), Data: []byte("state@10")}); err != nil {
 				t.Fatal(err)
 			}
