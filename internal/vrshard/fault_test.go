@@ -69,11 +69,7 @@ func TestWipedReplicaRejoinsBySnapshot(t *testing.T) {
 	l := c.leader(5 * time.Second)
 	f := (l + 1) % 3
 	c.waitApplied(del.Version, 5*time.Second)
-	c.reps[f].Close()
-	c.reps[f] = nil
-	if err := os.RemoveAll(c.dirs[f]); err != nil {
-		t.Fatal(err)
-	}
+	c.wipe(f)
 	// More writes while it is gone.
 	var last shard.Result
 	for i := range 20 {
@@ -84,11 +80,7 @@ func TestWipedReplicaRejoinsBySnapshot(t *testing.T) {
 	c.open(f, false, nil) // no bootstrap: an empty disk means lost state
 	c.waitApplied(last.Version, 15*time.Second)
 	// It serves nothing, not even eventual reads, until its recovery completes.
-	for deadline := time.Now().Add(15 * time.Second); c.reps[f].Info().Status != vr.Normal; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the wiped replica did not finish recovery: %+v", c.reps[f].Info())
-		}
-	}
+	c.waitRecovered(f, 15*time.Second)
 	if got := c.reps[f].Stats().SnapsLoaded; got == 0 {
 		t.Fatalf("the wiped replica caught up without a snapshot (loaded %d): the test did not test state transfer", got)
 	}
@@ -219,6 +211,47 @@ func TestPartitionedOldLeaderServesNoStaleRead(t *testing.T) {
 	}
 }
 
+// wipe stops replica i and deletes its directory, as a lost disk; c.open(i,
+// false, nil) then restarts it with nothing.
+func (c *cluster) wipe(i int) {
+	c.t.Helper()
+	c.reps[i].Close()
+	c.reps[i] = nil
+	if err := os.RemoveAll(c.dirs[i]); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// waitRecovered waits for replica i's recovery to end (status normal).
+func (c *cluster) waitRecovered(i int, timeout time.Duration) {
+	c.t.Helper()
+	for deadline := time.Now().Add(timeout); c.reps[i].Info().Status != vr.Normal; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			c.t.Fatalf("the wiped replica did not finish recovery: %+v", c.reps[i].Info())
+		}
+	}
+}
+
+// writeWhile writes key "during" every 20 ms for d and fails the test if a
+// write takes longer than limit (while names what runs meanwhile); it returns
+// the last write's result.
+func (c *cluster) writeWhile(t *testing.T, d, limit time.Duration, while string) shard.Result {
+	t.Helper()
+	var last shard.Result
+	for start := time.Now(); time.Since(start) < d; time.Sleep(20 * time.Millisecond) {
+		t0 := time.Now()
+		res, err := c.write(set("during", fmt.Sprint(time.Since(start))), shard.ReqID{}, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if took := time.Since(t0); took > limit {
+			t.Fatalf("a write took %v while %s", took, while)
+		}
+		last = res
+	}
+	return last
+}
+
 // A state larger than one peer frame still reaches a replica that needs a
 // snapshot: it travels as several frames (with the default 256 MiB frame
 // limit, any store above it could never again restore a wiped or
@@ -241,11 +274,7 @@ func TestSnapshotLargerThanAFrameReachesAWipedReplica(t *testing.T) {
 	l := c.leader(5 * time.Second)
 	f := (l + 1) % 3
 	c.waitApplied(last.Version, 5*time.Second)
-	c.reps[f].Close()
-	c.reps[f] = nil
-	if err := os.RemoveAll(c.dirs[f]); err != nil {
-		t.Fatal(err)
-	}
+	c.wipe(f)
 	for i := range 50 {
 		if last, err = c.write(set(fmt.Sprint("late", i), "x"), shard.ReqID{}, 5*time.Second); err != nil {
 			t.Fatal(err)
@@ -290,31 +319,13 @@ func TestASlowSnapshotCaptureDoesNotStallTheLeader(t *testing.T) {
 	view := c.reps[l].Info().View
 	f := (l + 1) % 3
 	c.waitApplied(last.Version, 5*time.Second)
-	c.reps[f].Close()
-	c.reps[f] = nil
-	if err := os.RemoveAll(c.dirs[f]); err != nil {
-		t.Fatal(err)
-	}
+	c.wipe(f)
 	c.open(f, false, nil)
-	start := time.Now()
-	for time.Since(start) < capture {
-		t0 := time.Now()
-		if last, err = c.write(set("during", fmt.Sprint(time.Since(start))), shard.ReqID{}, 5*time.Second); err != nil {
-			t.Fatal(err)
-		}
-		if d := time.Since(t0); d > 700*time.Millisecond {
-			t.Fatalf("a write took %v while a snapshot was being captured", d)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	last = c.writeWhile(t, capture, 700*time.Millisecond, "a snapshot was being captured")
 	if got := c.reps[l].Info(); got.View != view || !got.IsLeader {
 		t.Fatalf("the leader lost its view during the capture: %+v (was view %d)", got, view)
 	}
-	for deadline := time.Now().Add(15 * time.Second); c.reps[f].Info().Status != vr.Normal; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the wiped replica did not finish recovery: %+v", c.reps[f].Info())
-		}
-	}
+	c.waitRecovered(f, 15*time.Second)
 	c.waitApplied(last.Version, 15*time.Second)
 	if got := c.reps[f].Stats().SnapsLoaded; got == 0 {
 		t.Fatal("the wiped replica caught up without a snapshot: the test did not test state transfer")
@@ -345,11 +356,7 @@ func TestCloseStopsARunningCapture(t *testing.T) {
 	l := c.leader(5 * time.Second)
 	f := (l + 1) % 3
 	c.waitApplied(last.Version, 5*time.Second)
-	c.reps[f].Close()
-	c.reps[f] = nil
-	if err := os.RemoveAll(c.dirs[f]); err != nil {
-		t.Fatal(err)
-	}
+	c.wipe(f)
 	c.open(f, false, nil)
 	for deadline := time.Now().Add(10 * time.Second); c.reps[l].Stats().SnapsCaptured == 0; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -421,36 +428,18 @@ func TestALargeSnapshotIsEncodedOffTheDriver(t *testing.T) {
 	view := c.reps[l].Info().View
 	f := (l + 1) % 3
 	c.waitApplied(last.Version, 5*time.Second)
-	c.reps[f].Close()
-	c.reps[f] = nil
-	if err := os.RemoveAll(c.dirs[f]); err != nil {
-		t.Fatal(err)
-	}
+	c.wipe(f)
 	c.open(f, false, nil)
 	for deadline := time.Now().Add(10 * time.Second); c.reps[l].Stats().SnapsSent == 0; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("no snapshot sent")
 		}
 	}
-	start := time.Now()
-	for time.Since(start) < encode {
-		t0 := time.Now()
-		if last, err = c.write(set("during", fmt.Sprint(time.Since(start))), shard.ReqID{}, 5*time.Second); err != nil {
-			t.Fatal(err)
-		}
-		if d := time.Since(t0); d > 700*time.Millisecond {
-			t.Fatalf("a write took %v while a snapshot was being encoded", d)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	last = c.writeWhile(t, encode, 700*time.Millisecond, "a snapshot was being encoded")
 	if got := c.reps[l].Info(); got.View != view || !got.IsLeader {
 		t.Fatalf("the leader lost its view during the encoding: %+v (was view %d)", got, view)
 	}
-	for deadline := time.Now().Add(15 * time.Second); c.reps[f].Info().Status != vr.Normal; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the wiped replica did not finish recovery: %+v", c.reps[f].Info())
-		}
-	}
+	c.waitRecovered(f, 15*time.Second)
 	c.waitApplied(last.Version, 15*time.Second)
 	// Checkpoints ran while the snapshot was on its way; the log after it
 	// was kept, so the first snapshot to arrive was enough.
@@ -491,17 +480,9 @@ func TestATailOfLargeEntriesIsBoundedInBytes(t *testing.T) {
 	if first := firstOp[c.ids[l]].Load(); first < 10 {
 		t.Fatalf("the leader's log still starts at op %d after 4 MB of checkpointed writes", first)
 	}
-	c.reps[f].Close()
-	c.reps[f] = nil
-	if err := os.RemoveAll(c.dirs[f]); err != nil {
-		t.Fatal(err)
-	}
+	c.wipe(f)
 	c.open(f, false, nil)
-	for deadline := time.Now().Add(15 * time.Second); c.reps[f].Info().Status != vr.Normal; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the wiped replica did not finish recovery: %+v", c.reps[f].Info())
-		}
-	}
+	c.waitRecovered(f, 15*time.Second)
 	if got := c.reps[f].Stats().SnapsLoaded; got == 0 {
 		t.Fatal("the wiped replica recovered from the log: the tail was not bounded in bytes")
 	}
