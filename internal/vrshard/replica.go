@@ -1697,13 +1697,7 @@ func (r *Replica) finishCheckpoint(res ckptResult) error {
 	r.st.ckpts.Add(1)
 	r.trimTail(r.applied.Load())
 	if to := r.core.CompactPoint(op, r.opts.KeepTail, r.opts.KeepTailBytes); to > 0 {
-		if r.snapRunning {
-			// The capture's op must stay in the log's range, or the core
-			// refuses the snapshot once it is ready.
-			to = min(to, r.snapAt)
-		}
-		to = r.holdLog(to)
-		if err := r.core.Compact(to); err != nil {
+		if err := r.core.Compact(r.holdLog(to)); err != nil {
 			return fmt.Errorf("vrshard: checkpoint: %w", err)
 		}
 	}
