@@ -473,10 +473,8 @@ func (r *Replica) copyLog(from uint64, limit int) []Entry {
 		return nil
 	}
 	es := r.log[from-r.first:]
-	if limit > 0 && len(es) > limit {
-		es = es[:limit]
-	}
 	if limit > 0 {
+		es = es[:min(len(es), limit)]
 		es = es[:batchLen(es, 4*r.cfg.MaxBatchBytes)]
 	}
 	return append([]Entry(nil), es...)
