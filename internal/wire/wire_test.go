@@ -505,3 +505,21 @@ func TestJoinerRefusesABrokenFragmentStream(t *testing.T) {
 		t.Fatalf("a joined message over Max: got %v, want ErrTooLarge", got)
 	}
 }
+
+// BenchmarkAppendFramesSnapshot: what encoding a snapshot costs its sender
+// (vrshard encodes large state messages off its driver goroutine for this:
+// snapshot.go largeMessage). One frame, and cut into 16 MiB fragments.
+func BenchmarkAppendFramesSnapshot(b *testing.B) {
+	m := bigSnapshot(64 << 20)
+	for _, tc := range []struct {
+		name string
+		max  int
+	}{{"one-frame", DefaultMaxFrame}, {"fragments-16MiB", 16 << 20}} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.SetBytes(int64(len(m.Snapshot.Data)))
+			for b.Loop() {
+				_ = AppendFrames(nil, &m, tc.max)
+			}
+		})
+	}
+}
