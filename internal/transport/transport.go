@@ -125,8 +125,8 @@ type Config struct {
 	// Handler receives inbound messages. Required.
 	Handler Handler
 	// OnProgress, if set, is told (from a connection's reader, at most every
-	// progressEvery) that bytes of a message from a peer are arriving but no
-	// whole message yet: a large one (a snapshot) is on its way, and the
+	// progressEvery) that a message from a peer larger than one read (64 KiB)
+	// is arriving but not whole yet: a snapshot, say, is on its way, and the
 	// messages queued behind it on the peer's stream wait for it.
 	OnProgress func(from uint64)
 	// Logger receives connection events (nil: discard). Lines carry the
@@ -331,9 +331,13 @@ func (t *Transport) now() int64 { return int64(time.Since(t.start)) }
 func (t *Transport) Send(to uint64, m *vr.Message) error {
 	p := t.peers[to]
 	if p == nil {
-		return fmt.Errorf("%w: %d (node %d knows %v)", ErrUnknownPeer, to, t.cfg.Self, t.peerIDs())
+		return t.unknownPeer(to)
 	}
 	return p.send(m)
+}
+
+func (t *Transport) unknownPeer(id uint64) error {
+	return fmt.Errorf("%w: %d (node %d knows %v)", ErrUnknownPeer, id, t.cfg.Self, t.peerIDs())
 }
 
 // SendLarge is Send for a message too large to encode on the caller's hot
@@ -344,7 +348,7 @@ func (t *Transport) Send(to uint64, m *vr.Message) error {
 func (t *Transport) SendLarge(to uint64, m *vr.Message) error {
 	p := t.peers[to]
 	if p == nil {
-		return fmt.Errorf("%w: %d (node %d knows %v)", ErrUnknownPeer, to, t.cfg.Self, t.peerIDs())
+		return t.unknownPeer(to)
 	}
 	return p.sendFrames(wire.AppendFrames(nil, m, t.cfg.MaxFrame))
 }
@@ -366,7 +370,7 @@ func (t *Transport) SendAll(msgs []vr.Message) error {
 		p := t.peers[m.To]
 		if p == nil {
 			if first == nil {
-				first = fmt.Errorf("%w: %d (node %d knows %v)", ErrUnknownPeer, m.To, t.cfg.Self, t.peerIDs())
+				first = t.unknownPeer(m.To)
 			}
 			continue
 		}
