@@ -20,6 +20,12 @@ import (
 //     per versionChunk versions.
 //   - On open, versions in (last recovered, H) may have been handed out and lost:
 //     that range is recorded (durably) as a hole and new versions start at H.
+//     Versions inside a hole recorded by an earlier open are spent too: the next
+//     version is above every recorded hole, not just above the last recovered
+//     version. Otherwise a second crash with no write in between (the recovered
+//     version unchanged) would record a hole at the same start again: the same
+//     reserved key at the same engine version, which the engine refuses, so the
+//     directory could never be opened again.
 //   - A session read whose token names a version in a hole fails with
 //     ErrSessionLost instead of being served; a clean Close reserves exactly up
 //     to the next version, so a clean restart leaves no hole.
@@ -99,17 +105,23 @@ func (s *Shard) openVersions() error {
 		if len(val) != 8 {
 			return fmt.Errorf("hole at %d: bad value length %d", lo, len(val))
 		}
-		s.holes = append(s.holes, hole{lo: lo, hi: binary.BigEndian.Uint64(val)})
+		s.addHole(hole{lo: lo, hi: binary.BigEndian.Uint64(val)})
 		return nil
 	}); err != nil {
 		return fmt.Errorf("load version holes: %w", err)
+	}
+	// Every version below a recorded hole's end was handed out or lost already:
+	// continue above them all. Hole starts then only grow, so each new hole gets
+	// a key of its own.
+	for _, h := range s.holes {
+		s.next = max(s.next, h.hi)
 	}
 	var recs []storage.Record
 	ts := s.opts.Now().UnixNano()
 	last := s.db.LastVersion()
 	if bound > s.next {
 		h := hole{lo: s.next, hi: bound}
-		s.holes = append(s.holes, h)
+		s.addHole(h)
 		recs = append(recs, storage.Record{Key: reservedKey(holePrefix, h.lo),
 			Value: binary.BigEndian.AppendUint64(nil, h.hi), Version: last, Timestamp: ts})
 		s.next = bound
@@ -122,6 +134,18 @@ func (s *Shard) openVersions() error {
 	}
 	s.reserved = s.next + versionChunk
 	return nil
+}
+
+// addHole records h in memory, merging it with the last hole when they touch:
+// each write-less crash adds a hole right after the previous one, and a session
+// read checks every hole, so a node that crashed many times must not make every
+// read walk one hole per crash.
+func (s *Shard) addHole(h hole) {
+	if n := len(s.holes); n > 0 && s.holes[n-1].hi == h.lo {
+		s.holes[n-1].hi = h.hi
+		return
+	}
+	s.holes = append(s.holes, h)
 }
 
 // reserveFor makes sure every version below s.next is covered by a durable
