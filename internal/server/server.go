@@ -65,8 +65,11 @@ type Server struct {
 	// vr is the replica when the node is a member of a replicated group (it
 	// is also shard); nil on a single node. fwd proxies requests a follower
 	// cannot serve to the leader.
-	vr      *vrshard.Replica
-	fwd     *forwarder
+	vr  *vrshard.Replica
+	fwd *forwarder
+	// lock is held on the data directory from New to the end of Shutdown
+	// (nil with Config.FS, an in-memory file system).
+	lock    *DirLock
 	m       *metrics
 	limiter *authLimiter
 	// fsyncs times every fsync of the engine's log and the replication log;
@@ -92,7 +95,8 @@ type Server struct {
 	done   chan struct{}
 }
 
-// New validates cfg and opens the node's storage. Start opens the ports.
+// New validates cfg, locks the data directory (LockDataDir) and opens the
+// node's storage. Start opens the ports; Shutdown releases the lock.
 func New(cfg Config) (*Server, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -114,21 +118,38 @@ func New(cfg Config) (*Server, error) {
 		if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 			return nil, fmt.Errorf("server: create data dir: %w", err)
 		}
+		// Before anything in the directory is read: a second node on it must
+		// fail here, not after recovering it as if this one had crashed.
+		lock, err := LockDataDir(cfg.DataDir)
+		if err != nil {
+			return nil, err
+		}
+		s.lock = lock
 	}
+	if err := s.open(); err != nil {
+		_ = s.lock.Unlock()
+		return nil, err
+	}
+	return s, nil
+}
+
+// open opens the node's replica or its storage and shard.
+func (s *Server) open() error {
+	cfg := s.cfg
 	s.fwd = newForwarder(cfg)
 	if cfg.Replicated() {
 		r, err := s.openReplica()
 		if err != nil {
-			return nil, err
+			return err
 		}
 		s.vr, s.db = r, r.Engine()
 		s.setShard(r)
 		s.m = newMetrics(s)
-		return s, nil
+		return nil
 	}
 	if cfg.FS == nil {
 		if err := checkMode(cfg.DataDir, false); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	db, err := storage.Open(storage.Options{
@@ -143,7 +164,7 @@ func New(cfg Config) (*Server, error) {
 		OnSync:             s.fsyncObserver("storage"),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("server: open storage in %s: %w", cfg.DataDir, err)
+		return fmt.Errorf("server: open storage in %s: %w", cfg.DataDir, err)
 	}
 	s.db = db
 	sh, err := shard.Open(db, shard.Options{
@@ -154,11 +175,11 @@ func New(cfg Config) (*Server, error) {
 	})
 	if err != nil {
 		db.Close()
-		return nil, fmt.Errorf("server: open shard: %w", err)
+		return fmt.Errorf("server: open shard: %w", err)
 	}
 	s.setShard(sh)
 	s.m = newMetrics(s)
-	return s, nil
+	return nil
 }
 
 // setShard makes sh the node's shard and resolves its optional read paths.
@@ -359,6 +380,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		if err := s.db.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close storage: %w", err))
 		}
+	}
+	// Last: the directory is free for another node only once nothing writes it.
+	if err := s.lock.Unlock(); err != nil {
+		errs = append(errs, fmt.Errorf("release data dir lock: %w", err))
 	}
 	if len(errs) > 0 {
 		err := errors.Join(errs...)
