@@ -36,9 +36,11 @@ RACE_PKGS = ./client/... ./cmd/... ./internal/check/... ./internal/faultproxy/..
 test-race-concurrent:
 	$(GO) test -count=1 -race -timeout 20m $(RACE_PKGS)
 
-# Longer randomized runs (crash-recovery seeds, simulator seeds): minutes to hours.
+# Longer randomized runs (crash-recovery seeds, simulator seeds, crash loops of
+# real processes under SIGKILL): minutes to hours.
 soak:
 	KEFIR_SOAK=1 $(GO) test -count=1 -timeout 90m ./internal/...
+	KEFIR_SOAK=1 $(GO) test -count=1 -timeout 30m -run 'TestCrashLoop' ./test/e2e/
 
 # Short fuzzing passes over every fuzz target (seed corpora also run in `make test`).
 fuzz:
