@@ -65,17 +65,18 @@ type Server struct {
 	// vr is the replica when the node is a member of a replicated group (it
 	// is also shard); nil on a single node. fwd proxies requests a follower
 	// cannot serve to the leader.
-	vr  *vrshard.Replica
-	fwd *forwarder
-	// lock is held on the data directory from New to the end of Shutdown
-	// (nil with Config.FS, an in-memory file system).
-	lock    *DirLock
+	vr      *vrshard.Replica
+	fwd     *forwarder
 	m       *metrics
 	limiter *authLimiter
 	// fsyncs times every fsync of the engine's log and the replication log;
 	// it exists before either is opened, which is when they take its observers.
 	fsyncs  *prometheus.HistogramVec
 	started time.Time
+
+	// lock is held on the data directory from New to the end of Shutdown
+	// (nil with Config.FS, an in-memory file system).
+	lock *DirLock
 
 	clientLn net.Listener
 	peerLn   net.Listener
@@ -97,7 +98,7 @@ type Server struct {
 
 // New validates cfg, locks the data directory (LockDataDir) and opens the
 // node's storage. Start opens the ports; Shutdown releases the lock.
-func New(cfg Config) (*Server, error) {
+func New(cfg Config) (_ *Server, err error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -120,36 +121,29 @@ func New(cfg Config) (*Server, error) {
 		}
 		// Before anything in the directory is read: a second node on it must
 		// fail here, not after recovering it as if this one had crashed.
-		lock, err := LockDataDir(cfg.DataDir)
-		if err != nil {
+		if s.lock, err = LockDataDir(cfg.DataDir); err != nil {
 			return nil, err
 		}
-		s.lock = lock
+		defer func() {
+			if err != nil {
+				_ = s.lock.Unlock()
+			}
+		}()
 	}
-	if err := s.open(); err != nil {
-		_ = s.lock.Unlock()
-		return nil, err
-	}
-	return s, nil
-}
-
-// open opens the node's replica or its storage and shard.
-func (s *Server) open() error {
-	cfg := s.cfg
 	s.fwd = newForwarder(cfg)
 	if cfg.Replicated() {
 		r, err := s.openReplica()
 		if err != nil {
-			return err
+			return nil, err
 		}
 		s.vr, s.db = r, r.Engine()
 		s.setShard(r)
 		s.m = newMetrics(s)
-		return nil
+		return s, nil
 	}
 	if cfg.FS == nil {
 		if err := checkMode(cfg.DataDir, false); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	db, err := storage.Open(storage.Options{
@@ -164,7 +158,7 @@ func (s *Server) open() error {
 		OnSync:             s.fsyncObserver("storage"),
 	})
 	if err != nil {
-		return fmt.Errorf("server: open storage in %s: %w", cfg.DataDir, err)
+		return nil, fmt.Errorf("server: open storage in %s: %w", cfg.DataDir, err)
 	}
 	s.db = db
 	sh, err := shard.Open(db, shard.Options{
@@ -175,11 +169,11 @@ func (s *Server) open() error {
 	})
 	if err != nil {
 		db.Close()
-		return fmt.Errorf("server: open shard: %w", err)
+		return nil, fmt.Errorf("server: open shard: %w", err)
 	}
 	s.setShard(sh)
 	s.m = newMetrics(s)
-	return nil
+	return s, nil
 }
 
 // setShard makes sh the node's shard and resolves its optional read paths.
