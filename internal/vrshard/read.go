@@ -3,6 +3,7 @@ package vrshard
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
@@ -668,6 +669,8 @@ func (r *Replica) Status() shard.Status {
 		// The client table's rows in the engine, which the engine counts
 		// among its keys (DBSIZE subtracts them).
 		Clients: int(r.app.nrows.Load()),
+		// The applied mark and the view history (engine_mark.go).
+		Reserved: int(r.app.nreserved.Load()),
 	}
 }
 
@@ -741,6 +744,9 @@ func (r *Replica) restore(s *vr.Snapshot) error {
 			return fmt.Errorf("vrshard: snapshot at %d: %w", s.Op, ErrCorruptEntry)
 		}
 		in[string(k)] = struct{}{}
+		if bytes.Equal(k, appliedKey) {
+			continue // the sender's mark: this engine's is written below
+		}
 		if vs, err := r.db.Versions(k); err == nil && len(vs) > 0 && vs[0].Version >= ver {
 			continue // same history: the engine has this version or a later one
 		}
@@ -755,7 +761,7 @@ func (r *Replica) restore(s *vr.Snapshot) error {
 	// up to s.Op.
 	var dels []storage.Record
 	err := r.db.Scan(nil, nil, 0, 0, func(k []byte, v storage.Value) bool {
-		if _, ok := in[string(k)]; !ok && v.Version < s.Op {
+		if _, ok := in[string(k)]; !ok && v.Version < s.Op && !bytes.Equal(k, appliedKey) {
 			dels = append(dels, storage.Record{Key: append([]byte(nil), k...), Version: s.Op, Tombstone: true})
 		}
 		return true
@@ -764,6 +770,10 @@ func (r *Replica) restore(s *vr.Snapshot) error {
 		return fmt.Errorf("vrshard: restore snapshot: scan: %w", err)
 	}
 	recs = append(recs, dels...)
+	if s.Op > r.app.mark {
+		// Last, so the engine holds it only with the state before it.
+		recs = append(recs, storage.Record{Key: appliedKey, Value: binary.BigEndian.AppendUint64(nil, s.Op), Version: s.Op})
+	}
 	if err := flush(); err != nil {
 		return err
 	}
@@ -774,6 +784,11 @@ func (r *Replica) restore(s *vr.Snapshot) error {
 	if err := r.app.loadRows(); err != nil {
 		return err
 	}
+	if err := r.app.loadMarks(); err != nil {
+		return err
+	}
+	r.publishViews()
+	r.app.nreserved.Store(int64(r.app.reservedRows()))
 	r.upd.raiseFloor(max(s.Op, r.db.LastVersion()))
 	r.setApplied(s.Op)
 	r.sinceCkpt = 0
