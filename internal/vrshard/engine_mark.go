@@ -89,6 +89,11 @@ func (a *applier) loadMarks() error {
 	case !errors.Is(err, storage.ErrNotFound):
 		return fmt.Errorf("vrshard: read the engine's applied mark: %w", err)
 	}
+	// A later mark must be newer than any version of the key, a deleted
+	// one's too (the engine orders each key's versions).
+	if a.markTop, err = latestVersion(a.db, appliedKey); err != nil {
+		return fmt.Errorf("vrshard: read the engine's applied mark: %w", err)
+	}
 	var h []viewStart
 	err = a.db.Scan(viewPrefix, viewEnd, 0, 0, func(k []byte, v storage.Value) bool {
 		if len(k) != len(viewPrefix)+8 {
@@ -131,10 +136,10 @@ func (a *applier) noteView(v, view uint64) {
 // markApplied stages the applied mark for a batch ending at op last: the
 // batch's last record.
 func (a *applier) markApplied(last uint64) {
-	if last <= a.mark {
+	if last <= a.markTop {
 		return // a replay of ops the engine holds
 	}
-	a.mark = last
+	a.mark, a.markTop = last, last
 	a.recs = append(a.recs, storage.Record{Key: appliedKey, Value: binary.BigEndian.AppendUint64(nil, last), Version: last})
 }
 

@@ -770,7 +770,7 @@ func (r *Replica) restore(s *vr.Snapshot) error {
 		return fmt.Errorf("vrshard: restore snapshot: scan: %w", err)
 	}
 	recs = append(recs, dels...)
-	if s.Op > r.app.mark {
+	if s.Op > r.app.markTop {
 		// Last, so the engine holds it only with the state before it.
 		recs = append(recs, storage.Record{Key: appliedKey, Value: binary.BigEndian.AppendUint64(nil, s.Op), Version: s.Op})
 	}

@@ -73,6 +73,7 @@ type applier struct {
 	// the view history (engine_mark.go); viewsChanged says views changed
 	// since the driver last published it.
 	mark         uint64
+	markTop      uint64 // the newest version of appliedKey, deleted or not
 	views        []viewStart
 	viewsChanged bool
 	// nreserved is reservedRows as of the last Append, for Status.
