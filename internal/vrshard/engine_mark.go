@@ -56,6 +56,24 @@ func viewKey(op uint64) []byte {
 // were ordered in view.
 type viewStart struct{ op, view uint64 }
 
+// viewHist is the published view history: starts covers the applied ops up
+// to top (and the ops the engine may show ahead of applied: it is published
+// before each apply batch is written).
+type viewHist struct {
+	starts []viewStart
+	top    uint64
+}
+
+// opView returns the view op v was ordered in if the history knows it: v is
+// covered (<= top) and not older than the history (ops applied before the
+// engine recorded views).
+func (h *viewHist) opView(v uint64) (uint64, bool) {
+	if h == nil || v == 0 || v > h.top {
+		return 0, false
+	}
+	return viewOf(h.starts, v)
+}
+
 // viewOf returns the view applied op v was ordered in, from history h
 // (sorted by op); ok false if h does not reach back to v (ops applied
 // before the history existed).
@@ -110,6 +128,7 @@ func (a *applier) loadMarks() error {
 		return fmt.Errorf("vrshard: load view history: %w", err)
 	}
 	a.views = h
+	a.viewTop = a.mark // the rows were written with the ops they describe
 	a.viewsChanged = true
 	return nil
 }
@@ -118,12 +137,15 @@ func (a *applier) loadMarks() error {
 // row when the view differs from the last applied op's. Called for every
 // committed entry, in op order, before flush.
 func (a *applier) noteView(v, view uint64) {
+	if v > a.viewTop {
+		a.viewTop = v
+		a.viewsChanged = true
+	}
 	if n := len(a.views); n > 0 && (a.views[n-1].view == view || a.views[n-1].op >= v) {
 		return
 	}
 	// Copy on write: readers hold the published slice (Replica.views).
 	a.views = append(slices.Clip(a.views), viewStart{op: v, view: view})
-	a.viewsChanged = true
 	k := viewKey(v)
 	if v <= a.replayTo {
 		if vs, err := a.db.Versions(k); err == nil && len(vs) > 0 {
@@ -165,4 +187,44 @@ func engineBehind(a *applier, ws *walState) (behind bool, have uint64) {
 		return false, 0 // a legacy engine
 	}
 	return a.mark < ws.snap.Op, a.mark
+}
+
+// stampView fills in the view of res's version when the view history knows it:
+// any version this replica applied (or its engine shows). A version above
+// that — a cad or async write read from the overlay, acknowledged before
+// commit — stays without a view unless its writer set it (markAppended).
+func (r *Replica) stampView(res *shard.Result) {
+	if res.ViewKnown {
+		return
+	}
+	if v, ok := r.views.Load().opView(res.Version); ok {
+		res.View, res.ViewKnown = v, true
+	}
+}
+
+// checkSessionViews fails a session whose token names, at a version this
+// replica has applied, a view other than the one its op there was ordered
+// in: the write or read the session saw was dropped by a view change (an
+// acknowledged cad or async write that no majority held when the view
+// changed) and its op number went to another write. Serving the session
+// would return state without its own write. Only applied ops are compared:
+// they are committed, so a mismatch is final. Call it once applied >= the
+// token's versions (waitSession).
+func (r *Replica) checkSessionViews(s shard.Session) error {
+	h := r.views.Load()
+	for _, p := range [2]struct {
+		what  string
+		v     uint64
+		view  uint64
+		known bool
+	}{{"wrote", s.LastWrite, s.WriteView, s.WriteViewKnown}, {"read", s.MaxRead, s.ReadView, s.ReadViewKnown}} {
+		if !p.known {
+			continue
+		}
+		if view, ok := h.opView(p.v); ok && view != p.view {
+			return fmt.Errorf("%w: the session %s version %d of view %d, but op %d was committed in view %d (a view change dropped the write before a majority held it); start a new session",
+				shard.ErrSessionLost, p.what, p.v, p.view, p.v, view)
+		}
+	}
+	return nil
 }

@@ -89,6 +89,14 @@ func (r *Replica) CheckDurability(d level.Durability) error {
 
 // Read serves a read at level c for session s.
 func (r *Replica) Read(ctx context.Context, op shard.Op, c level.Consistency, s shard.Session) (shard.Result, error) {
+	res, err := r.serveRead(ctx, op, c, s)
+	if err == nil {
+		r.stampView(&res)
+	}
+	return res, err
+}
+
+func (r *Replica) serveRead(ctx context.Context, op shard.Op, c level.Consistency, s shard.Session) (shard.Result, error) {
 	if err := ctx.Err(); err != nil {
 		return shard.Result{}, err
 	}
@@ -107,7 +115,9 @@ func (r *Replica) Read(ctx context.Context, op shard.Op, c level.Consistency, s 
 	case needsLeader(c):
 		return r.leaderRead(ctx, op)
 	case c.Kind == level.Session && !r.mut.ignoreSession:
-		err = r.waitSession(ctx, s.Need())
+		if err = r.waitSession(ctx, s.Need()); err == nil && !r.mut.noSessionViews {
+			err = r.checkSessionViews(s)
+		}
 	}
 	if err != nil {
 		return shard.Result{}, err
@@ -372,7 +382,9 @@ func (r *Replica) TryRead(op shard.Op, c level.Consistency) (shard.Result, bool)
 		c = level.ConsLinearizable
 	}
 	if c.Kind == level.CrossClientMonotonic && r.opts.FollowerReads && !r.isLeader.Load() {
-		return r.tryFollowerRead(op)
+		res, ok := r.tryFollowerRead(op)
+		r.stampView(&res)
+		return res, ok
 	}
 	if !needsLeader(c) || r.mut.followerLinearizable || r.CheckConsistency(c) != nil || !r.localLease() {
 		return shard.Result{}, false
@@ -383,6 +395,7 @@ func (r *Replica) TryRead(op shard.Op, c level.Consistency) (shard.Result, bool)
 	}
 	r.st.leaseReads.Add(1)
 	r.st.localReads.Add(1)
+	r.stampView(&res)
 	return res, true
 }
 

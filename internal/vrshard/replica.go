@@ -350,6 +350,11 @@ type mutations struct {
 	// that reads right after a cad, async or ordered sync write gets that
 	// error whenever the commit is slower than FollowerWait.
 	sessionWaitLimited bool
+	// noSessionViews: a session read does not compare the token's views
+	// with the views of this replica's ops (checkSessionViews): a session
+	// whose cad or async write a view change dropped is served state
+	// without it once its op number holds another write.
+	noSessionViews bool
 	// noLeaderWake: publish does not wake waiting readers when leadership
 	// changes, so a session read waiting at a deposed leader for an op of
 	// its log waits until an apply or RequestTimeout instead of redirecting.
@@ -625,7 +630,7 @@ type Replica struct {
 	failErr  atomic.Pointer[error]
 	// views is the view history of the applied ops (engine_mark.go), for
 	// session reads; published before the engine shows the ops.
-	views     atomic.Pointer[[]viewStart]
+	views     atomic.Pointer[viewHist]
 	closeOnce sync.Once
 	notifyMu  sync.Mutex
 	notify    chan struct{} // closed and replaced when applied advances or leadership changes (wake)
@@ -1556,8 +1561,7 @@ func (r *Replica) publishViews() {
 		return
 	}
 	r.app.viewsChanged = false
-	h := r.app.views
-	r.views.Store(&h)
+	r.views.Store(&viewHist{starts: r.app.views, top: r.app.viewTop})
 }
 
 func (r *Replica) setApplied(op uint64) {
@@ -1866,6 +1870,7 @@ func (r *Replica) Apply(ctx context.Context, reqs []shard.WriteReq) (shard.Pendi
 	early := false
 	for i := range reqs {
 		reqs[i].Result, reqs[i].Err = ps[i].ores, ps[i].oerr
+		r.stampView(&reqs[i].Result)
 		early = early || ps[i].early
 	}
 	if !early {

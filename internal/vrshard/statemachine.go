@@ -75,6 +75,7 @@ type applier struct {
 	mark         uint64
 	markTop      uint64 // the newest version of appliedKey, deleted or not
 	views        []viewStart
+	viewTop      uint64 // the last op views covers
 	viewsChanged bool
 	// nreserved is reservedRows as of the last Append, for Status.
 	nreserved atomic.Int64
