@@ -32,10 +32,14 @@ var (
 	// ErrClosed: the Client was closed.
 	ErrClosed = errors.New("kefir: client closed")
 	// ErrSessionLost: the Session saw a write that a crash of a single node took
-	// back (an async or cad write acknowledged before it was durable). The server
-	// refuses to serve it rather than answer without the session's own writes;
-	// start a new Session. Not retryable.
+	// back (an async or cad write acknowledged before it was durable), or, in a
+	// replica group, that a view change dropped and whose op number went to
+	// another write. The server refuses to serve it rather than answer without
+	// the session's own writes; start a new Session. Not retryable.
 	ErrSessionLost = errors.New("kefir: session lost writes in a crash")
+	// ErrBadSessionToken: Session.Resume was given a token this client cannot
+	// read (the error says why).
+	ErrBadSessionToken = errors.New("kefir: bad session token")
 )
 
 // notIntegerMsg is Redis's reply text, after the prefix, for INCR on a

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,10 +36,22 @@ func (s *Session) SetToken(token string) {
 	s.token = token
 }
 
+// Resume is SetToken for a token from elsewhere (another process, a store): it
+// refuses, with an error wrapping ErrBadSessionToken that says what is wrong, a
+// token this client cannot read, instead of sending it with every call.
+func (s *Session) Resume(token string) error {
+	if _, err := parseToken(token); err != nil {
+		return err
+	}
+	s.SetToken(token)
+	return nil
+}
+
 // advance merges a token from a reply. Replies of concurrent calls can arrive in
-// any order; for tokens in today's format (v1.<lastWrite>.<maxRead>) the merge
-// takes the larger of each part, so the session never moves backwards. A token in
-// a format this client does not know replaces the current one.
+// any order; for tokens in the formats this client knows the merge takes the
+// larger version of each part (with its view), so the session never moves
+// backwards. A token in a format this client does not know replaces the current
+// one.
 func (s *Session) advance(token string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -50,29 +63,111 @@ func (s *Session) advance(token string) {
 }
 
 func mergeTokens(a, b string) (string, bool) {
-	aw, ar, okA := parseV1(a)
-	bw, br, okB := parseV1(b)
-	switch {
-	case a == "":
+	if a == "" {
 		return b, true
-	case !okA || !okB:
+	}
+	ta, errA := parseToken(a)
+	tb, errB := parseToken(b)
+	if errA != nil || errB != nil {
 		return "", false
 	}
-	return "v1." + strconv.FormatUint(max(aw, bw), 10) + "." + strconv.FormatUint(max(ar, br), 10), true
+	ta.write = ta.write.merge(tb.write)
+	ta.read = ta.read.merge(tb.read)
+	return ta.String(), true
 }
 
-func parseV1(t string) (write, read uint64, ok bool) {
-	rest, found := strings.CutPrefix(t, "v1.")
-	if !found {
-		return 0, 0, false
+// A session token (the server's formats; internal/shard session.go, which a
+// test keeps this parser in step with):
+//
+//	v1.<lastWrite>.<maxRead>
+//	v2.<lastWrite>.<writeView>.<maxRead>.<readView>
+//
+// A view is the replica group's view the version's op was ordered in, "-" when
+// unknown; the server answers a session whose write a view change dropped with
+// ErrSessionLost. A token without any known view is written as v1.
+type token struct{ write, read tokenPart }
+
+type tokenPart struct {
+	version, view uint64
+	known         bool // view is known
+}
+
+// merge returns the later of two parts: the higher version, with its view;
+// at an equal version a known view wins over an unknown one.
+func (p tokenPart) merge(q tokenPart) tokenPart {
+	if q.version > p.version || (q.version == p.version && !p.known && q.known) {
+		return q
 	}
-	ws, rs, found := strings.Cut(rest, ".")
-	if !found {
-		return 0, 0, false
+	return p
+}
+
+const maxTokenLen = 256
+
+func parseToken(t string) (token, error) {
+	bad := func(why string) (token, error) {
+		return token{}, fmt.Errorf("%w %q: %s", ErrBadSessionToken, t, why)
 	}
-	w, err1 := strconv.ParseUint(ws, 10, 64)
-	r, err2 := strconv.ParseUint(rs, 10, 64)
-	return w, r, err1 == nil && err2 == nil
+	if len(t) > maxTokenLen {
+		return bad(fmt.Sprintf("longer than %d bytes", maxTokenLen))
+	}
+	if t == "" {
+		return token{}, nil
+	}
+	var tok token
+	if rest, ok := strings.CutPrefix(t, "v2."); ok {
+		parts := strings.Split(rest, ".")
+		if len(parts) != 4 {
+			return bad("want v2.<lastWrite>.<writeView>.<maxRead>.<readView>")
+		}
+		var errs [4]error
+		tok.write.version, errs[0] = strconv.ParseUint(parts[0], 10, 64)
+		tok.write.view, tok.write.known, errs[1] = parseTokenView(parts[1])
+		tok.read.version, errs[2] = strconv.ParseUint(parts[2], 10, 64)
+		tok.read.view, tok.read.known, errs[3] = parseTokenView(parts[3])
+		for _, err := range errs {
+			if err != nil {
+				return bad("versions must be decimal, views decimal or -")
+			}
+		}
+		return tok, nil
+	}
+	rest, ok := strings.CutPrefix(t, "v1.")
+	if !ok {
+		return bad("want v1.<lastWrite>.<maxRead> or v2.<lastWrite>.<writeView>.<maxRead>.<readView>")
+	}
+	ws, rs, ok := strings.Cut(rest, ".")
+	if !ok {
+		return bad("want v1.<lastWrite>.<maxRead>")
+	}
+	var err1, err2 error
+	tok.write.version, err1 = strconv.ParseUint(ws, 10, 64)
+	tok.read.version, err2 = strconv.ParseUint(rs, 10, 64)
+	if err1 != nil || err2 != nil {
+		return bad("versions must be decimal")
+	}
+	return tok, nil
+}
+
+func parseTokenView(s string) (uint64, bool, error) {
+	if s == "-" {
+		return 0, false, nil
+	}
+	v, err := strconv.ParseUint(s, 10, 64)
+	return v, err == nil, err
+}
+
+func (t token) String() string {
+	if !t.write.known && !t.read.known {
+		return "v1." + strconv.FormatUint(t.write.version, 10) + "." + strconv.FormatUint(t.read.version, 10)
+	}
+	view := func(p tokenPart) string {
+		if !p.known {
+			return "-"
+		}
+		return strconv.FormatUint(p.view, 10)
+	}
+	return "v2." + strconv.FormatUint(t.write.version, 10) + "." + view(t.write) + "." +
+		strconv.FormatUint(t.read.version, 10) + "." + view(t.read)
 }
 
 // Get is Client.Get within the session.

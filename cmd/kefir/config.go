@@ -233,6 +233,15 @@ var serverOptions = []option{
 			c.CadSyncDelay, err = parseHoldDelay(v, 100*time.Millisecond)
 			return err
 		}},
+	{"replication-checkpoint-ops", "20000", "Replicated mode: take a checkpoint (sync the storage engine, start a new replication log segment holding the snapshot point, drop the older ones) after this many applied operations (or 64 MiB of log). Lower: a smaller log to replay on restart, more engine fsyncs.",
+		func(c *serverConfig, v string) error {
+			n, err := strconv.ParseUint(v, 10, 64)
+			if err == nil && n == 0 {
+				err = errors.New("must be at least 1")
+			}
+			c.CheckpointOps = n
+			return err
+		}},
 	{"fsync-extra-delay", "0", "Benchmarks only: sleep this long after every fsync (engine and replication logs), before the data counts as durable, to emulate a slower disk than this machine's — e.g. 1ms to 3ms for the SSDs of the CAD paper's experiments (docs/benchmarks.md). The real fsync still happens first, so nothing is reported durable that is not. 0: none; at most 100ms.",
 		func(c *serverConfig, v string) error {
 			d, err := time.ParseDuration(v)

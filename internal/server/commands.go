@@ -558,7 +558,8 @@ func (c *conn) config(args [][]byte) error {
 // newest version is a recent deletion are still counted until compaction, so the
 // number can run high (documented for DBSIZE and INFO keyspace).
 func (s *Server) approxKeys() int64 {
-	n := int64(s.db.Stats().Keys) - int64(s.shard.Status().Clients)
+	st := s.shard.Status()
+	n := int64(s.db.Stats().Keys) - int64(st.Clients) - int64(st.Reserved)
 	return max(n, 0)
 }
 

@@ -130,6 +130,10 @@ type Config struct {
 	// may wait for a later fsync to cover it (negative: never; 0: the
 	// default, 2ms; vrshard Options.CadSyncDelay).
 	CadSyncDelay time.Duration
+	// CheckpointOps: the replica checkpoints (engine sync, new replication
+	// log segment) after this many applied ops (0: vrshard's default, 20000;
+	// vrshard Options.CheckpointOps).
+	CheckpointOps uint64
 	// FsyncExtraDelay emulates a slower disk for benchmarks: every fsync of
 	// the engine's log and of the replication log is followed by a sleep this
 	// long on the goroutine that synced, before anything learns it is done,

@@ -114,6 +114,7 @@ func (s *Server) openReplica() (*vrshard.Replica, error) {
 		},
 		NilextSyncDelay: cfg.NilextSyncDelay,
 		CadSyncDelay:    cfg.CadSyncDelay,
+		CheckpointOps:   cfg.CheckpointOps,
 		Bootstrap:       cfg.Bootstrap,
 		Nilext:          cfg.Nilext,
 		FollowerReads:   cfg.FollowerReads,

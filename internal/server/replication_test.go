@@ -264,7 +264,8 @@ INCR n => (integer) 1
 
 	// A session read at the follower sees the session's own forwarded write.
 	reply := fc.do("KEFIR.CALL", "SESSION", "", "CMD", "SET", "sk", "sv")
-	if !strings.HasPrefix(reply, `["v1.`) || !strings.HasSuffix(reply, `OK]`) {
+	// A replica group's token names the view of the write's op (v2).
+	if !strings.HasPrefix(reply, `["v2.`) || !strings.HasSuffix(reply, `OK]`) {
 		t.Fatalf("forwarded write with session: %s", reply)
 	}
 	tok := strings.Trim(strings.SplitN(reply, ",", 2)[0], `["`)

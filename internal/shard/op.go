@@ -100,6 +100,14 @@ type Result struct {
 	// Version is the version the operation wrote, or the highest version it read
 	// (0 if it saw nothing); sessions advance by it.
 	Version uint64
+	// View, if ViewKnown, is the view whose log the op numbered Version was
+	// ordered in (a replicated shard, where versions are op numbers): a view
+	// change can drop an acknowledged cad or async write and give its number
+	// to another op, and a session token carrying the view tells them apart
+	// (ErrSessionLost). Unknown on a single node, whose versions are never
+	// reused (versions.go).
+	View      uint64
+	ViewKnown bool
 }
 
 // Errors callers branch on. The server maps them to RESP prefixes
@@ -115,8 +123,10 @@ var (
 	// (after a crash lost unsynced writes, or a replica that lags).
 	ErrSessionAhead = errors.New("session token is ahead of this replica")
 	// ErrSessionLost means the session saw a version that a crash took back
-	// (an async or cad write acknowledged before it was durable): serving it
-	// would silently drop its own writes. The client must start a new session.
+	// (an async or cad write acknowledged before it was durable), or, in a
+	// replica group, whose op a view change dropped and gave to another write:
+	// serving it would silently drop its own writes. The client must start a
+	// new session.
 	ErrSessionLost = errors.New("session token refers to writes lost in a crash")
 	ErrUnavailable = errors.New("shard unavailable")
 	ErrClosed      = errors.New("shard closed")

@@ -170,10 +170,14 @@ type Status struct {
 	LastPos     uint64
 	DurablePos  uint64
 	Clients     int
-	Writes      uint64
-	Syncs       uint64
-	ReadSyncs   uint64
-	Deduped     uint64
+	// Reserved counts the other reserved keys the engine counts among its
+	// keys (a replicated shard's applied mark and view history); DBSIZE
+	// subtracts them too.
+	Reserved  int
+	Writes    uint64
+	Syncs     uint64
+	ReadSyncs uint64
+	Deduped   uint64
 }
 
 // ReservedPrefix starts the keys the shard keeps for itself (the client table). User

@@ -294,7 +294,7 @@ func (r *Replica) indexEarly(es []vr.Entry) {
 			// indexed, like any write acknowledged at apply (§12).
 			delete(r.ordEarly, k)
 			r.late = append(r.late, *e)
-			r.appended = append(r.appended, appendedWrite{k, e.Op})
+			r.appended = append(r.appended, appendedWrite{k, e.Op, e.View})
 			continue
 		}
 		if ks, ok := r.early[k]; ok {
@@ -303,7 +303,7 @@ func (r *Replica) indexEarly(es []vr.Entry) {
 			if !r.mut.noEarlyIndex {
 				r.upd.add(e.Op, ks)
 			}
-			r.appended = append(r.appended, appendedWrite{k, e.Op})
+			r.appended = append(r.appended, appendedWrite{k, e.Op, e.View})
 		} else {
 			r.late = append(r.late, *e)
 		}
@@ -371,8 +371,9 @@ func (r *Replica) dropLate(n int) {
 
 // appendedWrite is an early-acknowledged write the leader just appended.
 type appendedWrite struct {
-	id idKey
-	op uint64
+	id   idKey
+	op   uint64
+	view uint64 // the view its entry was ordered in
 }
 
 // markAppended answers, at their ordered point, the writes indexEarly saw
@@ -392,7 +393,10 @@ func (r *Replica) markAppended() {
 					r.overlay(a.op, p.op, !p.async)
 				}
 				p.early = true
-				p.markOrdered(shard.Result{Kind: shard.ResOK, Version: a.op}, nil)
+				// The view goes into the session token: if a view change
+				// drops the write and gives op a.op to another one, a
+				// session read can tell (checkSessionViews).
+				p.markOrdered(shard.Result{Kind: shard.ResOK, Version: a.op, View: a.view, ViewKnown: true}, nil)
 			}
 		}
 	}

@@ -60,9 +60,11 @@ func (r *Replica) ReadDeferred(ctx context.Context, op shard.Op, c level.Consist
 		return shard.Result{}, shard.Pending{}, err
 	}
 	if ack != nil {
+		r.stampView(&res)
 		return res, shard.Pending{Acks: []shard.Ack{ack}}, nil
 	}
 	res, err = r.leaderServe(ctx, op)
+	r.stampView(&res)
 	return res, shard.Pending{}, err
 }
 

@@ -3,6 +3,7 @@ package vrshard
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
@@ -88,6 +89,14 @@ func (r *Replica) CheckDurability(d level.Durability) error {
 
 // Read serves a read at level c for session s.
 func (r *Replica) Read(ctx context.Context, op shard.Op, c level.Consistency, s shard.Session) (shard.Result, error) {
+	res, err := r.serveRead(ctx, op, c, s)
+	if err == nil {
+		r.stampView(&res)
+	}
+	return res, err
+}
+
+func (r *Replica) serveRead(ctx context.Context, op shard.Op, c level.Consistency, s shard.Session) (shard.Result, error) {
 	if err := ctx.Err(); err != nil {
 		return shard.Result{}, err
 	}
@@ -106,7 +115,9 @@ func (r *Replica) Read(ctx context.Context, op shard.Op, c level.Consistency, s 
 	case needsLeader(c):
 		return r.leaderRead(ctx, op)
 	case c.Kind == level.Session && !r.mut.ignoreSession:
-		err = r.waitSession(ctx, s.Need())
+		if err = r.waitSession(ctx, s.Need()); err == nil && !r.mut.noSessionViews {
+			err = r.checkSessionViews(s)
+		}
 	}
 	if err != nil {
 		return shard.Result{}, err
@@ -371,7 +382,9 @@ func (r *Replica) TryRead(op shard.Op, c level.Consistency) (shard.Result, bool)
 		c = level.ConsLinearizable
 	}
 	if c.Kind == level.CrossClientMonotonic && r.opts.FollowerReads && !r.isLeader.Load() {
-		return r.tryFollowerRead(op)
+		res, ok := r.tryFollowerRead(op)
+		r.stampView(&res)
+		return res, ok
 	}
 	if !needsLeader(c) || r.mut.followerLinearizable || r.CheckConsistency(c) != nil || !r.localLease() {
 		return shard.Result{}, false
@@ -382,6 +395,7 @@ func (r *Replica) TryRead(op shard.Op, c level.Consistency) (shard.Result, bool)
 	}
 	r.st.leaseReads.Add(1)
 	r.st.localReads.Add(1)
+	r.stampView(&res)
 	return res, true
 }
 
@@ -668,6 +682,8 @@ func (r *Replica) Status() shard.Status {
 		// The client table's rows in the engine, which the engine counts
 		// among its keys (DBSIZE subtracts them).
 		Clients: int(r.app.nrows.Load()),
+		// The applied mark and the view history (engine_mark.go).
+		Reserved: int(r.app.nreserved.Load()),
 	}
 }
 
@@ -741,6 +757,9 @@ func (r *Replica) restore(s *vr.Snapshot) error {
 			return fmt.Errorf("vrshard: snapshot at %d: %w", s.Op, ErrCorruptEntry)
 		}
 		in[string(k)] = struct{}{}
+		if bytes.Equal(k, appliedKey) {
+			continue // the sender's mark: this engine's is written below
+		}
 		if vs, err := r.db.Versions(k); err == nil && len(vs) > 0 && vs[0].Version >= ver {
 			continue // same history: the engine has this version or a later one
 		}
@@ -755,7 +774,7 @@ func (r *Replica) restore(s *vr.Snapshot) error {
 	// up to s.Op.
 	var dels []storage.Record
 	err := r.db.Scan(nil, nil, 0, 0, func(k []byte, v storage.Value) bool {
-		if _, ok := in[string(k)]; !ok && v.Version < s.Op {
+		if _, ok := in[string(k)]; !ok && v.Version < s.Op && !bytes.Equal(k, appliedKey) {
 			dels = append(dels, storage.Record{Key: append([]byte(nil), k...), Version: s.Op, Tombstone: true})
 		}
 		return true
@@ -764,6 +783,10 @@ func (r *Replica) restore(s *vr.Snapshot) error {
 		return fmt.Errorf("vrshard: restore snapshot: scan: %w", err)
 	}
 	recs = append(recs, dels...)
+	if s.Op > r.app.markTop {
+		// Last, so the engine holds it only with the state before it.
+		recs = append(recs, storage.Record{Key: appliedKey, Value: binary.BigEndian.AppendUint64(nil, s.Op), Version: s.Op})
+	}
 	if err := flush(); err != nil {
 		return err
 	}
@@ -774,6 +797,11 @@ func (r *Replica) restore(s *vr.Snapshot) error {
 	if err := r.app.loadRows(); err != nil {
 		return err
 	}
+	if err := r.app.loadMarks(); err != nil {
+		return err
+	}
+	r.publishViews()
+	r.app.nreserved.Store(int64(r.app.reservedRows()))
 	r.upd.raiseFloor(max(s.Op, r.db.LastVersion()))
 	r.setApplied(s.Op)
 	r.sinceCkpt = 0

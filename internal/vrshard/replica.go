@@ -350,6 +350,11 @@ type mutations struct {
 	// that reads right after a cad, async or ordered sync write gets that
 	// error whenever the commit is slower than FollowerWait.
 	sessionWaitLimited bool
+	// noSessionViews: a session read does not compare the token's views
+	// with the views of this replica's ops (checkSessionViews): a session
+	// whose cad or async write a view change dropped is served state
+	// without it once its op number holds another write.
+	noSessionViews bool
 	// noLeaderWake: publish does not wake waiting readers when leadership
 	// changes, so a session read waiting at a deposed leader for an op of
 	// its log waits until an apply or RequestTimeout instead of redirecting.
@@ -581,6 +586,7 @@ type Replica struct {
 	ckptRunning bool
 	ckptOp      uint64
 	ckptClients []vr.ClientRecord
+	ckptMarked  bool   // the engine held its applied mark when the checkpoint's sync began
 	ckptGen     uint64 // bumped to cancel a running checkpoint
 	ckptOut     int    // engine fsyncs started and not yet received
 	ckptDone    chan ckptResult
@@ -614,14 +620,17 @@ type Replica struct {
 	// lastOp is the last op in the log: set when a Ready's entries are
 	// written, before any of them is answered (markAppended, earlyAcks), so
 	// a token carrying an op this leader answered never exceeds it.
-	lastOp    atomic.Uint64
-	leader    atomic.Uint64
-	isLeader  atomic.Bool
-	status    atomic.Uint32
-	view      atomic.Uint64
-	dlogLen   atomic.Int64
-	localSeq  atomic.Uint64
-	failErr   atomic.Pointer[error]
+	lastOp   atomic.Uint64
+	leader   atomic.Uint64
+	isLeader atomic.Bool
+	status   atomic.Uint32
+	view     atomic.Uint64
+	dlogLen  atomic.Int64
+	localSeq atomic.Uint64
+	failErr  atomic.Pointer[error]
+	// views is the view history of the applied ops (engine_mark.go), for
+	// session reads; published before the engine shows the ops.
+	views     atomic.Pointer[viewHist]
 	closeOnce sync.Once
 	notifyMu  sync.Mutex
 	notify    chan struct{} // closed and replaced when applied advances or leadership changes (wake)
@@ -712,6 +721,27 @@ func Open(opts Options) (*Replica, error) {
 		w.close()
 		return nil, fmt.Errorf("vrshard: Bootstrap refused: %s has no replication log but its engine holds version %d; start without Bootstrap to recover from the group", opts.Dir, db.LastVersion())
 	}
+	r.app = newApplier(db)
+	r.app.appendUnchecked = r.mut.appendUnchecked
+	if err := r.app.loadMarks(); err != nil {
+		db.Close()
+		w.close()
+		return nil, err
+	}
+	engineLost := false
+	if behind, have := engineBehind(r.app, &ws); behind {
+		// The engine lacks ops the log no longer has (its snapshot point says
+		// they are in the engine): a deleted engine directory, a lost
+		// device. Replaying the log would leave holes that this replica
+		// would serve, vote with and send in snapshots. It recovers from the
+		// group instead, as a wiped replica does: its log is dropped (it is
+		// rewritten below, marked recovering) and state transfer fills the
+		// engine (restore keeps what it still holds).
+		r.log.Warn("engine is behind the replication log's snapshot point: recovering from the group",
+			"engine_applied", have, "snapshot_op", ws.snap.Op, "engine_version", db.LastVersion())
+		ws = walState{empty: true}
+		engineLost = true
+	}
 	st := vr.State{HardState: ws.hs, Entries: ws.entries, DLog: ws.dlog}
 	if ws.snap.Op > 0 || len(ws.snap.Clients) > 0 {
 		s := ws.snap
@@ -721,7 +751,7 @@ func Open(opts Options) (*Replica, error) {
 	// its prepare-ok sequence numbers from it (vr cadState.init).
 	st.Nonce = rand.Uint64() | 1
 	switch {
-	case ws.empty && opts.Bootstrap:
+	case ws.empty && opts.Bootstrap && !engineLost:
 		st.Bootstrap = true
 	case ws.empty || ws.recovering:
 		// The disk lacks what this replica may have promised: recover from
@@ -739,14 +769,14 @@ func Open(opts Options) (*Replica, error) {
 	r.cfg = core.Config()
 	r.lastHS = ws.hs
 	r.tail = ws.entries
-	r.app = newApplier(db)
-	r.app.appendUnchecked = r.mut.appendUnchecked
 	if err := r.app.loadRows(); err != nil {
 		db.Close()
 		w.close()
 		return nil, err
 	}
 	r.applied.Store(ws.snap.Op)
+	r.publishViews()
+	r.app.nreserved.Store(int64(r.app.reservedRows()))
 	// The engine may hold ops the index never saw (applied before this
 	// start; they are re-applied, and indexed, as the log replays).
 	r.upd = newKeyUpdates(max(ws.snap.Op, db.LastVersion()))
@@ -754,6 +784,7 @@ func Open(opts Options) (*Replica, error) {
 	r.early = map[idKey][][]byte{}
 	r.ordEarly = map[idKey]struct{}{}
 	if ws.empty {
+		w.marked = false // a new log: no engine sync has covered the mark yet
 		w.addSnapshot(0, nil)
 		w.addFlags(r.recovering)
 		w.addHardState(vr.HardState{})
@@ -1253,6 +1284,7 @@ func (r *Replica) handle(rd *vr.Ready) error {
 			return err
 		}
 		r.wal.buf = r.wal.buf[:0]
+		r.wal.marked = true // restore synced the engine with its mark at s.Op
 		r.wal.addSnapshot(s.Op, s.Clients)
 		r.wal.addFlags(r.recovering)
 		r.wal.addHardState(r.lastHS)
@@ -1464,6 +1496,7 @@ func (r *Replica) apply(cs []vr.Committed) error {
 	self := r.cfg.Self
 	for i := range cs {
 		c := &cs[i]
+		r.app.noteView(c.Op, c.View)
 		if c.Duplicate || len(c.Data) == 0 {
 			continue
 		}
@@ -1496,6 +1529,10 @@ func (r *Replica) apply(cs []vr.Committed) error {
 	}
 	last := cs[len(cs)-1].Op
 	r.engineTop.Store(max(r.engineTop.Load(), last))
+	r.app.markApplied(last)
+	// Before the engine shows the batch: a reader that sees a version there
+	// finds its view (a session token's, read.go).
+	r.publishViews()
 	if err := r.app.flush(); err != nil {
 		return err
 	}
@@ -1516,6 +1553,15 @@ func (r *Replica) apply(cs []vr.Committed) error {
 		l.p.finish(l.res, l.err)
 	}
 	return nil
+}
+
+// publishViews publishes the applier's view history if it changed.
+func (r *Replica) publishViews() {
+	if !r.app.viewsChanged {
+		return
+	}
+	r.app.viewsChanged = false
+	r.views.Store(&viewHist{starts: r.app.views, top: r.app.viewTop})
 }
 
 func (r *Replica) setApplied(op uint64) {
@@ -1656,6 +1702,7 @@ func (r *Replica) maybeCheckpoint() {
 	r.ckptRunning = true
 	r.ckptOp = r.applied.Load()
 	r.ckptClients = r.core.ClientTable()
+	r.ckptMarked = r.app.mark > 0 // appended before the sync below starts
 	r.ckptGen++
 	r.ckptOut++
 	r.sinceCkpt = 0
@@ -1679,6 +1726,9 @@ func (r *Replica) finishCheckpoint(res ckptResult) error {
 		return err
 	}
 	r.wal.addSnapshot(op, r.ckptClients)
+	// The engine sync covered its applied mark (>= op): from now on an
+	// engine without one has lost its state (engineBehind).
+	r.wal.marked = r.wal.marked || r.ckptMarked
 	r.wal.addFlags(false)
 	k := 0
 	for k < len(r.tail) && r.tail[k].Op <= op {
@@ -1820,6 +1870,7 @@ func (r *Replica) Apply(ctx context.Context, reqs []shard.WriteReq) (shard.Pendi
 	early := false
 	for i := range reqs {
 		reqs[i].Result, reqs[i].Err = ps[i].ores, ps[i].oerr
+		r.stampView(&reqs[i].Result)
 		early = early || ps[i].early
 	}
 	if !early {

@@ -68,6 +68,17 @@ type applier struct {
 	// among its keys, and DBSIZE must not (docs/design/client-table.md).
 	rows  map[uint64]uint64
 	nrows atomic.Int64
+
+	// mark is the version of the engine's applied mark (0: none) and views
+	// the view history (engine_mark.go); viewsChanged says views changed
+	// since the driver last published it.
+	mark         uint64
+	markTop      uint64 // the newest version of appliedKey, deleted or not
+	views        []viewStart
+	viewTop      uint64 // the last op views covers
+	viewsChanged bool
+	// nreserved is reservedRows as of the last Append, for Status.
+	nreserved atomic.Int64
 }
 
 func newApplier(db *storage.DB) *applier {
@@ -124,6 +135,7 @@ func (a *applier) begin() {
 // flush appends the batch's records with one Append (no fsync: the VR log is
 // the durable copy; see doc.go).
 func (a *applier) flush() error {
+	a.nreserved.Store(int64(a.reservedRows()))
 	if len(a.recs) == 0 {
 		a.nrows.Store(int64(len(a.rows))) // a replay may change rows and stage nothing
 		return nil

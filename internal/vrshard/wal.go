@@ -66,7 +66,7 @@ const (
 	recHardState = 2 // view, last normal view, commit uvarints
 	recTruncate  = 3 // op uvarint: discard entries after it
 	recSnapshot  = 4 // op uvarint, count uvarint, per client: client, reqnum, op, result
-	recFlags     = 5 // flags byte: 1 = recovering (the replica has not finished VR recovery)
+	recFlags     = 5 // flags byte: 1 = recovering (the replica has not finished VR recovery), 2 = engine marked (below)
 
 	walHeader = 9 // format 1 record header
 
@@ -93,7 +93,12 @@ type walState struct {
 	entries    []vr.Entry
 	hs         vr.HardState
 	recovering bool
-	dlog       []vr.NilextRequest // nilext d-log records (nilext.go)
+	// engineMarked: the engine was synced holding its applied-op mark
+	// (statemachine.go appliedKey) before this log's snapshot point was
+	// written, so an engine without the mark has lost its state. Logs
+	// written before the mark existed lack the flag.
+	engineMarked bool
+	dlog         []vr.NilextRequest // nilext d-log records (nilext.go)
 }
 
 type wal struct {
@@ -109,6 +114,9 @@ type wal struct {
 	fileSize int64
 	buf      []byte // records not yet written, framed but not positioned
 	syncs    uint64
+	// marked is the engine-marked flag every flags record carries
+	// (walState.engineMarked): set once an engine sync covered the mark.
+	marked bool
 
 	cfg  walConfig
 	fill *filler
@@ -260,6 +268,7 @@ func (w *wal) recover() (walState, error) {
 	}
 	w.install(f, id, end, fileSize)
 	w.sf.synced.Store(end)
+	w.marked = st.engineMarked
 	return st, nil
 }
 
@@ -498,7 +507,9 @@ func (st *walState) apply(typ byte, p []byte) error {
 			st.entries = st.entries[:op-st.snap.Op]
 		}
 	case recFlags:
-		st.recovering = r.byte()&1 != 0
+		b := r.byte()
+		st.recovering = b&1 != 0
+		st.engineMarked = b&2 != 0
 	case recDLog:
 		return st.applyDLog(p)
 	default:
@@ -561,12 +572,14 @@ func (w *wal) addTruncate(op uint64) {
 }
 
 func (w *wal) addFlags(recovering bool) {
-	w.record(recFlags, func(b []byte) []byte {
-		if recovering {
-			return append(b, 1)
-		}
-		return append(b, 0)
-	})
+	var f byte
+	if recovering {
+		f |= 1
+	}
+	if w.marked {
+		f |= 2 // older code reads bit 0 only
+	}
+	w.record(recFlags, func(b []byte) []byte { return append(b, f) })
 }
 
 func (w *wal) addSnapshot(op uint64, clients []vr.ClientRecord) {

@@ -1,0 +1,230 @@
+package vrshard
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/kefirdb/kefir/internal/shard"
+	"github.com/kefirdb/kefir/internal/storage"
+)
+
+// What the engine records about itself, beside the state: how far it has
+// applied (the applied mark) and which view each op it applied was ordered
+// in (the view history). Both are reserved keys, written in the same engine
+// Append as the ops they describe, so they are exactly as durable as those
+// ops, travel inside snapshots (captureData copies every engine key) and
+// need nothing new from the storage engine.
+//
+// The applied mark: the replication log's snapshot point says "the engine
+// holds every op up to here" — true when the checkpoint wrote it, false once
+// the engine directory is deleted or one of its devices is lost while the
+// log survives. Open compares the two (engineBehind) and a replica whose
+// engine is below its log's snapshot point restarts as a wiped one: VR
+// recovery, then state transfer (issue 24, item 2).
+//
+// The view history: a session token names the op of a write and the view
+// that op's log entry was ordered in. A cad or async write is acknowledged
+// before it commits, and a view change can drop it and give its op number
+// to another write; a replica whose applied op at that number has another
+// view then knows the session saw a lost write (shard.ErrSessionLost)
+// instead of serving state without it.
+
+// appliedKey holds the engine's applied mark: version = the last op of the
+// latest apply batch (or snapshot) the engine holds. It is the last record
+// of every batch, so an engine that recovered it recovered the batch (the
+// engine recovers a prefix of what was appended).
+var appliedKey = append(append([]byte(nil), shard.ReservedPrefix...), "vrapplied"...)
+
+// viewPrefix keys the view history: one row per op at which the views of
+// applied ops change, viewPrefix + op (big-endian), value the view (uvarint),
+// version the op.
+var viewPrefix = append(append([]byte(nil), shard.ReservedPrefix...), "vrview/"...)
+
+// viewEnd ends the range of view rows (viewPrefix with '/' incremented).
+var viewEnd = append(append([]byte(nil), shard.ReservedPrefix...), "vrview0"...)
+
+func viewKey(op uint64) []byte {
+	k := make([]byte, len(viewPrefix)+8)
+	copy(k, viewPrefix)
+	binary.BigEndian.PutUint64(k[len(viewPrefix):], op)
+	return k
+}
+
+// viewStart says that the applied ops from op on (up to the next start)
+// were ordered in view.
+type viewStart struct{ op, view uint64 }
+
+// viewHist is the published view history: starts covers the applied ops up
+// to top (and the ops the engine may show ahead of applied: it is published
+// before each apply batch is written).
+type viewHist struct {
+	starts []viewStart
+	top    uint64
+}
+
+// opView returns the view op v was ordered in if the history knows it: v is
+// covered (<= top) and not older than the history (ops applied before the
+// engine recorded views).
+func (h *viewHist) opView(v uint64) (uint64, bool) {
+	if h == nil || v == 0 || v > h.top {
+		return 0, false
+	}
+	return viewOf(h.starts, v)
+}
+
+// viewOf returns the view applied op v was ordered in, from history h
+// (sorted by op); ok false if h does not reach back to v (ops applied
+// before the history existed).
+func viewOf(h []viewStart, v uint64) (view uint64, ok bool) {
+	i, found := slices.BinarySearchFunc(h, v, func(s viewStart, v uint64) int {
+		switch {
+		case s.op < v:
+			return -1
+		case s.op > v:
+			return 1
+		}
+		return 0
+	})
+	if !found {
+		if i == 0 {
+			return 0, false
+		}
+		i--
+	}
+	return h[i].view, true
+}
+
+// loadMarks reads the applied mark and the view history from the engine: at
+// start, and after a snapshot changed the engine.
+func (a *applier) loadMarks() error {
+	a.mark = 0
+	v, err := a.db.Get(appliedKey)
+	switch {
+	case err == nil:
+		a.mark = v.Version
+	case !errors.Is(err, storage.ErrNotFound):
+		return fmt.Errorf("vrshard: read the engine's applied mark: %w", err)
+	}
+	// A later mark must be newer than any version of the key, a deleted
+	// one's too (the engine orders each key's versions).
+	if a.markTop, err = latestVersion(a.db, appliedKey); err != nil {
+		return fmt.Errorf("vrshard: read the engine's applied mark: %w", err)
+	}
+	var h []viewStart
+	err = a.db.Scan(viewPrefix, viewEnd, 0, 0, func(k []byte, v storage.Value) bool {
+		if len(k) != len(viewPrefix)+8 {
+			return true
+		}
+		view, n := binary.Uvarint(v.Data)
+		if n <= 0 {
+			return true
+		}
+		h = append(h, viewStart{op: binary.BigEndian.Uint64(k[len(viewPrefix):]), view: view})
+		return true
+	})
+	if err != nil {
+		return fmt.Errorf("vrshard: load view history: %w", err)
+	}
+	a.views = h
+	a.viewTop = a.mark // the rows were written with the ops they describe
+	a.viewsChanged = true
+	return nil
+}
+
+// noteView records that committed op v was ordered in view: a new history
+// row when the view differs from the last applied op's. Called for every
+// committed entry, in op order, before flush.
+func (a *applier) noteView(v, view uint64) {
+	if v > a.viewTop {
+		a.viewTop = v
+		a.viewsChanged = true
+	}
+	if n := len(a.views); n > 0 && (a.views[n-1].view == view || a.views[n-1].op >= v) {
+		return
+	}
+	// Copy on write: readers hold the published slice (Replica.views).
+	a.views = append(slices.Clip(a.views), viewStart{op: v, view: view})
+	k := viewKey(v)
+	if v <= a.replayTo {
+		if vs, err := a.db.Versions(k); err == nil && len(vs) > 0 {
+			return // the engine kept it
+		}
+	}
+	a.recs = append(a.recs, storage.Record{Key: k, Value: binary.AppendUvarint(nil, view), Version: v})
+}
+
+// markApplied stages the applied mark for a batch ending at op last: the
+// batch's last record.
+func (a *applier) markApplied(last uint64) {
+	if last <= a.markTop {
+		return // a replay of ops the engine holds
+	}
+	a.mark, a.markTop = last, last
+	a.recs = append(a.recs, storage.Record{Key: appliedKey, Value: binary.BigEndian.AppendUint64(nil, last), Version: last})
+}
+
+// reservedRows counts the engine keys of this file (DBSIZE subtracts them).
+func (a *applier) reservedRows() int {
+	n := len(a.views)
+	if a.mark > 0 {
+		n++
+	}
+	return n
+}
+
+// engineBehind reports whether the engine lacks ops the replication log
+// counts on: its applied mark is below the log's snapshot point. An engine
+// without a mark is lost if the log says it had one (ws.engineMarked) or if
+// it holds nothing at all while the log has a snapshot point; otherwise it
+// was written before the mark existed and is trusted, as before.
+func engineBehind(a *applier, ws *walState) (behind bool, have uint64) {
+	if ws.empty || ws.snap.Op == 0 {
+		return false, a.mark
+	}
+	if a.mark == 0 && !ws.engineMarked && a.db.LastVersion() > 0 {
+		return false, 0 // a legacy engine
+	}
+	return a.mark < ws.snap.Op, a.mark
+}
+
+// stampView fills in the view of res's version when the view history knows it:
+// any version this replica applied (or its engine shows). A version above
+// that — a cad or async write read from the overlay, acknowledged before
+// commit — stays without a view unless its writer set it (markAppended).
+func (r *Replica) stampView(res *shard.Result) {
+	if res.ViewKnown {
+		return
+	}
+	if v, ok := r.views.Load().opView(res.Version); ok {
+		res.View, res.ViewKnown = v, true
+	}
+}
+
+// checkSessionViews fails a session whose token names, at a version this
+// replica has applied, a view other than the one its op there was ordered
+// in: the write or read the session saw was dropped by a view change (an
+// acknowledged cad or async write that no majority held when the view
+// changed) and its op number went to another write. Serving the session
+// would return state without its own write. Only applied ops are compared:
+// they are committed, so a mismatch is final. Call it once applied >= the
+// token's versions (waitSession).
+func (r *Replica) checkSessionViews(s shard.Session) error {
+	h := r.views.Load()
+	for _, p := range [2]struct {
+		what  string
+		v     uint64
+		view  uint64
+		known bool
+	}{{"wrote", s.LastWrite, s.WriteView, s.WriteViewKnown}, {"read", s.MaxRead, s.ReadView, s.ReadViewKnown}} {
+		if !p.known {
+			continue
+		}
+		if view, ok := h.opView(p.v); ok && view != p.view {
+			return fmt.Errorf("%w: the session %s version %d of view %d, but op %d was committed in view %d (a view change dropped the write before a majority held it); start a new session",
+				shard.ErrSessionLost, p.what, p.v, p.view, p.v, view)
+		}
+	}
+	return nil
+}
