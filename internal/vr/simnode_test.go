@@ -397,6 +397,9 @@ func newSimReplica(o simOptions) sim.ReplicaFactory {
 		st, state := replay(recovered)
 		incarnation[id]++
 		st.Bootstrap = incarnation[id] == 1
+		// A driver that knows its disk kept every d-log record it acked
+		// (a clean stop, or only sync writes, as some scenarios have).
+		st.DLogIntact = o.nilext != nil && o.nilext.intact
 		if o.lostState && incarnation[id] > 1 {
 			// A restart (even from a wiped disk) is not a new group.
 			st.LostState = true

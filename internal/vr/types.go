@@ -138,6 +138,11 @@ type Message struct {
 	// DLog is the sender's nilext durability log, in its order: on
 	// do-view-change, and on the leader's recovery-response (nilext.go).
 	DLog []NilextRequest
+	// DLogStale (do-view-change): the sender restarted since it last became
+	// normal, and its disk may have lost d-log updates it acknowledged from
+	// memory (cad/async) before: its DLog must not count as one of the logs
+	// in d-log recovery (nilext.go, nxRecover).
+	DLogStale bool
 
 	// CAD (cad.md). On prepare-ok, Op is the follower's last op held in
 	// memory (received, counted for Acked only), Persisted its fsynced

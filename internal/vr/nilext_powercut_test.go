@@ -1,0 +1,168 @@
+package vr
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+)
+
+// Issue 24 item 3: a cad (or async) nilext update is acknowledged from
+// memory, before its d-log record is on disk. A replica that loses power
+// right after its ack restarts without the update; if its d-log still counted
+// as one of the logs RecoverDurabilityLog reads, a completed update could
+// fall under the threshold and be dropped. These scripted runs are the two
+// schedules the issue names.
+
+// powerCut replaces replica id by a new incarnation started from what a
+// power cut left on its disk: the hard state and log it had synced and the
+// d-log records listed (the cad ones it acked from memory are gone).
+func (x *nxNet) powerCut(id uint64, hs HardState, entries []Entry, dlog []NilextRequest) {
+	x.t.Helper()
+	r, err := New(nxConfig(id, len(x.rs[id].cfg.Members)), State{HardState: hs, Entries: entries, DLog: dlog})
+	if err != nil {
+		x.t.Fatal(err)
+	}
+	x.rs[id] = r
+	x.ready(id)
+}
+
+// takeDown removes replica id from the network (it keeps its memory: a
+// partition or a paused process, not a power cut) and returns it.
+func (x *nxNet) takeDown(id uint64) *Replica {
+	r := x.rs[id]
+	delete(x.rs, id)
+	x.ids = slices.DeleteFunc(x.ids, func(i uint64) bool { return i == id })
+	return r
+}
+
+func (x *nxNet) bringBack(id uint64, r *Replica) {
+	x.rs[id] = r
+	x.ids = append(x.ids, id)
+	slices.Sort(x.ids)
+}
+
+func (x *nxNet) run(rounds int) {
+	for range rounds {
+		x.tick(25 * time.Millisecond)
+		x.deliver()
+	}
+}
+
+func inLog(r *Replica, client, req uint64) bool {
+	for op := r.first; op <= r.lastOp(); op++ {
+		if e := r.entry(op); e.Client == client && e.ReqNum == req {
+			return true
+		}
+	}
+	return false
+}
+
+// TestNilextPowerCutOfLeaderKeepsCompletedCADWrite, n = 3: a cad update
+// acked by all three completes; replica 3 is cut off (it keeps the update in
+// memory), and the leader loses power before the record reached its disk.
+// The view change has only the restarted leader's d-log (without the update)
+// and replica 2's. Counting both, the threshold is 2 and the update (in one
+// log) was dropped: a completed write lost by one power cut. Only replica
+// 2's log is fresh, and one fresh log of three suffices for n = 3 (every
+// completed update is in every d-log).
+func TestNilextPowerCutOfLeaderKeepsCompletedCADWrite(t *testing.T) {
+	x := newNxNet(t, 3)
+	x.send(nxReq(10, 1, "k", false))
+	if !x.complete(10, 1) {
+		t.Fatal("cad update did not complete on three acks")
+	}
+	if x.rs[1].Info().LastOp != 0 {
+		t.Fatal("the finalizer ran: the schedule needs the update only in d-logs")
+	}
+	x.takeDown(3)
+	x.powerCut(1, HardState{}, nil, nil)
+	x.run(12)
+	l := x.rs[2]
+	if in := l.Info(); !in.IsLeader || in.View != 1 {
+		t.Fatalf("replica 2 should lead view 1 with one fresh d-log: %+v (errors %v)", in, x.errs)
+	}
+	if !inLog(l, 10, 1) {
+		t.Fatalf("completed cad update lost by one power cut: view 1's log %v", logReqs(l))
+	}
+	if in := x.rs[1].Info(); in.DLogStale {
+		t.Fatalf("replica 1 is normal in view %d, after its restart: its d-log is fresh again: %+v", in.View, in)
+	}
+}
+
+// TestNilextPowerCutWithFiveReplicasWaitsForFreshLogs, n = 5: the update is
+// acked by replicas 1–4 (the supermajority, leader 1 included); 3 and 4 are
+// cut off, and 1 loses power before the record reached its disk. Logs at
+// hand: 1 (stale, without it), 2 (with it), 5 (never had it). Counting all
+// three the threshold is 2 and the update was dropped. Two fresh logs are
+// not enough for n = 5 (the threshold must exceed half the logs), so the new
+// leader waits and says why; once 3 answers, the update is kept.
+func TestNilextPowerCutWithFiveReplicasWaitsForFreshLogs(t *testing.T) {
+	x := newNxNet(t, 5)
+	x.send(nxReq(10, 1, "k", false), 1, 2, 3, 4)
+	if !x.complete(10, 1) {
+		t.Fatal("cad update did not complete on four acks")
+	}
+	r3 := x.takeDown(3)
+	x.takeDown(4)
+	x.powerCut(1, HardState{}, nil, nil)
+	x.run(12)
+	l := x.rs[2]
+	if l.Info().IsLeader {
+		t.Errorf("view %d started from the d-logs of replicas 1 (restarted), 2 and 5: log %v", l.Info().View, logReqs(l))
+	} else {
+		var waited bool
+		for _, err := range x.errs[2] {
+			waited = waited || errors.Is(err, ErrDLogStale)
+		}
+		if !waited || l.Info().NilextStaleWaits == 0 {
+			t.Errorf("replica 2 waits without saying why: %v %+v", x.errs[2], l.Info())
+		}
+	}
+	x.bringBack(3, r3)
+	x.run(12)
+	var lead *Replica
+	for _, id := range x.ids {
+		if in := x.rs[id].Info(); in.IsLeader {
+			lead = x.rs[id]
+		}
+	}
+	if lead == nil {
+		t.Fatalf("no leader once replica 3 is back: %v", x.errs)
+	}
+	if !inLog(lead, 10, 1) {
+		t.Fatalf("completed cad update lost by one power cut: view %d's log %v", lead.Info().View, logReqs(lead))
+	}
+}
+
+// TestNilextRestartedFollowerForcesAViewChange: a follower restarted without
+// DLogIntact does not resume its view (its acks there may be lost): it moves
+// to the next view, marks its do-view-change stale, and is fresh again once
+// normal there. With DLogIntact (a clean stop) it resumes its view.
+func TestNilextRestartedFollowerForcesAViewChange(t *testing.T) {
+	x := newNxNet(t, 3)
+	x.send(nxReq(10, 1, "k", false))
+	hs := HardState{}
+	r, err := New(nxConfig(3, 3), State{HardState: hs, DLog: x.dlogDisk[3], DLogIntact: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in := r.Info(); in.Status != Normal || in.View != 0 || in.DLogStale {
+		t.Fatalf("intact follower should resume view 0: %+v", in)
+	}
+	x.powerCut(3, hs, nil, nil)
+	if in := x.rs[3].Info(); in.Status != ViewChange || in.View != 1 || !in.DLogStale {
+		t.Fatalf("restarted follower should force view 1 with a stale d-log: %+v", in)
+	}
+	x.run(12)
+	in := x.rs[2].Info()
+	if !in.IsLeader || in.View != 1 {
+		t.Fatalf("replica 2 should lead view 1: %+v", in)
+	}
+	if !inLog(x.rs[2], 10, 1) {
+		t.Fatalf("update lost: %v", logReqs(x.rs[2]))
+	}
+	if x.rs[3].Info().DLogStale {
+		t.Fatal("replica 3 still stale while normal in the view that started after its restart")
+	}
+}
