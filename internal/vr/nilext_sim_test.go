@@ -31,6 +31,10 @@ type nilextSimOptions struct {
 	// (State.DLogIntact), as a driver may after a clean stop; only honest
 	// when every nilext write is sync (acked after its fsync).
 	intact bool
+	// dur is the workload's durability level (zero: sync). At cad and async
+	// a replica acks a nilext write from memory, before its d-log record is
+	// on disk; the fast path treats the two alike.
+	dur level.Durability
 	// Completions: fast path (supermajority of acks) vs ordered fallback.
 	fastDone, fellBack int
 }
@@ -183,7 +187,11 @@ func nilextSim(o simOptions, nx *nilextSimOptions) (simOptions, func(*sim.Option
 		so.NewClient = newSimNilextClient(nx, 30, 12)
 		// Mostly nilext puts, some reads (to hit pending keys) and a few
 		// non-nilext updates (which order the d-log before themselves).
-		so.Workload = sim.KV{Keys: 3, Get: 4, Put: 6, CAS: 1, Incr: 1, Dur: level.Sync}
+		dur := nx.dur
+		if dur.IsZero() {
+			dur = level.Sync
+		}
+		so.Workload = sim.KV{Keys: 3, Get: 4, Put: 6, CAS: 1, Incr: 1, Dur: dur}
 	}
 }
 
@@ -210,7 +218,13 @@ func judgeNilext(s *sim.Sim, h check.History) (int, error) {
 }
 
 func exploreNilext(t *testing.T, seeds, replicas int, nx *nilextSimOptions) {
-	o, tweak := nilextSim(defaultSimOptions(), nx)
+	exploreNilextWith(t, seeds, replicas, nx, defaultSimOptions(), nil)
+}
+
+// exploreNilextWith is exploreNilext with core options o and a change to
+// the simulation (a nemesis, a disk) applied after the nilext defaults.
+func exploreNilextWith(t *testing.T, seeds, replicas int, nx *nilextSimOptions, o simOptions, more func(*sim.Options)) {
+	o, tweak := nilextSim(o, nx)
 	o.counters = &simCounters{}
 	var st runStats
 	var slow, cycles uint64
@@ -220,7 +234,13 @@ func exploreNilext(t *testing.T, seeds, replicas int, nx *nilextSimOptions) {
 				err = fmt.Errorf("panic: %v", p)
 			}
 		}()
-		s, h := simRun(seed, o, trace, func(so *sim.Options) { tweak(so); so.Replicas = replicas })
+		s, h := simRun(seed, o, trace, func(so *sim.Options) {
+			tweak(so)
+			so.Replicas = replicas
+			if more != nil {
+				more(so)
+			}
+		})
 		if trace == nil {
 			st.add(s, h)
 			for i := 0; i < replicas; i++ {
