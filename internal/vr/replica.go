@@ -91,6 +91,9 @@ type mutations struct {
 	followerNoAppliedCheck bool
 	// ... and a leader that joins another view while its grants may be valid.
 	leaderVotesWhileGranting bool
+	// eventualUnbounded: every normal replica serves eventual reads, however
+	// long it has been cut off (the rule before issue 24).
+	eventualUnbounded bool
 }
 
 const hbRing = 256
@@ -187,6 +190,8 @@ type Replica struct {
 	nx nilextState
 
 	cad cadState
+
+	ev evState
 }
 
 // New returns a replica. A replica with an empty State and view 0 is a member

@@ -160,6 +160,10 @@ type Message struct {
 	// one it received with every grant, and the follower times the grant
 	// from when it sent that prepare-ok (cad.go).
 	AckSeq uint64
+	// Nonce, unused on a leader's prepare and heartbeat otherwise, is 1 there
+	// when the leader held its lease as it sent the message: its commit point
+	// was then the group's, and the follower may time eventual reads from the
+	// prepare-ok the message echoes (eventual.go).
 }
 
 func (m Message) String() string {
