@@ -2,6 +2,7 @@ package check
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/kefirdb/kefir/internal/level"
 )
@@ -161,6 +162,48 @@ func BoundedStaleness(h History) Verdict {
 		}
 	}
 	return v
+}
+
+// Eventual checks reads at eventual level against the eventual window:
+//   - the read returned a value some write produced (or absence, when the
+//     key may have been absent), never a phantom;
+//   - no write definitely newer than what the read returned had completed
+//     more than window before the read began.
+//
+// This is bounded(window) for every eventual read (docs/consistency.md: a
+// replica serves eventual reads only while its state is at most window
+// old). window must be comparable with the history's clock (nanoseconds).
+func Eventual(h History, window time.Duration) Verdict {
+	v := Verdict{Checker: "eventual", OK: true}
+	eventual := func(r *Op) bool { return r.Cons.Kind == level.Eventual }
+	for _, k := range indexKeys(&h) {
+		phantoms(&v, k, eventual)
+		for _, r := range readSpans(k, eventual) {
+			v.Checked++
+			if w := supersededBefore(k, r, r.op.Invoke-int64(window)); w != nil {
+				v.add(Violation{Key: k.key, Reason: fmt.Sprintf("eventual read's version was superseded %dns before the read began, window is %s", r.op.Invoke-w.Return, window), Ops: []Op{*w, *r.op}})
+			}
+		}
+	}
+	return v
+}
+
+// supersededBefore returns the first-completed write definitely newer than
+// what read r returned, if it completed before time at (nil otherwise).
+func supersededBefore(k *keyIndex, r spanned, at int64) *Op {
+	var oldest *Op
+	for _, w := range k.writes {
+		if w.Outcome != OK || !w.Precedes(r.op) || !r.s.olderThan(k.writeSpan(w)) {
+			continue
+		}
+		if oldest == nil || w.Return < oldest.Return {
+			oldest = w
+		}
+	}
+	if oldest != nil && oldest.Return < at {
+		return oldest
+	}
+	return nil
 }
 
 // Durability checks the durability promise of each level across the crashes

@@ -168,6 +168,45 @@ func TestBoundedStaleness(t *testing.T) {
 	})
 }
 
+// TestEventual: an eventual read may be stale, but only within the window:
+// a version superseded more than the window before the read began fails,
+// as do phantoms; other levels' reads are not judged here.
+func TestEventual(t *testing.T) {
+	window := 100 * time.Millisecond
+	check := func(h History) Verdict { return Eventual(h, window) }
+	ev := cons(level.ConsEventual)
+	runCases(t, check, []checkCase{
+		{"stale within the window", func(b *hist) {
+			b.put(0, "x", "a", 0, ms(10))
+			b.put(0, "x", "b", ms(20), ms(30))
+			b.get(1, "x", "a", ms(100), ms(110), ev)
+		}, ""},
+		{"absent before the first write completed long ago is too old", func(b *hist) {
+			b.put(0, "x", "a", 0, ms(10))
+			b.get(1, "x", "nil", ms(500), ms(510), ev)
+		}, "superseded"},
+		{"a partitioned follower serving for seconds", func(b *hist) {
+			b.put(0, "x", "a", 0, ms(10))
+			b.put(0, "x", "b", ms(20), ms(30))
+			b.get(1, "x", "a", ms(3000), ms(3010), ev)
+		}, "superseded"},
+		{"a write still in flight does not count", func(b *hist) {
+			b.put(0, "x", "a", 0, ms(10))
+			b.put(0, "x", "b", ms(20), ms(900))
+			b.get(1, "x", "a", ms(500), ms(510), ev)
+		}, ""},
+		{"phantom", func(b *hist) {
+			b.put(0, "x", "a", 0, ms(10))
+			b.get(1, "x", "zz", ms(20), ms(30), ev)
+		}, "no write produced"},
+		{"linearizable reads are not judged", func(b *hist) {
+			b.put(0, "x", "a", 0, ms(10))
+			b.put(0, "x", "b", ms(20), ms(30))
+			b.get(1, "x", "a", ms(3000), ms(3010))
+		}, ""},
+	})
+}
+
 func TestDurability(t *testing.T) {
 	sync, cad, async := dur(level.Sync), dur(level.CAD), dur(level.Async)
 	runCases(t, Durability, []checkCase{

@@ -252,6 +252,7 @@ func (r *Replica) flushAck() {
 
 // learn takes R and the grant from a leader message of the current view.
 func (r *Replica) learn(m *Message) {
+	r.evLearn(m)
 	c := &r.cad
 	if !r.cfg.FollowerReads || r.status != Normal || m.View != r.view {
 		return
@@ -380,6 +381,7 @@ func (r *Replica) grantFor(j int, end int64) int64 {
 func (r *Replica) sendLeader(m Message) {
 	m.Readable = r.Readable()
 	r.syncHint(&m)
+	r.evVouch(&m)
 	var end int64
 	if r.cfg.FollowerReads {
 		end = r.leaseEnd()

@@ -91,6 +91,14 @@ type Config struct {
 	// back for Suspect + Removal, 600 ms instead of 530 ms by default.
 	Suspect time.Duration
 
+	// EventualWindow bounds how old the state an eventual read returns may
+	// be (eventual.go): a replica serves eventual reads only while it can
+	// prove its state was current at some instant within the window (on its
+	// clock, shortened by MaxDrift). Zero: DefaultEventualWindow; negative:
+	// no bound (every normal replica serves them, however long cut off).
+	// A node's own serving policy: members may differ.
+	EventualWindow time.Duration
+
 	// ClientCap overrides MaxClients (clients.go) when > 0: tests only. It
 	// decides which client records every replica drops, so it must be the
 	// same on every replica.
@@ -113,6 +121,9 @@ const (
 	DefaultMarkOut             = 100 * time.Millisecond
 	DefaultRemovalMarkOuts     = 5
 	MinDefaultSuspectHeartbeat = 3
+	// DefaultEventualWindow: a replica cut off from its leader for 5 s stops
+	// serving eventual reads (docs/consistency.md).
+	DefaultEventualWindow = 5 * time.Second
 )
 
 func (c *Config) fill() {
@@ -139,6 +150,9 @@ func (c *Config) fill() {
 	}
 	if c.MarkOut == 0 {
 		c.MarkOut = DefaultMarkOut
+	}
+	if c.EventualWindow == 0 {
+		c.EventualWindow = DefaultEventualWindow
 	}
 	if c.Removal == 0 {
 		c.Removal = max(DefaultRemovalMarkOuts*c.MarkOut, c.MinRemoval())

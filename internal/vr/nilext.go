@@ -59,6 +59,11 @@ var (
 	// ErrDLogCycle: the durability logs at hand order some pending updates in
 	// a cycle, so no order of them is known to respect real time.
 	ErrDLogCycle = errors.New("vr: durability logs order updates in a cycle")
+	// ErrDLogStale: too many of the durability logs at hand come from
+	// replicas that restarted after possibly losing acknowledged cad/async
+	// updates (a power cut): the new leader waits for more, or, with every
+	// replica's log at hand, recovers from the stale ones too.
+	ErrDLogStale = errors.New("vr: durability logs of restarted replicas")
 )
 
 // NilextSupermajority is how many acks (one view, the leader's included) a
@@ -94,6 +99,15 @@ type nilextState struct {
 	cycles    uint64
 	cycleView uint64 // view and log count of the last cycle reported
 	cycleLogs int
+
+	// restarted: this replica started from a disk that may lack d-log
+	// updates it had acknowledged from memory (nxRestarted); its d-log is
+	// stale while its last normal view is at most restartView.
+	restarted   bool
+	restartView uint64
+	staleWaits  uint64 // view changes that waited for fresh d-logs (Info)
+	staleView   uint64 // view and fresh-log count of the last wait reported
+	staleLogs   int
 }
 
 type pendingAck struct {
@@ -161,6 +175,41 @@ func (nx *nilextState) entries() []NilextRequest {
 		}
 	}
 	return out
+}
+
+// nxRestarted records, when the replica starts, whether its d-log may lack
+// updates it acknowledged before it stopped, and reports whether it must
+// force a view change for that (New). A cad or async nilext update is
+// acknowledged from memory and written to the disk later; a power cut
+// between the two leaves a restarted replica without an update that counted
+// its ack. RecoverDurabilityLog's threshold assumes every acker of a
+// completed update still holds it, so such a d-log must not count as one of
+// the logs (issue 24): the replica marks its do-view-changes stale
+// (Message.DLogStale) until it is normal in a view that started after its
+// restart — every ack it gives there is in its memory. So that this stale
+// window is one view change, not the rest of a long view, a restarted
+// follower forces the view change at once instead of resuming its view (a
+// restarted leader always does). A recovering replica (LostState) acked in
+// at most the view it recovers into: nxAdopt extends the window to it.
+func (r *Replica) nxRestarted(st State) bool {
+	if !r.cfg.Nilext || st.Bootstrap {
+		return false
+	}
+	if st.LostState {
+		r.nx.restarted = true
+		return false
+	}
+	if st.DLogIntact {
+		return false
+	}
+	r.nx.restarted, r.nx.restartView = true, st.HardState.View
+	return true
+}
+
+// nxStale reports whether this replica's d-log may lack updates it
+// acknowledged (nxRestarted): its do-view-change says so.
+func (r *Replica) nxStale() bool {
+	return r.nx.restarted && r.lnv <= r.nx.restartView
 }
 
 // restoreDLog loads the d-log a restarted replica's disk kept, dropping what
@@ -350,6 +399,11 @@ func (r *Replica) nxEnterView() {
 // nxAdopt replaces the d-log by the leader's (recovery protocol): the leader's
 // d-log holds every update completed in its view, in real-time order.
 func (r *Replica) nxAdopt(es []NilextRequest) {
+	if r.nx.restarted {
+		// It may have acked updates of this very view before it lost its
+		// disk, and the leader may ack them only later: stale for this view.
+		r.nx.restartView = max(r.nx.restartView, r.view)
+	}
 	r.nx.clear()
 	for _, q := range es {
 		if r.nxApplied(q.Client, q.ReqNum) || r.nx.idx[dkey{q.Client, q.ReqNum}] != nil {
@@ -490,6 +544,7 @@ func (r *Replica) nxRecover(first uint64, es []Entry) ([]NilextRequest, bool) {
 	}
 	// Our own d-log first: it breaks ties among unordered updates.
 	logs := make([][]NilextRequest, 0, r.n)
+	all := make([][]NilextRequest, 0, r.n)
 	order := append([]int{r.self}, func() []int {
 		var o []int
 		for i := range r.dvc {
@@ -513,7 +568,34 @@ func (r *Replica) nxRecover(first uint64, es []Entry) ([]NilextRequest, bool) {
 				l = append(l, q)
 			}
 		}
-		logs = append(logs, l)
+		all = append(all, l)
+		if !d.DLogStale || r.mut.nilextCountStale {
+			logs = append(logs, l)
+		}
+	}
+	// Only fresh logs count (nxRestarted): with V of them, the threshold
+	// V − (n − S) must exceed V/2, so V > 2(n − S) (1 of 3, 3 of 5).
+	if need := 2*(r.n-NilextSupermajority(r.n)) + 1; len(logs) < need {
+		stale := len(all) - len(logs)
+		if len(all) < r.n {
+			if r.nx.staleView != r.view || r.nx.staleLogs != len(logs) {
+				r.nx.staleView, r.nx.staleLogs = r.view, len(logs)
+				r.nx.staleWaits++
+				r.out.Errors = append(r.out.Errors, fmt.Errorf("vr: replica %d waits for more do-view-changes to start view %d: %d of the %d d-logs at hand come from replicas that restarted and may have lost acknowledged updates, %d fresh ones needed: %w",
+					r.cfg.Self, r.view, stale, len(all), need, ErrDLogStale))
+			}
+			return nil, false
+		}
+		// Every replica answered and too many of them restarted (a power
+		// cut of several at once): no more logs will come, and waiting
+		// would stop the group for good. What no log holds any more is
+		// lost — the promise covers one replica's power cut, not this.
+		if r.nx.staleView != r.view || r.nx.staleLogs != -1 {
+			r.nx.staleView, r.nx.staleLogs = r.view, -1
+			r.out.Errors = append(r.out.Errors, fmt.Errorf("vr: replica %d starts view %d from all %d d-logs, %d of them from replicas that restarted: cad/async nilext updates acknowledged only from their memory may be lost: %w",
+				r.cfg.Self, r.view, len(all), stale, ErrDLogStale))
+		}
+		logs = all
 	}
 	out, err := recoverDLog(logs, r.n, r.mut.nilextBreakCycles)
 	if err != nil {
@@ -523,7 +605,7 @@ func (r *Replica) nxRecover(first uint64, es []Entry) ([]NilextRequest, bool) {
 			r.nx.cycleView, r.nx.cycleLogs = r.view, len(logs)
 			r.nx.cycles++
 			what := "waiting for more replicas' do-view-changes"
-			if len(logs) == r.n {
+			if len(all) == r.n {
 				what = "refusing to serve: even every replica's d-log cycles"
 			}
 			r.out.Errors = append(r.out.Errors, fmt.Errorf("vr: replica %d cannot start view %d from %d of %d d-logs (%s): %w",

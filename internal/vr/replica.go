@@ -32,6 +32,13 @@ type State struct {
 	// DLog is the nilext durability log the disk kept (Ready.DLog records,
 	// in order); ignored with LostState.
 	DLog []NilextRequest
+	// DLogIntact says the disk holds every d-log record this replica
+	// acknowledged before it stopped (the driver knows, e.g. from a clean
+	// shutdown that synced everything). Without it a restarted nilext
+	// replica's d-log may lack cad/async updates it acknowledged from memory
+	// (a power cut), so it counts as stale in the next d-log recovery and the
+	// replica forces that view change at once (nilext.go, nxStale).
+	DLogIntact bool
 }
 
 type batch struct {
@@ -70,6 +77,9 @@ type mutations struct {
 	skipClientTable     bool
 	nilextBreakCycles   bool
 	nilextAckEarly      bool
+	// nilextCountStale: d-log recovery counts the d-logs of replicas that
+	// restarted after a possible power cut (issue 24's bug).
+	nilextCountStale bool
 	// CAD (cad.go): a follower's lease timed from the grant's receipt; grants
 	// not capped by the leader's lease; suspected members dropped without
 	// waiting Removal; R advanced past members' applied ops; a follower
@@ -81,6 +91,9 @@ type mutations struct {
 	followerNoAppliedCheck bool
 	// ... and a leader that joins another view while its grants may be valid.
 	leaderVotesWhileGranting bool
+	// eventualUnbounded: every normal replica serves eventual reads, however
+	// long it has been cut off (the rule before issue 24).
+	eventualUnbounded bool
 }
 
 const hbRing = 256
@@ -177,6 +190,8 @@ type Replica struct {
 	nx nilextState
 
 	cad cadState
+
+	ev evState
 }
 
 // New returns a replica. A replica with an empty State and view 0 is a member
@@ -226,6 +241,7 @@ func New(cfg Config, st State) (*Replica, error) {
 	if !st.LostState {
 		r.restoreDLog(st.DLog)
 	}
+	stale := r.nxRestarted(st)
 	switch {
 	case st.LostState:
 		if st.Nonce == 0 {
@@ -239,17 +255,20 @@ func New(cfg Config, st State) (*Replica, error) {
 			return nil, fmt.Errorf("vr: bootstrap with existing state (view %d, %d entries)", hs.View, len(st.Entries))
 		}
 		r.status = Normal
-	case r.view == r.lnv && cfg.LeaderOf(r.view) != cfg.Self:
+	case r.view == r.lnv && cfg.LeaderOf(r.view) != cfg.Self && !stale:
 		// A follower's log is a prefix of its view's leader's log, on disk as
 		// in memory, so it can resume in that view and fill gaps by transfer.
 		r.status = Normal
 	default:
 		r.status = ViewChange
-		if cfg.LeaderOf(r.view) == cfg.Self {
+		if cfg.LeaderOf(r.view) == cfg.Self || (stale && r.view == r.lnv) {
 			// A restarted leader may have lost entries it had sent (unsynced
 			// here, persisted by followers): leading the same view again
 			// would give their op numbers to other requests (found by the
 			// simulator, power-failure seed 282). It moves to the next view.
+			// So does a nilext follower whose d-log may have lost acked
+			// updates: the view it acked them in must end while the others
+			// still hold them (nxRestarted).
 			r.view++
 			r.hsDirty = true
 		}
@@ -1061,7 +1080,7 @@ func (r *Replica) checkSVC() {
 // do-view-change for the current view, built from its log as it is now.
 func (r *Replica) sendDVC() {
 	m := Message{Type: MsgDoViewChange, View: r.view, LastNormalView: r.lnv, Op: r.lastOp(),
-		Commit: r.commit, First: r.first, Entries: r.copyLog(r.first, 0), DLog: r.DLog()}
+		Commit: r.commit, First: r.first, Entries: r.copyLog(r.first, 0), DLog: r.DLog(), DLogStale: r.nxStale()}
 	r.stamp(&m, r.cfg.LeaderOf(r.view))
 	r.dvcSent = &m
 	if r.cfg.LeaderOf(r.view) == r.cfg.Self {
@@ -1576,10 +1595,16 @@ type Info struct {
 	Applied        uint64
 	Durable        uint64
 	// Nilext fast path: d-log length, reads that had to order pending
-	// updates first, and view changes that met a d-log cycle.
-	DLogLen         int
-	NilextSlowReads uint64
-	NilextCycles    uint64
+	// updates first, and view changes that met a d-log cycle. DLogStale:
+	// this replica restarted and its d-log may lack updates it acknowledged
+	// (it does not count in d-log recovery until it is normal in a later
+	// view); NilextStaleWaits counts view changes that waited for more
+	// fresh d-logs than were at hand (nilext.go, nxRecover).
+	DLogLen          int
+	NilextSlowReads  uint64
+	NilextCycles     uint64
+	DLogStale        bool
+	NilextStaleWaits uint64
 	// CAD (cad.go). Persisted: this replica's fsynced log prefix. Acked
 	// (leader): highest op held in memory by a majority. Readable: the
 	// readable index R (Replica.Readable). ReadLeaseUntil (follower): local
@@ -1604,6 +1629,7 @@ func (r *Replica) Info() Info {
 		Leader: r.cfg.LeaderOf(r.view), IsLeader: r.status == Normal && r.isLeader(),
 		FirstOp: r.first, LastOp: r.lastOp(), Commit: r.commit, Applied: r.applied, Durable: r.durable,
 		DLogLen: r.nx.live, NilextSlowReads: r.nx.slowReads, NilextCycles: r.nx.cycles,
+		DLogStale: r.cfg.Nilext && r.nxStale(), NilextStaleWaits: r.nx.staleWaits,
 		Persisted: r.durable, Acked: r.cad.acked, Readable: r.Readable(), ReadLeaseUntil: r.readLeaseUntil(),
 		Members: r.memberCounts(), Clients: len(r.clients), ClientsEvicted: r.clientsEvicted}
 }

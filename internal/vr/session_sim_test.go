@@ -44,6 +44,7 @@ func (m sessionReq) need() uint64 { return max(m.LastWrite, m.MaxRead) }
 type sessionCounters struct {
 	servedByFollower, servedByLeader, redirected, waited  int
 	boundedByFollower, boundedByLeader, boundedRedirected int
+	eventualByFollower, eventualByLeader, eventualRefused int
 }
 
 // leasedMsg is a leader's prepare or commit stamped with whether the leader
@@ -137,10 +138,38 @@ func (n *simReplica) onBounded(from sim.Addr, m sessionReq) {
 	n.serveReads()
 }
 
+// onEventual serves an eventual read from the applied state while the core
+// says this replica's state is within the eventual window
+// (Replica.EventualUntil, as vrshard's CheckConsistency), else redirects.
+func (n *simReplica) onEventual(from sim.Addr, m sessionReq) {
+	c := n.o.session
+	info := n.core.Info()
+	if n.now >= n.core.EventualUntil() {
+		if c != nil {
+			c.eventualRefused++
+		}
+		n.redirect(from, m.Seq)
+		return
+	}
+	if c != nil {
+		if info.IsLeader {
+			c.eventualByLeader++
+		} else {
+			c.eventualByFollower++
+		}
+	}
+	n.parked = append(n.parked, parkedRead{client: from, seq: m.Seq, key: m.Op.Key})
+	n.serveReads()
+}
+
 // onSession serves, redirects or parks a session read.
 func (n *simReplica) onSession(from sim.Addr, m sessionReq) {
-	if m.Op.Cons.Kind == level.BoundedTime {
+	switch m.Op.Cons.Kind {
+	case level.BoundedTime:
 		n.onBounded(from, m)
+		return
+	case level.Eventual:
+		n.onEventual(from, m)
 		return
 	}
 	need := m.need()
@@ -215,7 +244,7 @@ func (c *sessionClient) Ready() sim.Ready {
 // local reports whether the operation in flight is a read any replica may
 // serve (session or bounded), sent as a sessionReq to a random replica.
 func (c *sessionClient) local() bool {
-	return c.op.Kind == check.Get && (c.op.Cons.Kind == level.Session || c.op.Cons.Kind == level.BoundedTime)
+	return c.op.Kind == check.Get && (c.op.Cons.Kind == level.Session || c.op.Cons.Kind == level.BoundedTime || c.op.Cons.Kind == level.Eventual)
 }
 
 // random is deterministic per simulation seed: the invocation times differ
@@ -307,8 +336,11 @@ func (c *sessionClient) Step(ev sim.Event) {
 const boundedStaleness = 20 * time.Millisecond
 
 // sessionWorkload splits reads evenly between linearizable, session and
-// bounded(t).
-type sessionWorkload struct{ sim.KV }
+// bounded(t) (eventual instead of bounded(t) with eventual set).
+type sessionWorkload struct {
+	sim.KV
+	eventual bool
+}
 
 func (w sessionWorkload) Next(rng *rand.Rand, client, seq int) check.Op {
 	op := w.KV.Next(rng, client, seq)
@@ -318,16 +350,31 @@ func (w sessionWorkload) Next(rng *rand.Rand, client, seq int) check.Op {
 			op.Cons = level.ConsSession
 		case 2:
 			op.Cons = level.BoundedTimeLevel(boundedStaleness)
+			if w.eventual {
+				op.Cons = level.ConsEventual
+			}
 		}
 	}
 	return op
+}
+
+// eventualWindow is the simulated replicas' Config.EventualWindow: five
+// heartbeat intervals, so partitions and crashes outlast it often.
+const eventualWindow = 25 * time.Millisecond
+
+// eventualTweak is sessionTweak with eventual reads instead of bounded(t).
+func eventualTweak(so *sim.Options) {
+	sessionTweak(so)
+	w := so.Workload.(sessionWorkload)
+	w.eventual = true
+	so.Workload = w
 }
 
 // sessionTweak: the default fault mix, with session clients and more reads.
 func sessionTweak(so *sim.Options) {
 	kv := so.Workload.(sim.KV)
 	kv.Get = 8
-	so.Workload = sessionWorkload{kv}
+	so.Workload = sessionWorkload{KV: kv}
 	so.NewClient = newSessionClient(30, 12)
 }
 
@@ -386,6 +433,12 @@ func TestSimSessionReads(t *testing.T) {
 // does not concern fails first (the bug must be seen for what it is).
 func caughtBy(t *testing.T, budget int, o simOptions, hook func(*sim.Sim), verdict func(check.History) check.Verdict) {
 	t.Helper()
+	caughtByWith(t, budget, o, sessionTweak, hook, verdict)
+}
+
+// caughtByWith is caughtBy with another workload tweak.
+func caughtByWith(t *testing.T, budget int, o simOptions, tweak func(*sim.Options), hook func(*sim.Sim), verdict func(check.History) check.Verdict) {
+	t.Helper()
 	for seed := uint64(1); seed <= uint64(budget); seed++ {
 		var err, caught error
 		func() {
@@ -394,7 +447,7 @@ func caughtBy(t *testing.T, budget int, o simOptions, hook func(*sim.Sim), verdi
 					err = fmt.Errorf("panic: %v", p)
 				}
 			}()
-			s, h := simRunHook(seed, o, nil, sessionTweak, hook)
+			s, h := simRunHook(seed, o, nil, tweak, hook)
 			err = judge(s, h)
 			caught = verdict(h).Err()
 		}()
@@ -488,4 +541,45 @@ func TestMutationBoundedVrshardRule(t *testing.T) {
 	o := defaultSimOptions()
 	o.boundedVrshardRule = true
 	caughtBy(t, 2000, o, crashLeader, check.BoundedStaleness)
+}
+
+func eventualVerdict(h check.History) check.Verdict { return check.Eventual(h, eventualWindow) }
+
+// TestSimEventualReads: eventual reads go to random replicas, which serve
+// them only while Replica.EventualUntil allows (issue 24: a replica cut off
+// from a leader that holds its lease for longer than the window stops), and
+// check.Eventual holds every history to the window; the rest of the
+// workload stays linearizable and session reads keep their guarantees.
+func TestSimEventualReads(t *testing.T) {
+	var st runStats
+	o := defaultSimOptions()
+	o.counters = &simCounters{}
+	o.session = &sessionCounters{}
+	sim.Explore(t, 1, seedCount(150, 5000), func(seed uint64, trace io.Writer) (err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				err = fmt.Errorf("panic: %v", p)
+			}
+		}()
+		s, h := simRun(seed, o, trace, eventualTweak)
+		if trace == nil {
+			st.add(s, h)
+		}
+		return errors.Join(judgeSession(s, h), eventualVerdict(h).Err())
+	})
+	c := *o.session
+	t.Logf("%d seeds: %d ops, %d ok, %d unknown; eventual reads: %d by followers, %d by leaders, %d refused",
+		st.seeds, st.ops, st.ok, st.unknown, c.eventualByFollower, c.eventualByLeader, c.eventualRefused)
+	if c.eventualByFollower == 0 || c.eventualByLeader == 0 || c.eventualRefused == 0 {
+		t.Errorf("eventual path not exercised: %+v", c)
+	}
+}
+
+// TestMutationEventualUnbounded: replicas that serve eventual reads however
+// long they have been cut off (the rule before issue 24) return versions
+// superseded long before, and check.Eventual sees it.
+func TestMutationEventualUnbounded(t *testing.T) {
+	o := defaultSimOptions()
+	o.mut.eventualUnbounded = true
+	caughtByWith(t, 500, o, eventualTweak, nil, eventualVerdict)
 }

@@ -381,7 +381,7 @@ func replicaAddr(id uint64) sim.Addr { return sim.Addr(id - 1) }
 func simConfig(id sim.Addr, n int, o simOptions) Config {
 	c := Config{Cluster: 7, Epoch: 1, Members: memberIDs(n), Self: replicaID(id),
 		HeartbeatInterval: 5 * time.Millisecond, ViewChangeTimeout: 40 * time.Millisecond,
-		LeaseDuration: o.lease, MaxDrift: o.drift, MaxBatch: 16, MaxInflight: 256}
+		LeaseDuration: o.lease, MaxDrift: o.drift, MaxBatch: 16, MaxInflight: 256, EventualWindow: eventualWindow}
 	if o.nilext != nil {
 		c.Nilext, c.NilextBatch, c.NilextInterval = true, o.nilext.batch, o.nilext.interval
 	}
@@ -397,6 +397,9 @@ func newSimReplica(o simOptions) sim.ReplicaFactory {
 		st, state := replay(recovered)
 		incarnation[id]++
 		st.Bootstrap = incarnation[id] == 1
+		// A driver that knows its disk kept every d-log record it acked
+		// (a clean stop, or only sync writes, as some scenarios have).
+		st.DLogIntact = o.nilext != nil && o.nilext.intact
 		if o.lostState && incarnation[id] > 1 {
 			// A restart (even from a wiped disk) is not a new group.
 			st.LostState = true

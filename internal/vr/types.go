@@ -138,6 +138,11 @@ type Message struct {
 	// DLog is the sender's nilext durability log, in its order: on
 	// do-view-change, and on the leader's recovery-response (nilext.go).
 	DLog []NilextRequest
+	// DLogStale (do-view-change): the sender restarted since it last became
+	// normal, and its disk may have lost d-log updates it acknowledged from
+	// memory (cad/async) before: its DLog must not count as one of the logs
+	// in d-log recovery (nilext.go, nxRecover).
+	DLogStale bool
 
 	// CAD (cad.md). On prepare-ok, Op is the follower's last op held in
 	// memory (received, counted for Acked only), Persisted its fsynced
@@ -155,6 +160,10 @@ type Message struct {
 	// one it received with every grant, and the follower times the grant
 	// from when it sent that prepare-ok (cad.go).
 	AckSeq uint64
+	// Nonce, unused on a leader's prepare and heartbeat otherwise, is 1 there
+	// when the leader held its lease as it sent the message: its commit point
+	// was then the group's, and the follower may time eventual reads from the
+	// prepare-ok the message echoes (eventual.go).
 }
 
 func (m Message) String() string {

@@ -159,8 +159,19 @@ func AppendMessage(b []byte, m *vr.Message) []byte {
 			b = append(b, 0)
 		}
 	}
+	if m.DLogStale {
+		// An optional flags byte after the d-log, present only when set:
+		// every other message keeps version 3's layout, and a peer too old
+		// to know the flag refuses the message (trailing bytes) rather than
+		// count a stale d-log as fresh.
+		b = append(b, flagDLogStale)
+	}
 	return b
 }
+
+// flagDLogStale is the optional last byte of a do-view-change whose sender's
+// d-log may lack updates it acknowledged (vr.Message.DLogStale).
+const flagDLogStale = 1
 
 // AppendFrame appends m as one frame (header and payload) to b.
 func AppendFrame(b []byte, m *vr.Message) []byte {
@@ -393,6 +404,10 @@ func DecodeMessage(p []byte, m *vr.Message) error {
 				d.b = d.b[1:]
 			}
 		}
+	}
+	if d.err == nil && len(d.b) == 1 && d.b[0] == flagDLogStale {
+		m.DLogStale = true
+		d.b = d.b[1:]
 	}
 	if d.err == nil && len(d.b) != 0 {
 		d.fail(fmt.Sprintf("%d trailing bytes", len(d.b)))

@@ -30,6 +30,10 @@ func sample() []vr.Message {
 		with(func(m *vr.Message) {
 			m.Type, m.LastNormalView, m.Op, m.Commit, m.First, m.Entries, m.DLog = vr.MsgDoViewChange, 8, 43, 40, 41, entries, dlog
 		}),
+		with(func(m *vr.Message) {
+			m.Type, m.LastNormalView, m.Op, m.DLog, m.DLogStale = vr.MsgDoViewChange, 8, 43, dlog, true
+		}),
+		with(func(m *vr.Message) { m.Type, m.LastNormalView, m.DLogStale = vr.MsgDoViewChange, 8, true }),
 		with(func(m *vr.Message) { m.Type, m.Nonce, m.DLog = vr.MsgRecoveryResponse, 0x1234567890, dlog }),
 		with(func(m *vr.Message) { m.Type, m.DLog = MsgNilext, dlog[:1] }),
 		with(func(m *vr.Message) {

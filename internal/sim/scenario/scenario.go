@@ -38,6 +38,10 @@ type Engine struct {
 	// Await bounds how long a step waits for one client operation (default 1s).
 	// An operation still pending then stays pending (unknown outcome).
 	Await time.Duration
+	// Sync is the fsync latency (default: the simulator's). A slow disk
+	// keeps records written but unsynced long enough for a crash step to
+	// catch them (a power cut loses them).
+	Sync sim.Dist
 }
 
 // Checker judges a history.
@@ -122,6 +126,7 @@ func (sc *Scenario) Run(e Engine, seed uint64, trace io.Writer) (Result, error) 
 		NewReplica: e.NewReplica, NewReplicaBoot: e.NewReplicaBoot, NewClient: e.NewClient,
 		Net:      sim.Link{Delay: sim.Dist{Base: time.Millisecond}},
 		MaxDrift: 50e-6,
+		Sync:     e.Sync,
 		Duration: time.Hour,
 		Trace:    trace,
 	})
