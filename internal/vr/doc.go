@@ -106,7 +106,12 @@
 // Config.LeaderLease() = LeaseDuration·(1−MaxDrift)/(1+MaxDrift) of its own
 // clock. That is safe as long as every clock's rate stays within 1±MaxDrift.
 // A restarted replica keeps promises it forgot by not voting for a lease
-// period after it starts. Without a lease, ReadIndex confirms leadership with
+// period after it starts: a restarted follower neither starts nor joins a
+// view change, and a restarted replica that led its last normal view (whose
+// read grants promised, in memory, that it joins no other view while one
+// may be valid) does not count or send its own start-view-change meanwhile
+// (heldVC). A follower that had joined a view change before it crashed
+// finishes it at once: it joined only after its promises had run out. Without a lease, ReadIndex confirms leadership with
 // a heartbeat round instead. Followers expose their commit point (Info) for
 // session and bounded reads.
 package vr

@@ -79,8 +79,11 @@ type mutations struct {
 	dropAtOnce             bool
 	readableIgnoresMembers bool
 	followerNoAppliedCheck bool
-	// ... and a leader that joins another view while its grants may be valid.
+	// ... and a leader that joins another view while its grants may be valid,
+	// and one that, restarted, helps form the next view at once although
+	// grants it sent before the crash may still be valid.
 	leaderVotesWhileGranting bool
+	restartedLeaderVotes     bool
 }
 
 const hbRing = 256
@@ -123,6 +126,10 @@ type Replica struct {
 	// pendingView: a higher view others asked for while this replica's lease
 	// promise forbade joining; it joins once the promise runs out.
 	pendingView uint64
+	// vcHeld: restarted into a view change that it may not help form yet
+	// (its start-view-change is neither counted nor sent) until the promise
+	// it made before the crash, and forgot, has run out (heldVC).
+	vcHeld bool
 
 	// Leader state (valid while leader in normal status).
 	acked   []uint64
@@ -253,7 +260,17 @@ func New(cfg Config, st State) (*Replica, error) {
 			r.view++
 			r.hsDirty = true
 		}
-		r.svc[r.self] = true
+		if cfg.FollowerReads && len(cfg.Members) > 1 && cfg.LeaderOf(r.lnv) == cfg.Self {
+			// It led its last normal view, so read grants it sent may still be
+			// valid, and the promise that came with them (grantFor) was in
+			// memory only: its start-view-change waits a lease period (see
+			// heldVC). Only the leader grants; a follower of that view that
+			// had moved on to a view change joined it once its own promise
+			// had run out (Tick, onSVC), and resumes it at once.
+			r.vcHeld = true
+		} else {
+			r.svc[r.self] = true
+		}
 	}
 	return r, nil
 }
@@ -291,6 +308,36 @@ func (r *Replica) observe(now int64) {
 }
 
 func (r *Replica) canVote() bool { return r.now >= r.promiseUntil }
+
+// heldVC reports whether this replica, restarted in a view change it may
+// not help form yet (vcHeld), must still stay out of it. A leader's read
+// grants promise, in memory only, that it joins no other view while one may
+// be valid (grantFor); a restart forgets that promise, and the restart
+// promise (observe) stands in for it: a grant runs out within MarkOut and
+// the leader's lease, both shorter than LeaseDuration. Until then the
+// replica neither counts nor sends its own start-view-change (so it sends
+// no do-view-change either); it still follows a view that others formed
+// without it (follow, onStartView), which needed no help from it. Once the
+// promise has run out it joins its view change as any replica would.
+func (r *Replica) heldVC() bool {
+	if !r.vcHeld {
+		return false
+	}
+	if r.mut.restartedLeaderVotes {
+		r.vcHeld, r.svc[r.self] = false, true
+		return false
+	}
+	if !r.canVote() {
+		return true
+	}
+	r.vcHeld = false
+	r.svc[r.self] = true
+	// A whole timeout for the view change it joins only now.
+	r.vcStart, r.lastSVC = r.now, r.now
+	r.broadcast(Message{Type: MsgStartViewChange, View: r.view}, false)
+	r.checkSVC()
+	return false
+}
 
 // maxVCBackoff caps the view-change timeout's doubling at 2^maxVCBackoff
 // times Config.ViewChangeTimeout.
@@ -574,6 +621,9 @@ func (r *Replica) Tick(now int64) {
 			r.startViewChange(r.view + 1)
 		}
 	case ViewChange:
+		if r.heldVC() {
+			break
+		}
 		if r.now-r.vcStart >= r.vcTimeout() && r.canVote() {
 			r.startViewChange(r.view + 1)
 		} else if r.now-r.lastSVC >= hb {
@@ -694,6 +744,9 @@ func (r *Replica) follow(j int, v uint64) bool {
 	if v == r.view && r.status == Normal {
 		return true
 	}
+	// The leader of v sends prepares and commits only once v has formed:
+	// joining it helps form nothing, whatever a restart promised (heldVC).
+	r.vcHeld = false
 	if v == r.view && (r.dvcSent != nil || r.pulling >= 0) {
 		return false // already asked; the tick resends
 	}
@@ -1005,6 +1058,7 @@ func (r *Replica) stepDown() {
 	}
 	r.dvcSent = nil
 	r.pulling = -1
+	r.vcHeld = false // leaving the view it restarted in: nothing to hold
 }
 
 func (r *Replica) startViewChange(v uint64) {
@@ -1042,7 +1096,7 @@ func (r *Replica) onSVC(j int, m *Message) {
 }
 
 func (r *Replica) checkSVC() {
-	if r.status != ViewChange || r.dvcSent != nil {
+	if r.status != ViewChange || r.dvcSent != nil || r.heldVC() {
 		return
 	}
 	cnt := 0
