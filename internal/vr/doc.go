@@ -98,6 +98,17 @@
 // different lives apart (New refuses a zero nonce with FollowerReads). The wire codec must carry Persisted, Applied,
 // Readable, Grant and AckSeq.
 //
+// # Pre-votes
+//
+// A replica that loses its leader (a normal follower not heard from it for
+// the view-change timeout, or a view change that ran past its timeout) does
+// not move to the next view on its own: it asks every peer with a
+// start-view-change marked as a pre-vote (Op = 1), and moves once f+1
+// replicas, itself included, suspect. Replicas that still hear their leader
+// ignore the question, so a follower that merely lost touch (a restart, a
+// one-way cut) never deposes a leader a majority runs (replica.go, preVote).
+// The wire codec must carry a start-view-change's Op.
+//
 // # Leases and reads
 //
 // Followers promise, when they acknowledge a heartbeat, not to join another

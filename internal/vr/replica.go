@@ -84,6 +84,11 @@ type mutations struct {
 	// grants it sent before the crash may still be valid.
 	leaderVotesWhileGranting bool
 	restartedLeaderVotes     bool
+	// noPreVote: a replica that times out starts a view change at once, and
+	// its start-view-change draws every peer after it (plain VR; what a
+	// returning follower that had not heard its leader yet did to a healthy
+	// group, issue 25 item 5).
+	noPreVote bool
 }
 
 const hbRing = 256
@@ -130,6 +135,11 @@ type Replica struct {
 	// (its start-view-change is neither counted nor sent) until the promise
 	// it made before the crash, and forgot, has run out (heldVC).
 	vcHeld bool
+	// Pre-votes (preVote): when each peer last asked, and for which view,
+	// whether others had lost their leader too; when this replica last asked.
+	preVoteAt   []int64
+	preVoteView []uint64
+	lastPreVote int64
 
 	// Leader state (valid while leader in normal status).
 	acked   []uint64
@@ -211,6 +221,8 @@ func New(cfg Config, st State) (*Replica, error) {
 	r.svc = make([]bool, r.n)
 	r.dvc = make([]*Message, r.n)
 	r.recResp = make([]*Message, r.n)
+	r.preVoteAt = make([]int64, r.n)
+	r.preVoteView = make([]uint64, r.n)
 	r.cad.init(r.n, st.Nonce)
 	r.first = 1
 	if s := st.Snapshot; s != nil {
@@ -605,7 +617,6 @@ func (r *Replica) Step(now int64, m Message) {
 func (r *Replica) Tick(now int64) {
 	r.observe(now)
 	hb := int64(r.cfg.HeartbeatInterval)
-	vct := int64(r.cfg.ViewChangeTimeout)
 	if r.pendingView > r.view && r.status != Recovering && r.canVote() {
 		r.startViewChange(r.pendingView)
 	}
@@ -617,16 +628,17 @@ func (r *Replica) Tick(now int64) {
 			}
 			r.nxTick()
 			r.updateMembers()
-		} else if r.now-r.lastContact >= vct && r.canVote() {
-			r.startViewChange(r.view + 1)
+		} else if r.suspects() {
+			r.preVote()
 		}
 	case ViewChange:
 		if r.heldVC() {
 			break
 		}
-		if r.now-r.vcStart >= r.vcTimeout() && r.canVote() {
-			r.startViewChange(r.view + 1)
-		} else if r.now-r.lastSVC >= hb {
+		if r.suspects() {
+			r.preVote()
+		}
+		if r.status == ViewChange && r.now-r.lastSVC >= hb {
 			r.lastSVC = r.now
 			r.broadcast(Message{Type: MsgStartViewChange, View: r.view}, false)
 			// The do-view-change carries the log: resending it every
@@ -1082,6 +1094,10 @@ func (r *Replica) onSVC(j int, m *Message) {
 	if r.status == Recovering {
 		return
 	}
+	if m.Op == preVoteMark {
+		r.onPreVote(j, m)
+		return
+	}
 	if m.View > r.view {
 		if !r.canVote() {
 			r.pendingView = max(r.pendingView, m.View)
@@ -1092,6 +1108,86 @@ func (r *Replica) onSVC(j int, m *Message) {
 	if m.View == r.view && r.status == ViewChange {
 		r.svc[j] = true
 		r.checkSVC()
+	}
+}
+
+// preVoteMark in a start-view-change's Op marks a pre-vote (preVote).
+const preVoteMark = 1
+
+// suspects reports whether this replica has lost its leader — a normal
+// follower that has not heard from it for the view-change timeout, or a
+// replica whose view change has run longer than vcTimeout — and may vote.
+func (r *Replica) suspects() bool {
+	if !r.canVote() {
+		return false
+	}
+	switch r.status {
+	case Normal:
+		return !r.isLeader() && r.now-r.lastContact >= int64(r.cfg.ViewChangeTimeout)
+	case ViewChange:
+		return !r.vcHeld && r.now-r.vcStart >= r.vcTimeout()
+	}
+	return false
+}
+
+// preVote is what a replica that suspects (suspects) does instead of
+// starting a view change on its own: it asks every peer, with a
+// start-view-change marked as a pre-vote, whether they have lost the leader
+// too, and moves to the next view only once f+1 replicas (itself included)
+// suspect (tryPreVotes). A replica that still hears its leader — the leader
+// included — ignores the question (onPreVote), so a replica that merely did
+// not hear the leader for a while (restarted before the leader's link to it
+// came back, behind a one-way cut) never disturbs a view that a majority
+// runs (Raft's pre-vote; issue 25 item 5). Plain VR moved to the next view
+// at once, and its start-view-change drew every peer after its lease
+// promise: a returning follower deposed a healthy leader. A view change
+// that stalls moves on the same way, so a replica in an abandoned view
+// change draws nobody either.
+func (r *Replica) preVote() {
+	if r.mut.noPreVote {
+		r.startViewChange(r.view + 1)
+		return
+	}
+	if r.now-r.lastPreVote >= int64(r.cfg.HeartbeatInterval) {
+		r.lastPreVote = r.now
+		r.broadcast(Message{Type: MsgStartViewChange, View: r.view + 1, Op: preVoteMark}, false)
+	}
+	r.tryPreVotes()
+}
+
+// onPreVote records a peer's pre-vote. One for the view this replica's view
+// change is for counts as that peer's start-view-change: the sender has
+// lost its leader, and only the do-view-changes that follow decide a view.
+func (r *Replica) onPreVote(j int, m *Message) {
+	if m.View <= r.view {
+		if m.View == r.view && r.status == ViewChange {
+			r.svc[j] = true
+			r.checkSVC()
+		}
+		return
+	}
+	r.preVoteAt[j], r.preVoteView[j] = r.now, m.View
+	r.tryPreVotes()
+}
+
+// tryPreVotes starts a view change once this replica and f peers that
+// pre-voted recently (within a view-change timeout: a suspecting replica
+// asks again every heartbeat) suspect their leader. It moves to the highest
+// view asked for: a peer asking for a later view is normal in, or changing
+// to, a view after ours.
+func (r *Replica) tryPreVotes() {
+	if !r.suspects() {
+		return
+	}
+	cnt, top := 1, r.view+1
+	for j, at := range r.preVoteAt {
+		if j != r.self && at != 0 && r.now-at < int64(r.cfg.ViewChangeTimeout) && r.preVoteView[j] > r.view {
+			cnt++
+			top = max(top, r.preVoteView[j])
+		}
+	}
+	if cnt >= r.f+1 {
+		r.startViewChange(top)
 	}
 }
 
