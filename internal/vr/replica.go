@@ -560,7 +560,8 @@ func (r *Replica) identity(m *Message) string {
 	case m.Epoch != r.cfg.Epoch:
 		return fmt.Sprintf("config epoch %d, ours is %d (stale configuration on one side)", m.Epoch, r.cfg.Epoch)
 	case m.ConfigHash != r.hash:
-		return fmt.Sprintf("member list differs (hash %x, ours %x for %v)", m.ConfigHash, r.hash, r.cfg.Members)
+		return fmt.Sprintf("member list or lease timing differs (hash %x, ours %x for %s): every member needs the same members, lease, max drift and mark-out",
+			m.ConfigHash, r.hash, r.cfg.Identity())
 	case !slices.Contains(r.cfg.Members, m.From):
 		return fmt.Sprintf("sender %d is not a member of %v", m.From, r.cfg.Members)
 	case m.To != r.cfg.Self:

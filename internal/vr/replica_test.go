@@ -487,7 +487,11 @@ func TestConfigMismatchRefused(t *testing.T) {
 	}{
 		{"cluster", func(c *Config) { c.Cluster = 43 }, "cluster 43"},
 		{"epoch", func(c *Config) { c.Epoch = 0 }, "epoch 0"},
-		{"peers", func(c *Config) { c.Members = []uint64{1, 2, 4} }, "member list differs"},
+		{"peers", func(c *Config) { c.Members = []uint64{1, 2, 4} }, "member list or lease timing differs"},
+		// Issue 24 item 4: the lease timing is part of the group's identity.
+		{"lease", func(c *Config) { c.LeaseDuration = 20 * time.Millisecond }, "lease 50ms"},
+		{"drift", func(c *Config) { c.MaxDrift = 0.05 }, "max drift 0.01"},
+		{"mark-out", func(c *Config) { c.MarkOut = 30 * time.Millisecond }, "mark-out 100ms"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := newNet(t, 3)
