@@ -278,7 +278,7 @@ func acceptHandshake(nc net.Conn, secret string, self Identity, known func(uint6
 	case them.Cluster != self.Cluster:
 		reason = fmt.Sprintf("cluster %016x differs from node %d's cluster %016x", them.Cluster, self.Node, self.Cluster)
 	case them.ConfigHash != self.ConfigHash:
-		reason = fmt.Sprintf("configuration %016x differs from node %d's %016x (different member list or epoch)", them.ConfigHash, self.Node, self.ConfigHash)
+		reason = fmt.Sprintf("configuration %016x differs from node %d's %016x (different member list, epoch, or lease timing: lease, max drift, mark-out)", them.ConfigHash, self.Node, self.ConfigHash)
 	}
 	if reason != "" {
 		_, _ = fmt.Fprintf(nc, "ERR %s\n", reason)

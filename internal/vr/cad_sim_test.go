@@ -398,14 +398,76 @@ var cadScenarios = []struct {
 	name  string
 	tweak func(*sim.Options)
 	hook  func(*sim.Sim)
+	cfg   func(*Config) // nil: cadConfig's
 }{
-	{"nemesis", nil, nil},
-	{"power-failure", func(so *sim.Options) { so.Faults.Crash, so.Faults.Restart = 0, 0 }, powerFailureHook},
+	{"nemesis", nil, nil, nil},
+	{"power-failure", func(so *sim.Options) { so.Faults.Crash, so.Faults.Restart = 0, 0 }, powerFailureHook, nil},
 	{"lagging-follower", func(so *sim.Options) {
 		so.Faults.Crash, so.Faults.Restart, so.Faults.Partition, so.Faults.OneWay = 0, 0, 1, 1
-	}, lagFollower},
-	{"slow-follower", func(so *sim.Options) { so.Faults = nil }, slowFollower},
-	{"five-replicas", func(so *sim.Options) { so.Replicas = 5 }, nil},
+	}, lagFollower, nil},
+	{"slow-follower", func(so *sim.Options) { so.Faults = nil }, slowFollower, nil},
+	{"five-replicas", func(so *sim.Options) { so.Replicas = 5 }, nil, nil},
+	// Leader crashes within a grant, at random times, with and without the
+	// next leader cut off first (leaderRestarts), and leases long enough
+	// that a grant outlives a view change (issue 24 item 1). The random
+	// nemesis is off: its crashes and partitions rarely leave the schedule
+	// intact (2000 seeds with it never caught restartedLeaderVotes; without
+	// it seed 51 does).
+	{"leader-restarts", noRandomFaults, leaderRestarts, longGrants},
+}
+
+// longGrants: grants of up to 80 ms under a 90 ms lease, so a grant sent
+// just before a crash outlives the view change that follows.
+func longGrants(c *Config) {
+	c.ViewChangeTimeout, c.LeaseDuration = 100*time.Millisecond, 90*time.Millisecond
+	c.MarkOut, c.Removal = 80*time.Millisecond, 170*time.Millisecond
+}
+
+// leaderRestarts crashes whichever replica leads, every 30 to 150 ms until
+// 500 ms into the run, and restarts it from its disk 0.5 to 3 ms later:
+// within the grants it has just sent, which it must keep although it forgot
+// them. Half the time the replica next in line is first cut off from the
+// others long enough to time out, and reaches the leader again as the
+// leader comes back (defectingLeader with random timings): the one way a new
+// view can form with the restarted leader's help while a grant is valid.
+func leaderRestarts(s *sim.Sim) {
+	var next func()
+	next = func() {
+		if s.Now() >= 500*time.Millisecond {
+			return
+		}
+		gap := 30*time.Millisecond + time.Duration(s.Rand().IntN(120))*time.Millisecond
+		l := leaderOf(s)
+		if l < 0 {
+			s.After(gap, next)
+			return
+		}
+		crash := func() {
+			s.Crash(l)
+			s.After(500*time.Microsecond+time.Duration(s.Rand().IntN(2500))*time.Microsecond, func() { s.Restart(l) })
+		}
+		if s.Rand().IntN(2) == 0 {
+			crash()
+			s.After(gap, next)
+			return
+		}
+		n := s.Config().Replicas
+		f2 := int((s.Replica(l).(*simReplica).core.view + 1) % uint64(n))
+		vct := s.Replica(l).(*simReplica).core.cfg.ViewChangeTimeout
+		s.Isolate(sim.Addr(f2), false)
+		// F2 times out after vct and asks for the view it leads.
+		back := vct + time.Duration(s.Rand().IntN(10000))*time.Microsecond
+		s.After(back-time.Duration(s.Rand().IntN(6000))*time.Microsecond, crash)
+		s.After(back, func() {
+			s.Unblock(sim.Addr(f2), sim.Addr(l))
+			s.Unblock(sim.Addr(l), sim.Addr(f2))
+		})
+		s.After(back+3*vct, func() {
+			s.Heal()
+			s.After(gap, next)
+		})
+	}
+	s.At(50*time.Millisecond, next)
 }
 
 func cadExplore(t *testing.T, seeds int, o simOptions, tweak func(*sim.Options), hook func(*sim.Sim), lin bool) runStats {
@@ -437,6 +499,7 @@ func TestCADSim(t *testing.T) {
 	for _, sc := range cadScenarios {
 		t.Run(sc.name, func(t *testing.T) {
 			o := cadSimOptionsFor(cadModeCAD)
+			o.cad.cfg = sc.cfg
 			cadExplore(t, seedCount(150, 3000), o, sc.tweak, sc.hook, false)
 			if st := o.cad.stats; st.followerServed == 0 || st.leaderWaits == 0 || st.earlyAcks == 0 {
 				t.Fatalf("the run did not exercise follower reads, durability waits and early acks: %s", st)
@@ -664,26 +727,33 @@ func noRandomFaults(so *sim.Options) { so.Faults = nil }
 // cadTargeted pairs each timing-rule mutation with the scenario aimed at
 // it; the correct core must pass the same scenarios.
 var cadTargeted = []struct {
-	name  string
-	mut   func(*mutations)
-	cfg   func(*Config)
-	tweak func(*sim.Options)
-	hook  func(*sim.Sim)
+	name    string
+	mut     func(*mutations)
+	cfg     func(*Config)
+	tweak   func(*sim.Options)
+	hook    func(*sim.Sim)
+	plainVR bool // both runs with noPreVote
 }{
 	{"drop-without-removal", func(m *mutations) { m.dropAtOnce = true },
-		func(c *Config) { c.Suspect = 5 * time.Millisecond }, noRandomFaults, isolateFollower},
+		func(c *Config) { c.Suspect = 5 * time.Millisecond }, noRandomFaults, isolateFollower, false},
+	// Plain VR view changes (noPreVote) in both runs: with pre-votes a leader
+	// that holds its lease never hears a binding start-view-change (the f+1
+	// replicas that lost it and the f that keep its lease would overlap), so
+	// the grant promise is a second line, for peers that run plain VR.
 	{"leader-votes-while-granting", func(m *mutations) { m.leaderVotesWhileGranting = true },
 		func(c *Config) {
 			// Long leases, so the grant outlives the new view's first reads.
 			c.ViewChangeTimeout, c.LeaseDuration = 100*time.Millisecond, 90*time.Millisecond
 			c.MarkOut, c.Removal = 80*time.Millisecond, 170*time.Millisecond
-		}, noRandomFaults, defectingLeader},
+		}, noRandomFaults, defectingLeader, true},
+	{"restarted-leader-votes", func(m *mutations) { m.restartedLeaderVotes = true },
+		longGrants, noRandomFaults, restartingDefectingLeader, false},
 	{"grant-beyond-leader-lease", func(m *mutations) { m.grantBeyondLease = true },
-		nil, func(so *sim.Options) { so.Faults, so.Replicas = nil, 5 }, minorityLeader},
+		nil, func(so *sim.Options) { so.Faults, so.Replicas = nil, 5 }, minorityLeader, false},
 	{"grant-timed-from-receipt", func(m *mutations) { m.grantFromReceipt = true },
 		func(c *Config) {
 			c.MarkOut, c.Removal, c.Suspect = 10*time.Millisecond, 16*time.Millisecond, 5*time.Millisecond
-		}, noRandomFaults, delayedGrants},
+		}, noRandomFaults, delayedGrants, false},
 }
 
 // TestCADTimingRules: every timing rule of the active set has a scenario
@@ -694,9 +764,11 @@ func TestCADTimingRules(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			o := cadSimOptionsFor(cadModeCAD)
 			o.cad.cfg = tc.cfg
+			o.mut.noPreVote = tc.plainVR
 			cadExplore(t, seedCount(40, 1000), o, tc.tweak, tc.hook, false)
 			o = cadSimOptionsFor(cadModeCAD)
 			o.cad.cfg = tc.cfg
+			o.mut.noPreVote = tc.plainVR
 			tc.mut(&o.mut)
 			cadMutationCaught(t, 150, o, tc.tweak, tc.hook)
 		})
@@ -831,4 +903,51 @@ func TestCADCrashExperiment(t *testing.T) {
 			t.Errorf("%s never showed non-monotonic reads: the experiment cannot see the anomaly", r.mode)
 		}
 	}
+}
+
+// restartingDefectingLeader is defectingLeader with the leader crashed just
+// after it sent a grant (it heartbeats every 5 ms, each carrying grants)
+// and restarted from its intact disk 1 ms later, as F2's link to it comes
+// back (issue 24 item 1). The restarted leader forgot the promise its
+// grant to F1 made (promiseUntil lives in memory); it must keep it anyway,
+// by not helping F2 form view v+1 for a lease period after its restart.
+func restartingDefectingLeader(s *sim.Sim) {
+	atLeader(s, []time.Duration{100 * time.Millisecond, 500 * time.Millisecond}, func(l int) {
+		n := s.Config().Replicas
+		v := s.Replica(l).(*simReplica).core.view
+		f2 := int((v + 1) % uint64(n))
+		s.Isolate(sim.Addr(f2), false)
+		crashAt := 100*time.Millisecond + time.Duration(s.Rand().IntN(5000))*time.Microsecond
+		s.After(crashAt, func() {
+			s.Crash(l)
+			s.After(time.Millisecond, func() { s.Restart(l) })
+		})
+		s.After(105*time.Millisecond, func() {
+			s.Unblock(sim.Addr(f2), sim.Addr(l))
+			s.Unblock(sim.Addr(l), sim.Addr(f2))
+		})
+		s.After(300*time.Millisecond, s.Heal)
+	})
+}
+
+// TestCADSimRestartedLeaderKeepsGrants (issue 24 item 1): the defecting-
+// leader schedule with the leader crashed just after a grant and restarted
+// 1 ms later. Before the fix the restarted leader helped F2 form view v+1
+// at once, while F1 still served view v's state under its grant: about 1.5 %
+// of the seeds broke cross-client monotonic reads (seeds 73 and 106 of the
+// first 150), so this runs enough seeds to see it.
+func TestCADSimRestartedLeaderKeepsGrants(t *testing.T) {
+	o := cadSimOptionsFor(cadModeCAD)
+	o.cad.cfg = longGrants
+	cadExplore(t, seedCount(150, 3000), o, noRandomFaults, restartingDefectingLeader, false)
+}
+
+// TestCADMutationRestartedLeaderVotes: the randomized leader-restarts
+// schedule sees a restarted leader that helps form a view at once.
+func TestCADMutationRestartedLeaderVotes(t *testing.T) {
+	sc := cadScenarios[len(cadScenarios)-1]
+	o := cadSimOptionsFor(cadModeCAD)
+	o.cad.cfg = sc.cfg
+	o.mut.restartedLeaderVotes = true
+	cadMutationCaught(t, 150, o, sc.tweak, sc.hook)
 }

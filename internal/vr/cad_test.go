@@ -596,3 +596,113 @@ func TestAskSync(t *testing.T) {
 		n.ready(m.To)
 	}
 }
+
+// restart replaces replica id by a new core started from what its disk
+// holds (its log and last hard state, everything synced): a crash and a
+// restart from an intact disk, at n.now.
+func (n *tnet) restart(id uint64, nonce uint64) *Replica {
+	n.t.Helper()
+	old := n.rs[id]
+	st := State{HardState: old.lastHS, Entries: append([]Entry(nil), old.log...), Nonce: nonce}
+	r, err := New(old.cfg, st)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	r.Tick(n.now)
+	n.rs[id] = r
+	n.ready(id)
+	return r
+}
+
+// TestRestartedLeaderKeepsItsGrantPromise (issue 24 item 1): a leader that
+// crashes just after sending a read grant and restarts from its intact disk
+// does not help form the next view until a lease period after its restart:
+// the follower holding the grant may still serve the old view's state. A
+// follower that had joined a view change before its crash resumes it at
+// once.
+func TestRestartedLeaderKeepsItsGrantPromise(t *testing.T) {
+	for _, mutated := range []bool{false, true} {
+		t.Run(map[bool]string{false: "correct", true: "restartedLeaderVotes"}[mutated], func(t *testing.T) {
+			n := cadNet(t)
+			n.heartbeats(6) // past the promise every replica makes at start
+			n.q = nil
+			n.tick(10*time.Millisecond, 1)
+			granted := false
+			for _, m := range n.q {
+				granted = granted || (m.To == 3 && m.Grant > 0)
+			}
+			if !granted {
+				t.Fatalf("no grant to replica 3: %v", n.q)
+			}
+			n.deliver(func(m Message) bool { return m.To == 3 || m.From == 3 }) // 2 is cut off
+			if _, err := n.rs[3].FollowerRead(n.now); err != nil {
+				t.Fatalf("replica 3 holds no read lease: %v", err)
+			}
+			n.now += ms
+			l := n.restart(1, 77)
+			l.mut.restartedLeaderVotes = mutated
+			if i := l.Info(); i.View != 1 || i.Status != ViewChange {
+				t.Fatalf("restarted leader: %+v", i)
+			}
+			// Replica 2 (leader of view 1) timed out and asks for view 1.
+			n.q, n.sent = nil, nil
+			svc := Message{Type: MsgStartViewChange, View: 1}
+			n.rs[2].stamp(&svc, 1)
+			l.Step(n.now, svc)
+			n.ready(1)
+			n.tick(10*time.Millisecond, 1)
+			helped := 0
+			for _, m := range n.sent {
+				if m.From == 1 && (m.Type == MsgDoViewChange || m.Type == MsgStartViewChange) {
+					helped++
+				}
+			}
+			if (helped > 0) != mutated {
+				t.Fatalf("mutated=%t: the restarted leader sent %d start-/do-view-changes within its lease period: %v", mutated, helped, n.sent)
+			}
+			if mutated {
+				return
+			}
+			// A lease period after the restart it joins: view 1 forms.
+			n.tick(time.Duration(l.cfg.LeaseDuration), 1)
+			n.deliver(func(m Message) bool { return m.To != 3 && m.From != 3 })
+			n.tick(10*time.Millisecond, 1, 2)
+			n.deliver(func(m Message) bool { return m.To != 3 && m.From != 3 })
+			if i := n.rs[2].Info(); !i.IsLeader || i.View != 1 {
+				t.Fatalf("view 1 did not form once the restarted leader's promise ran out: 2 %+v, 1 %+v", i, l.Info())
+			}
+		})
+	}
+}
+
+// TestRestartedFollowerFinishesItsViewChange: a follower that had joined a
+// view change before it crashed (its hard state's view is past its last
+// normal view) made no promise it could still owe: restarted, it takes part
+// in that view change at once.
+func TestRestartedFollowerFinishesItsViewChange(t *testing.T) {
+	n := cadNet(t)
+	n.heartbeats(6)
+	// 3 joins 2's view change for view 1 (its promise has run out)...
+	n.tick(time.Duration(n.rs[3].cfg.LeaseDuration), 3)
+	svc := Message{Type: MsgStartViewChange, View: 1}
+	n.rs[2].stamp(&svc, 3)
+	n.rs[3].Step(n.now, svc)
+	n.ready(3)
+	if i := n.rs[3].Info(); i.View != 1 || i.Status != ViewChange {
+		t.Fatalf("replica 3 did not join view 1: %+v", i)
+	}
+	// ... and crashes before the view forms; restarted at once.
+	n.q, n.sent = nil, nil
+	r := n.restart(3, 78)
+	r.Step(n.now, svc)
+	n.ready(3)
+	dvc := 0
+	for _, m := range n.sent {
+		if m.From == 3 && m.Type == MsgDoViewChange && m.View == 1 {
+			dvc++
+		}
+	}
+	if dvc == 0 {
+		t.Fatalf("restarted follower did not resume its view change: %+v, sent %v", r.Info(), n.sent)
+	}
+}

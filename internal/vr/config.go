@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"math"
 	"time"
 )
 
@@ -193,8 +194,12 @@ func (c Config) Validate() error {
 	if c.HeartbeatInterval <= 0 || c.ViewChangeTimeout <= c.HeartbeatInterval {
 		errs = append(errs, fmt.Errorf("view-change timeout %v must exceed heartbeat interval %v", c.ViewChangeTimeout, c.HeartbeatInterval))
 	}
-	if c.LeaseDuration < 0 || c.ViewChangeTimeout < c.LeaseDuration {
-		errs = append(errs, fmt.Errorf("lease %v must be within [0, view-change timeout %v]", c.LeaseDuration, c.ViewChangeTimeout))
+	if c.LeaseDuration < 0 {
+		errs = append(errs, fmt.Errorf("lease %v must not be negative", c.LeaseDuration))
+	} else if c.ViewChangeTimeout < c.LeaseDuration {
+		// A follower would time out, and ask for a new view, while the
+		// promise its acknowledgements made still holds.
+		errs = append(errs, fmt.Errorf("view-change timeout %v is below the lease %v: raise the view-change timeout to at least the lease (the lease is part of the group's identity and is not shortened to fit)", c.ViewChangeTimeout, c.LeaseDuration))
 	}
 	if c.MaxDrift < 0 || c.MaxDrift >= 0.1 {
 		errs = append(errs, fmt.Errorf("max drift %g must be in [0, 0.1)", c.MaxDrift))
@@ -219,21 +224,39 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Hash is a fingerprint of the member list (in leader order) and epoch: two
-// replicas with the same cluster and epoch but different peer lists disagree
-// on it.
+// Hash is a fingerprint of the group's identity: cluster, epoch, the member
+// list (in leader order) and the lease timing every member must share —
+// LeaseDuration, MaxDrift and MarkOut (defaults filled). Two replicas that
+// differ in any of them disagree on it, and each refuses the other's
+// messages (and the transport its connection). The lease timing belongs to
+// the identity because a leader counts on its followers' promises with its
+// own numbers: a follower started with a shorter lease (a rolling change of
+// flags) would join a new view while the leader still serves reads under its
+// lease (issue 24 item 4), and one with a different drift bound or mark-out
+// would time grants differently from the leader that sent them.
 func (c Config) Hash() uint64 {
+	c.fill()
 	h := fnv.New64a()
 	var b [8]byte
-	binary.LittleEndian.PutUint64(b[:], c.Cluster)
-	h.Write(b[:])
-	binary.LittleEndian.PutUint64(b[:], c.Epoch)
-	h.Write(b[:])
-	for _, m := range c.Members {
-		binary.LittleEndian.PutUint64(b[:], m)
+	put := func(v uint64) {
+		binary.LittleEndian.PutUint64(b[:], v)
 		h.Write(b[:])
 	}
+	put(c.Cluster)
+	put(c.Epoch)
+	for _, m := range c.Members {
+		put(m)
+	}
+	put(uint64(c.LeaseDuration))
+	put(math.Float64bits(c.MaxDrift))
+	put(uint64(c.MarkOut))
 	return h.Sum64()
+}
+
+// Identity describes what Hash covers, for the error a mismatch produces.
+func (c Config) Identity() string {
+	c.fill()
+	return fmt.Sprintf("members %v, lease %v, max drift %g, mark-out %v", c.Members, c.LeaseDuration, c.MaxDrift, c.MarkOut)
 }
 
 // LeaderOf returns the leader of view v.

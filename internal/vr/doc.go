@@ -98,6 +98,17 @@
 // different lives apart (New refuses a zero nonce with FollowerReads). The wire codec must carry Persisted, Applied,
 // Readable, Grant and AckSeq.
 //
+// # Pre-votes
+//
+// A replica that loses its leader (a normal follower not heard from it for
+// the view-change timeout, or a view change that ran past its timeout) does
+// not move to the next view on its own: it asks every peer with a
+// start-view-change marked as a pre-vote (Op = 1), and moves once f+1
+// replicas, itself included, suspect. Replicas that still hear their leader
+// ignore the question, so a follower that merely lost touch (a restart, a
+// one-way cut) never deposes a leader a majority runs (replica.go, preVote).
+// The wire codec must carry a start-view-change's Op.
+//
 // # Leases and reads
 //
 // Followers promise, when they acknowledge a heartbeat, not to join another
@@ -106,7 +117,12 @@
 // Config.LeaderLease() = LeaseDuration·(1−MaxDrift)/(1+MaxDrift) of its own
 // clock. That is safe as long as every clock's rate stays within 1±MaxDrift.
 // A restarted replica keeps promises it forgot by not voting for a lease
-// period after it starts. Without a lease, ReadIndex confirms leadership with
+// period after it starts: a restarted follower neither starts nor joins a
+// view change, and a restarted replica that led its last normal view (whose
+// read grants promised, in memory, that it joins no other view while one
+// may be valid) does not count or send its own start-view-change meanwhile
+// (heldVC). A follower that had joined a view change before it crashed
+// finishes it at once: it joined only after its promises had run out. Without a lease, ReadIndex confirms leadership with
 // a heartbeat round instead. Followers expose their commit point (Info) for
 // session and bounded reads.
 package vr

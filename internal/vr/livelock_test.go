@@ -192,11 +192,14 @@ func TestViewChangeTimeoutBacksOff(t *testing.T) {
 	r.Tick(now)
 	r.Ready()
 	// moves steps the clock in 1 ms ticks until the view changes and
-	// reports how long that took.
+	// reports how long that took. Member 3 has lost the leader too and
+	// pre-votes every tick: alone, a replica never moves (preVote).
 	moves := func() int64 {
 		v, start := r.Info().View, now
 		for r.Info().View == v {
 			now += ms
+			r.Step(now, Message{Type: MsgStartViewChange, Op: preVoteMark, Cluster: cfg.Cluster, Epoch: cfg.Epoch,
+				ConfigHash: cfg.Hash(), From: 3, To: self, View: r.Info().View + 1})
 			r.Tick(now)
 			r.Ready()
 			if now-start > 100*base {

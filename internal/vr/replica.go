@@ -89,8 +89,16 @@ type mutations struct {
 	dropAtOnce             bool
 	readableIgnoresMembers bool
 	followerNoAppliedCheck bool
-	// ... and a leader that joins another view while its grants may be valid.
+	// ... and a leader that joins another view while its grants may be valid,
+	// and one that, restarted, helps form the next view at once although
+	// grants it sent before the crash may still be valid.
 	leaderVotesWhileGranting bool
+	restartedLeaderVotes     bool
+	// noPreVote: a replica that times out starts a view change at once, and
+	// its start-view-change draws every peer after it (plain VR; what a
+	// returning follower that had not heard its leader yet did to a healthy
+	// group, issue 25 item 5).
+	noPreVote bool
 	// eventualUnbounded: every normal replica serves eventual reads, however
 	// long it has been cut off (the rule before issue 24).
 	eventualUnbounded bool
@@ -136,6 +144,15 @@ type Replica struct {
 	// pendingView: a higher view others asked for while this replica's lease
 	// promise forbade joining; it joins once the promise runs out.
 	pendingView uint64
+	// vcHeld: restarted into a view change that it may not help form yet
+	// (its start-view-change is neither counted nor sent) until the promise
+	// it made before the crash, and forgot, has run out (heldVC).
+	vcHeld bool
+	// Pre-votes (preVote): when each peer last asked, and for which view,
+	// whether others had lost their leader too; when this replica last asked.
+	preVoteAt   []int64
+	preVoteView []uint64
+	lastPreVote int64
 
 	// Leader state (valid while leader in normal status).
 	acked   []uint64
@@ -219,6 +236,8 @@ func New(cfg Config, st State) (*Replica, error) {
 	r.svc = make([]bool, r.n)
 	r.dvc = make([]*Message, r.n)
 	r.recResp = make([]*Message, r.n)
+	r.preVoteAt = make([]int64, r.n)
+	r.preVoteView = make([]uint64, r.n)
 	r.cad.init(r.n, st.Nonce)
 	r.first = 1
 	if s := st.Snapshot; s != nil {
@@ -272,7 +291,17 @@ func New(cfg Config, st State) (*Replica, error) {
 			r.view++
 			r.hsDirty = true
 		}
-		r.svc[r.self] = true
+		if cfg.FollowerReads && len(cfg.Members) > 1 && cfg.LeaderOf(r.lnv) == cfg.Self {
+			// It led its last normal view, so read grants it sent may still be
+			// valid, and the promise that came with them (grantFor) was in
+			// memory only: its start-view-change waits a lease period (see
+			// heldVC). Only the leader grants; a follower of that view that
+			// had moved on to a view change joined it once its own promise
+			// had run out (Tick, onSVC), and resumes it at once.
+			r.vcHeld = true
+		} else {
+			r.svc[r.self] = true
+		}
 	}
 	return r, nil
 }
@@ -310,6 +339,36 @@ func (r *Replica) observe(now int64) {
 }
 
 func (r *Replica) canVote() bool { return r.now >= r.promiseUntil }
+
+// heldVC reports whether this replica, restarted in a view change it may
+// not help form yet (vcHeld), must still stay out of it. A leader's read
+// grants promise, in memory only, that it joins no other view while one may
+// be valid (grantFor); a restart forgets that promise, and the restart
+// promise (observe) stands in for it: a grant runs out within MarkOut and
+// the leader's lease, both shorter than LeaseDuration. Until then the
+// replica neither counts nor sends its own start-view-change (so it sends
+// no do-view-change either); it still follows a view that others formed
+// without it (follow, onStartView), which needed no help from it. Once the
+// promise has run out it joins its view change as any replica would.
+func (r *Replica) heldVC() bool {
+	if !r.vcHeld {
+		return false
+	}
+	if r.mut.restartedLeaderVotes {
+		r.vcHeld, r.svc[r.self] = false, true
+		return false
+	}
+	if !r.canVote() {
+		return true
+	}
+	r.vcHeld = false
+	r.svc[r.self] = true
+	// A whole timeout for the view change it joins only now.
+	r.vcStart, r.lastSVC = r.now, r.now
+	r.broadcast(Message{Type: MsgStartViewChange, View: r.view}, false)
+	r.checkSVC()
+	return false
+}
 
 // maxVCBackoff caps the view-change timeout's doubling at 2^maxVCBackoff
 // times Config.ViewChangeTimeout.
@@ -520,7 +579,8 @@ func (r *Replica) identity(m *Message) string {
 	case m.Epoch != r.cfg.Epoch:
 		return fmt.Sprintf("config epoch %d, ours is %d (stale configuration on one side)", m.Epoch, r.cfg.Epoch)
 	case m.ConfigHash != r.hash:
-		return fmt.Sprintf("member list differs (hash %x, ours %x for %v)", m.ConfigHash, r.hash, r.cfg.Members)
+		return fmt.Sprintf("member list or lease timing differs (hash %x, ours %x for %s): every member needs the same members, lease, max drift and mark-out",
+			m.ConfigHash, r.hash, r.cfg.Identity())
 	case !slices.Contains(r.cfg.Members, m.From):
 		return fmt.Sprintf("sender %d is not a member of %v", m.From, r.cfg.Members)
 	case m.To != r.cfg.Self:
@@ -577,7 +637,6 @@ func (r *Replica) Step(now int64, m Message) {
 func (r *Replica) Tick(now int64) {
 	r.observe(now)
 	hb := int64(r.cfg.HeartbeatInterval)
-	vct := int64(r.cfg.ViewChangeTimeout)
 	if r.pendingView > r.view && r.status != Recovering && r.canVote() {
 		r.startViewChange(r.pendingView)
 	}
@@ -589,13 +648,17 @@ func (r *Replica) Tick(now int64) {
 			}
 			r.nxTick()
 			r.updateMembers()
-		} else if r.now-r.lastContact >= vct && r.canVote() {
-			r.startViewChange(r.view + 1)
+		} else if r.suspects() {
+			r.preVote()
 		}
 	case ViewChange:
-		if r.now-r.vcStart >= r.vcTimeout() && r.canVote() {
-			r.startViewChange(r.view + 1)
-		} else if r.now-r.lastSVC >= hb {
+		if r.heldVC() {
+			break
+		}
+		if r.suspects() {
+			r.preVote()
+		}
+		if r.status == ViewChange && r.now-r.lastSVC >= hb {
 			r.lastSVC = r.now
 			r.broadcast(Message{Type: MsgStartViewChange, View: r.view}, false)
 			// The do-view-change carries the log: resending it every
@@ -713,6 +776,9 @@ func (r *Replica) follow(j int, v uint64) bool {
 	if v == r.view && r.status == Normal {
 		return true
 	}
+	// The leader of v sends prepares and commits only once v has formed:
+	// joining it helps form nothing, whatever a restart promised (heldVC).
+	r.vcHeld = false
 	if v == r.view && (r.dvcSent != nil || r.pulling >= 0) {
 		return false // already asked; the tick resends
 	}
@@ -1024,6 +1090,7 @@ func (r *Replica) stepDown() {
 	}
 	r.dvcSent = nil
 	r.pulling = -1
+	r.vcHeld = false // leaving the view it restarted in: nothing to hold
 }
 
 func (r *Replica) startViewChange(v uint64) {
@@ -1047,6 +1114,10 @@ func (r *Replica) onSVC(j int, m *Message) {
 	if r.status == Recovering {
 		return
 	}
+	if m.Op == preVoteMark {
+		r.onPreVote(j, m)
+		return
+	}
 	if m.View > r.view {
 		if !r.canVote() {
 			r.pendingView = max(r.pendingView, m.View)
@@ -1060,8 +1131,88 @@ func (r *Replica) onSVC(j int, m *Message) {
 	}
 }
 
+// preVoteMark in a start-view-change's Op marks a pre-vote (preVote).
+const preVoteMark = 1
+
+// suspects reports whether this replica has lost its leader — a normal
+// follower that has not heard from it for the view-change timeout, or a
+// replica whose view change has run longer than vcTimeout — and may vote.
+func (r *Replica) suspects() bool {
+	if !r.canVote() {
+		return false
+	}
+	switch r.status {
+	case Normal:
+		return !r.isLeader() && r.now-r.lastContact >= int64(r.cfg.ViewChangeTimeout)
+	case ViewChange:
+		return !r.vcHeld && r.now-r.vcStart >= r.vcTimeout()
+	}
+	return false
+}
+
+// preVote is what a replica that suspects (suspects) does instead of
+// starting a view change on its own: it asks every peer, with a
+// start-view-change marked as a pre-vote, whether they have lost the leader
+// too, and moves to the next view only once f+1 replicas (itself included)
+// suspect (tryPreVotes). A replica that still hears its leader — the leader
+// included — ignores the question (onPreVote), so a replica that merely did
+// not hear the leader for a while (restarted before the leader's link to it
+// came back, behind a one-way cut) never disturbs a view that a majority
+// runs (Raft's pre-vote; issue 25 item 5). Plain VR moved to the next view
+// at once, and its start-view-change drew every peer after its lease
+// promise: a returning follower deposed a healthy leader. A view change
+// that stalls moves on the same way, so a replica in an abandoned view
+// change draws nobody either.
+func (r *Replica) preVote() {
+	if r.mut.noPreVote {
+		r.startViewChange(r.view + 1)
+		return
+	}
+	if r.now-r.lastPreVote >= int64(r.cfg.HeartbeatInterval) {
+		r.lastPreVote = r.now
+		r.broadcast(Message{Type: MsgStartViewChange, View: r.view + 1, Op: preVoteMark}, false)
+	}
+	r.tryPreVotes()
+}
+
+// onPreVote records a peer's pre-vote. One for the view this replica's view
+// change is for counts as that peer's start-view-change: the sender has
+// lost its leader, and only the do-view-changes that follow decide a view.
+func (r *Replica) onPreVote(j int, m *Message) {
+	if m.View <= r.view {
+		if m.View == r.view && r.status == ViewChange {
+			r.svc[j] = true
+			r.checkSVC()
+		}
+		return
+	}
+	r.preVoteAt[j], r.preVoteView[j] = r.now, m.View
+	r.tryPreVotes()
+}
+
+// tryPreVotes starts a view change once this replica and f peers that
+// pre-voted recently (within a view-change timeout: a suspecting replica
+// asks again every heartbeat) suspect their leader. It moves to the highest
+// view asked for: a peer asking for a later view is normal in, or changing
+// to, a view after ours.
+func (r *Replica) tryPreVotes() {
+	if !r.suspects() {
+		return
+	}
+	cnt, top := 1, r.view+1
+	for j, at := range r.preVoteAt {
+		if j != r.self && at != 0 && r.now-at < int64(r.cfg.ViewChangeTimeout) && r.preVoteView[j] > r.view {
+			cnt++
+			top = max(top, r.preVoteView[j])
+		}
+	}
+	if cnt >= r.f+1 {
+		r.startViewChange(top)
+	}
+}
+
 func (r *Replica) checkSVC() {
-	if r.status != ViewChange || r.dvcSent != nil {
+	if r.status != ViewChange || r.dvcSent != nil || r.heldVC() {
 		return
 	}
 	cnt := 0

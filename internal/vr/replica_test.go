@@ -487,7 +487,11 @@ func TestConfigMismatchRefused(t *testing.T) {
 	}{
 		{"cluster", func(c *Config) { c.Cluster = 43 }, "cluster 43"},
 		{"epoch", func(c *Config) { c.Epoch = 0 }, "epoch 0"},
-		{"peers", func(c *Config) { c.Members = []uint64{1, 2, 4} }, "member list differs"},
+		{"peers", func(c *Config) { c.Members = []uint64{1, 2, 4} }, "member list or lease timing differs"},
+		// Issue 24 item 4: the lease timing is part of the group's identity.
+		{"lease", func(c *Config) { c.LeaseDuration = 20 * time.Millisecond }, "lease 50ms"},
+		{"drift", func(c *Config) { c.MaxDrift = 0.05 }, "max drift 0.01"},
+		{"mark-out", func(c *Config) { c.MarkOut = 30 * time.Millisecond }, "mark-out 100ms"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := newNet(t, 3)
@@ -742,8 +746,13 @@ func TestAFollowerHearingASnapshotArriveDoesNotStartAViewChange(t *testing.T) {
 			if heard && (i3.View != view || i3.Applied != 10) {
 				t.Fatalf("replica 3 should have stayed in view %d and installed the snapshot: %+v", view, i3)
 			}
-			if !heard && i3.View == view {
-				t.Fatalf("without progress replica 3 should have started a view change (the test's control): %+v", i3)
+			asked := false
+			for _, m := range n.sent {
+				asked = asked || (m.From == 3 && m.Type == MsgStartViewChange)
+			}
+			if !heard && !asked {
+				// It only asks (a pre-vote): 1 and 2 still hear each other.
+				t.Fatalf("without progress replica 3 should have suspected its leader (the test's control): %+v", i3)
 			}
 		})
 	}
@@ -965,5 +974,98 @@ func TestNewLeaderPullsSnapshot(t *testing.T) {
 	n.deliver(nil)
 	if c := n.rs[2].CommitPoint(); c != 11 {
 		t.Fatalf("new view commits after the snapshot: %d", c)
+	}
+}
+
+// TestReturningFollowerDoesNotDeposeTheLeader (issue 25 item 5): a follower
+// restarts and does not hear the leader for three view-change timeouts (its
+// links come back slowly); it suspects the leader and asks the others with
+// pre-votes, but they still hear the leader and ignore it. No view change
+// happens, and once the leader's messages reach it again it is a follower of
+// the same view. With plain VR (noPreVote) it starts view 1 on its own and
+// the leader joins at once.
+func TestReturningFollowerDoesNotDeposeTheLeader(t *testing.T) {
+	for _, plain := range []bool{false, true} {
+		t.Run(map[bool]string{false: "pre-vote", true: "noPreVote"}[plain], func(t *testing.T) {
+			n := newNet(t, 3)
+			for _, id := range n.ids {
+				n.rs[id].mut.noPreVote = plain
+			}
+			n.propose(1, 7, 1, "a")
+			n.ready(1)
+			n.deliver(nil)
+			n.tick(10 * time.Millisecond)
+			n.deliver(nil)
+			old := n.rs[3]
+			r, err := New(old.cfg, State{HardState: old.lastHS, Entries: append([]Entry(nil), old.log...), Nonce: 5})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.mut.noPreVote = plain
+			n.rs[3] = r
+			cut := func(m Message) bool { return !(m.From == 1 && m.To == 3) }
+			for range 30 { // 300 ms: three view-change timeouts
+				n.tick(10 * time.Millisecond)
+				n.deliver(cut)
+			}
+			for _, id := range n.ids[:2] {
+				if i := n.rs[id].Info(); i.View != 0 || i.Status != Normal {
+					if plain {
+						return // the control: plain VR deposed the leader
+					}
+					t.Fatalf("replica %d left view 0 for a follower that did not hear the leader: %+v", id, i)
+				}
+			}
+			if plain {
+				t.Fatal("plain VR kept the leader: the test cannot see the disruption")
+			}
+			asked := 0
+			for _, m := range n.sent {
+				if m.From == 3 && m.Type == MsgStartViewChange && m.Op == preVoteMark {
+					asked++
+				}
+			}
+			if asked == 0 {
+				t.Fatal("the cut-off follower never suspected its leader (the test's control)")
+			}
+			n.tick(10 * time.Millisecond)
+			n.deliver(nil)
+			if i := n.rs[3].Info(); i.View != 0 || i.Status != Normal || i.Commit != 1 {
+				t.Fatalf("the returning follower did not rejoin view 0: %+v", i)
+			}
+			if err := n.propose(1, 7, 2, "b"); err != nil {
+				t.Fatal(err)
+			}
+			n.ready(1)
+			n.deliver(nil)
+			if c := n.rs[1].CommitPoint(); c != 2 {
+				t.Fatalf("leader of view 0 no longer commits: %d", c)
+			}
+		})
+	}
+}
+
+// TestPreVotesStillReplaceADeadLeader: when the leader dies, the followers
+// suspect it, each asks the other, and they start view 1 together; a
+// follower that still hears its leader ignores a pre-vote.
+func TestPreVotesStillReplaceADeadLeader(t *testing.T) {
+	n := newNet(t, 3)
+	n.tick(10 * time.Millisecond)
+	n.deliver(nil)
+	pv := Message{Type: MsgStartViewChange, View: 1, Op: preVoteMark}
+	n.rs[3].stamp(&pv, 2)
+	n.rs[2].Step(n.now, pv)
+	n.ready(2)
+	if i := n.rs[2].Info(); i.View != 0 || i.Status != Normal {
+		t.Fatalf("a follower that hears its leader followed a pre-vote: %+v", i)
+	}
+	delete(n.rs, 1)
+	n.ids = []uint64{2, 3}
+	for i := 0; i < 20 && !n.rs[2].Info().IsLeader; i++ {
+		n.tick(10 * time.Millisecond)
+		n.deliver(nil)
+	}
+	if i := n.rs[2].Info(); !i.IsLeader || i.View != 1 {
+		t.Fatalf("replica 2 should lead view 1 after the leader died: %+v (3: %+v)", i, n.rs[3].Info())
 	}
 }

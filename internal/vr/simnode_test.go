@@ -323,6 +323,8 @@ type simOptions struct {
 	boundedVrshardRule bool
 	// cad: the CAD read and write rules (cad_sim_test.go); nil: off.
 	cad *cadSimOptions
+	// perReplica adjusts one replica's configuration (mixed flags).
+	perReplica func(id sim.Addr, c *Config)
 }
 
 // simCounters shows that a run exercised the paths it claims to.
@@ -387,6 +389,9 @@ func simConfig(id sim.Addr, n int, o simOptions) Config {
 	}
 	if o.cad != nil {
 		cadConfig(&c, o.cad)
+	}
+	if o.perReplica != nil {
+		o.perReplica(id, &c)
 	}
 	return c
 }

@@ -65,6 +65,10 @@
 // acknowledged). Time is each process's monotonic clock; wall-clock steps do
 // not matter, rate errors beyond the bound do. A leader without a lease
 // (new view, lost acks) serves linearizable reads by read-index instead.
+// Every member must run the same lease, drift bound and mark-out: they are
+// part of the group's identity (vr.Config.Hash), and a member that differs
+// is refused. A view-change timeout below the lease is refused at start
+// rather than shortening the lease.
 //
 // # Bootstrap
 //

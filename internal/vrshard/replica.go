@@ -146,7 +146,11 @@ func (o *Options) fill() error {
 		c.ViewChangeTimeout = DefaultViewChange
 	}
 	if c.LeaseDuration == 0 {
-		c.LeaseDuration = min(DefaultLease, c.ViewChangeTimeout)
+		// Not shortened to fit a shorter view-change timeout: the lease is
+		// part of the group's identity (vr.Config.Hash), so a member started
+		// with such a timeout would silently promise less than its leader
+		// counts on. Validate refuses the timeout instead.
+		c.LeaseDuration = DefaultLease
 	}
 	if c.MaxDrift == 0 {
 		c.MaxDrift = DefaultMaxDrift
