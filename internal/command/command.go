@@ -149,7 +149,15 @@ var table = []Spec{
 	{Name: "PEXPIRE", Arity: 3, Class: NonNilextUpdate, Flags: Unsupported, FirstKey: 1, LastKey: 1, KeyStep: 1, Summary: "TTLs are not supported yet"},
 	{Name: "TTL", Arity: 2, Class: Read, Flags: Unsupported, FirstKey: 1, LastKey: 1, KeyStep: 1, Summary: "TTLs are not supported yet"},
 	{Name: "SETEX", Arity: 4, Class: NilextUpdate, Flags: Unsupported, FirstKey: 1, LastKey: 1, KeyStep: 1, Summary: "TTLs are not supported yet"},
-	{Name: "MULTI", Arity: 1, Class: Admin, Flags: Unsupported, Summary: "transactions are not supported yet"},
+	// Transactions do not exist yet, but MULTI must not let the commands after it
+	// run: a connection that sent MULTI has every command up to EXEC or DISCARD
+	// refused, and EXEC answers EXECABORT, so nothing of a transaction is applied
+	// (a client's retry of a failed transaction cannot apply its writes twice).
+	{Name: "MULTI", Arity: 1, Class: Admin, Flags: Fast, Summary: "start a transaction: transactions are not supported yet, so its commands are refused and EXEC aborts it"},
+	{Name: "EXEC", Arity: 1, Class: Admin, Flags: Fast, Summary: "end a transaction: always EXECABORT (transactions are not supported yet; nothing was applied)"},
+	{Name: "DISCARD", Arity: 1, Class: Admin, Flags: Fast, Summary: "abandon a transaction"},
+	{Name: "WATCH", Arity: -2, Class: Admin, Flags: Fast, Summary: "transactions are not supported yet"},
+	{Name: "UNWATCH", Arity: 1, Class: Admin, Flags: Fast, Summary: "forget watched keys (none can be watched)"},
 	{Name: "FLUSHALL", Arity: -1, Class: Admin, Flags: Unsupported, Summary: "not supported"},
 	{Name: "FLUSHDB", Arity: -1, Class: Admin, Flags: Unsupported, Summary: "not supported"},
 	{Name: "KEYS", Arity: 2, Class: Read, Flags: Unsupported, Summary: "use KEFIR.SCAN"},

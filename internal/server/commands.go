@@ -224,6 +224,34 @@ func (c *conn) admin(spec *command.Spec, args [][]byte) error {
 		}
 		c.sess = s
 		return w.WriteSimple("OK")
+	case "MULTI":
+		if c.multi {
+			return errf("ERR MULTI calls can not be nested")
+		}
+		c.multi = true
+		// OK, as Redis answers: clients pipeline MULTI, their commands and
+		// EXEC and read an error reply to MULTI as a broken connection
+		// (go-redis stops reading there and leaves the rest unread).
+		return w.WriteSimple("OK")
+	case "EXEC":
+		if !c.multi {
+			return errf("ERR EXEC without MULTI")
+		}
+		c.multi = false
+		return errf("EXECABORT Transaction discarded because transactions are not supported yet; none of its commands was applied")
+	case "DISCARD":
+		if !c.multi {
+			return errf("ERR DISCARD without MULTI")
+		}
+		c.multi = false
+		return w.WriteSimple("OK")
+	case "WATCH":
+		if c.multi {
+			return errf("ERR WATCH inside MULTI is not allowed")
+		}
+		return errf("ERR WATCH is not supported yet (transactions are not supported yet)")
+	case "UNWATCH":
+		return w.WriteSimple("OK") // nothing can be watched
 	case "KEFIR.CALL":
 		return c.call(args)
 	case "KEFIR.TOPOLOGY":
