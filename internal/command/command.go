@@ -137,7 +137,7 @@ var table = []Spec{
 	{Name: "CLIENT", Arity: -2, Class: Admin, Summary: "CLIENT ID | SETNAME name | GETNAME | INFO"},
 	{Name: "COMMAND", Arity: -1, Class: Admin, Summary: "describe commands"},
 	{Name: "CONFIG", Arity: -2, Class: Admin, Summary: "CONFIG GET answers the few settings tools ask for"},
-	{Name: "DBSIZE", Arity: 1, Class: Admin, Summary: "number of keys (approximate: recently deleted keys count until compaction)"},
+	{Name: "DBSIZE", Arity: 1, Class: Admin, Summary: "number of keys this node has applied (deleted keys not counted)"},
 	{Name: "KEFIR.CONSISTENCY", Arity: -1, Class: Admin, Flags: Fast, Summary: "get or set the connection's default consistency level"},
 	{Name: "KEFIR.DURABILITY", Arity: -1, Class: Admin, Flags: Fast, Summary: "get or set the connection's default durability level"},
 	{Name: "KEFIR.SESSION", Arity: -1, Class: Admin, Flags: Fast, Summary: "get or set the connection's session token"},

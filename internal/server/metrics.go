@@ -149,7 +149,7 @@ type storageCollector struct{ db *storage.DB }
 var storageDescs = [...]*prometheus.Desc{
 	prometheus.NewDesc("kefir_storage_disk_bytes", "Bytes in the engine's log segment files (what compaction reclaims shrinks it).", nil, nil),
 	prometheus.NewDesc("kefir_storage_live_bytes", "Bytes of records the engine's index still points at.", nil, nil),
-	prometheus.NewDesc("kefir_storage_keys", "Keys in the engine's index (the node's own client-table rows included).", nil, nil),
+	prometheus.NewDesc("kefir_storage_keys", "Keys in the engine's index: deleted keys not yet compacted away and the node's internal rows (client table, version reservations) included; DBSIZE counts live user keys.", nil, nil),
 }
 
 func (storageCollector) Describe(ch chan<- *prometheus.Desc) {
