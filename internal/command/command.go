@@ -127,7 +127,9 @@ var table = []Spec{
 	{Name: "KEFIR.CALL", Arity: -3, Class: Admin, Flags: Wrapper | DependsOnArgs, Summary: "run a command with per-call options (see docs/design/resp-extensions.md)"},
 
 	// Connection and node.
-	{Name: "PING", Arity: -1, Class: Admin, Flags: Fast | NoAuth, Summary: "liveness check"},
+	// PING needs AUTH on a protected node, as in Redis (NOAUTH): health checks
+	// that must work without the password use HTTP /healthz.
+	{Name: "PING", Arity: -1, Class: Admin, Flags: Fast, Summary: "liveness check"},
 	{Name: "ECHO", Arity: 2, Class: Admin, Flags: Fast, Summary: "echo the argument"},
 	{Name: "HELLO", Arity: -1, Class: Admin, Flags: Fast | NoAuth, Summary: "switch protocol (2 or 3) and authenticate"},
 	{Name: "AUTH", Arity: -2, Class: Admin, Flags: Fast | NoAuth, Summary: "authenticate the connection"},

@@ -1,7 +1,9 @@
 package server
 
 import (
+	"encoding/json"
 	"io"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -148,4 +150,45 @@ func TestKeyCountsExcludeDeletedKeysAndInternalRows(t *testing.T) {
 			}
 		}
 	})
+}
+
+// No log line of a replica group's node names a key twice (issue 25 item
+// 13): the server's logger carries node=<node id>, and vrshard and its
+// transport added node=<replica id> again ("node=n1 component=vr node=1
+// node=1"). Lines are JSON, so a repeated key is found by decoding each line's
+// keys in order.
+func TestLogLinesNameNoKeyTwice(t *testing.T) {
+	var logs lockedBuffer
+	g := startGroupWith(t, func(c *Config) {
+		c.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	})
+	dial(t, g.nodes[g.leader(t)]).expect("SET k v => OK")
+	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+	if len(lines) < 10 {
+		t.Fatalf("only %d log lines", len(lines))
+	}
+	checked := 0
+	for _, line := range lines {
+		dec := json.NewDecoder(strings.NewReader(line))
+		if _, err := dec.Token(); err != nil { // {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		seen := map[string]bool{}
+		for dec.More() {
+			k, err := dec.Token()
+			if err != nil {
+				t.Fatalf("log line %q: %v", line, err)
+			}
+			var v json.RawMessage
+			if err := dec.Decode(&v); err != nil {
+				t.Fatalf("log line %q: %v", line, err)
+			}
+			if seen[k.(string)] {
+				t.Errorf("key %q twice in %s", k, line)
+			}
+			seen[k.(string)] = true
+		}
+		checked++
+	}
+	t.Logf("%d log lines checked", checked)
 }
