@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -191,4 +193,23 @@ func TestLogLinesNameNoKeyTwice(t *testing.T) {
 		checked++
 	}
 	t.Logf("%d log lines checked", checked)
+}
+
+// /status's numbers are integers where they count something: uptime_seconds
+// was a float with nanosecond digits (issue 25 item 13).
+func TestStatusUptimeIsWholeSeconds(t *testing.T) {
+	s := startServer(t, nil)
+	r, err := http.Get("http://" + s.HTTPAddr().String() + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Body.Close()
+	var st map[string]json.RawMessage
+	if err := json.NewDecoder(r.Body).Decode(&st); err != nil {
+		t.Fatal(err)
+	}
+	up := string(st["uptime_seconds"])
+	if _, err := strconv.ParseInt(up, 10, 64); err != nil {
+		t.Errorf("uptime_seconds = %s, want whole seconds", up)
+	}
 }
