@@ -17,9 +17,7 @@ type StatusJSON struct {
 	NodeID        string         `json:"node_id"`
 	Role          string         `json:"role"`
 	Version       string         `json:"version"`
-	// UptimeSeconds is whole seconds, like INFO's uptime_in_seconds: a
-	// counter of seconds, not a float with nanosecond digits.
-	UptimeSeconds int64          `json:"uptime_seconds"`
+	UptimeSeconds int64          `json:"uptime_seconds"` // whole seconds, like INFO's uptime_in_seconds
 	ClientAddr    string         `json:"client_addr"`
 	PeerAddr      string         `json:"peer_addr,omitempty"`
 	Consistency   string         `json:"default_consistency"`
