@@ -132,6 +132,8 @@ func newMetrics(s *Server) *metrics {
 				func(st vrshard.Stats) uint64 { return st.IndexReads }),
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kefir_forwarded_total", Help: "Commands this node forwarded to the leader."},
 				func() float64 { return float64(s.fwd.forwarded.Load()) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kefir_forward_retries_total", Help: "Forwarded commands sent again because the leader did not answer (it failed, moved, or none was known yet)."},
+				func() float64 { return float64(s.fwd.retries.Load()) }),
 		)
 		m.reg.MustRegister(s.cadCollectors()...)
 		if s.vr.NilextOn() {
