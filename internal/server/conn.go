@@ -214,6 +214,10 @@ func (c *conn) serve() {
 		}
 		args, err := c.rd.ReadCommand(c.args[:0])
 		c.args = args
+		if resp.IsTooLarge(err) {
+			c.refuseTooLarge(err)
+			continue
+		}
 		if err != nil {
 			c.readFailed(err)
 			return
@@ -227,6 +231,17 @@ func (c *conn) serve() {
 		}
 	}
 	_ = c.release()
+}
+
+// refuseTooLarge answers a command the reader discarded for being over the
+// bulk or request limit (resp.TooLargeError), in its place among the
+// pipeline's replies; the connection and the commands after it carry on.
+func (c *conn) refuseTooLarge(err error) {
+	c.flushWrites()
+	c.srv.m.tooLarge.Inc()
+	c.log.Info("refused a command over the size limit", "err", err)
+	_ = c.w.WriteError(err.Error()) // "ERR ...", as resp.TooLargeError spells it
+	c.batched++
 }
 
 // readFailed answers a protocol error before closing; other errors just close.

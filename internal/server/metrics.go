@@ -27,6 +27,7 @@ type metrics struct {
 	rejected    prometheus.Counter
 	authFails   prometheus.Counter
 	protoErrors prometheus.Counter
+	tooLarge    prometheus.Counter
 	syncLatency prometheus.Histogram
 
 	// plain counters for INFO (reading Prometheus instruments back is awkward).
@@ -87,6 +88,7 @@ func newMetrics(s *Server) *metrics {
 	m.rejected = prometheus.NewCounter(prometheus.CounterOpts{Name: "kefir_client_connections_rejected_total", Help: "Client connections refused (max clients)."})
 	m.authFails = prometheus.NewCounter(prometheus.CounterOpts{Name: "kefir_auth_failures_total", Help: "Failed AUTH attempts."})
 	m.protoErrors = prometheus.NewCounter(prometheus.CounterOpts{Name: "kefir_protocol_errors_total", Help: "Connections closed for malformed input."})
+	m.tooLarge = prometheus.NewCounter(prometheus.CounterOpts{Name: "kefir_commands_too_large_total", Help: "Commands refused (read and discarded, connection kept) for an argument over --max-bulk or a size over --max-request."})
 	m.syncLatency = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "kefir_fsync_wait_seconds",
 		Help:    "Time a batch of sync writes waited for durability (one shared fsync).",
@@ -102,7 +104,7 @@ func newMetrics(s *Server) *metrics {
 		Name: "kefir_last_version", Help: "Highest version applied.",
 	}, func() float64 { return float64(s.shard.Status().LastVersion) })
 	m.reg.MustRegister(callsVec, errsVec, latVec, m.conns, m.connsTotal, m.rejected, m.authFails,
-		m.protoErrors, m.syncLatency, s.fsyncs, storageBytes, durable, storageCollector{s.db}, version,
+		m.protoErrors, m.tooLarge, m.syncLatency, s.fsyncs, storageBytes, durable, storageCollector{s.db}, version,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if s.vr != nil {
 		gauge := func(name, help string, f func(vrshard.Info) float64) prometheus.Collector {
