@@ -15,7 +15,7 @@ import (
 func ExampleDial() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c, err := client.Dial(ctx, []string{"127.0.0.1:7379"}, client.WithPassword(os.Getenv("KEFIR_PASSWORD")))
+	c, err := client.Dial(ctx, []string{"127.0.0.1:6380"}, client.WithPassword(os.Getenv("KEFIR_PASSWORD")))
 	if err != nil {
 		log.Fatal(err)
 	}

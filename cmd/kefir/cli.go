@@ -9,8 +9,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -259,7 +261,7 @@ func runStatus(ctx context.Context, f cliFlags, stdout io.Writer) error {
 		}
 	}
 	if f.json {
-		return json.NewEncoder(stdout).Encode(fields) // encoding/json sorts map keys
+		return json.NewEncoder(stdout).Encode(infoJSON(fields)) // encoding/json sorts map keys
 	}
 	for _, k := range order {
 		if strings.HasPrefix(k, "#") {
@@ -269,4 +271,24 @@ func runStatus(ctx context.Context, f cliFlags, stdout io.Writer) error {
 		fmt.Fprintf(stdout, "  %-28s %s\n", k, fields[k])
 	}
 	return nil
+}
+
+// infoJSON gives INFO's fields their JSON types: a value that is a number
+// (uptime_in_seconds:12, log_pos:4096) is a JSON number, so `kefir status
+// --json | jq '.log_pos > 0'` compares numbers, not strings; everything else
+// (role:leader, default_consistency:bounded(3), db0:keys=2,...) stays a string.
+func infoJSON(fields map[string]string) map[string]any {
+	out := make(map[string]any, len(fields))
+	for k, v := range fields {
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+			out[k] = n
+		} else if n, err := strconv.ParseUint(v, 10, 64); err == nil {
+			out[k] = n
+		} else if x, err := strconv.ParseFloat(v, 64); err == nil && !math.IsInf(x, 0) && !math.IsNaN(x) {
+			out[k] = x
+		} else {
+			out[k] = v
+		}
+	}
+	return out
 }

@@ -127,7 +127,9 @@ var table = []Spec{
 	{Name: "KEFIR.CALL", Arity: -3, Class: Admin, Flags: Wrapper | DependsOnArgs, Summary: "run a command with per-call options (see docs/design/resp-extensions.md)"},
 
 	// Connection and node.
-	{Name: "PING", Arity: -1, Class: Admin, Flags: Fast | NoAuth, Summary: "liveness check"},
+	// PING needs AUTH on a protected node, as in Redis (NOAUTH): health checks
+	// that must work without the password use HTTP /healthz.
+	{Name: "PING", Arity: -1, Class: Admin, Flags: Fast, Summary: "liveness check"},
 	{Name: "ECHO", Arity: 2, Class: Admin, Flags: Fast, Summary: "echo the argument"},
 	{Name: "HELLO", Arity: -1, Class: Admin, Flags: Fast | NoAuth, Summary: "switch protocol (2 or 3) and authenticate"},
 	{Name: "AUTH", Arity: -2, Class: Admin, Flags: Fast | NoAuth, Summary: "authenticate the connection"},
@@ -137,7 +139,7 @@ var table = []Spec{
 	{Name: "CLIENT", Arity: -2, Class: Admin, Summary: "CLIENT ID | SETNAME name | GETNAME | INFO"},
 	{Name: "COMMAND", Arity: -1, Class: Admin, Summary: "describe commands"},
 	{Name: "CONFIG", Arity: -2, Class: Admin, Summary: "CONFIG GET answers the few settings tools ask for"},
-	{Name: "DBSIZE", Arity: 1, Class: Admin, Summary: "number of keys (approximate: recently deleted keys count until compaction)"},
+	{Name: "DBSIZE", Arity: 1, Class: Admin, Summary: "number of keys this node has applied (deleted keys not counted)"},
 	{Name: "KEFIR.CONSISTENCY", Arity: -1, Class: Admin, Flags: Fast, Summary: "get or set the connection's default consistency level"},
 	{Name: "KEFIR.DURABILITY", Arity: -1, Class: Admin, Flags: Fast, Summary: "get or set the connection's default durability level"},
 	{Name: "KEFIR.SESSION", Arity: -1, Class: Admin, Flags: Fast, Summary: "get or set the connection's session token"},
@@ -149,7 +151,15 @@ var table = []Spec{
 	{Name: "PEXPIRE", Arity: 3, Class: NonNilextUpdate, Flags: Unsupported, FirstKey: 1, LastKey: 1, KeyStep: 1, Summary: "TTLs are not supported yet"},
 	{Name: "TTL", Arity: 2, Class: Read, Flags: Unsupported, FirstKey: 1, LastKey: 1, KeyStep: 1, Summary: "TTLs are not supported yet"},
 	{Name: "SETEX", Arity: 4, Class: NilextUpdate, Flags: Unsupported, FirstKey: 1, LastKey: 1, KeyStep: 1, Summary: "TTLs are not supported yet"},
-	{Name: "MULTI", Arity: 1, Class: Admin, Flags: Unsupported, Summary: "transactions are not supported yet"},
+	// Transactions do not exist yet, but MULTI must not let the commands after it
+	// run: a connection that sent MULTI has every command up to EXEC or DISCARD
+	// refused, and EXEC answers EXECABORT, so nothing of a transaction is applied
+	// (a client's retry of a failed transaction cannot apply its writes twice).
+	{Name: "MULTI", Arity: 1, Class: Admin, Flags: Fast, Summary: "start a transaction: transactions are not supported yet, so its commands are refused and EXEC aborts it"},
+	{Name: "EXEC", Arity: 1, Class: Admin, Flags: Fast, Summary: "end a transaction: always EXECABORT (transactions are not supported yet; nothing was applied)"},
+	{Name: "DISCARD", Arity: 1, Class: Admin, Flags: Fast, Summary: "abandon a transaction"},
+	{Name: "WATCH", Arity: -2, Class: Admin, Flags: Fast, Summary: "transactions are not supported yet"},
+	{Name: "UNWATCH", Arity: 1, Class: Admin, Flags: Fast, Summary: "forget watched keys (none can be watched)"},
 	{Name: "FLUSHALL", Arity: -1, Class: Admin, Flags: Unsupported, Summary: "not supported"},
 	{Name: "FLUSHDB", Arity: -1, Class: Admin, Flags: Unsupported, Summary: "not supported"},
 	{Name: "KEYS", Arity: 2, Class: Read, Flags: Unsupported, Summary: "use KEFIR.SCAN"},

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 )
 
 // Default limits. They match Redis's (proto-max-bulk-len 512 MiB, inline requests
@@ -19,6 +20,11 @@ const (
 	// limits alone would let one command of a million 512 MiB arguments buffer
 	// without end.
 	DefaultMaxCommand = 1 << 30
+	// DefaultMaxDiscard bounds how many bytes of one command over the bulk or
+	// command limit the reader reads and throws away (TooLargeError) before
+	// it gives up on the connection with a protocol error: skipping costs
+	// bandwidth, not memory, but a client must not keep a node reading forever.
+	DefaultMaxDiscard = 4 << 30
 	// MaxDepth bounds the nesting of aggregate replies so that a hostile peer cannot
 	// make the reader recurse without limit.
 	MaxDepth = 64
@@ -34,6 +40,23 @@ func (e *ProtocolError) Error() string { return "Protocol error: " + e.Msg }
 
 func protoErr(format string, args ...any) error {
 	return &ProtocolError{Msg: fmt.Sprintf(format, args...)}
+}
+
+// TooLargeError reports a command with an argument longer than the bulk limit,
+// or larger in total than the command limit. Unlike a ProtocolError the stream
+// is still in sync: the reader has read and discarded the whole command, so
+// the server answers "-" + Error() and reads the next one (Redis closes the
+// connection, and a client loses the writes it pipelined behind the value).
+type TooLargeError struct {
+	Msg string
+}
+
+func (e *TooLargeError) Error() string { return "ERR " + e.Msg }
+
+// IsTooLarge reports whether err is (or wraps) a *TooLargeError.
+func IsTooLarge(err error) bool {
+	var te *TooLargeError
+	return errors.As(err, &te)
 }
 
 // IsProtocolError reports whether err is (or wraps) a *ProtocolError.
@@ -55,6 +78,15 @@ type Reader struct {
 	maxArray int
 	maxLine  int
 	maxCmd   int
+	maxSkip  int64
+
+	// Discarding a command over a limit (TooLargeError): skip is how many
+	// bytes of the current argument (its CRLF included) are still to be
+	// thrown away, skipped how many were in all, tooLarge the error to
+	// return once the command's last argument is gone. cleft counts the
+	// arguments still to come, as in a normal parse.
+	skip, skipped int64
+	tooLarge      *TooLargeError
 
 	// ReadCommand's resumable parse state: cleft is the number of arguments still to
 	// parse (-1: header not parsed yet), cpos the offset from r where parsing resumes,
@@ -90,6 +122,7 @@ func newReader(rd io.Reader, buf []byte) *Reader {
 		maxArray: DefaultMaxArray,
 		maxLine:  DefaultMaxLine,
 		maxCmd:   DefaultMaxCommand,
+		maxSkip:  DefaultMaxDiscard,
 		cleft:    -1,
 	}
 }
@@ -118,16 +151,28 @@ func (r *Reader) TakeBuffer() []byte {
 	return b[:cap(b)]
 }
 
-// SetMaxBulk sets the largest accepted bulk string length; a longer one is a
-// protocol error naming the limit. n <= 0 restores DefaultMaxBulk.
+// SetMaxBulk sets the largest accepted bulk string length. ReadCommand reads
+// and discards a command with a longer argument and returns a TooLargeError
+// naming the limit (a reply value longer than it is a protocol error). n <= 0
+// restores DefaultMaxBulk.
 func (r *Reader) SetMaxBulk(n int) { r.maxBulk = orDefault(n, DefaultMaxBulk) }
 
 // SetMaxCommand sets the largest accepted size of one command (a multibulk
-// array: its headers and arguments); a command that would exceed it is a
-// protocol error naming the limit, raised as soon as a length header shows it,
-// before its bytes are buffered. Inline commands are bounded by the line limit.
-// n <= 0 restores DefaultMaxCommand.
+// array: its headers and arguments); a command that would exceed it is
+// discarded, as soon as a length header shows it and without buffering it,
+// and ReadCommand returns a TooLargeError naming the limit. Inline commands
+// are bounded by the line limit. n <= 0 restores DefaultMaxCommand.
 func (r *Reader) SetMaxCommand(n int) { r.maxCmd = orDefault(n, DefaultMaxCommand) }
+
+// SetMaxDiscard sets how many bytes of one over-limit command the reader
+// discards before it gives up with a protocol error (the connection closes).
+// n <= 0 restores DefaultMaxDiscard.
+func (r *Reader) SetMaxDiscard(n int64) {
+	if n <= 0 {
+		n = DefaultMaxDiscard
+	}
+	r.maxSkip = n
+}
 
 // SetMaxArray sets the largest accepted element count of a command or aggregate.
 // n <= 0 restores DefaultMaxArray.
@@ -158,6 +203,7 @@ func (r *Reader) Buffered() int { return r.w - r.r }
 
 func (r *Reader) resetCommand() {
 	r.cleft, r.cpos, r.offs = -1, 0, r.offs[:0]
+	r.skip, r.skipped, r.tooLarge = 0, 0, nil
 }
 
 func (r *Reader) resetValue() {
@@ -231,7 +277,16 @@ func eofErr(err error, midMessage bool) error {
 func (r *Reader) ReadCommand(dst [][]byte) ([][]byte, error) {
 	r.shrink()
 	for {
-		done, err := r.parseCommand()
+		var done bool
+		var err error
+		if r.tooLarge != nil {
+			done, err = r.discardCommand()
+		} else {
+			done, err = r.parseCommand() // may start discarding (startDiscard)
+		}
+		if err == nil && done && r.tooLarge != nil {
+			err = r.tooLarge // the over-limit command is gone: the stream is in sync
+		}
 		if err != nil {
 			r.resetCommand()
 			return dst[:0], err
@@ -249,7 +304,7 @@ func (r *Reader) ReadCommand(dst [][]byte) ([][]byte, error) {
 			}
 			return dst, nil
 		}
-		mid := r.w > r.r
+		mid := r.w > r.r || r.tooLarge != nil
 		if err := r.fill(); err != nil {
 			return dst[:0], eofErr(err, mid)
 		}
@@ -308,11 +363,11 @@ func (r *Reader) parseCommand() (bool, error) {
 			next = nx
 		}
 		if n > int64(r.maxBulk) {
-			return false, protoErr("bulk length %d exceeds limit %d", n, r.maxBulk)
+			return r.startDiscard(next, n, fmt.Sprintf("value of %d bytes exceeds the limit of %d bytes (--max-bulk); the command was not run", n, r.maxBulk))
 		}
 		end := next + int(n)
 		if end+2 > r.maxCmd {
-			return false, protoErr("command larger than limit %d bytes", r.maxCmd)
+			return r.startDiscard(next, n, fmt.Sprintf("command larger than the limit of %d bytes (--max-request); it was not run", r.maxCmd))
 		}
 		if end+2 > len(b) {
 			return false, nil
@@ -325,6 +380,66 @@ func (r *Reader) parseCommand() (bool, error) {
 		r.cleft--
 	}
 	return true, nil
+}
+
+// startDiscard switches the parse of the current command to discarding it: the
+// argument whose header ends at next (relative to r.r) is n bytes long and
+// over a limit, so it and every argument after it are read and thrown away
+// (discardCommand), and ReadCommand then returns a TooLargeError with msg.
+// Nothing of the command is buffered from here on: memory stays bounded.
+func (r *Reader) startDiscard(next int, n int64, msg string) (bool, error) {
+	r.skipped = int64(next) + n + 2
+	if r.skipped > r.maxSkip {
+		return false, protoErr("%s, and larger than %d bytes, the most this node reads to skip it", strings.TrimSuffix(strings.TrimSuffix(msg, "; the command was not run"), "; it was not run"), r.maxSkip)
+	}
+	r.tooLarge = &TooLargeError{Msg: msg}
+	r.r += next // the header and the arguments before it are done with
+	r.cpos, r.offs = 0, r.offs[:0]
+	r.skip = n + 2
+	r.cleft--
+	return r.discardCommand()
+}
+
+// discardCommand throws away the buffered bytes of an over-limit command and
+// parses the headers of its remaining arguments, as far as the buffer goes; it
+// reports whether the whole command is gone. The bytes skipped are not checked
+// (a bulk's CRLF included): the declared lengths say where the command ends.
+func (r *Reader) discardCommand() (bool, error) {
+	for {
+		if r.skip > 0 {
+			k := min(int64(r.w-r.r), r.skip)
+			r.r += int(k)
+			r.skip -= k
+			if r.skip > 0 {
+				return false, nil
+			}
+		}
+		if r.cleft == 0 {
+			return true, nil
+		}
+		b := r.buf[r.r:r.w]
+		if len(b) == 0 {
+			return false, nil
+		}
+		if b[0] != '$' {
+			return false, protoErr("expected '$', got '%c'", b[0])
+		}
+		line, next, err := r.line(b, 0)
+		if line == nil || err != nil {
+			return false, err
+		}
+		n, ok := parseInt(line[1:])
+		if !ok || n < 0 {
+			return false, protoErr("invalid bulk length")
+		}
+		r.skipped += int64(next) + n + 2
+		if r.skipped > r.maxSkip {
+			return false, protoErr("command over the limit and larger than %d bytes, the most this node reads to skip it", r.maxSkip)
+		}
+		r.r += next
+		r.skip = n + 2
+		r.cleft--
+	}
 }
 
 // shortLen is the fast path for a command's length headers, which are almost always

@@ -109,7 +109,7 @@ func TestReadCommandLimitsNameTheLimit(t *testing.T) {
 	r := NewReader(strings.NewReader("*1\r\n$11\r\nhello world\r\n"), 0)
 	r.SetMaxBulk(10)
 	_, err := r.ReadCommand(nil)
-	if !IsProtocolError(err) || !strings.Contains(err.Error(), "bulk length 11 exceeds limit 10") {
+	if !IsTooLarge(err) || !strings.Contains(err.Error(), "value of 11 bytes exceeds the limit of 10 bytes") {
 		t.Fatalf("oversized bulk: err = %v", err)
 	}
 
@@ -142,7 +142,7 @@ func TestReadCommandBoundsTheWholeCommand(t *testing.T) {
 	r = NewReader(bytes.NewReader(cmd), 0)
 	r.SetMaxCommand(len(cmd) - 1)
 	_, err := r.ReadCommand(nil)
-	if !IsProtocolError(err) || !strings.Contains(err.Error(), fmt.Sprintf("command larger than limit %d bytes", len(cmd)-1)) {
+	if !IsTooLarge(err) || !strings.Contains(err.Error(), fmt.Sprintf("command larger than the limit of %d bytes", len(cmd)-1)) {
 		t.Fatalf("command over the limit: err = %v", err)
 	}
 
@@ -155,8 +155,9 @@ func TestReadCommandBoundsTheWholeCommand(t *testing.T) {
 	r = NewReader(&in, 0)
 	r.SetMaxBulk(1024)
 	r.SetMaxCommand(16 << 10)
+	r.SetMaxDiscard(32 << 10) // past this, skipping it is not worth it: the connection closes
 	_, err = r.ReadCommand(nil)
-	if !IsProtocolError(err) || !strings.Contains(err.Error(), "command larger than limit 16384 bytes") {
+	if !IsProtocolError(err) || !strings.Contains(err.Error(), "larger than 32768 bytes, the most this node reads to skip it") {
 		t.Fatalf("many small arguments: err = %v", err)
 	}
 	if len(r.buf) > 64<<10 {
@@ -326,5 +327,59 @@ func TestRecycledBufferStartsEmpty(t *testing.T) {
 	}
 	if b := big.TakeBuffer(); b != nil {
 		t.Fatalf("TakeBuffer gave back a grown buffer (%d bytes)", len(b))
+	}
+}
+
+// A command over the bulk limit is read and thrown away without buffering it,
+// and the commands pipelined behind it are read as usual (issue 25 item 10:
+// before, the limit was a protocol error that closed the connection and lost
+// them). Bytes arrive a few at a time, as from a socket, and the buffer never
+// grows past its initial size. A header announcing more than the discard cap
+// is still a protocol error, before its bytes arrive.
+func TestOverLimitCommandIsSkippedAndThePipelineKept(t *testing.T) {
+	big := bytes.Repeat([]byte("v"), 1<<20)
+	var in []byte
+	in = AppendCommand(in, []byte("SET"), []byte("a"), []byte("1"))
+	in = AppendCommand(in, []byte("SET"), []byte("big"), big)
+	in = AppendCommand(in, []byte("MSET"), []byte("k"), []byte("v"), []byte("big"), big, []byte("k2"), []byte("v2"))
+	in = AppendCommand(in, []byte("SET"), []byte("b"), []byte("2"))
+	r := NewReader(iotest.HalfReader(bytes.NewReader(in)), 4096)
+	r.SetMaxBulk(64 << 10)
+	want := []string{"SET a 1", "too large", "too large", "SET b 2"}
+	for i, w := range want {
+		args, err := r.ReadCommand(nil)
+		got := string(bytes.Join(args, []byte(" ")))
+		if IsTooLarge(err) {
+			got = "too large"
+			if !strings.Contains(err.Error(), "value of 1048576 bytes exceeds the limit of 65536 bytes") {
+				t.Errorf("command %d: %v", i, err)
+			}
+		} else if err != nil {
+			t.Fatalf("command %d: %v", i, err)
+		}
+		if got != w {
+			t.Fatalf("command %d = %q, want %q", i, got, w)
+		}
+		if len(r.buf) > 4096 {
+			t.Fatalf("command %d: the buffer grew to %d bytes", i, len(r.buf))
+		}
+	}
+	if _, err := r.ReadCommand(nil); err != io.EOF {
+		t.Fatalf("after the pipeline: %v, want EOF", err)
+	}
+
+	// The stream ends inside the discarded value: that is not a clean close.
+	cut := len(AppendCommand(nil, []byte("SET"), []byte("a"), []byte("1"))) + 1000
+	r = NewReader(bytes.NewReader(in[:cut]), 0)
+	r.SetMaxBulk(64 << 10)
+	r.ReadCommand(nil)
+	if _, err := r.ReadCommand(nil); err != io.ErrUnexpectedEOF {
+		t.Fatalf("cut inside a discarded value: %v, want ErrUnexpectedEOF", err)
+	}
+
+	r = NewReader(strings.NewReader("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5000000000\r\n"), 0)
+	_, err := r.ReadCommand(nil)
+	if !IsProtocolError(err) || !strings.Contains(err.Error(), "the most this node reads to skip it") {
+		t.Fatalf("a value over the discard cap: %v", err)
 	}
 }

@@ -17,7 +17,7 @@ type StatusJSON struct {
 	NodeID        string         `json:"node_id"`
 	Role          string         `json:"role"`
 	Version       string         `json:"version"`
-	UptimeSeconds float64        `json:"uptime_seconds"`
+	UptimeSeconds int64          `json:"uptime_seconds"` // whole seconds, like INFO's uptime_in_seconds
 	ClientAddr    string         `json:"client_addr"`
 	PeerAddr      string         `json:"peer_addr,omitempty"`
 	Consistency   string         `json:"default_consistency"`
@@ -46,7 +46,7 @@ func (s *Server) Status() StatusJSON {
 		Role:          s.roleName(),
 		Replication:   s.replicaInfo(),
 		Version:       Version,
-		UptimeSeconds: time.Since(s.started).Seconds(),
+		UptimeSeconds: int64(time.Since(s.started) / time.Second),
 		ClientAddr:    s.ClientAddr().String(),
 		Consistency:   s.cfg.Consistency.String(),
 		Durability:    s.cfg.Durability.String(),
@@ -149,7 +149,7 @@ td{padding:.2em 1em .2em 0}th{text-align:left;padding-top:1em}</style></head>
 <table>
 <tr><td>role</td><td>{{.Role}}</td></tr>
 <tr><td>version</td><td>{{.Version}} ({{.Go}})</td></tr>
-<tr><td>uptime</td><td>{{printf "%.0f" .UptimeSeconds}} s</td></tr>
+<tr><td>uptime</td><td>{{.UptimeSeconds}} s</td></tr>
 <tr><td>client port (RESP)</td><td><code>{{.ClientAddr}}</code></td></tr>
 <tr><td>defaults</td><td>consistency {{.Consistency}}, durability {{.Durability}}</td></tr>
 <tr><td>connections</td><td>{{.Connections}}</td></tr>

@@ -178,7 +178,7 @@ func (c *conn) admin(spec *command.Spec, args [][]byte) error {
 		}
 		return w.WriteBulkString(c.srv.info(section))
 	case "DBSIZE":
-		return w.WriteInt(c.srv.approxKeys())
+		return w.WriteInt(c.srv.userKeys())
 	case "KEFIR.CONSISTENCY":
 		if len(args) == 1 {
 			return w.WriteBulkString(c.cons.String())
@@ -224,6 +224,34 @@ func (c *conn) admin(spec *command.Spec, args [][]byte) error {
 		}
 		c.sess = s
 		return w.WriteSimple("OK")
+	case "MULTI":
+		if c.multi {
+			return errf("ERR MULTI calls can not be nested")
+		}
+		c.multi = true
+		// OK, as Redis answers: clients pipeline MULTI, their commands and
+		// EXEC and read an error reply to MULTI as a broken connection
+		// (go-redis stops reading there and leaves the rest unread).
+		return w.WriteSimple("OK")
+	case "EXEC":
+		if !c.multi {
+			return errf("ERR EXEC without MULTI")
+		}
+		c.multi = false
+		return errf("EXECABORT Transaction discarded because transactions are not supported yet; none of its commands was applied")
+	case "DISCARD":
+		if !c.multi {
+			return errf("ERR DISCARD without MULTI")
+		}
+		c.multi = false
+		return w.WriteSimple("OK")
+	case "WATCH":
+		if c.multi {
+			return errf("ERR WATCH inside MULTI is not allowed")
+		}
+		return errf("ERR WATCH is not supported yet (transactions are not supported yet)")
+	case "UNWATCH":
+		return w.WriteSimple("OK") // nothing can be watched
 	case "KEFIR.CALL":
 		return c.call(args)
 	case "KEFIR.TOPOLOGY":
@@ -554,14 +582,22 @@ func (c *conn) config(args [][]byte) error {
 	return c.w.WriteBulkString(v)
 }
 
-// approxKeys counts the engine's keys minus the shard's reserved ones. Keys whose
-// newest version is a recent deletion are still counted until compaction, so the
-// number can run high (documented for DBSIZE and INFO keyspace).
-func (s *Server) approxKeys() int64 {
-	st := s.shard.Status()
-	n := int64(s.db.Stats().Keys) - int64(st.Clients) - int64(st.Reserved)
+// userKeys counts the keys a read finds: the engine's live keys (a deleted key
+// stops counting at its deletion, not at compaction) minus the live rows the
+// shard keeps for itself under shard.ReservedPrefix (client table, version
+// reservations, holes), which no read shows. DBSIZE and INFO keyspace report
+// it; like Redis's, it counts what this node has applied.
+func (s *Server) userKeys() int64 {
+	n := int64(s.db.Stats().LiveKeys) - int64(s.db.CountLive(shard.ReservedPrefix, reservedEnd))
 	return max(n, 0)
 }
+
+// reservedEnd is the first key after every key starting with shard.ReservedPrefix.
+var reservedEnd = func() []byte {
+	e := append([]byte(nil), shard.ReservedPrefix...)
+	e[len(e)-1]++ // the prefix ends in '/', not 0xff
+	return e
+}()
 
 // infoWants reports whether INFO section (lower case) shows section name.
 func infoWants(section, name string) bool {
@@ -585,7 +621,7 @@ func (s *Server) info(section string) string {
 			s.m.total.Load(), s.m.commands.Load())
 	}
 	if want("keyspace") {
-		fmt.Fprintf(&b, "# Keyspace\r\ndb0:keys=%d,expires=0,avg_ttl=0\r\n\r\n", s.approxKeys())
+		fmt.Fprintf(&b, "# Keyspace\r\ndb0:keys=%d,expires=0,avg_ttl=0\r\n\r\n", s.userKeys())
 	}
 	if want("kefir") {
 		fmt.Fprintf(&b, "# Kefir\r\nrole:%s\r\ndefault_consistency:%s\r\ndefault_durability:%s\r\nlast_version:%d\r\nlog_pos:%d\r\ndurable_pos:%d\r\nwrites:%d\r\nsyncs:%d\r\nread_syncs:%d\r\ndeduplicated_writes:%d\r\nclient_table_entries:%d\r\n\r\n",

@@ -262,13 +262,17 @@ func validateIOModel(m IOModel) error {
 // without a password (or a peer port without a cluster secret).
 var ErrInsecure = errors.New("refusing to listen on a non-loopback address without authentication")
 
+// DefaultClientAddr is the RESP address a node listens on when told none (and
+// `kefir up`'s first node): what examples and docs dial.
+const DefaultClientAddr = "127.0.0.1:6380"
+
 // withDefaults returns c with zero fields set to their defaults.
 func (c Config) withDefaults() Config {
 	if c.NodeID == "" {
 		c.NodeID = "n1"
 	}
 	if c.ClientAddr == "" {
-		c.ClientAddr = "127.0.0.1:6380"
+		c.ClientAddr = DefaultClientAddr
 	}
 	if c.MaxClients <= 0 {
 		c.MaxClients = 10000

@@ -83,9 +83,12 @@ type conn struct {
 	out outBuf
 
 	authed bool
-	cons   level.Consistency
-	dur    level.Durability
-	sess   shard.Session
+	// multi: the connection sent MULTI and has not yet sent EXEC or DISCARD;
+	// every command but txControl's is refused meanwhile.
+	multi bool
+	cons  level.Consistency
+	dur   level.Durability
+	sess  shard.Session
 
 	args [][]byte
 
@@ -211,6 +214,10 @@ func (c *conn) serve() {
 		}
 		args, err := c.rd.ReadCommand(c.args[:0])
 		c.args = args
+		if resp.IsTooLarge(err) {
+			c.refuseTooLarge(err)
+			continue
+		}
 		if err != nil {
 			c.readFailed(err)
 			return
@@ -224,6 +231,17 @@ func (c *conn) serve() {
 		}
 	}
 	_ = c.release()
+}
+
+// refuseTooLarge answers a command the reader discarded for being over the
+// bulk or request limit (resp.TooLargeError), in its place among the
+// pipeline's replies; the connection and the commands after it carry on.
+func (c *conn) refuseTooLarge(err error) {
+	c.flushWrites()
+	c.srv.m.tooLarge.Inc()
+	c.log.Info("refused a command over the size limit", "err", err)
+	_ = c.w.WriteError(err.Error()) // "ERR ...", as resp.TooLargeError spells it
+	c.batched++
 }
 
 // readFailed answers a protocol error before closing; other errors just close.
@@ -482,6 +500,10 @@ var (
 // dispatch runs one command. Writes are queued (see flushWrites); everything else
 // first flushes the queue.
 func (c *conn) dispatch(args [][]byte) {
+	if crossProtocol(args[0]) {
+		c.crossProtocolAttack(args[0])
+		return
+	}
 	spec, ok := command.Lookup(args[0])
 	if !ok {
 		c.flushWrites()
@@ -494,13 +516,57 @@ func (c *conn) dispatch(args [][]byte) {
 		c.batchStart = c.clock()
 	}
 	c.timed = append(c.timed, timedCmd{cmd: spec.ID})
-	if err := c.check(spec, args); err != nil {
+	err := c.check(spec, args)
+	if err == nil && c.multi && !txControl(spec) {
+		err = errInMulti
+	}
+	if err != nil {
 		c.flushWrites()
 		c.timed[len(c.timed)-1].err = true
 		c.writeErr(err)
 		return
 	}
 	c.run(spec, args, callOpts{})
+}
+
+// errInMulti refuses a command sent between MULTI and EXEC: transactions do not
+// exist yet, and running it at once (as Kefir once did) applies the writes of a
+// transaction its client will see fail at EXEC, so a retry applies them twice.
+var errInMulti = &replyError{"ERR command refused inside MULTI: transactions are not supported yet, so nothing between MULTI and EXEC runs (EXEC will answer EXECABORT; send DISCARD to leave)"}
+
+// txControl reports whether spec runs at once inside MULTI rather than being
+// refused: the commands that end or shape the transaction, and QUIT (Redis's
+// processCommand lets the same ones through).
+func txControl(spec *command.Spec) bool {
+	switch spec.Name {
+	case "MULTI", "EXEC", "DISCARD", "WATCH", "QUIT":
+		return true
+	}
+	return false
+}
+
+// crossProtocol reports whether a command's name is the first word of an HTTP
+// request line or header that a browser sends to any port it is told to
+// (cross-protocol scripting: a web page posting "SET k v" lines to a RESP
+// port). Redis's processCommand checks every command for "post" and "host:",
+// since an inline HTTP request spells its header lines as commands too.
+func crossProtocol(name []byte) bool {
+	return eq(name, "POST") || eq(name, "HOST:")
+}
+
+// crossProtocolWarned rate-limits crossProtocolAttack's warning (unix seconds of
+// the last one): a page can open connections in a loop.
+var crossProtocolWarned atomic.Int64
+
+// crossProtocolAttack closes the connection without running anything more of
+// what it sent, and logs it at most once a minute.
+func (c *conn) crossProtocolAttack(name []byte) {
+	c.srv.m.protoErrors.Inc()
+	if now, last := time.Now().Unix(), crossProtocolWarned.Load(); now-last >= 60 && crossProtocolWarned.CompareAndSwap(last, now) {
+		c.log.Warn("possible security attack: an HTTP request (cross-protocol scripting) was sent to the RESP port; connection closed",
+			"command", clip(name))
+	}
+	c.closing = true
 }
 
 // callOpts are KEFIR.CALL's per-call options.

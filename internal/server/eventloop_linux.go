@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kefirdb/kefir/internal/command"
+	"github.com/kefirdb/kefir/internal/resp"
 	"github.com/kefirdb/kefir/internal/shard"
 )
 
@@ -727,6 +728,12 @@ func (c *conn) nextCommand() (args [][]byte, ok bool, err error) {
 	}
 	args, err = c.rd.ReadCommand(c.args[:0])
 	c.args = args
+	for resp.IsTooLarge(err) {
+		// Answered in its place; the next command may be buffered already.
+		c.refuseTooLarge(err)
+		args, err = c.rd.ReadCommand(c.args[:0])
+		c.args = args
+	}
 	if err != nil {
 		if errors.Is(err, errWouldBlock) {
 			return nil, false, nil

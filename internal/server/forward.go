@@ -18,6 +18,7 @@ import (
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/resp"
 	"github.com/kefirdb/kefir/internal/shard"
+	"github.com/kefirdb/kefir/internal/vr"
 	"github.com/kefirdb/kefir/internal/vrshard"
 )
 
@@ -33,6 +34,21 @@ import (
 // the leader's client table instead of executing twice. SESSION makes the
 // leader return the session token advanced by the command, which the
 // follower hands back to its client as if it had served the command itself.
+//
+// A plain RESP client (redis-cli) has no request id, so it cannot retry a
+// write whose outcome it was not told. The forwarder therefore gives every
+// forwarded write an id (fwdConn.id, seq) and, when the leader does not
+// answer — its connection breaks, it cannot be dialled, it says MOVED or
+// "no leader" or UNAVAILABLE — retries the write itself with that same id,
+// to whichever leader this replica knows by then, until it has the leader's
+// answer or fwdRetryFor has passed. The client table makes the retries
+// at-most-once: a write the dead leader had committed is answered from the
+// new leader's table, one it had not is executed once. A forwarded request
+// that finds no leader known waits for one the same way. Only when the
+// retries run out does the client get an error, and it says which of two
+// things is true (fwdGiveUp): the write never reached a node that could have
+// applied it without that node answering ("not applied": safe to retry), or
+// it did ("outcome unknown").
 
 const (
 	fwdMaxHops     = 3
@@ -41,7 +57,18 @@ const (
 	// write it cannot commit after vrshard's RequestTimeout (2 s) already.
 	fwdTimeout = 5 * time.Second
 	fwdMaxIdle = 16
+	// fwdRetryForDefault bounds how long a forwarded request is retried (and a
+	// request that finds no leader known waits for one): several view
+	// changes (300 ms timeout each) and a leader's 2 s commit timeout fit.
+	fwdRetryForDefault = 10 * time.Second
+	// fwdRetryPause is the first pause between retries; it doubles up to
+	// fwdRetryMaxPause.
+	fwdRetryPause    = 20 * time.Millisecond
+	fwdRetryMaxPause = 300 * time.Millisecond
 )
+
+// fwdRetryFor is fwdRetryForDefault; tests shorten it.
+var fwdRetryFor = fwdRetryForDefault
 
 // errNoLeader is the reply when no leader is known (a view change is running).
 var errNoLeader = &replyError{"UNAVAILABLE no leader"}
@@ -59,6 +86,11 @@ type fwdCall struct {
 	err     error
 	reply   resp.Value
 	newSess shard.Session
+	// maybe: the request was sent to a node that may have executed it and
+	// no answer came back (the connection broke after the write, or the
+	// leader answered UNAVAILABLE): until a reply to a retry says what
+	// happened, its outcome is unknown.
+	maybe bool
 }
 
 type forwarder struct {
@@ -69,6 +101,11 @@ type forwarder struct {
 	idle map[string][]*fwdConn
 
 	forwarded atomic.Uint64
+	// retries counts forwarded requests sent again (kefir_forward_retries_total).
+	retries atomic.Uint64
+	// stopping reports that the node is shutting down: forward stops
+	// retrying (nil: never).
+	stopping func() bool
 }
 
 type fwdConn struct {
@@ -153,34 +190,106 @@ func (f *forwarder) close() {
 	clear(f.idle)
 }
 
-// forward sends calls to addr as one pipeline and fills in their outcomes,
-// following MOVED replies a few hops. Calls that got no reply (the connection
-// broke) carry an UNAVAILABLE error: a write among them may or may not have
-// executed, and only a retry with the same request id can tell.
-func (f *forwarder) forward(addr string, calls []*fwdCall) {
-	for hop := 0; len(calls) > 0; hop++ {
-		if hop == fwdMaxHops {
-			for _, c := range calls {
-				c.err = errNoLeader
-			}
-			return
+// forward sends calls to addr (the leader as this replica knows it; "" when
+// none is known) as one pipeline and fills in their outcomes, retrying what
+// got no answer, with the same request ids, to the leader leader() names,
+// until every call has the leader's answer or fwdRetryFor has passed (see the
+// comment at the top of the file).
+func (f *forwarder) forward(addr string, calls []*fwdCall, leader func() (string, bool)) {
+	deadline := time.Now().Add(fwdRetryFor)
+	pause := fwdRetryPause
+	why := error(errNoLeader)
+	for hops := 0; ; {
+		if addr == "" {
+			addr, _ = leader()
 		}
-		f.roundTrip(addr, calls)
-		var again []*fwdCall
-		next := ""
-		for _, c := range calls {
-			if c.err == nil && c.reply.Kind == resp.Error && strings.HasPrefix(string(c.reply.Str), "MOVED ") {
-				to := strings.TrimPrefix(string(c.reply.Str), "MOVED ")
-				if next == "" || to == next {
-					next = to
-					again = append(again, c)
+		if addr != "" {
+			f.roundTrip(addr, calls)
+			var again []*fwdCall
+			next := ""
+			for _, c := range calls {
+				redo, to := c.retryable()
+				if !redo {
 					continue
 				}
-				c.err = errNoLeader // the nodes disagree: let the client retry
+				again = append(again, c)
+				if c.err != nil {
+					why = c.err
+				} else {
+					why = errors.New(string(c.reply.Str))
+				}
+				if to != "" && next == "" {
+					next = to
+				}
 			}
+			if len(again) == 0 {
+				return
+			}
+			f.retries.Add(uint64(len(again)))
+			calls = again
+			if next != "" && next != addr && hops < fwdMaxHops {
+				// Follow a MOVED at once: the node that sent it knows a leader.
+				addr = next
+				hops++
+				continue
+			}
+			addr = ""
 		}
-		calls, addr = again, next
+		if !time.Now().Add(pause).Before(deadline) || (f.stopping != nil && f.stopping()) {
+			break
+		}
+		time.Sleep(pause)
+		pause = min(2*pause, fwdRetryMaxPause)
+		hops = 0
 	}
+	for _, c := range calls {
+		c.err = fwdGiveUp(c, why)
+	}
+}
+
+// retryable reports whether c's outcome calls for sending it again, and the
+// leader a MOVED reply named. A reply from the leader is the outcome (a
+// retried write's is its first execution's, from the client table). What is
+// retried: a request that got no reply (the connection failed: it may have
+// executed if it was sent), a node's refusal to take it (MOVED, no leader: it
+// did not execute there), and a leader's UNAVAILABLE (it may have executed).
+func (c *fwdCall) retryable() (bool, string) {
+	if c.err != nil {
+		return true, ""
+	}
+	if c.reply.Kind != resp.Error {
+		return false, ""
+	}
+	msg := string(c.reply.Str)
+	switch {
+	case strings.HasPrefix(msg, "MOVED "):
+		return true, strings.TrimPrefix(msg, "MOVED ")
+	case msg == errNoLeader.msg:
+		return true, ""
+	case strings.HasPrefix(msg, "UNAVAILABLE "):
+		c.maybe = c.maybe || c.dur != 0
+		return true, ""
+	case c.maybe && strings.Contains(msg, shard.ErrStaleRequest.Error()):
+		// A retry of a pipelined write whose client id has a later request
+		// in the leader's table: the answer to this one is gone, and
+		// retrying cannot bring it back.
+		c.err = fwdGiveUp(c, errors.New(msg))
+	}
+	return false, ""
+}
+
+// fwdGiveUp is the error a forwarded request gets when its retries ran out
+// (or cannot help). For a write it says what this node knows: "not applied"
+// only when no attempt reached a node that could have executed it without
+// that node answering.
+func fwdGiveUp(c *fwdCall, why error) error {
+	switch {
+	case c.dur == 0:
+		return &replyError{"UNAVAILABLE forward: " + why.Error()}
+	case c.maybe:
+		return &replyError{fmt.Sprintf("UNAVAILABLE forward: the write's outcome is unknown: it reached the leader, which did not answer (%v), and retries with its request id for up to %v brought no answer; it may have been applied", why, fwdRetryFor)}
+	}
+	return &replyError{fmt.Sprintf("UNAVAILABLE forward: the write was not applied: no leader took it within %v (%v); it is safe to retry", fwdRetryFor, why)}
 }
 
 func (f *forwarder) roundTrip(addr string, calls []*fwdCall) {
@@ -209,10 +318,12 @@ func (f *forwarder) roundTrip(addr string, calls []*fwdCall) {
 	}
 }
 
+// failCalls records that calls got no reply, for err. Whether a write among
+// them may have executed is in its maybe flag (exchange sets it once the
+// request was written).
 func failCalls(calls []*fwdCall, err error) {
-	e := &replyError{"UNAVAILABLE " + err.Error() + " (a forwarded write's outcome is unknown; retry it with the same request id)"}
 	for _, c := range calls {
-		c.err = e
+		c.err = err
 	}
 }
 
@@ -229,12 +340,16 @@ func (f *forwarder) exchange(conn *fwdConn, calls []*fwdCall) (n int, err error)
 	}
 	conn.buf = b
 	_ = conn.nc.SetDeadline(time.Now().Add(fwdTimeout))
-	if _, err := conn.nc.Write(b); err != nil {
+	if w, err := conn.nc.Write(b); err != nil {
+		if w > 0 {
+			mayHaveExecuted(calls)
+		}
 		return 0, err
 	}
 	for i, c := range calls {
 		v, err := conn.rd.ReadValue()
 		if err != nil {
+			mayHaveExecuted(calls[i:])
 			return i, err
 		}
 		c.err, c.reply, c.newSess = nil, resp.Value{}, c.sess
@@ -249,6 +364,16 @@ func (f *forwarder) exchange(conn *fwdConn, calls []*fwdCall) (n int, err error)
 		}
 	}
 	return len(calls), nil
+}
+
+// mayHaveExecuted marks calls that were sent (at least in part) and got no
+// reply: the node may execute them, so until a retry's reply tells, their
+// outcome is unknown. A later MOVED or "no leader" from another node does not
+// change that; only a reply from a leader (the client table's) does.
+func mayHaveExecuted(calls []*fwdCall) {
+	for _, c := range calls {
+		c.maybe = true
+	}
 }
 
 // randomID returns a random non-zero request client id.
@@ -351,12 +476,15 @@ func (c *conn) forwardWrites() []*fwdCall {
 			continue
 		}
 		q := &c.meta[i]
-		a, ok := leaderAddr(r.Err)
-		if q.redirect || !ok || (addr != "" && a != addr) {
+		if q.redirect {
 			r.Err = notLeaderReply(r.Err)
 			continue
 		}
-		addr = a
+		// No leader known (a view change): forward waits for one. All of
+		// the batch's writes go to one leader, in order.
+		if a, ok := leaderAddr(r.Err); ok && addr == "" {
+			addr = a
+		}
 		if out == nil {
 			out = make([]*fwdCall, len(c.writes))
 		}
@@ -369,9 +497,25 @@ func (c *conn) forwardWrites() []*fwdCall {
 		calls = append(calls, fc)
 	}
 	if len(calls) > 0 {
-		c.srv.fwd.forward(addr, calls)
+		c.srv.fwd.forward(addr, calls, c.srv.leaderClientAddr)
 	}
 	return out
+}
+
+// leaderClientAddr is the client address of the leader this replica knows in
+// a normal view (its own when it leads: a request forwarded to itself runs
+// as a client's), or false during a view change.
+func (s *Server) leaderClientAddr() (string, bool) {
+	in := s.vr.Info()
+	if in.Status != vr.Normal || in.Leader == 0 {
+		return "", false
+	}
+	for _, m := range s.cfg.Members {
+		if m.ID == in.Leader && m.ClientAddr != "" {
+			return m.ClientAddr, true
+		}
+	}
+	return "", false
 }
 
 // writeForwarded relays a forwarded command's outcome as this node's reply.
@@ -395,12 +539,12 @@ func (c *conn) writeForwarded(fc *fwdCall, cmd int, session bool, _ replyShape) 
 // forwardRead serves a read this node cannot prove at level cons by
 // forwarding it to the leader (or answering -MOVED / -UNAVAILABLE no leader).
 func (c *conn) forwardRead(args [][]byte, cons level.Consistency, sess shard.Session, o callOpts, err error) error {
-	addr, ok := leaderAddr(err)
-	if o.redirect || !ok {
+	if o.redirect {
 		return notLeaderReply(err)
 	}
+	addr, _ := leaderAddr(err) // none known: forward waits for one
 	fc := &fwdCall{args: args, cons: cons, sess: sess}
-	c.srv.fwd.forward(addr, []*fwdCall{fc})
+	c.srv.fwd.forward(addr, []*fwdCall{fc}, c.srv.leaderClientAddr)
 	if fc.err != nil {
 		return fc.err
 	}

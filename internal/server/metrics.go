@@ -27,6 +27,7 @@ type metrics struct {
 	rejected    prometheus.Counter
 	authFails   prometheus.Counter
 	protoErrors prometheus.Counter
+	tooLarge    prometheus.Counter
 	syncLatency prometheus.Histogram
 
 	// plain counters for INFO (reading Prometheus instruments back is awkward).
@@ -87,6 +88,7 @@ func newMetrics(s *Server) *metrics {
 	m.rejected = prometheus.NewCounter(prometheus.CounterOpts{Name: "kefir_client_connections_rejected_total", Help: "Client connections refused (max clients)."})
 	m.authFails = prometheus.NewCounter(prometheus.CounterOpts{Name: "kefir_auth_failures_total", Help: "Failed AUTH attempts."})
 	m.protoErrors = prometheus.NewCounter(prometheus.CounterOpts{Name: "kefir_protocol_errors_total", Help: "Connections closed for malformed input."})
+	m.tooLarge = prometheus.NewCounter(prometheus.CounterOpts{Name: "kefir_commands_too_large_total", Help: "Commands refused (read and discarded, connection kept) for an argument over --max-bulk or a size over --max-request."})
 	m.syncLatency = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "kefir_fsync_wait_seconds",
 		Help:    "Time a batch of sync writes waited for durability (one shared fsync).",
@@ -102,7 +104,7 @@ func newMetrics(s *Server) *metrics {
 		Name: "kefir_last_version", Help: "Highest version applied.",
 	}, func() float64 { return float64(s.shard.Status().LastVersion) })
 	m.reg.MustRegister(callsVec, errsVec, latVec, m.conns, m.connsTotal, m.rejected, m.authFails,
-		m.protoErrors, m.syncLatency, s.fsyncs, storageBytes, durable, storageCollector{s.db}, version,
+		m.protoErrors, m.tooLarge, m.syncLatency, s.fsyncs, storageBytes, durable, storageCollector{s.db}, version,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if s.vr != nil {
 		gauge := func(name, help string, f func(vrshard.Info) float64) prometheus.Collector {
@@ -132,6 +134,8 @@ func newMetrics(s *Server) *metrics {
 				func(st vrshard.Stats) uint64 { return st.IndexReads }),
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kefir_forwarded_total", Help: "Commands this node forwarded to the leader."},
 				func() float64 { return float64(s.fwd.forwarded.Load()) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kefir_forward_retries_total", Help: "Forwarded commands sent again because the leader did not answer (it failed, moved, or none was known yet)."},
+				func() float64 { return float64(s.fwd.retries.Load()) }),
 		)
 		m.reg.MustRegister(s.cadCollectors()...)
 		if s.vr.NilextOn() {
@@ -149,7 +153,7 @@ type storageCollector struct{ db *storage.DB }
 var storageDescs = [...]*prometheus.Desc{
 	prometheus.NewDesc("kefir_storage_disk_bytes", "Bytes in the engine's log segment files (what compaction reclaims shrinks it).", nil, nil),
 	prometheus.NewDesc("kefir_storage_live_bytes", "Bytes of records the engine's index still points at.", nil, nil),
-	prometheus.NewDesc("kefir_storage_keys", "Keys in the engine's index (the node's own client-table rows included).", nil, nil),
+	prometheus.NewDesc("kefir_storage_keys", "Keys in the engine's index: deleted keys not yet compacted away and the node's internal rows (client table, version reservations) included; DBSIZE counts live user keys.", nil, nil),
 }
 
 func (storageCollector) Describe(ch chan<- *prometheus.Desc) {

@@ -131,6 +131,7 @@ func New(cfg Config) (_ *Server, err error) {
 		}()
 	}
 	s.fwd = newForwarder(cfg)
+	s.fwd.stopping = s.draining // a shutdown does not wait out a forward's retries
 	if cfg.Replicated() {
 		r, err := s.openReplica()
 		if err != nil {

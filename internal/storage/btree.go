@@ -15,8 +15,13 @@ import "unsafe"
 // one descent. A pointer is valid until the next insert or remove. Not safe for
 // concurrent mutation; the DB's lock guards it.
 type tree struct {
-	root  *bnode
-	n     int
+	root *bnode
+	n    int
+	// live counts the items whose newest version is not a deletion: the keys a
+	// read finds (DBSIZE counts these, not n, which keeps deleted keys until
+	// compaction drops their tombstones). Every mutation keeps it: insert,
+	// load, Set, remove and update.
+	live  int
 	arena keyArena
 }
 
@@ -59,7 +64,23 @@ func newLeaf() *bnode         { return &bnode{items: make([]item, 0, leafMax)} }
 func (n *bnode) isLeaf() bool { return n.kids == nil }
 func newTree() *tree          { return &tree{root: newLeaf()} }
 func (t *tree) Len() int      { return t.n }
-func newInner() *bnode        { return &bnode{keys: make([]bkey, 0, bMax), kids: make([]*bnode, 0, bMax)} }
+func (t *tree) Live() int     { return t.live }
+
+// liveness is 1 for an item a read finds (its newest version is not a
+// deletion), 0 for one that only remembers a deletion.
+func liveness(it *item) int {
+	if it.v.tombstone() {
+		return 0
+	}
+	return 1
+}
+
+// update replaces the item p points at (from get) with it, keeping live.
+func (t *tree) update(p *item, it item) {
+	t.live += liveness(&it) - liveness(p)
+	*p = it
+}
+func newInner() *bnode { return &bnode{keys: make([]bkey, 0, bMax), kids: make([]*bnode, 0, bMax)} }
 func (t *tree) firstKey(n *bnode) string {
 	for !n.isLeaf() {
 		n = n.kids[0]
@@ -121,6 +142,7 @@ func (t *tree) insert(it item) {
 		t.root = root
 	}
 	t.n++
+	t.live += liveness(&it)
 }
 
 func (t *tree) ins(n *bnode, it item, rightmost bool) (*bnode, string) {
@@ -232,6 +254,7 @@ func (t *tree) load(it item) {
 	if len(n.items) < leafMax {
 		n.items = append(n.items, it)
 		t.n++
+		t.live += liveness(&it)
 		return
 	}
 	t.insert(it)
@@ -248,10 +271,12 @@ func insertAt[T any](s []T, i int, v T) []T {
 // remove deletes key and reports whether it was present. Empty nodes are unlinked;
 // other underfull nodes are left alone (they refill as keys arrive).
 func (t *tree) remove(key string) bool {
-	found, _ := t.rm(t.root, key)
-	if !found {
+	p := t.get(key)
+	if p == nil {
 		return false
 	}
+	t.live -= liveness(p)
+	t.rm(t.root, key)
 	t.n--
 	for !t.root.isLeaf() && len(t.root.kids) == 1 {
 		t.root = t.root.kids[0]
@@ -309,7 +334,7 @@ func (t *tree) asc(n *bnode, pivot string, fn func(*item) bool) bool {
 
 // check verifies the tree's invariants (for tests).
 func (t *tree) check() error {
-	count := 0
+	count, live := 0, 0
 	prev := ""
 	first := true
 	var walk func(n *bnode, lo, hi string, hasHi bool) error
@@ -322,6 +347,7 @@ func (t *tree) check() error {
 				}
 				prev, first = k, false
 				count++
+				live += liveness(&n.items[i])
 			}
 			return nil
 		}
@@ -345,7 +371,7 @@ func (t *tree) check() error {
 	if err := walk(t.root, "", "", false); err != nil {
 		return err
 	}
-	if count != t.n {
+	if count != t.n || live != t.live {
 		return errTree
 	}
 	return nil
@@ -368,7 +394,7 @@ func (t *tree) Get(key string) (item, bool) {
 // Set inserts it or replaces the item with its key.
 func (t *tree) Set(it item) {
 	if p := t.get(t.keyOf(&it)); p != nil {
-		*p = it
+		t.update(p, it)
 		return
 	}
 	t.insert(it)

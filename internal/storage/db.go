@@ -288,13 +288,14 @@ func (db *DB) insertLocked(key []byte, v ver, now int64) error {
 		// The common case: the previous version becomes garbage at once.
 		db.dropLocked(it.v)
 		v.flags |= verPruned
-		p.v = v
+		it.v = v
+		db.idx.update(p, it)
 		return nil
 	}
 	var stack [8]ver
 	vs := append(stack[:0], v)
 	vs = it.versions(vs)
-	*p = db.retainLocked(it.kref, vs, now)
+	db.idx.update(p, db.retainLocked(it.kref, vs, now))
 	return nil
 }
 
@@ -1092,12 +1093,31 @@ func (db *DB) VersionRange(key []byte, v uint64) (lo, hi uint64, err error) {
 	return lo, it.at(i-1).version - 1, nil
 }
 
+// CountLive counts the keys in [start, end) whose newest version is not a
+// deletion (an empty end: to the last key), from the index alone: no record is
+// read. It walks the range, so it is for small ranges (the shard's reserved
+// rows, which DBSIZE leaves out).
+func (db *DB) CountLive(start, end []byte) int {
+	db.mu.RLock()
+	defer db.mu.RUnlock()
+	n := 0
+	db.idx.ascend(keyString(start), func(it *item) bool {
+		if len(end) > 0 && db.idx.keyOf(it) >= keyString(end) {
+			return false
+		}
+		n += liveness(it)
+		return true
+	})
+	return n
+}
+
 // Stats returns current counters.
 func (db *DB) Stats() Stats {
 	db.mu.RLock()
 	defer db.mu.RUnlock()
 	s := Stats{
 		Keys:        db.idx.Len(),
+		LiveKeys:    db.idx.Live(),
 		Segments:    len(db.segs),
 		LastPos:     db.next,
 		DurablePos:  db.dur,

@@ -178,7 +178,8 @@ type Options struct {
 
 // Stats is a snapshot of engine counters.
 type Stats struct {
-	Keys        int
+	Keys        int // keys in the index, deleted ones not yet compacted away included
+	LiveKeys    int // keys whose newest version is not a deletion (what a read finds)
 	Versions    int
 	Segments    int
 	DiskBytes   int64 // bytes in segment files

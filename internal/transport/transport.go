@@ -129,8 +129,9 @@ type Config struct {
 	// is arriving but not whole yet: a snapshot, say, is on its way, and the
 	// messages queued behind it on the peer's stream wait for it.
 	OnProgress func(from uint64)
-	// Logger receives connection events (nil: discard). Lines carry the
-	// node id and the peer id.
+	// Logger receives connection events (nil: discard). Lines carry this
+	// replica's id ("replica") and the peer's; the caller's logger must not
+	// carry "replica" already.
 	Logger *slog.Logger
 
 	// MaxFrame bounds one frame, inbound and outbound (default
@@ -287,7 +288,7 @@ func New(cfg Config) (*Transport, error) {
 	t := &Transport{
 		cfg:       cfg,
 		self:      Identity{Node: cfg.Self, Cluster: cfg.Cluster, ConfigHash: cfg.ConfigHash},
-		log:       cfg.Logger.With("node", cfg.Self),
+		log:       cfg.Logger.With("replica", cfg.Self),
 		peers:     make(map[uint64]*peer, len(cfg.Peers)),
 		start:     time.Now(),
 		ctx:       ctx,

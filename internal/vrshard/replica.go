@@ -687,7 +687,9 @@ func Open(opts Options) (*Replica, error) {
 	}
 	r := &Replica{
 		opts: opts, cfg: opts.VR, wal: w, db: db, start: time.Now(), mut: opts.mut,
-		log:       opts.Logger.With("node", opts.VR.Self),
+		// "replica", not "node": the server's logger already names the node
+		// ("node", its --node-id), and a key repeated in one line is ambiguous.
+		log:       opts.Logger.With("replica", opts.VR.Self),
 		propc:     make(chan []*proposal, 256),
 		inbox:     make(chan inbound, 256),
 		readc:     make(chan *readWaiter, 256),
@@ -804,7 +806,7 @@ func Open(opts Options) (*Replica, error) {
 	tr, err := transport.New(transport.Config{
 		Self: r.cfg.Self, Peers: opts.Peers, ClusterSecret: opts.ClusterSecret,
 		Cluster: r.cfg.Cluster, ConfigHash: r.cfg.Hash(), TLS: opts.TLS,
-		Handler: r.deliver, OnProgress: r.progress, Logger: r.log, MaxFrame: opts.PeerMaxFrame,
+		Handler: r.deliver, OnProgress: r.progress, Logger: opts.Logger, MaxFrame: opts.PeerMaxFrame, // the transport adds "replica" itself
 	})
 	if err != nil {
 		db.Close()
