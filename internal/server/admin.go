@@ -6,6 +6,7 @@ import (
 	"html/template"
 	"net/http"
 	"net/http/pprof"
+	"os"
 	"runtime"
 	"time"
 
@@ -14,7 +15,10 @@ import (
 
 // StatusJSON is /status's body.
 type StatusJSON struct {
-	NodeID        string         `json:"node_id"`
+	NodeID string `json:"node_id"`
+	// PID lets a launcher (kefir up) tell its own node from another process
+	// answering on the same port.
+	PID           int            `json:"pid"`
 	Role          string         `json:"role"`
 	Version       string         `json:"version"`
 	UptimeSeconds float64        `json:"uptime_seconds"`
@@ -43,6 +47,7 @@ func (s *Server) Status() StatusJSON {
 	}
 	out := StatusJSON{
 		NodeID:        s.cfg.NodeID,
+		PID:           os.Getpid(),
 		Role:          s.roleName(),
 		Replication:   s.replicaInfo(),
 		Version:       Version,
@@ -148,6 +153,7 @@ td{padding:.2em 1em .2em 0}th{text-align:left;padding-top:1em}</style></head>
 <body><h1>Kefir node {{.NodeID}}</h1>
 <table>
 <tr><td>role</td><td>{{.Role}}</td></tr>
+<tr><td>pid</td><td>{{.PID}}</td></tr>
 <tr><td>version</td><td>{{.Version}} ({{.Go}})</td></tr>
 <tr><td>uptime</td><td>{{printf "%.0f" .UptimeSeconds}} s</td></tr>
 <tr><td>client port (RESP)</td><td><code>{{.ClientAddr}}</code></td></tr>
