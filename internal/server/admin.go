@@ -162,6 +162,18 @@ td{padding:.2em 1em .2em 0}th{text-align:left;padding-top:1em}</style></head>
 <tr><td>commands</td><td>{{.Commands}}</td></tr>
 <tr><td>last version</td><td>{{.LastVersion}}</td></tr>
 <tr><td>log / durable position</td><td>{{.LogPos}} / {{.DurablePos}}</td></tr>
+{{with .Replication}}<tr><th colspan=2>replication</th></tr>
+<tr><td>replica / cluster</td><td>{{.ReplicaID}} / {{.ClusterID}}</td></tr>
+<tr><td>status, view, leader</td><td>{{.Status}}, view {{.View}}, leader {{.Leader}}</td></tr>
+<tr><td>view changes / leader changes / depositions</td><td>{{.ViewChanges}} / {{.LeaderChanges}} / {{.Depositions}}</td></tr>
+<tr><td>writes refused (no leader)</td><td>{{.WritesRefusedNoLeader}}</td></tr>
+</table>
+<h2>Last view events</h2>
+{{if .ViewEvents}}<table>
+<tr><th>time (UTC)</th><th>event</th><th>view</th><th>leader</th><th>reason</th></tr>
+{{range .ViewEvents}}<tr><td>{{.Time.Format "2006-01-02 15:04:05.000"}}</td><td>{{.Kind}}</td><td>{{.View}}</td><td>{{if .Leader}}{{.Leader}}{{end}}</td><td>{{.Reason}}</td></tr>
+{{end}}</table>{{else}}<p>none since this node started</p>{{end}}
+<table>{{end}}
 <tr><th colspan=2>storage</th></tr>
 {{range $k, $v := .Storage}}<tr><td>{{$k}}</td><td>{{$v}}</td></tr>{{end}}
 <tr><th colspan=2>shard</th></tr>

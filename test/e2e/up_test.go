@@ -105,7 +105,9 @@ func (u *upProc) waitLog(t *testing.T, re string, timeout time.Duration) []strin
 }
 
 // alive reports whether `kefir up` still runs.
-func (u *upProc) alive() bool { return syscall.Kill(u.cmd.Process.Pid, 0) == nil && u.cmd.ProcessState == nil }
+func (u *upProc) alive() bool {
+	return syscall.Kill(u.cmd.Process.Pid, 0) == nil && u.cmd.ProcessState == nil
+}
 
 // Issue 25 item 6: right after "Kefir is up" on a restart from existing data,
 // a write through any node succeeds — `up` prints the banner only once every
