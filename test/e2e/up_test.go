@@ -104,9 +104,11 @@ func (u *upProc) waitLog(t *testing.T, re string, timeout time.Duration) []strin
 	return nil
 }
 
-// alive reports whether `kefir up` still runs.
+// alive reports whether `kefir up` still runs (a process that exited stays
+// a zombie until stop reaps it).
 func (u *upProc) alive() bool {
-	return syscall.Kill(u.cmd.Process.Pid, 0) == nil && u.cmd.ProcessState == nil
+	st := procState(u.cmd.Process.Pid)
+	return st != "" && !strings.HasPrefix(st, "Z")
 }
 
 // Issue 25 item 6: right after "Kefir is up" on a restart from existing data,
