@@ -104,6 +104,22 @@ func (u *upProc) waitLog(t *testing.T, re string, timeout time.Duration) []strin
 	return nil
 }
 
+// nodePid returns the pid of node n<i> (from 1) among `up`'s children.
+func (u *upProc) nodePid(t *testing.T, i int) int {
+	t.Helper()
+	out, _ := exec.Command("ps", "-o", "pid=,args=", "--ppid", strconv.Itoa(u.cmd.Process.Pid)).Output()
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 1 && strings.Contains(line, fmt.Sprintf(" --node-id n%d ", i)) {
+			if pid, err := strconv.Atoi(f[0]); err == nil && pid > 1 {
+				return pid
+			}
+		}
+	}
+	t.Fatalf("kefir up has no child n%d:\n%s", i, out)
+	return 0
+}
+
 // alive reports whether `kefir up` still runs (a process that exited stays
 // a zombie until stop reaps it).
 func (u *upProc) alive() bool {
@@ -226,6 +242,7 @@ func TestUpRestartsAKilledNodeAndTheRestKeepServing(t *testing.T) {
 			t.Fatal(err)
 		}
 		role := st.Role
+		st.PID = u.nodePid(t, victim+1)
 		if err := syscall.Kill(st.PID, syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
@@ -308,8 +325,7 @@ func TestUpLogsViewChangesAtTheDefaultLevel(t *testing.T) {
 	if leader < 0 {
 		t.Fatal("no leader after the banner")
 	}
-	st, _ := getStatus(a.http[leader])
-	if err := syscall.Kill(st.PID, syscall.SIGKILL); err != nil {
+	if err := syscall.Kill(u.nodePid(t, leader+1), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	u.waitLog(t, `level=INFO msg="view change started" .*reason=`, 10*time.Second)
@@ -341,11 +357,7 @@ func TestUpGivesUpOnANodeThatCannotStart(t *testing.T) {
 	if err := os.WriteFile(idf, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	st, err := getStatus(a.http[1])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Kill(st.PID, syscall.SIGKILL); err != nil {
+	if err := syscall.Kill(u.nodePid(t, 2), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	u.waitLog(t, `up: n2 failed \d+ times in a row .*not restarting it again`, 30*time.Second)
