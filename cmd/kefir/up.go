@@ -25,11 +25,13 @@ import (
 )
 
 // How `up` supervises its nodes. A node that exits is restarted after
-// restartFirst, doubling for each further exit in a row that came soon after
-// its start (before it served its admin port as its own process, or within
-// quickExit): such a node fails to start — bad flags, damaged data — and
-// starting it again cannot help, so after maxQuickExits of them `up` stops
-// restarting it, says why, and keeps the rest of the group running.
+// restartFirst, doubling (up to restartMax) for each further exit in a row
+// that came within quickExit of its start. A node that exits before it ever
+// served its admin port as its own process failed to start — bad flags,
+// damaged data — and starting it again cannot help: after maxFailedStarts of
+// those in a row `up` stops restarting it, says why, and keeps the rest of the
+// group running. A node that did serve is always restarted (an operator may
+// kill the same node again and again to watch failovers).
 const (
 	upReadyTimeout = 45 * time.Second
 	upStopTimeout  = 15 * time.Second
@@ -38,11 +40,11 @@ const (
 	// view 0 under its leader before they have heard it, and one that then
 	// does not hear it within the view-change timeout (300 ms) starts a view
 	// change; after settleFor any such follower has done so.
-	settleFor     = 500 * time.Millisecond
-	restartFirst  = 500 * time.Millisecond
-	restartMax    = 8 * time.Second
-	quickExit     = 3 * time.Second
-	maxQuickExits = 4
+	settleFor       = 500 * time.Millisecond
+	restartFirst    = 500 * time.Millisecond
+	restartMax      = 8 * time.Second
+	quickExit       = 3 * time.Second
+	maxFailedStarts = 4
 )
 
 // runUp starts a local cluster: each node is a child `kefir server` process on
@@ -68,12 +70,12 @@ Starts a local Kefir cluster on loopback as child processes, prints its addresse
 streams the nodes' logs prefixed by node id, and stops everything on Ctrl-C.
 
 A node that exits (kill -9 <pid>, kill <pid>) is reported and restarted with
-backoff while the others keep serving; one that fails %d times in a row right
-after starting is left down (kill -USR1 <pid of kefir up> tries it again).
+backoff while the others keep serving; one that fails to start %d times in a
+row (exits before it serves) is left down (kill -USR1 <pid of kefir up> retries).
 To keep a node down for a while, pause it: kill -STOP <pid>, later kill -CONT <pid>.
 
 Options:
-`, maxQuickExits)
+`, maxFailedStarts)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -205,7 +207,8 @@ type upNode struct {
 	started time.Time
 	running bool
 	ready   bool // its admin port answered as this process since its start
-	fails   int  // exits in a row, each soon after a start (see quickExit)
+	fails   int  // failed starts in a row: exits before it served (see maxFailedStarts)
+	quick   int  // exits in a row within quickExit of a start (for the backoff)
 	givenUp bool
 	timer   *time.Timer   // pending restart
 	dead    chan struct{} // closed when this start's process has exited
@@ -451,11 +454,16 @@ func (u *upCluster) exited(n *upNode, err error) {
 	if err != nil {
 		status = err.Error()
 	}
-	quick := !n.ready || up < quickExit
-	if !quick {
+	if n.ready {
 		n.fails = 0
+	} else {
+		n.fails++
 	}
-	n.fails++
+	if up < quickExit {
+		n.quick++
+	} else {
+		n.quick = 0
+	}
 	running := 0
 	for _, o := range u.nodes {
 		if o.running {
@@ -466,14 +474,17 @@ func (u *upCluster) exited(n *upNode, err error) {
 	if u.grp != nil && running < len(u.nodes)/2+1 {
 		u.say("WARNING: a majority of the group is down: writes and linearizable reads wait until enough nodes are back")
 	}
-	if quick && n.fails >= maxQuickExits {
+	if n.fails >= maxFailedStarts {
 		n.givenUp = true
-		u.say("%s failed %d times in a row within %v of starting: not restarting it again (its log above says why, e.g. a damaged %s). The other nodes keep running; fix it and send kill -USR1 %d to retry, or restart kefir up",
-			n.id, n.fails, quickExit, filepath.Join(u.dir, n.id), os.Getpid())
+		u.say("%s failed to start %d times in a row (it exited before it served): not restarting it again (its log above says why, e.g. a damaged %s). The other nodes keep running; fix it and send kill -USR1 %d to retry, or restart kefir up",
+			n.id, n.fails, filepath.Join(u.dir, n.id), os.Getpid())
 		return
 	}
-	delay := min(restartFirst<<(n.fails-1), restartMax)
-	u.say("restarting %s in %v (attempt %d)", n.id, delay, n.fails)
+	delay := restartMax
+	if n.quick < 8 {
+		delay = min(restartFirst<<max(n.quick-1, 0), restartMax)
+	}
+	u.say("restarting %s in %v", n.id, delay)
 	n.timer = time.AfterFunc(delay, func() { u.restartc <- n })
 }
 
@@ -494,7 +505,7 @@ func (u *upCluster) retryGivenUp() {
 	for _, n := range u.nodes {
 		if n.givenUp {
 			found = true
-			n.givenUp, n.fails = false, 0
+			n.givenUp, n.fails, n.quick = false, 0, 0
 			u.say("SIGUSR1: restarting %s", n.id)
 			u.restart(n)
 		}

@@ -290,23 +290,22 @@ func TestUpRestartsAKilledNodeAndTheRestKeepServing(t *testing.T) {
 	}
 	t.Logf("%d kills (leader and follower alternately): the rest served every write, %d restarted and rejoined", n, restarted)
 
-	// Item 7: the view changes the leader kills caused are visible.
+	// Item 7: the view changes the leader kills caused are visible (on the
+	// nodes that saw them: counts and events are per process life, and a
+	// follower restarted into the current view has none).
 	var events int
 	for i, h := range a.http {
 		st, err := getStatus(h)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st.Replication.ViewChanges > 0 {
+		if st.Replication.ViewChanges > 0 && len(st.Replication.ViewEvents) > 0 {
 			events++
 		}
 		for _, e := range st.Replication.ViewEvents {
 			if e.Reason == "" || e.Kind == "" || e.Time.IsZero() {
 				t.Errorf("n%d: a view event without kind, reason or time: %+v", i+1, e)
 			}
-		}
-		if len(st.Replication.ViewEvents) == 0 {
-			t.Errorf("n%d: /status lists no view events after leader kills", i+1)
 		}
 		r, err := http.Get("http://" + h + "/metrics")
 		if err != nil {
@@ -319,7 +318,7 @@ func TestUpRestartsAKilledNodeAndTheRestKeepServing(t *testing.T) {
 		}
 	}
 	if events == 0 {
-		t.Errorf("no node counts a view change after %d kills", n)
+		t.Errorf("no node counts and lists a view change after %d kills", n)
 	}
 	u.stop(t)
 }
@@ -374,7 +373,7 @@ func TestUpGivesUpOnANodeThatCannotStart(t *testing.T) {
 	if err := syscall.Kill(u.nodePid(t, 2), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	u.waitLog(t, `up: n2 failed \d+ times in a row .*not restarting it again`, 30*time.Second)
+	u.waitLog(t, `up: n2 failed to start 4 times in a row .*not restarting it again`, 30*time.Second)
 	if !u.alive() {
 		t.Fatalf("kefir up exited:\n%s", u.Logs())
 	}
@@ -382,8 +381,9 @@ func TestUpGivesUpOnANodeThatCannotStart(t *testing.T) {
 		t.Fatalf("write with n2 given up: %v", err)
 	}
 	time.Sleep(time.Second)
-	if n := strings.Count(u.Logs(), "up: n2 restarted"); n != 3 {
-		t.Errorf("want 3 restarts of n2 (4 failed starts), got %d:\n%s", n, u.Logs())
+	// One restart after the kill, three after failed starts.
+	if n := strings.Count(u.Logs(), "up: n2 restarted"); n != 4 {
+		t.Errorf("want 4 restarts of n2 (the kill, then 4 failed starts), got %d:\n%s", n, u.Logs())
 	}
 	u.stop(t)
 }
