@@ -343,6 +343,21 @@ func TestUpLogsViewChangesAtTheDefaultLevel(t *testing.T) {
 	}
 	u.waitLog(t, `level=INFO msg="view change started" .*reason=`, 10*time.Second)
 	u.waitLog(t, `level=INFO msg="new view" .*leader=\d`, 10*time.Second)
+	// The human status page lists them.
+	survivor := a.http[(leader+1)%3]
+	r, err := http.Get("http://" + survivor + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(r.Body)
+	r.Body.Close()
+	// Its reason: its own timeout, or the other survivor's that came first.
+	for _, want := range []string{"Last view events", "<td>view-change</td>", "<td>new-view</td>",
+		"no word from leader n" + strconv.Itoa(leader+1) + "|started a view change to view"} {
+		if !regexp.MustCompile(want).Match(page) {
+			t.Errorf("status page of %s lacks %q:\n%s", survivor, want, page)
+		}
+	}
 	u.stop(t)
 }
 
