@@ -24,9 +24,34 @@ import (
 	"github.com/kefirdb/kefir/internal/server"
 )
 
+// How `up` supervises its nodes. A node that exits is restarted after
+// restartFirst, doubling (up to restartMax) for each further exit in a row
+// that came within quickExit of its start. A node that exits before it ever
+// served its admin port as its own process failed to start — bad flags,
+// damaged data — and starting it again cannot help: after maxFailedStarts of
+// those in a row `up` stops restarting it, says why, and keeps the rest of the
+// group running. A node that did serve is always restarted (an operator may
+// kill the same node again and again to watch failovers).
+const (
+	upReadyTimeout = 45 * time.Second
+	upStopTimeout  = 15 * time.Second
+	// settleFor: how long the nodes must agree on the view and its leader
+	// before `up` calls the cluster up. A fresh group's followers start in
+	// view 0 under its leader before they have heard it, and one that then
+	// does not hear it within the view-change timeout (300 ms) starts a view
+	// change; after settleFor any such follower has done so.
+	settleFor       = 500 * time.Millisecond
+	restartFirst    = 500 * time.Millisecond
+	restartMax      = 8 * time.Second
+	quickExit       = 3 * time.Second
+	maxFailedStarts = 4
+)
+
 // runUp starts a local cluster: each node is a child `kefir server` process on
 // loopback, in its own process group so that Ctrl-C reaches only `up`, which then
 // stops the nodes with one SIGTERM each (a second signal to a node forces it).
+// A node that exits while the cluster runs is reported and restarted; the
+// others keep serving (a group of N tolerates (N-1)/2 of them down).
 func runUp(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("kefir up", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -39,7 +64,18 @@ func runUp(args []string, stdout, stderr io.Writer) error {
 	followerReads := fs.Bool("follower-reads", false, "followers serve cross-client-monotonic reads under active-set leases (kefir server --follower-reads on every node); needs --nodes ≥ 3")
 	ioModel := fs.String("io-model", "", "how the nodes serve client connections: epoll or goroutine (kefir server --io-model); empty: each node's own default (KEFIR_IO_MODEL, else epoll on Linux)")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: kefir up [options]\n\nStarts a local Kefir cluster on loopback as child processes, prints its addresses,\nstreams the nodes' logs prefixed by node id, and stops everything on Ctrl-C.\n\nOptions:\n")
+		fmt.Fprintf(stderr, `Usage: kefir up [options]
+
+Starts a local Kefir cluster on loopback as child processes, prints its addresses,
+streams the nodes' logs prefixed by node id, and stops everything on Ctrl-C.
+
+A node that exits (kill -9 <pid>, kill <pid>) is reported and restarted with
+backoff while the others keep serving; one that fails to start %d times in a
+row (exits before it serves) is left down (kill -USR1 <pid of kefir up> retries).
+To keep a node down for a while, pause it: kill -STOP <pid>, later kill -CONT <pid>.
+
+Options:
+`, maxFailedStarts)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -63,190 +99,528 @@ func runUp(args []string, stdout, stderr io.Writer) error {
 			return usageError{fmt.Errorf("--io-model: %w", err)}
 		}
 	}
-	grp, err := prepareGroup(*dir, *nodes, *basePort)
-	if err != nil {
-		return err
+	if *basePort < 1 || *basePort+2000+*nodes-1 > 65535 {
+		return usageError{fmt.Errorf("--base-port %d: the ports base … base+2000+%d must lie in 1–65535", *basePort, *nodes-1)}
 	}
-	self, err := os.Executable()
-	if err != nil {
-		return fmt.Errorf("find own binary: %w", err)
-	}
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
-	defer signal.Stop(sigs)
-
-	type child struct {
-		id         string
-		cmd        *exec.Cmd
-		client     string
-		http, peer string
-		exited     chan error
-	}
-	var children []*child
-	var outMu sync.Mutex // log lines from several nodes must not interleave mid-line
-	stopAll := func() {
-		for _, c := range children {
-			if c.cmd.Process != nil {
-				_ = c.cmd.Process.Signal(syscall.SIGTERM)
-			}
-		}
-		for _, c := range children {
-			select {
-			case <-c.exited:
-			case <-time.After(15 * time.Second):
-				fmt.Fprintf(stderr, "up: %s did not stop in 15s; killing it\n", c.id)
-				_ = c.cmd.Process.Kill()
-				<-c.exited
-			}
-		}
-	}
+	u := &upCluster{stderr: stderr, dir: *dir}
 	for i := 1; i <= *nodes; i++ {
 		id := "n" + strconv.Itoa(i)
-		c := &child{
+		u.nodes = append(u.nodes, &upNode{
 			id:     id,
 			client: net.JoinHostPort("127.0.0.1", strconv.Itoa(*basePort+i-1)),
 			peer:   net.JoinHostPort("127.0.0.1", strconv.Itoa(*basePort+1000+i-1)),
 			http:   net.JoinHostPort("127.0.0.1", strconv.Itoa(*basePort+2000+i-1)),
-			exited: make(chan error, 1),
-		}
-		c.cmd = exec.Command(self, "server",
-			"--node-id", id,
-			"--dir", filepath.Join(*dir, id),
-			"--client-addr", c.client,
-			"--peer-addr", c.peer,
-			"--http-addr", c.http,
+		})
+	}
+	// Before anything is written or started: a port another process holds
+	// would make a node fail to bind — and its readiness probe be answered by
+	// whoever holds it.
+	if err := checkPorts(u.nodes); err != nil {
+		return err
+	}
+	grp, err := prepareGroup(*dir, *nodes, *basePort)
+	if err != nil {
+		return err
+	}
+	u.grp = grp
+	if u.self, err = os.Executable(); err != nil {
+		return fmt.Errorf("find own binary: %w", err)
+	}
+	for i, n := range u.nodes {
+		n.args = []string{"server",
+			"--node-id", n.id,
+			"--dir", filepath.Join(*dir, n.id),
+			"--client-addr", n.client,
+			"--peer-addr", n.peer,
+			"--http-addr", n.http,
 			"--durability", *durability,
-			"--log-level", *logLevel)
+			"--log-level", *logLevel}
 		if *ioModel != "" {
-			c.cmd.Args = append(c.cmd.Args, "--io-model", *ioModel)
+			n.args = append(n.args, "--io-model", *ioModel)
 		}
 		if grp != nil {
-			c.cmd.Args = append(c.cmd.Args,
+			n.replica = uint64(i + 1)
+			n.args = append(n.args,
 				"--members", grp.members,
-				"--replica-id", strconv.Itoa(i),
+				"--replica-id", strconv.Itoa(i+1),
 				"--cluster-id", strconv.FormatUint(grp.clusterID, 10),
 				"--bootstrap", strconv.FormatBool(grp.bootstrap),
 				"--nilext", strconv.FormatBool(*nilext),
 				"--follower-reads", strconv.FormatBool(*followerReads))
 			// The secret goes through the environment: flags show in ps.
-			c.cmd.Env = append(os.Environ(), "KEFIR_CLUSTER_SECRET="+grp.secret)
-		}
-		c.cmd.SysProcAttr = nodeProcAttr()
-		c.cmd.Stdin = nil
-		out, err := c.cmd.StdoutPipe()
-		if err != nil {
-			return err
-		}
-		c.cmd.Stderr = c.cmd.Stdout
-		if err := c.cmd.Start(); err != nil {
-			stopAll()
-			return fmt.Errorf("start %s: %w", id, err)
-		}
-		children = append(children, c)
-		go func() {
-			sc := bufio.NewScanner(out)
-			sc.Buffer(make([]byte, 64<<10), 1<<20)
-			for sc.Scan() {
-				outMu.Lock()
-				fmt.Fprintf(stderr, "%s | %s\n", id, sc.Text())
-				outMu.Unlock()
-			}
-			c.exited <- c.cmd.Wait()
-		}()
-	}
-	// Wait until every node answers PING, or one dies.
-	for _, c := range children {
-		if err := waitPing(c.client, 15*time.Second, c.exited); err != nil {
-			stopAll()
-			return fmt.Errorf("%s did not come up: %w", c.id, err)
+			n.env = append(os.Environ(), "KEFIR_CLUSTER_SECRET="+grp.secret)
 		}
 	}
-	if grp != nil {
-		// Serving PING is not serving writes: wait until the group has a
-		// leader (on a restart, after the view change and recovery).
-		var https []string
-		for _, c := range children {
-			https = append(https, c.http)
-		}
-		if err := waitLeader(https, 30*time.Second); err != nil {
-			stopAll()
-			return err
-		}
-	}
-	outMu.Lock()
-	if grp != nil {
-		how := "restarted from its data"
-		if grp.bootstrap {
-			how = "new group bootstrapped"
-		}
-		fmt.Fprintf(stdout, "\nKefir is up: a %d-replica group (cluster %d, %s), data in %s\n", len(children), grp.clusterID, how, *dir)
-	} else {
-		fmt.Fprintf(stdout, "\nKefir is up: 1 node, data in %s\n", *dir)
-	}
-	for _, c := range children {
-		fmt.Fprintf(stdout, "  %s  client (RESP) %s   admin http://%s/   peer %s\n", c.id, c.client, c.http, c.peer)
-	}
-	if grp != nil {
-		fmt.Fprintf(stdout, "\nPoint redis-cli (or any Redis client) at ANY node: followers forward writes and\nlinearizable reads to the leader. The Go client takes all addresses and finds the leader.\n")
-	}
-	host, port, _ := net.SplitHostPort(children[0].client)
-	fmt.Fprintf(stdout, "\nTry:  redis-cli -h %s -p %s set hello world\n      redis-cli -h %s -p %s get hello\n      kefir get hello --addr %s\n\nCtrl-C stops the cluster.\n\n",
-		host, port, host, port, children[0].client)
-	outMu.Unlock()
+	// Every node exits or restarts only through the loop below, which alone
+	// touches the nodes' state; each node's goroutines report to it.
+	u.events = make(chan upEvent, 4*len(u.nodes))
+	u.done = make(chan struct{})
+	defer close(u.done)
+	u.restartc = make(chan *upNode, len(u.nodes))
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGUSR1)
+	defer signal.Stop(sigs)
 
-	exited := make(chan string, len(children))
-	for _, c := range children {
-		go func() {
-			err := <-c.exited
-			c.exited <- err // leave it for stopAll
-			exited <- fmt.Sprintf("%s exited: %v", c.id, err)
-		}()
-	}
-	select {
-	case sig := <-sigs:
-		fmt.Fprintf(stderr, "\nup: %v: stopping the cluster\n", sig)
-		done := make(chan struct{})
-		go func() { stopAll(); close(done) }()
-		select {
-		case <-done:
-		case <-sigs:
-			fmt.Fprintf(stderr, "up: second signal: killing the nodes\n")
-			for _, c := range children {
-				_ = c.cmd.Process.Kill()
-			}
-			<-done
+	for _, n := range u.nodes {
+		if err := u.start(n); err != nil {
+			u.stopAll(sigs)
+			return err
 		}
-		return nil
-	case msg := <-exited:
-		stopAll()
-		return errors.New(msg + " (stopped the cluster)")
 	}
+	if err := u.waitUp(sigs); err != nil {
+		if errors.Is(err, errInterrupted) {
+			return nil
+		}
+		return err
+	}
+	u.banner(stdout)
+	return u.supervise(sigs)
 }
 
-// waitPing polls addr until it answers PING.
-func waitPing(addr string, timeout time.Duration, exited chan error) error {
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		select {
-		case err := <-exited:
-			exited <- err
-			return fmt.Errorf("process exited: %v", err)
-		default:
+// errInterrupted: a signal stopped `up` before the cluster was up.
+var errInterrupted = errors.New("interrupted")
+
+// upCluster is a running `kefir up`.
+type upCluster struct {
+	stderr   io.Writer
+	outMu    sync.Mutex // log lines from several nodes must not interleave mid-line
+	dir      string
+	self     string
+	grp      *upGroup
+	nodes    []*upNode
+	events   chan upEvent
+	restartc chan *upNode
+	done     chan struct{} // closed when runUp returns
+}
+
+// upNode is one node of an `up` cluster. Its fields other than the fixed
+// ones (id … env) belong to the supervising loop.
+type upNode struct {
+	id                 string
+	replica            uint64 // 0 for a single node
+	client, peer, http string
+	args, env          []string
+
+	cmd     *exec.Cmd
+	gen     int // which start of this node cmd is
+	pid     int
+	started time.Time
+	running bool
+	ready   bool // its admin port answered as this process since its start
+	fails   int  // failed starts in a row: exits before it served (see maxFailedStarts)
+	quick   int  // exits in a row within quickExit of a start (for the backoff)
+	givenUp bool
+	timer   *time.Timer   // pending restart
+	dead    chan struct{} // closed when this start's process has exited
+}
+
+// upEvent is a node's report to the loop: its process (start number gen)
+// exited with err, or (ready) it serves its admin port as itself.
+type upEvent struct {
+	n     *upNode
+	gen   int
+	ready bool
+	err   error
+}
+
+func (u *upCluster) say(format string, args ...any) {
+	u.outMu.Lock()
+	defer u.outMu.Unlock()
+	fmt.Fprintf(u.stderr, "up: "+format+"\n", args...)
+}
+
+// start starts n's process, streams its output prefixed by its id, and
+// reports its exit as an event.
+func (u *upCluster) start(n *upNode) error {
+	cmd := exec.Command(u.self, n.args...)
+	cmd.Env = n.env
+	cmd.SysProcAttr = nodeProcAttr()
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return fmt.Errorf("start %s: %w", n.id, err)
+	}
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", n.id, err)
+	}
+	n.gen++
+	n.cmd, n.pid, n.started, n.running, n.ready = cmd, cmd.Process.Pid, time.Now(), true, false
+	n.dead = make(chan struct{})
+	id, gen, dead := n.id, n.gen, n.dead
+	go func() {
+		sc := bufio.NewScanner(out)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			u.outMu.Lock()
+			fmt.Fprintf(u.stderr, "%s | %s\n", id, sc.Text())
+			u.outMu.Unlock()
 		}
-		nc, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			_ = nc.SetDeadline(time.Now().Add(time.Second))
-			_, _ = nc.Write([]byte("PING\r\n"))
-			buf := make([]byte, 7)
-			n, _ := io.ReadFull(nc, buf)
-			nc.Close()
-			if string(buf[:n]) == "+PONG\r\n" {
+		err := cmd.Wait()
+		close(dead)
+		select {
+		case u.events <- upEvent{n: n, gen: gen, err: err}:
+		case <-u.done:
+		}
+	}()
+	return nil
+}
+
+// nodeStatus is what `up` reads of a node's /status.
+type nodeStatus struct {
+	PID         int    `json:"pid"`
+	NodeID      string `json:"node_id"`
+	Role        string `json:"role"`
+	Replication *struct {
+		ReplicaID uint64 `json:"replica_id"`
+		ClusterID uint64 `json:"cluster_id"`
+		Status    string `json:"status"`
+		View      uint64 `json:"view"`
+		Leader    uint64 `json:"leader"`
+	} `json:"replication"`
+}
+
+var probeClient = http.Client{Timeout: time.Second}
+
+// probe reads n's /status and checks that the process answering is the one
+// `up` started as n (its pid, node id, and for a group its replica and
+// cluster ids): a port answered by anyone else says nothing about n.
+func (u *upCluster) probe(n *upNode, pid int) (*nodeStatus, error) {
+	r, err := probeClient.Get("http://" + n.http + "/status")
+	if err != nil {
+		return nil, fmt.Errorf("%s: admin port %s does not answer yet", n.id, n.http)
+	}
+	defer r.Body.Close()
+	var st nodeStatus
+	if err := json.NewDecoder(r.Body).Decode(&st); err != nil {
+		return nil, fmt.Errorf("%s: admin port %s: %s /status: %w", n.id, n.http, r.Status, err)
+	}
+	if st.PID != pid || st.NodeID != n.id {
+		return nil, fmt.Errorf("%s: admin port %s is answered by another process (node %q, pid %d), not by %s (pid %d)", n.id, n.http, st.NodeID, st.PID, n.id, pid)
+	}
+	if u.grp != nil {
+		if st.Replication == nil || st.Replication.ReplicaID != n.replica || st.Replication.ClusterID != u.grp.clusterID {
+			return nil, fmt.Errorf("%s: admin port %s answers for another group", n.id, n.http)
+		}
+	}
+	return &st, nil
+}
+
+// settled reports whether every node answers as itself and, for a group,
+// every node is in the same normal view and knows its leader, which leads:
+// then a write sent to any node right away is served (or forwarded to the
+// leader) instead of refused with "no leader". Otherwise it says why not.
+func (u *upCluster) settled() (bool, string) {
+	var view, leader uint64
+	for i, n := range u.nodes {
+		st, err := u.probe(n, n.pid)
+		if err != nil {
+			return false, err.Error()
+		}
+		if u.grp == nil {
+			continue
+		}
+		rep := st.Replication
+		if rep.Status != "normal" || rep.Leader == 0 {
+			return false, fmt.Sprintf("%s is %s in view %d", n.id, st.Role, rep.View)
+		}
+		if i == 0 {
+			view, leader = rep.View, rep.Leader
+		} else if rep.View != view || rep.Leader != leader {
+			return false, fmt.Sprintf("%s is in view %d (leader n%d), n1 in view %d (leader n%d)", n.id, rep.View, rep.Leader, view, leader)
+		}
+		if rep.Leader == n.replica && st.Role != "leader" {
+			return false, fmt.Sprintf("%s, the leader of view %d, is %s", n.id, view, st.Role)
+		}
+	}
+	return true, ""
+}
+
+// waitUp waits until the cluster is settled. A node that exits first fails
+// the start (with the reason in its log above), as does a signal.
+func (u *upCluster) waitUp(sigs chan os.Signal) error {
+	deadline := time.NewTimer(upReadyTimeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	why := "no node answers yet"
+	var since time.Time // since when the cluster has been settled
+	for {
+		select {
+		case ev := <-u.events:
+			if ev.ready || ev.gen != ev.n.gen {
+				continue
+			}
+			ev.n.running = false
+			u.stopAll(sigs)
+			return fmt.Errorf("%s exited before the cluster was up: %v (see its log above)", ev.n.id, ev.err)
+		case sig := <-sigs:
+			if sig == syscall.SIGUSR1 {
+				continue
+			}
+			u.say("%v: stopping the cluster", sig)
+			u.stopAll(sigs)
+			return errInterrupted
+		case <-deadline.C:
+			u.stopAll(sigs)
+			return fmt.Errorf("the cluster was not up within %v: %s (see the nodes' logs above)", upReadyTimeout, why)
+		case <-tick.C:
+			ok, w := u.settled()
+			if !ok {
+				why, since = w, time.Time{}
+				continue
+			}
+			if since.IsZero() {
+				since = time.Now()
+			}
+			if time.Since(since) >= settleFor {
+				for _, n := range u.nodes {
+					n.ready = true
+				}
 				return nil
 			}
 		}
-		time.Sleep(50 * time.Millisecond)
 	}
-	return fmt.Errorf("no PONG from %s within %v", addr, timeout)
+}
+
+// watchReady reports when n's start number gen serves its admin port as
+// itself, so that its next exit is not counted as a failed start.
+func (u *upCluster) watchReady(n *upNode, gen, pid int, dead <-chan struct{}) {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-dead:
+			return
+		case <-u.done:
+			return
+		case <-tick.C:
+		}
+		if _, err := u.probe(n, pid); err == nil {
+			select {
+			case u.events <- upEvent{n: n, gen: gen, ready: true}:
+			case <-u.done:
+			}
+			return
+		}
+	}
+}
+
+// supervise runs the cluster until a signal stops it: it reports each node
+// that exits and restarts it with backoff (see restartFirst), gives up on one
+// that keeps failing at once, and restarts those on SIGUSR1.
+func (u *upCluster) supervise(sigs chan os.Signal) error {
+	for {
+		select {
+		case sig := <-sigs:
+			if sig == syscall.SIGUSR1 {
+				u.retryGivenUp()
+				continue
+			}
+			u.say("%v: stopping the cluster", sig)
+			u.stopAll(sigs)
+			return nil
+		case ev := <-u.events:
+			n := ev.n
+			if ev.gen != n.gen || !n.running {
+				continue
+			}
+			if ev.ready {
+				if !n.ready {
+					n.ready = true
+					u.say("%s is back (pid %d)", n.id, n.pid)
+				}
+				continue
+			}
+			u.exited(n, ev.err)
+			if u.allDown() {
+				return errors.New("every node has failed and none is restarted (see the logs above)")
+			}
+		case n := <-u.restartc:
+			n.timer = nil
+			if n.running || n.givenUp {
+				continue
+			}
+			u.restart(n)
+		}
+	}
+}
+
+// exited handles the exit of n's process: report it, and restart n after a
+// backoff or give up on it.
+func (u *upCluster) exited(n *upNode, err error) {
+	n.running = false
+	up := time.Since(n.started)
+	status := "exited"
+	if err != nil {
+		status = err.Error()
+	}
+	if n.ready {
+		n.fails = 0
+	} else {
+		n.fails++
+	}
+	if up < quickExit {
+		n.quick++
+	} else {
+		n.quick = 0
+	}
+	running := 0
+	for _, o := range u.nodes {
+		if o.running {
+			running++
+		}
+	}
+	u.say("%s (pid %d) stopped after %v: %s; %d of %d nodes running", n.id, n.pid, up.Round(time.Millisecond), status, running, len(u.nodes))
+	if u.grp != nil && running < len(u.nodes)/2+1 {
+		u.say("WARNING: a majority of the group is down: writes and linearizable reads wait until enough nodes are back")
+	}
+	if n.fails >= maxFailedStarts {
+		n.givenUp = true
+		u.say("%s failed to start %d times in a row (it exited before it served): not restarting it again (its log above says why, e.g. a damaged %s). The other nodes keep running; fix it and send kill -USR1 %d to retry, or restart kefir up",
+			n.id, n.fails, filepath.Join(u.dir, n.id), os.Getpid())
+		return
+	}
+	delay := restartMax
+	if n.quick < 8 {
+		delay = min(restartFirst<<max(n.quick-1, 0), restartMax)
+	}
+	u.say("restarting %s in %v", n.id, delay)
+	n.timer = time.AfterFunc(delay, func() { u.restartc <- n })
+}
+
+func (u *upCluster) restart(n *upNode) {
+	if err := u.start(n); err != nil {
+		// As if it had exited at once: the same backoff and limit.
+		n.started, n.ready = time.Now(), false
+		u.exited(n, err)
+		return
+	}
+	u.say("%s restarted (pid %d)", n.id, n.pid)
+	go u.watchReady(n, n.gen, n.pid, n.dead)
+}
+
+// retryGivenUp restarts the nodes `up` gave up on (SIGUSR1).
+func (u *upCluster) retryGivenUp() {
+	found := false
+	for _, n := range u.nodes {
+		if n.givenUp {
+			found = true
+			n.givenUp, n.fails, n.quick = false, 0, 0
+			u.say("SIGUSR1: restarting %s", n.id)
+			u.restart(n)
+		}
+	}
+	if !found {
+		u.say("SIGUSR1: no node to restart (every node runs or waits for its restart)")
+	}
+}
+
+// allDown reports whether no node runs and none will be restarted.
+func (u *upCluster) allDown() bool {
+	for _, n := range u.nodes {
+		if n.running || n.timer != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// stopAll stops every running node with one SIGTERM each and waits for them;
+// a node that does not stop within upStopTimeout, or every node on a second
+// signal, is killed. Pending restarts are cancelled.
+func (u *upCluster) stopAll(sigs chan os.Signal) {
+	for _, n := range u.nodes {
+		if n.timer != nil {
+			n.timer.Stop()
+			n.timer = nil
+		}
+		n.givenUp = true // no restart from here on
+		if n.running {
+			_ = n.cmd.Process.Signal(syscall.SIGTERM)
+		}
+	}
+	killAll := func() {
+		for _, n := range u.nodes {
+			if n.running {
+				_ = n.cmd.Process.Kill()
+			}
+		}
+	}
+	timeout := time.NewTimer(upStopTimeout)
+	defer timeout.Stop()
+	for {
+		running := 0
+		for _, n := range u.nodes {
+			if n.running {
+				running++
+			}
+		}
+		if running == 0 {
+			return
+		}
+		select {
+		case ev := <-u.events:
+			if !ev.ready && ev.gen == ev.n.gen {
+				ev.n.running = false
+			}
+		case sig := <-sigs:
+			if sig != syscall.SIGUSR1 {
+				u.say("second signal: killing the nodes")
+				killAll()
+			}
+		case <-timeout.C:
+			for _, n := range u.nodes {
+				if n.running {
+					u.say("%s did not stop in %v; killing it", n.id, upStopTimeout)
+				}
+			}
+			killAll()
+		}
+	}
+}
+
+func (u *upCluster) banner(stdout io.Writer) {
+	u.outMu.Lock()
+	defer u.outMu.Unlock()
+	if u.grp != nil {
+		how := "restarted from its data"
+		if u.grp.bootstrap {
+			how = "new group bootstrapped"
+		}
+		fmt.Fprintf(stdout, "\nKefir is up: a %d-replica group (cluster %d, %s), data in %s\n", len(u.nodes), u.grp.clusterID, how, u.dir)
+	} else {
+		fmt.Fprintf(stdout, "\nKefir is up: 1 node, data in %s\n", u.dir)
+	}
+	for _, n := range u.nodes {
+		fmt.Fprintf(stdout, "  %s  client (RESP) %s   admin http://%s/   peer %s   pid %d\n", n.id, n.client, n.http, n.peer, n.pid)
+	}
+	if u.grp != nil {
+		fmt.Fprintf(stdout, "\nPoint redis-cli (or any Redis client) at ANY node: followers forward writes and\nlinearizable reads to the leader. The Go client takes all addresses and finds the leader.\n")
+		fmt.Fprintf(stdout, "Try a failover: kill -9 a node's pid; the others keep serving and kefir up\nrestarts it (docs/operations.md, \"A node of kefir up\").\n")
+	}
+	host, port, _ := net.SplitHostPort(u.nodes[0].client)
+	fmt.Fprintf(stdout, "\nTry:  redis-cli -h %s -p %s set hello world\n      redis-cli -h %s -p %s get hello\n      kefir get hello --addr %s\n\nCtrl-C stops the cluster.\n\n",
+		host, port, host, port, u.nodes[0].client)
+}
+
+// checkPorts fails when a port of a node is taken, naming the port, the node
+// it is for, and (where the system tells) the process that holds it.
+func checkPorts(nodes []*upNode) error {
+	for _, n := range nodes {
+		for _, p := range [...]struct{ what, addr string }{{"client", n.client}, {"peer", n.peer}, {"admin", n.http}} {
+			ln, err := net.Listen("tcp", p.addr)
+			if err == nil {
+				ln.Close()
+				continue
+			}
+			holder := ""
+			if h := portHolder(p.addr); h != "" {
+				holder = " by " + h
+			}
+			return fmt.Errorf("%s's %s port %s is taken%s (%v): is another kefir up or kefir server running there? Stop it, or pick free ports with --base-port", n.id, p.what, p.addr, holder, errors.Unwrap(err))
+		}
+	}
+	return nil
 }
 
 // upGroup is what the nodes of a local replica group share.
@@ -316,26 +690,4 @@ func prepareGroup(dir string, n, basePort int) (*upGroup, error) {
 	}
 	g.clusterID, g.secret, g.bootstrap = saved.ClusterID, saved.Secret, fresh
 	return g, nil
-}
-
-// waitLeader polls the nodes' /status until one of them leads.
-func waitLeader(httpAddrs []string, timeout time.Duration) error {
-	hc := http.Client{Timeout: time.Second}
-	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		for _, a := range httpAddrs {
-			r, err := hc.Get("http://" + a + "/status")
-			if err != nil {
-				continue
-			}
-			var st struct {
-				Role string `json:"role"`
-			}
-			err = json.NewDecoder(r.Body).Decode(&st)
-			r.Body.Close()
-			if err == nil && st.Role == "leader" {
-				return nil
-			}
-		}
-	}
-	return fmt.Errorf("the group elected no leader within %v (see the nodes' logs above)", timeout)
 }

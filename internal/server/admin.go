@@ -6,6 +6,7 @@ import (
 	"html/template"
 	"net/http"
 	"net/http/pprof"
+	"os"
 	"runtime"
 	"time"
 
@@ -14,7 +15,10 @@ import (
 
 // StatusJSON is /status's body.
 type StatusJSON struct {
-	NodeID        string         `json:"node_id"`
+	NodeID string `json:"node_id"`
+	// PID lets a launcher (kefir up) tell its own node from another process
+	// answering on the same port.
+	PID           int            `json:"pid"`
 	Role          string         `json:"role"`
 	Version       string         `json:"version"`
 	UptimeSeconds int64          `json:"uptime_seconds"` // whole seconds, like INFO's uptime_in_seconds
@@ -43,6 +47,7 @@ func (s *Server) Status() StatusJSON {
 	}
 	out := StatusJSON{
 		NodeID:        s.cfg.NodeID,
+		PID:           os.Getpid(),
 		Role:          s.roleName(),
 		Replication:   s.replicaInfo(),
 		Version:       Version,
@@ -148,6 +153,7 @@ td{padding:.2em 1em .2em 0}th{text-align:left;padding-top:1em}</style></head>
 <body><h1>Kefir node {{.NodeID}}</h1>
 <table>
 <tr><td>role</td><td>{{.Role}}</td></tr>
+<tr><td>pid</td><td>{{.PID}}</td></tr>
 <tr><td>version</td><td>{{.Version}} ({{.Go}})</td></tr>
 <tr><td>uptime</td><td>{{.UptimeSeconds}} s</td></tr>
 <tr><td>client port (RESP)</td><td><code>{{.ClientAddr}}</code></td></tr>
@@ -156,6 +162,18 @@ td{padding:.2em 1em .2em 0}th{text-align:left;padding-top:1em}</style></head>
 <tr><td>commands</td><td>{{.Commands}}</td></tr>
 <tr><td>last version</td><td>{{.LastVersion}}</td></tr>
 <tr><td>log / durable position</td><td>{{.LogPos}} / {{.DurablePos}}</td></tr>
+{{with .Replication}}<tr><th colspan=2>replication</th></tr>
+<tr><td>replica / cluster</td><td>{{.ReplicaID}} / {{.ClusterID}}</td></tr>
+<tr><td>status, view, leader</td><td>{{.Status}}, view {{.View}}, leader {{.Leader}}</td></tr>
+<tr><td>view changes / leader changes / depositions</td><td>{{.ViewChanges}} / {{.LeaderChanges}} / {{.Depositions}}</td></tr>
+<tr><td>writes refused (no leader)</td><td>{{.WritesRefusedNoLeader}}</td></tr>
+</table>
+<h2>Last view events</h2>
+{{if .ViewEvents}}<table>
+<tr><th>time (UTC)</th><th>event</th><th>view</th><th>leader</th><th>reason</th></tr>
+{{range .ViewEvents}}<tr><td>{{.Time.Format "2006-01-02 15:04:05.000"}}</td><td>{{.Kind}}</td><td>{{.View}}</td><td>{{if .Leader}}{{.Leader}}{{end}}</td><td>{{.Reason}}</td></tr>
+{{end}}</table>{{else}}<p>none since this node started</p>{{end}}
+<table>{{end}}
 <tr><th colspan=2>storage</th></tr>
 {{range $k, $v := .Storage}}<tr><td>{{$k}}</td><td>{{$v}}</td></tr>{{end}}
 <tr><th colspan=2>shard</th></tr>

@@ -136,6 +136,14 @@ func newMetrics(s *Server) *metrics {
 				func() float64 { return float64(s.fwd.forwarded.Load()) }),
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kefir_forward_retries_total", Help: "Forwarded commands sent again because the leader did not answer (it failed, moved, or none was known yet)."},
 				func() float64 { return float64(s.fwd.retries.Load()) }),
+			s.vrStatCounter("kefir_vr_view_changes_total", "View changes this node started or joined.",
+				func(st vrshard.Stats) uint64 { return st.ViewChanges }),
+			s.vrStatCounter("kefir_vr_leader_changes_total", "Normal views this node entered under a different leader than the last one it knew.",
+				func(st vrshard.Stats) uint64 { return st.LeaderChanges }),
+			s.vrStatCounter("kefir_vr_depositions_total", "Times this node stopped leading (a view change, or a newer view led by another).",
+				func(st vrshard.Stats) uint64 { return st.Depositions }),
+			s.vrStatCounter("kefir_vr_writes_refused_no_leader_total", "Writes this node refused (UNAVAILABLE no leader) because it knew no leader: a view change was running.",
+				func(st vrshard.Stats) uint64 { return st.WritesRefusedNoLeader }),
 		)
 		m.reg.MustRegister(s.cadCollectors()...)
 		if s.vr.NilextOn() {

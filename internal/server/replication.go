@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"time"
 
 	"github.com/kefirdb/kefir/internal/storage"
 	"github.com/kefirdb/kefir/internal/vr"
@@ -155,6 +156,22 @@ type ReplicaInfo struct {
 	Nilext *NilextInfo `json:"nilext,omitempty"`
 	// CAD and cross-client-monotonic reads.
 	CAD *CADInfo `json:"cad"`
+	// View events (vrshard/viewlog.go): counts since this node started, and
+	// the last few events, oldest first.
+	ViewChanges           uint64          `json:"view_changes"`
+	LeaderChanges         uint64          `json:"leader_changes"`
+	Depositions           uint64          `json:"depositions"`
+	WritesRefusedNoLeader uint64          `json:"writes_refused_no_leader"`
+	ViewEvents            []ViewEventJSON `json:"view_events"`
+}
+
+// ViewEventJSON is one view event in /status.
+type ViewEventJSON struct {
+	Time   time.Time `json:"time"`
+	Kind   string    `json:"kind"`
+	View   uint64    `json:"view"`
+	Leader uint64    `json:"leader,omitempty"`
+	Reason string    `json:"reason"`
 }
 
 // role names what a replica does now: leader, follower, recovering,
@@ -179,10 +196,16 @@ func (s *Server) replicaInfo() *ReplicaInfo {
 		return nil
 	}
 	in := s.vr.Info()
+	st := s.vr.Stats()
 	out := &ReplicaInfo{
 		ReplicaID: s.cfg.ReplicaID, ClusterID: s.cfg.ClusterID, Role: role(in),
 		Status: in.Status.String(), View: in.View, Leader: in.Leader, Commit: in.Commit,
-		Applied: in.Applied, Fsyncs: s.vr.Stats().Fsyncs, Forwarded: s.fwd.forwarded.Load(),
+		Applied: in.Applied, Fsyncs: st.Fsyncs, Forwarded: s.fwd.forwarded.Load(),
+		ViewChanges: st.ViewChanges, LeaderChanges: st.LeaderChanges, Depositions: st.Depositions,
+		WritesRefusedNoLeader: st.WritesRefusedNoLeader, ViewEvents: []ViewEventJSON{},
+	}
+	for _, e := range s.vr.ViewEvents() {
+		out.ViewEvents = append(out.ViewEvents, ViewEventJSON{Time: e.Time.UTC(), Kind: e.Kind, View: e.View, Leader: e.Leader, Reason: e.Reason})
 	}
 	if in.Failed != nil {
 		out.Failed = in.Failed.Error()

@@ -537,6 +537,11 @@ type Stats struct {
 	// served as deferred reads: answered at once from the leader's log,
 	// the reply held until R covered it (ReadDeferred).
 	DeferredReads uint64
+	// View events (viewlog.go): view changes this replica started or
+	// joined, normal views it entered under a leader other than the last
+	// one, times it stopped leading, and writes it refused because it knew
+	// no leader.
+	ViewChanges, LeaderChanges, Depositions, WritesRefusedNoLeader uint64
 }
 
 // Replica is one VR replica of a shard: it implements shard.Replica, so the
@@ -652,6 +657,8 @@ type Replica struct {
 	parked    []parkedReply      // driver only, in op order
 	backlog   []*proposal        // writes waiting for room in the pipeline, in order
 	nxCool    atomic.Int64       // local Unix ns until which the fast path rests
+
+	vt viewTrack // view events (viewlog.go)
 
 	// lease: the leader's lease as the driver last published it (LeaseUntil),
 	// for reads that confirm leadership without a round trip to the driver
@@ -821,6 +828,7 @@ func Open(opts Options) (*Replica, error) {
 			}
 		}()
 	}
+	r.openView(ws.hs)
 	r.publish()
 	go r.run()
 	return r, nil
@@ -935,6 +943,7 @@ func (r *Replica) run() {
 			r.nxStart(calls)
 		case <-tick.C:
 			r.core.Tick(r.now())
+			r.noteView(viewCause{kind: 't'})
 			r.nxSweep(false)
 		case res := <-r.syncDone:
 			if err := r.synced(res); err != nil {
@@ -1048,6 +1057,7 @@ func (r *Replica) step(in inbound) {
 			r.core.WantSync(true)
 		}
 		r.core.Step(now, *m)
+		r.noteView(viewCause{kind: 'm', typ: m.Type, from: m.From})
 		if h := r.mut.afterStep; h != nil {
 			h(r, m)
 		}
@@ -1235,6 +1245,7 @@ func (r *Replica) ready() error {
 		}
 	}
 	r.wantDone()
+	r.noteView(viewCause{kind: 'r'})
 	r.publish()
 	r.publishLease()
 	info := r.core.Info()
@@ -1790,6 +1801,9 @@ func (r *Replica) Apply(ctx context.Context, reqs []shard.WriteReq) (shard.Pendi
 	}
 	if !r.isLeader.Load() {
 		err := r.notLeader()
+		if _, _, known := LeaderOf(err); !known {
+			r.refuseNoLeader(len(reqs))
+		}
 		for i := range reqs {
 			reqs[i].Result, reqs[i].Err = shard.Result{}, err
 		}
