@@ -327,10 +327,12 @@ for m in $(seq "$MATRICES"); do summaries+=("$OUT/summary-$m.json"); done
   echo "Method, connection model and durability of every row, p50/p99 per operation, round spreads and the CPU"
   echo "watch: [bench/$OUT/compare.md](../bench/$OUT/compare.md)."
   echo
-  echo "**Kefir ÷ the peer with matching durability**, median total ops/s per cell$([ "$MATRICES" -ge 2 ] && echo ", matrix 1 / matrix 2"):"
-  echo
-  cat "$OUT/ratios.md"
-  echo
+  if [ -s "$OUT/ratios.md" ]; then
+    echo "**Kefir ÷ the peer with matching durability**, median total ops/s per cell$([ "$MATRICES" -ge 2 ] && echo ", matrix 1 / matrix 2"):"
+    echo
+    cat "$OUT/ratios.md"
+    echo
+  fi
   echo "**Matrix 1: median total ops/s (median p50 of the first operation type).** $(cat "$OUT/loadavg-1.txt")."
   echo
   cat "$OUT/summary-1.compact.md"

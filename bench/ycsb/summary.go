@@ -609,7 +609,8 @@ func parsePairs(spec string) ([][2]string, error) {
 // ratiosMarkdown is the table of claims the results page makes from the matrix: per pair
 // and closed-loop cell, the row's median total throughput ÷ its peer's, one figure per
 // matrix ("m1 / m2"), "n/s" where either does not support the workload (such a row has
-// no client count) and "–" where either is missing.
+// no client count) and "–" where either is missing. A pair with no figure at all is left
+// out, and with none left the table is empty ("").
 func ratiosMarkdown(pairs [][2]string, runs [][]summaryRow) string {
 	type col struct {
 		w string
@@ -634,14 +635,11 @@ func ratiosMarkdown(pairs [][2]string, runs [][]summaryRow) string {
 			}
 		}
 	}
-	var sb strings.Builder
-	sb.WriteString("| row | ÷ peer |")
-	for _, c := range cols {
-		fmt.Fprintf(&sb, " %s c=%d |", strings.ToUpper(c.w), c.c)
-	}
-	sb.WriteString("\n|---|---|" + strings.Repeat("---:|", len(cols)) + "\n")
+	var body strings.Builder
 	for _, p := range pairs {
-		fmt.Fprintf(&sb, "| %s | %s |", p[0], p[1])
+		var line strings.Builder
+		measured := false
+		fmt.Fprintf(&line, "| %s | %s |", p[0], p[1])
 		for _, c := range cols {
 			var figs []string
 			for i := range runs {
@@ -654,14 +652,27 @@ func ratiosMarkdown(pairs [][2]string, runs [][]summaryRow) string {
 					figs = append(figs, "–")
 				default:
 					figs = append(figs, fmt.Sprintf("%.2f×", num.Throughput/den.Throughput))
+					measured = true
 				}
 			}
 			if slices.Equal(figs, slices.Repeat([]string{"n/s"}, len(figs))) {
 				figs = figs[:1]
 			}
-			fmt.Fprintf(&sb, " %s |", strings.Join(figs, " / "))
+			fmt.Fprintf(&line, " %s |", strings.Join(figs, " / "))
 		}
-		sb.WriteString("\n")
+		if measured { // a pair the run did not measure (a SYSTEMS subset) is left out
+			body.WriteString(line.String() + "\n")
+		}
 	}
+	if body.Len() == 0 {
+		return ""
+	}
+	var sb strings.Builder
+	sb.WriteString("| row | ÷ peer |")
+	for _, c := range cols {
+		fmt.Fprintf(&sb, " %s c=%d |", strings.ToUpper(c.w), c.c)
+	}
+	sb.WriteString("\n|---|---|" + strings.Repeat("---:|", len(cols)) + "\n")
+	sb.WriteString(body.String())
 	return sb.String()
 }

@@ -123,11 +123,16 @@ func TestRatiosAreRowOverPeerPerMatrix(t *testing.T) {
 		"| row | ÷ peer | A c=64 | E c=64 |",
 		"| kefir | etcd | 3.00× / 2.00× | 2.00× / 1.50× |",
 		"| kefir | zk | 2.00× / 2.00× | n/s |",
-		"| gone | etcd | – / – | – / – |",
 	} {
 		if !strings.Contains(md, want) {
 			t.Fatalf("no %q in\n%s", want, md)
 		}
+	}
+	if strings.Contains(md, "gone") {
+		t.Fatalf("a pair the run did not measure is in the table:\n%s", md)
+	}
+	if md := ratiosMarkdown([][2]string{{"gone", "etcd"}}, [][]summaryRow{m1}); md != "" {
+		t.Fatalf("a table of unmeasured pairs: %q", md)
 	}
 	if _, err := parsePairs("kefir-etcd"); err == nil {
 		t.Fatal("a pair without a slash was accepted")
