@@ -13,7 +13,7 @@
 #                      checkpoint never run (--compact-interval=-1s --checkpoint-interval=-1s).
 #                      Each burns 0.2-0.5 cores for a moment once a minute on this box, which
 #                      lands inside some other system's measured cell of the matrix
-#                      (compare.sh NO_MAINTENANCE, default on; see docs/benchmarks.md).
+#                      (compare.sh NO_MAINTENANCE, default on; docs/benchmarks-archive.md, issue 8, "Quiet systems").
 #   --delay D          a delay proxy (bench/delaymesh) on every client and peer port; the
 #                      member list names the proxies, so replication and forwarding cross
 #                      them too. Drive with ycsb -link-delay D.

@@ -1,5 +1,5 @@
 #!/bin/bash
-# The session-5 A/B of the harness (docs/benchmarks.md, YCSB section, "Harness ceiling"):
+# The session-5 A/B of the harness (docs/benchmarks-archive.md, YCSB section, "Harness ceiling"):
 # for each ycsb binary given, in order, the in-process ceiling via Kefir's client and a
 # Kefir node at async, workloads A and C. Build the binaries from bench/ at each commit
 # (go build -o BIN ./ycsb), start the node first:

@@ -67,6 +67,7 @@ type flags struct {
 	durable            string
 	summarizeTo        string
 	agreeFiles         string
+	ratios             string
 	spliceInto         string
 	section            string
 	note               string
@@ -116,6 +117,7 @@ func parse(args []string) (*flags, error) {
 	fs.StringVar(&f.durable, "durable", "", "yes: the system fsyncs before acknowledging a write (sets the latency floor); no: it does not; empty: the driver's guess (kefir from -durability, etcd yes, zookeeper yes, redis no)")
 	fs.StringVar(&f.summarizeTo, "summarize", "", "reduce the -json files given as arguments (rounds of the same cells) to medians; write the summary JSON here and its table to -md")
 	fs.StringVar(&f.agreeFiles, "agree", "", "A.json,B.json: compare two -summarize outputs row by row (issue 8: within 15% on medians); table to -md and stdout; exit 3 if any row disagrees")
+	fs.StringVar(&f.ratios, "ratios", "", "\"ROW/PEER;ROW/PEER\": with -summarize outputs as arguments (one per matrix), write the table of each ROW's median total throughput ÷ its PEER's per cell to -md and stdout")
 	fs.StringVar(&f.spliceInto, "splice", "", "replace the text between <!-- BEGIN SECTION --> and <!-- END SECTION --> in this file with standard input")
 	fs.StringVar(&f.section, "section", "ycsb-compare", "marker name for -splice")
 	fs.StringVar(&f.note, "note", "", "free text recorded in -summarize output (compare.sh records the load averages)")
@@ -142,8 +144,8 @@ func parse(args []string) (*flags, error) {
 		return nil, err
 	}
 	f.plotFrom = fs.Args()
-	if len(f.plotFrom) > 0 && f.plotDir == "" && f.summarizeTo == "" {
-		return nil, fmt.Errorf("unexpected arguments %v (JSON files need -plot DIR or -summarize FILE)", f.plotFrom)
+	if len(f.plotFrom) > 0 && f.plotDir == "" && f.summarizeTo == "" && f.ratios == "" {
+		return nil, fmt.Errorf("unexpected arguments %v (JSON files need -plot DIR, -summarize FILE or -ratios PAIRS)", f.plotFrom)
 	}
 	for _, w := range strings.Split(workloads, ",") {
 		if w = strings.TrimSpace(w); w != "" {
@@ -392,7 +394,7 @@ func main() {
 		}
 		return
 	}
-	if f.summarizeTo != "" || f.agreeFiles != "" || f.spliceInto != "" {
+	if f.summarizeTo != "" || f.agreeFiles != "" || f.ratios != "" || f.spliceInto != "" {
 		if err := report(f, os.Args[1:]); err != nil {
 			fmt.Fprintln(os.Stderr, "ycsb:", err)
 			if errors.Is(err, errDisagree) {
@@ -497,7 +499,7 @@ func main() {
 // errDisagree is -agree's verdict when some row differs by more than agreeLimit.
 var errDisagree = errors.New("the two runs disagree by more than 15% on some rows")
 
-// report runs the offline modes: -summarize, -agree, -splice.
+// report runs the offline modes: -summarize, -agree, -ratios, -splice.
 func report(f *flags, args []string) error {
 	switch {
 	case f.summarizeTo != "":
@@ -553,6 +555,28 @@ func report(f *flags, args []string) error {
 				fmt.Fprintln(os.Stderr, "plot:", p)
 			}
 			return err
+		}
+		return nil
+	case f.ratios != "":
+		pairs, err := parsePairs(f.ratios)
+		if err != nil {
+			return err
+		}
+		var runs [][]summaryRow
+		for _, path := range f.plotFrom {
+			s, err := readSummary(path)
+			if err != nil {
+				return err
+			}
+			runs = append(runs, s.Rows)
+		}
+		if len(runs) == 0 {
+			return errors.New("-ratios wants the -summarize outputs as arguments")
+		}
+		md := ratiosMarkdown(pairs, runs)
+		fmt.Print(md)
+		if f.mdPath != "" {
+			return os.WriteFile(f.mdPath, []byte(md), 0o644)
 		}
 		return nil
 	case f.agreeFiles != "":

@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -59,8 +62,8 @@ func TestPlotsAreWrittenAndEmptyDataIsAnError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(files) != 2 {
-		t.Fatalf("wrote %v, want a CDF and a throughput-latency plot", files)
+	if len(files) != 3 || filepath.Base(files[0]) != "throughput-a.png" || filepath.Base(files[1]) != "cdf-a.png" {
+		t.Fatalf("wrote %v, want a throughput bar chart, a CDF and a throughput-latency plot", files)
 	}
 	for _, f := range files {
 		b, err := os.ReadFile(f)
@@ -75,6 +78,61 @@ func TestPlotsAreWrittenAndEmptyDataIsAnError(t *testing.T) {
 	}
 	if _, err := plotAll(t.TempDir(), rows); err == nil {
 		t.Fatal("plotting results without latency data succeeded")
+	}
+}
+
+func TestThroughputBarsAreTheMedianAndRangeOfRounds(t *testing.T) {
+	cell := func(sys string, run, clients int, tput float64, mode string) row {
+		return row{System: sys, Run: run, Result: &core.Result{Workload: "a", Clients: clients, Mode: mode, Throughput: tput}}
+	}
+	rows := []row{
+		cell("x", 1, 64, 300, "closed"), cell("y", 1, 64, 10, "closed"),
+		cell("x", 2, 64, 100, "closed"), cell("y", 2, 64, 30, "closed"),
+		cell("x", 3, 64, 200, "closed"), cell("y", 3, 64, 20, "closed"),
+		cell("x", 1, 1, 5000, "closed"), // a smaller client count: not this chart's cell
+		cell("x", 1, 64, 9000, "open"),  // an open-loop target: its throughput is the target
+	}
+	got := throughputBars(rows)
+	want := []throughputBar{{System: "x", Median: 200, Min: 100, Max: 300, Rounds: 3}, {System: "y", Median: 20, Min: 10, Max: 30, Rounds: 3}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("bars %+v, want %+v", got, want)
+	}
+}
+
+func TestCDFGroupsHoldAtMostSixLines(t *testing.T) {
+	var rows []row
+	add := func(sys string) {
+		for run := 1; run <= 3; run++ {
+			rows = append(rows, row{System: sys, Run: run, Result: &core.Result{Workload: "a", Clients: 64}})
+		}
+	}
+	for _, s := range []string{"respserver(via-kefir-client)", "redis(no-persistence)", "kefir-1-node(sync)", "etcd-3-members"} {
+		add(s)
+	}
+	for i := range 8 { // more replicated rows than one panel holds
+		add(fmt.Sprintf("kefir-3-replicas(m%d)", i))
+	}
+	// A system without the workload (ZooKeeper has no scans) gets no line and no legend entry.
+	rows = append(rows, row{System: "zookeeper-3-servers", Run: 1, Unsupported: "scans", Result: &core.Result{Workload: "a"}})
+	names, groups := cdfGroups("a", rows)
+	wantNames := []string{"cdf-a-ceiling", "cdf-a-single-node", "cdf-a-replicated-1", "cdf-a-replicated-2"}
+	if !slices.Equal(names, wantNames) {
+		t.Fatalf("files %v, want %v", names, wantNames)
+	}
+	total := 0
+	for i, g := range groups {
+		if len(g) > maxLinesPerPanel {
+			t.Fatalf("%s has %d lines, want at most %d", names[i], len(g), maxLinesPerPanel)
+		}
+		for _, r := range g {
+			if r.Run != 1 {
+				t.Fatalf("%s plots round %d of %s, want only the first", names[i], r.Run, r.System)
+			}
+		}
+		total += len(g)
+	}
+	if total != 12 {
+		t.Fatalf("%d lines in all, want one per system (12)", total)
 	}
 }
 

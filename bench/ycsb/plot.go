@@ -6,13 +6,17 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
 )
 
 // readRows loads the rows of -json result files (from one or several invocations, e.g.
@@ -35,15 +39,20 @@ func readRows(files []string) ([]row, error) {
 	return rows, nil
 }
 
-// plotAll writes, per workload, a latency CDF plot (one line per system, client count
-// and operation, first run only) and, where open-loop runs at several targets exist, a
-// throughput–latency curve (p99 against achieved throughput).
+// plotAll writes, per workload, a bar chart of throughput (one bar per system: the median
+// of its rounds, with the lowest and highest round as the error bar), latency CDFs with at
+// most maxLinesPerPanel lines per panel (systems a reader compares share a file, one panel
+// per operation type, the legend beside the panels), and, where open-loop runs at several
+// targets exist, a throughput–latency curve (p99 against achieved throughput).
 func plotAll(dir string, rows []row) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
 	byWorkload := map[string][]row{}
 	for _, r := range rows {
+		if r.Result == nil {
+			continue
+		}
 		byWorkload[r.Result.Workload] = append(byWorkload[r.Result.Workload], r)
 	}
 	var written []string
@@ -53,11 +62,18 @@ func plotAll(dir string, rows []row) ([]string, error) {
 	}
 	sort.Strings(names)
 	for _, w := range names {
-		f, err := plotCDF(dir, w, byWorkload[w])
+		f, err := plotThroughputBars(dir, w, byWorkload[w])
 		if err != nil {
 			return written, err
 		}
-		written = append(written, f)
+		if f != "" {
+			written = append(written, f)
+		}
+		fs, err := plotCDFs(dir, w, byWorkload[w])
+		written = append(written, fs...)
+		if err != nil {
+			return written, err
+		}
 		f, err = plotThroughputLatency(dir, w, byWorkload[w])
 		if err != nil {
 			return written, err
@@ -78,51 +94,307 @@ func tailX(p float64) float64 {
 	return -math.Log10(1 - p/100)
 }
 
-func plotCDF(dir, workload string, rows []row) (string, error) {
-	p := plot.New()
-	p.Title.Text = fmt.Sprintf("YCSB %s: latency by percentile (first run; closed loop unless noted; with >4 systems, the largest client count)", strings.ToUpper(workload))
-	p.X.Label.Text = "percentile (nines: 1 = p90, 2 = p99, 3 = p99.9)"
-	p.Y.Label.Text = "latency (µs, log)"
-	p.Y.Scale = plot.LogScale{}
-	p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
-	p.Legend.Top = true
-	p.Legend.Left = true
-	// Many systems: only the largest client count, or the legend outgrows the plot.
-	maxClients, systems := 0, map[string]bool{}
-	for _, r := range rows {
-		maxClients = max(maxClients, r.Result.Clients)
-		systems[r.System] = true
+// percentileTicks labels the tailX axis in percentiles rather than nines.
+type percentileTicks struct{}
+
+func (percentileTicks) Ticks(lo, hi float64) []plot.Tick {
+	var ticks []plot.Tick
+	for _, t := range []struct {
+		p     float64
+		label string
+	}{{0, "p0"}, {50, "p50"}, {90, "p90"}, {99, "p99"}, {99.9, "p99.9"}, {99.99, "p99.99"}, {99.999, "p99.999"}} {
+		if x := tailX(t.p); x >= lo && x <= hi {
+			ticks = append(ticks, plot.Tick{Value: x, Label: t.label})
+		}
 	}
-	var lines []any
+	return ticks
+}
+
+// latencyTicks labels a log latency axis at 1, 2 and 5 per decade: plot.LogTicks labels
+// only powers of ten, which leaves a plot spanning 1.5–80 ms with a single number.
+type latencyTicks struct{}
+
+func (latencyTicks) Ticks(lo, hi float64) []plot.Tick {
+	var ticks []plot.Tick
+	for d := math.Pow(10, math.Floor(math.Log10(lo))); d <= hi; d *= 10 {
+		for _, m := range []float64{1, 2, 5} {
+			if v := m * d; v >= lo && v <= hi {
+				ticks = append(ticks, plot.Tick{Value: v, Label: strconv.FormatFloat(v, 'f', -1, 64)})
+			}
+		}
+	}
+	return ticks
+}
+
+// throughputBar is one system's throughput in one cell: the median of its rounds and the
+// lowest and highest round, which is what the round spread of the tables is made of.
+type throughputBar struct {
+	System           string
+	Median, Min, Max float64
+	Rounds           int
+}
+
+// throughputBars reduces a workload's closed-loop rows at its largest client count to one
+// bar per system, in order of first appearance. Open-loop rows are left out: their
+// throughput is the target they were given.
+func throughputBars(rows []row) []throughputBar {
+	maxClients := 0
 	for _, r := range rows {
-		if r.Run != 1 || (len(systems) > 4 && r.Result.Clients != maxClients) {
+		if r.Result.Mode != "open" {
+			maxClients = max(maxClients, r.Result.Clients)
+		}
+	}
+	var order []string
+	tput := map[string][]float64{}
+	for _, r := range rows {
+		if r.Result.Mode == "open" || r.Result.Clients != maxClients {
 			continue
 		}
-		for _, op := range r.Result.PerOp {
-			var pts plotter.XYs
-			for _, q := range op.CDF {
-				if q.Us > 0 {
-					pts = append(pts, plotter.XY{X: tailX(q.Percentile), Y: q.Us})
+		if _, ok := tput[r.System]; !ok {
+			order = append(order, r.System)
+		}
+		tput[r.System] = append(tput[r.System], r.Result.Throughput)
+	}
+	bars := make([]throughputBar, 0, len(order))
+	for _, sys := range order {
+		xs := tput[sys]
+		bars = append(bars, throughputBar{System: sys, Median: median(xs), Min: slices.Min(xs), Max: slices.Max(xs), Rounds: len(xs)})
+	}
+	return bars
+}
+
+// plotThroughputBars draws throughputBars as horizontal bars (the system names are long),
+// the first system at the top, each labelled with its median and round spread.
+func plotThroughputBars(dir, workload string, rows []row) (string, error) {
+	bars := throughputBars(rows)
+	if len(bars) == 0 {
+		return "", nil
+	}
+	n := len(bars)
+	// Bottom to top, so the first system (the ceiling, in the standard matrix) is on top.
+	vals := make(plotter.Values, n)
+	xys := make(plotter.XYs, n)
+	errs := make(plotter.XErrors, n)
+	labels := make([]string, n)
+	names := make([]string, n)
+	rounds, clients, top := 0, 0, 0.0
+	for i, b := range bars {
+		y := n - 1 - i
+		vals[y] = b.Median
+		xys[y] = plotter.XY{X: b.Median, Y: float64(y)}
+		errs[y] = struct{ Low, High float64 }{b.Median - b.Min, b.Max - b.Median}
+		labels[y] = fmt.Sprintf("%.0f (spread %.0f%%)", b.Median, 100*(b.Max/b.Min-1))
+		names[y] = b.System
+		rounds = max(rounds, b.Rounds)
+		top = max(top, b.Max)
+	}
+	for _, r := range rows {
+		if r.Result.Mode != "open" {
+			clients = max(clients, r.Result.Clients)
+		}
+	}
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("YCSB %s, %d clients: total ops/s, median of %d round(s); error bar: lowest to highest round",
+		strings.ToUpper(workload), clients, rounds)
+	p.Title.Padding = vg.Points(8)
+	p.X.Label.Text = "ops/s"
+	p.X.Min, p.X.Max = 0, top*1.3 // room for the labels right of the bars
+	bc, err := plotter.NewBarChart(vals, vg.Points(16))
+	if err != nil {
+		return "", err
+	}
+	bc.Horizontal = true
+	bc.Color = plotutil.Color(0)
+	bc.LineStyle.Width = 0
+	eb, err := plotter.NewXErrorBars(struct {
+		plotter.XYs
+		plotter.XErrors
+	}{xys, errs})
+	if err != nil {
+		return "", err
+	}
+	ends := make(plotter.XYs, n)
+	for i := range xys {
+		ends[i] = plotter.XY{X: xys[i].X + errs[i].High, Y: xys[i].Y}
+	}
+	lb, err := plotter.NewLabels(plotter.XYLabels{XYs: ends, Labels: labels})
+	if err != nil {
+		return "", err
+	}
+	for i := range lb.TextStyle {
+		lb.TextStyle[i].YAlign = -0.5 // vertically centred on the bar
+	}
+	lb.Offset = vg.Point{X: vg.Points(6)}
+	p.Add(bc, eb, lb, plotter.NewGrid())
+	p.NominalY(names...)
+	out := filepath.Join(dir, "throughput-"+workload+".png")
+	return out, p.Save(11*vg.Inch, vg.Length(1.2+0.38*float64(n))*vg.Inch, out)
+}
+
+// maxLinesPerPanel bounds a CDF panel: with more lines than this neither the lines nor the
+// legend can be told apart (the standard matrix once drew 26 on one plot).
+const maxLinesPerPanel = 6
+
+// plotGroup names the CDF file a system's lines go to, so that systems a reader compares
+// with each other share one: a single node against Redis, a replicated group against etcd
+// and ZooKeeper, the harness ceilings on their own. The labels are compare.sh's.
+func plotGroup(system string) string {
+	switch {
+	case strings.HasPrefix(system, "respserver"):
+		return "ceiling"
+	case strings.HasPrefix(system, "kefir-1-node"), strings.HasPrefix(system, "redis("):
+		return "single-node"
+	case strings.Contains(system, "3-replicas"), strings.HasPrefix(system, "etcd"), strings.HasPrefix(system, "zookeeper"):
+		return "replicated"
+	}
+	return "other"
+}
+
+// cdfGroups splits a workload's first-round rows into the files plotCDFs writes: by
+// plotGroup, in order of first appearance, and then into chunks of at most
+// maxLinesPerPanel rows (each row is one line in each of its operations' panels). A file
+// name is "" when one file holds every row.
+func cdfGroups(workload string, rows []row) (names []string, groups [][]row) {
+	first := map[string]int{} // the lowest round of each system (1 in every compare run)
+	for _, r := range rows {
+		if f, ok := first[r.System]; !ok || r.Run < f {
+			first[r.System] = r.Run
+		}
+	}
+	var order []string
+	by := map[string][]row{}
+	for _, r := range rows {
+		if r.Run != first[r.System] || r.Unsupported != "" {
+			continue // not the first round, or a system without the workload: no line, no legend entry
+		}
+		g := plotGroup(r.System)
+		if _, ok := by[g]; !ok {
+			order = append(order, g)
+		}
+		by[g] = append(by[g], r)
+	}
+	for _, g := range order {
+		rs := by[g]
+		for i := 0; i < len(rs); i += maxLinesPerPanel {
+			name := "cdf-" + workload + "-" + g
+			if len(rs) > maxLinesPerPanel {
+				name += fmt.Sprintf("-%d", i/maxLinesPerPanel+1)
+			}
+			names = append(names, name)
+			groups = append(groups, rs[i:min(i+maxLinesPerPanel, len(rs))])
+		}
+	}
+	if len(groups) == 1 {
+		names[0] = "cdf-" + workload
+	}
+	return names, groups
+}
+
+// plotCDFs writes one PNG per cdfGroups entry: a panel per operation type, one line per
+// row, the same colour and dash for a row in every panel, and the legend to the right of
+// the panels, off the data.
+func plotCDFs(dir, workload string, rows []row) ([]string, error) {
+	var written []string
+	names, groups := cdfGroups(workload, rows)
+	for gi, group := range groups {
+		var ops []string // in order of first appearance
+		for _, r := range group {
+			for _, op := range r.Result.PerOp {
+				if !slices.Contains(ops, op.Op) {
+					ops = append(ops, op.Op)
 				}
 			}
-			if len(pts) == 0 {
-				continue
+		}
+		leg := plot.NewLegend()
+		leg.Top, leg.Left = true, true
+		var panels []*plot.Plot
+		for _, opName := range ops {
+			p := plot.New()
+			p.Title.Text = fmt.Sprintf("YCSB %s %s latency (first round)", strings.ToUpper(workload), opName)
+			p.X.Label.Text = "percentile (log scale of 1 − p: the tail gets the width)"
+			p.X.Tick.Marker = percentileTicks{}
+			p.Y.Label.Text = "latency (µs, log)"
+			p.Y.Scale = plot.LogScale{}
+			p.Y.Tick.Marker = latencyTicks{}
+			p.Add(plotter.NewGrid())
+			lines := 0
+			for i, r := range group {
+				for _, op := range r.Result.PerOp {
+					if op.Op != opName {
+						continue
+					}
+					var pts plotter.XYs
+					for _, q := range op.CDF {
+						if q.Us > 0 {
+							pts = append(pts, plotter.XY{X: tailX(q.Percentile), Y: q.Us})
+						}
+					}
+					if len(pts) == 0 {
+						continue
+					}
+					l, err := plotter.NewLine(pts)
+					if err != nil {
+						return written, err
+					}
+					l.Color = plotutil.Color(i)
+					l.Dashes = plotutil.Dashes(i)
+					l.Width = vg.Points(2)
+					p.Add(l)
+					lines++
+				}
 			}
-			label := fmt.Sprintf("%s %s c=%d", r.System, op.Op, r.Result.Clients)
+			if lines > 0 {
+				panels = append(panels, p)
+			}
+		}
+		if len(panels) == 0 {
+			continue
+		}
+		for i, r := range group {
+			label := fmt.Sprintf("%s c=%d", r.System, r.Result.Clients)
 			if r.Result.Mode == "open" {
 				label += fmt.Sprintf(" @%.0f/s", r.Result.Target)
 			}
-			lines = append(lines, label, pts)
+			l := &plotter.Line{LineStyle: plotter.DefaultLineStyle}
+			l.Color, l.Dashes, l.Width = plotutil.Color(i), plotutil.Dashes(i), vg.Points(2)
+			leg.Add(label, l)
 		}
+		out := filepath.Join(dir, names[gi]+".png")
+		if err := savePanels(out, panels, leg); err != nil {
+			return written, err
+		}
+		written = append(written, out)
 	}
-	if len(lines) == 0 {
-		return "", fmt.Errorf("workload %s: no latency data (JSON written before CDFs were recorded?)", workload)
+	if len(written) == 0 {
+		return nil, fmt.Errorf("workload %s: no latency data (JSON written before CDFs were recorded?)", workload)
 	}
-	if err := plotutil.AddLines(p, lines...); err != nil {
-		return "", err
+	return written, nil
+}
+
+// savePanels lays the panels out side by side with the legend in a column of its own on
+// the right, and writes the PNG.
+func savePanels(out string, panels []*plot.Plot, leg plot.Legend) error {
+	const panelW, legendW, h = 6.5, 4.0, 5.0
+	w := vg.Length(panelW*float64(len(panels))+legendW) * vg.Inch
+	img := vgimg.New(w, h*vg.Inch)
+	dc := draw.New(img)
+	plotsArea := draw.Crop(dc, 0, -legendW*vg.Inch, 0, 0)
+	legendArea := draw.Crop(dc, w-legendW*vg.Inch+vg.Points(12), 0, 0, -vg.Points(30))
+	tiles := draw.Tiles{Rows: 1, Cols: len(panels), PadX: vg.Points(18), PadTop: vg.Points(6), PadBottom: vg.Points(6), PadLeft: vg.Points(6)}
+	canvases := plot.Align([][]*plot.Plot{panels}, tiles, plotsArea)
+	for i, p := range panels {
+		p.Draw(canvases[0][i])
 	}
-	out := filepath.Join(dir, "cdf-"+workload+".png")
-	return out, p.Save(10*vg.Inch, 7*vg.Inch, out)
+	leg.Draw(legendArea)
+	f, err := os.Create(out)
+	if err != nil {
+		return err
+	}
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // plotThroughputLatency plots p99 against achieved throughput: one curve per system

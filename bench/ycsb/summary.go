@@ -585,3 +585,94 @@ func splice(doc []byte, name string, body []byte) ([]byte, error) {
 	}
 	return append(out, doc[j:]...), nil
 }
+
+// parsePairs reads -ratios' "ROW/PEER;ROW/PEER" (system labels hold commas, not slashes
+// or semicolons).
+func parsePairs(spec string) ([][2]string, error) {
+	var pairs [][2]string
+	for _, p := range strings.Split(spec, ";") {
+		if p = strings.TrimSpace(p); p == "" {
+			continue
+		}
+		num, den, ok := strings.Cut(p, "/")
+		if !ok || num == "" || den == "" {
+			return nil, fmt.Errorf("-ratios: %q is not ROW/PEER", p)
+		}
+		pairs = append(pairs, [2]string{num, den})
+	}
+	if len(pairs) == 0 {
+		return nil, fmt.Errorf("-ratios: no pairs in %q", spec)
+	}
+	return pairs, nil
+}
+
+// ratiosMarkdown is the table of claims the results page makes from the matrix: per pair
+// and closed-loop cell, the row's median total throughput ÷ its peer's, one figure per
+// matrix ("m1 / m2"), "n/s" where either does not support the workload (such a row has
+// no client count) and "–" where either is missing. A pair with no figure at all is left
+// out, and with none left the table is empty ("").
+func ratiosMarkdown(pairs [][2]string, runs [][]summaryRow) string {
+	type col struct {
+		w string
+		c int
+	}
+	var cols []col
+	tput := make([]map[cellKey]summaryRow, len(runs))
+	unsupported := map[[2]string]bool{} // system, workload: a row without a client count
+	for i, rows := range runs {
+		tput[i] = map[cellKey]summaryRow{}
+		for _, r := range rows {
+			if r.Op != "total" || r.Target > 0 {
+				continue
+			}
+			if r.Unsupported != "" {
+				unsupported[[2]string{r.System, r.Workload}] = true
+				continue
+			}
+			tput[i][cellKey{System: r.System, Workload: r.Workload, Clients: r.Clients}] = r
+			if !slices.Contains(cols, col{r.Workload, r.Clients}) {
+				cols = append(cols, col{r.Workload, r.Clients})
+			}
+		}
+	}
+	var body strings.Builder
+	for _, p := range pairs {
+		var line strings.Builder
+		measured := false
+		fmt.Fprintf(&line, "| %s | %s |", p[0], p[1])
+		for _, c := range cols {
+			var figs []string
+			for i := range runs {
+				num, ok1 := tput[i][cellKey{System: p[0], Workload: c.w, Clients: c.c}]
+				den, ok2 := tput[i][cellKey{System: p[1], Workload: c.w, Clients: c.c}]
+				switch {
+				case unsupported[[2]string{p[0], c.w}] || unsupported[[2]string{p[1], c.w}]:
+					figs = append(figs, "n/s")
+				case !ok1 || !ok2 || den.Throughput == 0:
+					figs = append(figs, "–")
+				default:
+					figs = append(figs, fmt.Sprintf("%.2f×", num.Throughput/den.Throughput))
+					measured = true
+				}
+			}
+			if slices.Equal(figs, slices.Repeat([]string{"n/s"}, len(figs))) {
+				figs = figs[:1]
+			}
+			fmt.Fprintf(&line, " %s |", strings.Join(figs, " / "))
+		}
+		if measured { // a pair the run did not measure (a SYSTEMS subset) is left out
+			body.WriteString(line.String() + "\n")
+		}
+	}
+	if body.Len() == 0 {
+		return ""
+	}
+	var sb strings.Builder
+	sb.WriteString("| row | ÷ peer |")
+	for _, c := range cols {
+		fmt.Fprintf(&sb, " %s c=%d |", strings.ToUpper(c.w), c.c)
+	}
+	sb.WriteString("\n|---|---|" + strings.Repeat("---:|", len(cols)) + "\n")
+	sb.WriteString(body.String())
+	return sb.String()
+}

@@ -103,3 +103,38 @@ func TestTotalsTableHasOneLinePerSystemAndMarksUnsupportedCells(t *testing.T) {
 		}
 	}
 }
+
+func TestRatiosAreRowOverPeerPerMatrix(t *testing.T) {
+	total := func(sys, w string, tput float64) summaryRow {
+		return summaryRow{cellKey: cellKey{System: sys, Workload: w, Clients: 64, Op: "total"}, Throughput: tput}
+	}
+	noScans := summaryRow{cellKey: cellKey{System: "zk", Workload: "e", Op: "total"}, Unsupported: "scans"}
+	m1 := []summaryRow{total("kefir", "a", 300), total("etcd", "a", 100), total("zk", "a", 150),
+		total("kefir", "e", 40), total("etcd", "e", 20), noScans,
+		{cellKey: cellKey{System: "kefir", Workload: "a", Clients: 64, Op: "READ"}, Throughput: 1}} // not a total: ignored
+	m2 := []summaryRow{total("kefir", "a", 200), total("etcd", "a", 100), total("zk", "a", 100),
+		total("kefir", "e", 30), total("etcd", "e", 20), noScans}
+	pairs, err := parsePairs("kefir/etcd; kefir/zk;gone/etcd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := ratiosMarkdown(pairs, [][]summaryRow{m1, m2})
+	for _, want := range []string{
+		"| row | ÷ peer | A c=64 | E c=64 |",
+		"| kefir | etcd | 3.00× / 2.00× | 2.00× / 1.50× |",
+		"| kefir | zk | 2.00× / 2.00× | n/s |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Fatalf("no %q in\n%s", want, md)
+		}
+	}
+	if strings.Contains(md, "gone") {
+		t.Fatalf("a pair the run did not measure is in the table:\n%s", md)
+	}
+	if md := ratiosMarkdown([][2]string{{"gone", "etcd"}}, [][]summaryRow{m1}); md != "" {
+		t.Fatalf("a table of unmeasured pairs: %q", md)
+	}
+	if _, err := parsePairs("kefir-etcd"); err == nil {
+		t.Fatal("a pair without a slash was accepted")
+	}
+}
