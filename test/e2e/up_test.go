@@ -320,7 +320,13 @@ func TestUpRestartsAKilledNodeAndTheRestKeepServing(t *testing.T) {
 	if events == 0 {
 		t.Errorf("no node counts and lists a view change after %d kills", n)
 	}
+	// Ctrl-C still stops every node, the restarted ones included.
 	u.stop(t)
+	for _, addr := range a.client {
+		if err := cluster.Ping(addr); err == nil {
+			t.Errorf("%s still answers after kefir up stopped", addr)
+		}
+	}
 }
 
 // Issue 25 item 7: at the default log level, a view change and the new
