@@ -15,10 +15,8 @@ import (
 
 // StatusJSON is /status's body.
 type StatusJSON struct {
-	NodeID string `json:"node_id"`
-	// PID lets a launcher (kefir up) tell its own node from another process
-	// answering on the same port.
-	PID           int            `json:"pid"`
+	NodeID        string         `json:"node_id"`
+	PID           int            `json:"pid"` // kefir up tells its own node from another process on the port by it
 	Role          string         `json:"role"`
 	Version       string         `json:"version"`
 	UptimeSeconds int64          `json:"uptime_seconds"` // whole seconds, like INFO's uptime_in_seconds

@@ -105,9 +105,13 @@ func (r *Replica) noteView(c viewCause) {
 	if led && !leads {
 		r.vt.depositions.Add(1)
 		pending := len(r.waitID) + len(r.waitLocal) + len(r.backlog)
-		r.vt.add(ViewEvent{Time: now, Kind: EventDeposed, View: view, Reason: reason})
+		var next uint64 // the new leader, when known now (else the new-view event names it)
+		if st == vr.Normal {
+			next = r.cfg.LeaderOf(view)
+		}
+		r.vt.add(ViewEvent{Time: now, Kind: EventDeposed, View: view, Leader: next, Reason: reason})
 		r.log.Warn("deposed: this node no longer leads", "view", view, "led_view", prevView,
-			"reason", reason, "writes_in_flight", pending)
+			"new_leader", next, "reason", reason, "writes_in_flight", pending)
 	}
 	switch st {
 	case vr.ViewChange:
@@ -171,7 +175,7 @@ func (r *Replica) viewReason(c viewCause, pv uint64, ps vr.Status, v uint64, s v
 			return fmt.Sprintf("state transfer from n%d", c.from)
 		}
 		if v > pv {
-			return fmt.Sprintf("%s of view %d from n%d", c.typ, v, c.from)
+			return fmt.Sprintf("a %s of the newer view %d from n%d", c.typ, v, c.from)
 		}
 		return fmt.Sprintf("%s from n%d", c.typ, c.from)
 	case 'r':

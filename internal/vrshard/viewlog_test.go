@@ -141,6 +141,12 @@ func TestViewChangeAndDepositionAreLoggedCountedAndListed(t *testing.T) {
 			t.Errorf("replica %d: %d view-change log lines for %d view changes:\n%s", id, n, st.ViewChanges, logs)
 		}
 	}
+	for _, e := range c.reps[old].ViewEvents() {
+		t.Logf("old leader: %s view %d leader %d: %s", e.Kind, e.View, e.Leader, e.Reason)
+	}
+	for _, e := range c.reps[nl].ViewEvents() {
+		t.Logf("new leader: %s view %d leader %d: %s", e.Kind, e.View, e.Leader, e.Reason)
+	}
 	// The followers name the old leader's silence (or a peer that did) as
 	// the reason.
 	reason := c.reps[nl].ViewEvents()[0].Reason
