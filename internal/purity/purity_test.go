@@ -1,0 +1,76 @@
+package purity
+
+import (
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// cores are the deterministic protocol cores of this module: no goroutines,
+// clocks, randomness or I/O, in themselves or in anything of the module they
+// import. A new core (internal/chain) is added here.
+var cores = []string{"internal/vr"}
+
+func moduleRoot(t *testing.T) string {
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		t.Fatal("no caller information")
+	}
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+func TestProtocolCoresArePure(t *testing.T) {
+	root := moduleRoot(t)
+	for _, c := range cores {
+		vs, err := Check(root, "github.com/kefirdb/kefir", filepath.Join(root, c))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range vs {
+			t.Errorf("%s is a protocol core and must stay pure: %s", c, v)
+		}
+	}
+}
+
+// The check must be able to fail: a package that starts a goroutine, waits in
+// a select, reads the clock (under another name), draws a random number and,
+// through an import of its own module, touches a file.
+func TestCheckFindsEveryKindOfImpurity(t *testing.T) {
+	vs, err := Check("testdata/mod", "example.com/m", "testdata/mod/core")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var all []string
+	for _, v := range vs {
+		all = append(all, v.String())
+	}
+	got := strings.Join(all, "\n")
+	for _, want := range []string{
+		`core.go:5:2: imports "math/rand"`,
+		"core.go:12:2: starts a goroutine",
+		"core.go:14:2: waits in a select",
+		"core.go:18:6: uses time.Now",
+		`dep.go:4:8: imports "os"`,
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("missing violation %q; got:\n%s", want, got)
+		}
+	}
+	if len(vs) != 5 {
+		t.Errorf("got %d violations, want 5:\n%s", len(vs), got)
+	}
+}
+
+func TestCheckPassesAPurePackage(t *testing.T) {
+	vs, err := Check("testdata/mod", "example.com/m", "testdata/mod/clean")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(vs) != 0 {
+		t.Fatalf("violations in a pure package: %v", vs)
+	}
+	if _, err := Check("testdata/mod", "example.com/m", "testdata/mod/missing"); err == nil {
+		t.Fatal("a package that does not exist passed")
+	}
+}
