@@ -418,7 +418,7 @@ var cadScenarios = []cadScenario{
 	// that a grant outlives a view change (issue 24 item 1). The random
 	// nemesis is off: its crashes and partitions rarely leave the schedule
 	// intact (2000 seeds with it never caught restartedLeaderVotes; without
-	// it seed 51 does).
+	// it seed 110 does, TestCADMutationRestartedLeaderVotes).
 	{"leader-restarts", noRandomFaults, leaderRestarts, longGrants},
 	// The random nemesis with one member started with a shorter lease
 	// (issue 24 item 4): the others refuse it (the lease timing is part of
