@@ -191,7 +191,7 @@ var serverOptions = []option{
 			c.HeartbeatInterval = d
 			return err
 		}},
-	{"view-change-timeout", "300ms", "Replicated mode: a follower that hears nothing from the leader this long starts a view change (must be at least the 250ms lease).",
+	{"view-change-timeout", "300ms", "Replicated mode: a follower that hears nothing from the leader this long asks the others whether they lost it too; a view change starts once a majority has. At least the 250ms lease (a shorter timeout is refused, the lease is not shortened).",
 		func(c *serverConfig, v string) error {
 			d, err := time.ParseDuration(v)
 			c.ViewChangeTimeout = d

@@ -500,8 +500,10 @@ func startExpectExit(t *testing.T, n *cluster.Node) {
 // after the follower came back and writes failed with UNAVAILABLE no leader
 // for 0.3–1 s: the follower, not hearing the leader yet, started a view
 // change that the leader joined at once. The writers' client does not retry
-// UNAVAILABLE, so every such refusal counts. Two restarts here;
-// KEFIR_SOAK=1 runs the 20.
+// UNAVAILABLE, so every such refusal counts. Two restarts here (about 10 s);
+// the 20 (about 70 s; make soak covers ./internal/... only):
+//
+//	KEFIR_SOAK=1 go test -count=1 -run TestRestartedFollowerKeepsTheLeader -v ./test/e2e/
 func TestRestartedFollowerKeepsTheLeader(t *testing.T) {
 	restarts := 2
 	if os.Getenv("KEFIR_SOAK") == "1" {
