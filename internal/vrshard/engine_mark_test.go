@@ -221,3 +221,67 @@ func TestEngineBehindRules(t *testing.T) {
 		})
 	}
 }
+
+// A chained engine (two devices, segments alternating between them) that
+// loses one device never comes back as a replica serving holes: either the
+// engine refuses to open (a gap in its log), or the replica recovers from
+// the group with every key.
+func TestChainedEngineLosingADeviceNeverServesHoles(t *testing.T) {
+	for _, tc := range []struct {
+		segSize int64
+		lost    int
+	}{{4 << 10, 0}, {4 << 10, 1}, {16 << 10, 0}, {16 << 10, 1}} {
+		segSize, lost := tc.segSize, tc.lost
+		t.Run(fmt.Sprintf("segments of %d bytes, device %d lost", segSize, lost), func(t *testing.T) {
+			c := newCluster(t, 3, func(o *Options) {
+				o.CheckpointOps = 30
+				o.KeepTail = 5
+				o.Storage.Devices = []storage.Device{{Dir: filepath.Join(o.Dir, "engine-a")}, {Dir: filepath.Join(o.Dir, "engine-b")}}
+				o.Storage.SegmentSize = segSize
+			})
+			var last shard.Result
+			for i := range 100 {
+				var err error
+				if last, err = c.write(set(fmt.Sprint("k", i), fmt.Sprintf("%0100d", i)), shard.ReqID{}, 5*time.Second); err != nil {
+					t.Fatal(err)
+				}
+			}
+			c.waitApplied(last.Version, 5*time.Second)
+			f := (c.leader(5*time.Second) + 1) % 3
+			for deadline := time.Now().Add(5 * time.Second); c.reps[f].Stats().Checkpoints < 3; time.Sleep(5 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("follower took %d checkpoints", c.reps[f].Stats().Checkpoints)
+				}
+			}
+			c.reps[f].Close()
+			c.reps[f] = nil
+			for _, d := range []string{"engine-a", "engine-b"} {
+				names, _ := os.ReadDir(filepath.Join(c.dirs[f], d))
+				var ns []string
+				for _, n := range names {
+					ns = append(ns, n.Name())
+				}
+				t.Logf("%s: %v", d, ns)
+			}
+			dev := filepath.Join(c.dirs[f], []string{"engine-a", "engine-b"}[lost])
+			if err := os.RemoveAll(dev); err != nil {
+				t.Fatal(err)
+			}
+			r, err := Open(c.options(f, false, nil))
+			if err != nil {
+				t.Logf("the engine refused to open without device %d: %v", lost, err)
+				return
+			}
+			r.Close()
+			c.open(f, false, nil)
+			c.waitRecovered(f, 15*time.Second)
+			if c.reps[f].Stats().SnapsLoaded == 0 {
+				t.Fatalf("the engine opened without device %d and the replica came back without state transfer", lost)
+			}
+			c.waitApplied(last.Version, 15*time.Second)
+			for i := range 100 {
+				c.expectValue(f, fmt.Sprint("k", i), fmt.Sprintf("%0100d", i))
+			}
+		})
+	}
+}
