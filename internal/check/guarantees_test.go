@@ -90,6 +90,27 @@ func TestSession(t *testing.T) {
 	})
 }
 
+// NoMonotonicWrites drops only that guarantee: reads are judged as before.
+func TestSessionWithoutMonotonicWrites(t *testing.T) {
+	s := cons(level.ConsSession)
+	runCases(t, func(h History) Verdict { return Session(h, SessionOptions{NoMonotonicWrites: true}) }, []checkCase{
+		{"monotonic writes not judged", func(b *hist) {
+			b.put(0, "x", "a", 0, 10, ver(9))
+			b.put(0, "x", "b", 20, 30, ver(5))
+		}, ""},
+		{"read-my-writes still judged", func(b *hist) {
+			b.put(0, "x", "b", 20, 30, ver(9))
+			b.get(0, "x", "a", 40, 50, s, ver(5))
+		}, "read-my-writes"},
+		{"monotonic reads still judged", func(b *hist) {
+			b.put(1, "x", "a", 0, 10)
+			b.put(1, "x", "b", 20, 30)
+			b.get(0, "x", "b", 40, 50, s)
+			b.get(0, "x", "a", 60, 70, s)
+		}, "monotonic reads"},
+	})
+}
+
 func TestSessionNotesMissingVersions(t *testing.T) {
 	var b hist
 	b.put(0, "x", "a", 0, 10)

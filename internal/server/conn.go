@@ -693,7 +693,9 @@ func (c *conn) read(spec *command.Spec, args [][]byte, o callOpts) error {
 		if err != nil {
 			return err
 		}
-		c.sess.MaxRead = max(c.sess.MaxRead, version)
+		// AfterRead, not a bare max: a higher version must not keep the
+		// view of the lower one (a token set from a replica group's).
+		c.sess = c.sess.AfterRead(shard.Result{Version: version})
 		if found {
 			_ = c.w.WriteBulk(v)
 		} else {

@@ -646,7 +646,18 @@ func TestAsyncHistoryWithPowerCutsGoesBackInTime(t *testing.T) {
 // random prefix of its unsynced bytes survives).
 func cadPowerCutHistory(t *testing.T, d level.Durability, seed uint64) check.History {
 	t.Helper()
+	h, _ := cadPowerCutRun(t, d, seed, nil, nil)
+	return h
+}
+
+// cadPowerCutRun is cadPowerCutHistory with the replicas' options and the
+// workload tuned (nil: as there), returning the workload too.
+func cadPowerCutRun(t *testing.T, d level.Durability, seed uint64, tune func(*Options), wtune func(*workload)) (check.History, *workload) {
+	t.Helper()
 	c, gates, mems := gatedCluster(t, func(o *Options) {
+		if tune != nil {
+			tune(o)
+		}
 		followerReadOpts(o)
 		o.CheckpointOps = 300
 		o.KeepTail = 20
@@ -660,6 +671,9 @@ func cadPowerCutHistory(t *testing.T, d level.Durability, seed uint64) check.His
 	c.leader(5 * time.Second)
 	crashRng := mrand.New(mrand.NewSource(int64(seed)))
 	w := &workload{c: c, rec: check.NewRecorder(nil), clients: 6, keys: workloadKeys("x", "y"), dur: d, ccmReads: true}
+	if wtune != nil {
+		wtune(w)
+	}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for i := range w.clients {
@@ -745,7 +759,7 @@ func cadPowerCutHistory(t *testing.T, d level.Durability, seed uint64) check.His
 	if ok < 100 {
 		t.Fatalf("only %d operations completed: the test tested nothing", ok)
 	}
-	return h
+	return h, w
 }
 
 // doCCMRead reads at a random replica at cross-client-monotonic level,

@@ -78,6 +78,12 @@ type workload struct {
 	// ccmReads makes reads cross-client-monotonic at random replicas
 	// (follower reads, cad_test.go).
 	ccmReads bool
+	// sessionOnly makes every read a session read at a random replica; a
+	// client whose session is refused (shard.ErrSessionLost) starts a new
+	// one, as a real client must (session_view_test.go). lostSessions
+	// counts those refusals.
+	sessionOnly  bool
+	lostSessions atomic.Int64
 	// deferredReads serves reads with ReadDeferred and waits for the
 	// returned Pending before recording the result, as the RESP front door
 	// releases a reply (deferred.go); deferred counts the reads that had
@@ -129,6 +135,7 @@ func (w *workload) client(id int, stop <-chan struct{}, rng *rand.Rand) {
 	clientID := uint64(1000 + id)
 	var seq uint64
 	var sess shard.Session
+	sessName := "" // the client's own session until one is lost
 	for n := 0; ; n++ {
 		select {
 		case <-stop:
@@ -136,10 +143,10 @@ func (w *workload) client(id int, stop <-chan struct{}, rng *rand.Rand) {
 		default:
 		}
 		key := w.keys[rng.IntN(len(w.keys))]
-		op := check.Op{Client: id, Key: key}
+		op := check.Op{Client: id, Key: key, Session: sessName}
 		var sop shard.Op
 		switch p := rng.IntN(10); {
-		case p < 2 && w.sessionReads:
+		case (p < 2 && w.sessionReads) || (p < 4 && w.sessionOnly):
 			op.Kind, op.Cons = check.Get, level.ConsSession
 			sop = get(key)
 		case p < 4 && w.ccmReads:
@@ -159,7 +166,9 @@ func (w *workload) client(id int, stop <-chan struct{}, rng *rand.Rand) {
 		h := w.rec.Invoke(op)
 		switch {
 		case op.Kind == check.Get && op.Cons.Kind == level.Session:
-			w.doSessionRead(h, sop, &sess, rng)
+			if w.doSessionRead(h, sop, &sess, rng) {
+				sess, sessName = shard.Session{}, fmt.Sprintf("client-%d/%d", id, n)
+			}
 		case op.Kind == check.Get && op.Cons.Kind == level.CrossClientMonotonic:
 			w.doCCMRead(h, sop, rng)
 		case op.Kind == check.Get:
@@ -191,6 +200,13 @@ func (w *workload) redirect(err error) int {
 // target and following redirects for up to 2s. It records the outcome of
 // history op h and reports the result and whether the read completed.
 func (w *workload) readAt(h, target int, sop shard.Op, c level.Consistency, s shard.Session) (shard.Result, bool) {
+	res, ok, _ := w.readAtLost(h, target, sop, c, s)
+	return res, ok
+}
+
+// readAtLost is readAt that also reports a session refused as lost
+// (shard.ErrSessionLost: recorded as failed, not retried).
+func (w *workload) readAtLost(h, target int, sop shard.Op, c level.Consistency, s shard.Session) (shard.Result, bool, bool) {
 	deadline := time.Now().Add(2 * time.Second)
 	for time.Now().Before(deadline) {
 		r := w.replica(target)
@@ -215,12 +231,17 @@ func (w *workload) readAt(h, target int, sop shard.Op, c level.Consistency, s sh
 		cancel()
 		if err == nil {
 			w.rec.Complete(h, check.Result{Found: res.Kind == shard.ResBulk, Value: string(res.Bulk), Version: res.Version, Node: target})
-			return res, true
+			return res, true, false
+		}
+		if errors.Is(err, shard.ErrSessionLost) {
+			w.lostSessions.Add(1)
+			w.rec.Fail(h)
+			return shard.Result{}, false, true
 		}
 		target = w.redirect(err)
 	}
 	w.rec.Unknown(h)
-	return shard.Result{}, false
+	return shard.Result{}, false, false
 }
 
 func (w *workload) doRead(h int, sop shard.Op, sess *shard.Session, rng *rand.Rand) {
@@ -234,11 +255,15 @@ func (w *workload) doRead(h int, sop shard.Op, sess *shard.Session, rng *rand.Ra
 	}
 }
 
-func (w *workload) doSessionRead(h int, sop shard.Op, sess *shard.Session, rng *rand.Rand) {
+// doSessionRead reads at session level at a random replica and reports
+// whether the session was refused as lost.
+func (w *workload) doSessionRead(h int, sop shard.Op, sess *shard.Session, rng *rand.Rand) bool {
 	target := rng.IntN(len(w.c.reps))
-	if res, ok := w.readAt(h, target, sop, level.ConsSession, *sess); ok {
+	res, ok, lost := w.readAtLost(h, target, sop, level.ConsSession, *sess)
+	if ok {
 		*sess = sess.AfterRead(res)
 	}
+	return lost
 }
 
 func (w *workload) doWrite(h int, kind check.Kind, sop shard.Op, id shard.ReqID, sess *shard.Session) {
