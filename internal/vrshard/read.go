@@ -35,7 +35,10 @@ import (
 //     freshness from a heartbeat's arrival (a deposed leader keeps sending
 //     them; a message can sit in a queue); serving it at followers needs a
 //     round trip the follower starts, answered by a leader holding its lease.
-//   - eventual: any replica, always.
+//   - eventual: any normal replica whose state it can prove is at most the
+//     eventual window old (vr Replica.EventualUntil, docs/consistency.md): a
+//     follower that has not heard from a leader holding its lease, or a
+//     leader that has not heard from a majority, for the window redirects.
 //
 // A replica that cannot prove a level returns *NotLeaderError (redirect) or
 // ErrCannotServe; it never serves a weaker level silently.
@@ -55,6 +58,14 @@ func (r *Replica) CheckConsistency(c level.Consistency) error {
 		// A replica recovering from a lost disk may hold nothing yet: even an
 		// eventual read must not answer "absent" for a key that has existed
 		// all along.
+		return r.notLeader()
+	}
+	if c.Kind == level.Eventual && r.now() >= r.eventualUntil.Load() {
+		// Cut off for longer than the eventual window (issue 24): its state
+		// may be older than the level allows.
+		if r.isLeader.Load() {
+			return fmt.Errorf("%w: eventual read: this leader has not heard from a majority within the eventual window", ErrCannotServe)
+		}
 		return r.notLeader()
 	}
 	if needsLeader(c) && !r.isLeader.Load() && !r.mut.followerLinearizable &&

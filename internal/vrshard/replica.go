@@ -644,6 +644,9 @@ type Replica struct {
 	// for reads that confirm leadership without a round trip to the driver
 	// (localLease); nil when there is none.
 	lease atomic.Pointer[leaseSnap]
+	// eventualUntil: local time (r.now) until which this replica may serve
+	// eventual reads (vr Replica.EventualUntil, published after every step).
+	eventualUntil atomic.Int64
 
 	st struct {
 		localReads                                                                                                                    atomic.Uint64
@@ -1578,6 +1581,7 @@ func (r *Replica) publish() {
 		r.wake()
 	}
 	r.dlogLen.Store(int64(info.DLogLen))
+	r.eventualUntil.Store(r.core.EventualUntil())
 	r.publishReadable(r.core.Readable())
 }
 
