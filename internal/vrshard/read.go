@@ -696,13 +696,21 @@ type Info struct {
 	DLogLen int
 	// Readable is the readable index R this replica knows (cad.go).
 	Readable uint64
+	// Nilext view changes (vr Info): NilextCycles counts view changes whose
+	// d-logs at hand ordered pending updates in a cycle (with every
+	// replica's log, the group stays stopped); NilextStaleWaits those that
+	// waited for fresh d-logs; DLogStale says this replica restarted and its
+	// d-log does not count in d-log recovery yet.
+	NilextCycles, NilextStaleWaits uint64
+	DLogStale                      bool
 }
 
 // Info reports the replica's protocol state.
 func (r *Replica) Info() Info {
 	return Info{Self: r.cfg.Self, Status: vr.Status(r.status.Load()), View: r.view.Load(),
 		Leader: r.leader.Load(), IsLeader: r.isLeader.Load(), Commit: r.commit.Load(),
-		Applied: r.applied.Load(), Failed: r.failed(), DLogLen: int(r.dlogLen.Load()), Readable: r.readable.Load()}
+		Applied: r.applied.Load(), Failed: r.failed(), DLogLen: int(r.dlogLen.Load()), Readable: r.readable.Load(),
+		NilextCycles: r.nxCycles.Load(), NilextStaleWaits: r.nxStaleWaits.Load(), DLogStale: r.dlogStale.Load()}
 }
 
 // Stats returns the replica's counters.

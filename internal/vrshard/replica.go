@@ -614,20 +614,23 @@ type Replica struct {
 	// lastOp is the last op in the log: set when a Ready's entries are
 	// written, before any of them is answered (markAppended, earlyAcks), so
 	// a token carrying an op this leader answered never exceeds it.
-	lastOp    atomic.Uint64
-	leader    atomic.Uint64
-	isLeader  atomic.Bool
-	status    atomic.Uint32
-	view      atomic.Uint64
-	dlogLen   atomic.Int64
-	localSeq  atomic.Uint64
-	failErr   atomic.Pointer[error]
-	closeOnce sync.Once
-	notifyMu  sync.Mutex
-	notify    chan struct{} // closed and replaced when applied advances or leadership changes (wake)
-	nxIDs     nxIdents
-	upd       *keyUpdates // per-key update index and async overlay (cad.go)
-	readable  atomic.Uint64
+	lastOp   atomic.Uint64
+	leader   atomic.Uint64
+	isLeader atomic.Bool
+	status   atomic.Uint32
+	view     atomic.Uint64
+	dlogLen  atomic.Int64
+	// Nilext view-change figures of the core's Info (read.go Info).
+	nxCycles, nxStaleWaits atomic.Uint64
+	dlogStale              atomic.Bool
+	localSeq               atomic.Uint64
+	failErr                atomic.Pointer[error]
+	closeOnce              sync.Once
+	notifyMu               sync.Mutex
+	notify                 chan struct{} // closed and replaced when applied advances or leadership changes (wake)
+	nxIDs                  nxIdents
+	upd                    *keyUpdates // per-key update index and async overlay (cad.go)
+	readable               atomic.Uint64
 	// Early-acknowledged writes without a request id get one: this
 	// incarnation's random client id and the next number (driver only).
 	cadClient uint64
@@ -1581,6 +1584,9 @@ func (r *Replica) publish() {
 		r.wake()
 	}
 	r.dlogLen.Store(int64(info.DLogLen))
+	r.nxCycles.Store(info.NilextCycles)
+	r.nxStaleWaits.Store(info.NilextStaleWaits)
+	r.dlogStale.Store(info.DLogStale)
 	r.eventualUntil.Store(r.core.EventualUntil())
 	r.publishReadable(r.core.Readable())
 }
