@@ -238,7 +238,10 @@ func New(cfg Config, st State) (*Replica, error) {
 	r.view, r.lnv = hs.View, hs.LastNormalView
 	r.lastHS = hs
 	r.commit = max(r.applied, min(hs.Commit, r.lastOp()))
-	if !st.LostState {
+	if !st.LostState && cfg.Nilext {
+		// Without the fast path a kept d-log is dropped, never revived: an
+		// operator who restarts a group stuck on a d-log cycle without
+		// --nilext gives those pending updates up (docs/operations.md).
 		r.restoreDLog(st.DLog)
 	}
 	stale := r.nxRestarted(st)
