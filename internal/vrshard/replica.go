@@ -718,7 +718,10 @@ func Open(opts Options) (*Replica, error) {
 		w.close()
 		return nil, fmt.Errorf("vrshard: Bootstrap refused: %s has no replication log but its engine holds version %d; start without Bootstrap to recover from the group", opts.Dir, db.LastVersion())
 	}
-	st := vr.State{HardState: ws.hs, Entries: ws.entries, DLog: ws.dlog}
+	// A clean stop synced every d-log record it acknowledged: the d-log
+	// counts in d-log recovery at once (vr State.DLogIntact). After a crash
+	// or power cut it does not, and a nilext replica forces a view change.
+	st := vr.State{HardState: ws.hs, Entries: ws.entries, DLog: ws.dlog, DLogIntact: ws.clean}
 	if ws.snap.Op > 0 || len(ws.snap.Clients) > 0 {
 		s := ws.snap
 		st.Snapshot = &s
@@ -740,6 +743,13 @@ func Open(opts Options) (*Replica, error) {
 		db.Close()
 		w.close()
 		return nil, fmt.Errorf("vrshard: start core: %w", err)
+	}
+	if ws.clean {
+		if err := w.unmarkClean(r.recovering); err != nil {
+			db.Close()
+			w.close()
+			return nil, err
+		}
 	}
 	r.core = core
 	r.cfg = core.Config()
@@ -829,7 +839,11 @@ func (r *Replica) Close() error {
 		<-r.done
 		r.tr.Close()
 		r.drainSync()
-		err = errors.Join(r.wal.close(), r.db.Close())
+		var mark error
+		if !r.recovering && r.failed() == nil {
+			mark = r.wal.markClean()
+		}
+		err = errors.Join(mark, r.wal.close(), r.db.Close())
 	})
 	return err
 }

@@ -66,7 +66,7 @@ const (
 	recHardState = 2 // view, last normal view, commit uvarints
 	recTruncate  = 3 // op uvarint: discard entries after it
 	recSnapshot  = 4 // op uvarint, count uvarint, per client: client, reqnum, op, result
-	recFlags     = 5 // flags byte: 1 = recovering (the replica has not finished VR recovery)
+	recFlags     = 5 // flags byte: 1 = recovering (the replica has not finished VR recovery), 2 = clean stop (see walState.clean)
 
 	walHeader = 9 // format 1 record header
 
@@ -94,6 +94,10 @@ type walState struct {
 	hs         vr.HardState
 	recovering bool
 	dlog       []vr.NilextRequest // nilext d-log records (nilext.go)
+	// clean: the last record is a flags record a clean stop wrote after its
+	// final fsync (Replica.Close): every record written before it, every
+	// d-log record the replica acknowledged included, is on disk.
+	clean bool
 }
 
 type wal struct {
@@ -453,6 +457,7 @@ func (st *walState) lastOp() uint64 { return st.snap.Op + uint64(len(st.entries)
 
 func (st *walState) apply(typ byte, p []byte) error {
 	r := reader{b: p}
+	st.clean = false // only a clean mark that is the last record counts
 	switch typ {
 	case recSnapshot:
 		st.snap = vr.Snapshot{Op: r.uvarint()}
@@ -498,7 +503,8 @@ func (st *walState) apply(typ byte, p []byte) error {
 			st.entries = st.entries[:op-st.snap.Op]
 		}
 	case recFlags:
-		st.recovering = r.byte()&1 != 0
+		f := r.byte()
+		st.recovering, st.clean = f&1 != 0, f&2 != 0
 	case recDLog:
 		return st.applyDLog(p)
 	default:
@@ -567,6 +573,28 @@ func (w *wal) addFlags(recovering bool) {
 		}
 		return append(b, 0)
 	})
+}
+
+// markClean ends a clean stop: a flags record saying so, written and
+// synced after everything else (walState.clean). Its fsync also makes every
+// earlier write durable, held group-commit batches included.
+func (w *wal) markClean() error {
+	w.record(recFlags, func(b []byte) []byte { return append(b, 2) })
+	if err := w.write(); err != nil {
+		return err
+	}
+	return w.sync()
+}
+
+// unmarkClean makes a clean mark found at open no longer the last record,
+// durably, before the replica acknowledges anything in this life: a power
+// cut later in this life must not find it last.
+func (w *wal) unmarkClean(recovering bool) error {
+	w.addFlags(recovering)
+	if err := w.write(); err != nil {
+		return err
+	}
+	return w.sync()
 }
 
 func (w *wal) addSnapshot(op uint64, clients []vr.ClientRecord) {
