@@ -258,20 +258,24 @@ func New(cfg Config, st State) (*Replica, error) {
 			return nil, fmt.Errorf("vr: bootstrap with existing state (view %d, %d entries)", hs.View, len(st.Entries))
 		}
 		r.status = Normal
-	case r.view == r.lnv && cfg.LeaderOf(r.view) != cfg.Self && !stale:
+	case r.view == r.lnv && cfg.LeaderOf(r.view) != cfg.Self:
 		// A follower's log is a prefix of its view's leader's log, on disk as
 		// in memory, so it can resume in that view and fill gaps by transfer.
 		r.status = Normal
+		if stale {
+			// A nilext follower whose d-log may have lost acked updates
+			// asks for the next view as if another replica had: it stops
+			// renewing its lease promise and joins once that runs out
+			// (nxRestarted).
+			r.pendingView = r.view + 1
+		}
 	default:
 		r.status = ViewChange
-		if cfg.LeaderOf(r.view) == cfg.Self || (stale && r.view == r.lnv) {
+		if cfg.LeaderOf(r.view) == cfg.Self {
 			// A restarted leader may have lost entries it had sent (unsynced
 			// here, persisted by followers): leading the same view again
 			// would give their op numbers to other requests (found by the
 			// simulator, power-failure seed 282). It moves to the next view.
-			// So does a nilext follower whose d-log may have lost acked
-			// updates: the view it acked them in must end while the others
-			// still hold them (nxRestarted).
 			r.view++
 			r.hsDirty = true
 		}

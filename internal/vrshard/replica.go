@@ -1301,7 +1301,7 @@ func (r *Replica) handle(rd *vr.Ready) error {
 	if roll {
 		// The new segment replaces every older one: it must hold the whole
 		// live d-log, not only this batch's records.
-		r.wal.addDLog(r.core.DLog())
+		r.wal.addDLog(r.core.DLogRecords())
 	} else {
 		r.wal.addDLog(rd.DLog)
 	}
@@ -1709,7 +1709,7 @@ func (r *Replica) finishCheckpoint(res ckptResult) error {
 		k++
 	}
 	r.wal.addEntries(r.tail[k:])
-	r.wal.addDLog(r.core.DLog())
+	r.wal.addDLog(r.core.DLogRecords())
 	r.wal.addHardState(r.lastHS)
 	if err := r.wal.roll(); err != nil {
 		return err
