@@ -363,3 +363,46 @@ func TestNilextSimAsyncWholeGroupPowerCutLosesWrites(t *testing.T) {
 	nx.batch, nx.interval = 1000, 50*time.Millisecond
 	nilextCaught(t, 100, 3, nx, defaultSimOptions(), powerFailures, powerFailureHook)
 }
+
+// TestNilextStaleOutlivesARestart: only a replica whose disk says it was
+// normal (View == LastNormalView) can have lost acks; it writes a marker
+// among its d-log records, so a second restart — now in a view change, with
+// a later view on disk — still counts its d-log as stale. Without the
+// marker, a replica that stopped in a view change had fsynced every ack
+// before its new view and is fresh.
+func TestNilextStaleOutlivesARestart(t *testing.T) {
+	r, err := New(nxConfig(3, 3), State{HardState: HardState{View: 4, LastNormalView: 4, Commit: 0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd := r.Ready()
+	var marker []NilextRequest
+	for _, q := range rd.DLog {
+		if q.Client == 0 {
+			marker = append(marker, q)
+		}
+	}
+	if !r.Info().DLogStale || len(marker) != 1 || marker[0].ReqNum != 4 {
+		t.Fatalf("restart from a normal view: stale %t, marker %v", r.Info().DLogStale, marker)
+	}
+	if got := r.DLogRecords(); len(got) != 1 || got[0].Client != 0 {
+		t.Fatalf("a checkpoint would drop the marker: %v", got)
+	}
+	again, err := New(nxConfig(3, 3), State{HardState: HardState{View: 5, LastNormalView: 4}, DLog: marker})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in := again.Info(); !in.DLogStale || in.Status != ViewChange {
+		t.Fatalf("second restart, in a view change, with the marker: %+v", in)
+	}
+	if len(again.DLog()) != 0 {
+		t.Fatalf("the marker entered the d-log: %v", again.DLog())
+	}
+	clean, err := New(nxConfig(3, 3), State{HardState: HardState{View: 5, LastNormalView: 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if clean.Info().DLogStale {
+		t.Fatal("a replica that stopped in a view change (its acks fsynced before the new view) counts as stale")
+	}
+}
