@@ -34,10 +34,11 @@ type State struct {
 	DLog []NilextRequest
 	// DLogIntact says the disk holds every d-log record this replica
 	// acknowledged before it stopped (the driver knows, e.g. from a clean
-	// shutdown that synced everything). Without it a restarted nilext
-	// replica's d-log may lack cad/async updates it acknowledged from memory
-	// (a power cut), so it counts as stale in the next d-log recovery and the
-	// replica forces that view change at once (nilext.go, nxStale).
+	// shutdown that synced everything). Without it a nilext replica that
+	// was normal when it stopped may lack cad/async updates it acknowledged
+	// from memory (a power cut): its d-log counts as stale in d-log recovery
+	// until it is normal in a later view, and it starts that view change
+	// once its lease promise allows (nilext.go, nxRestarted).
 	DLogIntact bool
 }
 
