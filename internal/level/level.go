@@ -32,8 +32,9 @@ const (
 	BoundedVersions
 	// BoundedTime reads return a version that was current within the last T.
 	BoundedTime
-	// Eventual reads may return any version not superseded for longer than the
-	// retention window.
+	// Eventual reads may return any version superseded at most the eventual
+	// window before the read began (docs/consistency.md; a replica that
+	// cannot prove its state is that recent refuses).
 	Eventual
 )
 

@@ -85,11 +85,19 @@ type NilextInfo struct {
 	Fallbacks uint64 `json:"fallback_writes"`
 	SlowReads uint64 `json:"slow_reads"`
 	DLogLen   int    `json:"dlog_len"`
+	// DLogCycles counts view changes this replica led whose d-logs ordered
+	// pending updates in a cycle; DLogStaleWaits those that waited for more
+	// fresh d-logs; DLogStale: this replica restarted and its d-log does not
+	// count in d-log recovery yet (docs/operations.md).
+	DLogCycles     uint64 `json:"dlog_cycles"`
+	DLogStaleWaits uint64 `json:"dlog_stale_waits"`
+	DLogStale      bool   `json:"dlog_stale"`
 }
 
 func (s *Server) nilextInfo(in vrshard.Info) *NilextInfo {
 	st := s.vr.Stats()
-	return &NilextInfo{Fast: st.NilextFast, Fallbacks: st.NilextFallbacks, SlowReads: st.NilextSlowReads, DLogLen: in.DLogLen}
+	return &NilextInfo{Fast: st.NilextFast, Fallbacks: st.NilextFallbacks, SlowReads: st.NilextSlowReads, DLogLen: in.DLogLen,
+		DLogCycles: in.NilextCycles, DLogStaleWaits: in.NilextStaleWaits, DLogStale: in.DLogStale}
 }
 
 func (s *Server) nilextCollectors() []prometheus.Collector {
@@ -103,6 +111,12 @@ func (s *Server) nilextCollectors() []prometheus.Collector {
 			func(st vrshard.Stats) uint64 { return st.NilextSlowReads }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kefir_nilext_dlog_len", Help: "Nilext updates in this replica's durability log, not applied yet."},
 			func() float64 { return float64(s.vr.Info().DLogLen) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kefir_nilext_dlog_cycles_total",
+			Help: "View changes this replica led whose durability logs ordered pending updates in a cycle (it waits for more logs; with every replica's it refuses the view)."},
+			func() float64 { return float64(s.vr.Info().NilextCycles) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kefir_nilext_dlog_stale_waits_total",
+			Help: "View changes this replica led that waited for more durability logs from replicas that had not restarted."},
+			func() float64 { return float64(s.vr.Info().NilextStaleWaits) }),
 	}
 }
 

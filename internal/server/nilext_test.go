@@ -2,6 +2,9 @@ package server
 
 import (
 	"fmt"
+	"io"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -98,6 +101,21 @@ INCR n => (integer) ` + string(rune('1'+i)))
 	st := fetchStatus(t, g.nodes[l])
 	if st.Replication == nil || st.Replication.Nilext == nil || st.Replication.Nilext.Fast == 0 {
 		t.Fatalf("leader /status has no nilext figures: %+v", st.Replication)
+	}
+	if nx := st.Replication.Nilext; nx.DLogStale || nx.DLogCycles != 0 || nx.DLogStaleWaits != 0 {
+		t.Fatalf("a group that never crashed reports stale d-logs or cycles: %+v", nx)
+	}
+	// The d-log view-change counters an operator watches (docs/operations.md).
+	r, err := http.Get("http://" + g.nodes[l].HTTPAddr().String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(r.Body)
+	r.Body.Close()
+	for _, name := range []string{"kefir_nilext_dlog_cycles_total 0", "kefir_nilext_dlog_stale_waits_total 0"} {
+		if !strings.Contains(string(body), "\n"+name+"\n") {
+			t.Errorf("/metrics lacks %q", name)
+		}
 	}
 }
 

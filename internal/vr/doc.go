@@ -68,9 +68,19 @@
 // Ready.NilextAcks to their clients; and, at the leader, calls ReadNilext
 // before a linearizable read: if it returns true the read waits for the
 // ReadState carrying its ctx instead of LeaseRead/ReadIndex. The wire codec
-// must carry Message.DLog. Clients (or the node coordinating for a RESP
-// client) complete an update with NilextTracker and fall back to Propose,
-// with the same request number, when no supermajority answers.
+// must carry Message.DLog and Message.DLogStale. Clients (or the node
+// coordinating for a RESP client) complete an update with NilextTracker and
+// fall back to Propose, with the same request number, when no supermajority
+// answers. It sets State.DLogIntact only if it knows the disk kept every
+// d-log record the replica acknowledged (acks of cad/async updates leave
+// from memory): otherwise a restarted replica's d-log is stale, does not
+// count in d-log recovery, and the replica forces a view change at once
+// (nilext.go, nxRestarted).
+//
+// # Eventual reads (eventual.go)
+//
+// The driver publishes EventualUntil after every step and serves an
+// eventual read only before that local time (else it redirects).
 //
 // # CAD and cross-client monotonic reads (cad.go; docs/design/cad.md)
 //

@@ -24,11 +24,13 @@ import "math"
 // that no replica can serve it). Without leases (LeaseDuration 0) no leader
 // vouches, so only the leader serves eventual reads.
 
-// evState is a follower's latest proof of freshness in its current view.
+// evState is a follower's latest proof of freshness: at local time at, the
+// group's state was at most commit. It stays true after a view change (it
+// is about time, not views), so a replica in a view change keeps serving
+// eventual reads until the window has passed since it.
 type evState struct {
-	view   uint64
 	at     int64  // local time it sent the prepare-ok a vouching leader echoed
-	commit uint64 // the commit point that leader message carried
+	commit uint64 // the highest commit point such a message carried
 }
 
 // evVouch marks a leader's prepare or heartbeat sent under its lease.
@@ -48,9 +50,9 @@ func (r *Replica) evLearn(m *Message) {
 	if m.AckSeq == 0 || s.seq != m.AckSeq {
 		return // not ours (an earlier life's) or too old to remember
 	}
-	if r.ev.view != r.view {
-		r.ev = evState{view: r.view}
-	}
+	// Committed op numbers never change meaning, so the highest commit
+	// point and the latest send time together are still a true (if
+	// conservative) proof.
 	r.ev.at = max(r.ev.at, s.at)
 	r.ev.commit = max(r.ev.commit, m.Commit)
 }
@@ -58,20 +60,25 @@ func (r *Replica) evLearn(m *Message) {
 // EventualUntil returns the local time until which this replica may serve
 // eventual reads from its applied state (0: not now; math.MaxInt64 with a
 // negative EventualWindow). A driver publishes it after every step, as it
-// does LeaseUntil, and refuses eventual reads at or after it.
+// does LeaseUntil, and refuses eventual reads at or after it. A recovering
+// replica never serves them (it may hold nothing yet).
 func (r *Replica) EventualUntil() int64 {
 	w := r.cfg.EventualWindow
 	switch {
-	case r.status != Normal:
+	case r.status == Recovering:
 		return 0
 	case w < 0 || r.mut.eventualUnbounded:
+		if r.status != Normal {
+			return 0 // as before issue 24: normal replicas only
+		}
 		return math.MaxInt64
 	}
 	win := int64(float64(w) * (1 - r.cfg.MaxDrift))
-	if r.isLeader() {
-		if r.commit < r.viewStartOp {
-			return 0
-		}
+	var until int64
+	if r.ev.at > 0 && r.applied >= r.ev.commit {
+		until = r.ev.at + win
+	}
+	if r.status == Normal && r.isLeader() && r.commit >= r.viewStartOp {
 		if r.n == 1 {
 			return math.MaxInt64
 		}
@@ -81,16 +88,11 @@ func (r *Replica) EventualUntil() int64 {
 				at = append(at, a)
 			}
 		}
-		start := nthLargest(at, r.f)
-		if start == 0 {
-			return 0
+		if start := nthLargest(at, r.f); start > 0 {
+			until = max(until, start+win)
 		}
-		return start + win
 	}
-	if r.ev.view != r.view || r.ev.at == 0 || r.applied < r.ev.commit {
-		return 0
-	}
-	return r.ev.at + win
+	return until
 }
 
 // nthLargest returns the n-th largest of xs (n >= 1), reordering xs.

@@ -188,9 +188,21 @@ func (nx *nilextState) entries() []NilextRequest {
 // (Message.DLogStale) until it is normal in a view that started after its
 // restart — every ack it gives there is in its memory. So that this stale
 // window is one view change, not the rest of a long view, a restarted
-// follower forces the view change at once instead of resuming its view (a
-// restarted leader always does). A recovering replica (LostState) acked in
-// at most the view it recovers into: nxAdopt extends the window to it.
+// follower resumes its view only until its lease promise lets it start the
+// next one: New sets pendingView, so it stops renewing the promise (as when
+// another replica asks for a view) and starts that view once it has run out
+// (Tick; a restarted leader moves on at once). A recovering replica
+// (LostState) acked in at most the view it recovers into: nxAdopt extends
+// the window to it.
+//
+// Only a replica that was normal when it stopped can have lost acks: its
+// disk's hard state has View == LastNormalView. One whose disk holds a later
+// view had made that view durable, with the fsync covering every d-log
+// record written before it (one file, appended in order; recovery keeps a
+// prefix), and gives no acks outside normal status. Staleness outlives
+// further restarts: it is recorded on the disk as a marker among the d-log
+// records (staleMarker), so a replica that restarts again, in a view change
+// this time, still knows its d-log of that view lacks something.
 func (r *Replica) nxRestarted(st State) bool {
 	if !r.cfg.Nilext || st.Bootstrap {
 		return false
@@ -199,11 +211,35 @@ func (r *Replica) nxRestarted(st State) bool {
 		r.nx.restarted = true
 		return false
 	}
-	if st.DLogIntact {
+	hs := st.HardState
+	if st.DLogIntact || hs.View != hs.LastNormalView {
 		return false
 	}
-	r.nx.restarted, r.nx.restartView = true, st.HardState.View
+	if r.nxStale() && r.nx.restartView >= hs.View {
+		return true // a marker already says so
+	}
+	r.nx.restarted, r.nx.restartView = true, max(r.nx.restartView, hs.View)
+	r.out.DLog = append(r.out.DLog, staleMarker(r.nx.restartView))
 	return true
+}
+
+// staleMarker is the d-log record that keeps a replica's staleness across
+// restarts: client 0 (no real update has it: Nilext refuses it) and the
+// view its d-log may lack acks of in ReqNum. restoreDLog reads it back;
+// it never enters the d-log itself (DLog), only the disk (DLogRecords).
+func staleMarker(view uint64) NilextRequest {
+	return NilextRequest{Request: Request{ReqNum: view}}
+}
+
+// DLogRecords is what a driver writes when it rewrites the d-log records on
+// its disk (at a checkpoint): the d-log, and the stale marker while this
+// replica's d-log is stale.
+func (r *Replica) DLogRecords() []NilextRequest {
+	es := r.nx.entries()
+	if r.nxStale() {
+		es = append(es, staleMarker(r.nx.restartView))
+	}
+	return es
 }
 
 // nxStale reports whether this replica's d-log may lack updates it
@@ -216,6 +252,10 @@ func (r *Replica) nxStale() bool {
 // the client table shows executed.
 func (r *Replica) restoreDLog(es []NilextRequest) {
 	for _, q := range es {
+		if q.Client == 0 {
+			r.nx.restarted, r.nx.restartView = true, max(r.nx.restartView, q.ReqNum)
+			continue
+		}
 		if r.nxApplied(q.Client, q.ReqNum) || r.nx.idx[dkey{q.Client, q.ReqNum}] != nil {
 			continue
 		}
@@ -447,8 +487,8 @@ func (r *Replica) NilextPending(keys ...[]byte) bool {
 	return false
 }
 
-// DLog returns the d-log in order: what a driver rewrites when it compacts
-// the d-log records on its disk.
+// DLog returns the d-log in order (do-view-changes carry it; a driver that
+// compacts the d-log records on its disk writes DLogRecords).
 func (r *Replica) DLog() []NilextRequest { return r.nx.entries() }
 
 // InDLog reports whether this replica is normal and holds request (client,

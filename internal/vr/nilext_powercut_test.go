@@ -142,9 +142,10 @@ func TestNilextPowerCutWithFiveReplicasWaitsForFreshLogs(t *testing.T) {
 }
 
 // TestNilextRestartedFollowerForcesAViewChange: a follower restarted without
-// DLogIntact does not resume its view (its acks there may be lost): it moves
-// to the next view, marks its do-view-change stale, and is fresh again once
-// normal there. With DLogIntact (a clean stop) it resumes its view.
+// DLogIntact resumes its view only until its restart promise runs out (one
+// lease), then starts the next view (its acks in the old one may be lost),
+// marks its do-view-change stale, and is fresh again once normal there. With
+// DLogIntact (a clean stop) it just resumes its view.
 func TestNilextRestartedFollowerForcesAViewChange(t *testing.T) {
 	x := newNxNet(t, 3)
 	x.send(nxReq(10, 1, "k", false))
@@ -157,8 +158,15 @@ func TestNilextRestartedFollowerForcesAViewChange(t *testing.T) {
 		t.Fatalf("intact follower should resume view 0: %+v", in)
 	}
 	x.powerCut(3, hs, nil, nil)
-	if in := x.rs[3].Info(); in.Status != ViewChange || in.View != 1 || !in.DLogStale {
-		t.Fatalf("restarted follower should force view 1 with a stale d-log: %+v", in)
+	if in := x.rs[3].Info(); in.Status != Normal || in.View != 0 || !in.DLogStale {
+		t.Fatalf("restarted follower should resume view 0 with a stale d-log: %+v", in)
+	}
+	// It keeps its restart promise (no vote for one lease, 50 ms here),
+	// then starts view 1.
+	x.tick(20 * time.Millisecond)
+	x.deliver()
+	if in := x.rs[3].Info(); in.View != 0 {
+		t.Fatalf("restarted follower left view 0 within its restart promise: %+v", in)
 	}
 	x.run(12)
 	in := x.rs[2].Info()
@@ -246,6 +254,18 @@ func singlePowerCuts(so *sim.Options) {
 	so.Faults.Crash, so.Faults.Restart, so.Faults.Partition, so.Faults.OneWay, so.Faults.Heal = 3, 3, 1, 1, 1
 }
 
+// frequentPowerCuts is singlePowerCuts with a fault every 5–20 ms and
+// twelve keys, so a write a power cut took is often still its key's latest
+// when a read comes (with three keys it is usually overwritten first and
+// the loss goes unseen).
+func frequentPowerCuts(so *sim.Options) {
+	singlePowerCuts(so)
+	so.Faults.Every = sim.Dist{Base: 5 * time.Millisecond, Jitter: 15 * time.Millisecond}
+	kv := so.Workload.(sim.KV)
+	kv.Keys, kv.Get, kv.Put = 12, 6, 6
+	so.Workload = kv
+}
+
 func nilextAt(d level.Durability) *nilextSimOptions {
 	nx := defaultNilext()
 	nx.dur = d
@@ -273,6 +293,9 @@ func TestNilextSimCADPowerCuts(t *testing.T) {
 	})
 	t.Run("n=5-slow-finalizer", func(t *testing.T) {
 		exploreNilextWith(t, seedCount(50, 1500), 5, slowNilextAt(level.CAD), defaultSimOptions(), singlePowerCuts)
+	})
+	t.Run("n=3-slow-finalizer-frequent-cuts", func(t *testing.T) {
+		exploreNilextWith(t, seedCount(100, 3000), 3, slowNilextAt(level.CAD), defaultSimOptions(), frequentPowerCuts)
 	})
 }
 
@@ -326,7 +349,7 @@ func nilextCaught(t *testing.T, budget, replicas int, nx *nilextSimOptions, o si
 func TestMutationNilextCountStaleDLogs(t *testing.T) {
 	o := defaultSimOptions()
 	o.mut.nilextCountStale = true
-	nilextCaught(t, 200, 3, slowNilextAt(level.CAD), o, singlePowerCuts, nil)
+	nilextCaught(t, 300, 3, slowNilextAt(level.CAD), o, frequentPowerCuts, nil)
 }
 
 // TestNilextSimAsyncWholeGroupPowerCutLosesWrites: what the promise does not
@@ -339,4 +362,47 @@ func TestNilextSimAsyncWholeGroupPowerCutLosesWrites(t *testing.T) {
 	nx := nilextAt(level.Async)
 	nx.batch, nx.interval = 1000, 50*time.Millisecond
 	nilextCaught(t, 100, 3, nx, defaultSimOptions(), powerFailures, powerFailureHook)
+}
+
+// TestNilextStaleOutlivesARestart: only a replica whose disk says it was
+// normal (View == LastNormalView) can have lost acks; it writes a marker
+// among its d-log records, so a second restart — now in a view change, with
+// a later view on disk — still counts its d-log as stale. Without the
+// marker, a replica that stopped in a view change had fsynced every ack
+// before its new view and is fresh.
+func TestNilextStaleOutlivesARestart(t *testing.T) {
+	r, err := New(nxConfig(3, 3), State{HardState: HardState{View: 4, LastNormalView: 4, Commit: 0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd := r.Ready()
+	var marker []NilextRequest
+	for _, q := range rd.DLog {
+		if q.Client == 0 {
+			marker = append(marker, q)
+		}
+	}
+	if !r.Info().DLogStale || len(marker) != 1 || marker[0].ReqNum != 4 {
+		t.Fatalf("restart from a normal view: stale %t, marker %v", r.Info().DLogStale, marker)
+	}
+	if got := r.DLogRecords(); len(got) != 1 || got[0].Client != 0 {
+		t.Fatalf("a checkpoint would drop the marker: %v", got)
+	}
+	again, err := New(nxConfig(3, 3), State{HardState: HardState{View: 5, LastNormalView: 4}, DLog: marker})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in := again.Info(); !in.DLogStale || in.Status != ViewChange {
+		t.Fatalf("second restart, in a view change, with the marker: %+v", in)
+	}
+	if len(again.DLog()) != 0 {
+		t.Fatalf("the marker entered the d-log: %v", again.DLog())
+	}
+	clean, err := New(nxConfig(3, 3), State{HardState: HardState{View: 5, LastNormalView: 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if clean.Info().DLogStale {
+		t.Fatal("a replica that stopped in a view change (its acks fsynced before the new view) counts as stale")
+	}
 }

@@ -34,10 +34,11 @@ type State struct {
 	DLog []NilextRequest
 	// DLogIntact says the disk holds every d-log record this replica
 	// acknowledged before it stopped (the driver knows, e.g. from a clean
-	// shutdown that synced everything). Without it a restarted nilext
-	// replica's d-log may lack cad/async updates it acknowledged from memory
-	// (a power cut), so it counts as stale in the next d-log recovery and the
-	// replica forces that view change at once (nilext.go, nxStale).
+	// shutdown that synced everything). Without it a nilext replica that
+	// was normal when it stopped may lack cad/async updates it acknowledged
+	// from memory (a power cut): its d-log counts as stale in d-log recovery
+	// until it is normal in a later view, and it starts that view change
+	// once its lease promise allows (nilext.go, nxRestarted).
 	DLogIntact bool
 }
 
@@ -257,7 +258,10 @@ func New(cfg Config, st State) (*Replica, error) {
 	r.view, r.lnv = hs.View, hs.LastNormalView
 	r.lastHS = hs
 	r.commit = max(r.applied, min(hs.Commit, r.lastOp()))
-	if !st.LostState {
+	if !st.LostState && cfg.Nilext {
+		// Without the fast path a kept d-log is dropped, never revived: an
+		// operator who restarts a group stuck on a d-log cycle without
+		// --nilext gives those pending updates up (docs/operations.md).
 		r.restoreDLog(st.DLog)
 	}
 	stale := r.nxRestarted(st)
@@ -274,20 +278,24 @@ func New(cfg Config, st State) (*Replica, error) {
 			return nil, fmt.Errorf("vr: bootstrap with existing state (view %d, %d entries)", hs.View, len(st.Entries))
 		}
 		r.status = Normal
-	case r.view == r.lnv && cfg.LeaderOf(r.view) != cfg.Self && !stale:
+	case r.view == r.lnv && cfg.LeaderOf(r.view) != cfg.Self:
 		// A follower's log is a prefix of its view's leader's log, on disk as
 		// in memory, so it can resume in that view and fill gaps by transfer.
 		r.status = Normal
+		if stale {
+			// A nilext follower whose d-log may have lost acked updates
+			// asks for the next view as if another replica had: it stops
+			// renewing its lease promise and joins once that runs out
+			// (nxRestarted).
+			r.pendingView = r.view + 1
+		}
 	default:
 		r.status = ViewChange
-		if cfg.LeaderOf(r.view) == cfg.Self || (stale && r.view == r.lnv) {
+		if cfg.LeaderOf(r.view) == cfg.Self {
 			// A restarted leader may have lost entries it had sent (unsynced
 			// here, persisted by followers): leading the same view again
 			// would give their op numbers to other requests (found by the
 			// simulator, power-failure seed 282). It moves to the next view.
-			// So does a nilext follower whose d-log may have lost acked
-			// updates: the view it acked them in must end while the others
-			// still hold them (nxRestarted).
 			r.view++
 			r.hsDirty = true
 		}

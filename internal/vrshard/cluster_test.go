@@ -218,6 +218,14 @@ func (c *cluster) waitApplied(op uint64, timeout time.Duration) {
 func (c *cluster) expectValue(i int, k, want string) {
 	c.t.Helper()
 	res, err := c.reps[i].Read(context.Background(), get(k), level.ConsEventual, shard.Session{})
+	// A replica that just restarted, recovered or changed view serves
+	// eventual reads once a leader holding its lease has answered one of
+	// its prepare-oks (vr EventualUntil): a heartbeat or two.
+	var nl *NotLeaderError
+	for deadline := time.Now().Add(5 * time.Second); (errors.As(err, &nl) || errors.Is(err, ErrCannotServe)) && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+		res, err = c.reps[i].Read(context.Background(), get(k), level.ConsEventual, shard.Session{})
+	}
 	if err != nil {
 		c.t.Fatalf("replica %d: get %s: %v", c.ids[i], k, err)
 	}

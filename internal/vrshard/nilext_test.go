@@ -12,6 +12,7 @@ import (
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/transport"
+	"github.com/kefirdb/kefir/internal/vr"
 )
 
 // nilextOn turns the fast path on; lazy keeps d-log entries pending (the
@@ -399,5 +400,45 @@ func TestNilextTakeFromAClient(t *testing.T) {
 	}
 	if taken, refusedN := c.reps[l].NilextDirectStats(); taken < 4 || refusedN < uint64(len(refused)) {
 		t.Fatalf("leader direct stats: taken %d, refused %d", taken, refusedN)
+	}
+}
+
+// A --nilext replica that stopped cleanly (Close: everything synced, a
+// clean mark last in its log) resumes its view as a follower; one that was
+// killed — its log may lack d-log records it acked from memory, had it been
+// a power cut — forces a view change, its d-log stale (vr nxRestarted). The
+// mark is cleared at open, so a crash after a clean restart counts as a
+// crash again.
+func TestNilextCleanStopKeepsTheViewAKillDoesNot(t *testing.T) {
+	c := newCluster(t, 3, nilextOn(false))
+	l := c.leader(5 * time.Second)
+	f := (l + 1) % 3
+	if _, _, err := c.reps[l].NilextWrite(context.Background(), set("a", "1"), level.CAD); err != nil {
+		t.Fatal(err)
+	}
+	view := c.reps[l].Info().View
+	if err := c.reps[f].Close(); err != nil {
+		t.Fatal(err)
+	}
+	c.reps[f] = nil
+	c.open(f, false, nil)
+	if in := c.reps[f].Info(); in.View != view || in.Status != vr.Normal || in.DLogStale {
+		t.Fatalf("cleanly stopped follower came back as %+v, want normal in view %d with a fresh d-log", in, view)
+	}
+	c.kill(f)
+	c.open(f, false, nil)
+	if in := c.reps[f].Info(); !in.DLogStale {
+		t.Fatalf("killed follower came back as %+v: want a stale d-log", in)
+	}
+	// After its restart promise (one lease) it starts the next view.
+	if _, ok := c.waitEvery(10*time.Second, func(r *Replica) bool {
+		in := r.Info()
+		return in.Status == vr.Normal && in.View > view && !in.DLogStale
+	}); !ok {
+		t.Fatalf("no view change after the kill: %+v", c.reps[f].Info())
+	}
+	nl := c.leader(5 * time.Second)
+	if v, err := c.linGet(nl, "a"); err != nil || v != "1" {
+		t.Fatalf("a = %q, %v after the restarts", v, err)
 	}
 }

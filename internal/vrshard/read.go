@@ -36,7 +36,10 @@ import (
 //     freshness from a heartbeat's arrival (a deposed leader keeps sending
 //     them; a message can sit in a queue); serving it at followers needs a
 //     round trip the follower starts, answered by a leader holding its lease.
-//   - eventual: any replica, always.
+//   - eventual: any normal replica whose state it can prove is at most the
+//     eventual window old (vr Replica.EventualUntil, docs/consistency.md): a
+//     follower that has not heard from a leader holding its lease, or a
+//     leader that has not heard from a majority, for the window redirects.
 //
 // A replica that cannot prove a level returns *NotLeaderError (redirect) or
 // ErrCannotServe; it never serves a weaker level silently.
@@ -56,6 +59,14 @@ func (r *Replica) CheckConsistency(c level.Consistency) error {
 		// A replica recovering from a lost disk may hold nothing yet: even an
 		// eventual read must not answer "absent" for a key that has existed
 		// all along.
+		return r.notLeader()
+	}
+	if c.Kind == level.Eventual && r.now() >= r.eventualUntil.Load() {
+		// Cut off for longer than the eventual window (issue 24): its state
+		// may be older than the level allows.
+		if r.isLeader.Load() {
+			return fmt.Errorf("%w: eventual read: this leader has not heard from a majority within the eventual window", ErrCannotServe)
+		}
 		return r.notLeader()
 	}
 	if needsLeader(c) && !r.isLeader.Load() && !r.mut.followerLinearizable &&
@@ -701,13 +712,21 @@ type Info struct {
 	DLogLen int
 	// Readable is the readable index R this replica knows (cad.go).
 	Readable uint64
+	// Nilext view changes (vr Info): NilextCycles counts view changes whose
+	// d-logs at hand ordered pending updates in a cycle (with every
+	// replica's log, the group stays stopped); NilextStaleWaits those that
+	// waited for fresh d-logs; DLogStale says this replica restarted and its
+	// d-log does not count in d-log recovery yet.
+	NilextCycles, NilextStaleWaits uint64
+	DLogStale                      bool
 }
 
 // Info reports the replica's protocol state.
 func (r *Replica) Info() Info {
 	return Info{Self: r.cfg.Self, Status: vr.Status(r.status.Load()), View: r.view.Load(),
 		Leader: r.leader.Load(), IsLeader: r.isLeader.Load(), Commit: r.commit.Load(),
-		Applied: r.applied.Load(), Failed: r.failed(), DLogLen: int(r.dlogLen.Load()), Readable: r.readable.Load()}
+		Applied: r.applied.Load(), Failed: r.failed(), DLogLen: int(r.dlogLen.Load()), Readable: r.readable.Load(),
+		NilextCycles: r.nxCycles.Load(), NilextStaleWaits: r.nxStaleWaits.Load(), DLogStale: r.dlogStale.Load()}
 }
 
 // Stats returns the replica's counters.

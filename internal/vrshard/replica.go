@@ -635,8 +635,11 @@ type Replica struct {
 	status   atomic.Uint32
 	view     atomic.Uint64
 	dlogLen  atomic.Int64
-	localSeq atomic.Uint64
-	failErr  atomic.Pointer[error]
+	// Nilext view-change figures of the core's Info (read.go Info).
+	nxCycles, nxStaleWaits atomic.Uint64
+	dlogStale              atomic.Bool
+	localSeq               atomic.Uint64
+	failErr                atomic.Pointer[error]
 	// views is the view history of the applied ops (engine_mark.go), for
 	// session reads; published before the engine shows the ops.
 	views     atomic.Pointer[viewHist]
@@ -664,6 +667,9 @@ type Replica struct {
 	// for reads that confirm leadership without a round trip to the driver
 	// (localLease); nil when there is none.
 	lease atomic.Pointer[leaseSnap]
+	// eventualUntil: local time (r.now) until which this replica may serve
+	// eventual reads (vr Replica.EventualUntil, published after every step).
+	eventualUntil atomic.Int64
 
 	st struct {
 		localReads                                                                                                                    atomic.Uint64
@@ -755,7 +761,10 @@ func Open(opts Options) (*Replica, error) {
 		ws = walState{empty: true}
 		engineLost = true
 	}
-	st := vr.State{HardState: ws.hs, Entries: ws.entries, DLog: ws.dlog}
+	// A clean stop synced every d-log record it acknowledged: the d-log
+	// counts in d-log recovery at once (vr State.DLogIntact). After a crash
+	// or power cut it does not, and a nilext replica forces a view change.
+	st := vr.State{HardState: ws.hs, Entries: ws.entries, DLog: ws.dlog, DLogIntact: ws.clean}
 	if ws.snap.Op > 0 || len(ws.snap.Clients) > 0 {
 		s := ws.snap
 		st.Snapshot = &s
@@ -777,6 +786,13 @@ func Open(opts Options) (*Replica, error) {
 		db.Close()
 		w.close()
 		return nil, fmt.Errorf("vrshard: start core: %w", err)
+	}
+	if ws.clean {
+		if err := w.unmarkClean(r.recovering); err != nil {
+			db.Close()
+			w.close()
+			return nil, err
+		}
 	}
 	r.core = core
 	r.cfg = core.Config()
@@ -868,7 +884,11 @@ func (r *Replica) Close() error {
 		<-r.done
 		r.tr.Close()
 		r.drainSync()
-		err = errors.Join(r.wal.close(), r.db.Close())
+		var mark error
+		if !r.recovering && r.failed() == nil {
+			mark = r.wal.markClean()
+		}
+		err = errors.Join(mark, r.wal.close(), r.db.Close())
 	})
 	return err
 }
@@ -1330,7 +1350,7 @@ func (r *Replica) handle(rd *vr.Ready) error {
 	if roll {
 		// The new segment replaces every older one: it must hold the whole
 		// live d-log, not only this batch's records.
-		r.wal.addDLog(r.core.DLog())
+		r.wal.addDLog(r.core.DLogRecords())
 	} else {
 		r.wal.addDLog(rd.DLog)
 	}
@@ -1641,6 +1661,10 @@ func (r *Replica) publish() {
 		r.wake()
 	}
 	r.dlogLen.Store(int64(info.DLogLen))
+	r.nxCycles.Store(info.NilextCycles)
+	r.nxStaleWaits.Store(info.NilextStaleWaits)
+	r.dlogStale.Store(info.DLogStale)
+	r.eventualUntil.Store(r.core.EventualUntil())
 	r.publishReadable(r.core.Readable())
 }
 
@@ -1752,7 +1776,7 @@ func (r *Replica) finishCheckpoint(res ckptResult) error {
 		k++
 	}
 	r.wal.addEntries(r.tail[k:])
-	r.wal.addDLog(r.core.DLog())
+	r.wal.addDLog(r.core.DLogRecords())
 	r.wal.addHardState(r.lastHS)
 	if err := r.wal.roll(); err != nil {
 		return err

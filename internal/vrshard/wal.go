@@ -66,7 +66,7 @@ const (
 	recHardState = 2 // view, last normal view, commit uvarints
 	recTruncate  = 3 // op uvarint: discard entries after it
 	recSnapshot  = 4 // op uvarint, count uvarint, per client: client, reqnum, op, result
-	recFlags     = 5 // flags byte: 1 = recovering (the replica has not finished VR recovery), 2 = engine marked (below)
+	recFlags     = 5 // flags byte: 1 = recovering (the replica has not finished VR recovery), 2 = engine marked (below), 4 = clean stop (see walState.clean)
 
 	walHeader = 9 // format 1 record header
 
@@ -99,6 +99,10 @@ type walState struct {
 	// written before the mark existed lack the flag.
 	engineMarked bool
 	dlog         []vr.NilextRequest // nilext d-log records (nilext.go)
+	// clean: the last record is a flags record a clean stop wrote after its
+	// final fsync (Replica.Close): every record written before it, every
+	// d-log record the replica acknowledged included, is on disk.
+	clean bool
 }
 
 type wal struct {
@@ -462,6 +466,7 @@ func (st *walState) lastOp() uint64 { return st.snap.Op + uint64(len(st.entries)
 
 func (st *walState) apply(typ byte, p []byte) error {
 	r := reader{b: p}
+	st.clean = false // only a clean mark that is the last record counts
 	switch typ {
 	case recSnapshot:
 		st.snap = vr.Snapshot{Op: r.uvarint()}
@@ -510,6 +515,7 @@ func (st *walState) apply(typ byte, p []byte) error {
 		b := r.byte()
 		st.recovering = b&1 != 0
 		st.engineMarked = b&2 != 0
+		st.clean = b&4 != 0
 	case recDLog:
 		return st.applyDLog(p)
 	default:
@@ -572,14 +578,45 @@ func (w *wal) addTruncate(op uint64) {
 }
 
 func (w *wal) addFlags(recovering bool) {
+	f := w.flags(recovering)
+	w.record(recFlags, func(b []byte) []byte { return append(b, f) })
+}
+
+// flags is the flags byte every flags record carries: recovering, and the
+// engine-marked flag (older code reads bit 0 only).
+func (w *wal) flags(recovering bool) byte {
 	var f byte
 	if recovering {
 		f |= 1
 	}
 	if w.marked {
-		f |= 2 // older code reads bit 0 only
+		f |= 2
 	}
+	return f
+}
+
+// markClean ends a clean stop: a flags record saying so, written and
+// synced after everything else (walState.clean). Its fsync also makes every
+// earlier write durable, held group-commit batches included.
+func (w *wal) markClean() error {
+	// Only a replica that is not recovering stops cleanly (Replica.Close).
+	f := w.flags(false) | 4
 	w.record(recFlags, func(b []byte) []byte { return append(b, f) })
+	if err := w.write(); err != nil {
+		return err
+	}
+	return w.sync()
+}
+
+// unmarkClean makes a clean mark found at open no longer the last record,
+// durably, before the replica acknowledges anything in this life: a power
+// cut later in this life must not find it last.
+func (w *wal) unmarkClean(recovering bool) error {
+	w.addFlags(recovering)
+	if err := w.write(); err != nil {
+		return err
+	}
+	return w.sync()
 }
 
 func (w *wal) addSnapshot(op uint64, clients []vr.ClientRecord) {

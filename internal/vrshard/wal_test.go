@@ -321,3 +321,39 @@ func TestWALUnfinishedRollNeverOutranksTheOldSegment(t *testing.T) {
 		}
 	}
 }
+
+// The clean-stop mark counts only as the last record, and unmarkClean makes
+// it stop counting durably: a power cut after it (only synced bytes survive)
+// does not bring a "clean" log back, nor does a later unsynced record.
+func TestWALCleanMarkIsTheLastRecordOnly(t *testing.T) {
+	mem := vfs.NewMem()
+	w := newTestWAL(t, mem)
+	w.addEntries(entries(1, 3, 0))
+	commitBatch(t, w)
+	if err := w.markClean(); err != nil {
+		t.Fatal(err)
+	}
+	w.close()
+	w2, st, err := openWAL(mem, "/wal")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.clean || len(st.entries) != 3 {
+		t.Fatalf("after a clean stop: clean %t, %d entries", st.clean, len(st.entries))
+	}
+	if err := w2.unmarkClean(false); err != nil {
+		t.Fatal(err)
+	}
+	w2.addDLog([]vr.NilextRequest{{Request: vr.Request{Client: 9, ReqNum: 1, Data: []byte("x")}}})
+	if err := w2.write(); err != nil { // written, not synced: a power cut takes it
+		t.Fatal(err)
+	}
+	mem.Crash(nil)
+	_, st, err = openWAL(mem, "/wal")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.clean || len(st.dlog) != 0 {
+		t.Fatalf("after a power cut in the life that followed the clean stop: clean %t, d-log %v", st.clean, st.dlog)
+	}
+}
