@@ -140,6 +140,7 @@ func New(cfg Config) (*Server, error) {
 		CheckpointInterval: max(cfg.CheckpointInterval, 0),
 		CompactInterval:    max(cfg.CompactInterval, 0),
 		Retention:          storage.Retention{KeepVersions: cfg.RetainVersions},
+		MaxValueSize:       cfg.MaxBulk, // what the front door admits, the engine stores
 		Logger:             s.log.With("component", "storage"),
 		OnSync:             s.fsyncObserver("storage"),
 	})
