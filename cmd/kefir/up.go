@@ -240,7 +240,9 @@ func waitPing(addr string, timeout time.Duration, exited chan error) error {
 			buf := make([]byte, 7)
 			n, _ := io.ReadFull(nc, buf)
 			nc.Close()
-			if string(buf[:n]) == "+PONG\r\n" {
+			// A node with a password (KEFIR_PASSWORD reaches the nodes)
+			// answers NOAUTH before AUTH, as Redis does: it is serving.
+			if r := string(buf[:n]); r == "+PONG\r\n" || r == "-NOAUTH" {
 				return nil
 			}
 		}
