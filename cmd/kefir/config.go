@@ -63,6 +63,15 @@ func parseByteLimit(v string) (int, error) {
 	return int(n), err
 }
 
+// parseAutoByteLimit is parseByteLimit, or 0 (the server's default for the
+// deployment) for "auto".
+func parseAutoByteLimit(v string) (int, error) {
+	if v == "auto" {
+		return 0, nil
+	}
+	return parseByteLimit(v)
+}
+
 var serverOptions = []option{
 	{"node-id", "n1", "Name of this node in logs, INFO and /status.",
 		func(c *serverConfig, v string) error { c.NodeID = v; return nil }},
@@ -142,10 +151,10 @@ var serverOptions = []option{
 			c.IdleTimeout = d
 			return err
 		}},
-	{"max-bulk", "16448KiB", "Largest bulk string accepted in a request (default: the largest value, 16 MiB, plus 64 KiB); larger is a protocol error that closes the connection.",
-		func(c *serverConfig, v string) (err error) { c.MaxBulk, err = parseByteLimit(v); return err }},
-	{"max-request", "64MiB", "Largest command accepted on the RESP port, all its arguments together (an MSET of many values); larger is a protocol error that closes the connection. Bounds the memory one connection can make the node buffer.",
-		func(c *serverConfig, v string) (err error) { c.MaxRequest, err = parseByteLimit(v); return err }},
+	{"max-bulk", "auto", "Largest bulk string accepted in a request, so the largest value. auto: 512MiB on a single node, 16MiB plus 64KiB in a replica group (what each carries: docs/operations.md). A command with a larger argument is read, discarded and answered with an error; the connection and its pipeline carry on.",
+		func(c *serverConfig, v string) (err error) { c.MaxBulk, err = parseAutoByteLimit(v); return err }},
+	{"max-request", "auto", "Largest command accepted on the RESP port, all its arguments together (an MSET of many values). auto: 64MiB, or --max-bulk plus 64KiB if that is more. A larger command is discarded and answered with an error, like one over --max-bulk. Bounds the memory one connection can make the node buffer.",
+		func(c *serverConfig, v string) (err error) { c.MaxRequest, err = parseAutoByteLimit(v); return err }},
 	{"shutdown-timeout", "10s", "On SIGTERM/SIGINT, how long to let connections finish before cutting them.",
 		func(c *serverConfig, v string) error {
 			d, err := time.ParseDuration(v)

@@ -285,7 +285,16 @@ var probeClient = http.Client{Timeout: time.Second}
 // `up` started as n (its pid, node id, and for a group its replica and
 // cluster ids): a port answered by anyone else says nothing about n.
 func (u *upCluster) probe(n *upNode, pid int) (*nodeStatus, error) {
-	r, err := probeClient.Get("http://" + n.http + "/status")
+	req, err := http.NewRequest(http.MethodGet, "http://"+n.http+"/status", nil)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", n.id, err)
+	}
+	// A password (KEFIR_PASSWORD reaches the nodes through the environment)
+	// guards the admin port too: HTTP basic auth, any user name.
+	if pw := os.Getenv("KEFIR_PASSWORD"); pw != "" {
+		req.SetBasicAuth("kefir", pw)
+	}
+	r, err := probeClient.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("%s: admin port %s does not answer yet", n.id, n.http)
 	}

@@ -170,3 +170,47 @@ func TestWrongClusterSecretIsLoggedWithoutTheSecret(t *testing.T) {
 		t.Errorf("the log holds a cluster secret:\n%s", out)
 	}
 }
+
+// Repeated wrong passwords hold back the connection that sent them, not the
+// host (issue 25 item 13): the right password on a new connection from the
+// same host works at once, while the failing connection waits out the host's
+// penalty and is closed after authMaxConnFails failures. Before, the whole
+// host was refused, right password included, for up to 10 s.
+func TestWrongPasswordsLockOutTheGuesserNotTheUser(t *testing.T) {
+	s := startServer(t, func(c *Config) { c.Password = "s3cret" })
+	guesser := dial(t, s)
+	guesser.expect(`
+AUTH guess1 => WRONGPASS*
+AUTH guess2 => WRONGPASS*
+AUTH guess3 => WRONGPASS*
+AUTH guess4 => WRONGPASS*
+AUTH s3cret => ERR too many failed AUTH attempts*
+`)
+	// A fresh connection gets its attempt heard, but one guess only while
+	// the host is penalized.
+	other := dial(t, s)
+	other.expect(`
+AUTH guess5 => WRONGPASS*
+AUTH guess6 => ERR too many failed AUTH attempts*
+`)
+	user := dial(t, s)
+	user.expect(`
+AUTH s3cret => OK
+SET k v => OK
+`)
+	// Whatever the waits, a connection is closed after authMaxConnFails failures.
+	s2 := startServer(t, func(c *Config) { c.Password = "s3cret" })
+	s2.limiter.now = func() time.Time { return time.Now().Add(time.Hour) } // no penalty applies
+	c := dial(t, s2)
+	for i := range authMaxConnFails {
+		if got := c.do("AUTH", fmt.Sprintf("guess%d", i)); !strings.HasPrefix(got, "WRONGPASS") {
+			t.Fatalf("attempt %d: %s", i, got)
+		}
+		s2.limiter.mu.Lock()
+		clear(s2.limiter.hosts) // as if every failure were long forgotten
+		s2.limiter.mu.Unlock()
+	}
+	if _, err := c.rd.ReadValue(); err == nil {
+		t.Fatal("the connection stayed open after authMaxConnFails failed attempts")
+	}
+}

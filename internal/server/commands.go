@@ -377,8 +377,13 @@ func (c *conn) auth(args [][]byte) error {
 	return c.w.WriteSimple("OK")
 }
 
+// authMaxConnFails is how many failed AUTH attempts one connection gets
+// before it is closed.
+const authMaxConnFails = 10
+
 // checkAuth checks [user] password and authenticates the connection. Failures are
-// rate-limited per remote host and logged without the attempted secret.
+// rate-limited per remote host, for the connections that failed, and logged
+// without the attempted secret.
 func (c *conn) checkAuth(args [][]byte) error {
 	if len(args) > 2 {
 		return errSyntax
@@ -396,12 +401,22 @@ func (c *conn) checkAuth(args [][]byte) error {
 	if len(args) == 2 {
 		user = string(args[0])
 	}
-	if !c.srv.limiter.allow(c.addr) {
-		c.log.Warn("AUTH refused: too many failures from this host")
-		return errf("ERR too many failed AUTH attempts; try again later")
+	// The host's penalty holds back the connections that failed: the
+	// guesser's. A connection that has not failed yet is always heard, so a
+	// user who mistyped (in this or another process on the same host) gets
+	// in at once with the right password; a guesser gets one guess per
+	// connection while the host is penalized, and authMaxConnFails per
+	// connection in all.
+	if c.authFails > 0 && !c.srv.limiter.allow(c.addr) {
+		c.log.Warn("AUTH refused: too many failures from this host on this connection")
+		return errf("ERR too many failed AUTH attempts; try again later, or on a new connection")
 	}
 	ok := user == "default" && subtle.ConstantTimeCompare(pwd, []byte(c.srv.cfg.Password)) == 1
 	if !ok {
+		c.authFails++
+		if c.authFails >= authMaxConnFails {
+			c.closing = true // the error is the connection's last reply
+		}
 		c.srv.limiter.fail(c.addr)
 		c.srv.m.authFails.Inc()
 		// The only user is "default": any other name is logged as such, never
@@ -415,6 +430,7 @@ func (c *conn) checkAuth(args [][]byte) error {
 		return errWrongPwd
 	}
 	c.srv.limiter.succeed(c.addr)
+	c.authFails = 0
 	c.authed = true
 	return nil
 }

@@ -37,12 +37,16 @@ type Config struct {
 	MaxClients int
 	// IdleTimeout closes client connections idle this long (0 = never).
 	IdleTimeout time.Duration
-	// MaxBulk caps one bulk string in a request (0 = 16 MiB + 64 KiB: the storage
-	// engine refuses larger values anyway, so reading them would only spend memory).
+	// MaxBulk caps one bulk string in a request, and so one value (the
+	// engine's MaxValueSize is set to it). 0 = what the node can really
+	// carry, measured (docs/operations.md, "Value size"): DefaultMaxBulk on a
+	// single node, DefaultMaxBulkGroup in a replica group. A command over it
+	// is read, discarded and refused; the connection carries on.
 	MaxBulk int
 	// MaxRequest caps one command's total size, its arguments and headers (0 =
-	// 64 MiB): without it a client could send a million arguments, each under
-	// MaxBulk, and make the node buffer them all before anything is refused.
+	// 64 MiB, or MaxBulk + 64 KiB if that is more): without it a client could
+	// send a million arguments, each under MaxBulk, and make the node buffer
+	// them all before anything is refused.
 	MaxRequest int
 
 	// Consistency and Durability are the defaults for connections that set none.
@@ -262,6 +266,19 @@ func validateIOModel(m IOModel) error {
 // without a password (or a peer port without a cluster secret).
 var ErrInsecure = errors.New("refusing to listen on a non-loopback address without authentication")
 
+// Default value-size limits (MaxBulk), measured on 2 cores (docs/operations.md,
+// "Value size"). A single node stores and reads back values up to Redis's
+// 512 MiB (through a restart too). A replica group carries 16 MiB with no view
+// change in every trial and 24 MiB too; from 28 MiB on, the prepare carrying
+// the value keeps the followers' heartbeats behind it past the view-change
+// timeout, so the group changes views (28, 32 MiB), and from 48 MiB the write
+// fails and the group goes through view changes. The group's default keeps
+// twice that margin. Both include 64 KiB for the key and framing.
+const (
+	DefaultMaxBulk      = 512 << 20
+	DefaultMaxBulkGroup = 16<<20 + 64<<10
+)
+
 // DefaultClientAddr is the RESP address a node listens on when told none (and
 // `kefir up`'s first node): what examples and docs dial.
 const DefaultClientAddr = "127.0.0.1:6380"
@@ -284,10 +301,13 @@ func (c Config) withDefaults() Config {
 		c.CompactInterval = time.Minute
 	}
 	if c.MaxBulk <= 0 {
-		c.MaxBulk = 16<<20 + 64<<10
+		c.MaxBulk = DefaultMaxBulk
+		if c.Replicated() {
+			c.MaxBulk = DefaultMaxBulkGroup
+		}
 	}
 	if c.MaxRequest <= 0 {
-		c.MaxRequest = 64 << 20
+		c.MaxRequest = max(64<<20, c.MaxBulk+64<<10)
 	}
 	if c.Consistency.IsZero() {
 		c.Consistency = level.ConsLinearizable

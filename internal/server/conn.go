@@ -83,6 +83,8 @@ type conn struct {
 	out outBuf
 
 	authed bool
+	// authFails counts this connection's failed AUTH attempts (checkAuth).
+	authFails int
 	// multi: the connection sent MULTI and has not yet sent EXEC or DISCARD;
 	// every command but txControl's is refused meanwhile.
 	multi bool

@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -250,4 +251,29 @@ func TestForwardedWriteWithNoLeaderIsNotApplied(t *testing.T) {
 	dial(t, g.nodes[nl]).expect(`
 		EXISTS before => (integer) 1
 		EXISTS lost => (integer) 0`)
+}
+
+// The default value-size limit is what the deployment carries (issue 25 item
+// 10, measured in docs/operations.md): a single node takes values past the
+// old 16 MiB limit (Redis's 512 MiB) and reads them back; a replica group
+// keeps 16 MiB + 64 KiB, the largest that commits without view changes with
+// margin to spare.
+func TestDefaultValueLimitIsWhatTheNodeCarries(t *testing.T) {
+	s := startServer(t, nil)
+	if s.cfg.MaxBulk != DefaultMaxBulk || s.cfg.MaxRequest < DefaultMaxBulk {
+		t.Fatalf("single node: MaxBulk %d, MaxRequest %d", s.cfg.MaxBulk, s.cfg.MaxRequest)
+	}
+	c := dial(t, s)
+	big := strings.Repeat("v", 20<<20)
+	c.expect("SET big " + big + " => OK")
+	if got := c.do("STRLEN", "big"); got != "(integer) 20971520" {
+		t.Fatalf("STRLEN big = %s", got)
+	}
+	if got := c.do("GET", "big"); got != fmt.Sprintf("%q", big) {
+		t.Fatalf("GET big: %d bytes back", len(got))
+	}
+	g := Config{Members: []Member{{ID: 1}}}.withDefaults()
+	if g.MaxBulk != DefaultMaxBulkGroup || g.MaxRequest != 64<<20 {
+		t.Fatalf("replica group: MaxBulk %d, MaxRequest %d", g.MaxBulk, g.MaxRequest)
+	}
 }

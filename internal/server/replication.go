@@ -128,6 +128,7 @@ func (s *Server) openReplica() (*vrshard.Replica, error) {
 			CheckpointInterval: max(cfg.CheckpointInterval, 0),
 			CompactInterval:    max(cfg.CompactInterval, 0),
 			Retention:          storage.Retention{KeepVersions: cfg.RetainVersions},
+			MaxValueSize:       cfg.MaxBulk, // what the front door admits, the engine stores
 			OnSync:             s.fsyncObserver("storage"),
 		},
 		OnLogSync: s.fsyncObserver("replication"),

@@ -155,6 +155,7 @@ func New(cfg Config) (_ *Server, err error) {
 		CheckpointInterval: max(cfg.CheckpointInterval, 0),
 		CompactInterval:    max(cfg.CompactInterval, 0),
 		Retention:          storage.Retention{KeepVersions: cfg.RetainVersions},
+		MaxValueSize:       cfg.MaxBulk, // what the front door admits, the engine stores
 		Logger:             s.log.With("component", "storage"),
 		OnSync:             s.fsyncObserver("storage"),
 	})
@@ -397,7 +398,10 @@ func (s *Server) Close() error {
 }
 
 // authLimiter slows down password guessing: after failures from a host, further
-// attempts from it are refused for a window that doubles with each failure (capped).
+// attempts from it are refused for a window that doubles with each failure (capped)
+// — on the RESP port only on connections that have failed themselves
+// (checkAuth), so the user who knows the password is not locked out with the
+// guesser.
 // It keys by host, so every process on one machine shares a record: a success
 // clears it, and a record with no failure for authForget is forgotten, so a few
 // typos by one local user do not keep locking out the others.

@@ -554,3 +554,17 @@ func TestSecondSignalForcesExit(t *testing.T) {
 		t.Errorf("no log line about the second signal:\n%s", n.Logs())
 	}
 }
+
+// On a node with a password, redis-cli's PING before AUTH answers NOAUTH, as
+// Redis does (issue 25 item 13), and the node still counts as started (the
+// readiness check takes NOAUTH for an answer); with the password it is PONG.
+func TestPingBeforeAuthIsRefusedWithRedisCLI(t *testing.T) {
+	n := cluster.NewNode(t, "n1", "--password", "e2e-pass")
+	n.Start()
+	if got := redisCLI(t, n.ClientAddr, "PING"); !strings.HasPrefix(got, "NOAUTH") {
+		t.Fatalf("redis-cli PING without the password = %q, want NOAUTH", got)
+	}
+	if got := redisCLI(t, n.ClientAddr, "--no-auth-warning", "-a", "e2e-pass", "PING"); got != "PONG" {
+		t.Fatalf("redis-cli -a PING = %q", got)
+	}
+}

@@ -400,7 +400,8 @@ func Ping(addr string) error {
 	if _, err := io.ReadFull(nc, buf); err != nil {
 		return err
 	}
-	if string(buf) != "+PONG\r\n" {
+	// A node with a password answers NOAUTH before AUTH: it is serving.
+	if string(buf) != "+PONG\r\n" && string(buf) != "-NOAUTH" {
 		return fmt.Errorf("PING answered %q", buf)
 	}
 	return nil
