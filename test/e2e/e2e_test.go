@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -228,7 +229,16 @@ func (u *upProc) Logs() string {
 // startUp runs `kefir up` with args and waits for its banner.
 func startUp(t *testing.T, args ...string) *upProc {
 	t.Helper()
+	return startUpEnv(t, nil, args...)
+}
+
+// startUpEnv is startUp with extra environment variables (KEY=VALUE).
+func startUpEnv(t *testing.T, env []string, args ...string) *upProc {
+	t.Helper()
 	u := &upProc{cmd: exec.Command(cluster.Binary(t), append([]string{"up"}, args...)...)}
+	if env != nil {
+		u.cmd.Env = append(os.Environ(), env...)
+	}
 	stdout, _ := u.cmd.StdoutPipe()
 	stderr, _ := u.cmd.StderrPipe()
 	if err := u.cmd.Start(); err != nil {
@@ -335,6 +345,22 @@ func TestUpStartsAGroupAndStopsOnCtrlC(t *testing.T) {
 		if got := redisCLI(t, a, "GET", fmt.Sprint("k", i)); got != fmt.Sprint("v", i) {
 			t.Fatalf("after restart, GET k%d via n%d = %q", i, i+1, got)
 		}
+	}
+	u.stop(t)
+}
+
+// With KEFIR_PASSWORD set, every node of `kefir up` (and its admin port)
+// wants the password: up's readiness probe must authenticate, or it would
+// never call the cluster up.
+func TestUpWithAPassword(t *testing.T) {
+	base := freeBase(t, 3)
+	u := startUpEnv(t, []string{"KEFIR_PASSWORD=s3cret-pw"}, "--dir", t.TempDir(), "--base-port", strconv.Itoa(base))
+	addr := fmt.Sprintf("127.0.0.1:%d", base+1)
+	if got := redisCLI(t, addr, "SET", "k", "v"); !strings.Contains(got, "NOAUTH") {
+		t.Fatalf("SET without the password = %q, want NOAUTH", got)
+	}
+	if got := redisCLI(t, addr, "--no-auth-warning", "-a", "s3cret-pw", "SET", "k", "v"); got != "OK" {
+		t.Fatalf("SET with the password = %q", got)
 	}
 	u.stop(t)
 }
