@@ -166,6 +166,11 @@ func TestLogLinesNameNoKeyTwice(t *testing.T) {
 		c.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	})
 	dial(t, g.nodes[g.leader(t)]).expect("SET k v => OK")
+	single := startServer(t, func(c *Config) {
+		c.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	})
+	dial(t, single).expect("SET k v => OK")
+	single.Close()
 	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
 	if len(lines) < 10 {
 		t.Fatalf("only %d log lines", len(lines))
