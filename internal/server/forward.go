@@ -198,7 +198,7 @@ func (f *forwarder) close() {
 func (f *forwarder) forward(addr string, calls []*fwdCall, leader func() (string, bool)) {
 	deadline := time.Now().Add(fwdRetryFor)
 	pause := fwdRetryPause
-	why := error(errNoLeader)
+	why := errors.New("no leader known")
 	for hops := 0; ; {
 		if addr == "" {
 			addr, _ = leader()
@@ -213,9 +213,12 @@ func (f *forwarder) forward(addr string, calls []*fwdCall, leader func() (string
 					continue
 				}
 				again = append(again, c)
-				if c.err != nil {
+				switch {
+				case c.err != nil:
 					why = c.err
-				} else {
+				case string(c.reply.Str) == errNoLeader.msg:
+					why = errors.New("no leader known")
+				default:
 					why = errors.New(string(c.reply.Str))
 				}
 				if to != "" && next == "" {
@@ -252,7 +255,8 @@ func (f *forwarder) forward(addr string, calls []*fwdCall, leader func() (string
 // retried write's is its first execution's, from the client table). What is
 // retried: a request that got no reply (the connection failed: it may have
 // executed if it was sent), a node's refusal to take it (MOVED, no leader: it
-// did not execute there), and a leader's UNAVAILABLE (it may have executed).
+// did not execute there), and a leader's UNAVAILABLE to a write (it may have
+// executed).
 func (c *fwdCall) retryable() (bool, string) {
 	if c.err != nil {
 		return true, ""
@@ -266,8 +270,11 @@ func (c *fwdCall) retryable() (bool, string) {
 		return true, strings.TrimPrefix(msg, "MOVED ")
 	case msg == errNoLeader.msg:
 		return true, ""
-	case strings.HasPrefix(msg, "UNAVAILABLE "):
-		c.maybe = c.maybe || c.dur != 0
+	case strings.HasPrefix(msg, "UNAVAILABLE ") && c.dur != 0:
+		// A write the leader could not finish (it lost leadership, its
+		// commit timed out): it may have executed. A read's UNAVAILABLE
+		// (a session token ahead, a failed node) is relayed as it is.
+		c.maybe = true
 		return true, ""
 	case c.maybe && strings.Contains(msg, shard.ErrStaleRequest.Error()):
 		// A retry of a pipelined write whose client id has a later request

@@ -166,6 +166,11 @@ func TestLogLinesNameNoKeyTwice(t *testing.T) {
 		c.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	})
 	dial(t, g.nodes[g.leader(t)]).expect("SET k v => OK")
+	single := startServer(t, func(c *Config) {
+		c.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	})
+	dial(t, single).expect("SET k v => OK")
+	single.Close()
 	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
 	if len(lines) < 10 {
 		t.Fatalf("only %d log lines", len(lines))
@@ -276,4 +281,34 @@ func TestDefaultValueLimitIsWhatTheNodeCarries(t *testing.T) {
 	if g.MaxBulk != DefaultMaxBulkGroup || g.MaxRequest != 64<<20 {
 		t.Fatalf("replica group: MaxBulk %d, MaxRequest %d", g.MaxBulk, g.MaxRequest)
 	}
+}
+
+// In a replica group, where every command runs on a goroutine handed the
+// connection (and a follower forwards its writes), an over-limit value is
+// refused in its place too and the pipeline carries on.
+func TestOversizedBulkIsRefusedInAGroup(t *testing.T) {
+	g := startGroupWith(t, func(c *Config) { c.MaxBulk = 1024 })
+	l := g.leader(t)
+	for _, i := range []int{l, (l + 1) % 3} {
+		c := dial(t, g.nodes[i])
+		var buf []byte
+		buf = appendCmd(buf, "SET", "a", "1")
+		buf = appendCmd(buf, "SET", "k", strings.Repeat("x", 100000))
+		buf = appendCmd(buf, "INCR", "n")
+		if _, err := c.nc.Write(buf); err != nil {
+			t.Fatal(err)
+		}
+		for j, want := range []string{"OK", "ERR value of 100000 bytes exceeds the limit of 1024 bytes (--max-bulk); the command was not run", fmt.Sprintf("(integer) %d", 1+btoi(i != l))} {
+			if got := c.reply(); got != want {
+				t.Errorf("node %d (leader %d) reply %d = %q, want %q", i, l, j, got, want)
+			}
+		}
+	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
