@@ -441,8 +441,11 @@ func (r *Replica) nxEnterView() {
 func (r *Replica) nxAdopt(es []NilextRequest) {
 	if r.nx.restarted {
 		// It may have acked updates of this very view before it lost its
-		// disk, and the leader may ack them only later: stale for this view.
+		// disk, and the leader may ack them only later: stale for this view,
+		// which it asks to end once its lease promise allows (as a restarted
+		// follower does, New).
 		r.nx.restartView = max(r.nx.restartView, r.view)
+		r.pendingView = max(r.pendingView, r.view+1)
 	}
 	r.nx.clear()
 	for _, q := range es {
@@ -451,6 +454,11 @@ func (r *Replica) nxAdopt(es []NilextRequest) {
 		}
 		r.nx.add(&dEntry{NilextRequest: q, view: r.view})
 		r.out.DLog = append(r.out.DLog, q)
+	}
+	if r.nx.restarted {
+		// On the disk too, or a crash in the view change to come would
+		// bring it back fresh (nxRestarted).
+		r.out.DLog = append(r.out.DLog, staleMarker(r.nx.restartView))
 	}
 }
 
