@@ -70,6 +70,13 @@ const (
 // fwdRetryFor is fwdRetryForDefault; tests shorten it.
 var fwdRetryFor = fwdRetryForDefault
 
+// fwdReadRetryFor bounds the retries of a pipeline of reads only. A read
+// has no outcome to make certain (it changed nothing), so it is not worth a
+// long stall: a leader change (a view-change timeout, a lease) fits, and a
+// follower cut off from a dead leader answers UNAVAILABLE within it, before
+// common client read timeouts (go-redis: 3 s) give up on the connection.
+var fwdReadRetryFor = 2 * time.Second
+
 // errNoLeader is the reply when no leader is known (a view change is running).
 var errNoLeader = &replyError{"UNAVAILABLE no leader"}
 
@@ -196,7 +203,14 @@ func (f *forwarder) close() {
 // until every call has the leader's answer or fwdRetryFor has passed (see the
 // comment at the top of the file).
 func (f *forwarder) forward(addr string, calls []*fwdCall, leader func() (string, bool)) {
-	deadline := time.Now().Add(fwdRetryFor)
+	retryFor := fwdReadRetryFor
+	for _, c := range calls {
+		if c.dur != 0 {
+			retryFor = fwdRetryFor
+			break
+		}
+	}
+	deadline := time.Now().Add(min(retryFor, fwdRetryFor))
 	pause := fwdRetryPause
 	why := errors.New("no leader known")
 	for hops := 0; ; {
