@@ -46,7 +46,7 @@ test-race-concurrent:
 # real processes under SIGKILL): minutes to hours.
 soak:
 	KEFIR_SOAK=1 $(GO) test -count=1 -timeout 90m ./internal/...
-	KEFIR_SOAK=1 $(GO) test -count=1 -timeout 30m -run 'TestCrashLoop' ./test/e2e/
+	KEFIR_SOAK=1 $(GO) test -count=1 -timeout 30m -run 'TestCrashLoop|TestRestartedFollowerKeepsTheLeader' ./test/e2e/
 
 # Short fuzzing passes over every fuzz target (seed corpora also run in `make test`).
 fuzz:
