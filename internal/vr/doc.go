@@ -116,7 +116,7 @@
 // start-view-change marked as a pre-vote (Op = 1), and moves once f+1
 // replicas, itself included, suspect. Replicas that still hear their leader
 // ignore the question, so a follower that merely lost touch (a restart, a
-// one-way cut) never deposes a leader a majority runs (replica.go, preVote).
+// one-way cut) never deposes a leader a majority runs (viewchange.go, preVote).
 // The wire codec must carry a start-view-change's Op.
 //
 // # Leases and reads
