@@ -20,7 +20,7 @@ type Info struct {
 	// this replica restarted and its d-log may lack updates it acknowledged
 	// (it does not count in d-log recovery until it is normal in a later
 	// view); NilextStaleWaits counts view changes that waited for more
-	// fresh d-logs than were at hand (nilext.go, nxRecover).
+	// fresh d-logs than were at hand (nilext_recover.go, nxRecover).
 	DLogLen          int
 	NilextSlowReads  uint64
 	NilextCycles     uint64

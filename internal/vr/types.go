@@ -141,7 +141,7 @@ type Message struct {
 	// DLogStale (do-view-change): the sender restarted since it last became
 	// normal, and its disk may have lost d-log updates it acknowledged from
 	// memory (cad/async) before: its DLog must not count as one of the logs
-	// in d-log recovery (nilext.go, nxRecover).
+	// in d-log recovery (nilext_recover.go, nxRecover).
 	DLogStale bool
 
 	// CAD (cad.md). On prepare-ok, Op is the follower's last op held in

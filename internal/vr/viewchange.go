@@ -278,7 +278,7 @@ func (r *Replica) tryStartView() {
 		return
 	}
 	// The nilext d-log is rebuilt against the consensus log chosen below; a
-	// cycle among the d-logs waits for more do-view-changes (nilext.go).
+	// cycle among the d-logs waits for more do-view-changes (nilext_recover.go).
 	chosenFirst, chosen := r.lastOp()+1, []Entry(nil)
 	if best != r.self {
 		chosenFirst, chosen = r.dvc[best].First, r.dvc[best].Entries
