@@ -44,7 +44,8 @@ import (
 //	cut from= to= / heal from= to=
 //	                         a one-way link loses (or again carries) messages
 //	crash id=                the replica stops; messages to it are lost
-//	restart id=              a new core from its intact disk
+//	restart id=              a new core from its intact disk (everything
+//	                         synced; no nilext d-log)
 //	status [ids]             each replica's protocol state
 //	log-level none|all       none: perform Readys without printing them
 func TestInteraction(t *testing.T) {
@@ -135,6 +136,9 @@ func (e *ienv) handle(t *testing.T, d *datadriven.TestData) string {
 	case "crash":
 		var id uint64
 		d.ScanArgs(t, "id", &id)
+		if e.n.rs[id] == nil {
+			d.Fatalf(t, "replica %d is not up", id)
+		}
 		e.down[id] = e.n.rs[id]
 		e.downDur[id] = e.n.unsynced[id] != 0
 		delete(e.n.rs, id)
@@ -146,6 +150,10 @@ func (e *ienv) handle(t *testing.T, d *datadriven.TestData) string {
 		old := e.down[id]
 		if old == nil {
 			d.Fatalf(t, "replica %d is not down", id)
+		}
+		if old.cfg.Nilext {
+			// tnet.restart passes no d-log (State.DLog, DLogIntact).
+			d.Fatalf(t, "replica %d runs nilext; restart does not model its d-log", id)
 		}
 		if e.downDur[id] {
 			// tnet.restart rebuilds from the old core's memory, which is
