@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/cockroachdb/datadriven"
 )
@@ -204,7 +203,7 @@ func (e *ienv) addNodes(t *testing.T, d *datadriven.TestData) {
 			followerReads(c)
 		}
 		if d.HasArg("nilext") {
-			c.Nilext, c.NilextBatch, c.NilextInterval = true, 4, 5*time.Millisecond
+			nilextOn(c)
 		}
 		if d.HasArg("no-lease") {
 			c.LeaseDuration = 0
