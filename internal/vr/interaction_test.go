@@ -40,11 +40,14 @@ import (
 //	nilext client= req= [to=a,b] [sync] key=<k> <words...>
 //	nilext-status client= req=  the client's view of a nilext update's acks
 //	read id= level=linearizable|lease|index|durable|follower|nilext [op=] [key=]
+//	compact id= op=          drop the log up to op (a snapshot holds it)
+//	send-snapshot id= to=    answer SnapshotNeeded with the applied state
 //	cut from= to= / heal from= to=
 //	                         a one-way link loses (or again carries) messages
 //	crash id=                the replica stops; messages to it are lost
-//	restart id=              a new core from its intact disk (everything
-//	                         synced; no nilext d-log)
+//	restart id= [wipe]       a new core from its intact disk (everything
+//	                         synced; no nilext d-log), or from an empty one
+//	                         (wipe: State.LostState, the recovery protocol)
 //	status [ids]             each replica's protocol state
 //	log-level none|all       none: perform Readys without printing them
 func TestInteraction(t *testing.T) {
@@ -150,6 +153,20 @@ func (e *ienv) handle(t *testing.T, d *datadriven.TestData) string {
 		if old == nil {
 			d.Fatalf(t, "replica %d is not down", id)
 		}
+		delete(e.down, id)
+		nonce := id<<40 | uint64(e.n.now)
+		if d.HasArg("wipe") {
+			// A replaced (empty) disk: the replica may lack what it
+			// promised, and runs the recovery protocol (VR §4.3).
+			r, err := New(old.cfg, State{LostState: true, Nonce: nonce})
+			if err != nil {
+				d.Fatalf(t, "restart %d: %v", id, err)
+			}
+			r.Tick(e.n.now)
+			e.n.rs[id] = r
+			e.n.ready(id)
+			break
+		}
 		if old.cfg.Nilext {
 			// tnet.restart passes no d-log (State.DLog, DLogIntact).
 			d.Fatalf(t, "replica %d runs nilext; restart does not model its d-log", id)
@@ -157,11 +174,10 @@ func (e *ienv) handle(t *testing.T, d *datadriven.TestData) string {
 		if e.downDur[id] {
 			// tnet.restart rebuilds from the old core's memory, which is
 			// the disk only if everything was synced.
-			d.Fatalf(t, "replica %d crashed with unsynced writes; restart models an intact disk only", id)
+			d.Fatalf(t, "replica %d crashed with unsynced writes; restart models an intact disk only (or wipe)", id)
 		}
-		delete(e.down, id)
 		e.n.rs[id] = old
-		e.n.restart(id, id<<40|uint64(e.n.now))
+		e.n.restart(id, nonce)
 	case "status":
 		for _, id := range e.idsArg(d) {
 			e.status(id)
@@ -169,6 +185,22 @@ func (e *ienv) handle(t *testing.T, d *datadriven.TestData) string {
 		if len(e.n.q) > 0 {
 			fmt.Fprintf(&e.b, "queued: %d messages\n", len(e.n.q))
 		}
+	case "compact":
+		// The driver captured the state machine at op in a durable
+		// snapshot and drops the log up to it.
+		var id, op uint64
+		d.ScanArgs(t, "id", &id)
+		d.ScanArgs(t, "op", &op)
+		e.result(e.n.rs[id].Compact(op))
+	case "send-snapshot":
+		// The driver answers Ready.SnapshotNeeded with its state machine
+		// at the applied op (the harness's state is a label).
+		var id, to uint64
+		d.ScanArgs(t, "id", &id)
+		d.ScanArgs(t, "to", &to)
+		r := e.n.rs[id]
+		s := Snapshot{Op: r.applied, Clients: r.ClientTable(), Data: []byte(fmt.Sprintf("state@%d", r.applied))}
+		e.result(r.SendSnapshot(to, s))
 	case "cut", "heal":
 		var from, to uint64
 		d.ScanArgs(t, "from", &from)
@@ -506,7 +538,7 @@ func (e *ienv) onReady(id uint64, rd *Ready) {
 	if rd.PersistSeq != 0 {
 		fmt.Fprintf(b, "  write seq=%d:", rd.PersistSeq)
 		if s := rd.Snapshot; s != nil {
-			fmt.Fprintf(b, " snapshot@%d", s.Op)
+			fmt.Fprintf(b, " snapshot@%d(%q, %d clients)", s.Op, s.Data, len(s.Clients))
 		}
 		if rd.HasTruncate {
 			fmt.Fprintf(b, " truncate>%d", rd.Truncate)
