@@ -116,7 +116,7 @@
 // start-view-change marked as a pre-vote (Op = 1), and moves once f+1
 // replicas, itself included, suspect. Replicas that still hear their leader
 // ignore the question, so a follower that merely lost touch (a restart, a
-// one-way cut) never deposes a leader a majority runs (replica.go, preVote).
+// one-way cut) never deposes a leader a majority runs (viewchange.go, preVote).
 // The wire codec must carry a start-view-change's Op.
 //
 // # Leases and reads
@@ -135,4 +135,19 @@
 // finishes it at once: it joined only after its promises had run out. Without a lease, ReadIndex confirms leadership with
 // a heartbeat round instead. Followers expose their commit point (Info) for
 // session and bounded reads.
+//
+// # Files
+//
+// replica.go holds the state, New, the Step/Tick dispatch and the
+// invariants; each other file is one part of the protocol: normal.go
+// (propose, prepare, prepare-ok, commit, heartbeats), viewchange.go
+// (pre-votes, start-view-change, do-view-change, start-view, vote timers),
+// recovery.go, statetransfer.go (get-state/new-state, snapshots,
+// compaction), persist.go (the log in memory, write batches, Persisted),
+// send.go (outgoing messages, the identity check), reads.go (read index,
+// leases), ready.go (Ready, Advance), info.go, cad.go (acks, active set,
+// readable index, follower reads), nilext.go with nilext_recover.go and
+// nilext_tracker.go (the Skyros fast path), synchint.go (fsync hints),
+// eventual.go, clients.go, config.go, types.go. testdata/*.txt are
+// protocol scenarios run by interaction_test.go.
 package vr

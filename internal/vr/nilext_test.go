@@ -32,8 +32,14 @@ type nxNet struct {
 
 func nxConfig(self uint64, n int) Config {
 	c := testConfig(self, n)
-	c.Nilext, c.NilextBatch, c.NilextInterval = true, 4, 5*time.Millisecond
+	nilextOn(&c)
 	return c
+}
+
+// nilextOn turns the fast path on as the hand-driven tests run it: orders
+// the d-log every 5 ms or 4 entries.
+func nilextOn(c *Config) {
+	c.Nilext, c.NilextBatch, c.NilextInterval = true, 4, 5*time.Millisecond
 }
 
 func newNxNet(t *testing.T, n int) *nxNet {

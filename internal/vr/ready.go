@@ -1,5 +1,10 @@
 package vr
 
+import (
+	"fmt"
+	"slices"
+)
+
 // Ready is the batch of actions the core produced since the last Ready. The
 // driver performs them in field order; doc.go states the obligations.
 type Ready struct {
@@ -76,4 +81,121 @@ func (rd *Ready) Empty() bool {
 // HasWrite reports whether rd carries disk writes.
 func (rd *Ready) HasWrite() bool {
 	return rd.Snapshot != nil || rd.HasTruncate || rd.HardState != nil || len(rd.Entries) > 0 || len(rd.DLog) > 0
+}
+
+// Ready returns the actions accumulated since the last call and clears them.
+// The driver must perform them (doc.go) and, if Committed is non-empty, call
+// Advance before the next Step.
+func (r *Replica) Ready() Ready {
+	if len(r.lastHanded) > 0 {
+		panic(fmt.Sprintf("vr: replica %d: Ready before Advance of %d committed entries", r.cfg.Self, len(r.lastHanded)))
+	}
+	r.flush()
+	if r.hbNow && r.status == Normal && r.isLeader() {
+		r.heartbeat()
+	}
+	r.flushAck()
+	if r.commit > r.handed {
+		r.out.Committed = make([]Committed, 0, r.commit-r.handed)
+		for op := r.handed + 1; op <= r.commit; op++ {
+			e := r.entry(op)
+			c := Committed{Entry: *e}
+			if e.Client != 0 && !r.mut.skipClientTable {
+				if rec := r.clients[e.Client]; rec != nil && e.ReqNum <= rec.ReqNum {
+					c.Duplicate = true
+				} else {
+					r.clients[e.Client] = &ClientRecord{Client: e.Client, ReqNum: e.ReqNum, Op: op}
+					r.evictClients()
+				}
+			}
+			r.out.Committed = append(r.out.Committed, c)
+		}
+		r.handed = r.commit
+		r.lastHanded = r.out.Committed
+	}
+	hs := HardState{View: r.view, LastNormalView: r.lnv, Commit: r.commit}
+	if r.hsDirty || (len(r.out.Entries) > 0 && hs != r.lastHS) {
+		if hs.View != r.lastHS.View || hs.LastNormalView != r.lastHS.LastNormalView {
+			r.viewSeq = r.nextSeq()
+		}
+		r.out.HardState = &hs
+		r.lastHS = hs
+		r.hsDirty = false
+	}
+	if r.out.HasWrite() {
+		r.seq++
+		r.out.PersistSeq = r.seq
+		r.batches = append(r.batches, batch{seq: r.seq, last: r.lastOp()})
+	} else {
+		// No batch this time: deferred messages wait only for what was issued.
+		for i := range r.defers {
+			r.defers[i].seq = min(r.defers[i].seq, r.seq)
+		}
+		r.nxClamp()
+		r.releaseDeferred()
+	}
+	r.syncWanted = false // this Ready's prepares and heartbeats carried it
+	rd := r.out
+	r.out = Ready{}
+	return rd
+}
+
+// Advance reports the results of the last Ready's Committed entries, in the
+// same order (nil for duplicates). It updates the client table and queues the
+// leader's replies.
+func (r *Replica) Advance(results [][]byte) {
+	if len(results) != len(r.lastHanded) {
+		panic(fmt.Sprintf("vr: replica %d: %d results for %d committed entries", r.cfg.Self, len(results), len(r.lastHanded)))
+	}
+	leader := r.status == Normal && r.isLeader()
+	for i, c := range r.lastHanded {
+		if c.Op != r.applied+1 {
+			panic(fmt.Sprintf("vr: replica %d: applied %d after %d", r.cfg.Self, c.Op, r.applied))
+		}
+		r.applied = c.Op
+		if c.Client == 0 {
+			continue
+		}
+		res := results[i]
+		rec := r.clients[c.Client]
+		if !c.Duplicate && rec != nil && rec.Op == c.Op {
+			rec.Result = res
+		}
+		if r.inflight[c.Client] <= c.ReqNum {
+			delete(r.inflight, c.Client)
+		}
+		r.nxExecuted(c.Client, c.ReqNum)
+		if !leader || r.nxQuietReply(c.Client, c.ReqNum) {
+			continue
+		}
+		if c.Duplicate {
+			if rec == nil || rec.ReqNum != c.ReqNum {
+				continue
+			}
+			res = rec.Result
+		}
+		r.out.Replies = append(r.out.Replies, Reply{Client: c.Client, ReqNum: c.ReqNum, Op: c.Op, Result: res})
+	}
+	r.lastHanded = nil
+	if leader && r.cfg.FollowerReads {
+		r.advanceReadable() // the leader's own applied op bounds R
+	}
+}
+
+// ClientTable returns the client table as of the applied op, for a snapshot.
+func (r *Replica) ClientTable() []ClientRecord {
+	out := make([]ClientRecord, 0, len(r.clients))
+	for _, c := range r.clients {
+		out = append(out, *c)
+	}
+	slices.SortFunc(out, func(a, b ClientRecord) int {
+		switch {
+		case a.Client < b.Client:
+			return -1
+		case a.Client > b.Client:
+			return 1
+		}
+		return 0
+	})
+	return out
 }

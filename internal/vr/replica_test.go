@@ -29,6 +29,10 @@ type tnet struct {
 	errs     map[uint64][]error
 	acks     map[uint64][]Reply // early acknowledgements (Ready.Acks)
 	sent     []Message          // every message emitted, for assertions
+	// onReady and onSync, if set, see every Ready ready() performs and every
+	// Persisted sync() reports (the datadriven interaction tests print them).
+	onReady func(id uint64, rd *Ready)
+	onSync  func(id, seq uint64)
 }
 
 func testConfig(self uint64, n int) Config {
@@ -76,6 +80,9 @@ func (n *tnet) ready(id uint64) {
 		if rd.Empty() {
 			return
 		}
+		if n.onReady != nil {
+			n.onReady(id, &rd)
+		}
 		if rd.PersistSeq != 0 {
 			n.unsynced[id] = rd.PersistSeq
 		}
@@ -106,6 +113,9 @@ func (n *tnet) ready(id uint64) {
 func (n *tnet) sync(id uint64) {
 	if s := n.unsynced[id]; s != 0 {
 		delete(n.unsynced, id)
+		if n.onSync != nil {
+			n.onSync(id, s)
+		}
 		n.rs[id].Persisted(s)
 		n.ready(id)
 	}

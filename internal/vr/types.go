@@ -85,7 +85,7 @@ const (
 	MsgPrepare            MsgType = 1  // leader → followers: Entries, Commit
 	MsgPrepareOK          MsgType = 2  // follower → leader: Op received, Persisted, Applied in View; HBSeq echoed
 	MsgCommit             MsgType = 3  // leader heartbeat: Commit, Op (leader's last op), HBSeq
-	MsgStartViewChange    MsgType = 4  // View; Op = 1: a pre-vote (replica.go, preVote)
+	MsgStartViewChange    MsgType = 4  // View; Op = 1: a pre-vote (viewchange.go, preVote)
 	MsgDoViewChange       MsgType = 5  // → new leader: LastNormalView, Op, Commit, First, Entries
 	MsgStartView          MsgType = 6  // new leader → all: Op, Commit, First, Entries
 	MsgRecovery           MsgType = 7  // Nonce, Op (what the recovering replica still trusts)
@@ -141,7 +141,7 @@ type Message struct {
 	// DLogStale (do-view-change): the sender restarted since it last became
 	// normal, and its disk may have lost d-log updates it acknowledged from
 	// memory (cad/async) before: its DLog must not count as one of the logs
-	// in d-log recovery (nilext.go, nxRecover).
+	// in d-log recovery (nilext_recover.go, nxRecover).
 	DLogStale bool
 
 	// CAD (cad.md). On prepare-ok, Op is the follower's last op held in
