@@ -328,7 +328,7 @@ var engineLossVariants = []struct {
 func TestSimEngineLossRecoversByStateTransfer(t *testing.T) {
 	for _, v := range engineLossVariants {
 		t.Run(v.name, func(t *testing.T) {
-			for seed := uint64(1); seed <= 5; seed++ {
+			for seed := uint64(1); seed <= uint64(seedCount(5, 300)); seed++ {
 				h, c, err := engineLossSchedule(seed, defaultSimOptions(), v.rollback, nil)
 				if err != nil {
 					t.Fatalf("seed %d: %v", seed, err)
