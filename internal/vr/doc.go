@@ -58,6 +58,29 @@
 // fsync), it sets LostState and a fresh random Nonce: the replica then runs
 // the recovery protocol and neither votes nor acknowledges until it is back.
 //
+// The snapshot in State is a promise that the state machine holds every op
+// up to Snapshot.Op, and the core takes it as applied. A driver whose state
+// machine keeps its own durable copy (an engine beside the log) makes the
+// copy durable before the log records a snapshot point (step 7, and step 1
+// for an installed snapshot), and persists with the state, in the same
+// write, the op it holds (an applied mark). But the engine can still be lost
+// while the log survives: a deleted engine directory, a lost device, an
+// older backup restored. So on every start the driver compares the engine's
+// applied op with the log's snapshot point, and if the engine is behind it
+// must not pass the log: it discards the log durably (marking it
+// recovering, so a crash before recovery ends starts recovering again) and
+// starts the core as a wiped replica — an empty State with LostState and a
+// fresh Nonce. The replica then recovers, and gets the state by state
+// transfer: a snapshot (step 1) when the leader's log no longer reaches op
+// 1, else every committed entry again from op 1, which a state machine that
+// kept part of its old state applies as a replay (the ops' versions tell it
+// what it already holds). Why: the core cannot see the state machine.
+// Started from the log, the replica would come back Normal with holes, vote
+// in view changes, lead, answer linearizable reads without committed
+// writes, and send snapshots that copy the loss to its peers (issue 24,
+// item 2; vrshard.Open and engineBehind do this; the simulator's driver
+// too, engine_sim_test.go).
+//
 // # The nilext fast path (Config.Nilext; nilext.go)
 //
 // With the fast path on, the driver also: passes every nilext update a

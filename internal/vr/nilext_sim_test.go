@@ -302,12 +302,12 @@ func nilextEngineNodes(nx *nilextSimOptions, breakCycles bool) (scenario.Engine,
 	o.mut.nilextBreakCycles = breakCycles
 	var nodes []*simReplica
 	mk := newSimReplica(o)
-	newReplica := func(id sim.Addr, cfg sim.Config, recovered [][]byte) sim.Node {
-		n := mk(id, cfg, recovered)
+	newReplica := func(id sim.Addr, b sim.Boot) sim.Node {
+		n := mk(id, b)
 		nodes = append(nodes, n.(*simReplica))
 		return n
 	}
-	return scenario.Engine{Name: "vr-nilext", NewReplica: newReplica, NewClient: newSimNilextClient(nx, 30, 12)}, &nodes
+	return scenario.Engine{Name: "vr-nilext", NewReplicaBoot: newReplica, NewClient: newSimNilextClient(nx, 30, 12)}, &nodes
 }
 
 // slowFinalizer keeps every nilext update in the d-logs (the scenarios need

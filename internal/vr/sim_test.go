@@ -25,17 +25,17 @@ func simRun(seed uint64, o simOptions, trace io.Writer, tweak func(*sim.Options)
 // simRunHook is simRun with hook called on the built simulation before it runs.
 func simRunHook(seed uint64, o simOptions, trace io.Writer, tweak func(*sim.Options), hook func(*sim.Sim)) (*sim.Sim, check.History) {
 	so := sim.Options{
-		Seed:         seed,
-		Replicas:     3,
-		Clients:      4,
-		NewReplica:   newSimReplica(o),
-		NewClient:    newSimClient(30, 12),
-		Net:          defaultLink,
-		MaxDrift:     o.drift,
-		Torn:         true,
-		Workload:     sim.KV{Keys: 3, Get: 4, Put: 4, CAS: 1, Incr: 1, Dur: level.Sync},
-		OpsPerClient: 60,
-		Think:        sim.Dist{Base: 2 * time.Millisecond, Jitter: 10 * time.Millisecond},
+		Seed:           seed,
+		Replicas:       3,
+		Clients:        4,
+		NewReplicaBoot: newSimReplica(o),
+		NewClient:      newSimClient(30, 12),
+		Net:            defaultLink,
+		MaxDrift:       o.drift,
+		Torn:           true,
+		Workload:       sim.KV{Keys: 3, Get: 4, Put: 4, CAS: 1, Incr: 1, Dur: level.Sync},
+		OpsPerClient:   60,
+		Think:          sim.Dist{Base: 2 * time.Millisecond, Jitter: 10 * time.Millisecond},
 		Faults: &sim.Faults{
 			Every: sim.Dist{Base: 10 * time.Millisecond, Jitter: 40 * time.Millisecond},
 			Until: 500 * time.Millisecond,
@@ -47,6 +47,13 @@ func simRunHook(seed uint64, o simOptions, trace io.Writer, tweak func(*sim.Opti
 		tweak(&so)
 	}
 	s := sim.New(so)
+	if o.engineLoss > 0 {
+		until := 500 * time.Millisecond
+		if so.Faults != nil && so.Faults.Until > 0 {
+			until = so.Faults.Until
+		}
+		engineNemesis(s, o.engineLoss, until, o.counters)
+	}
 	if hook != nil {
 		hook(s)
 	}
@@ -141,11 +148,14 @@ func seedCount(def, soakN int) int {
 }
 
 // TestSimLinearizable: under drops, duplicates, reordering, partitions, clock
-// drift and crashes that lose unsynced data, every history is linearizable,
+// drift, crashes that lose unsynced data and (rarely) engines lost while
+// their logs survive, every history is linearizable,
 // no acknowledged sync write is lost, and committed logs agree. Reads use the
 // leader lease when held and read-index otherwise.
 func TestSimLinearizable(t *testing.T) {
-	explore(t, seedCount(2000, 20000), defaultSimOptions(), nil)
+	o := defaultSimOptions()
+	o.engineLoss = rareEngineLoss // a rare disruption: engine lost, log kept
+	explore(t, seedCount(2000, 20000), o, nil)
 }
 
 // TestSimReadIndexOnly: the same, with leases off, so every linearizable read
@@ -359,6 +369,7 @@ func recoveryCrasher(seed uint64, wipe bool) func(*sim.Sim) {
 func TestSimRecoveryProtocol(t *testing.T) {
 	o := defaultSimOptions()
 	o.lostState = true
+	o.engineLoss = rareEngineLoss
 	o.counters = &simCounters{}
 	var st runStats
 	sim.Explore(t, 1, seedCount(500, 5000), func(seed uint64, trace io.Writer) (err error) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kefirdb/kefir/internal/check"
 	"github.com/kefirdb/kefir/internal/sim"
+	"github.com/kefirdb/kefir/internal/vfs"
 )
 
 // This file adapts the core to the simulator: simReplica is core + an
@@ -229,10 +230,11 @@ func encodeEntry(e *Entry) []byte {
 	return append(b, e.Data...)
 }
 
-// replay rebuilds State from the records a restarted replica's disk kept.
-func replay(recs [][]byte) (State, kv) {
-	var st State
-	state := kv{}
+// replay rebuilds State from the records a restarted replica's log kept.
+// Snapshot records carry the snapshot point (op and client table); the
+// state at that op is the engine's (engine_sim_test.go). recovering: the
+// log was dropped for recovery from the group, which has not finished.
+func replay(recs [][]byte) (st State, recovering bool) {
 	base := uint64(0)
 	for _, rec := range recs {
 		r := reader{b: rec[1:]}
@@ -268,13 +270,16 @@ func replay(recs [][]byte) (State, kv) {
 				st.Entries = append([]Entry(nil), st.Entries[s.Op-base:]...)
 			}
 			st.Snapshot, base = s, s.Op
-			state = decodeKV(s.Data)
+		case recRecovering:
+			st, base, recovering = State{}, 0, true
+		case recRecovered:
+			recovering = false
 		}
 		if r.err != nil {
 			panic(fmt.Sprintf("replay: record type %d: %v", rec[0], r.err))
 		}
 	}
-	return st, state
+	return st, recovering
 }
 
 // ---- client protocol ----
@@ -325,11 +330,18 @@ type simOptions struct {
 	cad *cadSimOptions
 	// perReplica adjusts one replica's configuration (mixed flags).
 	perReplica func(id sim.Addr, c *Config)
+	// engineLoss, if > 0, is the chance per draw that the nemesis takes a
+	// replica down and loses (or rolls back) its engine
+	// (engine_sim_test.go); engineTrustsLog is the mutation: a restart
+	// trusts the log's snapshot point whatever the engine holds.
+	engineLoss      float64
+	engineTrustsLog bool
 }
 
 // simCounters shows that a run exercised the paths it claims to.
 type simCounters struct {
 	snapshotsSent, snapshotsInstalled, recoveries, viewsStarted int
+	engineLosses                                                int // engine_sim_test.go
 }
 
 type parkedRead struct {
@@ -367,6 +379,10 @@ type simReplica struct {
 	// the operations proposed at AckAppended awaiting their ack.
 	overlay  map[string]kvVal
 	asyncOps map[[2]uint64]check.Op
+	// fs holds the engine's durable copy (engine_sim_test.go); recovering:
+	// the log says this replica recovers from the group (recRecovering).
+	fs         vfs.FS
+	recovering bool
 }
 
 func memberIDs(n int) []uint64 {
@@ -396,16 +412,17 @@ func simConfig(id sim.Addr, n int, o simOptions) Config {
 	return c
 }
 
-func newSimReplica(o simOptions) sim.ReplicaFactory {
+func newSimReplica(o simOptions) sim.BootFactory {
 	incarnation := map[sim.Addr]uint64{}
-	return func(id sim.Addr, cfg sim.Config, recovered [][]byte) sim.Node {
-		st, state := replay(recovered)
+	return func(id sim.Addr, b sim.Boot) sim.Node {
+		cfg := b.Config
+		st, state, recovering, reset := restoreDisk(b, o.engineTrustsLog)
 		incarnation[id]++
 		st.Bootstrap = incarnation[id] == 1
 		// A driver that knows its disk kept every d-log record it acked
 		// (a clean stop, or only sync writes, as some scenarios have).
 		st.DLogIntact = o.nilext != nil && o.nilext.intact
-		if o.lostState && incarnation[id] > 1 {
+		if (o.lostState && incarnation[id] > 1) || recovering {
 			// A restart (even from a wiped disk) is not a new group.
 			st.LostState = true
 			st.Nonce = incarnation[id]<<8 | uint64(id)
@@ -418,7 +435,11 @@ func newSimReplica(o simOptions) sim.ReplicaFactory {
 			panic(err)
 		}
 		core.mut = o.mut
-		n := &simReplica{id: id, o: o, core: core, state: state, recs: len(recovered), byCtx: map[uint64]parkedRead{}}
+		n := &simReplica{id: id, o: o, core: core, state: state, recs: len(b.Recovered), byCtx: map[uint64]parkedRead{}}
+		n.fs, n.recovering = b.FS, recovering
+		if reset {
+			n.dropLog()
+		}
 		n.ckpt = core.applied
 		return n
 	}
@@ -564,7 +585,7 @@ func (n *simReplica) drain() {
 		if rd.HasWrite() {
 			before := len(n.out.Persist)
 			if s := rd.Snapshot; s != nil {
-				n.out.Persist = append(n.out.Persist, appendSnapshot([]byte{recSnapshot}, s))
+				n.out.Persist = append(n.out.Persist, appendSnapshot([]byte{recSnapshot}, n.toEngine(s)))
 				if c := n.o.counters; c != nil {
 					c.snapshotsInstalled++
 				}
@@ -587,6 +608,7 @@ func (n *simReplica) drain() {
 				}
 				n.out.Persist = append(n.out.Persist, b)
 			}
+			n.noteRecovered()
 			n.recs += len(n.out.Persist) - before
 			n.seqAt = append(n.seqAt, struct {
 				recs int
@@ -649,7 +671,7 @@ func (n *simReplica) drain() {
 		if n.o.checkpoint > 0 && n.core.applied >= n.ckpt+n.o.checkpoint {
 			a := n.core.applied
 			s := Snapshot{Op: a, Clients: n.core.ClientTable(), Data: n.state.encode()}
-			n.out.Persist = append(n.out.Persist, appendSnapshot([]byte{recCheckpoint}, &s))
+			n.out.Persist = append(n.out.Persist, appendSnapshot([]byte{recCheckpoint}, n.toEngine(&s)))
 			n.recs++
 			n.ckpt = a
 			if a > n.o.keep {
