@@ -91,8 +91,12 @@ var parkedBehindFsync atomic.Uint64
 var syncerSkipsWake atomic.Bool
 
 // loopSweepEvery is the longest a loop sleeps between sweeps for timeouts (a
-// variable so a test can make a missed wake-up stand out).
-var loopSweepEvery = 250 * time.Millisecond
+// variable so a test can make a missed wake-up stand out). Atomic: the loops
+// are per process and outlive the test that started them, so a test that
+// changes it does so while other tests' loops read it.
+var loopSweepEvery atomic.Int64
+
+func init() { loopSweepEvery.Store(int64(250 * time.Millisecond)) }
 
 var errWouldBlock = errors.New("server: socket has no more input now")
 
@@ -547,7 +551,7 @@ func (l *loop) waitMillis() int {
 // sweepEvery is how often a loop checks idle and write timeouts: a fraction of
 // the shortest idle timeout, so that idle connections close within 1/8 past it.
 func (l *loop) sweepEvery() time.Duration {
-	d := loopSweepEvery
+	d := time.Duration(loopSweepEvery.Load())
 	if l.minIdle > 0 {
 		d = min(d, max(l.minIdle/8, 5*time.Millisecond))
 	}

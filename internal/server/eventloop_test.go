@@ -725,9 +725,8 @@ func TestLargeRepliesOfAWriteThatWaitedForAnFsync(t *testing.T) {
 // the loop stop watching that socket; the syncer must then wake the loop when it
 // gives the connection back, or the command waits for the next timeout sweep.
 func checkMutedConnectionServedPromptly(t *testing.T) error {
-	old := loopSweepEvery
-	loopSweepEvery = 5 * time.Second // a missed wake-up now costs seconds
-	defer func() { loopSweepEvery = old }()
+	old := loopSweepEvery.Swap(int64(5 * time.Second)) // a missed wake-up now costs seconds
+	defer loopSweepEvery.Store(old)
 	s, fs := startSlowServer(t, 200*time.Millisecond)
 	c := dial(t, s)
 	c.expect("PING => PONG") // the loop has slept with the new sweep interval since
