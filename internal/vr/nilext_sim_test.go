@@ -647,8 +647,10 @@ func TestNilextSimLeaderRestarts(t *testing.T) {
 		nx := nilextAt(level.CAD)
 		o := nilextGrantOptions()
 		exploreNilextRun(t, seedCount(30, 2000), 3, nx, o, followerReadsNilext(nx), leaderRestarts, judgeNilextCAD)
-		if st := o.cad.stats; st.followerServed == 0 || st.earlyAcks == 0 {
-			t.Fatalf("the run did not exercise follower reads and early acks: %s", st)
+		// (Early acks count ordered-path cad writes only, which are rare
+		// here: the fast path acks cad writes from memory on its own.)
+		if st := o.cad.stats; st.followerServed == 0 || st.leaderWaits == 0 {
+			t.Fatalf("the run did not exercise follower reads and durability waits: %s", st)
 		}
 		t.Logf("%s", o.cad.stats)
 	})
