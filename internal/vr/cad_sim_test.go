@@ -194,6 +194,12 @@ func (n *simReplica) cadRead(from sim.Addr, m clientReq) {
 		n.serveNow(from, m.Seq, v)
 		return
 	}
+	if n.nilextRead(from, m) {
+		// --nilext too: a key with a pending nilext update takes the slow
+		// path (ordered first); serveReads then holds the read to R
+		// (cadRewait), as vrshard's leaderRead does.
+		return
+	}
 	idx, err := n.core.LeaseRead(n.now)
 	if o.mode == cadModeAsync && err == nil {
 		if v, ok := n.overlay[m.Op.Key]; ok {
