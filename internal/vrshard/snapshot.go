@@ -78,12 +78,10 @@ func (r *Replica) captured(res snapResult) error {
 		delete(r.snapFor, to)
 		if err := r.core.SendSnapshot(to, res.s); err != nil {
 			r.log.Warn("snapshot not sent", "to", to, "err", err)
-			continue
 		}
-		r.st.snapsSent.Add(1)
-		r.log.Info("sent snapshot", "to", to, "op", res.s.Op, "bytes", len(res.s.Data))
 	}
-	// The core's Ready carries the message(s); run's loop handles it next.
+	// The core's Ready carries the message(s); run's loop handles it next
+	// (send counts and logs each snapshot that goes to the transport).
 	return nil
 }
 
@@ -179,6 +177,9 @@ func (r *Replica) send(m *vr.Message) {
 		if large && state {
 			// A retransmission (a recovering replica asks every heartbeat)
 			// or another copy of the state: it would only follow the first.
+			if s := m.Snapshot; s != nil {
+				r.log.Debug("snapshot dropped: the previous one for the peer is still being encoded", "to", m.To, "op", s.Op)
+			}
 			return
 		}
 		if len(h) < maxHeld {
@@ -192,6 +193,8 @@ func (r *Replica) send(m *vr.Message) {
 			h.until = time.Now().Add(holdFor(h.size, r.cfg.ViewChangeTimeout))
 		} // else its time starts once it is queued (sentLarge)
 		r.snapHolds[m.To] = h
+		r.st.snapsSent.Add(1)
+		r.log.Info("sent snapshot", "to", m.To, "op", s.Op, "bytes", len(s.Data))
 	}
 	if large {
 		r.held[m.To] = nil
