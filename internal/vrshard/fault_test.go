@@ -418,7 +418,7 @@ func TestABatchLargerThanAFrameCommits(t *testing.T) {
 // loaded a second snapshot. With CheckpointOps 40 (a checkpoint about every
 // second of the writes below) that took luck: one run in two to six failed
 // on a busy machine. With 10, several checkpoints fall in that half second
-// and every run failed (8 of 8).
+// and nearly every run failed (15 of 16).
 func TestALargeSnapshotIsEncodedOffTheDriver(t *testing.T) {
 	const encode = 2500 * time.Millisecond // the test cluster's view-change timeout is 1 s
 	c := newCluster(t, 3, func(o *Options) {
