@@ -504,6 +504,8 @@ type Stats struct {
 	LocalReads  uint64 // reads confirmed by a published lease, without the driver (leader lease and follower reads)
 	IndexReads  uint64 // linearizable reads that needed a read-index round
 	Checkpoints uint64
+	// SnapsSent counts snapshots handed to the transport (not a copy the
+	// core asked for while the last one was still being encoded: dropped).
 	SnapsSent   uint64
 	SnapsLoaded uint64
 	// SnapsCaptured counts snapshot captures started (one may serve several

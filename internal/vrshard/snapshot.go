@@ -78,12 +78,10 @@ func (r *Replica) captured(res snapResult) error {
 		delete(r.snapFor, to)
 		if err := r.core.SendSnapshot(to, res.s); err != nil {
 			r.log.Warn("snapshot not sent", "to", to, "err", err)
-			continue
 		}
-		r.st.snapsSent.Add(1)
-		r.log.Info("sent snapshot", "to", to, "op", res.s.Op, "bytes", len(res.s.Data))
 	}
-	// The core's Ready carries the message(s); run's loop handles it next.
+	// The core's Ready carries the message(s); run's loop handles it next
+	// (send counts and logs each snapshot that goes to the transport).
 	return nil
 }
 
@@ -179,6 +177,9 @@ func (r *Replica) send(m *vr.Message) {
 		if large && state {
 			// A retransmission (a recovering replica asks every heartbeat)
 			// or another copy of the state: it would only follow the first.
+			if s := m.Snapshot; s != nil {
+				r.log.Debug("snapshot dropped: the previous one for the peer is still being encoded", "to", m.To, "op", s.Op)
+			}
 			return
 		}
 		if len(h) < maxHeld {
@@ -187,7 +188,13 @@ func (r *Replica) send(m *vr.Message) {
 		return
 	}
 	if s := m.Snapshot; s != nil {
-		r.snapHolds[m.To] = snapHold{op: s.Op, until: time.Now().Add(holdFor(len(s.Data), r.cfg.ViewChangeTimeout))}
+		h := snapHold{op: s.Op, size: len(s.Data)}
+		if !large {
+			h.until = time.Now().Add(holdFor(h.size, r.cfg.ViewChangeTimeout))
+		} // else its time starts once it is queued (sentLarge)
+		r.snapHolds[m.To] = h
+		r.st.snapsSent.Add(1)
+		r.log.Info("sent snapshot", "to", m.To, "op", s.Op, "bytes", len(s.Data))
 	}
 	if large {
 		r.held[m.To] = nil
@@ -211,6 +218,10 @@ func (r *Replica) send(m *vr.Message) {
 // it follows.
 func (r *Replica) sentLarge(to uint64) {
 	r.largeOut--
+	if h, ok := r.snapHolds[to]; ok && h.until.IsZero() {
+		h.until = time.Now().Add(holdFor(h.size, r.cfg.ViewChangeTimeout))
+		r.snapHolds[to] = h
+	}
 	h := r.held[to]
 	delete(r.held, to)
 	for i := range h {
@@ -232,9 +243,18 @@ func ownMessage(m *vr.Message) vr.Message {
 // it: compacted past it before the peer installs it, the snapshot is stale
 // on arrival (the peer cannot catch up from the log) and another, as large,
 // is needed; under a steady write load that never ends.
+//
+// Its time runs from when the snapshot is queued on the link, not from when
+// the core sent it: a large one is encoded on a goroutine first (send), and
+// that takes about a second per GiB, longer on a loaded machine. Counted
+// from the core's send, the hold ran out while the snapshot was still being
+// encoded, a checkpoint then compacted past its op, and the peer needed a
+// second snapshot as large as the first. While it is encoded (until is
+// zero), the log is kept: the encoding is bounded, as a running capture is.
 type snapHold struct {
 	op    uint64
-	until time.Time
+	size  int       // bytes of state, for holdFor
+	until time.Time // zero while the snapshot is being encoded
 }
 
 // holdFor is how long the log is kept for a snapshot of size bytes: twice
@@ -246,15 +266,15 @@ func holdFor(size int, vct time.Duration) time.Duration {
 
 // holdLog lowers a compaction point to keep the log after the op of a
 // running capture (or the core would refuse the snapshot once it is ready)
-// and after every snapshot a peer may still be receiving, and forgets the
-// holds that ran out.
+// and after every snapshot still being encoded or that a peer may still be
+// receiving, and forgets the holds that ran out.
 func (r *Replica) holdLog(to uint64) uint64 {
 	if r.snapRunning {
 		to = min(to, r.snapAt)
 	}
 	now := time.Now()
 	for id, h := range r.snapHolds {
-		if now.After(h.until) {
+		if !h.until.IsZero() && now.After(h.until) {
 			delete(r.snapHolds, id)
 			continue
 		}
