@@ -78,13 +78,13 @@ func BenchmarkPingPong(b *testing.B) {
 	b.Run("transport", func(b *testing.B) {
 		pong := make(chan struct{}, 1)
 		var echo *Transport
-		nodes := cluster(b, 2, func(c *Config) {
+		nodes := cluster(b, 2, func(c *vrConfig) {
 			if c.Self == 1 {
 				c.Handler = func(uint64, []vr.Message) { pong <- struct{}{} }
 			} else {
 				c.Handler = func(from uint64, msgs []vr.Message) {
 					for range msgs {
-						_ = echo.Send(from, heartbeat(2, 1))
+						_ = echo.sendVR(from, heartbeat(2, 1))
 					}
 				}
 			}
@@ -96,7 +96,7 @@ func BenchmarkPingPong(b *testing.B) {
 		<-pong
 		b.ResetTimer()
 		for range b.N {
-			_ = nodes[0].tr.Send(2, ping)
+			_ = nodes[0].tr.sendVR(2, ping)
 			<-pong
 		}
 		b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "µs/rtt")
@@ -142,16 +142,16 @@ func BenchmarkPingPongSideBySide(b *testing.B) {
 	var echo *Transport
 	var inline atomic.Bool
 	reply := []vr.Message{*heartbeat(2, 1)}
-	nodes := cluster(b, 2, func(c *Config) {
+	nodes := cluster(b, 2, func(c *vrConfig) {
 		if c.Self == 1 {
 			c.Handler = func(uint64, []vr.Message) { pong <- struct{}{} }
 		} else {
 			c.Handler = func(from uint64, msgs []vr.Message) {
 				for range msgs {
 					if inline.Load() {
-						_ = echo.SendAll(reply)
+						_ = echo.sendAllVR(reply)
 					} else {
-						_ = echo.Send(from, &reply[0])
+						_ = echo.sendVR(from, &reply[0])
 					}
 				}
 			}
@@ -181,13 +181,13 @@ func BenchmarkPingPongSideBySide(b *testing.B) {
 		t1 := time.Now()
 		inline.Store(false)
 		for range block {
-			_ = a.Send(2, ping)
+			_ = a.sendVR(2, ping)
 			<-pong
 		}
 		t2 := time.Now()
 		inline.Store(true)
 		for range block {
-			_ = a.SendAll(pings)
+			_ = a.sendAllVR(pings)
 			<-pong
 		}
 		t3 := time.Now()
@@ -219,7 +219,7 @@ func BenchmarkStream(b *testing.B) {
 			const window = 2048
 			var received atomic.Int64
 			more := make(chan struct{}, 1)
-			nodes := cluster(b, 2, func(c *Config) {
+			nodes := cluster(b, 2, func(c *vrConfig) {
 				c.QueueLen = 2 * window
 				if c.Self == 2 {
 					c.Handler = func(_ uint64, msgs []vr.Message) {
@@ -242,7 +242,7 @@ func BenchmarkStream(b *testing.B) {
 					case <-time.After(time.Second):
 					}
 				}
-				_ = tr.Send(2, tc.m)
+				_ = tr.sendVR(2, tc.m)
 			}
 			for received.Load() < int64(b.N) {
 				<-more
@@ -282,8 +282,7 @@ func BenchmarkSend(b *testing.B) {
 			}()
 		}
 	}()
-	tr, err := New(Config{Self: 1, Peers: map[uint64]string{2: ln.Addr().String()}, ClusterSecret: testSecret, Cluster: 7,
-		Handler: func(uint64, []vr.Message) {}, QueueLen: 1 << 16})
+	tr, err := newVR(vrConfig{Config: Config{Self: 1, Peers: map[uint64]string{2: ln.Addr().String()}, ClusterSecret: testSecret, Cluster: 7, QueueLen: 1 << 16}, Handler: func(uint64, []vr.Message) {}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -292,7 +291,7 @@ func BenchmarkSend(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := range b.N {
-		_ = tr.Send(2, m)
+		_ = tr.sendVR(2, m)
 		if i%4096 == 4095 {
 			// Pace to the writer so the figure is not a count of drops.
 			for tr.Stats().Link(2).Queued > 1<<15 {
