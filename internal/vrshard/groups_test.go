@@ -1,36 +1,16 @@
 package vrshard
 
 import (
-	"bytes"
 	"fmt"
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/transport"
 )
-
-// syncBuf is a log sink safe for the replicas' and transports' goroutines.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // nodeTransports starts n node transports (ids 1..n) on loopback, each
 // serving its own listener, as internal/server does for a node.
@@ -125,7 +105,7 @@ func (c *cluster) openOn(i int, bootstrap bool) {
 // when a node's transport (every connection to and from it) is killed and
 // restarted under them.
 func TestTwoGroupsShareThreeNodeTransports(t *testing.T) {
-	logs := &syncBuf{}
+	logs := &logBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	nt := newNodeTransports(t, 3, log)
 	groups := map[uint64]*cluster{1: groupOn(t, nt, 1, log), 2: groupOn(t, nt, 2, log)}
