@@ -112,8 +112,12 @@ func AppendFrame(b []byte, group uint64, p Payload) []byte {
 	start := len(b)
 	b = append(b, make([]byte, FrameHeader)...)
 	engine, typ := p.Kind()
-	b = append(b, Version, byte(engine), typ)
-	b = binary.AppendUvarint(b, group)
+	if group < 0x80 { // one uvarint byte: the common case, in one append
+		b = append(b, Version, byte(engine), typ, byte(group))
+	} else {
+		b = append(b, Version, byte(engine), typ)
+		b = binary.AppendUvarint(b, group)
+	}
 	b = p.AppendBody(b)
 	payload := b[start+FrameHeader:]
 	binary.LittleEndian.PutUint32(b[start:], uint32(len(payload)))

@@ -5,8 +5,10 @@
 // Encoding: hand-written, no reflection, no gob: a version byte and the type
 // byte, then the header fields as uvarints, then the entries, an optional
 // snapshot, a reason string and the nilext durability log (Message.DLog),
-// each length-prefixed. The type also travels in the frame's envelope (for
-// the transport's dispatch); Decode checks that the two agree.
+// each length-prefixed (AppendMessage). In a peer frame the envelope
+// (internal/frame) carries the type, and its version stands for this
+// codec's current version, so a frame's body is the fields alone
+// (Payload, Decode).
 //
 // Besides the core's message types, two nilext types travel in VR's
 // numbering (MsgNilext, MsgNilextAck): the nilext fast path's client request
@@ -46,6 +48,9 @@ var (
 // 3: CAD header fields after HBSeq (Persisted, Applied, Readable, Grant,
 // AckSeq); a prepare-ok's Op now means "received in memory", Persisted
 // carries what Op meant before.
+//
+// A frame body (frame.Version 4) has version 3's fields without the two
+// leading bytes.
 const version = 3
 
 // oldVersion is still decoded: a version-2 prepare-ok's Op was the sender's
@@ -99,9 +104,16 @@ func NilextAcks(m *vr.Message) []vr.NilextAck {
 	return out
 }
 
-// AppendMessage appends the payload encoding of m to b.
+// AppendMessage appends the payload encoding of m to b: the version and
+// type bytes, then the fields (appendFields).
 func AppendMessage(b []byte, m *vr.Message) []byte {
-	b = append(b, version, byte(m.Type))
+	return appendFields(append(b, version, byte(m.Type)), m)
+}
+
+// appendFields appends m's fields in the current version's layout: the body
+// of a frame, whose envelope carries the type (and whose envelope version
+// implies this layout), or the rest of AppendMessage's payload.
+func appendFields(b []byte, m *vr.Message) []byte {
 	for _, v := range [...]uint64{m.Cluster, m.Epoch, m.ConfigHash, m.From, m.To, m.View,
 		m.LastNormalView, m.Op, m.Commit, m.First, m.Nonce, m.HBSeq,
 		m.Persisted, m.Applied, m.Readable, uint64(m.Grant), m.AckSeq} {
@@ -168,14 +180,16 @@ func AppendMessage(b []byte, m *vr.Message) []byte {
 const flagDLogStale = 1
 
 // Payload adapts m to the transport: its frames carry VR's engine id and
-// m's type in the envelope and this codec's encoding as the body. The
-// conversion allocates nothing; the transport encodes before Send returns.
+// m's type in the envelope and m's fields (appendFields: AppendMessage's
+// payload without the version and type bytes, which the envelope's version
+// and type stand for) as the body. The conversion allocates nothing; the
+// transport encodes before Send returns.
 func Payload(m *vr.Message) frame.Payload { return (*payload)(m) }
 
 type payload vr.Message
 
 func (p *payload) Kind() (frame.Engine, uint8) { return frame.EngineVR, uint8(p.Type) }
-func (p *payload) AppendBody(b []byte) []byte  { return AppendMessage(b, (*vr.Message)(p)) }
+func (p *payload) AppendBody(b []byte) []byte  { return appendFields(b, (*vr.Message)(p)) }
 
 // AppendFrame appends m as one frame of group 0 (a node's only group) to b.
 func AppendFrame(b []byte, m *vr.Message) []byte { return frame.AppendFrame(b, 0, Payload(m)) }
@@ -200,15 +214,7 @@ func decodeBody(fm *frame.Message, m *vr.Message) error {
 	if fm.Engine != frame.EngineVR {
 		return fmt.Errorf("%w: a %v message for VR group %d", ErrCorrupt, fm.Engine, fm.Group)
 	}
-	if err := DecodeMessage(fm.Body, m); err != nil {
-		return err
-	}
-	if uint8(m.Type) != fm.Type {
-		t := m.Type
-		*m = vr.Message{}
-		return fmt.Errorf("%w: envelope type %d, body type %d", ErrCorrupt, fm.Type, t)
-	}
-	return nil
+	return decodeFields(version, vr.MsgType(fm.Type), fm.Body, m)
 }
 
 // Decode turns one batch of a group's inbound frames, which came on the
@@ -287,23 +293,28 @@ func (d *decoder) count(what string, min int) int {
 // in m (entry data, snapshot data, results) alias p: the caller must not
 // reuse p while m is in use.
 func DecodeMessage(p []byte, m *vr.Message) error {
-	d := decoder{b: p}
 	if len(p) < 2 {
 		return fmt.Errorf("%w: short payload (%d bytes)", ErrCorrupt, len(p))
 	}
 	if p[0] != version && p[0] != oldVersion {
 		return fmt.Errorf("%w: payload version %d, want %d", ErrCorrupt, p[0], version)
 	}
-	*m = vr.Message{Type: vr.MsgType(p[1])}
+	return decodeFields(p[0], vr.MsgType(p[1]), p[2:], m)
+}
+
+// decodeFields decodes the fields of a message of type typ laid out as in
+// payload version ver.
+func decodeFields(ver byte, typ vr.MsgType, body []byte, m *vr.Message) error {
+	d := decoder{b: body}
+	*m = vr.Message{Type: typ}
 	if !m.Type.Valid() && !IsNilext(m.Type) {
-		return fmt.Errorf("%w: unknown message type %d", ErrCorrupt, p[1])
+		return fmt.Errorf("%w: unknown message type %d", ErrCorrupt, typ)
 	}
-	d.b = p[2:]
 	for _, f := range [...]*uint64{&m.Cluster, &m.Epoch, &m.ConfigHash, &m.From, &m.To, &m.View,
 		&m.LastNormalView, &m.Op, &m.Commit, &m.First, &m.Nonce, &m.HBSeq} {
 		*f = d.uv("header")
 	}
-	if p[0] == version {
+	if ver == version {
 		var grant uint64
 		for _, f := range [...]*uint64{&m.Persisted, &m.Applied, &m.Readable, &grant, &m.AckSeq} {
 			*f = d.uv("cad header")
