@@ -103,7 +103,8 @@ func (c *cluster) openOn(i int, bootstrap bool) {
 // whose replicas live on the same three node transports, over real TCP,
 // each make progress, never see each other's messages, and both recover
 // when a node's transport (every connection to and from it) is killed and
-// restarted under them.
+// restarted under them, and when one group's replica restarts on a node
+// transport that stays up.
 func TestTwoGroupsShareThreeNodeTransports(t *testing.T) {
 	logs := &logBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -142,7 +143,15 @@ func TestTwoGroupsShareThreeNodeTransports(t *testing.T) {
 	for _, c := range groups {
 		c.openOn(2, false)
 	}
-	write(40, 50)
+	write(40, 45)
+	// One group's replica on node 1 stops and reopens on the same node
+	// transport (its endpoint is unregistered and registered again) while
+	// the other group's replica there keeps running.
+	groups[1].reps[0].Close()
+	groups[1].reps[0] = nil
+	write(45, 48)
+	groups[1].openOn(0, false)
+	write(48, 50)
 	for g, c := range groups {
 		c.waitApplied(last[g], 15*time.Second)
 		for i := range c.reps {
