@@ -15,6 +15,11 @@ import (
 // replica group hands each connection to its transport, which adds the
 // identity phase and then runs replication; a single node runs only the
 // authentication phase and closes.
+//
+// A replicated node owns its peer transport (openReplica creates it; the
+// replica of each group the node hosts registers its group on it), and the
+// peer port hands every connection to it: one connection per peer node,
+// shared by all groups.
 
 // ErrPeerAuth is returned when a peer handshake fails authentication.
 var ErrPeerAuth = transport.ErrAuth
@@ -45,10 +50,11 @@ func (s *Server) servePeers() {
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
-		if s.vr != nil {
-			// The transport runs the same handshake (plus the cluster id and
-			// configuration hash) and then the replication protocol.
-			go s.vr.Transport().HandleConn(nc)
+		if s.peerTr != nil {
+			// The transport runs the same handshake (plus the peer protocol,
+			// cluster id and configuration hash) and then carries every
+			// hosted group's messages.
+			go s.peerTr.HandleConn(nc)
 			continue
 		}
 		go s.peerHandshake(nc)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kefirdb/kefir/internal/storage"
+	"github.com/kefirdb/kefir/internal/transport"
 	"github.com/kefirdb/kefir/internal/vr"
 	"github.com/kefirdb/kefir/internal/vrshard"
 )
@@ -105,7 +106,7 @@ func (s *Server) openReplica() (*vrshard.Replica, error) {
 		peers[m.ID] = m.PeerAddr
 		clients[m.ID] = m.ClientAddr
 	}
-	r, err := vrshard.Open(vrshard.Options{
+	opts := vrshard.Options{
 		Dir: filepath.Join(cfg.DataDir, "vr"),
 		FS:  cfg.FS,
 		VR: vr.Config{
@@ -133,10 +134,29 @@ func (s *Server) openReplica() (*vrshard.Replica, error) {
 		},
 		OnLogSync: s.fsyncObserver("replication"),
 		Logger:    s.log.With("component", "vr"),
+	}
+	// The node's peer transport: its handshake admits peers of the same
+	// cluster and group configuration (members, epoch, lease timing), whose
+	// hash is the one the replica runs with, defaults filled in.
+	gcfg, err := vrshard.GroupConfig(opts)
+	if err != nil {
+		return nil, fmt.Errorf("server: VR replica %d of cluster %d: %w", cfg.ReplicaID, cfg.ClusterID, err)
+	}
+	tr, err := transport.New(transport.Config{
+		Self: cfg.ReplicaID, Peers: peers, ClusterSecret: cfg.ClusterSecret,
+		Cluster: gcfg.Cluster, ConfigHash: gcfg.Hash(),
+		Logger: opts.Logger, // the transport adds "replica" itself
 	})
 	if err != nil {
+		return nil, fmt.Errorf("server: peer transport of node %d: %w", cfg.ReplicaID, err)
+	}
+	opts.Transport = tr
+	r, err := vrshard.Open(opts)
+	if err != nil {
+		tr.Close()
 		return nil, fmt.Errorf("server: open VR replica %d of cluster %d: %w", cfg.ReplicaID, cfg.ClusterID, err)
 	}
+	s.peerTr = tr
 	return r, nil
 }
 

@@ -37,6 +37,7 @@ import (
 
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/storage"
+	"github.com/kefirdb/kefir/internal/transport"
 	"github.com/kefirdb/kefir/internal/vrshard"
 )
 
@@ -80,8 +81,11 @@ type Server struct {
 
 	clientLn net.Listener
 	peerLn   net.Listener
-	httpLn   net.Listener
-	httpSrv  *http.Server
+	// peerTr is the node's peer transport (replicated nodes): the replica
+	// of each group this node hosts has an endpoint on it.
+	peerTr  *transport.Transport
+	httpLn  net.Listener
+	httpSrv *http.Server
 
 	mu     sync.Mutex
 	conns  map[*conn]struct{}
@@ -370,6 +374,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	var errs []error
 	if err := s.shard.Close(); err != nil {
 		errs = append(errs, err)
+	}
+	if s.peerTr != nil { // after the replica, which sends on it until it stops
+		s.peerTr.Close()
 	}
 	s.fwd.close()
 	if s.vr == nil { // the replica closed its own engine

@@ -77,26 +77,28 @@ func BenchmarkPingPong(b *testing.B) {
 	})
 	b.Run("transport", func(b *testing.B) {
 		pong := make(chan struct{}, 1)
-		var echo *Transport
-		nodes := cluster(b, 2, func(c *Config) {
+		var echo *Endpoint
+		nodes := cluster(b, 2, func(c *vrConfig) {
 			if c.Self == 1 {
 				c.Handler = func(uint64, []vr.Message) { pong <- struct{}{} }
 			} else {
 				c.Handler = func(from uint64, msgs []vr.Message) {
 					for range msgs {
-						_ = echo.Send(from, heartbeat(2, 1))
+						_ = echo.Send(from, wire.Payload(heartbeat(2, 1)))
 					}
 				}
 			}
 		})
-		echo = nodes[1].tr
+		echo = nodes[1].tr.ep()
 		ping := heartbeat(1, 2)
 		// Warm up: both connections dialed.
 		mustSend(b, nodes[0].tr, 2, ping)
 		<-pong
+		// A driver holds its endpoint and sends its messages through it.
+		ep, p := nodes[0].tr.ep(), wire.Payload(ping)
 		b.ResetTimer()
 		for range b.N {
-			_ = nodes[0].tr.Send(2, ping)
+			_ = ep.Send(2, p)
 			<-pong
 		}
 		b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "µs/rtt")
@@ -139,10 +141,10 @@ func BenchmarkPingPongSideBySide(b *testing.B) {
 	rbuf := make([]byte, len(frame))
 
 	pong := make(chan struct{}, 1)
-	var echo *Transport
+	var echo *Endpoint
 	var inline atomic.Bool
-	reply := []vr.Message{*heartbeat(2, 1)}
-	nodes := cluster(b, 2, func(c *Config) {
+	reply := []Outbound{{To: 1, Msg: wire.Payload(heartbeat(2, 1))}}
+	nodes := cluster(b, 2, func(c *vrConfig) {
 		if c.Self == 1 {
 			c.Handler = func(uint64, []vr.Message) { pong <- struct{}{} }
 		} else {
@@ -151,18 +153,20 @@ func BenchmarkPingPongSideBySide(b *testing.B) {
 					if inline.Load() {
 						_ = echo.SendAll(reply)
 					} else {
-						_ = echo.Send(from, &reply[0])
+						_ = echo.Send(from, reply[0].Msg)
 					}
 				}
 			}
 		}
 	})
-	echo = nodes[1].tr
+	echo = nodes[1].tr.ep()
 	a := nodes[0].tr
 	ping := heartbeat(1, 2)
-	pings := []vr.Message{*ping}
 	mustSend(b, a, 2, ping)
 	<-pong
+	// A driver holds its endpoint and sends its messages through it.
+	ep := a.ep()
+	pings := []Outbound{{To: 2, Msg: wire.Payload(ping)}}
 
 	const block = 64
 	var rawTime, sendTime, allTime time.Duration
@@ -181,13 +185,13 @@ func BenchmarkPingPongSideBySide(b *testing.B) {
 		t1 := time.Now()
 		inline.Store(false)
 		for range block {
-			_ = a.Send(2, ping)
+			_ = ep.Send(2, pings[0].Msg)
 			<-pong
 		}
 		t2 := time.Now()
 		inline.Store(true)
 		for range block {
-			_ = a.SendAll(pings)
+			_ = ep.SendAll(pings)
 			<-pong
 		}
 		t3 := time.Now()
@@ -219,7 +223,7 @@ func BenchmarkStream(b *testing.B) {
 			const window = 2048
 			var received atomic.Int64
 			more := make(chan struct{}, 1)
-			nodes := cluster(b, 2, func(c *Config) {
+			nodes := cluster(b, 2, func(c *vrConfig) {
 				c.QueueLen = 2 * window
 				if c.Self == 2 {
 					c.Handler = func(_ uint64, msgs []vr.Message) {
@@ -232,6 +236,7 @@ func BenchmarkStream(b *testing.B) {
 				}
 			})
 			tr := nodes[0].tr
+			ep, p := tr.ep(), wire.Payload(tc.m) // as a driver holds them
 			b.SetBytes(int64(len(wire.AppendFrame(nil, tc.m))))
 			b.ReportAllocs()
 			b.ResetTimer()
@@ -242,7 +247,7 @@ func BenchmarkStream(b *testing.B) {
 					case <-time.After(time.Second):
 					}
 				}
-				_ = tr.Send(2, tc.m)
+				_ = ep.Send(2, p)
 			}
 			for received.Load() < int64(b.N) {
 				<-more
@@ -282,17 +287,16 @@ func BenchmarkSend(b *testing.B) {
 			}()
 		}
 	}()
-	tr, err := New(Config{Self: 1, Peers: map[uint64]string{2: ln.Addr().String()}, ClusterSecret: testSecret, Cluster: 7,
-		Handler: func(uint64, []vr.Message) {}, QueueLen: 1 << 16})
+	tr, err := newVR(vrConfig{Config: Config{Self: 1, Peers: map[uint64]string{2: ln.Addr().String()}, ClusterSecret: testSecret, Cluster: 7, QueueLen: 1 << 16}, Handler: func(uint64, []vr.Message) {}})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer tr.Close()
-	m := heartbeat(1, 2)
+	ep, m := tr.ep(), wire.Payload(heartbeat(1, 2)) // as a driver holds them
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := range b.N {
-		_ = tr.Send(2, m)
+		_ = ep.Send(2, m)
 		if i%4096 == 4095 {
 			// Pace to the writer so the figure is not a count of drops.
 			for tr.Stats().Link(2).Queued > 1<<15 {

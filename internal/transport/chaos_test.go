@@ -57,22 +57,21 @@ func TestChaosKeepsEachLinkInOrderAndRecovers(t *testing.T) {
 	var delivered atomic.Int64
 	newInstance := func(self uint64, ln net.Listener) (*Transport, *instance) {
 		inst := &instance{last: map[uint64]uint64{}}
-		tr, err := New(Config{Self: self, Peers: peers, ClusterSecret: testSecret, Cluster: 7,
+		tr, err := newVR(vrConfig{Config: Config{Self: self, Peers: peers, ClusterSecret: testSecret, Cluster: 7,
 			DialBackoff: 2 * time.Millisecond, MaxDialBackoff: 20 * time.Millisecond, Seed: seed + self,
-			Logger: slog.New(slog.DiscardHandler),
-			Handler: func(from uint64, msgs []vr.Message) {
-				inst.mu.Lock()
-				defer inst.mu.Unlock()
-				for _, m := range msgs {
-					if m.Op <= inst.last[from] {
-						if violations.Add(1) <= 5 {
-							t.Errorf("node %d got op %d from %d after op %d", self, m.Op, from, inst.last[from])
-						}
+			Logger: slog.New(slog.DiscardHandler)}, Handler: func(from uint64, msgs []vr.Message) {
+			inst.mu.Lock()
+			defer inst.mu.Unlock()
+			for _, m := range msgs {
+				if m.Op <= inst.last[from] {
+					if violations.Add(1) <= 5 {
+						t.Errorf("node %d got op %d from %d after op %d", self, m.Op, from, inst.last[from])
 					}
-					inst.last[from] = m.Op
 				}
-				delivered.Add(int64(len(msgs)))
-			}})
+				inst.last[from] = m.Op
+			}
+			delivered.Add(int64(len(msgs)))
+		}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -121,10 +120,10 @@ func TestChaosKeepsEachLinkInOrderAndRecovers(t *testing.T) {
 					if m.Op%2 == 0 {
 						batch = append(batch, m)
 					} else {
-						_ = tr.Send(to, &m)
+						_ = tr.sendVR(to, &m)
 					}
 				}
-				_ = tr.SendAll(batch)
+				_ = tr.sendAllVR(batch)
 				time.Sleep(50 * time.Microsecond)
 			}
 		}(uint64(i + 1))

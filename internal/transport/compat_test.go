@@ -94,7 +94,7 @@ func legacyAccept(nc net.Conn, secret string) (string, error) {
 }
 
 func TestTheOriginalPeerDialAuthenticatesAgainstTheTransport(t *testing.T) {
-	nodes := cluster(t, 2, func(c *Config) { c.HandshakeTimeout = time.Second })
+	nodes := cluster(t, 2, func(c *vrConfig) { c.HandshakeTimeout = time.Second })
 	b := nodes[1]
 	// Phase 1 succeeds with both MACs checked: the transport checks the
 	// dialer's, the original dialer checks the transport's.
@@ -118,8 +118,7 @@ func TestTheTransportAuthenticatesAgainstTheOriginalAcceptor(t *testing.T) {
 	}
 	defer ln.Close()
 	logs := &logBuf{}
-	tr, err := New(Config{Self: 1, Peers: map[uint64]string{2: ln.Addr().String()}, ClusterSecret: testSecret,
-		Handler: newInbox().handle, Logger: slogTo(logs), DialBackoff: time.Hour, MaxDialBackoff: time.Hour})
+	tr, err := newVR(vrConfig{Config: Config{Self: 1, Peers: map[uint64]string{2: ln.Addr().String()}, ClusterSecret: testSecret, Logger: slogTo(logs), DialBackoff: time.Hour, MaxDialBackoff: time.Hour}, Handler: newInbox().handle})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,5 +136,63 @@ func TestTheTransportAuthenticatesAgainstTheOriginalAcceptor(t *testing.T) {
 	logs.waitLog(t, "speaks only phase 1", 5*time.Second)
 	if s := tr.Stats().Link(2); s.DialFailures != 1 || s.Sent != 0 {
 		t.Fatalf("stats %+v: want one failed handshake, nothing sent", s)
+	}
+}
+
+// Peer protocol 1 (before group-addressed frames) and 2 cannot replicate
+// together: each side refuses the other in the handshake and says why,
+// before a frame could be misparsed. A protocol-1 dialer sends a four-field
+// IDENT; a protocol-1 acceptor answers the five-field one with "ERR expected
+// IDENT".
+func TestAProtocol1PeerIsRefusedWithAClearError(t *testing.T) {
+	nodes := cluster(t, 2, nil)
+	b := nodes[1]
+
+	// A protocol-1 dialer (phase 1 as always, then its IDENT line).
+	nc, err := legacyPeerDial(b.ln.Addr().String(), "1", testSecret, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	_ = nc.SetDeadline(time.Now().Add(5 * time.Second))
+	fmt.Fprintf(nc, "IDENT 2 %016x %016x\n", uint64(7), b.tr.cfg.ConfigHash)
+	line, err := (&lineReader{r: nc}).line()
+	if err != nil || !strings.HasPrefix(line, "ERR ") || !strings.Contains(line, "peer protocol 1") || !strings.Contains(line, "rolling upgrade") {
+		t.Fatalf("the protocol-1 dialer was told %q (%v), want a refusal naming peer protocol 1", line, err)
+	}
+	eventually(t, 5*time.Second, func() bool { return b.tr.Stats().IdentityRefusals == 1 }, "the refusal counted")
+
+	// A protocol-1 acceptor.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	logs := &logBuf{}
+	tr, err := newVR(vrConfig{Config: Config{Self: 1, Peers: map[uint64]string{2: ln.Addr().String()}, ClusterSecret: testSecret,
+		Logger: slogTo(logs), DialBackoff: time.Hour, MaxDialBackoff: time.Hour}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	mustSend(t, tr, 2, msg(1, 2, 1))
+	old, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	_ = old.SetDeadline(time.Now().Add(5 * time.Second))
+	lr := &lineReader{r: old}
+	if _, err := acceptAuth(old, lr, testSecret); err != nil { // phase 1 is the same in both protocols
+		t.Fatal(err)
+	}
+	ident, err := lr.line()
+	if f := strings.Fields(ident); err != nil || len(f) != 5 || f[0] != "IDENT" || f[4] != "2" {
+		t.Fatalf("IDENT line %q (%v): want the protocol version as a fifth field", ident, err)
+	}
+	fmt.Fprintf(old, "ERR expected IDENT\n") // what a protocol-1 acceptor answers a five-field IDENT
+	logs.waitLog(t, "peer protocol 1", 5*time.Second)
+	if s := tr.Stats().Link(2); s.Sent != 0 {
+		t.Fatalf("stats %+v: nothing may be sent to a protocol-1 peer", s)
 	}
 }

@@ -28,11 +28,17 @@ import (
 //
 // Phase 2 (transport identity) follows "OK" on the same connection:
 //
-//	dialer → acceptor:  "IDENT <to> <cluster> <confighash>\n"
-//	acceptor → dialer:  "READY <self> <cluster> <confighash>\n"  or "ERR <reason>\n" and close
+//	dialer → acceptor:  "IDENT <to> <cluster> <confighash> <protocol>\n"
+//	acceptor → dialer:  "READY <self> <cluster> <confighash> <protocol>\n"  or "ERR <reason>\n" and close
 //
 // nodeID, to and self are decimal node ids, cluster and confighash are
-// 16-digit hex. The acceptor refuses a dialer whose id is not in its peer
+// 16-digit hex, protocol is the decimal peer protocol version (Protocol).
+// Protocol 1 had no protocol field (its IDENT and READY lines have four
+// fields) and frames without a group envelope; the two are not compatible,
+// so each side refuses the other in the handshake with an error that says
+// so, before any frame could be misparsed: a rolling upgrade from protocol 1
+// is not possible (stop every node, upgrade, start). The acceptor refuses
+// a dialer of another protocol, whose id is not in its peer
 // list, who meant to reach another node (<to> is not the acceptor's id: the
 // dialer's peer list maps this address to the wrong node), or whose cluster
 // or configuration hash differs (a different member list or epoch). The
@@ -43,6 +49,13 @@ import (
 // Phase 2 is not authenticated separately: the phase-1 MACs prove who is at
 // the other end; an attacker who can rewrite bytes in flight can also hijack
 // the connection after the handshake, which only TLS (Config.TLS) prevents.
+
+// Protocol is the peer protocol version this node speaks after the
+// handshake: 2 is group-addressed frames (internal/frame).
+const Protocol = 2
+
+// oldProtocol explains a refusal by, or of, a peer of peer protocol 1.
+const oldProtocol = "the peer speaks peer protocol 1 (a Kefir version from before group-addressed frames), this node speaks protocol 2; they cannot replicate together: upgrade every node of the cluster together (a rolling upgrade across this change is not possible)"
 
 const (
 	greeting = "KEFIR-PEER 1"
@@ -137,15 +150,25 @@ func dialHandshake(nc net.Conn, secret string, self Identity, to uint64) error {
 	}
 	var line string
 	var err error
-	if _, err := fmt.Fprintf(nc, "IDENT %d %016x %016x\n", to, self.Cluster, self.ConfigHash); err != nil {
+	if _, err := fmt.Fprintf(nc, "IDENT %d %016x %016x %d\n", to, self.Cluster, self.ConfigHash, Protocol); err != nil {
 		return fmt.Errorf("send identity: %w", err)
 	}
 	if line, err = lr.line(); err != nil {
 		return fmt.Errorf("read identity verdict (a peer that closes here speaks only phase 1): %w", err)
 	}
 	f := strings.Fields(line)
-	if len(f) != 4 || f[0] != "READY" {
+	if line == "ERR expected IDENT" {
+		// A protocol-1 acceptor's answer to an IDENT line with a fifth field.
+		return fmt.Errorf("%w: refused: %s", ErrIdentity, oldProtocol)
+	}
+	if len(f) == 4 && f[0] == "READY" {
+		return fmt.Errorf("%w: %s", ErrIdentity, oldProtocol)
+	}
+	if len(f) != 5 || f[0] != "READY" {
 		return refusal(line, ErrIdentity)
+	}
+	if f[4] != strconv.Itoa(Protocol) {
+		return fmt.Errorf("%w: the acceptor speaks peer protocol %q, this node %d", ErrIdentity, f[4], Protocol)
 	}
 	them, err := parseIdentity(f[1], f[2], f[3])
 	if err != nil {
@@ -255,9 +278,18 @@ func acceptHandshake(nc net.Conn, secret string, self Identity, known func(uint6
 		return 0, nil, fmt.Errorf("read identity of authenticated node %q (phase-1-only peer?): %w", node, err)
 	}
 	f := strings.Fields(line)
-	if len(f) != 4 || f[0] != "IDENT" {
+	if len(f) == 4 && f[0] == "IDENT" {
+		_, _ = fmt.Fprintf(nc, "ERR %s\n", oldProtocol)
+		return 0, nil, fmt.Errorf("%w: node %s: %s", ErrIdentity, node, oldProtocol)
+	}
+	if len(f) != 5 || f[0] != "IDENT" {
 		_, _ = fmt.Fprintf(nc, "ERR expected IDENT\n")
 		return 0, nil, fmt.Errorf("%w: expected IDENT, got %q", ErrProtocol, line)
+	}
+	if f[4] != strconv.Itoa(Protocol) {
+		reason := fmt.Sprintf("node %s speaks peer protocol %q, this node %d", node, f[4], Protocol)
+		_, _ = fmt.Fprintf(nc, "ERR %s\n", reason)
+		return 0, nil, fmt.Errorf("%w: %s", ErrIdentity, reason)
 	}
 	them, err := parseIdentity(node, f[2], f[3])
 	if err != nil {
@@ -284,7 +316,7 @@ func acceptHandshake(nc net.Conn, secret string, self Identity, known func(uint6
 		_, _ = fmt.Fprintf(nc, "ERR %s\n", reason)
 		return 0, nil, fmt.Errorf("%w: %s", ErrIdentity, reason)
 	}
-	if _, err := fmt.Fprintf(nc, "READY %d %016x %016x\n", self.Node, self.Cluster, self.ConfigHash); err != nil {
+	if _, err := fmt.Fprintf(nc, "READY %d %016x %016x %d\n", self.Node, self.Cluster, self.ConfigHash, Protocol); err != nil {
 		return 0, nil, fmt.Errorf("send ready: %w", err)
 	}
 	return them.Node, lr.rest(), nil

@@ -11,10 +11,74 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/frame"
 	"github.com/kefirdb/kefir/internal/vr"
+	"github.com/kefirdb/kefir/internal/wire"
 )
 
 const testSecret = "s3cret"
+
+// The tests carry VR messages (VR's codec, internal/wire, is the payload
+// production sends, and it checks addresses) in group testGroup, the group
+// wire.AppendFrame addresses raw frames to. The production package imports
+// neither (TestNoEngineImports).
+const testGroup = 0
+
+// vrConfig is a transport's Config plus the VR handler of its one group.
+type vrConfig struct {
+	Config
+	Handler    func(from uint64, msgs []vr.Message)
+	OnProgress func(from uint64)
+}
+
+// newVR starts a transport with group testGroup registered for VR.
+func newVR(c vrConfig) (*Transport, error) {
+	tr, err := New(c.Config)
+	if err != nil {
+		return nil, err
+	}
+	self := tr.Self()
+	h := c.Handler
+	if h == nil {
+		h = func(uint64, []vr.Message) {}
+	}
+	_, err = tr.Register(testGroup, frame.EngineVR, func(from uint64, in []frame.Message) error {
+		msgs, err := wire.Decode(from, self, in)
+		if err != nil {
+			return err
+		}
+		h(from, msgs)
+		return nil
+	}, c.OnProgress)
+	if err != nil {
+		tr.Close()
+		return nil, err
+	}
+	return tr, nil
+}
+
+func (t *Transport) ep() *Endpoint {
+	if e := t.endpoint(testGroup); e != nil {
+		return e
+	}
+	// Closed transports have no endpoints left to look up; an unregistered
+	// endpoint answers ErrClosed like the transport would.
+	e := &Endpoint{t: t, group: testGroup}
+	e.closed.Store(true)
+	return e
+}
+
+func (t *Transport) sendVR(to uint64, m *vr.Message) error { return t.ep().Send(to, wire.Payload(m)) }
+func (t *Transport) sendLargeVR(to uint64, m *vr.Message) error {
+	return t.ep().SendLarge(to, wire.Payload(m))
+}
+func (t *Transport) sendAllVR(msgs []vr.Message) error {
+	out := make([]Outbound, len(msgs))
+	for i := range msgs {
+		out[i] = Outbound{To: msgs[i].To, Msg: wire.Payload(&msgs[i])}
+	}
+	return t.ep().SendAll(out)
+}
 
 // inbox records what a node's Handler received.
 type inbox struct {
@@ -116,7 +180,7 @@ type node struct {
 
 // cluster starts n transports (ids 1..n) on 127.0.0.1, each serving its own
 // listener. adjust may change a node's Config before New.
-func cluster(t testing.TB, n int, adjust func(c *Config)) []*node {
+func cluster(t testing.TB, n int, adjust func(c *vrConfig)) []*node {
 	t.Helper()
 	lns := make([]net.Listener, n)
 	peers := map[uint64]string{}
@@ -131,19 +195,18 @@ func cluster(t testing.TB, n int, adjust func(c *Config)) []*node {
 	nodes := make([]*node, n)
 	for i := range nodes {
 		nd := &node{id: uint64(i + 1), ln: lns[i], in: newInbox(), log: &logBuf{}}
-		cfg := Config{
+		cfg := vrConfig{Config: Config{
 			Self:          nd.id,
 			Peers:         peers,
 			ClusterSecret: testSecret,
 			Cluster:       7,
-			Handler:       nd.in.handle,
 			Logger:        slog.New(slog.NewTextHandler(nd.log, &slog.HandlerOptions{Level: slog.LevelDebug})),
 			DialBackoff:   5 * time.Millisecond,
-		}
+		}, Handler: nd.in.handle}
 		if adjust != nil {
 			adjust(&cfg)
 		}
-		tr, err := New(cfg)
+		tr, err := newVR(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -166,7 +229,7 @@ func msg(from, to, op uint64) *vr.Message {
 
 func mustSend(t testing.TB, tr *Transport, to uint64, m *vr.Message) {
 	t.Helper()
-	if err := tr.Send(to, m); err != nil {
+	if err := tr.sendVR(to, m); err != nil {
 		t.Fatal(err)
 	}
 }

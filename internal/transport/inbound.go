@@ -9,8 +9,7 @@ import (
 	"net"
 	"time"
 
-	"github.com/kefirdb/kefir/internal/vr"
-	"github.com/kefirdb/kefir/internal/wire"
+	"github.com/kefirdb/kefir/internal/frame"
 )
 
 const (
@@ -74,6 +73,10 @@ func (t *Transport) serveConn(raw net.Conn) {
 		<-oldDone
 	}
 	p.c.inboundConn.Add(1)
+	select {
+	case p.back <- struct{}{}: // the peer is up: our writer need not back off from it
+	default:
+	}
 	log := p.log.With("remote", remote)
 	log.Debug("inbound peer connection authenticated")
 
@@ -85,10 +88,10 @@ func (t *Transport) serveConn(raw net.Conn) {
 	}
 	p.inMu.Unlock()
 	switch {
-	case errors.Is(err, wire.ErrCorrupt) || errors.Is(err, wire.ErrTooLarge):
+	case errors.Is(err, frame.ErrCorrupt) || errors.Is(err, frame.ErrTooLarge):
 		p.c.corrupt.Add(1)
 		log.Error("closing peer connection: corrupt frame", "err", err)
-	case errors.Is(err, errSpoofed):
+	case errors.Is(err, frame.ErrSpoofed):
 		p.c.spoofed.Add(1)
 		log.Error("closing peer connection: message not from the authenticated peer", "err", err)
 	case errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || t.ctx.Err() != nil:
@@ -98,15 +101,15 @@ func (t *Transport) serveConn(raw net.Conn) {
 	}
 }
 
-var errSpoofed = errors.New("transport: message with a forged or misdirected address")
-
 // readLoop reads frames from p's connection until it ends or misbehaves.
-// Every read's complete frames become one Handler call: they are copied
-// into one fresh slab (one allocation per batch, not per message) that the
-// decoded messages alias, so the Handler may keep them.
+// Every read's complete frames become one Handler call per group (a run of
+// consecutive messages of one group each): they are copied into one fresh
+// slab (one allocation per batch, not per message) that the messages'
+// bodies alias, so the Handlers may keep them.
 func (t *Transport) readLoop(p *peer, nc net.Conn, rest []byte) error {
 	maxFrame := t.cfg.MaxFrame
-	join := wire.Joiner{Max: t.cfg.MaxMessage}
+	join := frame.Joiner{Max: t.cfg.MaxMessage}
+	var msgs []frame.Message // reused: Handlers own the bodies, not the slice
 	var progressAt time.Time
 	buf := make([]byte, max(readBufSize, len(rest)))
 	hi := copy(buf, rest)
@@ -125,7 +128,7 @@ func (t *Transport) readLoop(p *peer, nc net.Conn, rest []byte) error {
 			sizes = sizes[:0]
 			span := 0
 			for len(sizes) < framesPerRead {
-				_, n, err := wire.CheckFrame(buf[lo+span:hi], maxFrame)
+				_, n, err := frame.CheckFrame(buf[lo+span:hi], maxFrame)
 				if err != nil {
 					return fmt.Errorf("frame at stream offset +%d: %w", span, err)
 				}
@@ -141,12 +144,12 @@ func (t *Transport) readLoop(p *peer, nc net.Conn, rest []byte) error {
 			slab := make([]byte, span)
 			copy(slab, buf[lo:lo+span])
 			lo += span
-			msgs := make([]vr.Message, 0, len(sizes))
+			msgs = msgs[:0]
 			off := 0
 			for _, n := range sizes {
 				// A fragment is copied out of the slab into the joined
 				// message; the slab is then garbage once no message aliases it.
-				whole, ok, err := join.Add(slab[off+wire.FrameHeader : off+n])
+				whole, ok, err := join.Add(slab[off+frame.FrameHeader : off+n])
 				off += n
 				if err != nil {
 					return err
@@ -154,14 +157,11 @@ func (t *Transport) readLoop(p *peer, nc net.Conn, rest []byte) error {
 				if !ok {
 					continue
 				}
-				msgs = append(msgs, vr.Message{})
-				m := &msgs[len(msgs)-1]
-				if err := wire.DecodeMessage(whole, m); err != nil {
+				m, err := frame.Open(whole)
+				if err != nil {
 					return err
 				}
-				if m.From != p.id || m.To != t.cfg.Self {
-					return fmt.Errorf("%w: %s on the connection authenticated as node %d to node %d", errSpoofed, m, p.id, t.cfg.Self)
-				}
+				msgs = append(msgs, m)
 			}
 			p.c.bytesIn.Add(uint64(span))
 			if len(msgs) == 0 {
@@ -171,17 +171,17 @@ func (t *Transport) readLoop(p *peer, nc net.Conn, rest []byte) error {
 				p.c.faultDroppedIn.Add(uint64(len(msgs)))
 				continue
 			}
-			p.c.received.Add(uint64(len(msgs)))
-			p.c.readBatches.Add(1)
-			t.cfg.Handler(p.id, msgs)
+			if err := t.dispatch(p, msgs); err != nil {
+				return err
+			}
 		}
 		// Only a message larger than a read is worth reporting (a partial
 		// small frame completes with the next read): keep the clock off the
 		// path of ordinary traffic.
-		if f := t.cfg.OnProgress; f != nil && (hi-lo >= readBufSize || join.Pending() > 0) {
+		if hi-lo >= readBufSize || join.Pending() > 0 {
 			if now := time.Now(); now.Sub(progressAt) >= progressEvery {
 				progressAt = now
-				f(p.id)
+				t.progress(p, &join, buf[lo+min(frame.FrameHeader, hi-lo):hi])
 			}
 		}
 		if rerr != nil {
@@ -205,14 +205,63 @@ func (t *Transport) readLoop(p *peer, nc net.Conn, rest []byte) error {
 			hi = copy(buf, buf[lo:hi])
 			lo = 0
 		}
-		if hi >= wire.FrameHeader {
-			need := wire.FrameHeader + int(binary.LittleEndian.Uint32(buf))
+		if hi >= frame.FrameHeader {
+			need := frame.FrameHeader + int(binary.LittleEndian.Uint32(buf))
 			if need > len(buf) {
 				// CheckFrame already refused sizes beyond maxFrame.
-				nb := make([]byte, max(need, min(2*len(buf), maxFrame+wire.FrameHeader)))
+				nb := make([]byte, max(need, min(2*len(buf), maxFrame+frame.FrameHeader)))
 				copy(nb, buf[:hi])
 				buf = nb
 			}
 		}
+	}
+}
+
+// dispatch hands each run of consecutive messages of one group to that
+// group's Handler, so each group sees its messages in the peer's order. A
+// group with no endpoint here has its messages dropped and counted: its
+// replica is not open yet (or closed), and the engine retransmits.
+func (t *Transport) dispatch(p *peer, msgs []frame.Message) error {
+	groups := *t.groups.Load()
+	for len(msgs) > 0 {
+		g := msgs[0].Group
+		n := 1
+		for n < len(msgs) && msgs[n].Group == g {
+			n++
+		}
+		run := msgs[:n:n]
+		msgs = msgs[n:]
+		e := groups[g]
+		if e == nil || e.closed.Load() {
+			p.c.unrouted.Add(uint64(len(run)))
+			continue
+		}
+		for i := range run {
+			if run[i].Engine != e.engine {
+				return fmt.Errorf("%w: a %v message for group %d, which runs %v here", frame.ErrCorrupt, run[i].Engine, g, e.engine)
+			}
+		}
+		if err := e.handler(p.id, run); err != nil {
+			return fmt.Errorf("group %d: %w", g, err)
+		}
+		p.c.received.Add(uint64(len(run)))
+		p.c.readBatches.Add(1)
+	}
+	return nil
+}
+
+// progress tells the group whose message is arriving (the joiner's
+// unfinished one, else the partial frame at the head of the read buffer,
+// whose payload starts at head) that it is on its way.
+func (t *Transport) progress(p *peer, join *frame.Joiner, head []byte) {
+	g, ok := join.PendingGroup()
+	if !ok && join.Pending() == 0 {
+		g, ok = frame.PeekGroup(head)
+	}
+	if !ok {
+		return
+	}
+	if e := t.endpoint(g); e != nil && e.onProgress != nil && !e.closed.Load() {
+		e.onProgress(p.id)
 	}
 }

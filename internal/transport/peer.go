@@ -13,8 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/kefirdb/kefir/internal/vr"
-	"github.com/kefirdb/kefir/internal/wire"
+	"github.com/kefirdb/kefir/internal/frame"
 )
 
 // keepBuf is the largest buffer kept for reuse once empty. Larger ones (a
@@ -37,6 +36,10 @@ type peer struct {
 	addr string
 	log  *slog.Logger
 	wake chan struct{} // capacity 1: "the queue is not empty"
+	// back (capacity 1) says the peer just connected to us: it is up, so
+	// the writer's dial backoff, grown while it was down, no longer
+	// applies (serveConn; the writer resets it).
+	back chan struct{}
 	c    counters
 
 	// partitioned mirrors fault.Partition for the inbound reader, which must
@@ -73,9 +76,9 @@ type peer struct {
 	lastDue  int64      // due of the last delayed message; keeps order under jitter
 }
 
-func (p *peer) send(m *vr.Message) error {
+func (p *peer) send(group uint64, m frame.Payload) error {
 	p.mu.Lock()
-	err := p.enqueueLocked(m, nil)
+	err := p.enqueueLocked(group, m, nil)
 	p.mu.Unlock()
 	p.kick()
 	return err
@@ -84,7 +87,7 @@ func (p *peer) send(m *vr.Message) error {
 // sendFrames queues one message already encoded as frames (SendLarge).
 func (p *peer) sendFrames(frames []byte) error {
 	p.mu.Lock()
-	err := p.enqueueLocked(nil, frames)
+	err := p.enqueueLocked(0, nil, frames)
 	p.mu.Unlock()
 	p.kick()
 	return err
@@ -99,9 +102,10 @@ func (p *peer) kick() {
 }
 
 // enqueueLocked applies the link's fault and the queue bounds, and appends
-// m's frames, or frames (one message already encoded) when m is nil; an
-// empty queue takes frames without a copy. REQUIRES: p.mu held.
-func (p *peer) enqueueLocked(m *vr.Message, frames []byte) error {
+// m's frames addressed to group, or frames (one message already encoded)
+// when m is nil; an empty queue takes frames without a copy. REQUIRES: p.mu
+// held.
+func (p *peer) enqueueLocked(group uint64, m frame.Payload, frames []byte) error {
 	if p.closed {
 		return ErrClosed
 	}
@@ -123,7 +127,7 @@ func (p *peer) enqueueLocked(m *vr.Message, frames []byte) error {
 	}
 	switch {
 	case m != nil:
-		p.buf = wire.AppendFrames(p.buf, m, p.t.cfg.MaxFrame)
+		p.buf = frame.AppendFrames(p.buf, group, m, p.t.cfg.MaxFrame)
 	case len(p.buf) == 0:
 		p.buf = frames
 	default:
@@ -331,6 +335,14 @@ func (p *peer) run() {
 				timer.Reset(wait)
 				select {
 				case <-timer.C:
+				case <-p.back:
+					// The peer connected to us: it is up again. Redial at
+					// once on the next send instead of sleeping out a backoff
+					// that grew while it was down (a returning follower would
+					// otherwise not hear its leader for up to MaxDialBackoff).
+					timer.Stop()
+					failures = 0
+					p.log.Debug("peer connected to us; dial backoff reset")
 				case <-p.t.ctx.Done():
 					timer.Stop()
 					midFrame = false
@@ -346,6 +358,10 @@ func (p *peer) run() {
 				p.log.Info("peer connected", "after_failures", failures)
 			}
 			failures = 0
+			select {
+			case <-p.back: // stale: we are connected
+			default:
+			}
 			p.c.connected.Store(true)
 			var raw syscall.RawConn
 			if sc, ok := nc.(syscall.Conn); ok {

@@ -22,7 +22,7 @@ func TestSendAllRoutesEachMessageAndWritesInlineWhenTheWriterIsIdle(t *testing.T
 	op := uint64(2)
 	eventually(t, 5*time.Second, func() bool {
 		batch := []vr.Message{*msg(1, 2, op), *msg(1, 3, op), *msg(1, 2, op+1), *msg(1, 3, op+1)}
-		if err := a.SendAll(batch); err != nil {
+		if err := a.sendAllVR(batch); err != nil {
 			t.Fatal(err)
 		}
 		op += 2
@@ -37,7 +37,7 @@ func TestSendAllRoutesEachMessageAndWritesInlineWhenTheWriterIsIdle(t *testing.T
 			}
 		}
 	}
-	if err := a.SendAll([]vr.Message{*msg(1, 9, 1), *msg(1, 2, op)}); !errors.Is(err, ErrUnknownPeer) {
+	if err := a.sendAllVR([]vr.Message{*msg(1, 9, 1), *msg(1, 2, op)}); !errors.Is(err, ErrUnknownPeer) {
 		t.Fatalf("SendAll with an unknown peer: %v", err)
 	}
 	if g := nodes[1].in.wait(t, int(op), 5*time.Second)[op-1]; g.m.Op != op {
@@ -55,8 +55,7 @@ func TestAPartlyWrittenMessageNeverCorruptsTheNextConnection(t *testing.T) {
 	}
 	defer ln.Close()
 	in := newInbox()
-	a, err := New(Config{Self: 1, Peers: map[uint64]string{2: ln.Addr().String()}, ClusterSecret: testSecret, Cluster: 7,
-		Handler: in.handle, DialBackoff: time.Millisecond, WriteTimeout: 300 * time.Millisecond})
+	a, err := newVR(vrConfig{Config: Config{Self: 1, Peers: map[uint64]string{2: ln.Addr().String()}, ClusterSecret: testSecret, Cluster: 7, DialBackoff: time.Millisecond, WriteTimeout: 300 * time.Millisecond}, Handler: in.handle})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +82,7 @@ func TestAPartlyWrittenMessageNeverCorruptsTheNextConnection(t *testing.T) {
 	time.Sleep(20 * time.Millisecond)
 	big := msg(1, 2, 2)
 	big.Entries[0].Data = make([]byte, 64<<20) // far beyond the socket buffers
-	if err := a.SendAll([]vr.Message{*big}); err != nil {
+	if err := a.sendAllVR([]vr.Message{*big}); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("after SendAll: %+v", a.Stats().Link(2))
@@ -117,8 +116,7 @@ func TestACutMidFrameNeverLeaksIntoTheNextConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	a, err := New(Config{Self: 1, Peers: map[uint64]string{2: ln.Addr().String()}, ClusterSecret: testSecret, Cluster: 7,
-		Handler: func(uint64, []vr.Message) {}, DialBackoff: time.Millisecond, MaxDialBackoff: 2 * time.Millisecond})
+	a, err := newVR(vrConfig{Config: Config{Self: 1, Peers: map[uint64]string{2: ln.Addr().String()}, ClusterSecret: testSecret, Cluster: 7, DialBackoff: time.Millisecond, MaxDialBackoff: 2 * time.Millisecond}, Handler: func(uint64, []vr.Message) {}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +148,7 @@ func TestACutMidFrameNeverLeaksIntoTheNextConnection(t *testing.T) {
 			t.Fatalf("round %d: first frame on a fresh connection: %v", i, err)
 		}
 		time.Sleep(time.Millisecond) // let the writer park
-		if err := a.SendAll([]vr.Message{*big}); err != nil {
+		if err := a.sendAllVR([]vr.Message{*big}); err != nil {
 			t.Fatal(err)
 		}
 		_ = nc.SetLinger(0) // reset, so the writer learns at once
@@ -164,7 +162,7 @@ func TestACutMidFrameNeverLeaksIntoTheNextConnection(t *testing.T) {
 				case <-stop:
 					return
 				case <-time.After(2 * time.Millisecond):
-					_ = a.Send(2, msg(1, 2, uint64(i+2)))
+					_ = a.sendVR(2, msg(1, 2, uint64(i+2)))
 				}
 			}
 		}()

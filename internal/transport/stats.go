@@ -56,7 +56,7 @@ type counters struct {
 	inlineWrites                                    atomic.Uint64
 	midFrameDrops                                   atomic.Uint64 // tests: the partial-head path ran
 	received, readBatches, bytesIn, faultDroppedIn  atomic.Uint64
-	corrupt, spoofed                                atomic.Uint64
+	corrupt, spoofed, unrouted                      atomic.Uint64
 	connects, reconnects, dialFailures, inboundConn atomic.Uint64
 	connected                                       atomic.Bool
 }
@@ -82,6 +82,7 @@ type LinkStats struct {
 	FaultDroppedIn uint64 // inbound messages discarded by a Partition
 	Corrupt        uint64 // connections closed for a bad frame (checksum, size, decode)
 	Spoofed        uint64 // connections closed for a message whose From or To is wrong
+	Unrouted       uint64 // inbound messages for a group with no endpoint here (dropped)
 	InboundConns   uint64 // authenticated inbound connections accepted
 }
 
@@ -101,6 +102,7 @@ func (s *LinkStats) add(o LinkStats) {
 	s.FaultDroppedIn += o.FaultDroppedIn
 	s.Corrupt += o.Corrupt
 	s.Spoofed += o.Spoofed
+	s.Unrouted += o.Unrouted
 	s.InboundConns += o.InboundConns
 }
 
@@ -137,6 +139,7 @@ func (t *Transport) Stats() Stats {
 			FaultDroppedIn: c.faultDroppedIn.Load(),
 			Corrupt:        c.corrupt.Load(),
 			Spoofed:        c.spoofed.Load(),
+			Unrouted:       c.unrouted.Load(),
 			InboundConns:   c.inboundConn.Load(),
 		}
 		s.Links = append(s.Links, l)

@@ -54,7 +54,7 @@ func clusterTLS(t *testing.T) *tls.Config {
 
 func TestTLSCarriesTheHandshakeAndMessages(t *testing.T) {
 	cfg := clusterTLS(t)
-	nodes := cluster(t, 2, func(c *Config) { c.TLS = cfg })
+	nodes := cluster(t, 2, func(c *vrConfig) { c.TLS = cfg })
 	for op := uint64(1); op <= 100; op++ {
 		mustSend(t, nodes[0].tr, 2, msg(1, 2, op))
 	}
@@ -67,7 +67,7 @@ func TestTLSCarriesTheHandshakeAndMessages(t *testing.T) {
 
 func TestAPlaintextPeerCannotReachATLSNode(t *testing.T) {
 	cfg := clusterTLS(t)
-	nodes := cluster(t, 2, func(c *Config) {
+	nodes := cluster(t, 2, func(c *vrConfig) {
 		// Each side waits for the other to speak first (greeting vs
 		// ClientHello) until the handshake timeout.
 		c.HandshakeTimeout = 200 * time.Millisecond

@@ -1,55 +1,69 @@
-// Package transport is the production peer transport: it carries the
-// replication core's messages (vr.Message, encoded by internal/wire) between
-// nodes over authenticated TCP (optionally TLS) connections.
+// Package transport is the production peer transport of a node: it carries
+// the messages of every replica group the node hosts between nodes over
+// authenticated TCP (optionally TLS) connections. It moves opaque,
+// group-addressed payloads (internal/frame) and knows no engine: each engine
+// owns its message codec (VR's is internal/wire).
+//
+// A node creates one Transport; each replica it hosts registers its group
+// (Register) with a Handler for its inbound messages and gets an Endpoint to
+// send with. All groups share the node's connections: one outbound
+// connection to each peer node (and that peer's one connection to us), not
+// one per group.
 //
 // Shape, per peer:
 //
-//	Send / SendAll (driver goroutine, never waits for the network)
+//	Endpoint.Send / SendAll (driver goroutine, never waits for the network)
 //	  └─ encodes the frame into the peer's queue (bounded; overflow drops the new message);
 //	     SendAll then writes the queue itself with one non-blocking write if the
 //	     peer's writer is parked (no hand-off), else wakes the writer
 //	writer goroutine (one per peer)
-//	  └─ dials on demand (timeout, capped exponential backoff with jitter),
+//	  └─ dials on demand (timeout, capped exponential backoff with jitter,
+//	     reset when the peer connects to us: it is back),
 //	     takes everything queued and writes it with ONE Write (one syscall per batch),
 //	     holds messages back for an injected link delay (order kept)
 //	reader goroutine (one per accepted connection)
-//	  └─ reads as much as the socket has, checks every frame's CRC, decodes the
-//	     whole read into one []vr.Message and hands it to the Handler
+//	  └─ reads as much as the socket has, checks every frame's CRC, opens
+//	     the envelopes and hands each group's run of messages to that
+//	     group's Handler (one call per group per read)
 //
-// Order: a peer's messages reach the Handler in the order it sent them, with
-// gaps for losses, also across reconnects (a new inbound connection from a
-// peer starts delivering only after the old one's reader has stopped).
+// Order: a peer's messages of one group reach the group's Handler in the
+// order it sent them, with gaps for losses, also across reconnects (a new
+// inbound connection from a peer starts delivering only after the old one's
+// reader has stopped).
 //
 // Every pair of nodes uses two connections, one per direction: a node dials
 // each peer for its outbound messages and accepts the peer's connection for
 // inbound ones. That avoids dial races and lets each side reconnect alone.
 //
-// Loss is part of the contract: VR tolerates lost messages and retransmits,
-// so the transport never blocks the core to avoid a loss. A full queue drops
-// the message being sent; a failed dial drops what was queued for that peer
-// (it is stale by the time a later dial succeeds); a failed write drops its
-// batch. Every drop is counted (Stats).
+// Loss is part of the contract: the engines tolerate lost messages and
+// retransmit, so the transport never blocks a driver to avoid a loss. A full
+// queue drops the message being sent; a failed dial drops what was queued for
+// that peer (it is stale by the time a later dial succeeds); a failed write
+// drops its batch; a message for a group that has no endpoint here (not
+// opened yet, or closed) is dropped. Every drop is counted (Stats).
 //
 // Trust: a connection is admitted only after the handshake (handshake.go)
-// proves the cluster secret and matching cluster id and configuration hash.
-// Every inbound message must then carry the authenticated peer's id in From
-// and ours in To; one that does not closes the connection, as does a frame
-// with a bad checksum (the stream's framing can no longer be trusted).
+// proves the cluster secret, the peer protocol version and matching cluster
+// id and configuration hash. A frame with a bad checksum closes the
+// connection (the stream's framing can no longer be trusted), and so does a
+// Handler's error: the engine's codec checks that every message carries the
+// authenticated peer's id and ours (frame.ErrSpoofed) and decodes
+// (frame.ErrCorrupt).
 //
 // Fault injection (SetLinkFault): per-link one-way delay with jitter (order
 // kept), random drops, and partitions, changeable at run time, for
-// experiments that emulate network distance and for tests.
+// experiments that emulate network distance and for tests. A fault is the
+// node link's, so it affects every group on it, as a real network would.
 //
-// Use from a node: New with the cluster's peer map, secret and vr.Config
-// identity (Cluster, Hash()); either Listen on the peer address or, if the
-// node owns the peer listener, hand each accepted connection untouched to
-// HandleConn. The driver calls SendAll with each Ready's messages and
-// receives batches in Handler; Stats feeds the node's metrics;
+// Use from a node: New with the cluster's peer map, secret and identity
+// (Cluster, ConfigHash); either Listen on the peer address or, if the node
+// owns the peer listener, hand each accepted connection untouched to
+// HandleConn; Register each hosted group. Stats feeds the node's metrics;
 // SetLinkFault is for experiments.
 //
-// This package imports internal/vr (message type) and internal/wire (codec)
-// and the standard library. It must not import internal/server,
-// internal/shard or any driver: they use it, not the reverse.
+// This package imports internal/frame and the standard library. It must not
+// import internal/vr, internal/wire, internal/server, internal/shard or any
+// driver: they use it, not the reverse (purity test: TestNoEngineImports).
 package transport
 
 import (
@@ -68,16 +82,17 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/kefirdb/kefir/internal/vr"
-	"github.com/kefirdb/kefir/internal/wire"
+	"github.com/kefirdb/kefir/internal/frame"
 )
 
 // Errors callers branch on.
 var (
 	// ErrUnknownPeer: Send to a node id that is not in Config.Peers.
 	ErrUnknownPeer = errors.New("transport: unknown peer")
-	// ErrClosed: the transport has been closed.
+	// ErrClosed: the transport, or the endpoint, has been closed.
 	ErrClosed = errors.New("transport: closed")
+	// ErrGroupTaken: Register for a group that already has an endpoint.
+	ErrGroupTaken = errors.New("transport: group already registered")
 )
 
 // Defaults for zero Config fields.
@@ -94,13 +109,16 @@ const (
 	DefaultMaxDialBackoff       = 2 * time.Second
 )
 
-// Handler receives the messages of one read from peer `from`, in the order
-// the peer sent them. The handler owns msgs and every byte slice in them.
-// It is called from one goroutine per inbound connection, so it must be safe
+// Handler receives one group's messages of one read from peer `from`, in
+// the order the peer sent them. The handler owns every Body (they alias a
+// fresh buffer) but not the msgs slice, which is reused after it returns. It
+// is called from one goroutine per inbound connection, so it must be safe
 // for concurrent use; while it runs, that connection is not read (a slow
 // handler pushes back on the sender, whose queue then drops). It must return
-// for Close to finish.
-type Handler func(from uint64, msgs []vr.Message)
+// for Close to finish. An error (a message that does not decode, or is not
+// from `from` to us) closes the connection: its stream cannot be trusted;
+// wrap frame.ErrCorrupt or frame.ErrSpoofed so Stats counts it.
+type Handler func(from uint64, msgs []frame.Message) error
 
 // Config configures a Transport.
 type Config struct {
@@ -122,20 +140,13 @@ type Config struct {
 	// ServerName or InsecureSkipVerify with VerifyPeerCertificate
 	// accordingly), tls.Server when accepting.
 	TLS *tls.Config
-	// Handler receives inbound messages. Required.
-	Handler Handler
-	// OnProgress, if set, is told (from a connection's reader, at most every
-	// progressEvery) that a message from a peer larger than one read (64 KiB)
-	// is arriving but not whole yet: a snapshot, say, is on its way, and the
-	// messages queued behind it on the peer's stream wait for it.
-	OnProgress func(from uint64)
 	// Logger receives connection events (nil: discard). Lines carry this
 	// replica's id ("replica") and the peer's; the caller's logger must not
 	// carry "replica" already.
 	Logger *slog.Logger
 
 	// MaxFrame bounds one frame, inbound and outbound (default
-	// wire.DefaultMaxFrame); a larger message (a snapshot of a large state)
+	// frame.DefaultMaxFrame); a larger message (a snapshot of a large state)
 	// is sent as fragments of at most this size. Every member must use the
 	// same value.
 	MaxFrame int
@@ -172,7 +183,7 @@ type Config struct {
 
 func (c *Config) fill() {
 	if c.MaxFrame == 0 {
-		c.MaxFrame = wire.DefaultMaxFrame
+		c.MaxFrame = frame.DefaultMaxFrame
 	}
 	if c.MaxMessage == 0 {
 		c.MaxMessage = DefaultMaxMessage
@@ -231,15 +242,12 @@ func (c *Config) validate() error {
 	if c.ClusterSecret == "" {
 		errs = append(errs, errors.New("a cluster secret is required (peers are authenticated with it)"))
 	}
-	if c.Handler == nil {
-		errs = append(errs, errors.New("a Handler is required"))
-	}
 	for id, addr := range c.Peers {
 		if id != c.Self && addr == "" {
 			errs = append(errs, fmt.Errorf("peer %d has no address", id))
 		}
 	}
-	if c.MaxFrame < wire.FrameHeader || c.QueueLen < 1 || c.MaxQueueBytes < 1 {
+	if c.MaxFrame < frame.FrameHeader || c.QueueLen < 1 || c.MaxQueueBytes < 1 {
 		errs = append(errs, fmt.Errorf("MaxFrame %d, QueueLen %d and MaxQueueBytes %d must be positive", c.MaxFrame, c.QueueLen, c.MaxQueueBytes))
 	}
 	if int64(c.MaxFrame) > math.MaxUint32 || c.MaxMessage < int64(c.MaxFrame) {
@@ -271,6 +279,10 @@ type Transport struct {
 	closed    bool
 	listeners map[net.Listener]struct{}
 	conns     map[net.Conn]struct{} // every inbound connection, handshaking or not
+
+	// groups maps a group id to its endpoint; readers load it per batch
+	// without a lock, Register and Endpoint.Close replace it under mu.
+	groups atomic.Pointer[map[uint64]*Endpoint]
 
 	authFailures  atomic.Uint64
 	identityFails atomic.Uint64
@@ -306,16 +318,91 @@ func New(cfg Config) (*Transport, error) {
 			addr: addr,
 			log:  t.log.With("peer", id, "peer_addr", addr),
 			wake: make(chan struct{}, 1),
+			back: make(chan struct{}, 1),
 			rng:  rand.New(rand.NewPCG(cfg.Seed, id)),
 		}
 		t.peers[id] = p
 	}
+	t.groups.Store(&map[uint64]*Endpoint{})
 	for _, p := range t.peers {
 		t.wg.Add(1)
 		go p.run()
 	}
 	return t, nil
 }
+
+// Endpoint is one replica group's access to the node's transport: it sends
+// the group's messages, and its Handler receives them. Its methods are safe
+// for concurrent use.
+type Endpoint struct {
+	t          *Transport
+	group      uint64
+	engine     frame.Engine
+	handler    Handler
+	onProgress func(from uint64)
+	closed     atomic.Bool
+}
+
+// Register gives group (run by engine) an endpoint: h receives the group's
+// inbound messages, and onProgress, if not nil, is told (from a
+// connection's reader, at most every progressEvery) that a message of the
+// group from a peer, larger than one read (64 KiB), is arriving but not
+// whole yet: a snapshot, say, is on its way, and the messages queued behind
+// it on the peer's stream wait for it. Until Register, the group's inbound
+// messages are dropped (counted as Unrouted), as they are after the
+// endpoint's Close.
+func (t *Transport) Register(group uint64, engine frame.Engine, h Handler, onProgress func(from uint64)) (*Endpoint, error) {
+	if h == nil {
+		return nil, fmt.Errorf("transport: Register group %d: a Handler is required", group)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return nil, ErrClosed
+	}
+	old := *t.groups.Load()
+	if _, ok := old[group]; ok {
+		return nil, fmt.Errorf("%w: %d", ErrGroupTaken, group)
+	}
+	e := &Endpoint{t: t, group: group, engine: engine, handler: h, onProgress: onProgress}
+	m := make(map[uint64]*Endpoint, len(old)+1)
+	for g, x := range old {
+		m[g] = x
+	}
+	m[group] = e
+	t.groups.Store(&m)
+	return e, nil
+}
+
+// Close unregisters the endpoint: its group's inbound messages are dropped
+// from now on, and its sends fail with ErrClosed. A Handler call already
+// running may finish. The transport stays up for the other groups.
+func (e *Endpoint) Close() {
+	if e.closed.Swap(true) {
+		return
+	}
+	t := e.t
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	old := *t.groups.Load()
+	m := make(map[uint64]*Endpoint, len(old))
+	for g, x := range old {
+		if x != e {
+			m[g] = x
+		}
+	}
+	t.groups.Store(&m)
+}
+
+// Group returns the endpoint's group id.
+func (e *Endpoint) Group() uint64 { return e.group }
+
+// Transport returns the node transport the endpoint belongs to (for Stats
+// and link faults, which are the node's, shared by all its groups).
+func (e *Endpoint) Transport() *Transport { return e.t }
+
+// endpoint returns the registered endpoint of group (nil if none).
+func (t *Transport) endpoint(group uint64) *Endpoint { return (*t.groups.Load())[group] }
 
 // Self returns this node's id.
 func (t *Transport) Self() uint64 { return t.cfg.Self }
@@ -325,16 +412,27 @@ func (t *Transport) now() int64 { return int64(time.Since(t.start)) }
 
 // Send queues m for peer `to` and returns at once; it never waits for the
 // network. The message is encoded before Send returns, so the caller may
-// reuse m and its slices. A message that does not fit the peer's queue, or
-// that an injected fault drops, is counted and discarded: the return value
-// is nil then too, because loss is normal for the protocol above. Errors are
-// for programming mistakes: ErrUnknownPeer, ErrClosed.
-func (t *Transport) Send(to uint64, m *vr.Message) error {
-	p := t.peers[to]
-	if p == nil {
-		return t.unknownPeer(to)
+// reuse m and what it refers to. A message that does not fit the peer's
+// queue, or that an injected fault drops, is counted and discarded: the
+// return value is nil then too, because loss is normal for the protocols
+// above. Errors are for programming mistakes: ErrUnknownPeer, ErrClosed.
+func (e *Endpoint) Send(to uint64, m frame.Payload) error {
+	p, err := e.peer(to)
+	if err != nil {
+		return err
 	}
-	return p.send(m)
+	return p.send(e.group, m)
+}
+
+func (e *Endpoint) peer(to uint64) (*peer, error) {
+	if e.closed.Load() {
+		return nil, ErrClosed
+	}
+	p := e.t.peers[to]
+	if p == nil {
+		return nil, e.t.unknownPeer(to)
+	}
+	return p, nil
 }
 
 func (t *Transport) unknownPeer(id uint64) error {
@@ -346,15 +444,21 @@ func (t *Transport) unknownPeer(id uint64) error {
 // own without holding the peer's queue, then queues it. It may run on any
 // goroutine; a caller that needs it in order with its other messages to the
 // same peer holds those back until SendLarge returns.
-func (t *Transport) SendLarge(to uint64, m *vr.Message) error {
-	p := t.peers[to]
-	if p == nil {
-		return t.unknownPeer(to)
+func (e *Endpoint) SendLarge(to uint64, m frame.Payload) error {
+	p, err := e.peer(to)
+	if err != nil {
+		return err
 	}
-	return p.sendFrames(wire.AppendFrames(nil, m, t.cfg.MaxFrame))
+	return p.sendFrames(frame.AppendFrames(nil, e.group, m, e.t.cfg.MaxFrame))
 }
 
-// SendAll queues every message of msgs for its m.To, like Send, and then
+// Outbound is one message of a SendAll batch.
+type Outbound struct {
+	To  uint64
+	Msg frame.Payload
+}
+
+// SendAll queues every message of msgs for its To, like Send, and then
 // pushes each peer it touched: when that peer's writer goroutine is parked
 // on a live plain-TCP connection, the peer's whole queue is written right
 // here with one non-blocking write, which saves a goroutine hand-off (the
@@ -362,7 +466,11 @@ func (t *Transport) SendLarge(to uint64, m *vr.Message) error {
 // for the network. A driver passes all of one Ready's messages in one call,
 // so each peer still gets one write per batch. It returns the first error
 // (ErrUnknownPeer, ErrClosed); the other messages are still sent.
-func (t *Transport) SendAll(msgs []vr.Message) error {
+func (e *Endpoint) SendAll(msgs []Outbound) error {
+	if e.closed.Load() {
+		return ErrClosed
+	}
+	t := e.t
 	var first error
 	var touched [8]*peer
 	pushed := touched[:0]
@@ -376,7 +484,7 @@ func (t *Transport) SendAll(msgs []vr.Message) error {
 			continue
 		}
 		p.mu.Lock()
-		err := p.enqueueLocked(m, nil)
+		err := p.enqueueLocked(e.group, m.Msg, nil)
 		p.mu.Unlock()
 		if err != nil {
 			if first == nil {

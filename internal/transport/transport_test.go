@@ -9,9 +9,11 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/frame"
 	"github.com/kefirdb/kefir/internal/vr"
 	"github.com/kefirdb/kefir/internal/wire"
 )
@@ -55,7 +57,7 @@ func TestSendIsSafeToReuseTheMessageAfterward(t *testing.T) {
 }
 
 func TestManySendsBecomeFewWrites(t *testing.T) {
-	nodes := cluster(t, 2, func(c *Config) { c.QueueLen = 1 << 20 })
+	nodes := cluster(t, 2, func(c *vrConfig) { c.QueueLen = 1 << 20 })
 	const n = 20000
 	for op := uint64(1); op <= n; op++ {
 		mustSend(t, nodes[0].tr, 2, msg(1, 2, op))
@@ -91,8 +93,8 @@ func TestReconnectsAfterThePeerRestarts(t *testing.T) {
 		return err == nil
 	}, "relisten on %s", addr)
 	in := newInbox()
-	b2, err := New(Config{Self: 2, Peers: map[uint64]string{1: a.ln.Addr().String(), 2: addr},
-		ClusterSecret: testSecret, Cluster: 7, Handler: in.handle})
+	b2, err := newVR(vrConfig{Config: Config{Self: 2, Peers: map[uint64]string{1: a.ln.Addr().String(), 2: addr},
+		ClusterSecret: testSecret, Cluster: 7}, Handler: in.handle})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +118,7 @@ func TestReconnectsAfterThePeerRestarts(t *testing.T) {
 }
 
 func TestAPeerWithTheWrongSecretIsRefused(t *testing.T) {
-	nodes := cluster(t, 2, func(c *Config) {
+	nodes := cluster(t, 2, func(c *vrConfig) {
 		if c.Self == 1 {
 			c.ClusterSecret = "not-the-secret"
 		}
@@ -142,16 +144,16 @@ func TestAPeerWithTheWrongSecretIsRefused(t *testing.T) {
 func TestANodeWithADifferentConfigurationIsRefused(t *testing.T) {
 	cases := []struct {
 		name    string
-		adjust  func(c *Config) // applied to node 1 only
-		wantLog string          // in node 2's log
+		adjust  func(c *vrConfig) // applied to node 1 only
+		wantLog string            // in node 2's log
 	}{
-		{"other cluster", func(c *Config) { c.Cluster = 8 }, "cluster 0000000000000008 differs"},
-		{"other peer list", func(c *Config) { c.Peers = withPeer(c.Peers, 3, "127.0.0.1:1") }, "configuration"},
-		{"explicit config hash", func(c *Config) { c.ConfigHash = 0xdead }, "configuration 000000000000dead differs"},
+		{"other cluster", func(c *vrConfig) { c.Cluster = 8 }, "cluster 0000000000000008 differs"},
+		{"other peer list", func(c *vrConfig) { c.Peers = withPeer(c.Peers, 3, "127.0.0.1:1") }, "configuration"},
+		{"explicit config hash", func(c *vrConfig) { c.ConfigHash = 0xdead }, "configuration 000000000000dead differs"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			nodes := cluster(t, 2, func(c *Config) {
+			nodes := cluster(t, 2, func(c *vrConfig) {
 				if c.Self == 1 {
 					tc.adjust(c)
 				}
@@ -186,8 +188,8 @@ func TestADialerThatMeantAnotherNodeIsRefused(t *testing.T) {
 	in := newInbox()
 	peers := map[uint64]string{1: "127.0.0.1:1", 2: "127.0.0.1:1", 3: nodes[1].ln.Addr().String()}
 	lb := &logBuf{}
-	confused, err := New(Config{Self: 1, Peers: peers, ClusterSecret: testSecret, Cluster: 7,
-		ConfigHash: nodes[1].tr.cfg.ConfigHash, Handler: in.handle, Logger: slogTo(lb)})
+	confused, err := newVR(vrConfig{Config: Config{Self: 1, Peers: peers, ClusterSecret: testSecret, Cluster: 7,
+		ConfigHash: nodes[1].tr.cfg.ConfigHash, Logger: slogTo(lb)}, Handler: in.handle})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,7 +250,7 @@ func TestACorruptFrameClosesTheConnectionAndIsCounted(t *testing.T) {
 }
 
 func TestAnOversizedFrameIsRefused(t *testing.T) {
-	nodes := cluster(t, 2, func(c *Config) { c.MaxFrame = 1 << 10 })
+	nodes := cluster(t, 2, func(c *vrConfig) { c.MaxFrame = 1 << 10 })
 	b := nodes[1]
 	nc := dialRaw(t, b, 1)
 	big := msg(1, 2, 1)
@@ -389,7 +391,7 @@ func TestAPartitionDropsBothWaysUntilHealed(t *testing.T) {
 }
 
 func TestDropRateDropsAboutThatShare(t *testing.T) {
-	nodes := cluster(t, 2, func(c *Config) { c.Seed = 42 })
+	nodes := cluster(t, 2, func(c *vrConfig) { c.Seed = 42 })
 	a, b := nodes[0], nodes[1]
 	if err := a.tr.SetLinkFault(2, Fault{DropRate: 0.5}); err != nil {
 		t.Fatal(err)
@@ -432,8 +434,7 @@ func TestSendNeverBlocksAndDropsWhenTheQueueIsFull(t *testing.T) {
 		}
 	}()
 	in := newInbox()
-	tr, err := New(Config{Self: 1, Peers: map[uint64]string{2: ln.Addr().String()}, ClusterSecret: testSecret,
-		Handler: in.handle, QueueLen: 100, HandshakeTimeout: 10 * time.Second})
+	tr, err := newVR(vrConfig{Config: Config{Self: 1, Peers: map[uint64]string{2: ln.Addr().String()}, ClusterSecret: testSecret, QueueLen: 100, HandshakeTimeout: 10 * time.Second}, Handler: in.handle})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -446,7 +447,7 @@ func TestSendNeverBlocksAndDropsWhenTheQueueIsFull(t *testing.T) {
 	if s.Queued > 100 || s.Dropped < n-100 || s.Queued+int64(s.Dropped) != n {
 		t.Fatalf("stats %+v: want at most 100 queued and the rest of %d dropped", s, n)
 	}
-	if err := tr.Send(9, msg(1, 9, 1)); !errors.Is(err, ErrUnknownPeer) {
+	if err := tr.sendVR(9, msg(1, 9, 1)); !errors.Is(err, ErrUnknownPeer) {
 		t.Fatalf("Send to an unknown peer: %v", err)
 	}
 }
@@ -459,8 +460,7 @@ func TestUnreachablePeerIsRetriedWithBackoff(t *testing.T) {
 	addr := ln.Addr().String()
 	ln.Close() // nothing listens there now: dials are refused at once
 	in := newInbox()
-	tr, err := New(Config{Self: 1, Peers: map[uint64]string{2: addr}, ClusterSecret: testSecret,
-		Handler: in.handle, DialBackoff: 20 * time.Millisecond, MaxDialBackoff: 40 * time.Millisecond})
+	tr, err := newVR(vrConfig{Config: Config{Self: 1, Peers: map[uint64]string{2: addr}, ClusterSecret: testSecret, DialBackoff: 20 * time.Millisecond, MaxDialBackoff: 40 * time.Millisecond}, Handler: in.handle})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -498,7 +498,7 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 		for i := range trs {
 			ins[i] = newInbox()
 			var err error
-			trs[i], err = New(Config{Self: uint64(i + 1), Peers: peers, ClusterSecret: testSecret, Handler: ins[i].handle})
+			trs[i], err = newVR(vrConfig{Config: Config{Self: uint64(i + 1), Peers: peers, ClusterSecret: testSecret}, Handler: ins[i].handle})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -530,7 +530,7 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 				t.Fatalf("%d messages still counted as queued after Close", q)
 			}
 		}
-		if err := trs[0].Send(2, msg(1, 2, 1)); !errors.Is(err, ErrClosed) {
+		if err := trs[0].sendVR(2, msg(1, 2, 1)); !errors.Is(err, ErrClosed) {
 			t.Fatalf("Send after Close: %v", err)
 		}
 	}()
@@ -552,19 +552,33 @@ func closeWithin(t *testing.T, tr *Transport, d time.Duration) {
 }
 
 func TestConfigIsValidated(t *testing.T) {
-	h := func(uint64, []vr.Message) {}
 	for _, tc := range []struct {
 		cfg  Config
 		want string
 	}{
-		{Config{Self: 1, Handler: h}, "cluster secret"},
-		{Config{Self: 1, ClusterSecret: "x"}, "Handler"},
-		{Config{Self: 1, ClusterSecret: "x", Handler: h, Peers: map[uint64]string{2: ""}}, "peer 2 has no address"},
-		{Config{Self: 1, ClusterSecret: "x", Handler: h, DialBackoff: time.Second, MaxDialBackoff: time.Millisecond}, "MaxDialBackoff"},
+		{Config{Self: 1}, "cluster secret"},
+		{Config{Self: 1, ClusterSecret: "x", Peers: map[uint64]string{2: ""}}, "peer 2 has no address"},
+		{Config{Self: 1, ClusterSecret: "x", DialBackoff: time.Second, MaxDialBackoff: time.Millisecond}, "MaxDialBackoff"},
 	} {
 		if _, err := New(tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("New(%+v) = %v, want an error mentioning %q", tc.cfg, err, tc.want)
 		}
+	}
+	// A group needs a Handler, and a group has one endpoint.
+	tr, err := New(Config{Self: 1, ClusterSecret: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	if _, err := tr.Register(1, frame.EngineVR, nil, nil); err == nil || !strings.Contains(err.Error(), "Handler") {
+		t.Errorf("Register without a Handler: %v", err)
+	}
+	h := func(uint64, []frame.Message) error { return nil }
+	if _, err := tr.Register(1, frame.EngineVR, h, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.Register(1, frame.EngineVR, h, nil); !errors.Is(err, ErrGroupTaken) {
+		t.Errorf("a second Register of group 1: %v, want ErrGroupTaken", err)
 	}
 }
 
@@ -584,23 +598,29 @@ func TestDerivedConfigHashDependsOnClusterAndMembers(t *testing.T) {
 	}
 }
 
-func ExampleTransport_Send() {
-	// Two nodes on loopback: node 1 sends a heartbeat to node 2.
+func ExampleEndpoint_Send() {
+	// Two nodes on loopback, each hosting a replica of VR group 5: node 1's
+	// replica sends a heartbeat to node 2's. VR's codec (internal/wire)
+	// encodes and decodes; the transport only moves group 5's frames.
 	ln1, _ := net.Listen("tcp", "127.0.0.1:0")
 	ln2, _ := net.Listen("tcp", "127.0.0.1:0")
 	peers := map[uint64]string{1: ln1.Addr().String(), 2: ln2.Addr().String()}
 	got := make(chan vr.Message, 1)
-	n1, _ := New(Config{Self: 1, Peers: peers, ClusterSecret: "s", Handler: func(uint64, []vr.Message) {}})
-	n2, _ := New(Config{Self: 2, Peers: peers, ClusterSecret: "s", Handler: func(from uint64, msgs []vr.Message) {
+	n1, _ := New(Config{Self: 1, Peers: peers, ClusterSecret: "s"})
+	n2, _ := New(Config{Self: 2, Peers: peers, ClusterSecret: "s"})
+	defer n1.Close()
+	defer n2.Close()
+	g1, _ := n1.Register(5, frame.EngineVR, func(uint64, []frame.Message) error { return nil }, nil)
+	_, _ = n2.Register(5, frame.EngineVR, func(from uint64, in []frame.Message) error {
+		msgs, err := wire.Decode(from, 2, in)
 		for _, m := range msgs {
 			got <- m
 		}
-	}})
-	defer n1.Close()
-	defer n2.Close()
+		return err
+	}, nil)
 	go n1.Serve(ln1)
 	go n2.Serve(ln2)
-	_ = n1.Send(2, &vr.Message{Type: vr.MsgCommit, From: 1, To: 2, View: 3, Commit: 41})
+	_ = g1.Send(2, wire.Payload(&vr.Message{Type: vr.MsgCommit, From: 1, To: 2, View: 3, Commit: 41}))
 	m := <-got
 	fmt.Println(m.Type, m.From, m.View, m.Commit)
 	// Output: commit 1 3 41
@@ -611,7 +631,7 @@ func ExampleTransport_Send() {
 // Before fragments the receiver refused its one oversized frame and closed
 // the connection, so a replica could never again be sent such a state.
 func TestAMessageLargerThanAFrameArrivesWhole(t *testing.T) {
-	nodes := cluster(t, 2, func(c *Config) { c.MaxFrame = 4 << 10 })
+	nodes := cluster(t, 2, func(c *vrConfig) { c.MaxFrame = 4 << 10 })
 	big := msg(1, 2, 2)
 	big.Entries[0].Data = make([]byte, 100<<10)
 	for i := range big.Entries[0].Data {
@@ -637,7 +657,7 @@ func TestAMessageLargerThanAFrameArrivesWhole(t *testing.T) {
 // A message joined from fragments is bounded by MaxMessage: beyond it the
 // connection is closed and counted, and nothing of it is delivered.
 func TestAJoinedMessageOverMaxMessageIsRefused(t *testing.T) {
-	nodes := cluster(t, 2, func(c *Config) { c.MaxFrame, c.MaxMessage = 1<<10, 8<<10 })
+	nodes := cluster(t, 2, func(c *vrConfig) { c.MaxFrame, c.MaxMessage = 1<<10, 8<<10 })
 	big := msg(1, 2, 1)
 	big.Entries[0].Data = make([]byte, 20<<10)
 	mustSend(t, nodes[0].tr, 2, big)
@@ -686,10 +706,21 @@ func TestWriteTimeoutBoundsProgressNotTheWholeBatch(t *testing.T) {
 func TestProgressIsReportedWhileALargeMessageArrives(t *testing.T) {
 	var mu sync.Mutex
 	var from []uint64
-	nodes := cluster(t, 2, func(c *Config) {
+	nodes := cluster(t, 2, func(c *vrConfig) {
 		c.MaxFrame = 4 << 10
 		c.OnProgress = func(id uint64) { mu.Lock(); from = append(from, id); mu.Unlock() }
 	})
+	// A group that is not the one whose message arrives hears nothing of it.
+	var other atomic.Int64
+	if _, err := nodes[1].tr.Register(testGroup+1, frame.EngineVR, func(uint64, []frame.Message) error { return nil },
+		func(uint64) { other.Add(1) }); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if n := other.Load(); n != 0 {
+			t.Errorf("group %d was told %d times of group %d's large message", testGroup+1, n, testGroup)
+		}
+	}()
 	b := nodes[1]
 	nc := dialRaw(t, b, 1)
 	big := msg(1, 2, 1)
@@ -720,7 +751,7 @@ func TestProgressIsReportedWhileALargeMessageArrives(t *testing.T) {
 // still carrying (a snapshot asked for again before the first was written):
 // the second is dropped and counted; the first arrives.
 func TestASecondLargeMessageIsNotQueuedBehindTheFirst(t *testing.T) {
-	nodes := cluster(t, 2, func(c *Config) { c.MaxFrame, c.MaxQueueBytes = 16<<10, 64<<10 })
+	nodes := cluster(t, 2, func(c *vrConfig) { c.MaxFrame, c.MaxQueueBytes = 16<<10, 64<<10 })
 	a := nodes[0]
 	if err := a.tr.SetLinkFault(2, Fault{Delay: 300 * time.Millisecond}); err != nil {
 		t.Fatal(err) // the writer holds the first message for the delay
@@ -730,12 +761,12 @@ func TestASecondLargeMessageIsNotQueuedBehindTheFirst(t *testing.T) {
 		m.Entries[0].Data = make([]byte, 100<<10)
 		return m
 	}
-	if err := a.tr.SendLarge(2, big(1)); err != nil {
+	if err := a.tr.sendLargeVR(2, big(1)); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 5*time.Second, func() bool { return a.tr.Stats().Link(2).Queued == 1 }, "first large message queued")
 	time.Sleep(50 * time.Millisecond) // the writer has taken it
-	if err := a.tr.SendLarge(2, big(2)); err != nil {
+	if err := a.tr.sendLargeVR(2, big(2)); err != nil {
 		t.Fatal(err)
 	}
 	got := nodes[1].in.wait(t, 1, 5*time.Second)

@@ -336,7 +336,7 @@ func (r *Replica) nxStart(calls []*nxCall) {
 		m := vr.Message{Type: wire.MsgNilext, DLog: reqs}
 		r.stamp(&m, to)
 		r.st.nxSent.Add(1)
-		_ = r.tr.Send(to, &m)
+		_ = r.ep.Send(to, wire.Payload(&m))
 	}
 }
 
@@ -429,7 +429,7 @@ func (r *Replica) nxRoute(acks []vr.NilextAck) {
 			m := wire.NilextAcksMessage(as[:n])
 			r.stamp(&m, to)
 			r.st.nxAcksSent.Add(uint64(n))
-			_ = r.tr.Send(to, &m)
+			_ = r.ep.Send(to, wire.Payload(&m))
 			as = as[n:]
 		}
 	}

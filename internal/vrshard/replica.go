@@ -36,19 +36,29 @@ type Options struct {
 	// disk) runs VR recovery before it takes part again. Pass it only on the
 	// very first start of a group.
 	Bootstrap bool
-	// Peers maps every member's id to its peer address (host:port).
+	// Transport is the node's peer transport, shared by every replica the
+	// node hosts (internal/server creates it): the replica registers Group
+	// on it and sends and receives through that endpoint. If nil, the
+	// replica starts a transport of its own from Peers, ClusterSecret, TLS,
+	// Listener and PeerMaxFrame, and closes it with itself (a node hosting
+	// one replica; tests).
+	Transport *transport.Transport
+	// Group is the replica group's id on the transport (0 for a node's only
+	// group). Every member of a group uses the same id.
+	Group uint64
+	// Peers maps every member's id to its peer address (host:port); used
+	// only without Transport.
 	Peers map[uint64]string
 	// ClientAddrs optionally maps member ids to their client (RESP)
 	// addresses, so a NotLeaderError can say where the leader listens.
 	ClientAddrs   map[uint64]string
 	ClusterSecret string
 	TLS           *tls.Config
-	// Listener, if set, is served for inbound peer connections. A node that
-	// owns its peer port passes none and hands connections to
-	// Transport().HandleConn instead.
+	// Listener, if set, is served for inbound peer connections by the
+	// replica's own transport (without Transport).
 	Listener net.Listener
-	// PeerMaxFrame bounds one frame on the peer transport (default
-	// wire.DefaultMaxFrame); a larger message, such as a snapshot of a big
+	// PeerMaxFrame bounds one frame on the replica's own peer transport
+	// (default frame.DefaultMaxFrame); a larger message, such as a snapshot of a big
 	// state, travels as several frames. Every member must agree on it.
 	PeerMaxFrame int
 	// Storage tunes the engine; Devices and FS are filled from Dir and FS
@@ -215,7 +225,7 @@ func (o *Options) fill() error {
 		o.Storage.Logger = o.Logger
 	}
 	for _, m := range c.Members {
-		if m != c.Self && o.Peers[m] == "" {
+		if o.Transport == nil && m != c.Self && o.Peers[m] == "" {
 			return fmt.Errorf("vrshard: no peer address for member %d", m)
 		}
 	}
@@ -557,7 +567,8 @@ type Replica struct {
 	db    *storage.DB
 	wal   *wal
 	app   *applier
-	tr    *transport.Transport
+	ep    *transport.Endpoint  // this group's endpoint on the node transport (peer.go)
+	ownTr *transport.Transport // the transport Open started, if not given one
 	start time.Time
 	mut   mutations
 
@@ -828,23 +839,10 @@ func Open(opts Options) (*Replica, error) {
 	r.log.Info("vr replica open", "bootstrap", st.Bootstrap, "lost_state", st.LostState,
 		"snapshot_op", ws.snap.Op, "log_entries", len(ws.entries), "view", ws.hs.View,
 		"commit", ws.hs.Commit, "engine_version", db.LastVersion())
-	tr, err := transport.New(transport.Config{
-		Self: r.cfg.Self, Peers: opts.Peers, ClusterSecret: opts.ClusterSecret,
-		Cluster: r.cfg.Cluster, ConfigHash: r.cfg.Hash(), TLS: opts.TLS,
-		Handler: r.deliver, OnProgress: r.progress, Logger: opts.Logger, MaxFrame: opts.PeerMaxFrame, // the transport adds "replica" itself
-	})
-	if err != nil {
+	if err := r.openEndpoint(); err != nil {
 		db.Close()
 		w.close()
-		return nil, fmt.Errorf("vrshard: transport: %w", err)
-	}
-	r.tr = tr
-	if opts.Listener != nil {
-		go func() {
-			if err := tr.Serve(opts.Listener); err != nil {
-				r.log.Error("peer listener stopped", "err", err)
-			}
-		}()
+		return nil, err
 	}
 	r.openView(ws.hs)
 	r.publish()
@@ -852,31 +850,15 @@ func Open(opts Options) (*Replica, error) {
 	return r, nil
 }
 
-// Transport returns the peer transport (for HandleConn, Stats and fault
-// injection).
-func (r *Replica) Transport() *transport.Transport { return r.tr }
+// Transport returns the node's peer transport the replica sends on (for
+// HandleConn, Stats and fault injection, which are the node's links, shared
+// by all its groups).
+func (r *Replica) Transport() *transport.Transport { return r.ep.Transport() }
 
 // Engine returns the storage engine (reads only: the driver is its writer).
 func (r *Replica) Engine() *storage.DB { return r.db }
 
 func (r *Replica) now() int64 { return int64(time.Since(r.start)) }
-
-func (r *Replica) deliver(from uint64, msgs []vr.Message) {
-	select {
-	case r.inbox <- inbound{from, msgs}:
-	case <-r.stop:
-	}
-}
-
-// progress passes the transport's "a large message from `from` is arriving"
-// to the core (vr.Heard) as an inbound batch without messages; when the
-// driver is busy it is dropped, as the next one comes 10 ms later.
-func (r *Replica) progress(from uint64) {
-	select {
-	case r.inbox <- inbound{from, nil}:
-	default:
-	}
-}
 
 // Close stops the replica: driver, transport, log and engine (which syncs).
 func (r *Replica) Close() error {
@@ -884,7 +866,7 @@ func (r *Replica) Close() error {
 	r.closeOnce.Do(func() {
 		close(r.stop)
 		<-r.done
-		r.tr.Close()
+		r.closeEndpoint()
 		r.drainSync()
 		var mark error
 		if !r.recovering && r.failed() == nil {
@@ -902,7 +884,7 @@ func (r *Replica) crash() {
 	r.closeOnce.Do(func() {
 		close(r.stop)
 		<-r.done
-		r.tr.Close()
+		r.closeEndpoint()
 		r.drainSync()
 		r.wal.close()
 	})

@@ -9,6 +9,7 @@ import (
 	"github.com/kefirdb/kefir/internal/storage"
 	"github.com/kefirdb/kefir/internal/transport"
 	"github.com/kefirdb/kefir/internal/vr"
+	"github.com/kefirdb/kefir/internal/wire"
 )
 
 // Snapshots for lagging peers. A capture scans the whole engine: for a
@@ -202,14 +203,14 @@ func (r *Replica) send(m *vr.Message) {
 		big, delay := ownMessage(m), r.mut.encodeDelay
 		go func() {
 			r.pause(delay)
-			if err := r.tr.SendLarge(big.To, &big); err != nil && !errors.Is(err, transport.ErrClosed) {
+			if err := r.ep.SendLarge(big.To, wire.Payload(&big)); err != nil && !errors.Is(err, transport.ErrClosed) {
 				r.log.Warn("send failed", "to", big.To, "err", err)
 			}
 			r.largeDone <- big.To
 		}()
 		return
 	}
-	if err := r.tr.Send(m.To, m); err != nil && !errors.Is(err, transport.ErrClosed) {
+	if err := r.ep.Send(m.To, wire.Payload(m)); err != nil && !errors.Is(err, transport.ErrClosed) {
 		r.log.Warn("send failed", "to", m.To, "err", err)
 	}
 }

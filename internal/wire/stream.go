@@ -5,20 +5,17 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/kefirdb/kefir/internal/frame"
 	"github.com/kefirdb/kefir/internal/vr"
 )
 
-// DefaultMaxFrame bounds one frame (a larger message travels as fragments:
-// AppendFrames). It is generous so that a peer from before fragments, which
-// reads any message as one frame, still receives every message up to it.
-const DefaultMaxFrame = 256 << 20
-
-// Writer batches frames and writes them with one Write per Flush: the
-// transport appends every message of a Ready, then flushes once.
+// Writer batches frames and writes them with one Write per Flush (tools and
+// tests; the transport keeps its own per-peer queue).
 type Writer struct {
-	w   io.Writer
-	buf []byte
-	Max int // frame size limit (DefaultMaxFrame if 0); larger messages are fragmented
+	w     io.Writer
+	buf   []byte
+	Max   int    // frame size limit (frame.DefaultMaxFrame if 0); larger messages are fragmented
+	Group uint64 // the group the frames are addressed to
 }
 
 // NewWriter returns a Writer on w.
@@ -28,9 +25,9 @@ func NewWriter(w io.Writer) *Writer { return &Writer{w: w} }
 func (w *Writer) Append(m *vr.Message) {
 	max := w.Max
 	if max == 0 {
-		max = DefaultMaxFrame
+		max = frame.DefaultMaxFrame
 	}
-	w.buf = AppendFrames(w.buf, m, max)
+	w.buf = frame.AppendFrames(w.buf, w.Group, Payload(m), max)
 }
 
 // Buffered is the number of bytes waiting for Flush.
@@ -59,15 +56,16 @@ type Reader struct {
 	buf  []byte
 	lo   int
 	hi   int
-	Max  int // frame size limit (DefaultMaxFrame if 0)
+	Max  int // frame size limit (frame.DefaultMaxFrame if 0)
 	sick error
-	join Joiner
+	join frame.Joiner
 }
 
 // NewReader returns a Reader on r.
 func NewReader(r io.Reader) *Reader { return &Reader{r: r, buf: make([]byte, 64<<10)} }
 
-// Read decodes the next message into m. The message owns its byte slices.
+// Read decodes the next message into m, whatever its group. The message
+// owns its byte slices.
 // After ErrCorrupt or ErrTooLarge the stream is unusable (framing is lost)
 // and every later call returns the same error.
 func (r *Reader) Read(m *vr.Message) error {
@@ -76,10 +74,10 @@ func (r *Reader) Read(m *vr.Message) error {
 	}
 	max := r.Max
 	if max == 0 {
-		max = DefaultMaxFrame
+		max = frame.DefaultMaxFrame
 	}
 	for {
-		payload, n, err := CheckFrame(r.buf[r.lo:r.hi], max)
+		payload, n, err := frame.CheckFrame(r.buf[r.lo:r.hi], max)
 		if err != nil {
 			r.sick = err
 			return err
@@ -95,7 +93,7 @@ func (r *Reader) Read(m *vr.Message) error {
 				continue
 			}
 			own := append([]byte(nil), whole...)
-			if err := DecodeMessage(own, m); err != nil {
+			if err := DecodeFrame(own, m); err != nil {
 				r.sick = err
 				return err
 			}
@@ -114,10 +112,10 @@ func (r *Reader) fill(max int) error {
 		r.lo = 0
 	}
 	if r.hi == len(r.buf) {
-		if len(r.buf) >= max+FrameHeader {
+		if len(r.buf) >= max+frame.FrameHeader {
 			return fmt.Errorf("%w: buffer full", ErrTooLarge)
 		}
-		nb := make([]byte, min(2*len(r.buf), max+FrameHeader))
+		nb := make([]byte, min(2*len(r.buf), max+frame.FrameHeader))
 		copy(nb, r.buf[:r.hi])
 		r.buf = nb
 	}

@@ -1,57 +1,56 @@
-// Package wire is the binary encoding of peer messages (the VR core's
-// vr.Message) and the framing that carries them over a byte stream.
+// Package wire is VR's codec: the binary encoding of the VR core's
+// messages (vr.Message) as bodies of the engine-neutral peer frames
+// (internal/frame), which address each message to a replica group.
 //
-// Encoding: hand-written, no reflection, no gob: a type byte, then the header
-// fields as uvarints, then the entries, an optional snapshot, a reason
-// string and the nilext durability log (Message.DLog), each length-prefixed.
+// Encoding: hand-written, no reflection, no gob: a version byte and the type
+// byte, then the header fields as uvarints, then the entries, an optional
+// snapshot, a reason string and the nilext durability log (Message.DLog),
+// each length-prefixed (AppendMessage). In a peer frame the envelope
+// (internal/frame) carries the type, and its version stands for this
+// codec's current version, so a frame's body is the fields alone
+// (Payload, Decode).
 //
-// Besides the core's message types, two nilext types travel in the same
-// frames (MsgNilext, MsgNilextAck): the nilext fast path's client request
+// Besides the core's message types, two nilext types travel in VR's
+// numbering (MsgNilext, MsgNilextAck): the nilext fast path's client request
 // and its acknowledgement, which the core exchanges with clients rather than
 // peers, but which a coordinating node sends over the peer transport. The
-// driver handles them; they never reach the core's Step. Framing: every message travels in a frame
+// driver handles them; they never reach the core's Step.
 //
-//	length (4 bytes, little endian) | CRC-32C of payload (4 bytes) | payload
+// Payload adapts a message to the transport (frame.Payload); Decode turns a
+// group's inbound frames back into messages and checks their addresses. A
+// Writer batches many frames into one write; a Reader reads them back (tools
+// and tests; the transport does its own).
 //
-// so a corrupted or truncated peer message is rejected (ErrCorrupt) instead of
-// being decoded into something plausible. A message whose payload exceeds the
-// frame limit (a snapshot of a large state) travels as fragments: consecutive
-// frames whose payloads start with a fragment marker instead of the version
-// byte (AppendFrames; a Joiner puts them back together). A Writer batches many
-// frames into one write; a Reader reads them back.
-//
-// It imports only internal/vr and the standard library (no net, no os): the
-// transport owns connections.
+// It imports only internal/vr, internal/frame and the standard library (no
+// net, no os): the transport owns connections.
 package wire
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
-	"hash/crc32"
 
+	"github.com/kefirdb/kefir/internal/frame"
 	"github.com/kefirdb/kefir/internal/vr"
 )
 
-// Errors callers branch on.
+// Errors callers branch on: the frame layer's, so a connection's reader
+// classifies a codec failure and a framing failure alike.
 var (
-	// ErrCorrupt: the frame's checksum does not match, or its payload does
+	// ErrCorrupt: a frame's checksum does not match, or its payload does
 	// not decode. The connection should be dropped.
-	ErrCorrupt = errors.New("wire: corrupt message")
+	ErrCorrupt = frame.ErrCorrupt
 	// ErrTooLarge: a frame's length exceeds the reader's limit.
-	ErrTooLarge = errors.New("wire: frame too large")
+	ErrTooLarge = frame.ErrTooLarge
 )
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
-// FrameHeader is the size of a frame's header.
-const FrameHeader = 8
 
 // version is the first payload byte; bump it when the layout changes.
 // 2: the DLog section after the reason.
 // 3: CAD header fields after HBSeq (Persisted, Applied, Readable, Grant,
 // AckSeq); a prepare-ok's Op now means "received in memory", Persisted
 // carries what Op meant before.
+//
+// A frame body (frame.Version 4) has version 3's fields without the two
+// leading bytes.
 const version = 3
 
 // oldVersion is still decoded: a version-2 prepare-ok's Op was the sender's
@@ -105,9 +104,16 @@ func NilextAcks(m *vr.Message) []vr.NilextAck {
 	return out
 }
 
-// AppendMessage appends the payload encoding of m to b.
+// AppendMessage appends the payload encoding of m to b: the version and
+// type bytes, then the fields (appendFields).
 func AppendMessage(b []byte, m *vr.Message) []byte {
-	b = append(b, version, byte(m.Type))
+	return appendFields(append(b, version, byte(m.Type)), m)
+}
+
+// appendFields appends m's fields in the current version's layout: the body
+// of a frame, whose envelope carries the type (and whose envelope version
+// implies this layout), or the rest of AppendMessage's payload.
+func appendFields(b []byte, m *vr.Message) []byte {
 	for _, v := range [...]uint64{m.Cluster, m.Epoch, m.ConfigHash, m.From, m.To, m.View,
 		m.LastNormalView, m.Op, m.Commit, m.First, m.Nonce, m.HBSeq,
 		m.Persisted, m.Applied, m.Readable, uint64(m.Grant), m.AckSeq} {
@@ -173,97 +179,62 @@ func AppendMessage(b []byte, m *vr.Message) []byte {
 // d-log may lack updates it acknowledged (vr.Message.DLogStale).
 const flagDLogStale = 1
 
-// AppendFrame appends m as one frame (header and payload) to b.
-func AppendFrame(b []byte, m *vr.Message) []byte {
-	start := len(b)
-	b = append(b, make([]byte, FrameHeader)...)
-	b = AppendMessage(b, m)
-	payload := b[start+FrameHeader:]
-	binary.LittleEndian.PutUint32(b[start:], uint32(len(payload)))
-	binary.LittleEndian.PutUint32(b[start+4:], crc32.Checksum(payload, castagnoli))
-	return b
-}
+// Payload adapts m to the transport: its frames carry VR's engine id and
+// m's type in the envelope and m's fields (appendFields: AppendMessage's
+// payload without the version and type bytes, which the envelope's version
+// and type stand for) as the body. The conversion allocates nothing; the
+// transport encodes before Send returns.
+func Payload(m *vr.Message) frame.Payload { return (*payload)(m) }
 
-// Fragment markers: the first payload byte of a fragment frame, where an
-// ordinary frame has the version byte. The rest of the payload is the next
-// piece of one message's payload; fragLast ends it.
-const (
-	fragMore byte = 0xF0
-	fragLast byte = 0xF1
-)
+type payload vr.Message
 
-// AppendFrames appends m to b as one frame if its payload fits in max bytes,
-// else as fragment frames of at most max payload bytes each, in order. Only
-// an oversized message pays for the split (a copy of its payload).
+func (p *payload) Kind() (frame.Engine, uint8) { return frame.EngineVR, uint8(p.Type) }
+func (p *payload) AppendBody(b []byte) []byte  { return appendFields(b, (*vr.Message)(p)) }
+
+// AppendFrame appends m as one frame of group 0 (a node's only group) to b.
+func AppendFrame(b []byte, m *vr.Message) []byte { return frame.AppendFrame(b, 0, Payload(m)) }
+
+// AppendFrames appends m as frames of group 0 of at most max payload bytes
+// (frame.AppendFrames).
 func AppendFrames(b []byte, m *vr.Message, max int) []byte {
-	if max < 2 {
-		panic(fmt.Sprintf("wire: frame limit %d leaves no room for a fragment", max))
+	return frame.AppendFrames(b, 0, Payload(m), max)
+}
+
+// DecodeFrame decodes a whole message's frame payload (envelope and body)
+// into m; it must be VR's. The group is not checked.
+func DecodeFrame(p []byte, m *vr.Message) error {
+	fm, err := frame.Open(p)
+	if err != nil {
+		return err
 	}
-	start := len(b)
-	b = AppendFrame(b, m)
-	if len(b)-start-FrameHeader <= max {
-		return b
+	return decodeBody(&fm, m)
+}
+
+func decodeBody(fm *frame.Message, m *vr.Message) error {
+	if fm.Engine != frame.EngineVR {
+		return fmt.Errorf("%w: a %v message for VR group %d", ErrCorrupt, fm.Engine, fm.Group)
 	}
-	payload := append([]byte(nil), b[start+FrameHeader:]...)
-	b = b[:start]
-	for off := 0; off < len(payload); {
-		end := min(off+max-1, len(payload))
-		kind := fragMore
-		if end == len(payload) {
-			kind = fragLast
+	return decodeFields(version, vr.MsgType(fm.Type), fm.Body, m)
+}
+
+// Decode turns one batch of a group's inbound frames, which came on the
+// connection authenticated as node from to node self, into VR messages. A
+// message that does not decode is ErrCorrupt; one whose From or To is not
+// the connection's is frame.ErrSpoofed. Either means the connection's
+// stream can no longer be trusted. The messages alias the frames' bodies.
+func Decode(from, self uint64, in []frame.Message) ([]vr.Message, error) {
+	msgs := make([]vr.Message, len(in))
+	for i := range in {
+		m := &msgs[i]
+		if err := decodeBody(&in[i], m); err != nil {
+			return nil, err
 		}
-		fs := len(b)
-		b = append(b, make([]byte, FrameHeader)...)
-		b = append(b, kind)
-		b = append(b, payload[off:end]...)
-		piece := b[fs+FrameHeader:]
-		binary.LittleEndian.PutUint32(b[fs:], uint32(len(piece)))
-		binary.LittleEndian.PutUint32(b[fs+4:], crc32.Checksum(piece, castagnoli))
-		off = end
-	}
-	return b
-}
-
-// Joiner puts fragmented messages back together from a stream's frame
-// payloads, in order. The zero value refuses nothing but an ordinary frame
-// inside a fragmented message; Max bounds a joined message (0: no bound).
-type Joiner struct {
-	Max  int64
-	buf  []byte
-	open bool
-}
-
-// Add takes the next frame's payload. It returns a whole message payload
-// and true for an ordinary frame (the payload itself) or a message's last
-// fragment (the joined payload, which the caller then owns), and false for
-// any other fragment. Errors (ErrCorrupt, ErrTooLarge) mean the stream's
-// framing is lost.
-func (j *Joiner) Add(payload []byte) ([]byte, bool, error) {
-	kind := byte(0)
-	if len(payload) > 0 {
-		kind = payload[0]
-	}
-	if kind != fragMore && kind != fragLast {
-		if j.open {
-			return nil, false, fmt.Errorf("%w: an ordinary frame inside a fragmented message", ErrCorrupt)
+		if m.From != from || m.To != self {
+			return nil, fmt.Errorf("%w: %s on the connection authenticated as node %d to node %d", frame.ErrSpoofed, m, from, self)
 		}
-		return payload, true, nil
 	}
-	if j.Max > 0 && int64(len(j.buf))+int64(len(payload)-1) > j.Max {
-		return nil, false, fmt.Errorf("%w: fragmented message over %d bytes", ErrTooLarge, j.Max)
-	}
-	j.buf = append(j.buf, payload[1:]...)
-	j.open = true
-	if kind == fragMore {
-		return nil, false, nil
-	}
-	whole := j.buf
-	j.buf, j.open = nil, false
-	return whole, true, nil
+	return msgs, nil
 }
-
-// Pending is how many bytes of an unfinished fragmented message it holds.
-func (j *Joiner) Pending() int { return len(j.buf) }
 
 type decoder struct {
 	b   []byte
@@ -322,23 +293,28 @@ func (d *decoder) count(what string, min int) int {
 // in m (entry data, snapshot data, results) alias p: the caller must not
 // reuse p while m is in use.
 func DecodeMessage(p []byte, m *vr.Message) error {
-	d := decoder{b: p}
 	if len(p) < 2 {
 		return fmt.Errorf("%w: short payload (%d bytes)", ErrCorrupt, len(p))
 	}
 	if p[0] != version && p[0] != oldVersion {
 		return fmt.Errorf("%w: payload version %d, want %d", ErrCorrupt, p[0], version)
 	}
-	*m = vr.Message{Type: vr.MsgType(p[1])}
+	return decodeFields(p[0], vr.MsgType(p[1]), p[2:], m)
+}
+
+// decodeFields decodes the fields of a message of type typ laid out as in
+// payload version ver.
+func decodeFields(ver byte, typ vr.MsgType, body []byte, m *vr.Message) error {
+	d := decoder{b: body}
+	*m = vr.Message{Type: typ}
 	if !m.Type.Valid() && !IsNilext(m.Type) {
-		return fmt.Errorf("%w: unknown message type %d", ErrCorrupt, p[1])
+		return fmt.Errorf("%w: unknown message type %d", ErrCorrupt, typ)
 	}
-	d.b = p[2:]
 	for _, f := range [...]*uint64{&m.Cluster, &m.Epoch, &m.ConfigHash, &m.From, &m.To, &m.View,
 		&m.LastNormalView, &m.Op, &m.Commit, &m.First, &m.Nonce, &m.HBSeq} {
 		*f = d.uv("header")
 	}
-	if p[0] == version {
+	if ver == version {
 		var grant uint64
 		for _, f := range [...]*uint64{&m.Persisted, &m.Applied, &m.Readable, &grant, &m.AckSeq} {
 			*f = d.uv("cad header")
@@ -417,25 +393,4 @@ func DecodeMessage(p []byte, m *vr.Message) error {
 		return d.err
 	}
 	return nil
-}
-
-// CheckFrame validates the frame at the start of b and returns its payload
-// and total length. It returns (nil, 0, nil) if b holds less than a whole
-// frame, ErrTooLarge if the frame exceeds max, ErrCorrupt on a bad checksum.
-func CheckFrame(b []byte, max int) (payload []byte, n int, err error) {
-	if len(b) < FrameHeader {
-		return nil, 0, nil
-	}
-	size := binary.LittleEndian.Uint32(b)
-	if uint64(size) > uint64(max) {
-		return nil, 0, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, size, max)
-	}
-	if len(b)-FrameHeader < int(size) {
-		return nil, 0, nil
-	}
-	payload = b[FrameHeader : FrameHeader+int(size)]
-	if crc32.Checksum(payload, castagnoli) != binary.LittleEndian.Uint32(b[4:]) {
-		return nil, 0, fmt.Errorf("%w: checksum mismatch", ErrCorrupt)
-	}
-	return payload, FrameHeader + int(size), nil
 }

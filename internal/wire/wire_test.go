@@ -8,8 +8,10 @@ import (
 	"io"
 	"math/rand/v2"
 	"reflect"
+	"strings"
 	"testing"
 
+	"github.com/kefirdb/kefir/internal/frame"
 	"github.com/kefirdb/kefir/internal/vr"
 )
 
@@ -67,13 +69,13 @@ func sample() []vr.Message {
 func TestRoundTrip(t *testing.T) {
 	for _, m := range sample() {
 		t.Run(m.Type.String(), func(t *testing.T) {
-			frame := AppendFrame(nil, &m)
-			payload, n, err := CheckFrame(frame, DefaultMaxFrame)
-			if err != nil || n != len(frame) {
-				t.Fatalf("CheckFrame: n=%d of %d, err=%v", n, len(frame), err)
+			fr := AppendFrame(nil, &m)
+			payload, n, err := frame.CheckFrame(fr, frame.DefaultMaxFrame)
+			if err != nil || n != len(fr) {
+				t.Fatalf("CheckFrame: n=%d of %d, err=%v", n, len(fr), err)
 			}
 			var got vr.Message
-			if err := DecodeMessage(payload, &got); err != nil {
+			if err := DecodeFrame(payload, &got); err != nil {
 				t.Fatal(err)
 			}
 			if !reflect.DeepEqual(got, m) {
@@ -119,14 +121,14 @@ func (o *oneByteReader) Read(p []byte) (int, error) { return o.r.Read(p[:min(1, 
 // payload) never yields a message: the checksum or the length check refuses it.
 func TestCorruptionRejected(t *testing.T) {
 	m := sample()[0]
-	frame := AppendFrame(nil, &m)
-	for i := 0; i < len(frame)*8; i++ {
-		bad := append([]byte(nil), frame...)
+	fr := AppendFrame(nil, &m)
+	for i := 0; i < len(fr)*8; i++ {
+		bad := append([]byte(nil), fr...)
 		bad[i/8] ^= 1 << (i % 8)
-		payload, n, err := CheckFrame(bad, DefaultMaxFrame)
+		payload, n, err := frame.CheckFrame(bad, frame.DefaultMaxFrame)
 		if err == nil && n > 0 {
 			var got vr.Message
-			if DecodeMessage(payload, &got) == nil {
+			if DecodeFrame(payload, &got) == nil {
 				t.Fatalf("bit %d flipped: frame still accepted as %v", i, got)
 			}
 		}
@@ -137,8 +139,8 @@ func TestCorruptionRejected(t *testing.T) {
 // silently shorter message.
 func TestTruncatedStream(t *testing.T) {
 	m := sample()[0]
-	frame := AppendFrame(nil, &m)
-	r := NewReader(bytes.NewReader(frame[:len(frame)-3]))
+	fr := AppendFrame(nil, &m)
+	r := NewReader(bytes.NewReader(fr[:len(fr)-3]))
 	var got vr.Message
 	if err := r.Read(&got); !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Fatalf("got %v, want unexpected EOF", err)
@@ -148,8 +150,8 @@ func TestTruncatedStream(t *testing.T) {
 // TestTooLarge: a length beyond the limit is refused before any allocation.
 func TestTooLarge(t *testing.T) {
 	m := sample()[0]
-	frame := AppendFrame(nil, &m)
-	r := NewReader(bytes.NewReader(frame))
+	fr := AppendFrame(nil, &m)
+	r := NewReader(bytes.NewReader(fr))
 	r.Max = 10
 	var got vr.Message
 	if err := r.Read(&got); !errors.Is(err, ErrTooLarge) {
@@ -355,16 +357,16 @@ func BenchmarkEncodePrepare64(b *testing.B) {
 
 func BenchmarkDecodePrepare64(b *testing.B) {
 	m := benchPrepare(64, 160)
-	frame := AppendFrame(nil, &m)
-	b.SetBytes(int64(len(frame)))
+	fr := AppendFrame(nil, &m)
+	b.SetBytes(int64(len(fr)))
 	b.ReportAllocs()
 	var got vr.Message
 	for b.Loop() {
-		payload, _, err := CheckFrame(frame, DefaultMaxFrame)
+		payload, _, err := frame.CheckFrame(fr, frame.DefaultMaxFrame)
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := DecodeMessage(payload, &got); err != nil {
+		if err := DecodeFrame(payload, &got); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -377,8 +379,8 @@ func BenchmarkHeartbeatRoundTrip(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		buf = AppendFrame(buf[:0], &m)
-		payload, _, _ := CheckFrame(buf, DefaultMaxFrame)
-		if err := DecodeMessage(payload, &got); err != nil {
+		payload, _, _ := frame.CheckFrame(buf, frame.DefaultMaxFrame)
+		if err := DecodeFrame(payload, &got); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -456,7 +458,7 @@ func TestAMessageOverTheFrameLimitTravelsAsFragments(t *testing.T) {
 	stream = AppendFrames(stream, &small, max)
 	frames := 0
 	for rest := stream; len(rest) > 0; frames++ {
-		_, n, err := CheckFrame(rest, max)
+		_, n, err := frame.CheckFrame(rest, max)
 		if err != nil || n == 0 {
 			t.Fatalf("frame %d: %v (n %d): every frame must fit the limit", frames, err, n)
 		}
@@ -483,14 +485,14 @@ func TestAMessageOverTheFrameLimitTravelsAsFragments(t *testing.T) {
 func TestJoinerRefusesABrokenFragmentStream(t *testing.T) {
 	big := bigSnapshot(5000)
 	frames := AppendFrames(nil, &big, 1000)
-	first, n, err := CheckFrame(frames, 1000)
+	first, n, err := frame.CheckFrame(frames, 1000)
 	if err != nil || n == 0 {
 		t.Fatal(err)
 	}
 	small := sample()[0]
 	ordinary := AppendMessage(nil, &small)
 
-	j := Joiner{}
+	j := frame.Joiner{}
 	if _, ok, err := j.Add(first); ok || err != nil {
 		t.Fatalf("a first fragment is not a message: ok %v, err %v", ok, err)
 	}
@@ -498,10 +500,10 @@ func TestJoinerRefusesABrokenFragmentStream(t *testing.T) {
 		t.Fatalf("an ordinary frame inside a fragmented message: got %v, want ErrCorrupt", err)
 	}
 
-	j = Joiner{Max: 3000}
+	j = frame.Joiner{Max: 3000}
 	var got error
 	for rest := frames; len(rest) > 0 && got == nil; {
-		p, n, _ := CheckFrame(rest, 1000)
+		p, n, _ := frame.CheckFrame(rest, 1000)
 		rest = rest[n:]
 		_, _, got = j.Add(p)
 	}
@@ -518,12 +520,62 @@ func BenchmarkAppendFramesSnapshot(b *testing.B) {
 	for _, tc := range []struct {
 		name string
 		max  int
-	}{{"one-frame", DefaultMaxFrame}, {"fragments-16MiB", 16 << 20}} {
+	}{{"one-frame", frame.DefaultMaxFrame}, {"fragments-16MiB", 16 << 20}} {
 		b.Run(tc.name, func(b *testing.B) {
 			b.SetBytes(int64(len(m.Snapshot.Data)))
 			for b.Loop() {
 				_ = AppendFrames(nil, &m, tc.max)
 			}
 		})
+	}
+}
+
+// TestDecodeChecksEnvelopeAndAddresses: a group's batch decodes only if
+// every message is VR's, of a known type, and it comes
+// from the connection's peer to us; a peer-protocol-1 payload (no envelope)
+// is refused, never misparsed.
+func TestDecodeChecksEnvelopeAndAddresses(t *testing.T) {
+	open := func(b []byte) frame.Message {
+		t.Helper()
+		p, _, err := frame.CheckFrame(b, frame.DefaultMaxFrame)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := frame.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	msgs := sample()
+	var in []frame.Message
+	for i := range msgs {
+		in = append(in, open(frame.AppendFrame(nil, 7, Payload(&msgs[i]))))
+		if in[i].Group != 7 || in[i].Engine != frame.EngineVR || in[i].Type != uint8(msgs[i].Type) {
+			t.Fatalf("envelope %+v for %v", in[i], msgs[i])
+		}
+	}
+	got, err := Decode(1, 2, in)
+	if err != nil || !reflect.DeepEqual(got, msgs) {
+		t.Fatalf("Decode: %v", err)
+	}
+	if _, err := Decode(3, 2, in); !errors.Is(err, frame.ErrSpoofed) {
+		t.Errorf("from another peer: %v, want ErrSpoofed", err)
+	}
+	if _, err := Decode(1, 3, in); !errors.Is(err, frame.ErrSpoofed) {
+		t.Errorf("to another node: %v, want ErrSpoofed", err)
+	}
+	bad := in[0]
+	bad.Type = 200
+	if _, err := Decode(1, 2, []frame.Message{bad}); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("an unknown type in the envelope: %v, want ErrCorrupt", err)
+	}
+	bad = in[0]
+	bad.Engine = 9
+	if _, err := Decode(1, 2, []frame.Message{bad}); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("another engine's message: %v, want ErrCorrupt", err)
+	}
+	if _, err := frame.Open(AppendMessage(nil, &msgs[0])); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "peer-protocol-1") {
+		t.Errorf("a payload without envelope: %v, want ErrCorrupt naming peer protocol 1", err)
 	}
 }

@@ -1,0 +1,97 @@
+package vrshard
+
+import (
+	"fmt"
+
+	"github.com/kefirdb/kefir/internal/frame"
+	"github.com/kefirdb/kefir/internal/transport"
+	"github.com/kefirdb/kefir/internal/vr"
+	"github.com/kefirdb/kefir/internal/wire"
+)
+
+// The replica's wiring to the node's peer transport: the transport moves
+// group-addressed frames and knows nothing of VR; this replica registers its
+// group with VR's codec (internal/wire) as the handler, and sends through
+// the group's endpoint (snapshot.go send, nilext.go).
+
+// GroupConfig returns the VR configuration a replica opened with o runs
+// (defaults filled in, validated): a node passes its Hash to the transport
+// it creates, so the handshake admits only peers of the same group
+// configuration.
+func GroupConfig(o Options) (vr.Config, error) {
+	if err := o.fill(); err != nil {
+		return vr.Config{}, err
+	}
+	return o.VR, nil
+}
+
+// openEndpoint registers the replica's group on opts.Transport, or on a
+// transport of its own when the node gave none.
+func (r *Replica) openEndpoint() error {
+	opts := &r.opts
+	tr := opts.Transport
+	if tr == nil {
+		var err error
+		tr, err = transport.New(transport.Config{
+			Self: r.cfg.Self, Peers: opts.Peers, ClusterSecret: opts.ClusterSecret,
+			Cluster: r.cfg.Cluster, ConfigHash: r.cfg.Hash(), TLS: opts.TLS,
+			Logger: opts.Logger, MaxFrame: opts.PeerMaxFrame, // the transport adds "replica" itself
+		})
+		if err != nil {
+			return fmt.Errorf("vrshard: transport: %w", err)
+		}
+		r.ownTr = tr
+	}
+	ep, err := tr.Register(opts.Group, frame.EngineVR, r.deliver, r.progress)
+	if err != nil {
+		if r.ownTr != nil {
+			r.ownTr.Close()
+		}
+		return fmt.Errorf("vrshard: replica %d of group %d on the peer transport: %w", r.cfg.Self, opts.Group, err)
+	}
+	r.ep = ep
+	if r.ownTr != nil && opts.Listener != nil {
+		go func() {
+			if err := tr.Serve(opts.Listener); err != nil {
+				r.log.Error("peer listener stopped", "err", err)
+			}
+		}()
+	}
+	return nil
+}
+
+// closeEndpoint leaves the transport: the group's endpoint is unregistered,
+// and a transport the replica started is closed.
+func (r *Replica) closeEndpoint() {
+	r.ep.Close()
+	if r.ownTr != nil {
+		r.ownTr.Close()
+	}
+}
+
+// deliver decodes one batch of the group's messages from peer `from` (on
+// the connection's reader goroutine, as before groups) and hands it to the
+// driver. A message that does not decode, or does not come from `from` to
+// this replica, fails the batch and the transport closes the connection.
+func (r *Replica) deliver(from uint64, in []frame.Message) error {
+	msgs, err := wire.Decode(from, r.cfg.Self, in)
+	if err != nil {
+		return err
+	}
+	select {
+	case r.inbox <- inbound{from, msgs}:
+	case <-r.stop:
+	}
+	return nil
+}
+
+// progress passes the transport's "a large message of this group from
+// `from` is arriving" to the core (vr.Heard) as an inbound batch without
+// messages; when the driver is busy it is dropped, as the next one comes
+// 10 ms later.
+func (r *Replica) progress(from uint64) {
+	select {
+	case r.inbox <- inbound{from, nil}:
+	default:
+	}
+}
