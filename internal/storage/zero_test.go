@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/seglog"
 	"github.com/kefirdb/kefir/internal/vfs"
 )
 
@@ -119,7 +120,7 @@ func TestRollWithoutReadyFileFallsBack(t *testing.T) {
 	fs := vfs.NewMem()
 	o := memOpts(fs)
 	o.SegmentSize = 16 << 10
-	o.mut.fill, o.mut.setFill = fillManual, true // only the first segment
+	o.mut.fill, o.mut.setFill = seglog.FillManual, true // only the first segment
 	db := mustOpen(t, o)
 	i := 0
 	for ; db.rolls.Load() < 2; i++ {
@@ -142,7 +143,7 @@ func TestRollWithoutReadyFileFallsBack(t *testing.T) {
 		t.Fatalf("fallback segment %s: file size %d, log %d; want it appended", act.path, size, act.size)
 	}
 	// The filler catches up: the next roll takes its file.
-	db.fill.fillNow("/db", o.SegmentSize)
+	db.fill.FillNow("/db", o.SegmentSize)
 	for ; db.rolls.Load() < 3; i++ {
 		put(t, db, fmt.Sprintf("k%03d", i), uint64(i+1), strings.Repeat("v", 100))
 	}
@@ -170,7 +171,7 @@ func TestAsyncFillerIsReadyForTheNextRoll(t *testing.T) {
 		// A disk fills faster than a segment's worth of writes, and a 4 KiB segment
 		// must not fill up while the one before is being sealed.
 		db.waitIdle()
-		for !db.fill.idle() {
+		for !db.fill.Idle() {
 			time.Sleep(50 * time.Microsecond)
 		}
 	}
