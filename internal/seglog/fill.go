@@ -127,32 +127,36 @@ func (f *Filler) run(size int64) {
 	f.mu.Lock()
 	path := f.path
 	f.mu.Unlock()
-	err := f.zeroFill(path, size)
+	touched, err := f.zeroFill(path, size)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.busy = false
 	if err != nil {
-		_ = f.fs.Remove(path)
+		if touched {
+			_ = f.fs.Remove(path)
+		}
 		return
 	}
 	f.ready = true
 }
 
-func (f *Filler) zeroFill(path string, size int64) error {
+// zeroFill makes the file. touched reports whether it tried to create it: a fill that
+// Close stopped before that touches nothing, not even by name.
+func (f *Filler) zeroFill(path string, size int64) (touched bool, err error) {
 	if f.stopped.Load() {
-		return vfs.ErrStopped // Close came first: create nothing
+		return false, vfs.ErrStopped // Close came first: create nothing
 	}
 	file, err := f.fs.Create(path)
 	if err != nil {
-		return err
+		return true, err
 	}
 	defer file.Close()
 	if _, ok := file.(vfs.WriterAt); !ok {
-		return ErrNoWriteAt
+		return true, ErrNoWriteAt
 	}
 	// The file's name needs no directory sync here: the roll that takes it renames it
 	// and syncs the directory, and recovery deletes it if that never happened.
-	return vfs.ZeroFill(file, size, f.stopped.Load)
+	return true, vfs.ZeroFill(file, size, f.stopped.Load)
 }
 
 // Take returns the path of the ready zero-filled file in dir, or "" if none is ready
