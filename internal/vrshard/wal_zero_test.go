@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kefirdb/kefir/internal/seglog"
+	"github.com/kefirdb/kefir/internal/seglog/seglogtest"
 	"github.com/kefirdb/kefir/internal/vfs"
 	"github.com/kefirdb/kefir/internal/vr"
 )
@@ -565,5 +566,48 @@ func TestWALRecoveryRemovesLeftoversStrictly(t *testing.T) {
 	if w, _, err := openWALWith(fs, "/wal", manualFill()); err == nil {
 		w.close()
 		t.Fatal("openWAL succeeded although a leftover could not be removed")
+	}
+}
+
+// A replication log written by the code before internal/seglog (commit
+// 7f562ff) opens with everything in it, and goes on. The archive was made at
+// 7f562ff on vfs.Mem with testWALConfig: newTestWAL; entries 1-200 (view 1)
+// and hard state {1 1 150}, synced; a checkpoint roll: snapshot at 150 with
+// client {1 148 148 "ok"}, flags engine marked, entries 151-200, hard state
+// {1 1 190}; entries 201-260 (view 2), truncate to 250, hard state {2 2 240},
+// synced; markClean; close. It holds the zero-filled segment 2 and the
+// filler's wal-zero.tmp.
+func TestWALOpensLogWrittenBeforeSeglog(t *testing.T) {
+	mem := vfs.NewMem()
+	seglogtest.LoadDir(t, mem, "/wal", "testdata/wal-7f562ff.tar.gz")
+	w, st, err := openWALWith(mem, "/wal", testWALConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantClients := []vr.ClientRecord{{Client: 1, ReqNum: 148, Op: 148, Result: []byte("ok")}}
+	if st.empty || st.snap.Op != 150 || fmt.Sprint(st.snap.Clients) != fmt.Sprint(wantClients) {
+		t.Fatalf("snapshot %+v (empty %v), want op 150 and %v", st.snap, st.empty, wantClients)
+	}
+	if st.lastOp() != 250 || st.entries[0].Op != 151 || st.entries[49].View != 1 || st.entries[50].View != 2 {
+		t.Fatalf("entries up to %d: %v ... ", st.lastOp(), st.entries[:2])
+	}
+	if st.hs != (vr.HardState{View: 2, LastNormalView: 2, Commit: 240}) {
+		t.Fatalf("hard state %+v", st.hs)
+	}
+	if !st.engineMarked || !st.clean || st.recovering {
+		t.Fatalf("flags: engine marked %v, clean %v, recovering %v; want true, true, false", st.engineMarked, st.clean, st.recovering)
+	}
+	if w.segN != 2 || w.fileSize != 64<<10 {
+		t.Fatalf("segment %d, file %d bytes: want segment 2, zero-filled 64 KiB", w.segN, w.fileSize)
+	}
+	if err := w.unmarkClean(false); err != nil {
+		t.Fatal(err)
+	}
+	w.addEntries(entries(251, 260, 3))
+	commitBatch(t, w)
+	w.close()
+	_, st, err = openWALWith(mem, "/wal", testWALConfig())
+	if err != nil || st.lastOp() != 260 || st.clean || !st.engineMarked {
+		t.Fatalf("after writing on: op %d, clean %v, engine marked %v, %v", st.lastOp(), st.clean, st.engineMarked, err)
 	}
 }
