@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/seglog/seglogtest"
 	"github.com/kefirdb/kefir/internal/vfs"
 )
 
@@ -17,15 +18,6 @@ import (
 // wal_zero_test.go) run it end to end on vfs.Mem.
 
 const zeroName = "zero" + TmpSuffix
-
-func waitOrFail(t *testing.T, ch <-chan struct{}, what string) {
-	t.Helper()
-	select {
-	case <-ch:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("timed out waiting for %s", what)
-	}
-}
 
 func newMem(t *testing.T) *vfs.Mem {
 	t.Helper()
@@ -59,7 +51,7 @@ func TestFillerCloseWaitsForAClaimedFill(t *testing.T) {
 	}
 	ops := mem.Ops()
 	f.Request("/db", 64<<10)
-	waitOrFail(t, closed, "close")
+	seglogtest.WaitOrFail(t, closed, "close")
 	if n := mem.Ops() - ops; n != 0 {
 		t.Fatalf("a fill claimed before close made %d file operations, want none", n)
 	}
@@ -99,26 +91,6 @@ func (n noWriteAtFS) OpenRW(name string) (vfs.File, error) {
 	return plainFile{f}, nil
 }
 
-func readAll(t *testing.T, mem vfs.FS, name string) []byte {
-	t.Helper()
-	f, err := mem.Open(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	n, err := f.Size()
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := make([]byte, n)
-	if n > 0 {
-		if _, err := f.ReadAt(b, 0); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return b
-}
-
 // A filler makes one file at a time, in the directory asked for: a request for
 // another directory drops the ready file; Take hands a ready file over once.
 func TestFillerFillsOneFileWhereAsked(t *testing.T) {
@@ -133,7 +105,7 @@ func TestFillerFillsOneFileWhereAsked(t *testing.T) {
 	if !f.ReadyIn("/db") || f.ReadyIn("/db2") {
 		t.Fatal("an inline request did not leave a ready file in /db")
 	}
-	b := readAll(t, mem, "/db/"+zeroName)
+	b := seglogtest.ReadFile(t, mem, "/db/"+zeroName)
 	if len(b) != 8<<10 || !bytes.Equal(b, make([]byte, len(b))) {
 		t.Fatalf("the zero-filled file holds %d bytes, not 8 KiB of zeros", len(b))
 	}
@@ -257,7 +229,7 @@ func TestWriteAtEndInPlaceThenAppended(t *testing.T) {
 	write("0123456789", true)
 	write("abcdefghij", true) // past the zeros: extends the file
 	write("XY", false)
-	if b := readAll(t, mem, "/db/s"); string(b) != "0123456789abcdefghijXY" {
+	if b := seglogtest.ReadFile(t, mem, "/db/s"); string(b) != "0123456789abcdefghijXY" {
 		t.Fatalf("file %q", b)
 	}
 	// Undo of an appended write cuts it off; of one in place writes zeros back and
@@ -269,7 +241,7 @@ func TestWriteAtEndInPlaceThenAppended(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := append([]byte("0123"), make([]byte, 12)...)
-	if b := readAll(t, mem, "/db/s"); !bytes.Equal(b, want) {
+	if b := seglogtest.ReadFile(t, mem, "/db/s"); !bytes.Equal(b, want) {
 		t.Fatalf("after undo %q, want %q", b, want)
 	}
 }
@@ -345,7 +317,7 @@ func TestEndTail(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := readAll(t, mem, "/db/s")
+			got := seglogtest.ReadFile(t, mem, "/db/s")
 			switch {
 			case !tc.inPlace:
 				if size != end || string(got) != "records" {

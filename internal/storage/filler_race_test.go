@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/seglog/seglogtest"
 	"github.com/kefirdb/kefir/internal/vfs"
 )
 
@@ -97,15 +98,6 @@ func (f *gatedFile) WriteAt(p []byte, off int64) (int, error) {
 	return f.File.(vfs.WriterAt).WriteAt(p, off)
 }
 
-func waitOrFail(t *testing.T, ch <-chan struct{}, what string) {
-	t.Helper()
-	select {
-	case <-ch:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("timed out waiting for %s", what)
-	}
-}
-
 // TestRecoveryWhileAnOldFillerRemovesItsFile forces the interleaving that made
 // TestCrashRecoveryAsyncRoll fail under load ("remove leftover /db/zero-segment.tmp: file
 // does not exist"): an engine's filler is part way through zero-filling the next
@@ -130,7 +122,7 @@ func TestRecoveryWhileAnOldFillerRemovesItsFile(t *testing.T) {
 	if _, err := db.Sync(last); err != nil {
 		t.Fatal(err)
 	}
-	waitOrFail(t, entered, "the filler's first write")
+	seglogtest.WaitOrFail(t, entered, "the filler's first write")
 	// Any roll or checkpoint syncs the directory; the filler's file is then durable.
 	if err := g.SyncDir("/db"); err != nil {
 		t.Fatal(err)

@@ -11,30 +11,13 @@ import (
 	"time"
 
 	"github.com/kefirdb/kefir/internal/seglog"
+	"github.com/kefirdb/kefir/internal/seglog/seglogtest"
 	"github.com/kefirdb/kefir/internal/vfs"
 )
 
 // Tests of zero-filled segments and record format 2 (zero.go; docs/design/zero-filled-logs.md,
 // "Built for the storage log"). The randomized power-cut tests of crash_test.go run on
 // them too (Options.Inline fills inline, the async variant on a goroutine).
-
-// readFile returns the contents of path on fs.
-func readFile(t *testing.T, fs vfs.FS, path string) []byte {
-	t.Helper()
-	f, err := fs.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	n, _ := f.Size()
-	b := make([]byte, n)
-	if n > 0 {
-		if _, err := f.ReadAt(b, 0); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return b
-}
 
 // writeAt writes p at off in path on fs and syncs it.
 func writeAt(t *testing.T, fs vfs.FS, path string, p []byte, off int64) {
@@ -62,7 +45,7 @@ func checkZeroTail(t *testing.T, fs vfs.FS, db *DB, what string) {
 	last := db.segs[len(db.segs)-1]
 	path, end := last.path, last.size
 	db.mu.RUnlock()
-	b := readFile(t, fs, path)
+	b := seglogtest.ReadFile(t, fs, path)
 	if !isZero(b[min(end, int64(len(b))):]) {
 		t.Fatalf("%s: non-zero bytes after the end (%d) of %s", what, end, path)
 	}
@@ -271,7 +254,7 @@ func TestHoleThenValidUnacknowledgedRecords(t *testing.T) {
 	hole := int(4096 - end%4096)
 	writeAt(t, fs, "/db/"+segName(0), batch[hole:], int64(end)+int64(hole))
 	// Whole, valid records lie after the hole.
-	data := readFile(t, fs, "/db/"+segName(0))
+	data := seglogtest.ReadFile(t, fs, "/db/"+segName(0))
 	valid := 0
 	for i := int(end) + 1; i+hdrSize <= len(data); i++ {
 		if _, _, _, ok := decodeRecord(data[i:], uint64(i)); ok {
@@ -380,7 +363,7 @@ func TestUpgradeFromFormatOne(t *testing.T) {
 	fs := vfs.NewMem()
 	last, end := formatOneLog(fs)
 	// A torn tail, as format 1 left them: cut under format 1's rule.
-	writeAt(t, fs, last, []byte{9, 9, 9}, int64(len(readFile(t, fs, last))))
+	writeAt(t, fs, last, []byte{9, 9, 9}, int64(len(seglogtest.ReadFile(t, fs, last))))
 	o := memOpts(fs)
 	db := mustOpen(t, o)
 	if db.fmtFrom != end || db.LastPos() != Pos(end) {
@@ -456,7 +439,7 @@ func TestUpgradedLogDamagedBelowFormatMarkIsRefused(t *testing.T) {
 	o := memOpts(fs)
 	db := mustOpen(t, o)
 	db.Close()
-	b := readFile(t, fs, last)
+	b := seglogtest.ReadFile(t, fs, last)
 	n := len(b)
 	// The last format 1 record: damage it.
 	rewrite(t, fs, last, func(b []byte) []byte { b[n-1] ^= 1; return b })
@@ -592,7 +575,7 @@ func repeatedPowerCuts(t *testing.T, seeds int, noZero func(*rand.Rand) bool, wa
 				}
 			}
 			segID, _ := parseName(lastSeg, ".log")
-			if staleAfterEnd(readFile(t, fs, "/db/"+lastSeg), segID) {
+			if staleAfterEnd(seglogtest.ReadFile(t, fs, "/db/"+lastSeg), segID) {
 				holes++
 			}
 			var err error

@@ -26,23 +26,6 @@ func manualFill() walConfig {
 	return c
 }
 
-func readFile(t *testing.T, fs vfs.FS, name string) []byte {
-	t.Helper()
-	f, err := fs.Open(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	n, _ := f.Size()
-	b := make([]byte, n)
-	if n > 0 {
-		if _, err := f.ReadAt(b, 0); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return b
-}
-
 // A header of zeros is the clean end of the log: recovery of a zero-filled
 // segment writes nothing (one fsync, no zeroing, no truncation) and the log
 // goes on in place.
@@ -117,7 +100,7 @@ func staleTail(t *testing.T, cfg walConfig) (view uint64, tailZero bool) {
 	}
 	// Everything after the end reads as zeros, durably.
 	mem.Crash(nil)
-	b := readFile(t, mem, name)
+	b := seglogtest.ReadFile(t, mem, name)
 	tailZero = !bytes.ContainsFunc(b[start2:], func(r rune) bool { return r != 0 })
 	w, st, err = openWALWith(mem, "/wal", cfg)
 	if err != nil || st.hs.View != 1 {
@@ -350,7 +333,7 @@ func TestWALUpgradesFormatOneSegment(t *testing.T) {
 	if segs := segments(t, mem); len(segs) != 1 || segs[0] != segName(8) {
 		t.Fatalf("after the upgrade: %v", segs)
 	}
-	if b := readFile(t, mem, "/wal/"+segName(8)); !isFormat2(b) || int64(len(b)) != 64<<10 {
+	if b := seglogtest.ReadFile(t, mem, "/wal/"+segName(8)); !isFormat2(b) || int64(len(b)) != 64<<10 {
 		t.Fatalf("the rewritten segment is not a zero-filled format 2 segment (%d bytes)", len(b))
 	}
 	w.addEntries(entries(9, 10, 2))
@@ -447,7 +430,7 @@ func TestWALRepeatedPowerCutsNeverResurrect(t *testing.T) {
 			}
 			last = st.lastOp()
 			// Recovery zeroed everything after the end before returning.
-			b := readFile(t, mem, "/wal/"+segName(w.segN))
+			b := seglogtest.ReadFile(t, mem, "/wal/"+segName(w.segN))
 			if i := bytes.IndexFunc(b[w.size:], func(r rune) bool { return r != 0 }); i >= 0 {
 				t.Fatalf("seed %d incarnation %d: a non-zero byte at %d, after the end %d", seed, inc, w.size+int64(i), w.size)
 			}

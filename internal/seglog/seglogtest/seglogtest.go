@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/kefirdb/kefir/internal/vfs"
 )
@@ -60,4 +61,36 @@ func LoadDir(t testing.TB, fs vfs.FS, dir, path string) []string {
 		t.Fatal(err)
 	}
 	return names
+}
+
+// ReadFile returns the contents of path on fs.
+func ReadFile(t testing.TB, fs vfs.FS, path string) []byte {
+	t.Helper()
+	f, err := fs.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	n, err := f.Size()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, n)
+	if n > 0 {
+		if _, err := f.ReadAt(b, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return b
+}
+
+// WaitOrFail waits for ch to be closed (or receive), failing the test after ten
+// seconds.
+func WaitOrFail(t testing.TB, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+	}
 }
