@@ -114,17 +114,21 @@ func UndoWrite(f vfs.File, size, fileSize int64, n int, inPlace bool) error {
 	return nil
 }
 
-// ScanPastEnd looks in b, after the first bad record at b[end], for a valid record
-// whose synced mark lies past end: proof that end was below a completed fsync, so the
-// bad record is damage in the middle of the log and not a torn tail. It returns that
-// record's offset in b, or -1.
+// ScanPastEnd looks in b, after the first bad record at b[end], for a record that
+// proves the bad one is damage in the middle of the log and not a torn tail, and
+// returns its offset in b, or -1. proves(i) parses a record of the log's format at
+// b[i]; hdr is the format's header size (no record starts closer than that to the end
+// of b); lenAt the offset in a header of a 4-byte length that no valid record has zero:
+// where the 8 bytes at i+lenAt are zero no record starts at i..i+4, so the scan skips
+// zeros five bytes at a time (a zero-filled tail costs a word compare per 5 bytes, not
+// a parse per byte).
 //
-// proves(i) parses a record of the log's format at b[i] (valid only at the position it
-// claims) and reports whether it is valid with a mark past end. Valid records with a
-// lower mark are stale — written, never synced, landed while an earlier page did not —
-// and prove nothing. hdr is the format's header size; lenAt the offset in a header of
-// a 4-byte length that no valid record has zero: where the 8 bytes at i+lenAt are zero
-// no record starts at i..i+4, so the scan skips zeros five bytes at a time.
+// The proof, in a log whose records carry a synced mark (format 2 of both logs): a
+// record valid at the position it claims whose mark lies past end — end was below a
+// completed fsync. Valid records with a lower mark are stale (written, never synced,
+// landed while an earlier page did not) and prove nothing. In an appended log without
+// marks (format 1 of both logs) any valid record after a bad one is the proof: a torn
+// write damages only the end.
 func ScanPastEnd(b []byte, end, hdr, lenAt int, proves func(i int) bool) int {
 	for i := end + 1; i+hdr <= len(b) && i+lenAt+8 <= len(b); {
 		if binary.LittleEndian.Uint64(b[i+lenAt:]) == 0 {

@@ -335,7 +335,7 @@ func (db *DB) replay(i int, from uint64, floors map[string]uint64) error {
 			switch {
 			case !lastSeg:
 			case db.fmtFrom == math.MaxUint64:
-				if !anyValidAfter(data[p+1:]) {
+				if !anyValidAfter(data, p) {
 					db.opts.Logger.Info("cutting torn tail", "file", s.path, "offset", bad, "bytes", len(data)-p)
 					if err := s.f.Truncate(bad); err != nil {
 						return fmt.Errorf("storage: truncate torn tail of %s: %w", s.path, err)
@@ -398,14 +398,13 @@ func (db *DB) endLog(s *segment, tail []byte, end int64) error {
 }
 
 // anyValidAfter reports whether a complete, checksummed format 1 record starts anywhere
-// in b.
-func anyValidAfter(b []byte) bool {
-	for p := 0; p+hdrSize1 <= len(b); p++ {
-		if h, _, _, ok := decodeRecord(b[p:], 0); ok && !h.v2() {
-			return true
-		}
-	}
-	return false
+// in b after offset end (seglog.ScanPastEnd; a record's key length, at 4, is never
+// zero).
+func anyValidAfter(b []byte, end int) bool {
+	return seglog.ScanPastEnd(b, end, hdrSize1, 4, func(i int) bool {
+		h, _, _, ok := decodeRecord(b[i:], 0)
+		return ok && !h.v2()
+	}) >= 0
 }
 
 // salvage cuts the log at segment i, offset off, dropping everything after it.

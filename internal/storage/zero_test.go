@@ -450,6 +450,30 @@ func TestUpgradedLogDamagedBelowFormatMarkIsRefused(t *testing.T) {
 	}
 }
 
+// A format 1 directory keeps format 1's rule until it is upgraded: in the last segment,
+// a bad record with a valid one after it is damage in the middle of the log (a torn
+// write damages only the end), refused; a bad last record is a torn tail, cut.
+func TestFormatOneDamagedMiddleIsRefusedTornTailIsCut(t *testing.T) {
+	fs := vfs.NewMem()
+	last, _ := formatOneLog(fs)
+	b := seglogtest.ReadFile(t, fs, last)
+	rec := len(b) / 5 // five records of one size
+	rewrite(t, fs, last, func(b []byte) []byte { b[rec+hdrSize1] ^= 1; return b })
+	o := memOpts(fs)
+	_, err := Open(o)
+	var ce *CorruptionError
+	if !errors.As(err, &ce) || ce.File != last || ce.Offset != int64(rec) {
+		t.Fatalf("Open = %v; want a CorruptionError in %s at offset %d", err, last, rec)
+	}
+	rewrite(t, fs, last, func(b []byte) []byte { b[rec+hdrSize1] ^= 1; b[len(b)-1] ^= 1; return b })
+	db := mustOpen(t, o)
+	defer db.Close()
+	for i := 0; i < 9; i++ {
+		wantGet(t, db, fmt.Sprintf("k%d", i), fmt.Sprintf("v%d", i))
+	}
+	wantGet(t, db, "k9", "")
+}
+
 // The format mark's name is a gap file's name past every position: the code before
 // format 2 lists it as the last piece of the log and refuses a log that ends with a gap
 // (recover: "the log ends with a gap"), instead of cutting format 2 records off as a

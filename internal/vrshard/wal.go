@@ -338,14 +338,12 @@ func nextRecord(b []byte) (typ byte, payload []byte, n int, ok bool) {
 }
 
 // validAfter reports whether a valid format 1 record starts anywhere after
-// off.
+// off (seglog.ScanPastEnd; a record's length, at 0, is never zero).
 func validAfter(b []byte, off int) bool {
-	for i := off + 1; i+walHeader <= len(b); i++ {
-		if _, _, _, ok := nextRecord(b[i:]); ok {
-			return true
-		}
-	}
-	return false
+	return seglog.ScanPastEnd(b, off, walHeader, 0, func(i int) bool {
+		_, _, _, ok := nextRecord(b[i:])
+		return ok
+	}) >= 0
 }
 
 // replayWAL applies the records of a format 1 segment to st and returns how
