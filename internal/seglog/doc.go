@@ -8,7 +8,7 @@
 //   - Zero-filled segments (docs/design/zero-filled-logs.md): a Filler writes the next
 //     segment's file full of zeros and fsyncs it ahead of need, so the log's writes
 //     overwrite allocated, written blocks and an fdatasync commits no metadata.
-//     OpenZeroFilled opens such a file for a roll. WriteAtEnd writes a batch at the
+//     A roll takes it with TakeOpen. WriteAtEnd writes a batch at the
 //     log's logical end: in place over the zeros, or appended once they are used up;
 //     UndoWrite takes a failed write back.
 //   - The durable point: SyncedFile is a segment whose Sync records the logical end it

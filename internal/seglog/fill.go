@@ -188,10 +188,41 @@ func (f *Filler) Close() {
 	f.wg.Wait()
 }
 
-// OpenZeroFilled opens a zero-filled file (one a roll took from a Filler, possibly
-// renamed) for writing in place and returns it with its size. It fails if the file
-// system cannot write in place.
-func OpenZeroFilled(fs vfs.FS, path string) (vfs.File, int64, error) {
+// TakeOpen takes the ready zero-filled file in dir for a roll and opens it for writing
+// in place, renamed to dest first unless dest is "". It returns the file, its size and
+// its path, or nil if none is ready there or a step fails: then the file is removed,
+// or, if it was already renamed, left at dest for the caller to create anew (Create
+// truncates). The caller makes the name durable (a directory sync).
+//
+// The two logs differ in when the file gets its final name: the storage log renames
+// it first (a sealed segment followed by an empty one is a valid log), the replication
+// log writes its first records under the temporary name and renames it once they are
+// durable (recovery trusts the newest segment).
+func (f *Filler) TakeOpen(dir, dest string) (vfs.File, int64, string) {
+	path := f.Take(dir)
+	if path == "" {
+		return nil, 0, ""
+	}
+	if dest != "" {
+		if err := f.fs.Rename(path, dest); err != nil {
+			_ = f.fs.Remove(path)
+			return nil, 0, ""
+		}
+		path = dest
+	}
+	file, size, err := openZeroFilled(f.fs, path)
+	if err != nil {
+		if dest == "" {
+			_ = f.fs.Remove(path)
+		}
+		return nil, 0, ""
+	}
+	return file, size, path
+}
+
+// openZeroFilled opens a zero-filled file for writing in place and returns it with its
+// size. It fails if the file system cannot write in place.
+func openZeroFilled(fs vfs.FS, path string) (vfs.File, int64, error) {
 	f, err := fs.OpenRW(path)
 	if err != nil {
 		return nil, 0, err

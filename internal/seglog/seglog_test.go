@@ -119,20 +119,28 @@ func TestFillerFillsOneFileWhereAsked(t *testing.T) {
 	if _, err := mem.Stat("/db/" + zeroName); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("the dropped file in /db: %v, want removed", err)
 	}
-	if p := f.Take("/db"); p != "" {
-		t.Fatalf("Take(/db) = %q with no file ready there", p)
+	if zf, _, p := f.TakeOpen("/db", ""); zf != nil {
+		t.Fatalf("TakeOpen(/db) = %q with no file ready there", p)
 	}
-	if p := f.Take("/db2"); p != "/db2/"+zeroName {
-		t.Fatalf("Take(/db2) = %q", p)
-	}
-	if p := f.Take("/db2"); p != "" {
-		t.Fatalf("a second Take returned %q", p)
-	}
-	zf, size, err := OpenZeroFilled(mem, "/db2/"+zeroName)
-	if err != nil || size != 8<<10 {
-		t.Fatalf("OpenZeroFilled: %d bytes, %v", size, err)
+	// Taken under its own name (the replication log's roll).
+	zf, size, p := f.TakeOpen("/db2", "")
+	if zf == nil || p != "/db2/"+zeroName || size != 8<<10 {
+		t.Fatalf("TakeOpen(/db2) = %v, %d bytes, %q", zf, size, p)
 	}
 	zf.Close()
+	if zf, _, p := f.TakeOpen("/db2", ""); zf != nil {
+		t.Fatalf("a second TakeOpen returned %q", p)
+	}
+	// Taken renamed (the storage log's roll).
+	f.Request("/db", 8<<10)
+	zf, size, p = f.TakeOpen("/db", "/db/seg")
+	if zf == nil || p != "/db/seg" || size != 8<<10 {
+		t.Fatalf("TakeOpen(/db, /db/seg) = %v, %d bytes, %q", zf, size, p)
+	}
+	zf.Close()
+	if _, err := mem.Stat("/db/" + zeroName); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the filler's name after a renaming take: %v, want gone", err)
+	}
 
 	manual := NewFiller(mem, "m"+TmpSuffix, FillManual)
 	manual.Request("/db", 4<<10)
@@ -168,8 +176,8 @@ func TestFillerNeedsWriteAt(t *testing.T) {
 		t.Fatal(err)
 	}
 	zf.Close()
-	if _, _, err := OpenZeroFilled(nw, "/db/x"); !errors.Is(err, ErrNoWriteAt) {
-		t.Fatalf("OpenZeroFilled without WriteAt: %v", err)
+	if _, _, err := openZeroFilled(nw, "/db/x"); !errors.Is(err, ErrNoWriteAt) {
+		t.Fatalf("openZeroFilled without WriteAt: %v", err)
 	}
 }
 

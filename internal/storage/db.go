@@ -596,16 +596,8 @@ func (db *DB) createSegment(id uint64, dev int) (*segment, error) {
 // then creates the segment empty, truncating whatever the rename left).
 func (db *DB) takeZeroFilled(id uint64, dev int, path string) *segment {
 	dir := db.devs[dev].dir
-	zp := db.fill.Take(dir)
-	if zp == "" {
-		return nil
-	}
-	if err := db.fs.Rename(zp, path); err != nil {
-		_ = db.fs.Remove(zp)
-		return nil
-	}
-	f, size, err := seglog.OpenZeroFilled(db.fs, path)
-	if err != nil {
+	f, size, _ := db.fill.TakeOpen(dir, path)
+	if f == nil {
 		return nil
 	}
 	if err := db.fs.SyncDir(dir); err != nil {

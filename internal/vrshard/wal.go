@@ -682,16 +682,9 @@ func (w *wal) roll() error {
 		// waits on the write path yet, so zero-fill it here.
 		w.fill.FillNow(w.dir, w.cfg.minSeg)
 	}
-	var f vfs.File
-	var size int64
-	tmp := w.fill.Take(w.dir)
-	if tmp != "" {
-		var err error
-		if f, size, err = seglog.OpenZeroFilled(w.fs, tmp); err != nil {
-			_ = w.fs.Remove(tmp)
-			f = nil
-		}
-	}
+	// The filler's file keeps its temporary name until the segment is
+	// durable (the rename below).
+	f, size, tmp := w.fill.TakeOpen(w.dir, "")
 	if f == nil {
 		tmp = final + seglog.TmpSuffix
 		var err error
