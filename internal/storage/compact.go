@@ -8,6 +8,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/seglog"
 	"github.com/kefirdb/kefir/internal/vfs"
 )
 
@@ -209,7 +210,7 @@ func (db *DB) writeGap(s *segment) error {
 	final := vfs.Join(dir, gapName(s.id))
 	var b [12]byte
 	binary.LittleEndian.PutUint64(b[:], s.end())
-	binary.LittleEndian.PutUint32(b[8:], crc32.Checksum(b[:8], crcTable))
+	binary.LittleEndian.PutUint32(b[8:], crc32.Checksum(b[:8], seglog.CRCTable))
 	if err := db.writeDurably(dir, final, b[:]); err != nil {
 		return fmt.Errorf("storage: compact: gap file %s: %w", final, err)
 	}
@@ -251,7 +252,7 @@ func (db *DB) readGap(path string) (uint64, error) {
 	if _, err := f.ReadAt(b[:], 0); err != nil {
 		return 0, fmt.Errorf("storage: read gap %s: %w", path, err)
 	}
-	if crc32.Checksum(b[:8], crcTable) != binary.LittleEndian.Uint32(b[8:]) {
+	if crc32.Checksum(b[:8], seglog.CRCTable) != binary.LittleEndian.Uint32(b[8:]) {
 		return 0, &CorruptionError{File: path, Reason: "gap file checksum mismatch"}
 	}
 	return binary.LittleEndian.Uint64(b[:]), nil

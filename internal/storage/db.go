@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/seglog"
 	"github.com/kefirdb/kefir/internal/vfs"
 )
 
@@ -65,7 +66,7 @@ type DB struct {
 	fmtFrom uint64
 	// fill makes the next segment's zero-filled file (zero.go); fillFor is the id+1 of
 	// the segment for whose successor it was last asked.
-	fill    *filler
+	fill    *seglog.Filler
 	fillFor uint64
 	// rolls counts segments started since Open, zeroRolls those that took a
 	// zero-filled file (tests).
@@ -378,20 +379,13 @@ func (db *DB) flushLocked() error {
 		panic("storage: flush while the next segment is being created")
 	}
 	act := db.segs[len(db.segs)-1]
-	var n int
-	var err error
-	inPlace := act.fileSize > act.size
-	if inPlace {
-		// At the logical end, over the zero-filled tail (extending the file if the
-		// buffer is longer than what is left of it).
-		n, err = act.f.(vfs.WriterAt).WriteAt(db.buf, act.size)
-	} else {
-		n, err = act.f.Write(db.buf)
-	}
+	// At the logical end: over the zero-filled tail (extending the file if the buffer
+	// is longer than what is left of it), or appended.
+	n, inPlace, err := seglog.WriteAtEnd(act.f, db.buf, act.size, act.fileSize)
 	db.st.writes.Add(1)
 	if err != nil {
 		if n > 0 {
-			if terr := db.undoWrite(act, n, inPlace); terr != nil {
+			if terr := seglog.UndoWrite(act.f, act.size, act.fileSize, n, inPlace); terr != nil {
 				db.failLocked(fmt.Errorf("cut short write of %s back to %d: %w (after %v)", act.path, act.size, terr, err))
 				return db.failed
 			}
@@ -426,7 +420,7 @@ func (db *DB) rollDueLocked(n int) bool {
 	if used+int64(n) > db.opts.SegmentSize {
 		return true
 	}
-	return act.zeroSize > 0 && used+int64(n) > act.zeroSize && db.fill.readyIn(db.nextDir())
+	return act.zeroSize > 0 && used+int64(n) > act.zeroSize && db.fill.ReadyIn(db.nextDir())
 }
 
 // zeroSizeAfter returns the zero-filled size of the segment to follow act: twice act's,
@@ -453,23 +447,7 @@ func (db *DB) askFillLocked() {
 		return
 	}
 	db.fillFor = act.id + 1
-	db.fill.request(db.nextDir(), db.zeroSizeAfter(act))
-}
-
-// undoWrite takes back the n bytes a failed write left at the end of act: cut off if
-// appended, zeros again if written in place (and the file cut back to its length).
-func (db *DB) undoWrite(act *segment, n int, inPlace bool) error {
-	if !inPlace {
-		return act.f.Truncate(act.size)
-	}
-	z := min(int64(n), act.fileSize-act.size)
-	if _, err := act.f.(vfs.WriterAt).WriteAt(make([]byte, z), act.size); err != nil {
-		return err
-	}
-	if act.size+int64(n) > act.fileSize {
-		return act.f.Truncate(act.fileSize)
-	}
-	return nil
+	db.fill.Request(db.nextDir(), db.zeroSizeAfter(act))
 }
 
 // rollLocked seals the active segment and starts a new one on the next device. Sealing
@@ -618,21 +596,8 @@ func (db *DB) createSegment(id uint64, dev int) (*segment, error) {
 // then creates the segment empty, truncating whatever the rename left).
 func (db *DB) takeZeroFilled(id uint64, dev int, path string) *segment {
 	dir := db.devs[dev].dir
-	zp := db.fill.take(dir)
-	if zp == "" {
-		return nil
-	}
-	if err := db.fs.Rename(zp, path); err != nil {
-		_ = db.fs.Remove(zp)
-		return nil
-	}
-	f, err := db.fs.OpenRW(path)
-	if err != nil {
-		return nil
-	}
-	size, err := f.Size()
-	if _, ok := f.(vfs.WriterAt); err != nil || !ok {
-		f.Close()
+	f, size, _ := db.fill.TakeOpen(dir, path)
+	if f == nil {
 		return nil
 	}
 	if err := db.fs.SyncDir(dir); err != nil {
@@ -1149,7 +1114,7 @@ func (db *DB) Stats() Stats {
 // files. Reads and writes after Close return ErrClosed.
 func (db *DB) Close() error {
 	if db.fill != nil {
-		db.fill.close()
+		db.fill.Close()
 	}
 	if db.compactStop != nil {
 		close(db.compactStop)

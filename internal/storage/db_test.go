@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/seglog"
 	"github.com/kefirdb/kefir/internal/vfs"
 )
 
@@ -333,7 +334,7 @@ func TestAppendDoesNotSync(t *testing.T) {
 	fs := vfs.NewMem()
 	o := memOpts(fs)
 	// The inline filler's fsyncs (of the next segment's zero-filled file) would count.
-	o.mut.fill, o.mut.setFill = fillOff, true
+	o.mut.fill, o.mut.setFill = seglog.FillOff, true
 	db := mustOpen(t, o)
 	before := fs.Syncs()
 	for i := 0; i < 20; i++ {
@@ -394,7 +395,7 @@ func diskFull(t *testing.T, inline bool) {
 	o.SegmentSize = 1 << 20
 	o.Inline = inline
 	// Appended segments: a write in place over zero-filled blocks needs no space.
-	o.mut.fill, o.mut.setFill = fillOff, true
+	o.mut.fill, o.mut.setFill = seglog.FillOff, true
 	db := mustOpen(t, o)
 	put(t, db, "ok", 1, "fits")
 	if _, err := db.Sync(db.LastPos()); err != nil {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/seglog/seglogtest"
 	"github.com/kefirdb/kefir/internal/vfs"
 )
 
@@ -97,15 +98,6 @@ func (f *gatedFile) WriteAt(p []byte, off int64) (int, error) {
 	return f.File.(vfs.WriterAt).WriteAt(p, off)
 }
 
-func waitOrFail(t *testing.T, ch <-chan struct{}, what string) {
-	t.Helper()
-	select {
-	case <-ch:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("timed out waiting for %s", what)
-	}
-}
-
 // TestRecoveryWhileAnOldFillerRemovesItsFile forces the interleaving that made
 // TestCrashRecoveryAsyncRoll fail under load ("remove leftover /db/zero-segment.tmp: file
 // does not exist"): an engine's filler is part way through zero-filling the next
@@ -130,7 +122,7 @@ func TestRecoveryWhileAnOldFillerRemovesItsFile(t *testing.T) {
 	if _, err := db.Sync(last); err != nil {
 		t.Fatal(err)
 	}
-	waitOrFail(t, entered, "the filler's first write")
+	seglogtest.WaitOrFail(t, entered, "the filler's first write")
 	// Any roll or checkpoint syncs the directory; the filler's file is then durable.
 	if err := g.SyncDir("/db"); err != nil {
 		t.Fatal(err)
@@ -165,15 +157,15 @@ func TestRecoveryWhileAnOldFillerRemovesItsFile(t *testing.T) {
 	}
 	// Recovery asks its own filler for the next file; once it is done, a file of that
 	// name must be that one, ready, or none.
-	for deadline := time.Now().Add(10 * time.Second); !db2.fill.idle(); time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); !db2.fill.Idle(); time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the new engine's filler did not finish")
 		}
 	}
-	if _, err := g.Stat("/db/" + zeroName); (err == nil) != db2.fill.readyIn("/db") {
-		t.Fatalf("zero-filled file after recovery: %v, but the new filler's file ready: %v", err, db2.fill.readyIn("/db"))
+	if _, err := g.Stat("/db/" + zeroName); (err == nil) != db2.fill.ReadyIn("/db") {
+		t.Fatalf("zero-filled file after recovery: %v, but the new filler's file ready: %v", err, db2.fill.ReadyIn("/db"))
 	}
-	db.fill.close() // the old filler is done; do not leak its goroutine
+	db.fill.Close() // the old filler is done; do not leak its goroutine
 }
 
 // A leftover temporary file that vanished between the listing and its removal is not
@@ -219,42 +211,4 @@ func TestRecoveryRemovesLeftoversStrictly(t *testing.T) {
 		db3.Close()
 		t.Fatal("Open succeeded although a leftover could not be removed")
 	}
-}
-
-// Close stops the filler and must leave no fill behind: a fill that starts after it
-// returned would create the next segment's file under whatever engine opens the
-// directory next, and remove it by name when its stopped fill fails (the same error as
-// above, in production: Close with writes in flight, then Open). Here close runs in the
-// window between a request's claim and the start of its goroutine.
-func TestFillerCloseWaitsForAClaimedFill(t *testing.T) {
-	mem := vfs.NewMem()
-	if err := mem.MkdirAll("/db"); err != nil {
-		t.Fatal(err)
-	}
-	f := &filler{fs: mem, mode: fillAsync}
-	closed := make(chan struct{})
-	early := false
-	f.afterClaim = func() {
-		go func() { f.close(); close(closed) }()
-		select {
-		case <-closed:
-			early = true
-		case <-time.After(100 * time.Millisecond):
-			// close waits for the claimed fill (it cannot start until this returns).
-		}
-	}
-	f.request("/db", 64<<10)
-	waitOrFail(t, closed, "close")
-	if early {
-		t.Fatal("close returned while a claimed fill had not started")
-	}
-	if !f.idle() {
-		t.Fatal("a fill is still running after close returned")
-	}
-	if _, err := mem.Stat("/db/" + zeroName); !errors.Is(err, fs.ErrNotExist) {
-		t.Fatalf("the stopped fill's file after close: %v, want none", err)
-	}
-	// A request after close claims nothing.
-	f.afterClaim = func() { t.Fatal("a request after close claimed a fill") }
-	f.request("/db", 64<<10)
 }

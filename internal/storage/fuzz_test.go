@@ -7,6 +7,7 @@ import (
 	"hash/crc32"
 	"testing"
 
+	"github.com/kefirdb/kefir/internal/seglog"
 	"github.com/kefirdb/kefir/internal/vfs"
 )
 
@@ -19,7 +20,7 @@ func encodeV1(r Record, flags uint8, floor uint64) []byte {
 	putHeader(b, &r, flags, floor)
 	copy(b[hdrSize1:], r.Key)
 	copy(b[hdrSize1+len(r.Key):], r.Value)
-	binary.LittleEndian.PutUint32(b, crc32.Checksum(b[4:], crcTable))
+	binary.LittleEndian.PutUint32(b, crc32.Checksum(b[4:], seglog.CRCTable))
 	return b
 }
 

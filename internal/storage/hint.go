@@ -7,6 +7,7 @@ import (
 	"hash/crc32"
 	"io"
 
+	"github.com/kefirdb/kefir/internal/seglog"
 	"github.com/kefirdb/kefir/internal/vfs"
 )
 
@@ -49,7 +50,7 @@ func (db *DB) Checkpoint() error {
 	if err != nil {
 		return fmt.Errorf("storage: checkpoint: %w", err)
 	}
-	crc := crc32.New(crcTable)
+	crc := crc32.New(seglog.CRCTable)
 	w := &hintWriter{f: f, crc: crc, buf: make([]byte, 0, 1<<20)}
 	var hdr [24]byte
 	copy(hdr[:], hintMagic)
@@ -186,7 +187,7 @@ func (db *DB) loadHint(path string, p, logEnd uint64) error {
 		return err
 	}
 	body := data[:len(data)-4]
-	if crc32.Checksum(body, crcTable) != binary.LittleEndian.Uint32(data[len(data)-4:]) {
+	if crc32.Checksum(body, seglog.CRCTable) != binary.LittleEndian.Uint32(data[len(data)-4:]) {
 		return fmt.Errorf("%w: checksum mismatch", errBadHint)
 	}
 	if string(body[:8]) != hintMagic || binary.LittleEndian.Uint64(body[8:]) != p {

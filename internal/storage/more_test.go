@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/seglog"
 	"github.com/kefirdb/kefir/internal/vfs"
 )
 
@@ -193,7 +194,7 @@ func TestDiskFullAtRoll(t *testing.T) {
 	o.SegmentSize = 200
 	// Appended segments: a zero-filled next segment made before the disk filled up
 	// would let the roll go through.
-	o.mut.fill, o.mut.setFill = fillOff, true
+	o.mut.fill, o.mut.setFill = seglog.FillOff, true
 	db := mustOpen(t, o)
 	defer db.Close()
 	put(t, db, "a", 1, string(make([]byte, 150)))

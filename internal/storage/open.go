@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"math"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 
+	"github.com/kefirdb/kefir/internal/seglog"
 	"github.com/kefirdb/kefir/internal/vfs"
 )
 
@@ -33,19 +33,19 @@ func Open(opts Options) (*DB, error) {
 	if opts.CacheBytes > 0 {
 		db.cache = newCache(opts.CacheBytes)
 	}
-	mode := fillAsync
+	mode := seglog.FillAsync
 	if opts.Inline {
-		mode = fillInline
+		mode = seglog.FillInline
 	}
 	if opts.NoZeroFill {
-		mode = fillOff
+		mode = seglog.FillOff
 	}
 	if opts.mut.setFill {
 		mode = opts.mut.fill
 	}
-	db.fill = &filler{fs: db.fs, mode: mode}
+	db.fill = seglog.NewFiller(db.fs, zeroName, mode)
 	if err := db.recover(); err != nil {
-		db.fill.close()
+		db.fill.Close()
 		db.closeFiles()
 		return nil, err
 	}
@@ -106,16 +106,11 @@ func (db *DB) list() (segs, hints []fileRef, mark string, err error) {
 				segs = append(segs, fileRef{id, d, path, true})
 			} else if id, ok := parseName(name, ".hint"); ok {
 				hints = append(hints, fileRef{id, d, path, false})
-			} else if strings.HasSuffix(name, ".tmp") {
+			} else if seglog.IsTmp(name) {
 				// An unfinished hint, compaction output or format mark, or the
-				// filler's zero-filled file: never referenced. One that is already
-				// gone is what this wanted: a filler that outlived its engine (a
-				// crash test's dropped engine; before the close fix, a fill started
-				// as Close returned) removes its file by name when its write fails,
-				// and may do so between this listing and this Remove. The name is
-				// never a segment's, so nothing durable is at stake.
-				if err := db.fs.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-					return nil, nil, "", fmt.Errorf("storage: remove leftover %s: %w", path, err)
+				// filler's zero-filled file: never referenced.
+				if err := seglog.RemoveLeftover(db.fs, path); err != nil {
+					return nil, nil, "", fmt.Errorf("storage: %w", err)
 				}
 			}
 		}
@@ -175,7 +170,7 @@ func (db *DB) recover() error {
 			}
 		}
 		// Nothing waits on the write path yet: zero-fill the first segment here.
-		db.fill.fillNow(db.devs[0].dir, min(db.opts.SegmentSize, minZeroSize))
+		db.fill.FillNow(db.devs[0].dir, min(db.opts.SegmentSize, minZeroSize))
 		seg, err := db.createSegment(0, 0)
 		if err != nil {
 			return err
@@ -340,7 +335,7 @@ func (db *DB) replay(i int, from uint64, floors map[string]uint64) error {
 			switch {
 			case !lastSeg:
 			case db.fmtFrom == math.MaxUint64:
-				if !anyValidAfter(data[p+1:]) {
+				if !anyValidAfter(data, p) {
 					db.opts.Logger.Info("cutting torn tail", "file", s.path, "offset", bad, "bytes", len(data)-p)
 					if err := s.f.Truncate(bad); err != nil {
 						return fmt.Errorf("storage: truncate torn tail of %s: %w", s.path, err)
@@ -391,35 +386,25 @@ func (db *DB) replay(i int, from uint64, floors map[string]uint64) error {
 // ending where a stale one begins would resurrect it at the next recovery.
 func (db *DB) endLog(s *segment, tail []byte, end int64) error {
 	s.size = end
-	wa, ok := s.f.(vfs.WriterAt)
-	if !ok {
-		if err := s.f.Truncate(end); err != nil {
-			return fmt.Errorf("storage: cut the tail of %s: %w", s.path, err)
-		}
-		s.fileSize = end
-		return nil
+	fileSize, n, err := seglog.EndTail(s.f, tail, end, s.fileSize, db.opts.mut.skipZeroTail)
+	s.fileSize = fileSize
+	if err != nil {
+		return fmt.Errorf("storage: %s: %w", s.path, err)
 	}
-	if !db.opts.mut.skipZeroTail {
-		n, err := vfs.ZeroNonZero(wa, tail, end)
-		if err != nil {
-			return fmt.Errorf("storage: zero the tail of %s: %w", s.path, err)
-		}
-		if n > 0 {
-			db.opts.Logger.Info("zeroed the unsynced tail", "file", s.path, "offset", end, "bytes", n)
-		}
+	if n > 0 {
+		db.opts.Logger.Info("zeroed the unsynced tail", "file", s.path, "offset", end, "bytes", n)
 	}
 	return nil
 }
 
 // anyValidAfter reports whether a complete, checksummed format 1 record starts anywhere
-// in b.
-func anyValidAfter(b []byte) bool {
-	for p := 0; p+hdrSize1 <= len(b); p++ {
-		if h, _, _, ok := decodeRecord(b[p:], 0); ok && !h.v2() {
-			return true
-		}
-	}
-	return false
+// in b after offset end (seglog.ScanPastEnd; a record's key length, at 4, is never
+// zero).
+func anyValidAfter(b []byte, end int) bool {
+	return seglog.ScanPastEnd(b, end, hdrSize1, 4, func(i int) bool {
+		h, _, _, ok := decodeRecord(b[i:], 0)
+		return ok && !h.v2()
+	}) >= 0
 }
 
 // salvage cuts the log at segment i, offset off, dropping everything after it.

@@ -3,6 +3,8 @@ package storage
 import (
 	"encoding/binary"
 	"hash/crc32"
+
+	"github.com/kefirdb/kefir/internal/seglog"
 )
 
 // On-disk record layout (little endian), format 2:
@@ -43,8 +45,6 @@ const (
 	maxValLenHard = 1 << 30
 )
 
-var crcTable = crc32.MakeTable(crc32.Castagnoli)
-
 type recHdr struct {
 	keyLen, valLen uint32
 	version        uint64
@@ -73,7 +73,7 @@ func appendRecord(dst []byte, r *Record, flags uint8, floor, pos, synced uint64)
 	binary.LittleEndian.PutUint64(b[45:], synced)
 	copy(b[hdrSize:], r.Key)
 	copy(b[hdrSize+len(r.Key):], r.Value)
-	binary.LittleEndian.PutUint32(b[0:], crc32.Checksum(b[4:], crcTable))
+	binary.LittleEndian.PutUint32(b[0:], crc32.Checksum(b[4:], seglog.CRCTable))
 	return dst
 }
 
@@ -149,7 +149,7 @@ func decodeRecord(b []byte, at uint64) (h recHdr, key, val []byte, ok bool) {
 	if len(b) < n {
 		return h, nil, nil, false
 	}
-	if binary.LittleEndian.Uint32(b[0:]) != crc32.Checksum(b[4:n], crcTable) {
+	if binary.LittleEndian.Uint32(b[0:]) != crc32.Checksum(b[4:n], seglog.CRCTable) {
 		return h, nil, nil, false
 	}
 	key = b[h.hdr : h.hdr+int(h.keyLen)]

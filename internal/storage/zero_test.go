@@ -10,30 +10,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/seglog"
+	"github.com/kefirdb/kefir/internal/seglog/seglogtest"
 	"github.com/kefirdb/kefir/internal/vfs"
 )
 
 // Tests of zero-filled segments and record format 2 (zero.go; docs/design/zero-filled-logs.md,
 // "Built for the storage log"). The randomized power-cut tests of crash_test.go run on
 // them too (Options.Inline fills inline, the async variant on a goroutine).
-
-// readFile returns the contents of path on fs.
-func readFile(t *testing.T, fs vfs.FS, path string) []byte {
-	t.Helper()
-	f, err := fs.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	n, _ := f.Size()
-	b := make([]byte, n)
-	if n > 0 {
-		if _, err := f.ReadAt(b, 0); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return b
-}
 
 // writeAt writes p at off in path on fs and syncs it.
 func writeAt(t *testing.T, fs vfs.FS, path string, p []byte, off int64) {
@@ -61,7 +45,7 @@ func checkZeroTail(t *testing.T, fs vfs.FS, db *DB, what string) {
 	last := db.segs[len(db.segs)-1]
 	path, end := last.path, last.size
 	db.mu.RUnlock()
-	b := readFile(t, fs, path)
+	b := seglogtest.ReadFile(t, fs, path)
 	if !isZero(b[min(end, int64(len(b))):]) {
 		t.Fatalf("%s: non-zero bytes after the end (%d) of %s", what, end, path)
 	}
@@ -119,7 +103,7 @@ func TestRollWithoutReadyFileFallsBack(t *testing.T) {
 	fs := vfs.NewMem()
 	o := memOpts(fs)
 	o.SegmentSize = 16 << 10
-	o.mut.fill, o.mut.setFill = fillManual, true // only the first segment
+	o.mut.fill, o.mut.setFill = seglog.FillManual, true // only the first segment
 	db := mustOpen(t, o)
 	i := 0
 	for ; db.rolls.Load() < 2; i++ {
@@ -142,7 +126,7 @@ func TestRollWithoutReadyFileFallsBack(t *testing.T) {
 		t.Fatalf("fallback segment %s: file size %d, log %d; want it appended", act.path, size, act.size)
 	}
 	// The filler catches up: the next roll takes its file.
-	db.fill.fillNow("/db", o.SegmentSize)
+	db.fill.FillNow("/db", o.SegmentSize)
 	for ; db.rolls.Load() < 3; i++ {
 		put(t, db, fmt.Sprintf("k%03d", i), uint64(i+1), strings.Repeat("v", 100))
 	}
@@ -170,7 +154,7 @@ func TestAsyncFillerIsReadyForTheNextRoll(t *testing.T) {
 		// A disk fills faster than a segment's worth of writes, and a 4 KiB segment
 		// must not fill up while the one before is being sealed.
 		db.waitIdle()
-		for !db.fill.idle() {
+		for !db.fill.Idle() {
 			time.Sleep(50 * time.Microsecond)
 		}
 	}
@@ -270,7 +254,7 @@ func TestHoleThenValidUnacknowledgedRecords(t *testing.T) {
 	hole := int(4096 - end%4096)
 	writeAt(t, fs, "/db/"+segName(0), batch[hole:], int64(end)+int64(hole))
 	// Whole, valid records lie after the hole.
-	data := readFile(t, fs, "/db/"+segName(0))
+	data := seglogtest.ReadFile(t, fs, "/db/"+segName(0))
 	valid := 0
 	for i := int(end) + 1; i+hdrSize <= len(data); i++ {
 		if _, _, _, ok := decodeRecord(data[i:], uint64(i)); ok {
@@ -379,7 +363,7 @@ func TestUpgradeFromFormatOne(t *testing.T) {
 	fs := vfs.NewMem()
 	last, end := formatOneLog(fs)
 	// A torn tail, as format 1 left them: cut under format 1's rule.
-	writeAt(t, fs, last, []byte{9, 9, 9}, int64(len(readFile(t, fs, last))))
+	writeAt(t, fs, last, []byte{9, 9, 9}, int64(len(seglogtest.ReadFile(t, fs, last))))
 	o := memOpts(fs)
 	db := mustOpen(t, o)
 	if db.fmtFrom != end || db.LastPos() != Pos(end) {
@@ -455,7 +439,7 @@ func TestUpgradedLogDamagedBelowFormatMarkIsRefused(t *testing.T) {
 	o := memOpts(fs)
 	db := mustOpen(t, o)
 	db.Close()
-	b := readFile(t, fs, last)
+	b := seglogtest.ReadFile(t, fs, last)
 	n := len(b)
 	// The last format 1 record: damage it.
 	rewrite(t, fs, last, func(b []byte) []byte { b[n-1] ^= 1; return b })
@@ -464,6 +448,30 @@ func TestUpgradedLogDamagedBelowFormatMarkIsRefused(t *testing.T) {
 	if !errors.As(err, &ce) || ce.File != last || !strings.Contains(ce.Reason, "upgraded") {
 		t.Fatalf("Open = %v; want a CorruptionError in %s below the format mark", err, last)
 	}
+}
+
+// A format 1 directory keeps format 1's rule until it is upgraded: in the last segment,
+// a bad record with a valid one after it is damage in the middle of the log (a torn
+// write damages only the end), refused; a bad last record is a torn tail, cut.
+func TestFormatOneDamagedMiddleIsRefusedTornTailIsCut(t *testing.T) {
+	fs := vfs.NewMem()
+	last, _ := formatOneLog(fs)
+	b := seglogtest.ReadFile(t, fs, last)
+	rec := len(b) / 5 // five records of one size
+	rewrite(t, fs, last, func(b []byte) []byte { b[rec+hdrSize1] ^= 1; return b })
+	o := memOpts(fs)
+	_, err := Open(o)
+	var ce *CorruptionError
+	if !errors.As(err, &ce) || ce.File != last || ce.Offset != int64(rec) {
+		t.Fatalf("Open = %v; want a CorruptionError in %s at offset %d", err, last, rec)
+	}
+	rewrite(t, fs, last, func(b []byte) []byte { b[rec+hdrSize1] ^= 1; b[len(b)-1] ^= 1; return b })
+	db := mustOpen(t, o)
+	defer db.Close()
+	for i := 0; i < 9; i++ {
+		wantGet(t, db, fmt.Sprintf("k%d", i), fmt.Sprintf("v%d", i))
+	}
+	wantGet(t, db, "k9", "")
 }
 
 // The format mark's name is a gap file's name past every position: the code before
@@ -591,7 +599,7 @@ func repeatedPowerCuts(t *testing.T, seeds int, noZero func(*rand.Rand) bool, wa
 				}
 			}
 			segID, _ := parseName(lastSeg, ".log")
-			if staleAfterEnd(readFile(t, fs, "/db/"+lastSeg), segID) {
+			if staleAfterEnd(seglogtest.ReadFile(t, fs, "/db/"+lastSeg), segID) {
 				holes++
 			}
 			var err error

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/kefirdb/kefir/internal/seglog"
 	"github.com/kefirdb/kefir/internal/vfs"
 	"github.com/kefirdb/kefir/internal/vr"
 )
@@ -82,8 +83,6 @@ const (
 	maxWALRecord = 1 << 30
 )
 
-var crcTable = crc32.MakeTable(crc32.Castagnoli)
-
 // ErrWALCorrupt: the WAL holds a bad record before its tail.
 var ErrWALCorrupt = errors.New("vrshard: replication log corrupt")
 
@@ -109,7 +108,7 @@ type wal struct {
 	fs   vfs.FS
 	dir  string
 	seg  vfs.File // the active segment: sf, or nil
-	sf   *segFile
+	sf   *seglog.SyncedFile
 	segN uint64
 	// size is the logical end of the active segment: where the next record
 	// goes. fileSize is the file's length, larger while a zero-filled tail
@@ -123,7 +122,7 @@ type wal struct {
 	marked bool
 
 	cfg  walConfig
-	fill *filler
+	fill *seglog.Filler
 	// writeAt: the file system's files implement vfs.WriterAt (learned from
 	// the first writable segment file; 0 unknown, 1 yes, -1 no).
 	writeAt int8
@@ -132,10 +131,6 @@ type wal struct {
 }
 
 func segName(n uint64) string { return fmt.Sprintf("wal-%016d.log", n) }
-
-// tmpSuffix marks a segment being written by a roll, or the filler's
-// zero-filled file; it is renamed into place once complete and durable.
-const tmpSuffix = ".tmp"
 
 func parseSeg(name string) (uint64, bool) {
 	s, ok := strings.CutPrefix(name, "wal-")
@@ -161,7 +156,7 @@ func openWAL(fs vfs.FS, dir string) (*wal, walState, error) {
 // if the directory is empty.
 func openWALWith(fs vfs.FS, dir string, cfg walConfig) (*wal, walState, error) {
 	w := &wal{fs: fs, dir: dir, cfg: cfg}
-	w.fill = newFiller(w)
+	w.fill = seglog.NewFiller(fs, zeroName, cfg.fill)
 	st, err := w.recover()
 	if err != nil {
 		w.close()
@@ -186,11 +181,11 @@ func (w *wal) recover() (walState, error) {
 	for _, n := range names {
 		if id, ok := parseSeg(n); ok {
 			segs = append(segs, id)
-		} else if strings.HasSuffix(n, tmpSuffix) {
+		} else if seglog.IsTmp(n) {
 			// A roll that crashed before its rename (the old segment is
 			// whole), or the filler's zero-filled file: made again.
-			if err := fs.Remove(vfs.Join(dir, n)); err != nil {
-				return walState{}, fmt.Errorf("vrshard: wal: remove unfinished segment: %w", err)
+			if err := seglog.RemoveLeftover(fs, vfs.Join(dir, n)); err != nil {
+				return walState{}, fmt.Errorf("vrshard: wal: %w", err)
 			}
 		}
 	}
@@ -241,27 +236,16 @@ func (w *wal) recover() (walState, error) {
 	if err != nil {
 		return st, fmt.Errorf("vrshard: wal: open: %w", err)
 	}
-	fileSize := int64(len(b))
-	if wa, ok := f.(vfs.WriterAt); ok {
+	w.writeAt = -1
+	if _, ok := f.(vfs.WriterAt); ok {
 		w.writeAt = 1
-		// Nothing non-zero may stay behind the end: a later record ending
-		// where a stale one begins would resurrect it at the next recovery.
-		if !w.cfg.mut.skipZeroTail {
-			if _, err := vfs.ZeroNonZero(wa, b[end:], end); err != nil {
-				f.Close()
-				return st, fmt.Errorf("vrshard: wal: zero the tail: %w", err)
-			}
-		}
-	} else {
-		w.writeAt = -1
-		// No positional writes: cut the tail off and append, as format 1 did.
-		if fileSize > end {
-			if err := f.Truncate(end); err != nil {
-				f.Close()
-				return st, fmt.Errorf("vrshard: wal: cut torn tail: %w", err)
-			}
-			fileSize = end
-		}
+	}
+	// Nothing non-zero may stay behind the end (zeroed, or cut off on a file
+	// system without positional writes, as format 1 did).
+	fileSize, _, err := seglog.EndTail(f, b[end:], end, int64(len(b)), w.cfg.mut.skipZeroTail)
+	if err != nil {
+		f.Close()
+		return st, fmt.Errorf("vrshard: wal: %s: %w", segName(id), err)
 	}
 	// Sync even when nothing changed: after a process crash (not a power
 	// cut) the records read above may be in the page cache only, and the
@@ -271,7 +255,7 @@ func (w *wal) recover() (walState, error) {
 		return st, fmt.Errorf("vrshard: wal: sync: %w", err)
 	}
 	w.install(f, id, end, fileSize)
-	w.sf.synced.Store(end)
+	w.sf.MarkSynced(end)
 	w.marked = st.engineMarked
 	return st, nil
 }
@@ -347,21 +331,19 @@ func nextRecord(b []byte) (typ byte, payload []byte, n int, ok bool) {
 		return 0, nil, 0, false
 	}
 	body := b[8 : 8+l]
-	if crc32.Checksum(body, crcTable) != binary.LittleEndian.Uint32(b[4:]) {
+	if crc32.Checksum(body, seglog.CRCTable) != binary.LittleEndian.Uint32(b[4:]) {
 		return 0, nil, 0, false
 	}
 	return body[0], body[1:], 8 + int(l), true
 }
 
 // validAfter reports whether a valid format 1 record starts anywhere after
-// off.
+// off (seglog.ScanPastEnd; a record's length, at 0, is never zero).
 func validAfter(b []byte, off int) bool {
-	for i := off + 1; i+walHeader <= len(b); i++ {
-		if _, _, _, ok := nextRecord(b[i:]); ok {
-			return true
-		}
-	}
-	return false
+	return seglog.ScanPastEnd(b, off, walHeader, 0, func(i int) bool {
+		_, _, _, ok := nextRecord(b[i:])
+		return ok
+	}) >= 0
 }
 
 // replayWAL applies the records of a format 1 segment to st and returns how
@@ -394,7 +376,7 @@ type record2 struct {
 func recordCRC(seg uint64, rec []byte) uint32 {
 	var sb [8]byte
 	binary.LittleEndian.PutUint64(sb[:], seg)
-	return crc32.Update(crc32.Checksum(sb[:], crcTable), crcTable, rec[8:])
+	return crc32.Update(crc32.Checksum(sb[:], seglog.CRCTable), seglog.CRCTable, rec[8:])
 }
 
 // parseRecord parses the format 2 record at b[off:] of segment seg: valid
@@ -448,16 +430,14 @@ func replaySegment(b []byte, seg uint64, st *walState, mut walMutations) (int64,
 	// after the end can say the end was durable. The valid ones there are
 	// stale (written, never synced, landed while an earlier page did not)
 	// unless one says so: then a synced record is damaged.
-	for i := off + 1; i+recHeader <= len(b); {
-		if binary.LittleEndian.Uint64(b[i:]) == 0 {
-			// No record can start at i..i+4: its length would be zero.
-			i += 5
-			continue
-		}
-		if r, ok := parseRecord(b, i, seg, mut); ok && r.synced > int64(off) {
-			return int64(off), fmt.Errorf("bad record at offset %d, but the valid record at offset %d says the log was durable up to %d", off, i, r.synced)
-		}
-		i++
+	var proof record2
+	i := seglog.ScanPastEnd(b, off, recHeader, 0, func(i int) bool {
+		r, ok := parseRecord(b, i, seg, mut)
+		proof = r
+		return ok && r.synced > int64(off)
+	})
+	if i >= 0 {
+		return int64(off), fmt.Errorf("bad record at offset %d, but the valid record at offset %d says the log was durable up to %d", off, i, proof.synced)
 	}
 	return int64(off), nil
 }
@@ -645,7 +625,7 @@ func (w *wal) write() error {
 	if w.seg == nil {
 		return errors.New("vrshard: wal: no open segment")
 	}
-	w.position(w.segN, w.size, w.sf.synced.Load())
+	w.position(w.segN, w.size, w.sf.Synced())
 	err := w.put(w.buf)
 	w.buf = w.buf[:0]
 	return err
@@ -653,18 +633,14 @@ func (w *wal) write() error {
 
 // put writes p at the logical end of the active segment.
 func (w *wal) put(p []byte) error {
-	var n int
-	var err error
-	if w.size < w.fileSize {
-		// w.size < w.fileSize only on a file that implements WriterAt: a
-		// segment recovered without it was cut to its end.
-		n, err = w.sf.File.(vfs.WriterAt).WriteAt(p, w.size)
-	} else {
-		n, err = w.sf.Write(p)
-	}
+	// w.size < w.fileSize only on a file that implements WriterAt: a segment
+	// recovered without it was cut to its end. A failed write is not taken
+	// back (seglog.UndoWrite): it stops the replica, and recovery ends the
+	// log at the first bad record.
+	n, _, err := seglog.WriteAtEnd(w.sf.File, p, w.size, w.fileSize)
 	w.size += int64(n)
 	w.fileSize = max(w.fileSize, w.size)
-	w.sf.end.Store(w.size)
+	w.sf.SetEnd(w.size)
 	if err != nil {
 		return fmt.Errorf("vrshard: wal: write: %w", err)
 	}
@@ -682,8 +658,7 @@ func (w *wal) sync() error {
 // install makes f the active segment n: end is its logical end, size its
 // file's length.
 func (w *wal) install(f vfs.File, n uint64, end, size int64) {
-	w.sf = &segFile{File: f, onSync: w.cfg.onSync}
-	w.sf.end.Store(end)
+	w.sf = seglog.NewSyncedFile(f, end, w.cfg.onSync)
 	w.seg, w.segN, w.size, w.fileSize = w.sf, n, end, size
 }
 
@@ -705,11 +680,13 @@ func (w *wal) roll() error {
 	if w.seg == nil {
 		// The first segment (a new replica, or an upgraded log): nothing
 		// waits on the write path yet, so zero-fill it here.
-		w.fill.fillNow(w.cfg.minSeg)
+		w.fill.FillNow(w.dir, w.cfg.minSeg)
 	}
-	f, size, tmp := w.fill.take()
+	// The filler's file keeps its temporary name until the segment is
+	// durable (the rename below).
+	f, size, tmp := w.fill.TakeOpen(w.dir, "")
 	if f == nil {
-		tmp = final + tmpSuffix
+		tmp = final + seglog.TmpSuffix
 		var err error
 		if f, err = w.fs.Create(tmp); err != nil {
 			return fmt.Errorf("vrshard: wal: create segment: %w", err)
@@ -768,7 +745,7 @@ func (w *wal) roll() error {
 }
 
 func (w *wal) close() error {
-	w.fill.close()
+	w.fill.Close()
 	if w.seg == nil {
 		return nil
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/seglog"
 	"github.com/kefirdb/kefir/internal/vfs"
 	"github.com/kefirdb/kefir/internal/vr"
 )
@@ -27,8 +28,8 @@ import (
 func BenchmarkWALSync(b *testing.B) {
 	for _, m := range []struct {
 		name string
-		fill fillMode
-	}{{"append", fillOff}, {"zero-filled", fillAsync}} {
+		fill seglog.FillMode
+	}{{"append", seglog.FillOff}, {"zero-filled", seglog.FillAsync}} {
 		b.Run(m.name, func(b *testing.B) {
 			dir := os.Getenv("BENCHDIR")
 			if dir == "" {

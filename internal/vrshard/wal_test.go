@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/seglog"
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/vfs"
 	"github.com/kefirdb/kefir/internal/vr"
@@ -27,7 +28,7 @@ func entries(from, to, view uint64) []vr.Entry {
 // testWALConfig: small zero-filled segments (64 KiB), filled on the
 // caller's goroutine so a test's file operations come in a fixed order.
 func testWALConfig() walConfig {
-	return walConfig{fill: fillInline, minSeg: 64 << 10, maxSeg: 64 << 10}
+	return walConfig{fill: seglog.FillInline, minSeg: 64 << 10, maxSeg: 64 << 10}
 }
 
 func newTestWAL(t *testing.T, fs vfs.FS) *wal {
@@ -248,7 +249,7 @@ func TestFailedFsyncStopsOnlyThatReplica(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The failure must hit the log's fsync, not the zero-filler's.
-	for !c.reps[2].wal.fill.idle() {
+	for !c.reps[2].wal.fill.Idle() {
 		time.Sleep(time.Millisecond)
 	}
 	mem.FailSyncs(1)
@@ -298,7 +299,7 @@ func TestWALUnfinishedRollNeverOutranksTheOldSegment(t *testing.T) {
 	if !firstIsSnapshot(partial, 2) {
 		t.Fatalf("test setup: the partial segment must start with a whole snapshot record")
 	}
-	f, err := mem.Create("/wal/" + segName(2) + tmpSuffix)
+	f, err := mem.Create("/wal/" + segName(2) + seglog.TmpSuffix)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -316,7 +317,7 @@ func TestWALUnfinishedRollNeverOutranksTheOldSegment(t *testing.T) {
 	}
 	names, _ := mem.ReadDir("/wal")
 	for _, n := range names {
-		if strings.HasSuffix(n, segName(2)+tmpSuffix) {
+		if strings.HasSuffix(n, segName(2)+seglog.TmpSuffix) {
 			t.Fatalf("unfinished segment %s left behind: %v", n, names)
 		}
 	}
