@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"testing"
 
+	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/storage"
 )
@@ -27,7 +28,7 @@ func openFileShard(tb testing.TB, n int) *Shard {
 	})
 	val := make([]byte, 100)
 	for i := 0; i < n; i++ {
-		op := Op{Kind: KindSet, Key: []byte(fmt.Sprintf("k%d", i)), Value: val}
+		op := kv.Op{Kind: kv.KindSet, Key: []byte(fmt.Sprintf("k%d", i)), Value: val}
 		if _, err := s.Write(ctx, op, level.Async, ReqID{}); err != nil {
 			tb.Fatalf("set: %v", err)
 		}
@@ -43,10 +44,10 @@ func openFileShard(tb testing.TB, n int) *Shard {
 // (Before, it cost two allocations: the escaping result and the value copy.)
 func TestCachedGetDoesNotAllocate(t *testing.T) {
 	s := openFileShard(t, 1)
-	op := Op{Kind: KindGet, Key: []byte("k0")}
+	op := kv.Op{Kind: kv.KindGet, Key: []byte("k0")}
 	read := func() {
 		r, err := s.Read(ctx, op, level.Consistency{}, Session{})
-		if err != nil || r.Kind != ResBulk || len(r.Bulk) != 100 {
+		if err != nil || r.Kind != kv.ResBulk || len(r.Bulk) != 100 {
 			t.Fatalf("GET k0 = %+v, %v", r, err)
 		}
 	}
@@ -71,8 +72,8 @@ func BenchmarkReadGet(b *testing.B) {
 		i := 0
 		for pb.Next() {
 			i++
-			r, err := s.Read(ctx, Op{Kind: KindGet, Key: keys[i%n]}, level.Consistency{}, Session{})
-			if err != nil || r.Kind != ResBulk {
+			r, err := s.Read(ctx, kv.Op{Kind: kv.KindGet, Key: keys[i%n]}, level.Consistency{}, Session{})
+			if err != nil || r.Kind != kv.ResBulk {
 				b.Errorf("GET = %+v, %v", r, err)
 				return
 			}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/shard"
 )
@@ -56,7 +57,7 @@ func benchReplicatedWrite(b *testing.B, d level.Durability) {
 			write := func(w int, seq uint64) time.Duration {
 				key := []byte(fmt.Sprintf("key-%05d-%06d", w, seq%100000))[:16]
 				t0 := time.Now()
-				_, err := leader.Write(context.Background(), shard.Op{Kind: shard.KindSet, Key: key, Value: val}, d, shard.ReqID{Client: uint64(w + 1), Seq: seq})
+				_, err := leader.Write(context.Background(), kv.Op{Kind: kv.KindSet, Key: key, Value: val}, d, shard.ReqID{Client: uint64(w + 1), Seq: seq})
 				if err != nil {
 					// A view change on a loaded machine; counted, judged below.
 					failed.Add(1)
