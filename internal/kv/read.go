@@ -34,18 +34,7 @@ func Read(get Getter, scan Scanner, op *Op, maxScan int) (Result, error) {
 		if err != nil {
 			return Result{}, err
 		}
-		res.Kind = ResNil
-		if op.Kind == KindStrlen {
-			res.Kind = ResInt
-		}
-		res.Version = version
-		if ok {
-			if op.Kind == KindStrlen {
-				res.Int = int64(len(data))
-			} else {
-				res.Kind, res.Bulk = ResBulk, data
-			}
-		}
+		return PointResult(op.Kind, data, version, ok), nil
 	case KindMGet, KindExists:
 		if op.Kind == KindMGet {
 			res.Kind = ResArray
@@ -78,6 +67,24 @@ func Read(get Getter, scan Scanner, op *Op, maxScan int) (Result, error) {
 		return Result{}, fmt.Errorf("%w: %v is not a read", ErrInvalidOp, op.Kind)
 	}
 	return res, nil
+}
+
+// PointResult is the result of a GET or STRLEN (kind) that read data at
+// version (ok false: a miss). Read builds its single-key results with it; a
+// front door's hot path that reads one key itself (internal/shard) does too.
+func PointResult(kind Kind, data []byte, version uint64, ok bool) Result {
+	res := Result{Kind: ResNil, Version: version}
+	if kind == KindStrlen {
+		res.Kind = ResInt
+	}
+	if ok {
+		if kind == KindStrlen {
+			res.Int = int64(len(data))
+		} else {
+			res.Kind, res.Bulk = ResBulk, data
+		}
+	}
+	return res
 }
 
 // getUser is get for a user key: a reserved key is absent.

@@ -619,6 +619,18 @@ func (s *Shard) Read(ctx context.Context, op kv.Op, c level.Consistency, sess Se
 	if err := s.readChecks(c, sess); err != nil {
 		return kv.Result{}, err
 	}
+	if op.Kind == kv.KindGet || op.Kind == kv.KindStrlen {
+		// The hot path (a pipelined GET): one key, read without kv.Read's
+		// closures (they cost ~15 % of a cached GET's CPU).
+		v, ok, err := s.get(op.Key)
+		if err != nil {
+			return kv.Result{}, err
+		}
+		if err := s.readDurable(v.Pos); err != nil { // a miss carries its tombstone's position (see get)
+			return kv.Result{}, err
+		}
+		return kv.PointResult(op.Kind, v.Data, v.Version, ok), nil
+	}
 	// maxPos is the highest log position the read observed: readDurable
 	// makes it durable before the result is returned.
 	var maxPos storage.Pos
@@ -640,7 +652,7 @@ func (s *Shard) Read(ctx context.Context, op kv.Op, c level.Consistency, sess Se
 			s.betweenKeys()
 		}
 		v, ok, err := s.getWith(readGet, k)
-		maxPos = max(maxPos, v.Pos) // a miss carries its tombstone's position (see get)
+		maxPos = max(maxPos, v.Pos)
 		return v.Data, v.Version, ok, err
 	}
 	var scan kv.Scanner
