@@ -20,51 +20,42 @@ import (
 // write through here allocates nothing for it.
 type Getter func(key []byte) (data []byte, version uint64, exists bool, err error)
 
-// Record is one key's new state written by an operation: a value, or a
-// deletion (Tombstone, no Value). Every record of one operation has the
-// version Apply was given; the caller stores them with it (and a timestamp
-// of its choosing: the state machine has no clock).
-type Record struct {
-	Key       []byte
-	Value     []byte
-	Tombstone bool
-}
+// Emit receives a record an operation writes: key's new value, or its
+// deletion (tombstone, value nil). Every record of one operation has the
+// version Apply was given; the caller stores them with it (and a timestamp of
+// its choosing: the state machine has no clock). An op writes each key at
+// most once. key and value alias the op's slices (or, for INCRBY and APPEND,
+// a new value): the caller copies what it keeps past them.
+//
+// A func, like Getter, so that the caller stages records straight into its
+// own batch (a storage.Record slice) without a copy in between.
+type Emit func(key, value []byte, tombstone bool)
 
 // Apply evaluates the write op at version against the state get reads (the
 // state as of version-1: the store, with whatever the caller staged before
-// this op in front of it), appends the records it writes to out and returns
-// them with the op's result. It is deterministic: the same op at the same
-// version over the same state gives the same records and result, which is
-// what lets every replica of a group evaluate a committed op on its own and
-// a replica replay one after a crash.
+// this op in front of it), hands the records it writes to emit and returns
+// the op's result. It is deterministic: the same op at the same version over
+// the same state gives the same records and result, which is what lets every
+// replica of a group evaluate a committed op on its own and a replica replay
+// one after a crash.
 //
-// Records alias op's slices (and the state's, for GETSET/SET GET's Bulk):
-// the caller copies what it keeps past them. An op that writes nothing (a SET
-// NX of an existing key, a DEL of absent keys) returns no records and its
-// result's Version is the version it read: a caller that hands out versions
-// (internal/shard) consumes one only if records came back.
+// An op that writes nothing (a SET NX of an existing key, a DEL of absent
+// keys) emits nothing and its result's Version is the version it read: a
+// caller that hands out versions (internal/shard) consumes one only if
+// records came. GETSET's and SET GET's Bulk aliases what get returned.
 //
 // maxValue (0: no limit) is the store's value limit, checked where only
 // evaluation knows the size (APPEND); the caller checks the op's own sizes
 // (Op.CheckSizes) where it accepts it.
 //
-// On error (the op's own, ErrWrongType..., or get's) out is returned as it
-// came, and the op has no effect.
-func Apply(get Getter, version uint64, op *Op, maxValue int, out []Record) ([]Record, Result, error) {
-	start := len(out)
-	out, res, err := apply(get, version, op, maxValue, out, start)
-	if err != nil {
-		clear(out[start:])
-		return out[:start], Result{}, err
-	}
-	return out, res, nil
-}
-
-func apply(get Getter, version uint64, op *Op, maxValue int, out []Record, start int) ([]Record, Result, error) {
+// On error (the op's own, ErrWrongType..., or get's, returned unchanged) the
+// op has no effect: the caller discards whatever emit received for it (a
+// DEL whose read of a later key failed).
+func Apply(get Getter, version uint64, op *Op, maxValue int, emit Emit) (Result, error) {
 	switch op.Kind {
 	case KindSet:
 		if err := CheckKey(op.Key); err != nil {
-			return out, Result{}, err
+			return Result{}, err
 		}
 		var old []byte
 		var oldVer uint64
@@ -72,7 +63,7 @@ func apply(get Getter, version uint64, op *Op, maxValue int, out []Record, start
 		if op.Cond != Always || op.ReturnOld {
 			var err error
 			if old, oldVer, exists, err = get(op.Key); err != nil {
-				return out, Result{}, err
+				return Result{}, err
 			}
 		}
 		res := Result{Kind: ResOK}
@@ -87,31 +78,37 @@ func apply(get Getter, version uint64, op *Op, maxValue int, out []Record, start
 				res.Kind = ResNil
 			}
 			res.Version = oldVer
-			return out, res, nil
+			return res, nil
 		}
-		out = put(out, start, op.Key, op.Value, false)
+		put(emit, op.Key, op.Value)
 		res.Version = version
-		return out, res, nil
+		return res, nil
 
 	case KindMSet:
 		if len(op.Keys) == 0 || len(op.Keys)%2 != 0 {
-			return out, Result{}, fmt.Errorf("%w: MSET needs key value pairs", ErrInvalidOp)
+			return Result{}, fmt.Errorf("%w: MSET needs key value pairs", ErrInvalidOp)
 		}
 		for i := 0; i < len(op.Keys); i += 2 {
 			if err := CheckKey(op.Keys[i]); err != nil {
-				return out, Result{}, err
+				return Result{}, err
 			}
 		}
-		// One version for the whole MSET: it is one atomic update.
+		// One version for the whole MSET: it is one atomic update. A key
+		// named twice (MSET a 1 a 2) keeps the last value, in one record: a
+		// store holds one state per key and version (the storage engine
+		// refuses a second record of a key at one version, and with it the
+		// whole batch).
 		for i := 0; i < len(op.Keys); i += 2 {
-			out = put(out, start, op.Keys[i], op.Keys[i+1], false)
+			if !dupAfter(op.Keys, i) {
+				put(emit, op.Keys[i], op.Keys[i+1])
+			}
 		}
-		return out, Result{Kind: ResOK, Version: version}, nil
+		return Result{Kind: ResOK, Version: version}, nil
 
 	case KindDel:
 		for _, k := range op.Keys {
 			if err := CheckKey(k); err != nil {
-				return out, Result{}, err
+				return Result{}, err
 			}
 		}
 		var n int64
@@ -123,105 +120,96 @@ func apply(get Getter, version uint64, op *Op, maxValue int, out []Record, start
 			}
 			_, _, exists, err := get(k)
 			if err != nil {
-				return out, Result{}, err
+				return Result{}, err
 			}
 			if !exists {
 				continue
 			}
 			ver = version
-			out = put(out, start, k, nil, true)
+			emit(k, nil, true)
 			n++
 		}
-		return out, Result{Kind: ResInt, Int: n, Version: ver}, nil
+		return Result{Kind: ResInt, Int: n, Version: ver}, nil
 
 	case KindIncrBy:
 		if err := CheckKey(op.Key); err != nil {
-			return out, Result{}, err
+			return Result{}, err
 		}
 		old, _, exists, err := get(op.Key)
 		if err != nil {
-			return out, Result{}, err
+			return Result{}, err
 		}
 		var cur int64
 		if exists {
 			if cur, err = ParseInt(old); err != nil {
-				return out, Result{}, err
+				return Result{}, err
 			}
 		}
 		if (op.Delta > 0 && cur > math.MaxInt64-op.Delta) || (op.Delta < 0 && cur < math.MinInt64-op.Delta) {
-			return out, Result{}, ErrOverflow
+			return Result{}, ErrOverflow
 		}
 		cur += op.Delta
-		out = put(out, start, op.Key, strconv.AppendInt(nil, cur, 10), false)
-		return out, Result{Kind: ResInt, Int: cur, Version: version}, nil
+		put(emit, op.Key, strconv.AppendInt(nil, cur, 10))
+		return Result{Kind: ResInt, Int: cur, Version: version}, nil
 
 	case KindGetSet:
 		if err := CheckKey(op.Key); err != nil {
-			return out, Result{}, err
+			return Result{}, err
 		}
 		old, _, exists, err := get(op.Key)
 		if err != nil {
-			return out, Result{}, err
+			return Result{}, err
 		}
 		res := Result{Kind: ResNil}
 		if exists {
 			res = Result{Kind: ResBulk, Bulk: old}
 		}
-		out = put(out, start, op.Key, op.Value, false)
+		put(emit, op.Key, op.Value)
 		res.Version = version
-		return out, res, nil
+		return res, nil
 
 	case KindAppend:
 		if err := CheckKey(op.Key); err != nil {
-			return out, Result{}, err
+			return Result{}, err
 		}
 		old, _, _, err := get(op.Key)
 		if err != nil {
-			return out, Result{}, err
+			return Result{}, err
 		}
 		if n := len(old) + len(op.Value); maxValue > 0 && n > maxValue {
 			// Known only here, so refused here: the store would refuse the
 			// whole batch the record came in (on a replica, every replica
 			// that applies the op).
-			return out, Result{}, fmt.Errorf("%w: APPEND would make a value of %d bytes > %d", ErrInvalidOp, n, maxValue)
+			return Result{}, fmt.Errorf("%w: APPEND would make a value of %d bytes > %d", ErrInvalidOp, n, maxValue)
 		}
 		nv := make([]byte, 0, len(old)+len(op.Value))
 		nv = append(append(nv, old...), op.Value...)
-		out = put(out, start, op.Key, nv, false)
-		return out, Result{Kind: ResInt, Int: int64(len(nv)), Version: version}, nil
+		put(emit, op.Key, nv)
+		return Result{Kind: ResInt, Int: int64(len(nv)), Version: version}, nil
 
 	case KindCAS:
 		if err := CheckKey(op.Key); err != nil {
-			return out, Result{}, err
+			return Result{}, err
 		}
 		old, oldVer, exists, err := get(op.Key)
 		if err != nil {
-			return out, Result{}, err
+			return Result{}, err
 		}
 		if !exists || !bytes.Equal(old, op.Expected) {
-			return out, Result{Kind: ResInt, Int: 0, Version: oldVer}, nil
+			return Result{Kind: ResInt, Int: 0, Version: oldVer}, nil
 		}
-		out = put(out, start, op.Key, op.Value, false)
-		return out, Result{Kind: ResInt, Int: 1, Version: version}, nil
+		put(emit, op.Key, op.Value)
+		return Result{Kind: ResInt, Int: 1, Version: version}, nil
 	}
-	return out, Result{}, fmt.Errorf("%w: %v is not a write", ErrInvalidOp, op.Kind)
+	return Result{}, fmt.Errorf("%w: %v is not a write", ErrInvalidOp, op.Kind)
 }
 
-// put stages key's new state. A key written twice by one op (MSET a 1 a 2)
-// keeps the last value in one record: a store holds one state per key and
-// version (the storage engine refuses a second record of a key at the same
-// version, and with it the whole batch).
-func put(out []Record, start int, key, value []byte, tomb bool) []Record {
-	if value == nil && !tomb {
+// put emits key's new value; a value is never nil (nil means a deletion).
+func put(emit Emit, key, value []byte) {
+	if value == nil {
 		value = []byte{}
 	}
-	for i := start; i < len(out); i++ {
-		if bytes.Equal(out[i].Key, key) {
-			out[i].Value, out[i].Tombstone = value, tomb
-			return out
-		}
-	}
-	return append(out, Record{Key: key, Value: value, Tombstone: tomb})
+	emit(key, value, false)
 }
 
 // CheckKey refuses the keys no write may store: the empty key (the store
@@ -236,6 +224,17 @@ func CheckKey(k []byte) error {
 		return ErrReservedKey
 	}
 	return nil
+}
+
+// dupAfter reports whether MSET's key at i (keys alternate key, value) is
+// named again later.
+func dupAfter(kvs [][]byte, i int) bool {
+	for j := i + 2; j < len(kvs); j += 2 {
+		if bytes.Equal(kvs[j], kvs[i]) {
+			return true
+		}
+	}
+	return false
 }
 
 func dupBefore(keys [][]byte, i int) bool {

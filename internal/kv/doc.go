@@ -10,7 +10,8 @@
 // It is pure: deterministic, no goroutines, clocks, randomness or I/O (a
 // record timestamp is the caller's; internal/purity enforces it). It reads
 // state only through the narrow functions callers hand it (Getter, Scanner)
-// and returns records instead of writing them, so it must not import a
+// and hands the records a write produces to the caller (Emit) instead of
+// writing them, so it must not import a
 // storage engine (internal/storage), a replication protocol (internal/vr),
 // a host (internal/shard, internal/vrshard) or net, os, time.
 //

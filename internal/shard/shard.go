@@ -216,7 +216,6 @@ type Shard struct {
 	holes      []hole
 	clients    map[uint64]clientEntry
 	recs       []storage.Record
-	kvRecs     []kv.Record // scratch: the records kv.Apply returns for one write
 	closed     bool
 	stats      Status
 
@@ -590,21 +589,18 @@ func (s *Shard) apply(op *kv.Op, ts int64) (kv.Result, error) {
 			return kv.Result{}, err
 		}
 	}
-	var res kv.Result
-	var err error
-	s.kvRecs, res, err = kv.Apply(s.current, s.next, op, s.maxVal, s.kvRecs[:0])
-	if err != nil {
-		return kv.Result{}, err
-	}
-	if len(s.kvRecs) == 0 {
-		return res, nil
-	}
 	v := s.next
-	s.next++
-	for _, r := range s.kvRecs {
-		s.recs = append(s.recs, storage.Record{Key: r.Key, Value: r.Value, Version: v, Timestamp: ts, Tombstone: r.Tombstone})
+	wrote := false
+	res, err := kv.Apply(s.current, v, op, s.maxVal, func(key, value []byte, tomb bool) {
+		s.recs = append(s.recs, storage.Record{Key: key, Value: value, Version: v, Timestamp: ts, Tombstone: tomb})
+		wrote = true
+	})
+	if err != nil {
+		return kv.Result{}, err // the caller drops what was staged
 	}
-	clear(s.kvRecs) // drop references to the request's buffers
+	if wrote {
+		s.next++
+	}
 	return res, nil
 }
 

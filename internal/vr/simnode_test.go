@@ -101,9 +101,16 @@ func (s store) apply(opn uint64, data []byte) []byte {
 	if err != nil {
 		panic(fmt.Sprintf("apply: op %d: %v", opn, err))
 	}
-	recs, res, opErr := kv.Apply(s.get, opn, &op, 0, nil)
-	for _, r := range recs {
-		s[string(r.Key)] = kvVal{exists: !r.Tombstone, val: string(r.Value), version: opn}
+	var recs []kvVal
+	var keys []string
+	res, opErr := kv.Apply(s.get, opn, &op, 0, func(key, value []byte, tomb bool) {
+		keys = append(keys, string(key))
+		recs = append(recs, kvVal{exists: !tomb, val: string(value), version: opn})
+	})
+	if opErr == nil {
+		for i, k := range keys {
+			s[k] = recs[i]
+		}
 	}
 	return kv.AppendResult([]byte{byte(fromKV(op).Kind)}, res, opErr)
 }

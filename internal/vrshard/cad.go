@@ -451,7 +451,7 @@ func ackPoint(q *shard.WriteReq, early bool) vr.AckPoint {
 // answerableEarly reports whether op may be answered before it is applied
 // (acknowledged early at cad or async, or ordered early at sync, §12): a
 // blind write that apply will not reject. One with an empty or reserved key
-// (checkKey) fails at apply and writes nothing — an MSET none of its keys —
+// (kv.CheckKey) fails at apply and writes nothing — an MSET none of its keys —
 // so its reply is that error, known only at apply, and none of its values
 // may enter the overlay, where a read could return them. The
 // earlyRejectable mutation skips the key check.

@@ -13,7 +13,7 @@ import (
 )
 
 // A blind write that apply will reject (an MSET with a reserved or empty
-// key: checkKey fails and the whole MSET writes nothing) must not be
+// key: kv.CheckKey fails and the whole MSET writes nothing) must not be
 // answered before it is applied, nor enter the overlay: its reply is the
 // error, and no read may ever return one of its values. Every fsync is held
 // while the write is in flight, so a read of its valid key finds it pending.

@@ -55,7 +55,6 @@ type applier struct {
 	// written only for keys that lack them.
 	replayTo uint64
 	recs     []storage.Record
-	kvRecs   []kv.Record // scratch: the records kv.Apply returns for one op
 	overlay  map[string]overlayVal
 	// cur is the op being evaluated; reads see state as of cur-1.
 	cur uint64
@@ -275,16 +274,12 @@ func (a *applier) eval(op *kv.Op, v uint64, ts int64) (kv.Result, error) {
 	if a.appendUnchecked {
 		maxVal = 0
 	}
-	var res kv.Result
-	var err error
-	a.kvRecs, res, err = kv.Apply(a.current, v, op, maxVal, a.kvRecs[:0])
+	res, err := kv.Apply(a.current, v, op, maxVal, func(key, value []byte, tomb bool) {
+		a.recs = append(a.recs, storage.Record{Key: key, Value: value, Version: v, Timestamp: ts, Tombstone: tomb})
+	})
 	if err != nil {
-		return kv.Result{}, err
+		return kv.Result{}, err // the callers drop what was staged
 	}
-	for _, r := range a.kvRecs {
-		a.recs = append(a.recs, storage.Record{Key: r.Key, Value: r.Value, Version: v, Timestamp: ts, Tombstone: r.Tombstone})
-	}
-	clear(a.kvRecs) // drop references to entry data
 	if res.Kind == kv.ResBulk {
 		// The old value may alias a staged record of this batch, and the
 		// result outlives the batch (waiters, the client table).
