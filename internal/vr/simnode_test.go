@@ -147,49 +147,30 @@ func readResult(key string, v kvVal) check.Result {
 	return check.Result{Found: res.Kind == kv.ResBulk, Value: string(res.Bulk), Version: res.Version}
 }
 
+// reader reads the simulated disk's records with kv's decoder; err is its
+// first failure.
 type reader struct {
-	b   []byte
+	d   kv.Decoder
 	err error
 }
 
-func (r *reader) uvarint() uint64 {
-	v, n := binary.Uvarint(r.b)
-	if n <= 0 {
-		r.err = errors.New("bad uvarint")
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
+func newReader(b []byte) *reader { return &reader{d: kv.Decoder{B: b}} }
 
-func (r *reader) varint() int64 {
-	v, n := binary.Varint(r.b)
-	if n <= 0 {
-		r.err = errors.New("bad varint")
-		return 0
-	}
-	r.b = r.b[n:]
+func (r *reader) uvarint() uint64 {
+	v := r.d.Uvarint()
+	r.err = r.d.Err
 	return v
 }
 
 func (r *reader) str() string {
-	n := r.uvarint()
-	if r.err != nil || uint64(len(r.b)) < n {
-		r.err = errors.New("bad string")
-		return ""
-	}
-	s := string(r.b[:n])
-	r.b = r.b[n:]
+	s := string(r.d.Bytes())
+	r.err = r.d.Err
 	return s
 }
 
 func (r *reader) byte() byte {
-	if len(r.b) == 0 {
-		r.err = errors.New("short")
-		return 0
-	}
-	c := r.b[0]
-	r.b = r.b[1:]
+	c := r.d.Byte()
+	r.err = r.d.Err
 	return c
 }
 
@@ -218,7 +199,7 @@ func (s store) encode() []byte {
 }
 
 func decodeKV(b []byte) store {
-	r := reader{b: b}
+	r := newReader(b)
 	n := r.uvarint()
 	s := make(store, n)
 	for i := uint64(0); i < n && r.err == nil; i++ {
@@ -283,7 +264,7 @@ func replay(recs [][]byte) (State, store) {
 	state := store{}
 	base := uint64(0)
 	for _, rec := range recs {
-		r := reader{b: rec[1:]}
+		r := newReader(rec[1:])
 		switch rec[0] {
 		case recEntry:
 			e := Entry{View: r.uvarint(), Op: r.uvarint()}
@@ -302,11 +283,11 @@ func replay(recs [][]byte) (State, store) {
 				st.Entries = st.Entries[:t-base]
 			}
 		case recDLog:
-			st.DLog = append(st.DLog, decodeDLog(&r))
+			st.DLog = append(st.DLog, decodeDLog(r))
 		case recHardState:
 			st.HardState = HardState{View: r.uvarint(), LastNormalView: r.uvarint(), Commit: r.uvarint()}
 		case recSnapshot, recCheckpoint:
-			s := readSnapshot(&r)
+			s := readSnapshot(r)
 			if rec[0] == recSnapshot {
 				st.Entries = nil
 			} else {

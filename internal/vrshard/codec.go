@@ -43,56 +43,49 @@ func encodeOp(b []byte, h header, op *kv.Op) []byte {
 	return kv.AppendOp(b, op)
 }
 
+// reader decodes this package's own formats (entry headers, snapshots, WAL
+// and d-log records) with kv's decoder; the first failure sticks in err as
+// ErrCorruptEntry, and every later read returns zero.
 type reader struct {
 	b   []byte
 	err error
 }
 
-func (r *reader) uvarint() uint64 {
-	if r.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(r.b)
-	if n <= 0 {
+func (r *reader) decoder() kv.Decoder { return kv.Decoder{B: r.b, Err: r.err} }
+
+func (r *reader) update(d *kv.Decoder) {
+	r.b = d.B
+	if d.Err != nil && r.err == nil {
 		r.err = ErrCorruptEntry
-		return 0
 	}
-	r.b = r.b[n:]
+}
+
+func (r *reader) uvarint() uint64 {
+	d := r.decoder()
+	v := d.Uvarint()
+	r.update(&d)
 	return v
 }
 
 func (r *reader) varint() int64 {
-	if r.err != nil {
-		return 0
-	}
-	v, n := binary.Varint(r.b)
-	if n <= 0 {
-		r.err = ErrCorruptEntry
-		return 0
-	}
-	r.b = r.b[n:]
+	d := r.decoder()
+	v := d.Varint()
+	r.update(&d)
 	return v
 }
 
 func (r *reader) byte() byte {
-	if r.err != nil || len(r.b) == 0 {
-		r.err = ErrCorruptEntry
-		return 0
-	}
-	c := r.b[0]
-	r.b = r.b[1:]
+	d := r.decoder()
+	c := d.Byte()
+	r.update(&d)
 	return c
 }
 
 // bytes returns a slice aliasing the input (entries are immutable).
 func (r *reader) bytes() []byte {
-	n := r.uvarint()
-	if r.err != nil || n > uint64(len(r.b)) {
-		r.err = ErrCorruptEntry
-		return nil
-	}
-	s := r.b[:n:n]
-	r.b = r.b[n:]
+	d := r.decoder()
+	s := d.Bytes()
+	r.update(&d)
 	return s
 }
 
@@ -126,16 +119,16 @@ func decodeForget(data []byte) (ts int64, below uint64, ok bool, err error) {
 
 // decodeOp decodes Data. The op's slices alias data.
 func decodeOp(data []byte) (header, kv.Op, error) {
-	r := reader{b: data}
-	if r.byte() != dataFormat {
+	d := kv.Decoder{B: data}
+	if d.Byte() != dataFormat {
 		return header{}, kv.Op{}, fmt.Errorf("%w: unknown format", ErrCorruptEntry)
 	}
 	var h header
-	h.proposer, h.seq, h.ts = r.uvarint(), r.uvarint(), r.varint()
-	if r.err != nil {
-		return header{}, kv.Op{}, r.err
+	h.proposer, h.seq, h.ts = d.Uvarint(), d.Uvarint(), d.Varint()
+	if d.Err != nil {
+		return header{}, kv.Op{}, fmt.Errorf("%w: header: %w", ErrCorruptEntry, d.Err)
 	}
-	op, err := kv.DecodeOp(r.b)
+	op, err := kv.DecodeOp(d.B)
 	if err != nil {
 		return header{}, kv.Op{}, fmt.Errorf("%w: %w", ErrCorruptEntry, err)
 	}

@@ -596,13 +596,10 @@ func (r *Replica) readWith(op kv.Op, ov map[string]overlayEntry) (kv.Result, err
 	return kv.Read(get, scan, &op, shard.DefaultMaxScan)
 }
 
-func (r *Replica) get(k []byte) (storage.Value, bool, error) { return r.getFrom(r.db.Get, k) }
-
-// getFrom reads user key k with get (the engine's latest, or a snapshot's).
+// getFrom reads key k with get (the engine's latest, or a snapshot's); a
+// miss is not an error, a failure is shard.ErrUnavailable. (kv.Read keeps
+// reserved keys from reaching it.)
 func (r *Replica) getFrom(get func([]byte) (storage.Value, error), k []byte) (storage.Value, bool, error) {
-	if bytes.HasPrefix(k, kv.ReservedPrefix) {
-		return storage.Value{}, false, nil
-	}
 	v, err := get(k)
 	if errors.Is(err, storage.ErrNotFound) {
 		return storage.Value{}, false, nil
