@@ -1,11 +1,12 @@
 // Package shard is one shard replica on one node: it assigns versions, applies
-// operations to the storage engine under a single writer, keeps the client table that
-// makes retried writes execute at most once, and implements the durability levels
-// (sync, cad, async) and read consistency levels as they apply on a single node.
+// operations (evaluated by internal/kv, the state machine every engine runs) to the
+// storage engine under a single writer, keeps the client table that makes retried
+// writes execute at most once, and implements the durability levels (sync, cad,
+// async) and read consistency levels as they apply on a single node.
 //
-// The front doors talk to the Replica interface; the replication layer will implement
-// the same interface (a VR or chain replica in front of this apply logic), so the
-// server does not change when replication lands.
+// The front doors talk to the Replica interface; the replication engines implement
+// the same interface (internal/vrshard: a VR replica applying the same kv.Apply), so
+// the server does not change with the engine.
 //
 // It must not import the server, the RESP codec or any networking package.
 package shard
