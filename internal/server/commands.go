@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kefirdb/kefir/internal/command"
+	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/shard"
 )
@@ -32,18 +33,18 @@ func parseInt64(b []byte) (int64, error) {
 
 // parseWrite turns a write command into a shard operation, copying its bytes into
 // the arena (args alias the reader's buffer).
-func parseWrite(spec *command.Spec, args [][]byte, a *arena) (shard.Op, replyShape, error) {
-	var op shard.Op
+func parseWrite(spec *command.Spec, args [][]byte, a *arena) (kv.Op, replyShape, error) {
+	var op kv.Op
 	shape := shapeAsIs
 	switch spec.Name {
 	case "SET":
-		op = shard.Op{Kind: shard.KindSet, Key: a.copy(args[1]), Value: a.copy(args[2])}
+		op = kv.Op{Kind: kv.KindSet, Key: a.copy(args[1]), Value: a.copy(args[2])}
 		for i := 3; i < len(args); i++ {
 			switch {
-			case eq(args[i], "NX") && op.Cond == shard.Always:
-				op.Cond = shard.IfAbsent
-			case eq(args[i], "XX") && op.Cond == shard.Always:
-				op.Cond = shard.IfPresent
+			case eq(args[i], "NX") && op.Cond == kv.Always:
+				op.Cond = kv.IfAbsent
+			case eq(args[i], "XX") && op.Cond == kv.Always:
+				op.Cond = kv.IfPresent
 			case eq(args[i], "GET"):
 				op.ReturnOld = true
 			case eq(args[i], "EX"), eq(args[i], "PX"), eq(args[i], "EXAT"), eq(args[i], "PXAT"):
@@ -61,23 +62,23 @@ func parseWrite(spec *command.Spec, args [][]byte, a *arena) (shard.Op, replySha
 			}
 		}
 	case "SETNX":
-		op = shard.Op{Kind: shard.KindSet, Key: a.copy(args[1]), Value: a.copy(args[2]), Cond: shard.IfAbsent}
+		op = kv.Op{Kind: kv.KindSet, Key: a.copy(args[1]), Value: a.copy(args[2]), Cond: kv.IfAbsent}
 		shape = shapeSetNX
 	case "MSET":
 		if len(args)%2 != 1 {
 			return op, 0, errf("ERR wrong number of arguments for 'mset' command")
 		}
-		op = shard.Op{Kind: shard.KindMSet, Keys: make([][]byte, len(args)-1)}
+		op = kv.Op{Kind: kv.KindMSet, Keys: make([][]byte, len(args)-1)}
 		for i := 1; i < len(args); i++ {
 			op.Keys[i-1] = a.copy(args[i])
 		}
 	case "DEL", "UNLINK":
-		op = shard.Op{Kind: shard.KindDel, Keys: make([][]byte, len(args)-1)}
+		op = kv.Op{Kind: kv.KindDel, Keys: make([][]byte, len(args)-1)}
 		for i := 1; i < len(args); i++ {
 			op.Keys[i-1] = a.copy(args[i])
 		}
 	case "INCR", "DECR", "INCRBY", "DECRBY":
-		op = shard.Op{Kind: shard.KindIncrBy, Key: a.copy(args[1]), Delta: 1}
+		op = kv.Op{Kind: kv.KindIncrBy, Key: a.copy(args[1]), Delta: 1}
 		if len(args) == 3 {
 			n, err := parseInt64(args[2])
 			if err != nil {
@@ -92,11 +93,11 @@ func parseWrite(spec *command.Spec, args [][]byte, a *arena) (shard.Op, replySha
 			op.Delta = -op.Delta
 		}
 	case "GETSET":
-		op = shard.Op{Kind: shard.KindGetSet, Key: a.copy(args[1]), Value: a.copy(args[2])}
+		op = kv.Op{Kind: kv.KindGetSet, Key: a.copy(args[1]), Value: a.copy(args[2])}
 	case "APPEND":
-		op = shard.Op{Kind: shard.KindAppend, Key: a.copy(args[1]), Value: a.copy(args[2])}
+		op = kv.Op{Kind: kv.KindAppend, Key: a.copy(args[1]), Value: a.copy(args[2])}
 	case "KEFIR.CAS":
-		op = shard.Op{Kind: shard.KindCAS, Key: a.copy(args[1]), Expected: a.copy(args[2]), Value: a.copy(args[3])}
+		op = kv.Op{Kind: kv.KindCAS, Key: a.copy(args[1]), Expected: a.copy(args[2]), Value: a.copy(args[3])}
 	default:
 		return op, 0, errf("ERR %s is not a write", strings.ToLower(spec.Name))
 	}
@@ -105,18 +106,18 @@ func parseWrite(spec *command.Spec, args [][]byte, a *arena) (shard.Op, replySha
 
 // parseRead turns a read command into a shard operation. Reads execute before the
 // next command is parsed, so their arguments need no copy.
-func parseRead(spec *command.Spec, args [][]byte) (shard.Op, error) {
+func parseRead(spec *command.Spec, args [][]byte) (kv.Op, error) {
 	switch spec.Name {
 	case "GET":
-		return shard.Op{Kind: shard.KindGet, Key: args[1]}, nil
+		return kv.Op{Kind: kv.KindGet, Key: args[1]}, nil
 	case "STRLEN":
-		return shard.Op{Kind: shard.KindStrlen, Key: args[1]}, nil
+		return kv.Op{Kind: kv.KindStrlen, Key: args[1]}, nil
 	case "MGET":
-		return shard.Op{Kind: shard.KindMGet, Keys: args[1:]}, nil
+		return kv.Op{Kind: kv.KindMGet, Keys: args[1:]}, nil
 	case "EXISTS":
-		return shard.Op{Kind: shard.KindExists, Keys: args[1:]}, nil
+		return kv.Op{Kind: kv.KindExists, Keys: args[1:]}, nil
 	case "KEFIR.SCAN":
-		op := shard.Op{Kind: shard.KindScan, Key: args[1]}
+		op := kv.Op{Kind: kv.KindScan, Key: args[1]}
 		if len(args[2]) > 0 {
 			op.End = args[2]
 		}
@@ -136,7 +137,7 @@ func parseRead(spec *command.Spec, args [][]byte) (shard.Op, error) {
 		}
 		return op, nil
 	}
-	return shard.Op{}, errf("ERR %s is not a read", strings.ToLower(spec.Name))
+	return kv.Op{}, errf("ERR %s is not a read", strings.ToLower(spec.Name))
 }
 
 // admin runs a connection or node command; a nil error means the reply was written.
@@ -600,17 +601,17 @@ func (c *conn) config(args [][]byte) error {
 
 // userKeys counts the keys a read finds: the engine's live keys (a deleted key
 // stops counting at its deletion, not at compaction) minus the live rows the
-// shard keeps for itself under shard.ReservedPrefix (client table, version
+// shard keeps for itself under kv.ReservedPrefix (client table, version
 // reservations, holes), which no read shows. DBSIZE and INFO keyspace report
 // it; like Redis's, it counts what this node has applied.
 func (s *Server) userKeys() int64 {
-	n := int64(s.db.Stats().LiveKeys) - int64(s.db.CountLive(shard.ReservedPrefix, reservedEnd))
+	n := int64(s.db.Stats().LiveKeys) - int64(s.db.CountLive(kv.ReservedPrefix, reservedEnd))
 	return max(n, 0)
 }
 
-// reservedEnd is the first key after every key starting with shard.ReservedPrefix.
+// reservedEnd is the first key after every key starting with kv.ReservedPrefix.
 var reservedEnd = func() []byte {
-	e := append([]byte(nil), shard.ReservedPrefix...)
+	e := append([]byte(nil), kv.ReservedPrefix...)
 	e[len(e)-1]++ // the prefix ends in '/', not 0xff
 	return e
 }()

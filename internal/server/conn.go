@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/kefirdb/kefir/internal/command"
+	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/resp"
 	"github.com/kefirdb/kefir/internal/shard"
@@ -48,7 +49,7 @@ type outBuf struct{ b []byte }
 
 func (o *outBuf) Write(p []byte) (int, error) { o.b = append(o.b, p...); return len(p), nil }
 
-// replyShape says how a queued write's shard.Result is spelled.
+// replyShape says how a queued write's kv.Result is spelled.
 type replyShape uint8
 
 const (
@@ -410,10 +411,10 @@ func (c *conn) flushWrites() {
 		}
 		res := r.Result
 		if q.shape == shapeSetNX {
-			if res.Kind == shard.ResOK {
-				res = shard.Result{Kind: shard.ResInt, Int: 1}
+			if res.Kind == kv.ResOK {
+				res = kv.Result{Kind: kv.ResInt, Int: 1}
 			} else {
-				res = shard.Result{Kind: shard.ResInt, Int: 0}
+				res = kv.Result{Kind: kv.ResInt, Int: 0}
 			}
 		}
 		c.writeResult(res)
@@ -434,17 +435,17 @@ func (c *conn) markErr(cmd int) {
 	}
 }
 
-func (c *conn) writeResult(r shard.Result) {
+func (c *conn) writeResult(r kv.Result) {
 	switch r.Kind {
-	case shard.ResOK:
+	case kv.ResOK:
 		_ = c.w.WriteSimple("OK")
-	case shard.ResInt:
+	case kv.ResInt:
 		_ = c.w.WriteInt(r.Int)
-	case shard.ResBulk:
+	case kv.ResBulk:
 		_ = c.w.WriteBulk(r.Bulk)
-	case shard.ResNil:
+	case kv.ResNil:
 		_ = c.w.WriteNull()
-	case shard.ResArray:
+	case kv.ResArray:
 		_ = c.w.WriteArrayHeader(len(r.Array))
 		for _, b := range r.Array {
 			if b == nil {
@@ -471,7 +472,7 @@ func errorText(err error) string {
 		return re.msg
 	case errors.Is(err, vrshard.ErrNotLeader):
 		return notLeaderReply(err).Error()
-	case errors.Is(err, shard.ErrWrongType):
+	case errors.Is(err, kv.ErrWrongType):
 		// Redis's reply for INCR on a non-integer, which clients match on;
 		// -WRONGTYPE is for a key holding another kind of value.
 		return errNotInt.msg
@@ -668,8 +669,8 @@ func (c *conn) queueWrite(spec *command.Spec, args [][]byte, o callOpts) {
 	c.meta = append(c.meta, q)
 }
 
-// keyReader is a replica with a GET path that builds no shard.Op or
-// shard.Result (shard.Shard.ReadKey): on one node, GET is the hottest command.
+// keyReader is a replica with a GET path that builds no kv.Op or
+// kv.Result (shard.Shard.ReadKey): on one node, GET is the hottest command.
 type keyReader interface {
 	ReadKey(key []byte, c level.Consistency, sess shard.Session) (value []byte, version uint64, found bool, err error)
 }
@@ -681,7 +682,7 @@ var getSpec, _ = command.Lookup([]byte("GET"))
 // inlineReader is a replica that can serve a read at once when it need not
 // wait for anything (vrshard.Replica.TryRead); ok false: it did nothing.
 type inlineReader interface {
-	TryRead(op shard.Op, c level.Consistency) (res shard.Result, ok bool)
+	TryRead(op kv.Op, c level.Consistency) (res kv.Result, ok bool)
 }
 
 // read serves a read command; a nil error means the reply was written.
@@ -697,7 +698,7 @@ func (c *conn) read(spec *command.Spec, args [][]byte, o callOpts) error {
 		}
 		// AfterRead, not a bare max: a higher version must not keep the
 		// view of the lower one (a token set from a replica group's).
-		c.sess = c.sess.AfterRead(shard.Result{Version: version})
+		c.sess = c.sess.AfterRead(kv.Result{Version: version})
 		if found {
 			_ = c.w.WriteBulk(v)
 		} else {
@@ -717,7 +718,7 @@ func (c *conn) read(spec *command.Spec, args [][]byte, o callOpts) error {
 	if o.session {
 		sess = o.sess
 	}
-	var res shard.Result
+	var res kv.Result
 	var p shard.Pending
 	if c.inline {
 		var ok bool

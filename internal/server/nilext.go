@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 
+	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/vrshard"
@@ -63,7 +64,7 @@ func (c *conn) nilextBatch() bool {
 			return false
 		}
 		keys := [][]byte{w.Op.Key}
-		if w.Op.Kind == shard.KindMSet {
+		if w.Op.Kind == kv.KindMSet {
 			keys = keys[:0]
 			for j := 0; j < len(w.Op.Keys); j += 2 {
 				keys = append(keys, w.Op.Keys[j])

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strconv"
 
+	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/resp"
 	"github.com/kefirdb/kefir/internal/shard"
@@ -75,14 +76,14 @@ func (c *conn) nilextTake(args [][]byte) error {
 	if err != nil {
 		return errf("ERR KEFIR.NILEXT: %s", err.Error())
 	}
-	var op shard.Op
+	var op kv.Op
 	rest := args[4:]
 	switch {
 	case eq(rest[0], "SET") && len(rest) == 3:
 		// No options: SET with NX, XX or GET reports state and is not nilext.
-		op = shard.Op{Kind: shard.KindSet, Key: rest[1], Value: rest[2]}
+		op = kv.Op{Kind: kv.KindSet, Key: rest[1], Value: rest[2]}
 	case eq(rest[0], "MSET") && len(rest) >= 3 && len(rest)%2 == 1:
-		op = shard.Op{Kind: shard.KindMSet, Keys: rest[1:]}
+		op = kv.Op{Kind: kv.KindMSet, Keys: rest[1:]}
 	default:
 		return errf("ERR KEFIR.NILEXT takes only SET key value or MSET key value [key value ...]")
 	}
@@ -158,7 +159,7 @@ func (c *conn) nilextTakeBatch(args [][]byte) error {
 		client, err1 := strconv.ParseUint(string(args[0]), 10, 64)
 		seq, err2 := strconv.ParseUint(string(args[1]), 10, 64)
 		d, err3 := level.ParseDurability(string(args[2]))
-		kv := args[4 : 4+2*pairs]
+		pairsKV := args[4 : 4+2*pairs]
 		args = args[4+2*pairs:]
 		switch {
 		case err1 != nil || err2 != nil || client == 0 || seq == 0:
@@ -167,10 +168,10 @@ func (c *conn) nilextTakeBatch(args [][]byte) error {
 			pre[i] = errf("ERR KEFIR.NILEXT: %s", err3.Error())
 		case pairs == 1:
 			ups[i] = vrshard.NilextDirect{ID: shard.ReqID{Client: client, Seq: seq}, Durability: d,
-				Op: shard.Op{Kind: shard.KindSet, Key: kv[0], Value: kv[1]}}
+				Op: kv.Op{Kind: kv.KindSet, Key: pairsKV[0], Value: pairsKV[1]}}
 		default:
 			ups[i] = vrshard.NilextDirect{ID: shard.ReqID{Client: client, Seq: seq}, Durability: d,
-				Op: shard.Op{Kind: shard.KindMSet, Keys: kv}}
+				Op: kv.Op{Kind: kv.KindMSet, Keys: pairsKV}}
 		}
 	}
 	if len(args) != 0 {

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"testing"
 
+	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/storage"
 )
@@ -27,7 +28,7 @@ func openFileShard(tb testing.TB, n int) *Shard {
 	})
 	val := make([]byte, 100)
 	for i := 0; i < n; i++ {
-		op := Op{Kind: KindSet, Key: []byte(fmt.Sprintf("k%d", i)), Value: val}
+		op := kv.Op{Kind: kv.KindSet, Key: []byte(fmt.Sprintf("k%d", i)), Value: val}
 		if _, err := s.Write(ctx, op, level.Async, ReqID{}); err != nil {
 			tb.Fatalf("set: %v", err)
 		}
@@ -43,10 +44,10 @@ func openFileShard(tb testing.TB, n int) *Shard {
 // (Before, it cost two allocations: the escaping result and the value copy.)
 func TestCachedGetDoesNotAllocate(t *testing.T) {
 	s := openFileShard(t, 1)
-	op := Op{Kind: KindGet, Key: []byte("k0")}
+	op := kv.Op{Kind: kv.KindGet, Key: []byte("k0")}
 	read := func() {
 		r, err := s.Read(ctx, op, level.Consistency{}, Session{})
-		if err != nil || r.Kind != ResBulk || len(r.Bulk) != 100 {
+		if err != nil || r.Kind != kv.ResBulk || len(r.Bulk) != 100 {
 			t.Fatalf("GET k0 = %+v, %v", r, err)
 		}
 	}
@@ -71,11 +72,68 @@ func BenchmarkReadGet(b *testing.B) {
 		i := 0
 		for pb.Next() {
 			i++
-			r, err := s.Read(ctx, Op{Kind: KindGet, Key: keys[i%n]}, level.Consistency{}, Session{})
-			if err != nil || r.Kind != ResBulk {
+			r, err := s.Read(ctx, kv.Op{Kind: kv.KindGet, Key: keys[i%n]}, level.Consistency{}, Session{})
+			if err != nil || r.Kind != kv.ResBulk {
 				b.Errorf("GET = %+v, %v", r, err)
 				return
 			}
 		}
 	})
+}
+
+// BenchmarkApply is Shard.Apply of batches of 16 async writes (SET, INCRBY,
+// GETSET, MSET, DEL over 1000 keys, half with client ids) over a real
+// engine: the write path's evaluation, without fsync.
+func BenchmarkApply(b *testing.B) {
+	db, err := storage.Open(storage.Options{Devices: []storage.Device{{Dir: b.TempDir()}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, err := Open(db, Options{Logger: slog.New(slog.DiscardHandler), NoBackgroundSync: true, Durability: level.Async})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { s.Close(); db.Close() }()
+	keys := make([][]byte, 1000)
+	for i := range keys {
+		keys[i] = []byte(fmt.Sprintf("key-%06d", i))
+	}
+	val := make([]byte, 100)
+	reqs := make([]WriteReq, 16)
+	var seq uint64
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for j := range reqs {
+			k := keys[(i*16+j)%len(keys)]
+			var op kv.Op
+			switch j % 8 {
+			case 0, 1, 2:
+				op = kv.Op{Kind: kv.KindSet, Key: k, Value: val}
+			case 3:
+				op = kv.Op{Kind: kv.KindIncrBy, Key: []byte("ctr"), Delta: 1}
+			case 4:
+				op = kv.Op{Kind: kv.KindGetSet, Key: k, Value: val}
+			case 5:
+				op = kv.Op{Kind: kv.KindMSet, Keys: [][]byte{k, val, keys[(i+j+7)%len(keys)], val}}
+			case 6:
+				op = kv.Op{Kind: kv.KindDel, Keys: [][]byte{keys[(i*16+j+500)%len(keys)]}}
+			default:
+				op = kv.Op{Kind: kv.KindSet, Key: k, Value: val, Cond: kv.IfAbsent}
+			}
+			reqs[j] = WriteReq{Op: op}
+			if j%2 == 0 {
+				seq++
+				reqs[j].ID = ReqID{Client: uint64(j + 1), Seq: seq}
+			}
+		}
+		if _, err := s.Apply(ctx, reqs); err != nil {
+			b.Fatal(err)
+		}
+		for j := range reqs {
+			if reqs[j].Err != nil {
+				b.Fatal(reqs[j].Err)
+			}
+		}
+	}
 }

@@ -3,6 +3,7 @@ package shard
 import (
 	"testing"
 
+	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 )
 
@@ -13,7 +14,7 @@ func TestReadModifyWriteRepliesOnlyWithDurableState(t *testing.T) {
 	t.Run("GETSET at cad", func(t *testing.T) {
 		n := newNode(t, Options{NoBackgroundSync: true})
 		n.write(set("k", "v1"), level.CAD, ReqID{})
-		r := n.write(Op{Kind: KindGetSet, Key: []byte("k"), Value: []byte("v2")}, level.CAD, ReqID{})
+		r := n.write(kv.Op{Kind: kv.KindGetSet, Key: []byte("k"), Value: []byte("v2")}, level.CAD, ReqID{})
 		if string(r.Bulk) != "v1" {
 			t.Fatalf("getset = %q", r.Bulk)
 		}
@@ -25,8 +26,8 @@ func TestReadModifyWriteRepliesOnlyWithDurableState(t *testing.T) {
 	t.Run("failed SET NX at sync", func(t *testing.T) {
 		n := newNode(t, Options{NoBackgroundSync: true})
 		n.write(set("k", "v1"), level.CAD, ReqID{})
-		r := n.write(Op{Kind: KindSet, Key: []byte("k"), Value: []byte("x"), Cond: IfAbsent}, level.Sync, ReqID{})
-		if r.Kind != ResNil {
+		r := n.write(kv.Op{Kind: kv.KindSet, Key: []byte("k"), Value: []byte("x"), Cond: kv.IfAbsent}, level.Sync, ReqID{})
+		if r.Kind != kv.ResNil {
 			t.Fatalf("SET NX result = %+v, want nil (exists)", r)
 		}
 		n.crash(4)

@@ -1,8 +1,9 @@
 package shard
 
 import (
-	"bytes"
+	"fmt"
 
+	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/storage"
 )
 
@@ -11,46 +12,36 @@ type Scanner interface {
 	Scan(start, end []byte, at uint64, limit int, fn func(key []byte, v storage.Value) bool) error
 }
 
-// AtSnapshot is a Scanner that reads at snap's version whatever version it is
-// asked for: ScanUser continues a scan with several engine calls, and every one
-// must see the same state.
-func AtSnapshot(snap *storage.Snapshot) Scanner { return snapScanner{snap} }
-
-type snapScanner struct{ s *storage.Snapshot }
-
-func (s snapScanner) Scan(start, end []byte, _ uint64, limit int, fn func(key []byte, v storage.Value) bool) error {
-	return s.s.Scan(start, end, limit, fn)
+// EngineScanner is db's latest state as a kv.Scanner. Each call reads the
+// state as it is then: a caller that needs one state for a whole scan uses
+// SnapshotScanner.
+func EngineScanner(db Scanner) kv.Scanner {
+	return func(start, end []byte, limit int, visit func(key, data []byte, version uint64) bool) error {
+		err := db.Scan(start, end, 0, limit, func(k []byte, v storage.Value) bool { return visit(k, v.Data, v.Version) })
+		if err != nil {
+			return fmt.Errorf("%w: scan: %w", ErrUnavailable, err)
+		}
+		return nil
+	}
 }
 
-// ScanUser visits the user keys in [start, end) (end nil = unbounded) in order, at
-// most limit of them and about maxScanBytes of keys and values, skipping the
-// shard's reserved keys. It passes the limit down to the engine, which reads values
-// in batches of that size — a LIMIT 1 scan must not read a thousand values — and
-// continues past reserved keys the engine counted against it. Keys and values
-// handed to visit are safe to keep.
-func ScanUser(db Scanner, start, end []byte, limit int, visit func(key []byte, v storage.Value)) error {
-	n, size := 0, 0
-	from := start
-	for {
-		want := limit - n
-		visited, full := 0, false
-		var last []byte
-		err := db.Scan(from, end, 0, want, func(k []byte, v storage.Value) bool {
-			visited++
-			last = k
-			if bytes.HasPrefix(k, ReservedPrefix) {
-				return true
+// SnapshotScanner is snap as a kv.Scanner: kv.ScanUser continues a scan with
+// several engine calls, and every one must see the same state.
+func SnapshotScanner(snap *storage.Snapshot) kv.Scanner { return snapshotScan(snap, nil) }
+
+// snapshotScan is SnapshotScanner noting in *maxPos (if not nil) the highest
+// log position of a value it visits, for the read durability check.
+func snapshotScan(snap *storage.Snapshot, maxPos *storage.Pos) kv.Scanner {
+	return func(start, end []byte, limit int, visit func(key, data []byte, version uint64) bool) error {
+		err := snap.Scan(start, end, limit, func(k []byte, v storage.Value) bool {
+			if maxPos != nil {
+				*maxPos = max(*maxPos, v.Pos)
 			}
-			visit(k, v)
-			n++
-			size += len(k) + len(v.Data)
-			full = n >= limit || size >= maxScanBytes
-			return !full
+			return visit(k, v.Data, v.Version)
 		})
-		if err != nil || full || visited < want {
-			return err
+		if err != nil {
+			return fmt.Errorf("%w: scan: %w", ErrUnavailable, err)
 		}
-		// The engine stopped at want keys, some of them reserved: go on after the last.
-		from = append(append(make([]byte, 0, len(last)+1), last...), 0)
+		return nil
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/storage"
 	"github.com/kefirdb/kefir/internal/vfs"
 )
@@ -37,7 +38,7 @@ func TestScanUserSkipsReservedKeysAndPassesTheLimitDown(t *testing.T) {
 	}
 	// Twenty reserved keys sort after the users and before the tail keys.
 	for i := range 20 {
-		add(string(ReservedPrefix) + fmt.Sprintf("client/%02d", i))
+		add(string(kv.ReservedPrefix) + fmt.Sprintf("client/%02d", i))
 	}
 	add("\xff\xffz-after-reserved")
 	add("\xff\xffzz-after-reserved")
@@ -63,9 +64,9 @@ func TestScanUserSkipsReservedKeysAndPassesTheLimitDown(t *testing.T) {
 			end = []byte(c.end)
 		}
 		var got []string
-		err := ScanUser(rec, []byte(c.start), end, c.limit, func(k []byte, v storage.Value) {
-			if string(v.Data) != "v-"+string(k) {
-				t.Errorf("value of %q = %q", k, v.Data)
+		err := kv.ScanUser(EngineScanner(rec), []byte(c.start), end, c.limit, func(k, data []byte, _ uint64) {
+			if string(data) != "v-"+string(k) {
+				t.Errorf("value of %q = %q", k, data)
 			}
 			got = append(got, string(k))
 		})

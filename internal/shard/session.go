@@ -4,12 +4,14 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/kefirdb/kefir/internal/kv"
 )
 
 // Session is the state a session token carries (docs/design/resp-extensions.md):
 // the version of the session's last write and the highest version it has read,
 // each with the view its op was ordered in when the shard knows it (a replica
-// group: Result.View). A replica may serve a session read only if it has applied
+// group: kv.Result.View). A replica may serve a session read only if it has applied
 // both, and, where it knows the view of its op at that version, only if it is the
 // token's: otherwise the version the session saw was dropped by a view change
 // (ErrSessionLost).
@@ -123,13 +125,13 @@ func (s Session) String() string {
 func (s Session) Need() uint64 { return max(s.LastWrite, s.MaxRead) }
 
 // AfterWrite returns the session advanced by a write that produced r.
-func (s Session) AfterWrite(r Result) Session {
+func (s Session) AfterWrite(r kv.Result) Session {
 	s.LastWrite, s.WriteView, s.WriteViewKnown = advance(s.LastWrite, s.WriteView, s.WriteViewKnown, r)
 	return s
 }
 
 // AfterRead returns the session advanced by a read that produced r.
-func (s Session) AfterRead(r Result) Session {
+func (s Session) AfterRead(r kv.Result) Session {
 	s.MaxRead, s.ReadView, s.ReadViewKnown = advance(s.MaxRead, s.ReadView, s.ReadViewKnown, r)
 	return s
 }
@@ -137,7 +139,7 @@ func (s Session) AfterRead(r Result) Session {
 // advance moves a token part (version v with its view) to r's version if that
 // is higher; the view goes with the version. At an equal version an unknown
 // view is filled in from r.
-func advance(v, view uint64, known bool, r Result) (uint64, uint64, bool) {
+func advance(v, view uint64, known bool, r kv.Result) (uint64, uint64, bool) {
 	switch {
 	case r.Version > v:
 		return r.Version, r.View, r.ViewKnown

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/storage"
 	"github.com/kefirdb/kefir/internal/vfs"
@@ -61,7 +62,7 @@ func (n *testNode) crash(seed uint64) {
 	n.open()
 }
 
-func (n *testNode) write(op Op, d level.Durability, id ReqID) Result {
+func (n *testNode) write(op kv.Op, d level.Durability, id ReqID) kv.Result {
 	n.t.Helper()
 	r, err := n.s.Write(ctx, op, d, id)
 	if err != nil {
@@ -72,16 +73,16 @@ func (n *testNode) write(op Op, d level.Durability, id ReqID) Result {
 
 func (n *testNode) get(key string) (string, bool) {
 	n.t.Helper()
-	r, err := n.s.Read(ctx, Op{Kind: KindGet, Key: []byte(key)}, level.ConsLinearizable, Session{})
+	r, err := n.s.Read(ctx, kv.Op{Kind: kv.KindGet, Key: []byte(key)}, level.ConsLinearizable, Session{})
 	if err != nil {
 		n.t.Fatalf("get %s: %v", key, err)
 	}
-	return string(r.Bulk), r.Kind == ResBulk
+	return string(r.Bulk), r.Kind == kv.ResBulk
 }
 
-func set(k, v string) Op { return Op{Kind: KindSet, Key: []byte(k), Value: []byte(v)} }
-func incr(k string, d int64) Op {
-	return Op{Kind: KindIncrBy, Key: []byte(k), Delta: d}
+func set(k, v string) kv.Op { return kv.Op{Kind: kv.KindSet, Key: []byte(k), Value: []byte(v)} }
+func incr(k string, d int64) kv.Op {
+	return kv.Op{Kind: kv.KindIncrBy, Key: []byte(k), Delta: d}
 }
 
 func TestSyncWriteIsDurableWhenAcknowledged(t *testing.T) {
@@ -168,13 +169,13 @@ func TestReadModifyWritesInOneBatchSeeEachOther(t *testing.T) {
 	n := newNode(t, Options{})
 	reqs := []WriteReq{
 		{Op: incr("x", 1)}, {Op: incr("x", 1)}, {Op: incr("x", 5)},
-		{Op: Op{Kind: KindAppend, Key: []byte("s"), Value: []byte("ab")}},
-		{Op: Op{Kind: KindAppend, Key: []byte("s"), Value: []byte("cd")}},
-		{Op: Op{Kind: KindSet, Key: []byte("n"), Value: []byte("1"), Cond: IfAbsent}},
-		{Op: Op{Kind: KindSet, Key: []byte("n"), Value: []byte("2"), Cond: IfAbsent}},
-		{Op: Op{Kind: KindDel, Keys: [][]byte{[]byte("n"), []byte("n"), []byte("missing")}}},
-		{Op: Op{Kind: KindCAS, Key: []byte("s"), Expected: []byte("abcd"), Value: []byte("z")}},
-		{Op: Op{Kind: KindGetSet, Key: []byte("s"), Value: []byte("y")}},
+		{Op: kv.Op{Kind: kv.KindAppend, Key: []byte("s"), Value: []byte("ab")}},
+		{Op: kv.Op{Kind: kv.KindAppend, Key: []byte("s"), Value: []byte("cd")}},
+		{Op: kv.Op{Kind: kv.KindSet, Key: []byte("n"), Value: []byte("1"), Cond: kv.IfAbsent}},
+		{Op: kv.Op{Kind: kv.KindSet, Key: []byte("n"), Value: []byte("2"), Cond: kv.IfAbsent}},
+		{Op: kv.Op{Kind: kv.KindDel, Keys: [][]byte{[]byte("n"), []byte("n"), []byte("missing")}}},
+		{Op: kv.Op{Kind: kv.KindCAS, Key: []byte("s"), Expected: []byte("abcd"), Value: []byte("z")}},
+		{Op: kv.Op{Kind: kv.KindGetSet, Key: []byte("s"), Value: []byte("y")}},
 	}
 	p, err := n.s.Apply(ctx, reqs)
 	if err != nil {
@@ -197,15 +198,15 @@ func TestReadModifyWritesInOneBatchSeeEachOther(t *testing.T) {
 	}
 }
 
-func show(r Result) string {
+func show(r kv.Result) string {
 	switch r.Kind {
-	case ResOK:
+	case kv.ResOK:
 		return "ok"
-	case ResInt:
+	case kv.ResInt:
 		return fmt.Sprint("int ", r.Int)
-	case ResBulk:
+	case kv.ResBulk:
 		return "bulk " + string(r.Bulk)
-	case ResNil:
+	case kv.ResNil:
 		return "nil"
 	}
 	return fmt.Sprint("array ", len(r.Array))
@@ -216,12 +217,12 @@ func TestIncrErrors(t *testing.T) {
 	n.write(set("s", "abc"), level.Sync, ReqID{})
 	for _, v := range []string{"abc", "", " 1", "1 ", "+1", "01", "99999999999999999999"} {
 		n.write(set("s", v), level.Sync, ReqID{})
-		if _, err := n.s.Write(ctx, incr("s", 1), 0, ReqID{}); !errors.Is(err, ErrWrongType) {
-			t.Errorf("INCR of %q: err = %v, want ErrWrongType", v, err)
+		if _, err := n.s.Write(ctx, incr("s", 1), 0, ReqID{}); !errors.Is(err, kv.ErrWrongType) {
+			t.Errorf("INCR of %q: err = %v, want kv.ErrWrongType", v, err)
 		}
 	}
 	n.write(set("m", fmt.Sprint(int64(math.MaxInt64))), level.Sync, ReqID{})
-	if _, err := n.s.Write(ctx, incr("m", 1), 0, ReqID{}); !errors.Is(err, ErrOverflow) {
+	if _, err := n.s.Write(ctx, incr("m", 1), 0, ReqID{}); !errors.Is(err, kv.ErrOverflow) {
 		t.Errorf("overflow: err = %v", err)
 	}
 	if v, _ := n.get("m"); v != fmt.Sprint(int64(math.MaxInt64)) {
@@ -265,10 +266,10 @@ func TestWithoutRequestIDsRetriesExecuteTwice(t *testing.T) {
 func TestReservedKeysAreRefusedAndHidden(t *testing.T) {
 	n := newNode(t, Options{})
 	n.write(incr("a", 1), level.Sync, ReqID{Client: 7, Seq: 1})
-	if _, err := n.s.Write(ctx, set(string(ReservedPrefix)+"x", "v"), 0, ReqID{}); !errors.Is(err, ErrReservedKey) {
+	if _, err := n.s.Write(ctx, set(string(kv.ReservedPrefix)+"x", "v"), 0, ReqID{}); !errors.Is(err, kv.ErrReservedKey) {
 		t.Fatalf("err = %v", err)
 	}
-	r, err := n.s.Read(ctx, Op{Kind: KindScan, Key: []byte("")}, level.ConsLinearizable, Session{})
+	r, err := n.s.Read(ctx, kv.Op{Kind: kv.KindScan, Key: []byte("")}, level.ConsLinearizable, Session{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,8 +280,8 @@ func TestReservedKeysAreRefusedAndHidden(t *testing.T) {
 
 func TestScanIsOrderedAndLimited(t *testing.T) {
 	n := newNode(t, Options{})
-	n.write(Op{Kind: KindMSet, Keys: [][]byte{[]byte("c"), []byte("3"), []byte("a"), []byte("1"), []byte("b"), []byte("2"), []byte("d"), []byte("4")}}, 0, ReqID{})
-	r, err := n.s.Read(ctx, Op{Kind: KindScan, Key: []byte("a"), End: []byte("d"), Limit: 2}, level.ConsEventual, Session{})
+	n.write(kv.Op{Kind: kv.KindMSet, Keys: [][]byte{[]byte("c"), []byte("3"), []byte("a"), []byte("1"), []byte("b"), []byte("2"), []byte("d"), []byte("4")}}, 0, ReqID{})
+	r, err := n.s.Read(ctx, kv.Op{Kind: kv.KindScan, Key: []byte("a"), End: []byte("d"), Limit: 2}, level.ConsEventual, Session{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,11 +294,11 @@ func TestSessionAheadOfReplicaIsRefused(t *testing.T) {
 	n := newNode(t, Options{})
 	r := n.write(set("a", "1"), level.Sync, ReqID{})
 	s := Session{}.AfterWrite(r)
-	if _, err := n.s.Read(ctx, Op{Kind: KindGet, Key: []byte("a")}, level.ConsSession, s); err != nil {
+	if _, err := n.s.Read(ctx, kv.Op{Kind: kv.KindGet, Key: []byte("a")}, level.ConsSession, s); err != nil {
 		t.Fatalf("own session refused: %v", err)
 	}
 	s.LastWrite += 100
-	if _, err := n.s.Read(ctx, Op{Kind: KindGet, Key: []byte("a")}, level.ConsSession, s); !errors.Is(err, ErrSessionAhead) {
+	if _, err := n.s.Read(ctx, kv.Op{Kind: kv.KindGet, Key: []byte("a")}, level.ConsSession, s); !errors.Is(err, ErrSessionAhead) {
 		t.Fatalf("err = %v, want ErrSessionAhead", err)
 	}
 }
@@ -320,7 +321,7 @@ func TestSessionTokens(t *testing.T) {
 }
 
 func TestClientRecordRoundTrip(t *testing.T) {
-	for _, res := range []Result{{Kind: ResOK, Version: 3}, {Kind: ResInt, Int: -5, Version: 9}, {Kind: ResBulk, Bulk: []byte("x\x00y")}, {Kind: ResNil}} {
+	for _, res := range []kv.Result{{Kind: kv.ResOK, Version: 3}, {Kind: kv.ResInt, Int: -5, Version: 9}, {Kind: kv.ResBulk, Bulk: []byte("x\x00y")}, {Kind: kv.ResNil}} {
 		rec := clientRecord(ReqID{Client: 99, Seq: 12}, res, 1, 0)
 		id, e, err := decodeClient(rec.Key, rec.Value)
 		if err != nil || id != 99 || e.seq != 12 || show(e.res) != show(res) || e.res.Version != res.Version {
@@ -370,7 +371,7 @@ func TestCADReadOfADeletedKeyMakesTheDeletionDurable(t *testing.T) {
 	for _, check := range []bool{true, false} {
 		n := newNode(t, Options{NoBackgroundSync: true, NoReadDurabilityCheck: !check})
 		n.write(set("k", "v"), level.Sync, ReqID{})
-		n.write(Op{Kind: KindDel, Keys: [][]byte{[]byte("k")}}, level.CAD, ReqID{})
+		n.write(kv.Op{Kind: kv.KindDel, Keys: [][]byte{[]byte("k")}}, level.CAD, ReqID{})
 		if _, ok := n.get("k"); ok {
 			t.Fatal("deleted key still visible")
 		}

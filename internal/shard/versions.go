@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 
+	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/storage"
 )
 
@@ -40,8 +41,8 @@ import (
 var versionChunk uint64 = 1 << 20 // a variable so tests can cross reservations quickly
 
 var (
-	reservePrefix = append(append([]byte(nil), ReservedPrefix...), "vres/"...)
-	holePrefix    = append(append([]byte(nil), ReservedPrefix...), "hole/"...)
+	reservePrefix = append(append([]byte(nil), kv.ReservedPrefix...), "vres/"...)
+	holePrefix    = append(append([]byte(nil), kv.ReservedPrefix...), "hole/"...)
 )
 
 // hole is a range of versions [lo, hi) that may have been acknowledged before a

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 )
 
@@ -17,8 +18,8 @@ func (n *testNode) crashClean() {
 	n.open()
 }
 
-func (n *testNode) sessionGet(key string, sess Session) (Result, error) {
-	return n.s.Read(ctx, Op{Kind: KindGet, Key: []byte(key)}, level.Consistency{Kind: level.Session}, sess)
+func (n *testNode) sessionGet(key string, sess Session) (kv.Result, error) {
+	return n.s.Read(ctx, kv.Op{Kind: kv.KindGet, Key: []byte(key)}, level.Consistency{Kind: level.Session}, sess)
 }
 
 // A session whose own async write was lost in a crash must not be served as if
@@ -36,7 +37,7 @@ func TestSessionThatSawALostWriteIsRefused(t *testing.T) {
 				t.Fatalf("setup: the %s write survived the crash (k = %q)", d, v)
 			}
 			// Other clients write enough to pass the lost version.
-			var last Result
+			var last kv.Result
 			for range 5 {
 				last = n.write(set("other", "x"), level.Sync, ReqID{})
 			}

@@ -159,8 +159,9 @@ func (n *simReplica) updateIndex(key string) uint64 {
 	return n.state[key].version
 }
 
-func (n *simReplica) serveNow(to sim.Addr, seq uint64, v kvVal) {
-	res := check.Result{Found: v.exists, Value: v.val, Version: v.version, Node: int(n.id)}
+func (n *simReplica) serveNow(to sim.Addr, seq uint64, key string, v kvVal) {
+	res := readResult(key, v)
+	res.Node = int(n.id)
 	n.out.Messages = append(n.out.Messages, sim.Envelope{To: to, Msg: clientResp{Seq: seq, OK: true, Result: res}})
 }
 
@@ -180,7 +181,7 @@ func (n *simReplica) cadRead(from sim.Addr, m clientReq) {
 		if o.mode != cadModeCAD {
 			// Follower reads without the active set: whatever is applied.
 			st.followerServed++
-			n.serveNow(from, m.Seq, n.state[m.Op.Key])
+			n.serveNow(from, m.Seq, m.Op.Key, n.state[m.Op.Key])
 			return
 		}
 		r, err := n.core.FollowerRead(n.now)
@@ -191,7 +192,7 @@ func (n *simReplica) cadRead(from sim.Addr, m clientReq) {
 			return
 		}
 		st.followerServed++
-		n.serveNow(from, m.Seq, v)
+		n.serveNow(from, m.Seq, m.Op.Key, v)
 		return
 	}
 	if n.nilextRead(from, m) {
@@ -204,7 +205,7 @@ func (n *simReplica) cadRead(from sim.Addr, m clientReq) {
 	if o.mode == cadModeAsync && err == nil {
 		if v, ok := n.overlay[m.Op.Key]; ok {
 			st.overlayServed++
-			n.serveNow(from, m.Seq, v)
+			n.serveNow(from, m.Seq, m.Op.Key, v)
 			return
 		}
 	}

@@ -68,14 +68,14 @@ func readEngine(fsys vfs.FS) []engineFrame {
 		panic(fmt.Sprintf("engine: read: %v", err))
 	}
 	var frames []engineFrame
-	r := reader{b: b}
-	for len(r.b) > 0 {
+	r := newReader(b)
+	for len(r.d.B) > 0 {
 		fr := engineFrame{op: r.uvarint()}
 		fr.data = []byte(r.str())
 		if r.err != nil {
 			break // a torn frame: never synced
 		}
-		fr.end = size - int64(len(r.b))
+		fr.end = size - int64(len(r.d.B))
 		frames = append(frames, fr)
 	}
 	return frames
@@ -115,14 +115,14 @@ func (n *simReplica) toEngine(s *Snapshot) *Snapshot {
 // trustLog is the mutation (the old vrshard.Open): the log's snapshot point
 // is taken as applied whatever the engine holds, and the state machine is
 // what the engine still has — a replica that comes back Normal with holes.
-func restoreDisk(b sim.Boot, trustLog bool) (st State, state kv, recovering, reset bool) {
+func restoreDisk(b sim.Boot, trustLog bool) (st State, state store, recovering, reset bool) {
 	st, recovering = replay(b.Recovered)
 	point := uint64(0)
 	if st.Snapshot != nil {
 		point = st.Snapshot.Op
 	}
 	if point == 0 {
-		return st, kv{}, recovering, false
+		return st, store{}, recovering, false
 	}
 	frames := readEngine(b.FS)
 	for i := len(frames) - 1; i >= 0; i-- {
@@ -131,7 +131,7 @@ func restoreDisk(b sim.Boot, trustLog bool) (st State, state kv, recovering, res
 		}
 	}
 	if trustLog {
-		state = kv{}
+		state = store{}
 		for i := len(frames) - 1; i >= 0; i-- {
 			if frames[i].op < point {
 				state = decodeKV(frames[i].data)
@@ -140,7 +140,7 @@ func restoreDisk(b sim.Boot, trustLog bool) (st State, state kv, recovering, res
 		}
 		return st, state, recovering, false
 	}
-	return State{}, kv{}, true, true
+	return State{}, store{}, true, true
 }
 
 // dropLog voids the log for recovery from the group (restoreDisk's reset):

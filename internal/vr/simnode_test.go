@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kefirdb/kefir/internal/check"
+	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/sim"
 	"github.com/kefirdb/kefir/internal/vfs"
 )
@@ -20,133 +21,161 @@ import (
 // leader, retries with the same request number and gives up with an unknown
 // outcome.
 
-// ---- the state machine ----
+// ---- the state machine: internal/kv over an in-memory store ----
 
+// The replicas run the production state machine (internal/kv): entries
+// carry kv ops in kv's codec, kv.Apply evaluates them against the store
+// below and kv.Read serves reads. What is the simulator's own is the store
+// (what the storage engine is to a process) and the mapping between the
+// checker's operations (check.Op) and kv's.
+
+// kvVal is one key's state in a replica's store: a value or a deletion, and
+// the version (op number) that wrote it.
 type kvVal struct {
 	exists  bool
 	val     string
 	version uint64
 }
 
-type kv map[string]kvVal
+// store is a replica's in-memory store: the state kv.Apply reads and its
+// records update.
+type store map[string]kvVal
 
-func encodeOp(op check.Op) []byte {
-	b := []byte{byte(op.Kind)}
-	b = binary.AppendVarint(b, op.Delta)
-	for _, s := range []string{op.Key, op.Value, op.Expect} {
-		b = binary.AppendUvarint(b, uint64(len(s)))
-		b = append(b, s...)
-	}
-	return b
+// get is the store as a kv.Getter. A deleted key reports its deletion's
+// version, so a read of it tells the checkers which write it saw.
+func (s store) get(key []byte) ([]byte, uint64, bool, error) {
+	v := s[string(key)]
+	return []byte(v.val), v.version, v.exists, nil
 }
 
+// toKV is the kv op that executes the checker's write op.
+func toKV(op check.Op) kv.Op {
+	key := []byte(op.Key)
+	switch op.Kind {
+	case check.Put:
+		return kv.Op{Kind: kv.KindSet, Key: key, Value: []byte(op.Value)}
+	case check.Delete:
+		return kv.Op{Kind: kv.KindDel, Keys: [][]byte{key}}
+	case check.CAS:
+		return kv.Op{Kind: kv.KindCAS, Key: key, Expected: []byte(op.Expect), Value: []byte(op.Value)}
+	case check.Incr:
+		return kv.Op{Kind: kv.KindIncrBy, Key: key, Delta: op.Delta}
+	}
+	panic(fmt.Sprintf("toKV: %v is not a write", op.Kind))
+}
+
+// fromKV is the checker's op a kv op executes (toKV's inverse).
+func fromKV(op kv.Op) check.Op {
+	switch op.Kind {
+	case kv.KindSet:
+		return check.Op{Kind: check.Put, Key: string(op.Key), Value: string(op.Value)}
+	case kv.KindDel:
+		return check.Op{Kind: check.Delete, Key: string(op.Keys[0])}
+	case kv.KindCAS:
+		return check.Op{Kind: check.CAS, Key: string(op.Key), Expect: string(op.Expected), Value: string(op.Value)}
+	case kv.KindIncrBy:
+		return check.Op{Kind: check.Incr, Key: string(op.Key), Delta: op.Delta}
+	}
+	panic(fmt.Sprintf("fromKV: unexpected %v", op.Kind))
+}
+
+// encodeOp is an entry's Data: the op in kv's codec.
+func encodeOp(op check.Op) []byte {
+	k := toKV(op)
+	return kv.AppendOp(nil, &k)
+}
+
+func decodeOp(b []byte) check.Op {
+	op, err := kv.DecodeOp(b)
+	if err != nil {
+		panic(fmt.Sprintf("decodeOp: %v", err))
+	}
+	return fromKV(op)
+}
+
+// apply executes the entry at op opn with kv.Apply, updates the store with
+// its records and returns the result for the core's client table: the
+// checker's op kind (to read it back as a check.Result), then the outcome in
+// kv's codec.
+func (s store) apply(opn uint64, data []byte) []byte {
+	op, err := kv.DecodeOp(data)
+	if err != nil {
+		panic(fmt.Sprintf("apply: op %d: %v", opn, err))
+	}
+	var recs []kvVal
+	var keys []string
+	res, opErr := kv.Apply(s.get, opn, &op, 0, func(key, value []byte, tomb bool) {
+		keys = append(keys, string(key))
+		recs = append(recs, kvVal{exists: !tomb, val: string(value), version: opn})
+	})
+	if opErr == nil {
+		for i, k := range keys {
+			s[k] = recs[i]
+		}
+	}
+	return kv.AppendResult([]byte{byte(fromKV(op).Kind)}, res, opErr)
+}
+
+// decodeResult reads a write's result apply encoded.
+func decodeResult(b []byte) check.Result {
+	res, opErr, err := kv.DecodeResult(b[1:])
+	if err != nil {
+		panic(fmt.Sprintf("decodeResult: %v", err))
+	}
+	if opErr != nil {
+		// The workload's ops cannot fail (Incr has keys of its own), and
+		// the client protocol has no error reply.
+		panic(fmt.Sprintf("decodeResult: the op failed: %v", opErr))
+	}
+	out := check.Result{Found: true, Version: res.Version}
+	switch check.Kind(b[0]) {
+	case check.CAS:
+		out.Found = res.Int == 1
+	case check.Incr:
+		out.Value = strconv.FormatInt(res.Int, 10)
+	}
+	return out
+}
+
+// readResult is a GET of key evaluated by kv.Read over state v (the store's,
+// or an async overlay's).
+func readResult(key string, v kvVal) check.Result {
+	get := func([]byte) ([]byte, uint64, bool, error) { return []byte(v.val), v.version, v.exists, nil }
+	res, err := kv.Read(get, nil, &kv.Op{Kind: kv.KindGet, Key: []byte(key)}, 0)
+	if err != nil {
+		panic(fmt.Sprintf("read %q: %v", key, err))
+	}
+	return check.Result{Found: res.Kind == kv.ResBulk, Value: string(res.Bulk), Version: res.Version}
+}
+
+// reader reads the simulated disk's records with kv's decoder; err is its
+// first failure.
 type reader struct {
-	b   []byte
+	d   kv.Decoder
 	err error
 }
 
-func (r *reader) uvarint() uint64 {
-	v, n := binary.Uvarint(r.b)
-	if n <= 0 {
-		r.err = errors.New("bad uvarint")
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
+func newReader(b []byte) *reader { return &reader{d: kv.Decoder{B: b}} }
 
-func (r *reader) varint() int64 {
-	v, n := binary.Varint(r.b)
-	if n <= 0 {
-		r.err = errors.New("bad varint")
-		return 0
-	}
-	r.b = r.b[n:]
+func (r *reader) uvarint() uint64 {
+	v := r.d.Uvarint()
+	r.err = r.d.Err
 	return v
 }
 
 func (r *reader) str() string {
-	n := r.uvarint()
-	if r.err != nil || uint64(len(r.b)) < n {
-		r.err = errors.New("bad string")
-		return ""
-	}
-	s := string(r.b[:n])
-	r.b = r.b[n:]
+	s := string(r.d.Bytes())
+	r.err = r.d.Err
 	return s
 }
 
 func (r *reader) byte() byte {
-	if len(r.b) == 0 {
-		r.err = errors.New("short")
-		return 0
-	}
-	c := r.b[0]
-	r.b = r.b[1:]
+	c := r.d.Byte()
+	r.err = r.d.Err
 	return c
 }
 
-func decodeOp(b []byte) check.Op {
-	r := reader{b: b}
-	op := check.Op{Kind: check.Kind(r.byte())}
-	op.Delta = r.varint()
-	op.Key, op.Value, op.Expect = r.str(), r.str(), r.str()
-	if r.err != nil {
-		panic(fmt.Sprintf("decodeOp: %v", r.err))
-	}
-	return op
-}
-
-func encodeResult(res check.Result) []byte {
-	b := []byte{0}
-	if res.Found {
-		b[0] = 1
-	}
-	b = binary.AppendUvarint(b, res.Version)
-	b = binary.AppendUvarint(b, uint64(len(res.Value)))
-	return append(b, res.Value...)
-}
-
-func decodeResult(b []byte) check.Result {
-	r := reader{b: b}
-	res := check.Result{Found: r.byte() == 1}
-	res.Version = r.uvarint()
-	res.Value = r.str()
-	if r.err != nil {
-		panic(fmt.Sprintf("decodeResult: %v", r.err))
-	}
-	return res
-}
-
-func (s kv) apply(opn uint64, op check.Op) check.Result {
-	cur := s[op.Key]
-	res := check.Result{Found: true, Version: opn}
-	switch op.Kind {
-	case check.Put:
-		s[op.Key] = kvVal{true, op.Value, opn}
-	case check.Delete:
-		s[op.Key] = kvVal{false, "", opn}
-	case check.CAS:
-		res.Found = cur.exists && cur.val == op.Expect
-		if res.Found {
-			s[op.Key] = kvVal{true, op.Value, opn}
-		} else {
-			res.Version = cur.version
-		}
-	case check.Incr:
-		var n int64
-		if cur.exists {
-			n, _ = strconv.ParseInt(cur.val, 10, 64)
-		}
-		res.Value = strconv.FormatInt(n+op.Delta, 10)
-		s[op.Key] = kvVal{true, res.Value, opn}
-	default:
-		panic(fmt.Sprintf("apply: %v is not a write", op.Kind))
-	}
-	return res
-}
-
-func (s kv) encode() []byte {
+func (s store) encode() []byte {
 	keys := make([]string, 0, len(s))
 	for k := range s {
 		keys = append(keys, k)
@@ -170,10 +199,10 @@ func (s kv) encode() []byte {
 	return b
 }
 
-func decodeKV(b []byte) kv {
-	r := reader{b: b}
+func decodeKV(b []byte) store {
+	r := newReader(b)
 	n := r.uvarint()
-	s := make(kv, n)
+	s := make(store, n)
 	for i := uint64(0); i < n && r.err == nil; i++ {
 		k := r.str()
 		ex := r.byte() == 1
@@ -237,7 +266,7 @@ func encodeEntry(e *Entry) []byte {
 func replay(recs [][]byte) (st State, recovering bool) {
 	base := uint64(0)
 	for _, rec := range recs {
-		r := reader{b: rec[1:]}
+		r := newReader(rec[1:])
 		switch rec[0] {
 		case recEntry:
 			e := Entry{View: r.uvarint(), Op: r.uvarint()}
@@ -256,11 +285,11 @@ func replay(recs [][]byte) (st State, recovering bool) {
 				st.Entries = st.Entries[:t-base]
 			}
 		case recDLog:
-			st.DLog = append(st.DLog, decodeDLog(&r))
+			st.DLog = append(st.DLog, decodeDLog(r))
 		case recHardState:
 			st.HardState = HardState{View: r.uvarint(), LastNormalView: r.uvarint(), Commit: r.uvarint()}
 		case recSnapshot, recCheckpoint:
-			s := readSnapshot(&r)
+			s := readSnapshot(r)
 			if rec[0] == recSnapshot {
 				st.Entries = nil
 			} else {
@@ -355,7 +384,7 @@ type simReplica struct {
 	id    sim.Addr
 	o     simOptions
 	core  *Replica
-	state kv
+	state store
 	out   sim.Ready
 	recs  int
 	seqAt []struct {
@@ -568,7 +597,8 @@ func (n *simReplica) serveReads() {
 		if n.cadRewait(p, v) {
 			continue
 		}
-		res := check.Result{Found: v.exists, Value: v.val, Version: v.version, Node: int(n.id)}
+		res := readResult(p.key, v)
+		res.Node = int(n.id)
 		n.out.Messages = append(n.out.Messages, sim.Envelope{To: p.client, Msg: clientResp{Seq: p.seq, OK: true, Result: res}})
 	}
 	n.parked = n.parked[:k]
@@ -631,7 +661,7 @@ func (n *simReplica) drain() {
 				if c.Duplicate {
 					continue
 				}
-				results[i] = encodeResult(n.state.apply(c.Op, decodeOp(c.Data)))
+				results[i] = n.state.apply(c.Op, c.Data)
 			}
 			n.core.Advance(results)
 			n.pruneOverlay()

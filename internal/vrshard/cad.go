@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 
+	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/storage"
@@ -248,11 +249,11 @@ func (u *keyUpdates) needRange(start, end []byte) uint64 {
 }
 
 // readKeys returns the keys a point read depends on (nil for a scan).
-func readKeys(op *shard.Op) [][]byte {
+func readKeys(op *kv.Op) [][]byte {
 	switch op.Kind {
-	case shard.KindGet, shard.KindStrlen:
+	case kv.KindGet, kv.KindStrlen:
 		return [][]byte{op.Key}
-	case shard.KindMGet, shard.KindExists:
+	case kv.KindMGet, kv.KindExists:
 		return op.Keys
 	}
 	return nil
@@ -396,7 +397,7 @@ func (r *Replica) markAppended() {
 				// The view goes into the session token: if a view change
 				// drops the write and gives op a.op to another one, a
 				// session read can tell (checkSessionViews).
-				p.markOrdered(shard.Result{Kind: shard.ResOK, Version: a.op, View: a.view, ViewKnown: true}, nil)
+				p.markOrdered(kv.Result{Kind: kv.ResOK, Version: a.op, View: a.view, ViewKnown: true}, nil)
 			}
 		}
 	}
@@ -450,11 +451,11 @@ func ackPoint(q *shard.WriteReq, early bool) vr.AckPoint {
 // answerableEarly reports whether op may be answered before it is applied
 // (acknowledged early at cad or async, or ordered early at sync, §12): a
 // blind write that apply will not reject. One with an empty or reserved key
-// (checkKey) fails at apply and writes nothing — an MSET none of its keys —
+// (kv.CheckKey) fails at apply and writes nothing — an MSET none of its keys —
 // so its reply is that error, known only at apply, and none of its values
 // may enter the overlay, where a read could return them. The
 // earlyRejectable mutation skips the key check.
-func (r *Replica) answerableEarly(op *shard.Op) bool {
+func (r *Replica) answerableEarly(op *kv.Op) bool {
 	if !NilextEligible(op) {
 		return false
 	}
@@ -462,7 +463,7 @@ func (r *Replica) answerableEarly(op *shard.Op) bool {
 		return true
 	}
 	for _, k := range op.WrittenKeys() {
-		if checkKey(k) != nil {
+		if kv.CheckKey(k) != nil {
 			return false
 		}
 	}
@@ -483,19 +484,19 @@ func (r *Replica) earlyAcks(acks []vr.Reply) {
 				r.overlay(a.Op, p.op, !p.async)
 			}
 			r.st.earlyAcks.Add(1)
-			p.finish(shard.Result{Kind: shard.ResOK, Version: a.Op}, nil)
+			p.finish(kv.Result{Kind: kv.ResOK, Version: a.Op}, nil)
 		}
 	}
 }
 
 // overlay records a pending blind write (cad: a cad write) the leader
 // appended in the current view.
-func (r *Replica) overlay(op uint64, w *shard.Op, cad bool) {
+func (r *Replica) overlay(op uint64, w *kv.Op, cad bool) {
 	view := r.lastHS.View
 	switch w.Kind {
-	case shard.KindSet:
+	case kv.KindSet:
 		r.upd.setOverlay(op, [][]byte{w.Key}, [][]byte{w.Value}, false, cad, view)
-	case shard.KindMSet:
+	case kv.KindMSet:
 		ks := make([][]byte, 0, len(w.Keys)/2)
 		vs := make([][]byte, 0, len(w.Keys)/2)
 		for i := 0; i+1 < len(w.Keys); i += 2 {
@@ -533,7 +534,7 @@ func (r *Replica) releaseParked() {
 }
 
 // cloneOp copies a write's bytes (the caller reuses its buffers).
-func cloneOp(op *shard.Op) *shard.Op {
+func cloneOp(op *kv.Op) *kv.Op {
 	c := *op
 	c.Key, c.Value = bytes.Clone(op.Key), bytes.Clone(op.Value)
 	c.Keys = make([][]byte, len(op.Keys))

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/shard"
 )
@@ -26,7 +27,7 @@ func TestLeaderReadNeverReturnsAVersionBeyondRWhileApplyIsPublished(t *testing.T
 		reps  sync.Map // self → *Replica
 		once  sync.Once
 		got   struct {
-			res     shard.Result
+			res     kv.Result
 			need, R uint64
 			err     error
 			applied uint64

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/vr"
@@ -79,7 +80,7 @@ func TestCadHeldBatchesDoNotDelayWhatWaitsForThem(t *testing.T) {
 			return "", err
 		}, "", nil},
 		{"non-blind cad write", func(ctx context.Context, r *Replica, _ uint64) (string, error) {
-			res, err := r.Write(ctx, shard.Op{Kind: shard.KindAppend, Key: []byte("k"), Value: []byte("+")}, level.CAD, shard.ReqID{Client: 6, Seq: 1})
+			res, err := r.Write(ctx, kv.Op{Kind: kv.KindAppend, Key: []byte("k"), Value: []byte("+")}, level.CAD, shard.ReqID{Client: 6, Seq: 1})
 			if err != nil {
 				return "", err
 			}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kefirdb/kefir/internal/check"
+	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/vfs"
@@ -137,7 +138,7 @@ func gatedCluster(t *testing.T, tune func(*Options)) (*cluster, gateSet, map[uin
 // holds k = v, readable, with every replica's log fsyncs then held (released
 // when the test ends): nothing written from now on can commit until the test
 // releases the gates.
-func heldLeader(t *testing.T, tune func(*Options), k, v string) (*Replica, gateSet, shard.Result) {
+func heldLeader(t *testing.T, tune func(*Options), k, v string) (*Replica, gateSet, kv.Result) {
 	t.Helper()
 	c, gates, _ := gatedCluster(t, func(o *Options) {
 		o.RequestTimeout = 5 * time.Second
@@ -173,7 +174,7 @@ func TestCADWriteIsAcknowledgedBeforeFsyncAndReadWaitsForDurability(t *testing.T
 	defer gates.release()
 
 	res, err := leader.Write(ctx, set("k", "v1"), level.CAD, shard.ReqID{Client: 5, Seq: 1})
-	if err != nil || res.Kind != shard.ResOK || res.Version == 0 {
+	if err != nil || res.Kind != kv.ResOK || res.Version == 0 {
 		t.Fatalf("cad SET with every log fsync held: %+v, %v; want OK at once", res, err)
 	}
 	if got := leader.Stats().EarlyAcks; got != 1 {
@@ -183,7 +184,7 @@ func TestCADWriteIsAcknowledgedBeforeFsyncAndReadWaitsForDurability(t *testing.T
 		t.Fatalf("sync SET with every log fsync held: %v; want it to time out (ErrOutcomeUnknown)", err)
 	}
 	// A state-dependent write at cad is acknowledged at apply, like sync.
-	if _, err := leader.Write(ctx, shard.Op{Kind: shard.KindIncrBy, Key: []byte("n"), Delta: 1}, level.CAD, shard.ReqID{Client: 7, Seq: 1}); !errors.Is(err, ErrOutcomeUnknown) {
+	if _, err := leader.Write(ctx, kv.Op{Kind: kv.KindIncrBy, Key: []byte("n"), Delta: 1}, level.CAD, shard.ReqID{Client: 7, Seq: 1}); !errors.Is(err, ErrOutcomeUnknown) {
 		t.Fatalf("cad INCR with every log fsync held: %v; want it to wait for commit (ErrOutcomeUnknown)", err)
 	}
 
@@ -228,7 +229,7 @@ func TestBrokenDurabilityCheckReadsUnpersistedWrite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Kind != shard.ResNil {
+	if r.Kind != kv.ResNil {
 		t.Fatalf("broken read returned %+v; expected the stale absent state", r)
 	}
 }
@@ -356,7 +357,7 @@ func TestAsyncWriteIsReadFromTheOverlayWithoutWaiting(t *testing.T) {
 	if _, err := leader.Write(context.Background(), set("a", "x"), level.Async, shard.ReqID{}); err != nil {
 		t.Fatal(err)
 	}
-	r, err := leader.Read(context.Background(), shard.Op{Kind: shard.KindMGet, Keys: [][]byte{[]byte("a"), []byte("b")}}, level.ConsLinearizable, shard.Session{})
+	r, err := leader.Read(context.Background(), kv.Op{Kind: kv.KindMGet, Keys: [][]byte{[]byte("a"), []byte("b")}}, level.ConsLinearizable, shard.Session{})
 	if err != nil || len(r.Array) != 2 || string(r.Array[0]) != "x" || r.Array[1] != nil {
 		t.Fatalf("MGET a b after async SET a: %+v, %v", r, err)
 	}
@@ -369,7 +370,7 @@ func TestAsyncWriteIsReadFromTheOverlayWithoutWaiting(t *testing.T) {
 // waitReadable waits until replica i knows a readable index of at least op.
 // readOut is a read's outcome.
 type readOut struct {
-	res shard.Result
+	res kv.Result
 	err error
 }
 
@@ -581,7 +582,7 @@ func TestBrokenFollowerRCheckGoesBackInTime(t *testing.T) {
 			rec.Fail(h)
 			return "", err
 		}
-		rec.Complete(h, check.Result{Found: res.Kind == shard.ResBulk, Value: string(res.Bulk), Version: res.Version})
+		rec.Complete(h, check.Result{Found: res.Kind == kv.ResBulk, Value: string(res.Bulk), Version: res.Version})
 		return string(res.Bulk), nil
 	}
 	v1 := put("v1", 1)
@@ -764,7 +765,7 @@ func cadPowerCutRun(t *testing.T, d level.Durability, seed uint64, tune func(*Op
 
 // doCCMRead reads at a random replica at cross-client-monotonic level,
 // following redirects.
-func (w *workload) doCCMRead(h int, sop shard.Op, rng *rand.Rand) {
+func (w *workload) doCCMRead(h int, sop kv.Op, rng *rand.Rand) {
 	target := rng.IntN(len(w.c.reps))
 	w.readAt(h, target, sop, level.ConsCrossClient, shard.Session{})
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/storage"
 	"github.com/kefirdb/kefir/internal/vfs"
@@ -167,8 +168,8 @@ func TestReplayKeepsRowVersionForForget(t *testing.T) {
 	mem := vfs.NewMem()
 	db := openMemEngine(t, mem)
 	ops := []testOp{
-		{op: shard.Op{Kind: shard.KindIncrBy, Key: []byte("ctr"), Delta: 1}, client: 7, seq: 1},
-		{op: shard.Op{Kind: shard.KindIncrBy, Key: []byte("ctr"), Delta: 1}, client: 7, seq: 2},
+		{op: kv.Op{Kind: kv.KindIncrBy, Key: []byte("ctr"), Delta: 1}, client: 7, seq: 1},
+		{op: kv.Op{Kind: kv.KindIncrBy, Key: []byte("ctr"), Delta: 1}, client: 7, seq: 2},
 	}
 	applyAll(t, newApplier(db), ops)
 	if err := db.Close(); err != nil {

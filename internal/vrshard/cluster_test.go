@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/vr"
@@ -147,12 +148,12 @@ func (c *cluster) index(id uint64) int {
 
 // write sends a write to the leader, following redirects and retrying with
 // the same request id until it succeeds or the timeout passes.
-func (c *cluster) write(op shard.Op, id shard.ReqID, timeout time.Duration) (shard.Result, error) {
+func (c *cluster) write(op kv.Op, id shard.ReqID, timeout time.Duration) (kv.Result, error) {
 	deadline := time.Now().Add(timeout)
 	target := c.leader(timeout)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		var res shard.Result
+		var res kv.Result
 		err := errors.New("replica down")
 		if r := c.reps[target]; r != nil {
 			res, err = r.Write(ctx, op, level.Sync, id)
@@ -173,11 +174,11 @@ func (c *cluster) write(op shard.Op, id shard.ReqID, timeout time.Duration) (sha
 	}
 }
 
-func set(k, v string) shard.Op {
-	return shard.Op{Kind: shard.KindSet, Key: []byte(k), Value: []byte(v)}
+func set(k, v string) kv.Op {
+	return kv.Op{Kind: kv.KindSet, Key: []byte(k), Value: []byte(v)}
 }
 
-func get(k string) shard.Op { return shard.Op{Kind: shard.KindGet, Key: []byte(k)} }
+func get(k string) kv.Op { return kv.Op{Kind: kv.KindGet, Key: []byte(k)} }
 
 // waitEvery waits until cond holds for every live replica and returns how
 // long that took, and whether it happened within timeout.
@@ -243,12 +244,12 @@ func TestWritesReplicateToEveryReplicaAndSurviveRestart(t *testing.T) {
 		if err != nil {
 			t.Fatalf("write %d: %v", i, err)
 		}
-		if res.Kind != shard.ResOK || res.Version <= last {
+		if res.Kind != kv.ResOK || res.Version <= last {
 			t.Fatalf("write %d: result %+v after version %d: versions are op numbers and grow", i, res, last)
 		}
 		last = res.Version
 	}
-	inc, err := c.write(shard.Op{Kind: shard.KindIncrBy, Key: []byte("ctr"), Delta: 5}, shard.ReqID{}, 5*time.Second)
+	inc, err := c.write(kv.Op{Kind: kv.KindIncrBy, Key: []byte("ctr"), Delta: 5}, shard.ReqID{}, 5*time.Second)
 	if err != nil || inc.Int != 5 {
 		t.Fatalf("incr without request id: %+v, %v", inc, err)
 	}
@@ -270,8 +271,8 @@ func TestWritesReplicateToEveryReplicaAndSurviveRestart(t *testing.T) {
 	}
 	// A retry of an executed request is answered from the client table, not
 	// executed again, even after the restart.
-	again, err := c.write(shard.Op{Kind: shard.KindIncrBy, Key: []byte("ctr2"), Delta: 1}, shard.ReqID{Client: 9, Seq: n}, 5*time.Second)
-	if err != nil || again.Kind != shard.ResOK || again.Version != last {
+	again, err := c.write(kv.Op{Kind: kv.KindIncrBy, Key: []byte("ctr2"), Delta: 1}, shard.ReqID{Client: 9, Seq: n}, 5*time.Second)
+	if err != nil || again.Kind != kv.ResOK || again.Version != last {
 		t.Fatalf("retry of request (9,%d) after restart: %+v, %v; want the cached OK at version %d", n, again, err, last)
 	}
 }

@@ -5,16 +5,16 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/kefirdb/kefir/internal/shard"
+	"github.com/kefirdb/kefir/internal/kv"
 )
 
 func TestOpAndResultEncodingRoundTrip(t *testing.T) {
-	ops := []shard.Op{
-		{Kind: shard.KindSet, Key: []byte("k"), Value: []byte("v"), Cond: shard.IfAbsent, ReturnOld: true},
-		{Kind: shard.KindMSet, Keys: [][]byte{[]byte("a"), []byte("1"), []byte("b"), {}}},
-		{Kind: shard.KindDel, Keys: [][]byte{[]byte("a")}},
-		{Kind: shard.KindIncrBy, Key: []byte("n"), Delta: -7},
-		{Kind: shard.KindCAS, Key: []byte("k"), Expected: []byte("old"), Value: []byte("new")},
+	ops := []kv.Op{
+		{Kind: kv.KindSet, Key: []byte("k"), Value: []byte("v"), Cond: kv.IfAbsent, ReturnOld: true},
+		{Kind: kv.KindMSet, Keys: [][]byte{[]byte("a"), []byte("1"), []byte("b"), {}}},
+		{Kind: kv.KindDel, Keys: [][]byte{[]byte("a")}},
+		{Kind: kv.KindIncrBy, Key: []byte("n"), Delta: -7},
+		{Kind: kv.KindCAS, Key: []byte("k"), Expected: []byte("old"), Value: []byte("new")},
 	}
 	for _, op := range ops {
 		h := header{proposer: 3, seq: 99, ts: -5}
@@ -22,7 +22,7 @@ func TestOpAndResultEncodingRoundTrip(t *testing.T) {
 		if err != nil || gh != h {
 			t.Fatalf("%v: header %+v, %v", op.Kind, gh, err)
 		}
-		norm := func(o shard.Op) shard.Op {
+		norm := func(o kv.Op) kv.Op {
 			for _, p := range []*[]byte{&o.Key, &o.Value, &o.Expected} {
 				if len(*p) == 0 {
 					*p = nil
@@ -39,22 +39,22 @@ func TestOpAndResultEncodingRoundTrip(t *testing.T) {
 			t.Fatalf("round trip:\n%+v\nwant\n%+v", got, op)
 		}
 	}
-	if _, _, err := decodeOp([]byte{dataFormat, 1, 1, 0, byte(shard.KindGet), 0, 0, 0, 0, 0, 0}); !errors.Is(err, ErrCorruptEntry) {
+	if _, _, err := decodeOp([]byte{dataFormat, 1, 1, 0, byte(kv.KindGet), 0, 0, 0, 0, 0, 0}); !errors.Is(err, ErrCorruptEntry) {
 		t.Fatalf("a read kind in the log decoded: %v", err)
 	}
-	res := shard.Result{Kind: shard.ResBulk, Bulk: []byte("x"), Version: 12, Int: 3}
-	got, opErr, err := decodeResult(encodeResult(nil, res, nil))
+	res := kv.Result{Kind: kv.ResBulk, Bulk: []byte("x"), Version: 12, Int: 3}
+	got, opErr, err := decodeResult(kv.AppendResult(nil, res, nil))
 	if err != nil || opErr != nil || !reflect.DeepEqual(got, res) {
 		t.Fatalf("result round trip: %+v %v %v", got, opErr, err)
 	}
-	_, opErr, err = decodeResult(encodeResult(nil, shard.Result{}, shard.ErrWrongType))
-	if err != nil || !errors.Is(opErr, shard.ErrWrongType) || opErr.Error() != shard.ErrWrongType.Error() {
+	_, opErr, err = decodeResult(kv.AppendResult(nil, kv.Result{}, kv.ErrWrongType))
+	if err != nil || !errors.Is(opErr, kv.ErrWrongType) || opErr.Error() != kv.ErrWrongType.Error() {
 		t.Fatalf("cached error: %v, %v", opErr, err)
 	}
 }
 
 func FuzzDecodeOp(f *testing.F) {
-	op := shard.Op{Kind: shard.KindMSet, Keys: [][]byte{[]byte("a"), []byte("1")}}
+	op := kv.Op{Kind: kv.KindMSet, Keys: [][]byte{[]byte("a"), []byte("1")}}
 	f.Add(encodeOp(nil, header{1, 2, 3}, &op))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		h, op, err := decodeOp(b)

@@ -3,6 +3,7 @@ package vrshard
 import (
 	"context"
 
+	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/shard"
 )
@@ -37,7 +38,7 @@ var _ shard.DeferredReader = (*Replica)(nil)
 // ReadDeferred is Read for a front door that can hold a reply
 // (shard.DeferredReader): see above. Every read it cannot defer is served
 // as Read serves it, with an empty Pending.
-func (r *Replica) ReadDeferred(ctx context.Context, op shard.Op, c level.Consistency, s shard.Session) (shard.Result, shard.Pending, error) {
+func (r *Replica) ReadDeferred(ctx context.Context, op kv.Op, c level.Consistency, s shard.Session) (kv.Result, shard.Pending, error) {
 	if c.IsZero() {
 		c = level.ConsLinearizable
 	}
@@ -47,17 +48,17 @@ func (r *Replica) ReadDeferred(ctx context.Context, op shard.Op, c level.Consist
 		return res, shard.Pending{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return shard.Result{}, shard.Pending{}, err
+		return kv.Result{}, shard.Pending{}, err
 	}
 	if err := r.CheckConsistency(c); err != nil {
-		return shard.Result{}, shard.Pending{}, err
+		return kv.Result{}, shard.Pending{}, err
 	}
 	if err := r.linearizable(ctx, &op); err != nil {
-		return shard.Result{}, shard.Pending{}, err
+		return kv.Result{}, shard.Pending{}, err
 	}
 	res, ack, err := r.deferredRead(op)
 	if err != nil {
-		return shard.Result{}, shard.Pending{}, err
+		return kv.Result{}, shard.Pending{}, err
 	}
 	if ack != nil {
 		r.stampView(&res)
@@ -71,7 +72,7 @@ func (r *Replica) ReadDeferred(ctx context.Context, op shard.Op, c level.Consist
 // deferredRead serves op from the engine and the overlay's cad writes if
 // that is what makes it wait, returning the reply's wait (nil ack: op is
 // not such a read, and leaderServe serves it).
-func (r *Replica) deferredRead(op shard.Op) (shard.Result, *readAck, error) {
+func (r *Replica) deferredRead(op kv.Op) (kv.Result, *readAck, error) {
 	keys := readKeys(&op)
 	ov := r.upd.overlayFor(keys, true)
 	var to, view uint64
@@ -83,17 +84,17 @@ func (r *Replica) deferredRead(op shard.Op) (shard.Result, *readAck, error) {
 			// Entries of two views (view 0 is a view like any other, so
 			// `to`, never 0 for an entry, says whether one was seen): a
 			// leader change is under way.
-			return shard.Result{}, nil, nil
+			return kv.Result{}, nil, nil
 		}
 		to, view = max(to, e.op), e.view
 	}
 	R0 := r.readable.Load()
 	if to <= R0 {
-		return shard.Result{}, nil, nil // nothing to defer
+		return kv.Result{}, nil, nil // nothing to defer
 	}
 	// Every other key read must be readable already, as in leaderCheck.
 	if need0 := r.cadNeed(&op, R0, ov); need0 > R0 {
-		return shard.Result{}, nil, nil
+		return kv.Result{}, nil, nil
 	}
 	// The result must be every key's value at op to. A key read from the
 	// engine shows the updates the index knows of, and every unapplied write
@@ -105,7 +106,7 @@ func (r *Replica) deferredRead(op shard.Op) (shard.Result, *readAck, error) {
 	}
 	res, err := r.readWith(op, ov)
 	if err != nil {
-		return shard.Result{}, nil, err
+		return kv.Result{}, nil, err
 	}
 	if !r.mut.deferNoRecheck {
 		now := r.upd.overlayFor(keys, true)
@@ -113,12 +114,12 @@ func (r *Replica) deferredRead(op shard.Op) (shard.Result, *readAck, error) {
 			if n, ok := now[k]; !ok || n.op != e.op {
 				// A later update of k was indexed (or the write became
 				// readable and left the overlay): the ordinary path.
-				return shard.Result{}, nil, nil
+				return kv.Result{}, nil, nil
 			}
 		}
 	}
 	if R := r.readable.Load(); r.cadNeed(&op, R, ov) > R {
-		return shard.Result{}, nil, nil
+		return kv.Result{}, nil, nil
 	}
 	r.st.durWaits.Add(1)
 	r.st.durDeferred.Add(1)

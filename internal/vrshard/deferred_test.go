@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kefirdb/kefir/internal/check"
+	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/shard"
 )
@@ -21,7 +22,7 @@ import (
 
 // deferredRead runs ReadDeferred for a linearizable GET of k and fails the
 // test on an error.
-func deferredRead(t *testing.T, r *Replica, op shard.Op) (shard.Result, shard.Pending) {
+func deferredRead(t *testing.T, r *Replica, op kv.Op) (kv.Result, shard.Pending) {
 	t.Helper()
 	res, p, err := r.ReadDeferred(context.Background(), op, level.ConsLinearizable, shard.Session{})
 	if err != nil {
@@ -65,7 +66,7 @@ func TestDeferredReadAnswersAtOnceAndReleasesWhenDurable(t *testing.T) {
 		t.Fatalf("read of a durable key: %+v, pending %+v; want v0 with nothing to wait for", res, p)
 	}
 	start := time.Now()
-	res, p := deferredRead(t, leader, shard.Op{Kind: shard.KindMGet, Keys: [][]byte{[]byte("old"), []byte("k")}})
+	res, p := deferredRead(t, leader, kv.Op{Kind: kv.KindMGet, Keys: [][]byte{[]byte("old"), []byte("k")}})
 	if took := time.Since(start); took > 100*time.Millisecond {
 		t.Fatalf("deferred read took %v: it waited instead of deferring", took)
 	}
@@ -187,7 +188,7 @@ func TestDeferredReadRechecksItsKeysAfterTheEngineRead(t *testing.T) {
 					waitReadable(t, leader, w.Version)
 				})
 			}
-			res, p, err := leader.ReadDeferred(ctx, shard.Op{Kind: shard.KindMGet, Keys: [][]byte{[]byte("k"), []byte("j")}}, level.ConsLinearizable, shard.Session{})
+			res, p, err := leader.ReadDeferred(ctx, kv.Op{Kind: kv.KindMGet, Keys: [][]byte{[]byte("k"), []byte("j")}}, level.ConsLinearizable, shard.Session{})
 			if err == nil {
 				err = leader.Wait(ctx, p)
 			}
@@ -309,13 +310,13 @@ func deferredMultiKeyRead(t *testing.T, broken bool) (k, j string) {
 		time.Sleep(time.Millisecond)
 	}
 	type result struct {
-		res shard.Result
+		res kv.Result
 		p   shard.Pending
 		err error
 	}
 	got := make(chan result, 1)
 	go func() {
-		res, p, err := leader.ReadDeferred(ctx, shard.Op{Kind: shard.KindMGet, Keys: [][]byte{[]byte("k"), []byte("j")}}, level.ConsLinearizable, shard.Session{})
+		res, p, err := leader.ReadDeferred(ctx, kv.Op{Kind: kv.KindMGet, Keys: [][]byte{[]byte("k"), []byte("j")}}, level.ConsLinearizable, shard.Session{})
 		got <- result{res, p, err}
 	}()
 	var o result

@@ -1,8 +1,9 @@
 // Package vrshard runs one Viewstamped Replication replica of a shard in a
 // real process: it drives the pure core (internal/vr) with real I/O — a
 // replication log on disk, the TCP peer transport, the storage engine as the
-// state machine — and implements shard.Replica, so the RESP front door
-// serves a replicated shard unchanged.
+// store of the state machine (internal/kv, statemachine.go) — and
+// implements shard.Replica, so the RESP front door serves a replicated shard
+// unchanged.
 //
 // One driver goroutine owns the core. Each round it takes every waiting
 // client write (one batch), peer message and read request, then performs the

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/storage"
 )
@@ -35,15 +36,15 @@ import (
 // latest apply batch (or snapshot) the engine holds. It is the last record
 // of every batch, so an engine that recovered it recovered the batch (the
 // engine recovers a prefix of what was appended).
-var appliedKey = append(append([]byte(nil), shard.ReservedPrefix...), "vrapplied"...)
+var appliedKey = append(append([]byte(nil), kv.ReservedPrefix...), "vrapplied"...)
 
 // viewPrefix keys the view history: one row per op at which the views of
 // applied ops change, viewPrefix + op (big-endian), value the view (uvarint),
 // version the op.
-var viewPrefix = append(append([]byte(nil), shard.ReservedPrefix...), "vrview/"...)
+var viewPrefix = append(append([]byte(nil), kv.ReservedPrefix...), "vrview/"...)
 
 // viewEnd ends the range of view rows (viewPrefix with '/' incremented).
-var viewEnd = append(append([]byte(nil), shard.ReservedPrefix...), "vrview0"...)
+var viewEnd = append(append([]byte(nil), kv.ReservedPrefix...), "vrview0"...)
 
 func viewKey(op uint64) []byte {
 	k := make([]byte, len(viewPrefix)+8)
@@ -193,7 +194,7 @@ func engineBehind(a *applier, ws *walState) (behind bool, have uint64) {
 // any version this replica applied (or its engine shows). A version above
 // that — a cad or async write read from the overlay, acknowledged before
 // commit — stays without a view unless its writer set it (markAppended).
-func (r *Replica) stampView(res *shard.Result) {
+func (r *Replica) stampView(res *kv.Result) {
 	if res.ViewKnown {
 		return
 	}

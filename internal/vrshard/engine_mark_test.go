@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/storage"
@@ -26,7 +27,7 @@ func TestLostEngineRecoversFromTheGroup(t *testing.T) {
 		o.KeepTail = 5
 	})
 	const keys = 100
-	var last shard.Result
+	var last kv.Result
 	for i := range keys {
 		var err error
 		if last, err = c.write(set(fmt.Sprint("k", i), fmt.Sprint("v", i)), shard.ReqID{}, 5*time.Second); err != nil {
@@ -111,7 +112,7 @@ func TestEngineMarksAreCountedAsReserved(t *testing.T) {
 	for _, r := range c.reps {
 		n := 0
 		if err := r.db.Scan(nil, nil, 0, 0, func(k []byte, v storage.Value) bool {
-			if len(k) > len(shard.ReservedPrefix) && string(k[:len(shard.ReservedPrefix)]) == string(shard.ReservedPrefix) {
+			if len(k) > len(kv.ReservedPrefix) && string(k[:len(kv.ReservedPrefix)]) == string(kv.ReservedPrefix) {
 				n++
 			}
 			return true
@@ -141,7 +142,7 @@ func TestEngineWithoutItsMarkRecoversWhenTheLogSaysItHadOne(t *testing.T) {
 		o.CheckpointOps = 30
 		o.KeepTail = 5
 	})
-	var last shard.Result
+	var last kv.Result
 	for i := range 100 {
 		var err error
 		if last, err = c.write(set(fmt.Sprint("k", i), fmt.Sprint("v", i)), shard.ReqID{}, 5*time.Second); err != nil {
@@ -265,7 +266,7 @@ func TestChainedEngineLosingADeviceNeverServesHoles(t *testing.T) {
 				o.Storage.Devices = []storage.Device{{Dir: filepath.Join(o.Dir, "engine-a")}, {Dir: filepath.Join(o.Dir, "engine-b")}}
 				o.Storage.SegmentSize = segSize
 			})
-			var last shard.Result
+			var last kv.Result
 			for i := range 100 {
 				var err error
 				if last, err = c.write(set(fmt.Sprint("k", i), fmt.Sprintf("%0100d", i)), shard.ReqID{}, 5*time.Second); err != nil {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/transport"
@@ -32,7 +33,7 @@ func TestKilledLeaderIsReplacedAndRejoins(t *testing.T) {
 	if l == old || c.reps[l].Info().View <= oldView {
 		t.Fatalf("new leader %d in view %d; old was %d in view %d", l, c.reps[l].Info().View, old, oldView)
 	}
-	var last shard.Result
+	var last kv.Result
 	for i := range 50 {
 		var err error
 		if last, err = c.write(set(fmt.Sprint("k", i), "new"), shard.ReqID{Client: 3, Seq: uint64(i + 1)}, 10*time.Second); err != nil {
@@ -62,7 +63,7 @@ func TestWipedReplicaRejoinsBySnapshot(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	del, err := c.write(shard.Op{Kind: shard.KindDel, Keys: [][]byte{[]byte("k3")}}, shard.ReqID{}, 5*time.Second)
+	del, err := c.write(kv.Op{Kind: kv.KindDel, Keys: [][]byte{[]byte("k3")}}, shard.ReqID{}, 5*time.Second)
 	if err != nil || del.Int != 1 {
 		t.Fatalf("del: %+v, %v", del, err)
 	}
@@ -71,7 +72,7 @@ func TestWipedReplicaRejoinsBySnapshot(t *testing.T) {
 	c.waitApplied(del.Version, 5*time.Second)
 	c.wipe(f)
 	// More writes while it is gone.
-	var last shard.Result
+	var last kv.Result
 	for i := range 20 {
 		if last, err = c.write(set(fmt.Sprint("late", i), "x"), shard.ReqID{}, 5*time.Second); err != nil {
 			t.Fatal(err)
@@ -92,7 +93,7 @@ func TestWipedReplicaRejoinsBySnapshot(t *testing.T) {
 		t.Fatalf("restored replica counts %d client rows, its engine has %d, the leader counts %d", got, want, c.reps[l].Status().Clients)
 	}
 	res, err := c.reps[f].Read(context.Background(), get("k3"), level.ConsEventual, shard.Session{})
-	if err != nil || res.Kind != shard.ResNil {
+	if err != nil || res.Kind != kv.ResNil {
 		t.Fatalf("deleted key on the restored replica: %+v, %v", res, err)
 	}
 	// It takes part again: with the other follower gone, writes still commit.
@@ -109,7 +110,7 @@ func TestWipedReplicaRejoinsBySnapshot(t *testing.T) {
 // test can tell the difference).
 func TestRetryAcrossLeaderChangeExecutesOnce(t *testing.T) {
 	c := newCluster(t, 3, nil)
-	incr := shard.Op{Kind: shard.KindIncrBy, Key: []byte("n"), Delta: 1}
+	incr := kv.Op{Kind: kv.KindIncrBy, Key: []byte("n"), Delta: 1}
 	id := shard.ReqID{Client: 42, Seq: 1}
 	first, err := c.write(incr, id, 5*time.Second)
 	if err != nil || first.Int != 1 {
@@ -235,9 +236,9 @@ func (c *cluster) waitRecovered(i int, timeout time.Duration) {
 // writeWhile writes key "during" every 20 ms for d and fails the test if a
 // write takes longer than limit (while names what runs meanwhile); it returns
 // the last write's result.
-func (c *cluster) writeWhile(t *testing.T, d, limit time.Duration, while string) shard.Result {
+func (c *cluster) writeWhile(t *testing.T, d, limit time.Duration, while string) kv.Result {
 	t.Helper()
-	var last shard.Result
+	var last kv.Result
 	for start := time.Now(); time.Since(start) < d; time.Sleep(20 * time.Millisecond) {
 		t0 := time.Now()
 		res, err := c.write(set("during", fmt.Sprint(time.Since(start))), shard.ReqID{}, 5*time.Second)
@@ -264,7 +265,7 @@ func TestSnapshotLargerThanAFrameReachesAWipedReplica(t *testing.T) {
 		o.PeerMaxFrame = frame
 	})
 	val := strings.Repeat("v", 900)
-	var last shard.Result
+	var last kv.Result
 	var err error
 	for i := range 400 { // ~360 KB of values: a snapshot of about six frames
 		if last, err = c.write(set(fmt.Sprint("k", i), val), shard.ReqID{}, 5*time.Second); err != nil {
@@ -308,7 +309,7 @@ func TestASlowSnapshotCaptureDoesNotStallTheLeader(t *testing.T) {
 		o.KeepTail = 5
 		o.mut.captureDelay = capture
 	})
-	var last shard.Result
+	var last kv.Result
 	var err error
 	for i := range 200 {
 		if last, err = c.write(set(fmt.Sprint("k", i%50), fmt.Sprint("v", i)), shard.ReqID{}, 5*time.Second); err != nil {
@@ -346,7 +347,7 @@ func TestCloseStopsARunningCapture(t *testing.T) {
 		o.KeepTail = 5
 		o.mut.captureDelay = time.Minute
 	})
-	var last shard.Result
+	var last kv.Result
 	var err error
 	for i := range 100 {
 		if last, err = c.write(set(fmt.Sprint("k", i), "v"), shard.ReqID{}, 5*time.Second); err != nil {
@@ -427,7 +428,7 @@ func TestALargeSnapshotIsEncodedOffTheDriver(t *testing.T) {
 		o.mut.encodeDelay = encode
 	})
 	val := strings.Repeat("v", 900)
-	var last shard.Result
+	var last kv.Result
 	var err error
 	for i := range 400 { // ~370 KB: above largeMessage
 		if last, err = c.write(set(fmt.Sprint("k", i), val), shard.ReqID{}, 5*time.Second); err != nil {
@@ -478,7 +479,7 @@ func TestATailOfLargeEntriesIsBoundedInBytes(t *testing.T) {
 		o.mut.afterHandle = func(r *Replica) { firstOp[r.cfg.Self].Store(r.core.Info().FirstOp) }
 	})
 	val := strings.Repeat("L", 200<<10)
-	var last shard.Result
+	var last kv.Result
 	var err error
 	for i := range 20 { // 4 MB in 20 entries: far fewer than KeepTail
 		if last, err = c.write(set(fmt.Sprint("big", i), val), shard.ReqID{}, 5*time.Second); err != nil {

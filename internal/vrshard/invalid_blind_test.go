@@ -7,12 +7,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/shard"
 )
 
 // A blind write that apply will reject (an MSET with a reserved or empty
-// key: checkKey fails and the whole MSET writes nothing) must not be
+// key: kv.CheckKey fails and the whole MSET writes nothing) must not be
 // answered before it is applied, nor enter the overlay: its reply is the
 // error, and no read may ever return one of its values. Every fsync is held
 // while the write is in flight, so a read of its valid key finds it pending.
@@ -22,16 +23,16 @@ import (
 // never had, and the writer's connection got no reply at all (Wait failed
 // with the apply error); a cad or async MSET was even acknowledged OK.
 func TestRejectedBlindWriteIsNeverAnsweredEarlyNorRead(t *testing.T) {
-	reserved := string(shard.ReservedPrefix) + "x"
+	reserved := string(kv.ReservedPrefix) + "x"
 	for _, tc := range []struct {
 		d    level.Durability
 		key  string
 		want error
 	}{
-		{level.Sync, reserved, shard.ErrReservedKey},
-		{level.Sync, "", shard.ErrInvalidOp},
-		{level.CAD, reserved, shard.ErrReservedKey},
-		{level.Async, "", shard.ErrInvalidOp},
+		{level.Sync, reserved, kv.ErrReservedKey},
+		{level.Sync, "", kv.ErrInvalidOp},
+		{level.CAD, reserved, kv.ErrReservedKey},
+		{level.Async, "", kv.ErrInvalidOp},
 	} {
 		t.Run(fmt.Sprintf("%v-%q", tc.d, tc.key), func(t *testing.T) {
 			if bad := rejectedBlindWrite(t, tc.d, tc.key, tc.want, false); len(bad) > 0 {
@@ -43,7 +44,7 @@ func TestRejectedBlindWriteIsNeverAnsweredEarlyNorRead(t *testing.T) {
 	}
 	for _, d := range []level.Durability{level.Sync, level.CAD, level.Async} {
 		t.Run(fmt.Sprintf("earlyRejectable-%v", d), func(t *testing.T) {
-			bad := rejectedBlindWrite(t, d, reserved, shard.ErrReservedKey, true)
+			bad := rejectedBlindWrite(t, d, reserved, kv.ErrReservedKey, true)
 			if len(bad) == 0 {
 				t.Fatal("earlyRejectable: a rejected blind write was answered early and the test did not notice")
 			}
@@ -65,7 +66,7 @@ func rejectedBlindWrite(t *testing.T, d level.Durability, key string, want error
 	}
 	applied := make(chan out, 1)
 	go func() {
-		mset := shard.Op{Kind: shard.KindMSet, Keys: [][]byte{[]byte("k"), []byte("v1"), []byte(key), []byte("bad")}}
+		mset := kv.Op{Kind: kv.KindMSet, Keys: [][]byte{[]byte("k"), []byte("v1"), []byte(key), []byte("bad")}}
 		reqs := []shard.WriteReq{{Op: mset, Durability: d, ID: shard.ReqID{Client: 9, Seq: 1}}}
 		p, err := leader.Apply(ctx, reqs)
 		if err != nil {
@@ -81,7 +82,7 @@ func rejectedBlindWrite(t *testing.T, d level.Durability, key string, want error
 	}
 	time.Sleep(20 * time.Millisecond)
 	type rd struct {
-		res shard.Result
+		res kv.Result
 		p   shard.Pending
 		err error
 	}

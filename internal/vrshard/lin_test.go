@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kefirdb/kefir/internal/check"
+	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/transport"
@@ -144,7 +145,7 @@ func (w *workload) client(id int, stop <-chan struct{}, rng *rand.Rand) {
 		}
 		key := w.keys[rng.IntN(len(w.keys))]
 		op := check.Op{Client: id, Key: key, Session: sessName}
-		var sop shard.Op
+		var sop kv.Op
 		switch p := rng.IntN(10); {
 		case (p < 2 && w.sessionReads) || (p < 4 && w.sessionOnly):
 			op.Kind, op.Cons = check.Get, level.ConsSession
@@ -161,7 +162,7 @@ func (w *workload) client(id int, stop <-chan struct{}, rng *rand.Rand) {
 		default:
 			op.Kind, op.Dur = check.CAS, level.Sync
 			op.Expect, op.Value = fmt.Sprintf("c%d-%d", rng.IntN(w.clients), rng.IntN(n+1)), fmt.Sprintf("c%d-%d", id, n)
-			sop = shard.Op{Kind: shard.KindCAS, Key: []byte(key), Expected: []byte(op.Expect), Value: []byte(op.Value)}
+			sop = kv.Op{Kind: kv.KindCAS, Key: []byte(key), Expected: []byte(op.Expect), Value: []byte(op.Value)}
 		}
 		h := w.rec.Invoke(op)
 		switch {
@@ -199,14 +200,14 @@ func (w *workload) redirect(err error) int {
 // readAt reads sop at consistency c with session s, starting at replica
 // target and following redirects for up to 2s. It records the outcome of
 // history op h and reports the result and whether the read completed.
-func (w *workload) readAt(h, target int, sop shard.Op, c level.Consistency, s shard.Session) (shard.Result, bool) {
+func (w *workload) readAt(h, target int, sop kv.Op, c level.Consistency, s shard.Session) (kv.Result, bool) {
 	res, ok, _ := w.readAtLost(h, target, sop, c, s)
 	return res, ok
 }
 
 // readAtLost is readAt that also reports a session refused as lost
 // (shard.ErrSessionLost: recorded as failed, not retried).
-func (w *workload) readAtLost(h, target int, sop shard.Op, c level.Consistency, s shard.Session) (shard.Result, bool, bool) {
+func (w *workload) readAtLost(h, target int, sop kv.Op, c level.Consistency, s shard.Session) (kv.Result, bool, bool) {
 	deadline := time.Now().Add(2 * time.Second)
 	for time.Now().Before(deadline) {
 		r := w.replica(target)
@@ -216,7 +217,7 @@ func (w *workload) readAtLost(h, target int, sop shard.Op, c level.Consistency, 
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-		var res shard.Result
+		var res kv.Result
 		var err error
 		if w.deferredReads {
 			var p shard.Pending
@@ -230,21 +231,21 @@ func (w *workload) readAtLost(h, target int, sop shard.Op, c level.Consistency, 
 		}
 		cancel()
 		if err == nil {
-			w.rec.Complete(h, check.Result{Found: res.Kind == shard.ResBulk, Value: string(res.Bulk), Version: res.Version, Node: target})
+			w.rec.Complete(h, check.Result{Found: res.Kind == kv.ResBulk, Value: string(res.Bulk), Version: res.Version, Node: target})
 			return res, true, false
 		}
 		if errors.Is(err, shard.ErrSessionLost) {
 			w.lostSessions.Add(1)
 			w.rec.Fail(h)
-			return shard.Result{}, false, true
+			return kv.Result{}, false, true
 		}
 		target = w.redirect(err)
 	}
 	w.rec.Unknown(h)
-	return shard.Result{}, false, false
+	return kv.Result{}, false, false
 }
 
-func (w *workload) doRead(h int, sop shard.Op, sess *shard.Session, rng *rand.Rand) {
+func (w *workload) doRead(h int, sop kv.Op, sess *shard.Session, rng *rand.Rand) {
 	target := w.leaderGuess()
 	if w.anyReplica {
 		target = rng.IntN(len(w.c.reps))
@@ -257,7 +258,7 @@ func (w *workload) doRead(h int, sop shard.Op, sess *shard.Session, rng *rand.Ra
 
 // doSessionRead reads at session level at a random replica and reports
 // whether the session was refused as lost.
-func (w *workload) doSessionRead(h int, sop shard.Op, sess *shard.Session, rng *rand.Rand) bool {
+func (w *workload) doSessionRead(h int, sop kv.Op, sess *shard.Session, rng *rand.Rand) bool {
 	target := rng.IntN(len(w.c.reps))
 	res, ok, lost := w.readAtLost(h, target, sop, level.ConsSession, *sess)
 	if ok {
@@ -266,7 +267,7 @@ func (w *workload) doSessionRead(h int, sop shard.Op, sess *shard.Session, rng *
 	return lost
 }
 
-func (w *workload) doWrite(h int, kind check.Kind, sop shard.Op, id shard.ReqID, sess *shard.Session) {
+func (w *workload) doWrite(h int, kind check.Kind, sop kv.Op, id shard.ReqID, sess *shard.Session) {
 	deadline := time.Now().Add(3 * time.Second)
 	target := w.leaderGuess()
 	for time.Now().Before(deadline) {
@@ -551,7 +552,7 @@ func TestAcknowledgedWritesSurviveWholeClusterPowerCut(t *testing.T) {
 		}
 		nl := c.leader(10 * time.Second)
 		for _, k := range keys {
-			var res shard.Result
+			var res kv.Result
 			var err error
 			for try := 0; try < 100; try++ {
 				if res, err = c.reps[nl].Read(context.Background(), get(k), level.ConsLinearizable, shard.Session{}); err == nil {
@@ -560,7 +561,7 @@ func TestAcknowledgedWritesSurviveWholeClusterPowerCut(t *testing.T) {
 				time.Sleep(20 * time.Millisecond)
 				nl = c.leader(5 * time.Second)
 			}
-			if err != nil || res.Kind != shard.ResBulk {
+			if err != nil || res.Kind != kv.ResBulk {
 				t.Fatalf("round %d: acknowledged write %s lost after the power cut (%d acknowledged): %+v, %v", round, k, len(keys), res, err)
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/shard"
 )
@@ -39,7 +40,7 @@ func TestMultiKeyReadSeesOneEngineVersion(t *testing.T) {
 					waitReadable(t, leader, write("k", "k1"))
 				})
 			}
-			res, err := leader.Read(ctx, shard.Op{Kind: shard.KindMGet, Keys: [][]byte{[]byte("x"), []byte("k")}}, level.ConsLinearizable, shard.Session{})
+			res, err := leader.Read(ctx, kv.Op{Kind: kv.KindMGet, Keys: [][]byte{[]byte("x"), []byte("k")}}, level.ConsLinearizable, shard.Session{})
 			if err != nil || len(res.Array) != 2 {
 				t.Fatalf("MGET x k: %+v, %v", res, err)
 			}

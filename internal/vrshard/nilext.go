@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/vr"
@@ -119,11 +120,11 @@ func (r *Replica) NilextOn() bool { return r.opts.Nilext }
 
 // NilextEligible reports whether op is a nilext update the fast path takes:
 // plain SET (no NX/XX/GET) and MSET, as internal/command classifies them.
-func NilextEligible(op *shard.Op) bool {
+func NilextEligible(op *kv.Op) bool {
 	switch op.Kind {
-	case shard.KindSet:
-		return op.Cond == shard.Always && !op.ReturnOld
-	case shard.KindMSet:
+	case kv.KindSet:
+		return op.Cond == kv.Always && !op.ReturnOld
+	case kv.KindMSet:
 		return len(op.Keys) > 0 && len(op.Keys)%2 == 0
 	}
 	return false
@@ -131,8 +132,8 @@ func NilextEligible(op *shard.Op) bool {
 
 // nilextKeys copies the keys op writes: the core keeps them in its d-log,
 // and callers reuse op's buffers once the call returns.
-func nilextKeys(op *shard.Op) [][]byte {
-	if op.Kind == shard.KindSet {
+func nilextKeys(op *kv.Op) [][]byte {
+	if op.Kind == kv.KindSet {
 		return [][]byte{bytes.Clone(op.Key)}
 	}
 	ks := make([][]byte, 0, len(op.Keys)/2)
@@ -209,7 +210,7 @@ func (r *Replica) NilextApply(ctx context.Context, reqs []shard.WriteReq) ([]int
 		}
 		if c.state.Load() == nxDone {
 			r.nxIDs.put(ids[i])
-			reqs[i].Result, reqs[i].Err = shard.Result{Kind: shard.ResOK}, nil
+			reqs[i].Result, reqs[i].Err = kv.Result{Kind: kv.ResOK}, nil
 			r.st.nxFast.Add(1)
 			continue
 		}
@@ -281,17 +282,17 @@ var ErrNilextResting = errors.New("vrshard: nilext fast path resting after a tim
 // returns (zero when the write completed fast). A follower's fallback
 // returns *NotLeaderError: retry at the leader with that id. While the fast
 // path rests it returns ErrNilextResting and sends nothing.
-func (r *Replica) NilextWrite(ctx context.Context, op shard.Op, d level.Durability) (shard.Result, shard.ReqID, error) {
+func (r *Replica) NilextWrite(ctx context.Context, op kv.Op, d level.Durability) (kv.Result, shard.ReqID, error) {
 	reqs := [1]shard.WriteReq{{Op: op, Durability: d}}
 	fb, err := r.NilextApply(ctx, reqs[:])
 	if err != nil {
-		return shard.Result{}, reqs[0].ID, err
+		return kv.Result{}, reqs[0].ID, err
 	}
 	if len(fb) == 0 {
 		return reqs[0].Result, shard.ReqID{}, nil
 	}
 	if reqs[0].ID.IsZero() {
-		return shard.Result{}, shard.ReqID{}, ErrNilextResting
+		return kv.Result{}, shard.ReqID{}, ErrNilextResting
 	}
 	res, err := r.Write(ctx, op, d, reqs[0].ID)
 	return res, reqs[0].ID, err
@@ -458,13 +459,13 @@ func (r *Replica) nxSweep(viewChanged bool) {
 
 // nxReadKeys returns the keys a linearizable read of op depends on, for
 // ReadNilext. A scan depends on every pending key in its range.
-func (r *Replica) nxReadKeys(op *shard.Op) [][]byte {
+func (r *Replica) nxReadKeys(op *kv.Op) [][]byte {
 	switch op.Kind {
-	case shard.KindGet, shard.KindStrlen:
+	case kv.KindGet, kv.KindStrlen:
 		return [][]byte{op.Key}
-	case shard.KindMGet, shard.KindExists:
+	case kv.KindMGet, kv.KindExists:
 		return op.Keys
-	case shard.KindScan:
+	case kv.KindScan:
 		var ks [][]byte
 		for _, q := range r.core.DLog() {
 			for _, k := range q.Keys {
@@ -566,7 +567,7 @@ const maxNilextClients = 1 << 16
 // engine's key and value limits (a lazily applied update must not fail
 // later), the id must be non-zero, and an id older than one this replica
 // already took from the same client is refused (ErrNilextStale).
-func (r *Replica) NilextTake(ctx context.Context, id shard.ReqID, op shard.Op, d level.Durability) (vr.NilextAck, error) {
+func (r *Replica) NilextTake(ctx context.Context, id shard.ReqID, op kv.Op, d level.Durability) (vr.NilextAck, error) {
 	if err := r.failed(); err != nil {
 		return vr.NilextAck{}, err
 	}
@@ -606,7 +607,7 @@ func (r *Replica) NilextTake(ctx context.Context, id shard.ReqID, op shard.Op, d
 	return vr.NilextAck{}, c.err
 }
 
-func (r *Replica) nilextValidTake(id shard.ReqID, op *shard.Op, d level.Durability) error {
+func (r *Replica) nilextValidTake(id shard.ReqID, op *kv.Op, d level.Durability) error {
 	if id.Client == 0 || id.Seq == 0 {
 		return fmt.Errorf("%w: client id and request number must be non-zero", ErrNilextInvalid)
 	}
@@ -618,14 +619,14 @@ func (r *Replica) nilextValidTake(id shard.ReqID, op *shard.Op, d level.Durabili
 
 // nilextValid checks a client's nilext op before it enters a d-log: once
 // acknowledged it must apply without an execution error.
-func (r *Replica) nilextValid(op *shard.Op) error {
+func (r *Replica) nilextValid(op *kv.Op) error {
 	if !NilextEligible(op) {
 		return fmt.Errorf("%w: only a plain SET or an MSET of key/value pairs", ErrNilextInvalid)
 	}
 	for _, k := range op.WrittenKeys() {
 		// An empty or reserved key fails at apply and the write (an MSET:
 		// all of it) writes nothing.
-		if err := checkKey(k); err != nil && !r.mut.nilextUnchecked {
+		if err := kv.CheckKey(k); err != nil && !r.mut.nilextUnchecked {
 			return fmt.Errorf("%w: %w", ErrNilextInvalid, err)
 		}
 	}
@@ -677,7 +678,7 @@ func (r *Replica) NilextDirectStats() (taken, refused uint64) {
 // NilextDirect is one update of a NilextTakeBatch.
 type NilextDirect struct {
 	ID         shard.ReqID
-	Op         shard.Op
+	Op         kv.Op
 	Durability level.Durability
 }
 

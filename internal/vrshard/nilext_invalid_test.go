@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/shard"
 )
@@ -48,10 +49,10 @@ func nilextInvalidBatch(t *testing.T, broken bool) (bad []string) {
 	l := c.leader(5 * time.Second)
 	leader := c.reps[l]
 	ctx := context.Background()
-	reserved := append([]byte(nil), shard.ReservedPrefix...)
+	reserved := append([]byte(nil), kv.ReservedPrefix...)
 	reqs := []shard.WriteReq{
 		{Op: set("a", "1"), Durability: level.Sync},
-		{Op: shard.Op{Kind: shard.KindMSet, Keys: [][]byte{[]byte("k"), []byte("v1"), reserved, []byte("x")}}, Durability: level.Sync},
+		{Op: kv.Op{Kind: kv.KindMSet, Keys: [][]byte{[]byte("k"), []byte("v1"), reserved, []byte("x")}}, Durability: level.Sync},
 		{Op: set(strings.Repeat("b", 64<<10+1), "v"), Durability: level.CAD},
 		{Op: set("e", "3"), Durability: level.Sync},
 	}

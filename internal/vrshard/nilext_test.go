@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kefirdb/kefir/internal/check"
+	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/transport"
@@ -44,7 +45,7 @@ func TestNilextWriteCompletesInOneRoundTripAndIsOrderedInBackground(t *testing.T
 	f := (l + 1) % 3
 	before := c.reps[f].Stats()
 	res, fb, err := c.reps[f].NilextWrite(context.Background(), set("a", "1"), level.Sync)
-	if err != nil || res.Kind != shard.ResOK || !fb.IsZero() {
+	if err != nil || res.Kind != kv.ResOK || !fb.IsZero() {
 		t.Fatalf("nilext write at follower: %+v, fallback id %v, %v", res, fb, err)
 	}
 	st := c.reps[f].Stats()
@@ -107,7 +108,7 @@ func TestNilextReadOfPendingKeyTakesSlowPath(t *testing.T) {
 	if _, _, err := c.reps[f].NilextWrite(context.Background(), set("s2", "x"), level.Sync); err != nil {
 		t.Fatal(err)
 	}
-	scan := shard.Op{Kind: shard.KindScan, Key: []byte("s"), End: []byte("t"), Limit: 10}
+	scan := kv.Op{Kind: kv.KindScan, Key: []byte("s"), End: []byte("t"), Limit: 10}
 	res, err := c.reps[l].Read(context.Background(), scan, level.ConsLinearizable, shard.Session{})
 	if err != nil || len(res.Array) != 2 || string(res.Array[0]) != "s2" {
 		t.Fatalf("scan over a pending key: %q, %v; want [s2 x]", res.Array, err)
@@ -211,7 +212,7 @@ func TestNilextDLogSurvivesFullRestart(t *testing.T) {
 // back is retried through the ordered path with the id the fast path used
 // (exactly-once), following redirects. While the fast path rests, the put
 // takes the ordered path with the client's own id (own).
-func (w *workload) doNilextWrite(h int, sop shard.Op, rng *rand.Rand, own shard.ReqID, sess *shard.Session) {
+func (w *workload) doNilextWrite(h int, sop kv.Op, rng *rand.Rand, own shard.ReqID, sess *shard.Session) {
 	deadline := time.Now().Add(3 * time.Second)
 	target := rng.IntN(len(w.c.reps))
 	var id shard.ReqID
@@ -297,7 +298,7 @@ func TestNilextFallsBackAndReturnsWhenReplicasAreBack(t *testing.T) {
 	c.kill(down)
 	t0 := time.Now()
 	res, id, err := c.reps[l].NilextWrite(context.Background(), set("a", "1"), level.Sync)
-	if err != nil || id.IsZero() || res.Kind != shard.ResOK || time.Since(t0) < 100*time.Millisecond {
+	if err != nil || id.IsZero() || res.Kind != kv.ResOK || time.Since(t0) < 100*time.Millisecond {
 		t.Fatalf("write with a replica down: %+v id %v err %v after %v; want an ordered fallback after the timeout", res, id, err, time.Since(t0))
 	}
 	t0 = time.Now()
@@ -356,14 +357,14 @@ func TestNilextTakeFromAClient(t *testing.T) {
 	refused := []struct {
 		name string
 		id   shard.ReqID
-		op   shard.Op
+		op   kv.Op
 		want error
 	}{
 		{"older than one already taken", shard.ReqID{Client: 99, Seq: 0}, set("k", "x"), ErrNilextInvalid},
-		{"SET NX", shard.ReqID{Client: 5, Seq: 1}, shard.Op{Kind: shard.KindSet, Key: []byte("k"), Value: []byte("v"), Cond: shard.IfAbsent}, ErrNilextInvalid},
-		{"SET GET", shard.ReqID{Client: 5, Seq: 1}, shard.Op{Kind: shard.KindSet, Key: []byte("k"), Value: []byte("v"), ReturnOld: true}, ErrNilextInvalid},
-		{"DEL", shard.ReqID{Client: 5, Seq: 1}, shard.Op{Kind: shard.KindDel, Keys: [][]byte{[]byte("k")}}, ErrNilextInvalid},
-		{"odd MSET", shard.ReqID{Client: 5, Seq: 1}, shard.Op{Kind: shard.KindMSet, Keys: [][]byte{[]byte("k")}}, ErrNilextInvalid},
+		{"SET NX", shard.ReqID{Client: 5, Seq: 1}, kv.Op{Kind: kv.KindSet, Key: []byte("k"), Value: []byte("v"), Cond: kv.IfAbsent}, ErrNilextInvalid},
+		{"SET GET", shard.ReqID{Client: 5, Seq: 1}, kv.Op{Kind: kv.KindSet, Key: []byte("k"), Value: []byte("v"), ReturnOld: true}, ErrNilextInvalid},
+		{"DEL", shard.ReqID{Client: 5, Seq: 1}, kv.Op{Kind: kv.KindDel, Keys: [][]byte{[]byte("k")}}, ErrNilextInvalid},
+		{"odd MSET", shard.ReqID{Client: 5, Seq: 1}, kv.Op{Kind: kv.KindMSet, Keys: [][]byte{[]byte("k")}}, ErrNilextInvalid},
 		{"no client id", shard.ReqID{Seq: 1}, set("k", "x"), ErrNilextInvalid},
 		{"oversized value", shard.ReqID{Client: 5, Seq: 1}, set("k", string(make([]byte, 16<<20+1))), ErrNilextInvalid},
 	}
@@ -389,7 +390,7 @@ func TestNilextTakeFromAClient(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := c.write(shard.Op{Kind: shard.KindIncrBy, Key: []byte("f"), Delta: 1}, shard.ReqID{Client: 8, Seq: 2}, 5*time.Second); err != nil {
+	if _, err := c.write(kv.Op{Kind: kv.KindIncrBy, Key: []byte("f"), Delta: 1}, shard.ReqID{Client: 8, Seq: 2}, 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	if res, err := c.write(set("f", "1"), fid, 5*time.Second); err == nil {

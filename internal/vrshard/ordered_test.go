@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/transport"
@@ -68,7 +69,7 @@ func isolatedLeader(t *testing.T, c *cluster, kvs ...string) (int, *Replica, uin
 	return l, leader, first
 }
 
-func applyOne(t *testing.T, r *Replica, op shard.Op, d level.Durability, id shard.ReqID) (shard.WriteReq, shard.Pending) {
+func applyOne(t *testing.T, r *Replica, op kv.Op, d level.Durability, id shard.ReqID) (shard.WriteReq, shard.Pending) {
 	t.Helper()
 	reqs := []shard.WriteReq{{Op: op, Durability: d, ID: id}}
 	p, err := r.Apply(context.Background(), reqs)
@@ -146,7 +147,7 @@ func TestCADApplyReturnsAtItsOrderedPoint(t *testing.T) {
 				}
 				return
 			}
-			if a.err != nil || a.w.Err != nil || a.w.Result.Kind != shard.ResOK || a.w.Result.Version <= base {
+			if a.err != nil || a.w.Err != nil || a.w.Result.Kind != kv.ResOK || a.w.Result.Version <= base {
 				t.Fatalf("ordered cad write: %+v; want OK at its op", a.w)
 			}
 			if len(a.p.Acks) != 1 || acked(a.p) {
@@ -178,9 +179,9 @@ func TestCADApplyReturnsAtItsOrderedPoint(t *testing.T) {
 			// State-dependent writes are still answered inside Apply:
 			// nothing is left for Wait.
 			for _, w := range []struct {
-				op shard.Op
+				op kv.Op
 				d  level.Durability
-			}{{shard.Op{Kind: shard.KindIncrBy, Key: []byte("n"), Delta: 1}, level.Sync}, {shard.Op{Kind: shard.KindIncrBy, Key: []byte("n"), Delta: 1}, level.CAD}} {
+			}{{kv.Op{Kind: kv.KindIncrBy, Key: []byte("n"), Delta: 1}, level.Sync}, {kv.Op{Kind: kv.KindIncrBy, Key: []byte("n"), Delta: 1}, level.CAD}} {
 				r, p := applyOne(t, leader, w.op, w.d, shard.ReqID{})
 				if r.Err != nil || len(p.Acks) != 0 {
 					t.Fatalf("%v at %v: %+v, pending %+v; want it answered inside Apply", w.op.Kind, w.d, r, p)
@@ -188,7 +189,7 @@ func TestCADApplyReturnsAtItsOrderedPoint(t *testing.T) {
 			}
 			// A blind sync write is answered at its ordered point too
 			// (§12): OK at its op, Wait awaiting its apply.
-			if r, p := applyOne(t, leader, set("s", "1"), level.Sync, shard.ReqID{}); r.Err != nil || r.Result.Kind != shard.ResOK || len(p.Acks) != 1 {
+			if r, p := applyOne(t, leader, set("s", "1"), level.Sync, shard.ReqID{}); r.Err != nil || r.Result.Kind != kv.ResOK || len(p.Acks) != 1 {
 				t.Fatalf("blind sync write: %+v, pending %+v; want OK at its op and one pending wait", r, p)
 			} else if err := leader.Wait(ctx, p); err != nil {
 				t.Fatalf("Wait for a blind sync write: %v", err)
@@ -196,7 +197,7 @@ func TestCADApplyReturnsAtItsOrderedPoint(t *testing.T) {
 			// An async blind write shares cad's write path (cad.md §19):
 			// OK at its op, Wait awaiting a majority's memory; a read is
 			// served its value at once, from the overlay.
-			if r, p := applyOne(t, leader, set("a", "1"), level.Async, shard.ReqID{}); r.Err != nil || r.Result.Kind != shard.ResOK || len(p.Acks) != 1 {
+			if r, p := applyOne(t, leader, set("a", "1"), level.Async, shard.ReqID{}); r.Err != nil || r.Result.Kind != kv.ResOK || len(p.Acks) != 1 {
 				t.Fatalf("async write: %+v, pending %+v; want OK at its op and one pending acknowledgement", r, p)
 			} else {
 				if got, err := leader.Read(ctx, get("a"), level.ConsLinearizable, shard.Session{}); err != nil || string(got.Bulk) != "1" {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/shard"
 )
@@ -50,7 +51,7 @@ func oversizeBatch(t *testing.T, d level.Durability, broken bool) error {
 	reqs := []shard.WriteReq{
 		{Op: set("a", "1"), Durability: d, ID: shard.ReqID{Client: 7, Seq: 1}},
 		{Op: set(bigKey, "x"), Durability: d, ID: shard.ReqID{Client: 7, Seq: 2}},
-		{Op: shard.Op{Kind: shard.KindMSet, Keys: [][]byte{[]byte("b"), []byte("2"), []byte("c"), []byte(bigVal)}}, Durability: d},
+		{Op: kv.Op{Kind: kv.KindMSet, Keys: [][]byte{[]byte("b"), []byte("2"), []byte("c"), []byte(bigVal)}}, Durability: d},
 		{Op: set("e", "3"), Durability: d},
 	}
 	p, err := leader.Apply(ctx, reqs)
@@ -66,14 +67,14 @@ func oversizeBatch(t *testing.T, d level.Durability, broken bool) error {
 			if ok := reqs[i].Err == nil; ok != want {
 				t.Fatalf("write %d: %+v, %v; want accepted=%v", i, reqs[i].Result, reqs[i].Err, want)
 			}
-			if !want && !errors.Is(reqs[i].Err, shard.ErrInvalidOp) {
+			if !want && !errors.Is(reqs[i].Err, kv.ErrInvalidOp) {
 				t.Fatalf("write %d refused with %v; want ErrInvalidOp", i, reqs[i].Err)
 			}
 		}
 		if _, err := leader.Write(ctx, set("after", "ok"), level.Sync, shard.ReqID{}); err != nil {
 			t.Fatalf("a write after the refused ones: %v", err)
 		}
-		if r, err := leader.Read(ctx, shard.Op{Kind: shard.KindMGet, Keys: [][]byte{[]byte("a"), []byte("b"), []byte("e")}}, level.ConsLinearizable, shard.Session{}); err != nil ||
+		if r, err := leader.Read(ctx, kv.Op{Kind: kv.KindMGet, Keys: [][]byte{[]byte("a"), []byte("b"), []byte("e")}}, level.ConsLinearizable, shard.Session{}); err != nil ||
 			string(r.Array[0]) != "1" || r.Array[1] != nil || string(r.Array[2]) != "3" {
 			t.Fatalf("MGET a b e: %+v, %v; want [1 nil 3]", r, err)
 		}
@@ -113,7 +114,7 @@ func TestAppendPastTheValueLimitIsRefusedAtApply(t *testing.T) {
 			chunk := strings.Repeat("a", 400)
 			var last error
 			for range 3 { // 400, 800, then 1200 > 1024
-				_, last = leader.Write(ctx, shard.Op{Kind: shard.KindAppend, Key: []byte("k"), Value: []byte(chunk)}, level.Sync, shard.ReqID{})
+				_, last = leader.Write(ctx, kv.Op{Kind: kv.KindAppend, Key: []byte("k"), Value: []byte(chunk)}, level.Sync, shard.ReqID{})
 			}
 			if broken {
 				deadline := time.Now().Add(2 * time.Second)
@@ -128,13 +129,13 @@ func TestAppendPastTheValueLimitIsRefusedAtApply(t *testing.T) {
 				}
 				t.Fatalf("appendUnchecked: no replica stopped (last APPEND: %v)", last)
 			}
-			if !errors.Is(last, shard.ErrInvalidOp) {
+			if !errors.Is(last, kv.ErrInvalidOp) {
 				t.Fatalf("third APPEND: %v; want ErrInvalidOp", last)
 			}
 			if _, err := leader.Write(ctx, set("after", "ok"), level.Sync, shard.ReqID{}); err != nil {
 				t.Fatalf("a write after the refused APPEND: %v", err)
 			}
-			if r, err := leader.Read(ctx, shard.Op{Kind: shard.KindStrlen, Key: []byte("k")}, level.ConsLinearizable, shard.Session{}); err != nil || r.Int != 800 {
+			if r, err := leader.Read(ctx, kv.Op{Kind: kv.KindStrlen, Key: []byte("k")}, level.ConsLinearizable, shard.Session{}); err != nil || r.Int != 800 {
 				t.Fatalf("STRLEN k: %+v, %v; want 800", r, err)
 			}
 			for _, r := range c.reps {

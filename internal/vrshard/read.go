@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/storage"
@@ -99,7 +100,7 @@ func (r *Replica) CheckDurability(d level.Durability) error {
 }
 
 // Read serves a read at level c for session s.
-func (r *Replica) Read(ctx context.Context, op shard.Op, c level.Consistency, s shard.Session) (shard.Result, error) {
+func (r *Replica) Read(ctx context.Context, op kv.Op, c level.Consistency, s shard.Session) (kv.Result, error) {
 	res, err := r.serveRead(ctx, op, c, s)
 	if err == nil {
 		r.stampView(&res)
@@ -107,15 +108,15 @@ func (r *Replica) Read(ctx context.Context, op shard.Op, c level.Consistency, s 
 	return res, err
 }
 
-func (r *Replica) serveRead(ctx context.Context, op shard.Op, c level.Consistency, s shard.Session) (shard.Result, error) {
+func (r *Replica) serveRead(ctx context.Context, op kv.Op, c level.Consistency, s shard.Session) (kv.Result, error) {
 	if err := ctx.Err(); err != nil {
-		return shard.Result{}, err
+		return kv.Result{}, err
 	}
 	if c.IsZero() {
 		c = level.ConsLinearizable
 	}
 	if err := r.CheckConsistency(c); err != nil {
-		return shard.Result{}, err
+		return kv.Result{}, err
 	}
 	var err error
 	switch {
@@ -131,7 +132,7 @@ func (r *Replica) serveRead(ctx context.Context, op shard.Op, c level.Consistenc
 		}
 	}
 	if err != nil {
-		return shard.Result{}, err
+		return kv.Result{}, err
 	}
 	return r.readLocal(op)
 }
@@ -142,21 +143,21 @@ func (r *Replica) serveRead(ctx context.Context, op shard.Op, c level.Consistenc
 // has a later update than R — a cad write acknowledged but not committed,
 // or (with follower reads) one not applied on every active-set member — it
 // registers a durability wait for that op and reads again once R covers it.
-func (r *Replica) leaderRead(ctx context.Context, op shard.Op) (shard.Result, error) {
+func (r *Replica) leaderRead(ctx context.Context, op kv.Op) (kv.Result, error) {
 	if err := r.linearizable(ctx, &op); err != nil {
-		return shard.Result{}, err
+		return kv.Result{}, err
 	}
 	return r.leaderServe(ctx, op)
 }
 
 // leaderServe is leaderRead once leadership is confirmed.
-func (r *Replica) leaderServe(ctx context.Context, op shard.Op) (shard.Result, error) {
+func (r *Replica) leaderServe(ctx context.Context, op kv.Op) (kv.Result, error) {
 	deadline := time.Now().Add(r.opts.RequestTimeout)
 	waited := false
 	for {
 		res, need, R, err := r.leaderCheck(op, waited)
 		if err != nil {
-			return shard.Result{}, err
+			return kv.Result{}, err
 		}
 		if need <= R {
 			return res, nil
@@ -166,20 +167,20 @@ func (r *Replica) leaderServe(ctx context.Context, op shard.Op) (shard.Result, e
 			r.st.durWaits.Add(1)
 		}
 		if time.Now().After(deadline) {
-			return shard.Result{}, ErrCannotServe
+			return kv.Result{}, ErrCannotServe
 		}
 		rw := &readWaiter{done: make(chan struct{}), kind: rwDurable, need: need}
 		if err := r.sendRead(ctx, rw); err != nil {
-			return shard.Result{}, err
+			return kv.Result{}, err
 		}
 		if err := r.awaitRead(ctx, rw); err != nil {
-			return shard.Result{}, err
+			return kv.Result{}, err
 		}
 		if rw.err != nil {
-			return shard.Result{}, rw.err
+			return kv.Result{}, rw.err
 		}
 		if err := r.waitApplied(ctx, max(rw.idx, need), r.opts.RequestTimeout); err != nil {
-			return shard.Result{}, err
+			return kv.Result{}, err
 		}
 	}
 }
@@ -187,7 +188,7 @@ func (r *Replica) leaderServe(ctx context.Context, op shard.Op) (shard.Result, e
 // leaderCheck reads op from the engine (and the async overlay) and returns
 // the result with the op R must reach before it may be returned, and the R
 // it was checked against: the result may be returned if need <= R.
-func (r *Replica) leaderCheck(op shard.Op, waited bool) (res shard.Result, need, R uint64, err error) {
+func (r *Replica) leaderCheck(op kv.Op, waited bool) (res kv.Result, need, R uint64, err error) {
 	ov := r.upd.overlayFor(readKeys(&op), false)
 	if !waited && !r.mut.noDurabilityWait && !r.mut.noPreReadCheck {
 		// Before the engine read: the latest update of every key read must
@@ -204,12 +205,12 @@ func (r *Replica) leaderCheck(op shard.Op, waited bool) (res shard.Result, need,
 		// below shows it.
 		R0 := r.readable.Load()
 		if need0 := r.cadNeed(&op, R0, ov); need0 > R0 {
-			return shard.Result{}, need0, R0, nil
+			return kv.Result{}, need0, R0, nil
 		}
 	}
 	res, err = r.readWith(op, ov)
 	if err != nil {
-		return shard.Result{}, 0, 0, err
+		return kv.Result{}, 0, 0, err
 	}
 	if h := r.mut.afterLeaderRead; h != nil {
 		h()
@@ -239,29 +240,29 @@ func (r *Replica) leaderCheck(op shard.Op, waited bool) (res shard.Result, need,
 // an active-set lease: from its engine if nothing it read (nor, for a scan,
 // anything in the range) was updated after the readable index R it learned;
 // else the read goes to the leader. Why R suffices: docs/design/cad.md §2.
-func (r *Replica) followerRead(ctx context.Context, op shard.Op) (shard.Result, error) {
+func (r *Replica) followerRead(ctx context.Context, op kv.Op) (kv.Result, error) {
 	if res, ok := r.tryFollowerRead(op); ok {
 		return res, nil
 	}
 	rw := &readWaiter{done: make(chan struct{}), kind: rwFollower}
 	if err := r.sendRead(ctx, rw); err != nil {
-		return shard.Result{}, err
+		return kv.Result{}, err
 	}
 	if err := r.awaitRead(ctx, rw); err != nil {
-		return shard.Result{}, err
+		return kv.Result{}, err
 	}
 	if rw.err != nil {
 		r.st.followerRedirects.Add(1)
-		return shard.Result{}, r.notLeader()
+		return kv.Result{}, r.notLeader()
 	}
 	R := rw.idx
 	res, err := r.readLocal(op)
 	if err != nil {
-		return shard.Result{}, err
+		return kv.Result{}, err
 	}
 	if need := r.cadNeed(&op, R, nil); need > R && !r.mut.followerNoRCheck {
 		r.st.followerRedirects.Add(1)
-		return shard.Result{}, r.notLeader()
+		return kv.Result{}, r.notLeader()
 	}
 	r.st.followerReads.Add(1)
 	return res, nil
@@ -270,17 +271,17 @@ func (r *Replica) followerRead(ctx context.Context, op shard.Op) (shard.Result, 
 // tryFollowerRead is followerRead under the published read lease
 // (localFollowerLease): ok false if there is none or the read must go to the
 // leader, which followerRead then decides with the driver.
-func (r *Replica) tryFollowerRead(op shard.Op) (shard.Result, bool) {
+func (r *Replica) tryFollowerRead(op kv.Op) (kv.Result, bool) {
 	R, ok := r.localFollowerLease()
 	if !ok {
-		return shard.Result{}, false
+		return kv.Result{}, false
 	}
 	res, err := r.readLocal(op)
 	if err != nil {
-		return shard.Result{}, false
+		return kv.Result{}, false
 	}
 	if need := r.cadNeed(&op, R, nil); need > R && !r.mut.followerNoRCheck {
-		return shard.Result{}, false
+		return kv.Result{}, false
 	}
 	r.st.followerReads.Add(1)
 	r.st.localReads.Add(1)
@@ -293,9 +294,9 @@ func (r *Replica) tryFollowerRead(op shard.Op) (shard.Result, bool) {
 // scan's range. When the index does not know every op above R (shortly
 // after a restart: keyUpdates.floor), the engine's latest versions stand in
 // for point reads and a scan needs R to pass the floor.
-func (r *Replica) cadNeed(op *shard.Op, R uint64, ov map[string]overlayEntry) uint64 {
+func (r *Replica) cadNeed(op *kv.Op, R uint64, ov map[string]overlayEntry) uint64 {
 	complete := r.upd.complete(R)
-	if op.Kind == shard.KindScan {
+	if op.Kind == kv.KindScan {
 		need := r.upd.needRange(op.Key, op.End)
 		if !complete {
 			need = max(need, r.upd.floorOp())
@@ -333,7 +334,7 @@ func (r *Replica) sendRead(ctx context.Context, rw *readWaiter) error {
 
 // linearizable waits until a read started now may be served locally.
 // With the nilext fast path on, op says which keys the read depends on.
-func (r *Replica) linearizable(ctx context.Context, op *shard.Op) error {
+func (r *Replica) linearizable(ctx context.Context, op *kv.Op) error {
 	if r.localLease() {
 		r.st.leaseReads.Add(1)
 		r.st.localReads.Add(1)
@@ -388,7 +389,7 @@ func (r *Replica) localFollowerLease() (uint64, bool) {
 // is readable. ok false means it could not, with nothing done: the caller
 // reads with Read or ReadDeferred, which wait. Event loops call it so that
 // a leader's reads need not leave the loop for a goroutine.
-func (r *Replica) TryRead(op shard.Op, c level.Consistency) (shard.Result, bool) {
+func (r *Replica) TryRead(op kv.Op, c level.Consistency) (kv.Result, bool) {
 	if c.IsZero() {
 		c = level.ConsLinearizable
 	}
@@ -398,11 +399,11 @@ func (r *Replica) TryRead(op shard.Op, c level.Consistency) (shard.Result, bool)
 		return res, ok
 	}
 	if !needsLeader(c) || r.mut.followerLinearizable || r.CheckConsistency(c) != nil || !r.localLease() {
-		return shard.Result{}, false
+		return kv.Result{}, false
 	}
 	res, need, R, err := r.leaderCheck(op, false)
 	if err != nil || need > R {
-		return shard.Result{}, false
+		return kv.Result{}, false
 	}
 	r.st.leaseReads.Add(1)
 	r.st.localReads.Add(1)
@@ -556,14 +557,14 @@ func (r *Replica) untilApplied(ctx context.Context, idx uint64, d time.Duration,
 }
 
 // readLocal evaluates a read against this replica's engine.
-func (r *Replica) readLocal(op shard.Op) (shard.Result, error) { return r.readWith(op, nil) }
+func (r *Replica) readLocal(op kv.Op) (kv.Result, error) { return r.readWith(op, nil) }
 
-// readWith evaluates a read against the engine, keys in ov (the leader's
-// pending async writes) excepted.
-func (r *Replica) readWith(op shard.Op, ov map[string]overlayEntry) (shard.Result, error) {
-	engineGet := r.get
-	var scanner shard.Scanner = r.db
-	if multiKey(&op) && !r.mut.tornMultiReads {
+// readWith evaluates a read against the engine (kv.Read), keys in ov (the
+// leader's pending async writes) excepted.
+func (r *Replica) readWith(op kv.Op, ov map[string]overlayEntry) (kv.Result, error) {
+	engineGet := r.db.Get
+	scan := shard.EngineScanner(r.db)
+	if kv.MultiKey(&op) && !r.mut.tornMultiReads {
 		// A read of several keys sees the engine at one version: the
 		// driver applies batches between the reads of single keys, and a
 		// read that saw one key before a batch and another after it would
@@ -573,102 +574,32 @@ func (r *Replica) readWith(op shard.Op, ov map[string]overlayEntry) (shard.Resul
 		// retention would otherwise drop.
 		snap := r.db.Snapshot(0)
 		defer snap.Close()
-		engineGet = func(k []byte) (storage.Value, bool, error) { return r.getFrom(snap.Get, k) }
-		scanner = shard.AtSnapshot(snap)
+		engineGet = snap.Get
+		scan = shard.SnapshotScanner(snap)
 	}
-	get := engineGet
-	if len(ov) > 0 {
-		get = func(k []byte) (storage.Value, bool, error) {
-			if e, ok := ov[string(k)]; ok {
-				return storage.Value{Data: e.value, Version: e.op}, !e.tomb, nil
-			}
-			return engineGet(k)
-		}
-	}
-	var res shard.Result
-	switch op.Kind {
-	case shard.KindGet, shard.KindStrlen:
-		v, ok, err := get(op.Key)
-		if err != nil {
-			return shard.Result{}, err
-		}
-		res.Kind = shard.ResNil
-		if op.Kind == shard.KindStrlen {
-			res.Kind = shard.ResInt
-		}
-		if ok {
-			res.Version = v.Version
-			if op.Kind == shard.KindStrlen {
-				res.Int = int64(len(v.Data))
-			} else {
-				res.Kind, res.Bulk = shard.ResBulk, v.Data
-			}
-		}
-	case shard.KindMGet, shard.KindExists:
-		if op.Kind == shard.KindMGet {
-			res.Kind = shard.ResArray
-			res.Array = make([][]byte, len(op.Keys))
-		} else {
-			res.Kind = shard.ResInt
-		}
-		for i, k := range op.Keys {
-			if h := r.mut.betweenKeys; h != nil && i == 1 {
+	n := 0
+	get := func(k []byte) ([]byte, uint64, bool, error) {
+		if h := r.mut.betweenKeys; h != nil {
+			if n++; n == 2 {
 				h()
 			}
-			v, ok, err := get(k)
-			if err != nil {
-				return shard.Result{}, err
-			}
-			if !ok {
-				continue
-			}
-			res.Version = max(res.Version, v.Version)
-			if op.Kind == shard.KindMGet {
-				res.Array[i] = v.Data
-			} else {
-				res.Int++
-			}
 		}
-	case shard.KindScan:
-		limit := op.Limit
-		if limit <= 0 {
-			limit = 1000
+		if e, ok := ov[string(k)]; ok {
+			if e.tomb {
+				return nil, 0, false, nil // a miss reports no version
+			}
+			return e.value, e.op, true, nil
 		}
-		limit = min(limit, shard.DefaultMaxScan)
-		res.Kind = shard.ResArray
-		res.Array = [][]byte{}
-		err := shard.ScanUser(scanner, op.Key, op.End, limit, func(k []byte, v storage.Value) {
-			res.Array = append(res.Array, k, v.Data)
-			res.Version = max(res.Version, v.Version)
-		})
-		if err != nil {
-			return shard.Result{}, fmt.Errorf("%w: scan: %w", shard.ErrUnavailable, err)
-		}
-	default:
-		return shard.Result{}, fmt.Errorf("%w: %v is not a read", shard.ErrInvalidOp, op.Kind)
+		v, ok, err := r.getFrom(engineGet, k)
+		return v.Data, v.Version, ok, err
 	}
-	return res, nil
+	return kv.Read(get, scan, &op, shard.DefaultMaxScan)
 }
 
-// multiKey reports whether op reads several keys (a scan, or MGET/EXISTS of
-// more than one): those read the engine at one version (readWith).
-func multiKey(op *shard.Op) bool {
-	switch op.Kind {
-	case shard.KindScan:
-		return true
-	case shard.KindMGet, shard.KindExists:
-		return len(op.Keys) > 1
-	}
-	return false
-}
-
-func (r *Replica) get(k []byte) (storage.Value, bool, error) { return r.getFrom(r.db.Get, k) }
-
-// getFrom reads user key k with get (the engine's latest, or a snapshot's).
+// getFrom reads key k with get (the engine's latest, or a snapshot's); a
+// miss is not an error, a failure is shard.ErrUnavailable. (kv.Read keeps
+// reserved keys from reaching it.)
 func (r *Replica) getFrom(get func([]byte) (storage.Value, error), k []byte) (storage.Value, bool, error) {
-	if bytes.HasPrefix(k, shard.ReservedPrefix) {
-		return storage.Value{}, false, nil
-	}
 	v, err := get(k)
 	if errors.Is(err, storage.ErrNotFound) {
 		return storage.Value{}, false, nil

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/storage"
@@ -389,7 +390,7 @@ type mutations struct {
 type proposal struct {
 	req  vr.Request
 	seq  uint64 // local seq (client 0 only)
-	res  shard.Result
+	res  kv.Result
 	err  error
 	wait *batchWait
 	// ack is where the write is acknowledged (cad.go): AckReplicated for a
@@ -398,9 +399,9 @@ type proposal struct {
 	// reads take from the overlay at once (a cad one only once readable).
 	ack   vr.AckPoint
 	async bool
-	op    *shard.Op // early-acknowledged writes only: a copy the overlay may keep
-	blind bool      // the reply depends on no state
-	keys  [][]byte  // early-acknowledged writes: the keys written (copies)
+	op    *kv.Op   // early-acknowledged writes only: a copy the overlay may keep
+	blind bool     // the reply depends on no state
+	keys  [][]byte // early-acknowledged writes: the keys written (copies)
 	// orderEarly: a sync blind write (ack AckApplied) that Apply still
 	// answers at its ordered point, with Wait awaiting its apply, so that
 	// the commands pipelined behind it on a connection do not wait for its
@@ -414,7 +415,7 @@ type proposal struct {
 	// when it was in the log first (Apply answered it, Wait awaits its
 	// finish); ores and oerr are the reply Apply gives.
 	ordered, early bool
-	ores           shard.Result
+	ores           kv.Result
 	oerr           error
 }
 
@@ -433,7 +434,7 @@ type batchWait struct {
 	deadline  time.Time // RequestTimeout after the proposals were handed over
 }
 
-func (p *proposal) finish(res shard.Result, err error) {
+func (p *proposal) finish(res kv.Result, err error) {
 	p.res, p.err = res, err
 	if !p.ordered {
 		p.markOrdered(res, err)
@@ -445,7 +446,7 @@ func (p *proposal) finish(res shard.Result, err error) {
 
 // markOrdered records the reply Apply gives for p: its result if it is
 // finished, else (early) OK at its op, the acknowledgement still to come.
-func (p *proposal) markOrdered(res shard.Result, err error) {
+func (p *proposal) markOrdered(res kv.Result, err error) {
 	p.ordered = true
 	p.ores, p.oerr = res, err
 	if bw := p.wait; bw.ordered != nil {
@@ -458,7 +459,7 @@ func (p *proposal) markOrdered(res shard.Result, err error) {
 type idKey struct{ client, seq uint64 }
 
 type readWaiter struct {
-	op   *shard.Op // the read, for the nilext check (nil: none)
+	op   *kv.Op // the read, for the nilext check (nil: none)
 	kind readKind
 	need uint64 // rwDurable: the op R must reach
 	// deferred (rwDurable): a deferred read's wait, released on R alone
@@ -1103,7 +1104,7 @@ func (r *Replica) propose(ps []*proposal) {
 			return
 		}
 		if err != nil {
-			p.finish(shard.Result{}, r.mapErr(err))
+			p.finish(kv.Result{}, r.mapErr(err))
 			continue
 		}
 		r.st.proposals.Add(1)
@@ -1396,7 +1397,7 @@ func (r *Replica) handle(rd *vr.Ready) error {
 		// before the replies of the same Ready.
 		delete(r.ordEarly, k)
 		delete(r.early, k)
-		var res shard.Result
+		var res kv.Result
 		var opErr error
 		if rep.Err != nil {
 			opErr = r.mapErr(rep.Err)
@@ -1509,7 +1510,7 @@ func (r *Replica) apply(cs []vr.Committed) error {
 	type local struct {
 		p   *proposal
 		op  uint64
-		res shard.Result
+		res kv.Result
 		err error
 	}
 	var locals []local
@@ -1540,7 +1541,7 @@ func (r *Replica) apply(cs []vr.Committed) error {
 		// state then finds the op when it checks against R.
 		r.upd.add(c.Op, op.WrittenKeys())
 		if c.Client != 0 {
-			results[i] = encodeResult(nil, res, opErr)
+			results[i] = kv.AppendResult(nil, res, opErr)
 		} else if h.proposer == self {
 			if p := r.waitLocal[h.seq]; p != nil {
 				delete(r.waitLocal, h.seq)
@@ -1664,22 +1665,22 @@ func (r *Replica) publishReadable(R uint64) {
 func (r *Replica) failWrites(err error) {
 	for k, ps := range r.waitID {
 		for _, p := range ps {
-			p.finish(shard.Result{}, err)
+			p.finish(kv.Result{}, err)
 		}
 		delete(r.waitID, k)
 	}
 	for k, p := range r.waitLocal {
-		p.finish(shard.Result{}, err)
+		p.finish(kv.Result{}, err)
 		delete(r.waitLocal, k)
 	}
 	for _, pr := range r.parked {
-		pr.p.finish(shard.Result{}, err)
+		pr.p.finish(kv.Result{}, err)
 	}
 	clear(r.parked)
 	r.parked = r.parked[:0]
 	// Never proposed: whoever leads now never saw them.
 	for _, p := range r.backlog {
-		p.finish(shard.Result{}, r.notLeader())
+		p.finish(kv.Result{}, r.notLeader())
 	}
 	r.backlog = nil
 }
@@ -1813,7 +1814,7 @@ func (r *Replica) Apply(ctx context.Context, reqs []shard.WriteReq) (shard.Pendi
 			r.refuseNoLeader(len(reqs))
 		}
 		for i := range reqs {
-			reqs[i].Result, reqs[i].Err = shard.Result{}, err
+			reqs[i].Result, reqs[i].Err = kv.Result{}, err
 		}
 		return shard.Pending{}, nil
 	}
@@ -1882,7 +1883,7 @@ func (r *Replica) Apply(ctx context.Context, reqs []shard.WriteReq) (shard.Pendi
 	case <-timer.C:
 		// The driver may still finish the proposals; nobody reads them.
 		for i := range reqs {
-			reqs[i].Result, reqs[i].Err = shard.Result{}, ErrOutcomeUnknown
+			reqs[i].Result, reqs[i].Err = kv.Result{}, ErrOutcomeUnknown
 		}
 		return shard.Pending{}, nil
 	case <-ctx.Done():
@@ -1930,7 +1931,7 @@ func (r *Replica) applyWithoutOversize(ctx context.Context, reqs []shard.WriteRe
 	idx := make([]int, 0, len(reqs))
 	for i := range reqs {
 		if bad[i] != nil {
-			reqs[i].Result, reqs[i].Err = shard.Result{}, bad[i]
+			reqs[i].Result, reqs[i].Err = kv.Result{}, bad[i]
 			continue
 		}
 		sub = append(sub, reqs[i])
@@ -1947,9 +1948,9 @@ func (r *Replica) applyWithoutOversize(ctx context.Context, reqs []shard.WriteRe
 }
 
 // oversize returns an error if op writes a key or value above the engine's
-// limits (shard.Op.CheckSizes). An APPEND whose result outgrows the value
+// limits (kv.Op.CheckSizes). An APPEND whose result outgrows the value
 // limit is not caught here: its size is known only at apply.
-func (r *Replica) oversize(op *shard.Op) error {
+func (r *Replica) oversize(op *kv.Op) error {
 	return op.CheckSizes(r.db.MaxKeySize(), r.db.MaxValueSize())
 }
 
@@ -1997,17 +1998,17 @@ func (r *Replica) Wait(ctx context.Context, p shard.Pending) error {
 }
 
 // Write is Apply and Wait for one write.
-func (r *Replica) Write(ctx context.Context, op shard.Op, d level.Durability, id shard.ReqID) (shard.Result, error) {
+func (r *Replica) Write(ctx context.Context, op kv.Op, d level.Durability, id shard.ReqID) (kv.Result, error) {
 	reqs := [1]shard.WriteReq{{Op: op, Durability: d, ID: id}}
 	p, err := r.Apply(ctx, reqs[:])
 	if err != nil {
-		return shard.Result{}, err
+		return kv.Result{}, err
 	}
 	if reqs[0].Err != nil {
-		return shard.Result{}, reqs[0].Err
+		return kv.Result{}, reqs[0].Err
 	}
 	if err := r.Wait(ctx, p); err != nil {
-		return shard.Result{}, err
+		return kv.Result{}, err
 	}
 	return reqs[0].Result, nil
 }

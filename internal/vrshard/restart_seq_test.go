@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/transport"
@@ -66,7 +67,7 @@ func TestLocalWritesAreNotAnsweredByThePreviousIncarnationsEntries(t *testing.T)
 	t.Logf("restarted alone: %+v", c.reps[l].Info())
 	type out struct {
 		i   int
-		res shard.Result
+		res kv.Result
 		err error
 	}
 	outs := make(chan out, old)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/shard"
 )
@@ -89,7 +90,7 @@ func sessionReadsBehindHeldWrites(t *testing.T, tune func(*Options)) error {
 
 	type out struct {
 		k   string
-		res shard.Result
+		res kv.Result
 		err error
 	}
 	got := make(chan out, len(ws))
@@ -220,7 +221,7 @@ func sessionReadAtDeposedLeader(t *testing.T, noWake bool) (time.Duration, error
 	}
 	res := w.Result
 	type out struct {
-		res shard.Result
+		res kv.Result
 		err error
 	}
 	got := make(chan out, 1)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kefirdb/kefir/internal/check"
+	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/transport"
@@ -114,7 +115,7 @@ func droppedWriteSessionHistory(t *testing.T, d level.Durability, broken bool) (
 	cut(false)
 
 	// Another client's write takes the lost write's op number in the new view.
-	var other shard.Result
+	var other kv.Result
 	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		other, err = c.write(set("y", "theirs"), shard.ReqID{Client: 200, Seq: 1}, 15*time.Second)
 		if err == nil || time.Now().After(deadline) {
@@ -139,7 +140,7 @@ func droppedWriteSessionHistory(t *testing.T, d level.Durability, broken bool) (
 		case err != nil:
 			rec.Fail(r)
 		default:
-			rec.Complete(r, check.Result{Found: got.Kind == shard.ResBulk, Value: string(got.Bulk), Version: got.Version, Node: i})
+			rec.Complete(r, check.Result{Found: got.Kind == kv.ResBulk, Value: string(got.Bulk), Version: got.Version, Node: i})
 		}
 		if err == nil && !broken {
 			t.Logf("replica %d served the session: %+v", c.ids[i], got)

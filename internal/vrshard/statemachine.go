@@ -5,33 +5,33 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
-	"strconv"
 	"sync/atomic"
 
+	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/storage"
 )
 
 // The state machine: a write at VR op v becomes records of version v. Its
-// evaluation is a copy of internal/shard's apply logic (shard.go, Shard.apply),
-// changed in two ways: every record of one op carries the op number as its
-// version (so versions agree on every replica and a session token means the
-// same thing everywhere), and a read-modify-write reads the state as of op v-1
-// (so replaying an op after a crash evaluates it exactly as the first time).
-// TODO(merge): once internal/shard exposes its apply as a reusable
-// deterministic function (op + version → records + result), use it here.
+// evaluation is internal/kv's (kv.Apply), the one the single node runs, with
+// two parameters of this engine's: every record of one op carries the op
+// number as its version (so versions agree on every replica and a session
+// token means the same thing everywhere), and a read-modify-write reads the
+// state as of op v-1 (current: the batch's earlier ops over the engine; in
+// replay the engine as of v-1), so replaying an op after a crash evaluates it
+// exactly as the first time. The client-table rows and the replay filter
+// are this engine's own.
 
 // clientPrefix keys the client-table rows this package keeps in the engine:
 // one per client id, rewritten (version = op) by each of the client's writes
 // in the same Append as the write. After a crash they give the results of ops
 // the engine already holds, for the VR core's client table.
-var clientPrefix = append(append([]byte(nil), shard.ReservedPrefix...), "vrclient/"...)
+var clientPrefix = append(append([]byte(nil), kv.ReservedPrefix...), "vrclient/"...)
 
 // clientEnd ends the range of client rows: clientPrefix with its last byte
 // ('/') incremented.
-var clientEnd = append(append([]byte(nil), shard.ReservedPrefix...), "vrclient0"...)
+var clientEnd = append(append([]byte(nil), kv.ReservedPrefix...), "vrclient0"...)
 
 func clientKey(id uint64) []byte {
 	k := make([]byte, len(clientPrefix)+8)
@@ -153,7 +153,7 @@ func (a *applier) flush() error {
 
 // applyOp evaluates a write at op v. client != 0 also stages its client-table
 // row (first, so that a crash that kept any record of the op kept the row).
-func (a *applier) applyOp(op *shard.Op, v uint64, ts int64, client, reqNum uint64) (shard.Result, error, error) {
+func (a *applier) applyOp(op *kv.Op, v uint64, ts int64, client, reqNum uint64) (kv.Result, error, error) {
 	a.cur = v
 	start := len(a.recs)
 	replay := v <= a.replayTo
@@ -167,7 +167,7 @@ func (a *applier) applyOp(op *shard.Op, v uint64, ts int64, client, reqNum uint6
 					// client may have set a lower version (applyForget).
 					a.rows[client] = v
 					if err := a.replayFilter(op, v, ts, start); err != nil {
-						return shard.Result{}, nil, err
+						return kv.Result{}, nil, err
 					}
 					return res, opErr, nil
 				}
@@ -183,11 +183,11 @@ func (a *applier) applyOp(op *shard.Op, v uint64, ts int64, client, reqNum uint6
 		// The engine failed a read: not an outcome of the op but of this
 		// replica, which must stop rather than cache it.
 		a.recs = a.recs[:start]
-		return shard.Result{}, nil, opErr
+		return kv.Result{}, nil, opErr
 	}
 	if client != 0 {
 		row := binary.AppendUvarint(nil, reqNum)
-		row = encodeResult(row, res, opErr)
+		row = kv.AppendResult(row, res, opErr)
 		a.recs[start].Value = row
 	}
 	if opErr != nil {
@@ -204,7 +204,7 @@ func (a *applier) applyOp(op *shard.Op, v uint64, ts int64, client, reqNum uint6
 // replayFilter stages nothing new for an op whose result came from the engine,
 // except the records of it that a crash lost (the engine recovers a prefix of
 // the records of the last op it applied).
-func (a *applier) replayFilter(op *shard.Op, v uint64, ts int64, start int) error {
+func (a *applier) replayFilter(op *kv.Op, v uint64, ts int64, start int) error {
 	if _, err := a.eval(op, v, ts); err != nil {
 		a.recs = a.recs[:start]
 		if errors.Is(err, shard.ErrUnavailable) {
@@ -238,17 +238,11 @@ func (a *applier) settle(start int, v uint64, replay bool) {
 	}
 }
 
-// current returns key's value as of op cur-1: the batch's staged records first,
-// then the engine.
+// current returns key's value as of op cur-1 (kv.Apply's Getter): the
+// batch's earlier ops first (the overlay), then the engine.
 func (a *applier) current(key []byte) ([]byte, uint64, bool, error) {
 	if o, ok := a.overlay[string(key)]; ok {
 		return o.data, o.version, o.exists, nil
-	}
-	for i := len(a.recs) - 1; i >= 0 && a.recs[i].Version == a.cur; i-- {
-		if bytes.Equal(a.recs[i].Key, key) {
-			r := &a.recs[i]
-			return r.Value, r.Version, !r.Tombstone, nil
-		}
 	}
 	var v storage.Value
 	var err error
@@ -273,190 +267,23 @@ func (a *applier) current(key []byte) ([]byte, uint64, bool, error) {
 	return v.Data, v.Version, true, nil
 }
 
-func checkKey(k []byte) error {
-	if len(k) == 0 {
-		return fmt.Errorf("%w: empty key", shard.ErrInvalidOp)
+// eval evaluates a write at op v (kv.Apply) and stages its records, every
+// one of version v.
+func (a *applier) eval(op *kv.Op, v uint64, ts int64) (kv.Result, error) {
+	maxVal := a.db.MaxValueSize()
+	if a.appendUnchecked {
+		maxVal = 0
 	}
-	if bytes.HasPrefix(k, shard.ReservedPrefix) {
-		return shard.ErrReservedKey
+	res, err := kv.Apply(a.current, v, op, maxVal, func(key, value []byte, tomb bool) {
+		a.recs = append(a.recs, storage.Record{Key: key, Value: value, Version: v, Timestamp: ts, Tombstone: tomb})
+	})
+	if err != nil {
+		return kv.Result{}, err // the callers drop what was staged
 	}
-	return nil
-}
-
-func (a *applier) put(key, value []byte, tomb bool, v uint64, ts int64) {
-	if value == nil && !tomb {
-		value = []byte{}
+	if res.Kind == kv.ResBulk {
+		// The old value may alias a staged record of this batch, and the
+		// result outlives the batch (waiters, the client table).
+		res.Bulk = bytes.Clone(res.Bulk)
 	}
-	// A key written twice by one op (MSET a 1 a 2) keeps the last value: the
-	// engine wants versions strictly increasing per key.
-	for i := len(a.recs) - 1; i >= 0 && a.recs[i].Version == v; i-- {
-		if bytes.Equal(a.recs[i].Key, key) {
-			a.recs[i].Value, a.recs[i].Tombstone = value, tomb
-			return
-		}
-	}
-	a.recs = append(a.recs, storage.Record{Key: key, Value: value, Version: v, Timestamp: ts, Tombstone: tomb})
-}
-
-// eval is shard.Shard.apply with version v for every record.
-func (a *applier) eval(op *shard.Op, v uint64, ts int64) (shard.Result, error) {
-	switch op.Kind {
-	case shard.KindSet:
-		if err := checkKey(op.Key); err != nil {
-			return shard.Result{}, err
-		}
-		var old []byte
-		var oldVer uint64
-		exists := false
-		if op.Cond != shard.Always || op.ReturnOld {
-			var err error
-			if old, oldVer, exists, err = a.current(op.Key); err != nil {
-				return shard.Result{}, err
-			}
-		}
-		res := shard.Result{Kind: shard.ResOK}
-		if op.ReturnOld {
-			res = shard.Result{Kind: shard.ResNil}
-			if exists {
-				res = shard.Result{Kind: shard.ResBulk, Bulk: bytes.Clone(old)}
-			}
-		}
-		if (op.Cond == shard.IfAbsent && exists) || (op.Cond == shard.IfPresent && !exists) {
-			if !op.ReturnOld {
-				res.Kind = shard.ResNil
-			}
-			res.Version = oldVer
-			return res, nil
-		}
-		a.put(op.Key, op.Value, false, v, ts)
-		res.Version = v
-		return res, nil
-
-	case shard.KindMSet:
-		if len(op.Keys) == 0 || len(op.Keys)%2 != 0 {
-			return shard.Result{}, fmt.Errorf("%w: MSET needs key value pairs", shard.ErrInvalidOp)
-		}
-		for i := 0; i < len(op.Keys); i += 2 {
-			if err := checkKey(op.Keys[i]); err != nil {
-				return shard.Result{}, err
-			}
-		}
-		for i := 0; i < len(op.Keys); i += 2 {
-			a.put(op.Keys[i], op.Keys[i+1], false, v, ts)
-		}
-		return shard.Result{Kind: shard.ResOK, Version: v}, nil
-
-	case shard.KindDel:
-		for _, k := range op.Keys {
-			if err := checkKey(k); err != nil {
-				return shard.Result{}, err
-			}
-		}
-		var n int64
-		var ver uint64
-		for i, k := range op.Keys {
-			_, _, exists, err := a.current(k)
-			if err != nil {
-				return shard.Result{}, err
-			}
-			if !exists || dupBefore(op.Keys, i) {
-				continue
-			}
-			ver = v
-			a.put(k, nil, true, v, ts)
-			n++
-		}
-		return shard.Result{Kind: shard.ResInt, Int: n, Version: ver}, nil
-
-	case shard.KindIncrBy:
-		if err := checkKey(op.Key); err != nil {
-			return shard.Result{}, err
-		}
-		old, _, exists, err := a.current(op.Key)
-		if err != nil {
-			return shard.Result{}, err
-		}
-		var cur int64
-		if exists {
-			if cur, err = parseInt(old); err != nil {
-				return shard.Result{}, err
-			}
-		}
-		if (op.Delta > 0 && cur > math.MaxInt64-op.Delta) || (op.Delta < 0 && cur < math.MinInt64-op.Delta) {
-			return shard.Result{}, shard.ErrOverflow
-		}
-		cur += op.Delta
-		a.put(op.Key, strconv.AppendInt(nil, cur, 10), false, v, ts)
-		return shard.Result{Kind: shard.ResInt, Int: cur, Version: v}, nil
-
-	case shard.KindGetSet:
-		if err := checkKey(op.Key); err != nil {
-			return shard.Result{}, err
-		}
-		old, _, exists, err := a.current(op.Key)
-		if err != nil {
-			return shard.Result{}, err
-		}
-		res := shard.Result{Kind: shard.ResNil}
-		if exists {
-			res = shard.Result{Kind: shard.ResBulk, Bulk: bytes.Clone(old)}
-		}
-		a.put(op.Key, op.Value, false, v, ts)
-		res.Version = v
-		return res, nil
-
-	case shard.KindAppend:
-		if err := checkKey(op.Key); err != nil {
-			return shard.Result{}, err
-		}
-		old, _, _, err := a.current(op.Key)
-		if err != nil {
-			return shard.Result{}, err
-		}
-		if n, max := len(old)+len(op.Value), a.db.MaxValueSize(); n > max && !a.appendUnchecked {
-			// Known only here, so refused here: the engine would fail the
-			// batch, and with it every replica that applies the op.
-			return shard.Result{}, fmt.Errorf("%w: APPEND would make a value of %d bytes > %d", shard.ErrInvalidOp, n, max)
-		}
-		nv := make([]byte, 0, len(old)+len(op.Value))
-		nv = append(append(nv, old...), op.Value...)
-		a.put(op.Key, nv, false, v, ts)
-		return shard.Result{Kind: shard.ResInt, Int: int64(len(nv)), Version: v}, nil
-
-	case shard.KindCAS:
-		if err := checkKey(op.Key); err != nil {
-			return shard.Result{}, err
-		}
-		old, oldVer, exists, err := a.current(op.Key)
-		if err != nil {
-			return shard.Result{}, err
-		}
-		if !exists || !bytes.Equal(old, op.Expected) {
-			return shard.Result{Kind: shard.ResInt, Int: 0, Version: oldVer}, nil
-		}
-		a.put(op.Key, op.Value, false, v, ts)
-		return shard.Result{Kind: shard.ResInt, Int: 1, Version: v}, nil
-	}
-	return shard.Result{}, fmt.Errorf("%w: %v is not a write", shard.ErrInvalidOp, op.Kind)
-}
-
-func dupBefore(keys [][]byte, i int) bool {
-	for j := 0; j < i; j++ {
-		if bytes.Equal(keys[j], keys[i]) {
-			return true
-		}
-	}
-	return false
-}
-
-// parseInt parses a stored value as INCR does: a decimal int64, nothing else.
-func parseInt(b []byte) (int64, error) {
-	if len(b) == 0 || len(b) > 20 {
-		return 0, shard.ErrWrongType
-	}
-	n, err := strconv.ParseInt(string(b), 10, 64)
-	if err != nil || (len(b) > 1 && (b[0] == '0' || (b[0] == '-' && b[1] == '0'))) || b[0] == '+' {
-		return 0, shard.ErrWrongType
-	}
-	return n, nil
+	return res, nil
 }

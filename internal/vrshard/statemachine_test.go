@@ -8,13 +8,13 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/kefirdb/kefir/internal/shard"
+	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/storage"
 	"github.com/kefirdb/kefir/internal/vfs"
 )
 
 type testOp struct {
-	op     shard.Op
+	op     kv.Op
 	client uint64
 	seq    uint64
 }
@@ -28,22 +28,22 @@ func genOps(rng *rand.Rand, n int) []testOp {
 	var out []testOp
 	seqs := map[uint64]uint64{}
 	for i := range n {
-		var op shard.Op
+		var op kv.Op
 		switch rng.IntN(7) {
 		case 0:
-			op = shard.Op{Kind: shard.KindSet, Key: k(), Value: []byte(fmt.Sprint("v", i))}
+			op = kv.Op{Kind: kv.KindSet, Key: k(), Value: []byte(fmt.Sprint("v", i))}
 		case 1:
-			op = shard.Op{Kind: shard.KindMSet, Keys: [][]byte{k(), []byte(fmt.Sprint("m", i)), k(), []byte(fmt.Sprint("n", i))}}
+			op = kv.Op{Kind: kv.KindMSet, Keys: [][]byte{k(), []byte(fmt.Sprint("m", i)), k(), []byte(fmt.Sprint("n", i))}}
 		case 2:
-			op = shard.Op{Kind: shard.KindDel, Keys: [][]byte{k(), k()}}
+			op = kv.Op{Kind: kv.KindDel, Keys: [][]byte{k(), k()}}
 		case 3:
-			op = shard.Op{Kind: shard.KindIncrBy, Key: []byte("ctr"), Delta: int64(rng.IntN(5) + 1)}
+			op = kv.Op{Kind: kv.KindIncrBy, Key: []byte("ctr"), Delta: int64(rng.IntN(5) + 1)}
 		case 4:
-			op = shard.Op{Kind: shard.KindAppend, Key: k(), Value: []byte("+")}
+			op = kv.Op{Kind: kv.KindAppend, Key: k(), Value: []byte("+")}
 		case 5:
-			op = shard.Op{Kind: shard.KindSet, Key: k(), Value: []byte(fmt.Sprint("nx", i)), Cond: shard.IfAbsent, ReturnOld: true}
+			op = kv.Op{Kind: kv.KindSet, Key: k(), Value: []byte(fmt.Sprint("nx", i)), Cond: kv.IfAbsent, ReturnOld: true}
 		default:
-			op = shard.Op{Kind: shard.KindGetSet, Key: k(), Value: []byte(fmt.Sprint("g", i))}
+			op = kv.Op{Kind: kv.KindGetSet, Key: k(), Value: []byte(fmt.Sprint("g", i))}
 		}
 		t := testOp{op: op}
 		if rng.IntN(3) > 0 {
@@ -57,7 +57,7 @@ func genOps(rng *rand.Rand, n int) []testOp {
 }
 
 type outcome struct {
-	res shard.Result
+	res kv.Result
 	err string
 }
 

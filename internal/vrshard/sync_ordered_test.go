@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/shard"
 )
@@ -36,7 +37,7 @@ func TestSyncBlindWriteIsAnsweredAtItsOrderedPoint(t *testing.T) {
 	case <-time.After(2 * time.Second):
 		t.Fatal("Apply of a blind sync write waited for its commit (no fsync can finish)")
 	}
-	if a.w.Err != nil || a.w.Result.Kind != shard.ResOK || a.w.Result.Version <= w0.Version || len(a.p.Acks) != 1 {
+	if a.w.Err != nil || a.w.Result.Kind != kv.ResOK || a.w.Result.Version <= w0.Version || len(a.p.Acks) != 1 {
 		t.Fatalf("ordered sync write: %+v, pending %+v; want OK at its op and one pending wait", a.w, a.p)
 	}
 	if acked(a.p) {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kefirdb/kefir/internal/check"
+	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/shard"
 )
@@ -41,7 +42,7 @@ func (p *pipeStats) violate(msg string) {
 // doPipelined runs put h and a read behind it as one pipeline at the
 // leader guess, once (any failure leaves both outcomes unknown, as the
 // server then sends neither reply).
-func (w *workload) doPipelined(h, client int, sop shard.Op, id shard.ReqID, rng *rand.Rand) {
+func (w *workload) doPipelined(h, client int, sop kv.Op, id shard.ReqID, rng *rand.Rand) {
 	key := string(sop.Key)
 	rkey := key
 	if rng.IntN(2) == 0 {
@@ -69,7 +70,7 @@ func (w *workload) doPipelined(h, client int, sop shard.Op, id shard.ReqID, rng 
 		time.Sleep(5 * time.Millisecond)
 		return
 	}
-	var res shard.Result
+	var res kv.Result
 	var rp shard.Pending
 	var rerr error
 	if rkey == key {
@@ -96,7 +97,7 @@ func (w *workload) doPipelined(h, client int, sop shard.Op, id shard.ReqID, rng 
 		w.rec.Unknown(rh)
 		return
 	}
-	w.rec.Complete(rh, check.Result{Found: res.Kind == shard.ResBulk, Value: string(res.Bulk), Version: res.Version, Node: target})
+	w.rec.Complete(rh, check.Result{Found: res.Kind == kv.ResBulk, Value: string(res.Bulk), Version: res.Version, Node: target})
 	if rkey == key {
 		w.pipe.sameKey.Add(1)
 		if res.Version < put.Version {

@@ -1,11 +1,12 @@
-package shard
+package kv
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 )
 
-// Kind is the kind of an operation on a shard.
+// Kind is the kind of an operation.
 type Kind uint8
 
 // Operation kinds. Reads first, then updates; IsUpdate relies on the order.
@@ -104,45 +105,32 @@ type Result struct {
 	// ordered in (a replicated shard, where versions are op numbers): a view
 	// change can drop an acknowledged cad or async write and give its number
 	// to another op, and a session token carrying the view tells them apart
-	// (ErrSessionLost). Unknown on a single node, whose versions are never
+	// (internal/shard.ErrSessionLost). Unknown on a single node, whose versions are never
 	// reused (versions.go).
 	View      uint64
 	ViewKnown bool
 }
 
-// Errors callers branch on. The server maps them to RESP prefixes
-// (docs/design/resp-extensions.md): ErrUnavailable → -UNAVAILABLE, the rest →
-// -ERR (ErrWrongType as Redis's "-ERR value is not an integer or out of range"). Their texts are the RESP message after the prefix.
+// Errors an operation itself produces: outcomes of the op, equal on every
+// replica that evaluates it (the replicated client table caches them, by
+// code: codec.go). The server maps them to -ERR (ErrWrongType as Redis's
+// "-ERR value is not an integer or out of range"); their texts are the RESP
+// message after the prefix. A replica's own failures (a store that cannot be
+// read, a closed shard) are internal/shard's errors, not these.
 var (
-	ErrWrongType    = errors.New("value is not an integer or out of range")
-	ErrOverflow     = errors.New("increment or decrement would overflow")
-	ErrReservedKey  = errors.New("keys starting with \\xff\\xffkefir are reserved")
-	ErrStaleRequest = errors.New("stale request")
-	ErrBadSession   = errors.New("invalid session token")
-	// ErrSessionAhead means the session has seen versions this replica does not have
-	// (after a crash lost unsynced writes, or a replica that lags).
-	ErrSessionAhead = errors.New("session token is ahead of this replica")
-	// ErrSessionLost means the session saw a version that a crash took back
-	// (an async or cad write acknowledged before it was durable), or, in a
-	// replica group, whose op a view change dropped and gave to another write:
-	// serving it would silently drop its own writes. The client must start a
-	// new session.
-	ErrSessionLost = errors.New("session token refers to writes lost in a crash")
-	ErrUnavailable = errors.New("shard unavailable")
-	ErrClosed      = errors.New("shard closed")
+	ErrWrongType   = errors.New("value is not an integer or out of range")
+	ErrOverflow    = errors.New("increment or decrement would overflow")
+	ErrReservedKey = errors.New("keys starting with \\xff\\xffkefir are reserved")
 	ErrInvalidOp   = errors.New("invalid operation")
 )
 
-// ReqID identifies a write for at-most-once execution: Client is a random non-zero
-// id the client picks at start, Seq increases with each of its writes. The zero ReqID
-// means "no id" (plain Redis clients).
-type ReqID struct {
-	Client uint64
-	Seq    uint64
-}
+// ReservedPrefix starts the keys a replica keeps for itself in the store (its
+// client table, version reservations, applied mark...). Writes to them are
+// refused (ErrReservedKey); reads see them as absent and scans skip them.
+var ReservedPrefix = []byte("\xff\xffkefir/")
 
-// IsZero reports whether the request carries no id.
-func (r ReqID) IsZero() bool { return r.Client == 0 }
+// IsReserved reports whether key is one of the reserved keys.
+func IsReserved(key []byte) bool { return bytes.HasPrefix(key, ReservedPrefix) }
 
 // WrittenKeys returns the keys op writes (or may write: a conditional write
 // that turns out to write nothing is counted). DEL's keys count too.

@@ -1,0 +1,260 @@
+package kv
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"strconv"
+)
+
+// Getter reads the state an operation is evaluated against: key's value and
+// version, exists false for a key that is absent or deleted. For a miss, a
+// store that knows the deletion's version may return it (a read reports it
+// as the version it saw); 0 otherwise. An error is the store's own failure,
+// not an outcome of the operation: Apply and Read return it unchanged (the
+// caller wraps it as its "unavailable") and it must never be cached as the
+// op's result.
+//
+// A func rather than an interface: a caller's closure (its chunk of staged
+// records in front of the engine) then stays on its stack, so a read or a
+// write through here allocates nothing for it.
+type Getter func(key []byte) (data []byte, version uint64, exists bool, err error)
+
+// Emit receives a record an operation writes: key's new value, or its
+// deletion (tombstone, value nil). Every record of one operation has the
+// version Apply was given; the caller stores them with it (and a timestamp of
+// its choosing: the state machine has no clock). An op writes each key at
+// most once. key and value alias the op's slices (or, for INCRBY and APPEND,
+// a new value): the caller copies what it keeps past them.
+//
+// A func, like Getter, so that the caller stages records straight into its
+// own batch (a storage.Record slice) without a copy in between.
+type Emit func(key, value []byte, tombstone bool)
+
+// Apply evaluates the write op at version against the state get reads (the
+// state as of version-1: the store, with whatever the caller staged before
+// this op in front of it), hands the records it writes to emit and returns
+// the op's result. It is deterministic: the same op at the same version over
+// the same state gives the same records and result, which is what lets every
+// replica of a group evaluate a committed op on its own and a replica replay
+// one after a crash.
+//
+// An op that writes nothing (a SET NX of an existing key, a DEL of absent
+// keys) emits nothing and its result's Version is the version it read: a
+// caller that hands out versions (internal/shard) consumes one only if
+// records came. GETSET's and SET GET's Bulk aliases what get returned.
+//
+// maxValue (0: no limit) is the store's value limit, checked where only
+// evaluation knows the size (APPEND); the caller checks the op's own sizes
+// (Op.CheckSizes) where it accepts it.
+//
+// On error (the op's own, ErrWrongType..., or get's, returned unchanged) the
+// op has no effect: the caller discards whatever emit received for it (a
+// DEL whose read of a later key failed).
+func Apply(get Getter, version uint64, op *Op, maxValue int, emit Emit) (Result, error) {
+	switch op.Kind {
+	case KindSet:
+		if err := CheckKey(op.Key); err != nil {
+			return Result{}, err
+		}
+		var old []byte
+		var oldVer uint64
+		exists := false
+		if op.Cond != Always || op.ReturnOld {
+			var err error
+			if old, oldVer, exists, err = get(op.Key); err != nil {
+				return Result{}, err
+			}
+		}
+		res := Result{Kind: ResOK}
+		if op.ReturnOld {
+			res = Result{Kind: ResNil}
+			if exists {
+				res = Result{Kind: ResBulk, Bulk: old}
+			}
+		}
+		if (op.Cond == IfAbsent && exists) || (op.Cond == IfPresent && !exists) {
+			if !op.ReturnOld {
+				res.Kind = ResNil
+			}
+			res.Version = oldVer
+			return res, nil
+		}
+		put(emit, op.Key, op.Value)
+		res.Version = version
+		return res, nil
+
+	case KindMSet:
+		if len(op.Keys) == 0 || len(op.Keys)%2 != 0 {
+			return Result{}, fmt.Errorf("%w: MSET needs key value pairs", ErrInvalidOp)
+		}
+		for i := 0; i < len(op.Keys); i += 2 {
+			if err := CheckKey(op.Keys[i]); err != nil {
+				return Result{}, err
+			}
+		}
+		// One version for the whole MSET: it is one atomic update. A key
+		// named twice (MSET a 1 a 2) keeps the last value, in one record: a
+		// store holds one state per key and version (the storage engine
+		// refuses a second record of a key at one version, and with it the
+		// whole batch).
+		for i := 0; i < len(op.Keys); i += 2 {
+			if !dupAfter(op.Keys, i) {
+				put(emit, op.Keys[i], op.Keys[i+1])
+			}
+		}
+		return Result{Kind: ResOK, Version: version}, nil
+
+	case KindDel:
+		for _, k := range op.Keys {
+			if err := CheckKey(k); err != nil {
+				return Result{}, err
+			}
+		}
+		var n int64
+		var ver uint64
+		for i, k := range op.Keys {
+			// DEL a a counts a once: the second sees the first's deletion.
+			if dupBefore(op.Keys, i) {
+				continue
+			}
+			_, _, exists, err := get(k)
+			if err != nil {
+				return Result{}, err
+			}
+			if !exists {
+				continue
+			}
+			ver = version
+			emit(k, nil, true)
+			n++
+		}
+		return Result{Kind: ResInt, Int: n, Version: ver}, nil
+
+	case KindIncrBy:
+		if err := CheckKey(op.Key); err != nil {
+			return Result{}, err
+		}
+		old, _, exists, err := get(op.Key)
+		if err != nil {
+			return Result{}, err
+		}
+		var cur int64
+		if exists {
+			if cur, err = ParseInt(old); err != nil {
+				return Result{}, err
+			}
+		}
+		if (op.Delta > 0 && cur > math.MaxInt64-op.Delta) || (op.Delta < 0 && cur < math.MinInt64-op.Delta) {
+			return Result{}, ErrOverflow
+		}
+		cur += op.Delta
+		put(emit, op.Key, strconv.AppendInt(nil, cur, 10))
+		return Result{Kind: ResInt, Int: cur, Version: version}, nil
+
+	case KindGetSet:
+		if err := CheckKey(op.Key); err != nil {
+			return Result{}, err
+		}
+		old, _, exists, err := get(op.Key)
+		if err != nil {
+			return Result{}, err
+		}
+		res := Result{Kind: ResNil}
+		if exists {
+			res = Result{Kind: ResBulk, Bulk: old}
+		}
+		put(emit, op.Key, op.Value)
+		res.Version = version
+		return res, nil
+
+	case KindAppend:
+		if err := CheckKey(op.Key); err != nil {
+			return Result{}, err
+		}
+		old, _, _, err := get(op.Key)
+		if err != nil {
+			return Result{}, err
+		}
+		if n := len(old) + len(op.Value); maxValue > 0 && n > maxValue {
+			// Known only here, so refused here: the store would refuse the
+			// whole batch the record came in (on a replica, every replica
+			// that applies the op).
+			return Result{}, fmt.Errorf("%w: APPEND would make a value of %d bytes > %d", ErrInvalidOp, n, maxValue)
+		}
+		nv := make([]byte, 0, len(old)+len(op.Value))
+		nv = append(append(nv, old...), op.Value...)
+		put(emit, op.Key, nv)
+		return Result{Kind: ResInt, Int: int64(len(nv)), Version: version}, nil
+
+	case KindCAS:
+		if err := CheckKey(op.Key); err != nil {
+			return Result{}, err
+		}
+		old, oldVer, exists, err := get(op.Key)
+		if err != nil {
+			return Result{}, err
+		}
+		if !exists || !bytes.Equal(old, op.Expected) {
+			return Result{Kind: ResInt, Int: 0, Version: oldVer}, nil
+		}
+		put(emit, op.Key, op.Value)
+		return Result{Kind: ResInt, Int: 1, Version: version}, nil
+	}
+	return Result{}, fmt.Errorf("%w: %v is not a write", ErrInvalidOp, op.Kind)
+}
+
+// put emits key's new value; a value is never nil (nil means a deletion).
+func put(emit Emit, key, value []byte) {
+	if value == nil {
+		value = []byte{}
+	}
+	emit(key, value, false)
+}
+
+// CheckKey refuses the keys no write may store: the empty key (the store
+// has none; ErrInvalidOp) and the reserved ones (ErrReservedKey). Apply
+// checks every key it writes; a replica that answers a write before
+// applying it checks them first.
+func CheckKey(k []byte) error {
+	if len(k) == 0 {
+		return fmt.Errorf("%w: empty key", ErrInvalidOp)
+	}
+	if IsReserved(k) {
+		return ErrReservedKey
+	}
+	return nil
+}
+
+// dupAfter reports whether MSET's key at i (keys alternate key, value) is
+// named again later.
+func dupAfter(kvs [][]byte, i int) bool {
+	for j := i + 2; j < len(kvs); j += 2 {
+		if bytes.Equal(kvs[j], kvs[i]) {
+			return true
+		}
+	}
+	return false
+}
+
+func dupBefore(keys [][]byte, i int) bool {
+	for j := 0; j < i; j++ {
+		if bytes.Equal(keys[j], keys[i]) {
+			return true
+		}
+	}
+	return false
+}
+
+// ParseInt parses a stored value as INCR does: a decimal int64, nothing else
+// (no sign '+', no leading zeros, at most 20 bytes); else ErrWrongType.
+func ParseInt(b []byte) (int64, error) {
+	if len(b) == 0 || len(b) > 20 {
+		return 0, ErrWrongType
+	}
+	n, err := strconv.ParseInt(string(b), 10, 64)
+	if err != nil || (len(b) > 1 && (b[0] == '0' || (b[0] == '-' && b[1] == '0'))) || b[0] == '+' {
+		return 0, ErrWrongType
+	}
+	return n, nil
+}
