@@ -37,7 +37,7 @@ test-race:
 # protocol cores, the simulator and the codecs are single-threaded by design
 # (internal/vr alone takes 7+ minutes under -race); `make test-race` covers them too.
 RACE_PKGS = ./client/... ./cmd/... ./internal/check/... ./internal/faultproxy/... ./internal/server/... ./internal/shard/... \
-	./internal/storage/... ./internal/transport/... ./internal/vfs/... ./internal/vrshard/... ./test/...
+	./internal/seglog/... ./internal/storage/... ./internal/transport/... ./internal/vfs/... ./internal/vrshard/... ./test/...
 
 test-race-concurrent:
 	$(GO) test -count=1 -race -timeout 20m $(RACE_PKGS)
