@@ -6,8 +6,9 @@
 // its own thin starter, because what it starts differs; how a test waits
 // for it and finds its leader is written once, here.
 //
-// Test-only: production code must not import this package (a test in this
-// package fails if any non-test file outside it does).
+// Test-only: production code must not import this package; only test files
+// and the test/ tree (test/e2e/cluster) may. A test in this package fails if
+// any other non-test file does.
 package testgroup
 
 import (
@@ -99,7 +100,16 @@ func Settled(timeout, settle, interval time.Duration, sample func() (int, bool))
 // instead, for real-process tests).
 func LoopbackAddrs(t testing.TB, n int) []string {
 	t.Helper()
-	var out []string
+	addrs, release := HoldLoopbackAddrs(t, n)
+	release()
+	return addrs
+}
+
+// HoldLoopbackAddrs reserves n loopback ports and keeps them bound until
+// release, so that whatever a test starts in between (a fault proxy) cannot
+// take them; release frees them just before the members bind them.
+func HoldLoopbackAddrs(t testing.TB, n int) (addrs []string, release func()) {
+	t.Helper()
 	var lns []net.Listener
 	for range n {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -107,10 +117,11 @@ func LoopbackAddrs(t testing.TB, n int) []string {
 			t.Fatalf("reserve a loopback port: %v", err)
 		}
 		lns = append(lns, ln)
-		out = append(out, ln.Addr().String())
+		addrs = append(addrs, ln.Addr().String())
 	}
-	for _, ln := range lns {
-		ln.Close()
+	return addrs, func() {
+		for _, ln := range lns {
+			ln.Close()
+		}
 	}
-	return out
 }
