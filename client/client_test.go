@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kefirdb/kefir/internal/testgroup"
 )
 
 func dialTest(t *testing.T, s *testServer, opts ...Option) *Client {
@@ -222,13 +224,7 @@ func TestWriterBatchesQueuedCalls(t *testing.T) {
 
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached in 5s")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testgroup.WaitFor(t, 5*time.Second, "the condition", cond)
 }
 
 func TestDeadlineAfterSend(t *testing.T) {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"net"
 	"strconv"
 	"sync"
 	"testing"
@@ -16,6 +15,7 @@ import (
 	"github.com/kefirdb/kefir/internal/faultproxy"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/server"
+	"github.com/kefirdb/kefir/internal/testgroup"
 	"github.com/kefirdb/kefir/internal/vr"
 )
 
@@ -30,29 +30,9 @@ type nxGroup struct {
 	direct []string
 }
 
-// holdAddrs reserves n loopback ports; release frees them just before the
-// servers bind them (the proxies, started in between, must not take them).
-func holdAddrs(t testing.TB, n int) (addrs []string, release func()) {
-	t.Helper()
-	var lns []net.Listener
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns = append(lns, ln)
-		addrs = append(addrs, ln.Addr().String())
-	}
-	return addrs, func() {
-		for _, ln := range lns {
-			ln.Close()
-		}
-	}
-}
-
 func startNilextGroup(t testing.TB, n int) *nxGroup {
 	t.Helper()
-	addrs, release := holdAddrs(t, 2*n)
+	addrs, release := testgroup.HoldLoopbackAddrs(t, 2*n)
 	peers, clients := addrs[:n], addrs[n:]
 	g := &nxGroup{direct: clients}
 	mesh, err := faultproxy.NewMesh(peers, 1)
@@ -119,15 +99,7 @@ func (g *nxGroup) dial(t testing.TB, opts ...Option) *Client {
 
 func (g *nxGroup) leader(t testing.TB) int {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		for i, n := range g.nodes {
-			if n != nil && n.Status().Role == "leader" {
-				return i
-			}
-		}
-	}
-	t.Fatal("no leader")
-	return -1
+	return leaderOf(t, g.nodes)
 }
 
 // runWorkload drives workers closed-loop on keys prefix+"r0".."r2" through

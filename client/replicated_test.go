@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"testing"
 	"time"
 
 	"github.com/kefirdb/kefir/internal/server"
+	"github.com/kefirdb/kefir/internal/testgroup"
 )
 
 // startGroup runs a 3-replica group in-process and returns its nodes.
@@ -22,19 +22,7 @@ func startGroup(t *testing.T) []*server.Server {
 // every member if followerReads, and returns its nodes.
 func startGroupWith(t testing.TB, followerReads bool) []*server.Server {
 	t.Helper()
-	var addrs []string
-	var lns []net.Listener
-	for range 6 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns = append(lns, ln)
-		addrs = append(addrs, ln.Addr().String())
-	}
-	for _, ln := range lns {
-		ln.Close()
-	}
+	addrs := testgroup.LoopbackAddrs(t, 6)
 	var ms []server.Member
 	for i := range 3 {
 		ms = append(ms, server.Member{ID: uint64(i + 1), PeerAddr: addrs[2*i], ClientAddr: addrs[2*i+1]})
@@ -83,17 +71,17 @@ func dialGroup(t *testing.T, ctx context.Context, addrs []string, wire *wireLog)
 	return c
 }
 
-func leaderOf(t *testing.T, nodes []*server.Server) int {
+// leaderOf waits until a running node reports itself leader and returns
+// its index.
+func leaderOf(t testing.TB, nodes []*server.Server) int {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		for i, n := range nodes {
-			if n != nil && n.Status().Role == "leader" {
-				return i
-			}
-		}
+	l, ok := testgroup.Leader(len(nodes), 10*time.Second, 10*time.Millisecond, func(i int) (bool, uint64) {
+		return nodes[i] != nil && nodes[i].Status().Role == "leader", 0
+	})
+	if !ok {
+		t.Fatal("no leader")
 	}
-	t.Fatal("no leader")
-	return -1
+	return l
 }
 
 // The client, pointed at a follower, is redirected to the leader and keeps

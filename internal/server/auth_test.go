@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kefirdb/kefir/internal/testgroup"
 )
 
 // The limiter keys by host, so every local process shares one record: a user
@@ -157,12 +159,8 @@ func TestWrongClusterSecretIsLoggedWithoutTheSecret(t *testing.T) {
 		t.Fatal("a wrong cluster secret was accepted")
 	}
 	// The acceptor logs after the dialer has its refusal.
-	deadline := time.Now().Add(5 * time.Second)
-	for !strings.Contains(logs.String(), "peer authentication failed") {
-		if time.Now().After(deadline) {
-			t.Fatalf("no log line for a wrong cluster secret:\n%s", logs.String())
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !testgroup.Until(5*time.Second, 10*time.Millisecond, func() bool { return strings.Contains(logs.String(), "peer authentication failed") }) {
+		t.Fatalf("no log line for a wrong cluster secret:\n%s", logs.String())
 	}
 	// Neither the secret offered nor the node's own may appear (the old check
 	// looked for a quoted "cluster", which slog's text handler never writes).

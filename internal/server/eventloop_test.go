@@ -20,6 +20,7 @@ import (
 
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/resp"
+	"github.com/kefirdb/kefir/internal/testgroup"
 	"github.com/kefirdb/kefir/internal/vfs"
 )
 
@@ -57,12 +58,7 @@ func bothModels(t *testing.T, f func(t *testing.T)) {
 // waitFor polls cond for up to 5 s.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		if cond() {
-			return
-		}
-	}
-	t.Fatalf("timed out waiting for %s", what)
+	testgroup.WaitFor(t, 5*time.Second, what, cond)
 }
 
 func TestIOModelDecidesWhoServesPlainTCP(t *testing.T) {

@@ -16,6 +16,7 @@ import (
 	"github.com/kefirdb/kefir/internal/check"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/resp"
+	"github.com/kefirdb/kefir/internal/testgroup"
 	"github.com/kefirdb/kefir/internal/transport"
 )
 
@@ -69,18 +70,15 @@ func pipelineBehindLostWrite(t *testing.T) (replies []string, lost string) {
 	lc.send("SET", "k", "lost")
 	lc.send("GET", "other")
 	lc.send("SET", "k2", "x")
-	deadline := time.Now().Add(10 * time.Second)
-	nl := -1
-	for nl < 0 {
-		for i, s := range g.nodes {
-			if i != l && s.vr.Info().IsLeader {
-				nl = i
-			}
+	nl, ok := testgroup.Leader(len(g.nodes), 10*time.Second, testgroup.Interval, func(i int) (bool, uint64) {
+		if i == l {
+			return false, 0
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("no new leader on the majority side")
-		}
-		time.Sleep(5 * time.Millisecond)
+		in := g.nodes[i].vr.Info()
+		return in.IsLeader, in.View
+	})
+	if !ok {
+		t.Fatal("no new leader on the majority side")
 	}
 	cut(false)
 	_ = lc.nc.SetReadDeadline(time.Now().Add(10 * time.Second))

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -15,28 +14,9 @@ import (
 	"time"
 
 	"github.com/kefirdb/kefir/internal/resp"
+	"github.com/kefirdb/kefir/internal/testgroup"
 	"github.com/kefirdb/kefir/internal/vr"
 )
-
-// freeAddrs reserves n loopback ports (closed again at once: a member list
-// must name ports before the nodes bind them).
-func freeAddrs(t testing.TB, n int) []string {
-	t.Helper()
-	var out []string
-	var lns []net.Listener
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns = append(lns, ln)
-		out = append(out, ln.Addr().String())
-	}
-	for _, ln := range lns {
-		ln.Close()
-	}
-	return out
-}
 
 type group struct {
 	cfgs  []Config
@@ -50,7 +30,7 @@ func startGroup(t testing.TB) *group { return startGroupWith(t, nil) }
 // startGroupWith is startGroup with mod applied to every node's Config.
 //
 // The member list must name every port before any node binds one, so the
-// ports come from freeAddrs (listen, close) and another test or process may
+// ports come from testgroup.LoopbackAddrs (listen, close) and another test or process may
 // take one in between: a start that fails with EADDRINUSE closes what it
 // started and tries again with fresh ports.
 func startGroupWith(t testing.TB, mod func(*Config)) *group {
@@ -68,7 +48,7 @@ func startGroupWith(t testing.TB, mod func(*Config)) *group {
 }
 
 func tryStartGroup(t testing.TB, mod func(*Config)) (*group, error) {
-	addrs := freeAddrs(t, 6)
+	addrs := testgroup.LoopbackAddrs(t, 6)
 	var ms []Member
 	for i := range 3 {
 		ms = append(ms, Member{ID: uint64(i + 1), PeerAddr: addrs[2*i], ClientAddr: addrs[2*i+1]})
@@ -142,37 +122,30 @@ const deafAfter = 200 * time.Millisecond
 // is the contract during an election, not a failure of the test's subject.
 func (g *group) leader(t testing.TB) int {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	var since time.Time
-	last := -1
 	heard := make([]uint64, len(g.nodes))
 	heardAt := make([]time.Time, len(g.nodes))
-	for time.Now().Before(deadline) {
+	l, ok := testgroup.Settled(20*time.Second, settleTime, 10*time.Millisecond, func() (int, bool) {
 		now := time.Now()
 		l, ok := g.agreedLeader()
-		if ok {
-			lid := g.cfgs[l].ReplicaID
-			for i, s := range g.nodes {
-				if s == nil || i == l {
-					continue
-				}
-				if n := receivedFrom(s, lid); n != heard[i] {
-					heard[i], heardAt[i] = n, now
-				}
-				if now.Sub(heardAt[i]) > deafAfter {
-					ok = false
-				}
+		if !ok {
+			return -1, false
+		}
+		lid := g.cfgs[l].ReplicaID
+		for i, s := range g.nodes {
+			if s == nil || i == l {
+				continue
+			}
+			if n := receivedFrom(s, lid); n != heard[i] {
+				heard[i], heardAt[i] = n, now
+			}
+			if now.Sub(heardAt[i]) > deafAfter {
+				ok = false
 			}
 		}
-		switch {
-		case !ok:
-			last = -1
-		case l != last:
-			last, since = l, now
-		case now.Sub(since) >= settleTime:
-			return l
-		}
-		time.Sleep(10 * time.Millisecond)
+		return l, ok
+	})
+	if ok {
+		return l
 	}
 	for i, s := range g.nodes {
 		if s != nil {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kefirdb/kefir/internal/frame"
+	"github.com/kefirdb/kefir/internal/testgroup"
 	"github.com/kefirdb/kefir/internal/vr"
 	"github.com/kefirdb/kefir/internal/wire"
 )
@@ -160,12 +161,8 @@ func (l *logBuf) waitLog(t testing.TB, s string, timeout time.Duration) {
 
 func eventually(t testing.TB, timeout time.Duration, cond func() bool, format string, args ...any) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: "+format, append([]any{timeout}, args...)...)
-		}
-		time.Sleep(2 * time.Millisecond)
+	if !testgroup.Until(timeout, 2*time.Millisecond, cond) {
+		t.Fatalf("not within %v: "+format, append([]any{timeout}, args...)...)
 	}
 }
 

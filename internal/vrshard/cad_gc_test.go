@@ -11,6 +11,7 @@ import (
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/shard"
+	"github.com/kefirdb/kefir/internal/testgroup"
 	"github.com/kefirdb/kefir/internal/vr"
 )
 
@@ -198,12 +199,9 @@ func syncWriteBehindHintRace(t *testing.T, mutation bool) (time.Duration, error)
 		t.Fatal(err)
 	}
 	// The cad write's batch is now held everywhere (written, not synced).
-	deadline := time.Now().Add(2 * time.Second)
-	for held, _ := c.gcStats(); held < 3; held, _ = c.gcStats() {
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d replicas hold the cad write's batch", held)
-		}
-		time.Sleep(time.Millisecond)
+	var held uint64
+	if !testgroup.Until(2*time.Second, time.Millisecond, func() bool { held, _ = c.gcStats(); return held >= 3 }) {
+		t.Fatalf("only %d replicas hold the cad write's batch", held)
 	}
 	armed.Store(true)
 	start := time.Now()

@@ -16,6 +16,7 @@ import (
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/shard"
+	"github.com/kefirdb/kefir/internal/testgroup"
 	"github.com/kefirdb/kefir/internal/vfs"
 )
 
@@ -289,12 +290,8 @@ func durabilityRounds(t *testing.T, late bool) uint64 {
 		}
 		got <- err
 	}()
-	deadline := time.Now().Add(5 * time.Second)
-	for leader.Stats().DurabilityRounds == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the read never registered a durability wait")
-		}
-		time.Sleep(2 * time.Millisecond)
+	if !testgroup.Until(5*time.Second, 2*time.Millisecond, func() bool { return leader.Stats().DurabilityRounds != 0 }) {
+		t.Fatal("the read never registered a durability wait")
 	}
 	gates.release()
 	released = true
@@ -393,12 +390,8 @@ func heldRead(t *testing.T, r *Replica, k string, d time.Duration, msg string) <
 
 func waitReadable(t *testing.T, r *Replica, op uint64) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for r.Info().Readable < op {
-		if time.Now().After(deadline) {
-			t.Fatalf("replica %d: readable %d never reached %d", r.cfg.Self, r.Info().Readable, op)
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !testgroup.Until(5*time.Second, 5*time.Millisecond, func() bool { return r.Info().Readable >= op }) {
+		t.Fatalf("replica %d: readable %d never reached %d", r.cfg.Self, r.Info().Readable, op)
 	}
 }
 

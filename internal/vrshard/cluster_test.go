@@ -14,6 +14,7 @@ import (
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/shard"
+	"github.com/kefirdb/kefir/internal/testgroup"
 	"github.com/kefirdb/kefir/internal/vr"
 )
 
@@ -117,24 +118,17 @@ func (c *cluster) kill(i int) {
 // leader waits until one live replica leads and returns its index.
 func (c *cluster) leader(timeout time.Duration) int {
 	c.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		best, view := -1, uint64(0)
-		for i, r := range c.reps {
-			if r == nil {
-				continue
-			}
-			if in := r.Info(); in.IsLeader && (best < 0 || in.View > view) {
-				best, view = i, in.View
-			}
+	l, ok := testgroup.Leader(len(c.reps), timeout, testgroup.Interval, func(i int) (bool, uint64) {
+		if c.reps[i] == nil {
+			return false, 0
 		}
-		if best >= 0 {
-			return best
-		}
-		time.Sleep(5 * time.Millisecond)
+		in := c.reps[i].Info()
+		return in.IsLeader, in.View
+	})
+	if !ok {
+		c.t.Fatalf("no leader within %v", timeout)
 	}
-	c.t.Fatalf("no leader within %v", timeout)
-	return -1
+	return l
 }
 
 func (c *cluster) index(id uint64) int {
@@ -184,18 +178,15 @@ func get(k string) kv.Op { return kv.Op{Kind: kv.KindGet, Key: []byte(k)} }
 // long that took, and whether it happened within timeout.
 func (c *cluster) waitEvery(timeout time.Duration, cond func(r *Replica) bool) (time.Duration, bool) {
 	start := time.Now()
-	for {
-		ok := true
+	ok := testgroup.Until(timeout, time.Millisecond, func() bool {
 		for _, r := range c.reps {
 			if r != nil && !cond(r) {
-				ok = false
+				return false
 			}
 		}
-		if ok || time.Since(start) >= timeout {
-			return time.Since(start), ok
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return true
+	})
+	return time.Since(start), ok
 }
 
 // appliedOp is a waitEvery condition: the replica applied at least op.

@@ -13,6 +13,7 @@ import (
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/shard"
+	"github.com/kefirdb/kefir/internal/testgroup"
 )
 
 // Deferred reads (deferred.go, docs/design/cad.md §11): a read of a key
@@ -139,18 +140,17 @@ func TestDeferredReadOfALostWriteIsNeverReleased(t *testing.T) {
 // newLeaderBesides waits until a replica other than old leads.
 func newLeaderBesides(t *testing.T, c *cluster, old int) int {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		for i, r := range c.reps {
-			if i != old && r.Info().IsLeader {
-				return i
-			}
+	l, ok := testgroup.Leader(len(c.reps), 10*time.Second, testgroup.Interval, func(i int) (bool, uint64) {
+		if i == old || c.reps[i] == nil {
+			return false, 0
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("no new leader")
-		}
-		time.Sleep(5 * time.Millisecond)
+		in := c.reps[i].Info()
+		return in.IsLeader, in.View
+	})
+	if !ok {
+		t.Fatal("no new leader")
 	}
+	return l
 }
 
 // A deferred MGET takes k's value from the log, then reads j from the
@@ -302,12 +302,8 @@ func deferredMultiKeyRead(t *testing.T, broken bool) (k, j string) {
 		})
 		applied <- err
 	}()
-	deadline := time.Now().Add(5 * time.Second)
-	for leader.upd.overlayFor([][]byte{[]byte("k")}, true) == nil {
-		if time.Now().After(deadline) {
-			t.Fatal("setup: k1 never ordered")
-		}
-		time.Sleep(time.Millisecond)
+	if !testgroup.Until(5*time.Second, time.Millisecond, func() bool { return leader.upd.overlayFor([][]byte{[]byte("k")}, true) != nil }) {
+		t.Fatal("setup: k1 never ordered")
 	}
 	type result struct {
 		res kv.Result

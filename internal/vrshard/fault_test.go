@@ -15,6 +15,7 @@ import (
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/shard"
+	"github.com/kefirdb/kefir/internal/testgroup"
 	"github.com/kefirdb/kefir/internal/transport"
 	"github.com/kefirdb/kefir/internal/vr"
 )
@@ -226,10 +227,8 @@ func (c *cluster) wipe(i int) {
 // waitRecovered waits for replica i's recovery to end (status normal).
 func (c *cluster) waitRecovered(i int, timeout time.Duration) {
 	c.t.Helper()
-	for deadline := time.Now().Add(timeout); c.reps[i].Info().Status != vr.Normal; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			c.t.Fatalf("the wiped replica did not finish recovery: %+v", c.reps[i].Info())
-		}
+	if !testgroup.Until(timeout, time.Millisecond, func() bool { return c.reps[i].Info().Status == vr.Normal }) {
+		c.t.Fatalf("the wiped replica did not finish recovery: %+v", c.reps[i].Info())
 	}
 }
 
@@ -282,10 +281,8 @@ func TestSnapshotLargerThanAFrameReachesAWipedReplica(t *testing.T) {
 		}
 	}
 	c.open(f, false, nil)
-	for deadline := time.Now().Add(15 * time.Second); c.reps[f].Info().Status != vr.Normal; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the wiped replica did not finish recovery: %+v (leader sent %d snapshots)", c.reps[f].Info(), c.reps[l].Stats().SnapsSent)
-		}
+	if !testgroup.Until(15*time.Second, time.Millisecond, func() bool { return c.reps[f].Info().Status == vr.Normal }) {
+		t.Fatalf("the wiped replica did not finish recovery: %+v (leader sent %d snapshots)", c.reps[f].Info(), c.reps[l].Stats().SnapsSent)
 	}
 	c.waitApplied(last.Version, 15*time.Second)
 	if got := c.reps[f].Stats().SnapsLoaded; got == 0 {
@@ -359,10 +356,8 @@ func TestCloseStopsARunningCapture(t *testing.T) {
 	c.waitApplied(last.Version, 5*time.Second)
 	c.wipe(f)
 	c.open(f, false, nil)
-	for deadline := time.Now().Add(10 * time.Second); c.reps[l].Stats().SnapsCaptured == 0; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("no capture started")
-		}
+	if !testgroup.Until(10*time.Second, time.Millisecond, func() bool { return c.reps[l].Stats().SnapsCaptured != 0 }) {
+		t.Fatal("no capture started")
 	}
 	start := time.Now()
 	if err := c.reps[l].Close(); err != nil {
@@ -441,10 +436,8 @@ func TestALargeSnapshotIsEncodedOffTheDriver(t *testing.T) {
 	c.waitApplied(last.Version, 5*time.Second)
 	c.wipe(f)
 	c.open(f, false, nil)
-	for deadline := time.Now().Add(10 * time.Second); c.reps[l].Stats().SnapsSent == 0; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("no snapshot sent")
-		}
+	if !testgroup.Until(10*time.Second, time.Millisecond, func() bool { return c.reps[l].Stats().SnapsSent != 0 }) {
+		t.Fatal("no snapshot sent")
 	}
 	ckpts0 := c.reps[l].Stats().Checkpoints
 	last = c.writeWhile(t, encode, 700*time.Millisecond, "a snapshot was being encoded")

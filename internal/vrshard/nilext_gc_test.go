@@ -10,6 +10,7 @@ import (
 	"github.com/kefirdb/kefir/internal/check"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/shard"
+	"github.com/kefirdb/kefir/internal/testgroup"
 	"github.com/kefirdb/kefir/internal/vfs"
 )
 
@@ -241,12 +242,9 @@ func TestNilextSlowReadOfAHeldOrderingDoesNotWaitForTheDeadline(t *testing.T) {
 	if _, fb, err := c.reps[f].NilextWrite(context.Background(), set("h", "1"), level.Sync); err != nil || !fb.IsZero() {
 		t.Fatalf("nilext write: fallback %v, %v", fb, err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for c.reps[l].Stats().Persisted == written { // the ordering's entry in the leader's log
-		if time.Now().After(deadline) {
-			t.Fatal("the leader never ordered the write")
-		}
-		time.Sleep(time.Millisecond)
+	// The ordering's entry in the leader's log.
+	if !testgroup.Until(5*time.Second, time.Millisecond, func() bool { return c.reps[l].Stats().Persisted != written }) {
+		t.Fatal("the leader never ordered the write")
 	}
 	if in := c.reps[l].Info(); in.Commit != commit || in.DLogLen == 0 {
 		t.Fatalf("ordering not held (commit %d before the write): %+v", commit, in)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/shard"
+	"github.com/kefirdb/kefir/internal/testgroup"
 	"github.com/kefirdb/kefir/internal/transport"
 	"github.com/kefirdb/kefir/internal/vr"
 )
@@ -63,11 +64,7 @@ func loggedCluster(t *testing.T) (*cluster, *logBuffer) {
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
+	testgroup.WaitFor(t, 10*time.Second, what, cond)
 }
 
 // Issue 25 item 7: a leader cut off from its followers is replaced. Every

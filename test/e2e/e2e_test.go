@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/kefirdb/kefir/client"
+	"github.com/kefirdb/kefir/internal/testgroup"
 	"github.com/kefirdb/kefir/test/e2e/cluster"
 )
 
@@ -424,16 +425,11 @@ func TestPausedNodeTimesOutAndRecovers(t *testing.T) {
 	n.Resume()
 	resumed := time.Now()
 	defer func() { t.Logf("served again %v after SIGCONT", time.Since(resumed)) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		v, err := c.Get(ctx, "k")
-		if err == nil && string(v) == "v" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after SIGCONT: %q, %v", v, err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !testgroup.Until(10*time.Second, 50*time.Millisecond, func() bool {
+		v, err = c.Get(ctx, "k")
+		return err == nil && string(v) == "v"
+	}) {
+		t.Fatalf("after SIGCONT: %q, %v", v, err)
 	}
 }
 

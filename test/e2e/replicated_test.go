@@ -19,6 +19,7 @@ import (
 	"github.com/kefirdb/kefir/internal/check"
 	"github.com/kefirdb/kefir/internal/faultproxy"
 	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/testgroup"
 	"github.com/kefirdb/kefir/test/e2e/cluster"
 )
 
@@ -91,18 +92,17 @@ func status(n *cluster.Node) (nodeStatus, error) {
 // leader waits until a running node other than skip reports itself leader.
 func (g *group) leader(skip int) int {
 	g.t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		for i, n := range g.nodes {
-			if i == skip || !n.Running() {
-				continue
-			}
-			if st, err := status(n); err == nil && st.Role == "leader" {
-				return i
-			}
+	l, ok := testgroup.Leader(len(g.nodes), 20*time.Second, 20*time.Millisecond, func(i int) (bool, uint64) {
+		if i == skip || !g.nodes[i].Running() {
+			return false, 0
 		}
+		st, err := status(g.nodes[i])
+		return err == nil && st.Role == "leader", 0
+	})
+	if !ok {
+		g.t.Fatal("no leader within 20s")
 	}
-	g.t.Fatal("no leader within 20s")
-	return -1
+	return l
 }
 
 // settledLeader waits until the group is ready for a workload and returns
@@ -117,11 +117,8 @@ func (g *group) leader(skip int) int {
 // broken the agreement by then.
 func (g *group) settledLeader(skip int) int {
 	g.t.Helper()
-	const settle = time.Second
-	var since time.Time
-	last := -1
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		l, ok := -1, true
+	l, ok := testgroup.Settled(30*time.Second, time.Second, 20*time.Millisecond, func() (int, bool) {
+		l := -1
 		var view, leader uint64
 		for i, n := range g.nodes {
 			if i == skip || !n.Running() {
@@ -129,30 +126,23 @@ func (g *group) settledLeader(skip int) int {
 			}
 			st, err := status(n)
 			if err != nil || (st.Role != "leader" && st.Role != "follower") {
-				ok = false
-				break
+				return -1, false
 			}
 			if leader == 0 {
 				view, leader = st.Replication.View, st.Replication.Leader
 			} else if st.Replication.View != view || st.Replication.Leader != leader {
-				ok = false
-				break
+				return -1, false
 			}
 			if st.Role == "leader" {
 				l = i
 			}
 		}
-		switch {
-		case !ok || l < 0:
-			last = -1
-		case l != last:
-			last, since = l, time.Now()
-		case time.Since(since) >= settle:
-			return l
-		}
+		return l, l >= 0
+	})
+	if !ok {
+		g.t.Fatal("the group did not settle on a leader within 30s")
 	}
-	g.t.Fatal("the group did not settle on a leader within 30s")
-	return -1
+	return l
 }
 
 // caughtUp waits until node i has applied everything the leader committed.
@@ -162,14 +152,12 @@ func (g *group) caughtUp(i, leader int) {
 	if err != nil {
 		g.t.Fatal(err)
 	}
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		st, err := status(g.nodes[i])
-		if err == nil && st.Replication.Applied >= lst.Replication.Commit {
-			return
-		}
-		if time.Now().After(deadline) {
-			g.t.Fatalf("%s did not catch up to op %d: %+v %v", g.nodes[i].ID, lst.Replication.Commit, st.Replication, err)
-		}
+	var st nodeStatus
+	if !testgroup.Until(30*time.Second, 20*time.Millisecond, func() bool {
+		st, err = status(g.nodes[i])
+		return err == nil && st.Replication.Applied >= lst.Replication.Commit
+	}) {
+		g.t.Fatalf("%s did not catch up to op %d: %+v %v", g.nodes[i].ID, lst.Replication.Commit, st.Replication, err)
 	}
 }
 

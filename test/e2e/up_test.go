@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/testgroup"
 	"github.com/kefirdb/kefir/test/e2e/cluster"
 )
 
@@ -95,10 +96,9 @@ func trials(def int) int {
 func (u *upProc) waitLog(t *testing.T, re string, timeout time.Duration) []string {
 	t.Helper()
 	rx := regexp.MustCompile(re)
-	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if m := rx.FindStringSubmatch(u.Logs()); m != nil {
-			return m
-		}
+	var m []string
+	if testgroup.Until(timeout, 50*time.Millisecond, func() bool { m = rx.FindStringSubmatch(u.Logs()); return m != nil }) {
+		return m
 	}
 	t.Fatalf("kefir up's output has no match for %q within %v:\n%s", re, timeout, u.Logs())
 	return nil

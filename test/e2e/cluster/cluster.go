@@ -23,6 +23,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kefirdb/kefir/internal/testgroup"
 )
 
 var (
@@ -371,18 +373,16 @@ func (n *Node) StartNoWait() error {
 
 // WaitReady polls the client port until the node answers PING.
 func (n *Node) WaitReady(timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
+	var err error
+	testgroup.Until(timeout, 20*time.Millisecond, func() bool {
 		if !n.Running() {
-			return fmt.Errorf("process exited")
+			err = fmt.Errorf("process exited")
+			return true
 		}
-		if err := Ping(n.ClientAddr); err == nil {
-			return nil
-		} else if time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		err = Ping(n.ClientAddr)
+		return err == nil
+	})
+	return err
 }
 
 // Ping sends an inline PING and expects +PONG.
@@ -492,18 +492,16 @@ func (n *Node) Resume() {
 func (n *Node) waitState(stopped bool) {
 	n.t.Helper()
 	pid := n.Pid()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
+	if testgroup.Until(5*time.Second, time.Millisecond, func() bool {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 		if err != nil {
-			return // exited; callers find out on their next operation
+			return true // exited; callers find out on their next operation
 		}
 		// Format: pid (comm) state ...; comm may contain spaces, so split after ')'.
 		i := bytes.LastIndexByte(b, ')')
-		if i >= 0 && i+2 < len(b) && (b[i+2] == 'T') == stopped {
-			return
-		}
-		time.Sleep(time.Millisecond)
+		return i >= 0 && i+2 < len(b) && (b[i+2] == 'T') == stopped
+	}) {
+		return
 	}
 	n.t.Fatalf("cluster: %s did not become stopped=%v", n.ID, stopped)
 }
