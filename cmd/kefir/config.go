@@ -251,7 +251,7 @@ var serverOptions = []option{
 			c.CheckpointOps = n
 			return err
 		}},
-	{"fsync-extra-delay", "0", "Benchmarks only: sleep this long after every fsync (engine and replication logs), before the data counts as durable, to emulate a slower disk than this machine's — e.g. 1ms to 3ms for the SSDs of the CAD paper's experiments (docs/benchmarks.md). The real fsync still happens first, so nothing is reported durable that is not. 0: none; at most 100ms.",
+	{"fsync-extra-delay", "0", "Benchmarks only: sleep this long after every fsync of a file (engine and replication logs, their checkpoints and compactions), before the data counts as durable, to emulate a slower disk than this machine's — e.g. 1ms to 3ms for the SSDs of the CAD paper's experiments (docs/benchmarks.md). The real fsync still happens first, so nothing is reported durable that is not. 0: none; at most 100ms.",
 		func(c *serverConfig, v string) error {
 			d, err := time.ParseDuration(v)
 			if err == nil && (d < 0 || d > server.MaxFsyncExtraDelay) {

@@ -153,7 +153,7 @@ func New(cfg Config) (_ *Server, err error) {
 	}
 	db, err := storage.Open(storage.Options{
 		Devices:            []storage.Device{{Dir: filepath.Join(cfg.DataDir, "storage")}},
-		FS:                 cfg.FS,
+		FS:                 cfg.diskFS(),
 		SyncInterval:       cfg.SyncInterval,
 		CacheBytes:         cfg.CacheBytes,
 		CheckpointInterval: max(cfg.CheckpointInterval, 0),
