@@ -375,6 +375,13 @@ func loadServerConfig(args []string, env func(string) string, stderr io.Writer) 
 			}
 		}
 	}
+	// KEFIR_IO_LOOPS (docs/operations.md) is an environment-only setting with
+	// no flag: read once here, like every other option, and handed to the
+	// server as Config.IOLoops. A value that is not a positive number is
+	// ignored (the default: one loop per two processors), as it always was.
+	if n, err := strconv.Atoi(strings.TrimSpace(env("KEFIR_IO_LOOPS"))); err == nil && n > 0 {
+		cfg.IOLoops = n
+	}
 	var ferr error
 	fs.Visit(func(f *flag.Flag) {
 		if o := findOption(f.Name); o != nil && ferr == nil {

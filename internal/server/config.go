@@ -81,6 +81,11 @@ type Config struct {
 	// sets it, so the last server created in a process decides for all of
 	// them. TLS connections always use goroutines.
 	IOModel IOModel
+	// IOLoops is the number of epoll event loops (0: one per two processors;
+	// kefir server takes it from KEFIR_IO_LOOPS). Process-wide like IOModel:
+	// New sets it, and only the value set before the first epoll connection
+	// starts the loops counts.
+	IOLoops int
 
 	// LoopSpin is how long an event loop polls for more input before it
 	// sleeps in epoll_wait, while it is busy (docs/operations.md, "Event

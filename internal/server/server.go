@@ -110,6 +110,7 @@ func New(cfg Config) (_ *Server, err error) {
 	if cfg.IOModel != "" {
 		SetIOModel(cfg.IOModel)
 	}
+	setIOLoops(cfg.IOLoops)
 	setLoopSpin(cfg.effectiveLoopSpin())
 	s := &Server{
 		cfg:     cfg,
