@@ -92,6 +92,23 @@ func (f *slowFile) Sync() error {
 	return err
 }
 
+// slowOf returns f's slowFile if f is a SlowSync file, else nil. A switch on
+// the concrete types, not an interface assertion, so the fsync path of every
+// other file pays a few type-word compares and no itab lookup.
+func slowOf(f File) *slowFile {
+	switch s := f.(type) {
+	case *slowFile:
+		return s
+	case slowFileW:
+		return s.slowFile
+	case slowFileWP:
+		return s.slowFile
+	case slowFileWPM:
+		return s.slowFile
+	}
+	return nil
+}
+
 // syncTimed is SyncTimed for a slowed file: onSync hears the real fsync's
 // duration, and the sleep follows it, before the caller learns the sync is done.
 func (f *slowFile) syncTimed(onSync func(time.Duration)) error {

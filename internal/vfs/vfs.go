@@ -77,9 +77,7 @@ func SyncTimed(f File, onSync func(time.Duration)) error {
 	if onSync == nil {
 		return f.Sync()
 	}
-	if s, ok := f.(interface {
-		syncTimed(func(time.Duration)) error
-	}); ok {
+	if s := slowOf(f); s != nil {
 		return s.syncTimed(onSync) // SlowSync: time the real fsync, not the emulated extra
 	}
 	start := time.Now()
