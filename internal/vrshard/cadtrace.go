@@ -147,72 +147,63 @@ func (t *tracer) followerPersisted(p uint64) {
 	t.mu.Unlock()
 }
 
-func (t *tracer) committed(c uint64) {
+// advance stamps, under the lock, the ops after *last up to to (the newest
+// 100000 at most) that are still in the ring, with each, and moves *last.
+func (t *tracer) advance(last *uint64, to uint64, each func(s *trOp, now int64)) {
 	if !t.on {
 		return
 	}
 	t.mu.Lock()
-	if c > t.lastCmt {
+	if to > *last {
 		now := t.now()
-		for op := max(t.lastCmt+1, c-min(c, 100000)); op <= c; op++ {
-			s := &t.ops[op%trRing]
-			if s.op == op && s.commit == 0 && s.app != 0 {
-				s.commit = now
-				t.add("append->commitReady", now-s.app)
-				if s.lsync != 0 && s.fpers != 0 {
-					t.add("max(ownsync,fpers)->commitReady", now-max(s.lsync, s.fpers))
-					if s.lsync > s.fpers {
-						t.add("ownsync-last", 1)
-					} else {
-						t.add("fpers-last", 1)
-					}
-				}
+		for op := max(*last+1, to-min(to, 100000)); op <= to; op++ {
+			if s := &t.ops[op%trRing]; s.op == op {
+				each(s, now)
 			}
 		}
-		t.lastCmt = c
+		*last = to
 	}
 	t.mu.Unlock()
+}
+
+func (t *tracer) committed(c uint64) {
+	t.advance(&t.lastCmt, c, func(s *trOp, now int64) {
+		if s.commit != 0 || s.app == 0 {
+			return
+		}
+		s.commit = now
+		t.add("append->commitReady", now-s.app)
+		if s.lsync != 0 && s.fpers != 0 {
+			t.add("max(ownsync,fpers)->commitReady", now-max(s.lsync, s.fpers))
+			if s.lsync > s.fpers {
+				t.add("ownsync-last", 1)
+			} else {
+				t.add("fpers-last", 1)
+			}
+		}
+	})
 }
 
 func (t *tracer) appliedTo(a uint64) {
-	if !t.on {
-		return
-	}
-	t.mu.Lock()
-	if a > t.lastApp {
-		now := t.now()
-		for op := max(t.lastApp+1, a-min(a, 100000)); op <= a; op++ {
-			s := &t.ops[op%trRing]
-			if s.op == op && s.applied == 0 && s.commit != 0 {
-				s.applied = now
-				t.add("commitReady->applied", now-s.commit)
-			}
+	t.advance(&t.lastApp, a, func(s *trOp, now int64) {
+		if s.applied == 0 && s.commit != 0 {
+			s.applied = now
+			t.add("commitReady->applied", now-s.commit)
 		}
-		t.lastApp = a
-	}
-	t.mu.Unlock()
+	})
 }
 
 func (t *tracer) readable(R uint64) {
-	if !t.on {
-		return
-	}
-	t.mu.Lock()
-	if R > t.lastR {
-		now := t.now()
-		for op := max(t.lastR+1, R-min(R, 100000)); op <= R; op++ {
-			s := &t.ops[op%trRing]
-			if s.op == op && s.rpub == 0 && s.app != 0 {
-				s.rpub = now
-				t.add("append->Rpublished", now-s.app)
-				if s.applied != 0 {
-					t.add("applied->Rpublished", now-s.applied)
-				}
-			}
+	t.advance(&t.lastR, R, func(s *trOp, now int64) {
+		if s.rpub != 0 || s.app == 0 {
+			return
 		}
-		t.lastR = R
-	}
-	t.mu.Unlock()
+		s.rpub = now
+		t.add("append->Rpublished", now-s.app)
+		if s.applied != 0 {
+			t.add("applied->Rpublished", now-s.applied)
+		}
+	})
 }
 
 func (t *tracer) sample(name string, d int64) {
