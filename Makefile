@@ -24,6 +24,7 @@ BENCH_SELF_TESTS = ./ycsb ./ycsb/gen ./ycsb/core ./delaymesh ./limits ./storageb
 
 # The default suite (CI): unit, simulator, checker and e2e tests. Must stay under 15 minutes on 2 cores.
 test:
+	$(GO) vet -tags cadtrace ./internal/vrshard/
 	$(GO) test -count=1 -timeout 20m ./...
 	cd bench && $(GO) test -count=1 -timeout 5m $(BENCH_SELF_TESTS)
 

@@ -22,7 +22,8 @@
 #                         each replica then emulates its own small machine and the
 #                         servers, not the client, are the bottleneck (reads mode). 0: none.
 #   --gomaxprocs N        GOMAXPROCS of every replica (empty: Go's default, the core count)
-#   --bin PATH            kefir binary (default: go build ./cmd/kefir into DIR)
+#   --bin PATH            kefir binary (default: go build ./cmd/kefir into DIR, with
+#                         -tags cadtrace when KEFIR_CADTRACE is set)
 #   --profile PDIR        also take a CPU profile of every replica during each cell
 #                         (PDIR/<round>-<workload>-<clients>-<level>-n<i>.pprof, the cell's
 #                         duration minus 1 s; profiling costs a little CPU itself)
@@ -39,9 +40,10 @@
 #                         each connection's commands in order (docs/design/cad.md §9)
 #
 # Timeline of every op (append, fsyncs, commit, apply, R, durability waits; cad.md §9):
-# apply bench/cadbench/cadtrace.patch, build, and run with KEFIR_CADTRACE=1 --dir DIR: the
-# script sends every replica SIGUSR1 after the load and after each cell, and each prints
-# its percentiles for that cell to DIR/n<i>.log. Without the patch SIGUSR1 kills the servers.
+# run with KEFIR_CADTRACE=1 --dir DIR: the script builds kefir with -tags cadtrace
+# (internal/vrshard/cadtrace.go; the default build compiles no-op hooks), sends every
+# replica SIGUSR1 after the load and after each cell, and each prints its percentiles for
+# that cell to DIR/n<i>.log. A --bin built without the tag dies of that SIGUSR1.
 #
 # Every measuring run must hold the shared bench lock; wrap the whole script:
 #   flock /tmp/kefir-bench.lock bench/cadbench/run.sh writes --workloads w --clients 10
@@ -58,7 +60,7 @@
 set -euo pipefail
 
 mode=${1:-}
-case "$mode" in writes | reads) shift ;; *) sed -n '2,47p' "$0"; exit 2 ;; esac
+case "$mode" in writes | reads) shift ;; *) sed -n '2,49p' "$0"; exit 2 ;; esac
 workloads="w a f"; clients="10 64"; levels="sync cad async"; rounds=2; dur=5s
 records=20000; fxd=0; sargs=""; pool=0; dir=""; port=17480; quota=0; gmp=""; bin=""; prof=""; fr=false
 while [ $# -gt 0 ]; do
@@ -89,7 +91,9 @@ root=$(cd "$here/../.." && pwd)
 mkdir -p "$dir"
 if [ -z "$bin" ]; then
   bin="$dir/kefir"
-  (cd "$root" && go build -o "$bin" ./cmd/kefir)
+  tags=()
+  [ -z "${KEFIR_CADTRACE:-}" ] || tags=(-tags cadtrace)
+  (cd "$root" && go build "${tags[@]}" -o "$bin" ./cmd/kefir)
 fi
 ycsb="$dir/ycsb"
 (cd "$root/bench" && go build -o "$ycsb" ./ycsb)

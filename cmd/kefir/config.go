@@ -251,7 +251,7 @@ var serverOptions = []option{
 			c.CheckpointOps = n
 			return err
 		}},
-	{"fsync-extra-delay", "0", "Benchmarks only: sleep this long after every fsync (engine and replication logs), before the data counts as durable, to emulate a slower disk than this machine's — e.g. 1ms to 3ms for the SSDs of the CAD paper's experiments (docs/benchmarks.md). The real fsync still happens first, so nothing is reported durable that is not. 0: none; at most 100ms.",
+	{"fsync-extra-delay", "0", "Benchmarks only: sleep this long after every fsync of a file (engine and replication logs, their checkpoints and compactions), before the data counts as durable, to emulate a slower disk than this machine's — e.g. 1ms to 3ms for the SSDs of the CAD paper's experiments (docs/benchmarks.md). The real fsync still happens first, so nothing is reported durable that is not. 0: none; at most 100ms.",
 		func(c *serverConfig, v string) error {
 			d, err := time.ParseDuration(v)
 			if err == nil && (d < 0 || d > server.MaxFsyncExtraDelay) {
@@ -374,6 +374,13 @@ func loadServerConfig(args []string, env func(string) string, stderr io.Writer) 
 				return cfg, fmt.Errorf("%s: %w", envName(o.name), err)
 			}
 		}
+	}
+	// KEFIR_IO_LOOPS (docs/operations.md) is an environment-only setting with
+	// no flag: read once here, like every other option, and handed to the
+	// server as Config.IOLoops. A value that is not a positive number is
+	// ignored (the default: one loop per two processors), as it always was.
+	if n, err := strconv.Atoi(strings.TrimSpace(env("KEFIR_IO_LOOPS"))); err == nil && n > 0 {
+		cfg.IOLoops = n
 	}
 	var ferr error
 	fs.Visit(func(f *flag.Flag) {

@@ -81,6 +81,11 @@ type Config struct {
 	// sets it, so the last server created in a process decides for all of
 	// them. TLS connections always use goroutines.
 	IOModel IOModel
+	// IOLoops is the number of epoll event loops (0: one per two processors;
+	// kefir server takes it from KEFIR_IO_LOOPS). Process-wide like IOModel:
+	// New sets it, and only the value set before the first epoll connection
+	// starts the loops counts.
+	IOLoops int
 
 	// LoopSpin is how long an event loop polls for more input before it
 	// sleeps in epoll_wait, while it is busy (docs/operations.md, "Event
@@ -139,10 +144,11 @@ type Config struct {
 	// vrshard Options.CheckpointOps).
 	CheckpointOps uint64
 	// FsyncExtraDelay emulates a slower disk for benchmarks: every fsync of
-	// the engine's log and of the replication log is followed by a sleep this
-	// long on the goroutine that synced, before anything learns it is done,
-	// so the data is reported durable that much later (the real fsync still
-	// happens first, so what is reported durable is). 0: none.
+	// a file under the node (the engine's log and the replication log among
+	// them) is followed by a sleep this long on the goroutine that synced,
+	// before anything learns it is done, so the data is reported durable that
+	// much later (the real fsync still happens first, so what is reported
+	// durable is). The disk does it (vfs.SlowSync over FS; diskFS). 0: none.
 	FsyncExtraDelay time.Duration
 	// FollowerReads lets followers serve cross-client-monotonic reads while
 	// they hold an active-set lease (docs/design/cad.md §3); every member
@@ -322,6 +328,20 @@ func (c Config) withDefaults() Config {
 		c.Logger = slog.Default()
 	}
 	return c
+}
+
+// diskFS is the file system the engine and the replication log write
+// through: FS (nil: the OS's) as a slower disk when FsyncExtraDelay is set,
+// else FS itself (nil stays nil: the packages default to the OS).
+func (c *Config) diskFS() vfs.FS {
+	if c.FsyncExtraDelay <= 0 {
+		return c.FS
+	}
+	fs := c.FS
+	if fs == nil {
+		fs = vfs.Default
+	}
+	return vfs.SlowSync(fs, c.FsyncExtraDelay)
 }
 
 // MaxFsyncExtraDelay bounds Config.FsyncExtraDelay: an emulated disk slower

@@ -332,8 +332,9 @@ var (
 // idle loop sleeps in epoll_wait with no timeout.
 func pickLoop() (*loop, error) {
 	loopsOnce.Do(func() {
-		addLoopProcs(ioLoops)
-		for range ioLoops {
+		n := loopCount()
+		addLoopProcs(n)
+		for range n {
 			l, err := newLoop()
 			if err != nil {
 				loopsErr = err

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"runtime"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"weak"
@@ -66,11 +65,32 @@ type atomicIOModel struct{ v atomic.Value }
 func (a *atomicIOModel) Load() IOModel   { return a.v.Load().(IOModel) }
 func (a *atomicIOModel) Store(m IOModel) { a.v.Store(m) }
 
-// ioLoops is the number of event loops, KEFIR_IO_LOOPS or one per two
-// processors: a loop keeps one processor busy, and the other half is left for
-// the goroutines that wait for fsyncs, the storage engine's background work and,
-// on a benchmark box, the load generator.
-var ioLoops = ioLoopsFromEnv()
+// ioLoops is the number of event loops Config.IOLoops asked for (kefir server
+// reads KEFIR_IO_LOOPS into it), 0 for the default. Process-wide like the loops
+// themselves: New sets it, and it counts only until the first epoll connection
+// starts them.
+var ioLoops atomic.Int64
+
+// defaultIOLoops is one loop per two processors (as the process started): a
+// loop keeps one processor busy, and the other half is left for the goroutines
+// that wait for fsyncs, the storage engine's background work and, on a
+// benchmark box, the load generator.
+var defaultIOLoops = max(1, runtime.GOMAXPROCS(0)/2)
+
+// setIOLoops records Config.IOLoops; n <= 0 leaves the count as it is.
+func setIOLoops(n int) {
+	if n > 0 {
+		ioLoops.Store(int64(n))
+	}
+}
+
+// loopCount is how many event loops the process starts.
+func loopCount() int {
+	if n := ioLoops.Load(); n > 0 {
+		return int(n)
+	}
+	return defaultIOLoops
+}
 
 func ioModelFromEnv() IOModel {
 	m, err := ParseIOModel(os.Getenv("KEFIR_IO_MODEL"))
@@ -83,13 +103,6 @@ func ioModelFromEnv() IOModel {
 		return IOGoroutine
 	}
 	return m
-}
-
-func ioLoopsFromEnv() int {
-	if n, err := strconv.Atoi(os.Getenv("KEFIR_IO_LOOPS")); err == nil && n > 0 {
-		return n
-	}
-	return max(1, runtime.GOMAXPROCS(0)/2)
 }
 
 // syncFronts maps an engine to the highest position its connections wait to make

@@ -108,7 +108,7 @@ func (s *Server) openReplica() (*vrshard.Replica, error) {
 	}
 	opts := vrshard.Options{
 		Dir: filepath.Join(cfg.DataDir, "vr"),
-		FS:  cfg.FS,
+		FS:  cfg.diskFS(),
 		VR: vr.Config{
 			Cluster: cfg.ClusterID, Members: ids, Self: cfg.ReplicaID,
 			HeartbeatInterval: cfg.HeartbeatInterval, ViewChangeTimeout: cfg.ViewChangeTimeout,

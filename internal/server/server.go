@@ -110,6 +110,7 @@ func New(cfg Config) (_ *Server, err error) {
 	if cfg.IOModel != "" {
 		SetIOModel(cfg.IOModel)
 	}
+	setIOLoops(cfg.IOLoops)
 	setLoopSpin(cfg.effectiveLoopSpin())
 	s := &Server{
 		cfg:     cfg,
@@ -153,7 +154,7 @@ func New(cfg Config) (_ *Server, err error) {
 	}
 	db, err := storage.Open(storage.Options{
 		Devices:            []storage.Device{{Dir: filepath.Join(cfg.DataDir, "storage")}},
-		FS:                 cfg.FS,
+		FS:                 cfg.diskFS(),
 		SyncInterval:       cfg.SyncInterval,
 		CacheBytes:         cfg.CacheBytes,
 		CheckpointInterval: max(cfg.CheckpointInterval, 0),

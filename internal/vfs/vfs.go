@@ -70,11 +70,15 @@ type Mapper interface {
 
 // SyncTimed syncs f and, if onSync is set, tells it how long the Sync took,
 // on this goroutine, before returning (the engine's and the replication log's
-// fsync histogram; an emulated slower disk sleeps there). The clock is read
+// fsync histogram). On a SlowSync file onSync hears the real fsync's duration
+// and the emulated extra follows it. The clock is read
 // only when someone listens, so the simulator's runs read none.
 func SyncTimed(f File, onSync func(time.Duration)) error {
 	if onSync == nil {
 		return f.Sync()
+	}
+	if s := slowOf(f); s != nil {
+		return s.syncTimed(onSync) // SlowSync: time the real fsync, not the emulated extra
 	}
 	start := time.Now()
 	err := f.Sync()

@@ -154,17 +154,32 @@ func (r *Replica) leaderRead(ctx context.Context, op kv.Op) (kv.Result, error) {
 func (r *Replica) leaderServe(ctx context.Context, op kv.Op) (kv.Result, error) {
 	deadline := time.Now().Add(r.opts.RequestTimeout)
 	waited := false
+	var tw0 time.Time
+	loops := 0
 	for {
 		res, need, R, err := r.leaderCheck(op, waited)
 		if err != nil {
 			return kv.Result{}, err
 		}
 		if need <= R {
+			if cadtraceOn && waited {
+				r.ctr.sample("read.durwait.total", int64(time.Since(tw0)))
+				r.ctr.sample(fmt.Sprintf("read.durwait.loops=%d", loops), 0)
+			}
 			return res, nil
+		}
+		var tw time.Time
+		if cadtraceOn {
+			loops++
+			tw = time.Now()
 		}
 		if !waited {
 			waited = true
 			r.st.durWaits.Add(1)
+			if cadtraceOn {
+				tw0 = tw
+				r.ctr.sample("read.durwait.gapOps(need-R)x1000", int64(need-R)*1000)
+			}
 		}
 		if time.Now().After(deadline) {
 			return kv.Result{}, ErrCannotServe
@@ -176,11 +191,17 @@ func (r *Replica) leaderServe(ctx context.Context, op kv.Op) (kv.Result, error) 
 		if err := r.awaitRead(ctx, rw); err != nil {
 			return kv.Result{}, err
 		}
+		if cadtraceOn {
+			r.ctr.sample("read.durwait.oneWait(register->release)", int64(time.Since(tw)))
+		}
 		if rw.err != nil {
 			return kv.Result{}, rw.err
 		}
 		if err := r.waitApplied(ctx, max(rw.idx, need), r.opts.RequestTimeout); err != nil {
 			return kv.Result{}, err
+		}
+		if cadtraceOn && r.readable.Load() < need {
+			r.ctr.sample("read.durwait.staleRAfterRelease", 0)
 		}
 	}
 }

@@ -490,6 +490,9 @@ type parkedReply struct {
 }
 
 type syncResult struct {
+	// The fsync's duration for the CAD timeline: zero-size without -tags
+	// cadtrace, and first so that it adds no trailing padding either.
+	d   traceDur
 	seq uint64
 	err error
 }
@@ -663,6 +666,7 @@ type Replica struct {
 	nxIDs     nxIdents
 	upd       *keyUpdates // per-key update index and async overlay (cad.go)
 	readable  atomic.Uint64
+	ctr       *tracer // CAD timeline (cadtrace.go); nil, and its hooks no-ops, without -tags cadtrace
 	// Early-acknowledged writes without a request id get one: this
 	// incarnation's random client id and the next number (driver only).
 	cadClient uint64
@@ -822,6 +826,9 @@ func Open(opts Options) (*Replica, error) {
 	r.app.nreserved.Store(int64(r.app.reservedRows()))
 	// The engine may hold ops the index never saw (applied before this
 	// start; they are re-applied, and indexed, as the log replays).
+	if cadtraceOn {
+		r.ctr = newTracer(fmt.Sprint(r.cfg.Self))
+	}
 	r.upd = newKeyUpdates(max(ws.snap.Op, db.LastVersion()))
 	r.engineTop.Store(max(ws.snap.Op, db.LastVersion()))
 	r.early = map[idKey][][]byte{}
@@ -1063,6 +1070,9 @@ func (r *Replica) step(in inbound) {
 		}
 		r.core.Step(now, *m)
 		r.noteView(viewCause{kind: 'm', typ: m.Type, from: m.From})
+		if cadtraceOn && m.Type == vr.MsgPrepareOK {
+			r.ctr.followerPersisted(m.Persisted)
+		}
 		if h := r.mut.afterStep; h != nil {
 			h(r, m)
 		}
@@ -1370,6 +1380,9 @@ func (r *Replica) handle(rd *vr.Ready) error {
 		if rd.PersistSeq != 0 {
 			r.written = rd.PersistSeq
 		}
+		if cadtraceOn && len(rd.Entries) > 0 {
+			r.ctr.appended(rd.Entries[0].Op, rd.Entries[len(rd.Entries)-1].Op, rd.PersistSeq, false)
+		}
 		r.noteWritten(hold)
 		r.startSync()
 	}
@@ -1378,6 +1391,9 @@ func (r *Replica) handle(rd *vr.Ready) error {
 	}
 	// 3. Apply committed entries: one engine Append, no engine fsync.
 	if len(rd.Committed) > 0 {
+		if cadtraceOn {
+			r.ctr.committed(rd.Committed[len(rd.Committed)-1].Op)
+		}
 		if err := r.apply(rd.Committed); err != nil {
 			return err
 		}
@@ -1467,7 +1483,11 @@ func (r *Replica) startSync() {
 	r.syncStarted()
 	r.syncing = r.written
 	seg, seq := r.wal.seg, r.written
-	go func() { r.syncDone <- syncResult{seq, seg.Sync()} }()
+	go func() {
+		t := traceNow()
+		err := seg.Sync()
+		r.syncDone <- syncResult{seq: seq, err: err, d: t.since()}
+	}()
 }
 
 func (r *Replica) lastSynced() uint64 { return r.synced0 }
@@ -1489,6 +1509,7 @@ func (r *Replica) syncFinished(res syncResult) error {
 	}
 	r.st.fsyncs.Add(1)
 	r.wal.syncs++
+	r.ctr.synced(res.seq, res.d)
 	if res.seq > r.synced0 {
 		r.synced0 = res.seq
 		r.core.Persisted(res.seq)
@@ -1566,6 +1587,7 @@ func (r *Replica) apply(cs []vr.Committed) error {
 	r.sinceCkpt += uint64(len(cs))
 	r.trimTail(last)
 	r.setApplied(last)
+	r.ctr.appliedTo(last)
 	r.trimLate(last)
 	for _, l := range locals {
 		if !l.p.blind && r.mustPark(l.op) {
@@ -1657,6 +1679,7 @@ func (r *Replica) publish() {
 // index the ops every reader may now see.
 func (r *Replica) publishReadable(R uint64) {
 	r.readable.Store(R)
+	r.ctr.readable(R)
 	r.upd.prune(min(r.applied.Load(), R))
 }
 
@@ -1876,6 +1899,13 @@ func (r *Replica) Apply(ctx context.Context, reqs []shard.WriteReq) (shard.Pendi
 		return shard.Pending{}, r.closedErr()
 	}
 	bw.deadline = time.Now().Add(r.opts.RequestTimeout)
+	if cadtraceOn {
+		tap := time.Now()
+		defer func() {
+			r.ctr.sample(fmt.Sprintf("apply.%v.batchwait", reqs[0].Durability), int64(time.Since(tap)))
+			r.ctr.sample(fmt.Sprintf("apply.%v.batchlen x1000", reqs[0].Durability), int64(len(reqs))*1000)
+		}()
+	}
 	timer := time.NewTimer(r.opts.RequestTimeout)
 	defer timer.Stop()
 	select {
