@@ -503,12 +503,14 @@ var (
 // dispatch runs one command. Writes are queued (see flushWrites); everything else
 // first flushes the queue.
 func (c *conn) dispatch(args [][]byte) {
-	if crossProtocol(args[0]) {
-		c.crossProtocolAttack(args[0])
-		return
-	}
 	spec, ok := command.Lookup(args[0])
 	if !ok {
+		// No command is named POST or HOST:, so only an unknown name can be
+		// an HTTP line: a known command pays nothing for the check.
+		if crossProtocol(args[0]) {
+			c.crossProtocolAttack(args[0])
+			return
+		}
 		c.flushWrites()
 		c.writeErr(errf("ERR unknown command '%s', with args beginning with: %s", clip(args[0]), argPreview(args[1:])))
 		return
