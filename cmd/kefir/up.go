@@ -473,12 +473,7 @@ func (u *upCluster) exited(n *upNode, err error) {
 	} else {
 		n.quick = 0
 	}
-	running := 0
-	for _, o := range u.nodes {
-		if o.running {
-			running++
-		}
-	}
+	running := u.running()
 	u.say("%s (pid %d) stopped after %v: %s; %d of %d nodes running", n.id, n.pid, up.Round(time.Millisecond), status, running, len(u.nodes))
 	if u.grp != nil && running < len(u.nodes)/2+1 {
 		u.say("WARNING: a majority of the group is down: writes and linearizable reads wait until enough nodes are back")
@@ -524,6 +519,17 @@ func (u *upCluster) retryGivenUp() {
 	}
 }
 
+// running counts the nodes whose process runs.
+func (u *upCluster) running() int {
+	k := 0
+	for _, n := range u.nodes {
+		if n.running {
+			k++
+		}
+	}
+	return k
+}
+
 // allDown reports whether no node runs and none will be restarted.
 func (u *upCluster) allDown() bool {
 	for _, n := range u.nodes {
@@ -558,13 +564,7 @@ func (u *upCluster) stopAll(sigs chan os.Signal) {
 	timeout := time.NewTimer(upStopTimeout)
 	defer timeout.Stop()
 	for {
-		running := 0
-		for _, n := range u.nodes {
-			if n.running {
-				running++
-			}
-		}
-		if running == 0 {
+		if u.running() == 0 {
 			return
 		}
 		select {
