@@ -117,6 +117,17 @@ func pickLife(rng *rand.Rand) lifeKind {
 	}
 }
 
+// killWhileStarting starts n and SIGKILLs it a random moment (under 40 ms)
+// later: before or during its recovery (lifeMidRecover).
+func killWhileStarting(t *testing.T, n *cluster.Node, rng *rand.Rand) {
+	t.Helper()
+	if err := n.StartNoWait(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Duration(rng.IntN(40_000)) * time.Microsecond)
+	n.Kill()
+}
+
 func TestCrashLoopSingleNode(t *testing.T) {
 	lives := 24
 	if soakRun() {
@@ -149,11 +160,7 @@ func TestCrashLoopSingleNode(t *testing.T) {
 			busy++
 		}
 		if kind == lifeMidRecover {
-			if err := n.StartNoWait(); err != nil {
-				t.Fatal(err)
-			}
-			time.Sleep(time.Duration(rng.IntN(40_000)) * time.Microsecond)
-			n.Kill()
+			killWhileStarting(t, n, rng)
 			kills++
 			continue
 		}
@@ -256,11 +263,7 @@ func TestCrashLoopReplicaGroup(t *testing.T) {
 			n := g.nodes[v]
 			if kind == lifeMidRecover {
 				// Killed again while it recovers: the next start must still work.
-				if err := n.StartNoWait(); err != nil {
-					t.Fatal(err)
-				}
-				time.Sleep(time.Duration(rng.IntN(40_000)) * time.Microsecond)
-				n.Kill()
+				killWhileStarting(t, n, rng)
 				kills++
 			}
 			if err := n.StartNoWait(); err != nil {
