@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 )
 
 // Default limits. They match Redis's (proto-max-bulk-len 512 MiB, inline requests
@@ -363,11 +362,11 @@ func (r *Reader) parseCommand() (bool, error) {
 			next = nx
 		}
 		if n > int64(r.maxBulk) {
-			return r.startDiscard(next, n, fmt.Sprintf("value of %d bytes exceeds the limit of %d bytes (--max-bulk); the command was not run", n, r.maxBulk))
+			return r.startDiscard(next, n, fmt.Sprintf("value of %d bytes exceeds the limit of %d bytes (--max-bulk)", n, r.maxBulk), "the command was not run")
 		}
 		end := next + int(n)
 		if end+2 > r.maxCmd {
-			return r.startDiscard(next, n, fmt.Sprintf("command larger than the limit of %d bytes (--max-request); it was not run", r.maxCmd))
+			return r.startDiscard(next, n, fmt.Sprintf("command larger than the limit of %d bytes (--max-request)", r.maxCmd), "it was not run")
 		}
 		if end+2 > len(b) {
 			return false, nil
@@ -385,14 +384,15 @@ func (r *Reader) parseCommand() (bool, error) {
 // startDiscard switches the parse of the current command to discarding it: the
 // argument whose header ends at next (relative to r.r) is n bytes long and
 // over a limit, so it and every argument after it are read and thrown away
-// (discardCommand), and ReadCommand then returns a TooLargeError with msg.
+// (discardCommand), and ReadCommand then returns a TooLargeError saying what
+// (which limit) and notRun. One too large to skip is a protocol error saying what.
 // Nothing of the command is buffered from here on: memory stays bounded.
-func (r *Reader) startDiscard(next int, n int64, msg string) (bool, error) {
+func (r *Reader) startDiscard(next int, n int64, what, notRun string) (bool, error) {
 	r.skipped = int64(next) + n + 2
 	if r.skipped > r.maxSkip {
-		return false, protoErr("%s, and larger than %d bytes, the most this node reads to skip it", strings.TrimSuffix(strings.TrimSuffix(msg, "; the command was not run"), "; it was not run"), r.maxSkip)
+		return false, protoErr("%s, and larger than %d bytes, the most this node reads to skip it", what, r.maxSkip)
 	}
-	r.tooLarge = &TooLargeError{Msg: msg}
+	r.tooLarge = &TooLargeError{Msg: what + "; " + notRun}
 	r.r += next // the header and the arguments before it are done with
 	r.cpos, r.offs = 0, r.offs[:0]
 	r.skip = n + 2
