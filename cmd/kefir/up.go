@@ -248,13 +248,7 @@ func (u *upCluster) start(n *upNode) error {
 	n.dead = make(chan struct{})
 	id, gen, dead := n.id, n.gen, n.dead
 	go func() {
-		sc := bufio.NewScanner(out)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			u.outMu.Lock()
-			fmt.Fprintf(u.stderr, "%s | %s\n", id, sc.Text())
-			u.outMu.Unlock()
-		}
+		u.copyLines(out, id)
 		err := cmd.Wait()
 		close(dead)
 		select {
@@ -264,6 +258,29 @@ func (u *upCluster) start(n *upNode) error {
 	}()
 	return nil
 }
+
+// copyLines copies a node's output to up's stderr, each line prefixed by
+// the node's id, to its end whatever it holds: a reader that stopped (a line
+// over the scanner's limit) would leave the pipe full and the node blocked on
+// its next log line — hung, not exited, so never restarted.
+func (u *upCluster) copyLines(out io.Reader, id string) {
+	for {
+		sc := bufio.NewScanner(out)
+		sc.Buffer(make([]byte, 64<<10), maxOutputLine)
+		for sc.Scan() {
+			u.outMu.Lock()
+			fmt.Fprintf(u.stderr, "%s | %s\n", id, sc.Text())
+			u.outMu.Unlock()
+		}
+		if sc.Err() == nil {
+			return
+		}
+		u.say("%s: an output line over %d bytes was cut (%v)", id, maxOutputLine, sc.Err())
+	}
+}
+
+// maxOutputLine is the longest node output line copied whole.
+const maxOutputLine = 1 << 20
 
 // nodeStatus is what `up` reads of a node's /status.
 type nodeStatus struct {
