@@ -213,11 +213,18 @@ func (f *forwarder) forward(addr string, calls []*fwdCall, leader func() (string
 	deadline := time.Now().Add(min(retryFor, fwdRetryFor))
 	pause := fwdRetryPause
 	why := errors.New("no leader known")
+	sent := false // a first attempt went out: later round trips are retries
 	for hops := 0; ; {
 		if addr == "" {
 			addr, _ = leader()
 		}
 		if addr != "" {
+			if sent {
+				// Counted when sent again, not when the retry is decided:
+				// a retry the deadline cuts off was never sent.
+				f.retries.Add(uint64(len(calls)))
+			}
+			sent = true
 			f.roundTrip(addr, calls)
 			var again []*fwdCall
 			next := ""
@@ -242,7 +249,6 @@ func (f *forwarder) forward(addr string, calls []*fwdCall, leader func() (string
 			if len(again) == 0 {
 				return
 			}
-			f.retries.Add(uint64(len(again)))
 			calls = again
 			if next != "" && next != addr && hops < fwdMaxHops {
 				// Follow a MOVED at once: the node that sent it knows a leader.
