@@ -129,6 +129,12 @@ var (
 // refused (ErrReservedKey); reads see them as absent and scans skip them.
 var ReservedPrefix = []byte("\xff\xffkefir/")
 
+// ReservedKey returns the reserved key (or key prefix) ReservedPrefix+name,
+// in a slice of its own.
+func ReservedKey(name string) []byte {
+	return append(append([]byte(nil), ReservedPrefix...), name...)
+}
+
 // IsReserved reports whether key is one of the reserved keys.
 func IsReserved(key []byte) bool { return bytes.HasPrefix(key, ReservedPrefix) }
 

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/kefirdb/kefir/internal/kv"
+	"github.com/kefirdb/kefir/internal/kv/kvtest"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/storage"
 )
@@ -94,10 +95,7 @@ func BenchmarkApply(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer func() { s.Close(); db.Close() }()
-	keys := make([][]byte, 1000)
-	for i := range keys {
-		keys[i] = []byte(fmt.Sprintf("key-%06d", i))
-	}
+	keys := kvtest.BenchKeys(1000)
 	val := make([]byte, 100)
 	reqs := make([]WriteReq, 16)
 	var seq uint64
@@ -105,23 +103,7 @@ func BenchmarkApply(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		for j := range reqs {
-			k := keys[(i*16+j)%len(keys)]
-			var op kv.Op
-			switch j % 8 {
-			case 0, 1, 2:
-				op = kv.Op{Kind: kv.KindSet, Key: k, Value: val}
-			case 3:
-				op = kv.Op{Kind: kv.KindIncrBy, Key: []byte("ctr"), Delta: 1}
-			case 4:
-				op = kv.Op{Kind: kv.KindGetSet, Key: k, Value: val}
-			case 5:
-				op = kv.Op{Kind: kv.KindMSet, Keys: [][]byte{k, val, keys[(i+j+7)%len(keys)], val}}
-			case 6:
-				op = kv.Op{Kind: kv.KindDel, Keys: [][]byte{keys[(i*16+j+500)%len(keys)]}}
-			default:
-				op = kv.Op{Kind: kv.KindSet, Key: k, Value: val, Cond: kv.IfAbsent}
-			}
-			reqs[j] = WriteReq{Op: op}
+			reqs[j] = WriteReq{Op: kvtest.MixedOp(keys, val, i, j)}
 			if j%2 == 0 {
 				seq++
 				reqs[j].ID = ReqID{Client: uint64(j + 1), Seq: seq}

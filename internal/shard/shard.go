@@ -180,7 +180,7 @@ type Status struct {
 	Deduped   uint64
 }
 
-var clientPrefix = append(append([]byte(nil), kv.ReservedPrefix...), "client/"...)
+var clientPrefix = kv.ReservedKey("client/")
 
 // chunk bounds how many records one Append carries, which also bounds the backward
 // search for earlier writes of the same batch.

@@ -41,8 +41,8 @@ import (
 var versionChunk uint64 = 1 << 20 // a variable so tests can cross reservations quickly
 
 var (
-	reservePrefix = append(append([]byte(nil), kv.ReservedPrefix...), "vres/"...)
-	holePrefix    = append(append([]byte(nil), kv.ReservedPrefix...), "hole/"...)
+	reservePrefix = kv.ReservedKey("vres/")
+	holePrefix    = kv.ReservedKey("hole/")
 )
 
 // hole is a range of versions [lo, hi) that may have been acknowledged before a

@@ -187,6 +187,19 @@ type modelOp struct {
 	tomb bool
 }
 
+// batchOps returns the model of an appended batch recs whose end is p: each
+// record's end, key and value.
+func batchOps(p Pos, recs []Record) []modelOp {
+	end := p
+	batch := make([]modelOp, len(recs))
+	for j := len(recs) - 1; j >= 0; j-- {
+		r := recs[j]
+		batch[j] = modelOp{end: end, key: string(r.Key), val: string(r.Value), tomb: r.Tombstone}
+		end -= Pos(recordSize(len(r.Key), len(r.Value)))
+	}
+	return batch
+}
+
 func crashRun(t *testing.T, seed int64, inlineRoll bool) crashResult {
 	rng := rand.New(rand.NewSource(seed))
 	fs := vfs.NewMem()
@@ -227,14 +240,7 @@ func crashRun(t *testing.T, seed int64, inlineRoll bool) crashResult {
 		if err != nil {
 			break // the power went out during a segment roll
 		}
-		end := p
-		batch := make([]modelOp, nrec)
-		for j := nrec - 1; j >= 0; j-- {
-			r := recs[j]
-			batch[j] = modelOp{end: end, key: string(r.Key), val: string(r.Value), tomb: r.Tombstone}
-			end -= Pos(recordSize(len(r.Key), len(r.Value)))
-		}
-		ops = append(ops, batch...)
+		ops = append(ops, batchOps(p, recs)...)
 		if rng.Intn(4) == 0 {
 			d, err := db.Sync(p)
 			if err != nil {
@@ -472,14 +478,9 @@ func crashLoopRun(seed int64, st *repeatedStats, damage func(*vfs.Mem)) error {
 			if strings.HasPrefix(string(recs[0].Key), "stamp") {
 				stamps++
 			}
-			end := p
-			batch := make([]loopOp, len(recs))
-			for j := len(recs) - 1; j >= 0; j-- {
-				r := recs[j]
-				batch[j] = loopOp{modelOp{end: end, key: string(r.Key), val: string(r.Value), tomb: r.Tombstone}, r.Version}
-				end -= Pos(recordSize(len(r.Key), len(r.Value)))
+			for j, op := range batchOps(p, recs) {
+				ops = append(ops, loopOp{op, recs[j].Version})
 			}
-			ops = append(ops, batch...)
 			if rng.Intn(4) == 0 {
 				d, err := db.Sync(p)
 				if err != nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kefirdb/kefir/internal/kv"
+	"github.com/kefirdb/kefir/internal/kv/kvtest"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/storage"
@@ -151,10 +152,7 @@ func BenchmarkApplierApply(b *testing.B) {
 	}
 	defer db.Close()
 	a := newApplier(db)
-	keys := make([][]byte, 1000)
-	for i := range keys {
-		keys[i] = []byte(fmt.Sprintf("key-%06d", i))
-	}
+	keys := kvtest.BenchKeys(1000)
 	val := make([]byte, 100)
 	var v, seq uint64
 	b.ReportAllocs()
@@ -162,22 +160,7 @@ func BenchmarkApplierApply(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		a.begin()
 		for j := 0; j < 16; j++ {
-			k := keys[(i*16+j)%len(keys)]
-			var op kv.Op
-			switch j % 8 {
-			case 0, 1, 2:
-				op = kv.Op{Kind: kv.KindSet, Key: k, Value: val}
-			case 3:
-				op = kv.Op{Kind: kv.KindIncrBy, Key: []byte("ctr"), Delta: 1}
-			case 4:
-				op = kv.Op{Kind: kv.KindGetSet, Key: k, Value: val}
-			case 5:
-				op = kv.Op{Kind: kv.KindMSet, Keys: [][]byte{k, val, keys[(i+j+7)%len(keys)], val}}
-			case 6:
-				op = kv.Op{Kind: kv.KindDel, Keys: [][]byte{keys[(i*16+j+500)%len(keys)]}}
-			default:
-				op = kv.Op{Kind: kv.KindSet, Key: k, Value: val, Cond: kv.IfAbsent}
-			}
+			op := kvtest.MixedOp(keys, val, i, j)
 			v++
 			var client uint64
 			if j%2 == 0 {

@@ -36,15 +36,15 @@ import (
 // latest apply batch (or snapshot) the engine holds. It is the last record
 // of every batch, so an engine that recovered it recovered the batch (the
 // engine recovers a prefix of what was appended).
-var appliedKey = append(append([]byte(nil), kv.ReservedPrefix...), "vrapplied"...)
+var appliedKey = kv.ReservedKey("vrapplied")
 
 // viewPrefix keys the view history: one row per op at which the views of
 // applied ops change, viewPrefix + op (big-endian), value the view (uvarint),
 // version the op.
-var viewPrefix = append(append([]byte(nil), kv.ReservedPrefix...), "vrview/"...)
+var viewPrefix = kv.ReservedKey("vrview/")
 
 // viewEnd ends the range of view rows (viewPrefix with '/' incremented).
-var viewEnd = append(append([]byte(nil), kv.ReservedPrefix...), "vrview0"...)
+var viewEnd = kv.ReservedKey("vrview0")
 
 func viewKey(op uint64) []byte {
 	k := make([]byte, len(viewPrefix)+8)

@@ -27,20 +27,9 @@ func TestLostEngineRecoversFromTheGroup(t *testing.T) {
 		o.KeepTail = 5
 	})
 	const keys = 100
-	var last kv.Result
-	for i := range keys {
-		var err error
-		if last, err = c.write(set(fmt.Sprint("k", i), fmt.Sprint("v", i)), shard.ReqID{}, 5*time.Second); err != nil {
-			t.Fatal(err)
-		}
-	}
-	c.waitApplied(last.Version, 5*time.Second)
-	f := (c.leader(5*time.Second) + 1) % 3
 	// Its log's snapshot point must be above most keys, or the test tests
-	// nothing: wait for a checkpoint that covers them.
-	checkpointPast(t, c, f)
-	c.reps[f].Close()
-	c.reps[f] = nil
+	// nothing: stopFollowerPast waits for a checkpoint that covers them.
+	last, f := stopFollowerPast(t, c, keys, func(i int) string { return fmt.Sprint("v", i) })
 	if err := os.RemoveAll(filepath.Join(c.dirs[f], "engine")); err != nil {
 		t.Fatal(err)
 	}
@@ -81,6 +70,27 @@ func TestLostEngineRecoversFromTheGroup(t *testing.T) {
 	if c.reps[f].Stats().SnapsLoaded == 0 {
 		t.Fatalf("the replica caught up without a snapshot: the test did not test state transfer")
 	}
+}
+
+// stopFollowerPast writes keys k0..k(n-1) with values val(i), waits until
+// they are applied, picks a follower f, waits until its log's snapshot point
+// is above them (checkpointPast) — only f's engine then holds them — and
+// stops it. It returns the last write and f.
+func stopFollowerPast(t *testing.T, c *cluster, n int, val func(int) string) (kv.Result, int) {
+	t.Helper()
+	var last kv.Result
+	for i := range n {
+		var err error
+		if last, err = c.write(set(fmt.Sprint("k", i), val(i)), shard.ReqID{}, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.waitApplied(last.Version, 5*time.Second)
+	f := (c.leader(5*time.Second) + 1) % 3
+	checkpointPast(t, c, f)
+	c.reps[f].Close()
+	c.reps[f] = nil
+	return last, f
 }
 
 // checkpointPast writes filler keys until replica f, which has applied
@@ -142,18 +152,7 @@ func TestEngineWithoutItsMarkRecoversWhenTheLogSaysItHadOne(t *testing.T) {
 		o.CheckpointOps = 30
 		o.KeepTail = 5
 	})
-	var last kv.Result
-	for i := range 100 {
-		var err error
-		if last, err = c.write(set(fmt.Sprint("k", i), fmt.Sprint("v", i)), shard.ReqID{}, 5*time.Second); err != nil {
-			t.Fatal(err)
-		}
-	}
-	c.waitApplied(last.Version, 5*time.Second)
-	f := (c.leader(5*time.Second) + 1) % 3
-	checkpointPast(t, c, f)
-	c.reps[f].Close()
-	c.reps[f] = nil
+	last, f := stopFollowerPast(t, c, 100, func(i int) string { return fmt.Sprint("v", i) })
 	db, err := storage.Open(storage.Options{Devices: []storage.Device{{Dir: filepath.Join(c.dirs[f], "engine")}}})
 	if err != nil {
 		t.Fatal(err)
@@ -266,18 +265,7 @@ func TestChainedEngineLosingADeviceNeverServesHoles(t *testing.T) {
 				o.Storage.Devices = []storage.Device{{Dir: filepath.Join(o.Dir, "engine-a")}, {Dir: filepath.Join(o.Dir, "engine-b")}}
 				o.Storage.SegmentSize = segSize
 			})
-			var last kv.Result
-			for i := range 100 {
-				var err error
-				if last, err = c.write(set(fmt.Sprint("k", i), fmt.Sprintf("%0100d", i)), shard.ReqID{}, 5*time.Second); err != nil {
-					t.Fatal(err)
-				}
-			}
-			c.waitApplied(last.Version, 5*time.Second)
-			f := (c.leader(5*time.Second) + 1) % 3
-			checkpointPast(t, c, f)
-			c.reps[f].Close()
-			c.reps[f] = nil
+			last, f := stopFollowerPast(t, c, 100, func(i int) string { return fmt.Sprintf("%0100d", i) })
 			for _, d := range []string{"engine-a", "engine-b"} {
 				names, _ := os.ReadDir(filepath.Join(c.dirs[f], d))
 				var ns []string

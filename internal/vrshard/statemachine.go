@@ -27,11 +27,11 @@ import (
 // one per client id, rewritten (version = op) by each of the client's writes
 // in the same Append as the write. After a crash they give the results of ops
 // the engine already holds, for the VR core's client table.
-var clientPrefix = append(append([]byte(nil), kv.ReservedPrefix...), "vrclient/"...)
+var clientPrefix = kv.ReservedKey("vrclient/")
 
 // clientEnd ends the range of client rows: clientPrefix with its last byte
 // ('/') incremented.
-var clientEnd = append(append([]byte(nil), kv.ReservedPrefix...), "vrclient0"...)
+var clientEnd = kv.ReservedKey("vrclient0")
 
 func clientKey(id uint64) []byte {
 	k := make([]byte, len(clientPrefix)+8)
