@@ -104,12 +104,8 @@ func (r *Replica) onSVC(j int, m *Message) {
 		r.onPreVote(j, m)
 		return
 	}
-	if m.View > r.view {
-		if !r.canVote() {
-			r.pendingView = max(r.pendingView, m.View)
-			return
-		}
-		r.startViewChange(m.View)
+	if !r.joinView(m.View) {
+		return
 	}
 	if m.View == r.view && r.status == ViewChange {
 		r.svc[j] = true
@@ -230,18 +226,27 @@ func (r *Replica) sendDVC() {
 	r.sendAfterSync(r.cfg.LeaderOf(r.view), m)
 }
 
+// joinView starts the view change to v (from a start-view-change or a
+// do-view-change) when v is above this replica's view. A replica that may
+// not vote yet (canVote) only notes v as pending and reports false: the
+// message is dropped.
+func (r *Replica) joinView(v uint64) bool {
+	if v <= r.view {
+		return true
+	}
+	if !r.canVote() {
+		r.pendingView = max(r.pendingView, v)
+		return false
+	}
+	r.startViewChange(v)
+	return true
+}
+
 func (r *Replica) onDVC(j int, m *Message) {
 	if r.status == Recovering || r.cfg.LeaderOf(m.View) != r.cfg.Self {
 		return
 	}
-	if m.View > r.view {
-		if !r.canVote() {
-			r.pendingView = max(r.pendingView, m.View)
-			return
-		}
-		r.startViewChange(m.View)
-	}
-	if m.View != r.view {
+	if !r.joinView(m.View) || m.View != r.view {
 		return
 	}
 	switch r.status {
