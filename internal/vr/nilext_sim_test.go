@@ -706,13 +706,7 @@ func TestNilextSimMixedLeases(t *testing.T) {
 			o := defaultSimOptions()
 			o.perReplica = shortLease
 			refused := 0
-			exploreNilextRun(t, seedCount(12, 1000), 5, tc.nx, o, tc.more, nil, func(s *sim.Sim, h check.History) error {
-				r, err := judgeRefusing(s, h)
-				if r {
-					refused++
-				}
-				return err
-			})
+			exploreNilextRun(t, seedCount(12, 1000), 5, tc.nx, o, tc.more, nil, countRefusals(&refused))
 			if refused == 0 {
 				t.Fatal("no replica refused the member with the shorter lease")
 			}

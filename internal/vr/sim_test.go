@@ -519,6 +519,18 @@ func leaseRefusal(e error) bool {
 		(errors.As(e, &re) && strings.Contains(re.Reason, "lease timing differs"))
 }
 
+// countRefusals is judgeRefusing as a judge that counts, in refused, the
+// runs in which some replica refused the differing member.
+func countRefusals(refused *int) func(*sim.Sim, check.History) error {
+	return func(s *sim.Sim, h check.History) error {
+		r, err := judgeRefusing(s, h)
+		if r {
+			*refused++
+		}
+		return err
+	}
+}
+
 // judgeRefusing is judge for runs with a member whose configuration differs:
 // the only errors replicas may report are the refusals of its messages.
 func judgeRefusing(s *sim.Sim, h check.History) (refused bool, err error) {
@@ -563,6 +575,7 @@ func TestSimMixedLeases(t *testing.T) {
 			o.mut.noPreVote = tc.plain
 			o.perReplica = tc.cfg
 			refusals := 0
+			judgeR := countRefusals(&refusals)
 			sim.Explore(t, 1, seedCount(40, 1000), func(seed uint64, trace io.Writer) (err error) {
 				defer func() {
 					if p := recover(); p != nil {
@@ -570,11 +583,7 @@ func TestSimMixedLeases(t *testing.T) {
 					}
 				}()
 				s, h := simRunHook(seed, o, trace, tc.tweak, tc.hook)
-				refused, err := judgeRefusing(s, h)
-				if refused {
-					refusals++
-				}
-				return err
+				return judgeR(s, h)
 			})
 			if refusals == 0 {
 				t.Fatal("no replica refused the member with the shorter lease")
