@@ -194,7 +194,10 @@ func (r *Replica) tryPreVotes() {
 }
 
 func (r *Replica) checkSVC() {
-	if r.status != ViewChange || r.dvcSent != nil || r.heldVC() {
+	// heldVC first: releasing the hold runs this check itself (and may send
+	// the do-view-change, or start the view), so status and dvcSent are
+	// read after it.
+	if r.heldVC() || r.status != ViewChange || r.dvcSent != nil {
 		return
 	}
 	cnt := 0
