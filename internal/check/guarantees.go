@@ -144,17 +144,7 @@ func BoundedStaleness(h History) Verdict {
 		phantoms(&v, k, bounded)
 		for _, r := range readSpans(k, bounded) {
 			v.Checked++
-			var newer []*Op
-			var oldest *Op // newer write that completed first
-			for _, w := range k.writes {
-				if w.Outcome != OK || !w.Precedes(r.op) || !r.s.olderThan(k.writeSpan(w)) {
-					continue
-				}
-				newer = append(newer, w)
-				if oldest == nil || w.Return < oldest.Return {
-					oldest = w
-				}
-			}
+			newer, oldest := newerWrites(k, r)
 			switch r.op.Cons.Kind {
 			case level.BoundedVersions:
 				if uint64(len(newer)) > r.op.Cons.Versions {
@@ -190,7 +180,7 @@ func Eventual(h History, window time.Duration) Verdict {
 		phantoms(&v, k, eventual)
 		for _, r := range readSpans(k, eventual) {
 			v.Checked++
-			if w := supersededBefore(k, r, r.op.Invoke-int64(window)); w != nil {
+			if _, w := newerWrites(k, r); w != nil && w.Return < r.op.Invoke-int64(window) {
 				v.add(Violation{Key: k.key, Reason: fmt.Sprintf("eventual read's version was superseded %dns before the read began, window is %s", r.op.Invoke-w.Return, window), Ops: []Op{*w, *r.op}})
 			}
 		}
@@ -198,22 +188,20 @@ func Eventual(h History, window time.Duration) Verdict {
 	return v
 }
 
-// supersededBefore returns the first-completed write definitely newer than
-// what read r returned, if it completed before time at (nil otherwise).
-func supersededBefore(k *keyIndex, r spanned, at int64) *Op {
-	var oldest *Op
+// newerWrites returns the acknowledged writes that completed before read r
+// began and are definitely newer than what it returned, and the one of them
+// that completed first (nil if none).
+func newerWrites(k *keyIndex, r spanned) (newer []*Op, oldest *Op) {
 	for _, w := range k.writes {
 		if w.Outcome != OK || !w.Precedes(r.op) || !r.s.olderThan(k.writeSpan(w)) {
 			continue
 		}
+		newer = append(newer, w)
 		if oldest == nil || w.Return < oldest.Return {
 			oldest = w
 		}
 	}
-	if oldest != nil && oldest.Return < at {
-		return oldest
-	}
-	return nil
+	return newer, oldest
 }
 
 // Durability checks the durability promise of each level across the crashes

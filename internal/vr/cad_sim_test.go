@@ -576,27 +576,10 @@ func TestCADSimSyncWrites(t *testing.T) {
 // a checker (or an assertion).
 func cadMutationCaught(t *testing.T, budget int, o simOptions, tweak func(*sim.Options), hook func(*sim.Sim)) {
 	t.Helper()
-	for seed := uint64(1); seed <= uint64(budget); seed++ {
-		var err error
-		func() {
-			defer func() {
-				if p := recover(); p != nil {
-					err = fmt.Errorf("panic: %v", p)
-				}
-			}()
-			s, h := cadRun(seed, o, nil, tweak, hook)
-			err = cadJudge(s, h, false)
-		}()
-		if err != nil {
-			msg := err.Error()
-			if len(msg) > 600 {
-				msg = msg[:600] + "..."
-			}
-			t.Logf("caught at seed %d of %d: %s", seed, budget, msg)
-			return
-		}
-	}
-	t.Fatalf("mutation survived %d seeds: the simulator and checkers cannot see this bug", budget)
+	caughtWithin(t, budget, "mutation survived %d seeds: the simulator and checkers cannot see this bug", func(seed uint64) error {
+		s, h := cadRun(seed, o, nil, tweak, hook)
+		return cadJudge(s, h, false)
+	})
 }
 
 // TestCADSimAsyncFails: async with the leader's overlay (and followers

@@ -17,11 +17,7 @@ import (
 // with every committed op.
 func TestEngineLostReplicaRecoversByStateTransfer(t *testing.T) {
 	n := newNet(t, 3)
-	for i := uint64(1); i <= 10; i++ {
-		n.propose(1, 100+i, 1, "w")
-		n.ready(1)
-		n.deliver(nil)
-	}
+	n.writes(1, 100, 10, "w", nil)
 	n.tick(10*time.Millisecond, 1)
 	n.deliver(nil)
 	// The leader dies for a while: 2 and 3 move to view 1, 1 comes back as
@@ -47,11 +43,7 @@ func TestEngineLostReplicaRecoversByStateTransfer(t *testing.T) {
 	// without it and compact to 18 (their checkpoints).
 	delete(n.rs, 3)
 	n.ids = []uint64{1, 2}
-	for i := uint64(1); i <= 10; i++ {
-		n.propose(2, 200+i, 1, "x")
-		n.ready(2)
-		n.deliver(nil)
-	}
+	n.writes(2, 200, 10, "x", nil)
 	n.tick(10*time.Millisecond, 2)
 	n.deliver(nil)
 	for _, id := range []uint64{1, 2} {

@@ -321,35 +321,12 @@ func nilextCaught(t *testing.T, budget, replicas int, nx *nilextSimOptions, o si
 func nilextCaughtBy(t *testing.T, budget, replicas int, nx *nilextSimOptions, o simOptions, more func(*sim.Options),
 	hook func(*sim.Sim), judgeFn func(*sim.Sim, check.History) error) {
 	t.Helper()
-	o, tweak := nilextSim(o, nx)
-	for seed := uint64(1); seed <= uint64(budget); seed++ {
-		var err error
-		func() {
-			defer func() {
-				if p := recover(); p != nil {
-					err = fmt.Errorf("panic: %v", p)
-				}
-			}()
-			s, h := simRunHook(seed, o, nil, func(so *sim.Options) {
-				tweak(so)
-				so.Replicas = replicas
-				if more != nil {
-					more(so)
-				}
-			}, hook)
-			dropNilextReports(s)
-			err = judgeFn(s, h)
-		}()
-		if err != nil {
-			msg := err.Error()
-			if len(msg) > 600 {
-				msg = msg[:600] + "..."
-			}
-			t.Logf("caught at seed %d of %d: %s", seed, budget, msg)
-			return
-		}
-	}
-	t.Fatalf("survived %d seeds: the simulator and checkers cannot see this loss", budget)
+	o, tweak := nilextSimSized(o, nx, replicas, more)
+	caughtWithin(t, budget, "survived %d seeds: the simulator and checkers cannot see this loss", func(seed uint64) error {
+		s, h := simRunHook(seed, o, nil, tweak, hook)
+		dropNilextReports(s)
+		return judgeFn(s, h)
+	})
 }
 
 // TestMutationNilextCountStaleDLogs: counting a restarted replica's d-log in

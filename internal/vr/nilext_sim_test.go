@@ -253,6 +253,19 @@ func exploreNilextWith(t *testing.T, seeds, replicas int, nx *nilextSimOptions, 
 	exploreNilextRun(t, seeds, replicas, nx, o, more, nil, nil)
 }
 
+// nilextSimSized is nilextSim for a group of replicas, with more (may be
+// nil) applied after the nilext defaults.
+func nilextSimSized(o simOptions, nx *nilextSimOptions, replicas int, more func(*sim.Options)) (simOptions, func(*sim.Options)) {
+	o, tweak := nilextSim(o, nx)
+	return o, func(so *sim.Options) {
+		tweak(so)
+		so.Replicas = replicas
+		if more != nil {
+			more(so)
+		}
+	}
+}
+
 // exploreNilextRun is exploreNilextWith with a hook on the built simulation
 // (a scheduled nemesis) and the checkers (nil: judgeNilext's); the nilext
 // reports (dropNilextReports) are removed before judging.
@@ -261,7 +274,7 @@ func exploreNilextRun(t *testing.T, seeds, replicas int, nx *nilextSimOptions, o
 	if judgeFn == nil {
 		judgeFn = judge
 	}
-	o, tweak := nilextSim(o, nx)
+	o, tweak := nilextSimSized(o, nx, replicas, more)
 	o.counters = &simCounters{}
 	var st runStats
 	var slow, cycles uint64
@@ -271,13 +284,7 @@ func exploreNilextRun(t *testing.T, seeds, replicas int, nx *nilextSimOptions, o
 				err = fmt.Errorf("panic: %v", p)
 			}
 		}()
-		s, h := simRunHook(seed, o, trace, func(so *sim.Options) {
-			tweak(so)
-			so.Replicas = replicas
-			if more != nil {
-				more(so)
-			}
-		}, hook)
+		s, h := simRunHook(seed, o, trace, tweak, hook)
 		if trace == nil {
 			st.add(s, h)
 			for i := 0; i < replicas; i++ {
@@ -699,13 +706,7 @@ func TestNilextSimMixedLeases(t *testing.T) {
 			o := defaultSimOptions()
 			o.perReplica = shortLease
 			refused := 0
-			exploreNilextRun(t, seedCount(12, 1000), 5, tc.nx, o, tc.more, nil, func(s *sim.Sim, h check.History) error {
-				r, err := judgeRefusing(s, h)
-				if r {
-					refused++
-				}
-				return err
-			})
+			exploreNilextRun(t, seedCount(12, 1000), 5, tc.nx, o, tc.more, nil, countRefusals(&refused))
 			if refused == 0 {
 				t.Fatal("no replica refused the member with the shorter lease")
 			}

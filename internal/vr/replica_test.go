@@ -169,6 +169,19 @@ func (n *tnet) propose(id uint64, client, req uint64, data string) error {
 	return err
 }
 
+// writes has replica id order k writes (clients from+1..from+k, request 1),
+// delivering what keep lets through (nil: everything) after each.
+func (n *tnet) writes(id, from uint64, k int, data string, keep func(Message) bool) {
+	n.t.Helper()
+	for i := uint64(1); i <= uint64(k); i++ {
+		if err := n.propose(id, from+i, 1, data); err != nil {
+			n.t.Fatal(err)
+		}
+		n.ready(id)
+		n.deliver(keep)
+	}
+}
+
 func (n *tnet) count(typ MsgType) int {
 	c := 0
 	for _, m := range n.sent {
@@ -584,11 +597,7 @@ func laggingThird(t *testing.T) *tnet {
 	t.Helper()
 	n := newNet(t, 3)
 	cut := func(m Message) bool { return m.To != 3 && m.From != 3 }
-	for i := uint64(1); i <= 10; i++ {
-		n.propose(1, 100+i, 1, "w")
-		n.ready(1)
-		n.deliver(cut)
-	}
+	n.writes(1, 100, 10, "w", cut)
 	if err := n.rs[1].Compact(8); err != nil {
 		t.Fatal(err)
 	}
@@ -801,11 +810,7 @@ func TestCompactPointBoundsTheTailInBytes(t *testing.T) {
 // acknowledges until f+1 replicas, the leader among them, answered its nonce.
 func TestRecoveryProtocol(t *testing.T) {
 	n := newNet(t, 3)
-	for i := uint64(1); i <= 3; i++ {
-		n.propose(1, 100+i, 1, "w")
-		n.ready(1)
-		n.deliver(nil)
-	}
+	n.writes(1, 100, 3, "w", nil)
 	r, err := New(testConfig(3, 3), State{LostState: true, Nonce: 77})
 	if err != nil {
 		t.Fatal(err)
@@ -950,11 +955,7 @@ func TestLeasePromiseDefersViewChange(t *testing.T) {
 func TestNewLeaderPullsSnapshot(t *testing.T) {
 	n := newNet(t, 3)
 	cut := func(m Message) bool { return m.To != 2 && m.From != 2 }
-	for i := uint64(1); i <= 10; i++ {
-		n.propose(1, 100+i, 1, "w")
-		n.ready(1)
-		n.deliver(cut)
-	}
+	n.writes(1, 100, 10, "w", cut)
 	n.tick(10*time.Millisecond, 1)
 	n.deliver(cut)
 	for _, id := range []uint64{1, 3} {

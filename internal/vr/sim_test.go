@@ -70,8 +70,9 @@ func defaultSimOptions() simOptions {
 	return simOptions{lease: 30 * time.Millisecond, drift: 1e-3, checkpoint: 24, keep: 6}
 }
 
-// judge runs the checkers the VR core promises through this driver.
-func judge(s *sim.Sim, h check.History) error {
+// judgeHistory is judge without the replicas' own reports: the history
+// (linearizable, durable) and the replicas' agreement.
+func judgeHistory(s *sim.Sim, h check.History) []error {
 	var errs []error
 	// Strict: an undecided search must not pass as linearizable.
 	if v := check.Linearizable(h, check.LinOptions{Timeout: 5 * time.Second, Strict: true}); !v.OK {
@@ -83,6 +84,12 @@ func judge(s *sim.Sim, h check.History) error {
 	if err := checkAgreement(s, s.Config().Replicas); err != nil {
 		errs = append(errs, err)
 	}
+	return errs
+}
+
+// judge runs the checkers the VR core promises through this driver.
+func judge(s *sim.Sim, h check.History) error {
+	errs := judgeHistory(s, h)
 	for i := 0; i < s.Config().Replicas; i++ {
 		if n := s.Replica(i); n != nil {
 			if e := n.(*simReplica).errs; len(e) > 0 {
@@ -176,6 +183,17 @@ func TestSimFiveReplicas(t *testing.T) {
 // suite above can see that class of bug.
 func mutationCaught(t *testing.T, budget int, o simOptions, tweak func(*sim.Options), hook func(*sim.Sim)) {
 	t.Helper()
+	caughtWithin(t, budget, "mutation survived %d seeds: the simulator and checkers cannot see this bug", func(seed uint64) error {
+		s, h := simRunHook(seed, o, nil, tweak, hook)
+		return judge(s, h)
+	})
+}
+
+// caughtWithin runs seeds 1..budget until run (a panic counts as its
+// error) fails one, logs that seed, and fails the test with survived
+// (formatted with budget) if none does.
+func caughtWithin(t *testing.T, budget int, survived string, run func(seed uint64) error) {
+	t.Helper()
 	for seed := uint64(1); seed <= uint64(budget); seed++ {
 		var err error
 		func() {
@@ -184,8 +202,7 @@ func mutationCaught(t *testing.T, budget int, o simOptions, tweak func(*sim.Opti
 					err = fmt.Errorf("panic: %v", p)
 				}
 			}()
-			s, h := simRunHook(seed, o, nil, tweak, hook)
-			err = judge(s, h)
+			err = run(seed)
 		}()
 		if err != nil {
 			msg := err.Error()
@@ -196,7 +213,7 @@ func mutationCaught(t *testing.T, budget int, o simOptions, tweak func(*sim.Opti
 			return
 		}
 	}
-	t.Fatalf("mutation survived %d seeds: the simulator and checkers cannot see this bug", budget)
+	t.Fatalf(survived, budget)
 }
 
 // TestMutationCommitWithoutQuorum: a leader that commits (and answers) as
@@ -502,19 +519,22 @@ func leaseRefusal(e error) bool {
 		(errors.As(e, &re) && strings.Contains(re.Reason, "lease timing differs"))
 }
 
+// countRefusals is judgeRefusing as a judge that counts, in refused, the
+// runs in which some replica refused the differing member.
+func countRefusals(refused *int) func(*sim.Sim, check.History) error {
+	return func(s *sim.Sim, h check.History) error {
+		r, err := judgeRefusing(s, h)
+		if r {
+			*refused++
+		}
+		return err
+	}
+}
+
 // judgeRefusing is judge for runs with a member whose configuration differs:
 // the only errors replicas may report are the refusals of its messages.
 func judgeRefusing(s *sim.Sim, h check.History) (refused bool, err error) {
-	var errs []error
-	if v := check.Linearizable(h, check.LinOptions{Timeout: 5 * time.Second, Strict: true}); !v.OK {
-		errs = append(errs, v.Err())
-	}
-	if v := check.Durability(h); !v.OK {
-		errs = append(errs, v.Err())
-	}
-	if err := checkAgreement(s, s.Config().Replicas); err != nil {
-		errs = append(errs, err)
-	}
+	errs := judgeHistory(s, h)
 	for i := 0; i < s.Config().Replicas; i++ {
 		if n := s.Replica(i); n != nil {
 			for _, e := range n.(*simReplica).errs {
@@ -555,6 +575,7 @@ func TestSimMixedLeases(t *testing.T) {
 			o.mut.noPreVote = tc.plain
 			o.perReplica = tc.cfg
 			refusals := 0
+			judgeR := countRefusals(&refusals)
 			sim.Explore(t, 1, seedCount(40, 1000), func(seed uint64, trace io.Writer) (err error) {
 				defer func() {
 					if p := recover(); p != nil {
@@ -562,11 +583,7 @@ func TestSimMixedLeases(t *testing.T) {
 					}
 				}()
 				s, h := simRunHook(seed, o, trace, tc.tweak, tc.hook)
-				refused, err := judgeRefusing(s, h)
-				if refused {
-					refusals++
-				}
-				return err
+				return judgeR(s, h)
 			})
 			if refusals == 0 {
 				t.Fatal("no replica refused the member with the shorter lease")

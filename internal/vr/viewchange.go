@@ -104,12 +104,8 @@ func (r *Replica) onSVC(j int, m *Message) {
 		r.onPreVote(j, m)
 		return
 	}
-	if m.View > r.view {
-		if !r.canVote() {
-			r.pendingView = max(r.pendingView, m.View)
-			return
-		}
-		r.startViewChange(m.View)
+	if !r.joinView(m.View) {
+		return
 	}
 	if m.View == r.view && r.status == ViewChange {
 		r.svc[j] = true
@@ -198,7 +194,10 @@ func (r *Replica) tryPreVotes() {
 }
 
 func (r *Replica) checkSVC() {
-	if r.status != ViewChange || r.dvcSent != nil || r.heldVC() {
+	// heldVC first: releasing the hold runs this check itself (and may send
+	// the do-view-change, or start the view), so status and dvcSent are
+	// read after it.
+	if r.heldVC() || r.status != ViewChange || r.dvcSent != nil {
 		return
 	}
 	cnt := 0
@@ -230,18 +229,27 @@ func (r *Replica) sendDVC() {
 	r.sendAfterSync(r.cfg.LeaderOf(r.view), m)
 }
 
+// joinView starts the view change to v (from a start-view-change or a
+// do-view-change) when v is above this replica's view. A replica that may
+// not vote yet (canVote) only notes v as pending and reports false: the
+// message is dropped.
+func (r *Replica) joinView(v uint64) bool {
+	if v <= r.view {
+		return true
+	}
+	if !r.canVote() {
+		r.pendingView = max(r.pendingView, v)
+		return false
+	}
+	r.startViewChange(v)
+	return true
+}
+
 func (r *Replica) onDVC(j int, m *Message) {
 	if r.status == Recovering || r.cfg.LeaderOf(m.View) != r.cfg.Self {
 		return
 	}
-	if m.View > r.view {
-		if !r.canVote() {
-			r.pendingView = max(r.pendingView, m.View)
-			return
-		}
-		r.startViewChange(m.View)
-	}
-	if m.View != r.view {
+	if !r.joinView(m.View) || m.View != r.view {
 		return
 	}
 	switch r.status {
