@@ -301,7 +301,7 @@ func (r *Replica) NilextWrite(ctx context.Context, op kv.Op, d level.Durability)
 // ---- driver goroutine ----
 
 func (r *Replica) stamp(m *vr.Message, to uint64) {
-	m.Cluster, m.Epoch, m.ConfigHash, m.From, m.To = r.cfg.Cluster, r.cfg.Epoch, r.cfg.Hash(), r.cfg.Self, to
+	m.Cluster, m.Epoch, m.ConfigHash, m.From, m.To = r.cfg.Cluster, r.cfg.Epoch, r.cfgHash, r.cfg.Self, to
 }
 
 // nxStart registers coordinated calls, takes them locally and sends them to
@@ -343,7 +343,7 @@ func (r *Replica) nxStart(calls []*nxCall) {
 
 // nxStep handles a nilext message from a peer.
 func (r *Replica) nxStep(now int64, m *vr.Message) {
-	if m.Cluster != r.cfg.Cluster || m.Epoch != r.cfg.Epoch || m.ConfigHash != r.cfg.Hash() || m.To != r.cfg.Self {
+	if m.Cluster != r.cfg.Cluster || m.Epoch != r.cfg.Epoch || m.ConfigHash != r.cfgHash || m.To != r.cfg.Self {
 		return // the transport's handshake checked the peer; this is stale or misrouted
 	}
 	switch m.Type {

@@ -564,17 +564,20 @@ type Stats struct {
 // RESP front door serves it unchanged. Writes and strong reads are served at
 // the leader; others get a *NotLeaderError naming it.
 type Replica struct {
-	opts  Options
-	cfg   vr.Config
-	log   *slog.Logger
-	core  *vr.Replica
-	db    *storage.DB
-	wal   *wal
-	app   *applier
-	ep    *transport.Endpoint  // this group's endpoint on the node transport (peer.go)
-	ownTr *transport.Transport // the transport Open started, if not given one
-	start time.Time
-	mut   mutations
+	opts Options
+	cfg  vr.Config
+	// cfgHash is cfg.Hash(), kept once: the nilext messages this host
+	// stamps and checks carry it, and Hash hashes members and lease timing.
+	cfgHash uint64
+	log     *slog.Logger
+	core    *vr.Replica
+	db      *storage.DB
+	wal     *wal
+	app     *applier
+	ep      *transport.Endpoint  // this group's endpoint on the node transport (peer.go)
+	ownTr   *transport.Transport // the transport Open started, if not given one
+	start   time.Time
+	mut     mutations
 
 	propc chan []*proposal
 	inbox chan inbound
@@ -814,6 +817,7 @@ func Open(opts Options) (*Replica, error) {
 	}
 	r.core = core
 	r.cfg = core.Config()
+	r.cfgHash = r.cfg.Hash()
 	r.lastHS = ws.hs
 	r.tail = ws.entries
 	if err := r.app.loadRows(); err != nil {
