@@ -90,6 +90,20 @@ func writeUntil(ctx context.Context, c *client.Client, acks *ackLog, life, write
 	return &wg
 }
 
+// waitAcked waits (up to 10 s) until acks holds more than before writes, so a
+// "kill under writes" life kills a node that has acknowledged writes: a group
+// still settling after the last restart must not turn the life into an idle one.
+func waitAcked(t *testing.T, acks *ackLog, before int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for len(acks.all()) <= before {
+		if time.Now().After(deadline) {
+			t.Fatalf("no write acknowledged within 10s (%d before)", before)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
 // lifeKind is how one life of a crash loop goes.
 type lifeKind int
 
@@ -178,7 +192,9 @@ func TestCrashLoopSingleNode(t *testing.T) {
 			time.Sleep(time.Duration(rng.IntN(150_000)) * time.Microsecond)
 		case lifeWrites, lifeGraceful:
 			ctx, cancel := context.WithCancel(context.Background())
+			before := len(acks.all())
 			wg := writeUntil(ctx, c, acks, life, 1+rng.IntN(4))
+			waitAcked(t, acks, before)
 			time.Sleep(time.Duration(rng.IntN(250_000)) * time.Microsecond)
 			if kind == lifeGraceful {
 				cancel()
@@ -230,14 +246,21 @@ func TestCrashLoopReplicaGroup(t *testing.T) {
 	acks := &ackLog{}
 	counts := map[lifeKind]int{}
 	kills, wholeGroup := 0, 0
+	// The first rounds cover every kind (one replica and the whole group under
+	// writes, an idle kill, a kill while starting); the rest are random.
+	prelude := []lifeKind{lifeWrites, lifeWrites, lifeIdle, lifeMidRecover}
 	for round := 0; round < rounds; round++ {
 		kind := pickLife(rng)
 		if kind == lifeGraceful {
 			kind = lifeWrites
 		}
+		wholeGroupRound := rng.IntN(3) == 0
+		if round < len(prelude) {
+			kind, wholeGroupRound = prelude[round], round == 1
+		}
 		counts[kind]++
 		var victims []int
-		if rng.IntN(3) == 0 {
+		if wholeGroupRound {
 			victims = []int{0, 1, 2}
 			wholeGroup++
 		} else {
@@ -247,7 +270,9 @@ func TestCrashLoopReplicaGroup(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		var wg *sync.WaitGroup
 		if kind == lifeWrites {
+			before := len(acks.all())
 			wg = writeUntil(ctx, c, acks, round, 1+rng.IntN(3))
+			waitAcked(t, acks, before)
 		}
 		time.Sleep(time.Duration(rng.IntN(300_000)) * time.Microsecond)
 		for _, v := range victims {
