@@ -262,8 +262,7 @@ func (r *Replica) restoreDLog(es []NilextRequest) {
 }
 
 func (r *Replica) nxApplied(client, req uint64) bool {
-	rec := r.clients[client]
-	return rec != nil && req <= rec.ReqNum
+	return r.clients.Executed(client, req)
 }
 
 // Nilext takes a nilext update from a client at local time now. The ack comes

@@ -3,6 +3,8 @@ package vr
 import (
 	"fmt"
 	"slices"
+
+	"github.com/kefirdb/kefir/internal/kv"
 )
 
 // Normal operation: propose, prepare, prepare-ok, commit and heartbeats.
@@ -20,14 +22,12 @@ func (r *Replica) Propose(now int64, req Request) error {
 	}
 	r.nxBeforePropose(req)
 	if req.Client != 0 && !r.mut.skipClientTable {
-		if c := r.clients[req.Client]; c != nil {
-			if req.ReqNum < c.ReqNum {
-				return fmt.Errorf("%w: client %d request %d, table has %d", ErrStaleRequest, req.Client, req.ReqNum, c.ReqNum)
-			}
-			if req.ReqNum == c.ReqNum {
-				r.out.Replies = append(r.out.Replies, Reply{Client: req.Client, ReqNum: req.ReqNum, Op: c.Op, Result: c.Result})
-				return nil
-			}
+		switch d, c := r.clients.Check(req.Client, req.ReqNum); d {
+		case kv.Stale:
+			return fmt.Errorf("%w: client %d request %d, table has %d", ErrStaleRequest, req.Client, req.ReqNum, c.ReqNum)
+		case kv.Duplicate:
+			r.out.Replies = append(r.out.Replies, Reply{Client: req.Client, ReqNum: req.ReqNum, Op: c.Op, Result: c.Result})
+			return nil
 		}
 		if r.inflight[req.Client] >= req.ReqNum {
 			return nil

@@ -3,6 +3,8 @@ package vr
 import (
 	"fmt"
 	"slices"
+
+	"github.com/kefirdb/kefir/internal/kv"
 )
 
 // State is what a replica starts from: nothing (a new group), or what its
@@ -199,10 +201,8 @@ type Replica struct {
 	recResp      []*Message
 	lastRecovery int64
 
-	clients map[uint64]*ClientRecord
-	// clientCap overrides MaxClients (tests); clientsEvicted counts drops.
-	clientCap      int
-	clientsEvicted uint64
+	// clients is the client table (kv's, under the count rule: clients.go).
+	clients *kv.ClientTable
 
 	nx nilextState
 
@@ -225,7 +225,7 @@ func New(cfg Config, st State) (*Replica, error) {
 		return nil, fmt.Errorf("vr: follower reads need a non-zero start nonce (State.Nonce)")
 	}
 	r := &Replica{cfg: cfg, hash: cfg.Hash(), n: len(cfg.Members), pulling: -1,
-		inflight: map[uint64]uint64{}, clients: map[uint64]*ClientRecord{}, clientCap: cfg.ClientCap}
+		inflight: map[uint64]uint64{}, clients: newClientTable(cfg.ClientCap)}
 	r.f = (r.n - 1) / 2
 	r.self = slices.Index(cfg.Members, cfg.Self)
 	r.acked = make([]uint64, r.n)
@@ -242,7 +242,7 @@ func New(cfg Config, st State) (*Replica, error) {
 	r.first = 1
 	if s := st.Snapshot; s != nil {
 		r.first = s.Op + 1
-		r.loadClients(s.Clients)
+		r.clients.Load(s.Clients)
 	}
 	for i, e := range st.Entries {
 		if e.Op != r.first+uint64(i) {

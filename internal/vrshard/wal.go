@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/seglog"
 	"github.com/kefirdb/kefir/internal/vfs"
 	"github.com/kefirdb/kefir/internal/vr"
@@ -450,15 +451,9 @@ func (st *walState) apply(typ byte, p []byte) error {
 	switch typ {
 	case recSnapshot:
 		st.snap = vr.Snapshot{Op: r.uvarint()}
-		n := r.uvarint()
-		if n > uint64(len(r.b)) {
-			return ErrCorruptEntry
-		}
-		for i := uint64(0); i < n && r.err == nil; i++ {
-			c := vr.ClientRecord{Client: r.uvarint(), ReqNum: r.uvarint(), Op: r.uvarint()}
-			c.Result = append([]byte(nil), r.bytes()...)
-			st.snap.Clients = append(st.snap.Clients, c)
-		}
+		d := r.decoder()
+		st.snap.Clients = kv.DecodeClientEntries(&d)
+		r.update(&d)
 		st.entries = st.entries[:0]
 		st.dlog = st.dlog[:0]
 	case recEntries:
@@ -602,14 +597,7 @@ func (w *wal) unmarkClean(recovering bool) error {
 func (w *wal) addSnapshot(op uint64, clients []vr.ClientRecord) {
 	w.record(recSnapshot, func(b []byte) []byte {
 		b = binary.AppendUvarint(b, op)
-		b = binary.AppendUvarint(b, uint64(len(clients)))
-		for _, c := range clients {
-			b = binary.AppendUvarint(b, c.Client)
-			b = binary.AppendUvarint(b, c.ReqNum)
-			b = binary.AppendUvarint(b, c.Op)
-			b = appendBytes(b, c.Result)
-		}
-		return b
+		return kv.AppendClientEntries(b, clients)
 	})
 }
 
