@@ -23,6 +23,7 @@ import (
 
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/storage"
 )
 
@@ -199,8 +200,9 @@ type Shard struct {
 	// maxKey, maxVal: the engine's size limits (if it says), checked per write
 	// (kv.Op.CheckSizes) so that one oversized write fails alone; 0: unknown.
 	maxKey, maxVal int
-	// Tests only: tornMultiReads (a mutation) reads MGET's keys one by one
-	// from the latest state; betweenKeys runs between its first two keys.
+	// Tests only: tornMultiReads (a mutation, read only under mutation.On)
+	// reads MGET's keys one by one from the latest state; betweenKeys runs
+	// between its first two keys.
 	tornMultiReads bool
 	betweenKeys    func()
 	opts           Options
@@ -642,7 +644,7 @@ func (s *Shard) Read(ctx context.Context, op kv.Op, c level.Consistency, sess Se
 		// as k without x).
 		snap = s.db.Snapshot(0)
 		defer snap.Close()
-		if !s.tornMultiReads {
+		if !(mutation.On && s.tornMultiReads) {
 			readGet = snap.Get
 		}
 	}

@@ -3,6 +3,8 @@ package vr
 import (
 	"errors"
 	"slices"
+
+	"github.com/kefirdb/kefir/internal/mutation"
 )
 
 // The nilext fast path (Skyros, paper 004; digest 004 §2, ARCHITECTURE §5.2)
@@ -299,7 +301,7 @@ func (r *Replica) Nilext(now int64, req NilextRequest) error {
 			r.nxOrder()
 		}
 	}
-	if e.seq > r.synced && !r.mut.ackBeforePersist && !r.mut.nilextAckEarly {
+	if e.seq > r.synced && !(mutation.On && r.mut.ackBeforePersist) && !(mutation.On && r.mut.nilextAckEarly) {
 		r.nx.acks = append(r.nx.acks, pendingAck{seq: e.seq, a: ack})
 	} else {
 		r.out.NilextAcks = append(r.out.NilextAcks, ack)

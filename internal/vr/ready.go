@@ -2,6 +2,8 @@ package vr
 
 import (
 	"fmt"
+
+	"github.com/kefirdb/kefir/internal/mutation"
 )
 
 // Ready is the batch of actions the core produced since the last Ready. The
@@ -99,7 +101,7 @@ func (r *Replica) Ready() Ready {
 		for op := r.handed + 1; op <= r.commit; op++ {
 			e := r.entry(op)
 			c := Committed{Entry: *e}
-			if e.Client != 0 && !r.mut.skipClientTable {
+			if e.Client != 0 && !(mutation.On && r.mut.skipClientTable) {
 				if r.clients.Executed(e.Client, e.ReqNum) {
 					c.Duplicate = true
 				} else {

@@ -66,7 +66,9 @@ type readReq struct {
 }
 
 // mutations are deliberate bugs the tests switch on to prove the simulator
-// and checkers catch them. Never set outside tests.
+// and checkers catch them. Never set outside tests; read only as
+// `mutation.On && r.mut.x`, so the default build compiles them away
+// (internal/mutation).
 type mutations struct {
 	// noCommitForReads: a commit point that advances while a durability
 	// wait needs followers' applied reports goes out only with the next

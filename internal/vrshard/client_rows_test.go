@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kefirdb/kefir/internal/kv"
+	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/storage"
 	"github.com/kefirdb/kefir/internal/vfs"
@@ -48,6 +49,9 @@ const testClientCap = 20
 // result from that row). It returns the cluster and a function that returns
 // the violations seen so far (the check stays on for replicas reopened later).
 func boundedRows(t *testing.T, tooEarly bool) (*cluster, func() []string) {
+	if tooEarly {
+		mutation.Require(t)
+	}
 	var mu sync.Mutex
 	var bad []string
 	c := newCluster(t, 3, func(o *Options) {

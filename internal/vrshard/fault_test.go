@@ -14,6 +14,7 @@ import (
 
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/testgroup"
 	"github.com/kefirdb/kefir/internal/transport"
@@ -172,6 +173,7 @@ func TestStaleConfigurationIsRefused(t *testing.T) {
 // local lease) must see that it ran out: with the localLeaseNoClock
 // mutation the old leader serves its stale value.
 func TestPartitionedOldLeaderServesNoStaleRead(t *testing.T) {
+	mutation.Require(t)
 	for _, broken := range []bool{false, true} {
 		t.Run(map[bool]string{false: "lease", true: "localLeaseNoClock"}[broken], func(t *testing.T) {
 			c := newCluster(t, 3, func(o *Options) { o.RequestTimeout = 400 * time.Millisecond })

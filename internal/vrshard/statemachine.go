@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/kefirdb/kefir/internal/kv"
+	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/storage"
 )
@@ -256,7 +257,7 @@ func (a *applier) current(key []byte) ([]byte, uint64, bool, error) {
 // one of version v.
 func (a *applier) eval(op *kv.Op, v uint64, ts int64) (kv.Result, error) {
 	maxVal := a.db.MaxValueSize()
-	if a.appendUnchecked {
+	if mutation.On && a.appendUnchecked {
 		maxVal = 0
 	}
 	res, err := kv.Apply(a.current, v, op, maxVal, func(key, value []byte, tomb bool) {

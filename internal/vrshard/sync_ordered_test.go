@@ -9,6 +9,7 @@ import (
 
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/shard"
 )
 
@@ -64,6 +65,7 @@ func TestSyncBlindWriteIsAnsweredAtItsOrderedPoint(t *testing.T) {
 // sync write only once it is applied: the behaviour §12 replaced, kept so
 // the two can be compared.
 func TestSyncWaitsInApplyHoldsApplyUntilCommit(t *testing.T) {
+	mutation.Require(t)
 	leader, gates, _ := heldLeader(t, func(o *Options) { o.mut.syncWaitsInApply = true }, "k", "v0")
 	done := make(chan shard.Pending, 1)
 	go func() {

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/kefirdb/kefir/internal/kv"
+	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/seglog"
 	"github.com/kefirdb/kefir/internal/vfs"
 	"github.com/kefirdb/kefir/internal/vr"
@@ -243,7 +244,7 @@ func (w *wal) recover() (walState, error) {
 	}
 	// Nothing non-zero may stay behind the end (zeroed, or cut off on a file
 	// system without positional writes, as format 1 did).
-	fileSize, _, err := seglog.EndTail(f, b[end:], end, int64(len(b)), w.cfg.mut.skipZeroTail)
+	fileSize, _, err := seglog.EndTail(f, b[end:], end, int64(len(b)), mutation.On && w.cfg.mut.skipZeroTail)
 	if err != nil {
 		f.Close()
 		return st, fmt.Errorf("vrshard: wal: %s: %w", segName(id), err)
@@ -394,7 +395,7 @@ func parseRecord(b []byte, off int, seg uint64, mut walMutations) (record2, bool
 	}
 	pos := binary.LittleEndian.Uint64(h[8:])
 	synced := binary.LittleEndian.Uint64(h[16:])
-	if !mut.ignorePos && pos != uint64(off) {
+	if !(mutation.On && mut.ignorePos) && pos != uint64(off) {
 		return record2{}, false
 	}
 	if synced > pos {
@@ -424,7 +425,7 @@ func replaySegment(b []byte, seg uint64, st *walState, mut walMutations) (int64,
 		}
 		off += r.n
 	}
-	if mut.ignoreSynced {
+	if mutation.On && mut.ignoreSynced {
 		return int64(off), nil
 	}
 	// A record's synced mark is never past its own offset, so only records
