@@ -11,14 +11,14 @@ import (
 	"testing"
 )
 
-// gatedPackages are the packages whose mutations are gated by On, with the
-// mutation fields that live outside a `mutations` struct (a copy a helper
+// gatedPackages are the packages whose mutations and test hooks are gated by
+// On, with the ones that live outside a `mutations` struct (a copy a helper
 // keeps, a field of the type it breaks).
 var gatedPackages = map[string][]string{
 	"../vr":      nil,
 	"../vrshard": {"appendUnchecked"},
 	"../storage": nil,
-	"../shard":   {"tornMultiReads"},
+	"../shard":   {"tornMultiReads", "betweenKeys"},
 }
 
 // notMutations are bool fields of a mutations struct that are not bugs but a
@@ -26,8 +26,9 @@ var gatedPackages = map[string][]string{
 // mode override picks one of the engine's real fill modes.
 var notMutations = []string{"setFill"}
 
-// mutationFields returns the bool fields of the package's mutations structs
-// (any struct type whose name ends in "utations").
+// mutationFields returns the fields of the package's mutations structs (any
+// struct type whose name ends in "utations") that are mutations (bools) or
+// test hooks (funcs, delays).
 func mutationFields(files []*ast.File) map[string]bool {
 	fields := map[string]bool{}
 	for _, f := range files {
@@ -41,11 +42,18 @@ func mutationFields(files []*ast.File) map[string]bool {
 				return true
 			}
 			for _, fl := range st.Fields.List {
-				if id, ok := fl.Type.(*ast.Ident); ok && id.Name == "bool" {
-					for _, name := range fl.Names {
-						if !slices.Contains(notMutations, name.Name) {
-							fields[name.Name] = true
-						}
+				hook := false
+				switch t := fl.Type.(type) {
+				case *ast.Ident:
+					hook = t.Name == "bool"
+				case *ast.FuncType:
+					hook = true
+				case *ast.SelectorExpr:
+					hook = t.Sel.Name == "Duration"
+				}
+				for _, name := range fl.Names {
+					if hook && !slices.Contains(notMutations, name.Name) {
+						fields[name.Name] = true
 					}
 				}
 			}
@@ -75,9 +83,28 @@ func isOn(e ast.Expr) bool {
 	return ok && id.Name == "mutation" && s.Sel.Name == "On"
 }
 
-// ungated returns the positions of mutation reads in files that are not the
-// right operand of `mutation.On && …`. Writes (assignment targets) are
-// allowed: only tests set mutations, and a write decides nothing.
+// leftmost returns the leftmost operand of a chain of &&.
+func leftmost(e ast.Expr) ast.Expr {
+	for {
+		switch x := e.(type) {
+		case *ast.BinaryExpr:
+			if x.Op != token.LAND {
+				return e
+			}
+			e = x.X
+		case *ast.ParenExpr:
+			e = x.X
+		default:
+			return e
+		}
+	}
+}
+
+// ungated returns the positions of reads of mutations and hooks in files
+// that are neither the right operand of `mutation.On && …` nor inside an if
+// statement (its init, condition or then-branch) whose condition is
+// `mutation.On && …` or `mutation.On`. Writes (assignment targets) are
+// allowed: only tests set them, and a write decides nothing.
 func ungated(fset *token.FileSet, files []*ast.File, extra []string) []string {
 	fields := mutationFields(files)
 	var out []string
@@ -103,6 +130,19 @@ func ungated(fset *token.FileSet, files []*ast.File, extra []string) []string {
 					if p.Op == token.LAND && p.Y == ast.Expr(sel) && isOn(p.X) {
 						return true
 					}
+				}
+			}
+			for i := len(stack) - 1; i >= 0; i-- {
+				ifs, ok := stack[i].(*ast.IfStmt)
+				if !ok || !isOn(leftmost(ifs.Cond)) {
+					continue
+				}
+				child := ast.Node(sel)
+				if i+1 < len(stack) {
+					child = stack[i+1]
+				}
+				if child != ifs.Else {
+					return true
 				}
 			}
 			out = append(out, fset.Position(sel.Pos()).String())
@@ -150,8 +190,9 @@ func TestEveryMutationReadIsGated(t *testing.T) {
 }
 
 // TestUngatedMutationReadIsCaught: the check above fails on a read without
-// the guard, on one whose guard is not mutation.On, and on one that is
-// guarded on the wrong side; it accepts the guarded forms and writes.
+// the guard, on one whose guard is not mutation.On, on one guarded on the
+// wrong side, on a hook read outside a guarded if and on one in the else
+// branch of one; it accepts the guarded forms and writes.
 func TestUngatedMutationReadIsCaught(t *testing.T) {
 	const src = `package p
 
@@ -174,7 +215,14 @@ func (r *R) f() {
 	if !(mutation.On && r.mut.broken) { // gated
 	}
 	r.mut.broken = true // a write
-	if h := r.mut.hook; h != nil { // a hook, not a bool mutation
+	if h := r.mut.hook; h != nil { // ungated hook
+	}
+	if h := r.mut.hook; mutation.On && h != nil { // gated hook
+	}
+	if mutation.On {
+		_ = r.mut.hook // gated
+	} else {
+		_ = r.mut.hook // ungated: the else branch
 	}
 }
 `
@@ -188,8 +236,8 @@ func (r *R) f() {
 	for _, b := range bad {
 		lines = append(lines, strings.Split(b, ":")[1])
 	}
-	if !slices.Equal(lines, []string{"11", "13", "15"}) {
-		t.Fatalf("flagged %v, want lines 11, 13, 15", bad)
+	if want := []string{"11", "13", "15", "22", "29"}; !slices.Equal(lines, want) {
+		t.Fatalf("flagged %v, want lines %v", bad, want)
 	}
 }
 

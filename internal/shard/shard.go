@@ -650,7 +650,7 @@ func (s *Shard) Read(ctx context.Context, op kv.Op, c level.Consistency, sess Se
 	}
 	n := 0
 	get := func(k []byte) ([]byte, uint64, bool, error) {
-		if n++; n == 2 && s.betweenKeys != nil {
+		if n++; mutation.On && n == 2 && s.betweenKeys != nil {
 			s.betweenKeys()
 		}
 		v, ok, err := s.getWith(readGet, k)

@@ -184,3 +184,7 @@ func (r *Replica) Advance(results [][]byte) {
 
 // ClientTable returns the client table as of the applied op, for a snapshot.
 func (r *Replica) ClientTable() []ClientRecord { return r.clients.Entries() }
+
+// ClientTableMinOp returns the lowest op among the client table's records
+// (ok false if it is empty), without copying the table.
+func (r *Replica) ClientTableMinOp() (op uint64, ok bool) { return r.clients.MinOp() }

@@ -261,9 +261,7 @@ func TestLateReadableCostsASecondRound(t *testing.T) {
 // back from every disk, then lets the fsyncs through, and returns how many
 // waits the read registered with the core.
 func durabilityRounds(t *testing.T, late bool) uint64 {
-	if late {
-		mutation.Require(t)
-	}
+	mutation.Require(t) // test hooks too
 	var armed atomic.Bool
 	c, gates, _ := gatedCluster(t, func(o *Options) {
 		o.mut.lateReadable = late

@@ -49,9 +49,7 @@ const testClientCap = 20
 // result from that row). It returns the cluster and a function that returns
 // the violations seen so far (the check stays on for replicas reopened later).
 func boundedRows(t *testing.T, tooEarly bool) (*cluster, func() []string) {
-	if tooEarly {
-		mutation.Require(t)
-	}
+	mutation.Require(t) // test hooks too
 	var mu sync.Mutex
 	var bad []string
 	c := newCluster(t, 3, func(o *Options) {

@@ -102,7 +102,7 @@ func (r *Replica) deferredRead(op kv.Op) (kv.Result, *readAck, error) {
 	// ordered before to was indexed before to was (indexLate): one on a key
 	// read makes the check above fall back, so the read never returns k's
 	// cad write with j's value from before an earlier sync write of j.
-	if h := r.mut.afterOverlay; h != nil {
+	if h := r.mut.afterOverlay; mutation.On && h != nil {
 		h()
 	}
 	res, err := r.readWith(op, ov)

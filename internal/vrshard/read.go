@@ -234,7 +234,7 @@ func (r *Replica) leaderCheck(op kv.Op, waited bool) (res kv.Result, need, R uin
 	if err != nil {
 		return kv.Result{}, 0, 0, err
 	}
-	if h := r.mut.afterLeaderRead; h != nil {
+	if h := r.mut.afterLeaderRead; mutation.On && h != nil {
 		h()
 	}
 	R = r.readable.Load()
@@ -601,7 +601,7 @@ func (r *Replica) readWith(op kv.Op, ov map[string]overlayEntry) (kv.Result, err
 	}
 	n := 0
 	get := func(k []byte) ([]byte, uint64, bool, error) {
-		if h := r.mut.betweenKeys; h != nil {
+		if h := r.mut.betweenKeys; mutation.On && h != nil {
 			if n++; n == 2 {
 				h()
 			}

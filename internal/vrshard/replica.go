@@ -1041,8 +1041,8 @@ func (r *Replica) maybeForgetRows() {
 		return
 	}
 	below := applied + 1
-	for _, c := range r.core.ClientTable() {
-		below = min(below, c.Op)
+	if op, ok := r.core.ClientTableMinOp(); ok {
+		below = min(below, op)
 	}
 	if mutation.On && r.mut.forgetTooEarly {
 		below = applied + 1
@@ -1080,7 +1080,7 @@ func (r *Replica) step(in inbound) {
 		if cadtraceOn && m.Type == vr.MsgPrepareOK {
 			r.ctr.followerPersisted(m.Persisted)
 		}
-		if h := r.mut.afterStep; h != nil {
+		if h := r.mut.afterStep; mutation.On && h != nil {
 			h(r, m)
 		}
 	}
@@ -1462,10 +1462,10 @@ func (r *Replica) handle(rd *vr.Ready) error {
 		}
 		close(rw.done)
 	}
-	if h := r.mut.afterReadRelease; h != nil && len(rd.ReadStates) > 0 {
+	if h := r.mut.afterReadRelease; mutation.On && h != nil && len(rd.ReadStates) > 0 {
 		h()
 	}
-	if h := r.mut.afterHandle; h != nil {
+	if h := r.mut.afterHandle; mutation.On && h != nil {
 		h(r)
 	}
 	// 5. Snapshots for lagging peers: the engine at the applied op, captured
@@ -1586,7 +1586,7 @@ func (r *Replica) apply(cs []vr.Committed) error {
 	if err := r.app.flush(); err != nil {
 		return err
 	}
-	if h := r.mut.afterEngineWrite; h != nil {
+	if h := r.mut.afterEngineWrite; mutation.On && h != nil {
 		h()
 	}
 	r.core.Advance(results)

@@ -88,6 +88,7 @@ func TestSyncWaitsInApplyHoldsApplyUntilCommit(t *testing.T) {
 // append (r.ordEarly would grow by one entry per such retry until the next
 // leader change).
 func TestRetryOfAnAppliedSyncWriteLeavesNothingBehind(t *testing.T) {
+	mutation.Require(t)
 	var pending atomic.Int64
 	c := newCluster(t, 3, func(o *Options) {
 		o.mut.afterHandle = func(r *Replica) {
@@ -122,6 +123,7 @@ func TestRetryOfAnAppliedSyncWriteLeavesNothingBehind(t *testing.T) {
 // commit; neither is appended, so indexEarly never drops the retry's entry.
 // Each would leak one entry (and its keys) until the next leader change.
 func TestRetryOfAnEarlyWriteLeavesNothingBehind(t *testing.T) {
+	mutation.Require(t)
 	for _, d := range []level.Durability{level.CAD, level.Async} {
 		t.Run(d.String(), func(t *testing.T) {
 			var pending atomic.Int64
