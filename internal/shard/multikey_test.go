@@ -6,6 +6,7 @@ import (
 
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/mutation"
 )
 
 // An MGET reads every key at one engine version: between its reads of x and
@@ -13,6 +14,7 @@ import (
 // MGET began before both, so [x0 k0] is right and [x0 k1] is a state no
 // prefix of the history had. The tornMultiReads mutation returns it.
 func TestMultiKeyReadSeesOneEngineVersion(t *testing.T) {
+	mutation.Require(t)
 	for _, broken := range []bool{false, true} {
 		t.Run(map[bool]string{false: "snapshot", true: "tornMultiReads"}[broken], func(t *testing.T) {
 			n := newNode(t, Options{})

@@ -14,7 +14,6 @@ package shard
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -24,6 +23,7 @@ import (
 
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/storage"
 )
 
@@ -37,6 +37,10 @@ type WriteReq struct {
 
 	deduped bool // answered from the client table
 	reveals bool // the reply reports state the write read (see revealsState)
+	// row is the encoded result of the client-table row staged for the
+	// write (kv.ClientEntry.Result), rowVer the row's version.
+	row    []byte
+	rowVer uint64
 }
 
 // Pending is what a batch of applied writes still waits for before its replies may
@@ -180,8 +184,6 @@ type Status struct {
 	Deduped   uint64
 }
 
-var clientPrefix = kv.ReservedKey("client/")
-
 // chunk bounds how many records one Append carries, which also bounds the backward
 // search for earlier writes of the same batch.
 const chunk = 256
@@ -198,8 +200,9 @@ type Shard struct {
 	// maxKey, maxVal: the engine's size limits (if it says), checked per write
 	// (kv.Op.CheckSizes) so that one oversized write fails alone; 0: unknown.
 	maxKey, maxVal int
-	// Tests only: tornMultiReads (a mutation) reads MGET's keys one by one
-	// from the latest state; betweenKeys runs between its first two keys.
+	// Tests only: tornMultiReads (a mutation, read only under mutation.On)
+	// reads MGET's keys one by one from the latest state; betweenKeys runs
+	// between its first two keys.
 	tornMultiReads bool
 	betweenKeys    func()
 	opts           Options
@@ -215,7 +218,8 @@ type Shard struct {
 	reserved   uint64
 	reserveSeq uint64 // sequence number of the latest reservation record
 	holes      []hole
-	clients    map[uint64]clientEntry
+	clients    *kv.ClientTable // under the idle rule (expireClients)
+	legacy     []legacyRow     // rows in the pre-issue-26 format, for migrateClients
 	recs       []storage.Record
 	closed     bool
 	stats      Status
@@ -240,12 +244,6 @@ type Shard struct {
 	// and is made durable before it is returned; conservative, never unsafe.
 	checkPos atomic.Uint64
 	checking atomic.Bool
-}
-
-type clientEntry struct {
-	seq     uint64
-	res     kv.Result
-	touched int64 // unix nanos of the client's latest write
 }
 
 var _ Replica = (*Shard)(nil)
@@ -273,7 +271,7 @@ func Open(db Engine, opts Options) (*Shard, error) {
 		opts:       opts,
 		log:        opts.Logger,
 		next:       db.LastVersion() + 1,
-		clients:    make(map[uint64]clientEntry),
+		clients:    kv.NewClientTable(0),
 		sweepEvery: 4096,
 		kick:       make(chan struct{}, 1),
 		done:       make(chan struct{}),
@@ -294,11 +292,14 @@ func Open(db Engine, opts Options) (*Shard, error) {
 	if err := s.openVersions(); err != nil {
 		return nil, fmt.Errorf("shard: %w", err)
 	}
+	if err := s.migrateClients(); err != nil {
+		return nil, fmt.Errorf("shard: rewrite the client table's rows: %w", err)
+	}
 	if !opts.NoBackgroundSync {
 		s.syncerWG.Add(1)
 		go s.syncer()
 	}
-	s.log.Info("shard open", "next_version", s.next, "clients", len(s.clients),
+	s.log.Info("shard open", "next_version", s.next, "clients", s.clients.Len(),
 		"durable_pos", uint64(db.DurablePos()), "last_pos", uint64(db.LastPos()))
 	return s, nil
 }
@@ -412,26 +413,30 @@ func (s *Shard) Apply(ctx context.Context, reqs []WriteReq) (Pending, error) {
 	}
 	for i := range reqs {
 		r := &reqs[i]
-		r.Result, r.Err, r.deduped = kv.Result{}, nil, false
+		r.Result, r.Err, r.deduped, r.row = kv.Result{}, nil, false, nil
 		if r.Durability == 0 {
 			r.Durability = s.opts.Durability
 		}
 		if !r.ID.IsZero() {
-			if e, ok := s.clients[r.ID.Client]; ok {
-				if r.ID.Seq == e.seq {
-					r.Result, r.deduped = e.res, true
-					s.stats.Deduped++
-					// The original may still be waiting for its fsync (a retry racing
-					// it on another connection): the answer waits for durability too.
-					if r.Durability == level.Sync {
-						p.SyncPos = max(p.SyncPos, s.db.LastPos())
-					}
-					continue
+			switch d, e := s.clients.Check(r.ID.Client, r.ID.Seq); d {
+			case kv.Duplicate:
+				// Only successful writes are cached here, so an op error in a row
+				// cannot occur; one that does not decode is this node's fault.
+				res, opErr, err := kv.DecodeResult(e.Result)
+				if err != nil {
+					opErr = fmt.Errorf("%w: client table entry of client %d: %w", ErrUnavailable, r.ID.Client, err)
 				}
-				if r.ID.Seq < e.seq {
-					r.Err = ErrStaleRequest
-					continue
+				r.Result, r.Err, r.deduped = res, opErr, true
+				s.stats.Deduped++
+				// The original may still be waiting for its fsync (a retry racing
+				// it on another connection): the answer waits for durability too.
+				if r.Durability == level.Sync {
+					p.SyncPos = max(p.SyncPos, s.db.LastPos())
 				}
+				continue
+			case kv.Stale:
+				r.Err = ErrStaleRequest
+				continue
 			}
 		}
 		before := len(s.recs)
@@ -457,7 +462,9 @@ func (s *Shard) Apply(ctx context.Context, reqs []WriteReq) (Pending, error) {
 				v = s.next
 				s.next++
 			}
-			s.recs = append(s.recs, clientRecord(r.ID, r.Result, v, ts))
+			row, off := kv.AppendClientRow(make([]byte, 0, 32+len(r.Result.Bulk)), r.ID.Seq, r.Result, nil)
+			s.recs = append(s.recs, storage.Record{Key: kv.ClientRowKey(r.ID.Client), Value: row, Version: v, Timestamp: ts})
+			r.row, r.rowVer = row[off:], v
 		}
 		if len(s.recs) >= chunk {
 			if err := s.flush(reqs[start:i+1], &p); err != nil {
@@ -537,11 +544,9 @@ func (s *Shard) flush(reqs []WriteReq, p *Pending) error {
 		}
 		s.stats.Writes++
 		if !r.ID.IsZero() {
-			// The result may alias the caller's request buffers (SET GET of a value
-			// written earlier in the batch); the table outlives them.
-			res := r.Result
-			res.Bulk = bytes.Clone(res.Bulk)
-			s.clients[r.ID.Client] = clientEntry{seq: r.ID.Seq, res: res, touched: ts}
+			// The entry's result is the row's encoding (a copy made when the row
+			// was staged: the result may alias the caller's request buffers).
+			s.clients.Put(kv.ClientEntry{Client: r.ID.Client, ReqNum: r.ID.Seq, Op: r.rowVer, Result: r.row, Touched: ts})
 		}
 		switch r.Durability {
 		case level.Sync:
@@ -639,13 +644,13 @@ func (s *Shard) Read(ctx context.Context, op kv.Op, c level.Consistency, sess Se
 		// as k without x).
 		snap = s.db.Snapshot(0)
 		defer snap.Close()
-		if !s.tornMultiReads {
+		if !(mutation.On && s.tornMultiReads) {
 			readGet = snap.Get
 		}
 	}
 	n := 0
 	get := func(k []byte) ([]byte, uint64, bool, error) {
-		if n++; n == 2 && s.betweenKeys != nil {
+		if n++; mutation.On && n == 2 && s.betweenKeys != nil {
 			s.betweenKeys()
 		}
 		v, ok, err := s.getWith(readGet, k)
@@ -767,7 +772,7 @@ func (s *Shard) getWith(readGet func([]byte) (storage.Value, error), k []byte) (
 func (s *Shard) Status() Status {
 	s.mu.Lock()
 	st := s.stats
-	st.Clients = len(s.clients)
+	st.Clients = s.clients.Len()
 	s.mu.Unlock()
 	// Counted outside mu (waits run unlocked); stats' own copies stay zero.
 	st.Syncs, st.ReadSyncs = s.syncs.Load(), s.readSyncs.Load()
@@ -780,86 +785,16 @@ func (s *Shard) Status() Status {
 // maxExpirePerSweep bounds the tombstones one sweep adds to a batch.
 const maxExpirePerSweep = 1024
 
-// expireClients forgets clients idle longer than the TTL, in memory and in the
-// engine (a tombstone for the reserved key rides along with the current batch).
+// expireClients forgets clients idle longer than the TTL (kv's idle rule), in
+// memory and in the engine (a tombstone for the row rides along with the
+// current batch).
 func (s *Shard) expireClients(now int64) {
-	cutoff := now - int64(s.opts.ClientTTL)
-	n := 0
-	for id, e := range s.clients {
-		if e.touched >= cutoff {
-			continue
-		}
-		delete(s.clients, id)
-		s.recs = append(s.recs, storage.Record{Key: clientKey(id), Version: s.next, Timestamp: now, Tombstone: true})
+	ids := s.clients.ExpireIdle(now-int64(s.opts.ClientTTL), maxExpirePerSweep)
+	for _, id := range ids {
+		s.recs = append(s.recs, storage.Record{Key: kv.ClientRowKey(id), Version: s.next, Timestamp: now, Tombstone: true})
 		s.next++
-		if n++; n == maxExpirePerSweep {
-			break
-		}
 	}
-	if n > 0 {
-		s.log.Debug("client table: expired idle clients", "count", n, "ttl", s.opts.ClientTTL)
+	if len(ids) > 0 {
+		s.log.Debug("client table: expired idle clients", "count", len(ids), "ttl", s.opts.ClientTTL)
 	}
-}
-
-// The client table is persisted as one reserved key per client id, written in the
-// same Append as the write it describes, so a sync write and its table entry become
-// durable together: a retry after a crash and restart is answered from the table
-// instead of executing twice. Entry encoding: seq uvarint, result kind byte, int
-// varint, version uvarint, bulk (the rest). Array results are never cached (writes
-// do not produce them).
-
-func clientKey(id uint64) []byte { return reservedKey(clientPrefix, id) }
-
-func clientRecord(id ReqID, res kv.Result, version uint64, ts int64) storage.Record {
-	b := make([]byte, 0, 32+len(res.Bulk))
-	b = binary.AppendUvarint(b, id.Seq)
-	b = append(b, byte(res.Kind))
-	b = binary.AppendVarint(b, res.Int)
-	b = binary.AppendUvarint(b, res.Version)
-	b = append(b, res.Bulk...)
-	return storage.Record{Key: clientKey(id.Client), Value: b, Version: version, Timestamp: ts}
-}
-
-func decodeClient(key, val []byte) (uint64, clientEntry, error) {
-	id, err := reservedSuffix(clientPrefix, key)
-	if err != nil {
-		return 0, clientEntry{}, err
-	}
-	seq, n := binary.Uvarint(val)
-	if n <= 0 || n >= len(val) {
-		return 0, clientEntry{}, fmt.Errorf("client %d: bad seq", id)
-	}
-	val = val[n:]
-	kind := kv.ResultKind(val[0])
-	if kind < kv.ResOK || kind > kv.ResNil {
-		return 0, clientEntry{}, fmt.Errorf("client %d: bad result kind %d", id, kind)
-	}
-	val = val[1:]
-	i, n := binary.Varint(val)
-	if n <= 0 {
-		return 0, clientEntry{}, fmt.Errorf("client %d: bad int", id)
-	}
-	val = val[n:]
-	ver, n := binary.Uvarint(val)
-	if n <= 0 {
-		return 0, clientEntry{}, fmt.Errorf("client %d: bad version", id)
-	}
-	val = val[n:]
-	res := kv.Result{Kind: kind, Int: i, Version: ver}
-	if kind == kv.ResBulk {
-		res.Bulk = append([]byte{}, val...)
-	}
-	return id, clientEntry{seq: seq, res: res}, nil
-}
-
-func (s *Shard) loadClients() error {
-	return s.scanReserved(clientPrefix, func(k []byte, v storage.Value) error {
-		id, e, err := decodeClient(k, v.Data)
-		if err != nil {
-			return err
-		}
-		e.touched = v.Timestamp
-		s.clients[id] = e
-		return nil
-	})
 }

@@ -320,19 +320,6 @@ func TestSessionTokens(t *testing.T) {
 	}
 }
 
-func TestClientRecordRoundTrip(t *testing.T) {
-	for _, res := range []kv.Result{{Kind: kv.ResOK, Version: 3}, {Kind: kv.ResInt, Int: -5, Version: 9}, {Kind: kv.ResBulk, Bulk: []byte("x\x00y")}, {Kind: kv.ResNil}} {
-		rec := clientRecord(ReqID{Client: 99, Seq: 12}, res, 1, 0)
-		id, e, err := decodeClient(rec.Key, rec.Value)
-		if err != nil || id != 99 || e.seq != 12 || show(e.res) != show(res) || e.res.Version != res.Version {
-			t.Fatalf("%v: got %d %+v %v", res, id, e, err)
-		}
-	}
-	if _, _, err := decodeClient(clientKey(1), []byte{1}); err == nil {
-		t.Fatal("truncated entry accepted")
-	}
-}
-
 func runtimeGosched() { time.Sleep(time.Millisecond) }
 
 func TestIdleClientsExpireFromTheTable(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/seglog"
 	"github.com/kefirdb/kefir/internal/vfs"
 )
@@ -347,7 +348,7 @@ func (db *DB) replay(i int, from uint64, floors map[string]uint64) error {
 				reason = fmt.Sprintf("checksum or framing mismatch below %d, where the log was durable when its format was upgraded", db.fmtFrom)
 			default:
 				j := -1
-				if !db.opts.mut.ignoreSynced {
+				if !(mutation.On && db.opts.mut.ignoreSynced) {
 					j = validAfterEnd(data, p, s.id, uint64(off))
 				}
 				if j < 0 {
@@ -386,7 +387,7 @@ func (db *DB) replay(i int, from uint64, floors map[string]uint64) error {
 // ending where a stale one begins would resurrect it at the next recovery.
 func (db *DB) endLog(s *segment, tail []byte, end int64) error {
 	s.size = end
-	fileSize, n, err := seglog.EndTail(s.f, tail, end, s.fileSize, db.opts.mut.skipZeroTail)
+	fileSize, n, err := seglog.EndTail(s.f, tail, end, s.fileSize, mutation.On && db.opts.mut.skipZeroTail)
 	s.fileSize = fileSize
 	if err != nil {
 		return fmt.Errorf("storage: %s: %w", s.path, err)

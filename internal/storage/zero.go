@@ -33,7 +33,9 @@ import (
 // minZeroSize is the zero-filled size of a new engine's first segment.
 const minZeroSize = 4 << 20
 
-// mutations are deliberate bugs the tests switch on to show they catch them.
+// mutations are deliberate bugs the tests switch on to show they catch them;
+// the bugs are read only under mutation.On (internal/mutation), so the default
+// build compiles them away. fill/setFill is a test's choice of a real fill mode.
 type mutations struct {
 	// skipZeroTail: recovery leaves the bytes after the log's end as they are, so a
 	// stale record can be resurrected by a later record that ends where it begins.

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/seglog"
 	"github.com/kefirdb/kefir/internal/seglog/seglogtest"
 	"github.com/kefirdb/kefir/internal/vfs"
@@ -217,6 +218,7 @@ func TestStaleTailIsZeroedBeforeNewWrites(t *testing.T) {
 // Mutation skipZeroTail: recovery leaves the stale record in place, and the record that
 // ends where it begins brings it back.
 func TestMutationSkipZeroTailResurrectsAStaleRecord(t *testing.T) {
+	mutation.Require(t)
 	fs := vfs.NewMem()
 	o := memOpts(fs)
 	o.mut.skipZeroTail = true
@@ -306,6 +308,7 @@ func TestCorruptionBelowSyncedMarkIsRefused(t *testing.T) {
 // Mutation ignoreSynced: recovery takes the damaged record for the end of the log and
 // silently drops acknowledged records.
 func TestMutationIgnoreSyncedMarkIsCaught(t *testing.T) {
+	mutation.Require(t)
 	fs := vfs.NewMem()
 	o := memOpts(fs)
 	o.mut.ignoreSynced = true

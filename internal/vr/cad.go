@@ -3,6 +3,8 @@ package vr
 import (
 	"fmt"
 	"slices"
+
+	"github.com/kefirdb/kefir/internal/mutation"
 )
 
 // Consistency-aware durability and cross-client monotonic reads
@@ -229,7 +231,7 @@ func (r *Replica) flushAck() {
 		return
 	}
 	recv, pers, app := r.lastOp(), r.durable, r.applied
-	if r.mut.ackBeforePersist {
+	if mutation.On && r.mut.ackBeforePersist {
 		pers = r.lastOp()
 	} else if r.synced < r.viewSeq {
 		pers = 0 // the view itself is not durable yet: promise nothing
@@ -272,7 +274,7 @@ func (r *Replica) learn(m *Message) {
 		return // not ours (an earlier life's) or too old to remember
 	}
 	d := int64(float64(m.Grant) * (1 - r.cfg.MaxDrift) / (1 + r.cfg.MaxDrift))
-	if r.mut.grantFromReceipt {
+	if mutation.On && r.mut.grantFromReceipt {
 		s.at = r.now
 	}
 	c.leaseUntil = max(c.leaseUntil, s.at+d)
@@ -297,7 +299,7 @@ func (r *Replica) FollowerRead(now int64) (readable uint64, err error) {
 		return 0, fmt.Errorf("%w: this replica leads view %d (use WaitReadable)", ErrNoReadLease, r.view)
 	case c.leaseView != r.view || r.now >= c.leaseUntil:
 		return 0, fmt.Errorf("%w: no grant in view %d", ErrNoReadLease, r.view)
-	case r.applied < c.learnedR && !r.mut.followerNoAppliedCheck:
+	case r.applied < c.learnedR && !(mutation.On && r.mut.followerNoAppliedCheck):
 		// The leader counted an applied op of ours that we no longer have
 		// (a report from before a restart, reordered): serving could miss
 		// a version <= R that someone already read.
@@ -318,7 +320,7 @@ func (r *Replica) FollowerRead(now int64) (readable uint64, err error) {
 func (r *Replica) FollowerLease() (until int64, readable uint64, ok bool) {
 	c := &r.cad
 	if !r.cfg.FollowerReads || r.status != Normal || r.isLeader() || c.leaseView != r.view ||
-		(r.applied < c.learnedR && !r.mut.followerNoAppliedCheck) {
+		(r.applied < c.learnedR && !(mutation.On && r.mut.followerNoAppliedCheck)) {
 		return 0, 0, false
 	}
 	return c.leaseUntil, c.learnedR, true
@@ -356,7 +358,7 @@ func (r *Replica) grantFor(j int, end int64) int64 {
 		return 0
 	}
 	g := int64(r.cfg.MarkOut)
-	if !r.mut.grantBeyondLease {
+	if !(mutation.On && r.mut.grantBeyondLease) {
 		rem := end - r.now
 		if rem <= 0 {
 			return 0
@@ -364,7 +366,7 @@ func (r *Replica) grantFor(j int, end int64) int64 {
 		g = min(g, rem)
 	}
 	c.lastGrant[j] = r.now
-	if !r.mut.leaderVotesWhileGranting {
+	if !(mutation.On && r.mut.leaderVotesWhileGranting) {
 		// The leader's lease keeps every other replica that backs it out
 		// of a new view, but not the leader itself: it could join one at
 		// once (and the grantee, cut off, keep serving). So the leader, too,
@@ -454,7 +456,7 @@ func (r *Replica) updateMembers() {
 					c.member[j] = MemberRemoving
 				}
 			case MemberRemoving:
-				if r.mut.dropAtOnce || r.now-c.lastGrant[j] >= int64(r.cfg.Removal) {
+				if (mutation.On && r.mut.dropAtOnce) || r.now-c.lastGrant[j] >= int64(r.cfg.Removal) {
 					c.member[j] = MemberOut
 					c.lagSince[j] = 0
 				}
@@ -495,7 +497,7 @@ func (r *Replica) advanceReadable() {
 				in++
 				fallthrough
 			case MemberJoining, MemberRemoving:
-				if !r.mut.readableIgnoresMembers {
+				if !(mutation.On && r.mut.readableIgnoresMembers) {
 					v = min(v, c.peerApp[j])
 				}
 			}
@@ -619,7 +621,7 @@ func (r *Replica) checkCADInvariants() {
 	if c.acked > r.lastOp() {
 		panic(fmt.Sprintf("vr: replica %d: acked %d beyond last op %d", r.cfg.Self, c.acked, r.lastOp()))
 	}
-	if r.cfg.FollowerReads && !r.mut.readableIgnoresMembers && c.readable > r.applied {
+	if r.cfg.FollowerReads && !(mutation.On && r.mut.readableIgnoresMembers) && c.readable > r.applied {
 		panic(fmt.Sprintf("vr: replica %d: readable %d beyond its applied %d", r.cfg.Self, c.readable, r.applied))
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kefirdb/kefir/internal/check"
 	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/sim"
 )
 
@@ -621,6 +622,7 @@ func TestCADMutationLeaderServesPastR(t *testing.T) {
 // TestCADMutationReadableIgnoresMembers: R advanced to the leader's own
 // applied op, past what followers applied.
 func TestCADMutationReadableIgnoresMembers(t *testing.T) {
+	mutation.Require(t)
 	o := cadSimOptionsFor(cadModeCAD)
 	o.mut.readableIgnoresMembers = true
 	cadMutationCaught(t, 80, o, cadScenarios[2].tweak, cadScenarios[2].hook)
@@ -770,6 +772,7 @@ var cadTargeted = []struct {
 // that breaks cross-client monotonic reads when the rule is dropped
 // (mutation caught), and the correct core passes the same scenario.
 func TestCADTimingRules(t *testing.T) {
+	mutation.Require(t)
 	for _, tc := range cadTargeted {
 		t.Run(tc.name, func(t *testing.T) {
 			o := cadSimOptionsFor(cadModeCAD)
@@ -957,6 +960,7 @@ func TestCADSimRestartedLeaderKeepsGrants(t *testing.T) {
 // TestCADMutationRestartedLeaderVotes: the randomized leader-restarts
 // schedule sees a restarted leader that helps form a view at once.
 func TestCADMutationRestartedLeaderVotes(t *testing.T) {
+	mutation.Require(t)
 	i := slices.IndexFunc(cadScenarios, func(sc cadScenario) bool { return sc.name == "leader-restarts" })
 	sc := cadScenarios[i]
 	o := cadSimOptionsFor(cadModeCAD)

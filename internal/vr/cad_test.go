@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kefirdb/kefir/internal/mutation"
 )
 
 // Unit tests of the CAD rules (cad.go, docs/design/cad.md), one rule each,
@@ -282,6 +284,7 @@ func TestLeaseAnchoredAtAckSend(t *testing.T) {
 // report from before a restart, reordered; here the leader's message is
 // built by hand.
 func TestFollowerReadNeedsAppliedR(t *testing.T) {
+	mutation.Require(t)
 	n := cadNet(t)
 	n.propose(1, 7, 1, "a")
 	n.ready(1)
@@ -475,6 +478,7 @@ func TestViewChangeResetsReadState(t *testing.T) {
 // TestLeaderPromisesWhileGranting: a leader that granted g does not join a
 // newer view for g after the grant, even when asked; the mutation does.
 func TestLeaderPromisesWhileGranting(t *testing.T) {
+	mutation.Require(t)
 	for _, mutated := range []bool{false, true} {
 		n := cadNet(t)
 		l := n.rs[1]
@@ -511,6 +515,7 @@ func TestLeaderPromisesWhileGranting(t *testing.T) {
 // happens, and the wait is released; with noCommitForReads the followers
 // learn it only from the next heartbeat, so the wait is still pending.
 func TestCommitGoesOutAtOnceWhileADurabilityWaitNeedsIt(t *testing.T) {
+	mutation.Require(t)
 	for _, off := range []bool{false, true} {
 		t.Run(map[bool]string{false: "atOnce", true: "noCommitForReads"}[off], func(t *testing.T) {
 			n := cadNet(t)
@@ -621,6 +626,7 @@ func (n *tnet) restart(id uint64, nonce uint64) *Replica {
 // follower that had joined a view change before its crash resumes it at
 // once.
 func TestRestartedLeaderKeepsItsGrantPromise(t *testing.T) {
+	mutation.Require(t)
 	for _, mutated := range []bool{false, true} {
 		t.Run(map[bool]string{false: "correct", true: "restartedLeaderVotes"}[mutated], func(t *testing.T) {
 			n := cadNet(t)

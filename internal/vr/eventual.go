@@ -1,6 +1,10 @@
 package vr
 
-import "math"
+import (
+	"math"
+
+	"github.com/kefirdb/kefir/internal/mutation"
+)
 
 // Eventual reads (issue 24). An eventual read may return an old version, but
 // not one superseded longer than Config.EventualWindow W before the read
@@ -67,7 +71,7 @@ func (r *Replica) EventualUntil() int64 {
 	switch {
 	case r.status == Recovering:
 		return 0
-	case w < 0 || r.mut.eventualUnbounded:
+	case w < 0 || (mutation.On && r.mut.eventualUnbounded):
 		if r.status != Normal {
 			return 0 // as before issue 24: normal replicas only
 		}

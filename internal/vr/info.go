@@ -52,7 +52,7 @@ func (r *Replica) Info() Info {
 		DLogLen: r.nx.live, NilextSlowReads: r.nx.slowReads, NilextCycles: r.nx.cycles,
 		DLogStale: r.cfg.Nilext && r.nxStale(), NilextStaleWaits: r.nx.staleWaits,
 		Persisted: r.durable, Acked: r.cad.acked, Readable: r.Readable(), ReadLeaseUntil: r.readLeaseUntil(),
-		Members: r.memberCounts(), Clients: len(r.clients), ClientsEvicted: r.clientsEvicted}
+		Members: r.memberCounts(), Clients: r.clients.Len(), ClientsEvicted: r.clients.Evicted}
 }
 
 func (r *Replica) memberCounts() (n [4]int) {

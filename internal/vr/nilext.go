@@ -3,6 +3,8 @@ package vr
 import (
 	"errors"
 	"slices"
+
+	"github.com/kefirdb/kefir/internal/mutation"
 )
 
 // The nilext fast path (Skyros, paper 004; digest 004 §2, ARCHITECTURE §5.2)
@@ -262,8 +264,7 @@ func (r *Replica) restoreDLog(es []NilextRequest) {
 }
 
 func (r *Replica) nxApplied(client, req uint64) bool {
-	rec := r.clients[client]
-	return rec != nil && req <= rec.ReqNum
+	return r.clients.Executed(client, req)
 }
 
 // Nilext takes a nilext update from a client at local time now. The ack comes
@@ -300,7 +301,7 @@ func (r *Replica) Nilext(now int64, req NilextRequest) error {
 			r.nxOrder()
 		}
 	}
-	if e.seq > r.synced && !r.mut.ackBeforePersist && !r.mut.nilextAckEarly {
+	if e.seq > r.synced && !(mutation.On && r.mut.ackBeforePersist) && !(mutation.On && r.mut.nilextAckEarly) {
 		r.nx.acks = append(r.nx.acks, pendingAck{seq: e.seq, a: ack})
 	} else {
 		r.out.NilextAcks = append(r.out.NilextAcks, ack)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/kefirdb/kefir/internal/check"
 	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/sim"
 	"github.com/kefirdb/kefir/internal/sim/scenario"
 )
@@ -333,6 +334,7 @@ func nilextCaughtBy(t *testing.T, budget, replicas int, nx *nilextSimOptions, o 
 // d-log recovery (the rule before issue 24) loses completed cad writes
 // under single-replica power cuts, and the checkers see it.
 func TestMutationNilextCountStaleDLogs(t *testing.T) {
+	mutation.Require(t)
 	o := defaultSimOptions()
 	o.mut.nilextCountStale = true
 	nilextCaught(t, 300, 3, slowNilextAt(level.CAD), o, frequentPowerCuts, nil)

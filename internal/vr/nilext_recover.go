@@ -3,6 +3,8 @@ package vr
 import (
 	"container/heap"
 	"fmt"
+
+	"github.com/kefirdb/kefir/internal/mutation"
 )
 
 // Nilext view change: the new leader rebuilds the durability log from the
@@ -54,7 +56,7 @@ func (r *Replica) nxRecover(first uint64, es []Entry) ([]NilextRequest, bool) {
 			}
 		}
 		all = append(all, l)
-		if !d.DLogStale || r.mut.nilextCountStale {
+		if !d.DLogStale || (mutation.On && r.mut.nilextCountStale) {
 			logs = append(logs, l)
 		}
 	}
@@ -82,7 +84,7 @@ func (r *Replica) nxRecover(first uint64, es []Entry) ([]NilextRequest, bool) {
 		}
 		logs = all
 	}
-	out, err := recoverDLog(logs, r.n, r.mut.nilextBreakCycles)
+	out, err := recoverDLog(logs, r.n, mutation.On && r.mut.nilextBreakCycles)
 	if err != nil {
 		// Reported (and counted) once per view and number of logs: the
 		// operator sees the group waiting for more replicas, or stuck.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kefirdb/kefir/internal/check"
 	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/sim"
 	"github.com/kefirdb/kefir/internal/sim/scenario"
 )
@@ -476,6 +477,7 @@ func TestNilextThreeCycle(t *testing.T) {
 // paper-faithful option (a) of digest §6.1) returns x after y in one of the
 // rotations, and the linearizability checker catches it.
 func TestMutationNilextBreakCycles(t *testing.T) {
+	mutation.Require(t)
 	for _, rot := range rotations {
 		sc := threeCycle(rot[0], rot[1], rot[2])
 		res := runScenario(t, sc, nilextEngine(slowFinalizer(), true), 1)
@@ -491,6 +493,7 @@ func TestMutationNilextBreakCycles(t *testing.T) {
 // random nemesis (5 replicas, slow finalizer so d-logs stay long) is caught
 // by the checkers within a bounded number of seeds, without a script.
 func TestMutationNilextSimpleMajorityRandom(t *testing.T) {
+	mutation.Require(t)
 	nx := defaultNilext()
 	nx.batch, nx.interval, nx.quorum = 1000, 200*time.Millisecond, 3
 	o, tweak := nilextSim(defaultSimOptions(), nx)
@@ -528,6 +531,7 @@ func TestNilextSimPowerFailure(t *testing.T) {
 // before their d-log entry is on disk (prepare-oks still wait for the disk)
 // loses completed writes in a power failure.
 func TestMutationNilextAckBeforePersist(t *testing.T) {
+	mutation.Require(t)
 	nx := defaultNilext()
 	nx.batch, nx.interval = 1000, 50*time.Millisecond
 	o, tweak := nilextSim(defaultSimOptions(), nx)
@@ -670,6 +674,7 @@ func TestNilextSimLeaderRestarts(t *testing.T) {
 // form the next view at once, although grants it sent may still be valid,
 // is caught by the follower-reads leader-restarts runs.
 func TestMutationNilextRestartedLeaderVotes(t *testing.T) {
+	mutation.Require(t)
 	nx := nilextAt(level.CAD)
 	o := nilextGrantOptions()
 	o.mut.restartedLeaderVotes = true
@@ -681,6 +686,7 @@ func TestMutationNilextRestartedLeaderVotes(t *testing.T) {
 // 24) loses completed cad writes under the leader-reads leader-restarts
 // runs too, and the linearizability checker sees it.
 func TestMutationNilextCountStaleLeaderRestarts(t *testing.T) {
+	mutation.Require(t)
 	o := defaultSimOptions()
 	o.mut.nilextCountStale = true
 	nilextCaughtBy(t, 150, 3, nilextAt(level.CAD), o, noRandomFaults, leaderRestarts, judge)

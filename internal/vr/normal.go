@@ -3,6 +3,9 @@ package vr
 import (
 	"fmt"
 	"slices"
+
+	"github.com/kefirdb/kefir/internal/kv"
+	"github.com/kefirdb/kefir/internal/mutation"
 )
 
 // Normal operation: propose, prepare, prepare-ok, commit and heartbeats.
@@ -19,15 +22,13 @@ func (r *Replica) Propose(now int64, req Request) error {
 		return ErrNotLeader
 	}
 	r.nxBeforePropose(req)
-	if req.Client != 0 && !r.mut.skipClientTable {
-		if c := r.clients[req.Client]; c != nil {
-			if req.ReqNum < c.ReqNum {
-				return fmt.Errorf("%w: client %d request %d, table has %d", ErrStaleRequest, req.Client, req.ReqNum, c.ReqNum)
-			}
-			if req.ReqNum == c.ReqNum {
-				r.out.Replies = append(r.out.Replies, Reply{Client: req.Client, ReqNum: req.ReqNum, Op: c.Op, Result: c.Result})
-				return nil
-			}
+	if req.Client != 0 && !(mutation.On && r.mut.skipClientTable) {
+		switch d, c := r.clients.Check(req.Client, req.ReqNum); d {
+		case kv.Stale:
+			return fmt.Errorf("%w: client %d request %d, table has %d", ErrStaleRequest, req.Client, req.ReqNum, c.ReqNum)
+		case kv.Duplicate:
+			r.out.Replies = append(r.out.Replies, Reply{Client: req.Client, ReqNum: req.ReqNum, Op: c.Op, Result: c.Result})
+			return nil
 		}
 		if r.inflight[req.Client] >= req.ReqNum {
 			return nil
@@ -72,7 +73,7 @@ func (r *Replica) flush() {
 			Commit: r.commit, First: chunk[0].Op, Entries: chunk})
 	}
 	r.cadOrdered(es)
-	if r.mut.commitWithoutQuorum {
+	if mutation.On && r.mut.commitWithoutQuorum {
 		r.setCommit(r.lastOp())
 	}
 }
@@ -235,7 +236,7 @@ func (r *Replica) advanceCommit() {
 	vals := make([]uint64, r.n)
 	copy(vals, r.acked)
 	vals[r.self] = r.durable
-	if r.mut.ackBeforePersist {
+	if mutation.On && r.mut.ackBeforePersist {
 		vals[r.self] = r.lastOp()
 	}
 	slices.Sort(vals)
@@ -255,7 +256,7 @@ func (r *Replica) advanceCommit() {
 // (YCSB A, cad, 64 clients on one connection, follower reads): a 10 ms
 // heartbeat paced R, 4.1k ops/s (docs/design/cad.md §13).
 func (r *Replica) commitNowForReads() {
-	if !r.cfg.FollowerReads || r.mut.noCommitForReads {
+	if !r.cfg.FollowerReads || (mutation.On && r.mut.noCommitForReads) {
 		return
 	}
 	R := r.cad.readable

@@ -73,17 +73,9 @@ func (r *Replica) installSnapshot(s *Snapshot) {
 	for i := range r.batches {
 		r.batches[i].last = min(r.batches[i].last, s.Op)
 	}
-	r.loadClients(s.Clients)
+	r.clients.Load(s.Clients)
 	r.hsDirty = true
 	r.appendEntries(keep)
-}
-
-func (r *Replica) loadClients(cs []ClientRecord) {
-	r.clients = make(map[uint64]*ClientRecord, len(cs))
-	for _, c := range cs {
-		c := c
-		r.clients[c.Client] = &c
-	}
 }
 
 // Persisted reports that every disk write of batches up to seq is durable.

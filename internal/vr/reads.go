@@ -3,6 +3,8 @@ package vr
 import (
 	"math"
 	"slices"
+
+	"github.com/kefirdb/kefir/internal/mutation"
 )
 
 // Linearizable reads at the leader: read index and lease reads.
@@ -68,7 +70,7 @@ func (r *Replica) LeaseRead(now int64) (uint64, error) {
 	if r.status != Normal || !r.isLeader() {
 		return 0, ErrNotLeader
 	}
-	if r.mut.noLeaseCheck {
+	if mutation.On && r.mut.noLeaseCheck {
 		return r.commit, nil
 	}
 	if r.cfg.LeaseDuration == 0 || r.commit < r.viewStartOp {
@@ -102,7 +104,7 @@ func (r *Replica) LeaseUntil() (until int64, commit uint64, ok bool) {
 	if r.status != Normal || !r.isLeader() {
 		return 0, 0, false
 	}
-	if r.mut.noLeaseCheck {
+	if mutation.On && r.mut.noLeaseCheck {
 		return math.MaxInt64, r.commit, true
 	}
 	end := r.leaseEnd()

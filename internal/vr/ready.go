@@ -2,7 +2,8 @@ package vr
 
 import (
 	"fmt"
-	"slices"
+
+	"github.com/kefirdb/kefir/internal/mutation"
 )
 
 // Ready is the batch of actions the core produced since the last Ready. The
@@ -100,12 +101,11 @@ func (r *Replica) Ready() Ready {
 		for op := r.handed + 1; op <= r.commit; op++ {
 			e := r.entry(op)
 			c := Committed{Entry: *e}
-			if e.Client != 0 && !r.mut.skipClientTable {
-				if rec := r.clients[e.Client]; rec != nil && e.ReqNum <= rec.ReqNum {
+			if e.Client != 0 && !(mutation.On && r.mut.skipClientTable) {
+				if r.clients.Executed(e.Client, e.ReqNum) {
 					c.Duplicate = true
 				} else {
-					r.clients[e.Client] = &ClientRecord{Client: e.Client, ReqNum: e.ReqNum, Op: op}
-					r.evictClients()
+					r.clients.Put(ClientRecord{Client: e.Client, ReqNum: e.ReqNum, Op: op})
 				}
 			}
 			r.out.Committed = append(r.out.Committed, c)
@@ -157,7 +157,7 @@ func (r *Replica) Advance(results [][]byte) {
 			continue
 		}
 		res := results[i]
-		rec := r.clients[c.Client]
+		rec := r.clients.Get(c.Client)
 		if !c.Duplicate && rec != nil && rec.Op == c.Op {
 			rec.Result = res
 		}
@@ -183,19 +183,8 @@ func (r *Replica) Advance(results [][]byte) {
 }
 
 // ClientTable returns the client table as of the applied op, for a snapshot.
-func (r *Replica) ClientTable() []ClientRecord {
-	out := make([]ClientRecord, 0, len(r.clients))
-	for _, c := range r.clients {
-		out = append(out, *c)
-	}
-	slices.SortFunc(out, func(a, b ClientRecord) int {
-		switch {
-		case a.Client < b.Client:
-			return -1
-		case a.Client > b.Client:
-			return 1
-		}
-		return 0
-	})
-	return out
-}
+func (r *Replica) ClientTable() []ClientRecord { return r.clients.Entries() }
+
+// ClientTableMinOp returns the lowest op among the client table's records
+// (ok false if it is empty), without copying the table.
+func (r *Replica) ClientTableMinOp() (op uint64, ok bool) { return r.clients.MinOp() }

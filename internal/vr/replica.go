@@ -3,6 +3,8 @@ package vr
 import (
 	"fmt"
 	"slices"
+
+	"github.com/kefirdb/kefir/internal/kv"
 )
 
 // State is what a replica starts from: nothing (a new group), or what its
@@ -64,7 +66,9 @@ type readReq struct {
 }
 
 // mutations are deliberate bugs the tests switch on to prove the simulator
-// and checkers catch them. Never set outside tests.
+// and checkers catch them. Never set outside tests; read only as
+// `mutation.On && r.mut.x`, so the default build compiles them away
+// (internal/mutation).
 type mutations struct {
 	// noCommitForReads: a commit point that advances while a durability
 	// wait needs followers' applied reports goes out only with the next
@@ -199,10 +203,8 @@ type Replica struct {
 	recResp      []*Message
 	lastRecovery int64
 
-	clients map[uint64]*ClientRecord
-	// clientCap overrides MaxClients (tests); clientsEvicted counts drops.
-	clientCap      int
-	clientsEvicted uint64
+	// clients is the client table (kv's, under the count rule: clients.go).
+	clients *kv.ClientTable
 
 	nx nilextState
 
@@ -225,7 +227,7 @@ func New(cfg Config, st State) (*Replica, error) {
 		return nil, fmt.Errorf("vr: follower reads need a non-zero start nonce (State.Nonce)")
 	}
 	r := &Replica{cfg: cfg, hash: cfg.Hash(), n: len(cfg.Members), pulling: -1,
-		inflight: map[uint64]uint64{}, clients: map[uint64]*ClientRecord{}, clientCap: cfg.ClientCap}
+		inflight: map[uint64]uint64{}, clients: newClientTable(cfg.ClientCap)}
 	r.f = (r.n - 1) / 2
 	r.self = slices.Index(cfg.Members, cfg.Self)
 	r.acked = make([]uint64, r.n)
@@ -242,7 +244,7 @@ func New(cfg Config, st State) (*Replica, error) {
 	r.first = 1
 	if s := st.Snapshot; s != nil {
 		r.first = s.Op + 1
-		r.loadClients(s.Clients)
+		r.clients.Load(s.Clients)
 	}
 	for i, e := range st.Entries {
 		if e.Op != r.first+uint64(i) {

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kefirdb/kefir/internal/mutation"
 )
 
 // Scenario tests: each drives a few cores by hand through one protocol step
@@ -996,6 +998,7 @@ func TestNewLeaderPullsSnapshot(t *testing.T) {
 // the same view. With plain VR (noPreVote) it starts view 1 on its own and
 // the leader joins at once.
 func TestReturningFollowerDoesNotDeposeTheLeader(t *testing.T) {
+	mutation.Require(t)
 	for _, plain := range []bool{false, true} {
 		t.Run(map[bool]string{false: "pre-vote", true: "noPreVote"}[plain], func(t *testing.T) {
 			n := newNet(t, 3)

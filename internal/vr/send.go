@@ -3,6 +3,8 @@ package vr
 import (
 	"fmt"
 	"slices"
+
+	"github.com/kefirdb/kefir/internal/mutation"
 )
 
 // Outgoing messages: stamping, sending (now or after an fsync), broadcast,
@@ -21,7 +23,7 @@ func (r *Replica) send(to uint64, m Message) {
 // sendAfterSync sends m once the batch now being built is durable.
 func (r *Replica) sendAfterSync(to uint64, m Message) {
 	r.stamp(&m, to)
-	if r.mut.ackBeforePersist {
+	if mutation.On && r.mut.ackBeforePersist {
 		r.out.Messages = append(r.out.Messages, m)
 		return
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kefirdb/kefir/internal/check"
 	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/sim"
 )
 
@@ -579,6 +580,7 @@ func TestSimEventualReads(t *testing.T) {
 // long they have been cut off (the rule before issue 24) return versions
 // superseded long before, and check.Eventual sees it.
 func TestMutationEventualUnbounded(t *testing.T) {
+	mutation.Require(t)
 	o := defaultSimOptions()
 	o.mut.eventualUnbounded = true
 	caughtByWith(t, 500, o, eventualTweak, nil, eventualVerdict)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/kefirdb/kefir/internal/check"
 	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/sim"
 )
 
@@ -219,6 +220,7 @@ func caughtWithin(t *testing.T, budget int, survived string, run func(seed uint6
 // TestMutationCommitWithoutQuorum: a leader that commits (and answers) as
 // soon as it has written an entry loses acknowledged writes when it fails.
 func TestMutationCommitWithoutQuorum(t *testing.T) {
+	mutation.Require(t)
 	o := defaultSimOptions()
 	o.mut.commitWithoutQuorum = true
 	mutationCaught(t, 100, o, nil, nil)
@@ -272,6 +274,7 @@ func TestSimIsolatedLeader(t *testing.T) {
 // TestMutationNoLeaseCheck: a deposed leader that serves reads without a
 // lease returns stale values.
 func TestMutationNoLeaseCheck(t *testing.T) {
+	mutation.Require(t)
 	o := defaultSimOptions()
 	o.mut.noLeaseCheck = true
 	mutationCaught(t, 100, o, readerWorkload, isolateLeader)
@@ -280,6 +283,7 @@ func TestMutationNoLeaseCheck(t *testing.T) {
 // TestMutationSkipClientTable: without the client table, a retried
 // increment executes twice.
 func TestMutationSkipClientTable(t *testing.T) {
+	mutation.Require(t)
 	o := defaultSimOptions()
 	o.mut.skipClientTable = true
 	mutationCaught(t, 100, o, nil, nil)
@@ -323,6 +327,7 @@ func TestSimPowerFailure(t *testing.T) {
 // TestMutationAckBeforePersist: replicas that acknowledge prepares before
 // the fsync lose acknowledged writes in a power failure.
 func TestMutationAckBeforePersist(t *testing.T) {
+	mutation.Require(t)
 	o := defaultSimOptions()
 	o.mut.ackBeforePersist = true
 	mutationCaught(t, 50, o, powerFailures, powerFailureHook)
@@ -450,6 +455,7 @@ func returningFollowerRun(seed uint64, o simOptions, trace io.Writer) (views uin
 // leader the others still hear: every run stays in view 0, and the history
 // is linearizable. With plain VR (noPreVote) the same schedule changes view.
 func TestSimReturningFollowerKeepsTheLeader(t *testing.T) {
+	mutation.Require(t)
 	o := defaultSimOptions()
 	sim.Explore(t, 1, seedCount(40, 1000), func(seed uint64, trace io.Writer) error {
 		views, err := returningFollowerRun(seed, o, trace)
@@ -560,6 +566,7 @@ func judgeRefusing(s *sim.Sim, h check.History) (refused bool, err error) {
 // third replica out of that view change); the random nemesis runs the core
 // as it is.
 func TestSimMixedLeases(t *testing.T) {
+	mutation.Require(t)
 	for _, tc := range []struct {
 		name  string
 		plain bool

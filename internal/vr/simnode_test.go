@@ -227,25 +227,16 @@ const (
 
 func appendSnapshot(b []byte, s *Snapshot) []byte {
 	b = binary.AppendUvarint(b, s.Op)
-	b = binary.AppendUvarint(b, uint64(len(s.Clients)))
-	for _, c := range s.Clients {
-		b = binary.AppendUvarint(b, c.Client)
-		b = binary.AppendUvarint(b, c.ReqNum)
-		b = binary.AppendUvarint(b, c.Op)
-		b = binary.AppendUvarint(b, uint64(len(c.Result)))
-		b = append(b, c.Result...)
-	}
+	b = kv.AppendClientEntries(b, s.Clients)
 	b = binary.AppendUvarint(b, uint64(len(s.Data)))
 	return append(b, s.Data...)
 }
 
 func readSnapshot(r *reader) *Snapshot {
 	s := &Snapshot{Op: r.uvarint()}
-	n := r.uvarint()
-	for i := uint64(0); i < n && r.err == nil; i++ {
-		c := ClientRecord{Client: r.uvarint(), ReqNum: r.uvarint(), Op: r.uvarint()}
-		c.Result = []byte(r.str())
-		s.Clients = append(s.Clients, c)
+	if r.err == nil {
+		s.Clients = kv.DecodeClientEntries(&r.d)
+		r.err = r.d.Err
 	}
 	s.Data = []byte(r.str())
 	return s

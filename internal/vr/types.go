@@ -3,6 +3,8 @@ package vr
 import (
 	"errors"
 	"fmt"
+
+	"github.com/kefirdb/kefir/internal/kv"
 )
 
 // Status is a replica's protocol status (VR Revisited §4).
@@ -50,14 +52,11 @@ type Entry struct {
 }
 
 // ClientRecord is one row of the client table: the latest request of a client
-// that was executed and its result. It is part of the replicated state: it is
-// rebuilt from the log on every replica and travels inside snapshots.
-type ClientRecord struct {
-	Client uint64
-	ReqNum uint64
-	Op     uint64
-	Result []byte
-}
+// that was executed (Op: the op it executed at) and its result. It is part of
+// the replicated state: it is rebuilt from the log on every replica and travels
+// inside snapshots (without Touched, which the core does not use). It is kv's
+// entry: the one client table every engine keeps (internal/kv, clients.go).
+type ClientRecord = kv.ClientEntry
 
 // Snapshot is the state machine at op Op: the application's state (Data,
 // produced and consumed by the driver) and the client table.

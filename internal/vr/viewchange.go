@@ -1,6 +1,10 @@
 package vr
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/kefirdb/kefir/internal/mutation"
+)
 
 // View change: pre-votes, start-view-change, do-view-change, start-view,
 // and the timers and restart promises that decide when a replica may vote.
@@ -21,7 +25,7 @@ func (r *Replica) heldVC() bool {
 	if !r.vcHeld {
 		return false
 	}
-	if r.mut.restartedLeaderVotes {
+	if mutation.On && r.mut.restartedLeaderVotes {
 		r.vcHeld, r.svc[r.self] = false, true
 		return false
 	}
@@ -146,7 +150,7 @@ func (r *Replica) suspects() bool {
 // that stalls moves on the same way, so a replica in an abandoned view
 // change draws nobody either.
 func (r *Replica) preVote() {
-	if r.mut.noPreVote {
+	if mutation.On && r.mut.noPreVote {
 		r.startViewChange(r.view + 1)
 		return
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/storage"
 	"github.com/kefirdb/kefir/internal/vr"
@@ -301,7 +302,7 @@ func (r *Replica) indexEarly(es []vr.Entry) {
 		if ks, ok := r.early[k]; ok {
 			delete(r.early, k)
 			r.indexLate(e.Op)
-			if !r.mut.noEarlyIndex {
+			if !(mutation.On && r.mut.noEarlyIndex) {
 				r.upd.add(e.Op, ks)
 			}
 			r.appended = append(r.appended, appendedWrite{k, e.Op, e.View})
@@ -327,7 +328,7 @@ func (r *Replica) indexLate(before uint64) {
 	for n < len(r.late) && r.late[n].Op < before {
 		e := &r.late[n]
 		n++
-		if e.Op <= applied || r.mut.noLateIndex {
+		if e.Op <= applied || (mutation.On && r.mut.noLateIndex) {
 			continue
 		}
 		_, op, err := decodeOp(e.Data)
@@ -459,7 +460,7 @@ func (r *Replica) answerableEarly(op *kv.Op) bool {
 	if !NilextEligible(op) {
 		return false
 	}
-	if r.mut.earlyRejectable {
+	if mutation.On && r.mut.earlyRejectable {
 		return true
 	}
 	for _, k := range op.WrittenKeys() {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/shard"
 )
 
@@ -22,6 +23,7 @@ import (
 // leader's check exactly in that window: the new version is in the engine,
 // applied and R are not yet past it, and the check must not serve it.
 func TestLeaderReadNeverReturnsAVersionBeyondRWhileApplyIsPublished(t *testing.T) {
+	mutation.Require(t)
 	var (
 		armed atomic.Bool
 		reps  sync.Map // self → *Replica

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/testgroup"
 	"github.com/kefirdb/kefir/internal/vr"
@@ -58,6 +59,7 @@ func TestCadHeldBatchIsReleasedByTheDeadline(t *testing.T) {
 // A row with a mutation must fail that way (the waiter times out or takes
 // more than a second).
 func TestCadHeldBatchesDoNotDelayWhatWaitsForThem(t *testing.T) {
+	mutation.Require(t)
 	const delay = 5 * time.Second
 	retry := func(d level.Durability) func(ctx context.Context, r *Replica, ver uint64) (string, error) {
 		return func(ctx context.Context, r *Replica, ver uint64) (string, error) {
@@ -173,13 +175,14 @@ func TestCadSyncHintSurvivesAnFsyncBeforeTheReady(t *testing.T) {
 	}
 }
 
-func syncWriteBehindHintRace(t *testing.T, mutation bool) (time.Duration, error) {
+func syncWriteBehindHintRace(t *testing.T, broken bool) (time.Duration, error) {
+	mutation.Require(t) // test hooks too
 	const delay = 5 * time.Second
 	var armed atomic.Bool
 	var fired atomic.Int32
 	c := newCluster(t, 3, func(o *Options) {
 		o.CadSyncDelay = delay
-		o.mut.hintConsumedEarly = mutation
+		o.mut.hintConsumedEarly = broken
 		o.mut.afterStep = func(r *Replica, m *vr.Message) {
 			if !armed.Load() || !vr.SyncWanted(m) || r.syncing != 0 || r.written <= r.synced0 {
 				return
@@ -219,6 +222,7 @@ func syncWriteBehindHintRace(t *testing.T, mutation bool) (time.Duration, error)
 // commit, which must come within a second, not after the 5 s deadline
 // (mutation backlogMayWait: it times out).
 func TestCadFullPipelineReleasesHeldBatches(t *testing.T) {
+	mutation.Require(t)
 	const delay = 5 * time.Second
 	for _, tc := range []struct {
 		name     string
@@ -266,6 +270,7 @@ func TestCadFullPipelineReleasesHeldBatches(t *testing.T) {
 // mutation noAskSync the leader holds the batch for the 5 s deadline and the
 // read redirects after FollowerWait.
 func TestCadFollowerSessionReadReleasesHeldBatches(t *testing.T) {
+	mutation.Require(t)
 	const delay = 5 * time.Second
 	for _, tc := range []struct {
 		name     string

@@ -15,6 +15,7 @@ import (
 	"github.com/kefirdb/kefir/internal/check"
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/testgroup"
 	"github.com/kefirdb/kefir/internal/vfs"
@@ -214,6 +215,7 @@ func TestCADWriteIsAcknowledgedBeforeFsyncAndReadWaitsForDurability(t *testing.T
 // The mutation that skips the durability check returns the cad write
 // before any replica persisted it: the test above can fail.
 func TestBrokenDurabilityCheckReadsUnpersistedWrite(t *testing.T) {
+	mutation.Require(t)
 	c, gates, _ := gatedCluster(t, nil)
 	l := c.leader(5 * time.Second)
 	leader := c.reps[l]
@@ -259,6 +261,7 @@ func TestLateReadableCostsASecondRound(t *testing.T) {
 // back from every disk, then lets the fsyncs through, and returns how many
 // waits the read registered with the core.
 func durabilityRounds(t *testing.T, late bool) uint64 {
+	mutation.Require(t) // test hooks too
 	var armed atomic.Bool
 	c, gates, _ := gatedCluster(t, func(o *Options) {
 		o.mut.lateReadable = late
@@ -500,6 +503,7 @@ func TestFollowerServesCrossClientMonotonicReadsOnlyWhenReadable(t *testing.T) {
 // localLeaseNoClock mutation it serves the value from before a write the
 // other follower already served — a read back in time.
 func TestFollowerLocalLeaseEndsOnTime(t *testing.T) {
+	mutation.Require(t)
 	for _, broken := range []bool{false, true} {
 		t.Run(map[bool]string{false: "lease", true: "localLeaseNoClock"}[broken], func(t *testing.T) {
 			c := newCluster(t, 3, func(o *Options) {
@@ -549,6 +553,7 @@ func TestFollowerLocalLeaseEndsOnTime(t *testing.T) {
 // the cross-client monotonic checker says so. (The correct path redirects
 // the first read: TestFollowerServesCrossClientMonotonicReadsOnlyWhenReadable.)
 func TestBrokenFollowerRCheckGoesBackInTime(t *testing.T) {
+	mutation.Require(t)
 	c := newCluster(t, 3, func(o *Options) {
 		followerReadOpts(o)
 		o.VR.MarkOut = 400 * time.Millisecond // capped by the leader's lease

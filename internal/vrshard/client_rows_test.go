@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kefirdb/kefir/internal/kv"
+	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/storage"
 	"github.com/kefirdb/kefir/internal/vfs"
@@ -18,7 +19,7 @@ import (
 func engineRows(t testing.TB, r *Replica) int {
 	t.Helper()
 	n := 0
-	err := r.db.Scan(clientPrefix, clientEnd, 0, 0, func([]byte, storage.Value) bool { n++; return true })
+	err := r.db.Scan(kv.ClientRowPrefix, kv.ClientRowEnd, 0, 0, func([]byte, storage.Value) bool { n++; return true })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,8 +30,8 @@ func engineRows(t testing.TB, r *Replica) int {
 func engineRowSet(t testing.TB, r *Replica) map[uint64]uint64 {
 	t.Helper()
 	rows := map[uint64]uint64{}
-	err := r.db.Scan(clientPrefix, clientEnd, 0, 0, func(k []byte, v storage.Value) bool {
-		rows[binary.BigEndian.Uint64(k[len(clientPrefix):])] = v.Version
+	err := r.db.Scan(kv.ClientRowPrefix, kv.ClientRowEnd, 0, 0, func(k []byte, v storage.Value) bool {
+		rows[binary.BigEndian.Uint64(k[len(kv.ClientRowPrefix):])] = v.Version
 		return true
 	})
 	if err != nil {
@@ -48,6 +49,7 @@ const testClientCap = 20
 // result from that row). It returns the cluster and a function that returns
 // the violations seen so far (the check stays on for replicas reopened later).
 func boundedRows(t *testing.T, tooEarly bool) (*cluster, func() []string) {
+	mutation.Require(t) // test hooks too
 	var mu sync.Mutex
 	var bad []string
 	c := newCluster(t, 3, func(o *Options) {
@@ -55,7 +57,7 @@ func boundedRows(t *testing.T, tooEarly bool) (*cluster, func() []string) {
 		o.mut.forgetTooEarly = tooEarly
 		o.mut.afterHandle = func(r *Replica) {
 			for _, rec := range r.core.ClientTable() {
-				v, err := r.db.Get(clientKey(rec.Client))
+				v, err := r.db.Get(kv.ClientRowKey(rec.Client))
 				if err != nil || v.Version != rec.Op {
 					mu.Lock()
 					if len(bad) < 5 {
@@ -189,7 +191,7 @@ func TestReplayKeepsRowVersionForForget(t *testing.T) {
 	if err := a.flush(); err != nil {
 		t.Fatal(err)
 	}
-	if v, err := db2.Get(clientKey(7)); err != nil || v.Version != 2 {
+	if v, err := db2.Get(kv.ClientRowKey(7)); err != nil || v.Version != 2 {
 		t.Fatalf("forget below 2 deleted client 7's row (op 2, still in the core's table): %+v, %v", v, err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/shard"
 )
 
@@ -42,8 +43,8 @@ func (r *Replica) ReadDeferred(ctx context.Context, op kv.Op, c level.Consistenc
 	if c.IsZero() {
 		c = level.ConsLinearizable
 	}
-	if !needsLeader(c) || !r.isLeader.Load() || r.mut.followerLinearizable || readKeys(&op) == nil ||
-		r.mut.noDurabilityWait || r.mut.noPreReadCheck {
+	if !needsLeader(c) || !r.isLeader.Load() || (mutation.On && r.mut.followerLinearizable) || readKeys(&op) == nil ||
+		(mutation.On && r.mut.noDurabilityWait) || (mutation.On && r.mut.noPreReadCheck) {
 		res, err := r.Read(ctx, op, c, s)
 		return res, shard.Pending{}, err
 	}
@@ -101,14 +102,14 @@ func (r *Replica) deferredRead(op kv.Op) (kv.Result, *readAck, error) {
 	// ordered before to was indexed before to was (indexLate): one on a key
 	// read makes the check above fall back, so the read never returns k's
 	// cad write with j's value from before an earlier sync write of j.
-	if h := r.mut.afterOverlay; h != nil {
+	if h := r.mut.afterOverlay; mutation.On && h != nil {
 		h()
 	}
 	res, err := r.readWith(op, ov)
 	if err != nil {
 		return kv.Result{}, nil, err
 	}
-	if !r.mut.deferNoRecheck {
+	if !(mutation.On && r.mut.deferNoRecheck) {
 		now := r.upd.overlayFor(keys, true)
 		for k, e := range ov {
 			if n, ok := now[k]; !ok || n.op != e.op {
@@ -135,7 +136,7 @@ type readAck struct {
 // Await implements shard.Ack.
 func (a *readAck) Await(ctx context.Context) error {
 	r := a.r
-	if r.mut.deferNoWait {
+	if mutation.On && r.mut.deferNoWait {
 		return nil
 	}
 	rw := &readWaiter{done: make(chan struct{}), kind: rwDurable, need: a.need, deferred: true, view: a.view}

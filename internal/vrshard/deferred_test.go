@@ -12,6 +12,7 @@ import (
 	"github.com/kefirdb/kefir/internal/check"
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/testgroup"
 )
@@ -93,6 +94,7 @@ func TestDeferredReadAnswersAtOnceAndReleasesWhenDurable(t *testing.T) {
 // With the deferNoWait mutation the value is released at once: the test can
 // fail.
 func TestDeferredReadOfALostWriteIsNeverReleased(t *testing.T) {
+	mutation.Require(t)
 	for _, broken := range []bool{false, true} {
 		t.Run(map[bool]string{false: "checked", true: "deferNoWait"}[broken], func(t *testing.T) {
 			c := orderedCluster(t, func(o *Options) { o.mut.deferNoWait = broken })
@@ -159,6 +161,7 @@ func newLeaderBesides(t *testing.T, c *cluster, old int) int {
 // notice that k's value is no longer its latest update and read again.
 // The deferNoRecheck mutation returns the old k with the new j.
 func TestDeferredReadRechecksItsKeysAfterTheEngineRead(t *testing.T) {
+	mutation.Require(t)
 	for _, broken := range []bool{false, true} {
 		t.Run(map[bool]string{false: "checked", true: "deferNoRecheck"}[broken], func(t *testing.T) {
 			c, gates, _ := gatedCluster(t, func(o *Options) {
@@ -271,6 +274,9 @@ func TestDeferredMultiKeyReadSeesEveryEarlierWrite(t *testing.T) {
 
 // deferredMultiKeyRead runs the schedule above and returns the MGET's k and j.
 func deferredMultiKeyRead(t *testing.T, broken bool) (k, j string) {
+	if broken {
+		mutation.Require(t)
+	}
 	c, gates, _ := gatedCluster(t, func(o *Options) {
 		o.RequestTimeout = 5 * time.Second
 		o.mut.noLateIndex = broken
@@ -447,6 +453,7 @@ func deferredReadInALaterView(t *testing.T, laterView bool) bool {
 // writes the other way (docs/design/cad.md §11). It waits until k1 is readable
 // and returns it. With the noLateIndex mutation it returns k0 at once.
 func TestReadAfterACADAckSeesSyncWritesOrderedBeforeIt(t *testing.T) {
+	mutation.Require(t)
 	for _, broken := range []bool{false, true} {
 		t.Run(map[bool]string{false: "indexed", true: "noLateIndex"}[broken], func(t *testing.T) {
 			leader, gates, w0 := heldLeader(t, func(o *Options) { o.mut.noLateIndex = broken }, "k", "k0")

@@ -14,6 +14,7 @@ import (
 
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/testgroup"
 	"github.com/kefirdb/kefir/internal/transport"
@@ -172,6 +173,7 @@ func TestStaleConfigurationIsRefused(t *testing.T) {
 // local lease) must see that it ran out: with the localLeaseNoClock
 // mutation the old leader serves its stale value.
 func TestPartitionedOldLeaderServesNoStaleRead(t *testing.T) {
+	mutation.Require(t)
 	for _, broken := range []bool{false, true} {
 		t.Run(map[bool]string{false: "lease", true: "localLeaseNoClock"}[broken], func(t *testing.T) {
 			c := newCluster(t, 3, func(o *Options) { o.RequestTimeout = 400 * time.Millisecond })
@@ -300,6 +302,7 @@ func TestSnapshotLargerThanAFrameReachesAWipedReplica(t *testing.T) {
 // asked is restored once it is done. On the driver goroutine the capture
 // stopped heartbeats and replication for its whole length.
 func TestASlowSnapshotCaptureDoesNotStallTheLeader(t *testing.T) {
+	mutation.Require(t)
 	const capture = 2500 * time.Millisecond // the test cluster's view-change timeout is 1 s
 	c := newCluster(t, 3, func(o *Options) {
 		o.CheckpointOps = 40
@@ -339,6 +342,7 @@ func TestASlowSnapshotCaptureDoesNotStallTheLeader(t *testing.T) {
 // Closing a replica whose capture is still running stops the capture and
 // waits for it, so no scan outlives the engine.
 func TestCloseStopsARunningCapture(t *testing.T) {
+	mutation.Require(t)
 	c := newCluster(t, 3, func(o *Options) {
 		o.CheckpointOps = 40
 		o.KeepTail = 5
@@ -416,6 +420,7 @@ func TestABatchLargerThanAFrameCommits(t *testing.T) {
 // on a busy machine. With 10, several checkpoints fall in that half second
 // and nearly every run failed (15 of 16).
 func TestALargeSnapshotIsEncodedOffTheDriver(t *testing.T) {
+	mutation.Require(t)
 	const encode = 2500 * time.Millisecond // the test cluster's view-change timeout is 1 s
 	c := newCluster(t, 3, func(o *Options) {
 		o.CheckpointOps = 10
@@ -465,6 +470,7 @@ func TestALargeSnapshotIsEncodedOffTheDriver(t *testing.T) {
 // 1,024 entries kept whatever their size, 22 values of 16 MiB were never
 // compacted, and every recovery response and view change carried 352 MiB.
 func TestATailOfLargeEntriesIsBoundedInBytes(t *testing.T) {
+	mutation.Require(t)
 	var firstOp [4]atomic.Uint64 // per replica id, read on its driver goroutine
 	c := newCluster(t, 3, func(o *Options) {
 		o.CheckpointBytes = 1 << 20

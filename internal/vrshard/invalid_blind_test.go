@@ -9,6 +9,7 @@ import (
 
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/shard"
 )
 
@@ -57,6 +58,9 @@ func TestRejectedBlindWriteIsNeverAnsweredEarlyNorRead(t *testing.T) {
 
 // rejectedBlindWrite runs the schedule above and returns what went wrong.
 func rejectedBlindWrite(t *testing.T, d level.Durability, key string, want error, broken bool) (bad []string) {
+	if broken {
+		mutation.Require(t)
+	}
 	leader, gates, _ := heldLeader(t, func(o *Options) { o.mut.earlyRejectable = broken }, "k", "v0")
 	ctx := context.Background()
 

@@ -15,6 +15,7 @@ import (
 	"github.com/kefirdb/kefir/internal/check"
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/transport"
 	"github.com/kefirdb/kefir/internal/vfs"
@@ -440,6 +441,7 @@ func TestPowerLossHistoryIsLinearizable(t *testing.T) {
 // reads served from any replica's local state — must fail the checker: proof
 // that the test above can see a stale read.
 func TestBrokenFollowerReadsFailTheChecker(t *testing.T) {
+	mutation.Require(t)
 	c := newCluster(t, 3, nil)
 	for _, r := range c.reps {
 		r.mut.followerLinearizable = true
@@ -474,6 +476,7 @@ func TestBrokenFollowerReadsFailTheChecker(t *testing.T) {
 // Session reads at a follower that ignores the session token (serves
 // whatever it has) must fail the session checker.
 func TestBrokenSessionReadsFailTheChecker(t *testing.T) {
+	mutation.Require(t)
 	c := newCluster(t, 3, nil)
 	for _, r := range c.reps {
 		r.mut.ignoreSession = true

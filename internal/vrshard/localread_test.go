@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/shard"
 )
 
@@ -15,6 +16,7 @@ import (
 // With the noDurabilityWait mutation TryRead serves the key anyway — the
 // value from before an acknowledged write.
 func TestTryReadLeavesUnreadableKeysToRead(t *testing.T) {
+	mutation.Require(t)
 	for _, broken := range []bool{false, true} {
 		t.Run(map[bool]string{false: "checked", true: "noDurabilityWait"}[broken], func(t *testing.T) {
 			// The cad write's batch is held for 5 s: it stays unreadable

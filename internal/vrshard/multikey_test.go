@@ -8,6 +8,7 @@ import (
 
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/shard"
 )
 
@@ -19,6 +20,7 @@ import (
 // k1 and not x1). The tornMultiReads mutation — key-by-key reads of the
 // latest state — returns it, so the test can fail.
 func TestMultiKeyReadSeesOneEngineVersion(t *testing.T) {
+	mutation.Require(t)
 	for _, broken := range []bool{false, true} {
 		t.Run(map[bool]string{false: "snapshot", true: "tornMultiReads"}[broken], func(t *testing.T) {
 			c := newCluster(t, 3, func(o *Options) { o.mut.tornMultiReads = broken })

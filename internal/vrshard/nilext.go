@@ -13,6 +13,7 @@ import (
 
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/vr"
 	"github.com/kefirdb/kefir/internal/wire"
@@ -229,7 +230,7 @@ func (r *Replica) NilextApply(ctx context.Context, reqs []shard.WriteReq) ([]int
 // path to answer with their error; the others take the fast path (split:
 // some were kept off, fb and err are NilextApply's).
 func (r *Replica) nilextApplyValid(ctx context.Context, reqs []shard.WriteReq) (fb []int, split bool, err error) {
-	if r.mut.nilextUnchecked {
+	if mutation.On && r.mut.nilextUnchecked {
 		return nil, false, nil
 	}
 	var ok []int
@@ -379,7 +380,7 @@ func (r *Replica) nxAck(a vr.NilextAck) {
 		return
 	}
 	done := c.tr.Add(a)
-	if r.mut.nilextMajority {
+	if mutation.On && r.mut.nilextMajority {
 		done = c.majority(a, r.cfg)
 	}
 	if done {
@@ -626,7 +627,7 @@ func (r *Replica) nilextValid(op *kv.Op) error {
 	for _, k := range op.WrittenKeys() {
 		// An empty or reserved key fails at apply and the write (an MSET:
 		// all of it) writes nothing.
-		if err := kv.CheckKey(k); err != nil && !r.mut.nilextUnchecked {
+		if err := kv.CheckKey(k); err != nil && !(mutation.On && r.mut.nilextUnchecked) {
 			return fmt.Errorf("%w: %w", ErrNilextInvalid, err)
 		}
 	}

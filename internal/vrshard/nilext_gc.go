@@ -4,6 +4,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/vr"
 )
 
@@ -138,7 +139,7 @@ func (r *Replica) noteWritten(held bool) {
 		return
 	}
 	g.held.Add(1)
-	if r.mut.heldAckEarly {
+	if mutation.On && r.mut.heldAckEarly {
 		// The mutation: the held batch counts as durable before any fsync.
 		r.markSynced()
 		return
@@ -172,7 +173,7 @@ func (r *Replica) holding() bool {
 // one), and that fsync does not cover them. wantDone consumes it.
 func (r *Replica) syncStarted() {
 	r.gc.heldAt = time.Time{}
-	if r.mut.hintConsumedEarly {
+	if mutation.On && r.mut.hintConsumedEarly {
 		r.gc.want = false // the mutation
 	}
 }
@@ -182,7 +183,7 @@ func (r *Replica) syncStarted() {
 // makes everything written urgent, and is consumed.
 func (r *Replica) wantDone() {
 	g := &r.gc
-	if !g.want || r.mut.hintConsumedEarly {
+	if !g.want || (mutation.On && r.mut.hintConsumedEarly) {
 		return
 	}
 	g.urgent = max(g.urgent, r.written)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/kefirdb/kefir/internal/check"
 	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/testgroup"
 	"github.com/kefirdb/kefir/internal/vfs"
@@ -122,6 +123,9 @@ func TestNilextGroupCommitSavesAnFsyncPerWrite(t *testing.T) {
 // fsynced bytes survive. It reports what a linearizable read returns after
 // the restart.
 func heldLossScenario(t *testing.T, broken bool) (before, after string) {
+	if broken {
+		mutation.Require(t)
+	}
 	mems := map[uint64]*vfs.Mem{1: vfs.NewMem(), 2: vfs.NewMem(), 3: vfs.NewMem()}
 	c := newCluster(t, 3, func(o *Options) {
 		nilextOn(false)(o)

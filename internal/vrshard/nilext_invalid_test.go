@@ -10,6 +10,7 @@ import (
 
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/shard"
 )
 
@@ -42,6 +43,9 @@ func TestNilextFastPathTakesNoWriteApplyWillReject(t *testing.T) {
 }
 
 func nilextInvalidBatch(t *testing.T, broken bool) (bad []string) {
+	if broken {
+		mutation.Require(t)
+	}
 	c := newCluster(t, 3, func(o *Options) {
 		nilextOn(false)(o)
 		o.mut.nilextUnchecked = broken

@@ -11,6 +11,7 @@ import (
 	"github.com/kefirdb/kefir/internal/check"
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/transport"
 	"github.com/kefirdb/kefir/internal/vr"
@@ -151,6 +152,9 @@ func TestNilextCompletedWritesSurviveLeaderKill(t *testing.T) {
 // Then the link heals and the leader dies before ordering it. It reports
 // whether the write completed on the fast path and whether it survived.
 func nilextLossScenario(t *testing.T, broken bool) (completed, survived bool) {
+	if broken {
+		mutation.Require(t)
+	}
 	c := newCluster(t, 3, nilextOn(true))
 	l := c.leader(5 * time.Second)
 	co, other := (l+1)%3, (l+2)%3

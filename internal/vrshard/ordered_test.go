@@ -9,6 +9,7 @@ import (
 
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/transport"
 )
@@ -102,6 +103,7 @@ func acked(p shard.Pending) bool {
 // inside Apply, and the applyWaitsForAck mutation (the behaviour before §10)
 // holds a cad write there too: the test can see the difference.
 func TestCADApplyReturnsAtItsOrderedPoint(t *testing.T) {
+	mutation.Require(t)
 	for _, before := range []bool{false, true} {
 		name := "ordered"
 		if before {
@@ -215,6 +217,9 @@ func TestCADApplyReturnsAtItsOrderedPoint(t *testing.T) {
 // followers, lets them elect a new leader, heals, and returns what Wait
 // said about the write and the value the new leader holds for its key.
 func lostOrderedWrite(t *testing.T, skip bool) (newValue string, w shard.WriteReq, waitErr error) {
+	if skip {
+		mutation.Require(t)
+	}
 	c := newCluster(t, 3, func(o *Options) {
 		o.VR.ViewChangeTimeout = 300 * time.Millisecond
 		o.VR.LeaseDuration = 250 * time.Millisecond
@@ -323,6 +328,7 @@ func TestWaitAwaitsEveryMergedBatch(t *testing.T) {
 // applied) breaks the argument of TestCADApplyReturnsAtItsOrderedPoint: the
 // connection's read right after Apply returned serves the old value.
 func TestBrokenEarlyIndexMissesTheConnectionsOwnWrite(t *testing.T) {
+	mutation.Require(t)
 	c := orderedCluster(t, func(o *Options) { o.mut.noEarlyIndex = true })
 	l, leader, _ := isolatedLeader(t, c, "k", "v0")
 	ctx := context.Background()
@@ -352,6 +358,7 @@ func TestBrokenEarlyIndexMissesTheConnectionsOwnWrite(t *testing.T) {
 // linearizability bug that predates the ordered point, made more likely by
 // it (reads now run right after the write is ordered).
 func TestLeaderReadChecksItsKeysBeforeReadingTheEngine(t *testing.T) {
+	mutation.Require(t)
 	for _, tc := range []struct {
 		name         string
 		broken, main bool

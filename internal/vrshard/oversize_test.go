@@ -9,6 +9,7 @@ import (
 
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/shard"
 )
 
@@ -39,6 +40,9 @@ func TestOversizeWritesAreRefusedBeforeTheyAreProposed(t *testing.T) {
 
 // oversizeBatch runs the batch and returns the first replica failure seen.
 func oversizeBatch(t *testing.T, d level.Durability, broken bool) error {
+	if broken {
+		mutation.Require(t)
+	}
 	c := newCluster(t, 3, func(o *Options) {
 		o.RequestTimeout = 2 * time.Second
 		o.Storage.MaxValueSize = 1 << 10
@@ -102,6 +106,7 @@ func oversizeBatch(t *testing.T, d level.Durability, broken bool) error {
 // every replica alike, and the group goes on. With appendUnchecked the
 // engine fails the apply batch and the replicas that apply it stop.
 func TestAppendPastTheValueLimitIsRefusedAtApply(t *testing.T) {
+	mutation.Require(t)
 	for _, broken := range []bool{false, true} {
 		t.Run(map[bool]string{false: "refused", true: "appendUnchecked"}[broken], func(t *testing.T) {
 			c := newCluster(t, 3, func(o *Options) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/storage"
 	"github.com/kefirdb/kefir/internal/vr"
@@ -70,7 +71,7 @@ func (r *Replica) CheckConsistency(c level.Consistency) error {
 		}
 		return r.notLeader()
 	}
-	if needsLeader(c) && !r.isLeader.Load() && !r.mut.followerLinearizable &&
+	if needsLeader(c) && !r.isLeader.Load() && !(mutation.On && r.mut.followerLinearizable) &&
 		!(c.Kind == level.CrossClientMonotonic && r.opts.FollowerReads) {
 		return r.notLeader()
 	}
@@ -120,14 +121,14 @@ func (r *Replica) serveRead(ctx context.Context, op kv.Op, c level.Consistency, 
 	}
 	var err error
 	switch {
-	case r.mut.followerLinearizable && needsLeader(c):
+	case mutation.On && r.mut.followerLinearizable && needsLeader(c):
 		// Deliberately broken (tests): local state, no proof of freshness.
 	case c.Kind == level.CrossClientMonotonic && r.opts.FollowerReads && !r.isLeader.Load():
 		return r.followerRead(ctx, op)
 	case needsLeader(c):
 		return r.leaderRead(ctx, op)
-	case c.Kind == level.Session && !r.mut.ignoreSession:
-		if err = r.waitSession(ctx, s.Need()); err == nil && !r.mut.noSessionViews {
+	case c.Kind == level.Session && !(mutation.On && r.mut.ignoreSession):
+		if err = r.waitSession(ctx, s.Need()); err == nil && !(mutation.On && r.mut.noSessionViews) {
 			err = r.checkSessionViews(s)
 		}
 	}
@@ -211,7 +212,7 @@ func (r *Replica) leaderServe(ctx context.Context, op kv.Op) (kv.Result, error) 
 // it was checked against: the result may be returned if need <= R.
 func (r *Replica) leaderCheck(op kv.Op, waited bool) (res kv.Result, need, R uint64, err error) {
 	ov := r.upd.overlayFor(readKeys(&op), false)
-	if !waited && !r.mut.noDurabilityWait && !r.mut.noPreReadCheck {
+	if !waited && !(mutation.On && r.mut.noDurabilityWait) && !(mutation.On && r.mut.noPreReadCheck) {
 		// Before the engine read: the latest update of every key read must
 		// be readable already, or the read waits for it. The check after the
 		// read (below) cannot see this: an update the engine does not show
@@ -233,7 +234,7 @@ func (r *Replica) leaderCheck(op kv.Op, waited bool) (res kv.Result, need, R uin
 	if err != nil {
 		return kv.Result{}, 0, 0, err
 	}
-	if h := r.mut.afterLeaderRead; h != nil {
+	if h := r.mut.afterLeaderRead; mutation.On && h != nil {
 		h()
 	}
 	R = r.readable.Load()
@@ -248,7 +249,7 @@ func (r *Replica) leaderCheck(op kv.Op, waited bool) (res kv.Result, need, R uin
 		// A hot key's later updates do not make it wait again.
 		need = min(need, r.engineTop.Load())
 	}
-	if need <= R || r.mut.noDurabilityWait {
+	if need <= R || (mutation.On && r.mut.noDurabilityWait) {
 		if len(ov) > 0 {
 			r.st.overlayReads.Add(1)
 		}
@@ -281,7 +282,7 @@ func (r *Replica) followerRead(ctx context.Context, op kv.Op) (kv.Result, error)
 	if err != nil {
 		return kv.Result{}, err
 	}
-	if need := r.cadNeed(&op, R, nil); need > R && !r.mut.followerNoRCheck {
+	if need := r.cadNeed(&op, R, nil); need > R && !(mutation.On && r.mut.followerNoRCheck) {
 		r.st.followerRedirects.Add(1)
 		return kv.Result{}, r.notLeader()
 	}
@@ -301,7 +302,7 @@ func (r *Replica) tryFollowerRead(op kv.Op) (kv.Result, bool) {
 	if err != nil {
 		return kv.Result{}, false
 	}
-	if need := r.cadNeed(&op, R, nil); need > R && !r.mut.followerNoRCheck {
+	if need := r.cadNeed(&op, R, nil); need > R && !(mutation.On && r.mut.followerNoRCheck) {
 		return kv.Result{}, false
 	}
 	r.st.followerReads.Add(1)
@@ -390,7 +391,7 @@ func (r *Replica) linearizable(ctx context.Context, op *kv.Op) error {
 // False means ask the driver.
 func (r *Replica) localLease() bool {
 	ls := r.lease.Load()
-	return ls != nil && !ls.follower && (r.mut.localLeaseNoClock || r.now() < ls.until) && r.applied.Load() >= ls.idx
+	return ls != nil && !ls.follower && ((mutation.On && r.mut.localLeaseNoClock) || r.now() < ls.until) && r.applied.Load() >= ls.idx
 }
 
 // localFollowerLease is localLease for a follower's cross-client-monotonic
@@ -398,7 +399,7 @@ func (r *Replica) localLease() bool {
 // to, or false.
 func (r *Replica) localFollowerLease() (uint64, bool) {
 	ls := r.lease.Load()
-	if ls == nil || !ls.follower || (!r.mut.localLeaseNoClock && r.now() >= ls.until) || r.applied.Load() < ls.idx {
+	if ls == nil || !ls.follower || (!(mutation.On && r.mut.localLeaseNoClock) && r.now() >= ls.until) || r.applied.Load() < ls.idx {
 		return 0, false
 	}
 	return ls.idx, true
@@ -419,7 +420,7 @@ func (r *Replica) TryRead(op kv.Op, c level.Consistency) (kv.Result, bool) {
 		r.stampView(&res)
 		return res, ok
 	}
-	if !needsLeader(c) || r.mut.followerLinearizable || r.CheckConsistency(c) != nil || !r.localLease() {
+	if !needsLeader(c) || (mutation.On && r.mut.followerLinearizable) || r.CheckConsistency(c) != nil || !r.localLease() {
 		return kv.Result{}, false
 	}
 	res, need, R, err := r.leaderCheck(op, false)
@@ -482,7 +483,7 @@ func (r *Replica) waitSession(ctx context.Context, need uint64) error {
 	if !r.isLeader.Load() {
 		return r.redirect()
 	}
-	if need > r.lastOp.Load() || r.mut.sessionWaitLimited {
+	if need > r.lastOp.Load() || (mutation.On && r.mut.sessionWaitLimited) {
 		return r.sessionAhead(need)
 	}
 	left := r.opts.RequestTimeout - time.Since(start)
@@ -585,7 +586,7 @@ func (r *Replica) readLocal(op kv.Op) (kv.Result, error) { return r.readWith(op,
 func (r *Replica) readWith(op kv.Op, ov map[string]overlayEntry) (kv.Result, error) {
 	engineGet := r.db.Get
 	scan := shard.EngineScanner(r.db)
-	if kv.MultiKey(&op) && !r.mut.tornMultiReads {
+	if kv.MultiKey(&op) && !(mutation.On && r.mut.tornMultiReads) {
 		// A read of several keys sees the engine at one version: the
 		// driver applies batches between the reads of single keys, and a
 		// read that saw one key before a batch and another after it would
@@ -600,7 +601,7 @@ func (r *Replica) readWith(op kv.Op, ov map[string]overlayEntry) (kv.Result, err
 	}
 	n := 0
 	get := func(k []byte) ([]byte, uint64, bool, error) {
-		if h := r.mut.betweenKeys; h != nil {
+		if h := r.mut.betweenKeys; mutation.On && h != nil {
 			if n++; n == 2 {
 				h()
 			}

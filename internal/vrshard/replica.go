@@ -15,6 +15,7 @@ import (
 
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/storage"
 	"github.com/kefirdb/kefir/internal/transport"
@@ -234,7 +235,9 @@ func (o *Options) fill() error {
 }
 
 // mutations are deliberate bugs tests switch on to prove the checkers see
-// them. Never set outside tests.
+// them. Never set outside tests; the bool ones are read only as
+// `mutation.On && r.mut.x`, so the default build compiles them away
+// (internal/mutation). The funcs and delays are test hooks.
 type mutations struct {
 	// followerLinearizable serves linearizable reads from local state at any
 	// replica, without lease or read-index.
@@ -762,7 +765,7 @@ func Open(opts Options) (*Replica, error) {
 		return nil, fmt.Errorf("vrshard: Bootstrap refused: %s has no replication log but its engine holds version %d; start without Bootstrap to recover from the group", opts.Dir, db.LastVersion())
 	}
 	r.app = newApplier(db)
-	r.app.appendUnchecked = r.mut.appendUnchecked
+	r.app.appendUnchecked = mutation.On && r.mut.appendUnchecked
 	if err := r.app.loadMarks(); err != nil {
 		db.Close()
 		w.close()
@@ -1038,10 +1041,10 @@ func (r *Replica) maybeForgetRows() {
 		return
 	}
 	below := applied + 1
-	for _, c := range r.core.ClientTable() {
-		below = min(below, c.Op)
+	if op, ok := r.core.ClientTableMinOp(); ok {
+		below = min(below, op)
 	}
-	if r.mut.forgetTooEarly {
+	if mutation.On && r.mut.forgetTooEarly {
 		below = applied + 1
 	}
 	if err := r.core.ProposeAck(r.now(), vr.Request{Data: encodeForget(time.Now().UnixNano(), below)}, vr.AckApplied); err != nil {
@@ -1077,7 +1080,7 @@ func (r *Replica) step(in inbound) {
 		if cadtraceOn && m.Type == vr.MsgPrepareOK {
 			r.ctr.followerPersisted(m.Persisted)
 		}
-		if h := r.mut.afterStep; h != nil {
+		if h := r.mut.afterStep; mutation.On && h != nil {
 			h(r, m)
 		}
 	}
@@ -1107,7 +1110,7 @@ func (r *Replica) propose(ps []*proposal) {
 		err := r.core.ProposeAck(now, p.req, p.ack)
 		if errors.Is(err, vr.ErrBusy) {
 			r.backlog = append(r.backlog[:0:0], ps[i:]...)
-			if !r.opts.Nilext && !r.mut.backlogMayWait {
+			if !r.opts.Nilext && !(mutation.On && r.mut.backlogMayWait) {
 				// The backlog waits for a commit: hold nothing here, and
 				// make the prepares ask the followers to sync; when it
 				// starts, a heartbeat asks them to sync what they hold
@@ -1125,7 +1128,7 @@ func (r *Replica) propose(ps []*proposal) {
 		if p.ack == vr.AckApplied {
 			r.core.WantSync(false) // its commit is awaited: followers must not hold it
 		}
-		if p.req.Client != 0 && !r.opts.Nilext && !r.mut.retryMayWait && !r.core.Queued(p.req.Client, p.req.ReqNum) {
+		if p.req.Client != 0 && !r.opts.Nilext && !(mutation.On && r.mut.retryMayWait) && !r.core.Queued(p.req.Client, p.req.ReqNum) {
 			// A retry of a request already in the log (or executed): no new
 			// entry makes its batch urgent, yet its waiter waits for the
 			// apply of an entry that may be held, here and at the
@@ -1242,7 +1245,7 @@ func (r *Replica) ready() error {
 	}
 	if r.gc.arrived {
 		r.gc.arrived = false
-		if !r.opts.Nilext && !r.mut.noAskSync {
+		if !r.opts.Nilext && !(mutation.On && r.mut.noAskSync) {
 			// At a follower (a no-op at the leader): the apply waited for
 			// needs a commit, for which the leader and the other followers
 			// may hold batches until their deadline.
@@ -1437,7 +1440,7 @@ func (r *Replica) handle(rd *vr.Ready) error {
 	}
 	r.earlyAcks(rd.Acks)
 	r.markAppended()
-	if len(rd.ReadStates) > 0 && !r.mut.lateReadable {
+	if len(rd.ReadStates) > 0 && !(mutation.On && r.mut.lateReadable) {
 		// The core releases a durability wait once R covers it, and the
 		// reader then checks its keys against the *published* R: publish it
 		// before waking the reader, or it may still see the R of the last
@@ -1459,10 +1462,10 @@ func (r *Replica) handle(rd *vr.Ready) error {
 		}
 		close(rw.done)
 	}
-	if h := r.mut.afterReadRelease; h != nil && len(rd.ReadStates) > 0 {
+	if h := r.mut.afterReadRelease; mutation.On && h != nil && len(rd.ReadStates) > 0 {
 		h()
 	}
-	if h := r.mut.afterHandle; h != nil {
+	if h := r.mut.afterHandle; mutation.On && h != nil {
 		h(r)
 	}
 	// 5. Snapshots for lagging peers: the engine at the applied op, captured
@@ -1583,7 +1586,7 @@ func (r *Replica) apply(cs []vr.Committed) error {
 	if err := r.app.flush(); err != nil {
 		return err
 	}
-	if h := r.mut.afterEngineWrite; h != nil {
+	if h := r.mut.afterEngineWrite; mutation.On && h != nil {
 		h()
 	}
 	r.core.Advance(results)
@@ -1666,7 +1669,7 @@ func (r *Replica) publish() {
 	r.isLeader.Store(info.IsLeader)
 	r.status.Store(uint32(info.Status))
 	r.view.Store(info.View)
-	if changed && !r.mut.noLeaderWake {
+	if changed && !(mutation.On && r.mut.noLeaderWake) {
 		// A session read waiting at the leader for an op in its log must
 		// redirect as soon as this replica stops leading (waitSession).
 		r.wake()
@@ -1845,7 +1848,7 @@ func (r *Replica) Apply(ctx context.Context, reqs []shard.WriteReq) (shard.Pendi
 		}
 		return shard.Pending{}, nil
 	}
-	if !r.mut.noSizeCheck {
+	if !(mutation.On && r.mut.noSizeCheck) {
 		if p, err, split := r.applyWithoutOversize(ctx, reqs); split {
 			return p, err
 		}
@@ -1864,7 +1867,7 @@ func (r *Replica) Apply(ctx context.Context, reqs []shard.WriteReq) (shard.Pendi
 		early := r.answerableEarly(&q.Op)
 		p.ack, p.blind = ackPoint(q, early), NilextEligible(&q.Op)
 		p.async = q.Durability == level.Async
-		p.orderEarly = p.ack == vr.AckApplied && early && !r.opts.Nilext && !r.mut.syncWaitsInApply
+		p.orderEarly = p.ack == vr.AckApplied && early && !r.opts.Nilext && !(mutation.On && r.mut.syncWaitsInApply)
 		if p.orderEarly {
 			mayBeEarly = true
 		}
@@ -1891,7 +1894,7 @@ func (r *Replica) Apply(ctx context.Context, reqs []shard.WriteReq) (shard.Pendi
 	// it is finished: a batch with none (sync, state-dependent writes) is
 	// ordered when done, and needs no second channel.
 	point := bw.done
-	if mayBeEarly && !r.mut.applyWaitsForAck {
+	if mayBeEarly && !(mutation.On && r.mut.applyWaitsForAck) {
 		bw.ordered = make(chan struct{})
 		point = bw.ordered
 	}
@@ -1993,7 +1996,7 @@ func (r *Replica) oversize(op *kv.Op) error {
 // the writes is unknown).
 func (bw *batchWait) Await(ctx context.Context) error {
 	r := bw.r
-	if r.mut.ackWaitSkipped {
+	if mutation.On && r.mut.ackWaitSkipped {
 		return nil
 	}
 	select {

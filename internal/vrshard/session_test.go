@@ -9,6 +9,7 @@ import (
 
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/shard"
 )
 
@@ -30,6 +31,7 @@ func TestSessionReadAtTheLeaderWaitsForItsWriteInTheLog(t *testing.T) {
 // With sessionWaitLimited (the rule before session 9) the same reads fail
 // with shard.ErrSessionAhead: the test above can fail.
 func TestSessionWaitLimitedFailsAReadOfItsOwnWrite(t *testing.T) {
+	mutation.Require(t)
 	err := sessionReadsBehindHeldWrites(t, func(o *Options) { o.mut.sessionWaitLimited = true })
 	if err == nil {
 		t.Fatal("sessionWaitLimited: every session read still returned its write")
@@ -202,6 +204,9 @@ func TestNoLeaderWakeHoldsASessionReadAtADeposedLeader(t *testing.T) {
 // sessionReadAtDeposedLeader returns how long after the heal the read ended,
 // and an error if it did not end with a redirect.
 func sessionReadAtDeposedLeader(t *testing.T, noWake bool) (time.Duration, error) {
+	if noWake {
+		mutation.Require(t)
+	}
 	c := newCluster(t, 3, func(o *Options) {
 		o.RequestTimeout = 6 * time.Second
 		o.FollowerWait = 50 * time.Millisecond

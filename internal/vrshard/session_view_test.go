@@ -10,6 +10,7 @@ import (
 	"github.com/kefirdb/kefir/internal/check"
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/transport"
 )
@@ -60,6 +61,9 @@ func TestSessionTokenDetectsAWriteAViewChangeDropped(t *testing.T) {
 // (session = client 0) and the errors of the session reads (one at the new
 // leader, one at a follower).
 func droppedWriteSessionHistory(t *testing.T, d level.Durability, broken bool) (check.History, []error) {
+	if broken {
+		mutation.Require(t)
+	}
 	c, gates, mems := gatedCluster(t, func(o *Options) {
 		o.RequestTimeout = 2 * time.Second
 		o.mut.noSessionViews = broken
@@ -207,6 +211,7 @@ func TestSessionHistoryWithPowerCutsKeepsSessions(t *testing.T) {
 // it loses acknowledged writes and reuses their op numbers where a session
 // reads them.
 func TestSessionHistoryWithPowerCutsBreaksSessionsWithoutTheViewCheck(t *testing.T) {
+	mutation.Require(t)
 	for seed := uint64(51); seed < 59; seed++ {
 		h, _ := cadPowerCutRun(t, level.CAD, seed, func(o *Options) { o.mut.noSessionViews = true },
 			func(w *workload) { w.sessionOnly = true })

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/storage"
 	"github.com/kefirdb/kefir/internal/transport"
 	"github.com/kefirdb/kefir/internal/vr"
@@ -43,7 +44,10 @@ func (r *Replica) wantSnapshot(to uint64) {
 	clients := r.core.ClientTable()
 	r.snapRunning, r.snapAt = true, at
 	r.st.snapsCaptured.Add(1)
-	delay := r.mut.captureDelay
+	var delay time.Duration // a test hook's
+	if mutation.On {
+		delay = r.mut.captureDelay
+	}
 	go func() {
 		defer es.Close()
 		r.pause(delay)
@@ -200,7 +204,11 @@ func (r *Replica) send(m *vr.Message) {
 	if large {
 		r.held[m.To] = nil
 		r.largeOut++
-		big, delay := ownMessage(m), r.mut.encodeDelay
+		big := ownMessage(m)
+		var delay time.Duration // a test hook's
+		if mutation.On {
+			delay = r.mut.encodeDelay
+		}
 		go func() {
 			r.pause(delay)
 			if err := r.ep.SendLarge(big.To, wire.Payload(&big)); err != nil && !errors.Is(err, transport.ErrClosed) {

@@ -2,13 +2,13 @@ package vrshard
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
 	"sync/atomic"
 
 	"github.com/kefirdb/kefir/internal/kv"
+	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/storage"
 )
@@ -20,25 +20,13 @@ import (
 // token means the same thing everywhere), and a read-modify-write reads the
 // state as of op v-1 (current: the batch's earlier ops over the engine; in
 // replay the engine as of v-1), so replaying an op after a crash evaluates it
-// exactly as the first time. The client-table rows and the replay filter
-// are this engine's own.
-
-// clientPrefix keys the client-table rows this package keeps in the engine:
-// one per client id, rewritten (version = op) by each of the client's writes
-// in the same Append as the write. After a crash they give the results of ops
-// the engine already holds, for the VR core's client table.
-var clientPrefix = kv.ReservedKey("vrclient/")
-
-// clientEnd ends the range of client rows: clientPrefix with its last byte
-// ('/') incremented.
-var clientEnd = kv.ReservedKey("vrclient0")
-
-func clientKey(id uint64) []byte {
-	k := make([]byte, len(clientPrefix)+8)
-	copy(k, clientPrefix)
-	binary.BigEndian.PutUint64(k[len(clientPrefix):], id)
-	return k
-}
+// exactly as the first time. The client-table rows are kv's (kv.ClientRowKey,
+// kv.AppendClientRow: the one row format every engine writes); which rows this
+// engine keeps and the replay filter are its own.
+//
+// One row per client id, rewritten (version = op) by each of the client's
+// writes in the same Append as the write. After a crash they give the results
+// of ops the engine already holds, for the VR core's client table.
 
 type overlayVal struct {
 	data    []byte
@@ -89,9 +77,9 @@ func newApplier(db *storage.DB) *applier {
 // after a snapshot changed the engine.
 func (a *applier) loadRows() error {
 	rows := map[uint64]uint64{}
-	err := a.db.Scan(clientPrefix, clientEnd, 0, 0, func(k []byte, v storage.Value) bool {
-		if len(k) == len(clientPrefix)+8 {
-			rows[binary.BigEndian.Uint64(k[len(clientPrefix):])] = v.Version
+	err := a.db.Scan(kv.ClientRowPrefix, kv.ClientRowEnd, 0, 0, func(k []byte, v storage.Value) bool {
+		if id, err := kv.ClientRowID(kv.ClientRowPrefix, k); err == nil {
+			rows[id] = v.Version
 		}
 		return true
 	})
@@ -121,7 +109,7 @@ func (a *applier) applyForget(v, below uint64, ts int64) {
 	slices.Sort(ids)
 	for _, id := range ids {
 		delete(a.rows, id)
-		a.recs = append(a.recs, storage.Record{Key: clientKey(id), Version: v, Timestamp: ts, Tombstone: true})
+		a.recs = append(a.recs, storage.Record{Key: kv.ClientRowKey(id), Version: v, Timestamp: ts, Tombstone: true})
 	}
 	a.settle(start, v, v <= a.replayTo)
 }
@@ -159,9 +147,9 @@ func (a *applier) applyOp(op *kv.Op, v uint64, ts int64, client, reqNum uint64) 
 	replay := v <= a.replayTo
 	if replay && client != 0 {
 		// The result of an op the engine already holds is in its client row.
-		if cv, err := a.db.Get(clientKey(client)); err == nil && cv.Version == v {
-			if seq, n := binary.Uvarint(cv.Data); n > 0 && seq == reqNum {
-				res, opErr, derr := decodeResult(cv.Data[n:])
+		if cv, err := a.db.Get(kv.ClientRowKey(client)); err == nil && cv.Version == v {
+			if e, derr := kv.DecodeClientRow(kv.ClientRowKey(client), cv.Data, cv.Version, cv.Timestamp); derr == nil && e.ReqNum == reqNum {
+				res, opErr, derr := decodeResult(e.Result)
 				if derr == nil {
 					// The row is this op's: a replayed older op of the
 					// client may have set a lower version (applyForget).
@@ -175,7 +163,7 @@ func (a *applier) applyOp(op *kv.Op, v uint64, ts int64, client, reqNum uint64) 
 		}
 	}
 	if client != 0 {
-		a.recs = append(a.recs, storage.Record{Key: clientKey(client), Version: v, Timestamp: ts})
+		a.recs = append(a.recs, storage.Record{Key: kv.ClientRowKey(client), Version: v, Timestamp: ts})
 		a.rows[client] = v
 	}
 	res, opErr := a.eval(op, v, ts)
@@ -186,9 +174,7 @@ func (a *applier) applyOp(op *kv.Op, v uint64, ts int64, client, reqNum uint64) 
 		return kv.Result{}, nil, opErr
 	}
 	if client != 0 {
-		row := binary.AppendUvarint(nil, reqNum)
-		row = kv.AppendResult(row, res, opErr)
-		a.recs[start].Value = row
+		a.recs[start].Value, _ = kv.AppendClientRow(nil, reqNum, res, opErr)
 	}
 	if opErr != nil {
 		// A failed op writes nothing but its client row.
@@ -271,7 +257,7 @@ func (a *applier) current(key []byte) ([]byte, uint64, bool, error) {
 // one of version v.
 func (a *applier) eval(op *kv.Op, v uint64, ts int64) (kv.Result, error) {
 	maxVal := a.db.MaxValueSize()
-	if a.appendUnchecked {
+	if mutation.On && a.appendUnchecked {
 		maxVal = 0
 	}
 	res, err := kv.Apply(a.current, v, op, maxVal, func(key, value []byte, tomb bool) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/shard"
 )
 
@@ -64,6 +65,7 @@ func TestSyncBlindWriteIsAnsweredAtItsOrderedPoint(t *testing.T) {
 // sync write only once it is applied: the behaviour §12 replaced, kept so
 // the two can be compared.
 func TestSyncWaitsInApplyHoldsApplyUntilCommit(t *testing.T) {
+	mutation.Require(t)
 	leader, gates, _ := heldLeader(t, func(o *Options) { o.mut.syncWaitsInApply = true }, "k", "v0")
 	done := make(chan shard.Pending, 1)
 	go func() {
@@ -86,6 +88,7 @@ func TestSyncWaitsInApplyHoldsApplyUntilCommit(t *testing.T) {
 // append (r.ordEarly would grow by one entry per such retry until the next
 // leader change).
 func TestRetryOfAnAppliedSyncWriteLeavesNothingBehind(t *testing.T) {
+	mutation.Require(t)
 	var pending atomic.Int64
 	c := newCluster(t, 3, func(o *Options) {
 		o.mut.afterHandle = func(r *Replica) {
@@ -120,6 +123,7 @@ func TestRetryOfAnAppliedSyncWriteLeavesNothingBehind(t *testing.T) {
 // commit; neither is appended, so indexEarly never drops the retry's entry.
 // Each would leak one entry (and its keys) until the next leader change.
 func TestRetryOfAnEarlyWriteLeavesNothingBehind(t *testing.T) {
+	mutation.Require(t)
 	for _, d := range []level.Durability{level.CAD, level.Async} {
 		t.Run(d.String(), func(t *testing.T) {
 			var pending atomic.Int64

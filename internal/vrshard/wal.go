@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/kefirdb/kefir/internal/kv"
+	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/seglog"
 	"github.com/kefirdb/kefir/internal/vfs"
 	"github.com/kefirdb/kefir/internal/vr"
@@ -242,7 +244,7 @@ func (w *wal) recover() (walState, error) {
 	}
 	// Nothing non-zero may stay behind the end (zeroed, or cut off on a file
 	// system without positional writes, as format 1 did).
-	fileSize, _, err := seglog.EndTail(f, b[end:], end, int64(len(b)), w.cfg.mut.skipZeroTail)
+	fileSize, _, err := seglog.EndTail(f, b[end:], end, int64(len(b)), mutation.On && w.cfg.mut.skipZeroTail)
 	if err != nil {
 		f.Close()
 		return st, fmt.Errorf("vrshard: wal: %s: %w", segName(id), err)
@@ -393,7 +395,7 @@ func parseRecord(b []byte, off int, seg uint64, mut walMutations) (record2, bool
 	}
 	pos := binary.LittleEndian.Uint64(h[8:])
 	synced := binary.LittleEndian.Uint64(h[16:])
-	if !mut.ignorePos && pos != uint64(off) {
+	if !(mutation.On && mut.ignorePos) && pos != uint64(off) {
 		return record2{}, false
 	}
 	if synced > pos {
@@ -423,7 +425,7 @@ func replaySegment(b []byte, seg uint64, st *walState, mut walMutations) (int64,
 		}
 		off += r.n
 	}
-	if mut.ignoreSynced {
+	if mutation.On && mut.ignoreSynced {
 		return int64(off), nil
 	}
 	// A record's synced mark is never past its own offset, so only records
@@ -450,15 +452,9 @@ func (st *walState) apply(typ byte, p []byte) error {
 	switch typ {
 	case recSnapshot:
 		st.snap = vr.Snapshot{Op: r.uvarint()}
-		n := r.uvarint()
-		if n > uint64(len(r.b)) {
-			return ErrCorruptEntry
-		}
-		for i := uint64(0); i < n && r.err == nil; i++ {
-			c := vr.ClientRecord{Client: r.uvarint(), ReqNum: r.uvarint(), Op: r.uvarint()}
-			c.Result = append([]byte(nil), r.bytes()...)
-			st.snap.Clients = append(st.snap.Clients, c)
-		}
+		d := r.decoder()
+		st.snap.Clients = kv.DecodeClientEntries(&d)
+		r.update(&d)
 		st.entries = st.entries[:0]
 		st.dlog = st.dlog[:0]
 	case recEntries:
@@ -602,14 +598,7 @@ func (w *wal) unmarkClean(recovering bool) error {
 func (w *wal) addSnapshot(op uint64, clients []vr.ClientRecord) {
 	w.record(recSnapshot, func(b []byte) []byte {
 		b = binary.AppendUvarint(b, op)
-		b = binary.AppendUvarint(b, uint64(len(clients)))
-		for _, c := range clients {
-			b = binary.AppendUvarint(b, c.Client)
-			b = binary.AppendUvarint(b, c.ReqNum)
-			b = binary.AppendUvarint(b, c.Op)
-			b = appendBytes(b, c.Result)
-		}
-		return b
+		return kv.AppendClientEntries(b, clients)
 	})
 }
 

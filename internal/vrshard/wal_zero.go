@@ -36,7 +36,7 @@ type walConfig struct {
 }
 
 // walMutations are deliberate bugs the WAL's tests switch on to show they
-// catch them.
+// catch them; read only under mutation.On (internal/mutation).
 type walMutations struct {
 	// skipZeroTail: recovery leaves the bytes after the log's end as they
 	// are, so a stale record can be resurrected.

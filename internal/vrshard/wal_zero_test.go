@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/seglog"
 	"github.com/kefirdb/kefir/internal/seglog/seglogtest"
 	"github.com/kefirdb/kefir/internal/vfs"
@@ -139,6 +140,7 @@ func TestWALStaleTailIsZeroedBeforeNewWrites(t *testing.T) {
 
 // Mutation: recovery that does not zero the stale tail resurrects batch 3.
 func TestMutationSkipZeroTailResurrectsAStaleRecord(t *testing.T) {
+	mutation.Require(t)
 	cfg := testWALConfig()
 	cfg.mut.skipZeroTail = true
 	if view, zero := staleTail(t, cfg); zero || view == 4 {
@@ -184,6 +186,7 @@ func TestWALCorruptionBelowSyncedMarkIsRefused(t *testing.T) {
 // Mutation: recovery that ignores the synced marks after the end takes the
 // damaged batch 2 for the end and silently drops batches 2-4.
 func TestMutationIgnoreSyncedMarkIsCaught(t *testing.T) {
+	mutation.Require(t)
 	mem, starts := syncedBatches(t)
 	rewrite(t, mem, "/wal/"+segName(1), func(b []byte) { b[starts[0]+30] ^= 0x40 })
 	cfg := testWALConfig()
@@ -199,6 +202,7 @@ func TestMutationIgnoreSyncedMarkIsCaught(t *testing.T) {
 // just past the end (a misdirected write, a block from elsewhere) is not
 // part of the log. Mutation ignorePos applies it.
 func TestWALRecordIsValidOnlyWhereItClaims(t *testing.T) {
+	mutation.Require(t)
 	run := func(cfg walConfig) uint64 {
 		mem := vfs.NewMem()
 		w := newTestWALWith(t, mem, cfg)

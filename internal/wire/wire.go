@@ -30,6 +30,7 @@ import (
 	"fmt"
 
 	"github.com/kefirdb/kefir/internal/frame"
+	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/vr"
 )
 
@@ -134,14 +135,7 @@ func appendFields(b []byte, m *vr.Message) []byte {
 	} else {
 		b = append(b, 1)
 		b = binary.AppendUvarint(b, s.Op)
-		b = binary.AppendUvarint(b, uint64(len(s.Clients)))
-		for _, c := range s.Clients {
-			b = binary.AppendUvarint(b, c.Client)
-			b = binary.AppendUvarint(b, c.ReqNum)
-			b = binary.AppendUvarint(b, c.Op)
-			b = binary.AppendUvarint(b, uint64(len(c.Result)))
-			b = append(b, c.Result...)
-		}
+		b = kv.AppendClientEntries(b, s.Clients)
 		b = binary.AppendUvarint(b, uint64(len(s.Data)))
 		b = append(b, s.Data...)
 	}
@@ -341,12 +335,12 @@ func decodeFields(ver byte, typ vr.MsgType, body []byte, m *vr.Message) error {
 			case 0:
 			case 1:
 				s := &vr.Snapshot{Op: d.uv("snapshot op")}
-				if n := d.count("clients", 4); n > 0 {
-					s.Clients = make([]vr.ClientRecord, n)
-					for i := range s.Clients {
-						c := &s.Clients[i]
-						c.Client, c.ReqNum, c.Op = d.uv("client"), d.uv("client reqnum"), d.uv("client op")
-						c.Result = d.bytes("client result")
+				if d.err == nil {
+					kd := kv.Decoder{B: d.b}
+					s.Clients = kv.DecodeClientEntries(&kd)
+					d.b = kd.B
+					if kd.Err != nil {
+						d.fail("snapshot clients")
 					}
 				}
 				s.Data = d.bytes("snapshot data")
