@@ -16,11 +16,11 @@ up:
 	$(GO) build -v -o $(BIN) ./cmd/kefir
 	./$(BIN) up $(ARGS)
 
-# The bench module's own tests (YCSB generators and runner, the delay mesh,
+# The bench module's own tests (the YCSB harness, the delay mesh,
 # the limits probe, storagebench, go-redis against the front door) need no
 # peer servers; the driver tests, which start redis-server, etcd and
 # ZooKeeper, run with `make test-bench`.
-BENCH_SELF_TESTS = ./ycsb ./ycsb/gen ./ycsb/core ./delaymesh ./limits ./storagebench ./frontdoor
+BENCH_SELF_TESTS = ./ycsb ./delaymesh ./limits ./storagebench ./frontdoor
 
 # The default suite (CI): unit, simulator, checker and e2e tests. Must stay under 15 minutes on 2 cores.
 test:

@@ -9,7 +9,9 @@
 //	go run ./ycsb -db redis -addr 127.0.0.1:6379 -workloads a -target 0,20000
 //	go run ./ycsb -db kefir -addr 127.0.0.1:6380 -consistency linearizable -durability sync
 //
-// It must not be imported; the library is bench/ycsb/core, the generators bench/ycsb/gen.
+// It must not be imported; the library is internal/ycsb (workloads, runner, histograms),
+// the generators internal/ycsb/gen, Kefir's driver internal/ycsb/kefirdb (all in the main module,
+// shared with `kefir bench`).
 package main
 
 import (
@@ -28,10 +30,11 @@ import (
 	"time"
 
 	"github.com/kefirdb/kefir/bench/limits"
-	"github.com/kefirdb/kefir/bench/ycsb/core"
 	"github.com/kefirdb/kefir/bench/ycsb/drivers"
 	"github.com/kefirdb/kefir/client"
 	"github.com/kefirdb/kefir/internal/faultproxy"
+	"github.com/kefirdb/kefir/internal/ycsb"
+	"github.com/kefirdb/kefir/internal/ycsb/kefirdb"
 )
 
 type flags struct {
@@ -180,7 +183,7 @@ type system struct {
 	// durable: a write is acknowledged only after an fsync, so its latency floor is a
 	// round trip plus an fsync (otherwise a round trip).
 	durable bool
-	newDB   core.NewDB
+	newDB   ycsb.NewDB
 	flush   func(context.Context) error // empties the store before a load; nil if it cannot
 	// noScans: the system has no range read, so workloads with scans are skipped
 	// (and reported as unsupported) rather than emulated.
@@ -257,7 +260,7 @@ func connectVia(ctx context.Context, f *flags, index bool, pool int, dl *delayer
 			addr, name = srv.Addr(), "respserver(via "+f.respVia+")"
 			addr = dl.wrap(addr)
 			if f.respVia == "kefir" {
-				k, err := drivers.NewKefir(ctx, drivers.KefirConfig{Addrs: []string{addr}, PoolSize: kefirPool(f)})
+				k, err := kefirdb.New(ctx, kefirdb.Config{Addrs: []string{addr}, PoolSize: kefirPool(f)})
 				if err != nil {
 					srv.Close()
 					return nil, err
@@ -312,7 +315,7 @@ func connectVia(ctx context.Context, f *flags, index bool, pool int, dl *delayer
 	case "null":
 		return &system{name: "null (harness only)", newDB: drivers.Null{}.NewDB, close: func() error { return nil }}, nil
 	case "kefir":
-		cfg := drivers.KefirConfig{Addrs: dl.wrapAll(strings.Split(f.addr, ",")), Password: f.password, PoolSize: kefirPool(f),
+		cfg := kefirdb.Config{Addrs: dl.wrapAll(strings.Split(f.addr, ",")), Password: f.password, PoolSize: kefirPool(f),
 			RetryUnavailable: 5 * time.Second}
 		name := "kefir"
 		if f.consistency != "" {
@@ -330,7 +333,7 @@ func connectVia(ctx context.Context, f *flags, index bool, pool int, dl *delayer
 			cfg.Durability = d
 		}
 		name += fmt.Sprintf("(%s/%s)", cfg.Consistency, cfg.Durability)
-		k, err := drivers.NewKefir(ctx, cfg)
+		k, err := kefirdb.New(ctx, cfg)
 		if err != nil {
 			return nil, err
 		}
@@ -363,7 +366,7 @@ type row struct {
 	// Unsupported names what the system lacks when the workload was not run ("scans").
 	Unsupported string       `json:"unsupported,omitempty"`
 	Run         int          `json:"run"`
-	Result      *core.Result `json:"result"`
+	Result      *ycsb.Result `json:"result"`
 	// OtherCPUCores is the CPU (in cores) that processes outside the matrix — not this
 	// one, not the systems' servers — used while the cell ran (-matrix with
 	// -watch-pids; the CPU watch, cpuwatch.go). Attempts counts the cell's measurements
@@ -635,11 +638,11 @@ func report(f *flags, args []string) error {
 }
 
 // workloadsOf builds the workloads f asks for, and whether any of them scans.
-func workloadsOf(f *flags) ([]core.Workload, bool, error) {
-	var ws []core.Workload
+func workloadsOf(f *flags) ([]ycsb.Workload, bool, error) {
+	var ws []ycsb.Workload
 	index := false
 	for _, name := range f.workloads {
-		w, err := core.Standard(name)
+		w, err := ycsb.Standard(name)
 		if err != nil {
 			return nil, false, err
 		}
@@ -685,13 +688,13 @@ func open(ctx context.Context, f *flags, index bool) (*system, error) {
 }
 
 // load empties sys (if it can) and runs w's load phase.
-func load(ctx context.Context, f *flags, sys *system, w core.Workload, logw io.Writer) error {
+func load(ctx context.Context, f *flags, sys *system, w ycsb.Workload, logw io.Writer) error {
 	if sys.flush != nil {
 		if err := sys.flush(ctx); err != nil {
 			return fmt.Errorf("flush before loading %s: %w", w.Name, err)
 		}
 	}
-	res, err := core.Load(ctx, w, sys.newDB, f.loadClients)
+	res, err := ycsb.Load(ctx, w, sys.newDB, f.loadClients)
 	if err != nil {
 		return fmt.Errorf("load %s: %w", w.Name, err)
 	}
@@ -717,7 +720,7 @@ func run(ctx context.Context, f *flags, logw io.Writer) ([]row, error) {
 		if w.HasScans() && sys.noScans {
 			fmt.Fprintf(logw, "%s: workload %s skipped: the system has no range read (scans unsupported)\n", sys.name, w.Name)
 			rows = append(rows, row{System: sys.name, Durable: sys.durable, Delay: f.delay, LinkDelay: f.linkDelay,
-				Unsupported: "scans", Result: &core.Result{Workload: w.Name, Phase: "run", Mode: "closed"}})
+				Unsupported: "scans", Result: &ycsb.Result{Workload: w.Name, Phase: "run", Mode: "closed"}})
 			continue
 		}
 		if f.loadOnly && i > 0 {
@@ -734,8 +737,8 @@ func run(ctx context.Context, f *flags, logw io.Writer) ([]row, error) {
 		for run := range f.runs {
 			for _, c := range f.clients {
 				for _, t := range f.targets {
-					cfg := core.Config{Clients: c, Target: t, Warmup: f.warmup, Duration: f.dur, Seed: f.seed + uint64(run)}
-					res, err := core.Run(ctx, w, sys.newDB, cfg)
+					cfg := ycsb.Config{Clients: c, Target: t, Warmup: f.warmup, Duration: f.dur, Seed: f.seed + uint64(run)}
+					res, err := ycsb.Run(ctx, w, sys.newDB, cfg)
 					if err != nil {
 						return rows, fmt.Errorf("run %s clients=%d target=%v: %w", w.Name, c, t, err)
 					}
@@ -749,7 +752,7 @@ func run(ctx context.Context, f *flags, logw io.Writer) ([]row, error) {
 }
 
 // benchLine formats a result as a Go benchmark line, so benchstat can compare runs.
-func benchLine(sys string, r *core.Result) string {
+func benchLine(sys string, r *ycsb.Result) string {
 	mode := "closed"
 	if r.Mode == "open" {
 		mode = fmt.Sprintf("target=%.0f", r.Target)

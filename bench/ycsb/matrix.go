@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kefirdb/kefir/bench/ycsb/core"
+	"github.com/kefirdb/kefir/internal/ycsb"
 )
 
 // The matrix mode (-matrix FILE -rounds N) drives every system of the comparison from
@@ -160,9 +160,9 @@ func runMatrix(ctx context.Context, path string, o matrixOpts, logw io.Writer) (
 				if w.HasScans() && s.sys.noScans {
 					continue
 				}
-				cfg := core.Config{Clients: slices.Max(f0.clients), Duration: prewarm, Seed: seed}
+				cfg := ycsb.Config{Clients: slices.Max(f0.clients), Duration: prewarm, Seed: seed}
 				cctx, cancel := context.WithTimeout(ctx, prewarm+30*time.Second)
-				_, err := core.Run(cctx, w, s.sys.newDB, cfg)
+				_, err := ycsb.Run(cctx, w, s.sys.newDB, cfg)
 				cancel()
 				if ctx.Err() != nil {
 					return nil, failures, ctx.Err()
@@ -186,7 +186,7 @@ func runMatrix(ctx context.Context, path string, o matrixOpts, logw io.Writer) (
 						if w.HasScans() && s.sys.noScans {
 							continue
 						}
-						cfg := core.Config{Clients: c, Target: t, Warmup: f0.warmup, Duration: f0.dur, Seed: seed + uint64(r)}
+						cfg := ycsb.Config{Clients: c, Target: t, Warmup: f0.warmup, Duration: f0.dur, Seed: seed + uint64(r)}
 						res, other, attempts, err := cells.measure(ctx, w, s, cfg, r)
 						if ctx.Err() != nil {
 							return rows, failures, ctx.Err()
@@ -214,7 +214,7 @@ func runMatrix(ctx context.Context, path string, o matrixOpts, logw io.Writer) (
 			if w.HasScans() && s.sys.noScans {
 				fmt.Fprintf(logw, "%s: workload %s not run: the system has no range read\n", s.sys.name, w.Name)
 				rows = append(rows, row{System: s.sys.name, Durable: s.sys.durable, Delay: s.f.delay, LinkDelay: s.f.linkDelay,
-					Unsupported: "scans", Run: 1, Result: &core.Result{Workload: w.Name, Phase: "run", Mode: "closed"}})
+					Unsupported: "scans", Run: 1, Result: &ycsb.Result{Workload: w.Name, Phase: "run", Mode: "closed"}})
 			}
 		}
 	}
@@ -246,14 +246,14 @@ type cellMeasurer struct {
 // CPU while it ran, how many attempts the cell took, and the error of the attempt that
 // failed, if one did (after which the cell is not measured again). It returns early when
 // ctx ends; the caller checks ctx.
-func (m *cellMeasurer) measure(ctx context.Context, w core.Workload, s matrixSystem, cfg core.Config, round int) (res *core.Result, other float64, attempts int, err error) {
+func (m *cellMeasurer) measure(ctx context.Context, w ycsb.Workload, s matrixSystem, cfg ycsb.Config, round int) (res *ycsb.Result, other float64, attempts int, err error) {
 	for {
 		if m.o.quiesce > 0 {
 			time.Sleep(m.o.quiesce)
 		}
 		before := m.watch.sample()
 		cctx, cancel := context.WithTimeout(ctx, m.cellTimeout)
-		got, runErr := core.Run(cctx, w, s.sys.newDB, cfg)
+		got, runErr := ycsb.Run(cctx, w, s.sys.newDB, cfg)
 		cancel()
 		after := m.watch.sample()
 		if ctx.Err() != nil {

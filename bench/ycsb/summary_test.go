@@ -4,12 +4,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kefirdb/kefir/bench/ycsb/core"
+	"github.com/kefirdb/kefir/internal/ycsb"
 )
 
 func roundRow(sys string, round int, tput, p50 float64) row {
-	return row{System: sys, Run: round, Result: &core.Result{Workload: "a", Clients: 16, Throughput: tput,
-		PerOp: []core.OpStats{{Op: "READ", Throughput: tput, P50Us: p50, P99Us: 2 * p50}}}}
+	return row{System: sys, Run: round, Result: &ycsb.Result{Workload: "a", Clients: 16, Throughput: tput,
+		PerOp: []ycsb.OpStats{{Op: "READ", Throughput: tput, P50Us: p50, P99Us: 2 * p50}}}}
 }
 
 func TestSummarizeTakesTheMedianOfRounds(t *testing.T) {
@@ -93,7 +93,7 @@ func TestCeilingFlagsACellBelowThreeTimesTheBestSystem(t *testing.T) {
 }
 
 func TestTotalsTableHasOneLinePerSystemAndMarksUnsupportedCells(t *testing.T) {
-	rows := []row{roundRow("x", 1, 100, 10), {System: "zk", Unsupported: "scans", Result: &core.Result{Workload: "e"}}}
+	rows := []row{roundRow("x", 1, 100, 10), {System: "zk", Unsupported: "scans", Result: &ycsb.Result{Workload: "e"}}}
 	e := roundRow("x", 1, 50, 20)
 	e.Result.Workload = "e"
 	md := totalsMarkdown(summarize(append(rows, e)))

@@ -1,4 +1,4 @@
-package core
+package ycsb
 
 import (
 	"context"
@@ -217,13 +217,8 @@ func stalledRun(t *testing.T, serviceTime bool) (float64, *Result) {
 		t.Fatal(err)
 	}
 	h := opStats(res, OpRead).Histogram
-	slow := 0.0
-	for _, b := range h.Distribution() {
-		if b.From >= int64(50*time.Millisecond) {
-			slow += float64(b.Count)
-		}
-	}
-	return slow / float64(h.TotalCount()), res
+	slow := float64(h.CountAtLeast(int64(50 * time.Millisecond)))
+	return slow / float64(h.Count()), res
 }
 
 func TestOpenLoopChargesAStallToEveryOperationItDelayed(t *testing.T) {
