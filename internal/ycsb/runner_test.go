@@ -326,3 +326,51 @@ func TestKeyTableMatchesKeyName(t *testing.T) {
 		}
 	}
 }
+
+// Progress reports come once per ProgressEvery during the measured window, count what
+// was recorded so far (never more than the final result), and stop before Run returns.
+func TestProgressReportsTheRunSoFar(t *testing.T) {
+	db := newMemDB()
+	w := small(t, "c")
+	if _, err := Load(context.Background(), w, db.newDB, 1); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var got []Progress
+	returned := false
+	res, err := Run(context.Background(), w, db.newDB, Config{Clients: 2, Target: 2000, Warmup: 50 * time.Millisecond,
+		Duration: 450 * time.Millisecond, ProgressEvery: 100 * time.Millisecond,
+		Progress: func(p Progress) {
+			mu.Lock()
+			defer mu.Unlock()
+			if returned {
+				t.Error("progress reported after Run returned")
+			}
+			got = append(got, p)
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	returned = true
+	defer mu.Unlock()
+	// Four ticks fall in the window; a busy machine may push the last past its end.
+	if len(got) < 3 || len(got) > 4 {
+		t.Fatalf("%d reports in a 450 ms window at one per 100 ms, want 4: %+v", len(got), got)
+	}
+	var sum int64
+	for i, p := range got {
+		sum += p.IntervalOps
+		// 2000 ops/s offered; loose bounds, as a busy machine delays ticks and clients.
+		rate := float64(p.IntervalOps) / p.Interval.Seconds()
+		if p.Ops != sum || rate < 1000 || rate > 3000 || p.Errors != 0 || p.P50Us <= 0 || p.P99Us < p.P50Us {
+			t.Errorf("report %d: %+v (%.0f ops/s)", i, p, rate)
+		}
+		if want := time.Duration(i+1) * 100 * time.Millisecond; p.Elapsed < want || p.Elapsed > want+100*time.Millisecond {
+			t.Errorf("report %d at %v, want ≈ %v", i, p.Elapsed, want)
+		}
+	}
+	if last := got[len(got)-1].Ops; last > res.Ops || last < res.Ops*3/4 {
+		t.Errorf("last report %d ops, the run %d", last, res.Ops)
+	}
+}

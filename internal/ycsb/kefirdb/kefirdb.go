@@ -7,6 +7,7 @@ package kefirdb
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"time"
@@ -17,8 +18,10 @@ import (
 
 // Config configures the driver. Zero levels mean the server's defaults.
 type Config struct {
-	Addrs       []string
-	Password    string
+	Addrs    []string
+	Password string
+	// TLS, if set, connects with TLS.
+	TLS         *tls.Config
 	PoolSize    int
 	Consistency client.Consistency
 	Durability  client.Durability
@@ -44,6 +47,9 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 	}
 	if cfg.Password != "" {
 		opts = append(opts, client.WithPassword(cfg.Password))
+	}
+	if cfg.TLS != nil {
+		opts = append(opts, client.WithTLS(cfg.TLS))
 	}
 	c, err := client.Dial(ctx, cfg.Addrs, opts...)
 	if err != nil {
