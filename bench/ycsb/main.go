@@ -23,6 +23,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -86,6 +87,8 @@ type flags struct {
 	quiesce            time.Duration
 	failuresPath       string
 	serveAddr          string
+	serverPids         string
+	metrics            string
 }
 
 func parse(args []string) (*flags, error) {
@@ -136,6 +139,8 @@ func parse(args []string) (*flags, error) {
 	fs.IntVar(&f.rounds, "rounds", 3, "-matrix: rounds (each cell of each system measured once per round)")
 	fs.StringVar(&f.failuresPath, "failures", "", "-matrix: also list failed connections, loads and cells here, one per line (empty file: none)")
 	fs.StringVar(&f.serveAddr, "serve", "", "run only the trivial RESP server (the -db respserver one) on this address until interrupted: the harness ceiling with the server in its own process, as every real system is")
+	fs.StringVar(&f.serverPids, "server-pids", "", "-matrix line: file listing this system's server pids; each cell then records the system's CPU µs and bytes written per operation (/proc)")
+	fs.StringVar(&f.metrics, "metrics", "", "-matrix line, kefir: the nodes' Prometheus endpoints (http://HOST:PORT/metrics, comma-separated); each cell then records fsyncs per write")
 	fs.StringVar(&f.label, "label", "", "name of the system in reports (default: derived from -db and its options)")
 	fs.StringVar(&f.respVia, "via", "redis", "respserver: which client library drives it (redis or kefir)")
 	fs.IntVar(&f.runs, "runs", 1, "repetitions of each cell (to report run-to-run spread)")
@@ -367,6 +372,8 @@ type row struct {
 	Unsupported string       `json:"unsupported,omitempty"`
 	Run         int          `json:"run"`
 	Result      *ycsb.Result `json:"result"`
+	// Cost is what the cell cost the system per operation (cost.go); nil outside -matrix.
+	Cost *Cost `json:"cost,omitempty"`
 	// OtherCPUCores is the CPU (in cores) that processes outside the matrix — not this
 	// one, not the systems' servers — used while the cell ran (-matrix with
 	// -watch-pids; the CPU watch, cpuwatch.go). Attempts counts the cell's measurements
@@ -522,7 +529,7 @@ func report(f *flags, args []string) error {
 				break
 			}
 		}
-		s := summary{Command: "go run ./ycsb " + strings.Join(args, " "), LoadAvg: f.note, Limits: lim, Rows: summarize(rows)}
+		s := summary{Command: "go run ./ycsb " + strings.Join(args, " "), LoadAvg: f.note, Limits: lim, Rows: summarize(rows), CPUs: runtime.NumCPU()}
 		b, _ := json.MarshalIndent(s, "", "  ")
 		if err := os.WriteFile(f.summarizeTo, append(b, '\n'), 0o644); err != nil {
 			return err
@@ -530,6 +537,9 @@ func report(f *flags, args []string) error {
 		md := summaryMarkdown(s)
 		if w := watchMarkdown(s.Rows); w != "" {
 			md += "\n" + w
+		}
+		if c := costMarkdown(s); c != "" {
+			md += "\n" + c
 		}
 		if c := ceilingMarkdown(s.Rows); c != "" {
 			md += "\nHarness ceiling (issue 8: the harness against a trivial in-process RESP server must reach ≥ 3× the best system in the same cell):\n\n" + c
@@ -544,6 +554,9 @@ func report(f *flags, args []string) error {
 			c := totalsMarkdown(s.Rows)
 			if w := watchMarkdown(s.Rows); w != "" {
 				c += "\n" + w
+			}
+			if t := costMarkdown(s); t != "" {
+				c += "\n" + t
 			}
 			if t := ceilingMarkdown(s.Rows); t != "" {
 				c += "\nHarness ceiling (in-process trivial RESP server, same cell; issue 8 wants ≥ 3× the best system):\n\n" + t
@@ -577,6 +590,9 @@ func report(f *flags, args []string) error {
 			return errors.New("-ratios wants the -summarize outputs as arguments")
 		}
 		md := ratiosMarkdown(pairs, runs)
+		if md != "" {
+			md += costRatiosMarkdown(pairs, runs)
+		}
 		fmt.Print(md)
 		if f.mdPath != "" {
 			return os.WriteFile(f.mdPath, []byte(md), 0o644)

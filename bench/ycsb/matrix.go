@@ -25,8 +25,9 @@ import (
 
 // matrixSystem is one line of the matrix file: a connected system and its flags.
 type matrixSystem struct {
-	f   *flags
-	sys *system
+	f    *flags
+	sys  *system
+	cost *costMeter
 }
 
 // readMatrix parses the matrix file: one system per line, given as the ycsb flags that
@@ -139,7 +140,16 @@ func runMatrix(ctx context.Context, path string, o matrixOpts, logw io.Writer) (
 				continue
 			}
 		}
-		systems = append(systems, matrixSystem{f: f, sys: sys})
+		pids, err := readPidsFile(f.serverPids)
+		if err != nil {
+			sys.close()
+			return nil, failures, fmt.Errorf("%s: %w", f.label, err)
+		}
+		var metrics []string
+		if f.metrics != "" {
+			metrics = strings.Split(f.metrics, ",")
+		}
+		systems = append(systems, matrixSystem{f: f, sys: sys, cost: newCostMeter(pids, metrics, f.db == "respserver")})
 	}
 	if len(systems) == 0 {
 		return nil, failures, errors.New("no system could be connected and loaded")
@@ -187,7 +197,7 @@ func runMatrix(ctx context.Context, path string, o matrixOpts, logw io.Writer) (
 							continue
 						}
 						cfg := ycsb.Config{Clients: c, Target: t, Warmup: f0.warmup, Duration: f0.dur, Seed: seed + uint64(r)}
-						res, other, attempts, err := cells.measure(ctx, w, s, cfg, r)
+						res, cost, other, attempts, err := cells.measure(ctx, w, s, cfg, r)
 						if ctx.Err() != nil {
 							return rows, failures, ctx.Err()
 						}
@@ -197,7 +207,7 @@ func runMatrix(ctx context.Context, path string, o matrixOpts, logw io.Writer) (
 						if res == nil {
 							continue
 						}
-						rw := row{System: s.sys.name, Durable: s.sys.durable, Delay: s.f.delay, LinkDelay: s.f.linkDelay, Run: r, Result: res}
+						rw := row{System: s.sys.name, Durable: s.sys.durable, Delay: s.f.delay, LinkDelay: s.f.linkDelay, Run: r, Result: res, Cost: cost}
 						if watch.pids != nil {
 							rw.OtherCPUCores, rw.Attempts = other, attempts
 						}
@@ -242,11 +252,14 @@ type cellMeasurer struct {
 	logw        io.Writer
 }
 
-// measure returns the kept result (nil if no attempt succeeded), the other processes'
-// CPU while it ran, how many attempts the cell took, and the error of the attempt that
-// failed, if one did (after which the cell is not measured again). It returns early when
-// ctx ends; the caller checks ctx.
-func (m *cellMeasurer) measure(ctx context.Context, w ycsb.Workload, s matrixSystem, cfg ycsb.Config, round int) (res *ycsb.Result, other float64, attempts int, err error) {
+// measure returns the kept result (nil if no attempt succeeded) and its cost per
+// operation, the other processes' CPU while it ran, how many attempts the cell took, and
+// the error of the attempt that failed, if one did (after which the cell is not measured
+// again). It returns early when ctx ends; the caller checks ctx.
+func (m *cellMeasurer) measure(ctx context.Context, w ycsb.Workload, s matrixSystem, cfg ycsb.Config, round int) (res *ycsb.Result, cost *Cost, other float64, attempts int, err error) {
+	if s.cost != nil {
+		cfg.Window = s.cost.window
+	}
 	for {
 		if m.o.quiesce > 0 {
 			time.Sleep(m.o.quiesce)
@@ -257,23 +270,26 @@ func (m *cellMeasurer) measure(ctx context.Context, w ycsb.Workload, s matrixSys
 		cancel()
 		after := m.watch.sample()
 		if ctx.Err() != nil {
-			return res, other, attempts, ctx.Err()
+			return res, cost, other, attempts, ctx.Err()
 		}
 		attempts++
 		if runErr != nil {
-			return res, other, attempts, runErr
+			return res, cost, other, attempts, runErr
 		}
 		cores, ok := otherCores(before, after)
 		if res == nil || cores < other {
 			res, other = got, cores
+			if s.cost != nil {
+				cost = s.cost.cost(got)
+			}
 		}
 		if !ok || m.watch.pids == nil || cores <= m.o.disturbed {
-			return res, other, attempts, nil
+			return res, cost, other, attempts, nil
 		}
 		if attempts > m.o.remeasure || m.budget <= 0 {
 			fmt.Fprintf(m.logw, "%s: round %d workload %s: other processes used %.2f cores; not measured again (%d attempts, budget %d left)\n",
 				s.sys.name, round, w.Name, cores, attempts, m.budget)
-			return res, other, attempts, nil
+			return res, cost, other, attempts, nil
 		}
 		m.budget--
 		fmt.Fprintf(m.logw, "%s: round %d workload %s: other processes used %.2f cores (> %.2f): measuring again\n",

@@ -138,3 +138,58 @@ func TestRatiosAreRowOverPeerPerMatrix(t *testing.T) {
 		t.Fatal("a pair without a slash was accepted")
 	}
 }
+
+// Cost per operation: medians over rounds per cell, a table saying which rows are
+// CPU-bound, and Kefir ÷ peer ratios of the costs next to the throughput ratios.
+func TestCostIsSummarizedTabledAndRatioed(t *testing.T) {
+	f := func(v float64) *float64 { return &v }
+	withCost := func(sys string, round int, tput float64, c *Cost) row {
+		r := roundRow(sys, round, tput, 10)
+		r.Cost = c
+		return r
+	}
+	rows := []row{
+		withCost("kefir", 1, 100, &Cost{ServerCPUUsPerOp: 10, ServerCores: 1.6, FsyncsPerWrite: f(0.1), BytesWrittenPerWrite: f(1100), ClientNetBytesPerOp: f(600)}),
+		withCost("kefir", 2, 100, &Cost{ServerCPUUsPerOp: 30, ServerCores: 1.8, FsyncsPerWrite: f(0.3), BytesWrittenPerWrite: f(1300), ClientNetBytesPerOp: f(600)}),
+		withCost("kefir", 3, 100, &Cost{ServerCPUUsPerOp: 20, ServerCores: 1.7, FsyncsPerWrite: f(0.2), BytesWrittenPerWrite: f(1200), ClientNetBytesPerOp: f(600)}),
+		withCost("redis", 1, 100, &Cost{ServerCPUUsPerOp: 40, ServerCores: 0.5, BytesWrittenPerWrite: f(2400), ClientNetBytesPerOp: f(1200)}),
+		roundRow("ceiling", 1, 500, 5), // no cost measured: not in the cost table
+	}
+	for i := range rows {
+		rows[i].Result.ProcessCPUUsPerOp = 2 // harness: 2 µs × 100 ops/s
+	}
+	s := summary{Rows: summarize(rows), CPUs: 2}
+	var kefir summaryRow
+	for _, r := range s.Rows {
+		if r.System == "kefir" && r.Op == "total" {
+			kefir = r
+		}
+	}
+	if kefir.ServerCPUUsPerOp == nil || *kefir.ServerCPUUsPerOp != 20 || *kefir.FsyncsPerWrite != 0.2 || *kefir.BytesWrittenPerWrite != 1200 || *kefir.ServerCores != 1.7 {
+		t.Fatalf("kefir's medians: %+v", kefir)
+	}
+	md := costMarkdown(s)
+	for _, want := range []string{
+		"| kefir | A | 16 | 100 | 20.0 | 1.70 | 0.00 | **yes** (1.70 of 2) | 0.200 | 1200 | 600 |",
+		"| redis | A | 16 | 100 | 40.0 | 0.50 | 0.00 | no (0.50 of 2) | — | 2400 | 1200 |",
+		"CPU-bound here: kefir A c=16.",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("no %q in\n%s", want, md)
+		}
+	}
+	if strings.Contains(md, "| ceiling |") {
+		t.Errorf("a row without a cost is in the cost table:\n%s", md)
+	}
+	pairs, _ := parsePairs("kefir/redis")
+	cr := costRatiosMarkdown(pairs, [][]summaryRow{s.Rows})
+	for _, want := range []string{"**Server CPU µs per operation, Kefir ÷ the peer**", "| kefir | redis | 0.50× |",
+		"**Bytes written per write", "**Client network bytes per operation"} {
+		if !strings.Contains(cr, want) {
+			t.Errorf("no %q in\n%s", want, cr)
+		}
+	}
+	if cr := costRatiosMarkdown(pairs, [][]summaryRow{summarize(rows[4:])}); cr != "" {
+		t.Errorf("cost ratios without costs: %q", cr)
+	}
+}

@@ -33,6 +33,12 @@ type Config struct {
 	// not return before the last call has. It is what `kefir bench` prints while it runs.
 	Progress      func(Progress)
 	ProgressEvery time.Duration
+	// Window, if set, is called when the measured window begins (true) and when it ends
+	// (false), from a goroutine of Run's: for samplers of what the window cost outside
+	// this process (a server's CPU time, bytes written), which must cover the window
+	// the operations were counted in, not the warm-up. When Run returns without error
+	// both calls have been made; when ctx ends first, the second may never come.
+	Window func(begin bool)
 
 	// serviceTime measures latency from when an operation was actually sent, i.e. with
 	// coordinated omission. Only tests set it, to show what the default guards against.
@@ -464,9 +470,16 @@ func Run(ctx context.Context, w Workload, newDB NewDB, cfg Config) (*Result, err
 	cpuWindow := make(chan time.Duration, 1)
 	go func() {
 		time.Sleep(time.Until(measureFrom))
+		if cfg.Window != nil {
+			cfg.Window(true)
+		}
 		before := processCPU()
 		time.Sleep(time.Until(end))
-		cpuWindow <- processCPU() - before
+		cpu := processCPU() - before
+		if cfg.Window != nil {
+			cfg.Window(false)
+		}
+		cpuWindow <- cpu
 	}()
 	for c := range all {
 		all[c] = &clientStats{}

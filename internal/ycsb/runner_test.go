@@ -374,3 +374,34 @@ func TestProgressReportsTheRunSoFar(t *testing.T) {
 		t.Errorf("last report %d ops, the run %d", last, res.Ops)
 	}
 }
+
+// Window brackets the measured window, not the warm-up: a sampler of a server's costs
+// must cover exactly the operations the result counts.
+func TestWindowBracketsTheMeasuredWindow(t *testing.T) {
+	db := newMemDB()
+	w := small(t, "c")
+	if _, err := Load(context.Background(), w, db.newDB, 1); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var calls []bool
+	var at []time.Time
+	start := time.Now()
+	_, err := Run(context.Background(), w, db.newDB, Config{Clients: 1, Target: 1000, Warmup: 200 * time.Millisecond,
+		Duration: 300 * time.Millisecond, Window: func(begin bool) {
+			mu.Lock()
+			defer mu.Unlock()
+			calls, at = append(calls, begin), append(at, time.Now())
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(calls) != 2 || !calls[0] || calls[1] {
+		t.Fatalf("Window calls %v, want [true false]", calls)
+	}
+	if b, e := at[0].Sub(start), at[1].Sub(at[0]); b < 200*time.Millisecond || e < 280*time.Millisecond || e > 450*time.Millisecond {
+		t.Fatalf("window began %v after the start (warm-up 200 ms) and lasted %v (want 300 ms)", b, e)
+	}
+}
