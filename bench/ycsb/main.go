@@ -473,6 +473,11 @@ func main() {
 	if len(rows) > 0 {
 		cmd := "go run ./ycsb " + strings.Join(os.Args[1:], " ")
 		md := markdown(cmd, rows, lim)
+		if f.matrixPath == "" { // a matrix's costs are in its summary (-summarize)
+			if c := costMarkdown(summary{Rows: summarize(rows), CPUs: runtime.NumCPU()}); c != "" {
+				md += "\n" + c
+			}
+		}
 		fmt.Print(md)
 		if f.mdPath != "" {
 			if werr := os.WriteFile(f.mdPath, []byte(md), 0o644); werr != nil {
@@ -731,6 +736,10 @@ func run(ctx context.Context, f *flags, logw io.Writer) ([]row, error) {
 		return nil, err
 	}
 	defer sys.close()
+	meter, err := costMeterOf(f)
+	if err != nil {
+		return nil, err
+	}
 	var rows []row
 	for i, w := range ws {
 		if w.HasScans() && sys.noScans {
@@ -754,11 +763,18 @@ func run(ctx context.Context, f *flags, logw io.Writer) ([]row, error) {
 			for _, c := range f.clients {
 				for _, t := range f.targets {
 					cfg := ycsb.Config{Clients: c, Target: t, Warmup: f.warmup, Duration: f.dur, Seed: f.seed + uint64(run)}
+					if meter != nil {
+						cfg.Window = meter.window
+					}
 					res, err := ycsb.Run(ctx, w, sys.newDB, cfg)
 					if err != nil {
 						return rows, fmt.Errorf("run %s clients=%d target=%v: %w", w.Name, c, t, err)
 					}
-					rows = append(rows, row{System: sys.name, Durable: sys.durable, Delay: f.delay, LinkDelay: f.linkDelay, Run: run + 1, Result: res})
+					rw := row{System: sys.name, Durable: sys.durable, Delay: f.delay, LinkDelay: f.linkDelay, Run: run + 1, Result: res}
+					if meter != nil {
+						rw.Cost = meter.cost(res)
+					}
+					rows = append(rows, rw)
 					fmt.Fprintln(logw, benchLine(sys.name, res))
 				}
 			}

@@ -140,16 +140,12 @@ func runMatrix(ctx context.Context, path string, o matrixOpts, logw io.Writer) (
 				continue
 			}
 		}
-		pids, err := readPidsFile(f.serverPids)
+		meter, err := costMeterOf(f)
 		if err != nil {
 			sys.close()
 			return nil, failures, fmt.Errorf("%s: %w", f.label, err)
 		}
-		var metrics []string
-		if f.metrics != "" {
-			metrics = strings.Split(f.metrics, ",")
-		}
-		systems = append(systems, matrixSystem{f: f, sys: sys, cost: newCostMeter(pids, metrics, f.db == "respserver")})
+		systems = append(systems, matrixSystem{f: f, sys: sys, cost: meter})
 	}
 	if len(systems) == 0 {
 		return nil, failures, errors.New("no system could be connected and loaded")

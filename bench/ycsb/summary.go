@@ -229,11 +229,13 @@ func costMarkdown(s summary) string {
 		"(/proc/PID/stat) over the measured window ÷ its operations; server and harness cores: their CPU during the window; " +
 		fmt.Sprintf("CPU-bound: the two together used ≥ %.0f %% of the machine's CPUs. ", 100*cpuBoundShare) +
 		"Fsyncs per write: Kefir's kefir_fsync_duration_seconds_count (all logs, all nodes) ÷ writes; /proc has no fsync count, so other systems show —. " +
-		"Bytes written per write: write_bytes of the system's processes (/proc/PID/io: bytes they caused to reach storage, counted when a page is first dirtied). " +
+		"write_bytes per write: write_bytes of the system's processes (/proc/PID/io) ÷ writes; the kernel counts a whole page-cache folio each time a write dirties a clean one, " +
+		"so with large folios (this machine's kernel) it measures page-cache dirtying, not bytes reaching the disk, and overstates small fsync'd writes into large folios " +
+		"(Kefir's zero-filled segments) many times over (bench/README.md, \"Cost per operation\"). " +
 		"Client network bytes per op: the harness's socket reads and writes (rchar+wchar of /proc/self/io) ÷ operations, both directions; " +
 		"traffic between a group's replicas is not in it, and in-process rows show —. " +
 		"Unlike throughput, CPU per operation barely moves when other work shares the cores.\n\n")
-	sb.WriteString("| system | workload | clients | ops/s | server CPU µs/op | server cores | harness cores | CPU-bound | fsyncs/write | bytes written/write | client net B/op |\n")
+	sb.WriteString("| system | workload | clients | ops/s | server CPU µs/op | server cores | harness cores | CPU-bound | fsyncs/write | write_bytes/write | client net B/op |\n")
 	sb.WriteString("|---|---|---:|---:|---:|---:|---:|---|---:|---:|---:|\n")
 	sb.WriteString(body.String())
 	if len(bound) > 0 {
@@ -727,7 +729,7 @@ func costRatiosMarkdown(pairs [][2]string, runs [][]summaryRow) string {
 		v    func(summaryRow) *float64
 	}{
 		{"Server CPU µs per operation", func(r summaryRow) *float64 { return r.ServerCPUUsPerOp }},
-		{"Bytes written per write", func(r summaryRow) *float64 { return r.BytesWrittenPerWrite }},
+		{"write_bytes per write (page-cache dirtying, not disk bytes: see the cost table)", func(r summaryRow) *float64 { return r.BytesWrittenPerWrite }},
 		{"Client network bytes per operation", func(r summaryRow) *float64 { return r.ClientNetBytesPerOp }},
 	} {
 		t := ratioTable(pairs, runs, func(r summaryRow) (float64, bool) {

@@ -184,7 +184,7 @@ func TestCostIsSummarizedTabledAndRatioed(t *testing.T) {
 	pairs, _ := parsePairs("kefir/redis")
 	cr := costRatiosMarkdown(pairs, [][]summaryRow{s.Rows})
 	for _, want := range []string{"**Server CPU µs per operation, Kefir ÷ the peer**", "| kefir | redis | 0.50× |",
-		"**Bytes written per write", "**Client network bytes per operation"} {
+		"**write_bytes per write", "**Client network bytes per operation"} {
 		if !strings.Contains(cr, want) {
 			t.Errorf("no %q in\n%s", want, cr)
 		}
