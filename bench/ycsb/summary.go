@@ -186,14 +186,20 @@ const cpuBoundShare = 0.85
 // harnessCores is the harness's CPU in cores during a cell (its CPU per op × ops/s).
 func harnessCores(r summaryRow) float64 { return r.CPUUsPerOp * r.Throughput / 1e6 }
 
-// cpuBound says whether a row used (nearly) every CPU of the machine, with the figure.
+// cpuBound says whether a row used (nearly) every CPU of the machine, with the figure;
+// a row that did not, on a machine that processes outside the matrix (the CPU watch)
+// filled up, is "starved": it got what the others left, and its throughput says so.
 func cpuBound(r summaryRow, cpus int) (string, bool) {
 	if r.ServerCores == nil || cpus <= 0 {
 		return "–", false
 	}
 	used := *r.ServerCores + harnessCores(r)
-	if used >= cpuBoundShare*float64(cpus) {
+	limit := cpuBoundShare * float64(cpus)
+	switch {
+	case used >= limit:
 		return fmt.Sprintf("**yes** (%.2f of %d)", used, cpus), true
+	case r.Watched && used+r.OtherCPUCores >= limit:
+		return fmt.Sprintf("starved (%.2f of %d; others %.2f)", used, cpus, r.OtherCPUCores), false
 	}
 	return fmt.Sprintf("no (%.2f of %d)", used, cpus), false
 }
@@ -227,7 +233,7 @@ func costMarkdown(s summary) string {
 	var sb strings.Builder
 	sb.WriteString("Cost per operation (medians over rounds; bench/ycsb/cost.go). Server CPU: utime+stime of every process of the system " +
 		"(/proc/PID/stat) over the measured window ÷ its operations; server and harness cores: their CPU during the window; " +
-		fmt.Sprintf("CPU-bound: the two together used ≥ %.0f %% of the machine's CPUs. ", 100*cpuBoundShare) +
+		fmt.Sprintf("CPU-bound: the two together used ≥ %.0f %% of the machine's CPUs; starved: they did not, but with the CPU that processes outside the matrix used (the CPU watch's median) the machine was that full. ", 100*cpuBoundShare) +
 		"Fsyncs per write: Kefir's kefir_fsync_duration_seconds_count (all logs, all nodes) ÷ writes; /proc has no fsync count, so other systems show —. " +
 		"write_bytes per write: write_bytes of the system's processes (/proc/PID/io) ÷ writes; the kernel counts a whole page-cache folio each time a write dirties a clean one, " +
 		"so with large folios (this machine's kernel) it measures page-cache dirtying, not bytes reaching the disk, and overstates small fsync'd writes into large folios " +

@@ -154,7 +154,9 @@ func TestCostIsSummarizedTabledAndRatioed(t *testing.T) {
 		withCost("kefir", 3, 100, &Cost{ServerCPUUsPerOp: 20, ServerCores: 1.7, FsyncsPerWrite: f(0.2), BytesWrittenPerWrite: f(1200), ClientNetBytesPerOp: f(600)}),
 		withCost("redis", 1, 100, &Cost{ServerCPUUsPerOp: 40, ServerCores: 0.5, BytesWrittenPerWrite: f(2400), ClientNetBytesPerOp: f(1200)}),
 		roundRow("ceiling", 1, 500, 5), // no cost measured: not in the cost table
+		withCost("etcd", 1, 100, &Cost{ServerCPUUsPerOp: 50, ServerCores: 0.6}),
 	}
+	rows[5].Attempts, rows[5].OtherCPUCores = 1, 1.2 // the CPU watch saw others fill the machine
 	for i := range rows {
 		rows[i].Result.ProcessCPUUsPerOp = 2 // harness: 2 µs × 100 ops/s
 	}
@@ -173,6 +175,7 @@ func TestCostIsSummarizedTabledAndRatioed(t *testing.T) {
 		"| kefir | A | 16 | 100 | 20.0 | 1.70 | 0.00 | **yes** (1.70 of 2) | 0.200 | 1200 | 600 |",
 		"| redis | A | 16 | 100 | 40.0 | 0.50 | 0.00 | no (0.50 of 2) | — | 2400 | 1200 |",
 		"CPU-bound here: kefir A c=16.",
+		"| etcd | A | 16 | 100 | 50.0 | 0.60 | 0.00 | starved (0.60 of 2; others 1.20) |",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("no %q in\n%s", want, md)
