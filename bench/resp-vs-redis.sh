@@ -157,10 +157,10 @@ for mode in nofsync fsync; do
 done
 echo
 echo "Cost per request (medians over rounds): server CPU µs per request (/proc/PID/stat, SET and GET together; 10 ms ticks),"
-echo "bytes written per SET (/proc/PID/io write_bytes), Kefir's fsyncs per SET (/metrics). CPU per request barely moves when"
-echo "other work shares the cores; req/s does."
+echo "write_bytes per SET (/proc/PID/io: page-cache folios dirtied, not disk bytes; bench/README.md), Kefir's fsyncs per SET (/metrics)."
+echo "CPU per request barely moves when other work shares the cores; req/s does."
 echo
-echo "| durability | pipeline | Kefir CPU µs/req | Redis CPU µs/req | Kefir ÷ Redis | Kefir bytes written/SET | Redis bytes written/SET | Kefir fsyncs/SET |"
+echo "| durability | pipeline | Kefir CPU µs/req | Redis CPU µs/req | Kefir ÷ Redis | Kefir write_bytes/SET | Redis write_bytes/SET | Kefir fsyncs/SET |"
 echo "|---|---|---:|---:|---:|---:|---:|---:|"
 for mode in nofsync fsync; do
 	for P in 1 16; do
