@@ -8,7 +8,8 @@
 // the client got round to sending it, so a stall is charged to every operation it
 // delayed (no coordinated omission; Tene, "How NOT to Measure Latency").
 //
-// It must not import any Kefir package: Kefir is one DB among several here.
+// It must not import any other Kefir package (only its own gen): Kefir is one DB among
+// several here, plugged in like the others (kefirdb).
 package ycsb
 
 import (
