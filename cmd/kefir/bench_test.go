@@ -3,12 +3,15 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kefirdb/kefir/internal/server"
+	"github.com/kefirdb/kefir/internal/testgroup"
 )
 
 // startBenchNode runs a real single node (real files, real TCP) in the test process
@@ -188,5 +191,66 @@ func TestBenchHonoursTheRate(t *testing.T) {
 	}
 	if progressLine.MatchString(stderr.String()) {
 		t.Errorf("--progress=false printed progress: %s", stderr.String())
+	}
+}
+
+// Against a 3-replica group (real replicas in this process, real TCP and files), given
+// every member's address, as a user would: cad writes and linearizable reads with no
+// errors, and no read finds a record missing.
+func TestBenchAgainstAReplicaGroup(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-node group")
+	}
+	addrs := testgroup.LoopbackAddrs(t, 6)
+	var ms []server.Member
+	for i := range 3 {
+		ms = append(ms, server.Member{ID: uint64(i + 1), PeerAddr: addrs[2*i], ClientAddr: addrs[2*i+1]})
+	}
+	var nodes []*server.Server
+	for _, m := range ms {
+		s, err := server.New(server.Config{NodeID: fmt.Sprint("n", m.ID), ClientAddr: m.ClientAddr, PeerAddr: m.PeerAddr,
+			DataDir: t.TempDir(), ClusterSecret: "s", Members: ms, ReplicaID: m.ID, ClusterID: 7, Bootstrap: true,
+			Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		nodes = append(nodes, s)
+	}
+	if _, ok := testgroup.Leader(3, 10*time.Second, 10*time.Millisecond, func(i int) (bool, uint64) {
+		return nodes[i].Status().Role == "leader", 0
+	}); !ok {
+		t.Fatal("no leader")
+	}
+	all := ms[0].ClientAddr + "," + ms[1].ClientAddr + "," + ms[2].ClientAddr
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"bench", "--addr", all, "--load", "--records", "300", "--value-size", "100", "--workload", "a",
+		"--clients", "8", "--duration", "1s", "--durability", "cad", "--consistency", "linearizable", "--json", "--progress=false"}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	var rep struct {
+		Durability, Consistency string
+		Run                     struct {
+			Ops, Errors int64
+			PerOp       []struct {
+				Op       string
+				NotFound int64 `json:"not_found"`
+			} `json:"per_op"`
+		}
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+		t.Fatalf("%v: %s", err, stdout.String())
+	}
+	if rep.Durability != "cad" || rep.Consistency != "linearizable" || rep.Run.Ops < 50 || rep.Run.Errors != 0 || len(rep.Run.PerOp) != 2 {
+		t.Fatalf("report %+v", rep)
+	}
+	for _, op := range rep.Run.PerOp {
+		if op.NotFound != 0 {
+			t.Errorf("%s: %d records not found after the load", op.Op, op.NotFound)
+		}
 	}
 }
