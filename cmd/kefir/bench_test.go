@@ -254,3 +254,14 @@ func TestBenchAgainstAReplicaGroup(t *testing.T) {
 		}
 	}
 }
+
+// A cluster that cannot be reached is an error of the run (exit 1) that names the
+// address, not a bad invocation (exit 2), and prints no result.
+func TestBenchReportsAnUnreachableCluster(t *testing.T) {
+	addr := testgroup.LoopbackAddrs(t, 1)[0] // free: nothing listens there
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"bench", "--addr", addr, "--duration", "1s", "--json"}, &stdout, &stderr)
+	if code != 1 || !strings.Contains(stderr.String(), addr) || stdout.Len() > 0 {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want exit 1 naming %s", code, stdout.String(), stderr.String(), addr)
+	}
+}
