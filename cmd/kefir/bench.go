@@ -209,6 +209,10 @@ func bench(ctx context.Context, f *benchFlags, stdout, stderr io.Writer) error {
 	mode := "closed loop"
 	if f.rate > 0 {
 		mode = fmt.Sprintf("open loop at %g ops/s", f.rate)
+		if per := f.rate / float64(f.clients); per > 10_000 {
+			// One client paces its operations with timers, which oversleep by tens of µs.
+			fmt.Fprintf(stderr, "note: %.0f ops/s per client is beyond reliable pacing (~10k): the pacing itself will show as latency; raise --clients\n", per)
+		}
 	}
 	fmt.Fprintf(stderr, "kefir bench: workload %s, %d records of %d B, %d clients, %s, %v at %s (consistency %s, durability %s)\n",
 		f.workload.Name, f.workload.RecordCount, f.workload.ValueSize, f.clients, mode, f.duration,
