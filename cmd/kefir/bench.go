@@ -242,6 +242,9 @@ func bench(ctx context.Context, f *benchFlags, stdout, stderr io.Writer) error {
 	}
 	rep.Run = res
 	if runErr != nil && errors.Is(runErr, context.Canceled) && ctx.Err() != nil {
+		if res.Seconds <= 0 {
+			return errors.New("interrupted before the measured window began (during --warmup): nothing to report")
+		}
 		rep.Interrupted, runErr = true, nil
 		fmt.Fprintln(stderr, "interrupted: the figures are of the run until then")
 	}

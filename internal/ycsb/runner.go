@@ -551,6 +551,12 @@ func Run(ctx context.Context, w Workload, newDB NewDB, cfg Config) (*Result, err
 						err = db.Update(ctx, key, vals.next(r))
 					}
 				}
+				if err != nil && ctx.Err() != nil {
+					// Cut short by the run's own end (Ctrl-C in kefir bench, a cell's
+					// deadline in the matrix): the caller's doing, not the system's
+					// error, and not a latency of its service either.
+					return
+				}
 				if !intended.Before(measureFrom) {
 					st.record(op, time.Since(intended), err)
 				}

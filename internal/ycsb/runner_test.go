@@ -405,3 +405,40 @@ func TestWindowBracketsTheMeasuredWindow(t *testing.T) {
 		t.Fatalf("window began %v after the start (warm-up 200 ms) and lasted %v (want 300 ms)", b, e)
 	}
 }
+
+// blockingDB answers reads until it has answered `answer` of them, then blocks every
+// call until its context ends.
+type blockingDB struct {
+	*memDB
+	answer int64
+	n      atomic.Int64
+}
+
+func (d *blockingDB) Read(ctx context.Context, key string) ([]byte, error) {
+	if d.n.Add(1) > d.answer {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return d.memDB.Read(ctx, key)
+}
+
+// Cancelling a run (Ctrl-C in kefir bench) ends the operations in flight with the
+// context's error: they are the caller's doing and are not counted as the system's
+// errors, while what completed before is reported.
+func TestCancelledRunCountsNoErrorsForOperationsItCutShort(t *testing.T) {
+	mem := newMemDB()
+	w := small(t, "c")
+	if _, err := Load(context.Background(), w, mem.newDB, 1); err != nil {
+		t.Fatal(err)
+	}
+	db := &blockingDB{memDB: mem, answer: 500}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	res, err := Run(ctx, w, func(int) (DB, error) { return db, nil }, Config{Clients: 4, Duration: 10 * time.Second})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err %v, want the context's", err)
+	}
+	if res == nil || res.Ops != 500 || res.Errors != 0 {
+		t.Fatalf("result %+v: want the 500 answered reads and no errors", res)
+	}
+}
