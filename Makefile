@@ -16,11 +16,11 @@ up:
 	$(GO) build -v -o $(BIN) ./cmd/kefir
 	./$(BIN) up $(ARGS)
 
-# The bench module's own tests (YCSB generators and runner, the delay mesh,
+# The bench module's own tests (the YCSB harness, the delay mesh,
 # the limits probe, storagebench, go-redis against the front door) need no
 # peer servers; the driver tests, which start redis-server, etcd and
 # ZooKeeper, run with `make test-bench`.
-BENCH_SELF_TESTS = ./ycsb ./ycsb/gen ./ycsb/core ./delaymesh ./limits ./storagebench ./frontdoor
+BENCH_SELF_TESTS = ./ycsb ./delaymesh ./limits ./storagebench ./frontdoor
 
 # Tests run with -tags mutations: the deliberate bugs tests switch on to show
 # they are caught exist only in that build (internal/mutation); binaries are

@@ -53,7 +53,14 @@
 # clientv3), GOGC (400, for the ycsb process only: fewer collections of the harness's own heap
 # inside the measured windows; every system is driven by the same process), DIAGNOSTIC (0),
 # NO_MAINTENANCE (1), QUIESCE (200ms), DISTURBED (0.25), REMEASURE (2), REMEASURE_BUDGET (20),
-# OUT (results/compare).
+# OUT (results/compare), PORT_* (each system's ports, below).
+#
+# Cost per operation (issue 31): every cell also records, per system, the CPU µs of all its
+# server processes per operation (/proc/PID/stat), bytes written per write (/proc/PID/io
+# write_bytes), fsyncs per write (Kefir's /metrics; /proc has no fsync count for the
+# others) and the client side's network bytes per operation (the ycsb process's socket
+# I/O); the summaries add a cost table that marks the CPU-bound rows, and the ratios table
+# adds Kefir ÷ peer on each cost (bench/ycsb/cost.go).
 # Writes OUT/rounds/*.json (every round), OUT/summary-N.json, OUT/compare.md (every table,
 # commands, load averages), OUT/plots/*.png, and OUT/docs-section.md (the claims: Kefir ÷ peer
 # ratios, matrix 1's totals, the agreement verdict, the plots);
@@ -81,6 +88,12 @@ DISTURBED=${DISTURBED:-0.25}
 REMEASURE=${REMEASURE:-2}
 REMEASURE_BUDGET=${REMEASURE_BUDGET:-20}
 OUT=${OUT:-results/compare}
+# Ports (each system's first; see peers/*.sh for the ports that follow it): knobs so a
+# matrix can run beside other work that holds the defaults (KEFIR_HTTP_OFFSET and
+# KEFIR_PEER_OFFSET, read by peers/kefir.sh, move a Kefir group's other ports).
+PORT_REDIS_ALWAYS=${PORT_REDIS_ALWAYS:-6399} PORT_REDIS_NONE=${PORT_REDIS_NONE:-6409} PORT_REDIS_WAIT=${PORT_REDIS_WAIT:-6419}
+PORT_KEFIR1=${PORT_KEFIR1:-6390} PORT_KEFIR3=${PORT_KEFIR3:-6590} PORT_ETCD=${PORT_ETCD:-2479}
+PORT_ZK_SYNC=${PORT_ZK_SYNC:-2181} PORT_ZK_NOSYNC=${PORT_ZK_NOSYNC:-3181} PORT_SERVE=${PORT_SERVE:-6799}
 DOCS=${DOCS:-}
 REPORT_ONLY=${REPORT_ONLY:-} # 1: skip the measurements, rebuild the reports from OUT (after changing the report code)
 # The standard matrix: one row per system and mode compared, plus one ceiling per client
@@ -133,19 +146,19 @@ quiet=()
 echo "== start systems (delay $DELAY each way on every link; background maintenance $([ "$NO_MAINTENANCE" = 1 ] && echo off || echo on))"
 declare -A addr args
 if has redis-always; then
-  addr[redis-always]=$(peers/redis.sh start "$tmp/redis-always" --port 6399 --fsync always ${quiet[@]+"${quiet[@]}"} --delay "$DELAY")
+  addr[redis-always]=$(peers/redis.sh start "$tmp/redis-always" --port "$PORT_REDIS_ALWAYS" --fsync always ${quiet[@]+"${quiet[@]}"} --delay "$DELAY")
   args[redis-always]="-db redis -durable yes -label redis(appendfsync-always)"
 fi
 if has redis-none; then
-  addr[redis-none]=$(peers/redis.sh start "$tmp/redis-none" --port 6409 --fsync off ${quiet[@]+"${quiet[@]}"} --delay "$DELAY")
+  addr[redis-none]=$(peers/redis.sh start "$tmp/redis-none" --port "$PORT_REDIS_NONE" --fsync off ${quiet[@]+"${quiet[@]}"} --delay "$DELAY")
   args[redis-none]="-db redis -durable no -label redis(no-persistence)"
 fi
 if has redis-wait; then
-  addr[redis-wait]=$(peers/redis.sh start "$tmp/redis-wait" --port 6419 --fsync everysec --replicas 2 ${quiet[@]+"${quiet[@]}"} --delay "$DELAY")
+  addr[redis-wait]=$(peers/redis.sh start "$tmp/redis-wait" --port "$PORT_REDIS_WAIT" --fsync everysec --replicas 2 ${quiet[@]+"${quiet[@]}"} --delay "$DELAY")
   args[redis-wait]="-db redis -redis-wait 1 -durable no -label redis(everysec+2-replicas,WAIT-1)"
 fi
 if has kefir-sync || has kefir-async; then
-  k1=$(peers/kefir.sh start "$tmp/kefir1" --port 6390 ${quiet[@]+"${quiet[@]}"} --delay "$DELAY" --bin "$tmp/kefir")
+  k1=$(peers/kefir.sh start "$tmp/kefir1" --port "$PORT_KEFIR1" ${quiet[@]+"${quiet[@]}"} --delay "$DELAY" --bin "$tmp/kefir")
   addr[kefir-sync]=$k1 addr[kefir-async]=$k1
   args[kefir-sync]="-db kefir -durability sync -consistency linearizable -label kefir-1-node(sync)"
   args[kefir-async]="-db kefir -durability async -consistency linearizable -label kefir-1-node(async)"
@@ -153,7 +166,7 @@ fi
 if has kefir3-sync || has kefir3-cad || has kefir3-async || has kefir3-follower; then
   # 1 s view-change timeout, as Kefir's own test clusters use on a loaded box: with the
   # default 300 ms, CPU stalls on this shared machine depose leaders mid-run.
-  k3=$(peers/kefir.sh start "$tmp/kefir3" --replicas 3 --port 6590 --follower-reads --view-change-timeout 1s ${quiet[@]+"${quiet[@]}"} --delay "$DELAY" --bin "$tmp/kefir")
+  k3=$(peers/kefir.sh start "$tmp/kefir3" --replicas 3 --port "$PORT_KEFIR3" --follower-reads --view-change-timeout 1s ${quiet[@]+"${quiet[@]}"} --delay "$DELAY" --bin "$tmp/kefir")
   for m in sync cad async follower; do addr[kefir3-$m]=$k3; done
   args[kefir3-sync]="-db kefir -durability sync -consistency linearizable -label kefir-3-replicas(sync,linearizable)"
   args[kefir3-cad]="-db kefir -durability cad -consistency linearizable -durable no -label kefir-3-replicas(cad,linearizable)"
@@ -161,25 +174,43 @@ if has kefir3-sync || has kefir3-cad || has kefir3-async || has kefir3-follower;
   args[kefir3-follower]="-db kefir -durability sync -consistency cross-client-monotonic -label kefir-3-replicas(sync,follower-reads)"
 fi
 if has etcd; then
-  addr[etcd]=$(peers/etcd.sh start "$tmp/etcd" --members 3 ${quiet[@]+"${quiet[@]}"} --delay "$DELAY")
+  addr[etcd]=$(peers/etcd.sh start "$tmp/etcd" --members 3 --port "$PORT_ETCD" ${quiet[@]+"${quiet[@]}"} --delay "$DELAY")
   args[etcd]="-db etcd -label etcd-3-members"
 fi
 if has zk-sync; then
-  addr[zk-sync]=$(peers/zookeeper.sh start "$tmp/zk-sync" --port 2181 --force-sync yes ${quiet[@]+"${quiet[@]}"} --delay "$DELAY")
+  addr[zk-sync]=$(peers/zookeeper.sh start "$tmp/zk-sync" --port "$PORT_ZK_SYNC" --force-sync yes ${quiet[@]+"${quiet[@]}"} --delay "$DELAY")
   args[zk-sync]="-db zookeeper -durable yes -label zookeeper-3-servers(forceSync=yes)"
 fi
 if has zk-nosync; then
-  addr[zk-nosync]=$(peers/zookeeper.sh start "$tmp/zk-nosync" --port 3181 --force-sync no ${quiet[@]+"${quiet[@]}"} --delay "$DELAY")
+  addr[zk-nosync]=$(peers/zookeeper.sh start "$tmp/zk-nosync" --port "$PORT_ZK_NOSYNC" --force-sync no ${quiet[@]+"${quiet[@]}"} --delay "$DELAY")
   args[zk-nosync]="-db zookeeper -durable no -label zookeeper-3-servers(forceSync=no)"
 fi
 if has ceiling-proc || has ceiling-proc-redis; then
-  "$tmp/ycsb" -serve 127.0.0.1:6799 >"$tmp/serve.log" 2>&1 &
+  "$tmp/ycsb" -serve "127.0.0.1:$PORT_SERVE" >"$tmp/serve.log" 2>&1 &
   echo $! >"$tmp/serve.pid"
   for _ in $(seq 50); do grep -q serving "$tmp/serve.log" && break; sleep 0.1; done
-  addr[ceiling-proc]=127.0.0.1:6799 addr[ceiling-proc-redis]=127.0.0.1:6799
+  addr[ceiling-proc]=127.0.0.1:$PORT_SERVE addr[ceiling-proc-redis]=127.0.0.1:$PORT_SERVE
   args[ceiling-proc]="-db kefir -durable no -label respserver-process(via-kefir-client)"
   args[ceiling-proc-redis]="-db redis -durable no -label respserver-process(via-go-redis)"
 fi
+# Cost per operation (ycsb -server-pids, -metrics; bench/ycsb/cost.go): each system's own
+# server processes, whose CPU time and bytes written are read from /proc before and after
+# every measured window, and Kefir's /metrics for its fsync count. A delay proxy is not
+# the system's: it is left out.
+declare -A pids metrics
+sys_pids() { # NAME GLOB: write the pids of DIR/GLOB into $tmp/pids-NAME
+  cat $2 2>/dev/null >"$tmp/pids-$1" || true
+  pids[$1]="-server-pids $tmp/pids-$1"
+}
+has redis-always && sys_pids redis-always "$tmp/redis-always/redis-*.pid"
+has redis-none && sys_pids redis-none "$tmp/redis-none/redis-*.pid"
+has redis-wait && sys_pids redis-wait "$tmp/redis-wait/redis-*.pid"
+for s in kefir-sync kefir-async; do has $s && sys_pids $s "$tmp/kefir1/kefir-*.pid" && metrics[$s]="-metrics $(cat "$tmp/kefir1/metrics-urls")"; done
+for s in kefir3-sync kefir3-cad kefir3-async kefir3-follower; do has $s && sys_pids $s "$tmp/kefir3/kefir-*.pid" && metrics[$s]="-metrics $(cat "$tmp/kefir3/metrics-urls")"; done
+has etcd && sys_pids etcd "$tmp/etcd/etcd-*.pid"
+has zk-sync && sys_pids zk-sync "$tmp/zk-sync/zk-*.pid"
+has zk-nosync && sys_pids zk-nosync "$tmp/zk-nosync/zk-*.pid"
+for s in ceiling-proc ceiling-proc-redis; do has $s && sys_pids $s "$tmp/serve.pid"; done
 # The CPU watch's list of the matrix's own server processes (everything else is "other").
 cat "$tmp"/*.pid "$tmp"/*/*.pid 2>/dev/null >"$tmp/watch-pids" || true
 echo "watching $(wc -w <"$tmp/watch-pids") server processes"
@@ -209,7 +240,7 @@ for m in $(seq "$MATRICES"); do
     fi
     extra=()
     [[ "$s" == ceiling* ]] && extra=(-link-delay 0) # in-process: no proxy, whatever DELAY is
-    echo "${args[$s]} ${addr[$s]:+-addr ${addr[$s]}} ${common[*]} -load=$load ${extra[*]}"
+    echo "${args[$s]} ${addr[$s]:+-addr ${addr[$s]}} ${common[*]} -load=$load ${pids[$s]:-} ${metrics[$s]:-} ${extra[*]}"
   done >"$OUT/rounds/matrix-$m.txt"
   echo "== matrix $m: $ROUNDS rounds ($(( $(date +%s) - t0 )) s so far, load average $(loadavg))"
   GOGC=$HARNESS_GOGC "$tmp/ycsb" -matrix "$OUT/rounds/matrix-$m.txt" -rounds "$ROUNDS" -prewarm "$PREWARM" -seed $((100 * m)) -limits-samples 300 \

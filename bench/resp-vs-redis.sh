@@ -4,7 +4,11 @@
 # durability pairs:
 #   no fsync:   redis --appendonly no             vs  kefir --durability async
 #   fsync:      redis --appendfsync always        vs  kefir --durability sync
-# each with -c 50 and with -c 50 -P 16. Prints a Markdown table with ratios.
+# each with -c 50 and with -c 50 -P 16. Prints a Markdown table with ratios, and one of
+# the cost per request (issue 31): the server's CPU µs per request (utime+stime from
+# /proc/PID/stat over the redis-benchmark run, SET and GET together), bytes written per
+# SET (/proc/PID/io write_bytes) and, for Kefir, fsyncs per SET (its /metrics; /proc has
+# no fsync count, so Redis's column says —).
 #
 # Usage: bench/resp-vs-redis.sh [-n REQUESTS] [-r ROUNDS] [-m IO_MODEL] [-b KEFIR_BINARY]
 #   Rounds alternate Kefir and Redis runs, because the machine is shared and
@@ -47,6 +51,7 @@ if [ -n "$BIN" ]; then cp "$BIN" "$WORK/kefir"; else go build -o "$WORK/kefir" .
 
 KPORT=${KPORT:-16390}
 RPORT=${RPORT:-16391}
+HPORT=${HPORT:-16392} # Kefir's HTTP port: /metrics, for its fsync count
 
 wait_port() {
 	for _ in $(seq 1 100); do
@@ -59,7 +64,7 @@ wait_port() {
 
 start_kefir() { # durability
 	rm -rf "$WORK/kefir-data"
-	KEFIR_IO_MODEL=$MODEL "$WORK/kefir" server --client-addr "127.0.0.1:$KPORT" --peer-addr "" --http-addr "" \
+	KEFIR_IO_MODEL=$MODEL "$WORK/kefir" server --client-addr "127.0.0.1:$KPORT" --peer-addr "" --http-addr "127.0.0.1:$HPORT" \
 		--dir "$WORK/kefir-data" --durability "$1" --log-level warn 2>"$WORK/kefir.log" &
 	KPID=$!
 	PIDS+=("$KPID")
@@ -78,14 +83,28 @@ start_redis() { # appendonly appendfsync
 
 stop() { kill "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
 
-# bench PORT PIPELINE -> "set_rps get_rps"
+# The server's counters (cost per request). ticks: utime+stime in 1/100 s (the fields
+# after the command name, which ends the first ")"); wbytes: bytes it caused to be written;
+# fsyncs: Kefir's fsync count over every log ("-" without a metrics endpoint).
+ticks() { sed 's/^.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'; }
+wbytes() { awk '/^write_bytes:/{print $2}' "/proc/$1/io"; }
+fsyncs() {
+	if [ "$1" = kefir ]; then
+		curl -s "http://127.0.0.1:$HPORT/metrics" | awk '/^kefir_fsync_duration_seconds_count/{s += $2} END{print s + 0}'
+	else echo -; fi
+}
+
+# bench PORT PIPELINE PID kefir|redis -> "set_rps get_rps cpu_us_per_request bytes_per_set fsyncs_per_set"
 bench() {
-	local out
+	local out t0 w0 f0 t1 w1 f1
+	t0=$(ticks "$3"); w0=$(wbytes "$3"); f0=$(fsyncs "$4")
 	out=$(redis-benchmark -p "$1" -t set,get -n "$N" -c 50 -P "$2" --csv 2>/dev/null)
+	t1=$(ticks "$3"); w1=$(wbytes "$3"); f1=$(fsyncs "$4")
 	local set get
 	set=$(echo "$out" | awk -F'","' '/^"SET"/{print $2}')
 	get=$(echo "$out" | awk -F'","' '/^"GET"/{print $2}')
-	echo "${set%%.*} ${get%%.*}"
+	awk -v s="${set%%.*}" -v g="${get%%.*}" -v n="$N" -v t="$((t1 - t0))" -v w="$((w1 - w0))" -v f0="$f0" -v f1="$f1" \
+		'BEGIN { printf "%s %s %.1f %.0f %s\n", s, g, t * 10000 / (2 * n), w / n, (f0 == "-" ? "-" : sprintf("%.3f", (f1 - f0) / n)) }'
 }
 
 median() { sort -g | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}'; }
@@ -95,13 +114,13 @@ load() { cut -d' ' -f1 /proc/loadavg; }
 declare -A RES
 for mode in nofsync fsync; do
 	for P in 1 16; do
-		ks=(); kg=(); rs=(); rg=(); qs=(); qg=()
+		ks=(); kg=(); rs=(); rg=(); qs=(); qg=(); kc=(); rc=(); kw=(); rw=(); kf=()
 		for i in $(seq 1 "$ROUNDS"); do
 			if [ $mode = nofsync ]; then start_kefir async; else start_kefir sync; fi
-			read -r s g < <(bench "$KPORT" "$P"); ks+=("$s"); kg+=("$g")
+			read -r s g c w fs < <(bench "$KPORT" "$P" "$KPID" kefir); ks+=("$s"); kg+=("$g"); kc+=("$c"); kw+=("$w"); kf+=("$fs")
 			stop "$KPID"
 			if [ $mode = nofsync ]; then start_redis no everysec; else start_redis yes always; fi
-			read -r s2 g2 < <(bench "$RPORT" "$P"); rs+=("$s2"); rg+=("$g2")
+			read -r s2 g2 c2 w2 _ < <(bench "$RPORT" "$P" "$RPID" redis); rs+=("$s2"); rg+=("$g2"); rc+=("$c2"); rw+=("$w2")
 			stop "$RPID"
 			qs+=("$(ratio "$s" "$s2")"); qg+=("$(ratio "$g" "$g2")")
 			echo "round $i $mode -P $P: SET $s / $s2 = ${qs[-1]}, GET $g / $g2 = ${qg[-1]} (load $(load))" >&2
@@ -114,6 +133,11 @@ for mode in nofsync fsync; do
 		RES[$mode,$P,qget]=$(printf '%s\n' "${qg[@]}" | median)
 		RES[$mode,$P,lset]=$(printf '%s ' "${qs[@]}")
 		RES[$mode,$P,lget]=$(printf '%s ' "${qg[@]}")
+		RES[$mode,$P,kcpu]=$(printf '%s\n' "${kc[@]}" | median)
+		RES[$mode,$P,rcpu]=$(printf '%s\n' "${rc[@]}" | median)
+		RES[$mode,$P,kw]=$(printf '%s\n' "${kw[@]}" | median)
+		RES[$mode,$P,rw]=$(printf '%s\n' "${rw[@]}" | median)
+		RES[$mode,$P,kf]=$(printf '%s\n' "${kf[@]}" | median)
 	done
 done
 
@@ -129,5 +153,18 @@ for mode in nofsync fsync; do
 			if [ $mode = nofsync ]; then d="kefir async / redis appendonly no"; tgt="≥ 0.8"; else d="kefir sync / redis appendfsync always"; tgt="≥ 1.0"; fi
 			echo "| $d | -P $P | ${op^^} | $k | $r | ${RES[$mode,$P,q$op]} | ${RES[$mode,$P,l$op]}| $tgt |"
 		done
+	done
+done
+echo
+echo "Cost per request (medians over rounds): server CPU µs per request (/proc/PID/stat, SET and GET together; 10 ms ticks),"
+echo "write_bytes per SET (/proc/PID/io: page-cache folios dirtied, not disk bytes; bench/README.md), Kefir's fsyncs per SET (/metrics)."
+echo "CPU per request barely moves when other work shares the cores; req/s does."
+echo
+echo "| durability | pipeline | Kefir CPU µs/req | Redis CPU µs/req | Kefir ÷ Redis | Kefir write_bytes/SET | Redis write_bytes/SET | Kefir fsyncs/SET |"
+echo "|---|---|---:|---:|---:|---:|---:|---:|"
+for mode in nofsync fsync; do
+	for P in 1 16; do
+		if [ $mode = nofsync ]; then d="kefir async / redis appendonly no"; else d="kefir sync / redis appendfsync always"; fi
+		echo "| $d | -P $P | ${RES[$mode,$P,kcpu]} | ${RES[$mode,$P,rcpu]} | $(ratio "${RES[$mode,$P,kcpu]}" "${RES[$mode,$P,rcpu]}") | ${RES[$mode,$P,kw]} | ${RES[$mode,$P,rw]} | ${RES[$mode,$P,kf]} |"
 	done
 done

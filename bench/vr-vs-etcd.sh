@@ -4,7 +4,9 @@
 # both on loopback, driven by the same YCSB harness with the same clients and sizes:
 #   writes: workload W (100% updates), 128-byte values, 1 and 64 closed-loop clients;
 #   reads:  workload C (100% reads), linearizable (Kefir) vs linearizable (etcd default), 64 clients.
-# Systems alternate, -r rounds each; the report prints every run. Results: bench/results/vr-vs-etcd.md.
+# Systems alternate, -r rounds each; the report prints every run, each with its cost per
+# operation (issue 31: server CPU µs/op of all three members, write_bytes per write, Kefir's
+# fsyncs per write; bench/README.md "Cost per operation"). Results: bench/results/vr-vs-etcd.md.
 #
 # Usage: bench/vr-vs-etcd.sh [-d 5s] [-r 1]
 set -euo pipefail
@@ -35,6 +37,13 @@ for _ in $(seq 100); do grep -q "Kefir is up" "$WORK/up.log" && break; sleep 0.2
 grep -q "Kefir is up" "$WORK/up.log" || { cat "$WORK/up.log"; echo "kefir up did not start" >&2; exit 1; }
 ETCD=$(bash bench/peers/etcd.sh start "$WORK/etcd" | tail -1)
 KEFIR=127.0.0.1:16380,127.0.0.1:16381,127.0.0.1:16382
+# Cost per operation: every member's pid (kefir up prints them, etcd.sh writes them) and
+# Kefir's /metrics (its fsync count).
+grep 'admin http' "$WORK/up.log" | grep -o 'pid [0-9]*' | awk '{print $2}' >"$WORK/kefir.pids"
+cat "$WORK"/etcd/etcd-*.pid >"$WORK/etcd.pids"
+KMETRICS=$(grep -o 'admin http://[^ ]*' "$WORK/up.log" | sed 's#^admin ##; s#/*$#/metrics#' | paste -sd, -)
+kcost=(-server-pids "$WORK/kefir.pids" -metrics "$KMETRICS")
+ecost=(-server-pids "$WORK/etcd.pids")
 
 cd bench
 go build -o "$WORK/ycsb" ./ycsb
@@ -49,12 +58,12 @@ out="$ROOT/bench/results/vr-vs-etcd.md"
 		echo "## Round $r"
 		echo
 		echo "### Writes (workload W, 128-byte values)"
-		"$WORK/ycsb" -db kefir -addr "$KEFIR" -durability sync -workloads w -clients 1,64 -label kefir-vr-sync "${common[@]}"
-		"$WORK/ycsb" -db etcd -addr "$ETCD" -workloads w -clients 1,64 -label etcd "${common[@]}"
+		"$WORK/ycsb" -db kefir -addr "$KEFIR" -durability sync -workloads w -clients 1,64 -label kefir-vr-sync "${common[@]}" "${kcost[@]}"
+		"$WORK/ycsb" -db etcd -addr "$ETCD" -workloads w -clients 1,64 -label etcd "${common[@]}" "${ecost[@]}"
 		echo
 		echo "### Linearizable reads (workload C)"
-		"$WORK/ycsb" -db kefir -addr "$KEFIR" -consistency linearizable -workloads c -clients 64 -label kefir-vr-linearizable "${common[@]}"
-		"$WORK/ycsb" -db etcd -addr "$ETCD" -workloads c -clients 64 -label etcd-linearizable "${common[@]}"
+		"$WORK/ycsb" -db kefir -addr "$KEFIR" -consistency linearizable -workloads c -clients 64 -label kefir-vr-linearizable "${common[@]}" "${kcost[@]}"
+		"$WORK/ycsb" -db etcd -addr "$ETCD" -workloads c -clients 64 -label etcd-linearizable "${common[@]}" "${ecost[@]}"
 		echo
 	done
 	echo "Kefir fsyncs: $(curl -s http://127.0.0.1:18380/metrics | grep -E '^kefir_vr_log_fsyncs_total' || true)"

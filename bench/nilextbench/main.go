@@ -46,9 +46,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/kefirdb/kefir/bench/ycsb/gen"
 	"github.com/kefirdb/kefir/client"
 	"github.com/kefirdb/kefir/internal/faultproxy"
+	"github.com/kefirdb/kefir/internal/ycsb/gen"
 )
 
 type config struct {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Starts and stops Kefir on loopback for the YCSB comparison: a single node, or a VR
-# group of N replicas (client ports PORT.., peer ports PORT+100..), started directly with
+# group of N replicas (client ports PORT.., peer ports PORT+100.., HTTP ports PORT+50..,
+# whose /metrics URLs it lists in DIR/metrics-urls for ycsb -metrics), started directly with
 # `kefir server` (a fresh cluster id and secret each time, --bootstrap on the first start).
 # The write durability and read consistency are per call (ycsb -durability/-consistency),
 # so one group serves every Kefir row.
@@ -58,7 +59,9 @@ if [ -z "$bin" ]; then
   (cd "$(dirname "$0")/../.." && go build -o "$bin" ./cmd/kefir)
 fi
 cport() { echo $((port + $1 - 1)); }
-pport() { echo $((port + 100 + $1 - 1)); }
+# KEFIR_PEER_OFFSET and KEFIR_HTTP_OFFSET move the peer and HTTP ports (compare.sh PORT_*).
+pport() { echo $((port + ${KEFIR_PEER_OFFSET:-100} + $1 - 1)); }
+hport() { echo $((port + ${KEFIR_HTTP_OFFSET:-50} + $1 - 1)); }
 # addr PORT: what others (clients, peers) dial for PORT.
 addr() { if delayed "$delay"; then echo "127.0.0.1:$(proxy_port "$1")"; else echo "127.0.0.1:$1"; fi; }
 
@@ -67,15 +70,19 @@ if delayed "$delay"; then
   for i in $(seq "$replicas"); do ports+=("$(cport "$i")"); [ "$replicas" -gt 1 ] && ports+=("$(pport "$i")"); done
   mesh_start "$dir" "$delay" "${ports[@]}"
 fi
-members=""; endpoints=""
+members=""; endpoints=""; metrics=""
 for i in $(seq "$replicas"); do
   members+="${members:+,}$i@$(addr "$(pport "$i")")/$(addr "$(cport "$i")")"
   endpoints+="${endpoints:+,}$(addr "$(cport "$i")")"
+  metrics+="${metrics:+,}http://127.0.0.1:$(hport "$i")/metrics"
 done
+echo "$metrics" >"$dir/metrics-urls"
 secret=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
 cluster=$(( ($(od -An -N4 -tu4 /dev/urandom) % 1000000) + 1 ))
 for i in $(seq "$replicas"); do
-  args=(server --node-id "n$i" --dir "$dir/n$i" --client-addr "127.0.0.1:$(cport "$i")" --http-addr "" --log-level warn)
+  # The HTTP port serves /metrics: the comparison reads each node's fsync count there
+  # (cost per operation); nothing polls it otherwise.
+  args=(server --node-id "n$i" --dir "$dir/n$i" --client-addr "127.0.0.1:$(cport "$i")" --http-addr "127.0.0.1:$(hport "$i")" --log-level warn)
   [ "$maint" = true ] || args+=(--compact-interval=-1s --checkpoint-interval=-1s)
   if [ "$replicas" -gt 1 ]; then
     args+=(--peer-addr "127.0.0.1:$(pport "$i")" --members "$members" --replica-id "$i" --cluster-id "$cluster"

@@ -24,7 +24,7 @@ import (
 	hdr "github.com/HdrHistogram/hdrhistogram-go"
 
 	"github.com/kefirdb/kefir/bench/limits"
-	"github.com/kefirdb/kefir/bench/ycsb/gen"
+	"github.com/kefirdb/kefir/internal/ycsb/gen"
 )
 
 // options are the command's flags.

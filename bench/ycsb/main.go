@@ -9,7 +9,9 @@
 //	go run ./ycsb -db redis -addr 127.0.0.1:6379 -workloads a -target 0,20000
 //	go run ./ycsb -db kefir -addr 127.0.0.1:6380 -consistency linearizable -durability sync
 //
-// It must not be imported; the library is bench/ycsb/core, the generators bench/ycsb/gen.
+// It must not be imported; the library is internal/ycsb (workloads, runner, histograms),
+// the generators internal/ycsb/gen, Kefir's driver internal/ycsb/kefirdb (all in the main module,
+// shared with `kefir bench`).
 package main
 
 import (
@@ -21,6 +23,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -28,10 +31,11 @@ import (
 	"time"
 
 	"github.com/kefirdb/kefir/bench/limits"
-	"github.com/kefirdb/kefir/bench/ycsb/core"
 	"github.com/kefirdb/kefir/bench/ycsb/drivers"
 	"github.com/kefirdb/kefir/client"
 	"github.com/kefirdb/kefir/internal/faultproxy"
+	"github.com/kefirdb/kefir/internal/ycsb"
+	"github.com/kefirdb/kefir/internal/ycsb/kefirdb"
 )
 
 type flags struct {
@@ -83,6 +87,8 @@ type flags struct {
 	quiesce            time.Duration
 	failuresPath       string
 	serveAddr          string
+	serverPids         string
+	metrics            string
 }
 
 func parse(args []string) (*flags, error) {
@@ -133,6 +139,8 @@ func parse(args []string) (*flags, error) {
 	fs.IntVar(&f.rounds, "rounds", 3, "-matrix: rounds (each cell of each system measured once per round)")
 	fs.StringVar(&f.failuresPath, "failures", "", "-matrix: also list failed connections, loads and cells here, one per line (empty file: none)")
 	fs.StringVar(&f.serveAddr, "serve", "", "run only the trivial RESP server (the -db respserver one) on this address until interrupted: the harness ceiling with the server in its own process, as every real system is")
+	fs.StringVar(&f.serverPids, "server-pids", "", "file listing the system's server pids (a plain run, or a -matrix line); each measured cell then records its server CPU µs per op and write_bytes per write (/proc; bench/README.md, \"Cost per operation\")")
+	fs.StringVar(&f.metrics, "metrics", "", "kefir (a plain run, or a -matrix line): the nodes' Prometheus endpoints (http://HOST:PORT/metrics, comma-separated); each measured cell then records fsyncs per write")
 	fs.StringVar(&f.label, "label", "", "name of the system in reports (default: derived from -db and its options)")
 	fs.StringVar(&f.respVia, "via", "redis", "respserver: which client library drives it (redis or kefir)")
 	fs.IntVar(&f.runs, "runs", 1, "repetitions of each cell (to report run-to-run spread)")
@@ -180,7 +188,7 @@ type system struct {
 	// durable: a write is acknowledged only after an fsync, so its latency floor is a
 	// round trip plus an fsync (otherwise a round trip).
 	durable bool
-	newDB   core.NewDB
+	newDB   ycsb.NewDB
 	flush   func(context.Context) error // empties the store before a load; nil if it cannot
 	// noScans: the system has no range read, so workloads with scans are skipped
 	// (and reported as unsupported) rather than emulated.
@@ -257,7 +265,7 @@ func connectVia(ctx context.Context, f *flags, index bool, pool int, dl *delayer
 			addr, name = srv.Addr(), "respserver(via "+f.respVia+")"
 			addr = dl.wrap(addr)
 			if f.respVia == "kefir" {
-				k, err := drivers.NewKefir(ctx, drivers.KefirConfig{Addrs: []string{addr}, PoolSize: kefirPool(f)})
+				k, err := kefirdb.New(ctx, kefirdb.Config{Addrs: []string{addr}, PoolSize: kefirPool(f)})
 				if err != nil {
 					srv.Close()
 					return nil, err
@@ -312,7 +320,7 @@ func connectVia(ctx context.Context, f *flags, index bool, pool int, dl *delayer
 	case "null":
 		return &system{name: "null (harness only)", newDB: drivers.Null{}.NewDB, close: func() error { return nil }}, nil
 	case "kefir":
-		cfg := drivers.KefirConfig{Addrs: dl.wrapAll(strings.Split(f.addr, ",")), Password: f.password, PoolSize: kefirPool(f),
+		cfg := kefirdb.Config{Addrs: dl.wrapAll(strings.Split(f.addr, ",")), Password: f.password, PoolSize: kefirPool(f),
 			RetryUnavailable: 5 * time.Second}
 		name := "kefir"
 		if f.consistency != "" {
@@ -330,7 +338,7 @@ func connectVia(ctx context.Context, f *flags, index bool, pool int, dl *delayer
 			cfg.Durability = d
 		}
 		name += fmt.Sprintf("(%s/%s)", cfg.Consistency, cfg.Durability)
-		k, err := drivers.NewKefir(ctx, cfg)
+		k, err := kefirdb.New(ctx, cfg)
 		if err != nil {
 			return nil, err
 		}
@@ -363,7 +371,9 @@ type row struct {
 	// Unsupported names what the system lacks when the workload was not run ("scans").
 	Unsupported string       `json:"unsupported,omitempty"`
 	Run         int          `json:"run"`
-	Result      *core.Result `json:"result"`
+	Result      *ycsb.Result `json:"result"`
+	// Cost is what the cell cost the system per operation (cost.go); nil outside -matrix.
+	Cost *Cost `json:"cost,omitempty"`
 	// OtherCPUCores is the CPU (in cores) that processes outside the matrix — not this
 	// one, not the systems' servers — used while the cell ran (-matrix with
 	// -watch-pids; the CPU watch, cpuwatch.go). Attempts counts the cell's measurements
@@ -463,6 +473,11 @@ func main() {
 	if len(rows) > 0 {
 		cmd := "go run ./ycsb " + strings.Join(os.Args[1:], " ")
 		md := markdown(cmd, rows, lim)
+		if f.matrixPath == "" { // a matrix's costs are in its summary (-summarize)
+			if c := costMarkdown(summary{Rows: summarize(rows), CPUs: runtime.NumCPU()}); c != "" {
+				md += "\n" + c
+			}
+		}
 		fmt.Print(md)
 		if f.mdPath != "" {
 			if werr := os.WriteFile(f.mdPath, []byte(md), 0o644); werr != nil {
@@ -519,7 +534,7 @@ func report(f *flags, args []string) error {
 				break
 			}
 		}
-		s := summary{Command: "go run ./ycsb " + strings.Join(args, " "), LoadAvg: f.note, Limits: lim, Rows: summarize(rows)}
+		s := summary{Command: "go run ./ycsb " + strings.Join(args, " "), LoadAvg: f.note, Limits: lim, Rows: summarize(rows), CPUs: runtime.NumCPU()}
 		b, _ := json.MarshalIndent(s, "", "  ")
 		if err := os.WriteFile(f.summarizeTo, append(b, '\n'), 0o644); err != nil {
 			return err
@@ -527,6 +542,9 @@ func report(f *flags, args []string) error {
 		md := summaryMarkdown(s)
 		if w := watchMarkdown(s.Rows); w != "" {
 			md += "\n" + w
+		}
+		if c := costMarkdown(s); c != "" {
+			md += "\n" + c
 		}
 		if c := ceilingMarkdown(s.Rows); c != "" {
 			md += "\nHarness ceiling (issue 8: the harness against a trivial in-process RESP server must reach ≥ 3× the best system in the same cell):\n\n" + c
@@ -541,6 +559,9 @@ func report(f *flags, args []string) error {
 			c := totalsMarkdown(s.Rows)
 			if w := watchMarkdown(s.Rows); w != "" {
 				c += "\n" + w
+			}
+			if t := costMarkdown(s); t != "" {
+				c += "\n" + t
 			}
 			if t := ceilingMarkdown(s.Rows); t != "" {
 				c += "\nHarness ceiling (in-process trivial RESP server, same cell; issue 8 wants ≥ 3× the best system):\n\n" + t
@@ -574,6 +595,9 @@ func report(f *flags, args []string) error {
 			return errors.New("-ratios wants the -summarize outputs as arguments")
 		}
 		md := ratiosMarkdown(pairs, runs)
+		if md != "" {
+			md += costRatiosMarkdown(pairs, runs)
+		}
 		fmt.Print(md)
 		if f.mdPath != "" {
 			return os.WriteFile(f.mdPath, []byte(md), 0o644)
@@ -635,11 +659,11 @@ func report(f *flags, args []string) error {
 }
 
 // workloadsOf builds the workloads f asks for, and whether any of them scans.
-func workloadsOf(f *flags) ([]core.Workload, bool, error) {
-	var ws []core.Workload
+func workloadsOf(f *flags) ([]ycsb.Workload, bool, error) {
+	var ws []ycsb.Workload
 	index := false
 	for _, name := range f.workloads {
-		w, err := core.Standard(name)
+		w, err := ycsb.Standard(name)
 		if err != nil {
 			return nil, false, err
 		}
@@ -685,13 +709,13 @@ func open(ctx context.Context, f *flags, index bool) (*system, error) {
 }
 
 // load empties sys (if it can) and runs w's load phase.
-func load(ctx context.Context, f *flags, sys *system, w core.Workload, logw io.Writer) error {
+func load(ctx context.Context, f *flags, sys *system, w ycsb.Workload, logw io.Writer) error {
 	if sys.flush != nil {
 		if err := sys.flush(ctx); err != nil {
 			return fmt.Errorf("flush before loading %s: %w", w.Name, err)
 		}
 	}
-	res, err := core.Load(ctx, w, sys.newDB, f.loadClients)
+	res, err := ycsb.Load(ctx, w, sys.newDB, f.loadClients)
 	if err != nil {
 		return fmt.Errorf("load %s: %w", w.Name, err)
 	}
@@ -712,12 +736,16 @@ func run(ctx context.Context, f *flags, logw io.Writer) ([]row, error) {
 		return nil, err
 	}
 	defer sys.close()
+	meter, err := costMeterOf(f)
+	if err != nil {
+		return nil, err
+	}
 	var rows []row
 	for i, w := range ws {
 		if w.HasScans() && sys.noScans {
 			fmt.Fprintf(logw, "%s: workload %s skipped: the system has no range read (scans unsupported)\n", sys.name, w.Name)
 			rows = append(rows, row{System: sys.name, Durable: sys.durable, Delay: f.delay, LinkDelay: f.linkDelay,
-				Unsupported: "scans", Result: &core.Result{Workload: w.Name, Phase: "run", Mode: "closed"}})
+				Unsupported: "scans", Result: &ycsb.Result{Workload: w.Name, Phase: "run", Mode: "closed"}})
 			continue
 		}
 		if f.loadOnly && i > 0 {
@@ -734,12 +762,19 @@ func run(ctx context.Context, f *flags, logw io.Writer) ([]row, error) {
 		for run := range f.runs {
 			for _, c := range f.clients {
 				for _, t := range f.targets {
-					cfg := core.Config{Clients: c, Target: t, Warmup: f.warmup, Duration: f.dur, Seed: f.seed + uint64(run)}
-					res, err := core.Run(ctx, w, sys.newDB, cfg)
+					cfg := ycsb.Config{Clients: c, Target: t, Warmup: f.warmup, Duration: f.dur, Seed: f.seed + uint64(run)}
+					if meter != nil {
+						cfg.Window = meter.window
+					}
+					res, err := ycsb.Run(ctx, w, sys.newDB, cfg)
 					if err != nil {
 						return rows, fmt.Errorf("run %s clients=%d target=%v: %w", w.Name, c, t, err)
 					}
-					rows = append(rows, row{System: sys.name, Durable: sys.durable, Delay: f.delay, LinkDelay: f.linkDelay, Run: run + 1, Result: res})
+					rw := row{System: sys.name, Durable: sys.durable, Delay: f.delay, LinkDelay: f.linkDelay, Run: run + 1, Result: res}
+					if meter != nil {
+						rw.Cost = meter.cost(res)
+					}
+					rows = append(rows, rw)
 					fmt.Fprintln(logw, benchLine(sys.name, res))
 				}
 			}
@@ -749,7 +784,7 @@ func run(ctx context.Context, f *flags, logw io.Writer) ([]row, error) {
 }
 
 // benchLine formats a result as a Go benchmark line, so benchstat can compare runs.
-func benchLine(sys string, r *core.Result) string {
+func benchLine(sys string, r *ycsb.Result) string {
 	mode := "closed"
 	if r.Mode == "open" {
 		mode = fmt.Sprintf("target=%.0f", r.Target)

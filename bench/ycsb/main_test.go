@@ -11,13 +11,13 @@ import (
 	"time"
 
 	"github.com/kefirdb/kefir/bench/limits"
-	"github.com/kefirdb/kefir/bench/ycsb/core"
 	"github.com/kefirdb/kefir/bench/ycsb/drivers"
+	"github.com/kefirdb/kefir/internal/ycsb"
 )
 
-func result(tput, p50 float64) *core.Result {
-	return &core.Result{Workload: "a", Clients: 16, Throughput: tput, Mode: "closed",
-		PerOp: []core.OpStats{{Op: "READ", Throughput: tput, P50Us: p50}}}
+func result(tput, p50 float64) *ycsb.Result {
+	return &ycsb.Result{Workload: "a", Clients: 16, Throughput: tput, Mode: "closed",
+		PerOp: []ycsb.OpStats{{Op: "READ", Throughput: tput, P50Us: p50}}}
 }
 
 func TestAgreementFlagsRunsMoreThan15PercentApart(t *testing.T) {
@@ -37,8 +37,8 @@ func TestAgreementFlagsRunsMoreThan15PercentApart(t *testing.T) {
 }
 
 func TestRowsShowLatencyAsAMultipleOfTheFloor(t *testing.T) {
-	rows := []row{{System: "kefir", Durable: true, Run: 1, Result: &core.Result{Workload: "w", Clients: 1, Mode: "closed",
-		PerOp: []core.OpStats{{Op: "UPDATE", P50Us: 620}, {Op: "READ", P50Us: 20}}}}}
+	rows := []row{{System: "kefir", Durable: true, Run: 1, Result: &ycsb.Result{Workload: "w", Clients: 1, Mode: "closed",
+		PerOp: []ycsb.OpStats{{Op: "UPDATE", P50Us: 620}, {Op: "READ", P50Us: 20}}}}}
 	md := markdown("cmd", rows, limits.Result{LoopbackRTTP50us: 10, FsyncP50us: 300})
 	// A durable update's floor is a round trip plus an fsync (310 µs); a read's is a round trip.
 	if !strings.Contains(md, "| UPDATE | 0 | 620.0 | 2.0× |") || !strings.Contains(md, "| READ | 0 | 20.0 | 2.0× |") {
@@ -47,11 +47,11 @@ func TestRowsShowLatencyAsAMultipleOfTheFloor(t *testing.T) {
 }
 
 func TestPlotsAreWrittenAndEmptyDataIsAnError(t *testing.T) {
-	w, _ := core.Standard("a")
+	w, _ := ycsb.Standard("a")
 	w.RecordCount, w.ValueSize = 1000, 10
 	var rows []row
 	for _, target := range []float64{0, 2000, 4000} {
-		res, err := core.Run(context.Background(), w, drivers.Null{}.NewDB, core.Config{Clients: 2, Target: target, Duration: 100 * time.Millisecond})
+		res, err := ycsb.Run(context.Background(), w, drivers.Null{}.NewDB, ycsb.Config{Clients: 2, Target: target, Duration: 100 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -83,7 +83,7 @@ func TestPlotsAreWrittenAndEmptyDataIsAnError(t *testing.T) {
 
 func TestThroughputBarsAreTheMedianAndRangeOfRounds(t *testing.T) {
 	cell := func(sys string, run, clients int, tput float64, mode string) row {
-		return row{System: sys, Run: run, Result: &core.Result{Workload: "a", Clients: clients, Mode: mode, Throughput: tput}}
+		return row{System: sys, Run: run, Result: &ycsb.Result{Workload: "a", Clients: clients, Mode: mode, Throughput: tput}}
 	}
 	rows := []row{
 		cell("x", 1, 64, 300, "closed"), cell("y", 1, 64, 10, "closed"),
@@ -103,7 +103,7 @@ func TestCDFGroupsHoldAtMostSixLines(t *testing.T) {
 	var rows []row
 	add := func(sys string) {
 		for run := 1; run <= 3; run++ {
-			rows = append(rows, row{System: sys, Run: run, Result: &core.Result{Workload: "a", Clients: 64}})
+			rows = append(rows, row{System: sys, Run: run, Result: &ycsb.Result{Workload: "a", Clients: 64}})
 		}
 	}
 	for _, s := range []string{"respserver(via-kefir-client)", "redis(no-persistence)", "kefir-1-node(sync)", "etcd-3-members"} {
@@ -113,7 +113,7 @@ func TestCDFGroupsHoldAtMostSixLines(t *testing.T) {
 		add(fmt.Sprintf("kefir-3-replicas(m%d)", i))
 	}
 	// A system without the workload (ZooKeeper has no scans) gets no line and no legend entry.
-	rows = append(rows, row{System: "zookeeper-3-servers", Run: 1, Unsupported: "scans", Result: &core.Result{Workload: "a"}})
+	rows = append(rows, row{System: "zookeeper-3-servers", Run: 1, Unsupported: "scans", Result: &ycsb.Result{Workload: "a"}})
 	names, groups := cdfGroups("a", rows)
 	wantNames := []string{"cdf-a-ceiling", "cdf-a-single-node", "cdf-a-replicated-1", "cdf-a-replicated-2"}
 	if !slices.Equal(names, wantNames) {
@@ -137,8 +137,8 @@ func TestCDFGroupsHoldAtMostSixLines(t *testing.T) {
 }
 
 func TestFloorIncludesTheEmulatedDelay(t *testing.T) {
-	rows := []row{{System: "x", Delay: 500 * time.Microsecond, Run: 1, Result: &core.Result{Workload: "c", Clients: 1, Mode: "closed",
-		PerOp: []core.OpStats{{Op: "READ", P50Us: 2020}}}}}
+	rows := []row{{System: "x", Delay: 500 * time.Microsecond, Run: 1, Result: &ycsb.Result{Workload: "c", Clients: 1, Mode: "closed",
+		PerOp: []ycsb.OpStats{{Op: "READ", P50Us: 2020}}}}}
 	// Floor: 10 µs round trip + 2 × 500 µs = 1010 µs.
 	if md := markdown("cmd", rows, limits.Result{LoopbackRTTP50us: 10}); !strings.Contains(md, "| READ | 0 | 2020.0 | 2.0× |") {
 		t.Fatalf("floor with delay wrong:\n%s", md)

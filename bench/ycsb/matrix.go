@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kefirdb/kefir/bench/ycsb/core"
+	"github.com/kefirdb/kefir/internal/ycsb"
 )
 
 // The matrix mode (-matrix FILE -rounds N) drives every system of the comparison from
@@ -25,8 +25,9 @@ import (
 
 // matrixSystem is one line of the matrix file: a connected system and its flags.
 type matrixSystem struct {
-	f   *flags
-	sys *system
+	f    *flags
+	sys  *system
+	cost *costMeter
 }
 
 // readMatrix parses the matrix file: one system per line, given as the ycsb flags that
@@ -139,7 +140,12 @@ func runMatrix(ctx context.Context, path string, o matrixOpts, logw io.Writer) (
 				continue
 			}
 		}
-		systems = append(systems, matrixSystem{f: f, sys: sys})
+		meter, err := costMeterOf(f)
+		if err != nil {
+			sys.close()
+			return nil, failures, fmt.Errorf("%s: %w", f.label, err)
+		}
+		systems = append(systems, matrixSystem{f: f, sys: sys, cost: meter})
 	}
 	if len(systems) == 0 {
 		return nil, failures, errors.New("no system could be connected and loaded")
@@ -160,9 +166,9 @@ func runMatrix(ctx context.Context, path string, o matrixOpts, logw io.Writer) (
 				if w.HasScans() && s.sys.noScans {
 					continue
 				}
-				cfg := core.Config{Clients: slices.Max(f0.clients), Duration: prewarm, Seed: seed}
+				cfg := ycsb.Config{Clients: slices.Max(f0.clients), Duration: prewarm, Seed: seed}
 				cctx, cancel := context.WithTimeout(ctx, prewarm+30*time.Second)
-				_, err := core.Run(cctx, w, s.sys.newDB, cfg)
+				_, err := ycsb.Run(cctx, w, s.sys.newDB, cfg)
 				cancel()
 				if ctx.Err() != nil {
 					return nil, failures, ctx.Err()
@@ -186,8 +192,8 @@ func runMatrix(ctx context.Context, path string, o matrixOpts, logw io.Writer) (
 						if w.HasScans() && s.sys.noScans {
 							continue
 						}
-						cfg := core.Config{Clients: c, Target: t, Warmup: f0.warmup, Duration: f0.dur, Seed: seed + uint64(r)}
-						res, other, attempts, err := cells.measure(ctx, w, s, cfg, r)
+						cfg := ycsb.Config{Clients: c, Target: t, Warmup: f0.warmup, Duration: f0.dur, Seed: seed + uint64(r)}
+						res, cost, other, attempts, err := cells.measure(ctx, w, s, cfg, r)
 						if ctx.Err() != nil {
 							return rows, failures, ctx.Err()
 						}
@@ -197,7 +203,7 @@ func runMatrix(ctx context.Context, path string, o matrixOpts, logw io.Writer) (
 						if res == nil {
 							continue
 						}
-						rw := row{System: s.sys.name, Durable: s.sys.durable, Delay: s.f.delay, LinkDelay: s.f.linkDelay, Run: r, Result: res}
+						rw := row{System: s.sys.name, Durable: s.sys.durable, Delay: s.f.delay, LinkDelay: s.f.linkDelay, Run: r, Result: res, Cost: cost}
 						if watch.pids != nil {
 							rw.OtherCPUCores, rw.Attempts = other, attempts
 						}
@@ -214,7 +220,7 @@ func runMatrix(ctx context.Context, path string, o matrixOpts, logw io.Writer) (
 			if w.HasScans() && s.sys.noScans {
 				fmt.Fprintf(logw, "%s: workload %s not run: the system has no range read\n", s.sys.name, w.Name)
 				rows = append(rows, row{System: s.sys.name, Durable: s.sys.durable, Delay: s.f.delay, LinkDelay: s.f.linkDelay,
-					Unsupported: "scans", Run: 1, Result: &core.Result{Workload: w.Name, Phase: "run", Mode: "closed"}})
+					Unsupported: "scans", Run: 1, Result: &ycsb.Result{Workload: w.Name, Phase: "run", Mode: "closed"}})
 			}
 		}
 	}
@@ -242,38 +248,44 @@ type cellMeasurer struct {
 	logw        io.Writer
 }
 
-// measure returns the kept result (nil if no attempt succeeded), the other processes'
-// CPU while it ran, how many attempts the cell took, and the error of the attempt that
-// failed, if one did (after which the cell is not measured again). It returns early when
-// ctx ends; the caller checks ctx.
-func (m *cellMeasurer) measure(ctx context.Context, w core.Workload, s matrixSystem, cfg core.Config, round int) (res *core.Result, other float64, attempts int, err error) {
+// measure returns the kept result (nil if no attempt succeeded) and its cost per
+// operation, the other processes' CPU while it ran, how many attempts the cell took, and
+// the error of the attempt that failed, if one did (after which the cell is not measured
+// again). It returns early when ctx ends; the caller checks ctx.
+func (m *cellMeasurer) measure(ctx context.Context, w ycsb.Workload, s matrixSystem, cfg ycsb.Config, round int) (res *ycsb.Result, cost *Cost, other float64, attempts int, err error) {
+	if s.cost != nil {
+		cfg.Window = s.cost.window
+	}
 	for {
 		if m.o.quiesce > 0 {
 			time.Sleep(m.o.quiesce)
 		}
 		before := m.watch.sample()
 		cctx, cancel := context.WithTimeout(ctx, m.cellTimeout)
-		got, runErr := core.Run(cctx, w, s.sys.newDB, cfg)
+		got, runErr := ycsb.Run(cctx, w, s.sys.newDB, cfg)
 		cancel()
 		after := m.watch.sample()
 		if ctx.Err() != nil {
-			return res, other, attempts, ctx.Err()
+			return res, cost, other, attempts, ctx.Err()
 		}
 		attempts++
 		if runErr != nil {
-			return res, other, attempts, runErr
+			return res, cost, other, attempts, runErr
 		}
 		cores, ok := otherCores(before, after)
 		if res == nil || cores < other {
 			res, other = got, cores
+			if s.cost != nil {
+				cost = s.cost.cost(got)
+			}
 		}
 		if !ok || m.watch.pids == nil || cores <= m.o.disturbed {
-			return res, other, attempts, nil
+			return res, cost, other, attempts, nil
 		}
 		if attempts > m.o.remeasure || m.budget <= 0 {
 			fmt.Fprintf(m.logw, "%s: round %d workload %s: other processes used %.2f cores; not measured again (%d attempts, budget %d left)\n",
 				s.sys.name, round, w.Name, cores, attempts, m.budget)
-			return res, other, attempts, nil
+			return res, cost, other, attempts, nil
 		}
 		m.budget--
 		fmt.Fprintf(m.logw, "%s: round %d workload %s: other processes used %.2f cores (> %.2f): measuring again\n",

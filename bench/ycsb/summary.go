@@ -56,16 +56,25 @@ type summaryRow struct {
 	MaxOtherCPUCores float64 `json:"max_other_cpu_cores,omitempty"`
 	Remeasured       int     `json:"remeasured,omitempty"`
 	Watched          bool    `json:"cpu_watched,omitempty"`
+	// Cost per operation (total rows of a -matrix run whose line has -server-pids or
+	// -metrics; cost.go): medians over rounds, nil where not measured.
+	ServerCPUUsPerOp     *float64 `json:"median_server_cpu_us_per_op,omitempty"`
+	ServerCores          *float64 `json:"median_server_cores,omitempty"`
+	BytesWrittenPerWrite *float64 `json:"median_bytes_written_per_write,omitempty"`
+	FsyncsPerWrite       *float64 `json:"median_fsyncs_per_write,omitempty"`
+	ClientNetBytesPerOp  *float64 `json:"median_client_net_bytes_per_op,omitempty"`
 }
 
 // summary is what -summarize writes as JSON and -agree reads.
 type summary struct {
-	Command  string        `json:"command"`
-	LoadAvg  string        `json:"load_average,omitempty"`
-	Limits   limits.Result `json:"limits"`
-	Rows     []summaryRow  `json:"rows"`
-	Started  string        `json:"started,omitempty"`
-	Finished string        `json:"finished,omitempty"`
+	Command string        `json:"command"`
+	LoadAvg string        `json:"load_average,omitempty"`
+	Limits  limits.Result `json:"limits"`
+	Rows    []summaryRow  `json:"rows"`
+	// CPUs is the machine's CPU count, against which rows are called CPU-bound.
+	CPUs     int    `json:"cpus,omitempty"`
+	Started  string `json:"started,omitempty"`
+	Finished string `json:"finished,omitempty"`
 }
 
 func median(xs []float64) float64 {
@@ -88,6 +97,8 @@ func summarize(rows []row) []summaryRow {
 		out                 summaryRow
 		tput, p50, p99, cpu []float64
 		other               []float64
+		// cost per operation, one list per Cost field (costFields' order)
+		cost [5][]float64
 	}
 	cells := map[cellKey]*acc{}
 	var order []cellKey
@@ -108,6 +119,13 @@ func summarize(rows []row) []summaryRow {
 			a.out.Backlog += r.Result.Backlog
 			if r.Result.ProcessCPUUsPerOp > 0 {
 				a.cpu = append(a.cpu, r.Result.ProcessCPUUsPerOp)
+			}
+			if r.Cost != nil {
+				for i, v := range costFields(r.Cost) {
+					if v != nil {
+						a.cost[i] = append(a.cost[i], *v)
+					}
+				}
 			}
 			if r.Attempts > 0 { // watched
 				a.out.Watched = true
@@ -137,9 +155,101 @@ func summarize(rows []row) []summaryRow {
 			a.out.OtherCPUCores, a.out.MaxOtherCPUCores = median(a.other), slices.Max(a.other)
 		}
 		a.out.Spread = relSpread(a.tput)
+		med := func(xs []float64) *float64 {
+			if len(xs) == 0 {
+				return nil
+			}
+			m := median(xs)
+			return &m
+		}
+		a.out.ServerCPUUsPerOp, a.out.ServerCores, a.out.BytesWrittenPerWrite = med(a.cost[0]), med(a.cost[1]), med(a.cost[2])
+		a.out.FsyncsPerWrite, a.out.ClientNetBytesPerOp = med(a.cost[3]), med(a.cost[4])
 		out = append(out, a.out)
 	}
 	return out
+}
+
+// costFields lists a Cost's figures in the order summarize keeps them (nil: not measured).
+func costFields(c *Cost) [5]*float64 {
+	var cpu, cores *float64
+	if c.ServerCores > 0 || c.ServerCPUUsPerOp > 0 {
+		cpu, cores = &c.ServerCPUUsPerOp, &c.ServerCores
+	}
+	return [5]*float64{cpu, cores, c.BytesWrittenPerWrite, c.FsyncsPerWrite, c.ClientNetBytesPerOp}
+}
+
+// cpuBoundShare is the share of the machine's CPUs above which a row counts as
+// CPU-bound: the system's servers and the harness driving them together use this much,
+// so the cores, not the disk or the protocol, set its throughput here.
+const cpuBoundShare = 0.85
+
+// harnessCores is the harness's CPU in cores during a cell (its CPU per op × ops/s).
+func harnessCores(r summaryRow) float64 { return r.CPUUsPerOp * r.Throughput / 1e6 }
+
+// cpuBound says whether a row used (nearly) every CPU of the machine, with the figure;
+// a row that did not, on a machine that processes outside the matrix (the CPU watch)
+// filled up, is "starved": it got what the others left, and its throughput says so.
+func cpuBound(r summaryRow, cpus int) (string, bool) {
+	if r.ServerCores == nil || cpus <= 0 {
+		return "–", false
+	}
+	used := *r.ServerCores + harnessCores(r)
+	limit := cpuBoundShare * float64(cpus)
+	switch {
+	case used >= limit:
+		return fmt.Sprintf("**yes** (%.2f of %d)", used, cpus), true
+	case r.Watched && used+r.OtherCPUCores >= limit:
+		return fmt.Sprintf("starved (%.2f of %d; others %.2f)", used, cpus, r.OtherCPUCores), false
+	}
+	return fmt.Sprintf("no (%.2f of %d)", used, cpus), false
+}
+
+// costMarkdown is the cost-per-operation table: one line per measured total row
+// ("" when no row has a cost).
+func costMarkdown(s summary) string {
+	var body strings.Builder
+	var bound []string
+	opt := func(v *float64, format string) string {
+		if v == nil {
+			return "—"
+		}
+		return fmt.Sprintf(format, *v)
+	}
+	for _, r := range s.Rows {
+		if r.Op != "total" || r.Unsupported != "" || (r.ServerCPUUsPerOp == nil && r.ClientNetBytesPerOp == nil && r.FsyncsPerWrite == nil) {
+			continue
+		}
+		cb, isBound := cpuBound(r, s.CPUs)
+		if isBound {
+			bound = append(bound, fmt.Sprintf("%s %s c=%d", r.System, strings.ToUpper(r.Workload), r.Clients))
+		}
+		fmt.Fprintf(&body, "| %s | %s | %d | %.0f | %s | %s | %.2f | %s | %s | %s | %s |\n", r.System, strings.ToUpper(r.Workload), r.Clients,
+			r.Throughput, opt(r.ServerCPUUsPerOp, "%.1f"), opt(r.ServerCores, "%.2f"), harnessCores(r), cb,
+			opt(r.FsyncsPerWrite, "%.3f"), opt(r.BytesWrittenPerWrite, "%.0f"), opt(r.ClientNetBytesPerOp, "%.0f"))
+	}
+	if body.Len() == 0 {
+		return ""
+	}
+	var sb strings.Builder
+	sb.WriteString("Cost per operation (medians over rounds; bench/ycsb/cost.go). Server CPU: utime+stime of every process of the system " +
+		"(/proc/PID/stat) over the measured window ÷ its operations; server and harness cores: their CPU during the window; " +
+		fmt.Sprintf("CPU-bound: the two together used ≥ %.0f %% of the machine's CPUs; starved: they did not, but with the CPU that processes outside the matrix used (the CPU watch's median) the machine was that full. ", 100*cpuBoundShare) +
+		"Fsyncs per write: Kefir's kefir_fsync_duration_seconds_count (all logs, all nodes) ÷ writes; /proc has no fsync count, so other systems show —. " +
+		"write_bytes per write: write_bytes of the system's processes (/proc/PID/io) ÷ writes; the kernel counts a whole page-cache folio each time a write dirties a clean one, " +
+		"so with large folios (this machine's kernel) it measures page-cache dirtying, not bytes reaching the disk, and overstates small fsync'd writes into large folios " +
+		"(Kefir's zero-filled segments) many times over (bench/README.md, \"Cost per operation\"). " +
+		"Client network bytes per op: the harness's socket reads and writes (rchar+wchar of /proc/self/io) ÷ operations, both directions; " +
+		"traffic between a group's replicas is not in it, and in-process rows show —. " +
+		"Unlike throughput, CPU per operation barely moves when other work shares the cores.\n\n")
+	sb.WriteString("| system | workload | clients | ops/s | server CPU µs/op | server cores | harness cores | CPU-bound | fsyncs/write | write_bytes/write | client net B/op |\n")
+	sb.WriteString("|---|---|---:|---:|---:|---:|---:|---|---:|---:|---:|\n")
+	sb.WriteString(body.String())
+	if len(bound) > 0 {
+		fmt.Fprintf(&sb, "\nCPU-bound here: %s.\n", strings.Join(bound, "; "))
+	} else if s.CPUs > 0 {
+		sb.WriteString("\nNo row is CPU-bound here.\n")
+	}
+	return sb.String()
 }
 
 // summaryMarkdown is the matrix's table: one line per cell and operation.
@@ -612,6 +722,38 @@ func parsePairs(spec string) ([][2]string, error) {
 // no client count) and "–" where either is missing. A pair with no figure at all is left
 // out, and with none left the table is empty ("").
 func ratiosMarkdown(pairs [][2]string, runs [][]summaryRow) string {
+	return ratioTable(pairs, runs, func(r summaryRow) (float64, bool) { return r.Throughput, true })
+}
+
+// costRatiosMarkdown is ratiosMarkdown for the cost per operation: each row's server CPU
+// µs per op, bytes written per write and client network bytes per op ÷ its peer's (below
+// 1: Kefir costs less); "" when no pair has them.
+func costRatiosMarkdown(pairs [][2]string, runs [][]summaryRow) string {
+	var sb strings.Builder
+	for _, m := range []struct {
+		name string
+		v    func(summaryRow) *float64
+	}{
+		{"Server CPU µs per operation", func(r summaryRow) *float64 { return r.ServerCPUUsPerOp }},
+		{"write_bytes per write (page-cache dirtying, not disk bytes: see the cost table)", func(r summaryRow) *float64 { return r.BytesWrittenPerWrite }},
+		{"Client network bytes per operation", func(r summaryRow) *float64 { return r.ClientNetBytesPerOp }},
+	} {
+		t := ratioTable(pairs, runs, func(r summaryRow) (float64, bool) {
+			if v := m.v(r); v != nil {
+				return *v, true
+			}
+			return 0, false
+		})
+		if t != "" {
+			fmt.Fprintf(&sb, "\n**%s, Kefir ÷ the peer** (below 1×: Kefir costs less):\n\n%s", m.name, t)
+		}
+	}
+	return sb.String()
+}
+
+// ratioTable is the table of value(row) ÷ value(peer) per pair and cell, one figure per
+// matrix; value's false means not measured ("–").
+func ratioTable(pairs [][2]string, runs [][]summaryRow, value func(summaryRow) (float64, bool)) string {
 	type col struct {
 		w string
 		c int
@@ -645,13 +787,15 @@ func ratiosMarkdown(pairs [][2]string, runs [][]summaryRow) string {
 			for i := range runs {
 				num, ok1 := tput[i][cellKey{System: p[0], Workload: c.w, Clients: c.c}]
 				den, ok2 := tput[i][cellKey{System: p[1], Workload: c.w, Clients: c.c}]
+				nv, okn := value(num)
+				dv, okd := value(den)
 				switch {
 				case unsupported[[2]string{p[0], c.w}] || unsupported[[2]string{p[1], c.w}]:
 					figs = append(figs, "n/s")
-				case !ok1 || !ok2 || den.Throughput == 0:
+				case !ok1 || !ok2 || !okn || !okd || dv == 0:
 					figs = append(figs, "–")
 				default:
-					figs = append(figs, fmt.Sprintf("%.2f×", num.Throughput/den.Throughput))
+					figs = append(figs, fmt.Sprintf("%.2f×", nv/dv))
 					measured = true
 				}
 			}

@@ -4,12 +4,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kefirdb/kefir/bench/ycsb/core"
+	"github.com/kefirdb/kefir/internal/ycsb"
 )
 
 func roundRow(sys string, round int, tput, p50 float64) row {
-	return row{System: sys, Run: round, Result: &core.Result{Workload: "a", Clients: 16, Throughput: tput,
-		PerOp: []core.OpStats{{Op: "READ", Throughput: tput, P50Us: p50, P99Us: 2 * p50}}}}
+	return row{System: sys, Run: round, Result: &ycsb.Result{Workload: "a", Clients: 16, Throughput: tput,
+		PerOp: []ycsb.OpStats{{Op: "READ", Throughput: tput, P50Us: p50, P99Us: 2 * p50}}}}
 }
 
 func TestSummarizeTakesTheMedianOfRounds(t *testing.T) {
@@ -93,7 +93,7 @@ func TestCeilingFlagsACellBelowThreeTimesTheBestSystem(t *testing.T) {
 }
 
 func TestTotalsTableHasOneLinePerSystemAndMarksUnsupportedCells(t *testing.T) {
-	rows := []row{roundRow("x", 1, 100, 10), {System: "zk", Unsupported: "scans", Result: &core.Result{Workload: "e"}}}
+	rows := []row{roundRow("x", 1, 100, 10), {System: "zk", Unsupported: "scans", Result: &ycsb.Result{Workload: "e"}}}
 	e := roundRow("x", 1, 50, 20)
 	e.Result.Workload = "e"
 	md := totalsMarkdown(summarize(append(rows, e)))
@@ -136,5 +136,63 @@ func TestRatiosAreRowOverPeerPerMatrix(t *testing.T) {
 	}
 	if _, err := parsePairs("kefir-etcd"); err == nil {
 		t.Fatal("a pair without a slash was accepted")
+	}
+}
+
+// Cost per operation: medians over rounds per cell, a table saying which rows are
+// CPU-bound, and Kefir ÷ peer ratios of the costs next to the throughput ratios.
+func TestCostIsSummarizedTabledAndRatioed(t *testing.T) {
+	f := func(v float64) *float64 { return &v }
+	withCost := func(sys string, round int, tput float64, c *Cost) row {
+		r := roundRow(sys, round, tput, 10)
+		r.Cost = c
+		return r
+	}
+	rows := []row{
+		withCost("kefir", 1, 100, &Cost{ServerCPUUsPerOp: 10, ServerCores: 1.6, FsyncsPerWrite: f(0.1), BytesWrittenPerWrite: f(1100), ClientNetBytesPerOp: f(600)}),
+		withCost("kefir", 2, 100, &Cost{ServerCPUUsPerOp: 30, ServerCores: 1.8, FsyncsPerWrite: f(0.3), BytesWrittenPerWrite: f(1300), ClientNetBytesPerOp: f(600)}),
+		withCost("kefir", 3, 100, &Cost{ServerCPUUsPerOp: 20, ServerCores: 1.7, FsyncsPerWrite: f(0.2), BytesWrittenPerWrite: f(1200), ClientNetBytesPerOp: f(600)}),
+		withCost("redis", 1, 100, &Cost{ServerCPUUsPerOp: 40, ServerCores: 0.5, BytesWrittenPerWrite: f(2400), ClientNetBytesPerOp: f(1200)}),
+		roundRow("ceiling", 1, 500, 5), // no cost measured: not in the cost table
+		withCost("etcd", 1, 100, &Cost{ServerCPUUsPerOp: 50, ServerCores: 0.6}),
+	}
+	rows[5].Attempts, rows[5].OtherCPUCores = 1, 1.2 // the CPU watch saw others fill the machine
+	for i := range rows {
+		rows[i].Result.ProcessCPUUsPerOp = 2 // harness: 2 µs × 100 ops/s
+	}
+	s := summary{Rows: summarize(rows), CPUs: 2}
+	var kefir summaryRow
+	for _, r := range s.Rows {
+		if r.System == "kefir" && r.Op == "total" {
+			kefir = r
+		}
+	}
+	if kefir.ServerCPUUsPerOp == nil || *kefir.ServerCPUUsPerOp != 20 || *kefir.FsyncsPerWrite != 0.2 || *kefir.BytesWrittenPerWrite != 1200 || *kefir.ServerCores != 1.7 {
+		t.Fatalf("kefir's medians: %+v", kefir)
+	}
+	md := costMarkdown(s)
+	for _, want := range []string{
+		"| kefir | A | 16 | 100 | 20.0 | 1.70 | 0.00 | **yes** (1.70 of 2) | 0.200 | 1200 | 600 |",
+		"| redis | A | 16 | 100 | 40.0 | 0.50 | 0.00 | no (0.50 of 2) | — | 2400 | 1200 |",
+		"CPU-bound here: kefir A c=16.",
+		"| etcd | A | 16 | 100 | 50.0 | 0.60 | 0.00 | starved (0.60 of 2; others 1.20) |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("no %q in\n%s", want, md)
+		}
+	}
+	if strings.Contains(md, "| ceiling |") {
+		t.Errorf("a row without a cost is in the cost table:\n%s", md)
+	}
+	pairs, _ := parsePairs("kefir/redis")
+	cr := costRatiosMarkdown(pairs, [][]summaryRow{s.Rows})
+	for _, want := range []string{"**Server CPU µs per operation, Kefir ÷ the peer**", "| kefir | redis | 0.50× |",
+		"**write_bytes per write", "**Client network bytes per operation"} {
+		if !strings.Contains(cr, want) {
+			t.Errorf("no %q in\n%s", want, cr)
+		}
+	}
+	if cr := costRatiosMarkdown(pairs, [][]summaryRow{summarize(rows[4:])}); cr != "" {
+		t.Errorf("cost ratios without costs: %q", cr)
 	}
 }

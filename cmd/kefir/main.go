@@ -1,6 +1,6 @@
 // Command kefir is Kefir's one binary: the node (`kefir server`), the local cluster
-// launcher (`kefir up`), the command-line client (`kefir get|put|del|cas|scan|status`)
-// and `kefir version`.
+// launcher (`kefir up`), the command-line client (`kefir get|put|del|cas|scan|status`),
+// the benchmark (`kefir bench`) and `kefir version`.
 //
 // It wires packages together and parses the command line; it holds no storage,
 // replication or protocol logic of its own, and nothing imports it.
@@ -34,6 +34,7 @@ Usage:
   kefir cas KEY EXPECTED NEW                         compare and swap
   kefir scan [START [END]] [--limit N]               ordered range read
   kefir status                                       node status
+  kefir bench    [--workload a..f|w] [--clients N]   YCSB load against a cluster (see kefir bench --help)
   kefir version                                      print the version
 
 Client commands take --addr (default 127.0.0.1:6380, env KEFIR_ADDR), --password
@@ -59,6 +60,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = runServer(rest, stderr)
 	case "up":
 		err = runUp(rest, stdout, stderr)
+	case "bench":
+		err = runBench(rest, stdout, stderr)
 	case "get", "put", "del", "cas", "scan", "status":
 		err = runClient(cmd, rest, stdout, stderr)
 	case "version", "--version":

@@ -10,13 +10,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kefirdb/kefir/bench/ycsb/core"
 	"github.com/kefirdb/kefir/client"
+	"github.com/kefirdb/kefir/internal/ycsb"
+	"github.com/kefirdb/kefir/internal/ycsb/kefirdb"
 )
 
-func workload(t *testing.T, name string) core.Workload {
+func workload(t *testing.T, name string) ycsb.Workload {
 	t.Helper()
-	w, err := core.Standard(name)
+	w, err := ycsb.Standard(name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,14 +36,14 @@ func startServer(t *testing.T) *RESPServer {
 }
 
 // loadAndRun drives a load and a short closed-loop run and fails on any error or miss.
-func loadAndRun(t *testing.T, w core.Workload, newDB core.NewDB) *core.Result {
+func loadAndRun(t *testing.T, w ycsb.Workload, newDB ycsb.NewDB) *ycsb.Result {
 	t.Helper()
 	ctx := context.Background()
-	res, err := core.Load(ctx, w, newDB, 4)
+	res, err := ycsb.Load(ctx, w, newDB, 4)
 	if err != nil || res.Errors != 0 || res.Ops != int64(w.RecordCount) {
 		t.Fatalf("load: err %v, %d inserts, %d errors %v", err, res.Ops, res.Errors, res.FirstErrors)
 	}
-	res, err = core.Run(ctx, w, newDB, core.Config{Clients: 4, Duration: 100 * time.Millisecond})
+	res, err = ycsb.Run(ctx, w, newDB, ycsb.Config{Clients: 4, Duration: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,14 +74,14 @@ func TestRedisDriverOverTheInProcessServer(t *testing.T) {
 	if v, err := db.Read(ctx, "k"); err != nil || string(v) != "v1" {
 		t.Fatalf("read back: %q, %v", v, err)
 	}
-	if _, err := db.Read(ctx, "missing"); !errors.Is(err, core.ErrNotFound) {
-		t.Fatalf("missing key: err %v, want core.ErrNotFound", err)
+	if _, err := db.Read(ctx, "missing"); !errors.Is(err, ycsb.ErrNotFound) {
+		t.Fatalf("missing key: err %v, want ycsb.ErrNotFound", err)
 	}
 }
 
 func TestKefirDriverSpeaksKefirCallToTheInProcessServer(t *testing.T) {
 	s := startServer(t)
-	k, err := NewKefir(context.Background(), KefirConfig{Addrs: []string{s.Addr()}, PoolSize: 2,
+	k, err := kefirdb.New(context.Background(), kefirdb.Config{Addrs: []string{s.Addr()}, PoolSize: 2,
 		Consistency: client.Linearizable, Durability: client.Sync})
 	if err != nil {
 		t.Fatal(err)
@@ -88,8 +89,8 @@ func TestKefirDriverSpeaksKefirCallToTheInProcessServer(t *testing.T) {
 	defer k.Close()
 	loadAndRun(t, workload(t, "b"), k.NewDB)
 	db, _ := k.NewDB(0)
-	if _, err := db.Read(context.Background(), "missing"); !errors.Is(err, core.ErrNotFound) {
-		t.Fatalf("missing key: err %v, want core.ErrNotFound", err)
+	if _, err := db.Read(context.Background(), "missing"); !errors.Is(err, ycsb.ErrNotFound) {
+		t.Fatalf("missing key: err %v, want ycsb.ErrNotFound", err)
 	}
 }
 

@@ -7,7 +7,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/kefirdb/kefir/bench/ycsb/core"
+	"github.com/kefirdb/kefir/internal/ycsb"
 )
 
 // EtcdConfig configures the etcd driver.
@@ -46,8 +46,8 @@ func NewEtcd(ctx context.Context, cfg EtcdConfig) (*Etcd, error) {
 	return e, nil
 }
 
-// NewDB implements core.NewDB.
-func (e *Etcd) NewDB(int) (core.DB, error) { return etcdDB{e}, nil }
+// NewDB implements ycsb.NewDB.
+func (e *Etcd) NewDB(int) (ycsb.DB, error) { return etcdDB{e}, nil }
 
 // Close closes the client.
 func (e *Etcd) Close() error { return e.c.Close() }
@@ -66,7 +66,7 @@ func (d etcdDB) Read(ctx context.Context, key string) ([]byte, error) {
 		return nil, err
 	}
 	if len(resp.Kvs) == 0 {
-		return nil, core.ErrNotFound
+		return nil, ycsb.ErrNotFound
 	}
 	return resp.Kvs[0].Value, nil
 }

@@ -3,7 +3,7 @@ package drivers
 import (
 	"context"
 
-	"github.com/kefirdb/kefir/bench/ycsb/core"
+	"github.com/kefirdb/kefir/internal/ycsb"
 )
 
 // Null is a DB that does nothing and answers at once: driven by the harness it measures
@@ -12,8 +12,8 @@ import (
 // so a run reports no misses.
 type Null struct{}
 
-// NewDB implements core.NewDB.
-func (Null) NewDB(int) (core.DB, error) { return nullDB{}, nil }
+// NewDB implements ycsb.NewDB.
+func (Null) NewDB(int) (ycsb.DB, error) { return nullDB{}, nil }
 
 type nullDB struct{}
 

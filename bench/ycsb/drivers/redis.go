@@ -8,7 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/kefirdb/kefir/bench/ycsb/core"
+	"github.com/kefirdb/kefir/internal/ycsb"
 )
 
 // RedisConfig configures the Redis driver.
@@ -57,8 +57,8 @@ func NewRedis(ctx context.Context, cfg RedisConfig) (*Redis, error) {
 	return &Redis{c: c, cfg: cfg}, nil
 }
 
-// NewDB implements core.NewDB: every client shares the pool.
-func (r *Redis) NewDB(int) (core.DB, error) { return redisDB{r}, nil }
+// NewDB implements ycsb.NewDB: every client shares the pool.
+func (r *Redis) NewDB(int) (ycsb.DB, error) { return redisDB{r}, nil }
 
 // Close closes the pool.
 func (r *Redis) Close() error { return r.c.Close() }
@@ -71,7 +71,7 @@ type redisDB struct{ r *Redis }
 func (d redisDB) Read(ctx context.Context, key string) ([]byte, error) {
 	v, err := d.r.c.Get(ctx, key).Bytes()
 	if errors.Is(err, redis.Nil) {
-		return nil, core.ErrNotFound
+		return nil, ycsb.ErrNotFound
 	}
 	return v, err
 }

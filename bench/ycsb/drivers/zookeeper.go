@@ -9,7 +9,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
-	"github.com/kefirdb/kefir/bench/ycsb/core"
+	"github.com/kefirdb/kefir/internal/ycsb"
 )
 
 // ZooKeeperConfig configures the ZooKeeper driver.
@@ -100,8 +100,8 @@ func awaitSession(ctx context.Context, c *zk.Conn) error {
 	return nil
 }
 
-// NewDB implements core.NewDB: client i uses session i mod Sessions.
-func (z *ZooKeeper) NewDB(i int) (core.DB, error) {
+// NewDB implements ycsb.NewDB: client i uses session i mod Sessions.
+func (z *ZooKeeper) NewDB(i int) (ycsb.DB, error) {
 	return zkDB{z: z, c: z.conns[i%len(z.conns)]}, nil
 }
 
@@ -148,7 +148,7 @@ func (d zkDB) Read(_ context.Context, key string) ([]byte, error) {
 	}
 	v, _, err := d.c.Get(d.path(key))
 	if errors.Is(err, zk.ErrNoNode) {
-		return nil, core.ErrNotFound
+		return nil, ycsb.ErrNotFound
 	}
 	return v, err
 }
@@ -156,7 +156,7 @@ func (d zkDB) Read(_ context.Context, key string) ([]byte, error) {
 func (d zkDB) Update(_ context.Context, key string, value []byte) error {
 	_, err := d.c.Set(d.path(key), value, -1)
 	if errors.Is(err, zk.ErrNoNode) {
-		return core.ErrNotFound
+		return ycsb.ErrNotFound
 	}
 	return err
 }

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kefirdb/kefir/bench/ycsb/core"
+	"github.com/kefirdb/kefir/internal/ycsb"
 )
 
 // zkJar is where Debian's zookeeper package puts the server (bench/peers/zookeeper.sh
@@ -79,11 +79,11 @@ func TestZooKeeperDriverAgainstRealZooKeeper(t *testing.T) {
 			if v, err := db.Read(ctx, "k"); err != nil || string(v) != "v2" {
 				t.Fatalf("read back: %q, %v", v, err)
 			}
-			if _, err := db.Read(ctx, "missing"); !errors.Is(err, core.ErrNotFound) {
-				t.Fatalf("missing key: err %v, want core.ErrNotFound", err)
+			if _, err := db.Read(ctx, "missing"); !errors.Is(err, ycsb.ErrNotFound) {
+				t.Fatalf("missing key: err %v, want ycsb.ErrNotFound", err)
 			}
-			if err := db.Update(ctx, "missing", []byte("x")); !errors.Is(err, core.ErrNotFound) {
-				t.Fatalf("update of a missing key: err %v, want core.ErrNotFound", err)
+			if err := db.Update(ctx, "missing", []byte("x")); !errors.Is(err, ycsb.ErrNotFound) {
+				t.Fatalf("update of a missing key: err %v, want ycsb.ErrNotFound", err)
 			}
 			if _, err := db.Scan(ctx, "", 10); !errors.Is(err, ErrScanUnsupported) {
 				t.Fatalf("scan: err %v, want ErrScanUnsupported", err)
@@ -93,8 +93,8 @@ func TestZooKeeperDriverAgainstRealZooKeeper(t *testing.T) {
 				t.Fatal(err)
 			}
 			k := w.KeyName(nil, 0)
-			if _, err := db.Read(ctx, string(k)); !errors.Is(err, core.ErrNotFound) {
-				t.Fatalf("record 0 after DeleteAll: err %v, want core.ErrNotFound", err)
+			if _, err := db.Read(ctx, string(k)); !errors.Is(err, ycsb.ErrNotFound) {
+				t.Fatalf("record 0 after DeleteAll: err %v, want ycsb.ErrNotFound", err)
 			}
 		})
 	}

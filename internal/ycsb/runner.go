@@ -1,4 +1,4 @@
-package core
+package ycsb
 
 import (
 	"context"
@@ -10,9 +10,7 @@ import (
 	"syscall"
 	"time"
 
-	hdr "github.com/HdrHistogram/hdrhistogram-go"
-
-	"github.com/kefirdb/kefir/bench/ycsb/gen"
+	"github.com/kefirdb/kefir/internal/ycsb/gen"
 )
 
 // Config says how the clients drive the DB.
@@ -30,10 +28,34 @@ type Config struct {
 	Duration time.Duration
 	// Seed makes key and operation choices repeatable (clients derive their own streams).
 	Seed uint64
+	// Progress, if set, is called every ProgressEvery (default one second) during the
+	// measured window with the measurement so far, from a goroutine of Run's; Run does
+	// not return before the last call has. It is what `kefir bench` prints while it runs.
+	Progress      func(Progress)
+	ProgressEvery time.Duration
+	// Window, if set, is called when the measured window begins (true) and when it ends
+	// (false), from a goroutine of Run's: for samplers of what the window cost outside
+	// this process (a server's CPU time, bytes written), which must cover the window
+	// the operations were counted in, not the warm-up. When Run returns without error
+	// both calls have been made; when ctx ends first, the second may never come.
+	Window func(begin bool)
 
 	// serviceTime measures latency from when an operation was actually sent, i.e. with
 	// coordinated omission. Only tests set it, to show what the default guards against.
 	serviceTime bool
+}
+
+// Progress is the measurement so far, for Config.Progress.
+type Progress struct {
+	// Elapsed is the time since the measured window began.
+	Elapsed time.Duration
+	// Ops and Errors count operations completed in the window so far.
+	Ops, Errors int64
+	// IntervalOps is how many of them completed since the previous call, in Interval.
+	IntervalOps int64
+	Interval    time.Duration
+	// P50Us and P99Us are over every operation of the window so far, all types together.
+	P50Us, P99Us float64
 }
 
 // NewDB opens client number i's handle on the system under test.
@@ -55,7 +77,7 @@ type OpStats struct {
 	// CDF is the latency distribution at fixed percentiles, for plots.
 	CDF []Quantile `json:"cdf,omitempty"`
 	// Histogram is the latency histogram (nanoseconds), for merging runs.
-	Histogram *hdr.Histogram `json:"-"`
+	Histogram *Histogram `json:"-"`
 }
 
 // Quantile is one point of a latency distribution.
@@ -105,14 +127,18 @@ func processCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-func newHist() *hdr.Histogram { return hdr.New(100, int64(60*time.Second), 3) }
+func newHist() *Histogram { return &Histogram{} }
 
 // clientStats is one client's measurement, merged at the end.
 type clientStats struct {
-	hist [numOps]*hdr.Histogram
+	// mu lets the progress reporter read a client's figures while it runs; the client
+	// is its only other user, so the lock is uncontended except once per report.
+	mu   sync.Mutex
+	hist [numOps]*Histogram
 	// pending holds latencies not yet in hist: recording them a batch at a time keeps
-	// the histogram's counts (≈ 170 KiB each, one per client and operation type) out
-	// of the cache between batches, instead of touching one of them per operation.
+	// the histogram's counts (up to ≈ 150 KiB each for latencies under 100 ms, one per
+	// client and operation type) out of the cache between batches, instead of touching
+	// one of them per operation.
 	pending   [numOps][]int64
 	count     [numOps]int64
 	errs      [numOps]int64
@@ -123,6 +149,8 @@ type clientStats struct {
 }
 
 func (s *clientStats) record(op Op, lat time.Duration, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	switch {
 	case errors.Is(err, ErrNotFound):
 		s.notFound[op]++
@@ -155,9 +183,59 @@ func (s *clientStats) flush(op Op) {
 		s.hist[op] = newHist()
 	}
 	for _, v := range s.pending[op] {
-		s.hist[op].RecordValue(v)
+		s.hist[op].Record(v)
 	}
 	s.pending[op] = s.pending[op][:0]
+}
+
+// snapshot returns the clients' operations and errors so far and one histogram of
+// every latency recorded, all operation types together.
+func snapshot(all []*clientStats) (ops, errs int64, h *Histogram) {
+	h = newHist()
+	for _, c := range all {
+		c.mu.Lock()
+		for op := range numOps {
+			c.flush(op)
+			h.Merge(c.hist[op])
+			ops += c.count[op]
+			errs += c.errs[op]
+		}
+		c.mu.Unlock()
+	}
+	return ops, errs, h
+}
+
+// reportProgress calls cfg.Progress every cfg.ProgressEvery from measureFrom until end,
+// or until stop is closed.
+func reportProgress(cfg Config, all []*clientStats, measureFrom, end time.Time, stop <-chan struct{}) {
+	every := cfg.ProgressEvery
+	if every <= 0 {
+		every = time.Second
+	}
+	select {
+	case <-time.After(time.Until(measureFrom)):
+	case <-stop:
+		return
+	}
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	var lastOps int64
+	last := measureFrom
+	for {
+		select {
+		case <-stop:
+			return
+		case now := <-tick.C:
+			if now.After(end) {
+				return
+			}
+			ops, errs, h := snapshot(all)
+			cfg.Progress(Progress{Elapsed: now.Sub(measureFrom), Ops: ops, Errors: errs,
+				IntervalOps: ops - lastOps, Interval: now.Sub(last),
+				P50Us: float64(h.ValueAtQuantile(50)) / 1e3, P99Us: float64(h.ValueAtQuantile(99)) / 1e3})
+			lastOps, last = ops, now
+		}
+	}
 }
 
 // merge folds client results into one Result over the measured window.
@@ -392,13 +470,31 @@ func Run(ctx context.Context, w Workload, newDB NewDB, cfg Config) (*Result, err
 	cpuWindow := make(chan time.Duration, 1)
 	go func() {
 		time.Sleep(time.Until(measureFrom))
+		if cfg.Window != nil {
+			cfg.Window(true)
+		}
 		before := processCPU()
 		time.Sleep(time.Until(end))
-		cpuWindow <- processCPU() - before
+		cpu := processCPU() - before
+		if cfg.Window != nil {
+			cfg.Window(false)
+		}
+		cpuWindow <- cpu
 	}()
+	for c := range all {
+		all[c] = &clientStats{}
+	}
+	stopProgress := make(chan struct{})
+	var progressDone sync.WaitGroup
+	if cfg.Progress != nil {
+		progressDone.Add(1)
+		go func() {
+			defer progressDone.Done()
+			reportProgress(cfg, all, measureFrom, end, stopProgress)
+		}()
+	}
 	var wg sync.WaitGroup
 	for c := range cfg.Clients {
-		all[c] = &clientStats{}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -455,6 +551,12 @@ func Run(ctx context.Context, w Workload, newDB NewDB, cfg Config) (*Result, err
 						err = db.Update(ctx, key, vals.next(r))
 					}
 				}
+				if err != nil && ctx.Err() != nil {
+					// Cut short by the run's own end (Ctrl-C in kefir bench, a cell's
+					// deadline in the matrix): the caller's doing, not the system's
+					// error, and not a latency of its service either.
+					return
+				}
 				if !intended.Before(measureFrom) {
 					st.record(op, time.Since(intended), err)
 				}
@@ -462,6 +564,8 @@ func Run(ctx context.Context, w Workload, newDB NewDB, cfg Config) (*Result, err
 		}()
 	}
 	wg.Wait()
+	close(stopProgress)
+	progressDone.Wait()
 	window := time.Since(measureFrom)
 	if cfg.Target > 0 {
 		window = cfg.Duration

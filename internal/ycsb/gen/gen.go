@@ -8,8 +8,9 @@
 // many client goroutines share, and a *rand.Rand that each goroutine owns. Computing a
 // zeta constant costs O(n) pow() calls, so it is done once per run, never per client.
 //
-// It must not import any Kefir package: the benchmark module compares Kefir with other
-// systems and its generators must not depend on the thing being measured.
+// It must not import any other Kefir package: the comparison harness (bench/ycsb) measures
+// Kefir against other systems with it, and its generators must not depend on the thing
+// being measured.
 package gen
 
 import (

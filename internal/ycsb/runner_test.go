@@ -1,4 +1,4 @@
-package core
+package ycsb
 
 import (
 	"context"
@@ -217,13 +217,8 @@ func stalledRun(t *testing.T, serviceTime bool) (float64, *Result) {
 		t.Fatal(err)
 	}
 	h := opStats(res, OpRead).Histogram
-	slow := 0.0
-	for _, b := range h.Distribution() {
-		if b.From >= int64(50*time.Millisecond) {
-			slow += float64(b.Count)
-		}
-	}
-	return slow / float64(h.TotalCount()), res
+	slow := float64(h.CountAtLeast(int64(50 * time.Millisecond)))
+	return slow / float64(h.Count()), res
 }
 
 func TestOpenLoopChargesAStallToEveryOperationItDelayed(t *testing.T) {
@@ -329,5 +324,121 @@ func TestKeyTableMatchesKeyName(t *testing.T) {
 				t.Fatalf("%+v: key %d = %q, want %q", w, k, got, want)
 			}
 		}
+	}
+}
+
+// Progress reports come once per ProgressEvery during the measured window, count what
+// was recorded so far (never more than the final result), and stop before Run returns.
+func TestProgressReportsTheRunSoFar(t *testing.T) {
+	db := newMemDB()
+	w := small(t, "c")
+	if _, err := Load(context.Background(), w, db.newDB, 1); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var got []Progress
+	returned := false
+	res, err := Run(context.Background(), w, db.newDB, Config{Clients: 2, Target: 2000, Warmup: 50 * time.Millisecond,
+		Duration: 450 * time.Millisecond, ProgressEvery: 100 * time.Millisecond,
+		Progress: func(p Progress) {
+			mu.Lock()
+			defer mu.Unlock()
+			if returned {
+				t.Error("progress reported after Run returned")
+			}
+			got = append(got, p)
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	returned = true
+	defer mu.Unlock()
+	// Four ticks fall in the window; a busy machine may push the last past its end.
+	if len(got) < 3 || len(got) > 4 {
+		t.Fatalf("%d reports in a 450 ms window at one per 100 ms, want 4: %+v", len(got), got)
+	}
+	var sum int64
+	for i, p := range got {
+		sum += p.IntervalOps
+		// 2000 ops/s offered; loose bounds, as a busy machine delays ticks and clients.
+		rate := float64(p.IntervalOps) / p.Interval.Seconds()
+		if p.Ops != sum || rate < 1000 || rate > 3000 || p.Errors != 0 || p.P50Us <= 0 || p.P99Us < p.P50Us {
+			t.Errorf("report %d: %+v (%.0f ops/s)", i, p, rate)
+		}
+		if want := time.Duration(i+1) * 100 * time.Millisecond; p.Elapsed < want || p.Elapsed > want+100*time.Millisecond {
+			t.Errorf("report %d at %v, want ≈ %v", i, p.Elapsed, want)
+		}
+	}
+	if last := got[len(got)-1].Ops; last > res.Ops || last < res.Ops*3/4 {
+		t.Errorf("last report %d ops, the run %d", last, res.Ops)
+	}
+}
+
+// Window brackets the measured window, not the warm-up: a sampler of a server's costs
+// must cover exactly the operations the result counts.
+func TestWindowBracketsTheMeasuredWindow(t *testing.T) {
+	db := newMemDB()
+	w := small(t, "c")
+	if _, err := Load(context.Background(), w, db.newDB, 1); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var calls []bool
+	var at []time.Time
+	start := time.Now()
+	_, err := Run(context.Background(), w, db.newDB, Config{Clients: 1, Target: 1000, Warmup: 200 * time.Millisecond,
+		Duration: 300 * time.Millisecond, Window: func(begin bool) {
+			mu.Lock()
+			defer mu.Unlock()
+			calls, at = append(calls, begin), append(at, time.Now())
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(calls) != 2 || !calls[0] || calls[1] {
+		t.Fatalf("Window calls %v, want [true false]", calls)
+	}
+	if b, e := at[0].Sub(start), at[1].Sub(at[0]); b < 200*time.Millisecond || e < 280*time.Millisecond || e > 450*time.Millisecond {
+		t.Fatalf("window began %v after the start (warm-up 200 ms) and lasted %v (want 300 ms)", b, e)
+	}
+}
+
+// blockingDB answers reads until it has answered `answer` of them, then blocks every
+// call until its context ends.
+type blockingDB struct {
+	*memDB
+	answer int64
+	n      atomic.Int64
+}
+
+func (d *blockingDB) Read(ctx context.Context, key string) ([]byte, error) {
+	if d.n.Add(1) > d.answer {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return d.memDB.Read(ctx, key)
+}
+
+// Cancelling a run (Ctrl-C in kefir bench) ends the operations in flight with the
+// context's error: they are the caller's doing and are not counted as the system's
+// errors, while what completed before is reported.
+func TestCancelledRunCountsNoErrorsForOperationsItCutShort(t *testing.T) {
+	mem := newMemDB()
+	w := small(t, "c")
+	if _, err := Load(context.Background(), w, mem.newDB, 1); err != nil {
+		t.Fatal(err)
+	}
+	db := &blockingDB{memDB: mem, answer: 500}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	res, err := Run(ctx, w, func(int) (DB, error) { return db, nil }, Config{Clients: 4, Duration: 10 * time.Second})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err %v, want the context's", err)
+	}
+	if res == nil || res.Ops != 500 || res.Errors != 0 {
+		t.Fatalf("result %+v: want the 500 answered reads and no errors", res)
 	}
 }

@@ -1,13 +1,16 @@
-// Package core is the YCSB harness: the core workloads (A–F and the write-only W), the
-// load and run phases, closed-loop and open-loop clients, and HDR-histogram measurement.
-// A system under test plugs in as a DB (drivers live in bench/ycsb/drivers).
+// Package ycsb is the YCSB harness: the core workloads (A–F and the write-only W), the
+// load and run phases, closed-loop and open-loop clients, and HDR-style histograms.
+// A system under test plugs in as a DB: Kefir's driver is internal/ycsb/kefirdb, the peer
+// systems' drivers live in the bench module (bench/ycsb/drivers). `kefir bench` and the
+// comparison harness (bench/ycsb) both run it, so there is one copy of the workloads.
 //
 // Open loop measures latency from each operation's intended start time, not from when
 // the client got round to sending it, so a stall is charged to every operation it
 // delayed (no coordinated omission; Tene, "How NOT to Measure Latency").
 //
-// It must not import any Kefir package: Kefir is one DB among several here.
-package core
+// It must not import any other Kefir package (only its own gen): Kefir is one DB among
+// several here, plugged in like the others (kefirdb).
+package ycsb
 
 import (
 	"context"
@@ -16,7 +19,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/kefirdb/kefir/bench/ycsb/gen"
+	"github.com/kefirdb/kefir/internal/ycsb/gen"
 )
 
 // ErrNotFound is what a DB returns when a read finds no value. The runner counts it

@@ -1,19 +1,27 @@
-package drivers
+// Package kefirdb is the YCSB runner's driver for Kefir: one client.Client shared by
+// every YCSB client, with the consistency and durability of every call as parameters.
+// `kefir bench` and the comparison harness (bench/ycsb) both use it, so the figures
+// they print come from the same calls. It is apart from package ycsb because that
+// package must not depend on the system it measures.
+package kefirdb
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"time"
 
-	"github.com/kefirdb/kefir/bench/ycsb/core"
 	"github.com/kefirdb/kefir/client"
+	"github.com/kefirdb/kefir/internal/ycsb"
 )
 
-// KefirConfig configures the Kefir driver. Zero levels mean the server's defaults.
-type KefirConfig struct {
-	Addrs       []string
-	Password    string
+// Config configures the driver. Zero levels mean the server's defaults.
+type Config struct {
+	Addrs    []string
+	Password string
+	// TLS, if set, connects with TLS.
+	TLS         *tls.Config
 	PoolSize    int
 	Consistency client.Consistency
 	Durability  client.Durability
@@ -23,16 +31,16 @@ type KefirConfig struct {
 	RetryUnavailable time.Duration
 }
 
-// Kefir is a driver whose clients share one client.Client (it pipelines concurrent
+// Driver is a driver whose clients share one client.Client (it pipelines concurrent
 // calls over its connection pool).
-type Kefir struct {
+type Driver struct {
 	c      *client.Client
 	reads  []client.CallOption
 	writes []client.CallOption
 }
 
-// NewKefir dials the cluster.
-func NewKefir(ctx context.Context, cfg KefirConfig) (*Kefir, error) {
+// New dials the cluster.
+func New(ctx context.Context, cfg Config) (*Driver, error) {
 	opts := []client.Option{client.WithPoolSize(max(cfg.PoolSize, 1))}
 	if cfg.RetryUnavailable > 0 {
 		opts = append(opts, client.WithRetryUnavailable(cfg.RetryUnavailable))
@@ -40,11 +48,14 @@ func NewKefir(ctx context.Context, cfg KefirConfig) (*Kefir, error) {
 	if cfg.Password != "" {
 		opts = append(opts, client.WithPassword(cfg.Password))
 	}
+	if cfg.TLS != nil {
+		opts = append(opts, client.WithTLS(cfg.TLS))
+	}
 	c, err := client.Dial(ctx, cfg.Addrs, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("kefir %v: %w", cfg.Addrs, err)
 	}
-	k := &Kefir{c: c}
+	k := &Driver{c: c}
 	if !cfg.Consistency.IsZero() {
 		k.reads = append(k.reads, client.WithConsistency(cfg.Consistency))
 	}
@@ -54,18 +65,18 @@ func NewKefir(ctx context.Context, cfg KefirConfig) (*Kefir, error) {
 	return k, nil
 }
 
-// NewDB implements core.NewDB.
-func (k *Kefir) NewDB(int) (core.DB, error) { return kefirDB{k}, nil }
+// NewDB implements ycsb.NewDB.
+func (k *Driver) NewDB(int) (ycsb.DB, error) { return kefirDB{k}, nil }
 
 // Close closes the client.
-func (k *Kefir) Close() error { return k.c.Close() }
+func (k *Driver) Close() error { return k.c.Close() }
 
-type kefirDB struct{ k *Kefir }
+type kefirDB struct{ k *Driver }
 
 func (d kefirDB) Read(ctx context.Context, key string) ([]byte, error) {
 	v, err := d.k.c.Get(ctx, key, d.k.reads...)
 	if errors.Is(err, client.ErrNotFound) {
-		return nil, core.ErrNotFound
+		return nil, ycsb.ErrNotFound
 	}
 	return v, err
 }
