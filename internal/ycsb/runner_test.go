@@ -192,7 +192,10 @@ func TestWarmupIsNotRecorded(t *testing.T) {
 		t.Fatal(err)
 	}
 	calls := db.calls.Load() - before
-	if res.Ops < 150 || res.Ops > 210 || calls < 350 {
+	// Bounds wide enough for a loaded machine's scheduling slips (the open
+	// loop may fall behind and catch up), narrow enough to tell ≈200 recorded
+	// (warm-up excluded) from ≈400 (warm-up recorded).
+	if res.Ops < 100 || res.Ops > 300 || calls < res.Ops+100 {
 		t.Fatalf("recorded %d of %d operations; want ≈200 of ≈400 (warm-up excluded)", res.Ops, calls)
 	}
 }
