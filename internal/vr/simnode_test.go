@@ -35,6 +35,7 @@ type kvVal struct {
 	exists  bool
 	val     string
 	version uint64
+	meta    string // the record's meta (kv.EncodeMeta: an expiry)
 }
 
 // store is a replica's in-memory store: the state kv.Apply reads and its
@@ -43,9 +44,9 @@ type store map[string]kvVal
 
 // get is the store as a kv.Getter. A deleted key reports its deletion's
 // version, so a read of it tells the checkers which write it saw.
-func (s store) get(key []byte) ([]byte, uint64, bool, error) {
+func (s store) get(key []byte) ([]byte, []byte, uint64, bool, error) {
 	v := s[string(key)]
-	return []byte(v.val), v.version, v.exists, nil
+	return []byte(v.val), []byte(v.meta), v.version, v.exists, nil
 }
 
 // toKV is the kv op that executes the checker's write op.
@@ -104,9 +105,9 @@ func (s store) apply(opn uint64, data []byte) []byte {
 	}
 	var recs []kvVal
 	var keys []string
-	res, opErr := kv.Apply(s.get, opn, &op, 0, func(key, value []byte, tomb bool) {
+	res, opErr := kv.Apply(s.get, opn, &op, 0, func(key, value, meta []byte, tomb bool) {
 		keys = append(keys, string(key))
-		recs = append(recs, kvVal{exists: !tomb, val: string(value), version: opn})
+		recs = append(recs, kvVal{exists: !tomb, val: string(value), version: opn, meta: string(meta)})
 	})
 	if opErr == nil {
 		for i, k := range keys {
@@ -140,7 +141,9 @@ func decodeResult(b []byte) check.Result {
 // readResult is a GET of key evaluated by kv.Read over state v (the store's,
 // or an async overlay's).
 func readResult(key string, v kvVal) check.Result {
-	get := func([]byte) ([]byte, uint64, bool, error) { return []byte(v.val), v.version, v.exists, nil }
+	get := func([]byte) ([]byte, []byte, uint64, bool, error) {
+		return []byte(v.val), []byte(v.meta), v.version, v.exists, nil
+	}
 	res, err := kv.Read(get, nil, &kv.Op{Kind: kv.KindGet, Key: []byte(key)}, 0)
 	if err != nil {
 		panic(fmt.Sprintf("read %q: %v", key, err))
@@ -195,6 +198,8 @@ func (s store) encode() []byte {
 		b = binary.AppendUvarint(b, v.version)
 		b = binary.AppendUvarint(b, uint64(len(v.val)))
 		b = append(b, v.val...)
+		b = binary.AppendUvarint(b, uint64(len(v.meta)))
+		b = append(b, v.meta...)
 	}
 	return b
 }
@@ -207,7 +212,8 @@ func decodeKV(b []byte) store {
 		k := r.str()
 		ex := r.byte() == 1
 		ver := r.uvarint()
-		s[k] = kvVal{ex, r.str(), ver}
+		val := r.str()
+		s[k] = kvVal{exists: ex, val: val, version: ver, meta: r.str()}
 	}
 	if r.err != nil {
 		panic(fmt.Sprintf("decodeKV: %v", r.err))
