@@ -1,0 +1,250 @@
+package server
+
+import (
+	"net"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kefirdb/kefir/internal/resp"
+)
+
+// expiryScript exercises every expiry command, option, reply and error with
+// times that do not depend on the clock (far-future absolute expiries, whole
+// seconds read back well within the 500 ms rounding). The replies are
+// redis-server 7.0.15's, recorded with KEFIR_REDIS_ADDR=127.0.0.1:<port>
+// KEFIR_EXPIRY_PRINT=1 go test -run TestExpiryCommandsAsRedis ./internal/server/;
+// with KEFIR_REDIS_ADDR set, the test checks them against that server too.
+const expiryScript = `
+SET k v EX 0 => ERR invalid expire time in 'set' command
+SET k v PX -5 => ERR invalid expire time in 'set' command
+SET k v EX soon => ERR value is not an integer or out of range
+SET k v EX => ERR syntax error
+SET k v EX 10 PX 10 => ERR syntax error
+SET k v EX 10 KEEPTTL => ERR syntax error
+SET k v KEEPTTL EX 10 => ERR syntax error
+SET k v EXAT 9223372036854775807 => ERR invalid expire time in 'set' command
+SET k v EX 9223372036854776 => ERR invalid expire time in 'set' command
+SET k v EX 9223372036854775 => ERR invalid expire time in 'set' command
+SET k v NX XX => ERR syntax error
+SET k v GET GET => (nil)
+SETEX k 0 v => ERR invalid expire time in 'setex' command
+SETEX k -1 v => ERR invalid expire time in 'setex' command
+SETEX k x v => ERR value is not an integer or out of range
+PSETEX k 0 v => ERR invalid expire time in 'psetex' command
+SET k v EXAT 4102444800 => OK
+TTL missing => (integer) -2
+PTTL missing => (integer) -2
+EXPIRETIME missing => (integer) -2
+PEXPIRETIME missing => (integer) -2
+EXPIRETIME k => (integer) 4102444800
+PEXPIRETIME k => (integer) 4102444800000
+SET k v KEEPTTL => OK
+EXPIRETIME k => (integer) 4102444800
+SET k v => OK
+EXPIRETIME k => (integer) -1
+TTL k => (integer) -1
+SET k v PXAT 4102444800123 => OK
+PEXPIRETIME k => (integer) 4102444800123
+EXPIRETIME k => (integer) 4102444800
+SET k v EX 100 => OK
+TTL k => (integer) 100
+SET k v EXAT 1 => OK
+GET k => (nil)
+EXISTS k => (integer) 0
+SET k v EX 100 GET => (nil)
+SET k w EX 100 GET => "v"
+SETEX k 100 v => OK
+TTL k => (integer) 100
+PSETEX k 100000 v => OK
+TTL k => (integer) 100
+SET k 5 EXAT 4102444800 => OK
+INCR k => (integer) 6
+EXPIRETIME k => (integer) 4102444800
+APPEND k 0 => (integer) 2
+EXPIRETIME k => (integer) 4102444800
+GETSET k 1 => "60"
+EXPIRETIME k => (integer) -1
+SET k v EXAT 4102444800 => OK
+PERSIST k => (integer) 1
+PERSIST k => (integer) 0
+PERSIST missing => (integer) 0
+TTL k => (integer) -1
+EXPIRE k 100 XX => (integer) 0
+EXPIRE k 100 GT => (integer) 0
+EXPIRE k 100 NX => (integer) 1
+EXPIRE k 100 NX => (integer) 0
+TTL k => (integer) 100
+EXPIRE k 200 LT => (integer) 0
+EXPIRE k 50 LT => (integer) 1
+TTL k => (integer) 50
+EXPIRE k 200 GT => (integer) 1
+TTL k => (integer) 200
+EXPIRE k 100 XX GT => (integer) 0
+EXPIRE k 300 XX GT => (integer) 1
+TTL k => (integer) 300
+EXPIRE k 100 NX XX => ERR NX and XX, GT or LT options at the same time are not compatible
+EXPIRE k 100 GT LT => ERR GT and LT options at the same time are not compatible
+EXPIRE k 100 FOO => ERR Unsupported option FOO
+EXPIRE k abc => ERR value is not an integer or out of range
+EXPIRE k 9223372036854775807 => ERR invalid expire time in 'expire' command
+PEXPIRE k 9223372036854775807 => ERR invalid expire time in 'pexpire' command
+EXPIREAT k 4102444800 => (integer) 1
+EXPIRETIME k => (integer) 4102444800
+PEXPIREAT k 4102444800999 => (integer) 1
+PEXPIRETIME k => (integer) 4102444800999
+EXPIRETIME k => (integer) 4102444801
+EXPIRE missing 100 => (integer) 0
+EXPIRE k => ERR wrong number of arguments for 'expire' command
+EXPIRE k -1 => (integer) 1
+EXISTS k => (integer) 0
+SET k v => OK
+EXPIREAT k 0 => (integer) 1
+GET k => (nil)
+SET k v => OK
+PEXPIRE k 0 => (integer) 1
+GET k => (nil)
+GETEX missing => (nil)
+GETEX missing EX 10 => (nil)
+SET k v => OK
+GETEX k => "v"
+TTL k => (integer) -1
+GETEX k EX 100 => "v"
+TTL k => (integer) 100
+GETEX k PERSIST => "v"
+TTL k => (integer) -1
+GETEX k EXAT 4102444800 => "v"
+EXPIRETIME k => (integer) 4102444800
+GETEX k PXAT 4102444800500 => "v"
+PEXPIRETIME k => (integer) 4102444800500
+GETEX k EX 0 => ERR invalid expire time in 'getex' command
+GETEX k EX -1 => ERR invalid expire time in 'getex' command
+GETEX k EX x => ERR value is not an integer or out of range
+GETEX k EX 10 PX 10 => ERR syntax error
+GETEX k EX 10 PERSIST => ERR syntax error
+GETEX k PERSIST EX 10 => ERR syntax error
+GETEX k FOO => ERR syntax error
+GETEX k EX => ERR syntax error
+GETEX k EXAT 1 => "v"
+GET k => (nil)
+TTL => ERR wrong number of arguments for 'ttl' command
+PERSIST => ERR wrong number of arguments for 'persist' command
+SETEX k 10 => ERR wrong number of arguments for 'setex' command
+`
+
+// runExpiryScript runs expiryScript on c; with print set it logs the replies
+// in the script's form instead of checking them.
+func runExpiryScript(t *testing.T, c *client, print bool) {
+	t.Helper()
+	if !print {
+		c.expect(expiryScript)
+		return
+	}
+	var out []string
+	for _, line := range strings.Split(strings.TrimSpace(expiryScript), "\n") {
+		cmd, _, _ := strings.Cut(line, "=>")
+		out = append(out, strings.TrimSpace(cmd)+" => "+c.do(strings.Fields(cmd)...))
+	}
+	t.Log("\n" + strings.Join(out, "\n"))
+}
+
+// Every expiry command answers as Redis 7 does, on a single node.
+func TestExpiryCommandsAsRedis(t *testing.T) {
+	print := os.Getenv("KEFIR_EXPIRY_PRINT") != ""
+	if addr := os.Getenv("KEFIR_REDIS_ADDR"); addr != "" {
+		nc, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		rc := &client{t: t, nc: nc, rd: resp.NewReader(nc, 0)}
+		rc.do("DEL", "k", "missing")
+		t.Run("redis", func(t *testing.T) { rc.t = t; runExpiryScript(t, rc, print) })
+	}
+	s := startServer(t, nil)
+	c := dial(t, s)
+	t.Run("kefir", func(t *testing.T) { c.t = t; runExpiryScript(t, c, print) })
+}
+
+// A key with a TTL is there until its expiry and gone after it, to every
+// read command, and PTTL counts down.
+func TestExpiryTakesEffect(t *testing.T) {
+	s := startServer(t, nil)
+	c := dial(t, s)
+	c.expect(`
+SET a 1 PX 300 => OK
+SET b 2 => OK
+MSET c 3 d 4 => OK
+PEXPIRE c 300 => (integer) 1
+GET a => "1"
+EXISTS a b c => (integer) 3
+`)
+	if p := c.do("PTTL", "a"); p == "(integer) -1" || p == "(integer) -2" {
+		t.Fatalf("PTTL a = %s", p)
+	}
+	time.Sleep(400 * time.Millisecond)
+	c.expect(`
+GET a => (nil)
+STRLEN a => (integer) 0
+MGET a b c => [(nil), "2", (nil)]
+EXISTS a b c => (integer) 1
+TTL a => (integer) -2
+PERSIST c => (integer) 0
+INCR a => (integer) 1
+TTL a => (integer) -1
+SET c x XX => (nil)
+SET c x NX => OK
+KEFIR.SCAN a z => ["a", "1", "b", "2", "c", "x", "d", "4"]
+`)
+}
+
+// A 3-replica group answers the expiry commands as Redis does through the
+// leader and through a follower (which forwards them), and a key with a TTL
+// disappears at every replica and every level once it expires, with no
+// replica deleting on its own: the leader's active expiry is what deletes.
+func TestExpiryReplicated(t *testing.T) {
+	g := startGroup(t)
+	l := g.leader(t)
+	f := (l + 1) % 3
+	lc := dial(t, g.nodes[l])
+	t.Run("leader", func(t *testing.T) { lc.t = t; runExpiryScript(t, lc, false) })
+	fc := dial(t, g.nodes[f])
+	t.Run("follower", func(t *testing.T) { fc.t = t; runExpiryScript(t, fc, false) })
+
+	lc.t, fc.t = t, t
+	lc.expect(`
+SET e v PX 400 => OK
+SET p v => OK
+`)
+	// Every replica, at a weak level, sees the key before its expiry...
+	var cs []*client
+	for i := range g.nodes {
+		c := dial(t, g.nodes[i])
+		c.expect(`KEFIR.CONSISTENCY eventual => OK`)
+		cs = append(cs, c)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for i, c := range cs {
+		for c.do("GET", "e") != `"v"` {
+			if time.Now().After(deadline) {
+				t.Fatalf("replica %d never showed e before its expiry", i)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	time.Sleep(500 * time.Millisecond)
+	// ... and none after it, at any level.
+	for i, c := range cs {
+		if got := c.do("GET", "e"); got != "(nil)" {
+			t.Errorf("replica %d: GET e after its expiry = %s", i, got)
+		}
+		if got := c.do("EXISTS", "e", "p"); got != "(integer) 1" {
+			t.Errorf("replica %d: EXISTS e p = %s", i, got)
+		}
+	}
+	lc.expect(`
+GET e => (nil)
+TTL e => (integer) -2
+`)
+}
