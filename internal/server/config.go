@@ -154,6 +154,10 @@ type Config struct {
 	// they hold an active-set lease (docs/design/cad.md §3); every member
 	// must agree.
 	FollowerReads bool
+	// ActiveExpiry is the tick of the leader's background deletion of
+	// expired keys (expiry.go; default DefaultActiveExpiry, negative: off,
+	// leaving expired keys hidden by reads but stored until written).
+	ActiveExpiry time.Duration
 }
 
 // Member is one replica of the group: its id, the address peers dial, and the

@@ -1,12 +1,15 @@
 package server
 
 import (
+	"context"
 	"math"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/kefirdb/kefir/internal/command"
 	"github.com/kefirdb/kefir/internal/kv"
+	"github.com/kefirdb/kefir/internal/shard"
 )
 
 // Key expiry commands (docs/design/expiry.md): SET's EX|PX|EXAT|PXAT|KEEPTTL,
@@ -219,4 +222,107 @@ func parseExpiryRead(spec *command.Spec, args [][]byte) (kv.Op, bool) {
 		return kv.Op{}, false
 	}
 	return kv.Op{Kind: kv.KindTTL, Key: args[1], Delta: unit}, true
+}
+
+// Active expiry: the leader (a single node: the node) deletes expired keys
+// in the background, so that keys nobody reads again do not stay on disk.
+// Each tick (Config.ActiveExpiry, default 100 ms, Redis's hz 10) samples
+// keys with meta from a cursor that walks the keyspace and proposes a
+// replicated delete-if-still-expired (kv.KindExpireIfDue) of the expired
+// ones; while more than a tenth of a sample had expired it samples again,
+// for at most a quarter of the tick (Redis's adaptive cycle). Replicas
+// never delete on their own: a follower skips the cycle, and what it
+// applies is the leader's deletes.
+const (
+	expirySample    = 64   // keys with meta sampled per round
+	expiryWalk      = 4096 // index entries walked per round at most
+	expiryStaleFrac = 10   // keep going while more than 1/expiryStaleFrac expired
+)
+
+// DefaultActiveExpiry is the active expiry tick.
+const DefaultActiveExpiry = 100 * time.Millisecond
+
+// activeExpiry is the background cycle's state.
+type activeExpiry struct {
+	stop, done chan struct{}
+	cursor     []byte
+	deleted    atomic.Uint64 // keys deleted by the cycle (INFO, tests)
+}
+
+// startActiveExpiry starts the cycle unless Config.ActiveExpiry is negative.
+func (s *Server) startActiveExpiry() {
+	every := s.cfg.ActiveExpiry
+	if every < 0 {
+		return
+	}
+	if every == 0 {
+		every = DefaultActiveExpiry
+	}
+	ae := &activeExpiry{stop: make(chan struct{}), done: make(chan struct{})}
+	s.expiry = ae
+	go func() {
+		defer close(ae.done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-ae.stop:
+				return
+			case <-t.C:
+			}
+			s.expiryCycle(ae, every/4)
+		}
+	}()
+}
+
+// stopActiveExpiry stops the cycle and waits for it, before the shard closes.
+func (s *Server) stopActiveExpiry() {
+	if ae := s.expiry; ae != nil {
+		close(ae.stop)
+		<-ae.done
+	}
+}
+
+// expiryCycle runs one tick's rounds, within budget.
+func (s *Server) expiryCycle(ae *activeExpiry, budget time.Duration) {
+	if s.vr != nil && !s.vr.Leads() {
+		ae.cursor = nil // a new leader starts its own walk
+		return
+	}
+	start := time.Now()
+	for {
+		keys, sampled, next, err := shard.FindExpired(s.db, ae.cursor, expiryNow(), expiryWalk, expirySample)
+		if err != nil {
+			s.log.Warn("active expiry", "err", err)
+			return
+		}
+		ae.cursor = next
+		if len(keys) > 0 {
+			// Now is stamped by the proposer (the shard, the leader's replica):
+			// the op rechecks each key with it.
+			w := []shard.WriteReq{{Op: kv.Op{Kind: kv.KindExpireIfDue, Keys: keys}}}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			p, err := s.shard.Apply(ctx, w)
+			if err == nil {
+				err = w[0].Err
+			}
+			if err == nil {
+				err = s.shard.Wait(ctx, p)
+			}
+			cancel()
+			if err != nil {
+				s.log.Debug("active expiry: delete", "keys", len(keys), "err", err)
+				return
+			}
+			ae.deleted.Add(uint64(w[0].Result.Int))
+		}
+		if next == nil || sampled == 0 || len(keys)*expiryStaleFrac <= sampled || time.Since(start) > budget {
+			return
+		}
+		select {
+		case <-ae.stop:
+			return
+		default:
+		}
+	}
 }

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"fmt"
 	"net"
 	"os"
 	"strings"
@@ -247,4 +248,100 @@ SET p v => OK
 GET e => (nil)
 TTL e => (integer) -2
 `)
+}
+
+// storedKeys counts which of keys s's engine still stores (expired or not).
+func storedKeys(s *Server, keys []string) int {
+	n := 0
+	for _, k := range keys {
+		if _, err := s.db.Get([]byte(k)); err == nil {
+			n++
+		}
+	}
+	return n
+}
+
+// The leader's active expiry deletes expired keys from every replica's
+// engine, with replicated deletes; without it (ActiveExpiry < 0) expired
+// keys stay stored on every replica, hidden from reads: no replica deletes
+// on its own.
+func TestActiveExpiryReplicated(t *testing.T) {
+	for _, active := range []bool{false, true} {
+		t.Run(fmt.Sprint("active=", active), func(t *testing.T) {
+			g := startGroupWith(t, func(c *Config) {
+				c.ActiveExpiry = -1
+				if active {
+					c.ActiveExpiry = 20 * time.Millisecond
+				}
+			})
+			l := g.leader(t)
+			c := dial(t, g.nodes[l])
+			var keys []string
+			var pipe []byte
+			for i := 0; i < 300; i++ {
+				k := fmt.Sprintf("x%03d", i)
+				keys = append(keys, k)
+				pipe = appendCmd(pipe, "SET", k, "v", "PX", "200")
+			}
+			pipe = appendCmd(pipe, "SET", "keep", "v", "EX", "100")
+			if _, err := c.nc.Write(pipe); err != nil {
+				t.Fatal(err)
+			}
+			for range 301 {
+				if r := c.reply(); r != "OK" {
+					t.Fatalf("SET: %s", r)
+				}
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for i, n := range g.nodes {
+				for storedKeys(n, keys) != len(keys) {
+					if time.Now().After(deadline) {
+						t.Fatalf("replica %d never stored the keys", i)
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+			}
+			time.Sleep(1200 * time.Millisecond)
+			c.expect(`
+GET x000 => (nil)
+EXISTS x001 x299 keep => (integer) 1
+`)
+			for i, n := range g.nodes {
+				got := storedKeys(n, keys)
+				if !active && got != len(keys) {
+					t.Errorf("replica %d deleted %d expired keys with active expiry off", i, len(keys)-got)
+				}
+				if active && got != 0 {
+					t.Errorf("replica %d still stores %d of %d expired keys", i, got, len(keys))
+				}
+				if _, err := n.db.Get([]byte("keep")); err != nil {
+					t.Errorf("replica %d: keep: %v", i, err)
+				}
+			}
+			if active && g.nodes[l].expiry.deleted.Load() != uint64(len(keys)) {
+				t.Errorf("the leader's cycle deleted %d keys, want %d", g.nodes[l].expiry.deleted.Load(), len(keys))
+			}
+		})
+	}
+}
+
+// On a single node the cycle deletes expired keys too, and a key written
+// again after it expired is not deleted.
+func TestActiveExpirySingleNode(t *testing.T) {
+	s := startServer(t, func(c *Config) { c.ActiveExpiry = 20 * time.Millisecond })
+	c := dial(t, s)
+	c.expect(`
+SET a 1 PX 100 => OK
+SET b 1 PX 100 => OK
+`)
+	time.Sleep(50 * time.Millisecond)
+	c.expect(`SET b 2 => OK`)
+	deadline := time.Now().Add(5 * time.Second)
+	for storedKeys(s, []string{"a"}) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("a was never deleted")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	c.expect(`GET b => "2"`)
 }

@@ -170,3 +170,52 @@ func TestMetaBadInput(t *testing.T) {
 }
 
 func crcOf(b []byte) uint32 { return crc32.Checksum(b[4:], seglog.CRCTable) }
+
+// MetaKeys visits exactly the keys whose newest version has meta, in order,
+// and resumes where it stopped.
+func TestMetaKeys(t *testing.T) {
+	db := mustOpen(t, memOpts(vfs.NewMem()))
+	defer db.Close()
+	want := []string{}
+	for i := 0; i < 100; i++ {
+		k := fmt.Sprintf("k%03d", i)
+		r := Record{Key: []byte(k), Value: []byte("v"), Version: uint64(i + 1)}
+		if i%3 == 0 {
+			r.Meta = []byte{0, 1}
+		}
+		if _, err := db.Append(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// k000 loses its meta, k003 is deleted: neither is visited.
+	if _, err := db.Append(Record{Key: []byte("k000"), Value: []byte("v"), Version: 200},
+		Record{Key: []byte("k003"), Version: 200, Tombstone: true}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 6; i < 100; i += 3 {
+		want = append(want, fmt.Sprintf("k%03d", i))
+	}
+	var got []string
+	var from []byte
+	for rounds := 0; ; rounds++ {
+		if rounds > 100 {
+			t.Fatal("MetaKeys does not progress")
+		}
+		stop := 0
+		next, err := db.MetaKeys(from, 7, func(k []byte) bool {
+			got = append(got, string(k))
+			stop++
+			return stop < 2 // stop early too, half the time
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if next == nil {
+			break
+		}
+		from = next
+	}
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("MetaKeys visited %v, want %v", got, want)
+	}
+}
