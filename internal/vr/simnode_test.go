@@ -54,7 +54,9 @@ func toKV(op check.Op) kv.Op {
 	key := []byte(op.Key)
 	switch op.Kind {
 	case check.Put:
-		return kv.Op{Kind: kv.KindSet, Key: key, Value: []byte(op.Value)}
+		// An expiry is absolute, on the recorder's clock in ns, as a PXAT
+		// (expiry_sim_test.go); kv counts in ms.
+		return kv.Op{Kind: kv.KindSet, Key: key, Value: []byte(op.Value), ExpireAt: op.ExpireAt / int64(time.Millisecond)}
 	case check.Delete:
 		return kv.Op{Kind: kv.KindDel, Keys: [][]byte{key}}
 	case check.CAS:
@@ -81,8 +83,13 @@ func fromKV(op kv.Op) check.Op {
 }
 
 // encodeOp is an entry's Data: the op in kv's codec.
-func encodeOp(op check.Op) []byte {
+func encodeOp(op check.Op) []byte { return encodeOpAt(op, 0) }
+
+// encodeOpAt is encodeOp with the proposer's clock (unix ms; 0: none, for
+// runs without expiry) in the op: the only clock the state machine uses.
+func encodeOpAt(op check.Op, now int64) []byte {
 	k := toKV(op)
+	k.Now = now
 	return kv.AppendOp(nil, &k)
 }
 
@@ -98,10 +105,17 @@ func decodeOp(b []byte) check.Op {
 // its records and returns the result for the core's client table: the
 // checker's op kind (to read it back as a check.Result), then the outcome in
 // kv's codec.
-func (s store) apply(opn uint64, data []byte) []byte {
+func (s store) apply(opn uint64, data []byte) []byte { return s.applyClock(opn, data, 0) }
+
+// applyClock is apply; clock, if not 0, replaces the op's Now (the
+// mutation of a state machine that reads its own clock: expiry_sim_test.go).
+func (s store) applyClock(opn uint64, data []byte, clock int64) []byte {
 	op, err := kv.DecodeOp(data)
 	if err != nil {
 		panic(fmt.Sprintf("apply: op %d: %v", opn, err))
+	}
+	if clock != 0 {
+		op.Now = clock
 	}
 	var recs []kvVal
 	var keys []string
@@ -140,11 +154,15 @@ func decodeResult(b []byte) check.Result {
 
 // readResult is a GET of key evaluated by kv.Read over state v (the store's,
 // or an async overlay's).
-func readResult(key string, v kvVal) check.Result {
+func readResult(key string, v kvVal) check.Result { return readResultAt(key, v, 0) }
+
+// readResultAt is readResult deciding expiry at now (unix ms, the serving
+// replica's: expiry_sim_test.go; 0: nothing expires).
+func readResultAt(key string, v kvVal, now int64) check.Result {
 	get := func([]byte) ([]byte, []byte, uint64, bool, error) {
 		return []byte(v.val), []byte(v.meta), v.version, v.exists, nil
 	}
-	res, err := kv.Read(get, nil, &kv.Op{Kind: kv.KindGet, Key: []byte(key)}, 0)
+	res, err := kv.Read(get, nil, &kv.Op{Kind: kv.KindGet, Key: []byte(key), Now: now}, 0)
 	if err != nil {
 		panic(fmt.Sprintf("read %q: %v", key, err))
 	}
@@ -371,6 +389,8 @@ type simOptions struct {
 	// trusts the log's snapshot point whatever the engine holds.
 	engineLoss      float64
 	engineTrustsLog bool
+	// ttl: key expiry runs (expiry_sim_test.go); nil: off.
+	ttl *ttlSim
 }
 
 // simCounters shows that a run exercised the paths it claims to.
@@ -493,6 +513,7 @@ func (n *simReplica) Step(ev sim.Event) {
 		before := n.core.Info()
 		n.core.Tick(ev.Now)
 		n.count(before)
+		n.expiryTick()
 	case sim.Persisted:
 		var seq uint64
 		for len(n.seqAt) > 0 && n.seqAt[0].recs <= ev.Persisted {
@@ -562,7 +583,7 @@ func (n *simReplica) onClient(from sim.Addr, m clientReq) {
 		n.onClientRead(from, m)
 		return
 	}
-	err := n.core.Propose(n.now, Request{Client: uint64(from), ReqNum: m.Seq, Data: encodeOp(m.Op)})
+	err := n.core.Propose(n.now, Request{Client: uint64(from), ReqNum: m.Seq, Data: encodeOpAt(m.Op, n.proposeNow())})
 	if err != nil {
 		n.redirect(from, m.Seq)
 	}
@@ -603,7 +624,7 @@ func (n *simReplica) serveReads() {
 		if n.cadRewait(p, v) {
 			continue
 		}
-		res := readResult(p.key, v)
+		res := readResultAt(p.key, v, n.readNow())
 		res.Node = int(n.id)
 		n.out.Messages = append(n.out.Messages, sim.Envelope{To: p.client, Msg: clientResp{Seq: p.seq, OK: true, Result: res}})
 	}
@@ -667,7 +688,7 @@ func (n *simReplica) drain() {
 				if c.Duplicate {
 					continue
 				}
-				results[i] = n.state.apply(c.Op, c.Data)
+				results[i] = n.state.applyClock(c.Op, c.Data, n.applyClock())
 			}
 			n.core.Advance(results)
 			n.pruneOverlay()
