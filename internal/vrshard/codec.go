@@ -10,15 +10,16 @@ import (
 
 // A write travels through the VR log as vr.Request.Data:
 //
-//	format byte (2) | proposer uvarint | local seq uvarint | timestamp varint |
+//	format byte (3) | proposer uvarint | local seq uvarint | timestamp varint |
 //	op (kv.AppendOp: kind byte | flags byte | delta varint | key | value | expected | nkeys uvarint | keys...
 //	    [| now | expire-at | ttl flags])
 //
-// Format 2 (key expiry) ops may carry kv's expiry trailer (the proposer's Now
+// Format 3 (key expiry) ops may carry kv's expiry trailer (the proposer's Now
 // is in every write it proposes); format 1 entries, written before, never do
-// and still decode. A build that knows only format 1 refuses format 2 entries
-// as corrupt: every member of a group must run a build that knows format 2
-// before one of them proposes (docs/operations.md).
+// and still decode. (2 is forgetFormat, the client-table entry.) A build that
+// knows only format 1 refuses format 3 entries as corrupt: every member of a
+// group must run a build that knows format 3 before one of them proposes
+// (docs/operations.md).
 //
 // (byte strings are uvarint length + bytes). The proposer and local seq let the
 // replica that proposed a write without a client id (plain Redis clients: the
@@ -27,7 +28,7 @@ import (
 // that every replica stores the same record timestamps.
 
 const (
-	dataFormat   = 2
+	dataFormat   = 3 // not 2: that is forgetFormat
 	dataFormatV1 = 1 // before key expiry: no op carries an expiry trailer
 )
 

@@ -11,7 +11,7 @@ import (
 )
 
 // A log entry written before key expiry (format 1) still decodes, and a
-// format 2 entry carries the proposer's Now, the expiry and its options.
+// format 3 entry carries the proposer's Now, the expiry and its options.
 func TestEntryFormatsAcrossExpiry(t *testing.T) {
 	// encodeOp(nil, header{proposer: 1, seq: 2, ts: 3}, SET k v) at ae3fe84.
 	old, _ := hex.DecodeString("01010206" + "060000016b01760000")
@@ -21,13 +21,16 @@ func TestEntryFormatsAcrossExpiry(t *testing.T) {
 	}
 	in := kv.Op{Kind: kv.KindSet, Key: []byte("k"), Value: []byte("v"), Now: 1733380000000, ExpireAt: 1733380010000, TTL: kv.TTLKeep}
 	b := encodeOp(nil, header{1, 2, 3}, &in)
-	if b[0] != 2 {
-		t.Fatalf("format byte %d, want 2", b[0])
+	if b[0] != dataFormat || dataFormat == forgetFormat {
+		t.Fatalf("format byte %d (forget entries: %d)", b[0], forgetFormat)
+	}
+	if _, _, ok, _ := decodeForget(b); ok {
+		t.Fatal("an op entry decodes as a forget entry")
 	}
 	if _, got, err := decodeOp(b); err != nil || got.Now != in.Now || got.ExpireAt != in.ExpireAt || got.TTL != in.TTL {
 		t.Fatalf("format 2 entry: %+v %v", got, err)
 	}
-	if _, _, err := decodeOp(append([]byte{3}, b[1:]...)); err == nil {
+	if _, _, err := decodeOp(append([]byte{4}, b[1:]...)); err == nil {
 		t.Fatal("an unknown format decoded")
 	}
 }
