@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
 )
 
 // Key expiry on a real 3-replica group (docs/design/expiry.md): redis-cli
@@ -118,4 +117,3 @@ func redisPy(t *testing.T, addr string) {
 		t.Fatalf("redis-py: %v\n%s", err, out)
 	}
 }
-
