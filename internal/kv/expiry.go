@@ -78,8 +78,10 @@ const (
 const (
 	// TypeString is the type byte of a string value.
 	TypeString byte = 0
-	metaLenTTL      = 9
 )
+
+// metaLenTTL is the length of the meta of a key with an expiry.
+const metaLenTTL = 9
 
 // EncodeMeta returns the meta of a value of type typ expiring at expireAt
 // (unix ms; 0: never). A string that never expires has none (nil).

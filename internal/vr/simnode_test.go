@@ -101,14 +101,11 @@ func decodeOp(b []byte) check.Op {
 	return fromKV(op)
 }
 
-// apply executes the entry at op opn with kv.Apply, updates the store with
-// its records and returns the result for the core's client table: the
+// applyClock executes the entry at op opn with kv.Apply, updates the store
+// with its records and returns the result for the core's client table: the
 // checker's op kind (to read it back as a check.Result), then the outcome in
-// kv's codec.
-func (s store) apply(opn uint64, data []byte) []byte { return s.applyClock(opn, data, 0) }
-
-// applyClock is apply; clock, if not 0, replaces the op's Now (the
-// mutation of a state machine that reads its own clock: expiry_sim_test.go).
+// kv's codec. clock, if not 0, replaces the op's Now (the mutation of a
+// state machine that reads its own clock: expiry_sim_test.go).
 func (s store) applyClock(opn uint64, data []byte, clock int64) []byte {
 	op, err := kv.DecodeOp(data)
 	if err != nil {
