@@ -3,9 +3,12 @@ package vrshard
 import (
 	"bytes"
 	"encoding/hex"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/kefirdb/kefir/internal/kv"
+	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/storage"
 	"github.com/kefirdb/kefir/internal/vfs"
 )
@@ -76,6 +79,57 @@ func TestSnapshotCarriesMeta(t *testing.T) {
 			if _, err := snapshotMetas(rd, rd.uvarint()); err == nil {
 				t.Fatal("a corrupt meta trailer passed")
 			}
+		}
+	}
+}
+
+// A replica that lost its disk and rejoins by a snapshot has every key's
+// expiry: state transfer carries meta.
+func TestWipedReplicaGetsExpiriesBySnapshot(t *testing.T) {
+	c := newCluster(t, 3, func(o *Options) {
+		o.CheckpointOps = 40 // compact often, so the log no longer starts at op 1
+		o.KeepTail = 5
+	})
+	const at = 4102444800000
+	var last kv.Result
+	var err error
+	for i := range 120 {
+		op := set(fmt.Sprint("k", i%30), fmt.Sprint("v", i))
+		if i%2 == 1 {
+			op.ExpireAt = at + int64(i)
+		}
+		if last, err = c.write(op, shard.ReqID{}, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l := c.leader(5 * time.Second)
+	f := (l + 1) % 3
+	c.waitApplied(last.Version, 5*time.Second)
+	c.wipe(f)
+	for i := range 20 {
+		if last, err = c.write(set(fmt.Sprint("late", i), "x"), shard.ReqID{}, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.open(f, false, nil)
+	c.waitApplied(last.Version, 15*time.Second)
+	c.waitRecovered(f, 15*time.Second)
+	if c.reps[f].Stats().SnapsLoaded == 0 {
+		t.Fatal("the wiped replica caught up without a snapshot: the test did not test state transfer")
+	}
+	for k := range 30 {
+		i := 90 + k // the last write of k<k%30>
+		key := fmt.Sprint("k", i%30)
+		v, err := c.reps[f].Engine().Get([]byte(key))
+		if err != nil {
+			t.Fatalf("%s: %v", key, err)
+		}
+		want := int64(0)
+		if i%2 == 1 {
+			want = at + int64(i)
+		}
+		if got := kv.ExpireAt(v.Meta); got != want {
+			t.Errorf("%s on the restored replica expires at %d, want %d", key, got, want)
 		}
 	}
 }
