@@ -234,7 +234,7 @@ func parseExpiryRead(spec *command.Spec, args [][]byte) (kv.Op, bool) {
 // never delete on their own: a follower skips the cycle, and what it
 // applies is the leader's deletes.
 const (
-	expirySample    = 64   // keys with meta sampled per round
+	expirySample    = 256  // keys with meta sampled per round
 	expiryWalk      = 4096 // index entries walked per round at most
 	expiryStaleFrac = 10   // keep going while more than 1/expiryStaleFrac expired
 )
