@@ -158,6 +158,10 @@ type Config struct {
 	// expired keys (expiry.go; default DefaultActiveExpiry, negative: off,
 	// leaving expired keys hidden by reads but stored until written).
 	ActiveExpiry time.Duration
+	// ClockSkew (replicated mode) bounds every member's wall clock's offset
+	// from the leader's; followers decide expiry at their clock plus it
+	// (vrshard.Options.ClockSkew; 0: vrshard.DefaultClockSkew).
+	ClockSkew time.Duration
 }
 
 // Member is one replica of the group: its id, the address peers dial, and the
