@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -36,7 +37,16 @@ type ttlSim struct {
 	followerIgnoresTTL bool // a follower serves reads without deciding expiry
 	replicaClock       bool // the state machine decides expiry with the replica's own clock
 	replicaDeletes     bool // a follower deletes keys it finds expired on its own
+	// active: the leader runs active expiry (kv.KindExpireIfDue of the keys
+	// its state has expired, every few ms); activeDel is its mutation, a
+	// plain DEL that does not recheck at apply.
+	active, activeDel bool
+	proposed          *int               // active expiry deletes proposed (counted across runs)
+	last              map[sim.Addr]int64 // when each replica's active expiry last ran (wall ns)
 }
+
+// activeEvery is the simulated leader's active expiry tick.
+const activeEvery = 5 * time.Millisecond
 
 const ttlSkew = 2 * time.Millisecond
 
@@ -79,11 +89,26 @@ func (n *simReplica) applyClock() int64 {
 	return 0
 }
 
-// expiryTick is the replicaDeletes mutation: a follower drops the keys it
-// finds expired, without the log.
+// expiryClientBase marks the client ids a leader's active expiry proposes
+// with (one per replica; its request numbers are its local clock, which
+// only grows): no reply goes to them.
+const expiryClientBase = 1 << 40
+
+func isExpiryClient(c uint64) bool { return c >= expiryClientBase }
+
+// expiryTick runs the leader's active expiry (or, the replicaDeletes
+// mutation, a follower that drops the keys it finds expired, without the
+// log).
 func (n *simReplica) expiryTick() {
 	t := n.o.ttl
-	if t == nil || !t.replicaDeletes || n.core.Info().IsLeader {
+	if t == nil {
+		return
+	}
+	if t.active && n.core.Info().IsLeader {
+		n.activeExpiry()
+		return
+	}
+	if !t.replicaDeletes || n.core.Info().IsLeader {
 		return
 	}
 	now := toMs(t.wall(n.id))
@@ -91,6 +116,43 @@ func (n *simReplica) expiryTick() {
 		if v.exists && kv.Expired([]byte(v.meta), now) {
 			n.state[k] = kvVal{version: v.version}
 		}
+	}
+}
+
+// activeExpiry proposes the deletion of the keys this leader's applied
+// state has expired by its wall clock, as internal/server's cycle does: a
+// kv.KindExpireIfDue stamped with the leader's clock, which every replica
+// applies with that Now, rechecking each key (a write ordered in between
+// wins). The keys go in sorted order: a map's order is random and the run
+// must replay from its seed.
+func (n *simReplica) activeExpiry() {
+	t := n.o.ttl
+	wall := t.wall(n.id)
+	if wall-t.last[n.id] < int64(activeEvery) {
+		return
+	}
+	t.last[n.id] = wall
+	now := toMs(wall)
+	var keys []string
+	for k, v := range n.state {
+		if v.exists && kv.Expired([]byte(v.meta), now) {
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) == 0 {
+		return
+	}
+	slices.Sort(keys)
+	op := kv.Op{Kind: kv.KindExpireIfDue, Now: now}
+	if t.activeDel {
+		op.Kind = kv.KindDel
+	}
+	for _, k := range keys {
+		op.Keys = append(op.Keys, []byte(k))
+	}
+	req := Request{Client: expiryClientBase + uint64(n.id), ReqNum: uint64(n.now), Data: kv.AppendOp(nil, &op)}
+	if err := n.core.Propose(n.now, req); err == nil && t.proposed != nil {
+		*t.proposed += len(keys)
 	}
 }
 
@@ -115,7 +177,7 @@ func (w ttlWorkload) Next(rng *rand.Rand, client, seq int) check.Op {
 
 // ttlRun runs one seed with expiries (and the mutations t carries).
 func ttlRun(seed uint64, o simOptions, t ttlSim, trace io.Writer) (*sim.Sim, check.History) {
-	t.seed, t.skew = seed, int64(ttlSkew)
+	t.seed, t.skew, t.last = seed, int64(ttlSkew), map[sim.Addr]int64{}
 	o.ttl = &t
 	return simRunHook(seed, o, trace, func(so *sim.Options) {
 		eventualTweak(so)
@@ -141,14 +203,14 @@ func TestSimExpiry(t *testing.T) {
 	o := defaultSimOptions()
 	o.counters = &simCounters{}
 	o.session = &sessionCounters{}
-	var expiring, expiredReads, liveReads int
+	var expiring, expiredReads, liveReads, proposed int
 	sim.Explore(t, 1, seedCount(60, 3000), func(seed uint64, trace io.Writer) (err error) {
 		defer func() {
 			if p := recover(); p != nil {
 				err = fmt.Errorf("panic: %v", p)
 			}
 		}()
-		s, h := ttlRun(seed, o, ttlSim{}, trace)
+		s, h := ttlRun(seed, o, ttlSim{active: true, proposed: &proposed}, trace)
 		_, exp := check.SplitExpiring(h)
 		for _, op := range exp.Ops {
 			switch {
@@ -163,9 +225,9 @@ func TestSimExpiry(t *testing.T) {
 		g, e := judgeTTL(s, h)
 		return errors.Join(g, e)
 	})
-	t.Logf("puts with expiry %d; reads of keys with expiries: %d found, %d absent; eventual reads %d by followers",
-		expiring, liveReads, expiredReads, o.session.eventualByFollower)
-	if expiring == 0 || liveReads == 0 || expiredReads == 0 || o.session.eventualByFollower == 0 {
+	t.Logf("puts with expiry %d; reads of keys with expiries: %d found, %d absent; eventual reads %d by followers; active expiry proposed %d deletes",
+		expiring, liveReads, expiredReads, o.session.eventualByFollower, proposed)
+	if expiring == 0 || liveReads == 0 || expiredReads == 0 || o.session.eventualByFollower == 0 || proposed == 0 {
 		t.Error("the runs did not exercise expiry")
 	}
 }
@@ -214,4 +276,12 @@ func TestMutationStateMachineReadsClock(t *testing.T) {
 // itself, outside the log, ends with a state its peers do not have.
 func TestMutationReplicaDeletesOnItsOwn(t *testing.T) {
 	ttlCaught(t, 100, ttlSim{replicaDeletes: true}, byGeneral)
+}
+
+// TestMutationActiveExpiryWithoutRecheck: a leader whose active expiry
+// deletes what it found expired with a plain DEL, without rechecking at
+// apply, deletes a value written between its scan and the delete, and a
+// linearizable read misses a value before its expiry.
+func TestMutationActiveExpiryWithoutRecheck(t *testing.T) {
+	ttlCaught(t, 400, ttlSim{active: true, activeDel: true}, byExpiry)
 }

@@ -78,6 +78,9 @@ func fromKV(op kv.Op) check.Op {
 		return check.Op{Kind: check.CAS, Key: string(op.Key), Expect: string(op.Expected), Value: string(op.Value)}
 	case kv.KindIncrBy:
 		return check.Op{Kind: check.Incr, Key: string(op.Key), Delta: op.Delta}
+	case kv.KindExpireIfDue:
+		// The leader's active expiry (expiry_sim_test.go): no client waits.
+		return check.Op{Kind: check.Delete, Key: string(op.Keys[0])}
 	}
 	panic(fmt.Sprintf("fromKV: unexpected %v", op.Kind))
 }
@@ -691,6 +694,9 @@ func (n *simReplica) drain() {
 			n.pruneOverlay()
 		}
 		for _, r := range rd.Replies {
+			if isExpiryClient(r.Client) {
+				continue // the leader's own active expiry: nobody to answer
+			}
 			res := check.Result{Node: int(n.id)}
 			ok := r.Err == nil
 			if ok {
