@@ -345,3 +345,32 @@ SET b 1 PX 100 => OK
 	}
 	c.expect(`GET b => "2"`)
 }
+
+// With --nilext, SET with a future expiry (and SETEX) completes on the fast
+// path like a plain SET, carries its expiry to every replica, and is gone
+// once it expires; KEEPTTL keeps the ordered path (its meta depends on the
+// state) and keeps the expiry.
+func TestExpiryOnTheNilextFastPath(t *testing.T) {
+	g := startNilextGroup(t)
+	l := g.leader(t)
+	f := (l + 1) % 3
+	c := dial(t, g.nodes[f])
+	if err := fastWrites(t, g.nodes[f], c, "SET e v PX 800 => OK\nSETEX s 100 v => OK", 2); err != nil {
+		t.Fatal(err)
+	}
+	before := g.nodes[f].vr.Stats()
+	c.expect(`SET e w PX 800 KEEPTTL => ERR syntax error
+SET s w KEEPTTL => OK`)
+	if after := g.nodes[f].vr.Stats(); after.NilextFast != before.NilextFast {
+		t.Errorf("SET KEEPTTL took the fast path")
+	}
+	lc := dial(t, g.nodes[l])
+	lc.expect(`
+GET e => "v"
+TTL s => (integer) 100
+GET s => "w"
+`)
+	time.Sleep(900 * time.Millisecond)
+	lc.expect(`GET e => (nil)`)
+	c.expect(`GET e => (nil)`)
+}
