@@ -625,7 +625,9 @@ func (s *Server) info(section string) string {
 			s.m.total.Load(), s.m.commands.Load())
 	}
 	if want("keyspace") {
-		fmt.Fprintf(&b, "# Keyspace\r\ndb0:keys=%d,expires=0,avg_ttl=0\r\n\r\n", s.userKeys())
+		// expires: keys stored with an expiry (expiry.go), the expired ones
+		// active expiry has not deleted yet included, as Redis counts them.
+		fmt.Fprintf(&b, "# Keyspace\r\ndb0:keys=%d,expires=%d,avg_ttl=0\r\n\r\n", s.userKeys(), s.db.Stats().MetaKeys)
 	}
 	if want("kefir") {
 		fmt.Fprintf(&b, "# Kefir\r\nrole:%s\r\ndefault_consistency:%s\r\ndefault_durability:%s\r\nlast_version:%d\r\nlog_pos:%d\r\ndurable_pos:%d\r\nwrites:%d\r\nsyncs:%d\r\nread_syncs:%d\r\ndeduplicated_writes:%d\r\nclient_table_entries:%d\r\n\r\n",

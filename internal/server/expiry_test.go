@@ -374,3 +374,19 @@ GET s => "w"
 	lc.expect(`GET e => (nil)`)
 	c.expect(`GET e => (nil)`)
 }
+
+// INFO keyspace counts the keys with an expiry.
+func TestInfoKeyspaceCountsExpires(t *testing.T) {
+	s := startServer(t, nil)
+	c := dial(t, s)
+	c.expect(`
+SET a v EX 100 => OK
+SET b v => OK
+SET c v PX 100000 => OK
+PERSIST c => (integer) 1
+SETEX d 100 v => OK
+`)
+	if got := c.do("INFO", "keyspace"); !strings.Contains(got, "db0:keys=4,expires=2,") {
+		t.Fatalf("INFO keyspace = %q, want keys=4,expires=2", got)
+	}
+}

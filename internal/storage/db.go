@@ -1094,6 +1094,7 @@ func (db *DB) Stats() Stats {
 	s := Stats{
 		Keys:        db.idx.Len(),
 		LiveKeys:    db.idx.Live(),
+		MetaKeys:    db.idx.WithMeta(),
 		Segments:    len(db.segs),
 		LastPos:     db.next,
 		DurablePos:  db.dur,

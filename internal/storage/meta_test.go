@@ -108,6 +108,12 @@ func TestMetaSurvivesEverything(t *testing.T) {
 				if err != nil || n != 20 {
 					t.Fatalf("%s: scan saw %d keys, %v", what, n, err)
 				}
+				if got := db.Stats().MetaKeys; got != 10 {
+					t.Fatalf("%s: Stats().MetaKeys = %d, want 10", what, got)
+				}
+				if err := db.idx.check(); err != nil {
+					t.Fatalf("%s: %v", what, err)
+				}
 				snap := db.Snapshot(0)
 				v, err := snap.Get([]byte("k01"))
 				snap.Close()
@@ -194,6 +200,9 @@ func TestMetaKeys(t *testing.T) {
 	}
 	for i := 6; i < 100; i += 3 {
 		want = append(want, fmt.Sprintf("k%03d", i))
+	}
+	if got := db.Stats().MetaKeys; got != len(want) {
+		t.Fatalf("Stats().MetaKeys = %d, want %d", got, len(want))
 	}
 	var got []string
 	var from []byte

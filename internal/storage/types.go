@@ -186,6 +186,7 @@ type Options struct {
 type Stats struct {
 	Keys        int // keys in the index, deleted ones not yet compacted away included
 	LiveKeys    int // keys whose newest version is not a deletion (what a read finds)
+	MetaKeys    int // live keys whose newest version carries meta (kv: keys with an expiry)
 	Versions    int
 	Segments    int
 	DiskBytes   int64 // bytes in segment files
