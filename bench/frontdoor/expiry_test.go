@@ -25,12 +25,13 @@ func TestGoRedisExpiry(t *testing.T) {
 				t.Fatalf("RESP%d: %v", proto, err)
 			}
 		}
+		start := time.Now()
 		must(rdb.Set(ctx, "s", "v", 100*time.Second).Err())
 		if d, err := rdb.TTL(ctx, "s").Result(); err != nil || d != 100*time.Second {
 			t.Fatalf("TTL s = %v, %v", d, err)
 		}
-		must(rdb.Set(ctx, "ms", "v", 300*time.Millisecond).Err())
-		if d, err := rdb.PTTL(ctx, "ms").Result(); err != nil || d <= 0 || d > 300*time.Millisecond {
+		must(rdb.Set(ctx, "ms", "v", 1500*time.Millisecond).Err())
+		if d, err := rdb.PTTL(ctx, "ms").Result(); err != nil || d <= 0 || d > 1500*time.Millisecond {
 			t.Fatalf("PTTL ms = %v, %v", d, err)
 		}
 		must(rdb.SetEx(ctx, "x", "v", time.Minute).Err())
@@ -80,7 +81,7 @@ func TestGoRedisExpiry(t *testing.T) {
 		if d, err := rdb.TTL(ctx, "missing").Result(); err != nil || d != -2 {
 			t.Fatalf("TTL missing = %v, %v", d, err)
 		}
-		time.Sleep(400 * time.Millisecond)
+		time.Sleep(time.Until(start.Add(1600 * time.Millisecond)))
 		if err := rdb.Get(ctx, "ms").Err(); err != redis.Nil {
 			t.Fatalf("GET ms after its TTL: %v, want redis.Nil", err)
 		}

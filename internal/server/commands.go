@@ -621,8 +621,8 @@ func (s *Server) info(section string) string {
 		fmt.Fprintf(&b, "# Clients\r\nconnected_clients:%d\r\nmaxclients:%d\r\n\r\n", s.m.connected.Load(), s.cfg.MaxClients)
 	}
 	if want("stats") {
-		fmt.Fprintf(&b, "# Stats\r\ntotal_connections_received:%d\r\ntotal_commands_processed:%d\r\n\r\n",
-			s.m.total.Load(), s.m.commands.Load())
+		fmt.Fprintf(&b, "# Stats\r\ntotal_connections_received:%d\r\ntotal_commands_processed:%d\r\nexpired_keys:%d\r\n\r\n",
+			s.m.total.Load(), s.m.commands.Load(), s.expiredKeys())
 	}
 	if want("keyspace") {
 		// expires: keys stored with an expiry (expiry.go), the expired ones

@@ -326,3 +326,12 @@ func (s *Server) expiryCycle(ae *activeExpiry, budget time.Duration) {
 		}
 	}
 }
+
+// expiredKeys is how many keys this node's active expiry deleted (INFO
+// stats expired_keys): while it led, on a replica.
+func (s *Server) expiredKeys() uint64 {
+	if s.expiry == nil {
+		return 0
+	}
+	return s.expiry.deleted.Load()
+}

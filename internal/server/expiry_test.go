@@ -174,17 +174,17 @@ func TestExpiryTakesEffect(t *testing.T) {
 	s := startServer(t, nil)
 	c := dial(t, s)
 	c.expect(`
-SET a 1 PX 300 => OK
+SET a 1 PX 600 => OK
 SET b 2 => OK
 MSET c 3 d 4 => OK
-PEXPIRE c 300 => (integer) 1
+PEXPIRE c 600 => (integer) 1
 GET a => "1"
 EXISTS a b c => (integer) 3
 `)
 	if p := c.do("PTTL", "a"); p == "(integer) -1" || p == "(integer) -2" {
 		t.Fatalf("PTTL a = %s", p)
 	}
-	time.Sleep(400 * time.Millisecond)
+	time.Sleep(700 * time.Millisecond)
 	c.expect(`
 GET a => (nil)
 STRLEN a => (integer) 0
@@ -214,8 +214,9 @@ func TestExpiryReplicated(t *testing.T) {
 	t.Run("follower", func(t *testing.T) { fc.t = t; runExpiryScript(t, fc, false) })
 
 	lc.t, fc.t = t, t
+	set := time.Now()
 	lc.expect(`
-SET e v PX 400 => OK
+SET e v PX 1000 => OK
 SET p v => OK
 `)
 	// Every replica, at a weak level, sees the key before its expiry...
@@ -234,7 +235,7 @@ SET p v => OK
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
-	time.Sleep(500 * time.Millisecond)
+	time.Sleep(time.Until(set.Add(1100 * time.Millisecond)))
 	// ... and none after it, at any level.
 	for i, c := range cs {
 		if got := c.do("GET", "e"); got != "(nil)" {
@@ -325,25 +326,33 @@ EXISTS x001 x299 keep => (integer) 1
 	}
 }
 
-// On a single node the cycle deletes expired keys too, and a key written
-// again after it expired is not deleted.
+// On a single node the cycle deletes expired keys too (counted in INFO stats
+// expired_keys), and a key written again after it was deleted stays.
 func TestActiveExpirySingleNode(t *testing.T) {
 	s := startServer(t, func(c *Config) { c.ActiveExpiry = 20 * time.Millisecond })
 	c := dial(t, s)
 	c.expect(`
 SET a 1 PX 100 => OK
 SET b 1 PX 100 => OK
+SET p 1 => OK
 `)
-	time.Sleep(50 * time.Millisecond)
-	c.expect(`SET b 2 => OK`)
+	// A deletion is visible once applied; the cycle counts it once durable.
 	deadline := time.Now().Add(5 * time.Second)
-	for storedKeys(s, []string{"a"}) != 0 {
+	for storedKeys(s, []string{"a", "b"}) != 0 || !strings.Contains(c.do("INFO", "stats"), `expired_keys:2\r`) {
 		if time.Now().After(deadline) {
-			t.Fatal("a was never deleted")
+			t.Fatalf("a, b not deleted (%d stored) or not counted: %s", storedKeys(s, []string{"a", "b"}), c.do("INFO", "stats"))
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	c.expect(`GET b => "2"`)
+	c.expect(`SET b 2 => OK`)
+	time.Sleep(100 * time.Millisecond) // five cycles
+	c.expect(`
+GET b => "2"
+GET p => "1"
+`)
+	if got := c.do("INFO", "stats"); !strings.Contains(got, `expired_keys:2\r`) {
+		t.Fatalf("INFO stats = %s, want expired_keys:2", got)
+	}
 }
 
 // With --nilext, SET with a future expiry (and SETEX) completes on the fast
