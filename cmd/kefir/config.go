@@ -260,6 +260,21 @@ var serverOptions = []option{
 			c.FsyncExtraDelay = d
 			return err
 		}},
+	{"active-expiry", "100ms", "How often the leader (a single node: the node) looks for expired keys and deletes them through the log (docs/design/expiry.md); negative = never (expired keys stay stored, hidden from reads, until written).",
+		func(c *serverConfig, v string) error {
+			d, err := time.ParseDuration(v)
+			c.ActiveExpiry = d
+			return err
+		}},
+	{"clock-skew", "100ms", "Replicated mode: the most any member's wall clock may be off the leader's. A follower decides key expiry at its clock plus this, so it never serves a key the leader's clock expired (docs/consistency.md, Key expiry). Keep clocks synchronized well within it; give every member the same.",
+		func(c *serverConfig, v string) error {
+			d, err := time.ParseDuration(v)
+			if err == nil && d < 0 {
+				err = fmt.Errorf("must not be negative, got %v", d)
+			}
+			c.ClockSkew = d
+			return err
+		}},
 	{"follower-reads", "false", "Replicated mode: followers serve cross-client-monotonic reads while they hold an active-set lease from the leader (docs/consistency.md); durable data is then applied on every active-set member before any read sees it. Without it those reads go to the leader. Give it to every member alike.",
 		func(c *serverConfig, v string) error {
 			b, err := strconv.ParseBool(v)

@@ -92,6 +92,10 @@ type Op struct {
 	Delta   int64  // Incr: the amount added
 	Cons    level.Consistency
 	Dur     level.Durability
+	// ExpireAt (Put): the absolute time the value expires at, on the
+	// recorder's clock (0: never). Only the Expiry checker judges keys
+	// written with one (SplitExpiring).
+	ExpireAt int64
 
 	Invoke, Return int64
 	Outcome        Outcome

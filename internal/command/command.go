@@ -111,7 +111,7 @@ var table = []Spec{
 	{Name: "KEFIR.SCAN", Arity: -3, Class: Read, Flags: MultiKey, FirstKey: 0, LastKey: 0, KeyStep: 0, Summary: "ordered range read: KEFIR.SCAN start end [LIMIT n]"},
 
 	// Updates. SET is nilext in its plain form; Classify looks at its options.
-	{Name: "SET", Arity: -3, Class: NilextUpdate, Flags: DependsOnArgs, FirstKey: 1, LastKey: 1, KeyStep: 1, Summary: "set a key: SET key value [NX|XX] [GET] [EX s|PX ms|KEEPTTL]"},
+	{Name: "SET", Arity: -3, Class: NilextUpdate, Flags: DependsOnArgs, FirstKey: 1, LastKey: 1, KeyStep: 1, Summary: "set a key: SET key value [NX|XX] [GET] [EX s|PX ms|EXAT s|PXAT ms|KEEPTTL]"},
 	{Name: "MSET", Arity: -3, Class: NilextUpdate, Flags: MultiKey, FirstKey: 1, LastKey: -1, KeyStep: 2, Summary: "set several keys"},
 	// DEL answers how many keys it removed, which depends on state: non-nilext.
 	{Name: "DEL", Arity: -2, Class: NonNilextUpdate, Flags: MultiKey, FirstKey: 1, LastKey: -1, KeyStep: 1, Summary: "delete keys, answering how many existed"},
@@ -146,11 +146,22 @@ var table = []Spec{
 	{Name: "KEFIR.TOPOLOGY", Arity: 1, Class: Admin, Flags: Fast, Summary: "replica group: cluster, view, leader, nilext mode, members and their client addresses"},
 	{Name: "KEFIR.NILEXT", Arity: -7, Class: Admin, Summary: "internal (Go client): take a nilext update into this replica's d-log: KEFIR.NILEXT client seq durability SET k v | MSET k v ..."},
 
+	// Key expiry (docs/design/expiry.md). SETEX and PSETEX answer OK whatever the
+	// state: nilext, like SET EX. The others answer what they found.
+	{Name: "SETEX", Arity: 4, Class: NilextUpdate, Flags: Fast, FirstKey: 1, LastKey: 1, KeyStep: 1, Summary: "set a key expiring in s seconds: SETEX key s value"},
+	{Name: "PSETEX", Arity: 4, Class: NilextUpdate, Flags: Fast, FirstKey: 1, LastKey: 1, KeyStep: 1, Summary: "set a key expiring in ms milliseconds: PSETEX key ms value"},
+	{Name: "GETEX", Arity: -2, Class: NonNilextUpdate, Flags: Fast, FirstKey: 1, LastKey: 1, KeyStep: 1, Summary: "get a value and set or remove its expiry: GETEX key [EX s|PX ms|EXAT s|PXAT ms|PERSIST]"},
+	{Name: "EXPIRE", Arity: -3, Class: NonNilextUpdate, Flags: Fast, FirstKey: 1, LastKey: 1, KeyStep: 1, Summary: "expire a key in s seconds: EXPIRE key s [NX|XX|GT|LT]"},
+	{Name: "PEXPIRE", Arity: -3, Class: NonNilextUpdate, Flags: Fast, FirstKey: 1, LastKey: 1, KeyStep: 1, Summary: "expire a key in ms milliseconds: PEXPIRE key ms [NX|XX|GT|LT]"},
+	{Name: "EXPIREAT", Arity: -3, Class: NonNilextUpdate, Flags: Fast, FirstKey: 1, LastKey: 1, KeyStep: 1, Summary: "expire a key at a unix time in seconds [NX|XX|GT|LT]"},
+	{Name: "PEXPIREAT", Arity: -3, Class: NonNilextUpdate, Flags: Fast, FirstKey: 1, LastKey: 1, KeyStep: 1, Summary: "expire a key at a unix time in milliseconds [NX|XX|GT|LT]"},
+	{Name: "PERSIST", Arity: 2, Class: NonNilextUpdate, Flags: Fast, FirstKey: 1, LastKey: 1, KeyStep: 1, Summary: "remove a key's expiry, answering 1 if it had one"},
+	{Name: "TTL", Arity: 2, Class: Read, Flags: Fast, FirstKey: 1, LastKey: 1, KeyStep: 1, Summary: "seconds until a key expires (-1: never, -2: no key)"},
+	{Name: "PTTL", Arity: 2, Class: Read, Flags: Fast, FirstKey: 1, LastKey: 1, KeyStep: 1, Summary: "milliseconds until a key expires (-1: never, -2: no key)"},
+	{Name: "EXPIRETIME", Arity: 2, Class: Read, Flags: Fast, FirstKey: 1, LastKey: 1, KeyStep: 1, Summary: "unix time in seconds a key expires at (-1: never, -2: no key)"},
+	{Name: "PEXPIRETIME", Arity: 2, Class: Read, Flags: Fast, FirstKey: 1, LastKey: 1, KeyStep: 1, Summary: "unix time in milliseconds a key expires at (-1: never, -2: no key)"},
+
 	// Known but not implemented: a clear error beats "unknown command".
-	{Name: "EXPIRE", Arity: 3, Class: NonNilextUpdate, Flags: Unsupported, FirstKey: 1, LastKey: 1, KeyStep: 1, Summary: "TTLs are not supported yet"},
-	{Name: "PEXPIRE", Arity: 3, Class: NonNilextUpdate, Flags: Unsupported, FirstKey: 1, LastKey: 1, KeyStep: 1, Summary: "TTLs are not supported yet"},
-	{Name: "TTL", Arity: 2, Class: Read, Flags: Unsupported, FirstKey: 1, LastKey: 1, KeyStep: 1, Summary: "TTLs are not supported yet"},
-	{Name: "SETEX", Arity: 4, Class: NilextUpdate, Flags: Unsupported, FirstKey: 1, LastKey: 1, KeyStep: 1, Summary: "TTLs are not supported yet"},
 	// Transactions do not exist yet, but MULTI must not let the commands after it
 	// run: a connection that sent MULTI has every command up to EXEC or DISCARD
 	// refused, and EXEC answers EXECABORT, so nothing of a transaction is applied

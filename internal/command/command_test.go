@@ -24,6 +24,31 @@ func TestClassesFollowArchitecture(t *testing.T) {
 		{"SET k v xx", NonNilextUpdate},
 		{"SET k v GET", NonNilextUpdate},
 		{"SET k v EX 10", NilextUpdate},
+		// Key expiry (docs/design/expiry.md): an expiry option does not make
+		// SET's reply depend on state, KEEPTTL neither (the fast path still
+		// keeps KEEPTTL off: vrshard.NilextEligible); everything that answers
+		// what it found is non-nilext; the TTL family reads.
+		{"SET k v PX 10", NilextUpdate},
+		{"SET k v EXAT 10", NilextUpdate},
+		{"SET k v PXAT 10", NilextUpdate},
+		{"SET k v KEEPTTL", NilextUpdate},
+		{"SET k v EX 10 NX", NonNilextUpdate},
+		{"SET k v EX 10 GET", NonNilextUpdate},
+		{"SETEX k 10 v", NilextUpdate},
+		{"PSETEX k 10 v", NilextUpdate},
+		{"GETEX k", NonNilextUpdate},
+		{"GETEX k EX 10", NonNilextUpdate},
+		{"EXPIRE k 10", NonNilextUpdate},
+		{"PEXPIRE k 10 NX", NonNilextUpdate},
+		{"EXPIREAT k 10", NonNilextUpdate},
+		{"PEXPIREAT k 10", NonNilextUpdate},
+		{"PERSIST k", NonNilextUpdate},
+		{"TTL k", Read},
+		{"PTTL k", Read},
+		{"EXPIRETIME k", Read},
+		{"PEXPIRETIME k", Read},
+		{"KEFIR.CALL DURABILITY sync CMD SETEX k 1 v", NilextUpdate},
+		{"KEFIR.CALL CMD EXPIRE k 1", NonNilextUpdate},
 		// A value that happens to spell an option is not an option.
 		{"SET k NX", NilextUpdate},
 		{"MSET a 1 b 2", NilextUpdate},

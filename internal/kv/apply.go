@@ -18,7 +18,12 @@ import (
 // A func rather than an interface: a caller's closure (its chunk of staged
 // records in front of the engine) then stays on its stack, so a read or a
 // write through here allocates nothing for it.
-type Getter func(key []byte) (data []byte, version uint64, exists bool, err error)
+//
+// meta is the record's meta (storage.Record.Meta: type and expiry,
+// expiry.go), nil for a plain string. A stored key whose expiry has passed is
+// returned like any other: Apply and Read decide with op.Now that it is
+// absent.
+type Getter func(key []byte) (data, meta []byte, version uint64, exists bool, err error)
 
 // Emit receives a record an operation writes: key's new value, or its
 // deletion (tombstone, value nil). Every record of one operation has the
@@ -29,7 +34,10 @@ type Getter func(key []byte) (data []byte, version uint64, exists bool, err erro
 //
 // A func, like Getter, so that the caller stages records straight into its
 // own batch (a storage.Record slice) without a copy in between.
-type Emit func(key, value []byte, tombstone bool)
+//
+// meta is the record's meta (nil: a string without expiry; always nil for a
+// tombstone); the caller stores it with the value (storage.Record.Meta).
+type Emit func(key, value, meta []byte, tombstone bool)
 
 // Apply evaluates the write op at version against the state get reads (the
 // state as of version-1: the store, with whatever the caller staged before
@@ -51,18 +59,25 @@ type Emit func(key, value []byte, tombstone bool)
 // On error (the op's own, ErrWrongType..., or get's, returned unchanged) the
 // op has no effect: the caller discards whatever emit received for it (a
 // DEL whose read of a later key failed).
+//
+// Keys whose expiry is before op.Now are absent to every op (expiry.go).
 func Apply(get Getter, version uint64, op *Op, maxValue int, emit Emit) (Result, error) {
+	if isExpiryKind(op.Kind) {
+		return applyExpiry(get, version, op, emit)
+	}
 	switch op.Kind {
 	case KindSet:
 		if err := CheckKey(op.Key); err != nil {
 			return Result{}, err
 		}
-		var old []byte
+		var old, oldMeta []byte
 		var oldVer uint64
-		exists := false
-		if op.Cond != Always || op.ReturnOld {
+		exists, stored := false, false
+		gone := op.ExpireAt != 0 && op.ExpireAt <= op.Now // SET EXAT in the past
+		// A plain SET (EX or not) reads nothing: the common case stays a blind write.
+		if op.Cond != Always || op.ReturnOld || op.TTL&TTLKeep != 0 || gone {
 			var err error
-			if old, oldVer, exists, err = get(op.Key); err != nil {
+			if old, oldMeta, oldVer, exists, stored, err = lookup(get, op.Key, op.Now); err != nil {
 				return Result{}, err
 			}
 		}
@@ -80,7 +95,25 @@ func Apply(get Getter, version uint64, op *Op, maxValue int, emit Emit) (Result,
 			res.Version = oldVer
 			return res, nil
 		}
-		put(emit, op.Key, op.Value)
+		if gone {
+			// Expired as it is set: Redis deletes it at once (and replicates a DEL).
+			res.Version = oldVer
+			if stored {
+				emit(op.Key, nil, nil, true)
+				res.Version = version
+			}
+			return res, nil
+		}
+		var meta []byte
+		switch {
+		case op.TTL&TTLKeep != 0:
+			if exists {
+				meta = oldMeta
+			}
+		case op.ExpireAt != 0:
+			meta = EncodeMeta(TypeString, op.ExpireAt)
+		}
+		put(emit, op.Key, op.Value, meta)
 		res.Version = version
 		return res, nil
 
@@ -100,7 +133,7 @@ func Apply(get Getter, version uint64, op *Op, maxValue int, emit Emit) (Result,
 		// whole batch).
 		for i := 0; i < len(op.Keys); i += 2 {
 			if !dupAfter(op.Keys, i) {
-				put(emit, op.Keys[i], op.Keys[i+1])
+				put(emit, op.Keys[i], op.Keys[i+1], nil) // MSET clears expiries, as SET does
 			}
 		}
 		return Result{Kind: ResOK, Version: version}, nil
@@ -118,16 +151,20 @@ func Apply(get Getter, version uint64, op *Op, maxValue int, emit Emit) (Result,
 			if dupBefore(op.Keys, i) {
 				continue
 			}
-			_, _, exists, err := get(k)
+			_, _, _, live, stored, err := lookup(get, k, op.Now)
 			if err != nil {
 				return Result{}, err
 			}
-			if !exists {
+			if !stored {
 				continue
 			}
+			// An expired key is deleted too (as Redis's lookup does) but
+			// not counted: it was already absent.
 			ver = version
-			emit(k, nil, true)
-			n++
+			emit(k, nil, nil, true)
+			if live {
+				n++
+			}
 		}
 		return Result{Kind: ResInt, Int: n, Version: ver}, nil
 
@@ -135,7 +172,7 @@ func Apply(get Getter, version uint64, op *Op, maxValue int, emit Emit) (Result,
 		if err := CheckKey(op.Key); err != nil {
 			return Result{}, err
 		}
-		old, _, exists, err := get(op.Key)
+		old, meta, _, exists, _, err := lookup(get, op.Key, op.Now)
 		if err != nil {
 			return Result{}, err
 		}
@@ -149,14 +186,14 @@ func Apply(get Getter, version uint64, op *Op, maxValue int, emit Emit) (Result,
 			return Result{}, ErrOverflow
 		}
 		cur += op.Delta
-		put(emit, op.Key, strconv.AppendInt(nil, cur, 10))
+		put(emit, op.Key, strconv.AppendInt(nil, cur, 10), meta) // INCR keeps the expiry
 		return Result{Kind: ResInt, Int: cur, Version: version}, nil
 
 	case KindGetSet:
 		if err := CheckKey(op.Key); err != nil {
 			return Result{}, err
 		}
-		old, _, exists, err := get(op.Key)
+		old, _, _, exists, _, err := lookup(get, op.Key, op.Now)
 		if err != nil {
 			return Result{}, err
 		}
@@ -164,7 +201,7 @@ func Apply(get Getter, version uint64, op *Op, maxValue int, emit Emit) (Result,
 		if exists {
 			res = Result{Kind: ResBulk, Bulk: old}
 		}
-		put(emit, op.Key, op.Value)
+		put(emit, op.Key, op.Value, nil) // GETSET clears the expiry, as SET does
 		res.Version = version
 		return res, nil
 
@@ -172,7 +209,7 @@ func Apply(get Getter, version uint64, op *Op, maxValue int, emit Emit) (Result,
 		if err := CheckKey(op.Key); err != nil {
 			return Result{}, err
 		}
-		old, _, _, err := get(op.Key)
+		old, meta, _, _, _, err := lookup(get, op.Key, op.Now)
 		if err != nil {
 			return Result{}, err
 		}
@@ -184,32 +221,32 @@ func Apply(get Getter, version uint64, op *Op, maxValue int, emit Emit) (Result,
 		}
 		nv := make([]byte, 0, len(old)+len(op.Value))
 		nv = append(append(nv, old...), op.Value...)
-		put(emit, op.Key, nv)
+		put(emit, op.Key, nv, meta) // APPEND keeps the expiry
 		return Result{Kind: ResInt, Int: int64(len(nv)), Version: version}, nil
 
 	case KindCAS:
 		if err := CheckKey(op.Key); err != nil {
 			return Result{}, err
 		}
-		old, oldVer, exists, err := get(op.Key)
+		old, _, oldVer, exists, _, err := lookup(get, op.Key, op.Now)
 		if err != nil {
 			return Result{}, err
 		}
 		if !exists || !bytes.Equal(old, op.Expected) {
 			return Result{Kind: ResInt, Int: 0, Version: oldVer}, nil
 		}
-		put(emit, op.Key, op.Value)
+		put(emit, op.Key, op.Value, nil) // a swap is a SET: it clears the expiry
 		return Result{Kind: ResInt, Int: 1, Version: version}, nil
 	}
 	return Result{}, fmt.Errorf("%w: %v is not a write", ErrInvalidOp, op.Kind)
 }
 
-// put emits key's new value; a value is never nil (nil means a deletion).
-func put(emit Emit, key, value []byte) {
+// put emits key's new value and meta; a value is never nil (nil means a deletion).
+func put(emit Emit, key, value, meta []byte) {
 	if value == nil {
 		value = []byte{}
 	}
-	emit(key, value, false)
+	emit(key, value, meta, false)
 }
 
 // CheckKey refuses the keys no write may store: the empty key (the store

@@ -12,9 +12,13 @@ import (
 //
 // A write:
 //
-//	kind byte | flags byte (cond: 2 bits, return-old: 4) | delta varint |
-//	key | value | expected | nkeys uvarint | keys...
+//	kind byte | flags byte (cond: 2 bits, return-old: 4, expiry: 8) | delta varint |
+//	key | value | expected | nkeys uvarint | keys... |
+//	[now varint | expire-at varint | ttl flags byte]   (flag 8 only)
 //
+// The expiry trailer (Op.Now, ExpireAt, TTL) is written only when one of them
+// is set, after everything older builds wrote, so an op an older build logged
+// decodes unchanged (Now 0: it has no expiry to decide, as nothing had one).
 // (byte strings are uvarint length + bytes). A scan's End and Limit are not
 // encoded: reads are not logged. The format is on disk (the VR log): a
 // change needs a new format byte in the caller's header.
@@ -28,6 +32,10 @@ func AppendOp(b []byte, op *Op) []byte {
 	if op.ReturnOld {
 		flags |= 4
 	}
+	trailer := op.Now != 0 || op.ExpireAt != 0 || op.TTL != 0
+	if trailer {
+		flags |= 8
+	}
 	b = append(b, byte(op.Kind), flags)
 	b = binary.AppendVarint(b, op.Delta)
 	b = AppendBytes(b, op.Key)
@@ -36,6 +44,11 @@ func AppendOp(b []byte, op *Op) []byte {
 	b = binary.AppendUvarint(b, uint64(len(op.Keys)))
 	for _, k := range op.Keys {
 		b = AppendBytes(b, k)
+	}
+	if trailer {
+		b = binary.AppendVarint(b, op.Now)
+		b = binary.AppendVarint(b, op.ExpireAt)
+		b = append(b, byte(op.TTL))
 	}
 	return b
 }
@@ -59,13 +72,19 @@ func DecodeOp(b []byte) (Op, error) {
 			op.Keys[i] = d.Bytes()
 		}
 	}
+	if flags&8 != 0 {
+		op.Now, op.ExpireAt, op.TTL = d.Varint(), d.Varint(), TTLFlag(d.Byte())
+	}
+	if flags&^15 != 0 && d.Err == nil {
+		d.Err = fmt.Errorf("%w: unknown op flags %#x", ErrCorrupt, flags)
+	}
 	if d.Err == nil && len(d.B) != 0 {
 		d.Err = fmt.Errorf("%w: %d trailing bytes", ErrCorrupt, len(d.B))
 	}
 	if d.Err != nil {
 		return Op{}, d.Err
 	}
-	if op.Kind < KindGet || op.Kind > KindCAS {
+	if (op.Kind < KindGet || op.Kind > KindCAS) && !isExpiryKind(op.Kind) {
 		return Op{}, fmt.Errorf("%w: unknown op kind %d", ErrCorrupt, op.Kind)
 	}
 	return op, nil

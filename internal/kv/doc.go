@@ -5,10 +5,11 @@
 // the single node (internal/shard), every replicated engine's applier and
 // read path (internal/vrshard), and the deterministic simulator's replicas
 // (internal/vr's sim adapter), so what the simulator checks is what
-// production runs. Transactions and TTLs hook in here.
+// production runs. Transactions hook in here; key expiry does (expiry.go).
 //
 // It is pure: deterministic, no goroutines, clocks, randomness or I/O (a
-// record timestamp is the caller's; internal/purity enforces it). It reads
+// record timestamp is the caller's, and expiry is decided with the op's Now,
+// the proposer's clock; internal/purity enforces it). It reads
 // state only through the narrow functions callers hand it (Getter, Scanner)
 // and hands the records a write produces to the caller (Emit) instead of
 // writing them, so it must not import a

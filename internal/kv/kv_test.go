@@ -13,24 +13,27 @@ import (
 
 // mem is a store for the tests: key → value at a version; a deletion is a
 // value with del set (a miss that reports its version, as a store may).
-type mem map[string]struct {
-	val string
-	ver uint64
-	del bool
+type mem map[string]memVal
+
+type memVal struct {
+	val  string
+	ver  uint64
+	del  bool
+	meta []byte
 }
 
-func (m mem) get(key []byte) ([]byte, uint64, bool, error) {
+func (m mem) get(key []byte) ([]byte, []byte, uint64, bool, error) {
 	v, ok := m[string(key)]
 	if !ok {
-		return nil, 0, false, nil
+		return nil, nil, 0, false, nil
 	}
 	if v.del {
-		return nil, v.ver, false, nil
+		return nil, nil, v.ver, false, nil
 	}
-	return []byte(v.val), v.ver, true, nil
+	return []byte(v.val), v.meta, v.ver, true, nil
 }
 
-func (m mem) scan(start, end []byte, limit int, visit func(key, data []byte, version uint64) bool) error {
+func (m mem) scan(start, end []byte, limit int, visit func(key, data, meta []byte, version uint64) bool) error {
 	keys := make([]string, 0, len(m))
 	for k, v := range m {
 		if !v.del && k >= string(start) && (end == nil || k < string(end)) {
@@ -42,7 +45,7 @@ func (m mem) scan(start, end []byte, limit int, visit func(key, data []byte, ver
 		if limit > 0 && i == limit {
 			break
 		}
-		if !visit([]byte(k), []byte(m[k].val), m[k].ver) {
+		if !visit([]byte(k), []byte(m[k].val), m[k].meta, m[k].ver) {
 			break
 		}
 	}
@@ -81,8 +84,8 @@ var reserved = string(ReservedPrefix) + "x"
 
 // Record is what Emit receives, collected.
 type Record struct {
-	Key, Value []byte
-	Tombstone  bool
+	Key, Value, Meta []byte
+	Tombstone        bool
 }
 
 // Every write kind's results and errors, at version 10 over a small state.
@@ -154,8 +157,8 @@ func TestApply(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			st := state(base...)
 			var out []Record
-			res, err := Apply(st.get, 10, &c.op, c.max, func(key, value []byte, tomb bool) {
-				out = append(out, Record{Key: key, Value: value, Tombstone: tomb})
+			res, err := Apply(st.get, 10, &c.op, c.max, func(key, value, meta []byte, tomb bool) {
+				out = append(out, Record{Key: key, Value: value, Meta: meta, Tombstone: tomb})
 			})
 			if !errors.Is(err, c.err) || (err == nil) != (c.err == nil) {
 				t.Fatalf("err = %v, want %v", err, c.err)
@@ -195,11 +198,11 @@ func TestApply(t *testing.T) {
 // result.
 func TestApplyReturnsTheStoreError(t *testing.T) {
 	boom := errors.New("disk on fire")
-	get := func(k []byte) ([]byte, uint64, bool, error) {
+	get := func(k []byte) ([]byte, []byte, uint64, bool, error) {
 		if string(k) == "bad" {
-			return nil, 0, false, boom
+			return nil, nil, 0, false, boom
 		}
-		return []byte("1"), 1, true, nil
+		return []byte("1"), nil, 1, true, nil
 	}
 	for _, op := range []Op{
 		{Kind: KindSet, Key: b("bad"), Value: b("x"), Cond: IfAbsent},
@@ -209,7 +212,7 @@ func TestApplyReturnsTheStoreError(t *testing.T) {
 		{Kind: KindCAS, Key: b("bad")},
 		{Kind: KindDel, Keys: keys("ok", "bad")},
 	} {
-		res, err := Apply(get, 5, &op, 0, func([]byte, []byte, bool) {})
+		res, err := Apply(get, 5, &op, 0, func([]byte, []byte, []byte, bool) {})
 		if err != boom || !reflect.DeepEqual(res, Result{}) {
 			t.Errorf("%v: result %+v, err %v; want none and the store's error", op.Kind, res, err)
 		}
@@ -255,7 +258,7 @@ func TestRead(t *testing.T) {
 		})
 	}
 	boom := errors.New("disk on fire")
-	fail := func([]byte) ([]byte, uint64, bool, error) { return nil, 0, false, boom }
+	fail := func([]byte) ([]byte, []byte, uint64, bool, error) { return nil, nil, 0, false, boom }
 	for _, op := range []Op{{Kind: KindGet, Key: b("a")}, {Kind: KindMGet, Keys: keys("a")}} {
 		if _, err := Read(fail, nil, &op, 0); err != boom {
 			t.Errorf("%v over a failing store: err %v, want the store's", op.Kind, err)
@@ -299,15 +302,11 @@ func TestApplyIsDeterministic(t *testing.T) {
 		for i, op := range ops {
 			v := uint64(i + 1)
 			var recs []Record
-			res, err := Apply(st.get, v, &op, 0, func(key, value []byte, tomb bool) {
-				recs = append(recs, Record{Key: key, Value: value, Tombstone: tomb})
+			res, err := Apply(st.get, v, &op, 0, func(key, value, meta []byte, tomb bool) {
+				recs = append(recs, Record{Key: key, Value: value, Meta: meta, Tombstone: tomb})
 			})
 			for _, r := range recs {
-				st[string(r.Key)] = struct {
-					val string
-					ver uint64
-					del bool
-				}{string(r.Value), v, r.Tombstone}
+				st[string(r.Key)] = memVal{string(r.Value), v, r.Tombstone, r.Meta}
 			}
 			log = append(log, fmt.Sprintf("%d %+v %+v %v", v, recs, res, err))
 		}
@@ -317,7 +316,7 @@ func TestApplyIsDeterministic(t *testing.T) {
 	if !slices.Equal(first, second) {
 		t.Fatalf("two runs differ:\n%q\n%q", first, second)
 	}
-	if want := "8 [{Key:[98] Value:[113] Tombstone:false}] {Kind:3 Int:0 Bulk:[122]"; !strings.HasPrefix(first[7], want) {
+	if want := "8 [{Key:[98] Value:[113] Meta:[] Tombstone:false}] {Kind:3 Int:0 Bulk:[122]"; !strings.HasPrefix(first[7], want) {
 		t.Fatalf("last op: %s, want prefix %s", first[7], want)
 	}
 }
@@ -420,11 +419,11 @@ func BenchmarkApply(b *testing.B) {
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			val := []byte("12345")
-			get := func([]byte) ([]byte, uint64, bool, error) { return val, 1, true, nil }
+			get := func([]byte) ([]byte, []byte, uint64, bool, error) { return val, nil, 1, true, nil }
 			n := 0
 			b.ReportAllocs()
 			for i := 0; i < b.N; i++ {
-				if _, err := Apply(get, uint64(i+2), &c.op, 0, func([]byte, []byte, bool) { n++ }); err != nil {
+				if _, err := Apply(get, uint64(i+2), &c.op, 0, func([]byte, []byte, []byte, bool) { n++ }); err != nil {
 					b.Fatal(err)
 				}
 			}

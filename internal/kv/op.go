@@ -30,6 +30,9 @@ var kindNames = [...]string{"invalid", "get", "mget", "exists", "strlen", "scan"
 	"set", "mset", "del", "incrby", "getset", "append", "cas"}
 
 func (k Kind) String() string {
+	if isExpiryKind(k) {
+		return expiryKindNames[k-KindTTL]
+	}
 	if int(k) < len(kindNames) {
 		return kindNames[k]
 	}
@@ -37,7 +40,12 @@ func (k Kind) String() string {
 }
 
 // IsUpdate reports whether operations of this kind modify state.
-func (k Kind) IsUpdate() bool { return k >= KindSet }
+func (k Kind) IsUpdate() bool {
+	if isExpiryKind(k) {
+		return k != KindTTL
+	}
+	return k >= KindSet
+}
 
 // Cond is SET's condition.
 type Cond uint8
@@ -72,6 +80,15 @@ type Op struct {
 	// End (exclusive; nil = unbounded) and Limit (pairs) bound a scan.
 	End   []byte
 	Limit int
+
+	// Expiry (expiry.go). Now is the unix milliseconds of the node that
+	// proposed the write or serves the read: the only clock the state machine
+	// knows, so "expired" is decided the same on every replica. ExpireAt is
+	// the absolute expiry (unix ms, 0: none) SET EX/PX/EXAT/PXAT, SETEX,
+	// GETEX and EXPIRE* set; TTL their options (KEEPTTL, PERSIST, NX|XX|GT|LT).
+	Now      int64
+	ExpireAt int64
+	TTL      TTLFlag
 }
 
 // ResultKind says which field of a Result carries the answer.
@@ -142,7 +159,7 @@ func IsReserved(key []byte) bool { return bytes.HasPrefix(key, ReservedPrefix) }
 // that turns out to write nothing is counted). DEL's keys count too.
 func (op *Op) WrittenKeys() [][]byte {
 	switch op.Kind {
-	case KindSet, KindIncrBy, KindGetSet, KindAppend, KindCAS:
+	case KindSet, KindIncrBy, KindGetSet, KindAppend, KindCAS, KindExpire, KindPersist, KindGetEx:
 		return [][]byte{op.Key}
 	case KindMSet:
 		ks := make([][]byte, 0, len(op.Keys)/2)
@@ -150,7 +167,7 @@ func (op *Op) WrittenKeys() [][]byte {
 			ks = append(ks, op.Keys[i])
 		}
 		return ks
-	case KindDel:
+	case KindDel, KindExpireIfDue:
 		return op.Keys
 	}
 	return nil

@@ -8,7 +8,8 @@ import "fmt"
 // them). Every call of one scan must see the same state: ScanUser may call it
 // several times to continue past reserved keys. Keys and values handed to
 // visit are safe to keep.
-type Scanner func(start, end []byte, limit int, visit func(key, data []byte, version uint64) bool) error
+// meta is the record's meta (Getter).
+type Scanner func(start, end []byte, limit int, visit func(key, data, meta []byte, version uint64) bool) error
 
 // DefaultScanLimit is a scan's limit when the op names none.
 const DefaultScanLimit = 1000
@@ -26,11 +27,17 @@ const maxScanBytes = 64 << 20
 // The result's values alias what get and scan returned (read-only). Result
 // Version is the highest version read (0 if nothing; a miss counts with the
 // version get reports for it).
+//
+// A key whose expiry is before op.Now reads as absent: the caller sets Now
+// from its clock (and, on a replica that may lag the leader's clock, the
+// drift bound: docs/consistency.md).
 func Read(get Getter, scan Scanner, op *Op, maxScan int) (Result, error) {
 	var res Result
 	switch op.Kind {
+	case KindTTL:
+		return readTTL(get, op)
 	case KindGet, KindStrlen:
-		data, version, ok, err := getUser(get, op.Key)
+		data, version, ok, err := getUser(get, op.Key, op.Now)
 		if err != nil {
 			return Result{}, err
 		}
@@ -43,7 +50,7 @@ func Read(get Getter, scan Scanner, op *Op, maxScan int) (Result, error) {
 			res.Kind = ResInt
 		}
 		for i, k := range op.Keys {
-			data, version, ok, err := getUser(get, k)
+			data, version, ok, err := getUser(get, k, op.Now)
 			if err != nil {
 				return Result{}, err
 			}
@@ -87,12 +94,13 @@ func PointResult(kind Kind, data []byte, version uint64, ok bool) Result {
 	return res
 }
 
-// getUser is get for a user key: a reserved key is absent.
-func getUser(get Getter, k []byte) ([]byte, uint64, bool, error) {
+// getUser is get for a user key at now: a reserved or expired key is absent.
+func getUser(get Getter, k []byte, now int64) ([]byte, uint64, bool, error) {
 	if IsReserved(k) {
 		return nil, 0, false, nil
 	}
-	return get(k)
+	data, _, version, live, _, err := lookup(get, k, now)
+	return data, version, live, err
 }
 
 // readScan serves KindScan for Read. It is its own function so that the
@@ -101,7 +109,7 @@ func getUser(get Getter, k []byte) ([]byte, uint64, bool, error) {
 // benchmark).
 func readScan(scan Scanner, op *Op, limit int) (Result, error) {
 	res := Result{Kind: ResArray, Array: [][]byte{}}
-	err := ScanUser(scan, op.Key, op.End, limit, func(k, data []byte, version uint64) {
+	err := ScanUser(scan, op.Key, op.End, limit, op.Now, func(k, data []byte, version uint64) {
 		res.Array = append(res.Array, k, data)
 		res.Version = max(res.Version, version)
 	})
@@ -127,20 +135,20 @@ func MultiKey(op *Op) bool {
 
 // ScanUser visits the user keys in [start, end) (end nil = unbounded) in order, at
 // most limit of them and about maxScanBytes of keys and values, skipping the
-// reserved keys. It passes the limit down to scan, whose engine reads values
+// reserved keys and those expired at now (unix ms). It passes the limit down to scan, whose engine reads values
 // in batches of that size — a LIMIT 1 scan must not read a thousand values — and
 // continues past reserved keys the engine counted against it.
-func ScanUser(scan Scanner, start, end []byte, limit int, visit func(key, data []byte, version uint64)) error {
+func ScanUser(scan Scanner, start, end []byte, limit int, now int64, visit func(key, data []byte, version uint64)) error {
 	n, size := 0, 0
 	from := start
 	for {
 		want := limit - n
 		visited, full := 0, false
 		var last []byte
-		err := scan(from, end, want, func(k, data []byte, version uint64) bool {
+		err := scan(from, end, want, func(k, data, meta []byte, version uint64) bool {
 			visited++
 			last = k
-			if IsReserved(k) {
+			if IsReserved(k) || Expired(meta, now) {
 				return true
 			}
 			visit(k, data, version)

@@ -38,28 +38,9 @@ func parseWrite(spec *command.Spec, args [][]byte, a *arena) (kv.Op, replyShape,
 	shape := shapeAsIs
 	switch spec.Name {
 	case "SET":
-		op = kv.Op{Kind: kv.KindSet, Key: a.copy(args[1]), Value: a.copy(args[2])}
-		for i := 3; i < len(args); i++ {
-			switch {
-			case eq(args[i], "NX") && op.Cond == kv.Always:
-				op.Cond = kv.IfAbsent
-			case eq(args[i], "XX") && op.Cond == kv.Always:
-				op.Cond = kv.IfPresent
-			case eq(args[i], "GET"):
-				op.ReturnOld = true
-			case eq(args[i], "EX"), eq(args[i], "PX"), eq(args[i], "EXAT"), eq(args[i], "PXAT"):
-				if i+1 >= len(args) {
-					return op, 0, errSyntax
-				}
-				if n, err := parseInt64(args[i+1]); err != nil || n <= 0 {
-					return op, 0, errf("ERR invalid expire time in 'set' command")
-				}
-				return op, 0, errf("ERR TTLs (SET %s) are not supported yet", strings.ToUpper(string(args[i])))
-			case eq(args[i], "KEEPTTL"):
-				// No key has a TTL, so keeping it is what SET does anyway.
-			default:
-				return op, 0, errSyntax
-			}
+		var err error
+		if op, err = parseSet(args, a); err != nil { // expiry.go
+			return op, 0, err
 		}
 	case "SETNX":
 		op = kv.Op{Kind: kv.KindSet, Key: a.copy(args[1]), Value: a.copy(args[2]), Cond: kv.IfAbsent}
@@ -99,6 +80,9 @@ func parseWrite(spec *command.Spec, args [][]byte, a *arena) (kv.Op, replyShape,
 	case "KEFIR.CAS":
 		op = kv.Op{Kind: kv.KindCAS, Key: a.copy(args[1]), Expected: a.copy(args[2]), Value: a.copy(args[3])}
 	default:
+		if op, ok, err := parseExpiryWrite(spec, args, a); ok { // expiry.go
+			return op, shape, err
+		}
 		return op, 0, errf("ERR %s is not a write", strings.ToLower(spec.Name))
 	}
 	return op, shape, nil
@@ -135,6 +119,9 @@ func parseRead(spec *command.Spec, args [][]byte) (kv.Op, error) {
 		default:
 			return op, errSyntax
 		}
+		return op, nil
+	}
+	if op, ok := parseExpiryRead(spec, args); ok { // expiry.go
 		return op, nil
 	}
 	return kv.Op{}, errf("ERR %s is not a read", strings.ToLower(spec.Name))
@@ -634,11 +621,13 @@ func (s *Server) info(section string) string {
 		fmt.Fprintf(&b, "# Clients\r\nconnected_clients:%d\r\nmaxclients:%d\r\n\r\n", s.m.connected.Load(), s.cfg.MaxClients)
 	}
 	if want("stats") {
-		fmt.Fprintf(&b, "# Stats\r\ntotal_connections_received:%d\r\ntotal_commands_processed:%d\r\n\r\n",
-			s.m.total.Load(), s.m.commands.Load())
+		fmt.Fprintf(&b, "# Stats\r\ntotal_connections_received:%d\r\ntotal_commands_processed:%d\r\nexpired_keys:%d\r\n\r\n",
+			s.m.total.Load(), s.m.commands.Load(), s.expiredKeys())
 	}
 	if want("keyspace") {
-		fmt.Fprintf(&b, "# Keyspace\r\ndb0:keys=%d,expires=0,avg_ttl=0\r\n\r\n", s.userKeys())
+		// expires: keys stored with an expiry (expiry.go), the expired ones
+		// active expiry has not deleted yet included, as Redis counts them.
+		fmt.Fprintf(&b, "# Keyspace\r\ndb0:keys=%d,expires=%d,avg_ttl=0\r\n\r\n", s.userKeys(), s.db.Stats().MetaKeys)
 	}
 	if want("kefir") {
 		fmt.Fprintf(&b, "# Kefir\r\nrole:%s\r\ndefault_consistency:%s\r\ndefault_durability:%s\r\nlast_version:%d\r\nlog_pos:%d\r\ndurable_pos:%d\r\nwrites:%d\r\nsyncs:%d\r\nread_syncs:%d\r\ndeduplicated_writes:%d\r\nclient_table_entries:%d\r\n\r\n",

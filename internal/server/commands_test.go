@@ -47,20 +47,6 @@ func TestHello2RepliesWithAFlatArray(t *testing.T) {
 	}
 }
 
-func TestSetExpiryOptions(t *testing.T) {
-	s := startServer(t, nil)
-	c := dial(t, s)
-	c.expect(`
-SET k v PX 100 => ERR TTLs (SET PX) are not supported yet
-SET k v EX 10 => ERR TTLs (SET EX) are not supported yet
-SET k v EX 0 => ERR invalid expire time in 'set' command
-SET k v PX -5 => ERR invalid expire time in 'set' command
-SET k v EX soon => ERR invalid expire time in 'set' command
-SET k v EX => ERR syntax error
-GET k => (nil)
-`)
-}
-
 func TestClientIDIsDistinctPerConnection(t *testing.T) {
 	s := startServer(t, nil)
 	a, b := dial(t, s), dial(t, s)

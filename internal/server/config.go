@@ -154,6 +154,14 @@ type Config struct {
 	// they hold an active-set lease (docs/design/cad.md §3); every member
 	// must agree.
 	FollowerReads bool
+	// ActiveExpiry is the tick of the leader's background deletion of
+	// expired keys (expiry.go; default DefaultActiveExpiry, negative: off,
+	// leaving expired keys hidden by reads but stored until written).
+	ActiveExpiry time.Duration
+	// ClockSkew (replicated mode) bounds every member's wall clock's offset
+	// from the leader's; followers decide expiry at their clock plus it
+	// (vrshard.Options.ClockSkew; 0: vrshard.DefaultClockSkew).
+	ClockSkew time.Duration
 }
 
 // Member is one replica of the group: its id, the address peers dial, and the

@@ -120,6 +120,7 @@ func (s *Server) openReplica() (*vrshard.Replica, error) {
 		Bootstrap:       cfg.Bootstrap,
 		Nilext:          cfg.Nilext,
 		FollowerReads:   cfg.FollowerReads,
+		ClockSkew:       cfg.ClockSkew,
 		Peers:           peers,
 		ClientAddrs:     clients,
 		ClusterSecret:   cfg.ClusterSecret,

@@ -98,6 +98,8 @@ type Server struct {
 	// the fuzz test asserts it stays zero).
 	panics atomic.Int64
 	done   chan struct{}
+	// expiry is the active expiry cycle (expiry.go; nil: off).
+	expiry *activeExpiry
 }
 
 // New validates cfg, locks the data directory (LockDataDir) and opens the
@@ -230,6 +232,7 @@ func (s *Server) Start() error {
 		}()
 	}
 	go s.acceptClients()
+	s.startActiveExpiry()
 	s.log.Info("node started", "client", s.ClientAddr().String(), "peer", addrString(s.peerLn),
 		"http", addrString(s.httpLn), "data", s.cfg.DataDir, "tls", s.cfg.TLSCert != "",
 		"auth", s.cfg.Password != "", "durability", s.cfg.Durability.String(),
@@ -372,6 +375,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		_ = s.httpSrv.Shutdown(hctx)
 		cancel()
 	}
+	s.stopActiveExpiry()
 	var errs []error
 	if err := s.shard.Close(); err != nil {
 		errs = append(errs, err)

@@ -16,8 +16,8 @@ type Scanner interface {
 // state as it is then: a caller that needs one state for a whole scan uses
 // SnapshotScanner.
 func EngineScanner(db Scanner) kv.Scanner {
-	return func(start, end []byte, limit int, visit func(key, data []byte, version uint64) bool) error {
-		err := db.Scan(start, end, 0, limit, func(k []byte, v storage.Value) bool { return visit(k, v.Data, v.Version) })
+	return func(start, end []byte, limit int, visit func(key, data, meta []byte, version uint64) bool) error {
+		err := db.Scan(start, end, 0, limit, func(k []byte, v storage.Value) bool { return visit(k, v.Data, v.Meta, v.Version) })
 		if err != nil {
 			return fmt.Errorf("%w: scan: %w", ErrUnavailable, err)
 		}
@@ -32,12 +32,12 @@ func SnapshotScanner(snap *storage.Snapshot) kv.Scanner { return snapshotScan(sn
 // snapshotScan is SnapshotScanner noting in *maxPos (if not nil) the highest
 // log position of a value it visits, for the read durability check.
 func snapshotScan(snap *storage.Snapshot, maxPos *storage.Pos) kv.Scanner {
-	return func(start, end []byte, limit int, visit func(key, data []byte, version uint64) bool) error {
+	return func(start, end []byte, limit int, visit func(key, data, meta []byte, version uint64) bool) error {
 		err := snap.Scan(start, end, limit, func(k []byte, v storage.Value) bool {
 			if maxPos != nil {
 				*maxPos = max(*maxPos, v.Pos)
 			}
-			return visit(k, v.Data, v.Version)
+			return visit(k, v.Data, v.Meta, v.Version)
 		})
 		if err != nil {
 			return fmt.Errorf("%w: scan: %w", ErrUnavailable, err)

@@ -64,7 +64,7 @@ func TestScanUserSkipsReservedKeysAndPassesTheLimitDown(t *testing.T) {
 			end = []byte(c.end)
 		}
 		var got []string
-		err := kv.ScanUser(EngineScanner(rec), []byte(c.start), end, c.limit, func(k, data []byte, _ uint64) {
+		err := kv.ScanUser(EngineScanner(rec), []byte(c.start), end, c.limit, 0, func(k, data []byte, _ uint64) {
 			if string(data) != "v-"+string(k) {
 				t.Errorf("value of %q = %q", k, data)
 			}

@@ -404,7 +404,8 @@ func (s *Shard) Apply(ctx context.Context, reqs []WriteReq) (Pending, error) {
 		return Pending{}, ErrClosed
 	}
 	var p Pending
-	ts := s.opts.Now().UnixNano()
+	now := s.opts.Now()
+	ts, nowMs := now.UnixNano(), now.UnixMilli()
 	start := 0 // first request of the current chunk
 	s.recs = s.recs[:0]
 	if s.opts.ClientTTL > 0 && s.stats.Writes-s.lastSweep >= s.sweepEvery {
@@ -414,6 +415,11 @@ func (s *Shard) Apply(ctx context.Context, reqs []WriteReq) (Pending, error) {
 	for i := range reqs {
 		r := &reqs[i]
 		r.Result, r.Err, r.deduped, r.row = kv.Result{}, nil, false, nil
+		if r.Op.Now == 0 {
+			// The proposer's clock decides expiry (kv/expiry.go); a front
+			// door that turned a relative TTL into ExpireAt set Now already.
+			r.Op.Now = nowMs
+		}
 		if r.Durability == 0 {
 			r.Durability = s.opts.Durability
 		}
@@ -569,21 +575,21 @@ func (s *Shard) flush(reqs []WriteReq, p *Pending) error {
 
 // current returns the latest value of key as the writer sees it: the newest record
 // of the chunk being built, else the engine. ok is false if missing or deleted.
-func (s *Shard) current(key []byte) (data []byte, version uint64, ok bool, err error) {
+func (s *Shard) current(key []byte) (data, meta []byte, version uint64, ok bool, err error) {
 	for i := len(s.recs) - 1; i >= 0; i-- {
 		if bytes.Equal(s.recs[i].Key, key) {
 			r := &s.recs[i]
-			return r.Value, r.Version, !r.Tombstone, nil
+			return r.Value, r.Meta, r.Version, !r.Tombstone, nil
 		}
 	}
 	v, err := s.db.Get(key)
 	if errors.Is(err, storage.ErrNotFound) {
-		return nil, 0, false, nil
+		return nil, nil, 0, false, nil
 	}
 	if err != nil {
-		return nil, 0, false, fmt.Errorf("%w: get: %w", ErrUnavailable, err)
+		return nil, nil, 0, false, fmt.Errorf("%w: get: %w", ErrUnavailable, err)
 	}
-	return v.Data, v.Version, true, nil
+	return v.Data, v.Meta, v.Version, true, nil
 }
 
 // apply evaluates one write against the current state (kv.Apply) and stages
@@ -597,8 +603,8 @@ func (s *Shard) apply(op *kv.Op, ts int64) (kv.Result, error) {
 	}
 	v := s.next
 	wrote := false
-	res, err := kv.Apply(s.current, v, op, s.maxVal, func(key, value []byte, tomb bool) {
-		s.recs = append(s.recs, storage.Record{Key: key, Value: value, Version: v, Timestamp: ts, Tombstone: tomb})
+	res, err := kv.Apply(s.current, v, op, s.maxVal, func(key, value, meta []byte, tomb bool) {
+		s.recs = append(s.recs, storage.Record{Key: key, Value: value, Meta: meta, Version: v, Timestamp: ts, Tombstone: tomb})
 		wrote = true
 	})
 	if err != nil {
@@ -623,8 +629,9 @@ func (s *Shard) Read(ctx context.Context, op kv.Op, c level.Consistency, sess Se
 	}
 	if op.Kind == kv.KindGet || op.Kind == kv.KindStrlen {
 		// The hot path (a pipelined GET): one key, read without kv.Read's
-		// closures (they cost ~15 % of a cached GET's CPU).
-		v, ok, err := s.get(op.Key)
+		// closures (they cost ~15 % of a cached GET's CPU); the clock is read
+		// only for a key with meta (getLive).
+		v, ok, err := s.getLive(op.Key, op.Now)
 		if err != nil {
 			return kv.Result{}, err
 		}
@@ -632,6 +639,10 @@ func (s *Shard) Read(ctx context.Context, op kv.Op, c level.Consistency, sess Se
 			return kv.Result{}, err
 		}
 		return kv.PointResult(op.Kind, v.Data, v.Version, ok), nil
+	}
+	if op.Now == 0 {
+		// One node: its clock is the leader's (docs/consistency.md, "Key expiry").
+		op.Now = s.opts.Now().UnixMilli()
 	}
 	// maxPos is the highest log position the read observed: readDurable
 	// makes it durable before the result is returned.
@@ -649,13 +660,13 @@ func (s *Shard) Read(ctx context.Context, op kv.Op, c level.Consistency, sess Se
 		}
 	}
 	n := 0
-	get := func(k []byte) ([]byte, uint64, bool, error) {
+	get := func(k []byte) ([]byte, []byte, uint64, bool, error) {
 		if n++; mutation.On && n == 2 && s.betweenKeys != nil {
 			s.betweenKeys()
 		}
 		v, ok, err := s.getWith(readGet, k)
 		maxPos = max(maxPos, v.Pos)
-		return v.Data, v.Version, ok, err
+		return v.Data, v.Meta, v.Version, ok, err
 	}
 	var scan kv.Scanner
 	if op.Kind == kv.KindScan {
@@ -716,7 +727,7 @@ func (s *Shard) ReadKey(key []byte, c level.Consistency, sess Session) (value []
 	if err := s.readChecks(c, sess); err != nil {
 		return nil, 0, false, err
 	}
-	v, ok, err := s.get(key)
+	v, ok, err := s.getLive(key, 0)
 	if err != nil {
 		return nil, 0, false, err
 	}
@@ -746,6 +757,25 @@ func (s *Shard) get(k []byte) (storage.Value, bool, error) {
 	// Shared: read results are only written to the client (Result's values are
 	// read-only), so the engine's cached bytes need no copy.
 	return s.getWith(s.readGet, k)
+}
+
+// getLive is get of a key as of now (unix ms; 0: the shard's clock, read
+// only for a key that has meta, so a plain GET pays no clock): a key whose
+// expiry is before now is absent (kv.Live), as kv.Read decides for every
+// other read.
+func (s *Shard) getLive(k []byte, now int64) (storage.Value, bool, error) {
+	v, ok, err := s.get(k)
+	if !ok || v.Meta == nil {
+		return v, ok, err
+	}
+	if now == 0 {
+		now = s.opts.Now().UnixMilli()
+	}
+	if !kv.Live(v.Meta, now) {
+		ok = false
+		v.Data, v.Meta = nil, nil
+	}
+	return v, ok, err
 }
 
 // getWith is get reading with readGet (the engine's latest, or a snapshot's).

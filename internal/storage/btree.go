@@ -21,8 +21,11 @@ type tree struct {
 	// read finds (DBSIZE counts these, not n, which keeps deleted keys until
 	// compaction drops their tombstones). Every mutation keeps it: insert,
 	// load, Set, remove and update.
-	live  int
-	arena keyArena
+	live int
+	// withMeta counts the live items whose newest version carries meta
+	// (verMeta: for kv, keys with an expiry), kept alongside live.
+	withMeta int
+	arena    keyArena
 }
 
 // bMax is the inner-node fanout. leafMax is chosen so a leaf's item array (48-byte
@@ -66,6 +69,17 @@ func newTree() *tree          { return &tree{root: newLeaf()} }
 func (t *tree) Len() int      { return t.n }
 func (t *tree) Live() int     { return t.live }
 
+// WithMeta is the number of live keys whose newest version carries meta.
+func (t *tree) WithMeta() int { return t.withMeta }
+
+// metaness is 1 for a live item whose newest version carries meta.
+func metaness(it *item) int {
+	if it.v.tombstone() || !it.v.hasMeta() {
+		return 0
+	}
+	return 1
+}
+
 // liveness is 1 for an item a read finds (its newest version is not a
 // deletion), 0 for one that only remembers a deletion.
 func liveness(it *item) int {
@@ -78,6 +92,7 @@ func liveness(it *item) int {
 // update replaces the item p points at (from get) with it, keeping live.
 func (t *tree) update(p *item, it item) {
 	t.live += liveness(&it) - liveness(p)
+	t.withMeta += metaness(&it) - metaness(p)
 	*p = it
 }
 func newInner() *bnode { return &bnode{keys: make([]bkey, 0, bMax), kids: make([]*bnode, 0, bMax)} }
@@ -143,6 +158,7 @@ func (t *tree) insert(it item) {
 	}
 	t.n++
 	t.live += liveness(&it)
+	t.withMeta += metaness(&it)
 }
 
 func (t *tree) ins(n *bnode, it item, rightmost bool) (*bnode, string) {
@@ -255,6 +271,7 @@ func (t *tree) load(it item) {
 		n.items = append(n.items, it)
 		t.n++
 		t.live += liveness(&it)
+		t.withMeta += metaness(&it)
 		return
 	}
 	t.insert(it)
@@ -276,6 +293,7 @@ func (t *tree) remove(key string) bool {
 		return false
 	}
 	t.live -= liveness(p)
+	t.withMeta -= metaness(p)
 	t.rm(t.root, key)
 	t.n--
 	for !t.root.isLeaf() && len(t.root.kids) == 1 {
@@ -334,7 +352,7 @@ func (t *tree) asc(n *bnode, pivot string, fn func(*item) bool) bool {
 
 // check verifies the tree's invariants (for tests).
 func (t *tree) check() error {
-	count, live := 0, 0
+	count, live, withMeta := 0, 0, 0
 	prev := ""
 	first := true
 	var walk func(n *bnode, lo, hi string, hasHi bool) error
@@ -348,6 +366,7 @@ func (t *tree) check() error {
 				prev, first = k, false
 				count++
 				live += liveness(&n.items[i])
+				withMeta += metaness(&n.items[i])
 			}
 			return nil
 		}
@@ -371,7 +390,7 @@ func (t *tree) check() error {
 	if err := walk(t.root, "", "", false); err != nil {
 		return err
 	}
-	if count != t.n || live != t.live {
+	if count != t.n || live != t.live || withMeta != t.withMeta {
 		return errTree
 	}
 	return nil

@@ -91,7 +91,8 @@ func (db *DB) compactSegment(s *segment) error {
 				db.mu.Unlock()
 				return &CorruptionError{File: s.path, Offset: int64(p), Reason: "bad record found by compaction"}
 			}
-			n, err := db.moveLocked(key, val, h, s.id+uint64(p), head, now)
+			meta, _ := splitPayload(payload(data[p:], h), h.flags&flagMeta != 0)
+			n, err := db.moveLocked(key, val, meta, h, s.id+uint64(p), head, now)
 			if err != nil {
 				db.mu.Unlock()
 				return fmt.Errorf("storage: compact %s: %w", s.path, err)
@@ -156,7 +157,7 @@ func (db *DB) compactSegment(s *segment) error {
 
 // moveLocked copies the record at pos (version h of key) to the tail if the index still
 // needs it there, and returns the bytes copied.
-func (db *DB) moveLocked(key, val []byte, h recHdr, pos uint64, head bool, now int64) (int, error) {
+func (db *DB) moveLocked(key, val, meta []byte, h recHdr, pos uint64, head bool, now int64) (int, error) {
 	it, ok := db.idx.Get(keyString(key))
 	if !ok {
 		return 0, nil
@@ -180,7 +181,8 @@ func (db *DB) moveLocked(key, val []byte, h recHdr, pos uint64, head bool, now i
 		db.dropLocked(v)
 		return 0, nil
 	}
-	size := recordSize(len(key), len(val))
+	r := Record{Key: key, Value: val, Meta: meta, Version: h.version, Timestamp: h.ts, Tombstone: h.flags&flagTombstone != 0}
+	size := recSize(&r)
 	if db.rollDueLocked(size) {
 		if err := db.rollLocked(); err != nil {
 			return 0, err
@@ -191,7 +193,6 @@ func (db *DB) moveLocked(key, val []byte, h recHdr, pos uint64, head bool, now i
 			return 0, err
 		}
 	}
-	r := Record{Key: key, Value: val, Version: h.version, Timestamp: h.ts, Tombstone: h.flags&flagTombstone != 0}
 	start := uint64(db.next)
 	db.buf = appendRecord(db.buf, &r, flagCopy, it.v.version, start, uint64(db.dur))
 	db.next += Pos(size)

@@ -129,10 +129,12 @@ func (db *DB) Append(recs ...Record) (Pos, error) {
 			return 0, fmt.Errorf("%w: %d bytes > %d", ErrKeyTooLarge, len(r.Key), db.opts.MaxKeySize)
 		case len(r.Value) > db.opts.MaxValueSize:
 			return 0, fmt.Errorf("%w: %d bytes > %d", ErrValueTooLarge, len(r.Value), db.opts.MaxValueSize)
-		case r.Tombstone && len(r.Value) != 0:
-			return 0, fmt.Errorf("storage: tombstone for %q carries a value", r.Key)
+		case r.Tombstone && (len(r.Value) != 0 || len(r.Meta) != 0):
+			return 0, fmt.Errorf("storage: tombstone for %q carries a value or meta", r.Key)
+		case len(r.Meta) > MaxMetaSize:
+			return 0, fmt.Errorf("storage: meta of %q is %d bytes > %d", r.Key, len(r.Meta), MaxMetaSize)
 		}
-		total += recordSize(len(r.Key), len(r.Value))
+		total += recSize(r)
 	}
 
 	db.mu.Lock()
@@ -161,10 +163,13 @@ func (db *DB) Append(recs ...Record) (Pos, error) {
 		r := &recs[i]
 		start := uint64(db.next)
 		db.buf = appendRecord(db.buf, r, 0, 0, start, uint64(db.dur))
-		size := uint32(recordSize(len(r.Key), len(r.Value)))
+		size := uint32(recSize(r))
 		v := ver{version: r.Version, ts: r.Timestamp, pos: start, size: size}
 		if r.Tombstone {
 			v.flags = verTombstone
+		}
+		if len(r.Meta) > 0 {
+			v.flags |= verMeta
 		}
 		if err := db.insertLocked(r.Key, v, now); err != nil {
 			// Only a single record can fail here (batches were checked), and nothing
@@ -795,12 +800,13 @@ func (db *DB) getAt(key []byte, at uint64, shared bool) (Value, error) {
 		out := Value{Version: v.version, Timestamp: v.ts, Pos: v.end()}
 		if v.pos >= uint64(db.writ) {
 			off := v.pos - uint64(db.writ)
-			_, _, val, ok := decodeRecord(db.buf[off:off+uint64(v.size)], v.pos)
+			b := db.buf[off : off+uint64(v.size)]
+			h, _, _, ok := decodeRecord(b, v.pos)
 			if !ok {
 				db.mu.RUnlock()
 				panic("storage: record in the write buffer fails its checksum")
 			}
-			out.Data = append([]byte{}, val...)
+			out.Meta, out.Data = splitPayload(append([]byte{}, payload(b, h)...), v.hasMeta())
 			db.mu.RUnlock()
 			return out, nil
 		}
@@ -808,7 +814,7 @@ func (db *DB) getAt(key []byte, at uint64, shared bool) (Value, error) {
 		// A record's bytes never change at a position, so the cache needs no pin.
 		if db.cache != nil {
 			if data, ok := db.cache.get(v.pos, !shared); ok {
-				out.Data = data
+				out.Meta, out.Data = splitPayload(data, v.hasMeta())
 				return out, nil
 			}
 		}
@@ -833,13 +839,13 @@ func (db *DB) getAt(key []byte, at uint64, shared bool) (Value, error) {
 				db.cache.put(v.pos, val)
 			}
 		}
-		out.Data = val
+		out.Meta, out.Data = splitPayload(val, v.hasMeta())
 		return out, nil
 	}
 }
 
-// readRecord reads and verifies the record of v from seg and returns its value (a fresh
-// slice).
+// readRecord reads and verifies the record of v from seg and returns its payload (a
+// fresh slice): its value, preceded by its meta if it has any (splitPayload).
 func (db *DB) readRecord(seg *segment, key []byte, v ver) ([]byte, error) {
 	buf := make([]byte, v.size)
 	off := int64(v.pos - seg.id)
@@ -850,11 +856,12 @@ func (db *DB) readRecord(seg *segment, key []byte, v ver) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("storage: read %s at %d: %w", seg.path, off, err)
 	}
-	h, k, val, ok := decodeRecord(buf, v.pos)
+	h, k, _, ok := decodeRecord(buf, v.pos)
 	if !ok || h.version != v.version || (key != nil && !bytes.Equal(k, key)) {
 		return nil, &CorruptionError{File: seg.path, Offset: off, Reason: "record read back does not match its checksum or the index"}
 	}
-	return val[:len(val):len(val)], nil
+	p := payload(buf, h)
+	return p[:len(p):len(p)], nil
 }
 
 func (db *DB) release(s *segment) { s.refs.Add(-1) }
@@ -914,8 +921,9 @@ func (db *DB) scanAt(start, end []byte, at uint64, limit int, fn func(key []byte
 			h := scanHit{key: arena[k0:len(arena):len(arena)], v: it.at(i)}
 			if h.v.pos >= uint64(db.writ) {
 				off := h.v.pos - uint64(db.writ)
-				_, _, val, _ := decodeRecord(db.buf[off:off+uint64(h.v.size)], h.v.pos)
-				h.val = append([]byte{}, val...)
+				b := db.buf[off : off+uint64(h.v.size)]
+				rh, _, _, _ := decodeRecord(b, h.v.pos)
+				h.val = append([]byte{}, payload(b, rh)...)
 			} else {
 				// Pin the segment so compaction cannot remove it before we read.
 				h.seg = db.segFor(h.v.pos)
@@ -933,7 +941,8 @@ func (db *DB) scanAt(start, end []byte, at uint64, limit int, fn func(key []byte
 		}
 		for _, h := range batch {
 			n++
-			v := Value{Data: h.val, Version: h.v.version, Timestamp: h.v.ts, Pos: h.v.end()}
+			v := Value{Version: h.v.version, Timestamp: h.v.ts, Pos: h.v.end()}
+			v.Meta, v.Data = splitPayload(h.val, h.v.hasMeta())
 			if !fn(h.key, v) || (limit > 0 && n >= limit) {
 				return nil
 			}
@@ -1000,12 +1009,14 @@ func (db *DB) readBatch(hits []scanHit) error {
 		for _, i := range miss[:j] {
 			h := &hits[i]
 			off := h.v.pos - lo
-			rh, k, val, ok := decodeRecord(buf[off:off+uint64(h.v.size)], h.v.pos)
+			b := buf[off : off+uint64(h.v.size)]
+			rh, k, _, ok := decodeRecord(b, h.v.pos)
 			if !ok || rh.version != h.v.version || !bytes.Equal(k, h.key) {
 				err = &CorruptionError{File: h.seg.path, Offset: int64(h.v.pos - h.seg.id), Reason: "record read back does not match its checksum or the index"}
 				break
 			}
-			h.val = val[:len(val):len(val)] // capped: appending to one value cannot overwrite the next
+			p := payload(b, rh)
+			h.val = p[:len(p):len(p)] // capped: appending to one value cannot overwrite the next
 		}
 		miss = miss[j:]
 	}
@@ -1083,6 +1094,7 @@ func (db *DB) Stats() Stats {
 	s := Stats{
 		Keys:        db.idx.Len(),
 		LiveKeys:    db.idx.Live(),
+		MetaKeys:    db.idx.WithMeta(),
 		Segments:    len(db.segs),
 		LastPos:     db.next,
 		DurablePos:  db.dur,

@@ -12,7 +12,7 @@ type ver struct {
 	ts      int64
 	pos     uint64 // start of the record in the logical log
 	size    uint32 // record size
-	flags   uint32 // verTombstone | verPruned
+	flags   uint32 // verTombstone | verPruned | verMeta
 }
 
 const (
@@ -20,9 +20,15 @@ const (
 	// verPruned marks a key's oldest retained version when older ones were dropped, so
 	// GetAt below it can say ErrVersionGone rather than ErrNotFound.
 	verPruned = 1 << 1
+	// verMeta marks a version whose record carries meta (Record.Meta): its cached
+	// payload starts with the meta (splitPayload), and a caller looking for keys with
+	// meta (expiry) can skip the others without reading them. The index keeps no
+	// copy of the meta itself.
+	verMeta = 1 << 2
 )
 
 func (v ver) tombstone() bool { return v.flags&verTombstone != 0 }
+func (v ver) hasMeta() bool   { return v.flags&verMeta != 0 }
 func (v ver) end() Pos        { return Pos(v.pos + uint64(v.size)) }
 
 // item is a key and its versions, newest first: v is the newest, older (nil for the

@@ -368,6 +368,9 @@ func (db *DB) replay(i int, from uint64, floors map[string]uint64) error {
 		if h.flags&flagTombstone != 0 {
 			v.flags = verTombstone
 		}
+		if h.flags&flagMeta != 0 {
+			v.flags |= verMeta
+		}
 		db.recoverInsert(key, v, now)
 		if h.flags&flagCopy != 0 && h.floor > h.version {
 			if f, ok := floors[string(key)]; !ok || h.floor > f {

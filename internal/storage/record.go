@@ -18,7 +18,14 @@ import (
 //	29 floor   u64   for compaction copies: the key's newest version when it was copied
 //	37 pos     u64   the record's own position in the logical log
 //	45 synced  u64   a position below which the log was durable when the record was made
-//	53 key, value
+//	53 key, [metaLen u8, meta (flagMeta only)], value
+//
+// Meta (flagMeta set) is a short opaque byte string the caller owns (internal/kv keeps
+// a value's type and expiry there, docs/design/expiry.md). It sits between the key and
+// the value so that meta and value are one contiguous payload: the value cache holds
+// that payload as is. A record without meta (the common case) has neither the flag nor
+// the length byte, so it costs nothing extra; records written before meta existed read
+// unchanged.
 //
 // The floor lets recovery tell a retained old version (its key still has a version >=
 // floor) from a version of a key whose tombstone compaction has since dropped (nothing
@@ -37,7 +44,11 @@ const (
 	flagTombstone  = 1 << 0
 	flagCopy       = 1 << 1
 	flagPositioned = 1 << 2
-	flagsKnown     = flagTombstone | flagCopy | flagPositioned
+	flagMeta       = 1 << 3 // a metaLen byte and meta follow the key (format 2 only)
+	flagsKnown     = flagTombstone | flagCopy | flagPositioned | flagMeta
+
+	// MaxMetaSize bounds Record.Meta (its length is one byte on disk).
+	MaxMetaSize = 255
 
 	// Hard framing limits used when decoding, independent of the configured limits so
 	// that lowering MaxValueSize never makes an existing log unreadable.
@@ -53,6 +64,7 @@ type recHdr struct {
 	floor          uint64
 	pos, synced    uint64 // format 2 only
 	hdr            int    // header size: hdrSize1 or hdrSize
+	metaLen        int    // flagMeta: meta bytes after the key's metaLen byte
 }
 
 // v2 reports whether the record is format 2 (carries its position and a synced mark).
@@ -61,18 +73,36 @@ func (h recHdr) v2() bool { return h.flags&flagPositioned != 0 }
 // recordSize is the size of a (format 2) record.
 func recordSize(keyLen, valLen int) int { return hdrSize + keyLen + valLen }
 
+// recSize is the size of r as a (format 2) record, meta included.
+func recSize(r *Record) int {
+	n := recordSize(len(r.Key), len(r.Value))
+	if len(r.Meta) > 0 {
+		n += 1 + len(r.Meta)
+	}
+	return n
+}
+
 // appendRecord encodes r at the end of dst as a format 2 record at log position pos,
 // carrying the durable mark synced (<= pos).
 func appendRecord(dst []byte, r *Record, flags uint8, floor, pos, synced uint64) []byte {
-	n := recordSize(len(r.Key), len(r.Value))
+	n := recSize(r)
 	start := len(dst)
 	dst = grow(dst, n)
 	b := dst[start : start+n]
+	if len(r.Meta) > 0 {
+		flags |= flagMeta
+	}
 	putHeader(b, r, flags|flagPositioned, floor)
 	binary.LittleEndian.PutUint64(b[37:], pos)
 	binary.LittleEndian.PutUint64(b[45:], synced)
 	copy(b[hdrSize:], r.Key)
-	copy(b[hdrSize+len(r.Key):], r.Value)
+	vo := hdrSize + len(r.Key)
+	if len(r.Meta) > 0 {
+		b[vo] = byte(len(r.Meta))
+		copy(b[vo+1:], r.Meta)
+		vo += 1 + len(r.Meta)
+	}
+	copy(b[vo:], r.Value)
 	binary.LittleEndian.PutUint32(b[0:], crc32.Checksum(b[4:], seglog.CRCTable))
 	return dst
 }
@@ -117,7 +147,10 @@ func parseHeader(b []byte) (recHdr, bool) {
 	if h.keyLen == 0 || h.keyLen > maxKeyLenHard || h.valLen > maxValLenHard || h.flags&^flagsKnown != 0 {
 		return recHdr{}, false
 	}
-	if h.flags&flagTombstone != 0 && h.valLen != 0 {
+	if h.flags&flagTombstone != 0 && (h.valLen != 0 || h.flags&flagMeta != 0) {
+		return recHdr{}, false
+	}
+	if h.flags&flagMeta != 0 && !h.v2() {
 		return recHdr{}, false
 	}
 	if h.v2() {
@@ -134,7 +167,15 @@ func parseHeader(b []byte) (recHdr, bool) {
 	return h, true
 }
 
-func (h recHdr) size() int { return h.hdr + int(h.keyLen) + int(h.valLen) }
+func (h recHdr) size() int { return h.hdr + int(h.keyLen) + h.metaSize() + int(h.valLen) }
+
+// metaSize is the bytes meta takes in the record: its length byte and itself.
+func (h recHdr) metaSize() int {
+	if h.flags&flagMeta == 0 {
+		return 0
+	}
+	return 1 + h.metaLen
+}
 
 // decodeRecord decodes the record at the start of b, which lies at log position at. It
 // returns the header, the record's size and ok=false if b does not start with a complete
@@ -145,6 +186,13 @@ func decodeRecord(b []byte, at uint64) (h recHdr, key, val []byte, ok bool) {
 	if !ok || (h.v2() && h.pos != at) {
 		return h, nil, nil, false
 	}
+	if h.flags&flagMeta != 0 {
+		mo := h.hdr + int(h.keyLen)
+		if len(b) <= mo || b[mo] == 0 {
+			return h, nil, nil, false
+		}
+		h.metaLen = int(b[mo])
+	}
 	n := h.size()
 	if len(b) < n {
 		return h, nil, nil, false
@@ -153,6 +201,26 @@ func decodeRecord(b []byte, at uint64) (h recHdr, key, val []byte, ok bool) {
 		return h, nil, nil, false
 	}
 	key = b[h.hdr : h.hdr+int(h.keyLen)]
-	val = b[h.hdr+int(h.keyLen) : n]
+	val = b[h.hdr+int(h.keyLen)+h.metaSize() : n]
 	return h, key, val, true
+}
+
+// payload returns the bytes of the record b (decoded as h) after its key: the value,
+// preceded by the meta length byte and meta if the record has meta. The value cache
+// holds payloads; splitPayload takes them apart.
+func payload(b []byte, h recHdr) []byte {
+	return b[h.hdr+int(h.keyLen) : h.size()]
+}
+
+// splitPayload splits a payload (see payload) of a record with meta (hasMeta, the
+// index's verMeta) into meta and value. Without meta the payload is the value.
+func splitPayload(p []byte, hasMeta bool) (meta, val []byte) {
+	if !hasMeta || len(p) == 0 {
+		return nil, p
+	}
+	n := 1 + int(p[0])
+	if n > len(p) {
+		return nil, p // cannot happen for a payload decodeRecord checked
+	}
+	return p[1:n:n], p[n:]
 }

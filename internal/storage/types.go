@@ -75,6 +75,11 @@ type Record struct {
 	Version    uint64 // assigned by the caller (the shard log position); strictly increasing per key
 	Timestamp  int64  // caller's wall clock, unix nanos
 	Tombstone  bool
+	// Meta is a short (<= MaxMetaSize bytes) opaque byte string stored with the value
+	// and handed back with it (Value.Meta); the caller owns its meaning (internal/kv:
+	// the value's type and expiry). Empty costs nothing on disk or in memory; a
+	// tombstone has none.
+	Meta []byte
 }
 
 // Pos is a position in the engine log: the byte offset just past a record in the logical
@@ -84,6 +89,7 @@ type Pos uint64
 // Value is the result of a read. Data is a fresh copy, safe to keep and modify.
 type Value struct {
 	Data      []byte
+	Meta      []byte // the record's Meta (nil if none); read-only, may alias Data's buffer
 	Version   uint64
 	Timestamp int64
 	Pos       Pos
@@ -180,6 +186,7 @@ type Options struct {
 type Stats struct {
 	Keys        int // keys in the index, deleted ones not yet compacted away included
 	LiveKeys    int // keys whose newest version is not a deletion (what a read finds)
+	MetaKeys    int // live keys whose newest version carries meta (kv: keys with an expiry)
 	Versions    int
 	Segments    int
 	DiskBytes   int64 // bytes in segment files

@@ -35,6 +35,7 @@ type kvVal struct {
 	exists  bool
 	val     string
 	version uint64
+	meta    string // the record's meta (kv.EncodeMeta: an expiry)
 }
 
 // store is a replica's in-memory store: the state kv.Apply reads and its
@@ -43,9 +44,9 @@ type store map[string]kvVal
 
 // get is the store as a kv.Getter. A deleted key reports its deletion's
 // version, so a read of it tells the checkers which write it saw.
-func (s store) get(key []byte) ([]byte, uint64, bool, error) {
+func (s store) get(key []byte) ([]byte, []byte, uint64, bool, error) {
 	v := s[string(key)]
-	return []byte(v.val), v.version, v.exists, nil
+	return []byte(v.val), []byte(v.meta), v.version, v.exists, nil
 }
 
 // toKV is the kv op that executes the checker's write op.
@@ -53,7 +54,9 @@ func toKV(op check.Op) kv.Op {
 	key := []byte(op.Key)
 	switch op.Kind {
 	case check.Put:
-		return kv.Op{Kind: kv.KindSet, Key: key, Value: []byte(op.Value)}
+		// An expiry is absolute, on the recorder's clock in ns, as a PXAT
+		// (expiry_sim_test.go); kv counts in ms.
+		return kv.Op{Kind: kv.KindSet, Key: key, Value: []byte(op.Value), ExpireAt: op.ExpireAt / int64(time.Millisecond)}
 	case check.Delete:
 		return kv.Op{Kind: kv.KindDel, Keys: [][]byte{key}}
 	case check.CAS:
@@ -75,13 +78,21 @@ func fromKV(op kv.Op) check.Op {
 		return check.Op{Kind: check.CAS, Key: string(op.Key), Expect: string(op.Expected), Value: string(op.Value)}
 	case kv.KindIncrBy:
 		return check.Op{Kind: check.Incr, Key: string(op.Key), Delta: op.Delta}
+	case kv.KindExpireIfDue:
+		// The leader's active expiry (expiry_sim_test.go): no client waits.
+		return check.Op{Kind: check.Delete, Key: string(op.Keys[0])}
 	}
 	panic(fmt.Sprintf("fromKV: unexpected %v", op.Kind))
 }
 
 // encodeOp is an entry's Data: the op in kv's codec.
-func encodeOp(op check.Op) []byte {
+func encodeOp(op check.Op) []byte { return encodeOpAt(op, 0) }
+
+// encodeOpAt is encodeOp with the proposer's clock (unix ms; 0: none, for
+// runs without expiry) in the op: the only clock the state machine uses.
+func encodeOpAt(op check.Op, now int64) []byte {
 	k := toKV(op)
+	k.Now = now
 	return kv.AppendOp(nil, &k)
 }
 
@@ -93,20 +104,24 @@ func decodeOp(b []byte) check.Op {
 	return fromKV(op)
 }
 
-// apply executes the entry at op opn with kv.Apply, updates the store with
-// its records and returns the result for the core's client table: the
+// applyClock executes the entry at op opn with kv.Apply, updates the store
+// with its records and returns the result for the core's client table: the
 // checker's op kind (to read it back as a check.Result), then the outcome in
-// kv's codec.
-func (s store) apply(opn uint64, data []byte) []byte {
+// kv's codec. clock, if not 0, replaces the op's Now (the mutation of a
+// state machine that reads its own clock: expiry_sim_test.go).
+func (s store) applyClock(opn uint64, data []byte, clock int64) []byte {
 	op, err := kv.DecodeOp(data)
 	if err != nil {
 		panic(fmt.Sprintf("apply: op %d: %v", opn, err))
 	}
+	if clock != 0 {
+		op.Now = clock
+	}
 	var recs []kvVal
 	var keys []string
-	res, opErr := kv.Apply(s.get, opn, &op, 0, func(key, value []byte, tomb bool) {
+	res, opErr := kv.Apply(s.get, opn, &op, 0, func(key, value, meta []byte, tomb bool) {
 		keys = append(keys, string(key))
-		recs = append(recs, kvVal{exists: !tomb, val: string(value), version: opn})
+		recs = append(recs, kvVal{exists: !tomb, val: string(value), version: opn, meta: string(meta)})
 	})
 	if opErr == nil {
 		for i, k := range keys {
@@ -139,9 +154,15 @@ func decodeResult(b []byte) check.Result {
 
 // readResult is a GET of key evaluated by kv.Read over state v (the store's,
 // or an async overlay's).
-func readResult(key string, v kvVal) check.Result {
-	get := func([]byte) ([]byte, uint64, bool, error) { return []byte(v.val), v.version, v.exists, nil }
-	res, err := kv.Read(get, nil, &kv.Op{Kind: kv.KindGet, Key: []byte(key)}, 0)
+func readResult(key string, v kvVal) check.Result { return readResultAt(key, v, 0) }
+
+// readResultAt is readResult deciding expiry at now (unix ms, the serving
+// replica's: expiry_sim_test.go; 0: nothing expires).
+func readResultAt(key string, v kvVal, now int64) check.Result {
+	get := func([]byte) ([]byte, []byte, uint64, bool, error) {
+		return []byte(v.val), []byte(v.meta), v.version, v.exists, nil
+	}
+	res, err := kv.Read(get, nil, &kv.Op{Kind: kv.KindGet, Key: []byte(key), Now: now}, 0)
 	if err != nil {
 		panic(fmt.Sprintf("read %q: %v", key, err))
 	}
@@ -195,6 +216,8 @@ func (s store) encode() []byte {
 		b = binary.AppendUvarint(b, v.version)
 		b = binary.AppendUvarint(b, uint64(len(v.val)))
 		b = append(b, v.val...)
+		b = binary.AppendUvarint(b, uint64(len(v.meta)))
+		b = append(b, v.meta...)
 	}
 	return b
 }
@@ -207,7 +230,8 @@ func decodeKV(b []byte) store {
 		k := r.str()
 		ex := r.byte() == 1
 		ver := r.uvarint()
-		s[k] = kvVal{ex, r.str(), ver}
+		val := r.str()
+		s[k] = kvVal{exists: ex, val: val, version: ver, meta: r.str()}
 	}
 	if r.err != nil {
 		panic(fmt.Sprintf("decodeKV: %v", r.err))
@@ -356,6 +380,8 @@ type simOptions struct {
 	// trusts the log's snapshot point whatever the engine holds.
 	engineLoss      float64
 	engineTrustsLog bool
+	// ttl: key expiry runs (expiry_sim_test.go); nil: off.
+	ttl *ttlSim
 }
 
 // simCounters shows that a run exercised the paths it claims to.
@@ -478,6 +504,7 @@ func (n *simReplica) Step(ev sim.Event) {
 		before := n.core.Info()
 		n.core.Tick(ev.Now)
 		n.count(before)
+		n.expiryTick()
 	case sim.Persisted:
 		var seq uint64
 		for len(n.seqAt) > 0 && n.seqAt[0].recs <= ev.Persisted {
@@ -547,7 +574,7 @@ func (n *simReplica) onClient(from sim.Addr, m clientReq) {
 		n.onClientRead(from, m)
 		return
 	}
-	err := n.core.Propose(n.now, Request{Client: uint64(from), ReqNum: m.Seq, Data: encodeOp(m.Op)})
+	err := n.core.Propose(n.now, Request{Client: uint64(from), ReqNum: m.Seq, Data: encodeOpAt(m.Op, n.proposeNow())})
 	if err != nil {
 		n.redirect(from, m.Seq)
 	}
@@ -588,7 +615,7 @@ func (n *simReplica) serveReads() {
 		if n.cadRewait(p, v) {
 			continue
 		}
-		res := readResult(p.key, v)
+		res := readResultAt(p.key, v, n.readNow())
 		res.Node = int(n.id)
 		n.out.Messages = append(n.out.Messages, sim.Envelope{To: p.client, Msg: clientResp{Seq: p.seq, OK: true, Result: res}})
 	}
@@ -652,12 +679,15 @@ func (n *simReplica) drain() {
 				if c.Duplicate {
 					continue
 				}
-				results[i] = n.state.apply(c.Op, c.Data)
+				results[i] = n.state.applyClock(c.Op, c.Data, n.applyClock())
 			}
 			n.core.Advance(results)
 			n.pruneOverlay()
 		}
 		for _, r := range rd.Replies {
+			if isExpiryClient(r.Client) {
+				continue // the leader's own active expiry: nobody to answer
+			}
 			res := check.Result{Node: int(n.id)}
 			ok := r.Err == nil
 			if ok {

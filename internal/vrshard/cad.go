@@ -73,6 +73,7 @@ type updBatch struct {
 type overlayEntry struct {
 	op    uint64
 	value []byte
+	meta  []byte // the write's meta (a SET EX's expiry: kv.EncodeMeta)
 	tomb  bool
 	// cad: a cad write, which a read may return only once R >= op (a
 	// deferred read); else an async one, served at once. view: the view
@@ -171,13 +172,13 @@ func (u *keyUpdates) prune(op uint64) {
 
 // setOverlay records a pending blind write at op (cad: a cad write,
 // appended by the leader of view).
-func (u *keyUpdates) setOverlay(op uint64, keys [][]byte, values [][]byte, tomb, cad bool, view uint64) {
+func (u *keyUpdates) setOverlay(op uint64, keys [][]byte, values [][]byte, meta []byte, tomb, cad bool, view uint64) {
 	u.mu.Lock()
 	for i, k := range keys {
 		if old, ok := u.overlay[string(k)]; ok && old.op > op {
 			continue // a later write of the key is there already
 		}
-		e := overlayEntry{op: op, tomb: tomb, cad: cad, view: view}
+		e := overlayEntry{op: op, tomb: tomb, cad: cad, view: view, meta: meta}
 		if !tomb {
 			e.value = bytes.Clone(values[i])
 			if e.value == nil {
@@ -496,14 +497,15 @@ func (r *Replica) overlay(op uint64, w *kv.Op, cad bool) {
 	view := r.lastHS.View
 	switch w.Kind {
 	case kv.KindSet:
-		r.upd.setOverlay(op, [][]byte{w.Key}, [][]byte{w.Value}, false, cad, view)
+		// NilextEligible admits only SETs whose meta the op alone decides.
+		r.upd.setOverlay(op, [][]byte{w.Key}, [][]byte{w.Value}, kv.EncodeMeta(kv.TypeString, w.ExpireAt), false, cad, view)
 	case kv.KindMSet:
 		ks := make([][]byte, 0, len(w.Keys)/2)
 		vs := make([][]byte, 0, len(w.Keys)/2)
 		for i := 0; i+1 < len(w.Keys); i += 2 {
 			ks, vs = append(ks, w.Keys[i]), append(vs, w.Keys[i+1])
 		}
-		r.upd.setOverlay(op, ks, vs, false, cad, view)
+		r.upd.setOverlay(op, ks, vs, nil, false, cad, view)
 	}
 }
 

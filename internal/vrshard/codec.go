@@ -10,8 +10,16 @@ import (
 
 // A write travels through the VR log as vr.Request.Data:
 //
-//	format byte (1) | proposer uvarint | local seq uvarint | timestamp varint |
-//	op (kv.AppendOp: kind byte | flags byte | delta varint | key | value | expected | nkeys uvarint | keys...)
+//	format byte (3) | proposer uvarint | local seq uvarint | timestamp varint |
+//	op (kv.AppendOp: kind byte | flags byte | delta varint | key | value | expected | nkeys uvarint | keys...
+//	    [| now | expire-at | ttl flags])
+//
+// Format 3 (key expiry) ops may carry kv's expiry trailer (the proposer's Now
+// is in every write it proposes); format 1 entries, written before, never do
+// and still decode. (2 is forgetFormat, the client-table entry.) A build that
+// knows only format 1 refuses format 3 entries as corrupt: every member of a
+// group must run a build that knows format 3 before one of them proposes
+// (docs/operations.md).
 //
 // (byte strings are uvarint length + bytes). The proposer and local seq let the
 // replica that proposed a write without a client id (plain Redis clients: the
@@ -19,7 +27,10 @@ import (
 // applied; the timestamp is the proposer's wall clock, carried in the entry so
 // that every replica stores the same record timestamps.
 
-const dataFormat = 1
+const (
+	dataFormat   = 3 // not 2: that is forgetFormat
+	dataFormatV1 = 1 // before key expiry: no op carries an expiry trailer
+)
 
 // ErrCorruptEntry: an entry's Data or a cached result does not decode. It
 // means a bug or a corrupted log that passed its checksum; the replica stops.
@@ -120,8 +131,8 @@ func decodeForget(data []byte) (ts int64, below uint64, ok bool, err error) {
 // decodeOp decodes Data. The op's slices alias data.
 func decodeOp(data []byte) (header, kv.Op, error) {
 	d := kv.Decoder{B: data}
-	if d.Byte() != dataFormat {
-		return header{}, kv.Op{}, fmt.Errorf("%w: unknown format", ErrCorruptEntry)
+	if f := d.Byte(); f != dataFormat && f != dataFormatV1 {
+		return header{}, kv.Op{}, fmt.Errorf("%w: unknown format %d", ErrCorruptEntry, f)
 	}
 	var h header
 	h.proposer, h.seq, h.ts = d.Uvarint(), d.Uvarint(), d.Varint()

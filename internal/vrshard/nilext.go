@@ -124,7 +124,10 @@ func (r *Replica) NilextOn() bool { return r.opts.Nilext }
 func NilextEligible(op *kv.Op) bool {
 	switch op.Kind {
 	case kv.KindSet:
-		return op.Cond == kv.Always && !op.ReturnOld
+		// A SET with an expiry still in the future writes what the op alone
+		// says (value and meta); KEEPTTL (meta from state) and an expiry
+		// already past (a deletion) are not blind.
+		return op.Cond == kv.Always && !op.ReturnOld && op.TTL == 0 && (op.ExpireAt == 0 || op.ExpireAt > op.Now)
 	case kv.KindMSet:
 		return len(op.Keys) > 0 && len(op.Keys)%2 == 0
 	}

@@ -584,6 +584,9 @@ func (r *Replica) readLocal(op kv.Op) (kv.Result, error) { return r.readWith(op,
 // readWith evaluates a read against the engine (kv.Read), keys in ov (the
 // leader's pending async writes) excepted.
 func (r *Replica) readWith(op kv.Op, ov map[string]overlayEntry) (kv.Result, error) {
+	if op.Now == 0 {
+		op.Now = r.readNow()
+	}
 	engineGet := r.db.Get
 	scan := shard.EngineScanner(r.db)
 	if kv.MultiKey(&op) && !(mutation.On && r.mut.tornMultiReads) {
@@ -600,7 +603,7 @@ func (r *Replica) readWith(op kv.Op, ov map[string]overlayEntry) (kv.Result, err
 		scan = shard.SnapshotScanner(snap)
 	}
 	n := 0
-	get := func(k []byte) ([]byte, uint64, bool, error) {
+	get := func(k []byte) ([]byte, []byte, uint64, bool, error) {
 		if h := r.mut.betweenKeys; mutation.On && h != nil {
 			if n++; n == 2 {
 				h()
@@ -608,14 +611,28 @@ func (r *Replica) readWith(op kv.Op, ov map[string]overlayEntry) (kv.Result, err
 		}
 		if e, ok := ov[string(k)]; ok {
 			if e.tomb {
-				return nil, 0, false, nil // a miss reports no version
+				return nil, nil, 0, false, nil // a miss reports no version
 			}
-			return e.value, e.op, true, nil
+			return e.value, e.meta, e.op, true, nil
 		}
 		v, ok, err := r.getFrom(engineGet, k)
-		return v.Data, v.Version, ok, err
+		return v.Data, v.Meta, v.Version, ok, err
 	}
 	return kv.Read(get, scan, &op, shard.DefaultMaxScan)
+}
+
+// readNow is the time (unix ms) a read decides key expiry at
+// (docs/consistency.md, "Key expiry"): the leader's own clock, which also
+// stamped the writes; any other replica's clock plus ClockSkew, so that a
+// replica whose clock is behind the leader's by up to ClockSkew still hides
+// every key the leader has expired (one ahead hides keys early, by at most
+// twice ClockSkew).
+func (r *Replica) readNow() int64 {
+	now := time.Now().UnixMilli()
+	if r.isLeader.Load() {
+		return now
+	}
+	return now + r.opts.ClockSkew.Milliseconds()
 }
 
 // getFrom reads key k with get (the engine's latest, or a snapshot's); a
@@ -699,6 +716,37 @@ func (r *Replica) Stats() Stats {
 
 // The capture itself (scan, encoding) is in snapshot.go.
 
+// snapshotMetas reads the meta trailer of a snapshot's data (captureData)
+// whose n keys start at rd: the meta of the key at each index. Data without
+// a trailer (no key has meta, or a build before meta) has none.
+func snapshotMetas(rd reader, n uint64) (map[uint64][]byte, error) {
+	for i := uint64(0); i < n; i++ {
+		rd.bytes()
+		rd.bytes()
+		rd.uvarint()
+		rd.varint()
+	}
+	if rd.err != nil {
+		return nil, ErrCorruptEntry
+	}
+	if len(rd.b) == 0 {
+		return nil, nil
+	}
+	m := rd.uvarint()
+	if rd.err != nil || m > n {
+		return nil, ErrCorruptEntry
+	}
+	metas := make(map[uint64][]byte, m)
+	for j := uint64(0); j < m; j++ {
+		i, meta := rd.uvarint(), rd.bytes()
+		if rd.err != nil || i >= n {
+			return nil, ErrCorruptEntry
+		}
+		metas[i] = meta
+	}
+	return metas, nil
+}
+
 // restore makes the engine hold the snapshot's state (committed state at
 // s.Op; the engine may hold older committed state, or newer if it was ahead
 // after a restart) and syncs it, before the log records the snapshot point.
@@ -707,6 +755,10 @@ func (r *Replica) restore(s *vr.Snapshot) error {
 	n := rd.uvarint()
 	if rd.err != nil || n > uint64(len(rd.b)) {
 		return fmt.Errorf("vrshard: snapshot at %d: %w", s.Op, ErrCorruptEntry)
+	}
+	metas, err := snapshotMetas(rd, n)
+	if err != nil {
+		return fmt.Errorf("vrshard: snapshot at %d: %w", s.Op, err)
 	}
 	in := make(map[string]struct{}, n)
 	// Its records (versions <= s.Op) become visible as they are written.
@@ -736,7 +788,7 @@ func (r *Replica) restore(s *vr.Snapshot) error {
 		if vs, err := r.db.Versions(k); err == nil && len(vs) > 0 && vs[0].Version >= ver {
 			continue // same history: the engine has this version or a later one
 		}
-		recs = append(recs, storage.Record{Key: k, Value: v, Version: ver, Timestamp: ts})
+		recs = append(recs, storage.Record{Key: k, Value: v, Meta: metas[i], Version: ver, Timestamp: ts})
 		if len(recs) >= 1024 {
 			if err := flush(); err != nil {
 				return err
@@ -746,7 +798,7 @@ func (r *Replica) restore(s *vr.Snapshot) error {
 	// Keys the engine has that the snapshot does not were deleted by an op
 	// up to s.Op.
 	var dels []storage.Record
-	err := r.db.Scan(nil, nil, 0, 0, func(k []byte, v storage.Value) bool {
+	err = r.db.Scan(nil, nil, 0, 0, func(k []byte, v storage.Value) bool {
 		if _, ok := in[string(k)]; !ok && v.Version < s.Op && !bytes.Equal(k, appliedKey) {
 			dels = append(dels, storage.Record{Key: append([]byte(nil), k...), Version: s.Op, Tombstone: true})
 		}

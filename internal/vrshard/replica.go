@@ -122,7 +122,13 @@ type Options struct {
 	// followers holding a lease serve cross-client-monotonic reads. Every
 	// member of a group must agree on it.
 	FollowerReads bool
-	Logger        *slog.Logger
+	// ClockSkew bounds how far any member's wall clock may be from the
+	// leader's (default DefaultClockSkew). A replica that is not the leader
+	// decides key expiry at its own clock plus ClockSkew, so that a read it
+	// serves never returns a key the leader's clock has expired
+	// (docs/consistency.md, "Key expiry"; expiry.go).
+	ClockSkew time.Duration
+	Logger    *slog.Logger
 	// OnLogSync, if set, is told how long each fsync of the replication log
 	// took (the node's fsync latency histogram); it runs on the goroutine that
 	// synced. The engine's own fsyncs are Storage.OnSync's.
@@ -138,6 +144,8 @@ const (
 	DefaultViewChange = 300 * time.Millisecond
 	DefaultLease      = 250 * time.Millisecond
 	DefaultMaxDrift   = 0.01
+
+	DefaultClockSkew = 100 * time.Millisecond
 
 	DefaultNilextSyncDelay = 5 * time.Millisecond
 	DefaultCadSyncDelay    = 2 * time.Millisecond
@@ -166,6 +174,9 @@ func (o *Options) fill() error {
 	}
 	if c.MaxDrift == 0 {
 		c.MaxDrift = DefaultMaxDrift
+	}
+	if o.ClockSkew == 0 {
+		o.ClockSkew = DefaultClockSkew
 	}
 	c.Nilext = c.Nilext || o.Nilext
 	c.FollowerReads = c.FollowerReads || o.FollowerReads
@@ -1858,11 +1869,17 @@ func (r *Replica) Apply(ctx context.Context, reqs []shard.WriteReq) (shard.Pendi
 	ps := make([]proposal, len(reqs))
 	bw.ps = ps
 	pp := make([]*proposal, len(reqs))
-	ts := time.Now().UnixNano()
+	now := time.Now()
+	ts, nowMs := now.UnixNano(), now.UnixMilli()
 	mayBeEarly := false
 	for i := range reqs {
 		q := &reqs[i]
 		p := &ps[i]
+		if q.Op.Now == 0 {
+			// The proposer (this leader) stamps its clock: every replica
+			// decides expiry with it (kv/expiry.go).
+			q.Op.Now = nowMs
+		}
 		p.wait = bw
 		early := r.answerableEarly(&q.Op)
 		p.ack, p.blind = ackPoint(q, early), NilextEligible(&q.Op)

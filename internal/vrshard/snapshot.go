@@ -92,14 +92,19 @@ func (r *Replica) captured(res snapResult) error {
 
 // captureData encodes every engine key at the snapshot's version (client
 // table rows included) with its value, version and timestamp: count
-// uvarint, then per key: key, value, version uvarint, ts varint (restore
-// reads it back).
+// uvarint, then per key: key, value, version uvarint, ts varint; then, if
+// any key has meta (storage.Record.Meta: a TTL), a trailer: count uvarint,
+// then per such key: its index uvarint, meta (restore reads it back). The
+// trailer comes last so that a snapshot from a build before meta decodes
+// unchanged (and one without meta is byte for byte what it was).
 func captureData(es *storage.Snapshot, stop <-chan struct{}) ([]byte, error) {
 	// The count goes in front, once it is known: room is kept for its
 	// longest encoding, so the state is not copied a second time.
 	body := make([]byte, binary.MaxVarintLen64, 64<<10)
 	n := 0
 	stopped := false
+	var metas []byte // the trailer's entries
+	nmeta := 0
 	err := es.Scan(nil, nil, 0, func(k []byte, v storage.Value) bool {
 		if n%1024 == 0 {
 			select {
@@ -113,9 +118,18 @@ func captureData(es *storage.Snapshot, stop <-chan struct{}) ([]byte, error) {
 		body = appendBytes(body, v.Data)
 		body = binary.AppendUvarint(body, v.Version)
 		body = binary.AppendVarint(body, v.Timestamp)
+		if len(v.Meta) > 0 {
+			metas = binary.AppendUvarint(metas, uint64(n))
+			metas = appendBytes(metas, v.Meta)
+			nmeta++
+		}
 		n++
 		return true
 	})
+	if nmeta > 0 {
+		body = binary.AppendUvarint(body, uint64(nmeta))
+		body = append(body, metas...)
+	}
 	if err == nil && stopped {
 		err = errCaptureStopped
 	}

@@ -30,6 +30,7 @@ import (
 
 type overlayVal struct {
 	data    []byte
+	meta    []byte
 	version uint64
 	exists  bool
 }
@@ -220,15 +221,15 @@ func (a *applier) settle(start int, v uint64, replay bool) {
 		a.recs = kept
 	}
 	for _, r := range a.recs[start:] {
-		a.overlay[string(r.Key)] = overlayVal{data: r.Value, version: r.Version, exists: !r.Tombstone}
+		a.overlay[string(r.Key)] = overlayVal{data: r.Value, meta: r.Meta, version: r.Version, exists: !r.Tombstone}
 	}
 }
 
 // current returns key's value as of op cur-1 (kv.Apply's Getter): the
 // batch's earlier ops first (the overlay), then the engine.
-func (a *applier) current(key []byte) ([]byte, uint64, bool, error) {
+func (a *applier) current(key []byte) ([]byte, []byte, uint64, bool, error) {
 	if o, ok := a.overlay[string(key)]; ok {
-		return o.data, o.version, o.exists, nil
+		return o.data, o.meta, o.version, o.exists, nil
 	}
 	var v storage.Value
 	var err error
@@ -245,12 +246,12 @@ func (a *applier) current(key []byte) ([]byte, uint64, bool, error) {
 		v, err = a.db.Get(key)
 	}
 	if errors.Is(err, storage.ErrNotFound) {
-		return nil, 0, false, nil
+		return nil, nil, 0, false, nil
 	}
 	if err != nil {
-		return nil, 0, false, fmt.Errorf("%w: get: %w", shard.ErrUnavailable, err)
+		return nil, nil, 0, false, fmt.Errorf("%w: get: %w", shard.ErrUnavailable, err)
 	}
-	return v.Data, v.Version, true, nil
+	return v.Data, v.Meta, v.Version, true, nil
 }
 
 // eval evaluates a write at op v (kv.Apply) and stages its records, every
@@ -260,8 +261,8 @@ func (a *applier) eval(op *kv.Op, v uint64, ts int64) (kv.Result, error) {
 	if mutation.On && a.appendUnchecked {
 		maxVal = 0
 	}
-	res, err := kv.Apply(a.current, v, op, maxVal, func(key, value []byte, tomb bool) {
-		a.recs = append(a.recs, storage.Record{Key: key, Value: value, Version: v, Timestamp: ts, Tombstone: tomb})
+	res, err := kv.Apply(a.current, v, op, maxVal, func(key, value, meta []byte, tomb bool) {
+		a.recs = append(a.recs, storage.Record{Key: key, Value: value, Meta: meta, Version: v, Timestamp: ts, Tombstone: tomb})
 	})
 	if err != nil {
 		return kv.Result{}, err // the callers drop what was staged

@@ -1,0 +1,337 @@
+package server
+
+import (
+	"context"
+	"math"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/kefirdb/kefir/internal/command"
+	"github.com/kefirdb/kefir/internal/kv"
+	"github.com/kefirdb/kefir/internal/shard"
+)
+
+// Key expiry commands (docs/design/expiry.md): SET's EX|PX|EXAT|PXAT|KEEPTTL,
+// SETEX, PSETEX, GETEX, EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT, PERSIST (writes)
+// and TTL, PTTL, EXPIRETIME, PEXPIRETIME (reads), with Redis's replies and
+// errors. A relative TTL becomes an absolute time here, with the same clock
+// reading the op carries as Now: the state machine decides expiry with Now
+// only, and every replica agrees (kv/expiry.go). A follower forwards the
+// command as received, so the leader's front door does this conversion.
+
+// expiryNow is the front door's clock in unix milliseconds.
+var expiryNow = func() int64 { return time.Now().UnixMilli() }
+
+// expireUnit says how an expiry argument is read.
+type expireUnit uint8
+
+const (
+	unitEX   expireUnit = iota + 1 // seconds from now
+	unitPX                         // milliseconds from now
+	unitEXAT                       // unix seconds
+	unitPXAT                       // unix milliseconds
+)
+
+func errExpireTime(cmd string) error {
+	return errf("ERR invalid expire time in '%s' command", cmd)
+}
+
+// expireAt turns SET's, SETEX's or GETEX's expiry argument (which must be
+// positive) into an absolute time in unix ms, as Redis's
+// getExpireMillisecondsOrReply does.
+func expireAt(arg []byte, unit expireUnit, now int64, cmd string) (int64, error) {
+	n, err := parseInt64(arg)
+	if err != nil {
+		return 0, err
+	}
+	if n <= 0 || ((unit == unitEX || unit == unitEXAT) && n > math.MaxInt64/1000) {
+		return 0, errExpireTime(cmd)
+	}
+	if unit == unitEX || unit == unitEXAT {
+		n *= 1000
+	}
+	if unit == unitEX || unit == unitPX {
+		if n > math.MaxInt64-now {
+			return 0, errExpireTime(cmd)
+		}
+		n += now
+	}
+	return n, nil
+}
+
+// parseExpireOpt reads an EX|PX|EXAT|PXAT option at args[i] (GETEX and
+// SET): ok false if args[i] is none of them.
+func parseExpireOpt(args [][]byte, i int) (unit expireUnit, ok bool) {
+	switch {
+	case eq(args[i], "EX"):
+		return unitEX, true
+	case eq(args[i], "PX"):
+		return unitPX, true
+	case eq(args[i], "EXAT"):
+		return unitEXAT, true
+	case eq(args[i], "PXAT"):
+		return unitPXAT, true
+	}
+	return 0, false
+}
+
+// parseSet parses SET key value [NX|XX] [GET] [EX s|PX ms|EXAT s|PXAT ms|KEEPTTL]
+// in any order, refusing what Redis's parseExtendedStringArgumentsOrReply
+// refuses (NX with XX, two different expiry options, one with KEEPTTL) and
+// accepting what it accepts (an option twice: the last expiry wins).
+func parseSet(args [][]byte, a *arena) (kv.Op, error) {
+	op := kv.Op{Kind: kv.KindSet, Key: a.copy(args[1]), Value: a.copy(args[2])}
+	var unit expireUnit
+	var arg []byte
+	for i := 3; i < len(args); i++ {
+		switch u, isExp := parseExpireOpt(args, i); {
+		case eq(args[i], "NX") && op.Cond != kv.IfPresent:
+			op.Cond = kv.IfAbsent
+		case eq(args[i], "XX") && op.Cond != kv.IfAbsent:
+			op.Cond = kv.IfPresent
+		case eq(args[i], "GET"):
+			op.ReturnOld = true
+		case eq(args[i], "KEEPTTL") && unit == 0:
+			op.TTL = kv.TTLKeep
+		case isExp && (unit == 0 || unit == u) && op.TTL == 0 && i+1 < len(args):
+			unit, arg = u, args[i+1]
+			i++
+		default:
+			return op, errSyntax
+		}
+	}
+	if unit != 0 {
+		now := expiryNow()
+		at, err := expireAt(arg, unit, now, "set")
+		if err != nil {
+			return op, err
+		}
+		op.Now, op.ExpireAt = now, at
+	}
+	return op, nil
+}
+
+// parseExpiryWrite parses the expiry write commands other than SET; ok false:
+// spec is not one of them.
+func parseExpiryWrite(spec *command.Spec, args [][]byte, a *arena) (op kv.Op, ok bool, err error) {
+	now := expiryNow()
+	switch spec.Name {
+	case "SETEX", "PSETEX":
+		unit, cmd := unitEX, "setex"
+		if spec.Name == "PSETEX" {
+			unit, cmd = unitPX, "psetex"
+		}
+		at, err := expireAt(args[2], unit, now, cmd)
+		if err != nil {
+			return op, true, err
+		}
+		return kv.Op{Kind: kv.KindSet, Key: a.copy(args[1]), Value: a.copy(args[3]), Now: now, ExpireAt: at}, true, nil
+
+	case "GETEX":
+		op = kv.Op{Kind: kv.KindGetEx, Key: a.copy(args[1]), Now: now}
+		var unit expireUnit
+		var arg []byte
+		for i := 2; i < len(args); i++ {
+			switch u, isExp := parseExpireOpt(args, i); {
+			case eq(args[i], "PERSIST") && unit == 0:
+				op.TTL = kv.TTLPersist
+			case isExp && (unit == 0 || unit == u) && op.TTL == 0 && i+1 < len(args):
+				unit, arg = u, args[i+1]
+				i++
+			default:
+				return op, true, errSyntax
+			}
+		}
+		if unit != 0 {
+			if op.ExpireAt, err = expireAt(arg, unit, now, "getex"); err != nil {
+				return op, true, err
+			}
+		}
+		return op, true, nil
+
+	case "EXPIRE", "PEXPIRE", "EXPIREAT", "PEXPIREAT":
+		when, err := parseInt64(args[2])
+		if err != nil {
+			return op, true, err
+		}
+		op = kv.Op{Kind: kv.KindExpire, Key: a.copy(args[1]), Now: now}
+		var nx, xx, gt, lt bool
+		for _, o := range args[3:] {
+			switch {
+			case eq(o, "NX"):
+				nx, op.TTL = true, op.TTL|kv.TTLNX
+			case eq(o, "XX"):
+				xx, op.TTL = true, op.TTL|kv.TTLXX
+			case eq(o, "GT"):
+				gt, op.TTL = true, op.TTL|kv.TTLGT
+			case eq(o, "LT"):
+				lt, op.TTL = true, op.TTL|kv.TTLLT
+			default:
+				return op, true, errf("ERR Unsupported option %s", o)
+			}
+		}
+		if nx && (xx || gt || lt) {
+			return op, true, errf("ERR NX and XX, GT or LT options at the same time are not compatible")
+		}
+		if gt && lt {
+			return op, true, errf("ERR GT and LT options at the same time are not compatible")
+		}
+		// EXPIRE takes any integer (one in the past deletes the key); only
+		// an overflow is refused, as Redis's expireGenericCommand does.
+		cmd := strings.ToLower(spec.Name)
+		if spec.Name == "EXPIRE" || spec.Name == "EXPIREAT" {
+			if when > math.MaxInt64/1000 || when < math.MinInt64/1000 {
+				return op, true, errExpireTime(cmd)
+			}
+			when *= 1000
+		}
+		if spec.Name == "EXPIRE" || spec.Name == "PEXPIRE" {
+			if when > math.MaxInt64-now {
+				return op, true, errExpireTime(cmd)
+			}
+			when += now
+		}
+		op.ExpireAt = when
+		if op.ExpireAt == 0 {
+			op.ExpireAt = -1 // 0 means "no expiry" in an op; any time <= Now deletes alike
+		}
+		return op, true, nil
+
+	case "PERSIST":
+		return kv.Op{Kind: kv.KindPersist, Key: a.copy(args[1]), Now: now}, true, nil
+	}
+	return op, false, nil
+}
+
+// parseExpiryRead parses TTL, PTTL, EXPIRETIME and PEXPIRETIME; ok false: spec
+// is none of them. The read's Now is the serving replica's (kv.Read).
+func parseExpiryRead(spec *command.Spec, args [][]byte) (kv.Op, bool) {
+	unit := int64(-1)
+	switch spec.Name {
+	case "TTL":
+		unit = kv.UnitTTL
+	case "PTTL":
+		unit = kv.UnitPTTL
+	case "EXPIRETIME":
+		unit = kv.UnitExpireTime
+	case "PEXPIRETIME":
+		unit = kv.UnitPExpireTime
+	}
+	if unit < 0 {
+		return kv.Op{}, false
+	}
+	return kv.Op{Kind: kv.KindTTL, Key: args[1], Delta: unit}, true
+}
+
+// Active expiry: the leader (a single node: the node) deletes expired keys
+// in the background, so that keys nobody reads again do not stay on disk.
+// Each tick (Config.ActiveExpiry, default 100 ms, Redis's hz 10) samples
+// keys with meta from a cursor that walks the keyspace and proposes a
+// replicated delete-if-still-expired (kv.KindExpireIfDue) of the expired
+// ones; while more than a tenth of a sample had expired it samples again,
+// for at most a quarter of the tick (Redis's adaptive cycle). Replicas
+// never delete on their own: a follower skips the cycle, and what it
+// applies is the leader's deletes.
+const (
+	expirySample    = 256  // keys with meta sampled per round
+	expiryWalk      = 4096 // index entries walked per round at most
+	expiryStaleFrac = 10   // keep going while more than 1/expiryStaleFrac expired
+)
+
+// DefaultActiveExpiry is the active expiry tick.
+const DefaultActiveExpiry = 100 * time.Millisecond
+
+// activeExpiry is the background cycle's state.
+type activeExpiry struct {
+	stop, done chan struct{}
+	cursor     []byte
+	deleted    atomic.Uint64 // keys deleted by the cycle (INFO, tests)
+}
+
+// startActiveExpiry starts the cycle unless Config.ActiveExpiry is negative.
+func (s *Server) startActiveExpiry() {
+	every := s.cfg.ActiveExpiry
+	if every < 0 {
+		return
+	}
+	if every == 0 {
+		every = DefaultActiveExpiry
+	}
+	ae := &activeExpiry{stop: make(chan struct{}), done: make(chan struct{})}
+	s.expiry = ae
+	go func() {
+		defer close(ae.done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-ae.stop:
+				return
+			case <-t.C:
+			}
+			s.expiryCycle(ae, every/4)
+		}
+	}()
+}
+
+// stopActiveExpiry stops the cycle and waits for it, before the shard closes.
+func (s *Server) stopActiveExpiry() {
+	if ae := s.expiry; ae != nil {
+		close(ae.stop)
+		<-ae.done
+	}
+}
+
+// expiryCycle runs one tick's rounds, within budget.
+func (s *Server) expiryCycle(ae *activeExpiry, budget time.Duration) {
+	if s.vr != nil && !s.vr.Leads() {
+		ae.cursor = nil // a new leader starts its own walk
+		return
+	}
+	start := time.Now()
+	for {
+		keys, sampled, next, err := shard.FindExpired(s.db, ae.cursor, expiryNow(), expiryWalk, expirySample)
+		if err != nil {
+			s.log.Warn("active expiry", "err", err)
+			return
+		}
+		ae.cursor = next
+		if len(keys) > 0 {
+			// Now is stamped by the proposer (the shard, the leader's replica):
+			// the op rechecks each key with it.
+			w := []shard.WriteReq{{Op: kv.Op{Kind: kv.KindExpireIfDue, Keys: keys}}}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			p, err := s.shard.Apply(ctx, w)
+			if err == nil {
+				err = w[0].Err
+			}
+			if err == nil {
+				err = s.shard.Wait(ctx, p)
+			}
+			cancel()
+			if err != nil {
+				s.log.Debug("active expiry: delete", "keys", len(keys), "err", err)
+				return
+			}
+			ae.deleted.Add(uint64(w[0].Result.Int))
+		}
+		if next == nil || sampled == 0 || len(keys)*expiryStaleFrac <= sampled || time.Since(start) > budget {
+			return
+		}
+		select {
+		case <-ae.stop:
+			return
+		default:
+		}
+	}
+}
+
+// expiredKeys is how many keys this node's active expiry deleted (INFO
+// stats expired_keys): while it led, on a replica.
+func (s *Server) expiredKeys() uint64 {
+	if s.expiry == nil {
+		return 0
+	}
+	return s.expiry.deleted.Load()
+}
