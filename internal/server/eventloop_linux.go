@@ -674,12 +674,12 @@ func (l *loop) process(c *conn) {
 		if !ok {
 			break
 		}
-		if c.srv.vr != nil || c.readMayWait(args) {
+		if c.srv.grp != nil || c.readMayWait(args) {
 			// A replica's reads and writes wait for the VR driver or a forward
 			// to the leader, and a read may wait for an fsync: the rest of the
 			// pipeline runs on a goroutine — unless the command is a read a
 			// leader can serve without waiting (readInline).
-			if c.srv.vr == nil || !c.readInline(args) {
+			if c.srv.grp == nil || !c.readInline(args) {
 				l.handOff(c, args)
 				return
 			}
@@ -774,13 +774,13 @@ func (c *conn) readMayWait(args [][]byte) bool {
 }
 
 // readInline runs args on the loop if it is a read the replica serves
-// without waiting (vrshard.Replica.TryRead: a leader under a running lease,
+// without waiting (shard.Replica.TryRead; a replica group's leader under a running lease,
 // nothing it returns waiting to become durable). False, with nothing done,
 // if the command must run on a goroutine. Measured on 3 replicas
 // (docs/benchmarks.md, session 11): a leader's read otherwise costs a
 // goroutine, a round trip to the VR driver and two wake-ups.
 func (c *conn) readInline(args [][]byte) bool {
-	if c.srv.tryRead == nil || len(c.writes) > 0 || len(c.syncKeys) > 0 || !c.pending.IsZero() {
+	if !c.srv.reads.Inline || len(c.writes) > 0 || len(c.syncKeys) > 0 || !c.pending.IsZero() {
 		return false
 	}
 	spec, ok := command.Lookup(args[0])
@@ -1017,7 +1017,7 @@ func (l *loop) returned(c *conn) {
 		l.close(c)
 		return
 	}
-	if c.rd.Buffered() > 0 && c.srv.vr == nil {
+	if c.rd.Buffered() > 0 && c.srv.grp == nil {
 		// Stopped mid-pipeline (its replies had to drain): carry on.
 		l.process(c)
 		return

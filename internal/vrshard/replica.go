@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	kcluster "github.com/kefirdb/kefir/internal/cluster"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -508,57 +509,7 @@ type inbound struct {
 }
 
 // Stats are counters of a replica's work.
-type Stats struct {
-	Readies     uint64 // Ready batches handled
-	Fsyncs      uint64 // fsyncs of the replication log
-	Persisted   uint64 // log entries written
-	Applied     uint64 // ops applied to the engine
-	Proposals   uint64 // writes proposed at this replica while leader
-	LeaseReads  uint64 // linearizable reads served under the lease
-	LocalReads  uint64 // reads confirmed by a published lease, without the driver (leader lease and follower reads)
-	IndexReads  uint64 // linearizable reads that needed a read-index round
-	Checkpoints uint64
-	// SnapsSent counts snapshots handed to the transport (not a copy the
-	// core asked for while the last one was still being encoded: dropped).
-	SnapsSent   uint64
-	SnapsLoaded uint64
-	// SnapsCaptured counts snapshot captures started (one may serve several
-	// peers; one the core refuses is captured again).
-	SnapsCaptured uint64
-	// Forgets counts the forget entries this node proposed as leader
-	// (client rows of clients the core dropped; docs/design/client-table.md).
-	Forgets uint64
-	// Nilext fast path: writes this node coordinated that completed on a
-	// supermajority, and those that fell back to the ordered path; nilext
-	// messages sent (one per peer per batch) and acks sent to coordinators;
-	// linearizable reads at the leader that had to order pending updates.
-	NilextFast      uint64
-	NilextFallbacks uint64
-	NilextSent      uint64
-	NilextAcksSent  uint64
-	NilextSlowReads uint64
-	// CAD (cad.go): reads at the leader that waited for their keys' latest
-	// update to become readable; cross-client-monotonic reads a follower
-	// served locally, and those it redirected; cad/async writes acknowledged
-	// before commit; reads served from the leader's async overlay.
-	// DurabilityRounds counts the waits registered with the core: at least
-	// one per durability wait, more when a read had to wait again.
-	DurabilityWaits   uint64
-	DurabilityRounds  uint64
-	FollowerReads     uint64
-	FollowerRedirects uint64
-	EarlyAcks         uint64
-	OverlayReads      uint64
-	// DeferredReads counts the durability waits (among DurabilityWaits)
-	// served as deferred reads: answered at once from the leader's log,
-	// the reply held until R covered it (ReadDeferred).
-	DeferredReads uint64
-	// View events (viewlog.go): view changes this replica started or
-	// joined, normal views it entered under a leader other than the last
-	// one, times it stopped leading, and writes it refused because it knew
-	// no leader.
-	ViewChanges, LeaderChanges, Depositions, WritesRefusedNoLeader uint64
-}
+type Stats = kcluster.Stats
 
 // Replica is one VR replica of a shard: it implements shard.Replica, so the
 // RESP front door serves it unchanged. Writes and strong reads are served at
