@@ -571,6 +571,7 @@ type Replica struct {
 	ckptOut     int    // engine fsyncs started and not yet received
 	ckptDone    chan ckptResult
 	syncDone    chan syncResult
+	syncReq     chan syncJob // to the syncer goroutine (startSync)
 	// A snapshot capture runs off the driver goroutine (snapshot.go): one at
 	// a time, for every peer in snapFor.
 	snapRunning bool
@@ -688,6 +689,7 @@ func Open(opts Options) (*Replica, error) {
 		reads:     map[uint64]*readWaiter{},
 		notify:    make(chan struct{}),
 		syncDone:  make(chan syncResult, 1),
+		syncReq:   make(chan syncJob, 1),
 		snapDone:  make(chan snapResult, 1),
 		held:      map[uint64][]vr.Message{},
 		snapHolds: map[uint64]snapHold{},
@@ -809,6 +811,7 @@ func Open(opts Options) (*Replica, error) {
 	}
 	r.openView(ws.hs)
 	r.publish()
+	go r.syncer()
 	go r.run()
 	return r, nil
 }
@@ -831,6 +834,7 @@ func (r *Replica) Close() error {
 		<-r.done
 		r.closeEndpoint()
 		r.drainSync()
+		close(r.syncReq) // the syncer is idle: drainSync took the last result
 		var mark error
 		if !r.recovering && r.failed() == nil {
 			mark = r.wal.markClean()
@@ -849,6 +853,7 @@ func (r *Replica) crash() {
 		<-r.done
 		r.closeEndpoint()
 		r.drainSync()
+		close(r.syncReq) // the syncer is idle: drainSync took the last result
 		r.wal.close()
 	})
 }
@@ -1437,12 +1442,26 @@ func (r *Replica) startSync() {
 	}
 	r.syncStarted()
 	r.syncing = r.written
-	seg, seq := r.wal.seg, r.written
-	go func() {
+	// The replica's syncer goroutine runs it (syncer): one long-lived
+	// goroutine, not one per fsync (ARCHITECTURE §1.4). It is idle now: one
+	// fsync is in flight at most, and its result was taken.
+	r.syncReq <- syncJob{seg: r.wal.seg, seq: r.written}
+}
+
+// syncJob is an fsync of the log's active segment up to seq, for the syncer.
+type syncJob struct {
+	seg vfs.File
+	seq uint64
+}
+
+// syncer runs the log's fsyncs off the driver, one at a time, until syncReq
+// is closed (Close, after the last result was taken).
+func (r *Replica) syncer() {
+	for j := range r.syncReq {
 		t := traceNow()
-		err := seg.Sync()
-		r.syncDone <- syncResult{seq: seq, err: err, d: t.since()}
-	}()
+		err := j.seg.Sync()
+		r.syncDone <- syncResult{seq: j.seq, err: err, d: t.since()}
+	}
 }
 
 func (r *Replica) lastSynced() uint64 { return r.synced0 }
