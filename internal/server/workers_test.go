@@ -1,8 +1,12 @@
 package server
 
 import (
+	"log/slog"
 	rtmetrics "runtime/metrics"
+	"strings"
 	"testing"
+
+	"github.com/kefirdb/kefir/internal/testgroup"
 )
 
 // goroutinesCreated is the process's count of goroutines ever created.
@@ -56,5 +60,20 @@ func TestReplicatedCommandsCreateNoGoroutinePerCommand(t *testing.T) {
 	// finds every one busy, heartbeat-driven work, a timer's callback.
 	if created > n/10 {
 		t.Fatalf("%d writes and %d reads created %d goroutines; want none per command or fsync", n+n/10, n, created)
+	}
+}
+
+// A node with members and no replication engine wired in refuses to start,
+// saying so, instead of serving as a single node: the front door has no
+// engine of its own (the binary hands it vrshard.OpenHosted).
+func TestReplicatedNodeNeedsAnEngine(t *testing.T) {
+	addrs := testgroup.LoopbackAddrs(t, 2)
+	_, err := New(Config{
+		DataDir: t.TempDir(), ClientAddr: addrs[0], PeerAddr: addrs[1], ClusterSecret: "s",
+		Members: []Member{{ID: 1, PeerAddr: addrs[1], ClientAddr: addrs[0]}}, ReplicaID: 1, ClusterID: 1,
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	if err == nil || !strings.Contains(err.Error(), "no replication engine") {
+		t.Fatalf("New with members and no OpenReplica: %v", err)
 	}
 }
