@@ -42,7 +42,7 @@ test-race:
 # The race detector over the packages that run goroutines, as CI runs it. The
 # protocol cores, the simulator and the codecs are single-threaded by design
 # (internal/vr alone takes 7+ minutes under -race); `make test-race` covers them too.
-RACE_PKGS = ./client/... ./cmd/... ./internal/check/... ./internal/faultproxy/... ./internal/server/... ./internal/shard/... \
+RACE_PKGS = ./client/... ./cmd/... ./internal/check/... ./internal/cluster/... ./internal/faultproxy/... ./internal/server/... ./internal/shard/... \
 	./internal/seglog/... ./internal/storage/... ./internal/transport/... ./internal/vfs/... ./internal/vrshard/... ./test/...
 
 test-race-concurrent:

@@ -17,6 +17,7 @@ import (
 	"github.com/kefirdb/kefir/internal/server"
 	"github.com/kefirdb/kefir/internal/testgroup"
 	"github.com/kefirdb/kefir/internal/vr"
+	"github.com/kefirdb/kefir/internal/vrshard"
 )
 
 // nxGroup is an in-process --nilext replica group with a fault proxy on
@@ -61,7 +62,7 @@ func startNilextGroup(t testing.TB, n int) *nxGroup {
 		}
 		s, err := server.New(server.Config{
 			NodeID: fmt.Sprint("n", i+1), ClientAddr: clients[i], PeerAddr: peers[i],
-			DataDir: t.TempDir(), ClusterSecret: "s", Members: ms, ReplicaID: uint64(i + 1), ClusterID: 9,
+			DataDir: t.TempDir(), ClusterSecret: "s", Members: ms, OpenReplica: vrshard.OpenHosted, ReplicaID: uint64(i + 1), ClusterID: 9,
 			Bootstrap: true, Nilext: true, ViewChangeTimeout: time.Second, Logger: slog.New(slog.DiscardHandler),
 		})
 		if err != nil {

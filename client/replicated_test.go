@@ -10,6 +10,7 @@ import (
 
 	"github.com/kefirdb/kefir/internal/server"
 	"github.com/kefirdb/kefir/internal/testgroup"
+	"github.com/kefirdb/kefir/internal/vrshard"
 )
 
 // startGroup runs a 3-replica group in-process and returns its nodes.
@@ -31,7 +32,7 @@ func startGroupWith(t testing.TB, followerReads bool) []*server.Server {
 	for _, m := range ms {
 		s, err := server.New(server.Config{
 			NodeID: fmt.Sprint("n", m.ID), ClientAddr: m.ClientAddr, PeerAddr: m.PeerAddr,
-			DataDir: t.TempDir(), ClusterSecret: "s", Members: ms, ReplicaID: m.ID, ClusterID: 7,
+			DataDir: t.TempDir(), ClusterSecret: "s", Members: ms, OpenReplica: vrshard.OpenHosted, ReplicaID: m.ID, ClusterID: 7,
 			Bootstrap: true, FollowerReads: followerReads, Logger: slog.New(slog.DiscardHandler),
 		})
 		if err != nil {

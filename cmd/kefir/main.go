@@ -20,6 +20,7 @@ import (
 	"syscall"
 
 	"github.com/kefirdb/kefir/internal/server"
+	"github.com/kefirdb/kefir/internal/vrshard"
 )
 
 const usage = `kefir — a replicated key-value store where every request says how much
@@ -127,6 +128,9 @@ func runServer(args []string, stderr io.Writer) error {
 		return usageError{err}
 	}
 	cfg.Logger = log
+	// The wiring: a node with members hosts a VR replica of its group. The
+	// front door knows only the cluster contract; the engine is chosen here.
+	cfg.OpenReplica = vrshard.OpenHosted
 	srv, err := server.New(cfg.Config)
 	if err != nil {
 		log.Error("refusing to start", "err", err)

@@ -6,8 +6,9 @@ package cluster
 // that owns it (issue 28). The table is Redis's crc16.c table (polynomial
 // 0x1021, initial value 0, no reflection).
 
-// NumSlots is the number of hash slots, Redis Cluster's.
-const NumSlots = 16384
+// Slots is the number of hash slots keys map to: Redis Cluster's 16384, so
+// that a cluster-aware Redis client computes the same slot as the node.
+const Slots = 16384
 
 var crc16Table = func() (t [256]uint16) {
 	for i := range t {
@@ -24,7 +25,8 @@ var crc16Table = func() (t [256]uint16) {
 	return t
 }()
 
-// crc16 is CRC16-CCITT (XMODEM), the checksum Redis Cluster hashes keys with.
+// crc16 is CRC16-CCITT (XMODEM), the checksum Redis Cluster hashes keys with;
+// table-driven, as Redis's: every routed key is hashed.
 func crc16(b []byte) uint16 {
 	var c uint16
 	for _, x := range b {
@@ -55,5 +57,6 @@ func HashTag(key []byte) []byte {
 	return key
 }
 
-// Slot returns the hash slot of key.
-func Slot(key []byte) int { return int(crc16(HashTag(key)) & (NumSlots - 1)) }
+// Slot returns the hash slot of key: keys that share a hash tag share a slot,
+// hence a group, so a multi-key command on them stays in one group.
+func Slot(key []byte) uint16 { return crc16(HashTag(key)) & (Slots - 1) }

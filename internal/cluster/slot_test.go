@@ -23,7 +23,7 @@ func TestCRC16IsRedisCRC16(t *testing.T) {
 
 func TestSlotMatchesRedisCluster(t *testing.T) {
 	// Slots from Redis's CLUSTER KEYSLOT documentation, and the hash-tag rules.
-	for key, want := range map[string]int{
+	for key, want := range map[string]uint16{
 		"somekey":       11058,
 		"foo{hash_tag}": 2515,
 		"hash_tag":      2515,
@@ -85,7 +85,7 @@ func TestSlotAgreesWithRedisServer(t *testing.T) {
 			t.Fatalf("CLUSTER KEYSLOT %q: %q, %v", k, line, err)
 		}
 		want, _ := strconv.Atoi(strings.TrimSpace(line[1:]))
-		if got := Slot([]byte(k)); got != want {
+		if got := Slot([]byte(k)); int(got) != want {
 			t.Errorf("Slot(%q) = %d, redis-server says %d", k, got, want)
 		}
 	}

@@ -74,8 +74,26 @@ func (v Violation) String() string { return fmt.Sprintf("%s: %s", v.Pos, v.What)
 // returns every violation: a forbidden import, a go statement, a select
 // statement, or a call of a forbidden function.
 func Check(moduleRoot, modulePath, dir string) ([]Violation, error) {
+	vs, _, err := walk(moduleRoot, modulePath, dir)
+	return vs, err
+}
+
+// Deps returns the packages under modulePath that the package in dir
+// imports, directly or through others, by their non-test files (sorted
+// import paths). Unlike `go list -deps` it sees every file whatever its
+// build tags, so a dependency one platform's or tag's build has counts.
+func Deps(moduleRoot, modulePath, dir string) ([]string, error) {
+	_, deps, err := walk(moduleRoot, modulePath, dir)
+	return deps, err
+}
+
+// walk visits the package in dir and every package of modulePath it
+// imports, and returns their violations and the import paths it visited
+// (dir's own excluded).
+func walk(moduleRoot, modulePath, dir string) ([]Violation, []string, error) {
 	seen := map[string]bool{}
 	var out []Violation
+	var deps []string
 	var visit func(dir string) error
 	visit = func(dir string) error {
 		abs, err := filepath.Abs(dir)
@@ -93,17 +111,22 @@ func Check(moduleRoot, modulePath, dir string) ([]Violation, error) {
 		out = append(out, vs...)
 		for _, imp := range internal {
 			rel := strings.TrimPrefix(strings.TrimPrefix(imp, modulePath), "/")
-			if err := visit(filepath.Join(moduleRoot, filepath.FromSlash(rel))); err != nil {
+			sub := filepath.Join(moduleRoot, filepath.FromSlash(rel))
+			if a, err := filepath.Abs(sub); err == nil && !seen[a] {
+				deps = append(deps, imp)
+			}
+			if err := visit(sub); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
 	if err := visit(dir); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].String() < out[j].String() })
-	return out, nil
+	sort.Strings(deps)
+	return out, deps, nil
 }
 
 // checkDir checks one package directory; it returns its violations and the

@@ -3,6 +3,7 @@ package purity
 import (
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -19,6 +20,57 @@ func moduleRoot(t *testing.T) string {
 		t.Fatal("no caller information")
 	}
 	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+// frontDoors are the packages that serve clients; engines are what they must
+// not reach (issue 26): a protocol core, an engine's host or its peer codec.
+// The front door knows a replica through shard.Replica and cluster.Group,
+// and the binary wires the engine in.
+var (
+	frontDoors = []string{"internal/server", "internal/cluster"}
+	engines    = []string{
+		"github.com/kefirdb/kefir/internal/vr",
+		"github.com/kefirdb/kefir/internal/vrshard",
+		"github.com/kefirdb/kefir/internal/wire",
+	}
+)
+
+func TestFrontDoorImportsNoEngine(t *testing.T) {
+	root := moduleRoot(t)
+	for _, fd := range frontDoors {
+		deps, err := Deps(root, "github.com/kefirdb/kefir", filepath.Join(root, fd))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bad := reaches(deps, engines); len(bad) > 0 {
+			t.Errorf("%s reaches %v through its imports %v; it must know replicas only through shard.Replica and internal/cluster", fd, bad, deps)
+		}
+	}
+}
+
+// reaches returns the packages of banned that deps holds.
+func reaches(deps, banned []string) []string {
+	var out []string
+	for _, d := range deps {
+		if slices.Contains(banned, d) {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// Deps must see what a package reaches through another: core imports dep.
+func TestDepsFindsAnIndirectImport(t *testing.T) {
+	deps, err := Deps("testdata/mod", "example.com/m", "testdata/mod/core")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := reaches(deps, []string{"example.com/m/dep"}); len(got) != 1 {
+		t.Fatalf("Deps(core) = %v; want example.com/m/dep", deps)
+	}
+	if deps, err := Deps("testdata/mod", "example.com/m", "testdata/mod/clean"); err != nil || len(deps) != 0 {
+		t.Fatalf("Deps(clean) = %v, %v; want none", deps, err)
+	}
 }
 
 func TestProtocolCoresArePure(t *testing.T) {

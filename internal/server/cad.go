@@ -3,7 +3,7 @@ package server
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/kefirdb/kefir/internal/vrshard"
+	"github.com/kefirdb/kefir/internal/cluster"
 )
 
 // CAD and cross-client-monotonic reads (docs/design/cad.md) in /metrics,
@@ -22,8 +22,8 @@ type CADInfo struct {
 	DeferredReads    uint64 `json:"reads_durability_deferred"`
 }
 
-func (s *Server) cadInfo(in vrshard.Info) *CADInfo {
-	st := s.vr.Stats()
+func (s *Server) cadInfo(in cluster.State) *CADInfo {
+	st := s.grp.Stats()
 	return &CADInfo{FollowerReads: s.cfg.FollowerReads, Readable: in.Readable, DurabilityWaits: st.DurabilityWaits,
 		FollowerServed: st.FollowerReads, FollowerRedirect: st.FollowerRedirects, EarlyAcks: st.EarlyAcks,
 		OverlayReads: st.OverlayReads, DeferredReads: st.DeferredReads}
@@ -33,18 +33,18 @@ func (s *Server) cadCollectors() []prometheus.Collector {
 	counter := s.vrStatCounter
 	return []prometheus.Collector{
 		counter("kefir_reads_durability_wait_total", "Reads at the leader whose key's latest update was not yet readable (durable and applied on every active-set member), so they waited for it (the CAD durability check).",
-			func(st vrshard.Stats) uint64 { return st.DurabilityWaits }),
+			func(st cluster.Stats) uint64 { return st.DurabilityWaits }),
 		counter("kefir_reads_durability_deferred_total", "Of the reads counted in kefir_reads_durability_wait_total, those answered at once from the leader's log with the reply held until the value was readable (the connection's later commands did not wait).",
-			func(st vrshard.Stats) uint64 { return st.DeferredReads }),
+			func(st cluster.Stats) uint64 { return st.DeferredReads }),
 		counter("kefir_follower_reads_total", "Cross-client-monotonic reads this follower served from its own engine under an active-set lease.",
-			func(st vrshard.Stats) uint64 { return st.FollowerReads }),
+			func(st cluster.Stats) uint64 { return st.FollowerReads }),
 		counter("kefir_follower_reads_redirected_total", "Cross-client-monotonic reads this follower sent to the leader (no lease, or the data read was not yet readable).",
-			func(st vrshard.Stats) uint64 { return st.FollowerRedirects }),
+			func(st cluster.Stats) uint64 { return st.FollowerRedirects }),
 		counter("kefir_writes_early_ack_total", "cad and async blind writes acknowledged before they were committed (once in memory on a majority).",
-			func(st vrshard.Stats) uint64 { return st.EarlyAcks }),
+			func(st cluster.Stats) uint64 { return st.EarlyAcks }),
 		counter("kefir_reads_async_overlay_total", "Reads at the leader served from pending async writes (no durability check; async is unsafe).",
-			func(st vrshard.Stats) uint64 { return st.OverlayReads }),
+			func(st cluster.Stats) uint64 { return st.OverlayReads }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kefir_vr_readable_op", Help: "The readable index R this node knows: ops up to it are durable and applied on every active-set member."},
-			func() float64 { return float64(s.vr.Info().Readable) }),
+			func() float64 { return float64(s.grp.State().Readable) }),
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/cluster"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/vfs"
 )
@@ -162,15 +163,17 @@ type Config struct {
 	// from the leader's; followers decide expiry at their clock plus it
 	// (vrshard.Options.ClockSkew; 0: vrshard.DefaultClockSkew).
 	ClockSkew time.Duration
+
+	// OpenReplica opens the node's replica when it has Members: the
+	// replication engine, which the binary chooses (kefir server:
+	// vrshard.OpenHosted). The front door knows only its contract
+	// (internal/cluster).
+	OpenReplica cluster.Opener
 }
 
 // Member is one replica of the group: its id, the address peers dial, and the
 // RESP address clients (and forwarding followers) use.
-type Member struct {
-	ID         uint64
-	PeerAddr   string
-	ClientAddr string
-}
+type Member = cluster.Member
 
 // Replicated reports whether the node runs as a replica of a group.
 func (c Config) Replicated() bool { return len(c.Members) > 0 }

@@ -15,12 +15,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/cluster"
 	"github.com/kefirdb/kefir/internal/command"
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/resp"
 	"github.com/kefirdb/kefir/internal/shard"
-	"github.com/kefirdb/kefir/internal/vrshard"
 )
 
 // maxBatch bounds how many pipelined commands a connection executes before it
@@ -467,11 +467,14 @@ func (c *conn) writeErr(err error) {
 
 func errorText(err error) string {
 	var re *replyError
+	var ce *cluster.ReplyError
 	switch {
 	case errors.As(err, &re):
 		return re.msg
-	case errors.Is(err, vrshard.ErrNotLeader):
-		return notLeaderReply(err).Error()
+	case errors.As(err, &ce):
+		return ce.Msg
+	case errors.Is(err, cluster.ErrNotLeader):
+		return cluster.Redirect(err).Error()
 	case errors.Is(err, kv.ErrWrongType):
 		// Redis's reply for INCR on a non-integer, which clients match on;
 		// -WRONGTYPE is for a key holding another kind of value.
@@ -484,7 +487,8 @@ func errorText(err error) string {
 	return "ERR " + err.Error()
 }
 
-// replyError is an error whose RESP text (prefix included) is fixed.
+// replyError is an error whose RESP text (prefix included) is fixed (the
+// router's are cluster.ReplyError).
 type replyError struct{ msg string }
 
 func (e *replyError) Error() string { return e.msg }
@@ -662,7 +666,7 @@ func (c *conn) queueWrite(spec *command.Spec, args [][]byte, o callOpts) {
 	}
 	c.writes = append(c.writes, shard.WriteReq{Op: op, Durability: d, ID: o.id})
 	q := queued{cmd: spec.ID, shape: shape, session: o.session, sess: o.sess, redirect: o.redirect}
-	if c.srv.vr != nil {
+	if c.srv.grp != nil {
 		q.raw = make([][]byte, len(args))
 		for i, a := range args {
 			q.raw[i] = c.arena.copy(a)
@@ -671,30 +675,16 @@ func (c *conn) queueWrite(spec *command.Spec, args [][]byte, o callOpts) {
 	c.meta = append(c.meta, q)
 }
 
-// keyReader is a replica with a GET path that builds no kv.Op or
-// kv.Result (shard.Shard.ReadKey): on one node, GET is the hottest command.
-type keyReader interface {
-	ReadKey(key []byte, c level.Consistency, sess shard.Session) (value []byte, version uint64, found bool, err error)
-}
-
-var _ keyReader = (*shard.Shard)(nil)
-
 var getSpec, _ = command.Lookup([]byte("GET"))
-
-// inlineReader is a replica that can serve a read at once when it need not
-// wait for anything (vrshard.Replica.TryRead); ok false: it did nothing.
-type inlineReader interface {
-	TryRead(op kv.Op, c level.Consistency) (res kv.Result, ok bool)
-}
 
 // read serves a read command; a nil error means the reply was written.
 func (c *conn) read(spec *command.Spec, args [][]byte, o callOpts) error {
-	if kr := c.srv.keys; kr != nil && spec == getSpec && len(args) == 2 && !o.session {
+	if c.srv.reads.Key && spec == getSpec && len(args) == 2 && !o.session {
 		cons := o.cons
 		if cons.IsZero() {
 			cons = c.cons
 		}
-		v, version, found, err := kr.ReadKey(args[1], cons, c.sess)
+		v, version, found, err := c.srv.shard.ReadKey(args[1], cons, c.sess)
 		if err != nil {
 			return err
 		}
@@ -724,19 +714,19 @@ func (c *conn) read(spec *command.Spec, args [][]byte, o callOpts) error {
 	var p shard.Pending
 	if c.inline {
 		var ok bool
-		if res, ok = c.srv.tryRead.TryRead(op, cons); !ok {
+		if res, ok = c.srv.shard.TryRead(op, cons); !ok {
 			c.wouldWait = true
 			return nil
 		}
-	} else if dr := c.srv.deferred; dr != nil {
+	} else if c.srv.reads.Deferred {
 		// A read of a value the leader's log holds but has not made durable
 		// is answered now and its reply held with the batch's (release), so
 		// the connection's later commands do not wait behind it.
-		res, p, err = dr.ReadDeferred(context.Background(), op, cons, sess)
+		res, p, err = c.srv.shard.ReadDeferred(context.Background(), op, cons, sess)
 	} else {
 		res, err = c.srv.shard.Read(context.Background(), op, cons, sess)
 	}
-	if errors.Is(err, vrshard.ErrNotLeader) {
+	if errors.Is(err, cluster.ErrNotLeader) {
 		return c.forwardRead(args, cons, sess, o, err)
 	}
 	if err != nil {

@@ -27,9 +27,10 @@ import (
 // The epoll event loop for plain-TCP client connections (see IOModel).
 //
 // Ownership is the whole concurrency story: at any moment a connection belongs
-// either to its loop or to one goroutine the loop handed it to ("away"), and only
-// its owner touches it. A loop hands a connection off with a go statement and gets
-// it back through its inbox (a mutex), so every transfer is a happens-before edge.
+// either to its loop or to one worker the loop handed it to ("away"), and only
+// its owner touches it. A loop hands a connection off to one of its long-lived
+// workers over a channel (workers_linux.go; no goroutine per command) and gets it
+// back through its inbox (a mutex), so every transfer is a happens-before edge.
 // Away connections stay registered with epoll; if their socket becomes readable
 // meanwhile, the loop stops listening to it until they return (level-triggered
 // epoll would otherwise report it on every wait).
@@ -37,7 +38,7 @@ import (
 // Per readiness a connection gets one read(2) (the reader's budget), runs every
 // complete command, and answers with one write(2). A batch with writes that must be
 // durable before the reply is parked; at the end of the loop iteration all parked
-// connections of a server are handed to one goroutine, the loop's syncer, that
+// connections of a server are handed to one worker, the loop's syncer, that
 // waits once for the highest position among them (one group-commit fsync for every
 // client of the iteration, as Redis's appendfsync always does; with no fsync in
 // flight the syncer runs it itself) and then writes each reply itself: the
@@ -378,7 +379,10 @@ type loop struct {
 	woken   atomic.Bool // an eventfd write is pending
 	sweepRq atomic.Bool // Shutdown or a hard close asked for a sweep
 
-	// The syncer: batches queued for a durability wait, and whether a goroutine
+	// pool runs what must wait off the loop (workers_linux.go).
+	pool *workers
+
+	// The syncer: batches queued for a durability wait, and whether a worker
 	// is waiting for some already.
 	syncMu   sync.Mutex
 	syncQ    []*conn
@@ -422,7 +426,7 @@ func newLoop() (*loop, error) {
 		unix.Close(evfd)
 		return nil, fmt.Errorf("epoll_ctl eventfd: %w", err)
 	}
-	return &loop{epfd: epfd, evfd: evfd, events: make([]unix.EpollEvent, 256)}, nil
+	return &loop{epfd: epfd, evfd: evfd, events: make([]unix.EpollEvent, 256), pool: newWorkers()}, nil
 }
 
 // poke makes the loop sweep its connections soon (draining, hard closes).
@@ -674,12 +678,12 @@ func (l *loop) process(c *conn) {
 		if !ok {
 			break
 		}
-		if c.srv.vr != nil || c.readMayWait(args) {
+		if c.srv.grp != nil || c.readMayWait(args) {
 			// A replica's reads and writes wait for the VR driver or a forward
 			// to the leader, and a read may wait for an fsync: the rest of the
-			// pipeline runs on a goroutine — unless the command is a read a
+			// pipeline runs on a worker — unless the command is a read a
 			// leader can serve without waiting (readInline).
-			if c.srv.vr == nil || !c.readInline(args) {
+			if c.srv.grp == nil || !c.readInline(args) {
 				l.handOff(c, args)
 				return
 			}
@@ -774,13 +778,13 @@ func (c *conn) readMayWait(args [][]byte) bool {
 }
 
 // readInline runs args on the loop if it is a read the replica serves
-// without waiting (vrshard.Replica.TryRead: a leader under a running lease,
+// without waiting (shard.Replica.TryRead; a replica group's leader under a running lease,
 // nothing it returns waiting to become durable). False, with nothing done,
 // if the command must run on a goroutine. Measured on 3 replicas
 // (docs/benchmarks.md, session 11): a leader's read otherwise costs a
 // goroutine, a round trip to the VR driver and two wake-ups.
 func (c *conn) readInline(args [][]byte) bool {
-	if c.srv.tryRead == nil || len(c.writes) > 0 || len(c.syncKeys) > 0 || !c.pending.IsZero() {
+	if !c.srv.reads.Inline || len(c.writes) > 0 || len(c.syncKeys) > 0 || !c.pending.IsZero() {
 		return false
 	}
 	spec, ok := command.Lookup(args[0])
@@ -914,12 +918,7 @@ func (l *loop) readFailed(c *conn, err error) {
 	if !c.pending.IsZero() {
 		// Releasing waits for durability: finish on a goroutine.
 		c.ev.away = true
-		go func() {
-			defer c.ev.l.recoverAway(c)
-			c.readFailed(err)
-			c.closing = true
-			c.ev.l.giveBack(c, false)
-		}()
+		l.pool.submit(job{kind: jobReadFailed, l: l, c: c, err: err})
 		return
 	}
 	c.readFailed(err)
@@ -927,14 +926,24 @@ func (l *loop) readFailed(c *conn, err error) {
 	l.afterBatch(c)
 }
 
-// handOff gives c to a goroutine that runs the rest of its pipeline (first, then
-// what is buffered), waiting where it must, and gives it back.
+// finishReadFailed is readFailed's end on a worker: it waits for the batch's
+// durability, answers, and gives c back to be closed.
+func (l *loop) finishReadFailed(c *conn, err error) {
+	defer l.recoverAway(c)
+	c.readFailed(err)
+	c.closing = true
+	l.giveBack(c, false)
+}
+
+// handOff gives c to one of the loop's workers, which runs the rest of its
+// pipeline (first, then what is buffered), waiting where it must, and gives it
+// back.
 func (l *loop) handOff(c *conn, first [][]byte) {
 	if first != nil {
 		l.fast = true // a read that may wait, or a replica's command
 	}
 	c.ev.away = true
-	go l.runAway(c, first)
+	l.pool.submit(job{kind: jobPipeline, l: l, c: c, first: first})
 }
 
 func (l *loop) runAway(c *conn, first [][]byte) {
@@ -1017,7 +1026,7 @@ func (l *loop) returned(c *conn) {
 		l.close(c)
 		return
 	}
-	if c.rd.Buffered() > 0 && c.srv.vr == nil {
+	if c.rd.Buffered() > 0 && c.srv.grp == nil {
 		// Stopped mid-pipeline (its replies had to drain): carry on.
 		l.process(c)
 		return
@@ -1057,7 +1066,7 @@ func (l *loop) releaseParked() {
 	clear(l.parked)
 	l.parked = l.parked[:0]
 	if start {
-		go l.syncer()
+		l.pool.submit(job{kind: jobSync, l: l})
 	} else {
 		parkedBehindFsync.Add(1)
 	}

@@ -285,7 +285,7 @@ func (s *Server) stopActiveExpiry() {
 
 // expiryCycle runs one tick's rounds, within budget.
 func (s *Server) expiryCycle(ae *activeExpiry, budget time.Duration) {
-	if s.vr != nil && !s.vr.Leads() {
+	if s.grp != nil && !s.grp.State().IsLeader {
 		ae.cursor = nil // a new leader starts its own walk
 		return
 	}

@@ -367,10 +367,10 @@ func TestExpiryOnTheNilextFastPath(t *testing.T) {
 	if err := fastWrites(t, g.nodes[f], c, "SET e v PX 800 => OK\nSETEX s 100 v => OK", 2); err != nil {
 		t.Fatal(err)
 	}
-	before := g.nodes[f].vr.Stats()
+	before := g.nodes[f].grp.Stats()
 	c.expect(`SET e w PX 800 KEEPTTL => ERR syntax error
 SET s w KEEPTTL => OK`)
-	if after := g.nodes[f].vr.Stats(); after.NilextFast != before.NilextFast {
+	if after := g.nodes[f].grp.Stats(); after.NilextFast != before.NilextFast {
 		t.Errorf("SET KEEPTTL took the fast path")
 	}
 	lc := dial(t, g.nodes[l])

@@ -229,18 +229,17 @@ func TestStatusUptimeIsWholeSeconds(t *testing.T) {
 }
 
 // A write sent to a follower whose leader is gone, with no majority left to
-// elect another, is held and retried for fwdRetryFor, then answered "not
+// elect another, is held and retried for the router's retry bound, then answered "not
 // applied" — true here, since no attempt ever reached a node that could
 // apply it — and it is not applied once the group is whole again (issue 25
 // item 12). Before, it failed at once with "dial leader ...: connection
 // refused (a forwarded write's outcome is unknown ...)".
 func TestForwardedWriteWithNoLeaderIsNotApplied(t *testing.T) {
-	old := fwdRetryFor
-	fwdRetryFor = 1500 * time.Millisecond
-	defer func() { fwdRetryFor = old }()
+	const retryFor = 1500 * time.Millisecond
 	g := startGroup(t)
 	l := g.leader(t)
 	f, other := (l+1)%3, (l+2)%3
+	g.nodes[f].router.SetRetryFor(retryFor)
 	// Written at the leader: the follower has no pooled connection to it. A
 	// pooled one the leader closed would take the first attempt's bytes, and
 	// with no reply the outcome counts as unknown (conservatively: the
@@ -255,7 +254,7 @@ func TestForwardedWriteWithNoLeaderIsNotApplied(t *testing.T) {
 	if !strings.HasPrefix(got, "UNAVAILABLE forward: the write was not applied") {
 		t.Fatalf("SET through a follower with no leader => %s", got)
 	}
-	if d := time.Since(start); d < fwdRetryFor/2 {
+	if d := time.Since(start); d < retryFor/2 {
 		t.Errorf("answered after %v: not held while a leader could appear", d)
 	}
 	g.nodes[l] = g.start(t, g.cfgs[l])

@@ -19,7 +19,8 @@ import (
 // with a goroutine per connection it saves, per pipelined batch, the read that
 // returns EAGAIN and the netpoller's park and wake-up, which were 40–47 % of the
 // server's CPU under redis-benchmark. Work that blocks (waiting for an fsync, the
-// VR driver, forwarding) is handed to a goroutine, so the loop never waits on it.
+// VR driver, forwarding) is handed to one of the loop's long-lived workers, so the
+// loop never waits on it.
 //
 // IOGoroutine is Go's model: one goroutine per connection. TLS connections and
 // non-Linux systems always use it.

@@ -54,7 +54,7 @@ func keyspaceReadsBehindSyncWrites(t *testing.T) []string {
 	}
 	for _, m := range g.cfgs[l].Members {
 		if m.ID != g.cfgs[l].ReplicaID {
-			if err := g.nodes[l].vr.Transport().SetLinkFault(m.ID, transport.Fault{Delay: 150 * time.Millisecond}); err != nil {
+			if err := vrOf(g.nodes[l]).Transport().SetLinkFault(m.ID, transport.Fault{Delay: 150 * time.Millisecond}); err != nil {
 				t.Fatal(err)
 			}
 		}

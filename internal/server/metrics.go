@@ -8,9 +8,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/kefirdb/kefir/internal/cluster"
 	"github.com/kefirdb/kefir/internal/command"
 	"github.com/kefirdb/kefir/internal/storage"
-	"github.com/kefirdb/kefir/internal/vrshard"
 )
 
 // metrics holds the node's Prometheus instruments. Per-command instruments are
@@ -98,10 +98,10 @@ func newMetrics(s *Server) *metrics {
 	m.reg.MustRegister(callsVec, errsVec, latVec, m.conns, m.connsTotal, m.rejected, m.authFails,
 		m.protoErrors, m.tooLarge, m.syncLatency, s.fsyncs, storageBytes, durable, storageCollector{s.db}, version,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	if s.vr != nil {
-		gauge := func(name, help string, f func(vrshard.Info) float64) prometheus.Collector {
+	if s.grp != nil {
+		gauge := func(name, help string, f func(cluster.State) float64) prometheus.Collector {
 			return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help},
-				func() float64 { return f(s.vr.Info()) })
+				func() float64 { return f(s.grp.State()) })
 		}
 		b := func(v bool) float64 {
 			if v {
@@ -110,35 +110,35 @@ func newMetrics(s *Server) *metrics {
 			return 0
 		}
 		m.reg.MustRegister(
-			gauge("kefir_vr_view", "Current VR view number.", func(in vrshard.Info) float64 { return float64(in.View) }),
-			gauge("kefir_vr_leader", "Replica id of the leader this node knows (0: none).", func(in vrshard.Info) float64 { return float64(in.Leader) }),
-			gauge("kefir_vr_is_leader", "1 if this node leads the group.", func(in vrshard.Info) float64 { return b(in.IsLeader) }),
-			gauge("kefir_vr_recovering", "1 while this node runs VR recovery.", func(in vrshard.Info) float64 { return b(role(in) == "recovering") }),
-			gauge("kefir_vr_commit_op", "Highest op number known committed.", func(in vrshard.Info) float64 { return float64(in.Commit) }),
-			gauge("kefir_vr_applied_op", "Highest op number applied to the engine.", func(in vrshard.Info) float64 { return float64(in.Applied) }),
+			gauge("kefir_vr_view", "Current VR view number.", func(in cluster.State) float64 { return float64(in.View) }),
+			gauge("kefir_vr_leader", "Replica id of the leader this node knows (0: none).", func(in cluster.State) float64 { return float64(in.Leader) }),
+			gauge("kefir_vr_is_leader", "1 if this node leads the group.", func(in cluster.State) float64 { return b(in.IsLeader) }),
+			gauge("kefir_vr_recovering", "1 while this node runs VR recovery.", func(in cluster.State) float64 { return b(in.Role == cluster.RoleRecovering) }),
+			gauge("kefir_vr_commit_op", "Highest op number known committed.", func(in cluster.State) float64 { return float64(in.Commit) }),
+			gauge("kefir_vr_applied_op", "Highest op number applied to the engine.", func(in cluster.State) float64 { return float64(in.Applied) }),
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kefir_vr_log_fsyncs_total", Help: "Fsyncs of the replication log."},
-				func() float64 { return float64(s.vr.Stats().Fsyncs) }),
+				func() float64 { return float64(s.grp.Stats().Fsyncs) }),
 			s.vrStatCounter("kefir_vr_lease_reads_total", "Reads that confirmed leadership under the leader's lease (no read-index round).",
-				func(st vrshard.Stats) uint64 { return st.LeaseReads }),
+				func(st cluster.Stats) uint64 { return st.LeaseReads }),
 			s.vrStatCounter("kefir_vr_local_lease_reads_total", "Leader lease reads and follower reads confirmed by the lease the VR driver published, without a round trip to it.",
-				func(st vrshard.Stats) uint64 { return st.LocalReads }),
+				func(st cluster.Stats) uint64 { return st.LocalReads }),
 			s.vrStatCounter("kefir_vr_read_index_reads_total", "Linearizable reads that needed a read-index heartbeat round.",
-				func(st vrshard.Stats) uint64 { return st.IndexReads }),
+				func(st cluster.Stats) uint64 { return st.IndexReads }),
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kefir_forwarded_total", Help: "Commands this node forwarded to the leader."},
-				func() float64 { return float64(s.fwd.forwarded.Load()) }),
+				func() float64 { return float64(s.router.Forwarded()) }),
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kefir_forward_retries_total", Help: "Forwarded commands sent again because the leader did not answer (it failed, moved, or none was known yet)."},
-				func() float64 { return float64(s.fwd.retries.Load()) }),
+				func() float64 { return float64(s.router.Retries()) }),
 			s.vrStatCounter("kefir_vr_view_changes_total", "View changes this node started or joined.",
-				func(st vrshard.Stats) uint64 { return st.ViewChanges }),
+				func(st cluster.Stats) uint64 { return st.ViewChanges }),
 			s.vrStatCounter("kefir_vr_leader_changes_total", "Normal views this node entered under a different leader than the last one it knew.",
-				func(st vrshard.Stats) uint64 { return st.LeaderChanges }),
+				func(st cluster.Stats) uint64 { return st.LeaderChanges }),
 			s.vrStatCounter("kefir_vr_depositions_total", "Times this node stopped leading (a view change, or a newer view led by another).",
-				func(st vrshard.Stats) uint64 { return st.Depositions }),
+				func(st cluster.Stats) uint64 { return st.Depositions }),
 			s.vrStatCounter("kefir_vr_writes_refused_no_leader_total", "Writes this node refused (UNAVAILABLE no leader) because it knew no leader: a view change was running.",
-				func(st vrshard.Stats) uint64 { return st.WritesRefusedNoLeader }),
+				func(st cluster.Stats) uint64 { return st.WritesRefusedNoLeader }),
 		)
 		m.reg.MustRegister(s.cadCollectors()...)
-		if s.vr.NilextOn() {
+		if s.grp.NilextOn() {
 			m.reg.MustRegister(s.nilextCollectors()...)
 		}
 	}

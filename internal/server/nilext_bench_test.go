@@ -59,7 +59,7 @@ func benchNilextSet(b *testing.B, nilext bool, d level.Durability, delay time.Du
 	for _, s := range g.nodes {
 		for _, m := range g.cfgs[0].Members {
 			if delay > 0 && m.ID != s.cfg.ReplicaID {
-				if err := s.vr.Transport().SetLinkFault(m.ID, transport.Fault{Delay: delay}); err != nil {
+				if err := vrOf(s).Transport().SetLinkFault(m.ID, transport.Fault{Delay: delay}); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -71,13 +71,13 @@ func benchNilextSet(b *testing.B, nilext bool, d level.Durability, delay time.Du
 	}
 	sent := func() (msgs, fast uint64) {
 		for _, s := range g.nodes {
-			msgs += s.vr.Transport().Stats().Total.Sent
-			fast += s.vr.Stats().NilextFast
+			msgs += vrOf(s).Transport().Stats().Total.Sent
+			fast += vrOf(s).Stats().NilextFast
 		}
 		return
 	}
 	msgs0, fast0 := sent()
-	fwd0 := g.nodes[f].fwd.forwarded.Load()
+	fwd0 := g.nodes[f].router.Forwarded()
 	b.ReportAllocs()
 	b.ResetTimer()
 	var wg sync.WaitGroup
@@ -104,6 +104,6 @@ func benchNilextSet(b *testing.B, nilext bool, d level.Durability, delay time.Du
 	n := float64(per * clients)
 	msgs1, fast1 := sent()
 	b.ReportMetric(float64(fast1-fast0)/n, "fast/op")
-	b.ReportMetric(float64(g.nodes[f].fwd.forwarded.Load()-fwd0)/n, "fwd/op")
+	b.ReportMetric(float64(g.nodes[f].router.Forwarded()-fwd0)/n, "fwd/op")
 	b.ReportMetric(float64(msgs1-msgs0)/n, "peer-msgs/op")
 }

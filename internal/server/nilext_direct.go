@@ -5,12 +5,11 @@ import (
 	"errors"
 	"strconv"
 
+	"github.com/kefirdb/kefir/internal/cluster"
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/resp"
 	"github.com/kefirdb/kefir/internal/shard"
-	"github.com/kefirdb/kefir/internal/vr"
-	"github.com/kefirdb/kefir/internal/vrshard"
 )
 
 // KEFIR.TOPOLOGY and KEFIR.NILEXT: what the Go client needs to run the
@@ -33,15 +32,15 @@ func (c *conn) topology() error {
 	w := c.w
 	s := c.srv
 	_ = w.WriteArrayHeader(6)
-	if s.vr == nil {
+	if s.grp == nil {
 		for range 5 {
 			_ = w.WriteInt(0)
 		}
 		return w.WriteArrayHeader(0)
 	}
-	in := s.vr.Info()
+	in := s.grp.State()
 	nilext := int64(0)
-	if s.vr.NilextOn() {
+	if s.grp.NilextOn() {
 		nilext = 1
 	}
 	_ = w.WriteInt(int64(s.cfg.ClusterID))
@@ -61,7 +60,7 @@ func (c *conn) topology() error {
 // nilextTake answers KEFIR.NILEXT client seq durability SET k v | MSET k v ...
 // with this replica's ack [view, replica-id, leader (0|1)].
 func (c *conn) nilextTake(args [][]byte) error {
-	if c.srv.vr == nil || !c.srv.vr.NilextOn() {
+	if c.srv.grp == nil || !c.srv.grp.NilextOn() {
 		return errf("ERR KEFIR.NILEXT: the nilext fast path is off on this node")
 	}
 	if eq(args[1], "BATCH") {
@@ -89,7 +88,7 @@ func (c *conn) nilextTake(args [][]byte) error {
 	}
 	// The arguments alias the reader's buffer; NilextTake copies what the
 	// d-log keeps before it returns.
-	ack, err := c.srv.vr.NilextTake(context.Background(), shard.ReqID{Client: client, Seq: seq}, op, d)
+	ack, err := c.srv.grp.NilextTake(context.Background(), shard.ReqID{Client: client, Seq: seq}, op, d)
 	if err != nil {
 		return nilextTakeError(err)
 	}
@@ -97,7 +96,7 @@ func (c *conn) nilextTake(args [][]byte) error {
 }
 
 // writeNilextAck writes one replica's ack [view, replica-id, leader (0|1)].
-func writeNilextAck(w *resp.Writer, a vr.NilextAck) error {
+func writeNilextAck(w *resp.Writer, a cluster.NilextAck) error {
 	leader := int64(0)
 	if a.Leader {
 		leader = 1
@@ -113,15 +112,16 @@ func writeNilextAck(w *resp.Writer, a vr.NilextAck) error {
 // from it this time; the client may still complete on the others, or fall
 // back to the ordered path).
 func nilextTakeError(err error) error {
-	var nl *vrshard.NotLeaderError
+	var nl *cluster.NotLeaderError
+	var bad *cluster.RequestError
 	switch {
-	case errors.Is(err, vrshard.ErrNilextInvalid), errors.Is(err, vrshard.ErrNilextStale), errors.Is(err, vr.ErrNilextOff),
-		errors.Is(err, level.ErrUnknownLevel):
+	case errors.As(err, &bad), errors.Is(err, level.ErrUnknownLevel):
 		return errf("ERR KEFIR.NILEXT: %s", err.Error())
 	case errors.As(err, &nl):
 		return errf("UNAVAILABLE KEFIR.NILEXT: replica not normal (view change or recovery)")
 	}
-	// vrshard.ErrNilextBusy and anything else this replica cannot do now.
+	// A request already in flight here, and anything else this replica
+	// cannot do now.
 	return errf("UNAVAILABLE KEFIR.NILEXT: %s", err.Error())
 }
 
@@ -146,7 +146,7 @@ func (c *conn) nilextTakeBatch(args [][]byte) error {
 		return bad
 	}
 	args = args[1:]
-	ups := make([]vrshard.NilextDirect, n)
+	ups := make([]cluster.NilextDirect, n)
 	pre := make([]error, n) // parse errors, per update
 	for i := range n {
 		if len(args) < 4 {
@@ -167,17 +167,17 @@ func (c *conn) nilextTakeBatch(args [][]byte) error {
 		case err3 != nil:
 			pre[i] = errf("ERR KEFIR.NILEXT: %s", err3.Error())
 		case pairs == 1:
-			ups[i] = vrshard.NilextDirect{ID: shard.ReqID{Client: client, Seq: seq}, Durability: d,
+			ups[i] = cluster.NilextDirect{ID: shard.ReqID{Client: client, Seq: seq}, Durability: d,
 				Op: kv.Op{Kind: kv.KindSet, Key: pairsKV[0], Value: pairsKV[1]}}
 		default:
-			ups[i] = vrshard.NilextDirect{ID: shard.ReqID{Client: client, Seq: seq}, Durability: d,
+			ups[i] = cluster.NilextDirect{ID: shard.ReqID{Client: client, Seq: seq}, Durability: d,
 				Op: kv.Op{Kind: kv.KindMSet, Keys: pairsKV}}
 		}
 	}
 	if len(args) != 0 {
 		return bad
 	}
-	var take []vrshard.NilextDirect
+	var take []cluster.NilextDirect
 	var at []int
 	for i := range ups {
 		if pre[i] == nil {
@@ -186,7 +186,7 @@ func (c *conn) nilextTakeBatch(args [][]byte) error {
 	}
 	// The arguments alias the reader's buffer; NilextTakeBatch copies what
 	// the d-log keeps before it returns.
-	acks, errs := c.srv.vr.NilextTakeBatch(context.Background(), take)
+	acks, errs := c.srv.grp.NilextTakeBatch(context.Background(), take)
 	res := pre // the parse errors, then the driver's
 	ackAt := make([]int, n)
 	for j, i := range at {

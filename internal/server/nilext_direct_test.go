@@ -12,7 +12,7 @@ func TestTopology(t *testing.T) {
 	l := g.leader(t)
 	got := dial(t, g.nodes[0]).do("KEFIR.TOPOLOGY")
 	want := fmt.Sprintf("[(integer) 42, (integer) %d, (integer) %d, (integer) 1, (integer) 1, [[(integer) 1, %q], [(integer) 2, %q], [(integer) 3, %q]]]",
-		g.nodes[l].vr.Info().View, l+1, g.cfgs[0].Members[0].ClientAddr, g.cfgs[0].Members[1].ClientAddr, g.cfgs[0].Members[2].ClientAddr)
+		vrOf(g.nodes[l]).Info().View, l+1, g.cfgs[0].Members[0].ClientAddr, g.cfgs[0].Members[1].ClientAddr, g.cfgs[0].Members[2].ClientAddr)
 	if got != want {
 		t.Fatalf("KEFIR.TOPOLOGY = %s\nwant %s", got, want)
 	}
@@ -28,7 +28,7 @@ func TestTopology(t *testing.T) {
 func TestNilextDirectTakeAndValidation(t *testing.T) {
 	g := startNilextGroup(t)
 	l := g.leader(t)
-	view := g.nodes[l].vr.Info().View
+	view := vrOf(g.nodes[l]).Info().View
 	for i, s := range g.nodes {
 		lead := 0
 		if i == l {
@@ -62,7 +62,7 @@ KEFIR.NILEXT 78 1 sync DEL a b c => ERR KEFIR.NILEXT takes only*
 	// Off without --nilext.
 	plain := startGroup(t)
 	dial(t, plain.nodes[plain.leader(t)]).expect(`KEFIR.NILEXT 1 1 sync SET k v => ERR KEFIR.NILEXT: the nilext fast path is off*`)
-	if taken, refused := g.nodes[l].vr.NilextDirectStats(); taken < 3 || refused < 1 {
+	if taken, refused := vrOf(g.nodes[l]).NilextDirectStats(); taken < 3 || refused < 1 {
 		t.Fatalf("leader took %d and refused %d direct updates", taken, refused)
 	}
 }
@@ -72,7 +72,7 @@ KEFIR.NILEXT 78 1 sync DEL a b c => ERR KEFIR.NILEXT takes only*
 func TestNilextDirectBatch(t *testing.T) {
 	g := startNilextGroup(t)
 	l := g.leader(t)
-	view := g.nodes[l].vr.Info().View
+	view := vrOf(g.nodes[l]).Info().View
 	ack := fmt.Sprintf("[(integer) %d, (integer) %d, (integer) 1]", view, l+1)
 	c := dial(t, g.nodes[l])
 	c.expect(`

@@ -37,9 +37,9 @@ const nilextBackoff = time.Second
 func fastWrites(t *testing.T, s *Server, c *client, script string, n uint64) error {
 	t.Helper()
 	for attempt := 1; ; attempt++ {
-		before := s.vr.Stats()
+		before := vrOf(s).Stats()
 		c.expect(script)
-		after := s.vr.Stats()
+		after := vrOf(s).Stats()
 		fast, fb := after.NilextFast-before.NilextFast, after.NilextFallbacks-before.NilextFallbacks
 		switch {
 		case fast == n:
@@ -135,7 +135,7 @@ func TestNilextRESPHistoryIsLinearizable(t *testing.T) {
 	}
 	var fast uint64
 	for _, s := range g.nodes {
-		fast += s.vr.Stats().NilextFast
+		fast += vrOf(s).Stats().NilextFast
 	}
 	if fast == 0 {
 		t.Fatal("no write took the fast path: the history checked nothing new")

@@ -60,7 +60,7 @@ func pipelineBehindLostWrite(t *testing.T) (replies []string, lost string) {
 	cut := func(on bool) {
 		for _, m := range g.cfgs[l].Members {
 			if m.ID != g.cfgs[l].ReplicaID {
-				if err := old.vr.Transport().SetLinkFault(m.ID, transport.Fault{Partition: on}); err != nil {
+				if err := vrOf(old).Transport().SetLinkFault(m.ID, transport.Fault{Partition: on}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -74,7 +74,7 @@ func pipelineBehindLostWrite(t *testing.T) (replies []string, lost string) {
 		if i == l {
 			return false, 0
 		}
-		in := g.nodes[i].vr.Info()
+		in := vrOf(g.nodes[i]).Info()
 		return in.IsLeader, in.View
 	})
 	if !ok {
@@ -192,7 +192,7 @@ func pipelinedHistory(t *testing.T, nemesis bool, dur level.Durability) error {
 	var dropped atomic.Int64
 	leaderNode := func(rng *rand.Rand) *Server {
 		for _, s := range g.nodes {
-			if s.vr.Info().IsLeader {
+			if vrOf(s).Info().IsLeader {
 				return s
 			}
 		}
@@ -318,7 +318,7 @@ func pipelinedHistory(t *testing.T, nemesis bool, dur level.Durability) error {
 			time.Sleep(300 * time.Millisecond)
 			li := -1
 			for i, s := range g.nodes {
-				if s.vr.Info().IsLeader {
+				if vrOf(s).Info().IsLeader {
 					li = i
 				}
 			}
@@ -328,7 +328,7 @@ func pipelinedHistory(t *testing.T, nemesis bool, dur level.Durability) error {
 			cut := func(on bool) {
 				for _, m := range g.cfgs[li].Members {
 					if m.ID != g.cfgs[li].ReplicaID {
-						if err := g.nodes[li].vr.Transport().SetLinkFault(m.ID, transport.Fault{Partition: on}); err != nil {
+						if err := vrOf(g.nodes[li]).Transport().SetLinkFault(m.ID, transport.Fault{Partition: on}); err != nil {
 							t.Error(err)
 						}
 					}
@@ -352,7 +352,7 @@ func pipelinedHistory(t *testing.T, nemesis bool, dur level.Durability) error {
 	if v := check.Linearizable(h, check.LinOptions{NoVisualization: true, Strict: !nemesis}); !v.OK {
 		return fmt.Errorf("not linearizable:\n%s", v)
 	}
-	if n := g.nodes[l].vr.Stats().EarlyAcks; dur == level.CAD && n == 0 {
+	if n := vrOf(g.nodes[l]).Stats().EarlyAcks; dur == level.CAD && n == 0 {
 		t.Fatal("no cad write was acknowledged early: the test did not exercise the ordered point")
 	}
 	return nil

@@ -9,10 +9,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/cluster"
 	"github.com/kefirdb/kefir/internal/storage"
-	"github.com/kefirdb/kefir/internal/transport"
-	"github.com/kefirdb/kefir/internal/vr"
-	"github.com/kefirdb/kefir/internal/vrshard"
 )
 
 // ErrStaleConfig is returned by New when the data directory was created for a
@@ -87,43 +85,35 @@ func checkMode(dir string, replicated bool) error {
 	return nil
 }
 
-// openReplica opens this node's VR replica in cfg.DataDir/vr.
-func (s *Server) openReplica() (*vrshard.Replica, error) {
+// openReplica opens this node's replica of its group in cfg.DataDir/vr,
+// with the engine the binary wired in (Config.OpenReplica).
+func (s *Server) openReplica() (cluster.Hosted, error) {
 	cfg := s.cfg
+	if cfg.OpenReplica == nil {
+		return cluster.Hosted{}, fmt.Errorf("server: node %d has members but no replication engine (Config.OpenReplica is nil; kefir server sets it)", cfg.ReplicaID)
+	}
 	if cfg.FS == nil {
 		if err := checkMode(cfg.DataDir, true); err != nil {
-			return nil, err
+			return cluster.Hosted{}, err
 		}
 		if err := checkIdentity(cfg.DataDir, cfg.identity()); err != nil {
-			return nil, err
+			return cluster.Hosted{}, err
 		}
 	}
-	peers := map[uint64]string{}
-	clients := map[uint64]string{}
-	ids := make([]uint64, len(cfg.Members))
-	for i, m := range cfg.Members {
-		ids[i] = m.ID
-		peers[m.ID] = m.PeerAddr
-		clients[m.ID] = m.ClientAddr
-	}
-	opts := vrshard.Options{
-		Dir: filepath.Join(cfg.DataDir, "vr"),
-		FS:  cfg.diskFS(),
-		VR: vr.Config{
-			Cluster: cfg.ClusterID, Members: ids, Self: cfg.ReplicaID,
-			HeartbeatInterval: cfg.HeartbeatInterval, ViewChangeTimeout: cfg.ViewChangeTimeout,
-			NilextBatch: cfg.NilextBatch, NilextInterval: cfg.NilextInterval,
-		},
-		NilextSyncDelay: cfg.NilextSyncDelay,
-		CadSyncDelay:    cfg.CadSyncDelay,
-		CheckpointOps:   cfg.CheckpointOps,
-		Bootstrap:       cfg.Bootstrap,
-		Nilext:          cfg.Nilext,
-		FollowerReads:   cfg.FollowerReads,
-		ClockSkew:       cfg.ClockSkew,
-		Peers:           peers,
-		ClientAddrs:     clients,
-		ClusterSecret:   cfg.ClusterSecret,
+	h, err := cfg.OpenReplica(cluster.ReplicaSpec{
+		Dir:    filepath.Join(cfg.DataDir, "vr"),
+		FS:     cfg.diskFS(),
+		Logger: s.log.With("component", "vr"),
+
+		Cluster: cfg.ClusterID, Self: cfg.ReplicaID, Members: cfg.Members,
+		ClusterSecret: cfg.ClusterSecret, Bootstrap: cfg.Bootstrap,
+
+		HeartbeatInterval: cfg.HeartbeatInterval, ViewChangeTimeout: cfg.ViewChangeTimeout,
+		CheckpointOps: cfg.CheckpointOps,
+		Nilext:        cfg.Nilext, NilextBatch: cfg.NilextBatch, NilextInterval: cfg.NilextInterval,
+		NilextSyncDelay: cfg.NilextSyncDelay, CadSyncDelay: cfg.CadSyncDelay,
+		FollowerReads: cfg.FollowerReads, ClockSkew: cfg.ClockSkew,
+
 		Storage: storage.Options{
 			SyncInterval:       cfg.SyncInterval,
 			CacheBytes:         cfg.CacheBytes,
@@ -134,31 +124,11 @@ func (s *Server) openReplica() (*vrshard.Replica, error) {
 			OnSync:             s.fsyncObserver("storage"),
 		},
 		OnLogSync: s.fsyncObserver("replication"),
-		Logger:    s.log.With("component", "vr"),
-	}
-	// The node's peer transport: its handshake admits peers of the same
-	// cluster and group configuration (members, epoch, lease timing), whose
-	// hash is the one the replica runs with, defaults filled in.
-	gcfg, err := vrshard.GroupConfig(opts)
-	if err != nil {
-		return nil, fmt.Errorf("server: VR replica %d of cluster %d: %w", cfg.ReplicaID, cfg.ClusterID, err)
-	}
-	tr, err := transport.New(transport.Config{
-		Self: cfg.ReplicaID, Peers: peers, ClusterSecret: cfg.ClusterSecret,
-		Cluster: gcfg.Cluster, ConfigHash: gcfg.Hash(),
-		Logger: opts.Logger, // the transport adds "replica" itself
 	})
 	if err != nil {
-		return nil, fmt.Errorf("server: peer transport of node %d: %w", cfg.ReplicaID, err)
+		return cluster.Hosted{}, fmt.Errorf("server: %w", err)
 	}
-	opts.Transport = tr
-	r, err := vrshard.Open(opts)
-	if err != nil {
-		tr.Close()
-		return nil, fmt.Errorf("server: open VR replica %d of cluster %d: %w", cfg.ReplicaID, cfg.ClusterID, err)
-	}
-	s.peerTr = tr
-	return r, nil
+	return h, nil
 }
 
 // ReplicaInfo is the replication part of /status and INFO.
@@ -196,43 +166,27 @@ type ViewEventJSON struct {
 	Reason string    `json:"reason"`
 }
 
-// role names what a replica does now: leader, follower, recovering,
-// view-change or failed.
-func role(in vrshard.Info) string {
-	switch {
-	case in.Failed != nil:
-		return "failed"
-	case in.Status == vr.Recovering:
-		return "recovering"
-	case in.Status == vr.ViewChange:
-		return "view-change"
-	case in.IsLeader:
-		return "leader"
-	}
-	return "follower"
-}
-
-// replicaInfo reports the VR state, or nil for a single node.
+// replicaInfo reports the replica's state, or nil for a single node.
 func (s *Server) replicaInfo() *ReplicaInfo {
-	if s.vr == nil {
+	if s.grp == nil {
 		return nil
 	}
-	in := s.vr.Info()
-	st := s.vr.Stats()
+	in := s.grp.State()
+	st := s.grp.Stats()
 	out := &ReplicaInfo{
-		ReplicaID: s.cfg.ReplicaID, ClusterID: s.cfg.ClusterID, Role: role(in),
-		Status: in.Status.String(), View: in.View, Leader: in.Leader, Commit: in.Commit,
-		Applied: in.Applied, Fsyncs: st.Fsyncs, Forwarded: s.fwd.forwarded.Load(),
+		ReplicaID: s.cfg.ReplicaID, ClusterID: s.cfg.ClusterID, Role: in.Role,
+		Status: in.Status, View: in.View, Leader: in.Leader, Commit: in.Commit,
+		Applied: in.Applied, Fsyncs: st.Fsyncs, Forwarded: s.router.Forwarded(),
 		ViewChanges: st.ViewChanges, LeaderChanges: st.LeaderChanges, Depositions: st.Depositions,
 		WritesRefusedNoLeader: st.WritesRefusedNoLeader, ViewEvents: []ViewEventJSON{},
 	}
-	for _, e := range s.vr.ViewEvents() {
+	for _, e := range s.grp.ViewEvents() {
 		out.ViewEvents = append(out.ViewEvents, ViewEventJSON{Time: e.Time.UTC(), Kind: e.Kind, View: e.View, Leader: e.Leader, Reason: e.Reason})
 	}
 	if in.Failed != nil {
 		out.Failed = in.Failed.Error()
 	}
-	if s.vr.NilextOn() {
+	if s.grp.NilextOn() {
 		out.Nilext = s.nilextInfo(in)
 	}
 	out.CAD = s.cadInfo(in)
@@ -251,7 +205,7 @@ func (s *Server) roleName() string {
 // looks for the master must find the node that leads, not any replica (a
 // follower forwards writes, but it is not where they are decided).
 func (s *Server) redisRole() string {
-	if s.vr == nil || role(s.vr.Info()) == "leader" {
+	if s.grp == nil || s.grp.State().Role == cluster.RoleLeader {
 		return "master"
 	}
 	return "replica"

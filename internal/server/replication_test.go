@@ -13,9 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/cluster"
 	"github.com/kefirdb/kefir/internal/resp"
 	"github.com/kefirdb/kefir/internal/testgroup"
 	"github.com/kefirdb/kefir/internal/vr"
+	"github.com/kefirdb/kefir/internal/vrshard"
 )
 
 type group struct {
@@ -59,7 +61,7 @@ func tryStartGroup(t testing.TB, mod func(*Config)) (*group, error) {
 			NodeID: "n" + string(rune('1'+i)), ClientAddr: m.ClientAddr, PeerAddr: m.PeerAddr,
 			HTTPAddr: "127.0.0.1:0", DataDir: t.TempDir(), ClusterSecret: "s3cret",
 			Members: ms, ReplicaID: m.ID, ClusterID: 42, Bootstrap: true,
-			Logger: slog.New(slog.DiscardHandler),
+			Logger: slog.New(slog.DiscardHandler), OpenReplica: vrshard.OpenHosted,
 		}
 		if mod != nil {
 			mod(&cfg)
@@ -77,6 +79,10 @@ func tryStartGroup(t testing.TB, mod func(*Config)) (*group, error) {
 	}
 	return g, nil
 }
+
+// vrOf is a replica node's VR replica, for tests that look into the engine
+// (the front door itself knows only shard.Replica and cluster.Group).
+func vrOf(s *Server) *vrshard.Replica { return s.shard.(*vrshard.Replica) }
 
 func startNode(cfg Config) (*Server, error) {
 	s, err := New(cfg)
@@ -149,7 +155,7 @@ func (g *group) leader(t testing.TB) int {
 	}
 	for i, s := range g.nodes {
 		if s != nil {
-			t.Logf("node %d: %+v", i, s.vr.Info())
+			t.Logf("node %d: %+v", i, vrOf(s).Info())
 		}
 	}
 	t.Fatal("the group did not settle on a leader within 20s")
@@ -158,7 +164,7 @@ func (g *group) leader(t testing.TB) int {
 
 // receivedFrom is how many messages s's transport has received from peer.
 func receivedFrom(s *Server, peer uint64) uint64 {
-	for _, l := range s.vr.Transport().Stats().Links {
+	for _, l := range vrOf(s).Transport().Stats().Links {
 		if l.Peer == peer {
 			return l.Received
 		}
@@ -174,7 +180,7 @@ func (g *group) agreedLeader() (int, bool) {
 		if s == nil {
 			continue
 		}
-		in := s.vr.Info()
+		in := vrOf(s).Info()
 		if in.Status != vr.Normal || in.Leader == 0 || in.Failed != nil {
 			return -1, false
 		}
@@ -195,8 +201,8 @@ func TestReplicatedWritesAndReadsThroughAnyNode(t *testing.T) {
 	l := g.leader(t)
 	f := (l + 1) % 3
 	// A replica serves reads through ReadDeferred, not the single node's GET path.
-	if n := g.nodes[l]; n.deferred == nil || n.keys != nil {
-		t.Fatalf("replica: deferred %v, keys %v; want deferred reads and no ReadKey", n.deferred, n.keys)
+	if n := g.nodes[l]; !n.reads.Deferred || n.reads.Key {
+		t.Fatalf("replica: read paths %+v; want deferred reads and no ReadKey", n.reads)
 	}
 
 	// A follower forwards a plain write and a linearizable read to the leader.
@@ -297,7 +303,7 @@ func TestNoLeaderIsUnavailableNotAWeakerRead(t *testing.T) {
 		if strings.HasPrefix(got, "UNAVAILABLE") {
 			break
 		}
-		if got == `"v"` && g.nodes[f].vr.Info().IsLeader {
+		if got == `"v"` && vrOf(g.nodes[f]).Info().IsLeader {
 			t.Fatal("an isolated follower became leader")
 		}
 		if time.Now().After(deadline) {
@@ -401,13 +407,13 @@ AUTH pw => OK
 SET k v => OK
 GET k => "v"
 `)
-	if n := f.fwd.forwarded.Load(); n != 2 {
+	if n := f.router.Forwarded(); n != 2 {
 		t.Fatalf("forwarded %d commands, want 2", n)
 	}
 
 	// A leader serving another certificate is not trusted.
 	other, otherKey := selfSigned(t)
-	verify := verifyGroupCert(cert, key)
+	verify := cluster.VerifyGroupCert(cert, key)
 	raw, err := tls.LoadX509KeyPair(other, otherKey)
 	if err != nil {
 		t.Fatal(err)

@@ -7,16 +7,18 @@
 // it answers: pipelined writes are applied as one batch, made durable with one fsync,
 // and answered with one write system call.
 //
-// A node is either a single-node shard (no --members) or one replica of a VR
-// group (internal/vrshard). A replica's peer port is served by the VR transport;
-// a follower forwards the writes and strong reads it cannot serve to the leader
-// over pooled RESP connections (forward.go), or answers -MOVED when the request
-// asked for redirects.
+// A node is either a single-node shard (no --members) or one replica of a
+// group, opened by the engine the binary wires in (Config.OpenReplica;
+// kefir server: internal/vrshard, VR). A replica's peer port is served by the
+// node's peer transport; the router (internal/cluster) says where the
+// group's leader is, and a follower forwards the writes and strong reads it
+// cannot serve there, or answers -MOVED when the request asked for
+// redirects.
 //
 // It must not import cmd/kefir or the client package; commands are classified only
 // by internal/command, and state is reached only through the shard.Replica
-// interface (vrshard is used directly only for the replica's protocol state,
-// its transport and the NotLeaderError that routes requests).
+// interface and the replica's cluster.Group. It imports no replication engine
+// or protocol core (internal/purity's TestFrontDoorImportsNoEngine).
 package server
 
 import (
@@ -35,10 +37,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/kefirdb/kefir/internal/cluster"
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/storage"
 	"github.com/kefirdb/kefir/internal/transport"
-	"github.com/kefirdb/kefir/internal/vrshard"
 )
 
 // Version is the node's version string (set by the linker in releases).
@@ -52,22 +54,20 @@ type Server struct {
 	log *slog.Logger
 	db  *storage.DB
 	// shard is reached only through the Replica interface, so a replicated shard
-	// (issues 4+) replaces the single-node one without changes here.
+	// replaces the single-node one without changes here.
 	shard shard.Replica
-	// The shard's optional read paths, resolved once (setShard) rather than by a
-	// type assertion per read: keys is a single node's GET path without Op or
-	// Result, deferred a replica that can hold a read's reply (nil: none).
-	keys     keyReader
-	deferred shard.DeferredReader
-	// tryRead: a replica that can serve a read without waiting, on an event
-	// loop (nil: none); inlineReads counts the reads it served so (tests).
-	tryRead     inlineReader
+	// reads are the shard's read paths besides Read, asked once (setShard)
+	// rather than per read: ReadKey for a single node's GET, ReadDeferred
+	// for a replica that can hold a read's reply, TryRead for one that can
+	// serve a read without waiting, on an event loop. inlineReads counts the
+	// reads served so (tests).
+	reads       shard.ReadPaths
 	inlineReads atomic.Uint64
-	// vr is the replica when the node is a member of a replicated group (it
-	// is also shard); nil on a single node. fwd proxies requests a follower
-	// cannot serve to the leader.
-	vr      *vrshard.Replica
-	fwd     *forwarder
+	// grp is the replication side of the replica when the node is a member
+	// of a replicated group; nil on a single node. router says where the
+	// group's leader is and forwards what a follower cannot serve there.
+	grp     cluster.Group
+	router  *cluster.Router
 	m       *metrics
 	limiter *authLimiter
 	// fsyncs times every fsync of the engine's log and the replication log;
@@ -137,18 +137,18 @@ func New(cfg Config) (_ *Server, err error) {
 			}
 		}()
 	}
-	s.fwd = newForwarder(cfg)
-	s.fwd.stopping = s.draining // a shutdown does not wait out a forward's retries
 	if cfg.Replicated() {
-		r, err := s.openReplica()
+		h, err := s.openReplica()
 		if err != nil {
 			return nil, err
 		}
-		s.vr, s.db = r, r.Engine()
-		s.setShard(r)
+		s.grp, s.db, s.peerTr = h.Group, h.Engine, h.Transport
+		s.setShard(h.Replica)
+		s.newRouter()
 		s.m = newMetrics(s)
 		return s, nil
 	}
+	s.newRouter()
 	if cfg.FS == nil {
 		if err := checkMode(cfg.DataDir, false); err != nil {
 			return nil, err
@@ -185,12 +185,20 @@ func New(cfg Config) (_ *Server, err error) {
 	return s, nil
 }
 
-// setShard makes sh the node's shard and resolves its optional read paths.
+// setShard makes sh the node's shard and asks its read paths.
 func (s *Server) setShard(sh shard.Replica) {
 	s.shard = sh
-	s.keys, _ = sh.(keyReader)
-	s.deferred, _ = sh.(shard.DeferredReader)
-	s.tryRead, _ = sh.(inlineReader)
+	s.reads = sh.ReadPaths()
+}
+
+// newRouter makes the node's router: its group's members and, on a replica,
+// the replica that knows the leader.
+func (s *Server) newRouter() {
+	s.router = cluster.NewRouter(cluster.RouterConfig{
+		Members: s.cfg.Members, Local: s.grp,
+		Password: s.cfg.Password, TLSCert: s.cfg.TLSCert, TLSKey: s.cfg.TLSKey,
+		Stopping: s.draining, // a shutdown does not wait out a forward's retries
+	})
 }
 
 // Start opens the client, peer and HTTP ports and serves them in the background.
@@ -237,8 +245,8 @@ func (s *Server) Start() error {
 		"http", addrString(s.httpLn), "data", s.cfg.DataDir, "tls", s.cfg.TLSCert != "",
 		"auth", s.cfg.Password != "", "durability", s.cfg.Durability.String(),
 		"consistency", s.cfg.Consistency.String(), "role", s.roleName())
-	if s.vr != nil {
-		s.log.Info("replica of a VR group", "replica_id", s.cfg.ReplicaID, "cluster_id", s.cfg.ClusterID,
+	if s.grp != nil {
+		s.log.Info("replica of a group", "replica_id", s.cfg.ReplicaID, "cluster_id", s.cfg.ClusterID,
 			"members", FormatMembers(s.cfg.Members), "bootstrap", s.cfg.Bootstrap)
 	}
 	return nil
@@ -383,8 +391,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if s.peerTr != nil { // after the replica, which sends on it until it stops
 		s.peerTr.Close()
 	}
-	s.fwd.close()
-	if s.vr == nil { // the replica closed its own engine
+	s.router.Close()
+	if s.grp == nil { // the replica closed its own engine
 		if err := s.db.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close storage: %w", err))
 		}

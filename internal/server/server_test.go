@@ -638,7 +638,7 @@ func TestGetTakesTheKeyReaderPath(t *testing.T) {
 			t.Fatalf("Lookup(%q) = %p, %v; the GET fast path compares against %p", name, spec, ok, getSpec)
 		}
 	}
-	if s := startServer(t, nil); s.keys == nil || s.deferred != nil {
-		t.Fatalf("single node: keys %v, deferred %v; want ReadKey and no deferred reads", s.keys, s.deferred)
+	if s := startServer(t, nil); !s.reads.Key || s.reads.Deferred {
+		t.Fatalf("single node: read paths %+v; want ReadKey and no deferred reads", s.reads)
 	}
 }

@@ -84,7 +84,8 @@ func (p Pending) Merge(q Pending) Pending {
 func (p Pending) IsZero() bool { return p.SyncPos == 0 && len(p.Acks) == 0 }
 
 // Replica is what a front door needs from a shard. The single-node Shard implements
-// it; replication engines will too.
+// it, and so does every replication engine's replica (internal/vrshard), so the
+// front door serves either through this one method set.
 type Replica interface {
 	// Apply applies writes in order (their effects are visible to reads on return)
 	// and returns what must be awaited before any of their replies is released. A
@@ -96,8 +97,27 @@ type Replica interface {
 	Wait(ctx context.Context, p Pending) error
 	// Write is Apply and Wait for one write.
 	Write(ctx context.Context, op kv.Op, d level.Durability, id ReqID) (kv.Result, error)
-	// Read serves a read at consistency c for session s.
+
+	// Reads. Read serves a read at consistency c for session s; every replica
+	// serves every read through it. The three others are faster paths for
+	// some replicas, each correct on every replica; ReadPaths says which
+	// ones are worth taking here, and the front door chooses once, not per
+	// read.
 	Read(ctx context.Context, op kv.Op, c level.Consistency, s Session) (kv.Result, error)
+	ReadPaths() ReadPaths
+	// ReadKey is Read of a GET of key that builds no kv.Op or kv.Result;
+	// found is false for a missing key, value is read-only.
+	ReadKey(key []byte, c level.Consistency, s Session) (value []byte, version uint64, found bool, err error)
+	// ReadDeferred answers a read at once with a result whose release must
+	// wait for p (a value a leader's log holds but has not made durable
+	// yet): the front door writes the reply in its place and releases it
+	// with the batch, after Wait(p) succeeds; if Wait fails, no reply of the
+	// batch may be released.
+	ReadDeferred(ctx context.Context, op kv.Op, c level.Consistency, s Session) (res kv.Result, p Pending, err error)
+	// TryRead serves a read only if it need not wait for anything (ok false:
+	// it did nothing), so an event loop may run it itself.
+	TryRead(op kv.Op, c level.Consistency) (res kv.Result, ok bool)
+
 	// CheckConsistency reports whether this replica can serve level c.
 	CheckConsistency(c level.Consistency) error
 	// CheckDurability reports whether this replica can provide level d.
@@ -108,13 +128,18 @@ type Replica interface {
 	Close() error
 }
 
-// DeferredReader is implemented by a replication engine that can answer a read at
-// once with a result whose release must wait (a value its leader's log holds but has
-// not made durable yet): the front door writes the reply in its place and releases
-// it with the batch, after Wait(p) succeeds; if Wait fails, no reply of the batch
-// may be released. A front door that cannot hold replies calls Read instead.
-type DeferredReader interface {
-	ReadDeferred(ctx context.Context, op kv.Op, c level.Consistency, s Session) (kv.Result, Pending, error)
+// ReadPaths are the read paths a Replica gains from, besides Read.
+type ReadPaths struct {
+	// Key: ReadKey is cheaper than Read for a plain GET (a single node,
+	// where GET is the hottest command).
+	Key bool
+	// Deferred: ReadDeferred can answer reads Read would wait for (a
+	// leader's durability wait), so the connection's later commands do not
+	// wait behind them.
+	Deferred bool
+	// Inline: TryRead serves some reads without waiting (a leader under a
+	// running lease), so an event loop need not hand them off.
+	Inline bool
 }
 
 // Engine is the part of the storage engine a Shard uses; *storage.DB implements it.
@@ -719,6 +744,21 @@ func (s *Shard) readDurable(maxPos storage.Pos) error {
 	}
 	return nil
 }
+
+// ReadPaths: a single node serves GET by ReadKey; its reads never hold a
+// reply (Read waits for durability itself) and may wait for an fsync, so
+// neither ReadDeferred nor TryRead gains anything.
+func (s *Shard) ReadPaths() ReadPaths { return ReadPaths{Key: true} }
+
+// ReadDeferred is Read: a single node's read holds no reply.
+func (s *Shard) ReadDeferred(ctx context.Context, op kv.Op, c level.Consistency, sess Session) (kv.Result, Pending, error) {
+	res, err := s.Read(ctx, op, c, sess)
+	return res, Pending{}, err
+}
+
+// TryRead does nothing: whether a single node's read waits for an fsync is
+// the front door's to know (it tracks its connections' unsynced writes).
+func (s *Shard) TryRead(op kv.Op, c level.Consistency) (kv.Result, bool) { return kv.Result{}, false }
 
 // ReadKey is Read of a GET of key for a front door's hot path: it builds no Op
 // and no Result (copying those large structs was a measurable share of a

@@ -34,10 +34,8 @@ import (
 // is never answered: the batch's Wait fails and the front door drops the
 // connection, an unknown outcome, as for the batch's writes.
 
-var _ shard.DeferredReader = (*Replica)(nil)
-
 // ReadDeferred is Read for a front door that can hold a reply
-// (shard.DeferredReader): see above. Every read it cannot defer is served
+// (shard.Replica): see above. Every read it cannot defer is served
 // as Read serves it, with an empty Pending.
 func (r *Replica) ReadDeferred(ctx context.Context, op kv.Op, c level.Consistency, s shard.Session) (kv.Result, shard.Pending, error) {
 	if c.IsZero() {

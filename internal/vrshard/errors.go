@@ -1,8 +1,9 @@
 package vrshard
 
 import (
-	"errors"
 	"fmt"
+
+	kcluster "github.com/kefirdb/kefir/internal/cluster"
 
 	"github.com/kefirdb/kefir/internal/shard"
 )
@@ -12,8 +13,8 @@ import (
 // degrades to -UNAVAILABLE / -ERR instead of lying.
 var (
 	// ErrNotLeader: the operation must go to the leader. Returned as
-	// *NotLeaderError, which names it when known.
-	ErrNotLeader = fmt.Errorf("not the leader: %w", shard.ErrUnavailable)
+	// *NotLeaderError, which names it when known (kcluster.ErrNotLeader).
+	ErrNotLeader = kcluster.ErrNotLeader
 	// ErrOutcomeUnknown: a write was proposed but this replica stopped
 	// leading (or stopped) before it learned the write's fate. Retry with the
 	// same request id at the new leader: the client table answers a write that
@@ -29,34 +30,10 @@ var (
 	ErrFailed = fmt.Errorf("replica failed: %w", shard.ErrUnavailable)
 )
 
-// NotLeaderError says that a write or a strong read must go elsewhere: to
-// Leader (a node id, 0 if unknown) whose client address is Addr (if the
-// replica was given client addresses). The front door maps it to
-// "-MOVED <Addr>" when Addr is set, else to "-UNAVAILABLE".
-type NotLeaderError struct {
-	Leader uint64
-	Addr   string
-}
-
-func (e *NotLeaderError) Error() string {
-	if e.Leader == 0 {
-		return "not the leader; leader unknown (view change in progress)"
-	}
-	if e.Addr != "" {
-		return fmt.Sprintf("not the leader; leader is node %d at %s", e.Leader, e.Addr)
-	}
-	return fmt.Sprintf("not the leader; leader is node %d", e.Leader)
-}
-
-// Unwrap makes errors.Is(err, ErrNotLeader) and errors.Is(err,
-// shard.ErrUnavailable) hold.
-func (e *NotLeaderError) Unwrap() error { return ErrNotLeader }
+// NotLeaderError says that a write or a strong read must go elsewhere
+// (kcluster.NotLeaderError: the front door routes by it without knowing the
+// engine).
+type NotLeaderError = kcluster.NotLeaderError
 
 // LeaderOf returns the leader named by err, if err is a *NotLeaderError.
-func LeaderOf(err error) (id uint64, addr string, ok bool) {
-	var nl *NotLeaderError
-	if errors.As(err, &nl) {
-		return nl.Leader, nl.Addr, nl.Leader != 0
-	}
-	return 0, "", false
-}
+func LeaderOf(err error) (id uint64, addr string, ok bool) { return kcluster.LeaderOf(err) }

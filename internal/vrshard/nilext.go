@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	kcluster "github.com/kefirdb/kefir/internal/cluster"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -680,11 +681,7 @@ func (r *Replica) NilextDirectStats() (taken, refused uint64) {
 }
 
 // NilextDirect is one update of a NilextTakeBatch.
-type NilextDirect struct {
-	ID         shard.ReqID
-	Op         kv.Op
-	Durability level.Durability
-}
+type NilextDirect = kcluster.NilextDirect
 
 // NilextTakeBatch is NilextTake for several updates (from several client
 // ids) at once: one hand-off to the driver, one wait, and for sync updates

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	kcluster "github.com/kefirdb/kefir/internal/cluster"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -522,57 +523,7 @@ type inbound struct {
 }
 
 // Stats are counters of a replica's work.
-type Stats struct {
-	Readies     uint64 // Ready batches handled
-	Fsyncs      uint64 // fsyncs of the replication log
-	Persisted   uint64 // log entries written
-	Applied     uint64 // ops applied to the engine
-	Proposals   uint64 // writes proposed at this replica while leader
-	LeaseReads  uint64 // linearizable reads served under the lease
-	LocalReads  uint64 // reads confirmed by a published lease, without the driver (leader lease and follower reads)
-	IndexReads  uint64 // linearizable reads that needed a read-index round
-	Checkpoints uint64
-	// SnapsSent counts snapshots handed to the transport (not a copy the
-	// core asked for while the last one was still being encoded: dropped).
-	SnapsSent   uint64
-	SnapsLoaded uint64
-	// SnapsCaptured counts snapshot captures started (one may serve several
-	// peers; one the core refuses is captured again).
-	SnapsCaptured uint64
-	// Forgets counts the forget entries this node proposed as leader
-	// (client rows of clients the core dropped; docs/design/client-table.md).
-	Forgets uint64
-	// Nilext fast path: writes this node coordinated that completed on a
-	// supermajority, and those that fell back to the ordered path; nilext
-	// messages sent (one per peer per batch) and acks sent to coordinators;
-	// linearizable reads at the leader that had to order pending updates.
-	NilextFast      uint64
-	NilextFallbacks uint64
-	NilextSent      uint64
-	NilextAcksSent  uint64
-	NilextSlowReads uint64
-	// CAD (cad.go): reads at the leader that waited for their keys' latest
-	// update to become readable; cross-client-monotonic reads a follower
-	// served locally, and those it redirected; cad/async writes acknowledged
-	// before commit; reads served from the leader's async overlay.
-	// DurabilityRounds counts the waits registered with the core: at least
-	// one per durability wait, more when a read had to wait again.
-	DurabilityWaits   uint64
-	DurabilityRounds  uint64
-	FollowerReads     uint64
-	FollowerRedirects uint64
-	EarlyAcks         uint64
-	OverlayReads      uint64
-	// DeferredReads counts the durability waits (among DurabilityWaits)
-	// served as deferred reads: answered at once from the leader's log,
-	// the reply held until R covered it (ReadDeferred).
-	DeferredReads uint64
-	// View events (viewlog.go): view changes this replica started or
-	// joined, normal views it entered under a leader other than the last
-	// one, times it stopped leading, and writes it refused because it knew
-	// no leader.
-	ViewChanges, LeaderChanges, Depositions, WritesRefusedNoLeader uint64
-}
+type Stats = kcluster.Stats
 
 // Replica is one VR replica of a shard: it implements shard.Replica, so the
 // RESP front door serves it unchanged. Writes and strong reads are served at
@@ -634,6 +585,7 @@ type Replica struct {
 	ckptOut     int    // engine fsyncs started and not yet received
 	ckptDone    chan ckptResult
 	syncDone    chan syncResult
+	syncReq     chan syncJob // to the syncer goroutine (startSync)
 	// A snapshot capture runs off the driver goroutine (snapshot.go): one at
 	// a time, for every peer in snapFor.
 	snapRunning bool
@@ -751,6 +703,7 @@ func Open(opts Options) (*Replica, error) {
 		reads:     map[uint64]*readWaiter{},
 		notify:    make(chan struct{}),
 		syncDone:  make(chan syncResult, 1),
+		syncReq:   make(chan syncJob, 1),
 		snapDone:  make(chan snapResult, 1),
 		held:      map[uint64][]vr.Message{},
 		snapHolds: map[uint64]snapHold{},
@@ -872,6 +825,7 @@ func Open(opts Options) (*Replica, error) {
 	}
 	r.openView(ws.hs)
 	r.publish()
+	go r.syncer()
 	go r.run()
 	return r, nil
 }
@@ -894,6 +848,7 @@ func (r *Replica) Close() error {
 		<-r.done
 		r.closeEndpoint()
 		r.drainSync()
+		close(r.syncReq) // the syncer is idle: drainSync took the last result
 		var mark error
 		if !r.recovering && r.failed() == nil {
 			mark = r.wal.markClean()
@@ -912,6 +867,7 @@ func (r *Replica) crash() {
 		<-r.done
 		r.closeEndpoint()
 		r.drainSync()
+		close(r.syncReq) // the syncer is idle: drainSync took the last result
 		r.wal.close()
 	})
 }
@@ -1500,12 +1456,26 @@ func (r *Replica) startSync() {
 	}
 	r.syncStarted()
 	r.syncing = r.written
-	seg, seq := r.wal.seg, r.written
-	go func() {
+	// The replica's syncer goroutine runs it (syncer): one long-lived
+	// goroutine, not one per fsync (ARCHITECTURE §1.4). It is idle now: one
+	// fsync is in flight at most, and its result was taken.
+	r.syncReq <- syncJob{seg: r.wal.seg, seq: r.written}
+}
+
+// syncJob is an fsync of the log's active segment up to seq, for the syncer.
+type syncJob struct {
+	seg vfs.File
+	seq uint64
+}
+
+// syncer runs the log's fsyncs off the driver, one at a time, until syncReq
+// is closed (Close, after the last result was taken).
+func (r *Replica) syncer() {
+	for j := range r.syncReq {
 		t := traceNow()
-		err := seg.Sync()
-		r.syncDone <- syncResult{seq: seq, err: err, d: t.since()}
-	}()
+		err := j.seg.Sync()
+		r.syncDone <- syncResult{seq: j.seq, err: err, d: t.since()}
+	}
 }
 
 func (r *Replica) lastSynced() uint64 { return r.synced0 }

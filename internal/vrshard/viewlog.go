@@ -2,6 +2,7 @@ package vrshard
 
 import (
 	"fmt"
+	kcluster "github.com/kefirdb/kefir/internal/cluster"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,13 +32,7 @@ const (
 
 // ViewEvent is one view event. Leader is the view's leader (0 while a view
 // change runs: none is known).
-type ViewEvent struct {
-	Time   time.Time
-	Kind   string
-	View   uint64
-	Leader uint64
-	Reason string
-}
+type ViewEvent = kcluster.ViewEvent
 
 // viewCause is the input that may have changed the core's view or status.
 type viewCause struct {

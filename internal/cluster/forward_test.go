@@ -1,4 +1,4 @@
-package server
+package cluster
 
 import (
 	"net"
@@ -97,12 +97,12 @@ func TestForwarderRetriesWithTheSameRequestID(t *testing.T) {
 		}
 		return "*2\r\n$1\r\n0\r\n:7\r\n" // [session, 7]
 	})
-	f := newForwarder(Config{})
+	f := newForwarder("", "", "")
 	defer f.close()
-	fc := &fwdCall{args: [][]byte{[]byte("INCR"), []byte("k")}, dur: level.Sync}
-	f.forward(addr, []*fwdCall{fc}, func() (string, bool) { return addr, true })
-	if fc.err != nil || fc.reply.Kind != resp.Int || fc.reply.Int != 7 {
-		t.Fatalf("outcome %v, reply %v; want the third attempt's :7", fc.err, fc.reply)
+	fc := &Call{Args: [][]byte{[]byte("INCR"), []byte("k")}, Dur: level.Sync}
+	f.forward(addr, []*Call{fc}, func() (string, bool) { return addr, true })
+	if fc.Err != nil || fc.Reply.Kind != resp.Int || fc.Reply.Int != 7 {
+		t.Fatalf("outcome %v, reply %v; want the third attempt's :7", fc.Err, fc.Reply)
 	}
 	if len(ids) != 3 || ids[0] == "" || ids[1] != ids[0] || ids[2] != ids[0] {
 		t.Fatalf("request ids of the attempts: %q; want one id, three times", ids)
@@ -113,38 +113,36 @@ func TestForwarderRetriesWithTheSameRequestID(t *testing.T) {
 // answered is "outcome unknown"; one that never reached a node that could
 // apply it is "not applied".
 func TestForwarderSaysWhatItKnowsWhenRetriesRunOut(t *testing.T) {
-	old := fwdRetryFor
-	fwdRetryFor = 300 * time.Millisecond
-	defer func() { fwdRetryFor = old }()
-	f := newForwarder(Config{})
+	f := newForwarder("", "", "")
+	f.retryFor = 300 * time.Millisecond
 	defer f.close()
 
 	died := fakeLeader(t, func(int, []string) string { return "" })
-	fc := &fwdCall{args: [][]byte{[]byte("SET"), []byte("k"), []byte("v")}, dur: level.Sync}
-	f.forward(died, []*fwdCall{fc}, func() (string, bool) { return "", false })
-	if fc.err == nil || !strings.Contains(fc.err.Error(), "the write's outcome is unknown") {
-		t.Errorf("sent, never answered: %v", fc.err)
+	fc := &Call{Args: [][]byte{[]byte("SET"), []byte("k"), []byte("v")}, Dur: level.Sync}
+	f.forward(died, []*Call{fc}, func() (string, bool) { return "", false })
+	if fc.Err == nil || !strings.Contains(fc.Err.Error(), "the write's outcome is unknown") {
+		t.Errorf("sent, never answered: %v", fc.Err)
 	}
 
 	moved := fakeLeader(t, func(int, []string) string { return "-MOVED 127.0.0.1:1\r\n" })
-	fc = &fwdCall{args: [][]byte{[]byte("SET"), []byte("k"), []byte("v")}, dur: level.Sync}
-	f.forward(moved, []*fwdCall{fc}, func() (string, bool) { return "", false })
-	if fc.err == nil || !strings.Contains(fc.err.Error(), "the write was not applied") {
-		t.Errorf("refused with MOVED, then nobody listening: %v", fc.err)
+	fc = &Call{Args: [][]byte{[]byte("SET"), []byte("k"), []byte("v")}, Dur: level.Sync}
+	f.forward(moved, []*Call{fc}, func() (string, bool) { return "", false })
+	if fc.Err == nil || !strings.Contains(fc.Err.Error(), "the write was not applied") {
+		t.Errorf("refused with MOVED, then nobody listening: %v", fc.Err)
 	}
 
 	// Once a leader has read it without answering, a later MOVED from
 	// another node does not make it "not applied".
-	fc = &fwdCall{args: [][]byte{[]byte("SET"), []byte("k"), []byte("v")}, dur: level.Sync}
+	fc = &Call{Args: [][]byte{[]byte("SET"), []byte("k"), []byte("v")}, Dur: level.Sync}
 	first := true
-	f.forward(died, []*fwdCall{fc}, func() (string, bool) {
+	f.forward(died, []*Call{fc}, func() (string, bool) {
 		if first {
 			first = false
 			return moved, true
 		}
 		return "", false
 	})
-	if fc.err == nil || !strings.Contains(fc.err.Error(), "the write's outcome is unknown") {
-		t.Errorf("sent to one that died, then MOVED: %v", fc.err)
+	if fc.Err == nil || !strings.Contains(fc.Err.Error(), "the write's outcome is unknown") {
+		t.Errorf("sent to one that died, then MOVED: %v", fc.Err)
 	}
 }

@@ -1,0 +1,171 @@
+package vrshard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	kcluster "github.com/kefirdb/kefir/internal/cluster"
+	"github.com/kefirdb/kefir/internal/kv"
+	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/shard"
+	"github.com/kefirdb/kefir/internal/transport"
+	"github.com/kefirdb/kefir/internal/vr"
+)
+
+// This file is the replica as a node hosts it (internal/cluster's contract):
+// OpenHosted is the kcluster.Opener the binary hands the front door, and
+// hostedGroup reports the replica's VR state in the cluster's words. The
+// front door knows neither this package nor internal/vr. (The import is
+// named kcluster: this package's tests have a type named cluster.)
+
+var _ kcluster.Opener = OpenHosted
+
+// OpenHosted opens a node's VR replica of its group in spec.Dir, on a new
+// node transport (the node hands it every accepted peer connection and
+// closes it after the replica).
+func OpenHosted(spec kcluster.ReplicaSpec) (kcluster.Hosted, error) {
+	peers := map[uint64]string{}
+	clients := map[uint64]string{}
+	ids := make([]uint64, len(spec.Members))
+	for i, m := range spec.Members {
+		ids[i] = m.ID
+		peers[m.ID] = m.PeerAddr
+		clients[m.ID] = m.ClientAddr
+	}
+	opts := Options{
+		Dir: spec.Dir,
+		FS:  spec.FS,
+		VR: vr.Config{
+			Cluster: spec.Cluster, Members: ids, Self: spec.Self,
+			HeartbeatInterval: spec.HeartbeatInterval, ViewChangeTimeout: spec.ViewChangeTimeout,
+			NilextBatch: spec.NilextBatch, NilextInterval: spec.NilextInterval,
+		},
+		NilextSyncDelay: spec.NilextSyncDelay,
+		CadSyncDelay:    spec.CadSyncDelay,
+		CheckpointOps:   spec.CheckpointOps,
+		Bootstrap:       spec.Bootstrap,
+		Nilext:          spec.Nilext,
+		FollowerReads:   spec.FollowerReads,
+		ClockSkew:       spec.ClockSkew,
+		Peers:           peers,
+		ClientAddrs:     clients,
+		ClusterSecret:   spec.ClusterSecret,
+		Storage:         spec.Storage,
+		OnLogSync:       spec.OnLogSync,
+		Logger:          spec.Logger,
+	}
+	// The node's peer transport: its handshake admits peers of the same
+	// cluster and group configuration (members, epoch, lease timing), whose
+	// hash is the one the replica runs with, defaults filled in.
+	gcfg, err := GroupConfig(opts)
+	if err != nil {
+		return kcluster.Hosted{}, fmt.Errorf("VR replica %d of cluster %d: %w", spec.Self, spec.Cluster, err)
+	}
+	tr, err := transport.New(transport.Config{
+		Self: spec.Self, Peers: peers, ClusterSecret: spec.ClusterSecret,
+		Cluster: gcfg.Cluster, ConfigHash: gcfg.Hash(),
+		Logger: opts.Logger, // the transport adds "replica" itself
+	})
+	if err != nil {
+		return kcluster.Hosted{}, fmt.Errorf("peer transport of node %d: %w", spec.Self, err)
+	}
+	opts.Transport = tr
+	r, err := Open(opts)
+	if err != nil {
+		tr.Close()
+		return kcluster.Hosted{}, fmt.Errorf("open VR replica %d of cluster %d: %w", spec.Self, spec.Cluster, err)
+	}
+	return kcluster.Hosted{Replica: r, Group: r.Hosted(), Engine: r.Engine(), Transport: tr}, nil
+}
+
+// Hosted returns r's replication side as a node's front door sees it.
+func (r *Replica) Hosted() kcluster.Group { return hostedGroup{r} }
+
+// ReadPaths: a replica answers reads that wait for durability at once with
+// a held reply (ReadDeferred), and a leader under a running lease serves
+// reads without waiting (TryRead). ReadKey is Read.
+func (r *Replica) ReadPaths() shard.ReadPaths {
+	return shard.ReadPaths{Deferred: true, Inline: true}
+}
+
+// ReadKey is Read of a GET of key (shard.Replica); the front door uses
+// ReadDeferred here (ReadPaths).
+func (r *Replica) ReadKey(key []byte, c level.Consistency, s shard.Session) ([]byte, uint64, bool, error) {
+	res, err := r.Read(context.Background(), kv.Op{Kind: kv.KindGet, Key: key}, c, s)
+	if err != nil {
+		return nil, 0, false, err
+	}
+	return res.Bulk, res.Version, res.Kind == kv.ResBulk, nil
+}
+
+// hostedGroup is a Replica as kcluster.Group.
+type hostedGroup struct{ r *Replica }
+
+var _ kcluster.Group = hostedGroup{}
+
+func (g hostedGroup) State() kcluster.State {
+	in := g.r.Info()
+	return kcluster.State{Self: in.Self, Role: role(in), Status: in.Status.String(), Normal: in.Status == vr.Normal,
+		View: in.View, Leader: in.Leader, IsLeader: in.IsLeader, Commit: in.Commit, Applied: in.Applied,
+		Failed: in.Failed, DLogLen: in.DLogLen, Readable: in.Readable,
+		NilextCycles: in.NilextCycles, NilextStaleWaits: in.NilextStaleWaits, DLogStale: in.DLogStale}
+}
+
+// role names what a replica does now.
+func role(in Info) string {
+	switch {
+	case in.Failed != nil:
+		return kcluster.RoleFailed
+	case in.Status == vr.Recovering:
+		return kcluster.RoleRecovering
+	case in.Status == vr.ViewChange:
+		return kcluster.RoleViewChange
+	case in.IsLeader:
+		return kcluster.RoleLeader
+	}
+	return kcluster.RoleFollower
+}
+
+func (g hostedGroup) Stats() kcluster.Stats            { return g.r.Stats() }
+func (g hostedGroup) ViewEvents() []kcluster.ViewEvent { return g.r.ViewEvents() }
+func (g hostedGroup) NilextOn() bool                   { return g.r.NilextOn() }
+func (g hostedGroup) NilextEligible(op *kv.Op) bool    { return NilextEligible(op) }
+func (g hostedGroup) NilextApply(ctx context.Context, reqs []shard.WriteReq) ([]int, error) {
+	return g.r.NilextApply(ctx, reqs)
+}
+
+func (g hostedGroup) NilextTake(ctx context.Context, id shard.ReqID, op kv.Op, d level.Durability) (kcluster.NilextAck, error) {
+	a, err := g.r.NilextTake(ctx, id, op, d)
+	return nilextAck(a), nilextError(err)
+}
+
+func (g hostedGroup) NilextTakeBatch(ctx context.Context, ups []kcluster.NilextDirect) ([]kcluster.NilextAck, []error) {
+	as, errs := g.r.NilextTakeBatch(ctx, ups)
+	acks := make([]kcluster.NilextAck, len(as))
+	for i, a := range as {
+		acks[i] = nilextAck(a)
+	}
+	for i, err := range errs {
+		errs[i] = nilextError(err)
+	}
+	return acks, errs
+}
+
+func nilextAck(a vr.NilextAck) kcluster.NilextAck {
+	return kcluster.NilextAck{View: a.View, From: a.From, Leader: a.Leader}
+}
+
+// nilextError marks the refusals that are the client's mistake (an update
+// the fast path may not take, an older request than one already taken, the
+// fast path off) as kcluster.RequestError: the client must not send them
+// again.
+func nilextError(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrNilextInvalid), errors.Is(err, ErrNilextStale), errors.Is(err, vr.ErrNilextOff):
+		return &kcluster.RequestError{Err: err}
+	}
+	return err
+}
