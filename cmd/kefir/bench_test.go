@@ -12,6 +12,7 @@ import (
 
 	"github.com/kefirdb/kefir/internal/server"
 	"github.com/kefirdb/kefir/internal/testgroup"
+	"github.com/kefirdb/kefir/internal/vrshard"
 )
 
 // startBenchNode runs a real single node (real files, real TCP) in the test process
@@ -209,7 +210,7 @@ func TestBenchAgainstAReplicaGroup(t *testing.T) {
 	var nodes []*server.Server
 	for _, m := range ms {
 		s, err := server.New(server.Config{NodeID: fmt.Sprint("n", m.ID), ClientAddr: m.ClientAddr, PeerAddr: m.PeerAddr,
-			DataDir: t.TempDir(), ClusterSecret: "s", Members: ms, ReplicaID: m.ID, ClusterID: 7, Bootstrap: true,
+			DataDir: t.TempDir(), ClusterSecret: "s", Members: ms, OpenReplica: vrshard.OpenHosted, ReplicaID: m.ID, ClusterID: 7, Bootstrap: true,
 			Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			t.Fatal(err)
