@@ -201,6 +201,9 @@ func Apply(get Getter, version uint64, op *Op, maxValue int, emit Emit) (Result,
 		put(emit, op.Key, op.Value)
 		return Result{Kind: ResInt, Int: 1, Version: version}, nil
 	}
+	if res, err, ok := applyMore(get, version, op, maxValue, emit); ok {
+		return res, err
+	}
 	return Result{}, fmt.Errorf("%w: %v is not a write", ErrInvalidOp, op.Kind)
 }
 
