@@ -294,6 +294,9 @@ func Open(db Engine, opts Options) (*Shard, error) {
 	if err := s.openVersions(); err != nil {
 		return nil, fmt.Errorf("shard: %w", err)
 	}
+	if err := s.finishFlush(); err != nil {
+		return nil, fmt.Errorf("shard: %w", err)
+	}
 	if !opts.NoBackgroundSync {
 		s.syncerWG.Add(1)
 		go s.syncer()
@@ -592,7 +595,11 @@ func (s *Shard) apply(op *kv.Op, ts int64) (kv.Result, error) {
 	}
 	v := s.next
 	wrote := false
-	res, err := kv.Apply(s.current, v, op, s.maxVal, func(key, value []byte, tomb bool) {
+	var list kv.Lister
+	if op.WritesAll() {
+		list = s.listKeys // only then: a method value allocates
+	}
+	res, err := kv.ApplyWith(s.current, list, v, op, s.maxVal, func(key, value []byte, tomb bool) {
 		s.recs = append(s.recs, storage.Record{Key: key, Value: value, Version: v, Timestamp: ts, Tombstone: tomb})
 		wrote = true
 	})

@@ -337,6 +337,9 @@ func (r *Replica) indexLate(before uint64) {
 		if ks := op.WrittenKeys(); len(ks) > 0 {
 			r.upd.add(e.Op, ks)
 		}
+		if op.WritesAll() {
+			r.upd.raiseFloor(e.Op) // as at apply (replica.go)
+		}
 	}
 	r.dropLate(n)
 }

@@ -274,7 +274,11 @@ func (a *applier) eval(op *kv.Op, v uint64, ts int64) (kv.Result, error) {
 	if a.appendUnchecked {
 		maxVal = 0
 	}
-	res, err := kv.Apply(a.current, v, op, maxVal, func(key, value []byte, tomb bool) {
+	var list kv.Lister
+	if op.WritesAll() {
+		list = a.listKeys
+	}
+	res, err := kv.ApplyWith(a.current, list, v, op, maxVal, func(key, value []byte, tomb bool) {
 		a.recs = append(a.recs, storage.Record{Key: key, Value: value, Version: v, Timestamp: ts, Tombstone: tomb})
 	})
 	if err != nil {
@@ -286,4 +290,34 @@ func (a *applier) eval(op *kv.Op, v uint64, ts int64) (kv.Result, error) {
 		res.Bulk = bytes.Clone(res.Bulk)
 	}
 	return res, nil
+}
+
+// listKeys is the applier's kv.Lister for a flush: every key the engine's
+// index holds (deleted ones too: current decides, as of op cur-1, in replay
+// too), then the batch's staged keys the engine does not hold yet.
+func (a *applier) listKeys(visit func(key []byte) bool) error {
+	stop := false
+	if err := a.db.Keys(nil, nil, func(k []byte) bool {
+		stop = !visit(k)
+		return !stop
+	}); err != nil {
+		return fmt.Errorf("%w: list keys: %w", shard.ErrUnavailable, err)
+	}
+	if stop {
+		return nil
+	}
+	staged := make([]string, 0, len(a.overlay))
+	for k := range a.overlay {
+		staged = append(staged, k)
+	}
+	slices.Sort(staged) // deterministic order: the records are the log's
+	for _, k := range staged {
+		if vs, err := a.db.Versions([]byte(k)); err == nil && len(vs) > 0 {
+			continue // listed with the engine's
+		}
+		if !visit([]byte(k)) {
+			return nil
+		}
+	}
+	return nil
 }
