@@ -99,7 +99,11 @@ func parseWrite(spec *command.Spec, args [][]byte, a *arena) (kv.Op, replyShape,
 	case "KEFIR.CAS":
 		op = kv.Op{Kind: kv.KindCAS, Key: a.copy(args[1]), Expected: a.copy(args[2]), Value: a.copy(args[3])}
 	default:
-		return op, 0, errf("ERR %s is not a write", strings.ToLower(spec.Name))
+		op, handled, err := parseMoreWrite(spec, args, a)
+		if !handled {
+			return op, 0, errf("ERR %s is not a write", strings.ToLower(spec.Name))
+		}
+		return op, shapeAsIs, err
 	}
 	return op, shape, nil
 }
@@ -341,7 +345,7 @@ func (c *conn) call(args [][]byte) error {
 	inner := args[i+1:]
 	spec, ok := command.Lookup(inner[0])
 	if !ok {
-		return errf("ERR unknown command '%s'", clip(inner[0]))
+		return unknownCommand(inner)
 	}
 	if spec.Has(command.Wrapper) {
 		return errf("ERR KEFIR.CALL cannot be nested")

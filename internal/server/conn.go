@@ -512,7 +512,7 @@ func (c *conn) dispatch(args [][]byte) {
 			return
 		}
 		c.flushWrites()
-		c.writeErr(errf("ERR unknown command '%s', with args beginning with: %s", clip(args[0]), argPreview(args[1:])))
+		c.writeErr(unknownCommand(args))
 		return
 	}
 	if len(c.timed) == 0 {
@@ -596,7 +596,7 @@ func (c *conn) check(spec *command.Spec, args [][]byte) error {
 		return errNoAuth
 	}
 	if spec.Has(command.Unsupported) {
-		return errf("ERR %s: %s", strings.ToLower(spec.Name), spec.Summary)
+		return &replyError{command.UnsupportedError(spec.Name)}
 	}
 	return nil
 }
@@ -708,6 +708,9 @@ func (c *conn) read(spec *command.Spec, args [][]byte, o callOpts) error {
 		}
 		return nil
 	}
+	if moreReads[spec.Name] {
+		return c.readMore(spec, args, o)
+	}
 	op, err := parseRead(spec, args)
 	if err != nil {
 		return err
@@ -758,6 +761,12 @@ func clip(b []byte) string {
 		b = b[:64]
 	}
 	return strconv.Quote(string(b))[1 : len(strconv.Quote(string(b)))-1]
+}
+
+// unknownCommand is Redis's reply to a name no command has (known but
+// unsupported ones answer command.UnsupportedError instead).
+func unknownCommand(args [][]byte) error {
+	return errf("ERR unknown command '%s', with args beginning with: %s", clip(args[0]), argPreview(args[1:]))
 }
 
 func argPreview(args [][]byte) string {
