@@ -589,14 +589,16 @@ type callOpts struct {
 
 // check validates arity, authentication and support before a command runs.
 func (c *conn) check(spec *command.Spec, args [][]byte) error {
+	if spec.Has(command.Unsupported) {
+		// First, like Redis's "unknown command": whatever the arguments,
+		// the answer is that the command does not run here.
+		return &replyError{command.UnsupportedError(spec.Name)}
+	}
 	if !spec.ArityOK(len(args)) {
 		return errf("ERR wrong number of arguments for '%s' command", strings.ToLower(spec.Name))
 	}
 	if !c.authed && !spec.Has(command.NoAuth) {
 		return errNoAuth
-	}
-	if spec.Has(command.Unsupported) {
-		return &replyError{command.UnsupportedError(spec.Name)}
 	}
 	return nil
 }
