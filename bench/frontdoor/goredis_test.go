@@ -5,6 +5,7 @@ package frontdoor
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -65,5 +66,48 @@ func TestGoRedisTxPipelinedAppliesNothing(t *testing.T) {
 	}
 	if v, _ := rdb.Get(ctx, "ctr").Result(); v != "11" {
 		t.Fatalf("after a plain pipeline ctr = %q, want 11", v)
+	}
+}
+
+// go-redis's Scan and ScanIterator parse SCAN's cursor as a uint64 and walk a
+// keyspace bigger than COUNT to its end with every key (issue 27): the
+// cursor Kefir hands out is a decimal uint64, and MATCH filters.
+func TestGoRedisScanIteratesEveryKey(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: startNode(t), Protocol: 2})
+	defer rdb.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const n = 5000
+	pipe := rdb.Pipeline()
+	for i := range n {
+		pipe.Set(ctx, fmt.Sprintf("key:%05d", i), "v", 0)
+	}
+	pipe.Set(ctx, "other", "x", 0)
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	iter := rdb.Scan(ctx, 0, "key:*", 100).Iterator()
+	for iter.Next(ctx) {
+		seen[iter.Val()] = true
+	}
+	if err := iter.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != n || seen["other"] {
+		t.Fatalf("ScanIterator saw %d keys (other: %v), want %d", len(seen), seen["other"], n)
+	}
+	keys, cursor, err := rdb.Scan(ctx, 0, "*", 10).Result()
+	if err != nil || cursor == 0 || len(keys) != 10 {
+		t.Fatalf("Scan: %d keys, cursor %d, %v", len(keys), cursor, err)
+	}
+	if n, err := rdb.DBSize(ctx).Result(); err != nil || n != 5001 {
+		t.Fatalf("DBSIZE %d %v", n, err)
+	}
+	if err := rdb.FlushDB(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := rdb.DBSize(ctx).Result(); err != nil || n != 0 {
+		t.Fatalf("DBSIZE after FLUSHDB %d %v", n, err)
 	}
 }
