@@ -771,14 +771,22 @@ func unknownCommand(args [][]byte) error {
 	return errf("ERR unknown command '%s', with args beginning with: %s", clip(args[0]), argPreview(args[1:]))
 }
 
+// argPreview is Redis's preview of an unknown command's arguments: each
+// quoted and followed by a space, until the preview reaches 128 bytes (the
+// argument that crosses it cut there). Bytes that would break the reply are
+// escaped (clip).
 func argPreview(args [][]byte) string {
 	var sb strings.Builder
-	for i, a := range args {
-		if i == 4 {
+	for _, a := range args {
+		if sb.Len() >= 128 {
 			break
 		}
+		s := clip(a)
+		if room := 128 - sb.Len(); len(s) > room {
+			s = s[:room]
+		}
 		sb.WriteByte('\'')
-		sb.WriteString(clip(a))
+		sb.WriteString(s)
 		sb.WriteString("' ")
 	}
 	return sb.String()

@@ -55,7 +55,7 @@ func TestRepliesMatchRedis(t *testing.T) {
 	rc := &client{t: t, nc: nc, rd: resp.NewReader(nc, 0)}
 	kc := dial(t, startServer(t, nil))
 	differs := 0
-	for _, line := range strings.Split(strings.TrimSpace(keyspaceScript+"\nNOSUCHCMD a b => x\nGET => x\nSET k => x\n"), "\n") {
+	for _, line := range strings.Split(strings.TrimSpace(keyspaceScript+"\nNOSUCHCMD a b c d e f => x\nNOSUCHCMD 0123456789012345678901234567890123456789 0123456789012345678901234567890123456789 0123456789012345678901234567890123456789 0123456789012345678901234567890123456789 => x\nGET => x\nSET k => x\n"), "\n") {
 		cmd, _, _ := strings.Cut(line, "=>")
 		args := strings.Fields(cmd)
 		if len(args) == 0 {
