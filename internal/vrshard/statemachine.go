@@ -222,6 +222,19 @@ func (a *applier) replayFilter(op *kv.Op, v uint64, ts int64, start int) error {
 // state (see current), and later ops must read the engine's real value; the
 // kept records become visible to the rest of the batch.
 func (a *applier) settle(start int, v uint64, replay bool) {
+	if replay && v < a.replayTo {
+		// The engine holds a record of a later op, and it recovers a prefix
+		// of the log: every record of this op is there. Nothing is staged,
+		// even for a key the engine has no record of at v: an op that reads
+		// one key and writes another (RENAME, COPY, MSETNX) may have been
+		// evaluated against a later state (current's ErrVersionGone case)
+		// and staged a write the first run never made.
+		for _, r := range a.recs[start:] {
+			delete(a.overlay, string(r.Key))
+		}
+		a.recs = a.recs[:start]
+		return
+	}
 	if replay {
 		kept := a.recs[:start]
 		for _, r := range a.recs[start:] {
@@ -248,6 +261,16 @@ func (a *applier) current(key []byte) ([]byte, uint64, bool, error) {
 	var err error
 	if a.cur <= a.replayTo {
 		v, err = a.db.GetAt(key, a.cur-1)
+		if errors.Is(err, storage.ErrVersionGone) && a.cur == a.replayTo {
+			if vs, verr := a.db.Versions(key); verr == nil && len(vs) > 0 && vs[0].Version == a.cur {
+				// The engine kept this op's own record of key (the last op
+				// it holds, perhaps in part) and nothing older: key was
+				// absent before it, or the op overwrote it blindly. Absent
+				// is what lets an all-or-nothing op (MSETNX) re-stage the
+				// records of its other keys that the crash lost.
+				return nil, 0, false, nil
+			}
+		}
 		if errors.Is(err, storage.ErrVersionGone) {
 			// Retention dropped the version before op cur, so a later op
 			// (already in the engine) overwrote the key: the record this op
