@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand"
 	"testing"
+	"time"
 
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
@@ -131,5 +132,33 @@ func TestFlushIsAllOrNothingAcrossACrash(t *testing.T) {
 	t.Logf("outcomes over 40 torn flushes: %v", outcomes)
 	if outcomes["flushed"] == 0 || outcomes["kept"] == 0 {
 		t.Errorf("the crashes did not tear the flush both ways (%v): the test exercises nothing", outcomes)
+	}
+}
+
+// A flush of many keys costs one read per key: its reads must not search the
+// tombstones it has staged so far (the writer's chunk search is linear, so a
+// flush of a million keys once took hours).
+func TestFlushOfManyKeysIsLinear(t *testing.T) {
+	n := newNode(t, Options{NoBackgroundSync: true, Logger: quiet})
+	const keys = 100_000
+	reqs := make([]WriteReq, 0, 1000)
+	for i := 0; i < keys; i += 1000 {
+		reqs = reqs[:0]
+		for j := i; j < i+1000; j++ {
+			reqs = append(reqs, WriteReq{Op: set(fmt.Sprintf("key:%07d", j), "v"), Durability: level.Async})
+		}
+		if _, err := n.s.Apply(ctx, reqs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	n.write(flushOp, level.Sync, ReqID{})
+	d := time.Since(start)
+	t.Logf("FLUSHDB of %d keys: %v", keys, d)
+	if d > 10*time.Second {
+		t.Fatalf("FLUSHDB of %d keys took %v", keys, d)
+	}
+	if _, ok := n.get("key:0000000"); ok {
+		t.Fatal("a key survived")
 	}
 }

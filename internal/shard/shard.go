@@ -574,6 +574,11 @@ func (s *Shard) current(key []byte) (data []byte, version uint64, ok bool, err e
 			return r.Value, r.Version, !r.Tombstone, nil
 		}
 	}
+	return s.engineGet(key)
+}
+
+// engineGet is current's read of the engine (no staged record has key).
+func (s *Shard) engineGet(key []byte) (data []byte, version uint64, ok bool, err error) {
 	v, err := s.db.Get(key)
 	if errors.Is(err, storage.ErrNotFound) {
 		return nil, 0, false, nil
@@ -595,11 +600,16 @@ func (s *Shard) apply(op *kv.Op, ts int64) (kv.Result, error) {
 	}
 	v := s.next
 	wrote := false
+	get := s.current
 	var list kv.Lister
 	if op.WritesAll() {
-		list = s.listKeys // only then: a method value allocates
+		// Only then: the closures allocate. A flush reads each key once and
+		// stages a tombstone for most: they must not be searched by the
+		// reads of the next keys (current's linear search of the chunk
+		// would make a flush of n keys cost n²).
+		get, list = s.flushReaders(len(s.recs))
 	}
-	res, err := kv.ApplyWith(s.current, list, v, op, s.maxVal, func(key, value []byte, tomb bool) {
+	res, err := kv.ApplyWith(get, list, v, op, s.maxVal, func(key, value []byte, tomb bool) {
 		s.recs = append(s.recs, storage.Record{Key: key, Value: value, Version: v, Timestamp: ts, Tombstone: tomb})
 		wrote = true
 	})
