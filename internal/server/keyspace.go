@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"hash/fnv"
 	"math/rand/v2"
@@ -439,7 +438,6 @@ func scanCommand(args [][]byte, run func(kv.Op) (kv.Result, error)) (func(*conn)
 		if err != nil {
 			return nil, err
 		}
-		n := len(res.Array) / 2
 		for i := 0; i < len(res.Array); i += 2 {
 			k := res.Array[i]
 			if pattern != nil && !kv.Match(pattern, k) {
@@ -450,7 +448,7 @@ func scanCommand(args [][]byte, run func(kv.Op) (kv.Result, error)) (func(*conn)
 			}
 			keys = append(keys, k)
 		}
-		if n >= op.Limit {
+		if !rangeEnded(res, op.Limit) {
 			next = scanCursors.issue(res.Array[len(res.Array)-2])
 		}
 	}
@@ -481,7 +479,7 @@ func keysCommand(pattern []byte, run func(kv.Op) (kv.Result, error)) (func(*conn
 				keys = append(keys, res.Array[i])
 			}
 		}
-		if len(res.Array)/2 < op.Limit {
+		if rangeEnded(res, op.Limit) {
 			break
 		}
 		op.Key = after(res.Array[len(res.Array)-2])
@@ -499,8 +497,12 @@ func keysCommand(pattern []byte, run func(kv.Op) (kv.Result, error)) (func(*conn
 // wide gap is picked more often), as Redis's are not exactly either; the
 // state machine stays deterministic because the front door picks the point.
 func randomKey(run func(kv.Op) (kv.Result, error)) (func(*conn), error) {
+	// Printable bytes: keys mostly are, and a point above them all would
+	// wrap to the first key every time.
 	var from [8]byte
-	binary.BigEndian.PutUint64(from[:], rand.Uint64())
+	for i := range from {
+		from[i] = byte(' ' + rand.IntN('~'-' '+1))
+	}
 	for _, start := range [][]byte{from[:], nil} {
 		res, err := run(kv.Op{Kind: kv.KindScan, Key: start, Limit: 1})
 		if err != nil {
@@ -512,6 +514,20 @@ func randomKey(run func(kv.Op) (kv.Result, error)) (func(*conn), error) {
 		}
 	}
 	return func(c *conn) { _ = c.w.WriteNull() }, nil
+}
+
+// rangeEnded reports whether a range read of limit keys that returned res
+// reached the end of its range: fewer keys than asked for, and not because
+// the read stopped at kv.MaxScanBytes of keys and values.
+func rangeEnded(res kv.Result, limit int) bool {
+	if len(res.Array)/2 >= limit {
+		return false
+	}
+	size := 0
+	for _, b := range res.Array {
+		size += len(b)
+	}
+	return size < kv.MaxScanBytes
 }
 
 // after returns the first key after k.

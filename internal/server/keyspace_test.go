@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/kefirdb/kefir/internal/command"
+	"github.com/kefirdb/kefir/internal/kv"
 )
 
 // keyspaceScript exercises issue 27's commands with Redis 7.0's replies
@@ -234,4 +235,19 @@ func sortedEqual(a, b []string) bool {
 	sort.Strings(a)
 	sort.Strings(b)
 	return strings.Join(a, "\n") == strings.Join(b, "\n")
+}
+
+// A range read that stopped at kv.MaxScanBytes has not reached its range's
+// end though it returned fewer keys than asked for: SCAN must hand out a
+// cursor, not "0" (which would end the iteration with keys unreturned).
+func TestRangeEndedOnlyAtTheEnd(t *testing.T) {
+	big := make([]byte, kv.MaxScanBytes/2)
+	full := kv.Result{Kind: kv.ResArray, Array: [][]byte{[]byte("a"), big, []byte("b"), big}}
+	if rangeEnded(full, 10) {
+		t.Error("a read cut at MaxScanBytes counted as the range's end")
+	}
+	short := kv.Result{Kind: kv.ResArray, Array: [][]byte{[]byte("a"), []byte("v")}}
+	if !rangeEnded(short, 10) || rangeEnded(short, 1) {
+		t.Error("rangeEnded of a short read")
+	}
 }
