@@ -1566,9 +1566,8 @@ func (r *Replica) apply(cs []vr.Committed) error {
 		// state then finds the op when it checks against R.
 		r.upd.add(c.Op, op.WrittenKeys())
 		if op.WritesAll() {
-			// A flush names no key but updates every one: no read may
-			// trust the index below it (as after a restart, cad.go).
-			r.upd.raiseFloor(c.Op)
+			// A flush names no key but updates every one (cad.go).
+			r.upd.flushed(c.Op)
 		}
 		if c.Client != 0 {
 			results[i] = kv.AppendResult(nil, res, opErr)
