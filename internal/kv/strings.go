@@ -320,3 +320,83 @@ func BitPos(v []byte, exists bool, bit int64, hasStart bool, start int64, hasEnd
 	}
 	return -1
 }
+
+// LCSMatch is one range LCS IDX reports: the matched bytes A[0]..A[1] of the
+// first value and B[0]..B[1] of the second (inclusive).
+type LCSMatch struct {
+	A, B [2]int64
+	Len  int64
+}
+
+// MaxLCSCells bounds LCS's table ((len(a)+1)·(len(b)+1) cells of 4 bytes),
+// as Redis bounds its transient memory.
+const MaxLCSCells = 512 << 20 / 4
+
+// LCS is LCS's answer for values a and b (Redis 7.0's lcsCommand, step for
+// step, so ties pick the same subsequence and IDX the same ranges): the
+// longest common subsequence (when withString), its length, and with
+// withIdx the matching ranges from the end, those shorter than minMatch
+// left out. ok false: the table would exceed MaxLCSCells.
+func LCS(a, b []byte, withString, withIdx bool, minMatch int64) (lcs []byte, n int64, matches []LCSMatch, ok bool) {
+	alen, blen := len(a), len(b)
+	if int64(alen+1)*int64(blen+1) > MaxLCSCells {
+		return nil, 0, nil, false
+	}
+	w := blen + 1
+	t := make([]uint32, (alen+1)*w)
+	at := func(i, j int) uint32 { return t[i*w+j] }
+	for i := 1; i <= alen; i++ {
+		for j := 1; j <= blen; j++ {
+			if a[i-1] == b[j-1] {
+				t[i*w+j] = at(i-1, j-1) + 1
+			} else {
+				t[i*w+j] = max(at(i-1, j), at(i, j-1))
+			}
+		}
+	}
+	idx := int(at(alen, blen))
+	n = int64(idx)
+	if !withString && !withIdx {
+		return nil, n, nil, true
+	}
+	lcs = make([]byte, idx)
+	i, j := alen, blen
+	aStart, aEnd, bStart, bEnd := alen, 0, 0, 0 // aStart == alen: no range open
+	for i > 0 && j > 0 {
+		emit := false
+		if a[i-1] == b[j-1] {
+			lcs[idx-1] = a[i-1]
+			if aStart == alen {
+				aStart, aEnd, bStart, bEnd = i-1, i-1, j-1, j-1
+			} else if aStart == i && bStart == j {
+				aStart--
+				bStart--
+			} else {
+				emit = true
+			}
+			if aStart == 0 || bStart == 0 {
+				emit = true
+			}
+			idx--
+			i--
+			j--
+		} else {
+			if at(i-1, j) > at(i, j-1) {
+				i--
+			} else {
+				j--
+			}
+			if aStart != alen {
+				emit = true
+			}
+		}
+		if emit {
+			l := int64(aEnd - aStart + 1)
+			if withIdx && (minMatch == 0 || l >= minMatch) {
+				matches = append(matches, LCSMatch{A: [2]int64{int64(aStart), int64(aEnd)}, B: [2]int64{int64(bStart), int64(bEnd)}, Len: l})
+			}
+			aStart = alen
+		}
+	}
+	return lcs, n, matches, true
+}

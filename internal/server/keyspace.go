@@ -104,7 +104,7 @@ func parseBitOffset(b []byte) (int64, error) {
 // moreReads are the reads readMore serves.
 var moreReads = map[string]bool{
 	"SCAN": true, "KEYS": true, "RANDOMKEY": true, "TYPE": true, "TOUCH": true, "OBJECT": true,
-	"GETRANGE": true, "SUBSTR": true, "GETBIT": true, "BITCOUNT": true, "BITPOS": true,
+	"GETRANGE": true, "SUBSTR": true, "GETBIT": true, "BITCOUNT": true, "BITPOS": true, "LCS": true,
 }
 
 // errWouldWait: an inline read (c.inline) could not be served at once; the
@@ -231,8 +231,75 @@ func (c *conn) evalMore(spec *command.Spec, args [][]byte, run func(kv.Op) (kv.R
 		return bitCount(args, get)
 	case "BITPOS":
 		return bitPos(args, get)
+	case "LCS":
+		return lcsCommand(args, run)
 	}
 	return nil, errf("ERR %s is not a read", strings.ToLower(spec.Name))
+}
+
+// lcsCommand is LCS key1 key2 [LEN] [IDX] [MINMATCHLEN n] [WITHMATCHLEN],
+// over one snapshot of both keys (an MGET); a missing key is an empty string.
+func lcsCommand(args [][]byte, run func(kv.Op) (kv.Result, error)) (func(*conn), error) {
+	var getLen, getIdx, withLen bool
+	var minLen int64
+	for j := 3; j < len(args); j++ {
+		switch {
+		case eq(args[j], "IDX"):
+			getIdx = true
+		case eq(args[j], "LEN"):
+			getLen = true
+		case eq(args[j], "WITHMATCHLEN"):
+			withLen = true
+		case eq(args[j], "MINMATCHLEN") && j+1 < len(args):
+			n, err := parseInt64(args[j+1])
+			if err != nil {
+				return nil, err
+			}
+			minLen = max(n, 0)
+			j++
+		default:
+			return nil, errSyntax
+		}
+	}
+	if getLen && getIdx {
+		return nil, errf("ERR If you want both the length and indexes, please just use IDX.")
+	}
+	res, err := run(kv.Op{Kind: kv.KindMGet, Keys: args[1:3]})
+	if err != nil {
+		return nil, err
+	}
+	lcs, n, matches, ok := kv.LCS(res.Array[0], res.Array[1], !getLen, getIdx, minLen)
+	if !ok {
+		return nil, errf("ERR Insufficient memory, transient memory for LCS exceeds proto-max-bulk-len")
+	}
+	switch {
+	case getIdx:
+		return func(c *conn) {
+			_ = c.w.WriteMapHeader(2)
+			_ = c.w.WriteBulkString("matches")
+			_ = c.w.WriteArrayHeader(len(matches))
+			for _, m := range matches {
+				if withLen {
+					_ = c.w.WriteArrayHeader(3)
+				} else {
+					_ = c.w.WriteArrayHeader(2)
+				}
+				for _, r := range [][2]int64{m.A, m.B} {
+					_ = c.w.WriteArrayHeader(2)
+					_ = c.w.WriteInt(r[0])
+					_ = c.w.WriteInt(r[1])
+				}
+				if withLen {
+					_ = c.w.WriteInt(m.Len)
+				}
+			}
+			_ = c.w.WriteBulkString("len")
+			_ = c.w.WriteInt(n)
+		}, nil
+	case getLen:
+		return intReply(n), nil
+	}
+	return func(c *conn) { _ = c.w.WriteBulk(lcs) }, nil
 }
 
 func intReply(n int64) func(*conn) { return func(c *conn) { _ = c.w.WriteInt(n) } }
