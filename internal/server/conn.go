@@ -710,7 +710,7 @@ func (c *conn) read(spec *command.Spec, args [][]byte, o callOpts) error {
 		}
 		return nil
 	}
-	if moreReads[spec.Name] {
+	if moreReads[spec.ID] {
 		return c.readMore(spec, args, o)
 	}
 	op, err := parseRead(spec, args)

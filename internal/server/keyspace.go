@@ -101,11 +101,16 @@ func parseBitOffset(b []byte) (int64, error) {
 	return n, nil
 }
 
-// moreReads are the reads readMore serves.
-var moreReads = map[string]bool{
-	"SCAN": true, "KEYS": true, "RANDOMKEY": true, "TYPE": true, "TOUCH": true, "OBJECT": true,
-	"GETRANGE": true, "SUBSTR": true, "GETBIT": true, "BITCOUNT": true, "BITPOS": true, "LCS": true,
-}
+// moreReads are the reads readMore serves, by command ID (read's check of
+// every read, a GET's included, is then an index, not a string hash).
+var moreReads = func() []bool {
+	m := make([]bool, command.Count())
+	for _, n := range []string{"SCAN", "KEYS", "RANDOMKEY", "TYPE", "TOUCH", "OBJECT",
+		"GETRANGE", "SUBSTR", "GETBIT", "BITCOUNT", "BITPOS", "LCS"} {
+		m[command.MustLookup(n).ID] = true
+	}
+	return m
+}()
 
 // errWouldWait: an inline read (c.inline) could not be served at once; the
 // command is run again on a goroutine (readInline), so nothing is written.
