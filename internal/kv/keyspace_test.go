@@ -215,3 +215,25 @@ func TestStringReads(t *testing.T) {
 		t.Error("GetBit")
 	}
 }
+
+// Every new write that stores a key the caller names is refused up front
+// when the key (or value) is over the engine's limits: the engine would
+// refuse the batch, and on a replica every replica applying the op.
+func TestCheckSizesOfMoreKinds(t *testing.T) {
+	long := string(bytes.Repeat([]byte("k"), 9))
+	for _, op := range []Op{
+		{Kind: KindRename, Keys: keys("a", long)},
+		{Kind: KindCopy, Keys: keys("a", long)},
+		{Kind: KindSetRange, Key: b("a"), Value: bytes.Repeat([]byte("v"), 9)},
+		{Kind: KindIncrByFloat, Key: b(long), Value: b("1")},
+		{Kind: KindSetBit, Key: b(long), Value: b("1")},
+		{Kind: KindMSetNX, Keys: keys(long, "1")},
+	} {
+		if err := op.CheckSizes(8, 8); !errors.Is(err, ErrInvalidOp) {
+			t.Errorf("%v: CheckSizes = %v, want ErrInvalidOp", op.Kind, err)
+		}
+	}
+	if err := (&Op{Kind: KindRename, Keys: keys("a", "b")}).CheckSizes(8, 8); err != nil {
+		t.Errorf("a small rename: %v", err)
+	}
+}

@@ -186,6 +186,16 @@ func (op *Op) CheckSizes(maxKey, maxVal int) error {
 	switch op.Kind {
 	case KindSet, KindGetSet, KindAppend, KindCAS, KindIncrBy, KindSetRange:
 		return check(op.Key, op.Value)
+	case KindIncrByFloat, KindSetBit:
+		return check(op.Key, nil)
+	case KindRename, KindCopy:
+		// The destination gets the source's record, which fits: only the
+		// key can be too long.
+		for _, k := range op.Keys {
+			if err := check(k, nil); err != nil {
+				return err
+			}
+		}
 	case KindMSet, KindMSetNX:
 		for i := 0; i+1 < len(op.Keys); i += 2 {
 			if err := check(op.Keys[i], op.Keys[i+1]); err != nil {
