@@ -171,16 +171,14 @@ var table = []Spec{
 	{Name: "DISCARD", Arity: 1, Class: Admin, Flags: Fast, Summary: "abandon a transaction"},
 	{Name: "WATCH", Arity: -2, Class: Admin, Flags: Fast, Summary: "transactions are not supported yet"},
 	{Name: "UNWATCH", Arity: 1, Class: Admin, Flags: Fast, Summary: "forget watched keys (none can be watched)"},
-	{Name: "FLUSHALL", Arity: -1, Class: Admin, Flags: Unsupported, Summary: "not supported"},
-	{Name: "FLUSHDB", Arity: -1, Class: Admin, Flags: Unsupported, Summary: "not supported"},
-	{Name: "KEYS", Arity: 2, Class: Read, Flags: Unsupported, Summary: "use KEFIR.SCAN"},
-	{Name: "SCAN", Arity: -2, Class: Read, Flags: Unsupported, Summary: "use KEFIR.SCAN"},
 }
 
 // maxNameLen bounds the names Lookup considers, so it can fold case on the stack.
 const maxNameLen = 32
 
 var byName = func() map[string]*Spec {
+	table = append(table, keyspaceTable...)
+	table = appendUnsupported(table)
 	m := make(map[string]*Spec, len(table))
 	for i := range table {
 		s := &table[i]

@@ -238,6 +238,9 @@ func Apply(get Getter, version uint64, op *Op, maxValue int, emit Emit) (Result,
 		put(emit, op.Key, op.Value, nil) // a swap is a SET: it clears the expiry
 		return Result{Kind: ResInt, Int: 1, Version: version}, nil
 	}
+	if res, err, ok := applyMore(get, version, op, maxValue, emit); ok {
+		return res, err
+	}
 	return Result{}, fmt.Errorf("%w: %v is not a write", ErrInvalidOp, op.Kind)
 }
 

@@ -84,7 +84,7 @@ func DecodeOp(b []byte) (Op, error) {
 	if d.Err != nil {
 		return Op{}, d.Err
 	}
-	if (op.Kind < KindGet || op.Kind > KindCAS) && !isExpiryKind(op.Kind) {
+	if !op.Kind.known() {
 		return Op{}, fmt.Errorf("%w: unknown op kind %d", ErrCorrupt, op.Kind)
 	}
 	return op, nil
@@ -93,7 +93,11 @@ func DecodeOp(b []byte) (Op, error) {
 // An operation's outcome is part of the replicated state (a client table
 // caches it), so errors a write can deterministically produce are encoded as
 // codes, not as text that could differ between builds.
-var resultErrs = []error{nil, ErrWrongType, ErrOverflow, ErrReservedKey, ErrInvalidOp}
+// New errors are appended: a code is on disk (client rows, the VR log). Code
+// 5 (nil) is retired: it was "unknown, text only" while the list had five
+// entries, and a row written then must not decode as a newer sentinel.
+var resultErrs = []error{nil, ErrWrongType, ErrOverflow, ErrReservedKey, ErrInvalidOp, nil,
+	ErrNoSuchKey, ErrSameObject, ErrNotFloat, ErrNaN, ErrTooBig}
 
 // AppendResult appends the encoding of a write's outcome (result, or the op's
 // error) to b: kind byte | int varint | version uvarint | error code byte |

@@ -36,6 +36,9 @@ func (k Kind) String() string {
 	if int(k) < len(kindNames) {
 		return kindNames[k]
 	}
+	if k >= KindRename && k < kindMoreEnd {
+		return moreKindNames[k-KindRename]
+	}
 	return fmt.Sprintf("kind(%d)", k)
 }
 
@@ -156,12 +159,20 @@ func ReservedKey(name string) []byte {
 func IsReserved(key []byte) bool { return bytes.HasPrefix(key, ReservedPrefix) }
 
 // WrittenKeys returns the keys op writes (or may write: a conditional write
-// that turns out to write nothing is counted). DEL's keys count too.
+// that turns out to write nothing is counted). DEL's keys count too. A flush
+// writes every key and names none: see WritesAll.
 func (op *Op) WrittenKeys() [][]byte {
 	switch op.Kind {
-	case KindSet, KindIncrBy, KindGetSet, KindAppend, KindCAS, KindExpire, KindPersist, KindGetEx:
+	case KindSet, KindIncrBy, KindGetSet, KindAppend, KindCAS, KindExpire, KindPersist, KindGetEx,
+		KindGetDel, KindSetRange, KindIncrByFloat, KindSetBit:
 		return [][]byte{op.Key}
-	case KindMSet:
+	case KindRename:
+		return op.Keys
+	case KindCopy:
+		if len(op.Keys) == 2 {
+			return op.Keys[1:]
+		}
+	case KindMSet, KindMSetNX:
 		ks := make([][]byte, 0, len(op.Keys)/2)
 		for i := 0; i+1 < len(op.Keys); i += 2 {
 			ks = append(ks, op.Keys[i])
@@ -190,9 +201,19 @@ func (op *Op) CheckSizes(maxKey, maxVal int) error {
 		return nil
 	}
 	switch op.Kind {
-	case KindSet, KindGetSet, KindAppend, KindCAS, KindIncrBy:
+	case KindSet, KindGetSet, KindAppend, KindCAS, KindIncrBy, KindSetRange:
 		return check(op.Key, op.Value)
-	case KindMSet:
+	case KindIncrByFloat, KindSetBit:
+		return check(op.Key, nil)
+	case KindRename, KindCopy:
+		// The destination gets the source's record, which fits: only the
+		// key can be too long.
+		for _, k := range op.Keys {
+			if err := check(k, nil); err != nil {
+				return err
+			}
+		}
+	case KindMSet, KindMSetNX:
 		for i := 0; i+1 < len(op.Keys); i += 2 {
 			if err := check(op.Keys[i], op.Keys[i+1]); err != nil {
 				return err
@@ -201,3 +222,7 @@ func (op *Op) CheckSizes(maxKey, maxVal int) error {
 	}
 	return nil
 }
+
+// WritesAll reports whether op may write any key (a flush): whoever tracks
+// writes by key (WrittenKeys) must treat it as touching the whole keyspace.
+func (op *Op) WritesAll() bool { return op.Kind == KindFlush }

@@ -14,8 +14,10 @@ type Scanner func(start, end []byte, limit int, visit func(key, data, meta []byt
 // DefaultScanLimit is a scan's limit when the op names none.
 const DefaultScanLimit = 1000
 
-// maxScanBytes bounds the keys and values one scan returns.
-const maxScanBytes = 64 << 20
+// MaxScanBytes bounds the keys and values one scan returns: a scan that
+// returned fewer keys than its limit stopped at its range's end only if what
+// it returned is smaller (an iteration must not take a full page for the end).
+const MaxScanBytes = 64 << 20
 
 // Read evaluates the read op (GET, MGET, EXISTS, STRLEN, SCAN) against the
 // state get and scan read, with a scan's limit capped at maxScan. Reserved
@@ -134,7 +136,7 @@ func MultiKey(op *Op) bool {
 }
 
 // ScanUser visits the user keys in [start, end) (end nil = unbounded) in order, at
-// most limit of them and about maxScanBytes of keys and values, skipping the
+// most limit of them and about MaxScanBytes of keys and values, skipping the
 // reserved keys and those expired at now (unix ms). It passes the limit down to scan, whose engine reads values
 // in batches of that size — a LIMIT 1 scan must not read a thousand values — and
 // continues past reserved keys the engine counted against it.
@@ -154,7 +156,7 @@ func ScanUser(scan Scanner, start, end []byte, limit int, now int64, visit func(
 			visit(k, data, version)
 			n++
 			size += len(k) + len(data)
-			full = n >= limit || size >= maxScanBytes
+			full = n >= limit || size >= MaxScanBytes
 			return !full
 		})
 		if err != nil || full || visited < want {

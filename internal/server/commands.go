@@ -83,7 +83,11 @@ func parseWrite(spec *command.Spec, args [][]byte, a *arena) (kv.Op, replyShape,
 		if op, ok, err := parseExpiryWrite(spec, args, a); ok { // expiry.go
 			return op, shape, err
 		}
-		return op, 0, errf("ERR %s is not a write", strings.ToLower(spec.Name))
+		op, handled, err := parseMoreWrite(spec, args, a) // keyspace.go
+		if !handled {
+			return op, 0, errf("ERR %s is not a write", strings.ToLower(spec.Name))
+		}
+		return op, shapeAsIs, err
 	}
 	return op, shape, nil
 }
@@ -328,7 +332,7 @@ func (c *conn) call(args [][]byte) error {
 	inner := args[i+1:]
 	spec, ok := command.Lookup(inner[0])
 	if !ok {
-		return errf("ERR unknown command '%s'", clip(inner[0]))
+		return unknownCommand(inner)
 	}
 	if spec.Has(command.Wrapper) {
 		return errf("ERR KEFIR.CALL cannot be nested")

@@ -516,7 +516,7 @@ func (c *conn) dispatch(args [][]byte) {
 			return
 		}
 		c.flushWrites()
-		c.writeErr(errf("ERR unknown command '%s', with args beginning with: %s", clip(args[0]), argPreview(args[1:])))
+		c.writeErr(unknownCommand(args))
 		return
 	}
 	if len(c.timed) == 0 {
@@ -593,14 +593,16 @@ type callOpts struct {
 
 // check validates arity, authentication and support before a command runs.
 func (c *conn) check(spec *command.Spec, args [][]byte) error {
+	if spec.Has(command.Unsupported) {
+		// First, like Redis's "unknown command": whatever the arguments,
+		// the answer is that the command does not run here.
+		return &replyError{command.UnsupportedError(spec.Name)}
+	}
 	if !spec.ArityOK(len(args)) {
 		return errf("ERR wrong number of arguments for '%s' command", strings.ToLower(spec.Name))
 	}
 	if !c.authed && !spec.Has(command.NoAuth) {
 		return errNoAuth
-	}
-	if spec.Has(command.Unsupported) {
-		return errf("ERR %s: %s", strings.ToLower(spec.Name), spec.Summary)
 	}
 	return nil
 }
@@ -698,6 +700,9 @@ func (c *conn) read(spec *command.Spec, args [][]byte, o callOpts) error {
 		}
 		return nil
 	}
+	if moreReads[spec.ID] {
+		return c.readMore(spec, args, o)
+	}
 	op, err := parseRead(spec, args)
 	if err != nil {
 		return err
@@ -750,14 +755,28 @@ func clip(b []byte) string {
 	return strconv.Quote(string(b))[1 : len(strconv.Quote(string(b)))-1]
 }
 
+// unknownCommand is Redis's reply to a name no command has (known but
+// unsupported ones answer command.UnsupportedError instead).
+func unknownCommand(args [][]byte) error {
+	return errf("ERR unknown command '%s', with args beginning with: %s", clip(args[0]), argPreview(args[1:]))
+}
+
+// argPreview is Redis's preview of an unknown command's arguments: each
+// quoted and followed by a space, until the preview reaches 128 bytes (the
+// argument that crosses it cut there). Bytes that would break the reply are
+// escaped (clip).
 func argPreview(args [][]byte) string {
 	var sb strings.Builder
-	for i, a := range args {
-		if i == 4 {
+	for _, a := range args {
+		if sb.Len() >= 128 {
 			break
 		}
+		s := clip(a)
+		if room := 128 - sb.Len(); len(s) > room {
+			s = s[:room]
+		}
 		sb.WriteByte('\'')
-		sb.WriteString(clip(a))
+		sb.WriteString(s)
 		sb.WriteString("' ")
 	}
 	return sb.String()

@@ -71,6 +71,11 @@ func newMetrics(s *Server) *metrics {
 	}, []string{"cmd"})
 	for _, spec := range command.All() {
 		name := strings.ToLower(spec.Name)
+		if spec.Has(command.Unsupported) {
+			// Some 200 Redis commands Kefir only refuses (docs/commands.md):
+			// one series for them all, not a histogram each.
+			name = "unsupported"
+		}
 		m.calls = append(m.calls, callsVec.WithLabelValues(name))
 		m.errs = append(m.errs, errsVec.WithLabelValues(name))
 		m.latency = append(m.latency, latVec.WithLabelValues(name))

@@ -320,6 +320,9 @@ func Open(db Engine, opts Options) (*Shard, error) {
 	if err := s.migrateClients(); err != nil {
 		return nil, fmt.Errorf("shard: rewrite the client table's rows: %w", err)
 	}
+	if err := s.finishFlush(); err != nil {
+		return nil, fmt.Errorf("shard: %w", err)
+	}
 	if !opts.NoBackgroundSync {
 		s.syncerWG.Add(1)
 		go s.syncer()
@@ -607,6 +610,11 @@ func (s *Shard) current(key []byte) (data, meta []byte, version uint64, ok bool,
 			return r.Value, r.Meta, r.Version, !r.Tombstone, nil
 		}
 	}
+	return s.engineGet(key)
+}
+
+// engineGet is current's read of the engine (no staged record has key).
+func (s *Shard) engineGet(key []byte) (data, meta []byte, version uint64, ok bool, err error) {
 	v, err := s.db.Get(key)
 	if errors.Is(err, storage.ErrNotFound) {
 		return nil, nil, 0, false, nil
@@ -628,7 +636,16 @@ func (s *Shard) apply(op *kv.Op, ts int64) (kv.Result, error) {
 	}
 	v := s.next
 	wrote := false
-	res, err := kv.Apply(s.current, v, op, s.maxVal, func(key, value, meta []byte, tomb bool) {
+	get := s.current
+	var list kv.Lister
+	if op.WritesAll() {
+		// Only then: the closures allocate. A flush reads each key once and
+		// stages a tombstone for most: they must not be searched by the
+		// reads of the next keys (current's linear search of the chunk
+		// would make a flush of n keys cost n²).
+		get, list = s.flushReaders(len(s.recs))
+	}
+	res, err := kv.ApplyWith(get, list, v, op, s.maxVal, func(key, value, meta []byte, tomb bool) {
 		s.recs = append(s.recs, storage.Record{Key: key, Value: value, Meta: meta, Version: v, Timestamp: ts, Tombstone: tomb})
 		wrote = true
 	})

@@ -339,6 +339,9 @@ func (r *Replica) indexLate(before uint64) {
 		if ks := op.WrittenKeys(); len(ks) > 0 {
 			r.upd.add(e.Op, ks)
 		}
+		if op.WritesAll() {
+			r.upd.flushed(e.Op) // as at apply (replica.go)
+		}
 	}
 	r.dropLate(n)
 }
@@ -412,6 +415,22 @@ func (r *Replica) markAppended() {
 func (u *keyUpdates) raiseFloor(op uint64) {
 	u.mu.Lock()
 	u.floor = max(u.floor, op)
+	u.mu.Unlock()
+}
+
+// flushed records a flush at op: an update of every key that names none.
+// No read may trust the per-key index below it (the floor), and no pending
+// write before it is any key's latest update any more: its overlay entry
+// would otherwise still answer reads of its key (overlayFor compares with
+// the per-key index, which the flush does not touch).
+func (u *keyUpdates) flushed(op uint64) {
+	u.mu.Lock()
+	u.floor = max(u.floor, op)
+	for k, e := range u.overlay {
+		if e.op < op {
+			delete(u.overlay, k)
+		}
+	}
 	u.mu.Unlock()
 }
 

@@ -1549,6 +1549,10 @@ func (r *Replica) apply(cs []vr.Committed) error {
 		// Indexed before the engine shows it: a reader that sees the new
 		// state then finds the op when it checks against R.
 		r.upd.add(c.Op, op.WrittenKeys())
+		if op.WritesAll() {
+			// A flush names no key but updates every one (cad.go).
+			r.upd.flushed(c.Op)
+		}
 		if c.Client != 0 {
 			results[i] = kv.AppendResult(nil, res, opErr)
 		} else if h.proposer == self {

@@ -209,6 +209,19 @@ func (a *applier) replayFilter(op *kv.Op, v uint64, ts int64, start int) error {
 // state (see current), and later ops must read the engine's real value; the
 // kept records become visible to the rest of the batch.
 func (a *applier) settle(start int, v uint64, replay bool) {
+	if replay && v < a.replayTo {
+		// The engine holds a record of a later op, and it recovers a prefix
+		// of the log: every record of this op is there. Nothing is staged,
+		// even for a key the engine has no record of at v: an op that reads
+		// one key and writes another (RENAME, COPY, MSETNX) may have been
+		// evaluated against a later state (current's ErrVersionGone case)
+		// and staged a write the first run never made.
+		for _, r := range a.recs[start:] {
+			delete(a.overlay, string(r.Key))
+		}
+		a.recs = a.recs[:start]
+		return
+	}
 	if replay {
 		kept := a.recs[:start]
 		for _, r := range a.recs[start:] {
@@ -235,6 +248,16 @@ func (a *applier) current(key []byte) ([]byte, []byte, uint64, bool, error) {
 	var err error
 	if a.cur <= a.replayTo {
 		v, err = a.db.GetAt(key, a.cur-1)
+		if errors.Is(err, storage.ErrVersionGone) && a.cur == a.replayTo {
+			if vs, verr := a.db.Versions(key); verr == nil && len(vs) > 0 && vs[0].Version == a.cur {
+				// The engine kept this op's own record of key (the last op
+				// it holds, perhaps in part) and nothing older: key was
+				// absent before it, or the op overwrote it blindly. Absent
+				// is what lets an all-or-nothing op (MSETNX) re-stage the
+				// records of its other keys that the crash lost.
+				return nil, nil, 0, false, nil
+			}
+		}
 		if errors.Is(err, storage.ErrVersionGone) {
 			// Retention dropped the version before op cur, so a later op
 			// (already in the engine) overwrote the key: the record this op
@@ -261,7 +284,11 @@ func (a *applier) eval(op *kv.Op, v uint64, ts int64) (kv.Result, error) {
 	if mutation.On && a.appendUnchecked {
 		maxVal = 0
 	}
-	res, err := kv.Apply(a.current, v, op, maxVal, func(key, value, meta []byte, tomb bool) {
+	var list kv.Lister
+	if op.WritesAll() {
+		list = a.listKeys
+	}
+	res, err := kv.ApplyWith(a.current, list, v, op, maxVal, func(key, value, meta []byte, tomb bool) {
 		a.recs = append(a.recs, storage.Record{Key: key, Value: value, Meta: meta, Version: v, Timestamp: ts, Tombstone: tomb})
 	})
 	if err != nil {
@@ -273,4 +300,34 @@ func (a *applier) eval(op *kv.Op, v uint64, ts int64) (kv.Result, error) {
 		res.Bulk = bytes.Clone(res.Bulk)
 	}
 	return res, nil
+}
+
+// listKeys is the applier's kv.Lister for a flush: every key the engine's
+// index holds (deleted ones too: current decides, as of op cur-1, in replay
+// too), then the batch's staged keys the engine does not hold yet.
+func (a *applier) listKeys(visit func(key []byte) bool) error {
+	stop := false
+	if err := a.db.Keys(nil, nil, func(k []byte) bool {
+		stop = !visit(k)
+		return !stop
+	}); err != nil {
+		return fmt.Errorf("%w: list keys: %w", shard.ErrUnavailable, err)
+	}
+	if stop {
+		return nil
+	}
+	staged := make([]string, 0, len(a.overlay))
+	for k := range a.overlay {
+		staged = append(staged, k)
+	}
+	slices.Sort(staged) // deterministic order: the records are the log's
+	for _, k := range staged {
+		if vs, err := a.db.Versions([]byte(k)); err == nil && len(vs) > 0 {
+			continue // listed with the engine's
+		}
+		if !visit([]byte(k)) {
+			return nil
+		}
+	}
+	return nil
 }

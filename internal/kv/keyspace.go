@@ -1,0 +1,235 @@
+package kv
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+)
+
+// Keyspace and string long-tail write kinds (issue 27). They are numbered
+// from 80, apart from the core kinds and the expiry kinds (64..., expiry.go),
+// so that kinds added elsewhere do not take their numbers: a kind's number is
+// on disk (the VR log). Every one is an update (Kind.IsUpdate: >= KindSet).
+const (
+	// KindRename moves Keys[0]'s record to Keys[1] (RENAME; Cond IfAbsent:
+	// RENAMENX, which writes nothing if Keys[1] exists).
+	KindRename Kind = 80 + iota
+	// KindCopy copies Keys[0]'s record to Keys[1] (COPY; Cond Always:
+	// REPLACE, else IfAbsent).
+	KindCopy
+	// KindGetDel deletes Key, answering its value (GETDEL).
+	KindGetDel
+	// KindFlush deletes every user key (FLUSHDB, FLUSHALL).
+	KindFlush
+	// KindSetRange overwrites Key's value from byte Delta with Value,
+	// zero-padding (SETRANGE).
+	KindSetRange
+	// KindIncrByFloat adds the decimal Value to Key's (INCRBYFLOAT).
+	KindIncrByFloat
+	// KindMSetNX sets the pairs of Keys only if none of the keys exists.
+	KindMSetNX
+	// KindSetBit sets bit Delta of Key's value to Value ("0" or "1").
+	KindSetBit
+	kindMoreEnd
+)
+
+var moreKindNames = [...]string{"rename", "copy", "getdel", "flush", "setrange", "incrbyfloat", "msetnx", "setbit"}
+
+// known reports whether k is a kind this build evaluates (DecodeOp refuses
+// the others).
+func (k Kind) known() bool {
+	return (k >= KindGet && k <= KindCAS) || isExpiryKind(k) || (k >= KindRename && k < kindMoreEnd)
+}
+
+// Errors of the keyspace and string commands: outcomes of the op, cached by
+// code like the others (codec.go's resultErrs). Texts are Redis's.
+var (
+	ErrNoSuchKey  = errors.New("no such key")
+	ErrSameObject = errors.New("source and destination objects are the same")
+	ErrNotFloat   = errors.New("value is not a valid float")
+	ErrNaN        = errors.New("increment would produce NaN or Infinity")
+	// ErrTooBig: SETRANGE or SETBIT would make a value above the store's
+	// limit (Redis's proto-max-bulk-len message).
+	ErrTooBig = errors.New("string exceeds maximum allowed size (proto-max-bulk-len)")
+)
+
+// FlushMark is the reserved row a flush writes first, at its version, in the
+// same batch as its tombstones. The engine keeps a prefix of a batch across a
+// crash, so if any tombstone of a flush survived, the mark did: an engine
+// that is not replicated (internal/shard) finishes the flush at open
+// (FlushPending), which makes FLUSHDB all-or-nothing across kill -9. A VR
+// replica needs no help: it replays the op from its log.
+var FlushMark = ReservedKey("flush")
+
+// Lister enumerates candidate keys of the state an op is evaluated against:
+// every key that may exist there (a superset is fine: Apply asks the Getter
+// about each), each once, in any order, until visit returns false. Only
+// KindFlush needs it.
+type Lister func(visit func(key []byte) bool) error
+
+// record is what a stored key holds, as the Getter reports it. RENAME, COPY
+// and GETDEL move or answer whole records through it, so what else a record
+// carries besides its value (a TTL, a type) travels with it in one place.
+type record struct {
+	data, meta []byte
+}
+
+// getRecord reads key's record as of now (unix ms); ok false for a missing
+// or expired key.
+func getRecord(get Getter, key []byte, now int64) (record, uint64, bool, error) {
+	data, meta, ver, ok, err := getLive(get, key, now)
+	return record{data: data, meta: meta}, ver, ok, err
+}
+
+// getLive reads key as of now: ok false for a key that is missing or has
+// expired (expiry.go's lookup, without "stored").
+func getLive(get Getter, key []byte, now int64) (data, meta []byte, ver uint64, ok bool, err error) {
+	data, meta, ver, ok, _, err = lookup(get, key, now)
+	return data, meta, ver, ok, err
+}
+
+// putRecord emits rec as key's new record, its meta (type, TTL) with it.
+func putRecord(emit Emit, key []byte, rec record) { put(emit, key, rec.data, rec.meta) }
+
+// ApplyWith is Apply for a caller that can also list its state's keys,
+// which FLUSHDB needs; Apply refuses a flush.
+func ApplyWith(get Getter, list Lister, version uint64, op *Op, maxValue int, emit Emit) (Result, error) {
+	if op.Kind == KindFlush {
+		return applyFlush(get, list, version, emit)
+	}
+	return Apply(get, version, op, maxValue, emit)
+}
+
+// applyMore evaluates the kinds of this file and strings.go for Apply;
+// handled false for any other kind.
+func applyMore(get Getter, version uint64, op *Op, maxValue int, emit Emit) (res Result, err error, handled bool) {
+	switch op.Kind {
+	case KindRename, KindCopy:
+		res, err = applyMove(get, version, op, emit)
+	case KindGetDel:
+		res, err = applyGetDel(get, version, op, emit)
+	case KindFlush:
+		err = fmt.Errorf("%w: a flush needs the caller's key lister (ApplyWith)", ErrInvalidOp)
+	case KindSetRange:
+		res, err = applySetRange(get, version, op, maxValue, emit)
+	case KindIncrByFloat:
+		res, err = applyIncrByFloat(get, version, op, emit)
+	case KindMSetNX:
+		res, err = applyMSetNX(get, version, op, emit)
+	case KindSetBit:
+		res, err = applySetBit(get, version, op, maxValue, emit)
+	default:
+		return Result{}, nil, false
+	}
+	return res, err, true
+}
+
+// applyMove is RENAME, RENAMENX and COPY, with Redis's replies: RENAME
+// answers OK (an error for a missing source), RENAMENX and COPY 1 or 0.
+func applyMove(get Getter, version uint64, op *Op, emit Emit) (Result, error) {
+	if len(op.Keys) != 2 {
+		return Result{}, fmt.Errorf("%w: %v needs a source and a destination", ErrInvalidOp, op.Kind)
+	}
+	src, dst := op.Keys[0], op.Keys[1]
+	for _, k := range op.Keys {
+		if err := CheckKey(k); err != nil {
+			return Result{}, err
+		}
+	}
+	rename := op.Kind == KindRename
+	nx := op.Cond == IfAbsent
+	if !rename && bytes.Equal(src, dst) {
+		return Result{}, ErrSameObject
+	}
+	rec, srcVer, ok, err := getRecord(get, src, op.Now)
+	if err != nil {
+		return Result{}, err
+	}
+	if !ok {
+		if rename {
+			return Result{}, ErrNoSuchKey
+		}
+		return Result{Kind: ResInt, Int: 0, Version: srcVer}, nil
+	}
+	// As Redis: renaming a key onto itself changes nothing (RENAMENX says 0).
+	if bytes.Equal(src, dst) {
+		if nx {
+			return Result{Kind: ResInt, Int: 0, Version: srcVer}, nil
+		}
+		return Result{Kind: ResOK, Version: srcVer}, nil
+	}
+	if nx {
+		_, _, dstVer, exists, err := getLive(get, dst, op.Now)
+		if err != nil {
+			return Result{}, err
+		}
+		if exists {
+			return Result{Kind: ResInt, Int: 0, Version: max(srcVer, dstVer)}, nil
+		}
+	}
+	putRecord(emit, dst, rec)
+	if rename {
+		emit(src, nil, nil, true)
+	}
+	if rename && !nx {
+		return Result{Kind: ResOK, Version: version}, nil
+	}
+	return Result{Kind: ResInt, Int: 1, Version: version}, nil
+}
+
+func applyGetDel(get Getter, version uint64, op *Op, emit Emit) (Result, error) {
+	if err := CheckKey(op.Key); err != nil {
+		return Result{}, err
+	}
+	rec, ver, ok, err := getRecord(get, op.Key, op.Now)
+	if err != nil {
+		return Result{}, err
+	}
+	if !ok {
+		return Result{Kind: ResNil, Version: ver}, nil
+	}
+	emit(op.Key, nil, nil, true)
+	return Result{Kind: ResBulk, Bulk: rec.data, Version: version}, nil
+}
+
+// applyFlush deletes every user key list names that get finds, after the
+// flush mark (FlushMark). It answers OK whatever it found: the reply reveals
+// nothing of the state.
+func applyFlush(get Getter, list Lister, version uint64, emit Emit) (Result, error) {
+	if list == nil {
+		return Result{}, fmt.Errorf("%w: a flush needs the caller's key lister (ApplyWith)", ErrInvalidOp)
+	}
+	put(emit, FlushMark, nil, nil)
+	var gerr error
+	err := list(func(k []byte) bool {
+		if IsReserved(k) {
+			return true
+		}
+		// Every stored record goes, expired or not.
+		_, _, _, ok, err := get(k)
+		if err != nil {
+			gerr = err
+			return false
+		}
+		if ok {
+			emit(k, nil, nil, true)
+		}
+		return true
+	})
+	if err == nil {
+		err = gerr
+	}
+	if err != nil {
+		return Result{}, err
+	}
+	return Result{Kind: ResOK, Version: version}, nil
+}
+
+// FlushPending reports which keys an interrupted flush still has to delete,
+// for an engine that finishes one at open: a flush at version markVersion
+// deletes every user key whose newest version is older (a key written after
+// the flush has a newer version and stays). The caller writes their
+// tombstones at markVersion.
+func FlushPending(markVersion, keyVersion uint64, key []byte) bool {
+	return !IsReserved(key) && keyVersion < markVersion
+}

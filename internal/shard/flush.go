@@ -1,0 +1,136 @@
+package shard
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+
+	"github.com/kefirdb/kefir/internal/kv"
+	"github.com/kefirdb/kefir/internal/storage"
+)
+
+// keyLister is an Engine that lists its keys without reading their records
+// (storage.DB.Keys). Optional: an engine without it is listed with Scan.
+type keyLister interface {
+	Keys(start, end []byte, fn func(key []byte) bool) error
+}
+
+var _ keyLister = (*storage.DB)(nil)
+
+// listEngineKeys visits every key of db (with a keyLister, deleted ones too).
+func listEngineKeys(db Engine, visit func(key []byte) bool) error {
+	var err error
+	if kl, ok := db.(keyLister); ok {
+		err = kl.Keys(nil, nil, visit)
+	} else {
+		err = db.Scan(nil, nil, 0, 0, func(k []byte, _ storage.Value) bool { return visit(k) })
+	}
+	if err != nil {
+		return fmt.Errorf("%w: list keys: %w", ErrUnavailable, err)
+	}
+	return nil
+}
+
+// flushReaders returns the Getter and the Lister a flush is evaluated with
+// when the chunk being built holds staged records s.recs[:staged]: the
+// engine's keys, then the staged keys the engine does not hold yet, each
+// once, read through the staged records first. Both look only at the
+// records staged before the flush, never at the tombstones it stages, so a
+// flush of n keys costs n engine reads, not n² record comparisons.
+func (s *Shard) flushReaders(staged int) (kv.Getter, kv.Lister) {
+	before := s.recs[:staged:staged]
+	get := func(key []byte) ([]byte, []byte, uint64, bool, error) {
+		for i := len(before) - 1; i >= 0; i-- {
+			if r := &before[i]; bytes.Equal(r.Key, key) {
+				return r.Value, r.Meta, r.Version, !r.Tombstone, nil
+			}
+		}
+		return s.engineGet(key)
+	}
+	list := func(visit func(key []byte) bool) error {
+		stop := false
+		if err := listEngineKeys(s.db, func(k []byte) bool {
+			stop = !visit(k)
+			return !stop
+		}); err != nil || stop {
+			return err
+		}
+		for i := range before {
+			k := before[i].Key
+			if dupStaged(before[:i], k) {
+				continue
+			}
+			if vs, err := s.db.Versions(k); err == nil && len(vs) > 0 {
+				continue // listed with the engine's
+			}
+			if !visit(k) {
+				return nil
+			}
+		}
+		return nil
+	}
+	return get, list
+}
+
+func dupStaged(recs []storage.Record, k []byte) bool {
+	for i := range recs {
+		if bytes.Equal(recs[i].Key, k) {
+			return true
+		}
+	}
+	return false
+}
+
+// finishFlush completes a flush a crash interrupted. A flush's records are
+// one batch, its mark (kv.FlushMark) first; the engine recovers a prefix of
+// a batch, so a kept tombstone of the flush means a kept mark, and a lost
+// mark means no tombstone was kept: every user key the flush found is then
+// either gone (the mark is here: this finishes it) or all there (FLUSHDB is
+// all-or-nothing across kill -9). A key whose newest version is below the
+// mark's was written before the flush and is deleted at the mark's version;
+// a later write has a higher version and stays. The mark is deleted after
+// (so a later open does not walk the keyspace again), at a version of its
+// own, in the same synced batch. Called by Open after openVersions.
+func (s *Shard) finishFlush() error {
+	mark, err := s.db.Get(kv.FlushMark)
+	if errors.Is(err, storage.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read flush mark: %w", err)
+	}
+	var recs []storage.Record
+	var verr error
+	if err := listEngineKeys(s.db, func(k []byte) bool {
+		if kv.IsReserved(k) {
+			return true
+		}
+		vs, err := s.db.Versions(k)
+		if err != nil {
+			if !errors.Is(err, storage.ErrNotFound) {
+				verr = err
+				return false
+			}
+			return true
+		}
+		if len(vs) > 0 && !vs[0].Tombstone && kv.FlushPending(mark.Version, vs[0].Version, k) {
+			recs = append(recs, storage.Record{Key: k, Version: mark.Version, Timestamp: mark.Timestamp, Tombstone: true})
+		}
+		return true
+	}); err != nil {
+		return err
+	}
+	if verr != nil {
+		return fmt.Errorf("finish flush: %w", verr)
+	}
+	v := s.next
+	s.next++
+	recs = append(recs, storage.Record{Key: kv.FlushMark, Version: v, Timestamp: s.opts.Now().UnixNano(), Tombstone: true})
+	if err := s.appendSynced(recs...); err != nil {
+		return fmt.Errorf("finish flush: %w", err)
+	}
+	if n := len(recs) - 1; n > 0 {
+		s.log.Warn("finished a FLUSHDB interrupted by a crash", "keys_deleted", n, "flush_version", mark.Version)
+	}
+	return nil
+}
