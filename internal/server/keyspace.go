@@ -9,11 +9,11 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/kefirdb/kefir/internal/cluster"
 	"github.com/kefirdb/kefir/internal/command"
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/shard"
-	"github.com/kefirdb/kefir/internal/vrshard"
 )
 
 // Issue 27's keyspace and string long-tail commands at the front door:
@@ -161,7 +161,7 @@ func (c *conn) readMore(spec *command.Spec, args [][]byte, o callOpts) error {
 		c.wouldWait = true
 		return nil
 	}
-	if errors.Is(err, vrshard.ErrNotLeader) {
+	if errors.Is(err, cluster.ErrNotLeader) {
 		return c.forwardRead(args, cons, sess, o, err)
 	}
 	if err != nil {
