@@ -13,6 +13,7 @@ import (
 
 	"github.com/kefirdb/kefir/internal/server"
 	"github.com/kefirdb/kefir/internal/testgroup"
+	"github.com/kefirdb/kefir/internal/vrshard"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -126,7 +127,7 @@ func startGroup(t *testing.T) []string {
 	for i, m := range ms {
 		s, err := server.New(server.Config{
 			NodeID: fmt.Sprint("n", i+1), ClientAddr: m.ClientAddr, PeerAddr: m.PeerAddr, DataDir: t.TempDir(),
-			ClusterSecret: "s3cret", Members: ms, ReplicaID: m.ID, ClusterID: 42, Bootstrap: true,
+			ClusterSecret: "s3cret", Members: ms, OpenReplica: vrshard.OpenHosted, ReplicaID: m.ID, ClusterID: 42, Bootstrap: true,
 			Logger: slog.New(slog.DiscardHandler),
 		})
 		if err != nil {
