@@ -113,6 +113,8 @@ type Client struct {
 	// connection goes elsewhere move to it on their next call.
 	leader atomic.Pointer[string]
 	nx     *nilextPath // nil unless WithNilext
+	// lanes give every write its request id (lanes.go).
+	lanes lanePool
 
 	// replicas serve the reads any replica may answer (replicaRead): poolSize
 	// connections per address given to Dial, used round robin. They are apart
@@ -228,6 +230,7 @@ func Dial(ctx context.Context, addrs []string, opts ...Option) (*Client, error) 
 // ErrUnknownOutcome); later calls return ErrClosed.
 func (c *Client) Close() error {
 	c.closed.Store(true)
+	c.lanes.close()
 	if c.nx != nil {
 		c.nx.close()
 	}
@@ -369,7 +372,7 @@ func (c *Client) dial(ctx context.Context, addr string) (*conn, error) {
 			return nil, fmt.Errorf("%s: %w", addr, err)
 		}
 	}
-	cn := newConn(nc, rd, randomID())
+	cn := newConn(nc, rd)
 	cn.addr = addr
 	return cn, nil
 }
@@ -526,10 +529,27 @@ func (c *Client) doReplica(ctx context.Context, req *request) (done, owned bool,
 
 // do runs req: it picks a connection, retries on another one if the connection
 // dies, and turns attempt outcomes into the public errors. owned reports whether
-// the caller may read req's result and return it to the pool.
+// the caller may read req's result and return it to the pool. A write without a
+// request id takes a lane for it (lanes.go), returned once its outcome is
+// settled.
 func (c *Client) do(ctx context.Context, req *request) (owned bool, err error) {
 	if err := ctx.Err(); err != nil {
 		return true, ctxError(err, false)
+	}
+	if req.write && req.fixedID == 0 {
+		l := c.lanes.get()
+		if l == nil {
+			return true, ErrClosed
+		}
+		l.seq++
+		req.fixedID, req.fixedSeq = l.id, l.seq
+		defer func() {
+			// Unsettled (unknown outcome, or abandoned in flight): the request
+			// may still be queued somewhere, so the lane is retired.
+			if owned && !errors.Is(err, ErrUnknownOutcome) {
+				c.lanes.put(l)
+			}
+		}()
 	}
 	if len(c.replicas) > 0 && replicaRead(req) {
 		if done, owned, err := c.doReplica(ctx, req); done {
