@@ -56,15 +56,18 @@ func WithPoolSize(n int) Option { return func(o *options) { o.poolSize = n } }
 func WithDialTimeout(d time.Duration) Option { return func(o *options) { o.dialTimeout = d } }
 
 // WithMaxRetries sets how many times a call is retried on another connection after
-// its connection died (default 1). Reads and unsent requests are retried freely;
+// its connection died (default 1; with WithRetryUnavailable, further losses are
+// retried within its window). Reads and unsent requests are retried freely;
 // writes are resent with the same request id, so they are applied at most once.
 func WithMaxRetries(n int) Option { return func(o *options) { o.maxRetries = n } }
 
 // WithRetryUnavailable makes a call that gets -UNAVAILABLE (a replica group
 // between leaders, a follower that cannot reach the leader) retry for up to d,
 // with short backoffs, within its context (default 0: return ErrUnavailable at
-// once). Writes are retried with the same request id, so they still execute at
-// most once.
+// once). A call whose connections keep dying (a leader killed: each retry may
+// meet another of its connections before the client sees it is dead) is
+// retried within the same window once WithMaxRetries is spent. Writes are
+// retried with the same request id, so they still execute at most once.
 func WithRetryUnavailable(d time.Duration) Option {
 	return func(o *options) { o.retryUnavailable = d }
 }
@@ -640,7 +643,26 @@ func (c *Client) do(ctx context.Context, req *request) (owned bool, err error) {
 			if sentNow {
 				retries++
 			}
-			if ctx.Err() == nil && ((sentNow && retries <= c.opts.maxRetries) || (!sentNow && attempt < c.opts.maxRetries+len(c.slots)+1)) {
+			retry := (sentNow && retries <= c.opts.maxRetries) || (!sentNow && attempt < c.opts.maxRetries+len(c.slots)+1)
+			if !retry && c.opts.retryUnavailable > 0 && ctx.Err() == nil {
+				// Past the budget, within the WithRetryUnavailable window: a dead
+				// leader's connections fail one after another (each retry may land
+				// on one the client has not yet seen die), which is the leader
+				// change that window is for. Back off as for -UNAVAILABLE.
+				if began.IsZero() {
+					began = time.Now()
+				}
+				if time.Since(began) < c.opts.retryUnavailable {
+					select {
+					case <-time.After(backoff):
+					case <-ctx.Done():
+						return true, ctxError(ctx.Err(), req.write && (req.sent || maybeApplied))
+					}
+					backoff = min(2*backoff, 200*time.Millisecond)
+					retry = true
+				}
+			}
+			if ctx.Err() == nil && retry {
 				req.state, req.err = stateNew, nil
 				continue
 			}
