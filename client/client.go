@@ -56,15 +56,18 @@ func WithPoolSize(n int) Option { return func(o *options) { o.poolSize = n } }
 func WithDialTimeout(d time.Duration) Option { return func(o *options) { o.dialTimeout = d } }
 
 // WithMaxRetries sets how many times a call is retried on another connection after
-// its connection died (default 1). Reads and unsent requests are retried freely;
+// its connection died (default 1; with WithRetryUnavailable, further losses are
+// retried within its window). Reads and unsent requests are retried freely;
 // writes are resent with the same request id, so they are applied at most once.
 func WithMaxRetries(n int) Option { return func(o *options) { o.maxRetries = n } }
 
 // WithRetryUnavailable makes a call that gets -UNAVAILABLE (a replica group
 // between leaders, a follower that cannot reach the leader) retry for up to d,
 // with short backoffs, within its context (default 0: return ErrUnavailable at
-// once). Writes are retried with the same request id, so they still execute at
-// most once.
+// once). A call whose connections keep dying (a leader killed: each retry may
+// meet another of its connections before the client sees it is dead) is
+// retried within the same window once WithMaxRetries is spent. Writes are
+// retried with the same request id, so they still execute at most once.
 func WithRetryUnavailable(d time.Duration) Option {
 	return func(o *options) { o.retryUnavailable = d }
 }
@@ -113,6 +116,8 @@ type Client struct {
 	// connection goes elsewhere move to it on their next call.
 	leader atomic.Pointer[string]
 	nx     *nilextPath // nil unless WithNilext
+	// lanes give every write its request id (lanes.go).
+	lanes lanePool
 
 	// replicas serve the reads any replica may answer (replicaRead): poolSize
 	// connections per address given to Dial, used round robin. They are apart
@@ -228,6 +233,7 @@ func Dial(ctx context.Context, addrs []string, opts ...Option) (*Client, error) 
 // ErrUnknownOutcome); later calls return ErrClosed.
 func (c *Client) Close() error {
 	c.closed.Store(true)
+	c.lanes.close()
 	if c.nx != nil {
 		c.nx.close()
 	}
@@ -369,7 +375,7 @@ func (c *Client) dial(ctx context.Context, addr string) (*conn, error) {
 			return nil, fmt.Errorf("%s: %w", addr, err)
 		}
 	}
-	cn := newConn(nc, rd, randomID())
+	cn := newConn(nc, rd)
 	cn.addr = addr
 	return cn, nil
 }
@@ -526,10 +532,27 @@ func (c *Client) doReplica(ctx context.Context, req *request) (done, owned bool,
 
 // do runs req: it picks a connection, retries on another one if the connection
 // dies, and turns attempt outcomes into the public errors. owned reports whether
-// the caller may read req's result and return it to the pool.
+// the caller may read req's result and return it to the pool. A write without a
+// request id takes a lane for it (lanes.go), returned once its outcome is
+// settled.
 func (c *Client) do(ctx context.Context, req *request) (owned bool, err error) {
 	if err := ctx.Err(); err != nil {
 		return true, ctxError(err, false)
+	}
+	if req.write && req.fixedID == 0 {
+		l := c.lanes.get()
+		if l == nil {
+			return true, ErrClosed
+		}
+		l.seq++
+		req.fixedID, req.fixedSeq = l.id, l.seq
+		defer func() {
+			// Unsettled (unknown outcome, or abandoned in flight): the request
+			// may still be queued somewhere, so the lane is retired.
+			if owned && !errors.Is(err, ErrUnknownOutcome) {
+				c.lanes.put(l)
+			}
+		}()
 	}
 	if len(c.replicas) > 0 && replicaRead(req) {
 		if done, owned, err := c.doReplica(ctx, req); done {
@@ -620,7 +643,26 @@ func (c *Client) do(ctx context.Context, req *request) (owned bool, err error) {
 			if sentNow {
 				retries++
 			}
-			if ctx.Err() == nil && ((sentNow && retries <= c.opts.maxRetries) || (!sentNow && attempt < c.opts.maxRetries+len(c.slots)+1)) {
+			retry := (sentNow && retries <= c.opts.maxRetries) || (!sentNow && attempt < c.opts.maxRetries+len(c.slots)+1)
+			if !retry && c.opts.retryUnavailable > 0 && ctx.Err() == nil {
+				// Past the budget, within the WithRetryUnavailable window: a dead
+				// leader's connections fail one after another (each retry may land
+				// on one the client has not yet seen die), which is the leader
+				// change that window is for. Back off as for -UNAVAILABLE.
+				if began.IsZero() {
+					began = time.Now()
+				}
+				if time.Since(began) < c.opts.retryUnavailable {
+					select {
+					case <-time.After(backoff):
+					case <-ctx.Done():
+						return true, ctxError(ctx.Err(), req.write && (req.sent || maybeApplied))
+					}
+					backoff = min(2*backoff, 200*time.Millisecond)
+					retry = true
+				}
+			}
+			if ctx.Err() == nil && retry {
 				req.state, req.err = stateNew, nil
 				continue
 			}

@@ -59,9 +59,10 @@ type request struct {
 	allowRedirect bool
 	redirect      bool
 	sent          bool // some attempt reached the socket
-	// fixedID, when non-zero, is the REQID (fixedID, fixedSeq) this write
-	// carries instead of the connection's: a nilext write's ordered fallback
-	// keeps the id its broadcast used (nilext.go).
+	// fixedID, fixedSeq is the REQID every write carries (a write without
+	// one is not sent): its lane's (lanes.go), set by Client.do — or by a
+	// nilext write's ordered fallback, which keeps the id its broadcast used
+	// (nilext.go) — and kept by all its retries.
 	fixedID, fixedSeq uint64
 
 	state reqState
@@ -93,8 +94,7 @@ func putRequest(r *request) {
 }
 
 // encode writes the command into r.buf, wrapped in KEFIR.CALL when it carries
-// options, a session token or a request id. REQID is assigned here, under the
-// connection's lock, so that sequence numbers reach the server in increasing order.
+// options, a session token or a request id (a write's REQID, clientID and seq).
 func (r *request) encode(clientID, seq uint64) {
 	o := &r.opts
 	var token string
@@ -228,28 +228,25 @@ func (r *request) complete(v resp.Value) {
 // one writer goroutine sends queued requests in batches (one socket write per batch)
 // and one reader goroutine matches replies to sent requests in FIFO order.
 type conn struct {
-	nc       net.Conn
-	rd       *resp.Reader
-	clientID uint64 // REQID client id of this connection's writes
-	addr     string // the node it talks to
+	nc   net.Conn
+	rd   *resp.Reader
+	addr string // the node it talks to
 
 	mu       sync.Mutex
 	queue    []*request // not yet taken by the writer, in enqueue (= seq) order
 	inflight []*request // sent, awaiting replies, in wire order
-	seq      uint64     // last REQID seq assigned
 	broken   error      // why the connection is dead; nil while healthy
 
 	wake   chan struct{} // cap 1: the queue is non-empty
 	closed chan struct{} // closed when broken is set
 }
 
-func newConn(nc net.Conn, rd *resp.Reader, clientID uint64) *conn {
+func newConn(nc net.Conn, rd *resp.Reader) *conn {
 	c := &conn{
-		nc:       nc,
-		rd:       rd,
-		clientID: clientID,
-		wake:     make(chan struct{}, 1),
-		closed:   make(chan struct{}),
+		nc:     nc,
+		rd:     rd,
+		wake:   make(chan struct{}, 1),
+		closed: make(chan struct{}),
 	}
 	go c.writeLoop()
 	go c.readLoop()
@@ -274,15 +271,10 @@ func (c *conn) do(ctx context.Context, req *request) (owned bool, err error) {
 		return true, fmt.Errorf("%w: %w", errNotSent, c.broken)
 	}
 	if len(req.buf) == 0 {
-		switch {
-		case req.fixedID != 0:
-			req.encode(req.fixedID, req.fixedSeq)
-		case req.write:
-			c.seq++
-			req.encode(c.clientID, c.seq)
-		default:
-			req.encode(c.clientID, c.seq)
+		if req.write && req.fixedID == 0 {
+			panic("client: a write without a request id")
 		}
+		req.encode(req.fixedID, req.fixedSeq)
 	}
 	req.state = stateQueued
 	c.queue = append(c.queue, req)

@@ -6,11 +6,13 @@
 // of concurrent calls: one goroutine writes queued calls in batches, one reads the
 // replies and matches them in order; no goroutine is started per call.
 //
-// Every write carries a request id (a random client id per connection and a
-// sequence number), and a write whose connection dies is resent with the same id,
-// so a write is applied at most once. When a write's fate cannot be settled — the
-// deadline passed after it was sent, or the retry failed too — the call returns
-// ErrUnknownOutcome: it may or may not have been applied.
+// Every write carries a request id, and a write whose connection dies is resent
+// with the same id, so a write is applied at most once. A server's client table
+// keeps one request per client id, so concurrent writes never share one: each
+// takes a random client id that no other write in flight uses, with its next
+// sequence number (a lane, reused by later writes). When a write's fate cannot be
+// settled — the deadline passed after it was sent, or the retry failed too — the
+// call returns ErrUnknownOutcome: it may or may not have been applied.
 //
 // Replica groups: give Dial every node's address. Calls that carry options or a
 // request id (every write) ask for redirects (KEFIR.CALL REDIRECT): a follower

@@ -29,11 +29,12 @@ import (
 // path), then is tried again; one stalled write alone does not make it rest.
 //
 // Identities: a replica's d-log cleanup assumes one nilext write in flight
-// per client id, sent in request-number order. The client keeps lanes: a
-// random client id, its request counter and one connection per replica,
-// used by one write at a time, so per replica the writes of a lane arrive in
-// order over one TCP connection. A lane whose fallback's outcome stayed
-// unknown is retired (its ordered copy may still be in flight).
+// per client id, sent in request-number order. A write takes one of the
+// client's lanes (lanes.go: a random client id and its request counter, used
+// by one write at a time, shared with the ordered path), and a member's
+// writes go over one connection, so per replica the writes of a lane arrive
+// in order. A lane whose fallback's outcome stayed unknown is retired (its
+// ordered copy may still be in flight).
 
 // Defaults of WithNilext.
 const (
@@ -111,10 +112,8 @@ type nilextPath struct {
 	opts nilextOptions
 
 	mu      sync.Mutex
-	topo    *topology // nil until learned
-	retryAt time.Time // when to ask for the topology again after a failure
-	free    []*lane
-	closed  bool
+	topo    *topology  // nil until learned
+	retryAt time.Time  // when to ask for the topology again after a failure
 	members []*memberQ // per member of topo, created with it
 
 	cool                    atomic.Int64 // Unix ns until which the fast path rests
@@ -133,13 +132,6 @@ type topology struct {
 	members []uint64 // in leader order: view v is led by members[v mod n]
 	addrs   []string // their client addresses
 	need    int      // acks that complete a write
-}
-
-// lane is a nilext client id and its request counter, used by one write at
-// a time.
-type lane struct {
-	id  uint64
-	seq uint64
 }
 
 // memberQ sends every lane's writes to one member as KEFIR.NILEXT BATCH
@@ -265,34 +257,9 @@ func parseTopology(v resp.Value) (*topology, error) {
 	return t, nil
 }
 
-// getLane returns a free lane, or nil once the client is closed.
-func (p *nilextPath) getLane() *lane {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return nil
-	}
-	if n := len(p.free); n > 0 {
-		l := p.free[n-1]
-		p.free = p.free[:n-1]
-		return l
-	}
-	return &lane{id: randomID()}
-}
-
-func (p *nilextPath) putLane(l *lane) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if !p.closed {
-		p.free = append(p.free, l)
-	}
-}
-
 func (p *nilextPath) close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.closed = true
-	p.free = nil
 	for _, m := range p.members {
 		m.mu.Lock()
 		for _, sl := range m.slots {
@@ -389,7 +356,7 @@ func (p *nilextPath) write(ctx context.Context, kvs []KV, opts []CallOption) (do
 	// every copy of one request id must carry the same bytes: the caller
 	// may reuse its buffers once we return.
 	kvs = cloneKVs(kvs)
-	l := p.getLane()
+	l := p.c.lanes.get()
 	if l == nil {
 		return false, nil // closed: the ordered path says so
 	}
@@ -397,7 +364,7 @@ func (p *nilextPath) write(ctx context.Context, kvs []KV, opts []CallOption) (do
 	if p.broadcast(ctx, t, l, kvs, dur.String()) {
 		p.fast.Add(1)
 		p.missed.Store(0)
-		p.putLane(l)
+		p.c.lanes.put(l)
 		return true, nil
 	}
 	// No supermajority in time: take the ordered path with the same id
@@ -412,7 +379,7 @@ func (p *nilextPath) write(ctx context.Context, kvs []KV, opts []CallOption) (do
 	if err := p.fallback(ctx, l, kvs, opts); err != nil {
 		return true, err // the lane is dropped: its id may still have a write in flight
 	}
-	p.putLane(l)
+	p.c.lanes.put(l)
 	return true, nil
 }
 

@@ -2,8 +2,10 @@ package vr
 
 import "github.com/kefirdb/kefir/internal/kv"
 
-// MaxClients bounds the client table. Clients draw a fresh id per connection, so
-// a table that only grows would hold one record per connection ever made. When an
+// MaxClients bounds the client table. Clients draw fresh ids (the Go client one
+// per write it has in flight at once, reused by its later writes; a process
+// that restarts draws new ones), so a table that only grows would hold one
+// record per id ever drawn. When an
 // insert takes the table past MaxClients, the records of the clients whose latest
 // executed request is oldest (lowest op) are dropped until a tenth of the room is
 // free again: internal/kv's count rule (kv.ClientTable). Dropping is a
