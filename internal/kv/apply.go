@@ -80,6 +80,13 @@ func Apply(get Getter, version uint64, op *Op, maxValue int, emit Emit) (Result,
 			if old, oldMeta, oldVer, exists, stored, err = lookup(get, op.Key, op.Now); err != nil {
 				return Result{}, err
 			}
+			if exists && op.ReturnOld {
+				// SET GET answers the old string: WRONGTYPE on a hash (a
+				// plain SET replaces whatever the key holds).
+				if err := notString(oldMeta); err != nil {
+					return Result{}, err
+				}
+			}
 		}
 		res := Result{Kind: ResOK}
 		if op.ReturnOld {
@@ -108,7 +115,9 @@ func Apply(get Getter, version uint64, op *Op, maxValue int, emit Emit) (Result,
 		switch {
 		case op.TTL&TTLKeep != 0:
 			if exists {
-				meta = oldMeta
+				// The expiry only: the value is a string now, whatever the
+				// key held (a hash's type byte must not survive).
+				meta = EncodeMeta(TypeString, ExpireAt(oldMeta))
 			}
 		case op.ExpireAt != 0:
 			meta = EncodeMeta(TypeString, op.ExpireAt)
@@ -173,6 +182,9 @@ func Apply(get Getter, version uint64, op *Op, maxValue int, emit Emit) (Result,
 			return Result{}, err
 		}
 		old, meta, _, exists, _, err := lookup(get, op.Key, op.Now)
+		if err == nil && exists {
+			err = notString(meta)
+		}
 		if err != nil {
 			return Result{}, err
 		}
@@ -193,7 +205,10 @@ func Apply(get Getter, version uint64, op *Op, maxValue int, emit Emit) (Result,
 		if err := CheckKey(op.Key); err != nil {
 			return Result{}, err
 		}
-		old, _, _, exists, _, err := lookup(get, op.Key, op.Now)
+		old, oldMeta, _, exists, _, err := lookup(get, op.Key, op.Now)
+		if err == nil && exists {
+			err = notString(oldMeta)
+		}
 		if err != nil {
 			return Result{}, err
 		}
@@ -210,6 +225,9 @@ func Apply(get Getter, version uint64, op *Op, maxValue int, emit Emit) (Result,
 			return Result{}, err
 		}
 		old, meta, _, _, _, err := lookup(get, op.Key, op.Now)
+		if err == nil {
+			err = notString(meta)
+		}
 		if err != nil {
 			return Result{}, err
 		}
@@ -228,7 +246,10 @@ func Apply(get Getter, version uint64, op *Op, maxValue int, emit Emit) (Result,
 		if err := CheckKey(op.Key); err != nil {
 			return Result{}, err
 		}
-		old, _, oldVer, exists, _, err := lookup(get, op.Key, op.Now)
+		old, oldMeta, oldVer, exists, _, err := lookup(get, op.Key, op.Now)
+		if err == nil && exists {
+			err = notString(oldMeta)
+		}
 		if err != nil {
 			return Result{}, err
 		}

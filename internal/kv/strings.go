@@ -23,6 +23,9 @@ func applySetRange(get Getter, version uint64, op *Op, maxValue int, emit Emit) 
 		return Result{}, ErrInvalidOp
 	}
 	old, meta, ver, ok, err := getLive(get, op.Key, op.Now)
+	if err == nil {
+		err = notString(meta) // a missing key has none: a string
+	}
 	if err != nil {
 		return Result{}, err
 	}
@@ -112,6 +115,9 @@ func applyIncrByFloat(get Getter, version uint64, op *Op, emit Emit) (Result, er
 		return Result{}, ErrNotFloat
 	}
 	old, meta, _, exists, err := getLive(get, op.Key, op.Now)
+	if err == nil {
+		err = notString(meta) // a missing key has none: a string
+	}
 	if err != nil {
 		return Result{}, err
 	}
@@ -173,6 +179,9 @@ func applySetBit(get Getter, version uint64, op *Op, maxValue int, emit Emit) (R
 		return Result{}, ErrTooBig
 	}
 	old, meta, _, _, err := getLive(get, op.Key, op.Now)
+	if err == nil {
+		err = notString(meta) // a missing key has none: a string
+	}
 	if err != nil {
 		return Result{}, err
 	}
