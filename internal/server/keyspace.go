@@ -90,7 +90,7 @@ func parseMoreWrite(spec *command.Spec, args [][]byte, a *arena) (op kv.Op, hand
 		}
 		return kv.Op{Kind: kv.KindSetBit, Key: a.copy(args[1]), Delta: off, Value: a.copy(args[3])}, true, nil
 	}
-	return op, false, nil
+	return parseHashWrite(spec, args, a) // hash.go
 }
 
 func parseBitOffset(b []byte) (int64, error) {
@@ -107,6 +107,9 @@ var moreReads = func() []bool {
 	m := make([]bool, command.Count())
 	for _, n := range []string{"SCAN", "KEYS", "RANDOMKEY", "TYPE", "TOUCH", "OBJECT",
 		"GETRANGE", "SUBSTR", "GETBIT", "BITCOUNT", "BITPOS", "LCS"} {
+		m[command.MustLookup(n).ID] = true
+	}
+	for _, n := range hashReads {
 		m[command.MustLookup(n).ID] = true
 	}
 	return m
@@ -193,11 +196,13 @@ func (c *conn) evalMore(spec *command.Spec, args [][]byte, run func(kv.Op) (kv.R
 		return randomKey(run)
 	case "TYPE":
 		_, ok, err := get(args[1])
-		if err != nil {
-			return nil, err
-		}
 		t := "none"
-		if ok {
+		switch {
+		case errors.Is(err, kv.ErrWrongKind):
+			t = "hash" // the only type besides strings so far
+		case err != nil:
+			return nil, err
+		case ok:
 			t = "string"
 		}
 		return func(c *conn) { _ = c.w.WriteSimple(t) }, nil
@@ -208,7 +213,15 @@ func (c *conn) evalMore(spec *command.Spec, args [][]byte, run func(kv.Op) (kv.R
 		}
 		return func(c *conn) { _ = c.w.WriteInt(res.Int) }, nil
 	case "OBJECT":
-		return objectCommand(args, get)
+		reply, err := objectCommand(args, get)
+		if errors.Is(err, kv.ErrWrongKind) && eq(args[1], "ENCODING") {
+			enc, err := hashEncoding(args[2], run) // hash.go
+			if err != nil {
+				return nil, err
+			}
+			return func(c *conn) { _ = c.w.WriteBulkString(enc) }, nil
+		}
+		return reply, err
 	case "GETRANGE", "SUBSTR":
 		start, err1 := parseInt64(args[2])
 		end, err2 := parseInt64(args[3])
@@ -238,6 +251,9 @@ func (c *conn) evalMore(spec *command.Spec, args [][]byte, run func(kv.Op) (kv.R
 		return bitPos(args, get)
 	case "LCS":
 		return lcsCommand(args, run)
+	}
+	if reply, ok, err := evalHash(spec, args, run); ok { // hash.go
+		return reply, err
 	}
 	return nil, errf("ERR %s is not a read", strings.ToLower(spec.Name))
 }

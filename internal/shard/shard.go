@@ -802,6 +802,9 @@ func (s *Shard) ReadKey(key []byte, c level.Consistency, sess Session) (value []
 	if !ok {
 		return nil, 0, false, nil
 	}
+	if kv.MetaType(v.Meta) != kv.TypeString {
+		return nil, 0, false, kv.ErrWrongKind // a GET of a hash
+	}
 	return v.Data, v.Version, true, nil
 }
 
