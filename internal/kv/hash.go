@@ -173,14 +173,37 @@ func (h *hashState) field(get Getter, f []byte) ([]byte, bool, error) {
 	return data, ok, err
 }
 
-// putMeta emits the hash's metadata record (n fields; none deletes the key).
-func (h *hashState) putMeta(emit Emit, key []byte) {
+// hashRow is a field row a write emits: value nil deletes it.
+type hashRow struct{ field, value []byte }
+
+// emit emits the hash's metadata record (n fields; none deletes the key),
+// then its rows.
+func (h *hashState) emit(emit Emit, key []byte, rows []hashRow) {
 	if h.n <= 0 {
 		emit(key, nil, nil, true)
-		return
+	} else {
+		put(emit, key, encodeHashMeta(h.gen, h.n), EncodeMeta(TypeHash, h.expireAt))
 	}
-	put(emit, key, encodeHashMeta(h.gen, h.n), EncodeMeta(TypeHash, h.expireAt))
+	for _, r := range rows {
+		if r.value == nil {
+			emit(hashRowKey(h.gen, r.field), nil, nil, true)
+		} else {
+			put(emit, hashRowKey(h.gen, r.field), r.value, nil)
+		}
+	}
 }
+
+// ReplayReadsOwnRecord reports whether a replica replaying an op of kind k
+// after a crash, finding that the engine holds the op's own record of a key
+// and nothing older (retention dropped the state before the op), must read
+// that record rather than absence. A hash write must: the keys of the rows
+// it writes derive from the generation in its hash's metadata record, which
+// the op's own record carries unchanged (or, for a hash the op created, as
+// the op's version), so reading it restages the rows a crash lost under
+// their real keys. (The other ops read such a key as absent: their records
+// of it are skipped, and absence is what lets an all-or-nothing op such as
+// MSETNX restage its other keys.)
+func ReplayReadsOwnRecord(k Kind) bool { return isHashWrite(k) }
 
 func applyHash(get Getter, version uint64, op *Op, emit Emit) (Result, error) {
 	if err := CheckKey(op.Key); err != nil {
@@ -193,6 +216,11 @@ func applyHash(get Getter, version uint64, op *Op, emit Emit) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	// The metadata record is emitted first, then the rows: an engine that
+	// recovers a prefix of an op's records after a crash then holds the
+	// metadata of any op whose rows it holds, and a replay that finds only
+	// that record reads the generation from it (ReplayReadsOwnRecord).
+	var rows []hashRow
 	switch op.Kind {
 	case KindHSet:
 		var added int64
@@ -210,10 +238,10 @@ func applyHash(get Getter, version uint64, op *Op, emit Emit) (Result, error) {
 			if !exists {
 				added++
 			}
-			put(emit, hashRowKey(h.gen, op.Keys[i]), op.Keys[i+1], nil)
+			rows = append(rows, hashRow{field: op.Keys[i], value: op.Keys[i+1]})
 		}
 		h.n += added
-		h.putMeta(emit, op.Key)
+		h.emit(emit, op.Key, rows)
 		if op.Delta == 1 {
 			return Result{Kind: ResOK, Version: version}, nil
 		}
@@ -234,14 +262,14 @@ func applyHash(get Getter, version uint64, op *Op, emit Emit) (Result, error) {
 			}
 			if exists {
 				removed++
-				emit(hashRowKey(h.gen, f), nil, nil, true)
+				rows = append(rows, hashRow{field: f}) // a deletion
 			}
 		}
 		if removed == 0 {
 			return Result{Kind: ResInt, Int: 0, Version: h.ver}, nil
 		}
 		h.n -= removed
-		h.putMeta(emit, op.Key)
+		h.emit(emit, op.Key, rows)
 		return Result{Kind: ResInt, Int: removed, Version: version}, nil
 
 	case KindHIncrBy, KindHIncrByFloat:
@@ -289,8 +317,7 @@ func applyHash(get Getter, version uint64, op *Op, emit Emit) (Result, error) {
 		if !exists {
 			h.n++
 		}
-		put(emit, hashRowKey(h.gen, f), nv, nil)
-		h.putMeta(emit, op.Key)
+		h.emit(emit, op.Key, []hashRow{{field: f, value: nv}})
 		return res, nil
 	}
 	return Result{}, fmt.Errorf("%w: %v is not a hash write", ErrInvalidOp, op.Kind)
