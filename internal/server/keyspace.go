@@ -195,15 +195,9 @@ func (c *conn) evalMore(spec *command.Spec, args [][]byte, run func(kv.Op) (kv.R
 	case "RANDOMKEY":
 		return randomKey(run)
 	case "TYPE":
-		_, ok, err := get(args[1])
-		t := "none"
-		switch {
-		case errors.Is(err, kv.ErrWrongKind):
-			t = "hash" // the only type besides strings so far
-		case err != nil:
+		t, err := keyType(args[1], run)
+		if err != nil {
 			return nil, err
-		case ok:
-			t = "string"
 		}
 		return func(c *conn) { _ = c.w.WriteSimple(t) }, nil
 	case "TOUCH":
@@ -256,6 +250,21 @@ func (c *conn) evalMore(spec *command.Spec, args [][]byte, run func(kv.Op) (kv.R
 		return reply, err
 	}
 	return nil, errf("ERR %s is not a read", strings.ToLower(spec.Name))
+}
+
+// keyType is TYPE's answer for key: none, string or hash (a GET of a hash
+// answers WRONGTYPE; hashes are the only other type so far).
+func keyType(key []byte, run func(kv.Op) (kv.Result, error)) (string, error) {
+	res, err := run(kv.Op{Kind: kv.KindGet, Key: key})
+	switch {
+	case errors.Is(err, kv.ErrWrongKind):
+		return "hash", nil
+	case err != nil:
+		return "", err
+	case res.Kind == kv.ResBulk:
+		return "string", nil
+	}
+	return "none", nil
 }
 
 // lcsCommand is LCS key1 key2 [LEN] [IDX] [MINMATCHLEN n] [WITHMATCHLEN],
@@ -531,8 +540,16 @@ func scanCommand(args [][]byte, run func(kv.Op) (kv.Result, error)) (func(*conn)
 			if pattern != nil && !kv.Match(pattern, k) {
 				continue
 			}
-			if typ != nil && !eq(typ, "STRING") { // every value is a string so far
-				continue
+			if typ != nil {
+				// The scan's values do not say their type: a TYPE filter
+				// asks each key (strings and hashes are all there is so far).
+				t, err := keyType(k, run)
+				if err != nil {
+					return nil, err
+				}
+				if !eq(typ, strings.ToUpper(t)) {
+					continue
+				}
 			}
 			keys = append(keys, k)
 		}
