@@ -188,16 +188,10 @@ func Apply(get Getter, version uint64, op *Op, maxValue int, emit Emit) (Result,
 		if err != nil {
 			return Result{}, err
 		}
-		var cur int64
-		if exists {
-			if cur, err = ParseInt(old); err != nil {
-				return Result{}, err
-			}
+		cur, err := addInt(old, exists, op.Delta, ErrWrongType)
+		if err != nil {
+			return Result{}, err
 		}
-		if (op.Delta > 0 && cur > math.MaxInt64-op.Delta) || (op.Delta < 0 && cur < math.MinInt64-op.Delta) {
-			return Result{}, ErrOverflow
-		}
-		cur += op.Delta
 		put(emit, op.Key, strconv.AppendInt(nil, cur, 10), meta) // INCR keeps the expiry
 		return Result{Kind: ResInt, Int: cur, Version: version}, nil
 
@@ -305,6 +299,23 @@ func dupBefore(keys [][]byte, i int) bool {
 		}
 	}
 	return false
+}
+
+// addInt is INCRBY's (and HINCRBY's) arithmetic: old (0 if !exists) plus
+// delta. An old value that is no integer is notInt (each command has its
+// text); a sum out of int64's range is ErrOverflow.
+func addInt(old []byte, exists bool, delta int64, notInt error) (int64, error) {
+	var cur int64
+	if exists {
+		var err error
+		if cur, err = ParseInt(old); err != nil {
+			return 0, notInt
+		}
+	}
+	if (delta > 0 && cur > math.MaxInt64-delta) || (delta < 0 && cur < math.MinInt64-delta) {
+		return 0, ErrOverflow
+	}
+	return cur + delta, nil
 }
 
 // ParseInt parses a stored value as INCR does: a decimal int64, nothing else

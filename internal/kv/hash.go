@@ -5,8 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"math"
-	"math/big"
 	"strconv"
 )
 
@@ -212,6 +210,9 @@ func applyHash(get Getter, version uint64, op *Op, emit Emit) (Result, error) {
 	if len(op.Keys) == 0 || (op.Kind == KindHSet && len(op.Keys)%2 != 0) {
 		return Result{}, fmt.Errorf("%w: %v needs fields", ErrInvalidOp, op.Kind)
 	}
+	if _, ok := ParseLongDouble(op.Value); op.Kind == KindHIncrByFloat && !ok {
+		return Result{}, ErrNotFloat // Redis checks the increment first
+	}
 	h, err := readHashState(get, op.Key, version, op.Now)
 	if err != nil {
 		return Result{}, err
@@ -281,37 +282,16 @@ func applyHash(get Getter, version uint64, op *Op, emit Emit) (Result, error) {
 		var nv []byte
 		res := Result{Version: version}
 		if op.Kind == KindHIncrBy {
-			var cur int64
-			if exists {
-				if cur, err = ParseInt(old); err != nil {
-					return Result{}, ErrHashNotInt
-				}
+			cur, err := addInt(old, exists, op.Delta, ErrHashNotInt)
+			if err != nil {
+				return Result{}, err
 			}
-			if (op.Delta > 0 && cur > math.MaxInt64-op.Delta) || (op.Delta < 0 && cur < math.MinInt64-op.Delta) {
-				return Result{}, ErrOverflow
-			}
-			cur += op.Delta
 			nv = strconv.AppendInt(nil, cur, 10)
 			res.Kind, res.Int = ResInt, cur
 		} else {
-			incr, ok := ParseLongDouble(op.Value)
-			if !ok {
-				return Result{}, ErrNotFloat
+			if nv, err = addLongDouble(old, exists, op.Value, ErrHashNotFloat); err != nil {
+				return Result{}, err
 			}
-			cur := new(big.Float).SetPrec(longDoublePrec)
-			if exists {
-				if cur, ok = ParseLongDouble(old); !ok {
-					return Result{}, ErrHashNotFloat
-				}
-			}
-			if !finite(incr) || !finite(cur) {
-				return Result{}, ErrNaN
-			}
-			sum := new(big.Float).SetPrec(longDoublePrec).SetMode(big.ToNearestEven).Add(cur, incr)
-			if !finite(sum) {
-				return Result{}, ErrNaN
-			}
-			nv = FormatLongDouble(sum)
 			res.Kind, res.Bulk = ResBulk, nv
 		}
 		if !exists {
