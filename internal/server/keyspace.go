@@ -207,15 +207,7 @@ func (c *conn) evalMore(spec *command.Spec, args [][]byte, run func(kv.Op) (kv.R
 		}
 		return func(c *conn) { _ = c.w.WriteInt(res.Int) }, nil
 	case "OBJECT":
-		reply, err := objectCommand(args, get)
-		if errors.Is(err, kv.ErrWrongKind) && eq(args[1], "ENCODING") {
-			enc, err := hashEncoding(args[2], run) // hash.go
-			if err != nil {
-				return nil, err
-			}
-			return func(c *conn) { _ = c.w.WriteBulkString(enc) }, nil
-		}
-		return reply, err
+		return objectCommand(args, run)
 	case "GETRANGE", "SUBSTR":
 		start, err1 := parseInt64(args[2])
 		end, err2 := parseInt64(args[3])
@@ -420,7 +412,7 @@ func bitPos(args [][]byte, get func([]byte) ([]byte, bool, error)) (func(*conn),
 // what tools use it for; Kefir keeps neither access times nor frequencies,
 // so FREQ answers Redis's "not tracked" error and IDLETIME an error of its
 // own (docs/commands.md).
-func objectCommand(args [][]byte, get func([]byte) ([]byte, bool, error)) (func(*conn), error) {
+func objectCommand(args [][]byte, run func(kv.Op) (kv.Result, error)) (func(*conn), error) {
 	sub := strings.ToLower(string(args[1]))
 	switch sub {
 	case "encoding", "freq", "idletime", "refcount":
@@ -442,11 +434,12 @@ func objectCommand(args [][]byte, get func([]byte) ([]byte, bool, error)) (func(
 	if len(args) != 3 {
 		return nil, errf("ERR wrong number of arguments for 'object|%s' command", sub)
 	}
-	v, ok, err := get(args[2])
-	if err != nil {
+	res, err := run(kv.Op{Kind: kv.KindGet, Key: args[2]})
+	isHash := errors.Is(err, kv.ErrWrongKind) // a hash: present, not a string
+	if err != nil && !isHash {
 		return nil, err
 	}
-	if !ok {
+	if !isHash && res.Kind != kv.ResBulk {
 		return func(c *conn) { _ = c.w.WriteNull() }, nil
 	}
 	switch sub {
@@ -457,7 +450,12 @@ func objectCommand(args [][]byte, get func([]byte) ([]byte, bool, error)) (func(
 	case "refcount":
 		return intReply(1), nil
 	}
-	enc := stringEncoding(v)
+	enc := stringEncoding(res.Bulk)
+	if isHash {
+		if enc, err = hashEncoding(args[2], run); err != nil { // hash.go
+			return nil, err
+		}
+	}
 	return func(c *conn) { _ = c.w.WriteBulkString(enc) }, nil
 }
 
