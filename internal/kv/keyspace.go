@@ -211,8 +211,8 @@ func applyFlush(get Getter, list Lister, version uint64, emit Emit) (Result, err
 	put(emit, FlushMark, nil, nil)
 	var gerr error
 	err := list(func(k []byte) bool {
-		if IsReserved(k) && !IsHashRow(k) {
-			return true // a hash's field rows go with the user keys
+		if !FlushDeletes(k) {
+			return true
 		}
 		// Every stored record goes, expired or not.
 		_, _, _, ok, err := get(k)
@@ -240,5 +240,10 @@ func applyFlush(get Getter, list Lister, version uint64, emit Emit) (Result, err
 // the flush has a newer version and stays). The caller writes their
 // tombstones at markVersion.
 func FlushPending(markVersion, keyVersion uint64, key []byte) bool {
-	return (!IsReserved(key) || IsHashRow(key)) && keyVersion < markVersion
+	return FlushDeletes(key) && keyVersion < markVersion
 }
+
+// FlushDeletes reports whether a flush deletes key: every user key and the
+// hashes' field rows (hash.go), not the other reserved rows (a replica's
+// client table, its marks).
+func FlushDeletes(key []byte) bool { return !IsReserved(key) || IsHashRow(key) }
