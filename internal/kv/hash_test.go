@@ -225,3 +225,27 @@ func TestHashCodec(t *testing.T) {
 		}
 	}
 }
+
+// A field's row key is longer than the field: CheckSizes refuses a field
+// whose row would pass the engine's key limit, and a value past its value
+// limit, before the op reaches the engine (which would refuse its batch).
+func TestHashCheckSizes(t *testing.T) {
+	const maxKey, maxVal = 64, 8
+	long := make([]byte, maxKey-HashRowOverhead+1)
+	for _, c := range []struct {
+		op Op
+		ok bool
+	}{
+		{Op{Kind: KindHSet, Key: []byte("h"), Keys: bs("f", "12345678")}, true},
+		{Op{Kind: KindHSet, Key: []byte("h"), Keys: bs("f", "123456789")}, false},
+		{Op{Kind: KindHSet, Key: []byte("h"), Keys: [][]byte{long, []byte("v")}}, false},
+		{Op{Kind: KindHSet, Key: []byte("h"), Keys: [][]byte{long[1:], []byte("v")}}, true},
+		{Op{Kind: KindHDel, Key: []byte("h"), Keys: [][]byte{[]byte("a"), long}}, false},
+		{Op{Kind: KindHIncrBy, Key: []byte("h"), Keys: [][]byte{long}}, false},
+		{Op{Kind: KindHIncrBy, Key: make([]byte, maxKey+1), Keys: bs("f")}, false},
+	} {
+		if err := c.op.CheckSizes(maxKey, maxVal); (err == nil) != c.ok {
+			t.Errorf("%v %d keys: CheckSizes = %v, want ok %v", c.op.Kind, len(c.op.Keys), err, c.ok)
+		}
+	}
+}
