@@ -178,6 +178,7 @@ const maxNameLen = 32
 
 var byName = func() map[string]*Spec {
 	table = append(table, keyspaceTable...)
+	table = append(table, hashTable...)
 	table = appendUnsupported(table)
 	m := make(map[string]*Spec, len(table))
 	for i := range table {

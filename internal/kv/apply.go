@@ -80,6 +80,13 @@ func Apply(get Getter, version uint64, op *Op, maxValue int, emit Emit) (Result,
 			if old, oldMeta, oldVer, exists, stored, err = lookup(get, op.Key, op.Now); err != nil {
 				return Result{}, err
 			}
+			if exists && op.ReturnOld {
+				// SET GET answers the old string: WRONGTYPE on a hash (a
+				// plain SET replaces whatever the key holds).
+				if err := notString(oldMeta); err != nil {
+					return Result{}, err
+				}
+			}
 		}
 		res := Result{Kind: ResOK}
 		if op.ReturnOld {
@@ -108,7 +115,9 @@ func Apply(get Getter, version uint64, op *Op, maxValue int, emit Emit) (Result,
 		switch {
 		case op.TTL&TTLKeep != 0:
 			if exists {
-				meta = oldMeta
+				// The expiry only: the value is a string now, whatever the
+				// key held (a hash's type byte must not survive).
+				meta = EncodeMeta(TypeString, ExpireAt(oldMeta))
 			}
 		case op.ExpireAt != 0:
 			meta = EncodeMeta(TypeString, op.ExpireAt)
@@ -173,19 +182,16 @@ func Apply(get Getter, version uint64, op *Op, maxValue int, emit Emit) (Result,
 			return Result{}, err
 		}
 		old, meta, _, exists, _, err := lookup(get, op.Key, op.Now)
+		if err == nil && exists {
+			err = notString(meta)
+		}
 		if err != nil {
 			return Result{}, err
 		}
-		var cur int64
-		if exists {
-			if cur, err = ParseInt(old); err != nil {
-				return Result{}, err
-			}
+		cur, err := addInt(old, exists, op.Delta, ErrWrongType)
+		if err != nil {
+			return Result{}, err
 		}
-		if (op.Delta > 0 && cur > math.MaxInt64-op.Delta) || (op.Delta < 0 && cur < math.MinInt64-op.Delta) {
-			return Result{}, ErrOverflow
-		}
-		cur += op.Delta
 		put(emit, op.Key, strconv.AppendInt(nil, cur, 10), meta) // INCR keeps the expiry
 		return Result{Kind: ResInt, Int: cur, Version: version}, nil
 
@@ -193,7 +199,10 @@ func Apply(get Getter, version uint64, op *Op, maxValue int, emit Emit) (Result,
 		if err := CheckKey(op.Key); err != nil {
 			return Result{}, err
 		}
-		old, _, _, exists, _, err := lookup(get, op.Key, op.Now)
+		old, oldMeta, _, exists, _, err := lookup(get, op.Key, op.Now)
+		if err == nil && exists {
+			err = notString(oldMeta)
+		}
 		if err != nil {
 			return Result{}, err
 		}
@@ -210,6 +219,9 @@ func Apply(get Getter, version uint64, op *Op, maxValue int, emit Emit) (Result,
 			return Result{}, err
 		}
 		old, meta, _, _, _, err := lookup(get, op.Key, op.Now)
+		if err == nil {
+			err = notString(meta)
+		}
 		if err != nil {
 			return Result{}, err
 		}
@@ -228,7 +240,10 @@ func Apply(get Getter, version uint64, op *Op, maxValue int, emit Emit) (Result,
 		if err := CheckKey(op.Key); err != nil {
 			return Result{}, err
 		}
-		old, _, oldVer, exists, _, err := lookup(get, op.Key, op.Now)
+		old, oldMeta, oldVer, exists, _, err := lookup(get, op.Key, op.Now)
+		if err == nil && exists {
+			err = notString(oldMeta)
+		}
 		if err != nil {
 			return Result{}, err
 		}
@@ -284,6 +299,23 @@ func dupBefore(keys [][]byte, i int) bool {
 		}
 	}
 	return false
+}
+
+// addInt is INCRBY's (and HINCRBY's) arithmetic: old (0 if !exists) plus
+// delta. An old value that is no integer is notInt (each command has its
+// text); a sum out of int64's range is ErrOverflow.
+func addInt(old []byte, exists bool, delta int64, notInt error) (int64, error) {
+	var cur int64
+	if exists {
+		var err error
+		if cur, err = ParseInt(old); err != nil {
+			return 0, notInt
+		}
+	}
+	if (delta > 0 && cur > math.MaxInt64-delta) || (delta < 0 && cur < math.MinInt64-delta) {
+		return 0, ErrOverflow
+	}
+	return cur + delta, nil
 }
 
 // ParseInt parses a stored value as INCR does: a decimal int64, nothing else

@@ -97,7 +97,8 @@ func DecodeOp(b []byte) (Op, error) {
 // 5 (nil) is retired: it was "unknown, text only" while the list had five
 // entries, and a row written then must not decode as a newer sentinel.
 var resultErrs = []error{nil, ErrWrongType, ErrOverflow, ErrReservedKey, ErrInvalidOp, nil,
-	ErrNoSuchKey, ErrSameObject, ErrNotFloat, ErrNaN, ErrTooBig}
+	ErrNoSuchKey, ErrSameObject, ErrNotFloat, ErrNaN, ErrTooBig,
+	ErrWrongKind, ErrHashNotInt, ErrHashNotFloat, ErrHashCopy}
 
 // AppendResult appends the encoding of a write's outcome (result, or the op's
 // error) to b: kind byte | int varint | version uvarint | error code byte |

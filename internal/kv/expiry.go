@@ -156,6 +156,11 @@ func applyExpiry(get Getter, version uint64, op *Op, emit Emit) (Result, error) 
 		if !live {
 			return miss, nil
 		}
+		if op.Kind == KindGetEx {
+			if err := notString(meta); err != nil {
+				return Result{}, err
+			}
+		}
 		cur := ExpireAt(meta)
 		res := Result{Kind: ResInt, Int: 1, Version: version}
 		if op.Kind == KindGetEx {

@@ -38,7 +38,8 @@ var moreKindNames = [...]string{"rename", "copy", "getdel", "flush", "setrange",
 // known reports whether k is a kind this build evaluates (DecodeOp refuses
 // the others).
 func (k Kind) known() bool {
-	return (k >= KindGet && k <= KindCAS) || isExpiryKind(k) || (k >= KindRename && k < kindMoreEnd)
+	return (k >= KindGet && k <= KindCAS) || isExpiryKind(k) || (k >= KindRename && k < kindMoreEnd) ||
+		isHashWrite(k) || isHashRead(k)
 }
 
 // Errors of the keyspace and string commands: outcomes of the op, cached by
@@ -118,6 +119,8 @@ func applyMore(get Getter, version uint64, op *Op, maxValue int, emit Emit) (res
 		res, err = applyMSetNX(get, version, op, emit)
 	case KindSetBit:
 		res, err = applySetBit(get, version, op, maxValue, emit)
+	case KindHSet, KindHDel, KindHIncrBy, KindHIncrByFloat:
+		res, err = applyHash(get, version, op, emit)
 	default:
 		return Result{}, nil, false
 	}
@@ -144,6 +147,9 @@ func applyMove(get Getter, version uint64, op *Op, emit Emit) (Result, error) {
 	rec, srcVer, ok, err := getRecord(get, src, op.Now)
 	if err != nil {
 		return Result{}, err
+	}
+	if ok && !rename && MetaType(rec.meta) == TypeHash {
+		return Result{}, ErrHashCopy
 	}
 	if !ok {
 		if rename {
@@ -188,6 +194,9 @@ func applyGetDel(get Getter, version uint64, op *Op, emit Emit) (Result, error) 
 	if !ok {
 		return Result{Kind: ResNil, Version: ver}, nil
 	}
+	if err := notString(rec.meta); err != nil {
+		return Result{}, err
+	}
 	emit(op.Key, nil, nil, true)
 	return Result{Kind: ResBulk, Bulk: rec.data, Version: version}, nil
 }
@@ -202,7 +211,7 @@ func applyFlush(get Getter, list Lister, version uint64, emit Emit) (Result, err
 	put(emit, FlushMark, nil, nil)
 	var gerr error
 	err := list(func(k []byte) bool {
-		if IsReserved(k) {
+		if !FlushDeletes(k) {
 			return true
 		}
 		// Every stored record goes, expired or not.
@@ -231,5 +240,10 @@ func applyFlush(get Getter, list Lister, version uint64, emit Emit) (Result, err
 // the flush has a newer version and stays). The caller writes their
 // tombstones at markVersion.
 func FlushPending(markVersion, keyVersion uint64, key []byte) bool {
-	return !IsReserved(key) && keyVersion < markVersion
+	return FlushDeletes(key) && keyVersion < markVersion
 }
+
+// FlushDeletes reports whether a flush deletes key: every user key and the
+// hashes' field rows (hash.go), not the other reserved rows (a replica's
+// client table, its marks).
+func FlushDeletes(key []byte) bool { return !IsReserved(key) || IsHashRow(key) }

@@ -347,7 +347,7 @@ func TestOpCodecRoundTrip(t *testing.T) {
 		"empty":          nil,
 		"truncated":      good[:len(good)-1],
 		"trailing bytes": append(slices.Clone(good), 0),
-		"unknown kind":   append([]byte{99}, good[1:]...),
+		"unknown kind":   append([]byte{200}, good[1:]...), // 99 is HINCRBYFLOAT since hashes
 		"kind zero":      append([]byte{0}, good[1:]...),
 		"too many keys":  append(slices.Clone(good[:len(good)-1]), 200),
 	} {

@@ -39,6 +39,12 @@ func (k Kind) String() string {
 	if k >= KindRename && k < kindMoreEnd {
 		return moreKindNames[k-KindRename]
 	}
+	if isHashWrite(k) {
+		return hashKindNames[k-KindHSet]
+	}
+	if isHashRead(k) {
+		return hashReadNames[k-KindHGet]
+	}
 	return fmt.Sprintf("kind(%d)", k)
 }
 
@@ -47,7 +53,7 @@ func (k Kind) IsUpdate() bool {
 	if isExpiryKind(k) {
 		return k != KindTTL
 	}
-	return k >= KindSet
+	return k >= KindSet && !isHashRead(k)
 }
 
 // Cond is SET's condition.
@@ -164,7 +170,10 @@ func IsReserved(key []byte) bool { return bytes.HasPrefix(key, ReservedPrefix) }
 func (op *Op) WrittenKeys() [][]byte {
 	switch op.Kind {
 	case KindSet, KindIncrBy, KindGetSet, KindAppend, KindCAS, KindExpire, KindPersist, KindGetEx,
-		KindGetDel, KindSetRange, KindIncrByFloat, KindSetBit:
+		KindGetDel, KindSetRange, KindIncrByFloat, KindSetBit,
+		KindHSet, KindHDel, KindHIncrBy, KindHIncrByFloat:
+		// A hash write names its user key only: it always rewrites the
+		// metadata record there (hash.go), and its field rows are reserved.
 		return [][]byte{op.Key}
 	case KindRename:
 		return op.Keys
@@ -205,6 +214,22 @@ func (op *Op) CheckSizes(maxKey, maxVal int) error {
 		return check(op.Key, op.Value)
 	case KindIncrByFloat, KindSetBit:
 		return check(op.Key, nil)
+	case KindHSet, KindHDel, KindHIncrBy, KindHIncrByFloat:
+		if err := check(op.Key, nil); err != nil {
+			return err
+		}
+		// A field is stored in a row whose key is longer than the field.
+		for i := 0; i < len(op.Keys); i++ {
+			if n := len(op.Keys[i]) + HashRowOverhead; n > maxKey {
+				return fmt.Errorf("%w: hash field of %d bytes makes a row key of %d > %d", ErrInvalidOp, len(op.Keys[i]), n, maxKey)
+			}
+			if op.Kind == KindHSet && i+1 < len(op.Keys) {
+				i++
+				if len(op.Keys[i]) > maxVal {
+					return fmt.Errorf("%w: value of %d bytes > %d", ErrInvalidOp, len(op.Keys[i]), maxVal)
+				}
+			}
+		}
 	case KindRename, KindCopy:
 		// The destination gets the source's record, which fits: only the
 		// key can be too long.

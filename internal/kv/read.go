@@ -35,6 +35,9 @@ const MaxScanBytes = 64 << 20
 // drift bound: docs/consistency.md).
 func Read(get Getter, scan Scanner, op *Op, maxScan int) (Result, error) {
 	var res Result
+	if isHashRead(op.Kind) {
+		return readHash(get, scan, op)
+	}
 	switch op.Kind {
 	case KindTTL:
 		return readTTL(get, op)
@@ -42,6 +45,9 @@ func Read(get Getter, scan Scanner, op *Op, maxScan int) (Result, error) {
 		data, version, ok, err := getUser(get, op.Key, op.Now)
 		if err != nil {
 			return Result{}, err
+		}
+		if ok && data == nil {
+			return Result{}, ErrWrongKind
 		}
 		return PointResult(op.Kind, data, version, ok), nil
 	case KindMGet, KindExists:
@@ -61,6 +67,8 @@ func Read(get Getter, scan Scanner, op *Op, maxScan int) (Result, error) {
 				continue
 			}
 			if op.Kind == KindMGet {
+				// MGET answers nil for a key of another type, as Redis does
+				// (data stays nil).
 				res.Array[i] = data
 			} else {
 				res.Int++
@@ -101,7 +109,15 @@ func getUser(get Getter, k []byte, now int64) ([]byte, uint64, bool, error) {
 	if IsReserved(k) {
 		return nil, 0, false, nil
 	}
-	data, _, version, live, _, err := lookup(get, k, now)
+	data, meta, version, live, _, err := lookup(get, k, now)
+	if live && MetaType(meta) != TypeString {
+		// Present, but not a string: nil data (GET, STRLEN answer
+		// WRONGTYPE; MGET nil; EXISTS counts it).
+		return nil, version, true, err
+	}
+	if live && data == nil {
+		data = []byte{}
+	}
 	return data, version, live, err
 }
 
@@ -127,8 +143,8 @@ func readScan(scan Scanner, op *Op, limit int) (Result, error) {
 // state that never existed.
 func MultiKey(op *Op) bool {
 	switch op.Kind {
-	case KindScan:
-		return true
+	case KindScan, KindHGet, KindHLen, KindHGetAll:
+		return true // a hash read reads the metadata and rows of one state
 	case KindMGet, KindExists:
 		return len(op.Keys) > 1
 	}

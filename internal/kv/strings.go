@@ -23,6 +23,9 @@ func applySetRange(get Getter, version uint64, op *Op, maxValue int, emit Emit) 
 		return Result{}, ErrInvalidOp
 	}
 	old, meta, ver, ok, err := getLive(get, op.Key, op.Now)
+	if err == nil {
+		err = notString(meta) // a missing key has none: a string
+	}
 	if err != nil {
 		return Result{}, err
 	}
@@ -107,30 +110,47 @@ func applyIncrByFloat(get Getter, version uint64, op *Op, emit Emit) (Result, er
 	if err := CheckKey(op.Key); err != nil {
 		return Result{}, err
 	}
-	incr, ok := ParseLongDouble(op.Value)
-	if !ok {
+	if _, ok := ParseLongDouble(op.Value); !ok {
 		return Result{}, ErrNotFloat
 	}
 	old, meta, _, exists, err := getLive(get, op.Key, op.Now)
+	if err == nil {
+		err = notString(meta) // a missing key has none: a string
+	}
 	if err != nil {
 		return Result{}, err
+	}
+	nv, err := addLongDouble(old, exists, op.Value, ErrNotFloat)
+	if err != nil {
+		return Result{}, err
+	}
+	put(emit, op.Key, nv, meta)
+	return Result{Kind: ResBulk, Bulk: nv, Version: version}, nil
+}
+
+// addLongDouble is INCRBYFLOAT's (and HINCRBYFLOAT's) arithmetic: old (0 if
+// !exists) plus the decimal incr, formatted as Redis does. An old value that
+// is no float is notFloat (each command has its text); an increment that is
+// none is ErrNotFloat.
+func addLongDouble(old []byte, exists bool, incr []byte, notFloat error) ([]byte, error) {
+	inc, ok := ParseLongDouble(incr)
+	if !ok {
+		return nil, ErrNotFloat
 	}
 	cur := new(big.Float).SetPrec(longDoublePrec)
 	if exists {
 		if cur, ok = ParseLongDouble(old); !ok {
-			return Result{}, ErrNotFloat
+			return nil, notFloat
 		}
 	}
-	if !finite(incr) || !finite(cur) {
-		return Result{}, ErrNaN
+	if !finite(inc) || !finite(cur) {
+		return nil, ErrNaN
 	}
-	sum := new(big.Float).SetPrec(longDoublePrec).SetMode(big.ToNearestEven).Add(cur, incr)
+	sum := new(big.Float).SetPrec(longDoublePrec).SetMode(big.ToNearestEven).Add(cur, inc)
 	if !finite(sum) {
-		return Result{}, ErrNaN
+		return nil, ErrNaN
 	}
-	nv := FormatLongDouble(sum)
-	put(emit, op.Key, nv, meta)
-	return Result{Kind: ResBulk, Bulk: nv, Version: version}, nil
+	return FormatLongDouble(sum), nil
 }
 
 func applyMSetNX(get Getter, version uint64, op *Op, emit Emit) (Result, error) {
@@ -173,6 +193,9 @@ func applySetBit(get Getter, version uint64, op *Op, maxValue int, emit Emit) (R
 		return Result{}, ErrTooBig
 	}
 	old, meta, _, _, err := getLive(get, op.Key, op.Now)
+	if err == nil {
+		err = notString(meta) // a missing key has none: a string
+	}
 	if err != nil {
 		return Result{}, err
 	}

@@ -475,6 +475,8 @@ func errorText(err error) string {
 		return ce.Msg
 	case errors.Is(err, cluster.ErrNotLeader):
 		return cluster.Redirect(err).Error()
+	case errors.Is(err, kv.ErrWrongKind):
+		return kv.ErrWrongKind.Error() // its text is Redis's, prefix included
 	case errors.Is(err, kv.ErrWrongType):
 		// Redis's reply for INCR on a non-integer, which clients match on;
 		// -WRONGTYPE is for a key holding another kind of value.

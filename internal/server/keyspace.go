@@ -90,7 +90,7 @@ func parseMoreWrite(spec *command.Spec, args [][]byte, a *arena) (op kv.Op, hand
 		}
 		return kv.Op{Kind: kv.KindSetBit, Key: a.copy(args[1]), Delta: off, Value: a.copy(args[3])}, true, nil
 	}
-	return op, false, nil
+	return parseHashWrite(spec, args, a) // hash.go
 }
 
 func parseBitOffset(b []byte) (int64, error) {
@@ -107,6 +107,9 @@ var moreReads = func() []bool {
 	m := make([]bool, command.Count())
 	for _, n := range []string{"SCAN", "KEYS", "RANDOMKEY", "TYPE", "TOUCH", "OBJECT",
 		"GETRANGE", "SUBSTR", "GETBIT", "BITCOUNT", "BITPOS", "LCS"} {
+		m[command.MustLookup(n).ID] = true
+	}
+	for _, n := range hashReads {
 		m[command.MustLookup(n).ID] = true
 	}
 	return m
@@ -192,13 +195,9 @@ func (c *conn) evalMore(spec *command.Spec, args [][]byte, run func(kv.Op) (kv.R
 	case "RANDOMKEY":
 		return randomKey(run)
 	case "TYPE":
-		_, ok, err := get(args[1])
+		t, err := keyType(args[1], run)
 		if err != nil {
 			return nil, err
-		}
-		t := "none"
-		if ok {
-			t = "string"
 		}
 		return func(c *conn) { _ = c.w.WriteSimple(t) }, nil
 	case "TOUCH":
@@ -208,7 +207,7 @@ func (c *conn) evalMore(spec *command.Spec, args [][]byte, run func(kv.Op) (kv.R
 		}
 		return func(c *conn) { _ = c.w.WriteInt(res.Int) }, nil
 	case "OBJECT":
-		return objectCommand(args, get)
+		return objectCommand(args, run)
 	case "GETRANGE", "SUBSTR":
 		start, err1 := parseInt64(args[2])
 		end, err2 := parseInt64(args[3])
@@ -239,7 +238,25 @@ func (c *conn) evalMore(spec *command.Spec, args [][]byte, run func(kv.Op) (kv.R
 	case "LCS":
 		return lcsCommand(args, run)
 	}
+	if reply, ok, err := evalHash(spec, args, run); ok { // hash.go
+		return reply, err
+	}
 	return nil, errf("ERR %s is not a read", strings.ToLower(spec.Name))
+}
+
+// keyType is TYPE's answer for key: none, string or hash (a GET of a hash
+// answers WRONGTYPE; hashes are the only other type so far).
+func keyType(key []byte, run func(kv.Op) (kv.Result, error)) (string, error) {
+	res, err := run(kv.Op{Kind: kv.KindGet, Key: key})
+	switch {
+	case errors.Is(err, kv.ErrWrongKind):
+		return "hash", nil
+	case err != nil:
+		return "", err
+	case res.Kind == kv.ResBulk:
+		return "string", nil
+	}
+	return "none", nil
 }
 
 // lcsCommand is LCS key1 key2 [LEN] [IDX] [MINMATCHLEN n] [WITHMATCHLEN],
@@ -395,7 +412,7 @@ func bitPos(args [][]byte, get func([]byte) ([]byte, bool, error)) (func(*conn),
 // what tools use it for; Kefir keeps neither access times nor frequencies,
 // so FREQ answers Redis's "not tracked" error and IDLETIME an error of its
 // own (docs/commands.md).
-func objectCommand(args [][]byte, get func([]byte) ([]byte, bool, error)) (func(*conn), error) {
+func objectCommand(args [][]byte, run func(kv.Op) (kv.Result, error)) (func(*conn), error) {
 	sub := strings.ToLower(string(args[1]))
 	switch sub {
 	case "encoding", "freq", "idletime", "refcount":
@@ -417,11 +434,12 @@ func objectCommand(args [][]byte, get func([]byte) ([]byte, bool, error)) (func(
 	if len(args) != 3 {
 		return nil, errf("ERR wrong number of arguments for 'object|%s' command", sub)
 	}
-	v, ok, err := get(args[2])
-	if err != nil {
+	res, err := run(kv.Op{Kind: kv.KindGet, Key: args[2]})
+	isHash := errors.Is(err, kv.ErrWrongKind) // a hash: present, not a string
+	if err != nil && !isHash {
 		return nil, err
 	}
-	if !ok {
+	if !isHash && res.Kind != kv.ResBulk {
 		return func(c *conn) { _ = c.w.WriteNull() }, nil
 	}
 	switch sub {
@@ -432,7 +450,12 @@ func objectCommand(args [][]byte, get func([]byte) ([]byte, bool, error)) (func(
 	case "refcount":
 		return intReply(1), nil
 	}
-	enc := stringEncoding(v)
+	enc := stringEncoding(res.Bulk)
+	if isHash {
+		if enc, err = hashEncoding(args[2], run); err != nil { // hash.go
+			return nil, err
+		}
+	}
 	return func(c *conn) { _ = c.w.WriteBulkString(enc) }, nil
 }
 
@@ -515,8 +538,16 @@ func scanCommand(args [][]byte, run func(kv.Op) (kv.Result, error)) (func(*conn)
 			if pattern != nil && !kv.Match(pattern, k) {
 				continue
 			}
-			if typ != nil && !eq(typ, "STRING") { // every value is a string so far
-				continue
+			if typ != nil {
+				// The scan's values do not say their type: a TYPE filter
+				// asks each key (strings and hashes are all there is so far).
+				t, err := keyType(k, run)
+				if err != nil {
+					return nil, err
+				}
+				if !eq(typ, strings.ToUpper(t)) {
+					continue
+				}
 			}
 			keys = append(keys, k)
 		}

@@ -127,23 +127,32 @@ func TestKeyspaceCommandsSingleNode(t *testing.T) {
 }
 
 func TestKeyspaceCommandsReplicated(t *testing.T) {
+	fc := expectOnGroup(t, keyspaceScript)
+	checkErrors(t, fc)
+}
+
+// expectOnGroup runs script on a replicated group through its leader, then
+// through a follower (which forwards writes and linearizable reads), then at
+// the leader at every consistency level; it returns the follower's client.
+func expectOnGroup(t *testing.T, script string) *client {
+	t.Helper()
 	g := startGroup(t)
 	l := g.leader(t)
 	lc := dial(t, g.nodes[l])
-	lc.expect(keyspaceScript)
+	lc.expect(script)
 	fc := dial(t, g.nodes[(l+1)%3])
 	// DBSIZE counts what the node it asks has applied (docs/commands.md):
 	// a follower's may lag.
-	fc.expect(withoutLines(keyspaceScript, "DBSIZE"))
-	checkErrors(t, fc)
+	fc.expect(withoutLines(script, "DBSIZE"))
 	// Every consistency level the group serves, at the leader (a follower
 	// serving a weaker level may lag, which is the level's contract).
 	for _, lvl := range []string{"linearizable", "cross-client-monotonic", "session", "bounded(5)", "eventual"} {
 		if got := lc.do("KEFIR.CONSISTENCY", lvl); got != "OK" {
 			t.Fatalf("KEFIR.CONSISTENCY %s: %s", lvl, got)
 		}
-		lc.expect(keyspaceScript)
+		lc.expect(script)
 	}
+	return fc
 }
 
 func checkErrors(t *testing.T, c *client) {

@@ -25,6 +25,33 @@ var redisDeliberate = map[string]bool{
 // order, Kefir in key order). The script's own expectations were written
 // from Redis's answers; this keeps them honest.
 func TestRepliesMatchRedis(t *testing.T) {
+	rc := startRedis(t)
+	kc := dial(t, startServer(t, nil))
+	differs := 0
+	for _, line := range strings.Split(strings.TrimSpace(keyspaceScript+"\nNOSUCHCMD a b c d e f => x\nNOSUCHCMD 0123456789012345678901234567890123456789 0123456789012345678901234567890123456789 0123456789012345678901234567890123456789 0123456789012345678901234567890123456789 => x\nGET => x\nSET k => x\n"), "\n") {
+		cmd, _, _ := strings.Cut(line, "=>")
+		args := strings.Fields(cmd)
+		if len(args) == 0 {
+			continue
+		}
+		want, got := rawReply(t, rc, args), rawReply(t, kc, args)
+		if args[0] == "KEYS" {
+			want, got = sortedArray(want), sortedArray(got)
+		}
+		if want != got {
+			differs++
+			if !redisDeliberate[strings.TrimSpace(cmd)] {
+				t.Errorf("%s:\n  redis: %s\n  kefir: %s", strings.TrimSpace(cmd), want, got)
+			}
+		}
+	}
+	t.Logf("%d commands compared, %d deliberate differences", len(strings.Split(keyspaceScript, "\n")), differs)
+}
+
+// startRedis starts a redis-server on a free port for the test (skipping
+// it if none is installed) and returns a client of it.
+func startRedis(t *testing.T) *client {
+	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		t.Skip("redis-server not installed")
@@ -53,26 +80,7 @@ func TestRepliesMatchRedis(t *testing.T) {
 	t.Cleanup(func() { nc.Close() })
 	_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
 	rc := &client{t: t, nc: nc, rd: resp.NewReader(nc, 0)}
-	kc := dial(t, startServer(t, nil))
-	differs := 0
-	for _, line := range strings.Split(strings.TrimSpace(keyspaceScript+"\nNOSUCHCMD a b c d e f => x\nNOSUCHCMD 0123456789012345678901234567890123456789 0123456789012345678901234567890123456789 0123456789012345678901234567890123456789 0123456789012345678901234567890123456789 => x\nGET => x\nSET k => x\n"), "\n") {
-		cmd, _, _ := strings.Cut(line, "=>")
-		args := strings.Fields(cmd)
-		if len(args) == 0 {
-			continue
-		}
-		want, got := rawReply(t, rc, args), rawReply(t, kc, args)
-		if args[0] == "KEYS" {
-			want, got = sortedArray(want), sortedArray(got)
-		}
-		if want != got {
-			differs++
-			if !redisDeliberate[strings.TrimSpace(cmd)] {
-				t.Errorf("%s:\n  redis: %s\n  kefir: %s", strings.TrimSpace(cmd), want, got)
-			}
-		}
-	}
-	t.Logf("%d commands compared, %d deliberate differences", len(strings.Split(keyspaceScript, "\n")), differs)
+	return rc
 }
 
 // rawReply sends args and returns the reply's kind and content.

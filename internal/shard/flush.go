@@ -102,7 +102,7 @@ func (s *Shard) finishFlush() error {
 	var recs []storage.Record
 	var verr error
 	if err := listEngineKeys(s.db, func(k []byte) bool {
-		if kv.IsReserved(k) {
+		if !kv.FlushDeletes(k) {
 			return true
 		}
 		vs, err := s.db.Versions(k)

@@ -66,9 +66,9 @@ func TestFlushDeletesEveryUserKey(t *testing.T) {
 // its batch: the crash keeps a random prefix of the unsynced log, which may
 // end inside the flush's tombstones; opening then finishes the flush (its
 // mark is the batch's first record). Without finishFlush most seeds leave
-// some keys and lose others.
+// some keys and lose others. A hash's field rows, reserved keys, go too.
 func TestFlushIsAllOrNothingAcrossACrash(t *testing.T) {
-	const keys = 400
+	const keys, hashFields = 400, 10
 	outcomes := map[string]int{}
 	for seed := int64(1); seed <= 40; seed++ {
 		fs := vfs.NewMem()
@@ -84,10 +84,16 @@ func TestFlushIsAllOrNothingAcrossACrash(t *testing.T) {
 			return db, s
 		}
 		db, s := open()
-		batch := make([]WriteReq, 0, keys)
+		batch := make([]WriteReq, 0, keys+1)
 		for i := range keys {
 			batch = append(batch, WriteReq{Op: set(fmt.Sprintf("key:%04d", i), "value"), Durability: level.Sync})
 		}
+		// A hash: its field rows (reserved keys) go with the flush too.
+		hset := kv.Op{Kind: kv.KindHSet, Key: []byte("hash")}
+		for i := range hashFields {
+			hset.Keys = append(hset.Keys, []byte(fmt.Sprint("f", i)), []byte("v"))
+		}
+		batch = append(batch, WriteReq{Op: hset, Durability: level.Sync})
 		p, err := s.Apply(ctx, batch)
 		if err == nil {
 			err = s.Wait(ctx, p)
@@ -118,11 +124,22 @@ func TestFlushIsAllOrNothingAcrossACrash(t *testing.T) {
 				present++
 			}
 		}
-		switch present {
-		case 0:
+		rows := 0
+		if err := db.Scan(kv.ReservedPrefix, nil, 0, 0, func(k []byte, _ storage.Value) bool {
+			if kv.IsHashRow(k) {
+				rows++
+			}
+			return true
+		}); err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case present == 0 && rows == 0:
 			outcomes["flushed"]++
-		case keys:
+		case present == keys && rows == hashFields:
 			outcomes["kept"]++
+		case rows != 0 && present == 0, rows != hashFields && present == keys:
+			t.Errorf("seed %d: %d of %d hash rows survived a FLUSHDB that left %d of %d keys", seed, rows, hashFields, present, keys)
 		default:
 			t.Errorf("seed %d: %d of %d keys survived a torn FLUSHDB", seed, present, keys)
 		}

@@ -680,6 +680,9 @@ func (s *Shard) Read(ctx context.Context, op kv.Op, c level.Consistency, sess Se
 		if err := s.readDurable(v.Pos); err != nil { // a miss carries its tombstone's position (see get)
 			return kv.Result{}, err
 		}
+		if ok && kv.MetaType(v.Meta) != kv.TypeString {
+			return kv.Result{}, kv.ErrWrongKind // a GET of a hash
+		}
 		return kv.PointResult(op.Kind, v.Data, v.Version, ok), nil
 	}
 	if op.Now == 0 {
@@ -711,6 +714,11 @@ func (s *Shard) Read(ctx context.Context, op kv.Op, c level.Consistency, sess Se
 		return v.Data, v.Meta, v.Version, ok, err
 	}
 	var scan kv.Scanner
+	if kv.IsHashRead(op.Kind) {
+		// A hash read reads its field rows through the scanner (the
+		// getter hides reserved keys), in the same snapshot as the key.
+		scan = snapshotScan(snap, &maxPos)
+	}
 	if op.Kind == kv.KindScan {
 		// A scan also observes which keys are absent; a deletion it does not
 		// show must not be one a crash can undo, so it waits for everything
@@ -793,6 +801,9 @@ func (s *Shard) ReadKey(key []byte, c level.Consistency, sess Session) (value []
 	}
 	if !ok {
 		return nil, 0, false, nil
+	}
+	if kv.MetaType(v.Meta) != kv.TypeString {
+		return nil, 0, false, kv.ErrWrongKind // a GET of a hash
 	}
 	return v.Data, v.Version, true, nil
 }

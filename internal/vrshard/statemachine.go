@@ -47,6 +47,8 @@ type applier struct {
 	overlay  map[string]overlayVal
 	// cur is the op being evaluated; reads see state as of cur-1.
 	cur uint64
+	// curKind is its kind (current's replay rule: kv.ReplayReadsOwnRecord).
+	curKind kv.Kind
 	// appendUnchecked (a mutation): APPEND writes a value above the engine's
 	// limit, which fails the apply and stops the replica.
 	appendUnchecked bool
@@ -250,6 +252,13 @@ func (a *applier) current(key []byte) ([]byte, []byte, uint64, bool, error) {
 		v, err = a.db.GetAt(key, a.cur-1)
 		if errors.Is(err, storage.ErrVersionGone) && a.cur == a.replayTo {
 			if vs, verr := a.db.Versions(key); verr == nil && len(vs) > 0 && vs[0].Version == a.cur {
+				if kv.ReplayReadsOwnRecord(a.curKind) && !vs[0].Tombstone {
+					// A hash write: its own record carries the
+					// generation its rows' keys derive from.
+					if own, gerr := a.db.Get(key); gerr == nil && own.Version == a.cur {
+						return own.Data, own.Meta, own.Version, true, nil
+					}
+				}
 				// The engine kept this op's own record of key (the last op
 				// it holds, perhaps in part) and nothing older: key was
 				// absent before it, or the op overwrote it blindly. Absent
@@ -288,6 +297,7 @@ func (a *applier) eval(op *kv.Op, v uint64, ts int64) (kv.Result, error) {
 	if op.WritesAll() {
 		list = a.listKeys
 	}
+	a.curKind = op.Kind
 	res, err := kv.ApplyWith(a.current, list, v, op, maxVal, func(key, value, meta []byte, tomb bool) {
 		a.recs = append(a.recs, storage.Record{Key: key, Value: value, Meta: meta, Version: v, Timestamp: ts, Tombstone: tomb})
 	})

@@ -259,11 +259,11 @@ func TestRedisBenchmarkAgainstANode(t *testing.T) {
 	node := cluster.NewNode(t, "n1")
 	node.Start()
 	host, port, _ := net.SplitHostPort(node.ClientAddr)
-	out, err := exec.Command(path, "-h", host, "-p", port, "-n", "2000", "-c", "4", "-q", "-t", "set,get,incr,mset,ping").CombinedOutput()
+	out, err := exec.Command(path, "-h", host, "-p", port, "-n", "2000", "-c", "4", "-q", "-t", "set,get,incr,mset,ping,hset").CombinedOutput()
 	if err != nil || strings.Contains(string(out), "ERR") {
 		t.Fatalf("redis-benchmark: %v\n%s", err, out)
 	}
-	for _, test := range []string{"SET", "GET", "INCR", "MSET (10 keys)", "PING_INLINE", "PING_MBULK"} {
+	for _, test := range []string{"SET", "GET", "INCR", "MSET (10 keys)", "PING_INLINE", "PING_MBULK", "HSET"} {
 		if !strings.Contains(string(out), test+":") {
 			t.Errorf("redis-benchmark did not report %s:\n%s", test, out)
 		}

@@ -1,0 +1,380 @@
+package kv
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strconv"
+)
+
+// Hashes with field-level storage (issue 27; docs/design/hashes.md), laid
+// out as Kvrocks lays its types over RocksDB:
+//
+//   - the hash's user key holds a small metadata record: meta type TypeHash
+//     (and the key's expiry, so fields inherit the key's TTL), value =
+//     generation (8 bytes little endian) | field count (uvarint);
+//   - each field is a row of its own under the reserved key
+//     HashRowPrefix(generation)+field, value = the field's value.
+//
+// The generation is the version of the op that created the hash: versions
+// are never handed out twice, so a hash created after an earlier one of the
+// same name was deleted (DEL, SET over it, expiry) cannot see the old one's
+// rows. That makes DEL, SET over a hash, EXPIRE and RENAME O(1) — they touch
+// only the metadata record; RENAME moves it verbatim and the rows follow,
+// since their key holds no user key. The rows of a dead generation stay as
+// garbage until FLUSHDB deletes every row (docs/design/hashes.md says what
+// they cost and what is left to do). COPY of a hash is refused: the copy
+// would share its generation's rows.
+//
+// Every hash write rewrites the metadata record, even when the count does
+// not change (HSET of an existing field): whoever tracks reads and writes by
+// key (a replicated replica's follower reads, the nilext read check) then
+// sees a hash's every change on its user key.
+
+// TypeHash is the type byte of a hash's metadata record.
+const TypeHash byte = 1
+
+// Hash write kinds, numbered from 96 (kinds are on disk: the VR log).
+const (
+	// KindHSet sets the fields of Keys (field, value, field, value...) in
+	// the hash Key; result: how many fields are new (Delta 1: HMSET, which
+	// answers OK). Cond IfAbsent is HSETNX (one pair: 1 if set, else 0).
+	KindHSet Kind = 96 + iota
+	// KindHDel deletes the fields Keys of Key; result: how many existed.
+	// The hash's last field deletes the key.
+	KindHDel
+	// KindHIncrBy adds Delta to the integer field Keys[0] of Key.
+	KindHIncrBy
+	// KindHIncrByFloat adds the decimal Value to the field Keys[0] of Key.
+	KindHIncrByFloat
+	kindHashWriteEnd
+)
+
+// Hash read kinds, numbered from 112 (not updates: Kind.IsUpdate).
+const (
+	// KindHGet reads the fields Keys of Key: an array of their values, nil
+	// for a missing field (HGET, HMGET, HEXISTS, HSTRLEN are shaped from it).
+	KindHGet Kind = 112 + iota
+	// KindHLen answers Key's field count.
+	KindHLen
+	// KindHGetAll answers field, value, field, value... in field order
+	// (HGETALL, HKEYS, HVALS, HSCAN, HRANDFIELD are shaped from it).
+	KindHGetAll
+	kindHashReadEnd
+)
+
+var hashKindNames = [...]string{"hset", "hdel", "hincrby", "hincrbyfloat"}
+var hashReadNames = [...]string{"hget", "hlen", "hgetall"}
+
+func isHashWrite(k Kind) bool { return k >= KindHSet && k < kindHashWriteEnd }
+func isHashRead(k Kind) bool  { return k >= KindHGet && k < kindHashReadEnd }
+
+// IsHashRead reports whether k is a read of a hash: it reads the metadata
+// record of op.Key and rows under the reserved prefix through the Scanner,
+// so a caller of Read must hand it one, and it must see one state (MultiKey).
+// Its result depends on op.Key only (every hash write writes it).
+func IsHashRead(k Kind) bool { return isHashRead(k) }
+
+// Errors of the hash commands (texts are Redis's; codec.go codes them).
+var (
+	// ErrWrongKind: the command does not apply to the type of the key's
+	// value; the server answers Redis's -WRONGTYPE reply.
+	ErrWrongKind    = errors.New("WRONGTYPE Operation against a key holding the wrong kind of value")
+	ErrHashNotInt   = errors.New("hash value is not an integer")
+	ErrHashNotFloat = errors.New("hash value is not a float")
+	// ErrHashCopy: COPY of a hash is not supported yet (its copy would
+	// share the source's field rows).
+	ErrHashCopy = errors.New("COPY of a hash is not supported yet")
+)
+
+// hashRows is the reserved prefix of every hash field row.
+var hashRows = ReservedKey("h/")
+
+// HashRowPrefix is the prefix of the rows of the hash of generation gen.
+func HashRowPrefix(gen uint64) []byte {
+	b := make([]byte, 0, len(hashRows)+8+16)
+	b = append(b, hashRows...)
+	return binary.BigEndian.AppendUint64(b, gen)
+}
+
+// IsHashRow reports whether key is a hash field row (which a flush deletes
+// with the user keys).
+func IsHashRow(key []byte) bool { return bytes.HasPrefix(key, hashRows) }
+
+// HashRowOverhead is how much longer a field's row key is than the field.
+var HashRowOverhead = len(hashRows) + 8
+
+func hashRowKey(gen uint64, field []byte) []byte {
+	return append(HashRowPrefix(gen), field...)
+}
+
+func encodeHashMeta(gen uint64, n int64) []byte {
+	b := binary.LittleEndian.AppendUint64(make([]byte, 0, 12), gen)
+	return binary.AppendUvarint(b, uint64(n))
+}
+
+func decodeHashMeta(b []byte) (gen uint64, n int64, err error) {
+	if len(b) < 8 {
+		return 0, 0, fmt.Errorf("%w: hash metadata of %d bytes", ErrCorrupt, len(b))
+	}
+	c, k := binary.Uvarint(b[8:])
+	if k <= 0 {
+		return 0, 0, fmt.Errorf("%w: hash metadata count", ErrCorrupt)
+	}
+	return binary.LittleEndian.Uint64(b), int64(c), nil
+}
+
+// notString is the error of a string command on a key of another type.
+func notString(meta []byte) error {
+	if MetaType(meta) != TypeString {
+		return ErrWrongKind
+	}
+	return nil
+}
+
+// hashState is a hash's metadata as a write finds it.
+type hashState struct {
+	live     bool
+	gen      uint64
+	n        int64
+	expireAt int64
+	ver      uint64 // the version read (a write that writes nothing answers it)
+}
+
+func readHashState(get Getter, key []byte, version uint64, now int64) (hashState, error) {
+	data, meta, ver, live, _, err := lookup(get, key, now)
+	if err != nil {
+		return hashState{}, err
+	}
+	if !live {
+		// A new hash: its generation is this op's version, which no other
+		// hash had.
+		return hashState{gen: version, ver: ver}, nil
+	}
+	if MetaType(meta) != TypeHash {
+		return hashState{}, ErrWrongKind
+	}
+	gen, n, err := decodeHashMeta(data)
+	if err != nil {
+		return hashState{}, err
+	}
+	return hashState{live: true, gen: gen, n: n, expireAt: ExpireAt(meta), ver: ver}, nil
+}
+
+// field reads the row of field f (only a live hash has rows).
+func (h *hashState) field(get Getter, f []byte) ([]byte, bool, error) {
+	if !h.live {
+		return nil, false, nil
+	}
+	data, _, _, ok, err := get(hashRowKey(h.gen, f))
+	return data, ok, err
+}
+
+// hashRow is a field row a write emits: value nil deletes it.
+type hashRow struct{ field, value []byte }
+
+// emit emits the hash's metadata record (n fields; none deletes the key),
+// then its rows.
+func (h *hashState) emit(emit Emit, key []byte, rows []hashRow) {
+	if h.n <= 0 {
+		emit(key, nil, nil, true)
+	} else {
+		put(emit, key, encodeHashMeta(h.gen, h.n), EncodeMeta(TypeHash, h.expireAt))
+	}
+	for _, r := range rows {
+		if r.value == nil {
+			emit(hashRowKey(h.gen, r.field), nil, nil, true)
+		} else {
+			put(emit, hashRowKey(h.gen, r.field), r.value, nil)
+		}
+	}
+}
+
+// ReplayReadsOwnRecord reports whether a replica replaying an op of kind k
+// after a crash, finding that the engine holds the op's own record of a key
+// and nothing older (retention dropped the state before the op), must read
+// that record rather than absence. A hash write must: the keys of the rows
+// it writes derive from the generation in its hash's metadata record, which
+// the op's own record carries unchanged (or, for a hash the op created, as
+// the op's version), so reading it restages the rows a crash lost under
+// their real keys. (The other ops read such a key as absent: their records
+// of it are skipped, and absence is what lets an all-or-nothing op such as
+// MSETNX restage its other keys.)
+func ReplayReadsOwnRecord(k Kind) bool { return isHashWrite(k) }
+
+func applyHash(get Getter, version uint64, op *Op, emit Emit) (Result, error) {
+	if err := CheckKey(op.Key); err != nil {
+		return Result{}, err
+	}
+	if len(op.Keys) == 0 || (op.Kind == KindHSet && len(op.Keys)%2 != 0) {
+		return Result{}, fmt.Errorf("%w: %v needs fields", ErrInvalidOp, op.Kind)
+	}
+	if _, ok := ParseLongDouble(op.Value); op.Kind == KindHIncrByFloat && !ok {
+		return Result{}, ErrNotFloat // Redis checks the increment first
+	}
+	h, err := readHashState(get, op.Key, version, op.Now)
+	if err != nil {
+		return Result{}, err
+	}
+	// The metadata record is emitted first, then the rows: an engine that
+	// recovers a prefix of an op's records after a crash then holds the
+	// metadata of any op whose rows it holds, and a replay that finds only
+	// that record reads the generation from it (ReplayReadsOwnRecord).
+	var rows []hashRow
+	switch op.Kind {
+	case KindHSet:
+		var added int64
+		for i := 0; i < len(op.Keys); i += 2 {
+			if dupAfter(op.Keys, i) {
+				continue // HSET h f 1 f 2: one row, the last value
+			}
+			_, exists, err := h.field(get, op.Keys[i])
+			if err != nil {
+				return Result{}, err
+			}
+			if exists && op.Cond == IfAbsent {
+				return Result{Kind: ResInt, Int: 0, Version: h.ver}, nil
+			}
+			if !exists {
+				added++
+			}
+			rows = append(rows, hashRow{field: op.Keys[i], value: op.Keys[i+1]})
+		}
+		h.n += added
+		h.emit(emit, op.Key, rows)
+		if op.Delta == 1 {
+			return Result{Kind: ResOK, Version: version}, nil
+		}
+		return Result{Kind: ResInt, Int: added, Version: version}, nil
+
+	case KindHDel:
+		if !h.live {
+			return Result{Kind: ResInt, Int: 0, Version: h.ver}, nil
+		}
+		var removed int64
+		for i, f := range op.Keys {
+			if dupBefore(op.Keys, i) {
+				continue
+			}
+			_, exists, err := h.field(get, f)
+			if err != nil {
+				return Result{}, err
+			}
+			if exists {
+				removed++
+				rows = append(rows, hashRow{field: f}) // a deletion
+			}
+		}
+		if removed == 0 {
+			return Result{Kind: ResInt, Int: 0, Version: h.ver}, nil
+		}
+		h.n -= removed
+		h.emit(emit, op.Key, rows)
+		return Result{Kind: ResInt, Int: removed, Version: version}, nil
+
+	case KindHIncrBy, KindHIncrByFloat:
+		f := op.Keys[0]
+		old, exists, err := h.field(get, f)
+		if err != nil {
+			return Result{}, err
+		}
+		var nv []byte
+		res := Result{Version: version}
+		if op.Kind == KindHIncrBy {
+			cur, err := addInt(old, exists, op.Delta, ErrHashNotInt)
+			if err != nil {
+				return Result{}, err
+			}
+			nv = strconv.AppendInt(nil, cur, 10)
+			res.Kind, res.Int = ResInt, cur
+		} else {
+			if nv, err = addLongDouble(old, exists, op.Value, ErrHashNotFloat); err != nil {
+				return Result{}, err
+			}
+			res.Kind, res.Bulk = ResBulk, nv
+		}
+		if !exists {
+			h.n++
+		}
+		h.emit(emit, op.Key, []hashRow{{field: f, value: nv}})
+		return res, nil
+	}
+	return Result{}, fmt.Errorf("%w: %v is not a hash write", ErrInvalidOp, op.Kind)
+}
+
+// readHash serves the hash reads for Read: the metadata through get, the
+// rows through scan (the Getter of a read hides reserved keys).
+func readHash(get Getter, scan Scanner, op *Op) (Result, error) {
+	if IsReserved(op.Key) {
+		return Result{}, ErrReservedKey
+	}
+	data, meta, ver, live, _, err := lookup(get, op.Key, op.Now)
+	if err != nil {
+		return Result{}, err
+	}
+	res := Result{Version: ver}
+	var gen uint64
+	var n int64
+	if live {
+		if MetaType(meta) != TypeHash {
+			return Result{}, ErrWrongKind
+		}
+		if gen, n, err = decodeHashMeta(data); err != nil {
+			return Result{}, err
+		}
+	}
+	switch op.Kind {
+	case KindHLen:
+		res.Kind, res.Int = ResInt, n
+		return res, nil
+	case KindHGet:
+		res.Kind, res.Array = ResArray, make([][]byte, len(op.Keys))
+		if !live {
+			return res, nil
+		}
+		if scan == nil {
+			return Result{}, fmt.Errorf("%w: a hash read needs the caller's scanner", ErrInvalidOp)
+		}
+		for i, f := range op.Keys {
+			row := hashRowKey(gen, f)
+			end := append(append(make([]byte, 0, len(row)+1), row...), 0)
+			err := scan(row, end, 1, func(k, v, _ []byte, version uint64) bool {
+				if bytes.Equal(k, row) {
+					res.Array[i] = v
+					if res.Array[i] == nil {
+						res.Array[i] = []byte{}
+					}
+					res.Version = max(res.Version, version)
+				}
+				return false
+			})
+			if err != nil {
+				return Result{}, err
+			}
+		}
+		return res, nil
+	case KindHGetAll:
+		res.Kind, res.Array = ResArray, [][]byte{}
+		if !live {
+			return res, nil
+		}
+		if scan == nil {
+			return Result{}, fmt.Errorf("%w: a hash read needs the caller's scanner", ErrInvalidOp)
+		}
+		p := HashRowPrefix(gen)
+		err := scan(p, PrefixEnd(p), 0, func(k, v, _ []byte, version uint64) bool {
+			if v == nil {
+				v = []byte{}
+			}
+			res.Array = append(res.Array, k[len(p):], v)
+			res.Version = max(res.Version, version)
+			return true
+		})
+		if err != nil {
+			return Result{}, err
+		}
+		return res, nil
+	}
+	return Result{}, fmt.Errorf("%w: %v is not a hash read", ErrInvalidOp, op.Kind)
+}

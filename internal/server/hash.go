@@ -1,0 +1,275 @@
+package server
+
+import (
+	"math/rand/v2"
+	"strconv"
+	"strings"
+
+	"github.com/kefirdb/kefir/internal/command"
+	"github.com/kefirdb/kefir/internal/kv"
+)
+
+// The hash commands at the front door (docs/design/hashes.md): writes are
+// kv ops evaluated by kv.Apply on every engine; reads are one kv hash read
+// each (kv.KindHGet, KindHLen, KindHGetAll: one state, through the same path
+// as any read — inline, deferred, forwarded), from which Redis's reply is
+// shaped here.
+
+// parseHashWrite parses the hash writes for parseMoreWrite; handled false
+// for any other command.
+func parseHashWrite(spec *command.Spec, args [][]byte, a *arena) (op kv.Op, handled bool, err error) {
+	switch spec.Name {
+	case "HSET", "HMSET", "HSETNX":
+		if len(args)%2 != 0 {
+			return op, true, errf("ERR wrong number of arguments for '%s' command", strings.ToLower(spec.Name))
+		}
+		op = kv.Op{Kind: kv.KindHSet, Key: a.copy(args[1]), Keys: make([][]byte, len(args)-2)}
+		for i := 2; i < len(args); i++ {
+			op.Keys[i-2] = a.copy(args[i])
+		}
+		switch spec.Name {
+		case "HMSET":
+			op.Delta = 1 // answers OK
+		case "HSETNX":
+			op.Cond = kv.IfAbsent
+		}
+		return op, true, nil
+	case "HDEL":
+		op = kv.Op{Kind: kv.KindHDel, Key: a.copy(args[1]), Keys: make([][]byte, len(args)-2)}
+		for i := 2; i < len(args); i++ {
+			op.Keys[i-2] = a.copy(args[i])
+		}
+		return op, true, nil
+	case "HINCRBY":
+		n, err := parseInt64(args[3])
+		if err != nil {
+			return op, true, err
+		}
+		return kv.Op{Kind: kv.KindHIncrBy, Key: a.copy(args[1]), Keys: [][]byte{a.copy(args[2])}, Delta: n}, true, nil
+	case "HINCRBYFLOAT":
+		return kv.Op{Kind: kv.KindHIncrByFloat, Key: a.copy(args[1]), Keys: [][]byte{a.copy(args[2])}, Value: a.copy(args[3])}, true, nil
+	}
+	return op, false, nil
+}
+
+// hashReads are the hash reads evalHash serves (readMore's moreReads).
+var hashReads = []string{"HGET", "HMGET", "HEXISTS", "HSTRLEN", "HLEN", "HGETALL", "HKEYS", "HVALS", "HSCAN", "HRANDFIELD"}
+
+// evalHash runs a hash read with run and returns how to write its reply;
+// handled false for any other command.
+func evalHash(spec *command.Spec, args [][]byte, run func(kv.Op) (kv.Result, error)) (reply func(*conn), handled bool, err error) {
+	key := args[1]
+	switch spec.Name {
+	case "HGET", "HMGET", "HEXISTS", "HSTRLEN":
+		res, err := run(kv.Op{Kind: kv.KindHGet, Key: key, Keys: args[2:]})
+		if err != nil {
+			return nil, true, err
+		}
+		v := res.Array[0]
+		switch spec.Name {
+		case "HGET":
+			return func(c *conn) { c.writeNullable(v) }, true, nil
+		case "HEXISTS":
+			return intReply(boolInt(v != nil)), true, nil
+		case "HSTRLEN":
+			return intReply(int64(len(v))), true, nil
+		}
+		return func(c *conn) { c.writeResult(res) }, true, nil
+	case "HLEN":
+		res, err := run(kv.Op{Kind: kv.KindHLen, Key: key})
+		if err != nil {
+			return nil, true, err
+		}
+		return intReply(res.Int), true, nil
+	case "HGETALL", "HKEYS", "HVALS":
+		res, err := run(kv.Op{Kind: kv.KindHGetAll, Key: key})
+		if err != nil {
+			return nil, true, err
+		}
+		a := res.Array
+		if spec.Name == "HGETALL" {
+			return func(c *conn) {
+				_ = c.w.WriteMapHeader(len(a) / 2)
+				for _, b := range a {
+					_ = c.w.WriteBulk(b)
+				}
+			}, true, nil
+		}
+		from := 0 // HKEYS
+		if spec.Name == "HVALS" {
+			from = 1
+		}
+		return func(c *conn) {
+			_ = c.w.WriteArrayHeader(len(a) / 2)
+			for i := from; i < len(a); i += 2 {
+				_ = c.w.WriteBulk(a[i])
+			}
+		}, true, nil
+	case "HSCAN":
+		reply, err := hscan(args, run)
+		return reply, true, err
+	case "HRANDFIELD":
+		reply, err := hrandfield(args, run)
+		return reply, true, err
+	}
+	return nil, false, nil
+}
+
+func boolInt(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func (c *conn) writeNullable(v []byte) {
+	if v == nil {
+		_ = c.w.WriteNull()
+	} else {
+		_ = c.w.WriteBulk(v)
+	}
+}
+
+// hscan is HSCAN key cursor [MATCH pattern] [COUNT n] [NOVALUES]. It answers
+// the whole hash in one page (cursor 0), as Redis does for a hash it keeps
+// as a listpack; a big hash is one read of every row (docs/design/hashes.md).
+func hscan(args [][]byte, run func(kv.Op) (kv.Result, error)) (func(*conn), error) {
+	if _, err := strconv.ParseUint(string(args[2]), 10, 64); err != nil {
+		return nil, errf("ERR invalid cursor")
+	}
+	var pattern []byte
+	novalues := false
+	for i := 3; i < len(args); i++ {
+		switch {
+		case eq(args[i], "MATCH") && i+1 < len(args):
+			pattern = args[i+1]
+			i++
+		case eq(args[i], "COUNT") && i+1 < len(args):
+			n, err := parseInt64(args[i+1])
+			if err != nil {
+				return nil, err
+			}
+			if n < 1 {
+				return nil, errSyntax
+			}
+			i++
+		case eq(args[i], "NOVALUES"):
+			novalues = true
+		default:
+			return nil, errSyntax
+		}
+	}
+	res, err := run(kv.Op{Kind: kv.KindHGetAll, Key: args[1]})
+	if err != nil {
+		return nil, err
+	}
+	out := make([][]byte, 0, len(res.Array))
+	for i := 0; i < len(res.Array); i += 2 {
+		if pattern != nil && !kv.Match(pattern, res.Array[i]) {
+			continue
+		}
+		out = append(out, res.Array[i])
+		if !novalues {
+			out = append(out, res.Array[i+1])
+		}
+	}
+	return func(c *conn) {
+		_ = c.w.WriteArrayHeader(2)
+		_ = c.w.WriteBulkString("0")
+		_ = c.w.WriteArrayHeader(len(out))
+		for _, b := range out {
+			_ = c.w.WriteBulk(b)
+		}
+	}, nil
+}
+
+// hrandfield is HRANDFIELD key [count [WITHVALUES]], with Redis's rules: no
+// count, one field (nil for a missing key); a positive count, that many
+// distinct fields at most; a negative one, that many with repeats.
+func hrandfield(args [][]byte, run func(kv.Op) (kv.Result, error)) (func(*conn), error) {
+	var count int64
+	withCount, withValues := len(args) >= 3, false
+	if withCount {
+		n, err := parseInt64(args[2])
+		if err != nil {
+			return nil, err
+		}
+		count = n
+		switch {
+		case len(args) == 4 && eq(args[3], "WITHVALUES"):
+			withValues = true
+		case len(args) > 3:
+			return nil, errSyntax
+		}
+		if count < -(1<<40) || count > 1<<40 {
+			return nil, errf("ERR value is out of range")
+		}
+	}
+	res, err := run(kv.Op{Kind: kv.KindHGetAll, Key: args[1]})
+	if err != nil {
+		return nil, err
+	}
+	a := res.Array
+	n := len(a) / 2
+	if !withCount {
+		if n == 0 {
+			return func(c *conn) { _ = c.w.WriteNull() }, nil
+		}
+		f := a[2*rand.IntN(n)]
+		return func(c *conn) { _ = c.w.WriteBulk(f) }, nil
+	}
+	var picks []int
+	switch {
+	case n == 0 || count == 0:
+	case count > 0:
+		picks = rand.Perm(n)[:min(int(count), n)]
+	default:
+		picks = make([]int, -count)
+		for i := range picks {
+			picks[i] = rand.IntN(n)
+		}
+	}
+	return func(c *conn) {
+		if withValues && c.w.Protocol() == 3 {
+			_ = c.w.WriteArrayHeader(len(picks))
+			for _, p := range picks {
+				_ = c.w.WriteArrayHeader(2)
+				_ = c.w.WriteBulk(a[2*p])
+				_ = c.w.WriteBulk(a[2*p+1])
+			}
+			return
+		}
+		if withValues {
+			_ = c.w.WriteArrayHeader(2 * len(picks))
+		} else {
+			_ = c.w.WriteArrayHeader(len(picks))
+		}
+		for _, p := range picks {
+			_ = c.w.WriteBulk(a[2*p])
+			if withValues {
+				_ = c.w.WriteBulk(a[2*p+1])
+			}
+		}
+	}, nil
+}
+
+// hashEncoding is OBJECT ENCODING of a hash, by Redis 7's default rule: a
+// listpack while it has at most 128 fields and no field or value over 64
+// bytes, else a hashtable. (Kefir stores every hash the same way: a row per
+// field; the name is what tools expect.)
+func hashEncoding(key []byte, run func(kv.Op) (kv.Result, error)) (string, error) {
+	res, err := run(kv.Op{Kind: kv.KindHLen, Key: key})
+	if err != nil || res.Int > 128 {
+		return "hashtable", err
+	}
+	all, err := run(kv.Op{Kind: kv.KindHGetAll, Key: key})
+	if err != nil {
+		return "", err
+	}
+	for _, b := range all.Array {
+		if len(b) > 64 {
+			return "hashtable", nil
+		}
+	}
+	return "listpack", nil
+}

@@ -1,0 +1,154 @@
+package server
+
+import (
+	"strings"
+	"testing"
+)
+
+// hashScript exercises the hash commands; its expectations are Redis
+// 7.0.15's answers (TestHashRepliesMatchRedis checks them against a real
+// redis-server). Fields are added in order: Redis answers a small hash in
+// insertion order, Kefir in field order.
+const hashScript = `
+HSET h a 1 b 2 => (integer) 2
+HSET h b 3 c 4 => (integer) 1
+HGET h b => "3"
+HGET h zz => (nil)
+HGET nokey a => (nil)
+HMGET h a zz c => ["1", (nil), "4"]
+HMGET nokey a => [(nil)]
+HEXISTS h a => (integer) 1
+HEXISTS h zz => (integer) 0
+HSTRLEN h c => (integer) 1
+HSTRLEN h zz => (integer) 0
+HLEN h => (integer) 3
+HLEN nokey => (integer) 0
+HGETALL h => ["a", "1", "b", "3", "c", "4"]
+HGETALL nokey => []
+HKEYS h => ["a", "b", "c"]
+HVALS h => ["1", "3", "4"]
+HSETNX h a x => (integer) 0
+HSETNX h d 5 => (integer) 1
+HMSET h e 6 f 7 => OK
+HINCRBY h e 10 => (integer) 16
+HINCRBY h g -3 => (integer) -3
+HINCRBY h a x => ERR value is not an integer or out of range
+HINCRBY h e 9223372036854775807 => ERR increment or decrement would overflow
+HINCRBYFLOAT h f 0.5 => "7.5"
+HINCRBYFLOAT h f x => ERR value is not a valid float
+HSET h s hello => (integer) 1
+HINCRBY h s 1 => ERR hash value is not an integer
+HINCRBYFLOAT h s 1 => ERR hash value is not a float
+HDEL h a a zz b => (integer) 2
+HDEL nokey a => (integer) 0
+HLEN h => (integer) 6
+HSCAN h 0 => ["0", ["c", "4", "d", "5", "e", "16", "f", "7.5", "g", "-3", "s", "hello"]]
+HSCAN h 0 MATCH [cd] => ["0", ["c", "4", "d", "5"]]
+HSCAN h 0 COUNT 100 => ["0", ["c", "4", "d", "5", "e", "16", "f", "7.5", "g", "-3", "s", "hello"]]
+HSCAN h x => ERR invalid cursor
+HSET h odd => ERR wrong number of arguments for 'hset' command
+HMSET h odd => ERR wrong number of arguments for 'hmset' command
+HSET one f v => (integer) 1
+HRANDFIELD one => "f"
+HRANDFIELD one 5 => ["f"]
+HRANDFIELD one -2 => ["f", "f"]
+HRANDFIELD one 1 WITHVALUES => ["f", "v"]
+HRANDFIELD one 0 => []
+HRANDFIELD nokey => (nil)
+HRANDFIELD nokey 3 => []
+HRANDFIELD one x => ERR value is not an integer or out of range
+TYPE h => hash
+SCAN 0 TYPE hash MATCH h => ["0", ["h"]]
+SCAN 0 TYPE string MATCH h* => ["0", []]
+TYPE nokey => none
+OBJECT ENCODING h => "listpack"
+OBJECT REFCOUNT h => (integer) 1
+HSET bigv f xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx => (integer) 1
+OBJECT ENCODING bigv => "hashtable"
+DEL bigv => (integer) 1
+SET str v => OK
+TYPE str => string
+GET h => WRONGTYPE Operation against a key holding the wrong kind of value
+STRLEN h => WRONGTYPE Operation against a key holding the wrong kind of value
+INCR h => WRONGTYPE Operation against a key holding the wrong kind of value
+APPEND h x => WRONGTYPE Operation against a key holding the wrong kind of value
+GETDEL h => WRONGTYPE Operation against a key holding the wrong kind of value
+SET h x GET => WRONGTYPE Operation against a key holding the wrong kind of value
+MGET h str => [(nil), "v"]
+EXISTS h str => (integer) 2
+HSET str f v => WRONGTYPE Operation against a key holding the wrong kind of value
+HGET str f => WRONGTYPE Operation against a key holding the wrong kind of value
+HGETALL str => WRONGTYPE Operation against a key holding the wrong kind of value
+HLEN str => WRONGTYPE Operation against a key holding the wrong kind of value
+HDEL str f => WRONGTYPE Operation against a key holding the wrong kind of value
+HINCRBY str f 1 => WRONGTYPE Operation against a key holding the wrong kind of value
+HINCRBYFLOAT str f 1 => WRONGTYPE Operation against a key holding the wrong kind of value
+HINCRBYFLOAT str f x => ERR value is not a valid float
+INCRBYFLOAT h 1 => WRONGTYPE Operation against a key holding the wrong kind of value
+SET h x NX => (nil)
+EXPIRE h 100 => (integer) 1
+HSET h t 1 => (integer) 1
+TTL h => (integer) 100
+PERSIST h => (integer) 1
+TTL h => (integer) -1
+RENAME h h2 => OK
+HLEN h => (integer) 0
+HGET h2 c => "4"
+HLEN h2 => (integer) 7
+DEL h2 => (integer) 1
+HGETALL h2 => []
+HSET h2 z 1 => (integer) 1
+HGETALL h2 => ["z", "1"]
+SET h2 plain => OK
+GET h2 => "plain"
+DEL h2 => (integer) 1
+HSET h2 y 2 => (integer) 1
+HGETALL h2 => ["y", "2"]
+HDEL h2 y => (integer) 1
+EXISTS h2 => (integer) 0
+HSET h3 a 1 => (integer) 1
+RENAME h3 one => OK
+HGETALL one => ["a", "1"]
+HSET kt f v => (integer) 1
+EXPIRE kt 100 => (integer) 1
+SET kt x KEEPTTL => OK
+GET kt => "x"
+TTL kt => (integer) 100
+FLUSHDB => OK
+HGETALL one => []
+DBSIZE => (integer) 0
+`
+
+// The hash script on a single node.
+func TestHashCommandsSingleNode(t *testing.T) {
+	c := dial(t, startServer(t, nil))
+	c.expect(hashScript)
+	// NOVALUES is Redis 7.4's (7.0 answers a syntax error).
+	c.expect(`
+HSET nv a 1 b 2 => (integer) 2
+HSCAN nv 0 NOVALUES => ["0", ["a", "b"]]
+`)
+}
+
+// The hash script on a replicated group, through the leader at every level
+// and through a follower (which forwards writes and reads it cannot serve).
+func TestHashCommandsReplicated(t *testing.T) { expectOnGroup(t, hashScript) }
+
+// Every reply of hashScript is Redis's, kind and bytes (HRANDFIELD's as a
+// set: Redis picks its own order).
+func TestHashRepliesMatchRedis(t *testing.T) {
+	rc := startRedis(t)
+	kc := dial(t, startServer(t, nil))
+	rc.do("FLUSHALL")
+	for _, line := range strings.Split(strings.TrimSpace(hashScript), "\n") {
+		cmd, _, _ := strings.Cut(line, "=>")
+		args := strings.Fields(cmd)
+		want, got := rawReply(t, rc, args), rawReply(t, kc, args)
+		if args[0] == "HRANDFIELD" {
+			want, got = sortedArray(want), sortedArray(got)
+		}
+		if want != got {
+			t.Errorf("%s:\n  redis: %s\n  kefir: %s", strings.TrimSpace(cmd), want, got)
+		}
+	}
+}
