@@ -107,6 +107,12 @@ func fsyncsPerWrite(t *testing.T, syncDelay time.Duration, n int) float64 {
 // about one fsync per write per replica, against about two (or more: a new
 // commit point is a batch of its own) without the hold.
 func TestNilextGroupCommitSavesAnFsyncPerWrite(t *testing.T) {
+	if raceOn {
+		// Under the detector a write plus the 3 ms pause outlasts the 5 ms
+		// hold, so the count measures the detector (1.53 seen); make test
+		// runs this without it.
+		t.Skip("a timing-bound fsync count: skipped under -race")
+	}
 	const n = 100
 	off := fsyncsPerWrite(t, -1, n)
 	on := fsyncsPerWrite(t, 0, n) // the default delay

@@ -1,0 +1,5 @@
+//go:build !race
+
+package vrshard
+
+const raceOn = false
