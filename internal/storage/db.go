@@ -996,7 +996,7 @@ const (
 //     is taken from the value cache if it is there, and one read alone (scattered in the
 //     log: keys inserted out of order) is put there (scanCaches says why only those).
 func (db *DB) readBatch(hits []scanHit) error {
-	var miss []int
+	miss := make([]int, 0, len(hits))
 	total := 0
 	for i := range hits {
 		h := &hits[i]
@@ -1020,7 +1020,7 @@ func (db *DB) readBatch(hits []scanHit) error {
 		lo, hi uint64
 		k, n   int
 	}
-	var reads []read
+	reads := make([]read, 0, len(miss))
 	for k := 0; k < len(miss); {
 		first := &hits[miss[k]]
 		lo, hi := first.v.pos, first.v.pos+uint64(first.v.size)
