@@ -93,31 +93,34 @@ func Settled(timeout, settle, interval time.Duration, sample func() (int, bool))
 	return last, ok
 }
 
-// LoopbackAddrs reserves n loopback ports and closes them again at once: a
-// member list must name every port before the members bind them. Another
-// test may take one in between; callers that can, retry a start that fails
-// with EADDRINUSE (test/e2e/cluster.FreeAddr coordinates across processes
-// instead, for real-process tests).
+// LoopbackAddrs reserves n loopback ports for members that bind them later:
+// from outside the kernel's ephemeral range and exclusive across test
+// processes (FreePorts), so neither a listener on port 0, an outgoing
+// connection's local port, nor another package's test takes one in between —
+// a port the kernel handed out and took back was, now and then ("bind:
+// address already in use" in a clean CI run).
 func LoopbackAddrs(t testing.TB, n int) []string {
 	t.Helper()
-	addrs, release := HoldLoopbackAddrs(t, n)
-	release()
+	addrs := make([]string, n)
+	for i := range addrs {
+		addrs[i] = loopbackAddr(t)
+	}
 	return addrs
 }
 
-// HoldLoopbackAddrs reserves n loopback ports and keeps them bound until
-// release, so that whatever a test starts in between (a fault proxy) cannot
-// take them; release frees them just before the members bind them.
+// HoldLoopbackAddrs reserves n loopback ports as LoopbackAddrs does and keeps
+// them bound until release, so that nothing the test itself starts in between
+// can bind them either; release frees them just before the members bind them.
 func HoldLoopbackAddrs(t testing.TB, n int) (addrs []string, release func()) {
 	t.Helper()
-	var lns []net.Listener
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addrs = LoopbackAddrs(t, n)
+	lns := make([]net.Listener, 0, n)
+	for _, a := range addrs {
+		ln, err := net.Listen("tcp", a)
 		if err != nil {
-			t.Fatalf("reserve a loopback port: %v", err)
+			t.Fatalf("hold loopback port %s: %v", a, err)
 		}
 		lns = append(lns, ln)
-		addrs = append(addrs, ln.Addr().String())
 	}
 	return addrs, func() {
 		for _, ln := range lns {

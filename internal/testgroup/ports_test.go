@@ -1,4 +1,4 @@
-package cluster
+package testgroup
 
 import (
 	"bufio"
@@ -18,7 +18,7 @@ import (
 func TestFreeAddrPortsAreNotHandedOutByTheKernel(t *testing.T) {
 	reserved := map[int]bool{}
 	for range 50 {
-		_, p, _ := net.SplitHostPort(FreeAddr(t))
+		_, p, _ := net.SplitHostPort(loopbackAddr(t))
 		n, _ := strconv.Atoi(p)
 		if reserved[n] {
 			t.Fatalf("port %d handed out twice", n)
@@ -53,9 +53,9 @@ func TestFreeAddrPortsAreNotHandedOutByTheKernel(t *testing.T) {
 // Another test process using this package (another package's tests, another
 // checkout's) gets none of this process's ports while it holds them.
 func TestFreeAddrPortsAreExclusiveAcrossProcesses(t *testing.T) {
-	if os.Getenv("KEFIR_CLUSTER_PORTS_CHILD") != "" {
+	if os.Getenv("KEFIR_TESTGROUP_PORTS_CHILD") != "" {
 		for range 300 {
-			_, p, _ := net.SplitHostPort(FreeAddr(t))
+			_, p, _ := net.SplitHostPort(loopbackAddr(t))
 			os.Stdout.WriteString(p + "\n")
 		}
 		return
@@ -65,7 +65,7 @@ func TestFreeAddrPortsAreExclusiveAcrossProcesses(t *testing.T) {
 	}
 	mine := map[int]bool{}
 	for range 150 {
-		_, p, _ := net.SplitHostPort(FreeAddr(t))
+		_, p, _ := net.SplitHostPort(loopbackAddr(t))
 		n, _ := strconv.Atoi(p)
 		mine[n] = true
 	}
@@ -76,7 +76,7 @@ func TestFreeAddrPortsAreExclusiveAcrossProcesses(t *testing.T) {
 	}
 	ports.Unlock()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestFreeAddrPortsAreExclusiveAcrossProcesses$", "-test.count=1")
-	cmd.Env = append(os.Environ(), "KEFIR_CLUSTER_PORTS_CHILD=1")
+	cmd.Env = append(os.Environ(), "KEFIR_TESTGROUP_PORTS_CHILD=1")
 	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("child: %v\n%s", err, out)
