@@ -748,21 +748,10 @@ func (c *conn) read(spec *command.Spec, args [][]byte, o callOpts) error {
 	if o.session {
 		sess = o.sess
 	}
-	var res kv.Result
-	var p shard.Pending
-	if c.inline {
-		var ok bool
-		if res, ok = c.srv.shard.TryRead(op, cons); !ok {
-			c.wouldWait = true
-			return nil
-		}
-	} else if c.srv.reads.Deferred {
-		// A read of a value the leader's log holds but has not made durable
-		// is answered now and its reply held with the batch's (release), so
-		// the connection's later commands do not wait behind it.
-		res, p, err = c.srv.shard.ReadDeferred(context.Background(), op, cons, sess)
-	} else {
-		res, err = c.srv.shard.Read(context.Background(), op, cons, sess)
+	res, p, err := c.readPath(op, cons, sess)
+	if errors.Is(err, errWouldWait) {
+		c.wouldWait = true
+		return nil
 	}
 	if errors.Is(err, cluster.ErrNotLeader) {
 		return c.forwardRead(args, cons, sess, o, err)

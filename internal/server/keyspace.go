@@ -119,23 +119,32 @@ var moreReads = func() []bool {
 // command is run again on a goroutine (readInline), so nothing is written.
 var errWouldWait = errors.New("read would wait")
 
-// readOp runs one kv read at the command's level as read does, merging a
-// deferred read's pending wait into the connection's and advancing the
-// session.
-func (c *conn) readOp(op kv.Op, cons level.Consistency, sess shard.Session, session *shard.Session) (kv.Result, error) {
-	var res kv.Result
-	var p shard.Pending
-	var err error
-	if c.inline {
+// readPath runs one kv read at cons by the replica's cheapest path: inline
+// (TryRead; errWouldWait if it would wait), deferred (ReadDeferred: the
+// reply may be held with the batch's, p) or plain Read. The one place
+// read and readMore choose it.
+func (c *conn) readPath(op kv.Op, cons level.Consistency, sess shard.Session) (res kv.Result, p shard.Pending, err error) {
+	switch {
+	case c.inline:
 		var ok bool
 		if res, ok = c.srv.shard.TryRead(op, cons); !ok {
-			return res, errWouldWait
+			return res, p, errWouldWait
 		}
-	} else if c.srv.reads.Deferred {
+	case c.srv.reads.Deferred:
+		// A read of a value the leader's log holds but has not made durable
+		// is answered now and its reply held with the batch's (release), so
+		// the connection's later commands do not wait behind it.
 		res, p, err = c.srv.shard.ReadDeferred(context.Background(), op, cons, sess)
-	} else {
+	default:
 		res, err = c.srv.shard.Read(context.Background(), op, cons, sess)
 	}
+	return res, p, err
+}
+
+// readOp runs one kv read as readPath does, merging a deferred read's
+// pending wait into the connection's and advancing the session.
+func (c *conn) readOp(op kv.Op, cons level.Consistency, sess shard.Session, session *shard.Session) (kv.Result, error) {
+	res, p, err := c.readPath(op, cons, sess)
 	if err != nil {
 		return res, err
 	}
