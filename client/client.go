@@ -92,6 +92,9 @@ type CallOption func(*callOptions)
 type callOptions struct {
 	consistency Consistency
 	durability  Durability
+	// ttl (Put only, hasTTL): the key expires ttl after the write (ttl.go).
+	ttl    time.Duration
+	hasTTL bool
 }
 
 // WithConsistency sets the consistency level of a read.
@@ -757,6 +760,15 @@ func (c *Client) integer(ctx context.Context, r *request) (int64, error) {
 }
 
 func (c *Client) put(ctx context.Context, s *Session, key string, value []byte, opts []CallOption) error {
+	if ms, ok, err := putTTL(opts); err != nil {
+		return err
+	} else if ok {
+		// With an expiry: SET … PX on the ordered path (the nilext fast path
+		// carries plain pairs only).
+		r := newCall(replyStatus, true, s, opts)
+		r.cmd = append(r.cmd, arg{s: "SET"}, arg{s: key}, arg{b: nonNil(value)}, arg{s: "PX"}, arg{s: ms})
+		return c.status(ctx, r)
+	}
 	if s == nil && c.nx != nil {
 		if done, err := c.nx.write(ctx, []KV{{Key: key, Value: value}}, opts); done {
 			return err
@@ -808,6 +820,12 @@ func (c *Client) multiGet(ctx context.Context, s *Session, keys []string, opts [
 }
 
 func (c *Client) multiPut(ctx context.Context, s *Session, kvs []KV, opts []CallOption) error {
+	if _, ok, err := putTTL(opts); err != nil || ok {
+		if err == nil {
+			err = errors.Join(ErrInvalidTTL, errors.New("kefir: MultiPut cannot set a TTL (MSET has no expiry); use Put with WithTTL per key"))
+		}
+		return err
+	}
 	if len(kvs) == 0 {
 		return nil
 	}

@@ -67,6 +67,13 @@
 //	_ = s.Put(ctx, "cart", []byte("apples"), client.WithDurability(client.CAD))
 //	v, err = s.Get(ctx, "cart", client.WithConsistency(client.SessionConsistency))
 //
+//	// Keys that expire (SET … PX; PEXPIRE, PTTL, PERSIST). TTL returns
+//	// NoExpiry for a key without one and ErrNotFound for a missing or
+//	// expired key.
+//	_ = c.Put(ctx, "session:42", []byte("token"), client.WithTTL(30*time.Minute))
+//	ok, err := c.Expire(ctx, "session:42", time.Hour)
+//	left, err := c.TTL(ctx, "session:42")
+//
 //	// Ordered range reads: keys in ["user:", "user;"), at most 100.
 //	kvs, err := c.Scan(ctx, "user:", "user;", 100)
 //	for _, kv := range kvs {
