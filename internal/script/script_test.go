@@ -1,0 +1,234 @@
+package script
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/kefirdb/kefir/internal/kv"
+)
+
+// store is a map state for kv.Apply: key → value, meta, version.
+type store struct {
+	m   map[string]rec
+	ver uint64
+}
+
+type rec struct {
+	data, meta []byte
+	ver        uint64
+}
+
+type emitted struct {
+	key, value, meta string
+	tomb             bool
+}
+
+func newStore() *store { return &store{m: map[string]rec{}} }
+
+func (s *store) get(k []byte) ([]byte, []byte, uint64, bool, error) {
+	r, ok := s.m[string(k)]
+	return r.data, r.meta, r.ver, ok, nil
+}
+
+// eval applies one script op at the next version and returns the reply and
+// the records it wrote.
+func (s *store) eval(t *testing.T, kind kv.Kind, body string, nkeys int, now int64, args ...string) (string, []emitted) {
+	t.Helper()
+	op := kv.Op{Kind: kind, Value: []byte(body), Delta: int64(nkeys), Now: now}
+	for _, a := range args {
+		op.Keys = append(op.Keys, []byte(a))
+	}
+	s.ver++
+	var out []emitted
+	res, err := kv.Apply(s.get, s.ver, &op, 1<<20, func(key, value, meta []byte, tomb bool) {
+		out = append(out, emitted{string(key), string(value), string(meta), tomb})
+	})
+	if err != nil {
+		t.Fatalf("%q: %v", body, err)
+	}
+	if res.Kind != kv.ResReply {
+		t.Fatalf("%q: result kind %d", body, res.Kind)
+	}
+	for _, e := range out {
+		if e.tomb {
+			delete(s.m, e.key)
+		} else {
+			s.m[e.key] = rec{[]byte(e.value), []byte(e.meta), s.ver}
+		}
+	}
+	return string(res.Bulk), out
+}
+
+// The conversions both ways and the error spellings, as Redis 7.0 answers
+// them (taken from redis-server 7.0.15; TestScriptRepliesMatchRedis in
+// internal/server compares with a live one).
+func TestConversionsAndErrors(t *testing.T) {
+	s := newStore()
+	for _, c := range []struct {
+		body string
+		args []string
+		want string
+	}{
+		{"return 1", nil, ":1\r\n"},
+		{"return 3.7", nil, ":3\r\n"},
+		{"return -3.7", nil, ":-3\r\n"},
+		{"return 'x'", nil, "$1\r\nx\r\n"},
+		{"return true", nil, ":1\r\n"},
+		{"return false", nil, "$-1\r\n"},
+		{"return nil", nil, "$-1\r\n"},
+		{"return {1,2,{3,'x'},false,4}", nil, "*5\r\n:1\r\n:2\r\n*2\r\n:3\r\n$1\r\nx\r\n$-1\r\n:4\r\n"},
+		{"return {1,nil,3}", nil, "*1\r\n:1\r\n"},
+		{"return {ok='fine'}", nil, "+fine\r\n"},
+		{"return {err='bad thing'}", nil, "-bad thing\r\n"},
+		{"return redis.error_reply('My Error')", nil, "-My Error\r\n"},
+		{"return redis.status_reply('PONG')", nil, "+PONG\r\n"},
+		{"return {KEYS[1], ARGV[1], #KEYS, #ARGV}", []string{"k", "a", "b"}, "*4\r\n$1\r\nk\r\n$1\r\na\r\n:1\r\n:2\r\n"},
+		{"return redis.call('set', KEYS[1], 'v')", []string{"k"}, "+OK\r\n"},
+		{"return redis.call('get', KEYS[1])", []string{"k"}, "$1\r\nv\r\n"},
+		{"return redis.call('get', 'nokey')", []string{"k"}, "$-1\r\n"},
+		{"return type(redis.call('get', 'nokey'))", []string{"k"}, "$7\r\nboolean\r\n"},
+		{"return redis.call('incr', KEYS[1])", []string{"k"}, "-ERR value is not an integer or out of range script: " + SHA([]byte("return redis.call('incr', KEYS[1])")) + ", on @user_script:1.\r\n"},
+		{"return redis.pcall('incr', KEYS[1])", []string{"k"}, "-ERR value is not an integer or out of range\r\n"},
+		{"error('boom')", nil, "-ERR user_script:1: boom script: " + SHA([]byte("error('boom')")) + ", on @user_script:1.\r\n"},
+		{"return redis.call('nosuch')", nil, "-ERR Unknown Redis command called from script script: " + SHA([]byte("return redis.call('nosuch')")) + ", on @user_script:1.\r\n"},
+		{"return redis.call()", nil, "-ERR Please specify at least one argument for this redis lib call script: " + SHA([]byte("return redis.call()")) + ", on @user_script:1.\r\n"},
+		{"return redis.call('set','a')", nil, "-ERR Wrong number of args calling Redis command from script script: " + SHA([]byte("return redis.call('set','a')")) + ", on @user_script:1.\r\n"},
+		{"return os", nil, "-ERR user_script:1: Script attempted to access nonexistent global variable 'os' script: " + SHA([]byte("return os")) + ", on @user_script:1.\r\n"},
+		{"return redis.call('setnx', 'n', 1)", nil, ":1\r\n"},
+		{"return redis.call('setnx', 'n', 1)", nil, ":0\r\n"},
+		{"return redis.call('exists', 'n', 'k', 'zz')", nil, ":2\r\n"},
+		{"return redis.call('mget', 'n', 'zz')", nil, "*2\r\n$1\r\n1\r\n$-1\r\n"},
+		{"return redis.call('hset', 'h', 'f', 'v')", nil, ":1\r\n"},
+		{"return redis.call('hget', 'h', 'f')", nil, "$1\r\nv\r\n"},
+		{"return redis.call('hget', 'h', 'g')", nil, "$-1\r\n"},
+		{"return redis.call('hdel', 'h', 'f')", nil, ":1\r\n"},
+		{"return tostring({}) .. tostring(type)", nil, "$13\r\ntablefunction\r\n"},
+	} {
+		got, _ := s.eval(t, kv.KindEval, c.body, min(1, len(c.args)), 1000, c.args...)
+		if got != c.want {
+			t.Errorf("%s:\n got %q\nwant %q", c.body, got, c.want)
+		}
+	}
+}
+
+// A script's writes land together in its op's one version, one record per
+// key (the last state of a key it wrote twice), in the order it first wrote
+// them; if it raises an error none lands.
+func TestWritesLandTogetherOrNotAtAll(t *testing.T) {
+	s := newStore()
+	reply, out := s.eval(t, kv.KindEval, `
+		redis.call('set', KEYS[1], '1')
+		redis.call('incr', KEYS[1])
+		redis.call('set', KEYS[2], 'x', 'PX', 500)
+		redis.call('del', KEYS[2])
+		redis.call('set', 'undeclared', 'u')
+		return redis.call('get', KEYS[1])`, 2, 1000, "a", "b")
+	if reply != "$1\r\n2\r\n" {
+		t.Fatalf("reply %q", reply)
+	}
+	want := []emitted{{"a", "2", "", false}, {"b", "", "", true}, {"undeclared", "u", "", false}}
+	if len(out) != len(want) {
+		t.Fatalf("records %v, want %v", out, want)
+	}
+	for i := range want {
+		if out[i] != want[i] {
+			t.Fatalf("records %v, want %v", out, want)
+		}
+	}
+	body := "redis.call('set', KEYS[1], 'lost'); redis.call('incr', KEYS[1])"
+	reply, out = s.eval(t, kv.KindEval, body, 1, 1000, "c")
+	if !strings.HasPrefix(reply, "-ERR value is not an integer") || len(out) != 0 {
+		t.Fatalf("a script that raised: reply %q, records %v; want the error and none", reply, out)
+	}
+	// pcall catches the error: the script goes on and its writes land.
+	reply, out = s.eval(t, kv.KindEval, "redis.call('set', KEYS[1], 'kept'); redis.pcall('incr', KEYS[1]); return 1", 1, 1000, "c")
+	if reply != ":1\r\n" || len(out) != 1 || out[0].value != "kept" {
+		t.Fatalf("pcall: reply %q, records %v", reply, out)
+	}
+}
+
+// SET PX and EXPIRE in a script take the op's Now as their clock.
+func TestScriptClockIsTheOpsNow(t *testing.T) {
+	s := newStore()
+	s.eval(t, kv.KindEval, "redis.call('set', KEYS[1], 'v', 'PX', 500)", 1, 1000, "k")
+	if got, _ := s.eval(t, kv.KindEval, "return redis.call('pttl', KEYS[1])", 1, 1200, "k"); got != ":300\r\n" {
+		t.Fatalf("pttl at 1200 of a key set at 1000 PX 500: %q", got)
+	}
+	if got, _ := s.eval(t, kv.KindEval, "return redis.call('get', KEYS[1])", 1, 1501, "k"); got != "$-1\r\n" {
+		t.Fatalf("get after expiry: %q", got)
+	}
+	s.eval(t, kv.KindEval, "redis.call('set', KEYS[1], 'v'); return redis.call('expire', KEYS[1], 10)", 1, 2000, "k")
+	if got, _ := s.eval(t, kv.KindEval, "return redis.call('ttl', KEYS[1])", 1, 2000, "k"); got != ":10\r\n" {
+		t.Fatalf("ttl: %q", got)
+	}
+}
+
+// EVAL_RO refuses writes with Redis's text.
+func TestReadOnlyScriptRefusesWrites(t *testing.T) {
+	s := newStore()
+	body := "return redis.call('set','a','b')"
+	got, out := s.eval(t, kv.KindEvalRO, body, 0, 0)
+	want := "-ERR Write commands are not allowed from read-only scripts. script: " + SHA([]byte(body)) + ", on @user_script:1.\r\n"
+	if got != want || len(out) != 0 {
+		t.Fatalf("got %q (records %v), want %q", got, out, want)
+	}
+	if got, _ := s.eval(t, kv.KindEvalRO, "return redis.call('get','a')", 0, 0); got != "$-1\r\n" {
+		t.Fatalf("a read: %q", got)
+	}
+}
+
+// A script that runs too long is stopped by the instruction budget, at the
+// same instruction everywhere, with an error and none of its writes; so is
+// one that hides the loop under pcall.
+func TestBudgetStopsRunawayScripts(t *testing.T) {
+	old := Budget
+	Budget = 2_000_000
+	defer func() { Budget = old }()
+	s := newStore()
+	for _, body := range []string{
+		"redis.call('set', 'w', 1); while true do end",
+		"redis.call('set', 'w', 1); while true do pcall(function() while true do end end) end",
+	} {
+		got, out := s.eval(t, kv.KindEval, body, 0, 0)
+		if !strings.HasPrefix(got, "-ERR user_script:1: script exceeded its budget of Lua instructions") || len(out) != 0 {
+			t.Fatalf("%s: reply %q, records %v", body, got, out)
+		}
+	}
+	got, _ := s.eval(t, kv.KindEval, "local x = string.rep('x', 1024*1024*1024)", 0, 0)
+	if !strings.Contains(got, "string.rep") {
+		t.Fatalf("a 1 GiB string.rep: %q", got)
+	}
+}
+
+// The same op over two fresh states gives the same records and reply:
+// math.random's sequence, pairs' order and the budget do not depend on the
+// process (the replay test of internal/vrshard checks a crash's replay).
+func TestScriptsAreDeterministic(t *testing.T) {
+	body := `
+		local t = {}
+		for i = 1, 50 do t['k' .. math.random(1000)] = i end
+		t.x, t.y, t[3.5] = 1, 2, 3
+		local out = {}
+		for k, v in pairs(t) do out[#out + 1] = tostring(k) .. '=' .. v end
+		redis.call('set', KEYS[1], table.concat(out, ','))
+		redis.call('incrby', KEYS[2], math.random(100))
+		return {math.random(), redis.call('get', KEYS[1])}`
+	var first string
+	var firstOut []emitted
+	for i := 0; i < 5; i++ {
+		s := newStore()
+		got, out := s.eval(t, kv.KindEval, body, 2, 1000, "a", "b")
+		if i == 0 {
+			first, firstOut = got, out
+			continue
+		}
+		if got != first || len(out) != len(firstOut) {
+			t.Fatalf("run %d: %q %v, run 0: %q %v", i, got, out, first, firstOut)
+		}
+		for j := range out {
+			if out[j] != firstOut[j] {
+				t.Fatalf("run %d: records %v, run 0: %v", i, out, firstOut)
+			}
+		}
+	}
+}
