@@ -192,6 +192,11 @@ func (op *Op) WrittenKeys() [][]byte {
 		return ks
 	case KindDel, KindExpireIfDue:
 		return op.Keys
+	case KindEval:
+		// Its declared keys; it may write others too, so it also WritesAll.
+		if op.Delta >= 0 && op.Delta <= int64(len(op.Keys)) {
+			return op.Keys[:op.Delta]
+		}
 	}
 	return nil
 }
