@@ -119,7 +119,9 @@ func Run(op *kv.Op, exec kv.ScriptExec) (reply []byte, raised bool) {
 	if err != nil {
 		return errorReply("ERR " + err.Error()), true
 	}
-	L := lua.NewState(lua.Options{SkipOpenLibs: true, CallStackSize: 256, RegistrySize: 1024, RegistryMaxSize: 1 << 20})
+	// A small state that grows on demand: most scripts are a few calls,
+	// and a fresh state per script must be cheap.
+	L := lua.NewState(lua.Options{SkipOpenLibs: true, CallStackSize: 200, MinimizeStackMemory: true, RegistrySize: 256, RegistryMaxSize: 1 << 20})
 	defer L.Close()
 	r := &run{L: L, op: op, exec: exec, sha: sha}
 	if err := r.sandbox(); err != nil {
