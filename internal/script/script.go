@@ -18,6 +18,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -114,29 +115,53 @@ func Compile(body []byte) (*lua.FunctionProto, error) {
 // the rest. It returns the script's reply in RESP2 and whether the script
 // raised an error (the reply is then that error).
 func Run(op *kv.Op, exec kv.ScriptExec) (reply []byte, raised bool) {
-	sha := SHA(op.Value)
 	proto, err := Compile(op.Value)
 	if err != nil {
 		return errorReply("ERR " + err.Error()), true
 	}
-	// A small state that grows on demand: most scripts are a few calls,
-	// and a fresh state per script must be cheap.
-	L := lua.NewState(lua.Options{SkipOpenLibs: true, CallStackSize: 200, MinimizeStackMemory: true, RegistrySize: 256, RegistryMaxSize: 1 << 20})
-	defer L.Close()
-	r := &run{L: L, op: op, exec: exec, sha: sha}
-	if err := r.sandbox(); err != nil {
-		return errorReply("ERR " + err.Error()), true
+	in, _ := interps.Get().(*interp)
+	if in == nil {
+		in = newInterp()
 	}
-	L.SetContext(&budget{max: Budget})
-	fn := L.NewFunctionFromProto(proto)
-	L.Push(fn)
-	if err := L.PCall(0, 1, nil); err != nil {
-		return r.raised(err), true
+	reply, raised, clean := in.run(proto, op, exec)
+	if clean {
+		interps.Put(in)
+	} else {
+		in.L.Close()
 	}
-	v := L.Get(-1)
-	var b []byte
-	return appendReply(b, L, v, 0), false
+	return reply, raised
 }
+
+// run runs a compiled script in the interpreter and restores it; clean
+// false: it cannot be reused (the script raised an error, which leaves
+// whatever it cut short behind, or restore refused it).
+func (in *interp) run(proto *lua.FunctionProto, op *kv.Op, exec kv.ScriptExec) (reply []byte, raised, clean bool) {
+	r := &run{L: in.L, op: op, exec: exec, sha: SHA(op.Value), rng: seed}
+	in.cur = r
+	defer func() { in.cur = nil }()
+	L := in.L
+	keys, argv := L.NewTable(), L.NewTable()
+	for i, k := range op.Keys {
+		if i < int(op.Delta) {
+			keys.Append(lua.LString(k))
+		} else {
+			argv.Append(lua.LString(k))
+		}
+	}
+	L.G.Global.RawSetString("KEYS", keys)
+	L.G.Global.RawSetString("ARGV", argv)
+	L.SetContext(&budget{max: Budget})
+	L.Push(L.NewFunctionFromProto(proto))
+	if err := L.PCall(0, 1, nil); err != nil {
+		return r.raised(err), true, false
+	}
+	reply = appendReply(nil, L, L.Get(-1), 0)
+	L.Pop(1)
+	return reply, false, in.restore()
+}
+
+// seed starts math.random's sequence for every script (Redis 6's rule).
+const seed = 0x9E3779B97F4A7C15
 
 // run is one script's execution.
 type run struct {
@@ -151,23 +176,58 @@ type run struct {
 	callLine string
 }
 
-// sandbox opens the libraries a script may use (base, table, string,
-// math), removes what reads files, the clock, the environment or prints,
-// makes math.random deterministic, and defines KEYS, ARGV and redis.
-func (r *run) sandbox() error {
-	L := r.L
+// interp is a sandboxed interpreter, reused across scripts (one at a time)
+// once restored to the state it was made in: opening the libraries is most
+// of what a fresh one costs. Determinism needs a reused interpreter to be
+// indistinguishable from a new one, so restore puts back every table a
+// script can reach from its globals (the globals, the libraries, redis, the
+// globals' guard) and the metatables of every type, and an interpreter a
+// script left by an error is closed, not reused. What a script cannot reach
+// — functions of the libraries are Go functions without state, and getfenv,
+// setfenv and the debug library, which would reach further, are absent —
+// needs no restoring. TestReusedInterpreterIsPristine pollutes one and
+// compares.
+type interp struct {
+	L   *lua.LState
+	cur *run // the script being run: redis.call and math.random use it
+	// tables and saved are the reachable tables and their contents, in
+	// the order the sandbox left them; metas their metatables.
+	tables []*lua.LTable
+	saved  [][]lua.LValue // key, value, key, value...
+	keys   []map[lua.LValue]struct{}
+	metas  []lua.LValue
+	// typeMetas are the metatables of the values of each type (gopher-lua
+	// keeps one per type; setmetatable changes it for strings, numbers...).
+	typeMetas []lua.LValue
+}
+
+// typeSamples are a value of each type whose metatable is per type.
+var typeSamples = []lua.LValue{lua.LNil, lua.LFalse, lua.LNumber(0), lua.LString(""), &lua.LFunction{}}
+
+// interps are the interpreters not in use.
+var interps sync.Pool
+
+// newInterp makes a sandboxed interpreter: the libraries a script may use
+// (base, table, string, math), without what reads files, the clock or the
+// environment or prints, with a deterministic math.random, the redis table,
+// Redis's guard on globals, every table rebuilt in key order (gopher-lua
+// fills them from Go maps, whose order is random: pairs would walk them in
+// another order on each replica).
+func newInterp() *interp {
+	// A small state that grows on demand: most scripts are a few calls.
+	L := lua.NewState(lua.Options{SkipOpenLibs: true, CallStackSize: 200, MinimizeStackMemory: true, RegistrySize: 256, RegistryMaxSize: 1 << 20})
+	in := &interp{L: L}
 	for _, lib := range []struct {
 		name string
 		open lua.LGFunction
 	}{{lua.BaseLibName, lua.OpenBase}, {lua.TabLibName, lua.OpenTable}, {lua.StringLibName, lua.OpenString}, {lua.MathLibName, lua.OpenMath}} {
 		L.Push(L.NewFunction(lib.open))
 		L.Push(lua.LString(lib.name))
-		if err := L.PCall(1, 0, nil); err != nil {
-			return fmt.Errorf("script: open %s: %w", lib.name, err)
-		}
+		L.Call(1, 0) // the libraries' own setup: cannot fail
 	}
 	g := L.G.Global
-	for _, name := range []string{"dofile", "loadfile", "print", "require", "module", "collectgarbage", "_printregs", "gcinfo", "_GOPHER_LUA_VERSION"} {
+	for _, name := range []string{"dofile", "loadfile", "print", "require", "module", "collectgarbage", "_printregs", "gcinfo",
+		"_GOPHER_LUA_VERSION", "getfenv", "setfenv"} {
 		g.RawSetString(name, lua.LNil)
 	}
 	// tostring of a table or function names its address, which differs
@@ -184,43 +244,29 @@ func (r *run) sandbox() error {
 		L.Call(1, 1)
 		return 1
 	}))
-	if s, ok := g.RawGetString("string").(*lua.LTable); ok {
-		rep := s.RawGetString("rep")
-		s.RawSetString("rep", L.NewFunction(func(L *lua.LState) int {
-			str, n := L.CheckString(1), L.CheckInt(2)
-			if n > 0 && len(str) > 0 && n > MaxString/len(str) {
-				L.RaiseError("string.rep: a string longer than %d bytes", MaxString)
-			}
-			L.Push(rep)
-			L.Push(lua.LString(str))
-			L.Push(lua.LNumber(n))
-			L.Call(2, 1)
-			return 1
-		}))
-	}
-	if m, ok := g.RawGetString("math").(*lua.LTable); ok {
-		r.rng = 0x9E3779B97F4A7C15 // the same sequence for every script (Redis 6's rule)
-		m.RawSetString("random", L.NewFunction(r.random))
-		m.RawSetString("randomseed", L.NewFunction(func(L *lua.LState) int {
-			r.rng = uint64(L.CheckInt64(1)) | 1
-			return 0
-		}))
-	}
-	nk := int(r.op.Delta)
-	keys, argv := L.NewTable(), L.NewTable()
-	for i, k := range r.op.Keys {
-		if i < nk {
-			keys.Append(lua.LString(k))
-		} else {
-			argv.Append(lua.LString(k))
+	str := g.RawGetString("string").(*lua.LTable)
+	rep := str.RawGetString("rep")
+	str.RawSetString("rep", L.NewFunction(func(L *lua.LState) int {
+		s, n := L.CheckString(1), L.CheckInt(2)
+		if n > 0 && len(s) > 0 && n > MaxString/len(s) {
+			L.RaiseError("string.rep: a string longer than %d bytes", MaxString)
 		}
-	}
-	g.RawSetString("KEYS", keys)
-	g.RawSetString("ARGV", argv)
+		L.Push(rep)
+		L.Push(lua.LString(s))
+		L.Push(lua.LNumber(n))
+		L.Call(2, 1)
+		return 1
+	}))
+	math := g.RawGetString("math").(*lua.LTable)
+	math.RawSetString("random", L.NewFunction(func(L *lua.LState) int { return in.cur.random(L) }))
+	math.RawSetString("randomseed", L.NewFunction(func(L *lua.LState) int {
+		in.cur.rng = uint64(L.CheckInt64(1)) | 1
+		return 0
+	}))
 	redis := L.NewTable()
-	L.SetFuncs(redis, map[string]lua.LGFunction{
-		"call":         func(L *lua.LState) int { return r.call(L, true) },
-		"pcall":        func(L *lua.LState) int { return r.call(L, false) },
+	for name, f := range map[string]lua.LGFunction{
+		"call":         func(L *lua.LState) int { return in.cur.call(L, true) },
+		"pcall":        func(L *lua.LState) int { return in.cur.call(L, false) },
 		"error_reply":  errorReplyFn,
 		"status_reply": statusReplyFn,
 		"sha1hex": func(L *lua.LState) int {
@@ -234,11 +280,37 @@ func (r *run) sandbox() error {
 			L.Push(lua.LTrue)
 			return 1
 		},
-	})
-	for name, v := range map[string]int{"LOG_DEBUG": 0, "LOG_VERBOSE": 1, "LOG_NOTICE": 2, "LOG_WARNING": 3} {
+	} {
+		redis.RawSetString(name, L.NewFunction(f))
+	}
+	for name, v := range map[string]int{"LOG_DEBUG": 0, "LOG_VERBOSE": 1, "LOG_NOTICE": 2, "LOG_WARNING": 3,
+		"REPL_NONE": 0, "REPL_SLAVE": 1, "REPL_REPLICA": 1, "REPL_AOF": 2, "REPL_ALL": 3} {
 		redis.RawSetString(name, lua.LNumber(v))
 	}
 	g.RawSetString("redis", redis)
+	// Each script sets its own; here so that the keys exist (in order)
+	// before a script's values replace them.
+	g.RawSetString("KEYS", L.NewTable())
+	g.RawSetString("ARGV", L.NewTable())
+
+	// Rebuild in key order: the libraries, then the globals pointing at
+	// them, and the string metatable's __index.
+	libs := map[string]*lua.LTable{}
+	for _, name := range []string{"string", "table", "math", "redis"} {
+		libs[name] = sorted(L, g.RawGetString(name).(*lua.LTable))
+	}
+	ng := sorted(L, g)
+	for name, t := range libs {
+		ng.RawSetString(name, t)
+	}
+	ng.RawSetString("_G", ng)
+	L.G.Global, L.Env = ng, ng
+	// Strings' metatable: gopher-lua's is its (unordered) string table
+	// itself; Lua's is {__index = string}.
+	strMeta := L.NewTable()
+	strMeta.RawSetString("__index", libs["string"])
+	L.SetMetatable(lua.LString(""), strMeta)
+
 	// Redis's guard: a script reads no undefined global and creates none.
 	guard := L.NewTable()
 	guard.RawSetString("__index", L.NewFunction(func(L *lua.LState) int {
@@ -249,8 +321,80 @@ func (r *run) sandbox() error {
 		L.RaiseError("Attempt to modify a readonly table")
 		return 0
 	}))
-	L.SetMetatable(g, guard)
-	return nil
+	L.SetMetatable(ng, guard)
+
+	in.tables = []*lua.LTable{ng, libs["string"], libs["table"], libs["math"], libs["redis"], guard, strMeta}
+	for _, t := range in.tables {
+		var kvs []lua.LValue
+		t.ForEach(func(k, v lua.LValue) { kvs = append(kvs, k, v) })
+		keys := make(map[lua.LValue]struct{}, len(kvs)/2)
+		for j := 0; j < len(kvs); j += 2 {
+			keys[kvs[j]] = struct{}{}
+		}
+		in.saved = append(in.saved, kvs)
+		in.keys = append(in.keys, keys)
+		in.metas = append(in.metas, t.Metatable)
+	}
+	for _, v := range typeSamples {
+		in.typeMetas = append(in.typeMetas, L.GetMetatable(v))
+	}
+	return in
+}
+
+// sorted returns a copy of t with its keys inserted in key order (string
+// keys; the libraries have no others).
+func sorted(L *lua.LState, t *lua.LTable) *lua.LTable {
+	var keys []string
+	t.ForEach(func(k, _ lua.LValue) { keys = append(keys, k.String()) })
+	sort.Strings(keys)
+	n := L.CreateTable(0, len(keys))
+	for _, k := range keys {
+		n.RawSetString(k, t.RawGetString(k))
+	}
+	n.Metatable = t.Metatable
+	return n
+}
+
+// restore puts the interpreter back as newInterp left it: the values and
+// metatables of its reachable tables, the types' metatables, the global
+// environment and an empty stack. False if it cannot (a script added a key
+// to one of the tables, or left the stack): the interpreter is dropped.
+func (in *interp) restore() bool {
+	L := in.L
+	if L.GetTop() != 0 {
+		return false
+	}
+	L.RemoveContext()
+	g := in.tables[0]
+	L.G.Global, L.Env = g, g
+	for i, t := range in.tables {
+		kvs, want := in.saved[i], in.keys[i]
+		extra := false
+		t.ForEach(func(k, _ lua.LValue) {
+			if _, ok := want[k]; !ok {
+				extra = true
+			}
+		})
+		if extra {
+			// A key the script added: deleting it would not do, as
+			// gopher-lua's tables remember a key's insertion position
+			// after its deletion (pairs would walk a key the script adds
+			// again in another order than a new interpreter does).
+			return false
+		}
+		for j := 0; j < len(kvs); j += 2 {
+			if t.RawGet(kvs[j]) != kvs[j+1] {
+				t.RawSet(kvs[j], kvs[j+1])
+			}
+		}
+		t.Metatable = in.metas[i]
+	}
+	for i, v := range typeSamples {
+		if L.GetMetatable(v) != in.typeMetas[i] {
+			L.SetMetatable(v, in.typeMetas[i])
+		}
+	}
+	return true
 }
 
 // random is math.random over a xorshift64* generator the script owns.

@@ -246,3 +246,98 @@ func BenchmarkRelease(b *testing.B) {
 		}
 	}
 }
+
+// pairs over the globals and the libraries walks them in one order on every
+// replica. gopher-lua fills them from Go maps (random order), so the sandbox
+// rebuilds them in key order; a new interpreter each time would otherwise
+// show another order now and then.
+func TestLibraryIterationOrderIsFixed(t *testing.T) {
+	body := `
+		local out = {}
+		for _, t in ipairs({_G, string, table, math, redis}) do
+			for k in pairs(t) do out[#out + 1] = tostring(k) end
+		end
+		return table.concat(out, ' ')`
+	first := ""
+	for i := 0; i < 30; i++ {
+		got, _ := newStore().eval(t, kv.KindEval, body, 0, 0)
+		if i == 0 {
+			first = got
+		} else if got != first {
+			t.Fatalf("run %d walked\n%s\nrun 0\n%s", i, got, first)
+		}
+	}
+}
+
+// fingerprint is a script that describes everything a script can observe
+// of its environment: the globals, the libraries and redis (keys, value
+// types, in pairs order), the metatables of strings, numbers, booleans,
+// nil and functions, whether a few library functions still work, and
+// math.random's first number.
+const fingerprint = `
+	local out = {}
+	local function walk(t, name)
+		for k, v in pairs(t) do out[#out + 1] = name .. '.' .. tostring(k) .. ':' .. type(v) end
+	end
+	walk(_G, '_G') walk(string, 'string') walk(table, 'table') walk(math, 'math') walk(redis, 'redis')
+	for _, v in ipairs({'', 0, true}) do
+		local mt = getmetatable(v)
+		out[#out + 1] = type(v) .. ' mt ' .. type(mt)
+		if mt then walk(mt, type(v) .. 'mt') end
+	end
+	out[#out + 1] = type(getmetatable(type))
+	out[#out + 1] = type(getmetatable(_G))
+	if getmetatable(_G) then walk(getmetatable(_G), 'guard') end
+	out[#out + 1] = ('abc'):upper() .. string.rep('x', 3) .. table.concat({1, 2}, ',') .. math.floor(2.5)
+	out[#out + 1] = tostring(math.random(1000000))
+	out[#out + 1] = tostring(pcall(function() return nosuch end))
+	return table.concat(out, ' ')`
+
+// A reused interpreter is indistinguishable from a new one, whatever the
+// scripts before it changed (or tried to).
+func TestReusedInterpreterIsPristine(t *testing.T) {
+	fpOp := kv.Op{Kind: kv.KindEval, Value: []byte(fingerprint)}
+	proto, err := Compile(fpOp.Value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	noExec := func(*kv.Op) (kv.Result, error) { return kv.Result{}, nil }
+	want, raised, _ := newInterp().run(proto, &fpOp, noExec)
+	if raised {
+		t.Fatalf("the fingerprint failed: %s", want)
+	}
+	for _, pollute := range []string{
+		"string.rep = nil",
+		"string.upper = function() return 'no' end; table.concat = nil; math.floor = string.len",
+		"redis.call = nil; redis.LOG_DEBUG = 99",
+		"getmetatable('').__index = {}",
+		"setmetatable('', {__index = {upper = function() return 'x' end}})",
+		"setmetatable(0, {__add = function() return 1 end}); setmetatable(true, {}); setmetatable(type, {})",
+		"setmetatable(_G, nil)",
+		"getmetatable(_G).__index = nil; getmetatable(_G).__newindex = nil",
+		"rawset(_G, 'zz', 1)",
+		"rawset(string, 'zz', 1)",
+		"_G.KEYS = nil; ARGV = nil",
+		"math.randomseed(7); math.random(); math.random()",
+		"for i = 1, 10 do rawset(math, i, i) end",
+		"rawset(_G, 'tostring', nil)",
+		"error('after polluting') ",
+		"string.rep = nil; error({err = 'x'})",
+		"_G._G = nil; _G.string = nil",
+	} {
+		in := newInterp()
+		op := kv.Op{Kind: kv.KindEval, Value: []byte(pollute)}
+		p, err := Compile(op.Value)
+		if err != nil {
+			t.Fatalf("%s: %v", pollute, err)
+		}
+		_, _, clean := in.run(p, &op, noExec)
+		if !clean {
+			continue // dropped, never reused
+		}
+		got, _, _ := in.run(proto, &fpOp, noExec)
+		if string(got) != string(want) {
+			t.Errorf("after %q a reused interpreter shows\n%s\nwant\n%s", pollute, got, want)
+		}
+	}
+}
