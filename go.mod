@@ -7,6 +7,7 @@ require (
 	github.com/anishathalye/porcupine v1.3.1
 	github.com/cockroachdb/datadriven v1.0.3-0.20250407164829-2945557346d5
 	github.com/prometheus/client_golang v1.25.0
+	github.com/yuin/gopher-lua v1.1.2
 	golang.org/x/sys v0.48.0
 )
 

@@ -179,6 +179,7 @@ const maxNameLen = 32
 var byName = func() map[string]*Spec {
 	table = append(table, keyspaceTable...)
 	table = append(table, hashTable...)
+	table = append(table, scriptTable...)
 	table = appendUnsupported(table)
 	m := make(map[string]*Spec, len(table))
 	for i := range table {

@@ -163,6 +163,10 @@ func TestEveryCommandIsClassified(t *testing.T) {
 		"SETEX": NilextUpdate, "PSETEX": NilextUpdate, "GETEX": NonNilextUpdate, "PERSIST": NonNilextUpdate,
 		"EXPIRE": NonNilextUpdate, "PEXPIRE": NonNilextUpdate, "EXPIREAT": NonNilextUpdate, "PEXPIREAT": NonNilextUpdate,
 		"TTL": Read, "PTTL": Read, "EXPIRETIME": Read, "PEXPIRETIME": Read,
+		// Scripts: the reply is what the script returns from the state it
+		// ran against: ordered, never nilext. EVAL_RO too (ordered for now).
+		"EVAL": NonNilextUpdate, "EVALSHA": NonNilextUpdate, "EVAL_RO": NonNilextUpdate, "EVALSHA_RO": NonNilextUpdate,
+		"SCRIPT":     Admin,
 		"KEFIR.CALL": Admin, "PING": Admin, "ECHO": Admin, "HELLO": Admin, "AUTH": Admin, "SELECT": Admin,
 		"QUIT": Admin, "INFO": Admin, "CLIENT": Admin, "COMMAND": Admin, "CONFIG": Admin, "DBSIZE": Admin,
 		"KEFIR.CONSISTENCY": Admin, "KEFIR.DURABILITY": Admin, "KEFIR.SESSION": Admin, "KEFIR.TOPOLOGY": Admin,

@@ -65,6 +65,9 @@ func Apply(get Getter, version uint64, op *Op, maxValue int, emit Emit) (Result,
 	if isExpiryKind(op.Kind) {
 		return applyExpiry(get, version, op, emit)
 	}
+	if isScriptKind(op.Kind) {
+		return applyScriptOp(get, version, op, maxValue, emit) // script.go
+	}
 	switch op.Kind {
 	case KindSet:
 		if err := CheckKey(op.Key); err != nil {

@@ -146,7 +146,7 @@ func DecodeResult(b []byte) (res Result, opErr error, err error) {
 	if d.Err != nil {
 		return Result{}, nil, d.Err
 	}
-	if res.Kind == ResBulk {
+	if res.Kind == ResBulk || res.Kind == ResReply {
 		res.Bulk = append([]byte{}, d.B...)
 	}
 	if code == 0 {

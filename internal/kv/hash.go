@@ -200,8 +200,11 @@ func (h *hashState) emit(emit Emit, key []byte, rows []hashRow) {
 // the op's version), so reading it restages the rows a crash lost under
 // their real keys. (The other ops read such a key as absent: their records
 // of it are skipped, and absence is what lets an all-or-nothing op such as
-// MSETNX restage its other keys.)
-func ReplayReadsOwnRecord(k Kind) bool { return isHashWrite(k) }
+// MSETNX restage its other keys.) So must a script, of a hash's record
+// (meta is the own record's: a script may write hashes and strings alike).
+func ReplayReadsOwnRecord(k Kind, meta []byte) bool {
+	return isHashWrite(k) || (isScriptKind(k) && MetaType(meta) == TypeHash)
+}
 
 func applyHash(get Getter, version uint64, op *Op, emit Emit) (Result, error) {
 	if err := CheckKey(op.Key); err != nil {

@@ -45,6 +45,9 @@ func (k Kind) String() string {
 	if isHashRead(k) {
 		return hashReadNames[k-KindHGet]
 	}
+	if isScriptKind(k) {
+		return [...]string{"eval", "eval_ro"}[k-KindEval]
+	}
 	return fmt.Sprintf("kind(%d)", k)
 }
 
@@ -189,6 +192,11 @@ func (op *Op) WrittenKeys() [][]byte {
 		return ks
 	case KindDel, KindExpireIfDue:
 		return op.Keys
+	case KindEval:
+		// Its declared keys; it may write others too, so it also WritesAll.
+		if op.Delta >= 0 && op.Delta <= int64(len(op.Keys)) {
+			return op.Keys[:op.Delta]
+		}
 	}
 	return nil
 }
@@ -250,4 +258,7 @@ func (op *Op) CheckSizes(maxKey, maxVal int) error {
 
 // WritesAll reports whether op may write any key (a flush): whoever tracks
 // writes by key (WrittenKeys) must treat it as touching the whole keyspace.
-func (op *Op) WritesAll() bool { return op.Kind == KindFlush }
+//
+// A script (KindEval) may write keys it did not declare (as Redis without
+// cluster allows: docs/design/scripting.md), so it counts as one too.
+func (op *Op) WritesAll() bool { return op.Kind == KindFlush || op.Kind == KindEval }

@@ -250,6 +250,8 @@ func (c *conn) admin(spec *command.Spec, args [][]byte) error {
 		return c.topology()
 	case "KEFIR.NILEXT":
 		return c.nilextTake(args)
+	case "SCRIPT":
+		return c.scriptCmd(args) // script.go
 	}
 	return errf("ERR %s is not implemented", strings.ToLower(spec.Name))
 }

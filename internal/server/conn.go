@@ -476,6 +476,8 @@ func (c *conn) writeResult(r kv.Result) {
 		_ = c.w.WriteBulk(r.Bulk)
 	case kv.ResNil:
 		_ = c.w.WriteNull()
+	case kv.ResReply:
+		c.writeReply(r.Bulk) // a script's (script.go)
 	case kv.ResArray:
 		_ = c.w.WriteArrayHeader(len(r.Array))
 		for _, b := range r.Array {
@@ -681,7 +683,14 @@ func (c *conn) run(spec *command.Spec, args [][]byte, o callOpts) {
 // queueWrite parses a write into the batch. Arguments alias the reader's buffer,
 // so they are copied into the batch arena.
 func (c *conn) queueWrite(spec *command.Spec, args [][]byte, o callOpts) {
-	op, shape, err := parseWrite(spec, args, &c.arena)
+	var op kv.Op
+	var shape replyShape
+	var err error
+	if isScript(spec) {
+		op, err = c.parseScript(spec, args, &c.arena) // script.go
+	} else {
+		op, shape, err = parseWrite(spec, args, &c.arena)
+	}
 	if err == nil && !o.dur.IsZero() {
 		err = c.srv.shard.CheckDurability(o.dur)
 	}
@@ -705,6 +714,9 @@ func (c *conn) queueWrite(spec *command.Spec, args [][]byte, o callOpts) {
 		q.raw = make([][]byte, len(args))
 		for i, a := range args {
 			q.raw[i] = c.arena.copy(a)
+		}
+		if kv.IsScript(op.Kind) {
+			forwardedScript(&op, q.raw) // never a SHA the leader may lack
 		}
 	}
 	c.meta = append(c.meta, q)

@@ -53,6 +53,8 @@ type Server struct {
 	cfg Config
 	log *slog.Logger
 	db  *storage.DB
+	// scripts is the node's script cache (SCRIPT LOAD, EVALSHA: script.go).
+	scripts scriptCache
 	// shard is reached only through the Replica interface, so a replicated shard
 	// replaces the single-node one without changes here.
 	shard shard.Replica

@@ -24,6 +24,10 @@ import (
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/mutation"
+	// The Lua interpreter registers itself with kv (kv.RegisterScripting):
+	// imported here, by the one package every engine that applies ops
+	// imports (vrshard too), so no replica applies an EVAL without it.
+	_ "github.com/kefirdb/kefir/internal/script"
 	"github.com/kefirdb/kefir/internal/storage"
 )
 

@@ -252,10 +252,11 @@ func (a *applier) current(key []byte) ([]byte, []byte, uint64, bool, error) {
 		v, err = a.db.GetAt(key, a.cur-1)
 		if errors.Is(err, storage.ErrVersionGone) && a.cur == a.replayTo {
 			if vs, verr := a.db.Versions(key); verr == nil && len(vs) > 0 && vs[0].Version == a.cur {
-				if kv.ReplayReadsOwnRecord(a.curKind) && !vs[0].Tombstone {
-					// A hash write: its own record carries the
-					// generation its rows' keys derive from.
-					if own, gerr := a.db.Get(key); gerr == nil && own.Version == a.cur {
+				if !vs[0].Tombstone {
+					// A hash write (or a script's, of a hash): its own
+					// record carries the generation its rows' keys
+					// derive from.
+					if own, gerr := a.db.Get(key); gerr == nil && own.Version == a.cur && kv.ReplayReadsOwnRecord(a.curKind, own.Meta) {
 						return own.Data, own.Meta, own.Version, true, nil
 					}
 				}

@@ -173,9 +173,16 @@ func openMemEngine(t *testing.T, fs vfs.FS) *storage.DB {
 // the state and the client-visible results must equal those of a run that
 // never crashed.
 func TestReplayAfterEngineCrashRestoresStateAndResults(t *testing.T) {
+	checkReplayAfterCrash(t, func(seed uint64) []testOp { return genOps(rand.New(rand.NewPCG(seed, 0)), 60) })
+}
+
+// checkReplayAfterCrash is TestReplayAfterEngineCrashRestoresStateAndResults
+// over the ops gen makes for each of 60 seeds.
+func checkReplayAfterCrash(t *testing.T, gen func(seed uint64) []testOp) {
+	t.Helper()
 	partial := 0
 	for seed := uint64(1); seed <= 60; seed++ {
-		ops := genOps(rand.New(rand.NewPCG(seed, 0)), 60)
+		ops := gen(seed)
 
 		ref := openMemEngine(t, vfs.NewMem())
 		want := applyAll(t, newApplier(ref), ops)

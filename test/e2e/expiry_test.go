@@ -77,8 +77,7 @@ func TestExpiryReplicated(t *testing.T) {
 
 // redisPyScript runs against host:port (argv): set(ex=), set(px=) that
 // expires, and Lock: acquired once, refused while held, free again once its
-// timeout passed. (Lock.release and extend need EVALSHA, which Kefir does
-// not have: a lock is released by its expiry.)
+// timeout passed (release, extend and reacquire: script_test.go).
 const redisPyScript = `
 import sys, time, redis
 r = redis.Redis(host=sys.argv[1], port=int(sys.argv[2]), socket_timeout=10)
@@ -100,6 +99,14 @@ print("ok")
 `
 
 func redisPy(t *testing.T, addr string) {
+	host, port, _ := net.SplitHostPort(addr)
+	runRedisPy(t, redisPyScript, host, port)
+}
+
+// runRedisPy runs a python script with redis-py (argv: args), which must
+// print "ok"; skipped if no python3 has redis-py.
+func runRedisPy(t *testing.T, script string, args ...string) {
+	t.Helper()
 	// The system python (Debian's python3-redis) may not be the first python3.
 	py := ""
 	for _, p := range []string{"python3", "/usr/bin/python3"} {
@@ -111,8 +118,7 @@ func redisPy(t *testing.T, addr string) {
 	if py == "" {
 		t.Skip("no python3 with redis-py (Debian: python3-redis)")
 	}
-	host, port, _ := net.SplitHostPort(addr)
-	out, err := exec.Command(py, "-c", redisPyScript, host, port).CombinedOutput()
+	out, err := exec.Command(py, append([]string{"-c", script}, args...)...).CombinedOutput()
 	if err != nil || strings.TrimSpace(string(out)) != "ok" {
 		t.Fatalf("redis-py: %v\n%s", err, out)
 	}

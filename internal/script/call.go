@@ -1,0 +1,167 @@
+package script
+
+import (
+	"errors"
+	"math"
+	"strconv"
+	"strings"
+
+	lua "github.com/yuin/gopher-lua"
+
+	"github.com/kefirdb/kefir/internal/command"
+	"github.com/kefirdb/kefir/internal/kv"
+)
+
+// call is redis.call (raise true: an error is raised, as a table {err=...})
+// and redis.pcall (an error is returned as that table).
+func (r *run) call(L *lua.LState, raise bool) int {
+	n := L.GetTop()
+	if n == 0 {
+		return r.fail(L, raise, "ERR Please specify at least one argument for this redis lib call")
+	}
+	argv := make([][]byte, n)
+	for i := 1; i <= n; i++ {
+		switch v := L.Get(i).(type) {
+		case lua.LString:
+			argv[i-1] = []byte(v)
+		case lua.LNumber:
+			argv[i-1] = []byte(lua.LVAsString(v)) // Lua's own number formatting, as Redis's lua_tolstring
+		default:
+			return r.fail(L, raise, "ERR Lua redis lib command arguments must be strings or integers")
+		}
+	}
+	spec, ok := command.Lookup(argv[0])
+	if !ok || spec.Has(command.Unsupported) {
+		return r.fail(L, raise, "ERR Unknown Redis command called from script")
+	}
+	if !spec.ArityOK(len(argv)) {
+		return r.fail(L, raise, "ERR Wrong number of args calling Redis command from script")
+	}
+	op, shape, err := parse(spec, argv)
+	if err == nil {
+		err = resolve(&op, r.op.Now, spec.Name)
+	}
+	if err != nil {
+		return r.fail(L, raise, errText(err))
+	}
+	res, err := r.exec(&op)
+	if err != nil {
+		return r.fail(L, raise, errText(err))
+	}
+	L.Push(toLua(L, shaped(res, shape)))
+	return 1
+}
+
+// fail raises msg as redis.call's error table, or returns it (pcall).
+func (r *run) fail(L *lua.LState, raise bool, msg string) int {
+	t := L.NewTable()
+	t.RawSetString("err", lua.LString(msg))
+	if raise {
+		r.callErr = msg
+		r.callLine = ""
+		if w := L.Where(1); strings.HasPrefix(w, "user_script:") {
+			r.callLine = strings.TrimSuffix(strings.TrimPrefix(w, "user_script:"), ":")
+		}
+		L.Error(t, 1)
+	}
+	L.Push(t)
+	return 1
+}
+
+// errText is a command error's reply text, as the front door spells it
+// (internal/server errorText) for the errors a command inside a script can
+// meet.
+func errText(err error) string {
+	var re *replyErr
+	switch {
+	case errors.As(err, &re):
+		return string(*re)
+	case errors.Is(err, kv.ErrWrongKind):
+		return kv.ErrWrongKind.Error()
+	case errors.Is(err, kv.ErrWrongType):
+		return "ERR value is not an integer or out of range"
+	case errors.Is(err, kv.ErrScriptReadOnly):
+		return "ERR Write commands are not allowed from read-only scripts."
+	}
+	return "ERR " + err.Error()
+}
+
+// toLua converts a command's result to Lua as Redis does: status → {ok=},
+// integer → number, bulk → string, nil → false, array → table (nil → false).
+func toLua(L *lua.LState, res kv.Result) lua.LValue {
+	switch res.Kind {
+	case kv.ResOK:
+		t := L.NewTable()
+		t.RawSetString("ok", lua.LString("OK"))
+		return t
+	case kv.ResInt:
+		return lua.LNumber(res.Int)
+	case kv.ResBulk:
+		return lua.LString(res.Bulk)
+	case kv.ResArray:
+		t := L.CreateTable(len(res.Array), 0)
+		for _, b := range res.Array {
+			if b == nil {
+				t.Append(lua.LFalse)
+			} else {
+				t.Append(lua.LString(b))
+			}
+		}
+		return t
+	}
+	return lua.LFalse
+}
+
+// maxDepth bounds the nesting of a script's reply (Redis: the Lua stack).
+const maxDepth = 64
+
+// appendReply appends v, a script's return value, as RESP2, converted as
+// Redis does: string → bulk, number → integer (truncated), true → 1, false
+// and nil → nil bulk, {err=} → error, {ok=} → status, other tables → array of
+// their elements 1.. up to the first nil.
+func appendReply(b []byte, L *lua.LState, v lua.LValue, depth int) []byte {
+	switch v := v.(type) {
+	case lua.LString:
+		b = append(b, '$')
+		b = strconv.AppendInt(b, int64(len(v)), 10)
+		b = append(b, '\r', '\n')
+		b = append(b, v...)
+		return append(b, '\r', '\n')
+	case lua.LNumber:
+		f := float64(v)
+		n := int64(0)
+		if !math.IsNaN(f) {
+			n = int64(math.Max(math.Min(f, math.MaxInt64), math.MinInt64))
+		}
+		b = append(b, ':')
+		b = strconv.AppendInt(b, n, 10)
+		return append(b, '\r', '\n')
+	case lua.LBool:
+		if v {
+			return append(b, ":1\r\n"...)
+		}
+	case *lua.LTable:
+		if e, ok := v.RawGetString("err").(lua.LString); ok {
+			return append(b, errorReply(string(e))...)
+		}
+		if s, ok := v.RawGetString("ok").(lua.LString); ok {
+			msg := strings.NewReplacer("\r", " ", "\n", " ").Replace(string(s))
+			return append(append(append(b, '+'), msg...), '\r', '\n')
+		}
+		if depth >= maxDepth {
+			return append(b, errorReply("ERR reached lua stack limit")...)
+		}
+		n := 0
+		for v.RawGetInt(n+1) != lua.LNil {
+			n++
+		}
+		b = append(b, '*')
+		b = strconv.AppendInt(b, int64(n), 10)
+		b = append(b, '\r', '\n')
+		for i := 1; i <= n; i++ {
+			b = appendReply(b, L, v.RawGetInt(i), depth+1)
+		}
+		return b
+	}
+	return append(b, "$-1\r\n"...)
+}
