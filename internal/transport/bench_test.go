@@ -280,7 +280,7 @@ func BenchmarkSend(b *testing.B) {
 			}
 			go func() {
 				defer nc.Close()
-				if _, _, err := acceptHandshake(nc, testSecret, Identity{Node: 2, Cluster: 7, ConfigHash: derivedHash(7, 1, map[uint64]string{2: ""})}, func(id uint64) bool { return id == 1 }); err != nil {
+				if _, _, _, err := acceptHandshake(nc, testSecret, Identity{Node: 2, Cluster: 7, ConfigHash: derivedHash(7, 1, map[uint64]string{2: ""})}, 2, func(id uint64) bool { return id == 1 }, nil); err != nil {
 					return
 				}
 				_, _ = io.Copy(io.Discard, nc)

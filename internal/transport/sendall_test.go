@@ -70,7 +70,7 @@ func TestAPartlyWrittenMessageNeverCorruptsTheNextConnection(t *testing.T) {
 			t.Fatal(err)
 		}
 		_ = nc.SetDeadline(time.Now().Add(5 * time.Second))
-		if _, _, err := acceptHandshake(nc, testSecret, self, func(id uint64) bool { return id == 1 }); err != nil {
+		if _, _, _, err := acceptHandshake(nc, testSecret, self, 2, func(id uint64) bool { return id == 1 }, nil); err != nil {
 			t.Fatal(err)
 		}
 		_ = nc.SetDeadline(time.Time{})
@@ -131,7 +131,7 @@ func TestACutMidFrameNeverLeaksIntoTheNextConnection(t *testing.T) {
 			t.Fatal(err)
 		}
 		_ = nc.SetDeadline(time.Now().Add(5 * time.Second))
-		if _, _, err := acceptHandshake(nc, testSecret, self, func(id uint64) bool { return id == 1 }); err != nil {
+		if _, _, _, err := acceptHandshake(nc, testSecret, self, 2, func(id uint64) bool { return id == 1 }, nil); err != nil {
 			t.Fatal(err)
 		}
 		return nc.(*net.TCPConn)

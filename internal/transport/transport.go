@@ -267,6 +267,7 @@ func (c *Config) validate() error {
 type Transport struct {
 	cfg   Config
 	self  Identity
+	inc   uint64 // this transport's incarnation (handshake.go), random per New
 	log   *slog.Logger
 	peers map[uint64]*peer // fixed after New
 	start time.Time        // origin of the monotonic clock used for delays
@@ -278,7 +279,7 @@ type Transport struct {
 	mu        sync.Mutex
 	closed    bool
 	listeners map[net.Listener]struct{}
-	conns     map[net.Conn]struct{} // every inbound connection, handshaking or not
+	conns     map[net.Conn]struct{} // every connection: inbound (handshaking or not) and dialed links
 
 	// groups maps a group id to its endpoint; readers load it per batch
 	// without a lock, Register and Endpoint.Close replace it under mu.
@@ -302,6 +303,7 @@ func New(cfg Config) (*Transport, error) {
 		self:      Identity{Node: cfg.Self, Cluster: cfg.Cluster, ConfigHash: cfg.ConfigHash},
 		log:       cfg.Logger.With("replica", cfg.Self),
 		peers:     make(map[uint64]*peer, len(cfg.Peers)),
+		inc:       rand.Uint64() | 1,
 		start:     time.Now(),
 		ctx:       ctx,
 		cancel:    cancel,
@@ -313,13 +315,14 @@ func New(cfg Config) (*Transport, error) {
 			continue
 		}
 		p := &peer{
-			t:    t,
-			id:   id,
-			addr: addr,
-			log:  t.log.With("peer", id, "peer_addr", addr),
-			wake: make(chan struct{}, 1),
-			back: make(chan struct{}, 1),
-			rng:  rand.New(rand.NewPCG(cfg.Seed, id)),
+			t:      t,
+			id:     id,
+			addr:   addr,
+			log:    t.log.With("peer", id, "peer_addr", addr),
+			wake:   make(chan struct{}, 1),
+			back:   make(chan struct{}, 1),
+			redial: make(chan struct{}, 1),
+			rng:    rand.New(rand.NewPCG(cfg.Seed, id)),
 		}
 		t.peers[id] = p
 	}

@@ -209,7 +209,7 @@ func dialRaw(t *testing.T, nd *node, as uint64) net.Conn {
 	}
 	t.Cleanup(func() { nc.Close() })
 	_ = nc.SetDeadline(time.Now().Add(5 * time.Second))
-	if err := dialHandshake(nc, testSecret, Identity{Node: as, Cluster: 7, ConfigHash: nd.tr.cfg.ConfigHash}, nd.id); err != nil {
+	if _, _, err := dialHandshake(nc, testSecret, Identity{Node: as, Cluster: 7, ConfigHash: nd.tr.cfg.ConfigHash}, as, nd.id); err != nil {
 		t.Fatal(err)
 	}
 	return nc
