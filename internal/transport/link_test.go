@@ -262,12 +262,7 @@ func TestARestartedPeerReplacesTheConnectionWhoeverDialedIt(t *testing.T) {
 			// goes away and the new one dials before the peer has noticed
 			// (or after; either way its dial must be taken).
 			gone.tr.Close()
-			var ln net.Listener
-			eventually(t, 5*time.Second, func() bool {
-				var err error
-				ln, err = net.Listen("tcp", addr)
-				return err == nil
-			}, "relisten on %s", addr)
+			ln := relisten(t, addr)
 			in := newInbox()
 			peers := map[uint64]string{1: a.ln.Addr().String(), 2: b.ln.Addr().String()}
 			fresh, err := newVR(vrConfig{Config: Config{Self: gone.id, Peers: peers, ClusterSecret: testSecret, Cluster: 7, DialBackoff: 5 * time.Millisecond}, Handler: in.handle})
@@ -368,14 +363,8 @@ func TestAHalfOpenConnectionIsReplaced(t *testing.T) {
 }
 
 func halfOpen(t *testing.T, restarted bool) {
-	lnA, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	lnB, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	lns, _ := listeners(t, 2)
+	lnA, lnB := lns[0], lns[1]
 	px := newProxy(t, lnB.Addr().String()) // node 1 reaches node 2 through it
 	inA, inB := newInbox(), newInbox()
 	logA := &logBuf{}
@@ -411,10 +400,7 @@ func halfOpen(t *testing.T, restarted bool) {
 	eventually(t, 5*time.Second, func() bool { return b.Stats().Link(1).Open == 0 }, "node 2 sees the connection end")
 	if restarted {
 		b.Close()
-		lnB, err = net.Listen("tcp", lnB.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
+		lnB = relisten(t, lnB.Addr().String())
 		inB = newInbox()
 		if b, err = newVR(vrConfig{Config: cb, Handler: inB.handle}); err != nil {
 			t.Fatal(err)
