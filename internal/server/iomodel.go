@@ -93,7 +93,6 @@ func loopCount() int {
 	return defaultIOLoops
 }
 
-
 // syncFronts maps an engine to the highest position its connections wait to make
 // durable. The key is weak so that the servers a test process opens and closes
 // are not kept alive by it; an entry is a few bytes.
