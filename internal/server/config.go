@@ -77,8 +77,9 @@ type Config struct {
 
 	// IOModel is how plain-TCP client connections are served: IOEpoll (event
 	// loops, Linux only) or IOGoroutine (one goroutine per connection); ""
-	// leaves the process's model as it is (KEFIR_IO_MODEL at start, else
-	// DefaultIOModel). The model is process-wide, like the event loops: New
+	// leaves the process's model as it is (DefaultIOModel unless set before;
+	// kefir server resolves --io-model and KEFIR_IO_MODEL into this field,
+	// the package reads no environment). The model is process-wide, like the event loops: New
 	// sets it, so the last server created in a process decides for all of
 	// them. TLS connections always use goroutines.
 	IOModel IOModel

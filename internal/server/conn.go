@@ -19,6 +19,7 @@ import (
 	"github.com/kefirdb/kefir/internal/command"
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/resp"
 	"github.com/kefirdb/kefir/internal/shard"
 )
@@ -31,17 +32,6 @@ const maxBatch = 1024
 // writeTimeout bounds how long a reply write may block on a client that does not
 // read.
 const writeTimeout = time.Minute
-
-// releaseSkipsWait is a test-only mutation: a batch's replies are released
-// without waiting for what its writes still wait for (Pending), so a client
-// can be told OK for a replicated write that is then lost
-// (TestBrokenReleaseAcknowledgesLostWrite).
-var releaseSkipsWait atomic.Bool
-
-// syncBarrierSkipped is a test-only mutation: a read runs without first waiting
-// for the connection's unapplied sync writes of its keys (syncKeys), so it can
-// miss a write pipelined before it.
-var syncBarrierSkipped atomic.Bool
 
 // outBuf collects a batch's replies; the resp.Writer flushes into it, and the
 // connection writes it to the socket only once the batch's writes are durable.
@@ -315,7 +305,7 @@ func (c *conn) readFailed(err error) {
 // closes and the client sees an unknown outcome, as it must.
 func (c *conn) release() error {
 	c.flushWrites()
-	if releaseSkipsWait.Load() {
+	if mutation.On && mut.releaseSkipsWait.Load() {
 		c.pending = shard.Pending{} // the mutation: replies before their writes are acknowledged
 	}
 	if !c.pending.IsZero() {
@@ -943,7 +933,7 @@ func readsKeyspace(spec *command.Spec, args [][]byte) bool {
 // applied, and their replies leave with the batch's anyway; the connection's
 // replies stay staged. False if the wait failed (waited closed the connection).
 func (c *conn) awaitSyncWrites() bool {
-	if syncBarrierSkipped.Load() {
+	if mutation.On && mut.syncBarrierSkipped.Load() {
 		return true // the mutation
 	}
 	t := time.Now()

@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kefirdb/kefir/internal/command"
+	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/resp"
 	"github.com/kefirdb/kefir/internal/shard"
 )
@@ -62,13 +63,6 @@ import (
 
 const epollSupported = true
 
-// loopWaitsInline is a test-only mutation: the loop waits for durability itself,
-// stalling every connection on it, so tests can show they catch that.
-var loopWaitsInline atomic.Bool
-
-// loopReadsInline is the same for reads that must wait for an fsync.
-var loopReadsInline atomic.Bool
-
 // coalesceAfter is how many iterations in a row a loop must have run only
 // durable writes before it waits for their fsyncs itself. Long enough that a
 // mixed load (a read every few iterations) never coalesces; short enough that a
@@ -77,19 +71,10 @@ var loopReadsInline atomic.Bool
 // against 33–41k serving on.
 const coalesceAfter = 16
 
-// loopNeverCoalesces and loopCoalescesAlways are test-only mutations: a loop
-// that serves on through every fsync even under a write-only load, and one
-// that waits for every group's fsync however recently it served a read.
-var loopNeverCoalesces, loopCoalescesAlways atomic.Bool
-
 // parkedBehindFsync counts durable batches parked while the loop's syncer was
 // still busy with an earlier group: the loop served on during an fsync. Tests
 // read it to see whether a loop coalesces.
 var parkedBehindFsync atomic.Uint64
-
-// syncerSkipsWake is a test-only mutation: the syncer gives every connection
-// back quietly, even one the loop muted, which then waits for the next sweep.
-var syncerSkipsWake atomic.Bool
 
 // loopSweepEvery is the longest a loop sleeps between sweeps for timeouts (a
 // variable so a test can make a missed wake-up stand out). Atomic: the loops
@@ -710,7 +695,7 @@ func (l *loop) process(c *conn) {
 		}
 	}
 	c.flushWrites()
-	if !c.pending.IsZero() && !loopWaitsInline.Load() {
+	if !c.pending.IsZero() && !(mutation.On && mut.loopWaitsInline.Load()) {
 		e.away = true
 		l.parked = append(l.parked, c)
 		return
@@ -770,7 +755,7 @@ func (c *conn) readMayWait(args [][]byte) bool {
 	if ok && spec.Has(command.Wrapper) {
 		spec, ok = wrappedSpec(args)
 	}
-	if !ok || spec.Class != command.Read || loopReadsInline.Load() {
+	if !ok || spec.Class != command.Read || mutation.On && mut.loopReadsInline.Load() {
 		return false
 	}
 	c.flushWrites()
@@ -1075,10 +1060,10 @@ func (l *loop) releaseParked() {
 // coalescing reports whether the loop waits for this iteration's group itself:
 // it has run only durable writes for coalesceAfter iterations.
 func (l *loop) coalescing() bool {
-	if loopCoalescesAlways.Load() {
+	if mutation.On && mut.loopCoalescesAlways.Load() {
 		return true
 	}
-	return l.writeOnly >= coalesceAfter && !loopNeverCoalesces.Load()
+	return l.writeOnly >= coalesceAfter && !(mutation.On && mut.loopNeverCoalesces.Load())
 }
 
 func (l *loop) syncer() {
@@ -1161,7 +1146,7 @@ func (l *loop) syncDone(c *conn, err error, d time.Duration, inLoop bool) {
 	l.giveBackQuiet(c)
 	// After the push: if the loop muted c before draining its inbox, this
 	// load sees it (see handle).
-	if (wake || e.muted.Load()) && !inLoop && !syncerSkipsWake.Load() {
+	if (wake || e.muted.Load()) && !inLoop && !(mutation.On && mut.syncerSkipsWake.Load()) {
 		l.wake()
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/resp"
 	"github.com/kefirdb/kefir/internal/testgroup"
 	"github.com/kefirdb/kefir/internal/vfs"
@@ -286,11 +287,12 @@ func TestLoopNeverWaitsForAnFsync(t *testing.T) {
 // The check above fails against a loop that waits for a write's durability
 // itself, and against one that runs a read that must wait.
 func TestLoopNeverWaitsForAnFsyncCanFail(t *testing.T) {
+	mutation.Require(t)
 	useIOModel(t, IOEpoll)
-	for _, mut := range []*atomic.Bool{&loopWaitsInline, &loopReadsInline} {
-		mut.Store(true)
+	for _, m := range []*atomic.Bool{&mut.loopWaitsInline, &mut.loopReadsInline} {
+		m.Store(true)
 		err := checkOthersNotStalled(t, 300*time.Millisecond)
-		mut.Store(false)
+		m.Store(false)
 		if err == nil {
 			t.Fatal("a loop stalled by an fsync passed the check")
 		}
@@ -309,9 +311,10 @@ func TestWriteOnlyLoadCoalescesFsyncs(t *testing.T) {
 }
 
 func TestWriteOnlyLoadCoalescesFsyncsCanFail(t *testing.T) {
+	mutation.Require(t)
 	useIOModel(t, IOEpoll)
-	loopNeverCoalesces.Store(true)
-	defer loopNeverCoalesces.Store(false)
+	mut.loopNeverCoalesces.Store(true)
+	defer mut.loopNeverCoalesces.Store(false)
 	if parkedBehindFsyncUnderWriteOnlyLoad(t) == 0 {
 		t.Fatal("a loop that serves on through every fsync passed the check")
 	}
@@ -320,9 +323,10 @@ func TestWriteOnlyLoadCoalescesFsyncsCanFail(t *testing.T) {
 // The never-waits check catches a loop that coalesces although it has just
 // served reads.
 func TestLoopCoalescingOnlyWhenWriteOnlyCanFail(t *testing.T) {
+	mutation.Require(t)
 	useIOModel(t, IOEpoll)
-	loopCoalescesAlways.Store(true)
-	defer loopCoalescesAlways.Store(false)
+	mut.loopCoalescesAlways.Store(true)
+	defer mut.loopCoalescesAlways.Store(false)
 	if err := checkOthersNotStalled(t, 300*time.Millisecond); err == nil {
 		t.Fatal("a loop that waits for fsyncs while serving reads passed the check")
 	}
@@ -754,6 +758,7 @@ func TestMutedConnectionIsServedPromptly(t *testing.T) {
 // other tests' servers (idle timeouts that shorten the sweep, stray wake-ups)
 // would otherwise wake the loop and hide the missing wake-up.
 func TestMutedConnectionIsServedPromptlyCanFail(t *testing.T) {
+	mutation.Require(t)
 	if os.Getenv("KEFIR_TEST_MUTED_CHILD") == "" {
 		cmd := exec.Command(os.Args[0], "-test.run", "^TestMutedConnectionIsServedPromptlyCanFail$", "-test.count", "1", "-test.v")
 		cmd.Env = append(os.Environ(), "KEFIR_TEST_MUTED_CHILD=1")
@@ -767,8 +772,8 @@ func TestMutedConnectionIsServedPromptlyCanFail(t *testing.T) {
 		return
 	}
 	useIOModel(t, IOEpoll)
-	syncerSkipsWake.Store(true)
-	defer syncerSkipsWake.Store(false)
+	mut.syncerSkipsWake.Store(true)
+	defer mut.syncerSkipsWake.Store(false)
 	err := checkMutedConnectionServedPromptly(t)
 	if err == nil {
 		t.Fatal("a syncer that never wakes the loop passed the check")

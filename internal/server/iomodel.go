@@ -2,7 +2,6 @@ package server
 
 import (
 	"fmt"
-	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -42,8 +41,8 @@ func ParseIOModel(s string) (IOModel, error) {
 	return "", fmt.Errorf("server: unknown I/O model %q (want epoll or goroutine)", s)
 }
 
-// DefaultIOModel is the model used unless KEFIR_IO_MODEL says otherwise: the
-// event loop where it exists.
+// DefaultIOModel is the model used unless Config.IOModel (kefir server:
+// --io-model, KEFIR_IO_MODEL) says otherwise: the event loop where it exists.
 func DefaultIOModel() IOModel {
 	if epollSupported {
 		return IOEpoll
@@ -52,13 +51,14 @@ func DefaultIOModel() IOModel {
 }
 
 // ioModel is the process's I/O model for client connections. It is process-wide,
-// like the event loops (and Go's own netpoller). Config.IOModel (--io-model,
-// resolved with KEFIR_IO_MODEL and the config file) sets it in New; the
-// environment is also read here so in-process servers built without a Config
-// value (tests, embedders) follow KEFIR_IO_MODEL too.
+// like the event loops (and Go's own netpoller). Config.IOModel sets it in New:
+// kefir server resolves --io-model, KEFIR_IO_MODEL and the config file into
+// it; this package reads no environment (TestServerReadsNoEnvironment), so an
+// in-process server built without a Config value (tests, embedders) gets
+// DefaultIOModel, or what SetIOModel or an earlier server set.
 var ioModel atomicIOModel
 
-func init() { ioModel.Store(ioModelFromEnv()) }
+func init() { ioModel.Store(DefaultIOModel()) }
 
 // atomicIOModel is an IOModel tests may change while earlier servers still accept.
 type atomicIOModel struct{ v atomic.Value }
@@ -93,19 +93,6 @@ func loopCount() int {
 	return defaultIOLoops
 }
 
-func ioModelFromEnv() IOModel {
-	m, err := ParseIOModel(os.Getenv("KEFIR_IO_MODEL"))
-	if err != nil {
-		// Not reported here: kefir server's option resolution rejects the value
-		// with an error naming its source.
-		return DefaultIOModel()
-	}
-	if m == IOEpoll && !epollSupported {
-		return IOGoroutine
-	}
-	return m
-}
-
 // syncFronts maps an engine to the highest position its connections wait to make
 // durable. The key is weak so that the servers a test process opens and closes
 // are not kept alive by it; an entry is a few bytes.
@@ -125,9 +112,9 @@ func syncFrontOf(db *storage.DB) *atomic.Uint64 {
 	return v.(*atomic.Uint64)
 }
 
-// SetIOModel sets the I/O model of the connections accepted from now on (the
-// hook for an --io-model flag; KEFIR_IO_MODEL sets it at start). IOEpoll where
-// there is no epoll falls back to IOGoroutine.
+// SetIOModel sets the I/O model of the connections accepted from now on (what
+// New does with a non-empty Config.IOModel). IOEpoll where there is no epoll
+// falls back to IOGoroutine.
 func SetIOModel(m IOModel) {
 	if m == IOEpoll && !epollSupported {
 		m = IOGoroutine

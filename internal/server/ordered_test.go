@@ -15,6 +15,7 @@ import (
 
 	"github.com/kefirdb/kefir/internal/check"
 	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/resp"
 	"github.com/kefirdb/kefir/internal/testgroup"
 	"github.com/kefirdb/kefir/internal/transport"
@@ -38,8 +39,9 @@ func TestPipelineBehindLostCADWriteGetsNoReply(t *testing.T) {
 // The mutation: replies released without waiting for the batch's Pending
 // tell the client OK for the lost write.
 func TestBrokenReleaseAcknowledgesLostWrite(t *testing.T) {
-	releaseSkipsWait.Store(true)
-	defer releaseSkipsWait.Store(false)
+	mutation.Require(t)
+	mut.releaseSkipsWait.Store(true)
+	defer mut.releaseSkipsWait.Store(false)
 	replies, lost := pipelineBehindLostWrite(t)
 	if len(replies) == 0 || replies[0] != "OK" || lost != "(nil)" {
 		t.Fatalf("with releaseSkipsWait: replies %q, new leader holds %s; want OK for a write the new leader does not hold", replies, lost)
@@ -132,8 +134,9 @@ func TestPipelinedCADHistoryAcrossLeaderChanges(t *testing.T) {
 // writes a deposed leader loses, and a later read misses them. Not every
 // schedule loses a write that is read again, so up to four runs.
 func TestBrokenReleaseFailsThePipelinedHistory(t *testing.T) {
-	releaseSkipsWait.Store(true)
-	defer releaseSkipsWait.Store(false)
+	mutation.Require(t)
+	mut.releaseSkipsWait.Store(true)
+	defer mut.releaseSkipsWait.Store(false)
 	for try := 1; try <= 4; try++ {
 		if err := pipelinedCADHistory(t, true); err != nil {
 			t.Logf("mutation caught (run %d): %v", try, err)
@@ -165,8 +168,9 @@ func TestPipelinedSyncHistoryAcrossLeaderChanges(t *testing.T) {
 // With syncBarrierSkipped (a read does not wait for the connection's sync
 // writes of its keys) a GET misses the SET pipelined before it.
 func TestBrokenSyncBarrierFailsThePipelinedSyncHistory(t *testing.T) {
-	syncBarrierSkipped.Store(true)
-	defer syncBarrierSkipped.Store(false)
+	mutation.Require(t)
+	mut.syncBarrierSkipped.Store(true)
+	defer mut.syncBarrierSkipped.Store(false)
 	err := pipelinedHistory(t, false, level.Sync)
 	if err == nil {
 		t.Fatal("syncBarrierSkipped: the pipelined sync history passed")

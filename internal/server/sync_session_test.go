@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/resp"
 	"github.com/kefirdb/kefir/internal/transport"
 )
@@ -31,8 +32,9 @@ func TestSessionReadBehindAnUncommittedSyncWrite(t *testing.T) {
 // caught in vrshard's TestSessionWaitLimitedFailsAReadOfItsOwnWrite). Before
 // session 9 this read failed with -UNAVAILABLE session token is ahead.
 func TestSessionReadBehindASyncWriteWaitsAtTheReplicaToo(t *testing.T) {
-	syncBarrierSkipped.Store(true)
-	defer syncBarrierSkipped.Store(false)
+	mutation.Require(t)
+	mut.syncBarrierSkipped.Store(true)
+	defer mut.syncBarrierSkipped.Store(false)
 	if got := sessionReadBehindWrite(t, level.Sync); got != "(nil)" {
 		t.Fatalf("session GET y behind SET x (sync, commit delayed, no barrier): %s; want (nil)", got)
 	}

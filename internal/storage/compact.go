@@ -227,6 +227,15 @@ func (db *DB) writeDurably(dir, final string, b []byte) error {
 		return err
 	}
 	_, err = f.Write(b)
+	return db.publish(f, err, dir, tmp, final)
+}
+
+// publish ends the atomic write of a file: unless writing f (the temporary
+// file tmp in dir) failed with err, it syncs and closes f, renames it to
+// final and syncs the directory, so a crash leaves either no final or all of
+// it. It closes f in every case. The one tail of writeDurably and the
+// checkpoint (which streams its file rather than writing one buffer).
+func (db *DB) publish(f vfs.File, err error, dir, tmp, final string) error {
 	if err == nil {
 		err = f.Sync()
 	}

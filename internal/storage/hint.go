@@ -107,20 +107,7 @@ func (db *DB) Checkpoint() error {
 	if w.err == nil {
 		_, w.err = f.Write(tail[:])
 	}
-	err = w.err
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = db.fs.Rename(tmp, final)
-	}
-	if err == nil {
-		err = db.fs.SyncDir(dir)
-	}
-	if err != nil {
+	if err = db.publish(f, w.err, dir, tmp, final); err != nil {
 		db.fs.Remove(tmp)
 		return fmt.Errorf("storage: checkpoint %s: %w", final, err)
 	}

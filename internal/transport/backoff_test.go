@@ -1,7 +1,6 @@
 package transport
 
 import (
-	"net"
 	"testing"
 	"time"
 )
@@ -13,14 +12,8 @@ import (
 // once, not after the rest of a backoff that grew while it was away (a
 // returning follower stayed deaf to its leader for up to 2 s).
 func TestAPeerThatConnectsResetsTheDialBackoffToIt(t *testing.T) {
-	lnA, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	lnB, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	lns, _ := listeners(t, 2)
+	lnA, lnB := lns[0], lns[1]
 	addrB := lnB.Addr().String()
 	lnB.Close() // B is down: dials to it are refused at once
 	peers := map[uint64]string{1: lnA.Addr().String(), 2: addrB}
@@ -39,15 +32,7 @@ func TestAPeerThatConnectsResetsTheDialBackoffToIt(t *testing.T) {
 
 	// B comes back and talks to A first (a restarted follower answering, or
 	// asking for state): A sees B connect.
-	for try := 0; ; try++ {
-		if lnB, err = net.Listen("tcp", addrB); err == nil {
-			break
-		}
-		if try == 50 {
-			t.Fatalf("relisten on %s: %v", addrB, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	lnB = relisten(t, addrB)
 	in := newInbox()
 	b, err := newVR(vrConfig{Config: Config{Self: 2, Peers: peers, ClusterSecret: testSecret, Cluster: 7}, Handler: in.handle})
 	if err != nil {

@@ -34,35 +34,43 @@ func prepare(from, to uint64, entries, size int) *vr.Message {
 	return m
 }
 
+// rawEcho returns a loopback TCP connection whose other end, a goroutine,
+// echoes every size bytes it reads: the raw-TCP floor of the ping-pong
+// benchmarks. Both close when the benchmark ends.
+func rawEcho(b *testing.B, size int) net.Conn {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { ln.Close() })
+	go func() {
+		nc, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer nc.Close()
+		buf := make([]byte, size)
+		for {
+			if _, err := io.ReadFull(nc, buf); err != nil {
+				return
+			}
+			if _, err := nc.Write(buf); err != nil {
+				return
+			}
+		}
+	}()
+	nc, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { nc.Close() })
+	return nc
+}
+
 func BenchmarkPingPong(b *testing.B) {
 	b.Run("raw-tcp", func(b *testing.B) {
 		frame := wire.AppendFrame(nil, heartbeat(1, 2))
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer ln.Close()
-		go func() {
-			nc, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			defer nc.Close()
-			buf := make([]byte, len(frame))
-			for {
-				if _, err := io.ReadFull(nc, buf); err != nil {
-					return
-				}
-				if _, err := nc.Write(buf); err != nil {
-					return
-				}
-			}
-		}()
-		nc, err := net.Dial("tcp", ln.Addr().String())
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer nc.Close()
+		nc := rawEcho(b, len(frame))
 		buf := make([]byte, len(frame))
 		b.ResetTimer()
 		for range b.N {
@@ -112,32 +120,7 @@ func BenchmarkPingPong(b *testing.B) {
 // each mean and the ratios to raw TCP.
 func BenchmarkPingPongSideBySide(b *testing.B) {
 	frame := wire.AppendFrame(nil, heartbeat(1, 2))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		nc, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer nc.Close()
-		buf := make([]byte, len(frame))
-		for {
-			if _, err := io.ReadFull(nc, buf); err != nil {
-				return
-			}
-			if _, err := nc.Write(buf); err != nil {
-				return
-			}
-		}
-	}()
-	raw, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer raw.Close()
+	raw := rawEcho(b, len(frame))
 	rbuf := make([]byte, len(frame))
 
 	pong := make(chan struct{}, 1)
@@ -280,7 +263,7 @@ func BenchmarkSend(b *testing.B) {
 			}
 			go func() {
 				defer nc.Close()
-				if _, _, err := acceptHandshake(nc, testSecret, Identity{Node: 2, Cluster: 7, ConfigHash: derivedHash(7, 1, map[uint64]string{2: ""})}, func(id uint64) bool { return id == 1 }); err != nil {
+				if _, _, _, err := acceptHandshake(nc, testSecret, Identity{Node: 2, Cluster: 7, ConfigHash: derivedHash(7, 1, map[uint64]string{2: ""})}, 2, func(id uint64) bool { return id == 1 }, nil); err != nil {
 					return
 				}
 				_, _ = io.Copy(io.Discard, nc)

@@ -34,16 +34,7 @@ func TestChaosKeepsEachLinkInOrderAndRecovers(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, 1))
 
 	const n = 3
-	lns := make([]net.Listener, n)
-	peers := map[uint64]string{}
-	for i := range lns {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns[i] = ln
-		peers[uint64(i+1)] = ln.Addr().String()
-	}
+	lns, peers := listeners(t, n)
 
 	// Every delivered message is checked against the last op seen from its
 	// sender by the same receiving transport instance.

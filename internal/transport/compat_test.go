@@ -139,28 +139,34 @@ func TestTheTransportAuthenticatesAgainstTheOriginalAcceptor(t *testing.T) {
 	}
 }
 
-// Peer protocol 1 (before group-addressed frames) and 2 cannot replicate
-// together: each side refuses the other in the handshake and says why,
-// before a frame could be misparsed. A protocol-1 dialer sends a four-field
-// IDENT; a protocol-1 acceptor answers the five-field one with "ERR expected
-// IDENT".
+// Peer protocols 1 (before group-addressed frames), 2 (before one
+// connection per node pair) and 3 cannot replicate together: each side
+// refuses the other in the handshake and says why, before a frame could be
+// misparsed. A protocol-1 dialer sends a four-field IDENT, a protocol-2 one a
+// five-field IDENT ending in 2; a protocol-1 or -2 acceptor answers the
+// six-field one with "ERR expected IDENT".
 func TestAProtocol1PeerIsRefusedWithAClearError(t *testing.T) {
 	nodes := cluster(t, 2, nil)
 	b := nodes[1]
 
-	// A protocol-1 dialer (phase 1 as always, then its IDENT line).
-	nc, err := legacyPeerDial(b.ln.Addr().String(), "1", testSecret, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
+	// A protocol-1 and a protocol-2 dialer (phase 1 as always, then its IDENT line).
+	for i, v := range []struct{ ident, want string }{
+		{fmt.Sprintf("IDENT 2 %016x %016x\n", uint64(7), b.tr.cfg.ConfigHash), "peer protocol 1"},
+		{fmt.Sprintf("IDENT 2 %016x %016x 2\n", uint64(7), b.tr.cfg.ConfigHash), "peer protocol 2"},
+	} {
+		nc, err := legacyPeerDial(b.ln.Addr().String(), "1", testSecret, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		_ = nc.SetDeadline(time.Now().Add(5 * time.Second))
+		fmt.Fprint(nc, v.ident)
+		line, err := (&lineReader{r: nc}).line()
+		if err != nil || !strings.HasPrefix(line, "ERR ") || !strings.Contains(line, v.want) || !strings.Contains(line, "rolling upgrade") {
+			t.Fatalf("the old dialer was told %q (%v), want a refusal naming %s", line, err, v.want)
+		}
+		eventually(t, 5*time.Second, func() bool { return b.tr.Stats().IdentityRefusals == uint64(i+1) }, "the refusal counted")
 	}
-	defer nc.Close()
-	_ = nc.SetDeadline(time.Now().Add(5 * time.Second))
-	fmt.Fprintf(nc, "IDENT 2 %016x %016x\n", uint64(7), b.tr.cfg.ConfigHash)
-	line, err := (&lineReader{r: nc}).line()
-	if err != nil || !strings.HasPrefix(line, "ERR ") || !strings.Contains(line, "peer protocol 1") || !strings.Contains(line, "rolling upgrade") {
-		t.Fatalf("the protocol-1 dialer was told %q (%v), want a refusal naming peer protocol 1", line, err)
-	}
-	eventually(t, 5*time.Second, func() bool { return b.tr.Stats().IdentityRefusals == 1 }, "the refusal counted")
 
 	// A protocol-1 acceptor.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -187,10 +193,10 @@ func TestAProtocol1PeerIsRefusedWithAClearError(t *testing.T) {
 		t.Fatal(err)
 	}
 	ident, err := lr.line()
-	if f := strings.Fields(ident); err != nil || len(f) != 5 || f[0] != "IDENT" || f[4] != "2" {
-		t.Fatalf("IDENT line %q (%v): want the protocol version as a fifth field", ident, err)
+	if f := strings.Fields(ident); err != nil || len(f) != 6 || f[0] != "IDENT" || f[4] != "3" {
+		t.Fatalf("IDENT line %q (%v): want the protocol version as the fifth of six fields", ident, err)
 	}
-	fmt.Fprintf(old, "ERR expected IDENT\n") // what a protocol-1 acceptor answers a five-field IDENT
+	fmt.Fprintf(old, "ERR expected IDENT\n") // what a protocol-1 or -2 acceptor answers a six-field IDENT
 	logs.waitLog(t, "peer protocol 1", 5*time.Second)
 	if s := tr.Stats().Link(2); s.Sent != 0 {
 		t.Fatalf("stats %+v: nothing may be sent to a protocol-1 peer", s)

@@ -40,7 +40,7 @@ func FuzzAcceptHandshake(f *testing.F) {
 	f.Fuzz(func(t *testing.T, in []byte) {
 		c := &scriptConn{r: bytes.NewReader(in)}
 		self := Identity{Node: 1, Cluster: 7, ConfigHash: 1}
-		id, rest, err := acceptHandshake(c, "secret", self, func(uint64) bool { return true })
+		id, _, rest, err := acceptHandshake(c, "secret", self, 1, func(uint64) bool { return true }, nil)
 		if err == nil {
 			t.Fatalf("admitted node %d (rest %q) from input %q", id, rest, in)
 		}
@@ -69,10 +69,10 @@ func TestHandshakeOverAPipeAgreesBothWays(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		id, rest, err := acceptHandshake(a, "secret", self, func(id uint64) bool { return id == 2 })
+		id, _, rest, err := acceptHandshake(a, "secret", self, 1, func(id uint64) bool { return id == 2 }, nil)
 		done <- result{id, rest, err}
 	}()
-	if err := dialHandshake(d, "secret", Identity{Node: 2, Cluster: 7, ConfigHash: 9}, 1); err != nil {
+	if _, _, err := dialHandshake(d, "secret", Identity{Node: 2, Cluster: 7, ConfigHash: 9}, 2, 1); err != nil {
 		t.Fatalf("dialer: %v", err)
 	}
 	r := <-done

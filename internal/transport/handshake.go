@@ -28,34 +28,72 @@ import (
 //
 // Phase 2 (transport identity) follows "OK" on the same connection:
 //
-//	dialer → acceptor:  "IDENT <to> <cluster> <confighash> <protocol>\n"
-//	acceptor → dialer:  "READY <self> <cluster> <confighash> <protocol>\n"  or "ERR <reason>\n" and close
+//	dialer → acceptor:  "IDENT <to> <cluster> <confighash> <protocol> <incarnation>\n"
+//	acceptor → dialer:  "READY <self> <cluster> <confighash> <protocol> <incarnation>\n"  or "ERR <reason>\n" and close
 //
-// nodeID, to and self are decimal node ids, cluster and confighash are
-// 16-digit hex, protocol is the decimal peer protocol version (Protocol).
-// Protocol 1 had no protocol field (its IDENT and READY lines have four
-// fields) and frames without a group envelope; the two are not compatible,
-// so each side refuses the other in the handshake with an error that says
-// so, before any frame could be misparsed: a rolling upgrade from protocol 1
-// is not possible (stop every node, upgrade, start). The acceptor refuses
-// a dialer of another protocol, whose id is not in its peer
-// list, who meant to reach another node (<to> is not the acceptor's id: the
-// dialer's peer list maps this address to the wrong node), or whose cluster
-// or configuration hash differs (a different member list or epoch). The
-// dialer checks the same in the READY line. After READY only the dialer
-// writes: frames (internal/wire) flow dialer → acceptor, so every pair of
-// nodes uses two connections, one per direction.
+// nodeID, to and self are decimal node ids, cluster, confighash and
+// incarnation are 16-digit hex, protocol is the decimal peer protocol version
+// (Protocol). The incarnation is a random number a transport draws at New: a
+// different one from the same node id means the node restarted, so a
+// connection from its earlier incarnation is dead (half-open) whichever side
+// dialed it (peer.beats).
+//
+// After READY both sides write frames (internal/frame): one connection
+// carries a pair of nodes' traffic both ways. Both nodes may dial at once;
+// the acceptor refuses a dial that its current connection to the dialer
+// beats with "ERR duplicate ..." (errDuplicate; the dialer then uses that
+// connection, which reaches it as an inbound one), and a connection that
+// lost the race after READY is closed by whichever side sees it lose
+// (peer.adopt). The rule is the same on both sides, so they keep the same
+// connection: the one dialed by the lower node id, unless the node that holds
+// it has restarted since.
+//
+// Versions: protocol 1 had no protocol field (its IDENT and READY lines have
+// four fields) and frames without a group envelope; protocol 2 had the
+// envelope but no incarnation (five fields) and two connections per pair,
+// one per direction, the acceptor never writing after READY. Neither is
+// compatible with 3, so each side refuses the other in the handshake with an
+// error that says so, before any frame could be misparsed: a rolling upgrade
+// across either change is not possible (stop every node, upgrade, start).
+// The acceptor refuses a dialer of another protocol, whose id is not in its
+// peer list, who meant to reach another node (<to> is not the acceptor's id:
+// the dialer's peer list maps this address to the wrong node), or whose
+// cluster or configuration hash differs (a different member list or epoch).
+// The dialer checks the same in the READY line.
 //
 // Phase 2 is not authenticated separately: the phase-1 MACs prove who is at
 // the other end; an attacker who can rewrite bytes in flight can also hijack
 // the connection after the handshake, which only TLS (Config.TLS) prevents.
 
 // Protocol is the peer protocol version this node speaks after the
-// handshake: 2 is group-addressed frames (internal/frame).
-const Protocol = 2
+// handshake: 2 was group-addressed frames (internal/frame) on one connection
+// per direction; 3 is the same frames on one connection per node pair, with
+// the incarnation in the handshake.
+const Protocol = 3
 
 // oldProtocol explains a refusal by, or of, a peer of peer protocol 1.
-const oldProtocol = "the peer speaks peer protocol 1 (a Kefir version from before group-addressed frames), this node speaks protocol 2; they cannot replicate together: upgrade every node of the cluster together (a rolling upgrade across this change is not possible)"
+const oldProtocol = "the peer speaks peer protocol 1 (a Kefir version from before group-addressed frames), this node speaks protocol 3; they cannot replicate together: upgrade every node of the cluster together (a rolling upgrade across this change is not possible)"
+
+// olderProtocol explains a refusal by a peer of an older protocol that
+// cannot tell which (a protocol-1 or -2 acceptor answers our IDENT line,
+// which has more fields than it knows, with "ERR expected IDENT").
+const olderProtocol = "the peer speaks peer protocol 1 or 2 (a Kefir version from before one connection per node pair), this node speaks protocol 3; they cannot replicate together: upgrade every node of the cluster together (a rolling upgrade across this change is not possible)"
+
+// protocolMismatch explains a refusal of a peer that states protocol v.
+func protocolMismatch(node, v string) string {
+	if v == "2" {
+		return fmt.Sprintf("node %s speaks peer protocol 2 (a Kefir version from before one connection per node pair), this node speaks protocol %d; they cannot replicate together: upgrade every node of the cluster together (a rolling upgrade across this change is not possible)", node, Protocol)
+	}
+	return fmt.Sprintf("node %s speaks peer protocol %q, this node %d", node, v, Protocol)
+}
+
+// duplicatePrefix starts the acceptor's refusal of a dial that its current
+// connection to the dialer beats (errDuplicate).
+const duplicatePrefix = "ERR duplicate"
+
+// errDuplicate: the acceptor already holds a connection to us that beats the
+// one we dialed (a dial race); we are to use that one. Not a failure.
+var errDuplicate = errors.New("transport: the peer keeps the connection it holds with us")
 
 const (
 	greeting = "KEFIR-PEER 1"
@@ -141,47 +179,53 @@ func refusal(line string, class error) error {
 }
 
 // dialHandshake authenticates nc (already connected to the node we think is
-// `to`) as self. The acceptor never writes after READY, so no frame bytes
-// can be left buffered.
-func dialHandshake(nc net.Conn, secret string, self Identity, to uint64) error {
+// `to`) as self, of incarnation inc, and returns the acceptor's incarnation
+// and any frame bytes that arrived with READY (the acceptor may write frames
+// right after it).
+func dialHandshake(nc net.Conn, secret string, self Identity, inc uint64, to uint64) (uint64, []byte, error) {
 	lr := &lineReader{r: nc}
 	if err := dialAuth(nc, lr, secret, strconv.FormatUint(self.Node, 10)); err != nil {
-		return err
+		return 0, nil, err
 	}
 	var line string
 	var err error
-	if _, err := fmt.Fprintf(nc, "IDENT %d %016x %016x %d\n", to, self.Cluster, self.ConfigHash, Protocol); err != nil {
-		return fmt.Errorf("send identity: %w", err)
+	if _, err := fmt.Fprintf(nc, "IDENT %d %016x %016x %d %016x\n", to, self.Cluster, self.ConfigHash, Protocol, inc); err != nil {
+		return 0, nil, fmt.Errorf("send identity: %w", err)
 	}
 	if line, err = lr.line(); err != nil {
-		return fmt.Errorf("read identity verdict (a peer that closes here speaks only phase 1): %w", err)
+		return 0, nil, fmt.Errorf("read identity verdict (a peer that closes here speaks only phase 1): %w", err)
 	}
 	f := strings.Fields(line)
-	if line == "ERR expected IDENT" {
-		// A protocol-1 acceptor's answer to an IDENT line with a fifth field.
-		return fmt.Errorf("%w: refused: %s", ErrIdentity, oldProtocol)
-	}
-	if len(f) == 4 && f[0] == "READY" {
-		return fmt.Errorf("%w: %s", ErrIdentity, oldProtocol)
-	}
-	if len(f) != 5 || f[0] != "READY" {
-		return refusal(line, ErrIdentity)
+	switch {
+	case line == "ERR expected IDENT":
+		// A protocol-1 or -2 acceptor's answer to an IDENT line with more
+		// fields than it knows.
+		return 0, nil, fmt.Errorf("%w: refused: %s", ErrIdentity, olderProtocol)
+	case strings.HasPrefix(line, duplicatePrefix):
+		return 0, nil, fmt.Errorf("%w (%s)", errDuplicate, line)
+	case len(f) == 4 && f[0] == "READY":
+		return 0, nil, fmt.Errorf("%w: %s", ErrIdentity, oldProtocol)
+	case len(f) == 5 && f[0] == "READY":
+		return 0, nil, fmt.Errorf("%w: %s", ErrIdentity, protocolMismatch("the acceptor", f[4]))
+	case len(f) != 6 || f[0] != "READY":
+		return 0, nil, refusal(line, ErrIdentity)
 	}
 	if f[4] != strconv.Itoa(Protocol) {
-		return fmt.Errorf("%w: the acceptor speaks peer protocol %q, this node %d", ErrIdentity, f[4], Protocol)
+		return 0, nil, fmt.Errorf("%w: %s", ErrIdentity, protocolMismatch("the acceptor", f[4]))
 	}
 	them, err := parseIdentity(f[1], f[2], f[3])
 	if err != nil {
-		return err
+		return 0, nil, err
 	}
 	want := Identity{Node: to, Cluster: self.Cluster, ConfigHash: self.ConfigHash}
 	if them != want {
-		return fmt.Errorf("%w: expected %v, the acceptor is %v", ErrIdentity, want, them)
+		return 0, nil, fmt.Errorf("%w: expected %v, the acceptor is %v", ErrIdentity, want, them)
 	}
-	if len(lr.rest()) != 0 {
-		return fmt.Errorf("%w: %d bytes after READY", ErrProtocol, len(lr.rest()))
+	theirInc, err := strconv.ParseUint(f[5], 16, 64)
+	if err != nil {
+		return 0, nil, fmt.Errorf("%w: bad incarnation %q", ErrProtocol, f[5])
 	}
-	return nil
+	return theirInc, lr.rest(), nil
 }
 
 // dialAuth is phase 1 on the dialing side: prove the cluster secret as node and
@@ -263,43 +307,56 @@ func parseIdentity(node, cluster, hash string) (Identity, error) {
 	return id, nil
 }
 
-// acceptHandshake authenticates the dialer on nc and returns its node id and
-// any frame bytes that arrived with the last handshake line. known reports
-// whether a node id is in our peer list. On failure the dialer has been told
-// why (an "ERR" line) where the protocol allows it.
-func acceptHandshake(nc net.Conn, secret string, self Identity, known func(uint64) bool) (uint64, []byte, error) {
+// acceptHandshake authenticates the dialer on nc and returns its node id, its
+// incarnation and any frame bytes that arrived with the last handshake line.
+// known reports whether a node id is in our peer list; admit, if not nil, is
+// asked last whether to take a connection from that node and incarnation
+// (false: our current connection to it beats this one, and the dialer is
+// told to use that: "ERR duplicate"). On failure the dialer has been told why
+// (an "ERR" line) where the protocol allows it.
+func acceptHandshake(nc net.Conn, secret string, self Identity, inc uint64, known func(uint64) bool, admit func(node, inc uint64) bool) (uint64, uint64, []byte, error) {
 	lr := &lineReader{r: nc}
 	node, err := acceptAuth(nc, lr, secret)
 	if err != nil {
-		return 0, nil, err
+		return 0, 0, nil, err
 	}
 	var line string
 	if line, err = lr.line(); err != nil {
-		return 0, nil, fmt.Errorf("read identity of authenticated node %q (phase-1-only peer?): %w", node, err)
+		return 0, 0, nil, fmt.Errorf("read identity of authenticated node %q (phase-1-only peer?): %w", node, err)
 	}
 	f := strings.Fields(line)
 	if len(f) == 4 && f[0] == "IDENT" {
 		_, _ = fmt.Fprintf(nc, "ERR %s\n", oldProtocol)
-		return 0, nil, fmt.Errorf("%w: node %s: %s", ErrIdentity, node, oldProtocol)
+		return 0, 0, nil, fmt.Errorf("%w: node %s: %s", ErrIdentity, node, oldProtocol)
 	}
-	if len(f) != 5 || f[0] != "IDENT" {
+	if len(f) == 5 && f[0] == "IDENT" {
+		reason := protocolMismatch(node, f[4])
+		_, _ = fmt.Fprintf(nc, "ERR %s\n", reason)
+		return 0, 0, nil, fmt.Errorf("%w: %s", ErrIdentity, reason)
+	}
+	if len(f) != 6 || f[0] != "IDENT" {
 		_, _ = fmt.Fprintf(nc, "ERR expected IDENT\n")
-		return 0, nil, fmt.Errorf("%w: expected IDENT, got %q", ErrProtocol, line)
+		return 0, 0, nil, fmt.Errorf("%w: expected IDENT, got %q", ErrProtocol, line)
 	}
 	if f[4] != strconv.Itoa(Protocol) {
-		reason := fmt.Sprintf("node %s speaks peer protocol %q, this node %d", node, f[4], Protocol)
+		reason := protocolMismatch(node, f[4])
 		_, _ = fmt.Fprintf(nc, "ERR %s\n", reason)
-		return 0, nil, fmt.Errorf("%w: %s", ErrIdentity, reason)
+		return 0, 0, nil, fmt.Errorf("%w: %s", ErrIdentity, reason)
 	}
 	them, err := parseIdentity(node, f[2], f[3])
 	if err != nil {
 		_, _ = fmt.Fprintf(nc, "ERR %v\n", err)
-		return 0, nil, err
+		return 0, 0, nil, err
 	}
 	to, err := strconv.ParseUint(f[1], 10, 64)
 	if err != nil {
 		_, _ = fmt.Fprintf(nc, "ERR bad target node id %q\n", f[1])
-		return 0, nil, fmt.Errorf("%w: bad target node id %q", ErrProtocol, f[1])
+		return 0, 0, nil, fmt.Errorf("%w: bad target node id %q", ErrProtocol, f[1])
+	}
+	theirInc, err := strconv.ParseUint(f[5], 16, 64)
+	if err != nil {
+		_, _ = fmt.Fprintf(nc, "ERR bad incarnation %q\n", f[5])
+		return 0, 0, nil, fmt.Errorf("%w: bad incarnation %q", ErrProtocol, f[5])
 	}
 	var reason string
 	switch {
@@ -314,10 +371,14 @@ func acceptHandshake(nc net.Conn, secret string, self Identity, known func(uint6
 	}
 	if reason != "" {
 		_, _ = fmt.Fprintf(nc, "ERR %s\n", reason)
-		return 0, nil, fmt.Errorf("%w: %s", ErrIdentity, reason)
+		return 0, 0, nil, fmt.Errorf("%w: %s", ErrIdentity, reason)
 	}
-	if _, err := fmt.Fprintf(nc, "READY %d %016x %016x %d\n", self.Node, self.Cluster, self.ConfigHash, Protocol); err != nil {
-		return 0, nil, fmt.Errorf("send ready: %w", err)
+	if admit != nil && !admit(them.Node, theirInc) {
+		_, _ = fmt.Fprintf(nc, "%s: node %d keeps the connection it holds with node %d\n", duplicatePrefix, self.Node, them.Node)
+		return 0, 0, nil, fmt.Errorf("%w: node %d dialed while we hold a connection with it that beats the new one", errDuplicate, them.Node)
 	}
-	return them.Node, lr.rest(), nil
+	if _, err := fmt.Fprintf(nc, "READY %d %016x %016x %d %016x\n", self.Node, self.Cluster, self.ConfigHash, Protocol, inc); err != nil {
+		return 0, 0, nil, fmt.Errorf("send ready: %w", err)
+	}
+	return them.Node, theirInc, lr.rest(), nil
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -175,20 +176,61 @@ type node struct {
 	log *logBuf
 }
 
-// cluster starts n transports (ids 1..n) on 127.0.0.1, each serving its own
-// listener. adjust may change a node's Config before New.
-func cluster(t testing.TB, n int, adjust func(c *vrConfig)) []*node {
+// listeners opens n loopback listeners, for nodes 1..n, on ports reserved
+// by testgroup.FreePorts (outside the kernel's ephemeral range, so a test
+// that closes one and listens on its address again, a restarted node, gets
+// it back), and returns them with the peer map.
+func listeners(t testing.TB, n int) ([]net.Listener, map[uint64]string) {
 	t.Helper()
 	lns := make([]net.Listener, n)
 	peers := map[uint64]string{}
 	for i := range lns {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(testgroup.FreePorts(t))))
 		if err != nil {
 			t.Fatal(err)
 		}
 		lns[i] = ln
 		peers[uint64(i+1)] = ln.Addr().String()
 	}
+	return lns, peers
+}
+
+// relisten listens on addr again, for a node restarted on its address
+// (retrying while the old listener's port is still being released).
+func relisten(t testing.TB, addr string) net.Listener {
+	t.Helper()
+	var ln net.Listener
+	eventually(t, 5*time.Second, func() bool {
+		var err error
+		ln, err = net.Listen("tcp", addr)
+		return err == nil
+	}, "relisten on %s", addr)
+	return ln
+}
+
+// acceptAs accepts one connection on ln and runs the acceptor's handshake
+// as self, for a dialer of node 1; a deadline on ln makes a writer that never
+// (re)dials fail the test instead of hanging it.
+func acceptAs(t testing.TB, ln net.Listener, self Identity) net.Conn {
+	t.Helper()
+	_ = ln.(*net.TCPListener).SetDeadline(time.Now().Add(10 * time.Second))
+	nc, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = nc.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, _, _, err := acceptHandshake(nc, testSecret, self, 2, func(id uint64) bool { return id == 1 }, nil); err != nil {
+		t.Fatal(err)
+	}
+	_ = nc.SetDeadline(time.Time{})
+	return nc
+}
+
+// cluster starts n transports (ids 1..n) on 127.0.0.1, each serving its own
+// listener. adjust may change a node's Config before New.
+func cluster(t testing.TB, n int, adjust func(c *vrConfig)) []*node {
+	t.Helper()
+	lns, peers := listeners(t, n)
 	nodes := make([]*node, n)
 	for i := range nodes {
 		nd := &node{id: uint64(i + 1), ln: lns[i], in: newInbox(), log: &logBuf{}}

@@ -22,7 +22,8 @@ const (
 	progressEvery = 10 * time.Millisecond
 )
 
-// serveConn runs the acceptor side of one inbound connection.
+// serveConn runs the acceptor side of one inbound connection: the handshake,
+// then, if it becomes the pair's link, its reader.
 func (t *Transport) serveConn(raw net.Conn) {
 	defer t.wg.Done()
 	defer t.untrack(raw)
@@ -39,9 +40,31 @@ func (t *Transport) serveConn(raw net.Conn) {
 		}
 		nc = tc
 	}
-	from, rest, err := acceptHandshake(nc, t.cfg.ClusterSecret, t.self, func(id uint64) bool { return t.peers[id] != nil })
+	var (
+		ap      *peer
+		l, prev *link
+		after   chan struct{}
+	)
+	admit := func(id, inc uint64) bool {
+		ap = t.peers[id]
+		l, prev, after = ap.accept(nc, inc)
+		return l != nil
+	}
+	from, _, rest, err := acceptHandshake(nc, t.cfg.ClusterSecret, t.self, t.inc, func(id uint64) bool { return t.peers[id] != nil }, admit)
+	if l != nil {
+		close(l.ready)
+	}
+	if err != nil && l != nil {
+		// Adopted, but READY could not be sent: let the link end the way
+		// every link does (its reader fails at once), in its turn.
+		nc.Close()
+		t.runLink(ap, l, prev, after, nil)
+		return
+	}
 	if err != nil {
 		switch {
+		case errors.Is(err, errDuplicate):
+			t.log.Debug("peer dial refused: we keep the connection we hold with it", "remote", remote, "err", err)
 		case errors.Is(err, ErrAuth):
 			t.authFailures.Add(1)
 			t.log.Warn("peer refused: authentication failed (wrong cluster secret or not a Kefir node)", "remote", remote, "err", err)
@@ -58,35 +81,66 @@ func (t *Transport) serveConn(raw net.Conn) {
 	}
 	_ = nc.SetDeadline(time.Time{})
 	p := t.peers[from]
-	p.inMu.Lock()
-	old, oldDone := p.inbound, p.inDone
-	done := make(chan struct{})
-	p.inbound, p.inDone = nc, done
-	p.inMu.Unlock()
-	defer close(done)
-	if old != nil {
-		// Finish the old connection's deliveries before starting this one's,
-		// so a peer's messages reach the Handler in the order it sent them
-		// even across a reconnect (with a gap for whatever the old
-		// connection still had in flight).
-		old.Close()
-		<-oldDone
-	}
 	p.c.inboundConn.Add(1)
 	select {
-	case p.back <- struct{}{}: // the peer is up: our writer need not back off from it
+	case p.back <- struct{}{}: // the peer is up, and this is our link to it
 	default:
 	}
-	log := p.log.With("remote", remote)
-	log.Debug("inbound peer connection authenticated")
+	p.kick() // anything queued goes out on it
+	t.runLink(p, l, prev, after, rest)
+}
 
-	err = t.readLoop(p, nc, rest)
-
-	p.inMu.Lock()
-	if p.inbound == nc {
-		p.inbound = nil
+// startLink makes nc, which this node dialed, the pair's link and starts
+// its reader; nil if the link the pair holds beats it (nc is closed then).
+func (t *Transport) startLink(p *peer, nc net.Conn, dialer, inc uint64, rest []byte) *link {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		nc.Close()
+		return nil
 	}
-	p.inMu.Unlock()
+	l, prev, after := p.adopt(nc, dialer, inc)
+	if l == nil {
+		t.mu.Unlock()
+		nc.Close()
+		p.c.duplicates.Add(1)
+		p.log.Debug("our dial lost a dial race; closing it")
+		return nil
+	}
+	close(l.ready)
+	t.conns[nc] = struct{}{}
+	t.wg.Add(1)
+	t.mu.Unlock()
+	go func() {
+		defer t.wg.Done()
+		defer t.untrack(nc)
+		t.runLink(p, l, prev, after, rest)
+	}()
+	return l
+}
+
+// runLink reads the pair's frames from l until it ends or misbehaves. A link
+// it replaced (prev) is closed first, and the reader of the link adopted
+// before it (after: prev, or one the writer let go of that may still be
+// delivering what it read) must have returned before this one delivers, so a
+// peer's messages reach the Handlers in the order it sent them even across a
+// change of connection (with a gap for whatever the old one still had in
+// flight).
+func (t *Transport) runLink(p *peer, l, prev *link, after chan struct{}, rest []byte) {
+	defer close(l.done)
+	p.c.open.Add(1)
+	defer p.c.open.Add(-1)
+	log := p.log.With("remote", l.nc.RemoteAddr().String(), "dialer", l.dialer)
+	if prev != nil {
+		p.c.replaced.Add(1)
+		prev.nc.Close()
+	}
+	if after != nil {
+		<-after
+	}
+	log.Debug("peer link up")
+	err := t.readLoop(p, l.nc, rest)
+	p.unlink(l)
 	switch {
 	case errors.Is(err, frame.ErrCorrupt) || errors.Is(err, frame.ErrTooLarge):
 		p.c.corrupt.Add(1)
@@ -95,9 +149,9 @@ func (t *Transport) serveConn(raw net.Conn) {
 		p.c.spoofed.Add(1)
 		log.Error("closing peer connection: message not from the authenticated peer", "err", err)
 	case errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || t.ctx.Err() != nil:
-		log.Debug("inbound peer connection closed")
+		log.Debug("peer connection closed")
 	default:
-		log.Info("inbound peer connection failed", "err", err)
+		log.Info("peer connection failed", "err", err)
 	}
 }
 

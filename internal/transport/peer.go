@@ -29,28 +29,57 @@ type mark struct {
 	due int64
 }
 
-// peer is the outbound half of a link, plus the link's counters and fault.
+// link is one authenticated connection with the peer, dialed by either node.
+// It carries the pair's traffic both ways: the peer's writer goroutine writes
+// to it, and its reader (runLink) reads the peer's frames from it.
+type link struct {
+	nc     net.Conn
+	raw    syscall.RawConn // nil for TLS (push then leaves the writing to the writer)
+	dialer uint64          // the node that dialed it
+	inc    uint64          // the peer's incarnation, from the handshake
+	at     time.Time       // when it became the pair's link
+	done   chan struct{}   // closed when its reader has returned
+	// ready is closed once the handshake's last line is written: an
+	// accepted link becomes the pair's link just before its READY goes out
+	// (peer.accept), and no frame may precede that line.
+	ready chan struct{}
+}
+
+// peer is this node's side of the link to one peer node: the outbound queue
+// and its writer, the current connection, the link's counters and fault.
 type peer struct {
 	t    *Transport
 	id   uint64
 	addr string
 	log  *slog.Logger
 	wake chan struct{} // capacity 1: "the queue is not empty"
-	// back (capacity 1) says the peer just connected to us: it is up, so
-	// the writer's dial backoff, grown while it was down, no longer
-	// applies (serveConn; the writer resets it).
+	// back (capacity 1) says a connection from the peer became the link: it
+	// is up, so the writer's dial backoff, grown while it was down, no longer
+	// applies, and a writer waiting for the link after a refused duplicate
+	// dial has it (serveConn; the writer takes it).
 	back chan struct{}
-	c    counters
+	// redial (capacity 1) asks the writer to replace the current link with a
+	// fresh dial: the peer dialed us while we hold a link with it that beats
+	// its dial, old enough not to be a dial race, so the peer has most likely
+	// lost that link (a half-open connection, admit).
+	redial chan struct{}
+	c      counters
 
-	// partitioned mirrors fault.Partition for the inbound reader, which must
-	// not take mu per read.
+	// partitioned mirrors fault.Partition for the reader, which must not take
+	// mu per read.
 	partitioned atomic.Bool
-	// inbound is the peer's current authenticated inbound connection; a new
-	// one replaces (closes) it, since the peer keeps only one outbound
-	// connection and a second means the first is dead (half-open).
-	inMu    sync.Mutex
-	inbound net.Conn
-	inDone  chan struct{} // closed when inbound's reader has returned
+	// cur is the pair's one connection (nil: none). A new one replaces it if
+	// it beats it (beats); the replaced one is closed, and the new one's
+	// reader delivers only after the old one's has returned.
+	// Readers load it without the lock (the writer checks it per batch);
+	// linkMu orders the decisions that replace it.
+	linkMu sync.Mutex
+	cur    atomic.Pointer[link]
+	// lastDone is the done channel of the link adopted last, whether or not
+	// it is still the pair's link: a link whose writer gave up on it
+	// (unlink) may still be delivering what it read, and the next link
+	// must not deliver before it has finished. REQUIRES: linkMu.
+	lastDone chan struct{}
 
 	// queued counts messages accepted by send and not yet written or
 	// dropped (in buf or in the writer's delay line).
@@ -209,12 +238,13 @@ func (p *peer) push() {
 	}
 }
 
-// run is the peer's writer goroutine: it owns the outbound connection.
+// run is the peer's writer goroutine: it writes the queue to the pair's
+// link, dialing one when there is none.
 func (p *peer) run() {
 	defer p.t.wg.Done()
 	var (
-		nc        net.Conn
-		dead      chan struct{} // closed when nc's watcher sees it end
+		l         *link         // the link the writer writes to
+		dead      chan struct{} // l.done: closed when l's reader has returned
 		line      []byte        // frames taken from the queue, not yet written
 		lineMarks []mark
 		failures  int // consecutive failed dials
@@ -234,13 +264,26 @@ func (p *peer) run() {
 			lineMarks[i].end -= end
 		}
 	}
-	midFrame := false // the line's head was partly written on nc (by push)
+	midFrame := false // the line's head was partly written on l (by push)
+	use := func(nl *link) {
+		select {
+		case <-nl.ready:
+		case <-nl.done:
+		}
+		l, dead = nl, nl.done
+		p.c.connected.Store(true)
+		p.mu.Lock()
+		p.raw = nl.raw
+		p.mu.Unlock()
+	}
+	// closeConn lets go of l: it is closed (its reader then returns) and no
+	// longer the pair's link. A message partly written on it is dropped.
 	closeConn := func() {
-		if nc == nil {
+		if l == nil {
 			return
 		}
-		nc.Close()
-		nc, dead = nil, nil
+		p.unlink(l)
+		l, dead = nil, nil
 		p.c.connected.Store(false)
 		p.mu.Lock()
 		p.idle, p.raw = false, nil
@@ -261,6 +304,18 @@ func (p *peer) run() {
 			midFrame = false
 			p.c.midFrameDrops.Add(1)
 			consume(1, lineMarks[0].end, &p.c.dropped)
+		}
+	}
+	// switchTo moves the writer to the pair's current link if it is not the
+	// one the writer holds (a link the peer dialed replaced ours, or ours
+	// was replaced by a fresh dial): what was partly written on the old one
+	// is dropped with it.
+	switchTo := func() {
+		if c := p.current(); c != l {
+			closeConn()
+			if c != nil {
+				use(c)
+			}
 		}
 	}
 	defer closeConn()
@@ -290,7 +345,7 @@ func (p *peer) run() {
 		p.mu.Unlock()
 
 		if len(line) == 0 {
-			if nc != nil {
+			if l != nil {
 				p.mu.Lock()
 				p.idle = len(p.buf) == 0
 				p.mu.Unlock()
@@ -299,6 +354,9 @@ func (p *peer) run() {
 			case <-p.wake:
 			case <-dead:
 				closeConn()
+			case <-p.redial:
+				p.refresh(failures)
+				switchTo()
 			case <-p.t.ctx.Done():
 				midFrame = false
 				p.discard(len(lineMarks))
@@ -314,9 +372,25 @@ func (p *peer) run() {
 			default:
 			}
 		}
-		if nc == nil {
-			var err error
-			nc, dead, err = p.connect(failures)
+		if l == nil {
+			nl, err := p.obtain(failures)
+			if errors.Is(err, errDuplicate) {
+				// A dial race the peer's link won: it is reaching us as an
+				// inbound connection (or just did). Wait for it; only if it
+				// does not come is this a failed dial.
+				p.c.duplicates.Add(1)
+				timer.Reset(p.t.cfg.HandshakeTimeout)
+				select {
+				case <-p.back:
+					timer.Stop()
+				case <-timer.C:
+				case <-p.t.ctx.Done():
+					timer.Stop()
+				}
+				if nl = p.current(); nl != nil {
+					err = nil
+				}
+			}
 			if err != nil {
 				if p.t.ctx.Err() != nil {
 					midFrame = false
@@ -336,10 +410,11 @@ func (p *peer) run() {
 				select {
 				case <-timer.C:
 				case <-p.back:
-					// The peer connected to us: it is up again. Redial at
-					// once on the next send instead of sleeping out a backoff
-					// that grew while it was down (a returning follower would
-					// otherwise not hear its leader for up to MaxDialBackoff).
+					// The peer connected to us: it is up again, and its
+					// connection is our link now. Write at once instead of
+					// sleeping out a backoff that grew while it was down (a
+					// returning follower would otherwise not hear its leader
+					// for up to MaxDialBackoff).
 					timer.Stop()
 					failures = 0
 					p.log.Debug("peer connected to us; dial backoff reset")
@@ -351,10 +426,7 @@ func (p *peer) run() {
 				}
 				continue
 			}
-			if p.c.connects.Add(1) > 1 {
-				p.c.reconnects.Add(1)
-			}
-			if failures > 0 || p.c.connects.Load() > 1 {
+			if failures > 0 {
 				p.log.Info("peer connected", "after_failures", failures)
 			}
 			failures = 0
@@ -362,14 +434,7 @@ func (p *peer) run() {
 			case <-p.back: // stale: we are connected
 			default:
 			}
-			p.c.connected.Store(true)
-			var raw syscall.RawConn
-			if sc, ok := nc.(syscall.Conn); ok {
-				raw, _ = sc.SyscallConn()
-			}
-			p.mu.Lock()
-			p.raw = raw
-			p.mu.Unlock()
+			use(nl)
 		}
 
 		// Write the prefix that is due, in one Write.
@@ -385,9 +450,21 @@ func (p *peer) run() {
 				end = lineMarks[n-1].end
 			}
 		}
+		if n > 0 && p.current() != l {
+			// The link was replaced (the peer's connection or a fresh dial
+			// beat it): write on the new one rather than into a closed one.
+			switchTo()
+			if l == nil {
+				continue
+			}
+		}
 		if n > 0 {
-			if err := writeTimed(nc, line[:end], p.t.cfg.WriteTimeout); err != nil {
-				p.log.Warn("peer write failed; dropping the batch and reconnecting", "err", err, "messages", n)
+			if err := writeTimed(l.nc, line[:end], p.t.cfg.WriteTimeout); err != nil {
+				if p.current() != l {
+					p.log.Debug("peer link replaced during a write; dropping the batch", "err", err, "messages", n)
+				} else {
+					p.log.Warn("peer write failed; dropping the batch and reconnecting", "err", err, "messages", n)
+				}
 				midFrame = false // dropped with the batch
 				closeConn()
 				consume(n, end, &p.c.dropped)
@@ -395,7 +472,7 @@ func (p *peer) run() {
 			}
 			// A deadline left armed would make push's RawConn.Write fail
 			// once it passes.
-			_ = nc.SetWriteDeadline(time.Time{})
+			_ = l.nc.SetWriteDeadline(time.Time{})
 			p.c.batches.Add(1)
 			p.c.bytesOut.Add(uint64(end))
 			consume(n, end, &p.c.sent)
@@ -417,6 +494,10 @@ func (p *peer) run() {
 		case <-dead:
 			timer.Stop()
 			closeConn()
+		case <-p.redial:
+			timer.Stop()
+			p.refresh(failures)
+			switchTo()
 		case <-p.t.ctx.Done():
 			timer.Stop()
 			midFrame = false
@@ -450,31 +531,29 @@ func backoff(base, max time.Duration, failures int) time.Duration {
 	return d/2 + rand.N(d/2+1)
 }
 
-// connect dials the peer, runs TLS and the handshake, and starts the
-// connection's watcher, which closes dead when the connection ends. The
-// acceptor never writes after the handshake, so the watcher reading EOF or
-// an error is how a restarted or vanished peer is noticed before the next
-// write is lost.
-func (p *peer) connect(failures int) (net.Conn, chan struct{}, error) {
+// connect dials the peer and runs TLS and the handshake. It returns the
+// connection, the peer's incarnation and the frame bytes that came with
+// READY; errDuplicate if the peer keeps the link it holds with us.
+func (p *peer) connect(failures int) (net.Conn, uint64, []byte, error) {
 	cfg := &p.t.cfg
 	ctx, cancel := context.WithTimeout(p.t.ctx, cfg.DialTimeout)
 	defer cancel()
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, "tcp", p.addr)
 	if err != nil {
-		return nil, nil, fmt.Errorf("dial %s: %w", p.addr, err)
+		return nil, 0, nil, fmt.Errorf("dial %s: %w", p.addr, err)
 	}
 	if cfg.TLS != nil {
 		tc := tls.Client(nc, cfg.TLS)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			nc.Close()
-			return nil, nil, fmt.Errorf("tls handshake with %s: %w", p.addr, err)
+			return nil, 0, nil, fmt.Errorf("tls handshake with %s: %w", p.addr, err)
 		}
 		nc = tc
 	}
 	_ = nc.SetDeadline(time.Now().Add(cfg.HandshakeTimeout))
 	stop := context.AfterFunc(p.t.ctx, func() { _ = nc.SetDeadline(time.Unix(1, 0)) })
-	err = dialHandshake(nc, cfg.ClusterSecret, p.t.self, p.id)
+	inc, rest, err := dialHandshake(nc, cfg.ClusterSecret, p.t.self, p.t.inc, p.id)
 	stop()
 	if err != nil {
 		nc.Close()
@@ -483,28 +562,129 @@ func (p *peer) connect(failures int) (net.Conn, chan struct{}, error) {
 			// the backoff lets us try again.
 			p.log.Error("peer refused the connection: fix the cluster configuration", "err", err, "failures", failures+1)
 		}
-		return nil, nil, fmt.Errorf("handshake with %s: %w", p.addr, err)
+		return nil, 0, nil, fmt.Errorf("handshake with %s: %w", p.addr, err)
 	}
 	_ = nc.SetDeadline(time.Time{})
-	dead := make(chan struct{})
-	p.t.wg.Add(1)
-	go func() {
-		defer p.t.wg.Done()
-		defer close(dead)
-		var b [256]byte
-		for {
-			n, err := nc.Read(b[:])
-			if err != nil {
-				return
-			}
-			if n > 0 {
-				p.log.Warn("peer wrote on an outbound connection; closing it", "bytes", n)
-				nc.Close()
-				return
+	if p.c.connects.Add(1) > 1 {
+		p.c.reconnects.Add(1)
+	}
+	return nc, inc, rest, nil
+}
+
+// obtain returns the pair's link, dialing one if there is none.
+func (p *peer) obtain(failures int) (*link, error) {
+	if c := p.current(); c != nil {
+		return c, nil
+	}
+	nc, inc, rest, err := p.connect(failures)
+	if err != nil {
+		return nil, err
+	}
+	if l := p.t.startLink(p, nc, p.t.cfg.Self, inc, rest); l != nil {
+		return l, nil
+	}
+	// The peer's own dial won while ours was in its handshake.
+	if c := p.current(); c != nil {
+		return c, nil
+	}
+	return nil, fmt.Errorf("%w: and that connection is gone already", errDuplicate)
+}
+
+// refresh replaces the pair's link with a fresh dial (redial). A failed
+// dial leaves the link as it is: if it is dead, its reader or the next
+// write finds out.
+func (p *peer) refresh(failures int) {
+	nc, inc, rest, err := p.connect(failures)
+	if err != nil {
+		p.log.Info("redial to replace a link the peer has likely lost failed", "err", err)
+		return
+	}
+	p.log.Info("replaced the link: the peer dialed us while we held one with it")
+	p.t.startLink(p, nc, p.t.cfg.Self, inc, rest)
+}
+
+// current returns the pair's link (nil: none).
+func (p *peer) current() *link { return p.cur.Load() }
+
+// preferred reports whether a connection dialed by node dialer is the one a
+// dial race keeps: the lower node id's.
+func (p *peer) preferred(dialer uint64) bool { return dialer == min(p.t.cfg.Self, p.id) }
+
+// beatsLocked reports whether a new connection, dialed by dialer with the
+// peer at incarnation inc, replaces the current link. It does if there is
+// none; if the peer's incarnation changed (it restarted, so the current
+// link is dead, whoever dialed it); if it is the preferred direction (a
+// reconnect in that direction, or the winner of a dial race); or if the
+// current link is not of the preferred direction either (a reconnect: the
+// newer one wins, the older is half-open). It does not only when the
+// current link is of the preferred direction and the new one is not: the
+// loser of a dial race. Both nodes apply the same rule, so they keep the
+// same connection. REQUIRES: linkMu held.
+func (p *peer) beatsLocked(dialer, inc uint64) bool {
+	c := p.cur.Load()
+	return c == nil || c.inc != inc || p.preferred(dialer) || !p.preferred(c.dialer)
+}
+
+// accept is the acceptor's decision before READY on nc, a connection the
+// peer dialed (its incarnation inc): it adopts nc as the pair's link (as
+// adopt) unless the current link beats it. It adopts before READY is sent,
+// so the dialer, which adopts when READY arrives and dials again only after
+// that, can never have its later dial adopted here before this one. If the
+// current link beats nc and is old enough not to be in a dial race with it
+// (the peer dialed before our dial reached it), the peer has most likely
+// lost that link (it sits half-open here), so the writer is asked to
+// replace it with a fresh dial, which beats it at both ends.
+func (p *peer) accept(nc net.Conn, inc uint64) (l, prev *link, after chan struct{}) {
+	p.linkMu.Lock()
+	if !p.beatsLocked(p.id, inc) {
+		stale := time.Since(p.cur.Load().at) > p.t.cfg.DialTimeout+p.t.cfg.HandshakeTimeout
+		p.linkMu.Unlock()
+		p.c.duplicates.Add(1)
+		if stale {
+			select {
+			case p.redial <- struct{}{}:
+			default:
 			}
 		}
-	}()
-	return nc, dead, nil
+		return nil, nil, nil
+	}
+	l, prev, after = p.adoptLocked(nc, p.id, inc)
+	p.linkMu.Unlock()
+	return l, prev, after
+}
+
+// adopt makes nc (dialed by dialer, the peer at incarnation inc) the pair's
+// link if it beats the current one, and returns it, the link it replaces
+// (nil if none) and the done channel of the link adopted before it (nil if
+// none), whose reader must return before this one delivers. l is nil if nc
+// lost: the caller closes it.
+func (p *peer) adopt(nc net.Conn, dialer, inc uint64) (l, prev *link, after chan struct{}) {
+	p.linkMu.Lock()
+	defer p.linkMu.Unlock()
+	if !p.beatsLocked(dialer, inc) {
+		return nil, nil, nil
+	}
+	return p.adoptLocked(nc, dialer, inc)
+}
+
+// adoptLocked makes nc the pair's link. REQUIRES: linkMu held.
+func (p *peer) adoptLocked(nc net.Conn, dialer, inc uint64) (l, prev *link, after chan struct{}) {
+	l = &link{nc: nc, dialer: dialer, inc: inc, at: time.Now(), done: make(chan struct{}), ready: make(chan struct{})}
+	if sc, ok := nc.(syscall.Conn); ok {
+		l.raw, _ = sc.SyscallConn()
+	}
+	prev = p.cur.Swap(l)
+	after, p.lastDone = p.lastDone, l.done
+	return l, prev, after
+}
+
+// unlink closes l and, if it is still the pair's link, leaves the pair
+// without one.
+func (p *peer) unlink(l *link) {
+	p.linkMu.Lock()
+	p.cur.CompareAndSwap(l, nil)
+	p.linkMu.Unlock()
+	l.nc.Close()
 }
 
 // writePiece is the most one Write hands the socket under one deadline.

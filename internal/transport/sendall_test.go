@@ -61,21 +61,7 @@ func TestAPartlyWrittenMessageNeverCorruptsTheNextConnection(t *testing.T) {
 	}
 	defer a.Close()
 	self := Identity{Node: 2, Cluster: 7, ConfigHash: a.cfg.ConfigHash}
-	accept := func() net.Conn {
-		t.Helper()
-		// A deadline, so a writer that never redials fails the test instead of hanging it.
-		_ = ln.(*net.TCPListener).SetDeadline(time.Now().Add(10 * time.Second))
-		nc, err := ln.Accept()
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = nc.SetDeadline(time.Now().Add(5 * time.Second))
-		if _, _, err := acceptHandshake(nc, testSecret, self, func(id uint64) bool { return id == 1 }); err != nil {
-			t.Fatal(err)
-		}
-		_ = nc.SetDeadline(time.Time{})
-		return nc
-	}
+	accept := func() net.Conn { t.Helper(); return acceptAs(t, ln, self) }
 
 	mustSend(t, a, 2, msg(1, 2, 1))
 	stalled := accept() // authenticates, then never reads
@@ -124,16 +110,9 @@ func TestACutMidFrameNeverLeaksIntoTheNextConnection(t *testing.T) {
 	self := Identity{Node: 2, Cluster: 7, ConfigHash: a.cfg.ConfigHash}
 	accept := func() *net.TCPConn {
 		t.Helper()
-		// A deadline, so a writer that never redials fails the test instead of hanging it.
-		_ = ln.(*net.TCPListener).SetDeadline(time.Now().Add(10 * time.Second))
-		nc, err := ln.Accept()
-		if err != nil {
-			t.Fatal(err)
-		}
+		nc := acceptAs(t, ln, self)
+		// A deadline, so a writer that never writes fails the test instead of hanging it.
 		_ = nc.SetDeadline(time.Now().Add(5 * time.Second))
-		if _, _, err := acceptHandshake(nc, testSecret, self, func(id uint64) bool { return id == 1 }); err != nil {
-			t.Fatal(err)
-		}
 		return nc.(*net.TCPConn)
 	}
 	big := msg(1, 2, 0)

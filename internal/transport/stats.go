@@ -58,6 +58,8 @@ type counters struct {
 	received, readBatches, bytesIn, faultDroppedIn  atomic.Uint64
 	corrupt, spoofed, unrouted                      atomic.Uint64
 	connects, reconnects, dialFailures, inboundConn atomic.Uint64
+	duplicates, replaced                            atomic.Uint64
+	open                                            atomic.Int64
 	connected                                       atomic.Bool
 }
 
@@ -72,7 +74,7 @@ type LinkStats struct {
 	InlineWrites uint64 // of Batches, written by SendAll on the caller's goroutine
 	BytesOut     uint64 // frame bytes written
 	Queued       int64  // messages waiting now (queue and delay line)
-	Connected    bool   // an outbound connection is up now
+	Connected    bool   // the writer holds the pair's connection now
 	Reconnects   uint64 // successful dials after the first
 	DialFailures uint64 // failed dials and refused handshakes
 	// Inbound.
@@ -84,6 +86,10 @@ type LinkStats struct {
 	Spoofed        uint64 // connections closed for a message whose From or To is wrong
 	Unrouted       uint64 // inbound messages for a group with no endpoint here (dropped)
 	InboundConns   uint64 // authenticated inbound connections accepted
+	// The pair's one connection.
+	Open       int64  // authenticated connections with the peer open now (1 when linked; 2 briefly while one replaces another)
+	Duplicates uint64 // dials refused or connections closed because the pair's connection beat them (dial races)
+	Replaced   uint64 // times a new connection replaced the pair's connection (reconnects, a restarted peer)
 }
 
 func (s *LinkStats) add(o LinkStats) {
@@ -104,6 +110,9 @@ func (s *LinkStats) add(o LinkStats) {
 	s.Spoofed += o.Spoofed
 	s.Unrouted += o.Unrouted
 	s.InboundConns += o.InboundConns
+	s.Open += o.Open
+	s.Duplicates += o.Duplicates
+	s.Replaced += o.Replaced
 }
 
 // Stats is a snapshot of the transport's counters, for the node's metrics.
@@ -141,6 +150,9 @@ func (t *Transport) Stats() Stats {
 			Spoofed:        c.spoofed.Load(),
 			Unrouted:       c.unrouted.Load(),
 			InboundConns:   c.inboundConn.Load(),
+			Open:           c.open.Load(),
+			Duplicates:     c.duplicates.Load(),
+			Replaced:       c.replaced.Load(),
 		}
 		s.Links = append(s.Links, l)
 		s.Total.add(l)

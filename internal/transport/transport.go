@@ -6,9 +6,9 @@
 //
 // A node creates one Transport; each replica it hosts registers its group
 // (Register) with a Handler for its inbound messages and gets an Endpoint to
-// send with. All groups share the node's connections: one outbound
-// connection to each peer node (and that peer's one connection to us), not
-// one per group.
+// send with. All groups share the node's connections, and a pair of nodes
+// shares one connection for its traffic both ways (not one per group, nor
+// one per direction).
 //
 // Shape, per peer:
 //
@@ -17,23 +17,35 @@
 //	     SendAll then writes the queue itself with one non-blocking write if the
 //	     peer's writer is parked (no hand-off), else wakes the writer
 //	writer goroutine (one per peer)
-//	  └─ dials on demand (timeout, capped exponential backoff with jitter,
-//	     reset when the peer connects to us: it is back),
+//	  └─ writes to the pair's link; with none, dials one (timeout, capped
+//	     exponential backoff with jitter, reset when the peer connects to
+//	     us: its connection is then the link),
 //	     takes everything queued and writes it with ONE Write (one syscall per batch),
 //	     holds messages back for an injected link delay (order kept)
-//	reader goroutine (one per accepted connection)
+//	reader goroutine (one per link, dialed or accepted)
 //	  └─ reads as much as the socket has, checks every frame's CRC, opens
 //	     the envelopes and hands each group's run of messages to that
 //	     group's Handler (one call per group per read)
 //
+// One connection per pair (peer.go, "link"): either node dials when it has
+// something to send and no link. If both dial at once, both keep the
+// connection the lower node id dialed: the acceptor refuses a dial its link
+// beats before READY ("ERR duplicate"; the dialer waits for the winning
+// connection, which reaches it as an inbound one), and a connection that
+// lost after READY is closed by the side that sees it lose. A message
+// written on the connection that lost (only the first messages of a race
+// can be) is lost with it, as in any cut connection; none is delivered
+// twice, since nothing is resent. A newer connection of the preferred
+// direction, or one from a restarted peer (a new incarnation in the
+// handshake), replaces the link at both ends (the old one is dead or
+// half-open). A peer that dials while we hold a link that beats its dial,
+// and the link is too old for a dial race, has lost that link (half-open
+// here): we replace it with a fresh dial.
+//
 // Order: a peer's messages of one group reach the group's Handler in the
 // order it sent them, with gaps for losses, also across reconnects (a new
-// inbound connection from a peer starts delivering only after the old one's
-// reader has stopped).
-//
-// Every pair of nodes uses two connections, one per direction: a node dials
-// each peer for its outbound messages and accepts the peer's connection for
-// inbound ones. That avoids dial races and lets each side reconnect alone.
+// link starts delivering only after the previous link's reader has
+// stopped).
 //
 // Loss is part of the contract: the engines tolerate lost messages and
 // retransmit, so the transport never blocks a driver to avoid a loss. A full
@@ -267,6 +279,7 @@ func (c *Config) validate() error {
 type Transport struct {
 	cfg   Config
 	self  Identity
+	inc   uint64 // this transport's incarnation (handshake.go), random per New
 	log   *slog.Logger
 	peers map[uint64]*peer // fixed after New
 	start time.Time        // origin of the monotonic clock used for delays
@@ -278,7 +291,7 @@ type Transport struct {
 	mu        sync.Mutex
 	closed    bool
 	listeners map[net.Listener]struct{}
-	conns     map[net.Conn]struct{} // every inbound connection, handshaking or not
+	conns     map[net.Conn]struct{} // every connection: inbound (handshaking or not) and dialed links
 
 	// groups maps a group id to its endpoint; readers load it per batch
 	// without a lock, Register and Endpoint.Close replace it under mu.
@@ -302,6 +315,7 @@ func New(cfg Config) (*Transport, error) {
 		self:      Identity{Node: cfg.Self, Cluster: cfg.Cluster, ConfigHash: cfg.ConfigHash},
 		log:       cfg.Logger.With("replica", cfg.Self),
 		peers:     make(map[uint64]*peer, len(cfg.Peers)),
+		inc:       rand.Uint64() | 1,
 		start:     time.Now(),
 		ctx:       ctx,
 		cancel:    cancel,
@@ -313,13 +327,14 @@ func New(cfg Config) (*Transport, error) {
 			continue
 		}
 		p := &peer{
-			t:    t,
-			id:   id,
-			addr: addr,
-			log:  t.log.With("peer", id, "peer_addr", addr),
-			wake: make(chan struct{}, 1),
-			back: make(chan struct{}, 1),
-			rng:  rand.New(rand.NewPCG(cfg.Seed, id)),
+			t:      t,
+			id:     id,
+			addr:   addr,
+			log:    t.log.With("peer", id, "peer_addr", addr),
+			wake:   make(chan struct{}, 1),
+			back:   make(chan struct{}, 1),
+			redial: make(chan struct{}, 1),
+			rng:    rand.New(rand.NewPCG(cfg.Seed, id)),
 		}
 		t.peers[id] = p
 	}

@@ -86,12 +86,7 @@ func TestReconnectsAfterThePeerRestarts(t *testing.T) {
 	b.tr.Close()
 
 	// The same node comes back on the same address with a fresh process state.
-	var ln net.Listener
-	eventually(t, 5*time.Second, func() bool {
-		var err error
-		ln, err = net.Listen("tcp", addr)
-		return err == nil
-	}, "relisten on %s", addr)
+	ln := relisten(t, addr)
 	in := newInbox()
 	b2, err := newVR(vrConfig{Config: Config{Self: 2, Peers: map[uint64]string{1: a.ln.Addr().String(), 2: addr},
 		ClusterSecret: testSecret, Cluster: 7}, Handler: in.handle})
@@ -209,7 +204,7 @@ func dialRaw(t *testing.T, nd *node, as uint64) net.Conn {
 	}
 	t.Cleanup(func() { nc.Close() })
 	_ = nc.SetDeadline(time.Now().Add(5 * time.Second))
-	if err := dialHandshake(nc, testSecret, Identity{Node: as, Cluster: 7, ConfigHash: nd.tr.cfg.ConfigHash}, nd.id); err != nil {
+	if _, _, err := dialHandshake(nc, testSecret, Identity{Node: as, Cluster: 7, ConfigHash: nd.tr.cfg.ConfigHash}, as, nd.id); err != nil {
 		t.Fatal(err)
 	}
 	return nc
