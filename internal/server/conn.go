@@ -124,9 +124,12 @@ type conn struct {
 	// multi: the connection sent MULTI and has not yet sent EXEC or DISCARD;
 	// every command but txControl's is refused meanwhile.
 	multi bool
-	cons  level.Consistency
-	dur   level.Durability
-	sess  shard.Session
+	// clusterAware: the connection behaves as a Redis Cluster client's
+	// (cluster.go): requests for a slot led elsewhere get -MOVED.
+	clusterAware bool
+	cons         level.Consistency
+	dur          level.Durability
+	sess         shard.Session
 
 	args [][]byte
 
@@ -642,6 +645,14 @@ func (c *conn) check(spec *command.Spec, args [][]byte) error {
 
 // run executes a validated command with per-call options o.
 func (c *conn) run(spec *command.Spec, args [][]byte, o callOpts) {
+	if c.srv.clusterOn {
+		if err := crossSlot(spec, args); err != nil {
+			c.flushWrites()
+			c.timed[len(c.timed)-1].err = true
+			c.writeErr(err)
+			return
+		}
+	}
 	if spec.IsUpdate() {
 		c.queueWrite(spec, args, o)
 		return
