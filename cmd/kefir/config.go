@@ -183,6 +183,12 @@ var serverOptions = []option{
 			c.Groups = gs
 			return err
 		}},
+	{"cluster-redirects", "false", "With --groups: answer every request for a slot whose group another node leads with -MOVED <slot> <addr>, as Redis Cluster does (plain redis-cli then sees the redirect). Without it only connections that asked CLUSTER SLOTS/SHARDS/NODES or sent READONLY/READWRITE/ASKING are redirected, and the others are forwarded to the leader.",
+		func(c *serverConfig, v string) error {
+			b, err := strconv.ParseBool(v)
+			c.ClusterRedirects = b
+			return err
+		}},
 	{"replica-id", "0", "Replicated mode: this node's id in --members.",
 		func(c *serverConfig, v string) error {
 			n, err := strconv.ParseUint(v, 10, 64)

@@ -119,6 +119,12 @@ type Config struct {
 	// every group it is a member of, each in DataDir/group-<id>, all on the
 	// node's one peer transport. Empty: the node's one group is Members.
 	Groups []cluster.GroupSpec
+	// ClusterRedirects answers every connection's request for a slot whose
+	// group is led elsewhere with -MOVED <slot> <addr>, as Redis Cluster
+	// does, instead of forwarding it (docs/cluster.md). Without it only
+	// connections that behaved as a cluster client's (CLUSTER SLOTS, ...)
+	// are redirected, and plain clients are forwarded.
+	ClusterRedirects bool
 	// Bootstrap starts a new group if this node's data directory holds no
 	// replication log. Set it only on the group's very first start (kefir up
 	// does it when no node has a data directory yet). Without it a node with
@@ -228,6 +234,12 @@ func FormatMembers(ms []Member) string {
 }
 
 func (c Config) validateReplication() error {
+	if c.ClusterRedirects && len(c.Groups) == 0 {
+		return errors.New("config: --cluster-redirects needs --groups (a single group's followers forward)")
+	}
+	if len(c.Groups) > 0 && !c.Replicated() {
+		return errors.New("config: --groups needs --members (the cluster's nodes)")
+	}
 	if !c.Replicated() {
 		if c.Nilext {
 			return fmt.Errorf("config: --nilext needs replicated mode (--members)")

@@ -182,8 +182,10 @@ func (s *Server) newConn(nc net.Conn, id int64) *conn {
 		addr:   nc.RemoteAddr().String(),
 		authed: s.cfg.Password == "",
 		cons:   s.cfg.Consistency,
-		dur:    s.cfg.Durability,
-		front:  syncFrontOf(s.db),
+		// A node that redirects every client treats each as cluster-aware.
+		clusterAware: s.cfg.ClusterRedirects,
+		dur:          s.cfg.Durability,
+		front:        syncFrontOf(s.db),
 	}
 	c.log = s.log.With("conn", id, "remote", c.addr)
 	var in io.Reader = nc
