@@ -12,6 +12,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// threeGroups is kefir up --groups 3's layout.
+var threeGroups = kcluster.FormatGroups(kcluster.EvenGroups(3, []uint64{1, 2, 3}, 3))
+
 // go-redis's ClusterClient, unmodified, against three real nodes hosting
 // three groups (issue 28, first part; docs/cluster.md): it reads CLUSTER
 // SLOTS, sends each key to its group's leader, runs MSET/MGET of keys that
@@ -20,7 +23,7 @@ import (
 // group is killed and restarted under it (the nodes redirect every client,
 // --cluster-redirects, so it follows -MOVED to the new leader).
 func TestGoRedisClusterClientLeaderKill(t *testing.T) {
-	g := cluster.StartGroups(t, 3, 3, "--cluster-redirects", "true")
+	g := cluster.StartGroups(t, 3, threeGroups, "--cluster-redirects", "true")
 	g.WaitLeaders(20 * time.Second)
 	for _, proto := range []int{2, 3} {
 		rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: g.Addrs(), Protocol: proto, MaxRedirects: 16})

@@ -21,7 +21,7 @@ import (
 // a multi-key command across slots is refused with Redis's CROSSSLOT, and
 // one whose keys share a hash tag runs.
 func TestGroupsRedisCliCluster(t *testing.T) {
-	g := cluster.StartGroups(t, 3, 3)
+	g := cluster.StartGroups(t, 3, threeGroups)
 	g.WaitLeaders(20 * time.Second)
 	first := g.Nodes[0].ClientAddr
 	groupsSeen := map[kcluster.GroupID]bool{}
@@ -118,6 +118,10 @@ func pipeline(t *testing.T, addr string, cmds ...[]string) []resp.Value {
 	return out
 }
 
+// threeGroups is kefir up --groups 3's layout: three 3-replica groups on
+// three nodes, the slots split evenly.
+var threeGroups = kcluster.FormatGroups(kcluster.EvenGroups(3, []uint64{1, 2, 3}, 3))
+
 // groupIndex is the index of the group owning slot in EvenGroups(3, ...).
 func groupIndex(slot uint16) int {
 	for i, g := range kcluster.EvenGroups(3, []uint64{1, 2, 3}, 3) {
@@ -191,7 +195,7 @@ print("OK", i, "ops, retries", retries)
 // -MOVED: the nodes redirect every client, --cluster-redirects), also while
 // the leader of one group is killed and restarted under it.
 func TestGroupsRedisPyClusterLeaderKill(t *testing.T) {
-	g := cluster.StartGroups(t, 3, 3, "--cluster-redirects", "true")
+	g := cluster.StartGroups(t, 3, threeGroups, "--cluster-redirects", "true")
 	g.WaitLeaders(20 * time.Second)
 	host, port := "127.0.0.1", g.Nodes[0].Port()
 	cmd := exec.Command("/usr/bin/python3", "-c", redisPyWorkload, host, port, "6")

@@ -8,38 +8,35 @@ import (
 	"testing"
 	"time"
 
-	kcluster "github.com/kefirdb/kefir/internal/cluster"
 	"github.com/kefirdb/kefir/internal/resp"
 )
 
-// Groups is a cluster of several 3-replica groups over real nodes on a
-// static slot map (kefir server --groups, as kefir up --groups lays it out:
-// the slots split evenly, every node hosting a replica of each group).
+// Groups is a cluster of several replica groups over real nodes on a static
+// slot map (kefir server --groups).
 type Groups struct {
-	t      testing.TB
-	Nodes  []*Node
-	Groups []kcluster.GroupSpec
+	t     testing.TB
+	Nodes []*Node
 }
 
 // groupsSecret is the peer secret of a Groups cluster.
 const groupsSecret = "e2e-groups-secret"
 
-// StartGroups starts nodes nodes hosting groups groups, bootstrapping them,
-// with extra flags on every node.
-func StartGroups(t testing.TB, nodes, groups int, extra ...string) *Groups {
+// StartGroups starts nodes nodes (ids 1..nodes) hosting the groups of
+// groups (kefir server --groups; the caller lays them out, e.g. with
+// internal/cluster's EvenGroups, which this package must not import: that
+// package's tests use this one), bootstrapping them, with extra flags on
+// every node.
+func StartGroups(t testing.TB, nodes int, groups string, extra ...string) *Groups {
 	t.Helper()
 	g := &Groups{t: t}
 	var ms []string
-	ids := make([]uint64, nodes)
 	for i := range nodes {
 		n := NewNode(t, "n"+strconv.Itoa(i+1))
 		g.Nodes = append(g.Nodes, n)
 		ms = append(ms, fmt.Sprintf("%d@%s/%s", i+1, n.PeerAddr, n.ClientAddr))
-		ids[i] = uint64(i + 1)
 	}
-	g.Groups = kcluster.EvenGroups(groups, ids, 3)
 	args := func(id int, bootstrap bool) []string {
-		return append([]string{"--members", strings.Join(ms, ","), "--groups", kcluster.FormatGroups(g.Groups),
+		return append([]string{"--members", strings.Join(ms, ","), "--groups", groups,
 			"--replica-id", strconv.Itoa(id), "--cluster-id", "4343", "--cluster-secret", groupsSecret,
 			"--bootstrap", strconv.FormatBool(bootstrap)}, extra...)
 	}
