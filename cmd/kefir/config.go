@@ -12,6 +12,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/kefirdb/kefir/internal/cluster"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/server"
 )
@@ -174,6 +175,18 @@ var serverOptions = []option{
 		func(c *serverConfig, v string) error {
 			ms, err := server.ParseMembers(v)
 			c.Members = ms
+			return err
+		}},
+	{"groups", "", "Cluster of several replica groups on a static slot map (docs/cluster.md): --members lists the cluster's nodes, and this the groups as ID=NODE,NODE,...:START-END[+START-END...] separated by ';' (nodes in leader order, slots 0-16383 each owned by one group), e.g. 1=1,2,3:0-5460;2=2,3,1:5461-10922;3=3,1,2:10923-16383. The node hosts a replica of every group it is in. Every node gets the same list. Empty = one group, --members.",
+		func(c *serverConfig, v string) error {
+			gs, err := cluster.ParseGroups(v)
+			c.Groups = gs
+			return err
+		}},
+	{"cluster-redirects", "false", "With --groups: answer every request for a slot whose group another node leads with -MOVED <slot> <addr>, as Redis Cluster does (plain redis-cli then sees the redirect). Without it only connections that asked CLUSTER SLOTS/SHARDS/NODES or sent READONLY/READWRITE/ASKING are redirected, and the others are forwarded to the leader.",
+		func(c *serverConfig, v string) error {
+			b, err := strconv.ParseBool(v)
+			c.ClusterRedirects = b
 			return err
 		}},
 	{"replica-id", "0", "Replicated mode: this node's id in --members.",

@@ -420,3 +420,50 @@ func TestFsyncExtraDelayOption(t *testing.T) {
 		{nil, map[string]string{"KEFIR_FSYNC_EXTRA_DELAY": "2500us"}, 2500 * time.Microsecond},
 	}, []string{"-1ms", "soon", "101ms"})
 }
+
+// --groups (issue 28, docs/cluster.md): parsed from a flag or the file, a
+// valid layout accepted, and a layout with a gap, a group of an even size, a
+// node that is not in --members, or with --nilext or session reads refused
+// at start with what is wrong.
+func TestGroupsOption(t *testing.T) {
+	members := "1@127.0.0.1:7381/127.0.0.1:6381,2@127.0.0.1:7382/127.0.0.1:6382,3@127.0.0.1:7383/127.0.0.1:6383"
+	env := envMap(map[string]string{"KEFIR_CLUSTER_SECRET": "s"})
+	load := func(groups string, extra ...string) (serverConfig, error) {
+		var stderr bytes.Buffer
+		args := append([]string{"--members", members, "--replica-id", "1", "--cluster-id", "7", "--groups", groups}, extra...)
+		cfg, err := loadServerConfig(args, env, &stderr)
+		if err != nil {
+			return cfg, err
+		}
+		return cfg, cfg.Validate()
+	}
+	cfg, err := load("1=1,2,3:0-5460;2=2,3,1:5461-10922;3=3,1,2:10923-16383")
+	if err != nil || len(cfg.Groups) != 3 || cfg.Groups[1].Members[0] != 2 || cfg.Groups[2].Slots[0].Start != 10923 {
+		t.Fatalf("valid --groups: %+v, %v", cfg.Groups, err)
+	}
+	for _, tc := range []struct {
+		groups string
+		extra  []string
+		want   string
+	}{
+		{"1=1,2,3:0-16000", nil, "slot 16001 belongs to no group"},
+		{"1=1,2:0-16383", nil, "needs an odd number"},
+		{"1=1,2,4:0-16383", nil, "member 4 is not in --members"},
+		{"1=2,3,1:0-16383", []string{"--nilext", "true"}, "--nilext is not supported yet with --groups"},
+		{"1=1,2,3:0-16383", []string{"--consistency", "session"}, "--consistency session is not supported yet"},
+		{"1=1,2,3:0-16383", []string{"--cluster-redirects", "maybe"}, "maybe"},
+		{"1=1,2,3:zero", nil, "slot range"},
+	} {
+		if _, err := load(tc.groups, tc.extra...); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("--groups %s %v: %v, want %q", tc.groups, tc.extra, err, tc.want)
+		}
+	}
+	var stderr bytes.Buffer
+	cfg, err = loadServerConfig([]string{"--cluster-redirects", "true"}, envMap(nil), &stderr)
+	if err == nil {
+		err = cfg.Validate()
+	}
+	if err == nil || !strings.Contains(err.Error(), "--cluster-redirects needs --groups") {
+		t.Errorf("--cluster-redirects without --groups: %v", err)
+	}
+}

@@ -21,6 +21,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/cluster"
 	"github.com/kefirdb/kefir/internal/server"
 )
 
@@ -62,6 +63,7 @@ func runUp(args []string, stdout, stderr io.Writer) error {
 	logLevel := fs.String("log-level", "info", "log level of the nodes")
 	nilext := fs.Bool("nilext", false, "EXPERIMENTAL: run the group with the Skyros nilext fast path (kefir server --nilext on every node); needs --nodes ≥ 3")
 	followerReads := fs.Bool("follower-reads", false, "followers serve cross-client-monotonic reads under active-set leases (kefir server --follower-reads on every node); needs --nodes ≥ 3")
+	groups := fs.Int("groups", 1, "number of replica groups (docs/cluster.md): more than 1 splits the 16384 Redis Cluster slots into that many contiguous ranges, one per 3-replica group, every node hosting a replica of each group (needs --nodes 3 or more; nilext off). 1: one group of all nodes")
 	ioModel := fs.String("io-model", "", "how the nodes serve client connections: epoll or goroutine (kefir server --io-model); empty: each node's own default (KEFIR_IO_MODEL, else epoll on Linux)")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, `Usage: kefir up [options]
@@ -89,6 +91,12 @@ Options:
 	}
 	if *nilext && *nodes == 1 {
 		return usageError{errors.New("--nilext needs a replica group (--nodes 3 or more)")}
+	}
+	if *groups < 1 || *groups > 64 {
+		return usageError{fmt.Errorf("--groups %d: want 1 to 64", *groups)}
+	}
+	if *groups > 1 && (*nodes < 3 || *nilext) {
+		return usageError{errors.New("--groups > 1 needs --nodes 3 or more, and no --nilext (the fast path does not span groups yet)")}
 	}
 	if *followerReads && *nodes == 1 {
 		return usageError{errors.New("--follower-reads needs a replica group (--nodes 3 or more)")}
@@ -123,6 +131,15 @@ Options:
 		return err
 	}
 	u.grp = grp
+	groupsFlag := ""
+	if *groups > 1 {
+		ids := make([]uint64, *nodes)
+		for i := range ids {
+			ids[i] = uint64(i + 1)
+		}
+		groupsFlag = cluster.FormatGroups(cluster.EvenGroups(*groups, ids, 3))
+		grp.groups = *groups
+	}
 	if u.self, err = os.Executable(); err != nil {
 		return fmt.Errorf("find own binary: %w", err)
 	}
@@ -147,6 +164,9 @@ Options:
 				"--bootstrap", strconv.FormatBool(grp.bootstrap),
 				"--nilext", strconv.FormatBool(*nilext),
 				"--follower-reads", strconv.FormatBool(*followerReads))
+			if groupsFlag != "" {
+				n.args = append(n.args, "--groups", groupsFlag)
+			}
 			// The secret goes through the environment: flags show in ps.
 			n.env = append(os.Environ(), "KEFIR_CLUSTER_SECRET="+grp.secret)
 		}
@@ -613,12 +633,19 @@ func (u *upCluster) banner(stdout io.Writer) {
 		if u.grp.bootstrap {
 			how = "new group bootstrapped"
 		}
-		fmt.Fprintf(stdout, "\nKefir is up: a %d-replica group (cluster %d, %s), data in %s\n", len(u.nodes), u.grp.clusterID, how, u.dir)
+		if u.grp.groups > 1 {
+			fmt.Fprintf(stdout, "\nKefir is up: %d nodes hosting %d 3-replica groups on 16384 slots (cluster %d, %s), data in %s\n", len(u.nodes), u.grp.groups, u.grp.clusterID, how, u.dir)
+		} else {
+			fmt.Fprintf(stdout, "\nKefir is up: a %d-replica group (cluster %d, %s), data in %s\n", len(u.nodes), u.grp.clusterID, how, u.dir)
+		}
 	} else {
 		fmt.Fprintf(stdout, "\nKefir is up: 1 node, data in %s\n", u.dir)
 	}
 	for _, n := range u.nodes {
 		fmt.Fprintf(stdout, "  %s  client (RESP) %s   admin http://%s/   peer %s   pid %d\n", n.id, n.client, n.http, n.peer, n.pid)
+	}
+	if u.grp != nil && u.grp.groups > 1 {
+		fmt.Fprintf(stdout, "\nRedis Cluster clients (redis-cli -c, go-redis ClusterClient, redis-py RedisCluster) take any node\nand follow -MOVED; plain clients are forwarded (docs/cluster.md).\n")
 	}
 	if u.grp != nil {
 		fmt.Fprintf(stdout, "\nPoint redis-cli (or any Redis client) at ANY node: followers forward writes and\nlinearizable reads to the leader. The Go client takes all addresses and finds the leader.\n")
@@ -655,6 +682,7 @@ type upGroup struct {
 	clusterID uint64
 	secret    string
 	bootstrap bool
+	groups    int // replica groups on the nodes (1: the nodes are one group)
 }
 
 // prepareGroup returns the group settings for n > 1 nodes (nil for one).

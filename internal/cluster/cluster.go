@@ -34,6 +34,11 @@ var ErrNotLeader = fmt.Errorf("not the leader: %w", shard.ErrUnavailable)
 type NotLeaderError struct {
 	Leader uint64
 	Addr   string
+	// Slot, if HasSlot, is the hash slot of the request's keys (a node of
+	// several groups names it): a cluster-aware client is answered
+	// "-MOVED <Slot> <Addr>", Redis Cluster's redirect.
+	Slot    uint16
+	HasSlot bool
 }
 
 func (e *NotLeaderError) Error() string {
@@ -57,6 +62,18 @@ func LeaderOf(err error) (id uint64, addr string, ok bool) {
 		return nl.Leader, nl.Addr, nl.Leader != 0
 	}
 	return 0, "", false
+}
+
+// SlotRedirect is Redis Cluster's redirect for a request that failed with
+// err: "-MOVED <slot> <leader's client address>", when err is a not-leader
+// error that names the slot and a leader's address (false otherwise: no
+// leader is known, and the request is forwarded, which waits for one).
+func SlotRedirect(err error) (*ReplyError, bool) {
+	var nl *NotLeaderError
+	if !errors.As(err, &nl) || !nl.HasSlot || nl.Addr == "" {
+		return nil, false
+	}
+	return &ReplyError{fmt.Sprintf("MOVED %d %s", nl.Slot, nl.Addr)}, true
 }
 
 // ReplyError is an error whose RESP text, prefix included, is fixed: the

@@ -287,7 +287,10 @@ func (c *Call) retryable(retryFor time.Duration) (bool, string) {
 	msg := string(c.Reply.Str)
 	switch {
 	case strings.HasPrefix(msg, "MOVED "):
-		return true, strings.TrimPrefix(msg, "MOVED ")
+		// "MOVED <addr>" (KEFIR.CALL REDIRECT) or Redis Cluster's
+		// "MOVED <slot> <addr>": the address is the last word.
+		f := strings.Fields(msg)
+		return true, f[len(f)-1]
 	case msg == ErrNoLeader.Msg:
 		return true, ""
 	case strings.HasPrefix(msg, "UNAVAILABLE ") && c.Dur != 0:

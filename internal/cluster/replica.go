@@ -60,6 +60,12 @@ type ReplicaSpec struct {
 	// Bootstrap starts a new group if Dir holds no log (a group's very
 	// first start only).
 	Bootstrap bool
+	// Group is the replica's group on the node's peer transport, and
+	// Transport that transport when the node hosts several groups (the
+	// node made it; the replica registers its group on it). Nil: the
+	// node's only replica, which makes the transport itself.
+	Group     GroupID
+	Transport *transport.Transport
 
 	HeartbeatInterval time.Duration
 	ViewChangeTimeout time.Duration

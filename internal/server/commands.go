@@ -248,6 +248,8 @@ func (c *conn) admin(spec *command.Spec, args [][]byte) error {
 		return c.call(args)
 	case "KEFIR.TOPOLOGY":
 		return c.topology()
+	case "CLUSTER", "ASKING", "READONLY", "READWRITE":
+		return c.clusterCmd(spec, args) // cluster.go
 	case "KEFIR.NILEXT":
 		return c.nilextTake(args)
 	case "SCRIPT":
@@ -598,6 +600,13 @@ func (c *conn) config(args [][]byte) error {
 // reservations, holes), which no read shows. DBSIZE and INFO keyspace report
 // it; like Redis's, it counts what this node has applied.
 func (s *Server) userKeys() int64 {
+	if s.multi != nil { // every hosted group's
+		var n int64
+		for _, db := range s.multi.Engines() {
+			n += max(int64(db.Stats().LiveKeys)-int64(db.CountLive(kv.ReservedPrefix, reservedEnd)), 0)
+		}
+		return n
+	}
 	n := int64(s.db.Stats().LiveKeys) - int64(s.db.CountLive(kv.ReservedPrefix, reservedEnd))
 	return max(n, 0)
 }
@@ -638,6 +647,13 @@ func (s *Server) info(section string) string {
 	if want("kefir") {
 		fmt.Fprintf(&b, "# Kefir\r\nrole:%s\r\ndefault_consistency:%s\r\ndefault_durability:%s\r\nlast_version:%d\r\nlog_pos:%d\r\ndurable_pos:%d\r\nwrites:%d\r\nsyncs:%d\r\nread_syncs:%d\r\ndeduplicated_writes:%d\r\nclient_table_entries:%d\r\n\r\n",
 			s.roleName(), s.cfg.Consistency, s.cfg.Durability, st.LastVersion, st.LastPos, st.DurablePos, st.Writes, st.Syncs, st.ReadSyncs, st.Deduped, st.Clients)
+	}
+	if want("cluster") {
+		on := 0
+		if s.clusterOn {
+			on = 1 // redis-py's RedisCluster checks it before CLUSTER SLOTS
+		}
+		fmt.Fprintf(&b, "# Cluster\r\ncluster_enabled:%d\r\n\r\n", on)
 	}
 	if ri := s.replicaInfo(); ri != nil && want("replication") {
 		fmt.Fprintf(&b, "# Replication\r\nrole:%s\r\nreplica_id:%d\r\ncluster_id:%d\r\nvr_status:%s\r\nview:%d\r\nleader_id:%d\r\ncommit_op:%d\r\napplied_op:%d\r\nlog_fsyncs:%d\r\nforwarded:%d\r\nfailed:%s\r\n\r\n",

@@ -113,6 +113,19 @@ type Config struct {
 	Members   []Member
 	ReplicaID uint64
 	ClusterID uint64
+	// Groups, when set, makes the node one of a cluster of several replica
+	// groups on a static slot map (issue 28, first part; docs/cluster.md):
+	// Members are then the cluster's nodes, each group names its members
+	// among them and the slots it owns, and the node hosts a replica of
+	// every group it is a member of, each in DataDir/group-<id>, all on the
+	// node's one peer transport. Empty: the node's one group is Members.
+	Groups []cluster.GroupSpec
+	// ClusterRedirects answers every connection's request for a slot whose
+	// group is led elsewhere with -MOVED <slot> <addr>, as Redis Cluster
+	// does, instead of forwarding it (docs/cluster.md). Without it only
+	// connections that behaved as a cluster client's (CLUSTER SLOTS, ...)
+	// are redirected, and plain clients are forwarded.
+	ClusterRedirects bool
 	// Bootstrap starts a new group if this node's data directory holds no
 	// replication log. Set it only on the group's very first start (kefir up
 	// does it when no node has a data directory yet). Without it a node with
@@ -222,6 +235,12 @@ func FormatMembers(ms []Member) string {
 }
 
 func (c Config) validateReplication() error {
+	if c.ClusterRedirects && len(c.Groups) == 0 {
+		return errors.New("config: --cluster-redirects needs --groups (a single group's followers forward)")
+	}
+	if len(c.Groups) > 0 && !c.Replicated() {
+		return errors.New("config: --groups needs --members (the cluster's nodes)")
+	}
 	if !c.Replicated() {
 		if c.Nilext {
 			return fmt.Errorf("config: --nilext needs replicated mode (--members)")
@@ -246,7 +265,11 @@ func (c Config) validateReplication() error {
 		seen[m.ID] = true
 		self = self || m.ID == c.ReplicaID
 	}
-	if len(c.Members)%2 == 0 {
+	if len(c.Groups) > 0 {
+		if err := c.validateGroups(seen); err != nil {
+			return err
+		}
+	} else if len(c.Members)%2 == 0 {
 		return fmt.Errorf("config: %d members: a VR group needs an odd number (2f+1)", len(c.Members))
 	}
 	if !self {
@@ -433,4 +456,41 @@ func (c Config) effectiveLoopSpin() time.Duration {
 		return 0
 	}
 	return DefaultLoopSpin
+}
+
+// validateGroups checks --groups against the nodes of --members (known):
+// a slot map that covers every slot once, groups of an odd number of
+// distinct known nodes, this node in at least one, and no nilext (the fast
+// path does not span groups yet).
+func (c Config) validateGroups(known map[uint64]bool) error {
+	if _, err := cluster.NewSlotMap(1, c.Groups); err != nil {
+		return fmt.Errorf("config: --groups: %w", err)
+	}
+	if c.Nilext {
+		return errors.New("config: --nilext is not supported yet with --groups (the fast path does not span groups)")
+	}
+	if k := c.Consistency.Kind; k == level.Session || k == level.CrossClientMonotonic {
+		return fmt.Errorf("config: --consistency %s is not supported yet with --groups (a session token names one group's log)", c.Consistency)
+	}
+	hosted := false
+	for _, g := range c.Groups {
+		if len(g.Members)%2 == 0 {
+			return fmt.Errorf("config: --groups: group %d has %d members: a VR group needs an odd number (2f+1)", g.ID, len(g.Members))
+		}
+		seen := map[uint64]bool{}
+		for _, m := range g.Members {
+			if !known[m] {
+				return fmt.Errorf("config: --groups: group %d's member %d is not in --members", g.ID, m)
+			}
+			if seen[m] {
+				return fmt.Errorf("config: --groups: group %d lists node %d twice", g.ID, m)
+			}
+			seen[m] = true
+			hosted = hosted || m == c.ReplicaID
+		}
+	}
+	if !hosted {
+		return fmt.Errorf("config: --groups: node %d is a member of no group", c.ReplicaID)
+	}
+	return nil
 }

@@ -114,9 +114,12 @@ type conn struct {
 	// multi: the connection sent MULTI and has not yet sent EXEC or DISCARD;
 	// every command but txControl's is refused meanwhile.
 	multi bool
-	cons  level.Consistency
-	dur   level.Durability
-	sess  shard.Session
+	// clusterAware: the connection behaves as a Redis Cluster client's
+	// (cluster.go): requests for a slot led elsewhere get -MOVED.
+	clusterAware bool
+	cons         level.Consistency
+	dur          level.Durability
+	sess         shard.Session
 
 	args [][]byte
 
@@ -169,8 +172,10 @@ func (s *Server) newConn(nc net.Conn, id int64) *conn {
 		addr:   nc.RemoteAddr().String(),
 		authed: s.cfg.Password == "",
 		cons:   s.cfg.Consistency,
-		dur:    s.cfg.Durability,
-		front:  syncFrontOf(s.db),
+		// A node that redirects every client treats each as cluster-aware.
+		clusterAware: s.cfg.ClusterRedirects,
+		dur:          s.cfg.Durability,
+		front:        syncFrontOf(s.db),
 	}
 	c.log = s.log.With("conn", id, "remote", c.addr)
 	var in io.Reader = nc
@@ -634,6 +639,14 @@ func (c *conn) check(spec *command.Spec, args [][]byte) error {
 
 // run executes a validated command with per-call options o.
 func (c *conn) run(spec *command.Spec, args [][]byte, o callOpts) {
+	if c.srv.clusterOn {
+		if err := crossSlot(spec, args); err != nil {
+			c.flushWrites()
+			c.timed[len(c.timed)-1].err = true
+			c.writeErr(err)
+			return
+		}
+	}
 	if spec.IsUpdate() {
 		c.queueWrite(spec, args, o)
 		return

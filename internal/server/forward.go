@@ -34,6 +34,10 @@ func (c *conn) forwardWrites() []*cluster.Call {
 			r.Err = c.srv.router.Redirect(r.Err)
 			continue
 		}
+		if e, ok := cluster.SlotRedirect(r.Err); ok && c.clusterAware {
+			r.Err = e
+			continue
+		}
 		// No leader known (a view change): forward waits for one. All of
 		// the batch's writes go to one leader, in order.
 		if a, ok := c.srv.router.LeaderFor(r.Err); ok && addr == "" {
@@ -79,6 +83,9 @@ func (c *conn) writeForwarded(fc *cluster.Call, cmd int, session bool, _ replySh
 func (c *conn) forwardRead(args [][]byte, cons level.Consistency, sess shard.Session, o callOpts, err error) error {
 	if o.redirect {
 		return c.srv.router.Redirect(err)
+	}
+	if e, ok := cluster.SlotRedirect(err); ok && c.clusterAware {
+		return e
 	}
 	addr, _ := c.srv.router.LeaderFor(err) // none known: forward waits for one
 	fc := &cluster.Call{Args: args, Cons: cons, Sess: sess}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kefirdb/kefir/internal/cluster"
 	"github.com/kefirdb/kefir/internal/storage"
+	"github.com/kefirdb/kefir/internal/transport"
 )
 
 // ErrStaleConfig is returned by New when the data directory was created for a
@@ -100,8 +101,21 @@ func (s *Server) openReplica() (cluster.Hosted, error) {
 			return cluster.Hosted{}, err
 		}
 	}
-	h, err := cfg.OpenReplica(cluster.ReplicaSpec{
-		Dir:    filepath.Join(cfg.DataDir, "vr"),
+	if len(cfg.Groups) > 0 {
+		return s.openGroups()
+	}
+	h, err := cfg.OpenReplica(s.replicaSpec(filepath.Join(cfg.DataDir, "vr")))
+	if err != nil {
+		return cluster.Hosted{}, fmt.Errorf("server: %w", err)
+	}
+	return h, nil
+}
+
+// replicaSpec is what the node hands the engine for a replica in dir.
+func (s *Server) replicaSpec(dir string) cluster.ReplicaSpec {
+	cfg := s.cfg
+	return cluster.ReplicaSpec{
+		Dir:    dir,
 		FS:     cfg.diskFS(),
 		Logger: s.log.With("component", "vr"),
 
@@ -124,11 +138,84 @@ func (s *Server) openReplica() (cluster.Hosted, error) {
 			OnSync:             s.fsyncObserver("storage"),
 		},
 		OnLogSync: s.fsyncObserver("replication"),
-	})
+	}
+}
+
+// groupDir is where a node of several groups keeps group id's replica (its
+// identity file and its engine's vr/ directory).
+func groupDir(dataDir string, id cluster.GroupID) string {
+	return filepath.Join(dataDir, fmt.Sprintf("group-%d", id))
+}
+
+// openGroups opens this node's replica of every group it is a member of
+// (Config.Groups), all on one peer transport the node makes, behind one
+// cluster.Multi that routes each request by its slot.
+func (s *Server) openGroups() (_ cluster.Hosted, err error) {
+	cfg := s.cfg
+	slots, err := cluster.NewSlotMap(1, cfg.Groups)
 	if err != nil {
 		return cluster.Hosted{}, fmt.Errorf("server: %w", err)
 	}
-	return h, nil
+	if cfg.FS == nil {
+		if _, err := os.Stat(filepath.Join(cfg.DataDir, "vr")); err == nil {
+			return cluster.Hosted{}, fmt.Errorf("%w: %s holds a single group's replica (vr/); start it without --groups, or use an empty --dir", ErrStaleConfig, cfg.DataDir)
+		}
+	}
+	peers := map[uint64]string{}
+	byID := map[uint64]Member{}
+	for _, m := range cfg.Members {
+		peers[m.ID], byID[m.ID] = m.PeerAddr, m
+	}
+	tr, err := transport.New(transport.Config{
+		Self: cfg.ReplicaID, Peers: peers, ClusterSecret: cfg.ClusterSecret, Cluster: cfg.ClusterID,
+		Logger: s.log.With("component", "transport"),
+	})
+	if err != nil {
+		return cluster.Hosted{}, fmt.Errorf("server: peer transport: %w", err)
+	}
+	var locals []cluster.LocalGroup
+	defer func() {
+		if err != nil {
+			for _, lg := range locals {
+				_ = lg.Hosted.Replica.Close()
+			}
+			tr.Close()
+		}
+	}()
+	for _, g := range slots.Groups {
+		if !slices.Contains(g.Members, cfg.ReplicaID) {
+			continue
+		}
+		ms := make([]Member, len(g.Members))
+		for i, id := range g.Members {
+			ms[i] = byID[id]
+		}
+		dir := groupDir(cfg.DataDir, g.ID)
+		clusterID := cluster.GroupClusterID(cfg.ClusterID, g.ID)
+		if cfg.FS == nil {
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return cluster.Hosted{}, fmt.Errorf("server: create %s: %w", dir, err)
+			}
+			if err := checkIdentity(dir, replicaIdentity{Cluster: clusterID, Replica: cfg.ReplicaID, Members: g.Members}); err != nil {
+				return cluster.Hosted{}, err
+			}
+		}
+		spec := s.replicaSpec(filepath.Join(dir, "vr"))
+		spec.Logger = s.log.With("component", "vr", "group", uint64(g.ID))
+		spec.Cluster, spec.Members, spec.Group, spec.Transport = clusterID, ms, g.ID, tr
+		spec.Nilext = false
+		h, err := cfg.OpenReplica(spec)
+		if err != nil {
+			return cluster.Hosted{}, fmt.Errorf("server: group %d: %w", g.ID, err)
+		}
+		locals = append(locals, cluster.LocalGroup{Spec: g, Hosted: h})
+	}
+	m, err := cluster.NewMulti(slots, cfg.ReplicaID, cfg.Members, locals)
+	if err != nil {
+		return cluster.Hosted{}, fmt.Errorf("server: %w", err)
+	}
+	s.multi = m
+	return cluster.Hosted{Replica: m, Group: m, Engine: locals[0].Hosted.Engine, Transport: tr}, nil
 }
 
 // ReplicaInfo is the replication part of /status and INFO.

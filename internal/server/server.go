@@ -68,10 +68,15 @@ type Server struct {
 	// grp is the replication side of the replica when the node is a member
 	// of a replicated group; nil on a single node. router says where the
 	// group's leader is and forwards what a follower cannot serve there.
-	grp     cluster.Group
-	router  *cluster.Router
-	m       *metrics
-	limiter *authLimiter
+	grp    cluster.Group
+	router *cluster.Router
+	// multi is the node's replicas of several groups on a slot map
+	// (Config.Groups; nil otherwise): shard and grp are it. clusterOn is
+	// multi != nil, read per command (CROSSSLOT).
+	multi     *cluster.Multi
+	clusterOn bool
+	m         *metrics
+	limiter   *authLimiter
 	// fsyncs times every fsync of the engine's log and the replication log;
 	// it exists before either is opened, which is when they take its observers.
 	fsyncs  *prometheus.HistogramVec
@@ -145,6 +150,7 @@ func New(cfg Config) (_ *Server, err error) {
 			return nil, err
 		}
 		s.grp, s.db, s.peerTr = h.Group, h.Engine, h.Transport
+		s.clusterOn = s.multi != nil
 		s.setShard(h.Replica)
 		s.newRouter()
 		s.m = newMetrics(s)

@@ -58,6 +58,17 @@ func OpenHosted(spec kcluster.ReplicaSpec) (kcluster.Hosted, error) {
 	// The node's peer transport: its handshake admits peers of the same
 	// cluster and group configuration (members, epoch, lease timing), whose
 	// hash is the one the replica runs with, defaults filled in.
+	if spec.Transport != nil {
+		// One of several groups on the node's transport (issue 28): the
+		// node made it and serves its peer port; the replica registers
+		// its group there.
+		opts.Transport, opts.Group = spec.Transport, uint64(spec.Group)
+		r, err := Open(opts)
+		if err != nil {
+			return kcluster.Hosted{}, fmt.Errorf("open VR replica %d of group %d (cluster %d): %w", spec.Self, spec.Group, spec.Cluster, err)
+		}
+		return kcluster.Hosted{Replica: r, Group: r.Hosted(), Engine: r.Engine(), Transport: spec.Transport}, nil
+	}
 	gcfg, err := GroupConfig(opts)
 	if err != nil {
 		return kcluster.Hosted{}, fmt.Errorf("VR replica %d of cluster %d: %w", spec.Self, spec.Cluster, err)

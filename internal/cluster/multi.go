@@ -1,0 +1,511 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/kefirdb/kefir/internal/kv"
+	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/shard"
+	"github.com/kefirdb/kefir/internal/storage"
+)
+
+// Multi is a node's replicas of several groups behind the one shard.Replica
+// (and Group) the front door talks to (issue 28, first part): each request
+// goes, by the slot of its keys, to the group that owns the slot in the
+// slot map. A request for a group this node does not host, or whose replica
+// here does not lead, fails with a *NotLeaderError naming the slot, which
+// the front door forwards or turns into Redis Cluster's -MOVED.
+//
+// A group refuses keys of slots it does not own by its own account (its
+// GroupSpec), checked before anything is proposed, not by the routing map:
+// when the metadata group makes the map change under a running node, a
+// request routed on a stale map must not be served by a group that gave
+// the slot away.
+//
+// What does not span groups yet (docs/cluster.md): session and
+// cross-client-monotonic levels (a session token names one group's log),
+// the nilext fast path, FLUSHALL, and reads of the whole keyspace
+// (KEYS, SCAN, KEFIR.SCAN), which merge the hosted groups' ordered streams
+// only where this node can serve every group at the read's level.
+type Multi struct {
+	slots   *SlotMap
+	self    uint64
+	byID    map[GroupID]*localGroup
+	local   []*localGroup // by id
+	members map[uint64]Member
+	paths   shard.ReadPaths
+}
+
+// LocalGroup is one group's replica a node hosts.
+type LocalGroup struct {
+	Spec   GroupSpec
+	Hosted Hosted
+}
+
+type localGroup struct {
+	spec  GroupSpec
+	owned [Slots / 64]uint64 // the group's own account of its slots
+	h     Hosted
+}
+
+func (g *localGroup) owns(slot uint16) bool { return g.owned[slot/64]&(1<<(slot%64)) != 0 }
+
+// ErrCrossSlot is Redis Cluster's refusal of a command whose keys hash to
+// different slots.
+var ErrCrossSlot = &ReplyError{"CROSSSLOT Keys in request don't hash to the same slot"}
+
+// NewMulti returns the replica of node self (whose peers' client addresses
+// members names) that routes by slots to the hosted groups.
+func NewMulti(slots *SlotMap, self uint64, members []Member, groups []LocalGroup) (*Multi, error) {
+	if len(groups) == 0 {
+		return nil, errors.New("cluster: a node hosts no group")
+	}
+	m := &Multi{slots: slots, self: self, byID: map[GroupID]*localGroup{}, members: map[uint64]Member{}}
+	for _, mb := range members {
+		m.members[mb.ID] = mb
+	}
+	for _, lg := range groups {
+		g := &localGroup{spec: lg.Spec, h: lg.Hosted}
+		for _, r := range lg.Spec.Slots {
+			for s := int(r.Start); s <= int(r.End) && s < Slots; s++ {
+				g.owned[s/64] |= 1 << (s % 64)
+			}
+		}
+		m.byID[lg.Spec.ID] = g
+		m.local = append(m.local, g)
+	}
+	slices.SortFunc(m.local, func(a, b *localGroup) int { return int(a.spec.ID) - int(b.spec.ID) })
+	// Every hosted group runs the same engine: they share read paths.
+	m.paths = m.local[0].h.Replica.ReadPaths()
+	return m, nil
+}
+
+// Slots returns the slot map the node routes by.
+func (m *Multi) Slots() *SlotMap { return m.slots }
+
+// Hosted returns the hosted groups' replicas, by group id.
+func (m *Multi) Hosted() []LocalGroup {
+	out := make([]LocalGroup, len(m.local))
+	for i, g := range m.local {
+		out[i] = LocalGroup{Spec: g.spec, Hosted: g.h}
+	}
+	return out
+}
+
+// Leader returns the node id and client address of group id's leader as
+// this node knows it: its hosted replica's view, or for a group it does not
+// host the group's first member (which forwards or redirects in turn).
+func (m *Multi) Leader(id GroupID) (uint64, string, bool) {
+	if g := m.byID[id]; g != nil {
+		st := g.h.Group.State()
+		if !st.Normal || st.Leader == 0 {
+			return 0, "", false
+		}
+		return st.Leader, m.members[st.Leader].ClientAddr, true
+	}
+	spec, ok := m.slots.Group(id)
+	if !ok || len(spec.Members) == 0 {
+		return 0, "", false
+	}
+	return spec.Members[0], m.members[spec.Members[0]].ClientAddr, true
+}
+
+// opSlot returns the slot of op's keys: the first key's, and ErrCrossSlot
+// if another key hashes elsewhere. A keyless op (other than a scan or a
+// flush, which Multi handles itself) routes as the empty key (slot 0).
+func opSlot(op *kv.Op) (uint16, error) {
+	var slot uint16
+	first := true
+	check := func(k []byte) bool {
+		s := Slot(k)
+		if first {
+			slot, first = s, false
+			return true
+		}
+		return s == slot
+	}
+	if len(op.Key) > 0 {
+		check(op.Key)
+	}
+	step := 1
+	if op.Kind == kv.KindMSet || op.Kind == kv.KindMSetNX {
+		step = 2 // key, value, key, value
+	}
+	for i := 0; i < len(op.Keys); i += step {
+		if !check(op.Keys[i]) {
+			return 0, ErrCrossSlot
+		}
+	}
+	return slot, nil
+}
+
+// route returns the hosted group that serves op, the op's slot, or the
+// error that sends it elsewhere.
+func (m *Multi) route(op *kv.Op) (*localGroup, uint16, error) {
+	slot, err := opSlot(op)
+	if err != nil {
+		return nil, 0, err
+	}
+	id := m.slots.Owner(slot)
+	g := m.byID[id]
+	if g == nil {
+		leader, addr, _ := m.Leader(id)
+		return nil, slot, &NotLeaderError{Leader: leader, Addr: addr, Slot: slot, HasSlot: true}
+	}
+	if !g.owns(slot) {
+		// The routing map and the group disagree: the group's own
+		// account wins, and the request is not proposed.
+		return nil, slot, &ReplyError{fmt.Sprintf("TRYAGAIN slot %d is not owned by group %d (slot map epoch %d is stale)", slot, id, m.slots.Epoch)}
+	}
+	return g, slot, nil
+}
+
+// withSlot names slot in a not-leader error from a group's replica, so the
+// front door can answer -MOVED <slot> <addr>.
+func withSlot(err error, slot uint16) error {
+	var nl *NotLeaderError
+	if err == nil || !errors.As(err, &nl) || nl.HasSlot {
+		return err
+	}
+	c := *nl
+	c.Slot, c.HasSlot = slot, true
+	return &c
+}
+
+// errFlushAcross: FLUSHALL would have to be atomic across groups.
+var errFlushAcross = &ReplyError{"ERR FLUSHALL/FLUSHDB is not supported yet in a cluster of several groups (issue 28)"}
+
+// Apply applies reqs, each at the group that owns its slot. A batch of one
+// group (a pipeline of keys with one hash tag, or every batch of a
+// one-group node) goes to it whole.
+func (m *Multi) Apply(ctx context.Context, reqs []shard.WriteReq) (shard.Pending, error) {
+	var one *localGroup
+	mixed := false
+	slots := make([]uint16, len(reqs))
+	groups := make([]*localGroup, len(reqs))
+	for i := range reqs {
+		r := &reqs[i]
+		if r.Op.Kind == kv.KindFlush && len(m.slots.Groups) > 1 {
+			r.Err = errFlushAcross
+			mixed = true
+			continue
+		}
+		g, slot, err := m.route(&r.Op)
+		if err != nil {
+			r.Err = err
+			mixed = true
+			continue
+		}
+		slots[i], groups[i] = slot, g
+		if one == nil {
+			one = g
+		} else if one != g {
+			mixed = true
+		}
+	}
+	if !mixed && one != nil {
+		p, err := one.h.Replica.Apply(ctx, reqs)
+		for i := range reqs {
+			reqs[i].Err = withSlot(reqs[i].Err, slots[i])
+		}
+		return p, err
+	}
+	var pend shard.Pending
+	for _, g := range m.local {
+		var idx []int
+		for i, gi := range groups {
+			if gi == g {
+				idx = append(idx, i)
+			}
+		}
+		if len(idx) == 0 {
+			continue
+		}
+		sub := make([]shard.WriteReq, len(idx))
+		for j, i := range idx {
+			sub[j] = reqs[i]
+		}
+		p, err := g.h.Replica.Apply(ctx, sub)
+		if err != nil {
+			return pend, err
+		}
+		for j, i := range idx {
+			reqs[i] = sub[j]
+			reqs[i].Err = withSlot(reqs[i].Err, slots[i])
+		}
+		pend = pend.Merge(p)
+	}
+	return pend, nil
+}
+
+// Wait waits for every acknowledgement p holds (each group's writes).
+func (m *Multi) Wait(ctx context.Context, p shard.Pending) error {
+	if p.SyncPos != 0 {
+		return m.local[0].h.Replica.Wait(ctx, p)
+	}
+	for _, a := range p.Acks {
+		if err := a.Await(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Write is Apply and Wait for one write.
+func (m *Multi) Write(ctx context.Context, op kv.Op, d level.Durability, id shard.ReqID) (kv.Result, error) {
+	reqs := [1]shard.WriteReq{{Op: op, Durability: d, ID: id}}
+	p, err := m.Apply(ctx, reqs[:])
+	if err != nil {
+		return kv.Result{}, err
+	}
+	if reqs[0].Err != nil {
+		return kv.Result{}, reqs[0].Err
+	}
+	if err := m.Wait(ctx, p); err != nil {
+		return kv.Result{}, err
+	}
+	return reqs[0].Result, nil
+}
+
+// Read serves op at the group that owns its slot; a scan of the keyspace
+// merges every hosted group's. Sessions do not span groups
+// (CheckConsistency refuses the levels that need them), so none is passed.
+func (m *Multi) Read(ctx context.Context, op kv.Op, c level.Consistency, _ shard.Session) (kv.Result, error) {
+	if op.Kind == kv.KindScan {
+		return m.scan(ctx, op, c)
+	}
+	g, slot, err := m.route(&op)
+	if err != nil {
+		return kv.Result{}, err
+	}
+	res, err := g.h.Replica.Read(ctx, op, c, shard.Session{})
+	return res, withSlot(err, slot)
+}
+
+// scan merges the hosted groups' ordered streams of a keyspace scan: each
+// group's first Limit pairs, merged by key, cut at Limit. Every group must
+// be hosted here and readable at c (a not-leader error of one fails it).
+func (m *Multi) scan(ctx context.Context, op kv.Op, c level.Consistency) (kv.Result, error) {
+	if len(m.local) == 1 && len(m.slots.Groups) == 1 {
+		return m.local[0].h.Replica.Read(ctx, op, c, shard.Session{})
+	}
+	if len(m.local) < len(m.slots.Groups) {
+		return kv.Result{}, &ReplyError{"ERR a keyspace scan needs every group on this node (issue 28: not yet routed across nodes)"}
+	}
+	type pair struct{ k, v []byte }
+	var all []pair
+	out := kv.Result{Kind: kv.ResArray}
+	for _, g := range m.local {
+		res, err := g.h.Replica.Read(ctx, op, c, shard.Session{})
+		if errors.Is(err, ErrNotLeader) {
+			// Forwarding would not help: no node need lead every group.
+			return kv.Result{}, &ReplyError{fmt.Sprintf("ERR a keyspace scan (KEYS, SCAN, KEFIR.SCAN) at level %s needs this node to lead every group, and it does not lead group %d: read at a follower-served level (READONLY, KEFIR.CONSISTENCY eventual), or scan each slot range at its leader (issue 28)", c, g.spec.ID)}
+		}
+		if err != nil {
+			return kv.Result{}, err
+		}
+		out.Kind = res.Kind
+		out.Version = max(out.Version, res.Version)
+		for i := 0; i+1 < len(res.Array); i += 2 {
+			all = append(all, pair{res.Array[i], res.Array[i+1]})
+		}
+	}
+	slices.SortFunc(all, func(a, b pair) int { return bytes.Compare(a.k, b.k) })
+	if op.Limit > 0 && len(all) > op.Limit {
+		all = all[:op.Limit]
+	}
+	out.Array = make([][]byte, 0, 2*len(all))
+	for _, p := range all {
+		out.Array = append(out.Array, p.k, p.v)
+	}
+	return out, nil
+}
+
+// ReadPaths are the hosted groups' (one engine).
+func (m *Multi) ReadPaths() shard.ReadPaths { return m.paths }
+
+// ReadKey reads key at the group that owns its slot.
+func (m *Multi) ReadKey(key []byte, c level.Consistency, _ shard.Session) ([]byte, uint64, bool, error) {
+	op := kv.Op{Kind: kv.KindGet, Key: key}
+	g, slot, err := m.route(&op)
+	if err != nil {
+		return nil, 0, false, err
+	}
+	v, ver, found, err := g.h.Replica.ReadKey(key, c, shard.Session{})
+	return v, ver, found, withSlot(err, slot)
+}
+
+// ReadDeferred is Read's deferred path at the owning group.
+func (m *Multi) ReadDeferred(ctx context.Context, op kv.Op, c level.Consistency, s shard.Session) (kv.Result, shard.Pending, error) {
+	if op.Kind == kv.KindScan {
+		res, err := m.scan(ctx, op, c)
+		return res, shard.Pending{}, err
+	}
+	g, slot, err := m.route(&op)
+	if err != nil {
+		return kv.Result{}, shard.Pending{}, err
+	}
+	res, p, err := g.h.Replica.ReadDeferred(ctx, op, c, shard.Session{})
+	return res, p, withSlot(err, slot)
+}
+
+// TryRead serves op at its group if that needs no wait.
+func (m *Multi) TryRead(op kv.Op, c level.Consistency) (kv.Result, bool) {
+	if op.Kind == kv.KindScan {
+		return kv.Result{}, false
+	}
+	g, _, err := m.route(&op)
+	if err != nil {
+		return kv.Result{}, false
+	}
+	return g.h.Replica.TryRead(op, c)
+}
+
+// CheckConsistency refuses the levels whose session token would have to
+// span groups; the others are the hosted groups'.
+func (m *Multi) CheckConsistency(c level.Consistency) error {
+	if len(m.slots.Groups) > 1 && (c.Kind == level.Session || c.Kind == level.CrossClientMonotonic) {
+		return fmt.Errorf("%s reads are not supported yet in a cluster of several groups (a session token names one group's log; issue 28)", c)
+	}
+	return m.local[0].h.Replica.CheckConsistency(c)
+}
+
+// CheckDurability is the hosted groups' (one engine).
+func (m *Multi) CheckDurability(d level.Durability) error {
+	return m.local[0].h.Replica.CheckDurability(d)
+}
+
+// Status adds up the hosted groups'.
+func (m *Multi) Status() shard.Status {
+	var st shard.Status
+	for _, g := range m.local {
+		s := g.h.Replica.Status()
+		st.LastVersion = max(st.LastVersion, s.LastVersion)
+		st.LastPos += s.LastPos
+		st.DurablePos += s.DurablePos
+		st.Clients += s.Clients
+		st.Reserved += s.Reserved
+		st.Writes += s.Writes
+		st.Syncs += s.Syncs
+		st.ReadSyncs += s.ReadSyncs
+		st.Deduped += s.Deduped
+	}
+	return st
+}
+
+// Close closes every hosted replica.
+func (m *Multi) Close() error {
+	var errs []error
+	for _, g := range m.local {
+		if err := g.h.Replica.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("group %d: %w", g.spec.ID, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Engines returns the hosted groups' storage engines.
+func (m *Multi) Engines() []*storage.DB {
+	out := make([]*storage.DB, 0, len(m.local))
+	for _, g := range m.local {
+		out = append(out, g.h.Engine)
+	}
+	return out
+}
+
+// Group: the node's replication side as /status, INFO and metrics report
+// it is its first hosted group's (per-group state is in CLUSTER SHARDS and
+// NODES); the nilext fast path is off across groups.
+
+// State is the first hosted group's.
+func (m *Multi) State() State { return m.local[0].h.Group.State() }
+
+// Stats are the first hosted group's.
+func (m *Multi) Stats() Stats { return m.local[0].h.Group.Stats() }
+
+// ViewEvents are the first hosted group's.
+func (m *Multi) ViewEvents() []ViewEvent { return m.local[0].h.Group.ViewEvents() }
+
+// GroupState returns hosted group id's state.
+func (m *Multi) GroupState(id GroupID) (State, bool) {
+	g := m.byID[id]
+	if g == nil {
+		return State{}, false
+	}
+	return g.h.Group.State(), true
+}
+
+// NilextOn: the fast path does not span groups yet.
+func (m *Multi) NilextOn() bool { return false }
+
+// NilextEligible: nothing takes the fast path.
+func (m *Multi) NilextEligible(*kv.Op) bool { return false }
+
+var errNilextMulti = &RequestError{errors.New("the nilext fast path is not supported yet in a cluster of several groups")}
+
+// NilextApply is never called (NilextOn is false).
+func (m *Multi) NilextApply(context.Context, []shard.WriteReq) ([]int, error) {
+	return nil, errNilextMulti
+}
+
+// NilextTake refuses: the fast path is off.
+func (m *Multi) NilextTake(context.Context, shard.ReqID, kv.Op, level.Durability) (NilextAck, error) {
+	return NilextAck{}, errNilextMulti
+}
+
+// NilextTakeBatch refuses every update: the fast path is off.
+func (m *Multi) NilextTakeBatch(_ context.Context, ups []NilextDirect) ([]NilextAck, []error) {
+	errs := make([]error, len(ups))
+	for i := range errs {
+		errs[i] = errNilextMulti
+	}
+	return make([]NilextAck, len(ups)), errs
+}
+
+// ScanSlot visits the keys of slot in its group's state at level c, in key
+// order, until visit returns false. Keys are stored by key, not by slot, so
+// this reads every key of the group (CLUSTER COUNTKEYSINSLOT and
+// GETKEYSINSLOT: O(the group's keys), as docs/cluster.md says).
+func (m *Multi) ScanSlot(ctx context.Context, slot uint16, c level.Consistency, visit func(key []byte) bool) error {
+	id := m.slots.Owner(slot)
+	g := m.byID[id]
+	if g == nil {
+		leader, addr, _ := m.Leader(id)
+		return &NotLeaderError{Leader: leader, Addr: addr, Slot: slot, HasSlot: true}
+	}
+	return ScanSlot(ctx, g.h.Replica, slot, c, visit)
+}
+
+// ScanSlot visits the keys of slot that rep holds, in key order, at level c,
+// until visit returns false: a scan of every key of rep, filtered by slot.
+func ScanSlot(ctx context.Context, rep shard.Replica, slot uint16, c level.Consistency, visit func(key []byte) bool) error {
+	var start []byte
+	for {
+		res, err := rep.Read(ctx, kv.Op{Kind: kv.KindScan, Key: start, Limit: scanPage}, c, shard.Session{})
+		if err != nil {
+			return withSlot(err, slot)
+		}
+		for i := 0; i+1 < len(res.Array); i += 2 {
+			if k := res.Array[i]; Slot(k) == slot && !visit(k) {
+				return nil
+			}
+		}
+		if len(res.Array) < 2*scanPage {
+			return nil
+		}
+		last := res.Array[len(res.Array)-2]
+		start = append(append(start[:0:0], last...), 0) // the next key after last
+	}
+}
+
+// scanPage is how many pairs one read of ScanSlot asks a group for.
+const scanPage = 1000
+
+var (
+	_ shard.Replica = (*Multi)(nil)
+	_ Group         = (*Multi)(nil)
+)

@@ -1,0 +1,365 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+
+	"github.com/kefirdb/kefir/internal/cluster"
+	"github.com/kefirdb/kefir/internal/command"
+	"github.com/kefirdb/kefir/internal/level"
+)
+
+// The Redis Cluster surface (issue 28, first part; docs/cluster.md): CLUSTER
+// SLOTS, SHARDS, NODES, INFO, KEYSLOT, MYID, COUNTKEYSINSLOT, GETKEYSINSLOT,
+// and ASKING, READONLY, READWRITE, in Redis 7's reply shapes, over the slot
+// map the node routes by (a node of one group: that group owns every slot).
+//
+// Redirects. A connection is cluster-aware once it asked for the topology
+// (CLUSTER SLOTS, SHARDS or NODES) or sent READONLY, READWRITE or ASKING —
+// what only a Redis Cluster client does. A request of a cluster-aware
+// connection for a slot whose group this node cannot serve (it does not
+// lead it, or does not host it) is answered "-MOVED <slot> <ip:port>" of the
+// group's leader, as Redis Cluster's; every other connection is forwarded to
+// that leader, as before, so plain clients (redis-cli without -c) keep
+// working against any node. While no leader is known (a view change) both
+// are forwarded, which waits for one.
+
+// clusterGroup is one group as the CLUSTER replies describe it: its slots,
+// its members' client addresses and which member leads (0: none known).
+type clusterGroup struct {
+	spec   cluster.GroupSpec
+	leader uint64
+}
+
+// clusterView returns the node's groups: the slot map's on a node of several
+// groups, else the one group (or single node) owning every slot.
+func (s *Server) clusterView() (groups []clusterGroup, addrs map[uint64]string) {
+	addrs = map[uint64]string{}
+	for _, m := range s.cfg.Members {
+		addrs[m.ID] = m.ClientAddr
+	}
+	all := []cluster.SlotRange{{Start: 0, End: cluster.Slots - 1}}
+	switch {
+	case s.multi != nil:
+		for _, g := range s.multi.Slots().Groups {
+			cg := clusterGroup{spec: g}
+			cg.leader, _, _ = s.multi.Leader(g.ID)
+			groups = append(groups, cg)
+		}
+	case s.grp != nil:
+		ids := make([]uint64, len(s.cfg.Members))
+		for i, m := range s.cfg.Members {
+			ids[i] = m.ID
+		}
+		cg := clusterGroup{spec: cluster.GroupSpec{ID: 1, Members: ids, Slots: all}}
+		if st := s.grp.State(); st.Normal {
+			cg.leader = st.Leader
+		}
+		groups = append(groups, cg)
+	default:
+		self := max(s.cfg.ReplicaID, 1)
+		addrs[self] = s.ClientAddr().String()
+		groups = append(groups, clusterGroup{spec: cluster.GroupSpec{ID: 1, Members: []uint64{self}, Slots: all}, leader: self})
+	}
+	return groups, addrs
+}
+
+// selfID is this node's id in the cluster replies (a single node: 1).
+func (s *Server) selfID() uint64 { return max(s.cfg.ReplicaID, 1) }
+
+// nodeName is Redis Cluster's 40-hex-digit name of node id.
+func (s *Server) nodeName(id uint64) string { return cluster.NodeName(s.cfg.ClusterID, id) }
+
+// ordered returns g's members leader first (the leader Redis Cluster calls
+// master; the rest are its replicas).
+func (g clusterGroup) ordered() []uint64 {
+	ms := make([]uint64, 0, len(g.spec.Members))
+	if g.leader != 0 {
+		ms = append(ms, g.leader)
+	}
+	for _, m := range g.spec.Members {
+		if m != g.leader {
+			ms = append(ms, m)
+		}
+	}
+	return ms
+}
+
+func splitAddr(addr string) (string, int64) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr, 0
+	}
+	p, _ := strconv.ParseInt(port, 10, 64)
+	return host, p
+}
+
+// crossSlot refuses a command whose keys hash to different slots, before it
+// is parsed or proposed (a node of several groups only: a single group
+// serves any set of keys, as it always has).
+func crossSlot(spec *command.Spec, args [][]byte) error {
+	if spec.FirstKey <= 0 || spec.FirstKey >= len(args) {
+		return nil
+	}
+	last := spec.LastKey
+	if last < 0 {
+		last += len(args)
+	}
+	last = min(last, len(args)-1)
+	step := max(spec.KeyStep, 1)
+	if last <= spec.FirstKey {
+		return nil
+	}
+	slot := cluster.Slot(args[spec.FirstKey])
+	for i := spec.FirstKey + step; i <= last; i += step {
+		if cluster.Slot(args[i]) != slot {
+			return cluster.ErrCrossSlot
+		}
+	}
+	return nil
+}
+
+// clusterCmd runs CLUSTER, ASKING, READONLY and READWRITE.
+func (c *conn) clusterCmd(spec *command.Spec, args [][]byte) error {
+	w := c.w
+	switch spec.Name {
+	case "ASKING":
+		// No slot moves yet (issue 28): nothing is ever importing, so
+		// ASKING changes nothing but marks a cluster client.
+		c.clusterAware = true
+		return w.WriteSimple("OK")
+	case "READONLY":
+		// Reads from replicas: this connection's reads default to the
+		// follower-served level eventual (docs/cluster.md), unless it chose
+		// a level itself.
+		c.clusterAware = true
+		c.cons = level.ConsEventual
+		return w.WriteSimple("OK")
+	case "READWRITE":
+		c.clusterAware = true
+		c.cons = c.srv.cfg.Consistency
+		return w.WriteSimple("OK")
+	}
+	sub := strings.ToUpper(string(args[1]))
+	s := c.srv
+	groups, addrs := s.clusterView()
+	switch sub {
+	case "SLOTS":
+		c.clusterAware = true
+		n := 0
+		for _, g := range groups {
+			n += len(g.spec.Slots)
+		}
+		_ = w.WriteArrayHeader(n)
+		for _, g := range groups {
+			ms := g.ordered()
+			for _, r := range g.spec.Slots {
+				_ = w.WriteArrayHeader(2 + len(ms))
+				_ = w.WriteInt(int64(r.Start))
+				_ = w.WriteInt(int64(r.End))
+				for _, m := range ms {
+					host, port := splitAddr(addrs[m])
+					_ = w.WriteArrayHeader(4)
+					_ = w.WriteBulkString(host)
+					_ = w.WriteInt(port)
+					_ = w.WriteBulkString(s.nodeName(m))
+					_ = w.WriteMapHeader(0)
+				}
+			}
+		}
+		return nil
+	case "SHARDS":
+		c.clusterAware = true
+		_ = w.WriteArrayHeader(len(groups))
+		for _, g := range groups {
+			_ = w.WriteMapHeader(2)
+			_ = w.WriteBulkString("slots")
+			_ = w.WriteArrayHeader(2 * len(g.spec.Slots))
+			for _, r := range g.spec.Slots {
+				_ = w.WriteInt(int64(r.Start))
+				_ = w.WriteInt(int64(r.End))
+			}
+			_ = w.WriteBulkString("nodes")
+			ms := g.ordered()
+			_ = w.WriteArrayHeader(len(ms))
+			for _, m := range ms {
+				host, port := splitAddr(addrs[m])
+				role := "replica"
+				if m == g.leader {
+					role = "master"
+				}
+				_ = w.WriteMapHeader(7)
+				for _, kv := range [][2]string{{"id", s.nodeName(m)}, {"port", ""}, {"ip", host}, {"endpoint", host}, {"role", role}, {"replication-offset", ""}, {"health", "online"}} {
+					_ = w.WriteBulkString(kv[0])
+					switch kv[0] {
+					case "port":
+						_ = w.WriteInt(port)
+					case "replication-offset":
+						_ = w.WriteInt(0)
+					default:
+						_ = w.WriteBulkString(kv[1])
+					}
+				}
+			}
+		}
+		return nil
+	case "NODES":
+		c.clusterAware = true
+		return w.WriteBulkString(s.clusterNodes(groups, addrs))
+	case "INFO":
+		leaders := 0
+		for _, g := range groups {
+			if g.leader != 0 {
+				leaders++
+			}
+		}
+		state := "ok"
+		if leaders < len(groups) {
+			state = "fail" // a group without a known leader serves no writes
+		}
+		return w.WriteBulkString(fmt.Sprintf("cluster_state:%s\r\ncluster_slots_assigned:%d\r\ncluster_slots_ok:%d\r\ncluster_slots_pfail:0\r\ncluster_slots_fail:0\r\ncluster_known_nodes:%d\r\ncluster_size:%d\r\ncluster_current_epoch:%d\r\ncluster_my_epoch:%d\r\n",
+			state, cluster.Slots, cluster.Slots, len(addrs), len(groups), s.slotEpoch(), s.slotEpoch()))
+	case "MYID":
+		return w.WriteBulkString(s.nodeName(s.selfID()))
+	case "KEYSLOT":
+		if len(args) != 3 {
+			return errf("ERR wrong number of arguments for 'cluster|keyslot' command")
+		}
+		return w.WriteInt(int64(cluster.Slot(args[2])))
+	case "COUNTKEYSINSLOT", "GETKEYSINSLOT":
+		return c.keysInSlot(sub, args)
+	}
+	return errf("ERR unknown subcommand '%s'. Try CLUSTER HELP.", strings.ToLower(string(args[1])))
+}
+
+// slotEpoch is the slot map's epoch (a static map: 1).
+func (s *Server) slotEpoch() uint64 {
+	if s.multi != nil {
+		return s.multi.Slots().Epoch
+	}
+	return 1
+}
+
+// clusterNodes renders CLUSTER NODES. Redis Cluster has one role per node;
+// a Kefir node leads some groups and follows others, so a node is listed
+// as master of the slots of the groups it leads, and a node that leads none
+// as a replica of its first group's leader (docs/cluster.md).
+func (s *Server) clusterNodes(groups []clusterGroup, addrs map[uint64]string) string {
+	ids := make([]uint64, 0, len(addrs))
+	for id := range addrs {
+		ids = append(ids, id)
+	}
+	sortU64(ids)
+	var b strings.Builder
+	for _, id := range ids {
+		var slots []string
+		master := ""
+		for _, g := range groups {
+			if g.leader == id {
+				for _, r := range g.spec.Slots {
+					if r.Start == r.End {
+						slots = append(slots, strconv.Itoa(int(r.Start)))
+					} else {
+						slots = append(slots, fmt.Sprintf("%d-%d", r.Start, r.End))
+					}
+				}
+			} else if master == "" && g.leader != 0 && containsU64(g.spec.Members, id) {
+				master = s.nodeName(g.leader)
+			}
+		}
+		flags := "master"
+		if len(slots) == 0 && master != "" {
+			flags = "slave"
+		} else {
+			master = "-"
+		}
+		if id == s.selfID() {
+			flags = "myself," + flags
+		}
+		host, port := splitAddr(addrs[id])
+		fmt.Fprintf(&b, "%s %s:%d@0 %s %s 0 0 %d connected", s.nodeName(id), host, port, flags, master, s.slotEpoch())
+		for _, sl := range slots {
+			b.WriteString(" " + sl)
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+func sortU64(a []uint64) {
+	for i := 1; i < len(a); i++ {
+		for j := i; j > 0 && a[j] < a[j-1]; j-- {
+			a[j], a[j-1] = a[j-1], a[j]
+		}
+	}
+}
+
+func containsU64(a []uint64, x uint64) bool {
+	for _, v := range a {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}
+
+// keysInSlot answers CLUSTER COUNTKEYSINSLOT slot and GETKEYSINSLOT slot
+// count by reading every key of the slot's group (keys are stored by key,
+// not by slot: O(the group's keys) per call), at the connection's level. A
+// slot this node cannot serve is redirected as a request would be.
+func (c *conn) keysInSlot(sub string, args [][]byte) error {
+	want := 3
+	if sub == "GETKEYSINSLOT" {
+		want = 4
+	}
+	if len(args) != want {
+		return errf("ERR wrong number of arguments for 'cluster|%s' command", strings.ToLower(sub))
+	}
+	slot, err := strconv.ParseUint(string(args[2]), 10, 64)
+	if err != nil || slot >= cluster.Slots {
+		return errf("ERR Invalid slot")
+	}
+	limit := int64(-1)
+	if want == 4 {
+		if limit, err = strconv.ParseInt(string(args[3]), 10, 64); err != nil || limit < 0 {
+			return errf("ERR Invalid number of keys")
+		}
+	}
+	var keys [][]byte
+	count := int64(0)
+	visit := func(k []byte) bool {
+		if limit >= 0 && count >= limit {
+			return false
+		}
+		count++
+		if want == 4 {
+			keys = append(keys, append([]byte(nil), k...))
+		}
+		return true
+	}
+	if c.srv.multi != nil {
+		err = c.srv.multi.ScanSlot(context.Background(), uint16(slot), c.cons, visit)
+	} else {
+		err = cluster.ScanSlot(context.Background(), c.srv.shard, uint16(slot), c.cons, visit)
+	}
+	if errors.Is(err, cluster.ErrNotLeader) {
+		// The slot's group is led elsewhere: its leader counts (or a
+		// cluster client is redirected there).
+		return c.forwardRead(args, c.cons, c.sess, callOpts{}, err)
+	}
+	if err != nil {
+		return err
+	}
+	if want == 3 {
+		return c.w.WriteInt(count)
+	}
+	_ = c.w.WriteArrayHeader(len(keys))
+	for _, k := range keys {
+		_ = c.w.WriteBulk(k)
+	}
+	return nil
+}

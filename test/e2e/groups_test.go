@@ -1,0 +1,231 @@
+package e2e
+
+import (
+	"fmt"
+	"net"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	kcluster "github.com/kefirdb/kefir/internal/cluster"
+	"github.com/kefirdb/kefir/internal/resp"
+	"github.com/kefirdb/kefir/test/e2e/cluster"
+)
+
+// Issue 28, first part (docs/cluster.md): three real nodes host three
+// 3-replica groups on the static slot map kefir up --groups 3 lays out.
+// redis-cli -c sets and gets keys of every group from one node, following
+// -MOVED; plain redis-cli gets the same values from every node (forwarded);
+// a multi-key command across slots is refused with Redis's CROSSSLOT, and
+// one whose keys share a hash tag runs.
+func TestGroupsRedisCliCluster(t *testing.T) {
+	g := cluster.StartGroups(t, 3, threeGroups)
+	g.WaitLeaders(20 * time.Second)
+	first := g.Nodes[0].ClientAddr
+	groupsSeen := map[kcluster.GroupID]bool{}
+	for i := range 30 {
+		k := "key" + strconv.Itoa(i)
+		groupsSeen[kcluster.EvenGroups(3, []uint64{1, 2, 3}, 3)[groupIndex(kcluster.Slot([]byte(k)))].ID] = true
+		if out := redisCLI(t, first, "-c", "set", k, "v"+strconv.Itoa(i)); out != "OK" {
+			t.Fatalf("redis-cli -c set %s = %q", k, out)
+		}
+	}
+	if len(groupsSeen) != 3 {
+		t.Fatalf("the keys reached groups %v, want all three", groupsSeen)
+	}
+	for i := range 30 {
+		k := "key" + strconv.Itoa(i)
+		if out := redisCLI(t, first, "-c", "get", k); out != "v"+strconv.Itoa(i) {
+			t.Fatalf("redis-cli -c get %s = %q", k, out)
+		}
+		// Without -c: the node forwards to the group's leader.
+		n := g.Nodes[i%3].ClientAddr
+		if out := redisCLI(t, n, "get", k); out != "v"+strconv.Itoa(i) {
+			t.Fatalf("redis-cli get %s at %s = %q", k, n, out)
+		}
+	}
+	if out := redisCLI(t, first, "-c", "mset", "a", "1", "b", "2"); !strings.Contains(out, "CROSSSLOT Keys in request don't hash to the same slot") {
+		t.Fatalf("mset across slots = %q", out)
+	}
+	if out := redisCLI(t, first, "-c", "mset", "{u}a", "1", "{u}b", "2"); out != "OK" {
+		t.Fatalf("mset with a hash tag = %q", out)
+	}
+	if out := redisCLI(t, first, "-c", "mget", "{u}a", "{u}b"); out != "1\n2" {
+		t.Fatalf("mget with a hash tag = %q", out)
+	}
+	if out := redisCLI(t, first, "cluster", "keyslot", "{u}a"); out != strconv.Itoa(int(kcluster.Slot([]byte("u")))) {
+		t.Fatalf("cluster keyslot = %q", out)
+	}
+	uslot := strconv.Itoa(int(kcluster.Slot([]byte("u"))))
+	if out := redisCLI(t, first, "cluster", "countkeysinslot", uslot); out != "2" {
+		t.Fatalf("cluster countkeysinslot %s = %q", uslot, out)
+	}
+	if out := redisCLI(t, first, "cluster", "getkeysinslot", uslot, "10"); out != "{u}a\n{u}b" {
+		t.Fatalf("cluster getkeysinslot %s = %q", uslot, out)
+	}
+	// A connection that asked for the topology is a cluster client's: a
+	// request for a slot led elsewhere gets Redis Cluster's -MOVED.
+	k := "key0"
+	slot := int(kcluster.Slot([]byte(k)))
+	leader := g.SlotLeader(slot)
+	other := g.Nodes[(leader+1)%3]
+	replies := pipeline(t, other.ClientAddr, []string{"GET", k}, []string{"CLUSTER", "SLOTS"}, []string{"GET", k})
+	if string(replies[0].Str) != "v0" {
+		t.Fatalf("GET %s at a follower before CLUSTER SLOTS = %q (want it forwarded)", k, replies[0].Str)
+	}
+	if want := fmt.Sprintf("MOVED %d %s", slot, g.Nodes[leader].ClientAddr); string(replies[2].Str) != want {
+		t.Fatalf("GET %s at a follower after CLUSTER SLOTS = %q, want %q", k, replies[2].Str, want)
+	}
+	total := 0
+	for _, n := range g.Nodes {
+		c, _ := strconv.Atoi(redisCLI(t, n.ClientAddr, "dbsize"))
+		total += c
+	}
+	if total != 3*32 { // every node holds every group's keys
+		t.Fatalf("DBSIZE over the nodes = %d, want %d", total, 3*32)
+	}
+}
+
+// pipeline sends cmds on one connection and returns their replies.
+func pipeline(t *testing.T, addr string, cmds ...[]string) []resp.Value {
+	t.Helper()
+	nc, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
+	var b []byte
+	for _, c := range cmds {
+		args := make([][]byte, len(c))
+		for i, a := range c {
+			args[i] = []byte(a)
+		}
+		b = resp.AppendCommand(b, args...)
+	}
+	if _, err := nc.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	rd := resp.NewReader(nc, 0)
+	out := make([]resp.Value, len(cmds))
+	for i := range cmds {
+		if out[i], err = rd.ReadValue(); err != nil {
+			t.Fatalf("reply %d from %s: %v", i, addr, err)
+		}
+	}
+	return out
+}
+
+// threeGroups is kefir up --groups 3's layout: three 3-replica groups on
+// three nodes, the slots split evenly.
+var threeGroups = kcluster.FormatGroups(kcluster.EvenGroups(3, []uint64{1, 2, 3}, 3))
+
+// groupIndex is the index of the group owning slot in EvenGroups(3, ...).
+func groupIndex(slot uint16) int {
+	for i, g := range kcluster.EvenGroups(3, []uint64{1, 2, 3}, 3) {
+		if slot >= g.Slots[0].Start && slot <= g.Slots[0].End {
+			return i
+		}
+	}
+	return -1
+}
+
+// redisPyWorkload runs redis-py's RedisCluster, unmodified, against the
+// cluster for a while: SET, GET and MGET of keys with hash tags over every
+// group, checking each read against the last value written. An operation
+// that meets a dead node (ConnectionError: the client re-reads the topology)
+// or a cluster without a leader for a slot yet is retried for up to 20 s,
+// as an application does; -MOVED is followed by the client itself.
+//
+// redis-py 4.3.4's NodesManager.initialize deep-copies its connection
+// arguments, which hold the client's own bound on_connect, and so fails
+// ("cannot pickle '_thread.lock' object") whenever it re-reads the topology
+// after it dropped a dead node's connection — against Redis Cluster too. On
+// that RedisClusterException the workload makes a new client, as an
+// application must with this version.
+const redisPyWorkload = `
+import sys, time, logging
+logging.disable(logging.CRITICAL)
+from redis.cluster import RedisCluster
+from redis.exceptions import ConnectionError, ClusterDownError, TimeoutError, RedisClusterException, ResponseError
+host, port, secs = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+def connect():
+    return RedisCluster(host=host, port=port, socket_timeout=5)
+rc = connect()
+retries = 0
+def retry(f):
+    global rc, retries
+    deadline = time.time() + 20
+    while True:
+        try:
+            return f()
+        except (ConnectionError, ClusterDownError, TimeoutError, RedisClusterException, ResponseError) as e:
+            if isinstance(e, ResponseError) and "UNAVAILABLE" not in str(e):
+                raise
+            if time.time() > deadline:
+                raise
+            retries += 1
+            time.sleep(0.1)
+            if isinstance(e, RedisClusterException):
+                try:
+                    rc = connect()
+                except Exception:
+                    pass
+last, i, end = {}, 0, time.time() + secs
+while time.time() < end:
+    tag = "t%d" % (i % 12)
+    k1, k2 = "{%s}a" % tag, "{%s}b" % tag
+    retry(lambda: rc.mset({k1: "a%d" % i, k2: "b%d" % i}))
+    last[k1], last[k2] = "a%d" % i, "b%d" % i
+    got = retry(lambda: rc.mget(k1, k2))
+    if [x.decode() for x in got] != [last[k1], last[k2]]:
+        print("MISMATCH mget", k1, k2, got, last[k1], last[k2]); sys.exit(1)
+    k = "plain%d" % (i % 50)
+    retry(lambda: rc.set(k, str(i)))
+    if retry(lambda: rc.get(k)).decode() != str(i):
+        print("MISMATCH get", k); sys.exit(1)
+    i += 1
+print("OK", i, "ops, retries", retries)
+`
+
+// redis-py's RedisCluster works unmodified (it checks INFO's
+// cluster_enabled, reads CLUSTER SLOTS, hashes keys itself and follows
+// -MOVED: the nodes redirect every client, --cluster-redirects), also while
+// the leader of one group is killed and restarted under it.
+func TestGroupsRedisPyClusterLeaderKill(t *testing.T) {
+	g := cluster.StartGroups(t, 3, threeGroups, "--cluster-redirects", "true")
+	g.WaitLeaders(20 * time.Second)
+	host, port := "127.0.0.1", g.Nodes[0].Port()
+	cmd := exec.Command("/usr/bin/python3", "-c", redisPyWorkload, host, port, "6")
+	out := make(chan string, 1)
+	go func() {
+		b, err := cmd.CombinedOutput()
+		out <- fmt.Sprintf("%s (exit: %v)", b, err)
+	}()
+	time.Sleep(1500 * time.Millisecond)
+	victim := g.SlotLeader(int(kcluster.Slot([]byte("t1"))))
+	if victim < 0 {
+		t.Fatal("no leader known for the slot of {t1}")
+	}
+	g.Nodes[victim].Kill()
+	time.Sleep(2 * time.Second)
+	g.Nodes[victim].Start()
+	res := <-out
+	if !strings.HasPrefix(res, "OK ") {
+		t.Fatalf("redis-py workload: %s", res)
+	}
+	t.Logf("redis-py RedisCluster: %s; killed and restarted %s, the leader of {t1}'s group", strings.TrimSpace(res), g.Nodes[victim].ID)
+	// With --cluster-redirects plain redis-cli sees the redirect at a
+	// follower, and redis-cli -c follows it.
+	g.WaitLeaders(20 * time.Second)
+	k := "{t1}a"
+	follower := g.Nodes[(g.SlotLeader(int(kcluster.Slot([]byte(k))))+1)%3].ClientAddr
+	if out := redisCLI(t, follower, "get", k); !strings.HasPrefix(out, "MOVED ") {
+		t.Fatalf("redis-cli get %s at a follower = %q, want MOVED", k, out)
+	}
+	if out := redisCLI(t, follower, "-c", "get", k); !strings.HasPrefix(out, "a") {
+		t.Fatalf("redis-cli -c get %s at a follower = %q", k, out)
+	}
+}
