@@ -113,9 +113,33 @@ func TestClientRowsForgottenWithTheCoresTable(t *testing.T) {
 	}
 	after := c.sameRows(t)
 	delete(after[0], 1)
-	if !maps.Equal(after[0], sets[0]) {
+	// The replay restores the same rows. A restarted leader may then forget
+	// a few more: the rows before the restart may be up to a tenth over the
+	// table's cap with the next forget not yet due (at most one per cap/10
+	// ops), and the new leader's first forget is due at once. A forget
+	// drops only the oldest rows, so what is left must be the newest of the
+	// rows from before, at the same versions.
+	if !maps.Equal(after[0], sets[0]) && !newestOf(after[0], sets[0]) {
 		t.Fatalf("after a restart the replicas hold rows %v, before %v", after[0], sets[0])
 	}
+}
+
+// newestOf reports whether rows (client → version) are the newest of before,
+// each at its version there: a forget after the restart dropped the oldest.
+func newestOf(rows, before map[uint64]uint64) bool {
+	minKept := ^uint64(0)
+	for c, v := range rows {
+		if bv, ok := before[c]; !ok || bv != v {
+			return false
+		}
+		minKept = min(minKept, v)
+	}
+	for c, v := range before {
+		if _, kept := rows[c]; !kept && v >= minKept {
+			return false
+		}
+	}
+	return true
 }
 
 // sameRows waits until every replica's engine holds the same client rows, and
