@@ -21,14 +21,7 @@ func newHashRun(t *testing.T) *hashRun { return &hashRun{t: t, m: mem{}, ver: 1,
 func (r *hashRun) write(op Op) (Result, error) {
 	r.ver++
 	op.Now = r.now
-	return ApplyWith(r.m.get, func(visit func([]byte) bool) error {
-		for k := range r.m {
-			if !visit([]byte(k)) {
-				return nil
-			}
-		}
-		return nil
-	}, r.ver, &op, 0, func(key, value, meta []byte, tomb bool) {
+	return ApplyWith(r.m.get, memLister(r.m), r.ver, &op, 0, func(key, value, meta []byte, tomb bool) {
 		r.m[string(key)] = memVal{val: string(value), ver: r.ver, del: tomb, meta: meta}
 	})
 }
@@ -118,8 +111,12 @@ func TestHashSemantics(t *testing.T) {
 		{Op{Kind: KindHGet, Key: []byte("str"), Keys: bs("f")}, false, "err " + ErrWrongKind.Error()},
 		{Op{Kind: KindHLen, Key: []byte("str")}, false, "err " + ErrWrongKind.Error()},
 		{Op{Kind: KindHDel, Key: []byte("str"), Keys: bs("f")}, true, "err " + ErrWrongKind.Error()},
-		// COPY of a hash is refused; RENAME carries the fields.
-		{Op{Kind: KindCopy, Keys: bs("h", "h2"), Cond: IfAbsent}, true, "err " + ErrHashCopy.Error()},
+		// COPY of a hash copies its fields under a generation of its own;
+		// RENAME carries the fields.
+		{Op{Kind: KindCopy, Keys: bs("h", "hc"), Cond: IfAbsent}, true, "1"},
+		{Op{Kind: KindCopy, Keys: bs("h", "hc"), Cond: IfAbsent}, true, "0"},
+		{Op{Kind: KindHSet, Key: []byte("hc"), Keys: bs("c", "copy")}, true, "0"},
+		{Op{Kind: KindHGetAll, Key: []byte("hc")}, false, "[c copy d  e 15.5 n -2]"},
 		{Op{Kind: KindRename, Keys: bs("h", "h2")}, true, "OK"},
 		{Op{Kind: KindHLen, Key: k}, false, "0"},
 		{Op{Kind: KindHGetAll, Key: []byte("h2")}, false, "[c 30 d  e 15.5 n -2]"},

@@ -251,3 +251,7 @@ func (op *Op) CheckSizes(maxKey, maxVal int) error {
 // WritesAll reports whether op may write any key (a flush): whoever tracks
 // writes by key (WrittenKeys) must treat it as touching the whole keyspace.
 func (op *Op) WritesAll() bool { return op.Kind == KindFlush }
+
+// Lists reports whether op needs the caller's key Lister (ApplyWith): a
+// flush lists the keyspace, a COPY the rows of a hash it may copy.
+func (op *Op) Lists() bool { return op.Kind == KindFlush || op.Kind == KindCopy }
