@@ -84,3 +84,111 @@ HGET big f200 => (nil)
 		})
 	}
 }
+
+// hscanAll iterates HSCAN key from cursor 0 with COUNT count through c,
+// forgetting every cursor the nodes issued after each call when forget is
+// set (as a new leader that never issued them would), and returns how many
+// times each field came back and how many calls it took.
+func hscanAll(t *testing.T, c *client, key string, count int, forget bool) (map[string]int, int) {
+	t.Helper()
+	seen := map[string]int{}
+	cursor := "0"
+	calls := 0
+	for {
+		calls++
+		r := c.doRaw("HSCAN", key, cursor, "COUNT", fmt.Sprint(count), "NOVALUES")
+		cursor = r.cursor
+		for _, f := range r.items {
+			seen[f]++
+		}
+		if forget {
+			hscanCursors.mu.Lock()
+			clear(hscanCursors.cur)
+			clear(hscanCursors.old)
+			hscanCursors.mu.Unlock()
+		}
+		if cursor == "0" || calls > 10000 {
+			return seen, calls
+		}
+	}
+}
+
+// HSCAN's cursor resumes after the last field returned: a big hash comes
+// back in pages, every field present for the whole iteration at least once
+// (exactly once when nothing changes and the cursors are known), also when
+// the node resuming a cursor never issued it (a leader change), and with
+// fields written and deleted during the iteration.
+func TestHScanCursor(t *testing.T) {
+	s := startServer(t, nil)
+	c := dial(t, s)
+	const n = 1000
+	for i := 0; i < n; i += 100 {
+		args := []string{"HSET", "h"}
+		for j := i; j < i+100; j++ {
+			args = append(args, fmt.Sprintf("f%04d", j), "v")
+		}
+		c.do(args...)
+	}
+	seen, calls := hscanAll(t, c, "h", 200, false)
+	if len(seen) != n || calls < n/200 {
+		t.Fatalf("HSCAN returned %d of %d fields in %d calls", len(seen), n, calls)
+	}
+	for f, k := range seen {
+		if k != 1 {
+			t.Fatalf("field %s returned %d times", f, k)
+		}
+	}
+	// Cursors the resuming node never issued: no field missed.
+	seen, _ = hscanAll(t, c, "h", 150, true)
+	if len(seen) != n {
+		t.Fatalf("HSCAN with forgotten cursors returned %d of %d fields", len(seen), n)
+	}
+	// Writes during the iteration: the fields present throughout come back.
+	seen = map[string]int{}
+	cursor := "0"
+	for i := 0; ; i++ {
+		r := c.doRaw("HSCAN", "h", cursor, "COUNT", "200")
+		for j := 0; j < len(r.items); j += 2 {
+			seen[r.items[j]]++
+		}
+		c.do("HDEL", "h", fmt.Sprintf("f%04d", 999-i)) // from the end
+		c.do("HSET", "h", fmt.Sprintf("new%d", i), "v")
+		if cursor = r.cursor; cursor == "0" {
+			break
+		}
+	}
+	for j := 0; j < n-10; j++ {
+		if seen[fmt.Sprintf("f%04d", j)] == 0 {
+			t.Fatalf("field f%04d, present throughout, was not returned", j)
+		}
+	}
+	// A small hash comes back whole, cursor 0 (as Redis's listpack).
+	c.expect(`
+HSET small a 1 b 2 => (integer) 2
+HSCAN small 0 COUNT 1 => ["0", ["a", "1", "b", "2"]]
+HSCAN small 0 MATCH b => ["0", ["b", "2"]]
+`)
+}
+
+// scanReply is a SCAN-shaped reply: a cursor and items.
+type scanReply struct {
+	cursor string
+	items  []string
+}
+
+func (c *client) doRaw(args ...string) scanReply {
+	c.t.Helper()
+	c.send(args...)
+	v, err := c.rd.ReadValue()
+	if err != nil {
+		c.t.Fatalf("read reply: %v", err)
+	}
+	if len(v.Elems) != 2 {
+		c.t.Fatalf("%v: not a scan reply: %s", args, show(v))
+	}
+	r := scanReply{cursor: string(v.Elems[0].Str)}
+	for _, e := range v.Elems[1].Elems {
+		r.items = append(r.items, string(e.Str))
+	}
+	return r
+}
