@@ -169,7 +169,7 @@ func (db *DB) Append(recs ...Record) (Pos, error) {
 			v.flags = verTombstone
 		}
 		if len(r.Meta) > 0 {
-			v.flags |= verMeta
+			v.flags |= verMeta | db.countMeta(r.Meta)
 		}
 		if err := db.insertLocked(r.Key, v, now); err != nil {
 			// Only a single record can fail here (batches were checked), and nothing

@@ -369,7 +369,8 @@ func (db *DB) replay(i int, from uint64, floors map[string]uint64) error {
 			v.flags = verTombstone
 		}
 		if h.flags&flagMeta != 0 {
-			v.flags |= verMeta
+			meta, _ := splitPayload(payload(data[p:], h), true)
+			v.flags |= verMeta | db.countMeta(meta)
 		}
 		db.recoverInsert(key, v, now)
 		if h.flags&flagCopy != 0 && h.floor > h.version {
