@@ -113,8 +113,8 @@ type Op struct {
 	Delta   int64  // Incr: the amount added
 	// Fields: HSet's field, value, field, value...; HDel's fields; HGet's field.
 	Fields []string
-	Cons    level.Consistency
-	Dur     level.Durability
+	Cons   level.Consistency
+	Dur    level.Durability
 	// ExpireAt (Put): the absolute time the value expires at, on the
 	// recorder's clock (0: never). Only the Expiry checker judges keys
 	// written with one (SplitExpiring).
