@@ -64,11 +64,14 @@ func TestFlushDeletesEveryUserKey(t *testing.T) {
 
 // FLUSHDB on one node is all-or-nothing across a power cut at any point of
 // its batch: the crash keeps a random prefix of the unsynced log, which may
-// end inside the flush's tombstones; opening then finishes the flush (its
-// mark is the batch's first record). Without finishFlush most seeds leave
-// some keys and lose others. A hash's field rows, reserved keys, go too.
+// end inside the flush's tombstones; the engine then drops the batch whole
+// (storage's flagBatchCont; TestMultiRecordWritesAreAllOrNothingAcrossACrash).
+// finishFlush still completes a flush cut short in a log an older build
+// wrote (no batch marks: its mark is the batch's first record). The flush is
+// small enough that some seeds keep all of it. A hash's field rows, reserved
+// keys, go too.
 func TestFlushIsAllOrNothingAcrossACrash(t *testing.T) {
-	const keys, hashFields = 400, 10
+	const keys, hashFields = 40, 10
 	outcomes := map[string]int{}
 	for seed := int64(1); seed <= 40; seed++ {
 		fs := vfs.NewMem()
