@@ -215,7 +215,7 @@ func TestHashCodec(t *testing.T) {
 			t.Errorf("%v is an update", k)
 		}
 	}
-	for _, e := range []error{ErrWrongKind, ErrHashNotInt, ErrHashNotFloat, ErrHashCopy} {
+	for _, e := range []error{ErrWrongKind, ErrHashNotInt, ErrHashNotFloat, ErrHashCopy, ErrHashCopyTooBig} {
 		_, opErr, err := DecodeResult(AppendResult(nil, Result{}, e))
 		if err != nil || !errors.Is(opErr, e) {
 			t.Errorf("%v: decoded %v, %v", e, opErr, err)

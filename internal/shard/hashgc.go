@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 
@@ -33,7 +34,7 @@ func FindHashGarbage(db *storage.DB, from []byte, markers, rows int) (ops []kv.O
 	var ms []marker
 	if err := db.Scan(start, end, 0, markers+1, func(k []byte, v storage.Value) bool {
 		if gen, user, ok := kv.ParseHashMarker(k, v.Data); ok {
-			ms = append(ms, marker{key: k, user: user, gen: gen})
+			ms = append(ms, marker{key: bytes.Clone(k), user: bytes.Clone(user), gen: gen})
 		}
 		return true
 	}); err != nil {
@@ -66,7 +67,7 @@ func FindHashGarbage(db *storage.DB, from []byte, markers, rows int) (ops []kv.O
 		var fields [][]byte
 		if err := db.Scan(p, kv.PrefixEnd(p), 0, budget+1, func(k []byte, _ storage.Value) bool {
 			if _, f, ok := kv.HashRowField(k); ok {
-				fields = append(fields, f)
+				fields = append(fields, bytes.Clone(f))
 			}
 			return true
 		}); err != nil {
