@@ -7,7 +7,6 @@ import (
 
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
-	"github.com/kefirdb/kefir/internal/storage"
 	"github.com/kefirdb/kefir/internal/vfs"
 )
 
@@ -23,18 +22,7 @@ func TestMultiRecordWritesAreAllOrNothingAcrossACrash(t *testing.T) {
 	outcomes := map[string]int{}
 	for seed := int64(1); seed <= 40; seed++ {
 		fs := vfs.NewMem()
-		open := func() (*storage.DB, *Shard) {
-			db, err := storage.Open(storage.Options{Devices: []storage.Device{{Dir: "/data"}}, FS: fs, WriteBufferSize: 1 << 10, NoZeroFill: seed%2 == 0})
-			if err != nil {
-				t.Fatalf("seed %d: open storage: %v", seed, err)
-			}
-			s, err := Open(db, Options{NoBackgroundSync: true, Logger: quiet})
-			if err != nil {
-				t.Fatalf("seed %d: open shard: %v", seed, err)
-			}
-			return db, s
-		}
-		db, s := open()
+		db, s := openTornable(t, fs, seed)
 		if _, err := s.Write(ctx, set("base", "v"), level.Sync, ReqID{}); err != nil {
 			t.Fatal(err)
 		}
@@ -56,7 +44,7 @@ func TestMultiRecordWritesAreAllOrNothingAcrossACrash(t *testing.T) {
 		fs.Crash(rand.New(rand.NewSource(seed)))
 		_ = s.Close()
 		_ = db.Close()
-		db, s = open()
+		db, s = openTornable(t, fs, seed)
 		read := func(op kv.Op) kv.Result {
 			r, err := s.Read(ctx, op, level.ConsLinearizable, Session{})
 			if err != nil {

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
-	"strings"
 	"testing"
 
 	"github.com/kefirdb/kefir/internal/seglog"
@@ -78,15 +77,9 @@ func TestCountMetaSurvivesEverything(t *testing.T) {
 	// Make the hint an older build's, which has no verCounted flags: written
 	// by an engine that counts nothing, then given magic KFHINT01 (checksum
 	// fixed up).
-	names, err := fs.ReadDir("/db")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range names {
-		if strings.HasSuffix(n, ".hint") {
-			if err := fs.Remove("/db/" + n); err != nil {
-				t.Fatal(err)
-			}
+	for _, p := range hintFiles(t, fs, "/db") {
+		if err := fs.Remove(p); err != nil {
+			t.Fatal(err)
 		}
 	}
 	none := o
@@ -96,46 +89,17 @@ func TestCountMetaSurvivesEverything(t *testing.T) {
 		t.Fatal(err)
 	}
 	db.Close()
-	names, err = fs.ReadDir("/db")
-	if err != nil {
-		t.Fatal(err)
-	}
 	hints := 0
-	for _, n := range names {
-		if !strings.HasSuffix(n, ".hint") {
-			continue
-		}
+	for _, p := range hintFiles(t, fs, "/db") {
 		hints++
-		p := "/db/" + n
-		f, err := fs.Open(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		size, err := f.Size()
-		if err != nil {
-			t.Fatal(err)
-		}
-		b := make([]byte, size)
-		if _, err := f.ReadAt(b, 0); err != nil {
-			t.Fatal(err)
-		}
-		f.Close()
-		if string(b[:8]) != "KFHINT02" {
-			t.Fatalf("hint magic %q", b[:8])
-		}
-		copy(b, "KFHINT01")
-		binary.LittleEndian.PutUint32(b[len(b)-4:], crc32.Checksum(b[:len(b)-4], seglog.CRCTable))
-		w, err := fs.Create(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := w.Write(b); err != nil {
-			t.Fatal(err)
-		}
-		if err := w.Sync(); err != nil {
-			t.Fatal(err)
-		}
-		w.Close()
+		rewrite(t, fs, p, func(b []byte) []byte {
+			if string(b[:8]) != "KFHINT02" {
+				t.Fatalf("hint magic %q", b[:8])
+			}
+			copy(b, "KFHINT01")
+			binary.LittleEndian.PutUint32(b[len(b)-4:], crc32.Checksum(b[:len(b)-4], seglog.CRCTable))
+			return b
+		})
 	}
 	if hints == 0 {
 		t.Fatal("no hint file")
