@@ -56,6 +56,7 @@ func TestHashSweeperReclaimsRows(t *testing.T) {
 HLEN big => (integer) 10000
 DEL big => (integer) 1
 `)
+			deleted := time.Now()
 			// A new hash at the key while the old rows are swept.
 			for i := 0; i < 200; i++ {
 				if r := c.do("HSET", "big", fmt.Sprint("f", i), "new"); r != "(integer) 1" {
@@ -75,6 +76,7 @@ DEL big => (integer) 1
 					time.Sleep(20 * time.Millisecond)
 				}
 			}
+			t.Logf("every engine reclaimed the 10,000 rows %v after the DEL", time.Since(deleted).Round(time.Millisecond))
 			c.expect(`
 HLEN big => (integer) 200
 HGET big f0 => "new"
