@@ -93,6 +93,10 @@ func TestHashSemantics(t *testing.T) {
 		{Op{Kind: KindHIncrByFloat, Key: k, Keys: bs("d"), Value: []byte("1")}, true, "err hash value is not a float"},
 		{Op{Kind: KindHDel, Key: k, Keys: bs("a", "a", "zz", "b")}, true, "2"},
 		{Op{Kind: KindHGetAll, Key: k}, false, "[c 30 d  e 15.5 n -2]"},
+		// HSCAN's pages: from a field (inclusive), at most Limit fields.
+		{Op{Kind: KindHScan, Key: k, Limit: 2}, false, "[c 30 d ]"},
+		{Op{Kind: KindHScan, Key: k, Value: []byte("d\x00"), Limit: 2}, false, "[e 15.5 n -2]"},
+		{Op{Kind: KindHScan, Key: k, Value: []byte("o"), Limit: 2}, false, "[]"},
 		// Strings and hashes do not mix.
 		{Op{Kind: KindGet, Key: k}, false, "err " + ErrWrongKind.Error()},
 		{Op{Kind: KindStrlen, Key: k}, false, "err " + ErrWrongKind.Error()},
