@@ -23,6 +23,15 @@ const (
 	Delete
 	CAS  // compare-and-swap: Expect -> Value; result Found reports whether it swapped
 	Incr // add Delta to an integer value (absent = 0); result Value is the new value
+
+	// The hash kinds (hash.go, judged by LinearizableHashes, whose model
+	// also reads Delete's Found: whether DEL deleted a key).
+	HSet    // set Fields (field, value, ...); result Value: how many were new
+	HDel    // delete the fields Fields; result Value: how many existed
+	HGet    // read the field Fields[0]; result Found and Value
+	HGetAll // read the whole hash; result Value: EncodeHash of it
+	HLen    // result Value: the field count
+	HExpire // EXPIRE far in the future; result Found: the key existed
 )
 
 func (k Kind) String() string {
@@ -37,12 +46,24 @@ func (k Kind) String() string {
 		return "cas"
 	case Incr:
 		return "incr"
+	case HSet:
+		return "hset"
+	case HDel:
+		return "hdel"
+	case HGet:
+		return "hget"
+	case HGetAll:
+		return "hgetall"
+	case HLen:
+		return "hlen"
+	case HExpire:
+		return "expire"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
 
 // IsWrite reports whether the kind may change the key's value.
-func (k Kind) IsWrite() bool { return k != Get }
+func (k Kind) IsWrite() bool { return k != Get && k != HGet && k != HGetAll && k != HLen }
 
 // Outcome is what the client learned about an operation.
 type Outcome uint8
@@ -90,8 +111,10 @@ type Op struct {
 	Value   string // Put and CAS: the value written. Writers should make values unique per key.
 	Expect  string // CAS: the value expected
 	Delta   int64  // Incr: the amount added
-	Cons    level.Consistency
-	Dur     level.Durability
+	// Fields: HSet's field, value, field, value...; HDel's fields; HGet's field.
+	Fields []string
+	Cons   level.Consistency
+	Dur    level.Durability
 	// ExpireAt (Put): the absolute time the value expires at, on the
 	// recorder's clock (0: never). Only the Expiry checker judges keys
 	// written with one (SplitExpiring).
@@ -135,22 +158,26 @@ func (o Op) String() string {
 		fmt.Fprintf(&b, "cas(%s,%s->%s)", o.Key, o.Expect, o.Value)
 	case Incr:
 		fmt.Fprintf(&b, "incr(%s,%d)", o.Key, o.Delta)
+	case HSet, HDel, HGet, HGetAll, HLen, HExpire:
+		fmt.Fprintf(&b, "%v(%s%s)", o.Kind, o.Key, strings.TrimSuffix(" "+strings.Join(o.Fields, " "), " "))
 	default:
 		fmt.Fprintf(&b, "%v(%s)", o.Kind, o.Key)
 	}
 	switch o.Outcome {
 	case OK:
 		switch o.Kind {
-		case Get:
+		case Get, HGet:
 			if o.Found {
 				fmt.Fprintf(&b, " -> %q", o.Result)
 			} else {
 				b.WriteString(" -> nil")
 			}
-		case CAS:
+		case CAS, HExpire:
 			fmt.Fprintf(&b, " -> %t", o.Found)
-		case Incr:
+		case Incr, HSet, HDel, HLen:
 			fmt.Fprintf(&b, " -> %s", o.Result)
+		case HGetAll:
+			fmt.Fprintf(&b, " -> %q", o.Result)
 		default:
 			b.WriteString(" -> ok")
 		}

@@ -124,7 +124,7 @@ func linRelevant(op *Op, all bool) bool {
 		// invocation; an unknown read constrains nothing.
 		return op.Kind.IsWrite()
 	}
-	if op.Kind == Get && !all {
+	if !op.Kind.IsWrite() && !all {
 		return op.Cons.IsZero() || op.Cons.Kind == level.Linearizable
 	}
 	return true
@@ -147,6 +147,10 @@ func toPorcupine(ops []*Op) []porcupine.Operation {
 // failing key's operations are shrunk to a 1-minimal counter-example: removing
 // any one of the reported operations makes the rest linearizable.
 func Linearizable(h History, o LinOptions) Verdict {
+	return linearizable(h, o, LinModel, "linearizable")
+}
+
+func linearizable(h History, o LinOptions, model porcupine.Model, name string) Verdict {
 	if o.Timeout == 0 {
 		o.Timeout = 10 * time.Second
 	}
@@ -156,7 +160,7 @@ func Linearizable(h History, o LinOptions) Verdict {
 	if o.ShrinkBudget == 0 {
 		o.ShrinkBudget = 5 * time.Second
 	}
-	v := Verdict{Checker: "linearizable", OK: true}
+	v := Verdict{Checker: name, OK: true}
 	keys, byKey := h.byKey()
 	var timedOut []string
 	for _, key := range keys {
@@ -168,7 +172,7 @@ func Linearizable(h History, o LinOptions) Verdict {
 		}
 		ops = dropUnobservedPuts(ops)
 		v.Checked += len(ops)
-		res, info := porcupine.CheckOperationsVerbose(LinModel, toPorcupine(ops), o.Timeout)
+		res, info := porcupine.CheckOperationsVerbose(model, toPorcupine(ops), o.Timeout)
 		switch res {
 		case porcupine.Ok:
 			continue
@@ -178,12 +182,12 @@ func Linearizable(h History, o LinOptions) Verdict {
 		}
 		culprit := ops
 		if len(ops) <= o.ShrinkLimit {
-			culprit = shrinkLin(ops, o.ShrinkBudget)
+			culprit = shrinkLin(model, ops, o.ShrinkBudget)
 		}
 		if !o.NoVisualization && v.Visualization == "" {
 			path, err := vizPath(o.VisualizationDir, key)
 			if err == nil {
-				err = writeViz(path, info)
+				err = writeViz(model, path, info)
 			}
 			if err != nil {
 				v.Note = fmt.Sprintf("writing visualization: %v", err)
@@ -254,11 +258,11 @@ func vizPath(dir, key string) (string, error) {
 	return f.Name(), nil
 }
 
-func writeViz(path string, info porcupine.LinearizationInfo) error {
+func writeViz(model porcupine.Model, path string, info porcupine.LinearizationInfo) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("visualization dir: %w", err)
 	}
-	if err := porcupine.VisualizePath(LinModel, info, path); err != nil {
+	if err := porcupine.VisualizePath(model, info, path); err != nil {
 		return fmt.Errorf("visualization %s: %w", path, err)
 	}
 	return nil
@@ -281,14 +285,14 @@ func writeViz(path string, info porcupine.LinearizationInfo) error {
 // Writes are never dropped one by one: a dropped write can manufacture a
 // violation (a failed CAS that only that write explained) the real history
 // does not have.
-func shrinkLin(ops []*Op, budget time.Duration) []*Op {
+func shrinkLin(model porcupine.Model, ops []*Op, budget time.Duration) []*Op {
 	deadline := time.Now().Add(budget)
 	illegal := func(h []*Op) (bool, bool) {
 		left := time.Until(deadline)
 		if left <= 0 {
 			return false, false
 		}
-		r := porcupine.CheckOperationsTimeout(LinModel, toPorcupine(h), left)
+		r := porcupine.CheckOperationsTimeout(model, toPorcupine(h), left)
 		return r == porcupine.Illegal, r != porcupine.Unknown
 	}
 	cur := append([]*Op(nil), ops...)
@@ -321,7 +325,7 @@ func shrinkLin(ops []*Op, budget time.Duration) []*Op {
 	}
 	for i := 0; i < len(cur); {
 		op := cur[i]
-		if op.Kind != Get && !(op.Kind == CAS && op.Outcome == OK && !op.Found) {
+		if op.Kind.IsWrite() && !(op.Kind == CAS && op.Outcome == OK && !op.Found) {
 			i++
 			continue
 		}

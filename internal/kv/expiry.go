@@ -114,6 +114,11 @@ func ExpireAt(meta []byte) int64 {
 	return int64(binary.LittleEndian.Uint64(meta[1:]))
 }
 
+// HasExpiry reports whether meta carries an expiry: what the engine's
+// count of keys with meta (storage.Options.CountMeta, INFO keyspace's
+// expires=) counts — a hash's type byte alone is not an expiry.
+func HasExpiry(meta []byte) bool { return ExpireAt(meta) != 0 }
+
 // Expired reports whether a value with meta has expired at now (unix ms):
 // its expiry is before now, as Redis decides (a key is still there in the
 // millisecond of its expiry).

@@ -48,6 +48,11 @@ const (
 	KindHIncrBy
 	// KindHIncrByFloat adds the decimal Value to the field Keys[0] of Key.
 	KindHIncrByFloat
+	// KindHSweep deletes rows of a dead hash generation (the orphan-row
+	// sweeper, HashSweepOp): the rows of fields Keys of generation
+	// uint64(Delta), if the generation's marker still names Key and Key
+	// does not hold that generation, and with Value SweepLast the marker.
+	KindHSweep
 	kindHashWriteEnd
 )
 
@@ -59,13 +64,16 @@ const (
 	// KindHLen answers Key's field count.
 	KindHLen
 	// KindHGetAll answers field, value, field, value... in field order
-	// (HGETALL, HKEYS, HVALS, HSCAN, HRANDFIELD are shaped from it).
+	// (HGETALL, HKEYS, HVALS, HRANDFIELD are shaped from it).
 	KindHGetAll
+	// KindHScan answers field, value... in field order from the field Value
+	// (inclusive; nil: the first), at most Limit fields (HSCAN's page).
+	KindHScan
 	kindHashReadEnd
 )
 
-var hashKindNames = [...]string{"hset", "hdel", "hincrby", "hincrbyfloat"}
-var hashReadNames = [...]string{"hget", "hlen", "hgetall"}
+var hashKindNames = [...]string{"hset", "hdel", "hincrby", "hincrbyfloat", "hsweep"}
+var hashReadNames = [...]string{"hget", "hlen", "hgetall", "hscan"}
 
 func isHashWrite(k Kind) bool { return k >= KindHSet && k < kindHashWriteEnd }
 func isHashRead(k Kind) bool  { return k >= KindHGet && k < kindHashReadEnd }
@@ -83,13 +91,54 @@ var (
 	ErrWrongKind    = errors.New("WRONGTYPE Operation against a key holding the wrong kind of value")
 	ErrHashNotInt   = errors.New("hash value is not an integer")
 	ErrHashNotFloat = errors.New("hash value is not a float")
-	// ErrHashCopy: COPY of a hash is not supported yet (its copy would
-	// share the source's field rows).
-	ErrHashCopy = errors.New("COPY of a hash is not supported yet")
+	// ErrHashCopyTooBig: COPY of a hash of more than MaxHashCopyFields
+	// fields (or MaxHashCopyBytes of them) is refused: its copy is one op's
+	// records, one engine batch.
+	// ErrHashCopy is retired (COPY of a hash was refused before it was
+	// built); it keeps its result code, which client rows on disk may hold.
+	ErrHashCopy       = errors.New("COPY of a hash is not supported yet")
+	ErrHashCopyTooBig = fmt.Errorf("COPY of a hash of more than %d fields or %d bytes is not supported", MaxHashCopyFields, MaxHashCopyBytes)
+)
+
+// The bounds of COPY of a hash: the copy writes a row per field in the one
+// op (one engine batch, one replicated op applied at once on every
+// replica), so it is bounded like the other ops that write many records.
+const (
+	MaxHashCopyFields = 1 << 16
+	MaxHashCopyBytes  = 64 << 20
 )
 
 // hashRows is the reserved prefix of every hash field row.
 var hashRows = ReservedKey("h/")
+
+// hashMarkers is the reserved prefix of the generation markers: the op that
+// creates a hash's generation g also writes hashMarker(g) = the user key
+// (RENAME rewrites it), so that the sweeper (HashSweepOp) can find the rows
+// of generations that died (DEL, SET over the hash, expiry, RENAME or COPY
+// over it) — a death that a blind SET over a hash cannot record itself.
+var hashMarkers = ReservedKey("hk/")
+
+func hashMarker(gen uint64) []byte {
+	b := make([]byte, 0, len(hashMarkers)+8)
+	b = append(b, hashMarkers...)
+	return binary.BigEndian.AppendUint64(b, gen)
+}
+
+func isHashMarker(key []byte) bool { return bytes.HasPrefix(key, hashMarkers) }
+
+// HashMarkers is the key range [start, end) of the generation markers.
+func HashMarkers() (start, end []byte) {
+	return append([]byte(nil), hashMarkers...), PrefixEnd(hashMarkers)
+}
+
+// ParseHashMarker reads a marker row: the generation it stands for and the
+// user key it names.
+func ParseHashMarker(key, value []byte) (gen uint64, userKey []byte, ok bool) {
+	if !isHashMarker(key) || len(key) != len(hashMarkers)+8 {
+		return 0, nil, false
+	}
+	return binary.BigEndian.Uint64(key[len(hashMarkers):]), value, true
+}
 
 // HashRowPrefix is the prefix of the rows of the hash of generation gen.
 func HashRowPrefix(gen uint64) []byte {
@@ -175,12 +224,17 @@ func (h *hashState) field(get Getter, f []byte) ([]byte, bool, error) {
 type hashRow struct{ field, value []byte }
 
 // emit emits the hash's metadata record (n fields; none deletes the key),
-// then its rows.
-func (h *hashState) emit(emit Emit, key []byte, rows []hashRow) {
+// then, if the op at version created the generation, its marker, then its
+// rows. (A replay that reads the op's own metadata record finds gen ==
+// version too, so it restages a marker the crash lost.)
+func (h *hashState) emit(emit Emit, key []byte, version uint64, rows []hashRow) {
 	if h.n <= 0 {
 		emit(key, nil, nil, true)
 	} else {
 		put(emit, key, encodeHashMeta(h.gen, h.n), EncodeMeta(TypeHash, h.expireAt))
+		if h.gen == version {
+			put(emit, hashMarker(h.gen), key, nil)
+		}
 	}
 	for _, r := range rows {
 		if r.value == nil {
@@ -207,6 +261,9 @@ func ReplayReadsOwnRecord(k Kind, meta []byte) bool {
 }
 
 func applyHash(get Getter, version uint64, op *Op, emit Emit) (Result, error) {
+	if op.Kind == KindHSweep {
+		return applyHashSweep(get, version, op, emit)
+	}
 	if err := CheckKey(op.Key); err != nil {
 		return Result{}, err
 	}
@@ -245,7 +302,7 @@ func applyHash(get Getter, version uint64, op *Op, emit Emit) (Result, error) {
 			rows = append(rows, hashRow{field: op.Keys[i], value: op.Keys[i+1]})
 		}
 		h.n += added
-		h.emit(emit, op.Key, rows)
+		h.emit(emit, op.Key, version, rows)
 		if op.Delta == 1 {
 			return Result{Kind: ResOK, Version: version}, nil
 		}
@@ -273,7 +330,7 @@ func applyHash(get Getter, version uint64, op *Op, emit Emit) (Result, error) {
 			return Result{Kind: ResInt, Int: 0, Version: h.ver}, nil
 		}
 		h.n -= removed
-		h.emit(emit, op.Key, rows)
+		h.emit(emit, op.Key, version, rows)
 		return Result{Kind: ResInt, Int: removed, Version: version}, nil
 
 	case KindHIncrBy, KindHIncrByFloat:
@@ -300,7 +357,7 @@ func applyHash(get Getter, version uint64, op *Op, emit Emit) (Result, error) {
 		if !exists {
 			h.n++
 		}
-		h.emit(emit, op.Key, []hashRow{{field: f, value: nv}})
+		h.emit(emit, op.Key, version, []hashRow{{field: f, value: nv}})
 		return res, nil
 	}
 	return Result{}, fmt.Errorf("%w: %v is not a hash write", ErrInvalidOp, op.Kind)
@@ -357,7 +414,7 @@ func readHash(get Getter, scan Scanner, op *Op) (Result, error) {
 			}
 		}
 		return res, nil
-	case KindHGetAll:
+	case KindHGetAll, KindHScan:
 		res.Kind, res.Array = ResArray, [][]byte{}
 		if !live {
 			return res, nil
@@ -366,7 +423,11 @@ func readHash(get Getter, scan Scanner, op *Op) (Result, error) {
 			return Result{}, fmt.Errorf("%w: a hash read needs the caller's scanner", ErrInvalidOp)
 		}
 		p := HashRowPrefix(gen)
-		err := scan(p, PrefixEnd(p), 0, func(k, v, _ []byte, version uint64) bool {
+		start, limit := p, 0
+		if op.Kind == KindHScan {
+			start, limit = append(p[:len(p):len(p)], op.Value...), max(op.Limit, 1)
+		}
+		err := scan(start, PrefixEnd(p), limit, func(k, v, _ []byte, version uint64) bool {
 			if v == nil {
 				v = []byte{}
 			}
@@ -380,4 +441,147 @@ func readHash(get Getter, scan Scanner, op *Op) (Result, error) {
 		return res, nil
 	}
 	return Result{}, fmt.Errorf("%w: %v is not a hash read", ErrInvalidOp, op.Kind)
+}
+
+// copyHash is COPY of the hash rec at op.Keys[0] to op.Keys[1] (whose
+// existence applyMove has checked): a new hash of generation version with
+// the source's expiry and a row per field, which list and get read. It costs
+// O(fields) in the one op, bounded by MaxHashCopyFields and
+// MaxHashCopyBytes (ErrHashCopyTooBig past them); a hash that COPY REPLACE
+// overwrites dies like one SET overwrites (its rows are the sweeper's).
+func copyHash(get Getter, list Lister, version uint64, op *Op, rec record, srcVer uint64, emit Emit) (Result, error) {
+	if list == nil {
+		return Result{}, fmt.Errorf("%w: COPY of a hash needs the caller's key lister (ApplyWith)", ErrInvalidOp)
+	}
+	gen, _, err := decodeHashMeta(rec.data)
+	if err != nil {
+		return Result{}, err
+	}
+	p := HashRowPrefix(gen)
+	var rows []hashRow
+	size := 0
+	var gerr error
+	err = list(p, PrefixEnd(p), func(k []byte) bool {
+		if !bytes.HasPrefix(k, p) {
+			return true // a lister may hand out a superset
+		}
+		data, _, _, ok, err := get(k)
+		if err != nil {
+			gerr = err
+			return false
+		}
+		if !ok {
+			return true
+		}
+		size += len(k) + len(data)
+		if len(rows) >= MaxHashCopyFields || size > MaxHashCopyBytes {
+			gerr = ErrHashCopyTooBig
+			return false
+		}
+		if data == nil {
+			data = []byte{}
+		}
+		rows = append(rows, hashRow{field: k[len(p):], value: data})
+		return true
+	})
+	if err == nil {
+		err = gerr
+	}
+	if err != nil {
+		return Result{}, err
+	}
+	if len(rows) == 0 {
+		// Metadata without rows is no hash (a torn write on an engine
+		// without batch atomicity): nothing to copy.
+		return Result{Kind: ResInt, Int: 0, Version: srcVer}, nil
+	}
+	dst := hashState{live: true, gen: version, n: int64(len(rows)), expireAt: ExpireAt(rec.meta)}
+	dst.emit(emit, op.Keys[1], version, rows)
+	return Result{Kind: ResInt, Int: 1, Version: version}, nil
+}
+
+// SweepLast is the Value of a KindHSweep op that deletes a dead
+// generation's last rows and then its marker.
+var SweepLast = []byte{1}
+
+// HashSweepOp is the op the sweeper proposes for the dead generation gen
+// whose marker names key: delete the rows of fields, and the marker too if
+// last (they are the generation's last rows). The op rechecks at apply that
+// the generation is dead (applyHashSweep), as KindExpireIfDue rechecks
+// expiry, so a proposal made from a stale view deletes nothing live.
+func HashSweepOp(key []byte, gen uint64, fields [][]byte, last bool) Op {
+	op := Op{Kind: KindHSweep, Key: key, Delta: int64(gen), Keys: fields}
+	if last {
+		op.Value = SweepLast
+	}
+	return op
+}
+
+// HashRowField splits a row key into its generation and field.
+func HashRowField(key []byte) (gen uint64, field []byte, ok bool) {
+	if !IsHashRow(key) || len(key) < len(hashRows)+8 {
+		return 0, nil, false
+	}
+	return binary.BigEndian.Uint64(key[len(hashRows):]), key[len(hashRows)+8:], true
+}
+
+// HashGenDead reports whether generation gen, whose marker names key, is
+// dead in the state get reads: key holds no stored hash of that generation.
+// An expired hash still stored counts as live — active expiry deletes its
+// metadata first — so that no replica (a follower reading with its own
+// clock) finds metadata whose rows are gone. Death is final: no op writes
+// rows of a generation its key does not hold, and generations are never
+// handed out twice.
+func HashGenDead(get Getter, key []byte, gen uint64) (bool, error) {
+	data, meta, _, ok, err := get(key)
+	if err != nil {
+		return false, err
+	}
+	if !ok || MetaType(meta) != TypeHash {
+		return true, nil
+	}
+	g, _, err := decodeHashMeta(data)
+	if err != nil {
+		return false, err
+	}
+	return g != gen, nil
+}
+
+// applyHashSweep is KindHSweep: it deletes what it was given only if the
+// generation's marker still names op.Key (RENAME moves a hash, and rewrites
+// its marker, between the proposal and here) and that key does not hold
+// the generation. Result: how many rows it deleted.
+func applyHashSweep(get Getter, version uint64, op *Op, emit Emit) (Result, error) {
+	gen := uint64(op.Delta)
+	mk := hashMarker(gen)
+	named, _, mver, ok, err := get(mk)
+	if err != nil {
+		return Result{}, err
+	}
+	if !ok || !bytes.Equal(named, op.Key) {
+		return Result{Kind: ResInt, Int: 0, Version: mver}, nil
+	}
+	dead, err := HashGenDead(get, op.Key, gen)
+	if err != nil || !dead {
+		return Result{Kind: ResInt, Int: 0, Version: mver}, err
+	}
+	var n int64
+	for i, f := range op.Keys {
+		if dupBefore(op.Keys, i) {
+			continue
+		}
+		row := hashRowKey(gen, f)
+		_, _, _, ok, err := get(row)
+		if err != nil {
+			return Result{}, err
+		}
+		if ok {
+			emit(row, nil, nil, true)
+			n++
+		}
+	}
+	if bytes.Equal(op.Value, SweepLast) {
+		emit(mk, nil, nil, true)
+	}
+	return Result{Kind: ResInt, Int: n, Version: version}, nil
 }

@@ -21,14 +21,7 @@ func newHashRun(t *testing.T) *hashRun { return &hashRun{t: t, m: mem{}, ver: 1,
 func (r *hashRun) write(op Op) (Result, error) {
 	r.ver++
 	op.Now = r.now
-	return ApplyWith(r.m.get, func(visit func([]byte) bool) error {
-		for k := range r.m {
-			if !visit([]byte(k)) {
-				return nil
-			}
-		}
-		return nil
-	}, r.ver, &op, 0, func(key, value, meta []byte, tomb bool) {
+	return ApplyWith(r.m.get, memLister(r.m), r.ver, &op, 0, func(key, value, meta []byte, tomb bool) {
 		r.m[string(key)] = memVal{val: string(value), ver: r.ver, del: tomb, meta: meta}
 	})
 }
@@ -100,6 +93,10 @@ func TestHashSemantics(t *testing.T) {
 		{Op{Kind: KindHIncrByFloat, Key: k, Keys: bs("d"), Value: []byte("1")}, true, "err hash value is not a float"},
 		{Op{Kind: KindHDel, Key: k, Keys: bs("a", "a", "zz", "b")}, true, "2"},
 		{Op{Kind: KindHGetAll, Key: k}, false, "[c 30 d  e 15.5 n -2]"},
+		// HSCAN's pages: from a field (inclusive), at most Limit fields.
+		{Op{Kind: KindHScan, Key: k, Limit: 2}, false, "[c 30 d ]"},
+		{Op{Kind: KindHScan, Key: k, Value: []byte("d\x00"), Limit: 2}, false, "[e 15.5 n -2]"},
+		{Op{Kind: KindHScan, Key: k, Value: []byte("o"), Limit: 2}, false, "[]"},
 		// Strings and hashes do not mix.
 		{Op{Kind: KindGet, Key: k}, false, "err " + ErrWrongKind.Error()},
 		{Op{Kind: KindStrlen, Key: k}, false, "err " + ErrWrongKind.Error()},
@@ -118,8 +115,12 @@ func TestHashSemantics(t *testing.T) {
 		{Op{Kind: KindHGet, Key: []byte("str"), Keys: bs("f")}, false, "err " + ErrWrongKind.Error()},
 		{Op{Kind: KindHLen, Key: []byte("str")}, false, "err " + ErrWrongKind.Error()},
 		{Op{Kind: KindHDel, Key: []byte("str"), Keys: bs("f")}, true, "err " + ErrWrongKind.Error()},
-		// COPY of a hash is refused; RENAME carries the fields.
-		{Op{Kind: KindCopy, Keys: bs("h", "h2"), Cond: IfAbsent}, true, "err " + ErrHashCopy.Error()},
+		// COPY of a hash copies its fields under a generation of its own;
+		// RENAME carries the fields.
+		{Op{Kind: KindCopy, Keys: bs("h", "hc"), Cond: IfAbsent}, true, "1"},
+		{Op{Kind: KindCopy, Keys: bs("h", "hc"), Cond: IfAbsent}, true, "0"},
+		{Op{Kind: KindHSet, Key: []byte("hc"), Keys: bs("c", "copy")}, true, "0"},
+		{Op{Kind: KindHGetAll, Key: []byte("hc")}, false, "[c copy d  e 15.5 n -2]"},
 		{Op{Kind: KindRename, Keys: bs("h", "h2")}, true, "OK"},
 		{Op{Kind: KindHLen, Key: k}, false, "0"},
 		{Op{Kind: KindHGetAll, Key: []byte("h2")}, false, "[c 30 d  e 15.5 n -2]"},
@@ -218,7 +219,7 @@ func TestHashCodec(t *testing.T) {
 			t.Errorf("%v is an update", k)
 		}
 	}
-	for _, e := range []error{ErrWrongKind, ErrHashNotInt, ErrHashNotFloat, ErrHashCopy} {
+	for _, e := range []error{ErrWrongKind, ErrHashNotInt, ErrHashNotFloat, ErrHashCopy, ErrHashCopyTooBig} {
 		_, opErr, err := DecodeResult(AppendResult(nil, Result{}, e))
 		if err != nil || !errors.Is(opErr, e) {
 			t.Errorf("%v: decoded %v, %v", e, opErr, err)

@@ -62,11 +62,12 @@ var (
 // replica needs no help: it replays the op from its log.
 var FlushMark = ReservedKey("flush")
 
-// Lister enumerates candidate keys of the state an op is evaluated against:
-// every key that may exist there (a superset is fine: Apply asks the Getter
-// about each), each once, in any order, until visit returns false. Only
-// KindFlush needs it.
-type Lister func(visit func(key []byte) bool) error
+// Lister enumerates candidate keys in [start, end) (nil: unbounded) of the
+// state an op is evaluated against: every key of the range that may exist
+// there (a superset is fine: Apply asks the Getter about each), each once,
+// in any order, until visit returns false. Only the ops Op.Lists names need
+// it: KindFlush (the whole keyspace) and KindCopy (a hash's rows).
+type Lister func(start, end []byte, visit func(key []byte) bool) error
 
 // record is what a stored key holds, as the Getter reports it. RENAME, COPY
 // and GETDEL move or answer whole records through it, so what else a record
@@ -95,8 +96,11 @@ func putRecord(emit Emit, key []byte, rec record) { put(emit, key, rec.data, rec
 // ApplyWith is Apply for a caller that can also list its state's keys,
 // which FLUSHDB needs; Apply refuses a flush.
 func ApplyWith(get Getter, list Lister, version uint64, op *Op, maxValue int, emit Emit) (Result, error) {
-	if op.Kind == KindFlush {
+	switch op.Kind {
+	case KindFlush:
 		return applyFlush(get, list, version, emit)
+	case KindCopy:
+		return applyMove(get, list, version, op, emit)
 	}
 	return Apply(get, version, op, maxValue, emit)
 }
@@ -106,7 +110,7 @@ func ApplyWith(get Getter, list Lister, version uint64, op *Op, maxValue int, em
 func applyMore(get Getter, version uint64, op *Op, maxValue int, emit Emit) (res Result, err error, handled bool) {
 	switch op.Kind {
 	case KindRename, KindCopy:
-		res, err = applyMove(get, version, op, emit)
+		res, err = applyMove(get, nil, version, op, emit)
 	case KindGetDel:
 		res, err = applyGetDel(get, version, op, emit)
 	case KindFlush:
@@ -119,7 +123,7 @@ func applyMore(get Getter, version uint64, op *Op, maxValue int, emit Emit) (res
 		res, err = applyMSetNX(get, version, op, emit)
 	case KindSetBit:
 		res, err = applySetBit(get, version, op, maxValue, emit)
-	case KindHSet, KindHDel, KindHIncrBy, KindHIncrByFloat:
+	case KindHSet, KindHDel, KindHIncrBy, KindHIncrByFloat, KindHSweep:
 		res, err = applyHash(get, version, op, emit)
 	default:
 		return Result{}, nil, false
@@ -129,7 +133,8 @@ func applyMore(get Getter, version uint64, op *Op, maxValue int, emit Emit) (res
 
 // applyMove is RENAME, RENAMENX and COPY, with Redis's replies: RENAME
 // answers OK (an error for a missing source), RENAMENX and COPY 1 or 0.
-func applyMove(get Getter, version uint64, op *Op, emit Emit) (Result, error) {
+// COPY of a hash lists the source's rows with list (copyHash).
+func applyMove(get Getter, list Lister, version uint64, op *Op, emit Emit) (Result, error) {
 	if len(op.Keys) != 2 {
 		return Result{}, fmt.Errorf("%w: %v needs a source and a destination", ErrInvalidOp, op.Kind)
 	}
@@ -147,9 +152,6 @@ func applyMove(get Getter, version uint64, op *Op, emit Emit) (Result, error) {
 	rec, srcVer, ok, err := getRecord(get, src, op.Now)
 	if err != nil {
 		return Result{}, err
-	}
-	if ok && !rename && MetaType(rec.meta) == TypeHash {
-		return Result{}, ErrHashCopy
 	}
 	if !ok {
 		if rename {
@@ -173,9 +175,25 @@ func applyMove(get Getter, version uint64, op *Op, emit Emit) (Result, error) {
 			return Result{Kind: ResInt, Int: 0, Version: max(srcVer, dstVer)}, nil
 		}
 	}
-	putRecord(emit, dst, rec)
-	if rename {
+	if MetaType(rec.meta) == TypeHash {
+		if !rename {
+			return copyHash(get, list, version, op, rec, srcVer, emit)
+		}
+		// The rows follow the metadata record; the generation's marker
+		// must name the hash's new key, or the sweeper would take the
+		// hash for dead (hash.go, hashMarker).
+		gen, _, err := decodeHashMeta(rec.data)
+		if err != nil {
+			return Result{}, err
+		}
+		putRecord(emit, dst, rec)
 		emit(src, nil, nil, true)
+		put(emit, hashMarker(gen), dst, nil)
+	} else {
+		putRecord(emit, dst, rec)
+		if rename {
+			emit(src, nil, nil, true)
+		}
 	}
 	if rename && !nx {
 		return Result{Kind: ResOK, Version: version}, nil
@@ -210,7 +228,7 @@ func applyFlush(get Getter, list Lister, version uint64, emit Emit) (Result, err
 	}
 	put(emit, FlushMark, nil, nil)
 	var gerr error
-	err := list(func(k []byte) bool {
+	err := list(nil, nil, func(k []byte) bool {
 		if !FlushDeletes(k) {
 			return true
 		}
@@ -244,6 +262,6 @@ func FlushPending(markVersion, keyVersion uint64, key []byte) bool {
 }
 
 // FlushDeletes reports whether a flush deletes key: every user key and the
-// hashes' field rows (hash.go), not the other reserved rows (a replica's
-// client table, its marks).
-func FlushDeletes(key []byte) bool { return !IsReserved(key) || IsHashRow(key) }
+// hashes' field rows and generation markers (hash.go), not the other
+// reserved rows (a replica's client table, its marks).
+func FlushDeletes(key []byte) bool { return !IsReserved(key) || IsHashRow(key) || isHashMarker(key) }

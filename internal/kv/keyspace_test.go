@@ -57,7 +57,7 @@ func runApplyCases(t *testing.T, base []string, list func(mem) Lister, cases []a
 // memLister lists every key of m, deleted ones too (a superset, as a Lister
 // may give), in order.
 func memLister(m mem) Lister {
-	return func(visit func([]byte) bool) error {
+	return func(_, _ []byte, visit func([]byte) bool) error {
 		ks := make([]string, 0, len(m))
 		for k := range m {
 			ks = append(ks, k)

@@ -262,3 +262,7 @@ func (op *Op) CheckSizes(maxKey, maxVal int) error {
 // A script (KindEval) may write keys it did not declare (as Redis without
 // cluster allows: docs/design/scripting.md), so it counts as one too.
 func (op *Op) WritesAll() bool { return op.Kind == KindFlush || op.Kind == KindEval }
+
+// Lists reports whether op needs the caller's key Lister (ApplyWith): a
+// flush lists the keyspace, a COPY the rows of a hash it may copy.
+func (op *Op) Lists() bool { return op.Kind == KindFlush || op.Kind == KindCopy }

@@ -149,7 +149,7 @@ const scanArrayHint = 64
 // state that never existed.
 func MultiKey(op *Op) bool {
 	switch op.Kind {
-	case KindScan, KindHGet, KindHLen, KindHGetAll:
+	case KindScan, KindHGet, KindHLen, KindHGetAll, KindHScan:
 		return true // a hash read reads the metadata and rows of one state
 	case KindMGet, KindExists:
 		return len(op.Keys) > 1

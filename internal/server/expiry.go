@@ -247,6 +247,8 @@ type activeExpiry struct {
 	stop, done chan struct{}
 	cursor     []byte
 	deleted    atomic.Uint64 // keys deleted by the cycle (INFO, tests)
+	hashCursor []byte        // the sweeper's walk of hash generation markers
+	swept      atomic.Uint64 // hash rows the sweeper deleted (tests)
 }
 
 // startActiveExpiry starts the cycle unless Config.ActiveExpiry is negative.
@@ -271,6 +273,7 @@ func (s *Server) startActiveExpiry() {
 			case <-t.C:
 			}
 			s.expiryCycle(ae, every/4)
+			s.hashSweepCycle(ae, every/4)
 		}
 	}()
 }
@@ -334,4 +337,65 @@ func (s *Server) expiredKeys() uint64 {
 		return 0
 	}
 	return s.expiry.deleted.Load()
+}
+
+// The orphan-row sweeper (docs/design/hashes.md, "Garbage") runs in the
+// same background cycle, after active expiry, on the node that leads: each
+// tick it walks up to hashSweepMarkers generation markers from its cursor
+// (shard.FindHashGarbage) and proposes replicated sweep ops
+// (kv.KindHSweep) deleting up to hashSweepRows rows of dead generations,
+// each op rechecking at apply that its generation is dead; it goes on while
+// it finds garbage, for at most the tick's budget. That bounds the rows
+// deleted to about hashSweepRows per round (one replicated op, one sync),
+// rounds to a quarter of the tick. A follower skips it and drops its cursor.
+const (
+	hashSweepMarkers = 256
+	hashSweepRows    = 1024
+)
+
+func (s *Server) hashSweepCycle(ae *activeExpiry, budget time.Duration) {
+	if s.grp != nil && !s.grp.State().IsLeader {
+		ae.hashCursor = nil
+		return
+	}
+	start := time.Now()
+	for {
+		ops, next, err := shard.FindHashGarbage(s.db, ae.hashCursor, hashSweepMarkers, hashSweepRows)
+		if err != nil {
+			s.log.Warn("hash sweep", "err", err)
+			return
+		}
+		ae.hashCursor = next
+		if len(ops) == 0 {
+			return
+		}
+		w := make([]shard.WriteReq, len(ops))
+		for i := range ops {
+			w[i].Op = ops[i]
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		p, err := s.shard.Apply(ctx, w)
+		if err == nil {
+			err = s.shard.Wait(ctx, p)
+		}
+		cancel()
+		for i := range w {
+			if err == nil && w[i].Err != nil {
+				err = w[i].Err
+			}
+			ae.swept.Add(uint64(w[i].Result.Int))
+		}
+		if err != nil {
+			s.log.Debug("hash sweep: delete", "ops", len(ops), "err", err)
+			return
+		}
+		if next == nil || time.Since(start) > budget {
+			return
+		}
+		select {
+		case <-ae.stop:
+			return
+		default:
+		}
+	}
 }

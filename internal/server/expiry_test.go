@@ -384,7 +384,7 @@ GET s => "w"
 	c.expect(`GET e => (nil)`)
 }
 
-// INFO keyspace counts the keys with an expiry.
+// INFO keyspace counts the keys with an expiry, hashes only with one.
 func TestInfoKeyspaceCountsExpires(t *testing.T) {
 	s := startServer(t, nil)
 	c := dial(t, s)
@@ -394,8 +394,12 @@ SET b v => OK
 SET c v PX 100000 => OK
 PERSIST c => (integer) 1
 SETEX d 100 v => OK
+HSET h f v => (integer) 1
+HSET ht f v => (integer) 1
+EXPIRE ht 100 => (integer) 1
 `)
-	if got := c.do("INFO", "keyspace"); !strings.Contains(got, "db0:keys=4,expires=2,") {
-		t.Fatalf("INFO keyspace = %q, want keys=4,expires=2", got)
+	// A hash counts only with a TTL (its metadata's type byte is meta too).
+	if got := c.do("INFO", "keyspace"); !strings.Contains(got, "db0:keys=6,expires=3,") {
+		t.Fatalf("INFO keyspace = %q, want keys=6,expires=3", got)
 	}
 }

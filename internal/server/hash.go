@@ -2,11 +2,11 @@ package server
 
 import (
 	"math/rand/v2"
-	"strconv"
 	"strings"
 
 	"github.com/kefirdb/kefir/internal/command"
 	"github.com/kefirdb/kefir/internal/kv"
+	"github.com/kefirdb/kefir/internal/shard"
 )
 
 // The hash commands at the front door (docs/design/hashes.md): writes are
@@ -130,15 +130,23 @@ func (c *conn) writeNullable(v []byte) {
 	}
 }
 
-// hscan is HSCAN key cursor [MATCH pattern] [COUNT n] [NOVALUES]. It answers
-// the whole hash in one page (cursor 0), as Redis does for a hash it keeps
-// as a listpack; a big hash is one read of every row (docs/design/hashes.md).
+// hscan is HSCAN key cursor [MATCH pattern] [COUNT n] [NOVALUES]. The
+// rows of a hash are ordered by field, so, as SCAN's, a cursor stands for
+// the field to resume after (hscanCursors: an unsigned decimal, as clients
+// parse it, that any node resumes — at worst a little before the field — so
+// it survives a leader change). One call reads one page of the hash's rows
+// from there (kv.KindHScan: one state), of max(COUNT, hscanPage) fields:
+// a hash of at most hscanPage fields comes back whole with cursor 0, as
+// Redis answers for the small hashes it keeps as a listpack. Every field
+// present for the whole iteration is returned at least once.
 func hscan(args [][]byte, run func(kv.Op) (kv.Result, error)) (func(*conn), error) {
-	if _, err := strconv.ParseUint(string(args[2]), 10, 64); err != nil {
-		return nil, errf("ERR invalid cursor")
+	start, err := hscanCursors.resume(args[2])
+	if err != nil {
+		return nil, err
 	}
 	var pattern []byte
 	novalues := false
+	count := int64(scanDefaultCount)
 	for i := 3; i < len(args); i++ {
 		switch {
 		case eq(args[i], "MATCH") && i+1 < len(args):
@@ -152,6 +160,7 @@ func hscan(args [][]byte, run func(kv.Op) (kv.Result, error)) (func(*conn), erro
 			if n < 1 {
 				return nil, errSyntax
 			}
+			count = n
 			i++
 		case eq(args[i], "NOVALUES"):
 			novalues = true
@@ -159,7 +168,8 @@ func hscan(args [][]byte, run func(kv.Op) (kv.Result, error)) (func(*conn), erro
 			return nil, errSyntax
 		}
 	}
-	res, err := run(kv.Op{Kind: kv.KindHGetAll, Key: args[1]})
+	limit := int(min(max(count, hscanPage), shard.DefaultMaxScan))
+	res, err := run(kv.Op{Kind: kv.KindHScan, Key: args[1], Value: start, Limit: limit})
 	if err != nil {
 		return nil, err
 	}
@@ -173,15 +183,26 @@ func hscan(args [][]byte, run func(kv.Op) (kv.Result, error)) (func(*conn), erro
 			out = append(out, res.Array[i+1])
 		}
 	}
+	next := "0"
+	if len(res.Array)/2 >= limit {
+		next = hscanCursors.issue(res.Array[len(res.Array)-2])
+	}
 	return func(c *conn) {
 		_ = c.w.WriteArrayHeader(2)
-		_ = c.w.WriteBulkString("0")
+		_ = c.w.WriteBulkString(next)
 		_ = c.w.WriteArrayHeader(len(out))
 		for _, b := range out {
 			_ = c.w.WriteBulk(b)
 		}
 	}, nil
 }
+
+// hscanPage is HSCAN's smallest page: Redis's listpack bound
+// (hash-max-listpack-entries), so a small hash comes back in one call.
+const hscanPage = 128
+
+// hscanCursors are HSCAN's cursors: fields, fingerprinted as SCAN's keys.
+var hscanCursors = &cursorTable{cur: map[uint64][]byte{}, old: map[uint64][]byte{}}
 
 // hrandfield is HRANDFIELD key [count [WITHVALUES]], with Redis's rules: no
 // count, one field (nil for a missing key); a positive count, that many

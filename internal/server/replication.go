@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kefirdb/kefir/internal/cluster"
+	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/storage"
 	"github.com/kefirdb/kefir/internal/transport"
 )
@@ -129,6 +130,7 @@ func (s *Server) replicaSpec(dir string) cluster.ReplicaSpec {
 		FollowerReads: cfg.FollowerReads, ClockSkew: cfg.ClockSkew,
 
 		Storage: storage.Options{
+			CountMeta:          kv.HasExpiry, // INFO's expires=: keys with a TTL, not every hash
 			SyncInterval:       cfg.SyncInterval,
 			CacheBytes:         cfg.CacheBytes,
 			CheckpointInterval: max(cfg.CheckpointInterval, 0),

@@ -38,6 +38,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kefirdb/kefir/internal/cluster"
+	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/storage"
 	"github.com/kefirdb/kefir/internal/transport"
@@ -170,7 +171,8 @@ func New(cfg Config) (_ *Server, err error) {
 		CheckpointInterval: max(cfg.CheckpointInterval, 0),
 		CompactInterval:    max(cfg.CompactInterval, 0),
 		Retention:          storage.Retention{KeepVersions: cfg.RetainVersions},
-		MaxValueSize:       cfg.MaxBulk, // what the front door admits, the engine stores
+		MaxValueSize:       cfg.MaxBulk,  // what the front door admits, the engine stores
+		CountMeta:          kv.HasExpiry, // INFO's expires=: keys with a TTL, not every hash
 		Logger:             s.log.With("component", "storage"),
 		OnSync:             s.fsyncObserver("storage"),
 	})

@@ -17,13 +17,14 @@ type keyLister interface {
 
 var _ keyLister = (*storage.DB)(nil)
 
-// listEngineKeys visits every key of db (with a keyLister, deleted ones too).
-func listEngineKeys(db Engine, visit func(key []byte) bool) error {
+// listEngineKeys visits every key of db in [start, end) (nil: unbounded;
+// with a keyLister, deleted ones too).
+func listEngineKeys(db Engine, start, end []byte, visit func(key []byte) bool) error {
 	var err error
 	if kl, ok := db.(keyLister); ok {
-		err = kl.Keys(nil, nil, visit)
+		err = kl.Keys(start, end, visit)
 	} else {
-		err = db.Scan(nil, nil, 0, 0, func(k []byte, _ storage.Value) bool { return visit(k) })
+		err = db.Scan(start, end, 0, 0, func(k []byte, _ storage.Value) bool { return visit(k) })
 	}
 	if err != nil {
 		return fmt.Errorf("%w: list keys: %w", ErrUnavailable, err)
@@ -31,7 +32,8 @@ func listEngineKeys(db Engine, visit func(key []byte) bool) error {
 	return nil
 }
 
-// flushReaders returns the Getter and the Lister a flush is evaluated with
+// flushReaders returns the Getter and the Lister a flush (or a COPY, which
+// lists a hash's rows: kv.Op.Lists) is evaluated with
 // when the chunk being built holds staged records s.recs[:staged]: the
 // engine's keys, then the staged keys the engine does not hold yet, each
 // once, read through the staged records first. Both look only at the
@@ -47,9 +49,9 @@ func (s *Shard) flushReaders(staged int) (kv.Getter, kv.Lister) {
 		}
 		return s.engineGet(key)
 	}
-	list := func(visit func(key []byte) bool) error {
+	list := func(start, end []byte, visit func(key []byte) bool) error {
 		stop := false
-		if err := listEngineKeys(s.db, func(k []byte) bool {
+		if err := listEngineKeys(s.db, start, end, func(k []byte) bool {
 			stop = !visit(k)
 			return !stop
 		}); err != nil || stop {
@@ -57,7 +59,7 @@ func (s *Shard) flushReaders(staged int) (kv.Getter, kv.Lister) {
 		}
 		for i := range before {
 			k := before[i].Key
-			if dupStaged(before[:i], k) {
+			if (start != nil && bytes.Compare(k, start) < 0) || (end != nil && bytes.Compare(k, end) >= 0) || dupStaged(before[:i], k) {
 				continue
 			}
 			if vs, err := s.db.Versions(k); err == nil && len(vs) > 0 {
@@ -101,7 +103,7 @@ func (s *Shard) finishFlush() error {
 	}
 	var recs []storage.Record
 	var verr error
-	if err := listEngineKeys(s.db, func(k []byte) bool {
+	if err := listEngineKeys(s.db, nil, nil, func(k []byte) bool {
 		if !kv.FlushDeletes(k) {
 			return true
 		}

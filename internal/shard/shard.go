@@ -642,11 +642,12 @@ func (s *Shard) apply(op *kv.Op, ts int64) (kv.Result, error) {
 	wrote := false
 	get := s.current
 	var list kv.Lister
-	if op.WritesAll() {
+	if op.Lists() {
 		// Only then: the closures allocate. A flush reads each key once and
 		// stages a tombstone for most: they must not be searched by the
 		// reads of the next keys (current's linear search of the chunk
-		// would make a flush of n keys cost n²).
+		// would make a flush of n keys cost n²; a COPY of a hash of n
+		// fields alike).
 		get, list = s.flushReaders(len(s.recs))
 	}
 	res, err := kv.ApplyWith(get, list, v, op, s.maxVal, func(key, value, meta []byte, tomb bool) {

@@ -23,7 +23,8 @@ type tree struct {
 	// load, Set, remove and update.
 	live int
 	// withMeta counts the live items whose newest version carries meta
-	// (verMeta: for kv, keys with an expiry), kept alongside live.
+	// that Options.CountMeta counts (verCounted: for kv, keys with an
+	// expiry), kept alongside live.
 	withMeta int
 	arena    keyArena
 }
@@ -74,7 +75,7 @@ func (t *tree) WithMeta() int { return t.withMeta }
 
 // metaness is 1 for a live item whose newest version carries meta.
 func metaness(it *item) int {
-	if it.v.tombstone() || !it.v.hasMeta() {
+	if it.v.tombstone() || !it.v.counted() {
 		return 0
 	}
 	return 1

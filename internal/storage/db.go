@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/seglog"
 	"github.com/kefirdb/kefir/internal/vfs"
 )
@@ -162,14 +163,18 @@ func (db *DB) Append(recs ...Record) (Pos, error) {
 	for i := range recs {
 		r := &recs[i]
 		start := uint64(db.next)
-		db.buf = appendRecord(db.buf, r, 0, 0, start, uint64(db.dur))
+		var cont uint8
+		if i < len(recs)-1 && !(mutation.On && db.opts.mut.noBatchCont) {
+			cont = flagBatchCont // recovery keeps the batch whole or drops it
+		}
+		db.buf = appendRecord(db.buf, r, cont, 0, start, uint64(db.dur))
 		size := uint32(recSize(r))
 		v := ver{version: r.Version, ts: r.Timestamp, pos: start, size: size}
 		if r.Tombstone {
 			v.flags = verTombstone
 		}
 		if len(r.Meta) > 0 {
-			v.flags |= verMeta
+			v.flags |= verMeta | db.countMeta(r.Meta)
 		}
 		if err := db.insertLocked(r.Key, v, now); err != nil {
 			// Only a single record can fail here (batches were checked), and nothing

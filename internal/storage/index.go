@@ -12,7 +12,7 @@ type ver struct {
 	ts      int64
 	pos     uint64 // start of the record in the logical log
 	size    uint32 // record size
-	flags   uint32 // verTombstone | verPruned | verMeta
+	flags   uint32 // verTombstone | verPruned | verMeta | verCounted
 }
 
 const (
@@ -25,10 +25,15 @@ const (
 	// meta (expiry) can skip the others without reading them. The index keeps no
 	// copy of the meta itself.
 	verMeta = 1 << 2
+	// verCounted marks a version with meta that Options.CountMeta counts
+	// (Stats.MetaKeys); with no CountMeta, every version with meta. Hint files
+	// keep it with the other flags (from KFHINT02 on).
+	verCounted = 1 << 3
 )
 
 func (v ver) tombstone() bool { return v.flags&verTombstone != 0 }
 func (v ver) hasMeta() bool   { return v.flags&verMeta != 0 }
+func (v ver) counted() bool   { return v.flags&verCounted != 0 }
 func (v ver) end() Pos        { return Pos(v.pos + uint64(v.size)) }
 
 // item is a key and its versions, newest first: v is the newest, older (nil for the

@@ -1,5 +1,13 @@
 package storage
 
+// countMeta is the index flag verCounted for a record with meta m.
+func (db *DB) countMeta(m []byte) uint32 {
+	if db.opts.CountMeta == nil || db.opts.CountMeta(m) {
+		return verCounted
+	}
+	return 0
+}
+
 // MetaKeys calls fn, in key order from start (inclusive), with each key whose
 // newest version is a value carrying meta (Record.Meta) until fn returns
 // false, examining at most walk index entries (walk <= 0: no bound). It

@@ -143,15 +143,9 @@ func TestMetaSurvivesEverything(t *testing.T) {
 			}
 			check(db, "reopened from hint")
 			db.Close()
-			names, err := fs.ReadDir("/db")
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, n := range names {
-				if strings.HasSuffix(n, ".hint") {
-					if err := fs.Remove("/db/" + n); err != nil {
-						t.Fatal(err)
-					}
+			for _, p := range hintFiles(t, fs, "/db") {
+				if err := fs.Remove(p); err != nil {
+					t.Fatal(err)
 				}
 			}
 			db = mustOpen(t, o)
@@ -227,4 +221,20 @@ func TestMetaKeys(t *testing.T) {
 	if strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Fatalf("MetaKeys visited %v, want %v", got, want)
 	}
+}
+
+// hintFiles lists the paths of the hint files in dir.
+func hintFiles(t *testing.T, fs vfs.FS, dir string) []string {
+	t.Helper()
+	names, err := fs.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, n := range names {
+		if strings.HasSuffix(n, ".hint") {
+			out = append(out, dir+"/"+n)
+		}
+	}
+	return out
 }

@@ -323,6 +323,8 @@ func (db *DB) replay(i int, from uint64, floors map[string]uint64) error {
 	}
 	now := db.now()
 	p := 0
+	var pending []replayed // the batch being read (flagBatchCont)
+	batchStart := 0        // its offset in data
 	for p < len(data) {
 		at := s.id + uint64(off) + uint64(p)
 		h, key, _, ok := decodeRecord(data[p:], at)
@@ -337,6 +339,9 @@ func (db *DB) replay(i int, from uint64, floors map[string]uint64) error {
 			case !lastSeg:
 			case db.fmtFrom == math.MaxUint64:
 				if !anyValidAfter(data, p) {
+					if len(pending) > 0 { // format 1 has no batches: cannot happen
+						return &CorruptionError{File: s.path, Offset: bad, Reason: "a batch of records in a format 1 log"}
+					}
 					db.opts.Logger.Info("cutting torn tail", "file", s.path, "offset", bad, "bytes", len(data)-p)
 					if err := s.f.Truncate(bad); err != nil {
 						return fmt.Errorf("storage: truncate torn tail of %s: %w", s.path, err)
@@ -352,6 +357,9 @@ func (db *DB) replay(i int, from uint64, floors map[string]uint64) error {
 					j = validAfterEnd(data, p, s.id, uint64(off))
 				}
 				if j < 0 {
+					if len(pending) > 0 {
+						return db.dropIncompleteBatch(s, data[batchStart:], off+int64(batchStart), len(pending))
+					}
 					return db.endLog(s, data[p:], bad)
 				}
 				reason = fmt.Sprintf("checksum or framing mismatch below the synced point: the valid record at offset %d says the log was durable up to %d",
@@ -369,20 +377,62 @@ func (db *DB) replay(i int, from uint64, floors map[string]uint64) error {
 			v.flags = verTombstone
 		}
 		if h.flags&flagMeta != 0 {
-			v.flags |= verMeta
+			meta, _ := splitPayload(payload(data[p:], h), true)
+			v.flags |= verMeta | db.countMeta(meta)
 		}
-		db.recoverInsert(key, v, now)
-		if h.flags&flagCopy != 0 && h.floor > h.version {
-			if f, ok := floors[string(key)]; !ok || h.floor > f {
-				floors[string(key)] = h.floor
+		// A record of a batch that goes on (flagBatchCont) waits for the
+		// batch's last record: a batch is indexed whole or not at all.
+		if len(pending) == 0 {
+			batchStart = p
+		}
+		pending = append(pending, replayed{key: key, v: v, h: h})
+		if h.flags&flagBatchCont == 0 {
+			for _, r := range pending {
+				db.indexReplayed(r, floors, now)
 			}
-		}
-		if h.version > db.lastV {
-			db.lastV = h.version
+			pending = pending[:0]
 		}
 		p += size
 	}
+	if len(pending) > 0 {
+		if i != len(db.segs)-1 {
+			return &CorruptionError{File: s.path, Offset: off + int64(batchStart), Reason: "a batch of records that the segment does not finish (a batch never straddles segments)"}
+		}
+		return db.dropIncompleteBatch(s, data[batchStart:], off+int64(batchStart), len(pending))
+	}
 	return nil
+}
+
+// replayed is a record read by replay, indexed once its batch is complete.
+type replayed struct {
+	key []byte
+	v   ver
+	h   recHdr
+}
+
+// indexReplayed indexes a replayed record (and notes a compaction copy's
+// floor, and the highest version).
+func (db *DB) indexReplayed(r replayed, floors map[string]uint64, now int64) {
+	db.recoverInsert(r.key, r.v, now)
+	if r.h.flags&flagCopy != 0 && r.h.floor > r.h.version {
+		if f, ok := floors[string(r.key)]; !ok || r.h.floor > f {
+			floors[string(r.key)] = r.h.floor
+		}
+	}
+	if r.h.version > db.lastV {
+		db.lastV = r.h.version
+	}
+}
+
+// dropIncompleteBatch ends the log of the last segment s at file offset end,
+// where a batch begins whose last record the log lost (a crash tore the
+// unsynced tail inside it: n records of it survived). Its records are not
+// indexed and are zeroed with the rest of the tail, so one Append is
+// all-or-nothing across a crash (a single node's multi-record op: a HSET of
+// many fields, an MSET) and no later batch can seem to finish it.
+func (db *DB) dropIncompleteBatch(s *segment, tail []byte, end int64, n int) error {
+	db.opts.Logger.Info("dropping a batch the crash cut short", "file", s.path, "offset", end, "records", n)
+	return db.endLog(s, tail, end)
 }
 
 // endLog makes file offset end of the last segment s the end of the log; tail holds

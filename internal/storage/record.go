@@ -14,7 +14,7 @@ import (
 //	8  valLen  u32
 //	12 version u64
 //	20 ts      i64
-//	28 flags   u8    flagTombstone | flagCopy | flagPositioned
+//	28 flags   u8    flagTombstone | flagCopy | flagPositioned | flagMeta | flagBatchCont
 //	29 floor   u64   for compaction copies: the key's newest version when it was copied
 //	37 pos     u64   the record's own position in the logical log
 //	45 synced  u64   a position below which the log was durable when the record was made
@@ -45,7 +45,15 @@ const (
 	flagCopy       = 1 << 1
 	flagPositioned = 1 << 2
 	flagMeta       = 1 << 3 // a metaLen byte and meta follow the key (format 2 only)
-	flagsKnown     = flagTombstone | flagCopy | flagPositioned | flagMeta
+	// flagBatchCont: more records of the same Append follow this one. Every
+	// record of a multi-record Append but its last carries it, so recovery
+	// can tell a batch the crash cut short (its last record is missing) and
+	// drop it whole. A record without it ends its batch: the records of older
+	// builds, which never set it, are batches of one and read unchanged. A
+	// build before this flag refuses such a record (unknown flag): downgrading
+	// after an upgraded build wrote a multi-record batch is not supported.
+	flagBatchCont = 1 << 4
+	flagsKnown    = flagTombstone | flagCopy | flagPositioned | flagMeta | flagBatchCont
 
 	// MaxMetaSize bounds Record.Meta (its length is one byte on disk).
 	MaxMetaSize = 255

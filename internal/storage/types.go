@@ -152,6 +152,13 @@ type Options struct {
 	// replays only the log after the newest hint.
 	CheckpointInterval time.Duration
 
+	// CountMeta says which records with meta Stats.MetaKeys counts (nil: every
+	// one). The engine never interprets meta; the caller does (kv: a record
+	// whose meta carries an expiry, not a hash's type byte alone). It must be
+	// the same function every time a directory is opened: the index keeps its
+	// verdict (verCounted) in hint files.
+	CountMeta func(meta []byte) bool
+
 	Salvage bool // open despite mid-log corruption, dropping what follows it (logged)
 	Logger  *slog.Logger
 
@@ -186,7 +193,7 @@ type Options struct {
 type Stats struct {
 	Keys        int // keys in the index, deleted ones not yet compacted away included
 	LiveKeys    int // keys whose newest version is not a deletion (what a read finds)
-	MetaKeys    int // live keys whose newest version carries meta (kv: keys with an expiry)
+	MetaKeys    int // live keys whose newest version carries meta that Options.CountMeta counts (kv: keys with an expiry)
 	Versions    int
 	Segments    int
 	DiskBytes   int64 // bytes in segment files

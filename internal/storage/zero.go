@@ -43,6 +43,9 @@ type mutations struct {
 	// ignoreSynced: recovery takes the first bad record of the last segment as the end
 	// even when a valid record after it says the log was durable past it.
 	ignoreSynced bool
+	// noBatchCont: Append marks no batch (flagBatchCont), as builds before it
+	// did: a crash keeps a prefix of a multi-record batch.
+	noBatchCont bool
 	// fill overrides the fill mode (0: from Options.Inline).
 	fill seglog.FillMode
 	// setFill: fill is set.

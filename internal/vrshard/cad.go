@@ -257,7 +257,7 @@ func readKeys(op *kv.Op) [][]byte {
 		return [][]byte{op.Key}
 	case kv.KindMGet, kv.KindExists:
 		return op.Keys
-	case kv.KindHGet, kv.KindHLen, kv.KindHGetAll:
+	case kv.KindHGet, kv.KindHLen, kv.KindHGetAll, kv.KindHScan:
 		// Every hash write rewrites the hash's metadata record at its
 		// user key, so the key stands for its field rows too.
 		return [][]byte{op.Key}

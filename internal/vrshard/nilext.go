@@ -466,7 +466,7 @@ func (r *Replica) nxSweep(viewChanged bool) {
 // ReadNilext. A scan depends on every pending key in its range.
 func (r *Replica) nxReadKeys(op *kv.Op) [][]byte {
 	switch op.Kind {
-	case kv.KindGet, kv.KindStrlen, kv.KindHGet, kv.KindHLen, kv.KindHGetAll:
+	case kv.KindGet, kv.KindStrlen, kv.KindHGet, kv.KindHLen, kv.KindHGetAll, kv.KindHScan:
 		// A hash read depends on its user key: every hash write names it.
 		return [][]byte{op.Key}
 	case kv.KindMGet, kv.KindExists:

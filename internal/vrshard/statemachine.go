@@ -295,7 +295,7 @@ func (a *applier) eval(op *kv.Op, v uint64, ts int64) (kv.Result, error) {
 		maxVal = 0
 	}
 	var list kv.Lister
-	if op.WritesAll() {
+	if op.Lists() {
 		list = a.listKeys
 	}
 	a.curKind = op.Kind
@@ -313,12 +313,13 @@ func (a *applier) eval(op *kv.Op, v uint64, ts int64) (kv.Result, error) {
 	return res, nil
 }
 
-// listKeys is the applier's kv.Lister for a flush: every key the engine's
-// index holds (deleted ones too: current decides, as of op cur-1, in replay
-// too), then the batch's staged keys the engine does not hold yet.
-func (a *applier) listKeys(visit func(key []byte) bool) error {
+// listKeys is the applier's kv.Lister for a flush or a COPY (kv.Op.Lists):
+// every key of [start, end) the engine's index holds (deleted ones too:
+// current decides, as of op cur-1, in replay too), then the batch's staged
+// keys of the range the engine does not hold yet.
+func (a *applier) listKeys(start, end []byte, visit func(key []byte) bool) error {
 	stop := false
-	if err := a.db.Keys(nil, nil, func(k []byte) bool {
+	if err := a.db.Keys(start, end, func(k []byte) bool {
 		stop = !visit(k)
 		return !stop
 	}); err != nil {
@@ -329,6 +330,9 @@ func (a *applier) listKeys(visit func(key []byte) bool) error {
 	}
 	staged := make([]string, 0, len(a.overlay))
 	for k := range a.overlay {
+		if (start != nil && k < string(start)) || (end != nil && k >= string(end)) {
+			continue
+		}
 		staged = append(staged, k)
 	}
 	slices.Sort(staged) // deterministic order: the records are the log's

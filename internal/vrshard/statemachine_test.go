@@ -45,6 +45,11 @@ func genOps(rng *rand.Rand, n int) []testOp {
 			op = kv.Op{Kind: kv.KindAppend, Key: k(), Value: []byte("+")}
 		case 5:
 			op = kv.Op{Kind: kv.KindSet, Key: k(), Value: []byte(fmt.Sprint("nx", i)), Cond: kv.IfAbsent, ReturnOld: true}
+		case 6:
+			// The orphan-row sweeper's op, for a generation that may be
+			// any op's (hashes take their op's version): mostly a no-op,
+			// sometimes the rows of a dead hash, whose replay must agree.
+			op = kv.HashSweepOp(k(), uint64(rng.IntN(i+1)+1), [][]byte{f(), f()}, rng.IntN(2) == 0)
 		case 7:
 			op = kv.Op{Kind: kv.KindRename, Keys: [][]byte{k(), k()}, Cond: kv.Cond(rng.IntN(2))}
 		case 8:
