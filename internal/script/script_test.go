@@ -103,6 +103,8 @@ func TestConversionsAndErrors(t *testing.T) {
 		{"return redis.call('hget', 'h', 'g')", nil, "$-1\r\n"},
 		{"return redis.call('hdel', 'h', 'f')", nil, ":1\r\n"},
 		{"return tostring({}) .. tostring(type)", nil, "$13\r\ntablefunction\r\n"},
+		{"return redis.pcall('lpush', 'l', 'x')", nil, "-ERR unsupported command 'lpush': Kefir does not implement it (see docs/commands.md)\r\n"},
+		{"return redis.pcall('keys', '*')", nil, "-ERR command 'KEYS' is not supported in Kefir scripts (see docs/design/scripting.md)\r\n"},
 	} {
 		got, _ := s.eval(t, kv.KindEval, c.body, min(1, len(c.args)), 1000, c.args...)
 		if got != c.want {
