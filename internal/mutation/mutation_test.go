@@ -19,6 +19,7 @@ var gatedPackages = map[string][]string{
 	"../vrshard": {"appendUnchecked"},
 	"../storage": nil,
 	"../shard":   {"tornMultiReads", "betweenKeys"},
+	"../script":  nil,
 }
 
 // notMutations are bool fields of a mutations struct that are not bugs but a

@@ -27,6 +27,7 @@ import (
 	luaparse "github.com/yuin/gopher-lua/parse"
 
 	"github.com/kefirdb/kefir/internal/kv"
+	"github.com/kefirdb/kefir/internal/mutation"
 )
 
 func init() { kv.RegisterScripting(Run) }
@@ -137,6 +138,9 @@ func Run(op *kv.Op, exec kv.ScriptExec) (reply []byte, raised bool) {
 // whatever it cut short behind, or restore refused it).
 func (in *interp) run(proto *lua.FunctionProto, op *kv.Op, exec kv.ScriptExec) (reply []byte, raised, clean bool) {
 	r := &run{L: in.L, op: op, exec: exec, sha: SHA(op.Value), rng: seed}
+	if mutation.On && mut.processRandom {
+		r.rng = clockSeed()
+	}
 	in.cur = r
 	defer func() { in.cur = nil }()
 	L := in.L
@@ -365,6 +369,9 @@ func (in *interp) restore() bool {
 		return false
 	}
 	L.RemoveContext()
+	if mutation.On && mut.skipRestore {
+		return true
+	}
 	g := in.tables[0]
 	L.G.Global, L.Env = g, g
 	for i, t := range in.tables {

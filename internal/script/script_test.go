@@ -1,10 +1,12 @@
 package script
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/kefirdb/kefir/internal/kv"
+	"github.com/kefirdb/kefir/internal/mutation"
 )
 
 // store is a map state for kv.Apply: key → value, meta, version.
@@ -206,6 +208,15 @@ func TestBudgetStopsRunawayScripts(t *testing.T) {
 // math.random's sequence, pairs' order and the budget do not depend on the
 // process (the replay test of internal/vrshard checks a crash's replay).
 func TestScriptsAreDeterministic(t *testing.T) {
+	if d := nondeterminism(t); d != "" {
+		t.Fatal(d)
+	}
+}
+
+// nondeterminism runs a script drawing math.random and walking pairs over
+// five fresh states and describes the first difference ("" if none).
+func nondeterminism(t *testing.T) string {
+	t.Helper()
 	body := `
 		local t = {}
 		for i = 1, 50 do t['k' .. math.random(1000)] = i end
@@ -224,15 +235,11 @@ func TestScriptsAreDeterministic(t *testing.T) {
 			first, firstOut = got, out
 			continue
 		}
-		if got != first || len(out) != len(firstOut) {
-			t.Fatalf("run %d: %q %v, run 0: %q %v", i, got, out, first, firstOut)
-		}
-		for j := range out {
-			if out[j] != firstOut[j] {
-				t.Fatalf("run %d: records %v, run 0: %v", i, out, firstOut)
-			}
+		if got != first || fmt.Sprint(out) != fmt.Sprint(firstOut) {
+			return fmt.Sprintf("run %d: %q %v, run 0: %q %v", i, got, out, first, firstOut)
 		}
 	}
+	return ""
 }
 
 // BenchmarkRelease runs redis-py Lock's release script over a map state:
@@ -298,6 +305,17 @@ const fingerprint = `
 // A reused interpreter is indistinguishable from a new one, whatever the
 // scripts before it changed (or tried to).
 func TestReusedInterpreterIsPristine(t *testing.T) {
+	for _, d := range pollutionShows(t) {
+		t.Error(d)
+	}
+}
+
+// pollutionShows runs polluting scripts, each in a new interpreter, and
+// then the fingerprint in the same one if it was kept for reuse; it
+// describes every fingerprint that differs from a new interpreter's.
+func pollutionShows(t *testing.T) []string {
+	t.Helper()
+	var out []string
 	fpOp := kv.Op{Kind: kv.KindEval, Value: []byte(fingerprint)}
 	proto, err := Compile(fpOp.Value)
 	if err != nil {
@@ -339,7 +357,24 @@ func TestReusedInterpreterIsPristine(t *testing.T) {
 		}
 		got, _, _ := in.run(proto, &fpOp, noExec)
 		if string(got) != string(want) {
-			t.Errorf("after %q a reused interpreter shows\n%s\nwant\n%s", pollute, got, want)
+			out = append(out, fmt.Sprintf("after %q a reused interpreter shows\n%s\nwant\n%s", pollute, got, want))
 		}
+	}
+	return out
+}
+
+// The determinism checks catch a replica whose interpreter leaks state from
+// one script into the next, and one whose math.random is seeded by its own
+// clock.
+func TestMutationsAreCaught(t *testing.T) {
+	mutation.Require(t)
+	defer func() { mut = mutations{} }()
+	mut.skipRestore = true
+	if got := len(pollutionShows(t)); got < 10 {
+		t.Errorf("with skipRestore, %d polluted interpreters showed; want most of them", got)
+	}
+	mut = mutations{processRandom: true}
+	if nondeterminism(t) == "" {
+		t.Error("with processRandom, five runs of a script drawing math.random agreed")
 	}
 }
