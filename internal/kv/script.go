@@ -23,12 +23,15 @@ import (
 // applies ops (internal/shard, internal/vrshard) imports it, so a replica
 // that applies an EVAL always has the one interpreter.
 
-// Script op kinds, from issue 27's block 128–135. Updates (Kind.IsUpdate).
+// Script op kinds, from issue 27's block 128–135.
 const (
 	// KindEval runs Value (the script body) with Keys[:Delta] as KEYS and
-	// Keys[Delta:] as ARGV.
+	// Keys[Delta:] as ARGV: an update.
 	KindEval Kind = 128 + iota
-	// KindEvalRO is EVAL_RO: the same, but a command that writes is refused.
+	// KindEvalRO is EVAL_RO: the same, but a command that writes is
+	// refused. A read (Read; not Kind.IsUpdate), of every key (MultiKey:
+	// one snapshot): a script may read keys it did not declare, so whoever
+	// tracks reads by key treats it as a scan of the whole keyspace.
 	KindEvalRO
 	kindScriptEnd
 )

@@ -179,6 +179,17 @@ func TestReadOnlyScriptRefusesWrites(t *testing.T) {
 	if got, _ := s.eval(t, kv.KindEvalRO, "return redis.call('get','a')", 0, 0); got != "$-1\r\n" {
 		t.Fatalf("a read: %q", got)
 	}
+	// EVAL_RO is a read: kv.Read runs it.
+	s.m["a"] = rec{data: []byte("v"), ver: 3}
+	op := kv.Op{Kind: kv.KindEvalRO, Value: []byte("return {redis.call('get', KEYS[1]), redis.pcall('del', KEYS[1])}"), Delta: 1, Keys: [][]byte{[]byte("a")}}
+	res, err := kv.Read(s.get, nil, &op, 0)
+	want = "*2\r\n$1\r\nv\r\n-ERR Write commands are not allowed from read-only scripts.\r\n"
+	if err != nil || res.Kind != kv.ResReply || string(res.Bulk) != want || res.Version != 3 {
+		t.Fatalf("kv.Read of EVAL_RO: %+v %q, %v; want %q at version 3", res, res.Bulk, err, want)
+	}
+	if kv.KindEvalRO.IsUpdate() || !kv.MultiKey(&op) {
+		t.Fatal("EVAL_RO must be a read of one snapshot")
+	}
 }
 
 // A script that runs too long is stopped by the instruction budget, at the
