@@ -40,8 +40,7 @@ func Read(get Getter, scan Scanner, op *Op, maxScan int) (Result, error) {
 	}
 	switch op.Kind {
 	case KindEvalRO:
-		res, _, _, err := applyScript(get, 0, op, 0) // it writes nothing (script.go)
-		return res, err
+		return readScript(get, op) // script.go
 	case KindTTL:
 		return readTTL(get, op)
 	case KindGet, KindStrlen:

@@ -180,9 +180,20 @@ func applyScript(get Getter, version uint64, op *Op, maxValue int) (Result, []st
 	return res, order, writes, nil
 }
 
+// readScript is Read's case for KindEvalRO (it writes nothing). The
+// interpreter keeps the op it is handed, which would make every caller's op
+// escape to the heap, the GET hot path's too (TestCachedGetDoesNotAllocate,
+// internal/shard): it gets a copy.
+func readScript(get Getter, op *Op) (Result, error) {
+	o := *op
+	res, _, _, err := applyScript(get, 0, &o, 0)
+	return res, err
+}
+
 // applyScriptOp is Apply's case for the script kinds.
 func applyScriptOp(get Getter, version uint64, op *Op, maxValue int, emit Emit) (Result, error) {
-	res, order, writes, err := applyScript(get, version, op, maxValue)
+	o := *op // a copy, so that the callers' ops do not escape (readScript)
+	res, order, writes, err := applyScript(get, version, &o, maxValue)
 	if err != nil {
 		return Result{}, err
 	}
