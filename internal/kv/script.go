@@ -43,7 +43,9 @@ func IsScript(k Kind) bool { return isScriptKind(k) }
 
 // ResReply is a result whose Bulk is a complete RESP2 reply (a script's:
 // nested arrays, statuses and errors that the other kinds cannot carry). The
-// front door writes it as it is.
+// front door writes it in the connection's protocol. Numbered apart from the
+// other kinds (encoded in the client table's rows: codec.go), so that kinds
+// added after ResArray cannot collide with it.
 const ResReply ResultKind = 16
 
 // ScriptExec runs one command of a script (a kv op the interpreter parsed
