@@ -33,9 +33,9 @@ import (
 func init() { kv.RegisterScripting(Run) }
 
 // Budget is the number of Lua VM instructions a script may execute; past it
-// the script fails with ErrBudget's text, and none of its writes land.
+// the script fails with errBudget's text, and none of its writes land.
 // Counted, not timed, so that every replica stops the script at the same
-// instruction. `while true do end` reaches it in ~0.4 s on the 2-core CI
+// instruction. `while true do end` reaches it in ~0.4 s on the shared 2-core
 // machine (docs/design/scripting.md).
 var Budget int64 = 50_000_000
 
