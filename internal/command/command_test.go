@@ -164,8 +164,8 @@ func TestEveryCommandIsClassified(t *testing.T) {
 		"EXPIRE": NonNilextUpdate, "PEXPIRE": NonNilextUpdate, "EXPIREAT": NonNilextUpdate, "PEXPIREAT": NonNilextUpdate,
 		"TTL": Read, "PTTL": Read, "EXPIRETIME": Read, "PEXPIRETIME": Read,
 		// Scripts: the reply is what the script returns from the state it
-		// ran against: ordered, never nilext. EVAL_RO too (ordered for now).
-		"EVAL": NonNilextUpdate, "EVALSHA": NonNilextUpdate, "EVAL_RO": NonNilextUpdate, "EVALSHA_RO": NonNilextUpdate,
+		// ran against: ordered, never nilext. A read-only script is a read.
+		"EVAL": NonNilextUpdate, "EVALSHA": NonNilextUpdate, "EVAL_RO": Read, "EVALSHA_RO": Read,
 		"SCRIPT":     Admin,
 		"KEFIR.CALL": Admin, "PING": Admin, "ECHO": Admin, "HELLO": Admin, "AUTH": Admin, "SELECT": Admin,
 		"QUIT": Admin, "INFO": Admin, "CLIENT": Admin, "COMMAND": Admin, "CONFIG": Admin, "DBSIZE": Admin,

@@ -5,9 +5,10 @@ package command
 //
 // Classes: a script's reply is whatever it returns, computed from the state
 // it ran against, so EVAL and EVALSHA are ordered, externalizing updates
-// (never nilext). EVAL_RO and EVALSHA_RO may only read, but they are
-// ordered like EVAL for now (a script op in the log; see the design page).
-// SCRIPT manages the node's own cache of script bodies: admin.
+// (never nilext). EVAL_RO and EVALSHA_RO may only read: reads, served at the
+// connection's consistency level like a scan of the whole keyspace (a
+// script may read keys it did not declare). SCRIPT manages the node's own
+// cache of script bodies: admin.
 //
 // Keys: a script names its keys after numkeys, so their position depends on
 // the arguments (Redis's "movablekeys"); FirstKey is 0 here, and whoever
@@ -16,8 +17,8 @@ package command
 var scriptTable = []Spec{
 	{Name: "EVAL", Arity: -3, Class: NonNilextUpdate, Summary: "run a Lua script: EVAL script numkeys [key ...] [arg ...]"},
 	{Name: "EVALSHA", Arity: -3, Class: NonNilextUpdate, Summary: "run a cached Lua script by its SHA1: EVALSHA sha1 numkeys [key ...] [arg ...]"},
-	{Name: "EVAL_RO", Arity: -3, Class: NonNilextUpdate, Summary: "run a read-only Lua script (writes are refused)"},
-	{Name: "EVALSHA_RO", Arity: -3, Class: NonNilextUpdate, Summary: "run a cached read-only Lua script by its SHA1"},
+	{Name: "EVAL_RO", Arity: -3, Class: Read, Summary: "run a read-only Lua script (writes are refused)"},
+	{Name: "EVALSHA_RO", Arity: -3, Class: Read, Summary: "run a cached read-only Lua script by its SHA1"},
 	{Name: "SCRIPT", Arity: -2, Class: Admin, Summary: "the node's script cache: SCRIPT LOAD script | EXISTS sha1 ... | FLUSH [ASYNC|SYNC] | KILL"},
 }
 

@@ -56,7 +56,7 @@ func (k Kind) IsUpdate() bool {
 	if isExpiryKind(k) {
 		return k != KindTTL
 	}
-	return k >= KindSet && !isHashRead(k)
+	return k >= KindSet && !isHashRead(k) && k != KindEvalRO
 }
 
 // Cond is SET's condition.

@@ -39,6 +39,8 @@ func Read(get Getter, scan Scanner, op *Op, maxScan int) (Result, error) {
 		return readHash(get, scan, op)
 	}
 	switch op.Kind {
+	case KindEvalRO:
+		return readScript(get, op) // script.go
 	case KindTTL:
 		return readTTL(get, op)
 	case KindGet, KindStrlen:
@@ -149,8 +151,8 @@ const scanArrayHint = 64
 // state that never existed.
 func MultiKey(op *Op) bool {
 	switch op.Kind {
-	case KindScan, KindHGet, KindHLen, KindHGetAll, KindHScan:
-		return true // a hash read reads the metadata and rows of one state
+	case KindScan, KindHGet, KindHLen, KindHGetAll, KindHScan, KindEvalRO:
+		return true // a hash read reads the metadata and rows of one state; a script, any keys
 	case KindMGet, KindExists:
 		return len(op.Keys) > 1
 	}

@@ -23,12 +23,15 @@ import (
 // applies ops (internal/shard, internal/vrshard) imports it, so a replica
 // that applies an EVAL always has the one interpreter.
 
-// Script op kinds, from issue 27's block 128–135. Updates (Kind.IsUpdate).
+// Script op kinds, from issue 27's block 128–135.
 const (
 	// KindEval runs Value (the script body) with Keys[:Delta] as KEYS and
-	// Keys[Delta:] as ARGV.
+	// Keys[Delta:] as ARGV: an update.
 	KindEval Kind = 128 + iota
-	// KindEvalRO is EVAL_RO: the same, but a command that writes is refused.
+	// KindEvalRO is EVAL_RO: the same, but a command that writes is
+	// refused. A read (Read; not Kind.IsUpdate), of every key (MultiKey:
+	// one snapshot): a script may read keys it did not declare, so whoever
+	// tracks reads by key treats it as a scan of the whole keyspace.
 	KindEvalRO
 	kindScriptEnd
 )
@@ -40,7 +43,9 @@ func IsScript(k Kind) bool { return isScriptKind(k) }
 
 // ResReply is a result whose Bulk is a complete RESP2 reply (a script's:
 // nested arrays, statuses and errors that the other kinds cannot carry). The
-// front door writes it as it is.
+// front door writes it in the connection's protocol. Numbered apart from the
+// other kinds (encoded in the client table's rows: codec.go), so that kinds
+// added after ResArray cannot collide with it.
 const ResReply ResultKind = 16
 
 // ScriptExec runs one command of a script (a kv op the interpreter parsed
@@ -177,9 +182,20 @@ func applyScript(get Getter, version uint64, op *Op, maxValue int) (Result, []st
 	return res, order, writes, nil
 }
 
+// readScript is Read's case for KindEvalRO (it writes nothing). The
+// interpreter keeps the op it is handed, which would make every caller's op
+// escape to the heap, the GET hot path's too (TestCachedGetDoesNotAllocate,
+// internal/shard): it gets a copy.
+func readScript(get Getter, op *Op) (Result, error) {
+	o := *op
+	res, _, _, err := applyScript(get, 0, &o, 0)
+	return res, err
+}
+
 // applyScriptOp is Apply's case for the script kinds.
 func applyScriptOp(get Getter, version uint64, op *Op, maxValue int, emit Emit) (Result, error) {
-	res, order, writes, err := applyScript(get, version, op, maxValue)
+	o := *op // a copy, so that the callers' ops do not escape (readScript)
+	res, order, writes, err := applyScript(get, version, &o, maxValue)
 	if err != nil {
 		return Result{}, err
 	}

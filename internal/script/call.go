@@ -31,8 +31,11 @@ func (r *run) call(L *lua.LState, raise bool) int {
 		}
 	}
 	spec, ok := command.Lookup(argv[0])
-	if !ok || spec.Has(command.Unsupported) {
+	if !ok {
 		return r.fail(L, raise, "ERR Unknown Redis command called from script")
+	}
+	if spec.Has(command.Unsupported) {
+		return r.fail(L, raise, command.UnsupportedError(spec.Name)) // the front door's one text
 	}
 	if !spec.ArityOK(len(argv)) {
 		return r.fail(L, raise, "ERR Wrong number of args calling Redis command from script")

@@ -35,9 +35,10 @@ var (
 type shape uint8
 
 const (
-	asIs  shape = iota
-	setNX       // SETNX: OK → 1, nil → 0
-	first       // HGET: the one element of the array
+	asIs   shape = iota
+	setNX        // SETNX: OK → 1, nil → 0
+	first        // HGET: the one element of the array
+	exists       // HEXISTS: 1 if the one element of the array is there, else 0
 )
 
 func shaped(res kv.Result, s shape) kv.Result {
@@ -52,6 +53,11 @@ func shaped(res kv.Result, s shape) kv.Result {
 			return kv.Result{Kind: kv.ResBulk, Bulk: res.Array[0]}
 		}
 		return kv.Result{Kind: kv.ResNil}
+	case exists:
+		if res.Kind == kv.ResArray && len(res.Array) == 1 && res.Array[0] != nil {
+			return kv.Result{Kind: kv.ResInt, Int: 1}
+		}
+		return kv.Result{Kind: kv.ResInt, Int: 0}
 	}
 	return res
 }
@@ -127,15 +133,56 @@ func parse(spec *command.Spec, a [][]byte) (kv.Op, shape, error) {
 			unit = kv.UnitPTTL
 		}
 		return kv.Op{Kind: kv.KindTTL, Key: a[1], Delta: unit}, asIs, nil
-	case "HSET":
-		if len(a)%2 != 0 {
-			return kv.Op{}, asIs, errReply("ERR wrong number of arguments for 'hset' command")
+	case "GETDEL":
+		return kv.Op{Kind: kv.KindGetDel, Key: a[1]}, asIs, nil
+	case "SETEX", "PSETEX":
+		n, err := parseInt(a[2])
+		if err != nil {
+			return kv.Op{}, asIs, err
 		}
-		return kv.Op{Kind: kv.KindHSet, Key: a[1], Keys: a[2:]}, asIs, nil
+		if n <= 0 || (spec.Name == "SETEX" && n > math.MaxInt64/1000) {
+			return kv.Op{}, asIs, errReply("ERR invalid expire time in '" + lower(spec.Name) + "' command")
+		}
+		if spec.Name == "SETEX" {
+			n *= 1000
+		}
+		return kv.Op{Kind: kv.KindSet, Key: a[1], Value: a[3], ExpireAt: n, Delta: relative}, asIs, nil
+	case "INCRBYFLOAT":
+		return kv.Op{Kind: kv.KindIncrByFloat, Key: a[1], Value: a[2]}, asIs, nil
+	case "EXPIRETIME", "PEXPIRETIME":
+		unit := int64(kv.UnitExpireTime)
+		if spec.Name == "PEXPIRETIME" {
+			unit = kv.UnitPExpireTime
+		}
+		return kv.Op{Kind: kv.KindTTL, Key: a[1], Delta: unit}, asIs, nil
+	case "HSET", "HMSET", "HSETNX":
+		if len(a)%2 != 0 {
+			return kv.Op{}, asIs, errReply("ERR wrong number of arguments for '" + lower(spec.Name) + "' command")
+		}
+		op := kv.Op{Kind: kv.KindHSet, Key: a[1], Keys: a[2:]}
+		switch spec.Name {
+		case "HMSET":
+			op.Delta = 1 // answers OK (as the front door's hash.go)
+		case "HSETNX":
+			op.Cond = kv.IfAbsent
+		}
+		return op, asIs, nil
 	case "HDEL":
 		return kv.Op{Kind: kv.KindHDel, Key: a[1], Keys: a[2:]}, asIs, nil
+	case "HINCRBY":
+		n, err := parseInt(a[3])
+		if err != nil {
+			return kv.Op{}, asIs, err
+		}
+		return kv.Op{Kind: kv.KindHIncrBy, Key: a[1], Keys: a[2:3], Delta: n}, asIs, nil
 	case "HGET":
 		return kv.Op{Kind: kv.KindHGet, Key: a[1], Keys: a[2:3]}, first, nil
+	case "HEXISTS":
+		return kv.Op{Kind: kv.KindHGet, Key: a[1], Keys: a[2:3]}, exists, nil
+	case "HMGET":
+		return kv.Op{Kind: kv.KindHGet, Key: a[1], Keys: a[2:]}, asIs, nil
+	case "HLEN":
+		return kv.Op{Kind: kv.KindHLen, Key: a[1]}, asIs, nil
 	}
 	return kv.Op{}, asIs, errReply("ERR command '" + spec.Name + "' is not supported in Kefir scripts (see docs/design/scripting.md)")
 }

@@ -1,10 +1,12 @@
 package script
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/kefirdb/kefir/internal/kv"
+	"github.com/kefirdb/kefir/internal/mutation"
 )
 
 // store is a map state for kv.Apply: key → value, meta, version.
@@ -103,6 +105,8 @@ func TestConversionsAndErrors(t *testing.T) {
 		{"return redis.call('hget', 'h', 'g')", nil, "$-1\r\n"},
 		{"return redis.call('hdel', 'h', 'f')", nil, ":1\r\n"},
 		{"return tostring({}) .. tostring(type)", nil, "$13\r\ntablefunction\r\n"},
+		{"return redis.pcall('lpush', 'l', 'x')", nil, "-ERR unsupported command 'lpush': Kefir does not implement it (see docs/commands.md)\r\n"},
+		{"return redis.pcall('keys', '*')", nil, "-ERR command 'KEYS' is not supported in Kefir scripts (see docs/design/scripting.md)\r\n"},
 	} {
 		got, _ := s.eval(t, kv.KindEval, c.body, min(1, len(c.args)), 1000, c.args...)
 		if got != c.want {
@@ -175,6 +179,17 @@ func TestReadOnlyScriptRefusesWrites(t *testing.T) {
 	if got, _ := s.eval(t, kv.KindEvalRO, "return redis.call('get','a')", 0, 0); got != "$-1\r\n" {
 		t.Fatalf("a read: %q", got)
 	}
+	// EVAL_RO is a read: kv.Read runs it.
+	s.m["a"] = rec{data: []byte("v"), ver: 3}
+	op := kv.Op{Kind: kv.KindEvalRO, Value: []byte("return {redis.call('get', KEYS[1]), redis.pcall('del', KEYS[1])}"), Delta: 1, Keys: [][]byte{[]byte("a")}}
+	res, err := kv.Read(s.get, nil, &op, 0)
+	want = "*2\r\n$1\r\nv\r\n-ERR Write commands are not allowed from read-only scripts.\r\n"
+	if err != nil || res.Kind != kv.ResReply || string(res.Bulk) != want || res.Version != 3 {
+		t.Fatalf("kv.Read of EVAL_RO: %+v %q, %v; want %q at version 3", res, res.Bulk, err, want)
+	}
+	if kv.KindEvalRO.IsUpdate() || !kv.MultiKey(&op) {
+		t.Fatal("EVAL_RO must be a read of one snapshot")
+	}
 }
 
 // A script that runs too long is stopped by the instruction budget, at the
@@ -204,6 +219,15 @@ func TestBudgetStopsRunawayScripts(t *testing.T) {
 // math.random's sequence, pairs' order and the budget do not depend on the
 // process (the replay test of internal/vrshard checks a crash's replay).
 func TestScriptsAreDeterministic(t *testing.T) {
+	if d := nondeterminism(t); d != "" {
+		t.Fatal(d)
+	}
+}
+
+// nondeterminism runs a script drawing math.random and walking pairs over
+// five fresh states and describes the first difference ("" if none).
+func nondeterminism(t *testing.T) string {
+	t.Helper()
 	body := `
 		local t = {}
 		for i = 1, 50 do t['k' .. math.random(1000)] = i end
@@ -222,15 +246,11 @@ func TestScriptsAreDeterministic(t *testing.T) {
 			first, firstOut = got, out
 			continue
 		}
-		if got != first || len(out) != len(firstOut) {
-			t.Fatalf("run %d: %q %v, run 0: %q %v", i, got, out, first, firstOut)
-		}
-		for j := range out {
-			if out[j] != firstOut[j] {
-				t.Fatalf("run %d: records %v, run 0: %v", i, out, firstOut)
-			}
+		if got != first || fmt.Sprint(out) != fmt.Sprint(firstOut) {
+			return fmt.Sprintf("run %d: %q %v, run 0: %q %v", i, got, out, first, firstOut)
 		}
 	}
+	return ""
 }
 
 // BenchmarkRelease runs redis-py Lock's release script over a map state:
@@ -296,6 +316,17 @@ const fingerprint = `
 // A reused interpreter is indistinguishable from a new one, whatever the
 // scripts before it changed (or tried to).
 func TestReusedInterpreterIsPristine(t *testing.T) {
+	for _, d := range pollutionShows(t) {
+		t.Error(d)
+	}
+}
+
+// pollutionShows runs polluting scripts, each in a new interpreter, and
+// then the fingerprint in the same one if it was kept for reuse; it
+// describes every fingerprint that differs from a new interpreter's.
+func pollutionShows(t *testing.T) []string {
+	t.Helper()
+	var out []string
 	fpOp := kv.Op{Kind: kv.KindEval, Value: []byte(fingerprint)}
 	proto, err := Compile(fpOp.Value)
 	if err != nil {
@@ -337,7 +368,24 @@ func TestReusedInterpreterIsPristine(t *testing.T) {
 		}
 		got, _, _ := in.run(proto, &fpOp, noExec)
 		if string(got) != string(want) {
-			t.Errorf("after %q a reused interpreter shows\n%s\nwant\n%s", pollute, got, want)
+			out = append(out, fmt.Sprintf("after %q a reused interpreter shows\n%s\nwant\n%s", pollute, got, want))
 		}
+	}
+	return out
+}
+
+// The determinism checks catch a replica whose interpreter leaks state from
+// one script into the next, and one whose math.random is seeded by its own
+// clock.
+func TestMutationsAreCaught(t *testing.T) {
+	mutation.Require(t)
+	defer func() { mut = mutations{} }()
+	mut.skipRestore = true
+	if got := len(pollutionShows(t)); got < 10 {
+		t.Errorf("with skipRestore, %d polluted interpreters showed; want most of them", got)
+	}
+	mut = mutations{processRandom: true}
+	if nondeterminism(t) == "" {
+		t.Error("with processRandom, five runs of a script drawing math.random agreed")
 	}
 }

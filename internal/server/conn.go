@@ -751,7 +751,19 @@ func (c *conn) read(spec *command.Spec, args [][]byte, o callOpts) error {
 	if moreReads[spec.ID] {
 		return c.readMore(spec, args, o)
 	}
-	op, err := parseRead(spec, args)
+	var op kv.Op
+	var err error
+	if isScript(spec) { // EVAL_RO, EVALSHA_RO (script.go)
+		if c.inline {
+			// A script may run for its whole instruction budget: not on
+			// an event loop, which serves many connections.
+			c.wouldWait = true
+			return nil
+		}
+		op, err = c.parseScript(spec, args, nil)
+	} else {
+		op, err = parseRead(spec, args)
+	}
 	if err != nil {
 		return err
 	}
@@ -769,6 +781,9 @@ func (c *conn) read(spec *command.Spec, args [][]byte, o callOpts) error {
 		return nil
 	}
 	if errors.Is(err, cluster.ErrNotLeader) {
+		if kv.IsScript(op.Kind) {
+			args = forwardedScriptArgs(&op, args) // never a SHA the leader may lack
+		}
 		return c.forwardRead(args, cons, sess, o, err)
 	}
 	if err != nil {

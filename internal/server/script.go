@@ -78,7 +78,8 @@ func (s *scriptCache) flush() {
 
 var errNoScript = &replyError{"NOSCRIPT No matching script. Please use EVAL."}
 
-// parseScript parses EVAL, EVALSHA, EVAL_RO and EVALSHA_RO into a script op,
+// parseScript parses EVAL, EVALSHA, EVAL_RO and EVALSHA_RO into a script op
+// (a is the batch's arena for a write, nil for a read),
 // with Redis's checks in Redis's order: EVALSHA's lookup, numkeys, EVAL's
 // compilation. Now stays 0: the proposing node stamps it, as
 // for every write.
@@ -109,12 +110,18 @@ func (c *conn) parseScript(spec *command.Spec, args [][]byte, a *arena) (kv.Op, 
 		}
 		c.srv.scripts.put(body, false)
 	}
-	op := kv.Op{Kind: kv.KindEval, Value: a.copy(body), Delta: n, Keys: make([][]byte, len(args)-3)}
+	// A write's bytes are copied into the batch's arena (a is the
+	// connection's); a read (a nil a) runs before the next command is read.
+	cp := func(b []byte) []byte { return b }
+	if a != nil {
+		cp = a.copy
+	}
+	op := kv.Op{Kind: kv.KindEval, Value: cp(body), Delta: n, Keys: make([][]byte, len(args)-3)}
 	if strings.HasSuffix(spec.Name, "_RO") {
-		op.Kind = kv.KindEvalRO
+		op.Kind = kv.KindEvalRO // a read: conn.read
 	}
 	for i := 3; i < len(args); i++ {
-		op.Keys[i-3] = a.copy(args[i])
+		op.Keys[i-3] = cp(args[i])
 	}
 	return op, nil
 }
@@ -137,6 +144,14 @@ func forwardedScript(op *kv.Op, raw [][]byte) {
 		raw[0] = []byte("EVAL")
 	}
 	raw[1] = op.Value
+}
+
+// forwardedScriptArgs is forwardedScript for a read's arguments (a new
+// slice: args are the reader's).
+func forwardedScriptArgs(op *kv.Op, args [][]byte) [][]byte {
+	out := append([][]byte(nil), args...)
+	forwardedScript(op, out)
+	return out
 }
 
 // scriptCmd runs SCRIPT LOAD | EXISTS | FLUSH | KILL.

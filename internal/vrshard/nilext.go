@@ -463,7 +463,8 @@ func (r *Replica) nxSweep(viewChanged bool) {
 }
 
 // nxReadKeys returns the keys a linearizable read of op depends on, for
-// ReadNilext. A scan depends on every pending key in its range.
+// ReadNilext. A scan depends on every pending key in its range; a read-only
+// script on every pending key (its Key and End are nil).
 func (r *Replica) nxReadKeys(op *kv.Op) [][]byte {
 	switch op.Kind {
 	case kv.KindGet, kv.KindStrlen, kv.KindHGet, kv.KindHLen, kv.KindHGetAll, kv.KindHScan:
@@ -471,7 +472,7 @@ func (r *Replica) nxReadKeys(op *kv.Op) [][]byte {
 		return [][]byte{op.Key}
 	case kv.KindMGet, kv.KindExists:
 		return op.Keys
-	case kv.KindScan:
+	case kv.KindScan, kv.KindEvalRO:
 		var ks [][]byte
 		for _, q := range r.core.DLog() {
 			for _, k := range q.Keys {

@@ -318,7 +318,9 @@ func (r *Replica) tryFollowerRead(op kv.Op) (kv.Result, bool) {
 // for point reads and a scan needs R to pass the floor.
 func (r *Replica) cadNeed(op *kv.Op, R uint64, ov map[string]overlayEntry) uint64 {
 	complete := r.upd.complete(R)
-	if op.Kind == kv.KindScan {
+	if op.Kind == kv.KindScan || op.Kind == kv.KindEvalRO {
+		// A read-only script may read any key: a scan of the whole
+		// keyspace (its Key and End are nil).
 		need := r.upd.needRange(op.Key, op.End)
 		if !complete {
 			need = max(need, r.upd.floorOp())

@@ -1,11 +1,15 @@
 package vrshard
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/kefirdb/kefir/internal/kv"
+	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/vfs"
 )
 
@@ -69,5 +73,58 @@ func TestScriptOpIsDeterministic(t *testing.T) {
 				t.Fatalf("seed %d: state %v, then %v", seed, firstState, state)
 			}
 		}
+	}
+}
+
+// evalRO is a read-only script reading key (undeclared: a script may).
+func evalRO(key string) kv.Op {
+	return kv.Op{Kind: kv.KindEvalRO, Value: []byte("return redis.call('get', ARGV[1])"), Keys: [][]byte{[]byte(key)}}
+}
+
+// A read-only script is a read of every key: at the leader it waits for a
+// pending nilext write of a key it reads although it declared none (the
+// slow path, as a scan over the key), and TryRead leaves it to Read while
+// any key has a cad write that is not readable yet.
+func TestReadOnlyScriptReadsPendingWrites(t *testing.T) {
+	c := newCluster(t, 3, nilextOn(true))
+	l := c.leader(5 * time.Second)
+	f := (l + 1) % 3
+	if _, _, err := c.reps[f].NilextWrite(context.Background(), set("k", "v1"), level.Sync); err != nil {
+		t.Fatal(err)
+	}
+	if n := c.reps[l].Info().DLogLen; n != 1 {
+		t.Fatalf("leader d-log length %d, want the pending write", n)
+	}
+	res, err := c.reps[l].Read(context.Background(), evalRO("k"), level.ConsLinearizable, shard.Session{})
+	if err != nil || string(res.Bulk) != "$2\r\nv1\r\n" {
+		t.Fatalf("a linearizable EVAL_RO of a key with a pending nilext write: %q, %v; want v1", res.Bulk, err)
+	}
+	if n := c.reps[l].Stats().NilextSlowReads; n != 1 {
+		t.Fatalf("slow-path reads %d, want 1", n)
+	}
+}
+
+func TestTryReadLeavesReadOnlyScriptsToRead(t *testing.T) {
+	// The cad write's batch is held for 5 s: it stays unreadable until a
+	// read waits for it.
+	c := newCluster(t, 3, func(o *Options) { o.CadSyncDelay = 5 * time.Second })
+	l := c.leader(5 * time.Second)
+	if _, err := c.write(set("a", "0"), shard.ReqID{}, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	c.waitApplied(c.reps[l].Info().Commit, 5*time.Second)
+	r := c.reps[l]
+	if res, ok := r.TryRead(evalRO("a"), level.ConsLinearizable); !ok || string(res.Bulk) != "$1\r\n0\r\n" {
+		t.Fatalf("TryRead(EVAL_RO a) = %q, %v before the cad write; want 0, true", res.Bulk, ok)
+	}
+	if _, err := r.Write(context.Background(), set("a", "1"), level.CAD, shard.ReqID{Client: 5, Seq: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if res, ok := r.TryRead(evalRO("a"), level.ConsLinearizable); ok {
+		t.Fatalf("TryRead(EVAL_RO a) = %q after an acknowledged cad write that is not readable", res.Bulk)
+	}
+	res, err := r.Read(context.Background(), evalRO("a"), level.ConsLinearizable, shard.Session{})
+	if err != nil || string(res.Bulk) != "$1\r\n1\r\n" {
+		t.Fatalf("Read(EVAL_RO a) = %q, %v; want 1", res.Bulk, err)
 	}
 }

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"net"
+	"strings"
 	"testing"
 )
 
@@ -63,7 +64,7 @@ print("ok")
 
 // redis-py's Lock on a real 3-replica group, through the leader and
 // through a follower (which resolves EVALSHA in its own script cache and
-// forwards EVAL with the body to the leader).
+// forwards EVAL with the body to the leader); then read-only scripts.
 func TestRedisPyLockReplicated(t *testing.T) {
 	g := startGroup(t)
 	l := g.settledLeader(-1)
@@ -71,6 +72,35 @@ func TestRedisPyLockReplicated(t *testing.T) {
 	host, lport, _ := net.SplitHostPort(g.nodes[l].ClientAddr)
 	_, fport, _ := net.SplitHostPort(g.nodes[f].ClientAddr)
 	runRedisPy(t, lockScript, host, lport, fport)
+
+	// Read-only scripts are reads: through the follower at the default
+	// (linearizable) level they are forwarded, EVALSHA_RO as EVAL_RO with
+	// the body the follower's cache holds; at eventual the follower serves
+	// them itself.
+	lead, fol := g.nodes[l].ClientAddr, g.nodes[f].ClientAddr
+	get := "return redis.call('get', KEYS[1])"
+	sha := redisCLI(t, fol, "SCRIPT", "LOAD", get)
+	for _, c := range []struct {
+		addr string
+		args []string
+		want string
+	}{
+		{lead, []string{"SET", "ro", "v"}, "OK"},
+		{fol, []string{"EVAL_RO", get, "1", "ro"}, "v"},
+		{fol, []string{"EVALSHA_RO", sha, "1", "ro"}, "v"},
+		{fol, []string{"KEFIR.CALL", "CONSISTENCY", "eventual", "CMD", "EVALSHA_RO", sha, "1", "ro"}, "v"},
+		{fol, []string{"EVAL_RO", "return redis.call('set', KEYS[1], 'x')", "1", "ro"}, "*Write commands are not allowed from read-only scripts.*"},
+		{fol, []string{"EVAL", "return redis.call('incr', KEYS[1])", "1", "n"}, "1"},
+		{lead, []string{"EVAL_RO", get, "1", "n"}, "1"},
+	} {
+		got := redisCLI(t, c.addr, c.args...)
+		if c.want[0] == '*' && strings.Contains(got, strings.Trim(c.want, "*")) {
+			continue
+		}
+		if got != c.want {
+			t.Errorf("%q via %s: %q, want %q", c.args, c.addr, got, c.want)
+		}
+	}
 	// Every replica applied the scripts alike: the locks are gone at each.
 	for i := range g.nodes {
 		for _, p := range []string{lport, fport} {
