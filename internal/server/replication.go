@@ -114,21 +114,29 @@ func (s *Server) openReplica() (cluster.Hosted, error) {
 		NilextSyncDelay: cfg.NilextSyncDelay, CadSyncDelay: cfg.CadSyncDelay,
 		FollowerReads: cfg.FollowerReads, ClockSkew: cfg.ClockSkew,
 
-		Storage: storage.Options{
-			SyncInterval:       cfg.SyncInterval,
-			CacheBytes:         cfg.CacheBytes,
-			CheckpointInterval: max(cfg.CheckpointInterval, 0),
-			CompactInterval:    max(cfg.CompactInterval, 0),
-			Retention:          storage.Retention{KeepVersions: cfg.RetainVersions},
-			MaxValueSize:       cfg.MaxBulk, // what the front door admits, the engine stores
-			OnSync:             s.fsyncObserver("storage"),
-		},
+		Storage:   s.storageOptions(), // the engine's directory, FS and logger are the replica's
 		OnLogSync: s.fsyncObserver("replication"),
 	})
 	if err != nil {
 		return cluster.Hosted{}, fmt.Errorf("server: %w", err)
 	}
 	return h, nil
+}
+
+// storageOptions are the storage engine's settings from the node's Config,
+// the same for a single node's engine and a replica's (which places it in
+// its own directory, on its FS, with its logger).
+func (s *Server) storageOptions() storage.Options {
+	cfg := &s.cfg
+	return storage.Options{
+		SyncInterval:       cfg.SyncInterval,
+		CacheBytes:         cfg.CacheBytes,
+		CheckpointInterval: max(cfg.CheckpointInterval, 0),
+		CompactInterval:    max(cfg.CompactInterval, 0),
+		Retention:          storage.Retention{KeepVersions: cfg.RetainVersions},
+		MaxValueSize:       cfg.MaxBulk, // what the front door admits, the engine stores
+		OnSync:             s.fsyncObserver("storage"),
+	}
 }
 
 // ReplicaInfo is the replication part of /status and INFO.

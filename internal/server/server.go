@@ -154,18 +154,11 @@ func New(cfg Config) (_ *Server, err error) {
 			return nil, err
 		}
 	}
-	db, err := storage.Open(storage.Options{
-		Devices:            []storage.Device{{Dir: filepath.Join(cfg.DataDir, "storage")}},
-		FS:                 cfg.diskFS(),
-		SyncInterval:       cfg.SyncInterval,
-		CacheBytes:         cfg.CacheBytes,
-		CheckpointInterval: max(cfg.CheckpointInterval, 0),
-		CompactInterval:    max(cfg.CompactInterval, 0),
-		Retention:          storage.Retention{KeepVersions: cfg.RetainVersions},
-		MaxValueSize:       cfg.MaxBulk, // what the front door admits, the engine stores
-		Logger:             s.log.With("component", "storage"),
-		OnSync:             s.fsyncObserver("storage"),
-	})
+	opts := s.storageOptions()
+	opts.Devices = []storage.Device{{Dir: filepath.Join(cfg.DataDir, "storage")}}
+	opts.FS = cfg.diskFS()
+	opts.Logger = s.log.With("component", "storage")
+	db, err := storage.Open(opts)
 	if err != nil {
 		return nil, fmt.Errorf("server: open storage in %s: %w", cfg.DataDir, err)
 	}
