@@ -129,16 +129,7 @@ func (s *Server) replicaSpec(dir string) cluster.ReplicaSpec {
 		NilextSyncDelay: cfg.NilextSyncDelay, CadSyncDelay: cfg.CadSyncDelay,
 		FollowerReads: cfg.FollowerReads, ClockSkew: cfg.ClockSkew,
 
-		Storage: storage.Options{
-			CountMeta:          kv.HasExpiry, // INFO's expires=: keys with a TTL, not every hash
-			SyncInterval:       cfg.SyncInterval,
-			CacheBytes:         cfg.CacheBytes,
-			CheckpointInterval: max(cfg.CheckpointInterval, 0),
-			CompactInterval:    max(cfg.CompactInterval, 0),
-			Retention:          storage.Retention{KeepVersions: cfg.RetainVersions},
-			MaxValueSize:       cfg.MaxBulk, // what the front door admits, the engine stores
-			OnSync:             s.fsyncObserver("storage"),
-		},
+		Storage:   s.storageOptions(), // the engine's directory, FS and logger are the replica's
 		OnLogSync: s.fsyncObserver("replication"),
 	}
 }
@@ -218,6 +209,23 @@ func (s *Server) openGroups() (_ cluster.Hosted, err error) {
 	}
 	s.multi = m
 	return cluster.Hosted{Replica: m, Group: m, Engine: locals[0].Hosted.Engine, Transport: tr}, nil
+}
+
+// storageOptions are the storage engine's settings from the node's Config,
+// the same for a single node's engine and a replica's (which places it in
+// its own directory, on its FS, with its logger).
+func (s *Server) storageOptions() storage.Options {
+	cfg := &s.cfg
+	return storage.Options{
+		SyncInterval:       cfg.SyncInterval,
+		CacheBytes:         cfg.CacheBytes,
+		CheckpointInterval: max(cfg.CheckpointInterval, 0),
+		CompactInterval:    max(cfg.CompactInterval, 0),
+		Retention:          storage.Retention{KeepVersions: cfg.RetainVersions},
+		MaxValueSize:       cfg.MaxBulk,  // what the front door admits, the engine stores
+		CountMeta:          kv.HasExpiry, // INFO's expires=: keys with a TTL, not every hash
+		OnSync:             s.fsyncObserver("storage"),
+	}
 }
 
 // ReplicaInfo is the replication part of /status and INFO.

@@ -38,7 +38,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kefirdb/kefir/internal/cluster"
-	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/storage"
 	"github.com/kefirdb/kefir/internal/transport"
@@ -163,19 +162,11 @@ func New(cfg Config) (_ *Server, err error) {
 			return nil, err
 		}
 	}
-	db, err := storage.Open(storage.Options{
-		Devices:            []storage.Device{{Dir: filepath.Join(cfg.DataDir, "storage")}},
-		FS:                 cfg.diskFS(),
-		SyncInterval:       cfg.SyncInterval,
-		CacheBytes:         cfg.CacheBytes,
-		CheckpointInterval: max(cfg.CheckpointInterval, 0),
-		CompactInterval:    max(cfg.CompactInterval, 0),
-		Retention:          storage.Retention{KeepVersions: cfg.RetainVersions},
-		MaxValueSize:       cfg.MaxBulk,  // what the front door admits, the engine stores
-		CountMeta:          kv.HasExpiry, // INFO's expires=: keys with a TTL, not every hash
-		Logger:             s.log.With("component", "storage"),
-		OnSync:             s.fsyncObserver("storage"),
-	})
+	opts := s.storageOptions()
+	opts.Devices = []storage.Device{{Dir: filepath.Join(cfg.DataDir, "storage")}}
+	opts.FS = cfg.diskFS()
+	opts.Logger = s.log.With("component", "storage")
+	db, err := storage.Open(opts)
 	if err != nil {
 		return nil, fmt.Errorf("server: open storage in %s: %w", cfg.DataDir, err)
 	}

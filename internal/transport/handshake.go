@@ -36,15 +36,16 @@ import (
 // (Protocol). The incarnation is a random number a transport draws at New: a
 // different one from the same node id means the node restarted, so a
 // connection from its earlier incarnation is dead (half-open) whichever side
-// dialed it (peer.beats).
+// dialed it (peer.beatsLocked).
 //
 // After READY both sides write frames (internal/frame): one connection
 // carries a pair of nodes' traffic both ways. Both nodes may dial at once;
 // the acceptor refuses a dial that its current connection to the dialer
 // beats with "ERR duplicate ..." (errDuplicate; the dialer then uses that
-// connection, which reaches it as an inbound one), and a connection that
-// lost the race after READY is closed by whichever side sees it lose
-// (peer.adopt). The rule is the same on both sides, so they keep the same
+// connection, which reaches it as an inbound one); it makes a dial it takes
+// the pair's connection before READY goes out (peer.accept), so the dialer's
+// next dial can never be taken before it. A connection that lost the race
+// after READY is closed by whichever side sees it lose (peer.adopt). The rule is the same on both sides, so they keep the same
 // connection: the one dialed by the lower node id, unless the node that holds
 // it has restarted since.
 //

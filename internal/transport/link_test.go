@@ -2,6 +2,7 @@ package transport
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"io"
 	"log/slog"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/kefirdb/kefir/internal/frame"
+	"github.com/kefirdb/kefir/internal/vr"
 	"github.com/kefirdb/kefir/internal/wire"
 )
 
@@ -434,4 +436,92 @@ func halfOpen(t *testing.T, restarted bool) {
 		logA.waitLog(t, "replaced the link", time.Second)
 	}
 	t.Logf("node 2 reached node 1 %v after the cut:%s", took, statsOf([]*Transport{a, b}))
+}
+
+// Both directions of one connection at once: each node sends the other a
+// message larger than a frame (fragments of the two interleave on nothing:
+// each direction is its own byte stream) between small ones, and each gets
+// all three whole and in order.
+func TestLargeMessagesCrossOnOneConnection(t *testing.T) {
+	nodes := cluster(t, 2, func(c *vrConfig) { c.MaxFrame = 64 << 10 })
+	mustSend(t, nodes[0].tr, 2, msg(1, 2, 1))
+	nodes[1].in.wait(t, 1, 5*time.Second)
+	waitOneLink(t, nodes[0].tr, nodes[1].tr)
+	bigs := make([]*vr.Message, 2)
+	for i, nd := range nodes {
+		from, to := nd.id, 3-nd.id
+		big := msg(from, to, 2)
+		big.Entries[0].Data = make([]byte, 8<<20)
+		for j := range big.Entries[0].Data {
+			big.Entries[0].Data[j] = byte(int(from) + j%251)
+		}
+		bigs[i] = big
+	}
+	var wg sync.WaitGroup
+	for i, nd := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			from, to := nd.id, 3-nd.id
+			if i == 1 {
+				_ = nd.tr.sendVR(to, msg(from, to, 1))
+			}
+			_ = nd.tr.sendLargeVR(to, bigs[i])
+			_ = nd.tr.sendVR(to, msg(from, to, 3))
+		}()
+	}
+	wg.Wait()
+	for i, nd := range nodes {
+		got := nd.in.wait(t, 3, 20*time.Second)
+		for k, g := range got {
+			if g.m.Op != uint64(k+1) {
+				t.Fatalf("node %d: message %d has op %d: order lost", nd.id, k, g.m.Op)
+			}
+		}
+		if !bytes.Equal(got[1].m.Entries[0].Data, bigs[1-i].Entries[0].Data) {
+			t.Fatalf("node %d: the large message arrived with %d bytes, not its %d", nd.id, len(got[1].m.Entries[0].Data), len(bigs[1-i].Entries[0].Data))
+		}
+	}
+	if !sameLink(nodes[0].tr, nodes[1].tr) {
+		t.Fatalf("the large messages did not share the one connection:%s", statsOf([]*Transport{nodes[0].tr, nodes[1].tr}))
+	}
+}
+
+// Back-pressure is per direction: node 2's Handler stalls, so node 2 stops
+// reading and node 1's messages back up (its queue drops beyond QueueLen);
+// node 2's own messages to node 1 still flow on the same connection, since
+// node 1 reads them.
+func TestBackPressureIsPerDirection(t *testing.T) {
+	release := make(chan struct{})
+	var stalled sync.Once
+	stalling := make(chan struct{})
+	nodes := cluster(t, 2, func(c *vrConfig) {
+		c.QueueLen = 64
+		if c.Self == 2 {
+			c.Handler = func(uint64, []vr.Message) {
+				stalled.Do(func() { close(stalling) })
+				<-release
+			}
+		}
+	})
+	defer close(release)
+	a, b := nodes[0], nodes[1]
+	mustSend(t, a.tr, 2, msg(1, 2, 1))
+	<-stalling // node 2's reader is now stuck in its Handler
+	// Fill node 1 → node 2: the socket buffers, then node 1's queue.
+	filler := msg(1, 2, 2)
+	filler.Entries[0].Data = make([]byte, 64<<10)
+	eventually(t, 10*time.Second, func() bool {
+		_ = a.tr.sendVR(2, filler)
+		return a.tr.Stats().Link(2).Dropped > 0
+	}, "node 1's queue to the stalled node 2 full (stats %+v)", a.tr.Stats().Link(2))
+	// The other direction is not held up by it.
+	before := a.in.count()
+	for op := uint64(1); op <= 20; op++ {
+		mustSend(t, b.tr, 1, msg(2, 1, op))
+	}
+	a.in.wait(t, before+20, 5*time.Second)
+	if !sameLink(a.tr, b.tr) {
+		t.Fatalf("not one connection:%s", statsOf([]*Transport{a.tr, b.tr}))
+	}
 }
