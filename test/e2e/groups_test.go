@@ -11,6 +11,7 @@ import (
 
 	kcluster "github.com/kefirdb/kefir/internal/cluster"
 	"github.com/kefirdb/kefir/internal/resp"
+	"github.com/kefirdb/kefir/internal/testgroup"
 	"github.com/kefirdb/kefir/test/e2e/cluster"
 )
 
@@ -25,7 +26,7 @@ func TestGroupsRedisCliCluster(t *testing.T) {
 	g.WaitLeaders(20 * time.Second)
 	first := g.Nodes[0].ClientAddr
 	groupsSeen := map[kcluster.GroupID]bool{}
-	for i := range 30 {
+	for i := range 12 {
 		k := "key" + strconv.Itoa(i)
 		groupsSeen[kcluster.EvenGroups(3, []uint64{1, 2, 3}, 3)[groupIndex(kcluster.Slot([]byte(k)))].ID] = true
 		if out := redisCLI(t, first, "-c", "set", k, "v"+strconv.Itoa(i)); out != "OK" {
@@ -35,7 +36,7 @@ func TestGroupsRedisCliCluster(t *testing.T) {
 	if len(groupsSeen) != 3 {
 		t.Fatalf("the keys reached groups %v, want all three", groupsSeen)
 	}
-	for i := range 30 {
+	for i := range 12 {
 		k := "key" + strconv.Itoa(i)
 		if out := redisCLI(t, first, "-c", "get", k); out != "v"+strconv.Itoa(i) {
 			t.Fatalf("redis-cli -c get %s = %q", k, out)
@@ -65,6 +66,51 @@ func TestGroupsRedisCliCluster(t *testing.T) {
 	if out := redisCLI(t, first, "cluster", "getkeysinslot", uslot, "10"); out != "{u}a\n{u}b" {
 		t.Fatalf("cluster getkeysinslot %s = %q", uslot, out)
 	}
+	// CLUSTER SHARDS and NODES in redis-server 7.0.15's shapes (recorded
+	// from a 3-master cluster: the same keys in the same order, one shard
+	// per group with its leader as the master).
+	shards, err := cluster.Command(first, "CLUSTER", "SHARDS")
+	if err != nil || len(shards.Elems) != 3 {
+		t.Fatalf("CLUSTER SHARDS = %v, %v", shards, err)
+	}
+	for _, sh := range shards.Elems {
+		if len(sh.Elems) != 4 || string(sh.Elems[0].Str) != "slots" || string(sh.Elems[2].Str) != "nodes" || len(sh.Elems[1].Elems) != 2 || len(sh.Elems[3].Elems) != 3 {
+			t.Fatalf("CLUSTER SHARDS shard = %v", sh)
+		}
+		var keys []string
+		roles := ""
+		for i, f := range sh.Elems[3].Elems[0].Elems {
+			if i%2 == 0 {
+				keys = append(keys, string(f.Str))
+			} else if keys[len(keys)-1] == "role" {
+				roles = string(f.Str)
+			}
+		}
+		if strings.Join(keys, " ") != "id port ip endpoint role replication-offset health" || roles != "master" {
+			t.Fatalf("CLUSTER SHARDS node keys %v, first node's role %q", keys, roles)
+		}
+	}
+	nodes := redisCLI(t, first, "cluster", "nodes")
+	masters := 0
+	for _, line := range strings.Split(nodes, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 8 || len(f[0]) != 40 || f[7] != "connected" {
+			t.Fatalf("CLUSTER NODES line %q", line)
+		}
+		if strings.Contains(f[2], "master") {
+			masters++
+		}
+	}
+	if masters == 0 || !strings.Contains(nodes, "myself,") {
+		t.Fatalf("CLUSTER NODES:\n%s", nodes)
+	}
+	if info := redisCLI(t, first, "cluster", "info"); !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, "cluster_size:3") {
+		t.Fatalf("CLUSTER INFO:\n%s", info)
+	}
+	if id := redisCLI(t, first, "cluster", "myid"); !strings.HasPrefix(nodes, id) && !strings.Contains(nodes, "\n"+id) {
+		t.Fatalf("CLUSTER MYID %s is not in CLUSTER NODES", id)
+	}
+
 	// A connection that asked for the topology is a cluster client's: a
 	// request for a slot led elsewhere gets Redis Cluster's -MOVED.
 	k := "key0"
@@ -78,13 +124,18 @@ func TestGroupsRedisCliCluster(t *testing.T) {
 	if want := fmt.Sprintf("MOVED %d %s", slot, g.Nodes[leader].ClientAddr); string(replies[2].Str) != want {
 		t.Fatalf("GET %s at a follower after CLUSTER SLOTS = %q, want %q", k, replies[2].Str, want)
 	}
+	// Every node holds every group's keys once its replicas applied them.
 	total := 0
-	for _, n := range g.Nodes {
-		c, _ := strconv.Atoi(redisCLI(t, n.ClientAddr, "dbsize"))
-		total += c
-	}
-	if total != 3*32 { // every node holds every group's keys
-		t.Fatalf("DBSIZE over the nodes = %d, want %d", total, 3*32)
+	testgroup.Until(5*time.Second, 50*time.Millisecond, func() bool {
+		total = 0
+		for _, n := range g.Nodes {
+			c, _ := strconv.Atoi(redisCLI(t, n.ClientAddr, "dbsize"))
+			total += c
+		}
+		return total == 3*14
+	})
+	if total != 3*14 {
+		t.Fatalf("DBSIZE over the nodes = %d, want %d", total, 3*14)
 	}
 }
 
@@ -228,4 +279,30 @@ func TestGroupsRedisPyClusterLeaderKill(t *testing.T) {
 	if out := redisCLI(t, follower, "-c", "get", k); !strings.HasPrefix(out, "a") {
 		t.Fatalf("redis-cli -c get %s at a follower = %q", k, out)
 	}
+}
+
+// kefir up --groups 3 starts three nodes hosting three groups (the banner
+// says so); redis-cli -c writes and reads keys of every group through every
+// node.
+func TestUpGroups(t *testing.T) {
+	base := freeBase(t, 3)
+	a := upAddrsOf(base, 3)
+	u := startUp(t, "--dir", t.TempDir(), "--base-port", strconv.Itoa(base), "--groups", "3")
+	if !strings.Contains(u.banner, "3 nodes hosting 3 3-replica groups") {
+		t.Fatalf("banner:\n%s", u.banner)
+	}
+	for i := range 12 {
+		if out := redisCLI(t, a.client[i%3], "-c", "set", fmt.Sprintf("up%d", i), strconv.Itoa(i)); out != "OK" {
+			t.Fatalf("set up%d: %q", i, out)
+		}
+	}
+	for i := range 12 {
+		if out := redisCLI(t, a.client[(i+1)%3], "-c", "get", fmt.Sprintf("up%d", i)); out != strconv.Itoa(i) {
+			t.Fatalf("get up%d = %q", i, out)
+		}
+	}
+	if v, err := cluster.Command(a.client[0], "CLUSTER", "SHARDS"); err != nil || len(v.Elems) != 3 {
+		t.Fatalf("CLUSTER SHARDS: %v, %v", v, err)
+	}
+	u.stop(t)
 }
