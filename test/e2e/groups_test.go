@@ -137,6 +137,25 @@ func TestGroupsRedisCliCluster(t *testing.T) {
 	if total != 3*14 {
 		t.Fatalf("DBSIZE over the nodes = %d, want %d", total, 3*14)
 	}
+	// Active expiry runs at each group's leader over that group's keys:
+	// keys of every group set to expire are deleted (DBSIZE counts an
+	// expired key until it is deleted).
+	for i := range 12 {
+		if out := redisCLI(t, first, "-c", "set", "ttl"+strconv.Itoa(i), "x", "px", "200"); out != "OK" {
+			t.Fatalf("set ttl%d px 200 = %q", i, out)
+		}
+	}
+	testgroup.Until(10*time.Second, 100*time.Millisecond, func() bool {
+		total = 0
+		for _, n := range g.Nodes {
+			c, _ := strconv.Atoi(redisCLI(t, n.ClientAddr, "dbsize"))
+			total += c
+		}
+		return total == 3*14
+	})
+	if total != 3*14 {
+		t.Fatalf("DBSIZE over the nodes %d after the keys expired, want %d: active expiry missed a group", total, 3*14)
+	}
 }
 
 // pipeline sends cmds on one connection and returns their replies.
