@@ -1,8 +1,10 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -109,6 +111,33 @@ func TestGroupsRedisCliCluster(t *testing.T) {
 	}
 	if id := redisCLI(t, first, "cluster", "myid"); !strings.HasPrefix(nodes, id) && !strings.Contains(nodes, "\n"+id) {
 		t.Fatalf("CLUSTER MYID %s is not in CLUSTER NODES", id)
+	}
+
+	// /status shows the map: each group's slots, leader and this node's
+	// replica of it.
+	var st struct {
+		Groups []struct {
+			ID        uint64 `json:"id"`
+			SlotCount int    `json:"slot_count"`
+			Leader    uint64 `json:"leader"`
+			Role      string `json:"role"`
+		} `json:"groups"`
+	}
+	hr, err := http.Get("http://" + g.Nodes[0].HTTPAddr + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = json.NewDecoder(hr.Body).Decode(&st)
+	hr.Body.Close()
+	slots := 0
+	for _, gs := range st.Groups {
+		slots += gs.SlotCount
+		if gs.Leader == 0 || gs.Role == "" {
+			t.Errorf("/status group %+v: no leader or no local role", gs)
+		}
+	}
+	if err != nil || len(st.Groups) != 3 || slots != kcluster.Slots {
+		t.Fatalf("/status groups %+v (%d slots), %v", st.Groups, slots, err)
 	}
 
 	// A connection that asked for the topology is a cluster client's: a
