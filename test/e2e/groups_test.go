@@ -296,6 +296,9 @@ print("OK", i, "ops, retries", retries)
 func TestGroupsRedisPyClusterLeaderKill(t *testing.T) {
 	g := cluster.StartGroups(t, 3, threeGroups, "--cluster-redirects", "true")
 	g.WaitLeaders(20 * time.Second)
+	if out, err := exec.Command("/usr/bin/python3", "-c", "import redis.cluster").CombinedOutput(); err != nil {
+		t.Fatalf("redis-py not found (%v: %s): install Debian's python3-redis (apt-get install python3-redis; .ci/run does); the e2e suite needs it", err, out)
+	}
 	host, port := "127.0.0.1", g.Nodes[0].Port()
 	cmd := exec.Command("/usr/bin/python3", "-c", redisPyWorkload, host, port, "6")
 	out := make(chan string, 1)
