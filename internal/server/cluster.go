@@ -348,8 +348,9 @@ func (c *conn) keysInSlot(sub string, args [][]byte) error {
 	}
 	if errors.Is(err, cluster.ErrNotLeader) {
 		// The slot's group is led elsewhere: its leader counts (or a
-		// cluster client is redirected there).
-		return c.forwardRead(args, c.cons, c.sess, callOpts{}, err)
+		// cluster client is redirected there; a forward is answered MOVED,
+		// never forwarded again).
+		return c.forwardRead(args, c.cons, c.sess, callOpts{redirect: c.callRedirect}, err)
 	}
 	if err != nil {
 		return err
