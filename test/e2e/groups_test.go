@@ -43,10 +43,10 @@ func TestGroupsRedisCliCluster(t *testing.T) {
 		if out := redisCLI(t, first, "-c", "get", k); out != "v"+strconv.Itoa(i) {
 			t.Fatalf("redis-cli -c get %s = %q", k, out)
 		}
-		// Without -c: the node forwards to the group's leader.
+		// A plain client: the node forwards to the group's leader.
 		n := g.Nodes[i%3].ClientAddr
-		if out := redisCLI(t, n, "get", k); out != "v"+strconv.Itoa(i) {
-			t.Fatalf("redis-cli get %s at %s = %q", k, n, out)
+		if v, err := cluster.Command(n, "GET", k); err != nil || string(v.Str) != "v"+strconv.Itoa(i) {
+			t.Fatalf("GET %s at %s = %q, %v", k, n, v.Str, err)
 		}
 	}
 	if out := redisCLI(t, first, "-c", "mset", "a", "1", "b", "2"); !strings.Contains(out, "CROSSSLOT Keys in request don't hash to the same slot") {
@@ -160,8 +160,8 @@ func TestGroupsRedisCliCluster(t *testing.T) {
 	testgroup.Until(5*time.Second, 50*time.Millisecond, func() bool {
 		total = 0
 		for _, n := range g.Nodes {
-			c, _ := strconv.Atoi(redisCLI(t, n.ClientAddr, "dbsize"))
-			total += c
+			v, _ := cluster.Command(n.ClientAddr, "DBSIZE")
+			total += int(v.Int)
 		}
 		return total == 3*14
 	})
@@ -172,15 +172,15 @@ func TestGroupsRedisCliCluster(t *testing.T) {
 	// keys of every group set to expire are deleted (DBSIZE counts an
 	// expired key until it is deleted).
 	for i := range 12 {
-		if out := redisCLI(t, first, "-c", "set", "ttl"+strconv.Itoa(i), "x", "px", "200"); out != "OK" {
-			t.Fatalf("set ttl%d px 200 = %q", i, out)
+		if v, err := cluster.Command(first, "SET", "ttl"+strconv.Itoa(i), "x", "PX", "200"); err != nil || string(v.Str) != "OK" {
+			t.Fatalf("SET ttl%d PX 200 = %q, %v", i, v.Str, err)
 		}
 	}
 	testgroup.Until(10*time.Second, 100*time.Millisecond, func() bool {
 		total = 0
 		for _, n := range g.Nodes {
-			c, _ := strconv.Atoi(redisCLI(t, n.ClientAddr, "dbsize"))
-			total += c
+			v, _ := cluster.Command(n.ClientAddr, "DBSIZE")
+			total += int(v.Int)
 		}
 		return total == 3*14
 	})
