@@ -50,6 +50,27 @@ func TestGoRedisClusterClientLeaderKill(t *testing.T) {
 		rdb.Close()
 	}
 
+	// ReadOnly: go-redis sends READONLY to the replicas CLUSTER SLOTS
+	// lists and reads there: the connection's reads are eventual, which a
+	// follower serves (a value may show late, never one never written).
+	ro := redis.NewClusterClient(&redis.ClusterOptions{Addrs: g.Addrs(), ReadOnly: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	for i := range 30 {
+		k := fmt.Sprintf("k%d", i)
+		for {
+			v, err := ro.Get(ctx, k).Int()
+			if err == nil && v == i {
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("ReadOnly GET %s = %d, %v", k, v, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	cancel()
+	ro.Close()
+
 	// A workload of SET and GET over every group while the leader of
 	// {t1}'s group is killed and restarted.
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: g.Addrs(), MaxRedirects: 16})

@@ -118,25 +118,22 @@ func (m *Multi) Leader(id GroupID) (uint64, string, bool) {
 // if another key hashes elsewhere. A keyless op (other than a scan or a
 // flush, which Multi handles itself) routes as the empty key (slot 0).
 func opSlot(op *kv.Op) (uint16, error) {
-	var slot uint16
-	first := true
-	check := func(k []byte) bool {
-		s := Slot(k)
-		if first {
-			slot, first = s, false
-			return true
-		}
-		return s == slot
-	}
-	if len(op.Key) > 0 {
-		check(op.Key)
-	}
 	step := 1
 	if op.Kind == kv.KindMSet || op.Kind == kv.KindMSetNX {
 		step = 2 // key, value, key, value
 	}
-	for i := 0; i < len(op.Keys); i += step {
-		if !check(op.Keys[i]) {
+	keys := op.Keys
+	var slot uint16
+	switch {
+	case len(op.Key) > 0:
+		slot = Slot(op.Key)
+	case len(keys) > 0:
+		slot, keys = Slot(keys[0]), keys[min(step, len(keys)):]
+	default:
+		return Slot(nil), nil
+	}
+	for i := 0; i < len(keys); i += step {
+		if Slot(keys[i]) != slot {
 			return 0, ErrCrossSlot
 		}
 	}

@@ -231,3 +231,27 @@ func TestForwarderFollowsSlotMoved(t *testing.T) {
 		t.Fatalf("outcome %v, reply %v; want the leader's OK", fc.Err, fc.Reply)
 	}
 }
+
+// The routing cost per request at a node of several groups: hash the key,
+// read the owner, check the group's own bitmap (go test -bench MultiRoute).
+func BenchmarkMultiRoute(b *testing.B) {
+	m, err := NewSlotMap(1, EvenGroups(3, []uint64{1, 2, 3}, 3))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var locals []LocalGroup
+	for _, g := range m.Groups {
+		locals = append(locals, LocalGroup{Spec: g, Hosted: Hosted{Replica: &fakeReplica{}, Group: &stateGroup{}}})
+	}
+	mu, err := NewMulti(m, 1, nil, locals)
+	if err != nil {
+		b.Fatal(err)
+	}
+	op := kv.Op{Kind: kv.KindGet, Key: []byte("key:000000012345")}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, _, err := mu.route(&op); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

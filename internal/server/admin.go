@@ -31,8 +31,12 @@ type StatusJSON struct {
 	DurablePos    uint64         `json:"durable_pos"`
 	Storage       map[string]any `json:"storage"`
 	Shard         map[string]any `json:"shard"`
-	// Replication is set on a replica of a VR group.
+	// Replication is set on a replica of a VR group (at a node of several
+	// groups: its first group's).
 	Replication *ReplicaInfo `json:"replication,omitempty"`
+	// Groups is set at a node of several groups (Config.Groups): the slot
+	// map's groups and this node's replica of each (cluster.go).
+	Groups []GroupStatus `json:"groups,omitempty"`
 }
 
 // Status returns the node's status as /status serves it.
@@ -72,6 +76,7 @@ func (s *Server) Status() StatusJSON {
 	if a := s.PeerAddr(); a != nil {
 		out.PeerAddr = a.String()
 	}
+	out.Groups = s.groupStatus()
 	return out
 }
 

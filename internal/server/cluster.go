@@ -348,8 +348,9 @@ func (c *conn) keysInSlot(sub string, args [][]byte) error {
 	}
 	if errors.Is(err, cluster.ErrNotLeader) {
 		// The slot's group is led elsewhere: its leader counts (or a
-		// cluster client is redirected there).
-		return c.forwardRead(args, c.cons, c.sess, callOpts{}, err)
+		// cluster client is redirected there; a forward is answered MOVED,
+		// never forwarded again).
+		return c.forwardRead(args, c.cons, c.sess, callOpts{redirect: c.callRedirect}, err)
 	}
 	if err != nil {
 		return err
@@ -362,4 +363,40 @@ func (c *conn) keysInSlot(sub string, args [][]byte) error {
 		_ = c.w.WriteBulk(k)
 	}
 	return nil
+}
+
+// GroupStatus is one group of the slot map in /status: its slots, members
+// and leader, and this node's replica of it (none: not hosted here).
+type GroupStatus struct {
+	ID        uint64   `json:"id"`
+	Slots     []string `json:"slots"`
+	SlotCount int      `json:"slot_count"`
+	Members   []uint64 `json:"members"`
+	Leader    uint64   `json:"leader"`
+	Role      string   `json:"role,omitempty"`
+	View      uint64   `json:"view,omitempty"`
+	Commit    uint64   `json:"commit_op,omitempty"`
+	Applied   uint64   `json:"applied_op,omitempty"`
+}
+
+// groupStatus reports the slot map's groups at a node of several groups
+// (nil otherwise).
+func (s *Server) groupStatus() []GroupStatus {
+	if s.multi == nil {
+		return nil
+	}
+	var out []GroupStatus
+	for _, g := range s.multi.Slots().Groups {
+		gs := GroupStatus{ID: uint64(g.ID), Members: g.Members}
+		for _, r := range g.Slots {
+			gs.Slots = append(gs.Slots, fmt.Sprintf("%d-%d", r.Start, r.End))
+			gs.SlotCount += int(r.End) - int(r.Start) + 1
+		}
+		gs.Leader, _, _ = s.multi.Leader(g.ID)
+		if st, ok := s.multi.GroupState(g.ID); ok {
+			gs.Role, gs.View, gs.Commit, gs.Applied = st.Role, st.View, st.Commit, st.Applied
+		}
+		out = append(out, gs)
+	}
+	return out
 }

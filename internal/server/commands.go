@@ -355,7 +355,10 @@ func (c *conn) call(args [][]byte) error {
 			_ = c.w.WriteArrayHeader(2)
 			_ = c.w.WriteBulkString(o.sess.String())
 		}
-		if err := c.admin(spec, inner); err != nil {
+		c.callRedirect = o.redirect // a forwarded CLUSTER COUNTKEYSINSLOT redirects (cluster.go)
+		err := c.admin(spec, inner)
+		c.callRedirect = false
+		if err != nil {
 			c.timed[len(c.timed)-1].err = true
 			c.writeErr(err)
 		}

@@ -117,6 +117,9 @@ type conn struct {
 	// clusterAware: the connection behaves as a Redis Cluster client's
 	// (cluster.go): requests for a slot led elsewhere get -MOVED.
 	clusterAware bool
+	// callRedirect: the admin command running came in KEFIR.CALL REDIRECT
+	// (a forward): it must redirect, not forward again.
+	callRedirect bool
 	cons         level.Consistency
 	dur          level.Durability
 	sess         shard.Session

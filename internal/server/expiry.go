@@ -7,9 +7,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/cluster"
 	"github.com/kefirdb/kefir/internal/command"
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/shard"
+	"github.com/kefirdb/kefir/internal/storage"
 )
 
 // Key expiry commands (docs/design/expiry.md): SET's EX|PX|EXAT|PXAT|KEEPTTL,
@@ -246,6 +248,9 @@ const DefaultActiveExpiry = 100 * time.Millisecond
 type activeExpiry struct {
 	stop, done chan struct{}
 	cursor     []byte
+	// cursors are the walks of a node of several groups (Config.Groups),
+	// one per hosted group: each group's leader expires its own keys.
+	cursors    map[cluster.GroupID][]byte
 	deleted    atomic.Uint64 // keys deleted by the cycle (INFO, tests)
 	hashCursor []byte        // the sweeper's walk of hash generation markers
 	swept      atomic.Uint64 // hash rows the sweeper deleted (tests)
@@ -286,28 +291,54 @@ func (s *Server) stopActiveExpiry() {
 	}
 }
 
-// expiryCycle runs one tick's rounds, within budget.
+// expiryCycle runs one tick's rounds, within budget: over the node's one
+// engine, or over each hosted group's at a node of several groups.
 func (s *Server) expiryCycle(ae *activeExpiry, budget time.Duration) {
-	if s.grp != nil && !s.grp.State().IsLeader {
-		ae.cursor = nil // a new leader starts its own walk
+	if s.multi == nil {
+		ae.cursor = s.expiryWalk(ae, s.db, s.grp, ae.cursor, budget)
 		return
+	}
+	hosted := s.multi.Hosted()
+	if ae.cursors == nil {
+		ae.cursors = map[cluster.GroupID][]byte{}
+	}
+	for _, lg := range hosted {
+		id := lg.Spec.ID
+		ae.cursors[id] = s.expiryWalk(ae, lg.Hosted.Engine, lg.Hosted.Group, ae.cursors[id], budget/time.Duration(len(hosted)))
+	}
+}
+
+// expiryWalk runs rounds over db, the engine of the replica whose group is
+// grp (nil: a single node), from cursor, and returns where the walk goes on.
+func (s *Server) expiryWalk(ae *activeExpiry, db *storage.DB, grp cluster.Group, cursor []byte, budget time.Duration) []byte {
+	if grp != nil && !grp.State().IsLeader {
+		return nil // a new leader starts its own walk
 	}
 	start := time.Now()
 	for {
-		keys, sampled, next, err := shard.FindExpired(s.db, ae.cursor, expiryNow(), expiryWalk, expirySample)
+		keys, sampled, next, err := shard.FindExpired(db, cursor, expiryNow(), expiryWalk, expirySample)
 		if err != nil {
 			s.log.Warn("active expiry", "err", err)
-			return
+			return cursor
 		}
-		ae.cursor = next
+		cursor = next
 		if len(keys) > 0 {
 			// Now is stamped by the proposer (the shard, the leader's replica):
-			// the op rechecks each key with it.
+			// the op rechecks each key with it. At a node of several groups
+			// the keys are of several slots: one op each, routed by its slot.
 			w := []shard.WriteReq{{Op: kv.Op{Kind: kv.KindExpireIfDue, Keys: keys}}}
+			if s.multi != nil {
+				w = make([]shard.WriteReq, len(keys))
+				for i, k := range keys {
+					w[i] = shard.WriteReq{Op: kv.Op{Kind: kv.KindExpireIfDue, Keys: [][]byte{k}}}
+				}
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			p, err := s.shard.Apply(ctx, w)
-			if err == nil {
-				err = w[0].Err
+			for i := range w {
+				if err == nil {
+					err = w[i].Err
+				}
 			}
 			if err == nil {
 				err = s.shard.Wait(ctx, p)
@@ -315,16 +346,18 @@ func (s *Server) expiryCycle(ae *activeExpiry, budget time.Duration) {
 			cancel()
 			if err != nil {
 				s.log.Debug("active expiry: delete", "keys", len(keys), "err", err)
-				return
+				return cursor
 			}
-			ae.deleted.Add(uint64(w[0].Result.Int))
+			for i := range w {
+				ae.deleted.Add(uint64(w[i].Result.Int))
+			}
 		}
 		if next == nil || sampled == 0 || len(keys)*expiryStaleFrac <= sampled || time.Since(start) > budget {
-			return
+			return cursor
 		}
 		select {
 		case <-ae.stop:
-			return
+			return cursor
 		default:
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/kefirdb/kefir/internal/cluster"
@@ -29,6 +30,10 @@ type replicaIdentity struct {
 	Cluster uint64   `json:"cluster_id"`
 	Replica uint64   `json:"replica_id"`
 	Members []uint64 `json:"members"`
+	// Slots are the slot ranges of a group of several (--groups): the
+	// map is static, so a group restarted with other slots would hold keys
+	// it no longer owns and miss the ones it now does.
+	Slots string `json:"slots,omitempty"`
 }
 
 func (c Config) identity() replicaIdentity {
@@ -65,6 +70,10 @@ func checkIdentity(dir string, want replicaIdentity) error {
 	var have replicaIdentity
 	if err := json.Unmarshal(b, &have); err != nil {
 		return fmt.Errorf("server: %s is corrupt: %w", p, err)
+	}
+	if have.Slots != "" && have.Slots != want.Slots { // "": recorded before slots were
+		return fmt.Errorf("%w: %s is a replica of a group owning slots %q, but --groups gives it %q; slots do not move yet (issue 28), so start it with its old --groups (or use an empty --dir)",
+			ErrStaleConfig, dir, have.Slots, want.Slots)
 	}
 	if have.Cluster != want.Cluster || have.Replica != want.Replica || !slices.Equal(have.Members, want.Members) {
 		return fmt.Errorf("%w: %s belongs to cluster %d as replica %d of members %v, but this node is configured as cluster %d, replica %d, members %v; fix --cluster-id/--replica-id/--members (or use an empty --dir for a new node)",
@@ -104,6 +113,11 @@ func (s *Server) openReplica() (cluster.Hosted, error) {
 	}
 	if len(cfg.Groups) > 0 {
 		return s.openGroups()
+	}
+	if cfg.FS == nil {
+		if m, _ := filepath.Glob(filepath.Join(cfg.DataDir, "group-*")); len(m) > 0 {
+			return cluster.Hosted{}, fmt.Errorf("%w: %s holds replicas of several groups (%s); start it with its --groups, or use an empty --dir", ErrStaleConfig, cfg.DataDir, filepath.Base(m[0]))
+		}
 	}
 	h, err := cfg.OpenReplica(s.replicaSpec(filepath.Join(cfg.DataDir, "vr")))
 	if err != nil {
@@ -189,7 +203,8 @@ func (s *Server) openGroups() (_ cluster.Hosted, err error) {
 			if err := os.MkdirAll(dir, 0o755); err != nil {
 				return cluster.Hosted{}, fmt.Errorf("server: create %s: %w", dir, err)
 			}
-			if err := checkIdentity(dir, replicaIdentity{Cluster: clusterID, Replica: cfg.ReplicaID, Members: g.Members}); err != nil {
+			_, slots, _ := strings.Cut(cluster.FormatGroups([]cluster.GroupSpec{{ID: g.ID, Slots: g.Slots}}), ":")
+			if err := checkIdentity(dir, replicaIdentity{Cluster: clusterID, Replica: cfg.ReplicaID, Members: g.Members, Slots: slots}); err != nil {
 				return cluster.Hosted{}, err
 			}
 		}
