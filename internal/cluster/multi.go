@@ -118,21 +118,12 @@ func (m *Multi) Leader(id GroupID) (uint64, string, bool) {
 // if another key hashes elsewhere. A keyless op (other than a scan or a
 // flush, which Multi handles itself) routes as the empty key (slot 0).
 func opSlot(op *kv.Op) (uint16, error) {
-	step := 1
-	if op.Kind == kv.KindMSet || op.Kind == kv.KindMSetNX {
-		step = 2 // key, value, key, value
-	}
-	keys := op.Keys
-	var slot uint16
-	switch {
-	case len(op.Key) > 0:
-		slot = Slot(op.Key)
-	case len(keys) > 0:
-		slot, keys = Slot(keys[0]), keys[min(step, len(keys)):]
-	default:
+	keys, step := op.RoutingKeys()
+	if len(keys) == 0 {
 		return Slot(nil), nil
 	}
-	for i := 0; i < len(keys); i += step {
+	slot := Slot(keys[0])
+	for i := step; i < len(keys); i += step {
 		if Slot(keys[i]) != slot {
 			return 0, ErrCrossSlot
 		}

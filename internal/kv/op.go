@@ -201,6 +201,28 @@ func (op *Op) WrittenKeys() [][]byte {
 	return nil
 }
 
+// RoutingKeys returns the user keys op names, for routing it by slot, and
+// the stride between them in the slice (2 for MSET's key, value pairs).
+// Keys is not always keys: a hash op's Keys are its fields (and values), an
+// EVAL's hold its arguments after the Delta declared keys; those route by
+// their user key alone. Other ops name either Key or Keys.
+func (op *Op) RoutingKeys() (keys [][]byte, step int) {
+	switch {
+	case isHashWrite(op.Kind) || isHashRead(op.Kind):
+		return [][]byte{op.Key}, 1
+	case isScriptKind(op.Kind):
+		if op.Delta >= 0 && op.Delta <= int64(len(op.Keys)) {
+			return op.Keys[:op.Delta], 1
+		}
+		return nil, 1
+	case op.Kind == KindMSet || op.Kind == KindMSetNX:
+		return op.Keys, 2
+	case len(op.Key) > 0:
+		return [][]byte{op.Key}, 1
+	}
+	return op.Keys, 1
+}
+
 // CheckSizes refuses (ErrInvalidOp) a write that stores a key longer than
 // maxKey or a value longer than maxVal, the engine's limits: the engine would
 // refuse the whole batch it came in, and a replicated op it refuses stops every

@@ -253,7 +253,9 @@ type activeExpiry struct {
 	cursors    map[cluster.GroupID][]byte
 	deleted    atomic.Uint64 // keys deleted by the cycle (INFO, tests)
 	hashCursor []byte        // the sweeper's walk of hash generation markers
-	swept      atomic.Uint64 // hash rows the sweeper deleted (tests)
+	// hashCursors: the sweeper's walks at a node of several groups.
+	hashCursors map[cluster.GroupID][]byte
+	swept       atomic.Uint64 // hash rows the sweeper deleted (tests)
 }
 
 // startActiveExpiry starts the cycle unless Config.ActiveExpiry is negative.
@@ -387,20 +389,40 @@ const (
 )
 
 func (s *Server) hashSweepCycle(ae *activeExpiry, budget time.Duration) {
-	if s.grp != nil && !s.grp.State().IsLeader {
-		ae.hashCursor = nil
+	if s.multi == nil {
+		ae.hashCursor = s.hashSweepWalk(ae, s.db, s.grp, ae.hashCursor, budget)
 		return
+	}
+	// A node of several groups walks each hosted group's engine where it
+	// leads that group; each sweep op routes by its hash's key (its slot's
+	// group, the one whose engine holds the rows).
+	hosted := s.multi.Hosted()
+	if ae.hashCursors == nil {
+		ae.hashCursors = map[cluster.GroupID][]byte{}
+	}
+	for _, lg := range hosted {
+		id := lg.Spec.ID
+		ae.hashCursors[id] = s.hashSweepWalk(ae, lg.Hosted.Engine, lg.Hosted.Group, ae.hashCursors[id], budget/time.Duration(len(hosted)))
+	}
+}
+
+// hashSweepWalk runs sweep rounds over db, the engine of the replica whose
+// group is grp (nil: a single node), from cursor, and returns where the
+// walk goes on.
+func (s *Server) hashSweepWalk(ae *activeExpiry, db *storage.DB, grp cluster.Group, cursor []byte, budget time.Duration) []byte {
+	if grp != nil && !grp.State().IsLeader {
+		return nil // a new leader starts its own walk
 	}
 	start := time.Now()
 	for {
-		ops, next, err := shard.FindHashGarbage(s.db, ae.hashCursor, hashSweepMarkers, hashSweepRows)
+		ops, next, err := shard.FindHashGarbage(db, cursor, hashSweepMarkers, hashSweepRows)
 		if err != nil {
 			s.log.Warn("hash sweep", "err", err)
-			return
+			return cursor
 		}
-		ae.hashCursor = next
+		cursor = next
 		if len(ops) == 0 {
-			return
+			return cursor
 		}
 		w := make([]shard.WriteReq, len(ops))
 		for i := range ops {
@@ -420,14 +442,14 @@ func (s *Server) hashSweepCycle(ae *activeExpiry, budget time.Duration) {
 		}
 		if err != nil {
 			s.log.Debug("hash sweep: delete", "ops", len(ops), "err", err)
-			return
+			return cursor
 		}
 		if next == nil || time.Since(start) > budget {
-			return
+			return cursor
 		}
 		select {
 		case <-ae.stop:
-			return
+			return cursor
 		default:
 		}
 	}
