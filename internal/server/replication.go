@@ -14,6 +14,7 @@ import (
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/storage"
 	"github.com/kefirdb/kefir/internal/transport"
+	"github.com/kefirdb/kefir/internal/vfs"
 )
 
 // ErrStaleConfig is returned by New when the data directory was created for a
@@ -55,11 +56,10 @@ func checkIdentity(dir string, want replicaIdentity) error {
 		if err != nil {
 			return err
 		}
-		tmp := p + ".tmp"
-		if err := os.WriteFile(tmp, b, 0o644); err != nil {
-			return fmt.Errorf("server: write %s: %w", tmp, err)
-		}
-		if err := os.Rename(tmp, p); err != nil {
+		// Durably: a crash right after the first start must not leave an
+		// empty or missing identity, which would refuse (empty) or let
+		// another group take (missing) the directory.
+		if err := vfs.WriteFileDurably(vfs.Default, dir, p, b); err != nil {
 			return fmt.Errorf("server: write %s: %w", p, err)
 		}
 		return nil

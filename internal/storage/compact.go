@@ -218,37 +218,15 @@ func (db *DB) writeGap(s *segment) error {
 	return nil
 }
 
-// writeDurably writes b as the whole file final in dir, durably and atomically: a
-// temporary file, synced, renamed into place, and the directory synced.
+// writeDurably writes b as the whole file final in dir, durably and
+// atomically (vfs.WriteFileDurably on the engine's file system).
 func (db *DB) writeDurably(dir, final string, b []byte) error {
-	tmp := final + ".tmp"
-	f, err := db.fs.Create(tmp)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(b)
-	return db.publish(f, err, dir, tmp, final)
+	return vfs.WriteFileDurably(db.fs, dir, final, b)
 }
 
-// publish ends the atomic write of a file: unless writing f (the temporary
-// file tmp in dir) failed with err, it syncs and closes f, renames it to
-// final and syncs the directory, so a crash leaves either no final or all of
-// it. It closes f in every case. The one tail of writeDurably and the
-// checkpoint (which streams its file rather than writing one buffer).
+// publish ends the atomic write of a streamed file (vfs.Publish).
 func (db *DB) publish(f vfs.File, err error, dir, tmp, final string) error {
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = db.fs.Rename(tmp, final)
-	}
-	if err == nil {
-		err = db.fs.SyncDir(dir)
-	}
-	return err
+	return vfs.Publish(db.fs, f, err, dir, tmp, final)
 }
 
 // readGap returns the end position recorded in a gap file.

@@ -271,3 +271,37 @@ func (OS) Stat(name string) (int64, error) {
 
 // Join is filepath.Join, re-exported so callers need not mix packages.
 func Join(elem ...string) string { return filepath.Join(elem...) }
+
+// WriteFileDurably writes b as the whole file final in dir, durably and
+// atomically: a temporary file (final + ".tmp"), synced, renamed into place,
+// and the directory synced, so a crash leaves either no final or all of it.
+func WriteFileDurably(fs FS, dir, final string, b []byte) error {
+	tmp := final + ".tmp"
+	f, err := fs.Create(tmp)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	return Publish(fs, f, err, dir, tmp, final)
+}
+
+// Publish ends the atomic write of a file: unless writing f (the temporary
+// file tmp in dir) failed with err, it syncs and closes f, renames it to
+// final and syncs the directory. It closes f in every case. The tail of
+// WriteFileDurably, for writers that stream their file rather than write
+// one buffer.
+func Publish(fs FS, f File, err error, dir, tmp, final string) error {
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = fs.Rename(tmp, final)
+	}
+	if err == nil {
+		err = fs.SyncDir(dir)
+	}
+	return err
+}

@@ -251,3 +251,36 @@ func TestCrashAfterOps(t *testing.T) {
 		t.Fatalf("stat after crash: %v", err)
 	}
 }
+
+// WriteFileDurably leaves the whole file after a power cut, and nothing of
+// its temporary file; a plain write and rename (no syncs) loses it.
+func TestWriteFileDurablySurvivesAPowerCut(t *testing.T) {
+	m := NewMem()
+	if err := m.MkdirAll("/d"); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.SyncDir("/"); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteFileDurably(m, "/d", "/d/id.json", []byte(`{"a":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	// The unsynced way, for contrast: nothing of it is durable.
+	f, err := m.Create("/d/plain.tmp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, f, "x")
+	f.Close()
+	if err := m.Rename("/d/plain.tmp", "/d/plain"); err != nil {
+		t.Fatal(err)
+	}
+	m.Crash(nil)
+	if got := readAll(t, m, "/d/id.json"); got != `{"a":1}` {
+		t.Fatalf("after a power cut: %q", got)
+	}
+	names, _ := m.ReadDir("/d")
+	if len(names) != 1 || names[0] != "id.json" {
+		t.Fatalf("files after the power cut: %v, want [id.json]", names)
+	}
+}
