@@ -106,13 +106,38 @@ func IsHashRow(key []byte) bool { return bytes.HasPrefix(key, hashRows) }
 var HashRowOverhead = len(hashRows) + 8
 
 func hashRowKey(gen uint64, field []byte) []byte {
-	return append(HashRowPrefix(gen), field...)
+	return appendHashRowKey(make([]byte, 0, len(hashRows)+8+len(field)), gen, field)
 }
 
+func appendHashRowKey(b []byte, gen uint64, field []byte) []byte {
+	b = append(b, hashRows...)
+	return append(binary.BigEndian.AppendUint64(b, gen), field...)
+}
+
+// hashMetaMax bounds the metadata record's value: generation and count.
+const hashMetaMax = 8 + binary.MaxVarintLen64
+
 func encodeHashMeta(gen uint64, n int64) []byte {
-	b := binary.LittleEndian.AppendUint64(make([]byte, 0, 12), gen)
+	return appendHashMeta(make([]byte, 0, hashMetaMax), gen, n)
+}
+
+func appendHashMeta(b []byte, gen uint64, n int64) []byte {
+	b = binary.LittleEndian.AppendUint64(b, gen)
 	return binary.AppendUvarint(b, uint64(n))
 }
+
+// hashTypeMeta is the meta of a hash without expiry, shared by every
+// metadata record a write emits (records are never modified in place), so
+// that an HSET does not allocate it.
+var hashTypeMeta = EncodeMeta(TypeHash, 0)
+
+// Prober reports whether key holds a value (a record that is not a
+// deletion) without reading it. A hash write asks it of the field rows whose
+// values it does not need — HSET and HSETNX (is the field new?), HDEL (did
+// it exist?) — because reading a row back was most of what an HSET cost
+// (docs/design/hashes.md, Throughput). Field rows have no expiry of their
+// own, so stored is live. nil: the Getter answers.
+type Prober func(key []byte) (exists bool, err error)
 
 func decodeHashMeta(b []byte) (gen uint64, n int64, err error) {
 	if len(b) < 8 {
@@ -162,31 +187,72 @@ func readHashState(get Getter, key []byte, version uint64, now int64) (hashState
 	return hashState{live: true, gen: gen, n: n, expireAt: ExpireAt(meta), ver: ver}, nil
 }
 
-// field reads the row of field f (only a live hash has rows).
-func (h *hashState) field(get Getter, f []byte) ([]byte, bool, error) {
+// field reads the row whose key is row (only a live hash has rows).
+func (h *hashState) field(get Getter, row []byte) ([]byte, bool, error) {
 	if !h.live {
 		return nil, false, nil
 	}
-	data, _, _, ok, err := get(hashRowKey(h.gen, f))
+	data, _, _, ok, err := get(row)
 	return data, ok, err
 }
 
-// hashRow is a field row a write emits: value nil deletes it.
-type hashRow struct{ field, value []byte }
+// exists reports whether the row whose key is row exists, through has if
+// the caller gave one (no read of the row's value), else through get.
+func (h *hashState) exists(get Getter, has Prober, row []byte) (bool, error) {
+	if !h.live {
+		return false, nil
+	}
+	if has != nil {
+		return has(row)
+	}
+	_, _, _, ok, err := get(row)
+	return ok, err
+}
+
+// hashRow is a field row a write emits: its key (the row's, not the
+// field's) and its value; value nil deletes it.
+type hashRow struct{ key, value []byte }
+
+// rowKeys lays out the row keys of fields in one allocation, with room
+// after them for the metadata record's value (emit takes it from there):
+// an HSET's records then cost one allocation, not one per key.
+type rowKeys struct{ buf []byte }
+
+func newRowKeys(fields [][]byte, step int) rowKeys {
+	n := hashMetaMax
+	for i := 0; i < len(fields); i += step {
+		n += len(hashRows) + 8 + len(fields[i])
+	}
+	return rowKeys{buf: make([]byte, 0, n)}
+}
+
+// key returns the row key of field (capacity-limited: the next key shares
+// the buffer).
+func (r *rowKeys) key(gen uint64, field []byte) []byte {
+	start := len(r.buf)
+	r.buf = appendHashRowKey(r.buf, gen, field)
+	return r.buf[start:len(r.buf):len(r.buf)]
+}
 
 // emit emits the hash's metadata record (n fields; none deletes the key),
-// then its rows.
-func (h *hashState) emit(emit Emit, key []byte, rows []hashRow) {
+// then its rows; keys has room for the metadata's value.
+func (h *hashState) emit(emit Emit, key []byte, rows []hashRow, keys *rowKeys) {
 	if h.n <= 0 {
 		emit(key, nil, nil, true)
 	} else {
-		put(emit, key, encodeHashMeta(h.gen, h.n), EncodeMeta(TypeHash, h.expireAt))
+		meta := hashTypeMeta
+		if h.expireAt != 0 {
+			meta = EncodeMeta(TypeHash, h.expireAt)
+		}
+		start := len(keys.buf)
+		keys.buf = appendHashMeta(keys.buf, h.gen, h.n)
+		put(emit, key, keys.buf[start:len(keys.buf):len(keys.buf)], meta)
 	}
 	for _, r := range rows {
 		if r.value == nil {
-			emit(hashRowKey(h.gen, r.field), nil, nil, true)
+			emit(r.key, nil, nil, true)
 		} else {
-			put(emit, hashRowKey(h.gen, r.field), r.value, nil)
+			put(emit, r.key, r.value, nil)
 		}
 	}
 }
@@ -203,7 +269,9 @@ func (h *hashState) emit(emit Emit, key []byte, rows []hashRow) {
 // MSETNX restage its other keys.)
 func ReplayReadsOwnRecord(k Kind) bool { return isHashWrite(k) }
 
-func applyHash(get Getter, version uint64, op *Op, emit Emit) (Result, error) {
+// applyHash evaluates the hash writes; has (nil: get answers) tells
+// whether a field row exists where its value is not needed.
+func applyHash(get Getter, has Prober, version uint64, op *Op, emit Emit) (Result, error) {
 	if err := CheckKey(op.Key); err != nil {
 		return Result{}, err
 	}
@@ -221,15 +289,18 @@ func applyHash(get Getter, version uint64, op *Op, emit Emit) (Result, error) {
 	// recovers a prefix of an op's records after a crash then holds the
 	// metadata of any op whose rows it holds, and a replay that finds only
 	// that record reads the generation from it (ReplayReadsOwnRecord).
-	var rows []hashRow
+	var small [8]hashRow // the rows of a small write stay on the stack
+	rows := small[:0]
 	switch op.Kind {
 	case KindHSet:
 		var added int64
+		keys := newRowKeys(op.Keys, 2)
 		for i := 0; i < len(op.Keys); i += 2 {
 			if dupAfter(op.Keys, i) {
 				continue // HSET h f 1 f 2: one row, the last value
 			}
-			_, exists, err := h.field(get, op.Keys[i])
+			row := keys.key(h.gen, op.Keys[i])
+			exists, err := h.exists(get, has, row)
 			if err != nil {
 				return Result{}, err
 			}
@@ -239,10 +310,10 @@ func applyHash(get Getter, version uint64, op *Op, emit Emit) (Result, error) {
 			if !exists {
 				added++
 			}
-			rows = append(rows, hashRow{field: op.Keys[i], value: op.Keys[i+1]})
+			rows = append(rows, hashRow{key: row, value: op.Keys[i+1]})
 		}
 		h.n += added
-		h.emit(emit, op.Key, rows)
+		h.emit(emit, op.Key, rows, &keys)
 		if op.Delta == 1 {
 			return Result{Kind: ResOK, Version: version}, nil
 		}
@@ -253,29 +324,32 @@ func applyHash(get Getter, version uint64, op *Op, emit Emit) (Result, error) {
 			return Result{Kind: ResInt, Int: 0, Version: h.ver}, nil
 		}
 		var removed int64
+		keys := newRowKeys(op.Keys, 1)
 		for i, f := range op.Keys {
 			if dupBefore(op.Keys, i) {
 				continue
 			}
-			_, exists, err := h.field(get, f)
+			row := keys.key(h.gen, f)
+			exists, err := h.exists(get, has, row)
 			if err != nil {
 				return Result{}, err
 			}
 			if exists {
 				removed++
-				rows = append(rows, hashRow{field: f}) // a deletion
+				rows = append(rows, hashRow{key: row}) // a deletion
 			}
 		}
 		if removed == 0 {
 			return Result{Kind: ResInt, Int: 0, Version: h.ver}, nil
 		}
 		h.n -= removed
-		h.emit(emit, op.Key, rows)
+		h.emit(emit, op.Key, rows, &keys)
 		return Result{Kind: ResInt, Int: removed, Version: version}, nil
 
 	case KindHIncrBy, KindHIncrByFloat:
-		f := op.Keys[0]
-		old, exists, err := h.field(get, f)
+		keys := newRowKeys(op.Keys[:1], 1)
+		row := keys.key(h.gen, op.Keys[0])
+		old, exists, err := h.field(get, row)
 		if err != nil {
 			return Result{}, err
 		}
@@ -297,7 +371,7 @@ func applyHash(get Getter, version uint64, op *Op, emit Emit) (Result, error) {
 		if !exists {
 			h.n++
 		}
-		h.emit(emit, op.Key, []hashRow{{field: f, value: nv}})
+		h.emit(emit, op.Key, []hashRow{{key: row, value: nv}}, &keys)
 		return res, nil
 	}
 	return Result{}, fmt.Errorf("%w: %v is not a hash write", ErrInvalidOp, op.Kind)

@@ -28,7 +28,7 @@ func (r *hashRun) write(op Op) (Result, error) {
 			}
 		}
 		return nil
-	}, r.ver, &op, 0, func(key, value, meta []byte, tomb bool) {
+	}, nil, r.ver, &op, 0, func(key, value, meta []byte, tomb bool) {
 		r.m[string(key)] = memVal{val: string(value), ver: r.ver, del: tomb, meta: meta}
 	})
 }

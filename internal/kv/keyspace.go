@@ -93,10 +93,15 @@ func getLive(get Getter, key []byte, now int64) (data, meta []byte, ver uint64, 
 func putRecord(emit Emit, key []byte, rec record) { put(emit, key, rec.data, rec.meta) }
 
 // ApplyWith is Apply for a caller that can also list its state's keys,
-// which FLUSHDB needs; Apply refuses a flush.
-func ApplyWith(get Getter, list Lister, version uint64, op *Op, maxValue int, emit Emit) (Result, error) {
-	if op.Kind == KindFlush {
+// which FLUSHDB needs (Apply refuses a flush), and tell whether a key exists
+// without reading its value, which spares the hash writes a read of each
+// field row (has may be nil: get answers).
+func ApplyWith(get Getter, list Lister, has Prober, version uint64, op *Op, maxValue int, emit Emit) (Result, error) {
+	switch {
+	case op.Kind == KindFlush:
 		return applyFlush(get, list, version, emit)
+	case isHashWrite(op.Kind):
+		return applyHash(get, has, version, op, emit)
 	}
 	return Apply(get, version, op, maxValue, emit)
 }
@@ -120,7 +125,7 @@ func applyMore(get Getter, version uint64, op *Op, maxValue int, emit Emit) (res
 	case KindSetBit:
 		res, err = applySetBit(get, version, op, maxValue, emit)
 	case KindHSet, KindHDel, KindHIncrBy, KindHIncrByFloat:
-		res, err = applyHash(get, version, op, emit)
+		res, err = applyHash(get, nil, version, op, emit)
 	default:
 		return Result{}, nil, false
 	}

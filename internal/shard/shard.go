@@ -168,6 +168,15 @@ type sharedGetter interface {
 
 var _ sharedGetter = (*storage.DB)(nil)
 
+// prober is an Engine that can tell whether a key holds a value without
+// reading it (storage.DB.Has): the hash writes ask it of field rows.
+// Optional, as sharedGetter is.
+type prober interface {
+	Has(key []byte) (bool, error)
+}
+
+var _ prober = (*storage.DB)(nil)
+
 // Options configure a Shard.
 type Options struct {
 	// Durability is the default for writes that do not name one (default sync).
@@ -222,6 +231,15 @@ type Shard struct {
 	// readGet is the engine's GetShared if it has one, else its Get: the read path's
 	// point lookup (read results are read-only, so the value need not be copied).
 	readGet func(key []byte) (storage.Value, error)
+	// engineHas is the engine's Has if it has one (nil: engineGet answers).
+	engineHas func(key []byte) (bool, error)
+	// getFn, hasFn, stageFn are current, has and stage as func values, made
+	// once: a method value or closure made per write allocates, and these
+	// were three of an HSET's allocations.
+	getFn   kv.Getter
+	hasFn   kv.Prober
+	stageFn kv.Emit
+	stageTS int64 // the timestamp stage gives records (under mu)
 	// maxKey, maxVal: the engine's size limits (if it says), checked per write
 	// (kv.Op.CheckSizes) so that one oversized write fails alone; 0: unknown.
 	maxKey, maxVal int
@@ -311,6 +329,10 @@ func Open(db Engine, opts Options) (*Shard, error) {
 	if sg, ok := db.(sharedGetter); ok {
 		s.readGet = sg.GetShared
 	}
+	if p, ok := db.(prober); ok {
+		s.engineHas = p.Has
+	}
+	s.getFn, s.hasFn, s.stageFn = s.current, s.has, s.stage
 	if err := s.loadClients(); err != nil {
 		return nil, fmt.Errorf("shard: load client table: %w", err)
 	}
@@ -613,6 +635,25 @@ func (s *Shard) current(key []byte) (data, meta []byte, version uint64, ok bool,
 	return s.engineGet(key)
 }
 
+// has is current for a caller that needs only whether key holds a value
+// (kv.Prober): the engine's index answers, without reading the record.
+func (s *Shard) has(key []byte) (bool, error) {
+	for i := len(s.recs) - 1; i >= 0; i-- {
+		if bytes.Equal(s.recs[i].Key, key) {
+			return !s.recs[i].Tombstone, nil
+		}
+	}
+	if s.engineHas == nil {
+		_, _, _, ok, err := s.engineGet(key)
+		return ok, err
+	}
+	ok, err := s.engineHas(key)
+	if err != nil {
+		return false, fmt.Errorf("%w: has: %w", ErrUnavailable, err)
+	}
+	return ok, nil
+}
+
 // engineGet is current's read of the engine (no staged record has key).
 func (s *Shard) engineGet(key []byte) (data, meta []byte, version uint64, ok bool, err error) {
 	v, err := s.db.Get(key)
@@ -635,8 +676,7 @@ func (s *Shard) apply(op *kv.Op, ts int64) (kv.Result, error) {
 		}
 	}
 	v := s.next
-	wrote := false
-	get := s.current
+	get := s.getFn
 	var list kv.Lister
 	if op.WritesAll() {
 		// Only then: the closures allocate. A flush reads each key once and
@@ -645,17 +685,23 @@ func (s *Shard) apply(op *kv.Op, ts int64) (kv.Result, error) {
 		// would make a flush of n keys cost n²).
 		get, list = s.flushReaders(len(s.recs))
 	}
-	res, err := kv.ApplyWith(get, list, v, op, s.maxVal, func(key, value, meta []byte, tomb bool) {
-		s.recs = append(s.recs, storage.Record{Key: key, Value: value, Meta: meta, Version: v, Timestamp: ts, Tombstone: tomb})
-		wrote = true
-	})
+	before := len(s.recs)
+	s.stageTS = ts
+	res, err := kv.ApplyWith(get, list, s.hasFn, v, op, s.maxVal, s.stageFn)
 	if err != nil {
 		return kv.Result{}, err // the caller drops what was staged
 	}
-	if wrote {
+	if len(s.recs) > before {
 		s.next++
 	}
 	return res, nil
+}
+
+// stage is apply's kv.Emit: it stages a record of the write being applied,
+// at version s.next (not consumed until the write returns) and timestamp
+// s.stageTS.
+func (s *Shard) stage(key, value, meta []byte, tomb bool) {
+	s.recs = append(s.recs, storage.Record{Key: key, Value: value, Meta: meta, Version: s.next, Timestamp: s.stageTS, Tombstone: tomb})
 }
 
 // Read serves a read. On one node the latest state satisfies every consistency

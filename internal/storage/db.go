@@ -1102,6 +1102,21 @@ func (db *DB) Versions(key []byte) ([]VersionInfo, error) {
 	return out, nil
 }
 
+// Has reports whether key's newest version holds a value (is not a deletion),
+// from the index alone: no record is read. A hash write asks it of each field
+// row whose value it does not need (HSET counts new fields, HDEL removed ones):
+// Get would read the row's record back, a pread of the segment and a cache
+// insert per field, most of what an HSET cost (docs/design/hashes.md).
+func (db *DB) Has(key []byte) (bool, error) {
+	db.mu.RLock()
+	defer db.mu.RUnlock()
+	if db.closed {
+		return false, ErrClosed
+	}
+	it, ok := db.idx.Get(keyString(key))
+	return ok && !it.v.tombstone(), nil
+}
+
 // VersionRange returns the interval of versions [lo, hi] over which a read of key at v
 // returns the same value: lo is the version read (0 if the key did not exist yet), hi the
 // version before the next one (math.MaxUint64 if the one read is still current).

@@ -298,7 +298,7 @@ func (a *applier) eval(op *kv.Op, v uint64, ts int64) (kv.Result, error) {
 		list = a.listKeys
 	}
 	a.curKind = op.Kind
-	res, err := kv.ApplyWith(a.current, list, v, op, maxVal, func(key, value, meta []byte, tomb bool) {
+	res, err := kv.ApplyWith(a.current, list, nil, v, op, maxVal, func(key, value, meta []byte, tomb bool) {
 		a.recs = append(a.recs, storage.Record{Key: key, Value: value, Meta: meta, Version: v, Timestamp: ts, Tombstone: tomb})
 	})
 	if err != nil {
