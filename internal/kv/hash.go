@@ -377,6 +377,16 @@ func applyHash(get Getter, has Prober, version uint64, op *Op, emit Emit) (Resul
 	return Result{}, fmt.Errorf("%w: %v is not a hash write", ErrInvalidOp, op.Kind)
 }
 
+// PointRange reports whether a scan of [start, end) for at most limit keys
+// reads the one key start: end is start followed by a zero byte, the next
+// key. An HGET reads each field's row so (a read's Getter hides reserved
+// keys); a Scanner may serve it as a point lookup of start, which costs less
+// than a scan (internal/shard's does).
+func PointRange(start, end []byte, limit int) bool {
+	n := len(start)
+	return limit == 1 && len(end) == n+1 && end[n] == 0 && bytes.Equal(start, end[:n])
+}
+
 // readHash serves the hash reads for Read: the metadata through get, the
 // rows through scan (the Getter of a read hides reserved keys).
 func readHash(get Getter, scan Scanner, op *Op) (Result, error) {
@@ -411,8 +421,10 @@ func readHash(get Getter, scan Scanner, op *Op) (Result, error) {
 			return Result{}, fmt.Errorf("%w: a hash read needs the caller's scanner", ErrInvalidOp)
 		}
 		for i, f := range op.Keys {
-			row := hashRowKey(gen, f)
-			end := append(append(make([]byte, 0, len(row)+1), row...), 0)
+			// A point range (PointRange), which a scanner may serve as a
+			// lookup of the row rather than a scan.
+			end := append(appendHashRowKey(make([]byte, 0, len(hashRows)+8+len(f)+1), gen, f), 0)
+			row := end[:len(end)-1]
 			err := scan(row, end, 1, func(k, v, _ []byte, version uint64) bool {
 				if bytes.Equal(k, row) {
 					res.Array[i] = v

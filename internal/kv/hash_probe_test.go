@@ -116,3 +116,30 @@ func TestHashWritesProbeRowsWithoutReadingThem(t *testing.T) {
 		}
 	}
 }
+
+// PointRange is exactly [k, k\x00) with limit 1: a scanner that serves it
+// as a lookup of k returns what the scan would.
+func TestPointRange(t *testing.T) {
+	k := []byte("row")
+	for _, c := range []struct {
+		end   string
+		limit int
+		want  bool
+	}{
+		{"row\x00", 1, true},
+		{"row\x00", 2, false},
+		{"row\x00", 0, false},
+		{"row\x01", 1, false},
+		{"rox\x00", 1, false},
+		{"row", 1, false},
+		{"row\x00\x00", 1, false},
+		{"", 1, false},
+	} {
+		if got := PointRange(k, []byte(c.end), c.limit); got != c.want {
+			t.Errorf("PointRange(%q, %q, %d) = %v, want %v", k, c.end, c.limit, got, c.want)
+		}
+	}
+	if !PointRange(nil, []byte{0}, 1) {
+		t.Errorf("PointRange of the empty key is false")
+	}
+}

@@ -195,3 +195,54 @@ func BenchmarkApplyHash(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkReadHash is Shard.Read of GET of random keys and HGET of random
+// fields of one hash (redis-benchmark's hget), 100000 of each, written and
+// synced first: issue 27 wants HGET's throughput ratio to Redis at least
+// GET's, so its cost per read is to stay near GET's.
+func BenchmarkReadHash(b *testing.B) {
+	const n = 100000
+	s := openFileShard(b, 0)
+	names := make([][]byte, n)
+	for i := range names {
+		names[i] = []byte(fmt.Sprintf("element:%012d", i))
+	}
+	val := []byte("xxx")
+	reqs := make([]WriteReq, 0, 64)
+	for i := 0; i < n; i++ {
+		reqs = append(reqs,
+			WriteReq{Op: kv.Op{Kind: kv.KindSet, Key: names[i], Value: val}},
+			WriteReq{Op: kv.Op{Kind: kv.KindHSet, Key: []byte("myhash"), Keys: [][]byte{names[i], val}}})
+		if len(reqs) == cap(reqs) || i == n-1 {
+			if _, err := s.Apply(ctx, reqs); err != nil {
+				b.Fatal(err)
+			}
+			reqs = reqs[:0]
+		}
+	}
+	if _, err := s.db.Sync(s.db.LastPos()); err != nil {
+		b.Fatal(err)
+	}
+	for _, get := range []bool{true, false} {
+		name := "hget"
+		if get {
+			name = "get"
+		}
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			rnd := uint64(1)
+			for i := 0; i < b.N; i++ {
+				rnd = rnd*6364136223846793005 + 1442695040888963407
+				f := names[(rnd>>33)%n]
+				op := kv.Op{Kind: kv.KindHGet, Key: []byte("myhash"), Keys: [][]byte{f}}
+				if get {
+					op = kv.Op{Kind: kv.KindGet, Key: f}
+				}
+				r, err := s.Read(ctx, op, level.Consistency{}, Session{})
+				if err != nil || (r.Kind != kv.ResBulk && r.Kind != kv.ResArray) {
+					b.Fatalf("%v = %+v, %v", op.Kind, r, err)
+				}
+			}
+		})
+	}
+}

@@ -89,3 +89,48 @@ func TestHSetAllocations(t *testing.T) {
 		t.Errorf("an HSET allocates %.2f times, want at most %d", n, bound)
 	}
 }
+
+// An HGET reads each field's row as a point lookup (kv.PointRange served
+// by snapshotScan) and answers what the scan it replaces answered: HGETALL
+// (a real scan) and HMGET agree on every field, present, deleted, never
+// set, and of a hash deleted and created again (whose old rows remain).
+func TestHGetPointReadsAgreeWithScan(t *testing.T) {
+	s, _ := openHashShard(t)
+	write := func(op kv.Op) {
+		t.Helper()
+		if _, err := s.Write(ctx, op, level.Async, ReqID{}); err != nil {
+			t.Fatalf("%v: %v", op.Kind, err)
+		}
+	}
+	h := []byte("h")
+	write(kv.Op{Kind: kv.KindHDel, Key: h, Keys: [][]byte{[]byte("f1"), []byte("f2")}})
+	write(kv.Op{Kind: kv.KindHSet, Key: h, Keys: [][]byte{[]byte("f3"), []byte("new"), []byte("f\x00"), []byte("zero")}})
+	write(kv.Op{Kind: kv.KindDel, Key: []byte("g"), Keys: [][]byte{[]byte("g")}})
+	write(kv.Op{Kind: kv.KindHSet, Key: []byte("g"), Keys: [][]byte{[]byte("a"), []byte("1")}})
+	write(kv.Op{Kind: kv.KindDel, Key: []byte("g"), Keys: [][]byte{[]byte("g")}})
+	write(kv.Op{Kind: kv.KindHSet, Key: []byte("g"), Keys: [][]byte{[]byte("b"), []byte("2")}})
+	for _, key := range []string{"h", "g", "none"} {
+		all, err := s.Read(ctx, kv.Op{Kind: kv.KindHGetAll, Key: []byte(key)}, level.Consistency{}, Session{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]string{}
+		for i := 0; i+1 < len(all.Array); i += 2 {
+			want[string(all.Array[i])] = string(all.Array[i+1])
+		}
+		if key == "g" && (len(want) != 1 || want["b"] != "2") {
+			t.Fatalf("HGETALL g = %q, want b 2 only (the hash was deleted and created again)", all.Array)
+		}
+		fields := [][]byte{[]byte("f0"), []byte("f1"), []byte("f2"), []byte("f3"), []byte("f"), []byte("f\x00"), []byte("a"), []byte("b"), []byte("zz")}
+		got, err := s.Read(ctx, kv.Op{Kind: kv.KindHGet, Key: []byte(key), Keys: fields}, level.Consistency{}, Session{})
+		if err != nil || len(got.Array) != len(fields) {
+			t.Fatalf("HMGET %s = %+v, %v", key, got, err)
+		}
+		for i, f := range fields {
+			w, ok := want[string(f)]
+			if g := got.Array[i]; (g != nil) != ok || string(g) != w {
+				t.Errorf("HGET %s %q = %q (present %v), HGETALL has %q (present %v)", key, f, g, g != nil, w, ok)
+			}
+		}
+	}
+}
