@@ -42,3 +42,21 @@ func TestHasAgreesWithGet(t *testing.T) {
 		t.Errorf("Has after Close: %v, want ErrClosed", err)
 	}
 }
+
+// A batch holding one op's records at one version — an HSET of 10 fields
+// writes 11 — takes the order check's fast path; a repeated key in the run
+// does not.
+func TestBatchOrderFastPathTakesAnHSetOfTenFields(t *testing.T) {
+	recs := []Record{{Key: []byte("x"), Version: 5}}
+	for i := 0; i < 11; i++ {
+		recs = append(recs, Record{Key: []byte{'r', byte('a' + i)}, Version: 6})
+	}
+	recs = append(recs, Record{Key: []byte("y"), Version: 7})
+	if !risingAbove(recs, 4) {
+		t.Errorf("a run of 11 distinct keys at one version leaves the fast path")
+	}
+	recs[11].Key = []byte("ra")
+	if risingAbove(recs, 4) {
+		t.Errorf("a run repeating a key takes the fast path")
+	}
+}
