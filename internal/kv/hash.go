@@ -117,10 +117,6 @@ func appendHashRowKey(b []byte, gen uint64, field []byte) []byte {
 // hashMetaMax bounds the metadata record's value: generation and count.
 const hashMetaMax = 8 + binary.MaxVarintLen64
 
-func encodeHashMeta(gen uint64, n int64) []byte {
-	return appendHashMeta(make([]byte, 0, hashMetaMax), gen, n)
-}
-
 func appendHashMeta(b []byte, gen uint64, n int64) []byte {
 	b = binary.LittleEndian.AppendUint64(b, gen)
 	return binary.AppendUvarint(b, uint64(n))
