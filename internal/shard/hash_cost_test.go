@@ -1,7 +1,9 @@
 package shard
 
 import (
+	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/kefirdb/kefir/internal/kv"
@@ -132,5 +134,100 @@ func TestHGetPointReadsAgreeWithScan(t *testing.T) {
 				t.Errorf("HGET %s %q = %q (present %v), HGETALL has %q (present %v)", key, f, g, g != nil, w, ok)
 			}
 		}
+	}
+}
+
+// A long batch (past stagedLinear, where the staged records are indexed)
+// reads its own earlier writes as writes applied one at a time would, also
+// after a write of the batch failed and its records were dropped: random
+// INCRs (failing on a key SET to a non-number), HSETs, HDELs, SETs and DELs,
+// applied in batches of 100 on one shard and one by one on another.
+func TestLongBatchReadsItsStagedWrites(t *testing.T) {
+	batched, _ := openHashShard(t)
+	single, _ := openHashShard(t)
+	rng := rand.New(rand.NewPCG(27, 2))
+	key := func() []byte { return []byte{'k', byte('0' + rng.IntN(8))} }
+	field := func() []byte { return []byte{'f', byte('0' + rng.IntN(12))} }
+	for round := 0; round < 20; round++ {
+		reqs := make([]WriteReq, 100)
+		for i := range reqs {
+			var op kv.Op
+			switch rng.IntN(6) {
+			case 0, 1:
+				op = kv.Op{Kind: kv.KindIncrBy, Key: key(), Delta: 1}
+			case 2:
+				op = kv.Op{Kind: kv.KindHSet, Key: []byte("h"), Keys: [][]byte{field(), []byte("v"), field(), []byte("w")}}
+			case 3:
+				op = kv.Op{Kind: kv.KindHDel, Key: []byte("h"), Keys: [][]byte{field()}}
+			case 4:
+				op = kv.Op{Kind: kv.KindSet, Key: key(), Value: []byte("x")} // the next INCR of it fails
+			case 5:
+				k := key()
+				op = kv.Op{Kind: kv.KindDel, Key: k, Keys: [][]byte{k}}
+			}
+			reqs[i] = WriteReq{Op: op}
+		}
+		if _, err := batched.Apply(ctx, reqs); err != nil {
+			t.Fatal(err)
+		}
+		for i := range reqs {
+			want, werr := single.Write(ctx, reqs[i].Op, level.Async, ReqID{})
+			got, gerr := reqs[i].Result, reqs[i].Err
+			if fmt.Sprint(gerr) != fmt.Sprint(werr) || got.Kind != want.Kind || got.Int != want.Int || string(got.Bulk) != string(want.Bulk) {
+				t.Fatalf("round %d write %d %v %q %q: in a batch %+v, %v; alone %+v, %v",
+					round, i, reqs[i].Op.Kind, reqs[i].Op.Key, reqs[i].Op.Keys, got, gerr, want, werr)
+			}
+		}
+	}
+}
+
+// failingGet is an engine whose Get of one key fails.
+type failingGet struct {
+	*storage.DB
+	bad string
+}
+
+func (e *failingGet) Get(key []byte) (storage.Value, error) {
+	if string(key) == e.bad {
+		return storage.Value{}, fmt.Errorf("injected read failure")
+	}
+	return e.DB.Get(key)
+}
+
+// A write that staged records and then failed (DEL k bad: k's deletion is
+// staged, the read of bad fails) leaves nothing of itself in a long batch's
+// index of staged records: the next write's records take the same
+// positions, and a read of k must find the engine's k, not whatever record
+// now sits where k's deletion was.
+func TestFailedWriteLeavesNothingInTheStagedIndex(t *testing.T) {
+	db, err := storage.Open(storage.Options{Devices: []storage.Device{{Dir: t.TempDir()}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(&failingGet{DB: db, bad: "bad"}, Options{Logger: slog.New(slog.DiscardHandler), NoBackgroundSync: true, Durability: level.Async})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { s.Close(); db.Close() }()
+	if _, err := s.Write(ctx, kv.Op{Kind: kv.KindSet, Key: []byte("k"), Value: []byte("5")}, level.Async, ReqID{}); err != nil {
+		t.Fatal(err)
+	}
+	var reqs []WriteReq
+	for i := 0; i < stagedLinear+1; i++ { // past the linear search
+		reqs = append(reqs, WriteReq{Op: kv.Op{Kind: kv.KindSet, Key: []byte(fmt.Sprint("x", i)), Value: []byte("x")}})
+	}
+	reqs = append(reqs,
+		WriteReq{Op: kv.Op{Kind: kv.KindDel, Key: []byte("k"), Keys: [][]byte{[]byte("k"), []byte("bad")}}},
+		WriteReq{Op: kv.Op{Kind: kv.KindSet, Key: []byte("y"), Value: []byte("not a number")}},
+		WriteReq{Op: kv.Op{Kind: kv.KindIncrBy, Key: []byte("k"), Delta: 1}})
+	if _, err := s.Apply(ctx, reqs); err != nil {
+		t.Fatal(err)
+	}
+	n := len(reqs)
+	if reqs[n-3].Err == nil {
+		t.Fatalf("DEL k bad succeeded: the injected failure did not happen")
+	}
+	if r := reqs[n-1]; r.Err != nil || r.Result.Int != 6 {
+		t.Fatalf("INCR k after the failed DEL = %+v, %v; want 6", r.Result, r.Err)
 	}
 }
