@@ -155,13 +155,34 @@ func IsHashRow(key []byte) bool { return bytes.HasPrefix(key, hashRows) }
 var HashRowOverhead = len(hashRows) + 8
 
 func hashRowKey(gen uint64, field []byte) []byte {
-	return append(HashRowPrefix(gen), field...)
+	return appendHashRowKey(make([]byte, 0, len(hashRows)+8+len(field)), gen, field)
 }
 
-func encodeHashMeta(gen uint64, n int64) []byte {
-	b := binary.LittleEndian.AppendUint64(make([]byte, 0, 12), gen)
+func appendHashRowKey(b []byte, gen uint64, field []byte) []byte {
+	b = append(b, hashRows...)
+	return append(binary.BigEndian.AppendUint64(b, gen), field...)
+}
+
+// hashMetaMax bounds the metadata record's value: generation and count.
+const hashMetaMax = 8 + binary.MaxVarintLen64
+
+func appendHashMeta(b []byte, gen uint64, n int64) []byte {
+	b = binary.LittleEndian.AppendUint64(b, gen)
 	return binary.AppendUvarint(b, uint64(n))
 }
+
+// hashTypeMeta is the meta of a hash without expiry, shared by every
+// metadata record a write emits (records are never modified in place), so
+// that an HSET does not allocate it.
+var hashTypeMeta = EncodeMeta(TypeHash, 0)
+
+// Prober reports whether key holds a value (a record that is not a
+// deletion) without reading it. A hash write asks it of the field rows whose
+// values it does not need — HSET and HSETNX (is the field new?), HDEL (did
+// it exist?) — because reading a row back was most of what an HSET cost
+// (docs/design/hashes.md, Throughput). Field rows have no expiry of their
+// own, so stored is live. nil: the Getter answers.
+type Prober func(key []byte) (exists bool, err error)
 
 func decodeHashMeta(b []byte) (gen uint64, n int64, err error) {
 	if len(b) < 8 {
@@ -211,36 +232,78 @@ func readHashState(get Getter, key []byte, version uint64, now int64) (hashState
 	return hashState{live: true, gen: gen, n: n, expireAt: ExpireAt(meta), ver: ver}, nil
 }
 
-// field reads the row of field f (only a live hash has rows).
-func (h *hashState) field(get Getter, f []byte) ([]byte, bool, error) {
+// field reads the row whose key is row (only a live hash has rows).
+func (h *hashState) field(get Getter, row []byte) ([]byte, bool, error) {
 	if !h.live {
 		return nil, false, nil
 	}
-	data, _, _, ok, err := get(hashRowKey(h.gen, f))
+	data, _, _, ok, err := get(row)
 	return data, ok, err
 }
 
-// hashRow is a field row a write emits: value nil deletes it.
-type hashRow struct{ field, value []byte }
+// exists reports whether the row whose key is row exists, through has if
+// the caller gave one (no read of the row's value), else through get.
+func (h *hashState) exists(get Getter, has Prober, row []byte) (bool, error) {
+	if !h.live {
+		return false, nil
+	}
+	if has != nil {
+		return has(row)
+	}
+	_, _, _, ok, err := get(row)
+	return ok, err
+}
+
+// hashRow is a field row a write emits: its key (the row's, not the
+// field's) and its value; value nil deletes it.
+type hashRow struct{ key, value []byte }
+
+// rowKeys lays out the row keys of fields in one allocation, with room
+// after them for the metadata record's value (emit takes it from there):
+// an HSET's records then cost one allocation, not one per key.
+type rowKeys struct{ buf []byte }
+
+func newRowKeys(fields [][]byte, step int) rowKeys {
+	n := hashMetaMax
+	for i := 0; i < len(fields); i += step {
+		n += len(hashRows) + 8 + len(fields[i])
+	}
+	return rowKeys{buf: make([]byte, 0, n)}
+}
+
+// key returns the row key of field (capacity-limited: the next key shares
+// the buffer).
+func (r *rowKeys) key(gen uint64, field []byte) []byte {
+	start := len(r.buf)
+	r.buf = appendHashRowKey(r.buf, gen, field)
+	return r.buf[start:len(r.buf):len(r.buf)]
+}
 
 // emit emits the hash's metadata record (n fields; none deletes the key),
 // then, if the op at version created the generation, its marker, then its
-// rows. (A replay that reads the op's own metadata record finds gen ==
-// version too, so it restages a marker the crash lost.)
-func (h *hashState) emit(emit Emit, key []byte, version uint64, rows []hashRow) {
+// rows; keys has room for the metadata's value. (A replay that reads the
+// op's own metadata record finds gen == version too, so it restages a
+// marker the crash lost.)
+func (h *hashState) emit(emit Emit, key []byte, version uint64, rows []hashRow, keys *rowKeys) {
 	if h.n <= 0 {
 		emit(key, nil, nil, true)
 	} else {
-		put(emit, key, encodeHashMeta(h.gen, h.n), EncodeMeta(TypeHash, h.expireAt))
+		meta := hashTypeMeta
+		if h.expireAt != 0 {
+			meta = EncodeMeta(TypeHash, h.expireAt)
+		}
+		start := len(keys.buf)
+		keys.buf = appendHashMeta(keys.buf, h.gen, h.n)
+		put(emit, key, keys.buf[start:len(keys.buf):len(keys.buf)], meta)
 		if h.gen == version {
 			put(emit, hashMarker(h.gen), key, nil)
 		}
 	}
 	for _, r := range rows {
 		if r.value == nil {
-			emit(hashRowKey(h.gen, r.field), nil, nil, true)
+			emit(r.key, nil, nil, true)
 		} else {
-			put(emit, hashRowKey(h.gen, r.field), r.value, nil)
+			put(emit, r.key, r.value, nil)
 		}
 	}
 }
@@ -260,7 +323,9 @@ func ReplayReadsOwnRecord(k Kind, meta []byte) bool {
 	return isHashWrite(k) || (isScriptKind(k) && MetaType(meta) == TypeHash)
 }
 
-func applyHash(get Getter, version uint64, op *Op, emit Emit) (Result, error) {
+// applyHash evaluates the hash writes; has (nil: get answers) tells
+// whether a field row exists where its value is not needed.
+func applyHash(get Getter, has Prober, version uint64, op *Op, emit Emit) (Result, error) {
 	if op.Kind == KindHSweep {
 		return applyHashSweep(get, version, op, emit)
 	}
@@ -281,15 +346,18 @@ func applyHash(get Getter, version uint64, op *Op, emit Emit) (Result, error) {
 	// recovers a prefix of an op's records after a crash then holds the
 	// metadata of any op whose rows it holds, and a replay that finds only
 	// that record reads the generation from it (ReplayReadsOwnRecord).
-	var rows []hashRow
+	var small [8]hashRow // the rows of a small write stay on the stack
+	rows := small[:0]
 	switch op.Kind {
 	case KindHSet:
 		var added int64
+		keys := newRowKeys(op.Keys, 2)
 		for i := 0; i < len(op.Keys); i += 2 {
 			if dupAfter(op.Keys, i) {
 				continue // HSET h f 1 f 2: one row, the last value
 			}
-			_, exists, err := h.field(get, op.Keys[i])
+			row := keys.key(h.gen, op.Keys[i])
+			exists, err := h.exists(get, has, row)
 			if err != nil {
 				return Result{}, err
 			}
@@ -299,10 +367,10 @@ func applyHash(get Getter, version uint64, op *Op, emit Emit) (Result, error) {
 			if !exists {
 				added++
 			}
-			rows = append(rows, hashRow{field: op.Keys[i], value: op.Keys[i+1]})
+			rows = append(rows, hashRow{key: row, value: op.Keys[i+1]})
 		}
 		h.n += added
-		h.emit(emit, op.Key, version, rows)
+		h.emit(emit, op.Key, version, rows, &keys)
 		if op.Delta == 1 {
 			return Result{Kind: ResOK, Version: version}, nil
 		}
@@ -313,29 +381,32 @@ func applyHash(get Getter, version uint64, op *Op, emit Emit) (Result, error) {
 			return Result{Kind: ResInt, Int: 0, Version: h.ver}, nil
 		}
 		var removed int64
+		keys := newRowKeys(op.Keys, 1)
 		for i, f := range op.Keys {
 			if dupBefore(op.Keys, i) {
 				continue
 			}
-			_, exists, err := h.field(get, f)
+			row := keys.key(h.gen, f)
+			exists, err := h.exists(get, has, row)
 			if err != nil {
 				return Result{}, err
 			}
 			if exists {
 				removed++
-				rows = append(rows, hashRow{field: f}) // a deletion
+				rows = append(rows, hashRow{key: row}) // a deletion
 			}
 		}
 		if removed == 0 {
 			return Result{Kind: ResInt, Int: 0, Version: h.ver}, nil
 		}
 		h.n -= removed
-		h.emit(emit, op.Key, version, rows)
+		h.emit(emit, op.Key, version, rows, &keys)
 		return Result{Kind: ResInt, Int: removed, Version: version}, nil
 
 	case KindHIncrBy, KindHIncrByFloat:
-		f := op.Keys[0]
-		old, exists, err := h.field(get, f)
+		keys := newRowKeys(op.Keys[:1], 1)
+		row := keys.key(h.gen, op.Keys[0])
+		old, exists, err := h.field(get, row)
 		if err != nil {
 			return Result{}, err
 		}
@@ -357,10 +428,20 @@ func applyHash(get Getter, version uint64, op *Op, emit Emit) (Result, error) {
 		if !exists {
 			h.n++
 		}
-		h.emit(emit, op.Key, version, []hashRow{{field: f, value: nv}})
+		h.emit(emit, op.Key, version, []hashRow{{key: row, value: nv}}, &keys)
 		return res, nil
 	}
 	return Result{}, fmt.Errorf("%w: %v is not a hash write", ErrInvalidOp, op.Kind)
+}
+
+// PointRange reports whether a scan of [start, end) for at most limit keys
+// reads the one key start: end is start followed by a zero byte, the next
+// key. An HGET reads each field's row so (a read's Getter hides reserved
+// keys); a Scanner may serve it as a point lookup of start, which costs less
+// than a scan (internal/shard's does).
+func PointRange(start, end []byte, limit int) bool {
+	n := len(start)
+	return limit == 1 && len(end) == n+1 && end[n] == 0 && bytes.Equal(start, end[:n])
 }
 
 // readHash serves the hash reads for Read: the metadata through get, the
@@ -397,8 +478,10 @@ func readHash(get Getter, scan Scanner, op *Op) (Result, error) {
 			return Result{}, fmt.Errorf("%w: a hash read needs the caller's scanner", ErrInvalidOp)
 		}
 		for i, f := range op.Keys {
-			row := hashRowKey(gen, f)
-			end := append(append(make([]byte, 0, len(row)+1), row...), 0)
+			// A point range (PointRange), which a scanner may serve as a
+			// lookup of the row rather than a scan.
+			end := append(appendHashRowKey(make([]byte, 0, len(hashRows)+8+len(f)+1), gen, f), 0)
+			row := end[:len(end)-1]
 			err := scan(row, end, 1, func(k, v, _ []byte, version uint64) bool {
 				if bytes.Equal(k, row) {
 					res.Array[i] = v
@@ -481,7 +564,7 @@ func copyHash(get Getter, list Lister, version uint64, op *Op, rec record, srcVe
 		if data == nil {
 			data = []byte{}
 		}
-		rows = append(rows, hashRow{field: k[len(p):], value: data})
+		rows = append(rows, hashRow{key: appendHashRowKey(nil, version, k[len(p):]), value: data})
 		return true
 	})
 	if err == nil {
@@ -496,7 +579,8 @@ func copyHash(get Getter, list Lister, version uint64, op *Op, rec record, srcVe
 		return Result{Kind: ResInt, Int: 0, Version: srcVer}, nil
 	}
 	dst := hashState{live: true, gen: version, n: int64(len(rows)), expireAt: ExpireAt(rec.meta)}
-	dst.emit(emit, op.Keys[1], version, rows)
+	keys := rowKeys{buf: make([]byte, 0, hashMetaMax)} // room for the metadata's value
+	dst.emit(emit, op.Keys[1], version, rows, &keys)
 	return Result{Kind: ResInt, Int: 1, Version: version}, nil
 }
 

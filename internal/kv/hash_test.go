@@ -21,7 +21,7 @@ func newHashRun(t *testing.T) *hashRun { return &hashRun{t: t, m: mem{}, ver: 1,
 func (r *hashRun) write(op Op) (Result, error) {
 	r.ver++
 	op.Now = r.now
-	return ApplyWith(r.m.get, memLister(r.m), r.ver, &op, 0, func(key, value, meta []byte, tomb bool) {
+	return ApplyWith(r.m.get, memLister(r.m), nil, r.ver, &op, 0, func(key, value, meta []byte, tomb bool) {
 		r.m[string(key)] = memVal{val: string(value), ver: r.ver, del: tomb, meta: meta}
 	})
 }

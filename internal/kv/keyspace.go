@@ -94,13 +94,17 @@ func getLive(get Getter, key []byte, now int64) (data, meta []byte, ver uint64, 
 func putRecord(emit Emit, key []byte, rec record) { put(emit, key, rec.data, rec.meta) }
 
 // ApplyWith is Apply for a caller that can also list its state's keys,
-// which FLUSHDB needs; Apply refuses a flush.
-func ApplyWith(get Getter, list Lister, version uint64, op *Op, maxValue int, emit Emit) (Result, error) {
-	switch op.Kind {
-	case KindFlush:
+// which FLUSHDB needs (Apply refuses a flush) and COPY of a hash, and tell
+// whether a key exists without reading its value, which spares the hash
+// writes a read of each field row (has may be nil: get answers).
+func ApplyWith(get Getter, list Lister, has Prober, version uint64, op *Op, maxValue int, emit Emit) (Result, error) {
+	switch {
+	case op.Kind == KindFlush:
 		return applyFlush(get, list, version, emit)
-	case KindCopy:
+	case op.Kind == KindCopy:
 		return applyMove(get, list, version, op, emit)
+	case isHashWrite(op.Kind):
+		return applyHash(get, has, version, op, emit)
 	}
 	return Apply(get, version, op, maxValue, emit)
 }
@@ -124,7 +128,7 @@ func applyMore(get Getter, version uint64, op *Op, maxValue int, emit Emit) (res
 	case KindSetBit:
 		res, err = applySetBit(get, version, op, maxValue, emit)
 	case KindHSet, KindHDel, KindHIncrBy, KindHIncrByFloat, KindHSweep:
-		res, err = applyHash(get, version, op, emit)
+		res, err = applyHash(get, nil, version, op, emit)
 	default:
 		return Result{}, nil, false
 	}

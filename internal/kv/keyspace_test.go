@@ -28,7 +28,7 @@ func runApplyCases(t *testing.T, base []string, list func(mem) Lister, cases []a
 				l = list(st)
 			}
 			var got []string
-			res, err := ApplyWith(st.get, l, 10, &c.op, c.max, func(key, value, _ []byte, tomb bool) {
+			res, err := ApplyWith(st.get, l, nil, 10, &c.op, c.max, func(key, value, _ []byte, tomb bool) {
 				if tomb {
 					got = append(got, string(key)+"=-")
 				} else {

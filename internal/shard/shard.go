@@ -20,6 +20,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
@@ -172,6 +173,15 @@ type sharedGetter interface {
 
 var _ sharedGetter = (*storage.DB)(nil)
 
+// prober is an Engine that can tell whether a key holds a value without
+// reading it (storage.DB.Has): the hash writes ask it of field rows.
+// Optional, as sharedGetter is.
+type prober interface {
+	Has(key []byte) (bool, error)
+}
+
+var _ prober = (*storage.DB)(nil)
+
 // Options configure a Shard.
 type Options struct {
 	// Durability is the default for writes that do not name one (default sync).
@@ -226,6 +236,15 @@ type Shard struct {
 	// readGet is the engine's GetShared if it has one, else its Get: the read path's
 	// point lookup (read results are read-only, so the value need not be copied).
 	readGet func(key []byte) (storage.Value, error)
+	// engineHas is the engine's Has if it has one (nil: engineGet answers).
+	engineHas func(key []byte) (bool, error)
+	// getFn, hasFn, stageFn are current, has and stage as func values, made
+	// once: a method value or closure made per write allocates, and these
+	// were three of an HSET's allocations.
+	getFn   kv.Getter
+	hasFn   kv.Prober
+	stageFn kv.Emit
+	stageTS int64 // the timestamp stage gives records (under mu)
 	// maxKey, maxVal: the engine's size limits (if it says), checked per write
 	// (kv.Op.CheckSizes) so that one oversized write fails alone; 0: unknown.
 	maxKey, maxVal int
@@ -250,8 +269,13 @@ type Shard struct {
 	clients    *kv.ClientTable // under the idle rule (expireClients)
 	legacy     []legacyRow     // rows in the pre-issue-26 format, for migrateClients
 	recs       []storage.Record
-	closed     bool
-	stats      Status
+	// staged indexes recs by key once the batch is longer than
+	// stagedLinear (stagedRec): recs[:stagedN] are in it. Its keys alias
+	// the records' keys, so truncate clears it before they can change.
+	staged  map[string]int
+	stagedN int
+	closed  bool
+	stats   Status
 
 	// sweepEvery is how many writes pass between client-table expiry sweeps.
 	sweepEvery uint64
@@ -315,6 +339,10 @@ func Open(db Engine, opts Options) (*Shard, error) {
 	if sg, ok := db.(sharedGetter); ok {
 		s.readGet = sg.GetShared
 	}
+	if p, ok := db.(prober); ok {
+		s.engineHas = p.Has
+	}
+	s.getFn, s.hasFn, s.stageFn = s.current, s.has, s.stage
 	if err := s.loadClients(); err != nil {
 		return nil, fmt.Errorf("shard: load client table: %w", err)
 	}
@@ -439,7 +467,7 @@ func (s *Shard) Apply(ctx context.Context, reqs []WriteReq) (Pending, error) {
 	now := s.opts.Now()
 	ts, nowMs := now.UnixNano(), now.UnixMilli()
 	start := 0 // first request of the current chunk
-	s.recs = s.recs[:0]
+	s.truncate(0)
 	if s.opts.ClientTTL > 0 && s.stats.Writes-s.lastSweep >= s.sweepEvery {
 		s.lastSweep = s.stats.Writes
 		s.expireClients(ts)
@@ -480,7 +508,7 @@ func (s *Shard) Apply(ctx context.Context, reqs []WriteReq) (Pending, error) {
 		before := len(s.recs)
 		r.Result, r.Err = s.apply(&r.Op, ts)
 		if r.Err != nil {
-			s.recs = s.recs[:before]
+			s.truncate(before)
 			continue
 		}
 		if revealsState(&r.Op) && !s.opts.NoReadDurabilityCheck {
@@ -564,7 +592,7 @@ func (s *Shard) flush(reqs []WriteReq, p *Pending) error {
 		}
 		s.checking.Store(false)
 	}
-	s.recs = s.recs[:0]
+	s.truncate(0)
 	if err != nil {
 		err = fmt.Errorf("%w: append: %w", ErrUnavailable, err)
 		for i := range reqs {
@@ -608,13 +636,69 @@ func (s *Shard) flush(reqs []WriteReq, p *Pending) error {
 // current returns the latest value of key as the writer sees it: the newest record
 // of the chunk being built, else the engine. ok is false if missing or deleted.
 func (s *Shard) current(key []byte) (data, meta []byte, version uint64, ok bool, err error) {
-	for i := len(s.recs) - 1; i >= 0; i-- {
-		if bytes.Equal(s.recs[i].Key, key) {
-			r := &s.recs[i]
-			return r.Value, r.Meta, r.Version, !r.Tombstone, nil
-		}
+	if r := s.stagedRec(key); r != nil {
+		return r.Value, r.Meta, r.Version, !r.Tombstone, nil
 	}
 	return s.engineGet(key)
+}
+
+// stagedLinear is how many staged records stagedRec searches linearly;
+// beyond, it indexes them (a map insert per record is dearer than a few
+// comparisons, but a search of the whole chunk per read is not: an HSET of
+// 10 fields in a pipelined batch of 16 searched 176 records per field).
+const stagedLinear = 32
+
+// stagedRec returns the newest record of key in the chunk being built, nil
+// if it has none.
+func (s *Shard) stagedRec(key []byte) *storage.Record {
+	if len(s.recs) <= stagedLinear {
+		for i := len(s.recs) - 1; i >= 0; i-- {
+			if bytes.Equal(s.recs[i].Key, key) {
+				return &s.recs[i]
+			}
+		}
+		return nil
+	}
+	if s.staged == nil {
+		s.staged = make(map[string]int, chunk+chunk/2)
+	}
+	for ; s.stagedN < len(s.recs); s.stagedN++ {
+		k := s.recs[s.stagedN].Key
+		s.staged[unsafe.String(unsafe.SliceData(k), len(k))] = s.stagedN // later records replace earlier ones
+	}
+	if i, ok := s.staged[string(key)]; ok {
+		return &s.recs[i]
+	}
+	return nil
+}
+
+// truncate drops the staged records from n on (a failed write's, or a
+// chunk appended) and forgets them in stagedRec's index: records staged
+// later at the same positions hold other keys, and the index's keys alias
+// the records' (the request buffers, reused once Apply returns).
+func (s *Shard) truncate(n int) {
+	s.recs = s.recs[:n]
+	if s.stagedN > n {
+		clear(s.staged)
+		s.stagedN = 0
+	}
+}
+
+// has is current for a caller that needs only whether key holds a value
+// (kv.Prober): the engine's index answers, without reading the record.
+func (s *Shard) has(key []byte) (bool, error) {
+	if r := s.stagedRec(key); r != nil {
+		return !r.Tombstone, nil
+	}
+	if s.engineHas == nil {
+		_, _, _, ok, err := s.engineGet(key)
+		return ok, err
+	}
+	ok, err := s.engineHas(key)
+	if err != nil {
+		return false, fmt.Errorf("%w: has: %w", ErrUnavailable, err)
+	}
+	return ok, nil
 }
 
 // engineGet is current's read of the engine (no staged record has key).
@@ -639,8 +723,7 @@ func (s *Shard) apply(op *kv.Op, ts int64) (kv.Result, error) {
 		}
 	}
 	v := s.next
-	wrote := false
-	get := s.current
+	get := s.getFn
 	var list kv.Lister
 	if op.Lists() {
 		// Only then: the closures allocate. A flush reads each key once and
@@ -650,17 +733,23 @@ func (s *Shard) apply(op *kv.Op, ts int64) (kv.Result, error) {
 		// fields alike).
 		get, list = s.flushReaders(len(s.recs))
 	}
-	res, err := kv.ApplyWith(get, list, v, op, s.maxVal, func(key, value, meta []byte, tomb bool) {
-		s.recs = append(s.recs, storage.Record{Key: key, Value: value, Meta: meta, Version: v, Timestamp: ts, Tombstone: tomb})
-		wrote = true
-	})
+	before := len(s.recs)
+	s.stageTS = ts
+	res, err := kv.ApplyWith(get, list, s.hasFn, v, op, s.maxVal, s.stageFn)
 	if err != nil {
 		return kv.Result{}, err // the caller drops what was staged
 	}
-	if wrote {
+	if len(s.recs) > before {
 		s.next++
 	}
 	return res, nil
+}
+
+// stage is apply's kv.Emit: it stages a record of the write being applied,
+// at version s.next (not consumed until the write returns) and timestamp
+// s.stageTS.
+func (s *Shard) stage(key, value, meta []byte, tomb bool) {
+	s.recs = append(s.recs, storage.Record{Key: key, Value: value, Meta: meta, Version: s.next, Timestamp: s.stageTS, Tombstone: tomb})
 }
 
 // Read serves a read. On one node the latest state satisfies every consistency

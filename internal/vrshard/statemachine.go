@@ -49,6 +49,8 @@ type applier struct {
 	cur uint64
 	// curKind is its kind (current's replay rule: kv.ReplayReadsOwnRecord).
 	curKind kv.Kind
+	// hasFn is has as a kv.Prober, made once (a method value per op allocates).
+	hasFn kv.Prober
 	// appendUnchecked (a mutation): APPEND writes a value above the engine's
 	// limit, which fails the apply and stops the replica.
 	appendUnchecked bool
@@ -73,7 +75,9 @@ type applier struct {
 }
 
 func newApplier(db *storage.DB) *applier {
-	return &applier{db: db, replayTo: db.LastVersion(), overlay: map[string]overlayVal{}, rows: map[uint64]uint64{}}
+	a := &applier{db: db, replayTo: db.LastVersion(), overlay: map[string]overlayVal{}, rows: map[uint64]uint64{}}
+	a.hasFn = a.has
+	return a
 }
 
 // loadRows reads which client ids have a row in the engine: at start, and
@@ -287,6 +291,25 @@ func (a *applier) current(key []byte) ([]byte, []byte, uint64, bool, error) {
 	return v.Data, v.Meta, v.Version, true, nil
 }
 
+// has is current for a caller that needs only whether key holds a value
+// (kv.Prober; the hash writes ask it of field rows): the engine's index
+// answers, without reading the record back. An op being replayed asks
+// current, whose replay rules read older versions.
+func (a *applier) has(key []byte) (bool, error) {
+	if a.cur <= a.replayTo {
+		_, _, _, ok, err := a.current(key)
+		return ok, err
+	}
+	if o, ok := a.overlay[string(key)]; ok {
+		return o.exists, nil
+	}
+	ok, err := a.db.Has(key)
+	if err != nil {
+		return false, fmt.Errorf("%w: has: %w", shard.ErrUnavailable, err)
+	}
+	return ok, nil
+}
+
 // eval evaluates a write at op v (kv.Apply) and stages its records, every
 // one of version v.
 func (a *applier) eval(op *kv.Op, v uint64, ts int64) (kv.Result, error) {
@@ -299,7 +322,7 @@ func (a *applier) eval(op *kv.Op, v uint64, ts int64) (kv.Result, error) {
 		list = a.listKeys
 	}
 	a.curKind = op.Kind
-	res, err := kv.ApplyWith(a.current, list, v, op, maxVal, func(key, value, meta []byte, tomb bool) {
+	res, err := kv.ApplyWith(a.current, list, a.hasFn, v, op, maxVal, func(key, value, meta []byte, tomb bool) {
 		a.recs = append(a.recs, storage.Record{Key: key, Value: value, Meta: meta, Version: v, Timestamp: ts, Tombstone: tomb})
 	})
 	if err != nil {

@@ -1,0 +1,62 @@
+package storage
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/kefirdb/kefir/internal/vfs"
+)
+
+// Has answers what Get finds (a value or not) from the index: a missing key,
+// a value, a deletion, a key written again, an empty value, and a key whose
+// record lives in a sealed segment rather than the write buffer.
+func TestHasAgreesWithGet(t *testing.T) {
+	o := memOpts(vfs.NewMem())
+	o.Retention.KeepVersions = 3 // older versions retained must not count
+	db := mustOpen(t, o)
+	put(t, db, "a", 1, "x")
+	put(t, db, "b", 2, "x")
+	del(t, db, "b", 3)
+	put(t, db, "c", 4, "x")
+	del(t, db, "c", 5)
+	put(t, db, "c", 6, "back")
+	put(t, db, "e", 7, "")
+	for i := 0; i < 200; i++ { // roll segments: "a" is read back from a file
+		put(t, db, "filler", uint64(8+i), "0123456789012345678901234567890123456789")
+	}
+	for _, k := range []string{"a", "b", "c", "e", "never"} {
+		_, gerr := db.Get([]byte(k))
+		want := gerr == nil
+		if gerr != nil && !errors.Is(gerr, ErrNotFound) {
+			t.Fatalf("Get(%s): %v", k, gerr)
+		}
+		got, err := db.Has([]byte(k))
+		if err != nil || got != want {
+			t.Errorf("Has(%s) = %v, %v; Get finds a value: %v", k, got, err, want)
+		}
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Has([]byte("a")); !errors.Is(err, ErrClosed) {
+		t.Errorf("Has after Close: %v, want ErrClosed", err)
+	}
+}
+
+// A batch holding one op's records at one version — an HSET of 10 fields
+// writes 11 — takes the order check's fast path; a repeated key in the run
+// does not.
+func TestBatchOrderFastPathTakesAnHSetOfTenFields(t *testing.T) {
+	recs := []Record{{Key: []byte("x"), Version: 5}}
+	for i := 0; i < 11; i++ {
+		recs = append(recs, Record{Key: []byte{'r', byte('a' + i)}, Version: 6})
+	}
+	recs = append(recs, Record{Key: []byte("y"), Version: 7})
+	if !risingAbove(recs, 4) {
+		t.Errorf("a run of 11 distinct keys at one version leaves the fast path")
+	}
+	recs[11].Key = []byte("ra")
+	if risingAbove(recs, 4) {
+		t.Errorf("a run repeating a key takes the fast path")
+	}
+}
