@@ -189,9 +189,25 @@ func heldLossScenario(t *testing.T, broken bool) (before, after string) {
 // mutation that reports a held batch durable at once loses a committed op
 // (a linearizable read returned it, then a power cut of every replica erased
 // it); the real hold keeps it.
+//
+// Real time decides whether anything else fsyncs the log before the power
+// cut (a view change on a loaded machine does), so the mutation gets three
+// tries to lose the op; the real hold must keep it every time. (The
+// simulator catches the same mutation deterministically: TestHostSim.)
 func TestNilextHeldPrepareOKBeforeFsyncLosesACommittedOp(t *testing.T) {
-	if before, after := heldLossScenario(t, true); before != "1" || after == "1" {
-		t.Fatalf("mutation (held batch reported durable before its fsync): read %q before the power cut, %q after; want the committed op lost", before, after)
+	lost := false
+	for try := 1; try <= 3 && !lost; try++ {
+		before, after := heldLossScenario(t, true)
+		if before != "1" {
+			t.Fatalf("mutation: read %q before the power cut, want \"1\"", before)
+		}
+		lost = after != "1"
+		if !lost {
+			t.Logf("try %d: the mutation's op survived the power cut (something else fsynced the log)", try)
+		}
+	}
+	if !lost {
+		t.Fatal("mutation (held batch reported durable before its fsync): the committed op survived the power cut in three tries; want it lost")
 	}
 	if before, after := heldLossScenario(t, false); before != "1" || after != "1" {
 		t.Fatalf("group commit: read %q before the power cut, %q after; a committed op was lost", before, after)
