@@ -251,10 +251,19 @@ func TestDurabilityWaitIsServedAfterOneRound(t *testing.T) {
 
 // With R published only at the end of ready() (as before), the same read
 // needs a second round: the test above can fail.
+//
+// The reader must reach the window while the driver sleeps in the hook; on
+// a loaded machine it may arrive after R was published anyway (1 run in ~50),
+// so the mutation gets three tries to show the second round.
 func TestLateReadableCostsASecondRound(t *testing.T) {
-	if n := durabilityRounds(t, true); n < 2 {
-		t.Fatalf("durability rounds = %d with the late publication, want >= 2: the window was not tested", n)
+	var n uint64
+	for try := 1; try <= 3; try++ {
+		if n = durabilityRounds(t, true); n >= 2 {
+			return
+		}
+		t.Logf("try %d: %d durability round with the late publication", try, n)
 	}
+	t.Fatalf("durability rounds = %d with the late publication in three tries, want >= 2: the window was not tested", n)
 }
 
 // durabilityRounds makes one linearizable read wait for a cad write held
