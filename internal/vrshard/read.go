@@ -628,7 +628,7 @@ func (r *Replica) readWith(op kv.Op, ov map[string]overlayEntry) (kv.Result, err
 // every key the leader has expired (one ahead hides keys early, by at most
 // twice ClockSkew).
 func (r *Replica) readNow() int64 {
-	now := time.Now().UnixMilli()
+	now := r.clock.Now().UnixMilli()
 	if r.isLeader.Load() {
 		return now
 	}
