@@ -197,6 +197,12 @@ func (r *Replica) armHold() {
 		return
 	}
 	d := max(r.holdDelay()-r.clock.Now().Sub(g.heldAt), 0)
+	if r.step1 != nil {
+		// Stepped: the next step past it fires it (stepped.go).
+		r.step1.holdDue = r.clock.Now().Add(d)
+		g.timerC = r.step1.never
+		return
+	}
 	if g.timer == nil {
 		g.timer = time.NewTimer(d)
 	} else {

@@ -16,6 +16,7 @@ import (
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/mutation"
+	"github.com/kefirdb/kefir/internal/seglog"
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/storage"
 	"github.com/kefirdb/kefir/internal/transport"
@@ -144,6 +145,10 @@ type Options struct {
 	// a transport (Transport, Peers and Listener are then unused); inbound
 	// messages are the caller's to deliver (StepMessages). The simulator's.
 	Network Network
+
+	// stepped: no goroutine of the host runs; a caller delivers events and
+	// collects effects on one goroutine (stepped.go). The simulator's.
+	stepped bool
 
 	// mut: deliberate bugs for tests (mutations), set from the first start.
 	mut mutations
@@ -563,6 +568,7 @@ type Replica struct {
 	net   Network
 	exec  executor
 	rand  func() uint64
+	step1 *stepState // stepped mode's state and executor (stepped.go); nil in a process
 
 	propc chan []*proposal
 	inbox chan inbound
@@ -696,6 +702,12 @@ func Open(opts Options) (*Replica, error) {
 	}
 	wcfg := defaultWALConfig()
 	wcfg.onSync = opts.OnLogSync
+	if opts.stepped {
+		// No goroutine may run: the log's segments are appended to, and
+		// the engine runs its file operations on the caller's.
+		wcfg.fill = seglog.FillOff
+		opts.Storage.Inline = true
+	}
 	w, ws, err := openWALWith(opts.FS, vfs.Join(opts.Dir, "wal"), wcfg)
 	if err != nil {
 		return nil, err
@@ -742,7 +754,12 @@ func Open(opts Options) (*Replica, error) {
 	r.localSeq.Store(r.rand() >> 2)
 	r.cadClient = r.rand() | 1<<63
 	r.nxIDs.rand = r.rand
-	r.exec = goroutines{syncReq: r.syncReq}
+	if opts.stepped {
+		r.step1 = newStepState(r)
+		r.exec = r.step1
+	} else {
+		r.exec = goroutines{syncReq: r.syncReq}
+	}
 	if ws.empty && opts.Bootstrap && db.LastVersion() > 0 {
 		// The log is gone but the engine is not: this is a replica that lost
 		// its log, not a new group. Bootstrapping it would let it vote with
@@ -848,6 +865,9 @@ func Open(opts Options) (*Replica, error) {
 	}
 	r.openView(ws.hs)
 	r.publish()
+	if opts.stepped {
+		return r, nil // the caller drives it (stepped.go)
+	}
 	go r.syncer()
 	go r.run()
 	return r, nil
@@ -876,6 +896,9 @@ func (r *Replica) Close() error {
 	var err error
 	r.closeOnce.Do(func() {
 		close(r.stop)
+		if r.step1 != nil {
+			r.closeStepped()
+		}
 		<-r.done
 		r.closeEndpoint()
 		r.drainSync()
