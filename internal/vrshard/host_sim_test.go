@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -74,6 +75,15 @@ type hostSimOptions struct {
 	ckptOps   uint64        // Options.CheckpointOps (0: a small default, so runs checkpoint)
 	cadDelay  time.Duration // Options.CadSyncDelay (0: the default)
 	followers bool          // Options.FollowerReads
+	// slowSync: fsyncs take 2–6 ms, so many acknowledged writes sit
+	// unsynced when crashes hit (as internal/vr's cad simulations).
+	slowSync bool
+	// majorityDown lets the nemesis crash two of the three replicas at
+	// once: a cad write then survives only if it was durable or read.
+	majorityDown bool
+	// powerCuts crashes every replica at once every 100–400 ms of the
+	// first two seconds, and restarts them 20 ms later.
+	powerCuts bool
 }
 
 type hostNode struct {
@@ -332,7 +342,7 @@ func (n *hostNode) readOutcome(res kv.Result, err error) hostResp {
 
 // hostClient sends each operation to the replica it believes leads, follows
 // redirects, and gives up (unknown outcome) after timeout ticks without a
-// reply.
+// reply, moving on to the next replica.
 type hostClient struct {
 	n        int
 	leader   int
@@ -391,8 +401,12 @@ func (c *hostClient) Step(ev sim.Event) {
 		}
 		c.ticks++
 		if c.ticks >= c.timeout {
+			// Give up, and try another replica next: the one asked may be
+			// down or cut off (a deposed leader that still believes it
+			// leads; other clients meanwhile find the new one).
 			c.inflight = false
 			c.out.Done = append(c.out.Done, sim.Completion{Seq: c.seq, Outcome: check.Unknown})
+			c.leader = (c.leader + 1) % c.n
 			return
 		}
 		if c.retry > 0 {
@@ -408,12 +422,38 @@ func (c *hostClient) Step(ev sim.Event) {
 // one-way links, drift, loss, duplication, failed fsyncs), and returns the
 // checkers' verdicts joined.
 func hostSim(seed uint64, trace io.Writer, o hostSimOptions, w sim.KV, stats *string) error {
-	s := sim.New(sim.Swarm(seed, sim.Options{
+	so := sim.Options{
 		Replicas: 3, Clients: 4,
 		NewReplicaBoot: newHostNode(o, seed), NewClient: newHostClient(hostClientTimeout),
 		Workload: w, OpsPerClient: 150, Think: sim.Dist{Base: 2 * time.Millisecond, Jitter: 10 * time.Millisecond},
 		Duration: 4 * time.Second, Trace: trace,
-	}))
+	}
+	if o.slowSync {
+		so.Sync = sim.Dist{Base: 2 * time.Millisecond, Jitter: 4 * time.Millisecond}
+	}
+	so = sim.Swarm(seed, so)
+	if o.majorityDown {
+		f := *so.Faults
+		f.MaxDown = 2
+		so.Faults = &f
+	}
+	s := sim.New(so)
+	if o.powerCuts {
+		var cut func()
+		cut = func() {
+			if s.Now() > 2*time.Second {
+				return
+			}
+			s.CrashAll()
+			s.After(20*time.Millisecond, func() {
+				for i := range so.Replicas {
+					s.Restart(i)
+				}
+			})
+			s.After(time.Duration(100+s.Rand().IntN(300))*time.Millisecond, cut)
+		}
+		s.After(time.Duration(100+s.Rand().IntN(300))*time.Millisecond, cut)
+	}
 	h := s.Run()
 	if stats != nil {
 		*stats = fmt.Sprintf("%+v at %v, %d ops", s.Stats(), s.Now(), len(h.Ops))
@@ -439,17 +479,26 @@ func hostJudge(h check.History, d level.Durability) error {
 // TestHostSim runs the production host (stepped) under random faults and
 // checks linearizability (and every other checker) of what the clients saw.
 func TestHostSim(t *testing.T) {
+	syncW := sim.KV{Keys: 3, Get: 4, Put: 4, CAS: 1, Incr: 1, Delete: 1, Dur: level.Sync}
+	cadW := sim.KV{Keys: 3, Get: 4, Put: 4, Dur: level.CAD}
 	for _, tc := range []struct {
 		name string
+		o    hostSimOptions
 		w    sim.KV
 	}{
-		{"sync", sim.KV{Keys: 3, Get: 4, Put: 4, CAS: 1, Incr: 1, Delete: 1, Dur: level.Sync}},
-		{"cad", sim.KV{Keys: 3, Get: 4, Put: 4, Dur: level.CAD}},
+		{"sync", hostSimOptions{}, syncW},
+		{"cad", hostSimOptions{}, cadW},
+		// Every replica loses its unsynced bytes at once, repeatedly, with
+		// slow fsyncs: restarts from torn WALs and engines.
+		{"sync-powercuts", hostSimOptions{slowSync: true, powerCuts: true}, syncW},
+		{"cad-powercuts", hostSimOptions{slowSync: true, powerCuts: true}, cadW},
+		// Two of three replicas down at once: the group stalls, then
+		// recovers without losing what it promised.
+		{"sync-majority-down", hostSimOptions{majorityDown: true}, syncW},
 	} {
-
 		t.Run(tc.name, func(t *testing.T) {
-			sim.Explore(t, 1, 10, func(seed uint64, trace io.Writer) error {
-				return hostSim(seed, trace, hostSimOptions{}, tc.w, nil)
+			sim.Explore(t, 1, 6, func(seed uint64, trace io.Writer) error {
+				return hostSim(seed, trace, tc.o, tc.w, nil)
 			})
 		})
 	}
@@ -473,6 +522,41 @@ func TestHostSimCatchesHeldAckEarly(t *testing.T) {
 		t.Fatalf("seed %d: the checkers missed heldAckEarly", seed)
 	}
 	t.Logf("caught: %s", firstLine(err))
+}
+
+// TestHostSimMutationScan (KEFIR_SOAK=1) reports, for mutations of the
+// host's read and group-commit policy, the first of 200 seeds whose run the
+// checkers fail: a map of what the harness catches and what it does not
+// yet (docs/design/one-house.md, "The host under the simulator").
+func TestHostSimMutationScan(t *testing.T) {
+	mutation.Require(t)
+	if os.Getenv("KEFIR_SOAK") != "1" {
+		t.Skip("a scan of 200 seeds per mutation: KEFIR_SOAK=1")
+	}
+	cadW := sim.KV{Keys: 3, Get: 4, Put: 4, Dur: level.CAD}
+	syncW := sim.KV{Keys: 3, Get: 4, Put: 4, Dur: level.Sync}
+	for _, tc := range []struct {
+		name string
+		o    hostSimOptions
+		w    sim.KV
+	}{
+		{"heldAckEarly", hostSimOptions{mut: mutations{heldAckEarly: true}}, cadW},
+		{"heldAckEarly/powercuts", hostSimOptions{mut: mutations{heldAckEarly: true}, slowSync: true, powerCuts: true}, cadW},
+		{"noDurabilityWait/powercuts", hostSimOptions{mut: mutations{noDurabilityWait: true}, slowSync: true, powerCuts: true}, cadW},
+		{"noPreReadCheck/powercuts", hostSimOptions{mut: mutations{noPreReadCheck: true}, slowSync: true, powerCuts: true}, cadW},
+		{"localLeaseNoClock", hostSimOptions{mut: mutations{localLeaseNoClock: true}}, syncW},
+	} {
+		caught := false
+		for seed := uint64(1); seed <= 200 && !caught; seed++ {
+			if err := hostSim(seed, nil, tc.o, tc.w, nil); err != nil {
+				t.Logf("%s: caught at seed %d: %s", tc.name, seed, firstLine(err))
+				caught = true
+			}
+		}
+		if !caught {
+			t.Logf("%s: not caught in 200 seeds", tc.name)
+		}
+	}
 }
 
 func firstLine(err error) string {
