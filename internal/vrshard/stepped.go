@@ -1,6 +1,7 @@
 package vrshard
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/kefirdb/kefir/internal/kv"
@@ -237,34 +238,53 @@ func (w *SteppedWrite) Expired() bool {
 	return !w.bw.r.clock.Now().Before(w.bw.deadline)
 }
 
-// SteppedRead is a linearizable read at the leader that never blocks: the
-// steps of leaderRead (linearizable, then leaderServe), each wait turned
-// into a state the caller polls (Poll) after every event.
+// SteppedRead is a read that never blocks: a linearizable (or
+// cross-client-monotonic) read at the leader takes the steps of leaderRead
+// (linearizable, then leaderServe), and a cross-client-monotonic one at a
+// follower with FollowerReads those of followerRead, each wait turned into
+// a state the caller polls (Poll) after every event.
 type SteppedRead struct {
 	r        *Replica
 	op       kv.Op
 	rw       *readWaiter // the driver's confirmation or durability wait in flight
+	follower bool        // rw is a follower's read-lease wait (followerRead)
 	idx      uint64      // applied must reach it before the engine is read
 	waited   bool        // a durability wait ran (leaderCheck)
-	confirm  bool        // leadership is confirmed
 	deadline time.Time
 	res      kv.Result
 	err      error
 	done     bool
 }
 
-// ReadStepped starts a linearizable read of op.
-func (r *Replica) ReadStepped(op kv.Op) *SteppedRead {
+// ReadStepped starts a read of op at level c (zero: linearizable);
+// levels other than linearizable and cross-client-monotonic are not
+// served in stepped mode yet.
+func (r *Replica) ReadStepped(op kv.Op, c level.Consistency) *SteppedRead {
+	if c.IsZero() {
+		c = level.ConsLinearizable
+	}
 	sr := &SteppedRead{r: r, op: op, deadline: r.clock.Now().Add(r.opts.RequestTimeout)}
-	if err := r.CheckConsistency(level.ConsLinearizable); err != nil {
+	if err := r.CheckConsistency(c); err != nil {
 		sr.finish(kv.Result{}, err)
 		return sr
 	}
-	if r.localLease() {
+	switch {
+	case c.Kind != level.Linearizable && c.Kind != level.CrossClientMonotonic:
+		sr.finish(kv.Result{}, fmt.Errorf("vrshard: stepped mode serves no %v read", c))
+		return sr
+	case c.Kind == level.CrossClientMonotonic && r.opts.FollowerReads && !r.isLeader.Load():
+		if res, ok := r.tryFollowerRead(op); ok {
+			sr.finish(res, nil)
+			return sr
+		}
+		sr.follower = true
+		sr.rw = &readWaiter{done: make(chan struct{}), kind: rwFollower}
+		r.read(sr.rw)
+		r.afterStep()
+	case r.localLease():
 		r.st.leaseReads.Add(1)
 		r.st.localReads.Add(1)
-		sr.confirm = true
-	} else {
+	default:
 		sr.rw = &readWaiter{done: make(chan struct{}), op: &sr.op}
 		r.read(sr.rw)
 		r.afterStep()
@@ -301,12 +321,15 @@ func (sr *SteppedRead) Poll() bool {
 			}
 			rw := sr.rw
 			sr.rw = nil
+			if sr.follower {
+				sr.finish(r.followerAnswer(sr.op, rw))
+				break
+			}
 			if rw.err != nil {
 				sr.finish(kv.Result{}, rw.err)
 				break
 			}
 			sr.idx = max(sr.idx, rw.idx)
-			sr.confirm = true
 		}
 		if r.applied.Load() < sr.idx {
 			if !r.isLeader.Load() {
