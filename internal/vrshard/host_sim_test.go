@@ -43,9 +43,19 @@ const simEpoch = int64(1_800_000_000) * int64(time.Second)
 
 // hostMsg is a peer message on the simulated network: the frame the
 // transport would carry (envelope fields and the body in VR's codec).
-type hostMsg struct{ fm frame.Message }
+type hostMsg struct {
+	from, to uint64
+	fm       frame.Message
+}
 
-func (m hostMsg) String() string { return fmt.Sprintf("vr(%d, %dB)", m.fm.Type, len(m.fm.Body)) }
+// String decodes the message for traces (only a traced run calls it).
+func (m hostMsg) String() string {
+	msgs, err := wire.Decode(m.from, m.to, []frame.Message{m.fm})
+	if err != nil || len(msgs) != 1 {
+		return fmt.Sprintf("vr(%d, %dB, %v)", m.fm.Type, len(m.fm.Body), err)
+	}
+	return msgs[0].String()
+}
 
 // hostReq and hostResp are the client protocol.
 type hostReq struct {
@@ -84,6 +94,10 @@ type hostSimOptions struct {
 	// powerCuts crashes every replica at once every 100–400 ms of the
 	// first two seconds, and restarts them 20 ms later.
 	powerCuts bool
+	// nilext turns on the fast path (Options.Nilext): SETs go through
+	// the coordinator (NilextStepped), reads of keys with pending updates
+	// take the slow path.
+	nilext bool
 }
 
 type hostNode struct {
@@ -98,6 +112,24 @@ type hostNode struct {
 	syncQ     []uint64
 	writes    []hostWrite
 	reads     []hostRead
+	nilexts   []hostNilext
+	// seen: the client requests this replica took, across its restarts. The
+	// simulated network duplicates messages; a client's connection (TCP)
+	// does not, and a nilext write taken twice gets two coordinator
+	// identities and is executed twice. Ordered writes would be safe anyway
+	// (the client table), reads too; this keeps the harness honest for all.
+	seen map[hostReqKey]bool
+}
+
+type hostReqKey struct {
+	from sim.Addr
+	seq  uint64
+}
+
+type hostNilext struct {
+	from sim.Addr
+	seq  uint64
+	sn   *SteppedNilext
 }
 
 type hostWrite struct {
@@ -123,7 +155,7 @@ func (h hostNet) Send(to uint64, p frame.Payload) error {
 	eng, typ := p.Kind()
 	h.n.out.Messages = append(h.n.out.Messages, sim.Envelope{
 		To:  sim.Addr(to - 1),
-		Msg: hostMsg{fm: frame.Message{Engine: eng, Type: typ, Body: p.AppendBody(nil)}},
+		Msg: hostMsg{from: h.n.r.cfg.Self, to: to, fm: frame.Message{Engine: eng, Type: typ, Body: p.AppendBody(nil)}},
 	})
 	return nil
 }
@@ -142,13 +174,27 @@ const hostDir = "/kefir"
 
 func newHostNode(o hostSimOptions, seed uint64) sim.BootFactory {
 	started := map[sim.Addr]bool{}
+	seen := map[sim.Addr]map[hostReqKey]bool{}
+	rngs := map[sim.Addr]*uint64{}
 	return func(id sim.Addr, b sim.Boot) sim.Node {
-		n := &hostNode{id: id, cfg: b.Config}
+		if seen[id] == nil {
+			seen[id] = map[hostReqKey]bool{}
+		}
+		n := &hostNode{id: id, cfg: b.Config, seen: seen[id]}
 		// Bootstrap only on the group's very first start: a restarted
 		// replica whose disk lost its log recovers from the group.
 		first := !started[id]
 		started[id] = true
-		rng := seed*0x9e3779b97f4a7c15 + uint64(id)*0xbf58476d1ce4e5b9
+		// One random stream per replica across its incarnations: a
+		// restart must not draw its predecessor's numbers (its local
+		// write seqs, cad client id, nilext coordinator ids and nonce
+		// would repeat, and the group would take its new writes for
+		// duplicates of old ones).
+		if rngs[id] == nil {
+			x := seed*0x9e3779b97f4a7c15 + uint64(id)*0xbf58476d1ce4e5b9
+			rngs[id] = &x
+		}
+		rng := rngs[id]
 		ckpt := o.ckptOps
 		if ckpt == 0 {
 			ckpt = 200
@@ -167,11 +213,11 @@ func newHostNode(o hostSimOptions, seed uint64) sim.BootFactory {
 			KeepTail:       50,
 			CadSyncDelay:   o.cadDelay,
 			FollowerReads:  o.followers,
+			Nilext:         o.nilext,
 			Random: func() uint64 {
-				// splitmix64: each incarnation draws the same numbers on a
-				// replay of the seed.
-				rng += 0x9e3779b97f4a7c15
-				z := rng
+				// splitmix64: a replay of the seed draws the same numbers.
+				*rng += 0x9e3779b97f4a7c15
+				z := *rng
 				z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
 				z = (z ^ (z >> 27)) * 0x94d049bb133111eb
 				return z ^ (z >> 31)
@@ -252,6 +298,23 @@ func (n *hostNode) flush() {
 	}
 	clear(n.reads[k:])
 	n.reads = n.reads[:k]
+	k = 0
+	for _, x := range n.nilexts {
+		if !x.sn.Poll() {
+			n.nilexts[k] = x
+			k++
+			continue
+		}
+		res, err := x.sn.Result()
+		if err == nil && x.sn.Fast {
+			// Completed on the fast path: OK, at a version nobody knows yet.
+			n.reply(x.from, x.seq, hostResp{Outcome: check.OK, Result: check.Result{Found: true}})
+			continue
+		}
+		n.reply(x.from, x.seq, writeOutcome(check.Put, res, err))
+	}
+	clear(n.nilexts[k:])
+	n.nilexts = n.nilexts[:k]
 	if gen := n.r.SyncPending(); gen > n.syncAsked {
 		n.syncAsked = gen
 		n.syncQ = append(n.syncQ, gen)
@@ -274,6 +337,11 @@ func (n *hostNode) redirect(to sim.Addr, seq uint64, err error) {
 }
 
 func (n *hostNode) onClient(from sim.Addr, m hostReq) {
+	k := hostReqKey{from, m.Seq}
+	if n.seen[k] {
+		return // a duplicate the network made
+	}
+	n.seen[k] = true
 	if m.Op.Kind == check.Get {
 		sr := n.r.ReadStepped(kv.Op{Kind: kv.KindGet, Key: []byte(m.Op.Key)}, m.Op.Cons)
 		n.reads = append(n.reads, hostRead{from: from, seq: m.Seq, sr: sr})
@@ -283,6 +351,11 @@ func (n *hostNode) onClient(from sim.Addr, m hostReq) {
 	// messages, and the core's client table answers a retransmission with
 	// the first execution's result instead of executing it again.
 	id := shard.ReqID{Client: hostClientBase + uint64(from), Seq: m.Seq}
+	if op := hostKV(m.Op); n.r.NilextOn() && NilextEligible(&op) {
+		sn := n.r.NilextStepped(shard.WriteReq{Op: op, Durability: m.Op.Dur}, id)
+		n.nilexts = append(n.nilexts, hostNilext{from: from, seq: m.Seq, sn: sn})
+		return
+	}
 	reqs := []shard.WriteReq{{Op: hostKV(m.Op), Durability: m.Op.Dur, ID: id}}
 	w := n.r.ProposeStepped(reqs)
 	if w == nil {
@@ -502,6 +575,7 @@ func TestHostSim(t *testing.T) {
 	syncW := sim.KV{Keys: 3, Get: 4, Put: 4, CAS: 1, Incr: 1, Delete: 1, Dur: level.Sync}
 	cadW := sim.KV{Keys: 3, Get: 4, Put: 4, Dur: level.CAD}
 	cadCCM := sim.KV{Keys: 3, Get: 5, Put: 4, Dur: level.CAD, Cons: level.ConsCrossClient}
+	nxW := sim.KV{Keys: 3, Get: 4, Put: 5, CAS: 1, Dur: level.Sync}
 	for _, tc := range []struct {
 		name string
 		o    hostSimOptions
@@ -521,6 +595,11 @@ func TestHostSim(t *testing.T) {
 		// (docs/design/cad.md §2–3).
 		{"cad-follower-reads", hostSimOptions{followers: true}, cadCCM},
 		{"cad-follower-reads-powercuts", hostSimOptions{followers: true, slowSync: true, powerCuts: true}, cadCCM},
+		// The nilext fast path: SETs coordinated on a supermajority's
+		// d-logs, ordered in the background under group commit
+		// (nilext_gc.go), reads of pending keys on the slow path.
+		{"nilext-sync", hostSimOptions{nilext: true}, nxW},
+		{"nilext-sync-powercuts", hostSimOptions{nilext: true, slowSync: true, powerCuts: true}, nxW},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sim.Explore(t, 1, 4, func(seed uint64, trace io.Writer) error {
@@ -582,6 +661,7 @@ func TestHostSimMutationScan(t *testing.T) {
 	cadW := sim.KV{Keys: 3, Get: 4, Put: 4, Dur: level.CAD}
 	syncW := sim.KV{Keys: 3, Get: 4, Put: 4, Dur: level.Sync}
 	cadCCM := sim.KV{Keys: 3, Get: 5, Put: 4, Dur: level.CAD, Cons: level.ConsCrossClient}
+	nxW := sim.KV{Keys: 3, Get: 4, Put: 5, CAS: 1, Dur: level.Sync}
 	for _, tc := range []struct {
 		name string
 		o    hostSimOptions
@@ -592,6 +672,8 @@ func TestHostSimMutationScan(t *testing.T) {
 		{"noDurabilityWait/powercuts", hostSimOptions{mut: mutations{noDurabilityWait: true}, slowSync: true, powerCuts: true}, cadW},
 		{"noPreReadCheck/powercuts", hostSimOptions{mut: mutations{noPreReadCheck: true}, slowSync: true, powerCuts: true}, cadW},
 		{"localLeaseNoClock", hostSimOptions{mut: mutations{localLeaseNoClock: true}}, syncW},
+		{"nilextMajority", hostSimOptions{mut: mutations{nilextMajority: true}, nilext: true}, nxW},
+		{"nilextMajority/powercuts", hostSimOptions{mut: mutations{nilextMajority: true}, nilext: true, slowSync: true, powerCuts: true}, nxW},
 		{"followerNoRCheck", hostSimOptions{mut: mutations{followerNoRCheck: true}, followers: true}, cadCCM},
 		{"followerNoRCheck/powercuts", hostSimOptions{mut: mutations{followerNoRCheck: true}, followers: true, slowSync: true, powerCuts: true}, cadCCM},
 	} {

@@ -179,10 +179,25 @@ func (r *Replica) NilextApply(ctx context.Context, reqs []shard.WriteReq) ([]int
 	if fb, split, err := r.nilextApplyValid(ctx, reqs); split {
 		return fb, err
 	}
-	bw := &batchWait{done: make(chan struct{})}
+	bw, calls, ids := r.nilextCalls(reqs)
+	select {
+	case r.nxc <- calls:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-r.done:
+		return nil, r.closedErr()
+	}
+	r.awaitBatch(ctx, bw, r.opts.NilextTimeout)
+	return r.nilextSettle(reqs, calls, ids), ctx.Err()
+}
+
+// nilextCalls makes the coordinated calls of NilextApply's writes, each
+// with a coordinator identity from the pool, and their batchWait.
+func (r *Replica) nilextCalls(reqs []shard.WriteReq) (bw *batchWait, calls []*nxCall, ids []nxIdent) {
+	bw = &batchWait{done: make(chan struct{})}
 	bw.left.Store(int32(len(reqs)))
-	calls := make([]*nxCall, len(reqs))
-	ids := make([]nxIdent, len(reqs))
+	calls = make([]*nxCall, len(reqs))
+	ids = make([]nxIdent, len(reqs))
 	ts := r.clock.Now().UnixNano()
 	now := r.clock.Now()
 	for i := range reqs {
@@ -200,14 +215,14 @@ func (r *Replica) NilextApply(ctx context.Context, reqs []shard.WriteReq) ([]int
 			tr: vr.NewNilextTracker(r.cfg.Members), wait: bw, born: now,
 		}
 	}
-	select {
-	case r.nxc <- calls:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-r.done:
-		return nil, r.closedErr()
-	}
-	r.awaitBatch(ctx, bw, r.opts.NilextTimeout)
+	return bw, calls, ids
+}
+
+// nilextSettle ends NilextApply's wait: a call still pending is abandoned
+// (and the fast path rests), a completed one is answered OK in reqs, and
+// the others are returned as fallbacks, their ID set to the identity the
+// fast path used.
+func (r *Replica) nilextSettle(reqs []shard.WriteReq, calls []*nxCall, ids []nxIdent) []int {
 	var fallback []int
 	for i, c := range calls {
 		if c.settle(nxAbandoned) {
@@ -223,7 +238,7 @@ func (r *Replica) NilextApply(ctx context.Context, reqs []shard.WriteReq) ([]int
 		fallback = append(fallback, i)
 		r.st.nxFallbacks.Add(1)
 	}
-	return fallback, ctx.Err()
+	return fallback
 }
 
 // nilextApplyValid keeps off the fast path the writes of reqs that apply

@@ -361,3 +361,92 @@ func (sr *SteppedRead) Poll() bool {
 
 // Result is the read's reply (after Poll reported it finished).
 func (sr *SteppedRead) Result() (kv.Result, error) { return sr.res, sr.err }
+
+// SteppedNilext is NilextApply for one write, without waiting: the
+// coordinated call goes to the driver (nxStart), and Poll settles it once
+// it completed or NilextTimeout passed on the replica's clock
+// (nilextSettle); a write the fast path did not complete takes the ordered
+// path here (ProposeStepped) with the fast path's identity, so a copy
+// already in some d-log is applied once.
+type SteppedNilext struct {
+	r        *Replica
+	req      [1]shard.WriteReq
+	bw       *batchWait
+	calls    []*nxCall
+	ids      []nxIdent
+	deadline time.Time
+	ordered  *SteppedWrite // the ordered fallback, once taken
+	res      kv.Result
+	err      error
+	done     bool
+	// Fast reports whether the write completed on the fast path.
+	Fast bool
+}
+
+// NilextStepped starts q (a nilext-eligible write without an id; see
+// NilextEligible) on the fast path. fallbackID identifies it on the ordered
+// path when the fast path sends nothing (it rests after a timeout, or apply
+// would reject the write).
+func (r *Replica) NilextStepped(q shard.WriteReq, fallbackID shard.ReqID) *SteppedNilext {
+	sn := &SteppedNilext{r: r}
+	sn.req[0] = q
+	if err := r.failed(); err != nil {
+		sn.res, sn.err, sn.done = kv.Result{}, err, true
+		return sn
+	}
+	if !r.opts.Nilext || r.clock.Now().UnixNano() < r.nxCool.Load() || r.nilextValid(&q.Op) != nil {
+		r.st.nxFallbacks.Add(1)
+		sn.req[0].ID = fallbackID
+		sn.fallback()
+		return sn
+	}
+	sn.bw, sn.calls, sn.ids = r.nilextCalls(sn.req[:])
+	sn.deadline = r.clock.Now().Add(r.opts.NilextTimeout)
+	r.nxStart(sn.calls)
+	r.afterStep()
+	sn.Poll()
+	return sn
+}
+
+func (sn *SteppedNilext) fallback() {
+	sn.ordered = sn.r.ProposeStepped(sn.req[:])
+	if sn.ordered == nil {
+		sn.res, sn.err, sn.done = sn.req[0].Result, sn.req[0].Err, true
+	}
+}
+
+// Poll advances the write and reports whether it is finished (Result).
+func (sn *SteppedNilext) Poll() bool {
+	if sn.done {
+		return true
+	}
+	if sn.ordered != nil {
+		switch {
+		case sn.ordered.Done():
+			sn.res, sn.err = sn.ordered.Result(0)
+		case sn.ordered.Expired():
+			sn.res, sn.err = kv.Result{}, ErrOutcomeUnknown
+		default:
+			return false
+		}
+		sn.done = true
+		return true
+	}
+	select {
+	case <-sn.bw.done:
+	default:
+		if sn.r.clock.Now().Before(sn.deadline) {
+			return false
+		}
+	}
+	if fb := sn.r.nilextSettle(sn.req[:], sn.calls, sn.ids); len(fb) == 0 {
+		sn.res, sn.err, sn.done, sn.Fast = sn.req[0].Result, sn.req[0].Err, true, true
+		return true
+	}
+	sn.fallback()
+	return sn.done
+}
+
+// Result is the write's reply (after Poll reported it finished): a
+// fast-path completion is OK without a version.
+func (sn *SteppedNilext) Result() (kv.Result, error) { return sn.res, sn.err }
