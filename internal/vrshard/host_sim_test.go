@@ -1,6 +1,7 @@
 package vrshard
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -548,10 +549,53 @@ func hostSim(seed uint64, trace io.Writer, o hostSimOptions, w sim.KV, stats *st
 		s.After(time.Duration(100+s.Rand().IntN(300))*time.Millisecond, cut)
 	}
 	h := s.Run()
+	if s.Err() == nil {
+		// Past the nemesis (it heals and restarts everyone at Duration/2),
+		// then the replicas that applied the same op must hold the same
+		// state.
+		s.RunFor(max(so.Duration/2-s.Now(), 0) + time.Second)
+		if err := hostAgree(s); err != nil {
+			return err
+		}
+	}
 	if stats != nil {
 		*stats = fmt.Sprintf("%+v at %v, %d ops", s.Stats(), s.Now(), len(h.Ops))
 	}
 	return errors.Join(s.Err(), hostJudge(h, w.Dur))
+}
+
+// hostAgree checks that the running replicas that applied the same op hold
+// the same engine state (every key, value, version and timestamp: the
+// encoding a snapshot for a lagging peer carries), as internal/vr's
+// checkAgreement does for its state machines.
+func hostAgree(s *sim.Sim) error {
+	states := map[uint64][]byte{}
+	owner := map[uint64]int{}
+	for i := range s.Config().Replicas {
+		node := s.Replica(i)
+		if node == nil {
+			continue
+		}
+		r := node.(*hostNode).r
+		if r.failed() != nil {
+			continue
+		}
+		at := r.applied.Load()
+		es := r.db.Snapshot(at)
+		data, err := captureData(es, nil)
+		es.Close()
+		if err != nil {
+			return fmt.Errorf("replica %d: capture at %d: %w", i, at, err)
+		}
+		if prev, ok := states[at]; ok {
+			if !bytes.Equal(prev, data) {
+				return fmt.Errorf("replicas %d and %d applied op %d but their engines differ", owner[at], i, at)
+			}
+			continue
+		}
+		states[at], owner[at] = data, i
+	}
+	return nil
 }
 
 // hostJudge runs the checkers the durability level promises under crashes.
