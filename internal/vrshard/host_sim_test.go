@@ -272,8 +272,7 @@ func (n *hostNode) Step(ev sim.Event) {
 // flush answers the client operations that finished and asks the
 // simulator for the log fsync the replica started, if any.
 func (n *hostNode) flush() {
-	k := 0
-	for _, w := range n.writes {
+	n.writes = keepPending(n.writes, func(w hostWrite) bool {
 		switch {
 		case w.w.Done():
 			res, err := w.w.Result(0)
@@ -281,46 +280,50 @@ func (n *hostNode) flush() {
 		case w.w.Expired():
 			n.reply(w.from, w.seq, hostResp{Outcome: check.Unknown})
 		default:
-			n.writes[k] = w
-			k++
+			return false
 		}
-	}
-	clear(n.writes[k:])
-	n.writes = n.writes[:k]
-	k = 0
-	for _, rd := range n.reads {
+		return true
+	})
+	n.reads = keepPending(n.reads, func(rd hostRead) bool {
 		if !rd.sr.Poll() {
-			n.reads[k] = rd
-			k++
-			continue
+			return false
 		}
 		res, err := rd.sr.Result()
 		n.reply(rd.from, rd.seq, n.readOutcome(res, err))
-	}
-	clear(n.reads[k:])
-	n.reads = n.reads[:k]
-	k = 0
-	for _, x := range n.nilexts {
+		return true
+	})
+	n.nilexts = keepPending(n.nilexts, func(x hostNilext) bool {
 		if !x.sn.Poll() {
-			n.nilexts[k] = x
-			k++
-			continue
+			return false
 		}
 		res, err := x.sn.Result()
 		if err == nil && x.sn.Fast {
 			// Completed on the fast path: OK, at a version nobody knows yet.
 			n.reply(x.from, x.seq, hostResp{Outcome: check.OK, Result: check.Result{Found: true}})
-			continue
+			return true
 		}
 		n.reply(x.from, x.seq, writeOutcome(check.Put, res, err))
-	}
-	clear(n.nilexts[k:])
-	n.nilexts = n.nilexts[:k]
+		return true
+	})
 	if gen := n.r.SyncPending(); gen > n.syncAsked {
 		n.syncAsked = gen
 		n.syncQ = append(n.syncQ, gen)
 		n.out.Sync = true
 	}
+}
+
+// keepPending calls finish on each of xs in order and returns, in order,
+// those it did not finish (false).
+func keepPending[T any](xs []T, finish func(T) bool) []T {
+	k := 0
+	for _, x := range xs {
+		if !finish(x) {
+			xs[k] = x
+			k++
+		}
+	}
+	clear(xs[k:])
+	return xs[:k]
 }
 
 func (n *hostNode) reply(to sim.Addr, seq uint64, m hostResp) {
