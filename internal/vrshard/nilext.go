@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	kcluster "github.com/kefirdb/kefir/internal/cluster"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -92,6 +91,7 @@ type nxIdent struct{ client, seq uint64 }
 type nxIdents struct {
 	mu   sync.Mutex
 	free []nxIdent
+	rand func() uint64 // Replica.rand
 
 	high                      map[uint64]uint64
 	directTaken, directRefuse atomic.Uint64
@@ -105,7 +105,7 @@ func (p *nxIdents) get() nxIdent {
 		id = p.free[n-1]
 		p.free = p.free[:n-1]
 	} else {
-		id.client = rand.Uint64() | 1
+		id.client = p.rand() | 1
 	}
 	id.seq++
 	return id
@@ -164,7 +164,7 @@ func (r *Replica) NilextApply(ctx context.Context, reqs []shard.WriteReq) ([]int
 	if !r.opts.Nilext {
 		return nil, vr.ErrNilextOff
 	}
-	if time.Now().UnixNano() < r.nxCool.Load() {
+	if r.clock.Now().UnixNano() < r.nxCool.Load() {
 		// A recent write missed the supermajority (a replica is down or
 		// slow): take the ordered path at once instead of waiting out
 		// NilextTimeout on every write; the fast path is tried again after
@@ -179,12 +179,27 @@ func (r *Replica) NilextApply(ctx context.Context, reqs []shard.WriteReq) ([]int
 	if fb, split, err := r.nilextApplyValid(ctx, reqs); split {
 		return fb, err
 	}
-	bw := &batchWait{done: make(chan struct{})}
+	bw, calls, ids := r.nilextCalls(reqs)
+	select {
+	case r.nxc <- calls:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-r.done:
+		return nil, r.closedErr()
+	}
+	r.awaitBatch(ctx, bw, r.opts.NilextTimeout)
+	return r.nilextSettle(reqs, calls, ids), ctx.Err()
+}
+
+// nilextCalls makes the coordinated calls of NilextApply's writes, each
+// with a coordinator identity from the pool, and their batchWait.
+func (r *Replica) nilextCalls(reqs []shard.WriteReq) (bw *batchWait, calls []*nxCall, ids []nxIdent) {
+	bw = &batchWait{done: make(chan struct{})}
 	bw.left.Store(int32(len(reqs)))
-	calls := make([]*nxCall, len(reqs))
-	ids := make([]nxIdent, len(reqs))
-	ts := time.Now().UnixNano()
-	now := time.Now()
+	calls = make([]*nxCall, len(reqs))
+	ids = make([]nxIdent, len(reqs))
+	ts := r.clock.Now().UnixNano()
+	now := r.clock.Now()
 	for i := range reqs {
 		q := &reqs[i]
 		if !NilextEligible(&q.Op) || !q.ID.IsZero() {
@@ -200,18 +215,18 @@ func (r *Replica) NilextApply(ctx context.Context, reqs []shard.WriteReq) ([]int
 			tr: vr.NewNilextTracker(r.cfg.Members), wait: bw, born: now,
 		}
 	}
-	select {
-	case r.nxc <- calls:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-r.done:
-		return nil, r.closedErr()
-	}
-	r.awaitBatch(ctx, bw, r.opts.NilextTimeout)
+	return bw, calls, ids
+}
+
+// nilextSettle ends NilextApply's wait: a call still pending is abandoned
+// (and the fast path rests), a completed one is answered OK in reqs, and
+// the others are returned as fallbacks, their ID set to the identity the
+// fast path used.
+func (r *Replica) nilextSettle(reqs []shard.WriteReq, calls []*nxCall, ids []nxIdent) []int {
 	var fallback []int
 	for i, c := range calls {
 		if c.settle(nxAbandoned) {
-			r.nxCool.Store(time.Now().Add(r.opts.NilextBackoff).UnixNano())
+			r.nxCool.Store(r.clock.Now().Add(r.opts.NilextBackoff).UnixNano())
 		}
 		if c.state.Load() == nxDone {
 			r.nxIDs.put(ids[i])
@@ -223,7 +238,7 @@ func (r *Replica) NilextApply(ctx context.Context, reqs []shard.WriteReq) ([]int
 		fallback = append(fallback, i)
 		r.st.nxFallbacks.Add(1)
 	}
-	return fallback, ctx.Err()
+	return fallback
 }
 
 // nilextApplyValid keeps off the fast path the writes of reqs that apply
@@ -342,7 +357,7 @@ func (r *Replica) nxStart(calls []*nxCall) {
 		m := vr.Message{Type: wire.MsgNilext, DLog: reqs}
 		r.stamp(&m, to)
 		r.st.nxSent.Add(1)
-		_ = r.ep.Send(to, wire.Payload(&m))
+		_ = r.net.Send(to, wire.Payload(&m))
 	}
 }
 
@@ -435,7 +450,7 @@ func (r *Replica) nxRoute(acks []vr.NilextAck) {
 			m := wire.NilextAcksMessage(as[:n])
 			r.stamp(&m, to)
 			r.st.nxAcksSent.Add(uint64(n))
-			_ = r.ep.Send(to, wire.Payload(&m))
+			_ = r.net.Send(to, wire.Payload(&m))
 			as = as[n:]
 		}
 	}
@@ -587,11 +602,11 @@ func (r *Replica) NilextTake(ctx context.Context, id shard.ReqID, op kv.Op, d le
 	}
 	c := &nxCall{
 		req: vr.NilextRequest{
-			Request: vr.Request{Client: id.Client, ReqNum: id.Seq, Data: encodeOp(nil, header{ts: time.Now().UnixNano()}, &op)},
+			Request: vr.Request{Client: id.Client, ReqNum: id.Seq, Data: encodeOp(nil, header{ts: r.clock.Now().UnixNano()}, &op)},
 			Keys:    nilextKeys(&op),
 			Sync:    d == level.Sync || d.IsZero(),
 		},
-		wait: &batchWait{done: make(chan struct{})}, born: time.Now(), direct: true,
+		wait: &batchWait{done: make(chan struct{})}, born: r.clock.Now(), direct: true,
 	}
 	c.wait.left.Store(1)
 	select {
@@ -705,7 +720,7 @@ func (r *Replica) NilextTakeBatch(ctx context.Context, ups []NilextDirect) (acks
 	bw := &batchWait{done: make(chan struct{})}
 	calls := make([]*nxCall, len(ups))
 	var send []*nxCall
-	ts := time.Now().UnixNano()
+	ts := r.clock.Now().UnixNano()
 	for i := range ups {
 		u := &ups[i]
 		if err := r.nilextValidTake(u.ID, &u.Op, u.Durability); err != nil {
@@ -719,7 +734,7 @@ func (r *Replica) NilextTakeBatch(ctx context.Context, ups []NilextDirect) (acks
 				Keys:    nilextKeys(&u.Op),
 				Sync:    u.Durability == level.Sync || u.Durability.IsZero(),
 			},
-			wait: bw, born: time.Now(), direct: true,
+			wait: bw, born: r.clock.Now(), direct: true,
 		}
 		send = append(send, calls[i])
 	}

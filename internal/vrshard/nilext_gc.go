@@ -145,7 +145,7 @@ func (r *Replica) noteWritten(held bool) {
 		return
 	}
 	if g.heldAt.IsZero() || g.heldSq <= r.synced0 {
-		g.heldAt, g.heldSq = time.Now(), r.written
+		g.heldAt, g.heldSq = r.clock.Now(), r.written
 	}
 }
 
@@ -156,7 +156,7 @@ func (r *Replica) holding() bool {
 	if g.urgent > r.synced0 || g.heldAt.IsZero() || r.waited() {
 		return false
 	}
-	if time.Since(g.heldAt) >= r.holdDelay() {
+	if r.clock.Now().Sub(g.heldAt) >= r.holdDelay() {
 		g.late.Add(1)
 		return false
 	}
@@ -196,7 +196,13 @@ func (r *Replica) armHold() {
 	if g.heldAt.IsZero() {
 		return
 	}
-	d := max(r.holdDelay()-time.Since(g.heldAt), 0)
+	d := max(r.holdDelay()-r.clock.Now().Sub(g.heldAt), 0)
+	if r.step1 != nil {
+		// Stepped: the next step past it fires it (stepped.go).
+		r.step1.holdDue = r.clock.Now().Add(d)
+		g.timerC = r.step1.never
+		return
+	}
 	if g.timer == nil {
 		g.timer = time.NewTimer(d)
 	} else {

@@ -29,6 +29,10 @@ func GroupConfig(o Options) (vr.Config, error) {
 // transport of its own when the node gave none.
 func (r *Replica) openEndpoint() error {
 	opts := &r.opts
+	if opts.Network != nil {
+		r.net = opts.Network
+		return nil
+	}
 	tr := opts.Transport
 	if tr == nil {
 		var err error
@@ -49,7 +53,7 @@ func (r *Replica) openEndpoint() error {
 		}
 		return fmt.Errorf("vrshard: replica %d of group %d on the peer transport: %w", r.cfg.Self, opts.Group, err)
 	}
-	r.ep = ep
+	r.ep, r.net = ep, ep
 	if r.ownTr != nil && opts.Listener != nil {
 		go func() {
 			if err := tr.Serve(opts.Listener); err != nil {
@@ -63,6 +67,9 @@ func (r *Replica) openEndpoint() error {
 // closeEndpoint leaves the transport: the group's endpoint is unregistered,
 // and a transport the replica started is closed.
 func (r *Replica) closeEndpoint() {
+	if r.ep == nil {
+		return // on Options.Network
+	}
 	r.ep.Close()
 	if r.ownTr != nil {
 		r.ownTr.Close()

@@ -273,6 +273,12 @@ func (r *Replica) followerRead(ctx context.Context, op kv.Op) (kv.Result, error)
 	if err := r.awaitRead(ctx, rw); err != nil {
 		return kv.Result{}, err
 	}
+	return r.followerAnswer(op, rw)
+}
+
+// followerAnswer is followerRead once the driver answered its rwFollower
+// wait rw (vr FollowerRead): the read lease's R, or an error.
+func (r *Replica) followerAnswer(op kv.Op, rw *readWaiter) (kv.Result, error) {
 	if rw.err != nil {
 		r.st.followerRedirects.Add(1)
 		return kv.Result{}, r.notLeader()
@@ -630,7 +636,7 @@ func (r *Replica) readWith(op kv.Op, ov map[string]overlayEntry) (kv.Result, err
 // every key the leader has expired (one ahead hides keys early, by at most
 // twice ClockSkew).
 func (r *Replica) readNow() int64 {
-	now := time.Now().UnixMilli()
+	now := r.clock.Now().UnixMilli()
 	if r.isLeader.Load() {
 		return now
 	}

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	kcluster "github.com/kefirdb/kefir/internal/cluster"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -17,6 +16,7 @@ import (
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/mutation"
+	"github.com/kefirdb/kefir/internal/seglog"
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/storage"
 	"github.com/kefirdb/kefir/internal/transport"
@@ -135,6 +135,21 @@ type Options struct {
 	// synced. The engine's own fsyncs are Storage.OnSync's.
 	OnLogSync func(time.Duration)
 
+	// Clock is the host's time source (default: the process's clock). The
+	// simulator passes a node's drifting virtual clock (env.go).
+	Clock Clock
+	// Random draws the host's random numbers (default math/rand/v2's); the
+	// simulator passes a seeded source so a run replays.
+	Random func() uint64
+	// Network, if set, is the peer network the replica sends on instead of
+	// a transport (Transport, Peers and Listener are then unused); inbound
+	// messages are the caller's to deliver (StepMessages). The simulator's.
+	Network Network
+
+	// stepped: no goroutine of the host runs; a caller delivers events and
+	// collects effects on one goroutine (stepped.go). The simulator's.
+	stepped bool
+
 	// mut: deliberate bugs for tests (mutations), set from the first start.
 	mut mutations
 }
@@ -155,6 +170,9 @@ const (
 func (o *Options) fill() error {
 	if o.FS == nil {
 		o.FS = vfs.Default
+	}
+	if o.Clock == nil {
+		o.Clock = wallClock{}
 	}
 	if o.Dir == "" {
 		return errors.New("vrshard: Options.Dir is required")
@@ -239,7 +257,7 @@ func (o *Options) fill() error {
 		o.Storage.Logger = o.Logger
 	}
 	for _, m := range c.Members {
-		if o.Transport == nil && m != c.Self && o.Peers[m] == "" {
+		if o.Transport == nil && o.Network == nil && m != c.Self && o.Peers[m] == "" {
 			return fmt.Errorf("vrshard: no peer address for member %d", m)
 		}
 	}
@@ -539,10 +557,18 @@ type Replica struct {
 	db      *storage.DB
 	wal     *wal
 	app     *applier
-	ep      *transport.Endpoint  // this group's endpoint on the node transport (peer.go)
+	ep      *transport.Endpoint  // this group's endpoint on the node transport (peer.go); nil with Options.Network
 	ownTr   *transport.Transport // the transport Open started, if not given one
 	start   time.Time
 	mut     mutations
+
+	// The environment (env.go): opts.Clock, the network sent on (ep, or
+	// opts.Network), the executor of off-driver work and opts.Random.
+	clock Clock
+	net   Network
+	exec  executor
+	rand  func() uint64
+	step1 *stepState // stepped mode's state and executor (stepped.go); nil in a process
 
 	propc chan []*proposal
 	inbox chan inbound
@@ -585,7 +611,7 @@ type Replica struct {
 	ckptOut     int    // engine fsyncs started and not yet received
 	ckptDone    chan ckptResult
 	syncDone    chan syncResult
-	syncReq     chan syncJob // to the syncer goroutine (startSync)
+	syncReq     chan func() // to the syncer goroutine (goroutines.syncLog)
 	// A snapshot capture runs off the driver goroutine (snapshot.go): one at
 	// a time, for every peer in snapFor.
 	snapRunning bool
@@ -676,6 +702,12 @@ func Open(opts Options) (*Replica, error) {
 	}
 	wcfg := defaultWALConfig()
 	wcfg.onSync = opts.OnLogSync
+	if opts.stepped {
+		// No goroutine may run: the log's segments are appended to, and
+		// the engine runs its file operations on the caller's.
+		wcfg.fill = seglog.FillOff
+		opts.Storage.Inline = true
+	}
 	w, ws, err := openWALWith(opts.FS, vfs.Join(opts.Dir, "wal"), wcfg)
 	if err != nil {
 		return nil, err
@@ -686,7 +718,8 @@ func Open(opts Options) (*Replica, error) {
 		return nil, fmt.Errorf("vrshard: open engine: %w", err)
 	}
 	r := &Replica{
-		opts: opts, cfg: opts.VR, wal: w, db: db, start: time.Now(), mut: opts.mut,
+		opts: opts, cfg: opts.VR, wal: w, db: db, start: opts.Clock.Now(), mut: opts.mut,
+		clock: opts.Clock, rand: randomSource(&opts),
 		// "replica", not "node": the server's logger already names the node
 		// ("node", its --node-id), and a key repeated in one line is ambiguous.
 		log:       opts.Logger.With("replica", opts.VR.Self),
@@ -703,7 +736,7 @@ func Open(opts Options) (*Replica, error) {
 		reads:     map[uint64]*readWaiter{},
 		notify:    make(chan struct{}),
 		syncDone:  make(chan syncResult, 1),
-		syncReq:   make(chan syncJob, 1),
+		syncReq:   make(chan func(), 1),
 		snapDone:  make(chan snapResult, 1),
 		held:      map[uint64][]vr.Message{},
 		snapHolds: map[uint64]snapHold{},
@@ -718,8 +751,15 @@ func Open(opts Options) (*Replica, error) {
 	// incarnation's writes, so every incarnation draws its seqs from a fresh,
 	// random point of a 2^62 space (a collision needs two incarnations'
 	// ranges to overlap).
-	r.localSeq.Store(rand.Uint64() >> 2)
-	r.cadClient = rand.Uint64() | 1<<63
+	r.localSeq.Store(r.rand() >> 2)
+	r.cadClient = r.rand() | 1<<63
+	r.nxIDs.rand = r.rand
+	if opts.stepped {
+		r.step1 = newStepState(r)
+		r.exec = r.step1
+	} else {
+		r.exec = goroutines{syncReq: r.syncReq}
+	}
 	if ws.empty && opts.Bootstrap && db.LastVersion() > 0 {
 		// The log is gone but the engine is not: this is a replica that lost
 		// its log, not a new group. Bootstrapping it would let it vote with
@@ -759,7 +799,7 @@ func Open(opts Options) (*Replica, error) {
 	}
 	// A fresh nonce on every start, not only for recovery: the core seeds
 	// its prepare-ok sequence numbers from it (vr cadState.init).
-	st.Nonce = rand.Uint64() | 1
+	st.Nonce = r.rand() | 1
 	switch {
 	case ws.empty && opts.Bootstrap && !engineLost:
 		st.Bootstrap = true
@@ -825,6 +865,9 @@ func Open(opts Options) (*Replica, error) {
 	}
 	r.openView(ws.hs)
 	r.publish()
+	if opts.stepped {
+		return r, nil // the caller drives it (stepped.go)
+	}
 	go r.syncer()
 	go r.run()
 	return r, nil
@@ -833,18 +876,29 @@ func Open(opts Options) (*Replica, error) {
 // Transport returns the node's peer transport the replica sends on (for
 // HandleConn, Stats and fault injection, which are the node's links, shared
 // by all its groups).
-func (r *Replica) Transport() *transport.Transport { return r.ep.Transport() }
+// Nil when the replica runs on Options.Network.
+func (r *Replica) Transport() *transport.Transport {
+	if r.ep == nil {
+		return nil
+	}
+	return r.ep.Transport()
+}
 
 // Engine returns the storage engine (reads only: the driver is its writer).
 func (r *Replica) Engine() *storage.DB { return r.db }
 
-func (r *Replica) now() int64 { return int64(time.Since(r.start)) }
+// now is the driver's clock: nanoseconds since the replica started, on
+// opts.Clock (monotonic in a process).
+func (r *Replica) now() int64 { return int64(r.clock.Now().Sub(r.start)) }
 
 // Close stops the replica: driver, transport, log and engine (which syncs).
 func (r *Replica) Close() error {
 	var err error
 	r.closeOnce.Do(func() {
 		close(r.stop)
+		if r.step1 != nil {
+			r.closeStepped()
+		}
 		<-r.done
 		r.closeEndpoint()
 		r.drainSync()
@@ -906,7 +960,17 @@ func (r *Replica) fail(err error) {
 	r.log.Error("vr replica stopped", "err", err)
 }
 
-// ---- the driver goroutine ----
+// ---- the driver ----
+
+// The driver is an event handler: one method per kind of event (a batch of
+// proposals, peer messages, a read, nilext calls, a tick, a finished log
+// fsync, checkpoint, capture or large send, the group-commit deadline, an
+// apply waiter's arrival), and afterEvents, which runs after a batch of
+// events: propose, perform the core's Ready, start fsyncs, checkpoint. Two
+// drivers call them: run, a process's goroutine selecting on the event
+// channels, and the stepped driver (stepped.go), a caller on its own
+// goroutine (the simulator). An error from a handler stops the replica
+// (fail).
 
 func (r *Replica) run() {
 	defer close(r.done)
@@ -916,6 +980,7 @@ func (r *Replica) run() {
 	defer tick.Stop()
 	var props []*proposal
 	for r.failed() == nil {
+		var err error
 		select {
 		case <-r.stop:
 			return
@@ -928,33 +993,23 @@ func (r *Replica) run() {
 		case calls := <-r.nxc:
 			r.nxStart(calls)
 		case <-tick.C:
-			r.core.Tick(r.now())
-			r.noteView(viewCause{kind: 't'})
-			r.nxSweep(false)
+			r.onTick()
 		case res := <-r.syncDone:
-			if err := r.synced(res); err != nil {
-				r.fail(err)
-				return
-			}
+			err = r.synced(res)
 		case res := <-r.ckptDone:
-			if err := r.finishCheckpoint(res); err != nil {
-				r.fail(err)
-				return
-			}
+			err = r.finishCheckpoint(res)
 		case res := <-r.snapDone:
-			if err := r.captured(res); err != nil {
-				r.fail(err)
-				return
-			}
+			err = r.captured(res)
 		case to := <-r.largeDone:
 			r.sentLarge(to)
 		case <-r.gc.timerC:
 			r.holdExpired()
 		case <-r.gc.wake:
-			// An apply waiter arrived: ready() asks the followers (at a
-			// follower: the leader) to sync and startSync stops holding
-			// (nilext_gc.go).
-			r.gc.arrived = true
+			r.applyWaiterArrived()
+		}
+		if err != nil {
+			r.fail(err)
+			return
 		}
 		// Take whatever else is waiting: one Ready (one fsync) covers it all.
 	drain:
@@ -977,19 +1032,42 @@ func (r *Replica) run() {
 				break drain
 			}
 		}
-		if len(props) > 0 || len(r.backlog) > 0 {
-			r.propose(props)
-			clear(props)
-			props = props[:0]
-		}
-		if err := r.ready(); err != nil {
+		if err := r.afterEvents(props); err != nil {
 			r.fail(err)
 			return
 		}
-		r.startSync() // a read may now wait for a held batch (nilext_gc.go)
-		r.maybeCheckpoint()
-		r.maybeForgetRows()
+		clear(props)
+		props = props[:0]
 	}
+}
+
+// onTick runs the core's timers at the driver's clock.
+func (r *Replica) onTick() {
+	r.core.Tick(r.now())
+	r.noteView(viewCause{kind: 't'})
+	r.nxSweep(false)
+}
+
+// applyWaiterArrived: a caller started waiting for an apply (untilApplied):
+// ready() asks the followers (at a follower: the leader) to sync and
+// startSync stops holding (nilext_gc.go).
+func (r *Replica) applyWaiterArrived() { r.gc.arrived = true }
+
+// afterEvents is the driver's work after a batch of events: the proposals
+// taken (props) and the backlog go to the core, the core's Ready is
+// performed, held log batches may start an fsync (a read may now wait for
+// one: nilext_gc.go), and a checkpoint or a forget entry may be due.
+func (r *Replica) afterEvents(props []*proposal) error {
+	if len(props) > 0 || len(r.backlog) > 0 {
+		r.propose(props)
+	}
+	if err := r.ready(); err != nil {
+		return err
+	}
+	r.startSync()
+	r.maybeCheckpoint()
+	r.maybeForgetRows()
+	return nil
 }
 
 // maybeForgetRows (leader): once the engine holds a tenth more client rows
@@ -1014,7 +1092,7 @@ func (r *Replica) maybeForgetRows() {
 	if mutation.On && r.mut.forgetTooEarly {
 		below = applied + 1
 	}
-	if err := r.core.ProposeAck(r.now(), vr.Request{Data: encodeForget(time.Now().UnixNano(), below)}, vr.AckApplied); err != nil {
+	if err := r.core.ProposeAck(r.now(), vr.Request{Data: encodeForget(r.clock.Now().UnixNano(), below)}, vr.AckApplied); err != nil {
 		return // not normal, not leader or busy: the next round tries again
 	}
 	r.forgetAt = applied + uint64(max(limit/10, 1))
@@ -1441,8 +1519,8 @@ func (r *Replica) handle(rd *vr.Ready) error {
 		r.wantSnapshot(to)
 	}
 	// 6. Errors an operator must see, at most one line a second.
-	if len(rd.Errors) > 0 && time.Since(r.errLogAt) > time.Second {
-		r.errLogAt = time.Now()
+	if now := r.clock.Now(); len(rd.Errors) > 0 && now.Sub(r.errLogAt) > time.Second {
+		r.errLogAt = now
 		r.log.Warn("vr", "err", rd.Errors[0], "more", len(rd.Errors)-1)
 	}
 	return nil
@@ -1456,25 +1534,22 @@ func (r *Replica) startSync() {
 	}
 	r.syncStarted()
 	r.syncing = r.written
-	// The replica's syncer goroutine runs it (syncer): one long-lived
-	// goroutine, not one per fsync (ARCHITECTURE §1.4). It is idle now: one
-	// fsync is in flight at most, and its result was taken.
-	r.syncReq <- syncJob{seg: r.wal.seg, seq: r.written}
-}
-
-// syncJob is an fsync of the log's active segment up to seq, for the syncer.
-type syncJob struct {
-	seg vfs.File
-	seq uint64
+	// In a process the replica's syncer goroutine runs it (syncer): one
+	// long-lived goroutine, not one per fsync (ARCHITECTURE §1.4). It is idle
+	// now: one fsync is in flight at most, and its result was taken.
+	seg, seq := r.wal.seg, r.written
+	r.exec.syncLog(func() {
+		t := traceNow()
+		err := seg.Sync()
+		r.syncDone <- syncResult{seq: seq, err: err, d: t.since()}
+	})
 }
 
 // syncer runs the log's fsyncs off the driver, one at a time, until syncReq
 // is closed (Close, after the last result was taken).
 func (r *Replica) syncer() {
-	for j := range r.syncReq {
-		t := traceNow()
-		err := j.seg.Sync()
-		r.syncDone <- syncResult{seq: j.seq, err: err, d: t.since()}
+	for work := range r.syncReq {
+		work()
 	}
 }
 
@@ -1511,6 +1586,7 @@ func (r *Replica) awaitSync() error {
 	if r.syncing == 0 {
 		return nil
 	}
+	r.exec.expedite()
 	return r.syncFinished(<-r.syncDone)
 }
 
@@ -1748,10 +1824,10 @@ func (r *Replica) maybeCheckpoint() {
 	r.ckptOut++
 	r.sinceCkpt = 0
 	gen, pos := r.ckptGen, r.db.LastPos()
-	go func() {
+	r.exec.goWork(func() {
 		_, err := r.db.Sync(pos)
 		r.ckptDone <- ckptResult{gen, err}
-	}()
+	})
 }
 
 func (r *Replica) finishCheckpoint(res ckptResult) error {
@@ -1838,12 +1914,64 @@ func (r *Replica) Apply(ctx context.Context, reqs []shard.WriteReq) (shard.Pendi
 			return p, err
 		}
 	}
-	bw := &batchWait{done: make(chan struct{}), r: r, unordered: len(reqs)}
+	bw, pp, point := r.newBatch(reqs)
+	select {
+	case r.propc <- pp:
+	case <-ctx.Done():
+		return shard.Pending{}, ctx.Err()
+	case <-r.done:
+		return shard.Pending{}, r.closedErr()
+	}
+	bw.deadline = r.clock.Now().Add(r.opts.RequestTimeout)
+	if cadtraceOn {
+		tap := time.Now()
+		defer func() {
+			r.ctr.sample(fmt.Sprintf("apply.%v.batchwait", reqs[0].Durability), int64(time.Since(tap)))
+			r.ctr.sample(fmt.Sprintf("apply.%v.batchlen x1000", reqs[0].Durability), int64(len(reqs))*1000)
+		}()
+	}
+	timer := time.NewTimer(r.opts.RequestTimeout)
+	defer timer.Stop()
+	select {
+	case <-point:
+	case <-timer.C:
+		// The driver may still finish the proposals; nobody reads them.
+		for i := range reqs {
+			reqs[i].Result, reqs[i].Err = kv.Result{}, ErrOutcomeUnknown
+		}
+		return shard.Pending{}, nil
+	case <-ctx.Done():
+		return shard.Pending{}, ctx.Err()
+	case <-r.done:
+		// failAll finished every waiter before done closed.
+		select {
+		case <-bw.done:
+		default:
+			return shard.Pending{}, r.closedErr()
+		}
+	}
+	early := false
+	for i := range reqs {
+		reqs[i].Result, reqs[i].Err = bw.ps[i].ores, bw.ps[i].oerr
+		r.stampView(&reqs[i].Result)
+		early = early || bw.ps[i].early
+	}
+	if !early {
+		return shard.Pending{}, nil
+	}
+	return shard.Pending{Acks: []shard.Ack{bw}}, nil
+}
+
+// newBatch makes the proposals of Apply's writes (stamped with this
+// leader's clock, numbered, encoded) and their batchWait; point is the
+// channel that closes at their ordered point.
+func (r *Replica) newBatch(reqs []shard.WriteReq) (bw *batchWait, pp []*proposal, point chan struct{}) {
+	bw = &batchWait{done: make(chan struct{}), r: r, unordered: len(reqs)}
 	bw.left.Store(int32(len(reqs)))
 	ps := make([]proposal, len(reqs))
 	bw.ps = ps
-	pp := make([]*proposal, len(reqs))
-	now := time.Now()
+	pp = make([]*proposal, len(reqs))
+	now := r.clock.Now()
 	ts, nowMs := now.UnixNano(), now.UnixMilli()
 	mayBeEarly := false
 	for i := range reqs {
@@ -1884,56 +2012,12 @@ func (r *Replica) Apply(ctx context.Context, reqs []shard.WriteReq) (shard.Pendi
 	// Only a write acknowledged before it is applied can be ordered before
 	// it is finished: a batch with none (sync, state-dependent writes) is
 	// ordered when done, and needs no second channel.
-	point := bw.done
+	point = bw.done
 	if mayBeEarly && !(mutation.On && r.mut.applyWaitsForAck) {
 		bw.ordered = make(chan struct{})
 		point = bw.ordered
 	}
-	select {
-	case r.propc <- pp:
-	case <-ctx.Done():
-		return shard.Pending{}, ctx.Err()
-	case <-r.done:
-		return shard.Pending{}, r.closedErr()
-	}
-	bw.deadline = time.Now().Add(r.opts.RequestTimeout)
-	if cadtraceOn {
-		tap := time.Now()
-		defer func() {
-			r.ctr.sample(fmt.Sprintf("apply.%v.batchwait", reqs[0].Durability), int64(time.Since(tap)))
-			r.ctr.sample(fmt.Sprintf("apply.%v.batchlen x1000", reqs[0].Durability), int64(len(reqs))*1000)
-		}()
-	}
-	timer := time.NewTimer(r.opts.RequestTimeout)
-	defer timer.Stop()
-	select {
-	case <-point:
-	case <-timer.C:
-		// The driver may still finish the proposals; nobody reads them.
-		for i := range reqs {
-			reqs[i].Result, reqs[i].Err = kv.Result{}, ErrOutcomeUnknown
-		}
-		return shard.Pending{}, nil
-	case <-ctx.Done():
-		return shard.Pending{}, ctx.Err()
-	case <-r.done:
-		// failAll finished every waiter before done closed.
-		select {
-		case <-bw.done:
-		default:
-			return shard.Pending{}, r.closedErr()
-		}
-	}
-	early := false
-	for i := range reqs {
-		reqs[i].Result, reqs[i].Err = ps[i].ores, ps[i].oerr
-		r.stampView(&reqs[i].Result)
-		early = early || ps[i].early
-	}
-	if !early {
-		return shard.Pending{}, nil
-	}
-	return shard.Pending{Acks: []shard.Ack{bw}}, nil
+	return bw, pp, point
 }
 
 // applyWithoutOversize answers with an error, without proposing them, the
@@ -1993,7 +2077,7 @@ func (bw *batchWait) Await(ctx context.Context) error {
 	select {
 	case <-bw.done:
 	default:
-		if err := r.awaitDone(ctx, bw.done, max(time.Until(bw.deadline), 0), ErrOutcomeUnknown); err != nil {
+		if err := r.awaitDone(ctx, bw.done, max(bw.deadline.Sub(r.clock.Now()), 0), ErrOutcomeUnknown); err != nil {
 			return err
 		}
 	}

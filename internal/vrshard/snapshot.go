@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/kefirdb/kefir/internal/mutation"
@@ -48,12 +49,12 @@ func (r *Replica) wantSnapshot(to uint64) {
 	if mutation.On {
 		delay = r.mut.captureDelay
 	}
-	go func() {
+	r.exec.goWork(func() {
 		defer es.Close()
 		r.pause(delay)
 		data, err := captureData(es, r.stop)
 		r.snapDone <- snapResult{s: vr.Snapshot{Op: at, Clients: clients, Data: data}, err: err}
-	}()
+	})
 }
 
 // pause waits d (a test hook's delay) unless the replica stops first.
@@ -79,7 +80,14 @@ func (r *Replica) captured(res snapResult) error {
 	if res.err != nil {
 		return fmt.Errorf("vrshard: snapshot at %d: %w", res.s.Op, res.err)
 	}
+	// In member order, not the map's: the messages' order is output (the
+	// simulator replays a run only if it is deterministic).
+	tos := make([]uint64, 0, len(r.snapFor))
 	for to := range r.snapFor {
+		tos = append(tos, to)
+	}
+	slices.Sort(tos)
+	for _, to := range tos {
 		delete(r.snapFor, to)
 		if err := r.core.SendSnapshot(to, res.s); err != nil {
 			r.log.Warn("snapshot not sent", "to", to, "err", err)
@@ -209,7 +217,7 @@ func (r *Replica) send(m *vr.Message) {
 	if s := m.Snapshot; s != nil {
 		h := snapHold{op: s.Op, size: len(s.Data)}
 		if !large {
-			h.until = time.Now().Add(holdFor(h.size, r.cfg.ViewChangeTimeout))
+			h.until = r.clock.Now().Add(holdFor(h.size, r.cfg.ViewChangeTimeout))
 		} // else its time starts once it is queued (sentLarge)
 		r.snapHolds[m.To] = h
 		r.st.snapsSent.Add(1)
@@ -223,16 +231,16 @@ func (r *Replica) send(m *vr.Message) {
 		if mutation.On {
 			delay = r.mut.encodeDelay
 		}
-		go func() {
+		r.exec.goWork(func() {
 			r.pause(delay)
-			if err := r.ep.SendLarge(big.To, wire.Payload(&big)); err != nil && !errors.Is(err, transport.ErrClosed) {
+			if err := r.net.SendLarge(big.To, wire.Payload(&big)); err != nil && !errors.Is(err, transport.ErrClosed) {
 				r.log.Warn("send failed", "to", big.To, "err", err)
 			}
 			r.largeDone <- big.To
-		}()
+		})
 		return
 	}
-	if err := r.ep.Send(m.To, wire.Payload(m)); err != nil && !errors.Is(err, transport.ErrClosed) {
+	if err := r.net.Send(m.To, wire.Payload(m)); err != nil && !errors.Is(err, transport.ErrClosed) {
 		r.log.Warn("send failed", "to", m.To, "err", err)
 	}
 }
@@ -242,7 +250,7 @@ func (r *Replica) send(m *vr.Message) {
 func (r *Replica) sentLarge(to uint64) {
 	r.largeOut--
 	if h, ok := r.snapHolds[to]; ok && h.until.IsZero() {
-		h.until = time.Now().Add(holdFor(h.size, r.cfg.ViewChangeTimeout))
+		h.until = r.clock.Now().Add(holdFor(h.size, r.cfg.ViewChangeTimeout))
 		r.snapHolds[to] = h
 	}
 	h := r.held[to]
@@ -295,7 +303,7 @@ func (r *Replica) holdLog(to uint64) uint64 {
 	if r.snapRunning {
 		to = min(to, r.snapAt)
 	}
-	now := time.Now()
+	now := r.clock.Now()
 	for id, h := range r.snapHolds {
 		if !h.until.IsZero() && now.After(h.until) {
 			delete(r.snapHolds, id)

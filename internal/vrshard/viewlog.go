@@ -5,7 +5,6 @@ import (
 	kcluster "github.com/kefirdb/kefir/internal/cluster"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/kefirdb/kefir/internal/vr"
 )
@@ -96,7 +95,7 @@ func (r *Replica) noteView(c viewCause) {
 	leads := st == vr.Normal && r.cfg.LeaderOf(view) == self
 	led := prevSt == vr.Normal && r.cfg.LeaderOf(prevView) == self && c.kind != 'o'
 	reason := r.viewReason(c, prevView, prevSt, view, st)
-	now := time.Now()
+	now := r.clock.Now()
 	if led && !leads {
 		r.vt.depositions.Add(1)
 		pending := len(r.waitID) + len(r.waitLocal) + len(r.backlog)

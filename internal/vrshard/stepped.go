@@ -1,0 +1,452 @@
+package vrshard
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/kefirdb/kefir/internal/kv"
+	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/shard"
+	"github.com/kefirdb/kefir/internal/vr"
+)
+
+// Stepped mode (Options.stepped): the replica starts no goroutine — no
+// driver, no syncer, no transport — and a caller delivers its events and
+// collects its effects on one goroutine, the way the simulator drives a
+// Node (internal/sim; host_sim_test.go). The events go to the same handlers
+// a process's driver (run) calls, followed by the same afterEvents; what
+// differs is only where events come from and where off-driver work runs:
+//
+//   - the off-driver work (env.go executor) is queued here: the log fsync in
+//     flight (syncWork, run by SyncDone when the caller's simulated disk
+//     says it finished, or at once when the driver waits for it:
+//     awaitSync), and checkpoint engine fsyncs, snapshot captures and large
+//     sends (work, run at the next tick); their results land in the
+//     replica's result channels, and each step drains those into the
+//     handlers, as run's select would;
+//   - the group-commit deadline (nilext_gc.go armHold) is a time on the
+//     replica's clock that the next step past it fires;
+//   - clients submit writes with ProposeStepped and reads with
+//     ReadStepped, which never block, and poll what they got back.
+//
+// The storage must start no goroutine either: Options.Storage.Inline, and
+// the log's filler off (Open does both in stepped mode).
+
+// stepState is stepped mode's state and executor.
+type stepState struct {
+	r        *Replica
+	work     []func() // off-driver work to run at the next tick
+	syncWork func()   // the log fsync in flight, not run yet
+	syncGen  uint64   // bumped with each fsync started
+	holdDue  time.Time
+	never    chan time.Time // gc.timerC while the hold deadline is armed
+	props    []*proposal
+}
+
+func newStepState(r *Replica) *stepState {
+	return &stepState{r: r, never: make(chan time.Time)}
+}
+
+func (s *stepState) goWork(work func()) { s.work = append(s.work, work) }
+
+func (s *stepState) syncLog(work func()) {
+	s.syncWork = work
+	s.syncGen++
+}
+
+func (s *stepState) expedite() {
+	if w := s.syncWork; w != nil {
+		s.syncWork = nil
+		w()
+	}
+}
+
+// SyncPending reports the log fsync in flight that the caller has to
+// complete (SyncDone), by a number that grows with each fsync started (0:
+// none). A caller whose disk takes time schedules SyncDone(gen) for later.
+func (r *Replica) SyncPending() uint64 {
+	if r.step1.syncWork == nil {
+		return 0
+	}
+	return r.step1.syncGen
+}
+
+// SyncDone runs the log fsync gen (SyncPending) if it has not run yet and
+// hands its result to the driver.
+func (r *Replica) SyncDone(gen uint64) {
+	if s := r.step1; s.syncWork != nil && s.syncGen == gen {
+		s.expedite()
+	}
+	r.afterStep()
+}
+
+// StepMessages delivers a batch of peer messages from member `from`.
+func (r *Replica) StepMessages(from uint64, msgs []vr.Message) {
+	if r.failed() != nil {
+		return
+	}
+	r.step(inbound{from, msgs})
+	r.afterStep()
+}
+
+// StepTick runs the replica's timers: the core's tick, the group-commit
+// deadline if it passed, and the off-driver work queued since the last
+// tick.
+func (r *Replica) StepTick() {
+	if r.failed() != nil {
+		return
+	}
+	s := r.step1
+	work := s.work
+	s.work = nil
+	for _, w := range work {
+		w()
+	}
+	r.onTick()
+	r.afterStep()
+}
+
+// afterStep drains the results of off-driver work into their handlers,
+// fires a due group-commit deadline and takes an arrived apply waiter, then
+// runs afterEvents, as run does after its select. A handler's error stops
+// the replica (fail), which then fails every waiter, as run's exit does.
+func (r *Replica) afterStep() {
+	s := r.step1
+	if r.failed() != nil {
+		return
+	}
+	err := func() error {
+		for {
+			select {
+			case res := <-r.syncDone:
+				if err := r.synced(res); err != nil {
+					return err
+				}
+				continue
+			case res := <-r.ckptDone:
+				if err := r.finishCheckpoint(res); err != nil {
+					return err
+				}
+				continue
+			case res := <-r.snapDone:
+				if err := r.captured(res); err != nil {
+					return err
+				}
+				continue
+			case to := <-r.largeDone:
+				r.sentLarge(to)
+				continue
+			case <-r.gc.wake:
+				r.applyWaiterArrived()
+				continue
+			default:
+			}
+			break
+		}
+		if r.gc.timerC != nil && !r.clock.Now().Before(s.holdDue) {
+			r.holdExpired()
+		}
+		props := s.props
+		s.props = nil
+		return r.afterEvents(props)
+	}()
+	if err != nil {
+		r.fail(err)
+		r.stopStepped()
+	}
+}
+
+// stopStepped ends a stepped replica: every waiter fails, as when run
+// exits.
+func (r *Replica) stopStepped() {
+	r.failAll(ErrOutcomeUnknown)
+	select {
+	case <-r.done:
+	default:
+		close(r.done)
+	}
+}
+
+// closeStepped is Close's first half in stepped mode: the queued work runs
+// (so no result is awaited that nobody produces), then the replica stops.
+func (r *Replica) closeStepped() {
+	s := r.step1
+	s.expedite()
+	for len(s.work) > 0 {
+		w := s.work[0]
+		s.work = s.work[1:]
+		w()
+	}
+	r.stopStepped()
+}
+
+// ProposeStepped is Apply without waiting: it hands reqs to the driver and
+// returns their batch, which the caller polls (Done). Writes this replica
+// cannot take (not the leader, closed) are answered in reqs at once and
+// nil is returned. Keys and values are not size-checked (Apply's
+// applyWithoutOversize): the caller's writes are small.
+func (r *Replica) ProposeStepped(reqs []shard.WriteReq) *SteppedWrite {
+	err := r.failed()
+	if err == nil && !r.isLeader.Load() {
+		err = r.notLeader()
+	}
+	if err != nil {
+		for i := range reqs {
+			reqs[i].Result, reqs[i].Err = kv.Result{}, err
+		}
+		return nil
+	}
+	bw, pp, _ := r.newBatch(reqs)
+	bw.deadline = r.clock.Now().Add(r.opts.RequestTimeout)
+	r.step1.props = append(r.step1.props, pp...)
+	r.afterStep()
+	return &SteppedWrite{bw: bw}
+}
+
+// SteppedWrite is a batch of writes ProposeStepped took.
+type SteppedWrite struct{ bw *batchWait }
+
+// Done reports whether every write of the batch is finished: acknowledged
+// (at its durability level) or failed. Then Result(i) is write i's reply as
+// a client would get it once Apply and Wait returned: an early write
+// whose acknowledgement failed has an unknown outcome (ErrOutcomeUnknown or
+// the failure).
+func (w *SteppedWrite) Done() bool {
+	select {
+	case <-w.bw.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Result is write i's reply (after Done).
+func (w *SteppedWrite) Result(i int) (kv.Result, error) {
+	p := &w.bw.ps[i]
+	if p.early {
+		if p.err != nil {
+			return kv.Result{}, p.err
+		}
+		return p.ores, p.oerr
+	}
+	return p.res, p.err
+}
+
+// Expired reports whether the batch's RequestTimeout passed (Apply's
+// caller would then have given up: the outcome is unknown).
+func (w *SteppedWrite) Expired() bool {
+	return !w.bw.r.clock.Now().Before(w.bw.deadline)
+}
+
+// SteppedRead is a read that never blocks: a linearizable (or
+// cross-client-monotonic) read at the leader takes the steps of leaderRead
+// (linearizable, then leaderServe), and a cross-client-monotonic one at a
+// follower with FollowerReads those of followerRead, each wait turned into
+// a state the caller polls (Poll) after every event.
+type SteppedRead struct {
+	r        *Replica
+	op       kv.Op
+	rw       *readWaiter // the driver's confirmation or durability wait in flight
+	follower bool        // rw is a follower's read-lease wait (followerRead)
+	idx      uint64      // applied must reach it before the engine is read
+	waited   bool        // a durability wait ran (leaderCheck)
+	deadline time.Time
+	res      kv.Result
+	err      error
+	done     bool
+}
+
+// ReadStepped starts a read of op at level c (zero: linearizable);
+// levels other than linearizable and cross-client-monotonic are not
+// served in stepped mode yet.
+func (r *Replica) ReadStepped(op kv.Op, c level.Consistency) *SteppedRead {
+	if c.IsZero() {
+		c = level.ConsLinearizable
+	}
+	sr := &SteppedRead{r: r, op: op, deadline: r.clock.Now().Add(r.opts.RequestTimeout)}
+	if err := r.CheckConsistency(c); err != nil {
+		sr.finish(kv.Result{}, err)
+		return sr
+	}
+	switch {
+	case c.Kind != level.Linearizable && c.Kind != level.CrossClientMonotonic:
+		sr.finish(kv.Result{}, fmt.Errorf("vrshard: stepped mode serves no %v read", c))
+		return sr
+	case c.Kind == level.CrossClientMonotonic && r.opts.FollowerReads && !r.isLeader.Load():
+		if res, ok := r.tryFollowerRead(op); ok {
+			sr.finish(res, nil)
+			return sr
+		}
+		sr.follower = true
+		sr.rw = &readWaiter{done: make(chan struct{}), kind: rwFollower}
+		r.read(sr.rw)
+		r.afterStep()
+	case r.localLease():
+		r.st.leaseReads.Add(1)
+		r.st.localReads.Add(1)
+	default:
+		sr.rw = &readWaiter{done: make(chan struct{}), op: &sr.op}
+		r.read(sr.rw)
+		r.afterStep()
+	}
+	sr.Poll()
+	return sr
+}
+
+func (sr *SteppedRead) finish(res kv.Result, err error) {
+	sr.res, sr.err, sr.done = res, err, true
+	if err == nil {
+		sr.r.stampView(&sr.res)
+	}
+}
+
+// Poll advances the read as far as it can now and reports whether it is
+// finished (Result).
+func (sr *SteppedRead) Poll() bool {
+	r := sr.r
+	for !sr.done {
+		if err := r.failed(); err != nil {
+			sr.finish(kv.Result{}, err)
+			break
+		}
+		if !r.clock.Now().Before(sr.deadline) {
+			sr.finish(kv.Result{}, ErrCannotServe)
+			break
+		}
+		if sr.rw != nil {
+			select {
+			case <-sr.rw.done:
+			default:
+				return false
+			}
+			rw := sr.rw
+			sr.rw = nil
+			if sr.follower {
+				sr.finish(r.followerAnswer(sr.op, rw))
+				break
+			}
+			if rw.err != nil {
+				sr.finish(kv.Result{}, rw.err)
+				break
+			}
+			sr.idx = max(sr.idx, rw.idx)
+		}
+		if r.applied.Load() < sr.idx {
+			if !r.isLeader.Load() {
+				sr.finish(kv.Result{}, r.redirect())
+				break
+			}
+			return false
+		}
+		res, need, R, err := r.leaderCheck(sr.op, sr.waited)
+		if err != nil {
+			sr.finish(kv.Result{}, err)
+			break
+		}
+		if need <= R {
+			sr.finish(res, nil)
+			break
+		}
+		if !sr.waited {
+			sr.waited = true
+			r.st.durWaits.Add(1)
+		}
+		sr.idx = max(sr.idx, need)
+		sr.rw = &readWaiter{done: make(chan struct{}), kind: rwDurable, need: need}
+		r.read(sr.rw)
+		r.afterStep()
+	}
+	return true
+}
+
+// Result is the read's reply (after Poll reported it finished).
+func (sr *SteppedRead) Result() (kv.Result, error) { return sr.res, sr.err }
+
+// SteppedNilext is NilextApply for one write, without waiting: the
+// coordinated call goes to the driver (nxStart), and Poll settles it once
+// it completed or NilextTimeout passed on the replica's clock
+// (nilextSettle); a write the fast path did not complete takes the ordered
+// path here (ProposeStepped) with the fast path's identity, so a copy
+// already in some d-log is applied once.
+type SteppedNilext struct {
+	r        *Replica
+	req      [1]shard.WriteReq
+	bw       *batchWait
+	calls    []*nxCall
+	ids      []nxIdent
+	deadline time.Time
+	ordered  *SteppedWrite // the ordered fallback, once taken
+	res      kv.Result
+	err      error
+	done     bool
+	// Fast reports whether the write completed on the fast path.
+	Fast bool
+}
+
+// NilextStepped starts q (a nilext-eligible write without an id; see
+// NilextEligible) on the fast path. fallbackID identifies it on the ordered
+// path when the fast path sends nothing (it rests after a timeout, or apply
+// would reject the write).
+func (r *Replica) NilextStepped(q shard.WriteReq, fallbackID shard.ReqID) *SteppedNilext {
+	sn := &SteppedNilext{r: r}
+	sn.req[0] = q
+	if err := r.failed(); err != nil {
+		sn.res, sn.err, sn.done = kv.Result{}, err, true
+		return sn
+	}
+	if !r.opts.Nilext || r.clock.Now().UnixNano() < r.nxCool.Load() || r.nilextValid(&q.Op) != nil {
+		r.st.nxFallbacks.Add(1)
+		sn.req[0].ID = fallbackID
+		sn.fallback()
+		return sn
+	}
+	sn.bw, sn.calls, sn.ids = r.nilextCalls(sn.req[:])
+	sn.deadline = r.clock.Now().Add(r.opts.NilextTimeout)
+	r.nxStart(sn.calls)
+	r.afterStep()
+	sn.Poll()
+	return sn
+}
+
+func (sn *SteppedNilext) fallback() {
+	sn.ordered = sn.r.ProposeStepped(sn.req[:])
+	if sn.ordered == nil {
+		sn.res, sn.err, sn.done = sn.req[0].Result, sn.req[0].Err, true
+	}
+}
+
+// Poll advances the write and reports whether it is finished (Result).
+func (sn *SteppedNilext) Poll() bool {
+	if sn.done {
+		return true
+	}
+	if sn.ordered != nil {
+		switch {
+		case sn.ordered.Done():
+			sn.res, sn.err = sn.ordered.Result(0)
+		case sn.ordered.Expired():
+			sn.res, sn.err = kv.Result{}, ErrOutcomeUnknown
+		default:
+			return false
+		}
+		sn.done = true
+		return true
+	}
+	select {
+	case <-sn.bw.done:
+	default:
+		if sn.r.clock.Now().Before(sn.deadline) {
+			return false
+		}
+	}
+	if fb := sn.r.nilextSettle(sn.req[:], sn.calls, sn.ids); len(fb) == 0 {
+		sn.res, sn.err, sn.done, sn.Fast = sn.req[0].Result, sn.req[0].Err, true, true
+		return true
+	}
+	sn.fallback()
+	return sn.done
+}
+
+// Result is the write's reply (after Poll reported it finished): a
+// fast-path completion is OK without a version.
+func (sn *SteppedNilext) Result() (kv.Result, error) { return sn.res, sn.err }
