@@ -193,7 +193,8 @@ func heldLossScenario(t *testing.T, broken bool) (before, after string) {
 // Real time decides whether anything else fsyncs the log before the power
 // cut (a view change on a loaded machine does), so the mutation gets three
 // tries to lose the op; the real hold must keep it every time. (The
-// simulator catches the same mutation deterministically: TestHostSim.)
+// simulator catches the same mutation deterministically, at a fixed seed:
+// TestHostSimCatchesMutations.)
 func TestNilextHeldPrepareOKBeforeFsyncLosesACommittedOp(t *testing.T) {
 	lost := false
 	for try := 1; try <= 3 && !lost; try++ {
