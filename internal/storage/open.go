@@ -177,6 +177,7 @@ func (db *DB) recover() error {
 			return err
 		}
 		db.segs = []*segment{seg}
+		db.mapActive(seg)
 		return nil
 	}
 	if refs[len(refs)-1].gap {
@@ -293,6 +294,7 @@ func (db *DB) recover() error {
 			db.mapSegment(s)
 		}
 	}
+	db.mapActive(last)
 	db.tail = last.dev
 	db.next = Pos(last.end())
 	db.writ, db.dur = db.next, db.next
