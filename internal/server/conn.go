@@ -222,9 +222,11 @@ func (s *Server) newConn(nc net.Conn, id int64) *conn {
 	c.rd.SetMaxCommand(s.cfg.MaxRequest)
 	// The writer only stages replies for outBuf (an in-memory copy), so a small
 	// buffer costs little and keeps idle connections cheap.
-	c.w = resp.NewWriter(&c.out, 4<<10)
+	c.w = resp.NewWriter(&c.out, connWriterSize)
 	return c
 }
+
+const connWriterSize = 4 << 10
 
 // readBufs recycles connections' initial read buffers (resp.DefaultBufferSize
 // each). A client that opens connections per job (redis-benchmark opens 50 per
