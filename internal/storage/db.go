@@ -491,7 +491,10 @@ func (db *DB) rollLocked() error {
 func (db *DB) seal(old *segment, id uint64, dev int) (*segment, error) {
 	if old.fileSize > old.size {
 		// Sealed segments hold exactly their records, as appended ones did. The cut is
-		// durable (the fsync below) before the next segment's name is.
+		// durable (the fsync below) before the next segment's name is. Reads through
+		// the active segment's mapping stop at the cut first: a page past a file's end
+		// faults.
+		old.shortenMap(old.size)
 		if err := old.f.Truncate(old.size); err != nil {
 			return nil, fmt.Errorf("cut %s to its end: %w", old.path, err)
 		}
@@ -546,28 +549,38 @@ func (db *DB) mapSegment(s *segment) {
 	s.mm.Store(&mm)
 }
 
-// mapActive memory-maps the active segment s for reads, SegmentSize bytes or its
-// zero-filled file's length if larger. Bytes the log has written never change (the
-// log only appends past them; cutting a short write back and sealing cut only what
-// is past the written end), and a shared mapping shows the page cache that pwrite
-// fills, so a record the index points at below the written end (db.writ) reads the
-// same through the mapping as with pread. Reads never touch the mapping past the
-// written end, where the file may be shorter (an appended segment) or cut (seal,
-// UndoWrite): a page there would fault. Without it, every record of the active
-// segment (the newest data, up to 64 MiB) cost a pread: in YCSB-E (scans of 1 KB
-// values inserted in random order) the preads and the value cache's probes and
+// mapActive memory-maps the active segment s for reads: the file's length when it
+// starts (a zero-filled file's zeros, or what an existing last segment holds at Open),
+// so every mapped byte lies inside the file. Bytes the log has written never change
+// (the log only appends past them; cutting a short write back and sealing cut only
+// what is past the written end), and a shared mapping shows the page cache that
+// pwrite fills, so a record the index points at reads the same through the mapping as
+// with pread. Records past the mapping (appended beyond the zeros) are read with
+// pread; seal shortens the mapping to the segment's end before it cuts the file
+// (sealed segments keep their exact-size guard in readAt). Without it, every record
+// of the active segment (the newest data, up to 64 MiB) cost a pread: in YCSB-E (scans
+// of 1 KB values inserted in random order) the preads and the value cache's probes and
 // fills that stood in for them were ~15 % of the server's CPU (docs/design/scans.md).
 func (db *DB) mapActive(s *segment) {
 	m, ok := s.f.(vfs.Mapper)
-	if !ok || s.mm.Load() != nil {
+	if !ok || s.mm.Load() != nil || s.fileSize == 0 {
 		return
 	}
-	mm, err := m.Map(max(db.opts.SegmentSize, s.fileSize))
+	mm, err := m.Map(s.fileSize)
 	if err != nil {
 		db.opts.Logger.Warn("cannot map the active segment; reading it with pread", "file", s.path, "err", err)
 		return
 	}
 	s.mm.Store(&mm)
+}
+
+// shortenMap limits reads through s's mapping to its first n bytes (the mapping itself
+// stays whole until closeSegment: its capacity).
+func (s *segment) shortenMap(n int64) {
+	if p := s.mm.Load(); p != nil && int64(len(*p)) > n {
+		short := (*p)[:n:cap(*p)]
+		s.mm.Store(&short)
+	}
 }
 
 // readAt reads len(buf) bytes of s at off, from the mapping if there is one.
@@ -584,7 +597,7 @@ func (s *segment) readAt(buf []byte, off int64) error {
 func closeSegment(s *segment) error {
 	var err error
 	if p := s.mm.Swap(nil); p != nil {
-		err = vfs.Unmap(*p)
+		err = vfs.Unmap((*p)[:cap(*p)]) // the whole mapping, also when shortenMap limited reads
 	}
 	if cerr := s.f.Close(); err == nil {
 		err = cerr

@@ -294,7 +294,6 @@ func (db *DB) recover() error {
 			db.mapSegment(s)
 		}
 	}
-	db.mapActive(last)
 	db.tail = last.dev
 	db.next = Pos(last.end())
 	db.writ, db.dur = db.next, db.next
@@ -302,6 +301,7 @@ func (db *DB) recover() error {
 	if last.fileSize > last.size {
 		last.zeroSize = last.fileSize
 	}
+	db.mapActive(last)
 	db.askFillLocked()
 	return nil
 }

@@ -6,23 +6,33 @@ import (
 	"testing"
 )
 
-// TestActiveSegmentMapped: the active segment is memory-mapped from its start (a new
-// engine, every roll, a reopen), and records written through the file after the
+// TestActiveSegmentMapped: the active segment is memory-mapped over its file's length
+// (a new engine's zero-filled first segment, every zero-filled segment a roll starts,
+// the last segment at a reopen), and records written through the file after the
 // mapping was made read back right through it, by scans and point reads (no value
-// cache: every read goes to the segment), while the log rolls over and after a reopen.
-// Scans of the active segment used to cost a pread per scattered record
-// (docs/design/scans.md).
+// cache: every read goes to the segment), while the log rolls over (a sealed segment's
+// reads stop at its end) and after a reopen, where records appended past the mapping
+// are read with pread. Scans of the active segment used to cost a pread per scattered
+// record (docs/design/scans.md).
 func TestActiveSegmentMapped(t *testing.T) {
 	dir := t.TempDir()
 	o := Options{Devices: []Device{{Dir: dir}}, SegmentSize: 256 << 10, CacheBytes: -1}
 	db := mustOpen(t, o)
+	mappedActive := 0
 	active := func(when string) {
 		t.Helper()
 		db.mu.RLock()
+		defer db.mu.RUnlock()
 		s := db.segs[len(db.segs)-1]
-		db.mu.RUnlock()
-		if s.mm.Load() == nil {
-			t.Fatalf("%s: the active segment %s is not mapped", when, s.path)
+		if p := s.mm.Load(); p != nil {
+			mappedActive++
+		} else if s.zeroSize > 0 || s.fileSize > s.size {
+			t.Fatalf("%s: the active segment %s (%d bytes of zeros) is not mapped", when, s.path, s.zeroSize)
+		}
+		for _, old := range db.segs[:len(db.segs)-1] {
+			if p := old.mm.Load(); p != nil && int64(len(*p)) > old.size {
+				t.Fatalf("%s: sealed segment %s reads %d mapped bytes past its end", when, old.path, int64(len(*p))-old.size)
+			}
 		}
 	}
 	active("new engine")
@@ -62,8 +72,22 @@ func TestActiveSegmentMapped(t *testing.T) {
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
+	if mappedActive == 0 {
+		t.Fatal("no active segment was mapped")
+	}
 	db = mustOpen(t, o)
 	defer db.Close()
+	mappedActive = 0
 	active("reopened")
+	if mappedActive == 0 {
+		t.Fatal("reopened: the last segment is not mapped")
+	}
 	check("reopened", n)
+	for i := n; i < n+30; i++ { // past the mapping (or into a new segment)
+		put(t, db, fmt.Sprintf("k%05d", i), uint64(i+1), val(i))
+	}
+	if _, err := db.Sync(db.LastPos()); err != nil {
+		t.Fatal(err)
+	}
+	check("appended after the reopen", n+30)
 }
