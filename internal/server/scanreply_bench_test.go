@@ -10,8 +10,8 @@ import (
 )
 
 // BenchmarkScanReply measures encoding one scan's reply (50 keys and 1 KB values,
-// YCSB-E's average range) into a connection's output, as conn.writeResult does, and
-// handing the batch over (release), per reply.
+// YCSB-E's average range) into a connection's output, as conn.writeResult does, in
+// pipelined batches of four handed over (release) together; per reply.
 func BenchmarkScanReply(b *testing.B) {
 	arr := make([][]byte, 0, 100)
 	for i := 0; i < 50; i++ {
@@ -23,10 +23,10 @@ func BenchmarkScanReply(b *testing.B) {
 	b.SetBytes(int64(50 * (23 + 1000)))
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
-		for j := 0; j < 4; j++ { // a pipelined batch of four
-			c.writeResult(res)
+		c.writeResult(res)
+		if i%4 == 3 { // a pipelined batch of four
+			_ = c.w.Flush()
+			c.out.release()
 		}
-		_ = c.w.Flush()
-		c.out.release()
 	}
 }
