@@ -536,18 +536,7 @@ func (db *DB) installLocked(old, seg *segment, err error) {
 }
 
 // mapSegment memory-maps a sealed segment if the file system supports it.
-func (db *DB) mapSegment(s *segment) {
-	m, ok := s.f.(vfs.Mapper)
-	if !ok || s.mm.Load() != nil || s.size == 0 {
-		return
-	}
-	mm, err := m.Map(s.size)
-	if err != nil {
-		db.opts.Logger.Warn("cannot map segment; reading it with pread", "file", s.path, "err", err)
-		return
-	}
-	s.mm.Store(&mm)
-}
+func (db *DB) mapSegment(s *segment) { db.mapFirst(s, s.size) }
 
 // mapActive memory-maps the active segment s for reads: the file's length when it
 // starts (a zero-filled file's zeros, or what an existing last segment holds at Open),
@@ -561,14 +550,18 @@ func (db *DB) mapSegment(s *segment) {
 // of the active segment (the newest data, up to 64 MiB) cost a pread: in YCSB-E (scans
 // of 1 KB values inserted in random order) the preads and the value cache's probes and
 // fills that stood in for them were ~15 % of the server's CPU (docs/design/scans.md).
-func (db *DB) mapActive(s *segment) {
+func (db *DB) mapActive(s *segment) { db.mapFirst(s, s.fileSize) }
+
+// mapFirst maps s's first n bytes unless it is mapped already, n is 0 or the file
+// system cannot (then s is read with pread).
+func (db *DB) mapFirst(s *segment, n int64) {
 	m, ok := s.f.(vfs.Mapper)
-	if !ok || s.mm.Load() != nil || s.fileSize == 0 {
+	if !ok || s.mm.Load() != nil || n == 0 {
 		return
 	}
-	mm, err := m.Map(s.fileSize)
+	mm, err := m.Map(n)
 	if err != nil {
-		db.opts.Logger.Warn("cannot map the active segment; reading it with pread", "file", s.path, "err", err)
+		db.opts.Logger.Warn("cannot map segment; reading it with pread", "file", s.path, "err", err)
 		return
 	}
 	s.mm.Store(&mm)
