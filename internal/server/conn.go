@@ -52,14 +52,10 @@ type outBuf struct {
 }
 
 func (o *outBuf) Write(p []byte) (int, error) {
-	if n := len(o.b) + len(p); n > cap(o.b) {
-		if n > smallOut {
-			o.grow(n)
-		} else {
-			o.b = append(make([]byte, 0, smallOut), o.b...)
-		}
+	if n := len(o.b) + len(p); n > cap(o.b) && n > smallOut {
+		o.grow(n)
 	}
-	o.b = append(o.b, p...)
+	o.b = append(o.b, p...) // below smallOut: grown by append, so a connection of small replies keeps a small buffer
 	return len(p), nil
 }
 
@@ -68,8 +64,9 @@ func (o *outBuf) Write(p []byte) (int, error) {
 // once written. Growing a fresh buffer by doubling for every such batch was ~8 % of a
 // scan-heavy server's CPU; with the pool taken only past 256 KiB the doubling below it
 // (4, 8, … 128 KiB, each a fresh allocation) was still half the bytes the server
-// allocated under YCSB-E (docs/design/scans.md). A connection keeps one buffer of
-// smallOut bytes between batches (it grows to that size at once, not by doubling), and
+// allocated under YCSB-E (docs/design/scans.md). A connection keeps its own buffer of
+// at most smallOut bytes between batches (grown by append: one that only ever sends
+// small replies keeps a small one, as connections come and go by the thousand), and
 // the pool's buffers are reclaimed by the GC when nothing needs them.
 const (
 	smallOut = 16 << 10
