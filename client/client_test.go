@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/resp"
 	"github.com/kefirdb/kefir/internal/testgroup"
 )
 
@@ -631,5 +633,59 @@ func TestClosedClient(t *testing.T) {
 	c.Close()
 	if _, err := c.Get(testCtx(t), "k"); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Get after Close: err = %v, want ErrClosed", err)
+	}
+}
+
+// TestDecodePairs: a scan's reply becomes KVs with keys and values copied out of the
+// reader's buffer (writing to the reply's bytes afterwards changes nothing), a null
+// value stays nil, a malformed reply is an error, and a 50-key range costs three
+// allocations (the KV slice, one string for the keys, one slab for the values), not
+// one per key.
+func TestDecodePairs(t *testing.T) {
+	elems := make([]resp.Value, 0, 100)
+	for i := 0; i < 50; i++ {
+		elems = append(elems, resp.Value{Kind: resp.Bulk, Str: []byte(fmt.Sprintf("user%06d", i))},
+			resp.Value{Kind: resp.Bulk, Str: bytes.Repeat([]byte{byte('a' + i%26)}, 1000)})
+	}
+	elems[3] = resp.Value{Kind: resp.Null}
+	v := resp.Value{Kind: resp.Array, Elems: elems}
+	kvs, err := decodePairs(v)
+	if err != nil || len(kvs) != 50 {
+		t.Fatalf("decodePairs: %d pairs, %v", len(kvs), err)
+	}
+	for _, e := range elems {
+		for j := range e.Str {
+			e.Str[j] = 'X' // the reader reuses its buffer
+		}
+	}
+	for i, kv := range kvs {
+		if want := fmt.Sprintf("user%06d", i); kv.Key != want {
+			t.Fatalf("pair %d: key %q, want %q", i, kv.Key, want)
+		}
+		if i == 1 {
+			if kv.Value != nil {
+				t.Fatalf("pair 1: a null value decoded as %q", kv.Value)
+			}
+			continue
+		}
+		if want := bytes.Repeat([]byte{byte('a' + i%26)}, 1000); !bytes.Equal(kv.Value, want) {
+			t.Fatalf("pair %d: value %.10q…, want %.10q…", i, kv.Value, want)
+		}
+	}
+	v = resp.Value{Kind: resp.Array, Elems: elems[:50]}
+	if got := testing.AllocsPerRun(20, func() { _, _ = decodePairs(v) }); got > 3 {
+		t.Fatalf("a 25-key reply: %.0f allocations, want 3", got)
+	}
+	for _, bad := range []resp.Value{
+		{Kind: resp.Array, Elems: elems[:3]},
+		{Kind: resp.Array, Elems: []resp.Value{{Kind: resp.Int, Int: 1}, {Kind: resp.Bulk}}},
+		{Kind: resp.Int, Int: 7},
+	} {
+		if _, err := decodePairs(bad); err == nil {
+			t.Fatalf("decodePairs(%v): no error", bad)
+		}
+	}
+	if kvs, err := decodePairs(resp.Value{Kind: resp.Null}); kvs != nil || err != nil {
+		t.Fatalf("null reply: %v, %v", kvs, err)
 	}
 }

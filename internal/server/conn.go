@@ -35,40 +35,64 @@ const writeTimeout = time.Minute
 
 // outBuf collects a batch's replies; the resp.Writer flushes into it, and the
 // connection writes it to the socket only once the batch's writes are durable.
-type outBuf struct{ b []byte }
+type outBuf struct {
+	b     []byte
+	small []byte  // the connection's own buffer (at most smallOut), while b is a pooled one
+	big   *[]byte // bigOuts' box for b while b is a pooled buffer (nil: b is the connection's)
+}
 
 func (o *outBuf) Write(p []byte) (int, error) {
-	if n := len(o.b) + len(p); n > cap(o.b) && n > bigOut {
+	if n := len(o.b) + len(p); n > cap(o.b) && n > smallOut {
 		o.grow(n)
 	}
-	o.b = append(o.b, p...)
+	o.b = append(o.b, p...) // below smallOut: grown by append, so a connection of small replies keeps a small buffer
 	return len(p), nil
 }
 
-// Output past bigOut bytes (a batch of scan replies: 50 KB each for YCSB-E's ranges of
-// 1 KB values) goes to a buffer from bigOuts, returned there once written: growing a
-// fresh one by doubling for every such batch was ~8 % of a scan-heavy server's CPU
-// (allocations, copies and their garbage). A connection keeps no big buffer between
-// batches, and the pool's buffers are reclaimed by the GC when nothing needs them.
-const bigOut = 256 << 10
+// Output past smallOut bytes (a batch holding a scan reply: 50 KB for YCSB-E's ranges
+// of 1 KB values) goes to a buffer of at least bigOut bytes from bigOuts, returned there
+// once written. Growing a fresh buffer by doubling for every such batch was ~8 % of a
+// scan-heavy server's CPU; with the pool taken only past 256 KiB the doubling below it
+// (4, 8, … 128 KiB, each a fresh allocation) was still half the bytes the server
+// allocated under YCSB-E (docs/design/scans.md). A connection keeps its own buffer of
+// at most smallOut bytes between batches (grown by append: one that only ever sends
+// small replies keeps a small one, as connections come and go by the thousand), and
+// the pool's buffers are reclaimed by the GC when nothing needs them.
+const (
+	smallOut = 16 << 10
+	bigOut   = 256 << 10
+)
 
-var bigOuts sync.Pool // of *[]byte, each of capacity > bigOut
+var bigOuts sync.Pool // of *[]byte, each of capacity >= bigOut
 
-// grow moves o's bytes to a buffer of at least n bytes.
+// grow moves o's bytes to a pooled buffer of at least n bytes (one from bigOuts if it
+// is large enough, else a new one of at least bigOut). A pooled buffer o outgrows goes
+// back to the pool.
 func (o *outBuf) grow(n int) {
-	if bp, ok := bigOuts.Get().(*[]byte); ok && cap(*bp) >= n {
-		o.b = append((*bp)[:0], o.b...)
-		return
+	bp, _ := bigOuts.Get().(*[]byte)
+	if bp == nil {
+		bp = new([]byte)
 	}
-	o.b = append(make([]byte, 0, max(n, 2*cap(o.b), 2*bigOut)), o.b...)
+	if cap(*bp) < n {
+		*bp = make([]byte, 0, max(n, 2*cap(o.b), bigOut)) // the pool's smaller one is left to the GC
+	}
+	nb := append((*bp)[:0], o.b...)
+	if o.big != nil {
+		*o.big = o.b[:0]
+		bigOuts.Put(o.big)
+	} else {
+		o.small = o.b[:0]
+	}
+	o.b, o.big = nb, bp
 }
 
-// release empties o, handing a big buffer back to bigOuts.
+// release empties o, handing a pooled buffer back to bigOuts: a connection does not
+// pin a big buffer after one big reply.
 func (o *outBuf) release() {
-	if cap(o.b) > bigOut {
-		b := o.b[:0]
-		bigOuts.Put(&b)
-		o.b = nil // do not pin a big buffer on a connection after one big reply
+	if o.big != nil {
+		*o.big = o.b[:0]
+		bigOuts.Put(o.big)
+		o.b, o.small, o.big = o.small, nil, nil
 		return
 	}
 	o.b = o.b[:0]
@@ -193,9 +217,11 @@ func (s *Server) newConn(nc net.Conn, id int64) *conn {
 	c.rd.SetMaxCommand(s.cfg.MaxRequest)
 	// The writer only stages replies for outBuf (an in-memory copy), so a small
 	// buffer costs little and keeps idle connections cheap.
-	c.w = resp.NewWriter(&c.out, 4<<10)
+	c.w = resp.NewWriter(&c.out, connWriterSize)
 	return c
 }
+
+const connWriterSize = 4 << 10
 
 // readBufs recycles connections' initial read buffers (resp.DefaultBufferSize
 // each). A client that opens connections per job (redis-benchmark opens 50 per

@@ -5,7 +5,7 @@ import (
 	"testing"
 )
 
-// TestOutBufBigBatch: output past bigOut (a pipelined batch of scan replies) arrives
+// TestOutBufBigBatch: output past smallOut (a pipelined batch of scan replies) arrives
 // whole and in order through the pooled buffer, and release leaves the connection no
 // big buffer while it keeps a small one.
 func TestOutBufBigBatch(t *testing.T) {
@@ -25,7 +25,7 @@ func TestOutBufBigBatch(t *testing.T) {
 			t.Fatalf("round %d: %d bytes out, not the %d written", round, len(o.b), len(want))
 		}
 		o.release()
-		if o.b != nil {
+		if cap(o.b) > smallOut || o.big != nil {
 			t.Fatalf("round %d: a %d-byte buffer stays on the connection", round, cap(o.b))
 		}
 	}
@@ -33,7 +33,31 @@ func TestOutBufBigBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	o.release()
-	if o.b == nil || cap(o.b) > bigOut {
+	if o.b == nil || cap(o.b) > smallOut {
 		t.Fatalf("small output: buffer of capacity %d kept (nil: %v)", cap(o.b), o.b == nil)
+	}
+}
+
+// TestOutBufScanBatchAllocates: pipelined batches of scan replies (50 KB each:
+// YCSB-E's ranges of 1 KB values), some past bigOut and some not, take their buffers
+// from the pool and allocate nothing once it has one. The old outBuf dropped the
+// pooled buffer after a batch past bigOut and grew the next one from nothing by
+// doubling (4, 8, … 128 KiB: six allocations for a 100 KB batch), half the bytes a
+// server allocated under YCSB-E.
+func TestOutBufScanBatchAllocates(t *testing.T) {
+	var o outBuf
+	reply := bytes.Repeat([]byte{'v'}, 1024+16) // a key and a 1 KB value, as RESP
+	batch := func(scans int) {
+		for i := 0; i < 50*scans; i++ {
+			if _, err := o.Write(reply); err != nil {
+				t.Fatal(err)
+			}
+		}
+		o.release()
+	}
+	pair := func() { batch(6); batch(2) } // 312 KB, then 104 KB
+	pair()
+	if got := testing.AllocsPerRun(50, pair); got > 0.5 {
+		t.Fatalf("a 312 KB and a 104 KB batch: %.1f allocations, want none (pooled buffers)", got)
 	}
 }

@@ -18,9 +18,9 @@ import (
 // order ("random": every record of a range is somewhere else). "seqread" is the limit
 // of the same machine: a plain sequential read of the segment files through a 256 KiB
 // buffer, as MB/s of log. cpu-µs/scan is the process's user+system CPU per scan (from
-// getrusage), the figure a shared machine distorts least. Sealed segments are read
-// through their mapping, the active one (the last ~16-25 MB here) with pread: see
-// readBatch, and docs/design/scans.md for the figures.
+// getrusage), the figure a shared machine distorts least. Every segment, the active
+// one too, is read through its mapping: see readBatch, mapActive, and
+// docs/design/scans.md for the figures.
 //
 //	go test -run '^$' -bench ScanThroughput -benchtime 2000x ./internal/storage
 func BenchmarkScanThroughput(b *testing.B) {

@@ -101,8 +101,9 @@ type segment struct {
 	// zeroSize is the zero-filled file's size when the segment started (0: appended).
 	zeroSize int64
 	live     int64 // bytes of records the index points at (under DB.mu)
-	// mm maps a sealed segment read-only (nil: read with ReadAt). Unmapped only once the
-	// segment has left the list and every reader has released it.
+	// mm maps the segment read-only (nil: read with ReadAt), sealed or active (mapActive:
+	// reads stay below the written end). Unmapped only once the segment has left the
+	// list and every reader has released it.
 	mm atomic.Pointer[[]byte]
 	// refs counts the segment list's reference plus readers in flight; the file is
 	// removed only once compaction has dropped the list's reference and readers left.
@@ -499,7 +500,10 @@ func (db *DB) rollLocked() error {
 func (db *DB) seal(old *segment, id uint64, dev int) (*segment, error) {
 	if old.fileSize > old.size {
 		// Sealed segments hold exactly their records, as appended ones did. The cut is
-		// durable (the fsync below) before the next segment's name is.
+		// durable (the fsync below) before the next segment's name is. Reads through
+		// the active segment's mapping stop at the cut first: a page past a file's end
+		// faults.
+		old.shortenMap(old.size)
 		if err := old.f.Truncate(old.size); err != nil {
 			return nil, fmt.Errorf("cut %s to its end: %w", old.path, err)
 		}
@@ -536,21 +540,49 @@ func (db *DB) installLocked(old, seg *segment, err error) {
 	}
 	seg.live, db.pendingLive = db.pendingLive, 0
 	db.segs = append(db.segs, seg)
-	db.mapSegment(old) // sealed: its bytes never change again
+	db.mapSegment(old) // sealed: its bytes never change again (mapped already if it was mapped active)
+	db.mapActive(seg)
 }
 
 // mapSegment memory-maps a sealed segment if the file system supports it.
-func (db *DB) mapSegment(s *segment) {
+func (db *DB) mapSegment(s *segment) { db.mapFirst(s, s.size) }
+
+// mapActive memory-maps the active segment s for reads: the file's length when it
+// starts (a zero-filled file's zeros, or what an existing last segment holds at Open),
+// so every mapped byte lies inside the file. Bytes the log has written never change
+// (the log only appends past them; cutting a short write back and sealing cut only
+// what is past the written end), and a shared mapping shows the page cache that
+// pwrite fills, so a record the index points at reads the same through the mapping as
+// with pread. Records past the mapping (appended beyond the zeros) are read with
+// pread; seal shortens the mapping to the segment's end before it cuts the file
+// (sealed segments keep their exact-size guard in readAt). Without it, every record
+// of the active segment (the newest data, up to 64 MiB) cost a pread: in YCSB-E (scans
+// of 1 KB values inserted in random order) the preads and the value cache's probes and
+// fills that stood in for them were ~15 % of the server's CPU (docs/design/scans.md).
+func (db *DB) mapActive(s *segment) { db.mapFirst(s, s.fileSize) }
+
+// mapFirst maps s's first n bytes unless it is mapped already, n is 0 or the file
+// system cannot (then s is read with pread).
+func (db *DB) mapFirst(s *segment, n int64) {
 	m, ok := s.f.(vfs.Mapper)
-	if !ok || s.mm.Load() != nil || s.size == 0 {
+	if !ok || s.mm.Load() != nil || n == 0 {
 		return
 	}
-	mm, err := m.Map(s.size)
+	mm, err := m.Map(n)
 	if err != nil {
 		db.opts.Logger.Warn("cannot map segment; reading it with pread", "file", s.path, "err", err)
 		return
 	}
 	s.mm.Store(&mm)
+}
+
+// shortenMap limits reads through s's mapping to its first n bytes (the mapping itself
+// stays whole until closeSegment: its capacity).
+func (s *segment) shortenMap(n int64) {
+	if p := s.mm.Load(); p != nil && int64(len(*p)) > n {
+		short := (*p)[:n:cap(*p)]
+		s.mm.Store(&short)
+	}
 }
 
 // readAt reads len(buf) bytes of s at off, from the mapping if there is one.
@@ -567,7 +599,7 @@ func (s *segment) readAt(buf []byte, off int64) error {
 func closeSegment(s *segment) error {
 	var err error
 	if p := s.mm.Swap(nil); p != nil {
-		err = vfs.Unmap(*p)
+		err = vfs.Unmap((*p)[:cap(*p)]) // the whole mapping, also when shortenMap limited reads
 	}
 	if cerr := s.f.Close(); err == nil {
 		err = cerr
@@ -977,7 +1009,8 @@ type scanHit struct {
 }
 
 // scanCaches reports whether a scan consults and fills the value cache for a record of
-// seg. Only for a segment read with pread: there a scattered record costs a syscall of
+// seg. Only for a segment read with pread (on a file system that maps nothing: every
+// segment, the active one too, is mapped where mapping works): there a scattered record costs a syscall of
 // its own (~1.5 µs for 1 KB), a cache hit a probe and a copy. A mapped segment's record
 // costs a copy already, the same as a hit, so probing (and filling: an allocation and a
 // copy more) would only add work; measured with BenchmarkScanThroughput, consulting the
@@ -1001,7 +1034,7 @@ const (
 //   - Every value lands in one buffer per batch, not one allocation per record (each was
 //     garbage to sweep soon after the reply went out). Values stay fresh copies, as
 //     Value promises.
-//   - A record of a segment read with pread (the active one: sealed segments are mapped)
+//   - A record of a segment read with pread (where the file system maps nothing)
 //     is taken from the value cache if it is there, and one read alone (scattered in the
 //     log: keys inserted out of order) is put there (scanCaches says why only those).
 func (db *DB) readBatch(hits []scanHit) error {

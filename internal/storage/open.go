@@ -177,6 +177,7 @@ func (db *DB) recover() error {
 			return err
 		}
 		db.segs = []*segment{seg}
+		db.mapActive(seg)
 		return nil
 	}
 	if refs[len(refs)-1].gap {
@@ -300,6 +301,7 @@ func (db *DB) recover() error {
 	if last.fileSize > last.size {
 		last.zeroSize = last.fileSize
 	}
+	db.mapActive(last)
 	db.askFillLocked()
 	return nil
 }
