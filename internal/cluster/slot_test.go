@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"net"
 	"os/exec"
@@ -60,20 +61,38 @@ func TestSlotAgreesWithRedisServer(t *testing.T) {
 	dir := t.TempDir()
 	addr := e2ecluster.FreeAddr(t)
 	_, port, _ := net.SplitHostPort(addr)
-	srv := exec.Command("redis-server", "--port", port, "--bind", "127.0.0.1", "--cluster-enabled", "yes",
+	// The cluster bus port too: by default it is port+10000, which nothing
+	// reserved (a busy one made redis-server exit at once).
+	_, busPort, _ := net.SplitHostPort(e2ecluster.FreeAddr(t))
+	var out bytes.Buffer
+	srv := exec.Command("redis-server", "--port", port, "--cluster-port", busPort, "--bind", "127.0.0.1", "--cluster-enabled", "yes",
 		"--cluster-config-file", filepath.Join(dir, "nodes.conf"), "--dir", dir, "--save", "", "--appendonly", "no")
+	srv.Stdout, srv.Stderr = &out, &out
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = srv.Process.Kill(); _ = srv.Wait() }()
+	exited := make(chan error, 1)
+	go func() { exited <- srv.Wait() }()
+	defer func() {
+		_ = srv.Process.Kill()
+		<-exited
+	}()
 	var conn net.Conn
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		var err error
 		if conn, err = net.Dial("tcp", addr); err == nil {
 			break
 		}
+		select {
+		case werr := <-exited:
+			exited <- werr // for the deferred wait
+			t.Fatalf("redis-server exited (%v) before listening on %s:\n%s", werr, addr, out.String())
+		default:
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("redis-server did not listen on %s: %v", addr, err)
+			_ = srv.Process.Kill()
+			exited <- <-exited // its output is complete once Wait returned
+			t.Fatalf("redis-server did not listen on %s: %v\n%s", addr, err, out.String())
 		}
 	}
 	defer conn.Close()
