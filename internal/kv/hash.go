@@ -206,21 +206,52 @@ func notString(meta []byte) error {
 // hashState is a hash's metadata as a write finds it.
 type hashState struct {
 	live     bool
+	created  bool // this op makes the generation (its marker is written)
 	gen      uint64
 	n        int64
 	expireAt int64
 	ver      uint64 // the version read (a write that writes nothing answers it)
 }
 
-func readHashState(get Getter, key []byte, version uint64, now int64) (hashState, error) {
-	data, meta, ver, live, _, err := lookup(get, key, now)
+// ErrScriptTooManyHashes: a script created more hashes than one op can
+// give generations to (newHashGen).
+var ErrScriptTooManyHashes = fmt.Errorf("%w: a script may create at most %d hashes", ErrInvalidOp, maxScriptHashes)
+
+// maxScriptHashes bounds the hashes one script creates: the count takes
+// the generation's top 16 bits, above the op's version.
+const maxScriptHashes = 1 << 16
+
+// newHashGen returns the generation of a hash op creates at version: the
+// version, which no other op's hash had. The ops of one script share its
+// version, and a script may create several hashes (or delete one and create
+// it again): its k-th new hash gets version + k<<48, unique as long as
+// versions stay below 2^48 (op numbers: centuries at a million ops/s).
+// Without this two hashes of one script shared their rows, and a hash
+// deleted and recreated by a script got its old fields back.
+func newHashGen(op *Op, version uint64) (uint64, error) {
+	if op.scriptGens == nil {
+		return version, nil
+	}
+	k := *op.scriptGens
+	if k >= maxScriptHashes || (k > 0 && version >= 1<<48) {
+		return 0, ErrScriptTooManyHashes
+	}
+	*op.scriptGens = k + 1
+	return version + uint64(k)<<48, nil
+}
+
+func readHashState(get Getter, op *Op, version uint64) (hashState, error) {
+	data, meta, ver, live, _, err := lookup(get, op.Key, op.Now)
 	if err != nil {
 		return hashState{}, err
 	}
 	if !live {
-		// A new hash: its generation is this op's version, which no other
-		// hash had.
-		return hashState{gen: version, ver: ver}, nil
+		// A new hash: a generation no other hash had.
+		gen, err := newHashGen(op, version)
+		if err != nil {
+			return hashState{}, err
+		}
+		return hashState{gen: gen, ver: ver, created: true}, nil
 	}
 	if MetaType(meta) != TypeHash {
 		return hashState{}, ErrWrongKind
@@ -295,7 +326,11 @@ func (h *hashState) emit(emit Emit, key []byte, version uint64, rows []hashRow, 
 		start := len(keys.buf)
 		keys.buf = appendHashMeta(keys.buf, h.gen, h.n)
 		put(emit, key, keys.buf[start:len(keys.buf):len(keys.buf)], meta)
-		if h.gen == version {
+		if h.created || h.gen == version {
+			// (gen == version: a replay that read this op's own metadata
+			// record restages the marker a crash lost. A script's later
+			// hashes, version + k<<48, do not: a lost marker of theirs
+			// leaves their rows to FLUSHDB once dead.)
 			put(emit, hashMarker(h.gen), key, nil)
 		}
 	}
@@ -338,7 +373,7 @@ func applyHash(get Getter, has Prober, version uint64, op *Op, emit Emit) (Resul
 	if _, ok := ParseLongDouble(op.Value); op.Kind == KindHIncrByFloat && !ok {
 		return Result{}, ErrNotFloat // Redis checks the increment first
 	}
-	h, err := readHashState(get, op.Key, version, op.Now)
+	h, err := readHashState(get, op, version)
 	if err != nil {
 		return Result{}, err
 	}
@@ -540,6 +575,10 @@ func copyHash(get Getter, list Lister, version uint64, op *Op, rec record, srcVe
 	if err != nil {
 		return Result{}, err
 	}
+	dstGen, err := newHashGen(op, version)
+	if err != nil {
+		return Result{}, err
+	}
 	p := HashRowPrefix(gen)
 	var rows []hashRow
 	size := 0
@@ -564,7 +603,7 @@ func copyHash(get Getter, list Lister, version uint64, op *Op, rec record, srcVe
 		if data == nil {
 			data = []byte{}
 		}
-		rows = append(rows, hashRow{key: appendHashRowKey(nil, version, k[len(p):]), value: data})
+		rows = append(rows, hashRow{key: appendHashRowKey(nil, dstGen, k[len(p):]), value: data})
 		return true
 	})
 	if err == nil {
@@ -578,7 +617,7 @@ func copyHash(get Getter, list Lister, version uint64, op *Op, rec record, srcVe
 		// without batch atomicity): nothing to copy.
 		return Result{Kind: ResInt, Int: 0, Version: srcVer}, nil
 	}
-	dst := hashState{live: true, gen: version, n: int64(len(rows)), expireAt: ExpireAt(rec.meta)}
+	dst := hashState{live: true, created: true, gen: dstGen, n: int64(len(rows)), expireAt: ExpireAt(rec.meta)}
 	keys := rowKeys{buf: make([]byte, 0, hashMetaMax)} // room for the metadata's value
 	dst.emit(emit, op.Keys[1], version, rows, &keys)
 	return Result{Kind: ResInt, Int: 1, Version: version}, nil

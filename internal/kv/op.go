@@ -101,6 +101,12 @@ type Op struct {
 	Now      int64
 	ExpireAt int64
 	TTL      TTLFlag
+
+	// scriptGens (not encoded: set by the script runner on the ops its
+	// redis.call makes) counts the hashes a script op created so far: each
+	// needs a generation of its own, and they all share the op's version
+	// (newHashGen).
+	scriptGens *uint32
 }
 
 // ResultKind says which field of a Result carries the answer.

@@ -127,8 +127,10 @@ func applyScript(get Getter, version uint64, op *Op, maxValue int) (Result, []st
 		tomb            bool
 	}
 	var batch []staged
+	var gens uint32 // hashes created so far: each gets its own generation (newHashGen)
 	exec := func(sub *Op) (Result, error) {
 		sub.Now = op.Now // the script's one clock
+		sub.scriptGens = &gens
 		if !sub.Kind.IsUpdate() {
 			if sub.Kind == KindScan {
 				return Result{}, fmt.Errorf("%w: %v in a script", ErrInvalidOp, sub.Kind)

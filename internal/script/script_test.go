@@ -389,3 +389,32 @@ func TestMutationsAreCaught(t *testing.T) {
 		t.Error("with processRandom, five runs of a script drawing math.random agreed")
 	}
 }
+
+// Every hash a script creates gets a generation of its own, although all
+// of the script's records share its version: two new hashes do not share
+// rows, and a hash the script deletes and creates again does not get its
+// old fields back (both happened when a new hash's generation was the op's
+// version).
+func TestScriptHashesHaveTheirOwnGenerations(t *testing.T) {
+	s := newStore()
+	reply, _ := s.eval(t, kv.KindEval, `
+		redis.call('hset', KEYS[1], 'a', '1')
+		redis.call('hset', KEYS[2], 'b', '2')
+		return {redis.call('hget', KEYS[1], 'b'), redis.call('hlen', KEYS[1]), redis.call('hget', KEYS[2], 'a'), redis.call('hget', KEYS[2], 'b')}`, 2, 1000, "h1", "h2")
+	if want := "*4\r\n$-1\r\n:1\r\n$-1\r\n$1\r\n2\r\n"; reply != want {
+		t.Fatalf("two new hashes in one script: reply %q, want %q", reply, want)
+	}
+	reply, _ = s.eval(t, kv.KindEval, `
+		redis.call('hset', KEYS[1], 'a', '1')
+		redis.call('del', KEYS[1])
+		redis.call('hset', KEYS[1], 'b', '2')
+		return {redis.call('hget', KEYS[1], 'a'), redis.call('hlen', KEYS[1])}`, 1, 1000, "h3")
+	if want := "*2\r\n$-1\r\n:1\r\n"; reply != want {
+		t.Fatalf("a hash deleted and created again: reply %q, want %q", reply, want)
+	}
+	// And after the op, as stored.
+	reply, _ = s.eval(t, kv.KindEval, `return {redis.call('hget', KEYS[1], 'a'), redis.call('hget', KEYS[2], 'b'), redis.call('hget', KEYS[3], 'a')}`, 3, 1000, "h3", "h1", "h2")
+	if want := "*3\r\n$-1\r\n$-1\r\n$-1\r\n"; reply != want {
+		t.Fatalf("stored: reply %q, want %q", reply, want)
+	}
+}
