@@ -18,6 +18,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -262,6 +263,48 @@ func newInterp() *interp {
 		L.Call(2, 1)
 		return 1
 	}))
+	// string.format hands its arguments to Go's fmt: a table's %s is its
+	// address, which differs between replicas. Lua 5.1 (Redis's) refuses a
+	// table there ("string expected"); so does this.
+	format := str.RawGetString("format")
+	str.RawSetString("format", L.NewFunction(func(L *lua.LState) int {
+		n := L.GetTop()
+		for i := 2; i <= n; i++ {
+			switch v := L.Get(i); v.Type() {
+			case lua.LTTable, lua.LTFunction, lua.LTUserData, lua.LTThread, lua.LTChannel:
+				L.ArgError(i, "string expected, got "+v.Type().String())
+			}
+		}
+		L.Push(format)
+		for i := 1; i <= n; i++ {
+			L.Push(L.Get(i))
+		}
+		L.Call(n, 1)
+		return 1
+	}))
+	// The interpreter's own error messages may name a table's or a
+	// function's address ("… with key 'table: 0x…'"); a script that
+	// catches one with pcall could store it. pcall and xpcall hand
+	// scripts the message with the addresses taken out (raised does the
+	// same for the reply).
+	for _, name := range []string{"pcall", "xpcall"} {
+		orig := g.RawGetString(name)
+		g.RawSetString(name, L.NewFunction(func(L *lua.LState) int {
+			n := L.GetTop()
+			L.Push(orig)
+			for i := 1; i <= n; i++ {
+				L.Push(L.Get(i))
+			}
+			L.Call(n, lua.MultRet)
+			nret := L.GetTop() - n
+			if nret >= 2 && L.Get(n+1) == lua.LFalse {
+				if m, ok := L.Get(n + 2).(lua.LString); ok {
+					L.Replace(n+2, lua.LString(scrubAddresses(string(m))))
+				}
+			}
+			return nret
+		}))
+	}
 	math := g.RawGetString("math").(*lua.LTable)
 	math.RawSetString("random", L.NewFunction(func(L *lua.LState) int { return in.cur.random(L) }))
 	math.RawSetString("randomseed", L.NewFunction(func(L *lua.LState) int {
@@ -462,6 +505,7 @@ func (r *run) raised(err error) []byte {
 	} else {
 		msg = err.Error()
 	}
+	msg = scrubAddresses(msg) // the same reply on every replica
 	line := ""
 	if msg == r.callErr {
 		line = r.callLine
@@ -500,4 +544,16 @@ func hasErrorCode(msg string) bool {
 func errorReply(msg string) []byte {
 	msg = strings.NewReplacer("\r", " ", "\n", " ").Replace(msg)
 	return append(append([]byte{'-'}, msg...), '\r', '\n')
+}
+
+// addressRE matches how gopher-lua names a value by its address.
+var addressRE = regexp.MustCompile(`\b(table|function|userdata|thread|channel): 0x[0-9a-fA-F]+`)
+
+// scrubAddresses takes the addresses out of an error message: what a
+// script or its reply sees must not differ between replicas.
+func scrubAddresses(msg string) string {
+	if !strings.Contains(msg, ": 0x") {
+		return msg
+	}
+	return addressRE.ReplaceAllString(msg, "$1")
 }

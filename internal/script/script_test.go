@@ -418,3 +418,29 @@ func TestScriptHashesHaveTheirOwnGenerations(t *testing.T) {
 		t.Fatalf("stored: reply %q, want %q", reply, want)
 	}
 }
+
+// Nothing a script stores or answers names an address, which differs
+// between replicas: string.format refuses a table (as Lua 5.1 does), and
+// the messages of errors — raised, or caught with pcall/xpcall — have their
+// addresses taken out.
+func TestScriptsSeeNoAddresses(t *testing.T) {
+	for _, body := range []string{
+		`return string.format('%s', {})`,
+		`redis.call('set', KEYS[1], string.format('%s %s', 'a', function() end)); return 1`,
+		`error({})`,
+		`local x; return x[{}]`,
+		`local ok, e = pcall(function() local x; return x[{}] end); redis.call('set', KEYS[1], tostring(e)); return e`,
+		`local ok, e = xpcall(function() local x; return x[{}] end, function(m) return m end); redis.call('set', KEYS[1], tostring(e)); return e`,
+	} {
+		s := newStore()
+		reply, out := s.eval(t, kv.KindEval, body, 1, 1000, "k")
+		if strings.Contains(reply, "0x") {
+			t.Errorf("%s: reply %q names an address", body, reply)
+		}
+		for _, e := range out {
+			if strings.Contains(e.value, "0x") {
+				t.Errorf("%s: stored %q names an address", body, e.value)
+			}
+		}
+	}
+}
