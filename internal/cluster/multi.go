@@ -132,8 +132,13 @@ func opSlot(op *kv.Op) (uint16, error) {
 }
 
 // route returns the hosted group that serves op, the op's slot, or the
-// error that sends it elsewhere.
+// error that sends it elsewhere. A script runs in the group of its declared
+// keys' slot, so it is marked to touch those keys only
+// (kv.DeclaredKeysOnly): any other key may be another group's.
 func (m *Multi) route(op *kv.Op) (*localGroup, uint16, error) {
+	if kv.IsScript(op.Kind) {
+		op.Cond = kv.DeclaredKeysOnly
+	}
 	slot, err := opSlot(op)
 	if err != nil {
 		return nil, 0, err

@@ -69,6 +69,11 @@ const (
 	IfAbsent
 	// IfPresent sets only if the key exists (XX).
 	IfPresent
+	// DeclaredKeysOnly (scripts only): the script may touch its declared
+	// keys only — set by the router of a node of several groups, where a
+	// script's op runs in the group of its declared keys' slot and any other
+	// key may belong to another group (ErrScriptUndeclaredKey).
+	DeclaredKeysOnly
 )
 
 // Op is one operation. Slices are read during Apply/Read and not kept afterwards

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // Scripts (EVAL, EVALSHA, EVAL_RO, EVALSHA_RO; docs/design/scripting.md).
@@ -131,6 +132,11 @@ func applyScript(get Getter, version uint64, op *Op, maxValue int) (Result, []st
 	exec := func(sub *Op) (Result, error) {
 		sub.Now = op.Now // the script's one clock
 		sub.scriptGens = &gens
+		if op.Cond == DeclaredKeysOnly {
+			if err := declaredOnly(op, sub); err != nil {
+				return Result{}, err
+			}
+		}
 		if !sub.Kind.IsUpdate() {
 			if sub.Kind == KindScan {
 				return Result{}, fmt.Errorf("%w: %v in a script", ErrInvalidOp, sub.Kind)
@@ -182,6 +188,26 @@ func applyScript(get Getter, version uint64, op *Op, maxValue int) (Result, []st
 		res.Version = version
 	}
 	return res, order, writes, nil
+}
+
+// ErrScriptUndeclaredKey refuses a command of a DeclaredKeysOnly script
+// (at a node of several groups) on a key it did not declare.
+var ErrScriptUndeclaredKey = errors.New("ERR Script attempted to access a key it did not declare; at a node of several groups a script may access only the keys it passes in KEYS")
+
+// declaredOnly refuses sub, a command of script op, if it names a key op did
+// not declare (Keys[:Delta]).
+func declaredOnly(op, sub *Op) error {
+	keys, step := sub.RoutingKeys()
+	declared := op.Keys[:max(0, min(int(op.Delta), len(op.Keys)))]
+	for i := 0; i < len(keys); i += step {
+		if !slices.ContainsFunc(declared, func(d []byte) bool { return bytes.Equal(d, keys[i]) }) {
+			return ErrScriptUndeclaredKey
+		}
+	}
+	if sub.Kind == KindFlush {
+		return ErrScriptUndeclaredKey
+	}
+	return nil
 }
 
 // readScript is Read's case for KindEvalRO (it writes nothing). The

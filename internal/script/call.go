@@ -85,6 +85,8 @@ func errText(err error) string {
 		return "ERR value is not an integer or out of range"
 	case errors.Is(err, kv.ErrScriptReadOnly):
 		return "ERR Write commands are not allowed from read-only scripts."
+	case errors.Is(err, kv.ErrScriptUndeclaredKey):
+		return kv.ErrScriptUndeclaredKey.Error()
 	}
 	return "ERR " + err.Error()
 }

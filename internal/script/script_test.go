@@ -444,3 +444,44 @@ func TestScriptsSeeNoAddresses(t *testing.T) {
 		}
 	}
 }
+
+// At a node of several groups (the router sets kv.DeclaredKeysOnly) a script
+// may touch its declared keys only — any other key may belong to another
+// group — and is refused with an error that says so; a hash op's fields and
+// the script's arguments are not keys.
+func TestDeclaredKeysOnly(t *testing.T) {
+	run := func(body string, nkeys int, args ...string) (string, []emitted) {
+		s := newStore()
+		op := kv.Op{Kind: kv.KindEval, Value: []byte(body), Delta: int64(nkeys), Now: 1000, Cond: kv.DeclaredKeysOnly}
+		for _, a := range args {
+			op.Keys = append(op.Keys, []byte(a))
+		}
+		var out []emitted
+		res, err := kv.Apply(s.get, 1, &op, 1<<20, func(key, value, meta []byte, tomb bool) {
+			out = append(out, emitted{string(key), string(value), string(meta), tomb})
+		})
+		if err != nil {
+			t.Fatalf("%q: %v", body, err)
+		}
+		return string(res.Bulk), out
+	}
+	if reply, out := run(`redis.call('set', KEYS[1], ARGV[1]); redis.call('hset', KEYS[2], ARGV[1], ARGV[2]); return redis.call('hget', KEYS[2], ARGV[1])`, 2, "a", "h", "f", "v"); reply != "$1\r\nv\r\n" || len(out) != 4 {
+		t.Fatalf("declared keys: reply %q, records %v", reply, out)
+	}
+	for _, body := range []string{
+		`redis.call('set', ARGV[1], 'x'); return 1`,
+		`return redis.call('get', 'other')`,
+		`return redis.call('mget', KEYS[1], 'other')`,
+		`redis.call('del', KEYS[1], ARGV[1]); return 1`,
+	} {
+		reply, out := run(body, 1, "a", "foo")
+		if !strings.Contains(reply, "did not declare") || len(out) != 0 {
+			t.Errorf("%s: reply %q, records %v; want the undeclared-key error and nothing written", body, reply, out)
+		}
+	}
+	// Without the flag (one group), undeclared keys are allowed, as in Redis.
+	s := newStore()
+	if reply, _ := s.eval(t, kv.KindEval, `redis.call('set', ARGV[1], 'x'); return 1`, 0, 1000, "foo"); reply != ":1\r\n" {
+		t.Fatalf("one group: reply %q", reply)
+	}
+}

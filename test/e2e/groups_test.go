@@ -72,6 +72,12 @@ func TestGroupsRedisCliCluster(t *testing.T) {
 			t.Fatalf("redis-cli -c eval over %s = %q", h, out)
 		}
 	}
+	// A script runs in its declared keys' group and may touch only them:
+	// an undeclared key may be another group's (it was written into the
+	// wrong group).
+	if out := redisCLI(t, first, "-c", "eval", "return redis.call('set', ARGV[1], 'x')", "0", "undeclared"); !strings.Contains(out, "did not declare") {
+		t.Fatalf("eval writing an undeclared key = %q, want the undeclared-key error", out)
+	}
 	if out := redisCLI(t, first, "cluster", "keyslot", "{u}a"); out != strconv.Itoa(int(kcluster.Slot([]byte("u")))) {
 		t.Fatalf("cluster keyslot = %q", out)
 	}
