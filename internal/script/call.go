@@ -134,9 +134,18 @@ func appendReply(b []byte, L *lua.LState, v lua.LValue, depth int) []byte {
 		return append(b, '\r', '\n')
 	case lua.LNumber:
 		f := float64(v)
-		n := int64(0)
-		if !math.IsNaN(f) {
-			n = int64(math.Max(math.Min(f, math.MaxInt64), math.MinInt64))
+		// Truncated toward zero, and clamped: float64(MaxInt64) is 2^63,
+		// and converting 2^63 or more to int64 differs between CPUs
+		// (amd64 gives MinInt64, arm64 MaxInt64), so replicas could differ.
+		var n int64
+		switch {
+		case math.IsNaN(f):
+		case f >= math.MaxInt64:
+			n = math.MaxInt64
+		case f <= math.MinInt64:
+			n = math.MinInt64
+		default:
+			n = int64(f)
 		}
 		b = append(b, ':')
 		b = strconv.AppendInt(b, n, 10)

@@ -485,3 +485,21 @@ func TestDeclaredKeysOnly(t *testing.T) {
 		t.Fatalf("one group: reply %q", reply)
 	}
 }
+
+// A number beyond int64 answers the nearest int64, the same on every CPU
+// (a float64 of 2^63 or more converted to int64 differs between amd64 and
+// arm64).
+func TestHugeNumbersClamp(t *testing.T) {
+	s := newStore()
+	for body, want := range map[string]string{
+		`return 1e300`:               ":9223372036854775807\r\n",
+		`return -1e300`:              ":-9223372036854775808\r\n",
+		`return 9223372036854775807`: ":9223372036854775807\r\n",
+		`return 2.9`:                 ":2\r\n",
+		`return -2.9`:                ":-2\r\n",
+	} {
+		if reply, _ := s.eval(t, kv.KindEval, body, 0, 1000); reply != want {
+			t.Errorf("%s: reply %q, want %q", body, reply, want)
+		}
+	}
+}
