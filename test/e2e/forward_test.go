@@ -29,13 +29,22 @@ type respConn struct {
 
 // do sends one command and returns its reply; a connection error closes the
 // connection (the next do redials).
+// connect dials c.addr unless connected: an error means nothing was sent.
+func (c *respConn) connect() error {
+	if c.nc != nil {
+		return nil
+	}
+	nc, err := net.DialTimeout("tcp", c.addr, time.Second)
+	if err != nil {
+		return err
+	}
+	c.nc, c.rd = nc, resp.NewReader(nc, 0)
+	return nil
+}
+
 func (c *respConn) do(args ...string) (resp.Value, error) {
-	if c.nc == nil {
-		nc, err := net.DialTimeout("tcp", c.addr, time.Second)
-		if err != nil {
-			return resp.Value{}, err
-		}
-		c.nc, c.rd = nc, resp.NewReader(nc, 0)
+	if err := c.connect(); err != nil {
+		return resp.Value{}, err
 	}
 	bs := make([][]byte, len(args))
 	for i, a := range args {
