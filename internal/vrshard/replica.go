@@ -450,6 +450,7 @@ type proposal struct {
 	ordered, early bool
 	ores           kv.Result
 	oerr           error
+	trAt           traceStamp // when Apply took it (-tags cadtrace only; zero-size otherwise)
 }
 
 // batchWait is one Apply call's writes. done closes when every write is
@@ -536,6 +537,9 @@ type ckptResult struct {
 }
 
 type inbound struct {
+	// When the reader handed it over (-tags cadtrace; zero-size otherwise,
+	// and first so that it adds no padding).
+	at   traceStamp
 	from uint64
 	msgs []vr.Message
 }
@@ -1105,6 +1109,9 @@ func (r *Replica) step(in inbound) {
 		r.core.Heard(now, in.from)
 		return
 	}
+	if cadtraceOn && in.at != (traceStamp{}) {
+		r.ctr.sample(fmt.Sprintf("inbox wait(reader->driver) %v", in.msgs[0].Type), in.at.ago())
+	}
 	for i := range in.msgs {
 		m := &in.msgs[i]
 		if wire.IsNilext(m.Type) {
@@ -1124,6 +1131,9 @@ func (r *Replica) step(in inbound) {
 		r.noteView(viewCause{kind: 'm', typ: m.Type, from: m.From})
 		if cadtraceOn && m.Type == vr.MsgPrepareOK {
 			r.ctr.followerPersisted(m.Persisted)
+		}
+		if cadtraceOn && m.Type == vr.MsgPrepare && len(m.Entries) > 0 {
+			r.ctr.received(m.Entries[0].Op, m.Entries[len(m.Entries)-1].Op)
 		}
 		if h := r.mut.afterStep; mutation.On && h != nil {
 			h(r, m)
@@ -1363,6 +1373,16 @@ func (r *Replica) handle(rd *vr.Ready) error {
 	// nobody waits for this one (nilext_gc.go).
 	hold := r.holdable(rd)
 	roll := false
+	if cadtraceOn && len(rd.Entries) > 0 && r.isLeader.Load() {
+		es := rd.Entries
+		r.ctr.readyAt(es[0].Op, es[len(es)-1].Op, func(op uint64) (traceStamp, bool) {
+			e := &es[op-es[0].Op]
+			if ps := r.waitID[idKey{e.Client, e.ReqNum}]; e.Client != 0 && len(ps) > 0 {
+				return ps[0].trAt, true
+			}
+			return traceStamp{}, false
+		})
+	}
 	if s := rd.Snapshot; s != nil {
 		if err := r.restore(s); err != nil {
 			return err
@@ -1474,6 +1494,9 @@ func (r *Replica) handle(rd *vr.Ready) error {
 			if res, opErr, err = decodeResult(rep.Result); err != nil {
 				return fmt.Errorf("vrshard: cached result of client %d: %w", rep.Client, err)
 			}
+		}
+		if cadtraceOn && len(ps) > 0 {
+			r.ctr.replied(rep.Op)
 		}
 		for _, p := range ps {
 			if !p.blind && r.mustPark(rep.Op) {
@@ -1983,6 +2006,9 @@ func (r *Replica) newBatch(reqs []shard.WriteReq) (bw *batchWait, pp []*proposal
 			q.Op.Now = nowMs
 		}
 		p.wait = bw
+		if cadtraceOn {
+			p.trAt = traceNow()
+		}
 		early := r.answerableEarly(&q.Op)
 		p.ack, p.blind = ackPoint(q, early), NilextEligible(&q.Op)
 		p.async = q.Durability == level.Async
