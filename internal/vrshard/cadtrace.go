@@ -376,7 +376,7 @@ func traceTimeline(leader *Replica, followers ...*Replica) string {
 			role = fmt.Sprintf("follower%d", i)
 		}
 		for k, v := range r.ctr.h {
-			if k == "fsync.dur(syscall)" || strings.HasPrefix(k, "inbox wait") {
+			if k == "fsync.dur(syscall)" || strings.HasPrefix(k, "inbox wait") || strings.HasPrefix(k, "fsync hand-off") {
 				h[role+": "+k] = v
 			}
 		}

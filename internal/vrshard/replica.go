@@ -527,6 +527,7 @@ type syncResult struct {
 	// The fsync's duration for the CAD timeline: zero-size without -tags
 	// cadtrace, and first so that it adds no trailing padding either.
 	d   traceDur
+	end traceStamp // when the fsync returned (cadtrace)
 	seq uint64
 	err error
 }
@@ -1561,10 +1562,14 @@ func (r *Replica) startSync() {
 	// long-lived goroutine, not one per fsync (ARCHITECTURE §1.4). It is idle
 	// now: one fsync is in flight at most, and its result was taken.
 	seg, seq := r.wal.seg, r.written
+	q := traceNow()
 	r.exec.syncLog(func() {
 		t := traceNow()
+		if cadtraceOn {
+			r.ctr.sample("fsync hand-off driver->syncer", q.ago()-t.ago())
+		}
 		err := seg.Sync()
-		r.syncDone <- syncResult{seq: seq, err: err, d: t.since()}
+		r.syncDone <- syncResult{seq: seq, err: err, d: t.since(), end: traceNow()}
 	})
 }
 
@@ -1596,6 +1601,9 @@ func (r *Replica) syncFinished(res syncResult) error {
 	r.st.fsyncs.Add(1)
 	r.wal.syncs++
 	r.ctr.synced(res.seq, res.d)
+	if cadtraceOn {
+		r.ctr.sample("fsync hand-off syncer->driver", res.end.ago())
+	}
 	if res.seq > r.synced0 {
 		r.synced0 = res.seq
 		r.core.Persisted(res.seq)
