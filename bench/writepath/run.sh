@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The single-client replicated write's critical path in one run (issue 31 item 1,
-# docs/design/write-path.md): this disk's 4 KiB write+fdatasync p50 (alone and with 2
-# and 3 concurrent writers: three replicas share one disk here), the loopback TCP round
-# trip, and one client's SET p50 on three `kefir server` replicas (redis-benchmark -c 1
-# -P 1, sync durability), with the replicas' CAD timelines (-tags cadtrace) in DIR/n*.log.
+# docs/design/write-path.md): this disk's 4 KiB append+fdatasync p50 and loopback TCP
+# round trip (bench/limits), the fdatasync of a zero-filled log file with 1, 2 and 3
+# files at once (cadbench/fsyncloop: three replicas share one disk here), one client's
+# SET p50 on three `kefir server` replicas (redis-benchmark -c 1 -P 1, sync durability)
+# with each replica's CAD timeline (-tags cadtrace), and the same write in one process
+# with its timeline joined across the replicas.
 #
 #   bench/writepath/run.sh [--port 43850] [--n 5000] [--dir DIR]
 #
@@ -26,7 +28,7 @@ root=$(cd "$here/../.." && pwd)
 [ -n "$dir" ] || dir=$(mktemp -d /tmp/writepath.XXXXXX)
 mkdir -p "$dir"
 (cd "$root" && go build -tags cadtrace -o "$dir/kefir" ./cmd/kefir)
-(cd "$root/bench" && go build -o "$dir/limits" ./writepath/limitsprobe)
+(cd "$root/bench" && go build -o "$dir/limits" ./writepath/limitsprobe && go build -o "$dir/fsyncloop" ./cadbench/fsyncloop)
 free=()
 for p in $(seq "$port" $((port + 49))); do
   [ ${#free[@]} -lt 9 ] || break
@@ -65,6 +67,13 @@ for pid in "${pids[@]}"; do kill -USR1 "$pid"; done # start the timelines over
 sleep 0.2
 echo "== limits (disk of $dir)"
 "$dir/limits" "$dir"
+# The replicas' log segments are zero-filled ahead (overwrite: no journal commit per
+# fdatasync); one, two and three files at once, as the three replicas sync together.
+for k in 1 2 3; do
+  mkdir -p "$dir/fsyncloop$k"
+  "$dir/fsyncloop" -mode overwrite -n "$k" -d 1s -dir "$dir/fsyncloop$k"
+  rm -rf "$dir/fsyncloop$k"
+done
 echo "== one client, sync SET, 3 replicas (leader n$lead)"
 redis-benchmark -p "$lp" -c 1 -P 1 -n "$n" -t set -d 128 -r 100000 --precision 3 | grep -A8 "latency summary" || true
 for pid in "${pids[@]}"; do kill -USR1 "$pid"; done

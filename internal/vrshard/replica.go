@@ -421,6 +421,9 @@ type mutations struct {
 
 // proposal is one write on its way through the log.
 type proposal struct {
+	// When Apply took it (-tags cadtrace; zero-size otherwise, and first so
+	// that it adds no trailing padding).
+	trAt traceStamp
 	req  vr.Request
 	seq  uint64 // local seq (client 0 only)
 	res  kv.Result
@@ -450,7 +453,6 @@ type proposal struct {
 	ordered, early bool
 	ores           kv.Result
 	oerr           error
-	trAt           traceStamp // when Apply took it (-tags cadtrace only; zero-size otherwise)
 }
 
 // batchWait is one Apply call's writes. done closes when every write is
