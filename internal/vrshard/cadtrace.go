@@ -89,32 +89,33 @@ func (t *tracer) now() int64 { return int64(time.Since(trEpoch)) }
 // prepares about to be sent; props are their proposals' Apply stamps
 // (zero: proposed elsewhere).
 func (t *tracer) readyAt(first, last uint64, props func(op uint64) (traceStamp, bool)) {
-	if !t.on || last == 0 {
-		return
-	}
-	t.mu.Lock()
-	now := t.now()
-	for op := first; op <= last; op++ {
-		s := t.slot(op)
+	t.stampRange(first, last, func(s *trOp, now int64) {
 		s.rdy = now
-		if st, ok := props(op); ok {
+		if st, ok := props(s.op); ok {
 			s.prop = int64(st.t.Sub(trEpoch))
 		}
-	}
-	t.mu.Unlock()
+	})
 }
 
 // received (follower): a prepare carrying first..last was stepped.
 func (t *tracer) received(first, last uint64) {
+	t.stampRange(first, last, func(s *trOp, now int64) {
+		if s.recv == 0 {
+			s.recv = now
+		}
+	})
+}
+
+// stampRange stamps, under the lock, ops first..last (their slots taken
+// over for them) with each.
+func (t *tracer) stampRange(first, last uint64, each func(s *trOp, now int64)) {
 	if !t.on || last == 0 {
 		return
 	}
 	t.mu.Lock()
 	now := t.now()
 	for op := first; op <= last; op++ {
-		if s := t.slot(op); s.recv == 0 {
-			s.recv = now
-		}
+		each(t.slot(op), now)
 	}
 	t.mu.Unlock()
 }
@@ -157,19 +158,12 @@ func (t *tracer) add(name string, d int64) {
 
 // appended: entries first..last written at persist seq.
 func (t *tracer) appended(first, last, seq uint64, leader bool) {
-	if !t.on || last == 0 {
-		return
-	}
-	t.mu.Lock()
-	now := t.now()
-	for op := first; op <= last; op++ {
-		s := t.slot(op)
+	t.stampRange(first, last, func(s *trOp, now int64) {
 		s.app, s.wr = now, now
-	}
-	if seq != 0 {
-		t.seqLast = append(t.seqLast, [2]uint64{seq, last})
-	}
-	t.mu.Unlock()
+		if s.op == last && seq != 0 {
+			t.seqLast = append(t.seqLast, [2]uint64{seq, last})
+		}
+	})
 }
 
 func (t *tracer) synced(seq uint64, d time.Duration) {
