@@ -102,6 +102,11 @@ func benchReplicatedWrite(b *testing.B, d level.Durability) {
 			b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-us")
 			b.ReportMetric(float64(ls.Applied-ls0.Applied)/float64(max(1, ls.Fsyncs-ls0.Fsyncs)), "ops/fsync")
 			b.ReportMetric(float64(fs.Applied-fs0.Applied)/float64(max(1, fs.Fsyncs-fs0.Fsyncs)), "f-ops/fsync")
+			if tl := traceTimeline(leader, c.reps[(l+1)%3], c.reps[(l+2)%3]); tl != "" {
+				// -tags cadtrace and KEFIR_CADTRACE=1: the write path's
+				// hand-offs (docs/design/write-path.md).
+				b.Logf("timeline of %d writes at %d writers:\n%s", b.N, writers, tl)
+			}
 		})
 	}
 }

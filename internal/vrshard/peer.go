@@ -86,7 +86,7 @@ func (r *Replica) deliver(from uint64, in []frame.Message) error {
 		return err
 	}
 	select {
-	case r.inbox <- inbound{from, msgs}:
+	case r.inbox <- inbound{from: from, msgs: msgs, at: traceNow()}:
 	case <-r.stop:
 	}
 	return nil
@@ -98,7 +98,7 @@ func (r *Replica) deliver(from uint64, in []frame.Message) error {
 // 10 ms later.
 func (r *Replica) progress(from uint64) {
 	select {
-	case r.inbox <- inbound{from, nil}:
+	case r.inbox <- inbound{from: from}:
 	default:
 	}
 }

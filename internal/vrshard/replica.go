@@ -421,6 +421,9 @@ type mutations struct {
 
 // proposal is one write on its way through the log.
 type proposal struct {
+	// When Apply took it (-tags cadtrace; zero-size otherwise, and first so
+	// that it adds no trailing padding).
+	trAt traceStamp
 	req  vr.Request
 	seq  uint64 // local seq (client 0 only)
 	res  kv.Result
@@ -526,6 +529,7 @@ type syncResult struct {
 	// The fsync's duration for the CAD timeline: zero-size without -tags
 	// cadtrace, and first so that it adds no trailing padding either.
 	d   traceDur
+	end traceStamp // when the fsync returned (cadtrace)
 	seq uint64
 	err error
 }
@@ -536,6 +540,9 @@ type ckptResult struct {
 }
 
 type inbound struct {
+	// When the reader handed it over (-tags cadtrace; zero-size otherwise,
+	// and first so that it adds no padding).
+	at   traceStamp
 	from uint64
 	msgs []vr.Message
 }
@@ -1105,6 +1112,9 @@ func (r *Replica) step(in inbound) {
 		r.core.Heard(now, in.from)
 		return
 	}
+	if cadtraceOn && in.at != (traceStamp{}) {
+		r.ctr.sample(fmt.Sprintf("inbox wait(reader->driver) %v", in.msgs[0].Type), in.at.ago())
+	}
 	for i := range in.msgs {
 		m := &in.msgs[i]
 		if wire.IsNilext(m.Type) {
@@ -1124,6 +1134,9 @@ func (r *Replica) step(in inbound) {
 		r.noteView(viewCause{kind: 'm', typ: m.Type, from: m.From})
 		if cadtraceOn && m.Type == vr.MsgPrepareOK {
 			r.ctr.followerPersisted(m.Persisted)
+		}
+		if cadtraceOn && m.Type == vr.MsgPrepare && len(m.Entries) > 0 {
+			r.ctr.received(m.Entries[0].Op, m.Entries[len(m.Entries)-1].Op)
 		}
 		if h := r.mut.afterStep; mutation.On && h != nil {
 			h(r, m)
@@ -1363,6 +1376,16 @@ func (r *Replica) handle(rd *vr.Ready) error {
 	// nobody waits for this one (nilext_gc.go).
 	hold := r.holdable(rd)
 	roll := false
+	if cadtraceOn && len(rd.Entries) > 0 && r.isLeader.Load() {
+		es := rd.Entries
+		r.ctr.readyAt(es[0].Op, es[len(es)-1].Op, func(op uint64) (traceStamp, bool) {
+			e := &es[op-es[0].Op]
+			if ps := r.waitID[idKey{e.Client, e.ReqNum}]; e.Client != 0 && len(ps) > 0 {
+				return ps[0].trAt, true
+			}
+			return traceStamp{}, false
+		})
+	}
 	if s := rd.Snapshot; s != nil {
 		if err := r.restore(s); err != nil {
 			return err
@@ -1475,6 +1498,9 @@ func (r *Replica) handle(rd *vr.Ready) error {
 				return fmt.Errorf("vrshard: cached result of client %d: %w", rep.Client, err)
 			}
 		}
+		if cadtraceOn && len(ps) > 0 {
+			r.ctr.replied(rep.Op)
+		}
 		for _, p := range ps {
 			if !p.blind && r.mustPark(rep.Op) {
 				r.parked = append(r.parked, parkedReply{op: rep.Op, p: p, fin: func() { p.finish(res, opErr) }})
@@ -1538,10 +1564,14 @@ func (r *Replica) startSync() {
 	// long-lived goroutine, not one per fsync (ARCHITECTURE §1.4). It is idle
 	// now: one fsync is in flight at most, and its result was taken.
 	seg, seq := r.wal.seg, r.written
+	q := traceNow()
 	r.exec.syncLog(func() {
 		t := traceNow()
+		if cadtraceOn {
+			r.ctr.sample("fsync hand-off driver->syncer", q.ago()-t.ago())
+		}
 		err := seg.Sync()
-		r.syncDone <- syncResult{seq: seq, err: err, d: t.since()}
+		r.syncDone <- syncResult{seq: seq, err: err, d: t.since(), end: traceNow()}
 	})
 }
 
@@ -1573,6 +1603,9 @@ func (r *Replica) syncFinished(res syncResult) error {
 	r.st.fsyncs.Add(1)
 	r.wal.syncs++
 	r.ctr.synced(res.seq, res.d)
+	if cadtraceOn {
+		r.ctr.sample("fsync hand-off syncer->driver", res.end.ago())
+	}
 	if res.seq > r.synced0 {
 		r.synced0 = res.seq
 		r.core.Persisted(res.seq)
@@ -1983,6 +2016,9 @@ func (r *Replica) newBatch(reqs []shard.WriteReq) (bw *batchWait, pp []*proposal
 			q.Op.Now = nowMs
 		}
 		p.wait = bw
+		if cadtraceOn {
+			p.trAt = traceNow()
+		}
 		early := r.answerableEarly(&q.Op)
 		p.ack, p.blind = ackPoint(q, early), NilextEligible(&q.Op)
 		p.async = q.Durability == level.Async

@@ -243,6 +243,9 @@ func (r *Replica) send(m *vr.Message) {
 	if err := r.net.Send(m.To, wire.Payload(m)); err != nil && !errors.Is(err, transport.ErrClosed) {
 		r.log.Warn("send failed", "to", m.To, "err", err)
 	}
+	if cadtraceOn && m.Type == vr.MsgPrepareOK {
+		r.ctr.okSent(m.Persisted)
+	}
 }
 
 // sentLarge: the large message for peer `to` is queued; what waited behind

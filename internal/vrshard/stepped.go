@@ -85,7 +85,7 @@ func (r *Replica) StepMessages(from uint64, msgs []vr.Message) {
 	if r.failed() != nil {
 		return
 	}
-	r.step(inbound{from, msgs})
+	r.step(inbound{from: from, msgs: msgs})
 	r.afterStep()
 }
 
