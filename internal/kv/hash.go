@@ -30,7 +30,10 @@ import (
 // Every hash write rewrites the metadata record, even when the count does
 // not change (HSET of an existing field): whoever tracks reads and writes by
 // key (a replicated replica's follower reads, the nilext read check) then
-// sees a hash's every change on its user key.
+// sees a hash's every change on its user key. An engine that tracks nothing
+// so (the single node) may ask for the rows alone then
+// (ApplyOptions.SparseHashMeta): one record per HSET of an existing field,
+// not two.
 
 // TypeHash is the type byte of a hash's metadata record.
 const TypeHash byte = 1
@@ -299,6 +302,11 @@ func (h *hashState) emit(emit Emit, key []byte, version uint64, rows []hashRow, 
 			put(emit, hashMarker(h.gen), key, nil)
 		}
 	}
+	emitRows(emit, rows)
+}
+
+// emitRows emits a hash write's field rows (value nil: a deletion).
+func emitRows(emit Emit, rows []hashRow) {
 	for _, r := range rows {
 		if r.value == nil {
 			emit(r.key, nil, nil, true)
@@ -324,8 +332,10 @@ func ReplayReadsOwnRecord(k Kind, meta []byte) bool {
 }
 
 // applyHash evaluates the hash writes; has (nil: get answers) tells
-// whether a field row exists where its value is not needed.
-func applyHash(get Getter, has Prober, version uint64, op *Op, emit Emit) (Result, error) {
+// whether a field row exists where its value is not needed. sparse
+// (ApplyOptions.SparseHashMeta): a write that leaves the metadata as it was
+// emits only its rows.
+func applyHash(get Getter, has Prober, version uint64, op *Op, emit Emit, sparse bool) (Result, error) {
 	if op.Kind == KindHSweep {
 		return applyHashSweep(get, version, op, emit)
 	}
@@ -369,8 +379,12 @@ func applyHash(get Getter, has Prober, version uint64, op *Op, emit Emit) (Resul
 			}
 			rows = append(rows, hashRow{key: row, value: op.Keys[i+1]})
 		}
-		h.n += added
-		h.emit(emit, op.Key, version, rows, &keys)
+		if sparse && h.live && added == 0 {
+			emitRows(emit, rows) // count, generation and expiry stay
+		} else {
+			h.n += added
+			h.emit(emit, op.Key, version, rows, &keys)
+		}
 		if op.Delta == 1 {
 			return Result{Kind: ResOK, Version: version}, nil
 		}
@@ -425,10 +439,15 @@ func applyHash(get Getter, has Prober, version uint64, op *Op, emit Emit) (Resul
 			}
 			res.Kind, res.Bulk = ResBulk, nv
 		}
+		nrows := []hashRow{{key: row, value: nv}}
+		if sparse && exists { // exists: the hash is live
+			emitRows(emit, nrows)
+			return res, nil
+		}
 		if !exists {
 			h.n++
 		}
-		h.emit(emit, op.Key, version, []hashRow{{key: row, value: nv}}, &keys)
+		h.emit(emit, op.Key, version, nrows, &keys)
 		return res, nil
 	}
 	return Result{}, fmt.Errorf("%w: %v is not a hash write", ErrInvalidOp, op.Kind)

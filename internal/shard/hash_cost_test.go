@@ -231,3 +231,35 @@ func TestFailedWriteLeavesNothingInTheStagedIndex(t *testing.T) {
 		t.Fatalf("INCR k after the failed DEL = %+v, %v; want 6", r.Result, r.Err)
 	}
 }
+
+// One node writes an HSET of fields that all exist as their rows alone
+// (kv.ApplyOptions.SparseHashMeta): the hash's metadata record keeps its
+// version, and an HGET of the field still answers the HSET's version (its
+// row's), which the read's durability and session checks go by.
+func TestHSetOfExistingFieldsWritesOnlyItsRows(t *testing.T) {
+	s, e := openHashShard(t)
+	h := []byte("h")
+	before, err := e.Versions(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Write(ctx, kv.Op{Kind: kv.KindHSet, Key: h, Keys: [][]byte{[]byte("f1"), []byte("x")}}, level.Async, ReqID{})
+	if err != nil || res.Int != 0 {
+		t.Fatalf("HSET of an existing field: %+v, %v", res, err)
+	}
+	after, err := e.Versions(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(after) != len(before) || after[0].Version != before[0].Version {
+		t.Errorf("HSET of an existing field rewrote the metadata record: versions %+v, before %+v", after, before)
+	}
+	got, err := s.Read(ctx, kv.Op{Kind: kv.KindHGet, Key: h, Keys: [][]byte{[]byte("f1")}}, level.ConsLinearizable, Session{})
+	if err != nil || len(got.Array) != 1 || string(got.Array[0]) != "x" || got.Version != res.Version {
+		t.Errorf("HGET h f1 after the HSET: %q at version %d (%v), want \"x\" at %d", got.Array, got.Version, err, res.Version)
+	}
+	n, err := s.Read(ctx, kv.Op{Kind: kv.KindHLen, Key: h}, level.ConsLinearizable, Session{})
+	if err != nil || n.Int != 10 {
+		t.Errorf("HLEN h: %d (%v), want 10", n.Int, err)
+	}
+}

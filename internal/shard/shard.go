@@ -735,7 +735,9 @@ func (s *Shard) apply(op *kv.Op, ts int64) (kv.Result, error) {
 	}
 	before := len(s.recs)
 	s.stageTS = ts
-	res, err := kv.ApplyWith(get, list, s.hasFn, v, op, s.maxVal, s.stageFn)
+	// One node tracks nothing by the version of a hash's user key, so an
+	// HSET of existing fields writes only their rows (SparseHashMeta).
+	res, err := kv.ApplyWithOptions(get, list, s.hasFn, v, op, s.maxVal, s.stageFn, kv.ApplyOptions{SparseHashMeta: true})
 	if err != nil {
 		return kv.Result{}, err // the caller drops what was staged
 	}
