@@ -463,6 +463,21 @@ func PointRange(start, end []byte, limit int) bool {
 	return limit == 1 && len(end) == n+1 && end[n] == 0 && bytes.Equal(start, end[:n])
 }
 
+// HashFieldRow is the key of field's row in the hash whose live metadata
+// record is (data, meta), for a reader that serves a one-field HGET itself
+// as Read would (the single node's fast path, shard.hgetOne):
+// ErrWrongKind for a key of another type.
+func HashFieldRow(data, meta, field []byte) ([]byte, error) {
+	if MetaType(meta) != TypeHash {
+		return nil, ErrWrongKind
+	}
+	gen, _, err := decodeHashMeta(data)
+	if err != nil {
+		return nil, err
+	}
+	return hashRowKey(gen, field), nil
+}
+
 // readHash serves the hash reads for Read: the metadata through get, the
 // rows through scan (the Getter of a read hides reserved keys).
 func readHash(get Getter, scan Scanner, op *Op) (Result, error) {

@@ -781,6 +781,13 @@ func (s *Shard) Read(ctx context.Context, op kv.Op, c level.Consistency, sess Se
 		}
 		return kv.PointResult(op.Kind, v.Data, v.Version, ok), nil
 	}
+	if op.Kind == kv.KindHGet && len(op.Keys) == 1 && !(mutation.On && s.tornMultiReads) {
+		// HGET, HEXISTS, HSTRLEN: two keys read without a snapshot or
+		// kv.Read's closures, unless a write moved the hash between them.
+		if res, ok, err := s.hgetOne(&op); ok || err != nil {
+			return res, err
+		}
+	}
 	if op.Now == 0 {
 		// One node: its clock is the leader's (docs/consistency.md, "Key expiry").
 		op.Now = s.opts.Now().UnixMilli()
@@ -832,6 +839,53 @@ func (s *Shard) Read(ctx context.Context, op kv.Op, c level.Consistency, sess Se
 		return kv.Result{}, err
 	}
 	return res, nil
+}
+
+// hgetOne serves an HGET of one field (HGET, HEXISTS, HSTRLEN) as kv.Read
+// would, without its snapshot and closures (they cost an HGET as much as
+// the engine's reads did: docs/design/hashes.md): the hash's metadata record,
+// the field's row, then the metadata record again. If the record did not
+// change (same version), the key held it the whole time, so when the row
+// was read the hash was that generation and the field that value: a state
+// the read may take effect at. Else (ok false) a write moved the hash in
+// between — say RENAME h h2, HSET h2 f, which writes the very row this read
+// found while h no longer holds it — and the caller reads in a snapshot.
+func (s *Shard) hgetOne(op *kv.Op) (res kv.Result, ok bool, err error) {
+	if kv.IsReserved(op.Key) {
+		return kv.Result{}, true, kv.ErrReservedKey
+	}
+	m, live, err := s.getLive(op.Key, op.Now)
+	if err != nil {
+		return kv.Result{}, true, err
+	}
+	res = kv.Result{Kind: kv.ResArray, Array: make([][]byte, 1), Version: m.Version}
+	if !live {
+		return res, true, s.readDurable(m.Pos) // one key: one state
+	}
+	row, err := kv.HashFieldRow(m.Data, m.Meta, op.Keys[0])
+	if err != nil {
+		return kv.Result{}, true, err
+	}
+	if mutation.On && s.betweenKeys != nil {
+		s.betweenKeys()
+	}
+	pos := m.Pos
+	v, err := s.readGet(row)
+	switch {
+	case err == nil:
+		res.Array[0] = v.Data
+		if v.Data == nil {
+			res.Array[0] = []byte{}
+		}
+		res.Version = max(res.Version, v.Version)
+		pos = max(pos, v.Pos)
+	case !errors.Is(err, storage.ErrNotFound):
+		return kv.Result{}, true, fmt.Errorf("%w: get: %w", ErrUnavailable, err)
+	}
+	if again, err := s.readGet(op.Key); err != nil || again.Version != m.Version {
+		return kv.Result{}, false, nil
+	}
+	return res, true, s.readDurable(pos)
 }
 
 // readChecks validates a read's level and session before it is served.
