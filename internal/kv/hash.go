@@ -84,7 +84,9 @@ func isHashRead(k Kind) bool  { return k >= KindHGet && k < kindHashReadEnd }
 // IsHashRead reports whether k is a read of a hash: it reads the metadata
 // record of op.Key and rows under the reserved prefix through the Scanner,
 // so a caller of Read must hand it one, and it must see one state (MultiKey).
-// Its result depends on op.Key only (every hash write writes it).
+// Whoever tracks reads by key may let op.Key stand for the rows where every
+// hash write writes it: a replica group, not the single node, whose writes
+// of existing fields may touch only rows (ApplyOptions.SparseHashMeta).
 func IsHashRead(k Kind) bool { return isHashRead(k) }
 
 // Errors of the hash commands (texts are Redis's; codec.go codes them).

@@ -263,3 +263,35 @@ func TestHSetOfExistingFieldsWritesOnlyItsRows(t *testing.T) {
 		t.Errorf("HLEN h: %d (%v), want 10", n.Int, err)
 	}
 }
+
+// A pipelined batch of HSETs of existing fields of one hash reads the
+// hash's metadata record from the engine once: they stage nothing under
+// its key (kv.ApplyOptions.SparseHashMeta), so engineGet's memo answers the
+// later ones. A write between (the batch's HSET of a new field) is read
+// from the staged records, and the next Apply reads the engine again.
+func TestPipelinedHSetsReadTheMetadataOnce(t *testing.T) {
+	s, e := openHashShard(t)
+	reqs := make([]WriteReq, 16)
+	for round := 0; round < 2; round++ {
+		for i := range reqs {
+			reqs[i] = WriteReq{Op: kv.Op{Kind: kv.KindHSet, Key: []byte("h"), Keys: [][]byte{{'f', byte('0' + i%10)}, []byte("v")}}}
+		}
+		reqs[8].Op.Keys[0] = []byte(fmt.Sprint("new", round))
+		e.gets = 0
+		if _, err := s.Apply(ctx, reqs); err != nil {
+			t.Fatal(err)
+		}
+		for i := range reqs {
+			if reqs[i].Err != nil || reqs[i].Result.Int != map[bool]int64{true: 1, false: 0}[i == 8] {
+				t.Fatalf("round %d HSET %d: %+v, %v", round, i, reqs[i].Result, reqs[i].Err)
+			}
+		}
+		if e.gets != 1 {
+			t.Errorf("round %d: a batch of 16 HSETs of h read %d records from the engine, want 1", round, e.gets)
+		}
+	}
+	n, err := s.Read(ctx, kv.Op{Kind: kv.KindHLen, Key: []byte("h")}, level.ConsLinearizable, Session{})
+	if err != nil || n.Int != 12 {
+		t.Errorf("HLEN h: %d (%v), want 12", n.Int, err)
+	}
+}

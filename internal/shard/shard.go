@@ -274,6 +274,16 @@ type Shard struct {
 	// the records' keys, so truncate clears it before they can change.
 	staged  map[string]int
 	stagedN int
+	// memo is engineGet's last read of the engine (memoSet: it holds one;
+	// memoKey owns its key): an HSET of existing fields stages nothing
+	// under its hash's key (kv.ApplyOptions.SparseHashMeta), so every HSET
+	// of a pipelined batch would read the metadata record from the engine
+	// again. Only the writer changes the engine, under mu, and truncate(0)
+	// — at each Apply's start and after each append — drops the memo.
+	memoKey []byte
+	memo    storage.Value
+	memoOK  bool
+	memoSet bool
 	closed  bool
 	stats   Status
 
@@ -678,6 +688,9 @@ func (s *Shard) stagedRec(key []byte) *storage.Record {
 // the records' (the request buffers, reused once Apply returns).
 func (s *Shard) truncate(n int) {
 	s.recs = s.recs[:n]
+	if n == 0 {
+		s.memoSet = false
+	}
 	if s.stagedN > n {
 		clear(s.staged)
 		s.stagedN = 0
@@ -703,14 +716,26 @@ func (s *Shard) has(key []byte) (bool, error) {
 
 // engineGet is current's read of the engine (no staged record has key).
 func (s *Shard) engineGet(key []byte) (data, meta []byte, version uint64, ok bool, err error) {
+	if s.memoSet && bytes.Equal(s.memoKey, key) {
+		return s.memo.Data, s.memo.Meta, s.memo.Version, s.memoOK, nil
+	}
 	v, err := s.db.Get(key)
 	if errors.Is(err, storage.ErrNotFound) {
+		s.setMemo(key, storage.Value{}, false)
 		return nil, nil, 0, false, nil
 	}
 	if err != nil {
 		return nil, nil, 0, false, fmt.Errorf("%w: get: %w", ErrUnavailable, err)
 	}
+	s.setMemo(key, v, true)
 	return v.Data, v.Meta, v.Version, true, nil
+}
+
+// setMemo remembers an engine read for engineGet (v's bytes are the
+// caller's copy, never changed: records are not modified in place).
+func (s *Shard) setMemo(key []byte, v storage.Value, ok bool) {
+	s.memoKey = append(s.memoKey[:0], key...)
+	s.memo, s.memoOK, s.memoSet = v, ok, true
 }
 
 // apply evaluates one write against the current state (kv.Apply) and stages
