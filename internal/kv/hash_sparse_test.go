@@ -10,46 +10,15 @@ import (
 // a state every read answers the same from as without (a read's version
 // may be older: an HGET of a field the write did not touch no longer sees
 // its metadata record; one of a field it wrote sees the row's version),
-// over random histories of HSET, HMSET, HSETNX, HDEL, HINCRBY, HINCRBYFLOAT,
-// DEL and TTLs; and it writes fewer records.
+// over random histories (randomHashOp); and it writes fewer records.
 func TestSparseHashMetaAgreesWithDense(t *testing.T) {
 	rng := rand.New(rand.NewSource(28))
-	field := func() []byte { return []byte(fmt.Sprint("f", rng.Intn(6))) }
 	var denseRecs, sparseRecs int
 	for run := 0; run < 50; run++ {
 		dense, sparse := mem{}, mem{}
 		for ver := uint64(2); ver < 200; ver++ {
-			key := []byte(fmt.Sprint("h", rng.Intn(2)))
-			now := 1000 + int64(ver)
-			op := Op{Key: key, Now: now}
-			switch rng.Intn(8) {
-			case 0, 1, 2:
-				op.Kind = KindHSet
-				for n := 1 + rng.Intn(3); n > 0; n-- {
-					op.Keys = append(op.Keys, field(), []byte(fmt.Sprint(ver)))
-				}
-				if rng.Intn(4) == 0 {
-					op.Delta = 1 // HMSET
-				}
-			case 3:
-				op.Kind, op.Cond, op.Keys = KindHSet, IfAbsent, [][]byte{field(), []byte("nx")}
-			case 4:
-				op.Kind = KindHDel
-				for n := 1 + rng.Intn(3); n > 0; n-- {
-					op.Keys = append(op.Keys, field())
-				}
-			case 5:
-				op.Kind, op.Keys, op.Delta = KindHIncrBy, [][]byte{[]byte("n")}, 1
-			case 6:
-				op.Kind, op.Keys, op.Value = KindHIncrByFloat, [][]byte{[]byte("x")}, []byte("0.5")
-			case 7:
-				op.Kind = KindDel
-				op.Keys = [][]byte{op.Key}
-				if rng.Intn(2) == 0 {
-					op.Kind, op.Keys = KindExpire, nil
-					op.ExpireAt = op.Now + int64(rng.Intn(20))
-				}
-			}
+			op := randomHashOp(rng, ver)
+			key, now := op.Key, op.Now
 			apply := func(m mem, sparse bool) (string, uint64, int) {
 				n := 0
 				res, err := ApplyWithOptions(m.get, nil, m.has, ver, &op, 0, func(key, value, meta []byte, tomb bool) {
