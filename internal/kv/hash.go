@@ -30,7 +30,10 @@ import (
 // Every hash write rewrites the metadata record, even when the count does
 // not change (HSET of an existing field): whoever tracks reads and writes by
 // key (a replicated replica's follower reads, the nilext read check) then
-// sees a hash's every change on its user key.
+// sees a hash's every change on its user key. An engine that tracks nothing
+// so (the single node) may ask for the rows alone then
+// (ApplyOptions.SparseHashMeta): one record per HSET of an existing field,
+// not two.
 
 // TypeHash is the type byte of a hash's metadata record.
 const TypeHash byte = 1
@@ -81,7 +84,9 @@ func isHashRead(k Kind) bool  { return k >= KindHGet && k < kindHashReadEnd }
 // IsHashRead reports whether k is a read of a hash: it reads the metadata
 // record of op.Key and rows under the reserved prefix through the Scanner,
 // so a caller of Read must hand it one, and it must see one state (MultiKey).
-// Its result depends on op.Key only (every hash write writes it).
+// Whoever tracks reads by key may let op.Key stand for the rows where every
+// hash write writes it: a replica group, not the single node, whose writes
+// of existing fields may touch only rows (ApplyOptions.SparseHashMeta).
 func IsHashRead(k Kind) bool { return isHashRead(k) }
 
 // Errors of the hash commands (texts are Redis's; codec.go codes them).
@@ -334,6 +339,11 @@ func (h *hashState) emit(emit Emit, key []byte, version uint64, rows []hashRow, 
 			put(emit, hashMarker(h.gen), key, nil)
 		}
 	}
+	emitRows(emit, rows)
+}
+
+// emitRows emits a hash write's field rows (value nil: a deletion).
+func emitRows(emit Emit, rows []hashRow) {
 	for _, r := range rows {
 		if r.value == nil {
 			emit(r.key, nil, nil, true)
@@ -359,8 +369,10 @@ func ReplayReadsOwnRecord(k Kind, meta []byte) bool {
 }
 
 // applyHash evaluates the hash writes; has (nil: get answers) tells
-// whether a field row exists where its value is not needed.
-func applyHash(get Getter, has Prober, version uint64, op *Op, emit Emit) (Result, error) {
+// whether a field row exists where its value is not needed. sparse
+// (ApplyOptions.SparseHashMeta): a write that leaves the metadata as it was
+// emits only its rows.
+func applyHash(get Getter, has Prober, version uint64, op *Op, emit Emit, sparse bool) (Result, error) {
 	if op.Kind == KindHSweep {
 		return applyHashSweep(get, version, op, emit)
 	}
@@ -404,8 +416,12 @@ func applyHash(get Getter, has Prober, version uint64, op *Op, emit Emit) (Resul
 			}
 			rows = append(rows, hashRow{key: row, value: op.Keys[i+1]})
 		}
-		h.n += added
-		h.emit(emit, op.Key, version, rows, &keys)
+		if sparse && h.live && added == 0 {
+			emitRows(emit, rows) // count, generation and expiry stay
+		} else {
+			h.n += added
+			h.emit(emit, op.Key, version, rows, &keys)
+		}
 		if op.Delta == 1 {
 			return Result{Kind: ResOK, Version: version}, nil
 		}
@@ -460,10 +476,15 @@ func applyHash(get Getter, has Prober, version uint64, op *Op, emit Emit) (Resul
 			}
 			res.Kind, res.Bulk = ResBulk, nv
 		}
+		nrows := []hashRow{{key: row, value: nv}}
+		if sparse && exists { // exists: the hash is live
+			emitRows(emit, nrows)
+			return res, nil
+		}
 		if !exists {
 			h.n++
 		}
-		h.emit(emit, op.Key, version, []hashRow{{key: row, value: nv}}, &keys)
+		h.emit(emit, op.Key, version, nrows, &keys)
 		return res, nil
 	}
 	return Result{}, fmt.Errorf("%w: %v is not a hash write", ErrInvalidOp, op.Kind)
@@ -477,6 +498,21 @@ func applyHash(get Getter, has Prober, version uint64, op *Op, emit Emit) (Resul
 func PointRange(start, end []byte, limit int) bool {
 	n := len(start)
 	return limit == 1 && len(end) == n+1 && end[n] == 0 && bytes.Equal(start, end[:n])
+}
+
+// HashFieldRow is the key of field's row in the hash whose live metadata
+// record is (data, meta), for a reader that serves a one-field HGET itself
+// as Read would (the single node's fast path, shard.hgetOne):
+// ErrWrongKind for a key of another type.
+func HashFieldRow(data, meta, field []byte) ([]byte, error) {
+	if MetaType(meta) != TypeHash {
+		return nil, ErrWrongKind
+	}
+	gen, _, err := decodeHashMeta(data)
+	if err != nil {
+		return nil, err
+	}
+	return hashRowKey(gen, field), nil
 }
 
 // readHash serves the hash reads for Read: the metadata through get, the

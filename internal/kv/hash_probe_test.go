@@ -15,41 +15,13 @@ func (m mem) has(key []byte) (bool, error) {
 }
 
 // A hash write given a Prober evaluates exactly as one without: the same
-// results and the same records, over random histories of HSET, HMSET,
-// HSETNX, HDEL (with repeated fields), HINCRBY, DEL and TTLs.
+// results and the same records, over random histories (randomHashOp).
 func TestHashProberAgreesWithGetter(t *testing.T) {
 	rng := rand.New(rand.NewSource(27))
-	field := func() []byte { return []byte(fmt.Sprint("f", rng.Intn(6))) }
 	for run := 0; run < 50; run++ {
 		plain, probed := mem{}, mem{}
 		for ver := uint64(2); ver < 200; ver++ {
-			op := Op{Key: []byte(fmt.Sprint("h", rng.Intn(2))), Now: 1000 + int64(ver)}
-			switch rng.Intn(7) {
-			case 0, 1:
-				op.Kind = KindHSet
-				for n := 1 + rng.Intn(3); n > 0; n-- {
-					op.Keys = append(op.Keys, field(), []byte(fmt.Sprint(ver)))
-				}
-				if rng.Intn(4) == 0 {
-					op.Delta = 1 // HMSET
-				}
-			case 2:
-				op.Kind, op.Cond, op.Keys = KindHSet, IfAbsent, [][]byte{field(), []byte("nx")}
-			case 3, 4:
-				op.Kind = KindHDel
-				for n := 1 + rng.Intn(3); n > 0; n-- {
-					op.Keys = append(op.Keys, field())
-				}
-			case 5:
-				op.Kind, op.Keys, op.Delta = KindHIncrBy, [][]byte{[]byte("n")}, 1
-			case 6:
-				op.Kind = KindDel
-				op.Keys = [][]byte{op.Key}
-				if rng.Intn(2) == 0 {
-					op.Kind, op.Keys = KindExpire, nil
-					op.ExpireAt = op.Now + int64(rng.Intn(20))
-				}
-			}
+			op := randomHashOp(rng, ver)
 			type rec struct {
 				key, value, meta string
 				tomb             bool
@@ -142,4 +114,41 @@ func TestPointRange(t *testing.T) {
 	if !PointRange(nil, []byte{0}, 1) {
 		t.Errorf("PointRange of the empty key is false")
 	}
+}
+
+// randomHashOp is an op of a random hash history over two hashes h0, h1 of
+// six fields: HSET, HMSET, HSETNX, HDEL (fields may repeat), HINCRBY,
+// HINCRBYFLOAT, DEL and EXPIRE, at version ver (its clock is 1000+ver).
+func randomHashOp(rng *rand.Rand, ver uint64) Op {
+	field := func() []byte { return []byte(fmt.Sprint("f", rng.Intn(6))) }
+	op := Op{Key: []byte(fmt.Sprint("h", rng.Intn(2))), Now: 1000 + int64(ver)}
+	switch rng.Intn(8) {
+	case 0, 1, 2:
+		op.Kind = KindHSet
+		for n := 1 + rng.Intn(3); n > 0; n-- {
+			op.Keys = append(op.Keys, field(), []byte(fmt.Sprint(ver)))
+		}
+		if rng.Intn(4) == 0 {
+			op.Delta = 1 // HMSET
+		}
+	case 3:
+		op.Kind, op.Cond, op.Keys = KindHSet, IfAbsent, [][]byte{field(), []byte("nx")}
+	case 4:
+		op.Kind = KindHDel
+		for n := 1 + rng.Intn(3); n > 0; n-- {
+			op.Keys = append(op.Keys, field())
+		}
+	case 5:
+		op.Kind, op.Keys, op.Delta = KindHIncrBy, [][]byte{[]byte("n")}, 1
+	case 6:
+		op.Kind, op.Keys, op.Value = KindHIncrByFloat, [][]byte{[]byte("x")}, []byte("0.5")
+	case 7:
+		op.Kind = KindDel
+		op.Keys = [][]byte{op.Key}
+		if rng.Intn(2) == 0 {
+			op.Kind, op.Keys = KindExpire, nil
+			op.ExpireAt = op.Now + int64(rng.Intn(20))
+		}
+	}
+	return op
 }

@@ -98,13 +98,33 @@ func putRecord(emit Emit, key []byte, rec record) { put(emit, key, rec.data, rec
 // whether a key exists without reading its value, which spares the hash
 // writes a read of each field row (has may be nil: get answers).
 func ApplyWith(get Getter, list Lister, has Prober, version uint64, op *Op, maxValue int, emit Emit) (Result, error) {
+	return ApplyWithOptions(get, list, has, version, op, maxValue, emit, ApplyOptions{})
+}
+
+// ApplyOptions are an engine's choices of how a write is laid out in
+// records; the zero value is ApplyWith's.
+type ApplyOptions struct {
+	// SparseHashMeta: a hash write that changes neither the hash's field
+	// count, generation nor expiry (HSET, HMSET, HINCRBY* of fields that all
+	// exist) emits only its field rows, not the metadata record as well
+	// (docs/design/hashes.md, "Rows without the metadata record"). Only an
+	// engine that tracks nothing by the version of a hash's user key may
+	// ask it: the single node (internal/shard). A replica group must not —
+	// its follower read check (vrshard.cadNeed) lets the user key stand for
+	// the rows, and its crash replay reads a script's row as absent when the
+	// engine holds only the op's own record of it.
+	SparseHashMeta bool
+}
+
+// ApplyWithOptions is ApplyWith with the engine's choices o.
+func ApplyWithOptions(get Getter, list Lister, has Prober, version uint64, op *Op, maxValue int, emit Emit, o ApplyOptions) (Result, error) {
 	switch {
 	case op.Kind == KindFlush:
 		return applyFlush(get, list, version, emit)
 	case op.Kind == KindCopy:
 		return applyMove(get, list, version, op, emit)
 	case isHashWrite(op.Kind):
-		return applyHash(get, has, version, op, emit)
+		return applyHash(get, has, version, op, emit, o.SparseHashMeta)
 	}
 	return Apply(get, version, op, maxValue, emit)
 }
@@ -128,7 +148,7 @@ func applyMore(get Getter, version uint64, op *Op, maxValue int, emit Emit) (res
 	case KindSetBit:
 		res, err = applySetBit(get, version, op, maxValue, emit)
 	case KindHSet, KindHDel, KindHIncrBy, KindHIncrByFloat, KindHSweep:
-		res, err = applyHash(get, nil, version, op, emit)
+		res, err = applyHash(get, nil, version, op, emit, false)
 	default:
 		return Result{}, nil, false
 	}

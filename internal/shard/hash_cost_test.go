@@ -231,3 +231,67 @@ func TestFailedWriteLeavesNothingInTheStagedIndex(t *testing.T) {
 		t.Fatalf("INCR k after the failed DEL = %+v, %v; want 6", r.Result, r.Err)
 	}
 }
+
+// One node writes an HSET of fields that all exist as their rows alone
+// (kv.ApplyOptions.SparseHashMeta): the hash's metadata record keeps its
+// version, and an HGET of the field still answers the HSET's version (its
+// row's), which the read's durability and session checks go by.
+func TestHSetOfExistingFieldsWritesOnlyItsRows(t *testing.T) {
+	s, e := openHashShard(t)
+	h := []byte("h")
+	before, err := e.Versions(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Write(ctx, kv.Op{Kind: kv.KindHSet, Key: h, Keys: [][]byte{[]byte("f1"), []byte("x")}}, level.Async, ReqID{})
+	if err != nil || res.Int != 0 {
+		t.Fatalf("HSET of an existing field: %+v, %v", res, err)
+	}
+	after, err := e.Versions(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(after) != len(before) || after[0].Version != before[0].Version {
+		t.Errorf("HSET of an existing field rewrote the metadata record: versions %+v, before %+v", after, before)
+	}
+	got, err := s.Read(ctx, kv.Op{Kind: kv.KindHGet, Key: h, Keys: [][]byte{[]byte("f1")}}, level.ConsLinearizable, Session{})
+	if err != nil || len(got.Array) != 1 || string(got.Array[0]) != "x" || got.Version != res.Version {
+		t.Errorf("HGET h f1 after the HSET: %q at version %d (%v), want \"x\" at %d", got.Array, got.Version, err, res.Version)
+	}
+	n, err := s.Read(ctx, kv.Op{Kind: kv.KindHLen, Key: h}, level.ConsLinearizable, Session{})
+	if err != nil || n.Int != 10 {
+		t.Errorf("HLEN h: %d (%v), want 10", n.Int, err)
+	}
+}
+
+// A pipelined batch of HSETs of existing fields of one hash reads the
+// hash's metadata record from the engine once: they stage nothing under
+// its key (kv.ApplyOptions.SparseHashMeta), so engineGet's memo answers the
+// later ones. A write between (the batch's HSET of a new field) is read
+// from the staged records, and the next Apply reads the engine again.
+func TestPipelinedHSetsReadTheMetadataOnce(t *testing.T) {
+	s, e := openHashShard(t)
+	reqs := make([]WriteReq, 16)
+	for round := 0; round < 2; round++ {
+		for i := range reqs {
+			reqs[i] = WriteReq{Op: kv.Op{Kind: kv.KindHSet, Key: []byte("h"), Keys: [][]byte{{'f', byte('0' + i%10)}, []byte("v")}}}
+		}
+		reqs[8].Op.Keys[0] = []byte(fmt.Sprint("new", round))
+		e.gets = 0
+		if _, err := s.Apply(ctx, reqs); err != nil {
+			t.Fatal(err)
+		}
+		for i := range reqs {
+			if reqs[i].Err != nil || reqs[i].Result.Int != map[bool]int64{true: 1, false: 0}[i == 8] {
+				t.Fatalf("round %d HSET %d: %+v, %v", round, i, reqs[i].Result, reqs[i].Err)
+			}
+		}
+		if e.gets != 1 {
+			t.Errorf("round %d: a batch of 16 HSETs of h read %d records from the engine, want 1", round, e.gets)
+		}
+	}
+	n, err := s.Read(ctx, kv.Op{Kind: kv.KindHLen, Key: []byte("h")}, level.ConsLinearizable, Session{})
+	if err != nil || n.Int != 12 {
+		t.Errorf("HLEN h: %d (%v), want 12", n.Int, err)
+	}
+}

@@ -274,6 +274,16 @@ type Shard struct {
 	// the records' keys, so truncate clears it before they can change.
 	staged  map[string]int
 	stagedN int
+	// memo is engineGet's last read of the engine (memoSet: it holds one;
+	// memoKey owns its key): an HSET of existing fields stages nothing
+	// under its hash's key (kv.ApplyOptions.SparseHashMeta), so every HSET
+	// of a pipelined batch would read the metadata record from the engine
+	// again. Only the writer changes the engine, under mu, and truncate(0)
+	// — at each Apply's start and after each append — drops the memo.
+	memoKey []byte
+	memo    storage.Value
+	memoOK  bool
+	memoSet bool
 	closed  bool
 	stats   Status
 
@@ -678,6 +688,9 @@ func (s *Shard) stagedRec(key []byte) *storage.Record {
 // the records' (the request buffers, reused once Apply returns).
 func (s *Shard) truncate(n int) {
 	s.recs = s.recs[:n]
+	if n == 0 {
+		s.memoSet = false
+	}
 	if s.stagedN > n {
 		clear(s.staged)
 		s.stagedN = 0
@@ -703,14 +716,26 @@ func (s *Shard) has(key []byte) (bool, error) {
 
 // engineGet is current's read of the engine (no staged record has key).
 func (s *Shard) engineGet(key []byte) (data, meta []byte, version uint64, ok bool, err error) {
+	if s.memoSet && bytes.Equal(s.memoKey, key) {
+		return s.memo.Data, s.memo.Meta, s.memo.Version, s.memoOK, nil
+	}
 	v, err := s.db.Get(key)
 	if errors.Is(err, storage.ErrNotFound) {
+		s.setMemo(key, storage.Value{}, false)
 		return nil, nil, 0, false, nil
 	}
 	if err != nil {
 		return nil, nil, 0, false, fmt.Errorf("%w: get: %w", ErrUnavailable, err)
 	}
+	s.setMemo(key, v, true)
 	return v.Data, v.Meta, v.Version, true, nil
+}
+
+// setMemo remembers an engine read for engineGet (v's bytes are the
+// caller's copy, never changed: records are not modified in place).
+func (s *Shard) setMemo(key []byte, v storage.Value, ok bool) {
+	s.memoKey = append(s.memoKey[:0], key...)
+	s.memo, s.memoOK, s.memoSet = v, ok, true
 }
 
 // apply evaluates one write against the current state (kv.Apply) and stages
@@ -735,7 +760,9 @@ func (s *Shard) apply(op *kv.Op, ts int64) (kv.Result, error) {
 	}
 	before := len(s.recs)
 	s.stageTS = ts
-	res, err := kv.ApplyWith(get, list, s.hasFn, v, op, s.maxVal, s.stageFn)
+	// One node tracks nothing by the version of a hash's user key, so an
+	// HSET of existing fields writes only their rows (SparseHashMeta).
+	res, err := kv.ApplyWithOptions(get, list, s.hasFn, v, op, s.maxVal, s.stageFn, kv.ApplyOptions{SparseHashMeta: true})
 	if err != nil {
 		return kv.Result{}, err // the caller drops what was staged
 	}
@@ -778,6 +805,13 @@ func (s *Shard) Read(ctx context.Context, op kv.Op, c level.Consistency, sess Se
 			return kv.Result{}, kv.ErrWrongKind // a GET of a hash
 		}
 		return kv.PointResult(op.Kind, v.Data, v.Version, ok), nil
+	}
+	if op.Kind == kv.KindHGet && len(op.Keys) == 1 && !(mutation.On && s.tornMultiReads) {
+		// HGET, HEXISTS, HSTRLEN: two keys read without a snapshot or
+		// kv.Read's closures, unless a write moved the hash between them.
+		if res, ok, err := s.hgetOne(&op); ok || err != nil {
+			return res, err
+		}
 	}
 	if op.Now == 0 {
 		// One node: its clock is the leader's (docs/consistency.md, "Key expiry").
@@ -830,6 +864,53 @@ func (s *Shard) Read(ctx context.Context, op kv.Op, c level.Consistency, sess Se
 		return kv.Result{}, err
 	}
 	return res, nil
+}
+
+// hgetOne serves an HGET of one field (HGET, HEXISTS, HSTRLEN) as kv.Read
+// would, without its snapshot and closures (they cost an HGET as much as
+// the engine's reads did: docs/design/hashes.md): the hash's metadata record,
+// the field's row, then the metadata record again. If the record did not
+// change (same version), the key held it the whole time, so when the row
+// was read the hash was that generation and the field that value: a state
+// the read may take effect at. Else (ok false) a write moved the hash in
+// between — say RENAME h h2, HSET h2 f, which writes the very row this read
+// found while h no longer holds it — and the caller reads in a snapshot.
+func (s *Shard) hgetOne(op *kv.Op) (res kv.Result, ok bool, err error) {
+	if kv.IsReserved(op.Key) {
+		return kv.Result{}, true, kv.ErrReservedKey
+	}
+	m, live, err := s.getLive(op.Key, op.Now)
+	if err != nil {
+		return kv.Result{}, true, err
+	}
+	res = kv.Result{Kind: kv.ResArray, Array: make([][]byte, 1), Version: m.Version}
+	if !live {
+		return res, true, s.readDurable(m.Pos) // one key: one state
+	}
+	row, err := kv.HashFieldRow(m.Data, m.Meta, op.Keys[0])
+	if err != nil {
+		return kv.Result{}, true, err
+	}
+	if mutation.On && s.betweenKeys != nil {
+		s.betweenKeys()
+	}
+	pos := m.Pos
+	v, err := s.readGet(row)
+	switch {
+	case err == nil:
+		res.Array[0] = v.Data
+		if v.Data == nil {
+			res.Array[0] = []byte{}
+		}
+		res.Version = max(res.Version, v.Version)
+		pos = max(pos, v.Pos)
+	case !errors.Is(err, storage.ErrNotFound):
+		return kv.Result{}, true, fmt.Errorf("%w: get: %w", ErrUnavailable, err)
+	}
+	if again, err := s.readGet(op.Key); err != nil || again.Version != m.Version {
+		return kv.Result{}, false, nil
+	}
+	return res, true, s.readDurable(pos)
 }
 
 // readChecks validates a read's level and session before it is served.

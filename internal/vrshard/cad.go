@@ -259,7 +259,8 @@ func readKeys(op *kv.Op) [][]byte {
 		return op.Keys
 	case kv.KindHGet, kv.KindHLen, kv.KindHGetAll, kv.KindHScan:
 		// Every hash write rewrites the hash's metadata record at its
-		// user key, so the key stands for its field rows too.
+		// user key (the applier does not ask kv.ApplyOptions'
+		// SparseHashMeta), so the key stands for its field rows too.
 		return [][]byte{op.Key}
 	}
 	return nil

@@ -1,0 +1,115 @@
+package kv
+
+import (
+	"fmt"
+	"math/rand"
+	"testing"
+)
+
+// With ApplyOptions.SparseHashMeta a hash write answers the same and leaves
+// a state every read answers the same from as without (a read's version
+// may be older: an HGET of a field the write did not touch no longer sees
+// its metadata record; one of a field it wrote sees the row's version),
+// over random histories (randomHashOp); and it writes fewer records.
+func TestSparseHashMetaAgreesWithDense(t *testing.T) {
+	rng := rand.New(rand.NewSource(28))
+	var denseRecs, sparseRecs int
+	for run := 0; run < 50; run++ {
+		dense, sparse := mem{}, mem{}
+		for ver := uint64(2); ver < 200; ver++ {
+			op := randomHashOp(rng, ver)
+			key, now := op.Key, op.Now
+			apply := func(m mem, sparse bool) (string, uint64, int) {
+				n := 0
+				res, err := ApplyWithOptions(m.get, nil, m.has, ver, &op, 0, func(key, value, meta []byte, tomb bool) {
+					m[string(key)] = memVal{val: string(value), ver: ver, del: tomb, meta: meta}
+					n++
+				}, ApplyOptions{SparseHashMeta: sparse})
+				return show(res, err), res.Version, n
+			}
+			// A write that writes nothing (HDEL of absent fields, HSETNX
+			// of a present one) answers its metadata's version, which may
+			// be older sparse.
+			want, wv, nd := apply(dense, false)
+			got, gv, ns := apply(sparse, true)
+			denseRecs, sparseRecs = denseRecs+nd, sparseRecs+ns
+			if got != want || gv > wv || (ns > 0 && gv != ver) {
+				t.Fatalf("run %d, %v %q %q at %d: sparse %s v%d, dense %s v%d", run, op.Kind, op.Key, op.Keys, ver, got, gv, want, wv)
+			}
+			for _, rd := range []Op{
+				{Kind: KindHGet, Key: key, Keys: bs("f0", "f1", "f2", "f3", "f4", "f5", "n", "x")},
+				{Kind: KindHGet, Key: key, Keys: bs(fmt.Sprint("f", rng.Intn(6)))},
+				{Kind: KindHLen, Key: key},
+				{Kind: KindHGetAll, Key: key},
+				{Kind: KindTTL, Key: key},
+			} {
+				rd.Now = now
+				read := func(m mem) (string, uint64) {
+					res, err := Read(m.get, m.scan, &rd, 1000)
+					return show(res, err), res.Version
+				}
+				// The version of what a read saw may be older sparse: an
+				// HGET of a field the write did not touch no longer sees
+				// the write's metadata record.
+				got, gv := read(sparse)
+				want, wv := read(dense)
+				if got != want || gv > wv {
+					t.Fatalf("run %d, after %v %q %q at %d: %v %q reads %s v%d sparse, %s v%d dense", run, op.Kind, op.Key, op.Keys, ver, rd.Kind, rd.Keys, got, gv, want, wv)
+				}
+			}
+		}
+	}
+	if sparseRecs >= denseRecs {
+		t.Fatalf("sparse wrote %d records, dense %d: it should write fewer", sparseRecs, denseRecs)
+	}
+}
+
+// With SparseHashMeta an HSET or HINCRBY of fields that all exist writes
+// only their rows; one that adds a field, or creates the hash, writes the
+// metadata too.
+func TestSparseHashMetaWritesOnlyRows(t *testing.T) {
+	m := mem{}
+	ver := uint64(1)
+	write := func(op Op) []string {
+		ver++
+		op.Now = 1000
+		var keys []string
+		if _, err := ApplyWithOptions(m.get, nil, m.has, ver, &op, 0, func(key, value, meta []byte, tomb bool) {
+			m[string(key)] = memVal{val: string(value), ver: ver, del: tomb, meta: meta}
+			keys = append(keys, string(key))
+		}, ApplyOptions{SparseHashMeta: true}); err != nil {
+			t.Fatalf("%v: %v", op.Kind, err)
+		}
+		return keys
+	}
+	k := []byte("h")
+	for _, c := range []struct {
+		op   Op
+		meta bool
+		rows int
+	}{
+		{Op{Kind: KindHSet, Key: k, Keys: bs("a", "1", "b", "2")}, true, 2}, // creates: meta, marker, rows
+		{Op{Kind: KindHSet, Key: k, Keys: bs("a", "3")}, false, 1},
+		{Op{Kind: KindHSet, Key: k, Keys: bs("a", "4", "b", "5"), Delta: 1}, false, 2},
+		{Op{Kind: KindHSet, Key: k, Keys: bs("a", "4", "c", "5")}, true, 2},
+		{Op{Kind: KindHIncrBy, Key: k, Keys: bs("n"), Delta: 1}, true, 1},
+		{Op{Kind: KindHIncrBy, Key: k, Keys: bs("n"), Delta: 1}, false, 1},
+		{Op{Kind: KindHIncrByFloat, Key: k, Keys: bs("n"), Value: []byte("1.5")}, false, 1},
+		{Op{Kind: KindHDel, Key: k, Keys: bs("a")}, true, 1},
+	} {
+		keys := write(c.op)
+		var meta bool
+		rows := 0
+		for _, key := range keys {
+			switch {
+			case key == string(k):
+				meta = true
+			case IsHashRow([]byte(key)):
+				rows++
+			}
+		}
+		if meta != c.meta || rows != c.rows {
+			t.Errorf("%v %q wrote %q: metadata %v and %d rows, want %v and %d", c.op.Kind, c.op.Keys, keys, meta, rows, c.meta, c.rows)
+		}
+	}
+}
