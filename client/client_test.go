@@ -245,7 +245,10 @@ func TestDeadlineAfterSend(t *testing.T) {
 	if !errors.Is(err, ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrUnknownOutcome) {
 		t.Fatalf("slow read: err = %v, want ErrTimeout (and DeadlineExceeded), not ErrUnknownOutcome", err)
 	}
-	short2, cancel2 := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	// The write must reach the socket before its deadline for its outcome
+	// to be unknown (a write never sent is a plain timeout): 50 ms was too
+	// short for a loaded machine's scheduler.
+	short2, cancel2 := context.WithTimeout(context.Background(), time.Second)
 	defer cancel2()
 	err = c.Put(short2, "slow-write", []byte("x"))
 	if !errors.Is(err, ErrUnknownOutcome) || !errors.Is(err, ErrTimeout) {
