@@ -10,6 +10,7 @@ import (
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/shard"
+	"github.com/kefirdb/kefir/internal/testgroup"
 	"github.com/kefirdb/kefir/internal/vfs"
 )
 
@@ -114,7 +115,15 @@ func TestTryReadLeavesReadOnlyScriptsToRead(t *testing.T) {
 	}
 	c.waitApplied(c.reps[l].Info().Commit, 5*time.Second)
 	r := c.reps[l]
-	if res, ok := r.TryRead(evalRO("a"), level.ConsLinearizable); !ok || string(res.Bulk) != "$1\r\n0\r\n" {
+	// The precondition — TryRead answers at all — needs the leader's lease,
+	// which a loaded machine (-race) may not have granted yet: wait for it.
+	var res kv.Result
+	ok := testgroup.Until(5*time.Second, 5*time.Millisecond, func() bool {
+		var answered bool
+		res, answered = r.TryRead(evalRO("a"), level.ConsLinearizable)
+		return answered
+	})
+	if !ok || string(res.Bulk) != "$1\r\n0\r\n" {
 		t.Fatalf("TryRead(EVAL_RO a) = %q, %v before the cad write; want 0, true", res.Bulk, ok)
 	}
 	if _, err := r.Write(context.Background(), set("a", "1"), level.CAD, shard.ReqID{Client: 5, Seq: 1}); err != nil {
