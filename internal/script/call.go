@@ -40,10 +40,7 @@ func (r *run) call(L *lua.LState, raise bool) int {
 	if !spec.ArityOK(len(argv)) {
 		return r.fail(L, raise, "ERR Wrong number of args calling Redis command from script")
 	}
-	op, shape, err := parse(spec, argv)
-	if err == nil {
-		err = resolve(&op, r.op.Now, spec.Name)
-	}
+	op, shape, err := parse(spec, argv, r.op.Now)
 	if err != nil {
 		return r.fail(L, raise, errText(err))
 	}
@@ -75,10 +72,10 @@ func (r *run) fail(L *lua.LState, raise bool, msg string) int {
 // (internal/server errorText) for the errors a command inside a script can
 // meet.
 func errText(err error) string {
-	var re *replyErr
+	var re command.ReplyError
 	switch {
 	case errors.As(err, &re):
-		return string(*re)
+		return string(re)
 	case errors.Is(err, kv.ErrWrongKind):
 		return kv.ErrWrongKind.Error()
 	case errors.Is(err, kv.ErrWrongType):

@@ -17,7 +17,6 @@ import (
 	"crypto/sha1"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"regexp"
 	"sort"
 	"strings"
@@ -88,6 +87,12 @@ var protos struct {
 
 const maxProtos = 1024
 
+// compileError is a script that does not compile; its text is Redis's
+// reply after the "ERR " prefix.
+type compileError string
+
+func (e compileError) Error() string { return string(e) }
+
 // Compile compiles body (cached), or returns Redis's error text for a script
 // that does not compile ("ERR Error compiling script ...").
 func Compile(body []byte) (*lua.FunctionProto, error) {
@@ -103,7 +108,7 @@ func Compile(body []byte) (*lua.FunctionProto, error) {
 		p, err = lua.Compile(chunk, "user_script")
 	}
 	if err != nil {
-		return nil, fmt.Errorf("Error compiling script (new function): %s", strings.TrimSpace(err.Error()))
+		return nil, compileError("Error compiling script (new function): " + strings.TrimSpace(err.Error()))
 	}
 	protos.Lock()
 	if protos.m == nil || len(protos.m) >= maxProtos {

@@ -16,20 +16,9 @@ import (
 	"github.com/kefirdb/kefir/internal/shard"
 )
 
-func eq(b []byte, upper string) bool {
-	return len(b) == len(upper) && bytes.EqualFold(b, []byte(upper))
-}
+func eq(b []byte, upper string) bool { return command.Eq(b, upper) }
 
-func parseInt64(b []byte) (int64, error) {
-	if len(b) == 0 || len(b) > 20 {
-		return 0, errNotInt
-	}
-	n, err := strconv.ParseInt(string(b), 10, 64)
-	if err != nil {
-		return 0, errNotInt
-	}
-	return n, nil
-}
+func parseInt64(b []byte) (int64, error) { return command.ParseInt(b) }
 
 // parseWrite turns a write command into a shard operation, copying its bytes into
 // the arena (args alias the reader's buffer).

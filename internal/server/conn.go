@@ -525,9 +525,12 @@ func (c *conn) writeErr(err error) {
 func errorText(err error) string {
 	var re *replyError
 	var ce *cluster.ReplyError
+	var pe command.ReplyError
 	switch {
 	case errors.As(err, &re):
 		return re.msg
+	case errors.As(err, &pe): // the argument parsers shared with scripts
+		return string(pe)
 	case errors.As(err, &ce):
 		return ce.Msg
 	case errors.Is(err, cluster.ErrNotLeader):

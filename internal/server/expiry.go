@@ -2,8 +2,6 @@ package server
 
 import (
 	"context"
-	"math"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -25,185 +23,27 @@ import (
 // expiryNow is the front door's clock in unix milliseconds.
 var expiryNow = func() int64 { return time.Now().UnixMilli() }
 
-// expireUnit says how an expiry argument is read.
-type expireUnit uint8
-
-const (
-	unitEX   expireUnit = iota + 1 // seconds from now
-	unitPX                         // milliseconds from now
-	unitEXAT                       // unix seconds
-	unitPXAT                       // unix milliseconds
-)
-
-func errExpireTime(cmd string) error {
-	return errf("ERR invalid expire time in '%s' command", cmd)
-}
-
-// expireAt turns SET's, SETEX's or GETEX's expiry argument (which must be
-// positive) into an absolute time in unix ms, as Redis's
-// getExpireMillisecondsOrReply does.
-func expireAt(arg []byte, unit expireUnit, now int64, cmd string) (int64, error) {
-	n, err := parseInt64(arg)
-	if err != nil {
-		return 0, err
-	}
-	if n <= 0 || ((unit == unitEX || unit == unitEXAT) && n > math.MaxInt64/1000) {
-		return 0, errExpireTime(cmd)
-	}
-	if unit == unitEX || unit == unitEXAT {
-		n *= 1000
-	}
-	if unit == unitEX || unit == unitPX {
-		if n > math.MaxInt64-now {
-			return 0, errExpireTime(cmd)
-		}
-		n += now
-	}
-	return n, nil
-}
-
-// parseExpireOpt reads an EX|PX|EXAT|PXAT option at args[i] (GETEX and
-// SET): ok false if args[i] is none of them.
-func parseExpireOpt(args [][]byte, i int) (unit expireUnit, ok bool) {
-	switch {
-	case eq(args[i], "EX"):
-		return unitEX, true
-	case eq(args[i], "PX"):
-		return unitPX, true
-	case eq(args[i], "EXAT"):
-		return unitEXAT, true
-	case eq(args[i], "PXAT"):
-		return unitPXAT, true
-	}
-	return 0, false
-}
-
-// parseSet parses SET key value [NX|XX] [GET] [EX s|PX ms|EXAT s|PXAT ms|KEEPTTL]
-// in any order, refusing what Redis's parseExtendedStringArgumentsOrReply
-// refuses (NX with XX, two different expiry options, one with KEEPTTL) and
-// accepting what it accepts (an option twice: the last expiry wins).
+// parseSet parses SET with its options (command.ParseSet) at the front
+// door's clock, copying the key and value into the arena (args alias the
+// reader's buffer).
 func parseSet(args [][]byte, a *arena) (kv.Op, error) {
-	op := kv.Op{Kind: kv.KindSet, Key: a.copy(args[1]), Value: a.copy(args[2])}
-	var unit expireUnit
-	var arg []byte
-	for i := 3; i < len(args); i++ {
-		switch u, isExp := parseExpireOpt(args, i); {
-		case eq(args[i], "NX") && op.Cond != kv.IfPresent:
-			op.Cond = kv.IfAbsent
-		case eq(args[i], "XX") && op.Cond != kv.IfAbsent:
-			op.Cond = kv.IfPresent
-		case eq(args[i], "GET"):
-			op.ReturnOld = true
-		case eq(args[i], "KEEPTTL") && unit == 0:
-			op.TTL = kv.TTLKeep
-		case isExp && (unit == 0 || unit == u) && op.TTL == 0 && i+1 < len(args):
-			unit, arg = u, args[i+1]
-			i++
-		default:
-			return op, errSyntax
-		}
-	}
-	if unit != 0 {
-		now := expiryNow()
-		at, err := expireAt(arg, unit, now, "set")
-		if err != nil {
-			return op, err
-		}
-		op.Now, op.ExpireAt = now, at
-	}
-	return op, nil
+	op, err := command.ParseSet(args, expiryNow())
+	op.Key, op.Value = a.copy(op.Key), a.copy(op.Value)
+	return op, err
 }
 
-// parseExpiryWrite parses the expiry write commands other than SET; ok false:
-// spec is not one of them.
+// parseExpiryWrite parses the expiry write commands other than SET
+// (command.ParseExpiryWrite) at the front door's clock, copying their bytes
+// into the arena; ok false: spec is not one of them.
 func parseExpiryWrite(spec *command.Spec, args [][]byte, a *arena) (op kv.Op, ok bool, err error) {
-	now := expiryNow()
-	switch spec.Name {
-	case "SETEX", "PSETEX":
-		unit, cmd := unitEX, "setex"
-		if spec.Name == "PSETEX" {
-			unit, cmd = unitPX, "psetex"
+	op, ok, err = command.ParseExpiryWrite(spec.Name, args, expiryNow())
+	if ok && err == nil {
+		op.Key = a.copy(op.Key)
+		if op.Value != nil { // SETEX, PSETEX
+			op.Value = a.copy(op.Value)
 		}
-		at, err := expireAt(args[2], unit, now, cmd)
-		if err != nil {
-			return op, true, err
-		}
-		return kv.Op{Kind: kv.KindSet, Key: a.copy(args[1]), Value: a.copy(args[3]), Now: now, ExpireAt: at}, true, nil
-
-	case "GETEX":
-		op = kv.Op{Kind: kv.KindGetEx, Key: a.copy(args[1]), Now: now}
-		var unit expireUnit
-		var arg []byte
-		for i := 2; i < len(args); i++ {
-			switch u, isExp := parseExpireOpt(args, i); {
-			case eq(args[i], "PERSIST") && unit == 0:
-				op.TTL = kv.TTLPersist
-			case isExp && (unit == 0 || unit == u) && op.TTL == 0 && i+1 < len(args):
-				unit, arg = u, args[i+1]
-				i++
-			default:
-				return op, true, errSyntax
-			}
-		}
-		if unit != 0 {
-			if op.ExpireAt, err = expireAt(arg, unit, now, "getex"); err != nil {
-				return op, true, err
-			}
-		}
-		return op, true, nil
-
-	case "EXPIRE", "PEXPIRE", "EXPIREAT", "PEXPIREAT":
-		when, err := parseInt64(args[2])
-		if err != nil {
-			return op, true, err
-		}
-		op = kv.Op{Kind: kv.KindExpire, Key: a.copy(args[1]), Now: now}
-		var nx, xx, gt, lt bool
-		for _, o := range args[3:] {
-			switch {
-			case eq(o, "NX"):
-				nx, op.TTL = true, op.TTL|kv.TTLNX
-			case eq(o, "XX"):
-				xx, op.TTL = true, op.TTL|kv.TTLXX
-			case eq(o, "GT"):
-				gt, op.TTL = true, op.TTL|kv.TTLGT
-			case eq(o, "LT"):
-				lt, op.TTL = true, op.TTL|kv.TTLLT
-			default:
-				return op, true, errf("ERR Unsupported option %s", o)
-			}
-		}
-		if nx && (xx || gt || lt) {
-			return op, true, errf("ERR NX and XX, GT or LT options at the same time are not compatible")
-		}
-		if gt && lt {
-			return op, true, errf("ERR GT and LT options at the same time are not compatible")
-		}
-		// EXPIRE takes any integer (one in the past deletes the key); only
-		// an overflow is refused, as Redis's expireGenericCommand does.
-		cmd := strings.ToLower(spec.Name)
-		if spec.Name == "EXPIRE" || spec.Name == "EXPIREAT" {
-			if when > math.MaxInt64/1000 || when < math.MinInt64/1000 {
-				return op, true, errExpireTime(cmd)
-			}
-			when *= 1000
-		}
-		if spec.Name == "EXPIRE" || spec.Name == "PEXPIRE" {
-			if when > math.MaxInt64-now {
-				return op, true, errExpireTime(cmd)
-			}
-			when += now
-		}
-		op.ExpireAt = when
-		if op.ExpireAt == 0 {
-			op.ExpireAt = -1 // 0 means "no expiry" in an op; any time <= Now deletes alike
-		}
-		return op, true, nil
-
-	case "PERSIST":
-		return kv.Op{Kind: kv.KindPersist, Key: a.copy(args[1]), Now: now}, true, nil
 	}
-	return op, false, nil
+	return op, ok, err
 }
 
 // parseExpiryRead parses TTL, PTTL, EXPIRETIME and PEXPIRETIME; ok false: spec
