@@ -87,15 +87,39 @@ const DefaultActiveExpiry = 100 * time.Millisecond
 // activeExpiry is the background cycle's state.
 type activeExpiry struct {
 	stop, done chan struct{}
-	cursor     []byte
-	// cursors are the walks of a node of several groups (Config.Groups),
-	// one per hosted group: each group's leader expires its own keys.
-	cursors    map[cluster.GroupID][]byte
+	expire     walkCursors   // active expiry's walks of the keys
 	deleted    atomic.Uint64 // keys deleted by the cycle (INFO, tests)
-	hashCursor []byte        // the sweeper's walk of hash generation markers
-	// hashCursors: the sweeper's walks at a node of several groups.
-	hashCursors map[cluster.GroupID][]byte
-	swept       atomic.Uint64 // hash rows the sweeper deleted (tests)
+	sweep      walkCursors   // the sweeper's walks of hash generation markers
+	swept      atomic.Uint64 // hash rows the sweeper deleted (tests)
+}
+
+// walkCursors are where a background walk goes on: over the node's one
+// engine, or at a node of several groups (Config.Groups) one per hosted
+// group, each walked where this node leads the group.
+type walkCursors struct {
+	one    []byte
+	groups map[cluster.GroupID][]byte
+}
+
+// walker walks db, the engine of the replica whose group is grp (nil: a
+// single node), from cursor for at most budget, and returns where it goes on.
+type walker func(db *storage.DB, grp cluster.Group, cursor []byte, budget time.Duration) []byte
+
+// each runs walk over the node's engine, or over every hosted group's with
+// an equal share of budget.
+func (w *walkCursors) each(s *Server, budget time.Duration, walk walker) {
+	if s.multi == nil {
+		w.one = walk(s.db, s.grp, w.one, budget)
+		return
+	}
+	hosted := s.multi.Hosted()
+	if w.groups == nil {
+		w.groups = map[cluster.GroupID][]byte{}
+	}
+	for _, lg := range hosted {
+		id := lg.Spec.ID
+		w.groups[id] = walk(lg.Hosted.Engine, lg.Hosted.Group, w.groups[id], budget/time.Duration(len(hosted)))
+	}
 }
 
 // startActiveExpiry starts the cycle unless Config.ActiveExpiry is negative.
@@ -136,18 +160,9 @@ func (s *Server) stopActiveExpiry() {
 // expiryCycle runs one tick's rounds, within budget: over the node's one
 // engine, or over each hosted group's at a node of several groups.
 func (s *Server) expiryCycle(ae *activeExpiry, budget time.Duration) {
-	if s.multi == nil {
-		ae.cursor = s.expiryWalk(ae, s.db, s.grp, ae.cursor, budget)
-		return
-	}
-	hosted := s.multi.Hosted()
-	if ae.cursors == nil {
-		ae.cursors = map[cluster.GroupID][]byte{}
-	}
-	for _, lg := range hosted {
-		id := lg.Spec.ID
-		ae.cursors[id] = s.expiryWalk(ae, lg.Hosted.Engine, lg.Hosted.Group, ae.cursors[id], budget/time.Duration(len(hosted)))
-	}
+	ae.expire.each(s, budget, func(db *storage.DB, grp cluster.Group, cursor []byte, b time.Duration) []byte {
+		return s.expiryWalk(ae, db, grp, cursor, b)
+	})
 }
 
 // expiryWalk runs rounds over db, the engine of the replica whose group is
@@ -229,21 +244,11 @@ const (
 )
 
 func (s *Server) hashSweepCycle(ae *activeExpiry, budget time.Duration) {
-	if s.multi == nil {
-		ae.hashCursor = s.hashSweepWalk(ae, s.db, s.grp, ae.hashCursor, budget)
-		return
-	}
-	// A node of several groups walks each hosted group's engine where it
-	// leads that group; each sweep op routes by its hash's key (its slot's
-	// group, the one whose engine holds the rows).
-	hosted := s.multi.Hosted()
-	if ae.hashCursors == nil {
-		ae.hashCursors = map[cluster.GroupID][]byte{}
-	}
-	for _, lg := range hosted {
-		id := lg.Spec.ID
-		ae.hashCursors[id] = s.hashSweepWalk(ae, lg.Hosted.Engine, lg.Hosted.Group, ae.hashCursors[id], budget/time.Duration(len(hosted)))
-	}
+	// At a node of several groups each sweep op routes by its hash's key
+	// (its slot's group, the one whose engine holds the rows).
+	ae.sweep.each(s, budget, func(db *storage.DB, grp cluster.Group, cursor []byte, b time.Duration) []byte {
+		return s.hashSweepWalk(ae, db, grp, cursor, b)
+	})
 }
 
 // hashSweepWalk runs sweep rounds over db, the engine of the replica whose
