@@ -188,17 +188,21 @@ func TestGroupsRedisCliCluster(t *testing.T) {
 	}
 	// Every node holds every group's keys once its replicas applied them:
 	// 12 + 2 strings and 3 hashes (their rows and markers are not keys).
-	total := 0
-	testgroup.Until(5*time.Second, 50*time.Millisecond, func() bool {
-		total = 0
-		for _, n := range g.Nodes {
-			v, _ := cluster.Command(n.ClientAddr, "DBSIZE")
-			total += int(v.Int)
-		}
-		return total == 3*17
-	})
-	if total != 3*17 {
-		t.Fatalf("DBSIZE over the nodes = %d, want %d", total, 3*17)
+	const keys = 3 * 17
+	dbsizeReaches := func(timeout, every time.Duration) int {
+		total := 0
+		testgroup.Until(timeout, every, func() bool {
+			total = 0
+			for _, n := range g.Nodes {
+				v, _ := cluster.Command(n.ClientAddr, "DBSIZE")
+				total += int(v.Int)
+			}
+			return total == keys
+		})
+		return total
+	}
+	if total := dbsizeReaches(5*time.Second, 50*time.Millisecond); total != keys {
+		t.Fatalf("DBSIZE over the nodes = %d, want %d", total, keys)
 	}
 	// Active expiry runs at each group's leader over that group's keys:
 	// keys of every group set to expire are deleted (DBSIZE counts an
@@ -208,16 +212,8 @@ func TestGroupsRedisCliCluster(t *testing.T) {
 			t.Fatalf("SET ttl%d PX 200 = %q, %v", i, v.Str, err)
 		}
 	}
-	testgroup.Until(10*time.Second, 100*time.Millisecond, func() bool {
-		total = 0
-		for _, n := range g.Nodes {
-			v, _ := cluster.Command(n.ClientAddr, "DBSIZE")
-			total += int(v.Int)
-		}
-		return total == 3*17
-	})
-	if total != 3*17 {
-		t.Fatalf("DBSIZE over the nodes %d after the keys expired, want %d: active expiry missed a group", total, 3*14)
+	if total := dbsizeReaches(10*time.Second, 100*time.Millisecond); total != keys {
+		t.Fatalf("DBSIZE over the nodes %d after the keys expired, want %d: active expiry missed a group", total, keys)
 	}
 }
 
