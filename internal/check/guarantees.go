@@ -78,8 +78,15 @@ func Session(h History, o SessionOptions) Verdict {
 				writes[w.SessionID()] = append(writes[w.SessionID()], spanned{w, k.writeSpan(w)})
 			}
 		}
+		// Where versions may go backwards (NoMonotonicWrites: a lost write's
+		// op number reused), a read owes the session's latest earlier write,
+		// which superseded the ones before it, not the newest version.
+		rmw := sweepOlder
+		if o.NoMonotonicWrites {
+			rmw = sweepLatest
+		}
 		for _, sess := range sortedKeys(reads) {
-			sweepOlder(writes[sess], reads[sess], func(w, r spanned) {
+			rmw(writes[sess], reads[sess], func(w, r spanned) {
 				v.add(Violation{Key: k.key, Reason: fmt.Sprintf("read-my-writes: session %s read a version older than its own earlier write", sess), Ops: []Op{*w.op, *r.op}})
 			})
 			sweepOlder(append([]spanned(nil), reads[sess]...), reads[sess], func(a, b spanned) {

@@ -102,6 +102,20 @@ func TestSessionWithoutMonotonicWrites(t *testing.T) {
 			b.put(0, "x", "b", 20, 30, ver(9))
 			b.get(0, "x", "a", 40, 50, s, ver(5))
 		}, "read-my-writes"},
+		// A lost write's op number reused: the session's later write got a
+		// lower version than its earlier (lost) one, and a read returning
+		// that later write reflects every write of the session.
+		{"a later write with a reused lower version supersedes", func(b *hist) {
+			b.put(0, "x", "a", 0, 10, ver(9))
+			b.put(0, "x", "b", 20, 30, ver(5))
+			b.get(0, "x", "b", 40, 50, s, ver(5))
+		}, ""},
+		{"read older than the session's latest write", func(b *hist) {
+			b.put(0, "x", "a", 0, 10, ver(9))
+			b.put(0, "x", "b", 20, 30, ver(5))
+			b.put(1, "x", "c", 32, 35, ver(3))
+			b.get(0, "x", "c", 40, 50, s, ver(3))
+		}, "read-my-writes"},
 		{"monotonic reads still judged", func(b *hist) {
 			b.put(1, "x", "a", 0, 10)
 			b.put(1, "x", "b", 20, 30)

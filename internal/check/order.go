@@ -215,4 +215,25 @@ func sweepOlder(earlier, later []spanned, report func(before, after spanned)) {
 	}
 }
 
+// sweepLatest is sweepOlder with the most recent earlier operation (the
+// last to return before the later one was invoked) as the witness, not the
+// one with the newest version: for a session whose versions may go
+// backwards — op numbers reused after a lost write — a later write of the
+// session supersedes an earlier one whatever their versions.
+func sweepLatest(earlier, later []spanned, report func(before, after spanned)) {
+	sort.SliceStable(earlier, func(i, j int) bool { return earlier[i].op.Return < earlier[j].op.Return })
+	sort.SliceStable(later, func(i, j int) bool { return later[i].op.Invoke < later[j].op.Invoke })
+	last := -1
+	j := 0
+	for _, r := range later {
+		for j < len(earlier) && earlier[j].op.Return < r.op.Invoke {
+			last = j
+			j++
+		}
+		if last >= 0 && r.s.olderThan(earlier[last].s) {
+			report(earlier[last], r)
+		}
+	}
+}
+
 func sortStrings(s []string) { sort.Strings(s) }
