@@ -1,0 +1,988 @@
+package check
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// CheckTxns judges a transaction history (txn.go) against an isolation
+// model the way Elle does (Kingsbury & Alvaro, VLDB 2020; Adya's thesis
+// for the anomalies): it infers, from what the transactions read, the
+// dependency graph between them —
+//
+//	Ti -ww-> Tj  Tj wrote the version of a key right after Ti's;
+//	Ti -wr-> Tj  Tj read the version Ti wrote;
+//	Ti -rw-> Tj  Ti read a version and Tj wrote the next one (anti-dependency);
+//
+// plus, as the model asks, real-time edges (Ti returned before Tj was
+// invoked: strict serializability) and process edges (session order) —
+// and finds its cycles (Tarjan's strongly connected components, then the
+// shortest cycle of each kind inside each component). A cycle is named by
+// its edges: G0 (ww only), G1c (ww and wr), G-single (exactly one rw),
+// G2-item (two or more rw); "-realtime" or "-process" is appended when it
+// needs such an edge. Anomalies visible without a cycle are reported too:
+// G1a (a read saw an aborted write), G1b (a read saw a transaction's
+// intermediate write), lost-update, internal (a transaction's read
+// disagrees with its own earlier reads and writes), and the data-integrity
+// ones (incompatible-order, duplicate-elements, garbage-read,
+// duplicate-write). docs/design/txn-checker.md has the details.
+
+// TxnModel is an isolation model: the set of anomalies it forbids.
+type TxnModel uint8
+
+const (
+	// ReadCommitted (Adya PL-2) forbids G0, G1a, G1b, G1c.
+	ReadCommitted TxnModel = iota + 1
+	// SnapshotIsolation also forbids G-single and lost-update; it allows
+	// G2-item (write skew).
+	SnapshotIsolation
+	// Serializable (Adya PL-3) forbids every cycle, G2-item included.
+	Serializable
+	// StrictSerializable is Serializable with real-time edges: a
+	// transaction that returned before another was invoked precedes it.
+	StrictSerializable
+)
+
+func (m TxnModel) String() string {
+	switch m {
+	case ReadCommitted:
+		return "read-committed"
+	case SnapshotIsolation:
+		return "snapshot-isolation"
+	case Serializable:
+		return "serializable"
+	case StrictSerializable:
+		return "strict-serializable"
+	}
+	return fmt.Sprintf("model(%d)", uint8(m))
+}
+
+// Anomaly names.
+const (
+	G0                = "G0"
+	G1a               = "G1a"
+	G1b               = "G1b"
+	G1c               = "G1c"
+	GSingle           = "G-single"
+	G2Item            = "G2-item"
+	LostUpdate        = "lost-update"
+	Internal          = "internal"
+	IncompatibleOrder = "incompatible-order"
+	DuplicateElements = "duplicate-elements"
+	GarbageRead       = "garbage-read"
+	DuplicateWrite    = "duplicate-write"
+)
+
+// Forbids reports whether m forbids the anomaly name (a base name, or one
+// with a -realtime or -process suffix, which the graph only contains when
+// the model or the options asked for those edges).
+func (m TxnModel) Forbids(name string) bool {
+	name = strings.TrimSuffix(strings.TrimSuffix(name, "-realtime"), "-process")
+	switch name {
+	case Internal, IncompatibleOrder, DuplicateElements, GarbageRead, DuplicateWrite, G0, G1a, G1b, G1c:
+		return true
+	case GSingle, LostUpdate:
+		return m >= SnapshotIsolation
+	case G2Item:
+		return m >= Serializable
+	}
+	return true // an anomaly this table does not know is not allowed by default
+}
+
+// TxnOptions configures AnalyzeTxns and CheckTxns.
+type TxnOptions struct {
+	Model TxnModel // 0 = StrictSerializable
+	// Sessions adds process edges (each process's transactions in order):
+	// the "strong session" variant of the model, in which a process sees
+	// its own earlier transactions. StrictSerializable implies it.
+	Sessions bool
+	// SearchBudget bounds the nodes visited while looking for G-single
+	// cycles across components (0 = 2,000,000); when it runs out the
+	// verdict's note says so.
+	SearchBudget int
+}
+
+// Anomaly is one anomaly found in a history.
+type Anomaly struct {
+	Name        string // e.g. "G-single", "G2-item-realtime", "G1a"
+	Key         string // the key involved (the first, for a cycle)
+	Explanation string // e.g. "T1 -ww(x: 1 then 2)-> T2 -rw(y: read nil, next 3)-> T1"
+	Txns        []Txn  // the transactions, in cycle order for a cycle
+}
+
+// TxnAnalysis is what AnalyzeTxns found.
+type TxnAnalysis struct {
+	Txns      int // transactions looked at
+	Edges     int // dependency edges inferred
+	Anomalies []Anomaly
+	Note      string
+}
+
+// Names returns the distinct anomaly names found, sorted.
+func (a TxnAnalysis) Names() []string {
+	set := map[string]bool{}
+	for _, an := range a.Anomalies {
+		set[an.Name] = true
+	}
+	return sortedKeys(set)
+}
+
+// CheckTxns judges h against o.Model: the verdict fails on any anomaly the
+// model forbids, each reported with the transactions that show it.
+func CheckTxns(h TxnHistory, o TxnOptions) Verdict {
+	if o.Model == 0 {
+		o.Model = StrictSerializable
+	}
+	a := AnalyzeTxns(h, o)
+	v := Verdict{Checker: "txn-" + o.Model.String(), OK: true, Checked: a.Txns, Note: a.Note}
+	for _, an := range a.Anomalies {
+		if !o.Model.Forbids(an.Name) {
+			continue
+		}
+		v.add(Violation{Key: an.Key, Reason: an.Name + ": " + an.Explanation, Txns: an.Txns})
+	}
+	return v
+}
+
+// AnalyzeTxns finds every anomaly in h, whatever the model forbids; o.Model
+// only decides which extra edges the graph has (real-time for
+// StrictSerializable; process with o.Sessions).
+func AnalyzeTxns(h TxnHistory, o TxnOptions) TxnAnalysis {
+	if o.Model == 0 {
+		o.Model = StrictSerializable
+	}
+	if o.SearchBudget == 0 {
+		o.SearchBudget = 2_000_000
+	}
+	x := &txnAnalyzer{h: &h, g: newTxnGraph(len(h.Txns))}
+	x.inferKeys()
+	if o.Model == StrictSerializable {
+		x.realtimeEdges()
+	}
+	if o.Sessions {
+		x.processEdges()
+	}
+	x.cycles(o.SearchBudget)
+	return TxnAnalysis{Txns: len(h.Txns), Edges: x.g.edges, Anomalies: x.anoms, Note: strings.Join(x.notes, "; ")}
+}
+
+// edgeKind is a dependency edge's kind.
+type edgeKind uint8
+
+const (
+	ekWW edgeKind = 1 << iota
+	ekWR
+	ekRW
+	ekRT   // real time
+	ekProc // process order
+	ekAll  = ekWW | ekWR | ekRW | ekRT | ekProc
+)
+
+// txnEdge is an edge with what explains it: on key, the values a and b
+// (ww: a then b; wr: b read, a = b; rw: a read, b the next version).
+type txnEdge struct {
+	to   int32
+	kind edgeKind
+	key  string
+	a, b int
+}
+
+type edgeID struct {
+	from, to int32
+	kind     edgeKind
+}
+
+type txnGraph struct {
+	adj   [][]txnEdge
+	seen  map[edgeID]struct{}
+	edges int
+	// scratch for sccs and bfs, sized to the node count
+	index, low, prev []int32
+	prevEdge         []txnEdge
+	onStack          []bool
+	visit            []int32 // bfs stamp
+	stamp            int32
+	compOf, subOf    []int32
+}
+
+func newTxnGraph(n int) *txnGraph {
+	g := &txnGraph{adj: make([][]txnEdge, n), seen: make(map[edgeID]struct{}),
+		index: make([]int32, n), low: make([]int32, n), prev: make([]int32, n),
+		prevEdge: make([]txnEdge, n), onStack: make([]bool, n), visit: make([]int32, n),
+		compOf: make([]int32, n), subOf: make([]int32, n)}
+	return g
+}
+
+// add adds from -> to unless it is a self edge or one of the same kind
+// between the same transactions is there already (the first explains it).
+func (g *txnGraph) add(from, to int, e txnEdge) {
+	if from == to {
+		return
+	}
+	e.to = int32(to)
+	id := edgeID{int32(from), int32(to), e.kind}
+	if _, ok := g.seen[id]; ok {
+		return
+	}
+	g.seen[id] = struct{}{}
+	g.adj[from] = append(g.adj[from], e)
+	g.edges++
+}
+
+type txnAnalyzer struct {
+	h     *TxnHistory
+	g     *txnGraph
+	anoms []Anomaly
+	notes []string
+	vers  map[keyVal]uint64 // rw-register write versions, built on first use
+}
+
+func (x *txnAnalyzer) anomaly(name, key, expl string, txns ...int) {
+	a := Anomaly{Name: name, Key: key, Explanation: expl}
+	for _, t := range txns {
+		a.Txns = append(a.Txns, x.h.Txns[t])
+	}
+	x.anoms = append(x.anoms, a)
+}
+
+// writeRef locates a write: its transaction, and whether it is that
+// transaction's last write to the key (the version it installs; an earlier
+// one is intermediate).
+type writeRef struct {
+	txn   int
+	final bool
+}
+
+type keyVal struct {
+	key string
+	val int
+}
+
+// extRead is a committed transaction's external read of a key: the first
+// read of it, made before the transaction wrote it.
+type extRead struct {
+	txn   int
+	list  []int // list-append
+	val   int   // rw-register
+	write bool  // the transaction also wrote the key afterwards
+}
+
+// keyInfo gathers what the history says about one key.
+type keyInfo struct {
+	list      bool // list-append (else rw-register)
+	reads     []extRead
+	allReads  []extRead // every committed read (list-append), for the version order
+	finalVals []keyVal  // rw-register: the final write of each non-aborted transaction
+}
+
+func (x *txnAnalyzer) inferKeys() {
+	txns := x.h.Txns
+	writers := make(map[keyVal]writeRef)
+	keys := make(map[string]*keyInfo)
+	info := func(k string) *keyInfo {
+		ki := keys[k]
+		if ki == nil {
+			ki = &keyInfo{}
+			keys[k] = ki
+		}
+		return ki
+	}
+	for i := range txns {
+		last := map[string]int{} // key -> index of the transaction's last write to it
+		for j, m := range txns[i].Mops {
+			if m.Kind == MopAppend || m.Kind == MopWrite {
+				last[m.Key] = j
+			}
+			if m.Kind == MopAppend || m.Kind == MopRead && m.List != nil {
+				info(m.Key).list = true
+			}
+		}
+		for j, m := range txns[i].Mops {
+			if m.Kind != MopAppend && m.Kind != MopWrite {
+				continue
+			}
+			kv := keyVal{m.Key, m.Value}
+			if w, dup := writers[kv]; dup {
+				x.anomaly(DuplicateWrite, m.Key, fmt.Sprintf("T%d and T%d both wrote %d to %s: values must be unique per key", w.txn, i, m.Value, m.Key), w.txn, i)
+				continue
+			}
+			writers[kv] = writeRef{i, last[m.Key] == j}
+			if m.Kind == MopWrite && last[m.Key] == j && txns[i].Outcome != Failed {
+				ki := info(m.Key)
+				ki.finalVals = append(ki.finalVals, kv)
+			}
+		}
+	}
+	for i := range txns {
+		if txns[i].Outcome == OK {
+			x.internalAndReads(i, keys, info)
+		}
+	}
+	for _, k := range sortedKeys(keys) {
+		ki := keys[k]
+		if ki.list {
+			x.listKey(k, ki, writers)
+		} else {
+			x.registerKey(k, ki, writers)
+		}
+	}
+}
+
+// internalAndReads checks that transaction i's reads agree with its own
+// earlier reads and writes, and collects its reads.
+func (x *txnAnalyzer) internalAndReads(i int, keys map[string]*keyInfo, info func(string) *keyInfo) {
+	type state struct {
+		read     bool  // the key was read before
+		prev     []int // list: what the last read returned
+		val      int   // register: the value known (read or written)
+		known    bool  // register: val is known
+		appended []int // list: appended since the last read
+		wrote    bool
+		ext      int // index in keys[k].reads of the external read, -1 if none
+	}
+	st := map[string]*state{}
+	for _, m := range x.h.Txns[i].Mops {
+		s := st[m.Key]
+		if s == nil {
+			s = &state{ext: -1}
+			st[m.Key] = s
+		}
+		ki := info(m.Key)
+		switch m.Kind {
+		case MopAppend:
+			s.appended = append(s.appended, m.Value)
+			s.wrote = true
+		case MopWrite:
+			s.val, s.known, s.wrote = m.Value, true, true
+		case MopRead:
+			if ki.list {
+				got := m.List
+				switch {
+				case s.read && !equalInts(got, append(append([]int{}, s.prev...), s.appended...)):
+					x.anomaly(Internal, m.Key, fmt.Sprintf("T%d read %s of %s after reading %s and appending %s", i, fmtList(got), m.Key, fmtList(s.prev), fmtList(s.appended)), i)
+				case !s.read && !hasSuffix(got, s.appended):
+					x.anomaly(Internal, m.Key, fmt.Sprintf("T%d read %s of %s after appending %s", i, fmtList(got), m.Key, fmtList(s.appended)), i)
+				}
+				s.prev, s.appended = got, nil
+				ki.allReads = append(ki.allReads, extRead{txn: i, list: got})
+			} else if s.known && m.Value != s.val {
+				x.anomaly(Internal, m.Key, fmt.Sprintf("T%d read %s of %s after it read or wrote %s", i, fmtReg(m.Value), m.Key, fmtReg(s.val)), i)
+			}
+			if !s.read && !s.wrote {
+				s.ext = len(ki.reads)
+				ki.reads = append(ki.reads, extRead{txn: i, list: m.List, val: m.Value})
+			}
+			s.read = true
+			if !ki.list {
+				s.val, s.known = m.Value, true
+			}
+		}
+	}
+	for k, s := range st {
+		if s.ext >= 0 && s.wrote {
+			keys[k].reads[s.ext].write = true
+		}
+	}
+}
+
+// observed reports, for a value read on key by reader, the anomalies that
+// need no graph: garbage (nobody wrote it), G1a (an aborted transaction
+// did), G1b when last (an intermediate write of another transaction).
+func (x *txnAnalyzer) observed(key string, reader, v int, last bool, writers map[keyVal]writeRef, seenG1a map[[2]int]bool) (writeRef, bool) {
+	w, ok := writers[keyVal{key, v}]
+	if !ok {
+		x.anomaly(GarbageRead, key, fmt.Sprintf("T%d read %d from %s, which no transaction wrote", reader, v, key), reader)
+		return w, false
+	}
+	if w.txn == reader {
+		return w, true
+	}
+	if x.h.Txns[w.txn].Outcome == Failed {
+		if !seenG1a[[2]int{reader, w.txn}] {
+			seenG1a[[2]int{reader, w.txn}] = true
+			x.anomaly(G1a, key, fmt.Sprintf("T%d read %d from %s, written by T%d, which aborted", reader, v, key, w.txn), w.txn, reader)
+		}
+		return w, false
+	}
+	if last && !w.final {
+		x.anomaly(G1b, key, fmt.Sprintf("T%d read %d from %s, an intermediate write of T%d (which wrote %s again later)", reader, v, key, w.txn, key), w.txn, reader)
+	}
+	return w, true
+}
+
+// graphNode reports whether transaction t belongs in the graph: aborted
+// transactions do not (reading from one is G1a).
+func (x *txnAnalyzer) graphNode(t int) bool { return x.h.Txns[t].Outcome != Failed }
+
+func (x *txnAnalyzer) listKey(k string, ki *keyInfo, writers map[keyVal]writeRef) {
+	seenG1a := map[[2]int]bool{}
+	// The version order is the longest read; every read must be a prefix of
+	// it, or two reads disagree on the order (no serial order explains both).
+	var longest []int
+	longestBy := -1
+	for _, r := range ki.allReads {
+		if len(r.list) > len(longest) {
+			longest, longestBy = r.list, r.txn
+		}
+	}
+	incompatible := false
+	for _, r := range ki.allReads {
+		if !isPrefix(r.list, longest) && !incompatible {
+			incompatible = true
+			x.anomaly(IncompatibleOrder, k, fmt.Sprintf("T%d read %s of %s and T%d read %s: neither is a prefix of the other", r.txn, fmtList(r.list), k, longestBy, fmtList(longest)), r.txn, longestBy)
+		}
+		dup := map[int]bool{}
+		for j, v := range r.list {
+			if dup[v] {
+				x.anomaly(DuplicateElements, k, fmt.Sprintf("T%d read %s of %s: %d twice", r.txn, fmtList(r.list), k, v), r.txn)
+				break
+			}
+			dup[v] = true
+			x.observed(k, r.txn, v, j == len(r.list)-1, writers, seenG1a)
+		}
+	}
+	// w[j]: the writer of longest[j], the j-th version (-1: unknown or aborted).
+	w := make([]int, len(longest))
+	for j, v := range longest {
+		w[j] = -1
+		if ref, ok := writers[keyVal{k, v}]; ok && x.graphNode(ref.txn) {
+			w[j] = ref.txn
+		}
+	}
+	for j := 1; j < len(longest); j++ {
+		if w[j-1] >= 0 && w[j] >= 0 {
+			x.g.add(w[j-1], w[j], txnEdge{kind: ekWW, key: k, a: longest[j-1], b: longest[j]})
+		}
+	}
+	byLen := map[int][]int{} // external read length -> transactions that read it, then appended
+	for _, r := range ki.reads {
+		n := len(r.list)
+		if n > 0 {
+			// wr: from the writer of the last element read (the version read).
+			if ref, ok := writers[keyVal{k, r.list[n-1]}]; ok && x.graphNode(ref.txn) {
+				x.g.add(ref.txn, r.txn, txnEdge{kind: ekWR, key: k, a: r.list[n-1], b: r.list[n-1]})
+			}
+		}
+		if !isPrefix(r.list, longest) {
+			continue // its place in the order is unknown
+		}
+		prev := 0
+		if n > 0 {
+			prev = r.list[n-1]
+		}
+		if n < len(longest) && w[n] >= 0 {
+			x.g.add(r.txn, w[n], txnEdge{kind: ekRW, key: k, a: prev, b: longest[n]})
+		}
+		if r.write {
+			byLen[n] = append(byLen[n], r.txn)
+		}
+	}
+	x.lostUpdates(k, byLen, func(n int) string {
+		if n == 0 {
+			return "nil"
+		}
+		return fmt.Sprintf("%s (length %d)", fmtList(longest[:n]), n)
+	})
+}
+
+// lostUpdates reports committed transactions that read the same version of
+// k and then both wrote k: one of the writes was made without seeing the
+// other.
+func (x *txnAnalyzer) lostUpdates(k string, byVersion map[int][]int, name func(int) string) {
+	for _, ver := range sortedInts(byVersion) {
+		ts := byVersion[ver]
+		if len(ts) < 2 {
+			continue
+		}
+		ids := make([]string, len(ts))
+		for i, t := range ts {
+			ids[i] = fmt.Sprintf("T%d", t)
+		}
+		x.anomaly(LostUpdate, k, fmt.Sprintf("%s all read %s of %s and wrote %s", strings.Join(ids, ", "), name(ver), k, k), ts...)
+	}
+}
+
+func (x *txnAnalyzer) registerKey(k string, ki *keyInfo, writers map[keyVal]writeRef) {
+	seenG1a := map[[2]int]bool{}
+	readersOf := map[int][]int{} // value read (0 = nil) -> external readers
+	byVal := map[int][]int{}     // value read -> readers that then wrote k
+	for _, r := range ki.reads {
+		readersOf[r.val] = append(readersOf[r.val], r.txn)
+		if r.write {
+			byVal[r.val] = append(byVal[r.val], r.txn)
+		}
+		if r.val == 0 {
+			continue
+		}
+		if ref, ok := x.observed(k, r.txn, r.val, true, writers, seenG1a); ok {
+			x.g.add(ref.txn, r.txn, txnEdge{kind: ekWR, key: k, a: r.val, b: r.val})
+		}
+	}
+	writerOf := func(v int) int { return writers[keyVal{k, v}].txn }
+	versioned := len(ki.finalVals) > 0
+	for _, kv := range ki.finalVals {
+		if x.versionOf(k, kv.val) == 0 {
+			versioned = false
+		}
+	}
+	if versioned {
+		// The store's versions order the installed writes.
+		vals := make([]int, len(ki.finalVals))
+		for i, kv := range ki.finalVals {
+			vals[i] = kv.val
+		}
+		sort.SliceStable(vals, func(i, j int) bool { return x.versionOf(k, vals[i]) < x.versionOf(k, vals[j]) })
+		prev := 0
+		for _, v := range vals {
+			if prev != 0 {
+				x.g.add(writerOf(prev), writerOf(v), txnEdge{kind: ekWW, key: k, a: prev, b: v})
+			}
+			for _, r := range readersOf[prev] {
+				x.g.add(r, writerOf(v), txnEdge{kind: ekRW, key: k, a: prev, b: v})
+			}
+			prev = v
+		}
+	} else {
+		// Without versions: the initial nil precedes every write, and a
+		// transaction that read v and then wrote k wrote a later version
+		// (every model from snapshot isolation up implies it).
+		for _, kv := range ki.finalVals {
+			for _, r := range readersOf[0] {
+				x.g.add(r, writerOf(kv.val), txnEdge{kind: ekRW, key: k, a: 0, b: kv.val})
+			}
+		}
+		for _, r := range ki.reads {
+			if !r.write || r.val == 0 {
+				continue
+			}
+			own := x.finalWrite(r.txn, k)
+			if own == 0 {
+				continue
+			}
+			if ref, ok := writers[keyVal{k, r.val}]; ok && x.graphNode(ref.txn) {
+				x.g.add(ref.txn, r.txn, txnEdge{kind: ekWW, key: k, a: r.val, b: own})
+			}
+			for _, o := range readersOf[r.val] {
+				x.g.add(o, r.txn, txnEdge{kind: ekRW, key: k, a: r.val, b: own})
+			}
+		}
+	}
+	x.lostUpdates(k, byVal, fmtReg)
+}
+
+// versionOf is the store version of the write of v to k (0: unknown).
+func (x *txnAnalyzer) versionOf(k string, v int) uint64 {
+	if x.vers == nil {
+		x.vers = map[keyVal]uint64{}
+		for _, t := range x.h.Txns {
+			for _, m := range t.Mops {
+				if m.Kind == MopWrite && m.Version != 0 {
+					x.vers[keyVal{m.Key, m.Value}] = m.Version
+				}
+			}
+		}
+	}
+	return x.vers[keyVal{k, v}]
+}
+
+// finalWrite is transaction t's last value written to k (0: none).
+func (x *txnAnalyzer) finalWrite(t int, k string) int {
+	v := 0
+	for _, m := range x.h.Txns[t].Mops {
+		if m.Kind == MopWrite && m.Key == k {
+			v = m.Value
+		}
+	}
+	return v
+}
+
+// realtimeEdges adds Ti -rt-> Tj when Ti returned before Tj was invoked, as
+// a transitive reduction: each invocation gets edges from the "frontier",
+// the completed transactions no later-completed one is known to follow.
+// Frontier members overlap pairwise, so it holds at most one per process.
+func (x *txnAnalyzer) realtimeEdges() {
+	type event struct {
+		at     int64
+		invoke bool
+		txn    int
+	}
+	var evs []event
+	for i, t := range x.h.Txns {
+		if !x.graphNode(i) {
+			continue
+		}
+		evs = append(evs, event{t.Invoke, true, i})
+		if t.Return != Never {
+			evs = append(evs, event{t.Return, false, i})
+		}
+	}
+	// Invocations before completions at the same instant: precedence is strict.
+	sort.Slice(evs, func(i, j int) bool {
+		if evs[i].at != evs[j].at {
+			return evs[i].at < evs[j].at
+		}
+		return evs[i].invoke && !evs[j].invoke
+	})
+	var frontier []int
+	preds := map[int][]int{}
+	for _, e := range evs {
+		if e.invoke {
+			preds[e.txn] = append([]int(nil), frontier...)
+			for _, f := range frontier {
+				x.g.add(f, e.txn, txnEdge{kind: ekRT})
+			}
+			continue
+		}
+		drop := map[int]bool{}
+		for _, p := range preds[e.txn] {
+			drop[p] = true
+		}
+		delete(preds, e.txn)
+		kept := frontier[:0]
+		for _, f := range frontier {
+			if !drop[f] {
+				kept = append(kept, f)
+			}
+		}
+		frontier = append(kept, e.txn)
+	}
+}
+
+// processEdges adds each process's transactions in invocation order.
+func (x *txnAnalyzer) processEdges() {
+	last := map[int]int{}
+	order := make([]int, 0, len(x.h.Txns))
+	for i := range x.h.Txns {
+		if x.graphNode(i) {
+			order = append(order, i)
+		}
+	}
+	sort.SliceStable(order, func(a, b int) bool { return x.h.Txns[order[a]].Invoke < x.h.Txns[order[b]].Invoke })
+	for _, i := range order {
+		p := x.h.Txns[i].Process
+		if prev, ok := last[p]; ok {
+			x.g.add(prev, i, txnEdge{kind: ekProc, a: p})
+		}
+		last[p] = i
+	}
+}
+
+func equalInts(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func isPrefix(p, l []int) bool { return len(p) <= len(l) && equalInts(p, l[:len(p)]) }
+
+func hasSuffix(l, s []int) bool { return len(s) <= len(l) && equalInts(s, l[len(l)-len(s):]) }
+
+func sortedInts[V any](m map[int]V) []int {
+	out := make([]int, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Ints(out)
+	return out
+}
+
+// cycleClass is one kind of cycle searched for: a first edge of kind seed,
+// closed by a path of edges in rest.
+type cycleClass struct {
+	seed, rest edgeKind
+}
+
+// cycles finds the strongly connected components of the whole graph and,
+// in each, the shortest cycle of each class it can: G0 (ww), G1c (a wr,
+// then ww/wr), G-single (one rw, then ww/wr), G2-item (an rw, then
+// anything). Real-time and process edges, when present, may close any of
+// them. Each cycle is named by the edges it actually has.
+func (x *txnAnalyzer) cycles(budget int) {
+	g := x.g
+	n := len(g.adj)
+	all := make([]int, n)
+	for i := range all {
+		all[i] = i
+	}
+	extra := ekRT | ekProc
+	classes := []cycleClass{
+		{ekWW, ekWW | extra},
+		{ekWR, ekWW | ekWR | extra},
+		{ekRW, ekWW | ekWR | extra},
+		{ekRW, ekAll},
+	}
+	for i := range g.compOf {
+		g.compOf[i] = -1
+	}
+	comps := g.sccs(all, func(int) bool { return true }, ekAll)
+	for c, comp := range comps {
+		for _, v := range comp {
+			g.compOf[v] = int32(c)
+		}
+	}
+	exhausted := 0
+	for c, comp := range comps {
+		if len(comp) < 2 {
+			continue
+		}
+		sort.Ints(comp)
+		inComp := func(v int) bool { return g.compOf[v] == int32(c) }
+		named := map[string]bool{}
+		for _, cl := range classes {
+			cyc, ok := g.findCycle(comp, inComp, cl, &budget)
+			if !ok {
+				exhausted++
+			}
+			if cyc == nil {
+				continue
+			}
+			name, expl := x.explain(cyc)
+			if named[name] {
+				continue
+			}
+			named[name] = true
+			var txns []int
+			for _, e := range cyc {
+				txns = append(txns, e.from)
+			}
+			key := ""
+			for _, e := range cyc {
+				if e.key != "" {
+					key = e.key
+					break
+				}
+			}
+			x.anomaly(name, key, expl, txns...)
+		}
+	}
+	if exhausted > 0 {
+		x.notes = append(x.notes, fmt.Sprintf("cycle search budget ran out in %d component(s): a G-single there may be unreported", exhausted))
+	}
+}
+
+// cycEdge is one edge of a found cycle.
+type cycEdge struct {
+	from int
+	txnEdge
+}
+
+// findCycle looks, inside the component comp, for a cycle of class cl: an
+// edge a -seed-> b and a shortest path b -> a over rest edges. When seed is
+// among rest, such a path exists iff a and b share a strongly connected
+// component of the rest-only subgraph, and is found inside it; otherwise
+// (G-single: an rw edge closed by ww/wr) reachability across those
+// components is searched breadth-first, within *budget visited nodes. Of
+// the first few cycles found it returns the shortest. ok is false when the
+// budget ran out before a cycle was found.
+func (g *txnGraph) findCycle(comp []int, inComp func(int) bool, cl cycleClass, budget *int) (best []cycEdge, ok bool) {
+	subs := g.sccs(comp, inComp, cl.rest)
+	for s, sub := range subs {
+		for _, v := range sub {
+			g.subOf[v] = int32(s)
+		}
+	}
+	const tries = 8
+	found := 0
+	consider := func(cyc []cycEdge) {
+		if cyc != nil {
+			found++
+			if best == nil || len(cyc) < len(best) {
+				best = cyc
+			}
+		}
+	}
+	// Seeds whose ends share a rest component: a closing path surely exists.
+	for _, a := range comp {
+		for _, e := range g.adj[a] {
+			b := int(e.to)
+			if e.kind&cl.seed == 0 || !inComp(b) || g.subOf[a] != g.subOf[b] {
+				continue
+			}
+			sa := g.subOf[a]
+			path := g.bfs(b, a, cl.rest, func(v int) bool { return inComp(v) && g.subOf[v] == sa }, nil)
+			consider(append([]cycEdge{{a, e}}, path...))
+			if found >= tries {
+				return best, true
+			}
+		}
+	}
+	if best != nil || cl.seed&cl.rest != 0 {
+		return best, true
+	}
+	for _, a := range comp {
+		for _, e := range g.adj[a] {
+			b := int(e.to)
+			if e.kind&cl.seed == 0 || !inComp(b) || g.subOf[a] == g.subOf[b] {
+				continue
+			}
+			if *budget <= 0 {
+				return best, best != nil
+			}
+			path := g.bfs(b, a, cl.rest, inComp, budget)
+			if path != nil {
+				consider(append([]cycEdge{{a, e}}, path...))
+				return best, true
+			}
+		}
+	}
+	return best, true
+}
+
+// bfs returns a shortest path from -> to over edges of the kinds in mask
+// and nodes allowed by in (nil if none). A non-nil budget is charged a unit
+// per node visited and stops the search at zero.
+func (g *txnGraph) bfs(from, to int, mask edgeKind, in func(int) bool, budget *int) []cycEdge {
+	g.stamp++
+	st := g.stamp
+	g.visit[from] = st
+	queue := []int{from}
+	for len(queue) > 0 {
+		v := queue[0]
+		queue = queue[1:]
+		if budget != nil {
+			if *budget <= 0 {
+				return nil
+			}
+			*budget--
+		}
+		for _, e := range g.adj[v] {
+			w := int(e.to)
+			if e.kind&mask == 0 || g.visit[w] == st || !in(w) {
+				continue
+			}
+			g.visit[w] = st
+			g.prev[w] = int32(v)
+			g.prevEdge[w] = e
+			if w == to {
+				var path []cycEdge
+				for u := to; u != from; u = int(g.prev[u]) {
+					path = append(path, cycEdge{int(g.prev[u]), g.prevEdge[u]})
+				}
+				for i, j := 0, len(path)-1; i < j; i, j = i+1, j-1 {
+					path[i], path[j] = path[j], path[i]
+				}
+				return path
+			}
+			queue = append(queue, w)
+		}
+	}
+	return nil
+}
+
+// sccs returns the strongly connected components of the subgraph of the
+// nodes for which in holds, over edges of the kinds in mask (Tarjan's
+// algorithm, iterative: histories are long and the graph may be a chain).
+func (g *txnGraph) sccs(nodes []int, in func(int) bool, mask edgeKind) [][]int {
+	for _, v := range nodes {
+		g.index[v] = -1
+	}
+	var out [][]int
+	var stack []int
+	next := int32(0)
+	type frame struct{ v, ei int }
+	var call []frame
+	push := func(v int) {
+		g.index[v], g.low[v] = next, next
+		next++
+		stack = append(stack, v)
+		g.onStack[v] = true
+		call = append(call, frame{v, 0})
+	}
+	for _, root := range nodes {
+		if g.index[root] != -1 {
+			continue
+		}
+		push(root)
+		for len(call) > 0 {
+			f := &call[len(call)-1]
+			v := f.v
+			if f.ei < len(g.adj[v]) {
+				e := g.adj[v][f.ei]
+				f.ei++
+				w := int(e.to)
+				if e.kind&mask == 0 || !in(w) {
+					continue
+				}
+				if g.index[w] == -1 {
+					push(w)
+				} else if g.onStack[w] && g.index[w] < g.low[v] {
+					g.low[v] = g.index[w]
+				}
+				continue
+			}
+			call = call[:len(call)-1]
+			if len(call) > 0 {
+				if p := call[len(call)-1].v; g.low[v] < g.low[p] {
+					g.low[p] = g.low[v]
+				}
+			}
+			if g.low[v] == g.index[v] {
+				var comp []int
+				for {
+					w := stack[len(stack)-1]
+					stack = stack[:len(stack)-1]
+					g.onStack[w] = false
+					comp = append(comp, w)
+					if w == v {
+						break
+					}
+				}
+				out = append(out, comp)
+			}
+		}
+	}
+	return out
+}
+
+// explain names a cycle by its edges and writes it out, e.g.
+// "T1 -rw(x: read 1, next 2)-> T2 -ww(y: 3 then 4)-> T1".
+func (x *txnAnalyzer) explain(cyc []cycEdge) (name, expl string) {
+	rw, wr := 0, 0
+	rt, proc := false, false
+	var b strings.Builder
+	for _, e := range cyc {
+		fmt.Fprintf(&b, "T%d ", e.from)
+		switch e.kind {
+		case ekWW:
+			fmt.Fprintf(&b, "-ww(%s: %s then %s)->", e.key, fmtReg(e.a), fmtReg(e.b))
+		case ekWR:
+			wr++
+			fmt.Fprintf(&b, "-wr(%s: read %s)->", e.key, fmtReg(e.a))
+		case ekRW:
+			rw++
+			fmt.Fprintf(&b, "-rw(%s: read %s, next %s)->", e.key, fmtReg(e.a), fmtReg(e.b))
+		case ekRT:
+			rt = true
+			b.WriteString("-rt(returned before invoked)->")
+		case ekProc:
+			proc = true
+			fmt.Fprintf(&b, "-process(p%d)->", e.a)
+		}
+		b.WriteByte(' ')
+	}
+	fmt.Fprintf(&b, "T%d", cyc[0].from)
+	switch {
+	case rw == 0 && wr == 0:
+		name = G0
+	case rw == 0:
+		name = G1c
+	case rw == 1:
+		name = GSingle
+	default:
+		name = G2Item
+	}
+	switch {
+	case rt:
+		name += "-realtime"
+	case proc:
+		name += "-process"
+	}
+	return name, b.String()
+}
