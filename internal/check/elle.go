@@ -314,6 +314,25 @@ func (x *txnAnalyzer) inferKeys() {
 			}
 		}
 	}
+	// A register write of an unknown transaction is a version only if
+	// someone read it: it may never have committed.
+	readVals := map[keyVal]bool{}
+	for _, t := range txns {
+		for _, m := range t.Mops {
+			if t.Outcome == OK && m.Kind == MopRead && m.List == nil {
+				readVals[keyVal{m.Key, m.Value}] = true
+			}
+		}
+	}
+	for _, ki := range keys {
+		kept := ki.finalVals[:0]
+		for _, kv := range ki.finalVals {
+			if txns[writers[kv].txn].Outcome == OK || readVals[kv] {
+				kept = append(kept, kv)
+			}
+		}
+		ki.finalVals = kept
+	}
 	for i := range txns {
 		if txns[i].Outcome == OK {
 			x.internalAndReads(i, keys, info)
