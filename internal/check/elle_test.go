@@ -211,3 +211,27 @@ func TestTxnCycleExplanation(t *testing.T) {
 		t.Fatalf("verdict does not list the transactions:\n%s", s)
 	}
 }
+
+// A saved transaction history replays to the same verdict; an empty list
+// read stays a list read.
+func TestTxnHistoryJSONRoundTrip(t *testing.T) {
+	var b txb
+	b.ok(0, 0, 10, rl("x"), rl("y"), ap("x", 1))
+	b.ok(1, 0, 10, rl("x"), rl("y"), ap("y", 1))
+	b.ok(2, 20, 30, rl("x", 1), rl("y", 1), wv("z", 1, 3))
+	b.txn(3, 5, 0, Unknown, ap("x", 2))
+	path := t.TempDir() + "/txns.json"
+	if err := SaveTxnJSON(b.h, path); err != nil {
+		t.Fatal(err)
+	}
+	h, err := LoadTxnJSON(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(h, b.h) {
+		t.Fatalf("round trip changed the history:\n%+v\n%+v", h, b.h)
+	}
+	if a, b := CheckTxns(h, TxnOptions{Model: Serializable}), CheckTxns(b.h, TxnOptions{Model: Serializable}); !reflect.DeepEqual(a, b) || a.OK {
+		t.Fatalf("replayed verdict differs or passes:\n%v\n%v", a, b)
+	}
+}

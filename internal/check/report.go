@@ -55,7 +55,30 @@ func Errs(vs []Verdict) error {
 }
 
 // SaveJSON writes h to path (creating its directory).
-func SaveJSON(h History, path string) error {
+func SaveJSON(h History, path string) error { return saveJSON(h, path) }
+
+// SaveTxnJSON writes a transaction history to path, for LoadTxnJSON.
+func SaveTxnJSON(h TxnHistory, path string) error { return saveJSON(h, path) }
+
+// LoadTxnJSON reads a transaction history written by SaveTxnJSON.
+func LoadTxnJSON(path string) (TxnHistory, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return TxnHistory{}, fmt.Errorf("check: read transaction history: %w", err)
+	}
+	var h TxnHistory
+	if err := json.Unmarshal(b, &h); err != nil {
+		return TxnHistory{}, fmt.Errorf("check: decode transaction history %s: %w", path, err)
+	}
+	for i := range h.Txns {
+		if h.Txns[i].ID != i {
+			return TxnHistory{}, fmt.Errorf("check: transaction history %s: T%d has id %d", path, i, h.Txns[i].ID)
+		}
+	}
+	return h, nil
+}
+
+func saveJSON(h any, path string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("check: history dir: %w", err)
 	}
