@@ -20,7 +20,8 @@ import (
 // and finds its cycles (Tarjan's strongly connected components, then the
 // shortest cycle of each kind inside each component). A cycle is named by
 // its edges: G0 (ww only), G1c (ww and wr), G-single (exactly one rw),
-// G2-item (two or more rw); "-realtime" or "-process" is appended when it
+// G-nonadjacent (two or more rw, no two of them adjacent), G2-item (two or
+// more rw, some adjacent); "-realtime" or "-process" is appended when it
 // needs such an edge. Anomalies visible without a cycle are reported too:
 // G1a (a read saw an aborted write), G1b (a read saw a transaction's
 // intermediate write), lost-update, internal (a transaction's read
@@ -34,8 +35,8 @@ type TxnModel uint8
 const (
 	// ReadCommitted (Adya PL-2) forbids G0, G1a, G1b, G1c.
 	ReadCommitted TxnModel = iota + 1
-	// SnapshotIsolation also forbids G-single and lost-update; it allows
-	// G2-item (write skew).
+	// SnapshotIsolation also forbids G-single, G-nonadjacent and
+	// lost-update; it allows G2-item (write skew: two adjacent rw edges).
 	SnapshotIsolation
 	// Serializable (Adya PL-3) forbids every cycle, G2-item included.
 	Serializable
@@ -65,6 +66,7 @@ const (
 	G1b               = "G1b"
 	G1c               = "G1c"
 	GSingle           = "G-single"
+	GNonadjacent      = "G-nonadjacent"
 	G2Item            = "G2-item"
 	LostUpdate        = "lost-update"
 	Internal          = "internal"
@@ -82,7 +84,7 @@ func (m TxnModel) Forbids(name string) bool {
 	switch name {
 	case Internal, IncompatibleOrder, DuplicateElements, GarbageRead, DuplicateWrite, G0, G1a, G1b, G1c:
 		return true
-	case GSingle, LostUpdate:
+	case GSingle, GNonadjacent, LostUpdate:
 		return m >= SnapshotIsolation
 	case G2Item:
 		return m >= Serializable
@@ -204,6 +206,9 @@ type txnGraph struct {
 	visit            []int32 // bfs stamp
 	stamp            int32
 	compOf, subOf    []int32
+	// findNonadjacent's, per (transaction, state) pair; allocated on first use
+	nvisit, nprev []int32
+	nprevEdge     []txnEdge
 }
 
 func newTxnGraph(n int) *txnGraph {
@@ -747,6 +752,7 @@ func (x *txnAnalyzer) cycles(budget int) {
 		}
 	}
 	exhausted := 0
+	hasRW := false
 	for c, comp := range comps {
 		if len(comp) < 2 {
 			continue
@@ -779,10 +785,31 @@ func (x *txnAnalyzer) cycles(budget int) {
 				}
 			}
 			x.anomaly(name, key, expl, txns...)
+			hasRW = hasRW || strings.Contains(expl, "-rw(")
+		}
+		if !hasRW || named[GSingle] || named[GSingle+"-realtime"] || named[GSingle+"-process"] {
+			continue // no rw edge, or snapshot isolation is already refuted
+		}
+		// Snapshot isolation allows a cycle only if two of its rw edges are
+		// adjacent: look for one that has none adjacent.
+		cyc, ok := g.findNonadjacent(comp, inComp, &budget)
+		if !ok {
+			exhausted++
+		}
+		if cyc != nil {
+			name, expl := x.explain(cyc)
+			if !named[name] {
+				named[name] = true
+				var txns []int
+				for _, e := range cyc {
+					txns = append(txns, e.from)
+				}
+				x.anomaly(name, cyc[0].key, expl, txns...)
+			}
 		}
 	}
 	if exhausted > 0 {
-		x.notes = append(x.notes, fmt.Sprintf("cycle search budget ran out in %d component(s): a G-single there may be unreported", exhausted))
+		x.notes = append(x.notes, fmt.Sprintf("cycle search budget ran out in %d component(s): a G-single or G-nonadjacent there may be unreported", exhausted))
 	}
 }
 
@@ -994,6 +1021,8 @@ func (x *txnAnalyzer) explain(cyc []cycEdge) (name, expl string) {
 		name = G1c
 	case rw == 1:
 		name = GSingle
+	case nonadjacent(cyc):
+		name = GNonadjacent
 	default:
 		name = G2Item
 	}
@@ -1004,4 +1033,116 @@ func (x *txnAnalyzer) explain(cyc []cycEdge) (name, expl string) {
 		name += "-process"
 	}
 	return name, b.String()
+}
+
+// nonadjacent reports whether the cycle has at least two rw edges and no
+// two of them next to each other (cyclically).
+func nonadjacent(cyc []cycEdge) bool {
+	rw := 0
+	for i, e := range cyc {
+		if e.kind == ekRW {
+			rw++
+			if cyc[(i+1)%len(cyc)].kind == ekRW {
+				return false
+			}
+		}
+	}
+	return rw >= 2
+}
+
+// findNonadjacent looks, inside comp, for a G-nonadjacent cycle: an edge
+// a -rw-> b closed by a path b -> a that takes at least one more rw edge,
+// never two rw edges in a row, and neither starts nor ends with one. It
+// searches breadth-first over states (transaction, last edge was rw, took
+// an rw), within *budget visited states; ok is false when it ran out. The
+// shortest such walk from a seed may pass a transaction twice and is then
+// not evidence (see below), so the search is a heuristic, like Elle's: it
+// reports only cycles it can show, and may miss one.
+func (g *txnGraph) findNonadjacent(comp []int, inComp func(int) bool, budget *int) (cyc []cycEdge, ok bool) {
+	n := len(g.adj)
+	if g.nvisit == nil {
+		g.nvisit = make([]int32, 4*n)
+		g.nprev = make([]int32, 4*n)
+		g.nprevEdge = make([]txnEdge, 4*n)
+	}
+	state := func(v int, lastRW, tookRW bool) int {
+		s := v * 4
+		if lastRW {
+			s += 2
+		}
+		if tookRW {
+			s++
+		}
+		return s
+	}
+	for _, a := range comp {
+		for _, seed := range g.adj[a] {
+			b := int(seed.to)
+			if seed.kind != ekRW || !inComp(b) {
+				continue
+			}
+			g.stamp++
+			st := g.stamp
+			from := state(b, true, false)
+			target := state(a, false, true)
+			g.nvisit[from] = st
+			queue := []int{from}
+		search:
+			for len(queue) > 0 {
+				if *budget <= 0 {
+					return nil, false
+				}
+				*budget--
+				cur := queue[0]
+				queue = queue[1:]
+				v, lastRW := cur/4, cur&2 != 0
+				for _, e := range g.adj[v] {
+					w := int(e.to)
+					rw := e.kind == ekRW
+					if rw && lastRW || !inComp(w) {
+						continue
+					}
+					next := state(w, rw, cur&1 != 0 || rw)
+					if g.nvisit[next] == st {
+						continue
+					}
+					g.nvisit[next] = st
+					g.nprev[next] = int32(cur)
+					g.nprevEdge[next] = e
+					if next != target {
+						queue = append(queue, next)
+						continue
+					}
+					path := []cycEdge{}
+					for s := target; s != from; s = int(g.nprev[s]) {
+						path = append(path, cycEdge{int(g.nprev[s]) / 4, g.nprevEdge[s]})
+					}
+					path = append(path, cycEdge{a, seed})
+					if !simple(path) {
+						// A walk that passes a transaction twice may pair
+						// rw edges differently than any cycle in it: no
+						// verdict from it; try the next seed.
+						break search
+					}
+					for i, j := 0, len(path)-1; i < j; i, j = i+1, j-1 {
+						path[i], path[j] = path[j], path[i]
+					}
+					return path, true
+				}
+			}
+		}
+	}
+	return nil, true
+}
+
+// simple reports whether the walk passes each transaction once.
+func simple(walk []cycEdge) bool {
+	seen := map[int]bool{}
+	for _, e := range walk {
+		if seen[e.from] {
+			return false
+		}
+		seen[e.from] = true
+	}
+	return true
 }

@@ -235,3 +235,17 @@ func TestTxnHistoryJSONRoundTrip(t *testing.T) {
 		t.Fatalf("replayed verdict differs or passes:\n%v\n%v", a, b)
 	}
 }
+
+// Two rw edges that are not adjacent: forbidden by snapshot isolation
+// (Cerone and Gotsman: an SI history's cycles all have two adjacent rw
+// edges), though it is neither G-single nor write skew.
+func TestTxnNonadjacent(t *testing.T) {
+	runTxnCases(t, []txnCase{
+		{name: "two reads each missing one of two appends", build: func(b *txb) {
+			b.ok(0, 0, 10, ap("x", 1))
+			b.ok(1, 0, 10, rl("x", 1), rl("y"))
+			b.ok(2, 0, 10, ap("y", 1))
+			b.ok(3, 0, 10, rl("y", 1), rl("x"))
+		}, want: []string{GNonadjacent}, pass: []TxnModel{ReadCommitted}},
+	})
+}
