@@ -752,7 +752,6 @@ func (x *txnAnalyzer) cycles(budget int) {
 		}
 	}
 	exhausted := 0
-	hasRW := false
 	for c, comp := range comps {
 		if len(comp) < 2 {
 			continue
@@ -760,57 +759,59 @@ func (x *txnAnalyzer) cycles(budget int) {
 		sort.Ints(comp)
 		inComp := func(v int) bool { return g.compOf[v] == int32(c) }
 		named := map[string]bool{}
-		for _, cl := range classes {
-			cyc, ok := g.findCycle(comp, inComp, cl, &budget)
-			if !ok {
-				exhausted++
-			}
-			if cyc == nil {
-				continue
-			}
+		report := func(cyc []cycEdge) {
 			name, expl := x.explain(cyc)
 			if named[name] {
-				continue
+				return
 			}
 			named[name] = true
-			var txns []int
-			for _, e := range cyc {
-				txns = append(txns, e.from)
-			}
+			txns := make([]int, len(cyc))
 			key := ""
-			for _, e := range cyc {
-				if e.key != "" {
+			for i, e := range cyc {
+				txns[i] = e.from
+				if key == "" {
 					key = e.key
-					break
 				}
 			}
 			x.anomaly(name, key, expl, txns...)
-			hasRW = hasRW || strings.Contains(expl, "-rw(")
 		}
-		if !hasRW || named[GSingle] || named[GSingle+"-realtime"] || named[GSingle+"-process"] {
-			continue // no rw edge, or snapshot isolation is already refuted
+		out := false
+		for _, cl := range classes {
+			cyc, ok := g.findCycle(comp, inComp, cl, &budget)
+			out = out || !ok
+			if cyc != nil {
+				report(cyc)
+			}
 		}
 		// Snapshot isolation allows a cycle only if two of its rw edges are
-		// adjacent: look for one that has none adjacent.
-		cyc, ok := g.findNonadjacent(comp, inComp, &budget)
-		if !ok {
-			exhausted++
-		}
-		if cyc != nil {
-			name, expl := x.explain(cyc)
-			if !named[name] {
-				named[name] = true
-				var txns []int
-				for _, e := range cyc {
-					txns = append(txns, e.from)
-				}
-				x.anomaly(name, cyc[0].key, expl, txns...)
+		// adjacent: look for one that has none adjacent, unless G-single
+		// already refuted it.
+		if !named[GSingle] && !named[GSingle+"-realtime"] && !named[GSingle+"-process"] && hasEdge(g, comp, inComp, ekRW) {
+			cyc, ok := g.findNonadjacent(comp, inComp, &budget)
+			out = out || !ok
+			if cyc != nil {
+				report(cyc)
 			}
+		}
+		if out {
+			exhausted++
 		}
 	}
 	if exhausted > 0 {
 		x.notes = append(x.notes, fmt.Sprintf("cycle search budget ran out in %d component(s): a G-single or G-nonadjacent there may be unreported", exhausted))
 	}
+}
+
+// hasEdge reports whether an edge of kind k joins two nodes of comp.
+func hasEdge(g *txnGraph, comp []int, inComp func(int) bool, k edgeKind) bool {
+	for _, a := range comp {
+		for _, e := range g.adj[a] {
+			if e.kind == k && inComp(int(e.to)) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // cycEdge is one edge of a found cycle.
