@@ -474,10 +474,17 @@ func (x *txnAnalyzer) listKey(k string, ki *keyInfo, writers map[keyVal]writeRef
 			w[j] = ref.txn
 		}
 	}
-	for j := 1; j < len(longest); j++ {
-		if w[j-1] >= 0 && w[j] >= 0 {
-			x.g.add(w[j-1], w[j], txnEdge{kind: ekWW, key: k, a: longest[j-1], b: longest[j]})
+	// ww between consecutive known versions (an aborted or unknown writer
+	// in between is skipped: reading it is reported as G1a or garbage).
+	prevJ := -1
+	for j := range longest {
+		if w[j] < 0 {
+			continue
 		}
+		if prevJ >= 0 {
+			x.g.add(w[prevJ], w[j], txnEdge{kind: ekWW, key: k, a: longest[prevJ], b: longest[j]})
+		}
+		prevJ = j
 	}
 	byLen := map[int][]int{} // external read length -> transactions that read it, then appended
 	for _, r := range ki.reads {
@@ -495,8 +502,12 @@ func (x *txnAnalyzer) listKey(k string, ki *keyInfo, writers map[keyVal]writeRef
 		if n > 0 {
 			prev = r.list[n-1]
 		}
-		if n < len(longest) && w[n] >= 0 {
-			x.g.add(r.txn, w[n], txnEdge{kind: ekRW, key: k, a: prev, b: longest[n]})
+		next := n
+		for next < len(longest) && w[next] < 0 {
+			next++
+		}
+		if next < len(longest) {
+			x.g.add(r.txn, w[next], txnEdge{kind: ekRW, key: k, a: prev, b: longest[next]})
 		}
 		if r.write {
 			byLen[n] = append(byLen[n], r.txn)

@@ -249,3 +249,16 @@ func TestTxnNonadjacent(t *testing.T) {
 		}, want: []string{GNonadjacent}, pass: []TxnModel{ReadCommitted}},
 	})
 }
+
+// An aborted append inside the version order does not hide the order of
+// the committed ones around it.
+func TestTxnAbortedVersionSkipped(t *testing.T) {
+	runTxnCases(t, []txnCase{
+		{name: "G0 across an aborted append", build: func(b *txb) {
+			b.ok(0, 0, 10, ap("x", 1), ap("y", 3))
+			b.txn(1, 0, 10, Failed, ap("x", 2))
+			b.ok(2, 0, 10, ap("x", 3), ap("y", 1))
+			b.ok(3, 20, 30, rl("x", 1, 2, 3), rl("y", 1, 3))
+		}, want: []string{G0, G1a}},
+	})
+}
