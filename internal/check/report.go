@@ -62,13 +62,9 @@ func SaveTxnJSON(h TxnHistory, path string) error { return saveJSON(h, path) }
 
 // LoadTxnJSON reads a transaction history written by SaveTxnJSON.
 func LoadTxnJSON(path string) (TxnHistory, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return TxnHistory{}, fmt.Errorf("check: read transaction history: %w", err)
-	}
 	var h TxnHistory
-	if err := json.Unmarshal(b, &h); err != nil {
-		return TxnHistory{}, fmt.Errorf("check: decode transaction history %s: %w", path, err)
+	if err := loadJSON(path, &h); err != nil {
+		return TxnHistory{}, err
 	}
 	for i := range h.Txns {
 		if h.Txns[i].ID != i {
@@ -94,13 +90,9 @@ func saveJSON(h any, path string) error {
 
 // LoadJSON reads a history written by SaveJSON.
 func LoadJSON(path string) (History, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return History{}, fmt.Errorf("check: read history: %w", err)
-	}
 	var h History
-	if err := json.Unmarshal(b, &h); err != nil {
-		return History{}, fmt.Errorf("check: decode history %s: %w", path, err)
+	if err := loadJSON(path, &h); err != nil {
+		return History{}, err
 	}
 	for i := range h.Ops {
 		if h.Ops[i].ID != i {
@@ -108,4 +100,15 @@ func LoadJSON(path string) (History, error) {
 		}
 	}
 	return h, nil
+}
+
+func loadJSON(path string, h any) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("check: read history: %w", err)
+	}
+	if err := json.Unmarshal(b, h); err != nil {
+		return fmt.Errorf("check: decode history %s: %w", path, err)
+	}
+	return nil
 }
