@@ -188,6 +188,9 @@ type txnEdge struct {
 	kind edgeKind
 	key  string
 	a, b int
+	// later: b is a later version than a, not necessarily the next (an
+	// append nobody read, or a register order known only partially).
+	later bool
 }
 
 type edgeID struct {
@@ -241,7 +244,12 @@ type txnAnalyzer struct {
 	anoms []Anomaly
 	notes []string
 	vers  map[keyVal]uint64 // rw-register write versions, built on first use
+	// writers: the transaction (and whether its last to the key) of each
+	// value written
+	writers map[keyVal]writeRef
 }
+
+func (x *txnAnalyzer) writerTxn(kv keyVal) int { return x.writers[kv].txn }
 
 func (x *txnAnalyzer) anomaly(name, key, expl string, txns ...int) {
 	a := Anomaly{Name: name, Key: key, Explanation: expl}
@@ -279,11 +287,13 @@ type keyInfo struct {
 	reads     []extRead
 	allReads  []extRead // every committed read (list-append), for the version order
 	finalVals []keyVal  // rw-register: the final write of each non-aborted transaction
+	committed []keyVal  // list-append: the appends of committed transactions
 }
 
 func (x *txnAnalyzer) inferKeys() {
 	txns := x.h.Txns
 	writers := make(map[keyVal]writeRef)
+	x.writers = writers
 	keys := make(map[string]*keyInfo)
 	info := func(k string) *keyInfo {
 		ki := keys[k]
@@ -313,6 +323,10 @@ func (x *txnAnalyzer) inferKeys() {
 				continue
 			}
 			writers[kv] = writeRef{i, last[m.Key] == j}
+			if m.Kind == MopAppend && txns[i].Outcome == OK {
+				ki := info(m.Key)
+				ki.committed = append(ki.committed, kv)
+			}
 			if m.Kind == MopWrite && last[m.Key] == j && txns[i].Outcome != Failed {
 				ki := info(m.Key)
 				ki.finalVals = append(ki.finalVals, kv)
@@ -486,6 +500,7 @@ func (x *txnAnalyzer) listKey(k string, ki *keyInfo, writers map[keyVal]writeRef
 		}
 		prevJ = j
 	}
+	x.unreadAppends(k, ki, longest, w)
 	byLen := map[int][]int{} // external read length -> transactions that read it, then appended
 	for _, r := range ki.reads {
 		n := len(r.list)
@@ -519,6 +534,48 @@ func (x *txnAnalyzer) listKey(k string, ki *keyInfo, writers map[keyVal]writeRef
 		}
 		return fmt.Sprintf("%s (length %d)", fmtList(longest[:n]), n)
 	})
+}
+
+// unreadAppends orders the committed appends to k that no read shows
+// after every version read (with reads all prefixes of the longest): lists only grow, so the version that adds
+// such an element comes after the longest read. Each gets a ww edge from
+// the last known writer of the longest read, and an rw edge from each
+// transaction that read it whole: an acknowledged append that a later
+// transaction does not see closes a cycle with the real-time edge between
+// them (a lost write).
+func (x *txnAnalyzer) unreadAppends(k string, ki *keyInfo, longest []int, w []int) {
+	var read map[int]bool
+	for _, kv := range ki.committed {
+		if read == nil {
+			// Every element any read shows (an element some read shows
+			// outside the longest one is an incompatible order already).
+			read = make(map[int]bool, len(longest))
+			for _, r := range ki.allReads {
+				for _, v := range r.list {
+					read[v] = true
+				}
+			}
+		}
+		if read[kv.val] {
+			continue
+		}
+		t := x.writerTxn(kv)
+		for j := len(longest) - 1; j >= 0; j-- {
+			if w[j] >= 0 {
+				x.g.add(w[j], t, txnEdge{kind: ekWW, key: k, a: longest[j], b: kv.val, later: true})
+				break
+			}
+		}
+		last := 0
+		if len(longest) > 0 {
+			last = longest[len(longest)-1]
+		}
+		for _, r := range ki.reads {
+			if len(r.list) == len(longest) && isPrefix(r.list, longest) {
+				x.g.add(r.txn, t, txnEdge{kind: ekRW, key: k, a: last, b: kv.val, later: true})
+			}
+		}
+	}
 }
 
 // lostUpdates reports committed transactions that read the same version of
@@ -555,26 +612,32 @@ func (x *txnAnalyzer) registerKey(k string, ki *keyInfo, writers map[keyVal]writ
 		}
 	}
 	writerOf := func(v int) int { return writers[keyVal{k, v}].txn }
+	// The store's versions order the installed writes when every committed
+	// one carries its version. An unknown transaction's write has none (its
+	// reply was lost); it is left out of the order, so the edges around it
+	// join a version to a later one, not necessarily the next.
 	versioned := len(ki.finalVals) > 0
+	var vals []int
+	gap := false
 	for _, kv := range ki.finalVals {
-		if x.versionOf(k, kv.val) == 0 {
+		switch {
+		case x.versionOf(k, kv.val) != 0:
+			vals = append(vals, kv.val)
+		case x.h.Txns[writerOf(kv.val)].Outcome == OK:
 			versioned = false
+		default:
+			gap = true
 		}
 	}
 	if versioned {
-		// The store's versions order the installed writes.
-		vals := make([]int, len(ki.finalVals))
-		for i, kv := range ki.finalVals {
-			vals[i] = kv.val
-		}
 		sort.SliceStable(vals, func(i, j int) bool { return x.versionOf(k, vals[i]) < x.versionOf(k, vals[j]) })
 		prev := 0
 		for _, v := range vals {
 			if prev != 0 {
-				x.g.add(writerOf(prev), writerOf(v), txnEdge{kind: ekWW, key: k, a: prev, b: v})
+				x.g.add(writerOf(prev), writerOf(v), txnEdge{kind: ekWW, key: k, a: prev, b: v, later: gap})
 			}
 			for _, r := range readersOf[prev] {
-				x.g.add(r, writerOf(v), txnEdge{kind: ekRW, key: k, a: prev, b: v})
+				x.g.add(r, writerOf(v), txnEdge{kind: ekRW, key: k, a: prev, b: v, later: gap})
 			}
 			prev = v
 		}
@@ -584,7 +647,7 @@ func (x *txnAnalyzer) registerKey(k string, ki *keyInfo, writers map[keyVal]writ
 		// (every model from snapshot isolation up implies it).
 		for _, kv := range ki.finalVals {
 			for _, r := range readersOf[0] {
-				x.g.add(r, writerOf(kv.val), txnEdge{kind: ekRW, key: k, a: 0, b: kv.val})
+				x.g.add(r, writerOf(kv.val), txnEdge{kind: ekRW, key: k, a: 0, b: kv.val, later: true})
 			}
 		}
 		for _, r := range ki.reads {
@@ -596,10 +659,10 @@ func (x *txnAnalyzer) registerKey(k string, ki *keyInfo, writers map[keyVal]writ
 				continue
 			}
 			if ref, ok := writers[keyVal{k, r.val}]; ok && x.graphNode(ref.txn) {
-				x.g.add(ref.txn, r.txn, txnEdge{kind: ekWW, key: k, a: r.val, b: own})
+				x.g.add(ref.txn, r.txn, txnEdge{kind: ekWW, key: k, a: r.val, b: own, later: true})
 			}
 			for _, o := range readersOf[r.val] {
-				x.g.add(o, r.txn, txnEdge{kind: ekRW, key: k, a: r.val, b: own})
+				x.g.add(o, r.txn, txnEdge{kind: ekRW, key: k, a: r.val, b: own, later: true})
 			}
 		}
 	}
@@ -1009,13 +1072,13 @@ func (x *txnAnalyzer) explain(cyc []cycEdge) (name, expl string) {
 		fmt.Fprintf(&b, "T%d ", e.from)
 		switch e.kind {
 		case ekWW:
-			fmt.Fprintf(&b, "-ww(%s: %s then %s)->", e.key, fmtReg(e.a), fmtReg(e.b))
+			fmt.Fprintf(&b, "-ww(%s: %s %s %s)->", e.key, fmtReg(e.a), pick(e.later, "then", "before"), fmtReg(e.b))
 		case ekWR:
 			wr++
 			fmt.Fprintf(&b, "-wr(%s: read %s)->", e.key, fmtReg(e.a))
 		case ekRW:
 			rw++
-			fmt.Fprintf(&b, "-rw(%s: read %s, next %s)->", e.key, fmtReg(e.a), fmtReg(e.b))
+			fmt.Fprintf(&b, "-rw(%s: read %s, %s %s)->", e.key, fmtReg(e.a), pick(e.later, "next", "later"), fmtReg(e.b))
 		case ekRT:
 			rt = true
 			b.WriteString("-rt(returned before invoked)->")
@@ -1157,4 +1220,12 @@ func simple(walk []cycEdge) bool {
 		seen[e.from] = true
 	}
 	return true
+}
+
+// pick words an edge: exact when it joins consecutive versions, else loose.
+func pick(later bool, exact, loose string) string {
+	if later {
+		return loose
+	}
+	return exact
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand"
+	"os"
 	"slices"
 	"sync"
 	"testing"
@@ -22,6 +23,9 @@ type refStore struct {
 	ts      int
 	vers    map[string][]refVersion
 	commits []refCommit
+	// unsafe counts the commits refNoWindow let through that snapshot
+	// isolation would have aborted.
+	unsafe int
 }
 
 type refMode int
@@ -100,14 +104,11 @@ var errConflict = fmt.Errorf("conflict in the window: %w", ErrTxnAborted)
 // writes at a new timestamp and reports it on the register writes that
 // made a version (the last of each key), as Kefir reports versions.
 func (s *refStore) commit(tx *refTxn, mops []Mop) error {
-	if s.mode != refNoWindow {
-		for i := len(s.commits) - 1; i >= 0 && s.commits[i].ts > tx.start; i-- {
-			for k := range s.commits[i].writes {
-				if _, w := tx.writes[k]; w || s.mode == refSerializable && tx.reads[k] {
-					return errConflict
-				}
-			}
+	if s.conflict(tx) {
+		if s.mode != refNoWindow {
+			return errConflict
 		}
+		s.unsafe++
 	}
 	if len(tx.writes) == 0 {
 		return nil
@@ -127,6 +128,19 @@ func (s *refStore) commit(tx *refTxn, mops []Mop) error {
 		}
 	}
 	return nil
+}
+
+// conflict is the window check: a commit since tx started wrote a key tx
+// writes (or, for serializability, reads).
+func (s *refStore) conflict(tx *refTxn) bool {
+	for i := len(s.commits) - 1; i >= 0 && s.commits[i].ts > tx.start; i-- {
+		for k := range s.commits[i].writes {
+			if _, w := tx.writes[k]; w || s.mode == refSerializable && tx.reads[k] {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // runInterleaved runs n transactions of w against s from w.Processes
@@ -236,6 +250,34 @@ func TestTxnReferenceStoreBrokenValidatorCaught(t *testing.T) {
 			}
 		}
 	}
+}
+
+// Many more seeds and shapes than the tests above, for false positives
+// (a correct validator reported) and misses (the broken one passing):
+//
+//	KEFIR_SOAK=1 go test -count=1 -run TestTxnReferenceStoreSoak -v ./internal/check/
+func TestTxnReferenceStoreSoak(t *testing.T) {
+	if os.Getenv("KEFIR_SOAK") != "1" {
+		t.Skip("KEFIR_SOAK=1 runs it")
+	}
+	missed := 0
+	for seed := int64(1); seed <= 300; seed++ {
+		for _, reg := range []bool{false, true} {
+			w := TxnWorkload{Seed: seed, Register: reg, Processes: 2 + int(seed%7), Keys: 1 + int(seed%9), MaxMops: 1 + int(seed%6)}
+			if h := runInterleaved(newRefStore(refSerializable), w, 500, seed); !CheckTxns(h, TxnOptions{Model: StrictSerializable, Sessions: true}).OK {
+				t.Fatalf("seed %d %+v: serializable store rejected:\n%v", seed, w, CheckTxns(h, TxnOptions{Model: StrictSerializable, Sessions: true}))
+			}
+			if h := runInterleaved(newRefStore(refSI), w, 500, seed); !CheckTxns(h, TxnOptions{Model: SnapshotIsolation, Sessions: true}).OK {
+				t.Fatalf("seed %d %+v: SI store rejected:\n%v", seed, w, CheckTxns(h, TxnOptions{Model: SnapshotIsolation, Sessions: true}))
+			}
+			s := newRefStore(refNoWindow)
+			if h := runInterleaved(s, w, 500, seed); CheckTxns(h, TxnOptions{Model: SnapshotIsolation}).OK && s.unsafe > 0 {
+				missed++
+				t.Logf("seed %d %+v: %d unsafe commits unseen", seed, w, s.unsafe)
+			}
+		}
+	}
+	t.Logf("broken validator passed SI in %d of 600 runs despite unsafe commits", missed)
 }
 
 // refRunner runs each transaction atomically under a lock: a TxnRunner
