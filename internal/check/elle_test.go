@@ -285,3 +285,17 @@ func TestTxnUnreadAppend(t *testing.T) {
 		}, want: []string{G2Item}, pass: []TxnModel{ReadCommitted, SnapshotIsolation}},
 	})
 }
+
+// An unknown transaction's write carries no version (its reply was lost);
+// the committed writes' versions still order the key.
+func TestTxnRegisterUnknownWriteKeepsVersions(t *testing.T) {
+	runTxnCases(t, []txnCase{
+		{name: "lost update next to an unknown write", build: func(b *txb) {
+			b.ok(0, 0, 10, wv("x", 1, 1))
+			b.ok(1, 20, 30, rr("x", 1), wv("x", 2, 2))
+			b.ok(2, 20, 30, rr("x", 1), wv("x", 3, 4))
+			b.txn(3, 20, 0, Unknown, wr("x", 4))
+			b.ok(4, 40, 50, rr("x", 4))
+		}, want: []string{GSingle, LostUpdate}, pass: []TxnModel{ReadCommitted}},
+	})
+}
