@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand"
 	"os"
+	"runtime"
 	"slices"
 	"sync"
 	"testing"
@@ -280,30 +281,41 @@ func TestTxnReferenceStoreSoak(t *testing.T) {
 	t.Logf("broken validator passed SI in %d of 600 runs despite unsafe commits", missed)
 }
 
-// refRunner runs each transaction atomically under a lock: a TxnRunner
-// for RunTxns. Every fifth is reported unknown (and applied or not).
+// refRunner is a TxnRunner over a refStore for RunTxns: each step (begin,
+// a micro-op, commit) holds the store's lock, and the goroutine yields
+// between steps, so concurrent transactions interleave for real. Every
+// fifth transaction is reported unknown (and committed or not).
 type refRunner struct {
 	mu sync.Mutex
 	s  *refStore
 	n  int
 }
 
-func (r *refRunner) Run(_ context.Context, t Txn) ([]Mop, error) {
+func (r *refRunner) step(f func()) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.n++
-	tx := r.s.begin()
+	f()
+	r.mu.Unlock()
+	runtime.Gosched()
+}
+
+func (r *refRunner) Run(_ context.Context, t Txn) ([]Mop, error) {
+	var tx *refTxn
+	n := 0
+	r.step(func() { r.n++; n = r.n; tx = r.s.begin() })
 	mops := cloneMops(t.Mops)
 	for i := range mops {
-		r.s.exec(tx, &mops[i])
+		r.step(func() { r.s.exec(tx, &mops[i]) })
 	}
-	if r.n%5 == 0 {
-		if r.n%10 == 0 {
-			_ = r.s.commit(tx, mops)
+	var err error
+	r.step(func() {
+		if n%5 != 0 || n%10 == 0 {
+			err = r.s.commit(tx, mops)
 		}
+	})
+	switch {
+	case n%5 == 0:
 		return nil, errors.New("connection lost")
-	}
-	if err := r.s.commit(tx, mops); err != nil {
+	case err != nil:
 		return nil, err
 	}
 	return mops, nil
@@ -311,16 +323,36 @@ func (r *refRunner) Run(_ context.Context, t Txn) ([]Mop, error) {
 
 func TestRunTxnsRecordsACheckableHistory(t *testing.T) {
 	r := &refRunner{s: newRefStore(refSerializable)}
-	h, err := RunTxns(context.Background(), r, TxnWorkload{Seed: 7, Processes: 4}, 300)
+	h, err := RunTxns(context.Background(), r, TxnWorkload{Seed: 7, Processes: 4}, 400)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ok, _, unknown := h.Outcomes()
-	if len(h.Txns) != 300 || ok < 200 || unknown < 50 {
+	ok, failed, unknown := h.Outcomes()
+	if len(h.Txns) != 400 || ok < 200 || unknown < 50 {
 		t.Fatalf("%d transactions, %d ok, %d unknown", len(h.Txns), ok, unknown)
 	}
 	if v := CheckTxns(h, TxnOptions{Model: StrictSerializable, Sessions: true}); !v.OK {
 		t.Fatal(v)
+	}
+	t.Logf("%d committed, %d aborted, %d unknown", ok, failed, unknown)
+}
+
+// Through RunTxns too, with goroutines interleaving for real, the
+// validator without the window check is caught.
+func TestRunTxnsBrokenValidatorCaught(t *testing.T) {
+	for seed := int64(1); seed <= 3; seed++ {
+		r := &refRunner{s: newRefStore(refNoWindow)}
+		h, err := RunTxns(context.Background(), r, TxnWorkload{Seed: seed, Processes: 4}, 400)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.s.unsafe < 20 {
+			t.Logf("seed %d: only %d unsafe commits: the goroutines barely overlapped", seed, r.s.unsafe)
+			continue
+		}
+		if v := CheckTxns(h, TxnOptions{Model: SnapshotIsolation}); v.OK {
+			t.Fatalf("seed %d: %d unsafe commits, and the history passes snapshot isolation", seed, r.s.unsafe)
+		}
 	}
 }
 
