@@ -249,8 +249,6 @@ type txnAnalyzer struct {
 	writers map[keyVal]writeRef
 }
 
-func (x *txnAnalyzer) writerTxn(kv keyVal) int { return x.writers[kv].txn }
-
 func (x *txnAnalyzer) anomaly(name, key, expl string, txns ...int) {
 	a := Anomaly{Name: name, Key: key, Explanation: expl}
 	for _, t := range txns {
@@ -293,7 +291,7 @@ type keyInfo struct {
 func (x *txnAnalyzer) inferKeys() {
 	txns := x.h.Txns
 	writers := make(map[keyVal]writeRef)
-	x.writers = writers
+	x.writers = writers // filled below, read by the per-key inference
 	keys := make(map[string]*keyInfo)
 	info := func(k string) *keyInfo {
 		ki := keys[k]
@@ -360,9 +358,9 @@ func (x *txnAnalyzer) inferKeys() {
 	for _, k := range sortedKeys(keys) {
 		ki := keys[k]
 		if ki.list {
-			x.listKey(k, ki, writers)
+			x.listKey(k, ki)
 		} else {
-			x.registerKey(k, ki, writers)
+			x.registerKey(k, ki)
 		}
 	}
 }
@@ -427,8 +425,8 @@ func (x *txnAnalyzer) internalAndReads(i int, keys map[string]*keyInfo, info fun
 // observed reports, for a value read on key by reader, the anomalies that
 // need no graph: garbage (nobody wrote it), G1a (an aborted transaction
 // did), G1b when last (an intermediate write of another transaction).
-func (x *txnAnalyzer) observed(key string, reader, v int, last bool, writers map[keyVal]writeRef, seenG1a map[[2]int]bool) (writeRef, bool) {
-	w, ok := writers[keyVal{key, v}]
+func (x *txnAnalyzer) observed(key string, reader, v int, last bool, seenG1a map[[2]int]bool) (writeRef, bool) {
+	w, ok := x.writers[keyVal{key, v}]
 	if !ok {
 		x.anomaly(GarbageRead, key, fmt.Sprintf("T%d read %d from %s, which no transaction wrote", reader, v, key), reader)
 		return w, false
@@ -453,7 +451,8 @@ func (x *txnAnalyzer) observed(key string, reader, v int, last bool, writers map
 // transactions do not (reading from one is G1a).
 func (x *txnAnalyzer) graphNode(t int) bool { return x.h.Txns[t].Outcome != Failed }
 
-func (x *txnAnalyzer) listKey(k string, ki *keyInfo, writers map[keyVal]writeRef) {
+func (x *txnAnalyzer) listKey(k string, ki *keyInfo) {
+	writers := x.writers
 	seenG1a := map[[2]int]bool{}
 	// The version order is the longest read; every read must be a prefix of
 	// it, or two reads disagree on the order (no serial order explains both).
@@ -477,7 +476,7 @@ func (x *txnAnalyzer) listKey(k string, ki *keyInfo, writers map[keyVal]writeRef
 				break
 			}
 			dup[v] = true
-			x.observed(k, r.txn, v, j == len(r.list)-1, writers, seenG1a)
+			x.observed(k, r.txn, v, j == len(r.list)-1, seenG1a)
 		}
 	}
 	// w[j]: the writer of longest[j], the j-th version (-1: unknown or aborted).
@@ -559,7 +558,7 @@ func (x *txnAnalyzer) unreadAppends(k string, ki *keyInfo, longest []int, w []in
 		if read[kv.val] {
 			continue
 		}
-		t := x.writerTxn(kv)
+		t := x.writers[kv].txn
 		for j := len(longest) - 1; j >= 0; j-- {
 			if w[j] >= 0 {
 				x.g.add(w[j], t, txnEdge{kind: ekWW, key: k, a: longest[j], b: kv.val, later: true})
@@ -595,7 +594,8 @@ func (x *txnAnalyzer) lostUpdates(k string, byVersion map[int][]int, name func(i
 	}
 }
 
-func (x *txnAnalyzer) registerKey(k string, ki *keyInfo, writers map[keyVal]writeRef) {
+func (x *txnAnalyzer) registerKey(k string, ki *keyInfo) {
+	writers := x.writers
 	seenG1a := map[[2]int]bool{}
 	readersOf := map[int][]int{} // value read (0 = nil) -> external readers
 	byVal := map[int][]int{}     // value read -> readers that then wrote k
@@ -607,7 +607,7 @@ func (x *txnAnalyzer) registerKey(k string, ki *keyInfo, writers map[keyVal]writ
 		if r.val == 0 {
 			continue
 		}
-		if ref, ok := x.observed(k, r.txn, r.val, true, writers, seenG1a); ok {
+		if ref, ok := x.observed(k, r.txn, r.val, true, seenG1a); ok {
 			x.g.add(ref.txn, r.txn, txnEdge{kind: ekWR, key: k, a: r.val, b: r.val})
 		}
 	}
