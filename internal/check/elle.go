@@ -495,7 +495,7 @@ func (x *txnAnalyzer) listKey(k string, ki *keyInfo) {
 			continue
 		}
 		if prevJ >= 0 {
-			x.g.add(w[prevJ], w[j], txnEdge{kind: ekWW, key: k, a: longest[prevJ], b: longest[j]})
+			x.g.add(w[prevJ], w[j], txnEdge{kind: ekWW, key: k, a: longest[prevJ], b: longest[j], later: j > prevJ+1})
 		}
 		prevJ = j
 	}
@@ -521,7 +521,7 @@ func (x *txnAnalyzer) listKey(k string, ki *keyInfo) {
 			next++
 		}
 		if next < len(longest) {
-			x.g.add(r.txn, w[next], txnEdge{kind: ekRW, key: k, a: prev, b: longest[next]})
+			x.g.add(r.txn, w[next], txnEdge{kind: ekRW, key: k, a: prev, b: longest[next], later: next > n})
 		}
 		if r.write {
 			byLen[n] = append(byLen[n], r.txn)
@@ -535,13 +535,13 @@ func (x *txnAnalyzer) listKey(k string, ki *keyInfo) {
 	})
 }
 
-// unreadAppends orders the committed appends to k that no read shows
-// after every version read (with reads all prefixes of the longest): lists only grow, so the version that adds
-// such an element comes after the longest read. Each gets a ww edge from
-// the last known writer of the longest read, and an rw edge from each
-// transaction that read it whole: an acknowledged append that a later
-// transaction does not see closes a cycle with the real-time edge between
-// them (a lost write).
+// unreadAppends orders the committed appends to k that no read shows after
+// every version read: lists only grow, so the version that adds such an
+// element comes after the longest read. Each gets a ww edge from the last
+// known writer of the longest read, and an rw edge from each transaction
+// that read it whole: an acknowledged append that a later transaction does
+// not see closes a cycle with the real-time edge between them (a lost
+// write).
 func (x *txnAnalyzer) unreadAppends(k string, ki *keyInfo, longest []int, w []int) {
 	var read map[int]bool
 	for _, kv := range ki.committed {
