@@ -202,6 +202,8 @@ type txnGraph struct {
 	adj   [][]txnEdge
 	seen  map[edgeID]struct{}
 	edges int
+	// hasExtra: there are real-time or process edges
+	hasExtra bool
 	// scratch for sccs and bfs, sized to the node count
 	index, low, prev []int32
 	prevEdge         []txnEdge
@@ -236,6 +238,7 @@ func (g *txnGraph) add(from, to int, e txnEdge) {
 	g.seen[id] = struct{}{}
 	g.adj[from] = append(g.adj[from], e)
 	g.edges++
+	g.hasExtra = g.hasExtra || e.kind&(ekRT|ekProc) != 0
 }
 
 type txnAnalyzer struct {
@@ -851,8 +854,14 @@ func (x *txnAnalyzer) cycles(budget int) {
 		}
 		out := false
 		for _, cl := range classes {
-			cyc, ok := g.findCycle(comp, inComp, cl, &budget)
+			// Data edges alone first: a cycle that needs no real-time or
+			// process edge is named without the suffix.
+			cyc, ok := g.findCycle(comp, inComp, cycleClass{cl.seed, cl.rest &^ extra}, &budget)
 			out = out || !ok
+			if cyc == nil && g.hasExtra {
+				cyc, ok = g.findCycle(comp, inComp, cl, &budget)
+				out = out || !ok
+			}
 			if cyc != nil {
 				report(cyc)
 			}

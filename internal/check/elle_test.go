@@ -299,3 +299,16 @@ func TestTxnRegisterUnknownWriteKeepsVersions(t *testing.T) {
 		}, want: []string{GSingle, LostUpdate}, pass: []TxnModel{ReadCommitted}},
 	})
 }
+
+// A cycle of data edges alone is named without a suffix, even when one
+// through a real-time edge is shorter.
+func TestTxnPureCycleNamedFirst(t *testing.T) {
+	runTxnCases(t, []txnCase{
+		{name: "G0 of three, G0-realtime of two", build: func(b *txb) {
+			b.ok(0, 20, 30, ap("x", 1), ap("z", 2))
+			b.ok(1, 0, 10, ap("x", 2), ap("y", 1))
+			b.ok(2, 0, 40, ap("y", 2), ap("z", 1))
+			b.ok(3, 50, 60, rl("x", 1, 2), rl("y", 1, 2), rl("z", 1, 2))
+		}, want: []string{G0}},
+	})
+}
