@@ -5,10 +5,11 @@
 //
 // A list append is APPEND k " x" and a list read GET k (the string of
 // space-separated elements); a register write is SET k x and a read GET k.
-// Every micro-op of a transaction is queued in one MULTI, so reads see the
-// state at EXEC, with the transaction's own earlier writes: what MULTI/EXEC
-// promises is atomic execution, which the checker judges as strict
-// serializability.
+// By default every micro-op of a transaction is queued in one MULTI, so
+// reads see the state at EXEC, with the transaction's own earlier writes:
+// what MULTI/EXEC promises is atomic execution, which the checker judges as
+// strict serializability. Watch runs transactions interactively, the
+// optimistic way clients use WATCH: see Mode.
 package resptxn
 
 import (
@@ -31,13 +32,31 @@ type Runner struct {
 	// Timeout bounds one transaction's round trip (0 = 5 s); past it the
 	// outcome is unknown.
 	Timeout time.Duration
-	// Split sends each micro-op in its own MULTI/EXEC: a deliberately
-	// non-atomic runner, which the checker must catch.
-	Split bool
+	// Mode: Atomic (one MULTI block), Watch (interactive, optimistic), or
+	// one of the deliberately broken modes the checker must catch.
+	Mode Mode
 
 	mu    sync.Mutex
 	conns map[int]*conn
 }
+
+// Mode is how a transaction is sent.
+type Mode uint8
+
+const (
+	// Atomic queues the whole transaction in one MULTI block.
+	Atomic Mode = iota
+	// Watch is an interactive optimistic transaction: WATCH its keys, run
+	// the reads before its first write as plain GETs, then MULTI, the rest,
+	// EXEC; EXEC answers nil (an abort) if a watched key changed meanwhile.
+	Watch
+	// NoWatch is Watch without the WATCH: a read-modify-write can lose
+	// updates. Deliberately broken, for the checker to catch.
+	NoWatch
+	// Split sends each micro-op in its own MULTI block: not atomic.
+	// Deliberately broken, for the checker to catch.
+	Split
+)
 
 type conn struct {
 	nc  net.Conn
@@ -68,8 +87,18 @@ func (r *Runner) Run(ctx context.Context, t check.Txn) ([]check.Mop, error) {
 	}
 	_ = c.nc.SetDeadline(deadline)
 	mops := append([]check.Mop(nil), t.Mops...)
+	if r.Mode == Watch || r.Mode == NoWatch {
+		if err := c.interactive(mops, r.Mode == Watch); err != nil {
+			if !errors.Is(err, check.ErrTxnAborted) {
+				r.drop(t.Process, c)
+				return nil, fmt.Errorf("resptxn: transaction %d: %w (%v)", t.ID, errUnknown, err)
+			}
+			return nil, err
+		}
+		return mops, nil
+	}
 	groups := [][]check.Mop{mops}
-	if r.Split {
+	if r.Mode == Split {
 		groups = groups[:0]
 		for i := range mops {
 			groups = append(groups, mops[i:i+1])
@@ -128,6 +157,79 @@ func (r *Runner) drop(p int, c *conn) {
 	if r.conns[p] == c {
 		delete(r.conns, p)
 	}
+}
+
+// interactive runs mops as an optimistic transaction: WATCH its keys (if
+// watch), the reads before the first write as plain GETs, then MULTI, the
+// rest and EXEC — even when the rest is empty, since EXEC is what validates
+// the watched keys, and so the plain reads.
+func (c *conn) interactive(mops []check.Mop, watch bool) error {
+	if watch {
+		keys := keysOf(mops)
+		c.buf = resp.AppendBulk(resp.AppendArrayHeader(c.buf[:0], 1+len(keys)), []byte("WATCH"))
+		for _, k := range keys {
+			c.buf = resp.AppendBulk(c.buf, []byte(k))
+		}
+		if err := c.roundTrip(1); err != nil {
+			return err
+		}
+	}
+	first := len(mops)
+	for i, m := range mops {
+		if m.Kind != check.MopRead {
+			first = i
+			break
+		}
+	}
+	c.buf = c.buf[:0]
+	for _, m := range mops[:first] {
+		c.buf = resp.AppendCommand(c.buf, []byte("GET"), []byte(m.Key))
+	}
+	if _, err := c.nc.Write(c.buf); err != nil {
+		return fmt.Errorf("resptxn: send: %w", err)
+	}
+	for i := range mops[:first] {
+		v, err := c.rd.ReadValue()
+		if err != nil {
+			return fmt.Errorf("resptxn: read: %w", err)
+		}
+		if v.Kind == resp.Error {
+			return fmt.Errorf("resptxn: %v: %s", mops[i], v.Str)
+		}
+		if err := fill(&mops[i], v); err != nil {
+			return err
+		}
+	}
+	return c.exec(mops[first:])
+}
+
+// roundTrip sends c.buf and reads n replies, failing on an error reply.
+func (c *conn) roundTrip(n int) error {
+	if _, err := c.nc.Write(c.buf); err != nil {
+		return fmt.Errorf("resptxn: send: %w", err)
+	}
+	for range n {
+		v, err := c.rd.ReadValue()
+		if err != nil {
+			return fmt.Errorf("resptxn: read: %w", err)
+		}
+		if v.Kind == resp.Error {
+			return fmt.Errorf("resptxn: %s", v.Str)
+		}
+	}
+	return nil
+}
+
+func keysOf(mops []check.Mop) []string {
+	var keys []string
+	seen := map[string]bool{}
+	for _, m := range mops {
+		if !seen[m.Key] {
+			seen[m.Key] = true
+			keys = append(keys, m.Key)
+		}
+	}
+	return keys
 }
 
 // exec sends MULTI, the mops and EXEC in one write and fills in the reads
