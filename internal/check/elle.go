@@ -149,7 +149,8 @@ func CheckTxns(h TxnHistory, o TxnOptions) Verdict {
 
 // AnalyzeTxns finds every anomaly in h, whatever the model forbids; o.Model
 // only decides which extra edges the graph has (real-time for
-// StrictSerializable; process with o.Sessions).
+// StrictSerializable; process with o.Sessions; from SnapshotIsolation up,
+// the write orders writeOrderFromMisses infers).
 func AnalyzeTxns(h TxnHistory, o TxnOptions) TxnAnalysis {
 	if o.Model == 0 {
 		o.Model = StrictSerializable
@@ -159,6 +160,9 @@ func AnalyzeTxns(h TxnHistory, o TxnOptions) TxnAnalysis {
 	}
 	x := &txnAnalyzer{h: &h, g: newTxnGraph(len(h.Txns))}
 	x.inferKeys()
+	if o.Model >= SnapshotIsolation {
+		x.writeOrderFromMisses()
+	}
 	if o.Model == StrictSerializable {
 		x.realtimeEdges()
 	}
@@ -624,6 +628,46 @@ func (x *txnAnalyzer) finalWrite(t int, k string) int {
 		}
 	}
 	return v
+}
+
+// writeOrderFromMisses orders writes the reads leave unordered (appends no
+// read shows, register writes without versions), with a rule every model
+// from snapshot isolation up obeys: if Tj -rw-> Ti (Tj did not see a write
+// of Ti) and both wrote key k, then Tj's write of k comes first — under
+// serializability Tj precedes Ti; under snapshot isolation Ti committed
+// after Tj's snapshot, so, writing the same key, it cannot have been
+// concurrent with Tj (first committer wins) and started after Tj
+// committed. Without it, two such writers whose own writes nobody read
+// look like write skew (two rw edges) when every order of their writes
+// makes a G-single.
+func (x *txnAnalyzer) writeOrderFromMisses() {
+	written := make([]map[string]bool, len(x.h.Txns))
+	for i, t := range x.h.Txns {
+		for _, m := range t.Mops {
+			if m.Kind == MopAppend || m.Kind == MopWrite {
+				if written[i] == nil {
+					written[i] = map[string]bool{}
+				}
+				written[i][m.Key] = true
+			}
+		}
+	}
+	for a := range x.g.adj {
+		if written[a] == nil {
+			continue
+		}
+		for _, e := range x.g.adj[a] {
+			b := int(e.to)
+			if e.kind != ekRW || written[b] == nil {
+				continue
+			}
+			for _, k := range sortedKeys(written[a]) {
+				if written[b][k] {
+					x.g.add(a, b, txnEdge{kind: ekWWI, key: k, missed: e.key})
+				}
+			}
+		}
+	}
 }
 
 // realtimeEdges adds Ti -rt-> Tj when Ti returned before Tj was invoked, as

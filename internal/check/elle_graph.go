@@ -19,7 +19,11 @@ const (
 	ekRW
 	ekRT   // real time
 	ekProc // process order
-	ekAll  = ekWW | ekWR | ekRW | ekRT | ekProc
+	// ekWWI: a ww edge inferred from an rw one (writeOrderFromMisses), so
+	// only sound for the models it assumes; it never makes a G0 or G1c on
+	// its own, only closes cycles that have an rw edge.
+	ekWWI
+	ekAll = ekWW | ekWR | ekRW | ekRT | ekProc | ekWWI
 )
 
 // txnEdge is an edge with what explains it: on key, the values a and b
@@ -32,6 +36,8 @@ type txnEdge struct {
 	// later: b is a later version than a, not necessarily the next (an
 	// append nobody read, or a register order known only partially).
 	later bool
+	// missed (ekWWI): the key of the rw edge it was inferred from.
+	missed string
 }
 
 type edgeID struct {
@@ -104,7 +110,7 @@ func (x *txnAnalyzer) cycles(budget int) {
 	classes := []cycleClass{
 		{ekWW, ekWW | extra},
 		{ekWR, ekWW | ekWR | extra},
-		{ekRW, ekWW | ekWR | extra},
+		{ekRW, ekWW | ekWWI | ekWR | extra},
 		{ekRW, ekAll},
 	}
 	for i := range g.compOf {
@@ -368,6 +374,8 @@ func (x *txnAnalyzer) explain(cyc []cycEdge) (name, expl string) {
 	for _, e := range cyc {
 		fmt.Fprintf(&b, "T%d ", e.from)
 		switch e.kind {
+		case ekWWI:
+			fmt.Fprintf(&b, "-ww(%s: first, as T%d missed a write on %s)->", e.key, e.from, e.missed)
 		case ekWW:
 			fmt.Fprintf(&b, "-ww(%s: %s %s %s)->", e.key, fmtReg(e.a), pick(e.later, "then", "before"), fmtReg(e.b))
 		case ekWR:

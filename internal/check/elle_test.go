@@ -312,3 +312,17 @@ func TestTxnPureCycleNamedFirst(t *testing.T) {
 		}, want: []string{G0}},
 	})
 }
+
+// Two transactions that each missed the other's write and both appended to
+// a key nobody read afterwards: the reads leave the order of those appends
+// open, but every order makes a G-single (first committer wins), so
+// snapshot isolation rejects the history, not only serializability.
+func TestTxnWriteOrderFromMisses(t *testing.T) {
+	runTxnCases(t, []txnCase{
+		{name: "concurrent writers of an unread key", build: func(b *txb) {
+			b.ok(0, 0, 10, rl("z"), ap("x", 1), ap("y", 1))
+			b.ok(1, 0, 10, rl("x"), ap("z", 1), ap("y", 2))
+			b.ok(2, 20, 30, rl("x", 1), rl("z", 1))
+		}, want: []string{GSingle, G2Item}, pass: []TxnModel{ReadCommitted}},
+	})
+}

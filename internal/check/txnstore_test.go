@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand"
 	"os"
 	"runtime"
@@ -492,4 +493,118 @@ func TestTxnCheckerAgreesWithBruteForce(t *testing.T) {
 		}
 	}
 	t.Logf("%d histories, %d verdicts with an anomaly", checked, anomalous)
+}
+
+// siOrder searches for a snapshot-isolation execution of h's committed
+// transactions: a commit order and, for each transaction, a snapshot (a
+// prefix of that order) such that its reads show the snapshot plus its own
+// appends, and no transaction committing between its snapshot and its own
+// commit wrote a key it writes (first committer wins). Small histories.
+func siOrder(h TxnHistory) bool {
+	var ok []Txn
+	for _, t := range h.Txns {
+		if t.Outcome == OK {
+			ok = append(ok, t)
+		}
+	}
+	writes := make([]map[string]bool, len(ok))
+	for i, t := range ok {
+		writes[i] = map[string]bool{}
+		for _, m := range t.Mops {
+			if m.Kind == MopAppend {
+				writes[i][m.Key] = true
+			}
+		}
+	}
+	used := make([]bool, len(ok))
+	order := []int{}
+	states := []map[string][]int{{}} // states[p]: after the first p commits
+	var try func() bool
+	try = func() bool {
+		p := len(order)
+		if p == len(ok) {
+			return true
+		}
+		for i, t := range ok {
+			if used[i] {
+				continue
+			}
+		snapshots:
+			for s := p; s >= 0; s-- {
+				for _, j := range order[s:] {
+					for k := range writes[i] {
+						if writes[j][k] {
+							continue snapshots
+						}
+					}
+				}
+				view := map[string][]int{}
+				good := true
+				for _, m := range t.Mops {
+					cur, seen := view[m.Key]
+					if !seen {
+						cur = states[s][m.Key]
+					}
+					if m.Kind == MopAppend {
+						view[m.Key] = append(slices.Clip(cur), m.Value)
+					} else if !equalInts(cur, m.List) {
+						good = false
+						break
+					} else {
+						view[m.Key] = cur
+					}
+				}
+				if !good {
+					continue
+				}
+				next := maps.Clone(states[p])
+				for k := range writes[i] {
+					next[k] = view[k]
+				}
+				used[i] = true
+				order = append(order, i)
+				states = append(states, next)
+				if try() {
+					return true
+				}
+				states = states[:len(states)-1]
+				order = order[:len(order)-1]
+				used[i] = false
+			}
+		}
+		return false
+	}
+	return try()
+}
+
+// The snapshot-isolation verdict agrees with a brute-force search for an
+// SI execution on small list-append histories.
+func TestTxnSIAgreesWithBruteForce(t *testing.T) {
+	histories, most := 1500, 6
+	if os.Getenv("KEFIR_SOAK") == "1" {
+		histories, most = 20000, 7
+	}
+	checked, anomalous := 0, 0
+	for seed := int64(1); checked < histories; seed++ {
+		w := TxnWorkload{Seed: seed, Processes: 2 + int(seed%3), Keys: 1 + int(seed%3), MaxMops: 1 + int(seed%4)}
+		n := 2 + int(seed)%(most-1)
+		mode := []refMode{refNoWindow, refSI}[seed%2]
+		h := runInterleaved(newRefStore(mode), w, n, seed)
+		if _, _, unknown := h.Outcomes(); unknown > 0 {
+			continue
+		}
+		checked++
+		v := CheckTxns(h, TxnOptions{Model: SnapshotIsolation})
+		if want := siOrder(h); v.OK != want {
+			var b strings.Builder
+			for _, x := range h.Txns {
+				fmt.Fprintf(&b, "\n  %v", x)
+			}
+			t.Fatalf("seed %d: checker ok=%t, an SI execution exists=%t:%s\n%v", seed, v.OK, want, b.String(), v)
+		}
+		if !v.OK {
+			anomalous++
+		}
+	}
+	t.Logf("%d histories, %d not SI", checked, anomalous)
 }
