@@ -2,6 +2,7 @@ package check
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -641,14 +642,11 @@ func (x *txnAnalyzer) finalWrite(t int, k string) int {
 // look like write skew (two rw edges) when every order of their writes
 // makes a G-single.
 func (x *txnAnalyzer) writeOrderFromMisses() {
-	written := make([]map[string]bool, len(x.h.Txns))
+	written := make([][]string, len(x.h.Txns)) // keys each transaction wrote, once each
 	for i, t := range x.h.Txns {
 		for _, m := range t.Mops {
-			if m.Kind == MopAppend || m.Kind == MopWrite {
-				if written[i] == nil {
-					written[i] = map[string]bool{}
-				}
-				written[i][m.Key] = true
+			if (m.Kind == MopAppend || m.Kind == MopWrite) && !slices.Contains(written[i], m.Key) {
+				written[i] = append(written[i], m.Key)
 			}
 		}
 	}
@@ -661,8 +659,8 @@ func (x *txnAnalyzer) writeOrderFromMisses() {
 			if e.kind != ekRW || written[b] == nil {
 				continue
 			}
-			for _, k := range sortedKeys(written[a]) {
-				if written[b][k] {
+			for _, k := range written[a] {
+				if slices.Contains(written[b], k) {
 					x.g.add(a, b, txnEdge{kind: ekWWI, key: k, missed: e.key})
 				}
 			}
