@@ -326,3 +326,16 @@ func TestTxnWriteOrderFromMisses(t *testing.T) {
 		}, want: []string{GSingle, G2Item}, pass: []TxnModel{ReadCommitted}},
 	})
 }
+
+// A read of a transaction that did not commit shows no result: the client
+// never saw one.
+func TestTxnStringHidesUnseenReads(t *testing.T) {
+	tx := Txn{ID: 3, Process: 1, Mops: []Mop{rl("x"), ap("x", 2), rr("y", 0)}, Outcome: Unknown, Invoke: 5, Return: Never}
+	if got, want := tx.String(), "T3 p1 [r x _, append x 2, r y _] unknown [5,inf]"; got != want {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+	tx.Outcome, tx.Return = OK, 9
+	if got, want := tx.String(), "T3 p1 [r x [], append x 2, r y nil] ok [5,9]"; got != want {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+}

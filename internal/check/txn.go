@@ -119,6 +119,11 @@ func (t Txn) String() string {
 		if i > 0 {
 			b.WriteString(", ")
 		}
+		if m.Kind == MopRead && t.Outcome != OK {
+			// The client never saw this read's result.
+			fmt.Fprintf(&b, "r %s _", m.Key)
+			continue
+		}
 		b.WriteString(m.String())
 	}
 	ret := "inf"
