@@ -389,6 +389,29 @@ func BenchmarkListAppend(b *testing.B) {
 	}
 }
 
+// replayMop applies m to cur, its key's value (a register holds one
+// element), for the brute-force searches: a read must return cur (unless
+// judge is false: a read nobody saw), and a versioned write must come after
+// the key's last version in versions, which it advances.
+func replayMop(cur []int, m Mop, judge bool, versions map[string]uint64) ([]int, bool) {
+	switch {
+	case m.Kind == MopAppend:
+		return append(slices.Clip(cur), m.Value), true
+	case m.Kind == MopWrite:
+		if m.Version == 0 {
+			return []int{m.Value}, true
+		}
+		ok := m.Version > versions[m.Key]
+		versions[m.Key] = m.Version
+		return []int{m.Value}, ok
+	case !judge:
+		return cur, true
+	case m.List != nil:
+		return cur, equalInts(cur, m.List)
+	}
+	return cur, len(cur) == 0 && m.Value == 0 || len(cur) == 1 && cur[0] == m.Value
+}
+
 // serialOrder searches the orders of h's committed transactions for one
 // that explains every read (list-append: a read returns exactly what the
 // transactions before it, and its own earlier micro-ops, appended; a
@@ -442,25 +465,7 @@ func serialOrder(h TxnHistory, strict bool) bool {
 				if _, ok := saved[m.Key]; !ok {
 					saved[m.Key], savedVer[m.Key] = state[m.Key], version[m.Key]
 				}
-				cur := state[m.Key]
-				switch {
-				case m.Kind == MopAppend:
-					state[m.Key] = append(slices.Clip(cur), m.Value)
-				case m.Kind == MopWrite:
-					if m.Version != 0 && m.Version <= version[m.Key] {
-						good = false
-					}
-					state[m.Key] = []int{m.Value}
-					if m.Version != 0 {
-						version[m.Key] = m.Version
-					}
-				case t.Outcome != OK:
-					// an unknown transaction's read: not judged
-				case m.List != nil:
-					good = equalInts(cur, m.List)
-				default:
-					good = len(cur) == 0 && m.Value == 0 || len(cur) == 1 && cur[0] == m.Value
-				}
+				state[m.Key], good = replayMop(state[m.Key], m, t.Outcome == OK, version)
 				if !good {
 					break
 				}
@@ -578,21 +583,9 @@ func siOrder(h TxnHistory) bool {
 					if !seen {
 						cur = states[s][m.Key]
 					}
-					switch {
-					case m.Kind == MopAppend:
-						cur = append(slices.Clip(cur), m.Value)
-					case m.Kind == MopWrite:
-						cur = []int{m.Value}
-						if m.Version != 0 {
-							// Installed at commit: after the versions so far.
-							good = m.Version > nextVer[m.Key]
-							nextVer[m.Key] = m.Version
-						}
-					case m.List != nil:
-						good = equalInts(cur, m.List)
-					default:
-						good = len(cur) == 0 && m.Value == 0 || len(cur) == 1 && cur[0] == m.Value
-					}
+					// A versioned write is installed at commit: after the
+					// versions so far.
+					cur, good = replayMop(cur, m, true, nextVer)
 					if !good {
 						break
 					}
