@@ -48,6 +48,11 @@ type joining struct {
 	pos   int
 	phase joinPhase
 	src   NodeID
+	// precopied: pre-copy is done but a repair is outstanding; FLUSH waits
+	// for it (a FLUSH must not overtake a repair's re-sends: those
+	// would reach the old tail after FLUSH and miss both the log flush and
+	// the joiner).
+	precopied bool
 }
 
 // Master decides a chain's membership and routes client requests: the
@@ -114,6 +119,11 @@ func (m *Master) Joiner() NodeID {
 	}
 	return m.join.j
 }
+
+// Truncating is the tail being truncated (0: none). If the member taking
+// over from it fails first, it is fenced too: it may already have freed its
+// data.
+func (m *Master) Truncating() NodeID { return m.trunc[1] }
 
 // Ready returns and clears the master's output.
 func (m *Master) Ready() MasterReady {
@@ -230,7 +240,8 @@ func (m *Master) Step(msg Msg) {
 			m.reissuePrecopy()
 			return
 		}
-		m.startFlush()
+		m.join.precopied = true
+		m.maybeFlush()
 	case MsgFlushAck:
 		if m.join == nil || msg.From != m.join.j || m.join.phase != phaseFlush {
 			return
@@ -249,6 +260,7 @@ func (m *Master) Step(msg Msg) {
 		m.unpark()
 	case MsgCRHeadDone, MsgCRMidDone:
 		delete(m.awaiting, msg.From)
+		m.maybeFlush()
 	case MsgCRTailDone:
 		delete(m.awaiting, msg.From)
 		if n := len(m.members); n > 0 && m.members[n-1] == msg.From {
@@ -256,6 +268,15 @@ func (m *Master) Step(msg Msg) {
 			m.unpark()
 			m.reissuePrecopy()
 		}
+		m.maybeFlush()
+	}
+}
+
+// maybeFlush starts the join's FLUSH once pre-copy is done and no repair is
+// outstanding.
+func (m *Master) maybeFlush() {
+	if j := m.join; j != nil && j.phase == phasePrecopy && j.precopied && len(m.awaiting) == 0 && m.tail != 0 {
+		m.startFlush()
 	}
 }
 
@@ -267,6 +288,7 @@ func (m *Master) reissuePrecopy() {
 		return
 	}
 	m.join.src = m.tail
+	m.join.precopied = false
 	m.send(m.join.j, Msg{Type: MsgPrecopy, Target: m.tail})
 }
 

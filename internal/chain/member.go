@@ -405,8 +405,15 @@ func (m *Member) flush(msg Msg) {
 				m.appendLog(e)
 			}
 		}
-		// Everything pre-copied or flushed was at the tail: acknowledged.
-		m.la = max(m.la, mainLU)
+		// Everything pre-copied or flushed was at the old tail: it is
+		// acknowledged, and upstream may have lost the old tail's acks
+		// for it (they stopped being accepted when FLUSH relinked it).
+		if mainLU > m.la {
+			m.la = mainLU
+			if m.pred != 0 {
+				m.send(m.pred, Msg{Type: MsgAck, Seq: m.la})
+			}
+		}
 		m.state = Active
 		m.toMaster(Msg{Type: MsgFlushAck, Epoch: msg.Epoch})
 		return
