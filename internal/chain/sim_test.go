@@ -37,6 +37,7 @@ type simOpts struct {
 	mmut         masterMutations
 	trace        bool
 	stats        map[string]int // counts of what the run exercised, when set
+	noCheck      bool           // no invariant check: the clients' history must tell
 }
 
 func defaultSim(seed uint64) simOpts {
@@ -66,6 +67,7 @@ func runSim(o simOpts) (check.History, error) {
 		m.mut = o.mut
 	}
 	h.master.mut = o.mmut
+	h.noCheck = o.noCheck
 	if o.trace {
 		h.log = func(s string) { fmt.Println(s) }
 	}
