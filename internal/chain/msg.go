@@ -124,7 +124,7 @@ func (m Msg) String() string {
 	fmt.Fprintf(&b, "%s %d->%d e%d", m.Type, m.From, m.To, m.Epoch)
 	switch m.Type {
 	case MsgUpdate, MsgUpdateAck:
-		fmt.Fprintf(&b, " seq=%d id=%d", m.Seq, m.ID)
+		fmt.Fprintf(&b, " seq=%s id=%d", FormatSeq(m.Seq), m.ID)
 		if len(m.Op) > 0 {
 			fmt.Fprintf(&b, " %q", m.Op)
 		}
@@ -132,7 +132,7 @@ func (m Msg) String() string {
 			fmt.Fprintf(&b, " -> %q", m.Result)
 		}
 	case MsgAck:
-		fmt.Fprintf(&b, " seq=%d", m.Seq)
+		fmt.Fprintf(&b, " seq=%s", FormatSeq(m.Seq))
 	case MsgQuery:
 		fmt.Fprintf(&b, " id=%d %q", m.ID, m.Op)
 	case MsgQueryResp:
@@ -142,7 +142,7 @@ func (m Msg) String() string {
 	case MsgPrecopy, MsgCRMid:
 		fmt.Fprintf(&b, " target=%d", m.Target)
 	case MsgPrecopyReq, MsgPrecopyDone:
-		fmt.Fprintf(&b, " after=%d", m.Seq)
+		fmt.Fprintf(&b, " after=%s", FormatSeq(m.Seq))
 		if m.Refused {
 			b.WriteString(" refused")
 		}
@@ -155,11 +155,11 @@ func (m Msg) String() string {
 			b.WriteString(" refused")
 		}
 	case MsgFlush:
-		fmt.Fprintf(&b, " joiner=%d members=%v path=%v precopy-end=%d", m.Joiner, m.Members, m.Path, m.Seq)
+		fmt.Fprintf(&b, " joiner=%d members=%v path=%v precopy-end=%s", m.Joiner, m.Members, m.Path, FormatSeq(m.Seq))
 	case MsgCRMidRepair:
-		fmt.Fprintf(&b, " la=%d", m.LA)
+		fmt.Fprintf(&b, " la=%s", FormatSeq(m.LA))
 	case MsgRepairInfo:
-		fmt.Fprintf(&b, " la=%d lu=%d", m.LA, m.LU)
+		fmt.Fprintf(&b, " la=%s lu=%s", FormatSeq(m.LA), FormatSeq(m.LU))
 	}
 	return b.String()
 }
