@@ -76,9 +76,12 @@ type Master struct {
 	head    NodeID
 	tail    NodeID // whose answers are accepted; 0 while a CR_TAIL is outstanding
 
-	join     *joining
-	trunc    [2]NodeID // the truncation in progress: the new tail, the old
-	awaiting map[NodeID]MsgType
+	join  *joining
+	trunc [2]NodeID // the truncation in progress: the new tail, the old
+	// awaiting: the repair orders not yet answered, by member, with the
+	// epoch of the latest one (an answer to an older order does not count:
+	// FLUSH must not start while a newer repair is still re-sending).
+	awaiting map[NodeID]uint64
 
 	reqs   map[uint64]*request
 	parked []uint64
@@ -92,7 +95,7 @@ type Master struct {
 func NewMaster(id NodeID, members []NodeID, r int) *Master {
 	return &Master{id: id, r: r, members: append([]NodeID(nil), members...),
 		dead: map[NodeID]bool{}, head: members[0], tail: members[len(members)-1],
-		awaiting: map[NodeID]MsgType{}, reqs: map[uint64]*request{}}
+		awaiting: map[NodeID]uint64{}, reqs: map[uint64]*request{}}
 }
 
 // Members returns the configuration, head first.
@@ -259,16 +262,23 @@ func (m *Master) Step(msg Msg) {
 		m.trunc = [2]NodeID{}
 		m.unpark()
 	case MsgCRHeadDone, MsgCRMidDone:
-		delete(m.awaiting, msg.From)
+		m.answered(msg)
 		m.maybeFlush()
 	case MsgCRTailDone:
-		delete(m.awaiting, msg.From)
+		m.answered(msg)
 		if n := len(m.members); n > 0 && m.members[n-1] == msg.From {
 			m.tail = msg.From
 			m.unpark()
 			m.reissuePrecopy()
 		}
 		m.maybeFlush()
+	}
+}
+
+// answered notes a repair order's answer.
+func (m *Master) answered(msg Msg) {
+	if e, ok := m.awaiting[msg.From]; ok && msg.Epoch >= e {
+		delete(m.awaiting, msg.From)
 	}
 }
 
@@ -394,18 +404,18 @@ func (m *Master) repair() {
 	if live[0] != old[0] {
 		m.head = live[0]
 		m.send(live[0], Msg{Type: MsgCRHead})
-		m.awaiting[live[0]] = MsgCRHead
+		m.awaiting[live[0]] = m.epoch
 	}
 	for i := 0; i+1 < len(live); i++ {
 		if _, succ := neighbours(old, live[i]); succ != live[i+1] {
 			m.send(live[i], Msg{Type: MsgCRMid, Target: live[i+1]})
-			m.awaiting[live[i]] = MsgCRMid
+			m.awaiting[live[i]] = m.epoch
 		}
 	}
 	if last := live[len(live)-1]; last != old[len(old)-1] {
 		m.tail = 0
 		m.send(last, Msg{Type: MsgCRTail})
-		m.awaiting[last] = MsgCRTail
+		m.awaiting[last] = m.epoch
 	}
 	m.unpark()
 }

@@ -242,7 +242,7 @@ func (m *Member) Step(msg Msg) {
 		m.pred = 0
 		m.pending = map[NodeID][]Msg{}
 		m.becomeHead()
-		m.toMaster(Msg{Type: MsgCRHeadDone})
+		m.toMaster(Msg{Type: MsgCRHeadDone, Epoch: msg.Epoch})
 	case MsgCRMid:
 		m.raise(msg.Epoch)
 		m.succ, m.succEpoch = msg.Target, msg.Epoch
@@ -273,11 +273,11 @@ func (m *Member) Step(msg Msg) {
 		for _, e := range es {
 			m.send(m.succ, Msg{Type: MsgUpdate, Seq: e.Seq, ID: e.ID, Op: e.Op})
 		}
-		m.toMaster(Msg{Type: MsgCRMidDone})
+		m.toMaster(Msg{Type: MsgCRMidDone, Epoch: m.repairEpoch})
 	case MsgCRTail:
 		m.raise(msg.Epoch)
 		m.succ, m.repairing = 0, false
-		m.toMaster(Msg{Type: MsgCRTailDone}) // before the acks, as TRUNCATE_ACK
+		m.toMaster(Msg{Type: MsgCRTailDone, Epoch: msg.Epoch}) // before the acks, as TRUNCATE_ACK
 		m.ackPending()
 	}
 }
