@@ -35,6 +35,13 @@ func (s *kvSM) Read(q []byte) []byte {
 	return []byte("1:" + v)
 }
 
+func (s *kvSM) Keys(op []byte) []string {
+	k, _, _ := strings.Cut(string(op), "=")
+	return []string{k}
+}
+
+func (s *kvSM) QueryKey(q []byte) string { return string(q) }
+
 type link struct{ from, to NodeID }
 
 type harness struct {
@@ -50,6 +57,8 @@ type harness struct {
 	log func(string)
 	// err is the first invariant violation.
 	err error
+	// offTail counts reads answered by a member other than the tail (CRAQ).
+	offTail int
 	// noCheck turns the invariant check off, to show what the clients'
 	// history alone reveals.
 	noCheck bool
@@ -159,6 +168,9 @@ func (h *harness) deliver(l link) {
 	msg := q[0]
 	h.queues[l] = q[1:]
 	h.logf("%v", msg)
+	if msg.Type == MsgQueryResp && msg.From != h.master.Tail() {
+		h.offTail++
+	}
 	if msg.To == masterID {
 		h.master.Step(msg)
 	} else if m := h.members[msg.To]; m != nil {

@@ -26,7 +26,8 @@ import (
 //
 //	chain ids=1,2,3 [r=3] [chunk=64]   the initial chain, head first
 //	put id= k= v=                     a client update (id unique)
-//	get id= k=                        a strong read
+//	get id= k= [at=]                  a strong read at the tail, or a
+//	                                  CRAQ read at member at
 //	join id= pos=                     a new member joins before position pos
 //	fail id=                          the member fails; the master repairs
 //	deliver [from=] [to=] [type=a,b] [n=]
@@ -66,11 +67,16 @@ func TestInteraction(t *testing.T) {
 				h.master.Put(id, []byte(k+"="+v))
 				h.collect()
 			case "get":
-				var id uint64
+				var id, at uint64
 				var k string
 				d.ScanArgs(t, "id", &id)
 				d.ScanArgs(t, "k", &k)
-				h.master.Get(id, []byte(k))
+				d.MaybeScanArgs(t, "at", &at)
+				if at != 0 {
+					h.master.GetAt(id, []byte(k), NodeID(at))
+				} else {
+					h.master.Get(id, []byte(k))
+				}
 				h.collect()
 			case "join":
 				var id uint64

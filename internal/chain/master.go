@@ -30,8 +30,21 @@ type masterMutations struct {
 	truncateEarly bool
 }
 
+// order names a repair order: its recipient and kind.
+type order struct {
+	to   NodeID
+	kind MsgType
+}
+
+// awaited is an unanswered order's epoch and, for CR_MID, its target.
+type awaited struct {
+	epoch  uint64
+	target NodeID
+}
+
 type request struct {
 	query bool
+	any   bool // a CRAQ read: any member may answer
 	op    []byte
 	to    NodeID // where it was last sent (0: parked)
 }
@@ -78,10 +91,11 @@ type Master struct {
 
 	join  *joining
 	trunc [2]NodeID // the truncation in progress: the new tail, the old
-	// awaiting: the repair orders not yet answered, by member, with the
-	// epoch of the latest one (an answer to an older order does not count:
-	// FLUSH must not start while a newer repair is still re-sending).
-	awaiting map[NodeID]uint64
+	// awaiting: the repair orders not yet answered, by member and kind
+	// (one member may get CR_HEAD and CR_MID at once), with the epoch of the
+	// latest one: an answer to an older order does not count, as FLUSH must
+	// not start while a newer repair is still re-sending.
+	awaiting map[order]awaited
 
 	reqs   map[uint64]*request
 	parked []uint64
@@ -95,7 +109,7 @@ type Master struct {
 func NewMaster(id NodeID, members []NodeID, r int) *Master {
 	return &Master{id: id, r: r, members: append([]NodeID(nil), members...),
 		dead: map[NodeID]bool{}, head: members[0], tail: members[len(members)-1],
-		awaiting: map[NodeID]uint64{}, reqs: map[uint64]*request{}}
+		awaiting: map[order]awaited{}, reqs: map[uint64]*request{}}
 }
 
 // Members returns the configuration, head first.
@@ -155,6 +169,19 @@ func (m *Master) Get(id uint64, query []byte) {
 	m.route(id)
 }
 
+// GetAt routes a version-checked strong read (CRAQ) to member at: it
+// answers itself if the key is clean there and otherwise passes the read down
+// the chain; the answer may come from any member. If the read cannot be
+// served on that path it falls back to the tail.
+func (m *Master) GetAt(id uint64, query []byte, at NodeID) {
+	m.reqs[id] = &request{query: true, any: true, op: query, to: at}
+	if at == 0 {
+		m.route(id)
+		return
+	}
+	m.send(at, Msg{Type: MsgQuery, ID: id, Op: query, Any: true})
+}
+
 // Forget drops a request the client gave up on; a late answer is ignored.
 func (m *Master) Forget(id uint64) { delete(m.reqs, id) }
 
@@ -169,7 +196,7 @@ func (m *Master) route(id uint64) {
 		m.parked = append(m.parked, id)
 		return
 	}
-	m.send(to, Msg{Type: t, ID: id, Op: r.op})
+	m.send(to, Msg{Type: t, ID: id, Op: r.op, Any: r.any})
 }
 
 // unpark re-routes parked requests after the head or tail changed.
@@ -209,8 +236,9 @@ func (m *Master) Step(msg Msg) {
 		if r == nil || r.query != (msg.Type == MsgQueryResp) {
 			return
 		}
-		if msg.From != m.tail {
-			// Lemma 3.17: only the current tail answers. A read answered by
+		if msg.From != m.tail && !r.any {
+			// Lemma 3.17: only the current tail answers (a CRAQ read is
+			// answered by whichever member found the key clean). A read answered by
 			// a former tail is asked again; an update waits for the tail's ack.
 			if r.query && r.to == msg.From {
 				m.route(msg.ID)
@@ -221,7 +249,7 @@ func (m *Master) Step(msg Msg) {
 		m.out.Replies = append(m.out.Replies, Reply{ID: msg.ID, Query: r.query, Result: msg.Result})
 	case MsgRedirect:
 		r := m.reqs[msg.ID]
-		if r == nil || r.to != msg.From {
+		if r == nil || r.to != msg.From && !r.any {
 			return
 		}
 		to := m.head
@@ -277,8 +305,10 @@ func (m *Master) Step(msg Msg) {
 
 // answered notes a repair order's answer.
 func (m *Master) answered(msg Msg) {
-	if e, ok := m.awaiting[msg.From]; ok && msg.Epoch >= e {
-		delete(m.awaiting, msg.From)
+	kind := map[MsgType]MsgType{MsgCRHeadDone: MsgCRHead, MsgCRMidDone: MsgCRMid, MsgCRTailDone: MsgCRTail}[msg.Type]
+	o := order{msg.From, kind}
+	if a, ok := m.awaiting[o]; ok && msg.Epoch >= a.epoch {
+		delete(m.awaiting, o)
 	}
 }
 
@@ -359,9 +389,11 @@ func (m *Master) Fail(n NodeID) {
 			m.trunc = [2]NodeID{}
 		}
 	}
-	for id := range m.awaiting {
-		if m.dead[id] {
-			delete(m.awaiting, id)
+	for o, a := range m.awaiting {
+		// An order to a dead member, or a CR_MID towards one, is moot:
+		// the repair below gives the survivors new orders.
+		if m.dead[o.to] || m.dead[a.target] {
+			delete(m.awaiting, o)
 		}
 	}
 	for id, r := range m.reqs {
@@ -404,18 +436,18 @@ func (m *Master) repair() {
 	if live[0] != old[0] {
 		m.head = live[0]
 		m.send(live[0], Msg{Type: MsgCRHead})
-		m.awaiting[live[0]] = m.epoch
+		m.awaiting[order{live[0], MsgCRHead}] = awaited{epoch: m.epoch}
 	}
 	for i := 0; i+1 < len(live); i++ {
 		if _, succ := neighbours(old, live[i]); succ != live[i+1] {
 			m.send(live[i], Msg{Type: MsgCRMid, Target: live[i+1]})
-			m.awaiting[live[i]] = m.epoch
+			m.awaiting[order{live[i], MsgCRMid}] = awaited{epoch: m.epoch, target: live[i+1]}
 		}
 	}
 	if last := live[len(live)-1]; last != old[len(old)-1] {
 		m.tail = 0
 		m.send(last, Msg{Type: MsgCRTail})
-		m.awaiting[last] = m.epoch
+		m.awaiting[order{last, MsgCRTail}] = awaited{epoch: m.epoch}
 	}
 	m.unpark()
 }

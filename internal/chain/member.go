@@ -35,6 +35,15 @@ type StateMachine interface {
 	Read(query []byte) []byte
 }
 
+// Keyed is implemented by a StateMachine whose operations name the keys
+// they write and whose queries name the key they read. Version-checked reads
+// at any member (CRAQ) need it: a member answers a read itself only when the
+// latest update to the key it holds has been acknowledged (is clean).
+type Keyed interface {
+	Keys(op []byte) []string
+	QueryKey(query []byte) string
+}
+
 // Config is what a member is created with.
 type Config struct {
 	ID, Master NodeID
@@ -82,6 +91,12 @@ type Member struct {
 
 	nextSeq uint64 // as head: the last sequence number assigned
 
+	// keyed is sm's Keyed, if it has one; lastWrite is then the sequence
+	// number of the latest update to each key in the log (the key's
+	// version), for CRAQ reads.
+	keyed     Keyed
+	lastWrite map[string]uint64
+
 	// pending holds updates from a member that is not (yet) the
 	// predecessor, per sender, until a FLUSH makes it one (digest §7.4).
 	pending map[NodeID][]Msg
@@ -105,6 +120,9 @@ func NewMember(cfg Config, sm StateMachine) *Member {
 		cfg.PrecopyChunk = 64
 	}
 	m := &Member{cfg: cfg, sm: sm, pending: map[NodeID][]Msg{}}
+	if k, ok := sm.(Keyed); ok {
+		m.keyed, m.lastWrite = k, map[string]uint64{}
+	}
 	if cfg.Members != nil {
 		m.state = Active
 		m.pred, m.succ = neighbours(cfg.Members, cfg.ID)
@@ -184,8 +202,14 @@ func (m *Member) Step(msg Msg) {
 			}
 		}
 	case MsgQuery:
-		if m.state == Active && m.succ == 0 {
+		if m.state == Active && (m.succ == 0 || msg.Any && m.clean(msg.Op)) {
 			m.toMaster(Msg{Type: MsgQueryResp, ID: msg.ID, Result: m.sm.Read(msg.Op)})
+			return
+		}
+		if msg.Any && m.succ != 0 && (m.state == Active || m.state == Joining) {
+			// Dirty here: the tail, or a member on the way, has the
+			// committed version.
+			m.send(m.succ, Msg{Type: MsgQuery, ID: msg.ID, Op: msg.Op, Any: true})
 			return
 		}
 		m.toMaster(Msg{Type: MsgRedirect, ID: msg.ID, Query: true})
@@ -228,7 +252,7 @@ func (m *Member) Step(msg Msg) {
 		if m.succ == 0 {
 			// The old tail: the new one has taken over; free the range.
 			m.state = Removed
-			m.log, m.tmp, m.pending = nil, nil, nil
+			m.log, m.tmp, m.pending, m.lastWrite = nil, nil, nil, nil
 			return
 		}
 		m.send(m.succ, Msg{Type: MsgTruncate, Epoch: msg.Epoch})
@@ -340,6 +364,11 @@ func (m *Member) appendLog(e Entry) {
 	}
 	e.sum = digest(prev, e.Seq, e.Op)
 	m.log = append(m.log, e)
+	if m.keyed != nil {
+		for _, k := range m.keyed.Keys(e.Op) {
+			m.lastWrite[k] = e.Seq
+		}
+	}
 	if e.Seq > m.lu {
 		m.lu = e.Seq
 	}
@@ -355,6 +384,18 @@ func (m *Member) appendMain(es []Entry) {
 		e.Result = m.sm.Apply(e.Seq, e.Op)
 		m.appendLog(e)
 	}
+}
+
+// clean reports whether the latest update this member holds to the query's
+// key has been acknowledged, i.e. reached the tail. Every update the tail
+// holds passed through this member first (history containment), so the
+// member then holds the key's latest committed version and may answer a
+// strong read itself (CRAQ). Without Keyed nothing is clean.
+func (m *Member) clean(query []byte) bool {
+	if m.keyed == nil {
+		return false
+	}
+	return m.lastWrite[m.keyed.QueryKey(query)] <= m.la
 }
 
 // after returns up to n log entries with a sequence number above seq, and

@@ -24,7 +24,10 @@ const (
 	// MsgUpdateAck: tail → master: update ID (at Seq) succeeded; Result is
 	// what the state machine returned.
 	MsgUpdateAck
-	// MsgQuery: master → tail, a strong read (Op is the query).
+	// MsgQuery: master → tail, a strong read (Op is the query). With Any,
+	// master → any member: a version-checked read (CRAQ) that a member
+	// answers itself when the key's latest version is clean, and otherwise
+	// passes down the chain towards the tail.
 	MsgQuery
 	// MsgQueryResp: tail → master, the answer to query ID.
 	MsgQueryResp
@@ -117,6 +120,7 @@ type Msg struct {
 	Done     bool
 	Refused  bool
 	Query    bool
+	Any      bool
 }
 
 func (m Msg) String() string {
@@ -135,6 +139,9 @@ func (m Msg) String() string {
 		fmt.Fprintf(&b, " seq=%s", FormatSeq(m.Seq))
 	case MsgQuery:
 		fmt.Fprintf(&b, " id=%d %q", m.ID, m.Op)
+		if m.Any {
+			b.WriteString(" any")
+		}
 	case MsgQueryResp:
 		fmt.Fprintf(&b, " id=%d -> %q", m.ID, m.Result)
 	case MsgRedirect:

@@ -14,22 +14,35 @@ import (
 // KEFIR_CHAIN_MUTSCAN=1 runs TestMutationScan, which lists the seeds that
 // catch each, to pick new ones after a deliberate change of the simulation.
 //
-// ackBeforeTail is visible in the invariants only: an early ack moves LA,
-// which decides garbage collection and which updates a new tail reports, not
-// what a client reads. truncateEarly makes a joiner that is not yet a replica
-// the master's tail; its reads are refused, so clients see a stall, not a
-// wrong answer.
+// ackBeforeTail shows in a client's history only through CRAQ reads (a
+// member answers from a version it wrongly thinks clean, and a later read at
+// the tail goes back in time): it needs one hot key to show at a seed.
+// truncateEarly makes a joiner that is not yet a replica the master's tail;
+// its reads are refused, so clients see a stall, not a wrong answer.
 var chainMutations = []struct {
 	name    string
 	set     func(*simOpts)
+	shape   func(*simOpts) // nil: defaultSim
 	seed    uint64
 	noCheck bool
 	want    string
 }{
-	{"ackBeforeTail", func(o *simOpts) { o.mut.ackBeforeTail = true }, 2, false, "acknowledged up to"},
-	{"skipFlush", func(o *simOpts) { o.mut.skipFlush = true }, 1, false, "is not a prefix of its predecessor"},
-	{"skipFlush", func(o *simOpts) { o.mut.skipFlush = true }, 19, true, "linearizable: VIOLATED"},
-	{"truncateEarly", func(o *simOpts) { o.mmut.truncateEarly = true }, 2, false, "is not a valid tail"},
+	{"ackBeforeTail", func(o *simOpts) { o.mut.ackBeforeTail = true }, nil, 2, false, "acknowledged up to"},
+	{"ackBeforeTail", func(o *simOpts) { o.mut.ackBeforeTail = true }, hotKey, 163, true, "linearizable: VIOLATED"},
+	{"skipFlush", func(o *simOpts) { o.mut.skipFlush = true }, nil, 1, false, "is not a prefix of its predecessor"},
+	{"skipFlush", func(o *simOpts) { o.mut.skipFlush = true }, nil, 19, true, "linearizable: VIOLATED"},
+	{"truncateEarly", func(o *simOpts) { o.mmut.truncateEarly = true }, nil, 2, false, "is not a valid tail"},
+}
+
+// hotKey: one key, four clients.
+func hotKey(o *simOpts) { o.keys, o.clients = 1, 4 }
+
+func mutationSim(seed uint64, shape func(*simOpts)) simOpts {
+	o := defaultSim(seed)
+	if shape != nil {
+		shape(&o)
+	}
+	return o
 }
 
 func TestMutationsCaught(t *testing.T) {
@@ -40,7 +53,7 @@ func TestMutationsCaught(t *testing.T) {
 			name += "/history-only"
 		}
 		t.Run(name, func(t *testing.T) {
-			o := defaultSim(mc.seed)
+			o := mutationSim(mc.seed, mc.shape)
 			o.noCheck = mc.noCheck
 			mc.set(&o)
 			err := simVerdict(o)
@@ -51,7 +64,7 @@ func TestMutationsCaught(t *testing.T) {
 				t.Fatalf("mutation %s at seed %d caught for another reason than %q: %v", mc.name, mc.seed, mc.want, err)
 			}
 			// The same seed passes without the mutation: the catch is the bug's.
-			if err := simVerdict(defaultSim(mc.seed)); err != nil {
+			if err := simVerdict(mutationSim(mc.seed, mc.shape)); err != nil {
 				t.Fatalf("seed %d fails without the mutation: %v", mc.seed, err)
 			}
 		})
@@ -67,7 +80,7 @@ func TestMutationScan(t *testing.T) {
 		for _, mc := range chainMutations {
 			var caught []uint64
 			for seed := uint64(1); seed <= 300 && len(caught) < 8; seed++ {
-				o := defaultSim(seed)
+				o := mutationSim(seed, mc.shape)
 				o.noCheck = noCheck
 				mc.set(&o)
 				if err := simVerdict(o); err != nil {
