@@ -121,7 +121,7 @@ func (h *harness) collect() {
 	if h.noCheck {
 		return
 	}
-	if err := Check(h.master, h.members); err != nil && h.err == nil {
+	if err := Check(h.master, h.all, func(id NodeID) bool { return h.members[id] != nil }); err != nil && h.err == nil {
 		h.err = err
 		h.logf("INVARIANT: %v", err)
 	}

@@ -30,6 +30,9 @@ import (
 //	                                  CRAQ read at member at
 //	join id= pos=                     a new member joins before position pos
 //	fail id=                          the member fails; the master repairs
+//	crash id=                         the member stops; the master does not
+//	                                  know yet (its links break)
+//	detect id=                        the master learns of a crash
 //	deliver [from=] [to=] [type=a,b] [n=]
 //	                                  deliver queued messages whose link and
 //	                                  type match, oldest first per link
@@ -91,6 +94,17 @@ func TestInteraction(t *testing.T) {
 				d.ScanArgs(t, "id", &id)
 				h.logf("fail %d", id)
 				h.crash(NodeID(id), true)
+				h.collect()
+			case "crash":
+				var id uint64
+				d.ScanArgs(t, "id", &id)
+				h.logf("crash %d", id)
+				h.crash(NodeID(id), false)
+				h.collect()
+			case "detect":
+				var id uint64
+				d.ScanArgs(t, "id", &id)
+				h.master.Fail(NodeID(id))
 				h.collect()
 			case "deliver":
 				deliverMatching(t, d, h)

@@ -109,6 +109,10 @@ type Member struct {
 
 	precopySrc NodeID
 
+	// truncating: TRUNCATE went on to the old tail; this member becomes the
+	// tail when the old tail's TRUNCATE_DONE comes back.
+	truncating bool
+
 	out []Msg
 	mut mutations
 }
@@ -250,13 +254,28 @@ func (m *Member) Step(msg Msg) {
 	case MsgTruncate:
 		m.raise(msg.Epoch)
 		if m.succ == 0 {
-			// The old tail: the new one has taken over; free the range.
+			// The old tail: it has answered everything its predecessor
+			// sent before TRUNCATE (FIFO); it stops serving, hands over and
+			// frees the range.
 			m.state = Removed
 			m.log, m.tmp, m.pending, m.lastWrite = nil, nil, nil, nil
+			if m.pred != 0 {
+				m.send(m.pred, Msg{Type: MsgTruncateDone, Epoch: msg.Epoch})
+			}
 			return
 		}
+		// Pass it on, and stay a non-tail until the old tail confirms: until
+		// then the old tail still answers as the tail (it is the master's),
+		// and acknowledging anything it has not would let a CRAQ read
+		// upstream return a version that a read at the old tail then
+		// misses, if this member failed now.
 		m.send(m.succ, Msg{Type: MsgTruncate, Epoch: msg.Epoch})
-		m.succ, m.repairing = 0, false
+		m.truncating = true
+	case MsgTruncateDone:
+		if !m.truncating || msg.From != m.succ {
+			return
+		}
+		m.succ, m.repairing, m.truncating = 0, false, false
 		// Digest §7.5: the new tail reports first, so the master makes it
 		// the tail before any of its update acks arrive (same FIFO link).
 		m.toMaster(Msg{Type: MsgTruncateAck})
@@ -300,7 +319,7 @@ func (m *Member) Step(msg Msg) {
 		m.toMaster(Msg{Type: MsgCRMidDone, Epoch: m.repairEpoch})
 	case MsgCRTail:
 		m.raise(msg.Epoch)
-		m.succ, m.repairing = 0, false
+		m.succ, m.repairing, m.truncating = 0, false, false
 		m.toMaster(Msg{Type: MsgCRTailDone, Epoch: msg.Epoch}) // before the acks, as TRUNCATE_ACK
 		m.ackPending()
 	}

@@ -59,6 +59,9 @@ const (
 	// MsgTruncateAck: the new tail → master (digest §7.5: the new tail, sent
 	// before any of its update acks).
 	MsgTruncateAck
+	// MsgTruncateDone: the old tail → the new one: it stopped answering; the
+	// new tail may take over.
+	MsgTruncateDone
 	// Repair orders and their answers (CR_HEAD, CR_MID, CR_TAIL).
 	MsgCRHead
 	MsgCRHeadDone
@@ -75,7 +78,7 @@ var msgNames = map[MsgType]string{
 	MsgQueryResp: "query-resp", MsgRedirect: "redirect", MsgPrecopy: "precopy",
 	MsgPrecopyReq: "precopy-req", MsgPrecopyChunk: "precopy-chunk", MsgPrecopyDone: "precopy-done",
 	MsgFlush: "flush", MsgFlushedUpdate: "flushed-update", MsgFlushAck: "flush-ack",
-	MsgTruncate: "truncate", MsgTruncateAck: "truncate-ack", MsgCRHead: "cr-head",
+	MsgTruncate: "truncate", MsgTruncateAck: "truncate-ack", MsgTruncateDone: "truncate-done", MsgCRHead: "cr-head",
 	MsgCRHeadDone: "cr-head-done", MsgCRMid: "cr-mid", MsgCRMidRepair: "cr-mid-repair",
 	MsgRepairInfo: "repair-info", MsgCRMidDone: "cr-mid-done", MsgCRTail: "cr-tail",
 	MsgCRTailDone: "cr-tail-done",

@@ -40,6 +40,10 @@ type simOpts struct {
 	noCheck      bool           // no invariant check: the clients' history must tell
 	craq         bool           // half the reads are CRAQ reads at a random member
 	traceTo      *strings.Builder
+	// detectDelay: a failure reaches the master up to this many steps after
+	// the member stopped (0: at once). Meanwhile the master may send orders
+	// and FLUSHes to it, and repairs may target it.
+	detectDelay int64
 }
 
 func defaultSim(seed uint64) simOpts {
@@ -54,6 +58,9 @@ func variedSim(seed uint64) simOpts {
 	o.r = 2 + int(seed%3)
 	o.chunk = 1 + int(seed/3%4)
 	o.clients = 2 + int(seed/12%3)
+	if seed%2 == 1 {
+		o.detectDelay = 300
+	}
 	return o
 }
 
@@ -96,6 +103,11 @@ func runSim(o simOpts) (check.History, error) {
 	var nextReq uint64
 	nextID := NodeID(o.r + 1)
 	fails, joins := 0, 0
+	type detection struct {
+		node NodeID
+		at   int64
+	}
+	var undetected []detection
 
 	finish := func(ci int, res *Reply) {
 		c := clients[ci]
@@ -131,6 +143,12 @@ func runSim(o simOpts) (check.History, error) {
 		if h.master.Lost() {
 			return rec.History(), fmt.Errorf("seed %d: every member failed", o.seed)
 		}
+		for len(undetected) > 0 && undetected[0].at <= now {
+			h.logf("detect %d", undetected[0].node)
+			h.master.Fail(undetected[0].node)
+			undetected = undetected[1:]
+			h.collect()
+		}
 		for ci, c := range clients {
 			if c.op >= 0 && now > c.deadline {
 				h.master.Forget(c.req)
@@ -144,7 +162,7 @@ func runSim(o simOpts) (check.History, error) {
 			}
 		}
 		ls := h.links()
-		if !busyClients && len(ls) == 0 && !h.master.Busy() {
+		if !busyClients && len(ls) == 0 && !h.master.Busy() && len(undetected) == 0 {
 			break
 		}
 		switch x := rng.IntN(1000); {
@@ -205,7 +223,17 @@ func runSim(o simOpts) (check.History, error) {
 				o.stats["fail "+position(h.master, victim)]++
 			}
 			h.logf("fail %d", victim)
-			h.crash(victim, true)
+			if o.detectDelay == 0 {
+				h.crash(victim, true)
+			} else {
+				h.crash(victim, false)
+				at := now + rng.Int64N(o.detectDelay+1)
+				i := len(undetected)
+				for i > 0 && undetected[i-1].at > at {
+					i--
+				}
+				undetected = slices.Insert(undetected, i, detection{victim, at})
+			}
 			h.collect()
 		default:
 			// A join, at a random position, while nothing else is under way
@@ -366,7 +394,7 @@ func TestSimRegressions(t *testing.T) {
 		craq bool
 	}{{941, false}, {1415, false}, {512, true}, {43, true}} {
 		o := variedSim(c.seed)
-		o.craq = c.craq
+		o.craq, o.detectDelay = c.craq, 0
 		if err := simVerdict(o); err != nil {
 			t.Errorf("%v", err)
 		}
