@@ -237,9 +237,9 @@ func (m *Master) Step(msg Msg) {
 			return
 		}
 		if msg.From != m.tail && !r.any {
-			// Lemma 3.17: only the current tail answers (a CRAQ read is
-			// answered by whichever member found the key clean). A read answered by
-			// a former tail is asked again; an update waits for the tail's ack.
+			// Lemma 3.17: only the current tail answers (a CRAQ read by
+			// whichever member found the key clean). A read answered by a
+			// former tail is asked again; an update waits for the tail's ack.
 			if r.query && r.to == msg.From {
 				m.route(msg.ID)
 			}
@@ -305,8 +305,13 @@ func (m *Master) Step(msg Msg) {
 
 // answered notes a repair order's answer.
 func (m *Master) answered(msg Msg) {
-	kind := map[MsgType]MsgType{MsgCRHeadDone: MsgCRHead, MsgCRMidDone: MsgCRMid, MsgCRTailDone: MsgCRTail}[msg.Type]
-	o := order{msg.From, kind}
+	o := order{msg.From, MsgCRHead}
+	switch msg.Type {
+	case MsgCRMidDone:
+		o.kind = MsgCRMid
+	case MsgCRTailDone:
+		o.kind = MsgCRTail
+	}
 	if a, ok := m.awaiting[o]; ok && msg.Epoch >= a.epoch {
 		delete(m.awaiting, o)
 	}
