@@ -51,6 +51,8 @@ type harness struct {
 	queues  map[link][]Msg
 	replies []Reply
 	chunk   int
+	rate    int64 // joiners' PrecopyRate
+	now     int64 // the members' clock (Tick)
 	// mut is applied to every member created.
 	mut mutations
 	// log receives one line per event when set.
@@ -76,7 +78,8 @@ func newHarness(ids []NodeID, r, chunk int) *harness {
 
 // addJoiner creates an inactive member id and asks the master to join it.
 func (h *harness) addJoiner(id NodeID, pos int) error {
-	m := NewMember(Config{ID: id, Master: masterID, PrecopyChunk: h.chunk}, newKV())
+	m := NewMember(Config{ID: id, Master: masterID, PrecopyChunk: h.chunk, PrecopyRate: h.rate}, newKV())
+	m.Tick(h.now)
 	m.mut = h.mut
 	h.members[id], h.all[id] = m, m
 	err := h.master.Join(id, pos)
@@ -194,6 +197,15 @@ func (h *harness) crash(id NodeID, report bool) {
 	if report {
 		h.master.Fail(id)
 	}
+}
+
+// tick advances the members' clock by d nanoseconds.
+func (h *harness) tick(d int64) {
+	h.now += d
+	for _, id := range h.ids() {
+		h.members[id].Tick(h.now)
+	}
+	h.collect()
 }
 
 // stabilize delivers messages, round-robin over the links in order, until

@@ -24,7 +24,10 @@ import (
 //
 // Commands:
 //
-//	chain ids=1,2,3 [r=3] [chunk=64]   the initial chain, head first
+//	chain ids=1,2,3 [r=3] [chunk=64] [rate=0]
+//	                                  the initial chain, head first; rate:
+//	                                  joiners' pre-copy bytes a second
+//	tick ms=                          advance the members' clock
 //	put id= k= v=                     a client update (id unique)
 //	get id= k= [at=]                  a strong read at the tail, or a
 //	                                  CRAQ read at member at
@@ -50,15 +53,17 @@ func TestInteraction(t *testing.T) {
 			switch d.Cmd {
 			case "chain":
 				var ids string
-				r, chunk := 0, 64
+				r, chunk, rate := 0, 64, 0
 				d.ScanArgs(t, "ids", &ids)
 				d.MaybeScanArgs(t, "r", &r)
 				d.MaybeScanArgs(t, "chunk", &chunk)
+				d.MaybeScanArgs(t, "rate", &rate)
 				list := parseIDs(t, ids)
 				if r == 0 {
 					r = len(list)
 				}
 				h = newHarness(list, r, chunk)
+				h.rate = int64(rate)
 				h.log = func(s string) { b.WriteString(s + "\n") }
 				writeStatus(&b, h)
 			case "put":
@@ -95,6 +100,11 @@ func TestInteraction(t *testing.T) {
 				h.logf("fail %d", id)
 				h.crash(NodeID(id), true)
 				h.collect()
+			case "tick":
+				var ms int
+				d.ScanArgs(t, "ms", &ms)
+				h.tick(int64(ms) * 1e6)
+				fmt.Fprintf(&b, "now=%dms\n", h.now/1e6)
 			case "crash":
 				var id uint64
 				d.ScanArgs(t, "id", &id)

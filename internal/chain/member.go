@@ -51,9 +51,13 @@ type Config struct {
 	// epoch 0; nil for a joiner, which starts Inactive.
 	Members []NodeID
 	// PrecopyChunk is how many entries one pre-copy or log-flush message
-	// carries (0: 64). The joiner pulls one chunk at a time, so the host
-	// throttles pre-copy by pacing the joiner's requests.
+	// carries (0: 64). The joiner pulls one chunk at a time.
 	PrecopyChunk int
+	// PrecopyRate throttles pre-copy to about this many bytes a second of
+	// entries (0: no limit): after a chunk of b bytes the joiner asks for
+	// the next one b/PrecopyRate later, on its clock (Tick), so the tail
+	// that serves it keeps most of its capacity for traffic (digest §3.6).
+	PrecopyRate int64
 }
 
 // mutations are deliberate bugs the tests switch on to show that the
@@ -112,6 +116,12 @@ type Member struct {
 	// truncating: TRUNCATE went on to the old tail; this member becomes the
 	// tail when the old tail's TRUNCATE_DONE comes back.
 	truncating bool
+
+	// now is the member's clock, from Tick (nanoseconds); nextPull is when
+	// a throttled joiner may ask for its next chunk, and pullDue says it
+	// owes that request.
+	now, nextPull int64
+	pullDue       bool
 
 	out []Msg
 	mut mutations
@@ -223,6 +233,7 @@ func (m *Member) Step(msg Msg) {
 		}
 		m.raise(msg.Epoch)
 		m.precopySrc = msg.Target
+		m.pullDue = false // a new source: ask it at once
 		m.send(m.precopySrc, Msg{Type: MsgPrecopyReq, Seq: m.lu})
 	case MsgPrecopyReq:
 		if m.state != Active || m.succ != 0 {
@@ -242,6 +253,16 @@ func (m *Member) Step(msg Msg) {
 		m.appendMain(msg.Entries)
 		if msg.Done {
 			m.toMaster(Msg{Type: MsgPrecopyDone, Seq: m.lu})
+			return
+		}
+		if r := m.cfg.PrecopyRate; r > 0 {
+			var n int64
+			for _, e := range msg.Entries {
+				n += int64(len(e.Op)) + entryOverhead
+			}
+			m.nextPull = m.now + n*1e9/r
+			m.pullDue = true
+			m.pull()
 			return
 		}
 		m.send(m.precopySrc, Msg{Type: MsgPrecopyReq, Seq: m.lu})
@@ -322,6 +343,25 @@ func (m *Member) Step(msg Msg) {
 		m.succ, m.repairing, m.truncating = 0, false, false
 		m.toMaster(Msg{Type: MsgCRTailDone, Epoch: msg.Epoch}) // before the acks, as TRUNCATE_ACK
 		m.ackPending()
+	}
+}
+
+// entryOverhead is what an entry costs beyond its operation in the pre-copy
+// throttle's count (sequence number, request id, framing).
+const entryOverhead = 24
+
+// Tick tells the member the time on its clock (nanoseconds); a throttled
+// joiner sends its next pre-copy request when it is due.
+func (m *Member) Tick(now int64) {
+	m.now = now
+	m.pull()
+}
+
+// pull sends a throttled joiner's owed pre-copy request once it is due.
+func (m *Member) pull() {
+	if m.pullDue && m.state == Inactive && m.now >= m.nextPull {
+		m.pullDue = false
+		m.send(m.precopySrc, Msg{Type: MsgPrecopyReq, Seq: m.lu})
 	}
 }
 

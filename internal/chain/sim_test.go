@@ -44,6 +44,9 @@ type simOpts struct {
 	// the member stopped (0: at once). Meanwhile the master may send orders
 	// and FLUSHes to it, and repairs may target it.
 	detectDelay int64
+	// rate: joiners' PrecopyRate (bytes a second); a step is a millisecond
+	// on the members' clock, ticked every 5 steps.
+	rate int64
 }
 
 func defaultSim(seed uint64) simOpts {
@@ -60,6 +63,9 @@ func variedSim(seed uint64) simOpts {
 	o.clients = 2 + int(seed/12%3)
 	if seed%2 == 1 {
 		o.detectDelay = 300
+	}
+	if seed%5 == 0 {
+		o.rate = 5000
 	}
 	return o
 }
@@ -87,6 +93,7 @@ func runSim(o simOpts) (check.History, error) {
 	}
 	h.master.mut = o.mmut
 	h.noCheck = o.noCheck
+	h.rate = o.rate
 	if o.trace {
 		h.log = func(s string) { fmt.Println(s) }
 	}
@@ -142,6 +149,9 @@ func runSim(o simOpts) (check.History, error) {
 		}
 		if h.master.Lost() {
 			return rec.History(), fmt.Errorf("seed %d: every member failed", o.seed)
+		}
+		if o.rate > 0 && now%5 == 0 {
+			h.tick(5e6)
 		}
 		for len(undetected) > 0 && undetected[0].at <= now {
 			h.logf("detect %d", undetected[0].node)
