@@ -78,13 +78,15 @@ func newHarness(ids []NodeID, r, chunk int) *harness {
 
 // addJoiner creates an inactive member id and asks the master to join it.
 func (h *harness) addJoiner(id NodeID, pos int) error {
+	if err := h.master.Join(id, pos); err != nil {
+		return err
+	}
 	m := NewMember(Config{ID: id, Master: masterID, PrecopyChunk: h.chunk, PrecopyRate: h.rate}, newKV())
 	m.Tick(h.now)
 	m.mut = h.mut
 	h.members[id], h.all[id] = m, m
-	err := h.master.Join(id, pos)
 	h.collect()
-	return err
+	return nil
 }
 
 func (h *harness) logf(format string, args ...any) {

@@ -220,6 +220,9 @@ func (m *Master) Join(j NodeID, pos int) error {
 	if m.tail == 0 || len(m.members) == 0 {
 		return fmt.Errorf("chain: join of %d: the chain has no tail to pre-copy from", j)
 	}
+	if j == 0 || j == m.id || m.dead[j] || slices.Contains(m.members, j) {
+		return fmt.Errorf("chain: join of %d: not a new node (members %v)", j, m.members)
+	}
 	m.join = &joining{j: j, pos: pos, phase: phasePrecopy, src: m.tail}
 	m.send(j, Msg{Type: MsgPrecopy, Target: m.tail})
 	return nil
