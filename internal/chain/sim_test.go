@@ -364,7 +364,7 @@ func simSeeds() (from, to uint64, trace bool) {
 		return n, n, true
 	}
 	if os.Getenv("KEFIR_SOAK") != "" {
-		return 1, 3000, false
+		return 1, 10000, false
 	}
 	return 1, 400, false
 }
