@@ -52,6 +52,7 @@ type harness struct {
 	replies []Reply
 	chunk   int
 	rate    int64 // joiners' PrecopyRate
+	seqBits uint  // members' SeqBits
 	now     int64 // the members' clock (Tick)
 	// mut is applied to every member created.
 	mut mutations
@@ -61,16 +62,18 @@ type harness struct {
 	err error
 	// offTail counts reads answered by a member other than the tail (CRAQ).
 	offTail int
+	// exhausted counts updates a head refused for want of numbers.
+	exhausted int
 	// noCheck turns the invariant check off, to show what the clients'
 	// history alone reveals.
 	noCheck bool
 }
 
-func newHarness(ids []NodeID, r, chunk int) *harness {
-	h := &harness{members: map[NodeID]*Member{}, all: map[NodeID]*Member{}, queues: map[link][]Msg{}, chunk: chunk}
+func newHarness(ids []NodeID, r, chunk int, seqBits uint) *harness {
+	h := &harness{members: map[NodeID]*Member{}, all: map[NodeID]*Member{}, queues: map[link][]Msg{}, chunk: chunk, seqBits: seqBits}
 	h.master = NewMaster(masterID, ids, r)
 	for _, id := range ids {
-		m := NewMember(Config{ID: id, Master: masterID, Members: ids, PrecopyChunk: chunk}, newKV())
+		m := NewMember(Config{ID: id, Master: masterID, Members: ids, PrecopyChunk: chunk, SeqBits: seqBits}, newKV())
 		h.members[id], h.all[id] = m, m
 	}
 	return h
@@ -81,7 +84,7 @@ func (h *harness) addJoiner(id NodeID, pos int) error {
 	if err := h.master.Join(id, pos); err != nil {
 		return err
 	}
-	m := NewMember(Config{ID: id, Master: masterID, PrecopyChunk: h.chunk, PrecopyRate: h.rate}, newKV())
+	m := NewMember(Config{ID: id, Master: masterID, PrecopyChunk: h.chunk, PrecopyRate: h.rate, SeqBits: h.seqBits}, newKV())
 	m.Tick(h.now)
 	m.mut = h.mut
 	h.members[id], h.all[id] = m, m
@@ -175,6 +178,9 @@ func (h *harness) deliver(l link) {
 	h.logf("%v", msg)
 	if msg.Type == MsgQueryResp && msg.From != h.master.Tail() {
 		h.offTail++
+	}
+	if msg.Exhausted {
+		h.exhausted++
 	}
 	if msg.To == masterID {
 		h.master.Step(msg)

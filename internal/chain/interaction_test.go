@@ -24,9 +24,10 @@ import (
 //
 // Commands:
 //
-//	chain ids=1,2,3 [r=3] [chunk=64] [rate=0]
+//	chain ids=1,2,3 [r=3] [chunk=64] [rate=0] [seqbits=40]
 //	                                  the initial chain, head first; rate:
-//	                                  joiners' pre-copy bytes a second
+//	                                  joiners' pre-copy bytes a second;
+//	                                  seqbits: a head's numbering range
 //	tick ms=                          advance the members' clock
 //	put id= k= v=                     a client update (id unique)
 //	get id= k= [at=]                  a strong read at the tail, or a
@@ -53,8 +54,9 @@ func TestInteraction(t *testing.T) {
 			switch d.Cmd {
 			case "chain":
 				var ids string
-				r, chunk, rate := 0, 64, 0
+				r, chunk, rate, seqBits := 0, 64, 0, 0
 				d.ScanArgs(t, "ids", &ids)
+				d.MaybeScanArgs(t, "seqbits", &seqBits)
 				d.MaybeScanArgs(t, "r", &r)
 				d.MaybeScanArgs(t, "chunk", &chunk)
 				d.MaybeScanArgs(t, "rate", &rate)
@@ -62,7 +64,7 @@ func TestInteraction(t *testing.T) {
 				if r == 0 {
 					r = len(list)
 				}
-				h = newHarness(list, r, chunk)
+				h = newHarness(list, r, chunk, uint(seqBits))
 				h.rate = int64(rate)
 				h.log = func(s string) { b.WriteString(s + "\n") }
 				writeStatus(&b, h)

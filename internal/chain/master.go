@@ -99,6 +99,10 @@ type Master struct {
 
 	reqs   map[uint64]*request
 	parked []uint64
+	// renumber: the head used up its numbering range; a CR_HEAD at a new
+	// epoch renews it as soon as no reconfiguration is under way (a FLUSH
+	// in flight would be ignored by members that saw the newer epoch).
+	renumber bool
 
 	out MasterReady
 	mut masterMutations
@@ -233,6 +237,23 @@ func (m *Master) Step(msg Msg) {
 	if m.dead[msg.From] {
 		return
 	}
+	m.step(msg)
+	m.maybeRenumber()
+}
+
+// maybeRenumber renews the head's numbering range when it asked and nothing
+// else is under way.
+func (m *Master) maybeRenumber() {
+	if m.renumber && !m.Busy() && m.head != 0 {
+		m.renumber = false
+		m.epoch++
+		m.send(m.head, Msg{Type: MsgCRHead})
+		m.awaiting[order{m.head, MsgCRHead}] = awaited{epoch: m.epoch}
+		m.unpark() // behind the CR_HEAD on the head's link
+	}
+}
+
+func (m *Master) step(msg Msg) {
 	switch msg.Type {
 	case MsgUpdateAck, MsgQueryResp:
 		r := m.reqs[msg.ID]
@@ -259,7 +280,9 @@ func (m *Master) Step(msg Msg) {
 		if r.query {
 			to = m.tail
 		}
-		if to != 0 && to != msg.From {
+		if msg.Exhausted && msg.From == m.head {
+			m.renumber = true
+		} else if to != 0 && to != msg.From {
 			m.route(msg.ID)
 			return
 		}
@@ -412,6 +435,7 @@ func (m *Master) Fail(n NodeID) {
 	}
 	slices.Sort(m.parked) // map order must not leak into the output
 	m.repair()
+	m.maybeRenumber()
 }
 
 func (m *Master) fence(n NodeID) {

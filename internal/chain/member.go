@@ -58,6 +58,10 @@ type Config struct {
 	// the next one b/PrecopyRate later, on its clock (Tick), so the tail
 	// that serves it keeps most of its capacity for traffic (digest §3.6).
 	PrecopyRate int64
+	// SeqBits is how many low bits of a sequence number a head numbers in
+	// within one epoch (0: 40, 10^12 updates); tests lower it to exercise
+	// the renewal of a head's range.
+	SeqBits uint
 }
 
 // mutations are deliberate bugs the tests switch on to show that the
@@ -132,6 +136,9 @@ type Member struct {
 func NewMember(cfg Config, sm StateMachine) *Member {
 	if cfg.PrecopyChunk <= 0 {
 		cfg.PrecopyChunk = 64
+	}
+	if cfg.SeqBits == 0 {
+		cfg.SeqBits = defaultSeqBits
 	}
 	m := &Member{cfg: cfg, sm: sm, pending: map[NodeID][]Msg{}}
 	if k, ok := sm.(Keyed); ok {
@@ -374,6 +381,12 @@ func (m *Member) clientUpdate(msg Msg) {
 		m.toMaster(Msg{Type: MsgRedirect, ID: msg.ID})
 		return
 	}
+	if m.nextSeq+1 >= seqBase(m.epoch+1, m.cfg.SeqBits) {
+		// A later head (a head join's FLUSH, at an epoch above mine) may
+		// start numbering there: refuse rather than collide.
+		m.toMaster(Msg{Type: MsgRedirect, ID: msg.ID, Exhausted: true})
+		return
+	}
 	m.nextSeq++
 	m.receive(Entry{Seq: m.nextSeq, ID: msg.ID, Op: msg.Op})
 }
@@ -381,7 +394,7 @@ func (m *Member) clientUpdate(msg Msg) {
 // becomeHead continues numbering above everything this member has seen and
 // above every number an earlier head can have given (seqBase).
 func (m *Member) becomeHead() {
-	m.nextSeq = max(m.lu, seqBase(m.epoch), m.nextSeq)
+	m.nextSeq = max(m.lu, seqBase(m.epoch, m.cfg.SeqBits), m.nextSeq)
 }
 
 // receive logs an update from the predecessor (or numbered by this head) and

@@ -124,6 +124,9 @@ type Msg struct {
 	Refused  bool
 	Query    bool
 	Any      bool
+	// Exhausted (redirect): the head used up its numbering range; the
+	// master renews it (CR_HEAD at a new epoch) and re-sends.
+	Exhausted bool
 }
 
 func (m Msg) String() string {
@@ -149,6 +152,9 @@ func (m Msg) String() string {
 		fmt.Fprintf(&b, " id=%d -> %q", m.ID, m.Result)
 	case MsgRedirect:
 		fmt.Fprintf(&b, " id=%d query=%t", m.ID, m.Query)
+		if m.Exhausted {
+			b.WriteString(" exhausted")
+		}
 	case MsgPrecopy, MsgCRMid:
 		fmt.Fprintf(&b, " target=%d", m.Target)
 	case MsgPrecopyReq, MsgPrecopyDone:
@@ -187,19 +193,23 @@ func seqs(es []Entry) string {
 }
 
 // Sequence numbers: a head that took over at epoch e numbers its updates
-// from e<<seqEpochShift on (above everything an earlier head can have
-// numbered: digest 002 §7.2), so seq order is history order across head
-// changes without the new head knowing its predecessor's last number.
-const seqEpochShift = 32
+// from e<<SeqBits on (above everything an earlier head can have numbered:
+// digest 002 §7.2), so seq order is history order across head changes
+// without the new head knowing its predecessor's last number. A head numbers
+// below the base of the epoch after its current one, which no later head can
+// start under; when it gets there it refuses updates and the master renews
+// its range with a CR_HEAD at a new epoch (Member.clientUpdate).
+const defaultSeqBits = 40
 
 // seqBase is the first sequence number a head that took over at epoch
 // numbers above.
-func seqBase(epoch uint64) uint64 { return epoch << seqEpochShift }
+func seqBase(epoch uint64, bits uint) uint64 { return epoch << bits }
 
-// FormatSeq prints a sequence number as epoch.n when it carries an epoch.
+// FormatSeq prints a sequence number as epoch.n when it carries an epoch
+// (with the default SeqBits).
 func FormatSeq(s uint64) string {
-	if e := s >> seqEpochShift; e > 0 {
-		return fmt.Sprintf("%d.%d", e, s&(1<<seqEpochShift-1))
+	if e := s >> defaultSeqBits; e > 0 {
+		return fmt.Sprintf("%d.%d", e, s&(1<<defaultSeqBits-1))
 	}
 	return fmt.Sprint(s)
 }

@@ -47,6 +47,9 @@ type simOpts struct {
 	// rate: joiners' PrecopyRate (bytes a second); a step is a millisecond
 	// on the members' clock, ticked every 5 steps.
 	rate int64
+	// seqBits: members' SeqBits (0: the default); small, a head runs out of
+	// numbers often and the master renews its range.
+	seqBits uint
 }
 
 func defaultSim(seed uint64) simOpts {
@@ -67,6 +70,9 @@ func variedSim(seed uint64) simOpts {
 	if seed%5 == 0 {
 		o.rate = 5000
 	}
+	if seed%7 == 3 {
+		o.seqBits = 3
+	}
 	return o
 }
 
@@ -86,7 +92,7 @@ func runSim(o simOpts) (check.History, error) {
 	for i := range ids {
 		ids[i] = NodeID(i + 1)
 	}
-	h := newHarness(ids, o.r, o.chunk)
+	h := newHarness(ids, o.r, o.chunk, o.seqBits)
 	h.mut = o.mut
 	for _, m := range h.members {
 		m.mut = o.mut
@@ -266,6 +272,7 @@ func runSim(o simOpts) (check.History, error) {
 	}
 	if o.stats != nil {
 		o.stats["craq reads answered off the tail"] += h.offTail
+		o.stats["updates refused by a head out of numbers"] += h.exhausted
 	}
 	// Quiet: every configured member holds the same history.
 	var lu []string
@@ -404,7 +411,7 @@ func TestSimRegressions(t *testing.T) {
 		craq bool
 	}{{941, false}, {1415, false}, {512, true}, {43, true}} {
 		o := variedSim(c.seed)
-		o.craq, o.detectDelay = c.craq, 0
+		o.craq, o.detectDelay, o.seqBits = c.craq, 0, 0
 		if err := simVerdict(o); err != nil {
 			t.Errorf("%v", err)
 		}
