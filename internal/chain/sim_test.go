@@ -178,7 +178,10 @@ func runSim(o simOpts) (check.History, error) {
 			}
 		}
 		ls := h.links()
-		if !busyClients && len(ls) == 0 && !h.master.Busy() && len(undetected) == 0 {
+		// Done when the clients are, nothing is in flight, and the chain is
+		// back at R members (while spare nodes remain).
+		restored := len(h.master.Members()) == o.r || joins >= o.joins
+		if !busyClients && len(ls) == 0 && !h.master.Busy() && len(undetected) == 0 && restored {
 			break
 		}
 		switch x := rng.IntN(1000); {
