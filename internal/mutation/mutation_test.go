@@ -17,6 +17,7 @@ import (
 var gatedPackages = map[string][]string{
 	"../script":  nil,
 	"../vr":      nil,
+	"../chain":   nil,
 	"../vrshard": {"appendUnchecked"},
 	"../storage": nil,
 	"../shard":   {"tornMultiReads", "betweenKeys"},

@@ -11,8 +11,8 @@ import (
 // cores are the deterministic cores of this module — the protocol cores and
 // the state machine they order (internal/kv): no goroutines, clocks,
 // randomness or I/O, in themselves or in anything of the module they import.
-// A new core (internal/chain) is added here.
-var cores = []string{"internal/vr", "internal/kv"}
+// internal/chain is the chain replication core (issue 30).
+var cores = []string{"internal/vr", "internal/kv", "internal/chain"}
 
 func moduleRoot(t *testing.T) string {
 	_, file, _, ok := runtime.Caller(0)

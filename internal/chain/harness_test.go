@@ -1,0 +1,233 @@
+package chain
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// The test harness shared by the interaction scripts and the simulator: a
+// master, members each with a tiny key-value state machine, and the network
+// between them modelled as TCP: one FIFO queue per directed link, links to
+// and from a failed member broken (their queues dropped). Which link delivers
+// next is the caller's choice (a script's order or the simulator's seeded
+// random one), so messages on different links overtake each other freely.
+
+const masterID NodeID = 100
+
+// kvSM is the state machine the tests replicate: "k=v" sets k; a read of "k"
+// answers "1:v" or "0:" when k is absent.
+type kvSM struct{ m map[string]string }
+
+func newKV() *kvSM { return &kvSM{m: map[string]string{}} }
+
+func (s *kvSM) Apply(_ uint64, op []byte) []byte {
+	k, v, _ := strings.Cut(string(op), "=")
+	s.m[k] = v
+	return []byte("OK")
+}
+
+func (s *kvSM) Read(q []byte) []byte {
+	v, ok := s.m[string(q)]
+	if !ok {
+		return []byte("0:")
+	}
+	return []byte("1:" + v)
+}
+
+func (s *kvSM) Keys(op []byte) []string {
+	k, _, _ := strings.Cut(string(op), "=")
+	return []string{k}
+}
+
+func (s *kvSM) QueryKey(q []byte) string { return string(q) }
+
+type link struct{ from, to NodeID }
+
+type harness struct {
+	master  *Master
+	members map[NodeID]*Member // up
+	all     map[NodeID]*Member // every member ever created (for status)
+	queues  map[link][]Msg
+	replies []Reply
+	chunk   int
+	rate    int64 // joiners' PrecopyRate
+	seqBits uint  // members' SeqBits
+	now     int64 // the members' clock (Tick)
+	// mut is applied to every member created.
+	mut mutations
+	// log receives one line per event when set.
+	log func(string)
+	// err is the first invariant violation.
+	err error
+	// offTail counts reads answered by a member other than the tail (CRAQ).
+	offTail int
+	// exhausted counts updates a head refused for want of numbers.
+	exhausted int
+	// noCheck turns the invariant check off, to show what the clients'
+	// history alone reveals.
+	noCheck bool
+}
+
+func newHarness(ids []NodeID, r, chunk int, seqBits uint) *harness {
+	h := &harness{members: map[NodeID]*Member{}, all: map[NodeID]*Member{}, queues: map[link][]Msg{}, chunk: chunk, seqBits: seqBits}
+	h.master = NewMaster(masterID, ids, r)
+	for _, id := range ids {
+		m := NewMember(Config{ID: id, Master: masterID, Members: ids, PrecopyChunk: chunk, SeqBits: seqBits}, newKV())
+		h.members[id], h.all[id] = m, m
+	}
+	return h
+}
+
+// addJoiner creates an inactive member id and asks the master to join it.
+func (h *harness) addJoiner(id NodeID, pos int) error {
+	if err := h.master.Join(id, pos); err != nil {
+		return err
+	}
+	m := NewMember(Config{ID: id, Master: masterID, PrecopyChunk: h.chunk, PrecopyRate: h.rate, SeqBits: h.seqBits}, newKV())
+	m.Tick(h.now)
+	m.mut = h.mut
+	h.members[id], h.all[id] = m, m
+	h.collect()
+	return nil
+}
+
+func (h *harness) logf(format string, args ...any) {
+	if h.log != nil {
+		h.log(fmt.Sprintf(format, args...))
+	}
+}
+
+// collect moves every node's output onto the links and checks the invariants.
+func (h *harness) collect() {
+	for {
+		moved := false
+		out := h.master.Ready()
+		for _, msg := range out.Msgs {
+			h.enqueue(msg)
+			moved = true
+		}
+		for _, r := range out.Replies {
+			h.logf("reply id=%d %q", r.ID, r.Result)
+			h.replies = append(h.replies, r)
+		}
+		for _, id := range out.Fenced {
+			h.logf("fence %d", id)
+			h.crash(id, false)
+			moved = true
+		}
+		for _, id := range h.ids() {
+			for _, msg := range h.members[id].Ready() {
+				h.enqueue(msg)
+				moved = true
+			}
+		}
+		if !moved {
+			break
+		}
+	}
+	if h.noCheck {
+		return
+	}
+	if err := Check(h.master, h.all, func(id NodeID) bool { return h.members[id] != nil }); err != nil && h.err == nil {
+		h.err = err
+		h.logf("INVARIANT: %v", err)
+	}
+}
+
+func (h *harness) enqueue(msg Msg) {
+	if msg.To != masterID && h.members[msg.To] == nil {
+		return // the link is broken
+	}
+	l := link{msg.From, msg.To}
+	h.queues[l] = append(h.queues[l], msg)
+}
+
+// ids returns the members that are up, sorted.
+func (h *harness) ids() []NodeID {
+	ids := make([]NodeID, 0, len(h.members))
+	for id := range h.members {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// links returns the links with messages queued, sorted.
+func (h *harness) links() []link {
+	var ls []link
+	for l, q := range h.queues {
+		if len(q) > 0 {
+			ls = append(ls, l)
+		}
+	}
+	slices.SortFunc(ls, func(a, b link) int {
+		if a.from != b.from {
+			return int(a.from) - int(b.from)
+		}
+		return int(a.to) - int(b.to)
+	})
+	return ls
+}
+
+// deliver steps the first message queued on l.
+func (h *harness) deliver(l link) {
+	q := h.queues[l]
+	msg := q[0]
+	h.queues[l] = q[1:]
+	h.logf("%v", msg)
+	if msg.Type == MsgQueryResp && msg.From != h.master.Tail() {
+		h.offTail++
+	}
+	if msg.Exhausted {
+		h.exhausted++
+	}
+	if msg.To == masterID {
+		h.master.Step(msg)
+	} else if m := h.members[msg.To]; m != nil {
+		m.Step(msg)
+	}
+	h.collect()
+}
+
+// crash stops id: its links break; report tells the master (a fenced member
+// is one the master already counts as gone).
+func (h *harness) crash(id NodeID, report bool) {
+	if h.members[id] == nil {
+		return
+	}
+	delete(h.members, id)
+	for l := range h.queues {
+		if l.from == id || l.to == id {
+			delete(h.queues, l)
+		}
+	}
+	if report {
+		h.master.Fail(id)
+	}
+}
+
+// tick advances the members' clock by d nanoseconds.
+func (h *harness) tick(d int64) {
+	h.now += d
+	for _, id := range h.ids() {
+		h.members[id].Tick(h.now)
+	}
+	h.collect()
+}
+
+// stabilize delivers messages, round-robin over the links in order, until
+// none is left.
+func (h *harness) stabilize() {
+	for {
+		ls := h.links()
+		if len(ls) == 0 {
+			return
+		}
+		for _, l := range ls {
+			if len(h.queues[l]) > 0 {
+				h.deliver(l)
+			}
+		}
+	}
+}

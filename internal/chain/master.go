@@ -1,0 +1,488 @@
+package chain
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/kefirdb/kefir/internal/mutation"
+)
+
+// Reply is a client request's answer from the master.
+type Reply struct {
+	ID     uint64
+	Query  bool
+	Result []byte
+}
+
+// MasterReady is what the master wants done: messages to send, replies to
+// hand to clients, and members to fence (stop for good: a joiner whose join
+// was aborted, a tail whose truncation was interrupted). Fencing is the
+// host's fail-stop: a fenced member must receive nothing more.
+type MasterReady struct {
+	Msgs    []Msg
+	Replies []Reply
+	Fenced  []NodeID
+}
+
+type masterMutations struct {
+	// truncateEarly: restore R by truncating as soon as FLUSH is issued,
+	// before the joiner is a replica.
+	truncateEarly bool
+}
+
+// order names a repair order: its recipient and kind.
+type order struct {
+	to   NodeID
+	kind MsgType
+}
+
+// awaited is an unanswered order's epoch and, for CR_MID, its target.
+type awaited struct {
+	epoch  uint64
+	target NodeID
+}
+
+type request struct {
+	query bool
+	any   bool // a CRAQ read: any member may answer
+	op    []byte
+	to    NodeID // where it was last sent (0: parked)
+}
+
+type joinPhase uint8
+
+const (
+	phasePrecopy joinPhase = iota + 1
+	phaseFlush
+)
+
+type joining struct {
+	j     NodeID
+	pos   int
+	phase joinPhase
+	src   NodeID
+	// precopied: pre-copy is done but a repair is outstanding; FLUSH waits
+	// for it (a FLUSH must not overtake a repair's re-sends: those
+	// would reach the old tail after FLUSH and miss both the log flush and
+	// the joiner).
+	precopied bool
+}
+
+// Master decides a chain's membership and routes client requests: the
+// combined manager and front-end of Listing 2 (digest 002 §3.7). The chain
+// never decides its own membership; in Kefir the metadata group will play
+// this part, and the tests' harness drives it. Like Member it is a pure core:
+// it learns of failures from Fail (a perfect failure detector, fail-stop),
+// messages from Step, and its output from Ready.
+//
+// It runs one reconfiguration at a time (a join, a truncation, or a
+// repair); a failure during any of them is repaired at once. A failure
+// during a flush aborts the join (the joiner is fenced; the harness may
+// retry with a fresh node), as the dissertation's "ignore that FLUSH, redo the
+// join" (digest §3.4).
+type Master struct {
+	id      NodeID
+	r       int
+	epoch   uint64
+	members []NodeID // the configuration, head first, the joiner included once FLUSH is issued
+	dead    map[NodeID]bool
+	head    NodeID
+	tail    NodeID // whose answers are accepted; 0 while a CR_TAIL is outstanding
+
+	join  *joining
+	trunc [2]NodeID // the truncation in progress: the new tail, the old
+	// awaiting: the repair orders not yet answered, by member and kind
+	// (one member may get CR_HEAD and CR_MID at once), with the epoch of the
+	// latest one: an answer to an older order does not count, as FLUSH must
+	// not start while a newer repair is still re-sending.
+	awaiting map[order]awaited
+
+	reqs   map[uint64]*request
+	parked []uint64
+	// renumber: the head used up its numbering range; a CR_HEAD at a new
+	// epoch renews it as soon as no reconfiguration is under way (a FLUSH
+	// in flight would be ignored by members that saw the newer epoch).
+	renumber bool
+
+	out MasterReady
+	mut masterMutations
+}
+
+// NewMaster returns the master of a chain of the given members (head first)
+// at epoch 0, which keeps it at r replicas.
+func NewMaster(id NodeID, members []NodeID, r int) *Master {
+	return &Master{id: id, r: r, members: append([]NodeID(nil), members...),
+		dead: map[NodeID]bool{}, head: members[0], tail: members[len(members)-1],
+		awaiting: map[order]awaited{}, reqs: map[uint64]*request{}}
+}
+
+// Members returns the configuration, head first.
+func (m *Master) Members() []NodeID { return append([]NodeID(nil), m.members...) }
+
+// Head and Tail are where updates and strong reads go (0: none at present).
+func (m *Master) Head() NodeID { return m.head }
+
+// Tail is the member whose answers the master accepts.
+func (m *Master) Tail() NodeID { return m.tail }
+
+// Epoch is the current configuration epoch.
+func (m *Master) Epoch() uint64 { return m.epoch }
+
+// Busy reports whether a reconfiguration is in progress.
+func (m *Master) Busy() bool {
+	return m.join != nil || m.trunc[0] != 0 || len(m.awaiting) > 0
+}
+
+// Joiner is the node joining (0: none).
+func (m *Master) Joiner() NodeID {
+	if m.join == nil {
+		return 0
+	}
+	return m.join.j
+}
+
+// Truncating is the tail being truncated (0: none). If the member taking
+// over from it fails first, it is fenced too: it may already have freed its
+// data.
+func (m *Master) Truncating() NodeID { return m.trunc[1] }
+
+// Ready returns and clears the master's output.
+func (m *Master) Ready() MasterReady {
+	out := m.out
+	m.out = MasterReady{}
+	return out
+}
+
+func (m *Master) send(to NodeID, msg Msg) {
+	msg.From, msg.To = m.id, to
+	if msg.Epoch == 0 {
+		msg.Epoch = m.epoch
+	}
+	m.out.Msgs = append(m.out.Msgs, msg)
+}
+
+// Put routes an update (client request id, unique) to the head.
+func (m *Master) Put(id uint64, op []byte) {
+	m.reqs[id] = &request{op: op}
+	m.route(id)
+}
+
+// Get routes a strong read to the tail.
+func (m *Master) Get(id uint64, query []byte) {
+	m.reqs[id] = &request{query: true, op: query}
+	m.route(id)
+}
+
+// GetAt routes a version-checked strong read (CRAQ) to member at: it
+// answers itself if the key is clean there and otherwise passes the read down
+// the chain; the answer may come from any member. If the read cannot be
+// served on that path it falls back to the tail.
+func (m *Master) GetAt(id uint64, query []byte, at NodeID) {
+	m.reqs[id] = &request{query: true, any: true, op: query, to: at}
+	if at == 0 {
+		m.route(id)
+		return
+	}
+	m.send(at, Msg{Type: MsgQuery, ID: id, Op: query, Any: true})
+}
+
+// Forget drops a request the client gave up on; a late answer is ignored.
+func (m *Master) Forget(id uint64) { delete(m.reqs, id) }
+
+func (m *Master) route(id uint64) {
+	r := m.reqs[id]
+	to, t := m.head, MsgUpdate
+	if r.query {
+		to, t = m.tail, MsgQuery
+	}
+	r.to = to
+	if to == 0 {
+		m.parked = append(m.parked, id)
+		return
+	}
+	m.send(to, Msg{Type: t, ID: id, Op: r.op, Any: r.any})
+}
+
+// unpark re-routes parked requests after the head or tail changed.
+func (m *Master) unpark() {
+	p := m.parked
+	m.parked = nil
+	for _, id := range p {
+		if _, ok := m.reqs[id]; ok {
+			m.route(id)
+		}
+	}
+}
+
+// Join starts adding j before position pos of the chain (0: as head; at or
+// past the tail: just before the tail, never after it). Pre-copy comes first;
+// FLUSH follows when j reports it done.
+func (m *Master) Join(j NodeID, pos int) error {
+	if m.Busy() {
+		return fmt.Errorf("chain: join of %d: a reconfiguration is in progress", j)
+	}
+	if m.tail == 0 || len(m.members) == 0 {
+		return fmt.Errorf("chain: join of %d: the chain has no tail to pre-copy from", j)
+	}
+	if j == 0 || j == m.id || m.dead[j] || slices.Contains(m.members, j) {
+		return fmt.Errorf("chain: join of %d: not a new node (members %v)", j, m.members)
+	}
+	m.join = &joining{j: j, pos: pos, phase: phasePrecopy, src: m.tail}
+	m.send(j, Msg{Type: MsgPrecopy, Target: m.tail})
+	return nil
+}
+
+// Step processes a message from a member.
+func (m *Master) Step(msg Msg) {
+	if m.dead[msg.From] {
+		return
+	}
+	m.step(msg)
+	m.maybeRenumber()
+}
+
+// maybeRenumber renews the head's numbering range when it asked and nothing
+// else is under way.
+func (m *Master) maybeRenumber() {
+	if m.renumber && !m.Busy() && m.head != 0 {
+		m.renumber = false
+		m.epoch++
+		m.send(m.head, Msg{Type: MsgCRHead})
+		m.awaiting[order{m.head, MsgCRHead}] = awaited{epoch: m.epoch}
+		m.unpark() // behind the CR_HEAD on the head's link
+	}
+}
+
+func (m *Master) step(msg Msg) {
+	switch msg.Type {
+	case MsgUpdateAck, MsgQueryResp:
+		r := m.reqs[msg.ID]
+		if r == nil || r.query != (msg.Type == MsgQueryResp) {
+			return
+		}
+		if msg.From != m.tail && !r.any {
+			// Lemma 3.17: only the current tail answers (a CRAQ read by
+			// whichever member found the key clean). A read answered by a
+			// former tail is asked again; an update waits for the tail's ack.
+			if r.query && r.to == msg.From {
+				m.route(msg.ID)
+			}
+			return
+		}
+		delete(m.reqs, msg.ID)
+		m.out.Replies = append(m.out.Replies, Reply{ID: msg.ID, Query: r.query, Result: msg.Result})
+	case MsgRedirect:
+		r := m.reqs[msg.ID]
+		if r == nil || r.to != msg.From && !r.any {
+			return
+		}
+		to := m.head
+		if r.query {
+			to = m.tail
+		}
+		if msg.Exhausted && msg.From == m.head {
+			m.renumber = true
+		} else if to != 0 && to != msg.From {
+			m.route(msg.ID)
+			return
+		}
+		r.to = 0
+		m.parked = append(m.parked, msg.ID)
+	case MsgPrecopyDone:
+		if m.join == nil || msg.From != m.join.j || m.join.phase != phasePrecopy {
+			return
+		}
+		if msg.Refused {
+			m.join.src = 0
+			m.reissuePrecopy()
+			return
+		}
+		m.join.precopied = true
+		m.maybeFlush()
+	case MsgFlushAck:
+		if m.join == nil || msg.From != m.join.j || m.join.phase != phaseFlush {
+			return
+		}
+		m.join = nil
+		if len(m.members) > m.r {
+			m.truncate()
+		}
+	case MsgTruncateAck:
+		if msg.From != m.trunc[0] {
+			return
+		}
+		m.members = m.members[:len(m.members)-1]
+		m.tail = msg.From
+		m.trunc = [2]NodeID{}
+		m.unpark()
+	case MsgCRHeadDone, MsgCRMidDone:
+		m.answered(msg)
+		m.maybeFlush()
+	case MsgCRTailDone:
+		m.answered(msg)
+		if n := len(m.members); n > 0 && m.members[n-1] == msg.From {
+			m.tail = msg.From
+			m.unpark()
+			m.reissuePrecopy()
+		}
+		m.maybeFlush()
+	}
+}
+
+// answered notes a repair order's answer.
+func (m *Master) answered(msg Msg) {
+	o := order{msg.From, MsgCRHead}
+	switch msg.Type {
+	case MsgCRMidDone:
+		o.kind = MsgCRMid
+	case MsgCRTailDone:
+		o.kind = MsgCRTail
+	}
+	if a, ok := m.awaiting[o]; ok && msg.Epoch >= a.epoch {
+		delete(m.awaiting, o)
+	}
+}
+
+// maybeFlush starts the join's FLUSH once pre-copy is done and no repair is
+// outstanding.
+func (m *Master) maybeFlush() {
+	if j := m.join; j != nil && j.phase == phasePrecopy && j.precopied && len(m.awaiting) == 0 && m.tail != 0 {
+		m.startFlush()
+	}
+}
+
+// reissuePrecopy points a pre-copying joiner at the current tail when its
+// source is gone or refused (the joiner resumes after what it holds: its
+// prefix of the old tail's history is a prefix of the new tail's).
+func (m *Master) reissuePrecopy() {
+	if m.join == nil || m.join.phase != phasePrecopy || m.tail == 0 || m.join.src == m.tail {
+		return
+	}
+	m.join.src = m.tail
+	m.join.precopied = false
+	m.send(m.join.j, Msg{Type: MsgPrecopy, Target: m.tail})
+}
+
+// startFlush inserts the joiner into the configuration and sends FLUSH
+// (digest §3.4 Phase 2).
+func (m *Master) startFlush() {
+	j := m.join
+	m.epoch++
+	pos := min(max(j.pos, 0), len(m.members)-1)
+	old := m.members
+	list := append(append(append([]NodeID(nil), old[:pos]...), j.j), old[pos:]...)
+	path := append(append([]NodeID{j.j}, old...), j.j)
+	m.members = list
+	j.phase = phaseFlush
+	m.send(j.j, Msg{Type: MsgFlush, Members: list, Path: path, Joiner: j.j})
+	if pos == 0 {
+		// Digest §7.6: updates go to the joiner from now on (it saw FLUSH
+		// before them: same link); the old head refuses stragglers.
+		m.head = j.j
+		m.unpark()
+	}
+	if mutation.On && m.mut.truncateEarly && len(m.members) > m.r {
+		m.truncate()
+	}
+}
+
+// truncate drops the tail (digest §3.4 Phase 3).
+func (m *Master) truncate() {
+	m.epoch++
+	n := len(m.members)
+	m.trunc = [2]NodeID{m.members[n-2], m.members[n-1]}
+	m.send(m.trunc[0], Msg{Type: MsgTruncate})
+}
+
+// Fail tells the master that n failed (fail-stop). It repairs the chain
+// around every member that is gone (digest §3.5).
+func (m *Master) Fail(n NodeID) {
+	if m.dead[n] {
+		return
+	}
+	m.dead[n] = true
+	if j := m.join; j != nil {
+		switch {
+		case j.phase == phasePrecopy && n == j.j:
+			m.join = nil // never linked in: nothing to repair
+		case j.phase == phaseFlush && n != j.j:
+			m.fence(j.j) // abort the join: relink as before it
+			m.join = nil
+		case j.phase == phaseFlush:
+			m.join = nil
+		}
+	}
+	if m.trunc[0] != 0 {
+		if n == m.trunc[0] {
+			m.fence(m.trunc[1]) // it may have dropped itself already
+		}
+		if n == m.trunc[0] || n == m.trunc[1] {
+			m.trunc = [2]NodeID{}
+		}
+	}
+	for o, a := range m.awaiting {
+		// An order to a dead member, or a CR_MID towards one, is moot:
+		// the repair below gives the survivors new orders.
+		if m.dead[o.to] || m.dead[a.target] {
+			delete(m.awaiting, o)
+		}
+	}
+	for id, r := range m.reqs {
+		if r.query && r.to == n {
+			r.to = 0
+			m.parked = append(m.parked, id)
+		}
+	}
+	slices.Sort(m.parked) // map order must not leak into the output
+	m.repair()
+	m.maybeRenumber()
+}
+
+func (m *Master) fence(n NodeID) {
+	if !m.dead[n] {
+		m.dead[n] = true
+		m.out.Fenced = append(m.out.Fenced, n)
+	}
+}
+
+// repair relinks the configuration around the dead members: CR_HEAD to a new
+// head, CR_TAIL to a new tail, CR_MID to each survivor whose successor
+// changed. The survivors keep their relative order.
+func (m *Master) repair() {
+	var live []NodeID
+	for _, id := range m.members {
+		if !m.dead[id] {
+			live = append(live, id)
+		}
+	}
+	if len(live) == len(m.members) {
+		return
+	}
+	m.epoch++
+	old := m.members
+	m.members = live
+	if len(live) == 0 {
+		m.head, m.tail = 0, 0
+		return
+	}
+	if live[0] != old[0] {
+		m.head = live[0]
+		m.send(live[0], Msg{Type: MsgCRHead})
+		m.awaiting[order{live[0], MsgCRHead}] = awaited{epoch: m.epoch}
+	}
+	for i := 0; i+1 < len(live); i++ {
+		if _, succ := neighbours(old, live[i]); succ != live[i+1] {
+			m.send(live[i], Msg{Type: MsgCRMid, Target: live[i+1]})
+			m.awaiting[order{live[i], MsgCRMid}] = awaited{epoch: m.epoch, target: live[i+1]}
+		}
+	}
+	if last := live[len(live)-1]; last != old[len(old)-1] {
+		m.tail = 0
+		m.send(last, Msg{Type: MsgCRTail})
+		m.awaiting[order{last, MsgCRTail}] = awaited{epoch: m.epoch}
+	}
+	m.unpark()
+}
+
+// Lost reports whether every member is gone.
+func (m *Master) Lost() bool { return len(m.members) == 0 }

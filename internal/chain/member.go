@@ -1,0 +1,626 @@
+package chain
+
+import (
+	"sort"
+
+	"github.com/kefirdb/kefir/internal/mutation"
+)
+
+// State is a member's place in the join protocol (digest 002 §3.2,
+// Def. 3.10), plus Removed for the tail a TRUNCATE dropped.
+type State uint8
+
+const (
+	// Inactive: a joiner pre-copying the tail's log; not linked into the chain.
+	Inactive State = iota
+	// Joining: the joiner saw FLUSH once; it logs new updates to its
+	// temporary store and relays them to its successor.
+	Joining
+	// Active: a replica of the chain.
+	Active
+	// Removed: truncated away; it answers nothing but redirects.
+	Removed
+)
+
+func (s State) String() string {
+	return [...]string{"inactive", "joining", "active", "removed"}[s]
+}
+
+// StateMachine is what the chain replicates. Apply runs updates in history
+// order (seq increases) and returns the result the client gets; Read answers
+// a strong read at the tail. Both must be deterministic: every member applies
+// the same history and a new tail reports results it computed itself.
+type StateMachine interface {
+	Apply(seq uint64, op []byte) []byte
+	Read(query []byte) []byte
+}
+
+// Keyed is implemented by a StateMachine whose operations name the keys
+// they write and whose queries name the key they read. Version-checked reads
+// at any member (CRAQ) need it: a member answers a read itself only when the
+// latest update to the key it holds has been acknowledged (is clean).
+type Keyed interface {
+	Keys(op []byte) []string
+	QueryKey(query []byte) string
+}
+
+// Config is what a member is created with.
+type Config struct {
+	ID, Master NodeID
+	// Members is the initial chain (head first) for a member of it, at
+	// epoch 0; nil for a joiner, which starts Inactive.
+	Members []NodeID
+	// PrecopyChunk is how many entries one pre-copy or log-flush message
+	// carries (0: 64). The joiner pulls one chunk at a time.
+	PrecopyChunk int
+	// PrecopyRate throttles pre-copy to about this many bytes a second of
+	// entries (0: no limit): after a chunk of b bytes the joiner asks for
+	// the next one b/PrecopyRate later, on its clock (Tick), so the tail
+	// that serves it keeps most of its capacity for traffic (digest §3.6).
+	PrecopyRate int64
+	// SeqBits is how many low bits of a sequence number a head numbers in
+	// within one epoch (0: 40, 10^12 updates); tests lower it to exercise
+	// the renewal of a head's range.
+	SeqBits uint
+}
+
+// mutations are deliberate bugs the tests switch on to show that the
+// invariant check and the simulator catch them (internal/mutation).
+type mutations struct {
+	// ackBeforeTail: a middle member acknowledges an update upstream when it
+	// receives it, before the tail has it.
+	ackBeforeTail bool
+	// skipFlush: the old tail forwards FLUSH to the joiner without the log
+	// flush (the entries after the joiner's pre-copy end).
+	skipFlush bool
+}
+
+// Member is one chain member's protocol state for one chain (one key range):
+// a pure core. Step feeds it a message; Ready returns the messages it wants
+// sent. It never reads a clock, draws random numbers or does I/O; the host
+// delivers messages over per-neighbour FIFO links (TCP) and tells the master
+// about failures.
+type Member struct {
+	cfg   Config
+	sm    StateMachine
+	state State
+	epoch uint64
+
+	pred, succ NodeID
+	// predEpoch, succEpoch: the epoch at which the current link was made.
+	// Chain messages on a link carry the sender's epoch; one older than the
+	// link's is from a superseded link and is ignored.
+	predEpoch, succEpoch uint64
+
+	log []Entry // the history, applied to sm (H = H_acked ∪ H_unacked)
+	tmp []Entry // a joiner's temporary store (not applied until the merge)
+	lu  uint64  // last update received (LU)
+	la  uint64  // last update acknowledged by the successor (LA)
+
+	nextSeq uint64 // as head: the last sequence number assigned
+
+	// keyed is sm's Keyed, if it has one; lastWrite is then the sequence
+	// number of the latest update to each key in the log (the key's
+	// version), for CRAQ reads.
+	keyed     Keyed
+	lastWrite map[string]uint64
+
+	// pending holds updates from a member that is not (yet) the
+	// predecessor, per sender, until a FLUSH makes it one (digest §7.4).
+	pending map[NodeID][]Msg
+
+	// repairing: CR_MID made succ a new successor whose REPAIR_INFO has not
+	// come back; updates are logged but not forwarded until it does (the
+	// blocking getRepairInfo of Listing 1, made asynchronous).
+	repairing   bool
+	repairEpoch uint64
+
+	precopySrc NodeID
+
+	// truncating: TRUNCATE went on to the old tail; this member becomes the
+	// tail when the old tail's TRUNCATE_DONE comes back.
+	truncating bool
+
+	// now is the member's clock, from Tick (nanoseconds); nextPull is when
+	// a throttled joiner may ask for its next chunk, and pullDue says it
+	// owes that request.
+	now, nextPull int64
+	pullDue       bool
+
+	out []Msg
+	mut mutations
+}
+
+// NewMember returns a member: Active in the initial chain cfg.Members, or an
+// Inactive joiner when cfg.Members is nil.
+func NewMember(cfg Config, sm StateMachine) *Member {
+	if cfg.PrecopyChunk <= 0 {
+		cfg.PrecopyChunk = 64
+	}
+	if cfg.SeqBits == 0 {
+		cfg.SeqBits = defaultSeqBits
+	}
+	m := &Member{cfg: cfg, sm: sm, pending: map[NodeID][]Msg{}}
+	if k, ok := sm.(Keyed); ok {
+		m.keyed, m.lastWrite = k, map[string]uint64{}
+	}
+	if cfg.Members != nil {
+		m.state = Active
+		m.pred, m.succ = neighbours(cfg.Members, cfg.ID)
+	}
+	return m
+}
+
+// neighbours returns id's predecessor and successor in list (0 at the ends).
+func neighbours(list []NodeID, id NodeID) (pred, succ NodeID) {
+	for i, n := range list {
+		if n == id {
+			if i > 0 {
+				pred = list[i-1]
+			}
+			if i+1 < len(list) {
+				succ = list[i+1]
+			}
+		}
+	}
+	return pred, succ
+}
+
+// Ready returns and clears the messages to send, in order.
+func (m *Member) Ready() []Msg {
+	out := m.out
+	m.out = nil
+	return out
+}
+
+func (m *Member) send(to NodeID, msg Msg) {
+	msg.From, msg.To = m.cfg.ID, to
+	if msg.Epoch == 0 {
+		msg.Epoch = m.epoch
+	}
+	m.out = append(m.out, msg)
+}
+
+func (m *Member) toMaster(msg Msg) { m.send(m.cfg.Master, msg) }
+
+// raise adopts a configuration epoch learnt from the master or in-band.
+func (m *Member) raise(e uint64) {
+	if e > m.epoch {
+		m.epoch = e
+	}
+}
+
+// Step processes one message.
+func (m *Member) Step(msg Msg) {
+	if m.state == Removed {
+		if msg.From == m.cfg.Master && (msg.Type == MsgUpdate || msg.Type == MsgQuery) {
+			m.toMaster(Msg{Type: MsgRedirect, ID: msg.ID, Query: msg.Type == MsgQuery})
+		}
+		return
+	}
+	switch msg.Type {
+	case MsgUpdate:
+		if msg.From == m.cfg.Master {
+			m.clientUpdate(msg)
+			return
+		}
+		if msg.From != m.pred || m.state == Inactive {
+			m.pending[msg.From] = append(m.pending[msg.From], msg)
+			return
+		}
+		if msg.Epoch < m.predEpoch {
+			return
+		}
+		m.receive(Entry{Seq: msg.Seq, ID: msg.ID, Op: msg.Op})
+	case MsgAck:
+		if msg.From != m.succ || msg.Epoch < m.succEpoch {
+			return
+		}
+		if msg.Seq > m.la {
+			m.la = msg.Seq
+			if m.pred != 0 {
+				m.send(m.pred, Msg{Type: MsgAck, Seq: m.la})
+			}
+		}
+	case MsgQuery:
+		if m.state == Active && (m.succ == 0 || msg.Any && m.clean(msg.Op)) {
+			m.toMaster(Msg{Type: MsgQueryResp, ID: msg.ID, Result: m.sm.Read(msg.Op)})
+			return
+		}
+		if msg.Any && m.succ != 0 && (m.state == Active || m.state == Joining) {
+			// Dirty here: the tail, or a member on the way, has the
+			// committed version.
+			m.send(m.succ, Msg{Type: MsgQuery, ID: msg.ID, Op: msg.Op, Any: true})
+			return
+		}
+		m.toMaster(Msg{Type: MsgRedirect, ID: msg.ID, Query: true})
+	case MsgPrecopy:
+		if m.state != Inactive {
+			return
+		}
+		m.raise(msg.Epoch)
+		m.precopySrc = msg.Target
+		m.pullDue = false // a new source: ask it at once
+		m.send(m.precopySrc, Msg{Type: MsgPrecopyReq, Seq: m.lu})
+	case MsgPrecopyReq:
+		if m.state != Active || m.succ != 0 {
+			m.send(msg.From, Msg{Type: MsgPrecopyChunk, Refused: true})
+			return
+		}
+		es, done := m.after(msg.Seq, m.cfg.PrecopyChunk)
+		m.send(msg.From, Msg{Type: MsgPrecopyChunk, Entries: es, Done: done})
+	case MsgPrecopyChunk:
+		if m.state != Inactive || msg.From != m.precopySrc {
+			return
+		}
+		if msg.Refused {
+			m.toMaster(Msg{Type: MsgPrecopyDone, Seq: m.lu, Refused: true})
+			return
+		}
+		m.appendMain(msg.Entries)
+		if msg.Done {
+			m.toMaster(Msg{Type: MsgPrecopyDone, Seq: m.lu})
+			return
+		}
+		if r := m.cfg.PrecopyRate; r > 0 {
+			var n int64
+			for _, e := range msg.Entries {
+				n += int64(len(e.Op)) + entryOverhead
+			}
+			m.nextPull = m.now + n*1e9/r
+			m.pullDue = true
+			m.pull()
+			return
+		}
+		m.send(m.precopySrc, Msg{Type: MsgPrecopyReq, Seq: m.lu})
+	case MsgFlush:
+		m.flush(msg)
+	case MsgFlushedUpdate:
+		if m.state == Joining {
+			m.appendMain(msg.Entries)
+		}
+	case MsgTruncate:
+		m.raise(msg.Epoch)
+		if m.succ == 0 {
+			// The old tail: it has answered everything its predecessor
+			// sent before TRUNCATE (FIFO); it stops serving, hands over and
+			// frees the range.
+			m.state = Removed
+			m.log, m.tmp, m.pending, m.lastWrite = nil, nil, nil, nil
+			if m.pred != 0 {
+				m.send(m.pred, Msg{Type: MsgTruncateDone, Epoch: msg.Epoch})
+			}
+			return
+		}
+		// Pass it on, and stay a non-tail until the old tail confirms: until
+		// then the old tail still answers as the tail (it is the master's),
+		// and acknowledging anything it has not would let a CRAQ read
+		// upstream return a version that a read at the old tail then
+		// misses, if this member failed now.
+		m.send(m.succ, Msg{Type: MsgTruncate, Epoch: msg.Epoch})
+		m.truncating = true
+	case MsgTruncateDone:
+		if !m.truncating || msg.From != m.succ {
+			return
+		}
+		m.succ, m.repairing, m.truncating = 0, false, false
+		// Digest §7.5: the new tail reports first, so the master makes it
+		// the tail before any of its update acks arrive (same FIFO link).
+		m.toMaster(Msg{Type: MsgTruncateAck})
+		m.ackPending()
+	case MsgCRHead:
+		m.raise(msg.Epoch)
+		m.pred = 0
+		m.pending = map[NodeID][]Msg{}
+		m.becomeHead()
+		m.toMaster(Msg{Type: MsgCRHeadDone, Epoch: msg.Epoch})
+	case MsgCRMid:
+		m.raise(msg.Epoch)
+		m.succ, m.succEpoch = msg.Target, msg.Epoch
+		m.repairing, m.repairEpoch = true, msg.Epoch
+		m.send(m.succ, Msg{Type: MsgCRMidRepair, LA: m.la, Epoch: msg.Epoch})
+	case MsgCRMidRepair:
+		if msg.Epoch < m.predEpoch {
+			return // a newer repair already chose my predecessor
+		}
+		m.raise(msg.Epoch)
+		m.pred, m.predEpoch = msg.From, msg.Epoch
+		m.pending = map[NodeID][]Msg{}
+		m.send(msg.From, Msg{Type: MsgRepairInfo, LA: m.la, LU: m.lu, Epoch: msg.Epoch})
+	case MsgRepairInfo:
+		if !m.repairing || msg.From != m.succ || msg.Epoch != m.repairEpoch {
+			return
+		}
+		m.repairing = false
+		if msg.LA > m.la {
+			m.la = msg.LA
+			if m.pred != 0 {
+				m.send(m.pred, Msg{Type: MsgAck, Seq: m.la})
+			}
+		}
+		// Re-send what the new successor may never have got (Listing 1's
+		// CR_MID), including what arrived while repairing.
+		es, _ := m.after(msg.LU, len(m.log))
+		for _, e := range es {
+			m.send(m.succ, Msg{Type: MsgUpdate, Seq: e.Seq, ID: e.ID, Op: e.Op})
+		}
+		m.toMaster(Msg{Type: MsgCRMidDone, Epoch: m.repairEpoch})
+	case MsgCRTail:
+		m.raise(msg.Epoch)
+		m.succ, m.repairing, m.truncating = 0, false, false
+		m.toMaster(Msg{Type: MsgCRTailDone, Epoch: msg.Epoch}) // before the acks, as TRUNCATE_ACK
+		m.ackPending()
+	}
+}
+
+// entryOverhead is what an entry costs beyond its operation in the pre-copy
+// throttle's count (sequence number, request id, framing).
+const entryOverhead = 24
+
+// Tick tells the member the time on its clock (nanoseconds); a throttled
+// joiner sends its next pre-copy request when it is due.
+func (m *Member) Tick(now int64) {
+	m.now = now
+	m.pull()
+}
+
+// pull sends a throttled joiner's owed pre-copy request once it is due.
+func (m *Member) pull() {
+	if m.pullDue && m.state == Inactive && m.now >= m.nextPull {
+		m.pullDue = false
+		m.send(m.precopySrc, Msg{Type: MsgPrecopyReq, Seq: m.lu})
+	}
+}
+
+// clientUpdate handles an update from the master: the head numbers it and
+// replicates it; anyone else refuses it (the master re-routes it). A member
+// that stopped being the head refuses updates still in flight from the
+// previous configuration rather than queueing them (digest §7.6).
+func (m *Member) clientUpdate(msg Msg) {
+	if m.pred != 0 || (m.state != Active && m.state != Joining) {
+		m.toMaster(Msg{Type: MsgRedirect, ID: msg.ID})
+		return
+	}
+	if m.nextSeq+1 >= seqBase(m.epoch+1, m.cfg.SeqBits) {
+		// A later head (a head join's FLUSH, at an epoch above mine) may
+		// start numbering there: refuse rather than collide.
+		m.toMaster(Msg{Type: MsgRedirect, ID: msg.ID, Exhausted: true})
+		return
+	}
+	m.nextSeq++
+	m.receive(Entry{Seq: m.nextSeq, ID: msg.ID, Op: msg.Op})
+}
+
+// becomeHead continues numbering above everything this member has seen and
+// above every number an earlier head can have given (seqBase).
+func (m *Member) becomeHead() {
+	m.nextSeq = max(m.lu, seqBase(m.epoch, m.cfg.SeqBits), m.nextSeq)
+}
+
+// receive logs an update from the predecessor (or numbered by this head) and
+// passes it on: to the successor, or, at the tail, as the answer to the
+// master and an acknowledgement upstream. A joiner keeps it in its temporary
+// store and relays it (digest §7.3).
+func (m *Member) receive(e Entry) {
+	if e.Seq <= m.lu {
+		return // a re-send after repair that overlaps what arrived
+	}
+	if m.state == Joining {
+		m.tmp = append(m.tmp, e)
+	} else {
+		e.Result = m.sm.Apply(e.Seq, e.Op)
+		m.appendLog(e)
+	}
+	m.lu = e.Seq
+	if m.succ == 0 {
+		m.la = e.Seq
+		m.toMaster(Msg{Type: MsgUpdateAck, Seq: e.Seq, ID: e.ID, Result: e.Result})
+		if m.pred != 0 {
+			m.send(m.pred, Msg{Type: MsgAck, Seq: e.Seq})
+		}
+		return
+	}
+	if mutation.On && m.mut.ackBeforeTail && m.pred != 0 {
+		m.send(m.pred, Msg{Type: MsgAck, Seq: e.Seq})
+	}
+	if !m.repairing {
+		m.send(m.succ, Msg{Type: MsgUpdate, Seq: e.Seq, ID: e.ID, Op: e.Op})
+	}
+}
+
+// appendLog appends an applied entry, extending the running digest.
+func (m *Member) appendLog(e Entry) {
+	var prev uint64
+	if n := len(m.log); n > 0 {
+		prev = m.log[n-1].sum
+	}
+	e.sum = digest(prev, e.Seq, e.Op)
+	m.log = append(m.log, e)
+	if m.keyed != nil {
+		for _, k := range m.keyed.Keys(e.Op) {
+			m.lastWrite[k] = e.Seq
+		}
+	}
+	if e.Seq > m.lu {
+		m.lu = e.Seq
+	}
+}
+
+// appendMain applies entries that come straight into the main store
+// (pre-copy, log flush), skipping any it already holds.
+func (m *Member) appendMain(es []Entry) {
+	for _, e := range es {
+		if n := len(m.log); n > 0 && e.Seq <= m.log[n-1].Seq {
+			continue
+		}
+		e.Result = m.sm.Apply(e.Seq, e.Op)
+		m.appendLog(e)
+	}
+}
+
+// clean reports whether the latest update this member holds to the query's
+// key has been acknowledged, i.e. reached the tail. Every update the tail
+// holds passed through this member first (history containment), so the
+// member then holds the key's latest committed version and may answer a
+// strong read itself (CRAQ). Without Keyed nothing is clean.
+func (m *Member) clean(query []byte) bool {
+	if m.keyed == nil {
+		return false
+	}
+	return m.lastWrite[m.keyed.QueryKey(query)] <= m.la
+}
+
+// after returns up to n log entries with a sequence number above seq, and
+// whether they reach the end of the log.
+func (m *Member) after(seq uint64, n int) ([]Entry, bool) {
+	i := sort.Search(len(m.log), func(i int) bool { return m.log[i].Seq > seq })
+	j := min(len(m.log), i+n)
+	return append([]Entry(nil), m.log[i:j]...), j == len(m.log)
+}
+
+// ackPending makes this member the tail's answer for every update it holds
+// that its old successor never acknowledged (CR_TAIL, TRUNCATE): Invariant
+// 3.13, the tail holds nothing unacknowledged.
+func (m *Member) ackPending() {
+	es, _ := m.after(m.la, len(m.log))
+	es = append(es, m.tmp...)
+	for _, e := range es {
+		if e.Seq > m.la {
+			m.toMaster(Msg{Type: MsgUpdateAck, Seq: e.Seq, ID: e.ID, Result: e.Result})
+		}
+	}
+	if m.lu > m.la {
+		m.la = m.lu
+		if m.pred != 0 {
+			m.send(m.pred, Msg{Type: MsgAck, Seq: m.la})
+		}
+	}
+}
+
+// flush handles FLUSH (digest §3.4 Phase 2, Listing 1 with the §7 fixes).
+func (m *Member) flush(msg Msg) {
+	if msg.Epoch < m.epoch {
+		return // cancelled: a later configuration (a repair) reached me first
+	}
+	me := m.cfg.ID
+	if msg.Joiner == me && m.state == Joining {
+		// Second arrival: the log flush is complete; merge the temporary
+		// store behind it and become a replica.
+		var mainLU uint64
+		if n := len(m.log); n > 0 {
+			mainLU = m.log[n-1].Seq
+		}
+		tmp := m.tmp
+		m.tmp = nil
+		for _, e := range tmp {
+			if e.Seq > mainLU {
+				e.Result = m.sm.Apply(e.Seq, e.Op)
+				m.appendLog(e)
+			}
+		}
+		// Everything pre-copied or flushed was at the old tail: it is
+		// acknowledged, and upstream may have lost the old tail's acks
+		// for it (they stopped being accepted when FLUSH relinked it).
+		if mainLU > m.la {
+			m.la = mainLU
+			if m.pred != 0 {
+				m.send(m.pred, Msg{Type: MsgAck, Seq: m.la})
+			}
+		}
+		m.state = Active
+		m.toMaster(Msg{Type: MsgFlushAck, Epoch: msg.Epoch})
+		return
+	}
+	if msg.Joiner != me && m.state != Active {
+		return
+	}
+	m.raise(msg.Epoch)
+	pred, succ := neighbours(msg.Members, me)
+	predChanged := pred != m.pred
+	if predChanged {
+		m.pred, m.predEpoch = pred, m.epoch
+	}
+	if succ != m.succ {
+		m.succ, m.succEpoch = succ, m.epoch
+	}
+	if msg.Joiner == me {
+		// First arrival: start the temporary store, forward FLUSH to the
+		// head of the old chain with my pre-copy end, which the old tail's
+		// log flush starts after (digest §7.7).
+		m.state = Joining
+		if m.pred == 0 {
+			m.becomeHead()
+		}
+		fwd := msg
+		fwd.Seq = m.lu
+		m.send(msg.Path[1], fwd)
+		return
+	}
+	i := 1
+	for i < len(msg.Path)-1 && msg.Path[i] != me {
+		i++
+	}
+	if i == len(msg.Path)-2 {
+		// The old tail: push what the joiner's pre-copy missed, then FLUSH.
+		if !(mutation.On && m.mut.skipFlush) {
+			es, _ := m.after(msg.Seq, len(m.log))
+			for len(es) > 0 {
+				k := min(len(es), m.cfg.PrecopyChunk)
+				m.send(msg.Joiner, Msg{Type: MsgFlushedUpdate, Entries: es[:k]})
+				es = es[k:]
+			}
+		}
+	}
+	m.send(msg.Path[i+1], msg)
+	if predChanged {
+		// Digest §7.4: the queue of the *new* predecessor, replayed after
+		// FLUSH went on, so the old tail's log flush holds only updates that
+		// came the old way.
+		q := m.pending[pred]
+		m.pending = map[NodeID][]Msg{}
+		for _, u := range q {
+			m.Step(u)
+		}
+	}
+}
+
+// digest extends a running history digest (FNV-1a) by one entry.
+func digest(prev, seq uint64, op []byte) uint64 {
+	const prime = 1099511628211
+	h := prev ^ 14695981039346656037
+	for i := 0; i < 8; i++ {
+		h ^= (seq >> (8 * i)) & 0xff
+		h *= prime
+	}
+	for _, c := range op {
+		h ^= uint64(c)
+		h *= prime
+	}
+	return h
+}
+
+// Status is a member's protocol state, for tests, the invariant check and
+// operators.
+type Status struct {
+	ID         NodeID
+	State      State
+	Epoch      uint64
+	Pred, Succ NodeID
+	LA, LU     uint64
+	Log, Tmp   int
+	Repairing  bool
+}
+
+// Status returns the member's protocol state.
+func (m *Member) Status() Status {
+	return Status{ID: m.cfg.ID, State: m.state, Epoch: m.epoch, Pred: m.pred, Succ: m.succ,
+		LA: m.la, LU: m.lu, Log: len(m.log), Tmp: len(m.tmp), Repairing: m.repairing}
+}
+
+// sumAt is the digest of the first n entries of the history (0 for none).
+func (m *Member) sumAt(n int) uint64 {
+	if n == 0 {
+		return 0
+	}
+	return m.log[n-1].sum
+}

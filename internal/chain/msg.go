@@ -1,0 +1,215 @@
+package chain
+
+import (
+	"fmt"
+	"strings"
+)
+
+// NodeID names a chain member or the master. 0 is "none" (a head's
+// predecessor, a tail's successor).
+type NodeID uint64
+
+// MsgType is the kind of a Msg. The names follow the dissertation's
+// Listings 1 and 2 (digest 002 §3.7, §3.8); docs/design/chain.md lists who
+// sends each one to whom.
+type MsgType uint8
+
+const (
+	// MsgUpdate: master → head (Seq 0: the head assigns it), or a member →
+	// its successor (Seq set). ID is the client request it answers.
+	MsgUpdate MsgType = iota + 1
+	// MsgAck: successor → predecessor, cumulative: every update up to Seq
+	// reached the tail.
+	MsgAck
+	// MsgUpdateAck: tail → master: update ID (at Seq) succeeded; Result is
+	// what the state machine returned.
+	MsgUpdateAck
+	// MsgQuery: master → tail, a strong read (Op is the query). With Any,
+	// master → any member: a version-checked read (CRAQ) that a member
+	// answers itself when the key's latest version is clean, and otherwise
+	// passes down the chain towards the tail.
+	MsgQuery
+	// MsgQueryResp: tail → master, the answer to query ID.
+	MsgQueryResp
+	// MsgRedirect: member → master: request ID (Query says which kind) was
+	// not applied because the member is not the head (or tail) for it; the
+	// master re-routes it.
+	MsgRedirect
+	// MsgPrecopy: master → joiner: pull the log from Target (the tail),
+	// resuming after what the joiner already holds.
+	MsgPrecopy
+	// MsgPrecopyReq: joiner → tail: the next chunk after Seq.
+	MsgPrecopyReq
+	// MsgPrecopyChunk: tail → joiner: Entries; Done when they reach the end of
+	// the tail's log; Refused when the sender is not (or no longer) the tail.
+	MsgPrecopyChunk
+	// MsgPrecopyDone: joiner → master: pre-copy reached the tail's end at
+	// Seq (Refused: the source refused; the master re-issues it).
+	MsgPrecopyDone
+	// MsgFlush: master → J → head … tail → J. Members is the new chain,
+	// Path the forwarding path, Joiner J, Seq J's pre-copy end (J fills it).
+	MsgFlush
+	// MsgFlushedUpdate: old tail → J: log entries after J's pre-copy end,
+	// straight into J's main store.
+	MsgFlushedUpdate
+	// MsgFlushAck: J → master: J merged its temporary store and is active.
+	MsgFlushAck
+	// MsgTruncate: master → the tail's predecessor → the old tail.
+	MsgTruncate
+	// MsgTruncateAck: the new tail → master (digest §7.5: the new tail, sent
+	// before any of its update acks).
+	MsgTruncateAck
+	// MsgTruncateDone: the old tail → the new one: it stopped answering; the
+	// new tail may take over.
+	MsgTruncateDone
+	// Repair orders and their answers (CR_HEAD, CR_MID, CR_TAIL).
+	MsgCRHead
+	MsgCRHeadDone
+	MsgCRMid // Target: the new successor
+	MsgCRMidRepair
+	MsgRepairInfo // LA, LU of the new successor
+	MsgCRMidDone
+	MsgCRTail
+	MsgCRTailDone
+)
+
+var msgNames = map[MsgType]string{
+	MsgUpdate: "update", MsgAck: "ack", MsgUpdateAck: "update-ack", MsgQuery: "query",
+	MsgQueryResp: "query-resp", MsgRedirect: "redirect", MsgPrecopy: "precopy",
+	MsgPrecopyReq: "precopy-req", MsgPrecopyChunk: "precopy-chunk", MsgPrecopyDone: "precopy-done",
+	MsgFlush: "flush", MsgFlushedUpdate: "flushed-update", MsgFlushAck: "flush-ack",
+	MsgTruncate: "truncate", MsgTruncateAck: "truncate-ack", MsgTruncateDone: "truncate-done", MsgCRHead: "cr-head",
+	MsgCRHeadDone: "cr-head-done", MsgCRMid: "cr-mid", MsgCRMidRepair: "cr-mid-repair",
+	MsgRepairInfo: "repair-info", MsgCRMidDone: "cr-mid-done", MsgCRTail: "cr-tail",
+	MsgCRTailDone: "cr-tail-done",
+}
+
+func (t MsgType) String() string {
+	if s, ok := msgNames[t]; ok {
+		return s
+	}
+	return fmt.Sprintf("msg(%d)", uint8(t))
+}
+
+// Entry is one update in a member's history: its sequence number, the
+// client request it came from, the opaque operation, and (once applied) the
+// state machine's result, which a tail that takes over must still report.
+type Entry struct {
+	Seq    uint64
+	ID     uint64
+	Op     []byte
+	Result []byte
+	// sum is a running digest of the history up to and including this entry,
+	// so the invariant check compares histories in O(1) (prefix test).
+	sum uint64
+}
+
+// Msg is every message of the protocol. Epoch is the configuration epoch
+// the sender was at; which other fields matter depends on Type.
+type Msg struct {
+	Type     MsgType
+	From, To NodeID
+	Epoch    uint64
+	Seq      uint64
+	LA, LU   uint64
+	ID       uint64
+	Op       []byte
+	Result   []byte
+	Entries  []Entry
+	Members  []NodeID
+	Path     []NodeID
+	Joiner   NodeID
+	Target   NodeID
+	Done     bool
+	Refused  bool
+	Query    bool
+	Any      bool
+	// Exhausted (redirect): the head used up its numbering range; the
+	// master renews it (CR_HEAD at a new epoch) and re-sends.
+	Exhausted bool
+}
+
+func (m Msg) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %d->%d e%d", m.Type, m.From, m.To, m.Epoch)
+	switch m.Type {
+	case MsgUpdate, MsgUpdateAck:
+		fmt.Fprintf(&b, " seq=%s id=%d", FormatSeq(m.Seq), m.ID)
+		if len(m.Op) > 0 {
+			fmt.Fprintf(&b, " %q", m.Op)
+		}
+		if m.Type == MsgUpdateAck && len(m.Result) > 0 {
+			fmt.Fprintf(&b, " -> %q", m.Result)
+		}
+	case MsgAck:
+		fmt.Fprintf(&b, " seq=%s", FormatSeq(m.Seq))
+	case MsgQuery:
+		fmt.Fprintf(&b, " id=%d %q", m.ID, m.Op)
+		if m.Any {
+			b.WriteString(" any")
+		}
+	case MsgQueryResp:
+		fmt.Fprintf(&b, " id=%d -> %q", m.ID, m.Result)
+	case MsgRedirect:
+		fmt.Fprintf(&b, " id=%d query=%t", m.ID, m.Query)
+		if m.Exhausted {
+			b.WriteString(" exhausted")
+		}
+	case MsgPrecopy, MsgCRMid:
+		fmt.Fprintf(&b, " target=%d", m.Target)
+	case MsgPrecopyReq, MsgPrecopyDone:
+		fmt.Fprintf(&b, " after=%s", FormatSeq(m.Seq))
+		if m.Refused {
+			b.WriteString(" refused")
+		}
+	case MsgPrecopyChunk, MsgFlushedUpdate:
+		fmt.Fprintf(&b, " %s", seqs(m.Entries))
+		if m.Done {
+			b.WriteString(" done")
+		}
+		if m.Refused {
+			b.WriteString(" refused")
+		}
+	case MsgFlush:
+		fmt.Fprintf(&b, " joiner=%d members=%v path=%v precopy-end=%s", m.Joiner, m.Members, m.Path, FormatSeq(m.Seq))
+	case MsgCRMidRepair:
+		fmt.Fprintf(&b, " la=%s", FormatSeq(m.LA))
+	case MsgRepairInfo:
+		fmt.Fprintf(&b, " la=%s lu=%s", FormatSeq(m.LA), FormatSeq(m.LU))
+	}
+	return b.String()
+}
+
+// seqs prints the sequence numbers of entries compactly.
+func seqs(es []Entry) string {
+	if len(es) == 0 {
+		return "[]"
+	}
+	parts := make([]string, len(es))
+	for i, e := range es {
+		parts[i] = FormatSeq(e.Seq)
+	}
+	return "[" + strings.Join(parts, " ") + "]"
+}
+
+// Sequence numbers: a head that took over at epoch e numbers its updates
+// from e<<SeqBits on (above everything an earlier head can have numbered:
+// digest 002 §7.2), so seq order is history order across head changes
+// without the new head knowing its predecessor's last number. A head numbers
+// below the base of the epoch after its current one, which no later head can
+// start under; when it gets there it refuses updates and the master renews
+// its range with a CR_HEAD at a new epoch (Member.clientUpdate).
+const defaultSeqBits = 40
+
+// seqBase is the first sequence number a head that took over at epoch
+// numbers above.
+func seqBase(epoch uint64, bits uint) uint64 { return epoch << bits }
+
+// FormatSeq prints a sequence number as epoch.n when it carries an epoch
+// (with the default SeqBits).
+func FormatSeq(s uint64) string {
+	if e := s >> defaultSeqBits; e > 0 {
+		return fmt.Sprintf("%d.%d", e, s&(1<<defaultSeqBits-1))
+	}
+	return fmt.Sprint(s)
+}
