@@ -9,10 +9,11 @@ import (
 )
 
 // cores are the deterministic cores of this module — the protocol cores and
-// the state machine they order (internal/kv): no goroutines, clocks,
+// the state machine they order (internal/kv), and the contract between a
+// core and its host (internal/core): no goroutines, clocks,
 // randomness or I/O, in themselves or in anything of the module they import.
 // A new core (internal/chain) is added here.
-var cores = []string{"internal/vr", "internal/kv"}
+var cores = []string{"internal/vr", "internal/kv", "internal/core"}
 
 func moduleRoot(t *testing.T) string {
 	_, file, _, ok := runtime.Caller(0)

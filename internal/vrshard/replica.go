@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	kcluster "github.com/kefirdb/kefir/internal/cluster"
+	"github.com/kefirdb/kefir/internal/core"
 	"log/slog"
 	"net"
 	"sync"
@@ -149,6 +150,9 @@ type Options struct {
 	// stepped: no goroutine of the host runs; a caller delivers events and
 	// collects effects on one goroutine (stepped.go). The simulator's.
 	stepped bool
+	// newCore, if set, opens the protocol core instead of VR's (vrcore.go):
+	// a test plugs a second core into the host through the contract.
+	newCore func(vr.Config, vr.State) (hostCore, error)
 
 	// mut: deliberate bugs for tests (mutations), set from the first start.
 	mut mutations
@@ -560,7 +564,8 @@ type Replica struct {
 	// stamps and checks carry it, and Hash hashes members and lease timing.
 	cfgHash uint64
 	log     *slog.Logger
-	core    *vr.Replica
+	core    hostCore // the protocol core, through the contract (vrcore.go)
+	vx      vrExt    // what the host asks of VR outside the contract (vrcore.go)
 	db      *storage.DB
 	wal     *wal
 	app     *applier
@@ -816,7 +821,7 @@ func Open(opts Options) (*Replica, error) {
 		st.LostState = true
 		r.recovering = true
 	}
-	core, err := vr.New(opts.VR, st)
+	c, err := openCore(&opts, st)
 	if err != nil {
 		db.Close()
 		w.close()
@@ -829,8 +834,10 @@ func Open(opts Options) (*Replica, error) {
 			return nil, err
 		}
 	}
-	r.core = core
-	r.cfg = core.Config()
+	r.core, r.vx = c, extOf(c)
+	if v, ok := c.(*vrCore); ok {
+		r.cfg = v.Config() // with the core's defaults filled in
+	}
 	r.cfgHash = r.cfg.Hash()
 	r.lastHS = ws.hs
 	r.tail = ws.entries
@@ -1099,7 +1106,7 @@ func (r *Replica) maybeForgetRows() {
 	if mutation.On && r.mut.forgetTooEarly {
 		below = applied + 1
 	}
-	if err := r.core.ProposeAck(r.now(), vr.Request{Data: encodeForget(r.clock.Now().UnixNano(), below)}, vr.AckApplied); err != nil {
+	if err := r.core.Propose(r.now(), vr.Request{Data: encodeForget(r.clock.Now().UnixNano(), below)}, vr.AckApplied); err != nil {
 		return // not normal, not leader or busy: the next round tries again
 	}
 	r.forgetAt = applied + uint64(max(limit/10, 1))
@@ -1128,7 +1135,7 @@ func (r *Replica) step(in inbound) {
 			// A follower's caller waits for an apply: hold nothing, and ask
 			// the other followers to sync too (nilext_gc.go).
 			r.gc.want = true
-			r.core.WantSync(true)
+			r.vx.WantSync(true)
 		}
 		r.core.Step(now, *m)
 		r.noteView(viewCause{kind: 'm', typ: m.Type, from: m.From})
@@ -1165,7 +1172,7 @@ func (r *Replica) propose(ps []*proposal) {
 			r.cadSeq++
 			p.req.Client, p.req.ReqNum = r.cadClient, r.cadSeq
 		}
-		err := r.core.ProposeAck(now, p.req, p.ack)
+		err := r.core.Propose(now, p.req, p.ack)
 		if errors.Is(err, vr.ErrBusy) {
 			r.backlog = append(r.backlog[:0:0], ps[i:]...)
 			if !r.opts.Nilext && !(mutation.On && r.mut.backlogMayWait) {
@@ -1174,7 +1181,7 @@ func (r *Replica) propose(ps []*proposal) {
 				// starts, a heartbeat asks them to sync what they hold
 				// (nilext_gc.go).
 				r.gc.want = true
-				r.core.WantSync(!backlogged)
+				r.vx.WantSync(!backlogged)
 			}
 			return
 		}
@@ -1184,15 +1191,15 @@ func (r *Replica) propose(ps []*proposal) {
 		}
 		r.st.proposals.Add(1)
 		if p.ack == vr.AckApplied {
-			r.core.WantSync(false) // its commit is awaited: followers must not hold it
+			r.vx.WantSync(false) // its commit is awaited: followers must not hold it
 		}
-		if p.req.Client != 0 && !r.opts.Nilext && !(mutation.On && r.mut.retryMayWait) && !r.core.Queued(p.req.Client, p.req.ReqNum) {
+		if p.req.Client != 0 && !r.opts.Nilext && !(mutation.On && r.mut.retryMayWait) && !r.vx.Queued(p.req.Client, p.req.ReqNum) {
 			// A retry of a request already in the log (or executed): no new
 			// entry makes its batch urgent, yet its waiter waits for the
 			// apply of an entry that may be held, here and at the
 			// followers: sync it now, and ask them to (nilext_gc.go).
 			r.gc.want = true
-			r.core.WantSync(true)
+			r.vx.WantSync(true)
 		}
 		if p.ack != vr.AckApplied {
 			r.early[idKey{p.req.Client, p.req.ReqNum}] = p.keys
@@ -1234,7 +1241,7 @@ func (r *Replica) read(rw *readWaiter) {
 	now := r.now()
 	switch rw.kind {
 	case rwFollower:
-		R, err := r.core.FollowerRead(now)
+		R, err := r.vx.FollowerRead(now)
 		rw.idx, rw.err = R, err
 		close(rw.done)
 		return
@@ -1247,11 +1254,11 @@ func (r *Replica) read(rw *readWaiter) {
 			return
 		}
 		r.readCtx++
-		wait := r.core.WaitReadable
+		wait := r.vx.WaitReadable
 		if rw.deferred {
 			// A deferred read's result was fixed under confirmed
 			// leadership: R alone releases it (vr AwaitReadable).
-			wait = r.core.AwaitReadable
+			wait = r.vx.AwaitReadable
 		}
 		if err := wait(now, r.readCtx, rw.need); err != nil {
 			rw.err = r.mapErr(err)
@@ -1266,7 +1273,7 @@ func (r *Replica) read(rw *readWaiter) {
 		// A key with a pending nilext update: the core orders the d-log and
 		// releases the read (a read-index read) once that is committed.
 		ctx := r.readCtx + 1
-		slow, err := r.core.ReadNilext(now, ctx, r.nxReadKeys(rw.op))
+		slow, err := r.vx.ReadNilext(now, ctx, r.nxReadKeys(rw.op))
 		if err == nil && slow {
 			r.readCtx = ctx
 			r.st.nxSlowReads.Add(1)
@@ -1274,7 +1281,7 @@ func (r *Replica) read(rw *readWaiter) {
 			return
 		}
 	}
-	idx, err := r.core.LeaseRead(now)
+	idx, err := r.vx.LeaseRead(now)
 	if err == nil {
 		r.st.leaseReads.Add(1)
 		rw.idx = idx
@@ -1299,7 +1306,7 @@ func (r *Replica) ready() error {
 		// Prepares carry the hint while anyone waits; a heartbeat carries it
 		// only when a waiter arrived (one per arrival, not one per driver
 		// round: the prepare-oks it draws would start the next round).
-		r.core.WantSync(r.gc.arrived)
+		r.vx.WantSync(r.gc.arrived)
 	}
 	if r.gc.arrived {
 		r.gc.arrived = false
@@ -1307,7 +1314,7 @@ func (r *Replica) ready() error {
 			// At a follower (a no-op at the leader): the apply waited for
 			// needs a commit, for which the leader and the other followers
 			// may hold batches until their deadline.
-			r.core.AskSync()
+			r.vx.AskSync()
 		}
 	}
 	for {
@@ -1316,11 +1323,12 @@ func (r *Replica) ready() error {
 		// another view (vr.LeaseUntil).
 		r.publishLease()
 		rd := r.core.Ready()
-		if rd.Empty() {
+		dlog, nxAcks := r.vx.readyExt()
+		if rd.Empty() && len(dlog) == 0 && len(nxAcks) == 0 {
 			break
 		}
 		r.st.readies.Add(1)
-		if err := r.handle(&rd); err != nil {
+		if err := r.handle(&rd, dlog, nxAcks); err != nil {
 			return err
 		}
 	}
@@ -1370,11 +1378,11 @@ func (r *Replica) markSynced() {
 	}
 }
 
-func (r *Replica) handle(rd *vr.Ready) error {
+func (r *Replica) handle(rd *core.Ready[vr.Message], dlog []vr.NilextRequest, nxAcks []vr.NilextAck) error {
 	// 1. Disk: snapshot, truncate, entries, hard state: one write; the fsync
 	// runs in the background (startSync), or waits for a later batch's if
 	// nobody waits for this one (nilext_gc.go).
-	hold := r.holdable(rd)
+	hold := r.holdable(rd, dlog)
 	roll := false
 	if cadtraceOn && len(rd.Entries) > 0 && r.isLeader.Load() {
 		es := rd.Entries
@@ -1420,9 +1428,9 @@ func (r *Replica) handle(rd *vr.Ready) error {
 	if roll {
 		// The new segment replaces every older one: it must hold the whole
 		// live d-log, not only this batch's records.
-		r.wal.addDLog(r.core.DLogRecords())
+		r.wal.addDLog(r.vx.DLogRecords())
 	} else {
-		r.wal.addDLog(rd.DLog)
+		r.wal.addDLog(dlog)
 	}
 	r.st.persisted.Add(uint64(len(rd.Entries)))
 	if rd.HardState != nil {
@@ -1461,8 +1469,8 @@ func (r *Replica) handle(rd *vr.Ready) error {
 		r.noteWritten(hold)
 		r.startSync()
 	}
-	if len(rd.NilextAcks) > 0 {
-		r.nxRoute(rd.NilextAcks)
+	if len(nxAcks) > 0 {
+		r.nxRoute(nxAcks)
 	}
 	// 3. Apply committed entries: one engine Append, no engine fsync.
 	if len(rd.Committed) > 0 {
@@ -1519,7 +1527,7 @@ func (r *Replica) handle(rd *vr.Ready) error {
 		// round (2–7 % of waits under YCSB A; docs/design/cad.md §9). Safe
 		// to publish early: the Committed of this Ready are applied (step
 		// 3), so R <= applied, as publish() would find a moment later.
-		r.publishReadable(r.core.Readable())
+		r.publishReadable(r.vx.Readable())
 	}
 	for _, rs := range rd.ReadStates {
 		rw := r.reads[rs.Ctx]
@@ -1735,10 +1743,10 @@ type leaseSnap struct {
 // publishLease publishes the core's lease for localLease and
 // localFollowerLease.
 func (r *Replica) publishLease() {
-	until, idx, ok := r.core.LeaseUntil()
+	until, idx, ok := r.vx.LeaseUntil()
 	follower := false
 	if !ok && r.opts.FollowerReads {
-		until, idx, ok = r.core.FollowerLease()
+		until, idx, ok = r.vx.FollowerLease()
 		follower = true
 	}
 	cur := r.lease.Load()
@@ -1768,12 +1776,13 @@ func (r *Replica) publish() {
 		// redirect as soon as this replica stops leading (waitSession).
 		r.wake()
 	}
-	r.dlogLen.Store(int64(info.DLogLen))
-	r.nxCycles.Store(info.NilextCycles)
-	r.nxStaleWaits.Store(info.NilextStaleWaits)
-	r.dlogStale.Store(info.DLogStale)
-	r.eventualUntil.Store(r.core.EventualUntil())
-	r.publishReadable(r.core.Readable())
+	vi := r.vx.lastInfo() // VR's Info as of the Info above: its nilext figures
+	r.dlogLen.Store(int64(vi.DLogLen))
+	r.nxCycles.Store(vi.NilextCycles)
+	r.nxStaleWaits.Store(vi.NilextStaleWaits)
+	r.dlogStale.Store(vi.DLogStale)
+	r.eventualUntil.Store(r.vx.EventualUntil())
+	r.publishReadable(r.vx.Readable())
 }
 
 // publishReadable publishes the readable index R and drops from the update
@@ -1885,7 +1894,7 @@ func (r *Replica) finishCheckpoint(res ckptResult) error {
 		k++
 	}
 	r.wal.addEntries(r.tail[k:])
-	r.wal.addDLog(r.core.DLogRecords())
+	r.wal.addDLog(r.vx.DLogRecords())
 	r.wal.addHardState(r.lastHS)
 	if err := r.wal.roll(); err != nil {
 		return err

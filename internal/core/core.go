@@ -1,0 +1,300 @@
+// Package core is the contract between the replica host (internal/vrshard
+// today: log, apply, snapshots, read waiters, group commit) and a replication
+// protocol core (internal/vr; a chain core next). etcd-io/raft's RawNode,
+// Ready and Advance are the model: events go in (Step, Heard, Tick, Propose,
+// Persisted, ReadIndex), the core's actions come out in one Ready batch, and
+// Advance reports what the host applied. docs/design/one-house.md, "The core
+// contract", lists every interaction the host has with a core and which of
+// them are in this contract.
+//
+// The package is pure, like the cores that implement it (internal/purity):
+// no goroutines, clocks, randomness or I/O. Time comes in with every call as
+// the host's local clock in nanoseconds.
+//
+// The data types here (Entry, Request, HardState, Snapshot, Reply,
+// ReadState, Status, AckPoint and the errors) were VR's; internal/vr keeps
+// them under their old names as aliases, so a core and its host share one
+// definition.
+package core
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/kefirdb/kefir/internal/kv"
+)
+
+// Core is one replica's protocol core as the host drives it, from one
+// goroutine. M is the engine's peer message type: the host moves messages
+// between the engine's codec and the core without reading them.
+//
+// The host's obligations (internal/vr doc.go has them in full for VR):
+// after any event it calls Ready and performs the batch in field order —
+// write Snapshot, Truncate, Entries, HardState as one append and report its
+// fsync with Persisted(PersistSeq) (batches durable in order); send
+// Messages; apply Committed in op order, skipping Duplicates, and call
+// Advance with one result per entry before the next event; deliver Replies
+// and Acks; serve ReadStates once applied >= Index; capture a snapshot for
+// each SnapshotNeeded peer (SendSnapshot); log Errors.
+type Core[M any] interface {
+	// Step hands the core one message from a peer.
+	Step(now int64, m M)
+	// Heard: peer `from` is sending something that has not arrived yet (a
+	// large message in progress): it is alive.
+	Heard(now int64, from uint64)
+	// Tick runs the core's timers.
+	Tick(now int64)
+	// Propose asks the core to order a client request, acknowledged at ack
+	// (a core that has no early acknowledgement refuses anything but
+	// AckApplied). ErrBusy: the pipeline is full, propose again after a
+	// commit; ErrNotLeader, ErrNotNormal, ErrStaleRequest: refused.
+	Propose(now int64, req Request, ack AckPoint) error
+	// Persisted: every disk batch up to PersistSeq seq is written and
+	// fsynced.
+	Persisted(seq uint64)
+	// ReadIndex registers a linearizable read: its answer comes out in a
+	// later Ready's ReadStates with this ctx (the index to have applied, or
+	// an error).
+	ReadIndex(now int64, ctx uint64) error
+	// Ready returns the actions accumulated since the last call.
+	Ready() Ready[M]
+	// Advance reports the results of the last Ready's Committed entries,
+	// in order (nil for duplicates).
+	Advance(results [][]byte)
+
+	// Info is the core's state for the host's publication (leader, view,
+	// commit) and metrics.
+	Info() Info
+	// ClientTable is the client table as of the applied op, for a snapshot
+	// or checkpoint; ClientTableMinOp its oldest record's op.
+	ClientTable() []ClientRecord
+	ClientTableMinOp() (op uint64, ok bool)
+	// CompactPoint is the op up to which the log may be compacted after a
+	// checkpoint at op, keeping a tail; Compact drops the log up to op (the
+	// host stored a snapshot there).
+	CompactPoint(op, keepEntries uint64, keepBytes int) uint64
+	Compact(op uint64) error
+	// SendSnapshot answers Ready.SnapshotNeeded: s is the state machine at
+	// the applied op.
+	SendSnapshot(to uint64, s Snapshot) error
+}
+
+// Ready is the batch of actions a core produced since the last Ready. The
+// host performs them in field order (Core).
+type Ready[M any] struct {
+	// PersistSeq, when non-zero, numbers this batch's disk writes
+	// (Snapshot, Truncate, Entries, HardState, in that order). After they
+	// are written *and fsynced*, the host calls Persisted(PersistSeq).
+	// Batches are synced in order: one fsync may cover several, reported as
+	// the highest.
+	PersistSeq uint64
+	// Snapshot, if set, replaces the state machine and the whole log: the
+	// host stores it durably, discards every log entry, and restores the
+	// application state from Snapshot.Data before applying anything later.
+	Snapshot *Snapshot
+	// Truncate, if HasTruncate, discards every log entry with op > Truncate.
+	HasTruncate bool
+	Truncate    uint64
+	// Entries are appended to the log, contiguous after the log's last op.
+	Entries []Entry
+	// HardState, if set, is written last: it may vouch for entries in
+	// Entries, so a torn batch must never keep it without them (a prefix of
+	// Truncate, Entries, HardState is always consistent).
+	HardState *HardState
+
+	// Messages may be sent at once, before the fsync of this batch: the
+	// core itself withholds every message that promises durability until
+	// Persisted covers what it promises.
+	Messages []M
+
+	// Committed are entries to apply to the state machine, in op order,
+	// after everything before them. The host executes each one that is not
+	// a Duplicate and passes the results to Advance.
+	Committed []Committed
+
+	// Replies to clients (from the leader): results of applied requests and
+	// duplicates answered from the client table.
+	Replies []Reply
+	// ReadStates answer reads registered with ReadIndex (and the engine's
+	// other read requests): serve once applied >= Index, or fail with Err.
+	ReadStates []ReadState
+	// SnapshotNeeded lists peers that need a snapshot (their log is behind
+	// this replica's first entry). The host answers with SendSnapshot.
+	SnapshotNeeded []uint64
+	// Errors are things an operator must see (configuration mismatches,
+	// peers refusing us). They change nothing; log them (rate-limited).
+	Errors []error
+	// Acks are early acknowledgements of writes proposed with an AckPoint
+	// other than AckApplied: Client, ReqNum and Op, no Result. The write's
+	// normal Reply still comes when it is applied.
+	Acks []Reply
+}
+
+// Empty reports whether rd holds nothing to do.
+func (rd *Ready[M]) Empty() bool {
+	return rd.PersistSeq == 0 && len(rd.Messages) == 0 && len(rd.Committed) == 0 &&
+		len(rd.Replies) == 0 && len(rd.ReadStates) == 0 && len(rd.SnapshotNeeded) == 0 && len(rd.Errors) == 0 &&
+		len(rd.Acks) == 0
+}
+
+// HasWrite reports whether rd carries disk writes.
+func (rd *Ready[M]) HasWrite() bool {
+	return rd.Snapshot != nil || rd.HasTruncate || rd.HardState != nil || len(rd.Entries) > 0
+}
+
+// Committed is an entry ready to apply. Duplicate entries (a client's request
+// that was already executed: a retry ordered twice across a view change) must
+// not be executed; their result is the client table's.
+type Committed struct {
+	Entry
+	Duplicate bool
+}
+
+// Info is the engine-neutral part of a core's state.
+type Info struct {
+	Self   uint64
+	Status Status
+	// View is the core's configuration generation: VR's view, a chain's
+	// epoch. A change of View or leader ends what the host promised under
+	// the old one (its waiting writes' outcomes are unknown).
+	View     uint64
+	Leader   uint64
+	IsLeader bool
+	FirstOp  uint64
+	LastOp   uint64
+	Commit   uint64
+}
+
+// Status is a replica's protocol status (VR Revisited §4; a chain core maps
+// its own states onto these).
+type Status uint8
+
+const (
+	// Normal: the replica takes part in the current view.
+	Normal Status = iota + 1
+	// ViewChange: the replica is moving to a new view and does not accept
+	// writes.
+	ViewChange
+	// Recovering: the replica lost state it may have promised; it neither
+	// votes nor acknowledges until the recovery protocol has rebuilt it.
+	Recovering
+)
+
+func (s Status) String() string {
+	switch s {
+	case Normal:
+		return "normal"
+	case ViewChange:
+		return "view-change"
+	case Recovering:
+		return "recovering"
+	}
+	return fmt.Sprintf("status(%d)", uint8(s))
+}
+
+// Request is one client operation to order. Data is opaque to the core: the
+// host's state machine interprets it. Client 0 means "no identity" (plain
+// clients): such requests bypass the client table.
+type Request struct {
+	Client uint64
+	ReqNum uint64
+	Data   []byte
+}
+
+// Entry is one slot of the replicated log: a request at op number Op, first
+// proposed by the leader of View. Two entries with the same Op and View are the
+// same entry (one leader per view, and a leader's log only grows), which is
+// how logs are compared without looking at Data.
+type Entry struct {
+	View uint64
+	Op   uint64
+	Request
+}
+
+// ClientRecord is one row of the client table: the latest request of a client
+// that was executed (Op: the op it executed at) and its result. It is part of
+// the replicated state: it is rebuilt from the log on every replica and travels
+// inside snapshots (without Touched, which the core does not use). It is kv's
+// entry: the one client table every engine keeps (internal/kv, clients.go).
+type ClientRecord = kv.ClientEntry
+
+// Snapshot is the state machine at op Op: the application's state (Data,
+// produced and consumed by the host) and the client table.
+type Snapshot struct {
+	Op      uint64
+	Clients []ClientRecord
+	Data    []byte
+}
+
+// HardState is what a replica persists besides its log, so that a restart from
+// an intact disk keeps its promises: the view it promised not to go below,
+// the last view in which it was normal (its log is a prefix of that view's
+// leader's log), and a commit point below which its log is final.
+type HardState struct {
+	View           uint64
+	LastNormalView uint64
+	Commit         uint64
+}
+
+// Reply answers a client request: the result the state machine produced (or
+// the cached one, for a duplicate), or Err.
+type Reply struct {
+	Client uint64
+	ReqNum uint64
+	Op     uint64
+	Result []byte
+	Err    error
+}
+
+// ReadState says that a read registered with Ctx may be served once the
+// local state machine has applied Index (or failed with Err).
+type ReadState struct {
+	Ctx   uint64
+	Index uint64
+	Err   error
+}
+
+// Errors callers branch on. Their texts keep VR's words: operators and
+// tests know them.
+var (
+	// ErrNotLeader: the request must go to the leader (Info.Leader names it
+	// when known).
+	ErrNotLeader = errors.New("vr: not the leader")
+	// ErrNotNormal: the replica is in a view change or recovering.
+	ErrNotNormal = errors.New("vr: replica not in normal status")
+	// ErrStaleRequest: a client sent a request number below the one the client
+	// table holds; it was executed (or superseded) long ago and its reply is gone.
+	ErrStaleRequest = errors.New("vr: stale request")
+	// ErrNoLease: the leader does not hold a lease right now; use ReadIndex.
+	ErrNoLease = errors.New("vr: no leader lease")
+	// ErrBusy: too many operations in flight; retry later.
+	ErrBusy = errors.New("vr: too many operations in flight")
+)
+
+// AckPoint is where a write is acknowledged to its client (cad.md §1).
+type AckPoint uint8
+
+const (
+	// AckApplied: when committed (persisted on a majority) and applied; the
+	// Reply carries the result. sync writes, and every write whose reply
+	// depends on state.
+	AckApplied AckPoint = iota
+	// AckReplicated: when held in memory by a majority; cad blind writes.
+	// The ack comes out in Ready.Acks.
+	AckReplicated
+	// AckAppended: as soon as the leader appended it (unsafe, for
+	// experiments: the simulator's fully asynchronous baseline).
+	AckAppended
+)
+
+func (a AckPoint) String() string {
+	switch a {
+	case AckApplied:
+		return "applied"
+	case AckReplicated:
+		return "replicated"
+	case AckAppended:
+		return "appended"
+	}
+	return fmt.Sprintf("ack(%d)", uint8(a))
+}
