@@ -54,7 +54,9 @@ type Core[M any] interface {
 	Persisted(seq uint64)
 	// ReadIndex registers a linearizable read: its answer comes out in a
 	// later Ready's ReadStates with this ctx (the index to have applied, or
-	// an error).
+	// an error) — at once, in the next Ready, when the core can answer from
+	// its own state (a leader lease, as etcd's ReadOnlyLeaseBased), else
+	// after a round with its peers. An error: refused now (not the leader).
 	ReadIndex(now int64, ctx uint64) error
 	// Ready returns the actions accumulated since the last call.
 	Ready() Ready[M]
@@ -247,11 +249,14 @@ type Reply struct {
 }
 
 // ReadState says that a read registered with Ctx may be served once the
-// local state machine has applied Index (or failed with Err).
+// local state machine has applied Index (or failed with Err). Lease: the
+// core answered from its own state (a leader lease), without a round trip
+// to its peers; the host counts it as such.
 type ReadState struct {
 	Ctx   uint64
 	Index uint64
 	Err   error
+	Lease bool
 }
 
 // Errors callers branch on. Their texts keep VR's words: operators and

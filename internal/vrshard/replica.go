@@ -508,9 +508,12 @@ type readWaiter struct {
 	// view 0 is every new group's first view.
 	deferred bool
 	view     uint64
-	idx      uint64
-	err      error
-	done     chan struct{}
+	// confirm: registered with the core's ReadIndex (read), counted as a
+	// lease or an index read when its ReadState comes.
+	confirm bool
+	idx     uint64
+	err     error
+	done    chan struct{}
 }
 
 type readKind uint8
@@ -1281,23 +1284,16 @@ func (r *Replica) read(rw *readWaiter) {
 			return
 		}
 	}
-	idx, err := r.vx.LeaseRead(now)
-	if err == nil {
-		r.st.leaseReads.Add(1)
-		rw.idx = idx
+	// The core answers in Ready.ReadStates: under its lease in this
+	// round's Ready, else after a read-index round (handle counts which).
+	r.readCtx++
+	if err := r.core.ReadIndex(now, r.readCtx); err != nil {
+		rw.err = r.mapErr(err)
 		close(rw.done)
 		return
 	}
-	if errors.Is(err, vr.ErrNoLease) {
-		r.readCtx++
-		if err = r.core.ReadIndex(now, r.readCtx); err == nil {
-			r.st.indexReads.Add(1)
-			r.reads[r.readCtx] = rw
-			return
-		}
-	}
-	rw.err = r.mapErr(err)
-	close(rw.done)
+	rw.confirm = true
+	r.reads[r.readCtx] = rw
 }
 
 // ready performs the core's actions until it has none (doc.go of internal/vr).
@@ -1535,6 +1531,13 @@ func (r *Replica) handle(rd *core.Ready[vr.Message], dlog []vr.NilextRequest, nx
 			continue
 		}
 		delete(r.reads, rs.Ctx)
+		if rw.confirm {
+			if rs.Lease {
+				r.st.leaseReads.Add(1)
+			} else {
+				r.st.indexReads.Add(1)
+			}
+		}
 		rw.idx = rs.Index
 		if rs.Err != nil {
 			rw.err = r.mapErr(rs.Err)

@@ -1,6 +1,8 @@
 package vrshard
 
 import (
+	"errors"
+
 	"github.com/kefirdb/kefir/internal/core"
 	"github.com/kefirdb/kefir/internal/vr"
 )
@@ -29,11 +31,11 @@ type vrExt interface {
 	Queued(client, req uint64) bool
 
 	// Reads answered by synchronous calls rather than Ready.ReadStates:
-	// the leader's lease (LeaseRead, and LeaseUntil which the host
-	// publishes for reads off the driver), a follower's read lease
-	// (FollowerLease, FollowerRead), the readable index R and durability
-	// waits against it (cad.go), eventual reads' horizon.
-	LeaseRead(now int64) (uint64, error)
+	// the leader's lease as the host publishes it for reads off the driver
+	// (LeaseUntil; a lease read at the driver is a ReadIndex answered in
+	// Ready), a follower's read lease (FollowerLease, FollowerRead), the
+	// readable index R and durability waits against it (cad.go), eventual
+	// reads' horizon.
 	LeaseUntil() (until int64, commit uint64, ok bool)
 	FollowerLease() (until int64, readable uint64, ok bool)
 	FollowerRead(now int64) (readable uint64, err error)
@@ -69,6 +71,10 @@ type vrCore struct {
 	info   vr.Info
 	dlog   []vr.NilextRequest
 	nxAcks []vr.NilextAck
+	// leased are reads ReadIndex answered under the lease, for the next
+	// Ready (its buffer is reused: the host is done with a Ready's slices
+	// before its next event).
+	leased []core.ReadState
 }
 
 var (
@@ -80,9 +86,28 @@ func (c *vrCore) Propose(now int64, req core.Request, ack core.AckPoint) error {
 	return c.Replica.ProposeAck(now, req, ack)
 }
 
+// ReadIndex answers a linearizable read as etcd's ReadOnlyLeaseBased does:
+// under the leader's lease (vr LeaseRead: the commit index, no round trip),
+// in the next Ready's ReadStates; without one, by VR's read-index round.
+func (c *vrCore) ReadIndex(now int64, ctx uint64) error {
+	idx, err := c.Replica.LeaseRead(now)
+	if errors.Is(err, vr.ErrNoLease) {
+		return c.Replica.ReadIndex(now, ctx)
+	}
+	if err != nil {
+		return err
+	}
+	c.leased = append(c.leased, core.ReadState{Ctx: ctx, Index: idx, Lease: true})
+	return nil
+}
+
 func (c *vrCore) Ready() core.Ready[vr.Message] {
 	rd := c.Replica.Ready()
 	c.dlog, c.nxAcks = rd.DLog, rd.NilextAcks
+	if len(c.leased) > 0 {
+		rd.ReadStates = append(c.leased, rd.ReadStates...)
+		c.leased = rd.ReadStates[:0]
+	}
 	return rd.Ready
 }
 
@@ -103,12 +128,9 @@ func (c *vrCore) lastInfo() *vr.Info { return &c.info }
 // acknowledged (R is the commit point), no nilext.
 type noVR struct{ c hostCore }
 
-func (noVR) WantSync(bool)              {}
-func (noVR) AskSync()                   {}
-func (noVR) Queued(uint64, uint64) bool { return true }
-func (noVR) LeaseRead(int64) (uint64, error) {
-	return 0, core.ErrNoLease
-}
+func (noVR) WantSync(bool)                        {}
+func (noVR) AskSync()                             {}
+func (noVR) Queued(uint64, uint64) bool           { return true }
 func (noVR) LeaseUntil() (int64, uint64, bool)    { return 0, 0, false }
 func (noVR) FollowerLease() (int64, uint64, bool) { return 0, 0, false }
 func (noVR) FollowerRead(int64) (uint64, error)   { return 0, vr.ErrNoReadLease }
