@@ -2,7 +2,7 @@
 // today: log, apply, snapshots, read waiters, group commit) and a replication
 // protocol core (internal/vr; a chain core next). etcd-io/raft's RawNode,
 // Ready and Advance are the model: events go in (Step, Heard, Tick, Propose,
-// Persisted, ReadIndex), the core's actions come out in one Ready batch, and
+// Persisted, Read), the core's actions come out in one Ready batch, and
 // Advance reports what the host applied. docs/design/one-house.md, "The core
 // contract", lists every interaction the host has with a core and which of
 // them are in this contract.
@@ -52,12 +52,13 @@ type Core[M any] interface {
 	// Persisted: every disk batch up to PersistSeq seq is written and
 	// fsynced.
 	Persisted(seq uint64)
-	// ReadIndex registers a linearizable read: its answer comes out in a
-	// later Ready's ReadStates with this ctx (the index to have applied, or
-	// an error) — at once, in the next Ready, when the core can answer from
-	// its own state (a leader lease, as etcd's ReadOnlyLeaseBased), else
-	// after a round with its peers. An error: refused now (not the leader).
-	ReadIndex(now int64, ctx uint64) error
+	// Read registers a read request: its answer comes out in a later
+	// Ready's ReadStates with req.Ctx (the index to have applied before
+	// serving, or an error) — in the next Ready when the core can answer
+	// from its own state (a leader lease, as etcd's ReadOnlyLeaseBased),
+	// else after a round with its peers. An error: refused now (not the
+	// leader; a kind this core does not serve).
+	Read(now int64, req ReadRequest) error
 	// Ready returns the actions accumulated since the last call.
 	Ready() Ready[M]
 	// Advance reports the results of the last Ready's Committed entries,
@@ -117,8 +118,8 @@ type Ready[M any] struct {
 	// Replies to clients (from the leader): results of applied requests and
 	// duplicates answered from the client table.
 	Replies []Reply
-	// ReadStates answer reads registered with ReadIndex (and the engine's
-	// other read requests): serve once applied >= Index, or fail with Err.
+	// ReadStates answer read requests (Read): serve once applied >= Index,
+	// or fail with Err.
 	ReadStates []ReadState
 	// SnapshotNeeded lists peers that need a snapshot (their log is behind
 	// this replica's first entry). The host answers with SendSnapshot.
@@ -130,6 +131,30 @@ type Ready[M any] struct {
 	// other than AckApplied: Client, ReqNum and Op, no Result. The write's
 	// normal Reply still comes when it is applied.
 	Acks []Reply
+
+	// Lease is the core's lease as of this Ready, taken before anything in
+	// it: the host publishes it for reads served off its driver before it
+	// sends any of Messages (a reader must not use a lease this replica
+	// gave up by joining another view). Every Ready carries it; it does not
+	// make a Ready non-empty.
+	Lease Lease
+}
+
+// Lease lets the host serve reads without asking the core, until a local
+// time (Ready.Lease).
+type Lease struct {
+	// Held: there is a lease; the rest is meaningless otherwise.
+	Held bool
+	// Until is the host's local time (the clock it passes in) at which the
+	// lease ends.
+	Until int64
+	// Index is the op a read under a leader's lease must find applied (its
+	// commit point), or the one a follower's read lease serves up to (CAD's
+	// readable index R).
+	Index uint64
+	// Follower: a follower's read lease (cross-client-monotonic reads),
+	// not a leader's (linearizable reads).
+	Follower bool
 }
 
 // Empty reports whether rd holds nothing to do.
@@ -248,6 +273,47 @@ type Reply struct {
 	Err    error
 }
 
+// ReadRequest asks the core what a read must wait for (Core.Read).
+type ReadRequest struct {
+	Ctx  uint64
+	Kind ReadKind
+	// Need is the op that must be readable (ReadDurable, ReadDurableKnown).
+	Need uint64
+}
+
+// ReadKind says what a read request asks the core to confirm.
+type ReadKind uint8
+
+const (
+	// ReadLinearizable: that this replica leads (under its lease, or by a
+	// round with its peers). Index is its commit point then.
+	ReadLinearizable ReadKind = iota
+	// ReadDurable (leader): that op Need is readable — on enough replicas
+	// that every later leader has it (CAD's readable index R >= Need) —
+	// and, after that, that this replica still leads. Index >= Need.
+	ReadDurable
+	// ReadDurableKnown (leader): ReadDurable for a read whose result was
+	// fixed under confirmed leadership: readability alone releases it.
+	ReadDurableKnown
+	// ReadFollower (follower): the index up to which this follower may
+	// serve under its read lease (CAD's R), or an error: ask the leader.
+	ReadFollower
+)
+
+func (k ReadKind) String() string {
+	switch k {
+	case ReadLinearizable:
+		return "linearizable"
+	case ReadDurable:
+		return "durable"
+	case ReadDurableKnown:
+		return "durable-known"
+	case ReadFollower:
+		return "follower"
+	}
+	return fmt.Sprintf("read(%d)", uint8(k))
+}
+
 // ReadState says that a read registered with Ctx may be served once the
 // local state machine has applied Index (or failed with Err). Lease: the
 // core answered from its own state (a leader lease), without a round trip
@@ -270,7 +336,8 @@ var (
 	// ErrStaleRequest: a client sent a request number below the one the client
 	// table holds; it was executed (or superseded) long ago and its reply is gone.
 	ErrStaleRequest = errors.New("vr: stale request")
-	// ErrNoLease: the leader does not hold a lease right now; use ReadIndex.
+	// ErrNoLease: the leader does not hold a lease right now; confirm
+	// leadership with a round (VR's ReadIndex).
 	ErrNoLease = errors.New("vr: no leader lease")
 	// ErrBusy: too many operations in flight; retry later.
 	ErrBusy = errors.New("vr: too many operations in flight")

@@ -508,8 +508,8 @@ type readWaiter struct {
 	// view 0 is every new group's first view.
 	deferred bool
 	view     uint64
-	// confirm: registered with the core's ReadIndex (read), counted as a
-	// lease or an index read when its ReadState comes.
+	// confirm: a linearizable read registered with the core (read),
+	// counted as a lease or an index read when its ReadState comes.
 	confirm bool
 	idx     uint64
 	err     error
@@ -1242,12 +1242,10 @@ func (r *Replica) notLeader() error {
 
 func (r *Replica) read(rw *readWaiter) {
 	now := r.now()
+	req := core.ReadRequest{Kind: core.ReadLinearizable}
 	switch rw.kind {
 	case rwFollower:
-		R, err := r.vx.FollowerRead(now)
-		rw.idx, rw.err = R, err
-		close(rw.done)
-		return
+		req.Kind = core.ReadFollower
 	case rwDurable:
 		if rw.deferred && (!r.wasLeader || r.leadView != rw.view) {
 			// A deferred read took its value from this view's log: in
@@ -1256,44 +1254,53 @@ func (r *Replica) read(rw *readWaiter) {
 			close(rw.done)
 			return
 		}
-		r.readCtx++
-		wait := r.vx.WaitReadable
+		req.Kind, req.Need = core.ReadDurable, rw.need
 		if rw.deferred {
 			// A deferred read's result was fixed under confirmed
 			// leadership: R alone releases it (vr AwaitReadable).
-			wait = r.vx.AwaitReadable
+			req.Kind = core.ReadDurableKnown
 		}
-		if err := wait(now, r.readCtx, rw.need); err != nil {
-			rw.err = r.mapErr(err)
-			close(rw.done)
-			return
-		}
-		r.reads[r.readCtx] = rw
-		r.st.durRounds.Add(1)
-		return
-	}
-	if r.opts.Nilext && rw.op != nil && r.isLeader.Load() {
-		// A key with a pending nilext update: the core orders the d-log and
-		// releases the read (a read-index read) once that is committed.
-		ctx := r.readCtx + 1
-		slow, err := r.vx.ReadNilext(now, ctx, r.nxReadKeys(rw.op))
-		if err == nil && slow {
-			r.readCtx = ctx
-			r.st.nxSlowReads.Add(1)
-			r.reads[ctx] = rw
-			return
+	default:
+		if r.opts.Nilext && rw.op != nil && r.isLeader.Load() {
+			// A key with a pending nilext update: the core orders the d-log and
+			// releases the read (a read-index read) once that is committed.
+			ctx := r.readCtx + 1
+			slow, err := r.vx.ReadNilext(now, ctx, r.nxReadKeys(rw.op))
+			if err == nil && slow {
+				r.readCtx = ctx
+				r.st.nxSlowReads.Add(1)
+				r.reads[ctx] = rw
+				return
+			}
 		}
 	}
-	// The core answers in Ready.ReadStates: under its lease in this
-	// round's Ready, else after a read-index round (handle counts which).
+	// The core answers in Ready.ReadStates: a linearizable read under its
+	// lease and a follower's read in this round's Ready, others after a
+	// round with the peers (handle counts lease and index reads).
 	r.readCtx++
-	if err := r.core.ReadIndex(now, r.readCtx); err != nil {
-		rw.err = r.mapErr(err)
+	req.Ctx = r.readCtx
+	if err := r.core.Read(now, req); err != nil {
+		rw.err = r.readErr(rw, err)
 		close(rw.done)
 		return
 	}
-	rw.confirm = true
-	r.reads[r.readCtx] = rw
+	switch rw.kind {
+	case rwDurable:
+		r.st.durRounds.Add(1)
+	case rwLeader:
+		rw.confirm = true
+	}
+	r.reads[req.Ctx] = rw
+}
+
+// readErr is the error a read waiter gets for the core's err: a follower's
+// read sees the core's own (it redirects on any: followerAnswer), others
+// the host's (mapErr).
+func (r *Replica) readErr(rw *readWaiter, err error) error {
+	if rw.kind == rwFollower {
+		return err
+	}
+	return r.mapErr(err)
 }
 
 // ready performs the core's actions until it has none (doc.go of internal/vr).
@@ -1314,11 +1321,12 @@ func (r *Replica) ready() error {
 		}
 	}
 	for {
+		rd := r.core.Ready()
 		// Before anything this round's steps produced is sent (handle): a
 		// reader must not use a lease this replica gave up by joining
-		// another view (vr.LeaseUntil).
-		r.publishLease()
-		rd := r.core.Ready()
+		// another view (vr.LeaseUntil). The last, empty, Ready's is the
+		// lease after the round.
+		r.publishLease(rd.Lease)
 		dlog, nxAcks := r.vx.readyExt()
 		if rd.Empty() && len(dlog) == 0 && len(nxAcks) == 0 {
 			break
@@ -1331,7 +1339,6 @@ func (r *Replica) ready() error {
 	r.wantDone()
 	r.noteView(viewCause{kind: 'r'})
 	r.publish()
-	r.publishLease()
 	info := r.core.Info()
 	if r.wasLeader && (!info.IsLeader || info.View != r.leadView) {
 		r.failWrites(ErrOutcomeUnknown)
@@ -1540,7 +1547,7 @@ func (r *Replica) handle(rd *core.Ready[vr.Message], dlog []vr.NilextRequest, nx
 		}
 		rw.idx = rs.Index
 		if rs.Err != nil {
-			rw.err = r.mapErr(rs.Err)
+			rw.err = r.readErr(rw, rs.Err)
 		}
 		close(rw.done)
 	}
@@ -1743,17 +1750,12 @@ type leaseSnap struct {
 	follower bool
 }
 
-// publishLease publishes the core's lease for localLease and
+// publishLease publishes the core's lease (Ready.Lease) for localLease and
 // localFollowerLease.
-func (r *Replica) publishLease() {
-	until, idx, ok := r.vx.LeaseUntil()
-	follower := false
-	if !ok && r.opts.FollowerReads {
-		until, idx, ok = r.vx.FollowerLease()
-		follower = true
-	}
+func (r *Replica) publishLease(ls core.Lease) {
+	until, idx, follower := ls.Until, ls.Index, ls.Follower
 	cur := r.lease.Load()
-	if !ok || r.opts.Nilext {
+	if !ls.Held || r.opts.Nilext || follower && !r.opts.FollowerReads {
 		if cur != nil {
 			r.lease.Store(nil)
 		}

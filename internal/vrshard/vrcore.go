@@ -2,6 +2,7 @@ package vrshard
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/kefirdb/kefir/internal/core"
 	"github.com/kefirdb/kefir/internal/vr"
@@ -30,17 +31,11 @@ type vrExt interface {
 	AskSync()
 	Queued(client, req uint64) bool
 
-	// Reads answered by synchronous calls rather than Ready.ReadStates:
-	// the leader's lease as the host publishes it for reads off the driver
-	// (LeaseUntil; a lease read at the driver is a ReadIndex answered in
-	// Ready), a follower's read lease (FollowerLease, FollowerRead), the
-	// readable index R and durability waits against it (cad.go), eventual
-	// reads' horizon.
-	LeaseUntil() (until int64, commit uint64, ok bool)
-	FollowerLease() (until int64, readable uint64, ok bool)
-	FollowerRead(now int64) (readable uint64, err error)
-	WaitReadable(now int64, ctx, index uint64) error
-	AwaitReadable(now int64, ctx, index uint64) error
+	// What the host publishes for reads off the driver, asked for rather
+	// than taken from Ready: the readable index R (cad.go; handle asks
+	// again after Advance, which may move it), eventual reads' horizon.
+	// (Reads at the driver are the contract's Read, answered in
+	// Ready.ReadStates; the leases come in Ready.Lease.)
 	Readable() uint64
 	EventualUntil() int64
 
@@ -71,10 +66,10 @@ type vrCore struct {
 	info   vr.Info
 	dlog   []vr.NilextRequest
 	nxAcks []vr.NilextAck
-	// leased are reads ReadIndex answered under the lease, for the next
-	// Ready (its buffer is reused: the host is done with a Ready's slices
-	// before its next event).
-	leased []core.ReadState
+	// answered are reads Read answered at once (under the lease; a
+	// follower's), for the next Ready (its buffer is reused: the host is
+	// done with a Ready's slices before its next event).
+	answered []core.ReadState
 }
 
 var (
@@ -86,29 +81,61 @@ func (c *vrCore) Propose(now int64, req core.Request, ack core.AckPoint) error {
 	return c.Replica.ProposeAck(now, req, ack)
 }
 
-// ReadIndex answers a linearizable read as etcd's ReadOnlyLeaseBased does:
-// under the leader's lease (vr LeaseRead: the commit index, no round trip),
-// in the next Ready's ReadStates; without one, by VR's read-index round.
-func (c *vrCore) ReadIndex(now int64, ctx uint64) error {
-	idx, err := c.Replica.LeaseRead(now)
-	if errors.Is(err, vr.ErrNoLease) {
-		return c.Replica.ReadIndex(now, ctx)
+// Read maps a read request onto VR's read calls, every answer in
+// Ready.ReadStates. A linearizable read is answered as etcd's
+// ReadOnlyLeaseBased does: under the leader's lease (vr LeaseRead: the
+// commit index, no round trip) in the next Ready, without one by VR's
+// read-index round. Durability waits are VR's WaitReadable and
+// AwaitReadable (cad.go), which answer in ReadStates already; a
+// follower's read (FollowerRead) is answered in the next Ready.
+func (c *vrCore) Read(now int64, req core.ReadRequest) error {
+	switch req.Kind {
+	case core.ReadLinearizable:
+		idx, err := c.Replica.LeaseRead(now)
+		if errors.Is(err, vr.ErrNoLease) {
+			return c.Replica.ReadIndex(now, req.Ctx)
+		}
+		if err != nil {
+			return err
+		}
+		c.answered = append(c.answered, core.ReadState{Ctx: req.Ctx, Index: idx, Lease: true})
+		return nil
+	case core.ReadDurable:
+		return c.Replica.WaitReadable(now, req.Ctx, req.Need)
+	case core.ReadDurableKnown:
+		return c.Replica.AwaitReadable(now, req.Ctx, req.Need)
+	case core.ReadFollower:
+		R, err := c.Replica.FollowerRead(now)
+		c.answered = append(c.answered, core.ReadState{Ctx: req.Ctx, Index: R, Err: err})
+		return nil
 	}
-	if err != nil {
-		return err
-	}
-	c.leased = append(c.leased, core.ReadState{Ctx: ctx, Index: idx, Lease: true})
-	return nil
+	return fmt.Errorf("vrshard: VR serves no %v read", req.Kind)
 }
 
 func (c *vrCore) Ready() core.Ready[vr.Message] {
+	// The lease before VR's Ready, as the host published it before it
+	// asked for the Ready when it called VR directly.
+	ls := c.lease()
 	rd := c.Replica.Ready()
+	rd.Lease = ls
 	c.dlog, c.nxAcks = rd.DLog, rd.NilextAcks
-	if len(c.leased) > 0 {
-		rd.ReadStates = append(c.leased, rd.ReadStates...)
-		c.leased = rd.ReadStates[:0]
+	if len(c.answered) > 0 {
+		rd.ReadStates = append(c.answered, rd.ReadStates...)
+		c.answered = rd.ReadStates[:0]
 	}
 	return rd.Ready
+}
+
+// lease is the leader's lease (LeaseUntil), or without one a follower's
+// read lease (FollowerLease, which is off unless Config.FollowerReads).
+func (c *vrCore) lease() core.Lease {
+	if until, idx, ok := c.Replica.LeaseUntil(); ok {
+		return core.Lease{Held: true, Until: until, Index: idx}
+	}
+	if until, idx, ok := c.Replica.FollowerLease(); ok {
+		return core.Lease{Held: true, Until: until, Index: idx, Follower: true}
+	}
+	return core.Lease{}
 }
 
 func (c *vrCore) readyExt() ([]vr.NilextRequest, []vr.NilextAck) { return c.dlog, c.nxAcks }
@@ -122,26 +149,15 @@ func (c *vrCore) Info() core.Info {
 
 func (c *vrCore) lastInfo() *vr.Info { return &c.info }
 
-// noVR is vrExt for a core that is not VR's: no sync hints, no leases (a
-// linearizable read goes through ReadIndex and comes back in
-// Ready.ReadStates), no follower or eventual reads, nothing early
-// acknowledged (R is the commit point), no nilext.
+// noVR is vrExt for a core that is not VR's: no sync hints, no eventual
+// reads, nothing early acknowledged (R is the commit point), no nilext.
 type noVR struct{ c hostCore }
 
-func (noVR) WantSync(bool)                        {}
-func (noVR) AskSync()                             {}
-func (noVR) Queued(uint64, uint64) bool           { return true }
-func (noVR) LeaseUntil() (int64, uint64, bool)    { return 0, 0, false }
-func (noVR) FollowerLease() (int64, uint64, bool) { return 0, 0, false }
-func (noVR) FollowerRead(int64) (uint64, error)   { return 0, vr.ErrNoReadLease }
-func (noVR) WaitReadable(int64, uint64, uint64) error {
-	return core.ErrNotNormal
-}
-func (noVR) AwaitReadable(int64, uint64, uint64) error {
-	return core.ErrNotNormal
-}
-func (n noVR) Readable() uint64   { return n.c.Info().Commit }
-func (noVR) EventualUntil() int64 { return 0 }
+func (noVR) WantSync(bool)              {}
+func (noVR) AskSync()                   {}
+func (noVR) Queued(uint64, uint64) bool { return true }
+func (n noVR) Readable() uint64         { return n.c.Info().Commit }
+func (noVR) EventualUntil() int64       { return 0 }
 func (noVR) Nilext(int64, vr.NilextRequest) error {
 	return vr.ErrNilextOff
 }

@@ -1,16 +1,22 @@
 package vrshard
 
 import (
+	"errors"
 	"testing"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/core"
 	"github.com/kefirdb/kefir/internal/vr"
 )
 
 // TestVRAdapterAnswersLeaseReadsInReady: the host asks its core for a
-// linearizable read with ReadIndex only; VR's adapter answers it under the
-// leader lease in the next Ready's ReadStates (Lease set, the commit index),
-// and by VR's read-index round once the lease has run out (Lease unset).
+// linearizable read with a read request only (core.Read); VR's adapter
+// answers it under the leader lease in the next Ready's ReadStates (Lease
+// set, the commit index), and by VR's read-index round once the lease has
+// run out (Lease unset); a follower's read request is answered in its next
+// Ready too (here: no read lease, follower reads are off). Every Ready
+// carries the leader's lease, which the host publishes for reads off its
+// driver.
 // Three VR cores behind the adapter, driven by hand: every batch durable at
 // once, every message delivered unless the followers are cut off.
 func TestVRAdapterAnswersLeaseReadsInReady(t *testing.T) {
@@ -26,8 +32,9 @@ func TestVRAdapterAnswersLeaseReadsInReady(t *testing.T) {
 		cores[id] = &vrCore{Replica: rep}
 	}
 	var now int64
-	var got []vr.ReadState // the read states of replica 1
-	cut := false           // the followers hear nothing
+	var got, got2 []vr.ReadState // the read states of replicas 1 and 2
+	var lease core.Lease         // replica 1's, from its last Ready
+	cut := false                 // the followers hear nothing
 	// round runs one round of three hosts.
 	round := func() {
 		for busy := true; busy; {
@@ -35,12 +42,18 @@ func TestVRAdapterAnswersLeaseReadsInReady(t *testing.T) {
 			for _, id := range ids {
 				c := cores[id]
 				rd := c.Ready()
+				if id == 1 {
+					lease = rd.Lease
+				}
 				if rd.Empty() {
 					continue
 				}
 				busy = true
-				if id == 1 {
+				switch id {
+				case 1:
 					got = append(got, rd.ReadStates...)
+				case 2:
+					got2 = append(got2, rd.ReadStates...)
 				}
 				if rd.PersistSeq != 0 {
 					c.Persisted(rd.PersistSeq)
@@ -73,7 +86,10 @@ func TestVRAdapterAnswersLeaseReadsInReady(t *testing.T) {
 	if _, _, ok := leader.LeaseUntil(); !ok {
 		t.Fatalf("no lease after 200 ms: %+v", leader.Info())
 	}
-	if err := leader.ReadIndex(now, 7); err != nil {
+	if until, idx, _ := leader.LeaseUntil(); !lease.Held || lease.Follower || lease.Until != until || lease.Index != idx {
+		t.Fatalf("Ready.Lease %+v, want the leader's lease until %d at commit %d", lease, until, idx)
+	}
+	if err := leader.Read(now, core.ReadRequest{Ctx: 7}); err != nil {
 		t.Fatal(err)
 	}
 	round()
@@ -92,7 +108,7 @@ func TestVRAdapterAnswersLeaseReadsInReady(t *testing.T) {
 		t.Fatalf("the lease outlived 60 ms without followers: until %d, now %d", until, now)
 	}
 	cut = false
-	if err := leader.ReadIndex(now, 8); err != nil {
+	if err := leader.Read(now, core.ReadRequest{Ctx: 8}); err != nil {
 		t.Fatal(err)
 	}
 	round()
@@ -101,5 +117,13 @@ func TestVRAdapterAnswersLeaseReadsInReady(t *testing.T) {
 	}
 	if len(got) != 1 || got[0].Ctx != 8 || got[0].Lease || got[0].Err != nil {
 		t.Fatalf("a read without the lease: read states %+v, want ctx 8 from a read-index round", got)
+	}
+
+	if err := cores[2].Read(now, core.ReadRequest{Ctx: 9, Kind: core.ReadFollower}); err != nil {
+		t.Fatal(err)
+	}
+	round()
+	if len(got2) != 1 || got2[0].Ctx != 9 || !errors.Is(got2[0].Err, vr.ErrNoReadLease) {
+		t.Fatalf("a follower's read: read states %+v, want ctx 9 refused for want of a read lease", got2)
 	}
 }
