@@ -82,6 +82,26 @@ type Core[M any] interface {
 	SendSnapshot(to uint64, s Snapshot) error
 }
 
+// Boot is what a core starts from: nothing (a new group), or what the host
+// recovered from its disk. An engine adds its own (VR: a recovery nonce,
+// the nilext d-log).
+type Boot struct {
+	// HardState is the last one written.
+	HardState HardState
+	// Snapshot is the latest durable snapshot (nil: none, the log starts at
+	// 1). The host has already restored the state machine from it.
+	Snapshot *Snapshot
+	// Entries follow the snapshot, contiguous.
+	Entries []Entry
+	// LostState: the disk may lack something this replica promised before
+	// it stopped (a replaced disk, a lost engine): the core must recover
+	// from its group before it votes or acknowledges anything.
+	LostState bool
+	// Bootstrap: the very first start of a new group. Any later start is a
+	// restart, even with an empty disk.
+	Bootstrap bool
+}
+
 // Ready is the batch of actions a core produced since the last Ready. The
 // host performs them in field order (Core).
 type Ready[M any] struct {

@@ -152,7 +152,7 @@ type Options struct {
 	stepped bool
 	// newCore, if set, opens the protocol core instead of VR's (vrcore.go):
 	// a test plugs a second core into the host through the contract.
-	newCore func(vr.Config, vr.State) (hostCore, error)
+	newCore func(vr.Config, core.Boot) (hostCore, error)
 
 	// mut: deliberate bugs for tests (mutations), set from the first start.
 	mut mutations

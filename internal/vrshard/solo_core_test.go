@@ -44,7 +44,7 @@ var _ hostCore = (*soloCore)(nil)
 // point (everything up to it is applied), the entries after it (all
 // written, so all durable on the only member: all committed) and the hard
 // state.
-func openSolo(cfg vr.Config, st vr.State) (hostCore, error) {
+func openSolo(cfg vr.Config, st core.Boot) (hostCore, error) {
 	if len(cfg.Members) != 1 || cfg.Members[0] != cfg.Self {
 		return nil, fmt.Errorf("solo core: one member, itself, not %v", cfg.Members)
 	}
@@ -222,14 +222,14 @@ func (noNetwork) SendLarge(to uint64, _ frame.Payload) error { return fmt.Errorf
 // Ready.ReadStates, and a restart replays the log after the checkpoint.
 func TestASecondCorePlugsIntoTheHost(t *testing.T) {
 	dir := t.TempDir()
-	var boot vr.State // what the core was last opened with
+	var boot core.Boot // what the core was last opened with
 	open := func(bootstrap bool) *Replica {
 		t.Helper()
 		r, err := Open(Options{
 			Dir: dir, Bootstrap: bootstrap, Network: noNetwork{}, Logger: testLogger(t),
 			VR:            vr.Config{Cluster: 7, Epoch: 1, Members: []uint64{1}, Self: 1},
 			CheckpointOps: 4, KeepTail: 2,
-			newCore: func(cfg vr.Config, st vr.State) (hostCore, error) {
+			newCore: func(cfg vr.Config, st core.Boot) (hostCore, error) {
 				boot = st
 				return openSolo(cfg, st)
 			},

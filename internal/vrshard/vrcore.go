@@ -181,11 +181,13 @@ func extOf(c hostCore) vrExt {
 	return noVR{c}
 }
 
-// openCore starts the protocol core from what the disk holds: VR's, or the
-// one Options.newCore opens (a test's).
+// openCore starts the protocol core from what the disk holds (st: VR's
+// start state, which Open builds): VR's, or the one Options.newCore opens
+// (a test's) from the engine-neutral part of st.
 func openCore(opts *Options, st vr.State) (hostCore, error) {
 	if opts.newCore != nil {
-		return opts.newCore(opts.VR, st)
+		return opts.newCore(opts.VR, core.Boot{HardState: st.HardState, Snapshot: st.Snapshot,
+			Entries: st.Entries, LostState: st.LostState, Bootstrap: st.Bootstrap})
 	}
 	rep, err := vr.New(opts.VR, st)
 	if err != nil {
