@@ -102,6 +102,27 @@ type Boot struct {
 	Bootstrap bool
 }
 
+// SyncHinter is what a core offers a host that holds log batches for a
+// later fsync (group commit): hints that make the replicas sync now because
+// someone waits for a commit. Optional: a core without it gets no hints,
+// and the host then holds nothing it would have to release early. Hints
+// change when replicas fsync, never what they promise.
+type SyncHinter interface {
+	// WantSync makes the core's next messages ask its peers to sync held
+	// batches now: a proposal waits for its commit, or, with beat,
+	// something waits for entries already sent (send a beat at once if any
+	// is not committed).
+	WantSync(beat bool)
+	// AskSync (at a replica that does not order writes) asks the one that
+	// does, and through it the others, to sync held batches now: a caller
+	// here waits for an apply.
+	AskSync()
+	// Queued reports whether the request the last Propose took will be a
+	// new log entry (false: a retry of one in flight or executed, whose
+	// waiter waits for an entry that may be held).
+	Queued(client, req uint64) bool
+}
+
 // Ready is the batch of actions a core produced since the last Ready. The
 // host performs them in field order (Core).
 type Ready[M any] struct {

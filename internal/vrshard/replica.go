@@ -567,8 +567,9 @@ type Replica struct {
 	// stamps and checks carry it, and Hash hashes members and lease timing.
 	cfgHash uint64
 	log     *slog.Logger
-	core    hostCore // the protocol core, through the contract (vrcore.go)
-	vx      vrExt    // what the host asks of VR outside the contract (vrcore.go)
+	core    hostCore        // the protocol core, through the contract (vrcore.go)
+	vx      vrExt           // what the host asks of VR outside the contract (vrcore.go)
+	hint    core.SyncHinter // the core's group-commit hints, or none (vrcore.go)
 	db      *storage.DB
 	wal     *wal
 	app     *applier
@@ -837,7 +838,7 @@ func Open(opts Options) (*Replica, error) {
 			return nil, err
 		}
 	}
-	r.core, r.vx = c, extOf(c)
+	r.core, r.vx, r.hint = c, extOf(c), hintsOf(c)
 	if v, ok := c.(*vrCore); ok {
 		r.cfg = v.Config() // with the core's defaults filled in
 	}
@@ -1138,7 +1139,7 @@ func (r *Replica) step(in inbound) {
 			// A follower's caller waits for an apply: hold nothing, and ask
 			// the other followers to sync too (nilext_gc.go).
 			r.gc.want = true
-			r.vx.WantSync(true)
+			r.hint.WantSync(true)
 		}
 		r.core.Step(now, *m)
 		r.noteView(viewCause{kind: 'm', typ: m.Type, from: m.From})
@@ -1184,7 +1185,7 @@ func (r *Replica) propose(ps []*proposal) {
 				// starts, a heartbeat asks them to sync what they hold
 				// (nilext_gc.go).
 				r.gc.want = true
-				r.vx.WantSync(!backlogged)
+				r.hint.WantSync(!backlogged)
 			}
 			return
 		}
@@ -1194,15 +1195,15 @@ func (r *Replica) propose(ps []*proposal) {
 		}
 		r.st.proposals.Add(1)
 		if p.ack == vr.AckApplied {
-			r.vx.WantSync(false) // its commit is awaited: followers must not hold it
+			r.hint.WantSync(false) // its commit is awaited: followers must not hold it
 		}
-		if p.req.Client != 0 && !r.opts.Nilext && !(mutation.On && r.mut.retryMayWait) && !r.vx.Queued(p.req.Client, p.req.ReqNum) {
+		if p.req.Client != 0 && !r.opts.Nilext && !(mutation.On && r.mut.retryMayWait) && !r.hint.Queued(p.req.Client, p.req.ReqNum) {
 			// A retry of a request already in the log (or executed): no new
 			// entry makes its batch urgent, yet its waiter waits for the
 			// apply of an entry that may be held, here and at the
 			// followers: sync it now, and ask them to (nilext_gc.go).
 			r.gc.want = true
-			r.vx.WantSync(true)
+			r.hint.WantSync(true)
 		}
 		if p.ack != vr.AckApplied {
 			r.early[idKey{p.req.Client, p.req.ReqNum}] = p.keys
@@ -1309,7 +1310,7 @@ func (r *Replica) ready() error {
 		// Prepares carry the hint while anyone waits; a heartbeat carries it
 		// only when a waiter arrived (one per arrival, not one per driver
 		// round: the prepare-oks it draws would start the next round).
-		r.vx.WantSync(r.gc.arrived)
+		r.hint.WantSync(r.gc.arrived)
 	}
 	if r.gc.arrived {
 		r.gc.arrived = false
@@ -1317,7 +1318,7 @@ func (r *Replica) ready() error {
 			// At a follower (a no-op at the leader): the apply waited for
 			// needs a commit, for which the leader and the other followers
 			// may hold batches until their deadline.
-			r.vx.AskSync()
+			r.hint.AskSync()
 		}
 	}
 	for {

@@ -24,13 +24,6 @@ type hostCore = core.Core[vr.Message]
 
 // vrExt is what the host asks of the VR core outside the contract.
 type vrExt interface {
-	// Group-commit hints (vr synchint.go; nilext_gc.go): a follower asked
-	// to sync, a waiter wants the followers to sync, a request already in
-	// the log.
-	WantSync(beat bool)
-	AskSync()
-	Queued(client, req uint64) bool
-
 	// What the host publishes for reads off the driver, asked for rather
 	// than taken from Ready: the readable index R (cad.go; handle asks
 	// again after Advance, which may move it), eventual reads' horizon.
@@ -73,8 +66,9 @@ type vrCore struct {
 }
 
 var (
-	_ hostCore = (*vrCore)(nil)
-	_ vrExt    = (*vrCore)(nil)
+	_ hostCore        = (*vrCore)(nil)
+	_ vrExt           = (*vrCore)(nil)
+	_ core.SyncHinter = (*vrCore)(nil)
 )
 
 func (c *vrCore) Propose(now int64, req core.Request, ack core.AckPoint) error {
@@ -149,15 +143,12 @@ func (c *vrCore) Info() core.Info {
 
 func (c *vrCore) lastInfo() *vr.Info { return &c.info }
 
-// noVR is vrExt for a core that is not VR's: no sync hints, no eventual
-// reads, nothing early acknowledged (R is the commit point), no nilext.
+// noVR is vrExt for a core that is not VR's: no eventual reads, nothing
+// early acknowledged (R is the commit point), no nilext.
 type noVR struct{ c hostCore }
 
-func (noVR) WantSync(bool)              {}
-func (noVR) AskSync()                   {}
-func (noVR) Queued(uint64, uint64) bool { return true }
-func (n noVR) Readable() uint64         { return n.c.Info().Commit }
-func (noVR) EventualUntil() int64       { return 0 }
+func (n noVR) Readable() uint64   { return n.c.Info().Commit }
+func (noVR) EventualUntil() int64 { return 0 }
 func (noVR) Nilext(int64, vr.NilextRequest) error {
 	return vr.ErrNilextOff
 }
@@ -180,6 +171,23 @@ func extOf(c hostCore) vrExt {
 	}
 	return noVR{c}
 }
+
+// hintsOf is the host's group-commit hints for core c: the core's own
+// (core.SyncHinter), or none.
+func hintsOf(c hostCore) core.SyncHinter {
+	if h, ok := c.(core.SyncHinter); ok {
+		return h
+	}
+	return noHints{}
+}
+
+// noHints is core.SyncHinter for a core without hints: every request it
+// takes counts as a new entry, so no waiter asks for a sync it cannot get.
+type noHints struct{}
+
+func (noHints) WantSync(bool)              {}
+func (noHints) AskSync()                   {}
+func (noHints) Queued(uint64, uint64) bool { return true }
 
 // openCore starts the protocol core from what the disk holds (st: VR's
 // start state, which Open builds): VR's, or the one Options.newCore opens
