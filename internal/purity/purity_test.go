@@ -9,10 +9,11 @@ import (
 )
 
 // cores are the deterministic cores of this module — the protocol cores and
-// the state machine they order (internal/kv): no goroutines, clocks,
+// the state machine they order (internal/kv), and the contract between a
+// core and its host (internal/core): no goroutines, clocks,
 // randomness or I/O, in themselves or in anything of the module they import.
 // internal/chain is the chain replication core (issue 30).
-var cores = []string{"internal/vr", "internal/kv", "internal/chain"}
+var cores = []string{"internal/vr", "internal/kv", "internal/core", "internal/chain"}
 
 func moduleRoot(t *testing.T) string {
 	_, file, _, ok := runtime.Caller(0)

@@ -11,8 +11,10 @@
 // starts goroutines, reads a clock, draws random numbers or does I/O. Time
 // comes in with every call (the driver's local clock, nanoseconds), a
 // recovery nonce comes in State. It must not import net, os, time.Now users,
-// math/rand or any other Kefir package; internal/wire encodes its messages
-// and internal/shard drives it.
+// math/rand or any Kefir package but the pure ones (internal/core, the host
+// contract whose types it shares; internal/kv); internal/wire encodes its
+// messages and internal/vrshard drives it through that contract
+// (internal/core, vrshard's vrCore adapter).
 //
 // # The driver's obligations
 //

@@ -4,77 +4,29 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/kefirdb/kefir/internal/kv"
+	"github.com/kefirdb/kefir/internal/core"
 )
 
-// Status is a replica's protocol status (VR Revisited §4).
-type Status uint8
+// The data types the host and the core share are the engine-neutral
+// contract's (internal/core); VR keeps its names for them.
+type (
+	Status       = core.Status
+	Request      = core.Request
+	Entry        = core.Entry
+	ClientRecord = core.ClientRecord
+	Snapshot     = core.Snapshot
+	HardState    = core.HardState
+	Reply        = core.Reply
+	ReadState    = core.ReadState
+	AckPoint     = core.AckPoint
+)
 
+// A replica's protocol status (VR Revisited §4; core.Status).
 const (
-	// Normal: the replica takes part in the current view.
-	Normal Status = iota + 1
-	// ViewChange: the replica is moving to View and does not accept prepares.
-	ViewChange
-	// Recovering: the replica lost state it may have promised; it neither votes
-	// nor acknowledges until the recovery protocol has rebuilt it.
-	Recovering
+	Normal     = core.Normal
+	ViewChange = core.ViewChange
+	Recovering = core.Recovering
 )
-
-func (s Status) String() string {
-	switch s {
-	case Normal:
-		return "normal"
-	case ViewChange:
-		return "view-change"
-	case Recovering:
-		return "recovering"
-	}
-	return fmt.Sprintf("status(%d)", uint8(s))
-}
-
-// Request is one client operation to order. Data is opaque to the core: the
-// driver's state machine interprets it. Client 0 means "no identity" (plain
-// clients): such requests bypass the client table.
-type Request struct {
-	Client uint64
-	ReqNum uint64
-	Data   []byte
-}
-
-// Entry is one slot of the replicated log: a request at op number Op, first
-// proposed by the leader of View. Two entries with the same Op and View are the
-// same entry (one leader per view, and a leader's log only grows), which is
-// how logs are compared without looking at Data.
-type Entry struct {
-	View uint64
-	Op   uint64
-	Request
-}
-
-// ClientRecord is one row of the client table: the latest request of a client
-// that was executed (Op: the op it executed at) and its result. It is part of
-// the replicated state: it is rebuilt from the log on every replica and travels
-// inside snapshots (without Touched, which the core does not use). It is kv's
-// entry: the one client table every engine keeps (internal/kv, clients.go).
-type ClientRecord = kv.ClientEntry
-
-// Snapshot is the state machine at op Op: the application's state (Data,
-// produced and consumed by the driver) and the client table.
-type Snapshot struct {
-	Op      uint64
-	Clients []ClientRecord
-	Data    []byte
-}
-
-// HardState is what a replica persists besides its log, so that a restart from
-// an intact disk keeps its promises: the view it promised not to go below,
-// the last view in which it was normal (its log is a prefix of that view's
-// leader's log), and a commit point below which its log is final.
-type HardState struct {
-	View           uint64
-	LastNormalView uint64
-	Commit         uint64
-}
 
 // MsgType says what a Message is.
 type MsgType uint8
@@ -188,72 +140,40 @@ func (m Message) String() string {
 	return s
 }
 
-// Reply answers a client request: the result the state machine produced (or
-// the cached one, for a duplicate), or Err.
-type Reply struct {
-	Client uint64
-	ReqNum uint64
-	Op     uint64
-	Result []byte
-	Err    error
-}
-
-// ReadState says that a read-index read registered with Ctx may be served
-// once the local state machine has applied Index (or failed with Err).
-type ReadState struct {
-	Ctx   uint64
-	Index uint64
-	Err   error
-}
-
 // Errors callers branch on.
 var (
 	// ErrNotLeader: the request must go to the leader (Replica.Leader names it
 	// when known).
-	ErrNotLeader = errors.New("vr: not the leader")
+	ErrNotLeader = core.ErrNotLeader
 	// ErrNotNormal: the replica is in a view change or recovering.
-	ErrNotNormal = errors.New("vr: replica not in normal status")
+	ErrNotNormal = core.ErrNotNormal
 	// ErrStaleRequest: a client sent a request number below the one the client
 	// table holds; it was executed (or superseded) long ago and its reply is gone.
-	ErrStaleRequest = errors.New("vr: stale request")
+	ErrStaleRequest = core.ErrStaleRequest
 	// ErrNoLease: the leader does not hold a lease right now; use ReadIndex.
-	ErrNoLease = errors.New("vr: no leader lease")
+	ErrNoLease = core.ErrNoLease
 	// ErrBusy: too many operations in flight; retry later.
-	ErrBusy = errors.New("vr: too many operations in flight")
+	ErrBusy = core.ErrBusy
 	// ErrNoReadLease: this follower holds no valid active-set lease in the
 	// current normal view (or follower reads are off): redirect the
 	// cross-client-monotonic read to the leader.
 	ErrNoReadLease = errors.New("vr: no follower read lease")
 )
 
-// AckPoint is where a write is acknowledged to its client (cad.md §1).
-type AckPoint uint8
-
+// Where a write is acknowledged to its client (cad.md §1; core.AckPoint).
 const (
 	// AckApplied: when committed (persisted on a majority) and applied; the
 	// Reply carries the result. sync writes, and every write whose reply
 	// depends on state.
-	AckApplied AckPoint = iota
+	AckApplied = core.AckApplied
 	// AckReplicated: when held in memory by a majority (Info.Acked >= op);
 	// cad blind writes. The ack comes out in Ready.Acks.
-	AckReplicated
+	AckReplicated = core.AckReplicated
 	// AckAppended: as soon as the leader appended it (unsafe, for
 	// experiments: the simulator's fully asynchronous baseline; the driver
 	// acknowledges async writes at AckReplicated, docs/design/cad.md §19).
-	AckAppended
+	AckAppended = core.AckAppended
 )
-
-func (a AckPoint) String() string {
-	switch a {
-	case AckApplied:
-		return "applied"
-	case AckReplicated:
-		return "replicated"
-	case AckAppended:
-		return "appended"
-	}
-	return fmt.Sprintf("ack(%d)", uint8(a))
-}
 
 // MemberState is a follower's place in the leader's active set (cad.md §3).
 type MemberState uint8

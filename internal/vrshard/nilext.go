@@ -337,7 +337,7 @@ func (r *Replica) nxStart(calls []*nxCall) {
 		k := nxKey{c.req.Client, c.req.ReqNum}
 		r.nxWait[k] = c
 		r.nxOrigin[k] = r.cfg.Self
-		if err := r.core.Nilext(now, c.req); err != nil {
+		if err := r.vx.Nilext(now, c.req); err != nil {
 			// Not normal (a view change): the others could not complete it
 			// without our ack if we lead, and we cannot tell; fall back.
 			delete(r.nxWait, k)
@@ -371,7 +371,7 @@ func (r *Replica) nxStep(now int64, m *vr.Message) {
 		for _, q := range m.DLog {
 			k := nxKey{q.Client, q.ReqNum}
 			r.nxOrigin[k] = m.From
-			if err := r.core.Nilext(now, q); err != nil {
+			if err := r.vx.Nilext(now, q); err != nil {
 				delete(r.nxOrigin, k) // no ack: the coordinator falls back
 			}
 		}
@@ -489,7 +489,7 @@ func (r *Replica) nxReadKeys(op *kv.Op) [][]byte {
 		return op.Keys
 	case kv.KindScan, kv.KindEvalRO:
 		var ks [][]byte
-		for _, q := range r.core.DLog() {
+		for _, q := range r.vx.DLog() {
 			for _, k := range q.Keys {
 				if bytes.Compare(k, op.Key) >= 0 && (op.End == nil || bytes.Compare(k, op.End) < 0) {
 					ks = append(ks, k)
@@ -681,7 +681,7 @@ func (r *Replica) nxTakeDirect(now int64, c *nxCall) {
 	}
 	r.nxWait[k] = c
 	r.nxOrigin[k] = r.cfg.Self
-	if err := r.core.Nilext(now, c.req); err != nil {
+	if err := r.vx.Nilext(now, c.req); err != nil {
 		delete(r.nxWait, k)
 		delete(r.nxOrigin, k)
 		refuse(r.mapErr(err))

@@ -4,6 +4,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/core"
 	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/vr"
 )
@@ -78,17 +79,18 @@ func (r *Replica) holdDelay() time.Duration {
 	return r.opts.CadSyncDelay
 }
 
-// holdable reports whether the batch rd may wait for a later fsync. It runs
-// before handle() records rd (r.lastHS is still the previous hard state).
-func (r *Replica) holdable(rd *vr.Ready) bool {
+// holdable reports whether the batch rd, with its d-log records dlog, may
+// wait for a later fsync. It runs before handle() records rd (r.lastHS is
+// still the previous hard state).
+func (r *Replica) holdable(rd *core.Ready[vr.Message], dlog []vr.NilextRequest) bool {
 	if r.holdDelay() < 0 || r.waited() || r.recovering || rd.Snapshot != nil || rd.HasTruncate {
 		return false
 	}
 	if hs := rd.HardState; hs != nil && (hs.View != r.lastHS.View || hs.LastNormalView != r.lastHS.LastNormalView) {
 		return false
 	}
-	for i := range rd.DLog {
-		if rd.DLog[i].Sync {
+	for i := range dlog {
+		if dlog[i].Sync {
 			return false
 		}
 	}
@@ -99,7 +101,7 @@ func (r *Replica) holdable(rd *vr.Ready) bool {
 			return false
 		}
 		if r.opts.Nilext {
-			if len(r.waitID[idKey{e.Client, e.ReqNum}]) > 0 || !r.core.InDLog(e.Client, e.ReqNum) {
+			if len(r.waitID[idKey{e.Client, e.ReqNum}]) > 0 || !r.vx.InDLog(e.Client, e.ReqNum) {
 				return false
 			}
 			continue

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	kcluster "github.com/kefirdb/kefir/internal/cluster"
+	"github.com/kefirdb/kefir/internal/core"
 	"log/slog"
 	"net"
 	"sync"
@@ -149,6 +150,9 @@ type Options struct {
 	// stepped: no goroutine of the host runs; a caller delivers events and
 	// collects effects on one goroutine (stepped.go). The simulator's.
 	stepped bool
+	// newCore, if set, opens the protocol core instead of VR's (vrcore.go):
+	// a test plugs a second core into the host through the contract.
+	newCore func(vr.Config, core.Boot) (hostCore, error)
 
 	// mut: deliberate bugs for tests (mutations), set from the first start.
 	mut mutations
@@ -504,9 +508,12 @@ type readWaiter struct {
 	// view 0 is every new group's first view.
 	deferred bool
 	view     uint64
-	idx      uint64
-	err      error
-	done     chan struct{}
+	// confirm: a linearizable read registered with the core (read),
+	// counted as a lease or an index read when its ReadState comes.
+	confirm bool
+	idx     uint64
+	err     error
+	done    chan struct{}
 }
 
 type readKind uint8
@@ -560,7 +567,9 @@ type Replica struct {
 	// stamps and checks carry it, and Hash hashes members and lease timing.
 	cfgHash uint64
 	log     *slog.Logger
-	core    *vr.Replica
+	core    hostCore        // the protocol core, through the contract (vrcore.go)
+	vx      vrExt           // what the host asks of VR outside the contract (vrcore.go)
+	hint    core.SyncHinter // the core's group-commit hints, or none (vrcore.go)
 	db      *storage.DB
 	wal     *wal
 	app     *applier
@@ -816,7 +825,7 @@ func Open(opts Options) (*Replica, error) {
 		st.LostState = true
 		r.recovering = true
 	}
-	core, err := vr.New(opts.VR, st)
+	c, err := openCore(&opts, st)
 	if err != nil {
 		db.Close()
 		w.close()
@@ -829,8 +838,10 @@ func Open(opts Options) (*Replica, error) {
 			return nil, err
 		}
 	}
-	r.core = core
-	r.cfg = core.Config()
+	r.core, r.vx, r.hint = c, extOf(c), hintsOf(c)
+	if v, ok := c.(*vrCore); ok {
+		r.cfg = v.Config() // with the core's defaults filled in
+	}
 	r.cfgHash = r.cfg.Hash()
 	r.lastHS = ws.hs
 	r.tail = ws.entries
@@ -1099,7 +1110,7 @@ func (r *Replica) maybeForgetRows() {
 	if mutation.On && r.mut.forgetTooEarly {
 		below = applied + 1
 	}
-	if err := r.core.ProposeAck(r.now(), vr.Request{Data: encodeForget(r.clock.Now().UnixNano(), below)}, vr.AckApplied); err != nil {
+	if err := r.core.Propose(r.now(), vr.Request{Data: encodeForget(r.clock.Now().UnixNano(), below)}, vr.AckApplied); err != nil {
 		return // not normal, not leader or busy: the next round tries again
 	}
 	r.forgetAt = applied + uint64(max(limit/10, 1))
@@ -1128,7 +1139,7 @@ func (r *Replica) step(in inbound) {
 			// A follower's caller waits for an apply: hold nothing, and ask
 			// the other followers to sync too (nilext_gc.go).
 			r.gc.want = true
-			r.core.WantSync(true)
+			r.hint.WantSync(true)
 		}
 		r.core.Step(now, *m)
 		r.noteView(viewCause{kind: 'm', typ: m.Type, from: m.From})
@@ -1165,7 +1176,7 @@ func (r *Replica) propose(ps []*proposal) {
 			r.cadSeq++
 			p.req.Client, p.req.ReqNum = r.cadClient, r.cadSeq
 		}
-		err := r.core.ProposeAck(now, p.req, p.ack)
+		err := r.core.Propose(now, p.req, p.ack)
 		if errors.Is(err, vr.ErrBusy) {
 			r.backlog = append(r.backlog[:0:0], ps[i:]...)
 			if !r.opts.Nilext && !(mutation.On && r.mut.backlogMayWait) {
@@ -1174,7 +1185,7 @@ func (r *Replica) propose(ps []*proposal) {
 				// starts, a heartbeat asks them to sync what they hold
 				// (nilext_gc.go).
 				r.gc.want = true
-				r.core.WantSync(!backlogged)
+				r.hint.WantSync(!backlogged)
 			}
 			return
 		}
@@ -1184,15 +1195,15 @@ func (r *Replica) propose(ps []*proposal) {
 		}
 		r.st.proposals.Add(1)
 		if p.ack == vr.AckApplied {
-			r.core.WantSync(false) // its commit is awaited: followers must not hold it
+			r.hint.WantSync(false) // its commit is awaited: followers must not hold it
 		}
-		if p.req.Client != 0 && !r.opts.Nilext && !(mutation.On && r.mut.retryMayWait) && !r.core.Queued(p.req.Client, p.req.ReqNum) {
+		if p.req.Client != 0 && !r.opts.Nilext && !(mutation.On && r.mut.retryMayWait) && !r.hint.Queued(p.req.Client, p.req.ReqNum) {
 			// A retry of a request already in the log (or executed): no new
 			// entry makes its batch urgent, yet its waiter waits for the
 			// apply of an entry that may be held, here and at the
 			// followers: sync it now, and ask them to (nilext_gc.go).
 			r.gc.want = true
-			r.core.WantSync(true)
+			r.hint.WantSync(true)
 		}
 		if p.ack != vr.AckApplied {
 			r.early[idKey{p.req.Client, p.req.ReqNum}] = p.keys
@@ -1232,12 +1243,10 @@ func (r *Replica) notLeader() error {
 
 func (r *Replica) read(rw *readWaiter) {
 	now := r.now()
+	req := core.ReadRequest{Kind: core.ReadLinearizable}
 	switch rw.kind {
 	case rwFollower:
-		R, err := r.core.FollowerRead(now)
-		rw.idx, rw.err = R, err
-		close(rw.done)
-		return
+		req.Kind = core.ReadFollower
 	case rwDurable:
 		if rw.deferred && (!r.wasLeader || r.leadView != rw.view) {
 			// A deferred read took its value from this view's log: in
@@ -1246,51 +1255,53 @@ func (r *Replica) read(rw *readWaiter) {
 			close(rw.done)
 			return
 		}
-		r.readCtx++
-		wait := r.core.WaitReadable
+		req.Kind, req.Need = core.ReadDurable, rw.need
 		if rw.deferred {
 			// A deferred read's result was fixed under confirmed
 			// leadership: R alone releases it (vr AwaitReadable).
-			wait = r.core.AwaitReadable
+			req.Kind = core.ReadDurableKnown
 		}
-		if err := wait(now, r.readCtx, rw.need); err != nil {
-			rw.err = r.mapErr(err)
-			close(rw.done)
-			return
-		}
-		r.reads[r.readCtx] = rw
-		r.st.durRounds.Add(1)
-		return
-	}
-	if r.opts.Nilext && rw.op != nil && r.isLeader.Load() {
-		// A key with a pending nilext update: the core orders the d-log and
-		// releases the read (a read-index read) once that is committed.
-		ctx := r.readCtx + 1
-		slow, err := r.core.ReadNilext(now, ctx, r.nxReadKeys(rw.op))
-		if err == nil && slow {
-			r.readCtx = ctx
-			r.st.nxSlowReads.Add(1)
-			r.reads[ctx] = rw
-			return
+	default:
+		if r.opts.Nilext && rw.op != nil && r.isLeader.Load() {
+			// A key with a pending nilext update: the core orders the d-log and
+			// releases the read (a read-index read) once that is committed.
+			ctx := r.readCtx + 1
+			slow, err := r.vx.ReadNilext(now, ctx, r.nxReadKeys(rw.op))
+			if err == nil && slow {
+				r.readCtx = ctx
+				r.st.nxSlowReads.Add(1)
+				r.reads[ctx] = rw
+				return
+			}
 		}
 	}
-	idx, err := r.core.LeaseRead(now)
-	if err == nil {
-		r.st.leaseReads.Add(1)
-		rw.idx = idx
+	// The core answers in Ready.ReadStates: a linearizable read under its
+	// lease and a follower's read in this round's Ready, others after a
+	// round with the peers (handle counts lease and index reads).
+	r.readCtx++
+	req.Ctx = r.readCtx
+	if err := r.core.Read(now, req); err != nil {
+		rw.err = r.readErr(rw, err)
 		close(rw.done)
 		return
 	}
-	if errors.Is(err, vr.ErrNoLease) {
-		r.readCtx++
-		if err = r.core.ReadIndex(now, r.readCtx); err == nil {
-			r.st.indexReads.Add(1)
-			r.reads[r.readCtx] = rw
-			return
-		}
+	switch rw.kind {
+	case rwDurable:
+		r.st.durRounds.Add(1)
+	case rwLeader:
+		rw.confirm = true
 	}
-	rw.err = r.mapErr(err)
-	close(rw.done)
+	r.reads[req.Ctx] = rw
+}
+
+// readErr is the error a read waiter gets for the core's err: a follower's
+// read sees the core's own (it redirects on any: followerAnswer), others
+// the host's (mapErr).
+func (r *Replica) readErr(rw *readWaiter, err error) error {
+	if rw.kind == rwFollower {
+		return err
+	}
+	return r.mapErr(err)
 }
 
 // ready performs the core's actions until it has none (doc.go of internal/vr).
@@ -1299,7 +1310,7 @@ func (r *Replica) ready() error {
 		// Prepares carry the hint while anyone waits; a heartbeat carries it
 		// only when a waiter arrived (one per arrival, not one per driver
 		// round: the prepare-oks it draws would start the next round).
-		r.core.WantSync(r.gc.arrived)
+		r.hint.WantSync(r.gc.arrived)
 	}
 	if r.gc.arrived {
 		r.gc.arrived = false
@@ -1307,27 +1318,28 @@ func (r *Replica) ready() error {
 			// At a follower (a no-op at the leader): the apply waited for
 			// needs a commit, for which the leader and the other followers
 			// may hold batches until their deadline.
-			r.core.AskSync()
+			r.hint.AskSync()
 		}
 	}
 	for {
+		rd := r.core.Ready()
 		// Before anything this round's steps produced is sent (handle): a
 		// reader must not use a lease this replica gave up by joining
-		// another view (vr.LeaseUntil).
-		r.publishLease()
-		rd := r.core.Ready()
-		if rd.Empty() {
+		// another view (vr.LeaseUntil). The last, empty, Ready's is the
+		// lease after the round.
+		r.publishLease(rd.Lease)
+		dlog, nxAcks := r.vx.readyExt()
+		if rd.Empty() && len(dlog) == 0 && len(nxAcks) == 0 {
 			break
 		}
 		r.st.readies.Add(1)
-		if err := r.handle(&rd); err != nil {
+		if err := r.handle(&rd, dlog, nxAcks); err != nil {
 			return err
 		}
 	}
 	r.wantDone()
 	r.noteView(viewCause{kind: 'r'})
 	r.publish()
-	r.publishLease()
 	info := r.core.Info()
 	if r.wasLeader && (!info.IsLeader || info.View != r.leadView) {
 		r.failWrites(ErrOutcomeUnknown)
@@ -1370,11 +1382,11 @@ func (r *Replica) markSynced() {
 	}
 }
 
-func (r *Replica) handle(rd *vr.Ready) error {
+func (r *Replica) handle(rd *core.Ready[vr.Message], dlog []vr.NilextRequest, nxAcks []vr.NilextAck) error {
 	// 1. Disk: snapshot, truncate, entries, hard state: one write; the fsync
 	// runs in the background (startSync), or waits for a later batch's if
 	// nobody waits for this one (nilext_gc.go).
-	hold := r.holdable(rd)
+	hold := r.holdable(rd, dlog)
 	roll := false
 	if cadtraceOn && len(rd.Entries) > 0 && r.isLeader.Load() {
 		es := rd.Entries
@@ -1420,9 +1432,9 @@ func (r *Replica) handle(rd *vr.Ready) error {
 	if roll {
 		// The new segment replaces every older one: it must hold the whole
 		// live d-log, not only this batch's records.
-		r.wal.addDLog(r.core.DLogRecords())
+		r.wal.addDLog(r.vx.DLogRecords())
 	} else {
-		r.wal.addDLog(rd.DLog)
+		r.wal.addDLog(dlog)
 	}
 	r.st.persisted.Add(uint64(len(rd.Entries)))
 	if rd.HardState != nil {
@@ -1461,8 +1473,8 @@ func (r *Replica) handle(rd *vr.Ready) error {
 		r.noteWritten(hold)
 		r.startSync()
 	}
-	if len(rd.NilextAcks) > 0 {
-		r.nxRoute(rd.NilextAcks)
+	if len(nxAcks) > 0 {
+		r.nxRoute(nxAcks)
 	}
 	// 3. Apply committed entries: one engine Append, no engine fsync.
 	if len(rd.Committed) > 0 {
@@ -1519,7 +1531,7 @@ func (r *Replica) handle(rd *vr.Ready) error {
 		// round (2–7 % of waits under YCSB A; docs/design/cad.md §9). Safe
 		// to publish early: the Committed of this Ready are applied (step
 		// 3), so R <= applied, as publish() would find a moment later.
-		r.publishReadable(r.core.Readable())
+		r.publishReadable(r.vx.Readable())
 	}
 	for _, rs := range rd.ReadStates {
 		rw := r.reads[rs.Ctx]
@@ -1527,9 +1539,16 @@ func (r *Replica) handle(rd *vr.Ready) error {
 			continue
 		}
 		delete(r.reads, rs.Ctx)
+		if rw.confirm {
+			if rs.Lease {
+				r.st.leaseReads.Add(1)
+			} else {
+				r.st.indexReads.Add(1)
+			}
+		}
 		rw.idx = rs.Index
 		if rs.Err != nil {
-			rw.err = r.mapErr(rs.Err)
+			rw.err = r.readErr(rw, rs.Err)
 		}
 		close(rw.done)
 	}
@@ -1732,17 +1751,12 @@ type leaseSnap struct {
 	follower bool
 }
 
-// publishLease publishes the core's lease for localLease and
+// publishLease publishes the core's lease (Ready.Lease) for localLease and
 // localFollowerLease.
-func (r *Replica) publishLease() {
-	until, idx, ok := r.core.LeaseUntil()
-	follower := false
-	if !ok && r.opts.FollowerReads {
-		until, idx, ok = r.core.FollowerLease()
-		follower = true
-	}
+func (r *Replica) publishLease(ls core.Lease) {
+	until, idx, follower := ls.Until, ls.Index, ls.Follower
 	cur := r.lease.Load()
-	if !ok || r.opts.Nilext {
+	if !ls.Held || r.opts.Nilext || follower && !r.opts.FollowerReads {
 		if cur != nil {
 			r.lease.Store(nil)
 		}
@@ -1768,12 +1782,13 @@ func (r *Replica) publish() {
 		// redirect as soon as this replica stops leading (waitSession).
 		r.wake()
 	}
-	r.dlogLen.Store(int64(info.DLogLen))
-	r.nxCycles.Store(info.NilextCycles)
-	r.nxStaleWaits.Store(info.NilextStaleWaits)
-	r.dlogStale.Store(info.DLogStale)
-	r.eventualUntil.Store(r.core.EventualUntil())
-	r.publishReadable(r.core.Readable())
+	vi := r.vx.lastInfo() // VR's Info as of the Info above: its nilext figures
+	r.dlogLen.Store(int64(vi.DLogLen))
+	r.nxCycles.Store(vi.NilextCycles)
+	r.nxStaleWaits.Store(vi.NilextStaleWaits)
+	r.dlogStale.Store(vi.DLogStale)
+	r.eventualUntil.Store(r.vx.EventualUntil())
+	r.publishReadable(r.vx.Readable())
 }
 
 // publishReadable publishes the readable index R and drops from the update
@@ -1885,7 +1900,7 @@ func (r *Replica) finishCheckpoint(res ckptResult) error {
 		k++
 	}
 	r.wal.addEntries(r.tail[k:])
-	r.wal.addDLog(r.core.DLogRecords())
+	r.wal.addDLog(r.vx.DLogRecords())
 	r.wal.addHardState(r.lastHS)
 	if err := r.wal.roll(); err != nil {
 		return err

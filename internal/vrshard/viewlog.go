@@ -85,7 +85,7 @@ func (r *Replica) openView(hs vr.HardState) {
 // noteView compares the core's view and status with the last ones seen and
 // reports the change c caused, if any.
 func (r *Replica) noteView(c viewCause) {
-	view, st := r.core.ViewStatus()
+	view, st := r.vx.ViewStatus()
 	if view == r.vt.view && st == r.vt.status {
 		return
 	}
