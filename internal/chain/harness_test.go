@@ -184,6 +184,10 @@ func (h *harness) deliver(l link) {
 	}
 	if msg.To == masterID {
 		h.master.Step(msg)
+	} else if m := h.members[msg.To]; m != nil && msg.Type == MsgPersist {
+		// The host's disk: the write is durable once delivered here (the
+		// link models its latency); the member learns it.
+		m.Step(Msg{Type: MsgPersisted, From: msg.To, To: msg.To, Seq: msg.Seq})
 	} else if m := h.members[msg.To]; m != nil {
 		m.Step(msg)
 	}
