@@ -51,9 +51,9 @@ type awaited struct {
 
 type request struct {
 	query bool
-	any   bool // a CRAQ read: any member may answer
-	weak  bool // a weak read: any member holding the token min may answer
-	min   uint64
+	any   bool   // a CRAQ read: any member may answer
+	weak  bool   // a weak read: any member holding the token min may answer
+	min   uint64 // the session's token (a weak read, an update)
 	op    []byte
 	to    NodeID // where it was last sent (0: parked)
 }
@@ -195,6 +195,13 @@ func (m *Master) Put(id uint64, op []byte) {
 	m.route(id)
 }
 
+// PutSession routes an update of a session whose token is token: the head
+// refuses it as lost if the chain no longer holds the update token names.
+func (m *Master) PutSession(id uint64, op []byte, token uint64) {
+	m.reqs[id] = &request{op: op, min: token}
+	m.route(id)
+}
+
 // Get routes a strong read to the tail.
 func (m *Master) Get(id uint64, query []byte) {
 	m.reqs[id] = &request{query: true, op: query}
@@ -228,7 +235,11 @@ func (m *Master) route(id uint64) {
 		m.parked = append(m.parked, id)
 		return
 	}
-	m.send(to, Msg{Type: t, ID: id, Op: r.op, Any: r.any, Weak: r.weak, Seq: r.min})
+	if r.query {
+		m.send(to, Msg{Type: t, ID: id, Op: r.op, Any: r.any, Weak: r.weak, Seq: r.min})
+		return
+	}
+	m.send(to, Msg{Type: t, ID: id, Op: r.op, Token: r.min})
 }
 
 // unpark re-routes parked requests after the head or tail changed.
@@ -311,7 +322,7 @@ func (m *Master) step(msg Msg) {
 		}
 		if msg.Lost {
 			delete(m.reqs, msg.ID)
-			m.out.Replies = append(m.out.Replies, Reply{ID: msg.ID, Query: true, Lost: true})
+			m.out.Replies = append(m.out.Replies, Reply{ID: msg.ID, Query: r.query, Lost: true})
 			return
 		}
 		to := m.head
@@ -345,6 +356,7 @@ func (m *Master) step(msg Msg) {
 		if len(m.members) > m.r {
 			m.truncate()
 		}
+		m.unpark() // updates a joining head could not take yet
 	case MsgTruncateAck:
 		if msg.From != m.trunc[0] {
 			return

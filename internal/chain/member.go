@@ -1,6 +1,7 @@
 package chain
 
 import (
+	"slices"
 	"sort"
 
 	"github.com/kefirdb/kefir/internal/mutation"
@@ -452,6 +453,20 @@ func (m *Member) clientUpdate(msg Msg) {
 		m.toMaster(Msg{Type: MsgRedirect, ID: msg.ID})
 		return
 	}
+	if t := msg.Token; t != 0 && !m.holds(t) {
+		// The head's history contains every member's: lacking the token, the
+		// update it names is gone (lost). A joining head may still be
+		// waiting for it in the log flush, or hold it in its temporary
+		// store.
+		if m.state == Joining && !slices.ContainsFunc(m.tmp, func(e Entry) bool { return e.Seq == t }) {
+			m.toMaster(Msg{Type: MsgRedirect, ID: msg.ID})
+			return
+		}
+		if m.state == Active {
+			m.toMaster(Msg{Type: MsgRedirect, ID: msg.ID, Lost: true})
+			return
+		}
+	}
 	if m.nextSeq+1 >= seqBase(m.epoch+1, m.cfg.SeqBits) {
 		// A later head (a head join's FLUSH, at an epoch above mine) may
 		// start numbering there: refuse rather than collide.
@@ -640,7 +655,15 @@ func (m *Member) answerRead(msg Msg) {
 func (m *Member) weakRead(msg Msg) {
 	t := msg.Seq
 	if m.state == Active && (t == 0 || m.holds(t) || mutation.On && m.mut.ignoreToken) {
-		m.answerRead(msg)
+		if m.cfg.Mode == AU || m.succ == 0 || m.clean(msg.Op) {
+			m.answerRead(msg)
+			return
+		}
+		// SU, AUSI: the key is dirty here (invalid, under AUSI): its
+		// latest update is not committed, and a session that saw it could
+		// see it vanish (a tail read, or the head's crash). The committed
+		// version is downstream, which holds the token too (it is committed).
+		m.send(m.succ, Msg{Type: MsgQuery, ID: msg.ID, Op: msg.Op, Weak: true, Seq: t})
 		return
 	}
 	if (m.state == Active || m.state == Joining) && m.lu < t {

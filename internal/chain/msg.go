@@ -143,6 +143,11 @@ type Msg struct {
 	// the chain no longer has (it died with a head that had not passed it
 	// on); the master answers the client that its session is lost.
 	Lost bool
+	// Token (update, master → head): the session's token; the head refuses
+	// the update as lost if the session saw an update the chain no longer
+	// has (a later update would otherwise hide the loss from the session's
+	// reads, which check only its newest token).
+	Token uint64
 }
 
 func (m Msg) String() string {
