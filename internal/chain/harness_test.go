@@ -137,7 +137,11 @@ func (h *harness) collect() {
 			moved = true
 		}
 		for _, r := range out.Replies {
-			h.logf("reply id=%d %q", r.ID, r.Result)
+			if r.Lost {
+				h.logf("reply id=%d lost", r.ID)
+			} else {
+				h.logf("reply id=%d %q", r.ID, r.Result)
+			}
 			h.replies = append(h.replies, r)
 		}
 		for _, id := range out.Fenced {
