@@ -36,8 +36,8 @@ const (
 
 // lossConfigs are the chains of Table 6.2, head first: M (memory), Mb
 // (buffered log: written in batches in the background), D (log, persisted as
-// it is logged); and D-Mb, which shows that under SU only the tail's disk is
-// waited for.
+// it is logged); and D-Mb, a log head in front of a buffered tail (under SU
+// the head's disk is waited for: it passes an update on only once persisted).
 var lossConfigs = [][2]Store{{Memory, Memory}, {Memory, Buffered}, {Memory, Log}, {Log, Log}, {Log, Buffered}}
 
 func configName(c [2]Store) string { return c[0].String() + "-" + c[1].String() }
@@ -56,11 +56,10 @@ func expectedLoss(c [2]Store, mode Mode, crash crashKind) lossClass {
 	switch {
 	case c == [2]Store{Memory, Memory}:
 		return lossTotal
-	case mode == SU && c[1] == Log:
-		// The tail answers an update only once its host persisted it: the
-		// tail's disk has every acknowledged update. (A log member
-		// elsewhere delays only its acknowledgement upstream, not the
-		// answer: D-Mb is window-loss.)
+	case mode == SU && (c[0] == Log || c[1] == Log):
+		// A log member passes an update on, and the tail answers it, only
+		// once its host persisted it: every log member's disk has every
+		// acknowledged update.
 		return lossNone
 	}
 	return lossWindow

@@ -75,7 +75,8 @@ const (
 	// Memory: nothing is persisted; a crash loses the member's state.
 	Memory Store = iota
 	// Log: every update is persisted (fsync) as it is logged; under SU the
-	// member acknowledges an update only once it is persisted.
+	// member passes an update on, and acknowledges it, only once it is
+	// persisted.
 	Log
 	// Buffered: updates are persisted in batches of PersistBatch (and on
 	// Tick), in the background; nothing waits for them.
@@ -163,6 +164,15 @@ type Member struct {
 	// entries a buffered log holds beyond persistReq.
 	persistReq, persisted uint64
 	unbatched             int
+	// held: updates a log member under SU logged but has not passed on yet:
+	// it forwards an update only once its host persisted it, so the tail
+	// answers only what every log member upstream has on disk.
+	held []Entry
+	// deferredFlush is a FLUSH that came while updates were held: it goes on
+	// only behind them, as it would have had they not waited for the disk
+	// (an update passed on after FLUSH would reach the old tail after it,
+	// missing both the log flush and the joiner).
+	deferredFlush *Msg
 
 	nextSeq uint64 // as head: the last sequence number assigned
 
@@ -291,6 +301,7 @@ func (m *Member) Step(msg Msg) {
 	case MsgPersisted:
 		m.persisted = max(m.persisted, msg.Seq)
 		m.advance()
+		m.release()
 	case MsgQuery:
 		if msg.Weak {
 			m.weakRead(msg)
@@ -408,11 +419,16 @@ func (m *Member) Step(msg Msg) {
 		m.acked = max(m.acked, msg.LA)
 		m.advance()
 		// Re-send what the new successor may never have got (Listing 1's
-		// CR_MID), including what arrived while repairing.
+		// CR_MID), including what arrived while repairing — what a log
+		// member persisted: the rest stays held until it is.
 		es, _ := m.after(msg.LU, len(m.log))
+		bound := m.ackBound()
 		for _, e := range es {
-			m.send(m.succ, Msg{Type: MsgUpdate, Seq: e.Seq, ID: e.ID, Op: e.Op})
+			if e.Seq <= bound {
+				m.send(m.succ, Msg{Type: MsgUpdate, Seq: e.Seq, ID: e.ID, Op: e.Op})
+			}
 		}
+		m.held = slices.DeleteFunc(m.held, func(e Entry) bool { return e.Seq <= bound })
 		m.toMaster(Msg{Type: MsgCRMidDone, Epoch: m.repairEpoch})
 	case MsgCRTail:
 		m.raise(msg.Epoch)
@@ -515,8 +531,37 @@ func (m *Member) receive(e Entry) {
 	if mutation.On && m.mut.ackBeforeTail && m.pred != 0 {
 		m.send(m.pred, Msg{Type: MsgAck, Seq: e.Seq})
 	}
+	if m.state == Active && m.ackBound() != ^uint64(0) {
+		m.held = append(m.held, e)
+		m.release()
+		return
+	}
 	if !m.repairing {
 		m.send(m.succ, Msg{Type: MsgUpdate, Seq: e.Seq, ID: e.ID, Op: e.Op})
+	}
+}
+
+// release passes on the held updates the host has persisted (a log member
+// under SU), unless a repair holds forwarding back; REPAIR_INFO re-sends
+// them then.
+func (m *Member) release() {
+	if m.succ == 0 {
+		m.held = nil // the tail: acknowledgements answer for them (advance)
+		return
+	}
+	if m.repairing {
+		return
+	}
+	i := 0
+	for ; i < len(m.held) && m.held[i].Seq <= m.persisted; i++ {
+		e := m.held[i]
+		m.send(m.succ, Msg{Type: MsgUpdate, Seq: e.Seq, ID: e.ID, Op: e.Op})
+	}
+	m.held = m.held[i:]
+	if len(m.held) == 0 && m.deferredFlush != nil {
+		f := *m.deferredFlush
+		m.deferredFlush = nil
+		m.flush(f)
 	}
 }
 
@@ -557,10 +602,10 @@ func (m *Member) requestPersist() {
 	m.send(m.cfg.ID, Msg{Type: MsgPersist, Seq: m.persistReq})
 }
 
-// ackBound is how far this member may acknowledge: under SU a log
-// datastore acknowledges only what its host persisted, so an acknowledged
-// update is on the disk of every log member (digest 002 Table 6.2: D-D and
-// M-D under SU lose nothing acknowledged). Otherwise nothing waits.
+// ackBound is how far this member may acknowledge, and pass updates on:
+// under SU a log datastore does both only for what its host persisted, so an
+// answered update is on the disk of every log member (digest 002 Table 6.2:
+// D-D and M-D under SU lose nothing acknowledged). Otherwise nothing waits.
 func (m *Member) ackBound() uint64 {
 	if m.cfg.Store == Log && m.cfg.Mode == SU && !(mutation.On && m.mut.ackUnpersisted) {
 		return m.persisted
@@ -698,6 +743,7 @@ func (m *Member) after(seq uint64, n int) ([]Entry, bool) {
 // that its old successor never acknowledged (CR_TAIL, TRUNCATE): Invariant
 // 3.13, the tail holds nothing unacknowledged.
 func (m *Member) ackPending() {
+	m.held, m.deferredFlush = nil, nil
 	m.acked = max(m.acked, m.lu)
 	m.advance()
 }
@@ -733,6 +779,10 @@ func (m *Member) flush(msg Msg) {
 		return
 	}
 	if msg.Joiner != me && m.state != Active {
+		return
+	}
+	if msg.Joiner != me && len(m.held) > 0 {
+		m.deferredFlush = &msg
 		return
 	}
 	m.raise(msg.Epoch)
