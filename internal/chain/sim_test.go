@@ -423,15 +423,50 @@ func simVerdict(o simOpts) error {
 	return nil
 }
 
-func simSeeds() (from, to uint64, trace bool) {
+// simSeeds is the seed range of a simulation test: n seeds in go test, soak
+// with KEFIR_SOAK=1, or the one KEFIR_CHAIN_SEED names, traced.
+func simSeeds(n, soak uint64) (from, to uint64, trace bool) {
 	if s := os.Getenv("KEFIR_CHAIN_SEED"); s != "" {
 		n, _ := strconv.ParseUint(s, 10, 64)
 		return n, n, true
 	}
 	if os.Getenv("KEFIR_SOAK") != "" {
-		return 1, 10000, false
+		return 1, soak, false
 	}
-	return 1, 400, false
+	return 1, n, false
+}
+
+// runSeeds runs shape(seed) for every seed of the range, logs what the runs
+// exercised, and fails with the first three failing seeds and how to replay
+// one (test: the -run pattern).
+func runSeeds(t *testing.T, n, soak uint64, test string, shape func(uint64) simOpts) {
+	from, to, trace := simSeeds(n, soak)
+	var errs []error
+	stats := map[string]int{}
+	defer func() {
+		keys := make([]string, 0, len(stats))
+		for k := range stats {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			t.Logf("%-40s %d", k, stats[k])
+		}
+	}()
+	for seed := from; seed <= to; seed++ {
+		o := shape(seed)
+		o.trace = trace
+		o.stats = stats
+		if err := simVerdict(o); err != nil {
+			errs = append(errs, err)
+			if len(errs) >= 3 {
+				break
+			}
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("%v\nreplay one with KEFIR_CHAIN_SEED=<seed> go test -tags mutations -run %s ./internal/chain/", err, test)
+	}
 }
 
 // TestSimDeterministic runs seeds twice and compares the traces event for
@@ -477,33 +512,7 @@ func TestSimRegressions(t *testing.T) {
 }
 
 func TestSimLinearizable(t *testing.T) {
-	from, to, trace := simSeeds()
-	var errs []error
-	stats := map[string]int{}
-	defer func() {
-		keys := make([]string, 0, len(stats))
-		for k := range stats {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		for _, k := range keys {
-			t.Logf("%-40s %d", k, stats[k])
-		}
-	}()
-	for seed := from; seed <= to; seed++ {
-		o := variedSim(seed)
-		o.trace = trace
-		o.stats = stats
-		if err := simVerdict(o); err != nil {
-			errs = append(errs, err)
-			if len(errs) >= 3 {
-				break
-			}
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		t.Fatalf("%v\nreplay one with KEFIR_CHAIN_SEED=<seed> go test -tags mutations -run TestSimLinearizable ./internal/chain/", err)
-	}
+	runSeeds(t, 400, 10000, "TestSimLinearizable", variedSim)
 }
 
 // modeSim is a seed's shape for the update-mode runs: variedSim's churn,
@@ -516,17 +525,6 @@ func modeSim(seed uint64, mode Mode) simOpts {
 	return o
 }
 
-func modeSeeds() (from, to uint64, trace bool) {
-	if s := os.Getenv("KEFIR_CHAIN_SEED"); s != "" {
-		n, _ := strconv.ParseUint(s, 10, 64)
-		return n, n, true
-	}
-	if os.Getenv("KEFIR_SOAK") != "" {
-		return 1, 3000, false
-	}
-	return 1, 150, false
-}
-
 // TestSimModes runs the churn simulation under each update mode with mixed
 // datastores and session reads at any member. SU and AUSI: per-key
 // linearizability of the strong reads (tail and CRAQ: under AUSI a key is
@@ -536,32 +534,9 @@ func modeSeeds() (from, to uint64, trace bool) {
 // with the head; a session that wrote or read one learns it: its next read
 // is refused as lost).
 func TestSimModes(t *testing.T) {
-	from, to, trace := modeSeeds()
 	for _, mode := range []Mode{SU, AUSI, AU} {
 		t.Run(mode.String(), func(t *testing.T) {
-			stats := map[string]int{}
-			var errs []error
-			for seed := from; seed <= to; seed++ {
-				o := modeSim(seed, mode)
-				o.trace, o.stats = trace, stats
-				if err := simVerdict(o); err != nil {
-					errs = append(errs, err)
-					if len(errs) >= 3 {
-						break
-					}
-				}
-			}
-			keys := make([]string, 0, len(stats))
-			for k := range stats {
-				keys = append(keys, k)
-			}
-			slices.Sort(keys)
-			for _, k := range keys {
-				t.Logf("%-40s %d", k, stats[k])
-			}
-			if err := errors.Join(errs...); err != nil {
-				t.Fatalf("%v\nreplay one with KEFIR_CHAIN_SEED=<seed> go test -tags mutations -run TestSimModes/%s ./internal/chain/", err, mode)
-			}
+			runSeeds(t, 150, 3000, "TestSimModes/"+mode.String(), func(seed uint64) simOpts { return modeSim(seed, mode) })
 		})
 	}
 }
