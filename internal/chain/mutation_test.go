@@ -33,7 +33,7 @@ var chainMutations = []struct {
 	{"skipFlush", func(o *simOpts) { o.mut.skipFlush = true }, nil, 2, true, "linearizable: VIOLATED"},
 	{"truncateEarly", func(o *simOpts) { o.mmut.truncateEarly = true }, nil, 7, false, "is not a valid tail"},
 	{"ausiEarly", func(o *simOpts) { o.mut.ausiEarly = true }, ausiChain, 1, true, "linearizable: VIOLATED"},
-	{"ignoreToken", func(o *simOpts) { o.mut.ignoreToken = true }, auChain, 7, true, "session: VIOLATED"},
+	{"ignoreToken", func(o *simOpts) { o.mut.ignoreToken = true }, auChain, 8, true, "session: VIOLATED"},
 }
 
 // ausiChain: AUSI, one hot key, reads at the tail and CRAQ reads. A head

@@ -3,6 +3,7 @@ package chain
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -230,13 +231,18 @@ func runSim(o simOpts) (check.History, error) {
 			sess := fmt.Sprintf("c%d.%d", ci, c.sess)
 			if c.get = rng.IntN(2) == 0; c.get {
 				if ms := h.master.Members(); (o.allWeak || o.weak && rng.IntN(3) == 0) && len(ms) > 0 {
-					// A session read at any configured member.
+					// A session read at any configured member; one in four
+					// an eventual read (no token).
 					at := ms[rng.IntN(len(ms))]
-					c.op = rec.Invoke(check.Op{Client: ci, Session: sess, Kind: check.Get, Key: key, Cons: level.Consistency{Kind: level.Session}})
-					if o.stats != nil {
-						o.stats["weak reads at "+position(h.master, at)]++
+					cons, token := level.Consistency{Kind: level.Session}, c.token
+					if rng.IntN(4) == 0 {
+						cons, token = level.Consistency{Kind: level.Eventual}, 0
 					}
-					h.master.GetWeak(c.req, []byte(key), at, c.token)
+					c.op = rec.Invoke(check.Op{Client: ci, Session: sess, Kind: check.Get, Key: key, Cons: cons})
+					if o.stats != nil {
+						o.stats[cons.String()+" reads at "+position(h.master, at)]++
+					}
+					h.master.GetWeak(c.req, []byte(key), at, token)
 					h.collect()
 					continue
 				}
@@ -417,6 +423,11 @@ func simVerdict(o simOpts) error {
 		// Session reads: stale allowed, never a value nobody wrote, never
 		// older than the session's own writes or earlier reads.
 		if err := check.Session(hist, check.SessionOptions{}).Err(); err != nil {
+			return fmt.Errorf("seed %d: %w", o.seed, err)
+		}
+		// Eventual reads: any value some write produced (no time bound: the
+		// chain gives none, and the simulation has no clock to bound it by).
+		if err := check.Eventual(hist, time.Duration(math.MaxInt64)).Err(); err != nil {
 			return fmt.Errorf("seed %d: %w", o.seed, err)
 		}
 	}
