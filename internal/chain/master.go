@@ -16,8 +16,9 @@ type Reply struct {
 	// number of the latest update to the key at the member that answered):
 	// a session's token is the largest it has seen.
 	Seq uint64
-	// Lost (a weak read): the session's token names an update the chain no
-	// longer holds; the session must start over (Kefir's ErrSessionLost).
+	// Lost (a weak read, or an update with a token): the session's token
+	// names an update the chain no longer holds; the session must start
+	// over (Kefir's ErrSessionLost).
 	Lost bool
 }
 

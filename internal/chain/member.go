@@ -479,7 +479,7 @@ func (m *Member) clientUpdate(msg Msg) {
 			return
 		}
 		if m.state == Active {
-			m.toMaster(Msg{Type: MsgRedirect, ID: msg.ID, Lost: true})
+			m.toMaster(Msg{Type: MsgRedirect, ID: msg.ID, Lost: m.knows(t)})
 			return
 		}
 	}
@@ -721,9 +721,15 @@ func (m *Member) weakRead(msg Msg) {
 			return
 		}
 	}
-	lost := m.state == Active && (m.lu >= t || m.pred == 0)
+	lost := m.state == Active && (m.lu >= t || m.pred == 0) && m.knows(t)
 	m.toMaster(Msg{Type: MsgRedirect, ID: msg.ID, Query: true, Lost: lost})
 }
+
+// knows reports whether seq was numbered in a configuration this member has
+// heard of. A head that has not yet seen a head join's FLUSH (deferred behind
+// held updates, or still on its way) may be asked about an update the joiner
+// numbered since, above the FLUSH's epoch: not lost, just not here yet.
+func (m *Member) knows(seq uint64) bool { return seq>>m.cfg.SeqBits <= m.epoch }
 
 // holds reports whether the log holds the update numbered seq.
 func (m *Member) holds(seq uint64) bool {

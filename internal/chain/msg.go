@@ -139,9 +139,10 @@ type Msg struct {
 	// upstream. In the answer (query-resp) Seq is the version read: the
 	// number of the latest update to the key the member holds.
 	Weak bool
-	// Lost (redirect of a weak read): the session's token names an update
-	// the chain no longer has (it died with a head that had not passed it
-	// on); the master answers the client that its session is lost.
+	// Lost (redirect of a weak read or an update): the session's token
+	// names an update the chain no longer has (it died with a head that had
+	// not passed it on); the master answers the client that its session is
+	// lost.
 	Lost bool
 	// Token (update, master → head): the session's token; the head refuses
 	// the update as lost if the session saw an update the chain no longer
