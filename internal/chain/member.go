@@ -639,11 +639,15 @@ func (m *Member) advance() {
 	old := m.la
 	m.la = to
 	if m.answersOnAck() {
-		es, _ := m.after(old, len(m.log))
-		es = append(es, m.tmp...)
-		for _, e := range es {
-			if e.Seq > old && e.Seq <= to {
-				m.toMaster(Msg{Type: MsgUpdateAck, Seq: e.Seq, ID: e.ID, Result: e.Result})
+		i := sort.Search(len(m.log), func(i int) bool { return m.log[i].Seq > old })
+		for _, es := range [][]Entry{m.log[i:], m.tmp} {
+			for _, e := range es { // each in seq order
+				if e.Seq > to {
+					break
+				}
+				if e.Seq > old {
+					m.toMaster(Msg{Type: MsgUpdateAck, Seq: e.Seq, ID: e.ID, Result: e.Result})
+				}
 			}
 		}
 	}
