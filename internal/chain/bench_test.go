@@ -17,21 +17,39 @@ func BenchmarkChainUpdate(b *testing.B) {
 	for _, n := range []int{1, 3} {
 		for _, batch := range []int{1, 64} {
 			b.Run(fmt.Sprintf("members=%d/batch=%d", n, batch), func(b *testing.B) {
-				benchChain(b, n, batch)
+				benchChain(b, n, batch, SU, Memory)
 			})
 		}
 	}
 }
 
-func benchChain(b *testing.B, n, batch int) {
+// BenchmarkChainModes is BenchmarkChainUpdate's 3-member, 64-update batch
+// under each update mode, and under SU with every member a log whose host
+// persists at once (the core's cost of the persist/persisted round and of
+// holding updates back, not a disk's).
+//
+//	go test -run - -bench ChainModes -benchmem ./internal/chain/
+func BenchmarkChainModes(b *testing.B) {
+	for _, c := range []struct {
+		mode  Mode
+		store Store
+	}{{SU, Memory}, {AUSI, Memory}, {AU, Memory}, {SU, Log}} {
+		b.Run(fmt.Sprintf("%s/%s", c.mode, c.store), func(b *testing.B) {
+			benchChain(b, 3, 64, c.mode, c.store)
+		})
+	}
+}
+
+func benchChain(b *testing.B, n, batch int, mode Mode, store Store) {
 	ids := make([]NodeID, n)
 	for i := range ids {
 		ids[i] = NodeID(i + 1)
 	}
 	ms := NewMaster(masterID, ids, n)
+	ms.SetMode(mode)
 	members := map[NodeID]*Member{}
 	for _, id := range ids {
-		members[id] = NewMember(Config{ID: id, Master: masterID, Members: ids}, newKV())
+		members[id] = NewMember(Config{ID: id, Master: masterID, Members: ids, Mode: mode, Store: store}, newKV())
 	}
 	op := []byte("key=value-of-some-length")
 	var queue []Msg
@@ -56,6 +74,9 @@ func benchChain(b *testing.B, n, batch int) {
 				continue
 			}
 			m := members[msg.To]
+			if msg.Type == MsgPersist {
+				msg = Msg{Type: MsgPersisted, From: msg.To, To: msg.To, Seq: msg.Seq}
+			}
 			m.Step(msg)
 			queue = append(queue, m.Ready()...)
 		}

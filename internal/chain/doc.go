@@ -14,6 +14,13 @@
 // invariants of the correctness proof (digest 002 §3.9) and is called after
 // every event by the tests and the simulator.
 //
+// A chain runs in one of three update modes (Ouroboros+: SU, the tail
+// answers; AUSI, the head answers once the acknowledgement is back; AU, the
+// head answers on apply), serves reads at the tail, CRAQ reads at any member
+// and weak reads at any member holding a session's token, and gives each
+// member a datastore kind (memory, log, buffered log) whose persistence the
+// host performs on the core's request (MsgPersist, MsgPersisted).
+//
 // Like internal/vr, the package does no I/O, starts no goroutines, reads no
 // clock and draws no random numbers (internal/purity enforces it): a host
 // feeds messages in and sends what Ready returns, over per-neighbour FIFO

@@ -67,6 +67,33 @@ type harness struct {
 	// noCheck turns the invariant check off, to show what the clients'
 	// history alone reveals.
 	noCheck bool
+	// mode is the chain's update mode; store gives each member's datastore
+	// kind (nil: memory for all).
+	mode  Mode
+	store func(NodeID) Store
+}
+
+// config is the configuration every member of the harness gets.
+func (h *harness) config(id NodeID) Config {
+	c := Config{ID: id, Master: masterID, PrecopyChunk: h.chunk, SeqBits: h.seqBits, Mode: h.mode, PersistBatch: 4}
+	if h.store != nil {
+		c.Store = h.store(id)
+	}
+	return c
+}
+
+// setup sets the update mode and the datastores and recreates the initial
+// members with them (before anything happened).
+func (h *harness) setup(mode Mode, store func(NodeID) Store) {
+	h.mode, h.store = mode, store
+	h.master.SetMode(mode)
+	ids := h.master.Members()
+	for _, id := range ids {
+		c := h.config(id)
+		c.Members = ids
+		m := NewMember(c, newKV())
+		h.members[id], h.all[id] = m, m
+	}
 }
 
 func newHarness(ids []NodeID, r, chunk int, seqBits uint) *harness {
@@ -84,7 +111,9 @@ func (h *harness) addJoiner(id NodeID, pos int) error {
 	if err := h.master.Join(id, pos); err != nil {
 		return err
 	}
-	m := NewMember(Config{ID: id, Master: masterID, PrecopyChunk: h.chunk, PrecopyRate: h.rate, SeqBits: h.seqBits}, newKV())
+	c := h.config(id)
+	c.PrecopyRate = h.rate
+	m := NewMember(c, newKV())
 	m.Tick(h.now)
 	m.mut = h.mut
 	h.members[id], h.all[id] = m, m
@@ -108,7 +137,11 @@ func (h *harness) collect() {
 			moved = true
 		}
 		for _, r := range out.Replies {
-			h.logf("reply id=%d %q", r.ID, r.Result)
+			if r.Lost {
+				h.logf("reply id=%d lost", r.ID)
+			} else {
+				h.logf("reply id=%d %q", r.ID, r.Result)
+			}
 			h.replies = append(h.replies, r)
 		}
 		for _, id := range out.Fenced {
@@ -184,6 +217,10 @@ func (h *harness) deliver(l link) {
 	}
 	if msg.To == masterID {
 		h.master.Step(msg)
+	} else if m := h.members[msg.To]; m != nil && msg.Type == MsgPersist {
+		// The host's disk: the write is durable once delivered here (the
+		// link models its latency); the member learns it.
+		m.Step(Msg{Type: MsgPersisted, From: msg.To, To: msg.To, Seq: msg.Seq})
 	} else if m := h.members[msg.To]; m != nil {
 		m.Step(msg)
 	}

@@ -24,14 +24,22 @@ import (
 //
 // Commands:
 //
-//	chain ids=1,2,3 [r=3] [chunk=64] [rate=0] [seqbits=40]
+//	chain ids=1,2,3 [r=3] [chunk=64] [rate=0] [seqbits=40] [mode=su|ausi|au] [stores=m,d,mb]
 //	                                  the initial chain, head first; rate:
 //	                                  joiners' pre-copy bytes a second;
-//	                                  seqbits: a head's numbering range
+//	                                  seqbits: a head's numbering range;
+//	                                  mode: the update mode; stores: each
+//	                                  member's datastore (memory, log,
+//	                                  buffered log, batches of 4)
 //	tick ms=                          advance the members' clock
-//	put id= k= v=                     a client update (id unique)
-//	get id= k= [at=]                  a strong read at the tail, or a
-//	                                  CRAQ read at member at
+//	put id= k= v= [token=]            a client update (id unique), of a
+//	                                  session with that token
+//	get id= k= [at=] [weak] [token=]  a strong read at the tail, a CRAQ
+//	                                  read at member at, or a weak read at
+//	                                  member at (0: the tail) carrying a
+//	                                  session's token
+//	powercut                          every member's durable updates (the
+//	                                  request ids its host persisted)
 //	join id= pos=                     a new member joins before position pos
 //	fail id=                          the member fails; the master repairs
 //	crash id=                         the member stops; the master does not
@@ -53,8 +61,10 @@ func TestInteraction(t *testing.T) {
 			}
 			switch d.Cmd {
 			case "chain":
-				var ids string
+				var ids, mode, stores string
 				r, chunk, rate, seqBits := 0, 64, 0, 0
+				d.MaybeScanArgs(t, "mode", &mode)
+				d.MaybeScanArgs(t, "stores", &stores)
 				d.ScanArgs(t, "ids", &ids)
 				d.MaybeScanArgs(t, "seqbits", &seqBits)
 				d.MaybeScanArgs(t, "r", &r)
@@ -66,6 +76,9 @@ func TestInteraction(t *testing.T) {
 				}
 				h = newHarness(list, r, chunk, uint(seqBits))
 				h.rate = int64(rate)
+				if mode != "" || stores != "" {
+					h.setup(parseMode(t, mode), parseStores(t, list, stores))
+				}
 				h.log = func(s string) { b.WriteString(s + "\n") }
 				writeStatus(&b, h)
 			case "put":
@@ -74,7 +87,9 @@ func TestInteraction(t *testing.T) {
 				d.ScanArgs(t, "id", &id)
 				d.ScanArgs(t, "k", &k)
 				d.ScanArgs(t, "v", &v)
-				h.master.Put(id, []byte(k+"="+v))
+				var token uint64
+				d.MaybeScanArgs(t, "token", &token)
+				h.master.PutSession(id, []byte(k+"="+v), token)
 				h.collect()
 			case "get":
 				var id, at uint64
@@ -82,7 +97,11 @@ func TestInteraction(t *testing.T) {
 				d.ScanArgs(t, "id", &id)
 				d.ScanArgs(t, "k", &k)
 				d.MaybeScanArgs(t, "at", &at)
-				if at != 0 {
+				if d.HasArg("weak") {
+					var token uint64
+					d.MaybeScanArgs(t, "token", &token)
+					h.master.GetWeak(id, []byte(k), NodeID(at), token)
+				} else if at != 0 {
 					h.master.GetAt(id, []byte(k), NodeID(at))
 				} else {
 					h.master.Get(id, []byte(k))
@@ -122,6 +141,11 @@ func TestInteraction(t *testing.T) {
 				deliverMatching(t, d, h)
 			case "stabilize":
 				h.stabilize()
+			case "powercut":
+				for _, id := range h.ids() {
+					m := h.members[id]
+					fmt.Fprintf(&b, "%d (%s): durable ids %v\n", id, m.cfg.Store, m.Durable())
+				}
 			case "status":
 				writeStatus(&b, h)
 			default:
@@ -136,6 +160,35 @@ func TestInteraction(t *testing.T) {
 			return b.String()
 		})
 	})
+}
+
+func parseMode(t *testing.T, s string) Mode {
+	switch s {
+	case "", "su":
+		return SU
+	case "ausi":
+		return AUSI
+	case "au":
+		return AU
+	}
+	t.Fatalf("bad mode %q", s)
+	return SU
+}
+
+// parseStores maps a list of datastores (m, d, mb) onto the chain's members
+// in order; joiners get memory.
+func parseStores(t *testing.T, ids []NodeID, s string) func(NodeID) Store {
+	kinds := map[NodeID]Store{}
+	if s != "" {
+		for i, f := range strings.Split(s, ",") {
+			k, ok := map[string]Store{"m": Memory, "d": Log, "mb": Buffered}[f]
+			if !ok || i >= len(ids) {
+				t.Fatalf("bad stores %q", s)
+			}
+			kinds[ids[i]] = k
+		}
+	}
+	return func(id NodeID) Store { return kinds[id] }
 }
 
 func parseIDs(t *testing.T, s string) []NodeID {
@@ -208,6 +261,9 @@ func writeStatus(b *strings.Builder, h *harness) {
 		s := m.Status()
 		fmt.Fprintf(b, "%d: %s e%d pred=%d succ=%d lu=%s la=%s log=%d", id, s.State, s.Epoch, s.Pred, s.Succ,
 			FormatSeq(s.LU), FormatSeq(s.LA), s.Log)
+		if m.cfg.Store != Memory {
+			fmt.Fprintf(b, " %s persisted=%s", m.cfg.Store, FormatSeq(s.Persisted))
+		}
 		if s.Tmp > 0 {
 			fmt.Fprintf(b, " tmp=%d", s.Tmp)
 		}

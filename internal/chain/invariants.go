@@ -17,7 +17,8 @@ import "fmt"
 //   - acknowledgements never run ahead of the chain: every member's LA is at
 //     most the last member's LU ("last-ack ≤ last-update down the chain");
 //   - the member the master takes answers from is a valid tail: Active,
-//     without a successor, holding nothing unacknowledged (3.8, 3.9, 3.13).
+//     without a successor, holding nothing unacknowledged (3.8, 3.9, 3.13)
+//     but what its host has yet to persist (a log datastore under SU).
 func Check(ms *Master, members map[NodeID]*Member, up func(NodeID) bool) error {
 	var chain []*Member
 	for _, id := range ms.members {
@@ -63,7 +64,8 @@ func Check(ms *Master, members map[NodeID]*Member, up func(NodeID) bool) error {
 		}
 	}
 	if t := members[ms.tail]; t != nil && up(ms.tail) && t.state != Removed {
-		if t.state != Active || t.succ != 0 || t.la != t.lu {
+		// A log datastore's tail acknowledges only what it persisted (SU).
+		if t.state != Active || t.succ != 0 || t.la != min(t.lu, t.ackBound()) {
 			return fmt.Errorf("chain: the master's tail %d is not a valid tail: %s succ=%d LA=%s LU=%s",
 				t.cfg.ID, t.state, t.succ, FormatSeq(t.la), FormatSeq(t.lu))
 		}

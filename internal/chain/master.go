@@ -12,6 +12,14 @@ type Reply struct {
 	ID     uint64
 	Query  bool
 	Result []byte
+	// Seq is the update's number, or the version a read returned (the
+	// number of the latest update to the key at the member that answered):
+	// a session's token is the largest it has seen.
+	Seq uint64
+	// Lost (a weak read, or an update with a token): the session's token
+	// names an update the chain no longer holds; the session must start
+	// over (Kefir's ErrSessionLost).
+	Lost bool
 }
 
 // MasterReady is what the master wants done: messages to send, replies to
@@ -44,7 +52,9 @@ type awaited struct {
 
 type request struct {
 	query bool
-	any   bool // a CRAQ read: any member may answer
+	any   bool   // a CRAQ read: any member may answer
+	weak  bool   // a weak read: any member holding the token min may answer
+	min   uint64 // the session's token (a weak read, an update)
 	op    []byte
 	to    NodeID // where it was last sent (0: parked)
 }
@@ -83,6 +93,7 @@ type joining struct {
 type Master struct {
 	id      NodeID
 	r       int
+	mode    Mode
 	epoch   uint64
 	members []NodeID // the configuration, head first, the joiner included once FLUSH is issued
 	dead    map[NodeID]bool
@@ -114,6 +125,24 @@ func NewMaster(id NodeID, members []NodeID, r int) *Master {
 	return &Master{id: id, r: r, members: append([]NodeID(nil), members...),
 		dead: map[NodeID]bool{}, head: members[0], tail: members[len(members)-1],
 		awaiting: map[order]awaited{}, reqs: map[uint64]*request{}}
+}
+
+// SetMode sets the chain's update mode (before any request; every member
+// must be created with the same): under SU the tail answers updates, under
+// AUSI and AU the head does.
+func (m *Master) SetMode(mode Mode) { m.mode = mode }
+
+// GetWeak routes a weak read to member at (0: the tail): any active member
+// that holds the update numbered token (the session's token, 0: none)
+// answers from what it has, possibly stale; a member behind the token passes
+// it upstream (docs/design/chain.md, "Kefir's levels on a chain").
+func (m *Master) GetWeak(id uint64, query []byte, at NodeID, token uint64) {
+	m.reqs[id] = &request{query: true, weak: true, min: token, op: query, to: at}
+	if at == 0 {
+		m.route(id)
+		return
+	}
+	m.send(at, Msg{Type: MsgQuery, ID: id, Op: query, Weak: true, Seq: token})
 }
 
 // Members returns the configuration, head first.
@@ -167,6 +196,13 @@ func (m *Master) Put(id uint64, op []byte) {
 	m.route(id)
 }
 
+// PutSession routes an update of a session whose token is token: the head
+// refuses it as lost if the chain no longer holds the update token names.
+func (m *Master) PutSession(id uint64, op []byte, token uint64) {
+	m.reqs[id] = &request{op: op, min: token}
+	m.route(id)
+}
+
 // Get routes a strong read to the tail.
 func (m *Master) Get(id uint64, query []byte) {
 	m.reqs[id] = &request{query: true, op: query}
@@ -200,7 +236,11 @@ func (m *Master) route(id uint64) {
 		m.parked = append(m.parked, id)
 		return
 	}
-	m.send(to, Msg{Type: t, ID: id, Op: r.op, Any: r.any})
+	if r.query {
+		m.send(to, Msg{Type: t, ID: id, Op: r.op, Any: r.any, Weak: r.weak, Seq: r.min})
+		return
+	}
+	m.send(to, Msg{Type: t, ID: id, Op: r.op, Token: r.min})
 }
 
 // unpark re-routes parked requests after the head or tail changed.
@@ -260,20 +300,30 @@ func (m *Master) step(msg Msg) {
 		if r == nil || r.query != (msg.Type == MsgQueryResp) {
 			return
 		}
-		if msg.From != m.tail && !r.any {
+		answerer := m.tail
+		if !r.query && m.mode != SU {
+			answerer = m.head // AUSI, AU: the head answers updates
+		}
+		if msg.From != answerer && !r.any && !r.weak {
 			// Lemma 3.17: only the current tail answers (a CRAQ read by
-			// whichever member found the key clean). A read answered by a
-			// former tail is asked again; an update waits for the tail's ack.
+			// whichever member found the key clean, a weak read by any).
+			// A read answered by a former tail is asked again; an update
+			// waits for the tail's ack.
 			if r.query && r.to == msg.From {
 				m.route(msg.ID)
 			}
 			return
 		}
 		delete(m.reqs, msg.ID)
-		m.out.Replies = append(m.out.Replies, Reply{ID: msg.ID, Query: r.query, Result: msg.Result})
+		m.out.Replies = append(m.out.Replies, Reply{ID: msg.ID, Query: r.query, Result: msg.Result, Seq: msg.Seq})
 	case MsgRedirect:
 		r := m.reqs[msg.ID]
-		if r == nil || r.to != msg.From && !r.any {
+		if r == nil || r.to != msg.From && !r.any && !r.weak {
+			return
+		}
+		if msg.Lost {
+			delete(m.reqs, msg.ID)
+			m.out.Replies = append(m.out.Replies, Reply{ID: msg.ID, Query: r.query, Lost: true})
 			return
 		}
 		to := m.head
@@ -307,6 +357,7 @@ func (m *Master) step(msg Msg) {
 		if len(m.members) > m.r {
 			m.truncate()
 		}
+		m.unpark() // updates a joining head could not take yet
 	case MsgTruncateAck:
 		if msg.From != m.trunc[0] {
 			return

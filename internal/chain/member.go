@@ -1,6 +1,7 @@
 package chain
 
 import (
+	"slices"
 	"sort"
 
 	"github.com/kefirdb/kefir/internal/mutation"
@@ -44,6 +45,46 @@ type Keyed interface {
 	QueryKey(query []byte) string
 }
 
+// Mode is a chain's update mode (Ouroboros+, digest 002 §4.3): which
+// member answers an update, and when. docs/design/chain.md states what each
+// guarantees.
+type Mode uint8
+
+const (
+	// SU, synchronous updates: the tail answers once the whole chain applied
+	// the update (and every log-datastore member persisted it).
+	SU Mode = iota
+	// AUSI, asynchronous updates with synchronous invalidations: the head
+	// answers once the acknowledgement comes back, i.e. every member holds
+	// the update and has marked the key dirty (invalid for clean reads)
+	// until the acknowledgement passes it; no member's persistence is
+	// waited for.
+	AUSI
+	// AU, asynchronous updates: the head answers once it applied the update.
+	AU
+)
+
+func (m Mode) String() string { return [...]string{"SU", "AUSI", "AU"}[m] }
+
+// Store is a member's datastore kind (Flex-KV, digest 002 §4.6). The core
+// does no I/O: a member asks its host to make the log durable (MsgPersist)
+// and learns that it is (MsgPersisted).
+type Store uint8
+
+const (
+	// Memory: nothing is persisted; a crash loses the member's state.
+	Memory Store = iota
+	// Log: every update is persisted (fsync) as it is logged; under SU the
+	// member passes an update on, and acknowledges it, only once it is
+	// persisted.
+	Log
+	// Buffered: updates are persisted in batches of PersistBatch (and on
+	// Tick), in the background; nothing waits for them.
+	Buffered
+)
+
+func (s Store) String() string { return [...]string{"M", "D", "Mb"}[s] }
+
 // Config is what a member is created with.
 type Config struct {
 	ID, Master NodeID
@@ -62,6 +103,13 @@ type Config struct {
 	// within one epoch (0: 40, 10^12 updates); tests lower it to exercise
 	// the renewal of a head's range.
 	SeqBits uint
+	// Mode is the chain's update mode (the master's configuration; every
+	// member of a chain has the same).
+	Mode Mode
+	// Store is this member's datastore kind; PersistBatch is a buffered
+	// log's batch (0: 8 entries).
+	Store        Store
+	PersistBatch int
 }
 
 // mutations are deliberate bugs the tests switch on to show that the
@@ -73,6 +121,16 @@ type mutations struct {
 	// skipFlush: the old tail forwards FLUSH to the joiner without the log
 	// flush (the entries after the joiner's pre-copy end).
 	skipFlush bool
+	// ausiEarly: under AUSI the head answers an update when it applies it,
+	// before the invalidations are acknowledged (AU's rule under AUSI's
+	// read rule).
+	ausiEarly bool
+	// ignoreToken: a weak read is answered by a member that lacks the
+	// session's token.
+	ignoreToken bool
+	// ackUnpersisted: a log-datastore member acknowledges under SU before
+	// its host persisted the update.
+	ackUnpersisted bool
 }
 
 // Member is one chain member's protocol state for one chain (one key range):
@@ -96,6 +154,25 @@ type Member struct {
 	tmp []Entry // a joiner's temporary store (not applied until the merge)
 	lu  uint64  // last update received (LU)
 	la  uint64  // last update acknowledged by the successor (LA)
+	// acked is the highest update the successor acknowledged (at the tail:
+	// the highest received); LA follows it once this member persisted that
+	// far, when its acknowledgement must wait for its log (advance).
+	acked uint64
+
+	// persistReq is the highest sequence number the host was asked to
+	// persist, persisted the highest it confirmed; unbatched counts the
+	// entries a buffered log holds beyond persistReq.
+	persistReq, persisted uint64
+	unbatched             int
+	// held: updates a log member under SU logged but has not passed on yet:
+	// it forwards an update only once its host persisted it, so the tail
+	// answers only what every log member upstream has on disk.
+	held []Entry
+	// deferredFlush is a FLUSH that came while updates were held: it goes on
+	// only behind them, as it would have had they not waited for the disk
+	// (an update passed on after FLUSH would reach the old tail after it,
+	// missing both the log flush and the joiner).
+	deferredFlush *Msg
 
 	nextSeq uint64 // as head: the last sequence number assigned
 
@@ -139,6 +216,9 @@ func NewMember(cfg Config, sm StateMachine) *Member {
 	}
 	if cfg.SeqBits == 0 {
 		cfg.SeqBits = defaultSeqBits
+	}
+	if cfg.PersistBatch <= 0 {
+		cfg.PersistBatch = 8
 	}
 	m := &Member{cfg: cfg, sm: sm, pending: map[NodeID][]Msg{}}
 	if k, ok := sm.(Keyed); ok {
@@ -216,15 +296,19 @@ func (m *Member) Step(msg Msg) {
 		if msg.From != m.succ || msg.Epoch < m.succEpoch {
 			return
 		}
-		if msg.Seq > m.la {
-			m.la = msg.Seq
-			if m.pred != 0 {
-				m.send(m.pred, Msg{Type: MsgAck, Seq: m.la})
-			}
-		}
+		m.acked = max(m.acked, msg.Seq)
+		m.advance()
+	case MsgPersisted:
+		m.persisted = max(m.persisted, msg.Seq)
+		m.advance()
+		m.release()
 	case MsgQuery:
+		if msg.Weak {
+			m.weakRead(msg)
+			return
+		}
 		if m.state == Active && (m.succ == 0 || msg.Any && m.clean(msg.Op)) {
-			m.toMaster(Msg{Type: MsgQueryResp, ID: msg.ID, Result: m.sm.Read(msg.Op)})
+			m.answerRead(msg)
 			return
 		}
 		if msg.Any && m.succ != 0 && (m.state == Active || m.state == Joining) {
@@ -332,18 +416,19 @@ func (m *Member) Step(msg Msg) {
 			return
 		}
 		m.repairing = false
-		if msg.LA > m.la {
-			m.la = msg.LA
-			if m.pred != 0 {
-				m.send(m.pred, Msg{Type: MsgAck, Seq: m.la})
+		m.acked = max(m.acked, msg.LA)
+		m.advance()
+		// Re-send what the new successor may never have got (Listing 1's
+		// CR_MID), including what arrived while repairing — what a log
+		// member persisted: the rest stays held until it is.
+		es, _ := m.after(msg.LU, len(m.log))
+		bound := m.ackBound()
+		for _, e := range es {
+			if e.Seq <= bound {
+				m.send(m.succ, Msg{Type: MsgUpdate, Seq: e.Seq, ID: e.ID, Op: e.Op})
 			}
 		}
-		// Re-send what the new successor may never have got (Listing 1's
-		// CR_MID), including what arrived while repairing.
-		es, _ := m.after(msg.LU, len(m.log))
-		for _, e := range es {
-			m.send(m.succ, Msg{Type: MsgUpdate, Seq: e.Seq, ID: e.ID, Op: e.Op})
-		}
+		m.held = slices.DeleteFunc(m.held, func(e Entry) bool { return e.Seq <= bound })
 		m.toMaster(Msg{Type: MsgCRMidDone, Epoch: m.repairEpoch})
 	case MsgCRTail:
 		m.raise(msg.Epoch)
@@ -362,6 +447,9 @@ const entryOverhead = 24
 func (m *Member) Tick(now int64) {
 	m.now = now
 	m.pull()
+	if m.cfg.Store == Buffered && m.unbatched > 0 {
+		m.requestPersist()
+	}
 }
 
 // pull sends a throttled joiner's owed pre-copy request once it is due.
@@ -381,6 +469,20 @@ func (m *Member) clientUpdate(msg Msg) {
 		m.toMaster(Msg{Type: MsgRedirect, ID: msg.ID})
 		return
 	}
+	if t := msg.Token; t != 0 && !m.holds(t) {
+		// The head's history contains every member's: lacking the token, the
+		// update it names is gone (lost). A joining head may still be
+		// waiting for it in the log flush, or hold it in its temporary
+		// store.
+		if m.state == Joining && !slices.ContainsFunc(m.tmp, func(e Entry) bool { return e.Seq == t }) {
+			m.toMaster(Msg{Type: MsgRedirect, ID: msg.ID})
+			return
+		}
+		if m.state == Active {
+			m.toMaster(Msg{Type: MsgRedirect, ID: msg.ID, Lost: m.knows(t)})
+			return
+		}
+	}
 	if m.nextSeq+1 >= seqBase(m.epoch+1, m.cfg.SeqBits) {
 		// A later head (a head join's FLUSH, at an epoch above mine) may
 		// start numbering there: refuse rather than collide.
@@ -389,6 +491,15 @@ func (m *Member) clientUpdate(msg Msg) {
 	}
 	m.nextSeq++
 	m.receive(Entry{Seq: m.nextSeq, ID: msg.ID, Op: msg.Op})
+	if m.cfg.Mode == AU || mutation.On && m.mut.ausiEarly && m.cfg.Mode == AUSI {
+		// AU: the head's apply is the answer (a joining head's is its
+		// temporary store: it logged the update and relays it).
+		var res []byte
+		if n := len(m.log); n > 0 && m.log[n-1].Seq == m.nextSeq {
+			res = m.log[n-1].Result
+		}
+		m.toMaster(Msg{Type: MsgUpdateAck, Seq: m.nextSeq, ID: msg.ID, Result: res})
+	}
 }
 
 // becomeHead continues numbering above everything this member has seen and
@@ -413,18 +524,44 @@ func (m *Member) receive(e Entry) {
 	}
 	m.lu = e.Seq
 	if m.succ == 0 {
-		m.la = e.Seq
-		m.toMaster(Msg{Type: MsgUpdateAck, Seq: e.Seq, ID: e.ID, Result: e.Result})
-		if m.pred != 0 {
-			m.send(m.pred, Msg{Type: MsgAck, Seq: e.Seq})
-		}
+		m.acked = e.Seq
+		m.advance()
 		return
 	}
 	if mutation.On && m.mut.ackBeforeTail && m.pred != 0 {
 		m.send(m.pred, Msg{Type: MsgAck, Seq: e.Seq})
 	}
+	if m.state == Active && m.ackBound() != ^uint64(0) {
+		m.held = append(m.held, e)
+		m.release()
+		return
+	}
 	if !m.repairing {
 		m.send(m.succ, Msg{Type: MsgUpdate, Seq: e.Seq, ID: e.ID, Op: e.Op})
+	}
+}
+
+// release passes on the held updates the host has persisted (a log member
+// under SU), unless a repair holds forwarding back; REPAIR_INFO re-sends
+// them then.
+func (m *Member) release() {
+	if m.succ == 0 {
+		m.held = nil // the tail: acknowledgements answer for them (advance)
+		return
+	}
+	if m.repairing {
+		return
+	}
+	i := 0
+	for ; i < len(m.held) && m.held[i].Seq <= m.persisted; i++ {
+		e := m.held[i]
+		m.send(m.succ, Msg{Type: MsgUpdate, Seq: e.Seq, ID: e.ID, Op: e.Op})
+	}
+	m.held = m.held[i:]
+	if len(m.held) == 0 && m.deferredFlush != nil {
+		f := *m.deferredFlush
+		m.deferredFlush = nil
+		m.flush(f)
 	}
 }
 
@@ -443,6 +580,79 @@ func (m *Member) appendLog(e Entry) {
 	}
 	if e.Seq > m.lu {
 		m.lu = e.Seq
+	}
+	switch m.cfg.Store {
+	case Log:
+		m.unbatched++
+		m.requestPersist()
+	case Buffered:
+		if m.unbatched++; m.unbatched >= m.cfg.PersistBatch {
+			m.requestPersist()
+		}
+	}
+}
+
+// requestPersist asks the host to make the log durable up to its end.
+func (m *Member) requestPersist() {
+	n := len(m.log)
+	if n == 0 || m.log[n-1].Seq <= m.persistReq {
+		return
+	}
+	m.persistReq, m.unbatched = m.log[n-1].Seq, 0
+	m.send(m.cfg.ID, Msg{Type: MsgPersist, Seq: m.persistReq})
+}
+
+// ackBound is how far this member may acknowledge, and pass updates on:
+// under SU a log datastore does both only for what its host persisted, so an
+// answered update is on the disk of every log member (digest 002 Table 6.2:
+// D-D and M-D under SU lose nothing acknowledged). Otherwise nothing waits.
+func (m *Member) ackBound() uint64 {
+	if m.cfg.Store == Log && m.cfg.Mode == SU && !(mutation.On && m.mut.ackUnpersisted) {
+		return m.persisted
+	}
+	return ^uint64(0)
+}
+
+// answersOnAck reports whether this member answers updates as their
+// acknowledgement reaches it: the tail under SU, the head under AUSI (once
+// the acknowledgement came back, every member holds the update and marked
+// the key dirty).
+func (m *Member) answersOnAck() bool {
+	switch m.cfg.Mode {
+	case SU:
+		return m.succ == 0
+	case AUSI:
+		return m.pred == 0 && m.state != Inactive && !(mutation.On && m.mut.ausiEarly)
+	}
+	return false
+}
+
+// advance raises LA to what the successor acknowledged (at the tail: what
+// it received), as far as ackBound allows; it answers the updates that
+// became acknowledged if this member answers on acknowledgements, and
+// passes the acknowledgement upstream.
+func (m *Member) advance() {
+	to := min(m.acked, m.ackBound())
+	if to <= m.la {
+		return
+	}
+	old := m.la
+	m.la = to
+	if m.answersOnAck() {
+		i := sort.Search(len(m.log), func(i int) bool { return m.log[i].Seq > old })
+		for _, es := range [][]Entry{m.log[i:], m.tmp} {
+			for _, e := range es { // each in seq order
+				if e.Seq > to {
+					break
+				}
+				if e.Seq > old {
+					m.toMaster(Msg{Type: MsgUpdateAck, Seq: e.Seq, ID: e.ID, Result: e.Result})
+				}
+			}
+		}
+	}
+	if m.pred != 0 {
+		m.send(m.pred, Msg{Type: MsgAck, Seq: m.la})
 	}
 }
 
@@ -470,6 +680,67 @@ func (m *Member) clean(query []byte) bool {
 	return m.lastWrite[m.keyed.QueryKey(query)] <= m.la
 }
 
+// answerRead answers a read from this member's state machine, with the
+// version it read (the key's latest update here; 0 without Keyed or when
+// no update to the key is held), which a session carries as its token.
+func (m *Member) answerRead(msg Msg) {
+	var v uint64
+	if m.keyed != nil {
+		v = m.lastWrite[m.keyed.QueryKey(msg.Op)]
+	}
+	m.toMaster(Msg{Type: MsgQueryResp, ID: msg.ID, Result: m.sm.Read(msg.Op), Seq: v})
+}
+
+// weakRead serves a read at any member (session, bounded, eventual levels):
+// an active member that holds the session's token — the update numbered
+// msg.Seq, the newest the session wrote or read — answers from what it has
+// applied, which may be stale but includes everything the session saw
+// (histories are prefixes of one another, so holding the token means
+// holding all before it). A member behind the token passes the read to its
+// predecessor, which holds a superset of its history (a joining head, to the
+// old head behind it). A member past the token that does not hold it, or a
+// head behind it, knows the update is gone: it died with a head that had not
+// passed it on (AU, or a dirty read at the head), and the session is lost.
+func (m *Member) weakRead(msg Msg) {
+	t := msg.Seq
+	if m.state == Active && (t == 0 || m.holds(t) || mutation.On && m.mut.ignoreToken) {
+		if m.cfg.Mode == AU || m.succ == 0 || m.clean(msg.Op) {
+			m.answerRead(msg)
+			return
+		}
+		// SU, AUSI: the key is dirty here (invalid, under AUSI): its
+		// latest update is not committed, and a session that saw it could
+		// see it vanish (a tail read, or the head's crash). The committed
+		// version is downstream, which holds the token too (it is committed).
+		m.send(m.succ, Msg{Type: MsgQuery, ID: msg.ID, Op: msg.Op, Weak: true, Seq: t})
+		return
+	}
+	if (m.state == Active || m.state == Joining) && m.lu < t {
+		next := m.pred
+		if next == 0 && m.state == Joining {
+			next = m.succ
+		}
+		if next != 0 {
+			m.send(next, Msg{Type: MsgQuery, ID: msg.ID, Op: msg.Op, Weak: true, Seq: t})
+			return
+		}
+	}
+	lost := m.state == Active && (m.lu >= t || m.pred == 0) && m.knows(t)
+	m.toMaster(Msg{Type: MsgRedirect, ID: msg.ID, Query: true, Lost: lost})
+}
+
+// knows reports whether seq was numbered in a configuration this member has
+// heard of. A head that has not yet seen a head join's FLUSH (deferred behind
+// held updates, or still on its way) may be asked about an update the joiner
+// numbered since, above the FLUSH's epoch: not lost, just not here yet.
+func (m *Member) knows(seq uint64) bool { return seq>>m.cfg.SeqBits <= m.epoch }
+
+// holds reports whether the log holds the update numbered seq.
+func (m *Member) holds(seq uint64) bool {
+	i := sort.Search(len(m.log), func(i int) bool { return m.log[i].Seq >= seq })
+	return i < len(m.log) && m.log[i].Seq == seq
+}
+
 // after returns up to n log entries with a sequence number above seq, and
 // whether they reach the end of the log.
 func (m *Member) after(seq uint64, n int) ([]Entry, bool) {
@@ -482,19 +753,9 @@ func (m *Member) after(seq uint64, n int) ([]Entry, bool) {
 // that its old successor never acknowledged (CR_TAIL, TRUNCATE): Invariant
 // 3.13, the tail holds nothing unacknowledged.
 func (m *Member) ackPending() {
-	es, _ := m.after(m.la, len(m.log))
-	es = append(es, m.tmp...)
-	for _, e := range es {
-		if e.Seq > m.la {
-			m.toMaster(Msg{Type: MsgUpdateAck, Seq: e.Seq, ID: e.ID, Result: e.Result})
-		}
-	}
-	if m.lu > m.la {
-		m.la = m.lu
-		if m.pred != 0 {
-			m.send(m.pred, Msg{Type: MsgAck, Seq: m.la})
-		}
-	}
+	m.held, m.deferredFlush = nil, nil
+	m.acked = max(m.acked, m.lu)
+	m.advance()
 }
 
 // flush handles FLUSH (digest §3.4 Phase 2, Listing 1 with the §7 fixes).
@@ -521,17 +782,17 @@ func (m *Member) flush(msg Msg) {
 		// Everything pre-copied or flushed was at the old tail: it is
 		// acknowledged, and upstream may have lost the old tail's acks
 		// for it (they stopped being accepted when FLUSH relinked it).
-		if mainLU > m.la {
-			m.la = mainLU
-			if m.pred != 0 {
-				m.send(m.pred, Msg{Type: MsgAck, Seq: m.la})
-			}
-		}
+		m.acked = max(m.acked, mainLU)
 		m.state = Active
+		m.advance()
 		m.toMaster(Msg{Type: MsgFlushAck, Epoch: msg.Epoch})
 		return
 	}
 	if msg.Joiner != me && m.state != Active {
+		return
+	}
+	if msg.Joiner != me && len(m.held) > 0 {
+		m.deferredFlush = &msg
 		return
 	}
 	m.raise(msg.Epoch)
@@ -609,15 +870,31 @@ type Status struct {
 	LA, LU     uint64
 	Log, Tmp   int
 	Repairing  bool
+	// Persisted is how far the host made the log durable.
+	Persisted uint64
 }
 
 // Status returns the member's protocol state.
 func (m *Member) Status() Status {
 	return Status{ID: m.cfg.ID, State: m.state, Epoch: m.epoch, Pred: m.pred, Succ: m.succ,
-		LA: m.la, LU: m.lu, Log: len(m.log), Tmp: len(m.tmp), Repairing: m.repairing}
+		LA: m.la, LU: m.lu, Log: len(m.log), Tmp: len(m.tmp), Repairing: m.repairing, Persisted: m.persisted}
 }
 
 // sumAt is the digest of the first n entries of the history (0 for none).
+// Durable returns the client request ids of the updates this member's host
+// has made durable, in history order: what a crash of it leaves (nothing for
+// a memory datastore).
+func (m *Member) Durable() []uint64 {
+	var ids []uint64
+	for _, e := range m.log {
+		if e.Seq > m.persisted {
+			break
+		}
+		ids = append(ids, e.ID)
+	}
+	return ids
+}
+
 func (m *Member) sumAt(n int) uint64 {
 	if n == 0 {
 		return 0

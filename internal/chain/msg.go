@@ -71,6 +71,12 @@ const (
 	MsgCRMidDone
 	MsgCRTail
 	MsgCRTailDone
+	// MsgPersist: member → its own host: make the log durable up to Seq
+	// (a log or buffered-log datastore; the core does no I/O). The host
+	// answers with MsgPersisted once it is (fsync), in order.
+	MsgPersist
+	// MsgPersisted: host → member: the log is durable up to Seq.
+	MsgPersisted
 )
 
 var msgNames = map[MsgType]string{
@@ -81,7 +87,7 @@ var msgNames = map[MsgType]string{
 	MsgTruncate: "truncate", MsgTruncateAck: "truncate-ack", MsgTruncateDone: "truncate-done", MsgCRHead: "cr-head",
 	MsgCRHeadDone: "cr-head-done", MsgCRMid: "cr-mid", MsgCRMidRepair: "cr-mid-repair",
 	MsgRepairInfo: "repair-info", MsgCRMidDone: "cr-mid-done", MsgCRTail: "cr-tail",
-	MsgCRTailDone: "cr-tail-done",
+	MsgCRTailDone: "cr-tail-done", MsgPersist: "persist", MsgPersisted: "persisted",
 }
 
 func (t MsgType) String() string {
@@ -127,6 +133,22 @@ type Msg struct {
 	// Exhausted (redirect): the head used up its numbering range; the
 	// master renews it (CR_HEAD at a new epoch) and re-sends.
 	Exhausted bool
+	// Weak (query): a read any member may answer from what it holds
+	// (possibly stale), provided it holds the update numbered Seq (the
+	// session's token; 0: none); a member behind it passes the read
+	// upstream. In the answer (query-resp) Seq is the version read: the
+	// number of the latest update to the key the member holds.
+	Weak bool
+	// Lost (redirect of a weak read or an update): the session's token
+	// names an update the chain no longer has (it died with a head that had
+	// not passed it on); the master answers the client that its session is
+	// lost.
+	Lost bool
+	// Token (update, master → head): the session's token; the head refuses
+	// the update as lost if the session saw an update the chain no longer
+	// has (a later update would otherwise hide the loss from the session's
+	// reads, which check only its newest token).
+	Token uint64
 }
 
 func (m Msg) String() string {
@@ -148,13 +170,24 @@ func (m Msg) String() string {
 		if m.Any {
 			b.WriteString(" any")
 		}
+		if m.Weak {
+			fmt.Fprintf(&b, " weak min=%s", FormatSeq(m.Seq))
+		}
 	case MsgQueryResp:
 		fmt.Fprintf(&b, " id=%d -> %q", m.ID, m.Result)
+		if m.Seq != 0 {
+			fmt.Fprintf(&b, " v=%s", FormatSeq(m.Seq))
+		}
 	case MsgRedirect:
 		fmt.Fprintf(&b, " id=%d query=%t", m.ID, m.Query)
 		if m.Exhausted {
 			b.WriteString(" exhausted")
 		}
+		if m.Lost {
+			b.WriteString(" lost")
+		}
+	case MsgPersist, MsgPersisted:
+		fmt.Fprintf(&b, " seq=%s", FormatSeq(m.Seq))
 	case MsgPrecopy, MsgCRMid:
 		fmt.Fprintf(&b, " target=%d", m.Target)
 	case MsgPrecopyReq, MsgPrecopyDone:

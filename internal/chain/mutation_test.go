@@ -32,7 +32,19 @@ var chainMutations = []struct {
 	{"skipFlush", func(o *simOpts) { o.mut.skipFlush = true }, nil, 1, false, "is not a prefix of its predecessor"},
 	{"skipFlush", func(o *simOpts) { o.mut.skipFlush = true }, nil, 2, true, "linearizable: VIOLATED"},
 	{"truncateEarly", func(o *simOpts) { o.mmut.truncateEarly = true }, nil, 7, false, "is not a valid tail"},
+	{"ausiEarly", func(o *simOpts) { o.mut.ausiEarly = true }, ausiChain, 1, true, "linearizable: VIOLATED"},
+	{"ignoreToken", func(o *simOpts) { o.mut.ignoreToken = true }, auChain, 8, true, "session: VIOLATED"},
 }
+
+// ausiChain: AUSI, one hot key, reads at the tail and CRAQ reads. A head
+// that answers before the acknowledgement comes back lets a read at a
+// member the update has not reached miss an update that completed.
+func ausiChain(o *simOpts) { o.mode, o.keys, o.clients = AUSI, 1, 4 }
+
+// auChain: AU, every read a session read at a random member. A member that
+// answers without holding the session's token returns a version older than
+// the session's own write.
+func auChain(o *simOpts) { o.mode, o.allWeak = AU, true }
 
 // hotKey: one key, four clients.
 func hotKey(o *simOpts) { o.keys, o.clients = 1, 4 }

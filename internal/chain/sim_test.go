@@ -3,6 +3,7 @@ package chain
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kefirdb/kefir/internal/check"
+	"github.com/kefirdb/kefir/internal/level"
 )
 
 // The deterministic simulation: one seeded PRNG decides every choice —
@@ -50,6 +52,14 @@ type simOpts struct {
 	// seqBits: members' SeqBits (0: the default); small, a head runs out of
 	// numbers often and the master renews its range.
 	seqBits uint
+	// mode: the chain's update mode; stores: members' datastores vary with
+	// the seed (memory, log, buffered log) instead of all memory.
+	mode   Mode
+	stores bool
+	// weak: a third of the reads are session reads at a random member,
+	// carrying the client's token; allWeak: every read is (AU, which has no
+	// strong reads).
+	weak, allWeak bool
 }
 
 func defaultSim(seed uint64) simOpts {
@@ -82,6 +92,10 @@ type simClient struct {
 	get      bool
 	deadline int64
 	done     int
+	// token is the session's token: the largest update number or version
+	// the client has seen; sess numbers its sessions (a lost one ends).
+	token uint64
+	sess  int
 }
 
 // runSim runs one seed; it returns the history and the first error (an
@@ -98,6 +112,16 @@ func runSim(o simOpts) (check.History, error) {
 		m.mut = o.mut
 	}
 	h.master.mut = o.mmut
+	if o.mode != SU || o.stores {
+		var store func(NodeID) Store
+		if o.stores {
+			store = func(id NodeID) Store { return Store((o.seed + uint64(id)) % 3) }
+		}
+		h.setup(o.mode, store)
+		for _, m := range h.members {
+			m.mut = o.mut
+		}
+	}
 	h.noCheck = o.noCheck
 	h.rate = o.rate
 	if o.trace {
@@ -125,7 +149,14 @@ func runSim(o simOpts) (check.History, error) {
 	finish := func(ci int, res *Reply) {
 		c := clients[ci]
 		delete(byReq, c.req)
+		if res != nil {
+			c.token = max(c.token, res.Seq)
+		}
 		switch {
+		case res != nil && res.Lost:
+			rec.Fail(c.op) // the session is lost (nothing done): the client starts another
+			c.sess++
+			c.token = 0
 		case res == nil && c.get:
 			rec.Fail(c.op) // a read that got no answer changed nothing
 		case res == nil:
@@ -197,8 +228,25 @@ func runSim(o simOpts) (check.History, error) {
 			key := "k" + strconv.Itoa(rng.IntN(o.keys))
 			c.req, c.deadline = nextReq, now+o.timeout
 			byReq[c.req] = ci
+			sess := fmt.Sprintf("c%d.%d", ci, c.sess)
 			if c.get = rng.IntN(2) == 0; c.get {
-				c.op = rec.Invoke(check.Op{Client: ci, Kind: check.Get, Key: key})
+				if ms := h.master.Members(); (o.allWeak || o.weak && rng.IntN(3) == 0) && len(ms) > 0 {
+					// A session read at any configured member; one in four
+					// an eventual read (no token).
+					at := ms[rng.IntN(len(ms))]
+					cons, token := level.Consistency{Kind: level.Session}, c.token
+					if rng.IntN(4) == 0 {
+						cons, token = level.Consistency{Kind: level.Eventual}, 0
+					}
+					c.op = rec.Invoke(check.Op{Client: ci, Session: sess, Kind: check.Get, Key: key, Cons: cons})
+					if o.stats != nil {
+						o.stats[cons.String()+" reads at "+position(h.master, at)]++
+					}
+					h.master.GetWeak(c.req, []byte(key), at, token)
+					h.collect()
+					continue
+				}
+				c.op = rec.Invoke(check.Op{Client: ci, Session: sess, Kind: check.Get, Key: key})
 				if ms := h.master.Members(); o.craq && rng.IntN(2) == 0 && len(ms) > 0 {
 					// A CRAQ read at any configured member.
 					at := ms[rng.IntN(len(ms))]
@@ -211,8 +259,12 @@ func runSim(o simOpts) (check.History, error) {
 				}
 			} else {
 				v := fmt.Sprintf("c%d.%d", ci, c.done)
-				c.op = rec.Invoke(check.Op{Client: ci, Kind: check.Put, Key: key, Value: v})
-				h.master.Put(c.req, []byte(key+"="+v))
+				c.op = rec.Invoke(check.Op{Client: ci, Session: sess, Kind: check.Put, Key: key, Value: v})
+				if o.weak || o.allWeak {
+					h.master.PutSession(c.req, []byte(key+"="+v), c.token)
+				} else {
+					h.master.Put(c.req, []byte(key+"="+v))
+				}
 			}
 			h.collect()
 		case x < 985:
@@ -361,22 +413,71 @@ func simVerdict(o simOpts) error {
 			o.stats[fmt.Sprintf("ops: %s %s", op.Kind, op.Outcome)]++
 		}
 	}
-	v := check.Linearizable(hist, check.LinOptions{NoVisualization: true, Timeout: 10 * time.Second, Strict: true})
-	if err := v.Err(); err != nil {
-		return fmt.Errorf("seed %d: %w", o.seed, err)
+	if o.mode != AU {
+		v := check.Linearizable(hist, check.LinOptions{NoVisualization: true, Timeout: 10 * time.Second, Strict: true})
+		if err := v.Err(); err != nil {
+			return fmt.Errorf("seed %d: %w", o.seed, err)
+		}
+	}
+	if o.weak || o.allWeak {
+		// Session reads: stale allowed, never a value nobody wrote, never
+		// older than the session's own writes or earlier reads.
+		if err := check.Session(hist, check.SessionOptions{}).Err(); err != nil {
+			return fmt.Errorf("seed %d: %w", o.seed, err)
+		}
+		// Eventual reads: any value some write produced (no time bound: the
+		// chain gives none, and the simulation has no clock to bound it by).
+		if err := check.Eventual(hist, time.Duration(math.MaxInt64)).Err(); err != nil {
+			return fmt.Errorf("seed %d: %w", o.seed, err)
+		}
 	}
 	return nil
 }
 
-func simSeeds() (from, to uint64, trace bool) {
+// simSeeds is the seed range of a simulation test: n seeds in go test, soak
+// with KEFIR_SOAK=1, or the one KEFIR_CHAIN_SEED names, traced.
+func simSeeds(n, soak uint64) (from, to uint64, trace bool) {
 	if s := os.Getenv("KEFIR_CHAIN_SEED"); s != "" {
 		n, _ := strconv.ParseUint(s, 10, 64)
 		return n, n, true
 	}
 	if os.Getenv("KEFIR_SOAK") != "" {
-		return 1, 10000, false
+		return 1, soak, false
 	}
-	return 1, 400, false
+	return 1, n, false
+}
+
+// runSeeds runs shape(seed) for every seed of the range, logs what the runs
+// exercised, and fails with the first three failing seeds and how to replay
+// one (test: the -run pattern).
+func runSeeds(t *testing.T, n, soak uint64, test string, shape func(uint64) simOpts) {
+	from, to, trace := simSeeds(n, soak)
+	var errs []error
+	stats := map[string]int{}
+	defer func() {
+		keys := make([]string, 0, len(stats))
+		for k := range stats {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			t.Logf("%-40s %d", k, stats[k])
+		}
+	}()
+	for seed := from; seed <= to; seed++ {
+		o := shape(seed)
+		o.trace = trace
+		o.stats = stats
+		if err := simVerdict(o); err != nil {
+			errs = append(errs, err)
+			if len(errs) >= 3 {
+				break
+			}
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("%v\nreplay one with KEFIR_CHAIN_SEED=<seed> go test -tags mutations -run %s ./internal/chain/", err, test)
+	}
 }
 
 // TestSimDeterministic runs seeds twice and compares the traces event for
@@ -422,31 +523,31 @@ func TestSimRegressions(t *testing.T) {
 }
 
 func TestSimLinearizable(t *testing.T) {
-	from, to, trace := simSeeds()
-	var errs []error
-	stats := map[string]int{}
-	defer func() {
-		keys := make([]string, 0, len(stats))
-		for k := range stats {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		for _, k := range keys {
-			t.Logf("%-40s %d", k, stats[k])
-		}
-	}()
-	for seed := from; seed <= to; seed++ {
-		o := variedSim(seed)
-		o.trace = trace
-		o.stats = stats
-		if err := simVerdict(o); err != nil {
-			errs = append(errs, err)
-			if len(errs) >= 3 {
-				break
-			}
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		t.Fatalf("%v\nreplay one with KEFIR_CHAIN_SEED=<seed> go test -tags mutations -run TestSimLinearizable ./internal/chain/", err)
+	runSeeds(t, 400, 10000, "TestSimLinearizable", variedSim)
+}
+
+// modeSim is a seed's shape for the update-mode runs: variedSim's churn,
+// datastores varying per member, a third of the reads weak (session reads at
+// a random member); under AU every read is weak.
+func modeSim(seed uint64, mode Mode) simOpts {
+	o := variedSim(seed)
+	o.mode, o.stores, o.weak = mode, true, true
+	o.allWeak = mode == AU
+	return o
+}
+
+// TestSimModes runs the churn simulation under each update mode with mixed
+// datastores and session reads at any member. SU and AUSI: per-key
+// linearizability of the strong reads (tail and CRAQ: under AUSI a key is
+// invalid at a member while it holds an unacknowledged update to it, and
+// such a read goes down the chain) and the session guarantees of the weak
+// ones. AU: the session guarantees only (acknowledged updates can be lost
+// with the head; a session that wrote or read one learns it: its next read
+// is refused as lost).
+func TestSimModes(t *testing.T) {
+	for _, mode := range []Mode{SU, AUSI, AU} {
+		t.Run(mode.String(), func(t *testing.T) {
+			runSeeds(t, 150, 3000, "TestSimModes/"+mode.String(), func(seed uint64) simOpts { return modeSim(seed, mode) })
+		})
 	}
 }
