@@ -352,6 +352,10 @@ type mutations struct {
 	// limit is written anyway; the engine fails the apply and the replica
 	// stops (statemachine.go).
 	appendUnchecked bool
+	// slotsUnfenced: the group applies writes and serves reads of keys
+	// whose slots it does not own (a source that keeps serving a slot it
+	// handed over; kv/slots.go's fence is skipped).
+	slotsUnfenced bool
 	// earlyRejectable: a blind write that apply will reject (an empty or
 	// reserved key) is answered early anyway — acknowledged OK at cad or
 	// async (and overlaid: a read may return a value of a write that wrote
@@ -777,6 +781,7 @@ func Open(opts Options) (*Replica, error) {
 	}
 	r.app = newApplier(db)
 	r.app.appendUnchecked = mutation.On && r.mut.appendUnchecked
+	r.app.unfenced = mutation.On && r.mut.slotsUnfenced
 	if err := r.app.loadMarks(); err != nil {
 		db.Close()
 		w.close()
