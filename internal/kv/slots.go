@@ -455,7 +455,8 @@ func applySlotOp(get Getter, version uint64, op *Op, emit Emit) (Result, error) 
 }
 
 // applySlotImport writes an import's entries, every one of a slot the group
-// imports: strings as they came, hashes under generations of this op
+// imports (or, for a deletion, of a slot it handed over: the purge of the
+// source's copy): strings as they came, hashes under generations of this op
 // (version + i<<48 for its i-th hash, as a script's), so that they never
 // share rows with a hash of this group.
 func applySlotImport(get Getter, t *SlotTable, version uint64, op *Op, emit Emit) (Result, error) {
@@ -467,7 +468,10 @@ func applySlotImport(get Getter, t *SlotTable, version uint64, op *Op, emit Emit
 			return Result{}, err
 		}
 		s := KeySlot(op.Keys[i])
-		if t == nil || t.e[s].State != SlotImporting {
+		// A deletion may also purge a key the group handed over (the
+		// source's copy, once the destination owns the slot).
+		purge := bytes.Equal(op.Keys[i+1], slotTomb) && t != nil && t.e[s].State == SlotNone
+		if !purge && (t == nil || t.e[s].State != SlotImporting) {
 			st := SlotNone
 			if t != nil {
 				st = t.e[s].State
