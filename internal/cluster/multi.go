@@ -88,7 +88,6 @@ func NewMulti(slots *SlotMap, self uint64, members []Member, groups []LocalGroup
 	return m, nil
 }
 
-
 // Hosted returns the hosted groups' replicas, by group id.
 func (m *Multi) Hosted() []LocalGroup {
 	out := make([]LocalGroup, len(m.local))

@@ -26,6 +26,7 @@ import (
 //
 // INIT and SET answer the op's version (0: the group was already there, a
 // retried step).
+//
 //	KEFIR.SLOTS LOAD g key meta payload ...      an import (or, deletions only, a purge)
 //
 // ranges are START-END[,START-END...]. At a node whose replica of g does
