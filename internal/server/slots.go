@@ -23,11 +23,10 @@ import (
 //	                                             [key meta payload version]... of those above version since,
 //	                                             [key]... of all]; frozen 1: only once the group handed
 //	                                             the ranges over (its fence froze them), else -TRYAGAIN
+//	KEFIR.SLOTS LOAD g key meta payload ...      an import (or, deletions only, a purge)
 //
 // INIT and SET answer the op's version (0: the group was already there, a
 // retried step).
-//
-//	KEFIR.SLOTS LOAD g key meta payload ...      an import (or, deletions only, a purge)
 //
 // ranges are START-END[,START-END...]. At a node whose replica of g does
 // not lead it, the answer is -MOVED <leader's address> (or -UNAVAILABLE no
