@@ -46,7 +46,8 @@ type Mover struct {
 	RetryFor time.Duration
 	// Logf, if set, reports each step.
 	Logf func(format string, args ...any)
-	// AfterStep, if set, is called after each step (tests: a crash there).
+	// AfterStep, if set, is called after each step and each page of the
+	// pre-copy ("precopy-page"; tests: a crash there).
 	AfterStep func(step string)
 
 	conns map[string]*moverConn
@@ -82,7 +83,7 @@ func (mv *Mover) Move(ctx context.Context, from, to GroupID, rs []kv.SlotRange) 
 	// Tables (a group without one gets its first, from the map).
 	tabs := map[GroupID][]SlotRunInfo{}
 	for _, id := range []GroupID{from, to} {
-		t, err := mv.table(ctx, id)
+		t, err := mv.Table(ctx, id)
 		if err != nil {
 			return out, err
 		}
@@ -90,7 +91,7 @@ func (mv *Mover) Move(ctx context.Context, from, to GroupID, rs []kv.SlotRange) 
 			if _, err := mv.do(ctx, "KEFIR.SLOTS", "INIT", g(id), "1"); err != nil {
 				return out, fmt.Errorf("move-slots: init group %d's slot table: %w", id, err)
 			}
-			if t, err = mv.table(ctx, id); err != nil {
+			if t, err = mv.Table(ctx, id); err != nil {
 				return out, err
 			}
 		}
@@ -227,6 +228,9 @@ func (mv *Mover) copy(ctx context.Context, from, to GroupID, ranges string, sinc
 			return n, pages, err
 		}
 		n += len(entries) / 3
+		if !frozen {
+			mv.after("precopy-page")
+		}
 		if v.Elems[0].Kind != resp.Bulk || len(v.Elems[0].Str) == 0 {
 			return n, pages, nil
 		}
@@ -292,7 +296,8 @@ type SlotRunInfo struct {
 	Epoch      uint64
 }
 
-func (mv *Mover) table(ctx context.Context, id GroupID) ([]SlotRunInfo, error) {
+// Table returns group id's slot table as its leader holds it (empty: none).
+func (mv *Mover) Table(ctx context.Context, id GroupID) ([]SlotRunInfo, error) {
 	v, err := mv.do(ctx, "KEFIR.SLOTS", "TABLE", strconv.FormatUint(uint64(id), 10))
 	if err != nil {
 		return nil, fmt.Errorf("move-slots: group %d's slot table: %w", id, err)
