@@ -384,6 +384,9 @@ func (mv *Mover) doBytes(ctx context.Context, args [][]byte) (resp.Value, error)
 	pause := 20 * time.Millisecond
 	var last error
 	for attempt := 0; ; attempt++ {
+		if err := ctx.Err(); err != nil {
+			return resp.Value{}, err
+		}
 		addr := mv.Seeds[attempt%len(mv.Seeds)]
 		for hops := 0; hops < 4; hops++ {
 			v, err := mv.roundTrip(addr, args)
@@ -405,9 +408,6 @@ func (mv *Mover) doBytes(ctx context.Context, args [][]byte) (resp.Value, error)
 				return v, last
 			}
 			break
-		}
-		if err := ctx.Err(); err != nil {
-			return resp.Value{}, err
 		}
 		if time.Now().After(deadline) {
 			return resp.Value{}, fmt.Errorf("%s %s: no leader answered within %v: %w", args[0], args[1], retryFor, last)

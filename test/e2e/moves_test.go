@@ -288,6 +288,62 @@ func TestGroupsSlotMoveSourceLeaderKilledMidCopy(t *testing.T) {
 	t.Logf("%d keys checked; the client retried %d times over the kill; %s", len(last), conns, strings.SplitN(out, "\n", 2)[0])
 }
 
+// A move whose mover stops after any step (its process killed: here its
+// context is cancelled) is finished by a mover run again, from the groups'
+// logged states: after the hand-over (the slots owned by neither group, the
+// requests for them held) it resumes at the final copy; writes made before
+// the stop are all there after.
+func TestGroupsSlotMoveResumesAfterTheMoverStops(t *testing.T) {
+	g := cluster.StartGroups(t, 3, twoGroups)
+	g.WaitLeaders(20 * time.Second)
+	rs := []kv.SlotRange{{Start: 100, End: 2000}}
+	want := map[string]string{}
+	var cmds [][]string
+	for i := 0; len(want) < 50; i++ {
+		k := "r" + strconv.Itoa(i)
+		if s := kv.KeySlot([]byte(k)); s >= 100 && s <= 2000 {
+			want[k] = strconv.Itoa(i)
+			cmds = append(cmds, []string{"SET", k, want[k]})
+		}
+	}
+	pipelineRetry(t, g.Nodes[0].ClientAddr, cmds...)
+	for _, stopAfter := range []string{"migrating", "handover"} {
+		ctx, cancel := context.WithCancel(context.Background())
+		mv := &kcluster.Mover{Seeds: g.Addrs(), Logf: t.Logf, AfterStep: func(step string) {
+			if step == stopAfter {
+				cancel()
+			}
+		}}
+		if _, err := mv.Move(ctx, 1, 2, rs); err == nil {
+			t.Fatalf("the move stopped after %s did not stop", stopAfter)
+		}
+		cancel()
+		if stopAfter == "migrating" {
+			// Still group 1's: a write now is copied by the resumed move.
+			for k := range want {
+				want[k] += "-2"
+				if v, err := cluster.Command(g.Nodes[1].ClientAddr, "SET", k, want[k]); err != nil || string(v.Str) != "OK" {
+					t.Fatalf("SET %s while migrating: %v %v", k, v, err)
+				}
+				break
+			}
+		}
+	}
+	res, err := (&kcluster.Mover{Seeds: g.Addrs(), Logf: t.Logf}).Move(context.Background(), 1, 2, rs)
+	if err != nil {
+		t.Fatalf("resumed move: %v", err)
+	}
+	if res.Resumed != "final copy" {
+		t.Fatalf("the move resumed at %q, want the final copy", res.Resumed)
+	}
+	checkAfterMove(t, g, want, rs, 2)
+	// Run once more, the move is done: only the (empty) purge is left.
+	res, err = (&kcluster.Mover{Seeds: g.Addrs()}).Move(context.Background(), 1, 2, rs)
+	if err != nil || res.Resumed != "purge" || res.Purged != 0 {
+		t.Fatalf("a finished move run again: %+v %v", res, err)
+	}
+}
+
 // pipelineRetry is pipeline after the cluster settled (a write can meet a
 // view change at start).
 func pipelineRetry(t *testing.T, addr string, cmds ...[]string) []resp.Value {
