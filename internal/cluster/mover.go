@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"crypto/tls"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -63,6 +64,7 @@ type MoveResult struct {
 	Epoch           uint64
 	Copied, Final   int // entries loaded by the pre-copy, by the final copy
 	Deleted, Purged int // keys deleted at the destination, purged at the source
+	Marks           int // request marks (client-table rows) taken to the destination
 	Resumed         string
 	PreCopy, Freeze time.Duration
 	Total           time.Duration
@@ -151,7 +153,8 @@ func (mv *Mover) Move(ctx context.Context, from, to GroupID, rs []kv.SlotRange) 
 	}
 	if stage <= 2 {
 		t0 := time.Now()
-		if _, err := mv.do(ctx, "KEFIR.SLOTS", "SET", g(from), "none", g(to), e, ranges); err != nil {
+		hv, err := mv.do(ctx, "KEFIR.SLOTS", "SET", g(from), "none", g(to), e, ranges)
+		if err != nil {
 			return out, fmt.Errorf("move-slots: hand-over at group %d: %w", from, err)
 		}
 		mv.after("handover")
@@ -176,6 +179,24 @@ func (mv *Mover) Move(ctx context.Context, from, to GroupID, rs []kv.SlotRange) 
 			return out, fmt.Errorf("move-slots: final deletions: %w", err)
 		}
 		out.Deleted = len(dels) / 3
+		// The source's client table as of the hand-over (a resumed move
+		// does not know its version: the rows as they are, which may also
+		// mark requests the fence refused after it, so that their retries
+		// are refused rather than run: safe, and rare).
+		cv, err := mv.do(ctx, "KEFIR.SLOTS", "CLIENTS", g(from), strconv.FormatInt(hv.Int, 10))
+		if err != nil {
+			return out, fmt.Errorf("move-slots: group %d's client table: %w", from, err)
+		}
+		var marks [][]byte
+		for i := 0; i+1 < len(cv.Elems); i += 2 {
+			if id := cv.Elems[i].Str; len(id) == 8 {
+				marks = kv.AppendSlotClientMark(marks, binary.BigEndian.Uint64(id), cv.Elems[i+1].Str)
+			}
+		}
+		if err := mv.load(ctx, to, marks); err != nil {
+			return out, fmt.Errorf("move-slots: request marks: %w", err)
+		}
+		out.Marks = len(marks) / 3
 		mv.after("finalcopy")
 		if _, err := mv.do(ctx, "KEFIR.SLOTS", "SET", g(to), "owned", g(from), e, ranges); err != nil {
 			return out, fmt.Errorf("move-slots: group %d takes the slots: %w", to, err)

@@ -258,6 +258,31 @@ func (m *Multi) SlotDump(id GroupID, slots func(uint16) bool, cursor []byte, lim
 	return DumpSlots(g.h.Engine, slots, cursor, limit, since)
 }
 
+// SlotClients returns group id's client-table rows (client id, row value)
+// as of version at (0: the latest), at its leader here: the request marks a
+// move takes to the destination (kv.AppendSlotClientMark). A row the engine
+// no longer retains at that version is not returned.
+func (m *Multi) SlotClients(id GroupID, at uint64) (ids []uint64, rows [][]byte, err error) {
+	g, err := m.hosted(id)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := m.leads(g); err != nil {
+		return nil, nil, err
+	}
+	err = g.h.Engine.Scan(kv.ClientRowPrefix, kv.ClientRowEnd, at, 0, func(k []byte, v storage.Value) bool {
+		if c, err := kv.ClientRowID(kv.ClientRowPrefix, k); err == nil {
+			ids = append(ids, c)
+			rows = append(rows, slices.Clone(v.Data))
+		}
+		return true
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("cluster: group %d's client rows: %w", id, err)
+	}
+	return ids, rows, nil
+}
+
 // DumpSlots is SlotDump over an engine.
 func DumpSlots(db *storage.DB, slots func(uint16) bool, cursor []byte, limit int, since uint64) (Dump, error) {
 	type rec struct {

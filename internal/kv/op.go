@@ -2,6 +2,7 @@ package kv
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 )
@@ -209,7 +210,11 @@ func (op *Op) WrittenKeys() [][]byte {
 	case KindSlotImport:
 		ks := make([][]byte, 0, len(op.Keys)/3)
 		for i := 0; i+2 < len(op.Keys); i += 3 {
-			ks = append(ks, op.Keys[i])
+			if bytes.Equal(op.Keys[i+1], slotClientMark) && len(op.Keys[i]) == 8 {
+				ks = append(ks, SlotClientKey(binary.BigEndian.Uint64(op.Keys[i])))
+			} else {
+				ks = append(ks, op.Keys[i])
+			}
 		}
 		return ks
 	case KindDel, KindExpireIfDue:
@@ -304,7 +309,7 @@ func (op *Op) CheckSizes(maxKey, maxVal int) error {
 		// checked as its rows are written (the engine refuses the op).
 		for i := 0; i+2 < len(op.Keys); i += 3 {
 			v := op.Keys[i+2]
-			if MetaType(op.Keys[i+1]) == TypeHash {
+			if MetaType(op.Keys[i+1]) == TypeHash || bytes.Equal(op.Keys[i+1], slotClientMark) {
 				v = nil
 			}
 			if err := check(op.Keys[i], v); err != nil {

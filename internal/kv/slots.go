@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -223,6 +224,10 @@ var (
 	// ErrSlotTransition: a KindSlotSet or KindSlotImport whose slots are not
 	// in a state that allows it (a move's step out of order, a stale epoch).
 	ErrSlotTransition = errors.New("slot state transition refused")
+	// ErrSlotStaleRequest: a write of a slot the group imported, whose
+	// request number is older than the latest request of its client that
+	// the slot's old group ran before the hand-over (MovedRequest).
+	ErrSlotStaleRequest = errors.New("stale request: a later request of this client ran at the slot's old group before the slot moved")
 )
 
 // SlotError is the fence's refusal: key slot Slot is in state State here
@@ -343,10 +348,10 @@ func (t *SlotTable) Set(rs []SlotRange, st SlotState, peer, epoch uint64) (*Slot
 	for _, r := range rs {
 		for s := int(r.Start); s <= int(r.End); s++ {
 			cur := n.e[s]
+			// An owned slot keeps the peer it came from (0: never
+			// imported): MovedRequest checks the requests of its keys
+			// against the old group's marks.
 			want := SlotEntry{State: st, Peer: peer, Epoch: epoch}
-			if st == SlotOwned {
-				want.Peer = 0
-			}
 			if cur == want {
 				continue
 			}
@@ -391,6 +396,69 @@ func ReadSlotTable(get Getter) (*SlotTable, error) {
 		return nil, err
 	}
 	return DecodeSlotTable(data)
+}
+
+// Request marks: the rows of the source's client table as of the hand-over
+// (kv.ClientRowKey's values), imported with the slots. A client's request
+// ids are one sequence across groups, so a retry (same id) of a write the
+// source ran before the hand-over, arriving at the destination after it,
+// has a request number no later than its client's mark there: MovedRequest
+// answers it from the mark (the same request) or refuses it (an older one)
+// instead of running it a second time.
+
+// SlotClientPrefix starts the keys of the marks a group imported.
+var SlotClientPrefix = ReservedKey("slotclient/")
+
+// SlotClientKey is the key of client's mark.
+func SlotClientKey(client uint64) []byte {
+	return binary.BigEndian.AppendUint64(append(make([]byte, 0, len(SlotClientPrefix)+8), SlotClientPrefix...), client)
+}
+
+var slotClientMark = []byte{0xfe}
+
+// AppendSlotClientMark appends to an import's Keys the mark of client: row,
+// the value of its row at the source (AppendClientRow's).
+func AppendSlotClientMark(keys [][]byte, client uint64, row []byte) [][]byte {
+	return append(keys, binary.BigEndian.AppendUint64(nil, client), slotClientMark, row)
+}
+
+// MovedRequest decides a write of client's request reqNum at a group whose
+// table is t: if the op writes a key of a slot the group imported (owned,
+// with the peer it came from) and client has a mark there with request
+// reqNum or a later one, the request may have run at the slot's old group —
+// hit, with the mark's outcome for the same request, ErrSlotStaleRequest for
+// an older one. err is get's.
+func MovedRequest(get Getter, t *SlotTable, op *Op, client, reqNum uint64) (res Result, opErr error, hit bool, err error) {
+	if t == nil || client == 0 || isSlotKind(op.Kind) {
+		return Result{}, nil, false, nil
+	}
+	keys, _ := op.RoutingKeys()
+	imported := false
+	for _, k := range keys {
+		if e := t.e[KeySlot(k)]; e.State == SlotOwned && e.Peer != 0 {
+			imported = true
+			break
+		}
+	}
+	if !imported {
+		return Result{}, nil, false, nil
+	}
+	data, _, _, ok, err := get(SlotClientKey(client))
+	if err != nil || !ok {
+		return Result{}, nil, false, err
+	}
+	mark, n := binary.Uvarint(data)
+	if n <= 0 || reqNum > mark {
+		return Result{}, nil, false, nil
+	}
+	if reqNum < mark {
+		return Result{}, ErrSlotStaleRequest, true, nil
+	}
+	res, opErr, derr := DecodeResult(data[n:])
+	if derr != nil {
+		return Result{}, nil, false, fmt.Errorf("%w: client %d's mark", ErrCorrupt, client)
+	}
+	return res, opErr, true, nil
 }
 
 // Slot import entries: key, meta, payload. A string's payload is its value
@@ -464,6 +532,15 @@ func applySlotImport(get Getter, t *SlotTable, version uint64, op *Op, emit Emit
 		return Result{}, fmt.Errorf("%w: slot import of %d fields", ErrInvalidOp, len(op.Keys))
 	}
 	for i := 0; i < len(op.Keys); i += 3 {
+		if bytes.Equal(op.Keys[i+1], slotClientMark) {
+			if len(op.Keys[i]) != 8 {
+				return Result{}, fmt.Errorf("%w: slot import: a client mark of a %d-byte id", ErrInvalidOp, len(op.Keys[i]))
+			}
+			if t == nil || !slices.ContainsFunc(t.e[:], func(e SlotEntry) bool { return e.State == SlotImporting }) {
+				return Result{}, fmt.Errorf("%w: client marks come with slots being imported", ErrSlotTransition)
+			}
+			continue
+		}
 		if err := CheckKey(op.Keys[i]); err != nil {
 			return Result{}, err
 		}
@@ -484,6 +561,20 @@ func applySlotImport(get Getter, t *SlotTable, version uint64, op *Op, emit Emit
 	for i := 0; i < len(op.Keys); i += 3 {
 		key, meta, payload := op.Keys[i], op.Keys[i+1], op.Keys[i+2]
 		switch {
+		case bytes.Equal(meta, slotClientMark):
+			req, n := binary.Uvarint(payload)
+			if n <= 0 {
+				return Result{}, fmt.Errorf("%w: slot import: a client mark", ErrCorrupt)
+			}
+			mk := SlotClientKey(binary.BigEndian.Uint64(key))
+			old, _, _, ok, err := get(mk)
+			if err != nil {
+				return Result{}, err
+			}
+			if prev, m := binary.Uvarint(old); ok && m > 0 && prev >= req {
+				continue // a later mark of the client came with an earlier move
+			}
+			put(emit, mk, payload, nil)
 		case bytes.Equal(meta, slotTomb):
 			_, _, _, ok, err := get(key)
 			if err != nil {

@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"strconv"
 	"strings"
@@ -24,6 +25,8 @@ import (
 //	                                             [key]... of all]; frozen 1: only once the group handed
 //	                                             the ranges over (its fence froze them), else -TRYAGAIN
 //	KEFIR.SLOTS LOAD g key meta payload ...      an import (or, deletions only, a purge)
+//	KEFIR.SLOTS CLIENTS g at                     the group's client-table rows as of version at:
+//	                                             [id (8 bytes) row]... (a move's request marks)
 //
 // INIT and SET answer the op's version (0: the group was already there, a
 // retried step).
@@ -44,7 +47,7 @@ func (c *conn) slotsCmd(args [][]byte) error {
 	id := cluster.GroupID(g)
 	ctx := context.Background()
 	w := c.w
-	nargs := map[string]int{"TABLE": 3, "INIT": 5, "SET": 7, "DUMP": 8}
+	nargs := map[string]int{"TABLE": 3, "INIT": 5, "SET": 7, "DUMP": 8, "CLIENTS": 4}
 	if n, ok := nargs[sub]; ok && len(args) != n && !(sub == "INIT" && len(args) == 4) {
 		return errf("ERR wrong number of arguments for 'kefir.slots|%s' command", strings.ToLower(sub))
 	}
@@ -141,6 +144,21 @@ func (c *conn) slotsCmd(args [][]byte) error {
 		_ = w.WriteArrayHeader(len(d.Keys))
 		for _, k := range d.Keys {
 			_ = w.WriteBulk(k)
+		}
+		return nil
+	case "CLIENTS":
+		at, err := strconv.ParseUint(string(args[3]), 10, 64)
+		if err != nil {
+			return errf("ERR KEFIR.SLOTS CLIENTS: version %q is not an integer", args[3])
+		}
+		ids, rows, err := m.SlotClients(id, at)
+		if err != nil {
+			return err
+		}
+		_ = w.WriteArrayHeader(2 * len(ids))
+		for i, c := range ids {
+			_ = w.WriteBulk(binary.BigEndian.AppendUint64(nil, c))
+			_ = w.WriteBulk(rows[i])
 		}
 		return nil
 	case "LOAD":

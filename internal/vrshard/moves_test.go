@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -17,6 +18,7 @@ import (
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/shard"
+	"github.com/kefirdb/kefir/internal/storage"
 )
 
 // A live move of slots from group 1 to group 2 (two VR groups on the same
@@ -103,16 +105,13 @@ func runSlotMove(t *testing.T, unfenced bool) check.Verdict {
 		rs = append(rs, kv.SlotRange{Start: s, End: s})
 	}
 	hashKey := keys[0] // its hash "{mk0}h" shares mk0's slot
-	in := kcluster.InRanges(rs)
 	for _, k := range keys {
 		must(g1, set(k, "init"))
 	}
 	must(g1, kv.Op{Kind: kv.KindHSet, Key: []byte("{" + hashKey + "}h"), Keys: [][]byte{[]byte("f"), []byte("v")}})
 	must(g1, kv.Op{Kind: kv.KindSet, Key: []byte("{" + keys[1] + "}ttl"), Value: []byte("t"), ExpireAt: time.Now().Add(time.Hour).UnixMilli()})
 
-	leaderOf := func(g *cluster) *Replica {
-		return g.reps[g.leader(timeout)]
-	}
+	leaderOf := func(g *cluster) *Replica { return leaderOf(g, timeout) }
 	// route: the group whose leader's table serves the slot (none: in
 	// flight, wait).
 	route := func(k string) *cluster {
@@ -184,42 +183,8 @@ func runSlotMove(t *testing.T, unfenced bool) check.Verdict {
 		go client(c, c == 0)
 	}
 	pause := func() { time.Sleep(60 * time.Millisecond) }
-	load := func(g *cluster, entries [][]byte) {
-		for len(entries) > 0 {
-			n := min(len(entries), 3*64)
-			must(g, kv.Op{Kind: kv.KindSlotImport, Keys: entries[:n]})
-			entries = entries[n:]
-		}
-	}
-	dump := func(g *cluster, since uint64) kcluster.Dump {
-		d, err := kcluster.DumpSlots(leaderOf(g).db, in, nil, 1<<20, since)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return d
-	}
-	// The move (cluster.Mover's steps).
 	pause()
-	must(g2, slotOp(kv.KindSlotSet, rs, kv.SlotImporting, 1, 2))
-	v0 := must(g1, slotOp(kv.KindSlotSet, rs, kv.SlotMigrating, 2, 2)).Version
-	pause()
-	load(g2, dump(g1, 0).Entries)
-	pause()
-	must(g1, slotOp(kv.KindSlotSet, rs, kv.SlotNone, 2, 2))
-	final := dump(g1, v0)
-	load(g2, final.Entries)
-	src := map[string]bool{}
-	for _, k := range final.Keys {
-		src[string(k)] = true
-	}
-	var dels [][]byte
-	for _, k := range dump(g2, 1<<62).Keys {
-		if !src[string(k)] {
-			dels = kv.AppendSlotImport(dels, k, nil, nil, nil, true)
-		}
-	}
-	load(g2, dels)
-	must(g2, slotOp(kv.KindSlotSet, rs, kv.SlotOwned, 1, 2))
+	moveSlots(t, g1, g2, rs, pause)
 	pause()
 	pause()
 	stop.Store(true)
@@ -252,4 +217,147 @@ func runSlotMove(t *testing.T, unfenced bool) check.Verdict {
 	h := rec.History()
 	t.Logf("%d ops, %d refused by the fence and sent on", len(h.Ops), refused.Load())
 	return check.Linearizable(h, check.LinOptions{NoVisualization: true})
+}
+
+func leaderOf(g *cluster, timeout time.Duration) *Replica { return g.reps[g.leader(timeout)] }
+
+// moveSlots moves rs from group src (peer id 1) to group dst (2) as
+// cluster.Mover does, each step a write at the group's leader, pause
+// called between the steps.
+func moveSlots(t *testing.T, src, dst *cluster, rs []kv.SlotRange, pause func()) {
+	t.Helper()
+	const timeout = 10 * time.Second
+	in := kcluster.InRanges(rs)
+	must := func(g *cluster, op kv.Op) kv.Result {
+		t.Helper()
+		res, err := g.write(op, shard.ReqID{}, timeout)
+		if err != nil {
+			t.Fatalf("%s: %v", op.Kind, err)
+		}
+		return res
+	}
+	load := func(g *cluster, entries [][]byte) {
+		for len(entries) > 0 {
+			n := min(len(entries), 3*64)
+			must(g, kv.Op{Kind: kv.KindSlotImport, Keys: entries[:n]})
+			entries = entries[n:]
+		}
+	}
+	dump := func(g *cluster, since uint64) kcluster.Dump {
+		d, err := kcluster.DumpSlots(leaderOf(g, timeout).db, in, nil, 1<<20, since)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	must(dst, slotOp(kv.KindSlotSet, rs, kv.SlotImporting, 1, 2))
+	v0 := must(src, slotOp(kv.KindSlotSet, rs, kv.SlotMigrating, 2, 2)).Version
+	pause()
+	load(dst, dump(src, 0).Entries)
+	pause()
+	vLeave := must(src, slotOp(kv.KindSlotSet, rs, kv.SlotNone, 2, 2)).Version
+	final := dump(src, v0)
+	load(dst, final.Entries)
+	have := map[string]bool{}
+	for _, k := range final.Keys {
+		have[string(k)] = true
+	}
+	var dels [][]byte
+	for _, k := range dump(dst, 1<<62).Keys {
+		if !have[string(k)] {
+			dels = kv.AppendSlotImport(dels, k, nil, nil, nil, true)
+		}
+	}
+	load(dst, dels)
+	// The request marks: the source's client rows as of the hand-over.
+	var marks [][]byte
+	if err := leaderOf(src, timeout).db.Scan(kv.ClientRowPrefix, kv.ClientRowEnd, vLeave, 0, func(k []byte, v storage.Value) bool {
+		id, _ := kv.ClientRowID(kv.ClientRowPrefix, k)
+		marks = kv.AppendSlotClientMark(marks, id, slices.Clone(v.Data))
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	load(dst, marks)
+	must(dst, slotOp(kv.KindSlotSet, rs, kv.SlotOwned, 1, 2))
+}
+
+// Request ids survive a move: a retry (same client id and request number)
+// of a write the source ran before the hand-over, arriving at the
+// destination after it (its reply was lost), is answered with the source's
+// outcome and not run again; a retry of an older request is refused
+// (kv.ErrSlotStaleRequest); the client's next request runs. With the
+// mutation slotsMovedTwice (the destination ignores the marks) the retried
+// INCRBY runs twice.
+func TestSlotMoveRetryOfAWriteTheSourceRanIsNotRunTwice(t *testing.T) {
+	for _, broken := range []bool{false, true} {
+		if broken && !mutation.On {
+			continue
+		}
+		t.Run(map[bool]string{false: "marks", true: "slotsMovedTwice"}[broken], func(t *testing.T) {
+			log := slog.New(slog.NewTextHandler(&logBuffer{}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+			nt := newNodeTransports(t, 3, log)
+			g1 := groupWith(t, nt, 1, log, nil)
+			g2 := groupWith(t, nt, 2, log, func(o *Options) { o.mut.slotsMovedTwice = broken })
+			const timeout = 10 * time.Second
+			all := []kv.SlotRange{{Start: 0, End: kv.NumSlots - 1}}
+			for _, c := range []struct {
+				g  *cluster
+				rs []kv.SlotRange
+			}{{g1, all}, {g2, nil}} {
+				if _, err := c.g.write(slotOp(kv.KindSlotInit, c.rs, 0, 0, 1), shard.ReqID{}, timeout); err != nil {
+					t.Fatal(err)
+				}
+			}
+			k := "counter"
+			s := kv.KeySlot([]byte(k))
+			rs := []kv.SlotRange{{Start: s, End: s}}
+			incr := kv.Op{Kind: kv.KindIncrBy, Key: []byte(k), Delta: 1}
+			const client = 4242
+			if res, err := g1.write(incr, shard.ReqID{Client: client, Seq: 1}, timeout); err != nil || res.Int != 1 {
+				t.Fatalf("INCRBY at the source: %+v %v", res, err)
+			}
+			// The client's second request, to another key at the source:
+			// its latest there.
+			other := set("elsewhere", "x")
+			if kv.KeySlot(other.Key) == s {
+				t.Fatal("pick another key")
+			}
+			if _, err := g1.write(other, shard.ReqID{Client: client, Seq: 2}, timeout); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := g1.write(incr, shard.ReqID{Client: client, Seq: 3}, timeout); err != nil {
+				t.Fatal(err)
+			}
+			moveSlots(t, g1, g2, rs, func() {})
+			if !broken {
+				// An older request of the client, retried at the
+				// destination: refused by the mark, not run.
+				if _, err := g2.write(incr, shard.ReqID{Client: client, Seq: 1}, timeout); !errors.Is(err, kv.ErrSlotStaleRequest) {
+					t.Fatalf("a retry of an older request at the destination: %v, want kv.ErrSlotStaleRequest", err)
+				}
+			}
+			// Seq 3 retried at the destination (its reply was lost).
+			res, err := g2.write(incr, shard.ReqID{Client: client, Seq: 3}, timeout)
+			val := func() string {
+				r, err := leaderOf(g2, timeout).Read(context.Background(), get(k), level.ConsLinearizable, shard.Session{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return string(r.Bulk)
+			}
+			if broken {
+				if val() != "3" {
+					t.Fatalf("with slotsMovedTwice the retried INCRBY ran %s, want it run twice (3)", val())
+				}
+				return
+			}
+			if err != nil || res.Int != 2 || val() != "2" {
+				t.Fatalf("retried INCRBY at the destination: %+v %v, value %s; want the source's outcome 2, run once", res, err, val())
+			}
+			if _, err := g2.write(incr, shard.ReqID{Client: client, Seq: 4}, timeout); err != nil || val() != "3" {
+				t.Fatalf("the client's next request: %v, value %s", err, val())
+			}
+		})
+	}
 }

@@ -87,7 +87,14 @@ type applier struct {
 	slotsDirty bool
 	pubSlots   atomic.Pointer[kv.SlotTable]
 	unfenced   bool
+	// movedTwice (a mutation): a write whose request the slot's old group
+	// ran before the hand-over runs again (kv.MovedRequest skipped).
+	movedTwice bool
 }
+
+// errMarkHit: evalFenced's result is a mark's (kv.MovedRequest), not the
+// op's evaluation; it staged nothing.
+var errMarkHit = errors.New("vrshard: answered from a moved slot's request mark")
 
 func newApplier(db *storage.DB) *applier {
 	a := &applier{db: db, replayTo: db.LastVersion(), overlay: map[string]overlayVal{}, rows: map[uint64]uint64{}}
@@ -159,8 +166,11 @@ func (a *applier) slotTable() (*kv.SlotTable, error) {
 
 // evalFenced is eval behind the slot fence: a write of a key whose slot
 // the group does not serve is refused (*kv.SlotError, an outcome of the op
-// that the client table caches like any other) and writes nothing.
-func (a *applier) evalFenced(op *kv.Op, v uint64, ts int64) (kv.Result, error) {
+// that the client table caches like any other) and writes nothing; a write
+// of client's request reqNum of a slot the group imported that may have run
+// at the slot's old group is answered from that group's mark or refused
+// (kv.MovedRequest), and writes nothing either.
+func (a *applier) evalFenced(op *kv.Op, v uint64, ts int64, client, reqNum uint64) (kv.Result, error) {
 	a.cur = v
 	t, err := a.slotTable()
 	if err != nil {
@@ -168,6 +178,14 @@ func (a *applier) evalFenced(op *kv.Op, v uint64, ts int64) (kv.Result, error) {
 	}
 	if ferr := t.Check(op); ferr != nil && !(mutation.On && a.unfenced) {
 		return kv.Result{}, ferr
+	}
+	if res, opErr, hit, err := kv.MovedRequest(a.current, t, op, client, reqNum); err != nil {
+		return kv.Result{}, fmt.Errorf("%w: %w", shard.ErrUnavailable, err)
+	} else if hit && !(mutation.On && a.movedTwice) {
+		if opErr != nil {
+			return kv.Result{}, opErr
+		}
+		return res, errMarkHit
 	}
 	res, err := a.eval(op, v, ts)
 	if err == nil && kv.IsSlotKind(op.Kind) {
@@ -259,7 +277,12 @@ func (a *applier) applyOp(op *kv.Op, v uint64, ts int64, client, reqNum uint64) 
 		a.recs = append(a.recs, storage.Record{Key: kv.ClientRowKey(client), Version: v, Timestamp: ts})
 		a.rows[client] = v
 	}
-	res, opErr := a.evalFenced(op, v, ts)
+	res, opErr := a.evalFenced(op, v, ts, client, reqNum)
+	if opErr == errMarkHit {
+		// The request ran at the slot's old group: its outcome there, and
+		// nothing written here but the client row.
+		opErr = nil
+	}
 	if errors.Is(opErr, shard.ErrUnavailable) {
 		// The engine failed a read: not an outcome of the op but of this
 		// replica, which must stop rather than cache it.
@@ -284,7 +307,7 @@ func (a *applier) applyOp(op *kv.Op, v uint64, ts int64, client, reqNum uint64) 
 // except the records of it that a crash lost (the engine recovers a prefix of
 // the records of the last op it applied).
 func (a *applier) replayFilter(op *kv.Op, v uint64, ts int64, start int) error {
-	if _, err := a.evalFenced(op, v, ts); err != nil {
+	if _, err := a.evalFenced(op, v, ts, 0, 0); err != nil {
 		a.recs = a.recs[:start]
 		if errors.Is(err, shard.ErrUnavailable) {
 			return err
