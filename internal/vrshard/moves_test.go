@@ -361,3 +361,54 @@ func TestSlotMoveRetryOfAWriteTheSourceRanIsNotRunTwice(t *testing.T) {
 		})
 	}
 }
+
+// A group's slot table is state like any key: a replica that restarts
+// (crash) reloads it, one that lost its disk gets it from the group, and
+// both fence the handed-over slot from the first read.
+func TestSlotTableSurvivesRestartAndLostDisk(t *testing.T) {
+	c := newCluster(t, 3, func(o *Options) { o.CheckpointOps = 16 })
+	const timeout = 10 * time.Second
+	k := "fenced"
+	s := kv.KeySlot([]byte(k))
+	rs := []kv.SlotRange{{Start: s, End: s}}
+	for _, op := range []kv.Op{
+		slotOp(kv.KindSlotInit, []kv.SlotRange{{Start: 0, End: kv.NumSlots - 1}}, 0, 0, 1),
+		set(k, "v"),
+		slotOp(kv.KindSlotSet, rs, kv.SlotMigrating, 2, 3),
+		slotOp(kv.KindSlotSet, rs, kv.SlotNone, 2, 3),
+	} {
+		if _, err := c.write(op, shard.ReqID{}, timeout); err != nil {
+			t.Fatalf("%s: %v", op.Kind, err)
+		}
+	}
+	// Enough writes for checkpoints and a snapshot to carry the table.
+	var last kv.Result
+	for i := range 64 {
+		var err error
+		if last, err = c.write(set("other"+strconv.Itoa(i), "x"), shard.ReqID{}, timeout); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.waitApplied(last.Version, timeout)
+	l := c.leader(timeout)
+	crashed, wiped := (l+1)%3, (l+2)%3
+	c.kill(crashed)
+	c.open(crashed, false, nil)
+	c.wipe(wiped)
+	c.open(wiped, false, nil)
+	c.waitRecovered(wiped, timeout)
+	c.waitApplied(last.Version, timeout)
+	for _, i := range []int{crashed, wiped} {
+		e := c.reps[i].SlotTable().Entry(s)
+		if e.State != kv.SlotNone || e.Peer != 2 || e.Epoch != 3 {
+			t.Fatalf("replica %d's table after restart: %+v", c.ids[i], e)
+		}
+		if _, err := c.reps[i].Read(context.Background(), get(k), level.ConsEventual, shard.Session{}); !errors.Is(err, kv.ErrSlotMoved) {
+			t.Fatalf("replica %d serves the handed-over slot after restart: %v", c.ids[i], err)
+		}
+	}
+	// The fence at apply, too: a write of the slot is refused, not applied.
+	if _, err := c.write(set(k, "w"), shard.ReqID{Client: 7, Seq: 1}, timeout); !errors.Is(err, kv.ErrSlotMoved) {
+		t.Fatalf("a write of the handed-over slot: %v", err)
+	}
+}
