@@ -316,9 +316,11 @@ func HashTag(key []byte) []byte {
 // Check is the fence: nil if the group serves every key op routes by
 // (RoutingKeys), else the first refused key's *SlotError. A nil table is
 // unfenced. Keyless ops (a scan, a flush) are not checked here: their
-// callers filter by slot.
+// callers filter by slot. Nor is a hash sweep: it deletes rows of a
+// generation dead in this group's own state (HashGenDead) and only reads
+// its key, so it cleans a group's rows of a hash whose slot moved away.
 func (t *SlotTable) Check(op *Op) error {
-	if t == nil || isSlotKind(op.Kind) {
+	if t == nil || isSlotKind(op.Kind) || op.Kind == KindHSweep {
 		return nil
 	}
 	keys, _ := op.RoutingKeys()
