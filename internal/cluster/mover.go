@@ -27,11 +27,14 @@ import (
 //
 //  1. D: R importing from S; S: R migrating to D (S still serves R).
 //  2. pre-copy: every key of R at S's leader, as it stands, into D
-//     (KEFIR.SLOTS DUMP / LOAD); v0 is the version of S's migrating op.
+//     (KEFIR.SLOTS DUMP / LOAD), then in rounds the keys written since the
+//     previous round began, until a round brings little; v0 is the engine
+//     version at the last round's start.
 //  3. hand-over at S: R none, peer D (S's fence refuses R from this op on;
 //     requests for R are held: forwarded and retried, until step 5).
 //  4. final copy: S's keys of R with a version above v0, S's frozen state,
-//     and a deletion at D of every key of R that S does not have.
+//     a deletion at D of every key of R that S does not have, and S's
+//     client rows as of the hand-over (request marks).
 //  5. D: R owned at E. Routing follows the tables (every node hosting D
 //     routes R to it); the source's copy is purged (deletions at S).
 type Mover struct {
@@ -40,7 +43,8 @@ type Mover struct {
 	Seeds    []string
 	Password string
 	TLS      *tls.Config
-	// Page is how many keys one DUMP reads and one LOAD writes (default 256).
+	// Page is how many keys one DUMP reads and one LOAD writes (default
+	// 1024).
 	Page int
 	// RetryFor bounds how long one step is retried while no leader answers
 	// (default 30 s).
@@ -62,7 +66,8 @@ type moverConn struct {
 // MoveResult says what a Move did.
 type MoveResult struct {
 	Epoch           uint64
-	Copied, Final   int // entries loaded by the pre-copy, by the final copy
+	Copied, Final   int // entries loaded by the pre-copy (all its rounds), by the final copy
+	Rounds          int // the pre-copy's rounds
 	Deleted, Purged int // keys deleted at the destination, purged at the source
 	Marks           int // request marks (client-table rows) taken to the destination
 	Resumed         string
@@ -134,19 +139,31 @@ func (mv *Mover) Move(ctx context.Context, from, to GroupID, rs []kv.SlotRange) 
 			return out, fmt.Errorf("move-slots: group %d importing: %w", to, err)
 		}
 		mv.after("importing")
-		v, err := mv.do(ctx, "KEFIR.SLOTS", "SET", g(from), "migrating", g(to), e, ranges)
-		if err != nil {
+		if _, err := mv.do(ctx, "KEFIR.SLOTS", "SET", g(from), "migrating", g(to), e, ranges); err != nil {
 			return out, fmt.Errorf("move-slots: group %d migrating: %w", from, err)
 		}
-		// 0 (a resumed move: the op was logged before) copies everything
-		// again in the final copy.
-		v0 = uint64(v.Int)
 		mv.after("migrating")
+		// The pre-copy in rounds, as a live VM migration: the first copies
+		// every key, each next one the keys written since the previous
+		// began (their versions are above the engine's last version then),
+		// while the source serves the slots; it stops when a round brings
+		// little (or no less than the one before), so that the final copy,
+		// during which the slots are held, has only the last round's
+		// writes to bring.
 		t0 := time.Now()
-		n, _, err := mv.copy(ctx, from, to, ranges, 0, false, nil)
-		out.Copied = n
-		if err != nil {
-			return out, fmt.Errorf("move-slots: pre-copy: %w", err)
+		prev := -1
+		for round := 0; ; round++ {
+			n, at, err := mv.copy(ctx, from, to, ranges, v0, false, nil)
+			out.Copied += n
+			out.Rounds++
+			if err != nil {
+				return out, fmt.Errorf("move-slots: pre-copy round %d: %w", round+1, err)
+			}
+			v0 = at
+			if n <= mv.page() || (prev >= 0 && 2*n > prev) || round+1 >= maxRounds {
+				break
+			}
+			prev = n
 		}
 		out.PreCopy = time.Since(t0)
 		mv.after("precopy")
@@ -223,18 +240,23 @@ func (mv *Mover) Move(ctx context.Context, from, to GroupID, rs []kv.SlotRange) 
 	return out, nil
 }
 
+// maxRounds bounds the pre-copy's rounds.
+const maxRounds = 8
+
 // copy loads into to every key of ranges at from whose version is above
-// since, page by page; keys, if not nil, gets every key seen.
-func (mv *Mover) copy(ctx context.Context, from, to GroupID, ranges string, since uint64, frozen bool, keys map[string]bool) (int, int, error) {
-	n := 0
-	pages := 0
+// since, page by page; keys, if not nil, gets every key seen. at is the
+// source engine's last version when the first page was read: a key
+// written after it may have been read before its write.
+func (mv *Mover) copy(ctx context.Context, from, to GroupID, ranges string, since uint64, frozen bool, keys map[string]bool) (n int, at uint64, err error) {
 	var cursor []byte
-	for {
+	for page := 0; ; page++ {
 		v, err := mv.dump(ctx, from, ranges, cursor, since, frozen)
 		if err != nil {
-			return n, pages, err
+			return n, at, err
 		}
-		pages++
+		if page == 0 {
+			at = uint64(v.Elems[3].Int)
+		}
 		var entries [][]byte
 		es := v.Elems[1].Elems
 		for i := 0; i+3 < len(es); i += 4 {
@@ -246,14 +268,14 @@ func (mv *Mover) copy(ctx context.Context, from, to GroupID, ranges string, sinc
 			}
 		}
 		if err := mv.load(ctx, to, entries); err != nil {
-			return n, pages, err
+			return n, at, err
 		}
 		n += len(entries) / 3
 		if !frozen {
 			mv.after("precopy-page")
 		}
 		if v.Elems[0].Kind != resp.Bulk || len(v.Elems[0].Str) == 0 {
-			return n, pages, nil
+			return n, at, nil
 		}
 		cursor = v.Elems[0].Str
 	}
@@ -289,7 +311,7 @@ func (mv *Mover) dump(ctx context.Context, id GroupID, ranges string, cursor []b
 	if err != nil {
 		return v, err
 	}
-	if v.Kind != resp.Array || len(v.Elems) != 3 {
+	if v.Kind != resp.Array || len(v.Elems) != 4 {
 		return v, fmt.Errorf("KEFIR.SLOTS DUMP: unexpected reply %v", v.Kind)
 	}
 	return v, nil
@@ -370,7 +392,7 @@ func (mv *Mover) page() int {
 	if mv.Page > 0 {
 		return mv.Page
 	}
-	return 256
+	return 1024
 }
 
 func (mv *Mover) logf(format string, args ...any) {

@@ -221,6 +221,9 @@ type Dump struct {
 	Versions []uint64
 	Keys     [][]byte
 	Next     []byte
+	// At is the engine's last version before the page was read: a key
+	// written later may or may not be in it.
+	At uint64
 }
 
 // SlotsHandedOver returns nil if group id's leader here has handed every
@@ -289,7 +292,7 @@ func DumpSlots(db *storage.DB, slots func(uint16) bool, cursor []byte, limit int
 		key, meta, data []byte
 		ver             uint64
 	}
-	var d Dump
+	d := Dump{At: db.LastVersion()}
 	var recs []rec
 	resEnd := kv.PrefixEnd(kv.ReservedPrefix)
 	visit := func(k []byte, v storage.Value) bool {

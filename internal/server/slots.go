@@ -22,8 +22,9 @@ import (
 //	KEFIR.SLOTS DUMP g ranges cursor limit since frozen
 //	                                             up to limit keys of ranges from cursor on: [next-cursor,
 //	                                             [key meta payload version]... of those above version since,
-//	                                             [key]... of all]; frozen 1: only once the group handed
-//	                                             the ranges over (its fence froze them), else -TRYAGAIN
+//	                                             [key]... of all, the engine's version before the page];
+//	                                             frozen 1: only once the group handed the ranges over
+//	                                             (its fence froze them), else -TRYAGAIN
 //	KEFIR.SLOTS LOAD g key meta payload ...      an import (or, deletions only, a purge)
 //	KEFIR.SLOTS CLIENTS g at                     the group's client-table rows as of version at:
 //	                                             [id (8 bytes) row]... (a move's request marks)
@@ -132,7 +133,7 @@ func (c *conn) slotsCmd(args [][]byte) error {
 		if err != nil {
 			return err
 		}
-		_ = w.WriteArrayHeader(3)
+		_ = w.WriteArrayHeader(4)
 		_ = w.WriteBulk(d.Next)
 		_ = w.WriteArrayHeader(len(d.Versions) * 4)
 		for i, v := range d.Versions {
@@ -145,7 +146,7 @@ func (c *conn) slotsCmd(args [][]byte) error {
 		for _, k := range d.Keys {
 			_ = w.WriteBulk(k)
 		}
-		return nil
+		return w.WriteInt(int64(d.At))
 	case "CLIENTS":
 		at, err := strconv.ParseUint(string(args[3]), 10, 64)
 		if err != nil {
