@@ -169,6 +169,19 @@ func (mv *Mover) Move(ctx context.Context, from, to GroupID, rs []kv.SlotRange) 
 		mv.after("precopy")
 	}
 	if stage <= 2 {
+		// The destination's keys of R, listed before the hand-over (while
+		// it imports, only imports change them, and the final copy only
+		// adds keys the source has): the ones the source no longer has
+		// are deleted after the final copy. Listed here, not in the
+		// window, which then holds one listing (the source's) instead of
+		// two.
+		dstKeys := map[string]bool{}
+		if err := mv.scan(ctx, to, ranges, false, func(k []byte) error {
+			dstKeys[string(k)] = true
+			return nil
+		}); err != nil {
+			return out, fmt.Errorf("move-slots: list group %d's keys: %w", to, err)
+		}
 		t0 := time.Now()
 		hv, err := mv.do(ctx, "KEFIR.SLOTS", "SET", g(from), "none", g(to), e, ranges)
 		if err != nil {
@@ -181,16 +194,11 @@ func (mv *Mover) Move(ctx context.Context, from, to GroupID, rs []kv.SlotRange) 
 		if err != nil {
 			return out, fmt.Errorf("move-slots: final copy: %w", err)
 		}
-		// Keys the destination got from the pre-copy that the source
-		// deleted since.
 		var dels [][]byte
-		if err := mv.scan(ctx, to, ranges, false, func(k []byte) error {
-			if !srcKeys[string(k)] {
-				dels = kv.AppendSlotImport(dels, k, nil, nil, nil, true)
+		for k := range dstKeys {
+			if !srcKeys[k] {
+				dels = kv.AppendSlotImport(dels, []byte(k), nil, nil, nil, true)
 			}
-			return nil
-		}); err != nil {
-			return out, fmt.Errorf("move-slots: list group %d's keys: %w", to, err)
 		}
 		if err := mv.load(ctx, to, dels); err != nil {
 			return out, fmt.Errorf("move-slots: final deletions: %w", err)
@@ -303,11 +311,17 @@ func (mv *Mover) scan(ctx context.Context, id GroupID, ranges string, frozen boo
 
 func (mv *Mover) dump(ctx context.Context, id GroupID, ranges string, cursor []byte, since uint64, frozen bool) (resp.Value, error) {
 	f := "0"
+	limit := mv.page()
+	if frozen || since > 1<<61 {
+		// The final copy and key listings return mostly keys: larger
+		// pages, fewer round trips (in the window, for the final copy).
+		limit *= 8
+	}
 	if frozen {
 		f = "1"
 	}
 	v, err := mv.doBytes(ctx, [][]byte{[]byte("KEFIR.SLOTS"), []byte("DUMP"), []byte(strconv.FormatUint(uint64(id), 10)), []byte(ranges),
-		cursor, []byte(strconv.Itoa(mv.page())), []byte(strconv.FormatUint(since, 10)), []byte(f)})
+		cursor, []byte(strconv.Itoa(limit)), []byte(strconv.FormatUint(since, 10)), []byte(f)})
 	if err != nil {
 		return v, err
 	}
