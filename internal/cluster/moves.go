@@ -54,7 +54,9 @@ func (m *Multi) owner(slot uint16) (GroupID, bool) {
 		e := t.Entry(slot)
 		switch {
 		case e.State.Serves():
-			if best == 0 || e.Epoch > bestEpoch {
+			// At one epoch a destination that owns the slot wins over a
+			// source whose replica here has not applied its hand-over.
+			if best == 0 || e.Epoch > bestEpoch || (e.Epoch == bestEpoch && e.State == kv.SlotOwned) {
 				best, bestEpoch = g.spec.ID, e.Epoch
 			}
 		case e.State == kv.SlotNone && e.Peer != 0:
@@ -77,27 +79,30 @@ func (m *Multi) owner(slot uint16) (GroupID, bool) {
 	return m.slots.Owner(slot), false
 }
 
-// refusal turns a group's fence refusal of a request for slot into the
+// refusal turns group from's fence refusal of a request for slot into the
 // redirect to the group that serves it now; other errors get the slot
 // named (withSlot).
-func (m *Multi) refusal(err error, slot uint16) error {
+func (m *Multi) refusal(err error, slot uint16, from GroupID) error {
 	se, ok := kv.ParseSlotError(err)
 	if !ok {
 		return withSlot(err, slot)
 	}
 	id, inFlight := m.owner(slot)
+	if id == from && !inFlight {
+		// This node's replica of the group that refused has not applied
+		// what its leader has: go by the refusal, which names the peer.
+		if se.Peer == 0 {
+			return &ReplyError{fmt.Sprintf("TRYAGAIN slot %d is not served by group %d (%v)", slot, from, err)}
+		}
+		id = GroupID(se.Peer)
+		if g := m.byID[id]; g != nil {
+			if t := g.table(); t != nil && t.Entry(slot).State == kv.SlotImporting {
+				inFlight = true
+			}
+		}
+	}
 	if inFlight {
 		return &NotLeaderError{Slot: slot, HasSlot: true}
-	}
-	if g := m.byID[id]; g != nil {
-		if t := g.table(); t != nil && !t.Entry(slot).State.Serves() {
-			// This node's replica of the group that refused has not
-			// applied what its leader has: the peer the refusal names.
-			if se.Peer == 0 || GroupID(se.Peer) == id {
-				return &ReplyError{fmt.Sprintf("TRYAGAIN slot %d is moving (%v)", slot, err)}
-			}
-			id = GroupID(se.Peer)
-		}
 	}
 	leader, addr, _ := m.Leader(id)
 	return &NotLeaderError{Leader: leader, Addr: addr, Slot: slot, HasSlot: true}

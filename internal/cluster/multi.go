@@ -217,7 +217,7 @@ func (m *Multi) Apply(ctx context.Context, reqs []shard.WriteReq) (shard.Pending
 	if !mixed && one != nil {
 		p, err := one.h.Replica.Apply(ctx, reqs)
 		for i := range reqs {
-			reqs[i].Err = m.refusal(reqs[i].Err, slots[i])
+			reqs[i].Err = m.refusal(reqs[i].Err, slots[i], one.spec.ID)
 		}
 		return p, err
 	}
@@ -242,7 +242,7 @@ func (m *Multi) Apply(ctx context.Context, reqs []shard.WriteReq) (shard.Pending
 		}
 		for j, i := range idx {
 			reqs[i] = sub[j]
-			reqs[i].Err = m.refusal(reqs[i].Err, slots[i])
+			reqs[i].Err = m.refusal(reqs[i].Err, slots[i], g.spec.ID)
 		}
 		pend = pend.Merge(p)
 	}
@@ -290,7 +290,7 @@ func (m *Multi) Read(ctx context.Context, op kv.Op, c level.Consistency, _ shard
 		return kv.Result{}, err
 	}
 	res, err := g.h.Replica.Read(ctx, op, c, shard.Session{})
-	return res, m.refusal(err, slot)
+	return res, m.refusal(err, slot, g.spec.ID)
 }
 
 // scan merges the hosted groups' ordered streams of a keyspace scan: each
@@ -349,7 +349,7 @@ func (m *Multi) ReadKey(key []byte, c level.Consistency, _ shard.Session) ([]byt
 		return nil, 0, false, err
 	}
 	v, ver, found, err := g.h.Replica.ReadKey(key, c, shard.Session{})
-	return v, ver, found, m.refusal(err, slot)
+	return v, ver, found, m.refusal(err, slot, g.spec.ID)
 }
 
 // ReadDeferred is Read's deferred path at the owning group.
@@ -363,7 +363,7 @@ func (m *Multi) ReadDeferred(ctx context.Context, op kv.Op, c level.Consistency,
 		return kv.Result{}, shard.Pending{}, err
 	}
 	res, p, err := g.h.Replica.ReadDeferred(ctx, op, c, shard.Session{})
-	return res, p, m.refusal(err, slot)
+	return res, p, m.refusal(err, slot, g.spec.ID)
 }
 
 // TryRead serves op at its group if that needs no wait.
