@@ -33,7 +33,8 @@ func runCluster(args []string, stdout, stderr io.Writer) error {
 	from := fs.Uint64("from", 0, "the group the slots move from")
 	to := fs.Uint64("to", 0, "the group the slots move to")
 	slots := fs.String("slots", "", "the slots: START-END[,START-END...]")
-	page := fs.Int("page", 256, "keys per copy round trip")
+	page := fs.Int("page", 1024, "keys per copy round trip")
+	pause := fs.Duration("page-pause", 0, "pause after each page of the pre-copy (a rate limit: the leaders keep serving their clients)")
 	timeout := fs.Duration("timeout", 10*time.Minute, "deadline for the whole move")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	if err := fs.Parse(args[1:]); err != nil {
@@ -52,7 +53,7 @@ func runCluster(args []string, stdout, stderr io.Writer) error {
 	if *password == "" {
 		*password = os.Getenv("KEFIR_PASSWORD")
 	}
-	mv := &cluster.Mover{Seeds: strings.Split(*addrs, ","), Password: *password, Page: *page,
+	mv := &cluster.Mover{Seeds: strings.Split(*addrs, ","), Password: *password, Page: *page, PagePause: *pause,
 		Logf: func(format string, a ...any) { fmt.Fprintf(stderr, "kefir cluster: "+format+"\n", a...) }}
 	if *useTLS {
 		mv.TLS = &tls.Config{InsecureSkipVerify: *insecure} //nolint:gosec // the user's choice

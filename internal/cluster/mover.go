@@ -46,6 +46,9 @@ type Mover struct {
 	// Page is how many keys one DUMP reads and one LOAD writes (default
 	// 1024).
 	Page int
+	// PagePause is slept after each page of the pre-copy: a rate limit
+	// that leaves the groups' leaders to their clients (0: none).
+	PagePause time.Duration
 	// RetryFor bounds how long one step is retried while no leader answers
 	// (default 30 s).
 	RetryFor time.Duration
@@ -281,6 +284,13 @@ func (mv *Mover) copy(ctx context.Context, from, to GroupID, ranges string, sinc
 		n += len(entries) / 3
 		if !frozen {
 			mv.after("precopy-page")
+			if mv.PagePause > 0 {
+				select {
+				case <-ctx.Done():
+					return n, at, ctx.Err()
+				case <-time.After(mv.PagePause):
+				}
+			}
 		}
 		if v.Elems[0].Kind != resp.Bulk || len(v.Elems[0].Str) == 0 {
 			return n, at, nil
