@@ -180,6 +180,33 @@ func TestGroupsLiveSlotMove(t *testing.T) {
 	g.WaitLeaders(20 * time.Second)
 	rs := []kv.SlotRange{{Start: 0, End: 4095}}
 	wait := runMoveWorkload(t, g.Nodes[0].ClientAddr, 6, "k")
+	// redis-cli -c as well, one process per command, on keys of the
+	// moving slots: every SET answers OK and the GET after it its value.
+	var cliKeys []string
+	for i := 0; len(cliKeys) < 5; i++ {
+		if k := "cli" + strconv.Itoa(i); kv.KeySlot([]byte(k)) <= 4095 {
+			cliKeys = append(cliKeys, k)
+		}
+	}
+	var stopCLI atomic.Bool
+	cliDone := make(chan string, 1)
+	cliLast := map[string]string{}
+	go func() {
+		n := 0
+		for ; !stopCLI.Load(); n++ {
+			k, v := cliKeys[n%len(cliKeys)], "c"+strconv.Itoa(n)
+			if out, err := exec.Command("redis-cli", "-c", "-p", g.Nodes[1].Port(), "set", k, v).CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "OK" {
+				cliDone <- fmt.Sprintf("redis-cli -c set %s %s = %q %v", k, v, out, err)
+				return
+			}
+			cliLast[k] = v
+			if out, err := exec.Command("redis-cli", "-c", "-p", g.Nodes[2].Port(), "get", k).CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != v {
+				cliDone <- fmt.Sprintf("redis-cli -c get %s = %q %v, want %s", k, out, err, v)
+				return
+			}
+		}
+		cliDone <- fmt.Sprintf("ok %d", n)
+	}()
 	time.Sleep(1500 * time.Millisecond)
 	// Pauses between the steps, so that the workload writes the moving
 	// keys while they are migrating (the final copy brings them) and meets
@@ -201,6 +228,15 @@ func TestGroupsLiveSlotMove(t *testing.T) {
 		t.Errorf("the final copy brought nothing: no write met the migrating slots")
 	}
 	errs, conns, last, out := wait()
+	stopCLI.Store(true)
+	if r := <-cliDone; !strings.HasPrefix(r, "ok ") {
+		t.Fatalf("redis-cli -c during the move: %s", r)
+	} else {
+		t.Logf("redis-cli -c: %s set+get pairs before, during and after the move", r[3:])
+	}
+	for k, v := range cliLast {
+		last[k] = v
+	}
 	if errs != 0 || conns != 0 {
 		t.Fatalf("the client saw errors during the move:\n%s", out)
 	}
