@@ -266,8 +266,16 @@ func TestGroupsLiveSlotMove(t *testing.T) {
 // pre-copy: the mover's steps go on at the group's new leader (each step is
 // idempotent and the move's state is in the groups' logs), the move
 // finishes, the slots have exactly one owner, and no acknowledged write is
-// lost; the killed node restarts and catches up.
-func TestGroupsSlotMoveSourceLeaderKilledMidCopy(t *testing.T) {
+// lost; the killed node restarts and catches up. The same with the
+// destination group's leader.
+func TestGroupsSlotMoveLeaderKilledMidCopy(t *testing.T) {
+	t.Run("source", func(t *testing.T) { slotMoveLeaderKilled(t, 0) })
+	t.Run("destination", func(t *testing.T) { slotMoveLeaderKilled(t, 8192) })
+}
+
+// slotMoveLeaderKilled moves 0-4095 from group 1 to group 2 and kills the
+// leader of the group that owns slot victimSlot mid-copy.
+func slotMoveLeaderKilled(t *testing.T, victimSlot int) {
 	g := cluster.StartGroups(t, 3, twoGroups)
 	g.WaitLeaders(20 * time.Second)
 	rs := []kv.SlotRange{{Start: 0, End: 4095}}
@@ -288,9 +296,9 @@ func TestGroupsSlotMoveSourceLeaderKilledMidCopy(t *testing.T) {
 			t.Fatalf("preload: %v", r)
 		}
 	}
-	victim := g.SlotLeader(0)
+	victim := g.SlotLeader(victimSlot)
 	if victim < 0 {
-		t.Fatal("no leader known for group 1")
+		t.Fatalf("no leader known for slot %d's group", victimSlot)
 	}
 	seed := (victim + 1) % 3
 	wait := runMoveWorkload(t, g.Nodes[seed].ClientAddr, 7, "w")
@@ -299,7 +307,7 @@ func TestGroupsSlotMoveSourceLeaderKilledMidCopy(t *testing.T) {
 	mv := &kcluster.Mover{Seeds: []string{g.Nodes[seed].ClientAddr, g.Nodes[(seed+1)%3].ClientAddr}, Logf: t.Logf, Page: 50,
 		AfterStep: func(step string) {
 			if step == "precopy-page" && pages.Add(1) == 3 {
-				t.Logf("killing %s, group 1's leader, after 3 pages of the pre-copy", g.Nodes[victim].ID)
+				t.Logf("killing %s, the leader of slot %d's group, after 3 pages of the pre-copy", g.Nodes[victim].ID, victimSlot)
 				g.Nodes[victim].Kill()
 			}
 		}}
