@@ -75,6 +75,10 @@ const (
 
 var slotStateNames = [...]string{"none", "owned", "migrating", "importing"}
 
+// KindSlotSet carries its state in Op.Cond, which the op codec stores in two
+// bits: this fails to compile if the states outgrow them.
+var _ = [1]struct{}{}[slotStateEnd-4]
+
 func (s SlotState) String() string {
 	if s < slotStateEnd {
 		return slotStateNames[s]
