@@ -51,6 +51,7 @@ func TestSlotMoveWithoutFencingTheSourceIsCaught(t *testing.T) {
 	t.Fatal("a source that serves slots it handed over was not caught in 3 runs")
 }
 
+// groupWith is groupOn with the replicas' options tuned by tune (nil: none).
 func groupWith(t testing.TB, nt *nodeTransports, group uint64, log *slog.Logger, tune func(*Options)) *cluster {
 	c := &cluster{t: t, peers: nt.peers, tune: func(o *Options) {
 		o.Transport, o.Group = nt.trs[o.VR.Self-1], group
