@@ -119,8 +119,9 @@ func runMoveWorkload(t *testing.T, addr string, secs float64, prefix string) fun
 
 // checkAfterMove checks that every acknowledged write of last is readable
 // through every node (plain clients, forwarded), that the keys with a TTL
-// kept it, and that the slot map every node reports gives rs to group to.
-func checkAfterMove(t *testing.T, g *cluster.Groups, last map[string]string, rs []kv.SlotRange, to int) {
+// kept it, that the slot map every node reports gives rs to group to at
+// epoch, and that the groups' tables give rs to group to only.
+func checkAfterMove(t *testing.T, g *cluster.Groups, last map[string]string, rs []kv.SlotRange, to, epoch int) {
 	t.Helper()
 	for k, v := range last {
 		for _, n := range g.Nodes {
@@ -144,21 +145,22 @@ func checkAfterMove(t *testing.T, g *cluster.Groups, last map[string]string, rs 
 	in := kcluster.InRanges(rs)
 	for _, n := range g.Nodes {
 		// The moved slots' master is the master of the destination's
-		// own slots (8192 is group 2's from the start).
+		// own slots (8191 is group 1's from the start, 8192 group 2's;
+		// no test moves them).
 		v, err := cluster.Command(n.ClientAddr, "CLUSTER", "SLOTS")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if a, b := slotMaster(v, int(rs[0].Start)), slotMaster(v, 8192); a == "" || a != b {
+		if a, b := slotMaster(v, int(rs[0].Start)), slotMaster(v, 8191+to-1); a == "" || a != b {
 			t.Fatalf("CLUSTER SLOTS at %s: slot %d's master %q, group %d's %q", n.ID, rs[0].Start, a, to, b)
 		}
 		info, _ := cluster.Command(n.ClientAddr, "CLUSTER", "INFO")
-		if !strings.Contains(string(info.Str), "cluster_current_epoch:2") {
-			t.Fatalf("CLUSTER INFO at %s: %s, want epoch 2", n.ID, info.Str)
+		if want := fmt.Sprintf("cluster_current_epoch:%d\r\n", epoch); !strings.Contains(string(info.Str), want) {
+			t.Fatalf("CLUSTER INFO at %s: %s, want epoch %d", n.ID, info.Str, epoch)
 		}
 	}
 	// Exactly one owner: the groups' own tables.
-	for gid, want := range map[int]string{1: "none", to: "owned"} {
+	for gid, want := range map[int]string{3 - to: "none", to: "owned"} {
 		v, err := (&kcluster.Mover{Seeds: g.Addrs()}).Table(context.Background(), kcluster.GroupID(gid))
 		if err != nil {
 			t.Fatal(err)
@@ -249,7 +251,7 @@ func TestGroupsLiveSlotMove(t *testing.T) {
 	if moved == 0 {
 		t.Fatal("no key of the workload was in the moved slots")
 	}
-	checkAfterMove(t, g, last, rs, 2)
+	checkAfterMove(t, g, last, rs, 2, 2)
 	// redis-cli -c follows the new map.
 	for k, v := range last {
 		if strings.HasSuffix(k, "}h") || strings.HasSuffix(k, "}t") {
@@ -328,7 +330,7 @@ func slotMoveLeaderKilled(t *testing.T, victimSlot int) {
 		last[k] = v
 	}
 	g.WaitLeaders(20 * time.Second)
-	checkAfterMove(t, g, last, rs, 2)
+	checkAfterMove(t, g, last, rs, 2, 2)
 	t.Logf("%d keys checked; the client retried %d times over the kill; %s", len(last), conns, strings.SplitN(out, "\n", 2)[0])
 }
 
@@ -336,7 +338,7 @@ func slotMoveLeaderKilled(t *testing.T, victimSlot int) {
 // context is cancelled) is finished by a mover run again, from the groups'
 // logged states: after the hand-over (the slots owned by neither group, the
 // requests for them held) it resumes at the final copy; writes made before
-// the stop are all there after.
+// the stop are all there after. Then the slots move back (epoch 3).
 func TestGroupsSlotMoveResumesAfterTheMoverStops(t *testing.T) {
 	g := cluster.StartGroups(t, 3, twoGroups)
 	g.WaitLeaders(20 * time.Second)
@@ -380,12 +382,25 @@ func TestGroupsSlotMoveResumesAfterTheMoverStops(t *testing.T) {
 	if res.Resumed != "final copy" {
 		t.Fatalf("the move resumed at %q, want the final copy", res.Resumed)
 	}
-	checkAfterMove(t, g, want, rs, 2)
+	checkAfterMove(t, g, want, rs, 2, 2)
 	// Run once more, the move is done: only the (empty) purge is left.
 	res, err = (&kcluster.Mover{Seeds: g.Addrs()}).Move(context.Background(), 1, 2, rs)
 	if err != nil || res.Resumed != "purge" || res.Purged != 0 {
 		t.Fatalf("a finished move run again: %+v %v", res, err)
 	}
+	// And back, after a write at the new owner: group 1 imports what it
+	// handed over (its old copy was purged), at epoch 3.
+	for k := range want {
+		want[k] += "-3"
+		if v, err := cluster.Command(g.Nodes[2].ClientAddr, "SET", k, want[k]); err != nil || string(v.Str) != "OK" {
+			t.Fatalf("SET %s at group 2: %v %v", k, v, err)
+		}
+		break
+	}
+	if res, err = (&kcluster.Mover{Seeds: g.Addrs(), Logf: t.Logf}).Move(context.Background(), 2, 1, rs); err != nil || res.Epoch != 3 {
+		t.Fatalf("the move back: %+v %v", res, err)
+	}
+	checkAfterMove(t, g, want, rs, 1, 3)
 }
 
 // pipelineRetry is pipeline after the cluster settled (a write can meet a
