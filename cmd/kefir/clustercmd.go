@@ -19,7 +19,8 @@ import (
 // runCluster runs `kefir cluster move-slots --from G --to G --slots a-b[,c-d]`
 // (docs/cluster.md, "Moving slots"): a live move of slot ranges between two
 // groups, driven through the groups' leaders (cluster.Mover). Run again, it
-// finishes a move that stopped part way.
+// finishes a move that stopped part way; with --abort it rolls back one that
+// stopped before its hand-over.
 func runCluster(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] != "move-slots" {
 		return usageError{errors.New("usage: kefir cluster move-slots --from G --to G --slots START-END[,START-END...] [--addr host:port,...]")}
@@ -37,6 +38,7 @@ func runCluster(args []string, stdout, stderr io.Writer) error {
 	pause := fs.Duration("page-pause", 0, "pause after each page of the pre-copy (a rate limit: the leaders keep serving their clients)")
 	timeout := fs.Duration("timeout", 10*time.Minute, "deadline for the whole move")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
+	abort := fs.Bool("abort", false, "roll back a move that stopped before its hand-over instead of finishing it")
 	if err := fs.Parse(args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
@@ -60,6 +62,13 @@ func runCluster(args []string, stdout, stderr io.Writer) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
+	if *abort {
+		if err := mv.Abort(ctx, cluster.GroupID(*from), cluster.GroupID(*to), rs); err != nil {
+			return err
+		}
+		_, err := fmt.Fprintf(stdout, "rolled back the move of %s from group %d to group %d\n", *slots, *from, *to)
+		return err
+	}
 	res, err := mv.Move(ctx, cluster.GroupID(*from), cluster.GroupID(*to), rs)
 	if err != nil {
 		return err

@@ -254,6 +254,58 @@ func (mv *Mover) Move(ctx context.Context, from, to GroupID, rs []kv.SlotRange) 
 // maxRounds bounds the pre-copy's rounds.
 const maxRounds = 8
 
+// Abort rolls back a move of rs from group from to group to that has not
+// reached its hand-over: the source owns the slots again (it never stopped
+// serving them), the destination gives up importing them and its copy is
+// purged. A move past its hand-over can only be finished (Move): the source
+// may not take back slots it handed over.
+func (mv *Mover) Abort(ctx context.Context, from, to GroupID, rs []kv.SlotRange) error {
+	defer mv.close()
+	g := func(id GroupID) string { return strconv.FormatUint(uint64(id), 10) }
+	ranges := FormatSlotRanges(rs)
+	in := InRanges(rs)
+	var st [2]SlotRunInfo
+	for i, id := range []GroupID{from, to} {
+		t, err := mv.Table(ctx, id)
+		if err != nil {
+			return err
+		}
+		if st[i], err = uniform(t, in, id); err != nil {
+			return err
+		}
+	}
+	src, dst := st[0], st[1]
+	switch {
+	case src.State == "owned" && dst.State == "none":
+		// Nothing to roll back, or rolled back before the purge.
+	case src.State == "migrating" && src.Peer == uint64(to) && (dst.State == "importing" || dst.State == "none"):
+		e := strconv.FormatUint(src.Epoch, 10)
+		if _, err := mv.do(ctx, "KEFIR.SLOTS", "SET", g(from), "owned", "0", e, ranges); err != nil {
+			return fmt.Errorf("move-slots: abort: group %d takes the slots back: %w", from, err)
+		}
+		if dst.State == "importing" {
+			if _, err := mv.do(ctx, "KEFIR.SLOTS", "SET", g(to), "none", g(from), e, ranges); err != nil {
+				return fmt.Errorf("move-slots: abort: group %d stops importing: %w", to, err)
+			}
+		}
+	default:
+		return fmt.Errorf("move-slots: abort: slots %s are %s at group %d and %s at group %d: only a move before its hand-over can be rolled back (finish it with move-slots)",
+			ranges, src.State, from, dst.State, to)
+	}
+	var purge [][]byte
+	if err := mv.scan(ctx, to, ranges, false, func(k []byte) error {
+		purge = kv.AppendSlotImport(purge, k, nil, nil, nil, true)
+		return nil
+	}); err != nil {
+		return fmt.Errorf("move-slots: abort: list group %d's copy: %w", to, err)
+	}
+	if err := mv.load(ctx, to, purge); err != nil {
+		return fmt.Errorf("move-slots: abort: purge group %d's copy: %w", to, err)
+	}
+	mv.logf("rolled back the move of %s from group %d to group %d: group %d owns them, %d keys of its copy purged at group %d", ranges, from, to, from, len(purge)/3, to)
+	return nil
+}
+
 // copy loads into to every key of ranges at from whose version is above
 // since, page by page; keys, if not nil, gets every key seen. at is the
 // source engine's last version when the first page was read: a key

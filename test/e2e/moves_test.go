@@ -14,6 +14,7 @@ import (
 	kcluster "github.com/kefirdb/kefir/internal/cluster"
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/resp"
+	"github.com/kefirdb/kefir/internal/testgroup"
 	"github.com/kefirdb/kefir/test/e2e/cluster"
 )
 
@@ -401,6 +402,78 @@ func TestGroupsSlotMoveResumesAfterTheMoverStops(t *testing.T) {
 		t.Fatalf("the move back: %+v %v", res, err)
 	}
 	checkAfterMove(t, g, want, rs, 1, 3)
+}
+
+// A move stopped after its pre-copy (before the hand-over) is rolled back
+// (kefir cluster move-slots --abort): group 1 owns the slots again and
+// served them throughout, group 2's copy is purged (the nodes' key counts
+// are back), and the move then runs again from the start, at a new epoch.
+func TestGroupsSlotMoveAbortBeforeTheHandOver(t *testing.T) {
+	g := cluster.StartGroups(t, 3, twoGroups)
+	g.WaitLeaders(20 * time.Second)
+	rs := []kv.SlotRange{{Start: 100, End: 2000}}
+	want := map[string]string{}
+	var cmds [][]string
+	for i := 0; len(want) < 40; i++ {
+		k := "a" + strconv.Itoa(i)
+		if s := kv.KeySlot([]byte(k)); s >= 100 && s <= 2000 {
+			want[k] = strconv.Itoa(i)
+			cmds = append(cmds, []string{"SET", k, want[k]})
+		}
+	}
+	pipelineRetry(t, g.Nodes[0].ClientAddr, cmds...)
+	dbsize := func() int64 {
+		v, err := cluster.Command(g.Nodes[0].ClientAddr, "DBSIZE")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v.Int
+	}
+	before := dbsize()
+	ctx, cancel := context.WithCancel(context.Background())
+	mv := &kcluster.Mover{Seeds: g.Addrs(), Logf: t.Logf, AfterStep: func(step string) {
+		if step == "precopy" {
+			cancel()
+		}
+	}}
+	if _, err := mv.Move(ctx, 1, 2, rs); err == nil {
+		t.Fatal("the move stopped after its pre-copy did not stop")
+	}
+	cancel()
+	t.Logf("DBSIZE %d before the move, %d with group 2's copy", before, dbsize())
+	if err := (&kcluster.Mover{Seeds: g.Addrs(), Logf: t.Logf}).Abort(context.Background(), 1, 2, rs); err != nil {
+		t.Fatalf("abort: %v", err)
+	}
+	for gid, st := range map[int]string{1: "owned", 2: "none"} {
+		tab, err := (&kcluster.Mover{Seeds: g.Addrs()}).Table(context.Background(), kcluster.GroupID(gid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range tab {
+			if r.Start <= 100 && r.End >= 100 && r.State != st {
+				t.Fatalf("group %d's table after the abort: slot 100 is %s, want %s", gid, r.State, st)
+			}
+		}
+	}
+	var got int64
+	if !testgroup.Until(10*time.Second, 50*time.Millisecond, func() bool { got = dbsize(); return got == before }) {
+		t.Fatalf("DBSIZE %d after the abort, %d before the move: group 2's copy was not purged", got, before)
+	}
+	for k, v := range want {
+		if r, err := cluster.Command(g.Nodes[1].ClientAddr, "GET", k); err != nil || string(r.Str) != v {
+			t.Fatalf("GET %s after the abort = %q %v, want %q", k, r.Str, err, v)
+		}
+	}
+	// A move past its hand-over cannot be rolled back; this one starts
+	// over and finishes, at epoch 3.
+	res, err := (&kcluster.Mover{Seeds: g.Addrs(), Logf: t.Logf}).Move(context.Background(), 1, 2, rs)
+	if err != nil || res.Epoch != 3 || res.Resumed != "" {
+		t.Fatalf("the move after the abort: %+v %v", res, err)
+	}
+	if err := (&kcluster.Mover{Seeds: g.Addrs()}).Abort(context.Background(), 1, 2, rs); err == nil || !strings.Contains(err.Error(), "only a move before its hand-over") {
+		t.Fatalf("abort of a finished move: %v", err)
+	}
+	checkAfterMove(t, g, want, rs, 2, 3)
 }
 
 // pipelineRetry is pipeline after the cluster settled (a write can meet a
