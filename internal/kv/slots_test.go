@@ -222,3 +222,55 @@ func TestSlotImportWritesStringsHashesAndDeletions(t *testing.T) {
 		t.Fatalf("HLEN after HSET: %+v", r)
 	}
 }
+
+// Request marks: an import keeps each client's latest mark; a write of an
+// imported slot at or below its client's mark is answered from it (the same
+// request) or refused (an older one), a later request and a slot never
+// imported are not marked.
+func TestSlotImportMarksAndMovedRequest(t *testing.T) {
+	k := keyOfSlot(300)
+	m := mem{}
+	applyTo(t, m, 1, &Op{Kind: KindSlotInit, Key: EncodeSlotRanges([]SlotRange{{301, 301}}), Delta: 1})
+	if _, err := applyTo(t, m, 2, slotSet([]SlotRange{{300, 300}}, SlotImporting, 1, 2)); err != nil {
+		t.Fatal(err)
+	}
+	row := func(req uint64, n int64) []byte {
+		b, _ := AppendClientRow(nil, req, Result{Kind: ResInt, Int: n, Version: 40}, nil)
+		return b
+	}
+	if _, err := applyTo(t, m, 3, &Op{Kind: KindSlotImport, Keys: AppendSlotClientMark(nil, 9, row(5, 7))}); err != nil {
+		t.Fatal(err)
+	}
+	// An older mark of the client (an earlier move's) does not replace it.
+	if _, err := applyTo(t, m, 4, &Op{Kind: KindSlotImport, Keys: AppendSlotClientMark(nil, 9, row(3, 1))}); err != nil {
+		t.Fatal(err)
+	}
+	applyTo(t, m, 5, slotSet([]SlotRange{{300, 300}}, SlotOwned, 1, 2))
+	tb, err := ReadSlotTable(m.get)
+	if err != nil {
+		t.Fatal(err)
+	}
+	incr := &Op{Kind: KindIncrBy, Key: k, Delta: 1}
+	for _, c := range []struct {
+		client, req uint64
+		op          *Op
+		hit         bool
+		want        error
+		int         int64
+	}{
+		{9, 5, incr, true, nil, 7},
+		{9, 4, incr, true, ErrSlotStaleRequest, 0},
+		{9, 6, incr, false, nil, 0},
+		{8, 1, incr, false, nil, 0}, // no mark
+		{9, 5, &Op{Kind: KindIncrBy, Key: keyOfSlot(301), Delta: 1}, false, nil, 0}, // never imported
+	} {
+		res, opErr, hit, err := MovedRequest(m.get, tb, c.op, c.client, c.req)
+		if err != nil || hit != c.hit || !errors.Is(opErr, c.want) || (c.want == nil && res.Int != c.int) {
+			t.Errorf("client %d request %d: %+v %v hit %v %v", c.client, c.req, res, opErr, hit, err)
+		}
+	}
+	// A mark comes only with slots being imported.
+	if _, err := applyTo(t, m, 6, &Op{Kind: KindSlotImport, Keys: AppendSlotClientMark(nil, 9, row(8, 1))}); !errors.Is(err, ErrSlotTransition) {
+		t.Fatalf("a mark with no slot importing: %v", err)
+	}
+}
