@@ -35,6 +35,7 @@ Usage:
   kefir cas KEY EXPECTED NEW                         compare and swap
   kefir scan [START [END]] [--limit N]               ordered range read
   kefir status                                       node status
+  kefir cluster move-slots --from G --to G --slots A-B   move slots between groups, live
   kefir bench    [--workload a..f|w] [--clients N]   YCSB load against a cluster (see kefir bench --help)
   kefir version                                      print the version
 
@@ -63,6 +64,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = runUp(rest, stdout, stderr)
 	case "bench":
 		err = runBench(rest, stdout, stderr)
+	case "cluster":
+		err = runCluster(rest, stdout, stderr)
 	case "get", "put", "del", "cas", "scan", "status":
 		err = runClient(cmd, rest, stdout, stderr)
 	case "version", "--version":

@@ -38,6 +38,7 @@ type Multi struct {
 	local   []*localGroup // by id
 	members map[uint64]Member
 	paths   shard.ReadPaths
+	eff     effective // moves.go
 }
 
 // LocalGroup is one group's replica a node hosts.
@@ -48,8 +49,10 @@ type LocalGroup struct {
 
 type localGroup struct {
 	spec  GroupSpec
-	owned [Slots / 64]uint64 // the group's own account of its slots
+	owned [Slots / 64]uint64 // the group's slots by the static map
 	h     Hosted
+	// tab is the replica's slot table, if its engine keeps one (moves.go).
+	tab slotTabler
 }
 
 func (g *localGroup) owns(slot uint16) bool { return g.owned[slot/64]&(1<<(slot%64)) != 0 }
@@ -70,6 +73,7 @@ func NewMulti(slots *SlotMap, self uint64, members []Member, groups []LocalGroup
 	}
 	for _, lg := range groups {
 		g := &localGroup{spec: lg.Spec, h: lg.Hosted}
+		g.tab, _ = lg.Hosted.Replica.(slotTabler)
 		for _, r := range lg.Spec.Slots {
 			for s := int(r.Start); s <= int(r.End) && s < Slots; s++ {
 				g.owned[s/64] |= 1 << (s % 64)
@@ -83,9 +87,6 @@ func NewMulti(slots *SlotMap, self uint64, members []Member, groups []LocalGroup
 	m.paths = m.local[0].h.Replica.ReadPaths()
 	return m, nil
 }
-
-// Slots returns the slot map the node routes by.
-func (m *Multi) Slots() *SlotMap { return m.slots }
 
 // Hosted returns the hosted groups' replicas, by group id.
 func (m *Multi) Hosted() []LocalGroup {
@@ -143,18 +144,31 @@ func (m *Multi) route(op *kv.Op) (*localGroup, uint16, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	id := m.slots.Owner(slot)
+	g, err := m.routeSlot(slot)
+	return g, slot, err
+}
+
+// routeSlot returns the hosted group that serves slot, or the error that
+// sends a request for it elsewhere.
+func (m *Multi) routeSlot(slot uint16) (*localGroup, error) {
+	id, inFlight := m.owner(slot)
+	if inFlight {
+		// Handed over by its source, not yet taken by its destination:
+		// no group serves it for the moment. A leader-less redirect makes
+		// the front door forward it, which retries until one does.
+		return nil, &NotLeaderError{Slot: slot, HasSlot: true}
+	}
 	g := m.byID[id]
 	if g == nil {
 		leader, addr, _ := m.Leader(id)
-		return nil, slot, &NotLeaderError{Leader: leader, Addr: addr, Slot: slot, HasSlot: true}
+		return nil, &NotLeaderError{Leader: leader, Addr: addr, Slot: slot, HasSlot: true}
 	}
-	if !g.owns(slot) {
+	if g.table() == nil && !g.owns(slot) {
 		// The routing map and the group disagree: the group's own
 		// account wins, and the request is not proposed.
-		return nil, slot, &ReplyError{fmt.Sprintf("TRYAGAIN slot %d is not owned by group %d (slot map epoch %d is stale)", slot, id, m.slots.Epoch)}
+		return nil, &ReplyError{fmt.Sprintf("TRYAGAIN slot %d is not owned by group %d (slot map epoch %d is stale)", slot, id, m.slots.Epoch)}
 	}
-	return g, slot, nil
+	return g, nil
 }
 
 // withSlot names slot in a not-leader error from a group's replica, so the
@@ -203,7 +217,7 @@ func (m *Multi) Apply(ctx context.Context, reqs []shard.WriteReq) (shard.Pending
 	if !mixed && one != nil {
 		p, err := one.h.Replica.Apply(ctx, reqs)
 		for i := range reqs {
-			reqs[i].Err = withSlot(reqs[i].Err, slots[i])
+			reqs[i].Err = m.refusal(reqs[i].Err, slots[i], one.spec.ID)
 		}
 		return p, err
 	}
@@ -228,7 +242,7 @@ func (m *Multi) Apply(ctx context.Context, reqs []shard.WriteReq) (shard.Pending
 		}
 		for j, i := range idx {
 			reqs[i] = sub[j]
-			reqs[i].Err = withSlot(reqs[i].Err, slots[i])
+			reqs[i].Err = m.refusal(reqs[i].Err, slots[i], g.spec.ID)
 		}
 		pend = pend.Merge(p)
 	}
@@ -276,7 +290,7 @@ func (m *Multi) Read(ctx context.Context, op kv.Op, c level.Consistency, _ shard
 		return kv.Result{}, err
 	}
 	res, err := g.h.Replica.Read(ctx, op, c, shard.Session{})
-	return res, withSlot(err, slot)
+	return res, m.refusal(err, slot, g.spec.ID)
 }
 
 // scan merges the hosted groups' ordered streams of a keyspace scan: each
@@ -303,7 +317,13 @@ func (m *Multi) scan(ctx context.Context, op kv.Op, c level.Consistency) (kv.Res
 		}
 		out.Kind = res.Kind
 		out.Version = max(out.Version, res.Version)
+		t := g.table()
 		for i := 0; i+1 < len(res.Array); i += 2 {
+			// A group's engine may hold keys of slots it does not serve
+			// (being imported, or handed over and not yet purged).
+			if t != nil && !t.Entry(Slot(res.Array[i])).State.Serves() {
+				continue
+			}
 			all = append(all, pair{res.Array[i], res.Array[i+1]})
 		}
 	}
@@ -329,7 +349,7 @@ func (m *Multi) ReadKey(key []byte, c level.Consistency, _ shard.Session) ([]byt
 		return nil, 0, false, err
 	}
 	v, ver, found, err := g.h.Replica.ReadKey(key, c, shard.Session{})
-	return v, ver, found, withSlot(err, slot)
+	return v, ver, found, m.refusal(err, slot, g.spec.ID)
 }
 
 // ReadDeferred is Read's deferred path at the owning group.
@@ -343,7 +363,7 @@ func (m *Multi) ReadDeferred(ctx context.Context, op kv.Op, c level.Consistency,
 		return kv.Result{}, shard.Pending{}, err
 	}
 	res, p, err := g.h.Replica.ReadDeferred(ctx, op, c, shard.Session{})
-	return res, p, withSlot(err, slot)
+	return res, p, m.refusal(err, slot, g.spec.ID)
 }
 
 // TryRead serves op at its group if that needs no wait.
@@ -464,11 +484,9 @@ func (m *Multi) NilextTakeBatch(_ context.Context, ups []NilextDirect) ([]Nilext
 // this reads every key of the group (CLUSTER COUNTKEYSINSLOT and
 // GETKEYSINSLOT: O(the group's keys), as docs/cluster.md says).
 func (m *Multi) ScanSlot(ctx context.Context, slot uint16, c level.Consistency, visit func(key []byte) bool) error {
-	id := m.slots.Owner(slot)
-	g := m.byID[id]
-	if g == nil {
-		leader, addr, _ := m.Leader(id)
-		return &NotLeaderError{Leader: leader, Addr: addr, Slot: slot, HasSlot: true}
+	g, err := m.routeSlot(slot)
+	if err != nil {
+		return err
 	}
 	return ScanSlot(ctx, g.h.Replica, slot, c, visit)
 }

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/kefirdb/kefir/internal/kv"
 )
 
 // The slot map (issue 28, first part): which replica group owns each of the
@@ -207,3 +209,42 @@ func NodeName(cluster, node uint64) string {
 // the wrong group's replica is refused by its core, while the nodes'
 // transport handshake checks the cluster's own id.
 func GroupClusterID(cluster uint64, g GroupID) uint64 { return cluster + uint64(g)<<40 }
+
+// ParseSlotRanges parses START-END[,START-END...] (a lone slot: START).
+func ParseSlotRanges(s string) ([]kv.SlotRange, error) {
+	var rs []kv.SlotRange
+	for _, part := range strings.Split(s, ",") {
+		a, b, ok := strings.Cut(strings.TrimSpace(part), "-")
+		if !ok {
+			b = a
+		}
+		lo, err1 := strconv.ParseUint(a, 10, 16)
+		hi, err2 := strconv.ParseUint(b, 10, 16)
+		if err1 != nil || err2 != nil || lo > hi || hi >= Slots {
+			return nil, fmt.Errorf("slot range %q: want START-END within 0-%d", part, Slots-1)
+		}
+		rs = append(rs, kv.SlotRange{Start: uint16(lo), End: uint16(hi)})
+	}
+	return rs, nil
+}
+
+// FormatSlotRanges is ParseSlotRanges' inverse.
+func FormatSlotRanges(rs []kv.SlotRange) string {
+	parts := make([]string, len(rs))
+	for i, r := range rs {
+		parts[i] = fmt.Sprintf("%d-%d", r.Start, r.End)
+	}
+	return strings.Join(parts, ",")
+}
+
+// InRanges reports, for a slot, whether it is in rs.
+func InRanges(rs []kv.SlotRange) func(uint16) bool {
+	return func(s uint16) bool {
+		for _, r := range rs {
+			if s >= r.Start && s <= r.End {
+				return true
+			}
+		}
+		return false
+	}
+}

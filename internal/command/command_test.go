@@ -171,7 +171,7 @@ func TestEveryCommandIsClassified(t *testing.T) {
 		"QUIT": Admin, "INFO": Admin, "CLIENT": Admin, "COMMAND": Admin, "CONFIG": Admin, "DBSIZE": Admin,
 		"KEFIR.CONSISTENCY": Admin, "KEFIR.DURABILITY": Admin, "KEFIR.SESSION": Admin, "KEFIR.TOPOLOGY": Admin,
 		// Redis Cluster's surface: node commands (docs/cluster.md).
-		"CLUSTER": Admin, "ASKING": Admin, "READONLY": Admin, "READWRITE": Admin,
+		"CLUSTER": Admin, "ASKING": Admin, "READONLY": Admin, "READWRITE": Admin, "KEFIR.SLOTS": Admin,
 		"KEFIR.NILEXT": Admin, "MULTI": Admin, "EXEC": Admin, "DISCARD": Admin, "WATCH": Admin, "UNWATCH": Admin,
 	}
 	for _, s := range All() {

@@ -98,7 +98,8 @@ func DecodeOp(b []byte) (Op, error) {
 // entries, and a row written then must not decode as a newer sentinel.
 var resultErrs = []error{nil, ErrWrongType, ErrOverflow, ErrReservedKey, ErrInvalidOp, nil,
 	ErrNoSuchKey, ErrSameObject, ErrNotFloat, ErrNaN, ErrTooBig,
-	ErrWrongKind, ErrHashNotInt, ErrHashNotFloat, ErrHashCopy, ErrHashCopyTooBig}
+	ErrWrongKind, ErrHashNotInt, ErrHashNotFloat, ErrHashCopy, ErrHashCopyTooBig,
+	ErrSlotMoved, ErrSlotTransition, ErrSlotStaleRequest}
 
 // AppendResult appends the encoding of a write's outcome (result, or the op's
 // error) to b: kind byte | int varint | version uvarint | error code byte |

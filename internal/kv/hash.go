@@ -744,3 +744,10 @@ func applyHashSweep(get Getter, version uint64, op *Op, emit Emit) (Result, erro
 	}
 	return Result{Kind: ResInt, Int: n, Version: version}, nil
 }
+
+// HashGen returns the generation a hash's metadata record (its user key's
+// value) names: its field rows are under HashRowPrefix(gen).
+func HashGen(data []byte) (uint64, error) {
+	gen, _, err := decodeHashMeta(data)
+	return gen, err
+}

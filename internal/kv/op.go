@@ -2,6 +2,7 @@ package kv
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 )
@@ -47,6 +48,9 @@ func (k Kind) String() string {
 	}
 	if isScriptKind(k) {
 		return [...]string{"eval", "eval_ro"}[k-KindEval]
+	}
+	if isSlotKind(k) {
+		return slotKindNames[k-KindSlotInit]
 	}
 	return fmt.Sprintf("kind(%d)", k)
 }
@@ -201,6 +205,18 @@ func (op *Op) WrittenKeys() [][]byte {
 			ks = append(ks, op.Keys[i])
 		}
 		return ks
+	case KindSlotInit, KindSlotSet:
+		return [][]byte{SlotTableKey}
+	case KindSlotImport:
+		ks := make([][]byte, 0, len(op.Keys)/3)
+		for i := 0; i+2 < len(op.Keys); i += 3 {
+			if bytes.Equal(op.Keys[i+1], slotClientMark) && len(op.Keys[i]) == 8 {
+				ks = append(ks, SlotClientKey(binary.BigEndian.Uint64(op.Keys[i])))
+			} else {
+				ks = append(ks, op.Keys[i])
+			}
+		}
+		return ks
 	case KindDel, KindExpireIfDue:
 		return op.Keys
 	case KindEval:
@@ -219,6 +235,9 @@ func (op *Op) WrittenKeys() [][]byte {
 // their user key alone. Other ops name either Key or Keys.
 func (op *Op) RoutingKeys() (keys [][]byte, step int) {
 	switch {
+	case isSlotKind(op.Kind):
+		// Sent to a group by id; an import's keys are its own to check.
+		return nil, 1
 	case isHashWrite(op.Kind) || isHashRead(op.Kind):
 		return [][]byte{op.Key}, 1
 	case isScriptKind(op.Kind):
@@ -282,6 +301,18 @@ func (op *Op) CheckSizes(maxKey, maxVal int) error {
 	case KindMSet, KindMSetNX:
 		for i := 0; i+1 < len(op.Keys); i += 2 {
 			if err := check(op.Keys[i], op.Keys[i+1]); err != nil {
+				return err
+			}
+		}
+	case KindSlotImport:
+		// Copied from a group with the same limits; a hash's fields are
+		// checked as its rows are written (the engine refuses the op).
+		for i := 0; i+2 < len(op.Keys); i += 3 {
+			v := op.Keys[i+2]
+			if MetaType(op.Keys[i+1]) == TypeHash || bytes.Equal(op.Keys[i+1], slotClientMark) {
+				v = nil
+			}
+			if err := check(op.Keys[i], v); err != nil {
 				return err
 			}
 		}

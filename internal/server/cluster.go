@@ -128,8 +128,9 @@ func (c *conn) clusterCmd(spec *command.Spec, args [][]byte) error {
 	w := c.w
 	switch spec.Name {
 	case "ASKING":
-		// No slot moves yet (issue 28): nothing is ever importing, so
-		// ASKING changes nothing but marks a cluster client.
+		// A move hands slots over whole (docs/design/cluster.md): no
+		// node sends -ASK and an importing group serves no key of the
+		// slot, so ASKING changes nothing but marks a cluster client.
 		c.clusterAware = true
 		return w.WriteSimple("OK")
 	case "READONLY":

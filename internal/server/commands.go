@@ -239,6 +239,8 @@ func (c *conn) admin(spec *command.Spec, args [][]byte) error {
 		return c.topology()
 	case "CLUSTER", "ASKING", "READONLY", "READWRITE":
 		return c.clusterCmd(spec, args) // cluster.go
+	case "KEFIR.SLOTS":
+		return c.slotsCmd(args) // slots.go
 	case "KEFIR.NILEXT":
 		return c.nilextTake(args)
 	case "SCRIPT":

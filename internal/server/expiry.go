@@ -101,15 +101,15 @@ type walkCursors struct {
 	groups map[cluster.GroupID][]byte
 }
 
-// walker walks db, the engine of the replica whose group is grp (nil: a
+// walker walks db, the engine of replica rep whose group is grp (nil: a
 // single node), from cursor for at most budget, and returns where it goes on.
-type walker func(db *storage.DB, grp cluster.Group, cursor []byte, budget time.Duration) []byte
+type walker func(db *storage.DB, rep shard.Replica, grp cluster.Group, cursor []byte, budget time.Duration) []byte
 
 // each runs walk over the node's engine, or over every hosted group's with
 // an equal share of budget.
 func (w *walkCursors) each(s *Server, budget time.Duration, walk walker) {
 	if s.multi == nil {
-		w.one = walk(s.db, s.grp, w.one, budget)
+		w.one = walk(s.db, s.shard, s.grp, w.one, budget)
 		return
 	}
 	hosted := s.multi.Hosted()
@@ -118,7 +118,7 @@ func (w *walkCursors) each(s *Server, budget time.Duration, walk walker) {
 	}
 	for _, lg := range hosted {
 		id := lg.Spec.ID
-		w.groups[id] = walk(lg.Hosted.Engine, lg.Hosted.Group, w.groups[id], budget/time.Duration(len(hosted)))
+		w.groups[id] = walk(lg.Hosted.Engine, lg.Hosted.Replica, lg.Hosted.Group, w.groups[id], budget/time.Duration(len(hosted)))
 	}
 }
 
@@ -160,7 +160,7 @@ func (s *Server) stopActiveExpiry() {
 // expiryCycle runs one tick's rounds, within budget: over the node's one
 // engine, or over each hosted group's at a node of several groups.
 func (s *Server) expiryCycle(ae *activeExpiry, budget time.Duration) {
-	ae.expire.each(s, budget, func(db *storage.DB, grp cluster.Group, cursor []byte, b time.Duration) []byte {
+	ae.expire.each(s, budget, func(db *storage.DB, _ shard.Replica, grp cluster.Group, cursor []byte, b time.Duration) []byte {
 		return s.expiryWalk(ae, db, grp, cursor, b)
 	})
 }
@@ -244,17 +244,19 @@ const (
 )
 
 func (s *Server) hashSweepCycle(ae *activeExpiry, budget time.Duration) {
-	// At a node of several groups each sweep op routes by its hash's key
-	// (its slot's group, the one whose engine holds the rows).
-	ae.sweep.each(s, budget, func(db *storage.DB, grp cluster.Group, cursor []byte, b time.Duration) []byte {
-		return s.hashSweepWalk(ae, db, grp, cursor, b)
+	// At a node of several groups each sweep op goes to the group whose
+	// engine was walked, which holds the rows and the marker, not by its
+	// hash's key: once a slot moved, the key's slot is another group's, and
+	// generations are numbered per group (docs/design/cluster.md).
+	ae.sweep.each(s, budget, func(db *storage.DB, rep shard.Replica, grp cluster.Group, cursor []byte, b time.Duration) []byte {
+		return s.hashSweepWalk(ae, db, rep, grp, cursor, b)
 	})
 }
 
-// hashSweepWalk runs sweep rounds over db, the engine of the replica whose
+// hashSweepWalk runs sweep rounds over db, the engine of replica rep whose
 // group is grp (nil: a single node), from cursor, and returns where the
 // walk goes on.
-func (s *Server) hashSweepWalk(ae *activeExpiry, db *storage.DB, grp cluster.Group, cursor []byte, budget time.Duration) []byte {
+func (s *Server) hashSweepWalk(ae *activeExpiry, db *storage.DB, rep shard.Replica, grp cluster.Group, cursor []byte, budget time.Duration) []byte {
 	if grp != nil && !grp.State().IsLeader {
 		return nil // a new leader starts its own walk
 	}
@@ -274,9 +276,9 @@ func (s *Server) hashSweepWalk(ae *activeExpiry, db *storage.DB, grp cluster.Gro
 			w[i].Op = ops[i]
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		p, err := s.shard.Apply(ctx, w)
+		p, err := rep.Apply(ctx, w)
 		if err == nil {
-			err = s.shard.Wait(ctx, p)
+			err = rep.Wait(ctx, p)
 		}
 		cancel()
 		for i := range w {

@@ -488,8 +488,17 @@ func (r *Replica) answerableEarly(op *kv.Op) bool {
 	if mutation.On && r.mut.earlyRejectable {
 		return true
 	}
+	t := r.app.pubSlots.Load()
 	for _, k := range op.WrittenKeys() {
 		if kv.CheckKey(k) != nil {
+			return false
+		}
+		// The slot fence decides at apply (kv/slots.go): a write of a slot
+		// that is moving, or not owned, waits for it. A slot owned now can
+		// be handed over only after a migrating step this group applies
+		// first and a copy, so a write proposed while it is owned is
+		// ordered before the hand-over.
+		if t != nil && t.Entry(kv.KeySlot(k)).State != kv.SlotOwned {
 			return false
 		}
 	}

@@ -38,6 +38,9 @@ import (
 // (shard.Replica): see above. Every read it cannot defer is served
 // as Read serves it, with an empty Pending.
 func (r *Replica) ReadDeferred(ctx context.Context, op kv.Op, c level.Consistency, s shard.Session) (kv.Result, shard.Pending, error) {
+	if err := r.fenceRead(&op); err != nil {
+		return kv.Result{}, shard.Pending{}, err
+	}
 	if c.IsZero() {
 		c = level.ConsLinearizable
 	}

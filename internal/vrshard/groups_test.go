@@ -73,21 +73,7 @@ func (nt *nodeTransports) start(i int, ln net.Listener) {
 // delivered to the wrong group would be refused by its core, which logs the
 // mismatch.
 func groupOn(t testing.TB, nt *nodeTransports, group uint64, log *slog.Logger) *cluster {
-	c := &cluster{t: t, peers: nt.peers, tune: func(o *Options) {
-		o.Transport, o.Group = nt.trs[o.VR.Self-1], group
-		o.VR.Cluster = 100 + group
-		o.Logger = log
-	}}
-	for i := range nt.trs {
-		c.ids = append(c.ids, uint64(i+1))
-		c.dirs = append(c.dirs, t.TempDir())
-	}
-	c.reps = make([]*Replica, len(nt.trs))
-	for i := range c.reps {
-		c.openOn(i, true)
-	}
-	t.Cleanup(c.closeAll)
-	return c
+	return groupWith(t, nt, group, log, nil)
 }
 
 func (c *cluster) openOn(i int, bootstrap bool) {

@@ -113,6 +113,9 @@ func (r *Replica) serveRead(ctx context.Context, op kv.Op, c level.Consistency, 
 	if err := ctx.Err(); err != nil {
 		return kv.Result{}, err
 	}
+	if err := r.fenceRead(&op); err != nil {
+		return kv.Result{}, err
+	}
 	if c.IsZero() {
 		c = level.ConsLinearizable
 	}
@@ -420,6 +423,9 @@ func (r *Replica) localFollowerLease() (uint64, bool) {
 // reads with Read or ReadDeferred, which wait. Event loops call it so that
 // a leader's reads need not leave the loop for a goroutine.
 func (r *Replica) TryRead(op kv.Op, c level.Consistency) (kv.Result, bool) {
+	if r.fenceRead(&op) != nil {
+		return kv.Result{}, false // Read refuses it
+	}
 	if c.IsZero() {
 		c = level.ConsLinearizable
 	}
@@ -842,3 +848,18 @@ func (r *Replica) restore(s *vr.Snapshot) error {
 	r.log.Info("restored snapshot", "op", s.Op, "keys", n, "deleted", len(dels))
 	return nil
 }
+
+// fenceRead refuses a read of a key whose slot the group does not serve by
+// its own table as of its last applied batch (kv/slots.go): whatever map
+// routed the read here, a group that handed a slot over serves none of its
+// keys.
+func (r *Replica) fenceRead(op *kv.Op) error {
+	if mutation.On && r.mut.slotsUnfenced {
+		return nil
+	}
+	return r.app.pubSlots.Load().Check(op)
+}
+
+// SlotTable returns the group's slot table as of its last applied batch
+// (nil: the group has none and serves every slot it is routed).
+func (r *Replica) SlotTable() *kv.SlotTable { return r.app.pubSlots.Load() }

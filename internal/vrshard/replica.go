@@ -356,6 +356,13 @@ type mutations struct {
 	// limit is written anyway; the engine fails the apply and the replica
 	// stops (statemachine.go).
 	appendUnchecked bool
+	// slotsUnfenced: the group applies writes and serves reads of keys
+	// whose slots it does not own (a source that keeps serving a slot it
+	// handed over; kv/slots.go's fence is skipped).
+	slotsUnfenced bool
+	// slotsMovedTwice: a retried write that the slot's old group ran before
+	// the hand-over runs again at the new one (its request mark is ignored).
+	slotsMovedTwice bool
 	// earlyRejectable: a blind write that apply will reject (an empty or
 	// reserved key) is answered early anyway — acknowledged OK at cad or
 	// async (and overlaid: a read may return a value of a write that wrote
@@ -786,6 +793,8 @@ func Open(opts Options) (*Replica, error) {
 	}
 	r.app = newApplier(db)
 	r.app.appendUnchecked = mutation.On && r.mut.appendUnchecked
+	r.app.unfenced = mutation.On && r.mut.slotsUnfenced
+	r.app.movedTwice = mutation.On && r.mut.slotsMovedTwice
 	if err := r.app.loadMarks(); err != nil {
 		db.Close()
 		w.close()

@@ -72,7 +72,29 @@ type applier struct {
 	viewsChanged bool
 	// nreserved is reservedRows as of the last Append, for Status.
 	nreserved atomic.Int64
+
+	// The group's slot table (kv/slots.go), the fence every write passes at
+	// apply: slots is the table as of the op being evaluated when slotsOK
+	// (outside replay: invalidated by every slot op staged); slotsVer the
+	// version of the record it was decoded from (replay reads the record as
+	// of op cur-1 and decodes it only when that version changes). pubSlots
+	// is the table as of the last Append, for reads (any goroutine);
+	// slotsDirty says a slot op was staged since. unfenced (a mutation):
+	// the group applies writes and serves reads of slots it does not own.
+	slots      *kv.SlotTable
+	slotsOK    bool
+	slotsVer   uint64
+	slotsDirty bool
+	pubSlots   atomic.Pointer[kv.SlotTable]
+	unfenced   bool
+	// movedTwice (a mutation): a write whose request the slot's old group
+	// ran before the hand-over runs again (kv.MovedRequest skipped).
+	movedTwice bool
 }
+
+// errMarkHit: evalFenced's result is a mark's (kv.MovedRequest), not the
+// op's evaluation; it staged nothing.
+var errMarkHit = errors.New("vrshard: answered from a moved slot's request mark")
 
 func newApplier(db *storage.DB) *applier {
 	a := &applier{db: db, replayTo: db.LastVersion(), overlay: map[string]overlayVal{}, rows: map[uint64]uint64{}}
@@ -95,7 +117,81 @@ func (a *applier) loadRows() error {
 	}
 	a.rows = rows
 	a.nrows.Store(int64(len(rows)))
+	return a.loadSlots()
+}
+
+// loadSlots reads the slot table from the engine: at start and after a
+// snapshot changed the engine (with the client rows, loadRows).
+func (a *applier) loadSlots() error {
+	a.slots, a.slotsOK, a.slotsVer, a.slotsDirty = nil, false, 0, false
+	v, err := a.db.Get(kv.SlotTableKey)
+	if errors.Is(err, storage.ErrNotFound) {
+		a.pubSlots.Store(nil)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("vrshard: load slot table: %w", err)
+	}
+	t, err := kv.DecodeSlotTable(v.Data)
+	if err != nil {
+		return fmt.Errorf("vrshard: load slot table: %w", err)
+	}
+	a.pubSlots.Store(t)
 	return nil
+}
+
+// slotTable returns the table as of op cur-1 (nil: the group has none and is
+// unfenced).
+func (a *applier) slotTable() (*kv.SlotTable, error) {
+	replay := a.cur <= a.replayTo
+	if a.slotsOK && !replay {
+		return a.slots, nil
+	}
+	data, _, ver, ok, err := a.current(kv.SlotTableKey)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		a.slots, a.slotsVer = nil, 0
+	} else if a.slots == nil || ver != a.slotsVer {
+		t, err := kv.DecodeSlotTable(data)
+		if err != nil {
+			return nil, fmt.Errorf("%w: slot table: %w", shard.ErrUnavailable, err)
+		}
+		a.slots, a.slotsVer = t, ver
+	}
+	a.slotsOK = !replay
+	return a.slots, nil
+}
+
+// evalFenced is eval behind the slot fence: a write of a key whose slot
+// the group does not serve is refused (*kv.SlotError, an outcome of the op
+// that the client table caches like any other) and writes nothing; a write
+// of client's request reqNum of a slot the group imported that may have run
+// at the slot's old group is answered from that group's mark or refused
+// (kv.MovedRequest), and writes nothing either.
+func (a *applier) evalFenced(op *kv.Op, v uint64, ts int64, client, reqNum uint64) (kv.Result, error) {
+	a.cur = v
+	t, err := a.slotTable()
+	if err != nil {
+		return kv.Result{}, err
+	}
+	if ferr := t.Check(op); ferr != nil && !(mutation.On && a.unfenced) {
+		return kv.Result{}, ferr
+	}
+	if res, opErr, hit, err := kv.MovedRequest(a.current, t, op, client, reqNum); err != nil {
+		return kv.Result{}, fmt.Errorf("%w: %w", shard.ErrUnavailable, err)
+	} else if hit && !(mutation.On && a.movedTwice) {
+		if opErr != nil {
+			return kv.Result{}, opErr
+		}
+		return res, errMarkHit
+	}
+	res, err := a.eval(op, v, ts)
+	if err == nil && kv.IsSlotKind(op.Kind) {
+		a.slotsOK, a.slotsDirty = false, true
+	}
+	return res, err
 }
 
 // applyForget evaluates the leader's forget entry at op v: every client row
@@ -143,6 +239,14 @@ func (a *applier) flush() error {
 		return fmt.Errorf("vrshard: apply: append: %w", err)
 	}
 	a.nrows.Store(int64(len(a.rows)))
+	if a.slotsDirty {
+		// Published before the batch's replies are released: a read that
+		// starts after a hand-over was acknowledged is fenced by it.
+		a.slotsOK = false
+		if err := a.loadSlots(); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -173,7 +277,12 @@ func (a *applier) applyOp(op *kv.Op, v uint64, ts int64, client, reqNum uint64) 
 		a.recs = append(a.recs, storage.Record{Key: kv.ClientRowKey(client), Version: v, Timestamp: ts})
 		a.rows[client] = v
 	}
-	res, opErr := a.eval(op, v, ts)
+	res, opErr := a.evalFenced(op, v, ts, client, reqNum)
+	if opErr == errMarkHit {
+		// The request ran at the slot's old group: its outcome there, and
+		// nothing written here but the client row.
+		opErr = nil
+	}
 	if errors.Is(opErr, shard.ErrUnavailable) {
 		// The engine failed a read: not an outcome of the op but of this
 		// replica, which must stop rather than cache it.
@@ -198,7 +307,7 @@ func (a *applier) applyOp(op *kv.Op, v uint64, ts int64, client, reqNum uint64) 
 // except the records of it that a crash lost (the engine recovers a prefix of
 // the records of the last op it applied).
 func (a *applier) replayFilter(op *kv.Op, v uint64, ts int64, start int) error {
-	if _, err := a.eval(op, v, ts); err != nil {
+	if _, err := a.evalFenced(op, v, ts, 0, 0); err != nil {
 		a.recs = a.recs[:start]
 		if errors.Is(err, shard.ErrUnavailable) {
 			return err

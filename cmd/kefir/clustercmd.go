@@ -1,0 +1,83 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kefirdb/kefir/internal/cluster"
+)
+
+// runCluster runs `kefir cluster move-slots --from G --to G --slots a-b[,c-d]`
+// (docs/cluster.md, "Moving slots"): a live move of slot ranges between two
+// groups, driven through the groups' leaders (cluster.Mover). Run again, it
+// finishes a move that stopped part way; with --abort it rolls back one that
+// stopped before its hand-over.
+func runCluster(args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] != "move-slots" {
+		return usageError{errors.New("usage: kefir cluster move-slots --from G --to G --slots START-END[,START-END...] [--addr host:port,...]")}
+	}
+	fs := flag.NewFlagSet("kefir cluster move-slots", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addrs := fs.String("addr", envOr("KEFIR_ADDR", "127.0.0.1:6380"), "client addresses of nodes of the cluster, comma-separated (env KEFIR_ADDR)")
+	password := fs.String("password", "", "password (env KEFIR_PASSWORD)")
+	useTLS := fs.Bool("tls", false, "connect with TLS")
+	insecure := fs.Bool("tls-insecure", false, "with --tls, do not verify the server certificate")
+	from := fs.Uint64("from", 0, "the group the slots move from")
+	to := fs.Uint64("to", 0, "the group the slots move to")
+	slots := fs.String("slots", "", "the slots: START-END[,START-END...]")
+	page := fs.Int("page", 1024, "keys per copy round trip")
+	pause := fs.Duration("page-pause", 0, "pause after each page of the pre-copy (a rate limit: the leaders keep serving their clients)")
+	timeout := fs.Duration("timeout", 10*time.Minute, "deadline for the whole move")
+	asJSON := fs.Bool("json", false, "print the result as JSON")
+	abort := fs.Bool("abort", false, "roll back a move that stopped before its hand-over instead of finishing it")
+	if err := fs.Parse(args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err}
+	}
+	if *from == 0 || *to == 0 || *slots == "" || fs.NArg() != 0 {
+		return usageError{errors.New("move-slots needs --from, --to and --slots")}
+	}
+	rs, err := cluster.ParseSlotRanges(*slots)
+	if err != nil {
+		return usageError{err}
+	}
+	if *password == "" {
+		*password = os.Getenv("KEFIR_PASSWORD")
+	}
+	mv := &cluster.Mover{Seeds: strings.Split(*addrs, ","), Password: *password, Page: *page, PagePause: *pause,
+		Logf: func(format string, a ...any) { fmt.Fprintf(stderr, "kefir cluster: "+format+"\n", a...) }}
+	if *useTLS {
+		mv.TLS = &tls.Config{InsecureSkipVerify: *insecure} //nolint:gosec // the user's choice
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	if *abort {
+		if err := mv.Abort(ctx, cluster.GroupID(*from), cluster.GroupID(*to), rs); err != nil {
+			return err
+		}
+		_, err := fmt.Fprintf(stdout, "rolled back the move of %s from group %d to group %d\n", *slots, *from, *to)
+		return err
+	}
+	res, err := mv.Move(ctx, cluster.GroupID(*from), cluster.GroupID(*to), rs)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return json.NewEncoder(stdout).Encode(map[string]any{"epoch": res.Epoch, "copied": res.Copied, "final": res.Final,
+			"deleted": res.Deleted, "purged": res.Purged, "resumed": res.Resumed,
+			"precopy_ms": res.PreCopy.Milliseconds(), "handover_ms": res.Freeze.Milliseconds(), "total_ms": res.Total.Milliseconds()})
+	}
+	_, err = fmt.Fprintf(stdout, "moved %s from group %d to group %d at epoch %s\n", *slots, *from, *to, strconv.FormatUint(res.Epoch, 10))
+	return err
+}

@@ -1,0 +1,587 @@
+package cluster
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kefirdb/kefir/internal/kv"
+	"github.com/kefirdb/kefir/internal/resp"
+)
+
+// Mover moves slot ranges between two groups of a running cluster (kefir
+// cluster move-slots; docs/design/cluster.md, "A move"). It is the stand-in
+// for the metadata group's move driver: it keeps no state of its own — every
+// step is an op in a group's log (KEFIR.SLOTS at the group's leader), and a
+// move that stopped anywhere (the mover killed, a leader crashed) resumes
+// from the two groups' tables when Move is run again.
+//
+// The steps, for ranges R from group S to group D at epoch E (one more than
+// either table's):
+//
+//  1. D: R importing from S; S: R migrating to D (S still serves R).
+//  2. pre-copy: every key of R at S's leader, as it stands, into D
+//     (KEFIR.SLOTS DUMP / LOAD), then in rounds the keys written since the
+//     previous round began, until a round brings little; v0 is the engine
+//     version at the last round's start.
+//  3. hand-over at S: R none, peer D (S's fence refuses R from this op on;
+//     requests for R are held: forwarded and retried, until step 5).
+//  4. final copy: S's keys of R with a version above v0, S's frozen state,
+//     a deletion at D of every key of R that S does not have, and S's
+//     client rows as of the hand-over (request marks).
+//  5. D: R owned at E. Routing follows the tables (every node hosting D
+//     routes R to it); the source's copy is purged (deletions at S).
+type Mover struct {
+	// Seeds are client addresses of nodes of the cluster; a step goes to
+	// the first that answers and follows its -MOVED to the group's leader.
+	Seeds    []string
+	Password string
+	TLS      *tls.Config
+	// Page is how many keys one DUMP reads and one LOAD writes (default
+	// 1024).
+	Page int
+	// PagePause is slept after each page of the pre-copy: a rate limit
+	// that leaves the groups' leaders to their clients (0: none).
+	PagePause time.Duration
+	// RetryFor bounds how long one step is retried while no leader answers
+	// (default 30 s).
+	RetryFor time.Duration
+	// Logf, if set, reports each step.
+	Logf func(format string, args ...any)
+	// AfterStep, if set, is called after each step and each page of the
+	// pre-copy ("precopy-page"; tests: a crash there).
+	AfterStep func(step string)
+
+	conns map[string]*moverConn
+}
+
+type moverConn struct {
+	nc net.Conn
+	rd *resp.Reader
+}
+
+// MoveResult says what a Move did.
+type MoveResult struct {
+	Epoch           uint64
+	Copied, Final   int // entries loaded by the pre-copy (all its rounds), by the final copy
+	Rounds          int // the pre-copy's rounds
+	Deleted, Purged int // keys deleted at the destination, purged at the source
+	Marks           int // request marks (client-table rows) taken to the destination
+	Resumed         string
+	PreCopy, Freeze time.Duration
+	Total           time.Duration
+}
+
+// Move moves rs from group from to group to, or finishes such a move that
+// stopped part way.
+func (mv *Mover) Move(ctx context.Context, from, to GroupID, rs []kv.SlotRange) (MoveResult, error) {
+	start := time.Now()
+	defer mv.close()
+	var out MoveResult
+	if from == to || len(rs) == 0 {
+		return out, errors.New("move-slots: need two distinct groups and slots")
+	}
+	g := func(id GroupID) string { return strconv.FormatUint(uint64(id), 10) }
+	ranges := FormatSlotRanges(rs)
+	in := InRanges(rs)
+	// Tables (a group without one gets its first, from the map).
+	tabs := map[GroupID][]SlotRunInfo{}
+	for _, id := range []GroupID{from, to} {
+		t, err := mv.Table(ctx, id)
+		if err != nil {
+			return out, err
+		}
+		if len(t) == 0 {
+			if _, err := mv.do(ctx, "KEFIR.SLOTS", "INIT", g(id), "1"); err != nil {
+				return out, fmt.Errorf("move-slots: init group %d's slot table: %w", id, err)
+			}
+			if t, err = mv.Table(ctx, id); err != nil {
+				return out, err
+			}
+		}
+		tabs[id] = t
+	}
+	src, err := uniform(tabs[from], in, from)
+	if err != nil {
+		return out, err
+	}
+	dst, err := uniform(tabs[to], in, to)
+	if err != nil {
+		return out, err
+	}
+	epoch := max(maxEpoch(tabs[from]), maxEpoch(tabs[to])) + 1
+	stage := 0 // 0: fresh, 1: copying, 2: handed over, 3: done
+	switch {
+	case src.State == "owned" && dst.State == "none":
+	case src.State == "migrating" && src.Peer == uint64(to) && (dst.State == "importing" || dst.State == "none"):
+		stage, epoch, out.Resumed = 1, src.Epoch, "copy"
+	case src.State == "none" && src.Peer == uint64(to) && dst.State == "importing" && dst.Peer == uint64(from):
+		stage, epoch, out.Resumed = 2, src.Epoch, "final copy"
+	case src.State == "none" && src.Peer == uint64(to) && dst.State == "owned":
+		stage, epoch, out.Resumed = 3, dst.Epoch, "purge"
+	default:
+		return out, fmt.Errorf("move-slots: slots %s are %s at group %d (peer %d) and %s at group %d (peer %d): not a move from %d to %d this can start or resume",
+			ranges, src.State, from, src.Peer, dst.State, to, dst.Peer, from, to)
+	}
+	out.Epoch = epoch
+	e := strconv.FormatUint(epoch, 10)
+	var v0 uint64
+	if stage == 0 {
+		mv.logf("move %s from group %d to group %d at epoch %d", ranges, from, to, epoch)
+	} else {
+		mv.logf("resume the move of %s from group %d to group %d at epoch %d: %s", ranges, from, to, epoch, out.Resumed)
+	}
+	if stage <= 1 {
+		if _, err := mv.do(ctx, "KEFIR.SLOTS", "SET", g(to), "importing", g(from), e, ranges); err != nil {
+			return out, fmt.Errorf("move-slots: group %d importing: %w", to, err)
+		}
+		mv.after("importing")
+		if _, err := mv.do(ctx, "KEFIR.SLOTS", "SET", g(from), "migrating", g(to), e, ranges); err != nil {
+			return out, fmt.Errorf("move-slots: group %d migrating: %w", from, err)
+		}
+		mv.after("migrating")
+		// The pre-copy in rounds, as a live VM migration: the first copies
+		// every key, each next one the keys written since the previous
+		// began (their versions are above the engine's last version then),
+		// while the source serves the slots; it stops when a round brings
+		// little (or no less than the one before), so that the final copy,
+		// during which the slots are held, has only the last round's
+		// writes to bring.
+		t0 := time.Now()
+		prev := -1
+		for round := 0; ; round++ {
+			n, at, err := mv.copy(ctx, from, to, ranges, v0, false, nil)
+			out.Copied += n
+			out.Rounds++
+			if err != nil {
+				return out, fmt.Errorf("move-slots: pre-copy round %d: %w", round+1, err)
+			}
+			v0 = at
+			if n <= mv.page() || (prev >= 0 && 2*n > prev) || round+1 >= maxRounds {
+				break
+			}
+			prev = n
+		}
+		out.PreCopy = time.Since(t0)
+		mv.after("precopy")
+	}
+	if stage <= 2 {
+		// The destination's keys of R, listed before the hand-over (while
+		// it imports, only imports change them, and the final copy only
+		// adds keys the source has): the ones the source no longer has
+		// are deleted after the final copy. Listed here, not in the
+		// window, which then holds one listing (the source's) instead of
+		// two.
+		dstKeys := map[string]bool{}
+		if err := mv.scan(ctx, to, ranges, false, func(k []byte) error {
+			dstKeys[string(k)] = true
+			return nil
+		}); err != nil {
+			return out, fmt.Errorf("move-slots: list group %d's keys: %w", to, err)
+		}
+		t0 := time.Now()
+		hv, err := mv.do(ctx, "KEFIR.SLOTS", "SET", g(from), "none", g(to), e, ranges)
+		if err != nil {
+			return out, fmt.Errorf("move-slots: hand-over at group %d: %w", from, err)
+		}
+		mv.after("handover")
+		srcKeys := map[string]bool{}
+		n, _, err := mv.copy(ctx, from, to, ranges, v0, true, srcKeys)
+		out.Final = n
+		if err != nil {
+			return out, fmt.Errorf("move-slots: final copy: %w", err)
+		}
+		var dels [][]byte
+		for k := range dstKeys {
+			if !srcKeys[k] {
+				dels = kv.AppendSlotImport(dels, []byte(k), nil, nil, nil, true)
+			}
+		}
+		if err := mv.load(ctx, to, dels); err != nil {
+			return out, fmt.Errorf("move-slots: final deletions: %w", err)
+		}
+		out.Deleted = len(dels) / 3
+		// The source's client table as of the hand-over (a resumed move
+		// does not know its version: the rows as they are, which may also
+		// mark requests the fence refused after it, so that their retries
+		// are refused rather than run: safe, and rare).
+		cv, err := mv.do(ctx, "KEFIR.SLOTS", "CLIENTS", g(from), strconv.FormatInt(hv.Int, 10))
+		if err != nil {
+			return out, fmt.Errorf("move-slots: group %d's client table: %w", from, err)
+		}
+		var marks [][]byte
+		for i := 0; i+1 < len(cv.Elems); i += 2 {
+			if id := cv.Elems[i].Str; len(id) == 8 {
+				marks = kv.AppendSlotClientMark(marks, binary.BigEndian.Uint64(id), cv.Elems[i+1].Str)
+			}
+		}
+		if err := mv.load(ctx, to, marks); err != nil {
+			return out, fmt.Errorf("move-slots: request marks: %w", err)
+		}
+		out.Marks = len(marks) / 3
+		mv.after("finalcopy")
+		if _, err := mv.do(ctx, "KEFIR.SLOTS", "SET", g(to), "owned", g(from), e, ranges); err != nil {
+			return out, fmt.Errorf("move-slots: group %d takes the slots: %w", to, err)
+		}
+		out.Freeze = time.Since(t0)
+		mv.after("owned")
+	}
+	// The source's copy: unreachable (its fence), purged so that its key
+	// counts and scans are right.
+	var purge [][]byte
+	if err := mv.scan(ctx, from, ranges, false, func(k []byte) error {
+		purge = kv.AppendSlotImport(purge, k, nil, nil, nil, true)
+		return nil
+	}); err != nil {
+		return out, fmt.Errorf("move-slots: list group %d's old keys: %w", from, err)
+	}
+	if err := mv.load(ctx, from, purge); err != nil {
+		return out, fmt.Errorf("move-slots: purge group %d: %w", from, err)
+	}
+	out.Purged = len(purge) / 3
+	out.Total = time.Since(start)
+	mv.logf("moved %s from group %d to group %d at epoch %d: %d keys pre-copied, %d in the final copy, %d deleted, %d purged; pre-copy %v, hand-over %v",
+		ranges, from, to, epoch, out.Copied, out.Final, out.Deleted, out.Purged, out.PreCopy.Round(time.Millisecond), out.Freeze.Round(time.Millisecond))
+	return out, nil
+}
+
+// maxRounds bounds the pre-copy's rounds.
+const maxRounds = 8
+
+// Abort rolls back a move of rs from group from to group to that has not
+// reached its hand-over: the source owns the slots again (it never stopped
+// serving them), the destination gives up importing them and its copy is
+// purged. A move past its hand-over can only be finished (Move): the source
+// may not take back slots it handed over.
+func (mv *Mover) Abort(ctx context.Context, from, to GroupID, rs []kv.SlotRange) error {
+	defer mv.close()
+	g := func(id GroupID) string { return strconv.FormatUint(uint64(id), 10) }
+	ranges := FormatSlotRanges(rs)
+	in := InRanges(rs)
+	var st [2]SlotRunInfo
+	for i, id := range []GroupID{from, to} {
+		t, err := mv.Table(ctx, id)
+		if err != nil {
+			return err
+		}
+		if st[i], err = uniform(t, in, id); err != nil {
+			return err
+		}
+	}
+	src, dst := st[0], st[1]
+	switch {
+	case src.State == "owned" && dst.State == "none":
+		// Nothing to roll back, or rolled back before the purge.
+	case src.State == "migrating" && src.Peer == uint64(to) && (dst.State == "importing" || dst.State == "none"):
+		e := strconv.FormatUint(src.Epoch, 10)
+		if _, err := mv.do(ctx, "KEFIR.SLOTS", "SET", g(from), "owned", "0", e, ranges); err != nil {
+			return fmt.Errorf("move-slots: abort: group %d takes the slots back: %w", from, err)
+		}
+		if dst.State == "importing" {
+			if _, err := mv.do(ctx, "KEFIR.SLOTS", "SET", g(to), "none", g(from), e, ranges); err != nil {
+				return fmt.Errorf("move-slots: abort: group %d stops importing: %w", to, err)
+			}
+		}
+	default:
+		return fmt.Errorf("move-slots: abort: slots %s are %s at group %d and %s at group %d: only a move before its hand-over can be rolled back (finish it with move-slots)",
+			ranges, src.State, from, dst.State, to)
+	}
+	var purge [][]byte
+	if err := mv.scan(ctx, to, ranges, false, func(k []byte) error {
+		purge = kv.AppendSlotImport(purge, k, nil, nil, nil, true)
+		return nil
+	}); err != nil {
+		return fmt.Errorf("move-slots: abort: list group %d's copy: %w", to, err)
+	}
+	if err := mv.load(ctx, to, purge); err != nil {
+		return fmt.Errorf("move-slots: abort: purge group %d's copy: %w", to, err)
+	}
+	mv.logf("rolled back the move of %s from group %d to group %d: group %d owns them, %d keys of its copy purged at group %d", ranges, from, to, from, len(purge)/3, to)
+	return nil
+}
+
+// copy loads into to every key of ranges at from whose version is above
+// since, page by page; keys, if not nil, gets every key seen. at is the
+// source engine's last version when the first page was read: a key
+// written after it may have been read before its write.
+func (mv *Mover) copy(ctx context.Context, from, to GroupID, ranges string, since uint64, frozen bool, keys map[string]bool) (n int, at uint64, err error) {
+	var cursor []byte
+	for page := 0; ; page++ {
+		v, err := mv.dump(ctx, from, ranges, cursor, since, frozen)
+		if err != nil {
+			return n, at, err
+		}
+		if page == 0 {
+			at = uint64(v.Elems[3].Int)
+		}
+		var entries [][]byte
+		es := v.Elems[1].Elems
+		for i := 0; i+3 < len(es); i += 4 {
+			entries = append(entries, es[i].Str, es[i+1].Str, es[i+2].Str)
+		}
+		if keys != nil {
+			for _, k := range v.Elems[2].Elems {
+				keys[string(k.Str)] = true
+			}
+		}
+		if err := mv.load(ctx, to, entries); err != nil {
+			return n, at, err
+		}
+		n += len(entries) / 3
+		if !frozen {
+			mv.after("precopy-page")
+			if mv.PagePause > 0 {
+				select {
+				case <-ctx.Done():
+					return n, at, ctx.Err()
+				case <-time.After(mv.PagePause):
+				}
+			}
+		}
+		if v.Elems[0].Kind != resp.Bulk || len(v.Elems[0].Str) == 0 {
+			return n, at, nil
+		}
+		cursor = v.Elems[0].Str
+	}
+}
+
+// scan visits every key of ranges at group id.
+func (mv *Mover) scan(ctx context.Context, id GroupID, ranges string, frozen bool, visit func(k []byte) error) error {
+	var cursor []byte
+	for {
+		v, err := mv.dump(ctx, id, ranges, cursor, ^uint64(0)>>1, frozen)
+		if err != nil {
+			return err
+		}
+		for _, k := range v.Elems[2].Elems {
+			if err := visit(k.Str); err != nil {
+				return err
+			}
+		}
+		if v.Elems[0].Kind != resp.Bulk || len(v.Elems[0].Str) == 0 {
+			return nil
+		}
+		cursor = v.Elems[0].Str
+	}
+}
+
+func (mv *Mover) dump(ctx context.Context, id GroupID, ranges string, cursor []byte, since uint64, frozen bool) (resp.Value, error) {
+	f := "0"
+	limit := mv.page()
+	if frozen || since > 1<<61 {
+		// The final copy and key listings return mostly keys: larger
+		// pages, fewer round trips (in the window, for the final copy).
+		limit *= 8
+	}
+	if frozen {
+		f = "1"
+	}
+	v, err := mv.doBytes(ctx, [][]byte{[]byte("KEFIR.SLOTS"), []byte("DUMP"), []byte(strconv.FormatUint(uint64(id), 10)), []byte(ranges),
+		cursor, []byte(strconv.Itoa(limit)), []byte(strconv.FormatUint(since, 10)), []byte(f)})
+	if err != nil {
+		return v, err
+	}
+	if v.Kind != resp.Array || len(v.Elems) != 4 {
+		return v, fmt.Errorf("KEFIR.SLOTS DUMP: unexpected reply %v", v.Kind)
+	}
+	return v, nil
+}
+
+// load writes entries (triples) into group id, a page per LOAD.
+func (mv *Mover) load(ctx context.Context, id GroupID, entries [][]byte) error {
+	per := 3 * mv.page()
+	for len(entries) > 0 {
+		n := min(per, len(entries))
+		args := append([][]byte{[]byte("KEFIR.SLOTS"), []byte("LOAD"), []byte(strconv.FormatUint(uint64(id), 10))}, entries[:n]...)
+		if _, err := mv.doBytes(ctx, args); err != nil {
+			return err
+		}
+		entries = entries[n:]
+	}
+	return nil
+}
+
+// SlotRunInfo is one run of a group's table as KEFIR.SLOTS TABLE lists it.
+type SlotRunInfo struct {
+	Start, End uint16
+	State      string
+	Peer       uint64
+	Epoch      uint64
+}
+
+// Table returns group id's slot table as its leader holds it (empty: none).
+func (mv *Mover) Table(ctx context.Context, id GroupID) ([]SlotRunInfo, error) {
+	v, err := mv.do(ctx, "KEFIR.SLOTS", "TABLE", strconv.FormatUint(uint64(id), 10))
+	if err != nil {
+		return nil, fmt.Errorf("move-slots: group %d's slot table: %w", id, err)
+	}
+	var out []SlotRunInfo
+	for _, r := range v.Elems {
+		if len(r.Elems) != 5 {
+			return nil, fmt.Errorf("move-slots: group %d's slot table: unexpected reply", id)
+		}
+		out = append(out, SlotRunInfo{Start: uint16(r.Elems[0].Int), End: uint16(r.Elems[1].Int), State: string(r.Elems[2].Str),
+			Peer: uint64(r.Elems[3].Int), Epoch: uint64(r.Elems[4].Int)})
+	}
+	return out, nil
+}
+
+// uniform returns the one state every slot of in has in t (a move's slots
+// are always in one state at a group).
+func uniform(t []SlotRunInfo, in func(uint16) bool, id GroupID) (SlotRunInfo, error) {
+	var got *SlotRunInfo
+	for i := range t {
+		r := t[i]
+		for s := int(r.Start); s <= int(r.End); s++ {
+			if !in(uint16(s)) {
+				continue
+			}
+			if got == nil {
+				got = &t[i]
+			} else if got.State != r.State || got.Peer != r.Peer || got.Epoch != r.Epoch {
+				return SlotRunInfo{}, fmt.Errorf("move-slots: the slots are in several states at group %d (%s and %s): move them in parts", id, got.State, r.State)
+			}
+			break
+		}
+	}
+	if got == nil {
+		return SlotRunInfo{}, fmt.Errorf("move-slots: group %d lists none of the slots", id)
+	}
+	return *got, nil
+}
+
+func maxEpoch(t []SlotRunInfo) uint64 {
+	var e uint64
+	for _, r := range t {
+		e = max(e, r.Epoch)
+	}
+	return e
+}
+
+func (mv *Mover) page() int {
+	if mv.Page > 0 {
+		return mv.Page
+	}
+	return 1024
+}
+
+func (mv *Mover) logf(format string, args ...any) {
+	if mv.Logf != nil {
+		mv.Logf(format, args...)
+	}
+}
+
+func (mv *Mover) after(step string) {
+	if mv.AfterStep != nil {
+		mv.AfterStep(step)
+	}
+}
+
+func (mv *Mover) do(ctx context.Context, args ...string) (resp.Value, error) {
+	bs := make([][]byte, len(args))
+	for i, a := range args {
+		bs[i] = []byte(a)
+	}
+	return mv.doBytes(ctx, bs)
+}
+
+// doBytes sends one command to a seed and follows -MOVED to the group's
+// leader; a failed connection, -UNAVAILABLE and -TRYAGAIN are retried
+// (every step is idempotent) until RetryFor passes.
+func (mv *Mover) doBytes(ctx context.Context, args [][]byte) (resp.Value, error) {
+	retryFor := mv.RetryFor
+	if retryFor == 0 {
+		retryFor = 30 * time.Second
+	}
+	deadline := time.Now().Add(retryFor)
+	pause := 20 * time.Millisecond
+	var last error
+	for attempt := 0; ; attempt++ {
+		if err := ctx.Err(); err != nil {
+			return resp.Value{}, err
+		}
+		addr := mv.Seeds[attempt%len(mv.Seeds)]
+		for hops := 0; hops < 4; hops++ {
+			v, err := mv.roundTrip(addr, args)
+			if err != nil {
+				last = err
+				break
+			}
+			if v.Kind != resp.Error {
+				return v, nil
+			}
+			msg := string(v.Str)
+			last = errors.New(msg)
+			if strings.HasPrefix(msg, "MOVED ") {
+				f := strings.Fields(msg)
+				addr = f[len(f)-1]
+				continue
+			}
+			if !strings.HasPrefix(msg, "UNAVAILABLE") && !strings.HasPrefix(msg, "TRYAGAIN") {
+				return v, last
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			return resp.Value{}, fmt.Errorf("%s %s: no leader answered within %v: %w", args[0], args[1], retryFor, last)
+		}
+		time.Sleep(pause)
+		pause = min(2*pause, 500*time.Millisecond)
+	}
+}
+
+func (mv *Mover) roundTrip(addr string, args [][]byte) (resp.Value, error) {
+	if mv.conns == nil {
+		mv.conns = map[string]*moverConn{}
+	}
+	c := mv.conns[addr]
+	if c == nil {
+		nc, err := net.DialTimeout("tcp", addr, 2*time.Second)
+		if err != nil {
+			return resp.Value{}, err
+		}
+		if mv.TLS != nil {
+			nc = tls.Client(nc, mv.TLS)
+		}
+		c = &moverConn{nc: nc, rd: resp.NewReader(nc, 0)}
+		if mv.Password != "" {
+			_ = nc.SetDeadline(time.Now().Add(5 * time.Second))
+			if _, err := nc.Write(resp.AppendCommand(nil, []byte("AUTH"), []byte(mv.Password))); err != nil {
+				nc.Close()
+				return resp.Value{}, err
+			}
+			if v, err := c.rd.ReadValue(); err != nil || v.Kind == resp.Error {
+				nc.Close()
+				return resp.Value{}, fmt.Errorf("auth at %s: %s %v", addr, v.Str, err)
+			}
+		}
+		mv.conns[addr] = c
+	}
+	_ = c.nc.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.nc.Write(resp.AppendCommand(nil, args...)); err != nil {
+		c.nc.Close()
+		delete(mv.conns, addr)
+		return resp.Value{}, err
+	}
+	v, err := c.rd.ReadValue()
+	if err != nil {
+		c.nc.Close()
+		delete(mv.conns, addr)
+		return resp.Value{}, err
+	}
+	// The next command may go on this connection while v is in use.
+	return v.Clone(), nil
+}
+
+func (mv *Mover) close() {
+	for a, c := range mv.conns {
+		c.nc.Close()
+		delete(mv.conns, a)
+	}
+}

@@ -1,0 +1,353 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/kefirdb/kefir/internal/kv"
+	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/shard"
+	"github.com/kefirdb/kefir/internal/storage"
+)
+
+// Slot moves at a node (docs/design/cluster.md). Each hosted group's replica
+// keeps its own slot table (kv/slots.go), changed only by ops in its log and
+// enforced at apply and read: the fence. This file is the node's side of it:
+//
+//   - routing by the hosted groups' tables, which override the static map
+//     (owner): a group that serves a slot at a higher epoch than the map
+//     knows wins, and a slot its source handed over while its destination
+//     (hosted here) has not taken it yet is "in flight": no group serves it,
+//     and the request is forwarded, which retries until one does;
+//   - a group's refusal (*kv.SlotError, from its fence) becomes the redirect
+//     to the group that serves the slot now (refusal): -MOVED for a cluster
+//     client, forwarding for the others;
+//   - the effective map CLUSTER SLOTS, SHARDS and NODES report (Slots);
+//   - the admin steps a move is made of (SlotTable, SlotWrite, SlotDump):
+//     a mover (mover.go, kefir cluster move-slots) drives them through
+//     KEFIR.SLOTS at each group's leader.
+
+// slotTabler is a replica whose engine keeps a slot table (vrshard).
+type slotTabler interface{ SlotTable() *kv.SlotTable }
+
+// table is g's slot table as its replica here applied it (nil: none).
+func (g *localGroup) table() *kv.SlotTable {
+	if g.tab == nil {
+		return nil
+	}
+	return g.tab.SlotTable()
+}
+
+// owner returns the group that serves slot by this node's best knowledge,
+// and whether the slot is in flight (handed over by a source, not yet taken
+// by its destination, which is hosted here and still importing).
+func (m *Multi) owner(slot uint16) (GroupID, bool) {
+	var best, handed GroupID
+	var bestEpoch, handedEpoch uint64
+	for _, g := range m.local {
+		t := g.table()
+		if t == nil {
+			continue
+		}
+		e := t.Entry(slot)
+		switch {
+		case e.State.Serves():
+			// At one epoch a destination that owns the slot wins over a
+			// source whose replica here has not applied its hand-over.
+			if best == 0 || e.Epoch > bestEpoch || (e.Epoch == bestEpoch && e.State == kv.SlotOwned) {
+				best, bestEpoch = g.spec.ID, e.Epoch
+			}
+		case e.State == kv.SlotNone && e.Peer != 0:
+			if handed == 0 || e.Epoch > handedEpoch {
+				handed, handedEpoch = GroupID(e.Peer), e.Epoch
+			}
+		}
+	}
+	if best != 0 && (handed == 0 || bestEpoch >= handedEpoch) {
+		return best, false
+	}
+	if handed != 0 {
+		if g := m.byID[handed]; g != nil {
+			if t := g.table(); t != nil && t.Entry(slot).State == kv.SlotImporting {
+				return handed, true
+			}
+		}
+		return handed, false
+	}
+	return m.slots.Owner(slot), false
+}
+
+// refusal turns group from's fence refusal of a request for slot into the
+// redirect to the group that serves it now; other errors get the slot
+// named (withSlot).
+func (m *Multi) refusal(err error, slot uint16, from GroupID) error {
+	se, ok := kv.ParseSlotError(err)
+	if !ok {
+		return withSlot(err, slot)
+	}
+	id, inFlight := m.owner(slot)
+	if id == from && !inFlight {
+		// This node's replica of the group that refused has not applied
+		// what its leader has: go by the refusal, which names the peer.
+		if se.Peer == 0 {
+			return &ReplyError{fmt.Sprintf("TRYAGAIN slot %d is not served by group %d (%v)", slot, from, err)}
+		}
+		id = GroupID(se.Peer)
+		if g := m.byID[id]; g != nil {
+			if t := g.table(); t != nil && t.Entry(slot).State == kv.SlotImporting {
+				inFlight = true
+			}
+		}
+	}
+	if inFlight {
+		return &NotLeaderError{Slot: slot, HasSlot: true}
+	}
+	leader, addr, _ := m.Leader(id)
+	return &NotLeaderError{Leader: leader, Addr: addr, Slot: slot, HasSlot: true}
+}
+
+// effective caches the map Slots builds, by the tables it was built from.
+type effective struct {
+	mu   sync.Mutex
+	tabs []*kv.SlotTable
+	m    *SlotMap
+}
+
+// Slots returns the slot map as this node routes by it: the static map
+// overridden by the hosted groups' tables (a slot in flight is shown at its
+// destination), at the highest epoch any of them knows.
+func (m *Multi) Slots() *SlotMap {
+	tabs := make([]*kv.SlotTable, len(m.local))
+	any := false
+	for i, g := range m.local {
+		tabs[i] = g.table()
+		any = any || tabs[i] != nil
+	}
+	if !any {
+		return m.slots
+	}
+	m.eff.mu.Lock()
+	defer m.eff.mu.Unlock()
+	if m.eff.m != nil && slices.Equal(tabs, m.eff.tabs) {
+		return m.eff.m
+	}
+	out := &SlotMap{Epoch: m.slots.Epoch, Groups: make([]GroupSpec, len(m.slots.Groups))}
+	for _, t := range tabs {
+		if t != nil {
+			out.Epoch = max(out.Epoch, t.Epoch())
+		}
+	}
+	idx := map[GroupID]int{}
+	for i, g := range m.slots.Groups {
+		out.Groups[i] = GroupSpec{ID: g.ID, Members: g.Members}
+		idx[g.ID] = i
+	}
+	for s := 0; s < Slots; s++ {
+		id, _ := m.owner(uint16(s))
+		i, ok := idx[id]
+		if !ok {
+			id, i = m.slots.Owner(uint16(s)), idx[m.slots.Owner(uint16(s))]
+		}
+		out.owner[s] = id
+		rs := out.Groups[i].Slots
+		if n := len(rs); n > 0 && int(rs[n-1].End) == s-1 {
+			rs[n-1].End = uint16(s)
+		} else {
+			out.Groups[i].Slots = append(rs, SlotRange{uint16(s), uint16(s)})
+		}
+	}
+	m.eff.tabs, m.eff.m = tabs, out
+	return out
+}
+
+// hosted returns hosted group id, or an error naming it.
+func (m *Multi) hosted(id GroupID) (*localGroup, error) {
+	g := m.byID[id]
+	if g == nil {
+		return nil, &ReplyError{fmt.Sprintf("ERR group %d is not hosted by this node", id)}
+	}
+	return g, nil
+}
+
+// leads returns nil if this node's replica of g leads it, else the
+// not-leader error that names the leader.
+func (m *Multi) leads(g *localGroup) error {
+	st := g.h.Group.State()
+	if st.Normal && st.Leader == m.self {
+		return nil
+	}
+	if !st.Normal || st.Leader == 0 {
+		return &NotLeaderError{}
+	}
+	return &NotLeaderError{Leader: st.Leader, Addr: m.members[st.Leader].ClientAddr}
+}
+
+// SlotTable returns group id's slot table as its leader here applied it
+// (nil: none yet).
+func (m *Multi) SlotTable(id GroupID) (*kv.SlotTable, error) {
+	g, err := m.hosted(id)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.leads(g); err != nil {
+		return nil, err
+	}
+	if g.tab == nil {
+		return nil, &ReplyError{fmt.Sprintf("ERR group %d's engine keeps no slot table", id)}
+	}
+	return g.table(), nil
+}
+
+// SlotWrite proposes a slot op (kv.KindSlotInit, KindSlotSet,
+// KindSlotImport) in group id's log, at its leader here.
+func (m *Multi) SlotWrite(ctx context.Context, id GroupID, op kv.Op) (kv.Result, error) {
+	if !kv.IsSlotKind(op.Kind) {
+		return kv.Result{}, fmt.Errorf("cluster: %s is not a slot op", op.Kind)
+	}
+	g, err := m.hosted(id)
+	if err != nil {
+		return kv.Result{}, err
+	}
+	if err := m.leads(g); err != nil {
+		return kv.Result{}, err
+	}
+	// Sync: a step is durable on a majority before the mover takes the next.
+	return g.h.Replica.Write(ctx, op, level.Sync, shard.ReqID{})
+}
+
+// Dump is one page of a group's keys of some slots (SlotDump): Entries
+// (kv.AppendSlotImport's triples) and Versions of those above the version
+// asked, Keys every key of the page, Next the cursor to go on from (nil:
+// done).
+type Dump struct {
+	Entries  [][]byte
+	Versions []uint64
+	Keys     [][]byte
+	Next     []byte
+	// At is the engine's last version before the page was read: a key
+	// written later may or may not be in it.
+	At uint64
+}
+
+// SlotsHandedOver returns nil if group id's leader here has handed every
+// slot of rs over (its fence froze them: the final copy reads a state no
+// write changes), else a TRYAGAIN error.
+func (m *Multi) SlotsHandedOver(id GroupID, rs []kv.SlotRange) error {
+	t, err := m.SlotTable(id)
+	if err != nil {
+		return err
+	}
+	for _, r := range rs {
+		for s := int(r.Start); s <= int(r.End); s++ {
+			if t == nil || t.Entry(uint16(s)).State != kv.SlotNone {
+				return &ReplyError{fmt.Sprintf("TRYAGAIN group %d has not handed slot %d over (yet)", id, s)}
+			}
+		}
+	}
+	return nil
+}
+
+// SlotDump returns a page of up to limit user keys of group id, from key
+// cursor on, whose slot is in slots, with the entries of those whose
+// version is above since. It reads the leader's engine as it stands: a
+// pre-copy reads a moving state (the keys written meanwhile are copied
+// again, their versions are above the pre-copy's start), the final copy
+// reads a state the source's fence has frozen.
+func (m *Multi) SlotDump(id GroupID, slots func(uint16) bool, cursor []byte, limit int, since uint64) (Dump, error) {
+	g, err := m.hosted(id)
+	if err != nil {
+		return Dump{}, err
+	}
+	if err := m.leads(g); err != nil {
+		return Dump{}, err
+	}
+	return DumpSlots(g.h.Engine, slots, cursor, limit, since)
+}
+
+// SlotClients returns group id's client-table rows (client id, row value)
+// as of version at (0: the latest), at its leader here: the request marks a
+// move takes to the destination (kv.AppendSlotClientMark). A row the engine
+// no longer retains at that version is not returned.
+func (m *Multi) SlotClients(id GroupID, at uint64) (ids []uint64, rows [][]byte, err error) {
+	g, err := m.hosted(id)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := m.leads(g); err != nil {
+		return nil, nil, err
+	}
+	err = g.h.Engine.Scan(kv.ClientRowPrefix, kv.ClientRowEnd, at, 0, func(k []byte, v storage.Value) bool {
+		if c, err := kv.ClientRowID(kv.ClientRowPrefix, k); err == nil {
+			ids = append(ids, c)
+			rows = append(rows, slices.Clone(v.Data))
+		}
+		return true
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("cluster: group %d's client rows: %w", id, err)
+	}
+	return ids, rows, nil
+}
+
+// DumpSlots is SlotDump over an engine.
+func DumpSlots(db *storage.DB, slots func(uint16) bool, cursor []byte, limit int, since uint64) (Dump, error) {
+	type rec struct {
+		key, meta, data []byte
+		ver             uint64
+	}
+	d := Dump{At: db.LastVersion()}
+	var recs []rec
+	resEnd := kv.PrefixEnd(kv.ReservedPrefix)
+	visit := func(k []byte, v storage.Value) bool {
+		if !slots(Slot(k)) {
+			return true
+		}
+		d.Keys = append(d.Keys, slices.Clone(k))
+		if v.Version > since {
+			recs = append(recs, rec{slices.Clone(k), slices.Clone(v.Meta), slices.Clone(v.Data), v.Version})
+		}
+		if len(d.Keys) >= limit {
+			d.Next = append(slices.Clone(k), 0)
+			return false
+		}
+		return true
+	}
+	// User keys sort around the reserved range; it is skipped.
+	if kv.IsReserved(cursor) {
+		cursor = resEnd
+	}
+	if string(cursor) < string(kv.ReservedPrefix) {
+		if err := db.Scan(cursor, kv.ReservedPrefix, 0, 0, visit); err != nil {
+			return Dump{}, fmt.Errorf("cluster: dump slots: %w", err)
+		}
+		cursor = resEnd
+	}
+	if d.Next == nil {
+		if err := db.Scan(cursor, nil, 0, 0, visit); err != nil {
+			return Dump{}, fmt.Errorf("cluster: dump slots: %w", err)
+		}
+	}
+	// A hash's fields are its rows, read after the key scan (no scan runs
+	// inside another's visit).
+	for _, r := range recs {
+		var fields [][]byte
+		if kv.MetaType(r.meta) == kv.TypeHash {
+			gen, err := kv.HashGen(r.data)
+			if err != nil {
+				return Dump{}, fmt.Errorf("cluster: dump slots: hash %q: %w", r.key, err)
+			}
+			p := kv.HashRowPrefix(gen)
+			if err := db.Scan(p, kv.PrefixEnd(p), 0, 0, func(k []byte, v storage.Value) bool {
+				fields = append(fields, slices.Clone(k[len(p):]), slices.Clone(v.Data))
+				return true
+			}); err != nil {
+				return Dump{}, fmt.Errorf("cluster: dump slots: hash %q: %w", r.key, err)
+			}
+		}
+		d.Entries = kv.AppendSlotImport(d.Entries, r.key, r.meta, r.data, fields, false)
+		d.Versions = append(d.Versions, r.ver)
+	}
+	return d, nil
+}
