@@ -48,6 +48,9 @@ func (k Kind) String() string {
 	if isScriptKind(k) {
 		return [...]string{"eval", "eval_ro"}[k-KindEval]
 	}
+	if isTxKind(k) {
+		return [...]string{"exec", "watch"}[k-KindExec]
+	}
 	return fmt.Sprintf("kind(%d)", k)
 }
 
@@ -56,7 +59,7 @@ func (k Kind) IsUpdate() bool {
 	if isExpiryKind(k) {
 		return k != KindTTL
 	}
-	return k >= KindSet && !isHashRead(k) && k != KindEvalRO
+	return k >= KindSet && !isHashRead(k) && k != KindEvalRO && k != KindWatch
 }
 
 // Cond is SET's condition.
@@ -208,6 +211,10 @@ func (op *Op) WrittenKeys() [][]byte {
 		if op.Delta >= 0 && op.Delta <= int64(len(op.Keys)) {
 			return op.Keys[:op.Delta]
 		}
+	case KindExec:
+		// Every key its commands and watches name (a superset of what it
+		// writes).
+		return op.Keys
 	}
 	return nil
 }
@@ -221,7 +228,7 @@ func (op *Op) RoutingKeys() (keys [][]byte, step int) {
 	switch {
 	case isHashWrite(op.Kind) || isHashRead(op.Kind):
 		return [][]byte{op.Key}, 1
-	case isScriptKind(op.Kind):
+	case RunsCommands(op.Kind):
 		if op.Delta >= 0 && op.Delta <= int64(len(op.Keys)) {
 			return op.Keys[:op.Delta], 1
 		}

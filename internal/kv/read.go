@@ -41,6 +41,8 @@ func Read(get Getter, scan Scanner, op *Op, maxScan int) (Result, error) {
 	switch op.Kind {
 	case KindEvalRO:
 		return readScript(get, op) // script.go
+	case KindWatch:
+		return readWatch(get, op) // tx.go
 	case KindTTL:
 		return readTTL(get, op)
 	case KindGet, KindStrlen:
@@ -153,7 +155,7 @@ func MultiKey(op *Op) bool {
 	switch op.Kind {
 	case KindScan, KindHGet, KindHLen, KindHGetAll, KindHScan, KindEvalRO:
 		return true // a hash read reads the metadata and rows of one state; a script, any keys
-	case KindMGet, KindExists:
+	case KindMGet, KindExists, KindWatch:
 		return len(op.Keys) > 1
 	}
 	return false

@@ -1,0 +1,222 @@
+package kv
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strconv"
+)
+
+// Transactions (MULTI/EXEC/WATCH; docs/design/transactions.md, issue 29).
+//
+// An EXEC is ONE op of the state machine, KindExec, shaped like a script
+// (script.go): the op carries the queued commands' argument vectors and the
+// connection's watches; every replica, at apply, first compares each watched
+// key's observation (Observe) with the state as of op−1 — any difference and
+// the transaction applies nothing and answers a null array — and otherwise
+// runs the commands in order over an overlay of the transaction's own writes.
+// All their records land at the op's version, after the last command. A
+// command's runtime error (WRONGTYPE, not an integer) is that command's
+// element of the reply and the others apply, as in Redis. The reply (RESP2,
+// ResReply) is cached in the client table like a script's, so a retried
+// request id is answered from it, never applied twice.
+//
+// Turning an argument vector into a kv op is internal/command's and
+// internal/script's (kv is a pure core and does not parse Redis commands):
+// internal/script registers the parser with RegisterCommands from its init,
+// next to the interpreter.
+
+// Transaction op kinds, from issue 29's block 136–159.
+const (
+	// KindExec is EXEC: Value is EncodeTx's encoding of the queued commands
+	// and the watches; Keys are every key the commands and the watches name
+	// (for routing: Delta is len(Keys), the declared keys as a script's).
+	// An update.
+	KindExec Kind = 136 + iota
+	// KindWatch is WATCH's read: for each of Keys, Observe's observation
+	// (Result.Array). A read, of one snapshot when there are several keys.
+	KindWatch
+	kindTxEnd
+)
+
+func isTxKind(k Kind) bool { return k >= KindExec && k < kindTxEnd }
+
+// RunsCommands reports whether ops of kind k run commands of their own over
+// an overlay: the scripts and EXEC. A router marks them DeclaredKeysOnly at a
+// node of several groups.
+func RunsCommands(k Kind) bool { return isScriptKind(k) || k == KindExec }
+
+// Watch is a watched key and what WATCH observed of it (Observe).
+type Watch struct {
+	Key, Seen []byte
+}
+
+// CommandRunner runs one command of a transaction, argv as the client sent
+// it, through exec (the transaction's overlay), and appends its reply (RESP2,
+// an error reply for a runtime error) to b. now is the op's clock (a SET EX
+// of the transaction expires relative to it). Deterministic: a function of
+// argv, now and what exec returns.
+type CommandRunner func(b []byte, argv [][]byte, now int64, exec ScriptExec) []byte
+
+var runCommand CommandRunner
+
+// RegisterCommands installs the command parser (internal/script's init). A
+// second registration panics.
+func RegisterCommands(r CommandRunner) {
+	if runCommand != nil {
+		panic("kv: transaction commands registered twice")
+	}
+	runCommand = r
+}
+
+// Observe is what a WATCH of key sees in the state get reads at now: a key
+// that is absent, deleted or expired is "not live" (one byte 0), whatever
+// version a store reports for its miss (a read path and an applier may report
+// a deletion's version differently); a live key is 1 and its version, which
+// every write of the key (a hash's too: it rewrites its metadata record)
+// changes. EXEC's apply compares the same function over the state as of op−1
+// with the bytes WATCH saw: different bytes, the key was modified (or
+// expired, as Redis 7 counts it).
+func Observe(get Getter, key []byte, now int64) ([]byte, error) {
+	if IsReserved(key) {
+		return []byte{0}, nil
+	}
+	_, _, ver, live, _, err := lookup(get, key, now)
+	if err != nil {
+		return nil, err
+	}
+	if !live {
+		return []byte{0}, nil
+	}
+	return binary.AppendUvarint([]byte{1}, ver), nil
+}
+
+// readWatch is Read's case for KindWatch.
+func readWatch(get Getter, op *Op) (Result, error) {
+	res := Result{Kind: ResArray, Array: make([][]byte, len(op.Keys))}
+	for i, k := range op.Keys {
+		seen, err := Observe(get, k, op.Now)
+		if err != nil {
+			return Result{}, err
+		}
+		res.Array[i] = seen
+		if len(seen) > 1 {
+			v, _ := binary.Uvarint(seen[1:])
+			res.Version = max(res.Version, v)
+		}
+	}
+	return res, nil
+}
+
+// MaxTxCommands bounds the commands of one transaction (and MaxTxWatches its
+// watches): the op is one log entry, applied in one step by every replica.
+const (
+	MaxTxCommands = 1 << 16
+	MaxTxWatches  = 1 << 16
+)
+
+// EncodeTx appends the encoding of a transaction's commands and watches to b:
+//
+//	ncmds uvarint | per command: argc uvarint, argc byte strings |
+//	nwatch uvarint | per watch: key, seen (byte strings)
+func EncodeTx(b []byte, cmds [][][]byte, watches []Watch) []byte {
+	b = binary.AppendUvarint(b, uint64(len(cmds)))
+	for _, argv := range cmds {
+		b = binary.AppendUvarint(b, uint64(len(argv)))
+		for _, a := range argv {
+			b = AppendBytes(b, a)
+		}
+	}
+	b = binary.AppendUvarint(b, uint64(len(watches)))
+	for _, w := range watches {
+		b = AppendBytes(b, w.Key)
+		b = AppendBytes(b, w.Seen)
+	}
+	return b
+}
+
+// ErrTxCorrupt: an EXEC op's Value does not decode (EncodeTx).
+var ErrTxCorrupt = fmt.Errorf("%w: undecodable transaction", ErrInvalidOp)
+
+// DecodeTx decodes EncodeTx's encoding, all of b. The slices alias b.
+func DecodeTx(b []byte) (cmds [][][]byte, watches []Watch, err error) {
+	d := Decoder{B: b}
+	n := d.Uvarint()
+	// Every command takes at least one byte: a count above what is left is
+	// corrupt (and must not size an allocation).
+	if d.Err != nil || n > MaxTxCommands || n > uint64(len(d.B)) {
+		return nil, nil, ErrTxCorrupt
+	}
+	cmds = make([][][]byte, n)
+	for i := range cmds {
+		argc := d.Uvarint()
+		if d.Err != nil || argc == 0 || argc > uint64(len(d.B)) {
+			return nil, nil, ErrTxCorrupt
+		}
+		argv := make([][]byte, argc)
+		for j := range argv {
+			argv[j] = d.Bytes()
+		}
+		if d.Err != nil {
+			return nil, nil, ErrTxCorrupt
+		}
+		cmds[i] = argv
+	}
+	nw := d.Uvarint()
+	if d.Err != nil || nw > MaxTxWatches || nw > uint64(len(d.B)) {
+		return nil, nil, ErrTxCorrupt
+	}
+	if nw > 0 {
+		watches = make([]Watch, nw)
+	}
+	for i := range watches {
+		watches[i] = Watch{Key: d.Bytes(), Seen: d.Bytes()}
+	}
+	if d.Err != nil || len(d.B) != 0 {
+		return nil, nil, ErrTxCorrupt
+	}
+	return cmds, watches, nil
+}
+
+// ErrNoTxCommands: no command parser is linked into this binary.
+var ErrNoTxCommands = errors.New("kv: transaction commands are not linked into this build")
+
+// NullArray is the reply of an EXEC whose watched key was modified (RESP2;
+// the front door writes RESP3's null for it).
+var NullArray = []byte("*-1\r\n")
+
+// applyExec is Apply's case for KindExec (see the top of this file).
+func applyExec(get Getter, version uint64, op *Op, maxValue int, emit Emit) (Result, error) {
+	if runCommand == nil {
+		return Result{}, fmt.Errorf("%w: %w", ErrInvalidOp, ErrNoTxCommands)
+	}
+	cmds, watches, err := DecodeTx(op.Value)
+	if err != nil {
+		return Result{}, err
+	}
+	o := *op // a copy, so that the callers' ops do not escape
+	if o.Delta != int64(len(o.Keys)) {
+		return Result{}, fmt.Errorf("%w: exec declares %d of %d keys", ErrInvalidOp, o.Delta, len(o.Keys))
+	}
+	for _, w := range watches {
+		seen, err := Observe(get, w.Key, o.Now)
+		if err != nil {
+			return Result{}, err
+		}
+		if !bytes.Equal(seen, w.Seen) {
+			return Result{Kind: ResReply, Bulk: NullArray}, nil
+		}
+	}
+	ov := newOverlay(get, version, &o, maxValue)
+	reply := append(strconv.AppendInt([]byte{'*'}, int64(len(cmds)), 10), '\r', '\n')
+	for _, argv := range cmds {
+		reply = runCommand(reply, argv, o.Now, ov.exec)
+	}
+	res := Result{Kind: ResReply, Bulk: reply, Version: ov.readVer}
+	if len(ov.order) > 0 {
+		res.Version = version
+	}
+	ov.emitAll(emit)
+	return res, nil
+}
