@@ -75,6 +75,12 @@ func (c *conn) writeForwarded(fc *cluster.Call, cmd int, session bool, _ replySh
 		c.writeErr(fc.Err)
 		return
 	}
+	if fc.Reply.Kind == resp.Null && (cmd == execSpec.ID || cmd == kefirExecSpec.ID) {
+		// The leader's *-1 (a watched key changed) reads as a null: an
+		// EXEC's is a null array ("*-1" in RESP2).
+		_ = c.w.WriteNullArray()
+		return
+	}
 	_ = c.w.WriteValue(fc.Reply)
 }
 

@@ -1,0 +1,208 @@
+package server
+
+import (
+	"io"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/kefirdb/kefir/internal/check"
+	"github.com/kefirdb/kefir/internal/mutation"
+	"github.com/kefirdb/kefir/internal/resp"
+)
+
+// MULTI queues, EXEC runs the queue as one op: the replies of its commands,
+// runtime and syntax errors as their elements (the others applied, as in
+// Redis); an unknown command, a wrong arity or a command a transaction
+// cannot hold aborts it at EXEC and nothing of it is applied.
+func TestMultiExec(t *testing.T) {
+	bothModels(t, func(t *testing.T) {
+		s := startServer(t, nil)
+		c := dial(t, s)
+		c.expect(`
+			SET counter 10 => OK
+			SET str abc => OK
+			EXEC => ERR EXEC without MULTI
+			DISCARD => ERR DISCARD without MULTI
+			UNWATCH => OK
+		`)
+		// As redis-py's pipeline() and go-redis's TxPipelined send it: one
+		// pipeline, MULTI, the commands, EXEC.
+		var buf []byte
+		for _, cmd := range [][]string{{"MULTI"}, {"INCR", "counter"}, {"SET", "other", "x"}, {"GET", "counter"},
+			{"NOSUCHCOMMAND"}, {"WATCH", "counter"}, {"MULTI"}, {"EXEC"}} {
+			buf = appendCmd(buf, cmd...)
+		}
+		if _, err := c.nc.Write(buf); err != nil {
+			t.Fatal(err)
+		}
+		for i, w := range []string{"OK", "QUEUED", "QUEUED", "QUEUED", "ERR unknown command*",
+			"ERR WATCH inside MULTI is not allowed", "ERR MULTI calls can not be nested", "EXECABORT Transaction discarded because of previous errors."} {
+			got := c.reply()
+			if got != w && !(strings.HasSuffix(w, "*") && strings.HasPrefix(got, strings.TrimSuffix(w, "*"))) {
+				t.Errorf("reply %d = %q, want %q", i, got, w)
+			}
+		}
+		c.expect(`
+			GET counter => "10"
+			EXISTS other => (integer) 0
+			MULTI => OK
+			INCR counter => QUEUED
+			SET counter => ERR wrong number of arguments for 'set' command
+			EXEC => EXECABORT*
+			MULTI => OK
+			EVAL x 0 => ERR command 'eval' can not be used inside MULTI*
+			EXEC => EXECABORT*
+			MULTI => OK
+			INCR counter => QUEUED
+			DISCARD => OK
+			GET counter => "10"
+			MULTI => OK
+			INCR counter => QUEUED
+			INCR str => QUEUED
+			SET other y BADOPT => QUEUED
+			HSET str f v => QUEUED
+			MGET counter other => QUEUED
+			SET other z => QUEUED
+			EXEC => [(integer) 11, ERR value is not an integer or out of range, ERR syntax error, WRONGTYPE Operation against a key holding the wrong kind of value, ["11", (nil)], OK]
+			GET other => "z"
+			MULTI => OK
+			EXEC => []
+		`)
+	})
+}
+
+// rawReplies reads exactly want's bytes from c's socket (the caller has read
+// every earlier reply) and compares them.
+func rawReplies(t *testing.T, c *client, want string) {
+	t.Helper()
+	b := make([]byte, len(want))
+	if _, err := io.ReadFull(c.nc, b); err != nil {
+		t.Fatal(err)
+	}
+	if string(b) != want {
+		t.Fatalf("replies %q, want %q", b, want)
+	}
+}
+
+// A watched key written by another connection (even with the value it had)
+// makes EXEC apply nothing and answer a null array: *-1 in RESP2, _ in RESP3.
+// EXEC, DISCARD and UNWATCH forget the watches.
+func TestWatchConflictAnswersNullArray(t *testing.T) {
+	s := startServer(t, nil)
+	a, b := dial(t, s), dial(t, s)
+	b.expect(`SET w 1 => OK`)
+	for _, proto := range []string{"2", "3"} {
+		c := dial(t, s)
+		c.send("HELLO", proto)
+		if _, err := c.rd.ReadValue(); err != nil {
+			t.Fatal(err)
+		}
+		null := map[string]string{"2": "*-1\r\n", "3": "_\r\n"}[proto]
+		c.nc.Write(appendCmd(appendCmd(nil, "WATCH", "w", "absent"), "GET", "w"))
+		rawReplies(t, c, "+OK\r\n$1\r\n1\r\n")
+		b.expect(`SET w 1 => OK`)
+		c.nc.Write(appendCmd(appendCmd(appendCmd(nil, "MULTI"), "SET", "r", proto), "EXEC"))
+		rawReplies(t, c, "+OK\r\n+QUEUED\r\n"+null)
+		// The watch is gone with EXEC: the same transaction now applies.
+		c.nc.Write(appendCmd(appendCmd(appendCmd(nil, "MULTI"), "SET", "r", proto), "EXEC"))
+		rawReplies(t, c, "+OK\r\n+QUEUED\r\n*1\r\n+OK\r\n")
+	}
+	a.expect(`
+		WATCH w => OK
+		UNWATCH => OK
+	`)
+	b.expect(`INCR w => (integer) 2`)
+	a.expect(`
+		MULTI => OK
+		GET w => QUEUED
+		EXEC => ["2"]
+		WATCH w => OK
+		MULTI => OK
+		DISCARD => OK
+	`)
+	b.expect(`INCR w => (integer) 3`)
+	a.expect(`
+		MULTI => OK
+		GET w => QUEUED
+		EXEC => ["3"]
+		WATCH absent => OK
+	`)
+	b.expect(`SET absent 1 => OK`) // a key created since WATCH counts as modified
+	a.expect(`
+		MULTI => OK
+		GET w => QUEUED
+		EXEC => (nil)
+	`)
+}
+
+// watchedIncrements runs clients×each WATCH/GET/MULTI/SET/EXEC increments of
+// one key concurrently, retrying on a null EXEC, and checks them
+// (check.Increments).
+func watchedIncrements(t *testing.T, s *Server, clients, each int) check.Verdict {
+	dial(t, s).expect(`SET cnt 0 => OK`)
+	var mu sync.Mutex
+	var committed []check.Increment
+	var wg sync.WaitGroup
+	for i := 0; i < clients; i++ {
+		c := dial(t, s)
+		wg.Add(1)
+		go func(id int) {
+			defer wg.Done()
+			for done := 0; done < each; {
+				c.send("WATCH", "cnt")
+				if got := c.reply(); got != "OK" {
+					t.Errorf("WATCH: %s", got)
+					return
+				}
+				v, err := strconv.ParseInt(strings.Trim(c.do("GET", "cnt"), `"`), 10, 64)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				c.nc.Write(appendCmd(appendCmd(appendCmd(nil, "MULTI"), "SET", "cnt", strconv.FormatInt(v+1, 10)), "EXEC"))
+				c.reply()
+				c.reply()
+				r, err := c.rd.ReadValue()
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if r.Kind == resp.Null {
+					continue // a conflict: retry
+				}
+				mu.Lock()
+				committed = append(committed, check.Increment{Client: id, Read: v})
+				mu.Unlock()
+				done++
+			}
+		}(i)
+	}
+	wg.Wait()
+	final, _ := strconv.ParseInt(strings.Trim(dial(t, s).do("GET", "cnt"), `"`), 10, 64)
+	return check.Increments("cnt", 0, committed, final)
+}
+
+func TestWatchedIncrementsLoseNothing(t *testing.T) {
+	s := startServer(t, nil)
+	if v := watchedIncrements(t, s, 4, 40); !v.OK {
+		t.Fatal(v.Err())
+	}
+}
+
+// The checker catches EXEC without its watches (the mutation
+// execSkipsWatches): increments are lost.
+func TestWatchedIncrementsCatchSkippedWatches(t *testing.T) {
+	mutation.Require(t)
+	mut.execSkipsWatches.Store(true)
+	defer mut.execSkipsWatches.Store(false)
+	s := startServer(t, nil)
+	for round := 0; round < 5; round++ {
+		if v := watchedIncrements(t, s, 4, 40); !v.OK {
+			t.Logf("caught: %v", v.Err())
+			return
+		}
+	}
+	t.Fatal("EXEC skipped its watches and no increment was lost in 5 rounds")
+}
