@@ -140,13 +140,15 @@ func TestWatchConflictAnswersNullArray(t *testing.T) {
 // watchedIncrements runs clients×each WATCH/GET/MULTI/SET/EXEC increments of
 // one key concurrently, retrying on a null EXEC, and checks them
 // (check.Increments).
-func watchedIncrements(t *testing.T, s *Server, clients, each int) check.Verdict {
+// Client i talks to nodes[i%len(nodes)].
+func watchedIncrements(t *testing.T, nodes []*Server, clients, each int) check.Verdict {
+	s := nodes[0]
 	dial(t, s).expect(`SET cnt 0 => OK`)
 	var mu sync.Mutex
 	var committed []check.Increment
 	var wg sync.WaitGroup
 	for i := 0; i < clients; i++ {
-		c := dial(t, s)
+		c := dial(t, nodes[i%len(nodes)])
 		wg.Add(1)
 		go func(id int) {
 			defer wg.Done()
@@ -186,9 +188,37 @@ func watchedIncrements(t *testing.T, s *Server, clients, each int) check.Verdict
 
 func TestWatchedIncrementsLoseNothing(t *testing.T) {
 	s := startServer(t, nil)
-	if v := watchedIncrements(t, s, 4, 40); !v.OK {
+	if v := watchedIncrements(t, []*Server{s}, 4, 40); !v.OK {
 		t.Fatal(v.Err())
 	}
+}
+
+// The same on a 3-replica group, a client on each node: the followers
+// forward WATCH (as KEFIR.WATCH, a linearizable read) and EXEC (as
+// KEFIR.EXEC, the whole transaction) to the leader.
+func TestWatchedIncrementsLoseNothingReplicated(t *testing.T) {
+	g := startGroup(t)
+	l := g.leader(t)
+	nodes := []*Server{g.nodes[l], g.nodes[(l+1)%3], g.nodes[(l+2)%3]}
+	if v := watchedIncrements(t, nodes, 3, 20); !v.OK {
+		t.Fatal(v.Err())
+	}
+	// A conflict seen through a follower: the watch is the leader's read,
+	// the comparison the state machine's.
+	f, o := dial(t, nodes[1]), dial(t, nodes[2])
+	f.expect(`
+		WATCH cnt => OK
+		MULTI => OK
+		INCR cnt => QUEUED
+	`)
+	o.expect(`INCR cnt => (integer) 61`)
+	f.expect(`
+		EXEC => (nil)
+		GET cnt => "61"
+		MULTI => OK
+		INCR cnt => QUEUED
+		EXEC => [(integer) 62]
+	`)
 }
 
 // The checker catches EXEC without its watches (the mutation
@@ -199,7 +229,7 @@ func TestWatchedIncrementsCatchSkippedWatches(t *testing.T) {
 	defer mut.execSkipsWatches.Store(false)
 	s := startServer(t, nil)
 	for round := 0; round < 5; round++ {
-		if v := watchedIncrements(t, s, 4, 40); !v.OK {
+		if v := watchedIncrements(t, []*Server{s}, 4, 40); !v.OK {
 			t.Logf("caught: %v", v.Err())
 			return
 		}
