@@ -40,9 +40,17 @@ func (s *store) eval(t *testing.T, kind kv.Kind, body string, nkeys int, now int
 	for _, a := range args {
 		op.Keys = append(op.Keys, []byte(a))
 	}
+	return s.apply(t, &op, body)
+}
+
+// apply applies op at the next version, keeps its records and returns its
+// reply (a ResReply's bytes) and records; what names op in a failure.
+func (s *store) apply(t *testing.T, op *kv.Op, what string) (string, []emitted) {
+	t.Helper()
+	body := what
 	s.ver++
 	var out []emitted
-	res, err := kv.Apply(s.get, s.ver, &op, 1<<20, func(key, value, meta []byte, tomb bool) {
+	res, err := kv.Apply(s.get, s.ver, op, 1<<20, func(key, value, meta []byte, tomb bool) {
 		out = append(out, emitted{string(key), string(value), string(meta), tomb})
 	})
 	if err != nil {

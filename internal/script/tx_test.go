@@ -47,25 +47,7 @@ func (s *store) watch(t *testing.T, now int64, keys ...string) []kv.Watch {
 func (s *store) exec(t *testing.T, now int64, txt string, ws []kv.Watch) (string, []emitted) {
 	t.Helper()
 	op := kv.Op{Kind: kv.KindExec, Value: kv.EncodeTx(nil, cmds(txt), ws), Now: now}
-	s.ver++
-	var out []emitted
-	res, err := kv.Apply(s.get, s.ver, &op, 1<<20, func(key, value, meta []byte, tomb bool) {
-		out = append(out, emitted{string(key), string(value), string(meta), tomb})
-	})
-	if err != nil {
-		t.Fatalf("%q: %v", txt, err)
-	}
-	if res.Kind != kv.ResReply {
-		t.Fatalf("%q: result kind %d", txt, res.Kind)
-	}
-	for _, e := range out {
-		if e.tomb {
-			delete(s.m, e.key)
-		} else {
-			s.m[e.key] = rec{[]byte(e.value), []byte(e.meta), s.ver}
-		}
-	}
-	return string(res.Bulk), out
+	return s.apply(t, &op, txt)
 }
 
 // A transaction's commands run in order over their own writes; their

@@ -61,26 +61,12 @@ func (c *conn) queueTx(spec *command.Spec, args [][]byte) error {
 		}
 	}
 	c.tx.cmds = append(c.tx.cmds, argv)
-	c.tx.keys = append(c.tx.keys, specKeys(spec, argv)...)
+	forSpecKeys(spec, argv, func(k []byte) bool { // cluster.go
+		c.tx.keys = append(c.tx.keys, k)
+		return true
+	})
 	c.flushWrites()
 	return c.w.WriteSimple("QUEUED")
-}
-
-// specKeys are the keys args names by spec's key positions (COMMAND's).
-func specKeys(spec *command.Spec, args [][]byte) [][]byte {
-	if spec.FirstKey <= 0 || spec.FirstKey >= len(args) {
-		return nil
-	}
-	last := spec.LastKey
-	if last < 0 {
-		last += len(args)
-	}
-	last = min(last, len(args)-1)
-	var ks [][]byte
-	for i := spec.FirstKey; i <= last; i += max(spec.KeyStep, 1) {
-		ks = append(ks, args[i])
-	}
-	return ks
 }
 
 // resetTx ends the transaction and forgets the watches.

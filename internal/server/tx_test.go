@@ -90,6 +90,10 @@ func rawReplies(t *testing.T, c *client, want string) {
 // makes EXEC apply nothing and answer a null array: *-1 in RESP2, _ in RESP3.
 // EXEC, DISCARD and UNWATCH forget the watches.
 func TestWatchConflictAnswersNullArray(t *testing.T) {
+	bothModels(t, watchConflict)
+}
+
+func watchConflict(t *testing.T) {
 	s := startServer(t, nil)
 	a, b := dial(t, s), dial(t, s)
 	b.expect(`SET w 1 => OK`)
