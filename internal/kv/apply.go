@@ -69,7 +69,7 @@ func Apply(get Getter, version uint64, op *Op, maxValue int, emit Emit) (Result,
 		return applyScriptOp(get, version, op, maxValue, emit) // script.go
 	}
 	if op.Kind == KindExec {
-		return applyExec(get, version, op, maxValue, emit) // tx.go
+		return applyExec(get, nil, version, op, maxValue, emit) // tx.go; ApplyWith passes a Lister
 	}
 	switch op.Kind {
 	case KindSet:

@@ -123,6 +123,8 @@ func ApplyWithOptions(get Getter, list Lister, has Prober, version uint64, op *O
 		return applyFlush(get, list, version, emit)
 	case op.Kind == KindCopy:
 		return applyMove(get, list, version, op, emit)
+	case op.Kind == KindExec:
+		return applyExec(get, list, version, op, maxValue, emit) // tx.go
 	case isHashWrite(op.Kind):
 		return applyHash(get, has, version, op, emit, o.SparseHashMeta)
 	}

@@ -304,5 +304,6 @@ func (op *Op) CheckSizes(maxKey, maxVal int) error {
 func (op *Op) WritesAll() bool { return op.Kind == KindFlush || op.Kind == KindEval }
 
 // Lists reports whether op needs the caller's key Lister (ApplyWith): a
-// flush lists the keyspace, a COPY the rows of a hash it may copy.
-func (op *Op) Lists() bool { return op.Kind == KindFlush || op.Kind == KindCopy }
+// flush lists the keyspace, a COPY the rows of a hash it may copy, an EXEC
+// those of a hash it watches (Observe).
+func (op *Op) Lists() bool { return op.Kind == KindFlush || op.Kind == KindCopy || op.Kind == KindExec }

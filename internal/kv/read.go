@@ -42,7 +42,7 @@ func Read(get Getter, scan Scanner, op *Op, maxScan int) (Result, error) {
 	case KindEvalRO:
 		return readScript(get, op) // script.go
 	case KindWatch:
-		return readWatch(get, op) // tx.go
+		return readWatch(get, scan, op) // tx.go
 	case KindTTL:
 		return readTTL(get, op)
 	case KindGet, KindStrlen:
@@ -153,9 +153,9 @@ const scanArrayHint = 64
 // state that never existed.
 func MultiKey(op *Op) bool {
 	switch op.Kind {
-	case KindScan, KindHGet, KindHLen, KindHGetAll, KindHScan, KindEvalRO:
-		return true // a hash read reads the metadata and rows of one state; a script, any keys
-	case KindMGet, KindExists, KindWatch:
+	case KindScan, KindHGet, KindHLen, KindHGetAll, KindHScan, KindEvalRO, KindWatch:
+		return true // a hash read (and a watch: of a hash) reads the metadata and rows of one state; a script, any keys
+	case KindMGet, KindExists:
 		return len(op.Keys) > 1
 	}
 	return false

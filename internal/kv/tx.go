@@ -73,30 +73,88 @@ func RegisterCommands(r CommandRunner) {
 // Observe is what a WATCH of key sees in the state get reads at now: a key
 // that is absent, deleted or expired is "not live" (one byte 0), whatever
 // version a store reports for its miss (a read path and an applier may report
-// a deletion's version differently); a live key is 1 and its version, which
-// every write of the key (a hash's too: it rewrites its metadata record)
-// changes. EXEC's apply compares the same function over the state as of op−1
-// with the bytes WATCH saw: different bytes, the key was modified (or
-// expired, as Redis 7 counts it).
-func Observe(get Getter, key []byte, now int64) ([]byte, error) {
+// a deletion's version differently); a live key is 1 and the highest version
+// of its records, which every write of the key changes. EXEC's apply
+// compares the same function over the state as of op−1 with the bytes WATCH
+// saw: different bytes, the key was modified (or expired, as Redis 7 counts
+// it).
+//
+// A hash's records are its metadata record and its field rows; rows gives
+// the highest version among the live rows in [start, end). A replica group
+// rewrites the metadata at every hash write, but a single node writes only
+// the rows of an HSET of existing fields (ApplyOptions.SparseHashMeta), so
+// the rows must be looked at: a WATCH of a hash costs a walk of its fields,
+// at WATCH and at EXEC.
+func Observe(get Getter, rows func(start, end []byte) (uint64, error), key []byte, now int64) ([]byte, error) {
 	if IsReserved(key) {
 		return []byte{0}, nil
 	}
-	_, _, ver, live, _, err := lookup(get, key, now)
+	data, meta, ver, live, _, err := lookup(get, key, now)
 	if err != nil {
 		return nil, err
 	}
 	if !live {
 		return []byte{0}, nil
 	}
+	if MetaType(meta) == TypeHash {
+		gen, _, err := decodeHashMeta(data)
+		if err != nil {
+			return nil, err
+		}
+		p := HashRowPrefix(gen)
+		rv, err := rows(p, PrefixEnd(p))
+		if err != nil {
+			return nil, err
+		}
+		ver = max(ver, rv)
+	}
 	return binary.AppendUvarint([]byte{1}, ver), nil
 }
 
+// scanRows is Observe's rows for a reader: the highest version scan visits.
+func scanRows(scan Scanner) func(start, end []byte) (uint64, error) {
+	return func(start, end []byte) (uint64, error) {
+		if scan == nil {
+			return 0, fmt.Errorf("%w: a watch of a hash needs a scanner", ErrInvalidOp)
+		}
+		var v uint64
+		err := scan(start, end, 0, func(_, _, _ []byte, ver uint64) bool {
+			v = max(v, ver)
+			return true
+		})
+		return v, err
+	}
+}
+
+// listRows is Observe's rows for an applier: the rows list names, read
+// through get (a listed key may be deleted).
+func listRows(get Getter, list Lister) func(start, end []byte) (uint64, error) {
+	return func(start, end []byte) (uint64, error) {
+		if list == nil {
+			return 0, fmt.Errorf("%w: an exec watching a hash needs a lister", ErrInvalidOp)
+		}
+		var v uint64
+		var gerr error
+		err := list(start, end, func(k []byte) bool {
+			_, _, ver, ok, err := get(k)
+			if err != nil {
+				gerr = err
+				return false
+			}
+			if ok {
+				v = max(v, ver)
+			}
+			return true
+		})
+		return v, errors.Join(err, gerr)
+	}
+}
+
 // readWatch is Read's case for KindWatch.
-func readWatch(get Getter, op *Op) (Result, error) {
+func readWatch(get Getter, scan Scanner, op *Op) (Result, error) {
 	res := Result{Kind: ResArray, Array: make([][]byte, len(op.Keys))}
 	for i, k := range op.Keys {
-		seen, err := Observe(get, k, op.Now)
+		seen, err := Observe(get, scanRows(scan), k, op.Now)
 		if err != nil {
 			return Result{}, err
 		}
@@ -187,7 +245,7 @@ var ErrNoTxCommands = errors.New("kv: transaction commands are not linked into t
 var NullArray = []byte("*-1\r\n")
 
 // applyExec is Apply's case for KindExec (see the top of this file).
-func applyExec(get Getter, version uint64, op *Op, maxValue int, emit Emit) (Result, error) {
+func applyExec(get Getter, list Lister, version uint64, op *Op, maxValue int, emit Emit) (Result, error) {
 	if runCommand == nil {
 		return Result{}, fmt.Errorf("%w: %w", ErrInvalidOp, ErrNoTxCommands)
 	}
@@ -200,7 +258,7 @@ func applyExec(get Getter, version uint64, op *Op, maxValue int, emit Emit) (Res
 		return Result{}, fmt.Errorf("%w: exec declares %d of %d keys", ErrInvalidOp, o.Delta, len(o.Keys))
 	}
 	for _, w := range watches {
-		seen, err := Observe(get, w.Key, o.Now)
+		seen, err := Observe(get, listRows(get, list), w.Key, o.Now)
 		if err != nil {
 			return Result{}, err
 		}

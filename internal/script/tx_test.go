@@ -31,7 +31,7 @@ func (s *store) watch(t *testing.T, now int64, keys ...string) []kv.Watch {
 	for _, k := range keys {
 		op.Keys = append(op.Keys, []byte(k))
 	}
-	res, err := kv.Read(s.get, nil, &op, 0)
+	res, err := kv.Read(s.get, s.scan, &op, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,6 +102,8 @@ func TestWatchConflicts(t *testing.T) {
 		{"expiry set", "SET w 1", "PEXPIRE w 100000", 1000, true, false},
 		{"expired before watch", "SET w 1 PX 10", "", 2000, false, true},
 		{"hash field written", "HSET w f 1", "HSET w g 2", 1000, true, false},
+		{"hash field rewritten", "HSET w f 1", "HSET w f 2", 1000, true, false},
+		{"other hash written", "HSET w f 1", "HSET o f 2", 1000, false, false},
 		{"no-op write", "SET w 1", "SET w 2 NX", 1000, false, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {

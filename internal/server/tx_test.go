@@ -139,6 +139,21 @@ func watchConflict(t *testing.T) {
 		GET w => QUEUED
 		EXEC => (nil)
 	`)
+	// An HSET of an existing field: a single node writes only the field's
+	// row (kv.ApplyOptions.SparseHashMeta), not the hash's metadata record,
+	// and it is a modification all the same (kv.Observe walks the rows).
+	b.expect(`HSET h f 1 g 1 => (integer) 2`)
+	a.expect(`WATCH h => OK`)
+	b.expect(`HSET h f 2 => (integer) 0`)
+	a.expect(`
+		MULTI => OK
+		HGET h f => QUEUED
+		EXEC => (nil)
+		WATCH h => OK
+		MULTI => OK
+		HGET h f => QUEUED
+		EXEC => ["2"]
+	`)
 }
 
 // watchedIncrements runs clients×each WATCH/GET/MULTI/SET/EXEC increments of
