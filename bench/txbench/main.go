@@ -1,6 +1,6 @@
 // Command txbench measures MULTI/EXEC against a RESP server (Kefir or
 // Redis): -c connections each send "MULTI; INCR k; INCR k; EXEC" (or, with
-// -plain, "INCR k; INCR k") as one pipelined request and wait for its
+// -plain, "INCR k; INCR k"; -cmd GET: GETs) as one pipelined request and wait for its
 // replies, for -d; it prints transactions/s and, given -pid, the server's
 // CPU time per transaction (utime+stime from /proc, docs/design/transactions.md).
 package main
@@ -24,13 +24,29 @@ func main() {
 	conns := flag.Int("c", 8, "connections")
 	dur := flag.Duration("d", 5*time.Second, "duration")
 	pids := flag.String("pid", "", "server process ids (comma-separated) whose CPU time is measured")
-	plain := flag.Bool("plain", false, "INCR k; INCR k without MULTI/EXEC (a pipeline)")
+	plain := flag.Bool("plain", false, "the two commands without MULTI/EXEC (a pipeline)")
+	cmd := flag.String("cmd", "INCR", "the command sent twice: INCR (k) or GET (k, set to 1 first)")
 	flag.Parse()
-	req := "*1\r\n$5\r\nMULTI\r\n*2\r\n$4\r\nINCR\r\n$1\r\nk\r\n*2\r\n$4\r\nINCR\r\n$1\r\nk\r\n*1\r\n$4\r\nEXEC\r\n"
+	one := fmt.Sprintf("*2\r\n$%d\r\n%s\r\n$1\r\nk\r\n", len(*cmd), *cmd)
+	req := "*1\r\n$5\r\nMULTI\r\n" + one + one + "*1\r\n$4\r\nEXEC\r\n"
 	lines := 6 // +OK, +QUEUED, +QUEUED, *2, :n, :n
+	if *cmd == "GET" {
+		lines = 8 // the two bulks take two lines each
+	}
 	if *plain {
-		req = "*2\r\n$4\r\nINCR\r\n$1\r\nk\r\n*2\r\n$4\r\nINCR\r\n$1\r\nk\r\n"
-		lines = 2
+		req = one + one
+		lines = (lines - 4) * 1
+		if *cmd == "GET" {
+			lines = 4
+		}
+	}
+	if *cmd == "GET" {
+		nc, err := net.Dial("tcp", *addr)
+		if err == nil {
+			_, _ = nc.Write([]byte("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\n1\r\n"))
+			_, _ = bufio.NewReader(nc).ReadBytes('\n')
+			nc.Close()
+		}
 	}
 	var done atomic.Int64
 	var stop atomic.Bool
