@@ -178,6 +178,7 @@ var table = []Spec{
 	{Name: "WATCH", Arity: -2, Class: Read, Flags: MultiKey, FirstKey: 1, LastKey: -1, KeyStep: 1, Summary: "make the next EXEC fail if one of these keys changes before it"},
 	{Name: "UNWATCH", Arity: 1, Class: Admin, Flags: Fast, Summary: "forget the watched keys"},
 	{Name: "KEFIR.EXEC", Arity: -2, Class: NonNilextUpdate, Flags: MultiKey, FirstKey: 2, LastKey: -1, KeyStep: 1, Summary: "internal: a whole transaction (what EXEC proposes and a follower forwards): KEFIR.EXEC <encoded> key ..."},
+	{Name: "KEFIR.EXECRO", Arity: -2, Class: Read, Flags: MultiKey, FirstKey: 2, LastKey: -1, KeyStep: 1, Summary: "internal: a transaction of reads only, served as a read: KEFIR.EXECRO <encoded> key ..."},
 	{Name: "KEFIR.WATCH", Arity: -2, Class: Read, Flags: MultiKey, FirstKey: 1, LastKey: -1, KeyStep: 1, Summary: "internal: what WATCH observes of each key (a follower asks the leader)"},
 }
 

@@ -49,7 +49,7 @@ func (k Kind) String() string {
 		return [...]string{"eval", "eval_ro"}[k-KindEval]
 	}
 	if isTxKind(k) {
-		return [...]string{"exec", "watch"}[k-KindExec]
+		return [...]string{"exec", "watch", "exec_ro"}[k-KindExec]
 	}
 	return fmt.Sprintf("kind(%d)", k)
 }
@@ -59,7 +59,7 @@ func (k Kind) IsUpdate() bool {
 	if isExpiryKind(k) {
 		return k != KindTTL
 	}
-	return k >= KindSet && !isHashRead(k) && k != KindEvalRO && k != KindWatch
+	return k >= KindSet && !isHashRead(k) && k != KindEvalRO && k != KindWatch && k != KindExecRO
 }
 
 // Cond is SET's condition.

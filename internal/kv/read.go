@@ -43,6 +43,8 @@ func Read(get Getter, scan Scanner, op *Op, maxScan int) (Result, error) {
 		return readScript(get, op) // script.go
 	case KindWatch:
 		return readWatch(get, scan, op) // tx.go
+	case KindExecRO:
+		return readExec(get, scan, op) // tx.go
 	case KindTTL:
 		return readTTL(get, op)
 	case KindGet, KindStrlen:
@@ -153,7 +155,7 @@ const scanArrayHint = 64
 // state that never existed.
 func MultiKey(op *Op) bool {
 	switch op.Kind {
-	case KindScan, KindHGet, KindHLen, KindHGetAll, KindHScan, KindEvalRO, KindWatch:
+	case KindScan, KindHGet, KindHLen, KindHGetAll, KindHScan, KindEvalRO, KindWatch, KindExecRO:
 		return true // a hash read (and a watch: of a hash) reads the metadata and rows of one state; a script, any keys
 	case KindMGet, KindExists:
 		return len(op.Keys) > 1

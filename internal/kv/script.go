@@ -108,6 +108,10 @@ type overlay struct {
 	readVer  uint64
 	gens     uint32 // hashes created so far: each gets its own generation (newHashGen)
 	batch    []staged
+	// scan, if set, serves the point range reads (a hash's field row) of
+	// keys the overlay does not hold: a reader's getter may hide reserved
+	// keys (a read-only transaction, KindExecRO, reads rows so).
+	scan Scanner
 }
 
 type staged struct {
@@ -131,6 +135,9 @@ func (o *overlay) view(key []byte) ([]byte, []byte, uint64, bool, error) {
 func (o *overlay) point(start, end []byte, limit int, visit func(key, data, meta []byte, version uint64) bool) error {
 	if len(end) != len(start)+1 || end[len(start)] != 0 || !bytes.HasPrefix(end, start) {
 		return fmt.Errorf("%w: a range read in a script", ErrInvalidOp)
+	}
+	if _, mine := o.writes[string(start)]; !mine && o.scan != nil {
+		return o.scan(start, end, limit, visit)
 	}
 	data, meta, ver, ok, err := o.view(start)
 	if err != nil || !ok {
@@ -158,7 +165,7 @@ func (o *overlay) exec(sub *Op) (Result, error) {
 		o.readVer = max(o.readVer, res.Version)
 		return res, err
 	}
-	if op.Kind == KindEvalRO {
+	if op.Kind == KindEvalRO || op.Kind == KindExecRO {
 		return Result{}, ErrScriptReadOnly
 	}
 	if sub.Kind == KindFlush || RunsCommands(sub.Kind) || sub.Kind == KindExpireIfDue {

@@ -37,6 +37,10 @@ const (
 	// KindWatch is WATCH's read: for each of Keys, Observe's observation
 	// (Result.Array). A read, of one snapshot when there are several keys.
 	KindWatch
+	// KindExecRO is an EXEC whose commands are all reads, laid out as
+	// KindExec's: served as a read (Read; one snapshot) at the connection's
+	// level rather than logged. A write in it is refused.
+	KindExecRO
 	kindTxEnd
 )
 
@@ -45,7 +49,7 @@ func isTxKind(k Kind) bool { return k >= KindExec && k < kindTxEnd }
 // RunsCommands reports whether ops of kind k run commands of their own over
 // an overlay: the scripts and EXEC. A router marks them DeclaredKeysOnly at a
 // node of several groups.
-func RunsCommands(k Kind) bool { return isScriptKind(k) || k == KindExec }
+func RunsCommands(k Kind) bool { return isScriptKind(k) || k == KindExec || k == KindExecRO }
 
 // Watch is a watched key and what WATCH observed of it (Observe).
 type Watch struct {
@@ -246,35 +250,54 @@ var NullArray = []byte("*-1\r\n")
 
 // applyExec is Apply's case for KindExec (see the top of this file).
 func applyExec(get Getter, list Lister, version uint64, op *Op, maxValue int, emit Emit) (Result, error) {
+	o := *op // a copy, so that the callers' ops do not escape
+	res, ov, err := runExec(get, nil, listRows(get, list), version, &o, maxValue)
+	if err == nil && ov != nil {
+		ov.emitAll(emit)
+	}
+	return res, err
+}
+
+// readExec is Read's case for KindExecRO.
+func readExec(get Getter, scan Scanner, op *Op) (Result, error) {
+	o := *op
+	res, _, err := runExec(get, scan, scanRows(scan), 0, &o, 0)
+	return res, err
+}
+
+// runExec compares op's watches with the state get reads (rows: a hash's
+// rows, Observe) and, if none changed, runs its commands over an overlay,
+// which it returns (nil: a watched key changed, nothing to emit). scan, a
+// reader's, serves the commands' reads of hash rows.
+func runExec(get Getter, scan Scanner, rows func(start, end []byte) (uint64, error), version uint64, op *Op, maxValue int) (Result, *overlay, error) {
 	if runCommand == nil {
-		return Result{}, fmt.Errorf("%w: %w", ErrInvalidOp, ErrNoTxCommands)
+		return Result{}, nil, fmt.Errorf("%w: %w", ErrInvalidOp, ErrNoTxCommands)
 	}
 	cmds, watches, err := DecodeTx(op.Value)
 	if err != nil {
-		return Result{}, err
+		return Result{}, nil, err
 	}
-	o := *op // a copy, so that the callers' ops do not escape
-	if o.Delta != int64(len(o.Keys)) {
-		return Result{}, fmt.Errorf("%w: exec declares %d of %d keys", ErrInvalidOp, o.Delta, len(o.Keys))
+	if op.Delta != int64(len(op.Keys)) {
+		return Result{}, nil, fmt.Errorf("%w: exec declares %d of %d keys", ErrInvalidOp, op.Delta, len(op.Keys))
 	}
 	for _, w := range watches {
-		seen, err := Observe(get, listRows(get, list), w.Key, o.Now)
+		seen, err := Observe(get, rows, w.Key, op.Now)
 		if err != nil {
-			return Result{}, err
+			return Result{}, nil, err
 		}
 		if !bytes.Equal(seen, w.Seen) {
-			return Result{Kind: ResReply, Bulk: NullArray}, nil
+			return Result{Kind: ResReply, Bulk: NullArray}, nil, nil
 		}
 	}
-	ov := newOverlay(get, version, &o, maxValue)
+	ov := newOverlay(get, version, op, maxValue)
+	ov.scan = scan
 	reply := append(strconv.AppendInt([]byte{'*'}, int64(len(cmds)), 10), '\r', '\n')
 	for _, argv := range cmds {
-		reply = runCommand(reply, argv, o.Now, ov.exec)
+		reply = runCommand(reply, argv, op.Now, ov.exec)
 	}
 	res := Result{Kind: ResReply, Bulk: reply, Version: ov.readVer}
 	if len(ov.order) > 0 {
 		res.Version = version
 	}
-	ov.emitAll(emit)
-	return res, nil
+	return res, ov, nil
 }

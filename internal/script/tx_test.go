@@ -192,3 +192,30 @@ func TestQueueable(t *testing.T) {
 		}
 	}
 }
+
+// A transaction of reads (KindExecRO) is a read: kv.Read runs it over the
+// reader's state (a hash's rows through its scanner), its watches compared
+// there; a write in one is refused.
+func TestReadOnlyExec(t *testing.T) {
+	s := newStore()
+	s.exec(t, 1000, "SET k 1; HSET h f v", nil)
+	ws := s.watch(t, 1000, "k", "h")
+	read := func(txt string, ws []kv.Watch) string {
+		op := kv.Op{Kind: kv.KindExecRO, Value: kv.EncodeTx(nil, cmds(txt), ws), Now: 1000}
+		res, err := kv.Read(s.get, s.scan, &op, 0)
+		if err != nil || res.Kind != kv.ResReply {
+			t.Fatalf("%q: %+v, %v", txt, res, err)
+		}
+		return string(res.Bulk)
+	}
+	if got := read("GET k; HGET h f; SET k 2", ws); got != "*3\r\n$1\r\n1\r\n$1\r\nv\r\n-ERR Write commands are not allowed from read-only scripts.\r\n" {
+		t.Fatalf("read-only exec: %q", got)
+	}
+	s.exec(t, 1000, "HSET h f w", nil)
+	if got := read("GET k", ws); got != "*-1\r\n" {
+		t.Fatalf("a watched hash changed: %q", got)
+	}
+	if kv.KindExecRO.IsUpdate() || !kv.MultiKey(&kv.Op{Kind: kv.KindExecRO}) {
+		t.Fatal("a read-only exec is a read of one snapshot")
+	}
+}

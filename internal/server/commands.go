@@ -95,6 +95,8 @@ func parseRead(spec *command.Spec, args [][]byte) (kv.Op, error) {
 		return kv.Op{Kind: kv.KindExists, Keys: args[1:]}, nil
 	case "KEFIR.WATCH":
 		return kv.Op{Kind: kv.KindWatch, Keys: args[1:]}, nil // tx.go
+	case "KEFIR.EXECRO":
+		return parseExec(args, nil) // tx.go
 	case "KEFIR.SCAN":
 		op := kv.Op{Kind: kv.KindScan, Key: args[1]}
 		if len(args[2]) > 0 {

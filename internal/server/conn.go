@@ -729,6 +729,15 @@ func (c *conn) queueWrite(spec *command.Spec, args [][]byte, o callOpts) {
 		// (tx.go), parsed, logged and forwarded as one.
 		if !c.multi {
 			err = errf("ERR EXEC without MULTI")
+		} else if !c.tx.writes && !c.tx.dirty {
+			// Only reads: served as a read (KEFIR.EXECRO), not logged.
+			c.flushWrites()
+			if args, err = c.execArgs(); err == nil {
+				args[0] = kefirExecROName
+				if err = c.read(kefirExecROSpec, args, o); err == nil {
+					return
+				}
+			}
 		} else if args, err = c.execArgs(); err == nil {
 			op, err = parseExec(args, &c.arena)
 		}

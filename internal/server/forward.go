@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"errors"
 
 	"github.com/kefirdb/kefir/internal/cluster"
@@ -107,6 +108,9 @@ func (c *conn) forwardRead(args [][]byte, cons level.Consistency, sess shard.Ses
 		_ = c.w.WriteBulkString(fc.NewSess.String())
 	} else {
 		c.sess = fc.NewSess
+	}
+	if fc.Reply.Kind == resp.Null && bytes.Equal(args[0], kefirExecROName) {
+		return c.w.WriteNullArray() // an EXEC's null is an array's (writeForwarded)
 	}
 	return c.w.WriteValue(fc.Reply)
 }

@@ -32,6 +32,8 @@ type txState struct {
 	cmds  [][][]byte
 	keys  [][]byte
 	dirty bool
+	// writes: a queued command is not a read (else EXEC is a read).
+	writes bool
 	// watches are WATCH's observations, in order.
 	watches []kv.Watch
 }
@@ -40,8 +42,11 @@ var (
 	execSpec      = command.MustLookup("EXEC")
 	watchSpec     = command.MustLookup("WATCH")
 	kefirExecSpec = command.MustLookup("KEFIR.EXEC")
-	errExecAbort  = &replyError{"EXECABORT Transaction discarded because of previous errors."}
-	errTooManyTx  = errf("ERR a transaction holds at most %d commands", kv.MaxTxCommands)
+	// KEFIR.EXECRO is a transaction of reads only, served as a read.
+	kefirExecROSpec = command.MustLookup("KEFIR.EXECRO")
+	kefirExecROName = []byte("KEFIR.EXECRO")
+	errExecAbort    = &replyError{"EXECABORT Transaction discarded because of previous errors."}
+	errTooManyTx    = errf("ERR a transaction holds at most %d commands", kv.MaxTxCommands)
 )
 
 // queueTx queues a command sent inside MULTI (nil: +QUEUED was written). An
@@ -61,6 +66,7 @@ func (c *conn) queueTx(spec *command.Spec, args [][]byte) error {
 		}
 	}
 	c.tx.cmds = append(c.tx.cmds, argv)
+	c.tx.writes = c.tx.writes || spec.Class != command.Read
 	forSpecKeys(spec, argv, func(k []byte) bool { // cluster.go
 		c.tx.keys = append(c.tx.keys, k)
 		return true
@@ -105,15 +111,22 @@ func (c *conn) execArgs() ([][]byte, error) {
 	return args, nil
 }
 
-// parseExec is KEFIR.EXEC's parse: args[1] is the transaction (kv.EncodeTx),
-// args[2:] its keys. A corrupt transaction is refused here, never logged.
+// parseExec is KEFIR.EXEC's and KEFIR.EXECRO's parse: args[1] is the
+// transaction (kv.EncodeTx), args[2:] its keys. A corrupt transaction is
+// refused here, never logged. a is the batch's arena for a write, nil for
+// a read (which runs before the next command is read).
 func parseExec(args [][]byte, a *arena) (kv.Op, error) {
 	if _, _, err := kv.DecodeTx(args[1]); err != nil {
-		return kv.Op{}, errf("ERR KEFIR.EXEC: %v", err)
+		return kv.Op{}, errf("ERR %s: %v", args[0], err)
 	}
-	op := kv.Op{Kind: kv.KindExec, Value: a.copy(args[1]), Keys: make([][]byte, len(args)-2)}
+	cp := func(b []byte) []byte { return b }
+	kind := kv.KindExecRO
+	if a != nil {
+		cp, kind = a.copy, kv.KindExec
+	}
+	op := kv.Op{Kind: kind, Value: cp(args[1]), Keys: make([][]byte, len(args)-2)}
 	for i := 2; i < len(args); i++ {
-		op.Keys[i-2] = a.copy(args[i])
+		op.Keys[i-2] = cp(args[i])
 	}
 	op.Delta = int64(len(op.Keys))
 	return op, nil

@@ -238,6 +238,22 @@ func TestWatchedIncrementsLoseNothingReplicated(t *testing.T) {
 		INCR cnt => QUEUED
 		EXEC => [(integer) 62]
 	`)
+	// A transaction of reads is a read (KEFIR.EXECRO, forwarded by the
+	// follower at the connection's level): its watch is compared in the
+	// leader's snapshot, its null is an array's.
+	f.expect(`
+		HSET h a 1 => (integer) 1
+		WATCH cnt h => OK
+		MULTI => OK
+		GET cnt => QUEUED
+		HGET h a => QUEUED
+		EXISTS cnt nope => QUEUED
+		EXEC => ["62", "1", (integer) 1]
+		WATCH cnt => OK
+	`)
+	o.expect(`INCR cnt => (integer) 63`)
+	f.nc.Write(appendCmd(appendCmd(appendCmd(nil, "MULTI"), "GET", "cnt"), "EXEC"))
+	rawReplies(t, f, "+OK\r\n+QUEUED\r\n*-1\r\n")
 }
 
 // The checker catches EXEC without its watches (the mutation
