@@ -21,6 +21,9 @@ func init() { kv.RegisterCommands(RunCommand) }
 // error reply for a parse or runtime error (the other commands still run, as
 // in Redis). now is the transaction's clock.
 func RunCommand(b []byte, argv [][]byte, now int64, exec kv.ScriptExec) []byte {
+	if r, ok := connReply(argv); ok {
+		return append(b, r...)
+	}
 	op, shape, msg := prepare(argv, now)
 	if msg != "" {
 		return append(b, errorReply(msg)...)
@@ -46,6 +49,9 @@ func txErrText(err error) string {
 // queued in a transaction, or nil: the commands a script cannot call cannot
 // be in a transaction either (EVAL, blocking and admin commands, range reads).
 func Queueable(spec *command.Spec, argv [][]byte) error {
+	if _, ok := connReply(argv); ok {
+		return nil
+	}
 	if _, _, err := parse(spec, argv, 0); err != nil {
 		var nc notCallable
 		if errors.As(err, &nc) {
@@ -53,6 +59,22 @@ func Queueable(spec *command.Spec, argv [][]byte) error {
 		}
 	}
 	return nil
+}
+
+// connReply is the reply of the connection commands Redis lets a
+// transaction hold, which touch no state: PING, ECHO, and UNWATCH (a no-op
+// there: EXEC compared the watches before the commands ran). ok false for
+// any other command (or arity).
+func connReply(argv [][]byte) ([]byte, bool) {
+	switch {
+	case command.Eq(argv[0], "PING") && len(argv) == 1:
+		return []byte("+PONG\r\n"), true
+	case command.Eq(argv[0], "PING") && len(argv) == 2, command.Eq(argv[0], "ECHO") && len(argv) == 2:
+		return appendBulk(nil, argv[1]), true
+	case command.Eq(argv[0], "UNWATCH") && len(argv) == 1:
+		return []byte("+OK\r\n"), true
+	}
+	return nil, false
 }
 
 // appendResult appends res as RESP2, as the front door writes a command's

@@ -32,7 +32,7 @@ type txState struct {
 	cmds  [][][]byte
 	keys  [][]byte
 	dirty bool
-	// writes: a queued command is not a read (else EXEC is a read).
+	// writes: a queued command is an update (else EXEC is a read).
 	writes bool
 	// watches are WATCH's observations, in order.
 	watches []kv.Watch
@@ -66,7 +66,7 @@ func (c *conn) queueTx(spec *command.Spec, args [][]byte) error {
 		}
 	}
 	c.tx.cmds = append(c.tx.cmds, argv)
-	c.tx.writes = c.tx.writes || spec.Class != command.Read
+	c.tx.writes = c.tx.writes || spec.IsUpdate()
 	forSpecKeys(spec, argv, func(k []byte) bool { // cluster.go
 		c.tx.keys = append(c.tx.keys, k)
 		return true

@@ -69,6 +69,12 @@ func TestMultiExec(t *testing.T) {
 			GET other => "z"
 			MULTI => OK
 			EXEC => []
+			MULTI => OK
+			PING => QUEUED
+			ECHO hi => QUEUED
+			UNWATCH => QUEUED
+			GET other => QUEUED
+			EXEC => [PONG, "hi", OK, "z"]
 		`)
 	})
 }
