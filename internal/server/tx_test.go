@@ -263,17 +263,30 @@ func TestWatchedIncrementsLoseNothingReplicated(t *testing.T) {
 }
 
 // The checker catches EXEC without its watches (the mutation
-// execSkipsWatches): increments are lost.
+// execSkipsWatches): increments are lost, on a single node and on a
+// replica group.
 func TestWatchedIncrementsCatchSkippedWatches(t *testing.T) {
 	mutation.Require(t)
 	mut.execSkipsWatches.Store(true)
 	defer mut.execSkipsWatches.Store(false)
-	s := startServer(t, nil)
-	for round := 0; round < 5; round++ {
-		if v := watchedIncrements(t, []*Server{s}, 4, 40); !v.OK {
-			t.Logf("caught: %v", v.Err())
-			return
+	g := startGroup(t)
+	l := g.leader(t)
+	for _, c := range []struct {
+		name  string
+		nodes []*Server
+	}{
+		{"single node", []*Server{startServer(t, nil)}},
+		{"3 replicas", []*Server{g.nodes[l], g.nodes[(l+1)%3], g.nodes[(l+2)%3]}},
+	} {
+		caught := false
+		for round := 0; round < 5 && !caught; round++ {
+			if v := watchedIncrements(t, c.nodes, 4, 30); !v.OK {
+				t.Logf("%s: caught: %v", c.name, v.Err())
+				caught = true
+			}
+		}
+		if !caught {
+			t.Errorf("%s: EXEC skipped its watches and no increment was lost in 5 rounds", c.name)
 		}
 	}
-	t.Fatal("EXEC skipped its watches and no increment was lost in 5 rounds")
 }
