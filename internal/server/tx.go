@@ -116,8 +116,32 @@ func (c *conn) execArgs() ([][]byte, error) {
 // refused here, never logged. a is the batch's arena for a write, nil for
 // a read (which runs before the next command is read).
 func parseExec(args [][]byte, a *arena) (kv.Op, error) {
-	if _, _, err := kv.DecodeTx(args[1]); err != nil {
+	cmds, watches, err := kv.DecodeTx(args[1])
+	if err != nil {
 		return kv.Op{}, errf("ERR %s: %v", args[0], err)
+	}
+	// The keys must name every key of the commands and the watches: they
+	// route the op and stand for what it writes (Op.WrittenKeys: the
+	// barriers and indexes of writes by key). EXEC builds them so; a
+	// client's own KEFIR.EXEC is checked.
+	named := make(map[string]bool, len(args)-2)
+	for _, k := range args[2:] {
+		named[string(k)] = true
+	}
+	missing := false
+	for _, argv := range cmds {
+		if spec, ok := command.Lookup(argv[0]); ok {
+			forSpecKeys(spec, argv, func(k []byte) bool {
+				missing = missing || !named[string(k)]
+				return !missing
+			})
+		}
+	}
+	for _, w := range watches {
+		missing = missing || !named[string(w.Key)]
+	}
+	if missing {
+		return kv.Op{}, errf("ERR %s: a key of the transaction is not among its keys", args[0])
 	}
 	cp := func(b []byte) []byte { return b }
 	kind := kv.KindExecRO

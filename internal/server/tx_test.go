@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/kefirdb/kefir/internal/check"
+	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/resp"
 )
@@ -287,6 +288,39 @@ func TestWatchedIncrementsCatchSkippedWatches(t *testing.T) {
 		}
 		if !caught {
 			t.Errorf("%s: EXEC skipped its watches and no increment was lost in 5 rounds", c.name)
+		}
+	}
+}
+
+// KEFIR.EXEC (what EXEC proposes) is checked like any write: it must decode
+// and name every key its commands and watches touch.
+func TestKefirExecIsChecked(t *testing.T) {
+	s := startServer(t, nil)
+	c := dial(t, s)
+	enc := func(ws []kv.Watch, cmds ...[]string) string {
+		var cs [][][]byte
+		for _, cmd := range cmds {
+			var argv [][]byte
+			for _, a := range cmd {
+				argv = append(argv, []byte(a))
+			}
+			cs = append(cs, argv)
+		}
+		return string(kv.EncodeTx(nil, cs, ws))
+	}
+	good := enc(nil, []string{"SET", "a", "1"}, []string{"INCR", "b"})
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"KEFIR.EXEC", "garbage"}, "ERR KEFIR.EXEC: invalid operation: undecodable transaction"},
+		{[]string{"KEFIR.EXEC", good, "a"}, "ERR KEFIR.EXEC: a key of the transaction is not among its keys"},
+		{[]string{"KEFIR.EXEC", enc([]kv.Watch{{Key: []byte("w"), Seen: []byte{0}}}), "a"}, "ERR KEFIR.EXEC: a key of the transaction is not among its keys"},
+		{[]string{"KEFIR.EXEC", good, "a", "b"}, "[OK, (integer) 1]"},
+		{[]string{"KEFIR.EXECRO", enc(nil, []string{"GET", "a"}), "a"}, `["1"]`},
+	} {
+		if got := c.do(tc.args...); got != tc.want {
+			t.Errorf("%q: %s, want %s", tc.args[0], got, tc.want)
 		}
 	}
 }
