@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,45 +32,119 @@ func startNode(t *testing.T) string {
 	return s.ClientAddr().String()
 }
 
-// go-redis's TxPipelined (MULTI, the commands, EXEC in one pipeline) reports
-// an error and applies nothing: a retry cannot apply the INCR twice (issue 25
-// item 8). Before, MULTI answered an error, go-redis stopped reading there
-// with the INCR and SET applied, and the connection's later replies were
-// out of step. The pooled connection stays usable afterwards.
-func TestGoRedisTxPipelinedAppliesNothing(t *testing.T) {
-	rdb := redis.NewClient(&redis.Options{Addr: startNode(t), PoolSize: 1, Protocol: 2})
-	defer rdb.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+// go-redis's TxPipelined (MULTI, the commands, EXEC in one pipeline) runs
+// its commands as one op and hands each its reply (a runtime error as that
+// command's error, the others applied, as Redis); a transaction with an
+// unknown command reports EXECABORT and applies nothing; the pooled
+// connection stays in step; a plain pipeline is not a transaction.
+func TestGoRedisTxPipelined(t *testing.T) {
+	for _, proto := range []int{2, 3} {
+		rdb := redis.NewClient(&redis.Options{Addr: startNode(t), PoolSize: 1, Protocol: proto})
+		defer rdb.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := rdb.Set(ctx, "ctr", 10, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		var incr *redis.IntCmd
+		var bad *redis.IntCmd
+		var get *redis.StringCmd
+		_, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			incr = p.Incr(ctx, "ctr")
+			p.Set(ctx, "other", "x", 0)
+			bad = p.Incr(ctx, "other")
+			get = p.Get(ctx, "ctr")
+			return nil
+		})
+		if err == nil || !strings.Contains(err.Error(), "not an integer") {
+			t.Errorf("RESP%d TxPipelined: err = %v, want the INCR's error", proto, err)
+		}
+		if incr.Val() != 11 || get.Val() != "11" || bad.Err() == nil {
+			t.Fatalf("RESP%d replies: incr %v, get %v, bad %v", proto, incr.Val(), get.Val(), bad.Err())
+		}
+		_, err = rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.Incr(ctx, "ctr")
+			p.Do(ctx, "NOSUCHCOMMAND")
+			return nil
+		})
+		if err == nil || !strings.Contains(err.Error(), "EXECABORT") && !strings.Contains(err.Error(), "unknown command") {
+			t.Errorf("RESP%d TxPipelined with an unknown command: err = %v, want EXECABORT", proto, err)
+		}
+		for range 3 { // the one pooled connection answers in step
+			if v, err := rdb.Get(ctx, "ctr").Result(); err != nil || v != "11" {
+				t.Fatalf("GET ctr = %q, %v; want 11 (nothing of the aborted transaction applied)", v, err)
+			}
+		}
+		if _, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			p.Incr(ctx, "ctr")
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if v, _ := rdb.Get(ctx, "ctr").Result(); v != "12" {
+			t.Fatalf("after a plain pipeline ctr = %q, want 12", v)
+		}
+	}
+}
+
+// go-redis's optimistic-locking example (its docs' Watch: GET, then
+// TxPipelined SET inside Watch, retried on TxFailedErr) incrementing one
+// counter from several goroutines on every replica of a 3-replica group
+// (followers forward WATCH and EXEC to the leader): the final value is the
+// number of successful increments, and some did conflict.
+func TestGoRedisWatchIncrementOnAGroup(t *testing.T) {
+	addrs := startGroup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if err := rdb.Set(ctx, "ctr", 10, 0).Err(); err != nil {
+	const workers, each = 6, 15
+	var conflicts atomic.Int64
+	increment := func(rdb *redis.Client, key string) error {
+		txf := func(tx *redis.Tx) error {
+			n, err := tx.Get(ctx, key).Int()
+			if err != nil && err != redis.Nil {
+				return err
+			}
+			_, err = tx.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+				pipe.Set(ctx, key, n+1, 0)
+				return nil
+			})
+			return err
+		}
+		for {
+			err := rdb.Watch(ctx, txf, key)
+			if err != redis.TxFailedErr {
+				return err
+			}
+			conflicts.Add(1)
+		}
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for i := range workers {
+		rdb := redis.NewClient(&redis.Options{Addr: addrs[i%3], Protocol: 2 + i%2})
+		defer rdb.Close()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range each {
+				if err := increment(rdb, "counter"); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
 		t.Fatal(err)
 	}
-	_, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.Incr(ctx, "ctr")
-		p.Set(ctx, "other", "x", 0)
-		return nil
-	})
-	if err == nil || !strings.Contains(err.Error(), "EXECABORT") {
-		t.Errorf("TxPipelined: err = %v, want EXECABORT", err)
+	rdb := redis.NewClient(&redis.Options{Addr: addrs[0]})
+	defer rdb.Close()
+	if n, err := rdb.Get(ctx, "counter").Int(); err != nil || n != workers*each {
+		t.Fatalf("counter = %d, %v; want %d", n, err, workers*each)
 	}
-	for range 3 { // the one pooled connection answers in step
-		if v, err := rdb.Get(ctx, "ctr").Result(); err != nil || v != "10" {
-			t.Fatalf("GET ctr = %q, %v; want 10 (nothing of the transaction applied)", v, err)
-		}
-		if n, err := rdb.Exists(ctx, "other").Result(); err != nil || n != 0 {
-			t.Fatalf("EXISTS other = %d, %v; want 0", n, err)
-		}
-	}
-	// A plain pipeline is not a transaction: it runs.
-	if _, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.Incr(ctx, "ctr")
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if v, _ := rdb.Get(ctx, "ctr").Result(); v != "11" {
-		t.Fatalf("after a plain pipeline ctr = %q, want 11", v)
-	}
+	t.Logf("%d increments, %d conflicts retried", workers*each, conflicts.Load())
 }
 
 // go-redis's Scan and ScanIterator parse SCAN's cursor as a uint64 and walk a

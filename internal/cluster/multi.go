@@ -137,7 +137,7 @@ func opSlot(op *kv.Op) (uint16, error) {
 // keys' slot, so it is marked to touch those keys only
 // (kv.DeclaredKeysOnly): any other key may be another group's.
 func (m *Multi) route(op *kv.Op) (*localGroup, uint16, error) {
-	if kv.IsScript(op.Kind) {
+	if kv.RunsCommands(op.Kind) { // a script, an EXEC
 		op.Cond = kv.DeclaredKeysOnly
 	}
 	slot, err := opSlot(op)

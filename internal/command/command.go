@@ -167,16 +167,20 @@ var table = []Spec{
 	{Name: "EXPIRETIME", Arity: 2, Class: Read, Flags: Fast, FirstKey: 1, LastKey: 1, KeyStep: 1, Summary: "unix time in seconds a key expires at (-1: never, -2: no key)"},
 	{Name: "PEXPIRETIME", Arity: 2, Class: Read, Flags: Fast, FirstKey: 1, LastKey: 1, KeyStep: 1, Summary: "unix time in milliseconds a key expires at (-1: never, -2: no key)"},
 
-	// Known but not implemented: a clear error beats "unknown command".
-	// Transactions do not exist yet, but MULTI must not let the commands after it
-	// run: a connection that sent MULTI has every command up to EXEC or DISCARD
-	// refused, and EXEC answers EXECABORT, so nothing of a transaction is applied
-	// (a client's retry of a failed transaction cannot apply its writes twice).
-	{Name: "MULTI", Arity: 1, Class: Admin, Flags: Fast, Summary: "start a transaction: transactions are not supported yet, so its commands are refused and EXEC aborts it"},
-	{Name: "EXEC", Arity: 1, Class: Admin, Flags: Fast, Summary: "end a transaction: always EXECABORT (transactions are not supported yet; nothing was applied)"},
-	{Name: "DISCARD", Arity: 1, Class: Admin, Flags: Fast, Summary: "abandon a transaction"},
-	{Name: "WATCH", Arity: -2, Class: Admin, Flags: Fast, Summary: "transactions are not supported yet"},
-	{Name: "UNWATCH", Arity: 1, Class: Admin, Flags: Fast, Summary: "forget watched keys (none can be watched)"},
+	// Transactions (docs/design/transactions.md). MULTI, DISCARD and UNWATCH
+	// shape the connection's transaction. EXEC proposes it as one op of the
+	// log whose reply (the commands' replies) depends on state: an ordered
+	// update, never the nilext fast path, whatever its commands. WATCH is a
+	// (linearizable) read of the keys' versions. KEFIR.EXEC and KEFIR.WATCH
+	// are what EXEC and WATCH send a leader from a follower.
+	{Name: "MULTI", Arity: 1, Class: Admin, Flags: Fast, Summary: "start a transaction: the commands up to EXEC are queued"},
+	{Name: "EXEC", Arity: 1, Class: NonNilextUpdate, Summary: "run the queued commands as one op of the log (null if a watched key changed)"},
+	{Name: "DISCARD", Arity: 1, Class: Admin, Flags: Fast, Summary: "abandon a transaction and forget the watched keys"},
+	{Name: "WATCH", Arity: -2, Class: Read, Flags: MultiKey, FirstKey: 1, LastKey: -1, KeyStep: 1, Summary: "make the next EXEC fail if one of these keys changes before it"},
+	{Name: "UNWATCH", Arity: 1, Class: Admin, Flags: Fast, Summary: "forget the watched keys"},
+	{Name: "KEFIR.EXEC", Arity: -2, Class: NonNilextUpdate, Flags: MultiKey, FirstKey: 2, LastKey: -1, KeyStep: 1, Summary: "internal: a whole transaction (what EXEC proposes and a follower forwards): KEFIR.EXEC <encoded> key ..."},
+	{Name: "KEFIR.EXECRO", Arity: -2, Class: Read, Flags: MultiKey, FirstKey: 2, LastKey: -1, KeyStep: 1, Summary: "internal: a transaction of reads only, served as a read: KEFIR.EXECRO <encoded> key ..."},
+	{Name: "KEFIR.WATCH", Arity: -2, Class: Read, Flags: MultiKey, FirstKey: 1, LastKey: -1, KeyStep: 1, Summary: "internal: what WATCH observes of each key (a follower asks the leader)"},
 }
 
 // maxNameLen bounds the names Lookup considers, so it can fold case on the stack.

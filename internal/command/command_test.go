@@ -172,7 +172,8 @@ func TestEveryCommandIsClassified(t *testing.T) {
 		"KEFIR.CONSISTENCY": Admin, "KEFIR.DURABILITY": Admin, "KEFIR.SESSION": Admin, "KEFIR.TOPOLOGY": Admin,
 		// Redis Cluster's surface: node commands (docs/cluster.md).
 		"CLUSTER": Admin, "ASKING": Admin, "READONLY": Admin, "READWRITE": Admin, "KEFIR.SLOTS": Admin,
-		"KEFIR.NILEXT": Admin, "MULTI": Admin, "EXEC": Admin, "DISCARD": Admin, "WATCH": Admin, "UNWATCH": Admin,
+		"KEFIR.NILEXT": Admin, "MULTI": Admin, "EXEC": NonNilextUpdate, "DISCARD": Admin, "WATCH": Read, "UNWATCH": Admin,
+		"KEFIR.EXEC": NonNilextUpdate, "KEFIR.EXECRO": Read, "KEFIR.WATCH": Read,
 	}
 	for _, s := range All() {
 		if s.Has(Unsupported) && want[s.Name] == 0 {

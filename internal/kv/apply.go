@@ -71,6 +71,9 @@ func Apply(get Getter, version uint64, op *Op, maxValue int, emit Emit) (Result,
 	if isSlotKind(op.Kind) {
 		return applySlotOp(get, version, op, emit) // slots.go
 	}
+	if op.Kind == KindExec {
+		return applyExec(get, nil, version, op, maxValue, emit) // tx.go; ApplyWith passes a Lister
+	}
 	switch op.Kind {
 	case KindSet:
 		if err := CheckKey(op.Key); err != nil {

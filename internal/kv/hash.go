@@ -365,7 +365,7 @@ func emitRows(emit Emit, rows []hashRow) {
 // MSETNX restage its other keys.) So must a script, of a hash's record
 // (meta is the own record's: a script may write hashes and strings alike).
 func ReplayReadsOwnRecord(k Kind, meta []byte) bool {
-	return isHashWrite(k) || (isScriptKind(k) && MetaType(meta) == TypeHash)
+	return isHashWrite(k) || (RunsCommands(k) && MetaType(meta) == TypeHash)
 }
 
 // applyHash evaluates the hash writes; has (nil: get answers) tells

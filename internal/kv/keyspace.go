@@ -39,7 +39,7 @@ var moreKindNames = [...]string{"rename", "copy", "getdel", "flush", "setrange",
 // the others).
 func (k Kind) known() bool {
 	return (k >= KindGet && k <= KindCAS) || isExpiryKind(k) || (k >= KindRename && k < kindMoreEnd) ||
-		isHashWrite(k) || isHashRead(k) || isScriptKind(k) || isSlotKind(k)
+		isHashWrite(k) || isHashRead(k) || isScriptKind(k) || isSlotKind(k) || isTxKind(k)
 }
 
 // Errors of the keyspace and string commands: outcomes of the op, cached by
@@ -123,6 +123,8 @@ func ApplyWithOptions(get Getter, list Lister, has Prober, version uint64, op *O
 		return applyFlush(get, list, version, emit)
 	case op.Kind == KindCopy:
 		return applyMove(get, list, version, op, emit)
+	case op.Kind == KindExec:
+		return applyExec(get, list, version, op, maxValue, emit) // tx.go
 	case isHashWrite(op.Kind):
 		return applyHash(get, has, version, op, emit, o.SparseHashMeta)
 	}

@@ -52,6 +52,9 @@ func (k Kind) String() string {
 	if isSlotKind(k) {
 		return slotKindNames[k-KindSlotInit]
 	}
+	if isTxKind(k) {
+		return [...]string{"exec", "watch", "exec_ro"}[k-KindExec]
+	}
 	return fmt.Sprintf("kind(%d)", k)
 }
 
@@ -60,7 +63,7 @@ func (k Kind) IsUpdate() bool {
 	if isExpiryKind(k) {
 		return k != KindTTL
 	}
-	return k >= KindSet && !isHashRead(k) && k != KindEvalRO
+	return k >= KindSet && !isHashRead(k) && k != KindEvalRO && k != KindWatch && k != KindExecRO
 }
 
 // Cond is SET's condition.
@@ -224,6 +227,10 @@ func (op *Op) WrittenKeys() [][]byte {
 		if op.Delta >= 0 && op.Delta <= int64(len(op.Keys)) {
 			return op.Keys[:op.Delta]
 		}
+	case KindExec:
+		// Every key its commands and watches name (a superset of what it
+		// writes).
+		return op.Keys
 	}
 	return nil
 }
@@ -240,7 +247,7 @@ func (op *Op) RoutingKeys() (keys [][]byte, step int) {
 		return nil, 1
 	case isHashWrite(op.Kind) || isHashRead(op.Kind):
 		return [][]byte{op.Key}, 1
-	case isScriptKind(op.Kind):
+	case RunsCommands(op.Kind):
 		if op.Delta >= 0 && op.Delta <= int64(len(op.Keys)) {
 			return op.Keys[:op.Delta], 1
 		}
@@ -328,5 +335,6 @@ func (op *Op) CheckSizes(maxKey, maxVal int) error {
 func (op *Op) WritesAll() bool { return op.Kind == KindFlush || op.Kind == KindEval }
 
 // Lists reports whether op needs the caller's key Lister (ApplyWith): a
-// flush lists the keyspace, a COPY the rows of a hash it may copy.
-func (op *Op) Lists() bool { return op.Kind == KindFlush || op.Kind == KindCopy }
+// flush lists the keyspace, a COPY the rows of a hash it may copy, an EXEC
+// those of a hash it watches (Observe).
+func (op *Op) Lists() bool { return op.Kind == KindFlush || op.Kind == KindCopy || op.Kind == KindExec }

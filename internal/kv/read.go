@@ -41,6 +41,10 @@ func Read(get Getter, scan Scanner, op *Op, maxScan int) (Result, error) {
 	switch op.Kind {
 	case KindEvalRO:
 		return readScript(get, op) // script.go
+	case KindWatch:
+		return readWatch(get, scan, op) // tx.go
+	case KindExecRO:
+		return readExec(get, scan, op) // tx.go
 	case KindTTL:
 		return readTTL(get, op)
 	case KindGet, KindStrlen:
@@ -151,8 +155,8 @@ const scanArrayHint = 64
 // state that never existed.
 func MultiKey(op *Op) bool {
 	switch op.Kind {
-	case KindScan, KindHGet, KindHLen, KindHGetAll, KindHScan, KindEvalRO:
-		return true // a hash read reads the metadata and rows of one state; a script, any keys
+	case KindScan, KindHGet, KindHLen, KindHGetAll, KindHScan, KindEvalRO, KindWatch, KindExecRO:
+		return true // a hash read (and a watch: of a hash) reads the metadata and rows of one state; a script, any keys
 	case KindMGet, KindExists:
 		return len(op.Keys) > 1
 	}

@@ -92,102 +92,145 @@ type overlayRec struct {
 	tomb       bool
 }
 
-// applyScript runs a script op (see the top of this file).
-func applyScript(get Getter, version uint64, op *Op, maxValue int) (Result, []string, map[string]overlayRec, error) {
-	if runScript == nil {
-		return Result{}, nil, nil, ErrNoScripting
+// overlay is the state a script's or a transaction's commands run against:
+// their own earlier writes in front of the op's getter. Every command's
+// records get the op's one version; they reach the engine (emit) only when
+// the op is done, one per key, in the order the keys were first written.
+// Scripts (KindEval, KindEvalRO) and transactions (KindExec, tx.go) share it:
+// one copy of "run kv ops over their own writes at one version".
+type overlay struct {
+	get      Getter
+	version  uint64
+	maxValue int
+	op       *Op
+	writes   map[string]overlayRec
+	order    []string // keys in order of first write: the emit order
+	readVer  uint64
+	gens     uint32 // hashes created so far: each gets its own generation (newHashGen)
+	batch    []staged
+	// scan, if set, serves the point range reads (a hash's field row) of
+	// keys the overlay does not hold: a reader's getter may hide reserved
+	// keys (a read-only transaction, KindExecRO, reads rows so).
+	scan Scanner
+}
+
+type staged struct {
+	key, data, meta []byte
+	tomb            bool
+}
+
+func newOverlay(get Getter, version uint64, op *Op, maxValue int) *overlay {
+	return &overlay{get: get, version: version, maxValue: maxValue, op: op, writes: map[string]overlayRec{}}
+}
+
+func (o *overlay) view(key []byte) ([]byte, []byte, uint64, bool, error) {
+	if r, ok := o.writes[string(key)]; ok {
+		return r.data, r.meta, o.version, !r.tomb, nil
 	}
-	if op.Delta < 0 || op.Delta > int64(len(op.Keys)) {
-		return Result{}, nil, nil, fmt.Errorf("%w: script numkeys %d of %d arguments", ErrInvalidOp, op.Delta, len(op.Keys))
+	return o.get(key)
+}
+
+// point serves the one range read the commands make, a point (HGET's field
+// row): a scan would have to merge the overlay into the store's order.
+func (o *overlay) point(start, end []byte, limit int, visit func(key, data, meta []byte, version uint64) bool) error {
+	if len(end) != len(start)+1 || end[len(start)] != 0 || !bytes.HasPrefix(end, start) {
+		return fmt.Errorf("%w: a range read in a script", ErrInvalidOp)
 	}
-	writes := map[string]overlayRec{}
-	var order []string // keys in order of first write: the emit order
-	var readVer uint64
-	view := func(key []byte) ([]byte, []byte, uint64, bool, error) {
-		if r, ok := writes[string(key)]; ok {
-			return r.data, r.meta, version, !r.tomb, nil
-		}
-		return get(key)
+	if _, mine := o.writes[string(start)]; !mine && o.scan != nil {
+		return o.scan(start, end, limit, visit)
 	}
-	// A script reads through get only: a scan it could ask for would have
-	// to merge the overlay into the store's order. The one range read its
-	// commands make is a point (HGET's field row), served by view.
-	point := func(start, end []byte, limit int, visit func(key, data, meta []byte, version uint64) bool) error {
-		if len(end) != len(start)+1 || end[len(start)] != 0 || !bytes.HasPrefix(end, start) {
-			return fmt.Errorf("%w: a range read in a script", ErrInvalidOp)
-		}
-		data, meta, ver, ok, err := view(start)
-		if err != nil || !ok {
-			return err
-		}
-		visit(start, data, meta, ver)
-		return nil
+	data, meta, ver, ok, err := o.view(start)
+	if err != nil || !ok {
+		return err
 	}
-	type staged struct {
-		key, data, meta []byte
-		tomb            bool
+	visit(start, data, meta, ver)
+	return nil
+}
+
+// exec runs one command (a ScriptExec).
+func (o *overlay) exec(sub *Op) (Result, error) {
+	op := o.op
+	sub.Now = op.Now // the op's one clock
+	sub.scriptGens = &o.gens
+	if op.Cond == DeclaredKeysOnly {
+		if err := declaredOnly(op, sub); err != nil {
+			return Result{}, err
+		}
 	}
-	var batch []staged
-	var gens uint32 // hashes created so far: each gets its own generation (newHashGen)
-	exec := func(sub *Op) (Result, error) {
-		sub.Now = op.Now // the script's one clock
-		sub.scriptGens = &gens
-		if op.Cond == DeclaredKeysOnly {
-			if err := declaredOnly(op, sub); err != nil {
-				return Result{}, err
-			}
-		}
-		if !sub.Kind.IsUpdate() {
-			if sub.Kind == KindScan {
-				return Result{}, fmt.Errorf("%w: %v in a script", ErrInvalidOp, sub.Kind)
-			}
-			res, err := Read(view, point, sub, 0)
-			readVer = max(readVer, res.Version)
-			return res, err
-		}
-		if op.Kind == KindEvalRO {
-			return Result{}, ErrScriptReadOnly
-		}
-		if sub.Kind == KindFlush || isScriptKind(sub.Kind) || sub.Kind == KindExpireIfDue {
+	if !sub.Kind.IsUpdate() {
+		if sub.Kind == KindScan || sub.Kind == KindWatch {
 			return Result{}, fmt.Errorf("%w: %v in a script", ErrInvalidOp, sub.Kind)
 		}
-		batch = batch[:0]
-		res, err := Apply(view, version, sub, maxValue, func(key, value, meta []byte, tomb bool) {
-			// Copied: key and value may alias the sub-op's buffers, which
-			// the interpreter reuses.
-			batch = append(batch, staged{append([]byte(nil), key...), append([]byte(nil), value...), append([]byte(nil), meta...), tomb})
-		})
-		if err != nil {
-			return Result{}, err // the sub-op has no effect (Apply's contract)
-		}
-		for _, s := range batch {
-			// The engine refuses a batch with an oversize record, and with it
-			// the op on every replica: refused here, as a command error.
-			if len(s.key) > ScriptMaxKey || (maxValue > 0 && len(s.data) > maxValue) {
-				return Result{}, fmt.Errorf("%w: a record of a %d-byte key and a %d-byte value is too large", ErrInvalidOp, len(s.key), len(s.data))
-			}
-		}
-		for _, s := range batch {
-			k := string(s.key)
-			if _, ok := writes[k]; !ok {
-				order = append(order, k)
-			}
-			if len(s.meta) == 0 {
-				s.meta = nil
-			}
-			writes[k] = overlayRec{data: s.data, meta: s.meta, tomb: s.tomb}
-		}
-		return res, nil
+		res, err := Read(o.view, o.point, sub, 0)
+		o.readVer = max(o.readVer, res.Version)
+		return res, err
 	}
-	reply, raised := runScript(op, exec)
-	res := Result{Kind: ResReply, Bulk: reply, Version: readVer}
+	if op.Kind == KindEvalRO || op.Kind == KindExecRO {
+		return Result{}, ErrScriptReadOnly
+	}
+	if sub.Kind == KindFlush || RunsCommands(sub.Kind) || sub.Kind == KindExpireIfDue {
+		return Result{}, fmt.Errorf("%w: %v in a script", ErrInvalidOp, sub.Kind)
+	}
+	o.batch = o.batch[:0]
+	res, err := Apply(o.view, o.version, sub, o.maxValue, func(key, value, meta []byte, tomb bool) {
+		// Copied: key and value may alias the sub-op's buffers, which
+		// the interpreter reuses.
+		o.batch = append(o.batch, staged{append([]byte(nil), key...), append([]byte(nil), value...), append([]byte(nil), meta...), tomb})
+	})
+	if err != nil {
+		return Result{}, err // the sub-op has no effect (Apply's contract)
+	}
+	for _, s := range o.batch {
+		// The engine refuses a batch with an oversize record, and with it
+		// the op on every replica: refused here, as a command error.
+		if len(s.key) > ScriptMaxKey || (o.maxValue > 0 && len(s.data) > o.maxValue) {
+			return Result{}, fmt.Errorf("%w: a record of a %d-byte key and a %d-byte value is too large", ErrInvalidOp, len(s.key), len(s.data))
+		}
+	}
+	for _, s := range o.batch {
+		k := string(s.key)
+		if _, ok := o.writes[k]; !ok {
+			o.order = append(o.order, k)
+		}
+		if len(s.meta) == 0 {
+			s.meta = nil
+		}
+		o.writes[k] = overlayRec{data: s.data, meta: s.meta, tomb: s.tomb}
+	}
+	return res, nil
+}
+
+// emitAll hands the overlay's records to emit, one per key, in first-write
+// order.
+func (o *overlay) emitAll(emit Emit) {
+	for _, k := range o.order {
+		r := o.writes[k]
+		if r.tomb {
+			emit([]byte(k), nil, nil, true)
+		} else {
+			put(emit, []byte(k), r.data, r.meta)
+		}
+	}
+}
+
+// applyScript runs a script op (see the top of this file).
+func applyScript(get Getter, version uint64, op *Op, maxValue int) (Result, *overlay, error) {
+	if runScript == nil {
+		return Result{}, nil, ErrNoScripting
+	}
+	if op.Delta < 0 || op.Delta > int64(len(op.Keys)) {
+		return Result{}, nil, fmt.Errorf("%w: script numkeys %d of %d arguments", ErrInvalidOp, op.Delta, len(op.Keys))
+	}
+	o := newOverlay(get, version, op, maxValue)
+	reply, raised := runScript(op, o.exec)
+	res := Result{Kind: ResReply, Bulk: reply, Version: o.readVer}
 	if raised {
-		return res, nil, nil, nil
+		return res, nil, nil
 	}
-	if len(order) > 0 {
+	if len(o.order) > 0 {
 		res.Version = version
 	}
-	return res, order, writes, nil
+	return res, o, nil
 }
 
 // ErrScriptUndeclaredKey refuses a command of a DeclaredKeysOnly script
@@ -216,24 +259,19 @@ func declaredOnly(op, sub *Op) error {
 // internal/shard): it gets a copy.
 func readScript(get Getter, op *Op) (Result, error) {
 	o := *op
-	res, _, _, err := applyScript(get, 0, &o, 0)
+	res, _, err := applyScript(get, 0, &o, 0)
 	return res, err
 }
 
 // applyScriptOp is Apply's case for the script kinds.
 func applyScriptOp(get Getter, version uint64, op *Op, maxValue int, emit Emit) (Result, error) {
 	o := *op // a copy, so that the callers' ops do not escape (readScript)
-	res, order, writes, err := applyScript(get, version, &o, maxValue)
+	res, ov, err := applyScript(get, version, &o, maxValue)
 	if err != nil {
 		return Result{}, err
 	}
-	for _, k := range order {
-		r := writes[k]
-		if r.tomb {
-			emit([]byte(k), nil, nil, true)
-		} else {
-			put(emit, []byte(k), r.data, r.meta)
-		}
+	if ov != nil {
+		ov.emitAll(emit)
 	}
 	return res, nil
 }

@@ -30,19 +30,9 @@ func (r *run) call(L *lua.LState, raise bool) int {
 			return r.fail(L, raise, "ERR Lua redis lib command arguments must be strings or integers")
 		}
 	}
-	spec, ok := command.Lookup(argv[0])
-	if !ok {
-		return r.fail(L, raise, "ERR Unknown Redis command called from script")
-	}
-	if spec.Has(command.Unsupported) {
-		return r.fail(L, raise, command.UnsupportedError(spec.Name)) // the front door's one text
-	}
-	if !spec.ArityOK(len(argv)) {
-		return r.fail(L, raise, "ERR Wrong number of args calling Redis command from script")
-	}
-	op, shape, err := parse(spec, argv, r.op.Now)
-	if err != nil {
-		return r.fail(L, raise, errText(err))
+	op, shape, msg := prepare(argv, r.op.Now)
+	if msg != "" {
+		return r.fail(L, raise, msg)
 	}
 	res, err := r.exec(&op)
 	if err != nil {
@@ -50,6 +40,27 @@ func (r *run) call(L *lua.LState, raise bool) int {
 	}
 	L.Push(toLua(L, shaped(res, shape)))
 	return 1
+}
+
+// prepare turns a command's argument vector into a kv op, as redis.call
+// and a transaction's command (tx.go) need it: now is the op's clock. A
+// non-empty msg is the command's error reply.
+func prepare(argv [][]byte, now int64) (kv.Op, shape, string) {
+	spec, ok := command.Lookup(argv[0])
+	if !ok {
+		return kv.Op{}, asIs, "ERR Unknown Redis command called from script"
+	}
+	if spec.Has(command.Unsupported) {
+		return kv.Op{}, asIs, command.UnsupportedError(spec.Name) // the front door's one text
+	}
+	if !spec.ArityOK(len(argv)) {
+		return kv.Op{}, asIs, "ERR Wrong number of args calling Redis command from script"
+	}
+	op, shape, err := parse(spec, argv, now)
+	if err != nil {
+		return kv.Op{}, asIs, errText(err)
+	}
+	return op, shape, ""
 }
 
 // fail raises msg as redis.call's error table, or returns it (pcall).
@@ -73,9 +84,12 @@ func (r *run) fail(L *lua.LState, raise bool, msg string) int {
 // meet.
 func errText(err error) string {
 	var re command.ReplyError
+	var nc notCallable
 	switch {
 	case errors.As(err, &re):
 		return string(re)
+	case errors.As(err, &nc):
+		return string(nc)
 	case errors.Is(err, kv.ErrWrongKind):
 		return kv.ErrWrongKind.Error()
 	case errors.Is(err, kv.ErrWrongType):

@@ -142,7 +142,14 @@ func parse(spec *command.Spec, a [][]byte, now int64) (kv.Op, shape, error) {
 	case "HLEN":
 		return kv.Op{Kind: kv.KindHLen, Key: a[1]}, asIs, nil
 	}
-	return kv.Op{}, asIs, errReply("ERR command '" + spec.Name + "' is not supported in Kefir scripts (see docs/design/scripting.md)")
+	return kv.Op{}, asIs, notCallable("ERR command '" + spec.Name + "' is not supported in Kefir scripts (see docs/design/scripting.md)")
 }
+
+// notCallable is parse's error for a command scripts and transactions cannot
+// run; its text is the reply (errText). Its own type, so that a transaction
+// refuses such a command when it is queued (Queueable), not at EXEC.
+type notCallable string
+
+func (e notCallable) Error() string { return string(e) }
 
 func lower(s string) string { return string(bytes.ToLower([]byte(s))) }

@@ -2,6 +2,7 @@ package script
 
 import (
 	"fmt"
+	"sort"
 	"strings"
 	"testing"
 
@@ -32,6 +33,28 @@ func (s *store) get(k []byte) ([]byte, []byte, uint64, bool, error) {
 	return r.data, r.meta, r.ver, ok, nil
 }
 
+// scan and list walk the map's keys in [start, end) in order.
+func (s *store) scan(start, end []byte, limit int, visit func(key, data, meta []byte, version uint64) bool) error {
+	var keys []string
+	for k := range s.m {
+		if k >= string(start) && (end == nil || k < string(end)) {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	for i, k := range keys {
+		r := s.m[k]
+		if (limit > 0 && i >= limit) || !visit([]byte(k), r.data, r.meta, r.ver) {
+			break
+		}
+	}
+	return nil
+}
+
+func (s *store) list(start, end []byte, visit func(key []byte) bool) error {
+	return s.scan(start, end, 0, func(k, _, _ []byte, _ uint64) bool { return visit(k) })
+}
+
 // eval applies one script op at the next version and returns the reply and
 // the records it wrote.
 func (s *store) eval(t *testing.T, kind kv.Kind, body string, nkeys int, now int64, args ...string) (string, []emitted) {
@@ -40,9 +63,17 @@ func (s *store) eval(t *testing.T, kind kv.Kind, body string, nkeys int, now int
 	for _, a := range args {
 		op.Keys = append(op.Keys, []byte(a))
 	}
+	return s.apply(t, &op, body)
+}
+
+// apply applies op at the next version, keeps its records and returns its
+// reply (a ResReply's bytes) and records; what names op in a failure.
+func (s *store) apply(t *testing.T, op *kv.Op, what string) (string, []emitted) {
+	t.Helper()
+	body := what
 	s.ver++
 	var out []emitted
-	res, err := kv.Apply(s.get, s.ver, &op, 1<<20, func(key, value, meta []byte, tomb bool) {
+	res, err := kv.ApplyWith(s.get, s.list, nil, s.ver, op, 1<<20, func(key, value, meta []byte, tomb bool) {
 		out = append(out, emitted{string(key), string(value), string(meta), tomb})
 	})
 	if err != nil {

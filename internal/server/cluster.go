@@ -102,25 +102,35 @@ func splitAddr(addr string) (string, int64) {
 // is parsed or proposed (a node of several groups only: a single group
 // serves any set of keys, as it always has).
 func crossSlot(spec *command.Spec, args [][]byte) error {
+	first, cross := true, false
+	var slot uint16
+	forSpecKeys(spec, args, func(k []byte) bool {
+		s := cluster.Slot(k)
+		if first {
+			first, slot = false, s
+		}
+		cross = s != slot
+		return !cross
+	})
+	if cross {
+		return cluster.ErrCrossSlot
+	}
+	return nil
+}
+
+// forSpecKeys calls f with each key args names by spec's key positions
+// (COMMAND's FirstKey, LastKey, KeyStep) until f returns false.
+func forSpecKeys(spec *command.Spec, args [][]byte, f func(key []byte) bool) {
 	if spec.FirstKey <= 0 || spec.FirstKey >= len(args) {
-		return nil
+		return
 	}
 	last := spec.LastKey
 	if last < 0 {
 		last += len(args)
 	}
 	last = min(last, len(args)-1)
-	step := max(spec.KeyStep, 1)
-	if last <= spec.FirstKey {
-		return nil
+	for i := spec.FirstKey; i <= last && f(args[i]); i += max(spec.KeyStep, 1) {
 	}
-	slot := cluster.Slot(args[spec.FirstKey])
-	for i := spec.FirstKey + step; i <= last; i += step {
-		if cluster.Slot(args[i]) != slot {
-			return cluster.ErrCrossSlot
-		}
-	}
-	return nil
 }
 
 // clusterCmd runs CLUSTER, ASKING, READONLY and READWRITE.

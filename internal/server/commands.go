@@ -93,6 +93,10 @@ func parseRead(spec *command.Spec, args [][]byte) (kv.Op, error) {
 		return kv.Op{Kind: kv.KindMGet, Keys: args[1:]}, nil
 	case "EXISTS":
 		return kv.Op{Kind: kv.KindExists, Keys: args[1:]}, nil
+	case "KEFIR.WATCH":
+		return kv.Op{Kind: kv.KindWatch, Keys: args[1:]}, nil // tx.go
+	case "KEFIR.EXECRO":
+		return parseExec(args, nil) // tx.go
 	case "KEFIR.SCAN":
 		op := kv.Op{Kind: kv.KindScan, Key: args[1]}
 		if len(args[2]) > 0 {
@@ -214,25 +218,15 @@ func (c *conn) admin(spec *command.Spec, args [][]byte) error {
 		// EXEC and read an error reply to MULTI as a broken connection
 		// (go-redis stops reading there and leaves the rest unread).
 		return w.WriteSimple("OK")
-	case "EXEC":
-		if !c.multi {
-			return errf("ERR EXEC without MULTI")
-		}
-		c.multi = false
-		return errf("EXECABORT Transaction discarded because transactions are not supported yet; none of its commands was applied")
 	case "DISCARD":
 		if !c.multi {
 			return errf("ERR DISCARD without MULTI")
 		}
-		c.multi = false
+		c.resetTx() // tx.go: the queue and the watches
 		return w.WriteSimple("OK")
-	case "WATCH":
-		if c.multi {
-			return errf("ERR WATCH inside MULTI is not allowed")
-		}
-		return errf("ERR WATCH is not supported yet (transactions are not supported yet)")
 	case "UNWATCH":
-		return w.WriteSimple("OK") // nothing can be watched
+		c.tx.watches = nil
+		return w.WriteSimple("OK")
 	case "KEFIR.CALL":
 		return c.call(args)
 	case "KEFIR.TOPOLOGY":

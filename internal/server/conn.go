@@ -136,8 +136,9 @@ type conn struct {
 	// authFails counts this connection's failed AUTH attempts (checkAuth).
 	authFails int
 	// multi: the connection sent MULTI and has not yet sent EXEC or DISCARD;
-	// every command but txControl's is refused meanwhile.
+	// every command but txControl's is queued in tx meanwhile (tx.go).
 	multi bool
+	tx    txState
 	// clusterAware: the connection behaves as a Redis Cluster client's
 	// (cluster.go): requests for a slot led elsewhere get -MOVED.
 	clusterAware bool
@@ -578,6 +579,7 @@ func (c *conn) dispatch(args [][]byte) {
 			return
 		}
 		c.flushWrites()
+		c.tx.dirty = c.multi // Redis: EXEC aborts a transaction that met an unknown command
 		c.writeErr(unknownCommand(args))
 		return
 	}
@@ -589,9 +591,14 @@ func (c *conn) dispatch(args [][]byte) {
 	c.timed = append(c.timed, timedCmd{cmd: spec.ID})
 	err := c.check(spec, args)
 	if err == nil && c.multi && !txControl(spec) {
-		err = errInMulti
+		if err = c.queueTx(spec, args); err == nil {
+			return
+		}
 	}
 	if err != nil {
+		if c.multi && !txControl(spec) {
+			c.tx.dirty = true // Redis: EXEC answers EXECABORT
+		}
 		c.flushWrites()
 		c.timed[len(c.timed)-1].err = true
 		c.writeErr(err)
@@ -600,13 +607,8 @@ func (c *conn) dispatch(args [][]byte) {
 	c.run(spec, args, callOpts{})
 }
 
-// errInMulti refuses a command sent between MULTI and EXEC: transactions do not
-// exist yet, and running it at once (as Kefir once did) applies the writes of a
-// transaction its client will see fail at EXEC, so a retry applies them twice.
-var errInMulti = &replyError{"ERR command refused inside MULTI: transactions are not supported yet, so nothing between MULTI and EXEC runs (EXEC will answer EXECABORT; send DISCARD to leave)"}
-
 // txControl reports whether spec runs at once inside MULTI rather than being
-// refused: the commands that end or shape the transaction, and QUIT (Redis's
+// queued: the commands that end or shape the transaction, and QUIT (Redis's
 // processCommand lets the same ones through).
 func txControl(spec *command.Spec) bool {
 	switch spec.Name {
@@ -721,9 +723,29 @@ func (c *conn) queueWrite(spec *command.Spec, args [][]byte, o callOpts) {
 	var op kv.Op
 	var shape replyShape
 	var err error
-	if isScript(spec) {
+	switch {
+	case spec == execSpec:
+		// EXEC: the transaction becomes the KEFIR.EXEC that carries it
+		// (tx.go), parsed, logged and forwarded as one.
+		if !c.multi {
+			err = errf("ERR EXEC without MULTI")
+		} else if !c.tx.writes && !c.tx.dirty {
+			// Only reads: served as a read (KEFIR.EXECRO), not logged.
+			c.flushWrites()
+			if args, err = c.execArgs(); err == nil {
+				args[0] = kefirExecROName
+				if err = c.read(kefirExecROSpec, args, o); err == nil {
+					return
+				}
+			}
+		} else if args, err = c.execArgs(); err == nil {
+			op, err = parseExec(args, &c.arena)
+		}
+	case spec == kefirExecSpec:
+		op, err = parseExec(args, &c.arena)
+	case isScript(spec):
 		op, err = c.parseScript(spec, args, &c.arena) // script.go
-	} else {
+	default:
 		op, shape, err = parseWrite(spec, args, &c.arena)
 	}
 	if err == nil && !o.dur.IsZero() {
@@ -782,6 +804,12 @@ func (c *conn) read(spec *command.Spec, args [][]byte, o callOpts) error {
 	}
 	if moreReads[spec.ID] {
 		return c.readMore(spec, args, o)
+	}
+	if spec == watchSpec {
+		if c.multi {
+			return errf("ERR WATCH inside MULTI is not allowed")
+		}
+		return c.watch(args, o) // tx.go
 	}
 	var op kv.Op
 	var err error

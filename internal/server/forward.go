@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"errors"
 
 	"github.com/kefirdb/kefir/internal/cluster"
@@ -75,6 +76,12 @@ func (c *conn) writeForwarded(fc *cluster.Call, cmd int, session bool, _ replySh
 		c.writeErr(fc.Err)
 		return
 	}
+	if fc.Reply.Kind == resp.Null && (cmd == execSpec.ID || cmd == kefirExecSpec.ID) {
+		// The leader's *-1 (a watched key changed) reads as a null: an
+		// EXEC's is a null array ("*-1" in RESP2).
+		_ = c.w.WriteNullArray()
+		return
+	}
 	_ = c.w.WriteValue(fc.Reply)
 }
 
@@ -101,6 +108,9 @@ func (c *conn) forwardRead(args [][]byte, cons level.Consistency, sess shard.Ses
 		_ = c.w.WriteBulkString(fc.NewSess.String())
 	} else {
 		c.sess = fc.NewSess
+	}
+	if fc.Reply.Kind == resp.Null && bytes.Equal(args[0], kefirExecROName) {
+		return c.w.WriteNullArray() // an EXEC's null is an array's (writeForwarded)
 	}
 	return c.w.WriteValue(fc.Reply)
 }

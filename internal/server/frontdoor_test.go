@@ -14,62 +14,6 @@ import (
 	"github.com/kefirdb/kefir/internal/command"
 )
 
-// A connection that sent MULTI has every command up to EXEC refused, and EXEC
-// aborts: nothing of the transaction is applied, so a client that retries a
-// failed transaction cannot apply its INCRs twice (issue 25 item 8). Before,
-// MULTI answered an error, the INCR ran, and EXEC was "unknown command".
-func TestMultiAppliesNothingOfTheTransaction(t *testing.T) {
-	s := startServer(t, nil)
-	c := dial(t, s)
-	c.expect(`
-		SET counter 10 => OK
-		EXEC => ERR EXEC without MULTI
-		DISCARD => ERR DISCARD without MULTI
-		WATCH counter => ERR WATCH is not supported yet*
-		UNWATCH => OK
-	`)
-	// As redis-py's pipeline() and go-redis's TxPipelined send it: one
-	// pipeline, MULTI, the commands, EXEC.
-	var buf []byte
-	buf = appendCmd(buf, "MULTI")
-	buf = appendCmd(buf, "INCR", "counter")
-	buf = appendCmd(buf, "SET", "other", "x")
-	buf = appendCmd(buf, "GET", "counter")
-	buf = appendCmd(buf, "NOSUCHCOMMAND")
-	buf = appendCmd(buf, "WATCH", "counter")
-	buf = appendCmd(buf, "MULTI")
-	buf = appendCmd(buf, "EXEC")
-	if _, err := c.nc.Write(buf); err != nil {
-		t.Fatal(err)
-	}
-	want := []string{
-		"OK",
-		"ERR command refused inside MULTI*",
-		"ERR command refused inside MULTI*",
-		"ERR command refused inside MULTI*",
-		"ERR unknown command*",
-		"ERR WATCH inside MULTI is not allowed",
-		"ERR MULTI calls can not be nested",
-		"EXECABORT Transaction discarded*",
-	}
-	for i, w := range want {
-		got := c.reply()
-		if got != w && !(strings.HasSuffix(w, "*") && strings.HasPrefix(got, strings.TrimSuffix(w, "*"))) {
-			t.Errorf("reply %d = %q, want %q", i, got, w)
-		}
-	}
-	// EXEC ended the transaction: the connection runs commands again, and
-	// nothing queued in it was applied.
-	c.expect(`
-		GET counter => "10"
-		EXISTS other => (integer) 0
-		MULTI => OK
-		INCR counter => ERR command refused inside MULTI*
-		DISCARD => OK
-		INCR counter => (integer) 11
-	`)
-}
-
 // An HTTP request sent to the RESP port (a browser page posting to it) closes
 // the connection at its first line, as Redis does, and its body never runs
 // (issue 25 item 9): before, "POST / HTTP/1.1" was an unknown command and the

@@ -29,6 +29,11 @@ type serverMutations struct {
 	// syncerSkipsWake: the syncer gives every connection back quietly, even
 	// one the loop muted, which then waits for the next sweep.
 	syncerSkipsWake atomic.Bool
+	// execSkipsWatches: EXEC proposes its transaction without the
+	// connection's watches, so the state machine never compares them and a
+	// WATCH/MULTI/EXEC increment can lose another client's
+	// (TestWatchedIncrementsLoseNothing must notice).
+	execSkipsWatches atomic.Bool
 }
 
 // mut holds the server's mutations (process-wide, like the event loops).

@@ -193,6 +193,14 @@ func (c *conn) scriptCmd(args [][]byte) error {
 // writeReply writes a script's reply (kv.ResReply: RESP2 bytes), in the
 // connection's protocol (a nil is "_" in RESP3).
 func (c *conn) writeReply(b []byte) {
+	if c.w.Protocol() == 2 {
+		_ = c.w.WriteRaw(b) // RESP2 already, written by the state machine
+		return
+	}
+	if bytes.Equal(b, kv.NullArray) {
+		_ = c.w.WriteNullArray() // an EXEC whose watched key changed (tx.go)
+		return
+	}
 	v, err := resp.NewReader(bytes.NewReader(b), len(b)+16).ReadValue()
 	if err != nil {
 		_ = c.w.WriteError("ERR script reply: " + err.Error())

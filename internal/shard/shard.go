@@ -842,9 +842,10 @@ func (s *Shard) Read(ctx context.Context, op kv.Op, c level.Consistency, sess Se
 		return v.Data, v.Meta, v.Version, ok, err
 	}
 	var scan kv.Scanner
-	if kv.IsHashRead(op.Kind) {
-		// A hash read reads its field rows through the scanner (the
-		// getter hides reserved keys), in the same snapshot as the key.
+	if kv.IsHashRead(op.Kind) || op.Kind == kv.KindWatch || op.Kind == kv.KindExecRO {
+		// A hash read (a WATCH of a hash: kv.Observe) reads its field
+		// rows through the scanner (the getter hides reserved keys), in
+		// the same snapshot as the key.
 		scan = snapshotScan(snap, &maxPos)
 	}
 	if op.Kind == kv.KindScan {

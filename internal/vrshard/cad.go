@@ -255,7 +255,7 @@ func readKeys(op *kv.Op) [][]byte {
 	switch op.Kind {
 	case kv.KindGet, kv.KindStrlen:
 		return [][]byte{op.Key}
-	case kv.KindMGet, kv.KindExists:
+	case kv.KindMGet, kv.KindExists, kv.KindWatch, kv.KindExecRO:
 		return op.Keys
 	case kv.KindHGet, kv.KindHLen, kv.KindHGetAll, kv.KindHScan:
 		// Every hash write rewrites the hash's metadata record at its

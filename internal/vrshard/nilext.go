@@ -485,7 +485,7 @@ func (r *Replica) nxReadKeys(op *kv.Op) [][]byte {
 	case kv.KindGet, kv.KindStrlen, kv.KindHGet, kv.KindHLen, kv.KindHGetAll, kv.KindHScan:
 		// A hash read depends on its user key: every hash write names it.
 		return [][]byte{op.Key}
-	case kv.KindMGet, kv.KindExists:
+	case kv.KindMGet, kv.KindExists, kv.KindWatch, kv.KindExecRO:
 		return op.Keys
 	case kv.KindScan, kv.KindEvalRO:
 		var ks [][]byte

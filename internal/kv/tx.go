@@ -1,0 +1,303 @@
+package kv
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strconv"
+)
+
+// Transactions (MULTI/EXEC/WATCH; docs/design/transactions.md, issue 29).
+//
+// An EXEC is ONE op of the state machine, KindExec, shaped like a script
+// (script.go): the op carries the queued commands' argument vectors and the
+// connection's watches; every replica, at apply, first compares each watched
+// key's observation (Observe) with the state as of op−1 — any difference and
+// the transaction applies nothing and answers a null array — and otherwise
+// runs the commands in order over an overlay of the transaction's own writes.
+// All their records land at the op's version, after the last command. A
+// command's runtime error (WRONGTYPE, not an integer) is that command's
+// element of the reply and the others apply, as in Redis. The reply (RESP2,
+// ResReply) is cached in the client table like a script's, so a retried
+// request id is answered from it, never applied twice.
+//
+// Turning an argument vector into a kv op is internal/command's and
+// internal/script's (kv is a pure core and does not parse Redis commands):
+// internal/script registers the parser with RegisterCommands from its init,
+// next to the interpreter.
+
+// Transaction op kinds, from issue 29's block 136–159.
+const (
+	// KindExec is EXEC: Value is EncodeTx's encoding of the queued commands
+	// and the watches; Keys are every key the commands and the watches name
+	// (for routing: Delta is len(Keys), the declared keys as a script's).
+	// An update.
+	KindExec Kind = 136 + iota
+	// KindWatch is WATCH's read: for each of Keys, Observe's observation
+	// (Result.Array). A read, of one snapshot when there are several keys.
+	KindWatch
+	// KindExecRO is an EXEC whose commands are all reads, laid out as
+	// KindExec's: served as a read (Read; one snapshot) at the connection's
+	// level rather than logged. A write in it is refused.
+	KindExecRO
+	kindTxEnd
+)
+
+func isTxKind(k Kind) bool { return k >= KindExec && k < kindTxEnd }
+
+// RunsCommands reports whether ops of kind k run commands of their own over
+// an overlay: the scripts and EXEC. A router marks them DeclaredKeysOnly at a
+// node of several groups.
+func RunsCommands(k Kind) bool { return isScriptKind(k) || k == KindExec || k == KindExecRO }
+
+// Watch is a watched key and what WATCH observed of it (Observe).
+type Watch struct {
+	Key, Seen []byte
+}
+
+// CommandRunner runs one command of a transaction, argv as the client sent
+// it, through exec (the transaction's overlay), and appends its reply (RESP2,
+// an error reply for a runtime error) to b. now is the op's clock (a SET EX
+// of the transaction expires relative to it). Deterministic: a function of
+// argv, now and what exec returns.
+type CommandRunner func(b []byte, argv [][]byte, now int64, exec ScriptExec) []byte
+
+var runCommand CommandRunner
+
+// RegisterCommands installs the command parser (internal/script's init). A
+// second registration panics.
+func RegisterCommands(r CommandRunner) {
+	if runCommand != nil {
+		panic("kv: transaction commands registered twice")
+	}
+	runCommand = r
+}
+
+// Observe is what a WATCH of key sees in the state get reads at now: a key
+// that is absent, deleted or expired is "not live" (one byte 0), whatever
+// version a store reports for its miss (a read path and an applier may report
+// a deletion's version differently); a live key is 1 and the highest version
+// of its records, which every write of the key changes. EXEC's apply
+// compares the same function over the state as of op−1 with the bytes WATCH
+// saw: different bytes, the key was modified (or expired, as Redis 7 counts
+// it).
+//
+// A hash's records are its metadata record and its field rows; rows gives
+// the highest version among the live rows in [start, end). A replica group
+// rewrites the metadata at every hash write, but a single node writes only
+// the rows of an HSET of existing fields (ApplyOptions.SparseHashMeta), so
+// the rows must be looked at: a WATCH of a hash costs a walk of its fields,
+// at WATCH and at EXEC.
+func Observe(get Getter, rows func(start, end []byte) (uint64, error), key []byte, now int64) ([]byte, error) {
+	if IsReserved(key) {
+		return []byte{0}, nil
+	}
+	data, meta, ver, live, _, err := lookup(get, key, now)
+	if err != nil {
+		return nil, err
+	}
+	if !live {
+		return []byte{0}, nil
+	}
+	if MetaType(meta) == TypeHash {
+		gen, _, err := decodeHashMeta(data)
+		if err != nil {
+			return nil, err
+		}
+		p := HashRowPrefix(gen)
+		rv, err := rows(p, PrefixEnd(p))
+		if err != nil {
+			return nil, err
+		}
+		ver = max(ver, rv)
+	}
+	return binary.AppendUvarint([]byte{1}, ver), nil
+}
+
+// scanRows is Observe's rows for a reader: the highest version scan visits.
+func scanRows(scan Scanner) func(start, end []byte) (uint64, error) {
+	return func(start, end []byte) (uint64, error) {
+		if scan == nil {
+			return 0, fmt.Errorf("%w: a watch of a hash needs a scanner", ErrInvalidOp)
+		}
+		var v uint64
+		err := scan(start, end, 0, func(_, _, _ []byte, ver uint64) bool {
+			v = max(v, ver)
+			return true
+		})
+		return v, err
+	}
+}
+
+// listRows is Observe's rows for an applier: the rows list names, read
+// through get (a listed key may be deleted).
+func listRows(get Getter, list Lister) func(start, end []byte) (uint64, error) {
+	return func(start, end []byte) (uint64, error) {
+		if list == nil {
+			return 0, fmt.Errorf("%w: an exec watching a hash needs a lister", ErrInvalidOp)
+		}
+		var v uint64
+		var gerr error
+		err := list(start, end, func(k []byte) bool {
+			_, _, ver, ok, err := get(k)
+			if err != nil {
+				gerr = err
+				return false
+			}
+			if ok {
+				v = max(v, ver)
+			}
+			return true
+		})
+		return v, errors.Join(err, gerr)
+	}
+}
+
+// readWatch is Read's case for KindWatch.
+func readWatch(get Getter, scan Scanner, op *Op) (Result, error) {
+	res := Result{Kind: ResArray, Array: make([][]byte, len(op.Keys))}
+	for i, k := range op.Keys {
+		seen, err := Observe(get, scanRows(scan), k, op.Now)
+		if err != nil {
+			return Result{}, err
+		}
+		res.Array[i] = seen
+		if len(seen) > 1 {
+			v, _ := binary.Uvarint(seen[1:])
+			res.Version = max(res.Version, v)
+		}
+	}
+	return res, nil
+}
+
+// MaxTxCommands bounds the commands of one transaction (and MaxTxWatches its
+// watches): the op is one log entry, applied in one step by every replica.
+const (
+	MaxTxCommands = 1 << 16
+	MaxTxWatches  = 1 << 16
+)
+
+// EncodeTx appends the encoding of a transaction's commands and watches to b:
+//
+//	ncmds uvarint | per command: argc uvarint, argc byte strings |
+//	nwatch uvarint | per watch: key, seen (byte strings)
+func EncodeTx(b []byte, cmds [][][]byte, watches []Watch) []byte {
+	b = binary.AppendUvarint(b, uint64(len(cmds)))
+	for _, argv := range cmds {
+		b = binary.AppendUvarint(b, uint64(len(argv)))
+		for _, a := range argv {
+			b = AppendBytes(b, a)
+		}
+	}
+	b = binary.AppendUvarint(b, uint64(len(watches)))
+	for _, w := range watches {
+		b = AppendBytes(b, w.Key)
+		b = AppendBytes(b, w.Seen)
+	}
+	return b
+}
+
+// ErrTxCorrupt: an EXEC op's Value does not decode (EncodeTx).
+var ErrTxCorrupt = fmt.Errorf("%w: undecodable transaction", ErrInvalidOp)
+
+// DecodeTx decodes EncodeTx's encoding, all of b. The slices alias b.
+func DecodeTx(b []byte) (cmds [][][]byte, watches []Watch, err error) {
+	d := Decoder{B: b}
+	n := d.Uvarint()
+	// Every command takes at least one byte: a count above what is left is
+	// corrupt (and must not size an allocation).
+	if d.Err != nil || n > MaxTxCommands || n > uint64(len(d.B)) {
+		return nil, nil, ErrTxCorrupt
+	}
+	cmds = make([][][]byte, n)
+	for i := range cmds {
+		argc := d.Uvarint()
+		if d.Err != nil || argc == 0 || argc > uint64(len(d.B)) {
+			return nil, nil, ErrTxCorrupt
+		}
+		argv := make([][]byte, argc)
+		for j := range argv {
+			argv[j] = d.Bytes()
+		}
+		if d.Err != nil {
+			return nil, nil, ErrTxCorrupt
+		}
+		cmds[i] = argv
+	}
+	nw := d.Uvarint()
+	if d.Err != nil || nw > MaxTxWatches || nw > uint64(len(d.B)) {
+		return nil, nil, ErrTxCorrupt
+	}
+	if nw > 0 {
+		watches = make([]Watch, nw)
+	}
+	for i := range watches {
+		watches[i] = Watch{Key: d.Bytes(), Seen: d.Bytes()}
+	}
+	if d.Err != nil || len(d.B) != 0 {
+		return nil, nil, ErrTxCorrupt
+	}
+	return cmds, watches, nil
+}
+
+// ErrNoTxCommands: no command parser is linked into this binary.
+var ErrNoTxCommands = errors.New("kv: transaction commands are not linked into this build")
+
+// NullArray is the reply of an EXEC whose watched key was modified (RESP2;
+// the front door writes RESP3's null for it).
+var NullArray = []byte("*-1\r\n")
+
+// applyExec is Apply's case for KindExec (see the top of this file).
+func applyExec(get Getter, list Lister, version uint64, op *Op, maxValue int, emit Emit) (Result, error) {
+	o := *op // a copy, so that the callers' ops do not escape
+	res, ov, err := runExec(get, nil, listRows(get, list), version, &o, maxValue)
+	if err == nil && ov != nil {
+		ov.emitAll(emit)
+	}
+	return res, err
+}
+
+// readExec is Read's case for KindExecRO.
+func readExec(get Getter, scan Scanner, op *Op) (Result, error) {
+	o := *op
+	res, _, err := runExec(get, scan, scanRows(scan), 0, &o, 0)
+	return res, err
+}
+
+// runExec compares op's watches with the state get reads (rows: a hash's
+// rows, Observe) and, if none changed, runs its commands over an overlay,
+// which it returns (nil: a watched key changed, nothing to emit). scan, a
+// reader's, serves the commands' reads of hash rows.
+func runExec(get Getter, scan Scanner, rows func(start, end []byte) (uint64, error), version uint64, op *Op, maxValue int) (Result, *overlay, error) {
+	if runCommand == nil {
+		return Result{}, nil, fmt.Errorf("%w: %w", ErrInvalidOp, ErrNoTxCommands)
+	}
+	cmds, watches, err := DecodeTx(op.Value)
+	if err != nil {
+		return Result{}, nil, err
+	}
+	if op.Delta != int64(len(op.Keys)) {
+		return Result{}, nil, fmt.Errorf("%w: exec declares %d of %d keys", ErrInvalidOp, op.Delta, len(op.Keys))
+	}
+	for _, w := range watches {
+		seen, err := Observe(get, rows, w.Key, op.Now)
+		if err != nil {
+			return Result{}, nil, err
+		}
+		if !bytes.Equal(seen, w.Seen) {
+			return Result{Kind: ResReply, Bulk: NullArray}, nil, nil
+		}
+	}
+	ov := newOverlay(get, version, op, maxValue)
+	ov.scan = scan
+	reply := append(strconv.AppendInt([]byte{'*'}, int64(len(cmds)), 10), '\r', '\n')
+	for _, argv := range cmds {
+		reply = runCommand(reply, argv, op.Now, ov.exec)
+	}
+	res := Result{Kind: ResReply, Bulk: reply, Version: ov.readVer}
+	if len(ov.order) > 0 {
+		res.Version = version
+	}
+	return res, ov, nil
+}
