@@ -68,6 +68,9 @@ func Apply(get Getter, version uint64, op *Op, maxValue int, emit Emit) (Result,
 	if isScriptKind(op.Kind) {
 		return applyScriptOp(get, version, op, maxValue, emit) // script.go
 	}
+	if op.Kind == KindTxCommit {
+		return applyTxCommit(get, version, op, maxValue, emit) // itx.go
+	}
 	switch op.Kind {
 	case KindSet:
 		if err := CheckKey(op.Key); err != nil {
