@@ -373,6 +373,9 @@ type Violation struct {
 	Key    string
 	Reason string
 	Ops    []Op
+	// Txns: the transactions that show a transaction anomaly (CheckTxns),
+	// in the order of the cycle when it is one.
+	Txns []Txn
 }
 
 // MaxViolations bounds how many violations a verdict keeps.
@@ -407,6 +410,9 @@ func (v Verdict) String() string {
 		fmt.Fprintf(&b, "\n  key %q: %s", viol.Key, viol.Reason)
 		for _, op := range viol.Ops {
 			fmt.Fprintf(&b, "\n    %s", op)
+		}
+		for _, t := range viol.Txns {
+			fmt.Fprintf(&b, "\n    %s", t)
 		}
 	}
 	if v.Visualization != "" {

@@ -55,7 +55,26 @@ func Errs(vs []Verdict) error {
 }
 
 // SaveJSON writes h to path (creating its directory).
-func SaveJSON(h History, path string) error {
+func SaveJSON(h History, path string) error { return saveJSON(h, path) }
+
+// SaveTxnJSON writes a transaction history to path, for LoadTxnJSON.
+func SaveTxnJSON(h TxnHistory, path string) error { return saveJSON(h, path) }
+
+// LoadTxnJSON reads a transaction history written by SaveTxnJSON.
+func LoadTxnJSON(path string) (TxnHistory, error) {
+	var h TxnHistory
+	if err := loadJSON(path, &h); err != nil {
+		return TxnHistory{}, err
+	}
+	for i := range h.Txns {
+		if h.Txns[i].ID != i {
+			return TxnHistory{}, fmt.Errorf("check: transaction history %s: T%d has id %d", path, i, h.Txns[i].ID)
+		}
+	}
+	return h, nil
+}
+
+func saveJSON(h any, path string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("check: history dir: %w", err)
 	}
@@ -71,13 +90,9 @@ func SaveJSON(h History, path string) error {
 
 // LoadJSON reads a history written by SaveJSON.
 func LoadJSON(path string) (History, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return History{}, fmt.Errorf("check: read history: %w", err)
-	}
 	var h History
-	if err := json.Unmarshal(b, &h); err != nil {
-		return History{}, fmt.Errorf("check: decode history %s: %w", path, err)
+	if err := loadJSON(path, &h); err != nil {
+		return History{}, err
 	}
 	for i := range h.Ops {
 		if h.Ops[i].ID != i {
@@ -85,4 +100,15 @@ func LoadJSON(path string) (History, error) {
 		}
 	}
 	return h, nil
+}
+
+func loadJSON(path string, h any) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("check: read history: %w", err)
+	}
+	if err := json.Unmarshal(b, h); err != nil {
+		return fmt.Errorf("check: decode history %s: %w", path, err)
+	}
+	return nil
 }
