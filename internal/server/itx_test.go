@@ -1,0 +1,281 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	kefir "github.com/kefirdb/kefir/client"
+	"github.com/kefirdb/kefir/internal/check"
+	"github.com/kefirdb/kefir/internal/mutation"
+)
+
+// KEFIR.TX's commands and replies on a single node: snapshot reads, own
+// writes, commit, conflicts, limits.
+func TestTxCommands(t *testing.T) {
+	s := startServer(t, nil)
+	a, b := dial(t, s), dial(t, s)
+	a.expect(`
+SET x 1 => OK
+SET y 1 => OK
+KEFIR.TX BEGIN SI => (integer) 1
+KEFIR.TX GET 1 x => "1"
+KEFIR.TX SET 1 x 5 => OK
+KEFIR.TX GET 1 x => "5"
+KEFIR.TX INCRBY 1 n 3 => (integer) 3
+KEFIR.TX MGET 1 x y n => ["5", "1", "3"]
+KEFIR.TX DEL 1 y zz => (integer) 1
+KEFIR.TX EXISTS 1 x y n => (integer) 2
+KEFIR.TX INCRBY 1 x notanumber => ERR value is not an integer or out of range
+KEFIR.TX GET 2 x => ERR no such transaction*
+KEFIR.TX BEGIN RC => ERR unknown isolation level 'RC' (SI or SERIALIZABLE)
+KEFIR.TX FOO 1 => ERR unknown subcommand 'FOO'*
+KEFIR.TX SET 1 x => ERR wrong number of arguments for 'kefir.tx|set' command
+`)
+	// A commit after another connection's: the snapshot does not see it.
+	b.expect(`
+SET x 99 => OK
+`)
+	a.expect(`
+KEFIR.TX GET 1 x => "5"
+KEFIR.TX COMMIT 1 => TXABORT conflict on key 'x': written at version*
+KEFIR.TX GET 1 x => ERR no such transaction*
+MGET x y n => ["99", "1", (nil)]
+KEFIR.TX BEGIN => (integer) 2
+KEFIR.TX INCRBY 2 n 7 => (integer) 7
+KEFIR.TX DEL 2 y => (integer) 1
+KEFIR.TX COMMIT 2 => (integer)*
+MGET x y n => ["99", (nil), "7"]
+KEFIR.TX BEGIN => (integer) 3
+KEFIR.TX GET 3 n => "7"
+KEFIR.TX ABORT 3 => OK
+KEFIR.TX COMMIT 3 => ERR no such transaction*
+`)
+	// A read-only transaction commits whatever committed since its start.
+	a.expect(`
+KEFIR.TX BEGIN => (integer) 4
+KEFIR.TX GET 4 x => "99"
+`)
+	b.expect(`
+SET x 100 => OK
+`)
+	a.expect(`
+KEFIR.TX GET 4 x => "99"
+KEFIR.TX COMMIT 4 => (integer)*
+`)
+	// Limits: open transactions per connection, lifetime.
+	for i := 0; i < txMaxOpen; i++ {
+		a.do("KEFIR.TX", "BEGIN")
+	}
+	a.expect(`
+KEFIR.TX BEGIN => ERR too many open transactions on this connection (at most 16)*
+`)
+	old := txMaxAge
+	txMaxAge = time.Millisecond
+	defer func() { txMaxAge = old }()
+	time.Sleep(5 * time.Millisecond)
+	a.expect(`
+KEFIR.TX GET 5 x => TXABORT transaction too old: open for*
+KEFIR.TX GET 5 x => ERR no such transaction*
+`)
+}
+
+// txRunner runs the checker's list-append transactions through the Go
+// client's Txn: a list is its elements joined by spaces, an append a read
+// and a write of the key.
+type txRunner struct {
+	c   *kefir.Client
+	iso kefir.Isolation
+}
+
+func (r *txRunner) Run(ctx context.Context, t check.Txn) ([]check.Mop, error) {
+	var out []check.Mop
+	err := r.c.Txn(ctx, func(tx *kefir.Tx) error {
+		out = append(out[:0], t.Mops...)
+		for i := range out {
+			m := &out[i]
+			v, err := tx.Get(ctx, m.Key)
+			if err != nil && !errors.Is(err, kefir.ErrNotFound) {
+				return err
+			}
+			list := []int{}
+			for _, f := range strings.Fields(string(v)) {
+				n, _ := strconv.Atoi(f)
+				list = append(list, n)
+			}
+			if m.Kind == check.MopRead {
+				m.List = list
+				continue
+			}
+			if err := tx.Set(ctx, m.Key, fmt.Appendf(v, " %d", m.Value)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, &kefir.TxOptions{Isolation: r.iso, MaxAttempts: 1})
+	if errors.Is(err, kefir.ErrTxAborted) {
+		return nil, fmt.Errorf("%w: %w", check.ErrTxnAborted, err)
+	}
+	return out, err
+}
+
+// runTxCheck runs n list-append transactions of p processes through
+// KEFIR.TX at addrs and judges the history under model.
+func runTxCheck(t *testing.T, addrs []string, iso kefir.Isolation, model check.TxnModel, seed int64, n int) check.Verdict {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := kefir.Dial(ctx, addrs, kefir.WithRetryUnavailable(10*time.Second), kefir.WithMaxRetries(5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	h, err := check.RunTxns(ctx, &txRunner{c: c, iso: iso}, check.TxnWorkload{Seed: seed, Processes: 4, Keys: 4, KeyPrefix: fmt.Sprintf("s%d-", seed)}, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	committed, aborted := 0, 0
+	for _, x := range h.Txns {
+		switch x.Outcome {
+		case check.OK:
+			committed++
+		case check.Failed:
+			aborted++
+		}
+	}
+	t.Logf("iso %d: %d transactions, %d committed, %d aborted", iso, len(h.Txns), committed, aborted)
+	if committed == 0 || aborted == 0 {
+		t.Fatalf("%d committed, %d aborted: the workload has no contention", committed, aborted)
+	}
+	return check.CheckTxns(h, check.TxnOptions{Model: model})
+}
+
+// The transaction checker (Elle-style) over concurrent list-append
+// transactions through KEFIR.TX: SERIALIZABLE passes strict
+// serializability, SI passes snapshot isolation.
+func TestTxCheckerPasses(t *testing.T) {
+	s := startServer(t, nil)
+	addrs := []string{s.ClientAddr().String()}
+	if v := runTxCheck(t, addrs, kefir.Serializable, check.StrictSerializable, 1, 300); !v.OK {
+		t.Fatalf("SERIALIZABLE: %+v", v)
+	}
+	if v := runTxCheck(t, addrs, kefir.SnapshotIsolation, check.SnapshotIsolation, 2, 300); !v.OK {
+		t.Fatalf("SI: %+v", v)
+	}
+}
+
+// A commit that skips the conflict window's check (the mutation) is caught
+// by the checker: lost appends show as cycles.
+func TestTxCheckerCatchesSkippedWindowCheck(t *testing.T) {
+	mutation.Require(t)
+	s := startServer(t, nil)
+	itxMut.skipWindow.Store(true)
+	defer itxMut.skipWindow.Store(false)
+	addrs := []string{s.ClientAddr().String()}
+	for seed := int64(1); seed <= 5; seed++ {
+		v := runTxCheckLoose(t, addrs, kefir.SnapshotIsolation, check.SnapshotIsolation, seed, 200)
+		if !v.OK {
+			t.Logf("seed %d: caught: %s", seed, v.Violations[0].Reason)
+			return
+		}
+	}
+	t.Fatal("the checker passed commits that skip the window check")
+}
+
+// runTxCheckLoose is runTxCheck without the contention requirement (with
+// the check skipped, nothing aborts).
+func runTxCheckLoose(t *testing.T, addrs []string, iso kefir.Isolation, model check.TxnModel, seed int64, n int) check.Verdict {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := kefir.Dial(ctx, addrs, kefir.WithRetryUnavailable(10*time.Second), kefir.WithMaxRetries(5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	h, err := check.RunTxns(ctx, &txRunner{c: c, iso: iso}, check.TxnWorkload{Seed: seed, Processes: 4, Keys: 3, KeyPrefix: fmt.Sprintf("m%d-", seed)}, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return check.CheckTxns(h, check.TxnOptions{Model: model})
+}
+
+// A commit retried with its request id across a leader change is applied
+// once: the new leader answers it from the client table (the op was
+// replicated with its reply), and the counter it increments holds one
+// increment.
+func TestTxCommitRetriedAcrossLeaderChangeAppliesOnce(t *testing.T) {
+	g := startGroup(t)
+	l := g.leader(t)
+	c := dial(t, g.nodes[l])
+	c.expect(`
+SET n 10 => OK
+KEFIR.TX BEGIN => (integer) 1
+KEFIR.TX INCRBY 1 n 1 => (integer) 11
+`)
+	op := c.do("KEFIR.TX", "PREPARE", "1")
+	enc, err := strconv.Unquote(op)
+	if err != nil {
+		t.Fatalf("PREPARE: %s", op)
+	}
+	first := c.do("KEFIR.CALL", "REQID", "77", "1", "CMD", "KEFIR.TXAPPLY", enc)
+	if !strings.HasPrefix(first, "(integer)") {
+		t.Fatalf("commit: %s", first)
+	}
+	g.nodes[l].Close()
+	var nl int
+	var again string
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		nl = -1
+		for i, s := range g.nodes {
+			if i != l && s.Status().Role == "leader" {
+				nl = i
+			}
+		}
+		if nl >= 0 {
+			again = dial(t, g.nodes[nl]).do("KEFIR.CALL", "REQID", "77", "1", "CMD", "KEFIR.TXAPPLY", enc)
+			if !strings.HasPrefix(again, "UNAVAILABLE") && !strings.HasPrefix(again, "MOVED") {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no new leader answered: %s", again)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if again != first {
+		t.Fatalf("retried commit answered %s, the first %s", again, first)
+	}
+	if got := dial(t, g.nodes[nl]).do("GET", "n"); got != `"11"` {
+		t.Fatalf("n = %s after the retried commit, want 11", got)
+	}
+}
+
+// Transactions through the Go client on a replica group keep strict
+// serializability across a leader change in the middle of the run.
+func TestTxCheckerAcrossLeaderChange(t *testing.T) {
+	g := startGroup(t)
+	l := g.leader(t)
+	var addrs []string
+	for _, s := range g.nodes {
+		addrs = append(addrs, s.ClientAddr().String())
+	}
+	var stopped atomic.Bool
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		stopped.Store(true)
+		g.nodes[l].Close()
+	}()
+	v := runTxCheckLoose(t, addrs, kefir.Serializable, check.StrictSerializable, 9, 300)
+	if !stopped.Load() {
+		t.Log("the run ended before the leader stopped")
+	}
+	if !v.OK {
+		t.Fatalf("%+v", v)
+	}
+}
