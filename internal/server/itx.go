@@ -171,7 +171,7 @@ func (c *conn) txCmd(args [][]byte) error {
 				break
 			}
 			tx.wr = append(tx.wr, ops[i])
-			tx.bytes += len(ops[i].Key) + len(ops[i].Value) + len(ops[i].RoutingKey())
+			tx.bytes += len(ops[i].RoutingKey()) + len(ops[i].Value)
 			count += r.Int
 			res = r
 		}

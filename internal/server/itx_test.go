@@ -68,7 +68,24 @@ SET x 100 => OK
 KEFIR.TX GET 4 x => "99"
 KEFIR.TX COMMIT 4 => (integer)*
 `)
-	// Limits: open transactions per connection, lifetime.
+	// Limits: the write set, open transactions per connection, lifetime.
+	h := strings.TrimPrefix(b.do("KEFIR.TX", "BEGIN"), "(integer) ")
+	var buf []byte
+	for i := 0; i < txMaxWrites; i++ {
+		buf = appendCmd(buf, "KEFIR.TX", "SET", h, "w"+strconv.Itoa(i), "v")
+	}
+	if _, err := b.nc.Write(buf); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < txMaxWrites; i++ {
+		if r := b.reply(); r != "OK" {
+			t.Fatalf("write %d: %s", i, r)
+		}
+	}
+	b.expect(`
+KEFIR.TX SET ` + h + ` one more => ERR transaction write set is full (at most 4096 writes, 8388608 bytes)*
+KEFIR.TX ABORT ` + h + ` => OK
+`)
 	for i := 0; i < txMaxOpen; i++ {
 		a.do("KEFIR.TX", "BEGIN")
 	}
