@@ -153,11 +153,11 @@ func (c *conn) txCmd(args [][]byte) error {
 		case "SET":
 			ops = []kv.Op{{Kind: kv.KindSet, Key: clone(rest[0]), Value: clone(rest[1]), Now: now}}
 		case "INCRBY":
-			n, perr := parseInt64(rest[1])
+			delta, perr := parseInt64(rest[1])
 			if perr != nil {
 				return perr
 			}
-			ops = []kv.Op{{Kind: kv.KindIncrBy, Key: clone(rest[0]), Delta: n, Now: now}}
+			ops = []kv.Op{{Kind: kv.KindIncrBy, Key: clone(rest[0]), Delta: delta, Now: now}}
 		case "DEL":
 			for _, k := range rest {
 				ops = append(ops, kv.Op{Kind: kv.KindDel, Keys: [][]byte{clone(k)}, Now: now})
