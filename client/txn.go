@@ -50,10 +50,19 @@ type TxOptions struct {
 var ErrTxAborted = errors.New("kefir: transaction aborted")
 
 // Tx is an open transaction, valid inside the function given to Txn.
+//
+// BEGIN is sent with the transaction's first command, in one write: the
+// handle it will answer is known (a connection's handles count up from 1,
+// and this connection runs one transaction at a time), so a transaction
+// pays no round trip for BEGIN.
 type Tx struct {
-	c  *Client
-	cn *conn
-	h  string
+	c     *Client
+	cn    *conn
+	level string
+	next  uint64 // the connection's last handle
+	h     string // this transaction's handle, once begun
+	begun bool
+	wrote bool
 }
 
 // Txn runs fn in a transaction and commits it, retrying the whole of fn on
@@ -98,25 +107,40 @@ func (c *Client) Txn(ctx context.Context, fn func(tx *Tx) error, opts *TxOptions
 
 // txnOnce runs one attempt: an error wrapping ErrTxAborted may be retried.
 func (c *Client) txnOnce(ctx context.Context, fn func(tx *Tx) error, iso Isolation) error {
-	cn, h, err := c.txBegin(ctx, iso)
+	cn, next, err := c.txs.get(ctx, c)
 	if err != nil {
 		return err
 	}
-	tx := &Tx{c: c, cn: cn, h: h}
-	if err := fn(tx); err != nil {
-		tx.end(ctx, "ABORT")
+	tx := &Tx{c: c, cn: cn, next: next, level: "SERIALIZABLE"}
+	if iso == SnapshotIsolation {
+		tx.level = "SI"
+	}
+	err = fn(tx)
+	switch {
+	case !tx.begun:
+		// Nothing ran (fn named no key), or BEGIN failed: nothing to end.
+		c.txs.put(cn, tx.next)
 		return err
+	case err != nil:
+		tx.end(ctx)
+		return err
+	case !tx.wrote:
+		// Read-only: its reads were of one committed state, at least as
+		// new as its start; there is nothing to validate or order. The
+		// handle is ended without waiting for the reply.
+		tx.endNoWait()
+		return nil
 	}
 	pr, null, err := tx.call(ctx, replyBulk, "PREPARE")
 	if err != nil {
-		tx.drop()
+		cn.close()
 		return err
 	}
 	op := append([]byte(nil), pr.val...)
 	putRequest(pr)
-	c.txs.put(cn) // the handle is gone: the connection is free
+	c.txs.put(cn, tx.next) // the handle is gone: the connection is free
 	if null {
-		return nil // it wrote nothing: committed where it read
+		return nil
 	}
 	r := newCall(replyInt, true, nil, nil)
 	r.cmd = append(r.cmd, arg{s: "KEFIR.TXAPPLY"}, arg{b: op})
@@ -124,58 +148,6 @@ func (c *Client) txnOnce(ctx context.Context, fn func(tx *Tx) error, iso Isolati
 		return txError(err)
 	}
 	return nil
-}
-
-// txBegin opens a transaction on a connection of the pool of transaction
-// connections, following -MOVED to the leader (a follower cannot prove the
-// read point BEGIN takes).
-func (c *Client) txBegin(ctx context.Context, iso Isolation) (*conn, string, error) {
-	level := "SERIALIZABLE"
-	if iso == SnapshotIsolation {
-		level = "SI"
-	}
-	var last error
-	for moves := 0; moves < 2*maxMoves+len(c.addrs); moves++ {
-		cn, err := c.txs.get(ctx, c)
-		if err != nil {
-			return nil, "", err
-		}
-		tx := &Tx{c: c, cn: cn}
-		v, _, err := tx.raw(ctx, replyInt, "KEFIR.TX", "BEGIN", level)
-		if err == nil {
-			h := strconv.FormatInt(v.n, 10)
-			putRequest(v)
-			return cn, h, nil
-		}
-		last = err
-		var se *Error
-		switch {
-		case errors.As(err, &se) && se.Prefix == "MOVED":
-			addr := lastWord(se.Msg)
-			c.leader.Store(&addr)
-			c.txs.put(cn)
-		case errors.As(err, &se) && se.Prefix == "UNAVAILABLE", errors.Is(err, errConnLost), errors.Is(err, errNotSent):
-			cn.close()
-			select {
-			case <-time.After(10 * time.Millisecond):
-			case <-ctx.Done():
-				return nil, "", ctxError(ctx.Err(), false)
-			}
-		default:
-			c.txs.put(cn)
-			return nil, "", txError(err)
-		}
-	}
-	return nil, "", fmt.Errorf("%w: no leader to begin a transaction at: %w", ErrUnavailable, last)
-}
-
-func lastWord(s string) string {
-	for i := len(s) - 1; i >= 0; i-- {
-		if s[i] == ' ' {
-			return s[i+1:]
-		}
-	}
-	return s
 }
 
 // txError maps a transaction command's error: -TXABORT and a connection
@@ -191,32 +163,51 @@ func txError(err error) error {
 	return err
 }
 
-// raw sends one command on the transaction's connection.
-func (t *Tx) raw(ctx context.Context, kind replyKind, words ...string) (*request, bool, error) {
-	r := newCall(kind, false, nil, nil)
-	r.allowRedirect = false
-	for _, w := range words {
-		r.cmd = append(r.cmd, arg{s: w})
+// pipeline sends reqs on cn in one write and waits for every reply. If ctx
+// ends first, the connection is closed (a reply may still come, and no
+// later command may read it as its own).
+func pipeline(ctx context.Context, cn *conn, reqs ...*request) error {
+	cn.mu.Lock()
+	if cn.broken != nil {
+		err := cn.broken
+		cn.mu.Unlock()
+		return fmt.Errorf("%w: %w", errNotSent, err)
 	}
-	return t.send(ctx, r)
+	for _, r := range reqs {
+		r.encode(0, 0)
+		r.state = stateQueued
+		cn.queue = append(cn.queue, r)
+	}
+	cn.mu.Unlock()
+	select {
+	case cn.wake <- struct{}{}:
+	default: // the writer is already due to run
+	}
+	for i, r := range reqs {
+		select {
+		case <-r.done:
+		case <-ctx.Done():
+			cn.close() // completes every request still queued or in flight
+			for _, q := range reqs[i:] {
+				<-q.done
+			}
+			return ctxError(ctx.Err(), false)
+		}
+	}
+	return nil
 }
 
-func (t *Tx) send(ctx context.Context, r *request) (*request, bool, error) {
-	owned, err := t.cn.do(ctx, r)
-	if !owned {
-		t.cn.close() // a reply may still come: the connection is not reused
-		return nil, false, ctxError(ctx.Err(), false)
-	}
-	if err != nil {
-		putRequest(r)
-		return nil, false, err
-	}
-	return r, r.null, nil
-}
-
-// call sends KEFIR.TX <sub> <handle> args... and returns the request (the
-// caller reads it, then putRequest).
+// call sends KEFIR.TX <sub> <handle> args... (after BEGIN, in the same
+// write, if the transaction has not begun) and returns the request for the
+// caller to read and then putRequest.
 func (t *Tx) call(ctx context.Context, kind replyKind, sub string, args ...any) (*request, bool, error) {
+	var begin *request
+	if !t.begun {
+		begin = newCall(replyInt, false, nil, nil)
+		begin.allowRedirect = false
+		begin.cmd = append(begin.cmd, arg{s: "KEFIR.TX"}, arg{s: "BEGIN"}, arg{s: t.level})
+		t.h = strconv.FormatUint(t.next+1, 10)
+	}
 	r := newCall(kind, false, nil, nil)
 	r.allowRedirect = false
 	r.cmd = append(r.cmd, arg{s: "KEFIR.TX"}, arg{s: sub}, arg{s: t.h})
@@ -228,25 +219,97 @@ func (t *Tx) call(ctx context.Context, kind replyKind, sub string, args ...any) 
 			r.cmd = append(r.cmd, arg{b: nonNil(v)})
 		}
 	}
-	req, null, err := t.send(ctx, r)
-	if err != nil {
+	reqs := []*request{r}
+	if begin != nil {
+		reqs = []*request{begin, r}
+	}
+	if err := pipeline(ctx, t.cn, reqs...); err != nil {
 		return nil, false, txError(err)
 	}
-	return req, null, nil
+	if begin != nil {
+		err, n := begin.err, begin.n
+		putRequest(begin)
+		if err != nil {
+			putRequest(r) // it named a handle that does not exist
+			return nil, false, t.beginFailed(err)
+		}
+		t.begun, t.next = true, uint64(n)
+		if strconv.FormatInt(n, 10) != t.h {
+			// Not the handle the command named: the connection's count is
+			// not what the client thought, and its state is unknown.
+			putRequest(r)
+			t.cn.close()
+			return nil, false, fmt.Errorf("%w: BEGIN answered handle %d, not %s", ErrTxAborted, n, t.h)
+		}
+	}
+	if r.err != nil {
+		err := r.err
+		putRequest(r)
+		return nil, false, txError(err)
+	}
+	return r, r.null, nil
 }
 
-// end sends ABORT and frees the connection.
-func (t *Tx) end(ctx context.Context, sub string) {
-	if r, _, err := t.call(ctx, replyStatus, sub); err == nil {
-		putRequest(r)
-		t.c.txs.put(t.cn)
+// beginFailed maps a failed BEGIN: at a follower (-MOVED) the client learns
+// the leader, and the transaction is retried there, as after -UNAVAILABLE or
+// a lost connection (ErrTxAborted: it never began).
+func (t *Tx) beginFailed(err error) error {
+	var se *Error
+	switch {
+	case errors.As(err, &se) && se.Prefix == "MOVED":
+		addr := lastWord(se.Msg)
+		t.c.leader.Store(&addr)
+		return fmt.Errorf("%w: began at a follower: %w", ErrTxAborted, err)
+	case errors.As(err, &se) && se.Prefix == "UNAVAILABLE":
+		t.c.leader.Store(nil)
+		return fmt.Errorf("%w: %w", ErrTxAborted, err)
+	}
+	return txError(err)
+}
+
+func lastWord(s string) string {
+	for i := len(s) - 1; i >= 0; i-- {
+		if s[i] == ' ' {
+			return s[i+1:]
+		}
+	}
+	return s
+}
+
+// endNoWait queues ABORT on the connection and frees it at once: the reply
+// is read in its turn (replies come in order) and dropped — the request is
+// not waited for, so it never returns to the pool.
+func (t *Tx) endNoWait() {
+	r := newCall(replyStatus, false, nil, nil)
+	r.allowRedirect = false
+	r.cmd = append(r.cmd, arg{s: "KEFIR.TX"}, arg{s: "ABORT"}, arg{s: t.h})
+	r.encode(0, 0)
+	cn := t.cn
+	cn.mu.Lock()
+	if cn.broken != nil {
+		cn.mu.Unlock()
 		return
 	}
-	t.drop()
+	r.state = stateQueued
+	cn.queue = append(cn.queue, r)
+	cn.mu.Unlock()
+	select {
+	case cn.wake <- struct{}{}:
+	default:
+	}
+	t.c.txs.put(cn, t.next)
 }
 
-// drop closes the connection (its state is unknown).
-func (t *Tx) drop() { t.cn.close() }
+// end sends ABORT and frees the connection (closing it if that failed).
+func (t *Tx) end(ctx context.Context) {
+	r, _, err := t.call(ctx, replyStatus, "ABORT")
+	if err != nil {
+		t.cn.close()
+		return
+	}
+	putRequest(r)
+	t.c.txs.put(t.cn, t.next)
+}
 
 // Get reads key at the transaction's snapshot (or its own write):
 // ErrNotFound if absent.
@@ -280,6 +343,7 @@ func (t *Tx) MGet(ctx context.Context, keys ...string) ([][]byte, error) {
 
 // Set buffers a write of key.
 func (t *Tx) Set(ctx context.Context, key string, value []byte) error {
+	t.wrote = true
 	r, _, err := t.call(ctx, replyStatus, "SET", key, value)
 	if err != nil {
 		return err
@@ -291,6 +355,7 @@ func (t *Tx) Set(ctx context.Context, key string, value []byte) error {
 // Del buffers a deletion of key and reports whether it existed (in the
 // transaction's view).
 func (t *Tx) Del(ctx context.Context, key string) (bool, error) {
+	t.wrote = true
 	r, _, err := t.call(ctx, replyInt, "DEL", key)
 	if err != nil {
 		return false, err
@@ -303,6 +368,7 @@ func (t *Tx) Del(ctx context.Context, key string) (bool, error) {
 // Incr buffers INCRBY key delta and returns the value in the transaction's
 // view (the committed value, if it commits).
 func (t *Tx) Incr(ctx context.Context, key string, delta int64) (int64, error) {
+	t.wrote = true
 	r, _, err := t.call(ctx, replyInt, "INCRBY", key, strconv.FormatInt(delta, 10))
 	if err != nil {
 		return 0, err
@@ -313,31 +379,37 @@ func (t *Tx) Incr(ctx context.Context, key string, delta int64) (int64, error) {
 }
 
 // txConns are the connections transactions run on, dialed to the leader as
-// the client knows it, kept for the next transaction when one ends cleanly.
+// the client knows it, kept for the next transaction when one ends cleanly,
+// each with its last handle.
 type txConns struct {
 	mu     sync.Mutex
-	free   []*conn
+	free   []txConn
 	closed bool
+}
+
+type txConn struct {
+	cn   *conn
+	next uint64
 }
 
 const txConnsKept = 16
 
-func (p *txConns) get(ctx context.Context, c *Client) (*conn, error) {
+func (p *txConns) get(ctx context.Context, c *Client) (*conn, uint64, error) {
 	hint := c.leader.Load()
 	p.mu.Lock()
 	for len(p.free) > 0 {
-		cn := p.free[len(p.free)-1]
+		f := p.free[len(p.free)-1]
 		p.free = p.free[:len(p.free)-1]
-		if cn.healthy() && (hint == nil || cn.addr == *hint) {
+		if f.cn.healthy() && (hint == nil || f.cn.addr == *hint) {
 			p.mu.Unlock()
-			return cn, nil
+			return f.cn, f.next, nil
 		}
-		cn.close()
+		f.cn.close()
 	}
 	closed := p.closed
 	p.mu.Unlock()
 	if closed || c.closed.Load() {
-		return nil, ErrClosed
+		return nil, 0, ErrClosed
 	}
 	addrs := c.addrs
 	if hint != nil {
@@ -347,32 +419,32 @@ func (p *txConns) get(ctx context.Context, c *Client) (*conn, error) {
 	for _, a := range addrs {
 		cn, err := c.dial(ctx, a)
 		if err == nil {
-			return cn, nil
+			return cn, 0, nil
 		}
 		if errors.Is(err, ErrAuth) {
-			return nil, err
+			return nil, 0, err
 		}
 		errs = append(errs, err)
 	}
-	return nil, fmt.Errorf("%w: %w", ErrUnavailable, errors.Join(errs...))
+	return nil, 0, fmt.Errorf("%w: %w", ErrUnavailable, errors.Join(errs...))
 }
 
-func (p *txConns) put(cn *conn) {
+func (p *txConns) put(cn *conn, next uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed || len(p.free) >= txConnsKept || !cn.healthy() {
 		cn.close()
 		return
 	}
-	p.free = append(p.free, cn)
+	p.free = append(p.free, txConn{cn, next})
 }
 
 func (p *txConns) close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.closed = true
-	for _, cn := range p.free {
-		cn.close()
+	for _, f := range p.free {
+		f.cn.close()
 	}
 	p.free = nil
 }
