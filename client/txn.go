@@ -145,7 +145,14 @@ func (c *Client) txnOnce(ctx context.Context, fn func(tx *Tx) error, iso Isolati
 	r := newCall(replyInt, true, nil, nil)
 	r.cmd = append(r.cmd, arg{s: "KEFIR.TXAPPLY"}, arg{b: op})
 	if _, err := c.integer(ctx, r); err != nil {
-		return txError(err)
+		// Only -TXABORT says it did not commit: a lost connection here is
+		// an unknown outcome (ErrUnknownOutcome, from the write path), never
+		// an abort to retry.
+		var se *Error
+		if errors.As(err, &se) && se.Prefix == "TXABORT" {
+			return fmt.Errorf("%w: %s", ErrTxAborted, se.Msg)
+		}
+		return err
 	}
 	return nil
 }

@@ -121,3 +121,32 @@ func ignoreNotFound(err error) error {
 	}
 	return err
 }
+
+// A commit whose connection dies after it was sent, every retry too, has an
+// unknown outcome: Txn returns ErrUnknownOutcome and does not run fn again —
+// a new attempt would be a new transaction, applied a second time if the
+// first committed.
+func TestTxnLostCommitIsUnknownNotRetried(t *testing.T) {
+	s := newTestServer(t)
+	s.setHook(func(h hookInfo) action {
+		if h.argv[0] == "KEFIR.TXAPPLY" {
+			return actDropAfterApply
+		}
+		return actReply
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := Dial(ctx, s.addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	runs := 0
+	err = c.Txn(ctx, func(tx *Tx) error {
+		runs++
+		return tx.Set(ctx, "k", []byte("v"))
+	}, nil)
+	if !errors.Is(err, ErrUnknownOutcome) || errors.Is(err, ErrTxAborted) || runs != 1 {
+		t.Fatalf("Txn = %v after %d runs of fn; want ErrUnknownOutcome after one", err, runs)
+	}
+}
