@@ -129,6 +129,8 @@ type Client struct {
 	// follower read into a leader read. Empty with a single address.
 	replicas []replicaSlot
 	rnext    atomic.Uint32
+	// txs are the connections transactions run on (txn.go).
+	txs txConns
 }
 
 type slot struct {
@@ -237,6 +239,7 @@ func Dial(ctx context.Context, addrs []string, opts ...Option) (*Client, error) 
 func (c *Client) Close() error {
 	c.closed.Store(true)
 	c.lanes.close()
+	c.txs.close()
 	if c.nx != nil {
 		c.nx.close()
 	}

@@ -347,6 +347,20 @@ func (s *testServer) exec(w []string) resp.Value {
 			return intv(1)
 		}
 		return intv(0)
+	case "KEFIR.TX": // enough of it for one transaction per connection (txn_test.go)
+		switch strings.ToUpper(w[1]) {
+		case "BEGIN":
+			return intv(1)
+		case "GET":
+			return bulk(s.data[w[3]])
+		case "PREPARE":
+			return bulk([]byte("op"))
+		}
+		return simple("OK")
+	case "KEFIR.TXAPPLY":
+		s.version++
+		s.data["txapplied"] = append(s.data["txapplied"], 'x')
+		return intv(int64(s.version))
 	case "KEFIR.SCAN":
 		var keys []string
 		for k := range s.data {

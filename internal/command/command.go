@@ -190,6 +190,7 @@ var byName = func() map[string]*Spec {
 	table = append(table, keyspaceTable...)
 	table = append(table, hashTable...)
 	table = append(table, scriptTable...)
+	table = append(table, itxTable...)
 	table = appendUnsupported(table)
 	m := make(map[string]*Spec, len(table))
 	for i := range table {

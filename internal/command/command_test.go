@@ -166,7 +166,7 @@ func TestEveryCommandIsClassified(t *testing.T) {
 		// Scripts: the reply is what the script returns from the state it
 		// ran against: ordered, never nilext. A read-only script is a read.
 		"EVAL": NonNilextUpdate, "EVALSHA": NonNilextUpdate, "EVAL_RO": Read, "EVALSHA_RO": Read,
-		"SCRIPT":     Admin,
+		"SCRIPT": Admin, "KEFIR.TX": Admin, "KEFIR.TXAPPLY": NonNilextUpdate,
 		"KEFIR.CALL": Admin, "PING": Admin, "ECHO": Admin, "HELLO": Admin, "AUTH": Admin, "SELECT": Admin,
 		"QUIT": Admin, "INFO": Admin, "CLIENT": Admin, "COMMAND": Admin, "CONFIG": Admin, "DBSIZE": Admin,
 		"KEFIR.CONSISTENCY": Admin, "KEFIR.DURABILITY": Admin, "KEFIR.SESSION": Admin, "KEFIR.TOPOLOGY": Admin,

@@ -74,6 +74,9 @@ func Apply(get Getter, version uint64, op *Op, maxValue int, emit Emit) (Result,
 	if op.Kind == KindExec {
 		return applyExec(get, nil, version, op, maxValue, emit) // tx.go; ApplyWith passes a Lister
 	}
+	if op.Kind == KindTxCommit {
+		return applyTxCommit(get, version, op, maxValue, emit) // itx.go
+	}
 	switch op.Kind {
 	case KindSet:
 		if err := CheckKey(op.Key); err != nil {

@@ -39,7 +39,7 @@ var moreKindNames = [...]string{"rename", "copy", "getdel", "flush", "setrange",
 // the others).
 func (k Kind) known() bool {
 	return (k >= KindGet && k <= KindCAS) || isExpiryKind(k) || (k >= KindRename && k < kindMoreEnd) ||
-		isHashWrite(k) || isHashRead(k) || isScriptKind(k) || isSlotKind(k) || isTxKind(k)
+		isHashWrite(k) || isHashRead(k) || isScriptKind(k) || isSlotKind(k) || isTxKind(k) || isItxKind(k)
 }
 
 // Errors of the keyspace and string commands: outcomes of the op, cached by

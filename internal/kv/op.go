@@ -55,6 +55,9 @@ func (k Kind) String() string {
 	if isTxKind(k) {
 		return [...]string{"exec", "watch", "exec_ro"}[k-KindExec]
 	}
+	if isItxKind(k) {
+		return "txcommit"
+	}
 	return fmt.Sprintf("kind(%d)", k)
 }
 
@@ -222,6 +225,8 @@ func (op *Op) WrittenKeys() [][]byte {
 		return ks
 	case KindDel, KindExpireIfDue:
 		return op.Keys
+	case KindTxCommit:
+		return txWrittenKeys(op) // itx.go
 	case KindEval:
 		// Its declared keys; it may write others too, so it also WritesAll.
 		if op.Delta >= 0 && op.Delta <= int64(len(op.Keys)) {
@@ -254,6 +259,8 @@ func (op *Op) RoutingKeys() (keys [][]byte, step int) {
 		return nil, 1
 	case op.Kind == KindMSet || op.Kind == KindMSetNX:
 		return op.Keys, 2
+	case op.Kind == KindTxCommit:
+		return txRoutingKeys(op), 1 // itx.go
 	case len(op.Key) > 0:
 		return [][]byte{op.Key}, 1
 	}
@@ -302,6 +309,12 @@ func (op *Op) CheckSizes(maxKey, maxVal int) error {
 		// key can be too long.
 		for _, k := range op.Keys {
 			if err := check(k, nil); err != nil {
+				return err
+			}
+		}
+	case KindTxCommit:
+		for i := 0; i+2 < len(op.Keys); i += 3 {
+			if err := check(op.Keys[i+1], op.Keys[i+2]); err != nil {
 				return err
 			}
 		}

@@ -239,6 +239,8 @@ func (c *conn) admin(spec *command.Spec, args [][]byte) error {
 		return c.nilextTake(args)
 	case "SCRIPT":
 		return c.scriptCmd(args) // script.go
+	case "KEFIR.TX":
+		return c.txCmd(args) // itx.go
 	}
 	return errf("ERR %s is not implemented", strings.ToLower(spec.Name))
 }

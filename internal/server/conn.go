@@ -121,6 +121,7 @@ type queued struct {
 
 // conn is one client connection. Its goroutine owns all of it.
 type conn struct {
+	itx  *itxConn // its interactive transactions (itx.go)
 	srv  *Server
 	nc   net.Conn
 	id   int64
@@ -237,6 +238,7 @@ func getReadBuf() []byte { return *readBufs.Get().(*[]byte) }
 // releaseBuffers returns c's read buffer for another connection's use; c is
 // finished (serve returned) and its reader must not be used again.
 func (c *conn) releaseBuffers() {
+	c.txCloseAll() // itx.go: unpin its transactions' snapshots
 	if b := c.rd.TakeBuffer(); len(b) == resp.DefaultBufferSize {
 		readBufs.Put(&b)
 	}
@@ -745,6 +747,8 @@ func (c *conn) queueWrite(spec *command.Spec, args [][]byte, o callOpts) {
 		op, err = parseExec(args, &c.arena)
 	case isScript(spec):
 		op, err = c.parseScript(spec, args, &c.arena) // script.go
+	case spec == txApplySpec:
+		op, err = parseTxApply(args, &c.arena) // itx.go
 	default:
 		op, shape, err = parseWrite(spec, args, &c.arena)
 	}

@@ -1,0 +1,457 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Interactive transactions (KEFIR.TX; docs/design/transactions.md,
+// "Interactive transactions").
+//
+// A transaction runs on a connection of its own (KEFIR.TX handles belong to
+// the connection that began them; the pool's connections are shared by
+// concurrent calls): BEGIN, the snapshot reads and the buffered writes go
+// there. Its commit is a write like any other: KEFIR.TX PREPARE answers the
+// commit op, which the client sends as KEFIR.TXAPPLY through its write path,
+// with a request id that every retry keeps — so a commit retried across a
+// leader change is applied once, and its reply (the committed version or
+// -TXABORT) is the first application's.
+
+// Isolation is a transaction's isolation level.
+type Isolation int
+
+const (
+	// Serializable (the default): a commit aborts if a key the transaction
+	// read or wrote changed since its start. With the start taken at a
+	// linearizable point, committed transactions are strictly serializable.
+	Serializable Isolation = iota
+	// SnapshotIsolation: a commit aborts only if a key it wrote changed since
+	// its start (first committer wins); write skew is allowed.
+	SnapshotIsolation
+)
+
+// TxOptions configure Txn. The zero value is Serializable with the defaults.
+type TxOptions struct {
+	Isolation Isolation
+	// MaxAttempts bounds how many times Txn runs fn (default 10).
+	MaxAttempts int
+	// Backoff is the wait before the second attempt (default 1ms), doubled
+	// for each later one up to 100ms, with jitter.
+	Backoff time.Duration
+}
+
+// ErrTxAborted: the transaction aborted (a conflict with a transaction that
+// committed after its start, or its snapshot grew too old). Txn retries it;
+// it returns it once MaxAttempts are spent.
+var ErrTxAborted = errors.New("kefir: transaction aborted")
+
+// Tx is an open transaction, valid inside the function given to Txn.
+//
+// BEGIN is sent with the transaction's first command, in one write: the
+// handle it will answer is known (a connection's handles count up from 1,
+// and this connection runs one transaction at a time), so a transaction
+// pays no round trip for BEGIN.
+type Tx struct {
+	c     *Client
+	cn    *conn
+	level string
+	next  uint64 // the connection's last handle
+	h     string // this transaction's handle, once begun
+	begun bool
+	wrote bool
+}
+
+// Txn runs fn in a transaction and commits it, retrying the whole of fn on
+// an abort (bounded by MaxAttempts, with backoff). fn's reads see the state
+// at the transaction's start and its own writes; its writes are buffered
+// until the commit. fn must not keep tx, and should have no effects besides
+// tx's: it may run several times. An error fn returns aborts the
+// transaction and is returned as is (unless it wraps ErrTxAborted: then fn
+// is retried). A commit whose outcome is unknown returns ErrUnknownOutcome.
+func (c *Client) Txn(ctx context.Context, fn func(tx *Tx) error, opts *TxOptions) error {
+	var o TxOptions
+	if opts != nil {
+		o = *opts
+	}
+	if o.MaxAttempts <= 0 {
+		o.MaxAttempts = 10
+	}
+	if o.Backoff <= 0 {
+		o.Backoff = time.Millisecond
+	}
+	backoff := o.Backoff
+	var last error
+	for attempt := 0; attempt < o.MaxAttempts; attempt++ {
+		if attempt > 0 {
+			// Jittered, so two transactions that conflicted do not meet again.
+			d := backoff/2 + time.Duration(uint64(time.Now().UnixNano())%uint64(backoff))
+			select {
+			case <-time.After(d):
+			case <-ctx.Done():
+				return ctxError(ctx.Err(), false)
+			}
+			backoff = min(2*backoff, 100*time.Millisecond)
+		}
+		err := c.txnOnce(ctx, fn, o.Isolation)
+		if err == nil || !errors.Is(err, ErrTxAborted) {
+			return err
+		}
+		last = err
+	}
+	return fmt.Errorf("%w (after %d attempts)", last, o.MaxAttempts)
+}
+
+// txnOnce runs one attempt: an error wrapping ErrTxAborted may be retried.
+func (c *Client) txnOnce(ctx context.Context, fn func(tx *Tx) error, iso Isolation) error {
+	cn, next, err := c.txs.get(ctx, c)
+	if err != nil {
+		return err
+	}
+	tx := &Tx{c: c, cn: cn, next: next, level: "SERIALIZABLE"}
+	if iso == SnapshotIsolation {
+		tx.level = "SI"
+	}
+	err = fn(tx)
+	switch {
+	case !tx.begun:
+		// Nothing ran (fn named no key), or BEGIN failed: nothing to end.
+		c.txs.put(cn, tx.next)
+		return err
+	case err != nil:
+		tx.end(ctx)
+		return err
+	case !tx.wrote:
+		// Read-only: its reads were of one committed state, at least as
+		// new as its start; there is nothing to validate or order. The
+		// handle is ended without waiting for the reply.
+		tx.endNoWait()
+		return nil
+	}
+	pr, null, err := tx.call(ctx, replyBulk, "PREPARE")
+	if err != nil {
+		cn.close()
+		return err
+	}
+	op := append([]byte(nil), pr.val...)
+	putRequest(pr)
+	c.txs.put(cn, tx.next) // the handle is gone: the connection is free
+	if null {
+		return nil
+	}
+	r := newCall(replyInt, true, nil, nil)
+	r.cmd = append(r.cmd, arg{s: "KEFIR.TXAPPLY"}, arg{b: op})
+	if _, err := c.integer(ctx, r); err != nil {
+		// Only -TXABORT says it did not commit: a lost connection here is
+		// an unknown outcome (ErrUnknownOutcome, from the write path), never
+		// an abort to retry.
+		var se *Error
+		if errors.As(err, &se) && se.Prefix == "TXABORT" {
+			return fmt.Errorf("%w: %s", ErrTxAborted, se.Msg)
+		}
+		return err
+	}
+	return nil
+}
+
+// txError maps a transaction command's error: -TXABORT and a connection
+// lost before the commit are aborts (fn may be retried).
+func txError(err error) error {
+	var se *Error
+	switch {
+	case errors.As(err, &se) && se.Prefix == "TXABORT":
+		return fmt.Errorf("%w: %s", ErrTxAborted, se.Msg)
+	case errors.Is(err, errConnLost), errors.Is(err, errNotSent):
+		return fmt.Errorf("%w: connection lost: %w", ErrTxAborted, err)
+	}
+	return err
+}
+
+// pipeline sends reqs on cn in one write and waits for every reply. If ctx
+// ends first, the connection is closed (a reply may still come, and no
+// later command may read it as its own).
+func pipeline(ctx context.Context, cn *conn, reqs ...*request) error {
+	cn.mu.Lock()
+	if cn.broken != nil {
+		err := cn.broken
+		cn.mu.Unlock()
+		return fmt.Errorf("%w: %w", errNotSent, err)
+	}
+	for _, r := range reqs {
+		r.encode(0, 0)
+		r.state = stateQueued
+		cn.queue = append(cn.queue, r)
+	}
+	cn.mu.Unlock()
+	select {
+	case cn.wake <- struct{}{}:
+	default: // the writer is already due to run
+	}
+	for i, r := range reqs {
+		select {
+		case <-r.done:
+		case <-ctx.Done():
+			cn.close() // completes every request still queued or in flight
+			for _, q := range reqs[i:] {
+				<-q.done
+			}
+			return ctxError(ctx.Err(), false)
+		}
+	}
+	return nil
+}
+
+// call sends KEFIR.TX <sub> <handle> args... (after BEGIN, in the same
+// write, if the transaction has not begun) and returns the request for the
+// caller to read and then putRequest.
+func (t *Tx) call(ctx context.Context, kind replyKind, sub string, args ...any) (*request, bool, error) {
+	var begin *request
+	if !t.begun {
+		begin = newCall(replyInt, false, nil, nil)
+		begin.allowRedirect = false
+		begin.cmd = append(begin.cmd, arg{s: "KEFIR.TX"}, arg{s: "BEGIN"}, arg{s: t.level})
+		t.h = strconv.FormatUint(t.next+1, 10)
+	}
+	r := newCall(kind, false, nil, nil)
+	r.allowRedirect = false
+	r.cmd = append(r.cmd, arg{s: "KEFIR.TX"}, arg{s: sub}, arg{s: t.h})
+	for _, a := range args {
+		switch v := a.(type) {
+		case string:
+			r.cmd = append(r.cmd, arg{s: v})
+		case []byte:
+			r.cmd = append(r.cmd, arg{b: nonNil(v)})
+		}
+	}
+	reqs := []*request{r}
+	if begin != nil {
+		reqs = []*request{begin, r}
+	}
+	if err := pipeline(ctx, t.cn, reqs...); err != nil {
+		return nil, false, txError(err)
+	}
+	if begin != nil {
+		err, n := begin.err, begin.n
+		putRequest(begin)
+		if err != nil {
+			putRequest(r) // it named a handle that does not exist
+			return nil, false, t.beginFailed(err)
+		}
+		t.begun, t.next = true, uint64(n)
+		if strconv.FormatInt(n, 10) != t.h {
+			// Not the handle the command named: the connection's count is
+			// not what the client thought, and its state is unknown.
+			putRequest(r)
+			t.cn.close()
+			return nil, false, fmt.Errorf("%w: BEGIN answered handle %d, not %s", ErrTxAborted, n, t.h)
+		}
+	}
+	if r.err != nil {
+		err := r.err
+		putRequest(r)
+		return nil, false, txError(err)
+	}
+	return r, r.null, nil
+}
+
+// beginFailed maps a failed BEGIN: at a follower (-MOVED) the client learns
+// the leader, and the transaction is retried there, as after -UNAVAILABLE or
+// a lost connection (ErrTxAborted: it never began).
+func (t *Tx) beginFailed(err error) error {
+	var se *Error
+	switch {
+	case errors.As(err, &se) && se.Prefix == "MOVED":
+		addr := lastWord(se.Msg)
+		t.c.leader.Store(&addr)
+		return fmt.Errorf("%w: began at a follower: %w", ErrTxAborted, err)
+	case errors.As(err, &se) && se.Prefix == "UNAVAILABLE":
+		t.c.leader.Store(nil)
+		return fmt.Errorf("%w: %w", ErrTxAborted, err)
+	}
+	return txError(err)
+}
+
+func lastWord(s string) string {
+	for i := len(s) - 1; i >= 0; i-- {
+		if s[i] == ' ' {
+			return s[i+1:]
+		}
+	}
+	return s
+}
+
+// endNoWait queues ABORT on the connection and frees it at once: the reply
+// is read in its turn (replies come in order) and dropped — the request is
+// not waited for, so it never returns to the pool.
+func (t *Tx) endNoWait() {
+	r := newCall(replyStatus, false, nil, nil)
+	r.allowRedirect = false
+	r.cmd = append(r.cmd, arg{s: "KEFIR.TX"}, arg{s: "ABORT"}, arg{s: t.h})
+	r.encode(0, 0)
+	cn := t.cn
+	cn.mu.Lock()
+	if cn.broken != nil {
+		cn.mu.Unlock()
+		return
+	}
+	r.state = stateQueued
+	cn.queue = append(cn.queue, r)
+	cn.mu.Unlock()
+	select {
+	case cn.wake <- struct{}{}:
+	default:
+	}
+	t.c.txs.put(cn, t.next)
+}
+
+// end sends ABORT and frees the connection (closing it if that failed).
+func (t *Tx) end(ctx context.Context) {
+	r, _, err := t.call(ctx, replyStatus, "ABORT")
+	if err != nil {
+		t.cn.close()
+		return
+	}
+	putRequest(r)
+	t.c.txs.put(t.cn, t.next)
+}
+
+// Get reads key at the transaction's snapshot (or its own write):
+// ErrNotFound if absent.
+func (t *Tx) Get(ctx context.Context, key string) ([]byte, error) {
+	r, null, err := t.call(ctx, replyBulk, "GET", key)
+	if err != nil {
+		return nil, err
+	}
+	val := r.val
+	putRequest(r)
+	if null {
+		return nil, ErrNotFound
+	}
+	return val, nil
+}
+
+// MGet reads keys at the snapshot: nil for an absent key.
+func (t *Tx) MGet(ctx context.Context, keys ...string) ([][]byte, error) {
+	args := make([]any, len(keys))
+	for i, k := range keys {
+		args[i] = k
+	}
+	r, _, err := t.call(ctx, replyList, "MGET", args...)
+	if err != nil {
+		return nil, err
+	}
+	list := r.list
+	putRequest(r)
+	return list, nil
+}
+
+// Set buffers a write of key.
+func (t *Tx) Set(ctx context.Context, key string, value []byte) error {
+	t.wrote = true
+	r, _, err := t.call(ctx, replyStatus, "SET", key, value)
+	if err != nil {
+		return err
+	}
+	putRequest(r)
+	return nil
+}
+
+// Del buffers a deletion of key and reports whether it existed (in the
+// transaction's view).
+func (t *Tx) Del(ctx context.Context, key string) (bool, error) {
+	t.wrote = true
+	r, _, err := t.call(ctx, replyInt, "DEL", key)
+	if err != nil {
+		return false, err
+	}
+	n := r.n
+	putRequest(r)
+	return n > 0, nil
+}
+
+// Incr buffers INCRBY key delta and returns the value in the transaction's
+// view (the committed value, if it commits).
+func (t *Tx) Incr(ctx context.Context, key string, delta int64) (int64, error) {
+	t.wrote = true
+	r, _, err := t.call(ctx, replyInt, "INCRBY", key, strconv.FormatInt(delta, 10))
+	if err != nil {
+		return 0, err
+	}
+	n := r.n
+	putRequest(r)
+	return n, nil
+}
+
+// txConns are the connections transactions run on, dialed to the leader as
+// the client knows it, kept for the next transaction when one ends cleanly,
+// each with its last handle.
+type txConns struct {
+	mu     sync.Mutex
+	free   []txConn
+	closed bool
+}
+
+type txConn struct {
+	cn   *conn
+	next uint64
+}
+
+const txConnsKept = 16
+
+func (p *txConns) get(ctx context.Context, c *Client) (*conn, uint64, error) {
+	hint := c.leader.Load()
+	p.mu.Lock()
+	for len(p.free) > 0 {
+		f := p.free[len(p.free)-1]
+		p.free = p.free[:len(p.free)-1]
+		if f.cn.healthy() && (hint == nil || f.cn.addr == *hint) {
+			p.mu.Unlock()
+			return f.cn, f.next, nil
+		}
+		f.cn.close()
+	}
+	closed := p.closed
+	p.mu.Unlock()
+	if closed || c.closed.Load() {
+		return nil, 0, ErrClosed
+	}
+	addrs := c.addrs
+	if hint != nil {
+		addrs = append([]string{*hint}, addrs...)
+	}
+	var errs []error
+	for _, a := range addrs {
+		cn, err := c.dial(ctx, a)
+		if err == nil {
+			return cn, 0, nil
+		}
+		if errors.Is(err, ErrAuth) {
+			return nil, 0, err
+		}
+		errs = append(errs, err)
+	}
+	return nil, 0, fmt.Errorf("%w: %w", ErrUnavailable, errors.Join(errs...))
+}
+
+func (p *txConns) put(cn *conn, next uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || len(p.free) >= txConnsKept || !cn.healthy() {
+		cn.close()
+		return
+	}
+	p.free = append(p.free, txConn{cn, next})
+}
+
+func (p *txConns) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	for _, f := range p.free {
+		f.cn.close()
+	}
+	p.free = nil
+}

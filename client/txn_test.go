@@ -1,0 +1,152 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Concurrent read-modify-write transactions on one counter: each one that
+// conflicts is retried, and the counter ends with every increment.
+func TestTxnRetriesConflicts(t *testing.T) {
+	addr := startNode(t, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := Dial(ctx, []string{addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, iso := range []Isolation{Serializable, SnapshotIsolation} {
+		key := "ctr" + strconv.Itoa(int(iso))
+		var wg sync.WaitGroup
+		var runs sync.Map
+		for w := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range 10 {
+					err := c.Txn(ctx, func(tx *Tx) error {
+						n, _ := runs.LoadOrStore([2]int{w, i}, new(int))
+						*n.(*int)++
+						v, err := tx.Get(ctx, key)
+						if err != nil && !errors.Is(err, ErrNotFound) {
+							return err
+						}
+						x, _ := strconv.Atoi(string(v))
+						return tx.Set(ctx, key, []byte(strconv.Itoa(x+1)))
+					}, &TxOptions{Isolation: iso, MaxAttempts: 100})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		if v, err := c.Get(ctx, key); err != nil || string(v) != "40" {
+			t.Fatalf("isolation %d: counter %q, %v; want 40", iso, v, err)
+		}
+		retried := 0
+		runs.Range(func(_, n any) bool {
+			retried += *n.(*int) - 1
+			return true
+		})
+		t.Logf("isolation %d: %d retries", iso, retried)
+	}
+}
+
+// An error fn returns aborts the transaction (nothing lands) and is
+// returned as is; a read-only transaction commits without the log; Del
+// and Incr answer the transaction's view.
+func TestTxnErrorAndReadOnly(t *testing.T) {
+	addr := startNode(t, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := Dial(ctx, []string{addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	boom := errors.New("boom")
+	err = c.Txn(ctx, func(tx *Tx) error {
+		if err := tx.Set(ctx, "a", []byte("1")); err != nil {
+			return err
+		}
+		return boom
+	}, nil)
+	if err != boom {
+		t.Fatalf("Txn = %v, want fn's error", err)
+	}
+	if _, err := c.Get(ctx, "a"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("a written by an aborted transaction: %v", err)
+	}
+	if err := c.Put(ctx, "b", []byte("5")); err != nil {
+		t.Fatal(err)
+	}
+	err = c.Txn(ctx, func(tx *Tx) error {
+		vs, err := tx.MGet(ctx, "a", "b")
+		if err != nil || vs[0] != nil || string(vs[1]) != "5" {
+			t.Errorf("MGet = %q, %v", vs, err)
+		}
+		if n, err := tx.Incr(ctx, "b", 2); err != nil || n != 7 {
+			t.Errorf("Incr = %d, %v", n, err)
+		}
+		if ok, err := tx.Del(ctx, "b"); err != nil || !ok {
+			t.Errorf("Del = %v, %v", ok, err)
+		}
+		_, err = tx.Get(ctx, "b")
+		if !errors.Is(err, ErrNotFound) {
+			t.Errorf("Get after Del: %v", err)
+		}
+		return nil
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Get(ctx, "b"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("b after the committed Del: %v", err)
+	}
+	if err := c.Txn(ctx, func(tx *Tx) error { _, err := tx.Get(ctx, "b"); return ignoreNotFound(err) }, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func ignoreNotFound(err error) error {
+	if errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	return err
+}
+
+// A commit whose connection dies after it was sent, every retry too, has an
+// unknown outcome: Txn returns ErrUnknownOutcome and does not run fn again —
+// a new attempt would be a new transaction, applied a second time if the
+// first committed.
+func TestTxnLostCommitIsUnknownNotRetried(t *testing.T) {
+	s := newTestServer(t)
+	s.setHook(func(h hookInfo) action {
+		if h.argv[0] == "KEFIR.TXAPPLY" {
+			return actDropAfterApply
+		}
+		return actReply
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := Dial(ctx, s.addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	runs := 0
+	err = c.Txn(ctx, func(tx *Tx) error {
+		runs++
+		return tx.Set(ctx, "k", []byte("v"))
+	}, nil)
+	if !errors.Is(err, ErrUnknownOutcome) || errors.Is(err, ErrTxAborted) || runs != 1 {
+		t.Fatalf("Txn = %v after %d runs of fn; want ErrUnknownOutcome after one", err, runs)
+	}
+}

@@ -1,0 +1,349 @@
+package kv
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strconv"
+)
+
+// Interactive transactions (KEFIR.TX; issue 29; docs/design/transactions.md,
+// "Interactive transactions").
+//
+// A transaction reads from a snapshot of the engine at its start version and
+// buffers its writes at the front door; its commit is ONE op of the state
+// machine, KindTxCommit, carrying the start version, the isolation, the keys
+// to validate with the version each had at the start, and the writes. Every
+// replica evaluates it at apply against the state as of op−1 (Apply's
+// getter), so the decision — commit or abort — is a function of the log and
+// holds across a leader change and a crash replay:
+//
+//   - validation: every checked key must still have the version it had at
+//     the start (0: absent). A key written in the window (start, op) has a
+//     newer version; one deleted in it is absent where it existed. Under SI
+//     the checked keys are the written ones (first committer wins on
+//     write-write conflicts); under SERIALIZABLE also every key read. A
+//     failed check answers -TXABORT and lands nothing.
+//   - the writes run in order over an overlay of the transaction's own
+//     earlier writes (TxOverlay) and land together, one record per key, at
+//     the op's one version; a write that fails (INCRBY of a non-integer)
+//     lands none of them and answers its error.
+//
+// The reply is RESP2 bytes (ResReply): the committed version, or the error.
+// The client table caches it like any result, so a commit retried with its
+// request id is answered, never validated again.
+
+// KindTxCommit is an interactive transaction's commit, from the block
+// 176–183 given to interactive transactions.
+const (
+	KindTxCommit Kind = 176 + iota
+	kindItxEnd
+)
+
+func isItxKind(k Kind) bool { return k >= KindTxCommit && k < kindItxEnd }
+
+// Isolation levels of a transaction, carried in a KindTxCommit's Cond.
+const (
+	// TxSI is snapshot isolation: validate the written keys.
+	TxSI Cond = 0
+	// TxSerializable also validates every key read.
+	TxSerializable Cond = 1
+)
+
+// TxCheck is a key a commit validates: Version is the version the
+// transaction's snapshot had of it (0: absent).
+type TxCheck struct {
+	Key     []byte
+	Version uint64
+}
+
+// Write opcodes of a KindTxCommit's Keys (opcode, key, argument triples).
+const (
+	txSet    = 'S'
+	txDel    = 'D'
+	txIncrBy = 'I'
+)
+
+// NewTxCommit builds the commit op of a transaction that started at start:
+// checks go in Value, writes (SET, DEL of one key, INCRBY; nothing else) in
+// Keys as (opcode, key, argument) triples. The slices are aliased.
+func NewTxCommit(start uint64, iso Cond, checks []TxCheck, writes []Op) (Op, error) {
+	op := Op{Kind: KindTxCommit, Delta: int64(start), Cond: iso, Keys: make([][]byte, 0, 3*len(writes))}
+	var b []byte
+	b = binary.AppendUvarint(b, uint64(len(checks)))
+	for _, c := range checks {
+		b = AppendBytes(b, c.Key)
+		b = binary.AppendUvarint(b, c.Version)
+	}
+	op.Value = b
+	for i := range writes {
+		w := &writes[i]
+		switch {
+		case w.Kind == KindSet && w.Cond == Always && !w.ReturnOld && w.ExpireAt == 0 && w.TTL == 0:
+			op.Keys = append(op.Keys, []byte{txSet}, w.Key, w.Value)
+		case w.Kind == KindDel && len(w.Keys) == 1:
+			op.Keys = append(op.Keys, []byte{txDel}, w.Keys[0], nil)
+		case w.Kind == KindIncrBy:
+			op.Keys = append(op.Keys, []byte{txIncrBy}, w.Key, strconv.AppendInt(nil, w.Delta, 10))
+		default:
+			return Op{}, fmt.Errorf("%w: %v in a transaction", ErrInvalidOp, w.Kind)
+		}
+	}
+	return op, nil
+}
+
+// DecodeTxCommit returns a KindTxCommit's checks and writes.
+func DecodeTxCommit(op *Op) (checks []TxCheck, writes []Op, err error) {
+	if op.Kind != KindTxCommit || len(op.Keys)%3 != 0 || op.Delta < 0 || (op.Cond != TxSI && op.Cond != TxSerializable) {
+		return nil, nil, fmt.Errorf("%w: malformed transaction commit", ErrInvalidOp)
+	}
+	d := Decoder{B: op.Value}
+	n := d.Uvarint()
+	if n > uint64(len(op.Value)) {
+		return nil, nil, fmt.Errorf("%w: transaction commit of %d checks in %d bytes", ErrInvalidOp, n, len(op.Value))
+	}
+	checks = make([]TxCheck, 0, n)
+	for i := uint64(0); i < n && d.Err == nil; i++ {
+		checks = append(checks, TxCheck{Key: d.Bytes(), Version: d.Uvarint()})
+	}
+	if d.Err != nil || len(d.B) != 0 {
+		return nil, nil, fmt.Errorf("%w: transaction commit's checks: corrupt", ErrInvalidOp)
+	}
+	writes = make([]Op, 0, len(op.Keys)/3)
+	for i := 0; i < len(op.Keys); i += 3 {
+		code, key, arg := op.Keys[i], op.Keys[i+1], op.Keys[i+2]
+		if len(code) != 1 {
+			return nil, nil, fmt.Errorf("%w: transaction write opcode %q", ErrInvalidOp, code)
+		}
+		w := Op{Key: key, Now: op.Now}
+		switch code[0] {
+		case txSet:
+			w.Kind, w.Value = KindSet, arg
+		case txDel:
+			w = Op{Kind: KindDel, Keys: [][]byte{key}, Now: op.Now}
+		case txIncrBy:
+			delta, err := strconv.ParseInt(string(arg), 10, 64)
+			if err != nil {
+				return nil, nil, fmt.Errorf("%w: transaction INCRBY of %q", ErrInvalidOp, arg)
+			}
+			w.Kind, w.Delta = KindIncrBy, delta
+		default:
+			return nil, nil, fmt.Errorf("%w: transaction write opcode %q", ErrInvalidOp, code)
+		}
+		writes = append(writes, w)
+	}
+	return checks, writes, nil
+}
+
+// txWrittenKeys is WrittenKeys of a KindTxCommit (every key of its writes).
+func txWrittenKeys(op *Op) [][]byte {
+	ks := make([][]byte, 0, len(op.Keys)/3)
+	for i := 1; i < len(op.Keys); i += 3 {
+		ks = append(ks, op.Keys[i])
+	}
+	return ks
+}
+
+// txRoutingKeys is RoutingKeys of a KindTxCommit: its written keys and its
+// checked ones (a transaction is of one slot).
+func txRoutingKeys(op *Op) [][]byte {
+	ks := txWrittenKeys(op)
+	if checks, _, err := DecodeTxCommit(op); err == nil {
+		for _, c := range checks {
+			ks = append(ks, c.Key)
+		}
+	}
+	return ks
+}
+
+// TxOverlay is a transaction's writes not yet landed: evaluated one by one
+// (Apply) against a state with the earlier ones in front of it (View), and
+// emitted together at the end, one record per key in the order the keys
+// were first written.
+//
+// It does for a transaction what applyScript's exec and writes map do for a
+// script's redis.call writes (script.go); the two are one mechanism to merge.
+type TxOverlay struct {
+	writes map[string]overlayRec
+	order  []string
+}
+
+// Len is the number of keys written.
+func (t *TxOverlay) Len() int { return len(t.order) }
+
+// View returns get with the overlay in front of it; a key the overlay holds
+// reports version.
+func (t *TxOverlay) View(get Getter, version uint64) Getter {
+	return func(key []byte) ([]byte, []byte, uint64, bool, error) {
+		if r, ok := t.writes[string(key)]; ok {
+			return r.data, r.meta, version, !r.tomb, nil
+		}
+		return get(key)
+	}
+}
+
+// Apply evaluates the write op at version against View(get, version) and,
+// if it succeeds, puts its records in the overlay. On error nothing changes.
+func (t *TxOverlay) Apply(get Getter, version uint64, op *Op, maxValue int) (Result, error) {
+	type staged struct {
+		key, data, meta []byte
+		tomb            bool
+	}
+	var batch []staged
+	res, err := Apply(t.View(get, version), version, op, maxValue, func(key, value, meta []byte, tomb bool) {
+		// Copied: they alias the op's buffers or a getter's.
+		batch = append(batch, staged{append([]byte(nil), key...), append([]byte(nil), value...), append([]byte(nil), meta...), tomb})
+	})
+	if err != nil {
+		return Result{}, err
+	}
+	for _, s := range batch {
+		if len(s.key) > ScriptMaxKey || (maxValue > 0 && len(s.data) > maxValue) {
+			return Result{}, fmt.Errorf("%w: a record of a %d-byte key and a %d-byte value is too large", ErrInvalidOp, len(s.key), len(s.data))
+		}
+	}
+	if t.writes == nil {
+		t.writes = map[string]overlayRec{}
+	}
+	for _, s := range batch {
+		k := string(s.key)
+		if _, ok := t.writes[k]; !ok {
+			t.order = append(t.order, k)
+		}
+		if len(s.meta) == 0 {
+			s.meta = nil
+		}
+		t.writes[k] = overlayRec{data: s.data, meta: s.meta, tomb: s.tomb}
+	}
+	return res, nil
+}
+
+// Emit hands the overlay's records to emit.
+func (t *TxOverlay) Emit(emit Emit) {
+	for _, k := range t.order {
+		r := t.writes[k]
+		if r.tomb {
+			emit([]byte(k), nil, nil, true)
+		} else {
+			put(emit, []byte(k), r.data, r.meta)
+		}
+	}
+}
+
+// TxConflict is the key a commit's validation failed on.
+type TxConflict struct {
+	Key      []byte
+	Start    uint64 // the transaction's start version
+	Expected uint64 // the key's version at the start (0: absent)
+	Found    uint64 // its version as of the commit (0: absent)
+}
+
+func (c *TxConflict) Error() string {
+	what := fmt.Sprintf("written at version %d", c.Found)
+	if c.Found == 0 {
+		what = "deleted"
+	}
+	return fmt.Sprintf("TXABORT conflict on key '%s': %s after the transaction's start version %d", clipKey(c.Key), what, c.Start)
+}
+
+func clipKey(k []byte) string {
+	if len(k) > 64 {
+		return strconv.Quote(string(k[:64]))[1:] + "..."
+	}
+	s := strconv.Quote(string(k))
+	return s[1 : len(s)-1]
+}
+
+// TxValidate checks op's (a KindTxCommit at version) keys against get (the
+// state as of version−1): nil if every one has the version it had at the
+// start, a *TxConflict for the first that does not. A key whose version is
+// the op's own is the op's own record, read back by a crash replay of the
+// op (the applier's getter reports it so): the op passed this check when it
+// first ran, or that record would not exist.
+func TxValidate(get Getter, version uint64, op *Op, checks []TxCheck) error {
+	for _, c := range checks {
+		_, _, ver, exists, err := get(c.Key)
+		if err != nil {
+			return err
+		}
+		if ver == version && version != 0 {
+			continue // our own record, in a replay
+		}
+		if !exists {
+			ver = 0
+		}
+		if ver != c.Version {
+			return &TxConflict{Key: c.Key, Start: uint64(op.Delta), Expected: c.Version, Found: ver}
+		}
+	}
+	return nil
+}
+
+// applyTxCommit is Apply's case for KindTxCommit (see the top of this file).
+func applyTxCommit(get Getter, version uint64, op *Op, maxValue int, emit Emit) (Result, error) {
+	checks, writes, err := DecodeTxCommit(op)
+	if err != nil {
+		return Result{}, err
+	}
+	for _, w := range writes {
+		if err := CheckKey(w.RoutingKey()); err != nil {
+			return Result{}, err
+		}
+	}
+	if err := TxValidate(get, version, op, checks); err != nil {
+		var c *TxConflict
+		if errors.As(err, &c) {
+			return Result{Kind: ResReply, Bulk: respError(c.Error())}, nil
+		}
+		return Result{}, err // the store's failure: not an outcome
+	}
+	var ov TxOverlay
+	for i := range writes {
+		if _, err := ov.Apply(get, version, &writes[i], maxValue); err != nil {
+			if msg, ok := TxErrorText(err); ok {
+				return Result{Kind: ResReply, Bulk: respError(msg)}, nil
+			}
+			return Result{}, err
+		}
+	}
+	ov.Emit(emit)
+	res := Result{Kind: ResReply, Bulk: fmt.Appendf(nil, ":%d\r\n", version)}
+	if ov.Len() > 0 {
+		res.Version = version
+	}
+	return res, nil
+}
+
+// RoutingKey is the one key of a single-key write (Key, or DEL's only key).
+func (op *Op) RoutingKey() []byte {
+	if len(op.Key) == 0 && len(op.Keys) == 1 {
+		return op.Keys[0]
+	}
+	return op.Key
+}
+
+// TxErrorText is the RESP error text (prefix included) of an op's own error
+// raised by a transaction's write, ok false for a store's failure.
+func TxErrorText(err error) (string, bool) {
+	switch {
+	case errors.Is(err, ErrWrongKind):
+		return ErrWrongKind.Error(), true
+	case errors.Is(err, ErrWrongType):
+		return "ERR value is not an integer or out of range", true
+	case errors.Is(err, ErrOverflow), errors.Is(err, ErrReservedKey), errors.Is(err, ErrInvalidOp):
+		return "ERR " + err.Error(), true
+	}
+	return "", false
+}
+
+func respError(msg string) []byte {
+	b := make([]byte, 0, len(msg)+3)
+	b = append(b, '-')
+	for _, c := range []byte(msg) {
+		if c == '\r' || c == '\n' {
+			c = ' '
+		}
+		b = append(b, c)
+	}
+	return append(b, '\r', '\n')
+}

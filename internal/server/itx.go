@@ -1,0 +1,379 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/kefirdb/kefir/internal/cluster"
+	"github.com/kefirdb/kefir/internal/command"
+	"github.com/kefirdb/kefir/internal/kv"
+	"github.com/kefirdb/kefir/internal/mutation"
+	"github.com/kefirdb/kefir/internal/shard"
+)
+
+// Interactive transactions at the front door (KEFIR.TX; issue 29;
+// docs/design/transactions.md, "Interactive transactions").
+//
+// A transaction is the connection's: BEGIN pins a snapshot of the engine at
+// a start version the replica proves is at least as new as every write
+// acknowledged before it (shard.TxSnapshots); GET, MGET and EXISTS read that
+// snapshot with the transaction's own buffered writes in front of it
+// (kv.TxOverlay); SET, DEL and INCRBY are evaluated there (their replies are
+// the transaction's view) and buffered. COMMIT builds ONE op,
+// kv.KindTxCommit: the writes, and the keys to validate with the versions the
+// snapshot had of them (SI: the written keys; SERIALIZABLE: the read ones
+// too), and sends it through the connection's write path as KEFIR.TXAPPLY —
+// ordered in the log, forwarded to the leader from a follower, validated at
+// apply on every replica. A transaction that wrote nothing commits here,
+// without the log: its reads were of one committed state no older than
+// BEGIN. PREPARE answers the KEFIR.TXAPPLY argument instead of sending it,
+// for a client that sends it itself with its own request id (the Go client,
+// whose retries across a leader change then apply it once).
+
+// Limits (docs/design/transactions.md, "Limits").
+const (
+	// txMaxOpen bounds a connection's open transactions: each pins engine
+	// versions that retention must keep.
+	txMaxOpen = 16
+	// txMaxWrites and txMaxWriteBytes bound a transaction's write set, held
+	// in the front door's memory and sent as one op (one log entry).
+	txMaxWrites     = 4096
+	txMaxWriteBytes = 8 << 20
+)
+
+// txMaxAge is the transaction lifetime limit: an older transaction is
+// aborted at its next command (its pinned versions hold garbage that
+// compaction cannot reclaim). A variable for tests.
+var txMaxAge = 60 * time.Second
+
+// itxMutations are the test-only mutations of this file (internal/mutation).
+type itxMutations struct {
+	// skipWindow: COMMIT sends no key to validate, so nothing in the conflict
+	// window can abort it (the transaction checker's test shows it caught).
+	skipWindow atomic.Bool
+}
+
+var itxMut itxMutations
+
+// itxConn is a connection's transactions.
+type itxConn struct {
+	next uint64
+	open map[uint64]*itxn
+}
+
+// itxn is one open transaction.
+type itxn struct {
+	iso   kv.Cond
+	began time.Time
+	snap  *shard.TxSnap // nil until its first key on a node of several groups
+	slot  int           // that key's slot (-1: not yet, or not a cluster)
+	seen  map[string]uint64
+	ov    kv.TxOverlay
+	wr    []kv.Op
+	bytes int
+}
+
+var (
+	errTxUnknown   = errf("ERR no such transaction (KEFIR.TX BEGIN answers a handle; COMMIT, PREPARE and ABORT end it)")
+	errTxTooMany   = errf("ERR too many open transactions on this connection (at most %d): COMMIT or ABORT one first", txMaxOpen)
+	errTxFull      = errf("ERR transaction write set is full (at most %d writes, %d bytes): COMMIT or ABORT it", txMaxWrites, txMaxWriteBytes)
+	errTxNoSupport = errf("ERR interactive transactions are not supported by this deployment")
+)
+
+// txCmd runs KEFIR.TX.
+func (c *conn) txCmd(args [][]byte) error {
+	sub := strings.ToUpper(string(args[1]))
+	if sub == "BEGIN" {
+		return c.txBegin(args[2:])
+	}
+	if len(args) < 3 {
+		return errf("ERR wrong number of arguments for 'kefir.tx|%s' command", strings.ToLower(sub))
+	}
+	h, err := strconv.ParseUint(string(args[2]), 10, 64)
+	if err != nil || c.itx == nil || c.itx.open[h] == nil {
+		return errTxUnknown
+	}
+	tx := c.itx.open[h]
+	if age := time.Since(tx.began); age > txMaxAge {
+		c.txEnd(h)
+		return errf("TXABORT transaction too old: open for %s, the limit is %s", age.Round(time.Millisecond), txMaxAge)
+	}
+	rest := args[3:]
+	keys := rest // the keys the command names
+	n, variadic := 0, false
+	switch sub {
+	case "COMMIT", "PREPARE", "ABORT":
+	case "GET":
+		n = 1
+	case "MGET", "EXISTS", "DEL":
+		n, variadic = 1, true
+	case "SET", "INCRBY":
+		n, keys = 2, rest[:min(1, len(rest))]
+	default:
+		return errf("ERR unknown subcommand '%s'. Try BEGIN, GET, MGET, EXISTS, SET, DEL, INCRBY, COMMIT, PREPARE, ABORT.", clip(args[1]))
+	}
+	if len(rest) < n || (!variadic && len(rest) != n) {
+		return errf("ERR wrong number of arguments for 'kefir.tx|%s' command", strings.ToLower(sub))
+	}
+	switch sub {
+	case "ABORT":
+		c.txEnd(h)
+		return c.w.WriteSimple("OK")
+	case "COMMIT", "PREPARE":
+		return c.txCommit(h, tx, sub == "PREPARE")
+	}
+	for _, k := range keys {
+		if err := c.txSlot(tx, k); err != nil {
+			return err
+		}
+	}
+	now := time.Now().UnixMilli()
+	var res kv.Result
+	switch sub {
+	case "GET", "MGET", "EXISTS":
+		op := kv.Op{Kind: kv.KindGet, Key: rest[0], Now: now}
+		if sub != "GET" {
+			op = kv.Op{Kind: kv.KindMGet, Keys: rest, Now: now}
+			if sub == "EXISTS" {
+				op.Kind = kv.KindExists
+			}
+		}
+		res, err = kv.Read(tx.ov.View(tx.get, tx.snap.Version()+1), nil, &op, 0)
+	default:
+		if len(tx.wr) >= txMaxWrites || tx.bytes >= txMaxWriteBytes {
+			return errTxFull
+		}
+		var ops []kv.Op
+		switch sub {
+		case "SET":
+			ops = []kv.Op{{Kind: kv.KindSet, Key: clone(rest[0]), Value: clone(rest[1]), Now: now}}
+		case "INCRBY":
+			delta, perr := parseInt64(rest[1])
+			if perr != nil {
+				return perr
+			}
+			ops = []kv.Op{{Kind: kv.KindIncrBy, Key: clone(rest[0]), Delta: delta, Now: now}}
+		case "DEL":
+			for _, k := range rest {
+				ops = append(ops, kv.Op{Kind: kv.KindDel, Keys: [][]byte{clone(k)}, Now: now})
+			}
+		}
+		var count int64
+		for i := range ops {
+			r, aerr := tx.ov.Apply(tx.get, tx.snap.Version()+1, &ops[i], 0)
+			if aerr != nil {
+				err = aerr
+				break
+			}
+			tx.wr = append(tx.wr, ops[i])
+			tx.bytes += len(ops[i].RoutingKey()) + len(ops[i].Value)
+			count += r.Int
+			res = r
+		}
+		if sub == "DEL" {
+			res = kv.Result{Kind: kv.ResInt, Int: count}
+		}
+	}
+	if err != nil {
+		return c.txFail(h, err)
+	}
+	c.writeResult(res)
+	return nil
+}
+
+// txFail answers a transaction command's error; a snapshot that lost its
+// versions ends the transaction.
+func (c *conn) txFail(h uint64, err error) error {
+	if errors.Is(err, shard.ErrTxTooOld) {
+		c.txEnd(h)
+		return &replyError{err.Error()}
+	}
+	if msg, ok := kv.TxErrorText(err); ok {
+		return &replyError{msg}
+	}
+	return err
+}
+
+// txBegin runs KEFIR.TX BEGIN [SI|SERIALIZABLE] (default SERIALIZABLE).
+func (c *conn) txBegin(args [][]byte) error {
+	iso := kv.TxSerializable
+	switch {
+	case len(args) > 1:
+		return errSyntax
+	case len(args) == 1 && eq(args[0], "SI"):
+		iso = kv.TxSI
+	case len(args) == 1 && !eq(args[0], "SERIALIZABLE"):
+		return errf("ERR unknown isolation level '%s' (SI or SERIALIZABLE)", clip(args[0]))
+	}
+	if _, ok := c.srv.shard.(shard.TxSnapshots); !ok {
+		return errTxNoSupport
+	}
+	if c.itx == nil {
+		c.itx = &itxConn{open: map[uint64]*itxn{}}
+	}
+	if len(c.itx.open) >= txMaxOpen {
+		return errTxTooMany
+	}
+	tx := &itxn{iso: iso, began: time.Now(), slot: -1, seen: map[string]uint64{}}
+	if !c.srv.clusterOn {
+		// One group: its start version is known now. On a node of several
+		// groups the first key names the group (versions are a group's).
+		if err := c.txStart(tx, nil); err != nil {
+			return err
+		}
+	}
+	c.itx.next++
+	c.itx.open[c.itx.next] = tx
+	return c.w.WriteInt(int64(c.itx.next))
+}
+
+// txStart takes tx's snapshot, in the group of key on a node of several.
+func (c *conn) txStart(tx *itxn, key []byte) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	snap, err := c.srv.shard.(shard.TxSnapshots).TxBegin(ctx, key)
+	if err != nil {
+		return err // a follower's not-leader error: -MOVED to the leader
+	}
+	tx.snap = snap
+	return nil
+}
+
+// txSlot checks that key is in tx's slot on a node of several groups (the
+// first key fixes it, and the snapshot is taken in its group).
+func (c *conn) txSlot(tx *itxn, key []byte) error {
+	if !c.srv.clusterOn {
+		return nil
+	}
+	s := int(cluster.Slot(key))
+	if tx.slot >= 0 {
+		if s != tx.slot {
+			return cluster.ErrCrossSlot
+		}
+		return nil
+	}
+	if err := c.txStart(tx, key); err != nil {
+		return err
+	}
+	tx.slot = s
+	return nil
+}
+
+// get reads the transaction's snapshot, noting the version it saw of each
+// key (its read set, and its written keys' versions at the start).
+func (tx *itxn) get(key []byte) ([]byte, []byte, uint64, bool, error) {
+	d, m, v, ok, err := tx.snap.Get(key)
+	if err == nil {
+		tx.seen[string(key)] = v
+	}
+	return d, m, v, ok, err
+}
+
+// txCommit runs COMMIT (prepare false) and PREPARE of transaction h.
+func (c *conn) txCommit(h uint64, tx *itxn, prepare bool) error {
+	if tx.snap == nil || len(tx.wr) == 0 {
+		// Nothing written: the reads were of one committed state, at least
+		// as new as BEGIN; there is nothing to validate or order. The reply
+		// is the start version (0 if it read nothing on a cluster node).
+		var v uint64
+		if tx.snap != nil {
+			v = tx.snap.Version()
+		}
+		c.txEnd(h)
+		if prepare {
+			return c.w.WriteNull()
+		}
+		return c.w.WriteInt(int64(v))
+	}
+	written := map[string]bool{}
+	var checks []kv.TxCheck
+	for _, w := range tx.wr {
+		k := w.RoutingKey()
+		if written[string(k)] {
+			continue
+		}
+		written[string(k)] = true
+		if _, ok := tx.seen[string(k)]; !ok {
+			// A blind write: its version at the start is still needed (a
+			// key deleted in the window is absent now, where it was not).
+			if _, _, _, _, err := tx.get(k); err != nil {
+				return c.txFail(h, err)
+			}
+		}
+		checks = append(checks, kv.TxCheck{Key: k, Version: tx.seen[string(k)]})
+	}
+	if tx.iso == kv.TxSerializable {
+		var reads []string
+		for k := range tx.seen {
+			if !written[k] {
+				reads = append(reads, k)
+			}
+		}
+		slices.Sort(reads) // the op's bytes are a function of the transaction
+		for _, k := range reads {
+			checks = append(checks, kv.TxCheck{Key: []byte(k), Version: tx.seen[k]})
+		}
+	}
+	if mutation.On && itxMut.skipWindow.Load() {
+		checks = nil
+	}
+	op, err := kv.NewTxCommit(tx.snap.Version(), tx.iso, checks, tx.wr)
+	if err != nil {
+		return err
+	}
+	enc := kv.AppendOp(nil, &op)
+	c.txEnd(h)
+	if prepare {
+		return c.w.WriteBulk(enc)
+	}
+	c.queueWrite(txApplySpec, [][]byte{[]byte("KEFIR.TXAPPLY"), enc}, callOpts{})
+	c.flushWrites()
+	return nil
+}
+
+// txEnd forgets transaction h and unpins its snapshot.
+func (c *conn) txEnd(h uint64) {
+	if tx := c.itx.open[h]; tx != nil {
+		if tx.snap != nil {
+			tx.snap.Close()
+		}
+		delete(c.itx.open, h)
+	}
+}
+
+// txCloseAll ends the connection's transactions (it is closing).
+func (c *conn) txCloseAll() {
+	if c.itx == nil {
+		return
+	}
+	for h := range c.itx.open {
+		c.txEnd(h)
+	}
+}
+
+var txApplySpec, _ = command.Lookup([]byte("KEFIR.TXAPPLY"))
+
+// parseTxApply parses KEFIR.TXAPPLY's argument, a KindTxCommit op's
+// encoding (kv.AppendOp), into the op (its bytes copied into a, the batch's
+// arena). Nothing but a well-formed transaction commit is accepted.
+func parseTxApply(args [][]byte, a *arena) (kv.Op, error) {
+	op, err := kv.DecodeOp(a.copy(args[1]))
+	if err == nil && op.Kind != kv.KindTxCommit {
+		err = errors.New("not a transaction commit")
+	}
+	if err == nil {
+		_, _, err = kv.DecodeTxCommit(&op)
+	}
+	if err != nil {
+		return kv.Op{}, errf("ERR KEFIR.TXAPPLY: %v", err)
+	}
+	op.Now = 0 // the proposing node stamps it, as for every write
+	return op, nil
+}
+
+func clone(b []byte) []byte { return append([]byte(nil), b...) }

@@ -1,0 +1,169 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	kefir "github.com/kefirdb/kefir/client"
+	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/resp"
+)
+
+// Interactive transactions' costs (docs/design/transactions.md, "Figures").
+//
+// A read-only transaction of 4 GETs against 4 plain GETs, each as one
+// pipeline (one round trip): BEGIN, 4 KEFIR.TX GET, COMMIT against 4 GET.
+// Handles are numbered per connection from 1, so the pipeline names the
+// next one.
+func benchTxReads(b *testing.B, tx bool) {
+	s := startServer(b, func(c *Config) { c.Durability = level.Async; c.HTTPAddr = "" })
+	c := dial(b, s)
+	for i := range 4 {
+		c.do("SET", fmt.Sprint("k", i), "value")
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	var buf []byte
+	for i := 0; i < b.N; i++ {
+		buf = buf[:0]
+		n := 4
+		if tx {
+			h := strconv.Itoa(i + 1)
+			buf = appendCmd(buf, "KEFIR.TX", "BEGIN")
+			for k := range 4 {
+				buf = appendCmd(buf, "KEFIR.TX", "GET", h, fmt.Sprint("k", k))
+			}
+			buf = appendCmd(buf, "KEFIR.TX", "COMMIT", h)
+			n = 6
+		} else {
+			for k := range 4 {
+				buf = appendCmd(buf, "GET", fmt.Sprint("k", k))
+			}
+		}
+		if _, err := c.nc.Write(buf); err != nil {
+			b.Fatal(err)
+		}
+		for range n {
+			if v, err := c.rd.ReadValue(); err != nil || v.Kind == resp.Error {
+				b.Fatalf("reply %v %v", v, err)
+			}
+		}
+	}
+}
+
+func BenchmarkTxReadOnly4Pipelined(b *testing.B) { benchTxReads(b, true) }
+func BenchmarkGet4Pipelined(b *testing.B)        { benchTxReads(b, false) }
+
+// The same through the Go client, call by call: a read-only Txn of 4 Gets
+// (BEGIN, 4 GETs, PREPARE: 6 round trips) against 4 Gets.
+func benchTxReadsClient(b *testing.B, tx bool) {
+	s := startServer(b, func(c *Config) { c.Durability = level.Async; c.HTTPAddr = "" })
+	ctx := context.Background()
+	c, err := kefir.Dial(ctx, []string{s.ClientAddr().String()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	for i := range 4 {
+		if err := c.Put(ctx, fmt.Sprint("k", i), []byte("value")); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if tx {
+			err = c.Txn(ctx, func(tx *kefir.Tx) error {
+				for k := range 4 {
+					if _, err := tx.Get(ctx, fmt.Sprint("k", k)); err != nil {
+						return err
+					}
+				}
+				return nil
+			}, nil)
+		} else {
+			for k := range 4 {
+				if _, err = c.Get(ctx, fmt.Sprint("k", k)); err != nil {
+					break
+				}
+			}
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkTxReadOnly4Client(b *testing.B) { benchTxReadsClient(b, true) }
+func BenchmarkGet4Client(b *testing.B)        { benchTxReadsClient(b, false) }
+
+// BenchmarkTxContention sweeps the hot set: 8 clients each run
+// read-modify-write transactions of 2 keys drawn from hot keys (one
+// attempt each: an abort is not retried), SERIALIZABLE and SI. It reports
+// committed transactions per second and the share that aborted.
+func BenchmarkTxContention(b *testing.B) {
+	for _, iso := range []kefir.Isolation{kefir.Serializable, kefir.SnapshotIsolation} {
+		for _, hot := range []int{2, 4, 16, 64, 1024} {
+			name := map[kefir.Isolation]string{kefir.Serializable: "ser", kefir.SnapshotIsolation: "si"}[iso]
+			b.Run(fmt.Sprintf("%s/hot=%d", name, hot), func(b *testing.B) { benchContention(b, iso, hot) })
+		}
+	}
+}
+
+func benchContention(b *testing.B, iso kefir.Isolation, hot int) {
+	s := startServer(b, func(c *Config) { c.HTTPAddr = "" })
+	ctx := context.Background()
+	c, err := kefir.Dial(ctx, []string{s.ClientAddr().String()}, kefir.WithPoolSize(4))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	const clients = 8
+	var committed, aborted atomic.Int64
+	var next atomic.Int64
+	b.ResetTimer()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := range clients {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 1))
+			for next.Add(1) <= int64(b.N) {
+				k1, k2 := fmt.Sprint("h", rng.IntN(hot)), fmt.Sprint("h", rng.IntN(hot))
+				err := c.Txn(ctx, func(tx *kefir.Tx) error {
+					for _, k := range []string{k1, k2} {
+						v, err := tx.Get(ctx, k)
+						if err != nil && !errors.Is(err, kefir.ErrNotFound) {
+							return err
+						}
+						n, _ := strconv.Atoi(string(v))
+						if err := tx.Set(ctx, k, []byte(strconv.Itoa(n+1))); err != nil {
+							return err
+						}
+					}
+					return nil
+				}, &kefir.TxOptions{Isolation: iso, MaxAttempts: 1})
+				switch {
+				case err == nil:
+					committed.Add(1)
+				case errors.Is(err, kefir.ErrTxAborted):
+					aborted.Add(1)
+				default:
+					b.Error(err)
+					return
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	el := time.Since(start).Seconds()
+	b.ReportMetric(float64(committed.Load())/el, "commits/s")
+	b.ReportMetric(100*float64(aborted.Load())/float64(max(1, committed.Load()+aborted.Load())), "abort%")
+}

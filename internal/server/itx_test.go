@@ -1,0 +1,324 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	kefir "github.com/kefirdb/kefir/client"
+	"github.com/kefirdb/kefir/internal/check"
+	"github.com/kefirdb/kefir/internal/mutation"
+)
+
+// KEFIR.TX's commands and replies on a single node: snapshot reads, own
+// writes, commit, conflicts, limits.
+func TestTxCommands(t *testing.T) {
+	s := startServer(t, nil)
+	a, b := dial(t, s), dial(t, s)
+	a.expect(`
+SET x 1 => OK
+SET y 1 => OK
+KEFIR.TX BEGIN SI => (integer) 1
+KEFIR.TX GET 1 x => "1"
+KEFIR.TX SET 1 x 5 => OK
+KEFIR.TX GET 1 x => "5"
+KEFIR.TX INCRBY 1 n 3 => (integer) 3
+KEFIR.TX MGET 1 x y n => ["5", "1", "3"]
+KEFIR.TX DEL 1 y zz => (integer) 1
+KEFIR.TX EXISTS 1 x y n => (integer) 2
+KEFIR.TX INCRBY 1 x notanumber => ERR value is not an integer or out of range
+KEFIR.TX GET 2 x => ERR no such transaction*
+KEFIR.TX BEGIN RC => ERR unknown isolation level 'RC' (SI or SERIALIZABLE)
+KEFIR.TX FOO 1 => ERR unknown subcommand 'FOO'*
+KEFIR.TX SET 1 x => ERR wrong number of arguments for 'kefir.tx|set' command
+`)
+	// A commit after another connection's: the snapshot does not see it.
+	b.expect(`
+SET x 99 => OK
+`)
+	a.expect(`
+KEFIR.TX GET 1 x => "5"
+KEFIR.TX COMMIT 1 => TXABORT conflict on key 'x': written at version*
+KEFIR.TX GET 1 x => ERR no such transaction*
+MGET x y n => ["99", "1", (nil)]
+KEFIR.TX BEGIN => (integer) 2
+KEFIR.TX INCRBY 2 n 7 => (integer) 7
+KEFIR.TX DEL 2 y => (integer) 1
+KEFIR.TX COMMIT 2 => (integer)*
+MGET x y n => ["99", (nil), "7"]
+KEFIR.TX BEGIN => (integer) 3
+KEFIR.TX GET 3 n => "7"
+KEFIR.TX ABORT 3 => OK
+KEFIR.TX COMMIT 3 => ERR no such transaction*
+`)
+	// A read-only transaction commits whatever committed since its start.
+	a.expect(`
+KEFIR.TX BEGIN => (integer) 4
+KEFIR.TX GET 4 x => "99"
+`)
+	b.expect(`
+SET x 100 => OK
+`)
+	a.expect(`
+KEFIR.TX GET 4 x => "99"
+KEFIR.TX COMMIT 4 => (integer)*
+`)
+	// Limits: the write set, open transactions per connection, lifetime.
+	h := strings.TrimPrefix(b.do("KEFIR.TX", "BEGIN"), "(integer) ")
+	var buf []byte
+	for i := 0; i < txMaxWrites; i++ {
+		buf = appendCmd(buf, "KEFIR.TX", "SET", h, "w"+strconv.Itoa(i), "v")
+	}
+	if _, err := b.nc.Write(buf); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < txMaxWrites; i++ {
+		if r := b.reply(); r != "OK" {
+			t.Fatalf("write %d: %s", i, r)
+		}
+	}
+	b.expect(`
+KEFIR.TX SET ` + h + ` one more => ERR transaction write set is full (at most 4096 writes, 8388608 bytes)*
+KEFIR.TX ABORT ` + h + ` => OK
+`)
+	for i := 0; i < txMaxOpen; i++ {
+		a.do("KEFIR.TX", "BEGIN")
+	}
+	a.expect(`
+KEFIR.TX BEGIN => ERR too many open transactions on this connection (at most 16)*
+`)
+	old := txMaxAge
+	txMaxAge = time.Millisecond
+	defer func() { txMaxAge = old }()
+	time.Sleep(5 * time.Millisecond)
+	a.expect(`
+KEFIR.TX GET 5 x => TXABORT transaction too old: open for*
+KEFIR.TX GET 5 x => ERR no such transaction*
+`)
+}
+
+// txRunner runs the checker's transactions through the Go client's Txn: a
+// list is its elements joined by spaces, an append a read and a write of
+// the key; a register holds its value's digits.
+type txRunner struct {
+	c   *kefir.Client
+	iso kefir.Isolation
+}
+
+func (r *txRunner) Run(ctx context.Context, t check.Txn) ([]check.Mop, error) {
+	var out []check.Mop
+	err := r.c.Txn(ctx, func(tx *kefir.Tx) error {
+		out = append(out[:0], t.Mops...)
+		for i := range out {
+			m := &out[i]
+			if m.Kind == check.MopWrite {
+				if err := tx.Set(ctx, m.Key, []byte(strconv.Itoa(m.Value))); err != nil {
+					return err
+				}
+				continue
+			}
+			v, err := tx.Get(ctx, m.Key)
+			if err != nil && !errors.Is(err, kefir.ErrNotFound) {
+				return err
+			}
+			if m.Kind == check.MopRead && m.List == nil { // a register
+				m.Value, _ = strconv.Atoi(string(v))
+				continue
+			}
+			list := []int{}
+			for _, f := range strings.Fields(string(v)) {
+				n, _ := strconv.Atoi(f)
+				list = append(list, n)
+			}
+			if m.Kind == check.MopRead {
+				m.List = list
+				continue
+			}
+			if err := tx.Set(ctx, m.Key, fmt.Appendf(v, " %d", m.Value)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, &kefir.TxOptions{Isolation: r.iso, MaxAttempts: 1})
+	if errors.Is(err, kefir.ErrTxAborted) {
+		return nil, fmt.Errorf("%w: %w", check.ErrTxnAborted, err)
+	}
+	return out, err
+}
+
+// runTxCheck runs n list-append transactions of 4 processes over keys
+// keys through KEFIR.TX at addrs and judges the history under model. With
+// contended, the run must have both commits and aborts.
+func runTxCheck(t *testing.T, addrs []string, iso kefir.Isolation, model check.TxnModel, seed int64, n, keys int, contended bool) check.Verdict {
+	t.Helper()
+	h := runTxns(t, addrs, iso, check.TxnWorkload{Seed: seed, Processes: 4, Keys: keys, KeyPrefix: fmt.Sprintf("s%d-", seed)}, n, contended)
+	return check.CheckTxns(h, check.TxnOptions{Model: model})
+}
+
+// runTxns runs n transactions of w through KEFIR.TX at addrs.
+func runTxns(t *testing.T, addrs []string, iso kefir.Isolation, w check.TxnWorkload, n int, contended bool) check.TxnHistory {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := kefir.Dial(ctx, addrs, kefir.WithRetryUnavailable(10*time.Second), kefir.WithMaxRetries(5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	h, err := check.RunTxns(ctx, &txRunner{c: c, iso: iso}, w, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	outcomes := map[check.Outcome]int{}
+	for _, x := range h.Txns {
+		outcomes[x.Outcome]++
+	}
+	t.Logf("iso %d: %d transactions, %d committed, %d aborted, %d unknown", iso, len(h.Txns), outcomes[check.OK], outcomes[check.Failed], outcomes[check.Unknown])
+	if contended && (outcomes[check.OK] == 0 || outcomes[check.Failed] == 0) {
+		t.Fatalf("%d committed, %d aborted: the workload has no contention", outcomes[check.OK], outcomes[check.Failed])
+	}
+	return h
+}
+
+// The transaction checker (Elle-style) over concurrent list-append
+// transactions through KEFIR.TX: SERIALIZABLE passes strict
+// serializability, SI passes snapshot isolation.
+func TestTxCheckerPasses(t *testing.T) {
+	s := startServer(t, nil)
+	addrs := []string{s.ClientAddr().String()}
+	if v := runTxCheck(t, addrs, kefir.Serializable, check.StrictSerializable, 1, 300, 4, true); !v.OK {
+		t.Fatalf("SERIALIZABLE: %+v", v)
+	}
+	if v := runTxCheck(t, addrs, kefir.SnapshotIsolation, check.SnapshotIsolation, 2, 300, 4, true); !v.OK {
+		t.Fatalf("SI: %+v", v)
+	}
+}
+
+// A commit that skips the conflict window's check (the mutation) is caught
+// by the checker: lost appends show as cycles.
+func TestTxCheckerCatchesSkippedWindowCheck(t *testing.T) {
+	mutation.Require(t)
+	s := startServer(t, nil)
+	itxMut.skipWindow.Store(true)
+	defer itxMut.skipWindow.Store(false)
+	addrs := []string{s.ClientAddr().String()}
+	for seed := int64(1); seed <= 5; seed++ {
+		v := runTxCheck(t, addrs, kefir.SnapshotIsolation, check.SnapshotIsolation, seed, 200, 3, false)
+		if !v.OK {
+			t.Logf("seed %d: caught: %s", seed, v.Violations[0].Reason)
+			return
+		}
+	}
+	t.Fatal("the checker passed commits that skip the window check")
+}
+
+// A commit retried with its request id across a leader change is applied
+// once: the new leader answers it from the client table (the op was
+// replicated with its reply), and the counter it increments holds one
+// increment.
+func TestTxCommitRetriedAcrossLeaderChangeAppliesOnce(t *testing.T) {
+	g := startGroup(t)
+	l := g.leader(t)
+	c := dial(t, g.nodes[l])
+	c.expect(`
+SET n 10 => OK
+KEFIR.TX BEGIN => (integer) 1
+KEFIR.TX INCRBY 1 n 1 => (integer) 11
+`)
+	op := c.do("KEFIR.TX", "PREPARE", "1")
+	enc, err := strconv.Unquote(op)
+	if err != nil {
+		t.Fatalf("PREPARE: %s", op)
+	}
+	first := c.do("KEFIR.CALL", "REQID", "77", "1", "CMD", "KEFIR.TXAPPLY", enc)
+	if !strings.HasPrefix(first, "(integer)") {
+		t.Fatalf("commit: %s", first)
+	}
+	g.nodes[l].Close()
+	var nl int
+	var again string
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		nl = -1
+		for i, s := range g.nodes {
+			if i != l && s.Status().Role == "leader" {
+				nl = i
+			}
+		}
+		if nl >= 0 {
+			again = dial(t, g.nodes[nl]).do("KEFIR.CALL", "REQID", "77", "1", "CMD", "KEFIR.TXAPPLY", enc)
+			if !strings.HasPrefix(again, "UNAVAILABLE") && !strings.HasPrefix(again, "MOVED") {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no new leader answered: %s", again)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if again != first {
+		t.Fatalf("retried commit answered %s, the first %s", again, first)
+	}
+	if got := dial(t, g.nodes[nl]).do("GET", "n"); got != `"11"` {
+		t.Fatalf("n = %s after the retried commit, want 11", got)
+	}
+}
+
+// Transactions through the Go client on a replica group keep strict
+// serializability across a leader change in the middle of the run.
+func TestTxCheckerAcrossLeaderChange(t *testing.T) {
+	g := startGroup(t)
+	l := g.leader(t)
+	var addrs []string
+	for _, s := range g.nodes {
+		addrs = append(addrs, s.ClientAddr().String())
+	}
+	var stopped atomic.Bool
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		stopped.Store(true)
+		g.nodes[l].Close()
+	}()
+	v := runTxCheck(t, addrs, kefir.Serializable, check.StrictSerializable, 9, 300, 4, false)
+	if !stopped.Load() {
+		t.Log("the run ended before the leader stopped")
+	}
+	if !v.OK {
+		t.Fatalf("%+v", v)
+	}
+}
+
+// The levels differ where they should: over rw-register transactions (a
+// read of some keys, a blind write of others; a key retired after two
+// writes, so reads of its first versions say much), SI histories pass snapshot
+// isolation but show write skew (G2-item) to the serializable check, which
+// SERIALIZABLE histories pass.
+func TestTxCheckerSIWriteSkew(t *testing.T) {
+	s := startServer(t, nil)
+	addrs := []string{s.ClientAddr().String()}
+	skew := false
+	for seed := int64(1); seed <= 6 && !skew; seed++ {
+		w := check.TxnWorkload{Seed: seed, Processes: 4, Keys: 3, Register: true, MaxMops: 4, MaxWritesPerKey: 2, KeyPrefix: fmt.Sprintf("r%d-", seed)}
+		h := runTxns(t, addrs, kefir.SnapshotIsolation, w, 300, false)
+		if v := check.CheckTxns(h, check.TxnOptions{Model: check.SnapshotIsolation}); !v.OK {
+			t.Fatalf("SI history fails snapshot isolation: %+v", v)
+		}
+		if v := check.CheckTxns(h, check.TxnOptions{Model: check.Serializable}); !v.OK {
+			t.Logf("seed %d: SI history not serializable: %s", seed, v.Violations[0].Reason)
+			skew = true
+		}
+		w.KeyPrefix = fmt.Sprintf("R%d-", seed)
+		h = runTxns(t, addrs, kefir.Serializable, w, 300, false)
+		if v := check.CheckTxns(h, check.TxnOptions{Model: check.StrictSerializable}); !v.OK {
+			t.Fatalf("SERIALIZABLE history: %+v", v)
+		}
+	}
+	if !skew {
+		t.Fatal("no SI history showed write skew in 6 runs")
+	}
+}
