@@ -156,27 +156,32 @@ func txRoutingKeys(op *Op) [][]byte {
 	return ks
 }
 
-// TxOverlay is a transaction's writes not yet landed: evaluated one by one
-// (Apply) against a state with the earlier ones in front of it (View), and
-// emitted together at the end, one record per key in the order the keys
-// were first written.
-//
-// It does for a transaction what applyScript's exec and writes map do for a
-// script's redis.call writes (script.go); the two are one mechanism to merge.
+// TxOverlay is an interactive transaction's writes not yet landed, kept by
+// the front door between commands: evaluated one by one (Apply) against a
+// state with the earlier ones in front of it (View), and emitted together at
+// the end, one record per key in the order the keys were first written. It
+// is the overlay scripts and MULTI/EXEC run over (script.go), held across
+// calls.
 type TxOverlay struct {
-	writes map[string]overlayRec
-	order  []string
+	o *overlay
 }
 
 // Len is the number of keys written.
-func (t *TxOverlay) Len() int { return len(t.order) }
+func (t *TxOverlay) Len() int {
+	if t.o == nil {
+		return 0
+	}
+	return len(t.o.order)
+}
 
 // View returns get with the overlay in front of it; a key the overlay holds
 // reports version.
 func (t *TxOverlay) View(get Getter, version uint64) Getter {
 	return func(key []byte) ([]byte, []byte, uint64, bool, error) {
-		if r, ok := t.writes[string(key)]; ok {
-			return r.data, r.meta, version, !r.tomb, nil
+		if t.o != nil {
+			if r, ok := t.o.writes[string(key)]; ok {
+				return r.data, r.meta, version, !r.tomb, nil
+			}
 		}
 		return get(key)
 	}
@@ -185,48 +190,17 @@ func (t *TxOverlay) View(get Getter, version uint64) Getter {
 // Apply evaluates the write op at version against View(get, version) and,
 // if it succeeds, puts its records in the overlay. On error nothing changes.
 func (t *TxOverlay) Apply(get Getter, version uint64, op *Op, maxValue int) (Result, error) {
-	type staged struct {
-		key, data, meta []byte
-		tomb            bool
+	if t.o == nil {
+		t.o = newOverlay(get, version, nil, maxValue)
 	}
-	var batch []staged
-	res, err := Apply(t.View(get, version), version, op, maxValue, func(key, value, meta []byte, tomb bool) {
-		// Copied: they alias the op's buffers or a getter's.
-		batch = append(batch, staged{append([]byte(nil), key...), append([]byte(nil), value...), append([]byte(nil), meta...), tomb})
-	})
-	if err != nil {
-		return Result{}, err
-	}
-	for _, s := range batch {
-		if len(s.key) > ScriptMaxKey || (maxValue > 0 && len(s.data) > maxValue) {
-			return Result{}, fmt.Errorf("%w: a record of a %d-byte key and a %d-byte value is too large", ErrInvalidOp, len(s.key), len(s.data))
-		}
-	}
-	if t.writes == nil {
-		t.writes = map[string]overlayRec{}
-	}
-	for _, s := range batch {
-		k := string(s.key)
-		if _, ok := t.writes[k]; !ok {
-			t.order = append(t.order, k)
-		}
-		if len(s.meta) == 0 {
-			s.meta = nil
-		}
-		t.writes[k] = overlayRec{data: s.data, meta: s.meta, tomb: s.tomb}
-	}
-	return res, nil
+	t.o.get, t.o.version, t.o.maxValue = get, version, maxValue
+	return t.o.stage(op)
 }
 
 // Emit hands the overlay's records to emit.
 func (t *TxOverlay) Emit(emit Emit) {
-	for _, k := range t.order {
-		r := t.writes[k]
-		if r.tomb {
-			emit([]byte(k), nil, nil, true)
-		} else {
-			put(emit, []byte(k), r.data, r.meta)
-		}
+	if t.o != nil {
+		t.o.emitAll(emit)
 	}
 }
 

@@ -171,6 +171,14 @@ func (o *overlay) exec(sub *Op) (Result, error) {
 	if sub.Kind == KindFlush || RunsCommands(sub.Kind) || sub.Kind == KindExpireIfDue {
 		return Result{}, fmt.Errorf("%w: %v in a script", ErrInvalidOp, sub.Kind)
 	}
+	return o.stage(sub)
+}
+
+// stage evaluates the write sub at the overlay's version against the overlay
+// and, if it succeeds, keeps its records there; on error nothing changes.
+// Scripts and MULTI/EXEC reach it through exec, interactive transactions
+// through TxOverlay (itx.go).
+func (o *overlay) stage(sub *Op) (Result, error) {
 	o.batch = o.batch[:0]
 	res, err := Apply(o.view, o.version, sub, o.maxValue, func(key, value, meta []byte, tomb bool) {
 		// Copied: key and value may alias the sub-op's buffers, which
