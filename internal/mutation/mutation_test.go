@@ -19,7 +19,7 @@ var gatedPackages = map[string][]string{
 	"../vr":      nil,
 	"../vrshard": {"appendUnchecked"},
 	"../storage": nil,
-	"../shard":   {"tornMultiReads", "betweenKeys"},
+	"../shard":   {"tornMultiReads", "staleHashMeta", "betweenKeys"},
 	"../server":  nil,
 }
 

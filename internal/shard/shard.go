@@ -182,6 +182,25 @@ type prober interface {
 
 var _ prober = (*storage.DB)(nil)
 
+// changeCounter is an Engine that counts the appends that changed what reads
+// find (storage.DB.Changes): hgetOne brackets its reads with it. Optional, as
+// sharedGetter is (without it hgetOne rereads the metadata, as before).
+type changeCounter interface {
+	Changes() uint64
+}
+
+var _ changeCounter = (*storage.DB)(nil)
+
+// hashMetaMemo is a hash's metadata record as hgetOne last read it from the
+// engine, with the engine's change count (changeCounter) under which it was
+// read: while the count has not moved, no append came since, so the record is
+// still the key's. Immutable once published (Shard.hgetMemo).
+type hashMetaMemo struct {
+	key     string
+	changes uint64
+	v       storage.Value
+}
+
 // Options configure a Shard.
 type Options struct {
 	// Durability is the default for writes that do not name one (default sync).
@@ -238,6 +257,13 @@ type Shard struct {
 	readGet func(key []byte) (storage.Value, error)
 	// engineHas is the engine's Has if it has one (nil: engineGet answers).
 	engineHas func(key []byte) (bool, error)
+	// changes is the engine's change count if it has one (changeCounter;
+	// nil: hgetOne rereads the metadata and keeps no memo).
+	changes func() uint64
+	// hgetMemo is the metadata record hgetOne last read (nil: none). Readers
+	// of every connection share it; each publishes a new one, never writes
+	// one it loaded.
+	hgetMemo atomic.Pointer[hashMetaMemo]
 	// getFn, hasFn, stageFn are current, has and stage as func values, made
 	// once: a method value or closure made per write allocates, and these
 	// were three of an HSET's allocations.
@@ -250,8 +276,10 @@ type Shard struct {
 	maxKey, maxVal int
 	// Tests only: tornMultiReads (a mutation, read only under mutation.On)
 	// reads MGET's keys one by one from the latest state; betweenKeys runs
-	// between its first two keys.
+	// between its first two keys. staleHashMeta (a mutation) makes hgetOne
+	// trust its memo and skip the reread whatever the change count says.
 	tornMultiReads bool
+	staleHashMeta  bool
 	betweenKeys    func()
 	opts           Options
 	log            *slog.Logger
@@ -351,6 +379,9 @@ func Open(db Engine, opts Options) (*Shard, error) {
 	}
 	if p, ok := db.(prober); ok {
 		s.engineHas = p.Has
+	}
+	if c, ok := db.(changeCounter); ok {
+		s.changes = c.Changes
 	}
 	s.getFn, s.hasFn, s.stageFn = s.current, s.has, s.stage
 	if err := s.loadClients(); err != nil {
@@ -869,20 +900,32 @@ func (s *Shard) Read(ctx context.Context, op kv.Op, c level.Consistency, sess Se
 // hgetOne serves an HGET of one field (HGET, HEXISTS, HSTRLEN) as kv.Read
 // would, without its snapshot and closures (they cost an HGET as much as
 // the engine's reads did: docs/design/hashes.md): the hash's metadata record,
-// the field's row, then the metadata record again. If the record did not
-// change (same version), the key held it the whole time, so when the row
-// was read the hash was that generation and the field that value: a state
-// the read may take effect at. Else (ok false) a write moved the hash in
-// between — say RENAME h h2, HSET h2 f, which writes the very row this read
-// found while h no longer holds it — and the caller reads in a snapshot.
+// then the field's row. The two must be one state: if the record did not
+// change in between, the key held it the whole time, so when the row was
+// read the hash was that generation and the field that value, a state the
+// read may take effect at. The engine's change count (changeCounter) says so
+// at the cost of two atomic loads: unmoved, no append came between the reads.
+// Moved (or without a counter), the metadata record is read again, and if
+// its version moved too (ok false) a write moved the hash in between — say
+// RENAME h h2, HSET h2 f, which writes the very row this read found while h
+// no longer holds it — and the caller reads in a snapshot.
+//
+// The metadata record comes from the memo (hgetMemo) while the count has not
+// moved since it was read: repeated HGETs of a hash between writes read one
+// engine record each, as a GET does, not two or three.
 func (s *Shard) hgetOne(op *kv.Op) (res kv.Result, ok bool, err error) {
 	if kv.IsReserved(op.Key) {
 		return kv.Result{}, true, kv.ErrReservedKey
 	}
-	m, live, err := s.getLive(op.Key, op.Now)
+	var c0 uint64
+	if s.changes != nil {
+		c0 = s.changes()
+	}
+	m, live, err := s.hashMeta(op.Key, c0)
 	if err != nil {
 		return kv.Result{}, true, err
 	}
+	m, live = s.liveAt(m, live, op.Now)
 	res = kv.Result{Kind: kv.ResArray, Array: make([][]byte, 1), Version: m.Version}
 	if !live {
 		return res, true, s.readDurable(m.Pos) // one key: one state
@@ -907,10 +950,29 @@ func (s *Shard) hgetOne(op *kv.Op) (res kv.Result, ok bool, err error) {
 	case !errors.Is(err, storage.ErrNotFound):
 		return kv.Result{}, true, fmt.Errorf("%w: get: %w", ErrUnavailable, err)
 	}
-	if again, err := s.readGet(op.Key); err != nil || again.Version != m.Version {
-		return kv.Result{}, false, nil
+	if s.changes == nil || s.changes() != c0 && !(mutation.On && s.staleHashMeta) {
+		if again, err := s.readGet(op.Key); err != nil || again.Version != m.Version {
+			return kv.Result{}, false, nil
+		}
 	}
 	return res, true, s.readDurable(pos)
+}
+
+// hashMeta is hgetOne's read of key's metadata record with the engine's
+// change count at c: the memo's if it was read at c (no append since), else
+// the engine's, which becomes the memo if no append came during the read.
+func (s *Shard) hashMeta(key []byte, c uint64) (storage.Value, bool, error) {
+	if s.changes == nil {
+		return s.get(key)
+	}
+	if mm := s.hgetMemo.Load(); mm != nil && (mm.changes == c || mutation.On && s.staleHashMeta) && mm.key == string(key) {
+		return mm.v, true, nil
+	}
+	v, ok, err := s.get(key)
+	if ok && err == nil && s.changes() == c {
+		s.hgetMemo.Store(&hashMetaMemo{key: string(key), changes: c, v: v})
+	}
+	return v, ok, err
 }
 
 // readChecks validates a read's level and session before it is served.
@@ -1008,8 +1070,14 @@ func (s *Shard) get(k []byte) (storage.Value, bool, error) {
 // other read.
 func (s *Shard) getLive(k []byte, now int64) (storage.Value, bool, error) {
 	v, ok, err := s.get(k)
+	v, ok = s.liveAt(v, ok, now)
+	return v, ok, err
+}
+
+// liveAt is getLive's verdict on v (found if ok) as of now.
+func (s *Shard) liveAt(v storage.Value, ok bool, now int64) (storage.Value, bool) {
 	if !ok || v.Meta == nil {
-		return v, ok, err
+		return v, ok
 	}
 	if now == 0 {
 		now = s.opts.Now().UnixMilli()
@@ -1018,7 +1086,7 @@ func (s *Shard) getLive(k []byte, now int64) (storage.Value, bool, error) {
 		ok = false
 		v.Data, v.Meta = nil, nil
 	}
-	return v, ok, err
+	return v, ok
 }
 
 // getWith is get reading with readGet (the engine's latest, or a snapshot's).
