@@ -68,6 +68,9 @@ func parseWrite(spec *command.Spec, args [][]byte, a *arena) (kv.Op, replyShape,
 		op = kv.Op{Kind: kv.KindAppend, Key: a.copy(args[1]), Value: a.copy(args[2])}
 	case "KEFIR.CAS":
 		op = kv.Op{Kind: kv.KindCAS, Key: a.copy(args[1]), Expected: a.copy(args[2]), Value: a.copy(args[3])}
+	case "HSET": // the commonest hash write: to its parser directly, not down the chain below
+		op, _, err := parseHashWrite(spec, args, a) // hash.go
+		return op, shapeAsIs, err
 	default:
 		if op, ok, err := parseExpiryWrite(spec, args, a); ok { // expiry.go
 			return op, shape, err

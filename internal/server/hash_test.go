@@ -3,6 +3,8 @@ package server
 import (
 	"strings"
 	"testing"
+
+	"github.com/kefirdb/kefir/internal/command"
 )
 
 // hashScript exercises the hash commands; its expectations are Redis
@@ -163,6 +165,17 @@ func TestHashRepliesMatchRedis(t *testing.T) {
 		}
 		if want != got {
 			t.Errorf("%s:\n  redis: %s\n  kefir: %s", strings.TrimSpace(cmd), want, got)
+		}
+	}
+}
+
+// A one-field HGET takes conn.read's own path (hgetSpec), not readMore's:
+// the spec the table returns for any spelling is the one it compares
+// against. hashScript's HGETs check its replies.
+func TestHGetTakesTheReadPath(t *testing.T) {
+	for _, name := range []string{"HGET", "hget", "HGet"} {
+		if spec, ok := command.Lookup([]byte(name)); !ok || spec != hgetSpec {
+			t.Fatalf("Lookup(%q) = %p, %v; the HGET path compares against %p", name, spec, ok, hgetSpec)
 		}
 	}
 }

@@ -1074,9 +1074,10 @@ func (s *Shard) getLive(k []byte, now int64) (storage.Value, bool, error) {
 	return v, ok, err
 }
 
-// liveAt is getLive's verdict on v (found if ok) as of now.
+// liveAt is getLive's verdict on v (found if ok) as of now. Meta without an
+// expiry (a hash's type byte) needs no clock either.
 func (s *Shard) liveAt(v storage.Value, ok bool, now int64) (storage.Value, bool) {
-	if !ok || v.Meta == nil {
+	if !ok || v.Meta == nil || !kv.HasExpiry(v.Meta) {
 		return v, ok
 	}
 	if now == 0 {
