@@ -500,11 +500,11 @@ func PointRange(start, end []byte, limit int) bool {
 	return limit == 1 && len(end) == n+1 && end[n] == 0 && bytes.Equal(start, end[:n])
 }
 
-// HashFieldRow is the key of field's row in the hash whose live metadata
-// record is (data, meta), for a reader that serves a one-field HGET itself
-// as Read would (the single node's fast path, shard.hgetOne):
+// AppendHashFieldRow appends to dst the key of field's row in the hash whose
+// live metadata record is (data, meta), for a reader that serves a one-field
+// HGET itself as Read would (the single node's fast path, shard.hgetField):
 // ErrWrongKind for a key of another type.
-func HashFieldRow(data, meta, field []byte) ([]byte, error) {
+func AppendHashFieldRow(dst, data, meta, field []byte) ([]byte, error) {
 	if MetaType(meta) != TypeHash {
 		return nil, ErrWrongKind
 	}
@@ -512,7 +512,7 @@ func HashFieldRow(data, meta, field []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return hashRowKey(gen, field), nil
+	return appendHashRowKey(dst, gen, field), nil
 }
 
 // readHash serves the hash reads for Read: the metadata through get, the

@@ -169,13 +169,17 @@ func TestHashRepliesMatchRedis(t *testing.T) {
 	}
 }
 
-// A one-field HGET takes conn.read's own path (hgetSpec), not readMore's:
-// the spec the table returns for any spelling is the one it compares
-// against. hashScript's HGETs check its replies.
+// A one-field HGET takes conn.read's own paths (hgetSpec), not readMore's:
+// the spec the table returns for any spelling is the one they compare
+// against, and a single node's server has the key-read path for it
+// (fieldReader). hashScript's HGETs check the replies (single node and group).
 func TestHGetTakesTheReadPath(t *testing.T) {
 	for _, name := range []string{"HGET", "hget", "HGet"} {
 		if spec, ok := command.Lookup([]byte(name)); !ok || spec != hgetSpec {
 			t.Fatalf("Lookup(%q) = %p, %v; the HGET path compares against %p", name, spec, ok, hgetSpec)
 		}
+	}
+	if s := startServer(t, nil); s.fields == nil {
+		t.Fatal("single node: no ReadField path for HGET")
 	}
 }

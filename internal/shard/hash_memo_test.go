@@ -132,6 +132,20 @@ func TestHGetMemoAgreesWithTheSnapshotRead(t *testing.T) {
 							t.Fatalf("step %d after %v: HGET %s %s at %d = %s, the snapshot read %s", step, op.Kind, k, f, at, got, want)
 						}
 					}
+					if broken {
+						continue
+					}
+					// ReadField (the front door's HGET path) reads at the shard's clock.
+					v, version, found, err1 := s.ReadField(k, f, level.ConsLinearizable, Session{})
+					two, err2 = s.Read(ctx, kv.Op{Kind: kv.KindHGet, Key: k, Keys: [][]byte{f, f}}, level.ConsLinearizable, Session{})
+					got, want = fmt.Sprint(err1), fmt.Sprint(err2)
+					if err1 == nil && err2 == nil {
+						got = fmt.Sprintf("%q %v v%d", v, found, version)
+						want = fmt.Sprintf("%q %v v%d", two.Array[0], two.Array[0] != nil, two.Version)
+					}
+					if got != want {
+						t.Fatalf("step %d after %v: ReadField %s %s = %s, the snapshot read %s", step, op.Kind, k, f, got, want)
+					}
 				}
 			}
 			if broken && wrong == 0 {

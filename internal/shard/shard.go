@@ -264,6 +264,10 @@ type Shard struct {
 	// of every connection share it; each publishes a new one, never writes
 	// one it loaded.
 	hgetMemo atomic.Pointer[hashMetaMemo]
+	// rowKeys holds *[]byte buffers for hgetField's row keys (a key passed
+	// to the engine's read through a func value escapes, so a buffer on
+	// the stack would be allocated on every read anyway).
+	rowKeys sync.Pool
 	// getFn, hasFn, stageFn are current, has and stage as func values, made
 	// once: a method value or closure made per write allocates, and these
 	// were three of an HSET's allocations.
@@ -899,63 +903,103 @@ func (s *Shard) Read(ctx context.Context, op kv.Op, c level.Consistency, sess Se
 
 // hgetOne serves an HGET of one field (HGET, HEXISTS, HSTRLEN) as kv.Read
 // would, without its snapshot and closures (they cost an HGET as much as
-// the engine's reads did: docs/design/hashes.md): the hash's metadata record,
-// then the field's row. The two must be one state: if the record did not
-// change in between, the key held it the whole time, so when the row was
-// read the hash was that generation and the field that value, a state the
-// read may take effect at. The engine's change count (changeCounter) says so
-// at the cost of two atomic loads: unmoved, no append came between the reads.
-// Moved (or without a counter), the metadata record is read again, and if
-// its version moved too (ok false) a write moved the hash in between — say
-// RENAME h h2, HSET h2 f, which writes the very row this read found while h
-// no longer holds it — and the caller reads in a snapshot.
+// the engine's reads did: docs/design/hashes.md): hgetField's read as a
+// kv.Result; ok false when the caller must read in a snapshot.
+func (s *Shard) hgetOne(op *kv.Op) (res kv.Result, ok bool, err error) {
+	v, version, ok, err := s.hgetField(op.Key, op.Keys[0], op.Now)
+	if !ok || err != nil {
+		return kv.Result{}, ok || err != nil, err
+	}
+	return kv.Result{Kind: kv.ResArray, Array: [][]byte{v}, Version: version}, true, nil
+}
+
+// ReadField is Read of an HGET of one field for a front door's hot path, as
+// ReadKey is of a GET: it builds no Op and no Result. found is false for a
+// missing field or hash; value is read-only.
+func (s *Shard) ReadField(key, field []byte, c level.Consistency, sess Session) (value []byte, version uint64, found bool, err error) {
+	if err := s.readChecks(c, sess); err != nil {
+		return nil, 0, false, err
+	}
+	if !(mutation.On && s.tornMultiReads) {
+		v, version, ok, err := s.hgetField(key, field, 0)
+		if ok || err != nil {
+			return v, version, v != nil, err
+		}
+	}
+	// A write moved the hash between hgetField's reads: read in a snapshot.
+	res, err := s.Read(context.Background(), kv.Op{Kind: kv.KindHGet, Key: key, Keys: [][]byte{field}}, c, sess)
+	if err != nil {
+		return nil, 0, false, err
+	}
+	return res.Array[0], res.Version, res.Array[0] != nil, nil
+}
+
+// hgetField reads field of the hash at key as of now (0: the shard's clock):
+// its value (nil: absent, empty but not nil: empty) and the version of what
+// it read; the hash's metadata record, then the field's row. The two must be
+// one state: if the record did not change in between, the key held it the
+// whole time, so when the row was read the hash was that generation and the
+// field that value, a state the read may take effect at. The engine's change
+// count (changeCounter) says so at the cost of two atomic loads: unmoved, no
+// append came between the reads. Moved (or without a counter), the metadata
+// record is read again, and if its version moved too (ok false) a write moved
+// the hash in between — say RENAME h h2, HSET h2 f, which writes the very row
+// this read found while h no longer holds it — and the caller reads in a
+// snapshot. What it read is made durable before it returns (readDurable).
 //
 // The metadata record comes from the memo (hgetMemo) while the count has not
 // moved since it was read: repeated HGETs of a hash between writes read one
-// engine record each, as a GET does, not two or three.
-func (s *Shard) hgetOne(op *kv.Op) (res kv.Result, ok bool, err error) {
-	if kv.IsReserved(op.Key) {
-		return kv.Result{}, true, kv.ErrReservedKey
+// engine record each, as a GET does, not two or three. The row's key is built
+// in a pooled buffer (rowKeys): with the memo, a one-field HGET allocates
+// nothing here, as a GET does not.
+func (s *Shard) hgetField(key, field []byte, now int64) (value []byte, version uint64, ok bool, err error) {
+	if kv.IsReserved(key) {
+		return nil, 0, true, kv.ErrReservedKey
 	}
 	var c0 uint64
 	if s.changes != nil {
 		c0 = s.changes()
 	}
-	m, live, err := s.hashMeta(op.Key, c0)
+	m, live, err := s.hashMeta(key, c0)
 	if err != nil {
-		return kv.Result{}, true, err
+		return nil, 0, true, err
 	}
-	m, live = s.liveAt(m, live, op.Now)
-	res = kv.Result{Kind: kv.ResArray, Array: make([][]byte, 1), Version: m.Version}
+	m, live = s.liveAt(m, live, now)
 	if !live {
-		return res, true, s.readDurable(m.Pos) // one key: one state
+		return nil, m.Version, true, s.readDurable(m.Pos) // one key: one state
 	}
-	row, err := kv.HashFieldRow(m.Data, m.Meta, op.Keys[0])
+	buf, _ := s.rowKeys.Get().(*[]byte)
+	if buf == nil {
+		buf = new([]byte)
+	}
+	defer s.rowKeys.Put(buf)
+	row, err := kv.AppendHashFieldRow((*buf)[:0], m.Data, m.Meta, field)
 	if err != nil {
-		return kv.Result{}, true, err
+		return nil, 0, true, err
 	}
+	*buf = row
 	if mutation.On && s.betweenKeys != nil {
 		s.betweenKeys()
 	}
-	pos := m.Pos
+	version, pos := m.Version, m.Pos
 	v, err := s.readGet(row)
 	switch {
 	case err == nil:
-		res.Array[0] = v.Data
-		if v.Data == nil {
-			res.Array[0] = []byte{}
+		value = v.Data
+		if value == nil {
+			value = []byte{}
 		}
-		res.Version = max(res.Version, v.Version)
+		version = max(version, v.Version)
 		pos = max(pos, v.Pos)
 	case !errors.Is(err, storage.ErrNotFound):
-		return kv.Result{}, true, fmt.Errorf("%w: get: %w", ErrUnavailable, err)
+		return nil, 0, true, fmt.Errorf("%w: get: %w", ErrUnavailable, err)
 	}
 	if s.changes == nil || s.changes() != c0 && !(mutation.On && s.staleHashMeta) {
-		if again, err := s.readGet(op.Key); err != nil || again.Version != m.Version {
-			return kv.Result{}, false, nil
+		if again, err := s.readGet(key); err != nil || again.Version != m.Version {
+			return nil, 0, false, nil
 		}
 	}
-	return res, true, s.readDurable(pos)
+	return value, version, true, s.readDurable(pos)
 }
 
 // hashMeta is hgetOne's read of key's metadata record with the engine's
