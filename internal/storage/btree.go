@@ -2,6 +2,7 @@ package storage
 
 import (
 	"strings"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -30,6 +31,57 @@ type tree struct {
 	// expiry), kept alongside live.
 	withMeta int
 	arena    keyArena
+	// fingers remember where lookups that asked (find) found keys, by a
+	// hash of the key: the writer's probe of a key it is about to write
+	// (DB.Has of an HSET's field row) leaves the leaf and index there, and
+	// the insert that follows (fingered) starts from it instead of walking
+	// the tree again. Lookups run under the DB's read lock, concurrently,
+	// hence atomics; an entry is only a hint, checked against the key it
+	// claims under the write lock, so a stale or torn one costs a walk,
+	// never a wrong item.
+	fingers [fingerSlots]finger
+}
+
+// fingerSlots is the number of fingers: a pipelined batch of HSETs probes
+// up to a few dozen rows before its records are appended.
+const fingerSlots = 64
+
+type finger struct {
+	leaf atomic.Pointer[bnode]
+	i    atomic.Int32
+}
+
+// fingerOf is key's finger slot: a hash of its last 8 bytes (where keys
+// that share long prefixes differ) and its length.
+func (t *tree) fingerOf(key string) *finger {
+	x := prefix(key[max(0, len(key)-8):]) ^ uint64(len(key))
+	return &t.fingers[(x*0x9E3779B97F4A7C15)>>(64-6)]
+}
+
+// find is get that leaves a finger to the item it finds.
+func (t *tree) find(key string) *item {
+	n, i := t.lookup(key)
+	if n == nil {
+		return nil
+	}
+	f := t.fingerOf(key)
+	f.leaf.Store(n)
+	f.i.Store(int32(i))
+	return &n.items[i]
+}
+
+// fingered is get starting from key's finger when it still points at key's
+// item (the caller holds the write lock: leaves change only under it).
+func (t *tree) fingered(key string) *item {
+	f := t.fingerOf(key)
+	if n := f.leaf.Load(); n != nil {
+		// A leaf leaves the tree only empty, and keys are unique: an item
+		// of key in a non-empty leaf is key's item in this tree.
+		if i := int(f.i.Load()); i < len(n.items) && t.keyOf(&n.items[i]) == key {
+			return &n.items[i]
+		}
+	}
+	return t.get(key)
 }
 
 // bMax is the inner-node fanout. leafMax is chosen so a leaf's item array (48-byte
@@ -242,6 +294,14 @@ func (t *tree) searchFrom(items []item, key string, off int) (int, bool) {
 
 // get returns a pointer to key's item, or nil.
 func (t *tree) get(key string) *item {
+	if n, i := t.lookup(key); n != nil {
+		return &n.items[i]
+	}
+	return nil
+}
+
+// lookup returns the leaf holding key's item and its index there (nil: none).
+func (t *tree) lookup(key string) (*bnode, int) {
 	n, off := t.root, 0
 	for !n.isLeaf() {
 		ci := childIndex(n, key)
@@ -253,9 +313,9 @@ func (t *tree) get(key string) *item {
 		n = n.kids[ci]
 	}
 	if i, ok := t.searchFrom(n.items, key, off); ok {
-		return &n.items[i]
+		return n, i
 	}
-	return nil
+	return nil, 0
 }
 
 // insert adds it; its key must not be present.

@@ -281,3 +281,40 @@ func BenchmarkTreeGet(b *testing.B) {
 		})
 	}
 }
+
+// fingered answers what get answers whatever happened since the fingers were
+// left (inserts that split and share leaves, removes that empty and unlink
+// them): a finger is a hint checked against its key, never trusted.
+func TestFingeredAgreesWithGet(t *testing.T) {
+	rng := rand.New(rand.NewSource(5))
+	tr := newTree()
+	key := func() string { return fmt.Sprintf("\xff\xffkefir/h/gen%d/element:%06d", rng.Intn(2), rng.Intn(5000)) }
+	hits := 0
+	for step := 0; step < 200000; step++ {
+		k := key()
+		switch r := rng.Intn(10); {
+		case r < 4:
+			if tr.get(k) == nil {
+				tr.insert(tr.newItem([]byte(k), []ver{{version: uint64(step)}}))
+			}
+		case r < 6:
+			tr.remove(k)
+		case r < 8:
+			tr.find(k)
+		default:
+			got, want := tr.fingered(k), tr.get(k)
+			if got != want {
+				t.Fatalf("step %d: fingered(%q) = %p, get %p", step, k, got, want)
+			}
+			if f := tr.fingerOf(k); f.leaf.Load() != nil && int(f.i.Load()) < len(f.leaf.Load().items) && want != nil && &f.leaf.Load().items[f.i.Load()] == want {
+				hits++
+			}
+		}
+	}
+	if err := tr.check(); err != nil {
+		t.Fatal(err)
+	}
+	if hits == 0 {
+		t.Fatal("no finger was ever right: the test does not exercise them")
+	}
+}

@@ -293,7 +293,7 @@ func risingAbove(recs []Record, floor uint64) bool {
 // The order was checked already for batches; a single record is checked here, so the
 // common path descends the tree once and updates the item in place.
 func (db *DB) insertLocked(key []byte, v ver, now int64) error {
-	p := db.idx.get(keyString(key))
+	p := db.idx.fingered(keyString(key))
 	if p == nil {
 		db.idx.insert(item{kref: db.idx.arena.add(key), v: v})
 		db.nvers++
@@ -1167,8 +1167,10 @@ func (db *DB) Has(key []byte) (bool, error) {
 	if db.closed {
 		return false, ErrClosed
 	}
-	it, ok := db.idx.Get(keyString(key))
-	return ok && !it.v.tombstone(), nil
+	// find, not Get: a writer probes the keys it is about to write (an
+	// HSET's field rows), and the Append that follows starts from the finger.
+	p := db.idx.find(keyString(key))
+	return p != nil && !p.v.tombstone(), nil
 }
 
 // VersionRange returns the interval of versions [lo, hi] over which a read of key at v
