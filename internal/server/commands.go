@@ -38,15 +38,9 @@ func parseWrite(spec *command.Spec, args [][]byte, a *arena) (kv.Op, replyShape,
 		if len(args)%2 != 1 {
 			return op, 0, errf("ERR wrong number of arguments for 'mset' command")
 		}
-		op = kv.Op{Kind: kv.KindMSet, Keys: make([][]byte, len(args)-1)}
-		for i := 1; i < len(args); i++ {
-			op.Keys[i-1] = a.copy(args[i])
-		}
+		op = kv.Op{Kind: kv.KindMSet, Keys: a.copyArgs(args[1:])}
 	case "DEL", "UNLINK":
-		op = kv.Op{Kind: kv.KindDel, Keys: make([][]byte, len(args)-1)}
-		for i := 1; i < len(args); i++ {
-			op.Keys[i-1] = a.copy(args[i])
-		}
+		op = kv.Op{Kind: kv.KindDel, Keys: a.copyArgs(args[1:])}
 	case "INCR", "DECR", "INCRBY", "DECRBY":
 		op = kv.Op{Kind: kv.KindIncrBy, Key: a.copy(args[1]), Delta: 1}
 		if len(args) == 3 {

@@ -910,6 +910,10 @@ func argPreview(args [][]byte) string {
 // never grown in place, so earlier slices of the batch stay valid.
 type arena struct {
 	buf []byte
+	// args backs the argument lists of the batch's ops (Keys: MSET's,
+	// DEL's, HSET's...), by the same rules: a list per write was an
+	// allocation of every HSET that a SET does not make.
+	args [][]byte
 }
 
 func (a *arena) reset() {
@@ -917,6 +921,25 @@ func (a *arena) reset() {
 		a.buf = nil // one huge batch must not pin its memory
 	}
 	a.buf = a.buf[:0]
+	clear(a.args) // nor keep the large arguments copied outside buf
+	if cap(a.args) > 1<<16 {
+		a.args = nil
+	}
+	a.args = a.args[:0]
+}
+
+// copyArgs copies each of args into the arena and returns the list, itself
+// in the arena.
+func (a *arena) copyArgs(args [][]byte) [][]byte {
+	n := len(args)
+	if cap(a.args)-len(a.args) < n {
+		a.args = make([][]byte, 0, max(2*cap(a.args), 256, n))
+	}
+	start := len(a.args)
+	for _, b := range args {
+		a.args = append(a.args, a.copy(b))
+	}
+	return a.args[start : start+n : start+n]
 }
 
 func (a *arena) copy(b []byte) []byte {

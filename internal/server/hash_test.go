@@ -183,3 +183,35 @@ func TestHGetTakesTheReadPath(t *testing.T) {
 		t.Fatal("single node: no ReadField path for HGET")
 	}
 }
+
+// Parsing an HSET (or HDEL, MSET, DEL: arena.copyArgs) allocates nothing
+// once the connection's arena is warm, as parsing a SET does not: its
+// argument list lives in the arena with its bytes (before, each HSET
+// allocated its list).
+func TestParsingAWriteOfManyArgumentsDoesNotAllocate(t *testing.T) {
+	var a arena
+	for _, tc := range []struct {
+		cmd  string
+		keys int // len(op.Keys)
+	}{{"HSET h f v", 2}, {"HSET h f v g w", 4}, {"HDEL h f", 1}, {"MSET k v", 2}, {"DEL k j", 2}, {"SET k v", 0}} {
+		var args [][]byte
+		for _, s := range strings.Fields(tc.cmd) {
+			args = append(args, []byte(s))
+		}
+		spec, ok := command.Lookup(args[0])
+		if !ok {
+			t.Fatalf("no spec for %s", tc.cmd)
+		}
+		parse := func() {
+			op, _, err := parseWrite(spec, args, &a)
+			if err != nil || len(op.Keys) != tc.keys || tc.keys > 0 && string(op.Keys[tc.keys-1]) != string(args[len(args)-1]) {
+				t.Fatalf("%s: %q, %v", tc.cmd, op.Keys, err)
+			}
+			a.reset()
+		}
+		parse()
+		if n := testing.AllocsPerRun(100, parse); n != 0 {
+			t.Errorf("parsing %s allocates %.1f times, want 0", tc.cmd, n)
+		}
+	}
+}
