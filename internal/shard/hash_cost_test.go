@@ -69,7 +69,10 @@ func TestHSetReadsOnlyItsMetadataRecord(t *testing.T) {
 
 // The allocations of an HSET of one existing field, through Shard.Apply in
 // a batch of 16 as a pipelining client's arrive: a bound, so that the cost
-// per HSET cannot grow back silently (BenchmarkApplyHash measures it).
+// per HSET cannot grow back silently (BenchmarkApplyHash measures it). Its
+// row keys live in the batch's scratch arena (kv.ApplyOptions.Scratch): 0.06
+// allocations per HSET (the batch's one engine read of the metadata), 1.06
+// before.
 func TestHSetAllocations(t *testing.T) {
 	s, _ := openHashShard(t)
 	reqs := make([]WriteReq, 16)
@@ -85,10 +88,10 @@ func TestHSetAllocations(t *testing.T) {
 			t.Fatal(err)
 		}
 	}) / float64(len(reqs))
-	const bound = 2
+	const bound = 0.5
 	t.Logf("%.2f allocations per HSET", n)
 	if n > bound {
-		t.Errorf("an HSET allocates %.2f times, want at most %d", n, bound)
+		t.Errorf("an HSET allocates %.2f times, want at most %.1f", n, bound)
 	}
 }
 

@@ -314,10 +314,16 @@ type Shard struct {
 	// — at each Apply's start and after each append — drops the memo.
 	memoKey []byte
 	memo    storage.Value
-	memoOK  bool
-	memoSet bool
-	closed  bool
-	stats   Status
+	// scratch backs the row keys of the batch's hash writes
+	// (kv.ApplyOptions.Scratch, through scratchFn, made once at Open): like
+	// recs, which point into it, it is reused once the batch is appended
+	// (truncate(0)); a chunk that fills up is replaced, never grown in place.
+	scratch   []byte
+	scratchFn func(int) []byte
+	memoOK    bool
+	memoSet   bool
+	closed    bool
+	stats     Status
 
 	// sweepEvery is how many writes pass between client-table expiry sweeps.
 	sweepEvery uint64
@@ -387,7 +393,7 @@ func Open(db Engine, opts Options) (*Shard, error) {
 	if c, ok := db.(changeCounter); ok {
 		s.changes = c.Changes
 	}
-	s.getFn, s.hasFn, s.stageFn = s.current, s.has, s.stage
+	s.getFn, s.hasFn, s.stageFn, s.scratchFn = s.current, s.has, s.stage, s.scratchBuf
 	if err := s.loadClients(); err != nil {
 		return nil, fmt.Errorf("shard: load client table: %w", err)
 	}
@@ -725,11 +731,25 @@ func (s *Shard) truncate(n int) {
 	s.recs = s.recs[:n]
 	if n == 0 {
 		s.memoSet = false
+		if cap(s.scratch) > 1<<20 {
+			s.scratch = nil // one huge batch must not pin its memory
+		}
+		s.scratch = s.scratch[:0]
 	}
 	if s.stagedN > n {
 		clear(s.staged)
 		s.stagedN = 0
 	}
+}
+
+// scratchBuf is kv.ApplyOptions.Scratch: n bytes of the batch's arena.
+func (s *Shard) scratchBuf(n int) []byte {
+	if cap(s.scratch)-len(s.scratch) < n {
+		s.scratch = make([]byte, 0, max(2*cap(s.scratch), 4<<10, n))
+	}
+	start := len(s.scratch)
+	s.scratch = s.scratch[:start+n]
+	return s.scratch[start : start : start+n]
 }
 
 // has is current for a caller that needs only whether key holds a value
@@ -797,7 +817,7 @@ func (s *Shard) apply(op *kv.Op, ts int64) (kv.Result, error) {
 	s.stageTS = ts
 	// One node tracks nothing by the version of a hash's user key, so an
 	// HSET of existing fields writes only their rows (SparseHashMeta).
-	res, err := kv.ApplyWithOptions(get, list, s.hasFn, v, op, s.maxVal, s.stageFn, kv.ApplyOptions{SparseHashMeta: true})
+	res, err := kv.ApplyWithOptions(get, list, s.hasFn, v, op, s.maxVal, s.stageFn, kv.ApplyOptions{SparseHashMeta: true, Scratch: s.scratchFn})
 	if err != nil {
 		return kv.Result{}, err // the caller drops what was staged
 	}
