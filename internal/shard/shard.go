@@ -314,14 +314,14 @@ type Shard struct {
 	// — at each Apply's start and after each append — drops the memo.
 	memoKey []byte
 	memo    storage.Value
+	memoOK  bool
+	memoSet bool
 	// scratch backs the row keys of the batch's hash writes
 	// (kv.ApplyOptions.Scratch, through scratchFn, made once at Open): like
 	// recs, which point into it, it is reused once the batch is appended
 	// (truncate(0)); a chunk that fills up is replaced, never grown in place.
 	scratch   []byte
 	scratchFn func(int) []byte
-	memoOK    bool
-	memoSet   bool
 	closed    bool
 	stats     Status
 
