@@ -154,3 +154,61 @@ func TestHGetMemoAgreesWithTheSnapshotRead(t *testing.T) {
 		})
 	}
 }
+
+// HGETs on several goroutines while a writer rewrites the hash, renames it
+// away and back (the memo is shared by every reader, published atomically;
+// the race detector runs this in CI): every answer is a value the field held,
+// and no reader sees a value older than one it saw before (each read is a
+// state of the hash, and states only move forward).
+func TestConcurrentHGetsWithWrites(t *testing.T) {
+	s, _ := openHashShard(t)
+	h, h2, f := []byte("h"), []byte("h2"), []byte("f")
+	write := func(op kv.Op) {
+		if _, err := s.Write(ctx, op, level.Async, ReqID{}); err != nil {
+			t.Errorf("%v: %v", op.Kind, err)
+		}
+	}
+	write(kv.Op{Kind: kv.KindHSet, Key: h, Keys: [][]byte{f, []byte("0")}})
+	done := make(chan struct{})
+	errs := make(chan error, 4)
+	for g := 0; g < 3; g++ {
+		go func() {
+			last := -1
+			for {
+				select {
+				case <-done:
+					errs <- nil
+					return
+				default:
+				}
+				v, _, found, err := s.ReadField(h, f, level.ConsLinearizable, Session{})
+				if err != nil {
+					errs <- err
+					return
+				}
+				if !found {
+					continue // between the RENAMEs
+				}
+				var n int
+				if _, err := fmt.Sscan(string(v), &n); err != nil || n < last {
+					errs <- fmt.Errorf("HGET h f = %q after %d", v, last)
+					return
+				}
+				last = n
+			}
+		}()
+	}
+	for i := 1; i <= 2000; i++ {
+		write(kv.Op{Kind: kv.KindHSet, Key: h, Keys: [][]byte{f, fmt.Append(nil, i)}})
+		if i%100 == 0 {
+			write(kv.Op{Kind: kv.KindRename, Keys: [][]byte{h, h2}})
+			write(kv.Op{Kind: kv.KindRename, Keys: [][]byte{h2, h}})
+		}
+	}
+	close(done)
+	for g := 0; g < 3; g++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
