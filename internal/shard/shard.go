@@ -703,8 +703,12 @@ const stagedLinear = 32
 // if it has none.
 func (s *Shard) stagedRec(key []byte) *storage.Record {
 	if len(s.recs) <= stagedLinear {
+		// Keys that share long prefixes (a hash's field rows: 30 bytes)
+		// differ at their ends: the last byte rules out most before a
+		// comparison of the whole key.
+		n := len(key)
 		for i := len(s.recs) - 1; i >= 0; i-- {
-			if bytes.Equal(s.recs[i].Key, key) {
+			if k := s.recs[i].Key; len(k) == n && (n == 0 || k[n-1] == key[n-1]) && bytes.Equal(k, key) {
 				return &s.recs[i]
 			}
 		}
