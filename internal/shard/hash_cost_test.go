@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 
 	"github.com/kefirdb/kefir/internal/kv"
@@ -11,15 +12,22 @@ import (
 	"github.com/kefirdb/kefir/internal/storage"
 )
 
-// getCounter is an engine that counts its Gets (Has and the rest pass through).
+// getCounter is an engine that counts its Gets (the writer's reads) and its
+// GetShareds (the read path's); Has and the rest pass through.
 type getCounter struct {
 	*storage.DB
-	gets int
+	gets   int
+	shared atomic.Int64 // reads run on many goroutines
 }
 
 func (e *getCounter) Get(key []byte) (storage.Value, error) {
 	e.gets++
 	return e.DB.Get(key)
+}
+
+func (e *getCounter) GetShared(key []byte) (storage.Value, error) {
+	e.shared.Add(1)
+	return e.DB.GetShared(key)
 }
 
 // openHashShard opens a shard over a counting engine holding a hash "h" of

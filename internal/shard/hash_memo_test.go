@@ -2,26 +2,13 @@ package shard
 
 import (
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
 	"testing"
 
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/mutation"
-	"github.com/kefirdb/kefir/internal/storage"
 )
-
-// readCounter is an engine that counts its shared reads (the read path's).
-type readCounter struct {
-	*storage.DB
-	reads int
-}
-
-func (e *readCounter) GetShared(key []byte) (storage.Value, error) {
-	e.reads++
-	return e.DB.GetShared(key)
-}
 
 // Repeated HGETs of a hash between writes read one engine record each, the
 // field's row, as a GET reads one (hgetOne: the metadata record from the memo,
@@ -29,16 +16,7 @@ func (e *readCounter) GetShared(key []byte) (storage.Value, error) {
 // moves the count, and the next HGET reads the metadata again. Before, each
 // read three records (metadata, row, metadata again).
 func TestRepeatedHGetsReadOneRecordEach(t *testing.T) {
-	db, err := storage.Open(storage.Options{Devices: []storage.Device{{Dir: t.TempDir()}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &readCounter{DB: db}
-	s, err := Open(e, Options{Logger: slog.New(slog.DiscardHandler), NoBackgroundSync: true, Durability: level.Async})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close(); db.Close() })
+	s, e := openHashShard(t)
 	write := func(op kv.Op) {
 		t.Helper()
 		if _, err := s.Write(ctx, op, level.Async, ReqID{}); err != nil {
@@ -47,30 +25,30 @@ func TestRepeatedHGetsReadOneRecordEach(t *testing.T) {
 	}
 	hget := func(f string) string {
 		t.Helper()
-		r, err := s.Read(ctx, kv.Op{Kind: kv.KindHGet, Key: []byte("h"), Keys: [][]byte{[]byte(f)}}, level.Consistency{}, Session{})
+		r, err := s.Read(ctx, kv.Op{Kind: kv.KindHGet, Key: []byte("hm"), Keys: [][]byte{[]byte(f)}}, level.Consistency{}, Session{})
 		if err != nil || len(r.Array) != 1 {
-			t.Fatalf("HGET h %s: %+v, %v", f, r, err)
+			t.Fatalf("HGET hm %s: %+v, %v", f, r, err)
 		}
 		return string(r.Array[0])
 	}
-	write(kv.Op{Kind: kv.KindHSet, Key: []byte("h"), Keys: [][]byte{[]byte("f0"), []byte("a"), []byte("f1"), []byte("b")}})
+	write(kv.Op{Kind: kv.KindHSet, Key: []byte("hm"), Keys: [][]byte{[]byte("f0"), []byte("a"), []byte("f1"), []byte("b")}})
 	hget("f0") // the memo is filled
-	e.reads = 0
+	e.shared.Store(0)
 	for i := 0; i < 10; i++ {
 		if got := hget(fmt.Sprint("f", i%2)); got != "ab"[i%2:i%2+1] {
-			t.Fatalf("HGET h f%d = %q", i%2, got)
+			t.Fatalf("HGET hm f%d = %q", i%2, got)
 		}
 	}
-	if e.reads != 10 {
-		t.Fatalf("10 HGETs of one hash read %d engine records, want 10 (the rows)", e.reads)
+	if n := e.shared.Load(); n != 10 {
+		t.Fatalf("10 HGETs of one hash read %d engine records, want 10 (the rows)", n)
 	}
 	write(kv.Op{Kind: kv.KindSet, Key: []byte("other"), Value: []byte("x")})
-	e.reads = 0
+	e.shared.Store(0)
 	if got := hget("f1"); got != "b" {
-		t.Fatalf("HGET h f1 after a write = %q", got)
+		t.Fatalf("HGET hm f1 after a write = %q", got)
 	}
-	if e.reads != 2 {
-		t.Fatalf("an HGET after a write read %d engine records, want 2 (metadata and row)", e.reads)
+	if n := e.shared.Load(); n != 2 {
+		t.Fatalf("an HGET after a write read %d engine records, want 2 (metadata and row)", n)
 	}
 }
 
