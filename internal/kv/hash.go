@@ -299,10 +299,13 @@ type hashRow struct{ key, value []byte }
 // an HSET's records then cost one allocation, not one per key.
 type rowKeys struct{ buf []byte }
 
-func newRowKeys(fields [][]byte, step int) rowKeys {
+func newRowKeys(fields [][]byte, step int, scratch func(int) []byte) rowKeys {
 	n := hashMetaMax
 	for i := 0; i < len(fields); i += step {
 		n += len(hashRows) + 8 + len(fields[i])
+	}
+	if scratch != nil {
+		return rowKeys{buf: scratch(n)}
 	}
 	return rowKeys{buf: make([]byte, 0, n)}
 }
@@ -372,7 +375,8 @@ func ReplayReadsOwnRecord(k Kind, meta []byte) bool {
 // whether a field row exists where its value is not needed. sparse
 // (ApplyOptions.SparseHashMeta): a write that leaves the metadata as it was
 // emits only its rows.
-func applyHash(get Getter, has Prober, version uint64, op *Op, emit Emit, sparse bool) (Result, error) {
+func applyHash(get Getter, has Prober, version uint64, op *Op, emit Emit, o ApplyOptions) (Result, error) {
+	sparse := o.SparseHashMeta
 	if op.Kind == KindHSweep {
 		return applyHashSweep(get, version, op, emit)
 	}
@@ -398,7 +402,7 @@ func applyHash(get Getter, has Prober, version uint64, op *Op, emit Emit, sparse
 	switch op.Kind {
 	case KindHSet:
 		var added int64
-		keys := newRowKeys(op.Keys, 2)
+		keys := newRowKeys(op.Keys, 2, o.Scratch)
 		for i := 0; i < len(op.Keys); i += 2 {
 			if dupAfter(op.Keys, i) {
 				continue // HSET h f 1 f 2: one row, the last value
@@ -432,7 +436,7 @@ func applyHash(get Getter, has Prober, version uint64, op *Op, emit Emit, sparse
 			return Result{Kind: ResInt, Int: 0, Version: h.ver}, nil
 		}
 		var removed int64
-		keys := newRowKeys(op.Keys, 1)
+		keys := newRowKeys(op.Keys, 1, o.Scratch)
 		for i, f := range op.Keys {
 			if dupBefore(op.Keys, i) {
 				continue
@@ -455,7 +459,7 @@ func applyHash(get Getter, has Prober, version uint64, op *Op, emit Emit, sparse
 		return Result{Kind: ResInt, Int: removed, Version: version}, nil
 
 	case KindHIncrBy, KindHIncrByFloat:
-		keys := newRowKeys(op.Keys[:1], 1)
+		keys := newRowKeys(op.Keys[:1], 1, o.Scratch)
 		row := keys.key(h.gen, op.Keys[0])
 		old, exists, err := h.field(get, row)
 		if err != nil {
@@ -500,11 +504,11 @@ func PointRange(start, end []byte, limit int) bool {
 	return limit == 1 && len(end) == n+1 && end[n] == 0 && bytes.Equal(start, end[:n])
 }
 
-// HashFieldRow is the key of field's row in the hash whose live metadata
-// record is (data, meta), for a reader that serves a one-field HGET itself
-// as Read would (the single node's fast path, shard.hgetOne):
+// AppendHashFieldRow appends to dst the key of field's row in the hash whose
+// live metadata record is (data, meta), for a reader that serves a one-field
+// HGET itself as Read would (the single node's fast path, shard.hgetField):
 // ErrWrongKind for a key of another type.
-func HashFieldRow(data, meta, field []byte) ([]byte, error) {
+func AppendHashFieldRow(dst, data, meta, field []byte) ([]byte, error) {
 	if MetaType(meta) != TypeHash {
 		return nil, ErrWrongKind
 	}
@@ -512,7 +516,7 @@ func HashFieldRow(data, meta, field []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return hashRowKey(gen, field), nil
+	return appendHashRowKey(dst, gen, field), nil
 }
 
 // readHash serves the hash reads for Read: the metadata through get, the

@@ -114,6 +114,12 @@ type ApplyOptions struct {
 	// the rows, and its crash replay reads a script's row as absent when the
 	// engine holds only the op's own record of it.
 	SparseHashMeta bool
+	// Scratch, if set, gives the buffer a hash write builds its row keys
+	// (and its metadata record's value) in, instead of the heap: length 0,
+	// capacity at least n, untouched by the caller until the records
+	// emitted are written (the single node's batch arena, reused once the
+	// batch is appended). Results never point into it.
+	Scratch func(n int) []byte
 }
 
 // ApplyWithOptions is ApplyWith with the engine's choices o.
@@ -126,7 +132,7 @@ func ApplyWithOptions(get Getter, list Lister, has Prober, version uint64, op *O
 	case op.Kind == KindExec:
 		return applyExec(get, list, version, op, maxValue, emit) // tx.go
 	case isHashWrite(op.Kind):
-		return applyHash(get, has, version, op, emit, o.SparseHashMeta)
+		return applyHash(get, has, version, op, emit, o)
 	}
 	return Apply(get, version, op, maxValue, emit)
 }
@@ -150,7 +156,7 @@ func applyMore(get Getter, version uint64, op *Op, maxValue int, emit Emit) (res
 	case KindSetBit:
 		res, err = applySetBit(get, version, op, maxValue, emit)
 	case KindHSet, KindHDel, KindHIncrBy, KindHIncrByFloat, KindHSweep:
-		res, err = applyHash(get, nil, version, op, emit, false)
+		res, err = applyHash(get, nil, version, op, emit, ApplyOptions{})
 	default:
 		return Result{}, nil, false
 	}

@@ -20,7 +20,7 @@ var gatedPackages = map[string][]string{
 	"../chain":   nil,
 	"../vrshard": {"appendUnchecked"},
 	"../storage": nil,
-	"../shard":   {"tornMultiReads", "betweenKeys"},
+	"../shard":   {"tornMultiReads", "staleHashMeta", "betweenKeys"},
 	"../server":  nil,
 }
 

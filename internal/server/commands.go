@@ -38,15 +38,9 @@ func parseWrite(spec *command.Spec, args [][]byte, a *arena) (kv.Op, replyShape,
 		if len(args)%2 != 1 {
 			return op, 0, errf("ERR wrong number of arguments for 'mset' command")
 		}
-		op = kv.Op{Kind: kv.KindMSet, Keys: make([][]byte, len(args)-1)}
-		for i := 1; i < len(args); i++ {
-			op.Keys[i-1] = a.copy(args[i])
-		}
+		op = kv.Op{Kind: kv.KindMSet, Keys: a.copyArgs(args[1:])}
 	case "DEL", "UNLINK":
-		op = kv.Op{Kind: kv.KindDel, Keys: make([][]byte, len(args)-1)}
-		for i := 1; i < len(args); i++ {
-			op.Keys[i-1] = a.copy(args[i])
-		}
+		op = kv.Op{Kind: kv.KindDel, Keys: a.copyArgs(args[1:])}
 	case "INCR", "DECR", "INCRBY", "DECRBY":
 		op = kv.Op{Kind: kv.KindIncrBy, Key: a.copy(args[1]), Delta: 1}
 		if len(args) == 3 {
@@ -68,6 +62,9 @@ func parseWrite(spec *command.Spec, args [][]byte, a *arena) (kv.Op, replyShape,
 		op = kv.Op{Kind: kv.KindAppend, Key: a.copy(args[1]), Value: a.copy(args[2])}
 	case "KEFIR.CAS":
 		op = kv.Op{Kind: kv.KindCAS, Key: a.copy(args[1]), Expected: a.copy(args[2]), Value: a.copy(args[3])}
+	case "HSET": // the commonest hash write: to its parser directly, not down the chain below
+		op, _, err := parseHashWrite(spec, args, a) // hash.go
+		return op, shapeAsIs, err
 	default:
 		if op, ok, err := parseExpiryWrite(spec, args, a); ok { // expiry.go
 			return op, shape, err

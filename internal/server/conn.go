@@ -785,28 +785,58 @@ func (c *conn) queueWrite(spec *command.Spec, args [][]byte, o callOpts) {
 
 var getSpec, _ = command.Lookup([]byte("GET"))
 
+// hgetSpec is HGET's. A one-field HGET takes the key-read path as GET does
+// where the shard has one (fieldReader: the single node), else read's own
+// path (one op, the field's value as its reply), not readMore's closures and
+// command switch, which cost a pipelined HGET about a tenth of its CPU
+// (docs/design/hashes.md).
+var hgetSpec, _ = command.Lookup([]byte("HGET"))
+
+// fieldReader is a shard.Replica with a hot path for a one-field HGET, as
+// ReadKey is GET's (shard.Shard.ReadField).
+type fieldReader interface {
+	ReadField(key, field []byte, c level.Consistency, s shard.Session) (value []byte, version uint64, found bool, err error)
+}
+
 // read serves a read command; a nil error means the reply was written.
 func (c *conn) read(spec *command.Spec, args [][]byte, o callOpts) error {
-	if c.srv.reads.Key && spec == getSpec && len(args) == 2 && !o.session {
+	if c.srv.reads.Key && !o.session {
+		var (
+			v       []byte
+			version uint64
+			found   bool
+			err     error
+			hot     = true
+		)
 		cons := o.cons
 		if cons.IsZero() {
 			cons = c.cons
 		}
-		v, version, found, err := c.srv.shard.ReadKey(args[1], cons, c.sess)
-		if err != nil {
-			return err
+		switch {
+		case spec == getSpec && len(args) == 2:
+			v, version, found, err = c.srv.shard.ReadKey(args[1], cons, c.sess)
+		case spec == hgetSpec && len(args) == 3 && c.srv.fields != nil:
+			v, version, found, err = c.srv.fields.ReadField(args[1], args[2], cons, c.sess)
+		default:
+			hot = false
 		}
-		// AfterRead, not a bare max: a higher version must not keep the
-		// view of the lower one (a token set from a replica group's).
-		c.sess = c.sess.AfterRead(kv.Result{Version: version})
-		if found {
-			_ = c.w.WriteBulk(v)
-		} else {
-			_ = c.w.WriteNull()
+		if hot {
+			if err != nil {
+				return err
+			}
+			// AfterRead, not a bare max: a higher version must not keep the
+			// view of the lower one (a token set from a replica group's).
+			c.sess = c.sess.AfterRead(kv.Result{Version: version})
+			if found {
+				_ = c.w.WriteBulk(v)
+			} else {
+				_ = c.w.WriteNull()
+			}
+			return nil
 		}
-		return nil
 	}
-	if moreReads[spec.ID] {
+	hget := spec == hgetSpec && len(args) == 3
+	if moreReads[spec.ID] && !hget {
 		return c.readMore(spec, args, o)
 	}
 	if spec == watchSpec {
@@ -817,7 +847,9 @@ func (c *conn) read(spec *command.Spec, args [][]byte, o callOpts) error {
 	}
 	var op kv.Op
 	var err error
-	if isScript(spec) { // EVAL_RO, EVALSHA_RO (script.go)
+	if hget {
+		op = kv.Op{Kind: kv.KindHGet, Key: args[1], Keys: args[2:]} // as evalHash's
+	} else if isScript(spec) { // EVAL_RO, EVALSHA_RO (script.go)
 		if c.inline {
 			// A script may run for its whole instruction budget: not on
 			// an event loop, which serves many connections.
@@ -859,6 +891,10 @@ func (c *conn) read(spec *command.Spec, args [][]byte, o callOpts) error {
 		_ = c.w.WriteBulkString(o.sess.AfterRead(res).String())
 	} else {
 		c.sess = c.sess.AfterRead(res)
+	}
+	if hget {
+		c.writeNullable(res.Array[0])
+		return nil
 	}
 	c.writeResult(res)
 	return nil
@@ -906,6 +942,10 @@ func argPreview(args [][]byte) string {
 // never grown in place, so earlier slices of the batch stay valid.
 type arena struct {
 	buf []byte
+	// args backs the argument lists of the batch's ops (Keys: MSET's,
+	// DEL's, HSET's...), by the same rules: a list per write was an
+	// allocation of every HSET that a SET does not make.
+	args [][]byte
 }
 
 func (a *arena) reset() {
@@ -913,6 +953,25 @@ func (a *arena) reset() {
 		a.buf = nil // one huge batch must not pin its memory
 	}
 	a.buf = a.buf[:0]
+	clear(a.args) // nor keep the large arguments copied outside buf
+	if cap(a.args) > 1<<16 {
+		a.args = nil
+	}
+	a.args = a.args[:0]
+}
+
+// copyArgs copies each of args into the arena and returns the list, itself
+// in the arena.
+func (a *arena) copyArgs(args [][]byte) [][]byte {
+	n := len(args)
+	if cap(a.args)-len(a.args) < n {
+		a.args = make([][]byte, 0, max(2*cap(a.args), 256, n))
+	}
+	start := len(a.args)
+	for _, b := range args {
+		a.args = append(a.args, a.copy(b))
+	}
+	return a.args[start : start+n : start+n]
 }
 
 func (a *arena) copy(b []byte) []byte {

@@ -23,10 +23,7 @@ func parseHashWrite(spec *command.Spec, args [][]byte, a *arena) (op kv.Op, hand
 		if len(args)%2 != 0 {
 			return op, true, errf("ERR wrong number of arguments for '%s' command", strings.ToLower(spec.Name))
 		}
-		op = kv.Op{Kind: kv.KindHSet, Key: a.copy(args[1]), Keys: make([][]byte, len(args)-2)}
-		for i := 2; i < len(args); i++ {
-			op.Keys[i-2] = a.copy(args[i])
-		}
+		op = kv.Op{Kind: kv.KindHSet, Key: a.copy(args[1]), Keys: a.copyArgs(args[2:])}
 		switch spec.Name {
 		case "HMSET":
 			op.Delta = 1 // answers OK
@@ -35,10 +32,7 @@ func parseHashWrite(spec *command.Spec, args [][]byte, a *arena) (op kv.Op, hand
 		}
 		return op, true, nil
 	case "HDEL":
-		op = kv.Op{Kind: kv.KindHDel, Key: a.copy(args[1]), Keys: make([][]byte, len(args)-2)}
-		for i := 2; i < len(args); i++ {
-			op.Keys[i-2] = a.copy(args[i])
-		}
+		op = kv.Op{Kind: kv.KindHDel, Key: a.copy(args[1]), Keys: a.copyArgs(args[2:])}
 		return op, true, nil
 	case "HINCRBY":
 		n, err := parseInt64(args[3])

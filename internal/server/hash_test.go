@@ -3,6 +3,8 @@ package server
 import (
 	"strings"
 	"testing"
+
+	"github.com/kefirdb/kefir/internal/command"
 )
 
 // hashScript exercises the hash commands; its expectations are Redis
@@ -163,6 +165,53 @@ func TestHashRepliesMatchRedis(t *testing.T) {
 		}
 		if want != got {
 			t.Errorf("%s:\n  redis: %s\n  kefir: %s", strings.TrimSpace(cmd), want, got)
+		}
+	}
+}
+
+// A one-field HGET takes conn.read's own paths (hgetSpec), not readMore's:
+// the spec the table returns for any spelling is the one they compare
+// against, and a single node's server has the key-read path for it
+// (fieldReader). hashScript's HGETs check the replies (single node and group).
+func TestHGetTakesTheReadPath(t *testing.T) {
+	for _, name := range []string{"HGET", "hget", "HGet"} {
+		if spec, ok := command.Lookup([]byte(name)); !ok || spec != hgetSpec {
+			t.Fatalf("Lookup(%q) = %p, %v; the HGET path compares against %p", name, spec, ok, hgetSpec)
+		}
+	}
+	if s := startServer(t, nil); s.fields == nil {
+		t.Fatal("single node: no ReadField path for HGET")
+	}
+}
+
+// Parsing an HSET (or HDEL, MSET, DEL: arena.copyArgs) allocates nothing
+// once the connection's arena is warm, as parsing a SET does not: its
+// argument list lives in the arena with its bytes (before, each HSET
+// allocated its list).
+func TestParsingAWriteOfManyArgumentsDoesNotAllocate(t *testing.T) {
+	var a arena
+	for _, tc := range []struct {
+		cmd  string
+		keys int // len(op.Keys)
+	}{{"HSET h f v", 2}, {"HSET h f v g w", 4}, {"HDEL h f", 1}, {"MSET k v", 2}, {"DEL k j", 2}, {"SET k v", 0}} {
+		var args [][]byte
+		for _, s := range strings.Fields(tc.cmd) {
+			args = append(args, []byte(s))
+		}
+		spec, ok := command.Lookup(args[0])
+		if !ok {
+			t.Fatalf("no spec for %s", tc.cmd)
+		}
+		parse := func() {
+			op, _, err := parseWrite(spec, args, &a)
+			if err != nil || len(op.Keys) != tc.keys || tc.keys > 0 && string(op.Keys[tc.keys-1]) != string(args[len(args)-1]) {
+				t.Fatalf("%s: %q, %v", tc.cmd, op.Keys, err)
+			}
+			a.reset()
+		}
+		parse()
+		if n := testing.AllocsPerRun(100, parse); n != 0 {
+			t.Errorf("parsing %s allocates %.1f times, want 0", tc.cmd, n)
 		}
 	}
 }

@@ -75,10 +75,7 @@ func parseMoreWrite(spec *command.Spec, args [][]byte, a *arena) (op kv.Op, hand
 		if len(args)%2 != 1 {
 			return op, true, errf("ERR wrong number of arguments for 'msetnx' command")
 		}
-		op = kv.Op{Kind: kv.KindMSetNX, Keys: make([][]byte, len(args)-1)}
-		for i := 1; i < len(args); i++ {
-			op.Keys[i-1] = a.copy(args[i])
-		}
+		op = kv.Op{Kind: kv.KindMSetNX, Keys: a.copyArgs(args[1:])}
 		return op, true, nil
 	case "SETBIT":
 		off, err := parseBitOffset(args[2])

@@ -65,6 +65,9 @@ type Server struct {
 	// reads served so (tests).
 	reads       shard.ReadPaths
 	inlineReads atomic.Uint64
+	// fields is the shard's one-field HGET path where it has one and
+	// reads.Key says key reads pay (fieldReader); nil otherwise.
+	fields fieldReader
 	// grp is the replication side of the replica when the node is a member
 	// of a replicated group; nil on a single node. router says where the
 	// group's leader is and forwards what a follower cannot serve there.
@@ -190,6 +193,10 @@ func New(cfg Config) (_ *Server, err error) {
 func (s *Server) setShard(sh shard.Replica) {
 	s.shard = sh
 	s.reads = sh.ReadPaths()
+	s.fields = nil
+	if fr, ok := sh.(fieldReader); ok && s.reads.Key {
+		s.fields = fr
+	}
 }
 
 // newRouter makes the node's router: its group's members and, on a replica,

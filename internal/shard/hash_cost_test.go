@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 
 	"github.com/kefirdb/kefir/internal/kv"
@@ -11,15 +12,22 @@ import (
 	"github.com/kefirdb/kefir/internal/storage"
 )
 
-// getCounter is an engine that counts its Gets (Has and the rest pass through).
+// getCounter is an engine that counts its Gets (the writer's reads) and its
+// GetShareds (the read path's); Has and the rest pass through.
 type getCounter struct {
 	*storage.DB
-	gets int
+	gets   int
+	shared atomic.Int64 // reads run on many goroutines
 }
 
 func (e *getCounter) Get(key []byte) (storage.Value, error) {
 	e.gets++
 	return e.DB.Get(key)
+}
+
+func (e *getCounter) GetShared(key []byte) (storage.Value, error) {
+	e.shared.Add(1)
+	return e.DB.GetShared(key)
 }
 
 // openHashShard opens a shard over a counting engine holding a hash "h" of
@@ -69,7 +77,10 @@ func TestHSetReadsOnlyItsMetadataRecord(t *testing.T) {
 
 // The allocations of an HSET of one existing field, through Shard.Apply in
 // a batch of 16 as a pipelining client's arrive: a bound, so that the cost
-// per HSET cannot grow back silently (BenchmarkApplyHash measures it).
+// per HSET cannot grow back silently (BenchmarkApplyHash measures it). Its
+// row keys live in the batch's scratch arena (kv.ApplyOptions.Scratch): 0.06
+// allocations per HSET (the batch's one engine read of the metadata), 1.06
+// before.
 func TestHSetAllocations(t *testing.T) {
 	s, _ := openHashShard(t)
 	reqs := make([]WriteReq, 16)
@@ -85,10 +96,10 @@ func TestHSetAllocations(t *testing.T) {
 			t.Fatal(err)
 		}
 	}) / float64(len(reqs))
-	const bound = 2
+	const bound = 0.5
 	t.Logf("%.2f allocations per HSET", n)
 	if n > bound {
-		t.Errorf("an HSET allocates %.2f times, want at most %d", n, bound)
+		t.Errorf("an HSET allocates %.2f times, want at most %.1f", n, bound)
 	}
 }
 

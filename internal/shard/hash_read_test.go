@@ -37,6 +37,15 @@ func TestHGetOneFieldAnswersAsTheSnapshotRead(t *testing.T) {
 			if got != want {
 				t.Errorf("HGET %q %q: %s, the snapshot read %s", key, f, got, want)
 			}
+			// ReadField, the front door's HGET path, answers the same.
+			v, version, found, err := s.ReadField([]byte(key), []byte(f), level.ConsLinearizable, Session{})
+			if got, want := fmt.Sprint(err), fmt.Sprint(err2); err != nil || err2 != nil {
+				if got != want {
+					t.Errorf("ReadField %q %q: %s, the snapshot read %s", key, f, got, want)
+				}
+			} else if (v == nil) != (two.Array[0] == nil) || string(v) != string(two.Array[0]) || found != (v != nil) || version != two.Version {
+				t.Errorf("ReadField %q %q = %q %v v%d, the snapshot read %q v%d", key, f, v, found, version, two.Array[0], two.Version)
+			}
 		}
 	}
 }

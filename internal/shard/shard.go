@@ -182,6 +182,25 @@ type prober interface {
 
 var _ prober = (*storage.DB)(nil)
 
+// changeCounter is an Engine that counts the appends that changed what reads
+// find (storage.DB.Changes): hgetOne brackets its reads with it. Optional, as
+// sharedGetter is (without it hgetOne rereads the metadata, as before).
+type changeCounter interface {
+	Changes() uint64
+}
+
+var _ changeCounter = (*storage.DB)(nil)
+
+// hashMetaMemo is a hash's metadata record as hgetOne last read it from the
+// engine, with the engine's change count (changeCounter) under which it was
+// read: while the count has not moved, no append came since, so the record is
+// still the key's. Immutable once published (Shard.hgetMemo).
+type hashMetaMemo struct {
+	key     string
+	changes uint64
+	v       storage.Value
+}
+
 // Options configure a Shard.
 type Options struct {
 	// Durability is the default for writes that do not name one (default sync).
@@ -238,6 +257,17 @@ type Shard struct {
 	readGet func(key []byte) (storage.Value, error)
 	// engineHas is the engine's Has if it has one (nil: engineGet answers).
 	engineHas func(key []byte) (bool, error)
+	// changes is the engine's change count if it has one (changeCounter;
+	// nil: hgetOne rereads the metadata and keeps no memo).
+	changes func() uint64
+	// hgetMemo is the metadata record hgetOne last read (nil: none). Readers
+	// of every connection share it; each publishes a new one, never writes
+	// one it loaded.
+	hgetMemo atomic.Pointer[hashMetaMemo]
+	// rowKeys holds *[]byte buffers for hgetField's row keys (a key passed
+	// to the engine's read through a func value escapes, so a buffer on
+	// the stack would be allocated on every read anyway).
+	rowKeys sync.Pool
 	// getFn, hasFn, stageFn are current, has and stage as func values, made
 	// once: a method value or closure made per write allocates, and these
 	// were three of an HSET's allocations.
@@ -250,8 +280,10 @@ type Shard struct {
 	maxKey, maxVal int
 	// Tests only: tornMultiReads (a mutation, read only under mutation.On)
 	// reads MGET's keys one by one from the latest state; betweenKeys runs
-	// between its first two keys.
+	// between its first two keys. staleHashMeta (a mutation) makes hgetOne
+	// trust its memo and skip the reread whatever the change count says.
 	tornMultiReads bool
+	staleHashMeta  bool
 	betweenKeys    func()
 	opts           Options
 	log            *slog.Logger
@@ -284,8 +316,14 @@ type Shard struct {
 	memo    storage.Value
 	memoOK  bool
 	memoSet bool
-	closed  bool
-	stats   Status
+	// scratch backs the row keys of the batch's hash writes
+	// (kv.ApplyOptions.Scratch, through scratchFn, made once at Open): like
+	// recs, which point into it, it is reused once the batch is appended
+	// (truncate(0)); a chunk that fills up is replaced, never grown in place.
+	scratch   []byte
+	scratchFn func(int) []byte
+	closed    bool
+	stats     Status
 
 	// sweepEvery is how many writes pass between client-table expiry sweeps.
 	sweepEvery uint64
@@ -352,7 +390,10 @@ func Open(db Engine, opts Options) (*Shard, error) {
 	if p, ok := db.(prober); ok {
 		s.engineHas = p.Has
 	}
-	s.getFn, s.hasFn, s.stageFn = s.current, s.has, s.stage
+	if c, ok := db.(changeCounter); ok {
+		s.changes = c.Changes
+	}
+	s.getFn, s.hasFn, s.stageFn, s.scratchFn = s.current, s.has, s.stage, s.scratchBuf
 	if err := s.loadClients(); err != nil {
 		return nil, fmt.Errorf("shard: load client table: %w", err)
 	}
@@ -662,8 +703,12 @@ const stagedLinear = 32
 // if it has none.
 func (s *Shard) stagedRec(key []byte) *storage.Record {
 	if len(s.recs) <= stagedLinear {
+		// Keys that share long prefixes (a hash's field rows: 30 bytes)
+		// differ at their ends: the last byte rules out most before a
+		// comparison of the whole key.
+		n := len(key)
 		for i := len(s.recs) - 1; i >= 0; i-- {
-			if bytes.Equal(s.recs[i].Key, key) {
+			if k := s.recs[i].Key; len(k) == n && (n == 0 || k[n-1] == key[n-1]) && bytes.Equal(k, key) {
 				return &s.recs[i]
 			}
 		}
@@ -690,11 +735,25 @@ func (s *Shard) truncate(n int) {
 	s.recs = s.recs[:n]
 	if n == 0 {
 		s.memoSet = false
+		if cap(s.scratch) > 1<<20 {
+			s.scratch = nil // one huge batch must not pin its memory
+		}
+		s.scratch = s.scratch[:0]
 	}
 	if s.stagedN > n {
 		clear(s.staged)
 		s.stagedN = 0
 	}
+}
+
+// scratchBuf is kv.ApplyOptions.Scratch: n bytes of the batch's arena.
+func (s *Shard) scratchBuf(n int) []byte {
+	if cap(s.scratch)-len(s.scratch) < n {
+		s.scratch = make([]byte, 0, max(2*cap(s.scratch), 4<<10, n))
+	}
+	start := len(s.scratch)
+	s.scratch = s.scratch[:start+n]
+	return s.scratch[start : start : start+n]
 }
 
 // has is current for a caller that needs only whether key holds a value
@@ -762,7 +821,7 @@ func (s *Shard) apply(op *kv.Op, ts int64) (kv.Result, error) {
 	s.stageTS = ts
 	// One node tracks nothing by the version of a hash's user key, so an
 	// HSET of existing fields writes only their rows (SparseHashMeta).
-	res, err := kv.ApplyWithOptions(get, list, s.hasFn, v, op, s.maxVal, s.stageFn, kv.ApplyOptions{SparseHashMeta: true})
+	res, err := kv.ApplyWithOptions(get, list, s.hasFn, v, op, s.maxVal, s.stageFn, kv.ApplyOptions{SparseHashMeta: true, Scratch: s.scratchFn})
 	if err != nil {
 		return kv.Result{}, err // the caller drops what was staged
 	}
@@ -869,49 +928,120 @@ func (s *Shard) Read(ctx context.Context, op kv.Op, c level.Consistency, sess Se
 
 // hgetOne serves an HGET of one field (HGET, HEXISTS, HSTRLEN) as kv.Read
 // would, without its snapshot and closures (they cost an HGET as much as
-// the engine's reads did: docs/design/hashes.md): the hash's metadata record,
-// the field's row, then the metadata record again. If the record did not
-// change (same version), the key held it the whole time, so when the row
-// was read the hash was that generation and the field that value: a state
-// the read may take effect at. Else (ok false) a write moved the hash in
-// between — say RENAME h h2, HSET h2 f, which writes the very row this read
-// found while h no longer holds it — and the caller reads in a snapshot.
+// the engine's reads did: docs/design/hashes.md): hgetField's read as a
+// kv.Result; ok false when the caller must read in a snapshot.
 func (s *Shard) hgetOne(op *kv.Op) (res kv.Result, ok bool, err error) {
-	if kv.IsReserved(op.Key) {
-		return kv.Result{}, true, kv.ErrReservedKey
+	v, version, ok, err := s.hgetField(op.Key, op.Keys[0], op.Now)
+	if !ok || err != nil {
+		return kv.Result{}, ok || err != nil, err
 	}
-	m, live, err := s.getLive(op.Key, op.Now)
+	return kv.Result{Kind: kv.ResArray, Array: [][]byte{v}, Version: version}, true, nil
+}
+
+// ReadField is Read of an HGET of one field for a front door's hot path, as
+// ReadKey is of a GET: it builds no Op and no Result. found is false for a
+// missing field or hash; value is read-only.
+func (s *Shard) ReadField(key, field []byte, c level.Consistency, sess Session) (value []byte, version uint64, found bool, err error) {
+	if err := s.readChecks(c, sess); err != nil {
+		return nil, 0, false, err
+	}
+	if !(mutation.On && s.tornMultiReads) {
+		v, version, ok, err := s.hgetField(key, field, 0)
+		if ok || err != nil {
+			return v, version, v != nil, err
+		}
+	}
+	// A write moved the hash between hgetField's reads: read in a snapshot.
+	res, err := s.Read(context.Background(), kv.Op{Kind: kv.KindHGet, Key: key, Keys: [][]byte{field}}, c, sess)
 	if err != nil {
-		return kv.Result{}, true, err
+		return nil, 0, false, err
 	}
-	res = kv.Result{Kind: kv.ResArray, Array: make([][]byte, 1), Version: m.Version}
+	return res.Array[0], res.Version, res.Array[0] != nil, nil
+}
+
+// hgetField reads field of the hash at key as of now (0: the shard's clock):
+// its value (nil: absent, empty but not nil: empty) and the version of what
+// it read; the hash's metadata record, then the field's row. The two must be
+// one state: if the record did not change in between, the key held it the
+// whole time, so when the row was read the hash was that generation and the
+// field that value, a state the read may take effect at. The engine's change
+// count (changeCounter) says so at the cost of two atomic loads: unmoved, no
+// append came between the reads. Moved (or without a counter), the metadata
+// record is read again, and if its version moved too (ok false) a write moved
+// the hash in between — say RENAME h h2, HSET h2 f, which writes the very row
+// this read found while h no longer holds it — and the caller reads in a
+// snapshot. What it read is made durable before it returns (readDurable).
+//
+// The metadata record comes from the memo (hgetMemo) while the count has not
+// moved since it was read: repeated HGETs of a hash between writes read one
+// engine record each, as a GET does, not two or three. The row's key is built
+// in a pooled buffer (rowKeys): with the memo, a one-field HGET allocates
+// nothing here, as a GET does not.
+func (s *Shard) hgetField(key, field []byte, now int64) (value []byte, version uint64, ok bool, err error) {
+	if kv.IsReserved(key) {
+		return nil, 0, true, kv.ErrReservedKey
+	}
+	var c0 uint64
+	if s.changes != nil {
+		c0 = s.changes()
+	}
+	m, live, err := s.hashMeta(key, c0)
+	if err != nil {
+		return nil, 0, true, err
+	}
+	m, live = s.liveAt(m, live, now)
 	if !live {
-		return res, true, s.readDurable(m.Pos) // one key: one state
+		return nil, m.Version, true, s.readDurable(m.Pos) // one key: one state
 	}
-	row, err := kv.HashFieldRow(m.Data, m.Meta, op.Keys[0])
+	buf, _ := s.rowKeys.Get().(*[]byte)
+	if buf == nil {
+		buf = new([]byte)
+	}
+	defer s.rowKeys.Put(buf)
+	row, err := kv.AppendHashFieldRow((*buf)[:0], m.Data, m.Meta, field)
 	if err != nil {
-		return kv.Result{}, true, err
+		return nil, 0, true, err
 	}
+	*buf = row
 	if mutation.On && s.betweenKeys != nil {
 		s.betweenKeys()
 	}
-	pos := m.Pos
+	version, pos := m.Version, m.Pos
 	v, err := s.readGet(row)
 	switch {
 	case err == nil:
-		res.Array[0] = v.Data
-		if v.Data == nil {
-			res.Array[0] = []byte{}
+		value = v.Data
+		if value == nil {
+			value = []byte{}
 		}
-		res.Version = max(res.Version, v.Version)
+		version = max(version, v.Version)
 		pos = max(pos, v.Pos)
 	case !errors.Is(err, storage.ErrNotFound):
-		return kv.Result{}, true, fmt.Errorf("%w: get: %w", ErrUnavailable, err)
+		return nil, 0, true, fmt.Errorf("%w: get: %w", ErrUnavailable, err)
 	}
-	if again, err := s.readGet(op.Key); err != nil || again.Version != m.Version {
-		return kv.Result{}, false, nil
+	if s.changes == nil || s.changes() != c0 && !(mutation.On && s.staleHashMeta) {
+		if again, err := s.readGet(key); err != nil || again.Version != m.Version {
+			return nil, 0, false, nil
+		}
 	}
-	return res, true, s.readDurable(pos)
+	return value, version, true, s.readDurable(pos)
+}
+
+// hashMeta is hgetOne's read of key's metadata record with the engine's
+// change count at c: the memo's if it was read at c (no append since), else
+// the engine's, which becomes the memo if no append came during the read.
+func (s *Shard) hashMeta(key []byte, c uint64) (storage.Value, bool, error) {
+	if s.changes == nil {
+		return s.get(key)
+	}
+	if mm := s.hgetMemo.Load(); mm != nil && (mm.changes == c || mutation.On && s.staleHashMeta) && mm.key == string(key) {
+		return mm.v, true, nil
+	}
+	v, ok, err := s.get(key)
+	if ok && err == nil && s.changes() == c {
+		s.hgetMemo.Store(&hashMetaMemo{key: string(key), changes: c, v: v})
+	}
+	return v, ok, err
 }
 
 // readChecks validates a read's level and session before it is served.
@@ -1009,8 +1139,15 @@ func (s *Shard) get(k []byte) (storage.Value, bool, error) {
 // other read.
 func (s *Shard) getLive(k []byte, now int64) (storage.Value, bool, error) {
 	v, ok, err := s.get(k)
-	if !ok || v.Meta == nil {
-		return v, ok, err
+	v, ok = s.liveAt(v, ok, now)
+	return v, ok, err
+}
+
+// liveAt is getLive's verdict on v (found if ok) as of now. Meta without an
+// expiry (a hash's type byte) needs no clock either.
+func (s *Shard) liveAt(v storage.Value, ok bool, now int64) (storage.Value, bool) {
+	if !ok || v.Meta == nil || !kv.HasExpiry(v.Meta) {
+		return v, ok
 	}
 	if now == 0 {
 		now = s.opts.Now().UnixMilli()
@@ -1019,7 +1156,7 @@ func (s *Shard) getLive(k []byte, now int64) (storage.Value, bool, error) {
 		ok = false
 		v.Data, v.Meta = nil, nil
 	}
-	return v, ok, err
+	return v, ok
 }
 
 // getWith is get reading with readGet (the engine's latest, or a snapshot's).

@@ -1,6 +1,10 @@
 package storage
 
-import "unsafe"
+import (
+	"strings"
+	"sync/atomic"
+	"unsafe"
+)
 
 // tree is the index's ordered map: a B+tree of items by key, written for memory density.
 //
@@ -27,6 +31,57 @@ type tree struct {
 	// expiry), kept alongside live.
 	withMeta int
 	arena    keyArena
+	// fingers remember where lookups that asked (find) found keys, by a
+	// hash of the key: the writer's probe of a key it is about to write
+	// (DB.Has of an HSET's field row) leaves the leaf and index there, and
+	// the insert that follows (fingered) starts from it instead of walking
+	// the tree again. Lookups run under the DB's read lock, concurrently,
+	// hence atomics; an entry is only a hint, checked against the key it
+	// claims under the write lock, so a stale or torn one costs a walk,
+	// never a wrong item.
+	fingers [fingerSlots]finger
+}
+
+// fingerSlots is the number of fingers: a pipelined batch of HSETs probes
+// up to a few dozen rows before its records are appended.
+const fingerSlots = 64
+
+type finger struct {
+	leaf atomic.Pointer[bnode]
+	i    atomic.Int32
+}
+
+// fingerOf is key's finger slot: a hash of its last 8 bytes (where keys
+// that share long prefixes differ) and its length.
+func (t *tree) fingerOf(key string) *finger {
+	x := prefix(key[max(0, len(key)-8):]) ^ uint64(len(key))
+	return &t.fingers[(x*0x9E3779B97F4A7C15)>>(64-6)]
+}
+
+// find is get that leaves a finger to the item it finds.
+func (t *tree) find(key string) *item {
+	n, i := t.lookup(key)
+	if n == nil {
+		return nil
+	}
+	f := t.fingerOf(key)
+	f.leaf.Store(n)
+	f.i.Store(int32(i))
+	return &n.items[i]
+}
+
+// fingered is get starting from key's finger when it still points at key's
+// item (the caller holds the write lock: leaves change only under it).
+func (t *tree) fingered(key string) *item {
+	f := t.fingerOf(key)
+	if n := f.leaf.Load(); n != nil {
+		// A leaf leaves the tree only empty, and keys are unique: an item
+		// of key in a non-empty leaf is key's item in this tree.
+		if i := int(f.i.Load()); i < len(n.items) && t.keyOf(&n.items[i]) == key {
+			return &n.items[i]
+		}
+	}
+	return t.get(key)
 }
 
 // bMax is the inner-node fanout. leafMax is chosen so a leaf's item array (48-byte
@@ -42,16 +97,99 @@ type bnode struct {
 	items []item
 	keys  []bkey
 	kids  []*bnode
+	// pre (inner nodes) is a prefix that every separator but keys[0] shares, and
+	// each separator's pfx is its 8 bytes after pre. Keys that share long
+	// prefixes (a hash's field rows share 30 bytes: kv's reserved prefix, the
+	// generation, the fields' own) would otherwise tie on their first 8 bytes
+	// everywhere, and every step of a descent would dereference a separator and
+	// compare it byte by byte. Inserting a separator that lacks pre shortens it
+	// (fitKey); an inner split recomputes it (rekey); removals leave it valid.
+	pre string
 }
 
-// bkey is an inner-node separator with its first 8 bytes as an integer, so descending
-// compares integers in one cache line and dereferences a key only on a prefix tie.
+// bkey is an inner-node separator with its 8 bytes after its node's pre as an
+// integer, so descending compares integers in one cache line and dereferences a key
+// only on a tie.
 type bkey struct {
 	pfx uint64
 	key string
 }
 
-func mkKey(k string) bkey { return bkey{pfx: prefix(k), key: k} }
+// prefixAt is prefix of k's bytes after the first skip.
+func prefixAt(k string, skip int) uint64 {
+	if skip >= len(k) {
+		return 0
+	}
+	return prefix(k[skip:])
+}
+
+// commonPrefix is the length of the longest common prefix of a and b.
+func commonPrefix(a, b string) int {
+	n := min(len(a), len(b))
+	i := 0
+	for i+8 <= n && a[i:i+8] == b[i:i+8] {
+		i += 8
+	}
+	for i < n && a[i] == b[i] {
+		i++
+	}
+	return i
+}
+
+// rekey sets inner node n's pre to the longest prefix its separators (keys[1:])
+// share and every separator's pfx after it. It dereferences every separator, so
+// it runs only where a node is made or split, not per insert.
+func (n *bnode) rekey() {
+	n.pre = ""
+	if len(n.keys) > 1 {
+		first, last := n.keys[1].key, n.keys[len(n.keys)-1].key
+		n.pre = first[:commonPrefix(first, last)] // sorted: what the ends share, all do
+	}
+	for i := range n.keys {
+		n.keys[i].pfx = prefixAt(n.keys[i].key, len(n.pre))
+	}
+}
+
+// fitKey sets keys[i]'s pfx after its key changed or arrived, first shortening
+// pre to what that key shares with it. The other separators' bytes between the
+// new and the old end of pre are pre's own, so their pfx shift without a
+// dereference.
+func (n *bnode) fitKey(i int) {
+	k := n.keys[i].key
+	if i == 0 {
+		n.keys[0].pfx = 0 // never compared
+		return
+	}
+	if !strings.HasPrefix(k, n.pre) {
+		a, b := len(n.pre), commonPrefix(k, n.pre)
+		head := prefix(n.pre[b:a])
+		for j := 1; j < len(n.keys); j++ {
+			if a-b >= 8 {
+				n.keys[j].pfx = head
+			} else {
+				n.keys[j].pfx = head | n.keys[j].pfx>>(8*(a-b))
+			}
+		}
+		n.pre = n.pre[:b]
+	}
+	n.keys[i].pfx = prefixAt(k, len(n.pre))
+}
+
+// insertKey inserts separator k at i (>= 1) of inner node n.
+func (n *bnode) insertKey(i int, k string) {
+	n.keys = insertAt(n.keys, i, bkey{key: k})
+	if len(n.keys) == 2 {
+		n.rekey()
+		return
+	}
+	n.fitKey(i)
+}
+
+// setKey replaces separator i of inner node n with k.
+func (n *bnode) setKey(i int, k string) {
+	n.keys[i].key = k
+	n.fitKey(i)
+}
 
 // prefix is k's first 8 bytes, big-endian, zero-padded: prefix order agrees with key
 // order wherever prefixes differ.
@@ -108,12 +246,25 @@ func (t *tree) firstKey(n *bnode) string {
 }
 
 // childIndex returns the child of inner node n whose range holds key.
-func childIndex(keys []bkey, key string) int {
-	kp := prefix(key)
+func childIndex(n *bnode, key string) int {
+	keys := n.keys
 	lo, hi := 1, len(keys)
+	if lo >= hi {
+		return 0
+	}
+	skip := len(n.pre)
+	if skip > 0 {
+		if kp := key[:min(len(key), skip)]; kp != n.pre {
+			if kp < n.pre {
+				return 0 // below every separator
+			}
+			return len(keys) - 1 // above every separator
+		}
+	}
+	kp := prefixAt(key, skip)
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
-		if keys[m].pfx < kp || keys[m].pfx == kp && keys[m].key <= key {
+		if keys[m].pfx < kp || keys[m].pfx == kp && keys[m].key[skip:] <= key[skip:] {
 			lo = m + 1
 		} else {
 			hi = m
@@ -123,29 +274,48 @@ func childIndex(keys []bkey, key string) int {
 }
 
 // search returns the index of the first item >= key and whether it is equal.
-func (t *tree) search(items []item, key string) (int, bool) {
+func (t *tree) search(items []item, key string) (int, bool) { return t.searchFrom(items, key, 0) }
+
+// searchFrom is search among items whose keys, like key, all begin with the
+// same off bytes: it compares what follows them.
+func (t *tree) searchFrom(items []item, key string, off int) (int, bool) {
+	key = key[off:]
 	lo, hi := 0, len(items)
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
-		if t.keyOf(&items[m]) < key {
+		if t.keyOf(&items[m])[off:] < key {
 			lo = m + 1
 		} else {
 			hi = m
 		}
 	}
-	return lo, lo < len(items) && t.keyOf(&items[lo]) == key
+	return lo, lo < len(items) && t.keyOf(&items[lo])[off:] == key
 }
 
 // get returns a pointer to key's item, or nil.
 func (t *tree) get(key string) *item {
-	n := t.root
-	for !n.isLeaf() {
-		n = n.kids[childIndex(n.keys, key)]
-	}
-	if i, ok := t.search(n.items, key); ok {
+	if n, i := t.lookup(key); n != nil {
 		return &n.items[i]
 	}
 	return nil
+}
+
+// lookup returns the leaf holding key's item and its index there (nil: none).
+func (t *tree) lookup(key string) (*bnode, int) {
+	n, off := t.root, 0
+	for !n.isLeaf() {
+		ci := childIndex(n, key)
+		if ci > 0 && ci < len(n.keys)-1 {
+			// Between two separators that share pre: so does every key
+			// of that child, and key.
+			off = max(off, len(n.pre))
+		}
+		n = n.kids[ci]
+	}
+	if i, ok := t.searchFrom(n.items, key, off); ok {
+		return n, i
+	}
+	return nil, 0
 }
 
 // insert adds it; its key must not be present.
@@ -153,8 +323,9 @@ func (t *tree) insert(it item) {
 	right, sep := t.ins(t.root, it, true)
 	if right != nil {
 		root := newInner()
-		root.keys = append(root.keys, mkKey(t.firstKey(t.root)), mkKey(sep))
+		root.keys = append(root.keys, bkey{key: t.firstKey(t.root)}, bkey{key: sep})
 		root.kids = append(root.kids, t.root, right)
+		root.rekey()
 		t.root = root
 	}
 	t.n++
@@ -189,9 +360,9 @@ func (t *tree) ins(n *bnode, it item, rightmost bool) (*bnode, string) {
 		}
 		return r, t.keyOf(&r.items[0])
 	}
-	ci := childIndex(n.keys, key)
+	ci := childIndex(n, key)
 	if k := n.kids[ci]; k.isLeaf() && len(k.items) == leafMax && t.shareLeaf(n, ci) {
-		ci = childIndex(n.keys, key)
+		ci = childIndex(n, key)
 	}
 	kid, sep := t.ins(n.kids[ci], it, rightmost && ci == len(n.kids)-1)
 	if kid == nil {
@@ -199,14 +370,15 @@ func (t *tree) ins(n *bnode, it item, rightmost bool) (*bnode, string) {
 	}
 	at := ci + 1
 	if len(n.kids) < bMax {
-		n.keys = insertAt(n.keys, at, mkKey(sep))
+		n.insertKey(at, sep)
 		n.kids = insertAt(n.kids, at, kid)
 		return nil, ""
 	}
 	r := newInner()
 	if rightmost && at == len(n.kids) {
-		r.keys = append(r.keys, mkKey(sep))
+		r.keys = append(r.keys, bkey{key: sep})
 		r.kids = append(r.kids, kid)
+		r.rekey()
 		return r, sep
 	}
 	mid := bMax / 2
@@ -216,12 +388,14 @@ func (t *tree) ins(n *bnode, it item, rightmost bool) (*bnode, string) {
 	clear(n.kids[mid:])
 	n.keys, n.kids = n.keys[:mid], n.kids[:mid]
 	if at <= mid {
-		n.keys = insertAt(n.keys, at, mkKey(sep))
+		n.keys = insertAt(n.keys, at, bkey{key: sep})
 		n.kids = insertAt(n.kids, at, kid)
 	} else {
-		r.keys = insertAt(r.keys, at-mid, mkKey(sep))
+		r.keys = insertAt(r.keys, at-mid, bkey{key: sep})
 		r.kids = insertAt(r.kids, at-mid, kid)
 	}
+	n.rekey()
+	r.rekey()
 	return r, r.keys[0].key
 }
 
@@ -239,7 +413,7 @@ func (t *tree) shareLeaf(n *bnode, ci int) bool {
 			copy(r.items[:m], k.items[len(k.items)-m:])
 			clear(k.items[len(k.items)-m:])
 			k.items = k.items[:len(k.items)-m]
-			n.keys[ci+1] = mkKey(t.keyOf(&r.items[0]))
+			n.setKey(ci+1, t.keyOf(&r.items[0]))
 			return true
 		}
 	}
@@ -250,7 +424,7 @@ func (t *tree) shareLeaf(n *bnode, ci int) bool {
 			copy(k.items, k.items[m:])
 			clear(k.items[len(k.items)-m:])
 			k.items = k.items[:len(k.items)-m]
-			n.keys[ci] = mkKey(t.keyOf(&k.items[0]))
+			n.setKey(ci, t.keyOf(&k.items[0]))
 			return true
 		}
 	}
@@ -319,7 +493,7 @@ func (t *tree) rm(n *bnode, key string) (found, empty bool) {
 		n.items = n.items[:len(n.items)-1]
 		return true, len(n.items) == 0
 	}
-	ci := childIndex(n.keys, key)
+	ci := childIndex(n, key)
 	found, empty = t.rm(n.kids[ci], key)
 	if empty {
 		copy(n.keys[ci:], n.keys[ci+1:])
@@ -343,7 +517,7 @@ func (t *tree) asc(n *bnode, pivot string, fn func(*item) bool) bool {
 		}
 		return true
 	}
-	for ci := childIndex(n.keys, pivot); ci < len(n.kids); ci++ {
+	for ci := childIndex(n, pivot); ci < len(n.kids); ci++ {
 		if !t.asc(n.kids[ci], pivot, fn) {
 			return false
 		}
@@ -373,6 +547,11 @@ func (t *tree) check() error {
 		}
 		if len(n.keys) != len(n.kids) || len(n.kids) == 0 {
 			return errTree
+		}
+		for i := 1; i < len(n.keys); i++ {
+			if k := n.keys[i]; !strings.HasPrefix(k.key, n.pre) || k.pfx != prefixAt(k.key, len(n.pre)) {
+				return errTree
+			}
 		}
 		for i, k := range n.kids {
 			klo, khi, kHas := lo, hi, hasHi

@@ -10,14 +10,18 @@ import (
 // The index tree behaves as a sorted map under random inserts, updates, removes and
 // scans, in random and in ascending key order, and keeps its invariants.
 func TestTreeMatchesSortedMap(t *testing.T) {
-	for _, mode := range []string{"random", "ordered", "shared-prefixes"} {
+	for _, mode := range []string{"random", "ordered", "shared-prefixes", "long-prefixes"} {
 		ordered := mode == "ordered"
-		for seed := int64(0); seed < 20; seed++ {
+		seeds, steps := int64(20), 5000
+		if mode == "long-prefixes" {
+			seeds, steps = 1, 60000 // three levels: inner nodes below the root
+		}
+		for seed := int64(0); seed < seeds; seed++ {
 			rng := rand.New(rand.NewSource(seed))
 			tr := newTree()
 			model := map[string]uint64{}
 			next := 0
-			for step := 0; step < 5000; step++ {
+			for step := 0; step < steps; step++ {
 				var key string
 				if ordered {
 					next++
@@ -25,6 +29,18 @@ func TestTreeMatchesSortedMap(t *testing.T) {
 				} else if mode == "shared-prefixes" {
 					// Keys longer and shorter than the 8-byte prefix, many sharing it.
 					key = fmt.Sprintf("prefix%0*d", rng.Intn(8), rng.Intn(500))
+				} else if mode == "long-prefixes" {
+					// As hash field rows lie: a long reserved prefix, a generation
+					// (a few, so inner nodes straddle them), fields that share a
+					// long prefix of their own or none, and other keys around them.
+					switch r := rng.Intn(10); {
+					case r == 0:
+						key = fmt.Sprintf("k%d", rng.Intn(2000))
+					case r == 1:
+						key = fmt.Sprintf("\xff\xffkefir/h/\x00\x00\x00\x00\x00\x00\x00%c%d", '0'+rng.Intn(3), rng.Intn(500))
+					default:
+						key = fmt.Sprintf("\xff\xffkefir/h/\x00\x00\x00\x00\x00\x00\x00%celement:%0*d", '0'+rng.Intn(3), 8+rng.Intn(5), rng.Intn(20000))
+					}
 				} else {
 					key = fmt.Sprintf("%04d", rng.Intn(3000))
 				}
@@ -42,6 +58,11 @@ func TestTreeMatchesSortedMap(t *testing.T) {
 						t.Fatalf("remove(%s) disagrees with the model", key)
 					}
 					delete(model, key)
+				case mode == "long-prefixes" && rng.Intn(20) > 0:
+					// The scan below is O(model) here: mostly look up instead.
+					if p := tr.get(key); (p == nil) != (model[key] == 0) || p != nil && p.v.version != model[key] {
+						t.Fatalf("get(%q) disagrees with the model (%d)", key, model[key])
+					}
 				default:
 					var want []string
 					for k := range model {
@@ -64,6 +85,14 @@ func TestTreeMatchesSortedMap(t *testing.T) {
 						t.Fatalf("ascend(%s) = %v, want %v", key, got, want)
 					}
 				}
+				if step%1000 == 999 {
+					if err := tr.check(); err != nil {
+						t.Fatalf("%s seed %d step %d: %v", mode, seed, step, err)
+					}
+				}
+			}
+			if mode == "long-prefixes" && (tr.root.isLeaf() || tr.root.kids[0].isLeaf()) {
+				t.Fatalf("seed %d: the tree has fewer than three levels", seed)
 			}
 			if err := tr.check(); err != nil || tr.Len() != len(model) {
 				t.Fatalf("seed %d: %v, len %d vs %d", seed, err, tr.Len(), len(model))
@@ -170,4 +199,122 @@ func TestTreeLoadInOrder(t *testing.T) {
 		}
 	}()
 	tr.load(tr.newItem([]byte("00000001x"), []ver{{}}))
+}
+
+// Keys that share a long prefix, as a hash's field rows do (kv's reserved
+// prefix, the generation, and here the fields' own "element:0000000"), are
+// placed by integer compares: every inner node below the root carries the
+// prefix its separators share (pre), and its separators' pfx, the 8 bytes after
+// it, differ, so no descent compares a separator byte by byte. Without pre
+// every pfx was "\xff\xffkefir" and every step of a descent a string compare.
+func TestInnerNodesSkipSharedPrefixes(t *testing.T) {
+	tr := newTree()
+	rng := rand.New(rand.NewSource(3))
+	const row = "\xff\xffkefir/h/\x00\x00\x00\x00\x00\x00\x00\x07element:"
+	for _, i := range rng.Perm(100000) {
+		tr.insert(tr.newItem(fmt.Appendf(nil, "%s%012d", row, i), []ver{{}}))
+	}
+	if err := tr.check(); err != nil {
+		t.Fatal(err)
+	}
+	if tr.root.isLeaf() || tr.root.kids[0].isLeaf() {
+		t.Fatal("want three levels")
+	}
+	for _, n := range tr.root.kids {
+		if len(n.pre) < len(row)+7 { // "element:0000000" of 12 digits < 100000
+			t.Fatalf("an inner node's pre is %q (%d bytes); its separators share %d", n.pre, len(n.pre), len(row)+7)
+		}
+		for i := 2; i < len(n.keys); i++ {
+			if n.keys[i].pfx == n.keys[i-1].pfx {
+				t.Fatalf("separators %q and %q tie on pfx", n.keys[i-1].key, n.keys[i].key)
+			}
+		}
+	}
+	for i := 0; i < 1000; i++ {
+		k := fmt.Sprintf("%s%012d", row, rng.Intn(100000))
+		if p := tr.get(k); p == nil || tr.keyOf(p) != k {
+			t.Fatalf("get(%q) missed", k)
+		}
+	}
+}
+
+// check fails on a separator whose pfx is not its 8 bytes after pre.
+func TestTreeCheckSeesAStalePrefix(t *testing.T) {
+	tr := newTree()
+	for i := 0; i < 200; i++ {
+		tr.insert(tr.newItem([]byte(fmt.Sprintf("same-prefix-%04d", i)), []ver{{}}))
+	}
+	if err := tr.check(); err != nil || len(tr.root.keys) < 2 {
+		t.Fatal(err, len(tr.root.keys))
+	}
+	tr.root.keys[1].pfx = prefix(tr.root.keys[1].key) // as before pre
+	if tr.check() == nil {
+		t.Fatal("check accepted a separator's pfx taken from its first bytes")
+	}
+}
+
+// BenchmarkTreeGet is a point lookup among 100,000 keys: "rows" shaped as a
+// hash's field rows (38 bytes, 30 of them shared), "keys" as redis-benchmark's
+// (key:000000012345).
+func BenchmarkTreeGet(b *testing.B) {
+	for _, shape := range []string{"rows", "keys"} {
+		b.Run(shape, func(b *testing.B) {
+			tr := newTree()
+			keys := make([]string, 100000)
+			for i := range keys {
+				if shape == "rows" {
+					keys[i] = fmt.Sprintf("\xff\xffkefir/h/\x00\x00\x00\x00\x00\x00\x00\x07element:%012d", i)
+				} else {
+					keys[i] = fmt.Sprintf("key:%012d", i)
+				}
+			}
+			rng := rand.New(rand.NewSource(4))
+			for _, i := range rng.Perm(len(keys)) {
+				tr.insert(tr.newItem([]byte(keys[i]), []ver{{}}))
+			}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if tr.get(keys[rng.Intn(len(keys))]) == nil {
+					b.Fatal("missed")
+				}
+			}
+		})
+	}
+}
+
+// fingered answers what get answers whatever happened since the fingers were
+// left (inserts that split and share leaves, removes that empty and unlink
+// them): a finger is a hint checked against its key, never trusted.
+func TestFingeredAgreesWithGet(t *testing.T) {
+	rng := rand.New(rand.NewSource(5))
+	tr := newTree()
+	key := func() string { return fmt.Sprintf("\xff\xffkefir/h/gen%d/element:%06d", rng.Intn(2), rng.Intn(5000)) }
+	hits := 0
+	for step := 0; step < 200000; step++ {
+		k := key()
+		switch r := rng.Intn(10); {
+		case r < 4:
+			if tr.get(k) == nil {
+				tr.insert(tr.newItem([]byte(k), []ver{{version: uint64(step)}}))
+			}
+		case r < 6:
+			tr.remove(k)
+		case r < 8:
+			tr.find(k)
+		default:
+			got, want := tr.fingered(k), tr.get(k)
+			if got != want {
+				t.Fatalf("step %d: fingered(%q) = %p, get %p", step, k, got, want)
+			}
+			if f := tr.fingerOf(k); f.leaf.Load() != nil && int(f.i.Load()) < len(f.leaf.Load().items) && want != nil && &f.leaf.Load().items[f.i.Load()] == want {
+				hits++
+			}
+		}
+	}
+	if err := tr.check(); err != nil {
+		t.Fatal(err)
+	}
+	if hits == 0 {
+		t.Fatal("no finger was ever right: the test does not exercise them")
+	}
 }

@@ -32,6 +32,9 @@ type DB struct {
 	syncCond *sync.Cond    // signalled when an in-flight fsync or roll finishes
 	notify   chan struct{} // closed and replaced at the same moments (see signalLocked)
 	durA     atomic.Uint64 // dur, readable without mu
+	// changes counts the Appends that changed the index (Changes), bumped under
+	// mu's write lock so that a reader's two loads bracket what its reads saw.
+	changes atomic.Uint64
 
 	idx    *tree
 	segs   []*segment // sorted by id; the last is the active (tail) segment
@@ -188,6 +191,7 @@ func (db *DB) Append(recs ...Record) (Pos, error) {
 			db.lastV = r.Version
 		}
 	}
+	db.changes.Add(1)
 	db.liveAdd(uint64(db.next)-1, int64(total))
 	db.askFillLocked()
 	db.st.appends.Add(int64(len(recs)))
@@ -289,7 +293,7 @@ func risingAbove(recs []Record, floor uint64) bool {
 // The order was checked already for batches; a single record is checked here, so the
 // common path descends the tree once and updates the item in place.
 func (db *DB) insertLocked(key []byte, v ver, now int64) error {
-	p := db.idx.get(keyString(key))
+	p := db.idx.fingered(keyString(key))
 	if p == nil {
 		db.idx.insert(item{kref: db.idx.arena.add(key), v: v})
 		db.nvers++
@@ -776,6 +780,14 @@ func (db *DB) timedSync(f vfs.File) error { return vfs.SyncTimed(f, db.opts.OnSy
 // DurablePos returns the position up to which everything is fsynced.
 func (db *DB) DurablePos() Pos { return Pos(db.durA.Load()) }
 
+// Changes is a count that moves with every Append that changed what a read
+// finds, read without the lock: equal values before a group of reads and after
+// it mean no append came between them, so they all saw one state (as one
+// Snapshot would, for the cost of two atomic loads). Compaction, which moves
+// records but changes no read's answer, does not move it; nor does Open's
+// replay, which ends before the DB is handed out.
+func (db *DB) Changes() uint64 { return db.changes.Load() }
+
 // LastPos returns the position of the last appended record.
 func (db *DB) LastPos() Pos {
 	db.mu.RLock()
@@ -1155,8 +1167,10 @@ func (db *DB) Has(key []byte) (bool, error) {
 	if db.closed {
 		return false, ErrClosed
 	}
-	it, ok := db.idx.Get(keyString(key))
-	return ok && !it.v.tombstone(), nil
+	// find, not Get: a writer probes the keys it is about to write (an
+	// HSET's field rows), and the Append that follows starts from the finger.
+	p := db.idx.find(keyString(key))
+	return p != nil && !p.v.tombstone(), nil
 }
 
 // VersionRange returns the interval of versions [lo, hi] over which a read of key at v

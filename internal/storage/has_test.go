@@ -60,3 +60,40 @@ func TestBatchOrderFastPathTakesAnHSetOfTenFields(t *testing.T) {
 		t.Errorf("a run repeating a key takes the fast path")
 	}
 }
+
+// Changes moves with every Append that changes what reads find, and with
+// nothing else: reads, a failed Append and a compaction (which moves records
+// but changes no answer) leave it, so equal readings around a group of reads
+// mean they saw one state (the single node's HGET relies on it).
+func TestChangesMovesWithEveryAppend(t *testing.T) {
+	db := mustOpen(t, memOpts(vfs.NewMem()))
+	c := db.Changes()
+	put(t, db, "a", 1, "x")
+	if db.Changes() == c {
+		t.Fatal("an Append did not move Changes")
+	}
+	c = db.Changes()
+	del(t, db, "a", 2)
+	if db.Changes() == c {
+		t.Fatal("a deletion did not move Changes")
+	}
+	for i := 0; i < 200; i++ {
+		put(t, db, "filler", uint64(3+i), "0123456789012345678901234567890123456789")
+	}
+	c = db.Changes()
+	if _, err := db.Get([]byte("filler")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Append(Record{Key: []byte("filler"), Value: []byte("old"), Version: 1}); !errors.Is(err, ErrVersionOrder) {
+		t.Fatalf("an Append of an old version: %v", err)
+	}
+	if err := db.Compact(); err != nil {
+		t.Fatal(err)
+	}
+	if db.Changes() != c {
+		t.Fatalf("a Get, a failed Append and a compaction moved Changes from %d to %d", c, db.Changes())
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
