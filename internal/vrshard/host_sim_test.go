@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,6 +64,9 @@ func (m hostMsg) String() string {
 type hostReq struct {
 	Seq uint64
 	Op  check.Op
+	// Session is the client's session token (reads at session level
+	// wait for it).
+	Session shard.Session
 }
 
 func (m hostReq) String() string { return fmt.Sprintf("req(seq=%d %v %s)", m.Seq, m.Op.Kind, m.Op.Key) }
@@ -74,6 +79,10 @@ type hostResp struct {
 	// (-1: unknown).
 	Redirect bool
 	Leader   int
+	// View is the view of the op at Result.Version (ViewKnown), for the
+	// client's session token.
+	View      uint64
+	ViewKnown bool
 }
 
 func (m hostResp) String() string {
@@ -99,6 +108,31 @@ type hostSimOptions struct {
 	// the coordinator (NilextStepped), reads of keys with pending updates
 	// take the slow path.
 	nilext bool
+	// eventual is the replicas' eventual window (vr.Config.EventualWindow;
+	// 0: the default), and the window check.Eventual holds reads to.
+	eventual time.Duration
+}
+
+// hostReads splits a workload's reads between linearizable, session,
+// bounded(t), bounded(1 version) and eventual, as internal/vr's
+// sessionWorkload does for its simulated core.
+type hostReads struct{ sim.KV }
+
+// hostBoundedStaleness is the bound of the bounded(t) reads: two
+// heartbeat intervals.
+const hostBoundedStaleness = 20 * time.Millisecond
+
+// hostEventualWindow is the eventual window of the runs with eventual
+// reads: short, so partitions and crashes outlast it often.
+const hostEventualWindow = 25 * time.Millisecond
+
+func (w hostReads) Next(rng *rand.Rand, client, seq int) check.Op {
+	op := w.KV.Next(rng, client, seq)
+	if op.Kind == check.Get {
+		op.Cons = [...]level.Consistency{level.ConsLinearizable, level.ConsSession,
+			level.BoundedTimeLevel(hostBoundedStaleness), level.BoundedVersionsLevel(1), level.ConsEventual}[rng.IntN(5)]
+	}
+	return op
 }
 
 type hostNode struct {
@@ -204,6 +238,7 @@ func newHostNode(o hostSimOptions, seed uint64) sim.BootFactory {
 			Dir: hostDir, FS: b.FS,
 			VR: vr.Config{
 				Cluster: 7, Members: hostMembers(b.Config.Replicas), Self: uint64(id) + 1,
+				EventualWindow: o.eventual,
 			},
 			Bootstrap:     first,
 			Clock:         hostClock{n},
@@ -347,7 +382,7 @@ func (n *hostNode) onClient(from sim.Addr, m hostReq) {
 	}
 	n.seen[k] = true
 	if m.Op.Kind == check.Get {
-		sr := n.r.ReadStepped(kv.Op{Kind: kv.KindGet, Key: []byte(m.Op.Key)}, m.Op.Cons)
+		sr := n.r.ReadStepped(kv.Op{Kind: kv.KindGet, Key: []byte(m.Op.Key)}, m.Op.Cons, m.Session)
 		n.reads = append(n.reads, hostRead{from: from, seq: m.Seq, sr: sr})
 		return
 	}
@@ -399,7 +434,7 @@ func writeOutcome(kind check.Kind, res kv.Result, err error) hostResp {
 	case check.Incr:
 		out.Value = strconv.FormatInt(res.Int, 10)
 	}
-	return hostResp{Outcome: check.OK, Result: out}
+	return hostResp{Outcome: check.OK, Result: out, View: res.View, ViewKnown: res.ViewKnown}
 }
 
 func (n *hostNode) readOutcome(res kv.Result, err error) hostResp {
@@ -414,7 +449,8 @@ func (n *hostNode) readOutcome(res kv.Result, err error) hostResp {
 		}
 		return hostResp{Outcome: check.Failed} // a read has no effect
 	}
-	return hostResp{Outcome: check.OK, Result: check.Result{Found: res.Kind == kv.ResBulk, Value: string(res.Bulk), Version: res.Version}}
+	return hostResp{Outcome: check.OK, Result: check.Result{Found: res.Kind == kv.ResBulk, Value: string(res.Bulk), Version: res.Version},
+		View: res.View, ViewKnown: res.ViewKnown}
 }
 
 // hostClient sends each operation to the replica it believes leads, follows
@@ -430,6 +466,9 @@ type hostClient struct {
 	retry    int // ticks until a redirect without a leader is retried (0: none)
 	out      sim.Ready
 	timeout  int
+	// sess is the client's session: every op it completed advances it, as
+	// a client library's token does.
+	sess shard.Session
 }
 
 func newHostClient(timeout int) sim.ClientFactory {
@@ -446,17 +485,18 @@ func (c *hostClient) Ready() sim.Ready {
 
 func (c *hostClient) send() {
 	c.retry = 0
-	c.out.Messages = append(c.out.Messages, sim.Envelope{To: sim.Addr(c.leader), Msg: hostReq{Seq: c.seq, Op: c.op}})
+	c.out.Messages = append(c.out.Messages, sim.Envelope{To: sim.Addr(c.leader), Msg: hostReq{Seq: c.seq, Op: c.op, Session: c.sess}})
 }
 
-// sendFirst sends a new op: a cross-client-monotonic read to the replicas
-// in turn (followers serve it under FollowerReads, else redirect), anything
-// else to the leader it believes in.
+// sendFirst sends a new op: a read at a level below linearizable to the
+// replicas in turn (followers serve cross-client-monotonic reads under
+// FollowerReads, session and eventual reads when their state allows, else
+// redirect), anything else to the leader it believes in.
 func (c *hostClient) sendFirst() {
-	if c.op.Kind == check.Get && c.op.Cons.Kind == level.CrossClientMonotonic {
+	if c.op.Kind == check.Get && !c.op.Cons.IsZero() && c.op.Cons.Kind != level.Linearizable {
 		c.retry = 0
 		to := sim.Addr(c.seq % uint64(c.n))
-		c.out.Messages = append(c.out.Messages, sim.Envelope{To: to, Msg: hostReq{Seq: c.seq, Op: c.op}})
+		c.out.Messages = append(c.out.Messages, sim.Envelope{To: to, Msg: hostReq{Seq: c.seq, Op: c.op, Session: c.sess}})
 		return
 	}
 	c.send()
@@ -474,6 +514,14 @@ func (c *hostClient) Step(ev sim.Event) {
 		}
 		if !m.Redirect {
 			c.inflight = false
+			if m.Outcome == check.OK && m.Result.Version > 0 {
+				r := kv.Result{Version: m.Result.Version, View: m.View, ViewKnown: m.ViewKnown}
+				if c.op.Kind == check.Get {
+					c.sess = c.sess.AfterRead(r)
+				} else {
+					c.sess = c.sess.AfterWrite(r)
+				}
+			}
 			c.out.Done = append(c.out.Done, sim.Completion{Seq: m.Seq, Outcome: m.Outcome, Result: m.Result})
 			return
 		}
@@ -511,7 +559,7 @@ func (c *hostClient) Step(ev sim.Event) {
 // clients under a swarm of faults (crashes with torn tails, partitions,
 // one-way links, drift, loss, duplication, failed fsyncs), and returns the
 // checkers' verdicts joined.
-func hostSim(seed uint64, trace io.Writer, o hostSimOptions, w sim.KV, stats *string) (err error) {
+func hostSim(seed uint64, trace io.Writer, o hostSimOptions, w sim.Workload, stats *string) (err error) {
 	defer func() {
 		// A core or host assertion (a panic on a broken invariant) is a
 		// failure the run found, replayed like any other.
@@ -562,9 +610,9 @@ func hostSim(seed uint64, trace io.Writer, o hostSimOptions, w sim.KV, stats *st
 		}
 	}
 	if stats != nil {
-		*stats = fmt.Sprintf("%+v at %v, %d ops", s.Stats(), s.Now(), len(h.Ops))
+		*stats = fmt.Sprintf("%+v at %v, %d ops; reads answered OK by level: %v", s.Stats(), s.Now(), len(h.Ops), readsByLevel(h))
 	}
-	return errors.Join(s.Err(), hostJudge(h, w.Dur))
+	return errors.Join(s.Err(), hostJudge(h, workloadDur(w), o.eventual))
 }
 
 // hostAgree checks that the running replicas that applied the same op hold
@@ -608,10 +656,15 @@ func hostAgree(s *sim.Sim) error {
 // never read may be lost to crashes (docs/design/cad.md §4), as
 // internal/vr's cadJudge has it. The visualization file is off: its random
 // name would make a replayed failure look different (Explore compares).
-func hostJudge(h check.History, d level.Durability) error {
+//
+// Eventual reads are held to the window (eventual; 0: the default).
+func hostJudge(h check.History, d level.Durability, eventual time.Duration) error {
 	lin := check.LinOptions{NoVisualization: true}
+	if eventual == 0 {
+		eventual = vr.DefaultEventualWindow
+	}
 	if d == level.Sync || d.IsZero() {
-		return check.Errs(check.All(h, check.Options{Lin: lin}))
+		return check.Errs(append(check.All(h, check.Options{Lin: lin}), check.Eventual(h, eventual)))
 	}
 	return check.Errs([]check.Verdict{check.CrossClientMonotonic(h), check.Durability(h)})
 }
@@ -623,10 +676,11 @@ func TestHostSim(t *testing.T) {
 	cadW := sim.KV{Keys: 3, Get: 4, Put: 4, Dur: level.CAD}
 	cadCCM := sim.KV{Keys: 3, Get: 5, Put: 4, Dur: level.CAD, Cons: level.ConsCrossClient}
 	nxW := sim.KV{Keys: 3, Get: 4, Put: 5, CAS: 1, Dur: level.Sync}
+	readsW := hostReads{sim.KV{Keys: 3, Get: 6, Put: 4, CAS: 1, Delete: 1, Dur: level.Sync}}
 	for _, tc := range []struct {
 		name string
 		o    hostSimOptions
-		w    sim.KV
+		w    sim.Workload
 	}{
 		{"sync", hostSimOptions{}, syncW},
 		{"cad", hostSimOptions{}, cadW},
@@ -647,6 +701,12 @@ func TestHostSim(t *testing.T) {
 		// (nilext_gc.go), reads of pending keys on the slow path.
 		{"nilext-sync", hostSimOptions{nilext: true}, nxW},
 		{"nilext-sync-powercuts", hostSimOptions{nilext: true, slowSync: true, powerCuts: true}, nxW},
+		// Reads at every level, sent to the replicas in turn: session reads
+		// wait for the token's versions (followers redirect after
+		// FollowerWait), bounded reads are served at the leader, eventual
+		// reads wherever the window allows (docs/consistency.md); every
+		// checker, check.Eventual with the window included.
+		{"sync-read-levels", hostSimOptions{eventual: hostEventualWindow}, readsW},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sim.Explore(t, 1, 4, func(seed uint64, trace io.Writer) error {
@@ -666,20 +726,34 @@ func TestHostSim(t *testing.T) {
 //   - followerNoRCheck (CAD follower reads, read.go): a follower under the
 //     active set's read lease serves its state without checking the key's
 //     latest update against R, returning a cad write that is not yet
-//     readable, which a later read elsewhere does not see.
+//     readable, which a later read elsewhere does not see;
+//   - ignoreSession (session reads, read.go routeRead): a follower serves
+//     a session read without waiting for the token's versions, so a client
+//     reads a version older than its own write (the session checker);
+//   - followerLinearizable (read.go routeRead): any replica serves the
+//     levels that need the leader from its own state, so a follower (or a
+//     deposed leader) answers a bounded read with a value superseded
+//     beyond the bound (the bounded-staleness checker).
+//
+// want names the checker that must report it.
 func TestHostSimCatchesMutations(t *testing.T) {
 	mutation.Require(t)
 	cadW := sim.KV{Keys: 3, Get: 4, Put: 4, Dur: level.CAD}
 	cadCCM := sim.KV{Keys: 3, Get: 5, Put: 4, Dur: level.CAD, Cons: level.ConsCrossClient}
+	readsW := hostReads{sim.KV{Keys: 3, Get: 6, Put: 4, CAS: 1, Delete: 1, Dur: level.Sync}}
+	levels := hostSimOptions{eventual: hostEventualWindow}
 	for _, tc := range []struct {
 		name string
 		seed uint64
 		o    hostSimOptions
 		mut  mutations
-		w    sim.KV
+		w    sim.Workload
+		want string
 	}{
-		{"heldAckEarly", 52, hostSimOptions{}, mutations{heldAckEarly: true}, cadW},
-		{"followerNoRCheck", 1, hostSimOptions{followers: true}, mutations{followerNoRCheck: true}, cadCCM},
+		{"heldAckEarly", 52, hostSimOptions{}, mutations{heldAckEarly: true}, cadW, ""},
+		{"followerNoRCheck", 1, hostSimOptions{followers: true}, mutations{followerNoRCheck: true}, cadCCM, ""},
+		{"ignoreSession", 1, levels, mutations{ignoreSession: true}, readsW, "session: VIOLATED"},
+		{"followerLinearizable", 1, levels, mutations{followerLinearizable: true}, readsW, "bounded-staleness: VIOLATED"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := hostSim(tc.seed, nil, tc.o, tc.w, nil); err != nil {
@@ -690,6 +764,9 @@ func TestHostSimCatchesMutations(t *testing.T) {
 			err := hostSim(tc.seed, nil, o, tc.w, nil)
 			if err == nil {
 				t.Fatalf("seed %d: the checkers missed %s", tc.seed, tc.name)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("seed %d: %s caught, but not by %q: %v", tc.seed, tc.name, tc.want, err)
 			}
 			t.Logf("caught: %s", firstLine(err))
 		})
@@ -709,11 +786,14 @@ func TestHostSimMutationScan(t *testing.T) {
 	syncW := sim.KV{Keys: 3, Get: 4, Put: 4, Dur: level.Sync}
 	cadCCM := sim.KV{Keys: 3, Get: 5, Put: 4, Dur: level.CAD, Cons: level.ConsCrossClient}
 	nxW := sim.KV{Keys: 3, Get: 4, Put: 5, CAS: 1, Dur: level.Sync}
+	readsW := hostReads{sim.KV{Keys: 3, Get: 6, Put: 4, CAS: 1, Delete: 1, Dur: level.Sync}}
 	for _, tc := range []struct {
 		name string
 		o    hostSimOptions
-		w    sim.KV
+		w    sim.Workload
 	}{
+		{"ignoreSession", hostSimOptions{mut: mutations{ignoreSession: true}, eventual: hostEventualWindow}, readsW},
+		{"followerLinearizable", hostSimOptions{mut: mutations{followerLinearizable: true}, eventual: hostEventualWindow}, readsW},
 		{"heldAckEarly", hostSimOptions{mut: mutations{heldAckEarly: true}}, cadW},
 		{"heldAckEarly/powercuts", hostSimOptions{mut: mutations{heldAckEarly: true}, slowSync: true, powerCuts: true}, cadW},
 		{"noDurabilityWait/powercuts", hostSimOptions{mut: mutations{noDurabilityWait: true}, slowSync: true, powerCuts: true}, cadW},
@@ -735,6 +815,29 @@ func TestHostSimMutationScan(t *testing.T) {
 			t.Logf("%s: not caught in 200 seeds", tc.name)
 		}
 	}
+}
+
+// readsByLevel counts the reads answered OK, by level and by the replica
+// that served them.
+func readsByLevel(h check.History) map[string]int {
+	n := map[string]int{}
+	for _, op := range h.Ops {
+		if op.Kind == check.Get && op.Outcome == check.OK {
+			n[fmt.Sprintf("%v@%d", op.Cons, op.Node)]++
+		}
+	}
+	return n
+}
+
+// workloadDur is the durability level of a run's writes.
+func workloadDur(w sim.Workload) level.Durability {
+	switch w := w.(type) {
+	case sim.KV:
+		return w.Dur
+	case hostReads:
+		return w.Dur
+	}
+	panic(fmt.Sprintf("workloadDur: %T", w))
 }
 
 func firstLine(err error) string {
