@@ -111,6 +111,31 @@ type hostSimOptions struct {
 	// eventual is the replicas' eventual window (vr.Config.EventualWindow;
 	// 0: the default), and the window check.Eventual holds reads to.
 	eventual time.Duration
+	// expiry runs active expiry every expiry (Options.ActiveExpiry) on
+	// wall clocks (skew; else the node's clock from the epoch, as before).
+	expiry time.Duration
+	// skew: each replica's clock is a wall clock, simEpoch plus the
+	// simulator's time, set off by up to skew either way (drawn per replica
+	// from the seed) and drifting at the simulator's rate from the node's
+	// first event on: clocks that agree within about skew, as active
+	// expiry and ClockSkew assume.
+	skew time.Duration
+}
+
+// hostTTL gives the Puts of keys k0 and k1 an expiry 10–200 ms after
+// their invocation (on the recorder's clock: the simulator's time, from
+// now); k2 keeps none, so the other checkers still judge a key.
+type hostTTL struct {
+	sim.Workload
+	now func() int64
+}
+
+func (w hostTTL) Next(rng *rand.Rand, client, seq int) check.Op {
+	op := w.Workload.Next(rng, client, seq)
+	if op.Kind == check.Put && (op.Key == "k0" || op.Key == "k1") {
+		op.ExpireAt = w.now() + int64(10+rng.IntN(190))*int64(time.Millisecond)
+	}
+	return op
 }
 
 // hostReads splits a workload's reads between linearizable, session,
@@ -140,7 +165,9 @@ type hostNode struct {
 	cfg sim.Config
 	r   *Replica
 	now int64 // the node's clock at the current event
-	out sim.Ready
+	// wall, if set, is the replica's wall clock (hostSimOptions.skew).
+	wall *hostWall
+	out  sim.Ready
 	// The log fsyncs asked of the simulator, oldest first (it completes
 	// them in order): SyncPending's numbers.
 	syncAsked uint64
@@ -182,7 +209,27 @@ type hostRead struct {
 
 type hostClock struct{ n *hostNode }
 
-func (c hostClock) Now() time.Time { return time.Unix(0, simEpoch+c.n.now) }
+func (c hostClock) Now() time.Time {
+	n := c.n
+	if n.wall == nil {
+		return time.Unix(0, simEpoch+n.now)
+	}
+	if !n.wall.set {
+		// Before the node's first event (Open): the simulator's time.
+		return time.Unix(0, simEpoch+n.wall.trueNow()+n.wall.skew)
+	}
+	return time.Unix(0, simEpoch+n.now-n.wall.offset+n.wall.skew)
+}
+
+// hostWall is a replica's wall clock (hostSimOptions.skew): the node's
+// clock minus offset, the node's clock at its first event less the
+// simulator's time then, plus skew. It outlives restarts, as a machine's
+// clock does.
+type hostWall struct {
+	trueNow      func() int64
+	offset, skew int64
+	set          bool
+}
 
 type hostNet struct{ n *hostNode }
 
@@ -207,8 +254,9 @@ func hostMembers(n int) []uint64 {
 
 const hostDir = "/kefir"
 
-func newHostNode(o hostSimOptions, seed uint64) sim.BootFactory {
+func newHostNode(o hostSimOptions, seed uint64, trueNow func() int64) sim.BootFactory {
 	started := map[sim.Addr]bool{}
+	walls := map[sim.Addr]*hostWall{}
 	seen := map[sim.Addr]map[hostReqKey]bool{}
 	rngs := map[sim.Addr]*uint64{}
 	return func(id sim.Addr, b sim.Boot) sim.Node {
@@ -216,6 +264,15 @@ func newHostNode(o hostSimOptions, seed uint64) sim.BootFactory {
 			seen[id] = map[hostReqKey]bool{}
 		}
 		n := &hostNode{id: id, cfg: b.Config, seen: seen[id]}
+		if o.skew > 0 {
+			if walls[id] == nil {
+				x := seed*0x2545f4914f6cdd1d + uint64(id)*0x9e3779b97f4a7c15
+				x ^= x >> 29
+				skew := int64(x%uint64(2*o.skew+1)) - int64(o.skew)
+				walls[id] = &hostWall{trueNow: trueNow, skew: skew}
+			}
+			n.wall = walls[id]
+		}
 		// Bootstrap only on the group's very first start: a restarted
 		// replica whose disk lost its log recovers from the group.
 		first := !started[id]
@@ -250,6 +307,7 @@ func newHostNode(o hostSimOptions, seed uint64) sim.BootFactory {
 			CadSyncDelay:   o.cadDelay,
 			FollowerReads:  o.followers,
 			Nilext:         o.nilext,
+			ActiveExpiry:   o.expiry,
 			Random: func() uint64 {
 				// splitmix64: a replay of the seed draws the same numbers.
 				*rng += 0x9e3779b97f4a7c15
@@ -279,6 +337,9 @@ func (n *hostNode) Ready() sim.Ready {
 
 func (n *hostNode) Step(ev sim.Event) {
 	n.now = ev.Now
+	if w := n.wall; w != nil && !w.set {
+		w.offset, w.set = ev.Now-w.trueNow(), true
+	}
 	switch ev.Kind {
 	case sim.Message:
 		switch m := ev.Msg.(type) {
@@ -409,7 +470,13 @@ func hostKV(op check.Op) kv.Op {
 	key := []byte(op.Key)
 	switch op.Kind {
 	case check.Put:
-		return kv.Op{Kind: kv.KindSet, Key: key, Value: []byte(op.Value)}
+		o := kv.Op{Kind: kv.KindSet, Key: key, Value: []byte(op.Value)}
+		if op.ExpireAt != 0 {
+			// PXAT on the wall clocks (hostWall): the recorder's clock from
+			// the epoch, in milliseconds.
+			o.ExpireAt = (simEpoch + op.ExpireAt) / int64(time.Millisecond)
+		}
+		return o
 	case check.Delete:
 		return kv.Op{Kind: kv.KindDel, Keys: [][]byte{key}}
 	case check.CAS:
@@ -567,9 +634,20 @@ func hostSim(seed uint64, trace io.Writer, o hostSimOptions, w sim.Workload, sta
 			err = fmt.Errorf("panic: %v", p)
 		}
 	}()
+	var s *sim.Sim
+	trueNow := func() int64 {
+		if s == nil {
+			return 0 // sim.New boots the replicas at time 0
+		}
+		return int64(s.Now())
+	}
+	if t, ok := w.(hostTTL); ok {
+		t.now = trueNow
+		w = t
+	}
 	so := sim.Options{
 		Replicas: 3, Clients: 4,
-		NewReplicaBoot: newHostNode(o, seed), NewClient: newHostClient(hostClientTimeout),
+		NewReplicaBoot: newHostNode(o, seed, trueNow), NewClient: newHostClient(hostClientTimeout),
 		Workload: w, OpsPerClient: 150, Think: sim.Dist{Base: 2 * time.Millisecond, Jitter: 10 * time.Millisecond},
 		Duration: 4 * time.Second, Trace: trace,
 	}
@@ -582,7 +660,7 @@ func hostSim(seed uint64, trace io.Writer, o hostSimOptions, w sim.Workload, sta
 		f.MaxDown = 2
 		so.Faults = &f
 	}
-	s := sim.New(so)
+	s = sim.New(so)
 	if o.powerCuts {
 		var cut func()
 		cut = func() {
@@ -610,7 +688,22 @@ func hostSim(seed uint64, trace io.Writer, o hostSimOptions, w sim.Workload, sta
 		}
 	}
 	if stats != nil {
-		*stats = fmt.Sprintf("%+v at %v, %d ops; reads answered OK by level: %v", s.Stats(), s.Now(), len(h.Ops), readsByLevel(h))
+		expired := uint64(0) // by the running replicas' active expiry
+		for i := range so.Replicas {
+			if node := s.Replica(i); node != nil {
+				expired += node.(*hostNode).r.Stats().ExpiredKeys
+			}
+		}
+		*stats = fmt.Sprintf("%+v at %v, %d ops; reads answered OK by level: %v; keys expired actively: %d",
+			s.Stats(), s.Now(), len(h.Ops), readsByLevel(h), expired)
+	}
+	if _, ok := w.(hostTTL); ok {
+		// Keys written with an expiry go to the expiry checker, held to the
+		// wall clocks' skew and drift (hostWall) and a millisecond of
+		// rounding; the rest to the others.
+		plain, expiring := check.SplitExpiring(h)
+		bound := int64(o.skew) + 10*int64(time.Millisecond)
+		return errors.Join(s.Err(), hostJudge(plain, workloadDur(w), o.eventual), check.Expiry(expiring, bound).Err())
 	}
 	return errors.Join(s.Err(), hostJudge(h, workloadDur(w), o.eventual))
 }
@@ -677,6 +770,7 @@ func TestHostSim(t *testing.T) {
 	cadCCM := sim.KV{Keys: 3, Get: 5, Put: 4, Dur: level.CAD, Cons: level.ConsCrossClient}
 	nxW := sim.KV{Keys: 3, Get: 4, Put: 5, CAS: 1, Dur: level.Sync}
 	readsW := hostReads{sim.KV{Keys: 3, Get: 6, Put: 4, CAS: 1, Delete: 1, Dur: level.Sync}}
+	ttlW := hostTTL{Workload: hostReads{sim.KV{Keys: 3, Get: 6, Put: 4, Dur: level.Sync}}}
 	for _, tc := range []struct {
 		name string
 		o    hostSimOptions
@@ -707,6 +801,10 @@ func TestHostSim(t *testing.T) {
 		// reads wherever the window allows (docs/consistency.md); every
 		// checker, check.Eventual with the window included.
 		{"sync-read-levels", hostSimOptions{eventual: hostEventualWindow}, readsW},
+		// Keys with an expiry, reads at every level, active expiry every
+		// 20 ms at the leader on wall clocks 20 ms apart at most and
+		// drifting (docs/design/expiry.md): the expiry checker.
+		{"sync-expiry", hostSimOptions{eventual: hostEventualWindow, expiry: 20 * time.Millisecond, skew: 20 * time.Millisecond}, ttlW},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sim.Explore(t, 1, 4, func(seed uint64, trace io.Writer) error {
@@ -733,7 +831,11 @@ func TestHostSim(t *testing.T) {
 //   - followerLinearizable (read.go routeRead): any replica serves the
 //     levels that need the leader from its own state, so a follower (or a
 //     deposed leader) answers a bounded read with a value superseded
-//     beyond the bound (the bounded-staleness checker).
+//     beyond the bound (the bounded-staleness checker);
+//   - expiryClockAhead (active expiry, expiry.go): the leader's cycle
+//     decides and deletes by a clock a second ahead of its own, so a
+//     linearizable read before a key's expiry finds it gone (the expiry
+//     checker).
 //
 // want names the checker that must report it.
 func TestHostSimCatchesMutations(t *testing.T) {
@@ -742,6 +844,8 @@ func TestHostSimCatchesMutations(t *testing.T) {
 	cadCCM := sim.KV{Keys: 3, Get: 5, Put: 4, Dur: level.CAD, Cons: level.ConsCrossClient}
 	readsW := hostReads{sim.KV{Keys: 3, Get: 6, Put: 4, CAS: 1, Delete: 1, Dur: level.Sync}}
 	levels := hostSimOptions{eventual: hostEventualWindow}
+	ttlW := hostTTL{Workload: hostReads{sim.KV{Keys: 3, Get: 6, Put: 4, Dur: level.Sync}}}
+	ttl := hostSimOptions{eventual: hostEventualWindow, expiry: 20 * time.Millisecond, skew: 20 * time.Millisecond}
 	for _, tc := range []struct {
 		name string
 		seed uint64
@@ -754,6 +858,7 @@ func TestHostSimCatchesMutations(t *testing.T) {
 		{"followerNoRCheck", 1, hostSimOptions{followers: true}, mutations{followerNoRCheck: true}, cadCCM, ""},
 		{"ignoreSession", 1, levels, mutations{ignoreSession: true}, readsW, "session: VIOLATED"},
 		{"followerLinearizable", 1, levels, mutations{followerLinearizable: true}, readsW, "bounded-staleness: VIOLATED"},
+		{"expiryClockAhead", 2, ttl, mutations{expiryClockAhead: true}, ttlW, "expiry: VIOLATED"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := hostSim(tc.seed, nil, tc.o, tc.w, nil); err != nil {
@@ -794,6 +899,8 @@ func TestHostSimMutationScan(t *testing.T) {
 	}{
 		{"ignoreSession", hostSimOptions{mut: mutations{ignoreSession: true}, eventual: hostEventualWindow}, readsW},
 		{"followerLinearizable", hostSimOptions{mut: mutations{followerLinearizable: true}, eventual: hostEventualWindow}, readsW},
+		{"expiryClockAhead", hostSimOptions{mut: mutations{expiryClockAhead: true}, eventual: hostEventualWindow,
+			expiry: 20 * time.Millisecond, skew: 20 * time.Millisecond}, hostTTL{Workload: readsW}},
 		{"heldAckEarly", hostSimOptions{mut: mutations{heldAckEarly: true}}, cadW},
 		{"heldAckEarly/powercuts", hostSimOptions{mut: mutations{heldAckEarly: true}, slowSync: true, powerCuts: true}, cadW},
 		{"noDurabilityWait/powercuts", hostSimOptions{mut: mutations{noDurabilityWait: true}, slowSync: true, powerCuts: true}, cadW},
@@ -836,6 +943,8 @@ func workloadDur(w sim.Workload) level.Durability {
 		return w.Dur
 	case hostReads:
 		return w.Dur
+	case hostTTL:
+		return workloadDur(w.Workload)
 	}
 	panic(fmt.Sprintf("workloadDur: %T", w))
 }

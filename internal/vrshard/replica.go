@@ -130,7 +130,11 @@ type Options struct {
 	// serves never returns a key the leader's clock has expired
 	// (docs/consistency.md, "Key expiry"; expiry.go).
 	ClockSkew time.Duration
-	Logger    *slog.Logger
+	// ActiveExpiry is the tick of active expiry at the leader (expiry.go:
+	// the deletion of expired keys nobody reads again, on the replica's
+	// clock); 0: off. A process's node sets it (OpenHosted).
+	ActiveExpiry time.Duration
+	Logger       *slog.Logger
 	// OnLogSync, if set, is told how long each fsync of the replication log
 	// took (the node's fsync latency histogram); it runs on the goroutine that
 	// synced. The engine's own fsyncs are Storage.OnSync's.
@@ -279,6 +283,10 @@ type mutations struct {
 	// localLeaseNoClock: a local lease read (localLease) trusts the
 	// published lease without checking that it is still running.
 	localLeaseNoClock bool
+	// expiryClockAhead: active expiry's deletes (expiry.go) decide with a
+	// clock a second ahead of the leader's, deleting keys before they
+	// expire.
+	expiryClockAhead bool
 	// ignoreSession serves session reads without waiting for the token.
 	ignoreSession bool
 	// nilextMajority completes coordinated nilext writes on a simple
@@ -626,8 +634,12 @@ type Replica struct {
 	ckptGen     uint64 // bumped to cancel a running checkpoint
 	ckptOut     int    // engine fsyncs started and not yet received
 	ckptDone    chan ckptResult
-	syncDone    chan syncResult
-	syncReq     chan func() // to the syncer goroutine (goroutines.syncLog)
+	// exp is active expiry's cycle (expiry.go); expDone brings a round's
+	// walk back to the driver.
+	exp      expiryCycle
+	expDone  chan expiryFound
+	syncDone chan syncResult
+	syncReq  chan func() // to the syncer goroutine (goroutines.syncLog)
 	// A snapshot capture runs off the driver goroutine (snapshot.go): one at
 	// a time, for every peer in snapFor.
 	snapRunning bool
@@ -760,6 +772,8 @@ func Open(opts Options) (*Replica, error) {
 		snapFor:   map[uint64]bool{},
 		gc:        groupCommit{wake: make(chan struct{}, 1)},
 		ckptDone:  make(chan ckptResult, 2),
+		exp:       expiryCycle{every: opts.ActiveExpiry},
+		expDone:   make(chan expiryFound, 1),
 	}
 	// Writes without a request id are matched to their committed entries by
 	// (proposer, local seq). Entries this replica proposed before a restart can
@@ -961,6 +975,10 @@ func (r *Replica) drainSync() {
 	for ; r.ckptOut > 0; r.ckptOut-- {
 		<-r.ckptDone
 	}
+	if r.exp.walking {
+		<-r.expDone
+		r.exp.walking = false
+	}
 }
 
 func (r *Replica) failed() error {
@@ -1024,6 +1042,8 @@ func (r *Replica) run() {
 			r.holdExpired()
 		case <-r.gc.wake:
 			r.applyWaiterArrived()
+		case f := <-r.expDone:
+			r.expired(f)
 		}
 		if err != nil {
 			r.fail(err)
@@ -1064,6 +1084,7 @@ func (r *Replica) onTick() {
 	r.core.Tick(r.now())
 	r.noteView(viewCause{kind: 't'})
 	r.nxSweep(false)
+	r.maybeExpire()
 }
 
 // applyWaiterArrived: a caller started waiting for an apply (untilApplied):
@@ -1076,6 +1097,7 @@ func (r *Replica) applyWaiterArrived() { r.gc.arrived = true }
 // performed, held log batches may start an fsync (a read may now wait for
 // one: nilext_gc.go), and a checkpoint or a forget entry may be due.
 func (r *Replica) afterEvents(props []*proposal) error {
+	props = r.exp.takeProps(props)
 	if len(props) > 0 || len(r.backlog) > 0 {
 		r.propose(props)
 	}

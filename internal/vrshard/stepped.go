@@ -138,6 +138,9 @@ func (r *Replica) afterStep() {
 			case <-r.gc.wake:
 				r.applyWaiterArrived()
 				continue
+			case f := <-r.expDone:
+				r.expired(f)
+				continue
 			default:
 			}
 			break
