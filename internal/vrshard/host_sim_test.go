@@ -345,11 +345,9 @@ func (n *hostNode) Step(ev sim.Event) {
 		switch m := ev.Msg.(type) {
 		case hostMsg:
 			from := uint64(ev.From) + 1
-			msgs, err := wire.Decode(from, n.r.cfg.Self, []frame.Message{m.fm})
-			if err != nil {
+			if err := n.r.StepMessages(from, []frame.Message{m.fm}); err != nil {
 				panic(fmt.Sprintf("replica %d: a message from %d does not decode: %v", n.id, from, err))
 			}
-			n.r.StepMessages(from, msgs)
 		case hostReq:
 			n.onClient(ev.From, m)
 		}

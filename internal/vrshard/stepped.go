@@ -3,10 +3,10 @@ package vrshard
 import (
 	"time"
 
+	"github.com/kefirdb/kefir/internal/frame"
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/shard"
-	"github.com/kefirdb/kefir/internal/vr"
 )
 
 // Stepped mode (Options.stepped): the replica starts no goroutine — no
@@ -79,13 +79,21 @@ func (r *Replica) SyncDone(gen uint64) {
 	r.afterStep()
 }
 
-// StepMessages delivers a batch of peer messages from member `from`.
-func (r *Replica) StepMessages(from uint64, msgs []vr.Message) {
+// StepMessages delivers a batch of peer frames from member `from`, as the
+// transport hands them to deliver: decoded by the engine's codec
+// (vrExt.Decode), which fails a batch that does not decode or is not from
+// `from` to this replica (the transport would close the connection).
+func (r *Replica) StepMessages(from uint64, in []frame.Message) error {
 	if r.failed() != nil {
-		return
+		return nil
+	}
+	msgs, err := r.vx.Decode(from, r.cfg.Self, in)
+	if err != nil {
+		return err
 	}
 	r.step(inbound{from: from, msgs: msgs})
 	r.afterStep()
+	return nil
 }
 
 // StepTick runs the replica's timers: the core's tick, the group-commit

@@ -5,7 +5,9 @@ import (
 	"fmt"
 
 	"github.com/kefirdb/kefir/internal/core"
+	"github.com/kefirdb/kefir/internal/frame"
 	"github.com/kefirdb/kefir/internal/vr"
+	"github.com/kefirdb/kefir/internal/wire"
 )
 
 // The host holds its protocol core as the engine-neutral contract
@@ -49,6 +51,12 @@ type vrExt interface {
 	// readyExt is VR's part of the last Ready (vr.Ready's nilext fields):
 	// d-log records to write with its batch, acks to route.
 	readyExt() ([]vr.NilextRequest, []vr.NilextAck)
+
+	// Decode is the engine's codec for inbound peer frames (VR's:
+	// internal/wire), checking each message's sender and addressee: the
+	// host hands the transport's frames (deliver) and the simulator's
+	// (StepMessages) to it, one decode path for both.
+	Decode(from, to uint64, in []frame.Message) ([]vr.Message, error)
 }
 
 // vrCore adapts *vr.Replica to the contract: Propose takes the ack point,
@@ -143,6 +151,10 @@ func (c *vrCore) Info() core.Info {
 
 func (c *vrCore) lastInfo() *vr.Info { return &c.info }
 
+func (*vrCore) Decode(from, to uint64, in []frame.Message) ([]vr.Message, error) {
+	return wire.Decode(from, to, in)
+}
+
 // noVR is vrExt for a core that is not VR's: no eventual reads, nothing
 // early acknowledged (R is the commit point), no nilext.
 type noVR struct{ c hostCore }
@@ -162,6 +174,9 @@ func (n noVR) ViewStatus() (uint64, vr.Status) {
 }
 func (noVR) lastInfo() *vr.Info                             { return &vr.Info{} }
 func (noVR) readyExt() ([]vr.NilextRequest, []vr.NilextAck) { return nil, nil }
+func (noVR) Decode(from, _ uint64, in []frame.Message) ([]vr.Message, error) {
+	return nil, fmt.Errorf("vrshard: %d peer messages from %d: this core has no peer codec", len(in), from)
+}
 
 // extOf is the host's vrExt for core c: the adapter itself for VR's, noVR
 // for any other.
