@@ -649,7 +649,7 @@ type Replica struct {
 	// A message with a large snapshot is encoded and queued off this
 	// goroutine (snapshot.go, sendLarge); later messages to that peer wait
 	// in held until it is queued. largeOut counts those in flight.
-	held map[uint64][]vr.Message
+	held map[uint64][]peerMsg
 	// snapHolds: a peer sent a snapshot at op needs the log after it until
 	// it has installed it; checkpoints do not compact past op before until.
 	snapHolds map[uint64]snapHold
@@ -766,7 +766,7 @@ func Open(opts Options) (*Replica, error) {
 		syncDone:  make(chan syncResult, 1),
 		syncReq:   make(chan func(), 1),
 		snapDone:  make(chan snapResult, 1),
-		held:      map[uint64][]vr.Message{},
+		held:      map[uint64][]peerMsg{},
 		snapHolds: map[uint64]snapHold{},
 		largeDone: make(chan uint64, len(opts.VR.Members)),
 		snapFor:   map[uint64]bool{},
@@ -1466,7 +1466,7 @@ func (r *Replica) handle(rd *core.Ready[vr.Message], dlog []vr.NilextRequest, nx
 	// 2. Messages may leave before the fsync: the core withholds those that
 	// promise durability. Sending first overlaps the network with the disk.
 	for i := range rd.Messages {
-		r.send(&rd.Messages[i])
+		r.send((*vrMsg)(&rd.Messages[i]))
 	}
 	if roll {
 		// The new segment holds everything the old one did that still

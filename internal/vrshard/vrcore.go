@@ -218,3 +218,82 @@ func openCore(opts *Options, st vr.State) (hostCore, error) {
 	}
 	return &vrCore{Replica: rep}, nil
 }
+
+// peerMsg is an outbound peer message as the host sends it (snapshot.go
+// send): the engine's encoding (frame.Payload, which the transport frames)
+// and what the host's sending policy needs to know — destination, size,
+// whether it carries state that is sent again when lost, the snapshot it
+// carries (for the snapshot holds), and a copy that stays valid after the
+// Ready is handled (for messages held behind a large one). VR's is vrMsg,
+// a pointer into the Ready's messages: an interface holding a pointer does
+// not allocate, so sending costs no allocation per message.
+type peerMsg interface {
+	frame.Payload
+	Dest() uint64
+	Size() int
+	CarriesState() bool
+	SnapshotAt() (op uint64, size int, ok bool)
+	Own() peerMsg
+}
+
+// vrMsg is a VR message as a peerMsg; its encoding is VR's codec
+// (internal/wire).
+type vrMsg vr.Message
+
+var _ peerMsg = (*vrMsg)(nil)
+
+func (m *vrMsg) Kind() (frame.Engine, uint8) { return wire.Payload((*vr.Message)(m)).Kind() }
+func (m *vrMsg) AppendBody(b []byte) []byte {
+	return wire.Payload((*vr.Message)(m)).AppendBody(b)
+}
+func (m *vrMsg) Dest() uint64 { return m.To }
+
+// Size is about how many bytes m's encoding takes beyond its header.
+func (m *vrMsg) Size() int {
+	n := 0
+	if s := m.Snapshot; s != nil {
+		n += len(s.Data)
+	}
+	for i := range m.Entries {
+		n += len(m.Entries[i].Data)
+	}
+	for i := range m.DLog {
+		n += len(m.DLog[i].Data)
+	}
+	return n
+}
+
+// CarriesState: the message types that carry a snapshot or a whole log
+// and are sent again when lost (new-state, recovery response, view change).
+func (m *vrMsg) CarriesState() bool {
+	switch m.Type {
+	case vr.MsgNewState, vr.MsgRecoveryResponse, vr.MsgStartView, vr.MsgDoViewChange:
+		return true
+	}
+	return false
+}
+
+func (m *vrMsg) SnapshotAt() (uint64, int, bool) {
+	if s := m.Snapshot; s != nil {
+		return s.Op, len(s.Data), true
+	}
+	return 0, 0, false
+}
+
+// Own copies m's slices that the core may reuse once the Ready is handled
+// (entries and d-log records; their data bytes are never written again), so
+// a held message stays as it was sent.
+func (m *vrMsg) Own() peerMsg {
+	c := *m
+	c.Entries = append([]vr.Entry(nil), m.Entries...)
+	c.DLog = append([]vr.NilextRequest(nil), m.DLog...)
+	return &c
+}
+
+// traceSent is cadtrace's count of the prepare-oks sent (a VR message
+// type; only the diagnostic build calls it).
+func traceSent(r *Replica, m peerMsg) {
+	if v, ok := m.(*vrMsg); ok && v.Type == vr.MsgPrepareOK {
+		r.ctr.okSent(v.Persisted)
+	}
+}
