@@ -82,6 +82,10 @@ type ReplicaSpec struct {
 	// a follower decides key expiry at its clock plus it (docs/consistency.md,
 	// "Key expiry"; 0: the engine's default).
 	ClockSkew time.Duration
+	// ActiveExpiry is the tick of the replica's active expiry (the leader
+	// deletes expired keys; docs/design/expiry.md): 0 the engine's
+	// default, negative off.
+	ActiveExpiry time.Duration
 
 	// Storage configures the replica's storage engine (its OnSync times
 	// the engine's fsyncs); OnLogSync times the replication log's.
@@ -229,4 +233,7 @@ type Stats struct {
 	// one, times it stopped leading, and writes it refused because it knew
 	// no leader.
 	ViewChanges, LeaderChanges, Depositions, WritesRefusedNoLeader uint64
+	// ExpiredKeys counts the keys this replica's active expiry deleted
+	// while it led (INFO's expired_keys).
+	ExpiredKeys uint64
 }

@@ -171,7 +171,8 @@ type Config struct {
 	FollowerReads bool
 	// ActiveExpiry is the tick of the leader's background deletion of
 	// expired keys (expiry.go; default DefaultActiveExpiry, negative: off,
-	// leaving expired keys hidden by reads but stored until written).
+	// leaving expired keys hidden by reads but stored until written). In a
+	// replica group the replica runs it (cluster.ReplicaSpec.ActiveExpiry).
 	ActiveExpiry time.Duration
 	// ClockSkew (replicated mode) bounds every member's wall clock's offset
 	// from the leader's; followers decide expiry at their clock plus it

@@ -69,26 +69,24 @@ func parseExpiryRead(spec *command.Spec, args [][]byte) (kv.Op, bool) {
 // Active expiry: the leader (a single node: the node) deletes expired keys
 // in the background, so that keys nobody reads again do not stay on disk.
 // Each tick (Config.ActiveExpiry, default 100 ms, Redis's hz 10) samples
-// keys with meta from a cursor that walks the keyspace and proposes a
-// replicated delete-if-still-expired (kv.KindExpireIfDue) of the expired
-// ones; while more than a tenth of a sample had expired it samples again,
-// for at most a quarter of the tick (Redis's adaptive cycle). Replicas
-// never delete on their own: a follower skips the cycle, and what it
-// applies is the leader's deletes.
-const (
-	expirySample    = 256  // keys with meta sampled per round
-	expiryWalk      = 4096 // index entries walked per round at most
-	expiryStaleFrac = 10   // keep going while more than 1/expiryStaleFrac expired
-)
+// keys with meta from a cursor that walks the keyspace and deletes the
+// expired ones (kv.KindExpireIfDue, which rechecks each key); while more
+// than a tenth of a sample had expired it samples again, for at most a
+// quarter of the tick (Redis's adaptive cycle). The decision is
+// shard.ExpiryRound's. In a replica group the replica host runs the cycle
+// itself, at the leader, on its clock (vrshard/expiry.go: the simulator
+// drives it there); the node hands it the tick (ReplicaSpec.ActiveExpiry)
+// and runs the cycle here only as a single node. Replicas never delete on
+// their own: what a follower applies is the leader's deletes.
 
 // DefaultActiveExpiry is the active expiry tick.
-const DefaultActiveExpiry = 100 * time.Millisecond
+const DefaultActiveExpiry = shard.DefaultActiveExpiry
 
 // activeExpiry is the background cycle's state.
 type activeExpiry struct {
 	stop, done chan struct{}
-	expire     walkCursors   // active expiry's walks of the keys
-	deleted    atomic.Uint64 // keys deleted by the cycle (INFO, tests)
+	expire     []byte        // a single node's active expiry walk of the keys
+	deleted    atomic.Uint64 // keys deleted by a single node's cycle (INFO, tests)
 	sweep      walkCursors   // the sweeper's walks of hash generation markers
 	swept      atomic.Uint64 // hash rows the sweeper deleted (tests)
 }
@@ -157,39 +155,29 @@ func (s *Server) stopActiveExpiry() {
 	}
 }
 
-// expiryCycle runs one tick's rounds, within budget: over the node's one
-// engine, or over each hosted group's at a node of several groups.
+// expiryCycle runs one tick's rounds, within budget, over a single node's
+// engine (a replica runs its own: vrshard/expiry.go).
 func (s *Server) expiryCycle(ae *activeExpiry, budget time.Duration) {
-	ae.expire.each(s, budget, func(db *storage.DB, _ shard.Replica, grp cluster.Group, cursor []byte, b time.Duration) []byte {
-		return s.expiryWalk(ae, db, grp, cursor, b)
-	})
+	if s.grp != nil || s.multi != nil {
+		return
+	}
+	ae.expire = s.expiryWalk(ae, s.db, ae.expire, budget)
 }
 
-// expiryWalk runs rounds over db, the engine of the replica whose group is
-// grp (nil: a single node), from cursor, and returns where the walk goes on.
-func (s *Server) expiryWalk(ae *activeExpiry, db *storage.DB, grp cluster.Group, cursor []byte, budget time.Duration) []byte {
-	if grp != nil && !grp.State().IsLeader {
-		return nil // a new leader starts its own walk
-	}
+// expiryWalk runs rounds over db from cursor and returns where the walk
+// goes on.
+func (s *Server) expiryWalk(ae *activeExpiry, db *storage.DB, cursor []byte, budget time.Duration) []byte {
 	start := time.Now()
 	for {
-		keys, sampled, next, err := shard.FindExpired(db, cursor, expiryNow(), expiryWalk, expirySample)
+		keys, next, more, err := shard.ExpiryRound(db, cursor, expiryNow())
 		if err != nil {
 			s.log.Warn("active expiry", "err", err)
 			return cursor
 		}
 		cursor = next
 		if len(keys) > 0 {
-			// Now is stamped by the proposer (the shard, the leader's replica):
-			// the op rechecks each key with it. At a node of several groups
-			// the keys are of several slots: one op each, routed by its slot.
+			// Now is stamped by the shard: the op rechecks each key with it.
 			w := []shard.WriteReq{{Op: kv.Op{Kind: kv.KindExpireIfDue, Keys: keys}}}
-			if s.multi != nil {
-				w = make([]shard.WriteReq, len(keys))
-				for i, k := range keys {
-					w[i] = shard.WriteReq{Op: kv.Op{Kind: kv.KindExpireIfDue, Keys: [][]byte{k}}}
-				}
-			}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			p, err := s.shard.Apply(ctx, w)
 			for i := range w {
@@ -209,7 +197,7 @@ func (s *Server) expiryWalk(ae *activeExpiry, db *storage.DB, grp cluster.Group,
 				ae.deleted.Add(uint64(w[i].Result.Int))
 			}
 		}
-		if next == nil || sampled == 0 || len(keys)*expiryStaleFrac <= sampled || time.Since(start) > budget {
+		if !more || time.Since(start) > budget {
 			return cursor
 		}
 		select {
@@ -221,9 +209,19 @@ func (s *Server) expiryWalk(ae *activeExpiry, db *storage.DB, grp cluster.Group,
 }
 
 // expiredKeys is how many keys this node's active expiry deleted (INFO
-// stats expired_keys): while it led, on a replica.
+// stats expired_keys): while it led, on a replica (its host counts them), on
+// a node of several groups in all of them.
 func (s *Server) expiredKeys() uint64 {
-	if s.expiry == nil {
+	switch {
+	case s.multi != nil:
+		n := uint64(0)
+		for _, lg := range s.multi.Hosted() {
+			n += lg.Hosted.Group.Stats().ExpiredKeys
+		}
+		return n
+	case s.grp != nil:
+		return s.grp.Stats().ExpiredKeys
+	case s.expiry == nil:
 		return 0
 	}
 	return s.expiry.deleted.Load()

@@ -319,8 +319,8 @@ EXISTS x001 x299 keep => (integer) 1
 					t.Errorf("replica %d: keep: %v", i, err)
 				}
 			}
-			if active && g.nodes[l].expiry.deleted.Load() != uint64(len(keys)) {
-				t.Errorf("the leader's cycle deleted %d keys, want %d", g.nodes[l].expiry.deleted.Load(), len(keys))
+			if active && g.nodes[l].expiredKeys() != uint64(len(keys)) {
+				t.Errorf("the leader's cycle deleted %d keys, want %d", g.nodes[l].expiredKeys(), len(keys))
 			}
 		})
 	}

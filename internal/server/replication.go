@@ -142,6 +142,7 @@ func (s *Server) replicaSpec(dir string) cluster.ReplicaSpec {
 		Nilext:        cfg.Nilext, NilextBatch: cfg.NilextBatch, NilextInterval: cfg.NilextInterval,
 		NilextSyncDelay: cfg.NilextSyncDelay, CadSyncDelay: cfg.CadSyncDelay,
 		FollowerReads: cfg.FollowerReads, ClockSkew: cfg.ClockSkew,
+		ActiveExpiry: cfg.ActiveExpiry,
 
 		Storage:   s.storageOptions(), // the engine's directory, FS and logger are the replica's
 		OnLogSync: s.fsyncObserver("replication"),

@@ -3,6 +3,7 @@ package shard
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/storage"
@@ -44,4 +45,34 @@ func FindExpired(db *storage.DB, from []byte, now int64, walk, max int) (expired
 		}
 	}
 	return expired, sampled, next, nil
+}
+
+// Active expiry's adaptive cycle (docs/design/expiry.md, Redis's): each
+// tick runs rounds, each sampling ExpirySample keys with meta (walking at
+// most ExpiryWalk index entries) and deleting the expired ones; the cycle
+// goes on with another round while more than 1/ExpiryStaleFrac of a sample
+// had expired, for at most a quarter of the tick on the runner's clock.
+const (
+	// DefaultActiveExpiry is the cycle's tick by default (Redis's hz 10).
+	DefaultActiveExpiry = 100 * time.Millisecond
+
+	ExpirySample    = 256  // keys with meta sampled per round
+	ExpiryWalk      = 4096 // index entries walked per round at most
+	ExpiryStaleFrac = 10   // go on while more than 1/ExpiryStaleFrac expired
+)
+
+// ExpiryRound is one round of the cycle over db from cursor at now (unix ms,
+// the clock of the leader or single node that deletes): the keys to delete
+// (FindExpired), where the next round goes on, and whether the cycle
+// should run another round this tick (the walk is not at its end and more
+// than 1/ExpiryStaleFrac of the sample expired). The one copy of the
+// decision, for the single node's cycle (internal/server) and the replica
+// host's (vrshard), whose clocks drive it.
+func ExpiryRound(db *storage.DB, cursor []byte, now int64) (expired [][]byte, next []byte, more bool, err error) {
+	expired, sampled, next, err := FindExpired(db, cursor, now, ExpiryWalk, ExpirySample)
+	if err != nil {
+		return nil, cursor, false, err
+	}
+	more = next != nil && sampled > 0 && len(expired)*ExpiryStaleFrac > sampled
+	return expired, next, more, nil
 }

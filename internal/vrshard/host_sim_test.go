@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,6 +64,9 @@ func (m hostMsg) String() string {
 type hostReq struct {
 	Seq uint64
 	Op  check.Op
+	// Session is the client's session token (reads at session level
+	// wait for it).
+	Session shard.Session
 }
 
 func (m hostReq) String() string { return fmt.Sprintf("req(seq=%d %v %s)", m.Seq, m.Op.Kind, m.Op.Key) }
@@ -74,6 +79,10 @@ type hostResp struct {
 	// (-1: unknown).
 	Redirect bool
 	Leader   int
+	// View is the view of the op at Result.Version (ViewKnown), for the
+	// client's session token.
+	View      uint64
+	ViewKnown bool
 }
 
 func (m hostResp) String() string {
@@ -99,6 +108,56 @@ type hostSimOptions struct {
 	// the coordinator (NilextStepped), reads of keys with pending updates
 	// take the slow path.
 	nilext bool
+	// eventual is the replicas' eventual window (vr.Config.EventualWindow;
+	// 0: the default), and the window check.Eventual holds reads to.
+	eventual time.Duration
+	// expiry runs active expiry every expiry (Options.ActiveExpiry) on
+	// wall clocks (skew; else the node's clock from the epoch, as before).
+	expiry time.Duration
+	// skew: each replica's clock is a wall clock, simEpoch plus the
+	// simulator's time, set off by up to skew either way (drawn per replica
+	// from the seed) and drifting at the simulator's rate from the node's
+	// first event on: clocks that agree within about skew, as active
+	// expiry and ClockSkew assume.
+	skew time.Duration
+}
+
+// hostTTL gives the Puts of keys k0 and k1 an expiry 10–200 ms after
+// their invocation (on the recorder's clock: the simulator's time, from
+// now); k2 keeps none, so the other checkers still judge a key.
+type hostTTL struct {
+	sim.Workload
+	now func() int64
+}
+
+func (w hostTTL) Next(rng *rand.Rand, client, seq int) check.Op {
+	op := w.Workload.Next(rng, client, seq)
+	if op.Kind == check.Put && (op.Key == "k0" || op.Key == "k1") {
+		op.ExpireAt = w.now() + int64(10+rng.IntN(190))*int64(time.Millisecond)
+	}
+	return op
+}
+
+// hostReads splits a workload's reads between linearizable, session,
+// bounded(t), bounded(1 version) and eventual, as internal/vr's
+// sessionWorkload does for its simulated core.
+type hostReads struct{ sim.KV }
+
+// hostBoundedStaleness is the bound of the bounded(t) reads: two
+// heartbeat intervals.
+const hostBoundedStaleness = 20 * time.Millisecond
+
+// hostEventualWindow is the eventual window of the runs with eventual
+// reads: short, so partitions and crashes outlast it often.
+const hostEventualWindow = 25 * time.Millisecond
+
+func (w hostReads) Next(rng *rand.Rand, client, seq int) check.Op {
+	op := w.KV.Next(rng, client, seq)
+	if op.Kind == check.Get {
+		op.Cons = [...]level.Consistency{level.ConsLinearizable, level.ConsSession,
+			level.BoundedTimeLevel(hostBoundedStaleness), level.BoundedVersionsLevel(1), level.ConsEventual}[rng.IntN(5)]
+	}
+	return op
 }
 
 type hostNode struct {
@@ -106,7 +165,9 @@ type hostNode struct {
 	cfg sim.Config
 	r   *Replica
 	now int64 // the node's clock at the current event
-	out sim.Ready
+	// wall, if set, is the replica's wall clock (hostSimOptions.skew).
+	wall *hostWall
+	out  sim.Ready
 	// The log fsyncs asked of the simulator, oldest first (it completes
 	// them in order): SyncPending's numbers.
 	syncAsked uint64
@@ -148,7 +209,27 @@ type hostRead struct {
 
 type hostClock struct{ n *hostNode }
 
-func (c hostClock) Now() time.Time { return time.Unix(0, simEpoch+c.n.now) }
+func (c hostClock) Now() time.Time {
+	n := c.n
+	if n.wall == nil {
+		return time.Unix(0, simEpoch+n.now)
+	}
+	if !n.wall.set {
+		// Before the node's first event (Open): the simulator's time.
+		return time.Unix(0, simEpoch+n.wall.trueNow()+n.wall.skew)
+	}
+	return time.Unix(0, simEpoch+n.now-n.wall.offset+n.wall.skew)
+}
+
+// hostWall is a replica's wall clock (hostSimOptions.skew): the node's
+// clock minus offset, the node's clock at its first event less the
+// simulator's time then, plus skew. It outlives restarts, as a machine's
+// clock does.
+type hostWall struct {
+	trueNow      func() int64
+	offset, skew int64
+	set          bool
+}
 
 type hostNet struct{ n *hostNode }
 
@@ -173,8 +254,9 @@ func hostMembers(n int) []uint64 {
 
 const hostDir = "/kefir"
 
-func newHostNode(o hostSimOptions, seed uint64) sim.BootFactory {
+func newHostNode(o hostSimOptions, seed uint64, trueNow func() int64) sim.BootFactory {
 	started := map[sim.Addr]bool{}
+	walls := map[sim.Addr]*hostWall{}
 	seen := map[sim.Addr]map[hostReqKey]bool{}
 	rngs := map[sim.Addr]*uint64{}
 	return func(id sim.Addr, b sim.Boot) sim.Node {
@@ -182,6 +264,15 @@ func newHostNode(o hostSimOptions, seed uint64) sim.BootFactory {
 			seen[id] = map[hostReqKey]bool{}
 		}
 		n := &hostNode{id: id, cfg: b.Config, seen: seen[id]}
+		if o.skew > 0 {
+			if walls[id] == nil {
+				x := seed*0x2545f4914f6cdd1d + uint64(id)*0x9e3779b97f4a7c15
+				x ^= x >> 29
+				skew := int64(x%uint64(2*o.skew+1)) - int64(o.skew)
+				walls[id] = &hostWall{trueNow: trueNow, skew: skew}
+			}
+			n.wall = walls[id]
+		}
 		// Bootstrap only on the group's very first start: a restarted
 		// replica whose disk lost its log recovers from the group.
 		first := !started[id]
@@ -204,6 +295,7 @@ func newHostNode(o hostSimOptions, seed uint64) sim.BootFactory {
 			Dir: hostDir, FS: b.FS,
 			VR: vr.Config{
 				Cluster: 7, Members: hostMembers(b.Config.Replicas), Self: uint64(id) + 1,
+				EventualWindow: o.eventual,
 			},
 			Bootstrap:     first,
 			Clock:         hostClock{n},
@@ -215,6 +307,7 @@ func newHostNode(o hostSimOptions, seed uint64) sim.BootFactory {
 			CadSyncDelay:   o.cadDelay,
 			FollowerReads:  o.followers,
 			Nilext:         o.nilext,
+			ActiveExpiry:   o.expiry,
 			Random: func() uint64 {
 				// splitmix64: a replay of the seed draws the same numbers.
 				*rng += 0x9e3779b97f4a7c15
@@ -244,16 +337,17 @@ func (n *hostNode) Ready() sim.Ready {
 
 func (n *hostNode) Step(ev sim.Event) {
 	n.now = ev.Now
+	if w := n.wall; w != nil && !w.set {
+		w.offset, w.set = ev.Now-w.trueNow(), true
+	}
 	switch ev.Kind {
 	case sim.Message:
 		switch m := ev.Msg.(type) {
 		case hostMsg:
 			from := uint64(ev.From) + 1
-			msgs, err := wire.Decode(from, n.r.cfg.Self, []frame.Message{m.fm})
-			if err != nil {
+			if err := n.r.StepMessages(from, []frame.Message{m.fm}); err != nil {
 				panic(fmt.Sprintf("replica %d: a message from %d does not decode: %v", n.id, from, err))
 			}
-			n.r.StepMessages(from, msgs)
 		case hostReq:
 			n.onClient(ev.From, m)
 		}
@@ -347,7 +441,7 @@ func (n *hostNode) onClient(from sim.Addr, m hostReq) {
 	}
 	n.seen[k] = true
 	if m.Op.Kind == check.Get {
-		sr := n.r.ReadStepped(kv.Op{Kind: kv.KindGet, Key: []byte(m.Op.Key)}, m.Op.Cons)
+		sr := n.r.ReadStepped(kv.Op{Kind: kv.KindGet, Key: []byte(m.Op.Key)}, m.Op.Cons, m.Session)
 		n.reads = append(n.reads, hostRead{from: from, seq: m.Seq, sr: sr})
 		return
 	}
@@ -374,7 +468,13 @@ func hostKV(op check.Op) kv.Op {
 	key := []byte(op.Key)
 	switch op.Kind {
 	case check.Put:
-		return kv.Op{Kind: kv.KindSet, Key: key, Value: []byte(op.Value)}
+		o := kv.Op{Kind: kv.KindSet, Key: key, Value: []byte(op.Value)}
+		if op.ExpireAt != 0 {
+			// PXAT on the wall clocks (hostWall): the recorder's clock from
+			// the epoch, in milliseconds.
+			o.ExpireAt = (simEpoch + op.ExpireAt) / int64(time.Millisecond)
+		}
+		return o
 	case check.Delete:
 		return kv.Op{Kind: kv.KindDel, Keys: [][]byte{key}}
 	case check.CAS:
@@ -399,7 +499,7 @@ func writeOutcome(kind check.Kind, res kv.Result, err error) hostResp {
 	case check.Incr:
 		out.Value = strconv.FormatInt(res.Int, 10)
 	}
-	return hostResp{Outcome: check.OK, Result: out}
+	return hostResp{Outcome: check.OK, Result: out, View: res.View, ViewKnown: res.ViewKnown}
 }
 
 func (n *hostNode) readOutcome(res kv.Result, err error) hostResp {
@@ -414,7 +514,8 @@ func (n *hostNode) readOutcome(res kv.Result, err error) hostResp {
 		}
 		return hostResp{Outcome: check.Failed} // a read has no effect
 	}
-	return hostResp{Outcome: check.OK, Result: check.Result{Found: res.Kind == kv.ResBulk, Value: string(res.Bulk), Version: res.Version}}
+	return hostResp{Outcome: check.OK, Result: check.Result{Found: res.Kind == kv.ResBulk, Value: string(res.Bulk), Version: res.Version},
+		View: res.View, ViewKnown: res.ViewKnown}
 }
 
 // hostClient sends each operation to the replica it believes leads, follows
@@ -430,6 +531,9 @@ type hostClient struct {
 	retry    int // ticks until a redirect without a leader is retried (0: none)
 	out      sim.Ready
 	timeout  int
+	// sess is the client's session: every op it completed advances it, as
+	// a client library's token does.
+	sess shard.Session
 }
 
 func newHostClient(timeout int) sim.ClientFactory {
@@ -446,17 +550,18 @@ func (c *hostClient) Ready() sim.Ready {
 
 func (c *hostClient) send() {
 	c.retry = 0
-	c.out.Messages = append(c.out.Messages, sim.Envelope{To: sim.Addr(c.leader), Msg: hostReq{Seq: c.seq, Op: c.op}})
+	c.out.Messages = append(c.out.Messages, sim.Envelope{To: sim.Addr(c.leader), Msg: hostReq{Seq: c.seq, Op: c.op, Session: c.sess}})
 }
 
-// sendFirst sends a new op: a cross-client-monotonic read to the replicas
-// in turn (followers serve it under FollowerReads, else redirect), anything
-// else to the leader it believes in.
+// sendFirst sends a new op: a read at a level below linearizable to the
+// replicas in turn (followers serve cross-client-monotonic reads under
+// FollowerReads, session and eventual reads when their state allows, else
+// redirect), anything else to the leader it believes in.
 func (c *hostClient) sendFirst() {
-	if c.op.Kind == check.Get && c.op.Cons.Kind == level.CrossClientMonotonic {
+	if c.op.Kind == check.Get && !c.op.Cons.IsZero() && c.op.Cons.Kind != level.Linearizable {
 		c.retry = 0
 		to := sim.Addr(c.seq % uint64(c.n))
-		c.out.Messages = append(c.out.Messages, sim.Envelope{To: to, Msg: hostReq{Seq: c.seq, Op: c.op}})
+		c.out.Messages = append(c.out.Messages, sim.Envelope{To: to, Msg: hostReq{Seq: c.seq, Op: c.op, Session: c.sess}})
 		return
 	}
 	c.send()
@@ -474,6 +579,14 @@ func (c *hostClient) Step(ev sim.Event) {
 		}
 		if !m.Redirect {
 			c.inflight = false
+			if m.Outcome == check.OK && m.Result.Version > 0 {
+				r := kv.Result{Version: m.Result.Version, View: m.View, ViewKnown: m.ViewKnown}
+				if c.op.Kind == check.Get {
+					c.sess = c.sess.AfterRead(r)
+				} else {
+					c.sess = c.sess.AfterWrite(r)
+				}
+			}
 			c.out.Done = append(c.out.Done, sim.Completion{Seq: m.Seq, Outcome: m.Outcome, Result: m.Result})
 			return
 		}
@@ -511,7 +624,7 @@ func (c *hostClient) Step(ev sim.Event) {
 // clients under a swarm of faults (crashes with torn tails, partitions,
 // one-way links, drift, loss, duplication, failed fsyncs), and returns the
 // checkers' verdicts joined.
-func hostSim(seed uint64, trace io.Writer, o hostSimOptions, w sim.KV, stats *string) (err error) {
+func hostSim(seed uint64, trace io.Writer, o hostSimOptions, w sim.Workload, stats *string) (err error) {
 	defer func() {
 		// A core or host assertion (a panic on a broken invariant) is a
 		// failure the run found, replayed like any other.
@@ -519,9 +632,20 @@ func hostSim(seed uint64, trace io.Writer, o hostSimOptions, w sim.KV, stats *st
 			err = fmt.Errorf("panic: %v", p)
 		}
 	}()
+	var s *sim.Sim
+	trueNow := func() int64 {
+		if s == nil {
+			return 0 // sim.New boots the replicas at time 0
+		}
+		return int64(s.Now())
+	}
+	if t, ok := w.(hostTTL); ok {
+		t.now = trueNow
+		w = t
+	}
 	so := sim.Options{
 		Replicas: 3, Clients: 4,
-		NewReplicaBoot: newHostNode(o, seed), NewClient: newHostClient(hostClientTimeout),
+		NewReplicaBoot: newHostNode(o, seed, trueNow), NewClient: newHostClient(hostClientTimeout),
 		Workload: w, OpsPerClient: 150, Think: sim.Dist{Base: 2 * time.Millisecond, Jitter: 10 * time.Millisecond},
 		Duration: 4 * time.Second, Trace: trace,
 	}
@@ -534,7 +658,7 @@ func hostSim(seed uint64, trace io.Writer, o hostSimOptions, w sim.KV, stats *st
 		f.MaxDown = 2
 		so.Faults = &f
 	}
-	s := sim.New(so)
+	s = sim.New(so)
 	if o.powerCuts {
 		var cut func()
 		cut = func() {
@@ -562,9 +686,24 @@ func hostSim(seed uint64, trace io.Writer, o hostSimOptions, w sim.KV, stats *st
 		}
 	}
 	if stats != nil {
-		*stats = fmt.Sprintf("%+v at %v, %d ops", s.Stats(), s.Now(), len(h.Ops))
+		expired := uint64(0) // by the running replicas' active expiry
+		for i := range so.Replicas {
+			if node := s.Replica(i); node != nil {
+				expired += node.(*hostNode).r.Stats().ExpiredKeys
+			}
+		}
+		*stats = fmt.Sprintf("%+v at %v, %d ops; reads answered OK by level: %v; keys expired actively: %d",
+			s.Stats(), s.Now(), len(h.Ops), readsByLevel(h), expired)
 	}
-	return errors.Join(s.Err(), hostJudge(h, w.Dur))
+	if _, ok := w.(hostTTL); ok {
+		// Keys written with an expiry go to the expiry checker, held to the
+		// wall clocks' skew and drift (hostWall) and a millisecond of
+		// rounding; the rest to the others.
+		plain, expiring := check.SplitExpiring(h)
+		bound := int64(o.skew) + 10*int64(time.Millisecond)
+		return errors.Join(s.Err(), hostJudge(plain, workloadDur(w), o.eventual), check.Expiry(expiring, bound).Err())
+	}
+	return errors.Join(s.Err(), hostJudge(h, workloadDur(w), o.eventual))
 }
 
 // hostAgree checks that the running replicas that applied the same op hold
@@ -608,10 +747,15 @@ func hostAgree(s *sim.Sim) error {
 // never read may be lost to crashes (docs/design/cad.md §4), as
 // internal/vr's cadJudge has it. The visualization file is off: its random
 // name would make a replayed failure look different (Explore compares).
-func hostJudge(h check.History, d level.Durability) error {
+//
+// Eventual reads are held to the window (eventual; 0: the default).
+func hostJudge(h check.History, d level.Durability, eventual time.Duration) error {
 	lin := check.LinOptions{NoVisualization: true}
+	if eventual == 0 {
+		eventual = vr.DefaultEventualWindow
+	}
 	if d == level.Sync || d.IsZero() {
-		return check.Errs(check.All(h, check.Options{Lin: lin}))
+		return check.Errs(append(check.All(h, check.Options{Lin: lin}), check.Eventual(h, eventual)))
 	}
 	return check.Errs([]check.Verdict{check.CrossClientMonotonic(h), check.Durability(h)})
 }
@@ -623,10 +767,12 @@ func TestHostSim(t *testing.T) {
 	cadW := sim.KV{Keys: 3, Get: 4, Put: 4, Dur: level.CAD}
 	cadCCM := sim.KV{Keys: 3, Get: 5, Put: 4, Dur: level.CAD, Cons: level.ConsCrossClient}
 	nxW := sim.KV{Keys: 3, Get: 4, Put: 5, CAS: 1, Dur: level.Sync}
+	readsW := hostReads{sim.KV{Keys: 3, Get: 6, Put: 4, CAS: 1, Delete: 1, Dur: level.Sync}}
+	ttlW := hostTTL{Workload: hostReads{sim.KV{Keys: 3, Get: 6, Put: 4, Dur: level.Sync}}}
 	for _, tc := range []struct {
 		name string
 		o    hostSimOptions
-		w    sim.KV
+		w    sim.Workload
 	}{
 		{"sync", hostSimOptions{}, syncW},
 		{"cad", hostSimOptions{}, cadW},
@@ -647,6 +793,16 @@ func TestHostSim(t *testing.T) {
 		// (nilext_gc.go), reads of pending keys on the slow path.
 		{"nilext-sync", hostSimOptions{nilext: true}, nxW},
 		{"nilext-sync-powercuts", hostSimOptions{nilext: true, slowSync: true, powerCuts: true}, nxW},
+		// Reads at every level, sent to the replicas in turn: session reads
+		// wait for the token's versions (followers redirect after
+		// FollowerWait), bounded reads are served at the leader, eventual
+		// reads wherever the window allows (docs/consistency.md); every
+		// checker, check.Eventual with the window included.
+		{"sync-read-levels", hostSimOptions{eventual: hostEventualWindow}, readsW},
+		// Keys with an expiry, reads at every level, active expiry every
+		// 20 ms at the leader on wall clocks 20 ms apart at most and
+		// drifting (docs/design/expiry.md): the expiry checker.
+		{"sync-expiry", hostSimOptions{eventual: hostEventualWindow, expiry: 20 * time.Millisecond, skew: 20 * time.Millisecond}, ttlW},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sim.Explore(t, 1, 4, func(seed uint64, trace io.Writer) error {
@@ -666,20 +822,41 @@ func TestHostSim(t *testing.T) {
 //   - followerNoRCheck (CAD follower reads, read.go): a follower under the
 //     active set's read lease serves its state without checking the key's
 //     latest update against R, returning a cad write that is not yet
-//     readable, which a later read elsewhere does not see.
+//     readable, which a later read elsewhere does not see;
+//   - ignoreSession (session reads, read.go routeRead): a follower serves
+//     a session read without waiting for the token's versions, so a client
+//     reads a version older than its own write (the session checker);
+//   - followerLinearizable (read.go routeRead): any replica serves the
+//     levels that need the leader from its own state, so a follower (or a
+//     deposed leader) answers a bounded read with a value superseded
+//     beyond the bound (the bounded-staleness checker);
+//   - expiryClockAhead (active expiry, expiry.go): the leader's cycle
+//     decides and deletes by a clock a second ahead of its own, so a
+//     linearizable read before a key's expiry finds it gone (the expiry
+//     checker).
+//
+// want names the checker that must report it.
 func TestHostSimCatchesMutations(t *testing.T) {
 	mutation.Require(t)
 	cadW := sim.KV{Keys: 3, Get: 4, Put: 4, Dur: level.CAD}
 	cadCCM := sim.KV{Keys: 3, Get: 5, Put: 4, Dur: level.CAD, Cons: level.ConsCrossClient}
+	readsW := hostReads{sim.KV{Keys: 3, Get: 6, Put: 4, CAS: 1, Delete: 1, Dur: level.Sync}}
+	levels := hostSimOptions{eventual: hostEventualWindow}
+	ttlW := hostTTL{Workload: hostReads{sim.KV{Keys: 3, Get: 6, Put: 4, Dur: level.Sync}}}
+	ttl := hostSimOptions{eventual: hostEventualWindow, expiry: 20 * time.Millisecond, skew: 20 * time.Millisecond}
 	for _, tc := range []struct {
 		name string
 		seed uint64
 		o    hostSimOptions
 		mut  mutations
-		w    sim.KV
+		w    sim.Workload
+		want string
 	}{
-		{"heldAckEarly", 52, hostSimOptions{}, mutations{heldAckEarly: true}, cadW},
-		{"followerNoRCheck", 1, hostSimOptions{followers: true}, mutations{followerNoRCheck: true}, cadCCM},
+		{"heldAckEarly", 52, hostSimOptions{}, mutations{heldAckEarly: true}, cadW, ""},
+		{"followerNoRCheck", 1, hostSimOptions{followers: true}, mutations{followerNoRCheck: true}, cadCCM, ""},
+		{"ignoreSession", 1, levels, mutations{ignoreSession: true}, readsW, "session: VIOLATED"},
+		{"followerLinearizable", 1, levels, mutations{followerLinearizable: true}, readsW, "bounded-staleness: VIOLATED"},
+		{"expiryClockAhead", 2, ttl, mutations{expiryClockAhead: true}, ttlW, "expiry: VIOLATED"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := hostSim(tc.seed, nil, tc.o, tc.w, nil); err != nil {
@@ -690,6 +867,9 @@ func TestHostSimCatchesMutations(t *testing.T) {
 			err := hostSim(tc.seed, nil, o, tc.w, nil)
 			if err == nil {
 				t.Fatalf("seed %d: the checkers missed %s", tc.seed, tc.name)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("seed %d: %s caught, but not by %q: %v", tc.seed, tc.name, tc.want, err)
 			}
 			t.Logf("caught: %s", firstLine(err))
 		})
@@ -709,11 +889,16 @@ func TestHostSimMutationScan(t *testing.T) {
 	syncW := sim.KV{Keys: 3, Get: 4, Put: 4, Dur: level.Sync}
 	cadCCM := sim.KV{Keys: 3, Get: 5, Put: 4, Dur: level.CAD, Cons: level.ConsCrossClient}
 	nxW := sim.KV{Keys: 3, Get: 4, Put: 5, CAS: 1, Dur: level.Sync}
+	readsW := hostReads{sim.KV{Keys: 3, Get: 6, Put: 4, CAS: 1, Delete: 1, Dur: level.Sync}}
 	for _, tc := range []struct {
 		name string
 		o    hostSimOptions
-		w    sim.KV
+		w    sim.Workload
 	}{
+		{"ignoreSession", hostSimOptions{mut: mutations{ignoreSession: true}, eventual: hostEventualWindow}, readsW},
+		{"followerLinearizable", hostSimOptions{mut: mutations{followerLinearizable: true}, eventual: hostEventualWindow}, readsW},
+		{"expiryClockAhead", hostSimOptions{mut: mutations{expiryClockAhead: true}, eventual: hostEventualWindow,
+			expiry: 20 * time.Millisecond, skew: 20 * time.Millisecond}, hostTTL{Workload: readsW}},
 		{"heldAckEarly", hostSimOptions{mut: mutations{heldAckEarly: true}}, cadW},
 		{"heldAckEarly/powercuts", hostSimOptions{mut: mutations{heldAckEarly: true}, slowSync: true, powerCuts: true}, cadW},
 		{"noDurabilityWait/powercuts", hostSimOptions{mut: mutations{noDurabilityWait: true}, slowSync: true, powerCuts: true}, cadW},
@@ -735,6 +920,31 @@ func TestHostSimMutationScan(t *testing.T) {
 			t.Logf("%s: not caught in 200 seeds", tc.name)
 		}
 	}
+}
+
+// readsByLevel counts the reads answered OK, by level and by the replica
+// that served them.
+func readsByLevel(h check.History) map[string]int {
+	n := map[string]int{}
+	for _, op := range h.Ops {
+		if op.Kind == check.Get && op.Outcome == check.OK {
+			n[fmt.Sprintf("%v@%d", op.Cons, op.Node)]++
+		}
+	}
+	return n
+}
+
+// workloadDur is the durability level of a run's writes.
+func workloadDur(w sim.Workload) level.Durability {
+	switch w := w.(type) {
+	case sim.KV:
+		return w.Dur
+	case hostReads:
+		return w.Dur
+	case hostTTL:
+		return workloadDur(w.Workload)
+	}
+	panic(fmt.Sprintf("workloadDur: %T", w))
 }
 
 func firstLine(err error) string {

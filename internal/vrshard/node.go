@@ -48,6 +48,7 @@ func OpenHosted(spec kcluster.ReplicaSpec) (kcluster.Hosted, error) {
 		Nilext:          spec.Nilext,
 		FollowerReads:   spec.FollowerReads,
 		ClockSkew:       spec.ClockSkew,
+		ActiveExpiry:    activeExpiry(spec.ActiveExpiry),
 		Peers:           peers,
 		ClientAddrs:     clients,
 		ClusterSecret:   spec.ClusterSecret,

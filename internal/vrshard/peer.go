@@ -6,7 +6,6 @@ import (
 	"github.com/kefirdb/kefir/internal/frame"
 	"github.com/kefirdb/kefir/internal/transport"
 	"github.com/kefirdb/kefir/internal/vr"
-	"github.com/kefirdb/kefir/internal/wire"
 )
 
 // The replica's wiring to the node's peer transport: the transport moves
@@ -77,11 +76,12 @@ func (r *Replica) closeEndpoint() {
 }
 
 // deliver decodes one batch of the group's messages from peer `from` (on
-// the connection's reader goroutine, as before groups) and hands it to the
-// driver. A message that does not decode, or does not come from `from` to
-// this replica, fails the batch and the transport closes the connection.
+// the connection's reader goroutine, as before groups) with the engine's
+// codec (vrExt.Decode) and hands it to the driver. A message that does not
+// decode, or does not come from `from` to this replica, fails the batch and
+// the transport closes the connection.
 func (r *Replica) deliver(from uint64, in []frame.Message) error {
-	msgs, err := wire.Decode(from, r.cfg.Self, in)
+	msgs, err := r.vx.Decode(from, r.cfg.Self, in)
 	if err != nil {
 		return err
 	}

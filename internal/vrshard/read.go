@@ -122,23 +122,64 @@ func (r *Replica) serveRead(ctx context.Context, op kv.Op, c level.Consistency, 
 	if err := r.CheckConsistency(c); err != nil {
 		return kv.Result{}, err
 	}
-	var err error
+	switch r.routeRead(c) {
+	case routeFollower:
+		return r.followerRead(ctx, op)
+	case routeLeader:
+		return r.leaderRead(ctx, op)
+	case routeSession:
+		if err := r.waitSession(ctx, s.Need()); err != nil {
+			return kv.Result{}, err
+		}
+		if err := r.sessionViews(s); err != nil {
+			return kv.Result{}, err
+		}
+	}
+	return r.readLocal(op)
+}
+
+// readRoute is how a read that CheckConsistency admitted is served.
+type readRoute uint8
+
+const (
+	// routeLocal: from local state at once (eventual; bounded and
+	// linearizable under the followerLinearizable mutation).
+	routeLocal readRoute = iota
+	// routeFollower: a follower's cross-client-monotonic read under the
+	// active set's read lease (followerRead).
+	routeFollower
+	// routeLeader: at the leader, leadership confirmed (leaderRead).
+	routeLeader
+	// routeSession: once the token's versions are applied (waitSession,
+	// sessionViews), from local state.
+	routeSession
+)
+
+// routeRead decides how a read at level c (not zero) is served: the one
+// copy of the choice, for the blocking Read (serveRead) and the stepped
+// one (ReadStepped).
+func (r *Replica) routeRead(c level.Consistency) readRoute {
 	switch {
 	case mutation.On && r.mut.followerLinearizable && needsLeader(c):
 		// Deliberately broken (tests): local state, no proof of freshness.
+		return routeLocal
 	case c.Kind == level.CrossClientMonotonic && r.opts.FollowerReads && !r.isLeader.Load():
-		return r.followerRead(ctx, op)
+		return routeFollower
 	case needsLeader(c):
-		return r.leaderRead(ctx, op)
+		return routeLeader
 	case c.Kind == level.Session && !(mutation.On && r.mut.ignoreSession):
-		if err = r.waitSession(ctx, s.Need()); err == nil && !(mutation.On && r.mut.noSessionViews) {
-			err = r.checkSessionViews(s)
-		}
+		return routeSession
 	}
-	if err != nil {
-		return kv.Result{}, err
+	return routeLocal
+}
+
+// sessionViews is the check a session read makes once the token's
+// versions are applied (checkSessionViews), unless a mutation skips it.
+func (r *Replica) sessionViews(s shard.Session) error {
+	if mutation.On && r.mut.noSessionViews {
+		return nil
 	}
-	return r.readLocal(op)
+	return r.checkSessionViews(s)
 }
 
 // leaderRead serves a linearizable or cross-client-monotonic read at the
@@ -494,30 +535,34 @@ func (r *Replica) waitSession(ctx context.Context, need uint64) error {
 	if done, err := r.untilApplied(ctx, need, r.opts.FollowerWait, nil); done || err != nil {
 		return err
 	}
-	if !r.isLeader.Load() {
-		return r.redirect()
-	}
-	if need > r.lastOp.Load() || (mutation.On && r.mut.sessionWaitLimited) {
-		return r.sessionAhead(need)
+	if err := r.sessionPastWait(need); err != nil {
+		return err
 	}
 	left := r.opts.RequestTimeout - time.Since(start)
 	if left <= 0 {
 		return ErrCannotServe
 	}
 	// Past FollowerWait, at the leader, need within its log.
-	done, err := r.untilApplied(ctx, need, left, func() error {
-		if !r.isLeader.Load() {
-			return r.redirect()
-		}
-		if need > r.lastOp.Load() {
-			return r.sessionAhead(need)
-		}
-		return nil
-	})
+	done, err := r.untilApplied(ctx, need, left, func() error { return r.sessionPastWait(need) })
 	if done || err != nil {
 		return err
 	}
 	return ErrCannotServe
+}
+
+// sessionPastWait decides a session read that still waits for version
+// need once FollowerWait passed: a follower redirects, a leader fails a need
+// beyond its log (shard.ErrSessionAhead) and waits on (nil) for one within
+// it. The one copy of the rule, for waitSession and the stepped read
+// (stepped.go).
+func (r *Replica) sessionPastWait(need uint64) error {
+	if !r.isLeader.Load() {
+		return r.redirect()
+	}
+	if need > r.lastOp.Load() || (mutation.On && r.mut.sessionWaitLimited) {
+		return r.sessionAhead(need)
+	}
+	return nil
 }
 
 func (r *Replica) sessionAhead(need uint64) error {
@@ -723,7 +768,7 @@ func (r *Replica) Stats() Stats {
 		DurabilityWaits: r.st.durWaits.Load(), DurabilityRounds: r.st.durRounds.Load(), FollowerReads: r.st.followerReads.Load(),
 		FollowerRedirects: r.st.followerRedirects.Load(), EarlyAcks: r.st.earlyAcks.Load(), OverlayReads: r.st.overlayReads.Load(),
 		DeferredReads: r.st.durDeferred.Load(), ViewChanges: r.vt.viewChanges.Load(), LeaderChanges: r.vt.leaderChanges.Load(),
-		Depositions: r.vt.depositions.Load(), WritesRefusedNoLeader: r.vt.refused.Load()}
+		Depositions: r.vt.depositions.Load(), WritesRefusedNoLeader: r.vt.refused.Load(), ExpiredKeys: r.exp.deleted.Load()}
 }
 
 // ---- snapshots ----

@@ -130,7 +130,11 @@ type Options struct {
 	// serves never returns a key the leader's clock has expired
 	// (docs/consistency.md, "Key expiry"; expiry.go).
 	ClockSkew time.Duration
-	Logger    *slog.Logger
+	// ActiveExpiry is the tick of active expiry at the leader (expiry.go:
+	// the deletion of expired keys nobody reads again, on the replica's
+	// clock); 0: off. A process's node sets it (OpenHosted).
+	ActiveExpiry time.Duration
+	Logger       *slog.Logger
 	// OnLogSync, if set, is told how long each fsync of the replication log
 	// took (the node's fsync latency histogram); it runs on the goroutine that
 	// synced. The engine's own fsyncs are Storage.OnSync's.
@@ -279,6 +283,10 @@ type mutations struct {
 	// localLeaseNoClock: a local lease read (localLease) trusts the
 	// published lease without checking that it is still running.
 	localLeaseNoClock bool
+	// expiryClockAhead: active expiry's deletes (expiry.go) decide with a
+	// clock a second ahead of the leader's, deleting keys before they
+	// expire.
+	expiryClockAhead bool
 	// ignoreSession serves session reads without waiting for the token.
 	ignoreSession bool
 	// nilextMajority completes coordinated nilext writes on a simple
@@ -633,8 +641,12 @@ type Replica struct {
 	ckptGen     uint64 // bumped to cancel a running checkpoint
 	ckptOut     int    // engine fsyncs started and not yet received
 	ckptDone    chan ckptResult
-	syncDone    chan syncResult
-	syncReq     chan func() // to the syncer goroutine (goroutines.syncLog)
+	// exp is active expiry's cycle (expiry.go); expDone brings a round's
+	// walk back to the driver.
+	exp      expiryCycle
+	expDone  chan expiryFound
+	syncDone chan syncResult
+	syncReq  chan func() // to the syncer goroutine (goroutines.syncLog)
 	// A snapshot capture runs off the driver goroutine (snapshot.go): one at
 	// a time, for every peer in snapFor.
 	snapRunning bool
@@ -644,7 +656,7 @@ type Replica struct {
 	// A message with a large snapshot is encoded and queued off this
 	// goroutine (snapshot.go, sendLarge); later messages to that peer wait
 	// in held until it is queued. largeOut counts those in flight.
-	held map[uint64][]vr.Message
+	held map[uint64][]peerMsg
 	// snapHolds: a peer sent a snapshot at op needs the log after it until
 	// it has installed it; checkpoints do not compact past op before until.
 	snapHolds map[uint64]snapHold
@@ -761,12 +773,14 @@ func Open(opts Options) (*Replica, error) {
 		syncDone:  make(chan syncResult, 1),
 		syncReq:   make(chan func(), 1),
 		snapDone:  make(chan snapResult, 1),
-		held:      map[uint64][]vr.Message{},
+		held:      map[uint64][]peerMsg{},
 		snapHolds: map[uint64]snapHold{},
 		largeDone: make(chan uint64, len(opts.VR.Members)),
 		snapFor:   map[uint64]bool{},
 		gc:        groupCommit{wake: make(chan struct{}, 1)},
 		ckptDone:  make(chan ckptResult, 2),
+		exp:       expiryCycle{every: opts.ActiveExpiry},
+		expDone:   make(chan expiryFound, 1),
 	}
 	// Writes without a request id are matched to their committed entries by
 	// (proposer, local seq). Entries this replica proposed before a restart can
@@ -970,6 +984,10 @@ func (r *Replica) drainSync() {
 	for ; r.ckptOut > 0; r.ckptOut-- {
 		<-r.ckptDone
 	}
+	if r.exp.walking {
+		<-r.expDone
+		r.exp.walking = false
+	}
 }
 
 func (r *Replica) failed() error {
@@ -1033,6 +1051,8 @@ func (r *Replica) run() {
 			r.holdExpired()
 		case <-r.gc.wake:
 			r.applyWaiterArrived()
+		case f := <-r.expDone:
+			r.expired(f)
 		}
 		if err != nil {
 			r.fail(err)
@@ -1073,6 +1093,7 @@ func (r *Replica) onTick() {
 	r.core.Tick(r.now())
 	r.noteView(viewCause{kind: 't'})
 	r.nxSweep(false)
+	r.maybeExpire()
 }
 
 // applyWaiterArrived: a caller started waiting for an apply (untilApplied):
@@ -1085,6 +1106,7 @@ func (r *Replica) applyWaiterArrived() { r.gc.arrived = true }
 // performed, held log batches may start an fsync (a read may now wait for
 // one: nilext_gc.go), and a checkpoint or a forget entry may be due.
 func (r *Replica) afterEvents(props []*proposal) error {
+	props = r.exp.takeProps(props)
 	if len(props) > 0 || len(r.backlog) > 0 {
 		r.propose(props)
 	}
@@ -1453,7 +1475,7 @@ func (r *Replica) handle(rd *core.Ready[vr.Message], dlog []vr.NilextRequest, nx
 	// 2. Messages may leave before the fsync: the core withholds those that
 	// promise durability. Sending first overlaps the network with the disk.
 	for i := range rd.Messages {
-		r.send(&rd.Messages[i])
+		r.send((*vrMsg)(&rd.Messages[i]))
 	}
 	if roll {
 		// The new segment holds everything the old one did that still

@@ -11,7 +11,6 @@ import (
 	"github.com/kefirdb/kefir/internal/storage"
 	"github.com/kefirdb/kefir/internal/transport"
 	"github.com/kefirdb/kefir/internal/vr"
-	"github.com/kefirdb/kefir/internal/wire"
 )
 
 // Snapshots for lagging peers. A capture scans the whole engine: for a
@@ -162,31 +161,6 @@ const largeMessage = 256 << 10
 // (prepares are bounded by MaxBatchBytes, so in practice only state).
 const hugeMessage = 64 << 20
 
-// carriesState: the message types that carry a snapshot or a whole log and
-// are sent again when lost (new-state, recovery response, view change).
-func carriesState(t vr.MsgType) bool {
-	switch t {
-	case vr.MsgNewState, vr.MsgRecoveryResponse, vr.MsgStartView, vr.MsgDoViewChange:
-		return true
-	}
-	return false
-}
-
-// messageBytes is about how many bytes m's encoding takes beyond its header.
-func messageBytes(m *vr.Message) int {
-	n := 0
-	if s := m.Snapshot; s != nil {
-		n += len(s.Data)
-	}
-	for i := range m.Entries {
-		n += len(m.Entries[i].Data)
-	}
-	for i := range m.DLog {
-		n += len(m.DLog[i].Data)
-	}
-	return n
-}
-
 // maxHeld bounds the messages held for a peer while its large message is
 // being queued; beyond it they are dropped, as a full transport queue
 // would (VR retransmits).
@@ -196,55 +170,57 @@ const maxHeld = 4096
 // and queued by a goroutine (transport.SendLarge), and the messages for the
 // same peer after it wait in r.held until it is queued, so the peer still gets
 // them in the order the core sent them; a further large one meanwhile is
-// dropped, as VR retransmits.
-func (r *Replica) send(m *vr.Message) {
-	size, state := messageBytes(m), carriesState(m.Type)
+// dropped, as VR retransmits. The host reads the message only through
+// peerMsg (vrcore.go: the engine's encoding and what the holds need).
+func (r *Replica) send(m peerMsg) {
+	to := m.Dest()
+	size, state := m.Size(), m.CarriesState()
 	large := size >= hugeMessage || state && size >= largeMessage
-	if h, holding := r.held[m.To]; holding {
+	if h, holding := r.held[to]; holding {
 		if large && state {
 			// A retransmission (a recovering replica asks every heartbeat)
 			// or another copy of the state: it would only follow the first.
-			if s := m.Snapshot; s != nil {
-				r.log.Debug("snapshot dropped: the previous one for the peer is still being encoded", "to", m.To, "op", s.Op)
+			if op, _, ok := m.SnapshotAt(); ok {
+				r.log.Debug("snapshot dropped: the previous one for the peer is still being encoded", "to", to, "op", op)
 			}
 			return
 		}
 		if len(h) < maxHeld {
-			r.held[m.To] = append(h, ownMessage(m))
+			r.held[to] = append(h, m.Own())
 		}
 		return
 	}
-	if s := m.Snapshot; s != nil {
-		h := snapHold{op: s.Op, size: len(s.Data)}
+	if op, n, ok := m.SnapshotAt(); ok {
+		h := snapHold{op: op, size: n}
 		if !large {
 			h.until = r.clock.Now().Add(holdFor(h.size, r.cfg.ViewChangeTimeout))
 		} // else its time starts once it is queued (sentLarge)
-		r.snapHolds[m.To] = h
+		r.snapHolds[to] = h
 		r.st.snapsSent.Add(1)
-		r.log.Info("sent snapshot", "to", m.To, "op", s.Op, "bytes", len(s.Data))
+		r.log.Info("sent snapshot", "to", to, "op", op, "bytes", n)
 	}
 	if large {
-		r.held[m.To] = nil
+		r.held[to] = nil
 		r.largeOut++
-		big := ownMessage(m)
+		big := m.Own()
 		var delay time.Duration // a test hook's
 		if mutation.On {
 			delay = r.mut.encodeDelay
 		}
 		r.exec.goWork(func() {
 			r.pause(delay)
-			if err := r.net.SendLarge(big.To, wire.Payload(&big)); err != nil && !errors.Is(err, transport.ErrClosed) {
-				r.log.Warn("send failed", "to", big.To, "err", err)
+			if err := r.net.SendLarge(to, big); err != nil && !errors.Is(err, transport.ErrClosed) {
+				r.log.Warn("send failed", "to", to, "err", err)
 			}
-			r.largeDone <- big.To
+			r.largeDone <- to
 		})
 		return
 	}
-	if err := r.net.Send(m.To, wire.Payload(m)); err != nil && !errors.Is(err, transport.ErrClosed) {
-		r.log.Warn("send failed", "to", m.To, "err", err)
+	if err := r.net.Send(to, m); err != nil && !errors.Is(err, transport.ErrClosed) {
+		r.log.Warn("send failed", "to", to, "err", err)
 	}
-	if cadtraceOn && m.Type == vr.MsgPrepareOK {
-		r.ctr.okSent(m.Persisted)
+	if cadtraceOn {
+		traceSent(r, m)
 	}
 }
 
@@ -258,19 +234,9 @@ func (r *Replica) sentLarge(to uint64) {
 	}
 	h := r.held[to]
 	delete(r.held, to)
-	for i := range h {
-		r.send(&h[i])
+	for _, m := range h {
+		r.send(m)
 	}
-}
-
-// ownMessage copies m's slices that the core may reuse once the Ready is
-// handled (entries and d-log records; their data bytes are never written
-// again), so a held message stays as it was sent.
-func ownMessage(m *vr.Message) vr.Message {
-	c := *m
-	c.Entries = append([]vr.Entry(nil), m.Entries...)
-	c.DLog = append([]vr.NilextRequest(nil), m.DLog...)
-	return c
 }
 
 // snapHold keeps the log after a sent snapshot's op for the peer receiving

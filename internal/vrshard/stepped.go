@@ -1,13 +1,12 @@
 package vrshard
 
 import (
-	"fmt"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/frame"
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/shard"
-	"github.com/kefirdb/kefir/internal/vr"
 )
 
 // Stepped mode (Options.stepped): the replica starts no goroutine — no
@@ -80,13 +79,21 @@ func (r *Replica) SyncDone(gen uint64) {
 	r.afterStep()
 }
 
-// StepMessages delivers a batch of peer messages from member `from`.
-func (r *Replica) StepMessages(from uint64, msgs []vr.Message) {
+// StepMessages delivers a batch of peer frames from member `from`, as the
+// transport hands them to deliver: decoded by the engine's codec
+// (vrExt.Decode), which fails a batch that does not decode or is not from
+// `from` to this replica (the transport would close the connection).
+func (r *Replica) StepMessages(from uint64, in []frame.Message) error {
 	if r.failed() != nil {
-		return
+		return nil
+	}
+	msgs, err := r.vx.Decode(from, r.cfg.Self, in)
+	if err != nil {
+		return err
 	}
 	r.step(inbound{from: from, msgs: msgs})
 	r.afterStep()
+	return nil
 }
 
 // StepTick runs the replica's timers: the core's tick, the group-commit
@@ -138,6 +145,9 @@ func (r *Replica) afterStep() {
 				continue
 			case <-r.gc.wake:
 				r.applyWaiterArrived()
+				continue
+			case f := <-r.expDone:
+				r.expired(f)
 				continue
 			default:
 			}
@@ -238,11 +248,14 @@ func (w *SteppedWrite) Expired() bool {
 	return !w.bw.r.clock.Now().Before(w.bw.deadline)
 }
 
-// SteppedRead is a read that never blocks: a linearizable (or
-// cross-client-monotonic) read at the leader takes the steps of leaderRead
-// (linearizable, then leaderServe), and a cross-client-monotonic one at a
-// follower with FollowerReads those of followerRead, each wait turned into
-// a state the caller polls (Poll) after every event.
+// SteppedRead is a read that never blocks, served by the route a process's
+// Read takes (routeRead): a linearizable, bounded or cross-client-monotonic
+// read at the leader takes the steps of leaderRead (linearizable, then
+// leaderServe), a cross-client-monotonic one at a follower with
+// FollowerReads those of followerRead, a session read those of
+// waitSession (sessionPastWait, then sessionViews), each wait turned into a
+// state the caller polls (Poll) after every event; an eventual read is
+// served at once (CheckConsistency holds its window).
 type SteppedRead struct {
 	r        *Replica
 	op       kv.Op
@@ -250,29 +263,49 @@ type SteppedRead struct {
 	follower bool        // rw is a follower's read-lease wait (followerRead)
 	idx      uint64      // applied must reach it before the engine is read
 	waited   bool        // a durability wait ran (leaderCheck)
+	// session: a session read waiting for sess's versions since start;
+	// waiter: it counts in the group commit's applied waiters
+	// (untilApplied), until it finishes.
+	session  bool
+	sess     shard.Session
+	start    time.Time
+	waiter   bool
 	deadline time.Time
 	res      kv.Result
 	err      error
 	done     bool
 }
 
-// ReadStepped starts a read of op at level c (zero: linearizable);
-// levels other than linearizable and cross-client-monotonic are not
-// served in stepped mode yet.
-func (r *Replica) ReadStepped(op kv.Op, c level.Consistency) *SteppedRead {
+// ReadStepped starts a read of op at level c (zero: linearizable) for
+// session s (read at session level only).
+func (r *Replica) ReadStepped(op kv.Op, c level.Consistency, s shard.Session) *SteppedRead {
 	if c.IsZero() {
 		c = level.ConsLinearizable
 	}
-	sr := &SteppedRead{r: r, op: op, deadline: r.clock.Now().Add(r.opts.RequestTimeout)}
+	now := r.clock.Now()
+	sr := &SteppedRead{r: r, op: op, start: now, deadline: now.Add(r.opts.RequestTimeout)}
 	if err := r.CheckConsistency(c); err != nil {
 		sr.finish(kv.Result{}, err)
 		return sr
 	}
-	switch {
-	case c.Kind != level.Linearizable && c.Kind != level.CrossClientMonotonic:
-		sr.finish(kv.Result{}, fmt.Errorf("vrshard: stepped mode serves no %v read", c))
+	switch r.routeRead(c) {
+	case routeLocal:
+		sr.finish(r.readLocal(op))
 		return sr
-	case c.Kind == level.CrossClientMonotonic && r.opts.FollowerReads && !r.isLeader.Load():
+	case routeSession:
+		sr.session, sr.sess = true, s
+		if r.applied.Load() < s.Need() {
+			// As untilApplied: a batch held for group commit would keep
+			// this read waiting up to its deadline; tell the driver.
+			sr.waiter = true
+			r.gc.appliedWaiters.Add(1)
+			select {
+			case r.gc.wake <- struct{}{}:
+			default:
+			}
+			r.afterStep()
+		}
+	case routeFollower:
 		if res, ok := r.tryFollowerRead(op); ok {
 			sr.finish(res, nil)
 			return sr
@@ -281,10 +314,12 @@ func (r *Replica) ReadStepped(op kv.Op, c level.Consistency) *SteppedRead {
 		sr.rw = &readWaiter{done: make(chan struct{}), kind: rwFollower}
 		r.read(sr.rw)
 		r.afterStep()
-	case r.localLease():
-		r.st.leaseReads.Add(1)
-		r.st.localReads.Add(1)
-	default:
+	default: // routeLeader
+		if r.localLease() {
+			r.st.leaseReads.Add(1)
+			r.st.localReads.Add(1)
+			break
+		}
 		sr.rw = &readWaiter{done: make(chan struct{}), op: &sr.op}
 		r.read(sr.rw)
 		r.afterStep()
@@ -295,9 +330,34 @@ func (r *Replica) ReadStepped(op kv.Op, c level.Consistency) *SteppedRead {
 
 func (sr *SteppedRead) finish(res kv.Result, err error) {
 	sr.res, sr.err, sr.done = res, err, true
+	if sr.waiter {
+		sr.waiter = false
+		sr.r.gc.appliedWaiters.Add(-1)
+	}
 	if err == nil {
 		sr.r.stampView(&sr.res)
 	}
+}
+
+// pollSession is Poll for a session read: waitSession's steps.
+func (sr *SteppedRead) pollSession() bool {
+	r := sr.r
+	if need := sr.sess.Need(); r.applied.Load() < need {
+		if r.clock.Now().Sub(sr.start) < r.opts.FollowerWait {
+			return false
+		}
+		if err := r.sessionPastWait(need); err != nil {
+			sr.finish(kv.Result{}, err)
+			return true
+		}
+		return false
+	}
+	if err := r.sessionViews(sr.sess); err != nil {
+		sr.finish(kv.Result{}, err)
+		return true
+	}
+	sr.finish(r.readLocal(sr.op))
+	return true
 }
 
 // Poll advances the read as far as it can now and reports whether it is
@@ -312,6 +372,9 @@ func (sr *SteppedRead) Poll() bool {
 		if !r.clock.Now().Before(sr.deadline) {
 			sr.finish(kv.Result{}, ErrCannotServe)
 			break
+		}
+		if sr.session {
+			return sr.pollSession()
 		}
 		if sr.rw != nil {
 			select {

@@ -5,7 +5,9 @@ import (
 	"fmt"
 
 	"github.com/kefirdb/kefir/internal/core"
+	"github.com/kefirdb/kefir/internal/frame"
 	"github.com/kefirdb/kefir/internal/vr"
+	"github.com/kefirdb/kefir/internal/wire"
 )
 
 // The host holds its protocol core as the engine-neutral contract
@@ -49,6 +51,12 @@ type vrExt interface {
 	// readyExt is VR's part of the last Ready (vr.Ready's nilext fields):
 	// d-log records to write with its batch, acks to route.
 	readyExt() ([]vr.NilextRequest, []vr.NilextAck)
+
+	// Decode is the engine's codec for inbound peer frames (VR's:
+	// internal/wire), checking each message's sender and addressee: the
+	// host hands the transport's frames (deliver) and the simulator's
+	// (StepMessages) to it, one decode path for both.
+	Decode(from, to uint64, in []frame.Message) ([]vr.Message, error)
 }
 
 // vrCore adapts *vr.Replica to the contract: Propose takes the ack point,
@@ -143,6 +151,10 @@ func (c *vrCore) Info() core.Info {
 
 func (c *vrCore) lastInfo() *vr.Info { return &c.info }
 
+func (*vrCore) Decode(from, to uint64, in []frame.Message) ([]vr.Message, error) {
+	return wire.Decode(from, to, in)
+}
+
 // noVR is vrExt for a core that is not VR's: no eventual reads, nothing
 // early acknowledged (R is the commit point), no nilext.
 type noVR struct{ c hostCore }
@@ -162,6 +174,9 @@ func (n noVR) ViewStatus() (uint64, vr.Status) {
 }
 func (noVR) lastInfo() *vr.Info                             { return &vr.Info{} }
 func (noVR) readyExt() ([]vr.NilextRequest, []vr.NilextAck) { return nil, nil }
+func (noVR) Decode(from, _ uint64, in []frame.Message) ([]vr.Message, error) {
+	return nil, fmt.Errorf("vrshard: %d peer messages from %d: this core has no peer codec", len(in), from)
+}
 
 // extOf is the host's vrExt for core c: the adapter itself for VR's, noVR
 // for any other.
@@ -202,4 +217,83 @@ func openCore(opts *Options, st vr.State) (hostCore, error) {
 		return nil, err
 	}
 	return &vrCore{Replica: rep}, nil
+}
+
+// peerMsg is an outbound peer message as the host sends it (snapshot.go
+// send): the engine's encoding (frame.Payload, which the transport frames)
+// and what the host's sending policy needs to know — destination, size,
+// whether it carries state that is sent again when lost, the snapshot it
+// carries (for the snapshot holds), and a copy that stays valid after the
+// Ready is handled (for messages held behind a large one). VR's is vrMsg,
+// a pointer into the Ready's messages: an interface holding a pointer does
+// not allocate, so sending costs no allocation per message.
+type peerMsg interface {
+	frame.Payload
+	Dest() uint64
+	Size() int
+	CarriesState() bool
+	SnapshotAt() (op uint64, size int, ok bool)
+	Own() peerMsg
+}
+
+// vrMsg is a VR message as a peerMsg; its encoding is VR's codec
+// (internal/wire).
+type vrMsg vr.Message
+
+var _ peerMsg = (*vrMsg)(nil)
+
+func (m *vrMsg) Kind() (frame.Engine, uint8) { return wire.Payload((*vr.Message)(m)).Kind() }
+func (m *vrMsg) AppendBody(b []byte) []byte {
+	return wire.Payload((*vr.Message)(m)).AppendBody(b)
+}
+func (m *vrMsg) Dest() uint64 { return m.To }
+
+// Size is about how many bytes m's encoding takes beyond its header.
+func (m *vrMsg) Size() int {
+	n := 0
+	if s := m.Snapshot; s != nil {
+		n += len(s.Data)
+	}
+	for i := range m.Entries {
+		n += len(m.Entries[i].Data)
+	}
+	for i := range m.DLog {
+		n += len(m.DLog[i].Data)
+	}
+	return n
+}
+
+// CarriesState: the message types that carry a snapshot or a whole log
+// and are sent again when lost (new-state, recovery response, view change).
+func (m *vrMsg) CarriesState() bool {
+	switch m.Type {
+	case vr.MsgNewState, vr.MsgRecoveryResponse, vr.MsgStartView, vr.MsgDoViewChange:
+		return true
+	}
+	return false
+}
+
+func (m *vrMsg) SnapshotAt() (uint64, int, bool) {
+	if s := m.Snapshot; s != nil {
+		return s.Op, len(s.Data), true
+	}
+	return 0, 0, false
+}
+
+// Own copies m's slices that the core may reuse once the Ready is handled
+// (entries and d-log records; their data bytes are never written again), so
+// a held message stays as it was sent.
+func (m *vrMsg) Own() peerMsg {
+	c := *m
+	c.Entries = append([]vr.Entry(nil), m.Entries...)
+	c.DLog = append([]vr.NilextRequest(nil), m.DLog...)
+	return &c
+}
+
+// traceSent is cadtrace's count of the prepare-oks sent (a VR message
+// type; only the diagnostic build calls it).
+func traceSent(r *Replica, m peerMsg) {
+	if v, ok := m.(*vrMsg); ok && v.Type == vr.MsgPrepareOK {
+		r.ctr.okSent(v.Persisted)
+	}
 }
