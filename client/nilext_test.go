@@ -343,6 +343,19 @@ func TestNilextLeaderChangeMidLoad(t *testing.T) {
 	g := startNilextGroup(t, 5)
 	l := leaderOf(t, g.nodes)
 	c := g.dial(t, WithNilext(50*time.Millisecond, 200*time.Millisecond))
+	// The fast path must be in use before the leader stops: on a loaded
+	// machine the workload's first writes can all miss the 50 ms window and
+	// rest the path until after the stop (CI saw 0 fast writes before it).
+	warm, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for i := 0; c.NilextStats().Fast == 0; i++ {
+		if warm.Err() != nil {
+			t.Fatalf("no fast write before the leader stopped: %+v", c.NilextStats())
+		}
+		if err := c.Put(warm, "warm", []byte(strconv.Itoa(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
 	var fastBefore uint64
 	h := runWorkload(t, c, "c", 4, 90, func() {
 		fastBefore = c.NilextStats().Fast
