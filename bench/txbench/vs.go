@@ -54,7 +54,7 @@ type system struct {
 }
 
 type cell struct {
-	rate, abort, p50, p99, cpu, fsyncs float64
+	rate, abort, p50, p99, cpu, clientCPU, fsyncs float64
 }
 
 func vsMain(args []string) {
@@ -193,8 +193,8 @@ func vsMain(args []string) {
 		for _, h := range hs {
 			for _, s := range systems {
 				c := runCell(ctx, s, h, *clients, *dur)
-				fmt.Fprintf(os.Stderr, "round %d H=%d %-11s %7.0f commits/s abort %4.1f%% p50 %6.2f ms p99 %7.2f ms cpu %6.0f µs fsyncs %.2f\n",
-					r, h, s.name, c.rate, 100*c.abort, c.p50, c.p99, c.cpu, c.fsyncs)
+				fmt.Fprintf(os.Stderr, "round %d H=%d %-11s %7.0f commits/s abort %4.1f%% p50 %6.2f ms p99 %7.2f ms cpu %6.0f µs client %5.0f µs fsyncs %.2f\n",
+					r, h, s.name, c.rate, 100*c.abort, c.p50, c.p99, c.cpu, c.clientCPU, c.fsyncs)
 				res[fmt.Sprintf("%s/%d", s.name, h)] = append(res[fmt.Sprintf("%s/%d", s.name, h)], c)
 			}
 		}
@@ -206,7 +206,7 @@ func vsMain(args []string) {
 		}
 	}
 
-	fmt.Printf("| H | system | commits/s | abort %% | p50 ms | p99 ms | CPU µs/commit | fsyncs/commit | Kefir-txn ÷ |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	fmt.Printf("| H | system | commits/s | abort %% | p50 ms | p99 ms | server CPU µs/commit | client CPU µs/commit | fsyncs/commit | Kefir-txn ÷ |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, h := range hs {
 		base, ok := res[fmt.Sprintf("kefir-txn/%d", h)]
 		for _, s := range systems {
@@ -220,7 +220,7 @@ func vsMain(args []string) {
 			if len(s.metrics) > 0 {
 				fs = fmt.Sprintf("%.2f", m.fsyncs)
 			}
-			fmt.Printf("| %d | %s | %.0f | %.1f | %.2f | %.2f | %.0f | %s | %s |\n", h, s.name, m.rate, 100*m.abort, m.p50, m.p99, m.cpu, fs, ratio)
+			fmt.Printf("| %d | %s | %.0f | %.1f | %.2f | %.2f | %.0f | %.0f | %s | %s |\n", h, s.name, m.rate, 100*m.abort, m.p50, m.p99, m.cpu, m.clientCPU, fs, ratio)
 		}
 	}
 	if len(ro) > 0 {
@@ -236,7 +236,8 @@ func runCell(ctx context.Context, s *system, h, n int, d time.Duration) cell {
 	lats := make([][]float64, n)
 	var wg sync.WaitGroup
 	s.attempts.Store(0)
-	c0, f0 := cpu(s.pids), scrape(s.metrics, s.fsyncs)
+	self := strconv.Itoa(os.Getpid())
+	c0, f0, s0 := cpu(s.pids), scrape(s.metrics, s.fsyncs), cpu(self)
 	start := time.Now()
 	for w := range n {
 		wg.Add(1)
@@ -288,6 +289,7 @@ func runCell(ctx context.Context, s *system, h, n int, d time.Duration) cell {
 		c.abort = 1 - n64/tries
 		c.p50, c.p99 = all[len(all)/2], all[len(all)*99/100]
 		c.cpu = (cpu(s.pids) - c0) * 1e6 / n64
+		c.clientCPU = (cpu(self) - s0) * 1e6 / n64
 		if len(s.metrics) > 0 {
 			c.fsyncs = (scrape(s.metrics, s.fsyncs) - f0) / n64
 		}
@@ -444,12 +446,13 @@ func medianCell(cs []cell) cell {
 		return median(xs)
 	}
 	return cell{
-		rate:   pick(func(c cell) float64 { return c.rate }),
-		abort:  pick(func(c cell) float64 { return c.abort }),
-		p50:    pick(func(c cell) float64 { return c.p50 }),
-		p99:    pick(func(c cell) float64 { return c.p99 }),
-		cpu:    pick(func(c cell) float64 { return c.cpu }),
-		fsyncs: pick(func(c cell) float64 { return c.fsyncs }),
+		rate:      pick(func(c cell) float64 { return c.rate }),
+		abort:     pick(func(c cell) float64 { return c.abort }),
+		p50:       pick(func(c cell) float64 { return c.p50 }),
+		p99:       pick(func(c cell) float64 { return c.p99 }),
+		cpu:       pick(func(c cell) float64 { return c.cpu }),
+		clientCPU: pick(func(c cell) float64 { return c.clientCPU }),
+		fsyncs:    pick(func(c cell) float64 { return c.fsyncs }),
 	}
 }
 
