@@ -206,6 +206,10 @@ func vsMain(args []string) {
 		}
 	}
 
+	// Ratios are medians of the rounds' ratios: a round's cells ran
+	// minutes apart at most, so a burst of load on the shared box moves
+	// both sides of a round's ratio, and the median of the rounds drops a
+	// burst that hit one side.
 	fmt.Printf("| H | system | commits/s | abort %% | p50 ms | p99 ms | server CPU µs/commit | client CPU µs/commit | fsyncs/commit | Kefir-txn ÷ |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, h := range hs {
 		base, ok := res[fmt.Sprintf("kefir-txn/%d", h)]
@@ -214,7 +218,7 @@ func vsMain(args []string) {
 			m := medianCell(cs)
 			ratio := "—"
 			if ok && s.name != "kefir-txn" && m.rate > 0 {
-				ratio = fmt.Sprintf("%.2f×", medianCell(base).rate/m.rate)
+				ratio = fmt.Sprintf("%.2f×", median(roundRatios(base, cs)))
 			}
 			fs := "—"
 			if len(s.metrics) > 0 {
@@ -225,7 +229,7 @@ func vsMain(args []string) {
 	}
 	if len(ro) > 0 {
 		fmt.Printf("\nread-only, %d clients: c.Txn of 4 Gets %.0f/s (%.0f µs CPU), 4 c.Gets %.0f/s (%.0f µs CPU): ratio %.2f (rounds: %s)\n",
-			*clients, median(ro), median(roCPU), median(plain), median(plainCPU), median(ro)/median(plain), ratios(ro, plain))
+			*clients, median(ro), median(roCPU), median(plain), median(plainCPU), median(div(ro, plain)), ratios(ro, plain))
 	}
 }
 
@@ -454,6 +458,28 @@ func medianCell(cs []cell) cell {
 		clientCPU: pick(func(c cell) float64 { return c.clientCPU }),
 		fsyncs:    pick(func(c cell) float64 { return c.fsyncs }),
 	}
+}
+
+// roundRatios is a's commit rate over b's, round by round.
+func roundRatios(a, b []cell) []float64 {
+	var out []float64
+	for i := range min(len(a), len(b)) {
+		if b[i].rate > 0 {
+			out = append(out, a[i].rate/b[i].rate)
+		}
+	}
+	if len(out) == 0 {
+		return []float64{0}
+	}
+	return out
+}
+
+func div(a, b []float64) []float64 {
+	out := make([]float64, len(a))
+	for i := range a {
+		out[i] = a[i] / b[i]
+	}
+	return out
 }
 
 func ratios(a, b []float64) string {
