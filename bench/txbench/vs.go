@@ -54,6 +54,7 @@ type system struct {
 }
 
 type cell struct {
+	commits                                       int64 // committed transactions
 	rate, abort, p50, p99, cpu, clientCPU, fsyncs float64
 }
 
@@ -107,23 +108,7 @@ func vsMain(args []string) {
 		}
 		metrics := splitNonEmpty(*kefirMetrics)
 		if want["kefir-txn"] {
-			s := &system{name: "kefir-txn", pids: *kefirPids, metrics: metrics, fsyncs: "kefir_vr_log_fsyncs_total", selfRetry: true}
-			opts := &client.TxOptions{Isolation: client.Serializable, MaxAttempts: 1 << 20}
-			s.txn = func(ctx context.Context, _ int, k1, k2 string) (bool, error) {
-				err := kc.Txn(ctx, func(tx *client.Tx) error {
-					s.attempts.Add(1)
-					vs, err := tx.MGet(ctx, k1, k2)
-					if err != nil {
-						return err
-					}
-					if err := tx.Set(ctx, k1, incr(vs[0])); err != nil {
-						return err
-					}
-					return tx.Set(ctx, k2, incr(vs[1]))
-				}, opts)
-				return err == nil, err
-			}
-			systems = append(systems, s)
+			systems = append(systems, kefirTxnSystem(kc, *kefirPids, metrics))
 		}
 		if want["kefir-watch"] {
 			leader := kefirLeader(ctx, addrs)
@@ -233,6 +218,29 @@ func vsMain(args []string) {
 	}
 }
 
+// kefirTxnSystem runs the transaction through c.Txn, SERIALIZABLE, which
+// retries an abort itself (after its own backoff, the schedule runCell
+// uses for the others): its runs of fn are the attempts.
+func kefirTxnSystem(kc *client.Client, pids string, metrics []string) *system {
+	s := &system{name: "kefir-txn", pids: pids, metrics: metrics, fsyncs: "kefir_vr_log_fsyncs_total", selfRetry: true}
+	opts := &client.TxOptions{Isolation: client.Serializable, MaxAttempts: 1 << 20}
+	s.txn = func(ctx context.Context, _ int, k1, k2 string) (bool, error) {
+		err := kc.Txn(ctx, func(tx *client.Tx) error {
+			s.attempts.Add(1)
+			vs, err := tx.MGet(ctx, k1, k2)
+			if err != nil {
+				return err
+			}
+			if err := tx.Set(ctx, k1, incr(vs[0])); err != nil {
+				return err
+			}
+			return tx.Set(ctx, k2, incr(vs[1]))
+		}, opts)
+		return err == nil, err
+	}
+	return s
+}
+
 // runCell runs s's transaction from n clients over a hot set of h keys for d.
 func runCell(ctx context.Context, s *system, h, n int, d time.Duration) cell {
 	var commits, attempts atomic.Int64
@@ -288,7 +296,7 @@ func runCell(ctx context.Context, s *system, h, n int, d time.Duration) cell {
 		all = append(all, l...)
 	}
 	slices.Sort(all)
-	c := cell{rate: n64 / el}
+	c := cell{commits: commits.Load(), rate: n64 / el}
 	if n64 > 0 {
 		c.abort = 1 - n64/tries
 		c.p50, c.p99 = all[len(all)/2], all[len(all)*99/100]
