@@ -3,6 +3,9 @@
 // -plain, "INCR k; INCR k"; -cmd GET: GETs) as one pipelined request and wait for its
 // replies, for -d; it prints transactions/s and, given -pid, the server's
 // CPU time per transaction (utime+stime from /proc, docs/design/transactions.md).
+//
+// `txbench vs ...` is the side-by-side read-modify-write transaction benchmark
+// against etcd and Redis (vs.go; bench/txn-vs.sh starts the systems).
 package main
 
 import (
@@ -20,6 +23,10 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "vs" {
+		vsMain(os.Args[2:])
+		return
+	}
 	addr := flag.String("addr", "127.0.0.1:6379", "server")
 	conns := flag.Int("c", 8, "connections")
 	dur := flag.Duration("d", 5*time.Second, "duration")
