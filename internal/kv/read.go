@@ -7,7 +7,8 @@ import "fmt"
 // until visit returns false. It visits reserved keys too (ScanUser skips
 // them). Every call of one scan must see the same state: ScanUser may call it
 // several times to continue past reserved keys. Keys and values handed to
-// visit are safe to keep.
+// visit are safe to keep (values read into the op's ScanBuf: as long as the
+// caller keeps that buffer).
 // meta is the record's meta (Getter).
 type Scanner func(start, end []byte, limit int, visit func(key, data, meta []byte, version uint64) bool) error
 
