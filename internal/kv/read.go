@@ -143,8 +143,11 @@ func readScan(scan Scanner, op *Op, limit int) (Result, error) {
 }
 
 // scanArrayHint bounds readScan's first allocation: a scan's limit may be
-// large while the range holds few keys.
-const scanArrayHint = 64
+// large while the range holds few keys. At 64 a YCSB-E scan (LIMIT 1..100)
+// grew its array once, a second allocation of twice the size: half the bytes
+// a scan still allocated once its values went into a lent buffer
+// (docs/design/scans.md); at 128 its LIMIT sizes it exactly.
+const scanArrayHint = 128
 
 // MultiKey reports whether op reads several keys (a scan, or MGET/EXISTS of
 // more than one). Those must read one state for all their keys (a snapshot):
