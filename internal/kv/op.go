@@ -117,6 +117,14 @@ type Op struct {
 	ExpireAt int64
 	TTL      TTLFlag
 
+	// ScanBuf (not encoded; nil: fresh memory), if set on a scan, is a buffer
+	// the caller owns that the engine may read the scan's values into
+	// (storage.DB.ScanInto): the Result's values then alias it, and the caller
+	// must not reuse it until it is done with the Result (the server: until the
+	// reply is encoded). It changes where the values live, not what the read
+	// sees. Nothing that keeps a Result past its caller may set it.
+	ScanBuf *[]byte
+
 	// scriptGens (not encoded: set by the script runner on the ops its
 	// redis.call makes) counts the hashes a script op created so far: each
 	// needs a generation of its own, and they all share the op's version

@@ -863,6 +863,12 @@ func (c *conn) read(spec *command.Spec, args [][]byte, o callOpts) error {
 	if err != nil {
 		return err
 	}
+	if op.Kind == kv.KindScan {
+		// The values are read into a lent buffer, taken back once
+		// writeResult (below) has encoded them (scanbuf.go).
+		op.ScanBuf = lendScanBuf()
+		defer returnScanBuf(op.ScanBuf)
+	}
 	cons := o.cons
 	if cons.IsZero() {
 		cons = c.cons

@@ -905,7 +905,7 @@ func (s *Shard) Read(ctx context.Context, op kv.Op, c level.Consistency, sess Se
 		// A hash read (a WATCH of a hash: kv.Observe) reads its field
 		// rows through the scanner (the getter hides reserved keys), in
 		// the same snapshot as the key.
-		scan = snapshotScan(snap, &maxPos)
+		scan = snapshotScan(snap, &maxPos, nil)
 	}
 	if op.Kind == kv.KindScan {
 		// A scan also observes which keys are absent; a deletion it does not
@@ -914,7 +914,7 @@ func (s *Shard) Read(ctx context.Context, op kv.Op, c level.Consistency, sess Se
 		if !s.opts.NoReadDurabilityCheck {
 			maxPos = s.checkLimit()
 		}
-		scan = snapshotScan(snap, &maxPos)
+		scan = snapshotScan(snap, &maxPos, op.ScanBuf) // the values into the caller's buffer, if it lends one
 	}
 	res, err := kv.Read(get, scan, &op, s.opts.MaxScan)
 	if err != nil {

@@ -42,7 +42,12 @@ func (s *Snapshot) Get(key []byte) (Value, error) {
 
 // Scan scans at the snapshot's version (see DB.Scan).
 func (s *Snapshot) Scan(start, end []byte, limit int, fn func(key []byte, v Value) bool) error {
-	return s.db.scanAt(start, end, s.at, limit, fn)
+	return s.db.scanAt(start, end, s.at, limit, nil, fn)
+}
+
+// ScanInto is Scan reading the values into *buf (see DB.ScanInto).
+func (s *Snapshot) ScanInto(start, end []byte, limit int, buf *[]byte, fn func(key []byte, v Value) bool) error {
+	return s.db.scanAt(start, end, s.at, limit, buf, fn)
 }
 
 // Close unpins the snapshot's versions. They become garbage if nothing else keeps them.

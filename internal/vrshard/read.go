@@ -659,7 +659,7 @@ func (r *Replica) readWith(op kv.Op, ov map[string]overlayEntry) (kv.Result, err
 		snap := r.db.Snapshot(0)
 		defer snap.Close()
 		engineGet = snap.Get
-		scan = shard.SnapshotScanner(snap)
+		scan = shard.SnapshotScannerInto(snap, op.ScanBuf) // the caller's buffer, if it lends one (kv.Op.ScanBuf)
 	}
 	n := 0
 	get := func(k []byte) ([]byte, []byte, uint64, bool, error) {
