@@ -327,9 +327,10 @@ func (t *SlotTable) Check(op *Op) error {
 	if t == nil || isSlotKind(op.Kind) || op.Kind == KindHSweep {
 		return nil
 	}
-	keys, _ := op.RoutingKeys()
-	for _, k := range keys {
-		s := KeySlot(k)
+	// MSET's Keys are key, value pairs: only every step-th is a key.
+	keys, step := op.RoutingKeys()
+	for i := 0; i < len(keys); i += step {
+		s := KeySlot(keys[i])
 		if e := t.e[s]; !e.State.Serves() {
 			return &SlotError{Slot: s, State: e.State, Peer: e.Peer, Epoch: e.Epoch}
 		}
@@ -438,10 +439,10 @@ func MovedRequest(get Getter, t *SlotTable, op *Op, client, reqNum uint64) (res 
 	if t == nil || client == 0 || isSlotKind(op.Kind) {
 		return Result{}, nil, false, nil
 	}
-	keys, _ := op.RoutingKeys()
+	keys, step := op.RoutingKeys()
 	imported := false
-	for _, k := range keys {
-		if e := t.e[KeySlot(k)]; e.State == SlotOwned && e.Peer != 0 {
+	for i := 0; i < len(keys); i += step {
+		if e := t.e[KeySlot(keys[i])]; e.State == SlotOwned && e.Peer != 0 {
 			imported = true
 			break
 		}
