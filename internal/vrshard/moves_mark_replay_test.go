@@ -8,15 +8,15 @@ import (
 	"github.com/kefirdb/kefir/internal/vfs"
 )
 
-// REVIEW (finding 4): a write answered from a moved slot's request mark
-// (kv.MovedRequest: the request already ran at the slot's old group) writes
-// nothing but its client row. Replayed after a restart as the engine's last
-// op, applyOp finds its client row and calls replayFilter, which evaluates
-// the op with client 0 — so evalFenced skips MovedRequest — and stages the
-// op's records, which settle keeps (the engine has no record of the key at
-// that version): the retried INCRBY that ran once at the source runs again
-// at the destination, after the fact, behind an answer that says it did not.
-func TestReviewReplayOfAMarkAnsweredWriteWritesNothing(t *testing.T) {
+// A write answered from a moved slot's request mark (kv.MovedRequest: the
+// request already ran at the slot's old group) writes nothing but its client
+// row. Replayed after a restart as the engine's last op, applyOp finds its
+// client row and calls replayFilter, which must evaluate the op as the same
+// client's request: evaluated as client 0 it skipped MovedRequest and staged
+// the op's records, which settle kept (the engine has no record of the key
+// at that version) — the retried INCRBY that ran once at the source ran
+// again at the destination, behind an answer that says it did not.
+func TestReplayOfAMarkAnsweredWriteWritesNothing(t *testing.T) {
 	k := []byte("counter")
 	s := kv.KeySlot(k)
 	rs := kv.EncodeSlotRanges([]kv.SlotRange{{Start: s, End: s}})
