@@ -12,13 +12,13 @@ import (
 	"github.com/kefirdb/kefir/internal/shard"
 )
 
-// REVIEW (finding 2): TxBegin is not behind the slot fence. Read refuses a
-// key of a slot its group handed over (fenceRead); TxBegin of that key at
-// the source answers a snapshot taken after the hand-over, which reads the
-// source's frozen copy while the destination takes writes. A read-only
-// KEFIR.TX commits without the log, so its stale reads are answered as a
-// committed transaction.
-func TestReviewTxBeginAtTheSourceAfterAHandOverIsFenced(t *testing.T) {
+// TxBegin is behind the slot fence, as of its snapshot: Read refuses a key
+// of a slot its group handed over (fenceRead), and so must TxBegin of that
+// key at the source — a snapshot taken after the hand-over reads the
+// source's frozen copy while the destination takes writes, and a read-only
+// KEFIR.TX commits without the log, so its stale reads would be answered as
+// a committed transaction.
+func TestTxBeginAtTheSourceAfterAHandOverIsFenced(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(&logBuffer{}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	nt := newNodeTransports(t, 3, log)
 	g1 := groupWith(t, nt, 1, log, nil)
@@ -50,5 +50,19 @@ func TestReviewTxBeginAtTheSourceAfterAHandOverIsFenced(t *testing.T) {
 		data, _, _, _, _ := snap.Get([]byte(k))
 		t.Fatalf("TxBegin at the source after the hand-over: a snapshot at %d that reads k=%q (the owner has %q); want the fence's refusal",
 			snap.Version(), data, "new")
+	}
+	var se *kv.SlotError
+	if !errors.As(err, &se) || se.State != kv.SlotNone || se.Slot != s {
+		t.Fatalf("TxBegin at the source after the hand-over: %v, want the read fence's *kv.SlotError (slot %d none)", err, s)
+	}
+	// The destination's snapshot serves the key: the owner's value.
+	dst := leaderOf(g2, timeout)
+	snap, err = dst.TxBegin(context.Background(), []byte(k))
+	if err != nil {
+		t.Fatalf("TxBegin at the slot's owner: %v", err)
+	}
+	defer snap.Close()
+	if data, _, _, _, err := snap.Get([]byte(k)); err != nil || string(data) != "new" {
+		t.Fatalf("the owner's snapshot reads %q, %v; want \"new\"", data, err)
 	}
 }
