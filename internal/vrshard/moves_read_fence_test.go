@@ -10,6 +10,7 @@ import (
 
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/vr"
 )
@@ -21,8 +22,10 @@ import (
 // copy while the slot's new owner takes writes. Here a follower of the
 // source is held (its driver stopped) through the move and a write at the
 // destination; a session read whose token is past the hand-over arrives,
-// waits, and the follower is released.
+// waits, and the follower is released. (The hold is a test hook, read
+// only in a -tags mutations build.)
 func TestReadAtALaggingReplicaOfTheSourceIsFencedAfterItsWait(t *testing.T) {
+	mutation.Require(t)
 	log := slog.New(slog.NewTextHandler(&logBuffer{}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	nt := newNodeTransports(t, 3, log)
 	var held atomic.Uint64 // the held follower's id (0: none)
