@@ -26,11 +26,9 @@ import (
 // only in a -tags mutations build.)
 func TestReadAtALaggingReplicaOfTheSourceIsFencedAfterItsWait(t *testing.T) {
 	mutation.Require(t)
-	log := slog.New(slog.NewTextHandler(&logBuffer{}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	nt := newNodeTransports(t, 3, log)
 	var held atomic.Uint64 // the held follower's id (0: none)
 	release := make(chan struct{})
-	g1 := groupWith(t, nt, 1, log, func(o *Options) {
+	g1, g2, must := twoSlotGroups(t, func(o *Options) {
 		o.FollowerWait = 20 * time.Second // the read waits rather than redirects
 		o.mut.afterStep = func(r *Replica, _ *vr.Message) {
 			if held.Load() == r.opts.VR.Self {
@@ -38,19 +36,7 @@ func TestReadAtALaggingReplicaOfTheSourceIsFencedAfterItsWait(t *testing.T) {
 			}
 		}
 	})
-	g2 := groupWith(t, nt, 2, log, nil)
 	const timeout = 10 * time.Second
-	must := func(g *cluster, op kv.Op) kv.Result {
-		t.Helper()
-		res, err := g.write(op, shard.ReqID{}, timeout)
-		if err != nil {
-			t.Fatalf("%s: %v", op.Kind, err)
-		}
-		return res
-	}
-	all := []kv.SlotRange{{Start: 0, End: kv.NumSlots - 1}}
-	must(g1, slotOp(kv.KindSlotInit, all, 0, 0, 1))
-	must(g2, slotOp(kv.KindSlotInit, nil, 0, 0, 1))
 	k := "acct"
 	s := kv.KeySlot([]byte(k))
 	v := must(g1, set(k, "old")).Version
@@ -95,4 +81,26 @@ func TestReadAtALaggingReplicaOfTheSourceIsFencedAfterItsWait(t *testing.T) {
 	case <-time.After(timeout):
 		t.Fatal("the session read did not return")
 	}
+}
+
+// twoSlotGroups starts two VR groups on three node transports, group 1
+// owning every slot and group 2 none (tune1 tunes group 1's replicas), and
+// returns them with a write that must succeed at a group's leader.
+func twoSlotGroups(t *testing.T, tune1 func(*Options)) (g1, g2 *cluster, must func(*cluster, kv.Op) kv.Result) {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(&logBuffer{}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	nt := newNodeTransports(t, 3, log)
+	g1 = groupWith(t, nt, 1, log, tune1)
+	g2 = groupWith(t, nt, 2, log, nil)
+	must = func(g *cluster, op kv.Op) kv.Result {
+		t.Helper()
+		res, err := g.write(op, shard.ReqID{}, 10*time.Second)
+		if err != nil {
+			t.Fatalf("%s: %v", op.Kind, err)
+		}
+		return res
+	}
+	must(g1, slotOp(kv.KindSlotInit, []kv.SlotRange{{Start: 0, End: kv.NumSlots - 1}}, 0, 0, 1))
+	must(g2, slotOp(kv.KindSlotInit, nil, 0, 0, 1))
+	return g1, g2, must
 }

@@ -3,7 +3,6 @@ package vrshard
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -19,22 +18,8 @@ import (
 // KEFIR.TX commits without the log, so its stale reads would be answered as
 // a committed transaction.
 func TestTxBeginAtTheSourceAfterAHandOverIsFenced(t *testing.T) {
-	log := slog.New(slog.NewTextHandler(&logBuffer{}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	nt := newNodeTransports(t, 3, log)
-	g1 := groupWith(t, nt, 1, log, nil)
-	g2 := groupWith(t, nt, 2, log, nil)
+	g1, g2, must := twoSlotGroups(t, nil)
 	const timeout = 10 * time.Second
-	must := func(g *cluster, op kv.Op) kv.Result {
-		t.Helper()
-		res, err := g.write(op, shard.ReqID{}, timeout)
-		if err != nil {
-			t.Fatalf("%s: %v", op.Kind, err)
-		}
-		return res
-	}
-	all := []kv.SlotRange{{Start: 0, End: kv.NumSlots - 1}}
-	must(g1, slotOp(kv.KindSlotInit, all, 0, 0, 1))
-	must(g2, slotOp(kv.KindSlotInit, nil, 0, 0, 1))
 	k := "acct"
 	s := kv.KeySlot([]byte(k))
 	must(g1, set(k, "old"))
