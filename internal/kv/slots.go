@@ -164,26 +164,42 @@ func AppendSlotTable(b []byte, t *SlotTable) []byte {
 // DecodeSlotTable decodes AppendSlotTable's encoding; every slot must be
 // covered exactly once.
 func DecodeSlotTable(b []byte) (*SlotTable, error) {
+	t := &SlotTable{}
+	err := slotRuns(b, func(start, end uint16, e SlotEntry) bool {
+		for s := int(start); s <= int(end); s++ {
+			t.e[s] = e
+		}
+		return true
+	})
+	if err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// slotRuns calls fn with each run of AppendSlotTable's encoding b, in slot
+// order, until fn returns false; every slot must be covered exactly once
+// (checked only when fn reads to the end).
+func slotRuns(b []byte, fn func(start, end uint16, e SlotEntry) bool) error {
 	d := Decoder{B: b}
 	n := d.Uvarint()
-	t := &SlotTable{}
 	next := 0
 	for i := uint64(0); i < n && d.Err == nil; i++ {
 		start, end := d.Uvarint(), d.Uvarint()
 		st := SlotState(d.Byte())
 		peer, epoch := d.Uvarint(), d.Uvarint()
 		if d.Err != nil || start != uint64(next) || end < start || end >= NumSlots || st >= slotStateEnd {
-			return nil, fmt.Errorf("%w: slot table run %d", ErrCorrupt, i)
+			return fmt.Errorf("%w: slot table run %d", ErrCorrupt, i)
 		}
-		for s := start; s <= end; s++ {
-			t.e[s] = SlotEntry{State: st, Peer: peer, Epoch: epoch}
+		if !fn(uint16(start), uint16(end), SlotEntry{State: st, Peer: peer, Epoch: epoch}) {
+			return nil
 		}
 		next = int(end) + 1
 	}
 	if d.Err != nil || next != NumSlots || len(d.B) != 0 {
-		return nil, fmt.Errorf("%w: slot table covers %d slots", ErrCorrupt, next)
+		return fmt.Errorf("%w: slot table covers %d slots", ErrCorrupt, next)
 	}
-	return t, nil
+	return nil
 }
 
 // SlotRange is an inclusive range of slots.
@@ -324,13 +340,47 @@ func HashTag(key []byte) []byte {
 // generation dead in this group's own state (HashGenDead) and only reads
 // its key, so it cleans a group's rows of a hash whose slot moved away.
 func (t *SlotTable) Check(op *Op) error {
-	if t == nil || isSlotKind(op.Kind) || op.Kind == KindHSweep {
+	if t == nil {
 		return nil
 	}
-	keys, _ := op.RoutingKeys()
-	for _, k := range keys {
-		s := KeySlot(k)
-		if e := t.e[s]; !e.State.Serves() {
+	return checkFence(op, func(s uint16) (SlotEntry, error) { return t.e[s], nil })
+}
+
+// CheckSlotTable is Check of the table enc encodes (AppendSlotTable; nil:
+// no table), reading only the runs of op's keys: for a read of one state
+// of the engine (a transaction's snapshot) against its own table, where
+// decoding the whole table for each would cost more than the read.
+func CheckSlotTable(enc []byte, op *Op) error {
+	if enc == nil {
+		return nil
+	}
+	return checkFence(op, func(s uint16) (SlotEntry, error) {
+		var e SlotEntry
+		err := slotRuns(enc, func(start, end uint16, run SlotEntry) bool {
+			if s > end {
+				return true
+			}
+			e = run
+			return false
+		})
+		return e, err
+	})
+}
+
+// checkFence is Check with entry the table's row of a slot.
+func checkFence(op *Op, entry func(uint16) (SlotEntry, error)) error {
+	if isSlotKind(op.Kind) || op.Kind == KindHSweep {
+		return nil
+	}
+	// MSET's Keys are key, value pairs: only every step-th is a key.
+	keys, step := op.RoutingKeys()
+	for i := 0; i < len(keys); i += step {
+		s := KeySlot(keys[i])
+		e, err := entry(s)
+		if err != nil {
+			return err
+		}
+		if !e.State.Serves() {
 			return &SlotError{Slot: s, State: e.State, Peer: e.Peer, Epoch: e.Epoch}
 		}
 	}
@@ -438,10 +488,10 @@ func MovedRequest(get Getter, t *SlotTable, op *Op, client, reqNum uint64) (res 
 	if t == nil || client == 0 || isSlotKind(op.Kind) {
 		return Result{}, nil, false, nil
 	}
-	keys, _ := op.RoutingKeys()
+	keys, step := op.RoutingKeys()
 	imported := false
-	for _, k := range keys {
-		if e := t.e[KeySlot(k)]; e.State == SlotOwned && e.Peer != 0 {
+	for i := 0; i < len(keys); i += step {
+		if e := t.e[KeySlot(keys[i])]; e.State == SlotOwned && e.Peer != 0 {
 			imported = true
 			break
 		}

@@ -263,6 +263,8 @@ func TestSlotImportMarksAndMovedRequest(t *testing.T) {
 		{9, 6, incr, false, nil, 0},
 		{8, 1, incr, false, nil, 0}, // no mark
 		{9, 5, &Op{Kind: KindIncrBy, Key: keyOfSlot(301), Delta: 1}, false, nil, 0}, // never imported
+		// MSET's values are not keys: a value of the imported slot does not mark it.
+		{9, 5, &Op{Kind: KindMSet, Keys: [][]byte{keyOfSlot(301), k}}, false, nil, 0},
 	} {
 		res, opErr, hit, err := MovedRequest(m.get, tb, c.op, c.client, c.req)
 		if err != nil || hit != c.hit || !errors.Is(opErr, c.want) || (c.want == nil && res.Int != c.int) {

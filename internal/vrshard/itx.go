@@ -2,9 +2,12 @@ package vrshard
 
 import (
 	"context"
+	"errors"
+	"fmt"
 
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/shard"
 )
 
@@ -17,14 +20,36 @@ import (
 // Every version up to it is committed and readable, so the snapshot it pins
 // here may be read after this replica loses its leadership, and its commit
 // validates on whichever leader orders it.
-func (r *Replica) TxBegin(ctx context.Context, _ []byte) (*shard.TxSnap, error) {
+//
+// key (the transaction's first key, nil on a node of one group) passes the
+// slot fence as of the snapshot: a transaction is of one slot
+// (cluster.Multi.TxBegin), and a snapshot of a slot this group does not
+// serve at that version — handed over (its copy frozen while the new owner
+// takes writes) or not yet imported — would let a read-only transaction
+// commit, without the log, what it read there. The refusal is the read
+// fence's *kv.SlotError (-MOVED).
+func (r *Replica) TxBegin(ctx context.Context, key []byte) (*shard.TxSnap, error) {
 	if err := r.CheckConsistency(level.ConsLinearizable); err != nil {
 		return nil, err
 	}
 	if _, err := r.leaderRead(ctx, kv.Op{Kind: kv.KindScan, Limit: 1}); err != nil {
 		return nil, err
 	}
-	return shard.NewTxSnap(r.db, min(r.readable.Load(), r.applied.Load())), nil
+	snap := shard.NewTxSnap(r.db, min(r.readable.Load(), r.applied.Load()))
+	if key != nil && !(mutation.On && r.mut.slotsUnfenced) {
+		enc, _, _, _, err := snap.Get(kv.SlotTableKey)
+		if err == nil {
+			err = kv.CheckSlotTable(enc, &kv.Op{Kind: kv.KindGet, Key: key})
+		}
+		if errors.Is(err, kv.ErrCorrupt) {
+			err = fmt.Errorf("%w: slot table at version %d: %w", shard.ErrUnavailable, snap.Version(), err)
+		}
+		if err != nil {
+			snap.Close()
+			return nil, err
+		}
+	}
+	return snap, nil
 }
 
 var _ shard.TxSnapshots = (*Replica)(nil)

@@ -677,7 +677,23 @@ func (r *Replica) readWith(op kv.Op, ov map[string]overlayEntry) (kv.Result, err
 		v, ok, err := r.getFrom(engineGet, k)
 		return v.Data, v.Meta, v.Version, ok, err
 	}
-	return kv.Read(get, scan, &op, shard.DefaultMaxScan)
+	res, err := kv.Read(get, scan, &op, shard.DefaultMaxScan)
+	if err != nil {
+		return res, err
+	}
+	// The fence again, after the read: the one on arrival (fenceRead in
+	// Read, TryRead, ReadDeferred) ran before the read's freshness wait
+	// (leadership, waitApplied, waitSession), which may have applied the
+	// slot's hand-over — a lagging follower, a new leader. flush publishes
+	// a batch's table before applied passes the batch, so the table loaded
+	// now is at least as new as every op the wait asked for: a read that
+	// must see the hand-over is refused rather than served from the frozen
+	// copy. (The engine may be a batch ahead of it; a read that did not
+	// wait for that batch may return the state just before it.)
+	if err := r.fenceRead(&op); err != nil {
+		return kv.Result{}, err
+	}
+	return res, nil
 }
 
 // readNow is the time (unix ms) a read decides key expiry at

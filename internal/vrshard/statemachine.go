@@ -265,7 +265,7 @@ func (a *applier) applyOp(op *kv.Op, v uint64, ts int64, client, reqNum uint64) 
 					// The row is this op's: a replayed older op of the
 					// client may have set a lower version (applyForget).
 					a.rows[client] = v
-					if err := a.replayFilter(op, v, ts, start); err != nil {
+					if err := a.replayFilter(op, v, ts, client, reqNum, start); err != nil {
 						return kv.Result{}, nil, err
 					}
 					return res, opErr, nil
@@ -305,9 +305,12 @@ func (a *applier) applyOp(op *kv.Op, v uint64, ts int64, client, reqNum uint64) 
 
 // replayFilter stages nothing new for an op whose result came from the engine,
 // except the records of it that a crash lost (the engine recovers a prefix of
-// the records of the last op it applied).
-func (a *applier) replayFilter(op *kv.Op, v uint64, ts int64, start int) error {
-	if _, err := a.evalFenced(op, v, ts, 0, 0); err != nil {
+// the records of the last op it applied). The op is evaluated as its first run
+// was, as client's request reqNum: one answered from a moved slot's request
+// mark (or refused as stale, kv.MovedRequest) wrote nothing then, and any
+// error here stages nothing now.
+func (a *applier) replayFilter(op *kv.Op, v uint64, ts int64, client, reqNum uint64, start int) error {
+	if _, err := a.evalFenced(op, v, ts, client, reqNum); err != nil {
 		a.recs = a.recs[:start]
 		if errors.Is(err, shard.ErrUnavailable) {
 			return err
