@@ -288,6 +288,9 @@ func FlushPending(markVersion, keyVersion uint64, key []byte) bool {
 }
 
 // FlushDeletes reports whether a flush deletes key: every user key and the
-// hashes' field rows and generation markers (hash.go), not the other
-// reserved rows (a replica's client table, its marks).
-func FlushDeletes(key []byte) bool { return !IsReserved(key) || IsHashRow(key) || isHashMarker(key) }
+// hashes' field rows and generation markers (hash.go), the transactions'
+// access records (itxrange.go), not the other reserved rows (a replica's
+// client table, its marks).
+func FlushDeletes(key []byte) bool {
+	return !IsReserved(key) || IsHashRow(key) || isHashMarker(key) || IsAccessRow(key)
+}
