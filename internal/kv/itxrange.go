@@ -80,14 +80,29 @@ func decodeAccess(b []byte) []txAccess {
 	if n > uint64(len(b)) {
 		return nil
 	}
+	// One backing array for every entry's ranges: a record is read at
+	// every ranged commit of its key.
 	es := make([]txAccess, 0, n)
+	ends := make([]int, 0, n)
+	var all []TxRange
 	for i := uint64(0); i < n && d.Err == nil; i++ {
-		e := txAccess{Version: d.Uvarint(), Prev: d.Uvarint()}
-		e.Ranges = decodeRanges(&d)
-		es = append(es, e)
+		es = append(es, txAccess{Version: d.Uvarint(), Prev: d.Uvarint()})
+		m := d.Uvarint()
+		if m > uint64(len(d.B)) {
+			return nil
+		}
+		for j := uint64(0); j < m && d.Err == nil; j++ {
+			all = append(all, TxRange{Lo: d.Uvarint(), Hi: d.Uvarint()})
+		}
+		ends = append(ends, len(all))
 	}
 	if d.Err != nil {
 		return nil
+	}
+	lo := 0
+	for i := range es {
+		es[i].Ranges = all[lo:ends[i]:ends[i]]
+		lo = ends[i]
 	}
 	return es
 }
