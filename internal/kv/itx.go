@@ -71,6 +71,8 @@ const (
 	// txSetBit's the bit offset (uvarint) then '0' or '1'.
 	txSetRange = 'R'
 	txSetBit   = 'B'
+	// txBitField's argument is KindBitField's Value.
+	txBitField = 'F'
 )
 
 // NewTxCommit builds the commit op of a transaction that started at start:
@@ -108,6 +110,8 @@ func NewTxCommit(start uint64, iso Cond, checks []TxCheck, writes []Op) (Op, err
 			op.Keys = append(op.Keys, []byte{txIncrBy}, w.Key, strconv.AppendInt(nil, w.Delta, 10))
 		case w.Kind == KindSetRange && w.Delta >= 0:
 			op.Keys = append(op.Keys, []byte{txSetRange}, w.Key, append(binary.AppendUvarint(nil, uint64(w.Delta)), w.Value...))
+		case w.Kind == KindBitField:
+			op.Keys = append(op.Keys, []byte{txBitField}, w.Key, w.Value)
 		case w.Kind == KindSetBit && w.Delta >= 0 && len(w.Value) == 1:
 			op.Keys = append(op.Keys, []byte{txSetBit}, w.Key, append(binary.AppendUvarint(nil, uint64(w.Delta)), w.Value...))
 		default:
@@ -162,6 +166,8 @@ func DecodeTxCommit(op *Op) (checks []TxCheck, writes []Op, err error) {
 				return nil, nil, fmt.Errorf("%w: transaction INCRBY of %q", ErrInvalidOp, arg)
 			}
 			w.Kind, w.Delta = KindIncrBy, delta
+		case txBitField:
+			w.Kind, w.Value = KindBitField, arg
 		case txSetRange, txSetBit:
 			off, n := binary.Uvarint(arg)
 			if n <= 0 || off > 1<<62 || (code[0] == txSetBit && len(arg)-n != 1) {
@@ -355,7 +361,7 @@ func applyTxCommit(get Getter, version uint64, op *Op, maxValue int, emit Emit) 
 			return Result{}, err
 		}
 		if a != nil {
-			if w.Kind != KindSetRange && w.Kind != KindSetBit {
+			if w.Kind != KindSetRange && w.Kind != KindSetBit && w.Kind != KindBitField {
 				a.whole = true
 				continue
 			}
@@ -394,7 +400,7 @@ func TxErrorText(err error) (string, bool) {
 		return ErrWrongKind.Error(), true
 	case errors.Is(err, ErrWrongType):
 		return "ERR value is not an integer or out of range", true
-	case errors.Is(err, ErrOverflow), errors.Is(err, ErrReservedKey), errors.Is(err, ErrInvalidOp):
+	case errors.Is(err, ErrOverflow), errors.Is(err, ErrReservedKey), errors.Is(err, ErrInvalidOp), errors.Is(err, ErrTooBig):
 		return "ERR " + err.Error(), true
 	}
 	return "", false

@@ -190,6 +190,10 @@ func writeRanges(w *Op, before, after int) []TxRange {
 		}
 	case KindSetBit:
 		rs = append(rs, TxRange{uint64(w.Delta), uint64(w.Delta) + 1})
+	case KindBitField:
+		if ops, err := DecodeBitField(w.Value); err == nil {
+			_, rs = bitFieldRanges(ops)
+		}
 	}
 	if after > before {
 		rs = append(rs, TxRange{uint64(before) * 8, uint64(after) * 8})

@@ -39,7 +39,7 @@ var moreKindNames = [...]string{"rename", "copy", "getdel", "flush", "setrange",
 // the others).
 func (k Kind) known() bool {
 	return (k >= KindGet && k <= KindCAS) || isExpiryKind(k) || (k >= KindRename && k < kindMoreEnd) ||
-		isHashWrite(k) || isHashRead(k) || isScriptKind(k) || isSlotKind(k) || isTxKind(k) || isItxKind(k)
+		isHashWrite(k) || isHashRead(k) || isScriptKind(k) || isSlotKind(k) || isTxKind(k) || isItxKind(k) || k == KindBitField
 }
 
 // Errors of the keyspace and string commands: outcomes of the op, cached by
@@ -149,6 +149,8 @@ func applyMore(get Getter, version uint64, op *Op, maxValue int, emit Emit) (res
 		res, err = applyMSetNX(get, version, op, emit)
 	case KindSetBit:
 		res, err = applySetBit(get, version, op, maxValue, emit)
+	case KindBitField:
+		res, err = applyBitField(get, version, op, maxValue, emit)
 	case KindHSet, KindHDel, KindHIncrBy, KindHIncrByFloat, KindHSweep:
 		res, err = applyHash(get, nil, version, op, emit, false)
 	default:
