@@ -40,10 +40,10 @@ func (e redisText) Error() string { return string(e) }
 var (
 	ErrBitFieldType     error = redisText("Invalid bitfield type. Use something like i16 u8. Note that u64 is not supported but i64 is.")
 	ErrBitFieldOverflow error = redisText("Invalid OVERFLOW type specified")
-	ErrBitOffset        = errors.New("bit offset is not an integer or out of range")
-	errBitFieldSyntax   = errors.New("syntax error")
-	errBitFieldValue    = errors.New("value is not an integer or out of range")
-	errBitFieldReadOnly = errors.New("BITFIELD_RO only supports the GET subcommand")
+	ErrBitOffset              = errors.New("bit offset is not an integer or out of range")
+	errBitFieldSyntax         = errors.New("syntax error")
+	errBitFieldValue          = errors.New("value is not an integer or out of range")
+	errBitFieldReadOnly       = errors.New("BITFIELD_RO only supports the GET subcommand")
 )
 
 // ParseBitField parses BITFIELD's arguments after the key; readOnly
@@ -324,9 +324,9 @@ func applyBitField(get Getter, version uint64, op *Op, maxValue int, emit Emit) 
 	return res, nil
 }
 
-// bitFieldRanges is the bits a BITFIELD's subcommands touch: (reads,
+// BitFieldRanges is the bits a BITFIELD's subcommands touch: (reads,
 // writes).
-func bitFieldRanges(ops []BitFieldOp) (reads, writes []TxRange) {
+func BitFieldRanges(ops []BitFieldOp) (reads, writes []TxRange) {
 	for _, o := range ops {
 		r := TxRange{Lo: o.Offset, Hi: o.Offset + uint64(o.Bits)}
 		if o.Code == 'G' {

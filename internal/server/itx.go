@@ -154,12 +154,14 @@ func (c *conn) txCmd(args [][]byte) error {
 		n = 1
 	case "MGET", "EXISTS", "DEL":
 		n, variadic = 1, true
+	case "BITFIELD":
+		n, variadic, keys = 1, true, rest[:min(1, len(rest))]
 	case "SET", "INCRBY", "GETBIT":
 		n, keys = 2, rest[:min(1, len(rest))]
 	case "SETRANGE", "GETRANGE", "SETBIT", "ACCESS":
 		n, keys = 3, rest[:min(1, len(rest))]
 	default:
-		return errf("ERR unknown subcommand '%s'. Try BEGIN, GET, MGET, EXISTS, GETRANGE, GETBIT, SET, DEL, INCRBY, SETRANGE, SETBIT, ACCESS, COMMIT, PREPARE, ABORT.", clip(args[1]))
+		return errf("ERR unknown subcommand '%s'. Try BEGIN, GET, MGET, EXISTS, GETRANGE, GETBIT, SET, DEL, INCRBY, SETRANGE, SETBIT, BITFIELD, ACCESS, COMMIT, PREPARE, ABORT.", clip(args[1]))
 	}
 	if len(rest) < n || (!variadic && len(rest) != n) {
 		return errf("ERR wrong number of arguments for 'kefir.tx|%s' command", strings.ToLower(sub))
@@ -178,6 +180,25 @@ func (c *conn) txCmd(args [][]byte) error {
 	}
 	now := time.Now().UnixMilli()
 	var res kv.Result
+	var bf []kv.BitFieldOp
+	if sub == "BITFIELD" {
+		if bf, err = kv.ParseBitField(rest[1:], false); err != nil {
+			return errf("ERR %s", err)
+		}
+		reads, _ := kv.BitFieldRanges(bf) // the writes are recorded with the write, below
+		a := tx.access(rest[0])
+		a.read = append(a.read, reads...)
+		if !kv.BitFieldWrites(bf) {
+			op := kv.Op{Kind: kv.KindGet, Key: rest[0], Now: now}
+			res, err = kv.Read(tx.ov.View(tx.get, tx.snap.Version()+1), nil, &op, 0)
+			if err != nil {
+				return c.txFail(h, err)
+			}
+			_, reply := kv.RunBitField(append([]byte(nil), res.Bulk...), bf)
+			c.writeReply(reply)
+			return nil
+		}
+	}
 	switch sub {
 	case "ACCESS":
 		start, err1 := parseInt64(rest[1])
@@ -274,6 +295,8 @@ func (c *conn) txCmd(args [][]byte) error {
 				return errf("ERR bit is not an integer or out of range")
 			}
 			ops = []kv.Op{{Kind: kv.KindSetBit, Key: clone(rest[0]), Delta: off, Value: clone(rest[2]), Now: now}}
+		case "BITFIELD":
+			ops = []kv.Op{{Kind: kv.KindBitField, Key: clone(rest[0]), Value: kv.EncodeBitField(bf), Now: now}}
 		}
 		var count int64
 		for i := range ops {
@@ -292,6 +315,9 @@ func (c *conn) txCmd(args [][]byte) error {
 				}
 			case kv.KindSetBit:
 				a.write = append(a.write, kv.TxRange{Lo: uint64(o.Delta), Hi: uint64(o.Delta) + 1})
+			case kv.KindBitField:
+				_, w := kv.BitFieldRanges(bf)
+				a.write = append(a.write, w...)
 			default:
 				a.wholeWrite = true
 			}

@@ -417,3 +417,52 @@ func txBegin(t *testing.T, c *client, iso string) string {
 	}
 	return h
 }
+
+// BITFIELD and BITFIELD_RO at the front door (replies as redis-server
+// 7.0.15's), and inside KEFIR.TX: two transactions incrementing different
+// fields of one key both commit; the same field aborts the second.
+func TestBitFieldCommands(t *testing.T) {
+	s := startServer(t, nil)
+	a, b := dial(t, s), dial(t, s)
+	a.expect(`
+BITFIELD c INCRBY u2 100 1 OVERFLOW SAT INCRBY u2 102 1 => [(integer) 1, (integer) 1]
+BITFIELD c OVERFLOW FAIL INCRBY u2 102 4 => [(nil)]
+BITFIELD s SET i8 0 -100 GET i8 0 INCRBY i8 0 -100 GET u8 0 => [(integer) 0, (integer) -100, (integer) 56, (integer) 56]
+BITFIELD_RO s GET u8 0 GET i4 4 => [(integer) 56, (integer) -8]
+BITFIELD_RO s SET u8 0 1 => ERR BITFIELD_RO only supports the GET subcommand
+BITFIELD s GET u64 0 => ERR Invalid bitfield type. Use something like i16 u8. Note that u64 is not supported but i64 is.
+BITFIELD s OVERFLOW BAD => ERR Invalid OVERFLOW type specified
+BITFIELD s GET u8 => ERR syntax error
+BITFIELD e GET u8 0 => [(integer) 0]
+EXISTS e => (integer) 0
+`)
+	for _, same := range []bool{false, true} {
+		a.expect(`
+SET f AAAA => OK
+`)
+		h, hb := txBegin(t, a, "SERIALIZABLE"), txBegin(t, b, "SERIALIZABLE")
+		off := "#2"
+		if same {
+			off = "#0"
+		}
+		a.expect(`
+KEFIR.TX BITFIELD ` + h + ` f GET u8 #0 => [(integer) 65]
+KEFIR.TX BITFIELD ` + h + ` f INCRBY u8 #0 1 => [(integer) 66]
+`)
+		b.expect(`
+KEFIR.TX BITFIELD ` + hb + ` f INCRBY u8 ` + off + ` 2 => [(integer) 67]
+KEFIR.TX COMMIT ` + hb + ` => (integer)*
+`)
+		if same {
+			a.expect(`
+KEFIR.TX COMMIT ` + h + ` => TXABORT conflict on key 'f'*
+GET f => "CAAA"
+`)
+		} else {
+			a.expect(`
+KEFIR.TX COMMIT ` + h + ` => (integer)*
+GET f => "BACA"
+`)
+		}
+	}
+}
