@@ -13,6 +13,7 @@ func oneBit(off uint64) []TxRange { return []TxRange{{off, off + 1}} }
 // commitRanged commits x as the front door does when it kept ranges:
 // ranges[k] (nil: the whole key) for every checked key.
 func (x *txn) commitRanged(t testing.TB, ranges map[string][]TxRange) string {
+	t.Helper()
 	written := map[string]bool{}
 	var checks []TxCheck
 	for _, w := range x.writes {
@@ -47,6 +48,9 @@ func (x *txn) commitRanged(t testing.TB, ranges map[string][]TxRange) string {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if res.Kind != ResReply {
+		t.Fatalf("commit result kind %v", res.Kind)
 	}
 	x.s.last = v
 	return strings.TrimSpace(string(res.Bulk))
