@@ -37,6 +37,11 @@ import (
 // TxRange is the bits [Lo, Hi) of a value.
 type TxRange struct{ Lo, Hi uint64 }
 
+// TxLength is the pseudo-range of a value's length, far past any bit: a
+// write that grows the value touches it, and so does a read of the length
+// (SETRANGE's reply, the new length).
+var TxLength = TxRange{Lo: 1 << 62, Hi: 1<<62 + 1}
+
 // txAccessKeep bounds a key's access record (entries, newest first).
 const txAccessKeep = 32
 
@@ -192,11 +197,11 @@ func writeRanges(w *Op, before, after int) []TxRange {
 		rs = append(rs, TxRange{uint64(w.Delta), uint64(w.Delta) + 1})
 	case KindBitField:
 		if ops, err := DecodeBitField(w.Value); err == nil {
-			_, rs = bitFieldRanges(ops)
+			_, rs = BitFieldRanges(ops)
 		}
 	}
 	if after > before {
-		rs = append(rs, TxRange{uint64(before) * 8, uint64(after) * 8})
+		rs = append(rs, TxRange{uint64(before) * 8, uint64(after) * 8}, TxLength)
 	}
 	return rs
 }

@@ -313,6 +313,8 @@ func (c *conn) txCmd(args [][]byte) error {
 				if len(o.Value) > 0 {
 					a.write = append(a.write, bytesRange(o.Delta, o.Delta+int64(len(o.Value))-1))
 				}
+				// Its reply is the value's length: a read of it.
+				a.read = append(a.read, kv.TxLength)
 			case kv.KindSetBit:
 				a.write = append(a.write, kv.TxRange{Lo: uint64(o.Delta), Hi: uint64(o.Delta) + 1})
 			case kv.KindBitField:

@@ -466,3 +466,28 @@ GET f => "BACA"
 		}
 	}
 }
+
+// SETRANGE answers the value's length: under SERIALIZABLE that is a read,
+// which a concurrent write that grew the value invalidates; under SI only
+// the bytes written are checked.
+func TestTxSetRangeReadsTheLength(t *testing.T) {
+	s := startServer(t, nil)
+	a, b := dial(t, s), dial(t, s)
+	for _, iso := range []string{"SI", "SERIALIZABLE"} {
+		a.expect(`
+SET k abc => OK
+`)
+		h, hb := txBegin(t, a, iso), txBegin(t, b, iso)
+		a.expect(`
+KEFIR.TX SETRANGE ` + h + ` k 0 x => (integer) 3
+`)
+		b.expect(`
+KEFIR.TX SETRANGE ` + hb + ` k 5 y => (integer) 6
+KEFIR.TX COMMIT ` + hb + ` => (integer)*
+`)
+		want := map[string]string{"SI": "(integer)*", "SERIALIZABLE": "TXABORT conflict on key 'k'*"}[iso]
+		a.expect(`
+KEFIR.TX COMMIT ` + h + ` => ` + want + `
+`)
+	}
+}
