@@ -455,3 +455,73 @@ func (p *txConns) close() {
 	}
 	p.free = nil
 }
+
+// SetRange buffers SETRANGE key offset value and returns the value's length
+// in the transaction's view. The transaction's write of key is the bytes
+// [offset, offset+len(value)) only: a concurrent transaction that wrote
+// other bytes of key does not conflict with it (docs/design/transactions.md,
+// "Fine-grained conflicts").
+func (t *Tx) SetRange(ctx context.Context, key string, offset int64, value []byte) (int64, error) {
+	t.wrote = true
+	r, _, err := t.call(ctx, replyInt, "SETRANGE", key, strconv.FormatInt(offset, 10), value)
+	if err != nil {
+		return 0, err
+	}
+	n := r.n
+	putRequest(r)
+	return n, nil
+}
+
+// GetRange reads bytes start..end (inclusive; negative from the end, as
+// GETRANGE) of key at the snapshot. With start and end not negative the
+// transaction's read of key is those bytes only (SERIALIZABLE validates
+// just them); a negative index reads the length, so the whole key.
+func (t *Tx) GetRange(ctx context.Context, key string, start, end int64) ([]byte, error) {
+	r, _, err := t.call(ctx, replyBulk, "GETRANGE", key, strconv.FormatInt(start, 10), strconv.FormatInt(end, 10))
+	if err != nil {
+		return nil, err
+	}
+	val := r.val
+	putRequest(r)
+	return val, nil
+}
+
+// SetBit buffers SETBIT key offset bit and returns the bit's previous value
+// in the transaction's view. The write of key is that one bit.
+func (t *Tx) SetBit(ctx context.Context, key string, offset int64, bit int) (int, error) {
+	if bit != 0 && bit != 1 {
+		return 0, fmt.Errorf("kefir: SetBit of %d: a bit is 0 or 1", bit)
+	}
+	t.wrote = true
+	r, _, err := t.call(ctx, replyInt, "SETBIT", key, strconv.FormatInt(offset, 10), strconv.Itoa(bit))
+	if err != nil {
+		return 0, err
+	}
+	n := r.n
+	putRequest(r)
+	return int(n), nil
+}
+
+// GetBit reads bit offset of key at the snapshot; the read is that bit.
+func (t *Tx) GetBit(ctx context.Context, key string, offset int64) (int, error) {
+	r, _, err := t.call(ctx, replyInt, "GETBIT", key, strconv.FormatInt(offset, 10))
+	if err != nil {
+		return 0, err
+	}
+	n := r.n
+	putRequest(r)
+	return int(n), nil
+}
+
+// Access declares that the transaction uses only bytes start..end
+// (inclusive) of key (Isotope's mark_accessed): its whole reads of key (Get,
+// MGet) then count as reads of the declared ranges. Whole writes (Set, Del,
+// Incr) stay whole: they replace every byte.
+func (t *Tx) Access(ctx context.Context, key string, start, end int64) error {
+	r, _, err := t.call(ctx, replyStatus, "ACCESS", key, strconv.FormatInt(start, 10), strconv.FormatInt(end, 10))
+	if err != nil {
+		return err
+	}
+	putRequest(r)
+	return nil
+}

@@ -147,7 +147,7 @@ func TestEveryCommandIsClassified(t *testing.T) {
 		"SETNX": NonNilextUpdate, "KEFIR.CAS": NonNilextUpdate,
 		// Replies that depend on the state found: non-nilext.
 		"RENAME": NonNilextUpdate, "RENAMENX": NonNilextUpdate, "COPY": NonNilextUpdate, "GETDEL": NonNilextUpdate,
-		"SETRANGE": NonNilextUpdate, "INCRBYFLOAT": NonNilextUpdate, "MSETNX": NonNilextUpdate, "SETBIT": NonNilextUpdate,
+		"SETRANGE": NonNilextUpdate, "INCRBYFLOAT": NonNilextUpdate, "MSETNX": NonNilextUpdate, "SETBIT": NonNilextUpdate, "BITFIELD": NonNilextUpdate, "BITFIELD_RO": Read,
 		// OK whatever it found, but it names no key a read could find
 		// pending in a d-log: ordered before it replies.
 		"FLUSHDB": NonNilextUpdate, "FLUSHALL": NonNilextUpdate,

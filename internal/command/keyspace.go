@@ -22,6 +22,7 @@ var keyspaceTable = []Spec{
 	{Name: "GETRANGE", Arity: 4, Class: Read, FirstKey: 1, LastKey: 1, KeyStep: 1, Summary: "a substring of a value"},
 	{Name: "SUBSTR", Arity: 4, Class: Read, FirstKey: 1, LastKey: 1, KeyStep: 1, Summary: "same as GETRANGE"},
 	{Name: "GETBIT", Arity: 3, Class: Read, Flags: Fast, FirstKey: 1, LastKey: 1, KeyStep: 1, Summary: "one bit of a value"},
+	{Name: "BITFIELD_RO", Arity: -2, Class: Read, FirstKey: 1, LastKey: 1, KeyStep: 1, Summary: "BITFIELD's GET subcommands only: BITFIELD_RO key [GET type off]..."},
 	{Name: "BITCOUNT", Arity: -2, Class: Read, FirstKey: 1, LastKey: 1, KeyStep: 1, Summary: "count set bits: BITCOUNT key [start end [BYTE|BIT]]"},
 	{Name: "LCS", Arity: -3, Class: Read, FirstKey: 1, LastKey: 2, KeyStep: 1, Summary: "longest common subsequence of two values: LCS key1 key2 [LEN] [IDX] [MINMATCHLEN n] [WITHMATCHLEN]"},
 	{Name: "BITPOS", Arity: -3, Class: Read, FirstKey: 1, LastKey: 1, KeyStep: 1, Summary: "first bit set or clear: BITPOS key bit [start [end [BYTE|BIT]]]"},
@@ -36,6 +37,7 @@ var keyspaceTable = []Spec{
 	{Name: "INCRBYFLOAT", Arity: 3, Class: NonNilextUpdate, Flags: Fast, FirstKey: 1, LastKey: 1, KeyStep: 1, Summary: "add a decimal to a value, answering the new value"},
 	{Name: "MSETNX", Arity: -3, Class: NonNilextUpdate, Flags: MultiKey, FirstKey: 1, LastKey: -1, KeyStep: 2, Summary: "set several keys if none exists"},
 	{Name: "SETBIT", Arity: 4, Class: NonNilextUpdate, FirstKey: 1, LastKey: 1, KeyStep: 1, Summary: "set one bit, answering the old one"},
+	{Name: "BITFIELD", Arity: -2, Class: NonNilextUpdate, FirstKey: 1, LastKey: 1, KeyStep: 1, Summary: "integers at bit offsets: BITFIELD key [GET type off] [SET type off value] [INCRBY type off incr] [OVERFLOW WRAP|SAT|FAIL]..."},
 }
 
 // unsupportedNames are Redis commands Kefir knows of but does not implement.

@@ -1,6 +1,7 @@
 package kv
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -55,6 +56,10 @@ const (
 type TxCheck struct {
 	Key     []byte
 	Version uint64
+	// Ranges (nil: the whole key) are the bits of the key the transaction
+	// accessed: a write of the key in the window that touched none of them
+	// is no conflict (itxrange.go).
+	Ranges []TxRange
 }
 
 // Write opcodes of a KindTxCommit's Keys (opcode, key, argument triples).
@@ -62,18 +67,36 @@ const (
 	txSet    = 'S'
 	txDel    = 'D'
 	txIncrBy = 'I'
+	// txSetRange's argument is the offset (uvarint) then the bytes;
+	// txSetBit's the bit offset (uvarint) then '0' or '1'.
+	txSetRange = 'R'
+	txSetBit   = 'B'
+	// txBitField's argument is KindBitField's Value.
+	txBitField = 'F'
 )
 
 // NewTxCommit builds the commit op of a transaction that started at start:
 // checks go in Value, writes (SET, DEL of one key, INCRBY; nothing else) in
-// Keys as (opcode, key, argument) triples. The slices are aliased.
+// Keys as (opcode, key, argument) triples. The slices are aliased. If any
+// check has Ranges, Value starts with txRangedMark and every check carries
+// its ranges (a count, 0 for the whole key, then the ranges).
 func NewTxCommit(start uint64, iso Cond, checks []TxCheck, writes []Op) (Op, error) {
 	op := Op{Kind: KindTxCommit, Delta: int64(start), Cond: iso, Keys: make([][]byte, 0, 3*len(writes))}
+	ranged := false
+	for _, c := range checks {
+		ranged = ranged || c.Ranges != nil
+	}
 	var b []byte
+	if ranged {
+		b = append(b, txRangedMark...)
+	}
 	b = binary.AppendUvarint(b, uint64(len(checks)))
 	for _, c := range checks {
 		b = AppendBytes(b, c.Key)
 		b = binary.AppendUvarint(b, c.Version)
+		if ranged {
+			b = appendRanges(b, c.Ranges)
+		}
 	}
 	op.Value = b
 	for i := range writes {
@@ -85,6 +108,12 @@ func NewTxCommit(start uint64, iso Cond, checks []TxCheck, writes []Op) (Op, err
 			op.Keys = append(op.Keys, []byte{txDel}, w.Keys[0], nil)
 		case w.Kind == KindIncrBy:
 			op.Keys = append(op.Keys, []byte{txIncrBy}, w.Key, strconv.AppendInt(nil, w.Delta, 10))
+		case w.Kind == KindSetRange && w.Delta >= 0:
+			op.Keys = append(op.Keys, []byte{txSetRange}, w.Key, append(binary.AppendUvarint(nil, uint64(w.Delta)), w.Value...))
+		case w.Kind == KindBitField:
+			op.Keys = append(op.Keys, []byte{txBitField}, w.Key, w.Value)
+		case w.Kind == KindSetBit && w.Delta >= 0 && len(w.Value) == 1:
+			op.Keys = append(op.Keys, []byte{txSetBit}, w.Key, append(binary.AppendUvarint(nil, uint64(w.Delta)), w.Value...))
 		default:
 			return Op{}, fmt.Errorf("%w: %v in a transaction", ErrInvalidOp, w.Kind)
 		}
@@ -97,14 +126,24 @@ func DecodeTxCommit(op *Op) (checks []TxCheck, writes []Op, err error) {
 	if op.Kind != KindTxCommit || len(op.Keys)%3 != 0 || op.Delta < 0 || (op.Cond != TxSI && op.Cond != TxSerializable) {
 		return nil, nil, fmt.Errorf("%w: malformed transaction commit", ErrInvalidOp)
 	}
+	ranged := txIsRanged(op)
 	d := Decoder{B: op.Value}
+	if ranged {
+		d.B = d.B[len(txRangedMark):]
+	}
 	n := d.Uvarint()
 	if n > uint64(len(op.Value)) {
 		return nil, nil, fmt.Errorf("%w: transaction commit of %d checks in %d bytes", ErrInvalidOp, n, len(op.Value))
 	}
 	checks = make([]TxCheck, 0, n)
 	for i := uint64(0); i < n && d.Err == nil; i++ {
-		checks = append(checks, TxCheck{Key: d.Bytes(), Version: d.Uvarint()})
+		c := TxCheck{Key: d.Bytes(), Version: d.Uvarint()}
+		if ranged {
+			if c.Ranges = decodeRanges(&d); len(c.Ranges) == 0 {
+				c.Ranges = nil // the whole key
+			}
+		}
+		checks = append(checks, c)
 	}
 	if d.Err != nil || len(d.B) != 0 {
 		return nil, nil, fmt.Errorf("%w: transaction commit's checks: corrupt", ErrInvalidOp)
@@ -127,6 +166,17 @@ func DecodeTxCommit(op *Op) (checks []TxCheck, writes []Op, err error) {
 				return nil, nil, fmt.Errorf("%w: transaction INCRBY of %q", ErrInvalidOp, arg)
 			}
 			w.Kind, w.Delta = KindIncrBy, delta
+		case txBitField:
+			w.Kind, w.Value = KindBitField, arg
+		case txSetRange, txSetBit:
+			off, n := binary.Uvarint(arg)
+			if n <= 0 || off > 1<<62 || (code[0] == txSetBit && len(arg)-n != 1) {
+				return nil, nil, fmt.Errorf("%w: transaction %c write argument %q", ErrInvalidOp, code[0], arg)
+			}
+			w.Kind, w.Delta, w.Value = KindSetRange, int64(off), arg[n:]
+			if code[0] == txSetBit {
+				w.Kind = KindSetBit
+			}
 		default:
 			return nil, nil, fmt.Errorf("%w: transaction write opcode %q", ErrInvalidOp, code)
 		}
@@ -247,6 +297,15 @@ func TxValidate(get Getter, version uint64, op *Op, checks []TxCheck) error {
 			ver = 0
 		}
 		if ver != c.Version {
+			if c.Ranges != nil {
+				ok, err := rangedCheck(get, c, ver)
+				if err != nil {
+					return err
+				}
+				if ok {
+					continue
+				}
+			}
 			return &TxConflict{Key: c.Key, Start: uint64(op.Delta), Expected: c.Version, Found: ver}
 		}
 	}
@@ -272,13 +331,50 @@ func applyTxCommit(get Getter, version uint64, op *Op, maxValue int, emit Emit) 
 		return Result{}, err // the store's failure: not an outcome
 	}
 	var ov TxOverlay
+	ranged := txIsRanged(op)
+	var acc []txKeyAccess // only if the commit is ranged
 	for i := range writes {
-		if _, err := ov.Apply(get, version, &writes[i], maxValue); err != nil {
+		w := &writes[i]
+		var a *txKeyAccess
+		before := 0
+		if ranged {
+			k := w.RoutingKey()
+			for j := range acc {
+				if bytes.Equal(acc[j].key, k) {
+					a = &acc[j]
+				}
+			}
+			if a == nil {
+				acc = append(acc, txKeyAccess{key: k})
+				a = &acc[len(acc)-1]
+			}
+			old, _, _, _, err := getLive(ov.View(get, version), k, w.Now)
+			if err != nil {
+				return Result{}, err
+			}
+			before = len(old)
+		}
+		if _, err := ov.Apply(get, version, w, maxValue); err != nil {
 			if msg, ok := TxErrorText(err); ok {
 				return Result{Kind: ResReply, Bulk: respError(msg)}, nil
 			}
 			return Result{}, err
 		}
+		if a != nil {
+			if w.Kind != KindSetRange && w.Kind != KindSetBit && w.Kind != KindBitField {
+				a.whole = true
+				continue
+			}
+			now, _, _, _, err := getLive(ov.View(get, version), a.key, w.Now)
+			if err != nil {
+				return Result{}, err
+			}
+			a.ranges = append(a.ranges, writeRanges(w, before, len(now))...)
+		}
+	}
+	// The access rows first: a crash that keeps a key's record keeps its row.
+	if err := emitAccessRows(get, version, acc, emit); err != nil {
+		return Result{}, err
 	}
 	ov.Emit(emit)
 	res := Result{Kind: ResReply, Bulk: fmt.Appendf(nil, ":%d\r\n", version)}
@@ -304,7 +400,7 @@ func TxErrorText(err error) (string, bool) {
 		return ErrWrongKind.Error(), true
 	case errors.Is(err, ErrWrongType):
 		return "ERR value is not an integer or out of range", true
-	case errors.Is(err, ErrOverflow), errors.Is(err, ErrReservedKey), errors.Is(err, ErrInvalidOp):
+	case errors.Is(err, ErrOverflow), errors.Is(err, ErrReservedKey), errors.Is(err, ErrInvalidOp), errors.Is(err, ErrTooBig):
 		return "ERR " + err.Error(), true
 	}
 	return "", false

@@ -103,43 +103,11 @@ func (x *txn) write(t *testing.T, op Op) {
 	x.writes = append(x.writes, op)
 }
 
-// commit builds the commit op as the front door does and applies it.
+// commit builds the commit op as the front door does and applies it (its
+// checks whole-key: commitRanged with no ranges).
 func (x *txn) commit(t *testing.T) string {
 	t.Helper()
-	written := map[string]bool{}
-	var checks []TxCheck
-	for _, w := range x.writes {
-		k := string(w.RoutingKey())
-		if written[k] {
-			continue
-		}
-		written[k] = true
-		if _, ok := x.seen[k]; !ok {
-			_, _, _, _, _ = x.snap()(w.RoutingKey())
-		}
-		checks = append(checks, TxCheck{Key: []byte(k), Version: x.seen[k]})
-	}
-	if x.iso == TxSerializable {
-		for k, v := range x.seen {
-			if !written[k] {
-				checks = append(checks, TxCheck{Key: []byte(k), Version: v})
-			}
-		}
-	}
-	op, err := NewTxCommit(x.start, x.iso, checks, x.writes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Through the codec, as the log carries it.
-	op, err = DecodeOp(AppendOp(nil, &op))
-	if err != nil {
-		t.Fatal(err)
-	}
-	res := x.s.apply(t, op)
-	if res.Kind != ResReply {
-		t.Fatalf("commit result kind %v", res.Kind)
-	}
-	return strings.TrimSpace(string(res.Bulk))
+	return x.commitRanged(t, nil)
 }
 
 func committed(r string) bool { return strings.HasPrefix(r, ":") }

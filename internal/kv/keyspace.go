@@ -39,7 +39,7 @@ var moreKindNames = [...]string{"rename", "copy", "getdel", "flush", "setrange",
 // the others).
 func (k Kind) known() bool {
 	return (k >= KindGet && k <= KindCAS) || isExpiryKind(k) || (k >= KindRename && k < kindMoreEnd) ||
-		isHashWrite(k) || isHashRead(k) || isScriptKind(k) || isSlotKind(k) || isTxKind(k) || isItxKind(k)
+		isHashWrite(k) || isHashRead(k) || isScriptKind(k) || isSlotKind(k) || isTxKind(k) || isItxKind(k) || k == KindBitField
 }
 
 // Errors of the keyspace and string commands: outcomes of the op, cached by
@@ -155,6 +155,8 @@ func applyMore(get Getter, version uint64, op *Op, maxValue int, emit Emit) (res
 		res, err = applyMSetNX(get, version, op, emit)
 	case KindSetBit:
 		res, err = applySetBit(get, version, op, maxValue, emit)
+	case KindBitField:
+		res, err = applyBitField(get, version, op, maxValue, emit)
 	case KindHSet, KindHDel, KindHIncrBy, KindHIncrByFloat, KindHSweep:
 		res, err = applyHash(get, nil, version, op, emit, ApplyOptions{})
 	default:
@@ -294,6 +296,9 @@ func FlushPending(markVersion, keyVersion uint64, key []byte) bool {
 }
 
 // FlushDeletes reports whether a flush deletes key: every user key and the
-// hashes' field rows and generation markers (hash.go), not the other
-// reserved rows (a replica's client table, its marks).
-func FlushDeletes(key []byte) bool { return !IsReserved(key) || IsHashRow(key) || isHashMarker(key) }
+// hashes' field rows and generation markers (hash.go), the transactions'
+// access records (itxrange.go), not the other reserved rows (a replica's
+// client table, its marks).
+func FlushDeletes(key []byte) bool {
+	return !IsReserved(key) || IsHashRow(key) || isHashMarker(key) || IsAccessRow(key)
+}

@@ -58,6 +58,9 @@ func (k Kind) String() string {
 	if isItxKind(k) {
 		return "txcommit"
 	}
+	if k == KindBitField {
+		return "bitfield"
+	}
 	return fmt.Sprintf("kind(%d)", k)
 }
 
@@ -202,7 +205,7 @@ func IsReserved(key []byte) bool { return bytes.HasPrefix(key, ReservedPrefix) }
 func (op *Op) WrittenKeys() [][]byte {
 	switch op.Kind {
 	case KindSet, KindIncrBy, KindGetSet, KindAppend, KindCAS, KindExpire, KindPersist, KindGetEx,
-		KindGetDel, KindSetRange, KindIncrByFloat, KindSetBit,
+		KindGetDel, KindSetRange, KindIncrByFloat, KindSetBit, KindBitField,
 		KindHSet, KindHDel, KindHIncrBy, KindHIncrByFloat:
 		// A hash write names its user key only: it always rewrites the
 		// metadata record there (hash.go), and its field rows are reserved.
@@ -294,7 +297,7 @@ func (op *Op) CheckSizes(maxKey, maxVal int) error {
 	switch op.Kind {
 	case KindSet, KindGetSet, KindAppend, KindCAS, KindIncrBy, KindSetRange:
 		return check(op.Key, op.Value)
-	case KindIncrByFloat, KindSetBit:
+	case KindIncrByFloat, KindSetBit, KindBitField:
 		return check(op.Key, nil)
 	case KindHSet, KindHDel, KindHIncrBy, KindHIncrByFloat:
 		if err := check(op.Key, nil); err != nil {

@@ -73,9 +73,51 @@ type itxn struct {
 	snap  *shard.TxSnap // nil until its first key on a node of several groups
 	slot  int           // that key's slot (-1: not yet, or not a cluster)
 	seen  map[string]uint64
+	acc   map[string]*txAccess // what each key's commands touched (fine-grained conflicts)
 	ov    kv.TxOverlay
 	wr    []kv.Op
 	bytes int
+}
+
+// txAccess is how a transaction touched one key, for fine-grained
+// conflicts (docs/design/transactions.md, "Fine-grained conflicts"): whole
+// (GET, MGET, EXISTS; SET, DEL, INCRBY) or the bits SETRANGE, SETBIT,
+// GETRANGE, GETBIT and ACCESS named.
+type txAccess struct {
+	wholeRead, wholeWrite bool
+	declared              bool // ACCESS named ranges: a whole read of the key counts as those
+	read, write           []kv.TxRange
+}
+
+func (tx *itxn) access(key []byte) *txAccess {
+	a := tx.acc[string(key)]
+	if a == nil {
+		a = &txAccess{}
+		tx.acc[string(key)] = a
+	}
+	return a
+}
+
+// checkRanges is what the commit validates key against: nil (the whole
+// key) unless every access of it was ranged. SI validates the written
+// ranges, SERIALIZABLE the read ones too.
+func (tx *itxn) checkRanges(key string) []kv.TxRange {
+	a := tx.acc[key]
+	if a == nil || a.wholeWrite || (tx.iso == kv.TxSerializable && a.wholeRead && !a.declared) {
+		return nil
+	}
+	rs := slices.Clone(a.write)
+	if tx.iso == kv.TxSerializable {
+		rs = append(rs, a.read...)
+	}
+	if len(rs) == 0 {
+		return nil
+	}
+	return rs
+}
+
+func bytesRange(start, end int64) kv.TxRange {
+	return kv.TxRange{Lo: uint64(start) * 8, Hi: uint64(end+1) * 8}
 }
 
 var (
@@ -112,10 +154,14 @@ func (c *conn) txCmd(args [][]byte) error {
 		n = 1
 	case "MGET", "EXISTS", "DEL":
 		n, variadic = 1, true
-	case "SET", "INCRBY":
+	case "BITFIELD":
+		n, variadic, keys = 1, true, rest[:min(1, len(rest))]
+	case "SET", "INCRBY", "GETBIT":
 		n, keys = 2, rest[:min(1, len(rest))]
+	case "SETRANGE", "GETRANGE", "SETBIT", "ACCESS":
+		n, keys = 3, rest[:min(1, len(rest))]
 	default:
-		return errf("ERR unknown subcommand '%s'. Try BEGIN, GET, MGET, EXISTS, SET, DEL, INCRBY, COMMIT, PREPARE, ABORT.", clip(args[1]))
+		return errf("ERR unknown subcommand '%s'. Try BEGIN, GET, MGET, EXISTS, GETRANGE, GETBIT, SET, DEL, INCRBY, SETRANGE, SETBIT, BITFIELD, ACCESS, COMMIT, PREPARE, ABORT.", clip(args[1]))
 	}
 	if len(rest) < n || (!variadic && len(rest) != n) {
 		return errf("ERR wrong number of arguments for 'kefir.tx|%s' command", strings.ToLower(sub))
@@ -134,8 +180,77 @@ func (c *conn) txCmd(args [][]byte) error {
 	}
 	now := time.Now().UnixMilli()
 	var res kv.Result
+	var bf []kv.BitFieldOp
+	if sub == "BITFIELD" {
+		if bf, err = kv.ParseBitField(rest[1:], false); err != nil {
+			return errf("ERR %s", err)
+		}
+		reads, _ := kv.BitFieldRanges(bf) // the writes are recorded with the write, below
+		a := tx.access(rest[0])
+		a.read = append(a.read, reads...)
+		if !kv.BitFieldWrites(bf) {
+			op := kv.Op{Kind: kv.KindGet, Key: rest[0], Now: now}
+			res, err = kv.Read(tx.ov.View(tx.get, tx.snap.Version()+1), nil, &op, 0)
+			if err != nil {
+				return c.txFail(h, err)
+			}
+			_, reply := kv.RunBitField(append([]byte(nil), res.Bulk...), bf)
+			c.writeReply(reply)
+			return nil
+		}
+	}
 	switch sub {
+	case "ACCESS":
+		start, err1 := parseInt64(rest[1])
+		end, err2 := parseInt64(rest[2])
+		if err1 != nil || err2 != nil || start < 0 || end < start || end >= 512<<20 {
+			return errf("ERR KEFIR.TX ACCESS takes a byte range 'start end', 0 <= start <= end < 512 MiB")
+		}
+		a := tx.access(rest[0])
+		a.declared = true
+		a.read = append(a.read, bytesRange(start, end))
+		return c.w.WriteSimple("OK")
+	case "GETRANGE", "GETBIT":
+		var start, end int64
+		var rng kv.TxRange
+		whole := false
+		if sub == "GETRANGE" {
+			var err1, err2 error
+			start, err1 = parseInt64(rest[1])
+			end, err2 = parseInt64(rest[2])
+			if err1 != nil || err2 != nil {
+				return errNotInt
+			}
+			// An index from the end reads the length: the whole key.
+			whole = start < 0 || end < 0
+			rng = bytesRange(max(start, 0), max(end, 0))
+		} else {
+			off, perr := parseBitOffset(rest[1])
+			if perr != nil {
+				return perr
+			}
+			start, rng = off, kv.TxRange{Lo: uint64(off), Hi: uint64(off) + 1}
+		}
+		op := kv.Op{Kind: kv.KindGet, Key: rest[0], Now: now}
+		res, err = kv.Read(tx.ov.View(tx.get, tx.snap.Version()+1), nil, &op, 0)
+		if err != nil {
+			return c.txFail(h, err)
+		}
+		a := tx.access(rest[0])
+		switch {
+		case whole:
+			a.wholeRead = true
+		case sub == "GETBIT" || start <= end:
+			a.read = append(a.read, rng)
+		}
+		if sub == "GETBIT" {
+			return c.w.WriteInt(kv.GetBit(res.Bulk, start))
+		}
+		return c.w.WriteBulk(kv.GetRange(res.Bulk, start, end))
 	case "GET", "MGET", "EXISTS":
+		for _, k := range keys {
+			tx.access(k).wholeRead = true
+		}
 		op := kv.Op{Kind: kv.KindGet, Key: rest[0], Now: now}
 		if sub != "GET" {
 			op = kv.Op{Kind: kv.KindMGet, Keys: rest, Now: now}
@@ -162,6 +277,26 @@ func (c *conn) txCmd(args [][]byte) error {
 			for _, k := range rest {
 				ops = append(ops, kv.Op{Kind: kv.KindDel, Keys: [][]byte{clone(k)}, Now: now})
 			}
+		case "SETRANGE":
+			off, perr := parseInt64(rest[1])
+			if perr != nil {
+				return perr
+			}
+			if off < 0 {
+				return errf("ERR offset is out of range")
+			}
+			ops = []kv.Op{{Kind: kv.KindSetRange, Key: clone(rest[0]), Delta: off, Value: clone(rest[2]), Now: now}}
+		case "SETBIT":
+			off, perr := parseBitOffset(rest[1])
+			if perr != nil {
+				return perr
+			}
+			if len(rest[2]) != 1 || (rest[2][0] != '0' && rest[2][0] != '1') {
+				return errf("ERR bit is not an integer or out of range")
+			}
+			ops = []kv.Op{{Kind: kv.KindSetBit, Key: clone(rest[0]), Delta: off, Value: clone(rest[2]), Now: now}}
+		case "BITFIELD":
+			ops = []kv.Op{{Kind: kv.KindBitField, Key: clone(rest[0]), Value: kv.EncodeBitField(bf), Now: now}}
 		}
 		var count int64
 		for i := range ops {
@@ -172,6 +307,22 @@ func (c *conn) txCmd(args [][]byte) error {
 			}
 			tx.wr = append(tx.wr, ops[i])
 			tx.bytes += len(ops[i].RoutingKey()) + len(ops[i].Value)
+			a := tx.access(ops[i].RoutingKey())
+			switch o := &ops[i]; o.Kind {
+			case kv.KindSetRange:
+				if len(o.Value) > 0 {
+					a.write = append(a.write, bytesRange(o.Delta, o.Delta+int64(len(o.Value))-1))
+				}
+				// Its reply is the value's length: a read of it.
+				a.read = append(a.read, kv.TxLength)
+			case kv.KindSetBit:
+				a.write = append(a.write, kv.TxRange{Lo: uint64(o.Delta), Hi: uint64(o.Delta) + 1})
+			case kv.KindBitField:
+				_, w := kv.BitFieldRanges(bf)
+				a.write = append(a.write, w...)
+			default:
+				a.wholeWrite = true
+			}
 			count += r.Int
 			res = r
 		}
@@ -219,7 +370,7 @@ func (c *conn) txBegin(args [][]byte) error {
 	if len(c.itx.open) >= txMaxOpen {
 		return errTxTooMany
 	}
-	tx := &itxn{iso: iso, began: time.Now(), slot: -1, seen: map[string]uint64{}}
+	tx := &itxn{iso: iso, began: time.Now(), slot: -1, seen: map[string]uint64{}, acc: map[string]*txAccess{}}
 	if !c.srv.clusterOn {
 		// One group: its start version is known now. On a node of several
 		// groups the first key names the group (versions are a group's).
@@ -305,7 +456,7 @@ func (c *conn) txCommit(h uint64, tx *itxn, prepare bool) error {
 				return c.txFail(h, err)
 			}
 		}
-		checks = append(checks, kv.TxCheck{Key: k, Version: tx.seen[string(k)]})
+		checks = append(checks, kv.TxCheck{Key: k, Version: tx.seen[string(k)], Ranges: tx.checkRanges(string(k))})
 	}
 	if tx.iso == kv.TxSerializable {
 		var reads []string
@@ -316,7 +467,7 @@ func (c *conn) txCommit(h uint64, tx *itxn, prepare bool) error {
 		}
 		slices.Sort(reads) // the op's bytes are a function of the transaction
 		for _, k := range reads {
-			checks = append(checks, kv.TxCheck{Key: []byte(k), Version: tx.seen[k]})
+			checks = append(checks, kv.TxCheck{Key: []byte(k), Version: tx.seen[k], Ranges: tx.checkRanges(k)})
 		}
 	}
 	if mutation.On && itxMut.skipWindow.Load() {

@@ -322,3 +322,172 @@ func TestTxCheckerSIWriteSkew(t *testing.T) {
 		t.Fatal("no SI history showed write skew in 6 runs")
 	}
 }
+
+// Fine-grained conflicts (digest 001 IA-0 (2)) through the front door:
+// two transactions flipping different bits of one key both commit and the
+// value holds both; the same bit aborts the second; a GET makes the read
+// whole under SERIALIZABLE, which ACCESS narrows again.
+func TestTxFineGrainedBits(t *testing.T) {
+	s := startServer(t, nil)
+	a, b := dial(t, s), dial(t, s)
+	for _, iso := range []string{"SI", "SERIALIZABLE"} {
+		k := "bits" + iso
+		a.expect(`
+SET ` + k + ` AA => OK
+`)
+		h := txBegin(t, a, iso)
+		hb := txBegin(t, b, iso)
+		a.expect(`
+KEFIR.TX GETBIT ` + h + ` ` + k + ` 1 => (integer) 1
+KEFIR.TX SETBIT ` + h + ` ` + k + ` 1 0 => (integer) 1
+KEFIR.TX GETRANGE ` + h + ` ` + k + ` 0 0 => "\x01"
+`)
+		b.expect(`
+KEFIR.TX SETBIT ` + hb + ` ` + k + ` 14 1 => (integer) 0
+KEFIR.TX SETRANGE ` + hb + ` ` + k + ` 3 xy => (integer) 5
+KEFIR.TX COMMIT ` + hb + ` => (integer)*
+`)
+		a.expect(`
+KEFIR.TX COMMIT ` + h + ` => (integer)*
+GET ` + k + ` => "\x01C\x00xy"
+`)
+		// The same bit: the second aborts.
+		h = txBegin(t, a, iso)
+		hb = txBegin(t, b, iso)
+		a.expect(`
+KEFIR.TX SETBIT ` + h + ` ` + k + ` 9 1 => (integer) 1
+KEFIR.TX COMMIT ` + h + ` => (integer)*
+`)
+		b.expect(`
+KEFIR.TX SETBIT ` + hb + ` ` + k + ` 9 0 => (integer) 1
+KEFIR.TX COMMIT ` + hb + ` => TXABORT conflict on key '` + k + `'*
+`)
+		// A whole-key write in the window conflicts with every range.
+		h = txBegin(t, a, iso)
+		b.expect(`
+SET ` + k + ` AA => OK
+`)
+		a.expect(`
+KEFIR.TX SETBIT ` + h + ` ` + k + ` 30 1 => (integer) 0
+KEFIR.TX COMMIT ` + h + ` => TXABORT conflict on key '` + k + `'*
+`)
+	}
+	// SERIALIZABLE: a GET of the key is a whole read (the other's bit
+	// conflicts) unless ACCESS declared what the transaction uses of it.
+	for _, declare := range []bool{false, true} {
+		a.expect(`
+SET r AA => OK
+`)
+		h := txBegin(t, a, "SERIALIZABLE")
+		if declare {
+			a.expect(`
+KEFIR.TX ACCESS ` + h + ` r 0 0 => OK
+`)
+		}
+		a.expect(`
+KEFIR.TX GET ` + h + ` r => "AA"
+KEFIR.TX SET ` + h + ` out 1 => OK
+`)
+		hb := txBegin(t, b, "SI")
+		b.expect(`
+KEFIR.TX SETBIT ` + hb + ` r 15 0 => (integer) 1
+KEFIR.TX COMMIT ` + hb + ` => (integer)*
+`)
+		want := "TXABORT conflict on key 'r'*"
+		if declare {
+			want = "(integer)*"
+		}
+		a.expect(`
+KEFIR.TX COMMIT ` + h + ` => ` + want + `
+`)
+	}
+	h := txBegin(t, a, "SI")
+	a.expect(`
+KEFIR.TX ACCESS ` + h + ` r 5 2 => ERR KEFIR.TX ACCESS takes a byte range*
+KEFIR.TX SETBIT ` + h + ` r 5 2 => ERR bit is not an integer or out of range
+`)
+}
+
+func txBegin(t *testing.T, c *client, iso string) string {
+	t.Helper()
+	r := c.do("KEFIR.TX", "BEGIN", iso)
+	h, ok := strings.CutPrefix(r, "(integer) ")
+	if !ok {
+		t.Fatalf("KEFIR.TX BEGIN %s => %s", iso, r)
+	}
+	return h
+}
+
+// BITFIELD and BITFIELD_RO at the front door (replies as redis-server
+// 7.0.15's), and inside KEFIR.TX: two transactions incrementing different
+// fields of one key both commit; the same field aborts the second.
+func TestBitFieldCommands(t *testing.T) {
+	s := startServer(t, nil)
+	a, b := dial(t, s), dial(t, s)
+	a.expect(`
+BITFIELD c INCRBY u2 100 1 OVERFLOW SAT INCRBY u2 102 1 => [(integer) 1, (integer) 1]
+BITFIELD c OVERFLOW FAIL INCRBY u2 102 4 => [(nil)]
+BITFIELD s SET i8 0 -100 GET i8 0 INCRBY i8 0 -100 GET u8 0 => [(integer) 0, (integer) -100, (integer) 56, (integer) 56]
+BITFIELD_RO s GET u8 0 GET i4 4 => [(integer) 56, (integer) -8]
+BITFIELD_RO s SET u8 0 1 => ERR BITFIELD_RO only supports the GET subcommand
+BITFIELD s GET u64 0 => ERR Invalid bitfield type. Use something like i16 u8. Note that u64 is not supported but i64 is.
+BITFIELD s OVERFLOW BAD => ERR Invalid OVERFLOW type specified
+BITFIELD s GET u8 => ERR syntax error
+BITFIELD e GET u8 0 => [(integer) 0]
+EXISTS e => (integer) 0
+`)
+	for _, same := range []bool{false, true} {
+		a.expect(`
+SET f AAAA => OK
+`)
+		h, hb := txBegin(t, a, "SERIALIZABLE"), txBegin(t, b, "SERIALIZABLE")
+		off := "#2"
+		if same {
+			off = "#0"
+		}
+		a.expect(`
+KEFIR.TX BITFIELD ` + h + ` f GET u8 #0 => [(integer) 65]
+KEFIR.TX BITFIELD ` + h + ` f INCRBY u8 #0 1 => [(integer) 66]
+`)
+		b.expect(`
+KEFIR.TX BITFIELD ` + hb + ` f INCRBY u8 ` + off + ` 2 => [(integer) 67]
+KEFIR.TX COMMIT ` + hb + ` => (integer)*
+`)
+		if same {
+			a.expect(`
+KEFIR.TX COMMIT ` + h + ` => TXABORT conflict on key 'f'*
+GET f => "CAAA"
+`)
+		} else {
+			a.expect(`
+KEFIR.TX COMMIT ` + h + ` => (integer)*
+GET f => "BACA"
+`)
+		}
+	}
+}
+
+// SETRANGE answers the value's length: under SERIALIZABLE that is a read,
+// which a concurrent write that grew the value invalidates; under SI only
+// the bytes written are checked.
+func TestTxSetRangeReadsTheLength(t *testing.T) {
+	s := startServer(t, nil)
+	a, b := dial(t, s), dial(t, s)
+	for _, iso := range []string{"SI", "SERIALIZABLE"} {
+		a.expect(`
+SET k abc => OK
+`)
+		h, hb := txBegin(t, a, iso), txBegin(t, b, iso)
+		a.expect(`
+KEFIR.TX SETRANGE ` + h + ` k 0 x => (integer) 3
+`)
+		b.expect(`
+KEFIR.TX SETRANGE ` + hb + ` k 5 y => (integer) 6
+KEFIR.TX COMMIT ` + hb + ` => (integer)*
+`)
+		want := map[string]string{"SI": "(integer)*", "SERIALIZABLE": "TXABORT conflict on key 'k'*"}[iso]
+		a.expect(`
+KEFIR.TX COMMIT ` + h + ` => ` + want + `
+`)
+	}
+}

@@ -77,6 +77,13 @@ func parseMoreWrite(spec *command.Spec, args [][]byte, a *arena) (op kv.Op, hand
 		}
 		op = kv.Op{Kind: kv.KindMSetNX, Keys: a.copyArgs(args[1:])}
 		return op, true, nil
+	case "BITFIELD":
+		// Always a write, as in Redis (one of GETs only writes nothing).
+		ops, err := kv.ParseBitField(args[2:], false)
+		if err != nil {
+			return op, true, errf("ERR %s", err)
+		}
+		return kv.Op{Kind: kv.KindBitField, Key: a.copy(args[1]), Value: a.copy(kv.EncodeBitField(ops))}, true, nil
 	case "SETBIT":
 		off, err := parseBitOffset(args[2])
 		if err != nil {
@@ -103,7 +110,7 @@ func parseBitOffset(b []byte) (int64, error) {
 var moreReads = func() []bool {
 	m := make([]bool, command.Count())
 	for _, n := range []string{"SCAN", "KEYS", "RANDOMKEY", "TYPE", "TOUCH", "OBJECT",
-		"GETRANGE", "SUBSTR", "GETBIT", "BITCOUNT", "BITPOS", "LCS"} {
+		"GETRANGE", "SUBSTR", "GETBIT", "BITCOUNT", "BITPOS", "LCS", "BITFIELD_RO"} {
 		m[command.MustLookup(n).ID] = true
 	}
 	for _, n := range hashReads {
@@ -237,6 +244,17 @@ func (c *conn) evalMore(spec *command.Spec, args [][]byte, run func(kv.Op) (kv.R
 		}
 		bit := kv.GetBit(v, off)
 		return func(c *conn) { _ = c.w.WriteInt(bit) }, nil
+	case "BITFIELD_RO":
+		ops, err := kv.ParseBitField(args[2:], true)
+		if err != nil {
+			return nil, errf("ERR %s", err)
+		}
+		v, _, err := get(args[1])
+		if err != nil {
+			return nil, err
+		}
+		_, reply := kv.RunBitField(append([]byte(nil), v...), ops)
+		return func(c *conn) { c.writeReply(reply) }, nil
 	case "BITCOUNT":
 		return bitCount(args, get)
 	case "BITPOS":

@@ -372,7 +372,11 @@ func (a *applier) current(key []byte) ([]byte, []byte, uint64, bool, error) {
 					// A hash write (or a script's, of a hash): its own
 					// record carries the generation its rows' keys
 					// derive from.
-					if own, gerr := a.db.Get(key); gerr == nil && own.Version == a.cur && kv.ReplayReadsOwnRecord(a.curKind, own.Meta) {
+					// So must a transaction's commit of its access row (its own
+					// row holds the entries the commit's checks walk, and the
+					// commit rewrites it as it was: kv/itxrange.go).
+					ownRow := a.curKind == kv.KindTxCommit && kv.IsAccessRow(key)
+					if own, gerr := a.db.Get(key); gerr == nil && own.Version == a.cur && (ownRow || kv.ReplayReadsOwnRecord(a.curKind, own.Meta)) {
 						return own.Data, own.Meta, own.Version, true, nil
 					}
 				}
