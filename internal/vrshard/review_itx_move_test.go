@@ -97,3 +97,58 @@ func TestReviewTxCommitAcrossAMoveComparesTwoGroupsVersions(t *testing.T) {
 			"(reply %q, k now %q): group 2's version %d of k is its import op, not group 1's version", vk, res.Bulk, r.Bulk, got.Version)
 	}
 }
+
+// REVIEW (finding 1, EXEC): the same with WATCH: the observation WATCH took
+// at the source ("live at version vk") is compared at the destination,
+// where vk is the import op's number. A WATCH; MULTI; SET; EXEC whose key
+// another client wrote after the WATCH executes.
+func TestReviewWatchAcrossAMoveComparesTwoGroupsVersions(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(&logBuffer{}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	nt := newNodeTransports(t, 3, log)
+	g1 := groupWith(t, nt, 1, log, nil)
+	g2 := groupWith(t, nt, 2, log, nil)
+	const timeout = 10 * time.Second
+	must := func(g *cluster, op kv.Op) kv.Result {
+		t.Helper()
+		res, err := g.write(op, shard.ReqID{}, timeout)
+		if err != nil {
+			t.Fatalf("%s: %v", op.Kind, err)
+		}
+		return res
+	}
+	k := "acct"
+	s := kv.KeySlot([]byte(k))
+	for i := 0; i < 30; i++ {
+		must(g1, set("{pad}a", "x"))
+	}
+	must(g1, slotOp(kv.KindSlotInit, []kv.SlotRange{{Start: 0, End: kv.NumSlots - 1}}, 0, 0, 1))
+	vk := must(g1, set(k, "100")).Version
+	w, err := leaderOf(g1, timeout).Read(context.Background(), kv.Op{Kind: kv.KindWatch, Keys: [][]byte{[]byte(k)}}, level.ConsLinearizable, shard.Session{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	must(g1, set(k, "500")) // another client, after the WATCH
+	var last uint64
+	for {
+		last = must(g2, set("{pad}b", "y")).Version
+		if last+3 >= vk {
+			break
+		}
+	}
+	if last+3 != vk {
+		t.Skipf("could not align group 2 (last %d, vk %d)", last, vk)
+	}
+	must(g2, slotOp(kv.KindSlotInit, nil, 0, 0, 1))
+	moveSlots(t, g1, g2, []kv.SlotRange{{Start: s, End: s}}, func() {})
+	if got, err := leaderOf(g2, timeout).db.Get([]byte(k)); err != nil || got.Version != vk {
+		t.Skipf("alignment missed: %+v %v", got, err)
+	}
+	res := must(g2, execOp([]kv.Watch{{Key: []byte(k), Seen: w.Array[0]}}, []string{"SET", k, "110"}))
+	r, err := leaderOf(g2, timeout).Read(context.Background(), get(k), level.ConsLinearizable, shard.Session{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(res.Bulk) != string(kv.NullArray) || string(r.Bulk) != "500" {
+		t.Fatalf("EXEC watching k (seen at group 1, version %d) ran at group 2 after k was written: reply %q, k now %q", vk, res.Bulk, r.Bulk)
+	}
+}
