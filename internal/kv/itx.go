@@ -241,7 +241,7 @@ func TxValidate(get Getter, version uint64, op *Op, checks []TxCheck) error {
 			return err
 		}
 		if ver == version && version != 0 {
-			continue // our own record, in a replay
+			continue // our own record, in a replay (ownRecord)
 		}
 		if !exists {
 			ver = 0

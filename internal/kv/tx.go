@@ -115,6 +115,28 @@ func Observe(get Getter, rows func(start, end []byte) (uint64, error), key []byt
 	return binary.AppendUvarint([]byte{1}, ver), nil
 }
 
+// ValidatesOwnRecord reports whether ops of kind k check what they read
+// before writing (EXEC its watches, a KEFIR.TX commit its keys' versions) and
+// so must, in a crash replay, recognise a record of their own as a check that
+// passed: an applier's getter reports a key whose only record it still holds
+// is the op's own as absent with the op's version (vrshard's current), or,
+// for a hash (ReplayReadsOwnRecord), as that record.
+func ValidatesOwnRecord(k Kind) bool { return k == KindTxCommit || k == KindExec }
+
+// ownRecord reports whether get, the state as of op version−1, answers key
+// with a record of op version itself: only a crash replay of the op does (see
+// ValidatesOwnRecord), and the op wrote that record only because every one of
+// its checks passed the first time — all of them, the transaction being all
+// or nothing — so a check that now differs passed. Redoing the check would
+// answer differently from the first run and drop the writes the crash lost.
+func ownRecord(get Getter, version uint64, key []byte) (bool, error) {
+	if version == 0 {
+		return false, nil // a read (EXEC of reads) has no version of its own
+	}
+	_, _, ver, _, err := get(key)
+	return ver == version, err
+}
+
 // scanRows is Observe's rows for a reader: the highest version scan visits.
 func scanRows(scan Scanner) func(start, end []byte) (uint64, error) {
 	return func(start, end []byte) (uint64, error) {
@@ -286,7 +308,13 @@ func runExec(get Getter, scan Scanner, rows func(start, end []byte) (uint64, err
 			return Result{}, nil, err
 		}
 		if !bytes.Equal(seen, w.Seen) {
-			return Result{Kind: ResReply, Bulk: NullArray}, nil, nil
+			own, err := ownRecord(get, version, w.Key)
+			if err != nil {
+				return Result{}, nil, err
+			}
+			if !own {
+				return Result{Kind: ResReply, Bulk: NullArray}, nil, nil
+			}
 		}
 	}
 	ov := newOverlay(get, version, op, maxValue)
