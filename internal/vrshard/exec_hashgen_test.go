@@ -9,20 +9,28 @@ import (
 	"github.com/kefirdb/kefir/internal/vfs"
 )
 
-// REVIEW (finding 7): an EXEC that creates two hashes gives them the
-// generations version and version+1<<48 (kv.newHashGen counts the hashes
-// the op creates). A crash that keeps the first hash's records and loses
-// the second's: replay reads the first hash's own metadata record
-// (ReplayReadsOwnRecord, now for every RunsCommands kind), so it does not
-// count as created, and the second hash gets generation version — the
-// first hash's. The two hashes then share their field rows.
-// (The same holds for EVAL, before today's change; EXEC inherits it.)
-func TestReviewReplayOfAnExecCreatingTwoHashesKeepsTheirGenerationsApart(t *testing.T) {
-	// h1 is a string that expired before the EXEC (its record is there):
-	// the EXEC's HSET h1 creates a hash.
-	exec := execOp(nil, []string{"HSET", "h1", "a", "1"}, []string{"HSET", "h2", "b", "2"})
-	exec.Now = 1000
-	ops := []testOp{{op: kv.Op{Kind: kv.KindSet, Key: []byte("h1"), Value: []byte("old"), ExpireAt: 500, Now: 1}}, {op: exec, client: 9, seq: 1}}
+// An op that creates two hashes (EXEC or EVAL) gives them the generations
+// version and version+1<<48 (kv.newHashGen counts the hashes the op creates).
+// A crash keeps the first hash's records and loses the second's: replay reads
+// the first hash's own metadata record (ReplayReadsOwnRecord), so it does not
+// count as created; the number it got must still not be handed to the second
+// hash (kv.ownGen), or the two hashes share their field rows.
+func TestReplayOfAnOpCreatingTwoHashesKeepsTheirGenerationsApart(t *testing.T) {
+	eval := kv.Op{Kind: kv.KindEval, Delta: 2, Keys: [][]byte{[]byte("h1"), []byte("h2")},
+		Value: []byte("redis.call('hset', KEYS[1], 'a', '1'); return redis.call('hset', KEYS[2], 'b', '2')")}
+	for name, op := range map[string]kv.Op{
+		"exec": execOp(nil, []string{"HSET", "h1", "a", "1"}, []string{"HSET", "h2", "b", "2"}),
+		"eval": eval,
+	} {
+		t.Run(name, func(t *testing.T) { replayTwoHashes(t, op) })
+	}
+}
+
+func replayTwoHashes(t *testing.T, op kv.Op) {
+	// h1 is a string that expired before the op (its record is there): the
+	// op's HSET h1 creates a hash.
+	op.Now = 1000
+	ops := []testOp{{op: kv.Op{Kind: kv.KindSet, Key: []byte("h1"), Value: []byte("old"), ExpireAt: 500, Now: 1}}, {op: op, client: 9, seq: 1}}
 
 	// The first run's records of op 2, in the order the engine gets them.
 	ref := openMemEngine(t, vfs.NewMem())
