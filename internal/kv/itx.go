@@ -209,13 +209,13 @@ type TxConflict struct {
 	Key      []byte
 	Start    uint64 // the transaction's start version
 	Expected uint64 // the key's version at the start (0: absent)
-	Found    uint64 // its version as of the commit (0: absent)
+	Found    uint64 // its version as of the commit (0: absent or expired)
 }
 
 func (c *TxConflict) Error() string {
 	what := fmt.Sprintf("written at version %d", c.Found)
 	if c.Found == 0 {
-		what = "deleted"
+		what = "deleted or expired"
 	}
 	return fmt.Sprintf("TXABORT conflict on key '%s': %s after the transaction's start version %d", clipKey(c.Key), what, c.Start)
 }
@@ -230,20 +230,25 @@ func clipKey(k []byte) string {
 
 // TxValidate checks op's (a KindTxCommit at version) keys against get (the
 // state as of version−1): nil if every one has the version it had at the
-// start, a *TxConflict for the first that does not. A key whose version is
-// the op's own is the op's own record, read back by a crash replay of the
+// start, a *TxConflict for the first that does not. A key not live at the
+// op's clock (op.Now: absent, deleted or expired, as Observe counts it) has
+// version 0, as the transaction notes a key not live when it read it
+// (server's itxn.get): a key that expired in the window — same record, same
+// version — is a conflict, for the writes are evaluated at op.Now, where the
+// value the transaction read and computed from is gone. A key whose version
+// is the op's own is the op's own record, read back by a crash replay of the
 // op (the applier's getter reports it so): the op passed this check when it
 // first ran, or that record would not exist.
 func TxValidate(get Getter, version uint64, op *Op, checks []TxCheck) error {
 	for _, c := range checks {
-		_, _, ver, exists, err := get(c.Key)
+		_, _, ver, live, _, err := lookup(get, c.Key, op.Now)
 		if err != nil {
 			return err
 		}
 		if ver == version && version != 0 {
 			continue // our own record, in a replay (ownRecord)
 		}
-		if !exists {
+		if !live {
 			ver = 0
 		}
 		if ver != c.Version {

@@ -73,6 +73,7 @@ type itxn struct {
 	snap  *shard.TxSnap // nil until its first key on a node of several groups
 	slot  int           // that key's slot (-1: not yet, or not a cluster)
 	seen  map[string]uint64
+	now   int64 // the clock of the command reading (get's liveness)
 	ov    kv.TxOverlay
 	wr    []kv.Op
 	bytes int
@@ -133,6 +134,7 @@ func (c *conn) txCmd(args [][]byte) error {
 		}
 	}
 	now := time.Now().UnixMilli()
+	tx.now = now
 	var res kv.Result
 	switch sub {
 	case "GET", "MGET", "EXISTS":
@@ -265,11 +267,22 @@ func (c *conn) txSlot(tx *itxn, key []byte) error {
 }
 
 // get reads the transaction's snapshot, noting the version it saw of each
-// key (its read set, and its written keys' versions at the start).
+// key (its read set, and its written keys' versions at the start): 0 for a
+// key not live at the reading command's clock (tx.now), as kv.TxValidate
+// counts a key not live at the commit's, so that a key that expires between
+// the read and the commit is a conflict and one that had already expired is
+// not. The first read's note stands: the snapshot's versions do not change,
+// only liveness, and a later read that finds the key expired where the first
+// found it live is caught by the commit's validation, which finds it expired
+// too.
 func (tx *itxn) get(key []byte) ([]byte, []byte, uint64, bool, error) {
 	d, m, v, ok, err := tx.snap.Get(key)
-	if err == nil {
-		tx.seen[string(key)] = v
+	if _, noted := tx.seen[string(key)]; err == nil && !noted {
+		seen := v
+		if !ok || kv.Expired(m, tx.now) {
+			seen = 0
+		}
+		tx.seen[string(key)] = seen
 	}
 	return d, m, v, ok, err
 }
@@ -301,6 +314,7 @@ func (c *conn) txCommit(h uint64, tx *itxn, prepare bool) error {
 		if _, ok := tx.seen[string(k)]; !ok {
 			// A blind write: its version at the start is still needed (a
 			// key deleted in the window is absent now, where it was not).
+			tx.now = time.Now().UnixMilli()
 			if _, _, _, _, err := tx.get(k); err != nil {
 				return c.txFail(h, err)
 			}
