@@ -186,6 +186,26 @@ func DecodeSlotTable(b []byte) (*SlotTable, error) {
 	return t, nil
 }
 
+// slotEntryOf is slot's row of AppendSlotTable's encoding b, read off its
+// runs without building the table (a WATCH and a transaction's commit read
+// one row per key: SlotOrigin).
+func slotEntryOf(b []byte, slot uint16) (SlotEntry, error) {
+	d := Decoder{B: b}
+	n := d.Uvarint()
+	for i := uint64(0); i < n && d.Err == nil; i++ {
+		start, end := d.Uvarint(), d.Uvarint()
+		st := SlotState(d.Byte())
+		peer, epoch := d.Uvarint(), d.Uvarint()
+		if d.Err != nil || end < start || end >= NumSlots || st >= slotStateEnd {
+			break
+		}
+		if uint64(slot) >= start && uint64(slot) <= end {
+			return SlotEntry{State: st, Peer: peer, Epoch: epoch}, nil
+		}
+	}
+	return SlotEntry{}, fmt.Errorf("%w: slot table without slot %d", ErrCorrupt, slot)
+}
+
 // SlotRange is an inclusive range of slots.
 type SlotRange struct{ Start, End uint16 }
 

@@ -73,10 +73,14 @@ type itxn struct {
 	snap  *shard.TxSnap // nil until its first key on a node of several groups
 	slot  int           // that key's slot (-1: not yet, or not a cluster)
 	seen  map[string]uint64
-	now   int64 // the clock of the command reading (get's liveness)
-	ov    kv.TxOverlay
-	wr    []kv.Op
-	bytes int
+	// origin is the snapshot's account of its slot (kv.SlotOrigin): the
+	// commit carries it, so that the group it reaches compares versions
+	// only if they are its own.
+	origin kv.TxOrigin
+	now    int64 // the clock of the command reading (get's liveness)
+	ov     kv.TxOverlay
+	wr     []kv.Op
+	bytes  int
 }
 
 var (
@@ -242,7 +246,12 @@ func (c *conn) txStart(tx *itxn, key []byte) error {
 	if err != nil {
 		return err // a follower's not-leader error: -MOVED to the leader
 	}
-	tx.snap = snap
+	o, err := kv.SlotOrigin(snap.Get, key)
+	if err != nil {
+		snap.Close()
+		return err
+	}
+	tx.snap, tx.origin = snap, o
 	return nil
 }
 
@@ -336,7 +345,7 @@ func (c *conn) txCommit(h uint64, tx *itxn, prepare bool) error {
 	if mutation.On && itxMut.skipWindow.Load() {
 		checks = nil
 	}
-	op, err := kv.NewTxCommit(tx.snap.Version(), tx.iso, checks, tx.wr)
+	op, err := kv.NewTxCommit(tx.snap.Version(), tx.iso, tx.origin, checks, tx.wr)
 	if err != nil {
 		return err
 	}

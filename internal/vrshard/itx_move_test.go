@@ -12,13 +12,14 @@ import (
 	"github.com/kefirdb/kefir/internal/shard"
 )
 
-// REVIEW (finding 1): a KEFIR.TX transaction begun at a slot's source group
-// and committed after the slot moved is validated at the destination with
-// the source's versions. Versions are each group's own op numbers, so a key
-// whose destination version (its import op) equals the version the
-// transaction read at the source passes the check although the key was
-// written in the window: a lost update, committed.
-func TestReviewTxCommitAcrossAMoveComparesTwoGroupsVersions(t *testing.T) {
+// A KEFIR.TX transaction begun at a slot's source group and committed after
+// the slot moved is validated at the destination. Versions are each group's
+// own op numbers, so a key whose destination version (its import op) equals
+// the version the transaction read at the source passed the check although
+// it was written in the window: a lost update, committed. The commit carries
+// the origin its snapshot saw (kv.SlotOrigin: the slot's epoch and state at
+// the source), which differs at the destination: TXABORT.
+func TestTxCommitAcrossAMoveAbortsOnTheOrigin(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(&logBuffer{}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	nt := newNodeTransports(t, 3, log)
 	g1 := groupWith(t, nt, 1, log, nil)
@@ -82,7 +83,11 @@ func TestReviewTxCommitAcrossAMoveComparesTwoGroupsVersions(t *testing.T) {
 
 	// COMMIT: routed by slot, it reaches group 2 (the front door forwards a
 	// refused write to the slot's new group).
-	commit, err := kv.NewTxCommit(snap.Version(), kv.TxSI, []kv.TxCheck{{Key: []byte(k), Version: vk}},
+	origin, err := kv.SlotOrigin(snap.Get, []byte(k)) // as the front door's txStart
+	if err != nil {
+		t.Fatal(err)
+	}
+	commit, err := kv.NewTxCommit(snap.Version(), kv.TxSI, origin, []kv.TxCheck{{Key: []byte(k), Version: vk}},
 		[]kv.Op{{Kind: kv.KindSet, Key: []byte(k), Value: []byte("110")}})
 	if err != nil {
 		t.Fatal(err)
@@ -98,11 +103,12 @@ func TestReviewTxCommitAcrossAMoveComparesTwoGroupsVersions(t *testing.T) {
 	}
 }
 
-// REVIEW (finding 1, EXEC): the same with WATCH: the observation WATCH took
-// at the source ("live at version vk") is compared at the destination,
-// where vk is the import op's number. A WATCH; MULTI; SET; EXEC whose key
-// another client wrote after the WATCH executes.
-func TestReviewWatchAcrossAMoveComparesTwoGroupsVersions(t *testing.T) {
+// The same with WATCH: the observation WATCH took at the source ("live at
+// version vk") is compared at the destination, where vk is the import op's
+// number; a WATCH; MULTI; SET; EXEC whose key another client wrote after the
+// WATCH executed. The observation ends with its origin (kv.Observe), which
+// differs at the destination: a null array.
+func TestWatchAcrossAMoveFailsOnTheOrigin(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(&logBuffer{}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	nt := newNodeTransports(t, 3, log)
 	g1 := groupWith(t, nt, 1, log, nil)
