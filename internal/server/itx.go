@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -47,8 +48,11 @@ const (
 )
 
 // txMaxAge is the transaction lifetime limit: an older transaction is
-// aborted at its next command (its pinned versions hold garbage that
-// compaction cannot reclaim). A variable for tests.
+// aborted (its pinned versions hold garbage that compaction cannot
+// reclaim): a timer armed at BEGIN unpins its snapshot and drops its write
+// set when it expires (itxn.expire), so a connection left idle does not pin
+// versions forever, and its next command answers TXABORT. A variable for
+// tests.
 var txMaxAge = 60 * time.Second
 
 // itxMutations are the test-only mutations of this file (internal/mutation).
@@ -66,13 +70,20 @@ type itxConn struct {
 	open map[uint64]*itxn
 }
 
-// itxn is one open transaction.
+// itxn is one open transaction. Its connection's goroutine uses it, under
+// mu, which the expiry timer takes too.
 type itxn struct {
-	iso   kv.Cond
-	began time.Time
-	snap  *shard.TxSnap // nil until its first key on a node of several groups
-	slot  int           // that key's slot (-1: not yet, or not a cluster)
-	seen  map[string]uint64
+	mu sync.Mutex
+	// timer (txMaxAge) runs expire; expired says it did, ended that the
+	// transaction ended (txEnd): both leave nothing pinned.
+	timer   *time.Timer
+	expired bool
+	ended   bool
+	iso     kv.Cond
+	began   time.Time
+	snap    *shard.TxSnap // nil until its first key on a node of several groups
+	slot    int           // that key's slot (-1: not yet, or not a cluster)
+	seen    map[string]uint64
 	// origin is the snapshot's account of its slot (kv.SlotOrigin): the
 	// commit carries it, so that the group it reaches compares versions
 	// only if they are its own.
@@ -104,7 +115,9 @@ func (c *conn) txCmd(args [][]byte) error {
 		return errTxUnknown
 	}
 	tx := c.itx.open[h]
-	if age := time.Since(tx.began); age > txMaxAge {
+	tx.mu.Lock()
+	defer tx.mu.Unlock()
+	if age := time.Since(tx.began); age > txMaxAge || tx.expired {
 		c.txEnd(h)
 		return errf("TXABORT transaction too old: open for %s, the limit is %s", age.Round(time.Millisecond), txMaxAge)
 	}
@@ -235,6 +248,7 @@ func (c *conn) txBegin(args [][]byte) error {
 	}
 	c.itx.next++
 	c.itx.open[c.itx.next] = tx
+	tx.timer = time.AfterFunc(txMaxAge, tx.expire)
 	return c.w.WriteInt(int64(c.itx.next))
 }
 
@@ -359,13 +373,37 @@ func (c *conn) txCommit(h uint64, tx *itxn, prepare bool) error {
 	return nil
 }
 
-// txEnd forgets transaction h and unpins its snapshot.
+// txEnd forgets transaction h and unpins its snapshot; the caller holds
+// its mu.
 func (c *conn) txEnd(h uint64) {
 	if tx := c.itx.open[h]; tx != nil {
-		if tx.snap != nil {
-			tx.snap.Close()
+		tx.ended = true
+		if tx.timer != nil {
+			tx.timer.Stop()
 		}
+		tx.release()
 		delete(c.itx.open, h)
+	}
+}
+
+// release unpins tx's snapshot and drops its write set (tx.mu held).
+func (tx *itxn) release() {
+	if tx.snap != nil {
+		tx.snap.Close()
+		tx.snap = nil
+	}
+	tx.wr, tx.ov, tx.seen = nil, kv.TxOverlay{}, nil
+}
+
+// expire is the timer's end of a transaction older than txMaxAge that its
+// connection did not touch since: unpinned now, aborted at its next command
+// (txCmd sees expired) or when the connection closes.
+func (tx *itxn) expire() {
+	tx.mu.Lock()
+	defer tx.mu.Unlock()
+	if !tx.ended {
+		tx.expired = true
+		tx.release()
 	}
 }
 
@@ -374,8 +412,10 @@ func (c *conn) txCloseAll() {
 	if c.itx == nil {
 		return
 	}
-	for h := range c.itx.open {
+	for h, tx := range c.itx.open {
+		tx.mu.Lock()
 		c.txEnd(h)
+		tx.mu.Unlock()
 	}
 }
 

@@ -355,3 +355,35 @@ KEFIR.TX COMMIT 3 => (integer)*
 MGET k w gone => [(nil), (nil), "1"]
 `)
 }
+
+// A transaction older than txMaxAge on a connection left idle is ended by
+// its timer: its snapshot unpinned without a command of the connection's
+// (before, it stayed pinned until the next one, forever for an idle
+// client), and its next command answers TXABORT.
+func TestTxExpiredOnAnIdleConnectionIsUnpinned(t *testing.T) {
+	old := txMaxAge
+	txMaxAge = 100 * time.Millisecond
+	defer func() { txMaxAge = old }()
+	s := startServer(t, nil)
+	a := dial(t, s)
+	base := s.db.Stats().Snapshots
+	a.expect(`
+SET x 1 => OK
+KEFIR.TX BEGIN => (integer) 1
+KEFIR.TX GET 1 x => "1"
+`)
+	if n := s.db.Stats().Snapshots; n != base+1 {
+		t.Fatalf("%d snapshots open during the transaction, want %d", n, base+1)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for s.db.Stats().Snapshots != base {
+		if time.Now().After(deadline) {
+			t.Fatalf("the expired transaction's snapshot is still pinned (%d open, want %d)", s.db.Stats().Snapshots, base)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	a.expect(`
+KEFIR.TX GET 1 x => TXABORT transaction too old*
+KEFIR.TX GET 1 x => ERR no such transaction*
+`)
+}
