@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 )
 
@@ -233,16 +234,49 @@ const maxScriptHashes = 1 << 16
 // versions stay below 2^48 (op numbers: centuries at a million ops/s).
 // Without this two hashes of one script shared their rows, and a hash
 // deleted and recreated by a script got its old fields back.
+//
+// In a crash replay the applier's getter answers a hash whose metadata record
+// the engine kept as that record (ReplayReadsOwnRecord): the hash the first
+// run created reads as existing, with the generation it got, and is not
+// created again. The hashes created after it must still get the generations
+// they got the first time, so the ones read back are marked taken (ownGen)
+// and skipped, never handed to a second hash: the first run handed out
+// 0, 1, 2, … in order, and the replay hands out the same numbers minus the
+// ones it reads back. (Not exact for a hash the op deleted and created
+// again: only the last of its generations is read back.)
 func newHashGen(op *Op, version uint64) (uint64, error) {
 	if op.scriptGens == nil {
 		return version, nil
 	}
-	k := *op.scriptGens
+	g := op.scriptGens
+	k := g.next
+	for slices.Contains(g.taken, k) {
+		k++
+	}
 	if k >= maxScriptHashes || (k > 0 && version >= 1<<48) {
 		return 0, ErrScriptTooManyHashes
 	}
-	*op.scriptGens = k + 1
+	g.next = k + 1
 	return version + uint64(k)<<48, nil
+}
+
+// hashGens is the generations a script op (or EXEC) handed its new hashes.
+type hashGens struct {
+	next  uint32   // the next number k (newHashGen)
+	taken []uint32 // numbers read back from the op's own records (ownGen)
+}
+
+// ownGen notes a live hash of generation gen read at version ver by op (at
+// version): one of op's own creation, read back in a crash replay, takes its
+// number out of the ones newHashGen hands out.
+func ownGen(op *Op, version, ver, gen uint64) {
+	const low = 1<<48 - 1
+	if op.scriptGens == nil || ver != version || gen&low != version&low {
+		return
+	}
+	if k := uint32(gen >> 48); k >= op.scriptGens.next && !slices.Contains(op.scriptGens.taken, k) {
+		op.scriptGens.taken = append(op.scriptGens.taken, k)
+	}
 }
 
 func readHashState(get Getter, op *Op, version uint64) (hashState, error) {
@@ -265,6 +299,7 @@ func readHashState(get Getter, op *Op, version uint64) (hashState, error) {
 	if err != nil {
 		return hashState{}, err
 	}
+	ownGen(op, version, ver, gen)
 	return hashState{live: true, gen: gen, n: n, expireAt: ExpireAt(meta), ver: ver}, nil
 }
 

@@ -75,12 +75,18 @@ const (
 	txBitField = 'F'
 )
 
-// NewTxCommit builds the commit op of a transaction that started at start:
-// checks go in Value, writes (SET, DEL of one key, INCRBY; nothing else) in
+// txOriginTag starts the origin section of a commit's Value, after the
+// checks.
+const txOriginTag = 1
+
+// NewTxCommit builds the commit op of a transaction that started at start,
+// whose snapshot had origin (SlotOrigin of its keys' slot: the checks'
+// versions are that group's): checks and the origin go in Value, writes
+// (SET, DEL of one key, INCRBY, SETRANGE, SETBIT, BITFIELD; nothing else) in
 // Keys as (opcode, key, argument) triples. The slices are aliased. If any
 // check has Ranges, Value starts with txRangedMark and every check carries
 // its ranges (a count, 0 for the whole key, then the ranges).
-func NewTxCommit(start uint64, iso Cond, checks []TxCheck, writes []Op) (Op, error) {
+func NewTxCommit(start uint64, iso Cond, origin TxOrigin, checks []TxCheck, writes []Op) (Op, error) {
 	op := Op{Kind: KindTxCommit, Delta: int64(start), Cond: iso, Keys: make([][]byte, 0, 3*len(writes))}
 	ranged := false
 	for _, c := range checks {
@@ -98,6 +104,7 @@ func NewTxCommit(start uint64, iso Cond, checks []TxCheck, writes []Op) (Op, err
 			b = appendRanges(b, c.Ranges)
 		}
 	}
+	b = origin.append(append(b, txOriginTag))
 	op.Value = b
 	for i := range writes {
 		w := &writes[i]
@@ -123,8 +130,15 @@ func NewTxCommit(start uint64, iso Cond, checks []TxCheck, writes []Op) (Op, err
 
 // DecodeTxCommit returns a KindTxCommit's checks and writes.
 func DecodeTxCommit(op *Op) (checks []TxCheck, writes []Op, err error) {
+	checks, writes, _, err = decodeTxCommit(op)
+	return checks, writes, err
+}
+
+// decodeTxCommit is DecodeTxCommit, and the commit's origin (never nil
+// without an error).
+func decodeTxCommit(op *Op) (checks []TxCheck, writes []Op, origin *TxOrigin, err error) {
 	if op.Kind != KindTxCommit || len(op.Keys)%3 != 0 || op.Delta < 0 || (op.Cond != TxSI && op.Cond != TxSerializable) {
-		return nil, nil, fmt.Errorf("%w: malformed transaction commit", ErrInvalidOp)
+		return nil, nil, nil, fmt.Errorf("%w: malformed transaction commit", ErrInvalidOp)
 	}
 	ranged := txIsRanged(op)
 	d := Decoder{B: op.Value}
@@ -133,7 +147,7 @@ func DecodeTxCommit(op *Op) (checks []TxCheck, writes []Op, err error) {
 	}
 	n := d.Uvarint()
 	if n > uint64(len(op.Value)) {
-		return nil, nil, fmt.Errorf("%w: transaction commit of %d checks in %d bytes", ErrInvalidOp, n, len(op.Value))
+		return nil, nil, nil, fmt.Errorf("%w: transaction commit of %d checks in %d bytes", ErrInvalidOp, n, len(op.Value))
 	}
 	checks = make([]TxCheck, 0, n)
 	for i := uint64(0); i < n && d.Err == nil; i++ {
@@ -145,14 +159,26 @@ func DecodeTxCommit(op *Op) (checks []TxCheck, writes []Op, err error) {
 		}
 		checks = append(checks, c)
 	}
+	if d.Err == nil {
+		// Every commit carries its origin (there is no older format in any
+		// log), so a commit cut short after its checks is corrupt, not a
+		// commit to validate on versions alone.
+		if len(d.B) == 0 || d.Byte() != txOriginTag {
+			return nil, nil, nil, fmt.Errorf("%w: transaction commit's origin: missing or unknown tag", ErrInvalidOp)
+		}
+		origin = &TxOrigin{Epoch: d.Uvarint(), State: SlotState(d.Byte())}
+		if d.Err == nil && origin.State >= slotStateEnd {
+			return nil, nil, nil, fmt.Errorf("%w: transaction commit's origin: slot state %d", ErrInvalidOp, origin.State)
+		}
+	}
 	if d.Err != nil || len(d.B) != 0 {
-		return nil, nil, fmt.Errorf("%w: transaction commit's checks: corrupt", ErrInvalidOp)
+		return nil, nil, nil, fmt.Errorf("%w: transaction commit's checks: corrupt", ErrInvalidOp)
 	}
 	writes = make([]Op, 0, len(op.Keys)/3)
 	for i := 0; i < len(op.Keys); i += 3 {
 		code, key, arg := op.Keys[i], op.Keys[i+1], op.Keys[i+2]
 		if len(code) != 1 {
-			return nil, nil, fmt.Errorf("%w: transaction write opcode %q", ErrInvalidOp, code)
+			return nil, nil, nil, fmt.Errorf("%w: transaction write opcode %q", ErrInvalidOp, code)
 		}
 		w := Op{Key: key, Now: op.Now}
 		switch code[0] {
@@ -163,7 +189,7 @@ func DecodeTxCommit(op *Op) (checks []TxCheck, writes []Op, err error) {
 		case txIncrBy:
 			delta, err := strconv.ParseInt(string(arg), 10, 64)
 			if err != nil {
-				return nil, nil, fmt.Errorf("%w: transaction INCRBY of %q", ErrInvalidOp, arg)
+				return nil, nil, nil, fmt.Errorf("%w: transaction INCRBY of %q", ErrInvalidOp, arg)
 			}
 			w.Kind, w.Delta = KindIncrBy, delta
 		case txBitField:
@@ -171,18 +197,18 @@ func DecodeTxCommit(op *Op) (checks []TxCheck, writes []Op, err error) {
 		case txSetRange, txSetBit:
 			off, n := binary.Uvarint(arg)
 			if n <= 0 || off > 1<<62 || (code[0] == txSetBit && len(arg)-n != 1) {
-				return nil, nil, fmt.Errorf("%w: transaction %c write argument %q", ErrInvalidOp, code[0], arg)
+				return nil, nil, nil, fmt.Errorf("%w: transaction %c write argument %q", ErrInvalidOp, code[0], arg)
 			}
 			w.Kind, w.Delta, w.Value = KindSetRange, int64(off), arg[n:]
 			if code[0] == txSetBit {
 				w.Kind = KindSetBit
 			}
 		default:
-			return nil, nil, fmt.Errorf("%w: transaction write opcode %q", ErrInvalidOp, code)
+			return nil, nil, nil, fmt.Errorf("%w: transaction write opcode %q", ErrInvalidOp, code)
 		}
 		writes = append(writes, w)
 	}
-	return checks, writes, nil
+	return checks, writes, origin, nil
 }
 
 // txWrittenKeys is WrittenKeys of a KindTxCommit (every key of its writes).
@@ -259,13 +285,21 @@ type TxConflict struct {
 	Key      []byte
 	Start    uint64 // the transaction's start version
 	Expected uint64 // the key's version at the start (0: absent)
-	Found    uint64 // its version as of the commit (0: absent)
+	Found    uint64 // its version as of the commit (0: absent or expired)
+	// Moved: the key's slot changed hands (or began to) since the start:
+	// the versions are another group's, not comparable (TxOrigin).
+	Moved    bool
+	From, To TxOrigin
 }
 
 func (c *TxConflict) Error() string {
+	if c.Moved {
+		return fmt.Sprintf("TXABORT conflict on key '%s': its slot moved (epoch %d %s at the start, epoch %d %s here) after the transaction's start version %d",
+			clipKey(c.Key), c.From.Epoch, c.From.State, c.To.Epoch, c.To.State, c.Start)
+	}
 	what := fmt.Sprintf("written at version %d", c.Found)
 	if c.Found == 0 {
-		what = "deleted"
+		what = "deleted or expired"
 	}
 	return fmt.Sprintf("TXABORT conflict on key '%s': %s after the transaction's start version %d", clipKey(c.Key), what, c.Start)
 }
@@ -280,20 +314,39 @@ func clipKey(k []byte) string {
 
 // TxValidate checks op's (a KindTxCommit at version) keys against get (the
 // state as of version−1): nil if every one has the version it had at the
-// start, a *TxConflict for the first that does not. A key whose version is
-// the op's own is the op's own record, read back by a crash replay of the
+// start, a *TxConflict for the first that does not. A key not live at the
+// op's clock (op.Now: absent, deleted or expired, as Observe counts it) has
+// version 0, as the transaction notes a key not live when it read it
+// (server's itxn.get): a key that expired in the window — same record, same
+// version — is a conflict, for the writes are evaluated at op.Now, where the
+// value the transaction read and computed from is gone. A key whose version
+// is the op's own is the op's own record, read back by a crash replay of the
 // op (the applier's getter reports it so): the op passed this check when it
 // first ran, or that record would not exist.
-func TxValidate(get Getter, version uint64, op *Op, checks []TxCheck) error {
+//
+// origin (nil: not checked) is the group the
+// checks' versions are of: a key whose slot has another origin here is a
+// conflict, whatever its version (a slot moved between the start and the
+// commit; TxOrigin).
+func TxValidate(get Getter, version uint64, op *Op, origin *TxOrigin, checks []TxCheck) error {
 	for _, c := range checks {
-		_, _, ver, exists, err := get(c.Key)
+		if origin != nil {
+			o, err := SlotOrigin(get, c.Key)
+			if err != nil {
+				return err
+			}
+			if o != *origin {
+				return &TxConflict{Key: c.Key, Start: uint64(op.Delta), Moved: true, From: *origin, To: o}
+			}
+		}
+		_, _, ver, live, _, err := lookup(get, c.Key, op.Now)
 		if err != nil {
 			return err
 		}
 		if ver == version && version != 0 {
-			continue // our own record, in a replay
+			continue // our own record, in a replay (ownRecord)
 		}
-		if !exists {
+		if !live {
 			ver = 0
 		}
 		if ver != c.Version {
@@ -314,7 +367,7 @@ func TxValidate(get Getter, version uint64, op *Op, checks []TxCheck) error {
 
 // applyTxCommit is Apply's case for KindTxCommit (see the top of this file).
 func applyTxCommit(get Getter, version uint64, op *Op, maxValue int, emit Emit) (Result, error) {
-	checks, writes, err := DecodeTxCommit(op)
+	checks, writes, origin, err := decodeTxCommit(op)
 	if err != nil {
 		return Result{}, err
 	}
@@ -323,7 +376,7 @@ func applyTxCommit(get Getter, version uint64, op *Op, maxValue int, emit Emit) 
 			return Result{}, err
 		}
 	}
-	if err := TxValidate(get, version, op, checks); err != nil {
+	if err := TxValidate(get, version, op, origin, checks); err != nil {
 		var c *TxConflict
 		if errors.As(err, &c) {
 			return Result{Kind: ResReply, Bulk: respError(c.Error())}, nil

@@ -228,7 +228,7 @@ func TestTxSnapshotReads(t *testing.T) {
 func TestTxFailingWriteLandsNothing(t *testing.T) {
 	s := newMV()
 	s.set(t, "s", "text")
-	op, err := NewTxCommit(s.last, TxSI, nil, []Op{set("a", "1"), {Kind: KindIncrBy, Key: []byte("s"), Delta: 1}})
+	op, err := NewTxCommit(s.last, TxSI, TxOrigin{}, nil, []Op{set("a", "1"), {Kind: KindIncrBy, Key: []byte("s"), Delta: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,18 +246,18 @@ func TestTxFailingWriteLandsNothing(t *testing.T) {
 func TestTxReplayOwnRecordPasses(t *testing.T) {
 	s := newMV()
 	s.set(t, "a", "1")
-	op, _ := NewTxCommit(1, TxSI, []TxCheck{{Key: []byte("a"), Version: 1}}, []Op{set("a", "2")})
+	op, _ := NewTxCommit(1, TxSI, TxOrigin{}, []TxCheck{{Key: []byte("a"), Version: 1}}, []Op{set("a", "2")})
 	own := func(key []byte) ([]byte, []byte, uint64, bool, error) { return nil, nil, 2, false, nil }
-	if err := TxValidate(own, 2, &op, []TxCheck{{Key: []byte("a"), Version: 1}}); err != nil {
+	if err := TxValidate(own, 2, &op, nil, []TxCheck{{Key: []byte("a"), Version: 1}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := TxValidate(own, 3, &op, []TxCheck{{Key: []byte("a"), Version: 1}}); err == nil {
+	if err := TxValidate(own, 3, &op, nil, []TxCheck{{Key: []byte("a"), Version: 1}}); err == nil {
 		t.Fatal("another op's deletion passed")
 	}
 }
 
 func TestTxCommitKeys(t *testing.T) {
-	op, err := NewTxCommit(7, TxSerializable, []TxCheck{{Key: []byte("r"), Version: 3}}, []Op{set("w", "v"), {Kind: KindDel, Keys: [][]byte{[]byte("d")}}})
+	op, err := NewTxCommit(7, TxSerializable, TxOrigin{}, []TxCheck{{Key: []byte("r"), Version: 3}}, []Op{set("w", "v"), {Kind: KindDel, Keys: [][]byte{[]byte("d")}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,7 +267,7 @@ func TestTxCommitKeys(t *testing.T) {
 	if got, _ := op.RoutingKeys(); len(got) != 3 || string(got[2]) != "r" {
 		t.Fatalf("routing %q", got)
 	}
-	if _, err := NewTxCommit(1, TxSI, nil, []Op{{Kind: KindAppend, Key: []byte("k")}}); err == nil {
+	if _, err := NewTxCommit(1, TxSI, TxOrigin{}, nil, []Op{{Kind: KindAppend, Key: []byte("k")}}); err == nil {
 		t.Fatal("APPEND accepted")
 	}
 }

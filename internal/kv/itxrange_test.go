@@ -34,7 +34,7 @@ func (x *txn) commitRanged(t testing.TB, ranges map[string][]TxRange) string {
 			}
 		}
 	}
-	op, err := NewTxCommit(x.start, x.iso, checks, x.writes)
+	op, err := NewTxCommit(x.start, x.iso, TxOrigin{}, checks, x.writes)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +197,7 @@ func TestTxRangedReplay(t *testing.T) {
 	if r := t1.commitRanged(t, map[string][]TxRange{"k": oneBit(1)}); !committed(r) {
 		t.Fatal(r)
 	}
-	op, err := NewTxCommit(t2.start, TxSI, []TxCheck{{Key: []byte("k"), Version: 1, Ranges: oneBit(9)}}, t2.writes)
+	op, err := NewTxCommit(t2.start, TxSI, TxOrigin{}, []TxCheck{{Key: []byte("k"), Version: 1, Ranges: oneBit(9)}}, t2.writes)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,7 +241,7 @@ func TestTxRangedReplay(t *testing.T) {
 func TestTxRangedCodec(t *testing.T) {
 	checks := []TxCheck{{Key: []byte("a"), Version: 4, Ranges: []TxRange{{1, 2}, {80, 160}}}, {Key: []byte("b"), Version: 0}}
 	writes := []Op{{Kind: KindSetRange, Key: []byte("a"), Delta: 10, Value: []byte("xyz")}, setBit("a", 7, '0'), set("b", "v")}
-	op, err := NewTxCommit(3, TxSerializable, checks, writes)
+	op, err := NewTxCommit(3, TxSerializable, TxOrigin{}, checks, writes)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -346,7 +346,7 @@ func BenchmarkTxCommitApply(b *testing.B) {
 						ver = hist[len(hist)-4]
 					}
 				}
-				op, err := NewTxCommit(ver, TxSI, []TxCheck{{Key: []byte("k"), Version: ver, Ranges: rs}}, []Op{setBit("k", int64(i%512), '1')})
+				op, err := NewTxCommit(ver, TxSI, TxOrigin{}, []TxCheck{{Key: []byte("k"), Version: ver, Ranges: rs}}, []Op{setBit("k", int64(i%512), '1')})
 				if err != nil {
 					b.Fatal(err)
 				}

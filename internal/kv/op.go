@@ -132,7 +132,7 @@ type Op struct {
 	// redis.call makes) counts the hashes a script op created so far: each
 	// needs a generation of its own, and they all share the op's version
 	// (newHashGen).
-	scriptGens *uint32
+	scriptGens *hashGens
 }
 
 // ResultKind says which field of a Result carries the answer.

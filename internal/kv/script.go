@@ -106,7 +106,7 @@ type overlay struct {
 	writes   map[string]overlayRec
 	order    []string // keys in order of first write: the emit order
 	readVer  uint64
-	gens     uint32 // hashes created so far: each gets its own generation (newHashGen)
+	gens     hashGens // the generations of the hashes created so far (newHashGen)
 	batch    []staged
 	// scan, if set, serves the point range reads (a hash's field row) of
 	// keys the overlay does not hold: a reader's getter may hide reserved

@@ -202,6 +202,25 @@ func slotRuns(b []byte, fn func(start, end uint16, e SlotEntry) bool) error {
 	return nil
 }
 
+// slotEntryOf is slot's row of AppendSlotTable's encoding b, read off its
+// runs without building the table (the fence of one key, a WATCH's and a
+// transaction commit's origin: one row per key).
+func slotEntryOf(b []byte, slot uint16) (SlotEntry, error) {
+	var e SlotEntry
+	found := false
+	err := slotRuns(b, func(start, end uint16, run SlotEntry) bool {
+		if slot > end {
+			return true
+		}
+		e, found = run, true
+		return false
+	})
+	if err == nil && !found {
+		err = fmt.Errorf("%w: slot table without slot %d", ErrCorrupt, slot)
+	}
+	return e, err
+}
+
 // SlotRange is an inclusive range of slots.
 type SlotRange struct{ Start, End uint16 }
 
@@ -354,17 +373,7 @@ func CheckSlotTable(enc []byte, op *Op) error {
 	if enc == nil {
 		return nil
 	}
-	return checkFence(op, func(s uint16) (SlotEntry, error) {
-		var e SlotEntry
-		err := slotRuns(enc, func(start, end uint16, run SlotEntry) bool {
-			if s > end {
-				return true
-			}
-			e = run
-			return false
-		})
-		return e, err
-	})
+	return checkFence(op, func(s uint16) (SlotEntry, error) { return slotEntryOf(enc, s) })
 }
 
 // checkFence is Check with entry the table's row of a slot.

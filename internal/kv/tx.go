@@ -75,13 +75,23 @@ func RegisterCommands(r CommandRunner) {
 }
 
 // Observe is what a WATCH of key sees in the state get reads at now: a key
-// that is absent, deleted or expired is "not live" (one byte 0), whatever
+// that is absent, deleted or expired is "not live" (first byte 0), whatever
 // version a store reports for its miss (a read path and an applier may report
 // a deletion's version differently); a live key is 1 and the highest version
 // of its records, which every write of the key changes. EXEC's apply
 // compares the same function over the state as of op−1 with the bytes WATCH
 // saw: different bytes, the key was modified (or expired, as Redis 7 counts
 // it).
+//
+// A version is an op number of one replica group, meaningless in another:
+// after a slot move the key's records at the destination carry the import
+// op's number, which may equal the one WATCH saw at the source. So the
+// observation ends with its origin (SlotOrigin: the epoch and state of the
+// key's slot in the group's table; zero without a table), flagged by bit
+// obsOrigin of the first byte, and a WATCH taken at another group compares
+// unequal whatever the numbers. An EXEC logged before the origin was added
+// carries observations without the flag: they are compared without it, as
+// when that EXEC first ran.
 //
 // A hash's records are its metadata record and its field rows; rows gives
 // the highest version among the live rows in [start, end). A replica group
@@ -90,15 +100,41 @@ func RegisterCommands(r CommandRunner) {
 // the rows must be looked at: a WATCH of a hash costs a walk of its fields,
 // at WATCH and at EXEC.
 func Observe(get Getter, rows func(start, end []byte) (uint64, error), key []byte, now int64) ([]byte, error) {
+	return observe(get, rows, key, now, true)
+}
+
+// obsLive and obsOrigin are the flags of an observation's first byte.
+const (
+	obsLive   = 1 // a version follows
+	obsOrigin = 2 // the origin (TxOrigin) ends it
+)
+
+// observe is Observe, with the origin or (an old EXEC's watch) without.
+func observe(get Getter, rows func(start, end []byte) (uint64, error), key []byte, now int64, origin bool) ([]byte, error) {
+	b, err := observeVersion(get, rows, key, now)
+	if err != nil || !origin {
+		return b, err
+	}
+	o, err := SlotOrigin(get, key)
+	if err != nil {
+		return nil, err
+	}
+	b[0] |= obsOrigin
+	return o.append(b), nil
+}
+
+// observeVersion is an observation without its origin: liveness, version.
+func observeVersion(get Getter, rows func(start, end []byte) (uint64, error), key []byte, now int64) ([]byte, error) {
+	b := []byte{0}
 	if IsReserved(key) {
-		return []byte{0}, nil
+		return b, nil
 	}
 	data, meta, ver, live, _, err := lookup(get, key, now)
 	if err != nil {
 		return nil, err
 	}
 	if !live {
-		return []byte{0}, nil
+		return b, nil
 	}
 	if MetaType(meta) == TypeHash {
 		gen, _, err := decodeHashMeta(data)
@@ -112,7 +148,70 @@ func Observe(get Getter, rows func(start, end []byte) (uint64, error), key []byt
 		}
 		ver = max(ver, rv)
 	}
-	return binary.AppendUvarint([]byte{1}, ver), nil
+	b[0] |= obsLive
+	b = binary.AppendUvarint(b, ver)
+	return b, nil
+}
+
+// observedVersion is the version in an observation (0: not live).
+func observedVersion(seen []byte) uint64 {
+	if len(seen) == 0 || seen[0]&obsLive == 0 {
+		return 0
+	}
+	v, _ := binary.Uvarint(seen[1:])
+	return v
+}
+
+// TxOrigin is where a group's version numbers of a key come from: the
+// epoch and state of the key's slot in the group's table (SlotTableKey).
+// Two observations of a key compare versions only if they have the same
+// origin: a slot moved (or began moving, or was rolled back) in between
+// changes its epoch or state, and versions read at another group are
+// another log's op numbers. Zero for a group without a table (a single
+// group, or a cluster group no move touched yet).
+type TxOrigin struct {
+	Epoch uint64
+	State SlotState
+}
+
+func (o TxOrigin) append(b []byte) []byte {
+	return append(binary.AppendUvarint(b, o.Epoch), byte(o.State))
+}
+
+// SlotOrigin reads key's origin through get (the group's table, a reserved
+// record every getter of a group's state reads).
+func SlotOrigin(get Getter, key []byte) (TxOrigin, error) {
+	data, _, _, ok, err := get(SlotTableKey)
+	if err != nil || !ok {
+		return TxOrigin{}, err
+	}
+	e, err := slotEntryOf(data, KeySlot(key))
+	if err != nil {
+		return TxOrigin{}, err
+	}
+	return TxOrigin{Epoch: e.Epoch, State: e.State}, nil
+}
+
+// ValidatesOwnRecord reports whether ops of kind k check what they read
+// before writing (EXEC its watches, a KEFIR.TX commit its keys' versions) and
+// so must, in a crash replay, recognise a record of their own as a check that
+// passed: an applier's getter reports a key whose only record it still holds
+// is the op's own as absent with the op's version (vrshard's current), or,
+// for a hash (ReplayReadsOwnRecord), as that record.
+func ValidatesOwnRecord(k Kind) bool { return k == KindTxCommit || k == KindExec }
+
+// ownRecord reports whether get, the state as of op version−1, answers key
+// with a record of op version itself: only a crash replay of the op does (see
+// ValidatesOwnRecord), and the op wrote that record only because every one of
+// its checks passed the first time — all of them, the transaction being all
+// or nothing — so a check that now differs passed. Redoing the check would
+// answer differently from the first run and drop the writes the crash lost.
+func ownRecord(get Getter, version uint64, key []byte) (bool, error) {
+	if version == 0 {
+		return false, nil // a read (EXEC of reads) has no version of its own
+	}
+	_, _, ver, _, err := get(key)
+	return ver == version, err
 }
 
 // scanRows is Observe's rows for a reader: the highest version scan visits.
@@ -163,10 +262,7 @@ func readWatch(get Getter, scan Scanner, op *Op) (Result, error) {
 			return Result{}, err
 		}
 		res.Array[i] = seen
-		if len(seen) > 1 {
-			v, _ := binary.Uvarint(seen[1:])
-			res.Version = max(res.Version, v)
-		}
+		res.Version = max(res.Version, observedVersion(seen))
 	}
 	return res, nil
 }
@@ -281,12 +377,18 @@ func runExec(get Getter, scan Scanner, rows func(start, end []byte) (uint64, err
 		return Result{}, nil, fmt.Errorf("%w: exec declares %d of %d keys", ErrInvalidOp, op.Delta, len(op.Keys))
 	}
 	for _, w := range watches {
-		seen, err := Observe(get, rows, w.Key, op.Now)
+		seen, err := observe(get, rows, w.Key, op.Now, len(w.Seen) > 0 && w.Seen[0]&obsOrigin != 0)
 		if err != nil {
 			return Result{}, nil, err
 		}
 		if !bytes.Equal(seen, w.Seen) {
-			return Result{Kind: ResReply, Bulk: NullArray}, nil, nil
+			own, err := ownRecord(get, version, w.Key)
+			if err != nil {
+				return Result{}, nil, err
+			}
+			if !own {
+				return Result{Kind: ResReply, Bulk: NullArray}, nil, nil
+			}
 		}
 	}
 	ov := newOverlay(get, version, op, maxValue)

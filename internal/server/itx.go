@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -47,8 +48,11 @@ const (
 )
 
 // txMaxAge is the transaction lifetime limit: an older transaction is
-// aborted at its next command (its pinned versions hold garbage that
-// compaction cannot reclaim). A variable for tests.
+// aborted (its pinned versions hold garbage that compaction cannot
+// reclaim): a timer armed at BEGIN unpins its snapshot and drops its write
+// set when it expires (itxn.expire), so a connection left idle does not pin
+// versions forever, and its next command answers TXABORT. A variable for
+// tests.
 var txMaxAge = 60 * time.Second
 
 // itxMutations are the test-only mutations of this file (internal/mutation).
@@ -66,17 +70,29 @@ type itxConn struct {
 	open map[uint64]*itxn
 }
 
-// itxn is one open transaction.
+// itxn is one open transaction. Its connection's goroutine uses it, under
+// mu, which the expiry timer takes too.
 type itxn struct {
-	iso   kv.Cond
-	began time.Time
-	snap  *shard.TxSnap // nil until its first key on a node of several groups
-	slot  int           // that key's slot (-1: not yet, or not a cluster)
-	seen  map[string]uint64
-	acc   map[string]*txAccess // what each key's commands touched (fine-grained conflicts)
-	ov    kv.TxOverlay
-	wr    []kv.Op
-	bytes int
+	mu sync.Mutex
+	// timer (txMaxAge) runs expire; expired says it did, ended that the
+	// transaction ended (txEnd): both leave nothing pinned.
+	timer   *time.Timer
+	expired bool
+	ended   bool
+	iso     kv.Cond
+	began   time.Time
+	snap    *shard.TxSnap // nil until its first key on a node of several groups
+	slot    int           // that key's slot (-1: not yet, or not a cluster)
+	seen    map[string]uint64
+	// origin is the snapshot's account of its slot (kv.SlotOrigin): the
+	// commit carries it, so that the group it reaches compares versions
+	// only if they are its own.
+	origin kv.TxOrigin
+	now    int64                // the clock of the command reading (get's liveness)
+	acc    map[string]*txAccess // what each key's commands touched (fine-grained conflicts)
+	ov     kv.TxOverlay
+	wr     []kv.Op
+	bytes  int
 }
 
 // txAccess is how a transaction touched one key, for fine-grained
@@ -141,7 +157,9 @@ func (c *conn) txCmd(args [][]byte) error {
 		return errTxUnknown
 	}
 	tx := c.itx.open[h]
-	if age := time.Since(tx.began); age > txMaxAge {
+	tx.mu.Lock()
+	defer tx.mu.Unlock()
+	if age := time.Since(tx.began); age > txMaxAge || tx.expired {
 		c.txEnd(h)
 		return errf("TXABORT transaction too old: open for %s, the limit is %s", age.Round(time.Millisecond), txMaxAge)
 	}
@@ -179,6 +197,7 @@ func (c *conn) txCmd(args [][]byte) error {
 		}
 	}
 	now := time.Now().UnixMilli()
+	tx.now = now
 	var res kv.Result
 	var bf []kv.BitFieldOp
 	if sub == "BITFIELD" {
@@ -380,6 +399,7 @@ func (c *conn) txBegin(args [][]byte) error {
 	}
 	c.itx.next++
 	c.itx.open[c.itx.next] = tx
+	tx.timer = time.AfterFunc(txMaxAge, tx.expire)
 	return c.w.WriteInt(int64(c.itx.next))
 }
 
@@ -391,7 +411,12 @@ func (c *conn) txStart(tx *itxn, key []byte) error {
 	if err != nil {
 		return err // a follower's not-leader error: -MOVED to the leader
 	}
-	tx.snap = snap
+	o, err := kv.SlotOrigin(snap.Get, key)
+	if err != nil {
+		snap.Close()
+		return err
+	}
+	tx.snap, tx.origin = snap, o
 	return nil
 }
 
@@ -416,11 +441,22 @@ func (c *conn) txSlot(tx *itxn, key []byte) error {
 }
 
 // get reads the transaction's snapshot, noting the version it saw of each
-// key (its read set, and its written keys' versions at the start).
+// key (its read set, and its written keys' versions at the start): 0 for a
+// key not live at the reading command's clock (tx.now), as kv.TxValidate
+// counts a key not live at the commit's, so that a key that expires between
+// the read and the commit is a conflict and one that had already expired is
+// not. The first read's note stands: the snapshot's versions do not change,
+// only liveness, and a later read that finds the key expired where the first
+// found it live is caught by the commit's validation, which finds it expired
+// too.
 func (tx *itxn) get(key []byte) ([]byte, []byte, uint64, bool, error) {
 	d, m, v, ok, err := tx.snap.Get(key)
-	if err == nil {
-		tx.seen[string(key)] = v
+	if _, noted := tx.seen[string(key)]; err == nil && !noted {
+		seen := v
+		if !ok || kv.Expired(m, tx.now) {
+			seen = 0
+		}
+		tx.seen[string(key)] = seen
 	}
 	return d, m, v, ok, err
 }
@@ -452,6 +488,7 @@ func (c *conn) txCommit(h uint64, tx *itxn, prepare bool) error {
 		if _, ok := tx.seen[string(k)]; !ok {
 			// A blind write: its version at the start is still needed (a
 			// key deleted in the window is absent now, where it was not).
+			tx.now = time.Now().UnixMilli()
 			if _, _, _, _, err := tx.get(k); err != nil {
 				return c.txFail(h, err)
 			}
@@ -473,7 +510,7 @@ func (c *conn) txCommit(h uint64, tx *itxn, prepare bool) error {
 	if mutation.On && itxMut.skipWindow.Load() {
 		checks = nil
 	}
-	op, err := kv.NewTxCommit(tx.snap.Version(), tx.iso, checks, tx.wr)
+	op, err := kv.NewTxCommit(tx.snap.Version(), tx.iso, tx.origin, checks, tx.wr)
 	if err != nil {
 		return err
 	}
@@ -487,13 +524,37 @@ func (c *conn) txCommit(h uint64, tx *itxn, prepare bool) error {
 	return nil
 }
 
-// txEnd forgets transaction h and unpins its snapshot.
+// txEnd forgets transaction h and unpins its snapshot; the caller holds
+// its mu.
 func (c *conn) txEnd(h uint64) {
 	if tx := c.itx.open[h]; tx != nil {
-		if tx.snap != nil {
-			tx.snap.Close()
+		tx.ended = true
+		if tx.timer != nil {
+			tx.timer.Stop()
 		}
+		tx.release()
 		delete(c.itx.open, h)
+	}
+}
+
+// release unpins tx's snapshot and drops its write set (tx.mu held).
+func (tx *itxn) release() {
+	if tx.snap != nil {
+		tx.snap.Close()
+		tx.snap = nil
+	}
+	tx.wr, tx.ov, tx.seen = nil, kv.TxOverlay{}, nil
+}
+
+// expire is the timer's end of a transaction older than txMaxAge that its
+// connection did not touch since: unpinned now, aborted at its next command
+// (txCmd sees expired) or when the connection closes.
+func (tx *itxn) expire() {
+	tx.mu.Lock()
+	defer tx.mu.Unlock()
+	if !tx.ended {
+		tx.expired = true
+		tx.release()
 	}
 }
 
@@ -502,8 +563,10 @@ func (c *conn) txCloseAll() {
 	if c.itx == nil {
 		return
 	}
-	for h := range c.itx.open {
+	for h, tx := range c.itx.open {
+		tx.mu.Lock()
 		c.txEnd(h)
+		tx.mu.Unlock()
 	}
 }
 

@@ -491,3 +491,68 @@ KEFIR.TX COMMIT ` + h + ` => ` + want + `
 `)
 	}
 }
+
+// A key that expires between a transaction's read and its COMMIT is a
+// conflict (kv.TxValidate counts it version 0), under SI for a written key
+// and under SERIALIZABLE for a read one; a key that had expired before the
+// read is noted absent and is none. Before, the INCRBY that answered 6 in the
+// transaction committed and landed 1.
+func TestTxCommitOverAKeyThatExpiredDuringTheTransaction(t *testing.T) {
+	s := startServer(t, nil)
+	a := dial(t, s)
+	a.expect(`
+SET k 5 PX 1500 => OK
+SET r 1 PX 1500 => OK
+SET gone 1 PX 1 => OK
+KEFIR.TX BEGIN SI => (integer) 1
+KEFIR.TX INCRBY 1 k 1 => (integer) 6
+KEFIR.TX BEGIN SERIALIZABLE => (integer) 2
+KEFIR.TX GET 2 r => "1"
+KEFIR.TX SET 2 w x => OK
+`)
+	time.Sleep(50 * time.Millisecond) // gone has expired
+	a.expect(`
+KEFIR.TX BEGIN => (integer) 3
+KEFIR.TX GET 3 gone => (nil)
+KEFIR.TX INCRBY 3 gone 1 => (integer) 1
+`)
+	time.Sleep(1600 * time.Millisecond) // k and r have expired
+	a.expect(`
+KEFIR.TX COMMIT 1 => TXABORT conflict on key 'k': deleted or expired*
+KEFIR.TX COMMIT 2 => TXABORT conflict on key 'r': deleted or expired*
+KEFIR.TX COMMIT 3 => (integer)*
+MGET k w gone => [(nil), (nil), "1"]
+`)
+}
+
+// A transaction older than txMaxAge on a connection left idle is ended by
+// its timer: its snapshot unpinned without a command of the connection's
+// (before, it stayed pinned until the next one, forever for an idle
+// client), and its next command answers TXABORT.
+func TestTxExpiredOnAnIdleConnectionIsUnpinned(t *testing.T) {
+	old := txMaxAge
+	txMaxAge = 100 * time.Millisecond
+	defer func() { txMaxAge = old }()
+	s := startServer(t, nil)
+	a := dial(t, s)
+	base := s.db.Stats().Snapshots
+	a.expect(`
+SET x 1 => OK
+KEFIR.TX BEGIN => (integer) 1
+KEFIR.TX GET 1 x => "1"
+`)
+	if n := s.db.Stats().Snapshots; n != base+1 {
+		t.Fatalf("%d snapshots open during the transaction, want %d", n, base+1)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for s.db.Stats().Snapshots != base {
+		if time.Now().After(deadline) {
+			t.Fatalf("the expired transaction's snapshot is still pinned (%d open, want %d)", s.db.Stats().Snapshots, base)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	a.expect(`
+KEFIR.TX GET 1 x => TXABORT transaction too old*
+KEFIR.TX GET 1 x => ERR no such transaction*
+`)
+}

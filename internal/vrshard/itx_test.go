@@ -50,7 +50,7 @@ func genTxOps(t *testing.T) func(seed uint64) []testOp {
 					}
 					checks = append(checks, kv.TxCheck{Key: k, Version: ver})
 				}
-				op, err := kv.NewTxCommit(uint64(i), kv.TxSerializable, checks, writes)
+				op, err := kv.NewTxCommit(uint64(i), kv.TxSerializable, kv.TxOrigin{}, checks, writes)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -86,7 +86,7 @@ func TestTxCommitReplayAfterEngineCrash(t *testing.T) {
 // -TXABORT and k2's write was lost: half a transaction.
 func TestReplayFinishesATxCommitCutShort(t *testing.T) {
 	db := openMemEngine(t, vfs.NewMem())
-	commit, err := kv.NewTxCommit(1, kv.TxSI,
+	commit, err := kv.NewTxCommit(1, kv.TxSI, kv.TxOrigin{},
 		[]kv.TxCheck{{Key: []byte("k1"), Version: 1}, {Key: []byte("k2"), Version: 0}},
 		[]kv.Op{{Kind: kv.KindDel, Keys: [][]byte{[]byte("k1")}}, {Kind: kv.KindSet, Key: []byte("k2"), Value: []byte("y")}})
 	if err != nil {

@@ -62,7 +62,7 @@ func TestTxRangedCommitReplayAfterEngineCrash(t *testing.T) {
 					moved = moved || ver != version(k)
 					checks = append(checks, kv.TxCheck{Key: k, Version: ver, Ranges: rs})
 				}
-				op, err := kv.NewTxCommit(uint64(i), kv.TxSI, checks, writes)
+				op, err := kv.NewTxCommit(uint64(i), kv.TxSI, kv.TxOrigin{}, checks, writes)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -106,7 +106,7 @@ func TestTxRangedCommitReplayAfterEngineCrash(t *testing.T) {
 func TestReplayFinishesARangedCommitCutShort(t *testing.T) {
 	k := []byte("k")
 	commit := func(start uint64, bit int64) kv.Op {
-		op, err := kv.NewTxCommit(start, kv.TxSI,
+		op, err := kv.NewTxCommit(start, kv.TxSI, kv.TxOrigin{},
 			[]kv.TxCheck{{Key: k, Version: 1, Ranges: []kv.TxRange{{Lo: uint64(bit), Hi: uint64(bit) + 1}}}},
 			[]kv.Op{{Kind: kv.KindSetBit, Key: k, Delta: bit, Value: []byte("1")}})
 		if err != nil {

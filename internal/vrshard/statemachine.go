@@ -385,10 +385,12 @@ func (a *applier) current(key []byte) ([]byte, []byte, uint64, bool, error) {
 				// absent before it, or the op overwrote it blindly. Absent
 				// is what lets an all-or-nothing op (MSETNX) re-stage the
 				// records of its other keys that the crash lost.
-				if a.curKind == kv.KindTxCommit {
+				if kv.ValidatesOwnRecord(a.curKind) {
 					// A transaction's commit validates its keys' versions
-					// (kv.TxValidate): absent, with the op's own version,
-					// says this record is its own, which passed.
+					// (kv.TxValidate), an EXEC its watches (kv.Observe):
+					// absent, with the op's own version, says this record
+					// is its own, which exists only because the check
+					// passed when the op first ran.
 					return nil, nil, a.cur, false, nil
 				}
 				return nil, nil, 0, false, nil
