@@ -55,14 +55,31 @@ var ErrTxAborted = errors.New("kefir: transaction aborted")
 // handle it will answer is known (a connection's handles count up from 1,
 // and this connection runs one transaction at a time), so a transaction
 // pays no round trip for BEGIN.
+//
+// Set is buffered in the client as well: its reply (OK, or an error) says
+// nothing the caller needs, so it is not waited for. It is sent with the
+// transaction's next awaited command — Get, MGet, Del, Incr, or the commit's
+// PREPARE — in the same write, and its reply is read and checked then. A
+// read, three Sets and the commit thus cost three round trips (BEGIN+read;
+// the Sets+PREPARE; the commit), as WATCH/MULTI/EXEC does. The price: a
+// Set's error (say, a full write set) is not returned by Set but by the next
+// awaited call, or by Txn at the commit; either way the transaction aborts
+// (nothing it wrote lands), every later call of the transaction returns that
+// error, and Txn returns it as is (retried only if it wraps ErrTxAborted).
 type Tx struct {
 	c     *Client
 	cn    *conn
 	level string
 	next  uint64 // the connection's last handle
-	h     string // this transaction's handle, once begun
+	h     string // this transaction's handle (next+1: its BEGIN's answer)
 	begun bool
 	wrote bool
+	// pending are buffered writes not yet sent: they go in front of the next
+	// awaited command, and their replies are checked with its.
+	pending []*request
+	// failed is a buffered write's error (or BEGIN's): the transaction is
+	// dead, every later call returns it, and Txn returns it without a commit.
+	failed error
 }
 
 // Txn runs fn in a transaction and commits it, retrying the whole of fn on
@@ -111,14 +128,21 @@ func (c *Client) txnOnce(ctx context.Context, fn func(tx *Tx) error, iso Isolati
 	if err != nil {
 		return err
 	}
-	tx := &Tx{c: c, cn: cn, next: next, level: "SERIALIZABLE"}
+	tx := &Tx{c: c, cn: cn, next: next, level: "SERIALIZABLE", h: strconv.FormatUint(next+1, 10)}
 	if iso == SnapshotIsolation {
 		tx.level = "SI"
 	}
 	err = fn(tx)
+	if err == nil {
+		// A buffered write failed and fn did not return its error: the
+		// transaction aborts all the same.
+		err = tx.failed
+	}
 	switch {
-	case !tx.begun:
-		// Nothing ran (fn named no key), or BEGIN failed: nothing to end.
+	case !tx.begun && (err != nil || !tx.wrote):
+		// Nothing was sent (fn named no key, or only buffered writes), or
+		// BEGIN failed: there is no handle to end.
+		tx.drop()
 		c.txs.put(cn, tx.next)
 		return err
 	case err != nil:
@@ -131,6 +155,8 @@ func (c *Client) txnOnce(ctx context.Context, fn func(tx *Tx) error, iso Isolati
 		tx.endNoWait()
 		return nil
 	}
+	// PREPARE carries the buffered writes (and BEGIN, if nothing was sent
+	// yet) in one write; a failed write fails it, and nothing is applied.
 	pr, null, err := tx.call(ctx, replyBulk, "PREPARE")
 	if err != nil {
 		cn.close()
@@ -204,17 +230,8 @@ func pipeline(ctx context.Context, cn *conn, reqs ...*request) error {
 	return nil
 }
 
-// call sends KEFIR.TX <sub> <handle> args... (after BEGIN, in the same
-// write, if the transaction has not begun) and returns the request for the
-// caller to read and then putRequest.
-func (t *Tx) call(ctx context.Context, kind replyKind, sub string, args ...any) (*request, bool, error) {
-	var begin *request
-	if !t.begun {
-		begin = newCall(replyInt, false, nil, nil)
-		begin.allowRedirect = false
-		begin.cmd = append(begin.cmd, arg{s: "KEFIR.TX"}, arg{s: "BEGIN"}, arg{s: t.level})
-		t.h = strconv.FormatUint(t.next+1, 10)
-	}
+// request builds KEFIR.TX <sub> <handle> args....
+func (t *Tx) request(kind replyKind, sub string, args ...any) *request {
 	r := newCall(kind, false, nil, nil)
 	r.allowRedirect = false
 	r.cmd = append(r.cmd, arg{s: "KEFIR.TX"}, arg{s: sub}, arg{s: t.h})
@@ -226,28 +243,67 @@ func (t *Tx) call(ctx context.Context, kind replyKind, sub string, args ...any) 
 			r.cmd = append(r.cmd, arg{b: nonNil(v)})
 		}
 	}
-	reqs := []*request{r}
-	if begin != nil {
-		reqs = []*request{begin, r}
+	return r
+}
+
+// call sends KEFIR.TX <sub> <handle> args... — after BEGIN, if the
+// transaction has not begun, and the buffered writes, in the same write —
+// and returns the request for the caller to read and then putRequest. A
+// buffered write's error fails the call (and the transaction: t.failed).
+func (t *Tx) call(ctx context.Context, kind replyKind, sub string, args ...any) (*request, bool, error) {
+	if t.failed != nil {
+		return nil, false, t.failed
 	}
+	reqs := make([]*request, 0, 2+len(t.pending))
+	var begin *request
+	if !t.begun {
+		begin = newCall(replyInt, false, nil, nil)
+		begin.allowRedirect = false
+		begin.cmd = append(begin.cmd, arg{s: "KEFIR.TX"}, arg{s: "BEGIN"}, arg{s: t.level})
+		reqs = append(reqs, begin)
+	}
+	writes := t.pending
+	t.pending = nil
+	reqs = append(reqs, writes...)
+	r := t.request(kind, sub, args...)
+	reqs = append(reqs, r)
 	if err := pipeline(ctx, t.cn, reqs...); err != nil {
-		return nil, false, txError(err)
+		err = txError(err)
+		if len(writes) > 0 {
+			t.failed = err // the writes' fate is unknown
+		}
+		return nil, false, err
 	}
 	if begin != nil {
 		err, n := begin.err, begin.n
 		putRequest(begin)
 		if err != nil {
-			putRequest(r) // it named a handle that does not exist
-			return nil, false, t.beginFailed(err)
+			putAll(writes) // they named a handle that does not exist
+			putRequest(r)
+			t.failed = t.beginFailed(err)
+			return nil, false, t.failed
 		}
 		t.begun, t.next = true, uint64(n)
 		if strconv.FormatInt(n, 10) != t.h {
 			// Not the handle the command named: the connection's count is
 			// not what the client thought, and its state is unknown.
+			putAll(writes)
 			putRequest(r)
 			t.cn.close()
-			return nil, false, fmt.Errorf("%w: BEGIN answered handle %d, not %s", ErrTxAborted, n, t.h)
+			t.failed = fmt.Errorf("%w: BEGIN answered handle %d, not %s", ErrTxAborted, n, t.h)
+			return nil, false, t.failed
 		}
+	}
+	for _, w := range writes {
+		if w.err != nil && t.failed == nil {
+			// The buffered write's own reply: the caller learns which.
+			t.failed = fmt.Errorf("kefir: transaction's buffered %s %s: %w", w.cmd[1].s, w.cmd[3].s, txError(w.err))
+		}
+	}
+	putAll(writes)
+	if t.failed != nil {
+		putRequest(r)
+		return nil, false, t.failed
 	}
 	if r.err != nil {
 		err := r.err
@@ -255,6 +311,18 @@ func (t *Tx) call(ctx context.Context, kind replyKind, sub string, args ...any) 
 		return nil, false, txError(err)
 	}
 	return r, r.null, nil
+}
+
+func putAll(reqs []*request) {
+	for _, r := range reqs {
+		putRequest(r)
+	}
+}
+
+// drop forgets the buffered writes not yet sent.
+func (t *Tx) drop() {
+	putAll(t.pending)
+	t.pending = nil
 }
 
 // beginFailed maps a failed BEGIN: at a follower (-MOVED) the client learns
@@ -308,7 +376,10 @@ func (t *Tx) endNoWait() {
 }
 
 // end sends ABORT and frees the connection (closing it if that failed).
+// Buffered writes not yet sent are dropped: the server never sees them.
 func (t *Tx) end(ctx context.Context) {
+	t.drop()
+	t.failed = nil // the handle still exists (a failed write does not end it)
 	r, _, err := t.call(ctx, replyStatus, "ABORT")
 	if err != nil {
 		t.cn.close()
@@ -348,19 +419,22 @@ func (t *Tx) MGet(ctx context.Context, keys ...string) ([][]byte, error) {
 	return list, nil
 }
 
-// Set buffers a write of key.
-func (t *Tx) Set(ctx context.Context, key string, value []byte) error {
-	t.wrote = true
-	r, _, err := t.call(ctx, replyStatus, "SET", key, value)
-	if err != nil {
-		return err
+// Set buffers a write of key. It does not wait for the server: the write
+// is sent with the transaction's next awaited call (or the commit), which
+// returns its error, if any (see Tx). Set returns only the error of an
+// earlier failed call of the transaction. value is copied.
+func (t *Tx) Set(_ context.Context, key string, value []byte) error {
+	if t.failed != nil {
+		return t.failed
 	}
-	putRequest(r)
+	t.wrote = true
+	t.pending = append(t.pending, t.request(replyStatus, "SET", key, append([]byte{}, value...)))
 	return nil
 }
 
 // Del buffers a deletion of key and reports whether it existed (in the
-// transaction's view).
+// transaction's view): it waits for its reply (sending the buffered Sets
+// with it).
 func (t *Tx) Del(ctx context.Context, key string) (bool, error) {
 	t.wrote = true
 	r, _, err := t.call(ctx, replyInt, "DEL", key)
@@ -373,7 +447,8 @@ func (t *Tx) Del(ctx context.Context, key string) (bool, error) {
 }
 
 // Incr buffers INCRBY key delta and returns the value in the transaction's
-// view (the committed value, if it commits).
+// view (the committed value, if it commits): it waits for its reply
+// (sending the buffered Sets with it).
 func (t *Tx) Incr(ctx context.Context, key string, delta int64) (int64, error) {
 	t.wrote = true
 	r, _, err := t.call(ctx, replyInt, "INCRBY", key, strconv.FormatInt(delta, 10))

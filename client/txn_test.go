@@ -3,8 +3,10 @@ package client
 import (
 	"context"
 	"errors"
+	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -237,5 +239,174 @@ func TestTxnBitFlipsDoNotConflict(t *testing.T) {
 	}, &TxOptions{Isolation: Serializable, MaxAttempts: 1})
 	if err != nil {
 		t.Fatalf("a declared read conflicted with a write of other bytes: %v", err)
+	}
+}
+
+// turnProxy forwards TCP connections to a server and counts round trips:
+// a turn is a client write that follows a reply (or opens the connection),
+// so a pipeline of several commands in one write is one turn however the
+// server splits its replies.
+type turnProxy struct {
+	ln    net.Listener
+	turns atomic.Int64
+}
+
+func newTurnProxy(t *testing.T, target string) *turnProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &turnProxy{ln: ln}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			cc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			sc, err := net.Dial("tcp", target)
+			if err != nil {
+				cc.Close()
+				continue
+			}
+			t.Cleanup(func() { cc.Close(); sc.Close() })
+			var replied atomic.Bool // a reply came since the client last wrote
+			replied.Store(true)
+			go func() {
+				buf := make([]byte, 64<<10)
+				for {
+					n, err := cc.Read(buf)
+					if n > 0 {
+						if replied.Swap(false) {
+							p.turns.Add(1)
+						}
+						if _, err := sc.Write(buf[:n]); err != nil {
+							return
+						}
+					}
+					if err != nil {
+						sc.Close()
+						return
+					}
+				}
+			}()
+			go func() {
+				buf := make([]byte, 64<<10)
+				for {
+					n, err := sc.Read(buf)
+					if n > 0 {
+						replied.Store(true)
+						if _, err := cc.Write(buf[:n]); err != nil {
+							return
+						}
+					}
+					if err != nil {
+						cc.Close()
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return p
+}
+
+// A transaction of a read, three Sets and the commit costs three round
+// trips: BEGIN with the read; the Sets with PREPARE; KEFIR.TXAPPLY. (Each
+// Set waited for its reply before: six.)
+func TestTxnRoundTrips(t *testing.T) {
+	p := newTurnProxy(t, startNode(t, ""))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := Dial(ctx, []string{p.ln.Addr().String()}, WithPoolSize(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	txn := func() error {
+		return c.Txn(ctx, func(tx *Tx) error {
+			vs, err := tx.MGet(ctx, "a", "b")
+			if err != nil {
+				return err
+			}
+			n := len(vs[0])
+			for _, k := range []string{"a", "b", "c"} {
+				if err := tx.Set(ctx, k, []byte(strconv.Itoa(n+1))); err != nil {
+					return err
+				}
+			}
+			return nil
+		}, nil)
+	}
+	// The first one dials the transaction's connection and the write
+	// path's; the second finds both open.
+	if err := txn(); err != nil {
+		t.Fatal(err)
+	}
+	before := p.turns.Load()
+	if err := txn(); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.turns.Load() - before; got != 3 {
+		t.Fatalf("a transaction of a read, 3 Sets and the commit took %d round trips, want 3", got)
+	}
+	for _, k := range []string{"a", "b", "c"} {
+		if v, err := c.Get(ctx, k); err != nil || string(v) != "2" {
+			t.Fatalf("%s = %q, %v after two transactions; want 2", k, v, err)
+		}
+	}
+}
+
+// A buffered Set's error is not Set's: it surfaces at the next awaited call
+// (here the commit's PREPARE, or a Get) and aborts the transaction — nothing
+// lands, Txn returns it without a retry. The server's write-set bound
+// (4,096 writes) makes the 4,097th Set fail.
+func TestTxnBufferedWriteErrorAborts(t *testing.T) {
+	addr := startNode(t, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := Dial(ctx, []string{addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	const n = 4097
+	for _, readAfter := range []bool{false, true} {
+		runs := 0
+		var getErr, lateSet error
+		err := c.Txn(ctx, func(tx *Tx) error {
+			runs++
+			for i := range n {
+				if err := tx.Set(ctx, "k"+strconv.Itoa(i), []byte("v")); err != nil {
+					t.Fatalf("Set %d = %v: a buffered Set does not wait for its reply", i, err)
+				}
+			}
+			if readAfter {
+				_, getErr = tx.Get(ctx, "k0")
+				lateSet = tx.Set(ctx, "late", []byte("v"))
+				return nil // fn ignores the errors: Txn still aborts
+			}
+			return nil
+		}, nil)
+		var se *Error
+		if !errors.As(err, &se) || se.Prefix != "ERR" || errors.Is(err, ErrTxAborted) || runs != 1 {
+			t.Fatalf("readAfter %v: Txn = %v after %d runs; want the full write set's ERR, not retried", readAfter, err, runs)
+		}
+		if readAfter && (getErr == nil || lateSet == nil) {
+			t.Fatalf("Get after the failed Set = %v, a later Set = %v; want the Set's error", getErr, lateSet)
+		}
+		for _, k := range []string{"k0", "k4095", "late"} {
+			if _, err := c.Get(ctx, k); !errors.Is(err, ErrNotFound) {
+				t.Fatalf("readAfter %v: %s written by an aborted transaction: %v", readAfter, k, err)
+			}
+		}
+	}
+	// The transaction connection is still good for the next transaction.
+	if err := c.Txn(ctx, func(tx *Tx) error { return tx.Set(ctx, "ok", []byte("1")) }, nil); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := c.Get(ctx, "ok"); err != nil || string(v) != "1" {
+		t.Fatalf("ok = %q, %v", v, err)
 	}
 }

@@ -10,7 +10,8 @@ package main
 // each cell's figures are the median over the rounds.
 //
 //   kefir-txn    KEFIR.TX through the Go client's c.Txn, SERIALIZABLE: BEGIN+MGET,
-//                SET, SET, PREPARE, KEFIR.TXAPPLY (the server's default durability)
+//                SET+SET+PREPARE (one write each), KEFIR.TXAPPLY — three round trips
+//                (the server's default durability)
 //   kefir-watch  go-redis WATCH k1 k2; MGET; MULTI SET SET EXEC, at the leader
 //   etcd         a read Txn of two Gets, then Txn(If mod_revision(k1)=r1 &&
 //                mod_revision(k2)=r2, Then Put k1, Put k2)
