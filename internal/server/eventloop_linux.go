@@ -764,12 +764,20 @@ func (c *conn) readMayWait(args [][]byte) bool {
 
 // readInline runs args on the loop if it is a read the replica serves
 // without waiting (shard.Replica.TryRead; a replica group's leader under a running lease,
-// nothing it returns waiting to become durable). False, with nothing done,
+// nothing it returns waiting to become durable), or a KEFIR.TX command that
+// never waits (txInline: a snapshot read, ABORT, PREPARE, a read-only COMMIT). False, with nothing done,
 // if the command must run on a goroutine. Measured on 3 replicas
 // (docs/benchmarks.md, session 11): a leader's read otherwise costs a
 // goroutine, a round trip to the VR driver and two wake-ups.
 func (c *conn) readInline(args [][]byte) bool {
-	if !c.srv.reads.Inline || len(c.writes) > 0 || len(c.syncKeys) > 0 || !c.pending.IsZero() {
+	if len(c.writes) > 0 || len(c.syncKeys) > 0 || !c.pending.IsZero() {
+		return false
+	}
+	if c.txInline(args) { // a transaction's snapshot read: no lease needed (itx.go)
+		c.srv.inlineReads.Add(1)
+		return true
+	}
+	if !c.srv.reads.Inline {
 		return false
 	}
 	spec, ok := command.Lookup(args[0])

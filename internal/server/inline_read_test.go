@@ -62,3 +62,55 @@ GET c => "1"
 		oc.expect(`GET hot => "` + v + `"`)
 	}
 }
+
+// A leader's event loop serves a transaction's snapshot reads, ABORT,
+// PREPARE and a read-only COMMIT itself (txInline) rather than handing each
+// to a worker goroutine, and leaves BEGIN and a COMMIT with writes to the
+// worker: the loop's count grows by exactly the commands it served, and the
+// snapshot reads still answer the snapshot's values and the transaction's
+// own writes.
+func TestLeaderServesTxReadsOnTheLoop(t *testing.T) {
+	useIOModel(t, IOEpoll)
+	g := startGroup(t)
+	l := g.leader(t)
+	a, b := dial(t, g.nodes[l]), dial(t, g.nodes[l])
+	a.expect(`
+SET x abc => OK
+KEFIR.TX BEGIN => (integer) 1
+`)
+	b.expect(`
+SET x changed => OK
+`)
+	before := g.nodes[l].inlineReads.Load()
+	a.expect(`
+KEFIR.TX GET 1 x => "abc"
+KEFIR.TX MGET 1 x nx => ["abc", (nil)]
+KEFIR.TX EXISTS 1 x nx => (integer) 1
+KEFIR.TX GETRANGE 1 x 1 2 => "bc"
+KEFIR.TX GETBIT 1 x 1 => (integer) 1
+KEFIR.TX GET 9 x => ERR no such transaction*
+KEFIR.TX PREPARE 1 => (nil)
+`)
+	if n := g.nodes[l].inlineReads.Load() - before; n != 7 {
+		t.Fatalf("%d KEFIR.TX commands ran on the leader's loop, want 7 (5 snapshot reads, an unknown handle, a read-only PREPARE)", n)
+	}
+	// BEGIN and a COMMIT with writes wait: a worker runs them. The
+	// transaction's reads between them, of its own writes, run on the loop.
+	before = g.nodes[l].inlineReads.Load()
+	a.expect(`
+KEFIR.TX BEGIN => (integer) 2
+KEFIR.TX SET 2 y 1 => OK
+KEFIR.TX GET 2 y => "1"
+KEFIR.TX COMMIT 2 => (integer)*
+GET y => "1"
+KEFIR.TX BEGIN => (integer) 3
+KEFIR.TX GET 3 y => "1"
+KEFIR.TX COMMIT 3 => (integer)*
+KEFIR.TX BEGIN => (integer) 4
+KEFIR.TX ABORT 4 => OK
+`)
+	// GET 2, GET y (a lease read, if the lease runs), GET 3, COMMIT 3, ABORT 4.
+	if n := g.nodes[l].inlineReads.Load() - before; n < 4 || n > 5 {
+		t.Fatalf("%d commands ran on the leader's loop, want 4 or 5 (not BEGIN, SET or a COMMIT with writes)", n)
+	}
+}

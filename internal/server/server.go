@@ -62,7 +62,8 @@ type Server struct {
 	// rather than per read: ReadKey for a single node's GET, ReadDeferred
 	// for a replica that can hold a read's reply, TryRead for one that can
 	// serve a read without waiting, on an event loop. inlineReads counts the
-	// reads served so (tests).
+	// reads served so, and the KEFIR.TX commands a loop serves (txInline;
+	// tests).
 	reads       shard.ReadPaths
 	inlineReads atomic.Uint64
 	// fields is the shard's one-field HGET path where it has one and
