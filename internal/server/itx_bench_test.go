@@ -65,6 +65,25 @@ func BenchmarkGet4Pipelined(b *testing.B)        { benchTxReads(b, false) }
 // (BEGIN, 4 GETs, PREPARE: 6 round trips) against 4 Gets.
 func benchTxReadsClient(b *testing.B, tx bool) {
 	s := startServer(b, func(c *Config) { c.Durability = level.Async; c.HTTPAddr = "" })
+	benchTxReadsVia(b, s, tx)
+}
+
+func BenchmarkTxReadOnly4Client(b *testing.B) { benchTxReadsClient(b, true) }
+func BenchmarkGet4Client(b *testing.B)        { benchTxReadsClient(b, false) }
+
+// The same against a replica group's leader, where a command that is not
+// served on the event loop (readInline, txInline) costs a hand-off to a
+// worker goroutine (on Linux, where the event loop is the default I/O
+// model); on a single node every command above runs on the loop.
+func benchTxReadsGroup(b *testing.B, tx bool) {
+	g := startGroup(b)
+	benchTxReadsVia(b, g.nodes[g.leader(b)], tx)
+}
+
+func BenchmarkTxReadOnly4Group(b *testing.B) { benchTxReadsGroup(b, true) }
+func BenchmarkGet4Group(b *testing.B)        { benchTxReadsGroup(b, false) }
+
+func benchTxReadsVia(b *testing.B, s *Server, tx bool) {
 	ctx := context.Background()
 	c, err := kefir.Dial(ctx, []string{s.ClientAddr().String()})
 	if err != nil {
@@ -99,9 +118,6 @@ func benchTxReadsClient(b *testing.B, tx bool) {
 		}
 	}
 }
-
-func BenchmarkTxReadOnly4Client(b *testing.B) { benchTxReadsClient(b, true) }
-func BenchmarkGet4Client(b *testing.B)        { benchTxReadsClient(b, false) }
 
 // BenchmarkTxContention sweeps the hot set: 8 clients each run
 // read-modify-write transactions of 2 keys drawn from hot keys (one
