@@ -2,7 +2,6 @@ package vrshard
 
 import (
 	"context"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -20,19 +19,9 @@ import (
 // the origin its snapshot saw (kv.SlotOrigin: the slot's epoch and state at
 // the source), which differs at the destination: TXABORT.
 func TestTxCommitAcrossAMoveAbortsOnTheOrigin(t *testing.T) {
-	log := slog.New(slog.NewTextHandler(&logBuffer{}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	nt := newNodeTransports(t, 3, log)
-	g1 := groupWith(t, nt, 1, log, nil)
-	g2 := groupWith(t, nt, 2, log, nil)
+	g1, g2 := twoGroups(t, nil, nil)
 	const timeout = 10 * time.Second
-	must := func(g *cluster, op kv.Op) kv.Result {
-		t.Helper()
-		res, err := g.write(op, shard.ReqID{}, timeout)
-		if err != nil {
-			t.Fatalf("%s: %v", op.Kind, err)
-		}
-		return res
-	}
+	must := func(g *cluster, op kv.Op) kv.Result { t.Helper(); return mustWrite(t, g, op) }
 	k := "acct"
 	s := kv.KeySlot([]byte(k))
 	rs := []kv.SlotRange{{Start: s, End: s}}
@@ -109,19 +98,9 @@ func TestTxCommitAcrossAMoveAbortsOnTheOrigin(t *testing.T) {
 // WATCH executed. The observation ends with its origin (kv.Observe), which
 // differs at the destination: a null array.
 func TestWatchAcrossAMoveFailsOnTheOrigin(t *testing.T) {
-	log := slog.New(slog.NewTextHandler(&logBuffer{}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	nt := newNodeTransports(t, 3, log)
-	g1 := groupWith(t, nt, 1, log, nil)
-	g2 := groupWith(t, nt, 2, log, nil)
+	g1, g2 := twoGroups(t, nil, nil)
 	const timeout = 10 * time.Second
-	must := func(g *cluster, op kv.Op) kv.Result {
-		t.Helper()
-		res, err := g.write(op, shard.ReqID{}, timeout)
-		if err != nil {
-			t.Fatalf("%s: %v", op.Kind, err)
-		}
-		return res
-	}
+	must := func(g *cluster, op kv.Op) kv.Result { t.Helper(); return mustWrite(t, g, op) }
 	k := "acct"
 	s := kv.KeySlot([]byte(k))
 	for i := 0; i < 30; i++ {

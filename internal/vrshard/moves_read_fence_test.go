@@ -3,7 +3,6 @@ package vrshard
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -88,18 +87,8 @@ func TestReadAtALaggingReplicaOfTheSourceIsFencedAfterItsWait(t *testing.T) {
 // returns them with a write that must succeed at a group's leader.
 func twoSlotGroups(t *testing.T, tune1 func(*Options)) (g1, g2 *cluster, must func(*cluster, kv.Op) kv.Result) {
 	t.Helper()
-	log := slog.New(slog.NewTextHandler(&logBuffer{}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	nt := newNodeTransports(t, 3, log)
-	g1 = groupWith(t, nt, 1, log, tune1)
-	g2 = groupWith(t, nt, 2, log, nil)
-	must = func(g *cluster, op kv.Op) kv.Result {
-		t.Helper()
-		res, err := g.write(op, shard.ReqID{}, 10*time.Second)
-		if err != nil {
-			t.Fatalf("%s: %v", op.Kind, err)
-		}
-		return res
-	}
+	g1, g2 = twoGroups(t, tune1, nil)
+	must = func(g *cluster, op kv.Op) kv.Result { t.Helper(); return mustWrite(t, g, op) }
 	must(g1, slotOp(kv.KindSlotInit, []kv.SlotRange{{Start: 0, End: kv.NumSlots - 1}}, 0, 0, 1))
 	must(g2, slotOp(kv.KindSlotInit, nil, 0, 0, 1))
 	return g1, g2, must

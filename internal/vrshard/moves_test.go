@@ -78,20 +78,10 @@ func slotOp(kind kv.Kind, rs []kv.SlotRange, st kv.SlotState, peer, epoch uint64
 }
 
 func runSlotMove(t *testing.T, unfenced bool) check.Verdict {
-	log := slog.New(slog.NewTextHandler(&logBuffer{}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	nt := newNodeTransports(t, 3, log)
-	g1 := groupWith(t, nt, 1, log, func(o *Options) { o.mut.slotsUnfenced = unfenced })
-	g2 := groupWith(t, nt, 2, log, nil)
+	g1, g2 := twoGroups(t, func(o *Options) { o.mut.slotsUnfenced = unfenced }, nil)
 	groups := []*cluster{g1, g2}
 	const timeout = 10 * time.Second
-	must := func(g *cluster, op kv.Op) kv.Result {
-		t.Helper()
-		res, err := g.write(op, shard.ReqID{}, timeout)
-		if err != nil {
-			t.Fatalf("%s: %v", op.Kind, err)
-		}
-		return res
-	}
+	must := func(g *cluster, op kv.Op) kv.Result { t.Helper(); return mustWrite(t, g, op) }
 	all := []kv.SlotRange{{Start: 0, End: kv.NumSlots - 1}}
 	must(g1, slotOp(kv.KindSlotInit, all, 0, 0, 1))
 	must(g2, slotOp(kv.KindSlotInit, nil, 0, 0, 1))
@@ -222,6 +212,25 @@ func runSlotMove(t *testing.T, unfenced bool) check.Verdict {
 
 func leaderOf(g *cluster, timeout time.Duration) *Replica { return g.reps[g.leader(timeout)] }
 
+// twoGroups starts two VR groups (ids 1 and 2) on three shared node
+// transports, tune1 and tune2 tuning each group's replicas.
+func twoGroups(t *testing.T, tune1, tune2 func(*Options)) (g1, g2 *cluster) {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(&logBuffer{}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	nt := newNodeTransports(t, 3, log)
+	return groupWith(t, nt, 1, log, tune1), groupWith(t, nt, 2, log, tune2)
+}
+
+// mustWrite is a write at g's leader that must succeed.
+func mustWrite(t *testing.T, g *cluster, op kv.Op) kv.Result {
+	t.Helper()
+	res, err := g.write(op, shard.ReqID{}, 10*time.Second)
+	if err != nil {
+		t.Fatalf("%s: %v", op.Kind, err)
+	}
+	return res
+}
+
 // moveSlots moves rs from group src (peer id 1) to group dst (2) as
 // cluster.Mover does, each step a write at the group's leader, pause
 // called between the steps.
@@ -229,14 +238,7 @@ func moveSlots(t *testing.T, src, dst *cluster, rs []kv.SlotRange, pause func())
 	t.Helper()
 	const timeout = 10 * time.Second
 	in := kcluster.InRanges(rs)
-	must := func(g *cluster, op kv.Op) kv.Result {
-		t.Helper()
-		res, err := g.write(op, shard.ReqID{}, timeout)
-		if err != nil {
-			t.Fatalf("%s: %v", op.Kind, err)
-		}
-		return res
-	}
+	must := func(g *cluster, op kv.Op) kv.Result { t.Helper(); return mustWrite(t, g, op) }
 	load := func(g *cluster, entries [][]byte) {
 		for len(entries) > 0 {
 			n := min(len(entries), 3*64)
@@ -296,10 +298,7 @@ func TestSlotMoveRetryOfAWriteTheSourceRanIsNotRunTwice(t *testing.T) {
 			continue
 		}
 		t.Run(map[bool]string{false: "marks", true: "slotsMovedTwice"}[broken], func(t *testing.T) {
-			log := slog.New(slog.NewTextHandler(&logBuffer{}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-			nt := newNodeTransports(t, 3, log)
-			g1 := groupWith(t, nt, 1, log, nil)
-			g2 := groupWith(t, nt, 2, log, func(o *Options) { o.mut.slotsMovedTwice = broken })
+			g1, g2 := twoGroups(t, nil, func(o *Options) { o.mut.slotsMovedTwice = broken })
 			const timeout = 10 * time.Second
 			all := []kv.SlotRange{{Start: 0, End: kv.NumSlots - 1}}
 			for _, c := range []struct {
