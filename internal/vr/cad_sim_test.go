@@ -10,9 +10,11 @@ import (
 	"time"
 
 	"github.com/kefirdb/kefir/internal/check"
+	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/sim"
+	"github.com/kefirdb/kefir/internal/simkv"
 )
 
 // This file extends the simulated driver with the read and write rules of
@@ -105,7 +107,7 @@ func (n *simReplica) cadPropose(from sim.Addr, m clientReq) {
 			n.asyncOps[[2]uint64{uint64(from), m.Seq}] = m.Op
 		}
 	}
-	if err := n.core.ProposeAck(n.now, Request{Client: uint64(from), ReqNum: m.Seq, Data: encodeOp(m.Op)}, ack); err != nil {
+	if err := n.core.ProposeAck(n.now, Request{Client: uint64(from), ReqNum: m.Seq, Data: simkv.AppendOp(nil, m.Op, 0)}, ack); err != nil {
 		n.redirect(from, m.Seq)
 	}
 }
@@ -119,10 +121,10 @@ func (n *simReplica) onAck(a Reply) {
 	if op, ok := n.asyncOps[k]; ok {
 		delete(n.asyncOps, k)
 		if n.overlay == nil {
-			n.overlay = map[string]kvVal{}
+			n.overlay = map[string]simkv.Record{}
 		}
-		if cur, ok := n.overlay[op.Key]; !ok || cur.version < a.Op {
-			n.overlay[op.Key] = kvVal{exists: op.Kind == check.Put, val: op.Value, version: a.Op}
+		if cur, ok := n.overlay[op.Key]; !ok || cur.Version < a.Op {
+			n.overlay[op.Key] = simkv.Record{Exists: op.Kind == check.Put, Data: op.Value, Version: a.Op}
 		}
 	}
 	res := check.Result{Found: true, Version: a.Op, Node: int(n.id)}
@@ -141,7 +143,7 @@ func (n *simReplica) pruneOverlay() {
 		return
 	}
 	for k, v := range n.overlay {
-		if v.version <= n.core.applied {
+		if v.Version <= n.core.applied {
 			delete(n.overlay, k)
 		}
 	}
@@ -153,15 +155,24 @@ func (n *simReplica) updateIndex(key string) uint64 {
 	c := n.core
 	for op := c.lastOp(); op > c.applied && op >= c.first; op-- {
 		e := c.entry(op)
-		if len(e.Data) > 0 && decodeOp(e.Data).Key == key {
+		if len(e.Data) > 0 && writesKey(e.Data, key) {
 			return op
 		}
 	}
-	return n.state[key].version
+	return n.state.Record(key).Version
 }
 
-func (n *simReplica) serveNow(to sim.Addr, seq uint64, key string, v kvVal) {
-	res := readResult(key, v)
+// writesKey reports whether the entry's op (kv's codec) writes key.
+func writesKey(data []byte, key string) bool {
+	op, err := kv.DecodeOp(data)
+	if err != nil {
+		panic(fmt.Sprintf("writesKey: %v", err))
+	}
+	return slices.ContainsFunc(op.WrittenKeys(), func(k []byte) bool { return string(k) == key })
+}
+
+func (n *simReplica) serveNow(to sim.Addr, seq uint64, key string, v simkv.Record) {
+	res := simkv.ReadKey(v.Getter(), key, 0)
 	res.Node = int(n.id)
 	n.out.Messages = append(n.out.Messages, sim.Envelope{To: to, Msg: clientResp{Seq: seq, OK: true, Result: res}})
 }
@@ -182,12 +193,12 @@ func (n *simReplica) cadRead(from sim.Addr, m clientReq) {
 		if o.mode != cadModeCAD {
 			// Follower reads without the active set: whatever is applied.
 			st.followerServed++
-			n.serveNow(from, m.Seq, m.Op.Key, n.state[m.Op.Key])
+			n.serveNow(from, m.Seq, m.Op.Key, n.state.Record(m.Op.Key))
 			return
 		}
 		r, err := n.core.FollowerRead(n.now)
-		v := n.state[m.Op.Key]
-		if err != nil || (v.version > r && !o.noRCheck) {
+		v := n.state.Record(m.Op.Key)
+		if err != nil || (v.Version > r && !o.noRCheck) {
 			st.followerRedirected++
 			n.redirect(from, m.Seq)
 			return
@@ -233,13 +244,13 @@ func (n *simReplica) cadRead(from sim.Addr, m clientReq) {
 // of the key only if it is <= R (applied may have run past R since u was
 // taken, with a newer write of the key that other members lack); otherwise
 // it waits again, for that version. It reports whether it took the read.
-func (n *simReplica) cadRewait(p parkedRead, v kvVal) bool {
+func (n *simReplica) cadRewait(p parkedRead, v simkv.Record) bool {
 	o := n.o.cad
-	if o == nil || o.mode != cadModeCAD || o.noLeaderRCheck || v.version <= n.core.Readable() {
+	if o == nil || o.mode != cadModeCAD || o.noLeaderRCheck || v.Version <= n.core.Readable() {
 		return false
 	}
 	n.ctx++
-	if err := n.core.WaitReadable(n.now, n.ctx, v.version); err != nil {
+	if err := n.core.WaitReadable(n.now, n.ctx, v.Version); err != nil {
 		n.redirect(p.client, p.seq)
 		return true
 	}

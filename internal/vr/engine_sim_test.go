@@ -12,6 +12,7 @@ import (
 	"github.com/kefirdb/kefir/internal/check"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/sim"
+	"github.com/kefirdb/kefir/internal/simkv"
 	"github.com/kefirdb/kefir/internal/vfs"
 )
 
@@ -115,32 +116,32 @@ func (n *simReplica) toEngine(s *Snapshot) *Snapshot {
 // trustLog is the mutation (the old vrshard.Open): the log's snapshot point
 // is taken as applied whatever the engine holds, and the state machine is
 // what the engine still has — a replica that comes back Normal with holes.
-func restoreDisk(b sim.Boot, trustLog bool) (st State, state store, recovering, reset bool) {
+func restoreDisk(b sim.Boot, trustLog bool) (st State, state *simkv.Store, recovering, reset bool) {
 	st, recovering = replay(b.Recovered)
 	point := uint64(0)
 	if st.Snapshot != nil {
 		point = st.Snapshot.Op
 	}
 	if point == 0 {
-		return st, store{}, recovering, false
+		return st, &simkv.Store{}, recovering, false
 	}
 	frames := readEngine(b.FS)
 	for i := len(frames) - 1; i >= 0; i-- {
 		if frames[i].op == point {
-			return st, decodeKV(frames[i].data), recovering, false
+			return st, loadImage(frames[i].data), recovering, false
 		}
 	}
 	if trustLog {
-		state = store{}
+		state = &simkv.Store{}
 		for i := len(frames) - 1; i >= 0; i-- {
 			if frames[i].op < point {
-				state = decodeKV(frames[i].data)
+				state = loadImage(frames[i].data)
 				break
 			}
 		}
 		return st, state, recovering, false
 	}
-	return State{}, store{}, true, true
+	return State{}, &simkv.Store{}, true, true
 }
 
 // dropLog voids the log for recovery from the group (restoreDisk's reset):

@@ -5,13 +5,13 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"slices"
 	"testing"
 	"time"
 
 	"github.com/kefirdb/kefir/internal/check"
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/sim"
+	"github.com/kefirdb/kefir/internal/simkv"
 )
 
 // Key expiry in the simulator (docs/design/expiry.md). Every replica has a
@@ -112,9 +112,9 @@ func (n *simReplica) expiryTick() {
 		return
 	}
 	now := toMs(t.wall(n.id))
-	for k, v := range n.state {
-		if v.exists && kv.Expired([]byte(v.meta), now) {
-			n.state[k] = kvVal{version: v.version}
+	for _, k := range n.state.Keys() {
+		if v := n.state.Record(k); v.Exists && kv.Expired([]byte(v.Meta), now) {
+			n.state.Put(k, simkv.Record{Version: v.Version})
 		}
 	}
 }
@@ -134,15 +134,14 @@ func (n *simReplica) activeExpiry() {
 	t.last[n.id] = wall
 	now := toMs(wall)
 	var keys []string
-	for k, v := range n.state {
-		if v.exists && kv.Expired([]byte(v.meta), now) {
+	for _, k := range n.state.Keys() { // in order: the run must replay from its seed
+		if v := n.state.Record(k); v.Exists && kv.Expired([]byte(v.Meta), now) {
 			keys = append(keys, k)
 		}
 	}
 	if len(keys) == 0 {
 		return
 	}
-	slices.Sort(keys)
 	op := kv.Op{Kind: kv.KindExpireIfDue, Now: now}
 	if t.activeDel {
 		op.Kind = kv.KindDel

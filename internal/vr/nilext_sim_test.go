@@ -14,6 +14,7 @@ import (
 	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/sim"
 	"github.com/kefirdb/kefir/internal/sim/scenario"
+	"github.com/kefirdb/kefir/internal/simkv"
 )
 
 // This file extends the simulator adapter (simnode_test.go) with the nilext
@@ -91,7 +92,7 @@ func (m nilextAckMsg) String() string {
 func isNilext(op check.Op) bool { return op.Kind == check.Put || op.Kind == check.Delete }
 
 func (n *simReplica) onNilext(from sim.Addr, m nilextReq) {
-	req := NilextRequest{Request: Request{Client: uint64(from), ReqNum: m.Seq, Data: encodeOp(m.Op)},
+	req := NilextRequest{Request: Request{Client: uint64(from), ReqNum: m.Seq, Data: simkv.AppendOp(nil, m.Op, 0)},
 		Keys: [][]byte{[]byte(m.Op.Key)}, Sync: m.Sync}
 	_ = n.core.Nilext(n.now, req) // refused (not normal): the client retransmits
 }

@@ -300,8 +300,9 @@ func (c *sessionClient) Step(ev sim.Event) {
 		}
 		if m.OK {
 			c.inflight = false
-			c.learn(m.Result)
-			c.out.Done = append(c.out.Done, sim.Completion{Seq: m.Seq, Outcome: check.OK, Result: m.Result})
+			res := m.result(c.op)
+			c.learn(res)
+			c.out.Done = append(c.out.Done, sim.Completion{Seq: m.Seq, Outcome: check.OK, Result: res})
 			return
 		}
 		if m.Leader >= 0 && m.Leader != c.target {

@@ -5,13 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sort"
-	"strconv"
 	"time"
 
 	"github.com/kefirdb/kefir/internal/check"
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/sim"
+	"github.com/kefirdb/kefir/internal/simkv"
 	"github.com/kefirdb/kefir/internal/vfs"
 )
 
@@ -21,153 +20,14 @@ import (
 // leader, retries with the same request number and gives up with an unknown
 // outcome.
 
-// ---- the state machine: internal/kv over an in-memory store ----
+// ---- the state machine: internal/kv over simkv's in-memory store ----
 
 // The replicas run the production state machine (internal/kv): entries
-// carry kv ops in kv's codec, kv.Apply evaluates them against the store
-// below and kv.Read serves reads. What is the simulator's own is the store
-// (what the storage engine is to a process) and the mapping between the
-// checker's operations (check.Op) and kv's.
-
-// kvVal is one key's state in a replica's store: a value or a deletion, and
-// the version (op number) that wrote it.
-type kvVal struct {
-	exists  bool
-	val     string
-	version uint64
-	meta    string // the record's meta (kv.EncodeMeta: an expiry)
-}
-
-// store is a replica's in-memory store: the state kv.Apply reads and its
-// records update.
-type store map[string]kvVal
-
-// get is the store as a kv.Getter. A deleted key reports its deletion's
-// version, so a read of it tells the checkers which write it saw.
-func (s store) get(key []byte) ([]byte, []byte, uint64, bool, error) {
-	v := s[string(key)]
-	return []byte(v.val), []byte(v.meta), v.version, v.exists, nil
-}
-
-// toKV is the kv op that executes the checker's write op.
-func toKV(op check.Op) kv.Op {
-	key := []byte(op.Key)
-	switch op.Kind {
-	case check.Put:
-		// An expiry is absolute, on the recorder's clock in ns, as a PXAT
-		// (expiry_sim_test.go); kv counts in ms.
-		return kv.Op{Kind: kv.KindSet, Key: key, Value: []byte(op.Value), ExpireAt: op.ExpireAt / int64(time.Millisecond)}
-	case check.Delete:
-		return kv.Op{Kind: kv.KindDel, Keys: [][]byte{key}}
-	case check.CAS:
-		return kv.Op{Kind: kv.KindCAS, Key: key, Expected: []byte(op.Expect), Value: []byte(op.Value)}
-	case check.Incr:
-		return kv.Op{Kind: kv.KindIncrBy, Key: key, Delta: op.Delta}
-	}
-	panic(fmt.Sprintf("toKV: %v is not a write", op.Kind))
-}
-
-// fromKV is the checker's op a kv op executes (toKV's inverse).
-func fromKV(op kv.Op) check.Op {
-	switch op.Kind {
-	case kv.KindSet:
-		return check.Op{Kind: check.Put, Key: string(op.Key), Value: string(op.Value)}
-	case kv.KindDel:
-		return check.Op{Kind: check.Delete, Key: string(op.Keys[0])}
-	case kv.KindCAS:
-		return check.Op{Kind: check.CAS, Key: string(op.Key), Expect: string(op.Expected), Value: string(op.Value)}
-	case kv.KindIncrBy:
-		return check.Op{Kind: check.Incr, Key: string(op.Key), Delta: op.Delta}
-	case kv.KindExpireIfDue:
-		// The leader's active expiry (expiry_sim_test.go): no client waits.
-		return check.Op{Kind: check.Delete, Key: string(op.Keys[0])}
-	}
-	panic(fmt.Sprintf("fromKV: unexpected %v", op.Kind))
-}
-
-// encodeOp is an entry's Data: the op in kv's codec.
-func encodeOp(op check.Op) []byte { return encodeOpAt(op, 0) }
-
-// encodeOpAt is encodeOp with the proposer's clock (unix ms; 0: none, for
-// runs without expiry) in the op: the only clock the state machine uses.
-func encodeOpAt(op check.Op, now int64) []byte {
-	k := toKV(op)
-	k.Now = now
-	return kv.AppendOp(nil, &k)
-}
-
-func decodeOp(b []byte) check.Op {
-	op, err := kv.DecodeOp(b)
-	if err != nil {
-		panic(fmt.Sprintf("decodeOp: %v", err))
-	}
-	return fromKV(op)
-}
-
-// applyClock executes the entry at op opn with kv.Apply, updates the store
-// with its records and returns the result for the core's client table: the
-// checker's op kind (to read it back as a check.Result), then the outcome in
-// kv's codec. clock, if not 0, replaces the op's Now (the mutation of a
-// state machine that reads its own clock: expiry_sim_test.go).
-func (s store) applyClock(opn uint64, data []byte, clock int64) []byte {
-	op, err := kv.DecodeOp(data)
-	if err != nil {
-		panic(fmt.Sprintf("apply: op %d: %v", opn, err))
-	}
-	if clock != 0 {
-		op.Now = clock
-	}
-	var recs []kvVal
-	var keys []string
-	res, opErr := kv.Apply(s.get, opn, &op, 0, func(key, value, meta []byte, tomb bool) {
-		keys = append(keys, string(key))
-		recs = append(recs, kvVal{exists: !tomb, val: string(value), version: opn, meta: string(meta)})
-	})
-	if opErr == nil {
-		for i, k := range keys {
-			s[k] = recs[i]
-		}
-	}
-	return kv.AppendResult([]byte{byte(fromKV(op).Kind)}, res, opErr)
-}
-
-// decodeResult reads a write's result apply encoded.
-func decodeResult(b []byte) check.Result {
-	res, opErr, err := kv.DecodeResult(b[1:])
-	if err != nil {
-		panic(fmt.Sprintf("decodeResult: %v", err))
-	}
-	if opErr != nil {
-		// The workload's ops cannot fail (Incr has keys of its own), and
-		// the client protocol has no error reply.
-		panic(fmt.Sprintf("decodeResult: the op failed: %v", opErr))
-	}
-	out := check.Result{Found: true, Version: res.Version}
-	switch check.Kind(b[0]) {
-	case check.CAS:
-		out.Found = res.Int == 1
-	case check.Incr:
-		out.Value = strconv.FormatInt(res.Int, 10)
-	}
-	return out
-}
-
-// readResult is a GET of key evaluated by kv.Read over state v (the store's,
-// or an async overlay's).
-func readResult(key string, v kvVal) check.Result { return readResultAt(key, v, 0) }
-
-// readResultAt is readResult deciding expiry at now (unix ms, the serving
-// replica's: expiry_sim_test.go; 0: nothing expires).
-func readResultAt(key string, v kvVal, now int64) check.Result {
-	get := func([]byte) ([]byte, []byte, uint64, bool, error) {
-		return []byte(v.val), []byte(v.meta), v.version, v.exists, nil
-	}
-	res, err := kv.Read(get, nil, &kv.Op{Kind: kv.KindGet, Key: []byte(key), Now: now}, 0)
-	if err != nil {
-		panic(fmt.Sprintf("read %q: %v", key, err))
-	}
-	return check.Result{Found: res.Kind == kv.ResBulk, Value: string(res.Bulk), Version: res.Version}
-}
+// carry kv ops in kv's codec, kv.Apply evaluates them and kv.Read serves
+// reads, and the core's client table keeps results in kv's codec, as a
+// vrshard replica's does. The store under it (what the storage engine is to
+// a process) and the mapping between the checkers' operations and kv's are
+// internal/simkv's, shared with vrshard's host simulator.
 
 // reader reads the simulated disk's records with kv's decoder; err is its
 // first failure.
@@ -194,49 +54,6 @@ func (r *reader) byte() byte {
 	c := r.d.Byte()
 	r.err = r.d.Err
 	return c
-}
-
-func (s store) encode() []byte {
-	keys := make([]string, 0, len(s))
-	for k := range s {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var b []byte
-	b = binary.AppendUvarint(b, uint64(len(keys)))
-	for _, k := range keys {
-		v := s[k]
-		b = binary.AppendUvarint(b, uint64(len(k)))
-		b = append(b, k...)
-		x := byte(0)
-		if v.exists {
-			x = 1
-		}
-		b = append(b, x)
-		b = binary.AppendUvarint(b, v.version)
-		b = binary.AppendUvarint(b, uint64(len(v.val)))
-		b = append(b, v.val...)
-		b = binary.AppendUvarint(b, uint64(len(v.meta)))
-		b = append(b, v.meta...)
-	}
-	return b
-}
-
-func decodeKV(b []byte) store {
-	r := newReader(b)
-	n := r.uvarint()
-	s := make(store, n)
-	for i := uint64(0); i < n && r.err == nil; i++ {
-		k := r.str()
-		ex := r.byte() == 1
-		ver := r.uvarint()
-		val := r.str()
-		s[k] = kvVal{exists: ex, val: val, version: ver, meta: r.str()}
-	}
-	if r.err != nil {
-		panic(fmt.Sprintf("decodeKV: %v", r.err))
-	}
-	return s
 }
 
 // ---- the disk format of the simulated driver ----
@@ -341,12 +158,35 @@ type clientResp struct {
 	Seq    uint64
 	OK     bool
 	Result check.Result
+	// Write, for a write's reply, is its result as the core's client table
+	// keeps it (kv.AppendResult); Result then only names the replica.
+	Write []byte
 	// Leader is the replica to try next (-1: unknown) when !OK.
 	Leader int
 }
 
 func (m clientResp) String() string {
-	return fmt.Sprintf("resp(seq=%d ok=%t v%d leader=%d)", m.Seq, m.OK, m.Result.Version, m.Leader)
+	v := m.Result.Version
+	if m.Write != nil {
+		res, _, _ := kv.DecodeResult(m.Write)
+		v = res.Version
+	}
+	return fmt.Sprintf("resp(seq=%d ok=%t v%d leader=%d)", m.Seq, m.OK, v, m.Leader)
+}
+
+// result is the reply's result for the client's op: a write's is read from
+// its kv result for op's kind (as a client library reads a reply for the
+// command it sent).
+func (m clientResp) result(op check.Op) check.Result {
+	if m.Write == nil {
+		return m.Result
+	}
+	res, err := simkv.DecodeWrite(op.Kind, m.Write)
+	if err != nil {
+		panic(fmt.Sprintf("%v: %v", m.Seq, err))
+	}
+	res.Node = m.Result.Node
+	return res
 }
 
 // ---- the replica node ----
@@ -401,7 +241,7 @@ type simReplica struct {
 	id    sim.Addr
 	o     simOptions
 	core  *Replica
-	state store
+	state *simkv.Store
 	out   sim.Ready
 	recs  int
 	seqAt []struct {
@@ -423,7 +263,7 @@ type simReplica struct {
 	startView, startOp uint64
 	// async runs: acknowledged blind writes not yet applied, by key, and
 	// the operations proposed at AckAppended awaiting their ack.
-	overlay  map[string]kvVal
+	overlay  map[string]simkv.Record
 	asyncOps map[[2]uint64]check.Op
 	// fs holds the engine's durable copy (engine_sim_test.go); recovering:
 	// the log says this replica recovers from the group (recRecovering).
@@ -574,7 +414,7 @@ func (n *simReplica) onClient(from sim.Addr, m clientReq) {
 		n.onClientRead(from, m)
 		return
 	}
-	err := n.core.Propose(n.now, Request{Client: uint64(from), ReqNum: m.Seq, Data: encodeOpAt(m.Op, n.proposeNow())})
+	err := n.core.Propose(n.now, Request{Client: uint64(from), ReqNum: m.Seq, Data: simkv.AppendOp(nil, m.Op, n.proposeNow())})
 	if err != nil {
 		n.redirect(from, m.Seq)
 	}
@@ -611,11 +451,11 @@ func (n *simReplica) serveReads() {
 			k++
 			continue
 		}
-		v := n.state[p.key]
+		v := n.state.Record(p.key)
 		if n.cadRewait(p, v) {
 			continue
 		}
-		res := readResultAt(p.key, v, n.readNow())
+		res := simkv.ReadKey(v.Getter(), p.key, n.readNow())
 		res.Node = int(n.id)
 		n.out.Messages = append(n.out.Messages, sim.Envelope{To: p.client, Msg: clientResp{Seq: p.seq, OK: true, Result: res}})
 	}
@@ -637,7 +477,7 @@ func (n *simReplica) drain() {
 				if c := n.o.counters; c != nil {
 					c.snapshotsInstalled++
 				}
-				n.state = decodeKV(s.Data)
+				n.state = loadImage(s.Data)
 				n.parked = nil // reads wait for applied, which jumped; simplest to let clients retry
 			}
 			if rd.HasTruncate {
@@ -679,7 +519,7 @@ func (n *simReplica) drain() {
 				if c.Duplicate {
 					continue
 				}
-				results[i] = n.state.applyClock(c.Op, c.Data, n.applyClock())
+				results[i] = n.state.ApplyEntry(c.Op, c.Data, n.applyClock())
 			}
 			n.core.Advance(results)
 			n.pruneOverlay()
@@ -688,13 +528,14 @@ func (n *simReplica) drain() {
 			if isExpiryClient(r.Client) {
 				continue // the leader's own active expiry: nobody to answer
 			}
-			res := check.Result{Node: int(n.id)}
+			// The result as the client table keeps it (kv's codec): the
+			// client reads it for its op (clientResp.result).
 			ok := r.Err == nil
+			resp := clientResp{Seq: r.ReqNum, OK: ok, Result: check.Result{Node: int(n.id)}, Leader: -1}
 			if ok {
-				res = decodeResult(r.Result)
-				res.Node = int(n.id)
+				resp.Write = r.Result
 			}
-			n.out.Messages = append(n.out.Messages, sim.Envelope{To: sim.Addr(r.Client), Msg: clientResp{Seq: r.ReqNum, OK: ok, Result: res, Leader: -1}})
+			n.out.Messages = append(n.out.Messages, sim.Envelope{To: sim.Addr(r.Client), Msg: resp})
 		}
 		for _, rs := range rd.ReadStates {
 			p, ok := n.byCtx[rs.Ctx]
@@ -710,7 +551,7 @@ func (n *simReplica) drain() {
 			n.parked = append(n.parked, p)
 		}
 		for _, to := range rd.SnapshotNeeded {
-			s := Snapshot{Op: n.core.applied, Clients: n.core.ClientTable(), Data: n.state.encode()}
+			s := Snapshot{Op: n.core.applied, Clients: n.core.ClientTable(), Data: n.state.Image()}
 			if err := n.core.SendSnapshot(to, s); err != nil {
 				panic(err)
 			}
@@ -721,7 +562,7 @@ func (n *simReplica) drain() {
 		n.errs = append(n.errs, rd.Errors...)
 		if n.o.checkpoint > 0 && n.core.applied >= n.ckpt+n.o.checkpoint {
 			a := n.core.applied
-			s := Snapshot{Op: a, Clients: n.core.ClientTable(), Data: n.state.encode()}
+			s := Snapshot{Op: a, Clients: n.core.ClientTable(), Data: n.state.Image()}
 			n.out.Persist = append(n.out.Persist, appendSnapshot([]byte{recCheckpoint}, n.toEngine(&s)))
 			n.recs++
 			n.ckpt = a
@@ -787,7 +628,7 @@ func (c *simClient) Step(ev sim.Event) {
 		}
 		if m.OK {
 			c.inflight = false
-			c.out.Done = append(c.out.Done, sim.Completion{Seq: m.Seq, Outcome: check.OK, Result: m.Result})
+			c.out.Done = append(c.out.Done, sim.Completion{Seq: m.Seq, Outcome: check.OK, Result: m.result(c.op)})
 			return
 		}
 		if m.Leader >= 0 && m.Leader != c.leader {
@@ -839,11 +680,20 @@ func checkAgreement(s *sim.Sim, n int) error {
 				}
 			}
 			if x.applied == y.applied {
-				if ex, ey := rs[a].state.encode(), rs[b].state.encode(); !slices.Equal(ex, ey) {
+				if ex, ey := rs[a].state.Image(), rs[b].state.Image(); !slices.Equal(ex, ey) {
 					return fmt.Errorf("replicas %d and %d applied %d ops but their states differ", x.cfg.Self, y.cfg.Self, x.applied)
 				}
 			}
 		}
 	}
 	return nil
+}
+
+// loadImage is the store a snapshot's or checkpoint's data holds.
+func loadImage(b []byte) *simkv.Store {
+	s, err := simkv.LoadImage(b)
+	if err != nil {
+		panic(err)
+	}
+	return s
 }
