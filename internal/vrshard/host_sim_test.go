@@ -7,7 +7,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +18,7 @@ import (
 	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/sim"
+	"github.com/kefirdb/kefir/internal/simkv"
 	"github.com/kefirdb/kefir/internal/vr"
 	"github.com/kefirdb/kefir/internal/wire"
 )
@@ -463,27 +463,10 @@ func (n *hostNode) onClient(from sim.Addr, m hostReq) {
 	n.writes = append(n.writes, hostWrite{from: from, seq: m.Seq, kind: m.Op.Kind, w: w})
 }
 
-// hostKV is the kv op that executes the checker's write.
-func hostKV(op check.Op) kv.Op {
-	key := []byte(op.Key)
-	switch op.Kind {
-	case check.Put:
-		o := kv.Op{Kind: kv.KindSet, Key: key, Value: []byte(op.Value)}
-		if op.ExpireAt != 0 {
-			// PXAT on the wall clocks (hostWall): the recorder's clock from
-			// the epoch, in milliseconds.
-			o.ExpireAt = (simEpoch + op.ExpireAt) / int64(time.Millisecond)
-		}
-		return o
-	case check.Delete:
-		return kv.Op{Kind: kv.KindDel, Keys: [][]byte{key}}
-	case check.CAS:
-		return kv.Op{Kind: kv.KindCAS, Key: key, Expected: []byte(op.Expect), Value: []byte(op.Value)}
-	case check.Incr:
-		return kv.Op{Kind: kv.KindIncrBy, Key: key, Delta: op.Delta}
-	}
-	panic(fmt.Sprintf("hostKV: %v is not a write", op.Kind))
-}
+// hostKV is the kv op that executes the checker's write: simkv's mapping
+// (the one internal/vr's simulator uses), with expiries (PXAT) on the wall
+// clocks (hostWall), whose zero is simEpoch.
+func hostKV(op check.Op) kv.Op { return simkv.ToKV(op, simEpoch) }
 
 // writeOutcome is a write's reply. Every error is an unknown outcome but a
 // refusal before the write was proposed, which ProposeStepped reports
@@ -492,14 +475,7 @@ func writeOutcome(kind check.Kind, res kv.Result, err error) hostResp {
 	if err != nil {
 		return hostResp{Outcome: check.Unknown}
 	}
-	out := check.Result{Found: true, Version: res.Version}
-	switch kind {
-	case check.CAS:
-		out.Found = res.Int == 1
-	case check.Incr:
-		out.Value = strconv.FormatInt(res.Int, 10)
-	}
-	return hostResp{Outcome: check.OK, Result: out, View: res.View, ViewKnown: res.ViewKnown}
+	return hostResp{Outcome: check.OK, Result: simkv.WriteResult(kind, res), View: res.View, ViewKnown: res.ViewKnown}
 }
 
 func (n *hostNode) readOutcome(res kv.Result, err error) hostResp {
@@ -514,8 +490,7 @@ func (n *hostNode) readOutcome(res kv.Result, err error) hostResp {
 		}
 		return hostResp{Outcome: check.Failed} // a read has no effect
 	}
-	return hostResp{Outcome: check.OK, Result: check.Result{Found: res.Kind == kv.ResBulk, Value: string(res.Bulk), Version: res.Version},
-		View: res.View, ViewKnown: res.ViewKnown}
+	return hostResp{Outcome: check.OK, Result: simkv.ReadResult(res), View: res.View, ViewKnown: res.ViewKnown}
 }
 
 // hostClient sends each operation to the replica it believes leads, follows
