@@ -3,9 +3,10 @@
 // it finds (Apply: version + op → records + result), and the evaluation of a
 // read (Read, ScanUser). Every place that executes commands runs this code:
 // the single node (internal/shard), every replicated engine's applier and
-// read path (internal/vrshard), and the deterministic simulator's replicas
-// (internal/vr's sim adapter), so what the simulator checks is what
-// production runs. Transactions hook in here; key expiry does (expiry.go).
+// read path (internal/vrshard), and the deterministic simulators' replicas
+// (internal/vr's core simulator over internal/simkv's in-memory store;
+// vrshard's host simulator over the real engine), so what the simulators
+// check is what production runs. Transactions hook in here; key expiry does (expiry.go).
 //
 // It is pure: deterministic, no goroutines, clocks, randomness or I/O (a
 // record timestamp is the caller's, and expiry is decided with the op's Now,

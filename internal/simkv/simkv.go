@@ -22,6 +22,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"time"
@@ -155,14 +156,7 @@ func (s *Store) Put(key string, r Record) {
 // Keys returns the keys the store has a record of (deletions included), in
 // order: a caller that acts on them must not depend on a map's order, or a
 // run would not replay from its seed.
-func (s *Store) Keys() []string {
-	keys := make([]string, 0, len(s.m))
-	for k := range s.m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
-}
+func (s *Store) Keys() []string { return slices.Sorted(maps.Keys(s.m)) }
 
 // Apply executes the write op at version (the op number) with kv.Apply and
 // keeps its records if it succeeded; an op that fails writes nothing.
