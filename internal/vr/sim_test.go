@@ -1,6 +1,7 @@
 package vr
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kefirdb/kefir/internal/check"
+	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/sim"
@@ -164,6 +166,35 @@ func TestSimLinearizable(t *testing.T) {
 	o := defaultSimOptions()
 	o.engineLoss = rareEngineLoss // a rare disruption: engine lost, log kept
 	explore(t, seedCount(2000, 20000), o, nil)
+}
+
+// TestSimClientTableHoldsKVResults: the simulated replicas' client tables
+// hold what a vrshard replica's does (kv.ClientEntry.Result: kv.AppendResult's
+// bytes, nothing around them), so the at-most-once answers the simulator
+// checks are production's format, read back by the client for its op.
+func TestSimClientTableHoldsKVResults(t *testing.T) {
+	s, h := simRun(1, defaultSimOptions(), nil, nil)
+	if err := judge(s, h); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for i := 0; i < s.Config().Replicas; i++ {
+		r := s.Replica(i)
+		if r == nil {
+			continue
+		}
+		for _, e := range r.(*simReplica).core.ClientTable() {
+			res, opErr, err := kv.DecodeResult(e.Result)
+			if err != nil || !bytes.Equal(kv.AppendResult(nil, res, opErr), e.Result) {
+				t.Fatalf("replica %d: client %d's result %x is not kv's encoding (decoded: %+v, %v, %v)", i, e.Client, e.Result, res, opErr, err)
+			}
+			n++
+		}
+	}
+	if n == 0 {
+		t.Fatal("no client table entry to look at")
+	}
+	t.Logf("%d client table entries in kv's encoding", n)
 }
 
 // TestSimReadIndexOnly: the same, with leases off, so every linearizable read
