@@ -716,8 +716,12 @@ type Replica struct {
 	// (localLease); nil when there is none.
 	lease atomic.Pointer[leaseSnap]
 	// eventualUntil: local time (r.now) until which this replica may serve
-	// eventual reads (vr Replica.EventualUntil, published after every step).
+	// eventual reads (Ready.EventualUntil, published after every round).
 	eventualUntil atomic.Int64
+	// rdReadable and rdEventual are the last Ready's Readable and
+	// EventualUntil (driver only), which publish publishes.
+	rdReadable uint64
+	rdEventual int64
 
 	st struct {
 		localReads                                                                                                                    atomic.Uint64
@@ -1022,6 +1026,13 @@ func (r *Replica) run() {
 	defer r.stopHold()
 	tick := time.NewTicker(r.opts.TickInterval)
 	defer tick.Stop()
+	// A first round at once rather than at the first event or tick: what
+	// reads off the driver may use (the lease, R, the eventual horizon)
+	// comes with the core's Ready, and Open published nothing of it yet.
+	if err := r.afterEvents(nil); err != nil {
+		r.fail(err)
+		return
+	}
 	var props []*proposal
 	for r.failed() == nil {
 		var err error
@@ -1359,6 +1370,10 @@ func (r *Replica) ready() error {
 		// another view (vr.LeaseUntil). The last, empty, Ready's is the
 		// lease after the round.
 		r.publishLease(rd.Lease)
+		// R and the eventual horizon wait for publish (R only once the
+		// Ready's Committed are applied); the last, empty, Ready's are
+		// those after the round, as its lease is.
+		r.rdReadable, r.rdEventual = rd.Readable, rd.EventualUntil
 		dlog, nxAcks := r.vx.readyExt()
 		if rd.Empty() && len(dlog) == 0 && len(nxAcks) == 0 {
 			break
@@ -1561,8 +1576,11 @@ func (r *Replica) handle(rd *core.Ready[peerMsg], dlog []vr.NilextRequest, nxAck
 		// ready() and register a second wait, which costs another heartbeat
 		// round (2–7 % of waits under YCSB A; docs/design/cad.md §9). Safe
 		// to publish early: the Committed of this Ready are applied (step
-		// 3), so R <= applied, as publish() would find a moment later.
-		r.publishReadable(r.vx.Readable())
+		// 3), and R never exceeds the commit point they reach, so R <=
+		// applied. The Ready's R covers every read it releases: the core
+		// released them before it made this Ready. (An R that Advance
+		// moves comes with the next Ready, in this same round.)
+		r.publishReadable(rd.Readable)
 	}
 	for _, rs := range rd.ReadStates {
 		rw := r.reads[rs.Ctx]
@@ -1818,8 +1836,8 @@ func (r *Replica) publish() {
 	r.nxCycles.Store(vi.NilextCycles)
 	r.nxStaleWaits.Store(vi.NilextStaleWaits)
 	r.dlogStale.Store(vi.DLogStale)
-	r.eventualUntil.Store(r.vx.EventualUntil())
-	r.publishReadable(r.vx.Readable())
+	r.eventualUntil.Store(r.rdEventual)
+	r.publishReadable(r.rdReadable)
 }
 
 // publishReadable publishes the readable index R and drops from the update

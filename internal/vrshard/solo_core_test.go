@@ -143,6 +143,8 @@ func (c *soloCore) Ready() core.Ready[peerMsg] {
 		c.out.ReadStates = append(c.out.ReadStates, core.ReadState{Ctx: ctx, Index: c.commit})
 	}
 	c.reads = nil
+	// Nothing is acknowledged before commit: R is the commit point.
+	c.out.Readable = c.commit
 	rd := c.out
 	c.out = core.Ready[peerMsg]{}
 	return rd

@@ -79,16 +79,11 @@ type stepHooks interface {
 	trace() *tracer
 }
 
-// vrExt is what the host asks of the VR core outside the contract.
+// vrExt is what the host asks of the VR core outside the contract. (What
+// it publishes for reads off the driver comes in Ready: the leases, the
+// readable index R, the eventual horizon; reads at the driver are the
+// contract's Read, answered in Ready.ReadStates.)
 type vrExt interface {
-	// What the host publishes for reads off the driver, asked for rather
-	// than taken from Ready: the readable index R (cad.go; handle asks
-	// again after Advance, which may move it), eventual reads' horizon.
-	// (Reads at the driver are the contract's Read, answered in
-	// Ready.ReadStates; the leases come in Ready.Lease.)
-	Readable() uint64
-	EventualUntil() int64
-
 	// The Skyros nilext fast path (nilext.go): updates in, the d-log, and
 	// reads of pending keys.
 	Nilext(now int64, req vr.NilextRequest) error
@@ -190,6 +185,9 @@ func (c *vrCore) Ready() core.Ready[peerMsg] {
 	ls := c.lease()
 	rd := c.Replica.Ready()
 	rd.Lease = ls
+	// After VR's Ready: R as of everything in it (its Committed reach the
+	// commit point R never exceeds).
+	rd.Readable, rd.EventualUntil = c.Replica.Readable(), c.Replica.EventualUntil()
 	c.dlog, c.nxAcks = rd.DLog, rd.NilextAcks
 	if len(c.answered) > 0 {
 		rd.ReadStates = append(c.answered, rd.ReadStates...)
@@ -212,7 +210,7 @@ func withMessages(rd *core.Ready[vr.Message], msgs []peerMsg) core.Ready[peerMsg
 		PersistSeq: rd.PersistSeq, Snapshot: rd.Snapshot, HasTruncate: rd.HasTruncate, Truncate: rd.Truncate,
 		Entries: rd.Entries, HardState: rd.HardState, Messages: msgs, Committed: rd.Committed,
 		Replies: rd.Replies, ReadStates: rd.ReadStates, SnapshotNeeded: rd.SnapshotNeeded,
-		Errors: rd.Errors, Acks: rd.Acks, Lease: rd.Lease,
+		Errors: rd.Errors, Acks: rd.Acks, Lease: rd.Lease, Readable: rd.Readable, EventualUntil: rd.EventualUntil,
 	}
 }
 
@@ -372,12 +370,9 @@ func (c *vrCore) NilextAcksMessage(to uint64, acks []vr.NilextAck) frame.Payload
 	return &m
 }
 
-// noVR is vrExt for a core that is not VR's: no eventual reads, nothing
-// early acknowledged (R is the commit point), no nilext.
+// noVR is vrExt for a core that is not VR's: no nilext.
 type noVR struct{ c hostCore }
 
-func (n noVR) Readable() uint64   { return n.c.Info().Commit }
-func (noVR) EventualUntil() int64 { return 0 }
 func (noVR) Nilext(int64, vr.NilextRequest) error {
 	return vr.ErrNilextOff
 }

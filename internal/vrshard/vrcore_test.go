@@ -17,8 +17,8 @@ import (
 // set, the commit index), and by VR's read-index round once the lease has
 // run out (Lease unset); a follower's read request is answered in its next
 // Ready too (here: no read lease, follower reads are off). Every Ready
-// carries the leader's lease, which the host publishes for reads off its
-// driver.
+// carries the leader's lease, R and the eventual horizon, which the host
+// publishes for reads off its driver.
 // Three VR cores behind the adapter, driven by hand: every batch durable at
 // once, every message delivered unless the followers are cut off.
 func TestVRAdapterAnswersLeaseReadsInReady(t *testing.T) {
@@ -37,6 +37,8 @@ func TestVRAdapterAnswersLeaseReadsInReady(t *testing.T) {
 	var got, got2 []vr.ReadState // the read states of replicas 1 and 2
 	var lease core.Lease         // replica 1's, from its last Ready
 	cut := false                 // the followers hear nothing
+	var maxR uint64              // the highest Ready.Readable seen
+	var maxEv int64              // the latest Ready.EventualUntil seen
 	// round runs one round of three hosts.
 	round := func() {
 		for busy := true; busy; {
@@ -47,6 +49,12 @@ func TestVRAdapterAnswersLeaseReadsInReady(t *testing.T) {
 				if id == 1 {
 					lease = rd.Lease
 				}
+				// R and the eventual horizon ride on every Ready, as VR's
+				// core has them after it.
+				if R, ev := c.Replica.Readable(), c.Replica.EventualUntil(); rd.Readable != R || rd.EventualUntil != ev {
+					t.Fatalf("replica %d: Ready.Readable %d, EventualUntil %d; VR's %d, %d", id, rd.Readable, rd.EventualUntil, R, ev)
+				}
+				maxR, maxEv = max(maxR, rd.Readable), max(maxEv, rd.EventualUntil)
 				if rd.Empty() {
 					continue
 				}
@@ -90,6 +98,14 @@ func TestVRAdapterAnswersLeaseReadsInReady(t *testing.T) {
 	}
 	if until, idx, _ := leader.LeaseUntil(); !lease.Held || lease.Follower || lease.Until != until || lease.Index != idx {
 		t.Fatalf("Ready.Lease %+v, want the leader's lease until %d at commit %d", lease, until, idx)
+	}
+	// One write, so that there is something readable.
+	if err := leader.Propose(now, core.Request{Data: []byte("w")}, core.AckApplied); err != nil {
+		t.Fatal(err)
+	}
+	round()
+	if maxR == 0 || maxEv == 0 {
+		t.Fatalf("no Ready carried R (%d) or an eventual horizon (%d) once the leader held its lease", maxR, maxEv)
 	}
 	if err := leader.Read(now, core.ReadRequest{Ctx: 7}); err != nil {
 		t.Fatal(err)
