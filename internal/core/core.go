@@ -179,6 +179,22 @@ type Ready[M any] struct {
 	// gave up by joining another view). Every Ready carries it; it does not
 	// make a Ready non-empty.
 	Lease Lease
+
+	// Readable is the readable index R as of this Ready (after everything
+	// in it): every op <= R is on enough replicas that every later leader
+	// has it, so a read off the driver may serve it once applied (CAD,
+	// docs/design/cad.md). The host publishes it once this Ready's
+	// Committed are applied, and before it serves its ReadStates. It never
+	// exceeds the commit point. A core that acknowledges nothing before
+	// commit sets its commit point; 0: nothing is readable here now.
+	Readable uint64
+	// EventualUntil is the host's local time until which this replica may
+	// serve eventual reads from its applied state (0: not now;
+	// math.MaxInt64: no bound). A core without eventual reads leaves it 0.
+	//
+	// Readable and EventualUntil ride on every Ready, as Lease does, and do
+	// not make a Ready non-empty: the host publishes the last Ready's.
+	EventualUntil int64
 }
 
 // Lease lets the host serve reads without asking the core, until a local
