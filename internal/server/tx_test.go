@@ -315,7 +315,9 @@ func TestKefirExecIsChecked(t *testing.T) {
 	}{
 		{[]string{"KEFIR.EXEC", "garbage"}, "ERR KEFIR.EXEC: invalid operation: undecodable transaction"},
 		{[]string{"KEFIR.EXEC", good, "a"}, "ERR KEFIR.EXEC: a key of the transaction is not among its keys"},
-		{[]string{"KEFIR.EXEC", enc([]kv.Watch{{Key: []byte("w"), Seen: []byte{0}}}), "a"}, "ERR KEFIR.EXEC: a key of the transaction is not among its keys"},
+		{[]string{"KEFIR.EXEC", enc([]kv.Watch{{Key: []byte("w"), Seen: []byte{2, 0, 0}}}), "a"}, "ERR KEFIR.EXEC: a key of the transaction is not among its keys"},
+		// A watch without its origin (no release logged one) is refused.
+		{[]string{"KEFIR.EXEC", enc([]kv.Watch{{Key: []byte("a"), Seen: []byte{0}}}), "a"}, `ERR KEFIR.EXEC: invalid operation: malformed WATCH observation: no origin (the format of development builds before the origin was added; no release logged it) (watch of key "a")`},
 		{[]string{"KEFIR.EXEC", good, "a", "b"}, "[OK, (integer) 1]"},
 		{[]string{"KEFIR.EXECRO", enc(nil, []string{"GET", "a"}), "a"}, `["1"]`},
 	} {
