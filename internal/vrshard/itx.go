@@ -32,9 +32,21 @@ func (r *Replica) TxBegin(ctx context.Context, key []byte) (*shard.TxSnap, error
 	if err := r.CheckConsistency(level.ConsLinearizable); err != nil {
 		return nil, err
 	}
-	if _, err := r.leaderRead(ctx, kv.Op{Kind: kv.KindScan, Limit: 1}); err != nil {
+	if _, err := r.leaderRead(ctx, txBeginRead); err != nil {
 		return nil, err
 	}
+	return r.txSnap(key)
+}
+
+// txBeginRead is the linearizable read of the whole keyspace that makes a
+// transaction's start version at least as new as every acknowledged write
+// (TxBegin, TxBeginStepped).
+var txBeginRead = kv.Op{Kind: kv.KindScan, Limit: 1}
+
+// txSnap pins the start version after txBeginRead completed: the readable
+// index R, capped by what the engine applied; key (nil on a node of one
+// group) passes the slot fence as of it (TxBegin).
+func (r *Replica) txSnap(key []byte) (*shard.TxSnap, error) {
 	snap := shard.NewTxSnap(r.db, min(r.readable.Load(), r.applied.Load()))
 	if key != nil && !(mutation.On && r.mut.slotsUnfenced) {
 		enc, _, _, _, err := snap.Get(kv.SlotTableKey)
