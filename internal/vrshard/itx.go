@@ -65,3 +65,18 @@ func (r *Replica) txSnap(key []byte) (*shard.TxSnap, error) {
 }
 
 var _ shard.TxSnapshots = (*Replica)(nil)
+
+// TryTxBegin is TxBegin of a transaction on a node of one group (no key)
+// if it can be served without waiting: this replica leads under a running
+// lease and everything the read point covers is readable (TryRead's
+// conditions, the same read point TxBegin confirms by waiting). ok false
+// means it could not, with nothing pinned: the caller runs TxBegin. The
+// event loops call it so that BEGIN need not leave the loop
+// (server.txInline).
+func (r *Replica) TryTxBegin() (*shard.TxSnap, bool) {
+	if _, ok := r.TryRead(txBeginRead, level.ConsLinearizable); !ok {
+		return nil, false
+	}
+	snap, err := r.txSnap(nil) // no key: no slot fence, no error
+	return snap, err == nil
+}
