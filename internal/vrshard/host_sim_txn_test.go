@@ -710,24 +710,39 @@ func TestHostSimTxns(t *testing.T) {
 }
 
 // TestHostSimTxnsCatchBrokenValidation shows the transaction runs catch a
-// state machine that does not validate transactions (the mutation
-// txUnvalidated: EXEC's watches and a commit's checks are dropped at apply):
-// lost appends, at a seed that is clean without the mutation.
+// broken protocol, each at a seed that is clean without the mutation:
+//   - txUnvalidated, a state machine that does not validate transactions
+//     (EXEC's watches and a commit's checks are dropped at apply): lost
+//     appends, in each protocol;
+//   - followerLinearizable, a replica that serves linearizable reads from
+//     its own state (read.go routeRead): a BEGIN at a follower or a deposed
+//     leader pins a stale start version, and a read-only SERIALIZABLE
+//     transaction commits what it read there, after a later commit returned
+//     (a real-time cycle). EXEC is not hurt by it (a stale WATCH conflicts
+//     at the state machine), nor are SI's reads (snapshot isolation has no
+//     real-time order to break).
 func TestHostSimTxnsCatchBrokenValidation(t *testing.T) {
 	mutation.Require(t)
 	for _, tc := range []struct {
+		name string
 		mode hostTxnMode
 		seed uint64
-	}{{txnExec, 1}, {txnSI, 1}, {txnSerializable, 1}} {
-		t.Run(tc.mode.String(), func(t *testing.T) {
+		mut  mutations
+	}{
+		{"txUnvalidated", txnExec, 1, mutations{txUnvalidated: true}},
+		{"txUnvalidated", txnSI, 1, mutations{txUnvalidated: true}},
+		{"txUnvalidated", txnSerializable, 1, mutations{txUnvalidated: true}},
+		{"followerLinearizable", txnSerializable, 1, mutations{followerLinearizable: true}},
+	} {
+		t.Run(tc.name+"/"+tc.mode.String(), func(t *testing.T) {
 			o := hostSimOptions{txn: tc.mode}
 			if err := hostSim(tc.seed, nil, o, hostTxnWorkload{}, nil); err != nil {
 				t.Fatalf("seed %d fails without the mutation: %v", tc.seed, err)
 			}
-			o.mut = mutations{txUnvalidated: true}
+			o.mut = tc.mut
 			err := hostSim(tc.seed, nil, o, hostTxnWorkload{}, nil)
 			if err == nil {
-				t.Fatalf("seed %d: the checker missed txUnvalidated", tc.seed)
+				t.Fatalf("seed %d: the checker missed %s", tc.seed, tc.name)
 			}
 			if !strings.Contains(err.Error(), "txn-"+tc.mode.model().String()+": VIOLATED") {
 				t.Fatalf("seed %d: caught, but not by the transaction checker: %v", tc.seed, err)
