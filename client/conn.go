@@ -294,6 +294,11 @@ type conn struct {
 
 	wake   chan struct{} // cap 1: the queue is non-empty
 	closed chan struct{} // closed when broken is set
+
+	// A transaction connection's (txn.go), under mu: txNext is the last
+	// KEFIR.TX handle a queued BEGIN took, txOpen the transactions using it.
+	txNext uint64
+	txOpen int
 }
 
 func newConn(nc net.Conn, rd *resp.Reader) *conn {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -12,10 +13,12 @@ import (
 // Interactive transactions (KEFIR.TX; docs/design/transactions.md,
 // "Interactive transactions").
 //
-// A transaction runs on a connection of its own (KEFIR.TX handles belong to
-// the connection that began them; the pool's connections are shared by
-// concurrent calls): BEGIN, the snapshot reads and the buffered writes go
-// there. Its commit is a write like any other: KEFIR.TX PREPARE answers the
+// A transaction's commands go to one connection (KEFIR.TX handles belong to
+// the connection that began them), one of a few transaction connections that
+// concurrent transactions share, as the pool's connections are shared by
+// concurrent calls (txConns): their commands travel together in the writes
+// and replies of the connection. BEGIN, the snapshot reads and the buffered
+// writes go there. Its commit is a write like any other: KEFIR.TX PREPARE answers the
 // commit op, which the client sends as KEFIR.TXAPPLY through its write path,
 // with a request id that every retry keeps — so a commit retried across a
 // leader change is applied once, and its reply (the committed version or
@@ -52,8 +55,9 @@ var ErrTxAborted = errors.New("kefir: transaction aborted")
 // Tx is an open transaction, valid inside the function given to Txn.
 //
 // BEGIN is sent with the transaction's first command, in one write: the
-// handle it will answer is known (a connection's handles count up from 1,
-// and this connection runs one transaction at a time), so a transaction
+// handle it will answer is known (a connection's handles count up from 1 in
+// the order its BEGINs arrive, which is the order the client queues them:
+// the handle is taken when BEGIN is queued, conn.txNext), so a transaction
 // pays no round trip for BEGIN.
 //
 // Set is buffered in the client as well: its reply (OK, or an error) says
@@ -70,8 +74,7 @@ type Tx struct {
 	c     *Client
 	cn    *conn
 	level string
-	next  uint64 // the connection's last handle
-	h     string // this transaction's handle (next+1: its BEGIN's answer)
+	h     string // this transaction's handle (its BEGIN's answer), once BEGIN is queued
 	begun bool
 	wrote bool
 	// pending are buffered writes not yet sent: they go in front of the next
@@ -124,11 +127,11 @@ func (c *Client) Txn(ctx context.Context, fn func(tx *Tx) error, opts *TxOptions
 
 // txnOnce runs one attempt: an error wrapping ErrTxAborted may be retried.
 func (c *Client) txnOnce(ctx context.Context, fn func(tx *Tx) error, iso Isolation) error {
-	cn, next, err := c.txs.get(ctx, c)
+	cn, err := c.txs.get(ctx, c)
 	if err != nil {
 		return err
 	}
-	tx := &Tx{c: c, cn: cn, next: next, level: "SERIALIZABLE", h: strconv.FormatUint(next+1, 10)}
+	tx := &Tx{c: c, cn: cn, level: "SERIALIZABLE"}
 	if iso == SnapshotIsolation {
 		tx.level = "SI"
 	}
@@ -143,7 +146,7 @@ func (c *Client) txnOnce(ctx context.Context, fn func(tx *Tx) error, iso Isolati
 		// Nothing was sent (fn named no key, or only buffered writes), or
 		// BEGIN failed: there is no handle to end.
 		tx.drop()
-		c.txs.put(cn, tx.next)
+		c.txs.put(cn)
 		return err
 	case err != nil:
 		tx.end(ctx)
@@ -164,7 +167,7 @@ func (c *Client) txnOnce(ctx context.Context, fn func(tx *Tx) error, iso Isolati
 	}
 	op := append([]byte(nil), pr.val...)
 	putRequest(pr)
-	c.txs.put(cn, tx.next) // the handle is gone: the connection is free
+	c.txs.put(cn) // the handle is gone
 	if null {
 		return nil
 	}
@@ -198,13 +201,18 @@ func txError(err error) error {
 
 // pipeline sends reqs on cn in one write and waits for every reply. If ctx
 // ends first, the connection is closed (a reply may still come, and no
-// later command may read it as its own).
-func pipeline(ctx context.Context, cn *conn, reqs ...*request) error {
+// later command may read it as its own; the other transactions on it abort).
+// queued, if set, runs under cn.mu before reqs are encoded and queued: where
+// a BEGIN takes its handle.
+func pipeline(ctx context.Context, cn *conn, queued func(), reqs ...*request) error {
 	cn.mu.Lock()
 	if cn.broken != nil {
 		err := cn.broken
 		cn.mu.Unlock()
 		return fmt.Errorf("%w: %w", errNotSent, err)
+	}
+	if queued != nil {
+		queued()
 	}
 	for _, r := range reqs {
 		r.encode(0, 0)
@@ -267,7 +275,20 @@ func (t *Tx) call(ctx context.Context, kind replyKind, sub string, args ...any) 
 	reqs = append(reqs, writes...)
 	r := t.request(kind, sub, args...)
 	reqs = append(reqs, r)
-	if err := pipeline(ctx, t.cn, reqs...); err != nil {
+	var queued func()
+	if begin != nil {
+		// The handle BEGIN will answer: the connection's next, taken in
+		// the order BEGINs are queued (the order the server sees them),
+		// and named by the commands queued with it.
+		queued = func() {
+			t.cn.txNext++
+			t.h = strconv.FormatUint(t.cn.txNext, 10)
+			for _, q := range reqs[1:] {
+				q.cmd[2] = arg{s: t.h}
+			}
+		}
+	}
+	if err := pipeline(ctx, t.cn, queued, reqs...); err != nil {
 		err = txError(err)
 		if len(writes) > 0 {
 			t.failed = err // the writes' fate is unknown
@@ -280,10 +301,14 @@ func (t *Tx) call(ctx context.Context, kind replyKind, sub string, args ...any) 
 		if err != nil {
 			putAll(writes) // they named a handle that does not exist
 			putRequest(r)
+			// A refused BEGIN took no handle, but the BEGINs queued after
+			// it counted on it: the connection's count is off, and so
+			// are theirs (they abort at their answer's check below).
+			t.cn.close()
 			t.failed = t.beginFailed(err)
 			return nil, false, t.failed
 		}
-		t.begun, t.next = true, uint64(n)
+		t.begun = true
 		if strconv.FormatInt(n, 10) != t.h {
 			// Not the handle the command named: the connection's count is
 			// not what the client thought, and its state is unknown.
@@ -372,7 +397,7 @@ func (t *Tx) endNoWait() {
 	case cn.wake <- struct{}{}:
 	default:
 	}
-	t.c.txs.put(cn, t.next)
+	t.c.txs.put(cn)
 }
 
 // end sends ABORT and frees the connection (closing it if that failed).
@@ -386,7 +411,7 @@ func (t *Tx) end(ctx context.Context) {
 		return
 	}
 	putRequest(r)
-	t.c.txs.put(t.cn, t.next)
+	t.c.txs.put(t.cn)
 }
 
 // Get reads key at the transaction's snapshot (or its own write):
@@ -461,37 +486,62 @@ func (t *Tx) Incr(ctx context.Context, key string, delta int64) (int64, error) {
 }
 
 // txConns are the connections transactions run on, dialed to the leader as
-// the client knows it, kept for the next transaction when one ends cleanly,
-// each with its last handle.
+// the client knows it and shared: a connection carries up to txPerConn open
+// transactions at once, so that concurrent transactions' commands and
+// replies share its writes and reads, as concurrent calls share the pool's
+// connections. With a connection of its own per transaction, every command
+// was a write and a read of its own on both sides: from 16 goroutines on a
+// group's leader, a read-only Txn of 4 Gets cost 3–5× the CPU of 4 Gets
+// (docs/design/transactions.md, "Benchmarks: against etcd and Redis").
 type txConns struct {
 	mu     sync.Mutex
-	free   []txConn
+	conns  []*conn
 	closed bool
 }
 
-type txConn struct {
-	cn   *conn
-	next uint64
-}
+// txPerConn bounds a connection's open transactions: below the server's 16
+// per connection (a BEGIN past it is refused), and a BEGIN handed to a
+// server worker holds up the commands queued behind it on its connection.
+const txPerConn = 8
 
-const txConnsKept = 16
+// The pool keeps as many transaction connections as the client's pool
+// size (WithPoolSize, default 2); more are dialed while every kept one is
+// full, and closed when their transactions end. Fewer connections, more
+// transactions' commands in each write.
 
-func (p *txConns) get(ctx context.Context, c *Client) (*conn, uint64, error) {
+func (p *txConns) get(ctx context.Context, c *Client) (*conn, error) {
 	hint := c.leader.Load()
 	p.mu.Lock()
-	for len(p.free) > 0 {
-		f := p.free[len(p.free)-1]
-		p.free = p.free[:len(p.free)-1]
-		if f.cn.healthy() && (hint == nil || f.cn.addr == *hint) {
-			p.mu.Unlock()
-			return f.cn, f.next, nil
+	var best *conn
+	bestOpen := 0
+	keep := p.conns[:0]
+	for _, cn := range p.conns {
+		cn.mu.Lock()
+		broken, open := cn.broken != nil, cn.txOpen
+		cn.mu.Unlock()
+		if broken || (hint != nil && cn.addr != *hint) {
+			if open == 0 || broken {
+				cn.close()
+				continue
+			}
+		} else if open < txPerConn && (best == nil || open < bestOpen) {
+			best, bestOpen = cn, open
 		}
-		f.cn.close()
+		keep = append(keep, cn)
+	}
+	clear(p.conns[len(keep):])
+	p.conns = keep
+	if best != nil {
+		best.mu.Lock()
+		best.txOpen++
+		best.mu.Unlock()
+		p.mu.Unlock()
+		return best, nil
 	}
 	closed := p.closed
 	p.mu.Unlock()
 	if closed || c.closed.Load() {
-		return nil, 0, ErrClosed
+		return nil, ErrClosed
 	}
 	addrs := c.addrs
 	if hint != nil {
@@ -501,34 +551,44 @@ func (p *txConns) get(ctx context.Context, c *Client) (*conn, uint64, error) {
 	for _, a := range addrs {
 		cn, err := c.dial(ctx, a)
 		if err == nil {
-			return cn, 0, nil
+			cn.txOpen = 1
+			p.mu.Lock()
+			if !p.closed && len(p.conns) < c.opts.poolSize {
+				p.conns = append(p.conns, cn)
+			}
+			p.mu.Unlock()
+			return cn, nil
 		}
 		if errors.Is(err, ErrAuth) {
-			return nil, 0, err
+			return nil, err
 		}
 		errs = append(errs, err)
 	}
-	return nil, 0, fmt.Errorf("%w: %w", ErrUnavailable, errors.Join(errs...))
+	return nil, fmt.Errorf("%w: %w", ErrUnavailable, errors.Join(errs...))
 }
 
-func (p *txConns) put(cn *conn, next uint64) {
+// put ends a transaction's use of cn: a connection the pool does not keep
+// is closed with its last transaction.
+func (p *txConns) put(cn *conn) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed || len(p.free) >= txConnsKept || !cn.healthy() {
+	cn.mu.Lock()
+	cn.txOpen--
+	open := cn.txOpen
+	cn.mu.Unlock()
+	if open == 0 && (p.closed || !slices.Contains(p.conns, cn)) {
 		cn.close()
-		return
 	}
-	p.free = append(p.free, txConn{cn, next})
 }
 
 func (p *txConns) close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.closed = true
-	for _, f := range p.free {
-		f.cn.close()
+	for _, cn := range p.conns {
+		cn.close()
 	}
-	p.free = nil
+	p.conns = nil
 }
 
 // SetRange buffers SETRANGE key offset value and returns the value's length

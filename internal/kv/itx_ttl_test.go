@@ -1,6 +1,7 @@
 package kv
 
 import (
+	"errors"
 	"strings"
 	"testing"
 )
@@ -130,8 +131,8 @@ func TestTxCommitOrigin(t *testing.T) {
 	}
 }
 
-// A WATCH observation ends with its origin; an EXEC logged before carries
-// observations without it and is compared without it.
+// A WATCH observation ends with its origin, which checkObservation requires
+// (no release logged an EXEC without it).
 func TestWatchObservationOrigin(t *testing.T) {
 	table := AppendSlotTable(nil, NewSlotTable([]SlotRange{{Start: 0, End: NumSlots - 1}}, 3))
 	get := func(key []byte) ([]byte, []byte, uint64, bool, error) {
@@ -150,7 +151,12 @@ func TestWatchObservationOrigin(t *testing.T) {
 	if seen, _ := Observe(get, nil, []byte("absent"), 0); string(seen) != "\x02\x03\x01" || observedVersion(seen) != 0 {
 		t.Fatalf("observation of an absent key %q", seen)
 	}
-	if old, _ := observe(get, nil, []byte("k"), 0, false); string(old) != "\x01\x02" {
-		t.Fatalf("observation without origin %q", old)
+	for _, ok := range []string{"\x03\x02\x03\x01", "\x02\x03\x01"} {
+		if err := checkObservation([]byte(ok)); err != nil {
+			t.Fatalf("%q refused: %v", ok, err)
+		}
+	}
+	if err := checkObservation([]byte("\x01\x02")); !errors.Is(err, ErrTxWatchFormat) {
+		t.Fatalf("an observation without its origin: %v", err)
 	}
 }

@@ -89,9 +89,10 @@ func RegisterCommands(r CommandRunner) {
 // observation ends with its origin (SlotOrigin: the epoch and state of the
 // key's slot in the group's table; zero without a table), flagged by bit
 // obsOrigin of the first byte, and a WATCH taken at another group compares
-// unequal whatever the numbers. An EXEC logged before the origin was added
-// carries observations without the flag: they are compared without it, as
-// when that EXEC first ran.
+// unequal whatever the numbers. The origin is mandatory: an observation
+// without it is refused (DecodeTx, checkObservation). Only development builds
+// of main between the EXEC op (1dbc3c6) and the origin (950ae21) logged such
+// EXECs, and Kefir has had no release, so no log a user holds carries one.
 //
 // A hash's records are its metadata record and its field rows; rows gives
 // the highest version among the live rows in [start, end). A replica group
@@ -100,20 +101,9 @@ func RegisterCommands(r CommandRunner) {
 // the rows must be looked at: a WATCH of a hash costs a walk of its fields,
 // at WATCH and at EXEC.
 func Observe(get Getter, rows func(start, end []byte) (uint64, error), key []byte, now int64) ([]byte, error) {
-	return observe(get, rows, key, now, true)
-}
-
-// obsLive and obsOrigin are the flags of an observation's first byte.
-const (
-	obsLive   = 1 // a version follows
-	obsOrigin = 2 // the origin (TxOrigin) ends it
-)
-
-// observe is Observe, with the origin or (an old EXEC's watch) without.
-func observe(get Getter, rows func(start, end []byte) (uint64, error), key []byte, now int64, origin bool) ([]byte, error) {
 	b, err := observeVersion(get, rows, key, now)
-	if err != nil || !origin {
-		return b, err
+	if err != nil {
+		return nil, err
 	}
 	o, err := SlotOrigin(get, key)
 	if err != nil {
@@ -121,6 +111,43 @@ func observe(get Getter, rows func(start, end []byte) (uint64, error), key []byt
 	}
 	b[0] |= obsOrigin
 	return o.append(b), nil
+}
+
+// obsLive and obsOrigin are the flags of an observation's first byte.
+const (
+	obsLive   = 1 // a version follows
+	obsOrigin = 2 // the origin (TxOrigin) ends it; every observation has it
+)
+
+// ErrTxWatchFormat: an EXEC's watch carries bytes that are not an
+// observation Observe makes (checkObservation).
+var ErrTxWatchFormat = fmt.Errorf("%w: malformed WATCH observation", ErrInvalidOp)
+
+// checkObservation refuses what Observe cannot have made: flags other than
+// obsLive and obsOrigin, no origin, a version that does not decode, bytes
+// after the origin. An observation without its origin would compare versions
+// without knowing which group's op numbers they are (a slot move in between
+// could pass unseen); no release ever logged one (see Observe).
+func checkObservation(seen []byte) error {
+	if len(seen) == 0 {
+		return fmt.Errorf("%w: empty", ErrTxWatchFormat)
+	}
+	if seen[0]&^(obsLive|obsOrigin) != 0 {
+		return fmt.Errorf("%w: unknown flags %#x", ErrTxWatchFormat, seen[0])
+	}
+	if seen[0]&obsOrigin == 0 {
+		return fmt.Errorf("%w: no origin (the format of development builds before the origin was added; no release logged it)", ErrTxWatchFormat)
+	}
+	d := Decoder{B: seen[1:]}
+	if seen[0]&obsLive != 0 {
+		d.Uvarint()
+	}
+	d.Uvarint() // the origin's epoch
+	d.Byte()    // and its state
+	if d.Err != nil || len(d.B) != 0 {
+		return fmt.Errorf("%w: %d bytes do not decode as one", ErrTxWatchFormat, len(seen))
+	}
+	return nil
 }
 
 // observeVersion is an observation without its origin: liveness, version.
@@ -297,7 +324,9 @@ func EncodeTx(b []byte, cmds [][][]byte, watches []Watch) []byte {
 // ErrTxCorrupt: an EXEC op's Value does not decode (EncodeTx).
 var ErrTxCorrupt = fmt.Errorf("%w: undecodable transaction", ErrInvalidOp)
 
-// DecodeTx decodes EncodeTx's encoding, all of b. The slices alias b.
+// DecodeTx decodes EncodeTx's encoding, all of b, and checks that each watch is an
+// observation Observe makes, origin included (checkObservation). The slices
+// alias b.
 func DecodeTx(b []byte) (cmds [][][]byte, watches []Watch, err error) {
 	d := Decoder{B: b}
 	n := d.Uvarint()
@@ -333,6 +362,11 @@ func DecodeTx(b []byte) (cmds [][][]byte, watches []Watch, err error) {
 	}
 	if d.Err != nil || len(d.B) != 0 {
 		return nil, nil, ErrTxCorrupt
+	}
+	for _, w := range watches {
+		if err := checkObservation(w.Seen); err != nil {
+			return nil, nil, fmt.Errorf("%w (watch of key %q)", err, w.Key)
+		}
 	}
 	return cmds, watches, nil
 }
@@ -377,7 +411,7 @@ func runExec(get Getter, scan Scanner, rows func(start, end []byte) (uint64, err
 		return Result{}, nil, fmt.Errorf("%w: exec declares %d of %d keys", ErrInvalidOp, op.Delta, len(op.Keys))
 	}
 	for _, w := range watches {
-		seen, err := observe(get, rows, w.Key, op.Now, len(w.Seen) > 0 && w.Seen[0]&obsOrigin != 0)
+		seen, err := Observe(get, rows, w.Key, op.Now)
 		if err != nil {
 			return Result{}, nil, err
 		}

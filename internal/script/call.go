@@ -1,6 +1,7 @@
 package script
 
 import (
+	"bytes"
 	"errors"
 	"math"
 	"strconv"
@@ -38,7 +39,7 @@ func (r *run) call(L *lua.LState, raise bool) int {
 	if err != nil {
 		return r.fail(L, raise, errText(err))
 	}
-	L.Push(toLua(L, shaped(res, shape)))
+	L.Push(toLua(L, shaped(&op, res, shape)))
 	return 1
 }
 
@@ -103,9 +104,14 @@ func errText(err error) string {
 }
 
 // toLua converts a command's result to Lua as Redis does: status → {ok=},
-// integer → number, bulk → string, nil → false, array → table (nil → false).
+// integer → number, bulk → string, nil → false, array → table (nil → false);
+// a reply already in RESP2 (kv.ResReply: BITFIELD's array of integers and
+// nils) element by element, the same way.
 func toLua(L *lua.LState, res kv.Result) lua.LValue {
 	switch res.Kind {
+	case kv.ResReply:
+		v, _ := respToLua(L, res.Bulk)
+		return v
 	case kv.ResOK:
 		t := L.NewTable()
 		t.RawSetString("ok", lua.LString("OK"))
@@ -189,4 +195,50 @@ func appendReply(b []byte, L *lua.LState, v lua.LValue, depth int) []byte {
 		return b
 	}
 	return append(b, "$-1\r\n"...)
+}
+
+// respToLua converts the RESP2 value at the start of b to Lua as toLua
+// does, and returns what follows it. Malformed bytes (never what a command
+// answers) are false.
+func respToLua(L *lua.LState, b []byte) (lua.LValue, []byte) {
+	i := bytes.Index(b, []byte("\r\n"))
+	if len(b) == 0 || i < 0 {
+		return lua.LFalse, nil
+	}
+	line, rest := string(b[1:i]), b[i+2:]
+	switch b[0] {
+	case '+':
+		t := L.NewTable()
+		t.RawSetString("ok", lua.LString(line))
+		return t, rest
+	case '-':
+		t := L.NewTable()
+		t.RawSetString("err", lua.LString(line))
+		return t, rest
+	case ':':
+		n, err := strconv.ParseInt(line, 10, 64)
+		if err != nil {
+			return lua.LFalse, nil
+		}
+		return lua.LNumber(n), rest
+	case '$':
+		n, err := strconv.Atoi(line)
+		if err != nil || n < 0 || n+2 > len(rest) {
+			return lua.LFalse, rest
+		}
+		return lua.LString(rest[:n]), rest[n+2:]
+	case '*':
+		n, err := strconv.Atoi(line)
+		if err != nil || n < 0 {
+			return lua.LFalse, rest
+		}
+		t := L.CreateTable(n, 0)
+		for range n {
+			var v lua.LValue
+			v, rest = respToLua(L, rest)
+			t.Append(v)
+		}
+		return t, rest
+	}
+	return lua.LFalse, nil
 }

@@ -25,10 +25,27 @@ const (
 	setNX        // SETNX: OK → 1, nil → 0
 	first        // HGET: the one element of the array
 	exists       // HEXISTS: 1 if the one element of the array is there, else 0
+	// bitFieldRO: BITFIELD_RO, a GET whose op carries the subcommands in
+	// Value (which a GET ignores): they run over the value read, as the
+	// front door runs them over its GET (kv.RunBitField).
+	bitFieldRO
 )
 
-func shaped(res kv.Result, s shape) kv.Result {
+// shaped turns op's result into its command's reply.
+func shaped(op *kv.Op, res kv.Result, s shape) kv.Result {
 	switch s {
+	case bitFieldRO:
+		ops, err := kv.DecodeBitField(op.Value)
+		if err != nil {
+			// parse encoded them: not reached.
+			return kv.Result{Kind: kv.ResReply, Bulk: []byte("-ERR " + err.Error() + "\r\n")}
+		}
+		var v []byte
+		if res.Kind == kv.ResBulk {
+			v = bytes.Clone(res.Bulk)
+		}
+		_, reply := kv.RunBitField(v, ops)
+		return kv.Result{Kind: kv.ResReply, Bulk: reply}
 	case setNX:
 		if res.Kind == kv.ResOK {
 			return kv.Result{Kind: kv.ResInt, Int: 1}
@@ -141,6 +158,20 @@ func parse(spec *command.Spec, a [][]byte, now int64) (kv.Op, shape, error) {
 		return kv.Op{Kind: kv.KindHGet, Key: a[1], Keys: a[2:]}, asIs, nil
 	case "HLEN":
 		return kv.Op{Kind: kv.KindHLen, Key: a[1]}, asIs, nil
+	case "BITFIELD":
+		// Always a write, as at the front door and in Redis (one of GETs
+		// only writes nothing; EVAL_RO refuses it, as Redis does).
+		ops, err := kv.ParseBitField(a[2:], false)
+		if err != nil {
+			return kv.Op{}, asIs, errReply("ERR " + err.Error())
+		}
+		return kv.Op{Kind: kv.KindBitField, Key: a[1], Value: kv.EncodeBitField(ops)}, asIs, nil
+	case "BITFIELD_RO":
+		ops, err := kv.ParseBitField(a[2:], true)
+		if err != nil {
+			return kv.Op{}, asIs, errReply("ERR " + err.Error())
+		}
+		return kv.Op{Kind: kv.KindGet, Key: a[1], Value: kv.EncodeBitField(ops)}, bitFieldRO, nil
 	}
 	return kv.Op{}, asIs, notCallable("ERR command '" + spec.Name + "' is not supported in Kefir scripts (see docs/design/scripting.md)")
 }

@@ -32,7 +32,7 @@ func RunCommand(b []byte, argv [][]byte, now int64, exec kv.ScriptExec) []byte {
 	if err != nil {
 		return append(b, errorReply(txErrText(err))...)
 	}
-	return appendResult(b, shaped(res, shape))
+	return appendResult(b, shaped(&op, res, shape))
 }
 
 // txErrText is a command error's reply text in a transaction: the front

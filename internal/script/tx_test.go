@@ -136,7 +136,9 @@ func TestWatchConflicts(t *testing.T) {
 
 func TestTxCodec(t *testing.T) {
 	cs := cmds("SET k v; INCR k; MGET a b c")
-	ws := []kv.Watch{{Key: []byte("k"), Seen: []byte{1, 7}}, {Key: []byte(""), Seen: []byte{0}}}
+	// Observations as Observe makes them: live at version 7, then absent;
+	// each with its origin (epoch 0, no slot table).
+	ws := []kv.Watch{{Key: []byte("k"), Seen: []byte{3, 7, 0, 0}}, {Key: []byte(""), Seen: []byte{2, 0, 0}}}
 	b := kv.EncodeTx(nil, cs, ws)
 	gc, gw, err := kv.DecodeTx(b)
 	if err != nil {
@@ -148,7 +150,7 @@ func TestTxCodec(t *testing.T) {
 	// Every truncation, every extension and every single-byte change that
 	// breaks the framing is refused; none panics.
 	for i := 0; i < len(b); i++ {
-		if _, _, err := kv.DecodeTx(b[:i]); !errors.Is(err, kv.ErrTxCorrupt) {
+		if _, _, err := kv.DecodeTx(b[:i]); !errors.Is(err, kv.ErrInvalidOp) {
 			t.Fatalf("truncated at %d: %v", i, err)
 		}
 		for _, x := range []byte{0, 0x7f, 0xff} {
@@ -174,6 +176,44 @@ func TestTxCodec(t *testing.T) {
 	d, err := kv.DecodeOp(kv.AppendOp(nil, &op))
 	if err != nil || d.Kind != kv.KindExec || string(d.Value) != string(b) || d.Now != 42 || d.Delta != 1 {
 		t.Fatalf("op codec: %+v %v", d, err)
+	}
+}
+
+// A watch's observation must carry its origin (kv.TxOrigin): one without
+// it — the format of development builds before the origin was added, which
+// no release logged — or otherwise not Observe's bytes is refused by the
+// decoder (so the front door logs none) and at apply, as an invalid op that
+// writes nothing, instead of being compared without the origin.
+func TestWatchWithoutOriginIsRefused(t *testing.T) {
+	s := newStore()
+	s.exec(t, 1000, "SET k 1", nil)
+	good := s.watch(t, 1000, "k")[0].Seen
+	for _, seen := range [][]byte{
+		{1, 1},            // live at version 1, no origin: the old format
+		{0},               // absent, no origin
+		{},                // nothing
+		{7, 1, 0, 0},      // an unknown flag
+		{3, 1, 0},         // the origin cut short
+		{2, 0, 0, 0},      // a byte after the origin
+		append(good, 0x5), // a byte after a real observation
+	} {
+		ws := []kv.Watch{{Key: []byte("k"), Seen: seen}}
+		b := kv.EncodeTx(nil, cmds("SET k 2"), ws)
+		_, _, err := kv.DecodeTx(b)
+		if !errors.Is(err, kv.ErrTxWatchFormat) || !strings.Contains(err.Error(), `watch of key "k"`) {
+			t.Fatalf("%v decoded: %v", seen, err)
+		}
+		op := kv.Op{Kind: kv.KindExec, Value: b, Keys: [][]byte{[]byte("k")}, Delta: 1, Now: 1000}
+		if _, err := kv.Apply(s.get, 9, &op, 0, func([]byte, []byte, []byte, bool) { t.Fatal("emitted") }); !errors.Is(err, kv.ErrInvalidOp) {
+			t.Fatalf("%v applied: %v", seen, err)
+		}
+	}
+	_, _, err := kv.DecodeTx(kv.EncodeTx(nil, cmds("SET k 2"), []kv.Watch{{Key: []byte("k"), Seen: []byte{1, 1}}}))
+	if err == nil || !strings.Contains(err.Error(), "no origin") {
+		t.Fatalf("the old format's error does not say why: %v", err)
+	}
+	if got, _ := s.exec(t, 1000, "SET k 2", []kv.Watch{{Key: []byte("k"), Seen: good}}); got != "*1\r\n+OK\r\n" {
+		t.Fatalf("a real observation: %q", got)
 	}
 }
 

@@ -3,6 +3,8 @@
 package server
 
 import (
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/kefirdb/kefir/internal/level"
@@ -64,9 +66,10 @@ GET c => "1"
 }
 
 // A leader's event loop serves a transaction's snapshot reads, ABORT,
-// PREPARE and a read-only COMMIT itself (txInline) rather than handing each
-// to a worker goroutine, and leaves BEGIN and a COMMIT with writes to the
-// worker: the loop's count grows by exactly the commands it served, and the
+// PREPARE, a read-only COMMIT and, under its lease, BEGIN itself
+// (txInline) rather than handing each to a worker goroutine, and leaves a
+// COMMIT with writes, and a BEGIN it cannot serve at once (a follower's), to
+// the worker: the loop's count grows by the commands it served, and the
 // snapshot reads still answer the snapshot's values and the transaction's
 // own writes.
 func TestLeaderServesTxReadsOnTheLoop(t *testing.T) {
@@ -94,23 +97,37 @@ KEFIR.TX PREPARE 1 => (nil)
 	if n := g.nodes[l].inlineReads.Load() - before; n != 7 {
 		t.Fatalf("%d KEFIR.TX commands ran on the leader's loop, want 7 (5 snapshot reads, an unknown handle, a read-only PREPARE)", n)
 	}
-	// BEGIN and a COMMIT with writes wait: a worker runs them. The
-	// transaction's reads between them, of its own writes, run on the loop.
-	before = g.nodes[l].inlineReads.Load()
+	// A buffered write and a COMMIT with writes leave the loop; the
+	// transaction's read of its own write does not.
 	a.expect(`
 KEFIR.TX BEGIN => (integer) 2
 KEFIR.TX SET 2 y 1 => OK
+`)
+	before = g.nodes[l].inlineReads.Load()
+	a.expect(`
 KEFIR.TX GET 2 y => "1"
 KEFIR.TX COMMIT 2 => (integer)*
-GET y => "1"
-KEFIR.TX BEGIN => (integer) 3
-KEFIR.TX GET 3 y => "1"
-KEFIR.TX COMMIT 3 => (integer)*
-KEFIR.TX BEGIN => (integer) 4
-KEFIR.TX ABORT 4 => OK
 `)
-	// GET 2, GET y (a lease read, if the lease runs), GET 3, COMMIT 3, ABORT 4.
-	if n := g.nodes[l].inlineReads.Load() - before; n < 4 || n > 5 {
-		t.Fatalf("%d commands ran on the leader's loop, want 4 or 5 (not BEGIN, SET or a COMMIT with writes)", n)
+	if n := g.nodes[l].inlineReads.Load() - before; n != 1 {
+		t.Fatalf("%d commands ran on the leader's loop, want 1 (the GET, not the COMMIT with writes)", n)
+	}
+	// BEGIN runs on the loop while the leader's lease runs (as a lease
+	// read does): most of 20 do on an unloaded leader.
+	before = g.nodes[l].inlineReads.Load()
+	for i := range 20 {
+		h := strconv.Itoa(3 + i)
+		a.expect("KEFIR.TX BEGIN => (integer) " + h + "\nKEFIR.TX GET " + h + " y => \"1\"\nKEFIR.TX ABORT " + h + " => OK")
+	}
+	if n := g.nodes[l].inlineReads.Load() - before; n < 40+10 {
+		t.Fatalf("%d commands ran on the leader's loop, want at least 50 (20 GETs, 20 ABORTs, most of 20 BEGINs)", n)
+	}
+	// A follower cannot serve BEGIN at once: its worker answers, as before.
+	f := (l + 1) % len(g.nodes)
+	before = g.nodes[f].inlineReads.Load()
+	if got := dial(t, g.nodes[f]).do("KEFIR.TX", "BEGIN"); strings.HasPrefix(got, "(integer)") {
+		t.Fatalf("a follower began a transaction: %s", got)
+	}
+	if n := g.nodes[f].inlineReads.Load() - before; n != 0 {
+		t.Fatalf("%d commands ran on the follower's loop, want 0 (its BEGIN waits)", n)
 	}
 }

@@ -357,20 +357,21 @@ func (c *conn) txCmd(args [][]byte) error {
 }
 
 // txInline runs args on an event loop if it is a KEFIR.TX command that
-// never waits: GET, MGET, EXISTS, GETRANGE or GETBIT of a transaction whose
-// snapshot is pinned (they read the pinned engine versions and the
+// need not wait: GET, MGET, EXISTS, GETRANGE or GETBIT of a transaction
+// whose snapshot is pinned (they read the pinned engine versions and the
 // transaction's own overlay); ABORT (it unpins); PREPARE (it builds the
 // commit op from the snapshot, and the client sends it through its write
-// path); and COMMIT of a transaction that wrote nothing (it ends here,
-// without the log). False, with nothing done, for anything else: BEGIN
-// waits for a read point the replica proves linearizable, a COMMIT with
-// writes goes through the write path, a buffered write stays where it was
-// (rare in the read-mostly transactions this is for), and the first key of
-// a transaction on a node of several groups takes the snapshot (txStart).
-// On a replica's loop every other command is handed to a worker goroutine
-// (a futex wake and a give-back per command), which held a read-only c.Txn
-// to ~0.6x the rate of the same plain reads (docs/design/transactions.md,
-// "Interactive transactions").
+// path); COMMIT of a transaction that wrote nothing (it ends here, without
+// the log); and BEGIN where the replica has its linearizable read point at
+// hand (a leader under a running lease: TryTxBegin, the conditions of a
+// lease read on the loop). False, with nothing done, for anything else: a
+// BEGIN that must wait for its read point, a COMMIT with writes (the write
+// path), a buffered write (rare in the read-mostly transactions this is
+// for), and the first key of a transaction on a node of several groups,
+// which takes the snapshot (txStart). On a replica's loop every other
+// command is handed to a worker goroutine (a futex wake and a give-back
+// per command), which held a read-only c.Txn to ~0.6x the rate of the same
+// plain reads (docs/design/transactions.md, "Interactive transactions").
 //
 // The decision holds until txCmd runs: the loop owns the connection, so no
 // other command of it runs in between, and the only thing that changes a
@@ -378,14 +379,31 @@ func (c *conn) txCmd(args [][]byte) error {
 // answered TXABORT, without waiting. The check takes tx.mu as txCmd does,
 // because expire writes tx.snap under it.
 func (c *conn) txInline(args [][]byte) bool {
-	if len(args) < 3 || !eq(args[0], "KEFIR.TX") {
+	if len(args) < 2 || !eq(args[0], "KEFIR.TX") {
 		return false
 	}
 	var tx *itxn
-	if h, err := strconv.ParseUint(string(args[2]), 10, 64); err == nil && c.itx != nil {
+	if len(args) < 3 {
+		if !eq(args[1], "BEGIN") {
+			return false
+		}
+	} else if h, err := strconv.ParseUint(string(args[2]), 10, 64); err == nil && c.itx != nil {
 		tx = c.itx.open[h]
 	}
 	switch sub := args[1]; {
+	case eq(sub, "BEGIN"):
+		// At once where the replica has its read point at hand (a leader
+		// under a running lease: TryTxBegin), else on a worker, which waits.
+		n := len(c.timed)
+		c.inline = true
+		c.dispatch(args)
+		c.inline = false
+		if c.wouldWait {
+			c.wouldWait = false
+			c.timed = c.timed[:n]
+			return false
+		}
+		return true
 	case eq(sub, "ABORT"), eq(sub, "PREPARE"):
 	case eq(sub, "GET"), eq(sub, "MGET"), eq(sub, "EXISTS"), eq(sub, "GETRANGE"), eq(sub, "GETBIT"):
 		if tx != nil && !tx.ready(func(tx *itxn) bool { return tx.snap != nil }) {
@@ -448,8 +466,8 @@ func (c *conn) txBegin(args [][]byte) error {
 	if !c.srv.clusterOn {
 		// One group: its start version is known now. On a node of several
 		// groups the first key names the group (versions are a group's).
-		if err := c.txStart(tx, nil); err != nil {
-			return err
+		if err := c.txStart(tx, nil); err != nil || c.wouldWait {
+			return err // wouldWait: nothing done; a worker runs BEGIN again
 		}
 	}
 	c.itx.next++
@@ -458,13 +476,33 @@ func (c *conn) txBegin(args [][]byte) error {
 	return c.w.WriteInt(int64(c.itx.next))
 }
 
+// txTryBegin is a replica that can take a transaction's start snapshot
+// without waiting when it can (vrshard.Replica.TryTxBegin).
+type txTryBegin interface {
+	TryTxBegin() (*shard.TxSnap, bool)
+}
+
 // txStart takes tx's snapshot, in the group of key on a node of several.
+// On an event loop (c.inline, txInline) it takes it only if the replica
+// can without waiting, and otherwise sets c.wouldWait with nothing done.
 func (c *conn) txStart(tx *itxn, key []byte) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	snap, err := c.srv.shard.(shard.TxSnapshots).TxBegin(ctx, key)
-	if err != nil {
-		return err // a follower's not-leader error: -MOVED to the leader
+	var snap *shard.TxSnap
+	if c.inline {
+		t, ok := c.srv.shard.(txTryBegin)
+		if ok && key == nil {
+			snap, ok = t.TryTxBegin()
+		}
+		if !ok || key != nil {
+			c.wouldWait = true
+			return nil
+		}
+	} else {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		var err error
+		if snap, err = c.srv.shard.(shard.TxSnapshots).TxBegin(ctx, key); err != nil {
+			return err // a follower's not-leader error: -MOVED to the leader
+		}
 	}
 	o, err := kv.SlotOrigin(snap.Get, key)
 	if err != nil {

@@ -83,39 +83,80 @@ func benchTxReadsGroup(b *testing.B, tx bool) {
 func BenchmarkTxReadOnly4Group(b *testing.B) { benchTxReadsGroup(b, true) }
 func BenchmarkGet4Group(b *testing.B)        { benchTxReadsGroup(b, false) }
 
-func benchTxReadsVia(b *testing.B, s *Server, tx bool) {
+// The group pair from 16 goroutines sharing one client, as txbench vs's
+// read-only row runs it (docs/design/transactions.md): CPU-bound on a small
+// machine, where the commands' server-side cost shows.
+func benchTxReadsGroup16(b *testing.B, tx bool) {
+	g := startGroup(b)
+	benchTxReadsVia(b, g.nodes[g.leader(b)], tx, 16)
+}
+
+func BenchmarkTxReadOnly4Group16(b *testing.B) { benchTxReadsGroup16(b, true) }
+func BenchmarkGet4Group16(b *testing.B)        { benchTxReadsGroup16(b, false) }
+
+// benchTxReadsVia runs b.N read-only transactions of 4 Gets (tx) or 4 Gets
+// from `clients` goroutines (0: one, the calling one) sharing one client.
+func benchTxReadsVia(b *testing.B, s *Server, tx bool, clients ...int) {
 	ctx := context.Background()
 	c, err := kefir.Dial(ctx, []string{s.ClientAddr().String()})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer c.Close()
-	for i := range 4 {
-		if err := c.Put(ctx, fmt.Sprint("k", i), []byte("value")); err != nil {
+	keys := make([]string, 4)
+	for i := range keys {
+		keys[i] = fmt.Sprint("k", i)
+		if err := c.Put(ctx, keys[i], []byte("value")); err != nil {
 			b.Fatal(err)
 		}
 	}
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
+	one := func() error {
 		if tx {
-			err = c.Txn(ctx, func(tx *kefir.Tx) error {
-				for k := range 4 {
-					if _, err := tx.Get(ctx, fmt.Sprint("k", k)); err != nil {
+			return c.Txn(ctx, func(tx *kefir.Tx) error {
+				for _, k := range keys {
+					if _, err := tx.Get(ctx, k); err != nil {
 						return err
 					}
 				}
 				return nil
 			}, nil)
-		} else {
-			for k := range 4 {
-				if _, err = c.Get(ctx, fmt.Sprint("k", k)); err != nil {
-					break
-				}
+		}
+		for _, k := range keys {
+			if _, err := c.Get(ctx, k); err != nil {
+				return err
 			}
 		}
-		if err != nil {
-			b.Fatal(err)
+		return nil
+	}
+	b.ResetTimer()
+	if len(clients) == 0 {
+		for i := 0; i < b.N; i++ {
+			if err := one(); err != nil {
+				b.Fatal(err)
+			}
 		}
+		return
+	}
+	var left atomic.Int64
+	left.Store(int64(b.N))
+	var wg sync.WaitGroup
+	errs := make(chan error, clients[0])
+	for range clients[0] {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for left.Add(-1) >= 0 {
+				if err := one(); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		b.Fatal(err)
 	}
 }
 

@@ -315,12 +315,47 @@ func TestKefirExecIsChecked(t *testing.T) {
 	}{
 		{[]string{"KEFIR.EXEC", "garbage"}, "ERR KEFIR.EXEC: invalid operation: undecodable transaction"},
 		{[]string{"KEFIR.EXEC", good, "a"}, "ERR KEFIR.EXEC: a key of the transaction is not among its keys"},
-		{[]string{"KEFIR.EXEC", enc([]kv.Watch{{Key: []byte("w"), Seen: []byte{0}}}), "a"}, "ERR KEFIR.EXEC: a key of the transaction is not among its keys"},
+		{[]string{"KEFIR.EXEC", enc([]kv.Watch{{Key: []byte("w"), Seen: []byte{2, 0, 0}}}), "a"}, "ERR KEFIR.EXEC: a key of the transaction is not among its keys"},
+		// A watch without its origin (no release logged one) is refused.
+		{[]string{"KEFIR.EXEC", enc([]kv.Watch{{Key: []byte("a"), Seen: []byte{0}}}), "a"}, `ERR KEFIR.EXEC: invalid operation: malformed WATCH observation: no origin (the format of development builds before the origin was added; no release logged it) (watch of key "a")`},
 		{[]string{"KEFIR.EXEC", good, "a", "b"}, "[OK, (integer) 1]"},
 		{[]string{"KEFIR.EXECRO", enc(nil, []string{"GET", "a"}), "a"}, `["1"]`},
 	} {
 		if got := c.do(tc.args...); got != tc.want {
 			t.Errorf("%q: %s, want %s", tc.args[0], got, tc.want)
+		}
+	}
+}
+
+// BITFIELD and BITFIELD_RO inside MULTI/EXEC answer as in redis-server 7:
+// queued (their arguments are checked at EXEC, where a bad one is that
+// command's error element and the others apply), each reply an element of
+// EXEC's; a transaction of BITFIELD_RO only is a read (KindExecRO). Compared
+// with a real redis-server, command by command.
+func TestExecBitFieldMatchesRedis(t *testing.T) {
+	rc := startRedis(t)
+	kc := dial(t, startServer(t, nil))
+	for _, cmd := range []string{
+		"SET s hello", "HSET h f v",
+		"MULTI",
+		"BITFIELD k SET u8 0 255 INCRBY u8 0 1 GET u4 0",
+		"BITFIELD_RO k GET u8 0",
+		"BITFIELD k OVERFLOW FAIL INCRBY u2 0 10 GET u2 0",
+		"BITFIELD k BADSUB",
+		"BITFIELD k GET i65 0",
+		"BITFIELD h GET u8 0",
+		"BITFIELD k",
+		"BITFIELD_RO k SET u8 0 1",
+		"BITFIELD s GET u8 0 SET i8 #1 -1 OVERFLOW SAT INCRBY i8 #1 -200",
+		"GET s",
+		"EXEC",
+		"GET k", "GET s",
+		"MULTI", "BITFIELD_RO s GET u8 0 GET i16 8", "BITFIELD_RO nokey GET u8 0", "EXEC",
+		"WATCH s", "MULTI", "BITFIELD s INCRBY u8 0 1", "EXEC", "GET s",
+	} {
+		args := strings.Fields(cmd)
+		if want, got := rawReply(t, rc, args), rawReply(t, kc, args); want != got {
+			t.Errorf("%s:\n  redis: %s\n  kefir: %s", cmd, want, got)
 		}
 	}
 }

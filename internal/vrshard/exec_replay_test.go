@@ -22,7 +22,9 @@ import (
 func TestReplayFinishesAWatchedExecCutShort(t *testing.T) {
 	for _, keepRow := range []bool{false, true} {
 		db := openMemEngine(t, vfs.NewMem())
-		seen := binary.AppendUvarint([]byte{1}, 1) // WATCH k1: live at version 1
+		// WATCH k1: live at version 1, its origin epoch 0 (a group without
+		// a slot table).
+		seen := append(binary.AppendUvarint([]byte{3}, 1), 0, 0)
 		exec := execOp([]kv.Watch{{Key: []byte("k1"), Seen: seen}}, []string{"SET", "k1", "x"}, []string{"SET", "k2", "y"})
 		ops := []testOp{
 			{op: kv.Op{Kind: kv.KindSet, Key: []byte("k1"), Value: []byte("old")}},

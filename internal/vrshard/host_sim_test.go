@@ -120,6 +120,10 @@ type hostSimOptions struct {
 	// first event on: clocks that agree within about skew, as active
 	// expiry and ClockSkew assume.
 	skew time.Duration
+	// txn: the clients run transactions of this protocol instead of the
+	// workload's operations (host_sim_txn_test.go), judged by the
+	// transaction checker.
+	txn hostTxnMode
 }
 
 // hostTTL gives the Puts of keys k0 and k1 an expiry 10–200 ms after
@@ -181,6 +185,9 @@ type hostNode struct {
 	// identities and is executed twice. Ordered writes would be safe anyway
 	// (the client table), reads too; this keeps the harness honest for all.
 	seen map[hostReqKey]bool
+	// txn: the transaction steps in flight and open transactions
+	// (host_sim_txn_test.go).
+	txn hostTxnState
 }
 
 type hostReqKey struct {
@@ -350,6 +357,8 @@ func (n *hostNode) Step(ev sim.Event) {
 			}
 		case hostReq:
 			n.onClient(ev.From, m)
+		case hostTxnReq:
+			n.onTxnReq(ev.From, m)
 		}
 	case sim.Tick:
 		n.r.StepTick()
@@ -399,6 +408,7 @@ func (n *hostNode) flush() {
 		n.reply(x.from, x.seq, writeOutcome(check.Put, res, err))
 		return true
 	})
+	n.flushTxn()
 	if gen := n.r.SyncPending(); gen > n.syncAsked {
 		n.syncAsked = gen
 		n.syncQ = append(n.syncQ, gen)
@@ -618,9 +628,15 @@ func hostSim(seed uint64, trace io.Writer, o hostSimOptions, w sim.Workload, sta
 		t.now = trueNow
 		w = t
 	}
+	newClient := newHostClient(hostClientTimeout)
+	var txns *hostTxnRun
+	if o.txn != txnNone {
+		txns = newHostTxnRun(o.txn, seed, trueNow)
+		newClient = txns.client()
+	}
 	so := sim.Options{
 		Replicas: 3, Clients: 4,
-		NewReplicaBoot: newHostNode(o, seed, trueNow), NewClient: newHostClient(hostClientTimeout),
+		NewReplicaBoot: newHostNode(o, seed, trueNow), NewClient: newClient,
 		Workload: w, OpsPerClient: 150, Think: sim.Dist{Base: 2 * time.Millisecond, Jitter: 10 * time.Millisecond},
 		Duration: 4 * time.Second, Trace: trace,
 	}
@@ -669,6 +685,12 @@ func hostSim(seed uint64, trace io.Writer, o hostSimOptions, w sim.Workload, sta
 		}
 		*stats = fmt.Sprintf("%+v at %v, %d ops; reads answered OK by level: %v; keys expired actively: %d",
 			s.Stats(), s.Now(), len(h.Ops), readsByLevel(h), expired)
+		if txns != nil {
+			*stats = fmt.Sprintf("%+v at %v; transactions: %s", s.Stats(), s.Now(), txns.stats())
+		}
+	}
+	if txns != nil {
+		return errors.Join(s.Err(), txns.judge())
 	}
 	if _, ok := w.(hostTTL); ok {
 		// Keys written with an expiry go to the expiry checker, held to the

@@ -32,9 +32,21 @@ func (r *Replica) TxBegin(ctx context.Context, key []byte) (*shard.TxSnap, error
 	if err := r.CheckConsistency(level.ConsLinearizable); err != nil {
 		return nil, err
 	}
-	if _, err := r.leaderRead(ctx, kv.Op{Kind: kv.KindScan, Limit: 1}); err != nil {
+	if _, err := r.leaderRead(ctx, txBeginRead); err != nil {
 		return nil, err
 	}
+	return r.txSnap(key)
+}
+
+// txBeginRead is the linearizable read of the whole keyspace that makes a
+// transaction's start version at least as new as every acknowledged write
+// (TxBegin, TxBeginStepped).
+var txBeginRead = kv.Op{Kind: kv.KindScan, Limit: 1}
+
+// txSnap pins the start version after txBeginRead completed: the readable
+// index R, capped by what the engine applied; key (nil on a node of one
+// group) passes the slot fence as of it (TxBegin).
+func (r *Replica) txSnap(key []byte) (*shard.TxSnap, error) {
 	snap := shard.NewTxSnap(r.db, min(r.readable.Load(), r.applied.Load()))
 	if key != nil && !(mutation.On && r.mut.slotsUnfenced) {
 		enc, _, _, _, err := snap.Get(kv.SlotTableKey)
@@ -53,3 +65,18 @@ func (r *Replica) TxBegin(ctx context.Context, key []byte) (*shard.TxSnap, error
 }
 
 var _ shard.TxSnapshots = (*Replica)(nil)
+
+// TryTxBegin is TxBegin of a transaction on a node of one group (no key)
+// if it can be served without waiting: this replica leads under a running
+// lease and everything the read point covers is readable (TryRead's
+// conditions, the same read point TxBegin confirms by waiting). ok false
+// means it could not, with nothing pinned: the caller runs TxBegin. The
+// event loops call it so that BEGIN need not leave the loop
+// (server.txInline).
+func (r *Replica) TryTxBegin() (*shard.TxSnap, bool) {
+	if _, ok := r.TryRead(txBeginRead, level.ConsLinearizable); !ok {
+		return nil, false
+	}
+	snap, err := r.txSnap(nil) // no key: no slot fence, no error
+	return snap, err == nil
+}

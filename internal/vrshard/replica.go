@@ -364,6 +364,11 @@ type mutations struct {
 	// limit is written anyway; the engine fails the apply and the replica
 	// stops (statemachine.go).
 	appendUnchecked bool
+	// txUnvalidated: the state machine applies an EXEC without comparing
+	// its watches and a KEFIR.TX commit without validating its checks (the
+	// conflict window): a broken validator, which the transaction checker
+	// must catch (host_sim_txn_test.go).
+	txUnvalidated bool
 	// slotsUnfenced: the group applies writes and serves reads of keys
 	// whose slots it does not own (a source that keeps serving a slot it
 	// handed over; kv/slots.go's fence is skipped).
@@ -813,6 +818,7 @@ func Open(opts Options) (*Replica, error) {
 	r.app.appendUnchecked = mutation.On && r.mut.appendUnchecked
 	r.app.unfenced = mutation.On && r.mut.slotsUnfenced
 	r.app.movedTwice = mutation.On && r.mut.slotsMovedTwice
+	r.app.txUnvalidated = mutation.On && r.mut.txUnvalidated
 	if err := r.app.loadMarks(); err != nil {
 		db.Close()
 		w.close()

@@ -90,6 +90,9 @@ type applier struct {
 	// movedTwice (a mutation): a write whose request the slot's old group
 	// ran before the hand-over runs again (kv.MovedRequest skipped).
 	movedTwice bool
+	// txUnvalidated (a mutation): EXEC's watches and a commit's checks are
+	// dropped before the op is evaluated (unvalidated).
+	txUnvalidated bool
 }
 
 // errMarkHit: evalFenced's result is a mark's (kv.MovedRequest), not the
@@ -446,6 +449,9 @@ func (a *applier) eval(op *kv.Op, v uint64, ts int64) (kv.Result, error) {
 		list = a.listKeys
 	}
 	a.curKind = op.Kind
+	if mutation.On && a.txUnvalidated {
+		op = unvalidated(op)
+	}
 	res, err := kv.ApplyWith(a.current, list, a.hasFn, v, op, maxVal, func(key, value, meta []byte, tomb bool) {
 		a.recs = append(a.recs, storage.Record{Key: key, Value: value, Meta: meta, Version: v, Timestamp: ts, Tombstone: tomb})
 	})
@@ -492,4 +498,33 @@ func (a *applier) listKeys(start, end []byte, visit func(key []byte) bool) error
 		}
 	}
 	return nil
+}
+
+// unvalidated is the txUnvalidated mutation: op without what validates it,
+// an EXEC without its watches, a KEFIR.TX commit without its checks (an op
+// that does not decode is left to fail as it would).
+func unvalidated(op *kv.Op) *kv.Op {
+	switch op.Kind {
+	case kv.KindExec:
+		cmds, _, err := kv.DecodeTx(op.Value)
+		if err != nil {
+			return op
+		}
+		o := *op
+		o.Value = kv.EncodeTx(nil, cmds, nil)
+		return &o
+	case kv.KindTxCommit:
+		_, writes, err := kv.DecodeTxCommit(op)
+		if err != nil {
+			return op
+		}
+		n, err := kv.NewTxCommit(uint64(op.Delta), op.Cond, kv.TxOrigin{}, nil, writes)
+		if err != nil {
+			return op
+		}
+		o := *op
+		o.Keys, o.Value = n.Keys, n.Value
+		return &o
+	}
+	return op
 }

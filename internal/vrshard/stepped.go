@@ -513,3 +513,42 @@ func (sn *SteppedNilext) Poll() bool {
 // Result is the write's reply (after Poll reported it finished): a
 // fast-path completion is OK without a version.
 func (sn *SteppedNilext) Result() (kv.Result, error) { return sn.res, sn.err }
+
+// SteppedTxBegin is TxBegin without blocking: its linearizable read of the
+// keyspace (txBeginRead) runs as a SteppedRead, and once that finished the
+// snapshot is pinned as TxBegin pins it (txSnap).
+type SteppedTxBegin struct {
+	r    *Replica
+	key  []byte
+	sr   *SteppedRead
+	snap *shard.TxSnap
+	err  error
+	done bool
+}
+
+// TxBeginStepped starts an interactive transaction's BEGIN (TxBegin); key
+// is its first key on a node of several groups, else nil.
+func (r *Replica) TxBeginStepped(key []byte) *SteppedTxBegin {
+	b := &SteppedTxBegin{r: r, key: key, sr: r.ReadStepped(txBeginRead, level.ConsLinearizable, shard.Session{})}
+	b.Poll()
+	return b
+}
+
+// Poll advances the BEGIN and reports whether it is finished (Result).
+func (b *SteppedTxBegin) Poll() bool {
+	if b.done {
+		return true
+	}
+	if !b.sr.Poll() {
+		return false
+	}
+	b.done = true
+	if _, b.err = b.sr.Result(); b.err == nil {
+		b.snap, b.err = b.r.txSnap(b.key)
+	}
+	return true
+}
+
+// Result is the pinned snapshot, or the error (a follower's not-leader
+// error among them), after Poll reported the BEGIN finished.
+func (b *SteppedTxBegin) Result() (*shard.TxSnap, error) { return b.snap, b.err }
