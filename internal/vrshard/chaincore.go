@@ -58,7 +58,6 @@ type chainCore struct {
 
 	batches [][2]uint64 // {PersistSeq, last chain seq} written, not yet durable
 	seq     uint64      // the last PersistSeq issued
-	epochHS uint64      // the epoch in the last hard state written
 
 	clients map[uint64]core.ClientRecord
 	// inflight: this head's proposals with a client identity, until
