@@ -77,6 +77,12 @@ const (
 	MsgPersist
 	// MsgPersisted: host → member: the log is durable up to Seq.
 	MsgPersisted
+	// MsgHeartbeat: master → member, the master's failure detector and its
+	// configuration (Members, head first; Epoch), which a host uses to name
+	// the head; member → master, the answer: LA, LU, and Refused when the
+	// member is not a replica (a restarted member waiting to be joined). It
+	// changes no protocol state.
+	MsgHeartbeat
 )
 
 var msgNames = map[MsgType]string{
@@ -88,6 +94,7 @@ var msgNames = map[MsgType]string{
 	MsgCRHeadDone: "cr-head-done", MsgCRMid: "cr-mid", MsgCRMidRepair: "cr-mid-repair",
 	MsgRepairInfo: "repair-info", MsgCRMidDone: "cr-mid-done", MsgCRTail: "cr-tail",
 	MsgCRTailDone: "cr-tail-done", MsgPersist: "persist", MsgPersisted: "persisted",
+	MsgHeartbeat: "heartbeat",
 }
 
 func (t MsgType) String() string {

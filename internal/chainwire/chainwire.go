@@ -45,7 +45,9 @@ const (
 
 // Travels reports whether messages of type t go between nodes (every type
 // but the member↔own-host persistence pair).
-func Travels(t chain.MsgType) bool { return t >= chain.MsgUpdate && t <= chain.MsgCRTailDone }
+func Travels(t chain.MsgType) bool {
+	return t >= chain.MsgUpdate && t <= chain.MsgCRTailDone || t == chain.MsgHeartbeat
+}
 
 // Payload adapts m to the transport (frame.Payload). m must not change until
 // the transport encoded it.

@@ -18,7 +18,10 @@ func samples() []chain.Msg {
 		Members: []chain.NodeID{1, 2, 300}, Path: []chain.NodeID{9, 1, 2, 300, 9},
 		Entries: []chain.Entry{{Seq: 1, ID: 2, Op: []byte("a")}, {Seq: 2, ID: 0, Op: nil, Result: []byte("r")}}}
 	var out []chain.Msg
-	for t := chain.MsgUpdate; Travels(t); t++ {
+	for t := chain.MsgType(1); t < 64; t++ {
+		if !Travels(t) {
+			continue
+		}
 		m := full
 		m.Type = t
 		out = append(out, m, chain.Msg{Type: t, From: 1, To: 2})
