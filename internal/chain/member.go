@@ -444,10 +444,6 @@ func (m *Member) Step(msg Msg) {
 		}
 		m.held = slices.DeleteFunc(m.held, func(e Entry) bool { return e.Seq <= bound })
 		m.toMaster(Msg{Type: MsgCRMidDone, Epoch: m.repairEpoch})
-	case MsgHeartbeat:
-		if msg.From == m.cfg.Master {
-			m.toMaster(Msg{Type: MsgHeartbeat, LA: m.la, LU: m.lu, Refused: m.state == Inactive})
-		}
 	case MsgCRTail:
 		m.raise(msg.Epoch)
 		m.succ, m.repairing, m.truncating = 0, false, false

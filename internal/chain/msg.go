@@ -77,11 +77,13 @@ const (
 	MsgPersist
 	// MsgPersisted: host → member: the log is durable up to Seq.
 	MsgPersisted
-	// MsgHeartbeat: master → member, the master's failure detector and its
-	// configuration (Members, head first; Epoch), which a host uses to name
-	// the head; member → master, the answer: LA, LU, and Refused when the
-	// member is not a replica (a restarted member waiting to be joined). It
-	// changes no protocol state.
+	// MsgHeartbeat is between a member's host and the master's, never
+	// stepped into either core: member → master every heartbeat interval
+	// (Seq names it; LA, LU; Refused when the member is not a replica: a
+	// restarted member waiting to be joined), the master's failure
+	// detector; master → member, the answer (the same Seq; Members, head
+	// first, and Epoch: the configuration, which the host uses to name the
+	// head), which grants the member a lease to serve from.
 	MsgHeartbeat
 )
 

@@ -82,32 +82,3 @@ func TestRestartResumesPrecopy(t *testing.T) {
 	}
 }
 
-// TestHeartbeat: a member answers the master's heartbeat with its LA and
-// LU, Refused while it is not a replica (a restarted member waiting for its
-// join), and ignores one from anybody else; nothing else changes.
-func TestHeartbeat(t *testing.T) {
-	h := newHarness([]NodeID{1, 2}, 2, 0, 0)
-	h.master.Put(1, []byte("k=v"))
-	h.collect()
-	h.stabilize()
-	beat := Msg{Type: MsgHeartbeat, From: masterID, To: 2, Members: []NodeID{1, 2}}
-	m := h.members[2]
-	before := m.Status()
-	m.Step(beat)
-	out := m.Ready()
-	if len(out) != 1 || out[0].Type != MsgHeartbeat || out[0].To != masterID || out[0].LU != before.LU || out[0].LA != before.LA || out[0].Refused {
-		t.Fatalf("heartbeat answer %v, want la=lu=%d, not refused", out, before.LU)
-	}
-	if m.Status() != before {
-		t.Fatalf("a heartbeat changed the member: %+v, was %+v", m.Status(), before)
-	}
-	m.Step(Msg{Type: MsgHeartbeat, From: 1, To: 2})
-	if out := m.Ready(); len(out) != 0 {
-		t.Fatalf("a heartbeat from a member answered with %v", out)
-	}
-	j := NewMember(h.config(3), newKV())
-	j.Step(Msg{Type: MsgHeartbeat, From: masterID, To: 3})
-	if out := j.Ready(); len(out) != 1 || !out[0].Refused {
-		t.Fatalf("a joiner's heartbeat answer %v, want refused", out)
-	}
-}
