@@ -81,4 +81,3 @@ func TestRestartResumesPrecopy(t *testing.T) {
 		t.Fatalf("rejoined member: %+v, want active with everything acknowledged", s)
 	}
 }
-
