@@ -67,6 +67,15 @@ type chainCore struct {
 	nextID   uint64
 	lastHand []core.Committed
 
+	// The master's lease (chainmaster): heartbeats sent (seq, when) and
+	// not yet answered, and until when the last answer lets this member
+	// serve. Zero Lease: no lease (tests without a master).
+	beat, lease int64
+	beatSeq     uint64
+	beats       [][2]int64
+	leaseUntil  int64
+	lastBeat    int64
+
 	out core.Ready[chain.Msg]
 }
 
@@ -130,6 +139,11 @@ type chainConfig struct {
 	Self, Master uint64
 	// Members is the chain at its creation, head first.
 	Members []uint64
+	// Heartbeat is how often the member tells the master it is alive;
+	// Lease how long after sending one the master's answer lets it serve
+	// (nanoseconds; zero: no heartbeats and no lease, for tests that drive
+	// the master by hand). The master's FailAfter must exceed Lease.
+	Heartbeat, Lease int64
 }
 
 // openChain starts a chain core from what the host's disk holds. A first
@@ -148,6 +162,7 @@ func openChain(cfg chainConfig, st core.Boot) (*chainCore, error) {
 		return nil, errors.New("chain core: the disk lost state; wipe the member and join it as a new node")
 	}
 	c := &chainCore{self: cfg.Self, master: cfg.Master, chain: slices.Clone(cfg.Members),
+		beat: cfg.Heartbeat, lease: cfg.Lease,
 		clients: map[uint64]core.ClientRecord{}, inflight: map[idKey]uint64{}, byID: map[uint64]idKey{}}
 	ccfg := chain.Config{ID: chain.NodeID(cfg.Self), Master: chain.NodeID(cfg.Master), SeqBits: chainSeqBits,
 		Mode: chain.SU, Store: chain.Log}
@@ -191,22 +206,62 @@ func (c *chainCore) isHead() bool {
 }
 
 func (c *chainCore) Step(_ int64, m chain.Msg) {
-	if m.Type == chain.MsgPersist || m.Type == chain.MsgPersisted {
+	switch m.Type {
+	case chain.MsgPersist, chain.MsgPersisted:
 		return // between a member and its own host only (Persisted)
+	case chain.MsgHeartbeat:
+		if uint64(m.From) == c.master {
+			c.heartbeatAnswer(m)
+		}
+		return
 	}
 	c.m.Step(m)
 }
 
+// heartbeatAnswer: the master counts this member in the chain m.Members:
+// the lease runs from when the answered heartbeat was sent.
+func (c *chainCore) heartbeatAnswer(m chain.Msg) {
+	for len(c.beats) > 0 && uint64(c.beats[0][0]) <= m.Seq {
+		if uint64(c.beats[0][0]) == m.Seq {
+			c.leaseUntil = max(c.leaseUntil, c.beats[0][1]+c.lease)
+		}
+		c.beats = c.beats[1:]
+	}
+	c.chain = c.chain[:0]
+	for _, id := range m.Members {
+		c.chain = append(c.chain, uint64(id))
+	}
+}
+
+// leased reports whether the master's lease lets this member serve now.
+func (c *chainCore) leased(now int64) bool { return c.lease == 0 || now < c.leaseUntil }
+
 func (c *chainCore) Heard(int64, uint64) {}
 
-func (c *chainCore) Tick(now int64) { c.m.Tick(now) }
+func (c *chainCore) Tick(now int64) {
+	c.m.Tick(now)
+	if c.beat > 0 && now-c.lastBeat >= c.beat {
+		c.lastBeat = now
+		c.beatSeq++
+		if len(c.beats) >= 64 {
+			c.beats = c.beats[1:] // unanswered for long: the master is away
+		}
+		c.beats = append(c.beats, [2]int64{int64(c.beatSeq), now})
+		s := c.status()
+		c.out.Messages = append(c.out.Messages, chain.Msg{Type: chain.MsgHeartbeat, From: chain.NodeID(c.self),
+			To: chain.NodeID(c.master), Seq: c.beatSeq, LA: s.LA, LU: s.LU, Refused: s.State == chain.Inactive})
+	}
+}
 
-func (c *chainCore) Propose(_ int64, req core.Request, ack core.AckPoint) error {
+func (c *chainCore) Propose(now int64, req core.Request, ack core.AckPoint) error {
 	if ack != core.AckApplied {
 		return fmt.Errorf("chain core: no early acknowledgement (%v)", ack)
 	}
 	if !c.isHead() {
 		return core.ErrNotLeader
+	}
+	if !c.leased(now) {
+		return core.ErrNotNormal // the master may have replaced this head
 	}
 	if req.Client != 0 {
 		rec, ok := c.clients[req.Client]
@@ -248,11 +303,16 @@ func (c *chainCore) Persisted(seq uint64) {
 // Read: a linearizable read at an active member waits for the member's LU
 // at this moment to be applied (chainCore's doc comment says why that is
 // linearizable).
-func (c *chainCore) Read(_ int64, req core.ReadRequest) error {
+//
+// Under the master's lease only: a member the master gave up on (and
+// repaired the chain around) stops serving once its lease lapses, before
+// the master declares it failed, so it never answers from a history the
+// chain has moved past.
+func (c *chainCore) Read(now int64, req core.ReadRequest) error {
 	if req.Kind != core.ReadLinearizable {
 		return fmt.Errorf("chain core: no %v reads", req.Kind)
 	}
-	if c.status().State != chain.Active {
+	if c.status().State != chain.Active || !c.leased(now) {
 		return core.ErrNotNormal
 	}
 	c.out.ReadStates = append(c.out.ReadStates, core.ReadState{Ctx: req.Ctx, Index: uint64(len(c.m.History()))})

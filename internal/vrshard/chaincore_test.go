@@ -242,3 +242,42 @@ func TestChainCoreContract(t *testing.T) {
 		t.Fatalf("rejoined member: %+v", i)
 	}
 }
+
+// TestChainCoreLease: a member serves (reads, and writes at the head) only
+// under the master's lease, which runs from when the heartbeat the master
+// answered was sent; the answer's configuration names the head.
+func TestChainCoreLease(t *testing.T) {
+	const ms = int64(1e6)
+	c, err := openChain(chainConfig{Self: 3, Master: bedMaster, Members: []uint64{2, 3},
+		Heartbeat: 10 * ms, Lease: 100 * ms}, core.Boot{Bootstrap: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func(now int64) error { return c.Read(now, core.ReadRequest{Ctx: 1, Kind: core.ReadLinearizable}) }
+	if err := read(0); !errors.Is(err, core.ErrNotNormal) {
+		t.Fatalf("a read before any lease: %v, want ErrNotNormal", err)
+	}
+	c.Tick(50 * ms)
+	rd := c.Ready()
+	if len(rd.Messages) != 1 || rd.Messages[0].Type != chain.MsgHeartbeat || rd.Messages[0].To != bedMaster {
+		t.Fatalf("tick sent %v, want a heartbeat to the master", rd.Messages)
+	}
+	beat := rd.Messages[0]
+	c.Tick(55 * ms) // not due yet
+	if rd := c.Ready(); len(rd.Messages) != 0 {
+		t.Fatalf("a second heartbeat 5 ms later: %v", rd.Messages)
+	}
+	if i := c.Info(); i.Leader != 2 {
+		t.Fatalf("Info.Leader %d, want 2 (the initial chain's head)", i.Leader)
+	}
+	c.Step(70*ms, chain.Msg{Type: chain.MsgHeartbeat, From: bedMaster, To: 3, Seq: beat.Seq, Members: []chain.NodeID{7, 3}})
+	if err := read(120 * ms); err != nil {
+		t.Fatalf("a read under the lease: %v", err)
+	}
+	if i := c.Info(); i.Leader != 7 {
+		t.Fatalf("Info.Leader %d, want 7 (the master's configuration)", i.Leader)
+	}
+	if err := read(150 * ms); !errors.Is(err, core.ErrNotNormal) {
+		t.Fatalf("a read 100 ms after the answered heartbeat was sent: %v, want ErrNotNormal", err)
+	}
+}
