@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"time"
 
 	"github.com/kefirdb/kefir/internal/chain"
 	"github.com/kefirdb/kefir/internal/core"
@@ -133,6 +134,18 @@ type nopSM struct{}
 
 func (nopSM) Apply(uint64, []byte) []byte { return nil }
 func (nopSM) Read([]byte) []byte          { return nil }
+
+// ChainOptions makes a replica a chain member (Options.Chain).
+type ChainOptions struct {
+	// Master is the chain master's node id (internal/chainmaster), outside
+	// the chain and a peer on the transport.
+	Master uint64
+	// Heartbeat is how often the member tells the master it is alive,
+	// Lease how long after one the master's answer lets it serve (defaults
+	// chainmaster's: 50 ms, 500 ms). The master's FailAfter must exceed
+	// Lease.
+	Heartbeat, Lease time.Duration
+}
 
 // chainConfig is how a chain member is configured on the host.
 type chainConfig struct {
