@@ -137,6 +137,12 @@ func runServer(args []string, stderr io.Writer) error {
 	// The wiring: a node with members hosts a VR replica of its group. The
 	// front door knows only the cluster contract; the engine is chosen here.
 	cfg.OpenReplica = vrshard.OpenHosted
+	if cfg.Engine == "chain" {
+		if cfg.ChainMaster.ID == 0 || len(cfg.Members) == 0 {
+			return usageError{errors.New("--engine chain needs --members (the chain, head first) and --chain-master ID@PEER-ADDR")}
+		}
+		cfg.OpenReplica = vrshard.OpenHostedChain(cfg.ChainMaster.ID, cfg.ChainMaster.PeerAddr)
+	}
 	srv, err := server.New(cfg.Config)
 	if err != nil {
 		log.Error("refusing to start", "err", err)

@@ -159,11 +159,12 @@ type chainConfig struct {
 	Heartbeat, Lease int64
 }
 
-// openChain starts a chain core from what the host's disk holds. A first
-// start (Bootstrap, or an empty log) is a member of the initial chain. A
-// restart holding a log rejoins as a joiner with the committed prefix
-// (entries up to the hard state's commit point; the rest is truncated: it
-// may never have reached the tail); the master must order its join.
+// openChain starts a chain core from what the host's disk holds. The
+// group's first start (Bootstrap) is a member of the initial chain. Any
+// later start rejoins as a joiner holding the committed prefix of its log
+// (entries up to the hard state's commit point, perhaps none; the rest is
+// truncated: it may never have reached the tail); the master orders its
+// join when it hears from it.
 func openChain(cfg chainConfig, st core.Boot) (*chainCore, error) {
 	if cfg.Master == 0 || slices.Contains(cfg.Members, cfg.Master) {
 		return nil, fmt.Errorf("chain core: master %d must be a node outside the chain %v", cfg.Master, cfg.Members)
@@ -179,7 +180,7 @@ func openChain(cfg chainConfig, st core.Boot) (*chainCore, error) {
 		clients: map[uint64]core.ClientRecord{}, inflight: map[idKey]uint64{}, byID: map[uint64]idKey{}}
 	ccfg := chain.Config{ID: chain.NodeID(cfg.Self), Master: chain.NodeID(cfg.Master), SeqBits: chainSeqBits,
 		Mode: chain.SU, Store: chain.Log}
-	if len(st.Entries) == 0 {
+	if st.Bootstrap {
 		if !slices.Contains(cfg.Members, cfg.Self) {
 			return nil, fmt.Errorf("chain core: %d is not in the chain %v", cfg.Self, cfg.Members)
 		}

@@ -208,6 +208,9 @@ func (noHints) Queued(uint64, uint64) bool { return true }
 // start state, which Open builds): VR's, or the one Options.newCore opens
 // (a test's) from the engine-neutral part of st.
 func openCore(opts *Options, st vr.State) (hostCore, error) {
+	if opts.Chain != nil {
+		return nil, errors.New("vrshard: the chain core needs the engine-neutral host messages (not merged yet)")
+	}
 	if opts.newCore != nil {
 		return opts.newCore(opts.VR, core.Boot{HardState: st.HardState, Snapshot: st.Snapshot,
 			Entries: st.Entries, LostState: st.LostState, Bootstrap: st.Bootstrap})
