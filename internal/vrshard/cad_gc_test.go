@@ -183,8 +183,8 @@ func syncWriteBehindHintRace(t *testing.T, broken bool) (time.Duration, error) {
 	c := newCluster(t, 3, func(o *Options) {
 		o.CadSyncDelay = delay
 		o.mut.hintConsumedEarly = broken
-		o.mut.afterStep = func(r *Replica, m *vr.Message) {
-			if !armed.Load() || !vr.SyncWanted(m) || r.syncing != 0 || r.written <= r.synced0 {
+		o.mut.afterStep = func(r *Replica, m peerMsg) {
+			if !armed.Load() || !vr.SyncWanted((*vr.Message)(m.(*vrMsg))) || r.syncing != 0 || r.written <= r.synced0 {
 				return
 			}
 			// What synced does when the fsync in flight returns now: start

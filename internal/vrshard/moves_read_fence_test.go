@@ -11,7 +11,6 @@ import (
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/shard"
-	"github.com/kefirdb/kefir/internal/vr"
 )
 
 // The read fence is checked after a read's freshness wait, not only before
@@ -29,7 +28,7 @@ func TestReadAtALaggingReplicaOfTheSourceIsFencedAfterItsWait(t *testing.T) {
 	release := make(chan struct{})
 	g1, g2, must := twoSlotGroups(t, func(o *Options) {
 		o.FollowerWait = 20 * time.Second // the read waits rather than redirects
-		o.mut.afterStep = func(r *Replica, _ *vr.Message) {
+		o.mut.afterStep = func(r *Replica, _ peerMsg) {
 			if held.Load() == r.opts.VR.Self {
 				<-release
 			}

@@ -16,7 +16,6 @@ import (
 	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/vr"
-	"github.com/kefirdb/kefir/internal/wire"
 )
 
 // The nilext fast path (Skyros; internal/vr nilext.go, ARCHITECTURE §5.2),
@@ -320,10 +319,6 @@ func (r *Replica) NilextWrite(ctx context.Context, op kv.Op, d level.Durability)
 
 // ---- driver goroutine ----
 
-func (r *Replica) stamp(m *vr.Message, to uint64) {
-	m.Cluster, m.Epoch, m.ConfigHash, m.From, m.To = r.cfg.Cluster, r.cfg.Epoch, r.cfgHash, r.cfg.Self, to
-}
-
 // nxStart registers coordinated calls, takes them locally and sends them to
 // every other member in one message each.
 func (r *Replica) nxStart(calls []*nxCall) {
@@ -354,30 +349,20 @@ func (r *Replica) nxStart(calls []*nxCall) {
 		if to == r.cfg.Self {
 			continue
 		}
-		m := vr.Message{Type: wire.MsgNilext, DLog: reqs}
-		r.stamp(&m, to)
 		r.st.nxSent.Add(1)
-		_ = r.net.Send(to, wire.Payload(&m))
+		_ = r.net.Send(to, r.vx.NilextMessage(to, reqs))
 	}
 }
 
-// nxStep handles a nilext message from a peer.
-func (r *Replica) nxStep(now int64, m *vr.Message) {
-	if m.Cluster != r.cfg.Cluster || m.Epoch != r.cfg.Epoch || m.ConfigHash != r.cfgHash || m.To != r.cfg.Self {
-		return // the transport's handshake checked the peer; this is stale or misrouted
-	}
-	switch m.Type {
-	case wire.MsgNilext:
-		for _, q := range m.DLog {
-			k := nxKey{q.Client, q.ReqNum}
-			r.nxOrigin[k] = m.From
-			if err := r.vx.Nilext(now, q); err != nil {
-				delete(r.nxOrigin, k) // no ack: the coordinator falls back
-			}
-		}
-	case wire.MsgNilextAck:
-		for _, a := range wire.NilextAcks(m) {
-			r.nxAck(a)
+// nxTake takes the updates coordinator `from` sent into the core's d-log
+// (a stepHooks method: VR's adapter steps the nilext messages, vrcore.go
+// stepNilext, and has checked the group identity).
+func (r *Replica) nxTake(now int64, from uint64, reqs []vr.NilextRequest) {
+	for _, q := range reqs {
+		k := nxKey{q.Client, q.ReqNum}
+		r.nxOrigin[k] = from
+		if err := r.vx.Nilext(now, q); err != nil {
+			delete(r.nxOrigin, k) // no ack: the coordinator falls back
 		}
 	}
 }
@@ -447,10 +432,8 @@ func (r *Replica) nxRoute(acks []vr.NilextAck) {
 			for n < len(as) && as[n].View == as[0].View && as[n].Leader == as[0].Leader {
 				n++
 			}
-			m := wire.NilextAcksMessage(as[:n])
-			r.stamp(&m, to)
 			r.st.nxAcksSent.Add(uint64(n))
-			_ = r.net.Send(to, wire.Payload(&m))
+			_ = r.net.Send(to, r.vx.NilextAcksMessage(to, as[:n]))
 			as = as[n:]
 		}
 	}

@@ -82,7 +82,7 @@ func (r *Replica) holdDelay() time.Duration {
 // holdable reports whether the batch rd, with its d-log records dlog, may
 // wait for a later fsync. It runs before handle() records rd (r.lastHS is
 // still the previous hard state).
-func (r *Replica) holdable(rd *core.Ready[vr.Message], dlog []vr.NilextRequest) bool {
+func (r *Replica) holdable(rd *core.Ready[peerMsg], dlog []vr.NilextRequest) bool {
 	if r.holdDelay() < 0 || r.waited() || r.recovering || rd.Snapshot != nil || rd.HasTruncate {
 		return false
 	}

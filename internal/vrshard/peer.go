@@ -45,7 +45,7 @@ func (r *Replica) openEndpoint() error {
 		}
 		r.ownTr = tr
 	}
-	ep, err := tr.Register(opts.Group, frame.EngineVR, r.deliver, r.progress)
+	ep, err := tr.Register(opts.Group, r.eng.Engine(), r.deliver, r.progress)
 	if err != nil {
 		if r.ownTr != nil {
 			r.ownTr.Close()
@@ -77,16 +77,16 @@ func (r *Replica) closeEndpoint() {
 
 // deliver decodes one batch of the group's messages from peer `from` (on
 // the connection's reader goroutine, as before groups) with the engine's
-// codec (vrExt.Decode) and hands it to the driver. A message that does not
+// codec (peerEngine.Decode) and hands it to the driver. A message that does not
 // decode, or does not come from `from` to this replica, fails the batch and
 // the transport closes the connection.
 func (r *Replica) deliver(from uint64, in []frame.Message) error {
-	msgs, err := r.vx.Decode(from, r.cfg.Self, in)
+	b, err := r.eng.Decode(from, r.cfg.Self, in)
 	if err != nil {
 		return err
 	}
 	select {
-	case r.inbox <- inbound{from: from, msgs: msgs, at: traceNow()}:
+	case r.inbox <- inbound{from: from, batch: b, at: traceNow()}:
 	case <-r.stop:
 	}
 	return nil

@@ -24,7 +24,6 @@ import (
 	"github.com/kefirdb/kefir/internal/transport"
 	"github.com/kefirdb/kefir/internal/vfs"
 	"github.com/kefirdb/kefir/internal/vr"
-	"github.com/kefirdb/kefir/internal/wire"
 )
 
 // Options configure a Replica.
@@ -346,8 +345,9 @@ type mutations struct {
 	// afterStep (a test hook) runs on the driver goroutine after each peer
 	// message is stepped, before the Ready it produced is handled: tests
 	// interleave there what the drain loop may do in between (a finished
-	// fsync, synced).
-	afterStep func(r *Replica, m *vr.Message)
+	// fsync, synced). m is the engine's (VR's: *vrMsg), valid during the
+	// call only.
+	afterStep func(r *Replica, m peerMsg)
 	// lateReadable publishes R only at the end of ready(), after the
 	// readers a Ready releases were woken (the behaviour before §9 of
 	// docs/design/cad.md): they may check against the old R and wait again.
@@ -577,7 +577,9 @@ type inbound struct {
 	// and first so that it adds no padding).
 	at   traceStamp
 	from uint64
-	msgs []vr.Message
+	// batch is the messages, decoded by the engine's codec (nil: only news
+	// that a large message from `from` is arriving, peer.go progress).
+	batch peerBatch
 }
 
 // Stats are counters of a replica's work.
@@ -587,22 +589,20 @@ type Stats = kcluster.Stats
 // RESP front door serves it unchanged. Writes and strong reads are served at
 // the leader; others get a *NotLeaderError naming it.
 type Replica struct {
-	opts Options
-	cfg  vr.Config
-	// cfgHash is cfg.Hash(), kept once: the nilext messages this host
-	// stamps and checks carry it, and Hash hashes members and lease timing.
-	cfgHash uint64
-	log     *slog.Logger
-	core    hostCore        // the protocol core, through the contract (vrcore.go)
-	vx      vrExt           // what the host asks of VR outside the contract (vrcore.go)
-	hint    core.SyncHinter // the core's group-commit hints, or none (vrcore.go)
-	db      *storage.DB
-	wal     *wal
-	app     *applier
-	ep      *transport.Endpoint  // this group's endpoint on the node transport (peer.go); nil with Options.Network
-	ownTr   *transport.Transport // the transport Open started, if not given one
-	start   time.Time
-	mut     mutations
+	opts  Options
+	cfg   vr.Config
+	log   *slog.Logger
+	core  hostCore        // the protocol core, through the contract (vrcore.go)
+	eng   peerEngine      // the engine's peer messages: codec, stepping (vrcore.go)
+	vx    vrExt           // what the host asks of VR outside the contract (vrcore.go)
+	hint  core.SyncHinter // the core's group-commit hints, or none (vrcore.go)
+	db    *storage.DB
+	wal   *wal
+	app   *applier
+	ep    *transport.Endpoint  // this group's endpoint on the node transport (peer.go); nil with Options.Network
+	ownTr *transport.Transport // the transport Open started, if not given one
+	start time.Time
+	mut   mutations
 
 	// The environment (env.go): opts.Clock, the network sent on (ep, or
 	// opts.Network), the executor of off-driver work and opts.Random.
@@ -872,11 +872,10 @@ func Open(opts Options) (*Replica, error) {
 			return nil, err
 		}
 	}
-	r.core, r.vx, r.hint = c, extOf(c), hintsOf(c)
+	r.core, r.eng, r.vx, r.hint = c, engineOf(c), extOf(c), hintsOf(c)
 	if v, ok := c.(*vrCore); ok {
 		r.cfg = v.Config() // with the core's defaults filled in
 	}
-	r.cfgHash = r.cfg.Hash()
 	r.lastHS = ws.hs
 	r.tail = ws.entries
 	if err := r.app.loadRows(); err != nil {
@@ -1159,43 +1158,44 @@ func (r *Replica) maybeForgetRows() {
 	r.st.forgets.Add(1)
 }
 
+// step hands an inbound batch to the engine, which steps its messages
+// into the core and tells the host what it must know of each (stepHooks,
+// below): the host does not read the engine's messages.
 func (r *Replica) step(in inbound) {
 	now := r.now()
-	if len(in.msgs) == 0 {
+	if in.batch == nil {
 		r.core.Heard(now, in.from)
 		return
 	}
 	if cadtraceOn && in.at != (traceStamp{}) {
-		r.ctr.sample(fmt.Sprintf("inbox wait(reader->driver) %v", in.msgs[0].Type), in.at.ago())
+		r.ctr.sample("inbox wait(reader->driver) "+in.batch.Label(), in.at.ago())
 	}
-	for i := range in.msgs {
-		m := &in.msgs[i]
-		if wire.IsNilext(m.Type) {
-			r.nxStep(now, m)
-			continue
-		}
-		if vr.SyncWanted(m) {
-			r.gc.want = true // a read at the leader waits: hold nothing (nilext_gc.go)
-		}
-		if vr.SyncAsked(m) && !r.opts.Nilext {
-			// A follower's caller waits for an apply: hold nothing, and ask
-			// the other followers to sync too (nilext_gc.go).
-			r.gc.want = true
-			r.hint.WantSync(true)
-		}
-		r.core.Step(now, *m)
-		r.noteView(viewCause{kind: 'm', typ: m.Type, from: m.From})
-		if cadtraceOn && m.Type == vr.MsgPrepareOK {
-			r.ctr.followerPersisted(m.Persisted)
-		}
-		if cadtraceOn && m.Type == vr.MsgPrepare && len(m.Entries) > 0 {
-			r.ctr.received(m.Entries[0].Op, m.Entries[len(m.Entries)-1].Op)
-		}
-		if h := r.mut.afterStep; mutation.On && h != nil {
-			h(r, m)
-		}
+	r.eng.StepBatch(now, in.batch, r)
+}
+
+// The host's stepHooks (vrcore.go); nxTake and nxAck are nilext.go's.
+
+func (r *Replica) syncWanted(asked bool) {
+	if !asked {
+		r.gc.want = true // a read at the leader waits: hold nothing (nilext_gc.go)
+		return
+	}
+	if !r.opts.Nilext {
+		// A follower's caller waits for an apply: hold nothing, and ask
+		// the other followers to sync too (nilext_gc.go).
+		r.gc.want = true
+		r.hint.WantSync(true)
 	}
 }
+
+func (r *Replica) stepped(c viewCause, m peerMsg) {
+	r.noteView(c)
+	if h := r.mut.afterStep; mutation.On && h != nil {
+		h(r, m)
+	}
+}
+
+func (r *Replica) trace() *tracer { return r.ctr }
 
 // propose hands writes to the core in arrival order. When the pipeline is
 // full (vr.ErrBusy: MaxInflight ops not yet committed — cad and async writes
@@ -1424,7 +1424,7 @@ func (r *Replica) markSynced() {
 	}
 }
 
-func (r *Replica) handle(rd *core.Ready[vr.Message], dlog []vr.NilextRequest, nxAcks []vr.NilextAck) error {
+func (r *Replica) handle(rd *core.Ready[peerMsg], dlog []vr.NilextRequest, nxAcks []vr.NilextAck) error {
 	// 1. Disk: snapshot, truncate, entries, hard state: one write; the fsync
 	// runs in the background (startSync), or waits for a later batch's if
 	// nobody waits for this one (nilext_gc.go).
@@ -1485,8 +1485,8 @@ func (r *Replica) handle(rd *core.Ready[vr.Message], dlog []vr.NilextRequest, nx
 	}
 	// 2. Messages may leave before the fsync: the core withholds those that
 	// promise durability. Sending first overlaps the network with the disk.
-	for i := range rd.Messages {
-		r.send((*vrMsg)(&rd.Messages[i]))
+	for _, m := range rd.Messages {
+		r.send(m)
 	}
 	if roll {
 		// The new segment holds everything the old one did that still

@@ -35,7 +35,7 @@ type soloCore struct {
 	lastHand []core.Committed
 	clients  map[uint64]core.ClientRecord
 	reads    []uint64 // Read ctxs waiting for the next Ready
-	out      core.Ready[vr.Message]
+	out      core.Ready[peerMsg]
 }
 
 var _ hostCore = (*soloCore)(nil)
@@ -70,9 +70,9 @@ func (c *soloCore) lastOp() uint64 { return c.first - 1 + uint64(len(c.log)) }
 
 func (c *soloCore) entry(op uint64) core.Entry { return c.log[op-c.first] }
 
-func (c *soloCore) Step(int64, vr.Message) {}
-func (c *soloCore) Heard(int64, uint64)    {}
-func (c *soloCore) Tick(int64)             {}
+func (c *soloCore) Step(int64, peerMsg) {}
+func (c *soloCore) Heard(int64, uint64) {}
+func (c *soloCore) Tick(int64)          {}
 func (c *soloCore) Read(_ int64, req core.ReadRequest) error {
 	if req.Kind != core.ReadLinearizable {
 		return fmt.Errorf("solo core: no %v reads", req.Kind)
@@ -113,7 +113,7 @@ func (c *soloCore) Persisted(seq uint64) {
 	}
 }
 
-func (c *soloCore) Ready() core.Ready[vr.Message] {
+func (c *soloCore) Ready() core.Ready[peerMsg] {
 	if len(c.lastHand) > 0 {
 		panic("solo core: Ready before Advance")
 	}
@@ -144,7 +144,7 @@ func (c *soloCore) Ready() core.Ready[vr.Message] {
 	}
 	c.reads = nil
 	rd := c.out
-	c.out = core.Ready[vr.Message]{}
+	c.out = core.Ready[peerMsg]{}
 	return rd
 }
 

@@ -81,17 +81,17 @@ func (r *Replica) SyncDone(gen uint64) {
 
 // StepMessages delivers a batch of peer frames from member `from`, as the
 // transport hands them to deliver: decoded by the engine's codec
-// (vrExt.Decode), which fails a batch that does not decode or is not from
+// (peerEngine.Decode), which fails a batch that does not decode or is not from
 // `from` to this replica (the transport would close the connection).
 func (r *Replica) StepMessages(from uint64, in []frame.Message) error {
 	if r.failed() != nil {
 		return nil
 	}
-	msgs, err := r.vx.Decode(from, r.cfg.Self, in)
+	b, err := r.eng.Decode(from, r.cfg.Self, in)
 	if err != nil {
 		return err
 	}
-	r.step(inbound{from: from, msgs: msgs})
+	r.step(inbound{from: from, batch: b})
 	r.afterStep()
 	return nil
 }

@@ -34,11 +34,29 @@ const (
 type ViewEvent = kcluster.ViewEvent
 
 // viewCause is the input that may have changed the core's view or status.
+// A message's is given by the engine that stepped it (peerEngine
+// StepBatch): what the message is to the view events (role) and the
+// engine's name for its type (typ, for the reasons of the others).
 type viewCause struct {
 	kind byte // 't': tick, 'm': message, 'r': a Ready round, 'o': open
-	typ  vr.MsgType
+	role msgRole
+	typ  string
 	from uint64
 }
+
+// msgRole is what a peer message is to the view events, in the host's
+// words; an engine maps its message types onto these (VR's: vrcore.go
+// vrRole).
+type msgRole uint8
+
+const (
+	roleOther         msgRole = iota
+	roleViewChange            // the sender started a view change (VR: start-view-change)
+	roleVote                  // a vote for this replica to lead the new view (do-view-change)
+	roleNewView               // the new view's leader started it (start-view)
+	roleRecovered             // an answer to this replica's recovery (recovery-response)
+	roleStateTransfer         // state from a peer (new-state)
+)
 
 // viewTrack is the driver's record of the view (fields without atomics are
 // the driver's alone).
@@ -153,19 +171,19 @@ func (r *Replica) viewReason(c viewCause, pv uint64, ps vr.Status, v uint64, s v
 		}
 		return "timer"
 	case 'm':
-		switch c.typ {
-		case vr.MsgStartViewChange:
+		switch c.role {
+		case roleViewChange:
 			return fmt.Sprintf("n%d started a view change to view %d", c.from, v)
-		case vr.MsgDoViewChange:
+		case roleVote:
 			if s == vr.Normal {
-				return fmt.Sprintf("a majority sent do-view-change for view %d (last: n%d)", v, c.from)
+				return fmt.Sprintf("a majority sent %s for view %d (last: n%d)", c.typ, v, c.from)
 			}
-			return fmt.Sprintf("n%d sent a do-view-change for view %d", c.from, v)
-		case vr.MsgStartView:
+			return fmt.Sprintf("n%d sent a %s for view %d", c.from, c.typ, v)
+		case roleNewView:
 			return fmt.Sprintf("n%d started view %d", c.from, v)
-		case vr.MsgRecoveryResponse:
+		case roleRecovered:
 			return fmt.Sprintf("recovered from the group's replies (last: n%d)", c.from)
-		case vr.MsgNewState:
+		case roleStateTransfer:
 			return fmt.Sprintf("state transfer from n%d", c.from)
 		}
 		if v > pv {

@@ -3,6 +3,7 @@ package vrshard
 import (
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/kefirdb/kefir/internal/core"
 	"github.com/kefirdb/kefir/internal/frame"
@@ -17,12 +18,66 @@ import (
 // (docs/design/one-house.md, "The core contract"). A core that is not VR's
 // gets noVR, which answers every such call as a core without leases, CAD,
 // nilext or sync hints would.
+//
+// Peer messages are the engine's own: the host holds them as peerMsg
+// (outbound, and what its core's Step takes) and as peerBatch (inbound,
+// decoded and stepped by the engine, peerEngine), and reads none of VR's
+// fields. This file is the only one of the host's that names vr.Message.
 
-// hostCore is the core as the host drives it. Its peer messages are still
-// VR's (the host sends them through VR's codec, internal/wire): a second
-// engine with its own messages needs the host to send engine-encoded
-// payloads (the doc's "left" list).
-type hostCore = core.Core[vr.Message]
+// hostCore is the core as the host drives it; its peer message type is
+// peerMsg (VR's: *vrMsg).
+type hostCore = core.Core[peerMsg]
+
+// peerEngine is what an engine brings for its peer messages besides its
+// core: the engine its frames name, the codec for inbound frames, and the
+// stepping of a decoded batch, during which the engine looks into each
+// message for what the host needs to know and tells it (stepHooks). The
+// host carries a batch from the transport's reader to its driver without
+// reading it. VR's is its adapter (vrCore); a core without one gets
+// noPeers.
+type peerEngine interface {
+	// Engine is the engine id the group registers on the node transport
+	// (peer.go).
+	Engine() frame.Engine
+	// Decode decodes one batch of a group's inbound frames from member
+	// from to member to, checking each message's sender and addressee (an
+	// error: the stream cannot be trusted, the transport closes the
+	// connection). It runs on the transport's reader goroutine (deliver) or
+	// the simulator's caller (StepMessages).
+	Decode(from, to uint64, in []frame.Message) (peerBatch, error)
+	// StepBatch steps b's messages into the core in order, on the driver,
+	// calling h around each. b is the engine's again afterwards (it may
+	// reuse it).
+	StepBatch(now int64, b peerBatch, h stepHooks)
+}
+
+// peerBatch is a decoded batch of inbound peer messages (peerEngine.Decode).
+type peerBatch interface {
+	// Label names the batch's first message's type, for the diagnostic
+	// build's inbox-wait samples (cadtrace.go).
+	Label() string
+}
+
+// stepHooks is what the host does around each inbound message an engine
+// steps (StepBatch); *Replica implements it (replica.go, nilext.go).
+type stepHooks interface {
+	// syncWanted: the message asks this replica to hold no log batch:
+	// something at the sender waits for a commit (VR: the leader's prepare
+	// or heartbeat hint), or, with asked, a follower's caller waits for an
+	// apply and the others should sync too (nilext_gc.go).
+	syncWanted(asked bool)
+	// stepped runs after the core took a message: the view events
+	// (noteView, with the message as cause) and the afterStep test hook.
+	stepped(c viewCause, m peerMsg)
+	// nxTake and nxAck are the nilext coordinator's (nilext.go, VR's
+	// Skyros fast path): updates from coordinator from to take into the
+	// d-log, an ack for a call this replica coordinates.
+	nxTake(now int64, from uint64, reqs []vr.NilextRequest)
+	nxAck(a vr.NilextAck)
+	// trace is the diagnostic build's CAD timeline (nil without -tags
+	// cadtrace).
+	trace() *tracer
+}
 
 // vrExt is what the host asks of the VR core outside the contract.
 type vrExt interface {
@@ -51,12 +106,12 @@ type vrExt interface {
 	// readyExt is VR's part of the last Ready (vr.Ready's nilext fields):
 	// d-log records to write with its batch, acks to route.
 	readyExt() ([]vr.NilextRequest, []vr.NilextAck)
-
-	// Decode is the engine's codec for inbound peer frames (VR's:
-	// internal/wire), checking each message's sender and addressee: the
-	// host hands the transport's frames (deliver) and the simulator's
-	// (StepMessages) to it, one decode path for both.
-	Decode(from, to uint64, in []frame.Message) ([]vr.Message, error)
+	// NilextMessage and NilextAcksMessage are the nilext coordinator's own
+	// messages to member to (nilext.go), stamped with the group's identity
+	// and encoded by VR's codec: updates to take into the d-log, acks
+	// (sharing view and leader flag) for their coordinator.
+	NilextMessage(to uint64, reqs []vr.NilextRequest) frame.Payload
+	NilextAcksMessage(to uint64, acks []vr.NilextAck) frame.Payload
 }
 
 // vrCore adapts *vr.Replica to the contract: Propose takes the ack point,
@@ -71,13 +126,28 @@ type vrCore struct {
 	// follower's), for the next Ready (its buffer is reused: the host is
 	// done with a Ready's slices before its next event).
 	answered []core.ReadState
+	// msgs is the last Ready's Messages as peerMsgs, pointers into VR's
+	// messages (reused like answered).
+	msgs []peerMsg
+	// id is the group identity the nilext messages carry and are checked
+	// against (VR's core stamps and checks its own).
+	id vrIdentity
 }
+
+// vrIdentity is a VR message's configuration identity as this replica
+// sends it.
+type vrIdentity struct{ cluster, epoch, hash, self uint64 }
 
 var (
 	_ hostCore        = (*vrCore)(nil)
 	_ vrExt           = (*vrCore)(nil)
+	_ peerEngine      = (*vrCore)(nil)
 	_ core.SyncHinter = (*vrCore)(nil)
 )
+
+// Step is the contract's: m is VR's (*vrMsg; the host steps its inbound
+// batches through StepBatch, which calls VR's Step directly).
+func (c *vrCore) Step(now int64, m peerMsg) { c.Replica.Step(now, vr.Message(*m.(*vrMsg))) }
 
 func (c *vrCore) Propose(now int64, req core.Request, ack core.AckPoint) error {
 	return c.Replica.ProposeAck(now, req, ack)
@@ -114,7 +184,7 @@ func (c *vrCore) Read(now int64, req core.ReadRequest) error {
 	return fmt.Errorf("vrshard: VR serves no %v read", req.Kind)
 }
 
-func (c *vrCore) Ready() core.Ready[vr.Message] {
+func (c *vrCore) Ready() core.Ready[peerMsg] {
 	// The lease before VR's Ready, as the host published it before it
 	// asked for the Ready when it called VR directly.
 	ls := c.lease()
@@ -125,7 +195,25 @@ func (c *vrCore) Ready() core.Ready[vr.Message] {
 		rd.ReadStates = append(c.answered, rd.ReadStates...)
 		c.answered = rd.ReadStates[:0]
 	}
-	return rd.Ready
+	// A pointer in an interface does not allocate: the messages cost one
+	// reused slice, not an allocation each.
+	c.msgs = c.msgs[:0]
+	for i := range rd.Messages {
+		c.msgs = append(c.msgs, (*vrMsg)(&rd.Messages[i]))
+	}
+	return withMessages(&rd.Ready, c.msgs)
+}
+
+// withMessages is rd with msgs as its Messages and every other field as it
+// is (TestWithMessagesCopiesEveryField fails when core.Ready grows a field
+// this does not copy).
+func withMessages(rd *core.Ready[vr.Message], msgs []peerMsg) core.Ready[peerMsg] {
+	return core.Ready[peerMsg]{
+		PersistSeq: rd.PersistSeq, Snapshot: rd.Snapshot, HasTruncate: rd.HasTruncate, Truncate: rd.Truncate,
+		Entries: rd.Entries, HardState: rd.HardState, Messages: msgs, Committed: rd.Committed,
+		Replies: rd.Replies, ReadStates: rd.ReadStates, SnapshotNeeded: rd.SnapshotNeeded,
+		Errors: rd.Errors, Acks: rd.Acks, Lease: rd.Lease,
+	}
 }
 
 // lease is the leader's lease (LeaseUntil), or without one a follower's
@@ -151,8 +239,137 @@ func (c *vrCore) Info() core.Info {
 
 func (c *vrCore) lastInfo() *vr.Info { return &c.info }
 
-func (*vrCore) Decode(from, to uint64, in []frame.Message) ([]vr.Message, error) {
-	return wire.Decode(from, to, in)
+// ---- VR's peer messages (peerEngine) ----
+
+func (*vrCore) Engine() frame.Engine { return frame.EngineVR }
+
+// vrBatch is a decoded batch of VR messages. Batches are reused (vrBatches):
+// deliver decodes on the transport's reader goroutine and the driver steps
+// the batch later, so a batch cannot live on either's stack, and a new one
+// per batch would be an allocation per batch that the host did not have
+// before its messages became opaque (wire.Decode allocated the messages
+// alone). Reused, the messages' array is not allocated either.
+type vrBatch struct{ msgs []vr.Message }
+
+var vrBatches = sync.Pool{New: func() any { return new(vrBatch) }}
+
+func (b *vrBatch) Label() string {
+	if len(b.msgs) == 0 {
+		return ""
+	}
+	return b.msgs[0].Type.String()
+}
+
+// release returns b for reuse. Nothing keeps a pointer to its messages:
+// VR's Step takes a copy, and what the copy's slices point to (entries,
+// snapshots, the frames' bodies) is not b's; clearing drops b's
+// references to it.
+func (b *vrBatch) release() {
+	clear(b.msgs)
+	b.msgs = b.msgs[:0]
+	vrBatches.Put(b)
+}
+
+func (*vrCore) Decode(from, to uint64, in []frame.Message) (peerBatch, error) {
+	b := vrBatches.Get().(*vrBatch)
+	if cap(b.msgs) < len(in) {
+		b.msgs = make([]vr.Message, len(in))
+	}
+	b.msgs = b.msgs[:len(in)]
+	if err := wire.DecodeTo(b.msgs, from, to, in); err != nil {
+		b.release()
+		return nil, err
+	}
+	return b, nil
+}
+
+// StepBatch steps VR's messages: the nilext ones go to the host's
+// coordinator (stepNilext), the others to VR's core, with the group-commit
+// hints they carry (vr.SyncWanted, vr.SyncAsked) given to the host before
+// and the view-event cause after.
+func (c *vrCore) StepBatch(now int64, b peerBatch, h stepHooks) {
+	vb := b.(*vrBatch)
+	for i := range vb.msgs {
+		m := &vb.msgs[i]
+		if wire.IsNilext(m.Type) {
+			c.stepNilext(now, m, h)
+			continue
+		}
+		if vr.SyncWanted(m) {
+			h.syncWanted(false)
+		}
+		if vr.SyncAsked(m) {
+			h.syncWanted(true)
+		}
+		c.Replica.Step(now, *m)
+		if cadtraceOn {
+			traceStep(h.trace(), m)
+		}
+		h.stepped(viewCause{kind: 'm', role: vrRole(m.Type), typ: m.Type.String(), from: m.From}, (*vrMsg)(m))
+	}
+	vb.release()
+}
+
+// traceStep is cadtrace's look at a stepped message: a follower's fsync
+// point in a prepare-ok, the ops a prepare brought.
+func traceStep(t *tracer, m *vr.Message) {
+	switch {
+	case m.Type == vr.MsgPrepareOK:
+		t.followerPersisted(m.Persisted)
+	case m.Type == vr.MsgPrepare && len(m.Entries) > 0:
+		t.received(m.Entries[0].Op, m.Entries[len(m.Entries)-1].Op)
+	}
+}
+
+// vrRole is what a VR message is to the host's view events (viewlog.go).
+func vrRole(t vr.MsgType) msgRole {
+	switch t {
+	case vr.MsgStartViewChange:
+		return roleViewChange
+	case vr.MsgDoViewChange:
+		return roleVote
+	case vr.MsgStartView:
+		return roleNewView
+	case vr.MsgRecoveryResponse:
+		return roleRecovered
+	case vr.MsgNewState:
+		return roleStateTransfer
+	}
+	return roleOther
+}
+
+// stepNilext hands a nilext message to the host's coordinator (nilext.go)
+// if it carries this group's identity and is addressed here: the
+// transport's handshake checked the peer, so anything else is stale or
+// misrouted, and dropped.
+func (c *vrCore) stepNilext(now int64, m *vr.Message, h stepHooks) {
+	if m.Cluster != c.id.cluster || m.Epoch != c.id.epoch || m.ConfigHash != c.id.hash || m.To != c.id.self {
+		return
+	}
+	switch m.Type {
+	case wire.MsgNilext:
+		h.nxTake(now, m.From, m.DLog)
+	case wire.MsgNilextAck:
+		for _, a := range wire.NilextAcks(m) {
+			h.nxAck(a)
+		}
+	}
+}
+
+func (c *vrCore) stamp(m *vrMsg, to uint64) {
+	m.Cluster, m.Epoch, m.ConfigHash, m.From, m.To = c.id.cluster, c.id.epoch, c.id.hash, c.id.self, to
+}
+
+func (c *vrCore) NilextMessage(to uint64, reqs []vr.NilextRequest) frame.Payload {
+	m := &vrMsg{Type: wire.MsgNilext, DLog: reqs}
+	c.stamp(m, to)
+	return m
+}
+
+func (c *vrCore) NilextAcksMessage(to uint64, acks []vr.NilextAck) frame.Payload {
+	m := vrMsg(wire.NilextAcksMessage(acks))
+	c.stamp(&m, to)
+	return &m
 }
 
 // noVR is vrExt for a core that is not VR's: no eventual reads, nothing
@@ -174,8 +391,33 @@ func (n noVR) ViewStatus() (uint64, vr.Status) {
 }
 func (noVR) lastInfo() *vr.Info                             { return &vr.Info{} }
 func (noVR) readyExt() ([]vr.NilextRequest, []vr.NilextAck) { return nil, nil }
-func (noVR) Decode(from, _ uint64, in []frame.Message) ([]vr.Message, error) {
+
+// noVR's Nilext refuses every update and its Ready has no nilext acks, so
+// the coordinator never sends one of these.
+func (noVR) NilextMessage(uint64, []vr.NilextRequest) frame.Payload {
+	panic("vrshard: a nilext message without VR's core")
+}
+func (noVR) NilextAcksMessage(uint64, []vr.NilextAck) frame.Payload {
+	panic("vrshard: a nilext ack without VR's core")
+}
+
+// noPeers is peerEngine for a core without peer messages (a group of one:
+// solo_core_test.go): nothing decodes.
+type noPeers struct{}
+
+func (noPeers) Engine() frame.Engine { return 0 }
+func (noPeers) Decode(from, _ uint64, in []frame.Message) (peerBatch, error) {
 	return nil, fmt.Errorf("vrshard: %d peer messages from %d: this core has no peer codec", len(in), from)
+}
+func (noPeers) StepBatch(int64, peerBatch, stepHooks) {}
+
+// engineOf is the host's peerEngine for core c: the core's own (VR's
+// adapter), or noPeers.
+func engineOf(c hostCore) peerEngine {
+	if e, ok := c.(peerEngine); ok {
+		return e
+	}
+	return noPeers{}
 }
 
 // extOf is the host's vrExt for core c: the adapter itself for VR's, noVR
@@ -219,11 +461,12 @@ func openCore(opts *Options, st vr.State) (hostCore, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &vrCore{Replica: rep}, nil
+	cfg := rep.Config() // with the core's defaults filled in
+	return &vrCore{Replica: rep, id: vrIdentity{cluster: cfg.Cluster, epoch: cfg.Epoch, hash: cfg.Hash(), self: cfg.Self}}, nil
 }
 
-// peerMsg is an outbound peer message as the host sends it (snapshot.go
-// send): the engine's encoding (frame.Payload, which the transport frames)
+// peerMsg is a peer message of the engine's, the M of the host's core
+// (hostCore), as the host sends it (snapshot.go send): the engine's encoding (frame.Payload, which the transport frames)
 // and what the host's sending policy needs to know — destination, size,
 // whether it carries state that is sent again when lost, the snapshot it
 // carries (for the snapshot holds), and a copy that stays valid after the

@@ -2,6 +2,8 @@ package vrshard
 
 import (
 	"errors"
+	"fmt"
+	"reflect"
 	"testing"
 	"time"
 
@@ -63,7 +65,7 @@ func TestVRAdapterAnswersLeaseReadsInReady(t *testing.T) {
 				}
 				for _, m := range rd.Messages {
 					if !cut {
-						cores[m.To].Step(now, m)
+						cores[m.Dest()].Step(now, m)
 					}
 				}
 			}
@@ -125,5 +127,83 @@ func TestVRAdapterAnswersLeaseReadsInReady(t *testing.T) {
 	round()
 	if len(got2) != 1 || got2[0].Ctx != 9 || !errors.Is(got2[0].Err, vr.ErrNoReadLease) {
 		t.Fatalf("a follower's read: read states %+v, want ctx 9 refused for want of a read lease", got2)
+	}
+}
+
+// TestWithMessagesCopiesEveryField: VR's adapter rebuilds its Ready with
+// the messages as peerMsgs (withMessages). A field core.Ready grows that
+// the rebuild does not copy would be lost without a word; here every field
+// is set and every one must arrive.
+func TestWithMessagesCopiesEveryField(t *testing.T) {
+	var in core.Ready[vr.Message]
+	v := reflect.ValueOf(&in).Elem()
+	for i := range v.NumField() {
+		fillNonZero(v.Field(i))
+	}
+	msgs := []peerMsg{(*vrMsg)(&in.Messages[0])}
+	out := reflect.ValueOf(withMessages(&in, msgs))
+	for i := range out.NumField() {
+		name, f := out.Type().Field(i).Name, out.Field(i)
+		if name == "Messages" {
+			if f.Len() != 1 || f.Index(0).Interface() != msgs[0] {
+				t.Errorf("Messages: %v, want the peerMsgs given", f.Interface())
+			}
+			continue
+		}
+		if f.IsZero() || !reflect.DeepEqual(f.Interface(), v.FieldByName(name).Interface()) {
+			t.Errorf("%s: %v, want %v (not copied)", name, f.Interface(), v.FieldByName(name).Interface())
+		}
+	}
+}
+
+// fillNonZero sets v to a non-zero value of its type.
+func fillNonZero(v reflect.Value) {
+	switch v.Kind() {
+	case reflect.Bool:
+		v.SetBool(true)
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		v.SetInt(7)
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		v.SetUint(7)
+	case reflect.Pointer:
+		v.Set(reflect.New(v.Type().Elem()))
+	case reflect.Slice:
+		v.Set(reflect.MakeSlice(v.Type(), 1, 1))
+	case reflect.Struct:
+		for i := range v.NumField() {
+			fillNonZero(v.Field(i))
+		}
+	default:
+		panic(fmt.Sprintf("fillNonZero: %v", v.Type()))
+	}
+}
+
+// TestViewReasonsNameVRMessages: the host's view events name what a peer
+// message did through the role VR's adapter gives it (vrRole), in the
+// words they had when the host read VR's message types itself.
+func TestViewReasonsNameVRMessages(t *testing.T) {
+	r := &Replica{}
+	for _, tc := range []struct {
+		typ  vr.MsgType
+		s    vr.Status
+		want string
+	}{
+		{vr.MsgStartViewChange, vr.ViewChange, "n3 started a view change to view 5"},
+		{vr.MsgDoViewChange, vr.Normal, "a majority sent do-view-change for view 5 (last: n3)"},
+		{vr.MsgDoViewChange, vr.ViewChange, "n3 sent a do-view-change for view 5"},
+		{vr.MsgStartView, vr.Normal, "n3 started view 5"},
+		{vr.MsgRecoveryResponse, vr.Normal, "recovered from the group's replies (last: n3)"},
+		{vr.MsgNewState, vr.Normal, "state transfer from n3"},
+		{vr.MsgPrepare, vr.Normal, "a prepare of the newer view 5 from n3"},
+		{vr.MsgCommit, vr.Normal, "commit from n3"},
+	} {
+		pv := uint64(4)
+		if tc.typ == vr.MsgCommit {
+			pv = 5
+		}
+		c := viewCause{kind: 'm', role: vrRole(tc.typ), typ: tc.typ.String(), from: 3}
+		if got := r.viewReason(c, pv, vr.Normal, 5, tc.s); got != tc.want {
+			t.Errorf("%v: %q, want %q", tc.typ, got, tc.want)
+		}
 	}
 }

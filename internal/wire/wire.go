@@ -218,16 +218,29 @@ func decodeBody(fm *frame.Message, m *vr.Message) error {
 // stream can no longer be trusted. The messages alias the frames' bodies.
 func Decode(from, self uint64, in []frame.Message) ([]vr.Message, error) {
 	msgs := make([]vr.Message, len(in))
+	if err := DecodeTo(msgs, from, self, in); err != nil {
+		return nil, err
+	}
+	return msgs, nil
+}
+
+// DecodeTo is Decode into msgs (len(msgs) == len(in)), which the caller
+// owns: a host that reuses its batches decodes without an allocation for
+// the messages themselves.
+func DecodeTo(msgs []vr.Message, from, self uint64, in []frame.Message) error {
+	if len(msgs) != len(in) {
+		return fmt.Errorf("wire: %d frames decoded into %d messages", len(in), len(msgs))
+	}
 	for i := range in {
 		m := &msgs[i]
 		if err := decodeBody(&in[i], m); err != nil {
-			return nil, err
+			return err
 		}
 		if m.From != from || m.To != self {
-			return nil, fmt.Errorf("%w: %s on the connection authenticated as node %d to node %d", frame.ErrSpoofed, m, from, self)
+			return fmt.Errorf("%w: %s on the connection authenticated as node %d to node %d", frame.ErrSpoofed, m, from, self)
 		}
 	}
-	return msgs, nil
+	return nil
 }
 
 type decoder struct {
