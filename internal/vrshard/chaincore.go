@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 	"time"
@@ -228,8 +229,31 @@ func (c *chainCore) Step(_ int64, m chain.Msg) {
 			c.heartbeatAnswer(m)
 		}
 		return
+	case chain.MsgFlush:
+		// A join's new configuration, before the master's next heartbeat
+		// answer says so (Info.Leader; repairs are learnt from the answers).
+		if m.Epoch >= c.status().Epoch {
+			c.setChain(m.Members)
+		}
 	}
 	c.m.Step(m)
+}
+
+func (c *chainCore) setChain(ms []chain.NodeID) {
+	c.chain = c.chain[:0]
+	for _, id := range ms {
+		c.chain = append(c.chain, uint64(id))
+	}
+}
+
+// EventualUntil is until when this member may serve eventual reads (the
+// host's clock): its lease. A member in the chain receives every update
+// soon after the head; one the master gave up on stops at its lease's end.
+func (c *chainCore) EventualUntil() int64 {
+	if c.lease == 0 {
+		return math.MaxInt64
+	}
+	return c.leaseUntil
 }
 
 // heartbeatAnswer: the master counts this member in the chain m.Members:
@@ -241,10 +265,7 @@ func (c *chainCore) heartbeatAnswer(m chain.Msg) {
 		}
 		c.beats = c.beats[1:]
 	}
-	c.chain = c.chain[:0]
-	for _, id := range m.Members {
-		c.chain = append(c.chain, uint64(id))
-	}
+	c.setChain(m.Members)
 }
 
 // leased reports whether the master's lease lets this member serve now.

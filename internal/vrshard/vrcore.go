@@ -377,7 +377,14 @@ func (c *vrCore) NilextAcksMessage(to uint64, acks []vr.NilextAck) frame.Payload
 type noVR struct{ c hostCore }
 
 func (n noVR) Readable() uint64   { return n.c.Info().Commit }
-func (noVR) EventualUntil() int64 { return 0 }
+// EventualUntil is the core's own when it has one (a chain member's lease:
+// chaincore.go), else 0: no eventual reads.
+func (n noVR) EventualUntil() int64 {
+	if e, ok := n.c.(interface{ EventualUntil() int64 }); ok {
+		return e.EventualUntil()
+	}
+	return 0
+}
 func (noVR) Nilext(int64, vr.NilextRequest) error {
 	return vr.ErrNilextOff
 }
