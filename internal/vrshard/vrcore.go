@@ -376,7 +376,8 @@ func (c *vrCore) NilextAcksMessage(to uint64, acks []vr.NilextAck) frame.Payload
 // early acknowledged (R is the commit point), no nilext.
 type noVR struct{ c hostCore }
 
-func (n noVR) Readable() uint64   { return n.c.Info().Commit }
+func (n noVR) Readable() uint64 { return n.c.Info().Commit }
+
 // EventualUntil is the core's own when it has one (a chain member's lease:
 // chaincore.go), else 0: no eventual reads.
 func (n noVR) EventualUntil() int64 {
