@@ -19,7 +19,9 @@
 //     that runs at about the master's rate.
 //   - Rejoin: a node outside the chain whose heartbeat says it is not a
 //     replica (a restarted member holding its committed prefix, or a new
-//     node) is joined just before the tail (Master.Join), one at a time.
+//     node) is joined just before the tail (Master.Join), one at a time. A
+//     member of the chain whose heartbeat says so restarted before the
+//     master noticed its silence: it is declared failed first.
 //   - Master failure: the members' leases lapse and the chain stops serving
 //     until the master is back. The master keeps its configuration in
 //     memory only: a restarted master starts from the configuration it is
@@ -172,6 +174,18 @@ func (x *Master) step(msgs []chain.Msg) {
 		}
 		from := uint64(msg.From)
 		members := x.m.Members()
+		if slices.Contains(members, msg.From) && msg.Refused && msg.From != x.m.Joiner() {
+			// A member that says it is not a replica restarted (faster than
+			// FailAfter: kefir up restarts a killed node in half a second)
+			// and lost its place: its old incarnation failed. It is joined
+			// again on a later heartbeat. (A joiner's heartbeats sent before
+			// it became a replica arrive before its flush-ack, on the same
+			// link, while it is still the joiner.)
+			x.cfg.Logger.Warn("chain master: member restarted", "node", from)
+			x.m.Fail(msg.From)
+			delete(x.heard, from)
+			continue
+		}
 		if slices.Contains(members, msg.From) {
 			x.heard[from] = now
 			x.send(chain.Msg{Type: chain.MsgHeartbeat, From: chain.NodeID(x.cfg.Self), To: msg.From,

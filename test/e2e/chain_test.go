@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -131,4 +132,65 @@ func TestChainUnderKills(t *testing.T) {
 		t.Fatal("n1 is still the head after its kill")
 	}
 	w.finish(t, g)
+}
+
+// `kefir up --engine chain` starts a chain of three nodes with its master
+// in the launcher: every node answers redis-cli (writes forwarded to the
+// head), a SIGKILLed middle node is restarted by kefir up and the chain
+// keeps taking writes, and a second kefir up on the same directory is
+// refused with a reason (restarting a whole chain is not built).
+func TestUpChain(t *testing.T) {
+	base := freeBase(t, 4) // the master's peer port is base+1003
+	dir := t.TempDir()
+	u := startUp(t, "--engine", "chain", "--dir", dir, "--base-port", strconv.Itoa(base))
+	if !strings.Contains(u.banner, "a chain of 3 nodes") {
+		t.Fatalf("banner does not announce a chain:\n%s", u.banner)
+	}
+	var addrs []string
+	for i := range 3 {
+		addrs = append(addrs, fmt.Sprintf("127.0.0.1:%d", base+i))
+	}
+	for i, a := range addrs {
+		if got := redisCLI(t, a, "SET", fmt.Sprint("k", i), fmt.Sprint("v", i)); got != "OK" {
+			t.Fatalf("redis-cli SET via n%d = %q\n%s", i+1, got, u.Logs())
+		}
+	}
+	for i, a := range addrs {
+		if got := redisCLI(t, a, "GET", fmt.Sprint("k", (i+1)%3)); got != fmt.Sprint("v", (i+1)%3) {
+			t.Fatalf("redis-cli GET via n%d = %q", i+1, got)
+		}
+	}
+	// SIGKILL n2 (the middle): kefir up restarts it; it rejoins.
+	var pid int
+	for _, line := range strings.Split(u.banner, "\n") {
+		if f := strings.Fields(line); len(f) > 1 && f[0] == "n2" {
+			pid, _ = strconv.Atoi(f[len(f)-1])
+		}
+	}
+	if pid == 0 {
+		t.Fatalf("no pid for n2 in the banner:\n%s", u.banner)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if !testgroup.Until(20*time.Second, 100*time.Millisecond, func() bool {
+		out, err := exec.Command("redis-cli", "-p", strconv.Itoa(base), "SET", "after", "kill").CombinedOutput()
+		return err == nil && strings.TrimSpace(string(out)) == "OK"
+	}) {
+		t.Fatalf("no write through n1 after n2's kill:\n%s", u.Logs())
+	}
+	if !testgroup.Until(20*time.Second, 100*time.Millisecond, func() bool {
+		return strings.Contains(u.Logs(), "chain master: joining") && strings.Contains(u.Logs(), "node=2")
+	}) {
+		t.Fatalf("the restarted n2 was not joined again:\n%s", u.Logs())
+	}
+	if got := redisCLI(t, addrs[1], "GET", "after"); got != "kill" {
+		t.Fatalf("GET after via n2 = %q", got)
+	}
+	u.stop(t)
+
+	out, err := exec.Command(cluster.Binary(t), "up", "--engine", "chain", "--dir", dir, "--base-port", strconv.Itoa(base)).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "restarting a whole chain") {
+		t.Fatalf("a second kefir up --engine chain on the same directory: %v\n%s", err, out)
+	}
 }
