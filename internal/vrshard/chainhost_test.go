@@ -147,7 +147,8 @@ func (g *chainGroup) waitMembers(want ...uint64) {
 // reads are served at every member. The middle member crashes: the master
 // repairs the chain and writes go on; it restarts from its disk and rejoins;
 // then the head crashes and the next member takes over as head, with every
-// write acknowledged before still there.
+// write acknowledged before still there; last the tail restarts faster
+// than the master's failure timeout and is joined again as the new head.
 func TestChainOnTheHost(t *testing.T) {
 	g := newChainGroup(t)
 	for i := range 5 {
@@ -195,4 +196,17 @@ func TestChainOnTheHost(t *testing.T) {
 	if got := g.read(1, "n"); got != "41" {
 		t.Fatalf("GET n at the new head = %q, want 41", got)
 	}
+
+	// The tail restarts at once, before the master could notice its
+	// silence: its heartbeat says it is not a replica, so the master fails
+	// it and joins it again — before the only other member, as the new head
+	// (a join never puts a node after the tail).
+	g.crash(2)
+	g.restart(2)
+	g.waitMembers(3, 2)
+	g.write(2, set("after-quick-restart", "1"), shard.ReqID{Client: 5, Seq: 9})
+	if got := g.read(2, "after-head"); got != "1" {
+		t.Fatalf("GET after-head at the joined head = %q", got)
+	}
+	g.caughtUp(1, 2)
 }
