@@ -237,8 +237,12 @@ func (o *Options) fill() error {
 	}
 	if o.Chain != nil {
 		// A chain keeps its whole log: a checkpoint would drop the entries
-		// a joiner's pre-copy reads (chaincore.go CompactPoint).
+		// a joiner's pre-copy reads (chaincore.go CompactPoint). And no
+		// member holds a log batch for a later fsync: a write's answer waits
+		// for every member's fsync in turn (SU over log members), so a held
+		// batch delays every write behind it at every hop.
 		o.CheckpointOps, o.CheckpointBytes = math.MaxUint64, math.MaxInt64
+		o.CadSyncDelay, o.NilextSyncDelay = -1, -1
 	}
 	if o.CheckpointOps == 0 {
 		o.CheckpointOps = 20000
