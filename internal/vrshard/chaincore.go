@@ -45,6 +45,7 @@ import (
 //     in through Step like any peer message; the member never decides it.
 type chainCore struct {
 	m      *chain.Member
+	mcfg   chain.Config // the member's configuration (Members and Log as at open)
 	self   uint64
 	master uint64
 	// chain is the configuration as last known (head first), for
@@ -77,6 +78,8 @@ type chainCore struct {
 	beats       [][2]int64
 	leaseUntil  int64
 	lastBeat    int64
+
+	rejoins int // times a lost update made this member rejoin (tests)
 
 	out core.Ready[chain.Msg]
 }
@@ -188,7 +191,7 @@ func openChain(cfg chainConfig, st core.Boot) (*chainCore, error) {
 		for _, id := range cfg.Members {
 			ccfg.Members = append(ccfg.Members, chain.NodeID(id))
 		}
-		c.m = chain.NewMember(ccfg, nopSM{})
+		c.m, c.mcfg = chain.NewMember(ccfg, nopSM{}), ccfg
 		return c, nil
 	}
 	n := int(min(st.HardState.Commit, uint64(len(st.Entries))))
@@ -206,7 +209,7 @@ func openChain(cfg chainConfig, st core.Boot) (*chainCore, error) {
 		t := uint64(n)
 		c.truncate = &t
 	}
-	c.m = chain.NewMember(ccfg, nopSM{})
+	c.m, c.mcfg = chain.NewMember(ccfg, nopSM{}), ccfg
 	c.written, c.bootCommit = n, n
 	return c, nil
 }
@@ -229,6 +232,11 @@ func (c *chainCore) Step(_ int64, m chain.Msg) {
 			c.heartbeatAnswer(m)
 		}
 		return
+	case chain.MsgUpdate:
+		if c.lostUpdate(m) {
+			c.rejoin(m)
+			return
+		}
 	case chain.MsgFlush:
 		// A join's new configuration, before the master's next heartbeat
 		// answer says so (Info.Leader; repairs are learnt from the answers).
@@ -237,6 +245,47 @@ func (c *chainCore) Step(_ int64, m chain.Msg) {
 		}
 	}
 	c.m.Step(m)
+}
+
+// lostUpdate reports whether update m from the predecessor shows that one
+// before it never arrived. A head numbers its updates one after another
+// within its numbering epoch (seq>>chainSeqBits), every member passes them
+// on in order, and a repair re-sends from what the successor holds, so an
+// active member's next update from its predecessor in the same epoch is
+// always LU+1. The chain assumes reliable links; the node transport drops a
+// message when a peer's queue overflows or a connection is re-dialled.
+// (Across epochs — a new head — a gap is not detected.)
+func (c *chainCore) lostUpdate(m chain.Msg) bool {
+	s := c.status()
+	if s.State != chain.Active || m.From != s.Pred || m.From == chain.NodeID(c.master) || m.Seq <= s.LU {
+		return false
+	}
+	return m.Seq>>chainSeqBits == s.LU>>chainSeqBits && s.LU != 0 && m.Seq != s.LU+1
+}
+
+// rejoin makes this member a joiner again after a lost update: it keeps
+// its committed history (the host applied it; it is a prefix of every
+// replica's), truncates the rest from its log, and stops serving; its next
+// heartbeat says it is not a replica, so the master repairs the chain
+// around it and joins it again (chainmaster), its pre-copy resuming after
+// what it kept. Waiting writes end with the configuration change.
+func (c *chainCore) rejoin(m chain.Msg) {
+	s := c.status()
+	c.out.Errors = append(c.out.Errors, fmt.Errorf("chain member %d: update %s from %d after %s: an update was lost on the link; rejoining the chain",
+		c.self, chain.FormatSeq(m.Seq), m.From, chain.FormatSeq(s.LU)))
+	hist := c.m.History()
+	n := c.handed
+	cfg := c.mcfg
+	cfg.Members, cfg.Log = nil, slices.Clone(hist[:n])
+	c.m = chain.NewMember(cfg, nopSM{})
+	if len(hist) > n {
+		t := uint64(n)
+		c.truncate = &t
+	}
+	c.written, c.bootCommit = n, n
+	c.batches = nil // the old member's persistence reports mean nothing to the new one
+	c.leaseUntil = 0
+	c.rejoins++
 }
 
 func (c *chainCore) setChain(ms []chain.NodeID) {
