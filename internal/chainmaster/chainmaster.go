@@ -16,7 +16,8 @@
 //     master declares a member failed (Master.Fail: CR_HEAD, CR_MID,
 //     CR_TAIL) when it has heard nothing from it for FailAfter, which must
 //     exceed Lease: by then the member's last lease has lapsed on any clock
-//     that runs at about the master's rate.
+//     that runs at about the master's rate. A member of the starting chain
+//     that was never heard from is given StartGrace (10 s) instead.
 //   - Rejoin: a node outside the chain whose heartbeat says it is not a
 //     replica (a restarted member holding its committed prefix, or a new
 //     node) is joined just before the tail (Master.Join), one at a time. A
@@ -49,6 +50,10 @@ const (
 	DefaultHeartbeat = 50 * time.Millisecond
 	DefaultLease     = 500 * time.Millisecond
 	DefaultFailAfter = time.Second
+	// DefaultStartGrace is how long a member of the starting chain is
+	// given to be heard from at all (processes starting on a loaded
+	// machine), before FailAfter applies.
+	DefaultStartGrace = 10 * time.Second
 )
 
 // Config configures a master.
@@ -65,7 +70,10 @@ type Config struct {
 	// DefaultHeartbeat); FailAfter how long a silent member is given
 	// (default DefaultFailAfter; it must exceed the members' lease).
 	Heartbeat, FailAfter time.Duration
-	Logger               *slog.Logger
+	// StartGrace is how long a member of the starting chain that has not
+	// been heard from yet is given (default DefaultStartGrace).
+	StartGrace time.Duration
+	Logger     *slog.Logger
 }
 
 // Master is a running master.
@@ -80,6 +88,7 @@ type Master struct {
 	m       *chain.Master
 	heard   map[uint64]time.Time
 	members []uint64 // published configuration, for Members
+	lost    bool     // "the chain is lost" was logged
 }
 
 // Start registers the master on the transport and runs it until Close.
@@ -93,6 +102,9 @@ func Start(cfg Config) (*Master, error) {
 	if cfg.FailAfter <= 0 {
 		cfg.FailAfter = DefaultFailAfter
 	}
+	if cfg.StartGrace < cfg.FailAfter {
+		cfg.StartGrace = max(DefaultStartGrace, cfg.FailAfter)
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -103,9 +115,11 @@ func Start(cfg Config) (*Master, error) {
 	x := &Master{cfg: cfg, inbox: make(chan []chain.Msg, 256), stop: make(chan struct{}), done: make(chan struct{}),
 		m: chain.NewMaster(chain.NodeID(cfg.Self), ids, len(ids)), heard: map[uint64]time.Time{},
 		members: slices.Clone(cfg.Members)}
-	now := time.Now()
+	// Silence counts from the start plus the grace: a member is failed
+	// StartGrace after the start if it never answers.
+	grace := time.Now().Add(cfg.StartGrace - cfg.FailAfter)
 	for _, id := range cfg.Members {
-		x.heard[id] = now // a grace period: FailAfter from the start
+		x.heard[id] = grace
 	}
 	ep, err := cfg.Transport.Register(cfg.Group, frame.EngineChain, x.deliver, nil)
 	if err != nil {
@@ -245,7 +259,8 @@ func (x *Master) flush() {
 	for _, id := range x.m.Members() {
 		x.members = append(x.members, uint64(id))
 	}
-	if x.m.Lost() {
+	if x.m.Lost() && !x.lost {
+		x.lost = true
 		x.cfg.Logger.Error("chain master: every member failed: the chain is lost")
 	}
 }

@@ -26,7 +26,10 @@ type chainGroup struct {
 	reps   []*Replica
 }
 
-func newChainGroup(t *testing.T) *chainGroup {
+func newChainGroup(t *testing.T) *chainGroup { return newChainGroupAfter(t, 0) }
+
+// newChainGroupAfter starts the master, then the members after delay.
+func newChainGroupAfter(t *testing.T, delay time.Duration) *chainGroup {
 	log := testLogger(t)
 	g := &chainGroup{t: t, nt: newNodeTransports(t, 4, log), reps: make([]*Replica, 3)}
 	m, err := chainmaster.Start(chainmaster.Config{Self: 4, Members: []uint64{1, 2, 3}, Transport: g.nt.trs[3],
@@ -43,6 +46,7 @@ func newChainGroup(t *testing.T) *chainGroup {
 		}
 		m.Close()
 	})
+	time.Sleep(delay)
 	for i := range 3 {
 		g.dirs = append(g.dirs, t.TempDir())
 		g.open(i, true)
@@ -217,4 +221,16 @@ func TestChainOnTheHost(t *testing.T) {
 		t.Fatalf("GET after-head at the joined head = %q", got)
 	}
 	g.caughtUp(1, 2)
+}
+
+// TestChainMasterWaitsForSlowStarts: members that start later than the
+// master's failure timeout (processes starting on a loaded machine; kefir up
+// starts the master first) are not failed before they were ever heard from:
+// the master gives a starting chain chainmaster.DefaultStartGrace.
+func TestChainMasterWaitsForSlowStarts(t *testing.T) {
+	g := newChainGroupAfter(t, time.Second) // FailAfter is 700 ms
+	g.write(0, set("k", "v"), shard.ReqID{Client: 5, Seq: 1})
+	if got := g.master.Members(); !slices.Equal(got, []uint64{1, 2, 3}) {
+		t.Fatalf("chain %v after a slow start, want [1 2 3]", got)
+	}
 }
