@@ -12,6 +12,7 @@ import (
 	"github.com/kefirdb/kefir/internal/chain"
 	"github.com/kefirdb/kefir/internal/core"
 	"github.com/kefirdb/kefir/internal/kv"
+	"github.com/kefirdb/kefir/internal/vr"
 )
 
 // chainCore is the chain engine's core as the host drives it: the pure
@@ -62,7 +63,9 @@ type chainCore struct {
 	batches [][2]uint64 // {PersistSeq, last chain seq} written, not yet durable
 	seq     uint64      // the last PersistSeq issued
 
-	clients map[uint64]core.ClientRecord
+	// clients is kv's client table, under VR's count rule (vr.MaxClients):
+	// every member drops the same records at the same op.
+	clients *kv.ClientTable
 	// inflight: this head's proposals with a client identity, until
 	// committed, and their chain request ids (a redirect names the id).
 	inflight map[idKey]uint64
@@ -181,7 +184,7 @@ func openChain(cfg chainConfig, st core.Boot) (*chainCore, error) {
 	}
 	c := &chainCore{self: cfg.Self, master: cfg.Master, chain: slices.Clone(cfg.Members),
 		beat: cfg.Heartbeat, lease: cfg.Lease,
-		clients: map[uint64]core.ClientRecord{}, inflight: map[idKey]uint64{}, byID: map[uint64]idKey{}}
+		clients: kv.NewClientTable(vr.MaxClients), inflight: map[idKey]uint64{}, byID: map[uint64]idKey{}}
 	ccfg := chain.Config{ID: chain.NodeID(cfg.Self), Master: chain.NodeID(cfg.Master), SeqBits: chainSeqBits,
 		Mode: chain.SU, Store: chain.Log}
 	if st.Bootstrap {
@@ -348,11 +351,10 @@ func (c *chainCore) Propose(now int64, req core.Request, ack core.AckPoint) erro
 		return core.ErrNotNormal // the master may have replaced this head
 	}
 	if req.Client != 0 {
-		rec, ok := c.clients[req.Client]
-		switch {
-		case ok && req.ReqNum < rec.ReqNum:
+		switch d, rec := c.clients.Check(req.Client, req.ReqNum); d {
+		case kv.Stale:
 			return core.ErrStaleRequest
-		case ok && req.ReqNum == rec.ReqNum:
+		case kv.Duplicate:
 			c.out.Replies = append(c.out.Replies, core.Reply{Client: rec.Client, ReqNum: rec.ReqNum, Op: rec.Op, Result: rec.Result})
 			return nil
 		}
@@ -478,10 +480,10 @@ func (c *chainCore) Ready() core.Ready[chain.Msg] {
 				delete(c.inflight, k)
 				delete(c.byID, id)
 			}
-			if rec, ok := c.clients[e.Client]; ok && rec.ReqNum >= e.ReqNum {
+			if c.clients.Executed(e.Client, e.ReqNum) {
 				cm.Duplicate = true
 			} else {
-				c.clients[e.Client] = core.ClientRecord{Client: e.Client, ReqNum: e.ReqNum, Op: e.Op}
+				c.clients.Put(core.ClientRecord{Client: e.Client, ReqNum: e.ReqNum, Op: e.Op})
 			}
 		}
 		c.out.Committed = append(c.out.Committed, cm)
@@ -499,10 +501,12 @@ func (c *chainCore) Advance(results [][]byte) {
 		if cm.Client == 0 {
 			continue
 		}
-		rec := c.clients[cm.Client]
+		rec := c.clients.Get(cm.Client)
+		if rec == nil {
+			continue // dropped by the count rule
+		}
 		if !cm.Duplicate {
 			rec.Result = results[i]
-			c.clients[cm.Client] = rec
 		}
 		if head && rec.ReqNum == cm.ReqNum {
 			c.out.Replies = append(c.out.Replies, core.Reply{Client: cm.Client, ReqNum: cm.ReqNum, Op: cm.Op, Result: rec.Result})
@@ -529,31 +533,9 @@ func (c *chainCore) Info() core.Info {
 		FirstOp: 1, LastOp: uint64(len(c.m.History())), Commit: uint64(c.handed)}
 }
 
-func (c *chainCore) ClientTable() []core.ClientRecord {
-	out := make([]core.ClientRecord, 0, len(c.clients))
-	for _, rec := range c.clients {
-		out = append(out, rec)
-	}
-	slices.SortFunc(out, func(a, b core.ClientRecord) int {
-		switch {
-		case a.Client < b.Client:
-			return -1
-		case a.Client > b.Client:
-			return 1
-		}
-		return 0
-	})
-	return out
-}
+func (c *chainCore) ClientTable() []core.ClientRecord { return c.clients.Entries() }
 
-func (c *chainCore) ClientTableMinOp() (op uint64, ok bool) {
-	for _, rec := range c.clients {
-		if !ok || rec.Op < op {
-			op, ok = rec.Op, true
-		}
-	}
-	return op, ok
-}
+func (c *chainCore) ClientTableMinOp() (op uint64, ok bool) { return c.clients.MinOp() }
 
 // CompactPoint: a chain keeps its whole history (a joiner's pre-copy reads
 // it from the tail); compaction would need a snapshot transfer in the
