@@ -45,19 +45,26 @@ func OpenHosted(spec kcluster.ReplicaSpec) (kcluster.Hosted, error) {
 	if err != nil {
 		return kcluster.Hosted{}, fmt.Errorf("VR replica %d of cluster %d: %w", spec.Self, spec.Cluster, err)
 	}
-	tr, err := transport.New(transport.Config{
+	return openOnTransport(opts, transport.Config{
 		Self: spec.Self, Peers: opts.Peers, ClusterSecret: spec.ClusterSecret,
 		Cluster: gcfg.Cluster, ConfigHash: gcfg.Hash(),
 		Logger: opts.Logger, // the transport adds "replica" itself
-	})
+	}, fmt.Sprintf("VR replica %d of cluster %d", spec.Self, spec.Cluster))
+}
+
+// openOnTransport opens the replica on a new node transport made from tc
+// (closed again if the replica does not open); what names the replica in
+// errors.
+func openOnTransport(opts Options, tc transport.Config, what string) (kcluster.Hosted, error) {
+	tr, err := transport.New(tc)
 	if err != nil {
-		return kcluster.Hosted{}, fmt.Errorf("peer transport of node %d: %w", spec.Self, err)
+		return kcluster.Hosted{}, fmt.Errorf("peer transport of node %d: %w", tc.Self, err)
 	}
 	opts.Transport = tr
 	r, err := Open(opts)
 	if err != nil {
 		tr.Close()
-		return kcluster.Hosted{}, fmt.Errorf("open VR replica %d of cluster %d: %w", spec.Self, spec.Cluster, err)
+		return kcluster.Hosted{}, fmt.Errorf("open %s: %w", what, err)
 	}
 	return kcluster.Hosted{Replica: r, Group: r.Hosted(), Engine: r.Engine(), Transport: tr}, nil
 }
@@ -116,20 +123,10 @@ func OpenHostedChain(master uint64, masterAddr string) kcluster.Opener {
 		opts.Chain = &ChainOptions{Master: master}
 		peers := maps.Clone(opts.Peers)
 		peers[master] = masterAddr
-		tr, err := transport.New(transport.Config{
+		return openOnTransport(opts, transport.Config{
 			Self: spec.Self, Peers: peers, ClusterSecret: spec.ClusterSecret, Cluster: spec.Cluster,
 			Logger: opts.Logger,
-		})
-		if err != nil {
-			return kcluster.Hosted{}, fmt.Errorf("peer transport of node %d: %w", spec.Self, err)
-		}
-		opts.Transport = tr
-		r, err := Open(opts)
-		if err != nil {
-			tr.Close()
-			return kcluster.Hosted{}, fmt.Errorf("open chain member %d of cluster %d: %w", spec.Self, spec.Cluster, err)
-		}
-		return kcluster.Hosted{Replica: r, Group: r.Hosted(), Engine: r.Engine(), Transport: tr}, nil
+		}, fmt.Sprintf("chain member %d of cluster %d", spec.Self, spec.Cluster))
 	}
 }
 

@@ -60,22 +60,10 @@ func startChainMaster(t *testing.T, id int, addr, members string) *chainMasterPr
 // processes (n1 head, n3 tail) and its master (node 9).
 func startChain(t *testing.T) *group {
 	t.Helper()
-	g := &group{t: t}
-	var ms []string
-	for i := 1; i <= 3; i++ {
-		n := cluster.NewNode(t, "n"+strconv.Itoa(i))
-		g.nodes = append(g.nodes, n)
-		ms = append(ms, fmt.Sprintf("%d@%s/%s", i, n.PeerAddr, n.ClientAddr))
-	}
-	g.members = strings.Join(ms, ",")
+	g := newGroup(t)
 	masterAddr := cluster.FreeAddr(t)
 	startChainMaster(t, 9, masterAddr, g.members)
-	chainArgs := []string{"--engine", "chain", "--chain-master", "9@" + masterAddr}
-	for i, n := range g.nodes {
-		n.Args = append(replicaArgs(g.members, i+1, true), chainArgs...)
-		n.Start()
-		n.Args = append(replicaArgs(g.members, i+1, false), chainArgs...)
-	}
+	g.start("--engine", "chain", "--chain-master", "9@"+masterAddr)
 	return g
 }
 
