@@ -134,7 +134,7 @@ func (g *chainGroup) caughtUp(i, j int) {
 
 func (g *chainGroup) waitMembers(want ...uint64) {
 	g.t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(10 * time.Second) // FailAfter 0.7 s: generous for a loaded box
 	for !slices.Equal(g.master.Members(), want) {
 		if time.Now().After(deadline) {
 			g.t.Fatalf("chain %v, want %v", g.master.Members(), want)
