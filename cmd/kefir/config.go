@@ -33,6 +33,10 @@ type serverConfig struct {
 	server.Config
 	LogLevel  string
 	LogFormat string
+	// Engine is the replication engine of the node's group (vr or chain);
+	// ChainMaster the chain's master (--engine chain).
+	Engine      string
+	ChainMaster server.Member
 }
 
 func parseBytes(s string) (int64, error) {
@@ -188,6 +192,28 @@ var serverOptions = []option{
 			b, err := strconv.ParseBool(v)
 			c.ClusterRedirects = b
 			return err
+		}},
+	{"engine", "vr", "Replicated mode: the group's replication engine. vr: Viewstamped Replication (a leader, majorities). chain: chain replication (docs/chain.md): --members is the chain, head first; writes go to the head and are answered once every member logged them; membership is decided by a master process (kefir chain-master, named by --chain-master). Give every member the same.",
+		func(c *serverConfig, v string) error {
+			switch v = strings.TrimSpace(v); v {
+			case "vr", "chain":
+				c.Engine = v
+				return nil
+			}
+			return fmt.Errorf("want vr or chain, got %q", v)
+		}},
+	{"chain-master", "", "With --engine chain: the chain's master as ID@PEER-ADDR (a node id outside --members, running kefir chain-master).",
+		func(c *serverConfig, v string) error {
+			if v = strings.TrimSpace(v); v == "" {
+				c.ChainMaster = server.Member{}
+				return nil
+			}
+			ms, err := server.ParseMembers(v + "/127.0.0.1:1")
+			if err != nil || len(ms) != 1 {
+				return fmt.Errorf("want ID@PEER-ADDR, got %q", v)
+			}
+			c.ChainMaster = server.Member{ID: ms[0].ID, PeerAddr: ms[0].PeerAddr}
+			return nil
 		}},
 	{"replica-id", "0", "Replicated mode: this node's id in --members.",
 		func(c *serverConfig, v string) error {

@@ -29,6 +29,7 @@ consistency and durability it needs.
 Usage:
   kefir up       [--nodes N] [--dir ./kefir-data]   start a local cluster on loopback
   kefir server   [options]                          run one node (see kefir server --help)
+  kefir chain-master --id ID --peer-addr A --members M   the master of a chain group (--engine chain)
   kefir get KEY                                      read a key
   kefir put KEY VALUE                                write a key
   kefir del KEY...                                   delete keys
@@ -62,6 +63,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = runServer(rest, stderr)
 	case "up":
 		err = runUp(rest, stdout, stderr)
+	case "chain-master":
+		err = runChainMaster(rest, stderr)
 	case "bench":
 		err = runBench(rest, stdout, stderr)
 	case "cluster":
@@ -134,6 +137,12 @@ func runServer(args []string, stderr io.Writer) error {
 	// The wiring: a node with members hosts a VR replica of its group. The
 	// front door knows only the cluster contract; the engine is chosen here.
 	cfg.OpenReplica = vrshard.OpenHosted
+	if cfg.Engine == "chain" {
+		if cfg.ChainMaster.ID == 0 || len(cfg.Members) == 0 {
+			return usageError{errors.New("--engine chain needs --members (the chain, head first) and --chain-master ID@PEER-ADDR")}
+		}
+		cfg.OpenReplica = vrshard.OpenHostedChain(cfg.ChainMaster.ID, cfg.ChainMaster.PeerAddr)
+	}
 	srv, err := server.New(cfg.Config)
 	if err != nil {
 		log.Error("refusing to start", "err", err)

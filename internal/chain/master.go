@@ -257,6 +257,12 @@ func (m *Master) unpark() {
 // Join starts adding j before position pos of the chain (0: as head; at or
 // past the tail: just before the tail, never after it). Pre-copy comes first;
 // FLUSH follows when j reports it done.
+//
+// j may be a member that failed and restarted (a new incarnation, perhaps
+// holding a durable prefix: Config.Log): once repaired out of the chain it
+// joins as any joiner. The host must make sure the old incarnation is gone
+// — its process stopped and its links closed — before it asks (fail-stop:
+// nothing the old one sent may arrive after this).
 func (m *Master) Join(j NodeID, pos int) error {
 	if m.Busy() {
 		return fmt.Errorf("chain: join of %d: a reconfiguration is in progress", j)
@@ -264,9 +270,10 @@ func (m *Master) Join(j NodeID, pos int) error {
 	if m.tail == 0 || len(m.members) == 0 {
 		return fmt.Errorf("chain: join of %d: the chain has no tail to pre-copy from", j)
 	}
-	if j == 0 || j == m.id || m.dead[j] || slices.Contains(m.members, j) {
+	if j == 0 || j == m.id || slices.Contains(m.members, j) {
 		return fmt.Errorf("chain: join of %d: not a new node (members %v)", j, m.members)
 	}
+	delete(m.dead, j) // a restarted member: a new incarnation
 	m.join = &joining{j: j, pos: pos, phase: phasePrecopy, src: m.tail}
 	m.send(j, Msg{Type: MsgPrecopy, Target: m.tail})
 	return nil

@@ -110,6 +110,15 @@ type Config struct {
 	// log's batch (0: 8 entries).
 	Store        Store
 	PersistBatch int
+	// Log is a restarting member's durable history, as far as its host
+	// knows it committed (acknowledged by its successor, hence at the tail
+	// of its chain then): a prefix of every later replica's history, since
+	// a chain never drops an acknowledged update. A member given one starts
+	// as a joiner (Members must be nil) holding it, applied and persisted,
+	// so its pre-copy resumes after it rather than from the start. Whatever
+	// its disk held beyond it may never have reached the tail (a head's
+	// persisted but unforwarded updates): the host drops that.
+	Log []Entry
 }
 
 // mutations are deliberate bugs the tests switch on to show that the
@@ -227,6 +236,11 @@ func NewMember(cfg Config, sm StateMachine) *Member {
 	if cfg.Members != nil {
 		m.state = Active
 		m.pred, m.succ = neighbours(cfg.Members, cfg.ID)
+	} else if len(cfg.Log) > 0 {
+		m.appendMain(cfg.Log)
+		// On its host's disk already: nothing to ask for.
+		m.persistReq, m.persisted, m.unbatched = m.lu, m.lu, 0
+		m.out = nil
 	}
 	return m
 }
@@ -880,7 +894,12 @@ func (m *Member) Status() Status {
 		LA: m.la, LU: m.lu, Log: len(m.log), Tmp: len(m.tmp), Repairing: m.repairing, Persisted: m.persisted}
 }
 
-// sumAt is the digest of the first n entries of the history (0 for none).
+// History is the member's log, the updates it applied in order (a joiner's
+// temporary store not included), for its host: entries up to LA are
+// committed. The caller must not modify it; it is valid until the next
+// Step or Tick.
+func (m *Member) History() []Entry { return m.log }
+
 // Durable returns the client request ids of the updates this member's host
 // has made durable, in history order: what a crash of it leaves (nothing for
 // a memory datastore).
@@ -895,6 +914,7 @@ func (m *Member) Durable() []uint64 {
 	return ids
 }
 
+// sumAt is the digest of the first n entries of the history (0 for none).
 func (m *Member) sumAt(n int) uint64 {
 	if n == 0 {
 		return 0

@@ -77,6 +77,14 @@ const (
 	MsgPersist
 	// MsgPersisted: host → member: the log is durable up to Seq.
 	MsgPersisted
+	// MsgHeartbeat is between a member's host and the master's, never
+	// stepped into either core: member → master every heartbeat interval
+	// (Seq names it; LA, LU; Refused when the member is not a replica: a
+	// restarted member waiting to be joined), the master's failure
+	// detector; master → member, the answer (the same Seq; Members, head
+	// first, and Epoch: the configuration, which the host uses to name the
+	// head), which grants the member a lease to serve from.
+	MsgHeartbeat
 )
 
 var msgNames = map[MsgType]string{
@@ -88,6 +96,7 @@ var msgNames = map[MsgType]string{
 	MsgCRHeadDone: "cr-head-done", MsgCRMid: "cr-mid", MsgCRMidRepair: "cr-mid-repair",
 	MsgRepairInfo: "repair-info", MsgCRMidDone: "cr-mid-done", MsgCRTail: "cr-tail",
 	MsgCRTailDone: "cr-tail-done", MsgPersist: "persist", MsgPersisted: "persisted",
+	MsgHeartbeat: "heartbeat",
 }
 
 func (t MsgType) String() string {

@@ -69,11 +69,17 @@ type Engine uint8
 // engine's numbering is a protocol error.
 const (
 	EngineVR Engine = 1
+	// EngineChain: chain replication (internal/chain; codec
+	// internal/chainwire).
+	EngineChain Engine = 2
 )
 
 func (e Engine) String() string {
-	if e == EngineVR {
+	switch e {
+	case EngineVR:
 		return "vr"
+	case EngineChain:
+		return "chain"
 	}
 	return fmt.Sprintf("engine(%d)", uint8(e))
 }

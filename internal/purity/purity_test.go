@@ -12,8 +12,9 @@ import (
 // the state machine they order (internal/kv), and the contract between a
 // core and its host (internal/core): no goroutines, clocks,
 // randomness or I/O, in themselves or in anything of the module they import.
-// internal/chain is the chain replication core (issue 30).
-var cores = []string{"internal/vr", "internal/kv", "internal/core", "internal/chain"}
+// internal/chain is the chain replication core (issue 30), internal/chainwire
+// its message codec (pure as well: the host and the simulator share it).
+var cores = []string{"internal/vr", "internal/kv", "internal/core", "internal/chain", "internal/chainwire"}
 
 func moduleRoot(t *testing.T) string {
 	_, file, _, ok := runtime.Caller(0)
@@ -33,6 +34,8 @@ var (
 		"github.com/kefirdb/kefir/internal/vr",
 		"github.com/kefirdb/kefir/internal/vrshard",
 		"github.com/kefirdb/kefir/internal/wire",
+		"github.com/kefirdb/kefir/internal/chain",
+		"github.com/kefirdb/kefir/internal/chainwire",
 	}
 )
 

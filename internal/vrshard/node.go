@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 
 	kcluster "github.com/kefirdb/kefir/internal/cluster"
 	"github.com/kefirdb/kefir/internal/kv"
@@ -25,6 +26,51 @@ var _ kcluster.Opener = OpenHosted
 // node transport (the node hands it every accepted peer connection and
 // closes it after the replica).
 func OpenHosted(spec kcluster.ReplicaSpec) (kcluster.Hosted, error) {
+	opts := hostedOptions(spec)
+	// The node's peer transport: its handshake admits peers of the same
+	// cluster and group configuration (members, epoch, lease timing), whose
+	// hash is the one the replica runs with, defaults filled in.
+	if spec.Transport != nil {
+		// One of several groups on the node's transport (issue 28): the
+		// node made it and serves its peer port; the replica registers
+		// its group there.
+		opts.Transport, opts.Group = spec.Transport, uint64(spec.Group)
+		r, err := Open(opts)
+		if err != nil {
+			return kcluster.Hosted{}, fmt.Errorf("open VR replica %d of group %d (cluster %d): %w", spec.Self, spec.Group, spec.Cluster, err)
+		}
+		return kcluster.Hosted{Replica: r, Group: r.Hosted(), Engine: r.Engine(), Transport: spec.Transport}, nil
+	}
+	gcfg, err := GroupConfig(opts)
+	if err != nil {
+		return kcluster.Hosted{}, fmt.Errorf("VR replica %d of cluster %d: %w", spec.Self, spec.Cluster, err)
+	}
+	return openOnTransport(opts, transport.Config{
+		Self: spec.Self, Peers: opts.Peers, ClusterSecret: spec.ClusterSecret,
+		Cluster: gcfg.Cluster, ConfigHash: gcfg.Hash(),
+		Logger: opts.Logger, // the transport adds "replica" itself
+	}, fmt.Sprintf("VR replica %d of cluster %d", spec.Self, spec.Cluster))
+}
+
+// openOnTransport opens the replica on a new node transport made from tc
+// (closed again if the replica does not open); what names the replica in
+// errors.
+func openOnTransport(opts Options, tc transport.Config, what string) (kcluster.Hosted, error) {
+	tr, err := transport.New(tc)
+	if err != nil {
+		return kcluster.Hosted{}, fmt.Errorf("peer transport of node %d: %w", tc.Self, err)
+	}
+	opts.Transport = tr
+	r, err := Open(opts)
+	if err != nil {
+		tr.Close()
+		return kcluster.Hosted{}, fmt.Errorf("open %s: %w", what, err)
+	}
+	return kcluster.Hosted{Replica: r, Group: r.Hosted(), Engine: r.Engine(), Transport: tr}, nil
+}
+
+// hostedOptions are the replica's Options for a node's spec.
+func hostedOptions(spec kcluster.ReplicaSpec) Options {
 	peers := map[uint64]string{}
 	clients := map[uint64]string{}
 	ids := make([]uint64, len(spec.Members))
@@ -33,7 +79,7 @@ func OpenHosted(spec kcluster.ReplicaSpec) (kcluster.Hosted, error) {
 		peers[m.ID] = m.PeerAddr
 		clients[m.ID] = m.ClientAddr
 	}
-	opts := Options{
+	return Options{
 		Dir: spec.Dir,
 		FS:  spec.FS,
 		VR: vr.Config{
@@ -56,39 +102,32 @@ func OpenHosted(spec kcluster.ReplicaSpec) (kcluster.Hosted, error) {
 		OnLogSync:       spec.OnLogSync,
 		Logger:          spec.Logger,
 	}
-	// The node's peer transport: its handshake admits peers of the same
-	// cluster and group configuration (members, epoch, lease timing), whose
-	// hash is the one the replica runs with, defaults filled in.
-	if spec.Transport != nil {
-		// One of several groups on the node's transport (issue 28): the
-		// node made it and serves its peer port; the replica registers
-		// its group there.
-		opts.Transport, opts.Group = spec.Transport, uint64(spec.Group)
-		r, err := Open(opts)
-		if err != nil {
-			return kcluster.Hosted{}, fmt.Errorf("open VR replica %d of group %d (cluster %d): %w", spec.Self, spec.Group, spec.Cluster, err)
+}
+
+// OpenHostedChain is the kcluster.Opener of a chain member (--engine
+// chain): the node's group is a chain (spec.Members, head first) whose
+// master, node master at masterAddr, runs elsewhere (kefir chain-master).
+// The node's transport admits the members and the master: its handshake
+// compares the cluster id and the sorted node ids (the transport's derived
+// hash), which the master computes alike. One group per node: a chain in a
+// multi-group cluster (--groups) is not built.
+func OpenHostedChain(master uint64, masterAddr string) kcluster.Opener {
+	return func(spec kcluster.ReplicaSpec) (kcluster.Hosted, error) {
+		if spec.Transport != nil {
+			return kcluster.Hosted{}, fmt.Errorf("chain member %d: a chain in a cluster of several groups is not built", spec.Self)
 		}
-		return kcluster.Hosted{Replica: r, Group: r.Hosted(), Engine: r.Engine(), Transport: spec.Transport}, nil
+		if spec.Nilext || spec.FollowerReads {
+			return kcluster.Hosted{}, fmt.Errorf("chain member %d: --nilext and --follower-reads are VR's", spec.Self)
+		}
+		opts := hostedOptions(spec)
+		opts.Chain = &ChainOptions{Master: master}
+		peers := maps.Clone(opts.Peers)
+		peers[master] = masterAddr
+		return openOnTransport(opts, transport.Config{
+			Self: spec.Self, Peers: peers, ClusterSecret: spec.ClusterSecret, Cluster: spec.Cluster,
+			Logger: opts.Logger,
+		}, fmt.Sprintf("chain member %d of cluster %d", spec.Self, spec.Cluster))
 	}
-	gcfg, err := GroupConfig(opts)
-	if err != nil {
-		return kcluster.Hosted{}, fmt.Errorf("VR replica %d of cluster %d: %w", spec.Self, spec.Cluster, err)
-	}
-	tr, err := transport.New(transport.Config{
-		Self: spec.Self, Peers: peers, ClusterSecret: spec.ClusterSecret,
-		Cluster: gcfg.Cluster, ConfigHash: gcfg.Hash(),
-		Logger: opts.Logger, // the transport adds "replica" itself
-	})
-	if err != nil {
-		return kcluster.Hosted{}, fmt.Errorf("peer transport of node %d: %w", spec.Self, err)
-	}
-	opts.Transport = tr
-	r, err := Open(opts)
-	if err != nil {
-		tr.Close()
-		return kcluster.Hosted{}, fmt.Errorf("open VR replica %d of cluster %d: %w", spec.Self, spec.Cluster, err)
-	}
-	return kcluster.Hosted{Replica: r, Group: r.Hosted(), Engine: r.Engine(), Transport: tr}, nil
 }
 
 // Hosted returns r's replication side as a node's front door sees it.

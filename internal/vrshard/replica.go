@@ -9,6 +9,7 @@ import (
 	kcluster "github.com/kefirdb/kefir/internal/cluster"
 	"github.com/kefirdb/kefir/internal/core"
 	"log/slog"
+	"math"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -157,6 +158,11 @@ type Options struct {
 	// a test plugs a second core into the host through the contract.
 	newCore func(vr.Config, core.Boot) (hostCore, error)
 
+	// Chain, if set, makes the replica a member of a chain (the chain
+	// engine, chaincore.go) instead of a VR replica: VR's Members is the
+	// chain, head first.
+	Chain *ChainOptions
+
 	// mut: deliberate bugs for tests (mutations), set from the first start.
 	mut mutations
 }
@@ -228,6 +234,15 @@ func (o *Options) fill() error {
 	}
 	if o.MaxProposals == 0 {
 		o.MaxProposals = 4096
+	}
+	if o.Chain != nil {
+		// A chain keeps its whole log: a checkpoint would drop the entries
+		// a joiner's pre-copy reads (chaincore.go CompactPoint). And no
+		// member holds a log batch for a later fsync: a write's answer waits
+		// for every member's fsync in turn (SU over log members), so a held
+		// batch delays every write behind it at every hop.
+		o.CheckpointOps, o.CheckpointBytes = math.MaxUint64, math.MaxInt64
+		o.CadSyncDelay, o.NilextSyncDelay = -1, -1
 	}
 	if o.CheckpointOps == 0 {
 		o.CheckpointOps = 20000

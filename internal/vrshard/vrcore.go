@@ -205,7 +205,7 @@ func (c *vrCore) Ready() core.Ready[peerMsg] {
 // withMessages is rd with msgs as its Messages and every other field as it
 // is (TestWithMessagesCopiesEveryField fails when core.Ready grows a field
 // this does not copy).
-func withMessages(rd *core.Ready[vr.Message], msgs []peerMsg) core.Ready[peerMsg] {
+func withMessages[M any](rd *core.Ready[M], msgs []peerMsg) core.Ready[peerMsg] {
 	return core.Ready[peerMsg]{
 		PersistSeq: rd.PersistSeq, Snapshot: rd.Snapshot, HasTruncate: rd.HasTruncate, Truncate: rd.Truncate,
 		Entries: rd.Entries, HardState: rd.HardState, Messages: msgs, Committed: rd.Committed,
@@ -445,6 +445,10 @@ func (noHints) Queued(uint64, uint64) bool { return true }
 // start state, which Open builds): VR's, or the one Options.newCore opens
 // (a test's) from the engine-neutral part of st.
 func openCore(opts *Options, st vr.State) (hostCore, error) {
+	if opts.Chain != nil {
+		return openChainHost(opts, core.Boot{HardState: st.HardState, Snapshot: st.Snapshot,
+			Entries: st.Entries, LostState: st.LostState, Bootstrap: st.Bootstrap})
+	}
 	if opts.newCore != nil {
 		return opts.newCore(opts.VR, core.Boot{HardState: st.HardState, Snapshot: st.Snapshot,
 			Entries: st.Entries, LostState: st.LostState, Bootstrap: st.Bootstrap})

@@ -47,6 +47,14 @@ func startGroup(t *testing.T) *group {
 // bootstrapping a new group.
 func startGroupWith(t *testing.T, extra ...string) *group {
 	t.Helper()
+	g := newGroup(t)
+	g.start(extra...)
+	return g
+}
+
+// newGroup describes three nodes and their member list, not started.
+func newGroup(t *testing.T) *group {
+	t.Helper()
 	g := &group{t: t}
 	var ms []string
 	for i := 1; i <= 3; i++ {
@@ -55,13 +63,19 @@ func startGroupWith(t *testing.T, extra ...string) *group {
 		ms = append(ms, fmt.Sprintf("%d@%s/%s", i, n.PeerAddr, n.ClientAddr))
 	}
 	g.members = strings.Join(ms, ",")
+	return g
+}
+
+// start starts g's nodes with extra flags on each, bootstrapping a new
+// group.
+func (g *group) start(extra ...string) {
+	g.t.Helper()
 	for i, n := range g.nodes {
 		n.Args = append(replicaArgs(g.members, i+1, true), extra...)
 		n.Start()
 		// Later starts of the same directory must not bootstrap.
 		n.Args = append(replicaArgs(g.members, i+1, false), extra...)
 	}
-	return g
 }
 
 type nodeStatus struct {

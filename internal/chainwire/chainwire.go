@@ -1,0 +1,190 @@
+// Package chainwire is the chain engine's codec: the binary encoding of the
+// chain core's messages (chain.Msg) as bodies of the engine-neutral peer
+// frames (internal/frame, engine frame.EngineChain), as internal/wire is
+// VR's.
+//
+// Encoding: hand-written, no reflection. The frame's envelope carries the
+// message type; the body is the header fields as uvarints (From, To, Epoch,
+// Seq, LA, LU, ID, Token, Joiner, Target), one flags byte, the operation and
+// result (length-prefixed), the member list and the forwarding path (a count,
+// then uvarints) and the entries (a count, then each entry's Seq, ID, Op and
+// Result). Byte slices in a decoded message alias the input.
+//
+// MsgPersist and MsgPersisted never travel: they are between a member and
+// its own host. A peer sending one is a protocol error (ErrCorrupt), so a
+// peer cannot make a member believe its own log is durable.
+//
+// Pure (internal/purity): it imports internal/chain, internal/frame,
+// internal/kv (its field decoder) and the standard library only.
+package chainwire
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/kefirdb/kefir/internal/chain"
+	"github.com/kefirdb/kefir/internal/frame"
+	"github.com/kefirdb/kefir/internal/kv"
+)
+
+// ErrCorrupt is the frame layer's: a body that does not decode. The
+// connection should be dropped.
+var ErrCorrupt = frame.ErrCorrupt
+
+// Flag bits of the flags byte.
+const (
+	flagDone = 1 << iota
+	flagRefused
+	flagQuery
+	flagAny
+	flagExhausted
+	flagWeak
+	flagLost
+	flagAll = 1<<iota - 1
+)
+
+// Travels reports whether messages of type t go between nodes (every type
+// but the member↔own-host persistence pair).
+func Travels(t chain.MsgType) bool {
+	return t >= chain.MsgUpdate && t <= chain.MsgCRTailDone || t == chain.MsgHeartbeat
+}
+
+// Payload adapts m to the transport (frame.Payload). m must not change until
+// the transport encoded it.
+func Payload(m *chain.Msg) frame.Payload { return (*payload)(m) }
+
+type payload chain.Msg
+
+func (p *payload) Kind() (frame.Engine, uint8) { return frame.EngineChain, uint8(p.Type) }
+func (p *payload) AppendBody(b []byte) []byte  { return AppendBody(b, (*chain.Msg)(p)) }
+
+// AppendBody appends m's fields (a frame body) to b.
+func AppendBody(b []byte, m *chain.Msg) []byte {
+	for _, v := range [...]uint64{uint64(m.From), uint64(m.To), m.Epoch, m.Seq, m.LA, m.LU, m.ID, m.Token,
+		uint64(m.Joiner), uint64(m.Target)} {
+		b = binary.AppendUvarint(b, v)
+	}
+	var f byte
+	for i, set := range [...]bool{m.Done, m.Refused, m.Query, m.Any, m.Exhausted, m.Weak, m.Lost} {
+		if set {
+			f |= 1 << i
+		}
+	}
+	b = append(b, f)
+	b = appendBytes(b, m.Op)
+	b = appendBytes(b, m.Result)
+	for _, ids := range [...][]chain.NodeID{m.Members, m.Path} {
+		b = binary.AppendUvarint(b, uint64(len(ids)))
+		for _, id := range ids {
+			b = binary.AppendUvarint(b, uint64(id))
+		}
+	}
+	b = binary.AppendUvarint(b, uint64(len(m.Entries)))
+	for i := range m.Entries {
+		e := &m.Entries[i]
+		b = binary.AppendUvarint(b, e.Seq)
+		b = binary.AppendUvarint(b, e.ID)
+		b = appendBytes(b, e.Op)
+		b = appendBytes(b, e.Result)
+	}
+	return b
+}
+
+func appendBytes(b, p []byte) []byte {
+	b = binary.AppendUvarint(b, uint64(len(p)))
+	return append(b, p...)
+}
+
+// DecodeBody decodes a body of message type typ into m (overwriting it).
+// It reads with kv's field decoder (kv.Decoder), the one the kv and VR
+// codecs share.
+func DecodeBody(typ uint8, body []byte, m *chain.Msg) error {
+	*m = chain.Msg{Type: chain.MsgType(typ)}
+	if !Travels(m.Type) {
+		return fmt.Errorf("%w: chain message type %d does not travel between nodes", ErrCorrupt, typ)
+	}
+	d := kv.Decoder{B: body}
+	var from, to, joiner, target uint64
+	for _, f := range [...]*uint64{&from, &to, &m.Epoch, &m.Seq, &m.LA, &m.LU, &m.ID, &m.Token, &joiner, &target} {
+		*f = d.Uvarint()
+	}
+	m.From, m.To, m.Joiner, m.Target = chain.NodeID(from), chain.NodeID(to), chain.NodeID(joiner), chain.NodeID(target)
+	f := d.Byte()
+	if d.Err == nil && f&^flagAll != 0 {
+		return fmt.Errorf("%w: chain %v: unknown flags %#x", ErrCorrupt, m.Type, f)
+	}
+	for i, set := range [...]*bool{&m.Done, &m.Refused, &m.Query, &m.Any, &m.Exhausted, &m.Weak, &m.Lost} {
+		*set = f&(1<<i) != 0
+	}
+	m.Op = bytesOrNil(&d)
+	m.Result = bytesOrNil(&d)
+	for _, ids := range [...]*[]chain.NodeID{&m.Members, &m.Path} {
+		if n := count(&d, 1); n > 0 {
+			*ids = make([]chain.NodeID, n)
+			for i := range *ids {
+				(*ids)[i] = chain.NodeID(d.Uvarint())
+			}
+		}
+	}
+	if n := count(&d, 4); n > 0 {
+		m.Entries = make([]chain.Entry, n)
+		for i := range m.Entries {
+			e := &m.Entries[i]
+			e.Seq = d.Uvarint()
+			e.ID = d.Uvarint()
+			e.Op = bytesOrNil(&d)
+			e.Result = bytesOrNil(&d)
+		}
+	}
+	if d.Err != nil {
+		return fmt.Errorf("%w: chain %v: truncated or malformed body (%v)", ErrCorrupt, m.Type, d.Err)
+	}
+	if len(d.B) != 0 {
+		return fmt.Errorf("%w: chain %v: %d trailing bytes", ErrCorrupt, m.Type, len(d.B))
+	}
+	return nil
+}
+
+// bytesOrNil reads a byte string, nil when empty (as the core builds them).
+func bytesOrNil(d *kv.Decoder) []byte {
+	if p := d.Bytes(); len(p) > 0 {
+		return p
+	}
+	return nil
+}
+
+// count reads a count of items that each take at least min bytes, so a
+// corrupt count cannot make the decoder allocate more than the input
+// justifies.
+func count(d *kv.Decoder, min int) int {
+	n := d.Uvarint()
+	if d.Err == nil && n > uint64(len(d.B)/min) {
+		d.Err = ErrCorrupt
+		return 0
+	}
+	return int(n)
+}
+
+// Decode turns one batch of a chain group's inbound frames, which came on
+// the connection authenticated as node from to node self, into messages. A
+// message that does not decode (or is another engine's) is ErrCorrupt; one
+// whose From or To is not the connection's is frame.ErrSpoofed. Either means
+// the connection's stream can no longer be trusted. The messages alias the
+// frames' bodies.
+func Decode(from, self uint64, in []frame.Message) ([]chain.Msg, error) {
+	msgs := make([]chain.Msg, len(in))
+	for i := range in {
+		fm := &in[i]
+		if fm.Engine != frame.EngineChain {
+			return nil, fmt.Errorf("%w: a %v message for chain group %d", ErrCorrupt, fm.Engine, fm.Group)
+		}
+		m := &msgs[i]
+		if err := DecodeBody(fm.Type, fm.Body, m); err != nil {
+			return nil, err
+		}
+		if uint64(m.From) != from || uint64(m.To) != self {
+			return nil, fmt.Errorf("%w: %s on the connection authenticated as node %d to node %d", frame.ErrSpoofed, m, from, self)
+		}
+	}
+	return msgs, nil
+}

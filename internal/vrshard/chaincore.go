@@ -1,0 +1,554 @@
+package vrshard
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/kefirdb/kefir/internal/chain"
+	"github.com/kefirdb/kefir/internal/core"
+	"github.com/kefirdb/kefir/internal/kv"
+	"github.com/kefirdb/kefir/internal/vr"
+)
+
+// chainCore is the chain engine's core as the host drives it: the pure
+// chain member (internal/chain) behind the engine-neutral contract
+// (core.Core), as vrCore is VR's. docs/design/chain.md, "On the replica
+// host", has the mapping; in short:
+//
+//   - Op numbers are positions in the member's history (1, 2, ...): every
+//     member's history is a prefix of its predecessor's, so a position names
+//     the same update on every member. The chain's own sequence numbers
+//     (sparse: epoch<<40 | n) travel in the host's log inside each entry's
+//     Data (chainEntry), so a restart recovers them.
+//   - Committed is the history up to the member's LA: acknowledged by its
+//     successor, hence at the tail (and, under SU with log members, on
+//     every member's disk). The host's state machine only ever holds
+//     committed state.
+//   - The head takes proposals (Info.Leader names it) and replies once a
+//     write is committed and applied; the tail's update-acks, which a
+//     master acting as the clients' front end would take, are dropped.
+//   - A linearizable read at any active member is served once applied
+//     reaches the member's LU at the time of the read: every update
+//     answered before the read began passed this member (it was
+//     acknowledged at the head, after every member), and nothing it
+//     returns is uncommitted.
+//   - Every member is a log datastore (chain.Log) under SU: the host's log
+//     is its disk, Ready.Entries/PersistSeq and Persisted are the core's
+//     persist/persisted, and a member passes on and acknowledges only what
+//     it persisted (Kefir's sync durability: nothing acknowledged is lost
+//     while one member's disk survives).
+//   - Membership is the master's (chain.Master, elsewhere): its orders come
+//     in through Step like any peer message; the member never decides it.
+type chainCore struct {
+	m      *chain.Member
+	mcfg   chain.Config // the member's configuration (Members and Log as at open)
+	self   uint64
+	master uint64
+	// chain is the configuration as last known (head first), for
+	// Info.Leader on a member that is not the head.
+	chain []uint64
+
+	written int // history entries handed out in Ready.Entries
+	handed  int // history entries handed out in Committed
+	// bootCommit: entries of a restart's durable prefix, committed before
+	// the member rejoined (its LA starts again from 0).
+	bootCommit int
+	truncate   *uint64 // the first Ready's Truncate (a restart's uncommitted suffix)
+
+	batches [][2]uint64 // {PersistSeq, last chain seq} written, not yet durable
+	seq     uint64      // the last PersistSeq issued
+
+	// clients is kv's client table, under VR's count rule (vr.MaxClients):
+	// every member drops the same records at the same op.
+	clients *kv.ClientTable
+	// inflight: this head's proposals with a client identity, until
+	// committed, and their chain request ids (a redirect names the id).
+	inflight map[idKey]uint64
+	byID     map[uint64]idKey
+	nextID   uint64
+	lastHand []core.Committed
+
+	// The master's lease (chainmaster): heartbeats sent (seq, when) and
+	// not yet answered, and until when the last answer lets this member
+	// serve. Zero Lease: no lease (tests without a master).
+	beat, lease int64
+	beatSeq     uint64
+	beats       [][2]int64
+	leaseUntil  int64
+	lastBeat    int64
+
+	rejoins int // times a lost update made this member rejoin (tests)
+
+	out core.Ready[chain.Msg]
+}
+
+var _ core.Core[chain.Msg] = (*chainCore)(nil)
+
+// chainSeqBits is the chain's sequence-number split (chain.Config.SeqBits):
+// the epoch a head numbered under is seq>>chainSeqBits, the host's
+// Entry.View.
+const chainSeqBits = 40
+
+// chainOp is a client request as the chain replicates it: client, request
+// number, then the host's operation bytes. Every member rebuilds the client
+// table from it.
+func appendChainOp(b []byte, req core.Request) []byte {
+	b = binary.AppendUvarint(b, req.Client)
+	b = binary.AppendUvarint(b, req.ReqNum)
+	return append(b, req.Data...)
+}
+
+func decodeChainOp(op []byte) (core.Request, error) {
+	d := kv.Decoder{B: op}
+	client, reqNum := d.Uvarint(), d.Uvarint()
+	if d.Err != nil {
+		return core.Request{}, fmt.Errorf("chain core: undecodable op (%d bytes): %w", len(op), d.Err)
+	}
+	return core.Request{Client: client, ReqNum: reqNum, Data: d.B}, nil
+}
+
+// chainEntry is a history entry as the host's log holds it: Data is the
+// chain sequence number, then the chain op.
+func chainEntry(op uint64, e chain.Entry) (core.Entry, error) {
+	req, err := decodeChainOp(e.Op)
+	if err != nil {
+		return core.Entry{}, err
+	}
+	req.Data = binary.AppendUvarint(make([]byte, 0, len(e.Op)+binary.MaxVarintLen64), e.Seq)
+	req.Data = append(req.Data, e.Op...)
+	return core.Entry{View: e.Seq >> chainSeqBits, Op: op, Request: req}, nil
+}
+
+func fromLogEntry(e core.Entry) (chain.Entry, error) {
+	d := kv.Decoder{B: e.Data}
+	seq := d.Uvarint()
+	if d.Err != nil || seq == 0 {
+		return chain.Entry{}, fmt.Errorf("chain core: log entry %d holds no chain sequence number", e.Op)
+	}
+	return chain.Entry{Seq: seq, Op: d.B}, nil
+}
+
+// nopSM is the chain member's state machine: the host applies committed
+// entries itself (Ready.Committed), so the member's own apply, which runs
+// at receipt, only records that it happened. Reads never reach it: the
+// host serves them (ReadStates).
+type nopSM struct{}
+
+func (nopSM) Apply(uint64, []byte) []byte { return nil }
+func (nopSM) Read([]byte) []byte          { return nil }
+
+// ChainOptions makes a replica a chain member (Options.Chain).
+type ChainOptions struct {
+	// Master is the chain master's node id (internal/chainmaster), outside
+	// the chain and a peer on the transport.
+	Master uint64
+	// Heartbeat is how often the member tells the master it is alive,
+	// Lease how long after one the master's answer lets it serve (defaults
+	// chainmaster's: 50 ms, 500 ms). The master's FailAfter must exceed
+	// Lease.
+	Heartbeat, Lease time.Duration
+}
+
+// chainConfig is how a chain member is configured on the host.
+type chainConfig struct {
+	Self, Master uint64
+	// Members is the chain at its creation, head first.
+	Members []uint64
+	// Heartbeat is how often the member tells the master it is alive;
+	// Lease how long after sending one the master's answer lets it serve
+	// (nanoseconds; zero: no heartbeats and no lease, for tests that drive
+	// the master by hand). The master's FailAfter must exceed Lease.
+	Heartbeat, Lease int64
+}
+
+// openChain starts a chain core from what the host's disk holds. The
+// group's first start (Bootstrap) is a member of the initial chain. Any
+// later start rejoins as a joiner holding the committed prefix of its log
+// (entries up to the hard state's commit point, perhaps none; the rest is
+// truncated: it may never have reached the tail); the master orders its
+// join when it hears from it.
+func openChain(cfg chainConfig, st core.Boot) (*chainCore, error) {
+	if cfg.Master == 0 || slices.Contains(cfg.Members, cfg.Master) {
+		return nil, fmt.Errorf("chain core: master %d must be a node outside the chain %v", cfg.Master, cfg.Members)
+	}
+	if st.Snapshot != nil {
+		return nil, errors.New("chain core: the log starts at a snapshot; chains do not compact their log yet")
+	}
+	if st.LostState {
+		return nil, errors.New("chain core: the disk lost state; wipe the member and join it as a new node")
+	}
+	c := &chainCore{self: cfg.Self, master: cfg.Master, chain: slices.Clone(cfg.Members),
+		beat: cfg.Heartbeat, lease: cfg.Lease,
+		clients: kv.NewClientTable(vr.MaxClients), inflight: map[idKey]uint64{}, byID: map[uint64]idKey{}}
+	ccfg := chain.Config{ID: chain.NodeID(cfg.Self), Master: chain.NodeID(cfg.Master), SeqBits: chainSeqBits,
+		Mode: chain.SU, Store: chain.Log}
+	if st.Bootstrap {
+		if !slices.Contains(cfg.Members, cfg.Self) {
+			return nil, fmt.Errorf("chain core: %d is not in the chain %v", cfg.Self, cfg.Members)
+		}
+		for _, id := range cfg.Members {
+			ccfg.Members = append(ccfg.Members, chain.NodeID(id))
+		}
+		c.m, c.mcfg = chain.NewMember(ccfg, nopSM{}), ccfg
+		return c, nil
+	}
+	n := int(min(st.HardState.Commit, uint64(len(st.Entries))))
+	for i, e := range st.Entries[:n] {
+		if e.Op != uint64(i+1) {
+			return nil, fmt.Errorf("chain core: log entry %d at position %d", e.Op, i+1)
+		}
+		ce, err := fromLogEntry(e)
+		if err != nil {
+			return nil, err
+		}
+		ccfg.Log = append(ccfg.Log, ce)
+	}
+	if n < len(st.Entries) {
+		t := uint64(n)
+		c.truncate = &t
+	}
+	c.m, c.mcfg = chain.NewMember(ccfg, nopSM{}), ccfg
+	c.written, c.bootCommit = n, n
+	return c, nil
+}
+
+func (c *chainCore) status() chain.Status { return c.m.Status() }
+
+// isHead: this member takes proposals (an active or joining member without
+// a predecessor: a joining head takes updates into its temporary store).
+func (c *chainCore) isHead() bool {
+	s := c.status()
+	return s.Pred == 0 && (s.State == chain.Active || s.State == chain.Joining)
+}
+
+func (c *chainCore) Step(_ int64, m chain.Msg) {
+	switch m.Type {
+	case chain.MsgPersist, chain.MsgPersisted:
+		return // between a member and its own host only (Persisted)
+	case chain.MsgHeartbeat:
+		if uint64(m.From) == c.master {
+			c.heartbeatAnswer(m)
+		}
+		return
+	case chain.MsgUpdate:
+		if c.lostUpdate(m) {
+			c.rejoin(m)
+			return
+		}
+	case chain.MsgFlush:
+		// A join's new configuration, before the master's next heartbeat
+		// answer says so (Info.Leader; repairs are learnt from the answers).
+		if m.Epoch >= c.status().Epoch {
+			c.setChain(m.Members)
+		}
+	}
+	c.m.Step(m)
+}
+
+// lostUpdate reports whether update m from the predecessor shows that one
+// before it never arrived. A head numbers its updates one after another
+// within its numbering epoch (seq>>chainSeqBits), every member passes them
+// on in order, and a repair re-sends from what the successor holds, so an
+// active member's next update from its predecessor in the same epoch is
+// always LU+1. The chain assumes reliable links; the node transport drops a
+// message when a peer's queue overflows or a connection is re-dialled.
+// (Across epochs — a new head — a gap is not detected.)
+func (c *chainCore) lostUpdate(m chain.Msg) bool {
+	s := c.status()
+	if s.State != chain.Active || m.From != s.Pred || m.From == chain.NodeID(c.master) || m.Seq <= s.LU {
+		return false
+	}
+	return m.Seq>>chainSeqBits == s.LU>>chainSeqBits && s.LU != 0 && m.Seq != s.LU+1
+}
+
+// rejoin makes this member a joiner again after a lost update: it keeps
+// its committed history (the host applied it; it is a prefix of every
+// replica's), truncates the rest from its log, and stops serving; its next
+// heartbeat says it is not a replica, so the master repairs the chain
+// around it and joins it again (chainmaster), its pre-copy resuming after
+// what it kept. Waiting writes end with the configuration change.
+func (c *chainCore) rejoin(m chain.Msg) {
+	s := c.status()
+	c.out.Errors = append(c.out.Errors, fmt.Errorf("chain member %d: update %s from %d after %s: an update was lost on the link; rejoining the chain",
+		c.self, chain.FormatSeq(m.Seq), m.From, chain.FormatSeq(s.LU)))
+	hist := c.m.History()
+	n := c.handed
+	cfg := c.mcfg
+	cfg.Members, cfg.Log = nil, slices.Clone(hist[:n])
+	c.m = chain.NewMember(cfg, nopSM{})
+	if len(hist) > n {
+		t := uint64(n)
+		c.truncate = &t
+	}
+	c.written, c.bootCommit = n, n
+	c.batches = nil // the old member's persistence reports mean nothing to the new one
+	c.leaseUntil = 0
+	c.rejoins++
+}
+
+func (c *chainCore) setChain(ms []chain.NodeID) {
+	c.chain = c.chain[:0]
+	for _, id := range ms {
+		c.chain = append(c.chain, uint64(id))
+	}
+}
+
+// EventualUntil is until when this member may serve eventual reads (the
+// host's clock; Ready.EventualUntil): its lease. A member in the chain receives every update
+// soon after the head; one the master gave up on stops at its lease's end.
+func (c *chainCore) EventualUntil() int64 {
+	if c.lease == 0 {
+		return math.MaxInt64
+	}
+	return c.leaseUntil
+}
+
+// heartbeatAnswer: the master counts this member in the chain m.Members:
+// the lease runs from when the answered heartbeat was sent.
+func (c *chainCore) heartbeatAnswer(m chain.Msg) {
+	for len(c.beats) > 0 && uint64(c.beats[0][0]) <= m.Seq {
+		if uint64(c.beats[0][0]) == m.Seq {
+			c.leaseUntil = max(c.leaseUntil, c.beats[0][1]+c.lease)
+		}
+		c.beats = c.beats[1:]
+	}
+	c.setChain(m.Members)
+}
+
+// leased reports whether the master's lease lets this member serve now.
+func (c *chainCore) leased(now int64) bool { return c.lease == 0 || now < c.leaseUntil }
+
+func (c *chainCore) Heard(int64, uint64) {}
+
+func (c *chainCore) Tick(now int64) {
+	c.m.Tick(now)
+	if c.beat > 0 && now-c.lastBeat >= c.beat {
+		c.lastBeat = now
+		c.beatSeq++
+		if len(c.beats) >= 64 {
+			c.beats = c.beats[1:] // unanswered for long: the master is away
+		}
+		c.beats = append(c.beats, [2]int64{int64(c.beatSeq), now})
+		s := c.status()
+		c.out.Messages = append(c.out.Messages, chain.Msg{Type: chain.MsgHeartbeat, From: chain.NodeID(c.self),
+			To: chain.NodeID(c.master), Seq: c.beatSeq, LA: s.LA, LU: s.LU, Refused: s.State == chain.Inactive})
+	}
+}
+
+func (c *chainCore) Propose(now int64, req core.Request, ack core.AckPoint) error {
+	if ack != core.AckApplied {
+		return fmt.Errorf("chain core: no early acknowledgement (%v)", ack)
+	}
+	if !c.isHead() {
+		return core.ErrNotLeader
+	}
+	if !c.leased(now) {
+		return core.ErrNotNormal // the master may have replaced this head
+	}
+	if req.Client != 0 {
+		switch d, rec := c.clients.Check(req.Client, req.ReqNum); d {
+		case kv.Stale:
+			return core.ErrStaleRequest
+		case kv.Duplicate:
+			c.out.Replies = append(c.out.Replies, core.Reply{Client: rec.Client, ReqNum: rec.ReqNum, Op: rec.Op, Result: rec.Result})
+			return nil
+		}
+		if _, ok := c.inflight[idKey{req.Client, req.ReqNum}]; ok {
+			return nil // in flight: its reply comes at apply
+		}
+	}
+	c.nextID++
+	if req.Client != 0 {
+		// (A retry of a request an earlier head ordered and this one holds
+		// uncommitted gets a second entry: the client table makes it a
+		// Duplicate at apply, answered with the first one's result.)
+		k := idKey{req.Client, req.ReqNum}
+		c.inflight[k], c.byID[c.nextID] = c.nextID, k
+	}
+	c.m.Step(chain.Msg{Type: chain.MsgUpdate, From: chain.NodeID(c.master), To: chain.NodeID(c.self),
+		ID: c.nextID, Op: appendChainOp(nil, req)})
+	return nil
+}
+
+func (c *chainCore) Persisted(seq uint64) {
+	var to uint64
+	for len(c.batches) > 0 && c.batches[0][0] <= seq {
+		to = max(to, c.batches[0][1])
+		c.batches = c.batches[1:]
+	}
+	if to > 0 {
+		c.m.Step(chain.Msg{Type: chain.MsgPersisted, From: chain.NodeID(c.self), To: chain.NodeID(c.self), Seq: to})
+	}
+}
+
+// Read: a linearizable read at an active member waits for the member's LU
+// at this moment to be applied (chainCore's doc comment says why that is
+// linearizable).
+//
+// Under the master's lease only: a member the master gave up on (and
+// repaired the chain around) stops serving once its lease lapses, before
+// the master declares it failed, so it never answers from a history the
+// chain has moved past.
+func (c *chainCore) Read(now int64, req core.ReadRequest) error {
+	if req.Kind != core.ReadLinearizable {
+		return fmt.Errorf("chain core: no %v reads", req.Kind)
+	}
+	if c.status().State != chain.Active || !c.leased(now) {
+		return core.ErrNotNormal
+	}
+	c.out.ReadStates = append(c.out.ReadStates, core.ReadState{Ctx: req.Ctx, Index: uint64(len(c.m.History()))})
+	return nil
+}
+
+// committedLen is how many history entries are committed: those up to LA,
+// and a restart's durable prefix.
+func (c *chainCore) committedLen(hist []chain.Entry) int {
+	la := c.status().LA
+	n := sort.Search(len(hist), func(i int) bool { return hist[i].Seq > la })
+	return max(n, c.bootCommit)
+}
+
+func (c *chainCore) Ready() core.Ready[chain.Msg] {
+	if len(c.lastHand) > 0 {
+		panic("chain core: Ready before Advance")
+	}
+	for _, m := range c.m.Ready() {
+		switch {
+		case m.Type == chain.MsgPersist:
+			// The host persists every entry it is handed (below).
+		case m.Type == chain.MsgUpdateAck && uint64(m.To) == c.master:
+			// The head answers its clients at commit.
+		case m.Type == chain.MsgRedirect && uint64(m.To) == c.master && !m.Query:
+			// The head refused an update (no longer the head, or out of
+			// numbers until the master renews its range): not ordered.
+			// (A request without a client identity has no waiter the
+			// core can name: it times out, its outcome unknown.)
+			if k, ok := c.byID[m.ID]; ok {
+				delete(c.byID, m.ID)
+				delete(c.inflight, k)
+				c.out.Replies = append(c.out.Replies, core.Reply{Client: k.client, ReqNum: k.seq, Err: core.ErrNotLeader})
+			}
+		default:
+			c.out.Messages = append(c.out.Messages, m)
+		}
+	}
+	hist := c.m.History()
+	if c.truncate != nil {
+		c.out.HasTruncate, c.out.Truncate = true, *c.truncate
+		c.truncate = nil
+	}
+	if len(hist) > c.written {
+		for i := c.written; i < len(hist); i++ {
+			e, err := chainEntry(uint64(i+1), hist[i])
+			if err != nil {
+				c.out.Errors = append(c.out.Errors, err)
+				break
+			}
+			c.out.Entries = append(c.out.Entries, e)
+		}
+		c.written = len(hist)
+	}
+	committed := c.committedLen(hist)
+	if len(c.out.Entries) > 0 || c.out.HasTruncate {
+		hs := core.HardState{View: c.status().Epoch, Commit: uint64(committed)}
+		c.out.HardState = &hs
+		c.seq++
+		c.out.PersistSeq = c.seq
+		var last uint64
+		if n := len(hist); n > 0 {
+			last = hist[n-1].Seq
+		}
+		c.batches = append(c.batches, [2]uint64{c.seq, last})
+	}
+	for i := c.handed; i < committed; i++ {
+		// The host applies its operation, not the log's encoding of it.
+		req, err := decodeChainOp(hist[i].Op)
+		if err != nil {
+			c.out.Errors = append(c.out.Errors, err)
+			break
+		}
+		e := core.Entry{View: hist[i].Seq >> chainSeqBits, Op: uint64(i + 1), Request: req}
+		cm := core.Committed{Entry: e}
+		if e.Client != 0 {
+			k := idKey{e.Client, e.ReqNum}
+			if id, ok := c.inflight[k]; ok {
+				delete(c.inflight, k)
+				delete(c.byID, id)
+			}
+			if c.clients.Executed(e.Client, e.ReqNum) {
+				cm.Duplicate = true
+			} else {
+				c.clients.Put(core.ClientRecord{Client: e.Client, ReqNum: e.ReqNum, Op: e.Op})
+			}
+		}
+		c.out.Committed = append(c.out.Committed, cm)
+		c.handed = i + 1
+	}
+	c.lastHand = c.out.Committed
+	rd := c.out
+	c.out = core.Ready[chain.Msg]{}
+	// Nothing is acknowledged before it is committed: R is the commit
+	// point; eventual reads run until the master's lease ends.
+	rd.Readable, rd.EventualUntil = uint64(committed), c.EventualUntil()
+	return rd
+}
+
+func (c *chainCore) Advance(results [][]byte) {
+	head := c.isHead()
+	for i, cm := range c.lastHand {
+		if cm.Client == 0 {
+			continue
+		}
+		rec := c.clients.Get(cm.Client)
+		if rec == nil {
+			continue // dropped by the count rule
+		}
+		if !cm.Duplicate {
+			rec.Result = results[i]
+		}
+		if head && rec.ReqNum == cm.ReqNum {
+			c.out.Replies = append(c.out.Replies, core.Reply{Client: cm.Client, ReqNum: cm.ReqNum, Op: cm.Op, Result: rec.Result})
+		}
+	}
+	c.lastHand = nil
+}
+
+func (c *chainCore) Info() core.Info {
+	s := c.status()
+	st := core.Normal
+	if s.State != chain.Active {
+		st = core.Recovering // a joiner (or a removed tail): serves nothing
+	}
+	leader := uint64(0)
+	if len(c.chain) > 0 {
+		leader = c.chain[0]
+	}
+	head := c.isHead()
+	if head {
+		leader = c.self
+	}
+	return core.Info{Self: c.self, Status: st, View: s.Epoch, Leader: leader, IsLeader: head,
+		FirstOp: 1, LastOp: uint64(len(c.m.History())), Commit: uint64(c.handed)}
+}
+
+func (c *chainCore) ClientTable() []core.ClientRecord { return c.clients.Entries() }
+
+func (c *chainCore) ClientTableMinOp() (op uint64, ok bool) { return c.clients.MinOp() }
+
+// CompactPoint: a chain keeps its whole history (a joiner's pre-copy reads
+// it from the tail); compaction would need a snapshot transfer in the
+// pre-copy, not built.
+func (c *chainCore) CompactPoint(uint64, uint64, int) uint64 { return 0 }
+
+func (c *chainCore) Compact(op uint64) error {
+	return fmt.Errorf("chain core: no log compaction (asked to compact to %d)", op)
+}
+
+func (c *chainCore) SendSnapshot(to uint64, _ core.Snapshot) error {
+	return fmt.Errorf("chain core: no snapshots (asked for one for %d)", to)
+}

@@ -1,0 +1,347 @@
+package vrshard
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"testing"
+
+	"github.com/kefirdb/kefir/internal/chain"
+	"github.com/kefirdb/kefir/internal/core"
+)
+
+// chainBed drives chain cores and their master through the core contract
+// as a host does, with the host's parts reduced to what the contract
+// needs: a log per member (Entries, Truncate, HardState; fsynced at once,
+// Persisted after the batch), an apply that returns the operation as its
+// result, and FIFO links. It checks the adapter's half of the contract —
+// what is persisted, committed, answered — not the host's (the host test
+// does that over real transports).
+type chainBed struct {
+	t       *testing.T
+	master  *chain.Master
+	cores   map[uint64]*chainCore
+	disk    map[uint64][]core.Entry
+	hs      map[uint64]core.HardState
+	applied map[uint64][]core.Committed
+	replies map[uint64][]core.Reply
+	reads   map[uint64][]core.ReadState
+	errs    map[uint64][]error
+	queue   []chain.Msg
+	// drop, if set, loses the messages it returns true for (a link that
+	// is not reliable).
+	drop func(chain.Msg) bool
+}
+
+const bedMaster = 9
+
+func newChainBed(t *testing.T, ids ...uint64) *chainBed {
+	b := &chainBed{t: t, cores: map[uint64]*chainCore{}, disk: map[uint64][]core.Entry{},
+		hs: map[uint64]core.HardState{}, applied: map[uint64][]core.Committed{},
+		replies: map[uint64][]core.Reply{}, reads: map[uint64][]core.ReadState{}, errs: map[uint64][]error{}}
+	var nodes []chain.NodeID
+	for _, id := range ids {
+		nodes = append(nodes, chain.NodeID(id))
+		c, err := openChain(chainConfig{Self: id, Master: bedMaster, Members: ids}, core.Boot{Bootstrap: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.cores[id] = c
+	}
+	b.master = chain.NewMaster(bedMaster, nodes, len(ids))
+	return b
+}
+
+// pump runs every core's and the master's output until nothing moves.
+func (b *chainBed) pump() {
+	b.t.Helper()
+	for range 10000 {
+		moved := false
+		for _, id := range slices.Sorted(maps.Keys(b.cores)) {
+			c := b.cores[id]
+			rd := c.Ready()
+			if rd.HasTruncate {
+				d := b.disk[id]
+				for len(d) > 0 && d[len(d)-1].Op > rd.Truncate {
+					d = d[:len(d)-1]
+				}
+				b.disk[id] = d
+			}
+			for _, e := range rd.Entries {
+				if d := b.disk[id]; len(d) > 0 && e.Op != d[len(d)-1].Op+1 || len(d) == 0 && e.Op != 1 {
+					b.t.Fatalf("member %d: entry %d appended after %d entries", id, e.Op, len(d))
+				}
+				b.disk[id] = append(b.disk[id], e)
+			}
+			if rd.HardState != nil {
+				b.hs[id] = *rd.HardState
+			}
+			b.errs[id] = append(b.errs[id], rd.Errors...)
+			b.queue = append(b.queue, rd.Messages...)
+			results := make([][]byte, len(rd.Committed))
+			for i, cm := range rd.Committed {
+				if !cm.Duplicate {
+					results[i] = append([]byte("r:"), cm.Data...)
+				}
+			}
+			b.applied[id] = append(b.applied[id], rd.Committed...)
+			c.Advance(results)
+			b.replies[id] = append(b.replies[id], rd.Replies...)
+			b.reads[id] = append(b.reads[id], rd.ReadStates...)
+			if rd.PersistSeq != 0 {
+				c.Persisted(rd.PersistSeq)
+			}
+			moved = moved || !rd.Empty()
+		}
+		mr := b.master.Ready()
+		b.queue = append(b.queue, mr.Msgs...)
+		for _, id := range mr.Fenced {
+			delete(b.cores, uint64(id))
+		}
+		if len(b.queue) > 0 {
+			m := b.queue[0]
+			b.queue = b.queue[1:]
+			if b.drop != nil && b.drop(m) {
+				continue
+			}
+			if m.To == bedMaster {
+				b.master.Step(m)
+			} else if c := b.cores[uint64(m.To)]; c != nil {
+				c.Step(0, m)
+			}
+			moved = true
+		}
+		if !moved {
+			return
+		}
+	}
+	b.t.Fatal("the chain never settled")
+}
+
+func (b *chainBed) propose(at, client, req uint64, data string) error {
+	return b.cores[at].Propose(0, core.Request{Client: client, ReqNum: req, Data: []byte(data)}, core.AckApplied)
+}
+
+// crash stops a member: its queued messages are dropped; the master hears.
+func (b *chainBed) crash(id uint64) {
+	delete(b.cores, id)
+	b.queue = slices.DeleteFunc(b.queue, func(m chain.Msg) bool { return uint64(m.From) == id || uint64(m.To) == id })
+	b.master.Fail(chain.NodeID(id))
+}
+
+// TestChainCoreContract: three chain members behind the core contract.
+// Writes enter at the head only, are persisted on every member, committed
+// (applied) everywhere once acknowledged, and answered by the head with the
+// state machine's result; a retry is answered from the client table; a
+// read waits for the member's LU at the time of the read. Then the middle
+// member crashes (the master repairs the chain), writes go on, and the
+// member restarts from its disk: it truncates what it had not seen
+// committed, rejoins as a joiner and ends with the same log as the others.
+func TestChainCoreContract(t *testing.T) {
+	b := newChainBed(t, 1, 2, 3)
+	if err := b.propose(2, 7, 1, "x"); !errors.Is(err, core.ErrNotLeader) {
+		t.Fatalf("a proposal at the middle: %v, want ErrNotLeader", err)
+	}
+	if i := b.cores[2].Info(); i.Leader != 1 || i.IsLeader {
+		t.Fatalf("middle's Info: %+v, want leader 1", i)
+	}
+	for i := uint64(1); i <= 3; i++ {
+		if err := b.propose(1, 7, i, fmt.Sprint("w", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A read at the head before anything is acknowledged waits for all
+	// three writes.
+	if err := b.cores[1].Read(0, core.ReadRequest{Ctx: 1, Kind: core.ReadLinearizable}); err != nil {
+		t.Fatal(err)
+	}
+	b.pump()
+	if rs := b.reads[1]; len(rs) != 1 || rs[0].Index != 3 || rs[0].Err != nil {
+		t.Fatalf("read states %+v, want one at index 3", rs)
+	}
+	if got := b.replies[1]; len(got) != 3 || string(got[2].Result) != "r:w3" || got[2].Op != 3 {
+		t.Fatalf("head replies %+v, want three, the last op 3 with r:w3", got)
+	}
+	for _, id := range []uint64{2, 3} {
+		if len(b.replies[id]) != 0 {
+			t.Fatalf("member %d replied %+v: only the head answers", id, b.replies[id])
+		}
+	}
+	for _, id := range []uint64{1, 2, 3} {
+		if len(b.disk[id]) != 3 || len(b.applied[id]) != 3 || b.hs[id].Commit > 3 {
+			t.Fatalf("member %d: %d on disk, %d applied, hard state %+v", id, len(b.disk[id]), len(b.applied[id]), b.hs[id])
+		}
+	}
+	// A retry of an executed request: the client table's answer, no entry.
+	if err := b.propose(1, 7, 3, "w3"); err != nil {
+		t.Fatal(err)
+	}
+	b.pump()
+	if got := b.replies[1]; len(got) != 4 || string(got[3].Result) != "r:w3" || len(b.disk[1]) != 3 {
+		t.Fatalf("retry: replies %+v, %d entries; want r:w3 again and no new entry", got, len(b.disk[1]))
+	}
+	if err := b.propose(1, 7, 2, "w2"); !errors.Is(err, core.ErrStaleRequest) {
+		t.Fatalf("a request older than the client's last: %v, want ErrStaleRequest", err)
+	}
+
+	// One more write: its batch carries the hard state with commit 3.
+	if err := b.propose(1, 7, 4, "w4"); err != nil {
+		t.Fatal(err)
+	}
+	b.pump()
+	if hs := b.hs[2]; hs.Commit != 3 || len(b.disk[2]) != 4 {
+		t.Fatalf("member 2: hard state %+v, %d entries; want commit 3 recorded, 4 entries", hs, len(b.disk[2]))
+	}
+	b.crash(2)
+	b.pump()
+	for i := uint64(5); i <= 7; i++ {
+		if err := b.propose(1, 7, i, fmt.Sprint("w", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.pump()
+	if n := len(b.replies[1]); n != 8 {
+		t.Fatalf("%d replies after the repair, want 8", n)
+	}
+
+	// Restart 2 from its disk, with an uncommitted suffix on it (a batch
+	// written after its hard state's commit point).
+	disk := append(slices.Clone(b.disk[2]), core.Entry{Op: 5, Request: core.Request{Data: []byte{0x05, 0, 0, 'z'}}})
+	hs := b.hs[2]
+	c, err := openChain(chainConfig{Self: 2, Master: bedMaster, Members: []uint64{1, 2, 3}}, core.Boot{HardState: hs, Entries: disk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := c.status(); s.State != chain.Inactive || s.Log != 3 {
+		t.Fatalf("restarted: %+v, want a joiner holding the %d committed entries", s, hs.Commit)
+	}
+	b.cores[2], b.disk[2], b.applied[2] = c, disk, nil
+	if err := b.master.Join(2, 1); err != nil {
+		t.Fatal(err)
+	}
+	b.pump()
+	if err := b.propose(1, 7, 8, "w8"); err != nil {
+		t.Fatal(err)
+	}
+	b.pump()
+	if got := b.master.Members(); !slices.Equal(got, []chain.NodeID{1, 2, 3}) {
+		t.Fatalf("chain %v after the rejoin, want [1 2 3]", got)
+	}
+	for _, id := range []uint64{1, 2, 3} {
+		d := b.disk[id]
+		if len(d) != 8 {
+			t.Fatalf("member %d holds %d entries, want 8", id, len(d))
+		}
+		for i, e := range d {
+			if w := b.disk[1][i]; string(e.Data) != string(w.Data) || e.View != w.View {
+				t.Fatalf("member %d entry %d = %+v, the head's %+v", id, i+1, e, w)
+			}
+		}
+	}
+	// The restarted member re-applied its committed prefix, then the rest.
+	if n := len(b.applied[2]); n != 8 {
+		t.Fatalf("the restarted member applied %d entries, want 8", n)
+	}
+	if i := b.cores[2].Info(); i.Status != core.Normal || i.Commit != 8 {
+		t.Fatalf("rejoined member: %+v", i)
+	}
+}
+
+// TestChainCoreLease: a member serves (reads, and writes at the head) only
+// under the master's lease, which runs from when the heartbeat the master
+// answered was sent; the answer's configuration names the head.
+func TestChainCoreLease(t *testing.T) {
+	const ms = int64(1e6)
+	c, err := openChain(chainConfig{Self: 3, Master: bedMaster, Members: []uint64{2, 3},
+		Heartbeat: 10 * ms, Lease: 100 * ms}, core.Boot{Bootstrap: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func(now int64) error { return c.Read(now, core.ReadRequest{Ctx: 1, Kind: core.ReadLinearizable}) }
+	if err := read(0); !errors.Is(err, core.ErrNotNormal) {
+		t.Fatalf("a read before any lease: %v, want ErrNotNormal", err)
+	}
+	c.Tick(50 * ms)
+	rd := c.Ready()
+	if len(rd.Messages) != 1 || rd.Messages[0].Type != chain.MsgHeartbeat || rd.Messages[0].To != bedMaster {
+		t.Fatalf("tick sent %v, want a heartbeat to the master", rd.Messages)
+	}
+	beat := rd.Messages[0]
+	c.Tick(55 * ms) // not due yet
+	if rd := c.Ready(); len(rd.Messages) != 0 {
+		t.Fatalf("a second heartbeat 5 ms later: %v", rd.Messages)
+	}
+	if i := c.Info(); i.Leader != 2 {
+		t.Fatalf("Info.Leader %d, want 2 (the initial chain's head)", i.Leader)
+	}
+	c.Step(70*ms, chain.Msg{Type: chain.MsgHeartbeat, From: bedMaster, To: 3, Seq: beat.Seq, Members: []chain.NodeID{7, 3}})
+	if err := read(120 * ms); err != nil {
+		t.Fatalf("a read under the lease: %v", err)
+	}
+	if i := c.Info(); i.Leader != 7 {
+		t.Fatalf("Info.Leader %d, want 7 (the master's configuration)", i.Leader)
+	}
+	if err := read(150 * ms); !errors.Is(err, core.ErrNotNormal) {
+		t.Fatalf("a read 100 ms after the answered heartbeat was sent: %v, want ErrNotNormal", err)
+	}
+}
+
+// TestChainCoreLostUpdate: the node transport may drop a message (a full
+// queue, a re-dialled connection) where the chain assumes a reliable link.
+// A member that receives its predecessor's next update with a gap before it
+// (the head numbers one after another within an epoch) does not take it: it
+// becomes a joiner holding its committed history, truncates the rest and
+// says so; once the master repaired around it and joined it again, every
+// write is answered and every member holds the same log.
+func TestChainCoreLostUpdate(t *testing.T) {
+	b := newChainBed(t, 1, 2, 3)
+	if err := b.propose(1, 7, 1, "w1"); err != nil {
+		t.Fatal(err)
+	}
+	b.pump()
+	dropped := false
+	b.drop = func(m chain.Msg) bool {
+		if !dropped && m.Type == chain.MsgUpdate && m.From == 1 && m.To == 2 {
+			dropped = true
+			return true
+		}
+		return false
+	}
+	for i := uint64(2); i <= 3; i++ {
+		if err := b.propose(1, 7, i, fmt.Sprint("w", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.pump()
+	if c := b.cores[2]; c.rejoins != 1 || c.status().State != chain.Inactive || len(b.errs[2]) != 1 {
+		t.Fatalf("member 2 after a lost update: %d rejoins, %+v, errors %v; want a joiner that said why", c.rejoins, c.status(), b.errs[2])
+	}
+	if d := b.disk[2]; len(d) != 1 {
+		t.Fatalf("member 2 keeps %d entries, want its committed one", len(d))
+	}
+	// What chainmaster does on the joiner's heartbeat: fail, then join.
+	b.master.Fail(2)
+	b.pump()
+	if err := b.master.Join(2, 2); err != nil {
+		t.Fatal(err)
+	}
+	b.pump()
+	if err := b.propose(1, 7, 4, "w4"); err != nil {
+		t.Fatal(err)
+	}
+	b.pump()
+	if got := b.replies[1]; len(got) != 4 {
+		t.Fatalf("head replies %+v, want all four writes answered", got)
+	}
+	for _, id := range []uint64{1, 2, 3} {
+		if d := b.disk[id]; len(d) != 4 || string(d[1].Data) != string(b.disk[1][1].Data) {
+			t.Fatalf("member %d holds %d entries, want the head's 4", id, len(d))
+		}
+	}
+	for _, id := range []uint64{1, 3} {
+		if len(b.errs[id]) != 0 {
+			t.Fatalf("member %d: %v", id, b.errs[id])
+		}
+	}
+}

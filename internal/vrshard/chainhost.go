@@ -1,0 +1,116 @@
+package vrshard
+
+import (
+	"slices"
+
+	"github.com/kefirdb/kefir/internal/chain"
+	"github.com/kefirdb/kefir/internal/chainmaster"
+	"github.com/kefirdb/kefir/internal/chainwire"
+	"github.com/kefirdb/kefir/internal/core"
+	"github.com/kefirdb/kefir/internal/frame"
+)
+
+// chainHost is chainCore as the host holds it: the contract over the
+// host's peer messages (hostCore), and the chain's peer codec and stepping
+// (peerEngine). Its messages are chain.Msg as peerMsg (chainMsg), encoded
+// by internal/chainwire.
+type chainHost struct {
+	*chainCore
+	msgs []peerMsg // the last Ready's messages (reused: the host is done with them before the next event)
+}
+
+var (
+	_ hostCore   = (*chainHost)(nil)
+	_ peerEngine = (*chainHost)(nil)
+)
+
+// openChainHost opens the chain core from the host's start state.
+func openChainHost(opts *Options, boot core.Boot) (hostCore, error) {
+	o := opts.Chain
+	hb, lease := o.Heartbeat, o.Lease
+	if hb <= 0 {
+		hb = chainmaster.DefaultHeartbeat
+	}
+	if lease <= 0 {
+		lease = chainmaster.DefaultLease
+	}
+	c, err := openChain(chainConfig{Self: opts.VR.Self, Master: o.Master, Members: opts.VR.Members,
+		Heartbeat: int64(hb), Lease: int64(lease)}, boot)
+	if err != nil {
+		return nil, err
+	}
+	return &chainHost{chainCore: c}, nil
+}
+
+func (h *chainHost) Step(now int64, m peerMsg) { h.chainCore.Step(now, chain.Msg(*m.(*chainMsg))) }
+
+func (h *chainHost) Ready() core.Ready[peerMsg] {
+	rd := h.chainCore.Ready()
+	h.msgs = h.msgs[:0]
+	for i := range rd.Messages {
+		h.msgs = append(h.msgs, (*chainMsg)(&rd.Messages[i]))
+	}
+	return withMessages(&rd, h.msgs)
+}
+
+func (*chainHost) Engine() frame.Engine { return frame.EngineChain }
+
+// chainBatch is a decoded batch of chain messages.
+type chainBatch struct{ msgs []chain.Msg }
+
+func (b *chainBatch) Label() string {
+	if len(b.msgs) == 0 {
+		return ""
+	}
+	return b.msgs[0].Type.String()
+}
+
+func (*chainHost) Decode(from, to uint64, in []frame.Message) (peerBatch, error) {
+	msgs, err := chainwire.Decode(from, to, in)
+	if err != nil {
+		return nil, err
+	}
+	return &chainBatch{msgs}, nil
+}
+
+// StepBatch steps the chain's messages in order; the host sees each as a
+// message of no particular role (the chain's configuration changes come
+// out as Info's View and Leader, which the host notes after the step).
+func (h *chainHost) StepBatch(now int64, b peerBatch, hk stepHooks) {
+	for i := range b.(*chainBatch).msgs {
+		m := &b.(*chainBatch).msgs[i]
+		h.chainCore.Step(now, *m)
+		hk.stepped(viewCause{kind: 'm', role: roleOther, typ: m.Type.String(), from: uint64(m.From)}, (*chainMsg)(m))
+	}
+}
+
+// chainMsg is a chain message as a peerMsg.
+type chainMsg chain.Msg
+
+var _ peerMsg = (*chainMsg)(nil)
+
+func (m *chainMsg) Kind() (frame.Engine, uint8) { return chainwire.Payload((*chain.Msg)(m)).Kind() }
+func (m *chainMsg) AppendBody(b []byte) []byte  { return chainwire.AppendBody(b, (*chain.Msg)(m)) }
+func (m *chainMsg) Dest() uint64                { return uint64(m.To) }
+
+// Size is about how many bytes m's encoding takes beyond its header.
+func (m *chainMsg) Size() int {
+	n := len(m.Op) + len(m.Result)
+	for i := range m.Entries {
+		n += len(m.Entries[i].Op) + len(m.Entries[i].Result)
+	}
+	return n
+}
+
+// CarriesState: no chain message is sent again when lost (the chain
+// assumes reliable links; chaincore.go).
+func (m *chainMsg) CarriesState() bool { return false }
+
+func (m *chainMsg) SnapshotAt() (uint64, int, bool) { return 0, 0, false }
+
+func (m *chainMsg) Own() peerMsg {
+	c := *m
+	c.Entries = slices.Clone(m.Entries)
+	c.Members, c.Path = slices.Clone(m.Members), slices.Clone(m.Path)
+	return &c
+}

@@ -1,0 +1,184 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kefirdb/kefir/internal/testgroup"
+	"github.com/kefirdb/kefir/test/e2e/cluster"
+)
+
+// chainMasterProc is a `kefir chain-master` process.
+type chainMasterProc struct {
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	logs bytes.Buffer
+}
+
+func startChainMaster(t *testing.T, id int, addr, members string) *chainMasterProc {
+	t.Helper()
+	p := &chainMasterProc{}
+	p.cmd = exec.Command(cluster.Binary(t), "chain-master", "--id", strconv.Itoa(id), "--peer-addr", addr,
+		"--members", members, "--cluster-id", "4242", "--cluster-secret", groupSecret)
+	out, err := p.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.cmd.Stderr = p.cmd.Stdout
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			p.mu.Lock()
+			p.logs.WriteString(sc.Text() + "\n")
+			p.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		_ = p.cmd.Wait()
+		if t.Failed() {
+			p.mu.Lock()
+			t.Logf("log of the chain master:\n%s", p.logs.String())
+			p.mu.Unlock()
+		}
+	})
+	return p
+}
+
+// startChain starts a chain of three `kefir server --engine chain`
+// processes (n1 head, n3 tail) and its master (node 9).
+func startChain(t *testing.T) *group {
+	t.Helper()
+	g := newGroup(t)
+	masterAddr := cluster.FreeAddr(t)
+	startChainMaster(t, 9, masterAddr, g.members)
+	g.start("--engine", "chain", "--chain-master", "9@"+masterAddr)
+	return g
+}
+
+// rejoined waits until node i is a replica again: it applied everything
+// the head committed when it was restarted.
+func (g *group) rejoined(i int) {
+	g.t.Helper()
+	g.caughtUp(i, g.leader(i))
+}
+
+// A chain of three real processes under a linearizability workload over
+// RESP: redis-cli works through every member (writes forwarded to the
+// head); the tail, then a middle member, then the head are SIGKILLed while
+// the workload runs, the master repairs the chain each time, and each
+// killed member restarts from its disk and rejoins. Every acknowledged
+// sync write is on every member at the end and the history is
+// linearizable.
+func TestChainUnderKills(t *testing.T) {
+	g := startChain(t)
+	g.settledLeader(-1)
+	for i, n := range g.nodes {
+		if got := redisCLI(t, n.ClientAddr, "SET", "cli"+strconv.Itoa(i), "v"+strconv.Itoa(i)); got != "OK" {
+			t.Fatalf("redis-cli SET via %s = %q", n.ID, got)
+		}
+		if got := redisCLI(t, n.ClientAddr, "GET", "cli0"); got != "v0" {
+			t.Fatalf("redis-cli GET via %s = %q", n.ID, got)
+		}
+	}
+	if got := redisCLI(t, g.nodes[1].ClientAddr, "INCRBY", "n", "5"); got != "5" {
+		t.Fatalf("redis-cli INCRBY = %q", got)
+	}
+
+	w := startWorkload(t, g)
+	time.Sleep(time.Second)
+	// The chain is n1-n2-n3. A restarted member rejoins just before the
+	// tail: after the tail's kill and rejoin it is n1-n3-n2, so n3 is then
+	// a middle member; the head is n1 throughout until its kill.
+	for _, k := range []struct {
+		node int
+		pos  string
+	}{{2, "tail"}, {2, "middle"}, {0, "head"}} {
+		n := g.nodes[k.node]
+		n.Kill()
+		w.rec.Crash(k.node)
+		w.cut.Store(true)
+		t.Logf("killed %s (%s)", n.ID, k.pos)
+		time.Sleep(1500 * time.Millisecond) // the master's 1 s failure timeout, then the repair
+		n.Start()
+		g.rejoined(k.node)
+		t.Logf("%s rejoined", n.ID)
+		time.Sleep(500 * time.Millisecond)
+	}
+	if !testgroup.Until(10*time.Second, 50*time.Millisecond, func() bool { return g.leader(-1) != 0 }) {
+		t.Fatal("n1 is still the head after its kill")
+	}
+	w.finish(t, g)
+}
+
+// `kefir up --engine chain` starts a chain of three nodes with its master
+// in the launcher: every node answers redis-cli (writes forwarded to the
+// head), a SIGKILLed middle node is restarted by kefir up and the chain
+// keeps taking writes, and a second kefir up on the same directory is
+// refused with a reason (restarting a whole chain is not built).
+func TestUpChain(t *testing.T) {
+	base := freeBase(t, 4) // the master's peer port is base+1003
+	dir := t.TempDir()
+	u := startUp(t, "--engine", "chain", "--dir", dir, "--base-port", strconv.Itoa(base))
+	if !strings.Contains(u.banner, "a chain of 3 nodes") {
+		t.Fatalf("banner does not announce a chain:\n%s", u.banner)
+	}
+	var addrs []string
+	for i := range 3 {
+		addrs = append(addrs, fmt.Sprintf("127.0.0.1:%d", base+i))
+	}
+	for i, a := range addrs {
+		if got := redisCLI(t, a, "SET", fmt.Sprint("k", i), fmt.Sprint("v", i)); got != "OK" {
+			t.Fatalf("redis-cli SET via n%d = %q\n%s", i+1, got, u.Logs())
+		}
+	}
+	for i, a := range addrs {
+		if got := redisCLI(t, a, "GET", fmt.Sprint("k", (i+1)%3)); got != fmt.Sprint("v", (i+1)%3) {
+			t.Fatalf("redis-cli GET via n%d = %q", i+1, got)
+		}
+	}
+	// SIGKILL n2 (the middle): kefir up restarts it; it rejoins.
+	var pid int
+	for _, line := range strings.Split(u.banner, "\n") {
+		if f := strings.Fields(line); len(f) > 1 && f[0] == "n2" {
+			pid, _ = strconv.Atoi(f[len(f)-1])
+		}
+	}
+	if pid == 0 {
+		t.Fatalf("no pid for n2 in the banner:\n%s", u.banner)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if !testgroup.Until(20*time.Second, 100*time.Millisecond, func() bool {
+		out, err := exec.Command("redis-cli", "-p", strconv.Itoa(base), "SET", "after", "kill").CombinedOutput()
+		return err == nil && strings.TrimSpace(string(out)) == "OK"
+	}) {
+		t.Fatalf("no write through n1 after n2's kill:\n%s", u.Logs())
+	}
+	if !testgroup.Until(20*time.Second, 100*time.Millisecond, func() bool {
+		return strings.Contains(u.Logs(), "chain master: joining") && strings.Contains(u.Logs(), "node=2")
+	}) {
+		t.Fatalf("the restarted n2 was not joined again:\n%s", u.Logs())
+	}
+	if got := redisCLI(t, addrs[1], "GET", "after"); got != "kill" {
+		t.Fatalf("GET after via n2 = %q", got)
+	}
+	u.stop(t)
+
+	out, err := exec.Command(cluster.Binary(t), "up", "--engine", "chain", "--dir", dir, "--base-port", strconv.Itoa(base)).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "restarting a whole chain") {
+		t.Fatalf("a second kefir up --engine chain on the same directory: %v\n%s", err, out)
+	}
+}
