@@ -774,9 +774,15 @@ func TestMutedConnectionIsServedPromptlyCanFail(t *testing.T) {
 	useIOModel(t, IOEpoll)
 	mut.syncerSkipsWake.Store(true)
 	defer mut.syncerSkipsWake.Store(false)
-	err := checkMutedConnectionServedPromptly(t)
-	if err == nil {
-		t.Fatal("a syncer that never wakes the loop passed the check")
+	// On a loaded machine the GET can reach the loop before it mutes the
+	// connection (or after the fsync), and is then served without any
+	// wake-up: the check passes for a reason that is not the mutation's. A
+	// missing wake-up shows in one of a few attempts.
+	for attempt := 1; attempt <= 3; attempt++ {
+		if err := checkMutedConnectionServedPromptly(t); err != nil {
+			t.Logf("mutation caught (attempt %d): %v", attempt, err)
+			return
+		}
 	}
-	t.Logf("mutation caught: %v", err)
+	t.Fatal("a syncer that never wakes the loop passed the check three times")
 }
