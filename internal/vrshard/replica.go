@@ -583,8 +583,10 @@ type Replica struct {
 	log   *slog.Logger
 	core  hostCore        // the protocol core, through the contract (vrcore.go)
 	eng   peerEngine      // the engine's peer messages: codec, stepping (vrcore.go)
-	vx    vrExt           // what the host asks of VR outside the contract (vrcore.go)
+	ext   engineExt       // what the engine adds beyond the contract: VR's nilext coordinator, or noExt (vrcore.go)
 	hint  core.SyncHinter // the core's group-commit hints, or none (vrcore.go)
+	vs    viewStatuser    // the core's view and status after each message (viewlog.go)
+	nx    *nilextCoord    // VR's nilext coordinator (nilext.go), also ext; nil unless VR's core with Options.Nilext
 	db    *storage.DB
 	wal   *wal
 	app   *applier
@@ -621,9 +623,6 @@ type Replica struct {
 	wasLeader  bool
 	leadView   uint64
 	errLogAt   time.Time
-	nxWait     map[nxKey]*nxCall // nilext writes this node coordinates
-	nxOrigin   map[nxKey]uint64  // coordinator of each nilext update not acked yet
-	nxView     uint64
 	// Log fsyncs run off the driver goroutine, one at a time: written is the
 	// last PersistSeq written to the log, syncing the one the fsync in flight
 	// covers (0: none). The core accepts Persisted for several batches at
@@ -766,8 +765,6 @@ func Open(opts Options) (*Replica, error) {
 		inbox:     make(chan inbound, 256),
 		readc:     make(chan *readWaiter, 256),
 		nxc:       make(chan []*nxCall, 256),
-		nxWait:    map[nxKey]*nxCall{},
-		nxOrigin:  map[nxKey]uint64{},
 		stop:      make(chan struct{}),
 		done:      make(chan struct{}),
 		waitID:    map[idKey][]*proposal{},
@@ -865,10 +862,14 @@ func Open(opts Options) (*Replica, error) {
 			return nil, err
 		}
 	}
-	r.core, r.eng, r.vx, r.hint = c, engineOf(c), extOf(c), hintsOf(c)
 	if v, ok := c.(*vrCore); ok {
 		r.cfg = v.Config() // with the core's defaults filled in
+		if opts.Nilext {
+			v.nx = newNilextCoord(r, v)
+			r.nx = v.nx
+		}
 	}
+	r.core, r.eng, r.ext, r.hint, r.vs = c, engineOf(c), extOf(c), hintsOf(c), viewStatusOf(c)
 	r.lastHS = ws.hs
 	r.tail = ws.entries
 	if err := r.app.loadRows(); err != nil {
@@ -1102,7 +1103,7 @@ func (r *Replica) run() {
 func (r *Replica) onTick() {
 	r.core.Tick(r.now())
 	r.noteView(viewCause{kind: 't'})
-	r.nxSweep(false)
+	r.ext.tick()
 	r.maybeExpire()
 }
 
@@ -1173,7 +1174,7 @@ func (r *Replica) step(in inbound) {
 	r.eng.StepBatch(now, in.batch, r)
 }
 
-// The host's stepHooks (vrcore.go); nxTake and nxAck are nilext.go's.
+// The host's stepHooks (vrcore.go).
 
 func (r *Replica) syncWanted(asked bool) {
 	if !asked {
@@ -1304,14 +1305,12 @@ func (r *Replica) read(rw *readWaiter) {
 			req.Kind = core.ReadDurableKnown
 		}
 	default:
-		if r.opts.Nilext && rw.op != nil && r.isLeader.Load() {
-			// A key with a pending nilext update: the core orders the d-log and
-			// releases the read (a read-index read) once that is committed.
-			ctx := r.readCtx + 1
-			slow, err := r.vx.ReadNilext(now, ctx, r.nxReadKeys(rw.op))
-			if err == nil && slow {
+		if rw.op != nil && r.isLeader.Load() {
+			// The engine may make the read wait for updates it took and
+			// has not ordered (VR: a key with a pending nilext update),
+			// answered in ReadStates.
+			if ctx := r.readCtx + 1; r.ext.readFirst(now, ctx, rw.op) {
 				r.readCtx = ctx
-				r.st.nxSlowReads.Add(1)
 				r.reads[ctx] = rw
 				return
 			}
@@ -1374,12 +1373,12 @@ func (r *Replica) ready() error {
 		// Ready's Committed are applied); the last, empty, Ready's are
 		// those after the round, as its lease is.
 		r.rdReadable, r.rdEventual = rd.Readable, rd.EventualUntil
-		dlog, nxAcks := r.vx.readyExt()
-		if rd.Empty() && len(dlog) == 0 && len(nxAcks) == 0 {
+		extra, urgent := r.ext.readyExtra()
+		if rd.Empty() && !extra {
 			break
 		}
 		r.st.readies.Add(1)
-		if err := r.handle(&rd, dlog, nxAcks); err != nil {
+		if err := r.handle(&rd, urgent); err != nil {
 			return err
 		}
 	}
@@ -1395,10 +1394,7 @@ func (r *Replica) ready() error {
 	}
 	r.releaseParked()
 	r.wasLeader, r.leadView = info.IsLeader, info.View
-	if info.View != r.nxView {
-		r.nxView = info.View
-		r.nxSweep(true)
-	}
+	r.ext.round(info)
 	if r.recovering && info.Status != vr.Recovering {
 		// The recovered state is durable (its batch was synced): from now on
 		// a restart with this disk is an ordinary restart.
@@ -1428,11 +1424,13 @@ func (r *Replica) markSynced() {
 	}
 }
 
-func (r *Replica) handle(rd *core.Ready[peerMsg], dlog []vr.NilextRequest, nxAcks []vr.NilextAck) error {
+// handle performs rd; urgent: the engine's part of it must be synced at
+// once (engineExt.readyExtra).
+func (r *Replica) handle(rd *core.Ready[peerMsg], urgent bool) error {
 	// 1. Disk: snapshot, truncate, entries, hard state: one write; the fsync
 	// runs in the background (startSync), or waits for a later batch's if
 	// nobody waits for this one (nilext_gc.go).
-	hold := r.holdable(rd, dlog)
+	hold := !urgent && r.holdable(rd)
 	roll := false
 	if cadtraceOn && len(rd.Entries) > 0 && r.isLeader.Load() {
 		es := rd.Entries
@@ -1475,13 +1473,9 @@ func (r *Replica) handle(rd *core.Ready[peerMsg], dlog []vr.NilextRequest, nxAck
 		r.lastOp.Store(min(r.lastOp.Load(), rd.Truncate))
 	}
 	r.indexEarly(rd.Entries)
-	if roll {
-		// The new segment replaces every older one: it must hold the whole
-		// live d-log, not only this batch's records.
-		r.wal.addDLog(r.vx.DLogRecords())
-	} else {
-		r.wal.addDLog(dlog)
-	}
+	// The engine's records (VR: d-log records) go into the same batch; a
+	// new segment replaces every older one, so it takes every live one.
+	r.ext.logExtra(r.wal, roll)
 	r.st.persisted.Add(uint64(len(rd.Entries)))
 	if rd.HardState != nil {
 		r.wal.addHardState(*rd.HardState)
@@ -1519,9 +1513,7 @@ func (r *Replica) handle(rd *core.Ready[peerMsg], dlog []vr.NilextRequest, nxAck
 		r.noteWritten(hold)
 		r.startSync()
 	}
-	if len(nxAcks) > 0 {
-		r.nxRoute(nxAcks)
-	}
+	r.ext.written()
 	// 3. Apply committed entries: one engine Append, no engine fsync.
 	if len(rd.Committed) > 0 {
 		if cadtraceOn {
@@ -1831,11 +1823,7 @@ func (r *Replica) publish() {
 		// redirect as soon as this replica stops leading (waitSession).
 		r.wake()
 	}
-	vi := r.vx.lastInfo() // VR's Info as of the Info above: its nilext figures
-	r.dlogLen.Store(int64(vi.DLogLen))
-	r.nxCycles.Store(vi.NilextCycles)
-	r.nxStaleWaits.Store(vi.NilextStaleWaits)
-	r.dlogStale.Store(vi.DLogStale)
+	r.ext.publish() // the engine's figures as of the Info above
 	r.eventualUntil.Store(r.rdEventual)
 	r.publishReadable(r.rdReadable)
 }
@@ -1949,7 +1937,7 @@ func (r *Replica) finishCheckpoint(res ckptResult) error {
 		k++
 	}
 	r.wal.addEntries(r.tail[k:])
-	r.wal.addDLog(r.vx.DLogRecords())
+	r.ext.logExtra(r.wal, true)
 	r.wal.addHardState(r.lastHS)
 	if err := r.wal.roll(); err != nil {
 		return err

@@ -20,8 +20,8 @@ import (
 // own group. An entry commits once its batch is fsynced (Persisted); a
 // read is answered in Ready.ReadStates at the commit point. It implements
 // only the engine-neutral contract (core.Core), so the host drives it with
-// noVR for everything VR's adapter adds: no leases, no sync hints, no
-// nilext. It shows that a core plugs into the host through the contract
+// noExt, noHints and its Info for what VR's adapter adds: no leases, no
+// sync hints, no nilext. It shows that a core plugs into the host through the contract
 // alone (docs/design/one-house.md, "The core contract").
 type soloCore struct {
 	self     uint64

@@ -103,7 +103,7 @@ func (r *Replica) openView(hs vr.HardState) {
 // noteView compares the core's view and status with the last ones seen and
 // reports the change c caused, if any.
 func (r *Replica) noteView(c viewCause) {
-	view, st := r.vx.ViewStatus()
+	view, st := r.vs.ViewStatus()
 	if view == r.vt.view && st == r.vt.status {
 		return
 	}
