@@ -155,7 +155,7 @@ type Options struct {
 	stepped bool
 	// newCore, if set, opens the protocol core instead of VR's (vrcore.go):
 	// a test plugs a second core into the host through the contract.
-	newCore func(vr.Config, core.Boot) (hostCore, error)
+	newCore func(group, core.Boot) (hostCore, error)
 
 	// mut: deliberate bugs for tests (mutations), set from the first start.
 	mut mutations
@@ -579,7 +579,7 @@ type Stats = kcluster.Stats
 // the leader; others get a *NotLeaderError naming it.
 type Replica struct {
 	opts  Options
-	cfg   vr.Config
+	cfg   group // the group's configuration, engine-neutral (group.go)
 	log   *slog.Logger
 	core  hostCore        // the protocol core, through the contract (vrcore.go)
 	eng   peerEngine      // the engine's peer messages: codec, stepping (vrcore.go)
@@ -756,7 +756,7 @@ func Open(opts Options) (*Replica, error) {
 		return nil, fmt.Errorf("vrshard: open engine: %w", err)
 	}
 	r := &Replica{
-		opts: opts, cfg: opts.VR, wal: w, db: db, start: opts.Clock.Now(), mut: opts.mut,
+		opts: opts, cfg: neutralGroup(opts.VR), wal: w, db: db, start: opts.Clock.Now(), mut: opts.mut,
 		clock: opts.Clock, rand: randomSource(&opts),
 		// "replica", not "node": the server's logger already names the node
 		// ("node", its --node-id), and a key repeated in one line is ambiguous.
@@ -829,27 +829,29 @@ func Open(opts Options) (*Replica, error) {
 		ws = walState{empty: true}
 		engineLost = true
 	}
+	// What the core starts from: the engine-neutral part (core.Boot) and
+	// VR's extras (vrStart).
+	boot := core.Boot{HardState: ws.hs, Entries: ws.entries}
+	if ws.snap.Op > 0 || len(ws.snap.Clients) > 0 {
+		s := ws.snap
+		boot.Snapshot = &s
+	}
 	// A clean stop synced every d-log record it acknowledged: the d-log
 	// counts in d-log recovery at once (vr State.DLogIntact). After a crash
 	// or power cut it does not, and a nilext replica forces a view change.
-	st := vr.State{HardState: ws.hs, Entries: ws.entries, DLog: ws.dlog, DLogIntact: ws.clean}
-	if ws.snap.Op > 0 || len(ws.snap.Clients) > 0 {
-		s := ws.snap
-		st.Snapshot = &s
-	}
 	// A fresh nonce on every start, not only for recovery: the core seeds
 	// its prepare-ok sequence numbers from it (vr cadState.init).
-	st.Nonce = r.rand() | 1
+	vx := vrStart{DLog: ws.dlog, DLogIntact: ws.clean, Nonce: r.rand() | 1}
 	switch {
 	case ws.empty && opts.Bootstrap && !engineLost:
-		st.Bootstrap = true
+		boot.Bootstrap = true
 	case ws.empty || ws.recovering:
 		// The disk lacks what this replica may have promised: recover from
 		// the group before voting or acknowledging anything.
-		st.LostState = true
+		boot.LostState = true
 		r.recovering = true
 	}
-	c, err := openCore(&opts, st)
+	c, err := openCore(&opts, r.cfg, boot, vx)
 	if err != nil {
 		db.Close()
 		w.close()
@@ -863,7 +865,7 @@ func Open(opts Options) (*Replica, error) {
 		}
 	}
 	if v, ok := c.(*vrCore); ok {
-		r.cfg = v.Config() // with the core's defaults filled in
+		r.cfg = vrGroup(v.Config()) // with the core's defaults filled in
 		if opts.Nilext {
 			v.nx = newNilextCoord(r, v)
 			r.nx = v.nx
@@ -900,7 +902,7 @@ func Open(opts Options) (*Replica, error) {
 			return nil, err
 		}
 	}
-	r.log.Info("vr replica open", "bootstrap", st.Bootstrap, "lost_state", st.LostState,
+	r.log.Info("vr replica open", "bootstrap", boot.Bootstrap, "lost_state", boot.LostState,
 		"snapshot_op", ws.snap.Op, "log_entries", len(ws.entries), "view", ws.hs.View,
 		"commit", ws.hs.Commit, "engine_version", db.LastVersion())
 	if err := r.openEndpoint(); err != nil {
@@ -1138,9 +1140,6 @@ func (r *Replica) afterEvents(props []*proposal) error {
 // is simply proposed again later, and a repeated one deletes nothing more.
 func (r *Replica) maybeForgetRows() {
 	limit := r.cfg.ClientCap
-	if limit <= 0 {
-		limit = vr.MaxClients
-	}
 	applied := r.applied.Load()
 	if !r.isLeader.Load() || int(r.app.nrows.Load()) <= limit+limit/10 || applied < r.forgetAt {
 		return

@@ -453,15 +453,23 @@ func (noHints) WantSync(bool)              {}
 func (noHints) AskSync()                   {}
 func (noHints) Queued(uint64, uint64) bool { return true }
 
-// openCore starts the protocol core from what the disk holds (st: VR's
-// start state, which Open builds): VR's, or the one Options.newCore opens
-// (a test's) from the engine-neutral part of st.
-func openCore(opts *Options, st vr.State) (hostCore, error) {
+// vrStart is what VR's core starts from besides core.Boot: the nonce of
+// this start and the nilext d-log the disk kept (vr.State).
+type vrStart struct {
+	Nonce      uint64
+	DLog       []vr.NilextRequest
+	DLogIntact bool
+}
+
+// openCore starts the protocol core of group g from what the disk holds
+// (boot; VR's extras in vx): VR's, or the one Options.newCore opens (a
+// test's), which gets the neutral part alone.
+func openCore(opts *Options, g group, boot core.Boot, vx vrStart) (hostCore, error) {
 	if opts.newCore != nil {
-		return opts.newCore(opts.VR, core.Boot{HardState: st.HardState, Snapshot: st.Snapshot,
-			Entries: st.Entries, LostState: st.LostState, Bootstrap: st.Bootstrap})
+		return opts.newCore(g, boot)
 	}
-	rep, err := vr.New(opts.VR, st)
+	rep, err := vr.New(opts.VR, vr.State{HardState: boot.HardState, Snapshot: boot.Snapshot, Entries: boot.Entries,
+		LostState: boot.LostState, Bootstrap: boot.Bootstrap, Nonce: vx.Nonce, DLog: vx.DLog, DLogIntact: vx.DLogIntact})
 	if err != nil {
 		return nil, err
 	}
