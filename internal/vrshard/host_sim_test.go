@@ -104,6 +104,10 @@ type hostSimOptions struct {
 	// powerCuts crashes every replica at once every 100–400 ms of the
 	// first two seconds, and restarts them 20 ms later.
 	powerCuts bool
+	// deferred serves reads as a front door that can hold a reply does
+	// (ReadDeferredStepped): a read of a cad write not yet readable takes
+	// its value and is answered once R covers it (deferred.go).
+	deferred bool
 	// nilext turns on the fast path (Options.Nilext): SETs go through
 	// the coordinator (NilextStepped), reads of keys with pending updates
 	// take the slow path.
@@ -175,6 +179,7 @@ type hostNode struct {
 	writes    []hostWrite
 	reads     []hostRead
 	nilexts   []hostNilext
+	deferred  bool // hostSimOptions.deferred
 	// seen: the client requests this replica took, across its restarts. The
 	// simulated network duplicates messages; a client's connection (TCP)
 	// does not, and a nilext write taken twice gets two coordinator
@@ -263,7 +268,7 @@ func newHostNode(o hostSimOptions, seed uint64, trueNow func() int64) sim.BootFa
 		if seen[id] == nil {
 			seen[id] = map[hostReqKey]bool{}
 		}
-		n := &hostNode{id: id, cfg: b.Config, seen: seen[id]}
+		n := &hostNode{id: id, cfg: b.Config, seen: seen[id], deferred: o.deferred}
 		if o.skew > 0 {
 			if walls[id] == nil {
 				x := seed*0x2545f4914f6cdd1d + uint64(id)*0x9e3779b97f4a7c15
@@ -441,7 +446,11 @@ func (n *hostNode) onClient(from sim.Addr, m hostReq) {
 	}
 	n.seen[k] = true
 	if m.Op.Kind == check.Get {
-		sr := n.r.ReadStepped(kv.Op{Kind: kv.KindGet, Key: []byte(m.Op.Key)}, m.Op.Cons, m.Session)
+		read := n.r.ReadStepped
+		if n.deferred {
+			read = n.r.ReadDeferredStepped
+		}
+		sr := read(kv.Op{Kind: kv.KindGet, Key: []byte(m.Op.Key)}, m.Op.Cons, m.Session)
 		n.reads = append(n.reads, hostRead{from: from, seq: m.Seq, sr: sr})
 		return
 	}
@@ -661,14 +670,16 @@ func hostSim(seed uint64, trace io.Writer, o hostSimOptions, w sim.Workload, sta
 		}
 	}
 	if stats != nil {
-		expired := uint64(0) // by the running replicas' active expiry
+		expired, deferred := uint64(0), uint64(0) // by the running replicas: active expiry, deferred reads
 		for i := range so.Replicas {
 			if node := s.Replica(i); node != nil {
-				expired += node.(*hostNode).r.Stats().ExpiredKeys
+				st := node.(*hostNode).r.Stats()
+				expired += st.ExpiredKeys
+				deferred += st.DeferredReads
 			}
 		}
-		*stats = fmt.Sprintf("%+v at %v, %d ops; reads answered OK by level: %v; keys expired actively: %d",
-			s.Stats(), s.Now(), len(h.Ops), readsByLevel(h), expired)
+		*stats = fmt.Sprintf("%+v at %v, %d ops; reads answered OK by level: %v; keys expired actively: %d; reads deferred: %d",
+			s.Stats(), s.Now(), len(h.Ops), readsByLevel(h), expired, deferred)
 	}
 	if _, ok := w.(hostTTL); ok {
 		// Keys written with an expiry go to the expiry checker, held to the
@@ -755,6 +766,11 @@ func TestHostSim(t *testing.T) {
 		// slow fsyncs: restarts from torn WALs and engines.
 		{"sync-powercuts", hostSimOptions{slowSync: true, powerCuts: true}, syncW},
 		{"cad-powercuts", hostSimOptions{slowSync: true, powerCuts: true}, cadW},
+		// Reads as a front door that holds replies serves them: a read of a
+		// cad write not yet readable is deferred (its value taken now, its
+		// answer once R covers the write; deferred.go).
+		{"cad-deferred", hostSimOptions{deferred: true}, cadW},
+		{"cad-deferred-powercuts", hostSimOptions{deferred: true, slowSync: true, powerCuts: true}, cadW},
 		// Two of three replicas down at once: the group stalls, then
 		// recovers without losing what it promised.
 		{"sync-majority-down", hostSimOptions{majorityDown: true}, syncW},
@@ -808,7 +824,11 @@ func TestHostSim(t *testing.T) {
 //   - expiryClockAhead (active expiry, expiry.go): the leader's cycle
 //     decides and deletes by a clock a second ahead of its own, so a
 //     linearizable read before a key's expiry finds it gone (the expiry
-//     checker).
+//     checker);
+//   - deferNoWait (deferred reads, deferred.go): a read deferred on a cad
+//     write that is not yet readable is answered at once instead of once
+//     R covers the write, so a power cut takes back a value a client read
+//     (cross-client monotonic reads).
 //
 // want names the checker that must report it.
 func TestHostSimCatchesMutations(t *testing.T) {
@@ -832,6 +852,8 @@ func TestHostSimCatchesMutations(t *testing.T) {
 		{"ignoreSession", 1, levels, mutations{ignoreSession: true}, readsW, "session: VIOLATED"},
 		{"followerLinearizable", 1, levels, mutations{followerLinearizable: true}, readsW, "bounded-staleness: VIOLATED"},
 		{"expiryClockAhead", 2, ttl, mutations{expiryClockAhead: true}, ttlW, "expiry: VIOLATED"},
+		{"deferNoWait", 11, hostSimOptions{deferred: true, slowSync: true, powerCuts: true}, mutations{deferNoWait: true}, cadW,
+			"cross-client-monotonic: VIOLATED"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := hostSim(tc.seed, nil, tc.o, tc.w, nil); err != nil {
@@ -883,6 +905,9 @@ func TestHostSimMutationScan(t *testing.T) {
 		{"nilextMajority/powercuts", hostSimOptions{mut: mutations{nilextMajority: true}, nilext: true, slowSync: true, powerCuts: true}, nxW},
 		{"followerNoRCheck", hostSimOptions{mut: mutations{followerNoRCheck: true}, followers: true}, cadCCM},
 		{"followerNoRCheck/powercuts", hostSimOptions{mut: mutations{followerNoRCheck: true}, followers: true, slowSync: true, powerCuts: true}, cadCCM},
+		{"deferNoWait", hostSimOptions{mut: mutations{deferNoWait: true}, deferred: true}, cadW},
+		{"deferNoWait/powercuts", hostSimOptions{mut: mutations{deferNoWait: true}, deferred: true, slowSync: true, powerCuts: true}, cadW},
+		{"deferNoRecheck/powercuts", hostSimOptions{mut: mutations{deferNoRecheck: true}, deferred: true, slowSync: true, powerCuts: true}, cadW},
 	} {
 		caught := false
 		for seed := uint64(1); seed <= 200 && !caught; seed++ {
