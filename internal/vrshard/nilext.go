@@ -690,14 +690,7 @@ func (r *Replica) NilextTake(ctx context.Context, id shard.ReqID, op kv.Op, d le
 		r.nxIDs.directRefuse.Add(1)
 		return vr.NilextAck{}, err
 	}
-	c := &nxCall{
-		req: vr.NilextRequest{
-			Request: vr.Request{Client: id.Client, ReqNum: id.Seq, Data: encodeOp(nil, header{ts: r.clock.Now().UnixNano()}, &op)},
-			Keys:    nilextKeys(&op),
-			Sync:    d == level.Sync || d.IsZero(),
-		},
-		wait: &batchWait{done: make(chan struct{})}, born: r.clock.Now(), direct: true,
-	}
+	c := r.directCall(id, &op, d, r.clock.Now().UnixNano(), &batchWait{done: make(chan struct{})})
 	c.wait.left.Store(1)
 	select {
 	case r.nxc <- []*nxCall{c}:
@@ -717,6 +710,19 @@ func (r *Replica) NilextTake(ctx context.Context, id shard.ReqID, op kv.Op, d le
 		return c.ack, nil
 	}
 	return vr.NilextAck{}, c.err
+}
+
+// directCall is the call of a direct update (NilextTake, NilextTakeBatch,
+// NilextTakeStepped) stamped ts, settled through bw.
+func (r *Replica) directCall(id shard.ReqID, op *kv.Op, d level.Durability, ts int64, bw *batchWait) *nxCall {
+	return &nxCall{
+		req: vr.NilextRequest{
+			Request: vr.Request{Client: id.Client, ReqNum: id.Seq, Data: encodeOp(nil, header{ts: ts}, op)},
+			Keys:    nilextKeys(op),
+			Sync:    d == level.Sync || d.IsZero(),
+		},
+		wait: bw, born: r.clock.Now(), direct: true,
+	}
 }
 
 func (r *Replica) nilextValidTake(id shard.ReqID, op *kv.Op, d level.Durability) error {
@@ -780,6 +786,15 @@ func (n *nilextCoord) takeDirect(now int64, c *nxCall) {
 	}
 	r.nxIDs.high[c.req.Client] = c.req.ReqNum
 	r.nxIDs.directTaken.Add(1)
+	if mutation.On && r.mut.directAckEarly {
+		// The mutation: this replica's ack before its d-log record is
+		// durable (the core acks a sync update only once it is).
+		view, st := n.c.ViewStatus()
+		delete(n.wait, k)
+		c.ack = vr.NilextAck{Client: c.req.Client, ReqNum: c.req.ReqNum, From: r.cfg.Self, View: view,
+			Leader: st == vr.Normal && n.c.Config().LeaderOf(view) == r.cfg.Self}
+		c.settle(nxDone)
+	}
 }
 
 // NilextDirectStats reports how many direct updates (NilextTake) this
@@ -819,14 +834,7 @@ func (r *Replica) NilextTakeBatch(ctx context.Context, ups []NilextDirect) (acks
 			errs[i] = err
 			continue
 		}
-		calls[i] = &nxCall{
-			req: vr.NilextRequest{
-				Request: vr.Request{Client: u.ID.Client, ReqNum: u.ID.Seq, Data: encodeOp(nil, header{ts: ts}, &u.Op)},
-				Keys:    nilextKeys(&u.Op),
-				Sync:    u.Durability == level.Sync || u.Durability.IsZero(),
-			},
-			wait: bw, born: r.clock.Now(), direct: true,
-		}
+		calls[i] = r.directCall(u.ID, &u.Op, u.Durability, ts, bw)
 		send = append(send, calls[i])
 	}
 	if len(send) == 0 {
@@ -878,3 +886,73 @@ func (r *Replica) awaitBatch(ctx context.Context, bw *batchWait, d time.Duration
 	case <-r.done:
 	}
 }
+
+// ---- stepped mode (stepped.go) ----
+
+// SteppedTake is NilextTake without waiting: the update goes to the driver
+// (nxStart, the direct path: takeDirect), and Poll reports this replica's
+// ack once the core gave it — for a sync update, once the d-log record is
+// durable — or an error (refused; no ack within RequestTimeout on the
+// replica's clock). The client, not this replica, completes the update on
+// a supermajority of acks and falls back to the ordered path with the
+// same id without them.
+type SteppedTake struct {
+	r        *Replica
+	c        *nxCall
+	deadline time.Time
+	ack      vr.NilextAck
+	err      error
+	done     bool
+}
+
+// NilextTakeStepped starts a direct nilext update (NilextTake's checks,
+// then the driver's take).
+func (r *Replica) NilextTakeStepped(id shard.ReqID, op kv.Op, d level.Durability) *SteppedTake {
+	st := &SteppedTake{r: r, deadline: r.clock.Now().Add(r.opts.RequestTimeout)}
+	if err := r.failed(); err != nil {
+		st.err, st.done = err, true
+		return st
+	}
+	if !r.opts.Nilext {
+		st.err, st.done = vr.ErrNilextOff, true
+		return st
+	}
+	if err := r.nilextValidTake(id, &op, d); err != nil {
+		r.nxIDs.directRefuse.Add(1)
+		st.err, st.done = err, true
+		return st
+	}
+	st.c = r.directCall(id, &op, d, r.clock.Now().UnixNano(), &batchWait{done: make(chan struct{})})
+	st.c.wait.left.Store(1)
+	r.nxStart([]*nxCall{st.c})
+	r.afterStep()
+	st.Poll()
+	return st
+}
+
+// Poll advances the take and reports whether it is finished (Result).
+func (st *SteppedTake) Poll() bool {
+	if st.done {
+		return true
+	}
+	select {
+	case <-st.c.wait.done:
+	default:
+		if st.r.clock.Now().Before(st.deadline) {
+			return false
+		}
+	}
+	switch {
+	case st.c.settle(nxAbandoned):
+		st.err = fmt.Errorf("%w: no ack within %v", shard.ErrUnavailable, st.r.opts.RequestTimeout)
+	case st.c.state.Load() == nxDone:
+		st.ack = st.c.ack
+	default:
+		st.err = st.c.err
+	}
+	st.done = true
+	return true
+}
+
+// Result is this replica's ack (after Poll reported it finished).
+func (st *SteppedTake) Result() (vr.NilextAck, error) { return st.ack, st.err }

@@ -396,6 +396,11 @@ type mutations struct {
 	// early-acknowledged op is ordered after them (cad.go indexLate).
 	noLateIndex bool
 	deferNoWait bool
+	// directAckEarly: a direct nilext update (NilextTake) is acknowledged
+	// as soon as this replica took it into its d-log, before the record
+	// is durable: a power cut of the group loses an update its client
+	// completed.
+	directAckEarly bool
 	// deferNoRecheck: a deferred read does not check, after reading the
 	// engine, that the log values it took are still its keys' latest
 	// updates: a multi-key read may combine an older value of one key with
