@@ -44,8 +44,7 @@ func (r *Replica) ReadDeferred(ctx context.Context, op kv.Op, c level.Consistenc
 	if c.IsZero() {
 		c = level.ConsLinearizable
 	}
-	if !needsLeader(c) || !r.isLeader.Load() || (mutation.On && r.mut.followerLinearizable) || readKeys(&op) == nil ||
-		(mutation.On && r.mut.noDurabilityWait) || (mutation.On && r.mut.noPreReadCheck) {
+	if !r.deferrable(&op, c) {
 		res, err := r.Read(ctx, op, c, s)
 		return res, shard.Pending{}, err
 	}
@@ -69,6 +68,14 @@ func (r *Replica) ReadDeferred(ctx context.Context, op kv.Op, c level.Consistenc
 	res, err = r.leaderServe(ctx, op)
 	r.stampView(&res)
 	return res, shard.Pending{}, err
+}
+
+// deferrable reports whether a read of op at level c may be deferred:
+// this replica leads, the level needs the leader, and op reads keys (the
+// stepped entry point, ReadDeferredStepped, asks the same).
+func (r *Replica) deferrable(op *kv.Op, c level.Consistency) bool {
+	return needsLeader(c) && r.isLeader.Load() && !(mutation.On && r.mut.followerLinearizable) && readKeys(op) != nil &&
+		!(mutation.On && r.mut.noDurabilityWait) && !(mutation.On && r.mut.noPreReadCheck)
 }
 
 // deferredRead serves op from the engine and the overlay's cad writes if

@@ -67,6 +67,10 @@ type hostReq struct {
 	// Session is the client's session token (reads at session level
 	// wait for it).
 	Session shard.Session
+	// Direct: a direct nilext update the client sent to every replica
+	// (NilextTakeStepped): the replica answers with its ack. Ordered: the
+	// client's fallback, the ordered path with the same id.
+	Direct, Ordered bool
 }
 
 func (m hostReq) String() string { return fmt.Sprintf("req(seq=%d %v %s)", m.Seq, m.Op.Kind, m.Op.Key) }
@@ -83,6 +87,10 @@ type hostResp struct {
 	// client's session token.
 	View      uint64
 	ViewKnown bool
+	// Direct answers a Direct request: Acked with the replica's ack, or
+	// not (refused, or no ack in time).
+	Direct, Acked bool
+	Ack           vr.NilextAck
 }
 
 func (m hostResp) String() string {
@@ -104,6 +112,16 @@ type hostSimOptions struct {
 	// powerCuts crashes every replica at once every 100–400 ms of the
 	// first two seconds, and restarts them 20 ms later.
 	powerCuts bool
+	// direct: clients send nilext-eligible SETs to every replica as
+	// direct updates (NilextTakeStepped: the Go client's broadcast,
+	// KEFIR.NILEXT), complete them on a supermajority of acks of one view
+	// including its leader's (vr.NilextTracker), and fall back to the
+	// ordered path with the same id without them. Needs nilext.
+	direct bool
+	// deferred serves reads as a front door that can hold a reply does
+	// (ReadDeferredStepped): a read of a cad write not yet readable takes
+	// its value and is answered once R covers it (deferred.go).
+	deferred bool
 	// nilext turns on the fast path (Options.Nilext): SETs go through
 	// the coordinator (NilextStepped), reads of keys with pending updates
 	// take the slow path.
@@ -179,6 +197,8 @@ type hostNode struct {
 	writes    []hostWrite
 	reads     []hostRead
 	nilexts   []hostNilext
+	takes     []hostTake
+	deferred  bool // hostSimOptions.deferred
 	// seen: the client requests this replica took, across its restarts. The
 	// simulated network duplicates messages; a client's connection (TCP)
 	// does not, and a nilext write taken twice gets two coordinator
@@ -191,8 +211,15 @@ type hostNode struct {
 }
 
 type hostReqKey struct {
+	from   sim.Addr
+	seq    uint64
+	direct bool // a direct update's take, not its ordered fallback
+}
+
+type hostTake struct {
 	from sim.Addr
 	seq  uint64
+	st   *SteppedTake
 }
 
 type hostNilext struct {
@@ -270,7 +297,7 @@ func newHostNode(o hostSimOptions, seed uint64, trueNow func() int64) sim.BootFa
 		if seen[id] == nil {
 			seen[id] = map[hostReqKey]bool{}
 		}
-		n := &hostNode{id: id, cfg: b.Config, seen: seen[id]}
+		n := &hostNode{id: id, cfg: b.Config, seen: seen[id], deferred: o.deferred}
 		if o.skew > 0 {
 			if walls[id] == nil {
 				x := seed*0x2545f4914f6cdd1d + uint64(id)*0x9e3779b97f4a7c15
@@ -395,6 +422,14 @@ func (n *hostNode) flush() {
 		n.reply(rd.from, rd.seq, n.readOutcome(res, err))
 		return true
 	})
+	n.takes = keepPending(n.takes, func(x hostTake) bool {
+		if !x.st.Poll() {
+			return false
+		}
+		ack, err := x.st.Result()
+		n.reply(x.from, x.seq, hostResp{Direct: true, Acked: err == nil, Ack: ack})
+		return true
+	})
 	n.nilexts = keepPending(n.nilexts, func(x hostNilext) bool {
 		if !x.sn.Poll() {
 			return false
@@ -445,13 +480,17 @@ func (n *hostNode) redirect(to sim.Addr, seq uint64, err error) {
 }
 
 func (n *hostNode) onClient(from sim.Addr, m hostReq) {
-	k := hostReqKey{from, m.Seq}
+	k := hostReqKey{from, m.Seq, m.Direct}
 	if n.seen[k] {
 		return // a duplicate the network made
 	}
 	n.seen[k] = true
 	if m.Op.Kind == check.Get {
-		sr := n.r.ReadStepped(kv.Op{Kind: kv.KindGet, Key: []byte(m.Op.Key)}, m.Op.Cons, m.Session)
+		read := n.r.ReadStepped
+		if n.deferred {
+			read = n.r.ReadDeferredStepped
+		}
+		sr := read(kv.Op{Kind: kv.KindGet, Key: []byte(m.Op.Key)}, m.Op.Cons, m.Session)
 		n.reads = append(n.reads, hostRead{from: from, seq: m.Seq, sr: sr})
 		return
 	}
@@ -459,7 +498,12 @@ func (n *hostNode) onClient(from sim.Addr, m hostReq) {
 	// messages, and the core's client table answers a retransmission with
 	// the first execution's result instead of executing it again.
 	id := shard.ReqID{Client: hostClientBase + uint64(from), Seq: m.Seq}
-	if op := hostKV(m.Op); n.r.NilextOn() && NilextEligible(&op) {
+	if m.Direct {
+		st := n.r.NilextTakeStepped(id, hostKV(m.Op), m.Op.Dur)
+		n.takes = append(n.takes, hostTake{from: from, seq: m.Seq, st: st})
+		return
+	}
+	if op := hostKV(m.Op); !m.Ordered && n.r.NilextOn() && NilextEligible(&op) {
 		sn := n.r.NilextStepped(shard.WriteReq{Op: op, Durability: m.Op.Dur}, id)
 		n.nilexts = append(n.nilexts, hostNilext{from: from, seq: m.Seq, sn: sn})
 		return
@@ -519,11 +563,23 @@ type hostClient struct {
 	// sess is the client's session: every op it completed advances it, as
 	// a client library's token does.
 	sess shard.Session
+	// direct (hostSimOptions.direct): SETs go to every replica as direct
+	// nilext updates; tr counts their acks, directTicks how long the
+	// current one has waited; ordered: it fell back to the ordered path.
+	direct      bool
+	tr          *vr.NilextTracker
+	directTicks int
+	ordered     bool
 }
 
-func newHostClient(timeout int) sim.ClientFactory {
+// hostDirectTimeout is how many ticks a direct update waits for a
+// supermajority before the client takes the ordered path (the Go client's
+// NilextTimeout, 100 ms by default).
+const hostDirectTimeout = 100
+
+func newHostClient(timeout int, direct bool) sim.ClientFactory {
 	return func(id sim.Addr, cfg sim.Config) sim.Node {
-		return &hostClient{n: cfg.Replicas, timeout: timeout}
+		return &hostClient{n: cfg.Replicas, timeout: timeout, direct: direct}
 	}
 }
 
@@ -535,7 +591,7 @@ func (c *hostClient) Ready() sim.Ready {
 
 func (c *hostClient) send() {
 	c.retry = 0
-	c.out.Messages = append(c.out.Messages, sim.Envelope{To: sim.Addr(c.leader), Msg: hostReq{Seq: c.seq, Op: c.op, Session: c.sess}})
+	c.out.Messages = append(c.out.Messages, sim.Envelope{To: sim.Addr(c.leader), Msg: hostReq{Seq: c.seq, Op: c.op, Session: c.sess, Ordered: c.ordered}})
 }
 
 // sendFirst sends a new op: a read at a level below linearizable to the
@@ -543,6 +599,16 @@ func (c *hostClient) send() {
 // FollowerReads, session and eventual reads when their state allows, else
 // redirect), anything else to the leader it believes in.
 func (c *hostClient) sendFirst() {
+	c.tr, c.ordered = nil, false
+	if c.direct && c.op.Kind == check.Put {
+		if op := hostKV(c.op); NilextEligible(&op) {
+			c.tr, c.directTicks = vr.NewNilextTracker(hostMembers(c.n)), 0
+			for i := range c.n {
+				c.out.Messages = append(c.out.Messages, sim.Envelope{To: sim.Addr(i), Msg: hostReq{Seq: c.seq, Op: c.op, Direct: true}})
+			}
+			return
+		}
+	}
 	if c.op.Kind == check.Get && !c.op.Cons.IsZero() && c.op.Cons.Kind != level.Linearizable {
 		c.retry = 0
 		to := sim.Addr(c.seq % uint64(c.n))
@@ -560,6 +626,15 @@ func (c *hostClient) Step(ev sim.Event) {
 	case sim.Message:
 		m, ok := ev.Msg.(hostResp)
 		if !ok || !c.inflight || m.Seq != c.seq {
+			return
+		}
+		if m.Direct {
+			if c.tr != nil && m.Acked && c.tr.Add(m.Ack) {
+				// A supermajority of one view, its leader's ack among them:
+				// the update is linearized (OK at a version nobody knows).
+				c.inflight, c.tr = false, nil
+				c.out.Done = append(c.out.Done, sim.Completion{Seq: m.Seq, Outcome: check.OK, Result: check.Result{Found: true, Node: m.Result.Node}})
+			}
 			return
 		}
 		if !m.Redirect {
@@ -588,6 +663,15 @@ func (c *hostClient) Step(ev sim.Event) {
 			return
 		}
 		c.ticks++
+		if c.tr != nil {
+			if c.directTicks++; c.directTicks >= hostDirectTimeout {
+				// No supermajority in time: the ordered path, same id (a
+				// copy in some d-log is applied once).
+				c.tr, c.ordered = nil, true
+				c.send()
+			}
+			return
+		}
 		if c.ticks >= c.timeout {
 			// Give up, and try another replica next: the one asked may be
 			// down or cut off (a deposed leader that still believes it
@@ -628,7 +712,7 @@ func hostSim(seed uint64, trace io.Writer, o hostSimOptions, w sim.Workload, sta
 		t.now = trueNow
 		w = t
 	}
-	newClient := newHostClient(hostClientTimeout)
+	newClient := newHostClient(hostClientTimeout, o.direct)
 	var txns *hostTxnRun
 	if o.txn != txnNone {
 		txns = newHostTxnRun(o.txn, seed, trueNow)
@@ -677,14 +761,20 @@ func hostSim(seed uint64, trace io.Writer, o hostSimOptions, w sim.Workload, sta
 		}
 	}
 	if stats != nil {
-		expired := uint64(0) // by the running replicas' active expiry
+		// By the running replicas: active expiry, deferred reads, direct
+		// nilext updates taken.
+		expired, deferred, taken := uint64(0), uint64(0), uint64(0)
 		for i := range so.Replicas {
 			if node := s.Replica(i); node != nil {
-				expired += node.(*hostNode).r.Stats().ExpiredKeys
+				st := node.(*hostNode).r.Stats()
+				expired += st.ExpiredKeys
+				deferred += st.DeferredReads
+				tk, _ := node.(*hostNode).r.NilextDirectStats()
+				taken += tk
 			}
 		}
-		*stats = fmt.Sprintf("%+v at %v, %d ops; reads answered OK by level: %v; keys expired actively: %d",
-			s.Stats(), s.Now(), len(h.Ops), readsByLevel(h), expired)
+		*stats = fmt.Sprintf("%+v at %v, %d ops; reads answered OK by level: %v; keys expired actively: %d; reads deferred: %d; direct updates taken: %d",
+			s.Stats(), s.Now(), len(h.Ops), readsByLevel(h), expired, deferred, taken)
 		if txns != nil {
 			*stats = fmt.Sprintf("%+v at %v; transactions: %s", s.Stats(), s.Now(), txns.stats())
 		}
@@ -777,6 +867,11 @@ func TestHostSim(t *testing.T) {
 		// slow fsyncs: restarts from torn WALs and engines.
 		{"sync-powercuts", hostSimOptions{slowSync: true, powerCuts: true}, syncW},
 		{"cad-powercuts", hostSimOptions{slowSync: true, powerCuts: true}, cadW},
+		// Reads as a front door that holds replies serves them: a read of a
+		// cad write not yet readable is deferred (its value taken now, its
+		// answer once R covers the write; deferred.go).
+		{"cad-deferred", hostSimOptions{deferred: true}, cadW},
+		{"cad-deferred-powercuts", hostSimOptions{deferred: true, slowSync: true, powerCuts: true}, cadW},
 		// Two of three replicas down at once: the group stalls, then
 		// recovers without losing what it promised.
 		{"sync-majority-down", hostSimOptions{majorityDown: true}, syncW},
@@ -790,6 +885,11 @@ func TestHostSim(t *testing.T) {
 		// (nilext_gc.go), reads of pending keys on the slow path.
 		{"nilext-sync", hostSimOptions{nilext: true}, nxW},
 		{"nilext-sync-powercuts", hostSimOptions{nilext: true, slowSync: true, powerCuts: true}, nxW},
+		// Direct updates (the client-driven Skyros path, NilextTake): the
+		// clients send SETs to every replica, complete them on a
+		// supermajority's acks and fall back to the ordered path without.
+		{"nilext-direct", hostSimOptions{nilext: true, direct: true}, nxW},
+		{"nilext-direct-powercuts", hostSimOptions{nilext: true, direct: true, slowSync: true, powerCuts: true}, nxW},
 		// Reads at every level, sent to the replicas in turn: session reads
 		// wait for the token's versions (followers redirect after
 		// FollowerWait), bounded reads are served at the leader, eventual
@@ -830,7 +930,15 @@ func TestHostSim(t *testing.T) {
 //   - expiryClockAhead (active expiry, expiry.go): the leader's cycle
 //     decides and deletes by a clock a second ahead of its own, so a
 //     linearizable read before a key's expiry finds it gone (the expiry
-//     checker).
+//     checker);
+//   - deferNoWait (deferred reads, deferred.go): a read deferred on a cad
+//     write that is not yet readable is answered at once instead of once
+//     R covers the write, so a power cut takes back a value a client read
+//     (cross-client monotonic reads);
+//   - directAckEarly (direct nilext updates, nilext.go takeDirect): a
+//     replica acks a client's direct update before its d-log record is
+//     durable, so a power cut of the group loses an update the client
+//     completed on a supermajority's acks (linearizability).
 //
 // want names the checker that must report it.
 func TestHostSimCatchesMutations(t *testing.T) {
@@ -841,6 +949,7 @@ func TestHostSimCatchesMutations(t *testing.T) {
 	levels := hostSimOptions{eventual: hostEventualWindow}
 	ttlW := hostTTL{Workload: hostReads{sim.KV{Keys: 3, Get: 6, Put: 4, Dur: level.Sync}}}
 	ttl := hostSimOptions{eventual: hostEventualWindow, expiry: 20 * time.Millisecond, skew: 20 * time.Millisecond}
+	nxW := sim.KV{Keys: 3, Get: 4, Put: 5, CAS: 1, Dur: level.Sync}
 	for _, tc := range []struct {
 		name string
 		seed uint64
@@ -854,6 +963,10 @@ func TestHostSimCatchesMutations(t *testing.T) {
 		{"ignoreSession", 1, levels, mutations{ignoreSession: true}, readsW, "session: VIOLATED"},
 		{"followerLinearizable", 1, levels, mutations{followerLinearizable: true}, readsW, "bounded-staleness: VIOLATED"},
 		{"expiryClockAhead", 2, ttl, mutations{expiryClockAhead: true}, ttlW, "expiry: VIOLATED"},
+		{"deferNoWait", 11, hostSimOptions{deferred: true, slowSync: true, powerCuts: true}, mutations{deferNoWait: true}, cadW,
+			"cross-client-monotonic: VIOLATED"},
+		{"directAckEarly", 36, hostSimOptions{nilext: true, direct: true, slowSync: true, powerCuts: true}, mutations{directAckEarly: true}, nxW,
+			"linearizable: VIOLATED"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := hostSim(tc.seed, nil, tc.o, tc.w, nil); err != nil {
@@ -905,6 +1018,10 @@ func TestHostSimMutationScan(t *testing.T) {
 		{"nilextMajority/powercuts", hostSimOptions{mut: mutations{nilextMajority: true}, nilext: true, slowSync: true, powerCuts: true}, nxW},
 		{"followerNoRCheck", hostSimOptions{mut: mutations{followerNoRCheck: true}, followers: true}, cadCCM},
 		{"followerNoRCheck/powercuts", hostSimOptions{mut: mutations{followerNoRCheck: true}, followers: true, slowSync: true, powerCuts: true}, cadCCM},
+		{"deferNoWait", hostSimOptions{mut: mutations{deferNoWait: true}, deferred: true}, cadW},
+		{"deferNoWait/powercuts", hostSimOptions{mut: mutations{deferNoWait: true}, deferred: true, slowSync: true, powerCuts: true}, cadW},
+		{"deferNoRecheck/powercuts", hostSimOptions{mut: mutations{deferNoRecheck: true}, deferred: true, slowSync: true, powerCuts: true}, cadW},
+		{"directAckEarly/powercuts", hostSimOptions{mut: mutations{directAckEarly: true}, nilext: true, direct: true, slowSync: true, powerCuts: true}, nxW},
 	} {
 		caught := false
 		for seed := uint64(1); seed <= 200 && !caught; seed++ {

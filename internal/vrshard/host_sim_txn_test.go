@@ -172,7 +172,7 @@ func (n *hostNode) txnReply(to sim.Addr, m hostTxnResp) {
 
 // onTxnReq starts a transaction step.
 func (n *hostNode) onTxnReq(from sim.Addr, m hostTxnReq) {
-	k := hostReqKey{from, m.Seq}
+	k := hostReqKey{from: from, seq: m.Seq}
 	if n.seen[k] {
 		return // a duplicate the network made
 	}

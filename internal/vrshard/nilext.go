@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/core"
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/mutation"
@@ -317,26 +318,68 @@ func (r *Replica) NilextWrite(ctx context.Context, op kv.Op, d level.Durability)
 	return res, reqs[0].ID, err
 }
 
-// ---- driver goroutine ----
+// ---- driver goroutine: the coordinator ----
 
-// nxStart registers coordinated calls, takes them locally and sends them to
-// every other member in one message each.
+// nilextCoord is the nilext fast path's driver-side state and policy, VR's
+// extension of the host: VR's adapter owns it (vrCore.nx) and steps the
+// nilext messages into it (take, ack), and the host's generic paths reach
+// it only as their engineExt — the d-log records it adds to a log batch,
+// the acks it routes once a batch is written, the entries it says were
+// acknowledged before they were ordered (group commit, nilext_gc.go), the
+// reads of pending keys it registers, its sweeps on ticks and new views.
+// Open makes one for a VR replica with Options.Nilext; without it a
+// replica runs none (NilextApply refuses, and a nilext message from a
+// peer is dropped unacked, so its coordinator falls back).
+type nilextCoord struct {
+	r *Replica // the host: its network, clocks, counters, mutations
+	c *vrCore  // VR's core: the d-log, the updates' acks
+	// wait holds the calls this replica coordinates (and direct takes
+	// waiting for this replica's ack); origin the coordinator of each
+	// update not acked yet; view the view of the last sweep.
+	wait   map[nxKey]*nxCall
+	origin map[nxKey]uint64
+	view   uint64
+}
+
+var _ engineExt = (*nilextCoord)(nil)
+
+func newNilextCoord(r *Replica, c *vrCore) *nilextCoord {
+	return &nilextCoord{r: r, c: c, wait: map[nxKey]*nxCall{}, origin: map[nxKey]uint64{}}
+}
+
+// nxStart hands calls (NilextApply's, NilextTake's) to the coordinator.
+// Without one (the fast path is off) every call fails.
 func (r *Replica) nxStart(calls []*nxCall) {
-	now := r.now()
+	if r.nx == nil {
+		for _, c := range calls {
+			if c.direct {
+				c.err = r.mapErr(vr.ErrNilextOff)
+			}
+			c.settle(nxFailed)
+		}
+		return
+	}
+	r.nx.start(r.now(), calls)
+}
+
+// start registers coordinated calls, takes them locally and sends them to
+// every other member in one message each.
+func (n *nilextCoord) start(now int64, calls []*nxCall) {
+	r := n.r
 	reqs := make([]vr.NilextRequest, 0, len(calls))
 	for _, c := range calls {
 		if c.direct {
-			r.nxTakeDirect(now, c)
+			n.takeDirect(now, c)
 			continue
 		}
 		k := nxKey{c.req.Client, c.req.ReqNum}
-		r.nxWait[k] = c
-		r.nxOrigin[k] = r.cfg.Self
-		if err := r.vx.Nilext(now, c.req); err != nil {
+		n.wait[k] = c
+		n.origin[k] = r.cfg.Self
+		if err := n.c.Nilext(now, c.req); err != nil {
 			// Not normal (a view change): the others could not complete it
 			// without our ack if we lead, and we cannot tell; fall back.
-			delete(r.nxWait, k)
-			delete(r.nxOrigin, k)
+			delete(n.wait, k)
+			delete(n.origin, k)
 			c.settle(nxFailed)
 			continue
 		}
@@ -350,45 +393,45 @@ func (r *Replica) nxStart(calls []*nxCall) {
 			continue
 		}
 		r.st.nxSent.Add(1)
-		_ = r.net.Send(to, r.vx.NilextMessage(to, reqs))
+		_ = r.net.Send(to, n.c.NilextMessage(to, reqs))
 	}
 }
 
-// nxTake takes the updates coordinator `from` sent into the core's d-log
-// (a stepHooks method: VR's adapter steps the nilext messages, vrcore.go
-// stepNilext, and has checked the group identity).
-func (r *Replica) nxTake(now int64, from uint64, reqs []vr.NilextRequest) {
+// take takes the updates coordinator `from` sent into the core's d-log
+// (VR's adapter steps the nilext messages, vrcore.go stepNilext, and has
+// checked the group identity).
+func (n *nilextCoord) take(now int64, from uint64, reqs []vr.NilextRequest) {
 	for _, q := range reqs {
 		k := nxKey{q.Client, q.ReqNum}
-		r.nxOrigin[k] = from
-		if err := r.vx.Nilext(now, q); err != nil {
-			delete(r.nxOrigin, k) // no ack: the coordinator falls back
+		n.origin[k] = from
+		if err := n.c.Nilext(now, q); err != nil {
+			delete(n.origin, k) // no ack: the coordinator falls back
 		}
 	}
 }
 
-func (r *Replica) nxAck(a vr.NilextAck) {
+func (n *nilextCoord) ack(a vr.NilextAck) {
 	k := nxKey{a.Client, a.ReqNum}
-	c := r.nxWait[k]
+	c := n.wait[k]
 	if c == nil {
 		return
 	}
 	if c.state.Load() != nxPending {
-		delete(r.nxWait, k)
+		delete(n.wait, k)
 		return
 	}
 	if c.direct {
-		delete(r.nxWait, k)
+		delete(n.wait, k)
 		c.ack = a
 		c.settle(nxDone)
 		return
 	}
 	done := c.tr.Add(a)
-	if mutation.On && r.mut.nilextMajority {
-		done = c.majority(a, r.cfg)
+	if mutation.On && n.r.mut.nilextMajority {
+		done = c.majority(a, n.c.Config())
 	}
 	if done {
-		delete(r.nxWait, k)
+		delete(n.wait, k)
 		c.settle(nxDone)
 	}
 }
@@ -406,18 +449,19 @@ func (c *nxCall) majority(a vr.NilextAck, cfg vr.Config) bool {
 	return leader && n >= len(cfg.Members)/2+1
 }
 
-// nxRoute sends the core's acks to the updates' coordinators.
-func (r *Replica) nxRoute(acks []vr.NilextAck) {
+// route sends the core's acks to the updates' coordinators.
+func (n *nilextCoord) route(acks []vr.NilextAck) {
+	r := n.r
 	var out map[uint64][]vr.NilextAck
 	for _, a := range acks {
 		k := nxKey{a.Client, a.ReqNum}
-		to, ok := r.nxOrigin[k]
+		to, ok := n.origin[k]
 		if !ok {
 			continue // restored from disk, or its coordinator is unknown: it retransmits or falls back
 		}
-		delete(r.nxOrigin, k)
+		delete(n.origin, k)
 		if to == r.cfg.Self {
-			r.nxAck(a)
+			n.ack(a)
 			continue
 		}
 		if out == nil {
@@ -428,42 +472,105 @@ func (r *Replica) nxRoute(acks []vr.NilextAck) {
 	for to, as := range out {
 		// One message per run of acks that share view and leader flag.
 		for len(as) > 0 {
-			n := 1
-			for n < len(as) && as[n].View == as[0].View && as[n].Leader == as[0].Leader {
-				n++
+			k := 1
+			for k < len(as) && as[k].View == as[0].View && as[k].Leader == as[0].Leader {
+				k++
 			}
-			r.st.nxAcksSent.Add(uint64(n))
-			_ = r.net.Send(to, r.vx.NilextAcksMessage(to, as[:n]))
-			as = as[n:]
+			r.st.nxAcksSent.Add(uint64(k))
+			_ = r.net.Send(to, n.c.NilextAcksMessage(to, as[:k]))
+			as = as[k:]
 		}
 	}
 }
 
-// nxSweep forgets abandoned calls and, on a view change, coordinators of
+// sweep forgets abandoned calls and, on a view change, coordinators of
 // updates the core will not ack any more (it dropped its d-log).
-func (r *Replica) nxSweep(viewChanged bool) {
-	for k, c := range r.nxWait {
+func (n *nilextCoord) sweep(viewChanged bool) {
+	for k, c := range n.wait {
 		if c.state.Load() != nxPending {
-			delete(r.nxWait, k)
+			delete(n.wait, k)
 			continue
 		}
 		if viewChanged && c.direct {
 			// The core dropped (or re-ordered) its d-log and will not ack
 			// this copy: tell its client now instead of at its timeout.
-			delete(r.nxWait, k)
+			delete(n.wait, k)
 			c.err = &NotLeaderError{}
 			c.settle(nxFailed)
 		}
 	}
-	if viewChanged || len(r.nxOrigin) > 1<<20 {
-		clear(r.nxOrigin)
+	if viewChanged || len(n.origin) > 1<<20 {
+		clear(n.origin)
 	}
 }
 
-// nxReadKeys returns the keys a linearizable read of op depends on, for
+// The host's hooks (engineExt).
+
+func (n *nilextCoord) readyExtra() (pending, urgent bool) {
+	for i := range n.c.dlog {
+		if n.c.dlog[i].Sync {
+			urgent = true // its ack waits for the fsync
+			break
+		}
+	}
+	return len(n.c.dlog) > 0 || len(n.c.nxAcks) > 0, urgent
+}
+
+// logExtra writes the d-log records with the batch (one fsync); a new
+// segment starts with the whole live d-log, so a roll loses none.
+func (n *nilextCoord) logExtra(w *wal, whole bool) {
+	if whole {
+		w.addDLog(n.c.DLogRecords())
+		return
+	}
+	w.addDLog(n.c.dlog)
+}
+
+func (n *nilextCoord) written() {
+	if len(n.c.nxAcks) > 0 {
+		n.route(n.c.nxAcks)
+	}
+}
+
+// preAcked: an entry the leader ordered from the d-log was acknowledged on
+// the fast path; its clients do not wait for its fsync.
+func (n *nilextCoord) preAcked(client, req uint64) bool { return n.c.InDLog(client, req) }
+
+// readFirst: a read of a key with a pending nilext update waits until the
+// core has ordered the d-log and it is committed (a slow-path read, released
+// in ReadStates as a read-index read).
+func (n *nilextCoord) readFirst(now int64, ctx uint64, op *kv.Op) bool {
+	slow, err := n.c.ReadNilext(now, ctx, n.readKeys(op))
+	if err == nil && slow {
+		n.r.st.nxSlowReads.Add(1)
+		return true
+	}
+	return false
+}
+
+func (n *nilextCoord) tick() { n.sweep(false) }
+
+func (n *nilextCoord) round(info core.Info) {
+	if info.View != n.view {
+		n.view = info.View
+		n.sweep(true)
+	}
+}
+
+// publish publishes the nilext figures of VR's Info (taken by the Info
+// call publish just made).
+func (n *nilextCoord) publish() {
+	vi, r := &n.c.info, n.r
+	r.dlogLen.Store(int64(vi.DLogLen))
+	r.nxCycles.Store(vi.NilextCycles)
+	r.nxStaleWaits.Store(vi.NilextStaleWaits)
+	r.dlogStale.Store(vi.DLogStale)
+}
+
+// readKeys returns the keys a linearizable read of op depends on, for
 // ReadNilext. A scan depends on every pending key in its range; a read-only
 // script on every pending key (its Key and End are nil).
-func (r *Replica) nxReadKeys(op *kv.Op) [][]byte {
+func (n *nilextCoord) readKeys(op *kv.Op) [][]byte {
 	switch op.Kind {
 	case kv.KindGet, kv.KindStrlen, kv.KindHGet, kv.KindHLen, kv.KindHGetAll, kv.KindHScan:
 		// A hash read depends on its user key: every hash write names it.
@@ -472,7 +579,7 @@ func (r *Replica) nxReadKeys(op *kv.Op) [][]byte {
 		return op.Keys
 	case kv.KindScan, kv.KindEvalRO:
 		var ks [][]byte
-		for _, q := range r.vx.DLog() {
+		for _, q := range n.c.DLog() {
 			for _, k := range q.Keys {
 				if bytes.Compare(k, op.Key) >= 0 && (op.End == nil || bytes.Compare(k, op.End) < 0) {
 					ks = append(ks, k)
@@ -583,14 +690,7 @@ func (r *Replica) NilextTake(ctx context.Context, id shard.ReqID, op kv.Op, d le
 		r.nxIDs.directRefuse.Add(1)
 		return vr.NilextAck{}, err
 	}
-	c := &nxCall{
-		req: vr.NilextRequest{
-			Request: vr.Request{Client: id.Client, ReqNum: id.Seq, Data: encodeOp(nil, header{ts: r.clock.Now().UnixNano()}, &op)},
-			Keys:    nilextKeys(&op),
-			Sync:    d == level.Sync || d.IsZero(),
-		},
-		wait: &batchWait{done: make(chan struct{})}, born: r.clock.Now(), direct: true,
-	}
+	c := r.directCall(id, &op, d, r.clock.Now().UnixNano(), &batchWait{done: make(chan struct{})})
 	c.wait.left.Store(1)
 	select {
 	case r.nxc <- []*nxCall{c}:
@@ -610,6 +710,19 @@ func (r *Replica) NilextTake(ctx context.Context, id shard.ReqID, op kv.Op, d le
 		return c.ack, nil
 	}
 	return vr.NilextAck{}, c.err
+}
+
+// directCall is the call of a direct update (NilextTake, NilextTakeBatch,
+// NilextTakeStepped) stamped ts, settled through bw.
+func (r *Replica) directCall(id shard.ReqID, op *kv.Op, d level.Durability, ts int64, bw *batchWait) *nxCall {
+	return &nxCall{
+		req: vr.NilextRequest{
+			Request: vr.Request{Client: id.Client, ReqNum: id.Seq, Data: encodeOp(nil, header{ts: ts}, op)},
+			Keys:    nilextKeys(op),
+			Sync:    d == level.Sync || d.IsZero(),
+		},
+		wait: bw, born: r.clock.Now(), direct: true,
+	}
 }
 
 func (r *Replica) nilextValidTake(id shard.ReqID, op *kv.Op, d level.Durability) error {
@@ -641,15 +754,16 @@ func (r *Replica) nilextValid(op *kv.Op) error {
 	return nil
 }
 
-// nxTakeDirect runs a NilextTake on the driver goroutine.
-func (r *Replica) nxTakeDirect(now int64, c *nxCall) {
+// takeDirect runs a NilextTake on the driver goroutine.
+func (n *nilextCoord) takeDirect(now int64, c *nxCall) {
+	r := n.r
 	k := nxKey{c.req.Client, c.req.ReqNum}
 	refuse := func(err error) {
 		r.nxIDs.directRefuse.Add(1)
 		c.err = err
 		c.settle(nxFailed)
 	}
-	if w := r.nxWait[k]; w != nil && w.state.Load() == nxPending {
+	if w := n.wait[k]; w != nil && w.state.Load() == nxPending {
 		refuse(ErrNilextBusy)
 		return
 	}
@@ -662,16 +776,25 @@ func (r *Replica) nxTakeDirect(now int64, c *nxCall) {
 		refuse(fmt.Errorf("%w: %d after %d", ErrNilextStale, c.req.ReqNum, h))
 		return
 	}
-	r.nxWait[k] = c
-	r.nxOrigin[k] = r.cfg.Self
-	if err := r.vx.Nilext(now, c.req); err != nil {
-		delete(r.nxWait, k)
-		delete(r.nxOrigin, k)
+	n.wait[k] = c
+	n.origin[k] = r.cfg.Self
+	if err := n.c.Nilext(now, c.req); err != nil {
+		delete(n.wait, k)
+		delete(n.origin, k)
 		refuse(r.mapErr(err))
 		return
 	}
 	r.nxIDs.high[c.req.Client] = c.req.ReqNum
 	r.nxIDs.directTaken.Add(1)
+	if mutation.On && r.mut.directAckEarly {
+		// The mutation: this replica's ack before its d-log record is
+		// durable (the core acks a sync update only once it is).
+		view, st := n.c.ViewStatus()
+		delete(n.wait, k)
+		c.ack = vr.NilextAck{Client: c.req.Client, ReqNum: c.req.ReqNum, From: r.cfg.Self, View: view,
+			Leader: st == vr.Normal && n.c.Config().LeaderOf(view) == r.cfg.Self}
+		c.settle(nxDone)
+	}
 }
 
 // NilextDirectStats reports how many direct updates (NilextTake) this
@@ -711,14 +834,7 @@ func (r *Replica) NilextTakeBatch(ctx context.Context, ups []NilextDirect) (acks
 			errs[i] = err
 			continue
 		}
-		calls[i] = &nxCall{
-			req: vr.NilextRequest{
-				Request: vr.Request{Client: u.ID.Client, ReqNum: u.ID.Seq, Data: encodeOp(nil, header{ts: ts}, &u.Op)},
-				Keys:    nilextKeys(&u.Op),
-				Sync:    u.Durability == level.Sync || u.Durability.IsZero(),
-			},
-			wait: bw, born: r.clock.Now(), direct: true,
-		}
+		calls[i] = r.directCall(u.ID, &u.Op, u.Durability, ts, bw)
 		send = append(send, calls[i])
 	}
 	if len(send) == 0 {
@@ -770,3 +886,73 @@ func (r *Replica) awaitBatch(ctx context.Context, bw *batchWait, d time.Duration
 	case <-r.done:
 	}
 }
+
+// ---- stepped mode (stepped.go) ----
+
+// SteppedTake is NilextTake without waiting: the update goes to the driver
+// (nxStart, the direct path: takeDirect), and Poll reports this replica's
+// ack once the core gave it — for a sync update, once the d-log record is
+// durable — or an error (refused; no ack within RequestTimeout on the
+// replica's clock). The client, not this replica, completes the update on
+// a supermajority of acks and falls back to the ordered path with the
+// same id without them.
+type SteppedTake struct {
+	r        *Replica
+	c        *nxCall
+	deadline time.Time
+	ack      vr.NilextAck
+	err      error
+	done     bool
+}
+
+// NilextTakeStepped starts a direct nilext update (NilextTake's checks,
+// then the driver's take).
+func (r *Replica) NilextTakeStepped(id shard.ReqID, op kv.Op, d level.Durability) *SteppedTake {
+	st := &SteppedTake{r: r, deadline: r.clock.Now().Add(r.opts.RequestTimeout)}
+	if err := r.failed(); err != nil {
+		st.err, st.done = err, true
+		return st
+	}
+	if !r.opts.Nilext {
+		st.err, st.done = vr.ErrNilextOff, true
+		return st
+	}
+	if err := r.nilextValidTake(id, &op, d); err != nil {
+		r.nxIDs.directRefuse.Add(1)
+		st.err, st.done = err, true
+		return st
+	}
+	st.c = r.directCall(id, &op, d, r.clock.Now().UnixNano(), &batchWait{done: make(chan struct{})})
+	st.c.wait.left.Store(1)
+	r.nxStart([]*nxCall{st.c})
+	r.afterStep()
+	st.Poll()
+	return st
+}
+
+// Poll advances the take and reports whether it is finished (Result).
+func (st *SteppedTake) Poll() bool {
+	if st.done {
+		return true
+	}
+	select {
+	case <-st.c.wait.done:
+	default:
+		if st.r.clock.Now().Before(st.deadline) {
+			return false
+		}
+	}
+	switch {
+	case st.c.settle(nxAbandoned):
+		st.err = fmt.Errorf("%w: no ack within %v", shard.ErrUnavailable, st.r.opts.RequestTimeout)
+	case st.c.state.Load() == nxDone:
+		st.ack = st.c.ack
+	default:
+		st.err = st.c.err
+	}
+	st.done = true
+	return true
+}
+
+// Result is this replica's ack (after Poll reported it finished).
+func (st *SteppedTake) Result() (vr.NilextAck, error) { return st.ack, st.err }

@@ -79,20 +79,16 @@ func (r *Replica) holdDelay() time.Duration {
 	return r.opts.CadSyncDelay
 }
 
-// holdable reports whether the batch rd, with its d-log records dlog, may
-// wait for a later fsync. It runs before handle() records rd (r.lastHS is
+// holdable reports whether the batch rd may wait for a later fsync (the
+// engine's part of it, a sync d-log record, is the caller's:
+// engineExt.readyExtra). It runs before handle() records rd (r.lastHS is
 // still the previous hard state).
-func (r *Replica) holdable(rd *core.Ready[peerMsg], dlog []vr.NilextRequest) bool {
+func (r *Replica) holdable(rd *core.Ready[peerMsg]) bool {
 	if r.holdDelay() < 0 || r.waited() || r.recovering || rd.Snapshot != nil || rd.HasTruncate {
 		return false
 	}
 	if hs := rd.HardState; hs != nil && (hs.View != r.lastHS.View || hs.LastNormalView != r.lastHS.LastNormalView) {
 		return false
-	}
-	for i := range dlog {
-		if dlog[i].Sync {
-			return false
-		}
 	}
 	leader := r.isLeader.Load()
 	for i := range rd.Entries {
@@ -101,7 +97,7 @@ func (r *Replica) holdable(rd *core.Ready[peerMsg], dlog []vr.NilextRequest) boo
 			return false
 		}
 		if r.opts.Nilext {
-			if len(r.waitID[idKey{e.Client, e.ReqNum}]) > 0 || !r.vx.InDLog(e.Client, e.ReqNum) {
+			if len(r.waitID[idKey{e.Client, e.ReqNum}]) > 0 || !r.ext.preAcked(e.Client, e.ReqNum) {
 				return false
 			}
 			continue

@@ -115,7 +115,7 @@ func TestAnEngineBringsItsOwnPeerMessages(t *testing.T) {
 	r, err := Open(Options{
 		Dir: t.TempDir(), Bootstrap: true, Network: net, Logger: testLogger(t),
 		VR: vr.Config{Cluster: 7, Epoch: 1, Members: []uint64{1}, Self: 1},
-		newCore: func(cfg vr.Config, st core.Boot) (hostCore, error) {
+		newCore: func(cfg group, st core.Boot) (hostCore, error) {
 			s, err := openSolo(cfg, st)
 			if err != nil {
 				return nil, err

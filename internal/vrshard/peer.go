@@ -37,7 +37,7 @@ func (r *Replica) openEndpoint() error {
 		var err error
 		tr, err = transport.New(transport.Config{
 			Self: r.cfg.Self, Peers: opts.Peers, ClusterSecret: opts.ClusterSecret,
-			Cluster: r.cfg.Cluster, ConfigHash: r.cfg.Hash(), TLS: opts.TLS,
+			Cluster: r.cfg.Cluster, ConfigHash: r.cfg.Hash, TLS: opts.TLS,
 			Logger: opts.Logger, MaxFrame: opts.PeerMaxFrame, // the transport adds "replica" itself
 		})
 		if err != nil {

@@ -156,7 +156,7 @@ type Options struct {
 	stepped bool
 	// newCore, if set, opens the protocol core instead of VR's (vrcore.go):
 	// a test plugs a second core into the host through the contract.
-	newCore func(vr.Config, core.Boot) (hostCore, error)
+	newCore func(group, core.Boot) (hostCore, error)
 
 	// Chain, if set, makes the replica a member of a chain (the chain
 	// engine, chaincore.go) instead of a VR replica: VR's Members is the
@@ -416,6 +416,11 @@ type mutations struct {
 	// early-acknowledged op is ordered after them (cad.go indexLate).
 	noLateIndex bool
 	deferNoWait bool
+	// directAckEarly: a direct nilext update (NilextTake) is acknowledged
+	// as soon as this replica took it into its d-log, before the record
+	// is durable: a power cut of the group loses an update its client
+	// completed.
+	directAckEarly bool
 	// deferNoRecheck: a deferred read does not check, after reading the
 	// engine, that the log values it took are still its keys' latest
 	// updates: a multi-key read may combine an older value of one key with
@@ -599,12 +604,14 @@ type Stats = kcluster.Stats
 // the leader; others get a *NotLeaderError naming it.
 type Replica struct {
 	opts  Options
-	cfg   vr.Config
+	cfg   group // the group's configuration, engine-neutral (group.go)
 	log   *slog.Logger
 	core  hostCore        // the protocol core, through the contract (vrcore.go)
 	eng   peerEngine      // the engine's peer messages: codec, stepping (vrcore.go)
-	vx    vrExt           // what the host asks of VR outside the contract (vrcore.go)
+	ext   engineExt       // what the engine adds beyond the contract: VR's nilext coordinator, or noExt (vrcore.go)
 	hint  core.SyncHinter // the core's group-commit hints, or none (vrcore.go)
+	vs    viewStatuser    // the core's view and status after each message (viewlog.go)
+	nx    *nilextCoord    // VR's nilext coordinator (nilext.go), also ext; nil unless VR's core with Options.Nilext
 	db    *storage.DB
 	wal   *wal
 	app   *applier
@@ -641,9 +648,6 @@ type Replica struct {
 	wasLeader  bool
 	leadView   uint64
 	errLogAt   time.Time
-	nxWait     map[nxKey]*nxCall // nilext writes this node coordinates
-	nxOrigin   map[nxKey]uint64  // coordinator of each nilext update not acked yet
-	nxView     uint64
 	// Log fsyncs run off the driver goroutine, one at a time: written is the
 	// last PersistSeq written to the log, syncing the one the fsync in flight
 	// covers (0: none). The core accepts Persisted for several batches at
@@ -777,7 +781,7 @@ func Open(opts Options) (*Replica, error) {
 		return nil, fmt.Errorf("vrshard: open engine: %w", err)
 	}
 	r := &Replica{
-		opts: opts, cfg: opts.VR, wal: w, db: db, start: opts.Clock.Now(), mut: opts.mut,
+		opts: opts, cfg: neutralGroup(opts.VR), wal: w, db: db, start: opts.Clock.Now(), mut: opts.mut,
 		clock: opts.Clock, rand: randomSource(&opts),
 		// "replica", not "node": the server's logger already names the node
 		// ("node", its --node-id), and a key repeated in one line is ambiguous.
@@ -786,8 +790,6 @@ func Open(opts Options) (*Replica, error) {
 		inbox:     make(chan inbound, 256),
 		readc:     make(chan *readWaiter, 256),
 		nxc:       make(chan []*nxCall, 256),
-		nxWait:    map[nxKey]*nxCall{},
-		nxOrigin:  map[nxKey]uint64{},
 		stop:      make(chan struct{}),
 		done:      make(chan struct{}),
 		waitID:    map[idKey][]*proposal{},
@@ -853,27 +855,29 @@ func Open(opts Options) (*Replica, error) {
 		ws = walState{empty: true}
 		engineLost = true
 	}
+	// What the core starts from: the engine-neutral part (core.Boot) and
+	// VR's extras (vrStart).
+	boot := core.Boot{HardState: ws.hs, Entries: ws.entries}
+	if ws.snap.Op > 0 || len(ws.snap.Clients) > 0 {
+		s := ws.snap
+		boot.Snapshot = &s
+	}
 	// A clean stop synced every d-log record it acknowledged: the d-log
 	// counts in d-log recovery at once (vr State.DLogIntact). After a crash
 	// or power cut it does not, and a nilext replica forces a view change.
-	st := vr.State{HardState: ws.hs, Entries: ws.entries, DLog: ws.dlog, DLogIntact: ws.clean}
-	if ws.snap.Op > 0 || len(ws.snap.Clients) > 0 {
-		s := ws.snap
-		st.Snapshot = &s
-	}
 	// A fresh nonce on every start, not only for recovery: the core seeds
 	// its prepare-ok sequence numbers from it (vr cadState.init).
-	st.Nonce = r.rand() | 1
+	vx := vrStart{DLog: ws.dlog, DLogIntact: ws.clean, Nonce: r.rand() | 1}
 	switch {
 	case ws.empty && opts.Bootstrap && !engineLost:
-		st.Bootstrap = true
+		boot.Bootstrap = true
 	case ws.empty || ws.recovering:
 		// The disk lacks what this replica may have promised: recover from
 		// the group before voting or acknowledging anything.
-		st.LostState = true
+		boot.LostState = true
 		r.recovering = true
 	}
-	c, err := openCore(&opts, st)
+	c, err := openCore(&opts, r.cfg, boot, vx)
 	if err != nil {
 		db.Close()
 		w.close()
@@ -886,10 +890,14 @@ func Open(opts Options) (*Replica, error) {
 			return nil, err
 		}
 	}
-	r.core, r.eng, r.vx, r.hint = c, engineOf(c), extOf(c), hintsOf(c)
 	if v, ok := c.(*vrCore); ok {
-		r.cfg = v.Config() // with the core's defaults filled in
+		r.cfg = vrGroup(v.Config()) // with the core's defaults filled in
+		if opts.Nilext {
+			v.nx = newNilextCoord(r, v)
+			r.nx = v.nx
+		}
 	}
+	r.core, r.eng, r.ext, r.hint, r.vs = c, engineOf(c), extOf(c), hintsOf(c), viewStatusOf(c)
 	r.lastHS = ws.hs
 	r.tail = ws.entries
 	if err := r.app.loadRows(); err != nil {
@@ -920,7 +928,7 @@ func Open(opts Options) (*Replica, error) {
 			return nil, err
 		}
 	}
-	r.log.Info("vr replica open", "bootstrap", st.Bootstrap, "lost_state", st.LostState,
+	r.log.Info("vr replica open", "bootstrap", boot.Bootstrap, "lost_state", boot.LostState,
 		"snapshot_op", ws.snap.Op, "log_entries", len(ws.entries), "view", ws.hs.View,
 		"commit", ws.hs.Commit, "engine_version", db.LastVersion())
 	if err := r.openEndpoint(); err != nil {
@@ -1123,7 +1131,7 @@ func (r *Replica) run() {
 func (r *Replica) onTick() {
 	r.core.Tick(r.now())
 	r.noteView(viewCause{kind: 't'})
-	r.nxSweep(false)
+	r.ext.tick()
 	r.maybeExpire()
 }
 
@@ -1158,9 +1166,6 @@ func (r *Replica) afterEvents(props []*proposal) error {
 // is simply proposed again later, and a repeated one deletes nothing more.
 func (r *Replica) maybeForgetRows() {
 	limit := r.cfg.ClientCap
-	if limit <= 0 {
-		limit = vr.MaxClients
-	}
 	applied := r.applied.Load()
 	if !r.isLeader.Load() || int(r.app.nrows.Load()) <= limit+limit/10 || applied < r.forgetAt {
 		return
@@ -1194,7 +1199,7 @@ func (r *Replica) step(in inbound) {
 	r.eng.StepBatch(now, in.batch, r)
 }
 
-// The host's stepHooks (vrcore.go); nxTake and nxAck are nilext.go's.
+// The host's stepHooks (vrcore.go).
 
 func (r *Replica) syncWanted(asked bool) {
 	if !asked {
@@ -1325,14 +1330,12 @@ func (r *Replica) read(rw *readWaiter) {
 			req.Kind = core.ReadDurableKnown
 		}
 	default:
-		if r.opts.Nilext && rw.op != nil && r.isLeader.Load() {
-			// A key with a pending nilext update: the core orders the d-log and
-			// releases the read (a read-index read) once that is committed.
-			ctx := r.readCtx + 1
-			slow, err := r.vx.ReadNilext(now, ctx, r.nxReadKeys(rw.op))
-			if err == nil && slow {
+		if rw.op != nil && r.isLeader.Load() {
+			// The engine may make the read wait for updates it took and
+			// has not ordered (VR: a key with a pending nilext update),
+			// answered in ReadStates.
+			if ctx := r.readCtx + 1; r.ext.readFirst(now, ctx, rw.op) {
 				r.readCtx = ctx
-				r.st.nxSlowReads.Add(1)
 				r.reads[ctx] = rw
 				return
 			}
@@ -1395,12 +1398,12 @@ func (r *Replica) ready() error {
 		// Ready's Committed are applied); the last, empty, Ready's are
 		// those after the round, as its lease is.
 		r.rdReadable, r.rdEventual = rd.Readable, rd.EventualUntil
-		dlog, nxAcks := r.vx.readyExt()
-		if rd.Empty() && len(dlog) == 0 && len(nxAcks) == 0 {
+		extra, urgent := r.ext.readyExtra()
+		if rd.Empty() && !extra {
 			break
 		}
 		r.st.readies.Add(1)
-		if err := r.handle(&rd, dlog, nxAcks); err != nil {
+		if err := r.handle(&rd, urgent); err != nil {
 			return err
 		}
 	}
@@ -1416,10 +1419,7 @@ func (r *Replica) ready() error {
 	}
 	r.releaseParked()
 	r.wasLeader, r.leadView = info.IsLeader, info.View
-	if info.View != r.nxView {
-		r.nxView = info.View
-		r.nxSweep(true)
-	}
+	r.ext.round(info)
 	if r.recovering && info.Status != vr.Recovering {
 		// The recovered state is durable (its batch was synced): from now on
 		// a restart with this disk is an ordinary restart.
@@ -1449,11 +1449,13 @@ func (r *Replica) markSynced() {
 	}
 }
 
-func (r *Replica) handle(rd *core.Ready[peerMsg], dlog []vr.NilextRequest, nxAcks []vr.NilextAck) error {
+// handle performs rd; urgent: the engine's part of it must be synced at
+// once (engineExt.readyExtra).
+func (r *Replica) handle(rd *core.Ready[peerMsg], urgent bool) error {
 	// 1. Disk: snapshot, truncate, entries, hard state: one write; the fsync
 	// runs in the background (startSync), or waits for a later batch's if
 	// nobody waits for this one (nilext_gc.go).
-	hold := r.holdable(rd, dlog)
+	hold := !urgent && r.holdable(rd)
 	roll := false
 	if cadtraceOn && len(rd.Entries) > 0 && r.isLeader.Load() {
 		es := rd.Entries
@@ -1496,13 +1498,9 @@ func (r *Replica) handle(rd *core.Ready[peerMsg], dlog []vr.NilextRequest, nxAck
 		r.lastOp.Store(min(r.lastOp.Load(), rd.Truncate))
 	}
 	r.indexEarly(rd.Entries)
-	if roll {
-		// The new segment replaces every older one: it must hold the whole
-		// live d-log, not only this batch's records.
-		r.wal.addDLog(r.vx.DLogRecords())
-	} else {
-		r.wal.addDLog(dlog)
-	}
+	// The engine's records (VR: d-log records) go into the same batch; a
+	// new segment replaces every older one, so it takes every live one.
+	r.ext.logExtra(r.wal, roll)
 	r.st.persisted.Add(uint64(len(rd.Entries)))
 	if rd.HardState != nil {
 		r.wal.addHardState(*rd.HardState)
@@ -1540,9 +1538,7 @@ func (r *Replica) handle(rd *core.Ready[peerMsg], dlog []vr.NilextRequest, nxAck
 		r.noteWritten(hold)
 		r.startSync()
 	}
-	if len(nxAcks) > 0 {
-		r.nxRoute(nxAcks)
-	}
+	r.ext.written()
 	// 3. Apply committed entries: one engine Append, no engine fsync.
 	if len(rd.Committed) > 0 {
 		if cadtraceOn {
@@ -1852,11 +1848,7 @@ func (r *Replica) publish() {
 		// redirect as soon as this replica stops leading (waitSession).
 		r.wake()
 	}
-	vi := r.vx.lastInfo() // VR's Info as of the Info above: its nilext figures
-	r.dlogLen.Store(int64(vi.DLogLen))
-	r.nxCycles.Store(vi.NilextCycles)
-	r.nxStaleWaits.Store(vi.NilextStaleWaits)
-	r.dlogStale.Store(vi.DLogStale)
+	r.ext.publish() // the engine's figures as of the Info above
 	r.eventualUntil.Store(r.rdEventual)
 	r.publishReadable(r.rdReadable)
 }
@@ -1970,7 +1962,7 @@ func (r *Replica) finishCheckpoint(res ckptResult) error {
 		k++
 	}
 	r.wal.addEntries(r.tail[k:])
-	r.wal.addDLog(r.vx.DLogRecords())
+	r.ext.logExtra(r.wal, true)
 	r.wal.addHardState(r.lastHS)
 	if err := r.wal.roll(); err != nil {
 		return err

@@ -20,8 +20,8 @@ import (
 // own group. An entry commits once its batch is fsynced (Persisted); a
 // read is answered in Ready.ReadStates at the commit point. It implements
 // only the engine-neutral contract (core.Core), so the host drives it with
-// noVR for everything VR's adapter adds: no leases, no sync hints, no
-// nilext. It shows that a core plugs into the host through the contract
+// noExt, noHints and its Info for what VR's adapter adds: no leases, no
+// sync hints, no nilext. It shows that a core plugs into the host through the contract
 // alone (docs/design/one-house.md, "The core contract").
 type soloCore struct {
 	self     uint64
@@ -44,7 +44,7 @@ var _ hostCore = (*soloCore)(nil)
 // point (everything up to it is applied), the entries after it (all
 // written, so all durable on the only member: all committed) and the hard
 // state.
-func openSolo(cfg vr.Config, st core.Boot) (hostCore, error) {
+func openSolo(cfg group, st core.Boot) (hostCore, error) {
 	if len(cfg.Members) != 1 || cfg.Members[0] != cfg.Self {
 		return nil, fmt.Errorf("solo core: one member, itself, not %v", cfg.Members)
 	}
@@ -231,7 +231,7 @@ func TestASecondCorePlugsIntoTheHost(t *testing.T) {
 			Dir: dir, Bootstrap: bootstrap, Network: noNetwork{}, Logger: testLogger(t),
 			VR:            vr.Config{Cluster: 7, Epoch: 1, Members: []uint64{1}, Self: 1},
 			CheckpointOps: 4, KeepTail: 2,
-			newCore: func(cfg vr.Config, st core.Boot) (hostCore, error) {
+			newCore: func(cfg group, st core.Boot) (hostCore, error) {
 				boot = st
 				return openSolo(cfg, st)
 			},

@@ -6,6 +6,7 @@ import (
 	"github.com/kefirdb/kefir/internal/frame"
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/shard"
 )
 
@@ -266,10 +267,16 @@ type SteppedRead struct {
 	// session: a session read waiting for sess's versions since start;
 	// waiter: it counts in the group commit's applied waiters
 	// (untilApplied), until it finishes.
-	session  bool
-	sess     shard.Session
-	start    time.Time
-	waiter   bool
+	session bool
+	sess    shard.Session
+	start   time.Time
+	waiter  bool
+	// deferred: the read may be deferred (ReadDeferredStepped) and has not
+	// tried yet; held: it was, rw is its reply's durability wait and
+	// heldRes its value.
+	deferred bool
+	held     bool
+	heldRes  kv.Result
 	deadline time.Time
 	res      kv.Result
 	err      error
@@ -279,11 +286,28 @@ type SteppedRead struct {
 // ReadStepped starts a read of op at level c (zero: linearizable) for
 // session s (read at session level only).
 func (r *Replica) ReadStepped(op kv.Op, c level.Consistency, s shard.Session) *SteppedRead {
+	return r.readStepped(op, c, s, false)
+}
+
+// ReadDeferredStepped is ReadDeferred without waiting (deferred.go): a
+// read at the leader whose keys' latest update is a cad write not yet
+// readable takes that write's value (deferredRead, after the leadership
+// confirmation) and is answered once R covers the write — the held
+// reply's wait (readAck) as a durability wait the caller polls. Every
+// other read is ReadStepped's.
+func (r *Replica) ReadDeferredStepped(op kv.Op, c level.Consistency, s shard.Session) *SteppedRead {
+	if c.IsZero() {
+		c = level.ConsLinearizable
+	}
+	return r.readStepped(op, c, s, r.deferrable(&op, c))
+}
+
+func (r *Replica) readStepped(op kv.Op, c level.Consistency, s shard.Session, deferred bool) *SteppedRead {
 	if c.IsZero() {
 		c = level.ConsLinearizable
 	}
 	now := r.clock.Now()
-	sr := &SteppedRead{r: r, op: op, start: now, deadline: now.Add(r.opts.RequestTimeout)}
+	sr := &SteppedRead{r: r, op: op, start: now, deadline: now.Add(r.opts.RequestTimeout), deferred: deferred}
 	if err := r.CheckConsistency(c); err != nil {
 		sr.finish(kv.Result{}, err)
 		return sr
@@ -384,6 +408,16 @@ func (sr *SteppedRead) Poll() bool {
 			}
 			rw := sr.rw
 			sr.rw = nil
+			if sr.held {
+				// The deferred reply's wait (readAck.Await): R covers the
+				// write whose value it holds, in the view that appended it.
+				if rw.err != nil {
+					sr.finish(kv.Result{}, rw.err)
+				} else {
+					sr.finish(sr.heldRes, nil)
+				}
+				break
+			}
 			if sr.follower {
 				sr.finish(r.followerAnswer(sr.op, rw))
 				break
@@ -400,6 +434,27 @@ func (sr *SteppedRead) Poll() bool {
 				break
 			}
 			return false
+		}
+		if sr.deferred {
+			// ReadDeferred's step after the confirmation: the value of a
+			// cad write that is not readable yet, held until R covers it.
+			sr.deferred = false
+			res, ack, err := r.deferredRead(sr.op)
+			if err != nil {
+				sr.finish(kv.Result{}, err)
+				break
+			}
+			if ack != nil {
+				if mutation.On && r.mut.deferNoWait {
+					sr.finish(res, nil) // the mutation: released at once
+					break
+				}
+				sr.held, sr.heldRes = true, res
+				sr.rw = &readWaiter{done: make(chan struct{}), kind: rwDurable, need: ack.need, deferred: true, view: ack.view}
+				r.read(sr.rw)
+				r.afterStep()
+				continue
+			}
 		}
 		res, need, R, err := r.leaderCheck(sr.op, sr.waited)
 		if err != nil {

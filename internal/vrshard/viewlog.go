@@ -64,6 +64,7 @@ type viewTrack struct {
 	view   uint64
 	status vr.Status
 	leader uint64 // leader of the last normal view seen (0: none yet)
+	leads  bool   // this replica led at the view and status last seen
 
 	viewChanges, leaderChanges, depositions, refused atomic.Uint64
 	refusedView                                      atomic.Uint64 // 1 + the view whose refusals were logged
@@ -95,23 +96,25 @@ func (r *Replica) ViewEvents() []ViewEvent {
 // hard state it recovered (hs): a start outside a normal view is reported as
 // an event with its reason, as a change from the view it last knew.
 func (r *Replica) openView(hs vr.HardState) {
-	r.vt.leader = r.cfg.LeaderOf(hs.LastNormalView)
+	r.vt.leader = r.leaderOf(hs.LastNormalView)
 	r.vt.view, r.vt.status = hs.View, vr.Normal
+	r.vt.leads = r.leaderOf(hs.View) == r.cfg.Self
 	r.noteView(viewCause{kind: 'o'})
 }
 
 // noteView compares the core's view and status with the last ones seen and
 // reports the change c caused, if any.
 func (r *Replica) noteView(c viewCause) {
-	view, st := r.vx.ViewStatus()
+	view, st := r.vs.ViewStatus()
 	if view == r.vt.view && st == r.vt.status {
 		return
 	}
 	prevView, prevSt := r.vt.view, r.vt.status
 	r.vt.view, r.vt.status = view, st
 	self := r.cfg.Self
-	leads := st == vr.Normal && r.cfg.LeaderOf(view) == self
-	led := prevSt == vr.Normal && r.cfg.LeaderOf(prevView) == self && c.kind != 'o'
+	leads := st == vr.Normal && r.leaderOf(view) == self
+	led := r.vt.leads && c.kind != 'o'
+	r.vt.leads = leads
 	reason := r.viewReason(c, prevView, prevSt, view, st)
 	now := r.clock.Now()
 	if led && !leads {
@@ -119,7 +122,7 @@ func (r *Replica) noteView(c viewCause) {
 		pending := len(r.waitID) + len(r.waitLocal) + len(r.backlog)
 		var next uint64 // the new leader, when known now (else the new-view event names it)
 		if st == vr.Normal {
-			next = r.cfg.LeaderOf(view)
+			next = r.leaderOf(view)
 		}
 		r.vt.add(ViewEvent{Time: now, Kind: EventDeposed, View: view, Leader: next, Reason: reason})
 		r.log.Warn("deposed: this node no longer leads", "view", view, "led_view", prevView,
@@ -130,9 +133,9 @@ func (r *Replica) noteView(c viewCause) {
 		r.vt.viewChanges.Add(1)
 		r.vt.add(ViewEvent{Time: now, Kind: EventViewChange, View: view, Reason: reason})
 		r.log.Info("view change started", "view", view, "from_view", prevView,
-			"next_leader", r.cfg.LeaderOf(view), "reason", reason)
+			"next_leader", r.leaderOf(view), "reason", reason)
 	case vr.Normal:
-		leader := r.cfg.LeaderOf(view)
+		leader := r.leaderOf(view)
 		prev := r.vt.leader
 		if leader != prev {
 			r.vt.leaderChanges.Add(1)
@@ -155,7 +158,7 @@ func (r *Replica) viewReason(c viewCause, pv uint64, ps vr.Status, v uint64, s v
 		case vr.Recovering:
 			return "started without its state (lost or wiped data directory): recovering it from the group"
 		case vr.ViewChange:
-			if v == pv+1 && r.cfg.LeaderOf(pv) == r.cfg.Self {
+			if v == pv+1 && r.leaderOf(pv) == r.cfg.Self {
 				return fmt.Sprintf("restarted as the leader of view %d: a restarted leader moves to the next view", pv)
 			}
 			return fmt.Sprintf("restarted during the view change to view %d", v)
@@ -163,7 +166,7 @@ func (r *Replica) viewReason(c viewCause, pv uint64, ps vr.Status, v uint64, s v
 	case 't':
 		switch {
 		case ps == vr.Normal && s == vr.ViewChange && v == pv+1:
-			return fmt.Sprintf("no word from leader n%d within the view-change timeout (%v)", r.cfg.LeaderOf(pv), r.cfg.ViewChangeTimeout)
+			return fmt.Sprintf("no word from leader n%d within the view-change timeout (%v)", r.leaderOf(pv), r.cfg.ViewChangeTimeout)
 		case ps == vr.ViewChange && s == vr.ViewChange && v == pv+1:
 			return fmt.Sprintf("the view change to view %d did not complete in time", pv)
 		case s == vr.ViewChange:

@@ -7,17 +7,18 @@ import (
 
 	"github.com/kefirdb/kefir/internal/core"
 	"github.com/kefirdb/kefir/internal/frame"
+	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/vr"
 	"github.com/kefirdb/kefir/internal/wire"
 )
 
 // The host holds its protocol core as the engine-neutral contract
 // (internal/core, hostCore) and VR's core through a thin adapter (vrCore).
-// What the host still asks of VR outside the contract is vrExt: one list,
-// so that moving it behind the adapter or into Ready is visible work
-// (docs/design/one-house.md, "The core contract"). A core that is not VR's
-// gets noVR, which answers every such call as a core without leases, CAD,
-// nilext or sync hints would.
+// What an engine adds beyond the contract the host reaches through
+// neutral hooks (engineExt: VR's nilext coordinator, nilext.go) and two
+// optional interfaces (core.SyncHinter, viewStatuser); a core without them
+// gets noExt, noHints and its Info (docs/design/one-house.md, "The core
+// contract").
 //
 // Peer messages are the engine's own: the host holds them as peerMsg
 // (outbound, and what its core's Step takes) and as peerBatch (inbound,
@@ -59,7 +60,7 @@ type peerBatch interface {
 }
 
 // stepHooks is what the host does around each inbound message an engine
-// steps (StepBatch); *Replica implements it (replica.go, nilext.go).
+// steps (StepBatch); *Replica implements it (replica.go).
 type stepHooks interface {
 	// syncWanted: the message asks this replica to hold no log batch:
 	// something at the sender waits for a commit (VR: the leader's prepare
@@ -69,49 +70,86 @@ type stepHooks interface {
 	// stepped runs after the core took a message: the view events
 	// (noteView, with the message as cause) and the afterStep test hook.
 	stepped(c viewCause, m peerMsg)
-	// nxTake and nxAck are the nilext coordinator's (nilext.go, VR's
-	// Skyros fast path): updates from coordinator from to take into the
-	// d-log, an ack for a call this replica coordinates.
-	nxTake(now int64, from uint64, reqs []vr.NilextRequest)
-	nxAck(a vr.NilextAck)
 	// trace is the diagnostic build's CAD timeline (nil without -tags
 	// cadtrace).
 	trace() *tracer
 }
 
-// vrExt is what the host asks of the VR core outside the contract. (What
-// it publishes for reads off the driver comes in Ready: the leases, the
-// readable index R, the eventual horizon; reads at the driver are the
-// contract's Read, answered in Ready.ReadStates.)
-type vrExt interface {
-	// The Skyros nilext fast path (nilext.go): updates in, the d-log, and
-	// reads of pending keys.
-	Nilext(now int64, req vr.NilextRequest) error
-	ReadNilext(now int64, ctx uint64, keys [][]byte) (bool, error)
-	DLog() []vr.NilextRequest
-	InDLog(client, req uint64) bool
-	DLogRecords() []vr.NilextRequest
+// engineExt is what the host does for an engine beyond the contract, at
+// fixed points of the driver and in the host's own terms (log records,
+// entries, reads, rounds), so that the generic paths (handle, step,
+// publish, the read waiters) name no type of the engine's. VR's is its
+// Skyros nilext coordinator (nilext.go, nilextCoord), which VR's adapter
+// owns and steps its nilext messages into; a core without one gets noExt.
+type engineExt interface {
+	// readyExtra is the last Ready's engine part: pending, it holds records
+	// to log or acknowledgements to route (the Ready is not empty); urgent,
+	// a record in it is acknowledged once durable (VR: a sync d-log
+	// record), so its batch may not be held for a later fsync.
+	readyExtra() (pending, urgent bool)
+	// logExtra adds the engine's records to the log batch being written:
+	// the last Ready's, or with whole every live one (a new segment, which
+	// replaces every older one).
+	logExtra(w *wal, whole bool)
+	// written runs once the last Ready's batch is written to the log (not
+	// yet synced): route what the core acknowledged in it.
+	written()
+	// preAcked: entry (client, req) was acknowledged before it was ordered
+	// (VR: it came from the d-log), so no waiter needs its fsync.
+	preAcked(client, req uint64) bool
+	// readFirst: a linearizable read of op at the leader, registered as
+	// ctx, must first wait for updates the engine took and has not ordered
+	// (its answer comes in ReadStates); false: read as usual.
+	readFirst(now int64, ctx uint64, op *kv.Op) bool
+	// tick runs after the core's Tick; round at the end of every driver
+	// round, with the core's Info as of it.
+	tick()
+	round(info core.Info)
+	// publish runs after publish's Info: the engine's figures
+	// (Replica.Info).
+	publish()
+}
 
-	// ViewStatus is Info's view and status without the rest (noteView
-	// runs after every message).
-	ViewStatus() (view uint64, status vr.Status)
-	// lastInfo is VR's full Info as of the last Info call (the host
-	// publishes the nilext figures from it).
-	lastInfo() *vr.Info
-	// readyExt is VR's part of the last Ready (vr.Ready's nilext fields):
-	// d-log records to write with its batch, acks to route.
-	readyExt() ([]vr.NilextRequest, []vr.NilextAck)
-	// NilextMessage and NilextAcksMessage are the nilext coordinator's own
-	// messages to member to (nilext.go), stamped with the group's identity
-	// and encoded by VR's codec: updates to take into the d-log, acks
-	// (sharing view and leader flag) for their coordinator.
-	NilextMessage(to uint64, reqs []vr.NilextRequest) frame.Payload
-	NilextAcksMessage(to uint64, acks []vr.NilextAck) frame.Payload
+// noExt is engineExt for a core with nothing beyond the contract.
+type noExt struct{}
+
+func (noExt) readyExtra() (bool, bool)             { return false, false }
+func (noExt) logExtra(*wal, bool)                  {}
+func (noExt) written()                             {}
+func (noExt) preAcked(uint64, uint64) bool         { return false }
+func (noExt) readFirst(int64, uint64, *kv.Op) bool { return false }
+func (noExt) tick()                                {}
+func (noExt) round(core.Info)                      {}
+func (noExt) publish()                             {}
+
+// viewStatuser is a cheap look at a core's view and status, which the
+// host's view events take after every message (noteView). VR's core has
+// one; its Info costs more (it counts peers and computes R), and the
+// host's Ready-time figures come too late for a view change and back
+// within one batch. A core without it is asked its Info (infoView).
+type viewStatuser interface {
+	ViewStatus() (view uint64, status core.Status)
+}
+
+type infoView struct{ c hostCore }
+
+func (v infoView) ViewStatus() (uint64, core.Status) {
+	i := v.c.Info()
+	return i.View, i.Status
+}
+
+// viewStatusOf is the host's viewStatuser for core c.
+func viewStatusOf(c hostCore) viewStatuser {
+	if v, ok := c.(viewStatuser); ok {
+		return v
+	}
+	return infoView{c}
 }
 
 // vrCore adapts *vr.Replica to the contract: Propose takes the ack point,
-// Ready splits VR's batch into the neutral one and VR's nilext part, Info
-// keeps VR's full Info for lastInfo. Everything else is VR's own method.
+// Ready splits VR's batch into the neutral one and VR's nilext part (for
+// its coordinator, nx), Info keeps VR's full Info (the coordinator
+// publishes its nilext figures). Everything else is VR's own method.
 type vrCore struct {
 	*vr.Replica
 	info   vr.Info
@@ -127,6 +165,10 @@ type vrCore struct {
 	// id is the group identity the nilext messages carry and are checked
 	// against (VR's core stamps and checks its own).
 	id vrIdentity
+	// nx is the Skyros nilext coordinator (nilext.go), VR's extension of
+	// the host: StepBatch steps the nilext messages into it, and the host
+	// reaches it as its engineExt. Open sets it (it needs the host).
+	nx *nilextCoord
 }
 
 // vrIdentity is a VR message's configuration identity as this replica
@@ -135,7 +177,7 @@ type vrIdentity struct{ cluster, epoch, hash, self uint64 }
 
 var (
 	_ hostCore        = (*vrCore)(nil)
-	_ vrExt           = (*vrCore)(nil)
+	_ viewStatuser    = (*vrCore)(nil)
 	_ peerEngine      = (*vrCore)(nil)
 	_ core.SyncHinter = (*vrCore)(nil)
 )
@@ -226,16 +268,12 @@ func (c *vrCore) lease() core.Lease {
 	return core.Lease{}
 }
 
-func (c *vrCore) readyExt() ([]vr.NilextRequest, []vr.NilextAck) { return c.dlog, c.nxAcks }
-
 func (c *vrCore) Info() core.Info {
 	c.info = c.Replica.Info()
 	i := &c.info
 	return core.Info{Self: i.Self, Status: i.Status, View: i.View, Leader: i.Leader, IsLeader: i.IsLeader,
 		FirstOp: i.FirstOp, LastOp: i.LastOp, Commit: i.Commit}
 }
-
-func (c *vrCore) lastInfo() *vr.Info { return &c.info }
 
 // ---- VR's peer messages (peerEngine) ----
 
@@ -290,7 +328,7 @@ func (c *vrCore) StepBatch(now int64, b peerBatch, h stepHooks) {
 	for i := range vb.msgs {
 		m := &vb.msgs[i]
 		if wire.IsNilext(m.Type) {
-			c.stepNilext(now, m, h)
+			c.stepNilext(now, m)
 			continue
 		}
 		if vr.SyncWanted(m) {
@@ -336,20 +374,20 @@ func vrRole(t vr.MsgType) msgRole {
 	return roleOther
 }
 
-// stepNilext hands a nilext message to the host's coordinator (nilext.go)
-// if it carries this group's identity and is addressed here: the
-// transport's handshake checked the peer, so anything else is stale or
-// misrouted, and dropped.
-func (c *vrCore) stepNilext(now int64, m *vr.Message, h stepHooks) {
-	if m.Cluster != c.id.cluster || m.Epoch != c.id.epoch || m.ConfigHash != c.id.hash || m.To != c.id.self {
+// stepNilext hands a nilext message to the coordinator (nilext.go) if it
+// carries this group's identity and is addressed here: the transport's
+// handshake checked the peer, so anything else is stale or misrouted, and
+// dropped.
+func (c *vrCore) stepNilext(now int64, m *vr.Message) {
+	if c.nx == nil || m.Cluster != c.id.cluster || m.Epoch != c.id.epoch || m.ConfigHash != c.id.hash || m.To != c.id.self {
 		return
 	}
 	switch m.Type {
 	case wire.MsgNilext:
-		h.nxTake(now, m.From, m.DLog)
+		c.nx.take(now, m.From, m.DLog)
 	case wire.MsgNilextAck:
 		for _, a := range wire.NilextAcks(m) {
-			h.nxAck(a)
+			c.nx.ack(a)
 		}
 	}
 }
@@ -368,32 +406,6 @@ func (c *vrCore) NilextAcksMessage(to uint64, acks []vr.NilextAck) frame.Payload
 	m := vrMsg(wire.NilextAcksMessage(acks))
 	c.stamp(&m, to)
 	return &m
-}
-
-// noVR is vrExt for a core that is not VR's: no nilext.
-type noVR struct{ c hostCore }
-
-func (noVR) Nilext(int64, vr.NilextRequest) error {
-	return vr.ErrNilextOff
-}
-func (noVR) ReadNilext(int64, uint64, [][]byte) (bool, error) { return false, nil }
-func (noVR) DLog() []vr.NilextRequest                         { return nil }
-func (noVR) InDLog(uint64, uint64) bool                       { return false }
-func (noVR) DLogRecords() []vr.NilextRequest                  { return nil }
-func (n noVR) ViewStatus() (uint64, vr.Status) {
-	i := n.c.Info()
-	return i.View, i.Status
-}
-func (noVR) lastInfo() *vr.Info                             { return &vr.Info{} }
-func (noVR) readyExt() ([]vr.NilextRequest, []vr.NilextAck) { return nil, nil }
-
-// noVR's Nilext refuses every update and its Ready has no nilext acks, so
-// the coordinator never sends one of these.
-func (noVR) NilextMessage(uint64, []vr.NilextRequest) frame.Payload {
-	panic("vrshard: a nilext message without VR's core")
-}
-func (noVR) NilextAcksMessage(uint64, []vr.NilextAck) frame.Payload {
-	panic("vrshard: a nilext ack without VR's core")
 }
 
 // noPeers is peerEngine for a core without peer messages (a group of one:
@@ -415,13 +427,13 @@ func engineOf(c hostCore) peerEngine {
 	return noPeers{}
 }
 
-// extOf is the host's vrExt for core c: the adapter itself for VR's, noVR
-// for any other.
-func extOf(c hostCore) vrExt {
-	if x, ok := c.(vrExt); ok {
-		return x
+// extOf is the host's engineExt for core c: VR's nilext coordinator, or
+// noExt.
+func extOf(c hostCore) engineExt {
+	if v, ok := c.(*vrCore); ok && v.nx != nil {
+		return v.nx
 	}
-	return noVR{c}
+	return noExt{}
 }
 
 // hintsOf is the host's group-commit hints for core c: the core's own
@@ -441,19 +453,26 @@ func (noHints) WantSync(bool)              {}
 func (noHints) AskSync()                   {}
 func (noHints) Queued(uint64, uint64) bool { return true }
 
-// openCore starts the protocol core from what the disk holds (st: VR's
-// start state, which Open builds): VR's, or the one Options.newCore opens
-// (a test's) from the engine-neutral part of st.
-func openCore(opts *Options, st vr.State) (hostCore, error) {
+// vrStart is what VR's core starts from besides core.Boot: the nonce of
+// this start and the nilext d-log the disk kept (vr.State).
+type vrStart struct {
+	Nonce      uint64
+	DLog       []vr.NilextRequest
+	DLogIntact bool
+}
+
+// openCore starts the protocol core of group g from what the disk holds
+// (boot; VR's extras in vx): VR's, or the one Options.newCore opens (a
+// test's), which gets the neutral part alone.
+func openCore(opts *Options, g group, boot core.Boot, vx vrStart) (hostCore, error) {
 	if opts.Chain != nil {
-		return openChainHost(opts, core.Boot{HardState: st.HardState, Snapshot: st.Snapshot,
-			Entries: st.Entries, LostState: st.LostState, Bootstrap: st.Bootstrap})
+		return openChainHost(opts, boot)
 	}
 	if opts.newCore != nil {
-		return opts.newCore(opts.VR, core.Boot{HardState: st.HardState, Snapshot: st.Snapshot,
-			Entries: st.Entries, LostState: st.LostState, Bootstrap: st.Bootstrap})
+		return opts.newCore(g, boot)
 	}
-	rep, err := vr.New(opts.VR, st)
+	rep, err := vr.New(opts.VR, vr.State{HardState: boot.HardState, Snapshot: boot.Snapshot, Entries: boot.Entries,
+		LostState: boot.LostState, Bootstrap: boot.Bootstrap, Nonce: vx.Nonce, DLog: vx.DLog, DLogIntact: vx.DLogIntact})
 	if err != nil {
 		return nil, err
 	}

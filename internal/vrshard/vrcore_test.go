@@ -3,7 +3,11 @@ package vrshard
 import (
 	"errors"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -221,5 +225,34 @@ func TestViewReasonsNameVRMessages(t *testing.T) {
 		if got := r.viewReason(c, pv, vr.Normal, 5, tc.s); got != tc.want {
 			t.Errorf("%v: %q, want %q", tc.typ, got, tc.want)
 		}
+	}
+}
+
+// TestGenericHostPathsNameNoNilextType: the host's generic files — the
+// driver and its Ready handling, the reads and their waiters, group
+// commit, the view events, snapshots, the peer wiring, stepped mode — name
+// no type of VR's nilext fast path (vr.Nilext*): the Skyros coordinator is
+// VR's extension (nilext.go, behind vrCore.nx), reached through the
+// neutral engineExt hooks (one-house plan step (4)). A generic path that
+// takes a d-log record or a nilext ack again fails here.
+func TestGenericHostPathsNameNoNilextType(t *testing.T) {
+	generic := []string{"replica.go", "read.go", "nilext_gc.go", "viewlog.go", "snapshot.go",
+		"peer.go", "stepped.go", "cad.go", "deferred.go", "expiry.go", "env.go"}
+	fset := token.NewFileSet()
+	for _, name := range generic {
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			sel, ok := n.(*ast.SelectorExpr)
+			if !ok {
+				return true
+			}
+			if x, ok := sel.X.(*ast.Ident); ok && x.Name == "vr" && strings.HasPrefix(sel.Sel.Name, "Nilext") {
+				t.Errorf("%s: vr.%s in a generic host path (the nilext coordinator is VR's: nilext.go)", fset.Position(sel.Pos()), sel.Sel.Name)
+			}
+			return true
+		})
 	}
 }
