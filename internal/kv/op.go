@@ -224,6 +224,8 @@ func (op *Op) WrittenKeys() [][]byte {
 		return ks
 	case KindSlotInit, KindSlotSet:
 		return [][]byte{SlotTableKey}
+	case KindMapInit, KindMapMovePlan, KindMapMoveClaim, KindMapMoveDone, KindMapMoveAbort, KindMapAddNode:
+		return [][]byte{ClusterMapKey}
 	case KindSlotImport:
 		ks := make([][]byte, 0, len(op.Keys)/3)
 		for i := 0; i+2 < len(op.Keys); i += 3 {

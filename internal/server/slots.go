@@ -41,6 +41,9 @@ func (c *conn) slotsCmd(args [][]byte) error {
 		return errf("ERR KEFIR.SLOTS needs a node of several groups (--groups)")
 	}
 	sub := strings.ToUpper(string(args[1]))
+	if sub == "META" {
+		return c.metaCmd(args) // meta.go
+	}
 	g, err := strconv.ParseUint(string(args[2]), 10, 64)
 	if err != nil || g == 0 {
 		return errf("ERR KEFIR.SLOTS: group %q is not a group id", args[2])
