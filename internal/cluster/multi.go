@@ -52,9 +52,14 @@ type LocalGroup struct {
 	Hosted Hosted
 }
 
+// owns reports whether g's spec gives it slot: its own account while it
+// has no slot table (a move gives it one before anything changes).
+func (g *localGroup) owns(slot uint16) bool { return g.owned[slot/64]&(1<<(slot%64)) != 0 }
+
 type localGroup struct {
-	spec GroupSpec
-	h    Hosted
+	spec  GroupSpec
+	owned [Slots / 64]uint64 // the group's slots by its spec (--groups)
+	h     Hosted
 	// tab is the replica's slot table, if its engine keeps one (moves.go).
 	tab slotTabler
 }
@@ -77,6 +82,11 @@ func NewMulti(slots *SlotMap, self uint64, members []Member, groups []LocalGroup
 	for _, lg := range groups {
 		g := &localGroup{spec: lg.Spec, h: lg.Hosted}
 		g.tab, _ = lg.Hosted.Replica.(slotTabler)
+		for _, r := range lg.Spec.Slots {
+			for s := int(r.Start); s <= int(r.End) && s < Slots; s++ {
+				g.owned[s/64] |= 1 << (s % 64)
+			}
+		}
 		m.byID[lg.Spec.ID] = g
 		m.local = append(m.local, g)
 	}
@@ -161,10 +171,10 @@ func (m *Multi) routeSlot(slot uint16) (*localGroup, error) {
 		leader, addr, _ := m.Leader(id)
 		return nil, &NotLeaderError{Leader: leader, Addr: addr, Slot: slot, HasSlot: true}
 	}
-	if sm := m.smap(); g.table() == nil && sm.Owner(slot) != g.spec.ID {
+	if g.table() == nil && !g.owns(slot) {
 		// The routing map and the group disagree: the group's own
 		// account wins, and the request is not proposed.
-		return nil, &ReplyError{fmt.Sprintf("TRYAGAIN slot %d is not owned by group %d (slot map epoch %d is stale)", slot, id, sm.Epoch)}
+		return nil, &ReplyError{fmt.Sprintf("TRYAGAIN slot %d is not owned by group %d (slot map epoch %d is stale)", slot, id, m.smap().Epoch)}
 	}
 	return g, nil
 }
