@@ -22,8 +22,11 @@ import (
 // finishes a move that stopped part way; with --abort it rolls back one that
 // stopped before its hand-over.
 func runCluster(args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "status" {
+		return runClusterStatus(args[1:], stdout, stderr)
+	}
 	if len(args) == 0 || args[0] != "move-slots" {
-		return usageError{errors.New("usage: kefir cluster move-slots --from G --to G --slots START-END[,START-END...] [--addr host:port,...]")}
+		return usageError{errors.New("usage: kefir cluster move-slots --from G --to G --slots START-END[,START-END...] [--addr host:port,...] | kefir cluster status [--addr host:port,...]")}
 	}
 	fs := flag.NewFlagSet("kefir cluster move-slots", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -39,6 +42,8 @@ func runCluster(args []string, stdout, stderr io.Writer) error {
 	timeout := fs.Duration("timeout", 10*time.Minute, "deadline for the whole move")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	abort := fs.Bool("abort", false, "roll back a move that stopped before its hand-over instead of finishing it")
+	record := fs.Bool("record", true, "record the move in the metadata group (planned, then done) and drive it under a lease there, so that the metadata leader finishes it if this process dies; false: only the groups' tables know it")
+	lease := fs.Duration("lease", cluster.DefaultLease, "with --record, the driver's lease: renewed every quarter of it; the metadata leader takes the move over after two without a renewal")
 	if err := fs.Parse(args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
@@ -55,7 +60,9 @@ func runCluster(args []string, stdout, stderr io.Writer) error {
 	if *password == "" {
 		*password = os.Getenv("KEFIR_PASSWORD")
 	}
+	host, _ := os.Hostname()
 	mv := &cluster.Mover{Seeds: strings.Split(*addrs, ","), Password: *password, Page: *page, PagePause: *pause,
+		Meta: *record, Lease: *lease, Driver: fmt.Sprintf("kefir cluster move-slots, pid %d on %s", os.Getpid(), host),
 		Logf: func(format string, a ...any) { fmt.Fprintf(stderr, "kefir cluster: "+format+"\n", a...) }}
 	if *useTLS {
 		mv.TLS = &tls.Config{InsecureSkipVerify: *insecure} //nolint:gosec // the user's choice
@@ -79,5 +86,42 @@ func runCluster(args []string, stdout, stderr io.Writer) error {
 			"precopy_ms": res.PreCopy.Milliseconds(), "handover_ms": res.Freeze.Milliseconds(), "total_ms": res.Total.Milliseconds()})
 	}
 	_, err = fmt.Fprintf(stdout, "moved %s from group %d to group %d at epoch %s\n", *slots, *from, *to, strconv.FormatUint(res.Epoch, 10))
+	return err
+}
+
+// runClusterStatus runs `kefir cluster status`: the metadata group's map
+// (epoch, nodes, groups with their slot ranges and leaders, moves in
+// flight with their drivers), as its leader holds it.
+func runClusterStatus(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("kefir cluster status", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addrs := fs.String("addr", envOr("KEFIR_ADDR", "127.0.0.1:6380"), "client addresses of nodes of the cluster, comma-separated (env KEFIR_ADDR)")
+	password := fs.String("password", "", "password (env KEFIR_PASSWORD)")
+	useTLS := fs.Bool("tls", false, "connect with TLS")
+	insecure := fs.Bool("tls-insecure", false, "with --tls, do not verify the server certificate")
+	asJSON := fs.Bool("json", false, "print the map as JSON")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err}
+	}
+	if *password == "" {
+		*password = os.Getenv("KEFIR_PASSWORD")
+	}
+	mv := &cluster.Mover{Seeds: strings.Split(*addrs, ","), Password: *password, RetryFor: 10 * time.Second}
+	if *useTLS {
+		mv.TLS = &tls.Config{InsecureSkipVerify: *insecure} //nolint:gosec // the user's choice
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := mv.Status(ctx)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return json.NewEncoder(stdout).Encode(st)
+	}
+	_, err = io.WriteString(stdout, st.String())
 	return err
 }

@@ -178,3 +178,71 @@ func (mv *Mover) recordEnd(ctx context.Context, what string) error {
 	mv.logf("recorded the move at epoch %d %s in the metadata group", e, map[string]string{"DONE": "done", "ABORT": "rolled back"}[what])
 	return nil
 }
+
+// ClusterStatus is what kefir cluster status prints.
+type ClusterStatus struct {
+	Map *kv.ClusterMap `json:"map"`
+	// MetaLeader is the client address of the metadata group's leader.
+	MetaLeader string `json:"meta_leader"`
+	// Leaders are the data groups' leaders' client addresses, by group id,
+	// as CLUSTER SLOTS at a node reports them ("": none known).
+	Leaders map[uint64]string `json:"leaders"`
+}
+
+// Status returns the metadata group's map and each group's leader.
+func (mv *Mover) Status(ctx context.Context) (ClusterStatus, error) {
+	defer mv.close()
+	cm, err := mv.MetaMap(ctx)
+	if err != nil {
+		return ClusterStatus{}, err
+	}
+	st := ClusterStatus{Map: cm, MetaLeader: mv.answeredBy, Leaders: map[uint64]string{}}
+	v, err := mv.do(ctx, "CLUSTER", "SLOTS")
+	if err != nil {
+		return st, fmt.Errorf("cluster status: CLUSTER SLOTS: %w", err)
+	}
+	for _, g := range cm.Groups {
+		st.Leaders[g.ID] = ""
+		if len(g.Slots) == 0 {
+			continue
+		}
+		s := int64(g.Slots[0].Start)
+		for _, r := range v.Elems {
+			if len(r.Elems) >= 3 && r.Elems[0].Int <= s && s <= r.Elems[1].Int && len(r.Elems[2].Elems) >= 2 {
+				st.Leaders[g.ID] = fmt.Sprintf("%s:%d", r.Elems[2].Elems[0].Str, r.Elems[2].Elems[1].Int)
+			}
+		}
+	}
+	return st, nil
+}
+
+// String renders st for a terminal.
+func (st ClusterStatus) String() string {
+	var b strings.Builder
+	cm := st.Map
+	fmt.Fprintf(&b, "map epoch %d (metadata group led by %s)\n", cm.Epoch, st.MetaLeader)
+	fmt.Fprintf(&b, "nodes:\n")
+	for _, n := range cm.Nodes {
+		fmt.Fprintf(&b, "  %d  client %s  peer %s\n", n.ID, n.ClientAddr, n.PeerAddr)
+	}
+	fmt.Fprintf(&b, "groups:\n")
+	for _, g := range cm.Groups {
+		n := 0
+		for _, r := range g.Slots {
+			n += int(r.End) - int(r.Start) + 1
+		}
+		leader := st.Leaders[g.ID]
+		if leader == "" {
+			leader = "none known"
+		}
+		fmt.Fprintf(&b, "  %d  members %v  leader %s  slots %s (%d)\n", g.ID, g.Members, leader, FormatSlotRanges(g.Slots), n)
+	}
+	if len(cm.Moves) == 0 {
+		fmt.Fprintf(&b, "moves in flight: none\n")
+	}
+	for _, m := range cm.Moves {
+		fmt.Fprintf(&b, "move in flight: slots %s from group %d to group %d at epoch %d, driver %q (lease beat %d)\n",
+			FormatSlotRanges(m.Slots), m.From, m.To, m.Epoch, m.Driver, m.Beat)
+	}
+	return b.String()
+}

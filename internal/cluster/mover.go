@@ -74,6 +74,8 @@ type Mover struct {
 
 	conns map[string]*moverConn
 	lease moveLease
+	// answeredBy is the address that answered the last command.
+	answeredBy string
 }
 
 type moverConn struct {
@@ -561,6 +563,7 @@ func (mv *Mover) doBytes(ctx context.Context, args [][]byte) (resp.Value, error)
 				break
 			}
 			if v.Kind != resp.Error {
+				mv.answeredBy = addr
 				return v, nil
 			}
 			msg := string(v.Str)
