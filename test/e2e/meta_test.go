@@ -1,0 +1,182 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kefirdb/kefir/internal/check"
+	kcluster "github.com/kefirdb/kefir/internal/cluster"
+	"github.com/kefirdb/kefir/internal/kv"
+	"github.com/kefirdb/kefir/internal/resp"
+	"github.com/kefirdb/kefir/test/e2e/cluster"
+)
+
+// localMap is node addr's replica's metadata map (KEFIR.SLOTS META MAP
+// LOCAL; nil if it has none yet).
+func localMap(addr string) *kv.ClusterMap {
+	v, err := cluster.Command(addr, "KEFIR.SLOTS", "META", "MAP", "LOCAL")
+	if err != nil || v.Kind != resp.Bulk {
+		return nil
+	}
+	var cm kv.ClusterMap
+	if json.Unmarshal(v.Str, &cm) != nil {
+		return nil
+	}
+	return &cm
+}
+
+func observation(src string, cm *kv.ClusterMap) check.MapObservation {
+	o := check.MapObservation{Source: src, Epoch: cm.Epoch}
+	for _, g := range cm.Groups {
+		for _, r := range g.Slots {
+			o.Ranges = append(o.Ranges, check.OwnedRange{Start: r.Start, End: r.End, Group: g.ID})
+		}
+	}
+	return o
+}
+
+// The metadata group with real processes (three nodes, two data groups and
+// the metadata group on all three): every node's replica gets the map
+// bootstrapped from --groups at epoch 1; `kefir cluster move-slots` (a real
+// process) records the move and is SIGKILLed in the middle of its
+// pre-copy; the metadata group's leader sees its lease lapse, takes the
+// move over and finishes it, and the map's epoch moves once, to 2. Every
+// map any node showed meanwhile gives each slot one owner per epoch
+// (check.SlotOwners); every node's CLUSTER SLOTS agrees after it and every
+// acknowledged write is readable at every node; a node restarted afterwards
+// routes by the new map as soon as it serves.
+func TestGroupsMetadataResumesAMoveWhoseDriverDied(t *testing.T) {
+	g := cluster.StartGroups(t, 3, twoGroups)
+	g.WaitLeaders(20 * time.Second)
+	var obs []check.MapObservation
+	observe := func() (all bool, maps []*kv.ClusterMap) {
+		all = true
+		for _, n := range g.Nodes {
+			cm := localMap(n.ClientAddr)
+			if cm == nil {
+				all = false
+				continue
+			}
+			obs = append(obs, observation(n.ID, cm))
+			maps = append(maps, cm)
+		}
+		return all, maps
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if all, maps := observe(); all && maps[0].Epoch == 1 && maps[2].Epoch == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the metadata group's map was not bootstrapped at every node\n%s", g.Nodes[0].Logs())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	rs := []kv.SlotRange{{Start: 0, End: 4095}}
+	want := map[string]string{}
+	var cmds [][]string
+	for i := 0; len(want) < 150; i++ {
+		k := "m" + strconv.Itoa(i)
+		if kv.KeySlot([]byte(k)) <= 4095 {
+			want[k] = strconv.Itoa(i)
+			cmds = append(cmds, []string{"SET", k, want[k]})
+		}
+	}
+	pipelineRetry(t, g.Nodes[0].ClientAddr, cmds...)
+
+	// The driver: slow pages so that it is killed in its pre-copy.
+	drv := exec.Command(cluster.Binary(t), "cluster", "move-slots", "--addr", strings.Join(g.Addrs(), ","),
+		"--from", "1", "--to", "2", "--slots", "0-4095", "--page", "5", "--page-pause", "100ms", "--lease", "1s")
+	var out bytes.Buffer
+	drv.Stdout, drv.Stderr = &out, &out
+	if err := drv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(20 * time.Second)
+	for !strings.Contains(out.String(), "recorded the move") || strings.Count(out.String(), "\n") < 2 {
+		if time.Now().After(deadline) {
+			_ = drv.Process.Kill()
+			t.Fatalf("the driver did not record the move:\n%s", out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(700 * time.Millisecond) // a few pages into the pre-copy
+	_ = drv.Process.Kill()
+	_ = drv.Wait()
+	t.Logf("driver killed:\n%s", out.String())
+	if _, maps := observe(); len(maps) == 0 || len(maps[0].Moves) != 1 || maps[0].Epoch != 1 {
+		t.Fatalf("after the driver died the map should record the move in flight at epoch 1: %+v", maps)
+	}
+	tab, err := (&kcluster.Mover{Seeds: g.Addrs()}).Table(context.Background(), 1)
+	if err != nil || len(tab) == 0 || tab[0].Start != 0 || tab[0].State != "migrating" {
+		t.Fatalf("the driver was not killed mid-move: group 1's table %+v (%v)", tab, err)
+	}
+
+	// The metadata leader resumes it: two leases (2 s each) without a beat.
+	deadline = time.Now().Add(40 * time.Second)
+	for {
+		all, maps := observe()
+		done := all
+		for _, cm := range maps {
+			done = done && cm.Epoch == 2 && len(cm.Moves) == 0
+		}
+		if done {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the move was not finished by the metadata leader: %+v\n%s", maps, g.Nodes[0].Logs())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if v := check.SlotOwners(obs); len(v) != 0 {
+		t.Fatalf("slot ownership across the maps the nodes showed: %v", v)
+	}
+	checkAfterMove(t, g, want, rs, 2, 2)
+	var slots []string
+	for _, n := range g.Nodes {
+		v, err := cluster.Command(n.ClientAddr, "CLUSTER", "SLOTS")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b strings.Builder
+		for _, r := range v.Elems {
+			b.WriteString(strconv.FormatInt(r.Elems[0].Int, 10) + "-" + strconv.FormatInt(r.Elems[1].Int, 10) + "@" + slotMaster(v, int(r.Elems[0].Int)) + " ")
+		}
+		slots = append(slots, b.String())
+	}
+	if slots[0] != slots[1] || slots[1] != slots[2] {
+		t.Fatalf("the nodes' CLUSTER SLOTS disagree after the move:\n%s", strings.Join(slots, "\n"))
+	}
+
+	// A node restarted after the move routes by the new map as soon as it
+	// serves: its replica's map and CLUSTER INFO say epoch 2 at once.
+	n := g.Nodes[2]
+	n.Stop()
+	n.Start()
+	cm := localMap(n.ClientAddr)
+	info, _ := cluster.Command(n.ClientAddr, "CLUSTER", "INFO")
+	if cm == nil || cm.Epoch != 2 || cm.Owner(0) != 2 || !strings.Contains(string(info.Str), "kefir_map_epoch:2\r\n") {
+		t.Fatalf("the restarted node's map at once: %+v, CLUSTER INFO %s", cm, info.Str)
+	}
+	obs = append(obs, observation(n.ID+" restarted", cm))
+	if v := check.SlotOwners(obs); len(v) != 0 {
+		t.Fatalf("slot ownership: %v", v)
+	}
+	for k, v := range want {
+		if got, err := cluster.Command(n.ClientAddr, "GET", k); err != nil || string(got.Str) != v {
+			t.Fatalf("GET %s at the restarted node = %q (%v), want %q", k, got.Str, err, v)
+		}
+	}
+	// kefir cluster status prints the map.
+	st, err := exec.Command(cluster.Binary(t), "cluster", "status", "--addr", g.Nodes[0].ClientAddr).CombinedOutput()
+	t.Logf("kefir cluster status:\n%s", st)
+	if err != nil || !strings.Contains(string(st), "map epoch 2") || !strings.Contains(string(st), "moves in flight: none") {
+		t.Fatalf("kefir cluster status: %v\n%s", err, st)
+	}
+}
