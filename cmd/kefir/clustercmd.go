@@ -25,8 +25,11 @@ func runCluster(args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "status" {
 		return runClusterStatus(args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "add-node" {
+		return runClusterAddNode(args[1:], stdout, stderr)
+	}
 	if len(args) == 0 || args[0] != "move-slots" {
-		return usageError{errors.New("usage: kefir cluster move-slots --from G --to G --slots START-END[,START-END...] [--addr host:port,...] | kefir cluster status [--addr host:port,...]")}
+		return usageError{errors.New("usage: kefir cluster move-slots --from G --to G --slots START-END[,START-END...] [--addr host:port,...] | kefir cluster status [--addr host:port,...] | kefir cluster add-node --id N --client-addr H:P --peer-addr H:P")}
 	}
 	fs := flag.NewFlagSet("kefir cluster move-slots", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -123,5 +126,39 @@ func runClusterStatus(args []string, stdout, stderr io.Writer) error {
 		return json.NewEncoder(stdout).Encode(st)
 	}
 	_, err = io.WriteString(stdout, st.String())
+	return err
+}
+
+// runClusterAddNode runs `kefir cluster add-node`: the node joins the
+// metadata group's map (no group yet: it would get replicas by a group's
+// reconfiguration and slots by moves, which are still to come).
+func runClusterAddNode(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("kefir cluster add-node", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addrs := fs.String("addr", envOr("KEFIR_ADDR", "127.0.0.1:6380"), "client addresses of nodes of the cluster, comma-separated (env KEFIR_ADDR)")
+	password := fs.String("password", "", "password (env KEFIR_PASSWORD)")
+	id := fs.Uint64("id", 0, "the new node's id")
+	client := fs.String("client-addr", "", "the new node's client address (host:port)")
+	peer := fs.String("peer-addr", "", "the new node's peer address (host:port)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err}
+	}
+	if *id == 0 || *client == "" || *peer == "" || fs.NArg() != 0 {
+		return usageError{errors.New("add-node needs --id, --client-addr and --peer-addr")}
+	}
+	if *password == "" {
+		*password = os.Getenv("KEFIR_PASSWORD")
+	}
+	mv := &cluster.Mover{Seeds: strings.Split(*addrs, ","), Password: *password, RetryFor: 10 * time.Second}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	epoch, err := mv.AddNode(ctx, *id, *client, *peer)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(stdout, "node %d is in the map at epoch %d (in no group yet)\n", *id, epoch)
 	return err
 }

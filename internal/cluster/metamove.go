@@ -246,3 +246,14 @@ func (st ClusterStatus) String() string {
 	}
 	return b.String()
 }
+
+// AddNode records node id (client and peer addresses) in the metadata
+// group's map and returns the map's epoch after it.
+func (mv *Mover) AddNode(ctx context.Context, id uint64, clientAddr, peerAddr string) (uint64, error) {
+	defer mv.close()
+	v, err := mv.do(ctx, "KEFIR.SLOTS", "META", "ADDNODE", strconv.FormatUint(id, 10), clientAddr, peerAddr)
+	if err != nil {
+		return 0, fmt.Errorf("add-node: %w", err)
+	}
+	return uint64(v.Int), nil
+}

@@ -179,4 +179,24 @@ func TestGroupsMetadataResumesAMoveWhoseDriverDied(t *testing.T) {
 	if err != nil || !strings.Contains(string(st), "map epoch 2") || !strings.Contains(string(st), "moves in flight: none") {
 		t.Fatalf("kefir cluster status: %v\n%s", err, st)
 	}
+	// kefir cluster add-node: a node joins the map (in no group), the
+	// epoch moves; the same node again changes nothing.
+	for range 2 {
+		out, err := exec.Command(cluster.Binary(t), "cluster", "add-node", "--addr", g.Nodes[1].ClientAddr,
+			"--id", "4", "--client-addr", "127.0.0.1:1", "--peer-addr", "127.0.0.1:2").CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "epoch 3") {
+			t.Fatalf("kefir cluster add-node: %v\n%s", err, out)
+		}
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for cm = localMap(g.Nodes[2].ClientAddr); cm == nil || len(cm.Nodes) != 4 || cm.Epoch != 3; cm = localMap(g.Nodes[2].ClientAddr) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the added node is not in node 3's map: %+v", cm)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	observe()
+	if v := check.SlotOwners(obs); len(v) != 0 {
+		t.Fatalf("slot ownership: %v", v)
+	}
 }
