@@ -70,7 +70,9 @@ func (mv *Mover) plan(ctx context.Context, from, to GroupID, rs []kv.SlotRange, 
 		mv.Driver = "kefir cluster move-slots"
 	}
 	ranges := FormatSlotRanges(rs)
-	for _, rec := range cm.Moves {
+	// The map records at most one move in flight (KindMapMovePlan).
+	if len(cm.Moves) > 0 {
+		rec := cm.Moves[0]
 		if rec.From != uint64(from) || rec.To != uint64(to) || !slices.Equal(rec.Slots, rs) {
 			return 0, fmt.Errorf("move-slots: another move is in flight (slots %s from group %d to group %d at epoch %d, driver %q): finish or abort it first",
 				FormatSlotRanges(rec.Slots), rec.From, rec.To, rec.Epoch, rec.Driver)
