@@ -259,3 +259,26 @@ func (mv *Mover) AddNode(ctx context.Context, id uint64, clientAddr, peerAddr st
 	}
 	return uint64(v.Int), nil
 }
+
+// fenced returns a step (KEFIR.SLOTS SET, LOAD) with the driver fence of
+// the lease this driver holds (kv.AppendDriverFence): a group refuses it
+// once a driver with a higher beat sent it a step. Other commands, and
+// every command of a driver without a lease, go as they are.
+func (mv *Mover) fenced(args [][]byte) [][]byte {
+	l := mv.lease
+	if l.epoch == 0 || len(args) < 3 || !strings.EqualFold(string(args[0]), "KEFIR.SLOTS") {
+		return args
+	}
+	beat := []byte(strconv.FormatUint(l.beat, 10))
+	switch strings.ToUpper(string(args[1])) {
+	case "SET":
+		if len(args) == 7 {
+			return append(args[:7:7], beat)
+		}
+	case "LOAD":
+		out := make([][]byte, 0, len(args)+2)
+		out = append(out, args[0], []byte("LOADF"), args[2], []byte(strconv.FormatUint(l.epoch, 10)), beat)
+		return append(out, args[3:]...)
+	}
+	return args
+}

@@ -200,6 +200,15 @@ func (mv *Mover) Move(ctx context.Context, from, to GroupID, rs []kv.SlotRange) 
 		out.PreCopy = time.Since(t0)
 		mv.after("precopy")
 	}
+	if stage == 2 && mv.lease.epoch != 0 {
+		// A driver that took the move over fences the destination
+		// before it lists its keys (a no-op step at its beat): a
+		// displaced driver's import still in flight cannot land after
+		// the listing (kv.SlotFenceKey).
+		if _, err := mv.do(ctx, "KEFIR.SLOTS", "SET", g(to), "importing", g(from), e, ranges); err != nil {
+			return out, fmt.Errorf("move-slots: fence group %d: %w", to, err)
+		}
+	}
 	if stage <= 2 {
 		// The destination's keys of R, listed before the hand-over (while
 		// it imports, only imports change them, and the final copy only
@@ -555,6 +564,7 @@ func (mv *Mover) doBytes(ctx context.Context, args [][]byte) (resp.Value, error)
 		if err := mv.renew(ctx, args); err != nil {
 			return resp.Value{}, err
 		}
+		args := mv.fenced(args) // metamove.go
 		addr := mv.Seeds[attempt%len(mv.Seeds)]
 		for hops := 0; hops < 4; hops++ {
 			v, err := mv.roundTrip(addr, args)

@@ -439,3 +439,68 @@ func (m *ClusterMap) clone() *ClusterMap {
 	}
 	return n
 }
+
+// The driver fence. A move recorded in the metadata group is driven under a
+// lease whose beat only goes up (KindMapMoveClaim): a driver that takes a
+// move over starts above every beat its predecessor held. Each step such a
+// driver sends a group (KindSlotSet, KindSlotImport) carries the move's
+// epoch and the driver's beat in Op.Expected (AppendDriverFence), and the
+// group keeps the highest it has seen (SlotFenceKey): a step with a lower
+// beat at the same epoch — a displaced driver's command that was still in
+// flight when the move was taken over — is refused and changes nothing.
+// Steps without a fence (a move not recorded, --record=false) are not
+// checked.
+
+// SlotFenceKey is the reserved record of a group's driver fence: the epoch
+// and beat of the newest driver that sent it a step.
+var SlotFenceKey = ReservedKey("slotfence")
+
+// AppendDriverFence is the Op.Expected of a step of the move at epoch sent
+// by a driver at beat.
+func AppendDriverFence(b []byte, epoch, beat uint64) []byte {
+	b = binary.AppendUvarint(b, epoch)
+	return binary.AppendUvarint(b, beat)
+}
+
+func decodeDriverFence(b []byte) (epoch, beat uint64, err error) {
+	d := Decoder{B: b}
+	epoch, beat = d.Uvarint(), d.Uvarint()
+	if d.Err != nil || len(d.B) != 0 {
+		return 0, 0, fmt.Errorf("%w: driver fence", ErrCorrupt)
+	}
+	return epoch, beat, nil
+}
+
+// checkDriverFence refuses a fenced step older than the group's fence, and
+// raises the fence to a newer one (even for a step that changes nothing
+// else: a new driver's first step fences the group against its
+// predecessor's).
+// raised reports whether it wrote the fence.
+func checkDriverFence(get Getter, op *Op, emit Emit) (raised bool, err error) {
+	if len(op.Expected) == 0 || (op.Kind != KindSlotSet && op.Kind != KindSlotImport) {
+		return false, nil
+	}
+	epoch, beat, err := decodeDriverFence(op.Expected)
+	if err != nil {
+		return false, err
+	}
+	data, _, _, ok, err := get(SlotFenceKey)
+	if err != nil {
+		return false, err
+	}
+	if ok {
+		fe, fb, err := decodeDriverFence(data)
+		if err != nil {
+			return false, err
+		}
+		if epoch < fe || (epoch == fe && beat < fb) {
+			return false, fmt.Errorf("%w: a step of the move at epoch %d by a driver at beat %d, and a driver at epoch %d beat %d took over: this driver was displaced",
+				ErrSlotTransition, epoch, beat, fe, fb)
+		}
+		if epoch == fe && beat == fb {
+			return false, nil
+		}
+	}
+	put(emit, SlotFenceKey, AppendDriverFence(nil, epoch, beat), nil)
+	return true, nil
+}

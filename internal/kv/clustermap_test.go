@@ -164,3 +164,68 @@ func TestClusterMapOps(t *testing.T) {
 		}
 	}
 }
+
+// The driver fence: a step sent by a driver whose lease was taken over (a
+// lower beat at the move's epoch) is refused and writes nothing, even an
+// import that would otherwise be accepted; the new driver's first step,
+// a no-op transition, raises the fence; steps without a fence (a move not
+// recorded) are not checked.
+func TestSlotStepsOfADisplacedDriverAreRefused(t *testing.T) {
+	m := mem{}
+	v := uint64(0)
+	apply := func(op *Op) (Result, error) {
+		v++
+		return applyTo(t, m, v, op)
+	}
+	rs := []SlotRange{{0, 99}}
+	k := keyOfSlot(5)
+	load := func(val string, epoch, beat uint64) *Op {
+		op := &Op{Kind: KindSlotImport, Keys: AppendSlotImport(nil, k, nil, []byte(val), nil, false)}
+		if epoch != 0 {
+			op.Expected = AppendDriverFence(nil, epoch, beat)
+		}
+		return op
+	}
+	if _, err := apply(&Op{Kind: KindSlotInit, Key: EncodeSlotRanges([]SlotRange{{200, 300}}), Delta: 1}); err != nil {
+		t.Fatal(err)
+	}
+	imp := slotSet(rs, SlotImporting, 1, 2)
+	imp.Expected = AppendDriverFence(nil, 2, 1)
+	if _, err := apply(imp); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := apply(load("old-1", 2, 1)); err != nil {
+		t.Fatal(err)
+	}
+	// A new driver (beat 3) repeats the first step: no transition, but
+	// the fence goes up.
+	imp.Expected = AppendDriverFence(nil, 2, 3)
+	if res, err := apply(imp); err != nil || res.Version == 0 {
+		t.Fatalf("the new driver's first step: %+v %v", res, err)
+	}
+	if _, err := apply(load("new", 2, 3)); err != nil {
+		t.Fatal(err)
+	}
+	// The old driver's import, still in flight, lands now.
+	if _, err := apply(load("old-2", 2, 2)); !errors.Is(err, ErrSlotTransition) {
+		t.Fatalf("a displaced driver's import: %v", err)
+	}
+	if got := m[string(k)].val; got != "new" {
+		t.Fatalf("%s = %q after the displaced import, want the new driver's", k, got)
+	}
+	old := slotSet(rs, SlotNone, 1, 2)
+	old.Expected = AppendDriverFence(nil, 2, 1)
+	if _, err := apply(old); !errors.Is(err, ErrSlotTransition) {
+		t.Fatalf("a displaced driver's step: %v", err)
+	}
+	if _, err := apply(load("older-move", 1, 9)); !errors.Is(err, ErrSlotTransition) {
+		t.Fatalf("a step of an older move's driver: %v", err)
+	}
+	// Unfenced steps (a move not recorded in the metadata group).
+	if _, err := apply(load("unfenced", 0, 0)); err != nil || m[string(k)].val != "unfenced" {
+		t.Fatalf("an unfenced import: %v", err)
+	}
+	if ws := imp.WrittenKeys(); len(ws) != 2 || string(ws[1]) != string(SlotFenceKey) {
+		t.Fatalf("a fenced step writes %q", ws)
+	}
+}

@@ -566,6 +566,10 @@ func applySlotOp(get Getter, version uint64, op *Op, emit Emit) (Result, error) 
 	if op.Kind >= KindMapInit {
 		return applyMapOp(get, version, op, emit) // clustermap.go
 	}
+	fenced, err := checkDriverFence(get, op, emit) // clustermap.go
+	if err != nil {
+		return Result{}, err
+	}
 	t, err := ReadSlotTable(get)
 	if err != nil {
 		return Result{}, err
@@ -595,7 +599,12 @@ func applySlotOp(get Getter, version uint64, op *Op, emit Emit) (Result, error) 
 			return Result{}, err
 		}
 		if *n == *t {
-			return Result{Kind: ResInt, Int: op.Delta}, nil // a retried step
+			// A retried step (or a new driver's first: it raised the
+			// driver fence).
+			if fenced {
+				return Result{Kind: ResInt, Int: op.Delta, Version: version}, nil
+			}
+			return Result{Kind: ResInt, Int: op.Delta}, nil
 		}
 		put(emit, SlotTableKey, AppendSlotTable(nil, n), nil)
 		return Result{Kind: ResInt, Int: op.Delta, Version: version}, nil

@@ -137,6 +137,13 @@ func TestGroupsMetadataResumesAMoveWhoseDriverDied(t *testing.T) {
 	if v := check.SlotOwners(obs); len(v) != 0 {
 		t.Fatalf("slot ownership across the maps the nodes showed: %v", v)
 	}
+	resumed := false
+	for _, n := range g.Nodes {
+		resumed = resumed || strings.Contains(n.Logs(), "took over the move at epoch 2")
+	}
+	if !resumed {
+		t.Fatalf("no node says it took the move over:\n%s", g.Nodes[0].Logs())
+	}
 	checkAfterMove(t, g, want, rs, 2, 2)
 	var slots []string
 	for _, n := range g.Nodes {
