@@ -81,7 +81,7 @@ func SlotMapOf(cm *kv.ClusterMap) (*SlotMap, error) {
 // metaState is a Multi's side of the metadata group.
 type metaState struct {
 	g       *localGroup // this node's replica of it (nil: not hosted)
-	follows bool        // the routing map is the metadata group's
+	follows atomic.Bool // the routing map is the metadata group's
 	boot    *kv.ClusterMap
 	cm      atomic.Pointer[kv.ClusterMap]
 	mu      sync.Mutex
@@ -98,7 +98,8 @@ func (m *Multi) smap() *SlotMap { return m.slots.Load() }
 // once, before m serves anything).
 func (m *Multi) HostMeta(h Hosted, bootstrap *kv.ClusterMap) error {
 	m.meta.g = &localGroup{spec: GroupSpec{ID: MetaGroupID, Members: nil}, h: h}
-	m.meta.follows, m.meta.boot = true, bootstrap
+	m.meta.follows.Store(true)
+	m.meta.boot = bootstrap
 	_, err := m.RefreshMap()
 	return err
 }
@@ -139,11 +140,57 @@ func (m *Multi) RefreshMap() (bool, error) {
 		return false, fmt.Errorf("cluster: the cluster map at epoch %d: %w", cm.Epoch, err)
 	}
 	m.meta.ver = v.Version
-	m.meta.cm.Store(cm)
-	if cur := m.smap(); sm.Epoch >= cur.Epoch {
-		m.slots.Store(sm)
-	}
+	m.adopt(cm, sm)
 	return true, nil
+}
+
+// adopt makes cm (whose routing map is sm) the map this node routes by,
+// unless it routes by a newer one already. Callers hold m.meta.mu.
+func (m *Multi) adopt(cm *kv.ClusterMap, sm *SlotMap) {
+	if cur := m.smap(); sm.Epoch < cur.Epoch || (m.meta.follows.Load() && m.meta.cm.Load() != nil && cm.Epoch < m.meta.cm.Load().Epoch) {
+		return
+	}
+	m.meta.cm.Store(cm)
+	m.slots.Store(sm)
+	m.meta.follows.Store(true)
+}
+
+// pollMap is the follower of a node without a replica of the metadata
+// group: it asks the group's leader for its map (KEFIR.SLOTS META MAP, at
+// the metadata members' client addresses; -MOVED followed) and adopts it
+// when its epoch is newer. Until the first answer the node routes by its
+// tables over the static map.
+func (m *Multi) pollMap(ctx context.Context, mv *Mover) error {
+	cm, err := mv.MetaMap(ctx)
+	if err != nil {
+		return err
+	}
+	if cur := m.ClusterMap(); cur != nil && cm.Epoch <= cur.Epoch {
+		return nil
+	}
+	sm, err := SlotMapOf(cm)
+	if err != nil {
+		return fmt.Errorf("cluster: the metadata leader's map at epoch %d: %w", cm.Epoch, err)
+	}
+	m.meta.mu.Lock()
+	defer m.meta.mu.Unlock()
+	m.adopt(cm, sm)
+	return nil
+}
+
+// metaSeeds are the client addresses of the metadata group's members.
+func (m *Multi) metaSeeds() []string {
+	ids := make([]uint64, 0, len(m.members))
+	for id := range m.members {
+		ids = append(ids, id)
+	}
+	var out []string
+	for _, id := range MetaMembers(ids) {
+		if a := m.members[id].ClientAddr; a != "" {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // MetaLeads reports whether this node leads the metadata group.
@@ -198,12 +245,13 @@ type FollowConfig struct {
 // this node leads the group, it bootstraps the map and resumes abandoned
 // moves.
 func (m *Multi) FollowMap(ctx context.Context, cfg FollowConfig) {
-	if m.meta.g == nil {
-		return
-	}
 	every := cfg.Every
 	if every <= 0 {
 		every = 50 * time.Millisecond
+	}
+	if m.meta.g == nil {
+		m.pollMaps(ctx, cfg, 10*every)
+		return
 	}
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -232,6 +280,34 @@ func (m *Multi) FollowMap(ctx context.Context, cfg FollowConfig) {
 		}
 		if cm != nil {
 			m.meta.resume.tick(ctx, m, cm, cfg)
+		}
+	}
+}
+
+// pollMaps polls the metadata leader every `every` until ctx ends (a node
+// without a replica of the group).
+func (m *Multi) pollMaps(ctx context.Context, cfg FollowConfig, every time.Duration) {
+	seeds := m.metaSeeds()
+	if len(seeds) == 0 {
+		return
+	}
+	mv := &Mover{Seeds: seeds, Password: cfg.Password, TLS: cfg.TLS, RetryFor: every}
+	defer mv.close()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	var logged bool
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		pctx, cancel := context.WithTimeout(ctx, 5*every)
+		err := m.pollMap(pctx, mv)
+		cancel()
+		if err != nil && !logged && cfg.Logf != nil {
+			cfg.Logf("metadata: poll the map: %v", err) // once: the group may be starting
+			logged = true
 		}
 	}
 }

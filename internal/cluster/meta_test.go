@@ -2,8 +2,11 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
@@ -98,4 +101,68 @@ func TestMultiFollowsTheMetadataMap(t *testing.T) {
 	if _, err := mu.RefreshMap(); err != nil || mu.smap().Epoch != 3 {
 		t.Fatalf("an older map replaced a newer one: epoch %d (%v)", mu.smap().Epoch, err)
 	}
+}
+
+// A node that hosts no replica of the metadata group polls its leader (at
+// the metadata members' client addresses, following -MOVED) and routes by
+// the map it gets, newer epochs only.
+func TestMultiWithoutAMetadataReplicaPollsTheMap(t *testing.T) {
+	static, err := NewSlotMap(1, EvenGroups(3, []uint64{1, 2, 3}, 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	cm := BootstrapMap(static, []Member{{ID: 1}, {ID: 2}, {ID: 3}, {ID: 4}})
+	cm.Epoch = 2
+	cm.Groups[0].Slots[0].Start = 100
+	cm.Groups[2].Slots = append([]kv.SlotRange{{Start: 0, End: 99}}, cm.Groups[2].Slots...)
+	leader := fakeLeader(t, func(_ int, args []string) string {
+		if len(args) < 3 || args[0] != "KEFIR.SLOTS" || args[1] != "META" || args[2] != "MAP" {
+			return "-ERR unexpected\r\n"
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		b, _ := json.Marshal(cm)
+		return fmt.Sprintf("$%d\r\n%s\r\n", len(b), b)
+	})
+	follower := fakeLeader(t, func(int, []string) string { return "-MOVED " + leader + "\r\n" })
+	// Node 4 hosts group 1 only; node 1 (a metadata member) redirects.
+	members := []Member{{ID: 1, ClientAddr: follower}, {ID: 2, ClientAddr: follower}, {ID: 3, ClientAddr: follower}, {ID: 4, ClientAddr: "n4:4"}}
+	spec1, _ := static.Group(1)
+	mu4, err := NewMulti(static, 4, members, []LocalGroup{{Spec: spec1, Hosted: Hosted{Replica: &fakeReplica{name: "g1"}, Group: &stateGroup{}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mu4.HostsMeta() {
+		t.Fatal("node 4 hosts the metadata group")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); mu4.FollowMap(ctx, FollowConfig{Every: 2 * time.Millisecond}) }()
+	defer func() { cancel(); <-done }()
+	wait := func(epoch uint64) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for mu4.smap().Epoch != epoch {
+			if time.Now().After(deadline) {
+				t.Fatalf("node 4 routes by epoch %d, want %d", mu4.smap().Epoch, epoch)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	wait(2)
+	if id, _ := mu4.owner(50); id != 3 {
+		t.Fatalf("slot 50 routes to group %d by the polled map, want 3", id)
+	}
+	mu.Lock()
+	cm.Epoch = 1 // an older map (a lagging leader's) is not adopted
+	mu.Unlock()
+	time.Sleep(50 * time.Millisecond)
+	if mu4.smap().Epoch != 2 {
+		t.Fatalf("an older map replaced the newer one: epoch %d", mu4.smap().Epoch)
+	}
+	mu.Lock()
+	cm.Epoch = 3
+	mu.Unlock()
+	wait(3)
 }

@@ -72,10 +72,10 @@ func (m *Multi) owner(slot uint16) (GroupID, bool) {
 	// one of those moves does not send the request to the old owner.
 	sm := m.smap()
 	if best != 0 && (handed == 0 || bestEpoch >= handedEpoch) {
-		if !m.meta.follows || bestEpoch > sm.Epoch {
+		if !m.meta.follows.Load() || bestEpoch > sm.Epoch {
 			return best, false
 		}
-	} else if handed != 0 && (!m.meta.follows || handedEpoch > sm.Epoch) {
+	} else if handed != 0 && (!m.meta.follows.Load() || handedEpoch > sm.Epoch) {
 		if g := m.byID[handed]; g != nil {
 			if t := g.table(); t != nil && t.Entry(slot).State == kv.SlotImporting {
 				return handed, true

@@ -63,10 +63,11 @@ func (s *Server) openMeta(m *cluster.Multi, slots *cluster.SlotMap, byID map[uin
 	return nil
 }
 
-// startMetaFollower follows the metadata group's map (and, at its leader,
-// bootstraps it and resumes abandoned moves) until Shutdown.
+// startMetaFollower follows the metadata group's map until Shutdown: from
+// this node's replica of it (and, at its leader, bootstraps it and resumes
+// abandoned moves), or, at a node that hosts none, by polling its leader.
 func (s *Server) startMetaFollower() {
-	if s.multi == nil || !s.multi.HostsMeta() {
+	if s.multi == nil {
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
