@@ -52,12 +52,26 @@ func observation(src string, cm *kv.ClusterMap) check.MapObservation {
 // acknowledged write is readable at every node; a node restarted afterwards
 // routes by the new map as soon as it serves.
 func TestGroupsMetadataResumesAMoveWhoseDriverDied(t *testing.T) {
+	metadataResume(t, false)
+}
+
+// The same, and the metadata group's leader is SIGKILLed right after the
+// driver: the next leader's resumer finishes the move; the killed node,
+// restarted after it, routes by the new map at once.
+func TestGroupsMetadataResumesAfterTheDriverAndTheMetadataLeaderDied(t *testing.T) {
+	metadataResume(t, true)
+}
+
+func metadataResume(t *testing.T, killMetaLeader bool) {
 	g := cluster.StartGroups(t, 3, twoGroups)
 	g.WaitLeaders(20 * time.Second)
 	var obs []check.MapObservation
 	observe := func() (all bool, maps []*kv.ClusterMap) {
 		all = true
 		for _, n := range g.Nodes {
+			if !n.Running() {
+				continue
+			}
 			cm := localMap(n.ClientAddr)
 			if cm == nil {
 				all = false
@@ -117,6 +131,23 @@ func TestGroupsMetadataResumesAMoveWhoseDriverDied(t *testing.T) {
 	if err != nil || len(tab) == 0 || tab[0].Start != 0 || tab[0].State != "migrating" {
 		t.Fatalf("the driver was not killed mid-move: group 1's table %+v (%v)", tab, err)
 	}
+	victim := g.Nodes[2]
+	if killMetaLeader {
+		st, err := (&kcluster.Mover{Seeds: g.Addrs()}).Status(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range g.Nodes {
+			if n.ClientAddr == st.MetaLeader {
+				victim = n
+			}
+		}
+		if victim.ClientAddr != st.MetaLeader {
+			t.Fatalf("no node is the metadata leader %q", st.MetaLeader)
+		}
+		victim.Kill()
+		t.Logf("killed the metadata leader %s", victim.ID)
+	}
 
 	// The metadata leader resumes it: two leases (2 s each) without a beat.
 	deadline = time.Now().Add(40 * time.Second)
@@ -139,11 +170,25 @@ func TestGroupsMetadataResumesAMoveWhoseDriverDied(t *testing.T) {
 	}
 	resumed := false
 	for _, n := range g.Nodes {
-		resumed = resumed || strings.Contains(n.Logs(), "took over the move at epoch 2")
+		resumed = resumed || n.Running() && strings.Contains(n.Logs(), "took over the move at epoch 2")
 	}
 	if !resumed {
 		t.Fatalf("no node says it took the move over:\n%s", g.Nodes[0].Logs())
 	}
+	// The node restarted after the move (the killed metadata leader, or
+	// node 3) routes by the new map as soon as it serves: its replica's
+	// map and CLUSTER INFO say epoch 2 at once.
+	n := victim
+	if n.Running() {
+		n.Stop()
+	}
+	n.Start()
+	cm := localMap(n.ClientAddr)
+	info, _ := cluster.Command(n.ClientAddr, "CLUSTER", "INFO")
+	if cm == nil || cm.Epoch != 2 || cm.Owner(0) != 2 || !strings.Contains(string(info.Str), "kefir_map_epoch:2\r\n") {
+		t.Fatalf("the restarted node's map at once: %+v, CLUSTER INFO %s", cm, info.Str)
+	}
+	obs = append(obs, observation(n.ID+" restarted", cm))
 	checkAfterMove(t, g, want, rs, 2, 2)
 	var slots []string
 	for _, n := range g.Nodes {
@@ -161,17 +206,6 @@ func TestGroupsMetadataResumesAMoveWhoseDriverDied(t *testing.T) {
 		t.Fatalf("the nodes' CLUSTER SLOTS disagree after the move:\n%s", strings.Join(slots, "\n"))
 	}
 
-	// A node restarted after the move routes by the new map as soon as it
-	// serves: its replica's map and CLUSTER INFO say epoch 2 at once.
-	n := g.Nodes[2]
-	n.Stop()
-	n.Start()
-	cm := localMap(n.ClientAddr)
-	info, _ := cluster.Command(n.ClientAddr, "CLUSTER", "INFO")
-	if cm == nil || cm.Epoch != 2 || cm.Owner(0) != 2 || !strings.Contains(string(info.Str), "kefir_map_epoch:2\r\n") {
-		t.Fatalf("the restarted node's map at once: %+v, CLUSTER INFO %s", cm, info.Str)
-	}
-	obs = append(obs, observation(n.ID+" restarted", cm))
 	if v := check.SlotOwners(obs); len(v) != 0 {
 		t.Fatalf("slot ownership: %v", v)
 	}
