@@ -33,10 +33,7 @@ func runCluster(args []string, stdout, stderr io.Writer) error {
 	}
 	fs := flag.NewFlagSet("kefir cluster move-slots", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	addrs := fs.String("addr", envOr("KEFIR_ADDR", "127.0.0.1:6380"), "client addresses of nodes of the cluster, comma-separated (env KEFIR_ADDR)")
-	password := fs.String("password", "", "password (env KEFIR_PASSWORD)")
-	useTLS := fs.Bool("tls", false, "connect with TLS")
-	insecure := fs.Bool("tls-insecure", false, "with --tls, do not verify the server certificate")
+	mover := clusterConnFlags(fs)
 	from := fs.Uint64("from", 0, "the group the slots move from")
 	to := fs.Uint64("to", 0, "the group the slots move to")
 	slots := fs.String("slots", "", "the slots: START-END[,START-END...]")
@@ -60,16 +57,11 @@ func runCluster(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return usageError{err}
 	}
-	if *password == "" {
-		*password = os.Getenv("KEFIR_PASSWORD")
-	}
 	host, _ := os.Hostname()
-	mv := &cluster.Mover{Seeds: strings.Split(*addrs, ","), Password: *password, Page: *page, PagePause: *pause,
-		Meta: *record, Lease: *lease, Driver: fmt.Sprintf("kefir cluster move-slots, pid %d on %s", os.Getpid(), host),
-		Logf: func(format string, a ...any) { fmt.Fprintf(stderr, "kefir cluster: "+format+"\n", a...) }}
-	if *useTLS {
-		mv.TLS = &tls.Config{InsecureSkipVerify: *insecure} //nolint:gosec // the user's choice
-	}
+	mv := mover()
+	mv.Page, mv.PagePause, mv.Meta, mv.Lease = *page, *pause, *record, *lease
+	mv.Driver = fmt.Sprintf("kefir cluster move-slots, pid %d on %s", os.Getpid(), host)
+	mv.Logf = func(format string, a ...any) { fmt.Fprintf(stderr, "kefir cluster: "+format+"\n", a...) }
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
 	if *abort {
@@ -98,10 +90,7 @@ func runCluster(args []string, stdout, stderr io.Writer) error {
 func runClusterStatus(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("kefir cluster status", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	addrs := fs.String("addr", envOr("KEFIR_ADDR", "127.0.0.1:6380"), "client addresses of nodes of the cluster, comma-separated (env KEFIR_ADDR)")
-	password := fs.String("password", "", "password (env KEFIR_PASSWORD)")
-	useTLS := fs.Bool("tls", false, "connect with TLS")
-	insecure := fs.Bool("tls-insecure", false, "with --tls, do not verify the server certificate")
+	mover := clusterConnFlags(fs)
 	asJSON := fs.Bool("json", false, "print the map as JSON")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -109,13 +98,8 @@ func runClusterStatus(args []string, stdout, stderr io.Writer) error {
 		}
 		return usageError{err}
 	}
-	if *password == "" {
-		*password = os.Getenv("KEFIR_PASSWORD")
-	}
-	mv := &cluster.Mover{Seeds: strings.Split(*addrs, ","), Password: *password, RetryFor: 10 * time.Second}
-	if *useTLS {
-		mv.TLS = &tls.Config{InsecureSkipVerify: *insecure} //nolint:gosec // the user's choice
-	}
+	mv := mover()
+	mv.RetryFor = 10 * time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	st, err := mv.Status(ctx)
@@ -135,8 +119,7 @@ func runClusterStatus(args []string, stdout, stderr io.Writer) error {
 func runClusterAddNode(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("kefir cluster add-node", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	addrs := fs.String("addr", envOr("KEFIR_ADDR", "127.0.0.1:6380"), "client addresses of nodes of the cluster, comma-separated (env KEFIR_ADDR)")
-	password := fs.String("password", "", "password (env KEFIR_PASSWORD)")
+	mover := clusterConnFlags(fs)
 	id := fs.Uint64("id", 0, "the new node's id")
 	client := fs.String("client-addr", "", "the new node's client address (host:port)")
 	peer := fs.String("peer-addr", "", "the new node's peer address (host:port)")
@@ -149,10 +132,8 @@ func runClusterAddNode(args []string, stdout, stderr io.Writer) error {
 	if *id == 0 || *client == "" || *peer == "" || fs.NArg() != 0 {
 		return usageError{errors.New("add-node needs --id, --client-addr and --peer-addr")}
 	}
-	if *password == "" {
-		*password = os.Getenv("KEFIR_PASSWORD")
-	}
-	mv := &cluster.Mover{Seeds: strings.Split(*addrs, ","), Password: *password, RetryFor: 10 * time.Second}
+	mv := mover()
+	mv.RetryFor = 10 * time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	epoch, err := mv.AddNode(ctx, *id, *client, *peer)
@@ -161,4 +142,24 @@ func runClusterAddNode(args []string, stdout, stderr io.Writer) error {
 	}
 	_, err = fmt.Fprintf(stdout, "node %d is in the map at epoch %d (in no group yet)\n", *id, epoch)
 	return err
+}
+
+// clusterConnFlags defines the flags every kefir cluster command reaches
+// the cluster with (--addr, --password, --tls, --tls-insecure) and returns
+// the Mover they make, to call after fs.Parse.
+func clusterConnFlags(fs *flag.FlagSet) func() *cluster.Mover {
+	addrs := fs.String("addr", envOr("KEFIR_ADDR", "127.0.0.1:6380"), "client addresses of nodes of the cluster, comma-separated (env KEFIR_ADDR)")
+	password := fs.String("password", "", "password (env KEFIR_PASSWORD)")
+	useTLS := fs.Bool("tls", false, "connect with TLS")
+	insecure := fs.Bool("tls-insecure", false, "with --tls, do not verify the server certificate")
+	return func() *cluster.Mover {
+		if *password == "" {
+			*password = os.Getenv("KEFIR_PASSWORD")
+		}
+		mv := &cluster.Mover{Seeds: strings.Split(*addrs, ","), Password: *password}
+		if *useTLS {
+			mv.TLS = &tls.Config{InsecureSkipVerify: *insecure} //nolint:gosec // the user's choice
+		}
+		return mv
+	}
 }
