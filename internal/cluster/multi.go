@@ -459,6 +459,9 @@ func (m *Multi) ViewEvents() []ViewEvent { return m.local[0].h.Group.ViewEvents(
 // GroupState returns hosted group id's state.
 func (m *Multi) GroupState(id GroupID) (State, bool) {
 	g := m.byID[id]
+	if id == MetaGroupID {
+		g = m.meta.g
+	}
 	if g == nil {
 		return State{}, false
 	}

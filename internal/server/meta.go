@@ -204,3 +204,31 @@ func (s *Server) metaInfo() string {
 	}
 	return fmt.Sprintf("kefir_map_epoch:%d\r\nkefir_moves_in_flight:%d\r\n", cm.Epoch, len(cm.Moves))
 }
+
+// MetaStatus is /status's cluster_map: the map this node follows and this
+// node's replica of the metadata group, if it hosts one.
+type MetaStatus struct {
+	Epoch uint64       `json:"epoch"`
+	Nodes int          `json:"nodes"`
+	Moves []kv.MapMove `json:"moves_in_flight"`
+	Meta  *GroupStatus `json:"metadata_replica,omitempty"`
+}
+
+// metaStatus reports the map (nil: none followed yet).
+func (s *Server) metaStatus() *MetaStatus {
+	if s.multi == nil {
+		return nil
+	}
+	cm := s.multi.ClusterMap()
+	if cm == nil {
+		return nil
+	}
+	out := &MetaStatus{Epoch: cm.Epoch, Nodes: len(cm.Nodes), Moves: cm.Moves}
+	if out.Moves == nil {
+		out.Moves = []kv.MapMove{}
+	}
+	if st, ok := s.multi.GroupState(cluster.MetaGroupID); ok {
+		out.Meta = &GroupStatus{ID: uint64(cluster.MetaGroupID), Leader: st.Leader, Role: st.Role, View: st.View, Commit: st.Commit, Applied: st.Applied}
+	}
+	return out
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net/http"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -229,6 +230,26 @@ func metadataResume(t *testing.T, killMetaLeader bool) {
 		if got, err := cluster.Command(n.ClientAddr, "GET", k); err != nil || string(got.Str) != v {
 			t.Fatalf("GET %s at the restarted node = %q (%v), want %q", k, got.Str, err, v)
 		}
+	}
+	// /status shows the map this node follows and its metadata replica.
+	var hs struct {
+		Map struct {
+			Epoch uint64       `json:"epoch"`
+			Moves []kv.MapMove `json:"moves_in_flight"`
+			Meta  *struct {
+				Leader uint64 `json:"leader"`
+				Role   string `json:"role"`
+			} `json:"metadata_replica"`
+		} `json:"cluster_map"`
+	}
+	hr, err := http.Get("http://" + g.Nodes[1].HTTPAddr + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = json.NewDecoder(hr.Body).Decode(&hs)
+	hr.Body.Close()
+	if err != nil || hs.Map.Epoch != 2 || hs.Map.Moves == nil || len(hs.Map.Moves) != 0 || hs.Map.Meta == nil || hs.Map.Meta.Leader == 0 || hs.Map.Meta.Role == "" {
+		t.Fatalf("/status cluster_map: %+v (%v)", hs.Map, err)
 	}
 	// kefir cluster status prints the map.
 	st, err := exec.Command(cluster.Binary(t), "cluster", "status", "--addr", g.Nodes[0].ClientAddr).CombinedOutput()
