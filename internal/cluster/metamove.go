@@ -100,6 +100,24 @@ func (mv *Mover) plan(ctx context.Context, from, to GroupID, rs []kv.SlotRange, 
 	return epoch, nil
 }
 
+// takeRecord takes over the record of the move of rs from group from to
+// group to (an abort: nothing is planned; errNoRecord if there is none).
+func (mv *Mover) takeRecord(ctx context.Context, from, to GroupID, rs []kv.SlotRange) error {
+	cm, err := mv.MetaMap(ctx)
+	if err != nil {
+		return err
+	}
+	if mv.Driver == "" {
+		mv.Driver = "kefir cluster move-slots"
+	}
+	for _, rec := range cm.Moves {
+		if rec.From == uint64(from) && rec.To == uint64(to) && slices.Equal(rec.Slots, rs) {
+			return mv.takeOver(ctx, rec)
+		}
+	}
+	return errNoRecord
+}
+
 // takeOver claims the lease of recorded move rec, once its beat stood
 // still for two leases (at once if it is at mv.TakeOver).
 func (mv *Mover) takeOver(ctx context.Context, rec kv.MapMove) error {

@@ -313,6 +313,12 @@ func (mv *Mover) Abort(ctx context.Context, from, to GroupID, rs []kv.SlotRange)
 		if err != nil {
 			return err
 		}
+		if len(t) == 0 {
+			// No table: no move of this group ever started (a move
+			// recorded by a driver that died before its first step).
+			st[i].State = [2]string{"owned", "none"}[i]
+			continue
+		}
 		if st[i], err = uniform(t, in, id); err != nil {
 			return err
 		}
@@ -321,7 +327,7 @@ func (mv *Mover) Abort(ctx context.Context, from, to GroupID, rs []kv.SlotRange)
 	if mv.Meta {
 		// The record is dropped at the end; until then this driver holds
 		// its lease (a resumer would otherwise finish the move).
-		if _, err := mv.plan(ctx, from, to, rs, 1, src.Epoch); err != nil && !errors.Is(err, errNoRecord) {
+		if err := mv.takeRecord(ctx, from, to, rs); err != nil && !errors.Is(err, errNoRecord) {
 			return err
 		}
 	}

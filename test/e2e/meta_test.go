@@ -278,3 +278,67 @@ func metadataResume(t *testing.T, killMetaLeader bool) {
 		t.Fatalf("slot ownership: %v", v)
 	}
 }
+
+// metaCommand sends a KEFIR.SLOTS META command to the metadata group's
+// leader (following -MOVED from node 1).
+func metaCommand(t *testing.T, g *cluster.Groups, args ...string) resp.Value {
+	t.Helper()
+	addr := g.Nodes[0].ClientAddr
+	for hops := 0; hops < 4; hops++ {
+		v, err := cluster.Command(addr, append([]string{"KEFIR.SLOTS", "META"}, args...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v.Kind == resp.Error && strings.HasPrefix(string(v.Str), "MOVED ") {
+			f := strings.Fields(string(v.Str))
+			addr = f[len(f)-1]
+			continue
+		}
+		return v
+	}
+	t.Fatalf("KEFIR.SLOTS META %v: too many redirects", args)
+	return resp.Value{}
+}
+
+// A move recorded by a driver that died before its first step is rolled
+// back with `kefir cluster move-slots --abort` (which takes the record over
+// once its lease lapsed): the record goes, the map's epoch moves to the
+// move's, the slots stay where they were; the same move then runs and the
+// epoch moves once more.
+func TestGroupsMetadataAbortOfARecordedMove(t *testing.T) {
+	g := cluster.StartGroups(t, 3, twoGroups)
+	g.WaitLeaders(20 * time.Second)
+	deadline := time.Now().Add(20 * time.Second)
+	for cm := localMap(g.Nodes[0].ClientAddr); cm == nil; cm = localMap(g.Nodes[0].ClientAddr) {
+		if time.Now().After(deadline) {
+			t.Fatal("no map")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if v := metaCommand(t, g, "PLAN", "1", "2", "0-99", "2", "a driver that died"); v.Kind != resp.Int || v.Int != 1 {
+		t.Fatalf("PLAN: %v %s", v.Kind, v.Str)
+	}
+	move := func(extra ...string) string {
+		args := append([]string{"cluster", "move-slots", "--addr", strings.Join(g.Addrs(), ","), "--from", "1", "--to", "2", "--slots", "0-99", "--lease", "300ms"}, extra...)
+		out, err := exec.Command(cluster.Binary(t), args...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("kefir %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	out := move("--abort")
+	if !strings.Contains(out, "took over the move at epoch 2") || !strings.Contains(out, "rolled back") {
+		t.Fatalf("--abort did not take the record over:\n%s", out)
+	}
+	var cm kv.ClusterMap
+	if err := json.Unmarshal(metaCommand(t, g, "MAP").Str, &cm); err != nil || cm.Epoch != 2 || len(cm.Moves) != 0 || cm.Owner(0) != 1 {
+		t.Fatalf("map after the abort: %+v (%v)", cm, err)
+	}
+	out = move()
+	if !strings.Contains(out, "at epoch 3") {
+		t.Fatalf("the move after the abort:\n%s", out)
+	}
+	if err := json.Unmarshal(metaCommand(t, g, "MAP").Str, &cm); err != nil || cm.Epoch != 3 || len(cm.Moves) != 0 || cm.Owner(0) != 2 || cm.Owner(100) != 1 {
+		t.Fatalf("map after the move: %+v (%v)", cm, err)
+	}
+}
