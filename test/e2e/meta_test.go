@@ -123,7 +123,19 @@ func metadataResume(t *testing.T, killMetaLeader bool) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	time.Sleep(700 * time.Millisecond) // a few pages into the pre-copy
+	// Killed a few pages into the pre-copy (the source migrating).
+	for {
+		tab, err := (&kcluster.Mover{Seeds: g.Addrs()}).Table(context.Background(), 1)
+		if err == nil && len(tab) > 0 && tab[0].Start == 0 && tab[0].State == "migrating" {
+			break
+		}
+		if time.Now().After(deadline) {
+			_ = drv.Process.Kill()
+			t.Fatalf("the driver did not start the move: %+v %v\n%s", tab, err, out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond)
 	_ = drv.Process.Kill()
 	_ = drv.Wait()
 	t.Logf("driver killed:\n%s", out.String())
