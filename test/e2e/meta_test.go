@@ -138,6 +138,7 @@ func metadataResume(t *testing.T, killMetaLeader bool) {
 	time.Sleep(300 * time.Millisecond)
 	_ = drv.Process.Kill()
 	_ = drv.Wait()
+	killed := time.Now()
 	t.Logf("driver killed:\n%s", out.String())
 	if _, maps := observe(); len(maps) == 0 || len(maps[0].Moves) != 1 || maps[0].Epoch != 1 {
 		t.Fatalf("after the driver died the map should record the move in flight at epoch 1: %+v", maps)
@@ -173,6 +174,7 @@ func metadataResume(t *testing.T, killMetaLeader bool) {
 			done = done && cm.Epoch == 2 && len(cm.Moves) == 0
 		}
 		if done {
+			t.Logf("the move was finished by the metadata leader %v after the driver was killed", time.Since(killed).Round(10*time.Millisecond))
 			break
 		}
 		if time.Now().After(deadline) {
