@@ -22,15 +22,18 @@ import (
 // finishes a move that stopped part way; with --abort it rolls back one that
 // stopped before its hand-over.
 func runCluster(args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "status" {
+		return runClusterStatus(args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "add-node" {
+		return runClusterAddNode(args[1:], stdout, stderr)
+	}
 	if len(args) == 0 || args[0] != "move-slots" {
-		return usageError{errors.New("usage: kefir cluster move-slots --from G --to G --slots START-END[,START-END...] [--addr host:port,...]")}
+		return usageError{errors.New("usage: kefir cluster move-slots --from G --to G --slots START-END[,START-END...] [--addr host:port,...] | kefir cluster status [--addr host:port,...] | kefir cluster add-node --id N --client-addr H:P --peer-addr H:P")}
 	}
 	fs := flag.NewFlagSet("kefir cluster move-slots", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	addrs := fs.String("addr", envOr("KEFIR_ADDR", "127.0.0.1:6380"), "client addresses of nodes of the cluster, comma-separated (env KEFIR_ADDR)")
-	password := fs.String("password", "", "password (env KEFIR_PASSWORD)")
-	useTLS := fs.Bool("tls", false, "connect with TLS")
-	insecure := fs.Bool("tls-insecure", false, "with --tls, do not verify the server certificate")
+	mover := clusterConnFlags(fs)
 	from := fs.Uint64("from", 0, "the group the slots move from")
 	to := fs.Uint64("to", 0, "the group the slots move to")
 	slots := fs.String("slots", "", "the slots: START-END[,START-END...]")
@@ -39,6 +42,8 @@ func runCluster(args []string, stdout, stderr io.Writer) error {
 	timeout := fs.Duration("timeout", 10*time.Minute, "deadline for the whole move")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	abort := fs.Bool("abort", false, "roll back a move that stopped before its hand-over instead of finishing it")
+	record := fs.Bool("record", true, "record the move in the metadata group (planned, then done) and drive it under a lease there, so that the metadata leader finishes it if this process dies; false: only the groups' tables know it")
+	lease := fs.Duration("lease", cluster.DefaultLease, "with --record, the driver's lease: renewed every quarter of it; the metadata leader takes the move over after two without a renewal")
 	if err := fs.Parse(args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
@@ -52,14 +57,11 @@ func runCluster(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return usageError{err}
 	}
-	if *password == "" {
-		*password = os.Getenv("KEFIR_PASSWORD")
-	}
-	mv := &cluster.Mover{Seeds: strings.Split(*addrs, ","), Password: *password, Page: *page, PagePause: *pause,
-		Logf: func(format string, a ...any) { fmt.Fprintf(stderr, "kefir cluster: "+format+"\n", a...) }}
-	if *useTLS {
-		mv.TLS = &tls.Config{InsecureSkipVerify: *insecure} //nolint:gosec // the user's choice
-	}
+	host, _ := os.Hostname()
+	mv := mover()
+	mv.Page, mv.PagePause, mv.Meta, mv.Lease = *page, *pause, *record, *lease
+	mv.Driver = fmt.Sprintf("kefir cluster move-slots, pid %d on %s", os.Getpid(), host)
+	mv.Logf = func(format string, a ...any) { fmt.Fprintf(stderr, "kefir cluster: "+format+"\n", a...) }
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
 	if *abort {
@@ -80,4 +82,84 @@ func runCluster(args []string, stdout, stderr io.Writer) error {
 	}
 	_, err = fmt.Fprintf(stdout, "moved %s from group %d to group %d at epoch %s\n", *slots, *from, *to, strconv.FormatUint(res.Epoch, 10))
 	return err
+}
+
+// runClusterStatus runs `kefir cluster status`: the metadata group's map
+// (epoch, nodes, groups with their slot ranges and leaders, moves in
+// flight with their drivers), as its leader holds it.
+func runClusterStatus(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("kefir cluster status", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	mover := clusterConnFlags(fs)
+	asJSON := fs.Bool("json", false, "print the map as JSON")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err}
+	}
+	mv := mover()
+	mv.RetryFor = 10 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := mv.Status(ctx)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return json.NewEncoder(stdout).Encode(st)
+	}
+	_, err = io.WriteString(stdout, st.String())
+	return err
+}
+
+// runClusterAddNode runs `kefir cluster add-node`: the node joins the
+// metadata group's map (no group yet: it would get replicas by a group's
+// reconfiguration and slots by moves, which are still to come).
+func runClusterAddNode(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("kefir cluster add-node", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	mover := clusterConnFlags(fs)
+	id := fs.Uint64("id", 0, "the new node's id")
+	client := fs.String("client-addr", "", "the new node's client address (host:port)")
+	peer := fs.String("peer-addr", "", "the new node's peer address (host:port)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err}
+	}
+	if *id == 0 || *client == "" || *peer == "" || fs.NArg() != 0 {
+		return usageError{errors.New("add-node needs --id, --client-addr and --peer-addr")}
+	}
+	mv := mover()
+	mv.RetryFor = 10 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	epoch, err := mv.AddNode(ctx, *id, *client, *peer)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(stdout, "node %d is in the map at epoch %d (in no group yet)\n", *id, epoch)
+	return err
+}
+
+// clusterConnFlags defines the flags every kefir cluster command reaches
+// the cluster with (--addr, --password, --tls, --tls-insecure) and returns
+// the Mover they make, to call after fs.Parse.
+func clusterConnFlags(fs *flag.FlagSet) func() *cluster.Mover {
+	addrs := fs.String("addr", envOr("KEFIR_ADDR", "127.0.0.1:6380"), "client addresses of nodes of the cluster, comma-separated (env KEFIR_ADDR)")
+	password := fs.String("password", "", "password (env KEFIR_PASSWORD)")
+	useTLS := fs.Bool("tls", false, "connect with TLS")
+	insecure := fs.Bool("tls-insecure", false, "with --tls, do not verify the server certificate")
+	return func() *cluster.Mover {
+		if *password == "" {
+			*password = os.Getenv("KEFIR_PASSWORD")
+		}
+		mv := &cluster.Mover{Seeds: strings.Split(*addrs, ","), Password: *password}
+		if *useTLS {
+			mv.TLS = &tls.Config{InsecureSkipVerify: *insecure} //nolint:gosec // the user's choice
+		}
+		return mv
+	}
 }

@@ -453,6 +453,7 @@ func TestGroupsOption(t *testing.T) {
 		{"1=1,2,3:0-16383", []string{"--consistency", "session"}, "--consistency session is not supported yet"},
 		{"1=1,2,3:0-16383", []string{"--cluster-redirects", "maybe"}, "maybe"},
 		{"1=1,2,3:zero", nil, "slot range"},
+		{"65535=1,2,3:0-16383", nil, "reserved for the metadata group"},
 	} {
 		if _, err := load(tc.groups, tc.extra...); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("--groups %s %v: %v, want %q", tc.groups, tc.extra, err, tc.want)

@@ -58,7 +58,24 @@ type Mover struct {
 	// pre-copy ("precopy-page"; tests: a crash there).
 	AfterStep func(step string)
 
+	// Meta records the move in the metadata group (MovePlanned before the
+	// first step, MoveDone after the last) and drives it under a lease
+	// there (metamove.go); off, the move is only in the two groups' tables.
+	Meta bool
+	// Driver names this driver in the metadata group's record.
+	Driver string
+	// Lease is the driver's lease (default DefaultLease).
+	Lease time.Duration
+	// TakeOver is the beat of a recorded move this driver takes over
+	// without watching it first (the metadata leader's resumer watched
+	// it); 0: watch the beat for two leases before claiming a move
+	// another driver recorded.
+	TakeOver uint64
+
 	conns map[string]*moverConn
+	lease moveLease
+	// answeredBy is the address that answered the last command.
+	answeredBy string
 }
 
 type moverConn struct {
@@ -129,6 +146,18 @@ func (mv *Mover) Move(ctx context.Context, from, to GroupID, rs []kv.SlotRange) 
 		return out, fmt.Errorf("move-slots: slots %s are %s at group %d (peer %d) and %s at group %d (peer %d): not a move from %d to %d this can start or resume",
 			ranges, src.State, from, src.Peer, dst.State, to, dst.Peer, from, to)
 	}
+	if mv.Meta {
+		// The metadata group's record: planned (or taken over) before any
+		// step, under this driver's lease from here on.
+		pe, err := mv.plan(ctx, from, to, rs, stage, epoch)
+		switch {
+		case errors.Is(err, errNoRecord): // done already: the purge is left
+		case err != nil:
+			return out, err
+		default:
+			epoch = pe
+		}
+	}
 	out.Epoch = epoch
 	e := strconv.FormatUint(epoch, 10)
 	var v0 uint64
@@ -170,6 +199,15 @@ func (mv *Mover) Move(ctx context.Context, from, to GroupID, rs []kv.SlotRange) 
 		}
 		out.PreCopy = time.Since(t0)
 		mv.after("precopy")
+	}
+	if stage == 2 && mv.lease.epoch != 0 {
+		// A driver that took the move over fences the destination
+		// before it lists its keys (a no-op step at its beat): a
+		// displaced driver's import still in flight cannot land after
+		// the listing (kv.SlotFenceKey).
+		if _, err := mv.do(ctx, "KEFIR.SLOTS", "SET", g(to), "importing", g(from), e, ranges); err != nil {
+			return out, fmt.Errorf("move-slots: fence group %d: %w", to, err)
+		}
 	}
 	if stage <= 2 {
 		// The destination's keys of R, listed before the hand-over (while
@@ -245,6 +283,11 @@ func (mv *Mover) Move(ctx context.Context, from, to GroupID, rs []kv.SlotRange) 
 		return out, fmt.Errorf("move-slots: purge group %d: %w", from, err)
 	}
 	out.Purged = len(purge) / 3
+	if mv.Meta {
+		if err := mv.recordEnd(ctx, "DONE"); err != nil {
+			return out, err
+		}
+	}
 	out.Total = time.Since(start)
 	mv.logf("moved %s from group %d to group %d at epoch %d: %d keys pre-copied, %d in the final copy, %d deleted, %d purged; pre-copy %v, hand-over %v",
 		ranges, from, to, epoch, out.Copied, out.Final, out.Deleted, out.Purged, out.PreCopy.Round(time.Millisecond), out.Freeze.Round(time.Millisecond))
@@ -270,11 +313,24 @@ func (mv *Mover) Abort(ctx context.Context, from, to GroupID, rs []kv.SlotRange)
 		if err != nil {
 			return err
 		}
+		if len(t) == 0 {
+			// No table: no move of this group ever started (a move
+			// recorded by a driver that died before its first step).
+			st[i].State = [2]string{"owned", "none"}[i]
+			continue
+		}
 		if st[i], err = uniform(t, in, id); err != nil {
 			return err
 		}
 	}
 	src, dst := st[0], st[1]
+	if mv.Meta {
+		// The record is dropped at the end; until then this driver holds
+		// its lease (a resumer would otherwise finish the move).
+		if err := mv.takeRecord(ctx, from, to, rs); err != nil && !errors.Is(err, errNoRecord) {
+			return err
+		}
+	}
 	switch {
 	case src.State == "owned" && dst.State == "none":
 		// Nothing to roll back, or rolled back before the purge.
@@ -301,6 +357,11 @@ func (mv *Mover) Abort(ctx context.Context, from, to GroupID, rs []kv.SlotRange)
 	}
 	if err := mv.load(ctx, to, purge); err != nil {
 		return fmt.Errorf("move-slots: abort: purge group %d's copy: %w", to, err)
+	}
+	if mv.Meta {
+		if err := mv.recordEnd(ctx, "ABORT"); err != nil {
+			return err
+		}
 	}
 	mv.logf("rolled back the move of %s from group %d to group %d: group %d owns them, %d keys of its copy purged at group %d", ranges, from, to, from, len(purge)/3, to)
 	return nil
@@ -506,6 +567,10 @@ func (mv *Mover) doBytes(ctx context.Context, args [][]byte) (resp.Value, error)
 		if err := ctx.Err(); err != nil {
 			return resp.Value{}, err
 		}
+		if err := mv.renew(ctx, args); err != nil {
+			return resp.Value{}, err
+		}
+		args := mv.fenced(args) // metamove.go
 		addr := mv.Seeds[attempt%len(mv.Seeds)]
 		for hops := 0; hops < 4; hops++ {
 			v, err := mv.roundTrip(addr, args)
@@ -514,6 +579,7 @@ func (mv *Mover) doBytes(ctx context.Context, args [][]byte) (resp.Value, error)
 				break
 			}
 			if v.Kind != resp.Error {
+				mv.answeredBy = addr
 				return v, nil
 			}
 			msg := string(v.Str)

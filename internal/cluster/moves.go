@@ -65,10 +65,17 @@ func (m *Multi) owner(slot uint16) (GroupID, bool) {
 			}
 		}
 	}
+	// The tables decide, unless this node follows the metadata group's
+	// map and the map is at least as new as what they know of the slot:
+	// a map at epoch E has every move up to E done (MoveDone is recorded
+	// after the destination's take-over), so a hosted replica that lags
+	// one of those moves does not send the request to the old owner.
+	sm := m.smap()
 	if best != 0 && (handed == 0 || bestEpoch >= handedEpoch) {
-		return best, false
-	}
-	if handed != 0 {
+		if !m.meta.follows.Load() || bestEpoch > sm.Epoch {
+			return best, false
+		}
+	} else if handed != 0 && (!m.meta.follows.Load() || handedEpoch > sm.Epoch) {
 		if g := m.byID[handed]; g != nil {
 			if t := g.table(); t != nil && t.Entry(slot).State == kv.SlotImporting {
 				return handed, true
@@ -76,7 +83,7 @@ func (m *Multi) owner(slot uint16) (GroupID, bool) {
 		}
 		return handed, false
 	}
-	return m.slots.Owner(slot), false
+	return sm.Owner(slot), false
 }
 
 // refusal turns group from's fence refusal of a request for slot into the
@@ -112,6 +119,7 @@ func (m *Multi) refusal(err error, slot uint16, from GroupID) error {
 type effective struct {
 	mu   sync.Mutex
 	tabs []*kv.SlotTable
+	from *SlotMap // the map it overrode
 	m    *SlotMap
 }
 
@@ -125,22 +133,23 @@ func (m *Multi) Slots() *SlotMap {
 		tabs[i] = g.table()
 		any = any || tabs[i] != nil
 	}
+	sm := m.smap()
 	if !any {
-		return m.slots
+		return sm
 	}
 	m.eff.mu.Lock()
 	defer m.eff.mu.Unlock()
-	if m.eff.m != nil && slices.Equal(tabs, m.eff.tabs) {
+	if m.eff.m != nil && m.eff.from == sm && slices.Equal(tabs, m.eff.tabs) {
 		return m.eff.m
 	}
-	out := &SlotMap{Epoch: m.slots.Epoch, Groups: make([]GroupSpec, len(m.slots.Groups))}
+	out := &SlotMap{Epoch: sm.Epoch, Groups: make([]GroupSpec, len(sm.Groups))}
 	for _, t := range tabs {
 		if t != nil {
 			out.Epoch = max(out.Epoch, t.Epoch())
 		}
 	}
 	idx := map[GroupID]int{}
-	for i, g := range m.slots.Groups {
+	for i, g := range sm.Groups {
 		out.Groups[i] = GroupSpec{ID: g.ID, Members: g.Members}
 		idx[g.ID] = i
 	}
@@ -148,7 +157,7 @@ func (m *Multi) Slots() *SlotMap {
 		id, _ := m.owner(uint16(s))
 		i, ok := idx[id]
 		if !ok {
-			id, i = m.slots.Owner(uint16(s)), idx[m.slots.Owner(uint16(s))]
+			id, i = sm.Owner(uint16(s)), idx[sm.Owner(uint16(s))]
 		}
 		out.owner[s] = id
 		rs := out.Groups[i].Slots
@@ -158,13 +167,27 @@ func (m *Multi) Slots() *SlotMap {
 			out.Groups[i].Slots = append(rs, SlotRange{uint16(s), uint16(s)})
 		}
 	}
-	m.eff.tabs, m.eff.m = tabs, out
+	m.eff.tabs, m.eff.m, m.eff.from = tabs, out, sm
 	return out
 }
 
 // hosted returns hosted group id, or an error naming it.
 func (m *Multi) hosted(id GroupID) (*localGroup, error) {
 	g := m.byID[id]
+	if id == MetaGroupID {
+		if m.meta.g == nil {
+			// Sent on to a node that hosts it (the mover follows -MOVED).
+			ids := make([]uint64, 0, len(m.members))
+			for id := range m.members {
+				ids = append(ids, id)
+			}
+			if ms := MetaMembers(ids); len(ms) > 0 {
+				return nil, &NotLeaderError{Leader: ms[0], Addr: m.members[ms[0]].ClientAddr}
+			}
+			return nil, &ReplyError{"ERR this cluster has no metadata group"}
+		}
+		g = m.meta.g
+	}
 	if g == nil {
 		return nil, &ReplyError{fmt.Sprintf("ERR group %d is not hosted by this node", id)}
 	}

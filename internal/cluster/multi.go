@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
@@ -32,13 +33,17 @@ import (
 // (KEYS, SCAN, KEFIR.SCAN), which merge the hosted groups' ordered streams
 // only where this node can serve every group at the read's level.
 type Multi struct {
-	slots   *SlotMap
+	// slots is the map this node routes by when no hosted table knows
+	// better: the static map (--groups), replaced by the metadata group's
+	// whenever this node's replica of it applies a change (meta.go).
+	slots   atomic.Pointer[SlotMap]
 	self    uint64
 	byID    map[GroupID]*localGroup
 	local   []*localGroup // by id
 	members map[uint64]Member
 	paths   shard.ReadPaths
 	eff     effective // moves.go
+	meta    metaState // meta.go
 }
 
 // LocalGroup is one group's replica a node hosts.
@@ -47,15 +52,17 @@ type LocalGroup struct {
 	Hosted Hosted
 }
 
+// owns reports whether g's spec gives it slot: its own account while it
+// has no slot table (a move gives it one before anything changes).
+func (g *localGroup) owns(slot uint16) bool { return g.owned[slot/64]&(1<<(slot%64)) != 0 }
+
 type localGroup struct {
 	spec  GroupSpec
-	owned [Slots / 64]uint64 // the group's slots by the static map
+	owned [Slots / 64]uint64 // the group's slots by its spec (--groups)
 	h     Hosted
 	// tab is the replica's slot table, if its engine keeps one (moves.go).
 	tab slotTabler
 }
-
-func (g *localGroup) owns(slot uint16) bool { return g.owned[slot/64]&(1<<(slot%64)) != 0 }
 
 // ErrCrossSlot is Redis Cluster's refusal of a command whose keys hash to
 // different slots.
@@ -67,7 +74,8 @@ func NewMulti(slots *SlotMap, self uint64, members []Member, groups []LocalGroup
 	if len(groups) == 0 {
 		return nil, errors.New("cluster: a node hosts no group")
 	}
-	m := &Multi{slots: slots, self: self, byID: map[GroupID]*localGroup{}, members: map[uint64]Member{}}
+	m := &Multi{self: self, byID: map[GroupID]*localGroup{}, members: map[uint64]Member{}}
+	m.slots.Store(slots)
 	for _, mb := range members {
 		m.members[mb.ID] = mb
 	}
@@ -108,7 +116,7 @@ func (m *Multi) Leader(id GroupID) (uint64, string, bool) {
 		}
 		return st.Leader, m.members[st.Leader].ClientAddr, true
 	}
-	spec, ok := m.slots.Group(id)
+	spec, ok := m.smap().Group(id)
 	if !ok || len(spec.Members) == 0 {
 		return 0, "", false
 	}
@@ -166,7 +174,7 @@ func (m *Multi) routeSlot(slot uint16) (*localGroup, error) {
 	if g.table() == nil && !g.owns(slot) {
 		// The routing map and the group disagree: the group's own
 		// account wins, and the request is not proposed.
-		return nil, &ReplyError{fmt.Sprintf("TRYAGAIN slot %d is not owned by group %d (slot map epoch %d is stale)", slot, id, m.slots.Epoch)}
+		return nil, &ReplyError{fmt.Sprintf("TRYAGAIN slot %d is not owned by group %d (slot map epoch %d is stale)", slot, id, m.smap().Epoch)}
 	}
 	return g, nil
 }
@@ -196,7 +204,7 @@ func (m *Multi) Apply(ctx context.Context, reqs []shard.WriteReq) (shard.Pending
 	groups := make([]*localGroup, len(reqs))
 	for i := range reqs {
 		r := &reqs[i]
-		if r.Op.Kind == kv.KindFlush && len(m.slots.Groups) > 1 {
+		if r.Op.Kind == kv.KindFlush && len(m.smap().Groups) > 1 {
 			r.Err = errFlushAcross
 			mixed = true
 			continue
@@ -297,10 +305,10 @@ func (m *Multi) Read(ctx context.Context, op kv.Op, c level.Consistency, _ shard
 // group's first Limit pairs, merged by key, cut at Limit. Every group must
 // be hosted here and readable at c (a not-leader error of one fails it).
 func (m *Multi) scan(ctx context.Context, op kv.Op, c level.Consistency) (kv.Result, error) {
-	if len(m.local) == 1 && len(m.slots.Groups) == 1 {
+	if len(m.local) == 1 && len(m.smap().Groups) == 1 {
 		return m.local[0].h.Replica.Read(ctx, op, c, shard.Session{})
 	}
-	if len(m.local) < len(m.slots.Groups) {
+	if len(m.local) < len(m.smap().Groups) {
 		return kv.Result{}, &ReplyError{"ERR a keyspace scan needs every group on this node (issue 28: not yet routed across nodes)"}
 	}
 	type pair struct{ k, v []byte }
@@ -381,7 +389,7 @@ func (m *Multi) TryRead(op kv.Op, c level.Consistency) (kv.Result, bool) {
 // CheckConsistency refuses the levels whose session token would have to
 // span groups; the others are the hosted groups'.
 func (m *Multi) CheckConsistency(c level.Consistency) error {
-	if len(m.slots.Groups) > 1 && (c.Kind == level.Session || c.Kind == level.CrossClientMonotonic) {
+	if len(m.smap().Groups) > 1 && (c.Kind == level.Session || c.Kind == level.CrossClientMonotonic) {
 		return fmt.Errorf("%s reads are not supported yet in a cluster of several groups (a session token names one group's log; issue 28)", c)
 	}
 	return m.local[0].h.Replica.CheckConsistency(c)
@@ -413,6 +421,11 @@ func (m *Multi) Status() shard.Status {
 // Close closes every hosted replica.
 func (m *Multi) Close() error {
 	var errs []error
+	if g := m.meta.g; g != nil {
+		if err := g.h.Replica.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("metadata group: %w", err))
+		}
+	}
 	for _, g := range m.local {
 		if err := g.h.Replica.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("group %d: %w", g.spec.ID, err))
@@ -446,6 +459,9 @@ func (m *Multi) ViewEvents() []ViewEvent { return m.local[0].h.Group.ViewEvents(
 // GroupState returns hosted group id's state.
 func (m *Multi) GroupState(id GroupID) (State, bool) {
 	g := m.byID[id]
+	if id == MetaGroupID {
+		g = m.meta.g
+	}
 	if g == nil {
 		return State{}, false
 	}

@@ -222,10 +222,20 @@ func (op *Op) WrittenKeys() [][]byte {
 			ks = append(ks, op.Keys[i])
 		}
 		return ks
-	case KindSlotInit, KindSlotSet:
+	case KindSlotInit:
 		return [][]byte{SlotTableKey}
+	case KindSlotSet:
+		if len(op.Expected) > 0 {
+			return [][]byte{SlotTableKey, SlotFenceKey}
+		}
+		return [][]byte{SlotTableKey}
+	case KindMapInit, KindMapMovePlan, KindMapMoveClaim, KindMapMoveDone, KindMapMoveAbort, KindMapAddNode:
+		return [][]byte{ClusterMapKey}
 	case KindSlotImport:
-		ks := make([][]byte, 0, len(op.Keys)/3)
+		ks := make([][]byte, 0, len(op.Keys)/3+1)
+		if len(op.Expected) > 0 {
+			ks = append(ks, SlotFenceKey)
+		}
 		for i := 0; i+2 < len(op.Keys); i += 3 {
 			if bytes.Equal(op.Keys[i+1], slotClientMark) && len(op.Keys[i]) == 8 {
 				ks = append(ks, SlotClientKey(binary.BigEndian.Uint64(op.Keys[i])))

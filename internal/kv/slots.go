@@ -41,8 +41,20 @@ const (
 	// (AppendSlotImport's entries in Keys) into slots the group is
 	// importing.
 	KindSlotImport
+	// The metadata group's ops (clustermap.go): its state is the cluster
+	// map, one reserved record (ClusterMapKey). Sent to the group by id, as
+	// the slot ops are.
+	KindMapInit
+	KindMapMovePlan
+	KindMapMoveClaim
+	KindMapMoveDone
+	KindMapMoveAbort
+	KindMapAddNode
 	kindSlotEnd
 )
+
+// The cluster's kinds are 160-175: this fails to compile if they outgrow them.
+var _ = [1]struct{}{}[kindSlotEnd/176]
 
 func isSlotKind(k Kind) bool { return k >= KindSlotInit && k < kindSlotEnd }
 
@@ -50,7 +62,8 @@ func isSlotKind(k Kind) bool { return k >= KindSlotInit && k < kindSlotEnd }
 // them to a group by id, not by key).
 func IsSlotKind(k Kind) bool { return isSlotKind(k) }
 
-var slotKindNames = [...]string{"slotinit", "slotset", "slotimport"}
+var slotKindNames = [...]string{"slotinit", "slotset", "slotimport",
+	"mapinit", "mapmoveplan", "mapmoveclaim", "mapmovedone", "mapmoveabort", "mapaddnode"}
 
 // NumSlots is the number of hash slots (Redis Cluster's 16384).
 const NumSlots = 16384
@@ -550,6 +563,13 @@ func AppendSlotImport(keys [][]byte, key, meta, value []byte, fields [][]byte, d
 }
 
 func applySlotOp(get Getter, version uint64, op *Op, emit Emit) (Result, error) {
+	if op.Kind >= KindMapInit {
+		return applyMapOp(get, version, op, emit) // clustermap.go
+	}
+	fenced, err := checkDriverFence(get, op, emit) // clustermap.go
+	if err != nil {
+		return Result{}, err
+	}
 	t, err := ReadSlotTable(get)
 	if err != nil {
 		return Result{}, err
@@ -579,7 +599,12 @@ func applySlotOp(get Getter, version uint64, op *Op, emit Emit) (Result, error) 
 			return Result{}, err
 		}
 		if *n == *t {
-			return Result{Kind: ResInt, Int: op.Delta}, nil // a retried step
+			// A retried step (or a new driver's first: it raised the
+			// driver fence).
+			if fenced {
+				return Result{Kind: ResInt, Int: op.Delta, Version: version}, nil
+			}
+			return Result{Kind: ResInt, Int: op.Delta}, nil
 		}
 		put(emit, SlotTableKey, AppendSlotTable(nil, n), nil)
 		return Result{Kind: ResInt, Int: op.Delta, Version: version}, nil

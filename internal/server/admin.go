@@ -37,6 +37,9 @@ type StatusJSON struct {
 	// Groups is set at a node of several groups (Config.Groups): the slot
 	// map's groups and this node's replica of each (cluster.go).
 	Groups []GroupStatus `json:"groups,omitempty"`
+	// ClusterMap is the metadata group's map as this node follows it
+	// (meta.go; with --groups).
+	ClusterMap *MetaStatus `json:"cluster_map,omitempty"`
 }
 
 // Status returns the node's status as /status serves it.
@@ -77,6 +80,7 @@ func (s *Server) Status() StatusJSON {
 		out.PeerAddr = a.String()
 	}
 	out.Groups = s.groupStatus()
+	out.ClusterMap = s.metaStatus()
 	return out
 }
 

@@ -233,7 +233,7 @@ func (c *conn) clusterCmd(spec *command.Spec, args [][]byte) error {
 			state = "fail" // a group without a known leader serves no writes
 		}
 		return w.WriteBulkString(fmt.Sprintf("cluster_state:%s\r\ncluster_slots_assigned:%d\r\ncluster_slots_ok:%d\r\ncluster_slots_pfail:0\r\ncluster_slots_fail:0\r\ncluster_known_nodes:%d\r\ncluster_size:%d\r\ncluster_current_epoch:%d\r\ncluster_my_epoch:%d\r\n",
-			state, cluster.Slots, cluster.Slots, len(addrs), len(groups), s.slotEpoch(), s.slotEpoch()))
+			state, cluster.Slots, cluster.Slots, len(addrs), len(groups), s.slotEpoch(), s.slotEpoch()) + s.metaInfo())
 	case "MYID":
 		return w.WriteBulkString(s.nodeName(s.selfID()))
 	case "KEYSLOT":

@@ -475,6 +475,9 @@ func (c Config) validateGroups(known map[uint64]bool) error {
 	}
 	hosted := false
 	for _, g := range c.Groups {
+		if g.ID == cluster.MetaGroupID {
+			return fmt.Errorf("config: --groups: group id %d is reserved for the metadata group", g.ID)
+		}
 		if len(g.Members)%2 == 0 {
 			return fmt.Errorf("config: --groups: group %d has %d members: a VR group needs an odd number (2f+1)", g.ID, len(g.Members))
 		}

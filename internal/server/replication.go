@@ -223,6 +223,11 @@ func (s *Server) openGroups() (_ cluster.Hosted, err error) {
 	if err != nil {
 		return cluster.Hosted{}, fmt.Errorf("server: %w", err)
 	}
+	// The metadata group (meta.go): opened last, so that m routes by its
+	// map from the first request on.
+	if err := s.openMeta(m, slots, byID, tr); err != nil {
+		return cluster.Hosted{}, err
+	}
 	s.multi = m
 	return cluster.Hosted{Replica: m, Group: m, Engine: locals[0].Hosted.Engine, Transport: tr}, nil
 }

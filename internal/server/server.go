@@ -111,6 +111,8 @@ type Server struct {
 	done   chan struct{}
 	// expiry is the active expiry cycle (expiry.go; nil: off).
 	expiry *activeExpiry
+	// metaStop stops the metadata group's follower (meta.go; nil: none).
+	metaStop func()
 }
 
 // New validates cfg, locks the data directory (LockDataDir) and opens the
@@ -250,6 +252,7 @@ func (s *Server) Start() error {
 	}
 	go s.acceptClients()
 	s.startActiveExpiry()
+	s.startMetaFollower()
 	s.log.Info("node started", "client", s.ClientAddr().String(), "peer", addrString(s.peerLn),
 		"http", addrString(s.httpLn), "data", s.cfg.DataDir, "tls", s.cfg.TLSCert != "",
 		"auth", s.cfg.Password != "", "durability", s.cfg.Durability.String(),
@@ -393,6 +396,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		cancel()
 	}
 	s.stopActiveExpiry()
+	s.stopMetaFollower()
 	var errs []error
 	if err := s.shard.Close(); err != nil {
 		errs = append(errs, err)

@@ -18,7 +18,9 @@ import (
 //	KEFIR.SLOTS TABLE g                          the group's slot table: [start end state peer epoch]...
 //	KEFIR.SLOTS INIT g epoch [ranges]            its first table: owns ranges (default: its slots in this
 //	                                             node's map) at epoch; a no-op if it has one
-//	KEFIR.SLOTS SET g state peer epoch ranges    a transition (migrating, importing, none, owned)
+//	KEFIR.SLOTS SET g state peer epoch ranges [beat]
+//	                                             a transition (migrating, importing, none, owned);
+//	                                             with beat, fenced by the driver's lease (kv.SlotFenceKey)
 //	KEFIR.SLOTS DUMP g ranges cursor limit since frozen
 //	                                             up to limit keys of ranges from cursor on: [next-cursor,
 //	                                             [key meta payload version]... of those above version since,
@@ -26,6 +28,8 @@ import (
 //	                                             frozen 1: only once the group handed the ranges over
 //	                                             (its fence froze them), else -TRYAGAIN
 //	KEFIR.SLOTS LOAD g key meta payload ...      an import (or, deletions only, a purge)
+//	KEFIR.SLOTS LOADF g epoch beat key meta payload ...
+//	                                             LOAD fenced by the driver's lease
 //	KEFIR.SLOTS CLIENTS g at                     the group's client-table rows as of version at:
 //	                                             [id (8 bytes) row]... (a move's request marks)
 //
@@ -41,6 +45,9 @@ func (c *conn) slotsCmd(args [][]byte) error {
 		return errf("ERR KEFIR.SLOTS needs a node of several groups (--groups)")
 	}
 	sub := strings.ToUpper(string(args[1]))
+	if sub == "META" {
+		return c.metaCmd(args) // meta.go
+	}
 	g, err := strconv.ParseUint(string(args[2]), 10, 64)
 	if err != nil || g == 0 {
 		return errf("ERR KEFIR.SLOTS: group %q is not a group id", args[2])
@@ -49,7 +56,7 @@ func (c *conn) slotsCmd(args [][]byte) error {
 	ctx := context.Background()
 	w := c.w
 	nargs := map[string]int{"TABLE": 3, "INIT": 5, "SET": 7, "DUMP": 8, "CLIENTS": 4}
-	if n, ok := nargs[sub]; ok && len(args) != n && !(sub == "INIT" && len(args) == 4) {
+	if n, ok := nargs[sub]; ok && len(args) != n && !(sub == "INIT" && len(args) == 4) && !(sub == "SET" && len(args) == 8) {
 		return errf("ERR wrong number of arguments for 'kefir.slots|%s' command", strings.ToLower(sub))
 	}
 	switch sub {
@@ -95,6 +102,14 @@ func (c *conn) slotsCmd(args [][]byte) error {
 			}
 			op = kv.Op{Kind: kv.KindSlotSet, Cond: kv.Cond(st), Value: []byte(strconv.FormatUint(peer, 10))}
 			epochArg, rangesArg = args[5], args[6]
+			if len(args) == 8 {
+				e, err1 := strconv.ParseUint(string(epochArg), 10, 64)
+				beat, err2 := strconv.ParseUint(string(args[7]), 10, 64)
+				if err1 != nil || err2 != nil {
+					return errf("ERR KEFIR.SLOTS SET: epoch %q and beat %q are integers", epochArg, args[7])
+				}
+				op.Expected = kv.AppendDriverFence(nil, e, beat)
+			}
 		}
 		epoch, err := strconv.ParseInt(string(epochArg), 10, 64)
 		if err != nil || epoch <= 0 {
@@ -162,11 +177,23 @@ func (c *conn) slotsCmd(args [][]byte) error {
 			_ = w.WriteBulk(rows[i])
 		}
 		return nil
-	case "LOAD":
-		if (len(args)-3)%3 != 0 || len(args) == 3 {
-			return errf("ERR wrong number of arguments for 'kefir.slots|load' command")
+	case "LOAD", "LOADF":
+		op := kv.Op{Kind: kv.KindSlotImport, Keys: args[3:]}
+		if sub == "LOADF" {
+			if len(args) < 5 {
+				return errf("ERR wrong number of arguments for 'kefir.slots|loadf' command")
+			}
+			e, err1 := strconv.ParseUint(string(args[3]), 10, 64)
+			beat, err2 := strconv.ParseUint(string(args[4]), 10, 64)
+			if err1 != nil || err2 != nil {
+				return errf("ERR KEFIR.SLOTS LOADF: epoch %q and beat %q are integers", args[3], args[4])
+			}
+			op.Expected, op.Keys = kv.AppendDriverFence(nil, e, beat), args[5:]
 		}
-		res, err := m.SlotWrite(ctx, id, kv.Op{Kind: kv.KindSlotImport, Keys: args[3:]})
+		if len(op.Keys)%3 != 0 || len(op.Keys) == 0 {
+			return errf("ERR wrong number of arguments for 'kefir.slots|%s' command", strings.ToLower(sub))
+		}
+		res, err := m.SlotWrite(ctx, id, op)
 		if err != nil {
 			return err
 		}

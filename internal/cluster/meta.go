@@ -1,0 +1,379 @@
+package cluster
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kefirdb/kefir/internal/kv"
+	"github.com/kefirdb/kefir/internal/storage"
+)
+
+// The metadata group (issue 28; docs/design/cluster.md §4): a VR group of
+// the same engine, on the nodes' one peer transport, under a reserved group
+// id, whose state is the cluster map (kv/clustermap.go): the nodes, the data
+// groups with their members and slot ranges, the moves in flight and the map
+// epoch. It exists only in a cluster of several groups (--groups); its
+// members are the first MetaMembers nodes by id.
+//
+// A node that hosts a replica of it follows the map its replica applied
+// (FollowMap): the routing map (Multi.slots) is swapped for it atomically
+// whenever the record's version changes, and read once when the node opens,
+// before it serves anything, so a restarted node routes by the newest map it
+// had at once. The node that leads the metadata group also bootstraps the
+// map from --groups (KindMapInit, a no-op once there is one) and resumes a
+// move whose driver's lease ran out (resumeMoves).
+
+// MetaGroupID is the metadata group's id: reserved, refused in --groups.
+const MetaGroupID GroupID = 65535
+
+// MetaReplicas is how many nodes host the metadata group.
+const MetaReplicas = 3
+
+// MetaMembers returns the metadata group's members among nodes: the first
+// MetaReplicas by id (an odd number; every node must compute the same).
+func MetaMembers(nodes []uint64) []uint64 {
+	ids := slices.Clone(nodes)
+	slices.Sort(ids)
+	n := min(len(ids), MetaReplicas)
+	if n%2 == 0 {
+		n--
+	}
+	return ids[:n]
+}
+
+// BootstrapMap is the map a cluster starts with: the static map's groups
+// and members' addresses at epoch 1.
+func BootstrapMap(static *SlotMap, members []Member) *kv.ClusterMap {
+	cm := &kv.ClusterMap{Epoch: 1}
+	for _, mb := range members {
+		cm.Nodes = append(cm.Nodes, kv.MapNode{ID: mb.ID, ClientAddr: mb.ClientAddr, PeerAddr: mb.PeerAddr})
+	}
+	slices.SortFunc(cm.Nodes, func(a, b kv.MapNode) int { return int(a.ID) - int(b.ID) })
+	for _, g := range static.Groups {
+		mg := kv.MapGroup{ID: uint64(g.ID), Members: slices.Clone(g.Members)}
+		for _, r := range g.Slots {
+			mg.Slots = append(mg.Slots, kv.SlotRange{Start: r.Start, End: r.End})
+		}
+		cm.Groups = append(cm.Groups, mg)
+	}
+	return cm
+}
+
+// SlotMapOf is the routing map of a cluster map.
+func SlotMapOf(cm *kv.ClusterMap) (*SlotMap, error) {
+	gs := make([]GroupSpec, 0, len(cm.Groups))
+	for _, g := range cm.Groups {
+		spec := GroupSpec{ID: GroupID(g.ID), Members: slices.Clone(g.Members)}
+		for _, r := range g.Slots {
+			spec.Slots = append(spec.Slots, SlotRange{r.Start, r.End})
+		}
+		gs = append(gs, spec)
+	}
+	return NewSlotMap(cm.Epoch, gs)
+}
+
+// metaState is a Multi's side of the metadata group.
+type metaState struct {
+	g       *localGroup // this node's replica of it (nil: not hosted)
+	follows atomic.Bool // the routing map is the metadata group's
+	boot    *kv.ClusterMap
+	cm      atomic.Pointer[kv.ClusterMap]
+	mu      sync.Mutex
+	ver     uint64 // the record version cm was read at
+	resume  resumer
+}
+
+// smap is the map this node routes by when no hosted table knows better.
+func (m *Multi) smap() *SlotMap { return m.slots.Load() }
+
+// HostMeta makes this node's replica of the metadata group part of m:
+// bootstrap is the map to start the group with (from --groups), and the
+// routing map becomes the group's as this replica applied it (read here
+// once, before m serves anything).
+func (m *Multi) HostMeta(h Hosted, bootstrap *kv.ClusterMap) error {
+	m.meta.g = &localGroup{spec: GroupSpec{ID: MetaGroupID, Members: nil}, h: h}
+	m.meta.follows.Store(true)
+	m.meta.boot = bootstrap
+	_, err := m.RefreshMap()
+	return err
+}
+
+// HostsMeta reports whether this node hosts a replica of the metadata group.
+func (m *Multi) HostsMeta() bool { return m.meta.g != nil }
+
+// ClusterMap returns the metadata group's map as this node's replica last
+// applied it (nil: none yet, or not hosted here).
+func (m *Multi) ClusterMap() *kv.ClusterMap { return m.meta.cm.Load() }
+
+// RefreshMap reads the map from this node's replica of the metadata group
+// and, if it changed, routes by it from now on (never by an older epoch than
+// the one it routes by). It reports whether the map changed.
+func (m *Multi) RefreshMap() (bool, error) {
+	g := m.meta.g
+	if g == nil {
+		return false, nil
+	}
+	v, err := g.h.Engine.Get(kv.ClusterMapKey)
+	if errors.Is(err, storage.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("cluster: read the cluster map: %w", err)
+	}
+	m.meta.mu.Lock()
+	defer m.meta.mu.Unlock()
+	if v.Version == m.meta.ver {
+		return false, nil
+	}
+	cm, err := kv.DecodeClusterMap(v.Data)
+	if err != nil {
+		return false, fmt.Errorf("cluster: the cluster map at version %d: %w", v.Version, err)
+	}
+	sm, err := SlotMapOf(cm)
+	if err != nil {
+		return false, fmt.Errorf("cluster: the cluster map at epoch %d: %w", cm.Epoch, err)
+	}
+	m.meta.ver = v.Version
+	m.adopt(cm, sm)
+	return true, nil
+}
+
+// adopt makes cm (whose routing map is sm) the map this node routes by,
+// unless it routes by a newer one already. Callers hold m.meta.mu.
+func (m *Multi) adopt(cm *kv.ClusterMap, sm *SlotMap) {
+	if cur := m.smap(); sm.Epoch < cur.Epoch || (m.meta.follows.Load() && m.meta.cm.Load() != nil && cm.Epoch < m.meta.cm.Load().Epoch) {
+		return
+	}
+	m.meta.cm.Store(cm)
+	m.slots.Store(sm)
+	m.meta.follows.Store(true)
+}
+
+// pollMap is the follower of a node without a replica of the metadata
+// group: it asks the group's leader for its map (KEFIR.SLOTS META MAP, at
+// the metadata members' client addresses; -MOVED followed) and adopts it
+// when its epoch is newer. Until the first answer the node routes by its
+// tables over the static map.
+func (m *Multi) pollMap(ctx context.Context, mv *Mover) error {
+	cm, err := mv.MetaMap(ctx)
+	if err != nil {
+		return err
+	}
+	if cur := m.ClusterMap(); cur != nil && cm.Epoch <= cur.Epoch {
+		return nil
+	}
+	sm, err := SlotMapOf(cm)
+	if err != nil {
+		return fmt.Errorf("cluster: the metadata leader's map at epoch %d: %w", cm.Epoch, err)
+	}
+	m.meta.mu.Lock()
+	defer m.meta.mu.Unlock()
+	m.adopt(cm, sm)
+	return nil
+}
+
+// metaSeeds are the client addresses of the metadata group's members.
+func (m *Multi) metaSeeds() []string {
+	ids := make([]uint64, 0, len(m.members))
+	for id := range m.members {
+		ids = append(ids, id)
+	}
+	var out []string
+	for _, id := range MetaMembers(ids) {
+		if a := m.members[id].ClientAddr; a != "" {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// MetaLeads reports whether this node leads the metadata group.
+func (m *Multi) MetaLeads() bool {
+	return m.meta.g != nil && m.leads(m.meta.g) == nil
+}
+
+// MetaWrite proposes a metadata op (kv.KindMap*) at the metadata group's
+// leader here.
+func (m *Multi) MetaWrite(ctx context.Context, op kv.Op) (kv.Result, error) {
+	if op.Kind < kv.KindMapInit || !kv.IsSlotKind(op.Kind) {
+		return kv.Result{}, fmt.Errorf("cluster: %s is not a metadata op", op.Kind)
+	}
+	return m.SlotWrite(ctx, MetaGroupID, op)
+}
+
+// MetaMap returns the map at the metadata group's leader (here; otherwise
+// the not-leader error that names it), or, with local, this node's replica's.
+func (m *Multi) MetaMap(local bool) (*kv.ClusterMap, error) {
+	g, err := m.hosted(MetaGroupID)
+	if err != nil {
+		return nil, err
+	}
+	if !local {
+		if err := m.leads(g); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := m.RefreshMap(); err != nil {
+		return nil, err
+	}
+	return m.ClusterMap(), nil
+}
+
+// FollowConfig is how a node's metadata follower reaches the cluster when
+// it drives a move (resumeMoves): the client addresses of nodes, the
+// password and TLS settings a client needs.
+type FollowConfig struct {
+	Seeds    []string
+	Password string
+	TLS      *tls.Config
+	// Every is how often the replica's map is read (default 50 ms).
+	Every time.Duration
+	// Lease is a move driver's lease (default DefaultLease): a move whose
+	// beat has not changed for two of them is taken over.
+	Lease time.Duration
+	Logf  func(format string, args ...any)
+}
+
+// FollowMap follows the metadata group until ctx ends: it reads this node's
+// replica's map every cfg.Every and routes by it when it changes; while
+// this node leads the group, it bootstraps the map and resumes abandoned
+// moves.
+func (m *Multi) FollowMap(ctx context.Context, cfg FollowConfig) {
+	every := cfg.Every
+	if every <= 0 {
+		every = 50 * time.Millisecond
+	}
+	if m.meta.g == nil {
+		m.pollMaps(ctx, cfg, 10*every)
+		return
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			m.meta.resume.wait()
+			return
+		case <-t.C:
+		}
+		if _, err := m.RefreshMap(); err != nil && cfg.Logf != nil {
+			cfg.Logf("metadata: %v", err)
+		}
+		if !m.MetaLeads() {
+			continue
+		}
+		cm := m.ClusterMap()
+		if cm == nil && m.meta.boot != nil {
+			op := kv.Op{Kind: kv.KindMapInit, Key: kv.AppendClusterMap(nil, m.meta.boot)}
+			wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			if _, err := m.MetaWrite(wctx, op); err != nil && cfg.Logf != nil {
+				cfg.Logf("metadata: bootstrap the cluster map: %v", err)
+			}
+			cancel()
+			continue
+		}
+		if cm != nil {
+			m.meta.resume.tick(ctx, m, cm, cfg)
+		}
+	}
+}
+
+// pollMaps polls the metadata leader every `every` until ctx ends (a node
+// without a replica of the group).
+func (m *Multi) pollMaps(ctx context.Context, cfg FollowConfig, every time.Duration) {
+	seeds := m.metaSeeds()
+	if len(seeds) == 0 {
+		return
+	}
+	mv := &Mover{Seeds: seeds, Password: cfg.Password, TLS: cfg.TLS, RetryFor: every}
+	defer mv.close()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	var logged bool
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		pctx, cancel := context.WithTimeout(ctx, 5*every)
+		err := m.pollMap(pctx, mv)
+		cancel()
+		if err != nil && !logged && cfg.Logf != nil {
+			cfg.Logf("metadata: poll the map: %v", err) // once: the group may be starting
+			logged = true
+		}
+	}
+}
+
+// DefaultLease is a move driver's lease: it renews it (a claim in the
+// metadata group) every quarter of it and stops driving if it could not for
+// a whole one; a move whose beat has not moved for two leases is taken over.
+const DefaultLease = 2 * time.Second
+
+// resumer takes over, at the metadata group's leader, a move in flight
+// whose driver stopped renewing its lease (killed, cut off): it watches the
+// move's beat, and after two leases without a change claims it with the
+// beat it saw and runs Mover.Move, which resumes from the groups' tables.
+type resumer struct {
+	mu      sync.Mutex
+	epoch   uint64
+	beat    uint64
+	since   time.Time
+	running bool
+	wg      sync.WaitGroup
+}
+
+func (r *resumer) tick(ctx context.Context, m *Multi, cm *kv.ClusterMap, cfg FollowConfig) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.running || len(cm.Moves) == 0 {
+		r.epoch = 0
+		return
+	}
+	mv := cm.Moves[0]
+	now := time.Now()
+	if mv.Epoch != r.epoch || mv.Beat != r.beat {
+		r.epoch, r.beat, r.since = mv.Epoch, mv.Beat, now
+		return
+	}
+	lease := cfg.Lease
+	if lease <= 0 {
+		lease = DefaultLease
+	}
+	if now.Sub(r.since) < 2*lease {
+		return
+	}
+	r.running = true
+	r.wg.Add(1)
+	logf := cfg.Logf
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	go func() {
+		defer r.wg.Done()
+		d := &Mover{Seeds: cfg.Seeds, Password: cfg.Password, TLS: cfg.TLS, Meta: true, Lease: lease,
+			Driver: fmt.Sprintf("node %d (resumed)", m.self), TakeOver: mv.Beat, Logf: logf}
+		rs := make([]kv.SlotRange, len(mv.Slots))
+		copy(rs, mv.Slots)
+		logf("metadata: the move of %s from group %d to group %d at epoch %d has had no driver for %v (last driver %q): resuming it",
+			FormatSlotRanges(rs), mv.From, mv.To, mv.Epoch, 2*lease, mv.Driver)
+		res, err := d.Move(ctx, GroupID(mv.From), GroupID(mv.To), rs)
+		if err != nil {
+			logf("metadata: resumed move at epoch %d: %v", mv.Epoch, err)
+		} else {
+			logf("metadata: resumed move at epoch %d done (%s)", res.Epoch, res.Resumed)
+		}
+		r.mu.Lock()
+		r.running, r.epoch = false, 0
+		r.mu.Unlock()
+	}()
+}
+
+func (r *resumer) wait() { r.wg.Wait() }

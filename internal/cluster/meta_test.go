@@ -1,0 +1,168 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kefirdb/kefir/internal/kv"
+	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/shard"
+	"github.com/kefirdb/kefir/internal/storage"
+)
+
+// A node that hosts a replica of the metadata group routes by the map its
+// replica applied: read when it starts following (before any hosted table
+// is consulted: a restarted node routes by the newest map at once), swapped
+// when the record changes, never for an older epoch; a hosted table at a
+// higher epoch than the map (a move in flight, not yet done in the map)
+// still wins, and at an epoch no higher the map does (a replica lagging a
+// move the map has done).
+func TestMultiFollowsTheMetadataMap(t *testing.T) {
+	static, err := NewSlotMap(1, EvenGroups(3, []uint64{1, 2, 3}, 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := storage.Open(storage.Options{Devices: []storage.Device{{Dir: t.TempDir()}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	members := []Member{{ID: 1, ClientAddr: "n1:1"}, {ID: 2, ClientAddr: "n2:2"}, {ID: 3, ClientAddr: "n3:3"}}
+	ver := uint64(0)
+	write := func(cm *kv.ClusterMap) {
+		t.Helper()
+		ver++
+		if _, err := db.Append(storage.Record{Key: kv.ClusterMapKey, Value: kv.AppendClusterMap(nil, cm), Version: ver}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The map has moved group 1's first 100 slots to group 3 (epoch 2).
+	cm := BootstrapMap(static, members)
+	cm.Epoch = 2
+	cm.Groups[0].Slots[0].Start = 100
+	cm.Groups[2].Slots = append([]kv.SlotRange{{Start: 0, End: 99}}, cm.Groups[2].Slots...)
+	write(cm)
+
+	g1 := &tabledReplica{fakeReplica: &fakeReplica{name: "g1"}}
+	spec1, _ := static.Group(1)
+	mu, err := NewMulti(static, 1, members, []LocalGroup{{Spec: spec1, Hosted: Hosted{Replica: g1, Group: &stateGroup{st: State{Normal: true, Leader: 1}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var k string
+	for i := 0; ; i++ {
+		if k = fmt.Sprintf("k%d", i); Slot([]byte(k)) < 100 {
+			break
+		}
+	}
+	s := Slot([]byte(k))
+	if id, _ := mu.owner(s); id != 1 {
+		t.Fatalf("before following: slot %d routes to group %d, want the static map's 1", s, id)
+	}
+	if err := mu.HostMeta(Hosted{Engine: db}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if id, _ := mu.owner(s); id != 3 || mu.Slots().Epoch != 2 {
+		t.Fatalf("after following: slot %d routes to group %d at epoch %d, want 3 at 2", s, id, mu.Slots().Epoch)
+	}
+	if got := mu.ClusterMap(); got == nil || got.Epoch != 2 {
+		t.Fatalf("ClusterMap: %+v", got)
+	}
+	if _, err := mu.Read(context.Background(), kv.Op{Kind: kv.KindGet, Key: []byte(k)}, level.ConsLinearizable, shard.Session{}); err == nil || len(g1.ops) != 0 {
+		t.Fatalf("a read of slot %d (group 3's by the map) reached group 1: %v", s, err)
+	}
+	// Group 1's own table (lagging: owned at epoch 1) does not win over
+	// the map at epoch 2.
+	g1.t = kv.NewSlotTable([]kv.SlotRange{{Start: 0, End: 5460}}, 1)
+	if id, _ := mu.owner(s); id != 3 {
+		t.Fatalf("a lagging table won over the map: group %d", id)
+	}
+	// A move in flight at epoch 3 (not done in the map): the table wins.
+	g1.t, _ = kv.NewSlotTable([]kv.SlotRange{{Start: 0, End: 5460}}, 1).Set([]kv.SlotRange{{Start: 200, End: 299}}, kv.SlotMigrating, 2, 3)
+	g1.t, _ = g1.t.Set([]kv.SlotRange{{Start: 200, End: 299}}, kv.SlotNone, 2, 3)
+	if id, _ := mu.owner(250); id != 2 {
+		t.Fatalf("a table at an epoch above the map's lost: slot 250 routes to group %d, want 2", id)
+	}
+	// The record changes: the routing map follows; an older epoch does not
+	// replace a newer one.
+	cm.Epoch = 3
+	cm.Groups[0].Slots = []kv.SlotRange{{Start: 100, End: 199}, {Start: 300, End: 5460}}
+	cm.Groups[1].Slots = append([]kv.SlotRange{{Start: 200, End: 299}}, cm.Groups[1].Slots...)
+	write(cm)
+	if changed, err := mu.RefreshMap(); err != nil || !changed || mu.smap().Epoch != 3 || mu.smap().Owner(250) != 2 {
+		t.Fatalf("refresh: %v %v, epoch %d", changed, err, mu.smap().Epoch)
+	}
+	old := BootstrapMap(static, members)
+	write(old)
+	if _, err := mu.RefreshMap(); err != nil || mu.smap().Epoch != 3 {
+		t.Fatalf("an older map replaced a newer one: epoch %d (%v)", mu.smap().Epoch, err)
+	}
+}
+
+// A node that hosts no replica of the metadata group polls its leader (at
+// the metadata members' client addresses, following -MOVED) and routes by
+// the map it gets, newer epochs only.
+func TestMultiWithoutAMetadataReplicaPollsTheMap(t *testing.T) {
+	static, err := NewSlotMap(1, EvenGroups(3, []uint64{1, 2, 3}, 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	cm := BootstrapMap(static, []Member{{ID: 1}, {ID: 2}, {ID: 3}, {ID: 4}})
+	cm.Epoch = 2
+	cm.Groups[0].Slots[0].Start = 100
+	cm.Groups[2].Slots = append([]kv.SlotRange{{Start: 0, End: 99}}, cm.Groups[2].Slots...)
+	leader := fakeLeader(t, func(_ int, args []string) string {
+		if len(args) < 3 || args[0] != "KEFIR.SLOTS" || args[1] != "META" || args[2] != "MAP" {
+			return "-ERR unexpected\r\n"
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		b, _ := json.Marshal(cm)
+		return fmt.Sprintf("$%d\r\n%s\r\n", len(b), b)
+	})
+	follower := fakeLeader(t, func(int, []string) string { return "-MOVED " + leader + "\r\n" })
+	// Node 4 hosts group 1 only; node 1 (a metadata member) redirects.
+	members := []Member{{ID: 1, ClientAddr: follower}, {ID: 2, ClientAddr: follower}, {ID: 3, ClientAddr: follower}, {ID: 4, ClientAddr: "n4:4"}}
+	spec1, _ := static.Group(1)
+	mu4, err := NewMulti(static, 4, members, []LocalGroup{{Spec: spec1, Hosted: Hosted{Replica: &fakeReplica{name: "g1"}, Group: &stateGroup{}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mu4.HostsMeta() {
+		t.Fatal("node 4 hosts the metadata group")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); mu4.FollowMap(ctx, FollowConfig{Every: 2 * time.Millisecond}) }()
+	defer func() { cancel(); <-done }()
+	wait := func(epoch uint64) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for mu4.smap().Epoch != epoch {
+			if time.Now().After(deadline) {
+				t.Fatalf("node 4 routes by epoch %d, want %d", mu4.smap().Epoch, epoch)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	wait(2)
+	if id, _ := mu4.owner(50); id != 3 {
+		t.Fatalf("slot 50 routes to group %d by the polled map, want 3", id)
+	}
+	mu.Lock()
+	cm.Epoch = 1 // an older map (a lagging leader's) is not adopted
+	mu.Unlock()
+	time.Sleep(50 * time.Millisecond)
+	if mu4.smap().Epoch != 2 {
+		t.Fatalf("an older map replaced the newer one: epoch %d", mu4.smap().Epoch)
+	}
+	mu.Lock()
+	cm.Epoch = 3
+	mu.Unlock()
+	wait(3)
+}

@@ -1,0 +1,302 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kefirdb/kefir/internal/kv"
+)
+
+// A move recorded in the metadata group (Mover.Meta; docs/design/cluster.md
+// §4): KEFIR.SLOTS META PLAN before the first step, KEFIR.SLOTS META DONE (or ABORT)
+// after the last, and between them a lease: the driver renews the record's
+// beat (KEFIR.SLOTS META CLAIM, a compare-and-set on the beat) every quarter of
+// its lease, before the next command to a group, and stops if it could not
+// renew it for a whole lease or the claim was refused (another driver took
+// the move over). A driver takes over a recorded move only after watching
+// its beat stand still for two leases (or, at the metadata leader's
+// resumer, after the resumer watched it), so a live driver is never
+// displaced, and a displaced one sends no further step once its next
+// renewal fails.
+
+// moveLease is the lease a Mover holds on a recorded move (epoch 0: none).
+type moveLease struct {
+	epoch, beat uint64
+	last        time.Time
+}
+
+// errNoRecord: the metadata group records no such move.
+var errNoRecord = errors.New("move-slots: the metadata group records no such move")
+
+// errLeaseLost: the driver no longer holds the move's lease.
+var errLeaseLost = errors.New("move-slots: this driver lost the move's lease in the metadata group (another driver took the move over, or the metadata group did not answer for a whole lease)")
+
+func (mv *Mover) leaseDur() time.Duration {
+	if mv.Lease > 0 {
+		return mv.Lease
+	}
+	return DefaultLease
+}
+
+// MetaMap returns the map at the metadata group's leader.
+func (mv *Mover) MetaMap(ctx context.Context) (*kv.ClusterMap, error) {
+	v, err := mv.do(ctx, "KEFIR.SLOTS", "META", "MAP")
+	if err != nil {
+		return nil, fmt.Errorf("move-slots: the metadata group's map: %w", err)
+	}
+	var cm kv.ClusterMap
+	if err := json.Unmarshal(v.Str, &cm); err != nil {
+		return nil, fmt.Errorf("move-slots: the metadata group's map: %w", err)
+	}
+	return &cm, nil
+}
+
+// plan records the move of rs from group from to group to in the metadata
+// group, or takes over its record, and returns its epoch. stage and epoch
+// are what the groups' tables say (stage 0: not started; epoch then is the
+// next above the tables').
+func (mv *Mover) plan(ctx context.Context, from, to GroupID, rs []kv.SlotRange, stage int, epoch uint64) (uint64, error) {
+	cm, err := mv.MetaMap(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if mv.Driver == "" {
+		mv.Driver = "kefir cluster move-slots"
+	}
+	ranges := FormatSlotRanges(rs)
+	// The map records at most one move in flight (KindMapMovePlan).
+	if len(cm.Moves) > 0 {
+		rec := cm.Moves[0]
+		if rec.From != uint64(from) || rec.To != uint64(to) || !slices.Equal(rec.Slots, rs) {
+			return 0, fmt.Errorf("move-slots: another move is in flight (slots %s from group %d to group %d at epoch %d, driver %q): finish or abort it first",
+				FormatSlotRanges(rec.Slots), rec.From, rec.To, rec.Epoch, rec.Driver)
+		}
+		if stage >= 1 && rec.Epoch != epoch {
+			return 0, fmt.Errorf("move-slots: the metadata group records the move at epoch %d, the groups' tables at %d", rec.Epoch, epoch)
+		}
+		return rec.Epoch, mv.takeOver(ctx, rec)
+	}
+	if stage >= 1 && epoch <= cm.Epoch {
+		// Recorded and done (or aborted) already: what is left (a purge)
+		// needs no record.
+		return 0, errNoRecord
+	}
+	if stage == 0 {
+		epoch = max(epoch, cm.Epoch+1)
+	}
+	v, err := mv.do(ctx, "KEFIR.SLOTS", "META", "PLAN", strconv.FormatUint(uint64(from), 10), strconv.FormatUint(uint64(to), 10),
+		ranges, strconv.FormatUint(epoch, 10), mv.Driver)
+	if err != nil {
+		return 0, fmt.Errorf("move-slots: record the move in the metadata group: %w", err)
+	}
+	mv.lease = moveLease{epoch: epoch, beat: uint64(v.Int), last: time.Now()}
+	mv.logf("recorded the move of %s from group %d to group %d at epoch %d in the metadata group (driver %q)", ranges, from, to, epoch, mv.Driver)
+	return epoch, nil
+}
+
+// takeRecord takes over the record of the move of rs from group from to
+// group to (an abort: nothing is planned; errNoRecord if there is none).
+func (mv *Mover) takeRecord(ctx context.Context, from, to GroupID, rs []kv.SlotRange) error {
+	cm, err := mv.MetaMap(ctx)
+	if err != nil {
+		return err
+	}
+	if mv.Driver == "" {
+		mv.Driver = "kefir cluster move-slots"
+	}
+	for _, rec := range cm.Moves {
+		if rec.From == uint64(from) && rec.To == uint64(to) && slices.Equal(rec.Slots, rs) {
+			return mv.takeOver(ctx, rec)
+		}
+	}
+	return errNoRecord
+}
+
+// takeOver claims the lease of recorded move rec, once its beat stood
+// still for two leases (at once if it is at mv.TakeOver).
+func (mv *Mover) takeOver(ctx context.Context, rec kv.MapMove) error {
+	if rec.Beat != mv.TakeOver {
+		mv.logf("the move at epoch %d is recorded with driver %q: taking it over if its lease does not move for %v", rec.Epoch, rec.Driver, 2*mv.leaseDur())
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(2 * mv.leaseDur()):
+		}
+		cm, err := mv.MetaMap(ctx)
+		if err != nil {
+			return err
+		}
+		i := slices.IndexFunc(cm.Moves, func(x kv.MapMove) bool { return x.Epoch == rec.Epoch })
+		if i < 0 {
+			return fmt.Errorf("move-slots: the move at epoch %d was finished meanwhile", rec.Epoch)
+		}
+		if cm.Moves[i].Beat != rec.Beat {
+			return fmt.Errorf("move-slots: the move at epoch %d is being driven by %q (its lease was renewed)", rec.Epoch, cm.Moves[i].Driver)
+		}
+	}
+	mv.lease = moveLease{epoch: rec.Epoch, beat: rec.Beat}
+	if err := mv.claim(ctx); err != nil {
+		mv.lease = moveLease{}
+		return err
+	}
+	mv.logf("took over the move at epoch %d from driver %q", rec.Epoch, rec.Driver)
+	return nil
+}
+
+// claim renews the lease: the record's beat goes up if it is still the
+// one this driver last set.
+func (mv *Mover) claim(ctx context.Context) error {
+	l := &mv.lease
+	cctx, cancel := context.WithTimeout(ctx, mv.leaseDur())
+	defer cancel()
+	v, err := mv.do(cctx, "KEFIR.SLOTS", "META", "CLAIM", strconv.FormatUint(l.epoch, 10), mv.Driver, strconv.FormatUint(l.beat, 10))
+	if err != nil {
+		return fmt.Errorf("%w: %v", errLeaseLost, err)
+	}
+	l.beat, l.last = uint64(v.Int), time.Now()
+	return nil
+}
+
+// renew keeps the lease before a command to a group: a claim once a
+// quarter of the lease passed since the last; a driver that cannot renew
+// sends nothing more.
+func (mv *Mover) renew(ctx context.Context, args [][]byte) error {
+	l := &mv.lease
+	if l.epoch == 0 || (len(args) > 1 && strings.EqualFold(string(args[1]), "META")) {
+		return nil
+	}
+	if time.Since(l.last) < mv.leaseDur()/4 {
+		return nil
+	}
+	if err := mv.claim(ctx); err != nil {
+		l.epoch = 0
+		return err
+	}
+	return nil
+}
+
+// recordEnd records the move's end (DONE or ABORT) in the metadata group.
+func (mv *Mover) recordEnd(ctx context.Context, what string) error {
+	if mv.lease.epoch == 0 {
+		return nil
+	}
+	// A last renewal: a driver that lost the move does not end it.
+	if err := mv.claim(ctx); err != nil {
+		return err
+	}
+	e := mv.lease.epoch
+	if _, err := mv.do(ctx, "KEFIR.SLOTS", "META", what, strconv.FormatUint(e, 10)); err != nil {
+		return fmt.Errorf("move-slots: record the move's end (%s) in the metadata group: %w", strings.ToLower(what), err)
+	}
+	mv.lease = moveLease{}
+	mv.logf("recorded the move at epoch %d %s in the metadata group", e, map[string]string{"DONE": "done", "ABORT": "rolled back"}[what])
+	return nil
+}
+
+// ClusterStatus is what kefir cluster status prints.
+type ClusterStatus struct {
+	Map *kv.ClusterMap `json:"map"`
+	// MetaLeader is the client address of the metadata group's leader.
+	MetaLeader string `json:"meta_leader"`
+	// Leaders are the data groups' leaders' client addresses, by group id,
+	// as CLUSTER SLOTS at a node reports them ("": none known).
+	Leaders map[uint64]string `json:"leaders"`
+}
+
+// Status returns the metadata group's map and each group's leader.
+func (mv *Mover) Status(ctx context.Context) (ClusterStatus, error) {
+	defer mv.close()
+	cm, err := mv.MetaMap(ctx)
+	if err != nil {
+		return ClusterStatus{}, err
+	}
+	st := ClusterStatus{Map: cm, MetaLeader: mv.answeredBy, Leaders: map[uint64]string{}}
+	v, err := mv.do(ctx, "CLUSTER", "SLOTS")
+	if err != nil {
+		return st, fmt.Errorf("cluster status: CLUSTER SLOTS: %w", err)
+	}
+	for _, g := range cm.Groups {
+		st.Leaders[g.ID] = ""
+		if len(g.Slots) == 0 {
+			continue
+		}
+		s := int64(g.Slots[0].Start)
+		for _, r := range v.Elems {
+			if len(r.Elems) >= 3 && r.Elems[0].Int <= s && s <= r.Elems[1].Int && len(r.Elems[2].Elems) >= 2 {
+				st.Leaders[g.ID] = fmt.Sprintf("%s:%d", r.Elems[2].Elems[0].Str, r.Elems[2].Elems[1].Int)
+			}
+		}
+	}
+	return st, nil
+}
+
+// String renders st for a terminal.
+func (st ClusterStatus) String() string {
+	var b strings.Builder
+	cm := st.Map
+	fmt.Fprintf(&b, "map epoch %d (metadata group led by %s)\n", cm.Epoch, st.MetaLeader)
+	fmt.Fprintf(&b, "nodes:\n")
+	for _, n := range cm.Nodes {
+		fmt.Fprintf(&b, "  %d  client %s  peer %s\n", n.ID, n.ClientAddr, n.PeerAddr)
+	}
+	fmt.Fprintf(&b, "groups:\n")
+	for _, g := range cm.Groups {
+		n := 0
+		for _, r := range g.Slots {
+			n += int(r.End) - int(r.Start) + 1
+		}
+		leader := st.Leaders[g.ID]
+		if leader == "" {
+			leader = "none known"
+		}
+		fmt.Fprintf(&b, "  %d  members %v  leader %s  slots %s (%d)\n", g.ID, g.Members, leader, FormatSlotRanges(g.Slots), n)
+	}
+	if len(cm.Moves) == 0 {
+		fmt.Fprintf(&b, "moves in flight: none\n")
+	}
+	for _, m := range cm.Moves {
+		fmt.Fprintf(&b, "move in flight: slots %s from group %d to group %d at epoch %d, driver %q (lease beat %d)\n",
+			FormatSlotRanges(m.Slots), m.From, m.To, m.Epoch, m.Driver, m.Beat)
+	}
+	return b.String()
+}
+
+// AddNode records node id (client and peer addresses) in the metadata
+// group's map and returns the map's epoch after it.
+func (mv *Mover) AddNode(ctx context.Context, id uint64, clientAddr, peerAddr string) (uint64, error) {
+	defer mv.close()
+	v, err := mv.do(ctx, "KEFIR.SLOTS", "META", "ADDNODE", strconv.FormatUint(id, 10), clientAddr, peerAddr)
+	if err != nil {
+		return 0, fmt.Errorf("add-node: %w", err)
+	}
+	return uint64(v.Int), nil
+}
+
+// fenced returns a step (KEFIR.SLOTS SET, LOAD) with the driver fence of
+// the lease this driver holds (kv.AppendDriverFence): a group refuses it
+// once a driver with a higher beat sent it a step. Other commands, and
+// every command of a driver without a lease, go as they are.
+func (mv *Mover) fenced(args [][]byte) [][]byte {
+	l := mv.lease
+	if l.epoch == 0 || len(args) < 3 || !strings.EqualFold(string(args[0]), "KEFIR.SLOTS") {
+		return args
+	}
+	beat := []byte(strconv.FormatUint(l.beat, 10))
+	switch strings.ToUpper(string(args[1])) {
+	case "SET":
+		if len(args) == 7 {
+			return append(args[:7:7], beat)
+		}
+	case "LOAD":
+		out := make([][]byte, 0, len(args)+2)
+		out = append(out, args[0], []byte("LOADF"), args[2], []byte(strconv.FormatUint(l.epoch, 10)), beat)
+		return append(out, args[3:]...)
+	}
+	return args
+}

@@ -1,0 +1,506 @@
+package kv
+
+import (
+	"encoding/binary"
+	"fmt"
+	"slices"
+)
+
+// The cluster map: the replicated state of a cluster's metadata group (issue
+// 28, docs/design/cluster.md §4). One reserved record (ClusterMapKey) holds
+// the nodes (id and addresses), the data groups (members, slot ranges), the
+// moves in flight, and the map epoch, raised by every change of who owns a
+// slot or of the nodes (MoveDone, MoveAbort, AddNode). It is changed only by
+// the KindMap* ops in the metadata group's log, so every replica of that
+// group holds the same map at the same op, and like any record it is in every
+// snapshot, state transfer and crash replay.
+//
+// The map is where a node learns the cluster; it is not what decides who
+// serves a key: each data group's own slot table (slots.go) does, at apply.
+// A move is recorded twice: MovePlanned before its first step in the groups'
+// logs and MoveDone after its last, so a move the map shows planned is one a
+// driver must finish or roll back; the lease (Driver, Beat) says who drives
+// it, and another driver takes over only by a claim that names the beat it
+// saw (compare-and-set), so two drivers never both think they drive.
+
+// The ops (Key: the payload encoded by AppendClusterMap, AppendMapMove or
+// AppendMapNode; each result's Int is the map epoch after it, Version 0
+// when nothing changed — a retried op):
+//
+//	KindMapInit       Key: a map. The first map; a no-op once there is one.
+//	KindMapMovePlan   Key: a move (From, To, Slots, Epoch, Driver). Refused
+//	                  unless From owns every slot, the epoch is above the
+//	                  map's and no other move is in flight; the same move
+//	                  planned again is a no-op. Int: the move's beat.
+//	KindMapMoveClaim  Key: a move (Epoch, Driver, Beat): the move at Epoch
+//	                  gets Driver and its beat goes up, if its beat is Beat
+//	                  (a lease renewed, or taken over). Int: the new beat.
+//	KindMapMoveDone   Key: a move (Epoch): To owns the slots, the map's
+//	                  epoch becomes Epoch, the move is no longer in flight.
+//	KindMapMoveAbort  Key: a move (Epoch): the move is dropped, From keeps
+//	                  the slots; the epoch becomes Epoch (the groups' tables
+//	                  went through it).
+//	KindMapAddNode    Key: a node. Added to the map (no group: it gets
+//	                  slots only by moves); the same node again is a no-op.
+
+// ClusterMapKey is the reserved record that holds the metadata group's map.
+var ClusterMapKey = ReservedKey("clustermap")
+
+// ClusterMap is the metadata group's state.
+type ClusterMap struct {
+	Epoch  uint64
+	Nodes  []MapNode  // by id
+	Groups []MapGroup // by id
+	Moves  []MapMove  // in flight (at most one today)
+}
+
+// MapNode is a node of the cluster: its id and addresses.
+type MapNode struct {
+	ID         uint64
+	ClientAddr string
+	PeerAddr   string
+}
+
+// MapGroup is a data group: its members (node ids, in leader order) and the
+// slot ranges it owns.
+type MapGroup struct {
+	ID      uint64
+	Members []uint64
+	Slots   []SlotRange
+}
+
+// MapMove is a move in flight: Slots from group From to group To at Epoch,
+// driven by Driver, whose lease the beat counts.
+type MapMove struct {
+	From, To uint64
+	Slots    []SlotRange
+	Epoch    uint64
+	Driver   string
+	Beat     uint64
+}
+
+// Owner returns the group that owns slot in the map (0: none).
+func (m *ClusterMap) Owner(slot uint16) uint64 {
+	for _, g := range m.Groups {
+		for _, r := range g.Slots {
+			if slot >= r.Start && slot <= r.End {
+				return g.ID
+			}
+		}
+	}
+	return 0
+}
+
+// Group returns group id's entry.
+func (m *ClusterMap) Group(id uint64) (*MapGroup, bool) {
+	for i := range m.Groups {
+		if m.Groups[i].ID == id {
+			return &m.Groups[i], true
+		}
+	}
+	return nil, false
+}
+
+// Check returns an error unless every slot is owned by exactly one group
+// and every group's members are nodes of the map: the invariant every op
+// keeps.
+func (m *ClusterMap) Check() error {
+	var owner [NumSlots]uint64
+	nodes := map[uint64]bool{}
+	for _, n := range m.Nodes {
+		nodes[n.ID] = true
+	}
+	for _, g := range m.Groups {
+		for _, id := range g.Members {
+			if !nodes[id] {
+				return fmt.Errorf("cluster map: group %d's member %d is not a node of the map", g.ID, id)
+			}
+		}
+		for _, r := range g.Slots {
+			if r.Start > r.End || r.End >= NumSlots {
+				return fmt.Errorf("cluster map: group %d: bad range %d-%d", g.ID, r.Start, r.End)
+			}
+			for s := int(r.Start); s <= int(r.End); s++ {
+				if owner[s] != 0 {
+					return fmt.Errorf("cluster map: slot %d is owned by group %d and group %d at epoch %d", s, owner[s], g.ID, m.Epoch)
+				}
+				owner[s] = g.ID
+			}
+		}
+	}
+	for s, o := range owner {
+		if o == 0 {
+			return fmt.Errorf("cluster map: slot %d has no owner at epoch %d", s, m.Epoch)
+		}
+	}
+	return nil
+}
+
+// AppendClusterMap appends m's encoding to b.
+func AppendClusterMap(b []byte, m *ClusterMap) []byte {
+	b = binary.AppendUvarint(b, m.Epoch)
+	b = binary.AppendUvarint(b, uint64(len(m.Nodes)))
+	for _, n := range m.Nodes {
+		b = AppendMapNode(b, n)
+	}
+	b = binary.AppendUvarint(b, uint64(len(m.Groups)))
+	for _, g := range m.Groups {
+		b = binary.AppendUvarint(b, g.ID)
+		b = binary.AppendUvarint(b, uint64(len(g.Members)))
+		for _, id := range g.Members {
+			b = binary.AppendUvarint(b, id)
+		}
+		b = AppendBytes(b, EncodeSlotRanges(g.Slots))
+	}
+	b = binary.AppendUvarint(b, uint64(len(m.Moves)))
+	for _, mv := range m.Moves {
+		b = AppendMapMove(b, mv)
+	}
+	return b
+}
+
+// DecodeClusterMap decodes AppendClusterMap's encoding, all of b.
+func DecodeClusterMap(b []byte) (*ClusterMap, error) {
+	d := Decoder{B: b}
+	m := &ClusterMap{Epoch: d.Uvarint()}
+	count := func() int {
+		n := d.Uvarint()
+		if n > uint64(len(d.B)) {
+			d.Err = ErrCorrupt
+			return 0
+		}
+		return int(n)
+	}
+	for range count() {
+		m.Nodes = append(m.Nodes, decodeMapNode(&d))
+	}
+	for range count() {
+		g := MapGroup{ID: d.Uvarint()}
+		for range count() {
+			g.Members = append(g.Members, d.Uvarint())
+		}
+		rs, err := DecodeSlotRanges(d.Bytes())
+		if err != nil && d.Err == nil {
+			d.Err = err
+		}
+		g.Slots = rs
+		m.Groups = append(m.Groups, g)
+	}
+	for range count() {
+		m.Moves = append(m.Moves, decodeMapMove(&d))
+	}
+	if d.Err != nil || len(d.B) != 0 {
+		return nil, fmt.Errorf("%w: cluster map", ErrCorrupt)
+	}
+	return m, nil
+}
+
+// AppendMapNode appends n's encoding (KindMapAddNode's Key) to b.
+func AppendMapNode(b []byte, n MapNode) []byte {
+	b = binary.AppendUvarint(b, n.ID)
+	b = AppendBytes(b, []byte(n.ClientAddr))
+	return AppendBytes(b, []byte(n.PeerAddr))
+}
+
+func decodeMapNode(d *Decoder) MapNode {
+	return MapNode{ID: d.Uvarint(), ClientAddr: string(d.Bytes()), PeerAddr: string(d.Bytes())}
+}
+
+// DecodeMapNode decodes AppendMapNode's encoding, all of b.
+func DecodeMapNode(b []byte) (MapNode, error) {
+	d := Decoder{B: b}
+	n := decodeMapNode(&d)
+	if d.Err != nil || len(d.B) != 0 || n.ID == 0 {
+		return MapNode{}, fmt.Errorf("%w: cluster map node", ErrCorrupt)
+	}
+	return n, nil
+}
+
+// AppendMapMove appends mv's encoding (the Key of the move ops) to b.
+func AppendMapMove(b []byte, mv MapMove) []byte {
+	b = binary.AppendUvarint(b, mv.From)
+	b = binary.AppendUvarint(b, mv.To)
+	b = AppendBytes(b, EncodeSlotRanges(mv.Slots))
+	b = binary.AppendUvarint(b, mv.Epoch)
+	b = AppendBytes(b, []byte(mv.Driver))
+	return binary.AppendUvarint(b, mv.Beat)
+}
+
+func decodeMapMove(d *Decoder) MapMove {
+	mv := MapMove{From: d.Uvarint(), To: d.Uvarint()}
+	rs, err := DecodeSlotRanges(d.Bytes())
+	if err != nil && d.Err == nil {
+		d.Err = err
+	}
+	mv.Slots = rs
+	mv.Epoch = d.Uvarint()
+	mv.Driver = string(d.Bytes())
+	mv.Beat = d.Uvarint()
+	return mv
+}
+
+// DecodeMapMove decodes AppendMapMove's encoding, all of b.
+func DecodeMapMove(b []byte) (MapMove, error) {
+	d := Decoder{B: b}
+	mv := decodeMapMove(&d)
+	if d.Err != nil || len(d.B) != 0 {
+		return MapMove{}, fmt.Errorf("%w: cluster map move", ErrCorrupt)
+	}
+	return mv, nil
+}
+
+// ReadClusterMap reads the metadata group's map through get (nil, nil:
+// none yet).
+func ReadClusterMap(get Getter) (*ClusterMap, error) {
+	data, _, _, ok, err := get(ClusterMapKey)
+	if err != nil || !ok {
+		return nil, err
+	}
+	return DecodeClusterMap(data)
+}
+
+// errMap is a refused map op: an outcome (the client table keeps it by
+// ErrSlotTransition's code), the map unchanged.
+func errMap(format string, args ...any) error {
+	return fmt.Errorf("%w: cluster map: %s", ErrSlotTransition, fmt.Sprintf(format, args...))
+}
+
+func applyMapOp(get Getter, version uint64, op *Op, emit Emit) (Result, error) {
+	m, err := ReadClusterMap(get)
+	if err != nil {
+		return Result{}, err
+	}
+	if op.Kind == KindMapInit {
+		if m != nil {
+			return Result{Kind: ResInt, Int: int64(m.Epoch)}, nil
+		}
+		n, err := DecodeClusterMap(op.Key)
+		if err != nil || n.Epoch == 0 || len(n.Moves) != 0 {
+			return Result{}, fmt.Errorf("%w: map init", ErrInvalidOp)
+		}
+		if err := n.Check(); err != nil {
+			return Result{}, fmt.Errorf("%w: map init: %v", ErrInvalidOp, err)
+		}
+		put(emit, ClusterMapKey, AppendClusterMap(nil, n), nil)
+		return Result{Kind: ResInt, Int: int64(n.Epoch), Version: version}, nil
+	}
+	if m == nil {
+		return Result{}, errMap("no map yet (the metadata group is not bootstrapped)")
+	}
+	n, res, err := mapStep(m, op)
+	if err != nil || n == nil {
+		return res, err
+	}
+	if err := n.Check(); err != nil {
+		// Every step keeps one owner per slot; a step that would break it
+		// is a bug, refused rather than written.
+		return Result{}, fmt.Errorf("%w: %s: %v", ErrInvalidOp, op.Kind, err)
+	}
+	put(emit, ClusterMapKey, AppendClusterMap(nil, n), nil)
+	res.Version = version
+	return res, nil
+}
+
+// mapStep returns the map after op (nil: unchanged) and op's result.
+func mapStep(m *ClusterMap, op *Op) (*ClusterMap, Result, error) {
+	epoch := Result{Kind: ResInt, Int: int64(m.Epoch)}
+	if op.Kind == KindMapAddNode {
+		nd, err := DecodeMapNode(op.Key)
+		if err != nil {
+			return nil, Result{}, err
+		}
+		i := slices.IndexFunc(m.Nodes, func(x MapNode) bool { return x.ID == nd.ID })
+		if i >= 0 {
+			if m.Nodes[i] == nd {
+				return nil, epoch, nil
+			}
+			return nil, Result{}, errMap("node %d is in the map with other addresses (%s, %s)", nd.ID, m.Nodes[i].ClientAddr, m.Nodes[i].PeerAddr)
+		}
+		n := m.clone()
+		n.Nodes = append(n.Nodes, nd)
+		slices.SortFunc(n.Nodes, func(a, b MapNode) int { return cmpU64(a.ID, b.ID) })
+		n.Epoch++
+		return n, Result{Kind: ResInt, Int: int64(n.Epoch)}, nil
+	}
+	mv, err := DecodeMapMove(op.Key)
+	if err != nil {
+		return nil, Result{}, err
+	}
+	i := slices.IndexFunc(m.Moves, func(x MapMove) bool { return x.Epoch == mv.Epoch })
+	switch op.Kind {
+	case KindMapMovePlan:
+		if i >= 0 {
+			cur := m.Moves[i]
+			if cur.From == mv.From && cur.To == mv.To && slices.Equal(cur.Slots, mv.Slots) {
+				return nil, Result{Kind: ResInt, Int: int64(cur.Beat)}, nil // planned again
+			}
+		}
+		if len(m.Moves) > 0 {
+			c := m.Moves[0]
+			return nil, Result{}, errMap("a move is in flight (slots %v from group %d to group %d at epoch %d): finish or abort it first", c.Slots, c.From, c.To, c.Epoch)
+		}
+		if mv.Epoch <= m.Epoch {
+			return nil, Result{}, errMap("move epoch %d is not above the map's %d", mv.Epoch, m.Epoch)
+		}
+		if _, ok := m.Group(mv.To); !ok || mv.From == mv.To || len(mv.Slots) == 0 {
+			return nil, Result{}, errMap("a move needs slots and two distinct groups of the map (%d to %d)", mv.From, mv.To)
+		}
+		for _, r := range mv.Slots {
+			for s := int(r.Start); s <= int(r.End); s++ {
+				if o := m.Owner(uint16(s)); o != mv.From {
+					return nil, Result{}, errMap("slot %d is group %d's, not group %d's", s, o, mv.From)
+				}
+			}
+		}
+		n := m.clone()
+		mv.Beat = 1
+		n.Moves = append(n.Moves, mv)
+		return n, Result{Kind: ResInt, Int: 1}, nil
+	case KindMapMoveClaim:
+		if i < 0 {
+			return nil, Result{}, errMap("no move in flight at epoch %d", mv.Epoch)
+		}
+		if m.Moves[i].Beat != mv.Beat {
+			return nil, Result{}, errMap("the move at epoch %d is at beat %d (driver %q), not %d: its lease was taken", mv.Epoch, m.Moves[i].Beat, m.Moves[i].Driver, mv.Beat)
+		}
+		n := m.clone()
+		n.Moves[i].Driver = mv.Driver
+		n.Moves[i].Beat++
+		return n, Result{Kind: ResInt, Int: int64(n.Moves[i].Beat)}, nil
+	case KindMapMoveDone, KindMapMoveAbort:
+		if i < 0 {
+			return nil, epoch, nil // done (or aborted) already: a retry
+		}
+		n := m.clone()
+		done := n.Moves[i]
+		n.Moves = slices.Delete(n.Moves, i, i+1)
+		if op.Kind == KindMapMoveDone {
+			in := func(s uint16) bool {
+				return slices.ContainsFunc(done.Slots, func(r SlotRange) bool { return s >= r.Start && s <= r.End })
+			}
+			for gi := range n.Groups {
+				g := &n.Groups[gi]
+				var own []uint16
+				for _, r := range g.Slots {
+					for s := int(r.Start); s <= int(r.End); s++ {
+						if g.ID == done.To || !in(uint16(s)) {
+							own = append(own, uint16(s))
+						}
+					}
+				}
+				if g.ID == done.To {
+					for _, r := range done.Slots {
+						for s := int(r.Start); s <= int(r.End); s++ {
+							own = append(own, uint16(s))
+						}
+					}
+				}
+				g.Slots = rangesOf(own)
+			}
+		}
+		n.Epoch = max(n.Epoch, done.Epoch)
+		return n, Result{Kind: ResInt, Int: int64(n.Epoch)}, nil
+	}
+	return nil, Result{}, fmt.Errorf("%w: %s", ErrInvalidOp, op.Kind)
+}
+
+// rangesOf returns slots (any order, no duplicates) as sorted ranges.
+func rangesOf(slots []uint16) []SlotRange {
+	slices.Sort(slots)
+	var out []SlotRange
+	for _, s := range slots {
+		if n := len(out); n > 0 && out[n-1].End+1 == s {
+			out[n-1].End = s
+			continue
+		}
+		out = append(out, SlotRange{s, s})
+	}
+	return out
+}
+
+func cmpU64(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// clone returns a deep copy of m (ops never change a decoded map in place).
+func (m *ClusterMap) clone() *ClusterMap {
+	n := &ClusterMap{Epoch: m.Epoch, Nodes: slices.Clone(m.Nodes), Moves: slices.Clone(m.Moves)}
+	for _, g := range m.Groups {
+		n.Groups = append(n.Groups, MapGroup{ID: g.ID, Members: slices.Clone(g.Members), Slots: slices.Clone(g.Slots)})
+	}
+	for i := range n.Moves {
+		n.Moves[i].Slots = slices.Clone(n.Moves[i].Slots)
+	}
+	return n
+}
+
+// The driver fence. A move recorded in the metadata group is driven under a
+// lease whose beat only goes up (KindMapMoveClaim): a driver that takes a
+// move over starts above every beat its predecessor held. Each step such a
+// driver sends a group (KindSlotSet, KindSlotImport) carries the move's
+// epoch and the driver's beat in Op.Expected (AppendDriverFence), and the
+// group keeps the highest it has seen (SlotFenceKey): a step with a lower
+// beat at the same epoch — a displaced driver's command that was still in
+// flight when the move was taken over — is refused and changes nothing.
+// Steps without a fence (a move not recorded, --record=false) are not
+// checked.
+
+// SlotFenceKey is the reserved record of a group's driver fence: the epoch
+// and beat of the newest driver that sent it a step.
+var SlotFenceKey = ReservedKey("slotfence")
+
+// AppendDriverFence is the Op.Expected of a step of the move at epoch sent
+// by a driver at beat.
+func AppendDriverFence(b []byte, epoch, beat uint64) []byte {
+	b = binary.AppendUvarint(b, epoch)
+	return binary.AppendUvarint(b, beat)
+}
+
+func decodeDriverFence(b []byte) (epoch, beat uint64, err error) {
+	d := Decoder{B: b}
+	epoch, beat = d.Uvarint(), d.Uvarint()
+	if d.Err != nil || len(d.B) != 0 {
+		return 0, 0, fmt.Errorf("%w: driver fence", ErrCorrupt)
+	}
+	return epoch, beat, nil
+}
+
+// checkDriverFence refuses a fenced step older than the group's fence, and
+// raises the fence to a newer one (even for a step that changes nothing
+// else: a new driver's first step fences the group against its
+// predecessor's).
+// raised reports whether it wrote the fence.
+func checkDriverFence(get Getter, op *Op, emit Emit) (raised bool, err error) {
+	if len(op.Expected) == 0 || (op.Kind != KindSlotSet && op.Kind != KindSlotImport) {
+		return false, nil
+	}
+	epoch, beat, err := decodeDriverFence(op.Expected)
+	if err != nil {
+		return false, err
+	}
+	data, _, _, ok, err := get(SlotFenceKey)
+	if err != nil {
+		return false, err
+	}
+	if ok {
+		fe, fb, err := decodeDriverFence(data)
+		if err != nil {
+			return false, err
+		}
+		if epoch < fe || (epoch == fe && beat < fb) {
+			return false, fmt.Errorf("%w: a step of the move at epoch %d by a driver at beat %d, and a driver at epoch %d beat %d took over: this driver was displaced",
+				ErrSlotTransition, epoch, beat, fe, fb)
+		}
+		if epoch == fe && beat == fb {
+			return false, nil
+		}
+	}
+	put(emit, SlotFenceKey, AppendDriverFence(nil, epoch, beat), nil)
+	return true, nil
+}

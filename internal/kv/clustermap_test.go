@@ -1,0 +1,231 @@
+package kv
+
+import (
+	"errors"
+	"slices"
+	"testing"
+)
+
+func testMap() *ClusterMap {
+	return &ClusterMap{Epoch: 1,
+		Nodes: []MapNode{{1, "127.0.0.1:1", "127.0.0.1:11"}, {2, "127.0.0.1:2", "127.0.0.1:12"}, {3, "127.0.0.1:3", "127.0.0.1:13"}},
+		Groups: []MapGroup{
+			{ID: 1, Members: []uint64{1, 2, 3}, Slots: []SlotRange{{0, 8191}}},
+			{ID: 2, Members: []uint64{2, 3, 1}, Slots: []SlotRange{{8192, 16383}}},
+		}}
+}
+
+func readMap(t *testing.T, m mem) *ClusterMap {
+	t.Helper()
+	cm, err := ReadClusterMap(m.get)
+	if err != nil || cm == nil {
+		t.Fatalf("read map: %v %v", cm, err)
+	}
+	return cm
+}
+
+func moveOp(kind Kind, mv MapMove) *Op { return &Op{Kind: kind, Key: AppendMapMove(nil, mv)} }
+
+func TestClusterMapCodec(t *testing.T) {
+	cm := testMap()
+	cm.Moves = []MapMove{{From: 1, To: 2, Slots: []SlotRange{{0, 9}, {20, 29}}, Epoch: 2, Driver: "d", Beat: 3}}
+	got, err := DecodeClusterMap(AppendClusterMap(nil, cm))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Epoch != 1 || len(got.Nodes) != 3 || got.Nodes[2] != cm.Nodes[2] || !slices.Equal(got.Groups[1].Slots, cm.Groups[1].Slots) ||
+		!slices.Equal(got.Moves[0].Slots, cm.Moves[0].Slots) || got.Moves[0].Driver != "d" || got.Moves[0].Beat != 3 {
+		t.Fatalf("round trip: %+v", got)
+	}
+	if _, err := DecodeClusterMap(AppendClusterMap(nil, cm)[:10]); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("truncated map decoded: %v", err)
+	}
+	if err := cm.Check(); err != nil {
+		t.Fatal(err)
+	}
+	bad := cm.clone()
+	bad.Groups[1].Slots = []SlotRange{{8000, 16383}}
+	if err := bad.Check(); err == nil {
+		t.Fatal("a map with a slot in two groups passed Check")
+	}
+	bad.Groups[1].Slots = []SlotRange{{8193, 16383}}
+	if err := bad.Check(); err == nil {
+		t.Fatal("a map with a slot of no group passed Check")
+	}
+}
+
+// The map ops: init once, a move planned, its lease claimed by beat, done
+// (the slots change owner and the epoch moves once), retries as no-ops,
+// refusals that change nothing.
+func TestClusterMapOps(t *testing.T) {
+	m := mem{}
+	v := uint64(0)
+	apply := func(op *Op) (Result, error) {
+		v++
+		return applyTo(t, m, v, op)
+	}
+	if _, err := apply(moveOp(KindMapMovePlan, MapMove{From: 1, To: 2, Slots: []SlotRange{{0, 99}}, Epoch: 2})); !errors.Is(err, ErrSlotTransition) {
+		t.Fatalf("a plan before the map: %v", err)
+	}
+	init := &Op{Kind: KindMapInit, Key: AppendClusterMap(nil, testMap())}
+	if res, err := apply(init); err != nil || res.Int != 1 || res.Version == 0 {
+		t.Fatalf("init: %+v %v", res, err)
+	}
+	other := testMap()
+	other.Epoch = 7
+	if res, err := apply(&Op{Kind: KindMapInit, Key: AppendClusterMap(nil, other)}); err != nil || res.Int != 1 || res.Version != 0 {
+		t.Fatalf("a second init changed the map: %+v %v", res, err)
+	}
+	rs := []SlotRange{{0, 99}}
+	plan := MapMove{From: 1, To: 2, Slots: rs, Epoch: 2, Driver: "a"}
+	for _, bad := range []MapMove{
+		{From: 2, To: 1, Slots: rs, Epoch: 2},                        // not group 2's slots
+		{From: 1, To: 2, Slots: rs, Epoch: 1},                        // epoch not above the map's
+		{From: 1, To: 9, Slots: rs, Epoch: 2},                        // no such group
+		{From: 1, To: 2, Slots: []SlotRange{{8000, 8300}}, Epoch: 2}, // some of group 2's
+	} {
+		if _, err := apply(moveOp(KindMapMovePlan, bad)); !errors.Is(err, ErrSlotTransition) {
+			t.Fatalf("plan %+v: %v", bad, err)
+		}
+	}
+	if res, err := apply(moveOp(KindMapMovePlan, plan)); err != nil || res.Int != 1 {
+		t.Fatalf("plan: %+v %v", res, err)
+	}
+	if res, err := apply(moveOp(KindMapMovePlan, plan)); err != nil || res.Int != 1 || res.Version != 0 {
+		t.Fatalf("the same plan again: %+v %v", res, err)
+	}
+	if _, err := apply(moveOp(KindMapMovePlan, MapMove{From: 1, To: 2, Slots: []SlotRange{{200, 299}}, Epoch: 3})); !errors.Is(err, ErrSlotTransition) {
+		t.Fatalf("a second move while one is in flight: %v", err)
+	}
+	// The lease: a claim names the beat it saw.
+	if res, err := apply(moveOp(KindMapMoveClaim, MapMove{Epoch: 2, Driver: "a", Beat: 1})); err != nil || res.Int != 2 {
+		t.Fatalf("renewal: %+v %v", res, err)
+	}
+	if _, err := apply(moveOp(KindMapMoveClaim, MapMove{Epoch: 2, Driver: "b", Beat: 1})); !errors.Is(err, ErrSlotTransition) {
+		t.Fatalf("a claim at a stale beat: %v", err)
+	}
+	if res, err := apply(moveOp(KindMapMoveClaim, MapMove{Epoch: 2, Driver: "b", Beat: 2})); err != nil || res.Int != 3 {
+		t.Fatalf("take-over: %+v %v", res, err)
+	}
+	if cm := readMap(t, m); cm.Epoch != 1 || len(cm.Moves) != 1 || cm.Moves[0].Driver != "b" || cm.Owner(50) != 1 {
+		t.Fatalf("map while the move is in flight: %+v", cm)
+	}
+	if res, err := apply(moveOp(KindMapMoveDone, MapMove{Epoch: 2})); err != nil || res.Int != 2 || res.Version == 0 {
+		t.Fatalf("done: %+v %v", res, err)
+	}
+	cm := readMap(t, m)
+	if cm.Epoch != 2 || len(cm.Moves) != 0 || cm.Owner(50) != 2 || cm.Owner(100) != 1 || cm.Owner(8192) != 2 {
+		t.Fatalf("map after the move: %+v", cm)
+	}
+	if !slices.Equal(cm.Groups[0].Slots, []SlotRange{{100, 8191}}) || !slices.Equal(cm.Groups[1].Slots, []SlotRange{{0, 99}, {8192, 16383}}) {
+		t.Fatalf("ranges after the move: %+v", cm.Groups)
+	}
+	if res, err := apply(moveOp(KindMapMoveDone, MapMove{Epoch: 2})); err != nil || res.Version != 0 || res.Int != 2 {
+		t.Fatalf("done again: %+v %v", res, err)
+	}
+	// A move rolled back: the owner stays, the epoch moves to the move's
+	// (the groups' tables went through it).
+	if _, err := apply(moveOp(KindMapMovePlan, MapMove{From: 2, To: 1, Slots: rs, Epoch: 3})); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := apply(moveOp(KindMapMoveAbort, MapMove{Epoch: 3})); err != nil || res.Int != 3 {
+		t.Fatalf("abort: %+v %v", res, err)
+	}
+	if cm := readMap(t, m); cm.Epoch != 3 || len(cm.Moves) != 0 || cm.Owner(50) != 2 {
+		t.Fatalf("map after the abort: %+v", cm)
+	}
+	// A node joins (no group): the epoch moves; the same node again is a
+	// no-op, the same id with other addresses is refused.
+	nd := MapNode{ID: 4, ClientAddr: "127.0.0.1:4", PeerAddr: "127.0.0.1:14"}
+	if res, err := apply(&Op{Kind: KindMapAddNode, Key: AppendMapNode(nil, nd)}); err != nil || res.Int != 4 {
+		t.Fatalf("add node: %+v %v", res, err)
+	}
+	if res, err := apply(&Op{Kind: KindMapAddNode, Key: AppendMapNode(nil, nd)}); err != nil || res.Version != 0 {
+		t.Fatalf("add node again: %+v %v", res, err)
+	}
+	nd.ClientAddr = "127.0.0.1:5"
+	if _, err := apply(&Op{Kind: KindMapAddNode, Key: AppendMapNode(nil, nd)}); !errors.Is(err, ErrSlotTransition) {
+		t.Fatalf("a node's addresses changed: %v", err)
+	}
+	if cm := readMap(t, m); len(cm.Nodes) != 4 || cm.Epoch != 4 {
+		t.Fatalf("map after add node: %+v", cm)
+	}
+	// Ops reach the group by id, as slot ops do; they write the map only.
+	for _, k := range []Kind{KindMapInit, KindMapMovePlan, KindMapMoveClaim, KindMapMoveDone, KindMapMoveAbort, KindMapAddNode} {
+		op := Op{Kind: k}
+		if !IsSlotKind(k) || !k.known() || !k.IsUpdate() || k.String() == "" {
+			t.Fatalf("kind %d: not a known slot update", k)
+		}
+		if ks, _ := op.RoutingKeys(); ks != nil {
+			t.Fatalf("%s routes by keys %q", k, ks)
+		}
+		if ws := op.WrittenKeys(); len(ws) != 1 || string(ws[0]) != string(ClusterMapKey) {
+			t.Fatalf("%s writes %q", k, ws)
+		}
+	}
+}
+
+// The driver fence: a step sent by a driver whose lease was taken over (a
+// lower beat at the move's epoch) is refused and writes nothing, even an
+// import that would otherwise be accepted; the new driver's first step,
+// a no-op transition, raises the fence; steps without a fence (a move not
+// recorded) are not checked.
+func TestSlotStepsOfADisplacedDriverAreRefused(t *testing.T) {
+	m := mem{}
+	v := uint64(0)
+	apply := func(op *Op) (Result, error) {
+		v++
+		return applyTo(t, m, v, op)
+	}
+	rs := []SlotRange{{0, 99}}
+	k := keyOfSlot(5)
+	load := func(val string, epoch, beat uint64) *Op {
+		op := &Op{Kind: KindSlotImport, Keys: AppendSlotImport(nil, k, nil, []byte(val), nil, false)}
+		if epoch != 0 {
+			op.Expected = AppendDriverFence(nil, epoch, beat)
+		}
+		return op
+	}
+	if _, err := apply(&Op{Kind: KindSlotInit, Key: EncodeSlotRanges([]SlotRange{{200, 300}}), Delta: 1}); err != nil {
+		t.Fatal(err)
+	}
+	imp := slotSet(rs, SlotImporting, 1, 2)
+	imp.Expected = AppendDriverFence(nil, 2, 1)
+	if _, err := apply(imp); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := apply(load("old-1", 2, 1)); err != nil {
+		t.Fatal(err)
+	}
+	// A new driver (beat 3) repeats the first step: no transition, but
+	// the fence goes up.
+	imp.Expected = AppendDriverFence(nil, 2, 3)
+	if res, err := apply(imp); err != nil || res.Version == 0 {
+		t.Fatalf("the new driver's first step: %+v %v", res, err)
+	}
+	if _, err := apply(load("new", 2, 3)); err != nil {
+		t.Fatal(err)
+	}
+	// The old driver's import, still in flight, lands now.
+	if _, err := apply(load("old-2", 2, 2)); !errors.Is(err, ErrSlotTransition) {
+		t.Fatalf("a displaced driver's import: %v", err)
+	}
+	if got := m[string(k)].val; got != "new" {
+		t.Fatalf("%s = %q after the displaced import, want the new driver's", k, got)
+	}
+	old := slotSet(rs, SlotNone, 1, 2)
+	old.Expected = AppendDriverFence(nil, 2, 1)
+	if _, err := apply(old); !errors.Is(err, ErrSlotTransition) {
+		t.Fatalf("a displaced driver's step: %v", err)
+	}
+	if _, err := apply(load("older-move", 1, 9)); !errors.Is(err, ErrSlotTransition) {
+		t.Fatalf("a step of an older move's driver: %v", err)
+	}
+	// Unfenced steps (a move not recorded in the metadata group).
+	if _, err := apply(load("unfenced", 0, 0)); err != nil || m[string(k)].val != "unfenced" {
+		t.Fatalf("an unfenced import: %v", err)
+	}
+	if ws := imp.WrittenKeys(); len(ws) != 2 || string(ws[1]) != string(SlotFenceKey) {
+		t.Fatalf("a fenced step writes %q", ws)
+	}
+}
