@@ -14,6 +14,10 @@
 //
 //	-pad       each batch starts on a fresh 4 KiB page (the tail of the previous page is
 //	           left as it is): no page is written twice
+//	-gap D     pause D between a sync and the next write: ext4 updates a file's mtime
+//	           at most once a clock tick (4 ms here), and without a journal an
+//	           fdatasync then writes the inode's block too (docs/design/write-path.md);
+//	           a log synced at a slower rate pays that more often
 //	-sync how  fdatasync (default); dsync: pwritev2(RWF_DSYNC), write and sync in one call;
 //	           odsync: the file opened O_DSYNC, every write synchronous
 //
@@ -49,6 +53,7 @@ func main() {
 	pad := flag.Bool("pad", false, "start each batch on a fresh 4 KiB page")
 	zeros := flag.Bool("zeros", false, "write zeros (as this probe did before 2026-12-05) instead of data")
 	how := flag.String("sync", "fdatasync", "fdatasync, dsync (pwritev2 RWF_DSYNC) or odsync (O_DSYNC)")
+	gap := flag.Duration("gap", 0, "pause between a sync and the next write (a replica's log syncs every ~1 ms at one client)")
 	stagger := flag.Duration("stagger", -1, "sync in rounds, files 1..n-1 this long after file 0 (-1: free-running loops)")
 	dir := flag.String("dir", "", "directory for the files (default: a new one under TMPDIR)")
 	flag.Parse()
@@ -73,7 +78,7 @@ func main() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			res[i], errs[i] = loop(filepath.Join(*dir, fmt.Sprintf("f%d", i)), *mode, *size, prealloc, *d, *pad, *zeros, *how)
+			res[i], errs[i] = loop(filepath.Join(*dir, fmt.Sprintf("f%d", i)), *mode, *size, prealloc, *d, *gap, *pad, *zeros, *how)
 		}()
 	}
 	wg.Wait()
@@ -95,7 +100,7 @@ func main() {
 // loop writes size bytes and syncs name until d has passed (or prealloc bytes are
 // used) and returns each sync's duration (with -sync dsync or odsync, the write's,
 // which includes the sync).
-func loop(name, mode string, size int, prealloc int64, d time.Duration, pad, zeros bool, how string) ([]time.Duration, error) {
+func loop(name, mode string, size int, prealloc int64, d, gap time.Duration, pad, zeros bool, how string) ([]time.Duration, error) {
 	f, err := os.OpenFile(name, os.O_CREATE|os.O_RDWR|os.O_TRUNC, 0o644)
 	if err != nil {
 		return nil, err
@@ -139,6 +144,9 @@ func loop(name, mode string, size int, prealloc int64, d time.Duration, pad, zer
 	var out []time.Duration
 	end := time.Now().Add(d)
 	for off := int64(0); time.Now().Before(end) && off+int64(size) <= prealloc; off += step {
+		if gap > 0 {
+			time.Sleep(gap)
+		}
 		if how == "dsync" {
 			t := time.Now()
 			if _, err := unix.Pwritev2(fd, [][]byte{buf}, off, unix.RWF_DSYNC); err != nil {
