@@ -16,7 +16,10 @@ issued after the write completed and the last completed before the exit), and it
 completion -> the exit (the thread's wake-up); and
 whether the thread also wrote a metadata block (rwbs "WSM": on ext4 without a journal,
 the inode after an mtime change, docs/design/write-path.md). Prints medians per group
-and kind.
+and kind. If the recording has sched:sched_wakeup and sched:sched_switch too
+(fsyncsplit.sh with FSYNCSPLIT_SCHED=1), also how long, inside a group's fdatasyncs, the
+caller waited for a core after its data write completed (woken -> switched in) and the
+block layer's kworkers (kworker/*H, which issue the flushes) waited after each wake-up.
 """
 import bisect
 import collections
@@ -48,7 +51,9 @@ def main():
     flush_issued, flush_done = [], []  # times of every device flush's issue and completion
     rows = collections.defaultdict(list)
     done = []
-    unmatched = collections.Counter()  # no data write of the caller's seen (perf lost it, or none)
+    unmatched = collections.Counter()
+    woken = {}  # tid -> when it was last woken
+    runq = []  # (switched in, waited µs, tid, comm) of every thread switched in after a wake-up  # no data write of the caller's seen (perf lost it, or none)
     for line in open(sys.argv[1], errors='replace'):
         m = LINE.match(line)
         if not m:
@@ -56,6 +61,16 @@ def main():
         comm, pid, tid, t, ev, tr = m.groups()
         t = float(t)
         f = tr.split()
+        if ev == 'sched:sched_wakeup':
+            w = re.search(r'pid=(\d+)', tr)
+            if w:
+                woken[w.group(1)] = t
+            continue
+        if ev == 'sched:sched_switch':
+            w = re.search(r'next_comm=(.*) next_pid=(\d+)', tr)
+            if w and w.group(2) in woken:
+                runq.append((t, (t - woken.pop(w.group(2))) * 1e6, w.group(2), w.group(1)))
+            continue
         if len(f) > 1 and f[1] == 'FF':
             (flush_issued if ev == 'block:block_rq_issue' else flush_done).append(t)
             continue
@@ -81,7 +96,7 @@ def main():
         elif ev == 'syscalls:sys_exit_fdatasync' and tid in cur:
             c = cur.pop(tid)
             if 'issued' in c and 'written' in c:
-                c['exit'] = t
+                c['exit'], c['tid'] = t, tid
                 done.append(c)
             else:
                 unmatched[c['group']] += 1
@@ -107,8 +122,35 @@ def main():
         print(f"{g:10s} {'inode written' if meta else 'data only':13s} n={len(r):6d} ({100 * len(r) / total:3.0f} %)  p50 µs:"
               f" enter->write issued {med[0]:4.0f}, write on device {med[1]:4.0f},"
               f" ->flush issued {med[2]:4.0f}, flush on device {med[3]:4.0f}, ->exit {med[4]:4.0f}; total {med[5]:4.0f}")
+    if runq:
+        runq.sort()
+        at = [r[0] for r in runq]
+        caller, kworker = collections.defaultdict(list), collections.defaultdict(list)
+        for c in done:
+            lo, hi = bisect.bisect_left(at, c['written']), bisect.bisect_right(at, c['exit'])
+            for _, waited, tid, comm in runq[lo:hi]:
+                if tid == c['tid'] and not caller_seen(c):
+                    caller[c['group']].append(waited)
+                elif comm.startswith('kworker/') and comm.endswith('H'):
+                    kworker[c['group']].append(waited)
+        for g in sorted(set(caller) | set(kworker)):
+            print(f"{g:10s} waits for a core inside the fdatasyncs, p50 / p90 µs: the caller after its write"
+                  f" {pct(caller[g], .5):.0f} / {pct(caller[g], .9):.0f} (n={len(caller[g])}), the flush-issuing"
+                  f" kworkers {pct(kworker[g], .5):.0f} / {pct(kworker[g], .9):.0f} (n={len(kworker[g])})")
     for g, n in sorted(unmatched.items()):
         print(f"{g:10s} {n} fdatasyncs without their own data write or a flush seen (not counted)")
+
+
+def caller_seen(c):
+    """Whether the caller's first switch-in after its write was taken (once per call)."""
+    seen = c.get('seen', False)
+    c['seen'] = True
+    return seen
+
+
+def pct(xs, q):
+    xs = sorted(xs)
+    return xs[int(q * (len(xs) - 1))] if xs else float('nan')
 
 
 if __name__ == '__main__':

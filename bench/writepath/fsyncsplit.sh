@@ -9,14 +9,17 @@
 #       300-byte steps) with 0, 1 ms and 5 ms between a sync and the next write
 #
 # and fsyncsplit.py prints, per fdatasync, the data write's issue and device time, the
-# rest (the device flush and the wake-up), and how many also wrote the inode's block.
-# Needs perf with tracepoint access (root). Hold the bench lock:
+# rest (the wait for the device flush, the flush, the wake-up), and how many also wrote
+# the inode's block. FSYNCSPLIT_SCHED=1 records the scheduler's wake-ups and switches too
+# (a larger recording: ~0.8 GB for a run) and prints how long the callers and the kworkers
+# that issue the flushes waited for a core inside the fdatasyncs. Needs perf with tracepoint access (root). Hold the bench lock:
 #   flock /tmp/kefir-bench.lock bench/writepath/fsyncsplit.sh run --port 45500
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 mode=${1:-}; shift || true
 events=(-e block:block_rq_issue -e block:block_rq_complete -e syscalls:sys_enter_fdatasync -e syscalls:sys_exit_fdatasync)
+[ "${FSYNCSPLIT_SCHED:-0}" = 0 ] || events+=(-e sched:sched_wakeup -e sched:sched_switch)
 script() { perf script -i "$1" -F comm,pid,tid,time,event,trace 2>/dev/null; }
 case "$mode" in
 run)
