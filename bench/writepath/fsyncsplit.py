@@ -19,7 +19,10 @@ the inode after an mtime change, docs/design/write-path.md). Prints medians per 
 and kind. If the recording has sched:sched_wakeup and sched:sched_switch too
 (fsyncsplit.sh with FSYNCSPLIT_SCHED=1), also how long, inside a group's fdatasyncs, the
 caller waited for a core after its data write completed (woken -> switched in) and the
-block layer's kworkers (kworker/*H, which issue the flushes) waited after each wake-up.
+block layer's kworkers (kworker/*H, which issue the flushes) waited after each wake-up;
+with the cpu field, which thread held a kworker's core when it was woken (the group's
+own, or which other program); and the group's context switches and the wake-ups its
+threads issued per fdatasync.
 """
 import bisect
 import collections
@@ -27,7 +30,7 @@ import re
 import statistics
 import sys
 
-LINE = re.compile(r'\s*(\S+)\s+(\d+)/(\d+)\s+([\d.]+):\s+(\S+):\s*(.*)')
+LINE = re.compile(r'\s*(\S+)\s+(\d+)/(\d+)\s+(?:\[(\d+)\]\s+)?([\d.]+):\s+(\S+):\s*(.*)')
 
 
 def main():
@@ -53,23 +56,38 @@ def main():
     done = []
     unmatched = collections.Counter()
     woken = {}  # tid -> when it was last woken
-    runq = []  # (switched in, waited µs, tid, comm) of every thread switched in after a wake-up  # no data write of the caller's seen (perf lost it, or none)
+    runq = []  # (switched in, waited µs, tid, comm, holder) of every thread switched in after a wake-up
+    oncpu = {}  # cpu -> (comm, tid) running there
+    holder = {}  # tid -> (comm, tid) running on its core when it was woken
+    tid_pid = {}
+    switches, wakeups, calls = collections.Counter(), collections.Counter(), collections.Counter()
     for line in open(sys.argv[1], errors='replace'):
         m = LINE.match(line)
         if not m:
             continue
-        comm, pid, tid, t, ev, tr = m.groups()
+        comm, pid, tid, cpu, t, ev, tr = m.groups()
         t = float(t)
         f = tr.split()
+        tid_pid[tid] = pid
         if ev == 'sched:sched_wakeup':
-            w = re.search(r'pid=(\d+)', tr)
+            w = re.search(r'pid=(\d+) .*target_cpu=(\d+)', tr)
             if w:
                 woken[w.group(1)] = t
+                holder[w.group(1)] = oncpu.get(int(w.group(2)), ('?', '?'))
+            if group_of(comm, pid):
+                wakeups[group_of(comm, pid)] += 1
             continue
         if ev == 'sched:sched_switch':
-            w = re.search(r'next_comm=(.*) next_pid=(\d+)', tr)
-            if w and w.group(2) in woken:
-                runq.append((t, (t - woken.pop(w.group(2))) * 1e6, w.group(2), w.group(1)))
+            w = re.search(r'prev_comm=(.*) prev_pid=(\d+) .*==> next_comm=(.*) next_pid=(\d+)', tr)
+            if w:
+                if cpu is not None:
+                    oncpu[int(cpu)] = (w.group(3), w.group(4))
+                g = group_of(w.group(1), tid_pid.get(w.group(2), ''))
+                if g:
+                    switches[g] += 1
+                if w.group(4) in woken:
+                    runq.append((t, (t - woken.pop(w.group(4))) * 1e6, w.group(4), w.group(3),
+                                 holder.pop(w.group(4), ('?', '?'))))
             continue
         if len(f) > 1 and f[1] == 'FF':
             (flush_issued if ev == 'block:block_rq_issue' else flush_done).append(t)
@@ -93,6 +111,7 @@ def main():
             g = group_of(comm, pid)
             if g:
                 cur[tid] = {'group': g, 'enter': t}
+                calls[g] += 1
         elif ev == 'syscalls:sys_exit_fdatasync' and tid in cur:
             c = cur.pop(tid)
             if 'issued' in c and 'written' in c:
@@ -126,17 +145,28 @@ def main():
         runq.sort()
         at = [r[0] for r in runq]
         caller, kworker = collections.defaultdict(list), collections.defaultdict(list)
+        held = collections.defaultdict(lambda: collections.defaultdict(list))
         for c in done:
             lo, hi = bisect.bisect_left(at, c['written']), bisect.bisect_right(at, c['exit'])
-            for _, waited, tid, comm in runq[lo:hi]:
+            for _, waited, tid, comm, (hcomm, htid) in runq[lo:hi]:
                 if tid == c['tid'] and not caller_seen(c):
                     caller[c['group']].append(waited)
                 elif comm.startswith('kworker/') and comm.endswith('H'):
                     kworker[c['group']].append(waited)
+                    who = group_of(hcomm, tid_pid.get(htid, ''))
+                    who = f"its own threads ({who})" if who else re.sub(r'[/:0-9].*', '', hcomm)
+                    held[c['group']][who].append(waited)
         for g in sorted(set(caller) | set(kworker)):
             print(f"{g:10s} waits for a core inside the fdatasyncs, p50 / p90 µs: the caller after its write"
                   f" {pct(caller[g], .5):.0f} / {pct(caller[g], .9):.0f} (n={len(caller[g])}), the flush-issuing"
                   f" kworkers {pct(kworker[g], .5):.0f} / {pct(kworker[g], .9):.0f} (n={len(kworker[g])})")
+            n = sum(len(v) for v in held[g].values())
+            top = sorted(held[g].items(), key=lambda kv: -len(kv[1]))[:5]
+            print(f"{g:10s} on a kworker's core when it was woken: " + ", ".join(
+                f"{k} {100 * len(v) / n:.0f} % (its wait p50 {pct(v, .5):.0f} µs)" for k, v in top))
+            if calls[g]:
+                print(f"{g:10s} per fdatasync, whole recording: {switches[g] / calls[g]:.1f} context switches"
+                      f" and {wakeups[g] / calls[g]:.1f} wake-ups issued by the group's threads")
     for g, n in sorted(unmatched.items()):
         print(f"{g:10s} {n} fdatasyncs without their own data write or a flush seen (not counted)")
 

@@ -20,7 +20,7 @@ root=$(cd "$here/../.." && pwd)
 mode=${1:-}; shift || true
 events=(-e block:block_rq_issue -e block:block_rq_complete -e syscalls:sys_enter_fdatasync -e syscalls:sys_exit_fdatasync)
 [ "${FSYNCSPLIT_SCHED:-0}" = 0 ] || events+=(-e sched:sched_wakeup -e sched:sched_switch)
-script() { perf script -i "$1" -F comm,pid,tid,time,event,trace 2>/dev/null; }
+script() { perf script -i "$1" -F comm,pid,tid,cpu,time,event,trace 2>/dev/null; }
 case "$mode" in
 run)
   dir=$(mktemp -d /tmp/fsyncsplit.XXXXXX)
