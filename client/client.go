@@ -2,9 +2,7 @@ package client
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/tls"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -14,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/lanes"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/resp"
 )
@@ -120,7 +119,7 @@ type Client struct {
 	leader atomic.Pointer[string]
 	nx     *nilextPath // nil unless WithNilext
 	// lanes give every write its request id (lanes.go).
-	lanes lanePool
+	lanes lanes.Pool
 
 	// replicas serve the reads any replica may answer (replicaRead): poolSize
 	// connections per address given to Dial, used round robin. They are apart
@@ -238,7 +237,7 @@ func Dial(ctx context.Context, addrs []string, opts ...Option) (*Client, error) 
 // ErrUnknownOutcome); later calls return ErrClosed.
 func (c *Client) Close() error {
 	c.closed.Store(true)
-	c.lanes.close()
+	c.lanes.Close()
 	c.txs.close()
 	if c.nx != nil {
 		c.nx.close()
@@ -430,19 +429,6 @@ func authRefusal(msg string) bool {
 	return strings.Contains(m, "password") || strings.Contains(m, "auth")
 }
 
-// randomID returns a random non-zero REQID client id.
-func randomID() uint64 {
-	var b [8]byte
-	for {
-		if _, err := rand.Read(b[:]); err != nil {
-			panic("client: crypto/rand failed: " + err.Error())
-		}
-		if id := binary.LittleEndian.Uint64(b[:]); id != 0 {
-			return id
-		}
-	}
-}
-
 // replicaRead reports whether req is a read that any replica of a group may
 // serve, so that the client spreads it over the addresses it was given:
 // cross-client-monotonic (followers serve it with --follower-reads), session
@@ -550,17 +536,16 @@ func (c *Client) do(ctx context.Context, req *request) (owned bool, err error) {
 		return true, ctxError(err, false)
 	}
 	if req.write && req.fixedID == 0 {
-		l := c.lanes.get()
+		l := c.lanes.Get()
 		if l == nil {
 			return true, ErrClosed
 		}
-		l.seq++
-		req.fixedID, req.fixedSeq = l.id, l.seq
+		req.fixedID, req.fixedSeq = l.ID, l.Next()
 		defer func() {
 			// Unsettled (unknown outcome, or abandoned in flight): the request
 			// may still be queued somewhere, so the lane is retired.
 			if owned && !errors.Is(err, ErrUnknownOutcome) {
-				c.lanes.put(l)
+				c.lanes.Put(l)
 			}
 		}()
 	}

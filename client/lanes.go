@@ -1,6 +1,6 @@
 package client
 
-import "sync"
+import "github.com/kefirdb/kefir/internal/lanes"
 
 // Request ids and lanes. A server's client table (docs/design/client-table.md)
 // keeps, per client id, only the latest executed request number and its
@@ -26,47 +26,6 @@ import "sync"
 // nilext fast path draws its ids here too (its d-log cleanup needs the same
 // one-write-per-id order: nilext.go).
 
-// lane is a client id and its request counter, used by one write at a time.
-type lane struct {
-	id  uint64
-	seq uint64
-}
-
-// lanePool is the client's free lanes.
-type lanePool struct {
-	mu     sync.Mutex
-	free   []*lane
-	closed bool
-}
-
-// get returns a free lane (a new one if none is free), or nil once the
-// client is closed.
-func (p *lanePool) get() *lane {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return nil
-	}
-	if n := len(p.free); n > 0 {
-		l := p.free[n-1]
-		p.free = p.free[:n-1]
-		return l
-	}
-	return &lane{id: randomID()}
-}
-
-// put returns a lane whose write's outcome is settled.
-func (p *lanePool) put(l *lane) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if !p.closed {
-		p.free = append(p.free, l)
-	}
-}
-
-func (p *lanePool) close() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.closed = true
-	p.free = nil
-}
+// The pool is internal/lanes' (shared with a node's forwarder, which gives
+// plain clients' forwarded writes their ids by the same rule).
+type lane = lanes.Lane

@@ -356,15 +356,15 @@ func (p *nilextPath) write(ctx context.Context, kvs []KV, opts []CallOption) (do
 	// every copy of one request id must carry the same bytes: the caller
 	// may reuse its buffers once we return.
 	kvs = cloneKVs(kvs)
-	l := p.c.lanes.get()
+	l := p.c.lanes.Get()
 	if l == nil {
 		return false, nil // closed: the ordered path says so
 	}
-	l.seq++
+	l.Next()
 	if p.broadcast(ctx, t, l, kvs, dur.String()) {
 		p.fast.Add(1)
 		p.missed.Store(0)
-		p.c.lanes.put(l)
+		p.c.lanes.Put(l)
 		return true, nil
 	}
 	// No supermajority in time: take the ordered path with the same id
@@ -379,7 +379,7 @@ func (p *nilextPath) write(ctx context.Context, kvs []KV, opts []CallOption) (do
 	if err := p.fallback(ctx, l, kvs, opts); err != nil {
 		return true, err // the lane is dropped: its id may still have a write in flight
 	}
-	p.c.lanes.put(l)
+	p.c.lanes.Put(l)
 	return true, nil
 }
 
@@ -390,7 +390,7 @@ func (p *nilextPath) broadcast(ctx context.Context, t *topology, l *lane, kvs []
 	defer cancel()
 	acks := make(chan nilextAck, len(t.members))
 	for _, m := range p.members {
-		p.submit(m, &nxItem{id: l.id, seq: l.seq, dur: dur, kvs: kvs, acks: acks})
+		p.submit(m, &nxItem{id: l.ID, seq: l.Seq, dur: dur, kvs: kvs, acks: acks})
 	}
 	tr := ackTracker{t: t}
 	for range t.members {
@@ -550,7 +550,7 @@ func (p *nilextPath) fallback(ctx context.Context, l *lane, kvs []KV, opts []Cal
 	backoff := 5 * time.Millisecond
 	for {
 		r := newCall(replyStatus, true, nil, opts)
-		r.fixedID, r.fixedSeq = l.id, l.seq
+		r.fixedID, r.fixedSeq = l.ID, l.Seq
 		if len(kvs) == 1 {
 			r.cmd = append(r.cmd, arg{s: "SET"}, arg{s: kvs[0].Key}, arg{b: nonNil(kvs[0].Value)})
 		} else {

@@ -2,10 +2,8 @@ package cluster
 
 import (
 	"bytes"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -15,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/lanes"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/resp"
 	"github.com/kefirdb/kefir/internal/shard"
@@ -35,7 +34,8 @@ import (
 //
 // A plain RESP client (redis-cli) has no request id, so it cannot retry a
 // write whose outcome it was not told. The forwarder therefore gives every
-// forwarded write an id (fwdConn.id, seq) and, when the leader does not
+// forwarded write an id — a lane's (internal/lanes: a client id used by one
+// write at a time, taken for the write's whole forward) — and, when the leader does not
 // answer — its connection breaks, it cannot be dialled, it says MOVED or
 // "no leader" or UNAVAILABLE — retries the write itself with that same id,
 // to whichever leader this replica knows by then, until it has the leader's
@@ -47,6 +47,14 @@ import (
 // things is true (fwdGiveUp): the write never reached a node that could have
 // applied it without that node answering ("not applied": safe to retry), or
 // it did ("outcome unknown").
+//
+// One write per id: a write's retries may reach a leader after later writes
+// of the same sender ran there (a pipeline's first write refused while the
+// second ran; a write waiting to retry while its connection served the next
+// forward), and the client table refuses an id's older request number once
+// a newer one executed. While the ids were one per pooled connection, such a
+// retry was refused as "stale request: client X request 1, table has 2" — a
+// user's error for a write sent once (TestGroupsLiveSlotMove under load).
 
 const (
 	fwdMaxHops     = 3
@@ -111,6 +119,9 @@ type forwarder struct {
 	// retryFor bounds how long a forwarded write is retried
 	// (fwdRetryForDefault; tests shorten it).
 	retryFor time.Duration
+	// lanes give forwarded writes that came without a request id theirs
+	// (never closed: a forward after close dials anew).
+	lanes lanes.Pool
 }
 
 type fwdConn struct {
@@ -119,12 +130,6 @@ type fwdConn struct {
 	buf []byte
 	// reused: taken from the idle pool (the leader may have closed it since).
 	reused bool
-	// id and seq are the request ids this connection gives forwarded writes
-	// that came without one (plain redis-cli writes), so that the
-	// forwarder's own retry is answered from the leader's client table
-	// instead of executing twice. One id per connection keeps its seqs in
-	// wire order, as the client table requires.
-	id, seq uint64
 }
 
 // newForwarder dials leaders with password (AUTH; "" none) and, when
@@ -159,7 +164,7 @@ func (f *forwarder) get(addr string) (*fwdConn, error) {
 	if f.tls != nil {
 		nc = tls.Client(nc, f.tls)
 	}
-	c := &fwdConn{nc: nc, rd: resp.NewReader(nc, 0), id: randomID()}
+	c := &fwdConn{nc: nc, rd: resp.NewReader(nc, 0)}
 	if f.password != "" {
 		_ = nc.SetDeadline(time.Now().Add(fwdTimeout))
 		c.buf = resp.AppendCommand(c.buf[:0], []byte("AUTH"), []byte(f.password))
@@ -203,6 +208,29 @@ func (f *forwarder) close() {
 // until every call has the leader's answer or the retry bound (10 s) has passed (see the
 // comment at the top of the file).
 func (f *forwarder) forward(addr string, calls []*Call, leader func() (string, bool)) {
+	// A write without a request id takes a lane for the whole forward; the
+	// lane goes back once the write's outcome is settled: the leader
+	// answered, or no node that could run it read it. One whose outcome
+	// is unknown may still run somewhere, so its lane is dropped.
+	type laned struct {
+		c *Call
+		l *lanes.Lane
+	}
+	var taken []laned
+	for _, c := range calls {
+		if c.Dur != 0 && c.ID.IsZero() {
+			l := f.lanes.Get()
+			c.ID = shard.ReqID{Client: l.ID, Seq: l.Next()}
+			taken = append(taken, laned{c, l})
+		}
+	}
+	defer func() {
+		for _, t := range taken {
+			if t.c.Err == nil || !t.c.maybe {
+				f.lanes.Put(t.l)
+			}
+		}
+	}()
 	retryFor := fwdReadRetryFor
 	for _, c := range calls {
 		if c.Dur != 0 {
@@ -300,8 +328,10 @@ func (c *Call) retryable(retryFor time.Duration) (bool, string) {
 		c.maybe = true
 		return true, ""
 	case c.maybe && strings.Contains(msg, shard.ErrStaleRequest.Error()):
-		// A retry of a pipelined write whose client id has a later request
-		// in the leader's table: the answer to this one is gone, and
+		// A retry of a write whose client id has a later request in the
+		// leader's table (a REQID client that pipelined under one id,
+		// against docs/design/resp-extensions.md; the forwarder's own ids
+		// have one write each): the answer to this one is gone, and
 		// retrying cannot bring it back.
 		c.Err = fwdGiveUp(c, errors.New(msg), retryFor)
 	}
@@ -362,10 +392,6 @@ func failCalls(calls []*Call, err error) {
 func (f *forwarder) exchange(conn *fwdConn, calls []*Call) (n int, err error) {
 	b := conn.buf[:0]
 	for _, c := range calls {
-		if c.Dur != 0 && c.ID.IsZero() {
-			conn.seq++
-			c.ID = shard.ReqID{Client: conn.id, Seq: conn.seq}
-		}
 		b = appendFwd(b, c)
 	}
 	conn.buf = b
@@ -403,17 +429,6 @@ func (f *forwarder) exchange(conn *fwdConn, calls []*Call) (n int, err error) {
 func mayHaveExecuted(calls []*Call) {
 	for _, c := range calls {
 		c.maybe = true
-	}
-}
-
-// randomID returns a random non-zero request client id.
-func randomID() uint64 {
-	var b [8]byte
-	for {
-		_, _ = rand.Read(b[:])
-		if id := binary.LittleEndian.Uint64(b[:]); id != 0 {
-			return id
-		}
 	}
 }
 

@@ -1,9 +1,12 @@
 package cluster
 
 import (
+	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -144,5 +147,149 @@ func TestForwarderSaysWhatItKnowsWhenRetriesRunOut(t *testing.T) {
 	})
 	if fc.Err == nil || !strings.Contains(fc.Err.Error(), "the write's outcome is unknown") {
 		t.Errorf("sent to one that died, then MOVED: %v", fc.Err)
+	}
+}
+
+// tableLeader is a fake leader with a replica group's client table: per
+// client id, the latest executed request number (vr/normal.go's rule: an
+// older number is refused as stale, the same one answered from the table,
+// a newer one executed). refuse says whether a request for key is refused
+// with "no leader" instead (it did not execute: a node that cannot take it).
+type tableLeader struct {
+	mu     sync.Mutex
+	latest map[string]uint64
+	ran    []string // keys executed, in order
+}
+
+func (l *tableLeader) serve(t *testing.T, refuse func(key string) bool) string {
+	l.latest = map[string]uint64{}
+	return fakeLeader(t, func(_ int, args []string) string {
+		key := ""
+		for i, a := range args {
+			if a == "CMD" && i+2 < len(args) {
+				key = args[i+2]
+			}
+		}
+		if refuse(key) {
+			return "-" + ErrNoLeader.Msg + "\r\n"
+		}
+		id, seq, _ := strings.Cut(reqID(args), " ")
+		n, _ := strconv.ParseUint(seq, 10, 64)
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		switch has := l.latest[id]; {
+		case id == "":
+			return "-ERR a forwarded write without a request id\r\n"
+		case n < has:
+			return fmt.Sprintf("-ERR stale request: client %s request %d, table has %d\r\n", id, n, has)
+		case n > has:
+			l.latest[id] = n
+			l.ran = append(l.ran, key)
+		}
+		return "*2\r\n$1\r\n0\r\n+OK\r\n"
+	})
+}
+
+// A forwarded pipeline whose first write is refused (no leader for its
+// slot yet: a move's hand-over) while the second runs: the first is sent
+// again, alone, after the second ran. With one client id for the pipeline
+// its request number is then below the one the table holds, and the user
+// gets "stale request" for a write sent once. Each write has its own id.
+func TestForwardedWriteRetriedAfterALaterOneRanIsNotStale(t *testing.T) {
+	var l tableLeader
+	var tries atomic.Int32
+	addr := l.serve(t, func(key string) bool { return key == "a" && tries.Add(1) == 1 })
+	f := newForwarder("", "", "")
+	defer f.close()
+	a := &Call{Args: [][]byte{[]byte("SET"), []byte("a"), []byte("1")}, Dur: level.Sync}
+	b := &Call{Args: [][]byte{[]byte("SET"), []byte("b"), []byte("1")}, Dur: level.Sync}
+	f.forward(addr, []*Call{a, b}, func() (string, bool) { return addr, true })
+	for _, c := range []*Call{a, b} {
+		if c.Err != nil || string(c.Reply.Str) != "OK" {
+			t.Fatalf("SET %s: %v %v %q; want OK (ran: %q)", c.Args[1], c.Err, c.Reply.Kind, c.Reply.Str, l.ran)
+		}
+	}
+	if fmt.Sprint(l.ran) != "[b a]" {
+		t.Fatalf("executed %q, want b then a", l.ran)
+	}
+}
+
+// The same across two forwards: a write refused once waits to be retried
+// while its pooled connection serves another client's write, which must
+// not take a later request number of the waiting write's id.
+func TestForwardedWriteRetriedAfterAnotherForwardIsNotStale(t *testing.T) {
+	var l tableLeader
+	var bDone atomic.Bool
+	addr := l.serve(t, func(key string) bool { return key == "a" && !bDone.Load() })
+	f := newForwarder("", "", "")
+	defer f.close()
+	a := &Call{Args: [][]byte{[]byte("SET"), []byte("a"), []byte("1")}, Dur: level.Sync}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f.forward(addr, []*Call{a}, func() (string, bool) { return addr, true })
+	}()
+	// Wait for a's first refusal to put its connection back in the pool.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		f.mu.Lock()
+		n := len(f.idle[addr])
+		f.mu.Unlock()
+		if n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a's connection never went back to the pool")
+		}
+	}
+	b := &Call{Args: [][]byte{[]byte("SET"), []byte("b"), []byte("1")}, Dur: level.Sync}
+	f.forward(addr, []*Call{b}, func() (string, bool) { return addr, true })
+	bDone.Store(true)
+	<-done
+	for _, c := range []*Call{a, b} {
+		if c.Err != nil || string(c.Reply.Str) != "OK" {
+			t.Fatalf("SET %s: %v %v %q; want OK (ran: %q)", c.Args[1], c.Err, c.Reply.Kind, c.Reply.Str, l.ran)
+		}
+	}
+}
+
+// A forwarded write's id is its lane's: settled writes hand the lane on (the
+// next write runs as the same client, next number: the table holds one id per
+// write in flight, not one per write), an unknown outcome retires it.
+func TestForwarderLanesAreReusedOnlyWhenSettled(t *testing.T) {
+	var mu sync.Mutex
+	var ids []string
+	die := false
+	addr := fakeLeader(t, func(_ int, args []string) string {
+		mu.Lock()
+		defer mu.Unlock()
+		ids = append(ids, reqID(args))
+		if die {
+			return ""
+		}
+		return "*2\r\n$1\r\n0\r\n+OK\r\n"
+	})
+	f := newForwarder("", "", "")
+	f.retryFor = 200 * time.Millisecond
+	defer f.close()
+	set := func() *Call {
+		c := &Call{Args: [][]byte{[]byte("SET"), []byte("k"), []byte("v")}, Dur: level.Sync}
+		f.forward(addr, []*Call{c}, func() (string, bool) { return addr, true })
+		return c
+	}
+	a, b := set(), set()
+	if a.Err != nil || b.Err != nil || b.ID.Client != a.ID.Client || b.ID.Seq != a.ID.Seq+1 {
+		t.Fatalf("two settled writes: %v %v, ids %+v %+v; want one lane, numbers n and n+1", a.Err, b.Err, a.ID, b.ID)
+	}
+	mu.Lock()
+	die = true
+	mu.Unlock()
+	if c := set(); c.Err == nil || !strings.Contains(c.Err.Error(), "outcome is unknown") || c.ID.Client != a.ID.Client {
+		t.Fatalf("a write whose leader died: %v, id %+v", c.Err, c.ID)
+	}
+	mu.Lock()
+	die = false
+	mu.Unlock()
+	if d := set(); d.Err != nil || d.ID.Client == a.ID.Client {
+		t.Fatalf("after an unknown outcome: %v, id %+v; want a fresh lane, not %d", d.Err, d.ID, a.ID.Client)
 	}
 }

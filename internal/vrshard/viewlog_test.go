@@ -100,6 +100,22 @@ func TestViewChangeAndDepositionAreLoggedCountedAndListed(t *testing.T) {
 		in := c.reps[old].Info()
 		return in.Status == vr.Normal && in.Leader == c.ids[nl]
 	})
+	// The third replica learns the new view from the new leader's
+	// StartView, which may still be on its way when the new leader leads
+	// (under load it was: "replica 3: 0 new-view log lines"). Wait until
+	// every replica has listed and logged it (the event is listed just
+	// before the line is written); the counts below must then be exact.
+	newView := `level=INFO msg="new view" .* leader=` + strconv.FormatUint(c.ids[nl], 10) + ` .*reason=`
+	waitFor(t, "every replica to log the new view", func() bool {
+		for i, r := range c.reps {
+			evs := r.ViewEvents()
+			if len(evs) == 0 || evs[len(evs)-1].Kind != EventNewView || evs[len(evs)-1].Leader != c.ids[nl] ||
+				logs.count(c.ids[i], newView) == 0 {
+				return false
+			}
+		}
+		return true
+	})
 
 	for i, r := range c.reps {
 		id := c.ids[i]
@@ -119,7 +135,7 @@ func TestViewChangeAndDepositionAreLoggedCountedAndListed(t *testing.T) {
 		if st.LeaderChanges != 1 {
 			t.Errorf("replica %d: %d leader changes, want 1", id, st.LeaderChanges)
 		}
-		if n := logs.count(id, `level=INFO msg="new view" .* leader=`+strconv.FormatUint(c.ids[nl], 10)+` .*reason=`); n != 1 {
+		if n := logs.count(id, newView); n != 1 {
 			t.Errorf("replica %d: %d new-view log lines, want 1:\n%s", id, n, logs)
 		}
 		if i == old {

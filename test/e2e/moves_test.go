@@ -429,7 +429,15 @@ func TestGroupsSlotMoveAbortBeforeTheHandOver(t *testing.T) {
 		}
 		return v.Int
 	}
-	before := dbsize()
+	// DBSIZE counts what the asked node has applied (docs/commands.md): the
+	// writes were acknowledged by group 1's leader, and node 1 — a follower
+	// if a view change at start moved the lead, or a leader whose reply
+	// came before its apply — may not have applied them yet (under load
+	// this read 0 once). Wait for all of them.
+	var before int64
+	if !testgroup.Until(10*time.Second, 50*time.Millisecond, func() bool { before = dbsize(); return before >= int64(len(want)) }) {
+		t.Fatalf("DBSIZE %d at %s after writing %d keys", before, g.Nodes[0].ID, len(want))
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	mv := &kcluster.Mover{Seeds: g.Addrs(), Logf: t.Logf, AfterStep: func(step string) {
 		if step == "precopy" {
