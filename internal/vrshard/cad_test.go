@@ -489,8 +489,10 @@ func TestFollowerServesCrossClientMonotonicReadsOnlyWhenReadable(t *testing.T) {
 		t.Fatalf("follower read of a key untouched since R: %+v, %v", r, err)
 	}
 	// Once the leader drops the cut replica, R passes the write and the
-	// follower serves it.
+	// follower serves it (under its read lease, which a stall of the
+	// loaded box may have let lapse meanwhile, as at the start).
 	waitReadable(t, f, res2.Version)
+	waitLease(t, f)
 	r, err = f.Read(ctx, get("k"), level.ConsCrossClient, shard.Session{})
 	if err != nil || string(r.Bulk) != "v2" {
 		t.Fatalf("follower read after R passed the write: %+v, %v", r, err)
