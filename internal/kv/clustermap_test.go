@@ -229,3 +229,29 @@ func TestSlotStepsOfADisplacedDriverAreRefused(t *testing.T) {
 		t.Fatalf("a fenced step writes %q", ws)
 	}
 }
+
+// Review finding (clustermap.go, KindMapMovePlan's "planned again"): two
+// drivers that read the map before either's plan landed both plan the same
+// move (same slots, same epoch: the map's next). The second is answered the
+// beat of the first's live lease, so both drive the move at beat 1 and the
+// groups' driver fence (epoch, beat) cannot tell their steps apart until one
+// of them renews. A second planner must not be handed a lease it does not hold.
+func TestReviewSecondPlannerGetsTheFirstDriversBeat(t *testing.T) {
+	m := mem{}
+	v := uint64(0)
+	apply := func(op *Op) (Result, error) {
+		v++
+		return applyTo(t, m, v, op)
+	}
+	if _, err := apply(&Op{Kind: KindMapInit, Key: AppendClusterMap(nil, testMap())}); err != nil {
+		t.Fatal(err)
+	}
+	rs := []SlotRange{{0, 99}}
+	if res, err := apply(moveOp(KindMapMovePlan, MapMove{From: 1, To: 2, Slots: rs, Epoch: 2, Driver: "a"})); err != nil || res.Int != 1 {
+		t.Fatalf("plan by a: %+v %v", res, err)
+	}
+	res, err := apply(moveOp(KindMapMovePlan, MapMove{From: 1, To: 2, Slots: rs, Epoch: 2, Driver: "b"}))
+	if err == nil && res.Int == 1 {
+		t.Fatalf("driver b's plan of the move driver a holds was answered beat %d: both drive it at the same beat, and the fence admits both", res.Int)
+	}
+}
