@@ -479,6 +479,7 @@ func TestTxnsShareConnections(t *testing.T) {
 // of them in flight aborts with "connection lost" although nothing
 // conflicted. With MaxAttempts 1 the bystander's Txn fails.
 func TestReviewTxnOwnErrorAbortsNeighbours(t *testing.T) {
+	reviewFinding(t)
 	addr := startNode(t, "")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -237,6 +237,7 @@ func TestSlotStepsOfADisplacedDriverAreRefused(t *testing.T) {
 // groups' driver fence (epoch, beat) cannot tell their steps apart until one
 // of them renews. A second planner must not be handed a lease it does not hold.
 func TestReviewSecondPlannerGetsTheFirstDriversBeat(t *testing.T) {
+	reviewFinding(t)
 	m := mem{}
 	v := uint64(0)
 	apply := func(op *Op) (Result, error) {
@@ -266,6 +267,7 @@ func TestReviewSecondPlannerGetsTheFirstDriversBeat(t *testing.T) {
 // routing's rule "a map at epoch E has every move up to E done"
 // (cluster/moves.go owner) is false for the map after the add-node.
 func TestReviewAddNodeDuringAMoveLeavesTwoMapsAtOneEpoch(t *testing.T) {
+	reviewFinding(t)
 	m := mem{}
 	v := uint64(0)
 	apply := func(op *Op) (Result, error) {

@@ -20,6 +20,7 @@ import (
 // serving linearizable reads from the history 1 gave it. A write answered
 // before the read began is missing from the read.
 func TestReviewRestartedMasterRepairsTheWrongChain(t *testing.T) {
+	reviewFinding(t)
 	b := newChainBed(t, 1, 2, 3)
 	if err := b.propose(1, 7, 1, "w1"); err != nil {
 		t.Fatal(err)
@@ -107,6 +108,7 @@ func TestReviewRestartedMasterRepairsTheWrongChain(t *testing.T) {
 // out, and its retry is refused as stale. VR's Advance answers every
 // committed entry (internal/vr/ready.go).
 func TestReviewChainAnswersEveryCommittedWriteOfAClient(t *testing.T) {
+	reviewFinding(t)
 	b := newChainBed(t, 1, 2)
 	dropped := false
 	b.drop = func(m chain.Msg) bool {
