@@ -471,3 +471,58 @@ func TestTxnsShareConnections(t *testing.T) {
 		t.Fatalf("%d connections open after the transactions, want at most 4 (2 of the pool, 2 for transactions)", n)
 	}
 }
+
+// Review finding (client/txn.go, txnOnce's PREPARE error path): a
+// transaction whose commit fails on its own account — here a buffered
+// write's error that surfaces at PREPARE — closes the transaction
+// connection it shares with other, unrelated transactions, and every one
+// of them in flight aborts with "connection lost" although nothing
+// conflicted. With MaxAttempts 1 the bystander's Txn fails.
+func TestReviewTxnOwnErrorAbortsNeighbours(t *testing.T) {
+	reviewFinding(t)
+	addr := startNode(t, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := Dial(ctx, []string{addr}, WithPoolSize(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	began, failed := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		first := true
+		done <- c.Txn(ctx, func(tx *Tx) error {
+			if _, err := tx.Get(ctx, "x"); err != nil && !errors.Is(err, ErrNotFound) {
+				return err
+			}
+			if first {
+				first = false
+				close(began)
+				<-failed
+			}
+			if _, err := tx.Get(ctx, "y"); err != nil && !errors.Is(err, ErrNotFound) {
+				return err
+			}
+			return tx.Set(ctx, "bystander", []byte("1"))
+		}, &TxOptions{MaxAttempts: 1})
+	}()
+	<-began
+	// On the same transaction connection (pool size 1): 4,097 buffered Sets,
+	// the last refused by the server's write-set bound, fail at PREPARE.
+	err = c.Txn(ctx, func(tx *Tx) error {
+		for i := range 4097 {
+			if err := tx.Set(ctx, "k"+strconv.Itoa(i), []byte("v")); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, nil)
+	if err == nil {
+		t.Fatal("the 4,097-write transaction committed")
+	}
+	close(failed)
+	if err := <-done; err != nil {
+		t.Fatalf("an unrelated transaction on the shared connection aborted because another one's commit failed: %v", err)
+	}
+}

@@ -229,3 +229,71 @@ func TestSlotStepsOfADisplacedDriverAreRefused(t *testing.T) {
 		t.Fatalf("a fenced step writes %q", ws)
 	}
 }
+
+// Review finding (clustermap.go, KindMapMovePlan's "planned again"): two
+// drivers that read the map before either's plan landed both plan the same
+// move (same slots, same epoch: the map's next). The second is answered the
+// beat of the first's live lease, so both drive the move at beat 1 and the
+// groups' driver fence (epoch, beat) cannot tell their steps apart until one
+// of them renews. A second planner must not be handed a lease it does not hold.
+func TestReviewSecondPlannerGetsTheFirstDriversBeat(t *testing.T) {
+	reviewFinding(t)
+	m := mem{}
+	v := uint64(0)
+	apply := func(op *Op) (Result, error) {
+		v++
+		return applyTo(t, m, v, op)
+	}
+	if _, err := apply(&Op{Kind: KindMapInit, Key: AppendClusterMap(nil, testMap())}); err != nil {
+		t.Fatal(err)
+	}
+	rs := []SlotRange{{0, 99}}
+	if res, err := apply(moveOp(KindMapMovePlan, MapMove{From: 1, To: 2, Slots: rs, Epoch: 2, Driver: "a"})); err != nil || res.Int != 1 {
+		t.Fatalf("plan by a: %+v %v", res, err)
+	}
+	res, err := apply(moveOp(KindMapMovePlan, MapMove{From: 1, To: 2, Slots: rs, Epoch: 2, Driver: "b"}))
+	if err == nil && res.Int == 1 {
+		t.Fatalf("driver b's plan of the move driver a holds was answered beat %d: both drive it at the same beat, and the fence admits both", res.Int)
+	}
+}
+
+// Review finding (clustermap.go, KindMapAddNode and KindMapMoveDone): an
+// add-node while a move is in flight raises the map's epoch to (or past)
+// the move's, and the move's MoveDone then takes the epoch to
+// max(epoch, move's) — unchanged — while it changes the slots' owner. Two
+// maps with different owners share one epoch, and a node that polls the
+// map (cluster.Multi.pollMap: it adopts only a higher epoch) keeps routing
+// and reporting (CLUSTER SLOTS) the slots at their old owner for good; the
+// routing's rule "a map at epoch E has every move up to E done"
+// (cluster/moves.go owner) is false for the map after the add-node.
+func TestReviewAddNodeDuringAMoveLeavesTwoMapsAtOneEpoch(t *testing.T) {
+	reviewFinding(t)
+	m := mem{}
+	v := uint64(0)
+	apply := func(op *Op) (Result, error) {
+		v++
+		return applyTo(t, m, v, op)
+	}
+	if _, err := apply(&Op{Kind: KindMapInit, Key: AppendClusterMap(nil, testMap())}); err != nil {
+		t.Fatal(err)
+	}
+	rs := []SlotRange{{0, 99}}
+	if _, err := apply(moveOp(KindMapMovePlan, MapMove{From: 1, To: 2, Slots: rs, Epoch: 2, Driver: "a"})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := apply(&Op{Kind: KindMapAddNode, Key: AppendMapNode(nil, MapNode{ID: 4, ClientAddr: "127.0.0.1:4", PeerAddr: "127.0.0.1:14"})}); err != nil {
+		t.Fatal(err)
+	}
+	during := readMap(t, m)
+	if _, err := apply(moveOp(KindMapMoveDone, MapMove{Epoch: 2})); err != nil {
+		t.Fatal(err)
+	}
+	after := readMap(t, m)
+	if after.Owner(50) != 2 || during.Owner(50) != 1 {
+		t.Fatalf("owners: %d during the move, %d after; want 1 then 2", during.Owner(50), after.Owner(50))
+	}
+	if after.Epoch <= during.Epoch {
+		t.Fatalf("the map after the move (slot 50 at group %d) is at epoch %d, the map during it (slot 50 at group %d) at %d: a poller at %d never adopts the move",
+			after.Owner(50), after.Epoch, during.Owner(50), during.Epoch, during.Epoch)
+	}
+}
