@@ -93,6 +93,10 @@ type Call struct {
 	// leader answered UNAVAILABLE): until a reply to a retry says what
 	// happened, its outcome is unknown.
 	maybe bool
+	// ownID: ID was given by the forwarder (fwdConn.id, seq), not by the
+	// client; a retry of a write that certainly did not execute takes a
+	// fresh one (forward).
+	ownID bool
 }
 
 type forwarder struct {
@@ -249,6 +253,19 @@ func (f *forwarder) forward(addr string, calls []*Call, leader func() (string, b
 			if len(again) == 0 {
 				return
 			}
+			for _, c := range again {
+				// A write refused before it could execute (MOVED, no
+				// leader) is, for the leader's client table, a new request:
+				// sent again with its old seq it would be refused as stale
+				// once a later seq of its connection id has run there — a
+				// later call of the same pipeline the refusal spared (a slot
+				// move's window refuses some slots of a group, not others).
+				// One that may have executed keeps its id: its answer is in
+				// the table.
+				if c.ownID && !c.maybe {
+					c.ID, c.ownID = shard.ReqID{}, false
+				}
+			}
 			calls = again
 			if next != "" && next != addr && hops < fwdMaxHops {
 				// Follow a MOVED at once: the node that sent it knows a leader.
@@ -333,6 +350,15 @@ func (f *forwarder) roundTrip(addr string, calls []*Call) {
 		if err == nil {
 			f.forwarded.Add(uint64(len(calls)))
 			conn.reused = false
+			if retiring(calls) {
+				// A write it carried may have executed and will be retried
+				// with its id: no other forward may advance that id's seq
+				// at the leader meanwhile (the retry would be refused as
+				// stale and its outcome lost), so the id retires with the
+				// connection.
+				conn.nc.Close()
+				return
+			}
 			f.put(addr, conn)
 			return
 		}
@@ -346,6 +372,19 @@ func (f *forwarder) roundTrip(addr string, calls []*Call) {
 		failCalls(calls[n:], fmt.Errorf("forward to leader %s: %w", addr, err))
 		return
 	}
+}
+
+// retiring reports whether calls hold a write given its id by the
+// forwarder that may have executed and will be retried (a leader's
+// UNAVAILABLE): its connection must not carry other writes.
+func retiring(calls []*Call) bool {
+	for _, c := range calls {
+		msg := string(c.Reply.Str)
+		if c.ownID && c.Dur != 0 && c.Err == nil && c.Reply.Kind == resp.Error && strings.HasPrefix(msg, "UNAVAILABLE ") && msg != ErrNoLeader.Msg {
+			return true
+		}
+	}
+	return false
 }
 
 // failCalls records that calls got no reply, for err. Whether a write among
@@ -364,7 +403,7 @@ func (f *forwarder) exchange(conn *fwdConn, calls []*Call) (n int, err error) {
 	for _, c := range calls {
 		if c.Dur != 0 && c.ID.IsZero() {
 			conn.seq++
-			c.ID = shard.ReqID{Client: conn.id, Seq: conn.seq}
+			c.ID, c.ownID = shard.ReqID{Client: conn.id, Seq: conn.seq}, true
 		}
 		b = appendFwd(b, c)
 	}
