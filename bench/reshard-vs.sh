@@ -13,13 +13,15 @@
 # memory = Redis without persistence against Kefir async.
 #
 # Usage: bench/reshard-vs.sh [-m durable|memory|both] [-k 50000,200000] [-s 64,1024] [-c 16]
-#        [-S 10s] [-A 3s] [-p 34500] [-o redis|kefir] [-x "extra kefir move-slots flags"] [-j OUT.jsonl]
+#        [-S 10s] [-A 3s] [-p 34500] [-y redis,kefir] [-x "kefir move-slots flags[;flags...]"] [-j OUT.jsonl]
+# -y: the systems, in the first cell's order (then rotated cell by cell); -x: extra flags of
+# kefir cluster move-slots, one Kefir run per ';'-separated variant (e.g. "-x ';--page-pause 50ms'").
 # Ports: Redis PORT+1..3 (cluster bus +10000), Kefir clients PORT+101..103, peers +201..,
 # HTTP +301.. (the bench's range on the shared box: 34500-34999 and buses 44500-44999).
 set -euo pipefail
 MODES=durable; KEYS=50000,200000; SIZES=64,1024; CLIENTS=16; STEADY=10s; AFTER=3s; PORT=34500
-FIRST=redis; XMOVE=""; JSON=""
-while getopts "m:k:s:c:S:A:p:o:x:j:" o; do
+SYSTEMS=redis,kefir; XMOVE=""; JSON=""
+while getopts "m:k:s:c:S:A:p:y:x:j:" o; do
 	case $o in
 	m) MODES=$OPTARG ;;
 	k) KEYS=$OPTARG ;;
@@ -28,10 +30,10 @@ while getopts "m:k:s:c:S:A:p:o:x:j:" o; do
 	S) STEADY=$OPTARG ;;
 	A) AFTER=$OPTARG ;;
 	p) PORT=$OPTARG ;;
-	o) FIRST=$OPTARG ;;
+	y) SYSTEMS=$OPTARG ;;
 	x) XMOVE=$OPTARG ;;
 	j) JSON=$OPTARG ;;
-	*) sed -n '2,19p' "$0" >&2; exit 2 ;;
+	*) sed -n '2,21p' "$0" >&2; exit 2 ;;
 	esac
 done
 [ "$MODES" = both ] && MODES=durable,memory
@@ -101,8 +103,8 @@ kefir_up() {
 	echo "kefir cluster not ok; see $WORK/k" >&2; return 1
 }
 
-cell() { # SYSTEM MODE KEYS SIZE
-	local sys=$1 mode=$2 keys=$3 size=$4 addrs pids move
+cell() { # SYSTEM MODE KEYS SIZE [KEFIR MOVE FLAGS]
+	local sys=$1 mode=$2 keys=$3 size=$4 xmove=${5:-} addrs pids move
 	if [ "$sys" = redis ]; then
 		redis_up "$mode"
 		addrs=127.0.0.1:$((PORT + 1)),127.0.0.1:$((PORT + 2)),127.0.0.1:$((PORT + 3))
@@ -115,8 +117,8 @@ cell() { # SYSTEM MODE KEYS SIZE
 		kefir_up "$mode"
 		addrs=127.0.0.1:$((PORT + 101)),127.0.0.1:$((PORT + 102)),127.0.0.1:$((PORT + 103))
 		pids=$(cat "$WORK"/kefir-*.pid | paste -sd,)
-		move="$WORK/kefir cluster move-slots --addr $addrs --from 1 --to 2 --slots 0-5460 --json $XMOVE"
-		sys="kefir($([ "$mode" = durable ] && echo sync || echo async))"
+		move="$WORK/kefir cluster move-slots --addr $addrs --from 1 --to 2 --slots 0-5460 --json $xmove"
+		sys="kefir($([ "$mode" = durable ] && echo sync || echo async)${xmove:+ $xmove})"
 	fi
 	"$WORK/reshardvs" -system "$sys" -addrs "$addrs" -pids "$pids" -keys "$keys" -size "$size" -c "$CLIENTS" \
 		-steady "$STEADY" -after "$AFTER" -move "$move" -json "$JSON" || echo "$sys: FAILED" >&2
@@ -125,18 +127,25 @@ cell() { # SYSTEM MODE KEYS SIZE
 	rm -rf "$WORK/r" "$WORK/k"
 }
 
-echo "Command: \`bash bench/reshard-vs.sh -m $MODES -k $KEYS -s $SIZES -c $CLIENTS -S $STEADY -A $AFTER -o $FIRST${XMOVE:+ -x \"$XMOVE\"}\`;" \
+echo "Command: \`bash bench/reshard-vs.sh -m $MODES -k $KEYS -s $SIZES -c $CLIENTS -S $STEADY -A $AFTER -y $SYSTEMS${XMOVE:+ -x \"$XMOVE\"}\`;" \
 	"$(date -u +%Y-%m-%dT%H:%MZ); $(nproc) cores; load $(cut -d' ' -f1-3 /proc/loadavg); Kefir at $(git rev-parse --short HEAD);" \
 	"$(redis-server --version | grep -o 'v=[0-9.]*')"
-order=("$FIRST" "$([ "$FIRST" = redis ] && echo kefir || echo redis)")
+# The runs of a cell: redis, and kefir once per -x variant.
+order=()
+IFS=',' read -ra syss <<<"$SYSTEMS"
+IFS=';' read -ra variants <<<"${XMOVE:-}"
+[ ${#variants[@]} -gt 0 ] || variants=("")
+for sys in "${syss[@]}"; do
+	if [ "$sys" = kefir ]; then for v in "${variants[@]}"; do order+=("kefir|$v"); done; else order+=("$sys|"); fi
+done
 for mode in ${MODES//,/ }; do
 	for keys in ${KEYS//,/ }; do
 		for size in ${SIZES//,/ }; do
-			for sys in "${order[@]}"; do
-				echo; echo "=== $sys $mode keys=$keys size=$size ($(date -u +%H:%M:%S), load $(cut -d' ' -f1 /proc/loadavg))"
-				cell "$sys" "$mode" "$keys" "$size"
+			for run in "${order[@]}"; do
+				echo; echo "=== ${run%%|*} ${run#*|} $mode keys=$keys size=$size ($(date -u +%H:%M:%S), load $(cut -d' ' -f1 /proc/loadavg))"
+				cell "${run%%|*}" "$mode" "$keys" "$size" "${run#*|}"
 			done
-			order=("${order[1]}" "${order[0]}")
+			order=("${order[@]:1}" "${order[0]}") # rotate: who goes first alternates
 		done
 	done
 done

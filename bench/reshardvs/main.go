@@ -203,6 +203,9 @@ func run(name string, addrs []string, pids []int, nkeys, size, clients int, read
 		fmt.Printf("  %3d %-6s %7.0f %7.2f %7.2f %8.1f %d\n", int(s/time.Second), ph, st.rate, ms(st.p50), ms(st.p99), ms(st.max), st.errs)
 	}
 	sd, mv := stats(window(all, steadyFrom, moveFrom), moveFrom-steadyFrom), stats(window(all, moveFrom, moveTo), moveTo-moveFrom)
+	// After the move: a second look at the steady state, for a box whose
+	// other load drifts (a ratio far from after_ops ÷ steady_ops is noise).
+	af := stats(window(all, moveTo, end), end-moveTo)
 	cpuSteady := (cpuMove0 - cpuSteady0).Seconds()
 	cpuMove := (cpuMove1 - cpuMove0).Seconds()
 	sum := map[string]any{
@@ -217,6 +220,7 @@ func run(name string, addrs []string, pids []int, nkeys, size, clients int, read
 		"server_cores_steady": cpuSteady / (moveFrom - steadyFrom).Seconds(),
 		"mover_cpu_s":         moverCPU.Seconds(), "move_ok": moveErr == nil,
 	}
+	fmt.Printf("%s: after the move %.0f ops/s (p99 %.2f ms)\n", name, af.rate, ms(af.p99))
 	fmt.Printf("%s: steady %.0f ops/s (p50 %.2f p99 %.2f max %.1f ms), during the move %.0f ops/s = %.2f× (p50 %.2f p99 %.2f = %.2f× max %.1f ms), %d errors during / %d steady;"+
 		" move %.2f s for %d keys (%.1f MB of values); server CPU %.2f s during the move (%.2f cores, steady %.2f cores), the mover %.2f s\n",
 		name, sd.rate, ms(sd.p50), ms(sd.p99), ms(sd.max), mv.rate, mv.rate/sd.rate, ms(mv.p50), ms(mv.p99), float64(mv.p99)/float64(sd.p99), ms(mv.max),
