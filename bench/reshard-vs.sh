@@ -13,15 +13,17 @@
 # memory = Redis without persistence against Kefir async.
 #
 # Usage: bench/reshard-vs.sh [-m durable|memory|both] [-k 50000,200000] [-s 64,1024] [-c 16]
-#        [-S 10s] [-A 3s] [-p 34500] [-y redis,kefir] [-x "kefir move-slots flags[;flags...]"] [-j OUT.jsonl]
+#        [-S 10s] [-A 3s] [-p 34500] [-y redis,kefir] [-x "kefir move-slots flags[;flags...]"] [-j OUT.jsonl] [-P DIR]
 # -y: the systems, in the first cell's order (then rotated cell by cell); -x: extra flags of
-# kefir cluster move-slots, one Kefir run per ';'-separated variant (e.g. "-x ';--page-pause 50ms'").
+# kefir cluster move-slots, one Kefir run per ';'-separated variant (e.g. "-x ';--page-pause 50ms'");
+# -P DIR: CPU profiles (pprof, 6 s from the move's start) of nodes 1 and 2 (the source's and the
+# destination's leaders) into DIR, one pair per Kefir run.
 # Ports: Redis PORT+1..3 (cluster bus +10000), Kefir clients PORT+101..103, peers +201..,
 # HTTP +301.. (the bench's range on the shared box: 34500-34999 and buses 44500-44999).
 set -euo pipefail
 MODES=durable; KEYS=50000,200000; SIZES=64,1024; CLIENTS=16; STEADY=10s; AFTER=3s; PORT=34500
-SYSTEMS=redis,kefir; XMOVE=""; JSON=""
-while getopts "m:k:s:c:S:A:p:y:x:j:" o; do
+SYSTEMS=redis,kefir; XMOVE=""; JSON=""; PROF=""
+while getopts "m:k:s:c:S:A:p:y:x:j:P:" o; do
 	case $o in
 	m) MODES=$OPTARG ;;
 	k) KEYS=$OPTARG ;;
@@ -33,7 +35,8 @@ while getopts "m:k:s:c:S:A:p:y:x:j:" o; do
 	y) SYSTEMS=$OPTARG ;;
 	x) XMOVE=$OPTARG ;;
 	j) JSON=$OPTARG ;;
-	*) sed -n '2,21p' "$0" >&2; exit 2 ;;
+	P) PROF=$OPTARG; mkdir -p "$PROF" ;;
+	*) sed -n '2,23p' "$0" >&2; exit 2 ;;
 	esac
 done
 [ "$MODES" = both ] && MODES=durable,memory
@@ -118,6 +121,10 @@ cell() { # SYSTEM MODE KEYS SIZE [KEFIR MOVE FLAGS]
 		addrs=127.0.0.1:$((PORT + 101)),127.0.0.1:$((PORT + 102)),127.0.0.1:$((PORT + 103))
 		pids=$(cat "$WORK"/kefir-*.pid | paste -sd,)
 		move="$WORK/kefir cluster move-slots --addr $addrs --from 1 --to 2 --slots 0-5460 --json $xmove"
+		if [ -n "$PROF" ]; then
+			local tag; tag="$mode-$keys-$size${xmove:+-${xmove//[^a-z0-9]/}}"
+			move="for n in 1 2; do curl -s -o $PROF/n\$n-$tag.pb 'http://127.0.0.1:'\$(($PORT + 300 + n))'/debug/pprof/profile?seconds=6' >/dev/null 2>&1 & done; $move"
+		fi
 		sys="kefir($([ "$mode" = durable ] && echo sync || echo async)${xmove:+ $xmove})"
 	fi
 	"$WORK/reshardvs" -system "$sys" -addrs "$addrs" -pids "$pids" -keys "$keys" -size "$size" -c "$CLIENTS" \
