@@ -219,6 +219,7 @@ func run(name string, addrs []string, pids []int, nkeys, size, clients int, read
 		"server_cpu_s_move": cpuMove, "server_cores_move": cpuMove / (moveTo - moveFrom).Seconds(),
 		"server_cores_steady": cpuSteady / (moveFrom - steadyFrom).Seconds(),
 		"mover_cpu_s":         moverCPU.Seconds(), "move_ok": moveErr == nil,
+		"after_ops": af.rate, "after_p99_ms": ms(af.p99),
 	}
 	fmt.Printf("%s: after the move %.0f ops/s (p99 %.2f ms)\n", name, af.rate, ms(af.p99))
 	fmt.Printf("%s: steady %.0f ops/s (p50 %.2f p99 %.2f max %.1f ms), during the move %.0f ops/s = %.2f× (p50 %.2f p99 %.2f = %.2f× max %.1f ms), %d errors during / %d steady;"+
