@@ -1,10 +1,10 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"slices"
 	"strconv"
 	"sync"
@@ -39,39 +39,16 @@ func startFakeSlots(t *testing.T, nkeys int) (*fakeSlots, string) {
 	for i := range nkeys {
 		f.keys["1"] = append(f.keys["1"], fmt.Sprintf("k%04d", i))
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			nc, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go f.serve(nc)
+	// forward_test.go's loopback server, answering with f.do's values.
+	addr := fakeLeader(t, func(_ int, args []string) string {
+		var b bytes.Buffer
+		w := resp.NewWriter(&b, 0)
+		if w.WriteValue(f.do(args)) != nil || w.Flush() != nil {
+			return ""
 		}
-	}()
-	return f, ln.Addr().String()
-}
-
-func (f *fakeSlots) serve(nc net.Conn) {
-	defer nc.Close()
-	rd, w := resp.NewReader(nc, 0), resp.NewWriter(nc, 0)
-	for {
-		v, err := rd.ReadValue()
-		if err != nil {
-			return
-		}
-		var args []string
-		for _, e := range v.Elems {
-			args = append(args, string(e.Str))
-		}
-		if err := w.WriteValue(f.do(args)); err != nil || w.Flush() != nil {
-			return
-		}
-	}
+		return b.String()
+	})
+	return f, addr
 }
 
 func (f *fakeSlots) do(args []string) resp.Value {
