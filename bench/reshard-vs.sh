@@ -110,7 +110,10 @@ kefir_up() {
 cell() { # SYSTEM MODE KEYS SIZE [KEFIR MOVE FLAGS]
 	local sys=$1 mode=$2 keys=$3 size=$4 xmove=${5:-} addrs pids move
 	if [ "$sys" = redis ]; then
-		redis_up "$mode" || { echo "$sys: did not start"; tail -3 "$WORK"/r/*.log; stop_pids "$WORK" 'redis-*.pid'; return 0; }
+		# The range's ports are also in the kernel's ephemeral range: one may be taken for a
+		# moment by someone's outgoing connection. Try twice.
+		redis_up "$mode" || { tail -n 3 "$WORK"/r/*.log; stop_pids "$WORK" 'redis-*.pid'; redis_up "$mode"; } ||
+			{ echo "$sys: did not start"; tail -n 3 "$WORK"/r/*.log; stop_pids "$WORK" 'redis-*.pid'; return 0; }
 		addrs=127.0.0.1:$((PORT + 1)),127.0.0.1:$((PORT + 2)),127.0.0.1:$((PORT + 3))
 		pids=$(cat "$WORK"/redis-*.pid | paste -sd,)
 		local from to
@@ -118,7 +121,8 @@ cell() { # SYSTEM MODE KEYS SIZE [KEFIR MOVE FLAGS]
 		move="redis-cli --cluster reshard 127.0.0.1:$((PORT + 1)) --cluster-from $from --cluster-to $to --cluster-slots 5461 --cluster-yes >$WORK/r/reshard.log 2>&1; rc=\$?; tail -3 $WORK/r/reshard.log; exit \$rc"
 		sys="redis($([ "$mode" = durable ] && echo appendfsync-always || echo no-persistence))"
 	else
-		kefir_up "$mode" || { echo "$sys: did not start"; tail -3 "$WORK"/k/n*.log; stop_pids "$WORK" 'kefir-*.pid'; return 0; }
+		kefir_up "$mode" || { tail -n 3 "$WORK"/k/n*.log; stop_pids "$WORK" 'kefir-*.pid'; kefir_up "$mode"; } ||
+			{ echo "$sys: did not start"; tail -n 3 "$WORK"/k/n*.log; stop_pids "$WORK" 'kefir-*.pid'; return 0; }
 		addrs=127.0.0.1:$((PORT + 101)),127.0.0.1:$((PORT + 102)),127.0.0.1:$((PORT + 103))
 		pids=$(cat "$WORK"/kefir-*.pid | paste -sd,)
 		move="$WORK/kefir cluster move-slots --addr $addrs --from 1 --to 2 --slots 0-5460 --json $xmove"
