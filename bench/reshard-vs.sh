@@ -145,8 +145,9 @@ echo "Command: \`bash bench/reshard-vs.sh -m $MODES -k $KEYS -s $SIZES -c $CLIEN
 # The runs of a cell: redis, and kefir once per -x variant.
 order=()
 IFS=',' read -ra syss <<<"$SYSTEMS"
-IFS=';' read -ra variants <<<"${XMOVE:-}"
-[ ${#variants[@]} -gt 0 ] || variants=("")
+# Split -x at ';', keeping empty variants (unpaced) wherever they are: read -a drops a trailing one.
+variants=(); rest="$XMOVE;"
+while [ -n "$rest" ]; do variants+=("${rest%%;*}"); rest=${rest#*;}; done
 for sys in "${syss[@]}"; do
 	if [ "$sys" = kefir ]; then for v in "${variants[@]}"; do order+=("kefir|$v"); done; else order+=("$sys|"); fi
 done
