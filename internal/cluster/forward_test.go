@@ -12,6 +12,7 @@ import (
 
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/resp"
+	"github.com/kefirdb/kefir/internal/shard"
 )
 
 // fakeLeader serves forwarded requests on a loopback port with answer, which
@@ -291,5 +292,115 @@ func TestForwarderLanesAreReusedOnlyWhenSettled(t *testing.T) {
 	mu.Unlock()
 	if d := set(); d.Err != nil || d.ID.Client == a.ID.Client {
 		t.Fatalf("after an unknown outcome: %v, id %+v; want a fresh lane, not %d", d.Err, d.ID, a.ID.Client)
+	}
+}
+
+// staleTable is a leader's client table as the fake leaders below keep it:
+// the latest seq run per client id, and its reply; an older seq is refused
+// as stale, the latest answered again (shard's client table).
+type staleTable struct {
+	mu   sync.Mutex
+	last map[string]int
+	runs int
+}
+
+func (tb *staleTable) run(args []string, reply string) string {
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	f := strings.Fields(reqID(args))
+	if len(f) != 2 {
+		return "-ERR fake: no REQID\r\n"
+	}
+	seq, _ := strconv.Atoi(f[1])
+	switch last, ok := tb.last[f[0]]; {
+	case ok && seq < last:
+		return "-ERR " + shard.ErrStaleRequest.Error() + "\r\n"
+	case ok && seq == last:
+		return reply // answered from the table
+	}
+	tb.last[f[0]] = seq
+	tb.runs++
+	return reply
+}
+
+// A forwarded write refused before it ran (no leader: a slot in a move's
+// window) is retried while another forward has used its pooled connection:
+// the connection's id has a later seq at the leader by then. The retry
+// takes a fresh id; with its old one the leader refuses it as stale and
+// the client gets an error for a write that never ran (seen in
+// bench/reshard-vs.sh: a few per move).
+func TestForwarderRetryOfARefusedWriteIsNotStale(t *testing.T) {
+	tb := &staleTable{last: map[string]int{}}
+	var refuse atomic.Bool
+	refuse.Store(true)
+	const ok = "*2\r\n$1\r\n0\r\n+OK\r\n"
+	addr := fakeLeader(t, func(_ int, args []string) string {
+		if refuse.Load() {
+			return "-" + ErrNoLeader.Msg + "\r\n"
+		}
+		return tb.run(args, ok)
+	})
+	f := newForwarder("", "", "")
+	defer f.close()
+	a := &Call{Args: [][]byte{[]byte("SET"), []byte("a"), []byte("1")}, Dur: level.Sync}
+	b := &Call{Args: [][]byte{[]byte("SET"), []byte("b"), []byte("1")}, Dur: level.Sync}
+	other := false
+	f.forward(addr, []*Call{a}, func() (string, bool) {
+		if !other {
+			// Between a's attempts: the slot is served again, and
+			// another forward runs b on the pooled connection.
+			other = true
+			refuse.Store(false)
+			f.forward(addr, []*Call{b}, func() (string, bool) { return addr, true })
+		}
+		return addr, true
+	})
+	if b.Err != nil || b.Reply.Kind != resp.Simple {
+		t.Fatalf("b: %v %v", b.Err, b.Reply)
+	}
+	if a.Err != nil || a.Reply.Kind != resp.Simple {
+		t.Fatalf("a, refused and then retried: %v %v; want OK", a.Err, a.Reply)
+	}
+	if tb.runs != 2 {
+		t.Fatalf("%d writes ran, want 2", tb.runs)
+	}
+}
+
+// A forwarded write the leader may have run (it answered UNAVAILABLE) is
+// retried with its id; no other forward may take its connection meanwhile
+// and advance that id's seq, or the retry is refused as stale and the
+// client told "outcome unknown" for a write the table could have answered.
+func TestForwarderRetryOfAMaybeWriteIsAnsweredFromTheTable(t *testing.T) {
+	tb := &staleTable{last: map[string]int{}}
+	var first atomic.Bool
+	first.Store(true)
+	const ok = "*2\r\n$1\r\n0\r\n+OK\r\n"
+	addr := fakeLeader(t, func(_ int, args []string) string {
+		reply := tb.run(args, ok)
+		if first.CompareAndSwap(true, false) {
+			return "-UNAVAILABLE commit timed out\r\n" // it ran; the answer was lost
+		}
+		return reply
+	})
+	f := newForwarder("", "", "")
+	defer f.close()
+	a := &Call{Args: [][]byte{[]byte("INCR"), []byte("a")}, Dur: level.Sync}
+	b := &Call{Args: [][]byte{[]byte("SET"), []byte("b"), []byte("1")}, Dur: level.Sync}
+	other := false
+	f.forward(addr, []*Call{a}, func() (string, bool) {
+		if !other {
+			other = true
+			f.forward(addr, []*Call{b}, func() (string, bool) { return addr, true })
+		}
+		return addr, true
+	})
+	if b.Err != nil || b.Reply.Kind != resp.Simple {
+		t.Fatalf("b: %v %v", b.Err, b.Reply)
+	}
+	if a.Err != nil || a.Reply.Kind != resp.Simple {
+		t.Fatalf("a, run and retried: %v %v; want the table's OK", a.Err, a.Reply)
+	}
+	if tb.runs != 2 {
+		t.Fatalf("%d writes ran, want 2 (a once)", tb.runs)
 	}
 }

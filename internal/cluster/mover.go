@@ -46,8 +46,11 @@ type Mover struct {
 	// Page is how many keys one DUMP reads and one LOAD writes (default
 	// 1024).
 	Page int
-	// PagePause is slept after each page of the pre-copy: a rate limit
-	// that leaves the groups' leaders to their clients (0: none).
+	// PagePause is slept after each page read or written outside the
+	// hand-over's window — the pre-copy's, the key listings' and the
+	// purge's — a rate limit that leaves the groups' leaders to their
+	// clients (0: none). The window's own pages (final copy, deletions,
+	// request marks) are never paced: the slots are held meanwhile.
 	PagePause time.Duration
 	// RetryFor bounds how long one step is retried while no leader answers
 	// (default 30 s).
@@ -217,7 +220,7 @@ func (mv *Mover) Move(ctx context.Context, from, to GroupID, rs []kv.SlotRange) 
 		// window, which then holds one listing (the source's) instead of
 		// two.
 		dstKeys := map[string]bool{}
-		if err := mv.scan(ctx, to, ranges, false, func(k []byte) error {
+		if err := mv.scan(ctx, to, ranges, func(k []byte) error {
 			dstKeys[string(k)] = true
 			return nil
 		}); err != nil {
@@ -241,7 +244,7 @@ func (mv *Mover) Move(ctx context.Context, from, to GroupID, rs []kv.SlotRange) 
 				dels = kv.AppendSlotImport(dels, []byte(k), nil, nil, nil, true)
 			}
 		}
-		if err := mv.load(ctx, to, dels); err != nil {
+		if err := mv.load(ctx, to, dels, false); err != nil {
 			return out, fmt.Errorf("move-slots: final deletions: %w", err)
 		}
 		out.Deleted = len(dels) / 3
@@ -259,7 +262,7 @@ func (mv *Mover) Move(ctx context.Context, from, to GroupID, rs []kv.SlotRange) 
 				marks = kv.AppendSlotClientMark(marks, binary.BigEndian.Uint64(id), cv.Elems[i+1].Str)
 			}
 		}
-		if err := mv.load(ctx, to, marks); err != nil {
+		if err := mv.load(ctx, to, marks, false); err != nil {
 			return out, fmt.Errorf("move-slots: request marks: %w", err)
 		}
 		out.Marks = len(marks) / 3
@@ -273,13 +276,13 @@ func (mv *Mover) Move(ctx context.Context, from, to GroupID, rs []kv.SlotRange) 
 	// The source's copy: unreachable (its fence), purged so that its key
 	// counts and scans are right.
 	var purge [][]byte
-	if err := mv.scan(ctx, from, ranges, false, func(k []byte) error {
+	if err := mv.scan(ctx, from, ranges, func(k []byte) error {
 		purge = kv.AppendSlotImport(purge, k, nil, nil, nil, true)
 		return nil
 	}); err != nil {
 		return out, fmt.Errorf("move-slots: list group %d's old keys: %w", from, err)
 	}
-	if err := mv.load(ctx, from, purge); err != nil {
+	if err := mv.load(ctx, from, purge, true); err != nil {
 		return out, fmt.Errorf("move-slots: purge group %d: %w", from, err)
 	}
 	out.Purged = len(purge) / 3
@@ -349,13 +352,13 @@ func (mv *Mover) Abort(ctx context.Context, from, to GroupID, rs []kv.SlotRange)
 			ranges, src.State, from, dst.State, to)
 	}
 	var purge [][]byte
-	if err := mv.scan(ctx, to, ranges, false, func(k []byte) error {
+	if err := mv.scan(ctx, to, ranges, func(k []byte) error {
 		purge = kv.AppendSlotImport(purge, k, nil, nil, nil, true)
 		return nil
 	}); err != nil {
 		return fmt.Errorf("move-slots: abort: list group %d's copy: %w", to, err)
 	}
-	if err := mv.load(ctx, to, purge); err != nil {
+	if err := mv.load(ctx, to, purge, true); err != nil {
 		return fmt.Errorf("move-slots: abort: purge group %d's copy: %w", to, err)
 	}
 	if mv.Meta {
@@ -391,18 +394,14 @@ func (mv *Mover) copy(ctx context.Context, from, to GroupID, ranges string, sinc
 				keys[string(k.Str)] = true
 			}
 		}
-		if err := mv.load(ctx, to, entries); err != nil {
+		if err := mv.load(ctx, to, entries, false); err != nil {
 			return n, at, err
 		}
 		n += len(entries) / 3
 		if !frozen {
 			mv.after("precopy-page")
-			if mv.PagePause > 0 {
-				select {
-				case <-ctx.Done():
-					return n, at, ctx.Err()
-				case <-time.After(mv.PagePause):
-				}
+			if err := mv.rest(ctx); err != nil {
+				return n, at, err
 			}
 		}
 		if v.Elems[0].Kind != resp.Bulk || len(v.Elems[0].Str) == 0 {
@@ -412,11 +411,17 @@ func (mv *Mover) copy(ctx context.Context, from, to GroupID, ranges string, sinc
 	}
 }
 
-// scan visits every key of ranges at group id.
-func (mv *Mover) scan(ctx context.Context, id GroupID, ranges string, frozen bool, visit func(k []byte) error) error {
+// scan visits every key of ranges at group id, resting (PagePause) after
+// each page: no listing runs in the hand-over's window.
+func (mv *Mover) scan(ctx context.Context, id GroupID, ranges string, visit func(k []byte) error) error {
 	var cursor []byte
-	for {
-		v, err := mv.dump(ctx, id, ranges, cursor, ^uint64(0)>>1, frozen)
+	for page := 0; ; page++ {
+		if page > 0 {
+			if err := mv.rest(ctx); err != nil {
+				return err
+			}
+		}
+		v, err := mv.dump(ctx, id, ranges, cursor, ^uint64(0)>>1, false)
 		if err != nil {
 			return err
 		}
@@ -454,10 +459,16 @@ func (mv *Mover) dump(ctx context.Context, id GroupID, ranges string, cursor []b
 	return v, nil
 }
 
-// load writes entries (triples) into group id, a page per LOAD.
-func (mv *Mover) load(ctx context.Context, id GroupID, entries [][]byte) error {
+// load writes entries (triples) into group id, a page per LOAD; paced, it
+// rests (PagePause) between pages (outside the hand-over's window only).
+func (mv *Mover) load(ctx context.Context, id GroupID, entries [][]byte, paced bool) error {
 	per := 3 * mv.page()
-	for len(entries) > 0 {
+	for first := true; len(entries) > 0; first = false {
+		if paced && !first {
+			if err := mv.rest(ctx); err != nil {
+				return err
+			}
+		}
 		n := min(per, len(entries))
 		args := append([][]byte{[]byte("KEFIR.SLOTS"), []byte("LOAD"), []byte(strconv.FormatUint(uint64(id), 10))}, entries[:n]...)
 		if _, err := mv.doBytes(ctx, args); err != nil {
@@ -530,6 +541,21 @@ func (mv *Mover) page() int {
 		return mv.Page
 	}
 	return 1024
+}
+
+// rest sleeps PagePause (the rate limit), or until ctx ends.
+func (mv *Mover) rest(ctx context.Context) error {
+	if mv.PagePause <= 0 {
+		return nil
+	}
+	t := time.NewTimer(mv.PagePause)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 func (mv *Mover) logf(format string, args ...any) {
