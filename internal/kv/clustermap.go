@@ -426,7 +426,17 @@ func mapStep(m *ClusterMap, op *Op) (*ClusterMap, Result, error) {
 				g.Slots = rangesOf(own)
 			}
 		}
-		n.Epoch = max(n.Epoch, done.Epoch)
+		if op.Kind == KindMapMoveDone {
+			// A change of owners raises the epoch above every epoch the
+			// map had (a poller adopts only a newer one). The move's epoch
+			// is above the map's, since nothing raises the map's while a
+			// move is in flight; n.Epoch+1 covers a map an add-node took
+			// to the move's epoch before that rule (one written by an
+			// older version), which would otherwise keep its epoch.
+			n.Epoch = max(n.Epoch+1, done.Epoch)
+		} else {
+			n.Epoch = max(n.Epoch, done.Epoch)
+		}
 		return n, Result{Kind: ResInt, Int: int64(n.Epoch)}, nil
 	}
 	return nil, Result{}, fmt.Errorf("%w: %s", ErrInvalidOp, op.Kind)

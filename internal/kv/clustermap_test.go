@@ -314,3 +314,21 @@ func TestMapAddNodeDuringAMoveKeepsTheEpochBelowTheMove(t *testing.T) {
 			after.Owner(50), after.Epoch, during.Owner(50), during.Epoch, during.Epoch)
 	}
 }
+
+// A map an add-node took to the epoch of the move in flight (written by a
+// version before the rule above) is healed by the move's MoveDone: its
+// change of owners still raises the epoch, past the one pollers saw.
+func TestMapMoveDoneRaisesTheEpochOfAMapAtTheMovesEpoch(t *testing.T) {
+	m := mem{}
+	cm := testMap()
+	cm.Epoch = 2
+	cm.Nodes = append(cm.Nodes, MapNode{ID: 4, ClientAddr: "127.0.0.1:4", PeerAddr: "127.0.0.1:14"})
+	cm.Moves = []MapMove{{From: 1, To: 2, Slots: []SlotRange{{0, 99}}, Epoch: 2, Driver: "a", Beat: 1}}
+	m[string(ClusterMapKey)] = memVal{val: string(AppendClusterMap(nil, cm)), ver: 1}
+	if res, err := applyTo(t, m, 2, moveOp(KindMapMoveDone, MapMove{Epoch: 2})); err != nil || res.Int != 3 {
+		t.Fatalf("MoveDone of the move at epoch 2 on a map at epoch 2: %+v %v, want epoch 3", res, err)
+	}
+	if after := readMap(t, m); after.Epoch != 3 || after.Owner(50) != 2 {
+		t.Fatalf("after MoveDone: slot 50 at group %d, epoch %d; want group 2 at epoch 3", after.Owner(50), after.Epoch)
+	}
+}
