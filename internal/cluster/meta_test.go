@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -165,4 +166,29 @@ func TestMultiWithoutAMetadataReplicaPollsTheMap(t *testing.T) {
 	cm.Epoch = 3
 	mu.Unlock()
 	wait(3)
+}
+
+// Two drivers of one move with the same name (two `kefir cluster
+// move-slots` of the default name, or two Movers of one process) must
+// record distinct names: the map answers a plan of a move already planned
+// only to the driver its record names (kv's KindMapMovePlan), so a shared
+// name would hand the second driver the first one's lease (review
+// finding 2). The name given stays readable in front of the token.
+func TestMoversOfOneNameRecordDistinctDrivers(t *testing.T) {
+	a, b := &Mover{Driver: "ops"}, &Mover{Driver: "ops"}
+	a.identify()
+	b.identify()
+	if a.Driver == b.Driver || !strings.HasPrefix(a.Driver, "ops #") || !strings.HasPrefix(b.Driver, "ops #") {
+		t.Fatalf("two drivers named %q record %q and %q", "ops", a.Driver, b.Driver)
+	}
+	d := a.Driver
+	a.identify()
+	if a.Driver != d {
+		t.Fatalf("a driver's name changed from %q to %q: its claims would not match its plan", d, a.Driver)
+	}
+	var c Mover
+	c.identify()
+	if !strings.HasPrefix(c.Driver, "kefir cluster move-slots #") {
+		t.Fatalf("a driver without a name records %q", c.Driver)
+	}
 }

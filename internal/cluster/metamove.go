@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -66,9 +67,7 @@ func (mv *Mover) plan(ctx context.Context, from, to GroupID, rs []kv.SlotRange, 
 	if err != nil {
 		return 0, err
 	}
-	if mv.Driver == "" {
-		mv.Driver = "kefir cluster move-slots"
-	}
+	mv.identify()
 	ranges := FormatSlotRanges(rs)
 	// The map records at most one move in flight (KindMapMovePlan).
 	if len(cm.Moves) > 0 {
@@ -100,6 +99,26 @@ func (mv *Mover) plan(ctx context.Context, from, to GroupID, rs []kv.SlotRange, 
 	return epoch, nil
 }
 
+// identify makes Driver this driver's own name in the metadata group's
+// record: the name given (default "kefir cluster move-slots") and a random
+// token. Two drivers of one move that both read the map before either's
+// plan landed send the same plan; the map answers the beat only to the
+// driver the record names (a retry) and refuses the other, so the two must
+// never share a name — with the same name both would drive at beat 1, and
+// the groups' driver fence (epoch, beat) would admit the steps of both.
+func (mv *Mover) identify() {
+	if mv.identified {
+		return
+	}
+	if mv.Driver == "" {
+		mv.Driver = "kefir cluster move-slots"
+	}
+	var b [6]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand panics rather than return short)
+	mv.Driver = fmt.Sprintf("%s #%x", mv.Driver, b)
+	mv.identified = true
+}
+
 // takeRecord takes over the record of the move of rs from group from to
 // group to (an abort: nothing is planned; errNoRecord if there is none).
 func (mv *Mover) takeRecord(ctx context.Context, from, to GroupID, rs []kv.SlotRange) error {
@@ -107,9 +126,7 @@ func (mv *Mover) takeRecord(ctx context.Context, from, to GroupID, rs []kv.SlotR
 	if err != nil {
 		return err
 	}
-	if mv.Driver == "" {
-		mv.Driver = "kefir cluster move-slots"
-	}
+	mv.identify()
 	for _, rec := range cm.Moves {
 		if rec.From == uint64(from) && rec.To == uint64(to) && slices.Equal(rec.Slots, rs) {
 			return mv.takeOver(ctx, rec)

@@ -65,8 +65,10 @@ type Mover struct {
 	// first step, MoveDone after the last) and drives it under a lease
 	// there (metamove.go); off, the move is only in the two groups' tables.
 	Meta bool
-	// Driver names this driver in the metadata group's record.
-	Driver string
+	// Driver names this driver in the metadata group's record; the first
+	// record op appends a random token (identify): each driver's own.
+	Driver     string
+	identified bool
 	// Lease is the driver's lease (default DefaultLease).
 	Lease time.Duration
 	// TakeOver is the beat of a recorded move this driver takes over

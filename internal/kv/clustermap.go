@@ -10,7 +10,9 @@ import (
 // 28, docs/design/cluster.md §4). One reserved record (ClusterMapKey) holds
 // the nodes (id and addresses), the data groups (members, slot ranges), the
 // moves in flight, and the map epoch, raised by every change of who owns a
-// slot or of the nodes (MoveDone, MoveAbort, AddNode). It is changed only by
+// slot (MoveDone, to the move's epoch, above every epoch the map had: no
+// op raises it while a move is in flight), by MoveAbort and by AddNode
+// when no move is in flight. It is changed only by
 // the KindMap* ops in the metadata group's log, so every replica of that
 // group holds the same map at the same op, and like any record it is in every
 // snapshot, state transfer and crash replay.
@@ -31,7 +33,9 @@ import (
 //	KindMapMovePlan   Key: a move (From, To, Slots, Epoch, Driver). Refused
 //	                  unless From owns every slot, the epoch is above the
 //	                  map's and no other move is in flight; the same move
-//	                  planned again is a no-op. Int: the move's beat.
+//	                  planned again by its driver is a no-op, by another
+//	                  driver refused (it must claim a lapsed lease).
+//	                  Int: the move's beat.
 //	KindMapMoveClaim  Key: a move (Epoch, Driver, Beat): the move at Epoch
 //	                  gets Driver and its beat goes up, if its beat is Beat
 //	                  (a lease renewed, or taken over). Int: the new beat.
@@ -42,6 +46,8 @@ import (
 //	                  went through it).
 //	KindMapAddNode    Key: a node. Added to the map (no group: it gets
 //	                  slots only by moves); the same node again is a no-op.
+//	                  The epoch goes up by one, unless a move is in flight
+//	                  (then it stays below the move's until MoveDone).
 
 // ClusterMapKey is the reserved record that holds the metadata group's map.
 var ClusterMapKey = ReservedKey("clustermap")
@@ -319,7 +325,18 @@ func mapStep(m *ClusterMap, op *Op) (*ClusterMap, Result, error) {
 		n := m.clone()
 		n.Nodes = append(n.Nodes, nd)
 		slices.SortFunc(n.Nodes, func(a, b MapNode) int { return cmpU64(a.ID, b.ID) })
-		n.Epoch++
+		// The epoch moves with the node list, so a node that polls the map
+		// (it adopts only a newer epoch) learns the node — unless a move is
+		// in flight: its epoch is above the map's, and the map must not
+		// reach it before MoveDone (a map at epoch E has every move up to E
+		// done, and two maps at one epoch have the same owners), nor may
+		// MoveDone's change of owners then leave the epoch where a poller
+		// already saw it. The node reaches the pollers at the move's end,
+		// which raises the epoch to the move's; hosted replicas see it at
+		// once (they adopt every new version of the record).
+		if len(n.Moves) == 0 {
+			n.Epoch++
+		}
 		return n, Result{Kind: ResInt, Int: int64(n.Epoch)}, nil
 	}
 	mv, err := DecodeMapMove(op.Key)
@@ -332,7 +349,18 @@ func mapStep(m *ClusterMap, op *Op) (*ClusterMap, Result, error) {
 		if i >= 0 {
 			cur := m.Moves[i]
 			if cur.From == mv.From && cur.To == mv.To && slices.Equal(cur.Slots, mv.Slots) {
-				return nil, Result{Kind: ResInt, Int: int64(cur.Beat)}, nil // planned again
+				// Planned again. Only by the driver that holds the lease
+				// (a retry) is it answered the beat: another driver that
+				// read the map before this plan landed would otherwise
+				// drive the move at the holder's beat, and the groups'
+				// driver fence (epoch, beat) could not tell their steps
+				// apart. Drivers name themselves uniquely
+				// (cluster.Mover's driver token); another one takes the
+				// move over only by a claim of a lease it saw lapse.
+				if cur.Driver != mv.Driver {
+					return nil, Result{}, errMap("the move at epoch %d is driven by %q (beat %d), not %q: take it over by a claim once its lease lapses", cur.Epoch, cur.Driver, cur.Beat, mv.Driver)
+				}
+				return nil, Result{Kind: ResInt, Int: int64(cur.Beat)}, nil
 			}
 		}
 		if len(m.Moves) > 0 {
@@ -398,7 +426,17 @@ func mapStep(m *ClusterMap, op *Op) (*ClusterMap, Result, error) {
 				g.Slots = rangesOf(own)
 			}
 		}
-		n.Epoch = max(n.Epoch, done.Epoch)
+		if op.Kind == KindMapMoveDone {
+			// A change of owners raises the epoch above every epoch the
+			// map had (a poller adopts only a newer one). The move's epoch
+			// is above the map's, since nothing raises the map's while a
+			// move is in flight; n.Epoch+1 covers a map an add-node took
+			// to the move's epoch before that rule (one written by an
+			// older version), which would otherwise keep its epoch.
+			n.Epoch = max(n.Epoch+1, done.Epoch)
+		} else {
+			n.Epoch = max(n.Epoch, done.Epoch)
+		}
 		return n, Result{Kind: ResInt, Int: int64(n.Epoch)}, nil
 	}
 	return nil, Result{}, fmt.Errorf("%w: %s", ErrInvalidOp, op.Kind)

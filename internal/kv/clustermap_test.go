@@ -230,14 +230,15 @@ func TestSlotStepsOfADisplacedDriverAreRefused(t *testing.T) {
 	}
 }
 
-// Review finding (clustermap.go, KindMapMovePlan's "planned again"): two
-// drivers that read the map before either's plan landed both plan the same
-// move (same slots, same epoch: the map's next). The second is answered the
-// beat of the first's live lease, so both drive the move at beat 1 and the
-// groups' driver fence (epoch, beat) cannot tell their steps apart until one
-// of them renews. A second planner must not be handed a lease it does not hold.
-func TestReviewSecondPlannerGetsTheFirstDriversBeat(t *testing.T) {
-	reviewFinding(t)
+// A second planner of a move already planned (two drivers that read the
+// map before either's plan landed: same slots, same epoch, the map's next)
+// must not be answered the first one's beat: both would drive the move at
+// beat 1, and the groups' driver fence (epoch, beat) could not tell their
+// steps apart until one of them renewed — a delayed pre-copy import of one
+// could land after the other's final copy. It is refused (it may claim a
+// lease it saw lapse); the holder's own retry is still answered its beat.
+// (Review finding 2.)
+func TestMapPlanOfAPlannedMoveByAnotherDriverIsRefused(t *testing.T) {
 	m := mem{}
 	v := uint64(0)
 	apply := func(op *Op) (Result, error) {
@@ -255,19 +256,32 @@ func TestReviewSecondPlannerGetsTheFirstDriversBeat(t *testing.T) {
 	if err == nil && res.Int == 1 {
 		t.Fatalf("driver b's plan of the move driver a holds was answered beat %d: both drive it at the same beat, and the fence admits both", res.Int)
 	}
+	if !errors.Is(err, ErrSlotTransition) {
+		t.Fatalf("driver b's plan of the move driver a holds: %+v %v, want a refusal", res, err)
+	}
+	if res, err := apply(moveOp(KindMapMovePlan, MapMove{From: 1, To: 2, Slots: rs, Epoch: 2, Driver: "a"})); err != nil || res.Int != 1 || res.Version != 0 {
+		t.Fatalf("driver a's plan again (a retry): %+v %v, want beat 1 and no change", res, err)
+	}
+	// b takes the move over by a claim; then a's plan is refused too.
+	if res, err := apply(moveOp(KindMapMoveClaim, MapMove{Epoch: 2, Driver: "b", Beat: 1})); err != nil || res.Int != 2 {
+		t.Fatalf("b's claim: %+v %v", res, err)
+	}
+	if _, err := apply(moveOp(KindMapMovePlan, MapMove{From: 1, To: 2, Slots: rs, Epoch: 2, Driver: "a"})); !errors.Is(err, ErrSlotTransition) {
+		t.Fatalf("the displaced driver a's plan again: %v, want a refusal", err)
+	}
 }
 
-// Review finding (clustermap.go, KindMapAddNode and KindMapMoveDone): an
-// add-node while a move is in flight raises the map's epoch to (or past)
-// the move's, and the move's MoveDone then takes the epoch to
-// max(epoch, move's) — unchanged — while it changes the slots' owner. Two
-// maps with different owners share one epoch, and a node that polls the
-// map (cluster.Multi.pollMap: it adopts only a higher epoch) keeps routing
+// An add-node while a move is in flight must not raise the map's epoch to
+// (or past) the move's: MoveDone then takes the epoch to max(epoch,
+// move's) — unchanged — while it changes the slots' owner, so two maps with
+// different owners would share one epoch, and a node that polls the map
+// (cluster.Multi.pollMap: it adopts only a higher epoch) would keep routing
 // and reporting (CLUSTER SLOTS) the slots at their old owner for good; the
 // routing's rule "a map at epoch E has every move up to E done"
-// (cluster/moves.go owner) is false for the map after the add-node.
-func TestReviewAddNodeDuringAMoveLeavesTwoMapsAtOneEpoch(t *testing.T) {
-	reviewFinding(t)
+// (cluster/moves.go owner) would be false for the map after the add-node.
+// The node joins the map at once; the epoch moves at MoveDone. (Review
+// finding 3.)
+func TestMapAddNodeDuringAMoveKeepsTheEpochBelowTheMove(t *testing.T) {
 	m := mem{}
 	v := uint64(0)
 	apply := func(op *Op) (Result, error) {
@@ -285,6 +299,9 @@ func TestReviewAddNodeDuringAMoveLeavesTwoMapsAtOneEpoch(t *testing.T) {
 		t.Fatal(err)
 	}
 	during := readMap(t, m)
+	if len(during.Nodes) != 4 || during.Epoch >= 2 {
+		t.Fatalf("the map after an add-node during the move at epoch 2: %d nodes at epoch %d, want 4 nodes below epoch 2", len(during.Nodes), during.Epoch)
+	}
 	if _, err := apply(moveOp(KindMapMoveDone, MapMove{Epoch: 2})); err != nil {
 		t.Fatal(err)
 	}
@@ -295,5 +312,23 @@ func TestReviewAddNodeDuringAMoveLeavesTwoMapsAtOneEpoch(t *testing.T) {
 	if after.Epoch <= during.Epoch {
 		t.Fatalf("the map after the move (slot 50 at group %d) is at epoch %d, the map during it (slot 50 at group %d) at %d: a poller at %d never adopts the move",
 			after.Owner(50), after.Epoch, during.Owner(50), during.Epoch, during.Epoch)
+	}
+}
+
+// A map an add-node took to the epoch of the move in flight (written by a
+// version before the rule above) is healed by the move's MoveDone: its
+// change of owners still raises the epoch, past the one pollers saw.
+func TestMapMoveDoneRaisesTheEpochOfAMapAtTheMovesEpoch(t *testing.T) {
+	m := mem{}
+	cm := testMap()
+	cm.Epoch = 2
+	cm.Nodes = append(cm.Nodes, MapNode{ID: 4, ClientAddr: "127.0.0.1:4", PeerAddr: "127.0.0.1:14"})
+	cm.Moves = []MapMove{{From: 1, To: 2, Slots: []SlotRange{{0, 99}}, Epoch: 2, Driver: "a", Beat: 1}}
+	m[string(ClusterMapKey)] = memVal{val: string(AppendClusterMap(nil, cm)), ver: 1}
+	if res, err := applyTo(t, m, 2, moveOp(KindMapMoveDone, MapMove{Epoch: 2})); err != nil || res.Int != 3 {
+		t.Fatalf("MoveDone of the move at epoch 2 on a map at epoch 2: %+v %v, want epoch 3", res, err)
+	}
+	if after := readMap(t, m); after.Epoch != 3 || after.Owner(50) != 2 {
+		t.Fatalf("after MoveDone: slot 50 at group %d, epoch %d; want group 2 at epoch 3", after.Owner(50), after.Epoch)
 	}
 }
