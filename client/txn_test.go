@@ -3,7 +3,9 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -524,5 +526,157 @@ func TestTxnOwnErrorSparesNeighbours(t *testing.T) {
 	close(failed)
 	if err := <-done; err != nil {
 		t.Fatalf("an unrelated transaction on the shared connection aborted because another one's commit failed: %v", err)
+	}
+}
+
+// bystander runs, on c's transaction connection (pool size 1), a
+// transaction with MaxAttempts 1 that begins, closes began, waits until
+// release is closed, then reads once more, writes and commits: whatever
+// another transaction did in between must not abort it. done receives its
+// Txn's error.
+func bystander(ctx context.Context, c *Client, key string) (began, release chan struct{}, done chan error) {
+	began, release, done = make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() {
+		first := true
+		done <- c.Txn(ctx, func(tx *Tx) error {
+			if _, err := tx.Get(ctx, "x"); err != nil && !errors.Is(err, ErrNotFound) {
+				return err
+			}
+			if first {
+				first = false
+				close(began)
+				<-release
+			}
+			if _, err := tx.Get(ctx, "y"); err != nil && !errors.Is(err, ErrNotFound) {
+				return err
+			}
+			return tx.Set(ctx, key, []byte("1"))
+		}, &TxOptions{MaxAttempts: 1})
+	}()
+	return began, release, done
+}
+
+// A transaction whose handle the server already ended — as it ends one too
+// old, answering -TXABORT — gets "no such transaction" for the ABORT that
+// ends it on the client's side: a well-formed error reply, which leaves the
+// shared transaction connection open. It closed it before (end closed the
+// connection when ABORT failed), aborting the bystander with "connection
+// lost". The server's end is played here by an ABORT of the handle sent
+// from fn.
+func TestTxnEndedHandleSparesNeighbours(t *testing.T) {
+	addr := startNode(t, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := Dial(ctx, []string{addr}, WithPoolSize(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	began, release, done := bystander(ctx, c, "bystander")
+	<-began
+	own := errors.New("fn's own error")
+	err = c.Txn(ctx, func(tx *Tx) error {
+		if _, err := tx.Get(ctx, "z"); err != nil && !errors.Is(err, ErrNotFound) {
+			return err
+		}
+		r := tx.request(replyStatus, "ABORT")
+		if err := pipeline(ctx, tx.cn, nil, r); err != nil {
+			return err
+		}
+		if err := r.err; err != nil {
+			return fmt.Errorf("the test's ABORT: %w", err)
+		}
+		putRequest(r)
+		return own
+	}, nil)
+	if !errors.Is(err, own) {
+		t.Fatalf("Txn = %v, want fn's error", err)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatalf("an unrelated transaction on the shared connection aborted because another one's handle was already ended: %v", err)
+	}
+}
+
+// A transaction whose fn returns because its own context ended (between
+// calls: no reply is awaited) leaves the shared transaction connection
+// open: its ABORT is not waited for, so the ended context has nothing to
+// cancel. It closed it before (end waited for the ABORT's reply under the
+// ended context, and a wait cut short closes the connection), aborting the
+// bystander, whose context is still good.
+func TestTxnCancelledContextSparesNeighbours(t *testing.T) {
+	addr := startNode(t, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := Dial(ctx, []string{addr}, WithPoolSize(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	began, release, done := bystander(ctx, c, "bystander")
+	<-began
+	cctx, ccancel := context.WithCancel(ctx)
+	err = c.Txn(cctx, func(tx *Tx) error {
+		if _, err := tx.Get(cctx, "z"); err != nil && !errors.Is(err, ErrNotFound) {
+			return err
+		}
+		ccancel()
+		return cctx.Err()
+	}, nil)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Txn = %v, want context.Canceled", err)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatalf("an unrelated transaction on the shared connection aborted because another one's context ended: %v", err)
+	}
+}
+
+// A panic in fn goes on up through Txn, and the transaction's share of its
+// connection is released (and its handle ended) on the way: the connection
+// stays open with no transaction counted on it. Before, each panic left one
+// count behind (txOpen), so a client whose fns panicked 8 times had a
+// transaction connection it took for full forever.
+func TestTxnPanicReleasesConnection(t *testing.T) {
+	addr := startNode(t, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := Dial(ctx, []string{addr}, WithPoolSize(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for i := range 20 {
+		func() {
+			defer func() {
+				if p := recover(); p != "boom" {
+					t.Fatalf("recovered %v, want fn's panic", p)
+				}
+			}()
+			_ = c.Txn(ctx, func(tx *Tx) error {
+				if i%2 == 1 { // begun, or not: both release
+					if _, err := tx.Get(ctx, "x"); err != nil && !errors.Is(err, ErrNotFound) {
+						return err
+					}
+				}
+				panic("boom")
+			}, nil)
+		}()
+	}
+	c.txs.mu.Lock()
+	conns := slices.Clone(c.txs.conns)
+	c.txs.mu.Unlock()
+	if len(conns) != 1 {
+		t.Fatalf("%d transaction connections kept, want 1", len(conns))
+	}
+	cn := conns[0]
+	cn.mu.Lock()
+	open, broken := cn.txOpen, cn.broken
+	cn.mu.Unlock()
+	if open != 0 || broken != nil {
+		t.Fatalf("after 20 panics in fn: %d transactions counted on the connection (want 0), broken: %v", open, broken)
+	}
+	if err := c.Txn(ctx, func(tx *Tx) error { return tx.Set(ctx, "after", []byte("1")) }, nil); err != nil {
+		t.Fatal(err)
 	}
 }
