@@ -315,10 +315,22 @@ func (t *Tx) call(ctx context.Context, kind replyKind, sub string, args ...any) 
 		if err != nil {
 			putAll(writes) // they named a handle that does not exist
 			putRequest(r)
-			// A refused BEGIN took no handle, but the BEGINs queued after
-			// it counted on it: the connection's count is off, and so
-			// are theirs (they abort at their answer's check below).
-			t.cn.close()
+			// A refused BEGIN took no handle. If no BEGIN was queued
+			// after it, the connection's count is taken back and the
+			// connection stays in step (others' transactions may be
+			// open on it). Otherwise those BEGINs counted on its handle:
+			// their handles are off (they abort at their answer's check
+			// below), and the connection is closed.
+			cn := t.cn
+			cn.mu.Lock()
+			last := strconv.FormatUint(cn.txNext, 10) == t.h
+			if last {
+				cn.txNext--
+			}
+			cn.mu.Unlock()
+			if !last {
+				cn.close()
+			}
 			t.failed = t.beginFailed(err)
 			return nil, false, t.failed
 		}

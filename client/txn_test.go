@@ -7,6 +7,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -678,5 +679,62 @@ func TestTxnPanicReleasesConnection(t *testing.T) {
 	}
 	if err := c.Txn(ctx, func(tx *Tx) error { return tx.Set(ctx, "after", []byte("1")) }, nil); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A BEGIN the server refuses (here: its 16 open transactions per
+// connection are reached) took no handle; when no BEGIN was queued after
+// it, the client takes back the handle it counted (conn.txNext) and the
+// shared transaction connection stays open: the refused transaction fails
+// with the server's error, and the bystander open on the connection
+// commits. The connection was closed for every refused BEGIN before,
+// aborting the bystander. The other 14 transactions are opened by hand,
+// counted as Txn counts its BEGINs.
+func TestTxnRefusedBeginSparesNeighbours(t *testing.T) {
+	addr := startNode(t, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := Dial(ctx, []string{addr}, WithPoolSize(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	began, release, done := bystander(ctx, c, "bystander")
+	<-began
+	c.txs.mu.Lock()
+	cn := c.txs.conns[0]
+	c.txs.mu.Unlock()
+	var begins []*request
+	for range 15 {
+		r := newCall(replyInt, false, nil, nil)
+		r.allowRedirect = false
+		r.cmd = append(r.cmd, arg{s: "KEFIR.TX"}, arg{s: "BEGIN"})
+		begins = append(begins, r)
+	}
+	if err := pipeline(ctx, cn, func() { cn.txNext += 15 }, begins...); err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range begins {
+		if r.err != nil || r.n != int64(i+2) {
+			t.Fatalf("hand-made BEGIN %d: %d, %v", i, r.n, r.err)
+		}
+		putRequest(r)
+	}
+	err = c.Txn(ctx, func(tx *Tx) error {
+		_, err := tx.Get(ctx, "z")
+		return err
+	}, &TxOptions{MaxAttempts: 1})
+	if err == nil || !strings.Contains(err.Error(), "too many open transactions") {
+		t.Fatalf("Txn past the server's open transactions = %v, want its refusal", err)
+	}
+	cn.mu.Lock()
+	next, broken := cn.txNext, cn.broken
+	cn.mu.Unlock()
+	if next != 16 || broken != nil {
+		t.Fatalf("after the refused BEGIN: the connection counts %d handles (want 16), broken: %v", next, broken)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatalf("an unrelated transaction on the shared connection aborted because another one's BEGIN was refused: %v", err)
 	}
 }
