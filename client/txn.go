@@ -91,7 +91,14 @@ type Tx struct {
 // until the commit. fn must not keep tx, and should have no effects besides
 // tx's: it may run several times. An error fn returns aborts the
 // transaction and is returned as is (unless it wraps ErrTxAborted: then fn
-// is retried). A commit whose outcome is unknown returns ErrUnknownOutcome.
+// is retried). A panic in fn ends the transaction and goes on up. A commit
+// whose outcome is unknown returns ErrUnknownOutcome.
+//
+// A transaction's failure (its own error reply, fn's error, fn's panic)
+// does not disturb the transactions sharing its connection: only a reply
+// left unread (a context that ended while a call waited) or a connection
+// whose handle count went off (a refused BEGIN with BEGINs queued after it)
+// closes the connection, and aborts those.
 func (c *Client) Txn(ctx context.Context, fn func(tx *Tx) error, opts *TxOptions) error {
 	var o TxOptions
 	if opts != nil {
