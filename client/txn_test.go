@@ -483,37 +483,10 @@ func TestTxnsShareConnections(t *testing.T) {
 // it aborted with "connection lost" although nothing conflicted; with
 // MaxAttempts 1 the bystander's Txn failed.
 func TestTxnOwnErrorSparesNeighbours(t *testing.T) {
-	addr := startNode(t, "")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c, err := Dial(ctx, []string{addr}, WithPoolSize(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	began, failed := make(chan struct{}), make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		first := true
-		done <- c.Txn(ctx, func(tx *Tx) error {
-			if _, err := tx.Get(ctx, "x"); err != nil && !errors.Is(err, ErrNotFound) {
-				return err
-			}
-			if first {
-				first = false
-				close(began)
-				<-failed
-			}
-			if _, err := tx.Get(ctx, "y"); err != nil && !errors.Is(err, ErrNotFound) {
-				return err
-			}
-			return tx.Set(ctx, "bystander", []byte("1"))
-		}, &TxOptions{MaxAttempts: 1})
-	}()
-	<-began
+	ctx, c, spared := withBystander(t)
 	// On the same transaction connection (pool size 1): 4,097 buffered Sets,
 	// the last refused by the server's write-set bound, fail at PREPARE.
-	err = c.Txn(ctx, func(tx *Tx) error {
+	err := c.Txn(ctx, func(tx *Tx) error {
 		for i := range 4097 {
 			if err := tx.Set(ctx, "k"+strconv.Itoa(i), []byte("v")); err != nil {
 				return err
@@ -524,19 +497,25 @@ func TestTxnOwnErrorSparesNeighbours(t *testing.T) {
 	if err == nil {
 		t.Fatal("the 4,097-write transaction committed")
 	}
-	close(failed)
-	if err := <-done; err != nil {
-		t.Fatalf("an unrelated transaction on the shared connection aborted because another one's commit failed: %v", err)
-	}
+	spared("another one's commit failed")
 }
 
-// bystander runs, on c's transaction connection (pool size 1), a
-// transaction with MaxAttempts 1 that begins, closes began, waits until
-// release is closed, then reads once more, writes and commits: whatever
-// another transaction did in between must not abort it. done receives its
-// Txn's error.
-func bystander(ctx context.Context, c *Client, key string) (began, release chan struct{}, done chan error) {
-	began, release, done = make(chan struct{}), make(chan struct{}), make(chan error, 1)
+// withBystander dials a client with one transaction connection (pool size
+// 1) to a node of its own and runs on it a bystander: a transaction with
+// MaxAttempts 1 that has begun when withBystander returns, and waits, to
+// read once more, write and commit when spared is called — which fails the
+// test if it aborted, because of what the test did meanwhile (why).
+func withBystander(t *testing.T) (ctx context.Context, c *Client, spared func(why string)) {
+	t.Helper()
+	addr := startNode(t, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	c, err := Dial(ctx, []string{addr}, WithPoolSize(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	began, release, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
 	go func() {
 		first := true
 		done <- c.Txn(ctx, func(tx *Tx) error {
@@ -551,10 +530,17 @@ func bystander(ctx context.Context, c *Client, key string) (began, release chan 
 			if _, err := tx.Get(ctx, "y"); err != nil && !errors.Is(err, ErrNotFound) {
 				return err
 			}
-			return tx.Set(ctx, key, []byte("1"))
+			return tx.Set(ctx, "bystander", []byte("1"))
 		}, &TxOptions{MaxAttempts: 1})
 	}()
-	return began, release, done
+	<-began
+	return ctx, c, func(why string) {
+		t.Helper()
+		close(release)
+		if err := <-done; err != nil {
+			t.Fatalf("an unrelated transaction on the shared connection aborted because %s: %v", why, err)
+		}
+	}
 }
 
 // A transaction whose handle the server already ended — as it ends one too
@@ -565,18 +551,9 @@ func bystander(ctx context.Context, c *Client, key string) (began, release chan 
 // lost". The server's end is played here by an ABORT of the handle sent
 // from fn.
 func TestTxnEndedHandleSparesNeighbours(t *testing.T) {
-	addr := startNode(t, "")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c, err := Dial(ctx, []string{addr}, WithPoolSize(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	began, release, done := bystander(ctx, c, "bystander")
-	<-began
+	ctx, c, spared := withBystander(t)
 	own := errors.New("fn's own error")
-	err = c.Txn(ctx, func(tx *Tx) error {
+	err := c.Txn(ctx, func(tx *Tx) error {
 		if _, err := tx.Get(ctx, "z"); err != nil && !errors.Is(err, ErrNotFound) {
 			return err
 		}
@@ -593,10 +570,7 @@ func TestTxnEndedHandleSparesNeighbours(t *testing.T) {
 	if !errors.Is(err, own) {
 		t.Fatalf("Txn = %v, want fn's error", err)
 	}
-	close(release)
-	if err := <-done; err != nil {
-		t.Fatalf("an unrelated transaction on the shared connection aborted because another one's handle was already ended: %v", err)
-	}
+	spared("another one's handle was already ended")
 }
 
 // A transaction whose fn returns because its own context ended (between
@@ -606,18 +580,9 @@ func TestTxnEndedHandleSparesNeighbours(t *testing.T) {
 // ended context, and a wait cut short closes the connection), aborting the
 // bystander, whose context is still good.
 func TestTxnCancelledContextSparesNeighbours(t *testing.T) {
-	addr := startNode(t, "")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c, err := Dial(ctx, []string{addr}, WithPoolSize(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	began, release, done := bystander(ctx, c, "bystander")
-	<-began
+	ctx, c, spared := withBystander(t)
 	cctx, ccancel := context.WithCancel(ctx)
-	err = c.Txn(cctx, func(tx *Tx) error {
+	err := c.Txn(cctx, func(tx *Tx) error {
 		if _, err := tx.Get(cctx, "z"); err != nil && !errors.Is(err, ErrNotFound) {
 			return err
 		}
@@ -627,10 +592,7 @@ func TestTxnCancelledContextSparesNeighbours(t *testing.T) {
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("Txn = %v, want context.Canceled", err)
 	}
-	close(release)
-	if err := <-done; err != nil {
-		t.Fatalf("an unrelated transaction on the shared connection aborted because another one's context ended: %v", err)
-	}
+	spared("another one's context ended")
 }
 
 // A panic in fn goes on up through Txn, and the transaction's share of its
@@ -691,16 +653,7 @@ func TestTxnPanicReleasesConnection(t *testing.T) {
 // aborting the bystander. The other 14 transactions are opened by hand,
 // counted as Txn counts its BEGINs.
 func TestTxnRefusedBeginSparesNeighbours(t *testing.T) {
-	addr := startNode(t, "")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c, err := Dial(ctx, []string{addr}, WithPoolSize(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	began, release, done := bystander(ctx, c, "bystander")
-	<-began
+	ctx, c, spared := withBystander(t)
 	c.txs.mu.Lock()
 	cn := c.txs.conns[0]
 	c.txs.mu.Unlock()
@@ -720,7 +673,7 @@ func TestTxnRefusedBeginSparesNeighbours(t *testing.T) {
 		}
 		putRequest(r)
 	}
-	err = c.Txn(ctx, func(tx *Tx) error {
+	err := c.Txn(ctx, func(tx *Tx) error {
 		_, err := tx.Get(ctx, "z")
 		return err
 	}, &TxOptions{MaxAttempts: 1})
@@ -733,8 +686,5 @@ func TestTxnRefusedBeginSparesNeighbours(t *testing.T) {
 	if next != 16 || broken != nil {
 		t.Fatalf("after the refused BEGIN: the connection counts %d handles (want 16), broken: %v", next, broken)
 	}
-	close(release)
-	if err := <-done; err != nil {
-		t.Fatalf("an unrelated transaction on the shared connection aborted because another one's BEGIN was refused: %v", err)
-	}
+	spared("another one's BEGIN was refused")
 }
