@@ -91,7 +91,14 @@ type Tx struct {
 // until the commit. fn must not keep tx, and should have no effects besides
 // tx's: it may run several times. An error fn returns aborts the
 // transaction and is returned as is (unless it wraps ErrTxAborted: then fn
-// is retried). A commit whose outcome is unknown returns ErrUnknownOutcome.
+// is retried). A panic in fn ends the transaction and goes on up. A commit
+// whose outcome is unknown returns ErrUnknownOutcome.
+//
+// A transaction's failure (its own error reply, fn's error, fn's panic)
+// does not disturb the transactions sharing its connection: only a reply
+// left unread (a context that ended while a call waited) or a connection
+// whose handle count went off (a refused BEGIN with BEGINs queued after it)
+// closes the connection, and aborts those.
 func (c *Client) Txn(ctx context.Context, fn func(tx *Tx) error, opts *TxOptions) error {
 	var o TxOptions
 	if opts != nil {
@@ -135,7 +142,18 @@ func (c *Client) txnOnce(ctx context.Context, fn func(tx *Tx) error, iso Isolati
 	if iso == SnapshotIsolation {
 		tx.level = "SI"
 	}
+	// A panic in fn ends the transaction (and its share of cn, which
+	// other transactions may be using) before it goes on up: the stream
+	// is in step (fn panicked between calls), so cn stays open. Not a
+	// recover: the panic keeps its stack.
+	returned := false
+	defer func() {
+		if !returned {
+			tx.end()
+		}
+	}()
 	err = fn(tx)
+	returned = true
 	if err == nil {
 		// A buffered write failed and fn did not return its error: the
 		// transaction aborts all the same.
@@ -145,24 +163,27 @@ func (c *Client) txnOnce(ctx context.Context, fn func(tx *Tx) error, iso Isolati
 	case !tx.begun && (err != nil || !tx.wrote):
 		// Nothing was sent (fn named no key, or only buffered writes), or
 		// BEGIN failed: there is no handle to end.
-		tx.drop()
-		c.txs.put(cn)
+		tx.end()
 		return err
 	case err != nil:
-		tx.end(ctx)
+		tx.end()
 		return err
 	case !tx.wrote:
 		// Read-only: its reads were of one committed state, at least as
-		// new as its start; there is nothing to validate or order. The
-		// handle is ended without waiting for the reply.
-		tx.endNoWait()
+		// new as its start; there is nothing to validate or order.
+		tx.end()
 		return nil
 	}
 	// PREPARE carries the buffered writes (and BEGIN, if nothing was sent
 	// yet) in one write; a failed write fails it, and nothing is applied.
 	pr, null, err := tx.call(ctx, replyBulk, "PREPARE")
 	if err != nil {
-		cn.close()
+		// An error reply leaves cn in step, and other transactions may be
+		// using it: it is not closed (only a reply left unread closes it,
+		// in call). A buffered write's error leaves the handle open, a
+		// -TXABORT from PREPARE ended it: ABORT ends it either way (an
+		// ended handle answers "no such transaction", which is dropped).
+		tx.end()
 		return err
 	}
 	op := append([]byte(nil), pr.val...)
@@ -301,10 +322,22 @@ func (t *Tx) call(ctx context.Context, kind replyKind, sub string, args ...any) 
 		if err != nil {
 			putAll(writes) // they named a handle that does not exist
 			putRequest(r)
-			// A refused BEGIN took no handle, but the BEGINs queued after
-			// it counted on it: the connection's count is off, and so
-			// are theirs (they abort at their answer's check below).
-			t.cn.close()
+			// A refused BEGIN took no handle. If no BEGIN was queued
+			// after it, the connection's count is taken back and the
+			// connection stays in step (others' transactions may be
+			// open on it). Otherwise those BEGINs counted on its handle:
+			// their handles are off (they abort at their answer's check
+			// below), and the connection is closed.
+			cn := t.cn
+			cn.mu.Lock()
+			last := strconv.FormatUint(cn.txNext, 10) == t.h
+			if last {
+				cn.txNext--
+			}
+			cn.mu.Unlock()
+			if !last {
+				cn.close()
+			}
 			t.failed = t.beginFailed(err)
 			return nil, false, t.failed
 		}
@@ -376,15 +409,28 @@ func lastWord(s string) string {
 	return s
 }
 
-// endNoWait queues ABORT on the connection and frees it at once: the reply
-// is read in its turn (replies come in order) and dropped — the request is
-// not waited for, so it never returns to the pool.
-func (t *Tx) endNoWait() {
+// end ends the transaction's handle and its use of the connection: ABORT
+// is queued, and the connection freed at once, without waiting for the
+// reply, which is read in its turn (replies come in order) and dropped —
+// the request never returns to the pool. Buffered writes not yet sent are
+// dropped: the server never sees them. Not waiting means neither an error
+// reply (the server already ended the handle: "no such transaction" after a
+// -TXABORT) nor a context that ended can close the connection, which other
+// transactions share: a connection is closed only when its replies may be
+// out of step with its requests. Any later BEGIN on the connection is
+// queued behind this ABORT, so the server has ended the handle before it
+// counts that BEGIN against its open transactions.
+func (t *Tx) end() {
+	t.drop()
+	cn := t.cn
+	defer t.c.txs.put(cn)
+	if !t.begun {
+		return // no handle to end: BEGIN was never sent, or it failed (and closed cn)
+	}
 	r := newCall(replyStatus, false, nil, nil)
 	r.allowRedirect = false
 	r.cmd = append(r.cmd, arg{s: "KEFIR.TX"}, arg{s: "ABORT"}, arg{s: t.h})
 	r.encode(0, 0)
-	cn := t.cn
 	cn.mu.Lock()
 	if cn.broken != nil {
 		cn.mu.Unlock()
@@ -397,21 +443,6 @@ func (t *Tx) endNoWait() {
 	case cn.wake <- struct{}{}:
 	default:
 	}
-	t.c.txs.put(cn)
-}
-
-// end sends ABORT and frees the connection (closing it if that failed).
-// Buffered writes not yet sent are dropped: the server never sees them.
-func (t *Tx) end(ctx context.Context) {
-	t.drop()
-	t.failed = nil // the handle still exists (a failed write does not end it)
-	r, _, err := t.call(ctx, replyStatus, "ABORT")
-	if err != nil {
-		t.cn.close()
-		return
-	}
-	putRequest(r)
-	t.c.txs.put(t.cn)
 }
 
 // Get reads key at the transaction's snapshot (or its own write):

@@ -3,8 +3,11 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -472,45 +475,18 @@ func TestTxnsShareConnections(t *testing.T) {
 	}
 }
 
-// Review finding (client/txn.go, txnOnce's PREPARE error path): a
-// transaction whose commit fails on its own account — here a buffered
-// write's error that surfaces at PREPARE — closes the transaction
-// connection it shares with other, unrelated transactions, and every one
-// of them in flight aborts with "connection lost" although nothing
-// conflicted. With MaxAttempts 1 the bystander's Txn fails.
-func TestReviewTxnOwnErrorAbortsNeighbours(t *testing.T) {
-	reviewFinding(t)
-	addr := startNode(t, "")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c, err := Dial(ctx, []string{addr}, WithPoolSize(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	began, failed := make(chan struct{}), make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		first := true
-		done <- c.Txn(ctx, func(tx *Tx) error {
-			if _, err := tx.Get(ctx, "x"); err != nil && !errors.Is(err, ErrNotFound) {
-				return err
-			}
-			if first {
-				first = false
-				close(began)
-				<-failed
-			}
-			if _, err := tx.Get(ctx, "y"); err != nil && !errors.Is(err, ErrNotFound) {
-				return err
-			}
-			return tx.Set(ctx, "bystander", []byte("1"))
-		}, &TxOptions{MaxAttempts: 1})
-	}()
-	<-began
+// A transaction whose commit fails on its own account — here a buffered
+// write's error that surfaces at PREPARE — leaves the transaction
+// connection it shares with other, unrelated transactions open: an error
+// reply leaves the connection's replies in step with its requests. It
+// closed it before (a review's finding), and every transaction in flight on
+// it aborted with "connection lost" although nothing conflicted; with
+// MaxAttempts 1 the bystander's Txn failed.
+func TestTxnOwnErrorSparesNeighbours(t *testing.T) {
+	ctx, c, spared := withBystander(t)
 	// On the same transaction connection (pool size 1): 4,097 buffered Sets,
 	// the last refused by the server's write-set bound, fail at PREPARE.
-	err = c.Txn(ctx, func(tx *Tx) error {
+	err := c.Txn(ctx, func(tx *Tx) error {
 		for i := range 4097 {
 			if err := tx.Set(ctx, "k"+strconv.Itoa(i), []byte("v")); err != nil {
 				return err
@@ -521,8 +497,194 @@ func TestReviewTxnOwnErrorAbortsNeighbours(t *testing.T) {
 	if err == nil {
 		t.Fatal("the 4,097-write transaction committed")
 	}
-	close(failed)
-	if err := <-done; err != nil {
-		t.Fatalf("an unrelated transaction on the shared connection aborted because another one's commit failed: %v", err)
+	spared("another one's commit failed")
+}
+
+// withBystander dials a client with one transaction connection (pool size
+// 1) to a node of its own and runs on it a bystander: a transaction with
+// MaxAttempts 1 that has begun when withBystander returns, and waits, to
+// read once more, write and commit when spared is called — which fails the
+// test if it aborted, because of what the test did meanwhile (why).
+func withBystander(t *testing.T) (ctx context.Context, c *Client, spared func(why string)) {
+	t.Helper()
+	addr := startNode(t, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	c, err := Dial(ctx, []string{addr}, WithPoolSize(1))
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(func() { c.Close() })
+	began, release, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() {
+		first := true
+		done <- c.Txn(ctx, func(tx *Tx) error {
+			if _, err := tx.Get(ctx, "x"); err != nil && !errors.Is(err, ErrNotFound) {
+				return err
+			}
+			if first {
+				first = false
+				close(began)
+				<-release
+			}
+			if _, err := tx.Get(ctx, "y"); err != nil && !errors.Is(err, ErrNotFound) {
+				return err
+			}
+			return tx.Set(ctx, "bystander", []byte("1"))
+		}, &TxOptions{MaxAttempts: 1})
+	}()
+	<-began
+	return ctx, c, func(why string) {
+		t.Helper()
+		close(release)
+		if err := <-done; err != nil {
+			t.Fatalf("an unrelated transaction on the shared connection aborted because %s: %v", why, err)
+		}
+	}
+}
+
+// A transaction whose handle the server already ended — as it ends one too
+// old, answering -TXABORT — gets "no such transaction" for the ABORT that
+// ends it on the client's side: a well-formed error reply, which leaves the
+// shared transaction connection open. It closed it before (end closed the
+// connection when ABORT failed), aborting the bystander with "connection
+// lost". The server's end is played here by an ABORT of the handle sent
+// from fn.
+func TestTxnEndedHandleSparesNeighbours(t *testing.T) {
+	ctx, c, spared := withBystander(t)
+	own := errors.New("fn's own error")
+	err := c.Txn(ctx, func(tx *Tx) error {
+		if _, err := tx.Get(ctx, "z"); err != nil && !errors.Is(err, ErrNotFound) {
+			return err
+		}
+		r := tx.request(replyStatus, "ABORT")
+		if err := pipeline(ctx, tx.cn, nil, r); err != nil {
+			return err
+		}
+		if err := r.err; err != nil {
+			return fmt.Errorf("the test's ABORT: %w", err)
+		}
+		putRequest(r)
+		return own
+	}, nil)
+	if !errors.Is(err, own) {
+		t.Fatalf("Txn = %v, want fn's error", err)
+	}
+	spared("another one's handle was already ended")
+}
+
+// A transaction whose fn returns because its own context ended (between
+// calls: no reply is awaited) leaves the shared transaction connection
+// open: its ABORT is not waited for, so the ended context has nothing to
+// cancel. It closed it before (end waited for the ABORT's reply under the
+// ended context, and a wait cut short closes the connection), aborting the
+// bystander, whose context is still good.
+func TestTxnCancelledContextSparesNeighbours(t *testing.T) {
+	ctx, c, spared := withBystander(t)
+	cctx, ccancel := context.WithCancel(ctx)
+	err := c.Txn(cctx, func(tx *Tx) error {
+		if _, err := tx.Get(cctx, "z"); err != nil && !errors.Is(err, ErrNotFound) {
+			return err
+		}
+		ccancel()
+		return cctx.Err()
+	}, nil)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Txn = %v, want context.Canceled", err)
+	}
+	spared("another one's context ended")
+}
+
+// A panic in fn goes on up through Txn, and the transaction's share of its
+// connection is released (and its handle ended) on the way: the connection
+// stays open with no transaction counted on it. Before, each panic left one
+// count behind (txOpen), so a client whose fns panicked 8 times had a
+// transaction connection it took for full forever.
+func TestTxnPanicReleasesConnection(t *testing.T) {
+	addr := startNode(t, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := Dial(ctx, []string{addr}, WithPoolSize(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for i := range 20 {
+		func() {
+			defer func() {
+				if p := recover(); p != "boom" {
+					t.Fatalf("recovered %v, want fn's panic", p)
+				}
+			}()
+			_ = c.Txn(ctx, func(tx *Tx) error {
+				if i%2 == 1 { // begun, or not: both release
+					if _, err := tx.Get(ctx, "x"); err != nil && !errors.Is(err, ErrNotFound) {
+						return err
+					}
+				}
+				panic("boom")
+			}, nil)
+		}()
+	}
+	c.txs.mu.Lock()
+	conns := slices.Clone(c.txs.conns)
+	c.txs.mu.Unlock()
+	if len(conns) != 1 {
+		t.Fatalf("%d transaction connections kept, want 1", len(conns))
+	}
+	cn := conns[0]
+	cn.mu.Lock()
+	open, broken := cn.txOpen, cn.broken
+	cn.mu.Unlock()
+	if open != 0 || broken != nil {
+		t.Fatalf("after 20 panics in fn: %d transactions counted on the connection (want 0), broken: %v", open, broken)
+	}
+	if err := c.Txn(ctx, func(tx *Tx) error { return tx.Set(ctx, "after", []byte("1")) }, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A BEGIN the server refuses (here: its 16 open transactions per
+// connection are reached) took no handle; when no BEGIN was queued after
+// it, the client takes back the handle it counted (conn.txNext) and the
+// shared transaction connection stays open: the refused transaction fails
+// with the server's error, and the bystander open on the connection
+// commits. The connection was closed for every refused BEGIN before,
+// aborting the bystander. The other 14 transactions are opened by hand,
+// counted as Txn counts its BEGINs.
+func TestTxnRefusedBeginSparesNeighbours(t *testing.T) {
+	ctx, c, spared := withBystander(t)
+	c.txs.mu.Lock()
+	cn := c.txs.conns[0]
+	c.txs.mu.Unlock()
+	var begins []*request
+	for range 15 {
+		r := newCall(replyInt, false, nil, nil)
+		r.allowRedirect = false
+		r.cmd = append(r.cmd, arg{s: "KEFIR.TX"}, arg{s: "BEGIN"})
+		begins = append(begins, r)
+	}
+	if err := pipeline(ctx, cn, func() { cn.txNext += 15 }, begins...); err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range begins {
+		if r.err != nil || r.n != int64(i+2) {
+			t.Fatalf("hand-made BEGIN %d: %d, %v", i, r.n, r.err)
+		}
+		putRequest(r)
+	}
+	err := c.Txn(ctx, func(tx *Tx) error {
+		_, err := tx.Get(ctx, "z")
+		return err
+	}, &TxOptions{MaxAttempts: 1})
+	if err == nil || !strings.Contains(err.Error(), "too many open transactions") {
+		t.Fatalf("Txn past the server's open transactions = %v, want its refusal", err)
+	}
+	cn.mu.Lock()
+	next, broken := cn.txNext, cn.broken
+	cn.mu.Unlock()
+	if next != 16 || broken != nil {
+		t.Fatalf("after the refused BEGIN: the connection counts %d handles (want 16), broken: %v", next, broken)
+	}
+	spared("another one's BEGIN was refused")
 }
