@@ -42,6 +42,30 @@ func (s *kvSM) Keys(op []byte) []string {
 
 func (s *kvSM) QueryKey(q []byte) string { return string(q) }
 
+// Snapshot and Restore let a compacted tail hand a joiner its state
+// (Snapshotter): "k=v" lines in key order.
+func (s *kvSM) Snapshot() []byte {
+	ks := make([]string, 0, len(s.m))
+	for k := range s.m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	var b []byte
+	for _, k := range ks {
+		b = append(b, k+"="+s.m[k]+"\n"...)
+	}
+	return b
+}
+
+func (s *kvSM) Restore(data []byte) {
+	s.m = map[string]string{}
+	for _, l := range strings.Split(string(data), "\n") {
+		if k, v, ok := strings.Cut(l, "="); ok {
+			s.m[k] = v
+		}
+	}
+}
+
 type link struct{ from, to NodeID }
 
 type harness struct {
@@ -54,6 +78,7 @@ type harness struct {
 	rate    int64 // joiners' PrecopyRate
 	seqBits uint  // members' SeqBits
 	now     int64 // the members' clock (Tick)
+	snaps   int   // pre-copy chunks that carried a snapshot
 	// mut is applied to every member created.
 	mut mutations
 	// log receives one line per event when set.
@@ -214,6 +239,9 @@ func (h *harness) deliver(l link) {
 	}
 	if msg.Exhausted {
 		h.exhausted++
+	}
+	if msg.Snap != nil {
+		h.snaps++
 	}
 	if msg.To == masterID {
 		h.master.Step(msg)

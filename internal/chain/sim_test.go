@@ -60,6 +60,9 @@ type simOpts struct {
 	// carrying the client's token; allWeak: every read is (AU, which has no
 	// strong reads).
 	weak, allWeak bool
+	// compact: every 7 steps each member compacts its history as far as it
+	// may (Member.Compact), so joiners start from snapshots.
+	compact bool
 }
 
 func defaultSim(seed uint64) simOpts {
@@ -83,6 +86,7 @@ func variedSim(seed uint64) simOpts {
 	if seed%7 == 3 {
 		o.seqBits = 3
 	}
+	o.compact = seed%3 != 2
 	return o
 }
 
@@ -189,6 +193,12 @@ func runSim(o simOpts) (check.History, error) {
 		}
 		if o.rate > 0 && now%5 == 0 {
 			h.tick(5e6)
+		}
+		if o.compact && now%7 == 0 {
+			for _, id := range h.ids() {
+				h.members[id].Compact(^uint64(0))
+			}
+			h.collect()
 		}
 		for len(undetected) > 0 && undetected[0].at <= now {
 			h.logf("detect %d", undetected[0].node)
@@ -328,6 +338,7 @@ func runSim(o simOpts) (check.History, error) {
 	if o.stats != nil {
 		o.stats["craq reads answered off the tail"] += h.offTail
 		o.stats["updates refused by a head out of numbers"] += h.exhausted
+		o.stats["pre-copy chunks carrying a snapshot"] += h.snaps
 	}
 	// Quiet: every configured member holds the same history.
 	var lu []string
@@ -533,6 +544,11 @@ func modeSim(seed uint64, mode Mode) simOpts {
 	o := variedSim(seed)
 	o.mode, o.stores, o.weak = mode, true, true
 	o.allWeak = mode == AU
+	// Under AU an answered update can be lost with the head, and a member
+	// that compacted past its number can no longer tell the session so
+	// (Member.holds): compaction is for SU and AUSI, where every answered
+	// update is on every member (docs/design/chain.md, "Bounded history").
+	o.compact = o.compact && mode != AU
 	return o
 }
 
