@@ -81,3 +81,64 @@ func TestRestartResumesPrecopy(t *testing.T) {
 		t.Fatalf("rejoined member: %+v, want active with everything acknowledged", s)
 	}
 }
+
+// TestRestartFromSnapshot: a member restarts from its host's checkpoint
+// with no log after it, so it knows how many entries its history holds but
+// not the sequence number of the last (Config.BaseN without BaseSeq); the
+// tail meanwhile compacted its history. The joiner asks for a snapshot, the
+// tail sends its state machine in the first pre-copy chunk (its
+// Snapshotter), and after the join every member holds the same history,
+// compacted prefixes included.
+func TestRestartFromSnapshot(t *testing.T) {
+	ids := []NodeID{1, 2, 3}
+	h := newHarness(ids, 3, 2, 0)
+	id := uint64(0)
+	put := func(n int) {
+		for range n {
+			id++
+			h.master.Put(id, fmt.Appendf(nil, "k%d=v%d", id%5, id))
+			h.collect()
+		}
+		h.stabilize()
+	}
+	put(6)
+	h.crash(2, true)
+	h.stabilize()
+	put(5)
+	for _, n := range h.ids() {
+		h.members[n].Compact(^uint64(0))
+	}
+	if s := h.members[3].Status(); s.Base != 11 || s.Log != 0 {
+		t.Fatalf("the tail after compaction: %+v, want 11 entries compacted, none left", s)
+	}
+	c := h.config(2)
+	c.BaseN = 6
+	m := NewMember(c, newKV())
+	if err := h.master.Join(2, 1); err != nil {
+		t.Fatal(err)
+	}
+	h.members[2], h.all[2] = m, m
+	h.collect()
+	h.deliver(link{masterID, 2})
+	if q := h.queues[link{2, 3}]; len(q) != 1 || q[0].Type != MsgPrecopyReq || !q[0].Any {
+		t.Fatalf("the joiner sent %v to the tail, want a precopy-req asking for a snapshot", q)
+	}
+	h.stabilize()
+	if h.snaps != 1 {
+		t.Fatalf("%d snapshots sent, want 1", h.snaps)
+	}
+	put(3)
+	if h.err != nil {
+		t.Fatal(h.err)
+	}
+	head := h.members[1]
+	for _, n := range h.master.Members() {
+		x := h.members[n]
+		if x.total() != head.total() || x.lastSum() != head.lastSum() {
+			t.Fatalf("member %d holds %d entries, the head %d (or a different history)", n, x.total(), head.total())
+		}
+	}
+	if got := string(m.sm.Read([]byte("k1"))); got != "1:v11" {
+		t.Fatalf("the joiner's state after the snapshot: k1 = %q, want 1:v11", got)
+	}
+}
