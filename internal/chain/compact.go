@@ -2,6 +2,7 @@ package chain
 
 import (
 	"maps"
+	"slices"
 	"sort"
 
 	"github.com/kefirdb/kefir/internal/mutation"
@@ -84,10 +85,8 @@ func (m *Member) CompactBound() uint64 {
 		return m.base.seq // a joiner's history is not a replica's yet
 	}
 	to := m.la
-	if !(mutation.On && m.mut.ignorePins) {
-		for _, p := range m.pins {
-			to = min(to, p)
-		}
+	for _, p := range m.pins {
+		to = min(to, p)
 	}
 	return to
 }
@@ -131,7 +130,18 @@ func (m *Member) snapshotFor(joiner NodeID) {
 // prefix) and not beyond its history; the joiner's pre-copy goes on after
 // it. It reports whether it was sent.
 func (m *Member) SendSnapshot(joiner NodeID, n int, data []byte) bool {
-	if m.state != Active || m.succ != 0 || n < m.base.n || n > m.total() || n == 0 {
+	if n < m.base.n || n > m.total() || n == 0 || m.state != Active {
+		return false
+	}
+	if f := m.flushWait; f != nil && f.Joiner == joiner {
+		// The held FLUSH: the log flush with the snapshot, then FLUSH on.
+		m.flushWait = nil
+		m.logFlush(*f, m.snapAt(n, data))
+		i := slices.Index(f.Path[1:], m.cfg.ID) + 1
+		m.send(f.Path[i+1], *f)
+		return true
+	}
+	if m.succ != 0 {
 		return false
 	}
 	m.sendSnap(joiner, n, data)
@@ -139,6 +149,15 @@ func (m *Member) SendSnapshot(joiner NodeID, n int, data []byte) bool {
 }
 
 func (m *Member) sendSnap(joiner NodeID, n int, data []byte) {
+	s := m.snapAt(n, data)
+	es, done := m.after(s.Seq, m.cfg.PrecopyChunk)
+	m.pin(joiner, s.Seq)
+	m.send(joiner, Msg{Type: MsgPrecopyChunk, Snap: s, Entries: es, Done: done})
+}
+
+// snapAt is the snapshot of the history's first n entries (n at least the
+// compacted prefix), with the state machine's state data.
+func (m *Member) snapAt(n int, data []byte) *Snap {
 	s := &Snap{N: n, Seq: m.base.seq, Sum: m.base.sum, Data: data}
 	if n > m.base.n {
 		e := m.log[n-m.base.n-1]
@@ -152,9 +171,7 @@ func (m *Member) sendSnap(joiner NodeID, n int, data []byte) {
 			}
 		}
 	}
-	es, done := m.after(s.Seq, m.cfg.PrecopyChunk)
-	m.pin(joiner, s.Seq)
-	m.send(joiner, Msg{Type: MsgPrecopyChunk, Snap: s, Entries: es, Done: done})
+	return s
 }
 
 // install makes a joiner's history the snapshot's (a pre-copy chunk from a
@@ -166,7 +183,8 @@ func (m *Member) install(s *Snap) {
 	}
 	m.log = nil
 	m.base = base{n: s.N, seq: s.Seq, sum: s.Sum}
-	m.lu, m.persistReq, m.persisted, m.unbatched = s.Seq, s.Seq, s.Seq, 0
+	// A joining member's LU counts its temporary store too.
+	m.lu, m.persistReq, m.persisted, m.unbatched = max(m.lu, s.Seq), max(m.persistReq, s.Seq), max(m.persisted, s.Seq), 0
 	if m.keyed != nil {
 		m.lastWrite = maps.Clone(s.Versions)
 		if m.lastWrite == nil {

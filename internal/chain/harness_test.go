@@ -66,6 +66,16 @@ func (s *kvSM) Restore(data []byte) {
 	}
 }
 
+// hostSM is kvSM without its Snapshotter: a member asks its "host" (the
+// harness) for snapshots, as on the replica host (snapshot-needed,
+// SendSnapshot, TakeSnapshot).
+type hostSM struct{ kv *kvSM }
+
+func (s hostSM) Apply(seq uint64, op []byte) []byte { return s.kv.Apply(seq, op) }
+func (s hostSM) Read(q []byte) []byte               { return s.kv.Read(q) }
+func (s hostSM) Keys(op []byte) []string            { return s.kv.Keys(op) }
+func (s hostSM) QueryKey(q []byte) string           { return s.kv.QueryKey(q) }
+
 type link struct{ from, to NodeID }
 
 type harness struct {
@@ -79,6 +89,8 @@ type harness struct {
 	seqBits uint  // members' SeqBits
 	now     int64 // the members' clock (Tick)
 	snaps   int   // pre-copy chunks that carried a snapshot
+	// hostSnaps: members' state machines are hostSM (newSM).
+	hostSnaps bool
 	// mut is applied to every member created.
 	mut mutations
 	// log receives one line per event when set.
@@ -116,9 +128,17 @@ func (h *harness) setup(mode Mode, store func(NodeID) Store) {
 	for _, id := range ids {
 		c := h.config(id)
 		c.Members = ids
-		m := NewMember(c, newKV())
+		m := NewMember(c, h.newSM())
 		h.members[id], h.all[id] = m, m
 	}
+}
+
+// newSM is a new member's state machine.
+func (h *harness) newSM() StateMachine {
+	if h.hostSnaps {
+		return hostSM{newKV()}
+	}
+	return newKV()
 }
 
 func newHarness(ids []NodeID, r, chunk int, seqBits uint) *harness {
@@ -138,7 +158,7 @@ func (h *harness) addJoiner(id NodeID, pos int) error {
 	}
 	c := h.config(id)
 	c.PrecopyRate = h.rate
-	m := NewMember(c, newKV())
+	m := NewMember(c, h.newSM())
 	m.Tick(h.now)
 	m.mut = h.mut
 	h.members[id], h.all[id] = m, m
@@ -175,7 +195,13 @@ func (h *harness) collect() {
 			moved = true
 		}
 		for _, id := range h.ids() {
-			for _, msg := range h.members[id].Ready() {
+			m := h.members[id]
+			if s := m.TakeSnapshot(); s != nil {
+				if hs, ok := m.sm.(hostSM); ok {
+					hs.kv.Restore(s.Data) // the host restores its state
+				}
+			}
+			for _, msg := range m.Ready() {
 				h.enqueue(msg)
 				moved = true
 			}
@@ -245,6 +271,10 @@ func (h *harness) deliver(l link) {
 	}
 	if msg.To == masterID {
 		h.master.Step(msg)
+	} else if m := h.members[msg.To]; m != nil && msg.Type == MsgSnapshotNeeded {
+		// The host captures its state (at its history's end here) and
+		// hands it to the member.
+		m.SendSnapshot(msg.Target, m.total(), m.sm.(hostSM).kv.Snapshot())
 	} else if m := h.members[msg.To]; m != nil && msg.Type == MsgPersist {
 		// The host's disk: the write is durable once delivered here (the
 		// link models its latency); the member learns it.

@@ -149,9 +149,6 @@ type mutations struct {
 	// the joiners' pins: entries a new successor (CR_MID) or a joiner (log
 	// flush) may still need.
 	compactPastLA bool
-	// ignorePins: a tail compacts past a joiner's pre-copy position, which
-	// its log flush then cannot send.
-	ignorePins bool
 }
 
 // Member is one chain member's protocol state for one chain (one key range):
@@ -182,6 +179,10 @@ type Member struct {
 	// installed: a snapshot a joiner took in its pre-copy that its host has
 	// not collected yet (TakeSnapshot).
 	installed *Snap
+	// flushWait: a FLUSH this old tail holds until its host's snapshot for
+	// the joiner comes (SendSnapshot): it compacted past the joiner's
+	// pre-copy end.
+	flushWait *Msg
 	tmp       []Entry // a joiner's temporary store (not applied until the merge)
 	lu        uint64  // last update received (LU)
 	la        uint64  // last update acknowledged by the successor (LA)
@@ -409,6 +410,9 @@ func (m *Member) Step(msg Msg) {
 		m.flush(msg)
 	case MsgFlushedUpdate:
 		if m.state == Joining {
+			if msg.Snap != nil {
+				m.install(msg.Snap)
+			}
 			m.appendMain(msg.Entries)
 		}
 	case MsgTruncate:
@@ -868,21 +872,53 @@ func (m *Member) flush(msg Msg) {
 	for i < len(msg.Path)-1 && msg.Path[i] != me {
 		i++
 	}
-	if i == len(msg.Path)-2 {
+	if i == len(msg.Path)-2 && !(mutation.On && m.mut.skipFlush) {
 		// The old tail: push what the joiner's pre-copy missed, then FLUSH.
-		if !(mutation.On && m.mut.skipFlush) {
-			es, _ := m.after(msg.Seq, len(m.log))
-			for len(es) > 0 {
-				k := min(len(es), m.cfg.PrecopyChunk)
-				m.send(msg.Joiner, Msg{Type: MsgFlushedUpdate, Entries: es[:k]})
-				es = es[k:]
+		// If this member compacted past the joiner's pre-copy end (it became
+		// the tail after the joiner last asked it, or never served it), a
+		// snapshot goes first (compact.go).
+		if msg.Seq < m.base.seq {
+			if _, ok := m.sm.(Snapshotter); !ok {
+				// FLUSH waits for the host's capture (SendSnapshot); the new
+				// predecessor's queue is replayed now, before anything it sends
+				// next (whatever it adds goes into the log flush too).
+				m.flushWait = &msg
+				m.send(m.cfg.ID, Msg{Type: MsgSnapshotNeeded, Target: msg.Joiner})
+				m.replayPending(pred, predChanged)
+				return
 			}
 		}
-		// The join's pre-copy is over (the master runs one join at a time):
-		// the log after its end went out above.
-		m.pins = nil
+		m.logFlush(msg, nil)
 	}
 	m.send(msg.Path[i+1], msg)
+	m.replayPending(pred, predChanged)
+}
+
+// logFlush sends the joiner what its pre-copy missed: the entries after its
+// pre-copy end, after a snapshot if the history was compacted past it (data:
+// the host's capture, at history position n; nil: the state machine's own).
+func (m *Member) logFlush(msg Msg, snap *Snap) {
+	from := msg.Seq
+	if from < m.base.seq {
+		if snap == nil {
+			snap = m.snapAt(m.total(), m.sm.(Snapshotter).Snapshot())
+		}
+		m.send(msg.Joiner, Msg{Type: MsgFlushedUpdate, Snap: snap})
+		from = snap.Seq
+	}
+	es, _ := m.after(from, len(m.log))
+	for len(es) > 0 {
+		k := min(len(es), m.cfg.PrecopyChunk)
+		m.send(msg.Joiner, Msg{Type: MsgFlushedUpdate, Entries: es[:k]})
+		es = es[k:]
+	}
+	// The join's pre-copy is over (the master runs one join at a time): the
+	// log after its end went out above.
+	m.pins = nil
+}
+
+// replayPending replays the queue of updates from pred, a new predecessor.
+func (m *Member) replayPending(pred NodeID, predChanged bool) {
 	if predChanged {
 		// Digest §7.4: the queue of the *new* predecessor, replayed after
 		// FLUSH went on, so the old tail's log flush holds only updates that

@@ -35,9 +35,7 @@ var chainMutations = []struct {
 	{"ausiEarly", func(o *simOpts) { o.mut.ausiEarly = true }, ausiChain, 1, true, "linearizable: VIOLATED"},
 	{"ignoreToken", func(o *simOpts) { o.mut.ignoreToken = true }, auChain, 8, true, "session: VIOLATED"},
 	{"compactPastLA", func(o *simOpts) { o.mut.compactPastLA = true }, compacting, 1, false, "past its successor"},
-	{"compactPastLA", func(o *simOpts) { o.mut.compactPastLA = true }, compacting, 12, true, "linearizable: VIOLATED"},
-	{"ignorePins", func(o *simOpts) { o.mut.ignorePins = true }, compacting, 1, false, "past its successor"},
-	{"ignorePins", func(o *simOpts) { o.mut.ignorePins = true }, compacting, 12, true, "linearizable: VIOLATED"},
+	{"compactPastLA", func(o *simOpts) { o.mut.compactPastLA = true }, compacting, 86, true, "linearizable: VIOLATED"},
 }
 
 // ausiChain: AUSI, one hot key, reads at the tail and CRAQ reads. A head

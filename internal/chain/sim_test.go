@@ -63,6 +63,10 @@ type simOpts struct {
 	// compact: every 7 steps each member compacts its history as far as it
 	// may (Member.Compact), so joiners start from snapshots.
 	compact bool
+	// hostSnaps: the members' state machines leave snapshots to their host
+	// (the harness), as on the replica host: a snapshot comes a step later,
+	// and an old tail's FLUSH waits for it.
+	hostSnaps bool
 }
 
 func defaultSim(seed uint64) simOpts {
@@ -87,6 +91,7 @@ func variedSim(seed uint64) simOpts {
 		o.seqBits = 3
 	}
 	o.compact = seed%3 != 2
+	o.hostSnaps = seed%2 == 0
 	return o
 }
 
@@ -112,8 +117,12 @@ func runSim(o simOpts) (check.History, error) {
 	}
 	h := newHarness(ids, o.r, o.chunk, o.seqBits)
 	h.mut = o.mut
+	h.hostSnaps = o.hostSnaps
 	for _, m := range h.members {
 		m.mut = o.mut
+		if o.hostSnaps {
+			m.sm = hostSM{m.sm.(*kvSM)}
+		}
 	}
 	h.master.mut = o.mmut
 	if o.mode != SU || o.stores {
