@@ -16,7 +16,8 @@ import (
 // member that was down while the tail compacted past its durable prefix
 // restarts from its own checkpoint (replaying only the log after it),
 // rejoins, and its pre-copy starts from a snapshot of the tail; it then
-// serves every write as the head.
+// serves every write as the head. Last a node with an empty disk joins the
+// compacted chain from a snapshot and serves every write as the head.
 func TestChainCompaction(t *testing.T) {
 	mutation.Require(t)
 	const ckpt, keep = 64, 16
@@ -31,10 +32,11 @@ func TestChainCompaction(t *testing.T) {
 		}
 	})
 	seq := uint64(0)
+	head := 0
 	writes := func(n int) {
 		for range n {
 			seq++
-			g.write(0, set(fmt.Sprint("k", seq%40), fmt.Sprint("v", seq)), shard.ReqID{Client: 5, Seq: seq})
+			g.write(head, set(fmt.Sprint("k", seq%40), fmt.Sprint("v", seq)), shard.ReqID{Client: 5, Seq: seq})
 		}
 	}
 	writes(300)
@@ -83,5 +85,25 @@ func TestChainCompaction(t *testing.T) {
 	}
 	if n := longest[1].Load(); n > bound {
 		t.Fatalf("node 2 held up to %d history entries, want at most %d", n, bound)
+	}
+
+	// Node 1 comes back on an empty disk, a new node: its pre-copy starts
+	// from nothing, below the tail's compacted history, so from a snapshot.
+	head = 1
+	writes(100)
+	g.dirs[0] = t.TempDir()
+	g.restart(0)
+	g.waitMembers(2, 1, 3)
+	writes(1)
+	g.caughtUp(0, 1)
+	if st := g.reps[0].Stats(); st.SnapsLoaded == 0 || st.Applied >= 100 {
+		t.Fatalf("the new node 1 joined with %d snapshots, applying %d entries: want a snapshot and the log after it", st.SnapsLoaded, st.Applied)
+	}
+	g.crash(1)
+	g.waitMembers(1, 3)
+	for k := seq - 39; k <= seq; k++ {
+		if got, want := g.read(0, fmt.Sprint("k", k%40)), fmt.Sprint("v", k); got != want {
+			t.Fatalf("GET k%d at the new node 1 = %q, want %q", k%40, got, want)
+		}
 	}
 }

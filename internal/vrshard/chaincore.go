@@ -176,9 +176,13 @@ func openChain(cfg chainConfig, st core.Boot) (*chainCore, error) {
 	if cfg.Master == 0 || slices.Contains(cfg.Members, cfg.Master) {
 		return nil, fmt.Errorf("chain core: master %d must be a node outside the chain %v", cfg.Master, cfg.Members)
 	}
-	if st.LostState {
-		return nil, errors.New("chain core: the disk lost state; wipe the member and join it as a new node")
+	if st.LostState && (st.Snapshot != nil || len(st.Entries) > 0) {
+		return nil, errors.New("chain core: the disk lost state; wipe the member's directory and it joins as a new node")
 	}
+	// A lost state with nothing on disk (a new or wiped disk) is a new
+	// node: it promises nothing (every update it acknowledged is on the
+	// members it passed it to), and joins as a joiner holding nothing,
+	// its pre-copy starting from the tail's first entry or a snapshot.
 	c := &chainCore{self: cfg.Self, master: cfg.Master, chain: slices.Clone(cfg.Members),
 		beat: cfg.Heartbeat, lease: cfg.Lease,
 		clients: kv.NewClientTable(vr.MaxClients), inflight: map[idKey]uint64{}, byID: map[uint64]idKey{}}
