@@ -15,15 +15,7 @@ func TestRestartResumesPrecopy(t *testing.T) {
 	ids := []NodeID{1, 2, 3}
 	h := newHarness(ids, 3, 2, 0)
 	h.setup(SU, func(NodeID) Store { return Log })
-	id := uint64(0)
-	put := func(n int) {
-		for range n {
-			id++
-			h.master.Put(id, fmt.Appendf(nil, "k%d=v%d", id%5, id))
-			h.collect()
-		}
-		h.stabilize()
-	}
+	put := putter(h)
 	put(6)
 	old := h.members[2]
 	st := old.Status()
@@ -92,15 +84,7 @@ func TestRestartResumesPrecopy(t *testing.T) {
 func TestRestartFromSnapshot(t *testing.T) {
 	ids := []NodeID{1, 2, 3}
 	h := newHarness(ids, 3, 2, 0)
-	id := uint64(0)
-	put := func(n int) {
-		for range n {
-			id++
-			h.master.Put(id, fmt.Appendf(nil, "k%d=v%d", id%5, id))
-			h.collect()
-		}
-		h.stabilize()
-	}
+	put := putter(h)
 	put(6)
 	h.crash(2, true)
 	h.stabilize()
@@ -140,5 +124,19 @@ func TestRestartFromSnapshot(t *testing.T) {
 	}
 	if got := string(m.sm.Read([]byte("k1"))); got != "1:v11" {
 		t.Fatalf("the joiner's state after the snapshot: k1 = %q, want 1:v11", got)
+	}
+}
+
+// putter returns a function that puts n updates "k<id%5>=v<id>" through
+// the master, ids counting from 1, and lets the chain settle.
+func putter(h *harness) func(n int) {
+	id := uint64(0)
+	return func(n int) {
+		for range n {
+			id++
+			h.master.Put(id, fmt.Appendf(nil, "k%d=v%d", id%5, id))
+			h.collect()
+		}
+		h.stabilize()
 	}
 }
