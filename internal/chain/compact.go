@@ -20,12 +20,15 @@ import (
 //     never reaches below the compaction point.
 //   - At the tail (LA = LU there), not past a joiner's pre-copy position
 //     (its pin, set by each pre-copy request): the log flush sends the old
-//     tail's entries after the joiner's pre-copy end. The pins go when the
+//     tail's entries after the joiner's pre-copy end (Config.PinTimeout
+//     bounds how long a silent joiner's pin holds). The pins go when the
 //     tail does that flush (the master runs one join at a time).
 //   - A joiner that asks after a compacted position (its restart's durable
 //     prefix is older, or it starts with nothing) gets a snapshot instead:
 //     the state machine at a position the tail holds, and the pre-copy goes
-//     on after it.
+//     on after it. An old tail that compacted past the joiner's pre-copy
+//     end (it became the tail after the joiner last asked, or a pin timed
+//     out) sends a snapshot in the log flush the same way.
 
 // base is the compacted prefix of a member's history.
 type base struct {
@@ -86,7 +89,9 @@ func (m *Member) CompactBound() uint64 {
 	}
 	to := m.la
 	for _, p := range m.pins {
-		to = min(to, p)
+		if t := m.cfg.PinTimeout; t == 0 || m.now-p.at < t {
+			to = min(to, p.seq)
+		}
 	}
 	return to
 }
@@ -109,9 +114,16 @@ func (m *Member) Compact(seq uint64) int {
 // pin records a joiner's pre-copy position at this tail.
 func (m *Member) pin(joiner NodeID, seq uint64) {
 	if m.pins == nil {
-		m.pins = map[NodeID]uint64{}
+		m.pins = map[NodeID]pin{}
 	}
-	m.pins[joiner] = seq
+	m.pins[joiner] = pin{seq: seq, at: m.now}
+}
+
+// pin is a joiner's pre-copy position (the seq it last asked after) and
+// when it asked, on the member's clock.
+type pin struct {
+	seq uint64
+	at  int64
 }
 
 // snapshotFor answers a joiner whose pre-copy position was compacted away:

@@ -91,6 +91,8 @@ type harness struct {
 	snaps   int   // pre-copy chunks that carried a snapshot
 	// hostSnaps: members' state machines are hostSM (newSM).
 	hostSnaps bool
+	// pinTimeout: members' Config.PinTimeout.
+	pinTimeout int64
 	// mut is applied to every member created.
 	mut mutations
 	// log receives one line per event when set.
@@ -112,7 +114,8 @@ type harness struct {
 
 // config is the configuration every member of the harness gets.
 func (h *harness) config(id NodeID) Config {
-	c := Config{ID: id, Master: masterID, PrecopyChunk: h.chunk, SeqBits: h.seqBits, Mode: h.mode, PersistBatch: 4}
+	c := Config{ID: id, Master: masterID, PrecopyChunk: h.chunk, SeqBits: h.seqBits, Mode: h.mode, PersistBatch: 4,
+		PinTimeout: h.pinTimeout}
 	if h.store != nil {
 		c.Store = h.store(id)
 	}

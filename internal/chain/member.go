@@ -110,6 +110,11 @@ type Config struct {
 	// log's batch (0: 8 entries).
 	Store        Store
 	PersistBatch int
+	// PinTimeout: a joiner's pin (compact.go) stops holding compaction back
+	// this long after its last pre-copy request, on the member's clock
+	// (0: never). A dead joiner's pin then costs nothing; a live one's
+	// log flush may need a snapshot.
+	PinTimeout int64
 	// Log is a restarting member's durable history, as far as its host
 	// knows it committed (acknowledged by its successor, hence at the tail
 	// of its chain then): a prefix of every later replica's history, since
@@ -173,9 +178,10 @@ type Member struct {
 	// entries, the last one's sequence number and the running digest there.
 	base base
 	// pins: the pre-copy positions of joiners this tail serves (the seq each
-	// last asked after); Compact keeps the log after the lowest, so the log
-	// flush can send what the joiner's pre-copy missed.
-	pins map[NodeID]uint64
+	// last asked after, and when on the member's clock); Compact keeps the
+	// log after the lowest recent one, so the log flush can send what the
+	// joiner's pre-copy missed as entries rather than a snapshot.
+	pins map[NodeID]pin
 	// installed: a snapshot a joiner took in its pre-copy that its host has
 	// not collected yet (TakeSnapshot).
 	installed *Snap

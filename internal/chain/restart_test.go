@@ -140,3 +140,45 @@ func putter(h *harness) func(n int) {
 		h.stabilize()
 	}
 }
+
+// TestPinTimeout: a tail keeps its log after a pre-copying joiner's
+// position (its pin) until the pin times out on the tail's clock; then it
+// compacts past it, and the joiner's next request gets a snapshot. The join
+// (before the tail, which is then truncated) completes and every member
+// holds the same history.
+func TestPinTimeout(t *testing.T) {
+	h := newHarness([]NodeID{1, 2}, 2, 2, 0)
+	put := putter(h)
+	put(5)
+	tail := h.members[2]
+	tail.cfg.PinTimeout = 10
+	if err := h.addJoiner(3, 1); err != nil {
+		t.Fatal(err)
+	}
+	h.deliver(link{masterID, 3}) // PRECOPY
+	h.deliver(link{3, 2})        // the first request: after 0
+	if tail.Compact(^uint64(0)); tail.base.n != 0 {
+		t.Fatalf("the tail compacted %d entries past a live joiner's pin", tail.base.n)
+	}
+	h.tick(11)
+	if tail.Compact(^uint64(0)); tail.base.n != 5 {
+		t.Fatalf("the tail compacted %d entries after the pin timed out, want 5", tail.base.n)
+	}
+	h.stabilize()
+	if h.snaps != 1 {
+		t.Fatalf("%d snapshots sent, want 1 (the joiner's next request is below the compacted prefix)", h.snaps)
+	}
+	put(2)
+	if h.err != nil {
+		t.Fatal(h.err)
+	}
+	// A join before the tail truncates the old tail: [1 3].
+	if got := h.master.Members(); len(got) != 2 || got[1] != 3 {
+		t.Fatalf("chain %v, want [1 3]", got)
+	}
+	for _, n := range h.master.Members() {
+		if x := h.members[n]; x.total() != 7 || x.lastSum() != h.members[1].lastSum() {
+			t.Fatalf("member %d holds %d entries (want 7) or another history", n, x.total())
+		}
+	}
+}

@@ -67,6 +67,9 @@ type simOpts struct {
 	// (the harness), as on the replica host: a snapshot comes a step later,
 	// and an old tail's FLUSH waits for it.
 	hostSnaps bool
+	// pinTimeout: members' Config.PinTimeout (nanoseconds on the clock
+	// that rate's ticks advance).
+	pinTimeout int64
 }
 
 func defaultSim(seed uint64) simOpts {
@@ -92,6 +95,9 @@ func variedSim(seed uint64) simOpts {
 	}
 	o.compact = seed%3 != 2
 	o.hostSnaps = seed%2 == 0
+	if o.rate > 0 && seed%10 == 5 {
+		o.pinTimeout = 20e6 // four ticks: pins of slow joiners time out
+	}
 	return o
 }
 
@@ -117,9 +123,10 @@ func runSim(o simOpts) (check.History, error) {
 	}
 	h := newHarness(ids, o.r, o.chunk, o.seqBits)
 	h.mut = o.mut
-	h.hostSnaps = o.hostSnaps
+	h.hostSnaps, h.pinTimeout = o.hostSnaps, o.pinTimeout
 	for _, m := range h.members {
 		m.mut = o.mut
+		m.cfg.PinTimeout = o.pinTimeout
 		if o.hostSnaps {
 			m.sm = hostSM{m.sm.(*kvSM)}
 		}

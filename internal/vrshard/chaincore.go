@@ -89,6 +89,13 @@ type chainCore struct {
 
 var _ core.Core[chain.Msg] = (*chainCore)(nil)
 
+// chainPinTimeout is how long a pre-copying joiner's position holds the
+// tail's compaction back after its last request (chain.Config.PinTimeout):
+// a joiner asks for chunk after chunk at once, so a silent one is dead, or
+// between its pre-copy's end and FLUSH, whose log flush then carries a
+// snapshot.
+const chainPinTimeout = 10 * time.Second
+
 // chainSeqBits is the chain's sequence-number split (chain.Config.SeqBits):
 // the epoch a head numbered under is seq>>chainSeqBits, the host's
 // Entry.View.
@@ -187,7 +194,7 @@ func openChain(cfg chainConfig, st core.Boot) (*chainCore, error) {
 		beat: cfg.Heartbeat, lease: cfg.Lease,
 		clients: kv.NewClientTable(vr.MaxClients), inflight: map[idKey]uint64{}, byID: map[uint64]idKey{}}
 	ccfg := chain.Config{ID: chain.NodeID(cfg.Self), Master: chain.NodeID(cfg.Master), SeqBits: chainSeqBits,
-		Mode: chain.SU, Store: chain.Log}
+		Mode: chain.SU, Store: chain.Log, PinTimeout: int64(chainPinTimeout)}
 	if st.Bootstrap {
 		if !slices.Contains(cfg.Members, cfg.Self) {
 			return nil, fmt.Errorf("chain core: %d is not in the chain %v", cfg.Self, cfg.Members)
