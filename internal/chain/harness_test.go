@@ -88,7 +88,7 @@ type harness struct {
 	rate    int64 // joiners' PrecopyRate
 	seqBits uint  // members' SeqBits
 	now     int64 // the members' clock (Tick)
-	snaps   int   // pre-copy chunks that carried a snapshot
+	snaps   int   // messages that carried a snapshot (pre-copy chunks, log flushes)
 	// hostSnaps: members' state machines are hostSM (newSM).
 	hostSnaps bool
 	// pinTimeout: members' Config.PinTimeout.

@@ -354,7 +354,7 @@ func runSim(o simOpts) (check.History, error) {
 	if o.stats != nil {
 		o.stats["craq reads answered off the tail"] += h.offTail
 		o.stats["updates refused by a head out of numbers"] += h.exhausted
-		o.stats["pre-copy chunks carrying a snapshot"] += h.snaps
+		o.stats["snapshots sent (pre-copy, log flush)"] += h.snaps
 	}
 	// Quiet: every configured member holds the same history.
 	var lu []string
