@@ -42,6 +42,40 @@ func (s *kvSM) Keys(op []byte) []string {
 
 func (s *kvSM) QueryKey(q []byte) string { return string(q) }
 
+// Snapshot and Restore let a compacted tail hand a joiner its state
+// (Snapshotter): "k=v" lines in key order.
+func (s *kvSM) Snapshot() []byte {
+	ks := make([]string, 0, len(s.m))
+	for k := range s.m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	var b []byte
+	for _, k := range ks {
+		b = append(b, k+"="+s.m[k]+"\n"...)
+	}
+	return b
+}
+
+func (s *kvSM) Restore(data []byte) {
+	s.m = map[string]string{}
+	for _, l := range strings.Split(string(data), "\n") {
+		if k, v, ok := strings.Cut(l, "="); ok {
+			s.m[k] = v
+		}
+	}
+}
+
+// hostSM is kvSM without its Snapshotter: a member asks its "host" (the
+// harness) for snapshots, as on the replica host (snapshot-needed,
+// SendSnapshot, TakeSnapshot).
+type hostSM struct{ kv *kvSM }
+
+func (s hostSM) Apply(seq uint64, op []byte) []byte { return s.kv.Apply(seq, op) }
+func (s hostSM) Read(q []byte) []byte               { return s.kv.Read(q) }
+func (s hostSM) Keys(op []byte) []string            { return s.kv.Keys(op) }
+func (s hostSM) QueryKey(q []byte) string           { return s.kv.QueryKey(q) }
+
 type link struct{ from, to NodeID }
 
 type harness struct {
@@ -54,6 +88,11 @@ type harness struct {
 	rate    int64 // joiners' PrecopyRate
 	seqBits uint  // members' SeqBits
 	now     int64 // the members' clock (Tick)
+	snaps   int   // messages that carried a snapshot (pre-copy chunks, log flushes)
+	// hostSnaps: members' state machines are hostSM (newSM).
+	hostSnaps bool
+	// pinTimeout: members' Config.PinTimeout.
+	pinTimeout int64
 	// mut is applied to every member created.
 	mut mutations
 	// log receives one line per event when set.
@@ -75,7 +114,8 @@ type harness struct {
 
 // config is the configuration every member of the harness gets.
 func (h *harness) config(id NodeID) Config {
-	c := Config{ID: id, Master: masterID, PrecopyChunk: h.chunk, SeqBits: h.seqBits, Mode: h.mode, PersistBatch: 4}
+	c := Config{ID: id, Master: masterID, PrecopyChunk: h.chunk, SeqBits: h.seqBits, Mode: h.mode, PersistBatch: 4,
+		PinTimeout: h.pinTimeout}
 	if h.store != nil {
 		c.Store = h.store(id)
 	}
@@ -91,9 +131,17 @@ func (h *harness) setup(mode Mode, store func(NodeID) Store) {
 	for _, id := range ids {
 		c := h.config(id)
 		c.Members = ids
-		m := NewMember(c, newKV())
+		m := NewMember(c, h.newSM())
 		h.members[id], h.all[id] = m, m
 	}
+}
+
+// newSM is a new member's state machine.
+func (h *harness) newSM() StateMachine {
+	if h.hostSnaps {
+		return hostSM{newKV()}
+	}
+	return newKV()
 }
 
 func newHarness(ids []NodeID, r, chunk int, seqBits uint) *harness {
@@ -113,7 +161,7 @@ func (h *harness) addJoiner(id NodeID, pos int) error {
 	}
 	c := h.config(id)
 	c.PrecopyRate = h.rate
-	m := NewMember(c, newKV())
+	m := NewMember(c, h.newSM())
 	m.Tick(h.now)
 	m.mut = h.mut
 	h.members[id], h.all[id] = m, m
@@ -150,7 +198,13 @@ func (h *harness) collect() {
 			moved = true
 		}
 		for _, id := range h.ids() {
-			for _, msg := range h.members[id].Ready() {
+			m := h.members[id]
+			if s := m.TakeSnapshot(); s != nil {
+				if hs, ok := m.sm.(hostSM); ok {
+					hs.kv.Restore(s.Data) // the host restores its state
+				}
+			}
+			for _, msg := range m.Ready() {
 				h.enqueue(msg)
 				moved = true
 			}
@@ -215,8 +269,15 @@ func (h *harness) deliver(l link) {
 	if msg.Exhausted {
 		h.exhausted++
 	}
+	if msg.Snap != nil {
+		h.snaps++
+	}
 	if msg.To == masterID {
 		h.master.Step(msg)
+	} else if m := h.members[msg.To]; m != nil && msg.Type == MsgSnapshotNeeded {
+		// The host captures its state (at its history's end here) and
+		// hands it to the member.
+		m.SendSnapshot(msg.Target, m.total(), m.sm.(hostSM).kv.Snapshot())
 	} else if m := h.members[msg.To]; m != nil && msg.Type == MsgPersist {
 		// The host's disk: the write is durable once delivered here (the
 		// link models its latency); the member learns it.

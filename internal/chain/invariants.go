@@ -49,9 +49,16 @@ func Check(ms *Master, members map[NodeID]*Member, up func(NodeID) bool) error {
 			continue
 		}
 		x := chain[i-1]
-		if n := len(m.log); n > len(x.log) || x.sumAt(n) != m.sumAt(n) {
+		n := m.total()
+		if n < x.base.n {
+			// The predecessor dropped entries its successor lacks: a repair
+			// or a join could no longer send them.
+			return fmt.Errorf("chain: member %d compacted its history to %d entries, past its successor %d's %d",
+				x.cfg.ID, x.base.n, m.cfg.ID, n)
+		}
+		if n > x.total() || x.sumAtN(n) != m.sumAtN(n) {
 			return fmt.Errorf("chain: history of %d (%d entries, last %s) is not a prefix of its predecessor %d's (%d entries, last %s)",
-				m.cfg.ID, n, lastSeq(m.log), x.cfg.ID, len(x.log), lastSeq(x.log))
+				m.cfg.ID, n, FormatSeq(m.lastSeq()), x.cfg.ID, x.total(), FormatSeq(x.lastSeq()))
 		}
 	}
 	if n := len(chain); n > 0 {
@@ -77,11 +84,4 @@ func Check(ms *Master, members map[NodeID]*Member, up func(NodeID) bool) error {
 		}
 	}
 	return nil
-}
-
-func lastSeq(es []Entry) string {
-	if len(es) == 0 {
-		return "none"
-	}
-	return FormatSeq(es[len(es)-1].Seq)
 }

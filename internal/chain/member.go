@@ -110,6 +110,11 @@ type Config struct {
 	// log's batch (0: 8 entries).
 	Store        Store
 	PersistBatch int
+	// PinTimeout: a joiner's pin (compact.go) stops holding compaction back
+	// this long after its last pre-copy request, on the member's clock
+	// (0: never). A dead joiner's pin then costs nothing; a live one's
+	// log flush may need a snapshot.
+	PinTimeout int64
 	// Log is a restarting member's durable history, as far as its host
 	// knows it committed (acknowledged by its successor, hence at the tail
 	// of its chain then): a prefix of every later replica's history, since
@@ -119,6 +124,11 @@ type Config struct {
 	// its disk held beyond it may never have reached the tail (a head's
 	// persisted but unforwarded updates): the host drops that.
 	Log []Entry
+	// BaseN, BaseSeq: a restarting member's history before Log is a
+	// snapshot its host restored: BaseN entries, the last numbered BaseSeq
+	// (0 if the host does not know).
+	BaseN   int
+	BaseSeq uint64
 }
 
 // mutations are deliberate bugs the tests switch on to show that the
@@ -140,6 +150,10 @@ type mutations struct {
 	// ackUnpersisted: a log-datastore member acknowledges under SU before
 	// its host persisted the update.
 	ackUnpersisted bool
+	// compactPastLA: Compact drops the history up to LU, ignoring LA and
+	// the joiners' pins: entries a new successor (CR_MID) or a joiner (log
+	// flush) may still need.
+	compactPastLA bool
 }
 
 // Member is one chain member's protocol state for one chain (one key range):
@@ -159,10 +173,25 @@ type Member struct {
 	// link's is from a superseded link and is ignored.
 	predEpoch, succEpoch uint64
 
-	log []Entry // the history, applied to sm (H = H_acked ∪ H_unacked)
-	tmp []Entry // a joiner's temporary store (not applied until the merge)
-	lu  uint64  // last update received (LU)
-	la  uint64  // last update acknowledged by the successor (LA)
+	log []Entry // the history after base, applied to sm (H = H_acked ∪ H_unacked)
+	// base is the compacted prefix of the history (compact.go): how many
+	// entries, the last one's sequence number and the running digest there.
+	base base
+	// pins: the pre-copy positions of joiners this tail serves (the seq each
+	// last asked after, and when on the member's clock); Compact keeps the
+	// log after the lowest recent one, so the log flush can send what the
+	// joiner's pre-copy missed as entries rather than a snapshot.
+	pins map[NodeID]pin
+	// installed: a snapshot a joiner took in its pre-copy that its host has
+	// not collected yet (TakeSnapshot).
+	installed *Snap
+	// flushWait: a FLUSH this old tail holds until its host's snapshot for
+	// the joiner comes (SendSnapshot): it compacted past the joiner's
+	// pre-copy end.
+	flushWait *Msg
+	tmp       []Entry // a joiner's temporary store (not applied until the merge)
+	lu        uint64  // last update received (LU)
+	la        uint64  // last update acknowledged by the successor (LA)
 	// acked is the highest update the successor acknowledged (at the tail:
 	// the highest received); LA follows it once this member persisted that
 	// far, when its acknowledgement must wait for its log (advance).
@@ -236,7 +265,11 @@ func NewMember(cfg Config, sm StateMachine) *Member {
 	if cfg.Members != nil {
 		m.state = Active
 		m.pred, m.succ = neighbours(cfg.Members, cfg.ID)
-	} else if len(cfg.Log) > 0 {
+	} else if len(cfg.Log) > 0 || cfg.BaseN > 0 {
+		// BaseSeq may be unknown (0) to a host that restored a snapshot
+		// with no entries after it: precopyReq asks for a snapshot then.
+		m.base = base{n: cfg.BaseN, seq: cfg.BaseSeq}
+		m.lu = cfg.BaseSeq
 		m.appendMain(cfg.Log)
 		// On its host's disk already: nothing to ask for.
 		m.persistReq, m.persisted, m.unbatched = m.lu, m.lu, 0
@@ -339,10 +372,15 @@ func (m *Member) Step(msg Msg) {
 		m.raise(msg.Epoch)
 		m.precopySrc = msg.Target
 		m.pullDue = false // a new source: ask it at once
-		m.send(m.precopySrc, Msg{Type: MsgPrecopyReq, Seq: m.lu})
+		m.send(m.precopySrc, m.precopyReq())
 	case MsgPrecopyReq:
 		if m.state != Active || m.succ != 0 {
 			m.send(msg.From, Msg{Type: MsgPrecopyChunk, Refused: true})
+			return
+		}
+		m.pin(msg.From, msg.Seq)
+		if msg.Seq < m.base.seq || msg.Any {
+			m.snapshotFor(msg.From) // compacted past what the joiner holds
 			return
 		}
 		es, done := m.after(msg.Seq, m.cfg.PrecopyChunk)
@@ -354,6 +392,9 @@ func (m *Member) Step(msg Msg) {
 		if msg.Refused {
 			m.toMaster(Msg{Type: MsgPrecopyDone, Seq: m.lu, Refused: true})
 			return
+		}
+		if msg.Snap != nil {
+			m.install(msg.Snap)
 		}
 		m.appendMain(msg.Entries)
 		if msg.Done {
@@ -370,11 +411,14 @@ func (m *Member) Step(msg Msg) {
 			m.pull()
 			return
 		}
-		m.send(m.precopySrc, Msg{Type: MsgPrecopyReq, Seq: m.lu})
+		m.send(m.precopySrc, m.precopyReq())
 	case MsgFlush:
 		m.flush(msg)
 	case MsgFlushedUpdate:
 		if m.state == Joining {
+			if msg.Snap != nil {
+				m.install(msg.Snap)
+			}
 			m.appendMain(msg.Entries)
 		}
 	case MsgTruncate:
@@ -384,7 +428,7 @@ func (m *Member) Step(msg Msg) {
 			// sent before TRUNCATE (FIFO); it stops serving, hands over and
 			// frees the range.
 			m.state = Removed
-			m.log, m.tmp, m.pending, m.lastWrite = nil, nil, nil, nil
+			m.log, m.tmp, m.pending, m.lastWrite, m.pins = nil, nil, nil, nil, nil
 			if m.pred != 0 {
 				m.send(m.pred, Msg{Type: MsgTruncateDone, Epoch: msg.Epoch})
 			}
@@ -470,7 +514,7 @@ func (m *Member) Tick(now int64) {
 func (m *Member) pull() {
 	if m.pullDue && m.state == Inactive && m.now >= m.nextPull {
 		m.pullDue = false
-		m.send(m.precopySrc, Msg{Type: MsgPrecopyReq, Seq: m.lu})
+		m.send(m.precopySrc, m.precopyReq())
 	}
 }
 
@@ -581,11 +625,7 @@ func (m *Member) release() {
 
 // appendLog appends an applied entry, extending the running digest.
 func (m *Member) appendLog(e Entry) {
-	var prev uint64
-	if n := len(m.log); n > 0 {
-		prev = m.log[n-1].sum
-	}
-	e.sum = digest(prev, e.Seq, e.Op)
+	e.sum = digest(m.lastSum(), e.Seq, e.Op)
 	m.log = append(m.log, e)
 	if m.keyed != nil {
 		for _, k := range m.keyed.Keys(e.Op) {
@@ -674,7 +714,7 @@ func (m *Member) advance() {
 // (pre-copy, log flush), skipping any it already holds.
 func (m *Member) appendMain(es []Entry) {
 	for _, e := range es {
-		if n := len(m.log); n > 0 && e.Seq <= m.log[n-1].Seq {
+		if e.Seq <= m.lastSeq() {
 			continue
 		}
 		e.Result = m.sm.Apply(e.Seq, e.Op)
@@ -751,6 +791,12 @@ func (m *Member) knows(seq uint64) bool { return seq>>m.cfg.SeqBits <= m.epoch }
 
 // holds reports whether the log holds the update numbered seq.
 func (m *Member) holds(seq uint64) bool {
+	if seq <= m.base.seq {
+		// Compacted: numbered below an entry held, so held unless it was
+		// lost with a head — which SU, the mode a compacting host runs,
+		// never acknowledges (docs/design/chain.md, "Bounded history").
+		return true
+	}
 	i := sort.Search(len(m.log), func(i int) bool { return m.log[i].Seq >= seq })
 	return i < len(m.log) && m.log[i].Seq == seq
 }
@@ -781,10 +827,7 @@ func (m *Member) flush(msg Msg) {
 	if msg.Joiner == me && m.state == Joining {
 		// Second arrival: the log flush is complete; merge the temporary
 		// store behind it and become a replica.
-		var mainLU uint64
-		if n := len(m.log); n > 0 {
-			mainLU = m.log[n-1].Seq
-		}
+		mainLU := m.lastSeq()
 		tmp := m.tmp
 		m.tmp = nil
 		for _, e := range tmp {
@@ -835,18 +878,53 @@ func (m *Member) flush(msg Msg) {
 	for i < len(msg.Path)-1 && msg.Path[i] != me {
 		i++
 	}
-	if i == len(msg.Path)-2 {
+	if i == len(msg.Path)-2 && !(mutation.On && m.mut.skipFlush) {
 		// The old tail: push what the joiner's pre-copy missed, then FLUSH.
-		if !(mutation.On && m.mut.skipFlush) {
-			es, _ := m.after(msg.Seq, len(m.log))
-			for len(es) > 0 {
-				k := min(len(es), m.cfg.PrecopyChunk)
-				m.send(msg.Joiner, Msg{Type: MsgFlushedUpdate, Entries: es[:k]})
-				es = es[k:]
+		// If this member compacted past the joiner's pre-copy end (it became
+		// the tail after the joiner last asked it, or never served it), a
+		// snapshot goes first (compact.go).
+		if msg.Seq < m.base.seq {
+			if _, ok := m.sm.(Snapshotter); !ok {
+				// FLUSH waits for the host's capture (SendSnapshot); the new
+				// predecessor's queue is replayed now, before anything it sends
+				// next (whatever it adds goes into the log flush too).
+				m.flushWait = &msg
+				m.send(m.cfg.ID, Msg{Type: MsgSnapshotNeeded, Target: msg.Joiner})
+				m.replayPending(pred, predChanged)
+				return
 			}
 		}
+		m.logFlush(msg, nil)
 	}
 	m.send(msg.Path[i+1], msg)
+	m.replayPending(pred, predChanged)
+}
+
+// logFlush sends the joiner what its pre-copy missed: the entries after its
+// pre-copy end, after a snapshot if the history was compacted past it (data:
+// the host's capture, at history position n; nil: the state machine's own).
+func (m *Member) logFlush(msg Msg, snap *Snap) {
+	from := msg.Seq
+	if from < m.base.seq {
+		if snap == nil {
+			snap = m.snapAt(m.total(), m.sm.(Snapshotter).Snapshot())
+		}
+		m.send(msg.Joiner, Msg{Type: MsgFlushedUpdate, Snap: snap})
+		from = snap.Seq
+	}
+	es, _ := m.after(from, len(m.log))
+	for len(es) > 0 {
+		k := min(len(es), m.cfg.PrecopyChunk)
+		m.send(msg.Joiner, Msg{Type: MsgFlushedUpdate, Entries: es[:k]})
+		es = es[k:]
+	}
+	// The join's pre-copy is over (the master runs one join at a time): the
+	// log after its end went out above.
+	m.pins = nil
+}
+
+// replayPending replays the queue of updates from pred, a new predecessor.
+func (m *Member) replayPending(pred NodeID, predChanged bool) {
 	if predChanged {
 		// Digest §7.4: the queue of the *new* predecessor, replayed after
 		// FLUSH went on, so the old tail's log flush holds only updates that
@@ -886,17 +964,21 @@ type Status struct {
 	Repairing  bool
 	// Persisted is how far the host made the log durable.
 	Persisted uint64
+	// Base is how many history entries were compacted away (the log holds
+	// the entries after them: Log of them).
+	Base int
 }
 
 // Status returns the member's protocol state.
 func (m *Member) Status() Status {
 	return Status{ID: m.cfg.ID, State: m.state, Epoch: m.epoch, Pred: m.pred, Succ: m.succ,
-		LA: m.la, LU: m.lu, Log: len(m.log), Tmp: len(m.tmp), Repairing: m.repairing, Persisted: m.persisted}
+		LA: m.la, LU: m.lu, Log: len(m.log), Tmp: len(m.tmp), Repairing: m.repairing, Persisted: m.persisted,
+		Base: m.base.n}
 }
 
-// History is the member's log, the updates it applied in order (a joiner's
-// temporary store not included), for its host: entries up to LA are
-// committed. The caller must not modify it; it is valid until the next
+// History is the member's log, the updates it applied in order after the
+// compacted prefix (Base; a joiner's temporary store not included), for its
+// host: entries up to LA are committed. The caller must not modify it; it is valid until the next
 // Step or Tick.
 func (m *Member) History() []Entry { return m.log }
 
@@ -914,10 +996,11 @@ func (m *Member) Durable() []uint64 {
 	return ids
 }
 
-// sumAt is the digest of the first n entries of the history (0 for none).
-func (m *Member) sumAt(n int) uint64 {
-	if n == 0 {
-		return 0
+// sumAtN is the digest of the first n entries of the history (0 for
+// none); n must be at least the compacted prefix and at most the history.
+func (m *Member) sumAtN(n int) uint64 {
+	if n == m.base.n {
+		return m.base.sum
 	}
-	return m.log[n-1].sum
+	return m.log[n-m.base.n-1].sum
 }

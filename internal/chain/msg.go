@@ -85,6 +85,10 @@ const (
 	// first, and Epoch: the configuration, which the host uses to name the
 	// head), which grants the member a lease to serve from.
 	MsgHeartbeat
+	// MsgSnapshotNeeded (member → its own host, never travels): a joiner
+	// (Target) needs a snapshot; the host captures its state machine and
+	// calls SendSnapshot.
+	MsgSnapshotNeeded
 )
 
 var msgNames = map[MsgType]string{
@@ -96,7 +100,7 @@ var msgNames = map[MsgType]string{
 	MsgCRHeadDone: "cr-head-done", MsgCRMid: "cr-mid", MsgCRMidRepair: "cr-mid-repair",
 	MsgRepairInfo: "repair-info", MsgCRMidDone: "cr-mid-done", MsgCRTail: "cr-tail",
 	MsgCRTailDone: "cr-tail-done", MsgPersist: "persist", MsgPersisted: "persisted",
-	MsgHeartbeat: "heartbeat",
+	MsgHeartbeat: "heartbeat", MsgSnapshotNeeded: "snapshot-needed",
 }
 
 func (t MsgType) String() string {
@@ -158,6 +162,12 @@ type Msg struct {
 	// has (a later update would otherwise hide the loss from the session's
 	// reads, which check only its newest token).
 	Token uint64
+	// Snap (precopy-chunk, tail → joiner): the tail compacted its history
+	// past what the joiner holds; the joiner starts from this snapshot and
+	// the chunk's entries follow it. A precopy-req with Any asks for one
+	// (the joiner does not know the sequence number its durable prefix
+	// ends at).
+	Snap *Snap
 }
 
 func (m Msg) String() string {
@@ -205,6 +215,9 @@ func (m Msg) String() string {
 			b.WriteString(" refused")
 		}
 	case MsgPrecopyChunk, MsgFlushedUpdate:
+		if m.Snap != nil {
+			fmt.Fprintf(&b, " snapshot@%d(%s)", m.Snap.N, FormatSeq(m.Snap.Seq))
+		}
 		fmt.Fprintf(&b, " %s", seqs(m.Entries))
 		if m.Done {
 			b.WriteString(" done")

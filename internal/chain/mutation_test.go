@@ -34,6 +34,8 @@ var chainMutations = []struct {
 	{"truncateEarly", func(o *simOpts) { o.mmut.truncateEarly = true }, nil, 7, false, "is not a valid tail"},
 	{"ausiEarly", func(o *simOpts) { o.mut.ausiEarly = true }, ausiChain, 1, true, "linearizable: VIOLATED"},
 	{"ignoreToken", func(o *simOpts) { o.mut.ignoreToken = true }, auChain, 8, true, "session: VIOLATED"},
+	{"compactPastLA", func(o *simOpts) { o.mut.compactPastLA = true }, compacting, 1, false, "past its successor"},
+	{"compactPastLA", func(o *simOpts) { o.mut.compactPastLA = true }, compacting, 86, true, "linearizable: VIOLATED"},
 }
 
 // ausiChain: AUSI, one hot key, reads at the tail and CRAQ reads. A head
@@ -48,6 +50,9 @@ func auChain(o *simOpts) { o.mode, o.allWeak = AU, true }
 
 // hotKey: one key, four clients.
 func hotKey(o *simOpts) { o.keys, o.clients = 1, 4 }
+
+// compacting: every member compacts its history as far as it may.
+func compacting(o *simOpts) { o.compact = true }
 
 func mutationSim(seed uint64, shape func(*simOpts)) simOpts {
 	o := defaultSim(seed)

@@ -15,15 +15,7 @@ func TestRestartResumesPrecopy(t *testing.T) {
 	ids := []NodeID{1, 2, 3}
 	h := newHarness(ids, 3, 2, 0)
 	h.setup(SU, func(NodeID) Store { return Log })
-	id := uint64(0)
-	put := func(n int) {
-		for range n {
-			id++
-			h.master.Put(id, fmt.Appendf(nil, "k%d=v%d", id%5, id))
-			h.collect()
-		}
-		h.stabilize()
-	}
+	put := putter(h)
 	put(6)
 	old := h.members[2]
 	st := old.Status()
@@ -79,5 +71,114 @@ func TestRestartResumesPrecopy(t *testing.T) {
 	}
 	if s := m.Status(); s.State != Active || s.LA != s.LU {
 		t.Fatalf("rejoined member: %+v, want active with everything acknowledged", s)
+	}
+}
+
+// TestRestartFromSnapshot: a member restarts from its host's checkpoint
+// with no log after it, so it knows how many entries its history holds but
+// not the sequence number of the last (Config.BaseN without BaseSeq); the
+// tail meanwhile compacted its history. The joiner asks for a snapshot, the
+// tail sends its state machine in the first pre-copy chunk (its
+// Snapshotter), and after the join every member holds the same history,
+// compacted prefixes included.
+func TestRestartFromSnapshot(t *testing.T) {
+	ids := []NodeID{1, 2, 3}
+	h := newHarness(ids, 3, 2, 0)
+	put := putter(h)
+	put(6)
+	h.crash(2, true)
+	h.stabilize()
+	put(5)
+	for _, n := range h.ids() {
+		h.members[n].Compact(^uint64(0))
+	}
+	if s := h.members[3].Status(); s.Base != 11 || s.Log != 0 {
+		t.Fatalf("the tail after compaction: %+v, want 11 entries compacted, none left", s)
+	}
+	c := h.config(2)
+	c.BaseN = 6
+	m := NewMember(c, newKV())
+	if err := h.master.Join(2, 1); err != nil {
+		t.Fatal(err)
+	}
+	h.members[2], h.all[2] = m, m
+	h.collect()
+	h.deliver(link{masterID, 2})
+	if q := h.queues[link{2, 3}]; len(q) != 1 || q[0].Type != MsgPrecopyReq || !q[0].Any {
+		t.Fatalf("the joiner sent %v to the tail, want a precopy-req asking for a snapshot", q)
+	}
+	h.stabilize()
+	if h.snaps != 1 {
+		t.Fatalf("%d snapshots sent, want 1", h.snaps)
+	}
+	put(3)
+	if h.err != nil {
+		t.Fatal(h.err)
+	}
+	head := h.members[1]
+	for _, n := range h.master.Members() {
+		x := h.members[n]
+		if x.total() != head.total() || x.lastSum() != head.lastSum() {
+			t.Fatalf("member %d holds %d entries, the head %d (or a different history)", n, x.total(), head.total())
+		}
+	}
+	if got := string(m.sm.Read([]byte("k1"))); got != "1:v11" {
+		t.Fatalf("the joiner's state after the snapshot: k1 = %q, want 1:v11", got)
+	}
+}
+
+// putter returns a function that puts n updates "k<id%5>=v<id>" through
+// the master, ids counting from 1, and lets the chain settle.
+func putter(h *harness) func(n int) {
+	id := uint64(0)
+	return func(n int) {
+		for range n {
+			id++
+			h.master.Put(id, fmt.Appendf(nil, "k%d=v%d", id%5, id))
+			h.collect()
+		}
+		h.stabilize()
+	}
+}
+
+// TestPinTimeout: a tail keeps its log after a pre-copying joiner's
+// position (its pin) until the pin times out on the tail's clock; then it
+// compacts past it, and the joiner's next request gets a snapshot. The join
+// (before the tail, which is then truncated) completes and every member
+// holds the same history.
+func TestPinTimeout(t *testing.T) {
+	h := newHarness([]NodeID{1, 2}, 2, 2, 0)
+	put := putter(h)
+	put(5)
+	tail := h.members[2]
+	tail.cfg.PinTimeout = 10
+	if err := h.addJoiner(3, 1); err != nil {
+		t.Fatal(err)
+	}
+	h.deliver(link{masterID, 3}) // PRECOPY
+	h.deliver(link{3, 2})        // the first request: after 0
+	if tail.Compact(^uint64(0)); tail.base.n != 0 {
+		t.Fatalf("the tail compacted %d entries past a live joiner's pin", tail.base.n)
+	}
+	h.tick(11)
+	if tail.Compact(^uint64(0)); tail.base.n != 5 {
+		t.Fatalf("the tail compacted %d entries after the pin timed out, want 5", tail.base.n)
+	}
+	h.stabilize()
+	if h.snaps != 1 {
+		t.Fatalf("%d snapshots sent, want 1 (the joiner's next request is below the compacted prefix)", h.snaps)
+	}
+	put(2)
+	if h.err != nil {
+		t.Fatal(h.err)
+	}
+	// A join before the tail truncates the old tail: [1 3].
+	if got := h.master.Members(); len(got) != 2 || got[1] != 3 {
+		t.Fatalf("chain %v, want [1 3]", got)
+	}
+	for _, n := range h.master.Members() {
+		if x := h.members[n]; x.total() != 7 || x.lastSum() != h.members[1].lastSum() {
+			t.Fatalf("member %d holds %d entries (want 7) or another history", n, x.total())
+		}
 	}
 }

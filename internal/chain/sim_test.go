@@ -60,6 +60,16 @@ type simOpts struct {
 	// carrying the client's token; allWeak: every read is (AU, which has no
 	// strong reads).
 	weak, allWeak bool
+	// compact: every 7 steps each member compacts its history as far as it
+	// may (Member.Compact), so joiners start from snapshots.
+	compact bool
+	// hostSnaps: the members' state machines leave snapshots to their host
+	// (the harness), as on the replica host: a snapshot comes a step later,
+	// and an old tail's FLUSH waits for it.
+	hostSnaps bool
+	// pinTimeout: members' Config.PinTimeout (nanoseconds on the clock
+	// that rate's ticks advance).
+	pinTimeout int64
 }
 
 func defaultSim(seed uint64) simOpts {
@@ -82,6 +92,11 @@ func variedSim(seed uint64) simOpts {
 	}
 	if seed%7 == 3 {
 		o.seqBits = 3
+	}
+	o.compact = seed%3 != 2
+	o.hostSnaps = seed%2 == 0
+	if o.rate > 0 && seed%10 == 5 {
+		o.pinTimeout = 20e6 // four ticks: pins of slow joiners time out
 	}
 	return o
 }
@@ -108,8 +123,13 @@ func runSim(o simOpts) (check.History, error) {
 	}
 	h := newHarness(ids, o.r, o.chunk, o.seqBits)
 	h.mut = o.mut
+	h.hostSnaps, h.pinTimeout = o.hostSnaps, o.pinTimeout
 	for _, m := range h.members {
 		m.mut = o.mut
+		m.cfg.PinTimeout = o.pinTimeout
+		if o.hostSnaps {
+			m.sm = hostSM{m.sm.(*kvSM)}
+		}
 	}
 	h.master.mut = o.mmut
 	if o.mode != SU || o.stores {
@@ -189,6 +209,12 @@ func runSim(o simOpts) (check.History, error) {
 		}
 		if o.rate > 0 && now%5 == 0 {
 			h.tick(5e6)
+		}
+		if o.compact && now%7 == 0 {
+			for _, id := range h.ids() {
+				h.members[id].Compact(^uint64(0))
+			}
+			h.collect()
 		}
 		for len(undetected) > 0 && undetected[0].at <= now {
 			h.logf("detect %d", undetected[0].node)
@@ -328,6 +354,7 @@ func runSim(o simOpts) (check.History, error) {
 	if o.stats != nil {
 		o.stats["craq reads answered off the tail"] += h.offTail
 		o.stats["updates refused by a head out of numbers"] += h.exhausted
+		o.stats["snapshots sent (pre-copy, log flush)"] += h.snaps
 	}
 	// Quiet: every configured member holds the same history.
 	var lu []string
@@ -533,6 +560,11 @@ func modeSim(seed uint64, mode Mode) simOpts {
 	o := variedSim(seed)
 	o.mode, o.stores, o.weak = mode, true, true
 	o.allWeak = mode == AU
+	// Under AU an answered update can be lost with the head, and a member
+	// that compacted past its number can no longer tell the session so
+	// (Member.holds): compaction is for SU and AUSI, where every answered
+	// update is on every member (docs/design/chain.md, "Bounded history").
+	o.compact = o.compact && mode != AU
 	return o
 }
 

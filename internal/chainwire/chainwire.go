@@ -8,7 +8,8 @@
 // Seq, LA, LU, ID, Token, Joiner, Target), one flags byte, the operation and
 // result (length-prefixed), the member list and the forwarding path (a count,
 // then uvarints) and the entries (a count, then each entry's Seq, ID, Op and
-// Result). Byte slices in a decoded message alias the input.
+// Result), then, if the flags say so, a snapshot (N, Seq, Sum, Data). Byte
+// slices in a decoded message alias the input.
 //
 // MsgPersist and MsgPersisted never travel: they are between a member and
 // its own host. A peer sending one is a protocol error (ErrCorrupt), so a
@@ -40,7 +41,8 @@ const (
 	flagExhausted
 	flagWeak
 	flagLost
-	flagAll = 1<<iota - 1
+	flagSnap // a snapshot follows the entries (Msg.Snap)
+	flagAll  = 1<<iota - 1
 )
 
 // Travels reports whether messages of type t go between nodes (every type
@@ -65,7 +67,7 @@ func AppendBody(b []byte, m *chain.Msg) []byte {
 		b = binary.AppendUvarint(b, v)
 	}
 	var f byte
-	for i, set := range [...]bool{m.Done, m.Refused, m.Query, m.Any, m.Exhausted, m.Weak, m.Lost} {
+	for i, set := range [...]bool{m.Done, m.Refused, m.Query, m.Any, m.Exhausted, m.Weak, m.Lost, m.Snap != nil} {
 		if set {
 			f |= 1 << i
 		}
@@ -86,6 +88,14 @@ func AppendBody(b []byte, m *chain.Msg) []byte {
 		b = binary.AppendUvarint(b, e.ID)
 		b = appendBytes(b, e.Op)
 		b = appendBytes(b, e.Result)
+	}
+	if s := m.Snap; s != nil {
+		// Versions are the core's simulator's (a Keyed state machine); the
+		// host has none, and they do not travel.
+		b = binary.AppendUvarint(b, uint64(s.N))
+		b = binary.AppendUvarint(b, s.Seq)
+		b = binary.AppendUvarint(b, s.Sum)
+		b = appendBytes(b, s.Data)
 	}
 	return b
 }
@@ -116,6 +126,7 @@ func DecodeBody(typ uint8, body []byte, m *chain.Msg) error {
 	for i, set := range [...]*bool{&m.Done, &m.Refused, &m.Query, &m.Any, &m.Exhausted, &m.Weak, &m.Lost} {
 		*set = f&(1<<i) != 0
 	}
+	snap := f&flagSnap != 0
 	m.Op = bytesOrNil(&d)
 	m.Result = bytesOrNil(&d)
 	for _, ids := range [...]*[]chain.NodeID{&m.Members, &m.Path} {
@@ -135,6 +146,14 @@ func DecodeBody(typ uint8, body []byte, m *chain.Msg) error {
 			e.Op = bytesOrNil(&d)
 			e.Result = bytesOrNil(&d)
 		}
+	}
+	if snap {
+		n := d.Uvarint()
+		m.Snap = &chain.Snap{Seq: d.Uvarint(), Sum: d.Uvarint(), Data: bytesOrNil(&d)}
+		if n > 1<<62 {
+			d.Err = ErrCorrupt
+		}
+		m.Snap.N = int(n)
 	}
 	if d.Err != nil {
 		return fmt.Errorf("%w: chain %v: truncated or malformed body (%v)", ErrCorrupt, m.Type, d.Err)

@@ -16,7 +16,8 @@ func samples() []chain.Msg {
 		Token: 12, Joiner: 4, Target: 2, Done: true, Refused: true, Query: true, Any: true, Exhausted: true,
 		Weak: true, Lost: true, Op: []byte("set k v"), Result: []byte{0, 1, 2},
 		Members: []chain.NodeID{1, 2, 300}, Path: []chain.NodeID{9, 1, 2, 300, 9},
-		Entries: []chain.Entry{{Seq: 1, ID: 2, Op: []byte("a")}, {Seq: 2, ID: 0, Op: nil, Result: []byte("r")}}}
+		Entries: []chain.Entry{{Seq: 1, ID: 2, Op: []byte("a")}, {Seq: 2, ID: 0, Op: nil, Result: []byte("r")}},
+		Snap:    &chain.Snap{N: 40, Seq: 5<<40 | 3, Sum: 1<<64 - 1, Data: []byte("state")}}
 	var out []chain.Msg
 	for t := chain.MsgType(1); t < 64; t++ {
 		if !Travels(t) {

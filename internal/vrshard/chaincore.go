@@ -89,6 +89,13 @@ type chainCore struct {
 
 var _ core.Core[chain.Msg] = (*chainCore)(nil)
 
+// chainPinTimeout is how long a pre-copying joiner's position holds the
+// tail's compaction back after its last request (chain.Config.PinTimeout):
+// a joiner asks for chunk after chunk at once, so a silent one is dead, or
+// between its pre-copy's end and FLUSH, whose log flush then carries a
+// snapshot.
+const chainPinTimeout = 10 * time.Second
+
 // chainSeqBits is the chain's sequence-number split (chain.Config.SeqBits):
 // the epoch a head numbered under is seq>>chainSeqBits, the host's
 // Entry.View.
@@ -176,17 +183,18 @@ func openChain(cfg chainConfig, st core.Boot) (*chainCore, error) {
 	if cfg.Master == 0 || slices.Contains(cfg.Members, cfg.Master) {
 		return nil, fmt.Errorf("chain core: master %d must be a node outside the chain %v", cfg.Master, cfg.Members)
 	}
-	if st.Snapshot != nil {
-		return nil, errors.New("chain core: the log starts at a snapshot; chains do not compact their log yet")
+	if st.LostState && (st.Snapshot != nil || len(st.Entries) > 0) {
+		return nil, errors.New("chain core: the disk lost state; wipe the member's directory and it joins as a new node")
 	}
-	if st.LostState {
-		return nil, errors.New("chain core: the disk lost state; wipe the member and join it as a new node")
-	}
+	// A lost state with nothing on disk (a new or wiped disk) is a new
+	// node: it promises nothing (every update it acknowledged is on the
+	// members it passed it to), and joins as a joiner holding nothing,
+	// its pre-copy starting from the tail's first entry or a snapshot.
 	c := &chainCore{self: cfg.Self, master: cfg.Master, chain: slices.Clone(cfg.Members),
 		beat: cfg.Heartbeat, lease: cfg.Lease,
 		clients: kv.NewClientTable(vr.MaxClients), inflight: map[idKey]uint64{}, byID: map[uint64]idKey{}}
 	ccfg := chain.Config{ID: chain.NodeID(cfg.Self), Master: chain.NodeID(cfg.Master), SeqBits: chainSeqBits,
-		Mode: chain.SU, Store: chain.Log}
+		Mode: chain.SU, Store: chain.Log, PinTimeout: int64(chainPinTimeout)}
 	if st.Bootstrap {
 		if !slices.Contains(cfg.Members, cfg.Self) {
 			return nil, fmt.Errorf("chain core: %d is not in the chain %v", cfg.Self, cfg.Members)
@@ -197,10 +205,17 @@ func openChain(cfg chainConfig, st core.Boot) (*chainCore, error) {
 		c.m, c.mcfg = chain.NewMember(ccfg, nopSM{}), ccfg
 		return c, nil
 	}
-	n := int(min(st.HardState.Commit, uint64(len(st.Entries))))
+	// A checkpoint (the host's snapshot) holds the history's first snap
+	// entries; the log goes on after it.
+	snap := 0
+	if st.Snapshot != nil {
+		snap = int(st.Snapshot.Op)
+		c.clients.Load(st.Snapshot.Clients)
+	}
+	n := int(min(st.HardState.Commit-min(st.HardState.Commit, uint64(snap)), uint64(len(st.Entries))))
 	for i, e := range st.Entries[:n] {
-		if e.Op != uint64(i+1) {
-			return nil, fmt.Errorf("chain core: log entry %d at position %d", e.Op, i+1)
+		if e.Op != uint64(snap+i+1) {
+			return nil, fmt.Errorf("chain core: log entry %d at position %d", e.Op, snap+i+1)
 		}
 		ce, err := fromLogEntry(e)
 		if err != nil {
@@ -209,11 +224,20 @@ func openChain(cfg chainConfig, st core.Boot) (*chainCore, error) {
 		ccfg.Log = append(ccfg.Log, ce)
 	}
 	if n < len(st.Entries) {
-		t := uint64(n)
+		t := uint64(snap + n)
 		c.truncate = &t
 	}
+	if snap > 0 {
+		// The sequence number at the snapshot is not on disk: the entry
+		// after it tells it closely enough (no history entry lies between
+		// the two). Without one the joiner asks its tail for a snapshot.
+		ccfg.BaseN = snap
+		if len(ccfg.Log) > 0 {
+			ccfg.BaseSeq = ccfg.Log[0].Seq - 1
+		}
+	}
 	c.m, c.mcfg = chain.NewMember(ccfg, nopSM{}), ccfg
-	c.written, c.bootCommit = n, n
+	c.written, c.bootCommit, c.handed = snap+n, snap+n, snap
 	return c, nil
 }
 
@@ -277,11 +301,13 @@ func (c *chainCore) rejoin(m chain.Msg) {
 	c.out.Errors = append(c.out.Errors, fmt.Errorf("chain member %d: update %s from %d after %s: an update was lost on the link; rejoining the chain",
 		c.self, chain.FormatSeq(m.Seq), m.From, chain.FormatSeq(s.LU)))
 	hist := c.m.History()
+	bn, bseq := c.m.Base()
 	n := c.handed
 	cfg := c.mcfg
-	cfg.Members, cfg.Log = nil, slices.Clone(hist[:n])
+	cfg.Members, cfg.Log = nil, slices.Clone(hist[:n-bn])
+	cfg.BaseN, cfg.BaseSeq = bn, bseq
 	c.m = chain.NewMember(cfg, nopSM{})
-	if len(hist) > n {
+	if bn+len(hist) > n {
 		t := uint64(n)
 		c.truncate = &t
 	}
@@ -401,7 +427,7 @@ func (c *chainCore) Read(now int64, req core.ReadRequest) error {
 	if c.status().State != chain.Active || !c.leased(now) {
 		return core.ErrNotNormal
 	}
-	c.out.ReadStates = append(c.out.ReadStates, core.ReadState{Ctx: req.Ctx, Index: uint64(len(c.m.History()))})
+	c.out.ReadStates = append(c.out.ReadStates, core.ReadState{Ctx: req.Ctx, Index: uint64(c.total())})
 	return nil
 }
 
@@ -409,8 +435,16 @@ func (c *chainCore) Read(now int64, req core.ReadRequest) error {
 // and a restart's durable prefix.
 func (c *chainCore) committedLen(hist []chain.Entry) int {
 	la := c.status().LA
+	bn, _ := c.m.Base()
 	n := sort.Search(len(hist), func(i int) bool { return hist[i].Seq > la })
-	return max(n, c.bootCommit)
+	return max(bn+n, c.bootCommit)
+}
+
+// total is the member's history length (op numbers: positions), its
+// compacted prefix included.
+func (c *chainCore) total() int {
+	bn, _ := c.m.Base()
+	return bn + len(c.m.History())
 }
 
 func (c *chainCore) Ready() core.Ready[chain.Msg] {
@@ -421,6 +455,10 @@ func (c *chainCore) Ready() core.Ready[chain.Msg] {
 		switch {
 		case m.Type == chain.MsgPersist:
 			// The host persists every entry it is handed (below).
+		case m.Type == chain.MsgSnapshotNeeded:
+			// A joiner's pre-copy reached below this tail's compacted
+			// prefix: the host captures its state (SendSnapshot answers).
+			c.out.SnapshotNeeded = append(c.out.SnapshotNeeded, uint64(m.Target))
 		case m.Type == chain.MsgUpdateAck && uint64(m.To) == c.master:
 			// The head answers its clients at commit.
 		case m.Type == chain.MsgRedirect && uint64(m.To) == c.master && !m.Query:
@@ -437,29 +475,33 @@ func (c *chainCore) Ready() core.Ready[chain.Msg] {
 			c.out.Messages = append(c.out.Messages, m)
 		}
 	}
+	if s := c.m.TakeSnapshot(); s != nil {
+		c.installed(s)
+	}
 	hist := c.m.History()
+	bn, _ := c.m.Base()
 	if c.truncate != nil {
 		c.out.HasTruncate, c.out.Truncate = true, *c.truncate
 		c.truncate = nil
 	}
-	if len(hist) > c.written {
-		for i := c.written; i < len(hist); i++ {
-			e, err := chainEntry(uint64(i+1), hist[i])
+	if bn+len(hist) > c.written {
+		for i := c.written - bn; i < len(hist); i++ {
+			e, err := chainEntry(uint64(bn+i+1), hist[i])
 			if err != nil {
 				c.out.Errors = append(c.out.Errors, err)
 				break
 			}
 			c.out.Entries = append(c.out.Entries, e)
 		}
-		c.written = len(hist)
+		c.written = bn + len(hist)
 	}
 	committed := c.committedLen(hist)
-	if len(c.out.Entries) > 0 || c.out.HasTruncate {
+	if len(c.out.Entries) > 0 || c.out.HasTruncate || c.out.Snapshot != nil {
 		hs := core.HardState{View: c.status().Epoch, Commit: uint64(committed)}
 		c.out.HardState = &hs
 		c.seq++
 		c.out.PersistSeq = c.seq
-		var last uint64
+		_, last := c.m.Base()
 		if n := len(hist); n > 0 {
 			last = hist[n-1].Seq
 		}
@@ -467,12 +509,13 @@ func (c *chainCore) Ready() core.Ready[chain.Msg] {
 	}
 	for i := c.handed; i < committed; i++ {
 		// The host applies its operation, not the log's encoding of it.
-		req, err := decodeChainOp(hist[i].Op)
+		h := hist[i-bn]
+		req, err := decodeChainOp(h.Op)
 		if err != nil {
 			c.out.Errors = append(c.out.Errors, err)
 			break
 		}
-		e := core.Entry{View: hist[i].Seq >> chainSeqBits, Op: uint64(i + 1), Request: req}
+		e := core.Entry{View: h.Seq >> chainSeqBits, Op: uint64(i + 1), Request: req}
 		cm := core.Committed{Entry: e}
 		if e.Client != 0 {
 			k := idKey{e.Client, e.ReqNum}
@@ -533,22 +576,90 @@ func (c *chainCore) Info() core.Info {
 		leader = c.self
 	}
 	return core.Info{Self: c.self, Status: st, View: s.Epoch, Leader: leader, IsLeader: head,
-		FirstOp: 1, LastOp: uint64(len(c.m.History())), Commit: uint64(c.handed)}
+		FirstOp: uint64(c.base() + 1), LastOp: uint64(c.total()), Commit: uint64(c.handed)}
 }
 
 func (c *chainCore) ClientTable() []core.ClientRecord { return c.clients.Entries() }
 
 func (c *chainCore) ClientTableMinOp() (op uint64, ok bool) { return c.clients.MinOp() }
 
-// CompactPoint: a chain keeps its whole history (a joiner's pre-copy reads
-// it from the tail); compaction would need a snapshot transfer in the
-// pre-copy, not built.
-func (c *chainCore) CompactPoint(uint64, uint64, int) uint64 { return 0 }
-
-func (c *chainCore) Compact(op uint64) error {
-	return fmt.Errorf("chain core: no log compaction (asked to compact to %d)", op)
+// CompactPoint is where Compact should cut after a checkpoint at op: keep
+// keepEntries entries up to op, and of those only as many as hold
+// keepBytes (at least one), as VR's; never past what the member may drop
+// (chain.Member.CompactBound: its LA and its joiners' pre-copy positions).
+// 0: nothing to drop.
+func (c *chainCore) CompactPoint(op, keepEntries uint64, keepBytes int) uint64 {
+	hist := c.m.History()
+	bn := uint64(c.base())
+	if op <= bn || op > bn+uint64(len(hist)) {
+		return 0
+	}
+	cut := uint64(0)
+	if op > keepEntries {
+		cut = op - keepEntries
+	}
+	size := 0
+	for k := op; k > cut && k > bn; k-- {
+		size += len(hist[k-bn-1].Op)
+		if size > keepBytes && k < op {
+			cut = k
+			break
+		}
+	}
+	bound := c.m.CompactBound()
+	cut = min(cut, bn+uint64(sort.Search(len(hist), func(i int) bool { return hist[i].Seq > bound })))
+	if cut <= bn {
+		return 0
+	}
+	return cut
 }
 
-func (c *chainCore) SendSnapshot(to uint64, _ core.Snapshot) error {
-	return fmt.Errorf("chain core: no snapshots (asked for one for %d)", to)
+// Compact drops the member's history up to op, which the host holds in a
+// durable checkpoint (op <= applied). A joiner whose pre-copy starts below
+// it then gets a snapshot (SendSnapshot).
+func (c *chainCore) Compact(op uint64) error {
+	if op > uint64(c.handed) {
+		return fmt.Errorf("chain core: compact to %d beyond applied %d", op, c.handed)
+	}
+	bn := uint64(c.base())
+	if op <= bn {
+		return nil
+	}
+	c.m.Compact(c.m.History()[op-bn-1].Seq)
+	return nil
+}
+
+func (c *chainCore) base() int {
+	bn, _ := c.m.Base()
+	return bn
+}
+
+// SendSnapshot answers Ready.SnapshotNeeded: a joiner's pre-copy starts
+// from s, the host's state at op s.Op, in a pre-copy chunk (the client
+// table, then the host's state, as Snap.Data).
+func (c *chainCore) SendSnapshot(to uint64, s core.Snapshot) error {
+	data := kv.AppendClientEntries(nil, s.Clients)
+	data = append(data, s.Data...)
+	if !c.m.SendSnapshot(chain.NodeID(to), int(s.Op), data) {
+		bn, _ := c.m.Base()
+		return fmt.Errorf("chain core: no snapshot at %d for %d (not the tail, or outside history %d..%d)", s.Op, to, bn, c.total())
+	}
+	return nil
+}
+
+// installed: the member took a snapshot in its pre-copy (chain.Snap): the
+// host stores it and restores its state from it; the history before it is
+// gone, positions continue after it.
+func (c *chainCore) installed(s *chain.Snap) {
+	d := kv.Decoder{B: s.Data}
+	clients := kv.DecodeClientEntries(&d)
+	if d.Err != nil {
+		c.out.Errors = append(c.out.Errors, fmt.Errorf("chain core: undecodable snapshot at %d from the pre-copy: %w", s.N, d.Err))
+		return
+	}
+	c.out.Snapshot = &core.Snapshot{Op: uint64(s.N), Clients: clients, Data: d.B}
+	c.out.HasTruncate, c.truncate = false, nil // the snapshot replaces the whole log
+	c.clients = kv.NewClientTable(vr.MaxClients)
+	c.clients.Load(clients)
+	c.written, c.handed, c.bootCommit = s.N, s.N, s.N
 }

@@ -99,6 +99,9 @@ func (m *chainMsg) Size() int {
 	for i := range m.Entries {
 		n += len(m.Entries[i].Op) + len(m.Entries[i].Result)
 	}
+	if m.Snap != nil {
+		n += len(m.Snap.Data)
+	}
 	return n
 }
 

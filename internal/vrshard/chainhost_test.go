@@ -24,14 +24,20 @@ type chainGroup struct {
 	master *chainmaster.Master
 	dirs   []string
 	reps   []*Replica
+	// tune, if set, adjusts every member's options (before Open).
+	tune func(i int, o *Options)
 }
 
 func newChainGroup(t *testing.T) *chainGroup { return newChainGroupAfter(t, 0) }
 
 // newChainGroupAfter starts the master, then the members after delay.
 func newChainGroupAfter(t *testing.T, delay time.Duration) *chainGroup {
+	return newChainGroupTuned(t, delay, nil)
+}
+
+func newChainGroupTuned(t *testing.T, delay time.Duration, tune func(i int, o *Options)) *chainGroup {
 	log := testLogger(t)
-	g := &chainGroup{t: t, nt: newNodeTransports(t, 4, log), reps: make([]*Replica, 3)}
+	g := &chainGroup{t: t, nt: newNodeTransports(t, 4, log), reps: make([]*Replica, 3), tune: tune}
 	m, err := chainmaster.Start(chainmaster.Config{Self: 4, Members: []uint64{1, 2, 3}, Transport: g.nt.trs[3],
 		Heartbeat: 20 * time.Millisecond, FailAfter: 700 * time.Millisecond, Logger: log})
 	if err != nil {
@@ -56,11 +62,15 @@ func newChainGroupAfter(t *testing.T, delay time.Duration) *chainGroup {
 
 func (g *chainGroup) open(i int, bootstrap bool) {
 	g.t.Helper()
-	r, err := Open(Options{
+	o := Options{
 		Dir: g.dirs[i], Bootstrap: bootstrap, Transport: g.nt.trs[i], Logger: testLogger(g.t),
 		VR:    vr.Config{Cluster: 77, Members: []uint64{1, 2, 3}, Self: uint64(i + 1)},
 		Chain: &ChainOptions{Master: 4, Heartbeat: 20 * time.Millisecond, Lease: 300 * time.Millisecond},
-	})
+	}
+	if g.tune != nil {
+		g.tune(i, &o)
+	}
+	r, err := Open(o)
 	if err != nil {
 		g.t.Fatal(err)
 	}

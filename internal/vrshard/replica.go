@@ -9,7 +9,6 @@ import (
 	kcluster "github.com/kefirdb/kefir/internal/cluster"
 	"github.com/kefirdb/kefir/internal/core"
 	"log/slog"
-	"math"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -236,12 +235,12 @@ func (o *Options) fill() error {
 		o.MaxProposals = 4096
 	}
 	if o.Chain != nil {
-		// A chain keeps its whole log: a checkpoint would drop the entries
-		// a joiner's pre-copy reads (chaincore.go CompactPoint). And no
-		// member holds a log batch for a later fsync: a write's answer waits
-		// for every member's fsync in turn (SU over log members), so a held
-		// batch delays every write behind it at every hop.
-		o.CheckpointOps, o.CheckpointBytes = math.MaxUint64, math.MaxInt64
+		// No chain member holds a log batch for a later fsync: a write's
+		// answer waits for every member's fsync in turn (SU over log
+		// members), so a held batch delays every write behind it at every
+		// hop. (Checkpoints are as VR's: a joiner whose pre-copy starts
+		// below the tail's compacted history gets a snapshot,
+		// chaincore.go CompactPoint.)
 		o.CadSyncDelay, o.NilextSyncDelay = -1, -1
 	}
 	if o.CheckpointOps == 0 {

@@ -58,12 +58,12 @@ func startChainMaster(t *testing.T, id int, addr, members string) *chainMasterPr
 
 // startChain starts a chain of three `kefir server --engine chain`
 // processes (n1 head, n3 tail) and its master (node 9).
-func startChain(t *testing.T) *group {
+func startChain(t *testing.T, args ...string) *group {
 	t.Helper()
 	g := newGroup(t)
 	masterAddr := cluster.FreeAddr(t)
 	startChainMaster(t, 9, masterAddr, g.members)
-	g.start("--engine", "chain", "--chain-master", "9@"+masterAddr)
+	g.start(append([]string{"--engine", "chain", "--chain-master", "9@" + masterAddr}, args...)...)
 	return g
 }
 
@@ -80,9 +80,10 @@ func (g *group) rejoined(i int) {
 // the workload runs, the master repairs the chain each time, and each
 // killed member restarts from its disk and rejoins. Every acknowledged
 // sync write is on every member at the end and the history is
-// linearizable.
+// linearizable. Members checkpoint every 100 ops, so each compacts its
+// history and a killed one restarts from its checkpoint.
 func TestChainUnderKills(t *testing.T) {
-	g := startChain(t)
+	g := startChain(t, "--replication-checkpoint-ops", "100")
 	g.settledLeader(-1)
 	for i, n := range g.nodes {
 		if got := redisCLI(t, n.ClientAddr, "SET", "cli"+strconv.Itoa(i), "v"+strconv.Itoa(i)); got != "OK" {
