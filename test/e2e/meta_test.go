@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -110,7 +111,7 @@ func metadataResume(t *testing.T, killMetaLeader bool) {
 	// The driver: slow pages so that it is killed in its pre-copy.
 	drv := exec.Command(cluster.Binary(t), "cluster", "move-slots", "--addr", strings.Join(g.Addrs(), ","),
 		"--from", "1", "--to", "2", "--slots", "0-4095", "--page", "5", "--page-pause", "100ms", "--lease", "1s")
-	var out bytes.Buffer
+	var out lockedBuffer // the driver's output, read while it runs
 	drv.Stdout, drv.Stderr = &out, &out
 	if err := drv.Start(); err != nil {
 		t.Fatal(err)
@@ -355,4 +356,23 @@ func TestGroupsMetadataAbortOfARecordedMove(t *testing.T) {
 	if err := json.Unmarshal(metaCommand(t, g, "MAP").Str, &cm); err != nil || cm.Epoch != 3 || len(cm.Moves) != 0 || cm.Owner(0) != 2 || cm.Owner(100) != 1 {
 		t.Fatalf("map after the move: %+v (%v)", cm, err)
 	}
+}
+
+// lockedBuffer is a child process's output that the test reads while the
+// process still writes it (os/exec copies into it from its own goroutine).
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
