@@ -504,16 +504,24 @@ func (c *chainCore) Advance(results [][]byte) {
 		if cm.Client == 0 {
 			continue
 		}
+		// Every committed write is answered, not only the one the client
+		// table's record names: a client with several writes in flight
+		// can have two commit in one Ready (as VR's Advance does).
+		res := results[i]
 		rec := c.clients.Get(cm.Client)
-		if rec == nil {
-			continue // dropped by the count rule
+		if !cm.Duplicate && rec != nil && rec.Op == cm.Op {
+			rec.Result = res
 		}
-		if !cm.Duplicate {
-			rec.Result = results[i]
+		if !head {
+			continue
 		}
-		if head && rec.ReqNum == cm.ReqNum {
-			c.out.Replies = append(c.out.Replies, core.Reply{Client: cm.Client, ReqNum: cm.ReqNum, Op: cm.Op, Result: rec.Result})
+		if cm.Duplicate {
+			if rec == nil || rec.ReqNum != cm.ReqNum {
+				continue // a retry of an older request: its result is gone
+			}
+			res = rec.Result
 		}
+		c.out.Replies = append(c.out.Replies, core.Reply{Client: cm.Client, ReqNum: cm.ReqNum, Op: cm.Op, Result: res})
 	}
 	c.lastHand = nil
 }

@@ -345,3 +345,41 @@ func TestChainCoreLostUpdate(t *testing.T) {
 		}
 	}
 }
+
+// TestChainAnswersEveryCommittedWriteOfAClient (a review finding): a
+// client's requests are numbered one after another (shard.ReqID: one random client id per client, Seq up
+// with each write) and a client with concurrent writes has several in
+// flight. When two of one client's writes commit in one Ready (here: the
+// tail's acknowledgement of the first is lost, and the second's, which is
+// cumulative, commits both), Advance must answer both, not only the one the
+// client table's record now names: the host finishes waiters from the
+// Replies alone, so an unanswered write's caller times out and its retry
+// is refused as stale. VR's Advance answers every committed entry
+// (internal/vr/ready.go); so does the chain's.
+func TestChainAnswersEveryCommittedWriteOfAClient(t *testing.T) {
+	b := newChainBed(t, 1, 2)
+	dropped := false
+	b.drop = func(m chain.Msg) bool {
+		if !dropped && m.Type == chain.MsgAck && m.To == 1 {
+			dropped = true
+			return true
+		}
+		return false
+	}
+	for i := uint64(1); i <= 2; i++ {
+		if err := b.propose(1, 7, i, fmt.Sprint("w", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.pump()
+	if len(b.applied[1]) != 2 || !dropped {
+		t.Fatalf("head applied %d entries (ack dropped: %v), want 2", len(b.applied[1]), dropped)
+	}
+	var got []uint64
+	for _, r := range b.replies[1] {
+		got = append(got, r.ReqNum)
+	}
+	if !slices.Contains(got, 1) || !slices.Contains(got, 2) {
+		t.Fatalf("head answered requests %v of client 7, want 1 and 2 (both committed and applied)", got)
+	}
+}
