@@ -287,8 +287,19 @@ func (c *chainCore) rejoin(m chain.Msg) {
 	}
 	c.written, c.bootCommit = n, n
 	c.batches = nil // the old member's persistence reports mean nothing to the new one
-	c.leaseUntil = 0
+	// Unanswered heartbeats of the old incarnation would otherwise let a
+	// late answer to one restore the lease (and eventual reads) of a member
+	// that is no longer a replica.
+	c.leaseUntil, c.beats = 0, nil
 	c.rejoins++
+}
+
+func (c *chainCore) chainIDs() []chain.NodeID {
+	ids := make([]chain.NodeID, len(c.chain))
+	for i, id := range c.chain {
+		ids[i] = chain.NodeID(id)
+	}
+	return ids
 }
 
 func (c *chainCore) setChain(ms []chain.NodeID) {
@@ -310,7 +321,16 @@ func (c *chainCore) EventualUntil() int64 {
 
 // heartbeatAnswer: the master counts this member in the chain m.Members:
 // the lease runs from when the answered heartbeat was sent.
+//
+// An answer from an epoch below this member's is refused (no lease, no
+// configuration): it comes from a master that restarted from a stale
+// configuration and has not yet learnt the current one from the members'
+// heartbeats (chainmaster), and its idea of the chain — a member it
+// believes is in it — is not the chain's.
 func (c *chainCore) heartbeatAnswer(m chain.Msg) {
+	if m.Epoch < c.status().Epoch {
+		return
+	}
 	for len(c.beats) > 0 && uint64(c.beats[0][0]) <= m.Seq {
 		if uint64(c.beats[0][0]) == m.Seq {
 			c.leaseUntil = max(c.leaseUntil, c.beats[0][1]+c.lease)
@@ -336,7 +356,10 @@ func (c *chainCore) Tick(now int64) {
 		c.beats = append(c.beats, [2]int64{int64(c.beatSeq), now})
 		s := c.status()
 		c.out.Messages = append(c.out.Messages, chain.Msg{Type: chain.MsgHeartbeat, From: chain.NodeID(c.self),
-			To: chain.NodeID(c.master), Seq: c.beatSeq, LA: s.LA, LU: s.LU, Refused: s.State == chain.Inactive})
+			To: chain.NodeID(c.master), Seq: c.beatSeq, LA: s.LA, LU: s.LU, Refused: s.State == chain.Inactive,
+			// What a restarted master learns the chain from: this member's
+			// epoch and the configuration it last heard of.
+			Epoch: s.Epoch, Members: c.chainIDs()})
 	}
 }
 

@@ -6,8 +6,10 @@ import (
 	"maps"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/kefirdb/kefir/internal/chain"
+	"github.com/kefirdb/kefir/internal/chainmaster"
 	"github.com/kefirdb/kefir/internal/core"
 )
 
@@ -381,5 +383,144 @@ func TestChainAnswersEveryCommittedWriteOfAClient(t *testing.T) {
 	}
 	if !slices.Contains(got, 1) || !slices.Contains(got, 2) {
 		t.Fatalf("head answered requests %v of client 7, want 1 and 2 (both committed and applied)", got)
+	}
+}
+
+// TestChainRestartedMasterLearnsTheChain (a review finding): a master
+// restarted from its --members after a repair and a rejoin (the chain is
+// [1 3 2], the master believes [1 2 3]) must not repair the wrong chain
+// when the head fails. Unfenced, it made 2 — really the tail — the head,
+// whose writes commit at once (it has no successor), while 3, still in the
+// stale master's chain and so under its lease, served linearizable reads
+// from the history 1 gave it, missing a write answered before the read.
+// The members refuse the stale master's repair orders and heartbeat
+// answers (their epoch is below the members'); a master that learnt the
+// chain from the members' heartbeats (chainmaster.Learner) repairs the
+// real one, and every read then sees the answered write.
+func TestChainRestartedMasterLearnsTheChain(t *testing.T) {
+	b := newChainBed(t, 1, 2, 3)
+	if err := b.propose(1, 7, 1, "w1"); err != nil {
+		t.Fatal(err)
+	}
+	b.pump()
+	// The tail 3 fails and comes back from its disk; the master joins it
+	// before the tail (chainmaster: Join at len(members)): the chain is
+	// [1 3 2].
+	b.crash(3)
+	b.pump()
+	c, err := openChain(chainConfig{Self: 3, Master: bedMaster, Members: []uint64{1, 2, 3}}, core.Boot{HardState: b.hs[3], Entries: b.disk[3]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.cores[3], b.applied[3] = c, nil
+	if err := b.master.Join(3, 2); err != nil {
+		t.Fatal(err)
+	}
+	b.pump()
+	if got := b.master.Members(); !slices.Equal(got, []chain.NodeID{1, 3, 2}) {
+		t.Fatalf("chain %v after the rejoin, want [1 3 2]", got)
+	}
+	epoch := b.master.Epoch()
+
+	// The master restarts from its command line, and the head fails
+	// before it learnt anything: its repair (at an epoch below the
+	// members') is refused — no member becomes the head.
+	stale := chain.NewMaster(bedMaster, []chain.NodeID{1, 2, 3}, 3)
+	b.master = stale
+	b.crash(1)
+	b.pump()
+	for id, c := range b.cores {
+		if c.isHead() {
+			t.Fatalf("member %d obeyed the stale master's repair (epoch %d; the chain's is %d): it is the head", id, stale.Epoch(), epoch)
+		}
+	}
+	// Its heartbeat answers grant no lease either.
+	const lease = int64(time.Second)
+	var beats []chain.Msg
+	b.drop = func(m chain.Msg) bool {
+		if m.Type == chain.MsgHeartbeat && m.To == bedMaster {
+			beats = append(beats, m)
+			return true
+		}
+		return false
+	}
+	for _, id := range []uint64{2, 3} {
+		c := b.cores[id]
+		c.beat, c.lease = 1, lease
+		c.Tick(10)
+	}
+	b.pump()
+	if len(beats) != 2 {
+		t.Fatalf("%d heartbeats from members 2 and 3, want 2", len(beats))
+	}
+	for _, hb := range beats {
+		b.cores[uint64(hb.From)].Step(0, chain.Msg{Type: chain.MsgHeartbeat, From: bedMaster, To: hb.From, Seq: hb.Seq,
+			Epoch: stale.Epoch(), Members: stale.Members()})
+		if c := b.cores[uint64(hb.From)]; c.leased(11) {
+			t.Fatalf("member %d took a lease from the stale master's answer (epoch %d; its own %d)", hb.From, stale.Epoch(), c.status().Epoch)
+		}
+	}
+
+	// The master learns the chain from the same heartbeats, then repairs.
+	l := chainmaster.NewLearner([]chain.NodeID{1, 2, 3})
+	for _, hb := range beats {
+		l.Heard(hb)
+	}
+	members, learnt := l.Config()
+	if !slices.Equal(members, []chain.NodeID{1, 3, 2}) || learnt < epoch {
+		t.Fatalf("learnt chain %v at epoch %d, want [1 3 2] at %d or later", members, learnt, epoch)
+	}
+	if l.Done() {
+		t.Fatal("learning done without a report from member 1")
+	}
+	b.master = chain.NewMasterAt(bedMaster, members, 3, learnt)
+	b.master.Fail(1)
+	b.pump()
+	if !b.cores[3].isHead() {
+		t.Fatalf("member 3 is not the head after the learnt master's repair: 2 %+v, 3 %+v", b.cores[2].status(), b.cores[3].status())
+	}
+	// The learnt master's answers grant the leases.
+	beats = nil
+	for _, id := range []uint64{2, 3} {
+		b.cores[id].Tick(20)
+	}
+	b.pump()
+	for _, hb := range beats {
+		b.cores[uint64(hb.From)].Step(0, chain.Msg{Type: chain.MsgHeartbeat, From: bedMaster, To: hb.From, Seq: hb.Seq,
+			Epoch: b.master.Epoch(), Members: b.master.Members()})
+		if c := b.cores[uint64(hb.From)]; !c.leased(21) {
+			t.Fatalf("member %d took no lease from the learnt master's answer (epoch %d; its own %d)", hb.From, b.master.Epoch(), c.status().Epoch)
+		}
+	}
+	if err := b.propose(3, 8, 1, "w2"); err != nil {
+		t.Fatal(err)
+	}
+	b.pump()
+	if len(b.replies[3]) == 0 {
+		t.Fatal("the write at the new head 3 was not answered")
+	}
+	// A linearizable read, after w2 was answered, at each member.
+	for _, id := range []uint64{2, 3} {
+		c := b.cores[id]
+		b.reads[id] = nil
+		if err := c.Read(0, core.ReadRequest{Ctx: 1, Kind: core.ReadLinearizable}); err != nil {
+			t.Fatalf("member %d: read: %v (%+v, lease until %d)", id, err, c.status(), c.leaseUntil)
+		}
+		b.pump()
+		rs := b.reads[id]
+		if len(rs) != 1 {
+			t.Fatalf("member %d: %d read states", id, len(rs))
+		}
+		// What the member serves at the read's index: the applied
+		// entries up to it.
+		var seen []string
+		for _, cm := range b.applied[id] {
+			if cm.Op <= rs[0].Index {
+				seen = append(seen, string(cm.Data))
+			}
+		}
+		if !slices.Contains(seen, "w2") {
+			t.Fatalf("member %d serves a linearizable read at index %d with %v: the answered write w2 is missing", id, rs[0].Index, seen)
+		}
 	}
 }
