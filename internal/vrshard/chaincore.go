@@ -171,16 +171,14 @@ type chainConfig struct {
 // later start rejoins as a joiner holding the committed prefix of its log
 // (entries up to the hard state's commit point, perhaps none; the rest is
 // truncated: it may never have reached the tail); the master orders its
-// join when it hears from it.
+// join when it hears from it. A disk that lost state (LostState: wiped)
+// rejoins the same way holding nothing.
 func openChain(cfg chainConfig, st core.Boot) (*chainCore, error) {
 	if cfg.Master == 0 || slices.Contains(cfg.Members, cfg.Master) {
 		return nil, fmt.Errorf("chain core: master %d must be a node outside the chain %v", cfg.Master, cfg.Members)
 	}
 	if st.Snapshot != nil {
 		return nil, errors.New("chain core: the log starts at a snapshot; chains do not compact their log yet")
-	}
-	if st.LostState {
-		return nil, errors.New("chain core: the disk lost state; wipe the member and join it as a new node")
 	}
 	c := &chainCore{self: cfg.Self, master: cfg.Master, chain: slices.Clone(cfg.Members),
 		beat: cfg.Heartbeat, lease: cfg.Lease,
@@ -198,6 +196,13 @@ func openChain(cfg chainConfig, st core.Boot) (*chainCore, error) {
 		return c, nil
 	}
 	n := int(min(st.HardState.Commit, uint64(len(st.Entries))))
+	if st.LostState {
+		// A wiped disk (or one whose recovery did not finish): nothing it
+		// holds is known to be committed. It joins as a new node with an
+		// empty history, copying everything from the tail; it never comes
+		// back Active on its own.
+		n = 0
+	}
 	for i, e := range st.Entries[:n] {
 		if e.Op != uint64(i+1) {
 			return nil, fmt.Errorf("chain core: log entry %d at position %d", e.Op, i+1)

@@ -524,3 +524,46 @@ func TestChainRestartedMasterLearnsTheChain(t *testing.T) {
 		}
 	}
 }
+
+// TestChainWipedMemberRejoinsAsAJoiner (a review finding): a member whose
+// disk lost its state (the host's LostState: a wiped directory) used to be
+// refused at start ("wipe the member…", which gave the same error). It
+// starts as a joiner holding nothing — never Active on its own — and the
+// master's join copies the whole history to it.
+func TestChainWipedMemberRejoinsAsAJoiner(t *testing.T) {
+	b := newChainBed(t, 1, 2, 3)
+	for i := uint64(1); i <= 3; i++ {
+		if err := b.propose(1, 7, i, fmt.Sprint("w", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.pump()
+	b.crash(2)
+	b.pump()
+	// The wiped member's disk: perhaps a leftover log, no commit point.
+	c, err := openChain(chainConfig{Self: 2, Master: bedMaster, Members: []uint64{1, 2, 3}},
+		core.Boot{LostState: true, Entries: b.disk[2]})
+	if err != nil {
+		t.Fatalf("a wiped member cannot start: %v", err)
+	}
+	if s := c.status(); s.State != chain.Inactive || len(c.m.History()) != 0 {
+		t.Fatalf("wiped member starts %v holding %d entries, want a joiner holding none", s.State, len(c.m.History()))
+	}
+	if err := c.Read(0, core.ReadRequest{Ctx: 1, Kind: core.ReadLinearizable}); err == nil {
+		t.Fatal("a wiped member serves a read before it rejoined")
+	}
+	b.cores[2], b.applied[2] = c, nil
+	if err := b.master.Join(2, 2); err != nil {
+		t.Fatal(err)
+	}
+	b.pump()
+	if s := c.status(); s.State != chain.Active {
+		t.Fatalf("wiped member is %v after its join, want active", s.State)
+	}
+	if got := len(b.applied[2]); got != 3 {
+		t.Fatalf("wiped member applied %d entries after its join, want the chain's 3", got)
+	}
+	if d := b.disk[2]; len(d) != 3 || string(d[2].Data) != string(b.disk[1][2].Data) {
+		t.Fatalf("wiped member's log holds %d entries, want the head's 3", len(d))
+	}
+}
