@@ -102,6 +102,20 @@ type Master struct {
 	// heartbeats (zero once it has), with what it learnt.
 	learnUntil time.Time
 	learner    *Learner
+	// progress: what each member of the chain last reported (its epoch and
+	// LU), which only grow while it keeps its history.
+	progress map[uint64]progress
+}
+
+type progress struct{ epoch, lu uint64 }
+
+// lostHistory reports whether heartbeat hb shows that its member went back
+// from what it reported before (prev): it restarted without its history —
+// a wiped disk started as a member of the initial chain (--bootstrap) — and
+// holds less than updates it acknowledged. Granting it a lease would let
+// it serve reads missing answered writes.
+func lostHistory(prev progress, known bool, hb chain.Msg) bool {
+	return known && (hb.Epoch < prev.epoch || hb.LU < prev.lu)
 }
 
 // Learner is what a (re)started master learns from the members'
@@ -173,7 +187,8 @@ func Start(cfg Config) (*Master, error) {
 	}
 	x := &Master{cfg: cfg, inbox: make(chan []chain.Msg, 256), stop: make(chan struct{}), done: make(chan struct{}),
 		m: chain.NewMaster(chain.NodeID(cfg.Self), ids, len(ids)), heard: map[uint64]time.Time{},
-		members: slices.Clone(cfg.Members), learnUntil: time.Now().Add(cfg.FailAfter), learner: NewLearner(ids)}
+		members: slices.Clone(cfg.Members), learnUntil: time.Now().Add(cfg.FailAfter), learner: NewLearner(ids),
+		progress: map[uint64]progress{}}
 	// Silence counts from the start plus the grace: a member is failed
 	// StartGrace after the start if it never answers.
 	grace := time.Now().Add(cfg.StartGrace - cfg.FailAfter)
@@ -261,9 +276,19 @@ func (x *Master) step(msgs []chain.Msg) {
 			x.cfg.Logger.Warn("chain master: member restarted", "node", from)
 			x.m.Fail(msg.From)
 			delete(x.heard, from)
+			delete(x.progress, from)
 			continue
 		}
 		if slices.Contains(members, msg.From) {
+			if p, ok := x.progress[from]; lostHistory(p, ok, msg) {
+				x.cfg.Logger.Error("chain master: member lost its history (a wiped disk restarted as a member?): failed; restart it without --bootstrap to rejoin",
+					"node", from, "epoch", msg.Epoch, "lu", chain.FormatSeq(msg.LU), "was epoch", p.epoch, "was lu", chain.FormatSeq(p.lu))
+				x.m.Fail(msg.From)
+				delete(x.heard, from)
+				delete(x.progress, from)
+				continue
+			}
+			x.progress[from] = progress{msg.Epoch, msg.LU}
 			x.heard[from] = now
 			x.send(chain.Msg{Type: chain.MsgHeartbeat, From: chain.NodeID(x.cfg.Self), To: msg.From,
 				Seq: msg.Seq, Epoch: x.m.Epoch(), Members: members})
@@ -332,6 +357,7 @@ func (x *Master) tick(now time.Time) {
 			x.cfg.Logger.Warn("chain master: member failed (no heartbeat)", "node", uint64(id), "silent", now.Sub(h))
 			x.m.Fail(id)
 			delete(x.heard, uint64(id))
+			delete(x.progress, uint64(id))
 		}
 	}
 	if j := x.m.Joiner(); j != 0 {
@@ -341,6 +367,7 @@ func (x *Master) tick(now time.Time) {
 			x.cfg.Logger.Warn("chain master: joiner failed", "node", uint64(j))
 			x.m.Fail(j)
 			delete(x.heard, uint64(j))
+			delete(x.progress, uint64(j))
 		}
 	}
 	x.flush()

@@ -44,3 +44,31 @@ func TestLearnerAdoptsTheNewestConfiguration(t *testing.T) {
 		t.Fatalf("fresh chain: learnt %v at %d (done %v)", ms, e, f.Done())
 	}
 }
+
+// TestLostHistoryDetectsAWipedMember (a review finding): a member of the
+// chain restarted on a wiped disk as a member of the initial chain
+// (--bootstrap) comes back active with an empty log, its last update 0;
+// the master must not hand it a lease. Its heartbeat reports less than it
+// did before (LU or epoch), which lostHistory catches; growth or the same
+// report is not a loss, nor is a first report.
+func TestLostHistoryDetectsAWipedMember(t *testing.T) {
+	prev := progress{epoch: 2, lu: 2<<40 | 7}
+	hb := func(epoch, lu uint64) chain.Msg { return chain.Msg{Type: chain.MsgHeartbeat, Epoch: epoch, LU: lu} }
+	for _, c := range []struct {
+		name  string
+		known bool
+		hb    chain.Msg
+		lost  bool
+	}{
+		{"wiped: epoch 0, LU 0", true, hb(0, 0), true},
+		{"LU went back", true, hb(2, 2<<40|3), true},
+		{"epoch went back", true, hb(1, 2<<40|7), true},
+		{"same", true, hb(2, 2<<40|7), false},
+		{"grew", true, hb(3, 3<<40|1), false},
+		{"first report", false, hb(0, 0), false},
+	} {
+		if got := lostHistory(prev, c.known, c.hb); got != c.lost {
+			t.Errorf("%s: lostHistory %v, want %v", c.name, got, c.lost)
+		}
+	}
+}

@@ -262,13 +262,20 @@ func (c *chainCore) Step(_ int64, m chain.Msg) {
 // active member's next update from its predecessor in the same epoch is
 // always LU+1. The chain assumes reliable links; the node transport drops a
 // message when a peer's queue overflows or a connection is re-dialled.
-// (Across epochs — a new head — a gap is not detected.)
+// (Across epochs — a new head — a gap is not detected.) An active member
+// holding nothing (LU 0) has been in the chain since before its first
+// update, so its first is the first a head numbered in its epoch (n = 1);
+// any other is a gap — also what a wiped disk started as a member
+// (--bootstrap) sees, which must not serve from an empty history.
 func (c *chainCore) lostUpdate(m chain.Msg) bool {
 	s := c.status()
 	if s.State != chain.Active || m.From != s.Pred || m.From == chain.NodeID(c.master) || m.Seq <= s.LU {
 		return false
 	}
-	return m.Seq>>chainSeqBits == s.LU>>chainSeqBits && s.LU != 0 && m.Seq != s.LU+1
+	if s.LU == 0 {
+		return m.Seq&(1<<chainSeqBits-1) != 1
+	}
+	return m.Seq>>chainSeqBits == s.LU>>chainSeqBits && m.Seq != s.LU+1
 }
 
 // rejoin makes this member a joiner again after a lost update: it keeps

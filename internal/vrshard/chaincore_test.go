@@ -567,3 +567,34 @@ func TestChainWipedMemberRejoinsAsAJoiner(t *testing.T) {
 		t.Fatalf("wiped member's log holds %d entries, want the head's 3", len(d))
 	}
 }
+
+// TestChainWipedBootstrappedMemberDoesNotServe (a review finding): a
+// member's disk is wiped and it is started again as a member of the
+// initial chain (--bootstrap) before the master noticed it was gone: it
+// is active with an empty history, and the next update from its
+// predecessor (not the chain's first) shows the gap. It must rejoin as a
+// joiner, not serve reads from nothing (its LU of 0 used to hide the gap).
+func TestChainWipedBootstrappedMemberDoesNotServe(t *testing.T) {
+	b := newChainBed(t, 1, 2, 3)
+	for i := uint64(1); i <= 3; i++ {
+		if err := b.propose(1, 7, i, fmt.Sprint("w", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.pump()
+	c, err := openChain(chainConfig{Self: 3, Master: bedMaster, Members: []uint64{1, 2, 3}}, core.Boot{Bootstrap: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.cores[3], b.applied[3], b.disk[3] = c, nil, nil
+	if err := b.propose(1, 7, 4, "w4"); err != nil {
+		t.Fatal(err)
+	}
+	b.pump()
+	if s := c.status(); s.State == chain.Active || c.rejoins != 1 {
+		t.Fatalf("wiped member is %v (rejoins %d) after an update past its empty history, want a joiner", s.State, c.rejoins)
+	}
+	if err := c.Read(0, core.ReadRequest{Ctx: 1, Kind: core.ReadLinearizable}); err == nil {
+		t.Fatal("the wiped member serves a read")
+	}
+}
