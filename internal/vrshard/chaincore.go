@@ -63,6 +63,16 @@ type chainCore struct {
 	batches [][2]uint64 // {PersistSeq, last chain seq} written, not yet durable
 	seq     uint64      // the last PersistSeq issued
 
+	// The commit point is saved with each batch of entries; one that
+	// advanced after the last batch (the acks came later) is saved on its
+	// own once it has waited commitSaveDelay with no batch to ride on
+	// (saveCommit), so a restart after the writes stopped keeps every
+	// committed entry instead of truncating and copying them again.
+	savedCommit int
+	behind      bool  // the commit point is ahead of the saved one ...
+	behindSince int64 // ... since then (the host's clock, at a Tick)
+	saveCommit  bool
+
 	// clients is kv's client table, under VR's count rule (vr.MaxClients):
 	// every member drops the same records at the same op.
 	clients *kv.ClientTable
@@ -218,7 +228,7 @@ func openChain(cfg chainConfig, st core.Boot) (*chainCore, error) {
 		c.truncate = &t
 	}
 	c.m, c.mcfg = chain.NewMember(ccfg, nopSM{}), ccfg
-	c.written, c.bootCommit = n, n
+	c.written, c.bootCommit, c.savedCommit = n, n, n
 	return c, nil
 }
 
@@ -297,7 +307,7 @@ func (c *chainCore) rejoin(m chain.Msg) {
 		t := uint64(n)
 		c.truncate = &t
 	}
-	c.written, c.bootCommit = n, n
+	c.written, c.bootCommit, c.savedCommit = n, n, n
 	c.batches = nil // the old member's persistence reports mean nothing to the new one
 	// Unanswered heartbeats of the old incarnation would otherwise let a
 	// late answer to one restore the lease (and eventual reads) of a member
@@ -357,8 +367,20 @@ func (c *chainCore) leased(now int64) bool { return c.lease == 0 || now < c.leas
 
 func (c *chainCore) Heard(int64, uint64) {}
 
+// commitSaveDelay is how long an advanced commit point waits for a batch
+// of entries to be saved with before it is written on its own: a write
+// (and fsync) per idle spell, not per acknowledgement.
+const commitSaveDelay = int64(100 * time.Millisecond)
+
 func (c *chainCore) Tick(now int64) {
 	c.m.Tick(now)
+	if c.committedLen(c.m.History()) > c.savedCommit {
+		if !c.behind {
+			c.behind, c.behindSince = true, now
+		} else if now-c.behindSince >= commitSaveDelay {
+			c.saveCommit = true
+		}
+	}
 	if c.beat > 0 && now-c.lastBeat >= c.beat {
 		c.lastBeat = now
 		c.beatSeq++
@@ -489,9 +511,12 @@ func (c *chainCore) Ready() core.Ready[chain.Msg] {
 		c.written = len(hist)
 	}
 	committed := c.committedLen(hist)
-	if len(c.out.Entries) > 0 || c.out.HasTruncate {
+	if len(c.out.Entries) > 0 || c.out.HasTruncate || c.saveCommit && committed > c.savedCommit {
 		hs := core.HardState{View: c.status().Epoch, Commit: uint64(committed)}
 		c.out.HardState = &hs
+		c.savedCommit, c.behind, c.saveCommit = committed, false, false
+	}
+	if len(c.out.Entries) > 0 || c.out.HasTruncate {
 		c.seq++
 		c.out.PersistSeq = c.seq
 		var last uint64

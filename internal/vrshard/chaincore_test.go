@@ -598,3 +598,40 @@ func TestChainWipedBootstrappedMemberDoesNotServe(t *testing.T) {
 		t.Fatal("the wiped member serves a read")
 	}
 }
+
+// TestChainSavesItsCommitPointWhenIdle (a review finding): the commit
+// point was saved only with new entries, so a member's last entries,
+// acknowledged after its last batch, were not committed on its disk: a
+// restart truncated them and copied them again. Once the writes stop, the
+// advanced commit point is written on its own (after commitSaveDelay), and
+// a restart keeps every committed entry.
+func TestChainSavesItsCommitPointWhenIdle(t *testing.T) {
+	b := newChainBed(t, 1, 2, 3)
+	for i := uint64(1); i <= 3; i++ {
+		if err := b.propose(1, 7, i, fmt.Sprint("w", i)); err != nil {
+			t.Fatal(err)
+		}
+		b.pump()
+	}
+	if got := b.hs[1].Commit; got == 3 {
+		t.Fatalf("the head's commit point is %d before any idle tick: the test shows nothing", got)
+	}
+	for _, now := range []int64{1, 1 + commitSaveDelay} {
+		for _, c := range b.cores {
+			c.Tick(now)
+		}
+		b.pump()
+	}
+	for _, id := range []uint64{1, 2, 3} {
+		if got := b.hs[id].Commit; got != 3 {
+			t.Fatalf("member %d saved commit point %d after the writes stopped, want 3", id, got)
+		}
+	}
+	c, err := openChain(chainConfig{Self: 1, Master: bedMaster, Members: []uint64{1, 2, 3}}, core.Boot{HardState: b.hs[1], Entries: b.disk[1]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(c.m.History()); n != 3 || c.truncate != nil {
+		t.Fatalf("the restarted head keeps %d entries (truncate %v), want all 3", n, c.truncate)
+	}
+}
