@@ -635,3 +635,31 @@ func TestChainSavesItsCommitPointWhenIdle(t *testing.T) {
 		t.Fatalf("the restarted head keeps %d entries (truncate %v), want all 3", n, c.truncate)
 	}
 }
+
+// TestChainRejoinForgetsUnansweredHeartbeats (a review finding): a member
+// that rejoins after a lost update stops serving; an answer to a heartbeat
+// it sent before must not restore its lease (nor its eventual reads).
+func TestChainRejoinForgetsUnansweredHeartbeats(t *testing.T) {
+	b := newChainBed(t, 1, 2, 3)
+	var beats []chain.Msg
+	b.drop = func(m chain.Msg) bool {
+		if m.Type == chain.MsgHeartbeat && m.To == bedMaster {
+			beats = append(beats, m)
+			return true
+		}
+		return false
+	}
+	c := b.cores[3]
+	c.beat, c.lease = 1, int64(time.Second)
+	c.Tick(10)
+	b.pump()
+	if len(beats) != 1 {
+		t.Fatalf("%d heartbeats, want 1", len(beats))
+	}
+	c.rejoin(chain.Msg{Type: chain.MsgUpdate, From: 2, To: 3, Seq: 5})
+	c.Step(0, chain.Msg{Type: chain.MsgHeartbeat, From: bedMaster, To: 3, Seq: beats[0].Seq,
+		Epoch: b.master.Epoch(), Members: b.master.Members()})
+	if c.leased(11) || c.EventualUntil() > 0 {
+		t.Fatalf("a rejoining member's lease was restored by an old heartbeat's answer (until %d)", c.EventualUntil())
+	}
+}
