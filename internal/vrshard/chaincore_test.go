@@ -121,6 +121,18 @@ func (b *chainBed) pump() {
 	b.t.Fatal("the chain never settled")
 }
 
+// captureBeats makes the bed keep the members' heartbeats to the master in
+// *beats instead of delivering them (tests answer them by hand).
+func (b *chainBed) captureBeats(beats *[]chain.Msg) {
+	b.drop = func(m chain.Msg) bool {
+		if m.Type == chain.MsgHeartbeat && m.To == bedMaster {
+			*beats = append(*beats, m)
+			return true
+		}
+		return false
+	}
+}
+
 func (b *chainBed) propose(at, client, req uint64, data string) error {
 	return b.cores[at].Propose(0, core.Request{Client: client, ReqNum: req, Data: []byte(data)}, core.AckApplied)
 }
@@ -437,13 +449,7 @@ func TestChainRestartedMasterLearnsTheChain(t *testing.T) {
 	// Its heartbeat answers grant no lease either.
 	const lease = int64(time.Second)
 	var beats []chain.Msg
-	b.drop = func(m chain.Msg) bool {
-		if m.Type == chain.MsgHeartbeat && m.To == bedMaster {
-			beats = append(beats, m)
-			return true
-		}
-		return false
-	}
+	b.captureBeats(&beats)
 	for _, id := range []uint64{2, 3} {
 		c := b.cores[id]
 		c.beat, c.lease = 1, lease
@@ -642,13 +648,7 @@ func TestChainSavesItsCommitPointWhenIdle(t *testing.T) {
 func TestChainRejoinForgetsUnansweredHeartbeats(t *testing.T) {
 	b := newChainBed(t, 1, 2, 3)
 	var beats []chain.Msg
-	b.drop = func(m chain.Msg) bool {
-		if m.Type == chain.MsgHeartbeat && m.To == bedMaster {
-			beats = append(beats, m)
-			return true
-		}
-		return false
-	}
+	b.captureBeats(&beats)
 	c := b.cores[3]
 	c.beat, c.lease = 1, int64(time.Second)
 	c.Tick(10)
