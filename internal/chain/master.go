@@ -127,6 +127,16 @@ func NewMaster(id NodeID, members []NodeID, r int) *Master {
 		awaiting: map[order]awaited{}, reqs: map[uint64]*request{}}
 }
 
+// NewMasterAt is NewMaster at a given epoch: a restarted master that
+// learnt the chain and its epoch from the members' heartbeats
+// (chainmaster), so that its orders carry an epoch above every member's
+// (a member refuses a repair order from an epoch below its own).
+func NewMasterAt(id NodeID, members []NodeID, r int, epoch uint64) *Master {
+	m := NewMaster(id, members, r)
+	m.epoch = epoch
+	return m
+}
+
 // SetMode sets the chain's update mode (before any request; every member
 // must be created with the same): under SU the tail answers updates, under
 // AUSI and AU the head does.

@@ -325,6 +325,13 @@ func (m *Member) Step(msg Msg) {
 		}
 		return
 	}
+	if (msg.Type == MsgCRHead || msg.Type == MsgCRMid || msg.Type == MsgCRTail) && msg.Epoch < m.epoch {
+		// A repair order from an epoch this member has moved past: from a
+		// master that restarted from a stale configuration (or overtaken
+		// by a newer one). Obeying it would rewire the chain the master
+		// does not know (FLUSH has the same rule).
+		return
+	}
 	switch msg.Type {
 	case MsgUpdate:
 		if msg.From == m.cfg.Master {

@@ -25,10 +25,18 @@
 //     master noticed its silence: it is declared failed first.
 //   - Master failure: the members' leases lapse and the chain stops serving
 //     until the master is back. The master keeps its configuration in
-//     memory only: a restarted master starts from the configuration it is
-//     given, which is right only if no repair or join happened since (or if
-//     the operator passes the current chain). Replicating it is the
-//     metadata group's job.
+//     memory only, so a (re)started master first learns: for up to
+//     FailAfter it only listens to heartbeats — it answers none, joins
+//     nobody, fails nobody — and adopts the configuration and epoch of the
+//     member reporting the highest epoch, if above its own; it ends
+//     early once every member of the configuration it holds has reported
+//     an epoch no higher. Its orders then carry an epoch above every
+//     member's it heard. The members refuse a repair order or a heartbeat
+//     answer from an epoch below their own, so a master still holding a
+//     stale configuration can neither rewire the chain nor grant a lease.
+//     (Residual: a configuration only unheard members know — every member
+//     that knows it silent for FailAfter — is not learnt.) Replicating the
+//     master is the metadata group's job.
 package chainmaster
 
 import (
@@ -89,7 +97,72 @@ type Master struct {
 	heard   map[uint64]time.Time
 	members []uint64 // published configuration, for Members
 	lost    bool     // "the chain is lost" was logged
+
+	// learnUntil: until when the master only learns the chain from the
+	// heartbeats (zero once it has), with what it learnt.
+	learnUntil time.Time
+	learner    *Learner
+	// progress: what each member of the chain last reported (its epoch and
+	// LU), which only grow while it keeps its history.
+	progress map[uint64]progress
 }
+
+type progress struct{ epoch, lu uint64 }
+
+// lostHistory reports whether heartbeat hb shows that its member went back
+// from what it reported before (prev): it restarted without its history —
+// a wiped disk started as a member of the initial chain (--bootstrap) — and
+// holds less than updates it acknowledged. Granting it a lease would let
+// it serve reads missing answered writes.
+func lostHistory(prev progress, known bool, hb chain.Msg) bool {
+	return known && (hb.Epoch < prev.epoch || hb.LU < prev.lu)
+}
+
+// Learner is what a (re)started master learns from the members'
+// heartbeats before it acts (the package comment, "Master failure"): the
+// configuration and epoch of the member reporting the highest epoch.
+type Learner struct {
+	members  []chain.NodeID
+	epoch    uint64
+	reported map[chain.NodeID]uint64
+}
+
+// NewLearner starts from the configuration the master was given, at epoch 0.
+func NewLearner(members []chain.NodeID) *Learner {
+	return &Learner{members: slices.Clone(members), reported: map[chain.NodeID]uint64{}}
+}
+
+// Heard takes a member's heartbeat (its epoch and the configuration it last
+// heard of) and reports whether it replaced the configuration: a member
+// reporting an epoch above the learnt one knows a newer configuration. A
+// joiner's heartbeat (Refused) teaches nothing.
+func (l *Learner) Heard(hb chain.Msg) bool {
+	if hb.Type != chain.MsgHeartbeat || hb.Refused {
+		return false
+	}
+	l.reported[hb.From] = hb.Epoch
+	if hb.Epoch <= l.epoch || len(hb.Members) == 0 {
+		return false
+	}
+	l.members, l.epoch = slices.Clone(hb.Members), hb.Epoch
+	return true
+}
+
+// Done reports whether every member of the learnt configuration has
+// reported an epoch no higher than it: nobody heard knows a newer one. (A
+// master also stops learning after FailAfter, since a failed member is
+// never heard.)
+func (l *Learner) Done() bool {
+	for _, id := range l.members {
+		if e, ok := l.reported[id]; !ok || e > l.epoch {
+			return false
+		}
+	}
+	return true
+}
+
+// Config is the learnt configuration (head first) and its epoch.
+func (l *Learner) Config() ([]chain.NodeID, uint64) { return slices.Clone(l.members), l.epoch }
 
 // Start registers the master on the transport and runs it until Close.
 func Start(cfg Config) (*Master, error) {
@@ -114,7 +187,8 @@ func Start(cfg Config) (*Master, error) {
 	}
 	x := &Master{cfg: cfg, inbox: make(chan []chain.Msg, 256), stop: make(chan struct{}), done: make(chan struct{}),
 		m: chain.NewMaster(chain.NodeID(cfg.Self), ids, len(ids)), heard: map[uint64]time.Time{},
-		members: slices.Clone(cfg.Members)}
+		members: slices.Clone(cfg.Members), learnUntil: time.Now().Add(cfg.FailAfter), learner: NewLearner(ids),
+		progress: map[uint64]progress{}}
 	// Silence counts from the start plus the grace: a member is failed
 	// StartGrace after the start if it never answers.
 	grace := time.Now().Add(cfg.StartGrace - cfg.FailAfter)
@@ -187,6 +261,10 @@ func (x *Master) step(msgs []chain.Msg) {
 			continue
 		}
 		from := uint64(msg.From)
+		if !x.learnUntil.IsZero() {
+			x.learn(msg, now)
+			continue
+		}
 		members := x.m.Members()
 		if slices.Contains(members, msg.From) && msg.Refused && msg.From != x.m.Joiner() {
 			// A member that says it is not a replica restarted (faster than
@@ -198,9 +276,19 @@ func (x *Master) step(msgs []chain.Msg) {
 			x.cfg.Logger.Warn("chain master: member restarted", "node", from)
 			x.m.Fail(msg.From)
 			delete(x.heard, from)
+			delete(x.progress, from)
 			continue
 		}
 		if slices.Contains(members, msg.From) {
+			if p, ok := x.progress[from]; lostHistory(p, ok, msg) {
+				x.cfg.Logger.Error("chain master: member lost its history (a wiped disk restarted as a member?): failed; restart it without --bootstrap to rejoin",
+					"node", from, "epoch", msg.Epoch, "lu", chain.FormatSeq(msg.LU), "was epoch", p.epoch, "was lu", chain.FormatSeq(p.lu))
+				x.m.Fail(msg.From)
+				delete(x.heard, from)
+				delete(x.progress, from)
+				continue
+			}
+			x.progress[from] = progress{msg.Epoch, msg.LU}
 			x.heard[from] = now
 			x.send(chain.Msg{Type: chain.MsgHeartbeat, From: chain.NodeID(x.cfg.Self), To: msg.From,
 				Seq: msg.Seq, Epoch: x.m.Epoch(), Members: members})
@@ -224,14 +312,52 @@ func (x *Master) step(msgs []chain.Msg) {
 	x.flush()
 }
 
+// learn takes a heartbeat while the master learns the chain, adopting a
+// newer configuration than its own (Learner).
+func (x *Master) learn(msg chain.Msg, now time.Time) {
+	if msg.Refused {
+		return // a joiner: joined once the master has learnt the chain
+	}
+	if x.learner.Heard(msg) {
+		members, epoch := x.learner.Config()
+		x.cfg.Logger.Warn("chain master: learnt a newer configuration", "from", uint64(msg.From), "epoch", epoch,
+			"members", members, "was", x.m.Members(), "was epoch", x.m.Epoch())
+		x.m = chain.NewMasterAt(chain.NodeID(x.cfg.Self), members, len(x.cfg.Members), epoch)
+		for _, id := range members {
+			if _, ok := x.heard[uint64(id)]; !ok {
+				// The start's grace, as for the configured members.
+				x.heard[uint64(id)] = x.learnUntil.Add(x.cfg.StartGrace - 2*x.cfg.FailAfter)
+			}
+		}
+	}
+	x.heard[uint64(msg.From)] = now
+	if x.learner.Done() {
+		x.learnt()
+	}
+}
+
+// learnt ends the learning: the master acts on its configuration.
+func (x *Master) learnt() {
+	x.learnUntil, x.learner = time.Time{}, nil
+	x.cfg.Logger.Info("chain master: acting", "members", x.m.Members(), "epoch", x.m.Epoch())
+}
+
 func (x *Master) tick(now time.Time) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	if !x.learnUntil.IsZero() {
+		if now.Before(x.learnUntil) {
+			x.flush()
+			return
+		}
+		x.learnt()
+	}
 	for _, id := range x.m.Members() {
 		if h, ok := x.heard[uint64(id)]; !ok || now.Sub(h) > x.cfg.FailAfter {
 			x.cfg.Logger.Warn("chain master: member failed (no heartbeat)", "node", uint64(id), "silent", now.Sub(h))
 			x.m.Fail(id)
 			delete(x.heard, uint64(id))
+			delete(x.progress, uint64(id))
 		}
 	}
 	if j := x.m.Joiner(); j != 0 {
@@ -241,6 +367,7 @@ func (x *Master) tick(now time.Time) {
 			x.cfg.Logger.Warn("chain master: joiner failed", "node", uint64(j))
 			x.m.Fail(j)
 			delete(x.heard, uint64(j))
+			delete(x.progress, uint64(j))
 		}
 	}
 	x.flush()

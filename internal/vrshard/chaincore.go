@@ -2,7 +2,6 @@ package vrshard
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -62,6 +61,16 @@ type chainCore struct {
 
 	batches [][2]uint64 // {PersistSeq, last chain seq} written, not yet durable
 	seq     uint64      // the last PersistSeq issued
+
+	// The commit point is saved with each batch of entries; one that
+	// advanced after the last batch (the acks came later) is saved on its
+	// own once it has waited commitSaveDelay with no batch to ride on
+	// (saveCommit), so a restart after the writes stopped keeps every
+	// committed entry instead of truncating and copying them again.
+	savedCommit int
+	behind      bool  // the commit point is ahead of the saved one ...
+	behindSince int64 // ... since then (the host's clock, at a Tick)
+	saveCommit  bool
 
 	// clients is kv's client table, under VR's count rule (vr.MaxClients):
 	// every member drops the same records at the same op.
@@ -178,18 +187,19 @@ type chainConfig struct {
 // later start rejoins as a joiner holding the committed prefix of its log
 // (entries up to the hard state's commit point, perhaps none; the rest is
 // truncated: it may never have reached the tail); the master orders its
-// join when it hears from it.
+// join when it hears from it. A disk that lost state rejoins the same way
+// holding none of its log (its checkpoint, if any, is committed state).
 func openChain(cfg chainConfig, st core.Boot) (*chainCore, error) {
 	if cfg.Master == 0 || slices.Contains(cfg.Members, cfg.Master) {
 		return nil, fmt.Errorf("chain core: master %d must be a node outside the chain %v", cfg.Master, cfg.Members)
 	}
-	if st.LostState && (st.Snapshot != nil || len(st.Entries) > 0) {
-		return nil, errors.New("chain core: the disk lost state; wipe the member's directory and it joins as a new node")
-	}
-	// A lost state with nothing on disk (a new or wiped disk) is a new
-	// node: it promises nothing (every update it acknowledged is on the
-	// members it passed it to), and joins as a joiner holding nothing,
-	// its pre-copy starting from the tail's first entry or a snapshot.
+	// A lost state (a new or wiped disk, or a member killed during its
+	// rejoin, whose recovery mark is still on disk) promises nothing:
+	// every update it acknowledged is on the members it passed it to. It
+	// joins holding nothing of its log (below) — never Active on its own —
+	// its pre-copy starting from the tail's first entry or a snapshot. A
+	// checkpoint it holds is kept: a member checkpoints only committed
+	// state, which no repair takes back.
 	c := &chainCore{self: cfg.Self, master: cfg.Master, chain: slices.Clone(cfg.Members),
 		beat: cfg.Heartbeat, lease: cfg.Lease,
 		clients: kv.NewClientTable(vr.MaxClients), inflight: map[idKey]uint64{}, byID: map[uint64]idKey{}}
@@ -213,6 +223,9 @@ func openChain(cfg chainConfig, st core.Boot) (*chainCore, error) {
 		c.clients.Load(st.Snapshot.Clients)
 	}
 	n := int(min(st.HardState.Commit-min(st.HardState.Commit, uint64(snap)), uint64(len(st.Entries))))
+	if st.LostState {
+		n = 0 // nothing of the log is known to be committed
+	}
 	for i, e := range st.Entries[:n] {
 		if e.Op != uint64(snap+i+1) {
 			return nil, fmt.Errorf("chain core: log entry %d at position %d", e.Op, snap+i+1)
@@ -237,7 +250,7 @@ func openChain(cfg chainConfig, st core.Boot) (*chainCore, error) {
 		}
 	}
 	c.m, c.mcfg = chain.NewMember(ccfg, nopSM{}), ccfg
-	c.written, c.bootCommit, c.handed = snap+n, snap+n, snap
+	c.written, c.bootCommit, c.handed, c.savedCommit = snap+n, snap+n, snap, snap+n
 	return c, nil
 }
 
@@ -281,13 +294,20 @@ func (c *chainCore) Step(_ int64, m chain.Msg) {
 // active member's next update from its predecessor in the same epoch is
 // always LU+1. The chain assumes reliable links; the node transport drops a
 // message when a peer's queue overflows or a connection is re-dialled.
-// (Across epochs — a new head — a gap is not detected.)
+// (Across epochs — a new head — a gap is not detected.) An active member
+// holding nothing (LU 0) has been in the chain since before its first
+// update, so its first is the first a head numbered in its epoch (n = 1);
+// any other is a gap — also what a wiped disk started as a member
+// (--bootstrap) sees, which must not serve from an empty history.
 func (c *chainCore) lostUpdate(m chain.Msg) bool {
 	s := c.status()
 	if s.State != chain.Active || m.From != s.Pred || m.From == chain.NodeID(c.master) || m.Seq <= s.LU {
 		return false
 	}
-	return m.Seq>>chainSeqBits == s.LU>>chainSeqBits && s.LU != 0 && m.Seq != s.LU+1
+	if s.LU == 0 {
+		return m.Seq&(1<<chainSeqBits-1) != 1
+	}
+	return m.Seq>>chainSeqBits == s.LU>>chainSeqBits && m.Seq != s.LU+1
 }
 
 // rejoin makes this member a joiner again after a lost update: it keeps
@@ -311,10 +331,21 @@ func (c *chainCore) rejoin(m chain.Msg) {
 		t := uint64(n)
 		c.truncate = &t
 	}
-	c.written, c.bootCommit = n, n
+	c.written, c.bootCommit, c.savedCommit = n, n, n
 	c.batches = nil // the old member's persistence reports mean nothing to the new one
-	c.leaseUntil = 0
+	// Unanswered heartbeats of the old incarnation would otherwise let a
+	// late answer to one restore the lease (and eventual reads) of a member
+	// that is no longer a replica.
+	c.leaseUntil, c.beats = 0, nil
 	c.rejoins++
+}
+
+func (c *chainCore) chainIDs() []chain.NodeID {
+	ids := make([]chain.NodeID, len(c.chain))
+	for i, id := range c.chain {
+		ids[i] = chain.NodeID(id)
+	}
+	return ids
 }
 
 func (c *chainCore) setChain(ms []chain.NodeID) {
@@ -336,7 +367,16 @@ func (c *chainCore) EventualUntil() int64 {
 
 // heartbeatAnswer: the master counts this member in the chain m.Members:
 // the lease runs from when the answered heartbeat was sent.
+//
+// An answer from an epoch below this member's is refused (no lease, no
+// configuration): it comes from a master that restarted from a stale
+// configuration and has not yet learnt the current one from the members'
+// heartbeats (chainmaster), and its idea of the chain — a member it
+// believes is in it — is not the chain's.
 func (c *chainCore) heartbeatAnswer(m chain.Msg) {
+	if m.Epoch < c.status().Epoch {
+		return
+	}
 	for len(c.beats) > 0 && uint64(c.beats[0][0]) <= m.Seq {
 		if uint64(c.beats[0][0]) == m.Seq {
 			c.leaseUntil = max(c.leaseUntil, c.beats[0][1]+c.lease)
@@ -351,8 +391,20 @@ func (c *chainCore) leased(now int64) bool { return c.lease == 0 || now < c.leas
 
 func (c *chainCore) Heard(int64, uint64) {}
 
+// commitSaveDelay is how long an advanced commit point waits for a batch
+// of entries to be saved with before it is written on its own: a write
+// (and fsync) per idle spell, not per acknowledgement.
+const commitSaveDelay = int64(100 * time.Millisecond)
+
 func (c *chainCore) Tick(now int64) {
 	c.m.Tick(now)
+	if c.committedLen(c.m.History()) > c.savedCommit {
+		if !c.behind {
+			c.behind, c.behindSince = true, now
+		} else if now-c.behindSince >= commitSaveDelay {
+			c.saveCommit = true
+		}
+	}
 	if c.beat > 0 && now-c.lastBeat >= c.beat {
 		c.lastBeat = now
 		c.beatSeq++
@@ -362,7 +414,10 @@ func (c *chainCore) Tick(now int64) {
 		c.beats = append(c.beats, [2]int64{int64(c.beatSeq), now})
 		s := c.status()
 		c.out.Messages = append(c.out.Messages, chain.Msg{Type: chain.MsgHeartbeat, From: chain.NodeID(c.self),
-			To: chain.NodeID(c.master), Seq: c.beatSeq, LA: s.LA, LU: s.LU, Refused: s.State == chain.Inactive})
+			To: chain.NodeID(c.master), Seq: c.beatSeq, LA: s.LA, LU: s.LU, Refused: s.State == chain.Inactive,
+			// What a restarted master learns the chain from: this member's
+			// epoch and the configuration it last heard of.
+			Epoch: s.Epoch, Members: c.chainIDs()})
 	}
 }
 
@@ -496,9 +551,12 @@ func (c *chainCore) Ready() core.Ready[chain.Msg] {
 		c.written = bn + len(hist)
 	}
 	committed := c.committedLen(hist)
-	if len(c.out.Entries) > 0 || c.out.HasTruncate || c.out.Snapshot != nil {
+	if len(c.out.Entries) > 0 || c.out.HasTruncate || c.out.Snapshot != nil || c.saveCommit && committed > c.savedCommit {
 		hs := core.HardState{View: c.status().Epoch, Commit: uint64(committed)}
 		c.out.HardState = &hs
+		c.savedCommit, c.behind, c.saveCommit = committed, false, false
+	}
+	if len(c.out.Entries) > 0 || c.out.HasTruncate || c.out.Snapshot != nil {
 		c.seq++
 		c.out.PersistSeq = c.seq
 		_, last := c.m.Base()
@@ -547,16 +605,24 @@ func (c *chainCore) Advance(results [][]byte) {
 		if cm.Client == 0 {
 			continue
 		}
+		// Every committed write is answered, not only the one the client
+		// table's record names: a client with several writes in flight
+		// can have two commit in one Ready (as VR's Advance does).
+		res := results[i]
 		rec := c.clients.Get(cm.Client)
-		if rec == nil {
-			continue // dropped by the count rule
+		if !cm.Duplicate && rec != nil && rec.Op == cm.Op {
+			rec.Result = res
 		}
-		if !cm.Duplicate {
-			rec.Result = results[i]
+		if !head {
+			continue
 		}
-		if head && rec.ReqNum == cm.ReqNum {
-			c.out.Replies = append(c.out.Replies, core.Reply{Client: cm.Client, ReqNum: cm.ReqNum, Op: cm.Op, Result: rec.Result})
+		if cm.Duplicate {
+			if rec == nil || rec.ReqNum != cm.ReqNum {
+				continue // a retry of an older request: its result is gone
+			}
+			res = rec.Result
 		}
+		c.out.Replies = append(c.out.Replies, core.Reply{Client: cm.Client, ReqNum: cm.ReqNum, Op: cm.Op, Result: res})
 	}
 	c.lastHand = nil
 }

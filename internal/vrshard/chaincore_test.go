@@ -6,8 +6,10 @@ import (
 	"maps"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/kefirdb/kefir/internal/chain"
+	"github.com/kefirdb/kefir/internal/chainmaster"
 	"github.com/kefirdb/kefir/internal/core"
 )
 
@@ -117,6 +119,18 @@ func (b *chainBed) pump() {
 		}
 	}
 	b.t.Fatal("the chain never settled")
+}
+
+// captureBeats makes the bed keep the members' heartbeats to the master in
+// *beats instead of delivering them (tests answer them by hand).
+func (b *chainBed) captureBeats(beats *[]chain.Msg) {
+	b.drop = func(m chain.Msg) bool {
+		if m.Type == chain.MsgHeartbeat && m.To == bedMaster {
+			*beats = append(*beats, m)
+			return true
+		}
+		return false
+	}
 }
 
 func (b *chainBed) propose(at, client, req uint64, data string) error {
@@ -343,5 +357,309 @@ func TestChainCoreLostUpdate(t *testing.T) {
 		if len(b.errs[id]) != 0 {
 			t.Fatalf("member %d: %v", id, b.errs[id])
 		}
+	}
+}
+
+// TestChainAnswersEveryCommittedWriteOfAClient (a review finding): a
+// client's requests are numbered one after another (shard.ReqID: one random client id per client, Seq up
+// with each write) and a client with concurrent writes has several in
+// flight. When two of one client's writes commit in one Ready (here: the
+// tail's acknowledgement of the first is lost, and the second's, which is
+// cumulative, commits both), Advance must answer both, not only the one the
+// client table's record now names: the host finishes waiters from the
+// Replies alone, so an unanswered write's caller times out and its retry
+// is refused as stale. VR's Advance answers every committed entry
+// (internal/vr/ready.go); so does the chain's.
+func TestChainAnswersEveryCommittedWriteOfAClient(t *testing.T) {
+	b := newChainBed(t, 1, 2)
+	dropped := false
+	b.drop = func(m chain.Msg) bool {
+		if !dropped && m.Type == chain.MsgAck && m.To == 1 {
+			dropped = true
+			return true
+		}
+		return false
+	}
+	for i := uint64(1); i <= 2; i++ {
+		if err := b.propose(1, 7, i, fmt.Sprint("w", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.pump()
+	if len(b.applied[1]) != 2 || !dropped {
+		t.Fatalf("head applied %d entries (ack dropped: %v), want 2", len(b.applied[1]), dropped)
+	}
+	var got []uint64
+	for _, r := range b.replies[1] {
+		got = append(got, r.ReqNum)
+	}
+	if !slices.Contains(got, 1) || !slices.Contains(got, 2) {
+		t.Fatalf("head answered requests %v of client 7, want 1 and 2 (both committed and applied)", got)
+	}
+}
+
+// TestChainRestartedMasterLearnsTheChain (a review finding): a master
+// restarted from its --members after a repair and a rejoin (the chain is
+// [1 3 2], the master believes [1 2 3]) must not repair the wrong chain
+// when the head fails. Unfenced, it made 2 — really the tail — the head,
+// whose writes commit at once (it has no successor), while 3, still in the
+// stale master's chain and so under its lease, served linearizable reads
+// from the history 1 gave it, missing a write answered before the read.
+// The members refuse the stale master's repair orders and heartbeat
+// answers (their epoch is below the members'); a master that learnt the
+// chain from the members' heartbeats (chainmaster.Learner) repairs the
+// real one, and every read then sees the answered write.
+func TestChainRestartedMasterLearnsTheChain(t *testing.T) {
+	b := newChainBed(t, 1, 2, 3)
+	if err := b.propose(1, 7, 1, "w1"); err != nil {
+		t.Fatal(err)
+	}
+	b.pump()
+	// The tail 3 fails and comes back from its disk; the master joins it
+	// before the tail (chainmaster: Join at len(members)): the chain is
+	// [1 3 2].
+	b.crash(3)
+	b.pump()
+	c, err := openChain(chainConfig{Self: 3, Master: bedMaster, Members: []uint64{1, 2, 3}}, core.Boot{HardState: b.hs[3], Entries: b.disk[3]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.cores[3], b.applied[3] = c, nil
+	if err := b.master.Join(3, 2); err != nil {
+		t.Fatal(err)
+	}
+	b.pump()
+	if got := b.master.Members(); !slices.Equal(got, []chain.NodeID{1, 3, 2}) {
+		t.Fatalf("chain %v after the rejoin, want [1 3 2]", got)
+	}
+	epoch := b.master.Epoch()
+
+	// The master restarts from its command line, and the head fails
+	// before it learnt anything: its repair (at an epoch below the
+	// members') is refused — no member becomes the head.
+	stale := chain.NewMaster(bedMaster, []chain.NodeID{1, 2, 3}, 3)
+	b.master = stale
+	b.crash(1)
+	b.pump()
+	for id, c := range b.cores {
+		if c.isHead() {
+			t.Fatalf("member %d obeyed the stale master's repair (epoch %d; the chain's is %d): it is the head", id, stale.Epoch(), epoch)
+		}
+	}
+	// Its heartbeat answers grant no lease either.
+	const lease = int64(time.Second)
+	var beats []chain.Msg
+	b.captureBeats(&beats)
+	for _, id := range []uint64{2, 3} {
+		c := b.cores[id]
+		c.beat, c.lease = 1, lease
+		c.Tick(10)
+	}
+	b.pump()
+	if len(beats) != 2 {
+		t.Fatalf("%d heartbeats from members 2 and 3, want 2", len(beats))
+	}
+	for _, hb := range beats {
+		b.cores[uint64(hb.From)].Step(0, chain.Msg{Type: chain.MsgHeartbeat, From: bedMaster, To: hb.From, Seq: hb.Seq,
+			Epoch: stale.Epoch(), Members: stale.Members()})
+		if c := b.cores[uint64(hb.From)]; c.leased(11) {
+			t.Fatalf("member %d took a lease from the stale master's answer (epoch %d; its own %d)", hb.From, stale.Epoch(), c.status().Epoch)
+		}
+	}
+
+	// The master learns the chain from the same heartbeats, then repairs.
+	l := chainmaster.NewLearner([]chain.NodeID{1, 2, 3})
+	for _, hb := range beats {
+		l.Heard(hb)
+	}
+	members, learnt := l.Config()
+	if !slices.Equal(members, []chain.NodeID{1, 3, 2}) || learnt < epoch {
+		t.Fatalf("learnt chain %v at epoch %d, want [1 3 2] at %d or later", members, learnt, epoch)
+	}
+	if l.Done() {
+		t.Fatal("learning done without a report from member 1")
+	}
+	b.master = chain.NewMasterAt(bedMaster, members, 3, learnt)
+	b.master.Fail(1)
+	b.pump()
+	if !b.cores[3].isHead() {
+		t.Fatalf("member 3 is not the head after the learnt master's repair: 2 %+v, 3 %+v", b.cores[2].status(), b.cores[3].status())
+	}
+	// The learnt master's answers grant the leases.
+	beats = nil
+	for _, id := range []uint64{2, 3} {
+		b.cores[id].Tick(20)
+	}
+	b.pump()
+	for _, hb := range beats {
+		b.cores[uint64(hb.From)].Step(0, chain.Msg{Type: chain.MsgHeartbeat, From: bedMaster, To: hb.From, Seq: hb.Seq,
+			Epoch: b.master.Epoch(), Members: b.master.Members()})
+		if c := b.cores[uint64(hb.From)]; !c.leased(21) {
+			t.Fatalf("member %d took no lease from the learnt master's answer (epoch %d; its own %d)", hb.From, b.master.Epoch(), c.status().Epoch)
+		}
+	}
+	if err := b.propose(3, 8, 1, "w2"); err != nil {
+		t.Fatal(err)
+	}
+	b.pump()
+	if len(b.replies[3]) == 0 {
+		t.Fatal("the write at the new head 3 was not answered")
+	}
+	// A linearizable read, after w2 was answered, at each member.
+	for _, id := range []uint64{2, 3} {
+		c := b.cores[id]
+		b.reads[id] = nil
+		if err := c.Read(0, core.ReadRequest{Ctx: 1, Kind: core.ReadLinearizable}); err != nil {
+			t.Fatalf("member %d: read: %v (%+v, lease until %d)", id, err, c.status(), c.leaseUntil)
+		}
+		b.pump()
+		rs := b.reads[id]
+		if len(rs) != 1 {
+			t.Fatalf("member %d: %d read states", id, len(rs))
+		}
+		// What the member serves at the read's index: the applied
+		// entries up to it.
+		var seen []string
+		for _, cm := range b.applied[id] {
+			if cm.Op <= rs[0].Index {
+				seen = append(seen, string(cm.Data))
+			}
+		}
+		if !slices.Contains(seen, "w2") {
+			t.Fatalf("member %d serves a linearizable read at index %d with %v: the answered write w2 is missing", id, rs[0].Index, seen)
+		}
+	}
+}
+
+// TestChainWipedMemberRejoinsAsAJoiner (a review finding): a member whose
+// disk lost its state (the host's LostState: a wiped directory) used to be
+// refused at start ("wipe the member…", which gave the same error). It
+// starts as a joiner holding nothing — never Active on its own — and the
+// master's join copies the whole history to it.
+func TestChainWipedMemberRejoinsAsAJoiner(t *testing.T) {
+	b := newChainBed(t, 1, 2, 3)
+	for i := uint64(1); i <= 3; i++ {
+		if err := b.propose(1, 7, i, fmt.Sprint("w", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.pump()
+	b.crash(2)
+	b.pump()
+	// The wiped member's disk: perhaps a leftover log, no commit point.
+	c, err := openChain(chainConfig{Self: 2, Master: bedMaster, Members: []uint64{1, 2, 3}},
+		core.Boot{LostState: true, Entries: b.disk[2]})
+	if err != nil {
+		t.Fatalf("a wiped member cannot start: %v", err)
+	}
+	if s := c.status(); s.State != chain.Inactive || len(c.m.History()) != 0 {
+		t.Fatalf("wiped member starts %v holding %d entries, want a joiner holding none", s.State, len(c.m.History()))
+	}
+	if err := c.Read(0, core.ReadRequest{Ctx: 1, Kind: core.ReadLinearizable}); err == nil {
+		t.Fatal("a wiped member serves a read before it rejoined")
+	}
+	b.cores[2], b.applied[2] = c, nil
+	if err := b.master.Join(2, 2); err != nil {
+		t.Fatal(err)
+	}
+	b.pump()
+	if s := c.status(); s.State != chain.Active {
+		t.Fatalf("wiped member is %v after its join, want active", s.State)
+	}
+	if got := len(b.applied[2]); got != 3 {
+		t.Fatalf("wiped member applied %d entries after its join, want the chain's 3", got)
+	}
+	if d := b.disk[2]; len(d) != 3 || string(d[2].Data) != string(b.disk[1][2].Data) {
+		t.Fatalf("wiped member's log holds %d entries, want the head's 3", len(d))
+	}
+}
+
+// TestChainWipedBootstrappedMemberDoesNotServe (a review finding): a
+// member's disk is wiped and it is started again as a member of the
+// initial chain (--bootstrap) before the master noticed it was gone: it
+// is active with an empty history, and the next update from its
+// predecessor (not the chain's first) shows the gap. It must rejoin as a
+// joiner, not serve reads from nothing (its LU of 0 used to hide the gap).
+func TestChainWipedBootstrappedMemberDoesNotServe(t *testing.T) {
+	b := newChainBed(t, 1, 2, 3)
+	for i := uint64(1); i <= 3; i++ {
+		if err := b.propose(1, 7, i, fmt.Sprint("w", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.pump()
+	c, err := openChain(chainConfig{Self: 3, Master: bedMaster, Members: []uint64{1, 2, 3}}, core.Boot{Bootstrap: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.cores[3], b.applied[3], b.disk[3] = c, nil, nil
+	if err := b.propose(1, 7, 4, "w4"); err != nil {
+		t.Fatal(err)
+	}
+	b.pump()
+	if s := c.status(); s.State == chain.Active || c.rejoins != 1 {
+		t.Fatalf("wiped member is %v (rejoins %d) after an update past its empty history, want a joiner", s.State, c.rejoins)
+	}
+	if err := c.Read(0, core.ReadRequest{Ctx: 1, Kind: core.ReadLinearizable}); err == nil {
+		t.Fatal("the wiped member serves a read")
+	}
+}
+
+// TestChainSavesItsCommitPointWhenIdle (a review finding): the commit
+// point was saved only with new entries, so a member's last entries,
+// acknowledged after its last batch, were not committed on its disk: a
+// restart truncated them and copied them again. Once the writes stop, the
+// advanced commit point is written on its own (after commitSaveDelay), and
+// a restart keeps every committed entry.
+func TestChainSavesItsCommitPointWhenIdle(t *testing.T) {
+	b := newChainBed(t, 1, 2, 3)
+	for i := uint64(1); i <= 3; i++ {
+		if err := b.propose(1, 7, i, fmt.Sprint("w", i)); err != nil {
+			t.Fatal(err)
+		}
+		b.pump()
+	}
+	if got := b.hs[1].Commit; got == 3 {
+		t.Fatalf("the head's commit point is %d before any idle tick: the test shows nothing", got)
+	}
+	for _, now := range []int64{1, 1 + commitSaveDelay} {
+		for _, c := range b.cores {
+			c.Tick(now)
+		}
+		b.pump()
+	}
+	for _, id := range []uint64{1, 2, 3} {
+		if got := b.hs[id].Commit; got != 3 {
+			t.Fatalf("member %d saved commit point %d after the writes stopped, want 3", id, got)
+		}
+	}
+	c, err := openChain(chainConfig{Self: 1, Master: bedMaster, Members: []uint64{1, 2, 3}}, core.Boot{HardState: b.hs[1], Entries: b.disk[1]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(c.m.History()); n != 3 || c.truncate != nil {
+		t.Fatalf("the restarted head keeps %d entries (truncate %v), want all 3", n, c.truncate)
+	}
+}
+
+// TestChainRejoinForgetsUnansweredHeartbeats (a review finding): a member
+// that rejoins after a lost update stops serving; an answer to a heartbeat
+// it sent before must not restore its lease (nor its eventual reads).
+func TestChainRejoinForgetsUnansweredHeartbeats(t *testing.T) {
+	b := newChainBed(t, 1, 2, 3)
+	var beats []chain.Msg
+	b.captureBeats(&beats)
+	c := b.cores[3]
+	c.beat, c.lease = 1, int64(time.Second)
+	c.Tick(10)
+	b.pump()
+	if len(beats) != 1 {
+		t.Fatalf("%d heartbeats, want 1", len(beats))
+	}
+	c.rejoin(chain.Msg{Type: chain.MsgUpdate, From: 2, To: 3, Seq: 5})
+	c.Step(0, chain.Msg{Type: chain.MsgHeartbeat, From: bedMaster, To: 3, Seq: beats[0].Seq,
+		Epoch: b.master.Epoch(), Members: b.master.Members()})
+	if c.leased(11) || c.EventualUntil() > 0 {
+		t.Fatalf("a rejoining member's lease was restored by an old heartbeat's answer (until %d)", c.EventualUntil())
 	}
 }
