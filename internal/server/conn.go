@@ -1097,3 +1097,20 @@ func (c *conn) awaitSyncWrites() bool {
 	err := c.srv.shard.Wait(context.Background(), c.pending)
 	return c.waited(err, time.Since(t)) == nil
 }
+
+// dispatchInline runs args on the event loop if it can finish there without
+// waiting (c.inline; a path that would wait sets c.wouldWait and does
+// nothing), and reports whether it did; if not, the replies it queued are
+// dropped and the caller hands args to a worker, which runs them again.
+func (c *conn) dispatchInline(args [][]byte) bool {
+	n := len(c.timed)
+	c.inline = true
+	c.dispatch(args)
+	c.inline = false
+	if c.wouldWait {
+		c.wouldWait = false
+		c.timed = c.timed[:n]
+		return false
+	}
+	return true
+}

@@ -787,13 +787,7 @@ func (c *conn) readInline(args [][]byte) bool {
 	if !ok || spec.Class != command.Read {
 		return false
 	}
-	n := len(c.timed)
-	c.inline = true
-	c.dispatch(args)
-	c.inline = false
-	if c.wouldWait {
-		c.wouldWait = false
-		c.timed = c.timed[:n]
+	if !c.dispatchInline(args) {
 		return false
 	}
 	c.srv.inlineReads.Add(1)

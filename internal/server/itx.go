@@ -394,16 +394,7 @@ func (c *conn) txInline(args [][]byte) bool {
 	case eq(sub, "BEGIN"):
 		// At once where the replica has its read point at hand (a leader
 		// under a running lease: TryTxBegin), else on a worker, which waits.
-		n := len(c.timed)
-		c.inline = true
-		c.dispatch(args)
-		c.inline = false
-		if c.wouldWait {
-			c.wouldWait = false
-			c.timed = c.timed[:n]
-			return false
-		}
-		return true
+		return c.dispatchInline(args)
 	case eq(sub, "ABORT"), eq(sub, "PREPARE"):
 	case eq(sub, "GET"), eq(sub, "MGET"), eq(sub, "EXISTS"), eq(sub, "GETRANGE"), eq(sub, "GETBIT"):
 		if tx != nil && !tx.ready(func(tx *itxn) bool { return tx.snap != nil }) {
