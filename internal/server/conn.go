@@ -726,6 +726,26 @@ func (c *conn) queueWrite(spec *command.Spec, args [][]byte, o callOpts) {
 	var shape replyShape
 	var err error
 	switch {
+	case spec != execSpec && spec != kefirExecSpec && spec != txApplySpec && !isScript(spec):
+		// The common case, parsed in place: into a zeroed slot of the
+		// batch, dropped again if the command is refused.
+		n := len(c.writes)
+		c.writes = append(c.writes, shard.WriteReq{})
+		w := &c.writes[n]
+		if shape, err = parseWriteInto(&w.Op, spec, args, &c.arena); err == nil && !o.dur.IsZero() {
+			err = c.srv.shard.CheckDurability(o.dur)
+		}
+		if err != nil {
+			c.writes = c.writes[:n]
+			c.refuseWrite(err, o)
+			return
+		}
+		w.Durability, w.ID = o.dur, o.id
+		if w.Durability.IsZero() {
+			w.Durability = c.dur
+		}
+		c.noteQueued(spec, args, &w.Op, shape, o)
+		return
 	case spec == execSpec:
 		// EXEC: the transaction becomes the KEFIR.EXEC that carries it
 		// (tx.go), parsed, logged and forwarded as one.
@@ -747,22 +767,14 @@ func (c *conn) queueWrite(spec *command.Spec, args [][]byte, o callOpts) {
 		op, err = parseExec(args, &c.arena)
 	case isScript(spec):
 		op, err = c.parseScript(spec, args, &c.arena) // script.go
-	case spec == txApplySpec:
-		op, err = parseTxApply(args, &c.arena) // itx.go
 	default:
-		op, shape, err = parseWrite(spec, args, &c.arena)
+		op, err = parseTxApply(args, &c.arena) // itx.go: txApplySpec
 	}
 	if err == nil && !o.dur.IsZero() {
 		err = c.srv.shard.CheckDurability(o.dur)
 	}
 	if err != nil {
-		c.flushWrites()
-		c.timed[len(c.timed)-1].err = true
-		if o.session {
-			_ = c.w.WriteArrayHeader(2)
-			_ = c.w.WriteBulkString(o.sess.String())
-		}
-		c.writeErr(err)
+		c.refuseWrite(err, o)
 		return
 	}
 	d := o.dur
@@ -770,6 +782,24 @@ func (c *conn) queueWrite(spec *command.Spec, args [][]byte, o callOpts) {
 		d = c.dur
 	}
 	c.writes = append(c.writes, shard.WriteReq{Op: op, Durability: d, ID: o.id})
+	c.noteQueued(spec, args, &c.writes[len(c.writes)-1].Op, shape, o)
+}
+
+// refuseWrite answers a write refused before it joined the batch, after the
+// batch's earlier replies (flushWrites).
+func (c *conn) refuseWrite(err error, o callOpts) {
+	c.flushWrites()
+	c.timed[len(c.timed)-1].err = true
+	if o.session {
+		_ = c.w.WriteArrayHeader(2)
+		_ = c.w.WriteBulkString(o.sess.String())
+	}
+	c.writeErr(err)
+}
+
+// noteQueued records how to answer the write just added to the batch (op, its
+// slot's Op); a replicated node keeps the command as received for forwarding.
+func (c *conn) noteQueued(spec *command.Spec, args [][]byte, op *kv.Op, shape replyShape, o callOpts) {
 	q := queued{cmd: spec.ID, shape: shape, session: o.session, sess: o.sess, redirect: o.redirect}
 	if c.srv.grp != nil {
 		q.raw = make([][]byte, len(args))
@@ -777,7 +807,7 @@ func (c *conn) queueWrite(spec *command.Spec, args [][]byte, o callOpts) {
 			q.raw[i] = c.arena.copy(a)
 		}
 		if kv.IsScript(op.Kind) {
-			forwardedScript(&op, q.raw) // never a SHA the leader may lack
+			forwardedScript(op, q.raw) // never a SHA the leader may lack
 		}
 	}
 	c.meta = append(c.meta, q)

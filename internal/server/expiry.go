@@ -23,10 +23,10 @@ import (
 // expiryNow is the front door's clock in unix milliseconds.
 var expiryNow = func() int64 { return time.Now().UnixMilli() }
 
-// parseSet parses SET with its options (command.ParseSet) at the front
-// door's clock, copying the key and value into the arena (args alias the
-// reader's buffer).
-func parseSet(args [][]byte, a *arena) (kv.Op, error) {
+// parseSet parses SET with its options (command.ParseSetInto) into *op (the
+// zero Op) at the front door's clock, copying the key and value into the
+// arena (args alias the reader's buffer).
+func parseSet(op *kv.Op, args [][]byte, a *arena) error {
 	// The clock only for a SET with options: ParseSet uses now only for an
 	// expiry, and a clock read per plain SET is ~6 % of a pipelined SET's
 	// CPU (docs/design/one-house.md, "Before and after").
@@ -34,9 +34,9 @@ func parseSet(args [][]byte, a *arena) (kv.Op, error) {
 	if len(args) > 3 {
 		now = expiryNow()
 	}
-	op, err := command.ParseSet(args, now)
+	err := command.ParseSetInto(op, args, now)
 	op.Key, op.Value = a.copy(op.Key), a.copy(op.Value)
-	return op, err
+	return err
 }
 
 // parseExpiryWrite parses the expiry write commands other than SET

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/kefirdb/kefir/internal/command"
+	"github.com/kefirdb/kefir/internal/kv"
 )
 
 // hashScript exercises the hash commands; its expectations are Redis
@@ -203,7 +204,8 @@ func TestParsingAWriteOfManyArgumentsDoesNotAllocate(t *testing.T) {
 			t.Fatalf("no spec for %s", tc.cmd)
 		}
 		parse := func() {
-			op, _, err := parseWrite(spec, args, &a)
+			var op kv.Op
+			_, err := parseWriteInto(&op, spec, args, &a)
 			if err != nil || len(op.Keys) != tc.keys || tc.keys > 0 && string(op.Keys[tc.keys-1]) != string(args[len(args)-1]) {
 				t.Fatalf("%s: %q, %v", tc.cmd, op.Keys, err)
 			}
