@@ -378,6 +378,12 @@ type mutations struct {
 	// limit is written anyway; the engine fails the apply and the replica
 	// stops (statemachine.go).
 	appendUnchecked bool
+	// applyOwnClock: a replica stamps what it applies with its own clock,
+	// not the timestamp the leader put in the entry, so replicas that
+	// applied the same ops hold different engines (the host simulator's
+	// agreement check, hostAgree, must catch it: reads return no
+	// timestamps, so no client-side checker can).
+	applyOwnClock bool
 	// txUnvalidated: the state machine applies an EXEC without comparing
 	// its watches and a KEFIR.TX commit without validating its checks (the
 	// conflict window): a broken validator, which the transaction checker
@@ -1735,7 +1741,11 @@ func (r *Replica) apply(cs []vr.Committed) error {
 		if err != nil {
 			return fmt.Errorf("vrshard: op %d: %w", c.Op, err)
 		}
-		res, opErr, err := r.app.applyOp(&op, c.Op, h.ts, c.Client, c.ReqNum)
+		ts := h.ts
+		if mutation.On && r.mut.applyOwnClock {
+			ts = r.clock.Now().UnixNano()
+		}
+		res, opErr, err := r.app.applyOp(&op, c.Op, ts, c.Client, c.ReqNum)
 		if err != nil {
 			return fmt.Errorf("vrshard: op %d: %w", c.Op, err)
 		}
