@@ -832,8 +832,11 @@ func (db *DB) getAt(key []byte, at uint64, shared bool) (Value, error) {
 			db.mu.RUnlock()
 			return Value{}, ErrClosed
 		}
-		it, ok := db.idx.Get(keyString(key))
-		if !ok {
+		// The item in place (under the read lock), not idx.Get's copy: this
+		// is every GET's path, and the copy and the call cost a pipelined
+		// GET a few per cent of its instructions (docs/design/one-house.md).
+		it := db.idx.get(keyString(key))
+		if it == nil {
 			db.mu.RUnlock()
 			return Value{}, ErrNotFound
 		}
