@@ -36,10 +36,41 @@
 //     stale configuration can neither rewire the chain nor grant a lease.
 //     (Residual: a configuration only unheard members know — every member
 //     that knows it silent for FailAfter — is not learnt.) Replicating the
-//     master is the metadata group's job.
+//     master is the metadata group's job: see "Hosted by the metadata
+//     group" below.
+//
+// Hosted by the metadata group (Config.Meta; issue 30, docs/design/chain.md
+// "The master"): every node of the metadata group runs a Master; only the
+// one at the group's leader acts. The chain's configuration — members,
+// epoch, joiner — is metadata-group state (kv.ChainConfig, one reserved
+// record per chain), and:
+//
+//   - Commit before announce: whenever a decision changes the
+//     configuration (Fail, Join, a flush, a truncation, an epoch bump) the
+//     master commits it to the metadata group (KindMapChainSet,
+//     compare-and-set on the epoch it last committed) before it sends any
+//     of the decision's messages; if the commit fails it sends nothing and
+//     stops acting (the decision is forgotten; a leader reloads the record).
+//     Heartbeat answers carry the committed configuration only. So every
+//     configuration a member ever hears of is in the record, and the next
+//     leader, which starts from the record, decides above every epoch any
+//     member holds.
+//   - Leadership by lease: every Heartbeat the master reads the record with
+//     a linearizable read at its node's replica, which succeeds only at the
+//     leader under its leader lease. It grants member leases (answers
+//     heartbeats) only within 2×Heartbeat of such a read.
+//   - Taking over: a master that starts leading waits Lease + 2×Heartbeat
+//     from its first successful read before it grants or fails anything,
+//     then starts from the record (Master.NewMasterAt at its epoch; the
+//     first chain's KindMapChainInit if there is none). The old leader's
+//     last read preceded the new leader's first (VR's leader lease), its
+//     last grant came within 2×Heartbeat after it, and a grant lasts Lease
+//     from the member's heartbeat, sent before it: every lease an old
+//     master granted has lapsed before the new one acts.
 package chainmaster
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -50,6 +81,8 @@ import (
 	"github.com/kefirdb/kefir/internal/chain"
 	"github.com/kefirdb/kefir/internal/chainwire"
 	"github.com/kefirdb/kefir/internal/frame"
+	"github.com/kefirdb/kefir/internal/kv"
+	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/transport"
 )
 
@@ -82,6 +115,35 @@ type Config struct {
 	// been heard from yet is given (default DefaultStartGrace).
 	StartGrace time.Duration
 	Logger     *slog.Logger
+	// Meta, if set, is this node's replica of the metadata group: the
+	// master acts only while the node leads it, and the chain's
+	// configuration lives there (the package comment, "Hosted by the
+	// metadata group"). Nil: a standalone, unreplicated master.
+	Meta Meta
+	// Lease is the members' lease (default DefaultLease): a master taking
+	// over the metadata group's leadership waits it out first.
+	Lease time.Duration
+
+	mut mutations // deliberate bugs for tests
+}
+
+// mutations are deliberate bugs that tests switch on (internal/mutation).
+type mutations struct {
+	// announceFirst sends a decision's messages before committing it to
+	// the metadata group.
+	announceFirst bool
+}
+
+// Meta is the metadata group as a hosted master uses it, at one node.
+type Meta interface {
+	// Read returns chain group's configuration (nil: none recorded) by a
+	// linearizable read at this node's replica: it fails unless the node
+	// leads the group under its leader lease.
+	Read(ctx context.Context, group uint64) (*kv.ChainConfig, error)
+	// Commit proposes op (KindMapChainInit, KindMapChainSet) at this
+	// node's replica and returns once it is committed and applied; a
+	// refused op is an error.
+	Commit(ctx context.Context, op kv.Op) (kv.Result, error)
 }
 
 // Master is a running master.
@@ -92,8 +154,8 @@ type Master struct {
 	stop  chan struct{}
 	done  chan struct{}
 
-	mu      sync.Mutex // guards m and heard
-	m       *chain.Master
+	mu      sync.Mutex    // guards m and heard
+	m       *chain.Master // nil: hosted and not acting (not the metadata leader, or waiting out the lease)
 	heard   map[uint64]time.Time
 	members []uint64 // published configuration, for Members
 	lost    bool     // "the chain is lost" was logged
@@ -105,6 +167,14 @@ type Master struct {
 	// progress: what each member of the chain last reported (its epoch and
 	// LU), which only grow while it keeps its history.
 	progress map[uint64]progress
+
+	// committed is the configuration members may hear of: the metadata
+	// group's record (hosted), or what the master last announced.
+	committed *kv.ChainConfig
+	// Hosted: led is when the last leadership read started (zero: not
+	// leading); actAt when a master that took over may act (zero: acting,
+	// or not leading).
+	led, actAt time.Time
 }
 
 type progress struct{ epoch, lu uint64 }
@@ -181,6 +251,9 @@ func Start(cfg Config) (*Master, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Lease <= 0 {
+		cfg.Lease = DefaultLease
+	}
 	ids := make([]chain.NodeID, len(cfg.Members))
 	for i, id := range cfg.Members {
 		ids[i] = chain.NodeID(id)
@@ -188,7 +261,12 @@ func Start(cfg Config) (*Master, error) {
 	x := &Master{cfg: cfg, inbox: make(chan []chain.Msg, 256), stop: make(chan struct{}), done: make(chan struct{}),
 		m: chain.NewMaster(chain.NodeID(cfg.Self), ids, len(ids)), heard: map[uint64]time.Time{},
 		members: slices.Clone(cfg.Members), learnUntil: time.Now().Add(cfg.FailAfter), learner: NewLearner(ids),
-		progress: map[uint64]progress{}}
+		progress: map[uint64]progress{}, committed: &kv.ChainConfig{Group: cfg.Group, Members: slices.Clone(cfg.Members)}}
+	if cfg.Meta != nil {
+		// The record is the configuration: nothing to learn, and nothing
+		// to do until this node leads the metadata group.
+		x.m, x.learnUntil, x.learner, x.committed = nil, time.Time{}, nil, nil
+	}
 	// Silence counts from the start plus the grace: a member is failed
 	// StartGrace after the start if it never answers.
 	grace := time.Now().Add(cfg.StartGrace - cfg.FailAfter)
@@ -254,6 +332,9 @@ func (x *Master) run() {
 func (x *Master) step(msgs []chain.Msg) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	if x.m == nil {
+		return // hosted, not acting: another node's master, or none yet
+	}
 	now := time.Now()
 	for _, msg := range msgs {
 		if msg.Type != chain.MsgHeartbeat {
@@ -290,8 +371,7 @@ func (x *Master) step(msgs []chain.Msg) {
 			}
 			x.progress[from] = progress{msg.Epoch, msg.LU}
 			x.heard[from] = now
-			x.send(chain.Msg{Type: chain.MsgHeartbeat, From: chain.NodeID(x.cfg.Self), To: msg.From,
-				Seq: msg.Seq, Epoch: x.m.Epoch(), Members: members})
+			x.grant(msg, now)
 			continue
 		}
 		if msg.From == x.m.Joiner() {
@@ -310,6 +390,127 @@ func (x *Master) step(msgs []chain.Msg) {
 		}
 	}
 	x.flush()
+}
+
+// grant answers member hb's heartbeat with the committed configuration,
+// which grants it a lease if it is a member there — only while this master
+// may grant: hosted, within 2×Heartbeat of a leadership read.
+func (x *Master) grant(hb chain.Msg, now time.Time) {
+	if x.cfg.Meta != nil && now.Sub(x.led) >= 2*x.cfg.Heartbeat {
+		return
+	}
+	ms := make([]chain.NodeID, len(x.committed.Members))
+	for i, id := range x.committed.Members {
+		ms[i] = chain.NodeID(id)
+	}
+	x.send(chain.Msg{Type: chain.MsgHeartbeat, From: chain.NodeID(x.cfg.Self), To: hb.From,
+		Seq: hb.Seq, Epoch: x.committed.Epoch, Members: ms})
+}
+
+// config is the master's configuration as the metadata group records it.
+func (x *Master) config() *kv.ChainConfig {
+	c := &kv.ChainConfig{Group: x.cfg.Group, Epoch: x.m.Epoch(), Joiner: uint64(x.m.Joiner())}
+	for _, id := range x.m.Members() {
+		c.Members = append(c.Members, uint64(id))
+	}
+	return c
+}
+
+// lead is a hosted master's leadership check, every tick: a linearizable
+// read of the record at this node's replica. It reports whether the master
+// acts now, taking over (after waiting out the lease) or stopping as the
+// read says.
+func (x *Master) lead(now time.Time) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*x.cfg.Heartbeat)
+	cc, err := x.cfg.Meta.Read(ctx, x.cfg.Group)
+	cancel()
+	if err != nil || (cc == nil && x.m != nil) {
+		if x.m != nil || !x.actAt.IsZero() {
+			x.cfg.Logger.Info("chain master: not the metadata group's leader (any more): passive", "err", err)
+		}
+		x.passive()
+		return false
+	}
+	x.led = now
+	if x.m != nil {
+		if !cc.Equal(x.committed) {
+			// Someone else changed the record: this master's state is not
+			// the chain's. Start over from the record.
+			x.cfg.Logger.Warn("chain master: the record changed under the master: taking over again", "record", cc.Members, "epoch", cc.Epoch)
+			x.passive()
+		}
+		return x.m != nil
+	}
+	if x.actAt.IsZero() {
+		x.actAt = now.Add(x.cfg.Lease + 2*x.cfg.Heartbeat)
+		x.cfg.Logger.Info("chain master: leading the metadata group: waiting out the old master's leases", "until", x.actAt)
+		return false
+	}
+	if now.Before(x.actAt) {
+		return false
+	}
+	if cc == nil {
+		init := &kv.ChainConfig{Group: x.cfg.Group, Members: slices.Clone(x.cfg.Members)}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := x.cfg.Meta.Commit(ctx, kv.Op{Kind: kv.KindMapChainInit, Key: kv.AppendChainConfig(nil, init)})
+		if err == nil {
+			cc, err = x.cfg.Meta.Read(ctx, x.cfg.Group)
+		}
+		cancel()
+		if err != nil || cc == nil {
+			x.cfg.Logger.Warn("chain master: record the first chain", "err", err)
+			return false
+		}
+	}
+	ids := make([]chain.NodeID, len(cc.Members))
+	for i, id := range cc.Members {
+		ids[i] = chain.NodeID(id)
+	}
+	// The record's joiner is not resumed: its pre-copy or flush is the old
+	// master's, unknown here. It is outside the chain (or a member that
+	// says it is not a replica, failed on its heartbeat) and is joined
+	// again when it asks.
+	x.m = chain.NewMasterAt(chain.NodeID(x.cfg.Self), ids, len(x.cfg.Members), cc.Epoch)
+	x.committed, x.actAt = cc, time.Time{}
+	clear(x.heard)
+	clear(x.progress)
+	for _, id := range cc.Members {
+		x.heard[id] = now // FailAfter from now: they were never answered here
+	}
+	x.cfg.Logger.Info("chain master: acting (metadata leader)", "members", cc.Members, "epoch", cc.Epoch)
+	return true
+}
+
+// passive stops a hosted master: it forgets its state (the record keeps
+// what matters) and answers nothing until it takes over again.
+func (x *Master) passive() {
+	x.m, x.committed, x.led, x.actAt = nil, nil, time.Time{}, time.Time{}
+	clear(x.heard)
+	clear(x.progress)
+}
+
+// commit records the master's configuration, if it changed, in the metadata
+// group (hosted; a standalone master just notes it), before any of the
+// decision's messages leave. It reports whether they may.
+func (x *Master) commit() bool {
+	cur := x.config()
+	if x.committed != nil && cur.Equal(x.committed) {
+		return true
+	}
+	if x.cfg.Meta == nil {
+		x.committed = cur
+		return true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	_, err := x.cfg.Meta.Commit(ctx, kv.Op{Kind: kv.KindMapChainSet, Key: kv.AppendChainConfig(nil, cur), Delta: int64(x.committed.Epoch)})
+	cancel()
+	if err != nil {
+		x.cfg.Logger.Warn("chain master: commit the configuration: nothing announced, passive", "members", cur.Members, "epoch", cur.Epoch, "err", err)
+		x.passive()
+		return false
+	}
+	x.committed = cur
+	return true
 }
 
 // learn takes a heartbeat while the master learns the chain, adopting a
@@ -345,6 +546,9 @@ func (x *Master) learnt() {
 func (x *Master) tick(now time.Time) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	if x.cfg.Meta != nil && !x.lead(now) {
+		return
+	}
 	if !x.learnUntil.IsZero() {
 		if now.Before(x.learnUntil) {
 			x.flush()
@@ -373,9 +577,19 @@ func (x *Master) tick(now time.Time) {
 	x.flush()
 }
 
-// flush sends the master's output and publishes its configuration.
+// flush commits the master's configuration and then sends its output and
+// publishes the configuration.
 func (x *Master) flush() {
 	rd := x.m.Ready()
+	if mutation.On && x.cfg.mut.announceFirst {
+		for i := range rd.Msgs {
+			x.send(rd.Msgs[i])
+		}
+		rd.Msgs = nil
+	}
+	if !x.commit() {
+		return
+	}
 	for i := range rd.Msgs {
 		x.send(rd.Msgs[i])
 	}

@@ -63,7 +63,8 @@ func AppendChainConfig(b []byte, c *ChainConfig) []byte {
 }
 
 // DecodeChainConfig decodes AppendChainConfig's encoding, all of b. A
-// configuration names a group and a member at least, none twice or 0.
+// configuration names a member at least, none twice or 0 (group 0 is a lone
+// chain's, as the host's default group id).
 func DecodeChainConfig(b []byte) (*ChainConfig, error) {
 	d := Decoder{B: b}
 	c := &ChainConfig{Group: d.Uvarint(), Epoch: d.Uvarint()}
@@ -76,7 +77,7 @@ func DecodeChainConfig(b []byte) (*ChainConfig, error) {
 		c.Members = append(c.Members, d.Uvarint())
 	}
 	c.Joiner = d.Uvarint()
-	if d.Err != nil || len(d.B) != 0 || c.Group == 0 || len(c.Members) == 0 {
+	if d.Err != nil || len(d.B) != 0 || len(c.Members) == 0 {
 		return nil, fmt.Errorf("%w: chain configuration", ErrCorrupt)
 	}
 	for i, id := range c.Members {
@@ -87,7 +88,8 @@ func DecodeChainConfig(b []byte) (*ChainConfig, error) {
 	return c, nil
 }
 
-// chainGroupOf is the group a chain op's Key names (0: none readable).
+// chainGroupOf is the group a chain op's Key names (0 also when none is
+// readable: such an op is refused at apply and writes nothing).
 func chainGroupOf(op *Op) uint64 {
 	g, n := binary.Uvarint(op.Key)
 	if n <= 0 {

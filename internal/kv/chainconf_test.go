@@ -22,7 +22,6 @@ func TestChainConfigCodec(t *testing.T) {
 		}
 	}
 	for _, bad := range []ChainConfig{
-		{Group: 0, Members: []uint64{1}},
 		{Group: 1},
 		{Group: 1, Members: []uint64{1, 0}},
 		{Group: 1, Members: []uint64{1, 2, 1}},

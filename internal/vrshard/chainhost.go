@@ -17,6 +17,11 @@ import (
 type chainHost struct {
 	*chainCore
 	msgs []peerMsg // the last Ready's messages (reused: the host is done with them before the next event)
+	// masters: the metadata group's nodes standing for the master
+	// (ChainOptions.Masters; nil: the master is a node), and the copies of
+	// the last Ready's messages to them.
+	masters []uint64
+	fan     []chainMsg
 }
 
 var (
@@ -39,7 +44,7 @@ func openChainHost(opts *Options, boot core.Boot) (hostCore, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &chainHost{chainCore: c}, nil
+	return &chainHost{chainCore: c, masters: slices.Clone(o.Masters)}, nil
 }
 
 func (h *chainHost) Step(now int64, m peerMsg) { h.chainCore.Step(now, chain.Msg(*m.(*chainMsg))) }
@@ -47,8 +52,29 @@ func (h *chainHost) Step(now int64, m peerMsg) { h.chainCore.Step(now, chain.Msg
 func (h *chainHost) Ready() core.Ready[peerMsg] {
 	rd := h.chainCore.Ready()
 	h.msgs = h.msgs[:0]
+	if len(h.masters) > 0 {
+		// One copy per metadata node of each message to the master: sized
+		// first, since h.msgs points into h.fan.
+		n := 0
+		for i := range rd.Messages {
+			if uint64(rd.Messages[i].To) == h.master {
+				n += len(h.masters)
+			}
+		}
+		h.fan = slices.Grow(h.fan[:0], n)
+	}
 	for i := range rd.Messages {
-		h.msgs = append(h.msgs, (*chainMsg)(&rd.Messages[i]))
+		m := &rd.Messages[i]
+		if len(h.masters) == 0 || uint64(m.To) != h.master {
+			h.msgs = append(h.msgs, (*chainMsg)(m))
+			continue
+		}
+		for _, id := range h.masters {
+			h.fan = append(h.fan, chainMsg(*m))
+			c := &h.fan[len(h.fan)-1]
+			c.To = chain.NodeID(id)
+			h.msgs = append(h.msgs, c)
+		}
 	}
 	return withMessages(&rd, h.msgs)
 }
@@ -65,10 +91,17 @@ func (b *chainBatch) Label() string {
 	return b.msgs[0].Type.String()
 }
 
-func (*chainHost) Decode(from, to uint64, in []frame.Message) (peerBatch, error) {
+func (h *chainHost) Decode(from, to uint64, in []frame.Message) (peerBatch, error) {
 	msgs, err := chainwire.Decode(from, to, in)
 	if err != nil {
 		return nil, err
+	}
+	if slices.Contains(h.masters, from) {
+		// A metadata node's master speaks as the master (only the leader's
+		// acts; chainmaster.Config.Meta).
+		for i := range msgs {
+			msgs[i].From = chain.NodeID(h.master)
+		}
 	}
 	return &chainBatch{msgs}, nil
 }
