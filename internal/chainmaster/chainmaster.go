@@ -132,6 +132,9 @@ type mutations struct {
 	// announceFirst sends a decision's messages before committing it to
 	// the metadata group.
 	announceFirst bool
+	// grantAtOnce acts (grants leases, fails members) as soon as the
+	// master leads, without waiting out the old master's leases.
+	grantAtOnce bool
 }
 
 // Meta is the metadata group as a hosted master uses it, at one node.
@@ -443,6 +446,9 @@ func (x *Master) lead(now time.Time) bool {
 	}
 	if x.actAt.IsZero() {
 		x.actAt = now.Add(x.cfg.Lease + 2*x.cfg.Heartbeat)
+		if mutation.On && x.cfg.mut.grantAtOnce {
+			x.actAt = now
+		}
 		x.cfg.Logger.Info("chain master: leading the metadata group: waiting out the old master's leases", "until", x.actAt)
 		return false
 	}
