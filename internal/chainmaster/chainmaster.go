@@ -123,6 +123,16 @@ type Config struct {
 	// Lease is the members' lease (default DefaultLease): a master taking
 	// over the metadata group's leadership waits it out first.
 	Lease time.Duration
+	// As is the id the master speaks as and is addressed by (default
+	// Self): hosted, the id every metadata node's master shares, which
+	// the members know as their master (vrshard.ChainOptions.Master). It
+	// must be outside the chain; Self then need not be.
+	As uint64
+	// Send, if set, sends the master's messages (the node's chain member's
+	// endpoint, when the node is a member too and so holds the chain's
+	// group on the transport); inbound messages then come through Deliver.
+	// Nil: the master registers Group on Transport itself.
+	Send func(to uint64, m *chain.Msg)
 
 	mut mutations // deliberate bugs for tests
 }
@@ -239,8 +249,11 @@ func (l *Learner) Config() ([]chain.NodeID, uint64) { return slices.Clone(l.memb
 
 // Start registers the master on the transport and runs it until Close.
 func Start(cfg Config) (*Master, error) {
-	if cfg.Transport == nil || cfg.Self == 0 || len(cfg.Members) == 0 || slices.Contains(cfg.Members, cfg.Self) {
-		return nil, fmt.Errorf("chainmaster: node %d mastering chain %v: need a transport and a node outside the chain", cfg.Self, cfg.Members)
+	if cfg.As == 0 {
+		cfg.As = cfg.Self
+	}
+	if (cfg.Transport == nil && cfg.Send == nil) || cfg.Self == 0 || len(cfg.Members) == 0 || slices.Contains(cfg.Members, cfg.As) {
+		return nil, fmt.Errorf("chainmaster: node %d mastering chain %v as %d: need a transport and an id outside the chain", cfg.Self, cfg.Members, cfg.As)
 	}
 	if cfg.Heartbeat <= 0 {
 		cfg.Heartbeat = DefaultHeartbeat
@@ -262,7 +275,7 @@ func Start(cfg Config) (*Master, error) {
 		ids[i] = chain.NodeID(id)
 	}
 	x := &Master{cfg: cfg, inbox: make(chan []chain.Msg, 256), stop: make(chan struct{}), done: make(chan struct{}),
-		m: chain.NewMaster(chain.NodeID(cfg.Self), ids, len(ids)), heard: map[uint64]time.Time{},
+		m: chain.NewMaster(chain.NodeID(cfg.As), ids, len(ids)), heard: map[uint64]time.Time{},
 		members: slices.Clone(cfg.Members), learnUntil: time.Now().Add(cfg.FailAfter), learner: NewLearner(ids),
 		progress: map[uint64]progress{}, committed: &kv.ChainConfig{Group: cfg.Group, Members: slices.Clone(cfg.Members)}}
 	if cfg.Meta != nil {
@@ -276,11 +289,13 @@ func Start(cfg Config) (*Master, error) {
 	for _, id := range cfg.Members {
 		x.heard[id] = grace
 	}
-	ep, err := cfg.Transport.Register(cfg.Group, frame.EngineChain, x.deliver, nil)
-	if err != nil {
-		return nil, fmt.Errorf("chainmaster: group %d: %w", cfg.Group, err)
+	if cfg.Send == nil {
+		ep, err := cfg.Transport.Register(cfg.Group, frame.EngineChain, x.deliver, nil)
+		if err != nil {
+			return nil, fmt.Errorf("chainmaster: group %d: %w", cfg.Group, err)
+		}
+		x.ep = ep
 	}
-	x.ep = ep
 	go x.run()
 	return x, nil
 }
@@ -293,7 +308,9 @@ func (x *Master) Close() {
 		close(x.stop)
 	}
 	<-x.done
-	x.ep.Close()
+	if x.ep != nil {
+		x.ep.Close()
+	}
 }
 
 // Members is the chain as the master last configured it, head first.
@@ -305,15 +322,22 @@ func (x *Master) Members() []uint64 {
 
 // deliver decodes a batch on the transport's reader and queues it.
 func (x *Master) deliver(from uint64, in []frame.Message) error {
-	msgs, err := chainwire.Decode(from, x.cfg.Self, in)
+	msgs, err := chainwire.Decode(from, x.cfg.As, in)
 	if err != nil {
 		return err
 	}
+	x.Deliver(msgs)
+	return nil
+}
+
+// Deliver queues members' messages to the master (decoded and checked by
+// the caller: each From the member that sent it). With Config.Send it is
+// how they arrive.
+func (x *Master) Deliver(msgs []chain.Msg) {
 	select {
 	case x.inbox <- msgs:
 	case <-x.stop:
 	}
-	return nil
 }
 
 func (x *Master) run() {
@@ -406,7 +430,7 @@ func (x *Master) grant(hb chain.Msg, now time.Time) {
 	for i, id := range x.committed.Members {
 		ms[i] = chain.NodeID(id)
 	}
-	x.send(chain.Msg{Type: chain.MsgHeartbeat, From: chain.NodeID(x.cfg.Self), To: hb.From,
+	x.send(chain.Msg{Type: chain.MsgHeartbeat, To: hb.From,
 		Seq: hb.Seq, Epoch: x.committed.Epoch, Members: ms})
 }
 
@@ -476,7 +500,7 @@ func (x *Master) lead(now time.Time) bool {
 	// master's, unknown here. It is outside the chain (or a member that
 	// says it is not a replica, failed on its heartbeat) and is joined
 	// again when it asks.
-	x.m = chain.NewMasterAt(chain.NodeID(x.cfg.Self), ids, len(x.cfg.Members), cc.Epoch)
+	x.m = chain.NewMasterAt(chain.NodeID(x.cfg.As), ids, len(x.cfg.Members), cc.Epoch)
 	x.committed, x.actAt = cc, time.Time{}
 	clear(x.heard)
 	clear(x.progress)
@@ -529,7 +553,7 @@ func (x *Master) learn(msg chain.Msg, now time.Time) {
 		members, epoch := x.learner.Config()
 		x.cfg.Logger.Warn("chain master: learnt a newer configuration", "from", uint64(msg.From), "epoch", epoch,
 			"members", members, "was", x.m.Members(), "was epoch", x.m.Epoch())
-		x.m = chain.NewMasterAt(chain.NodeID(x.cfg.Self), members, len(x.cfg.Members), epoch)
+		x.m = chain.NewMasterAt(chain.NodeID(x.cfg.As), members, len(x.cfg.Members), epoch)
 		for _, id := range members {
 			if _, ok := x.heard[uint64(id)]; !ok {
 				// The start's grace, as for the configured members.
@@ -613,7 +637,11 @@ func (x *Master) flush() {
 }
 
 func (x *Master) send(m chain.Msg) {
-	m.From = chain.NodeID(x.cfg.Self)
+	m.From = chain.NodeID(x.cfg.As)
+	if x.cfg.Send != nil {
+		x.cfg.Send(uint64(m.To), &m)
+		return
+	}
 	if err := x.ep.Send(uint64(m.To), chainwire.Payload(&m)); err != nil && !errors.Is(err, transport.ErrClosed) {
 		x.cfg.Logger.Warn("chain master: send", "to", uint64(m.To), "type", m.Type.String(), "err", err)
 	}

@@ -172,6 +172,11 @@ type ChainOptions struct {
 	// sends as Master's: no redirect to follow, and a new leader's master
 	// hears the members at once.
 	Masters []uint64
+	// LocalMaster, if set, is this node's own hosted master (the node is
+	// one of Masters): what the member sends the master is handed to it
+	// directly, and the other members' messages for the master that reach
+	// this node's chain group are passed to it.
+	LocalMaster func([]chain.Msg)
 	// Heartbeat is how often the member tells the master it is alive,
 	// Lease how long after one the master's answer lets it serve (defaults
 	// chainmaster's: 50 ms, 500 ms). The master's FailAfter must exceed

@@ -1,6 +1,7 @@
 package vrshard
 
 import (
+	"fmt"
 	"slices"
 
 	"github.com/kefirdb/kefir/internal/chain"
@@ -21,7 +22,35 @@ type chainHost struct {
 	// (ChainOptions.Masters; nil: the master is a node), and the copies of
 	// the last Ready's messages to them.
 	masters []uint64
-	fan     []chainMsg
+	fan     []masterBound
+	// local is this node's own hosted master, if it is one of masters
+	// (ChainOptions.LocalMaster).
+	local func([]chain.Msg)
+}
+
+// masterBound is a message to the master (addressed to the master's id,
+// ChainOptions.Master) on its way to one metadata node.
+type masterBound struct {
+	chainMsg
+	node  uint64
+	local func([]chain.Msg) // this node's own master (node is this node)
+}
+
+func (m *masterBound) Dest() uint64 { return m.node }
+
+func (m *masterBound) Own() peerMsg {
+	return &masterBound{chainMsg: *m.chainMsg.Own().(*chainMsg), node: m.node, local: m.local}
+}
+
+// sendLocal hands a message for this node's own master to it, where the
+// host would send it (after what it waits for), since the transport has no
+// link to its own node. It reports whether it did.
+func (m *masterBound) sendLocal(self uint64) bool {
+	if m.node != self || m.local == nil {
+		return false
+	}
+	m.local([]chain.Msg{chain.Msg(*m.chainMsg.Own().(*chainMsg))})
+	return true
 }
 
 var (
@@ -44,7 +73,7 @@ func openChainHost(opts *Options, boot core.Boot) (hostCore, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &chainHost{chainCore: c, masters: slices.Clone(o.Masters)}, nil
+	return &chainHost{chainCore: c, masters: slices.Clone(o.Masters), local: o.LocalMaster}, nil
 }
 
 func (h *chainHost) Step(now int64, m peerMsg) { h.chainCore.Step(now, chain.Msg(*m.(*chainMsg))) }
@@ -70,10 +99,11 @@ func (h *chainHost) Ready() core.Ready[peerMsg] {
 			continue
 		}
 		for _, id := range h.masters {
-			h.fan = append(h.fan, chainMsg(*m))
-			c := &h.fan[len(h.fan)-1]
-			c.To = chain.NodeID(id)
-			h.msgs = append(h.msgs, c)
+			if id == h.self && h.local == nil {
+				continue
+			}
+			h.fan = append(h.fan, masterBound{chainMsg: chainMsg(*m), node: id, local: h.local})
+			h.msgs = append(h.msgs, &h.fan[len(h.fan)-1])
 		}
 	}
 	return withMessages(&rd, h.msgs)
@@ -92,16 +122,41 @@ func (b *chainBatch) Label() string {
 }
 
 func (h *chainHost) Decode(from, to uint64, in []frame.Message) (peerBatch, error) {
-	msgs, err := chainwire.Decode(from, to, in)
-	if err != nil {
-		return nil, err
-	}
-	if slices.Contains(h.masters, from) {
-		// A metadata node's master speaks as the master (only the leader's
-		// acts; chainmaster.Config.Meta).
-		for i := range msgs {
-			msgs[i].From = chain.NodeID(h.master)
+	if len(h.masters) == 0 {
+		msgs, err := chainwire.Decode(from, to, in)
+		if err != nil {
+			return nil, err
 		}
+		return &chainBatch{msgs}, nil
+	}
+	// The chain's group also carries the master's traffic (masters): a
+	// metadata node's master speaks as the master (ChainOptions.Master),
+	// and a member's message to the master, when this node hosts one of
+	// them, goes to it.
+	msgs := make([]chain.Msg, 0, len(in))
+	var toMaster []chain.Msg
+	for i := range in {
+		fm := &in[i]
+		if fm.Engine != frame.EngineChain {
+			return nil, fmt.Errorf("%w: a %v message for chain group %d", chainwire.ErrCorrupt, fm.Engine, fm.Group)
+		}
+		var m chain.Msg
+		if err := chainwire.DecodeBody(fm.Type, fm.Body, &m); err != nil {
+			return nil, err
+		}
+		switch {
+		case uint64(m.From) == from && uint64(m.To) == to:
+			msgs = append(msgs, m)
+		case uint64(m.From) == h.master && uint64(m.To) == to && slices.Contains(h.masters, from):
+			msgs = append(msgs, m)
+		case uint64(m.From) == from && uint64(m.To) == h.master && h.local != nil:
+			toMaster = append(toMaster, m)
+		default:
+			return nil, fmt.Errorf("%w: %s on the connection authenticated as node %d to node %d", frame.ErrSpoofed, m, from, to)
+		}
+	}
+	if len(toMaster) > 0 {
+		h.local(toMaster)
 	}
 	return &chainBatch{msgs}, nil
 }

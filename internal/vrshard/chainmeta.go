@@ -4,12 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sync/atomic"
 
+	"github.com/kefirdb/kefir/internal/chain"
 	"github.com/kefirdb/kefir/internal/chainmaster"
+	"github.com/kefirdb/kefir/internal/chainwire"
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/storage"
+	"github.com/kefirdb/kefir/internal/transport"
 )
 
 // ChainMeta is r — a replica of the metadata group — as a hosted chain
@@ -49,4 +54,91 @@ func (m chainMeta) Commit(ctx context.Context, op kv.Op) (kv.Result, error) {
 		return kv.Result{}, fmt.Errorf("chain master: %s is not a chain configuration op", op.Kind)
 	}
 	return m.r.Write(ctx, op, level.Sync, shard.ReqID{})
+}
+
+// ChainMasterID is the id a chain's members know their hosted master by
+// (ChainOptions.Master with Masters): outside any chain, on no transport.
+const ChainMasterID uint64 = 1 << 62
+
+// MetaGroupID is the metadata group's group id on a node's transport (the
+// cluster's reserved id, internal/cluster.MetaGroupID).
+const MetaGroupID uint64 = 65535
+
+// ChainNode is how a chain node hosts its master: the metadata group's
+// members (Meta, ids), its replica's options there (MetaOptions: Dir, VR
+// timing; Transport, Group, members and Chain are set here) and the
+// master's (Master: timing and logger; the rest is set here).
+type ChainNode struct {
+	Meta        []uint64
+	MetaOptions Options
+	Master      chainmaster.Config
+}
+
+// OpenChainNode opens a chain member (opts, opts.Chain set, on
+// opts.Transport) whose master is hosted by the metadata group n.Meta:
+// on a node of that group it also opens the node's replica of it (group
+// MetaGroupID on the same transport) and a hosted master, which the
+// member's Close stops first. The master speaks through the member's
+// endpoint, since the node's chain group is the member's.
+func OpenChainNode(opts Options, n ChainNode) (*Replica, error) {
+	if opts.Chain == nil || opts.Transport == nil {
+		return nil, fmt.Errorf("chain node %d: need chain options and a transport", opts.VR.Self)
+	}
+	self := opts.VR.Self
+	hosts := slices.Contains(n.Meta, self)
+	var master atomic.Pointer[chainmaster.Master]
+	co := *opts.Chain
+	co.Master, co.Masters = ChainMasterID, slices.Clone(n.Meta)
+	if hosts {
+		co.LocalMaster = func(msgs []chain.Msg) {
+			if m := master.Load(); m != nil {
+				m.Deliver(msgs)
+			}
+		}
+	}
+	opts.Chain = &co
+	r, err := Open(opts)
+	if err != nil || !hosts {
+		return r, err
+	}
+	mo := n.MetaOptions
+	mo.Transport, mo.Group, mo.Chain = opts.Transport, MetaGroupID, nil
+	mo.VR.Members, mo.VR.Self, mo.VR.Cluster = slices.Clone(n.Meta), self, opts.VR.Cluster
+	meta, err := Open(mo)
+	if err != nil {
+		r.Close()
+		return nil, fmt.Errorf("chain node %d: the metadata group's replica: %w", self, err)
+	}
+	mc := n.Master
+	mc.Self, mc.As, mc.Members, mc.Group, mc.Meta = self, ChainMasterID, slices.Clone(opts.VR.Members), opts.Group, meta.ChainMeta()
+	mc.Send = r.sendFromMaster
+	if mc.Lease <= 0 {
+		mc.Lease = co.Lease
+	}
+	m, err := chainmaster.Start(mc)
+	if err != nil {
+		meta.Close()
+		r.Close()
+		return nil, fmt.Errorf("chain node %d: the hosted master: %w", self, err)
+	}
+	master.Store(m)
+	r.beforeClose = append(r.beforeClose, m.Close, func() { meta.Close() })
+	return r, nil
+}
+
+// sendFromMaster sends a message of this node's hosted master on the
+// chain's endpoint; one for this node's own member is handed to its driver.
+func (r *Replica) sendFromMaster(to uint64, m *chain.Msg) {
+	if to == r.cfg.Self {
+		c := *m
+		c.Members, c.Path = slices.Clone(m.Members), slices.Clone(m.Path)
+		select {
+		case r.inbox <- inbound{from: to, batch: &chainBatch{[]chain.Msg{c}}}:
+		case <-r.stop:
+		}
+		return
+	}
+	if err := r.ep.Send(to, chainwire.Payload(m)); err != nil && !errors.Is(err, transport.ErrClosed) {
+		r.log.Warn("chain master: send", "to", to, "type", m.Type.String(), "err", err)
+	}
 }

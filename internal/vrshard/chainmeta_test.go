@@ -12,6 +12,7 @@ import (
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/storage"
+	"github.com/kefirdb/kefir/internal/vr"
 )
 
 // metaChain is a chain of three (nodes 1-3) whose master is hosted by a
@@ -44,7 +45,7 @@ func newMetaChain(t *testing.T) *metaChain {
 	}
 	for i := range 3 {
 		m, err := chainmaster.Start(chainmaster.Config{Self: uint64(4 + i), Members: []uint64{1, 2, 3}, Transport: nt.trs[3+i],
-			Heartbeat: 20 * time.Millisecond, FailAfter: 700 * time.Millisecond, Lease: 300 * time.Millisecond,
+			Heartbeat: 20 * time.Millisecond, FailAfter: 700 * time.Millisecond, Lease: 300 * time.Millisecond, As: chainVirtualMaster,
 			Meta: x.meta.reps[i].ChainMeta(), Logger: log})
 		if err != nil {
 			t.Fatal(err)
@@ -211,6 +212,66 @@ func TestChainMasterOnTheMetadataGroup(t *testing.T) {
 	x.caughtUp(1, 0)
 	for _, k := range append(acked, "k0", "after-mid", "after-rejoin") {
 		if got := x.read(0, k); got == "" {
+			t.Fatalf("GET %s: an acknowledged write is missing", k)
+		}
+	}
+}
+
+// TestChainNodesHostTheirMaster (issue 30, as kefir up runs it): the three
+// chain nodes are the metadata group too (OpenChainNode: each node a chain
+// member, a replica of the metadata group on the same transport and a
+// hosted master speaking through the member's endpoint). The node that
+// leads the metadata group is killed: the next leader's master takes over,
+// fails the dead node after waiting out the leases and repairs the chain;
+// writes go on; the node restarts (its metadata replica recovers, its
+// member rejoins) and every acknowledged write is there.
+func TestChainNodesHostTheirMaster(t *testing.T) {
+	log := testLogger(t)
+	g := &chainGroup{t: t, nt: newNodeTransports(t, 3, log), reps: make([]*Replica, 3)}
+	metaDirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
+	g.tune = func(i int, o *Options) {
+		o.Chain = &ChainOptions{Heartbeat: 20 * time.Millisecond, Lease: 300 * time.Millisecond}
+	}
+	g.opener = func(o Options) (*Replica, error) {
+		mo := Options{Dir: metaDirs[o.VR.Self-1], Bootstrap: o.Bootstrap, Logger: log,
+			VR: vr.Config{ViewChangeTimeout: 500 * time.Millisecond, LeaseDuration: 300 * time.Millisecond}}
+		return OpenChainNode(o, ChainNode{Meta: []uint64{1, 2, 3}, MetaOptions: mo,
+			Master: chainmaster.Config{Heartbeat: 20 * time.Millisecond, FailAfter: 700 * time.Millisecond, Logger: log}})
+	}
+	t.Cleanup(func() {
+		for _, r := range g.reps {
+			if r != nil {
+				r.Close()
+			}
+		}
+	})
+	for i := range 3 {
+		g.dirs = append(g.dirs, t.TempDir())
+		g.open(i, true)
+	}
+	g.write(0, set("k0", "v0"), shard.ReqID{Client: 5, Seq: 1})
+	var acked []string
+	for i := range 20 {
+		k := fmt.Sprint("a", i)
+		g.write(0, set(k, "1"), shard.ReqID{Client: 6, Seq: uint64(i + 1)})
+		acked = append(acked, k)
+	}
+	// Node 1 leads the metadata group (view 0) and heads the chain.
+	start := time.Now()
+	g.crash(0)
+	g.write(1, set("after", "1"), shard.ReqID{Client: 5, Seq: 2})
+	t.Logf("metadata leader and chain head killed: the chain wrote again at node 2 after %v", time.Since(start))
+	g.restart(0)
+	g.write(1, set("after-rejoin", "1"), shard.ReqID{Client: 5, Seq: 3})
+	deadline := time.Now().Add(10 * time.Second)
+	for g.reps[0].Info().Applied < g.reps[1].Info().Commit {
+		if time.Now().After(deadline) {
+			t.Fatal("the restarted node did not rejoin and catch up")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, k := range append(acked, "k0", "after", "after-rejoin") {
+		if got := g.read(1, k); got == "" {
 			t.Fatalf("GET %s: an acknowledged write is missing", k)
 		}
 	}
