@@ -714,16 +714,18 @@ type Replica struct {
 	// session reads; published before the engine shows the ops.
 	views     atomic.Pointer[viewHist]
 	closeOnce sync.Once
+	notifyMu  sync.Mutex
+	notify    chan struct{} // closed and replaced when applied advances or leadership changes (wake)
+	nxIDs     nxIdents
+	upd       *keyUpdates // per-key update index and async overlay (cad.go)
+	readable  atomic.Uint64
+	ctr       *tracer // CAD timeline (cadtrace.go); nil, and its hooks no-ops, without -tags cadtrace
+
 	// beforeClose runs first in Close (and crash): what rides on the
 	// replica and must stop before it (a chain node's hosted master and
 	// metadata replica, chainmeta.go).
 	beforeClose []func()
-	notifyMu    sync.Mutex
-	notify      chan struct{} // closed and replaced when applied advances or leadership changes (wake)
-	nxIDs       nxIdents
-	upd         *keyUpdates // per-key update index and async overlay (cad.go)
-	readable    atomic.Uint64
-	ctr         *tracer // CAD timeline (cadtrace.go); nil, and its hooks no-ops, without -tags cadtrace
+
 	// Early-acknowledged writes without a request id get one: this
 	// incarnation's random client id and the next number (driver only).
 	cadClient uint64
