@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"sync/atomic"
+	"time"
 
 	"github.com/kefirdb/kefir/internal/chain"
 	"github.com/kefirdb/kefir/internal/chainmaster"
 	"github.com/kefirdb/kefir/internal/chainwire"
+	kcluster "github.com/kefirdb/kefir/internal/cluster"
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/shard"
@@ -60,9 +63,8 @@ func (m chainMeta) Commit(ctx context.Context, op kv.Op) (kv.Result, error) {
 // (ChainOptions.Master with Masters): outside any chain, on no transport.
 const ChainMasterID uint64 = 1 << 62
 
-// MetaGroupID is the metadata group's group id on a node's transport (the
-// cluster's reserved id, internal/cluster.MetaGroupID).
-const MetaGroupID uint64 = 65535
+// metaGroupID is the metadata group's group id on a node's transport.
+const metaGroupID = uint64(kcluster.MetaGroupID)
 
 // ChainNode is how a chain node hosts its master: the metadata group's
 // members (Meta, ids), its replica's options there (MetaOptions: Dir, VR
@@ -77,7 +79,7 @@ type ChainNode struct {
 // OpenChainNode opens a chain member (opts, opts.Chain set, on
 // opts.Transport) whose master is hosted by the metadata group n.Meta:
 // on a node of that group it also opens the node's replica of it (group
-// MetaGroupID on the same transport) and a hosted master, which the
+// kcluster.MetaGroupID on the same transport) and a hosted master, which the
 // member's Close stops first. The master speaks through the member's
 // endpoint, since the node's chain group is the member's.
 func OpenChainNode(opts Options, n ChainNode) (*Replica, error) {
@@ -102,7 +104,7 @@ func OpenChainNode(opts Options, n ChainNode) (*Replica, error) {
 		return r, err
 	}
 	mo := n.MetaOptions
-	mo.Transport, mo.Group, mo.Chain = opts.Transport, MetaGroupID, nil
+	mo.Transport, mo.Group, mo.Chain = opts.Transport, metaGroupID, nil
 	mo.VR.Members, mo.VR.Self, mo.VR.Cluster = slices.Clone(n.Meta), self, opts.VR.Cluster
 	meta, err := Open(mo)
 	if err != nil {
@@ -140,5 +142,44 @@ func (r *Replica) sendFromMaster(to uint64, m *chain.Msg) {
 	}
 	if err := r.ep.Send(to, chainwire.Payload(m)); err != nil && !errors.Is(err, transport.ErrClosed) {
 		r.log.Warn("chain master: send", "to", to, "type", m.Type.String(), "err", err)
+	}
+}
+
+// OpenHostedChainNode is the kcluster.Opener of a chain member whose
+// master the metadata group hosts (--engine chain without --chain-master):
+// the metadata group is the first kcluster.MetaReplicas nodes by id
+// (kcluster.MetaMembers), each hosting a replica of it in DIR/chain-meta
+// beside the member's DIR/vr, and a master (OpenChainNode). failAfter is
+// the masters' failure timeout (0: chainmaster's default). One group per
+// node, as OpenHostedChain.
+func OpenHostedChainNode(failAfter time.Duration) kcluster.Opener {
+	return func(spec kcluster.ReplicaSpec) (kcluster.Hosted, error) {
+		if spec.Transport != nil {
+			return kcluster.Hosted{}, fmt.Errorf("chain member %d: a chain in a cluster of several groups is not built", spec.Self)
+		}
+		if spec.Nilext || spec.FollowerReads {
+			return kcluster.Hosted{}, fmt.Errorf("chain member %d: --nilext and --follower-reads are VR's", spec.Self)
+		}
+		opts := hostedOptions(spec)
+		opts.Chain = &ChainOptions{}
+		tr, err := transport.New(transport.Config{Self: spec.Self, Peers: opts.Peers, ClusterSecret: spec.ClusterSecret,
+			Cluster: spec.Cluster, Logger: opts.Logger})
+		if err != nil {
+			return kcluster.Hosted{}, fmt.Errorf("peer transport of node %d: %w", spec.Self, err)
+		}
+		opts.Transport = tr
+		mo := hostedOptions(spec)
+		// Not group-65535/: a node's directory with group-* in it is a
+		// multi-group node's (the server refuses it without --groups).
+		mo.Dir = filepath.Join(filepath.Dir(spec.Dir), "chain-meta")
+		mo.Logger = opts.Logger.With("group", metaGroupID)
+		mo.CheckpointOps = 0
+		r, err := OpenChainNode(opts, ChainNode{Meta: kcluster.MetaMembers(opts.VR.Members), MetaOptions: mo,
+			Master: chainmaster.Config{FailAfter: failAfter, Logger: opts.Logger.With("component", "chain-master")}})
+		if err != nil {
+			tr.Close()
+			return kcluster.Hosted{}, fmt.Errorf("open chain member %d of cluster %d: %w", spec.Self, spec.Cluster, err)
+		}
+		return kcluster.Hosted{Replica: r, Group: r.Hosted(), Engine: r.Engine(), Transport: tr}, nil
 	}
 }

@@ -24,10 +24,6 @@ type metaChain struct {
 	masters []*chainmaster.Master
 }
 
-// metaGroupID is the metadata group's id on the transports (the cluster's
-// reserved one; the chain is group 0).
-const metaGroupID = 65535
-
 // chainVirtualMaster is the id the members know the master by: outside the
 // chain, on no transport (ChainOptions.Masters).
 const chainVirtualMaster = 100
