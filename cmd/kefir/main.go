@@ -29,7 +29,7 @@ consistency and durability it needs.
 Usage:
   kefir up       [--nodes N] [--dir ./kefir-data]   start a local cluster on loopback
   kefir server   [options]                          run one node (see kefir server --help)
-  kefir chain-master --id ID --peer-addr A --members M   the master of a chain group (--engine chain)
+  kefir chain-master --id ID --peer-addr A --members M   a standalone chain master (--chain-master)
   kefir get KEY                                      read a key
   kefir put KEY VALUE                                write a key
   kefir del KEY...                                   delete keys

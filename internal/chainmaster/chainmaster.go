@@ -2,10 +2,10 @@
 // node: it decides the chain's membership, which the chain never does
 // itself (docs/design/chain.md, "On the replica host").
 //
-// Until the cluster's metadata group exists (issue 28) the master is one
-// process's role, not replicated: a node id outside the chain, on the same
-// peer transport as the members (kefir server --chain-master). What it
-// does:
+// Standalone (Config.Meta nil), the master is one process's role, not
+// replicated: a node id outside the chain, on the same peer transport as
+// the members (kefir chain-master; kefir server --chain-master). Hosted by
+// the metadata group (below) it is replicated. What it does, either way:
 //
 //   - Failure detection by heartbeats, started by the members: every
 //     member's host sends one every heartbeat interval; the master answers
