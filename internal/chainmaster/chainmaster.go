@@ -76,6 +76,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kefirdb/kefir/internal/chain"
@@ -177,6 +178,7 @@ type Master struct {
 	// heartbeats (zero once it has), with what it learnt.
 	learnUntil time.Time
 	learner    *Learner
+	dropped    atomic.Uint64 // batches Deliver dropped (a full queue)
 	// progress: what each member of the chain last reported (its epoch and
 	// LU), which only grow while it keeps its history.
 	progress map[uint64]progress
@@ -332,11 +334,18 @@ func (x *Master) deliver(from uint64, in []frame.Message) error {
 
 // Deliver queues members' messages to the master (decoded and checked by
 // the caller: each From the member that sent it). With Config.Send it is
-// how they arrive.
+// how they arrive. It never waits: it runs on a transport reader (the
+// connection's, shared by every group on it) or a member's driver, which a
+// master busy with a slow leadership read or commit must not stall; when
+// the queue (256 batches, seconds of heartbeats) is full the batch is
+// dropped — heartbeats come again, and an order's answer lost there is
+// one the members' links may lose anyway (docs/design/chain.md, "On the
+// replica host").
 func (x *Master) Deliver(msgs []chain.Msg) {
 	select {
 	case x.inbox <- msgs:
-	case <-x.stop:
+	default:
+		x.dropped.Add(1)
 	}
 }
 
@@ -576,6 +585,9 @@ func (x *Master) learnt() {
 func (x *Master) tick(now time.Time) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	if d := x.dropped.Swap(0); d > 0 {
+		x.cfg.Logger.Warn("chain master: inbound batches dropped (queue full)", "batches", d)
+	}
 	if x.cfg.Meta != nil && !x.lead(now) {
 		return
 	}
