@@ -146,6 +146,9 @@ type mutations struct {
 	// grantAtOnce acts (grants leases, fails members) as soon as the
 	// master leads, without waiting out the old master's leases.
 	grantAtOnce bool
+	// recordOnly starts a master that takes over from the record alone,
+	// even when the members report an older configuration.
+	recordOnly bool
 }
 
 // Meta is the metadata group as a hosted master uses it, at one node.
@@ -188,8 +191,9 @@ type Master struct {
 	committed *kv.ChainConfig
 	// Hosted: led is when the last leadership read started (zero: not
 	// leading); actAt when a master that took over may act (zero: acting,
-	// or not leading).
+	// or not leading); reports the members' last heartbeats while it waits.
 	led, actAt time.Time
+	reports    map[chain.NodeID]chain.Msg
 }
 
 type progress struct{ epoch, lu uint64 }
@@ -369,7 +373,17 @@ func (x *Master) step(msgs []chain.Msg) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if x.m == nil {
-		return // hosted, not acting: another node's master, or none yet
+		// Hosted, not acting: another node's master, or none yet. While it
+		// waits to act it notes what configuration each member holds.
+		if !x.actAt.IsZero() {
+			for _, msg := range msgs {
+				if msg.Type == chain.MsgHeartbeat && !msg.Refused && len(msg.Members) > 0 {
+					msg.Members = slices.Clone(msg.Members)
+					x.reports[msg.From] = msg
+				}
+			}
+		}
+		return
 	}
 	now := time.Now()
 	for _, msg := range msgs {
@@ -478,6 +492,7 @@ func (x *Master) lead(now time.Time) bool {
 		return x.m != nil
 	}
 	if x.actAt.IsZero() {
+		x.reports = map[chain.NodeID]chain.Msg{}
 		x.actAt = now.Add(x.cfg.Lease + 2*x.cfg.Heartbeat)
 		if mutation.On && x.cfg.mut.grantAtOnce {
 			x.actAt = now
@@ -509,12 +524,42 @@ func (x *Master) lead(now time.Time) bool {
 	// master's, unknown here. It is outside the chain (or a member that
 	// says it is not a replica, failed on its heartbeat) and is joined
 	// again when it asks.
+	//
+	// A member of the record that reports an older epoch never heard the
+	// record's configuration: the old master committed it and died before
+	// announcing it (all of it, or to everyone). The chain is then wired as
+	// that member's configuration says, so the master starts from it (the
+	// oldest reported) at the record's epoch and fails anew every member
+	// the record dropped: the repair's orders, committed at a new epoch,
+	// rewire the chain as recorded.
+	var old *chain.Msg
+	for _, id := range cc.Members {
+		if r, ok := x.reports[chain.NodeID(id)]; ok && r.Epoch < cc.Epoch && (old == nil || r.Epoch < old.Epoch) {
+			old = &r
+		}
+	}
+	if mutation.On && x.cfg.mut.recordOnly {
+		old = nil
+	}
 	x.m = chain.NewMasterAt(chain.NodeID(x.cfg.As), ids, len(x.cfg.Members), cc.Epoch)
-	x.committed, x.actAt = cc, time.Time{}
+	if old != nil {
+		x.m = chain.NewMasterAt(chain.NodeID(x.cfg.As), old.Members, len(x.cfg.Members), cc.Epoch)
+		x.cfg.Logger.Warn("chain master: the record is ahead of the members (decided, never announced): rewiring from a member's configuration",
+			"record", cc.Members, "epoch", cc.Epoch, "member", uint64(old.From), "its epoch", old.Epoch)
+	}
+	x.committed, x.actAt, x.reports = cc, time.Time{}, nil
 	clear(x.heard)
 	clear(x.progress)
-	for _, id := range cc.Members {
-		x.heard[id] = now // FailAfter from now: they were never answered here
+	for _, id := range x.m.Members() {
+		x.heard[uint64(id)] = now // FailAfter from now: they were never answered here
+	}
+	if old != nil {
+		for _, id := range old.Members {
+			if !slices.Contains(cc.Members, uint64(id)) {
+				x.m.Fail(id)
+				delete(x.heard, uint64(id))
+			}
+		}
 	}
 	x.cfg.Logger.Info("chain master: acting (metadata leader)", "members", cc.Members, "epoch", cc.Epoch)
 	return true
@@ -523,7 +568,7 @@ func (x *Master) lead(now time.Time) bool {
 // passive stops a hosted master: it forgets its state (the record keeps
 // what matters) and answers nothing until it takes over again.
 func (x *Master) passive() {
-	x.m, x.committed, x.led, x.actAt = nil, nil, time.Time{}, time.Time{}
+	x.m, x.committed, x.led, x.actAt, x.reports = nil, nil, time.Time{}, time.Time{}, nil
 	clear(x.heard)
 	clear(x.progress)
 }

@@ -71,6 +71,14 @@ func (f *fakeMeta) epoch() (uint64, bool) {
 // committed), and a heartbeat answer (a lease) granted before the master
 // waited out the lease after its first leadership read.
 func hostedRun(t *testing.T, mut mutations) []string {
+	bad, _ := hostedRunFrom(t, mut, nil, 0)
+	return bad
+}
+
+// hostedRunFrom is hostedRun with the metadata group's record preset to
+// rec (nil: none) while member 1 reports the chain [1 2 3] at epoch
+// reported; it also returns the first repair order member 1 got.
+func hostedRunFrom(t *testing.T, mut mutations, rec *kv.ChainConfig, reported uint64) ([]string, chain.Msg) {
 	t.Helper()
 	lns := map[uint64]net.Listener{}
 	peers := map[uint64]string{2: "127.0.0.1:1", 3: "127.0.0.1:1"} // never reached
@@ -92,12 +100,13 @@ func hostedRun(t *testing.T, mut mutations) []string {
 		t.Cleanup(func() { tr.Close() })
 	}
 	const lease, hb = 400 * time.Millisecond, 20 * time.Millisecond
-	meta := &fakeMeta{commitDelay: 100 * time.Millisecond}
+	meta := &fakeMeta{commitDelay: 100 * time.Millisecond, rec: rec}
 	var (
 		mu      sync.Mutex
 		bad     []string
 		epoch   uint64
 		repairs int
+		order   chain.Msg
 	)
 	ep, err := trs[1].Register(0, frame.EngineChain, func(from uint64, in []frame.Message) error {
 		msgs, err := chainwire.Decode(from, 1, in)
@@ -118,7 +127,10 @@ func hostedRun(t *testing.T, mut mutations) []string {
 			if m.Type == chain.MsgHeartbeat && now.Sub(first) < lease {
 				bad = append(bad, fmt.Sprintf("a lease granted %v after the master started leading", now.Sub(first)))
 			}
-			if m.Type == chain.MsgCRTail {
+			if m.Type == chain.MsgCRTail || m.Type == chain.MsgCRMid {
+				if repairs == 0 {
+					order = m
+				}
 				repairs++
 			}
 			epoch = max(epoch, m.Epoch)
@@ -145,7 +157,7 @@ func hostedRun(t *testing.T, mut mutations) []string {
 		if time.Now().After(deadline) {
 			t.Fatalf("no repair within 5 s (epoch %d)", e)
 		}
-		msg := chain.Msg{Type: chain.MsgHeartbeat, From: 1, To: 9, Seq: seq, Epoch: e, Members: []chain.NodeID{1, 2, 3}}
+		msg := chain.Msg{Type: chain.MsgHeartbeat, From: 1, To: 9, Seq: seq, Epoch: max(e, reported), Members: []chain.NodeID{1, 2, 3}}
 		if err := ep.Send(9, chainwire.Payload(&msg)); err != nil {
 			t.Fatal(err)
 		}
@@ -153,7 +165,7 @@ func hostedRun(t *testing.T, mut mutations) []string {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	return bad
+	return bad, order
 }
 
 // TestHostedMasterCommitsBeforeAnnouncing: a hosted master grants no lease
@@ -190,4 +202,28 @@ func TestHostedMasterGrantingAtOnceIsCaught(t *testing.T) {
 		t.Fatal("a lease granted at once after taking over went unnoticed")
 	}
 	t.Logf("caught: %v", bad)
+}
+
+// TestHostedMasterRewiresADecisionNeverAnnounced: the old master recorded
+// [1 3] at epoch 1 (2 failed) and died before telling anyone, so member 1
+// still holds [1 2 3] at epoch 0 and forwards to 2. The new master sees
+// the record ahead of the member and repairs from the member's
+// configuration: 1's first order is CR_MID towards 3, at once — not, after
+// the failure timeout, a CR_TAIL for the never-heard 3. With the fix off
+// (mutation recordOnly) 1 would wait for ever for 2, were 3 alive.
+func TestHostedMasterRewiresADecisionNeverAnnounced(t *testing.T) {
+	rec := &kv.ChainConfig{Epoch: 1, Members: []uint64{1, 3}}
+	bad, first := hostedRunFrom(t, mutations{}, rec, 0)
+	if len(bad) > 0 {
+		t.Fatalf("violations: %v", bad)
+	}
+	if first.Type != chain.MsgCRMid || first.Target != 3 || first.Epoch <= 1 {
+		t.Fatalf("member 1's first order: %v, want cr-mid towards 3 above epoch 1", first)
+	}
+	if mutation.On {
+		_, first := hostedRunFrom(t, mutations{recordOnly: true}, &kv.ChainConfig{Epoch: 1, Members: []uint64{1, 3}}, 0)
+		if first.Type == chain.MsgCRMid {
+			t.Fatalf("with recordOnly, member 1 still got %v: the test cannot tell the fix", first)
+		}
+	}
 }
