@@ -624,6 +624,7 @@ func (x *Master) learn(msg chain.Msg, now time.Time) {
 // learnt ends the learning: the master acts on its configuration.
 func (x *Master) learnt() {
 	x.learnUntil, x.learner = time.Time{}, nil
+	x.committed = x.config() // what heartbeats are answered with from now on
 	x.cfg.Logger.Info("chain master: acting", "members", x.m.Members(), "epoch", x.m.Epoch())
 }
 
