@@ -109,6 +109,18 @@ func TestChainUnderKills(t *testing.T) {
 		pos  string
 	}{{2, "tail"}, {2, "middle"}, {0, "head"}} {
 		n := g.nodes[k.node]
+		if k.pos == "head" {
+			// n1 leads the metadata group: its master is the one acting.
+			acting := func(i int) bool { return strings.Contains(g.nodes[i].Logs(), "chain master: acting (metadata leader)") }
+			if !acting(0) || acting(1) || acting(2) {
+				t.Fatalf("the acting master is not n1's alone (n1 %v, n2 %v, n3 %v)", acting(0), acting(1), acting(2))
+			}
+			defer func() {
+				if !acting(1) && !acting(2) {
+					t.Errorf("no other node's master acted after n1's kill")
+				}
+			}()
+		}
 		n.Kill()
 		w.rec.Crash(k.node)
 		w.cut.Store(true)
