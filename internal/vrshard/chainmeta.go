@@ -154,11 +154,8 @@ func (r *Replica) sendFromMaster(to uint64, m *chain.Msg) {
 // node, as OpenHostedChain.
 func OpenHostedChainNode(failAfter time.Duration) kcluster.Opener {
 	return func(spec kcluster.ReplicaSpec) (kcluster.Hosted, error) {
-		if spec.Transport != nil {
-			return kcluster.Hosted{}, fmt.Errorf("chain member %d: a chain in a cluster of several groups is not built", spec.Self)
-		}
-		if spec.Nilext || spec.FollowerReads {
-			return kcluster.Hosted{}, fmt.Errorf("chain member %d: --nilext and --follower-reads are VR's", spec.Self)
+		if err := chainSpecOK(spec); err != nil {
+			return kcluster.Hosted{}, err
 		}
 		opts := hostedOptions(spec)
 		opts.Chain = &ChainOptions{}
