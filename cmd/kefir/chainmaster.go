@@ -17,12 +17,12 @@ import (
 	"github.com/kefirdb/kefir/internal/transport"
 )
 
-// runChainMaster is `kefir chain-master`: the master of a chain group
-// (internal/chainmaster) as a process of its own, a node id outside the
-// chain on the members' peer transport. Until the cluster's metadata group
-// exists this is the one place a chain's membership is decided; while it
-// is down the members' leases lapse and the chain serves nothing
-// (docs/chain.md).
+// runChainMaster is `kefir chain-master`: the standalone master of a chain
+// group (internal/chainmaster) as a process of its own, a node id outside
+// the chain on the members' peer transport, for servers started with
+// --chain-master. It is not replicated: while it is down the members'
+// leases lapse and the chain serves nothing (docs/chain.md). Without
+// --chain-master the chain's master is hosted by its metadata group.
 func runChainMaster(args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("kefir chain-master", flag.ContinueOnError)
 	fs.SetOutput(stderr)

@@ -193,7 +193,7 @@ var serverOptions = []option{
 			c.ClusterRedirects = b
 			return err
 		}},
-	{"engine", "vr", "Replicated mode: the group's replication engine. vr: Viewstamped Replication (a leader, majorities). chain: chain replication (docs/chain.md): --members is the chain, head first; writes go to the head and are answered once every member logged them; membership is decided by a master process (kefir chain-master, named by --chain-master). Give every member the same.",
+	{"engine", "vr", "Replicated mode: the group's replication engine. vr: Viewstamped Replication (a leader, majorities). chain: chain replication (docs/chain.md): --members is the chain, head first; writes go to the head and are answered once every member logged them; membership is decided by the chain's master, hosted by a metadata group on the first three members by id (each keeps its replica in DATA-DIR/chain-meta; the group's leader's master acts), or with --chain-master by a separate kefir chain-master process. Give every member the same.",
 		func(c *serverConfig, v string) error {
 			switch v = strings.TrimSpace(v); v {
 			case "vr", "chain":
@@ -202,7 +202,7 @@ var serverOptions = []option{
 			}
 			return fmt.Errorf("want vr or chain, got %q", v)
 		}},
-	{"chain-master", "", "With --engine chain: the chain's master as ID@PEER-ADDR (a node id outside --members, running kefir chain-master).",
+	{"chain-master", "", "With --engine chain: a standalone, unreplicated master as ID@PEER-ADDR (a node id outside --members, running kefir chain-master) instead of the master hosted by the metadata group.",
 		func(c *serverConfig, v string) error {
 			if v = strings.TrimSpace(v); v == "" {
 				c.ChainMaster = server.Member{}

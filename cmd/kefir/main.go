@@ -29,7 +29,7 @@ consistency and durability it needs.
 Usage:
   kefir up       [--nodes N] [--dir ./kefir-data]   start a local cluster on loopback
   kefir server   [options]                          run one node (see kefir server --help)
-  kefir chain-master --id ID --peer-addr A --members M   the master of a chain group (--engine chain)
+  kefir chain-master --id ID --peer-addr A --members M   a standalone chain master (--chain-master)
   kefir get KEY                                      read a key
   kefir put KEY VALUE                                write a key
   kefir del KEY...                                   delete keys
@@ -140,10 +140,15 @@ func runServer(args []string, stderr io.Writer) error {
 	// front door knows only the cluster contract; the engine is chosen here.
 	cfg.OpenReplica = vrshard.OpenHosted
 	if cfg.Engine == "chain" {
-		if cfg.ChainMaster.ID == 0 || len(cfg.Members) == 0 {
-			return usageError{errors.New("--engine chain needs --members (the chain, head first) and --chain-master ID@PEER-ADDR")}
+		if len(cfg.Members) == 0 {
+			return usageError{errors.New("--engine chain needs --members (the chain, head first)")}
 		}
-		cfg.OpenReplica = vrshard.OpenHostedChain(cfg.ChainMaster.ID, cfg.ChainMaster.PeerAddr)
+		// The master hosted by the metadata group (the first members by
+		// id), or a standalone one (--chain-master).
+		cfg.OpenReplica = vrshard.OpenHostedChainNode(0)
+		if cfg.ChainMaster.ID != 0 {
+			cfg.OpenReplica = vrshard.OpenHostedChain(cfg.ChainMaster.ID, cfg.ChainMaster.PeerAddr)
+		}
 	}
 	srv, err := server.New(cfg.Config)
 	if err != nil {

@@ -10,7 +10,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -22,10 +21,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/kefirdb/kefir/internal/chainmaster"
 	"github.com/kefirdb/kefir/internal/cluster"
 	"github.com/kefirdb/kefir/internal/server"
-	"github.com/kefirdb/kefir/internal/transport"
 )
 
 // How `up` supervises its nodes. A node that exits is restarted after
@@ -67,7 +64,7 @@ func runUp(args []string, stdout, stderr io.Writer) error {
 	nilext := fs.Bool("nilext", false, "EXPERIMENTAL: run the group with the Skyros nilext fast path (kefir server --nilext on every node); needs --nodes ≥ 3")
 	followerReads := fs.Bool("follower-reads", false, "followers serve cross-client-monotonic reads under active-set leases (kefir server --follower-reads on every node); needs --nodes ≥ 3")
 	groups := fs.Int("groups", 1, "number of replica groups (docs/cluster.md): more than 1 splits the 16384 Redis Cluster slots into that many contiguous ranges, one per 3-replica group, every node hosting a replica of each group (needs --nodes 3 or more; nilext off). 1: one group of all nodes")
-	engine := fs.String("engine", "vr", "replication engine of the group: vr, or chain (chain replication, docs/chain.md: n1 is the head, writes are answered once every node logged them; the chain's master runs inside this kefir up process; a new data directory only)")
+	engine := fs.String("engine", "vr", "replication engine of the group: vr, or chain (chain replication, docs/chain.md: n1 is the head, writes are answered once every node logged them; the chain's master is hosted by a metadata group on n1-n3; a new data directory only)")
 	ioModel := fs.String("io-model", "", "how the nodes serve client connections: epoll or goroutine (kefir server --io-model); empty: each node's own default (KEFIR_IO_MODEL, else epoll on Linux)")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, `Usage: kefir up [options]
@@ -146,11 +143,10 @@ Options:
 	u.grp = grp
 	var chainArgs []string
 	if *engine == "chain" {
-		stop, args, err := startUpChainMaster(grp, *nodes, *basePort, stderr)
+		args, err := upChainArgs(grp)
 		if err != nil {
 			return err
 		}
-		defer stop()
 		chainArgs = args
 		grp.chain = true
 	}
@@ -659,7 +655,7 @@ func (u *upCluster) banner(stdout io.Writer) {
 		}
 		switch {
 		case u.grp.chain:
-			fmt.Fprintf(stdout, "\nKefir is up: a chain of %d nodes, n1 the head (cluster %d, %s; its master runs in this process), data in %s\n", len(u.nodes), u.grp.clusterID, how, u.dir)
+			fmt.Fprintf(stdout, "\nKefir is up: a chain of %d nodes, n1 the head (cluster %d, %s; its master runs at the metadata group on n1-n3), data in %s\n", len(u.nodes), u.grp.clusterID, how, u.dir)
 		case u.grp.groups > 1:
 			fmt.Fprintf(stdout, "\nKefir is up: %d nodes hosting %d 3-replica groups on 16384 slots (cluster %d, %s), data in %s\n", len(u.nodes), u.grp.groups, u.grp.clusterID, how, u.dir)
 		default:
@@ -774,40 +770,15 @@ func prepareGroup(dir string, n, basePort int) (*upGroup, error) {
 	return g, nil
 }
 
-// startUpChainMaster runs the chain's master inside this process (kefir up
-// --engine chain): node nodes+1 on the peer port after the nodes'. While kefir
-// up runs, the master does; when it stops, the members' leases lapse
-// (docs/chain.md). A chain restarted as a whole is not built (every member
-// would come back waiting to be joined, and no tail would be left to copy
-// from): an existing data directory is refused.
-func startUpChainMaster(grp *upGroup, nodes, basePort int, stderr io.Writer) (stop func(), nodeArgs []string, err error) {
+// upChainArgs are the nodes' flags of kefir up --engine chain: the chain's
+// master is hosted by the metadata group on n1-n3 (kefir server --engine
+// chain without --chain-master), so nothing runs beside the nodes. A chain
+// restarted as a whole is not built (every member would come back waiting
+// to be joined, and no tail would be left to copy from): an existing data
+// directory is refused.
+func upChainArgs(grp *upGroup) ([]string, error) {
 	if !grp.bootstrap {
-		return nil, nil, errors.New("--engine chain starts a new chain only: restarting a whole chain from its data is not built yet (docs/chain.md); use a new --dir")
+		return nil, errors.New("--engine chain starts a new chain only: restarting a whole chain from its data is not built yet (docs/chain.md); use a new --dir")
 	}
-	ms, err := server.ParseMembers(grp.members)
-	if err != nil {
-		return nil, nil, err
-	}
-	self := uint64(nodes + 1)
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(basePort+1000+nodes))
-	peers := map[uint64]string{self: addr}
-	ids := make([]uint64, len(ms))
-	for i, m := range ms {
-		ids[i], peers[m.ID] = m.ID, m.PeerAddr
-	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).With("node", "chain-master")
-	tr, err := transport.New(transport.Config{Self: self, Peers: peers, ClusterSecret: grp.secret, Cluster: grp.clusterID, Logger: log})
-	if err != nil {
-		return nil, nil, fmt.Errorf("chain master transport: %w", err)
-	}
-	if _, err := tr.Listen(addr); err != nil {
-		tr.Close()
-		return nil, nil, fmt.Errorf("chain master's peer port %s: %w (pick free ports with --base-port)", addr, err)
-	}
-	m, err := chainmaster.Start(chainmaster.Config{Self: self, Members: ids, Transport: tr, Logger: log})
-	if err != nil {
-		tr.Close()
-		return nil, nil, err
-	}
-	return func() { m.Close(); tr.Close() }, []string{"--engine", "chain", "--chain-master", fmt.Sprintf("%d@%s", self, addr)}, nil
+	return []string{"--engine", "chain"}, nil
 }

@@ -2,10 +2,10 @@
 // node: it decides the chain's membership, which the chain never does
 // itself (docs/design/chain.md, "On the replica host").
 //
-// Until the cluster's metadata group exists (issue 28) the master is one
-// process's role, not replicated: a node id outside the chain, on the same
-// peer transport as the members (kefir server --chain-master). What it
-// does:
+// Standalone (Config.Meta nil), the master is one process's role, not
+// replicated: a node id outside the chain, on the same peer transport as
+// the members (kefir chain-master; kefir server --chain-master). Hosted by
+// the metadata group (below) it is replicated. What it does, either way:
 //
 //   - Failure detection by heartbeats, started by the members: every
 //     member's host sends one every heartbeat interval; the master answers
@@ -36,20 +36,54 @@
 //     stale configuration can neither rewire the chain nor grant a lease.
 //     (Residual: a configuration only unheard members know — every member
 //     that knows it silent for FailAfter — is not learnt.) Replicating the
-//     master is the metadata group's job.
+//     master is the metadata group's job: see "Hosted by the metadata
+//     group" below.
+//
+// Hosted by the metadata group (Config.Meta; issue 30, docs/design/chain.md
+// "The master"): every node of the metadata group runs a Master; only the
+// one at the group's leader acts. The chain's configuration — members,
+// epoch, joiner — is metadata-group state (kv.ChainConfig, one reserved
+// record per chain), and:
+//
+//   - Commit before announce: whenever a decision changes the
+//     configuration (Fail, Join, a flush, a truncation, an epoch bump) the
+//     master commits it to the metadata group (KindMapChainSet,
+//     compare-and-set on the epoch it last committed) before it sends any
+//     of the decision's messages; if the commit fails it sends nothing and
+//     stops acting (the decision is forgotten; a leader reloads the record).
+//     Heartbeat answers carry the committed configuration only. So every
+//     configuration a member ever hears of is in the record, and the next
+//     leader, which starts from the record, decides above every epoch any
+//     member holds.
+//   - Leadership by lease: every Heartbeat the master reads the record with
+//     a linearizable read at its node's replica, which succeeds only at the
+//     leader under its leader lease. It grants member leases (answers
+//     heartbeats) only within 2×Heartbeat of such a read.
+//   - Taking over: a master that starts leading waits Lease + 2×Heartbeat
+//     from its first successful read before it grants or fails anything,
+//     then starts from the record (Master.NewMasterAt at its epoch; the
+//     first chain's KindMapChainInit if there is none). The old leader's
+//     last read preceded the new leader's first (VR's leader lease), its
+//     last grant came within 2×Heartbeat after it, and a grant lasts Lease
+//     from the member's heartbeat, sent before it: every lease an old
+//     master granted has lapsed before the new one acts.
 package chainmaster
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kefirdb/kefir/internal/chain"
 	"github.com/kefirdb/kefir/internal/chainwire"
 	"github.com/kefirdb/kefir/internal/frame"
+	"github.com/kefirdb/kefir/internal/kv"
+	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/transport"
 )
 
@@ -82,6 +116,51 @@ type Config struct {
 	// been heard from yet is given (default DefaultStartGrace).
 	StartGrace time.Duration
 	Logger     *slog.Logger
+	// Meta, if set, is this node's replica of the metadata group: the
+	// master acts only while the node leads it, and the chain's
+	// configuration lives there (the package comment, "Hosted by the
+	// metadata group"). Nil: a standalone, unreplicated master.
+	Meta Meta
+	// Lease is the members' lease (default DefaultLease): a master taking
+	// over the metadata group's leadership waits it out first.
+	Lease time.Duration
+	// As is the id the master speaks as and is addressed by (default
+	// Self): hosted, the id every metadata node's master shares, which
+	// the members know as their master (vrshard.ChainOptions.Master). It
+	// must be outside the chain; Self then need not be.
+	As uint64
+	// Send, if set, sends the master's messages (the node's chain member's
+	// endpoint, when the node is a member too and so holds the chain's
+	// group on the transport); inbound messages then come through Deliver.
+	// Nil: the master registers Group on Transport itself.
+	Send func(to uint64, m *chain.Msg)
+
+	mut mutations // deliberate bugs for tests
+}
+
+// mutations are deliberate bugs that tests switch on (internal/mutation).
+type mutations struct {
+	// announceFirst sends a decision's messages before committing it to
+	// the metadata group.
+	announceFirst bool
+	// grantAtOnce acts (grants leases, fails members) as soon as the
+	// master leads, without waiting out the old master's leases.
+	grantAtOnce bool
+	// recordOnly starts a master that takes over from the record alone,
+	// even when the members report an older configuration.
+	recordOnly bool
+}
+
+// Meta is the metadata group as a hosted master uses it, at one node.
+type Meta interface {
+	// Read returns chain group's configuration (nil: none recorded) by a
+	// linearizable read at this node's replica: it fails unless the node
+	// leads the group under its leader lease.
+	Read(ctx context.Context, group uint64) (*kv.ChainConfig, error)
+	// Commit proposes op (KindMapChainInit, KindMapChainSet) at this
+	// node's replica and returns once it is committed and applied; a
+	// refused op is an error.
+	Commit(ctx context.Context, op kv.Op) (kv.Result, error)
 }
 
 // Master is a running master.
@@ -92,8 +171,8 @@ type Master struct {
 	stop  chan struct{}
 	done  chan struct{}
 
-	mu      sync.Mutex // guards m and heard
-	m       *chain.Master
+	mu      sync.Mutex    // guards m and heard
+	m       *chain.Master // nil: hosted and not acting (not the metadata leader, or waiting out the lease)
 	heard   map[uint64]time.Time
 	members []uint64 // published configuration, for Members
 	lost    bool     // "the chain is lost" was logged
@@ -102,9 +181,19 @@ type Master struct {
 	// heartbeats (zero once it has), with what it learnt.
 	learnUntil time.Time
 	learner    *Learner
+	dropped    atomic.Uint64 // batches Deliver dropped (a full queue)
 	// progress: what each member of the chain last reported (its epoch and
 	// LU), which only grow while it keeps its history.
 	progress map[uint64]progress
+
+	// committed is the configuration members may hear of: the metadata
+	// group's record (hosted), or what the master last announced.
+	committed *kv.ChainConfig
+	// Hosted: led is when the last leadership read started (zero: not
+	// leading); actAt when a master that took over may act (zero: acting,
+	// or not leading); reports the members' last heartbeats while it waits.
+	led, actAt time.Time
+	reports    map[chain.NodeID]chain.Msg
 }
 
 type progress struct{ epoch, lu uint64 }
@@ -166,8 +255,11 @@ func (l *Learner) Config() ([]chain.NodeID, uint64) { return slices.Clone(l.memb
 
 // Start registers the master on the transport and runs it until Close.
 func Start(cfg Config) (*Master, error) {
-	if cfg.Transport == nil || cfg.Self == 0 || len(cfg.Members) == 0 || slices.Contains(cfg.Members, cfg.Self) {
-		return nil, fmt.Errorf("chainmaster: node %d mastering chain %v: need a transport and a node outside the chain", cfg.Self, cfg.Members)
+	if cfg.As == 0 {
+		cfg.As = cfg.Self
+	}
+	if (cfg.Transport == nil && cfg.Send == nil) || cfg.Self == 0 || len(cfg.Members) == 0 || slices.Contains(cfg.Members, cfg.As) {
+		return nil, fmt.Errorf("chainmaster: node %d mastering chain %v as %d: need a transport and an id outside the chain", cfg.Self, cfg.Members, cfg.As)
 	}
 	if cfg.Heartbeat <= 0 {
 		cfg.Heartbeat = DefaultHeartbeat
@@ -181,25 +273,35 @@ func Start(cfg Config) (*Master, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Lease <= 0 {
+		cfg.Lease = DefaultLease
+	}
 	ids := make([]chain.NodeID, len(cfg.Members))
 	for i, id := range cfg.Members {
 		ids[i] = chain.NodeID(id)
 	}
 	x := &Master{cfg: cfg, inbox: make(chan []chain.Msg, 256), stop: make(chan struct{}), done: make(chan struct{}),
-		m: chain.NewMaster(chain.NodeID(cfg.Self), ids, len(ids)), heard: map[uint64]time.Time{},
+		m: chain.NewMaster(chain.NodeID(cfg.As), ids, len(ids)), heard: map[uint64]time.Time{},
 		members: slices.Clone(cfg.Members), learnUntil: time.Now().Add(cfg.FailAfter), learner: NewLearner(ids),
-		progress: map[uint64]progress{}}
+		progress: map[uint64]progress{}, committed: &kv.ChainConfig{Group: cfg.Group, Members: slices.Clone(cfg.Members)}}
+	if cfg.Meta != nil {
+		// The record is the configuration: nothing to learn, and nothing
+		// to do until this node leads the metadata group.
+		x.m, x.learnUntil, x.learner, x.committed = nil, time.Time{}, nil, nil
+	}
 	// Silence counts from the start plus the grace: a member is failed
 	// StartGrace after the start if it never answers.
 	grace := time.Now().Add(cfg.StartGrace - cfg.FailAfter)
 	for _, id := range cfg.Members {
 		x.heard[id] = grace
 	}
-	ep, err := cfg.Transport.Register(cfg.Group, frame.EngineChain, x.deliver, nil)
-	if err != nil {
-		return nil, fmt.Errorf("chainmaster: group %d: %w", cfg.Group, err)
+	if cfg.Send == nil {
+		ep, err := cfg.Transport.Register(cfg.Group, frame.EngineChain, x.deliver, nil)
+		if err != nil {
+			return nil, fmt.Errorf("chainmaster: group %d: %w", cfg.Group, err)
+		}
+		x.ep = ep
 	}
-	x.ep = ep
 	go x.run()
 	return x, nil
 }
@@ -212,7 +314,9 @@ func (x *Master) Close() {
 		close(x.stop)
 	}
 	<-x.done
-	x.ep.Close()
+	if x.ep != nil {
+		x.ep.Close()
+	}
 }
 
 // Members is the chain as the master last configured it, head first.
@@ -224,15 +328,29 @@ func (x *Master) Members() []uint64 {
 
 // deliver decodes a batch on the transport's reader and queues it.
 func (x *Master) deliver(from uint64, in []frame.Message) error {
-	msgs, err := chainwire.Decode(from, x.cfg.Self, in)
+	msgs, err := chainwire.Decode(from, x.cfg.As, in)
 	if err != nil {
 		return err
 	}
+	x.Deliver(msgs)
+	return nil
+}
+
+// Deliver queues members' messages to the master (decoded and checked by
+// the caller: each From the member that sent it). With Config.Send it is
+// how they arrive. It never waits: it runs on a transport reader (the
+// connection's, shared by every group on it) or a member's driver, which a
+// master busy with a slow leadership read or commit must not stall; when
+// the queue (256 batches, seconds of heartbeats) is full the batch is
+// dropped — heartbeats come again, and an order's answer lost there is
+// one the members' links may lose anyway (docs/design/chain.md, "On the
+// replica host").
+func (x *Master) Deliver(msgs []chain.Msg) {
 	select {
 	case x.inbox <- msgs:
-	case <-x.stop:
+	default:
+		x.dropped.Add(1)
 	}
-	return nil
 }
 
 func (x *Master) run() {
@@ -254,6 +372,19 @@ func (x *Master) run() {
 func (x *Master) step(msgs []chain.Msg) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	if x.m == nil {
+		// Hosted, not acting: another node's master, or none yet. While it
+		// waits to act it notes what configuration each member holds.
+		if !x.actAt.IsZero() {
+			for _, msg := range msgs {
+				if msg.Type == chain.MsgHeartbeat && !msg.Refused && len(msg.Members) > 0 {
+					msg.Members = slices.Clone(msg.Members)
+					x.reports[msg.From] = msg
+				}
+			}
+		}
+		return
+	}
 	now := time.Now()
 	for _, msg := range msgs {
 		if msg.Type != chain.MsgHeartbeat {
@@ -290,8 +421,7 @@ func (x *Master) step(msgs []chain.Msg) {
 			}
 			x.progress[from] = progress{msg.Epoch, msg.LU}
 			x.heard[from] = now
-			x.send(chain.Msg{Type: chain.MsgHeartbeat, From: chain.NodeID(x.cfg.Self), To: msg.From,
-				Seq: msg.Seq, Epoch: x.m.Epoch(), Members: members})
+			x.grant(msg, now)
 			continue
 		}
 		if msg.From == x.m.Joiner() {
@@ -312,6 +442,161 @@ func (x *Master) step(msgs []chain.Msg) {
 	x.flush()
 }
 
+// grant answers member hb's heartbeat with the committed configuration,
+// which grants it a lease if it is a member there — only while this master
+// may grant: hosted, within 2×Heartbeat of a leadership read.
+func (x *Master) grant(hb chain.Msg, now time.Time) {
+	if x.cfg.Meta != nil && now.Sub(x.led) >= 2*x.cfg.Heartbeat {
+		return
+	}
+	ms := make([]chain.NodeID, len(x.committed.Members))
+	for i, id := range x.committed.Members {
+		ms[i] = chain.NodeID(id)
+	}
+	x.send(chain.Msg{Type: chain.MsgHeartbeat, To: hb.From,
+		Seq: hb.Seq, Epoch: x.committed.Epoch, Members: ms})
+}
+
+// config is the master's configuration as the metadata group records it.
+func (x *Master) config() *kv.ChainConfig {
+	c := &kv.ChainConfig{Group: x.cfg.Group, Epoch: x.m.Epoch(), Joiner: uint64(x.m.Joiner())}
+	for _, id := range x.m.Members() {
+		c.Members = append(c.Members, uint64(id))
+	}
+	return c
+}
+
+// lead is a hosted master's leadership check, every tick: a linearizable
+// read of the record at this node's replica. It reports whether the master
+// acts now, taking over (after waiting out the lease) or stopping as the
+// read says.
+func (x *Master) lead(now time.Time) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*x.cfg.Heartbeat)
+	cc, err := x.cfg.Meta.Read(ctx, x.cfg.Group)
+	cancel()
+	if err != nil || (cc == nil && x.m != nil) {
+		if x.m != nil || !x.actAt.IsZero() {
+			x.cfg.Logger.Info("chain master: not the metadata group's leader (any more): passive", "err", err)
+		}
+		x.passive()
+		return false
+	}
+	x.led = now
+	if x.m != nil {
+		if !cc.Equal(x.committed) {
+			// Someone else changed the record: this master's state is not
+			// the chain's. Start over from the record.
+			x.cfg.Logger.Warn("chain master: the record changed under the master: taking over again", "record", cc.Members, "epoch", cc.Epoch)
+			x.passive()
+		}
+		return x.m != nil
+	}
+	if x.actAt.IsZero() {
+		x.reports = map[chain.NodeID]chain.Msg{}
+		x.actAt = now.Add(x.cfg.Lease + 2*x.cfg.Heartbeat)
+		if mutation.On && x.cfg.mut.grantAtOnce {
+			x.actAt = now
+		}
+		x.cfg.Logger.Info("chain master: leading the metadata group: waiting out the old master's leases", "until", x.actAt)
+		return false
+	}
+	if now.Before(x.actAt) {
+		return false
+	}
+	if cc == nil {
+		init := &kv.ChainConfig{Group: x.cfg.Group, Members: slices.Clone(x.cfg.Members)}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := x.cfg.Meta.Commit(ctx, kv.Op{Kind: kv.KindMapChainInit, Key: kv.AppendChainConfig(nil, init)})
+		if err == nil {
+			cc, err = x.cfg.Meta.Read(ctx, x.cfg.Group)
+		}
+		cancel()
+		if err != nil || cc == nil {
+			x.cfg.Logger.Warn("chain master: record the first chain", "err", err)
+			return false
+		}
+	}
+	ids := make([]chain.NodeID, len(cc.Members))
+	for i, id := range cc.Members {
+		ids[i] = chain.NodeID(id)
+	}
+	// The record's joiner is not resumed: its pre-copy or flush is the old
+	// master's, unknown here. It is outside the chain (or a member that
+	// says it is not a replica, failed on its heartbeat) and is joined
+	// again when it asks.
+	//
+	// A member of the record that reports an older epoch never heard the
+	// record's configuration: the old master committed it and died before
+	// announcing it (all of it, or to everyone). The chain is then wired as
+	// that member's configuration says, so the master starts from it (the
+	// oldest reported) at the record's epoch and fails anew every member
+	// the record dropped: the repair's orders, committed at a new epoch,
+	// rewire the chain as recorded.
+	var old *chain.Msg
+	for _, id := range cc.Members {
+		if r, ok := x.reports[chain.NodeID(id)]; ok && r.Epoch < cc.Epoch && (old == nil || r.Epoch < old.Epoch) {
+			old = &r
+		}
+	}
+	if mutation.On && x.cfg.mut.recordOnly {
+		old = nil
+	}
+	x.m = chain.NewMasterAt(chain.NodeID(x.cfg.As), ids, len(x.cfg.Members), cc.Epoch)
+	if old != nil {
+		x.m = chain.NewMasterAt(chain.NodeID(x.cfg.As), old.Members, len(x.cfg.Members), cc.Epoch)
+		x.cfg.Logger.Warn("chain master: the record is ahead of the members (decided, never announced): rewiring from a member's configuration",
+			"record", cc.Members, "epoch", cc.Epoch, "member", uint64(old.From), "its epoch", old.Epoch)
+	}
+	x.committed, x.actAt, x.reports = cc, time.Time{}, nil
+	clear(x.heard)
+	clear(x.progress)
+	for _, id := range x.m.Members() {
+		x.heard[uint64(id)] = now // FailAfter from now: they were never answered here
+	}
+	if old != nil {
+		for _, id := range old.Members {
+			if !slices.Contains(cc.Members, uint64(id)) {
+				x.m.Fail(id)
+				delete(x.heard, uint64(id))
+			}
+		}
+	}
+	x.cfg.Logger.Info("chain master: acting (metadata leader)", "members", cc.Members, "epoch", cc.Epoch)
+	return true
+}
+
+// passive stops a hosted master: it forgets its state (the record keeps
+// what matters) and answers nothing until it takes over again.
+func (x *Master) passive() {
+	x.m, x.committed, x.led, x.actAt, x.reports = nil, nil, time.Time{}, time.Time{}, nil
+	clear(x.heard)
+	clear(x.progress)
+}
+
+// commit records the master's configuration, if it changed, in the metadata
+// group (hosted; a standalone master just notes it), before any of the
+// decision's messages leave. It reports whether they may.
+func (x *Master) commit() bool {
+	cur := x.config()
+	if x.committed != nil && cur.Equal(x.committed) {
+		return true
+	}
+	if x.cfg.Meta == nil {
+		x.committed = cur
+		return true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	_, err := x.cfg.Meta.Commit(ctx, kv.Op{Kind: kv.KindMapChainSet, Key: kv.AppendChainConfig(nil, cur), Delta: int64(x.committed.Epoch)})
+	cancel()
+	if err != nil {
+		x.cfg.Logger.Warn("chain master: commit the configuration: nothing announced, passive", "members", cur.Members, "epoch", cur.Epoch, "err", err)
+		x.passive()
+		return false
+	}
+	x.committed = cur
+	return true
+}
+
 // learn takes a heartbeat while the master learns the chain, adopting a
 // newer configuration than its own (Learner).
 func (x *Master) learn(msg chain.Msg, now time.Time) {
@@ -322,7 +607,7 @@ func (x *Master) learn(msg chain.Msg, now time.Time) {
 		members, epoch := x.learner.Config()
 		x.cfg.Logger.Warn("chain master: learnt a newer configuration", "from", uint64(msg.From), "epoch", epoch,
 			"members", members, "was", x.m.Members(), "was epoch", x.m.Epoch())
-		x.m = chain.NewMasterAt(chain.NodeID(x.cfg.Self), members, len(x.cfg.Members), epoch)
+		x.m = chain.NewMasterAt(chain.NodeID(x.cfg.As), members, len(x.cfg.Members), epoch)
 		for _, id := range members {
 			if _, ok := x.heard[uint64(id)]; !ok {
 				// The start's grace, as for the configured members.
@@ -339,12 +624,19 @@ func (x *Master) learn(msg chain.Msg, now time.Time) {
 // learnt ends the learning: the master acts on its configuration.
 func (x *Master) learnt() {
 	x.learnUntil, x.learner = time.Time{}, nil
+	x.committed = x.config() // what heartbeats are answered with from now on
 	x.cfg.Logger.Info("chain master: acting", "members", x.m.Members(), "epoch", x.m.Epoch())
 }
 
 func (x *Master) tick(now time.Time) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	if d := x.dropped.Swap(0); d > 0 {
+		x.cfg.Logger.Warn("chain master: inbound batches dropped (queue full)", "batches", d)
+	}
+	if x.cfg.Meta != nil && !x.lead(now) {
+		return
+	}
 	if !x.learnUntil.IsZero() {
 		if now.Before(x.learnUntil) {
 			x.flush()
@@ -373,9 +665,19 @@ func (x *Master) tick(now time.Time) {
 	x.flush()
 }
 
-// flush sends the master's output and publishes its configuration.
+// flush commits the master's configuration and then sends its output and
+// publishes the configuration.
 func (x *Master) flush() {
 	rd := x.m.Ready()
+	if mutation.On && x.cfg.mut.announceFirst {
+		for i := range rd.Msgs {
+			x.send(rd.Msgs[i])
+		}
+		rd.Msgs = nil
+	}
+	if !x.commit() {
+		return
+	}
 	for i := range rd.Msgs {
 		x.send(rd.Msgs[i])
 	}
@@ -393,7 +695,11 @@ func (x *Master) flush() {
 }
 
 func (x *Master) send(m chain.Msg) {
-	m.From = chain.NodeID(x.cfg.Self)
+	m.From = chain.NodeID(x.cfg.As)
+	if x.cfg.Send != nil {
+		x.cfg.Send(uint64(m.To), &m)
+		return
+	}
 	if err := x.ep.Send(uint64(m.To), chainwire.Payload(&m)); err != nil && !errors.Is(err, transport.ErrClosed) {
 		x.cfg.Logger.Warn("chain master: send", "to", uint64(m.To), "type", m.Type.String(), "err", err)
 	}

@@ -272,6 +272,9 @@ func errMap(format string, args ...any) error {
 }
 
 func applyMapOp(get Getter, version uint64, op *Op, emit Emit) (Result, error) {
+	if op.Kind == KindMapChainInit || op.Kind == KindMapChainSet {
+		return applyChainOp(get, version, op, emit) // chainconf.go: no map needed
+	}
 	m, err := ReadClusterMap(get)
 	if err != nil {
 		return Result{}, err

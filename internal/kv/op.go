@@ -231,6 +231,8 @@ func (op *Op) WrittenKeys() [][]byte {
 		return [][]byte{SlotTableKey}
 	case KindMapInit, KindMapMovePlan, KindMapMoveClaim, KindMapMoveDone, KindMapMoveAbort, KindMapAddNode:
 		return [][]byte{ClusterMapKey}
+	case KindMapChainInit, KindMapChainSet:
+		return [][]byte{ChainConfigKey(chainGroupOf(op))}
 	case KindSlotImport:
 		ks := make([][]byte, 0, len(op.Keys)/3+1)
 		if len(op.Expected) > 0 {

@@ -50,6 +50,10 @@ const (
 	KindMapMoveDone
 	KindMapMoveAbort
 	KindMapAddNode
+	// A chain's configuration in the metadata group (chainconf.go; issue
+	// 30's block 169-171).
+	KindMapChainInit
+	KindMapChainSet
 	kindSlotEnd
 )
 
@@ -63,7 +67,8 @@ func isSlotKind(k Kind) bool { return k >= KindSlotInit && k < kindSlotEnd }
 func IsSlotKind(k Kind) bool { return isSlotKind(k) }
 
 var slotKindNames = [...]string{"slotinit", "slotset", "slotimport",
-	"mapinit", "mapmoveplan", "mapmoveclaim", "mapmovedone", "mapmoveabort", "mapaddnode"}
+	"mapinit", "mapmoveplan", "mapmoveclaim", "mapmovedone", "mapmoveabort", "mapaddnode",
+	"mapchaininit", "mapchainset"}
 
 // NumSlots is the number of hash slots (Redis Cluster's 16384).
 const NumSlots = 16384

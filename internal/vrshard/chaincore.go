@@ -161,8 +161,22 @@ func (nopSM) Read([]byte) []byte          { return nil }
 // ChainOptions makes a replica a chain member (Options.Chain).
 type ChainOptions struct {
 	// Master is the chain master's node id (internal/chainmaster), outside
-	// the chain and a peer on the transport.
+	// the chain and a peer on the transport — or, with Masters, an id
+	// outside the chain that stands for whichever of them acts.
 	Master uint64
+	// Masters, if set, are the nodes of the metadata group, each running a
+	// hosted master of which only the metadata leader's acts
+	// (chainmaster.Config.Meta). The member sends what it sends Master to
+	// every one of them (the others drop it: heartbeats, order answers —
+	// a few small messages each Heartbeat) and takes what any of them
+	// sends as Master's: no redirect to follow, and a new leader's master
+	// hears the members at once.
+	Masters []uint64
+	// LocalMaster, if set, is this node's own hosted master (the node is
+	// one of Masters): what the member sends the master is handed to it
+	// directly, and the other members' messages for the master that reach
+	// this node's chain group are passed to it.
+	LocalMaster func([]chain.Msg)
 	// Heartbeat is how often the member tells the master it is alive,
 	// Lease how long after one the master's answer lets it serve (defaults
 	// chainmaster's: 50 ms, 500 ms). The master's FailAfter must exceed

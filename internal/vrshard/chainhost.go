@@ -1,6 +1,7 @@
 package vrshard
 
 import (
+	"fmt"
 	"slices"
 
 	"github.com/kefirdb/kefir/internal/chain"
@@ -17,6 +18,39 @@ import (
 type chainHost struct {
 	*chainCore
 	msgs []peerMsg // the last Ready's messages (reused: the host is done with them before the next event)
+	// masters: the metadata group's nodes standing for the master
+	// (ChainOptions.Masters; nil: the master is a node), and the copies of
+	// the last Ready's messages to them.
+	masters []uint64
+	fan     []masterBound
+	// local is this node's own hosted master, if it is one of masters
+	// (ChainOptions.LocalMaster).
+	local func([]chain.Msg)
+}
+
+// masterBound is a message to the master (addressed to the master's id,
+// ChainOptions.Master) on its way to one metadata node.
+type masterBound struct {
+	chainMsg
+	node  uint64
+	local func([]chain.Msg) // this node's own master (node is this node)
+}
+
+func (m *masterBound) Dest() uint64 { return m.node }
+
+func (m *masterBound) Own() peerMsg {
+	return &masterBound{chainMsg: *m.chainMsg.Own().(*chainMsg), node: m.node, local: m.local}
+}
+
+// sendLocal hands a message for this node's own master to it, where the
+// host would send it (after what it waits for), since the transport has no
+// link to its own node. It reports whether it did.
+func (m *masterBound) sendLocal(self uint64) bool {
+	if m.node != self || m.local == nil {
+		return false
+	}
+	m.local([]chain.Msg{chain.Msg(*m.chainMsg.Own().(*chainMsg))})
+	return true
 }
 
 var (
@@ -39,7 +73,7 @@ func openChainHost(opts *Options, boot core.Boot) (hostCore, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &chainHost{chainCore: c}, nil
+	return &chainHost{chainCore: c, masters: slices.Clone(o.Masters), local: o.LocalMaster}, nil
 }
 
 func (h *chainHost) Step(now int64, m peerMsg) { h.chainCore.Step(now, chain.Msg(*m.(*chainMsg))) }
@@ -47,8 +81,30 @@ func (h *chainHost) Step(now int64, m peerMsg) { h.chainCore.Step(now, chain.Msg
 func (h *chainHost) Ready() core.Ready[peerMsg] {
 	rd := h.chainCore.Ready()
 	h.msgs = h.msgs[:0]
+	if len(h.masters) > 0 {
+		// One copy per metadata node of each message to the master: sized
+		// first, since h.msgs points into h.fan.
+		n := 0
+		for i := range rd.Messages {
+			if uint64(rd.Messages[i].To) == h.master {
+				n += len(h.masters)
+			}
+		}
+		h.fan = slices.Grow(h.fan[:0], n)
+	}
 	for i := range rd.Messages {
-		h.msgs = append(h.msgs, (*chainMsg)(&rd.Messages[i]))
+		m := &rd.Messages[i]
+		if len(h.masters) == 0 || uint64(m.To) != h.master {
+			h.msgs = append(h.msgs, (*chainMsg)(m))
+			continue
+		}
+		for _, id := range h.masters {
+			if id == h.self && h.local == nil {
+				continue
+			}
+			h.fan = append(h.fan, masterBound{chainMsg: chainMsg(*m), node: id, local: h.local})
+			h.msgs = append(h.msgs, &h.fan[len(h.fan)-1])
+		}
 	}
 	return withMessages(&rd, h.msgs)
 }
@@ -65,10 +121,42 @@ func (b *chainBatch) Label() string {
 	return b.msgs[0].Type.String()
 }
 
-func (*chainHost) Decode(from, to uint64, in []frame.Message) (peerBatch, error) {
-	msgs, err := chainwire.Decode(from, to, in)
-	if err != nil {
-		return nil, err
+func (h *chainHost) Decode(from, to uint64, in []frame.Message) (peerBatch, error) {
+	if len(h.masters) == 0 {
+		msgs, err := chainwire.Decode(from, to, in)
+		if err != nil {
+			return nil, err
+		}
+		return &chainBatch{msgs}, nil
+	}
+	// The chain's group also carries the master's traffic (masters): a
+	// metadata node's master speaks as the master (ChainOptions.Master),
+	// and a member's message to the master, when this node hosts one of
+	// them, goes to it.
+	msgs := make([]chain.Msg, 0, len(in))
+	var toMaster []chain.Msg
+	for i := range in {
+		fm := &in[i]
+		if fm.Engine != frame.EngineChain {
+			return nil, fmt.Errorf("%w: a %v message for chain group %d", chainwire.ErrCorrupt, fm.Engine, fm.Group)
+		}
+		var m chain.Msg
+		if err := chainwire.DecodeBody(fm.Type, fm.Body, &m); err != nil {
+			return nil, err
+		}
+		switch {
+		case uint64(m.From) == from && uint64(m.To) == to:
+			msgs = append(msgs, m)
+		case uint64(m.From) == h.master && uint64(m.To) == to && slices.Contains(h.masters, from):
+			msgs = append(msgs, m)
+		case uint64(m.From) == from && uint64(m.To) == h.master && h.local != nil:
+			toMaster = append(toMaster, m)
+		default:
+			return nil, fmt.Errorf("%w: %s on the connection authenticated as node %d to node %d", frame.ErrSpoofed, m, from, to)
+		}
+	}
+	if len(toMaster) > 0 {
+		h.local(toMaster)
 	}
 	return &chainBatch{msgs}, nil
 }

@@ -26,6 +26,8 @@ type chainGroup struct {
 	reps   []*Replica
 	// tune, if set, adjusts every member's options (before Open).
 	tune func(i int, o *Options)
+	// opener, if set, opens a member instead of Open.
+	opener func(o Options) (*Replica, error)
 }
 
 func newChainGroup(t *testing.T) *chainGroup { return newChainGroupAfter(t, 0) }
@@ -70,7 +72,11 @@ func (g *chainGroup) open(i int, bootstrap bool) {
 	if g.tune != nil {
 		g.tune(i, &o)
 	}
-	r, err := Open(o)
+	open := Open
+	if g.opener != nil {
+		open = g.opener
+	}
+	r, err := open(o)
 	if err != nil {
 		g.t.Fatal(err)
 	}

@@ -113,11 +113,8 @@ func hostedOptions(spec kcluster.ReplicaSpec) Options {
 // multi-group cluster (--groups) is not built.
 func OpenHostedChain(master uint64, masterAddr string) kcluster.Opener {
 	return func(spec kcluster.ReplicaSpec) (kcluster.Hosted, error) {
-		if spec.Transport != nil {
-			return kcluster.Hosted{}, fmt.Errorf("chain member %d: a chain in a cluster of several groups is not built", spec.Self)
-		}
-		if spec.Nilext || spec.FollowerReads {
-			return kcluster.Hosted{}, fmt.Errorf("chain member %d: --nilext and --follower-reads are VR's", spec.Self)
+		if err := chainSpecOK(spec); err != nil {
+			return kcluster.Hosted{}, err
 		}
 		opts := hostedOptions(spec)
 		opts.Chain = &ChainOptions{Master: master}
@@ -128,6 +125,18 @@ func OpenHostedChain(master uint64, masterAddr string) kcluster.Opener {
 			Logger: opts.Logger,
 		}, fmt.Sprintf("chain member %d of cluster %d", spec.Self, spec.Cluster))
 	}
+}
+
+// chainSpecOK refuses what a chain member does not run: a group of a
+// multi-group cluster (a shared transport) and VR's options.
+func chainSpecOK(spec kcluster.ReplicaSpec) error {
+	if spec.Transport != nil {
+		return fmt.Errorf("chain member %d: a chain in a cluster of several groups is not built", spec.Self)
+	}
+	if spec.Nilext || spec.FollowerReads {
+		return fmt.Errorf("chain member %d: --nilext and --follower-reads are VR's", spec.Self)
+	}
+	return nil
 }
 
 // Hosted returns r's replication side as a node's front door sees it.

@@ -726,6 +726,12 @@ type Replica struct {
 	upd       *keyUpdates // per-key update index and async overlay (cad.go)
 	readable  atomic.Uint64
 	ctr       *tracer // CAD timeline (cadtrace.go); nil, and its hooks no-ops, without -tags cadtrace
+
+	// beforeClose runs first in Close (and crash): what rides on the
+	// replica and must stop before it (a chain node's hosted master and
+	// metadata replica, chainmeta.go).
+	beforeClose []func()
+
 	// Early-acknowledged writes without a request id get one: this
 	// incarnation's random client id and the next number (driver only).
 	cadClient uint64
@@ -973,6 +979,9 @@ func (r *Replica) now() int64 { return int64(r.clock.Now().Sub(r.start)) }
 func (r *Replica) Close() error {
 	var err error
 	r.closeOnce.Do(func() {
+		for _, f := range r.beforeClose {
+			f()
+		}
 		close(r.stop)
 		if r.step1 != nil {
 			r.closeStepped()
@@ -995,6 +1004,9 @@ func (r *Replica) Close() error {
 // not closed. Tests only.
 func (r *Replica) crash() {
 	r.closeOnce.Do(func() {
+		for _, f := range r.beforeClose {
+			f()
+		}
 		close(r.stop)
 		<-r.done
 		r.closeEndpoint()

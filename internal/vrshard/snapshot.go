@@ -173,6 +173,9 @@ const maxHeld = 4096
 // dropped, as VR retransmits. The host reads the message only through
 // peerMsg (vrcore.go: the engine's encoding and what the holds need).
 func (r *Replica) send(m peerMsg) {
+	if lm, ok := m.(*masterBound); ok && lm.sendLocal(r.cfg.Self) {
+		return // a chain member's message to its own node's master (chainhost.go)
+	}
 	to := m.Dest()
 	size, state := m.Size(), m.CarriesState()
 	large := size >= hugeMessage || state && size >= largeMessage

@@ -57,13 +57,12 @@ func startChainMaster(t *testing.T, id int, addr, members string) *chainMasterPr
 }
 
 // startChain starts a chain of three `kefir server --engine chain`
-// processes (n1 head, n3 tail) and its master (node 9).
+// processes (n1 head, n3 tail), which host its master: the metadata group
+// is n1-n3, n1 its first leader.
 func startChain(t *testing.T, args ...string) *group {
 	t.Helper()
 	g := newGroup(t)
-	masterAddr := cluster.FreeAddr(t)
-	startChainMaster(t, 9, masterAddr, g.members)
-	g.start(append([]string{"--engine", "chain", "--chain-master", "9@" + masterAddr}, args...)...)
+	g.start(append([]string{"--engine", "chain"}, args...)...)
 	return g
 }
 
@@ -78,7 +77,10 @@ func (g *group) rejoined(i int) {
 // RESP: redis-cli works through every member (writes forwarded to the
 // head); the tail, then a middle member, then the head are SIGKILLed while
 // the workload runs, the master repairs the chain each time, and each
-// killed member restarts from its disk and rejoins. Every acknowledged
+// killed member restarts from its disk and rejoins. The master is hosted
+// by the metadata group on the same three nodes, led by n1: the head's
+// kill is the metadata leader's too, so the next leader's master takes
+// over (after waiting out the leases) and repairs the chain. Every acknowledged
 // sync write is on every member at the end and the history is
 // linearizable. Members checkpoint every 100 ops, so each compacts its
 // history and a killed one restarts from its checkpoint.
@@ -107,11 +109,28 @@ func TestChainUnderKills(t *testing.T) {
 		pos  string
 	}{{2, "tail"}, {2, "middle"}, {0, "head"}} {
 		n := g.nodes[k.node]
+		if k.pos == "head" {
+			// n1 leads the metadata group: its master is the one acting.
+			acting := func(i int) bool { return strings.Contains(g.nodes[i].Logs(), "chain master: acting (metadata leader)") }
+			if !acting(0) || acting(1) || acting(2) {
+				t.Fatalf("the acting master is not n1's alone (n1 %v, n2 %v, n3 %v)", acting(0), acting(1), acting(2))
+			}
+			defer func() {
+				if !acting(1) && !acting(2) {
+					t.Errorf("no other node's master acted after n1's kill")
+				}
+			}()
+		}
 		n.Kill()
 		w.rec.Crash(k.node)
 		w.cut.Store(true)
 		t.Logf("killed %s (%s)", n.ID, k.pos)
 		time.Sleep(1500 * time.Millisecond) // the master's 1 s failure timeout, then the repair
+		if k.pos == "head" {
+			// The metadata leader too: a view change, the lease wait (0.6 s)
+			// and the failure timeout before the repair.
+			time.Sleep(time.Second)
+		}
 		n.Start()
 		g.rejoined(k.node)
 		t.Logf("%s rejoined", n.ID)
@@ -128,16 +147,19 @@ func TestChainUnderKills(t *testing.T) {
 	w.finish(t, g)
 }
 
-// `kefir up --engine chain` starts a chain of three nodes with its master
-// in the launcher: every node answers redis-cli (writes forwarded to the
-// head), a SIGKILLed middle node is restarted by kefir up and the chain
-// keeps taking writes, and a second kefir up on the same directory is
-// refused with a reason (restarting a whole chain is not built).
+// `kefir up --engine chain` starts a chain of three nodes whose master the
+// metadata group on the same nodes hosts: every node answers redis-cli
+// (writes forwarded to the head), a SIGKILLed middle node is restarted by
+// kefir up and the chain keeps taking writes; then n1 — the head and the
+// metadata group's leader — is SIGKILLed: another node's master takes over,
+// the chain is repaired and writes go on through the new head; and a
+// second kefir up on the same directory is refused with a reason
+// (restarting a whole chain is not built).
 func TestUpChain(t *testing.T) {
-	base := freeBase(t, 4) // the master's peer port is base+1003
+	base := freeBase(t, 3)
 	dir := t.TempDir()
 	u := startUp(t, "--engine", "chain", "--dir", dir, "--base-port", strconv.Itoa(base))
-	if !strings.Contains(u.banner, "a chain of 3 nodes") {
+	if !strings.Contains(u.banner, "a chain of 3 nodes") || !strings.Contains(u.banner, "metadata group") {
 		t.Fatalf("banner does not announce a chain:\n%s", u.banner)
 	}
 	var addrs []string
@@ -154,17 +176,19 @@ func TestUpChain(t *testing.T) {
 			t.Fatalf("redis-cli GET via n%d = %q", i+1, got)
 		}
 	}
-	// SIGKILL n2 (the middle): kefir up restarts it; it rejoins.
-	var pid int
-	for _, line := range strings.Split(u.banner, "\n") {
-		if f := strings.Fields(line); len(f) > 1 && f[0] == "n2" {
-			pid, _ = strconv.Atoi(f[len(f)-1])
+	pidOf := func(node string) int {
+		t.Helper()
+		for _, line := range strings.Split(u.banner, "\n") {
+			if f := strings.Fields(line); len(f) > 1 && f[0] == node {
+				pid, _ := strconv.Atoi(f[len(f)-1])
+				return pid
+			}
 		}
+		t.Fatalf("no pid for %s in the banner:\n%s", node, u.banner)
+		return 0
 	}
-	if pid == 0 {
-		t.Fatalf("no pid for n2 in the banner:\n%s", u.banner)
-	}
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+	// SIGKILL n2 (the middle): kefir up restarts it; it rejoins.
+	if err := syscall.Kill(pidOf("n2"), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	if !testgroup.Until(20*time.Second, 100*time.Millisecond, func() bool {
@@ -180,6 +204,35 @@ func TestUpChain(t *testing.T) {
 	}
 	if got := redisCLI(t, addrs[1], "GET", "after"); got != "kill" {
 		t.Fatalf("GET after via n2 = %q", got)
+	}
+	// SIGKILL n1: the head and the metadata group's leader (view 0). The
+	// next leader's master waits out n1's master's leases, fails n1 and
+	// makes the next member the head; writes go on through n2 and n3
+	// (forwarded to the new head), and the restarted n1 is joined again.
+	takeovers := strings.Count(u.Logs(), "leading the metadata group")
+	if err := syscall.Kill(pidOf("n1"), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if !testgroup.Until(20*time.Second, 50*time.Millisecond, func() bool {
+		out, err := exec.Command("redis-cli", "-p", strconv.Itoa(base+2), "SET", "after-meta", "kill").CombinedOutput()
+		return err == nil && strings.TrimSpace(string(out)) == "OK"
+	}) {
+		t.Fatalf("no write through n3 after n1's kill:\n%s", u.Logs())
+	}
+	t.Logf("a write through n3 succeeded %v after the metadata leader's kill", time.Since(start))
+	if n := strings.Count(u.Logs(), "leading the metadata group"); n <= takeovers {
+		t.Fatalf("no other node's master took over after n1's kill:\n%s", u.Logs())
+	}
+	if !testgroup.Until(20*time.Second, 100*time.Millisecond, func() bool {
+		return strings.Count(u.Logs(), "chain master: joining") >= 2
+	}) {
+		t.Fatalf("the restarted n1 was not joined again:\n%s", u.Logs())
+	}
+	for i, a := range addrs {
+		if !testgroup.Until(10*time.Second, 100*time.Millisecond, func() bool { return redisCLI(t, a, "GET", "after-meta") == "kill" }) {
+			t.Fatalf("GET after-meta via n%d: not there", i+1)
+		}
 	}
 	u.stop(t)
 

@@ -1,0 +1,229 @@
+package chainmaster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kefirdb/kefir/internal/chain"
+	"github.com/kefirdb/kefir/internal/chainwire"
+	"github.com/kefirdb/kefir/internal/frame"
+	"github.com/kefirdb/kefir/internal/kv"
+	"github.com/kefirdb/kefir/internal/mutation"
+	"github.com/kefirdb/kefir/internal/transport"
+)
+
+// fakeMeta is a metadata group of one that always leads: the record in
+// memory, each commit taking commitDelay (a slow majority) before it lands.
+type fakeMeta struct {
+	mu          sync.Mutex
+	rec         *kv.ChainConfig
+	firstRead   time.Time
+	commitDelay time.Duration
+}
+
+func (f *fakeMeta) Read(context.Context, uint64) (*kv.ChainConfig, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.firstRead.IsZero() {
+		f.firstRead = time.Now()
+	}
+	return f.rec, nil
+}
+
+func (f *fakeMeta) Commit(_ context.Context, op kv.Op) (kv.Result, error) {
+	time.Sleep(f.commitDelay)
+	c, err := kv.DecodeChainConfig(op.Key)
+	if err != nil {
+		return kv.Result{}, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case op.Kind == kv.KindMapChainInit && f.rec == nil:
+		f.rec = c
+	case op.Kind == kv.KindMapChainSet && f.rec != nil && f.rec.Epoch == uint64(op.Delta) && c.Epoch >= f.rec.Epoch:
+		f.rec = c
+	case op.Kind == kv.KindMapChainSet:
+		return kv.Result{}, errors.New("stale")
+	}
+	return kv.Result{}, nil
+}
+
+func (f *fakeMeta) epoch() (uint64, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.rec == nil {
+		return 0, false
+	}
+	return f.rec.Epoch, true
+}
+
+// hostedRun runs a hosted master (node 9) of the chain [1 2 3] where only
+// member 1 exists (a recorder on node 1's transport that sends heartbeats
+// every 20 ms): 2 and 3 are never heard, so once acting the master fails
+// them and sends 1 the repair. It returns the violations seen: a message
+// at an epoch above the record's when it arrived (announced before
+// committed), and a heartbeat answer (a lease) granted before the master
+// waited out the lease after its first leadership read.
+func hostedRun(t *testing.T, mut mutations) []string {
+	bad, _ := hostedRunFrom(t, mut, nil, 0)
+	return bad
+}
+
+// hostedRunFrom is hostedRun with the metadata group's record preset to
+// rec (nil: none) while member 1 reports the chain [1 2 3] at epoch
+// reported; it also returns the first repair order member 1 got.
+func hostedRunFrom(t *testing.T, mut mutations, rec *kv.ChainConfig, reported uint64) ([]string, chain.Msg) {
+	t.Helper()
+	lns := map[uint64]net.Listener{}
+	peers := map[uint64]string{2: "127.0.0.1:1", 3: "127.0.0.1:1"} // never reached
+	for _, id := range []uint64{1, 9} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns[id], peers[id] = ln, ln.Addr().String()
+	}
+	trs := map[uint64]*transport.Transport{}
+	for id, ln := range lns {
+		tr, err := transport.New(transport.Config{Self: id, Peers: peers, ClusterSecret: "s", Cluster: 1, DialBackoff: 5 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		go tr.Serve(ln)
+		trs[id] = tr
+		t.Cleanup(func() { tr.Close() })
+	}
+	const lease, hb = 400 * time.Millisecond, 20 * time.Millisecond
+	meta := &fakeMeta{commitDelay: 100 * time.Millisecond, rec: rec}
+	var (
+		mu      sync.Mutex
+		bad     []string
+		epoch   uint64
+		repairs int
+		order   chain.Msg
+	)
+	ep, err := trs[1].Register(0, frame.EngineChain, func(from uint64, in []frame.Message) error {
+		msgs, err := chainwire.Decode(from, 1, in)
+		if err != nil {
+			return err
+		}
+		now := time.Now()
+		rec, ok := meta.epoch()
+		meta.mu.Lock()
+		first := meta.firstRead
+		meta.mu.Unlock()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, m := range msgs {
+			if !ok || m.Epoch > rec {
+				bad = append(bad, fmt.Sprintf("%s at epoch %d arrived before it was recorded (record: %d, %v)", m.Type, m.Epoch, rec, ok))
+			}
+			if m.Type == chain.MsgHeartbeat && now.Sub(first) < lease {
+				bad = append(bad, fmt.Sprintf("a lease granted %v after the master started leading", now.Sub(first)))
+			}
+			if m.Type == chain.MsgCRTail || m.Type == chain.MsgCRMid {
+				if repairs == 0 {
+					order = m
+				}
+				repairs++
+			}
+			epoch = max(epoch, m.Epoch)
+		}
+		return nil
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := Start(Config{Self: 9, Members: []uint64{1, 2, 3}, Transport: trs[9], Heartbeat: hb, FailAfter: 500 * time.Millisecond,
+		Lease: lease, Meta: meta, mut: mut})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for seq := uint64(1); ; seq++ {
+		mu.Lock()
+		e, r := epoch, repairs
+		mu.Unlock()
+		if r > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no repair within 5 s (epoch %d)", e)
+		}
+		msg := chain.Msg{Type: chain.MsgHeartbeat, From: 1, To: 9, Seq: seq, Epoch: max(e, reported), Members: []chain.NodeID{1, 2, 3}}
+		if err := ep.Send(9, chainwire.Payload(&msg)); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(hb)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return bad, order
+}
+
+// TestHostedMasterCommitsBeforeAnnouncing: a hosted master grants no lease
+// until it has waited out the lease after it started leading, and every
+// message a member gets carries an epoch the metadata group has recorded —
+// the repair of the two silent members is committed (slowly: 100 ms)
+// before it is sent.
+func TestHostedMasterCommitsBeforeAnnouncing(t *testing.T) {
+	if bad := hostedRun(t, mutations{}); len(bad) > 0 {
+		t.Fatalf("violations: %v", bad)
+	}
+}
+
+// TestHostedMasterAnnouncingFirstIsCaught: with the repair sent before it
+// is committed (mutation announceFirst), the member gets an epoch the
+// record does not have yet — the test above would fail.
+func TestHostedMasterAnnouncingFirstIsCaught(t *testing.T) {
+	mutation.Require(t)
+	bad := hostedRun(t, mutations{announceFirst: true})
+	if len(bad) == 0 {
+		t.Fatal("a repair announced before it was committed went unnoticed")
+	}
+	t.Logf("caught: %v", bad)
+}
+
+// TestHostedMasterGrantingAtOnceIsCaught: a master that grants leases as
+// soon as it leads (mutation grantAtOnce: no wait after taking over) is
+// caught by the lease check — the old master's grants could still be
+// running.
+func TestHostedMasterGrantingAtOnceIsCaught(t *testing.T) {
+	mutation.Require(t)
+	bad := hostedRun(t, mutations{grantAtOnce: true})
+	if len(bad) == 0 {
+		t.Fatal("a lease granted at once after taking over went unnoticed")
+	}
+	t.Logf("caught: %v", bad)
+}
+
+// TestHostedMasterRewiresADecisionNeverAnnounced: the old master recorded
+// [1 3] at epoch 1 (2 failed) and died before telling anyone, so member 1
+// still holds [1 2 3] at epoch 0 and forwards to 2. The new master sees
+// the record ahead of the member and repairs from the member's
+// configuration: 1's first order is CR_MID towards 3, at once — not, after
+// the failure timeout, a CR_TAIL for the never-heard 3. With the fix off
+// (mutation recordOnly) 1 would wait for ever for 2, were 3 alive.
+func TestHostedMasterRewiresADecisionNeverAnnounced(t *testing.T) {
+	rec := &kv.ChainConfig{Epoch: 1, Members: []uint64{1, 3}}
+	bad, first := hostedRunFrom(t, mutations{}, rec, 0)
+	if len(bad) > 0 {
+		t.Fatalf("violations: %v", bad)
+	}
+	if first.Type != chain.MsgCRMid || first.Target != 3 || first.Epoch <= 1 {
+		t.Fatalf("member 1's first order: %v, want cr-mid towards 3 above epoch 1", first)
+	}
+	if mutation.On {
+		_, first := hostedRunFrom(t, mutations{recordOnly: true}, &kv.ChainConfig{Epoch: 1, Members: []uint64{1, 3}}, 0)
+		if first.Type == chain.MsgCRMid {
+			t.Fatalf("with recordOnly, member 1 still got %v: the test cannot tell the fix", first)
+		}
+	}
+}

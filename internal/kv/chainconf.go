@@ -1,0 +1,141 @@
+package kv
+
+import (
+	"encoding/binary"
+	"fmt"
+	"slices"
+	"strconv"
+)
+
+// A chain's configuration as the metadata group records it (issue 30: the
+// metadata group is the chain's master; docs/design/chain.md, "The master").
+// The master (internal/chainmaster) runs at the metadata group's leader and
+// commits every decision that changes the chain — a member failed, a node
+// joining, the epoch raised — here before it tells any member, so the
+// configuration survives a crash of any metadata member and a change of
+// the metadata leader: the next leader's master starts from it.
+//
+// One reserved record per chain group (ChainConfigKey), changed only by:
+//
+//	KindMapChainInit  Key: a configuration (AppendChainConfig). The
+//	                  group's first one; a no-op once it has one (every
+//	                  metadata node proposes the same start). Int: the
+//	                  recorded epoch.
+//	KindMapChainSet   Key: a configuration; Delta: the epoch the master
+//	                  read the record at. Compare-and-set: written only if
+//	                  the record's epoch is Delta and the new epoch is no
+//	                  lower; otherwise refused (ErrSlotTransition's code,
+//	                  the record unchanged) — a master that loaded a stale
+//	                  record, or a deposed one, cannot overwrite a newer
+//	                  decision. The same configuration again is a no-op
+//	                  (a retry). Int: the recorded epoch.
+//
+// Kind 171 (the rest of this block, 169-171) is unused.
+
+// ChainConfig is a chain's configuration: its members, head first, the
+// master's epoch, and the node being joined (0: none).
+type ChainConfig struct {
+	Group   uint64
+	Epoch   uint64
+	Members []uint64
+	Joiner  uint64
+}
+
+// Equal reports whether c and d are the same configuration.
+func (c *ChainConfig) Equal(d *ChainConfig) bool {
+	return c.Group == d.Group && c.Epoch == d.Epoch && c.Joiner == d.Joiner && slices.Equal(c.Members, d.Members)
+}
+
+// ChainConfigKey is the reserved record of chain group's configuration.
+func ChainConfigKey(group uint64) []byte {
+	return ReservedKey("chain/" + strconv.FormatUint(group, 10))
+}
+
+// AppendChainConfig appends c's encoding (the chain ops' Key) to b.
+func AppendChainConfig(b []byte, c *ChainConfig) []byte {
+	b = binary.AppendUvarint(b, c.Group)
+	b = binary.AppendUvarint(b, c.Epoch)
+	b = binary.AppendUvarint(b, uint64(len(c.Members)))
+	for _, id := range c.Members {
+		b = binary.AppendUvarint(b, id)
+	}
+	return binary.AppendUvarint(b, c.Joiner)
+}
+
+// DecodeChainConfig decodes AppendChainConfig's encoding, all of b. A
+// configuration names a member at least, none twice or 0 (group 0 is a lone
+// chain's, as the host's default group id).
+func DecodeChainConfig(b []byte) (*ChainConfig, error) {
+	d := Decoder{B: b}
+	c := &ChainConfig{Group: d.Uvarint(), Epoch: d.Uvarint()}
+	n := d.Uvarint()
+	if n > uint64(len(d.B)) {
+		d.Err = ErrCorrupt
+		n = 0
+	}
+	for range n {
+		c.Members = append(c.Members, d.Uvarint())
+	}
+	c.Joiner = d.Uvarint()
+	if d.Err != nil || len(d.B) != 0 || len(c.Members) == 0 {
+		return nil, fmt.Errorf("%w: chain configuration", ErrCorrupt)
+	}
+	for i, id := range c.Members {
+		if id == 0 || slices.Contains(c.Members[i+1:], id) {
+			return nil, fmt.Errorf("%w: chain configuration: member %d", ErrCorrupt, id)
+		}
+	}
+	return c, nil
+}
+
+// chainGroupOf is the group a chain op's Key names (0 also when none is
+// readable: such an op is refused at apply and writes nothing).
+func chainGroupOf(op *Op) uint64 {
+	g, n := binary.Uvarint(op.Key)
+	if n <= 0 {
+		return 0
+	}
+	return g
+}
+
+// ReadChainConfig reads chain group's configuration through get (nil, nil:
+// none recorded).
+func ReadChainConfig(get Getter, group uint64) (*ChainConfig, error) {
+	data, _, _, ok, err := get(ChainConfigKey(group))
+	if err != nil || !ok {
+		return nil, err
+	}
+	return DecodeChainConfig(data)
+}
+
+func applyChainOp(get Getter, version uint64, op *Op, emit Emit) (Result, error) {
+	n, err := DecodeChainConfig(op.Key)
+	if err != nil {
+		return Result{}, fmt.Errorf("%w: %s: %v", ErrInvalidOp, op.Kind, err)
+	}
+	cur, err := ReadChainConfig(get, n.Group)
+	if err != nil {
+		return Result{}, err
+	}
+	switch op.Kind {
+	case KindMapChainInit:
+		if cur != nil {
+			return Result{Kind: ResInt, Int: int64(cur.Epoch)}, nil
+		}
+	case KindMapChainSet:
+		if cur == nil {
+			return Result{}, fmt.Errorf("%w: chain %d: no configuration recorded (KindMapChainInit first)", ErrSlotTransition, n.Group)
+		}
+		if cur.Equal(n) {
+			return Result{Kind: ResInt, Int: int64(cur.Epoch)}, nil
+		}
+		if op.Delta < 0 || cur.Epoch != uint64(op.Delta) || n.Epoch < cur.Epoch {
+			return Result{}, fmt.Errorf("%w: chain %d is at epoch %d (members %v), not %d: the master's configuration is stale (it would set epoch %d)",
+				ErrSlotTransition, n.Group, cur.Epoch, cur.Members, op.Delta, n.Epoch)
+		}
+	default:
+		return Result{}, fmt.Errorf("%w: %s", ErrInvalidOp, op.Kind)
+	}
+	put(emit, ChainConfigKey(n.Group), AppendChainConfig(nil, n), nil)
+	return Result{Kind: ResInt, Int: int64(n.Epoch), Version: version}, nil
+}

@@ -1,0 +1,132 @@
+package kv
+
+import (
+	"errors"
+	"testing"
+)
+
+func chainOp(kind Kind, c ChainConfig, expect int64) *Op {
+	return &Op{Kind: kind, Key: AppendChainConfig(nil, &c), Delta: expect}
+}
+
+func TestChainConfigCodec(t *testing.T) {
+	c := &ChainConfig{Group: 1, Epoch: 7, Members: []uint64{3, 1, 2}, Joiner: 4}
+	b := AppendChainConfig(nil, c)
+	got, err := DecodeChainConfig(b)
+	if err != nil || !got.Equal(c) {
+		t.Fatalf("round trip: %+v %v", got, err)
+	}
+	for i := range len(b) {
+		if _, err := DecodeChainConfig(b[:i]); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("a configuration cut at %d decoded: %v", i, err)
+		}
+	}
+	for _, bad := range []ChainConfig{
+		{Group: 1},
+		{Group: 1, Members: []uint64{1, 0}},
+		{Group: 1, Members: []uint64{1, 2, 1}},
+	} {
+		if _, err := DecodeChainConfig(AppendChainConfig(nil, &bad)); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("%+v decoded: %v", bad, err)
+		}
+	}
+	if _, err := DecodeChainConfig(append(b, 0)); !errors.Is(err, ErrCorrupt) {
+		t.Fatal("trailing bytes decoded")
+	}
+}
+
+// The chain ops: the first configuration once (a second init, another
+// node's, is a no-op), then compare-and-set by epoch: a set from the
+// recorded epoch lands, a set from a stale epoch (a master that loaded an
+// older record) or lowering the epoch is refused and changes nothing, the
+// same configuration again is a retry; each chain group has its own record,
+// and no map is needed (a lone chain's metadata group has none).
+func TestChainConfigOps(t *testing.T) {
+	m := mem{}
+	v := uint64(0)
+	apply := func(op *Op) (Result, error) {
+		v++
+		return applyTo(t, m, v, op)
+	}
+	read := func(group uint64) *ChainConfig {
+		t.Helper()
+		c, err := ReadChainConfig(m.get, group)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	start := ChainConfig{Group: 1, Members: []uint64{1, 2, 3}}
+	if _, err := apply(chainOp(KindMapChainSet, start, 0)); !errors.Is(err, ErrSlotTransition) || read(1) != nil {
+		t.Fatalf("a set before the init: %v", err)
+	}
+	if res, err := apply(chainOp(KindMapChainInit, start, 0)); err != nil || res.Int != 0 || res.Version == 0 {
+		t.Fatalf("init: %+v %v", res, err)
+	}
+	other := ChainConfig{Group: 1, Epoch: 5, Members: []uint64{2, 3}}
+	if res, err := apply(chainOp(KindMapChainInit, other, 0)); err != nil || res.Version != 0 || !read(1).Equal(&start) {
+		t.Fatalf("a second init changed the record: %+v %v", res, err)
+	}
+	failed := ChainConfig{Group: 1, Epoch: 1, Members: []uint64{1, 3}}
+	if res, err := apply(chainOp(KindMapChainSet, failed, 0)); err != nil || res.Int != 1 || res.Version == 0 || !read(1).Equal(&failed) {
+		t.Fatalf("set from the recorded epoch: %+v %v", res, err)
+	}
+	if res, err := apply(chainOp(KindMapChainSet, failed, 0)); err != nil || res.Version != 0 {
+		t.Fatalf("the same set again: %+v %v", res, err)
+	}
+	stale := ChainConfig{Group: 1, Epoch: 1, Members: []uint64{1, 2}}
+	if _, err := apply(chainOp(KindMapChainSet, stale, 0)); !errors.Is(err, ErrSlotTransition) || !read(1).Equal(&failed) {
+		t.Fatalf("a set from a stale epoch: %v (record %+v)", err, read(1))
+	}
+	lower := ChainConfig{Group: 1, Epoch: 0, Members: []uint64{1, 3}, Joiner: 2}
+	if _, err := apply(chainOp(KindMapChainSet, lower, 1)); !errors.Is(err, ErrSlotTransition) || !read(1).Equal(&failed) {
+		t.Fatalf("a set lowering the epoch: %v", err)
+	}
+	joining := ChainConfig{Group: 1, Epoch: 1, Members: []uint64{1, 3}, Joiner: 2}
+	if res, err := apply(chainOp(KindMapChainSet, joining, 1)); err != nil || res.Int != 1 || !read(1).Equal(&joining) {
+		t.Fatalf("a join at the same epoch: %+v %v", res, err)
+	}
+	if _, err := apply(&Op{Kind: KindMapChainSet, Key: []byte{1}}); !errors.Is(err, ErrInvalidOp) {
+		t.Fatalf("a corrupt configuration: %v", err)
+	}
+	if res, err := apply(chainOp(KindMapChainInit, ChainConfig{Group: 2, Members: []uint64{4, 5}}, 0)); err != nil || res.Version == 0 || read(2) == nil || !read(1).Equal(&joining) {
+		t.Fatalf("a second chain's init: %+v %v", res, err)
+	}
+	for _, k := range []Kind{KindMapChainInit, KindMapChainSet} {
+		op := chainOp(k, ChainConfig{Group: 9, Members: []uint64{1}}, 0)
+		if k < 169 || k > 171 || !IsSlotKind(k) || !k.known() || !k.IsUpdate() || k.String() == "" {
+			t.Fatalf("kind %d: not a known slot update in 169-171", k)
+		}
+		if ks, _ := op.RoutingKeys(); ks != nil {
+			t.Fatalf("%s routes by keys %q", k, ks)
+		}
+		if ws := op.WrittenKeys(); len(ws) != 1 || string(ws[0]) != string(ChainConfigKey(9)) {
+			t.Fatalf("%s writes %q", k, ws)
+		}
+	}
+}
+
+// FuzzChainConfig: any bytes either fail to decode or round-trip, and an
+// op of either kind with them as Key never panics and writes only a record
+// that decodes.
+func FuzzChainConfig(f *testing.F) {
+	f.Add(AppendChainConfig(nil, &ChainConfig{Group: 1, Epoch: 2, Members: []uint64{1, 2, 3}, Joiner: 4}), int64(2))
+	f.Add([]byte{1, 0, 0, 0}, int64(0))
+	f.Fuzz(func(t *testing.T, b []byte, expect int64) {
+		c, err := DecodeChainConfig(b)
+		if err == nil {
+			if d, err := DecodeChainConfig(AppendChainConfig(nil, c)); err != nil || !d.Equal(c) {
+				t.Fatalf("%x: round trip %+v %v", b, d, err)
+			}
+		}
+		m := mem{}
+		for i, k := range []Kind{KindMapChainInit, KindMapChainSet, KindMapChainSet} {
+			_, _ = applyTo(t, m, uint64(i+1), &Op{Kind: k, Key: b, Delta: expect})
+		}
+		for key, v := range m {
+			if _, err := DecodeChainConfig([]byte(v.val)); err != nil {
+				t.Fatalf("%q holds %x: %v", key, v.val, err)
+			}
+		}
+	})
+}

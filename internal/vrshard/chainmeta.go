@@ -1,0 +1,182 @@
+package vrshard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/kefirdb/kefir/internal/chain"
+	"github.com/kefirdb/kefir/internal/chainmaster"
+	"github.com/kefirdb/kefir/internal/chainwire"
+	kcluster "github.com/kefirdb/kefir/internal/cluster"
+	"github.com/kefirdb/kefir/internal/kv"
+	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/shard"
+	"github.com/kefirdb/kefir/internal/storage"
+	"github.com/kefirdb/kefir/internal/transport"
+)
+
+// ChainMeta is r — a replica of the metadata group — as a hosted chain
+// master's metadata group (chainmaster.Config.Meta).
+func (r *Replica) ChainMeta() chainmaster.Meta { return chainMeta{r} }
+
+type chainMeta struct{ r *Replica }
+
+// leaseProbe is the key the leadership read reads: any key would do (it is
+// absent); a linearizable read succeeds only at the leader under its lease.
+var leaseProbe = []byte("kefir-chain-master-lease")
+
+// Read is a linearizable read (leader, lease, and everything committed
+// before it applied), then the record from the engine, which has applied at
+// least as much: reserved records are not readable by ops.
+func (m chainMeta) Read(ctx context.Context, group uint64) (*kv.ChainConfig, error) {
+	if _, err := m.r.Read(ctx, kv.Op{Kind: kv.KindGet, Key: leaseProbe}, level.ConsLinearizable, shard.Session{}); err != nil {
+		return nil, err
+	}
+	v, err := m.r.Engine().Get(kv.ChainConfigKey(group))
+	if errors.Is(err, storage.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("chain %d's configuration: %w", group, err)
+	}
+	c, err := kv.DecodeChainConfig(v.Data)
+	if err != nil {
+		return nil, fmt.Errorf("chain %d's configuration at version %d: %w", group, v.Version, err)
+	}
+	return c, nil
+}
+
+// Commit writes op (sync: on a majority's disks) at r, which must lead.
+func (m chainMeta) Commit(ctx context.Context, op kv.Op) (kv.Result, error) {
+	if op.Kind != kv.KindMapChainInit && op.Kind != kv.KindMapChainSet {
+		return kv.Result{}, fmt.Errorf("chain master: %s is not a chain configuration op", op.Kind)
+	}
+	return m.r.Write(ctx, op, level.Sync, shard.ReqID{})
+}
+
+// ChainMasterID is the id a chain's members know their hosted master by
+// (ChainOptions.Master with Masters): outside any chain, on no transport.
+const ChainMasterID uint64 = 1 << 62
+
+// metaGroupID is the metadata group's group id on a node's transport.
+const metaGroupID = uint64(kcluster.MetaGroupID)
+
+// ChainNode is how a chain node hosts its master: the metadata group's
+// members (Meta, ids), its replica's options there (MetaOptions: Dir, VR
+// timing; Transport, Group, members and Chain are set here) and the
+// master's (Master: timing and logger; the rest is set here).
+type ChainNode struct {
+	Meta        []uint64
+	MetaOptions Options
+	Master      chainmaster.Config
+}
+
+// OpenChainNode opens a chain member (opts, opts.Chain set, on
+// opts.Transport) whose master is hosted by the metadata group n.Meta:
+// on a node of that group it also opens the node's replica of it (group
+// kcluster.MetaGroupID on the same transport) and a hosted master, which the
+// member's Close stops first. The master speaks through the member's
+// endpoint, since the node's chain group is the member's.
+func OpenChainNode(opts Options, n ChainNode) (*Replica, error) {
+	if opts.Chain == nil || opts.Transport == nil {
+		return nil, fmt.Errorf("chain node %d: need chain options and a transport", opts.VR.Self)
+	}
+	self := opts.VR.Self
+	hosts := slices.Contains(n.Meta, self)
+	var master atomic.Pointer[chainmaster.Master]
+	co := *opts.Chain
+	co.Master, co.Masters = ChainMasterID, slices.Clone(n.Meta)
+	if hosts {
+		co.LocalMaster = func(msgs []chain.Msg) {
+			if m := master.Load(); m != nil {
+				m.Deliver(msgs)
+			}
+		}
+	}
+	opts.Chain = &co
+	r, err := Open(opts)
+	if err != nil || !hosts {
+		return r, err
+	}
+	mo := n.MetaOptions
+	mo.Transport, mo.Group, mo.Chain = opts.Transport, metaGroupID, nil
+	mo.VR.Members, mo.VR.Self, mo.VR.Cluster = slices.Clone(n.Meta), self, opts.VR.Cluster
+	meta, err := Open(mo)
+	if err != nil {
+		r.Close()
+		return nil, fmt.Errorf("chain node %d: the metadata group's replica: %w", self, err)
+	}
+	mc := n.Master
+	mc.Self, mc.As, mc.Members, mc.Group, mc.Meta = self, ChainMasterID, slices.Clone(opts.VR.Members), opts.Group, meta.ChainMeta()
+	mc.Send = r.sendFromMaster
+	if mc.Lease <= 0 {
+		mc.Lease = co.Lease
+	}
+	m, err := chainmaster.Start(mc)
+	if err != nil {
+		meta.Close()
+		r.Close()
+		return nil, fmt.Errorf("chain node %d: the hosted master: %w", self, err)
+	}
+	master.Store(m)
+	r.beforeClose = append(r.beforeClose, m.Close, func() { meta.Close() })
+	return r, nil
+}
+
+// sendFromMaster sends a message of this node's hosted master on the
+// chain's endpoint; one for this node's own member is handed to its driver.
+func (r *Replica) sendFromMaster(to uint64, m *chain.Msg) {
+	if to == r.cfg.Self {
+		c := *m
+		c.Members, c.Path = slices.Clone(m.Members), slices.Clone(m.Path)
+		select {
+		case r.inbox <- inbound{from: to, batch: &chainBatch{[]chain.Msg{c}}}:
+		case <-r.stop:
+		}
+		return
+	}
+	if err := r.ep.Send(to, chainwire.Payload(m)); err != nil && !errors.Is(err, transport.ErrClosed) {
+		r.log.Warn("chain master: send", "to", to, "type", m.Type.String(), "err", err)
+	}
+}
+
+// OpenHostedChainNode is the kcluster.Opener of a chain member whose
+// master the metadata group hosts (--engine chain without --chain-master):
+// the metadata group is the first kcluster.MetaReplicas nodes by id
+// (kcluster.MetaMembers), each hosting a replica of it in DIR/chain-meta
+// beside the member's DIR/vr, and a master (OpenChainNode). failAfter is
+// the masters' failure timeout (0: chainmaster's default). One group per
+// node, as OpenHostedChain.
+func OpenHostedChainNode(failAfter time.Duration) kcluster.Opener {
+	return func(spec kcluster.ReplicaSpec) (kcluster.Hosted, error) {
+		if err := chainSpecOK(spec); err != nil {
+			return kcluster.Hosted{}, err
+		}
+		opts := hostedOptions(spec)
+		opts.Chain = &ChainOptions{}
+		tr, err := transport.New(transport.Config{Self: spec.Self, Peers: opts.Peers, ClusterSecret: spec.ClusterSecret,
+			Cluster: spec.Cluster, Logger: opts.Logger})
+		if err != nil {
+			return kcluster.Hosted{}, fmt.Errorf("peer transport of node %d: %w", spec.Self, err)
+		}
+		opts.Transport = tr
+		mo := hostedOptions(spec)
+		// Not group-65535/: a node's directory with group-* in it is a
+		// multi-group node's (the server refuses it without --groups).
+		mo.Dir = filepath.Join(filepath.Dir(spec.Dir), "chain-meta")
+		mo.Logger = opts.Logger.With("group", metaGroupID)
+		mo.CheckpointOps = 0
+		r, err := OpenChainNode(opts, ChainNode{Meta: kcluster.MetaMembers(opts.VR.Members), MetaOptions: mo,
+			Master: chainmaster.Config{FailAfter: failAfter, Logger: opts.Logger.With("component", "chain-master")}})
+		if err != nil {
+			tr.Close()
+			return kcluster.Hosted{}, fmt.Errorf("open chain member %d of cluster %d: %w", spec.Self, spec.Cluster, err)
+		}
+		return kcluster.Hosted{Replica: r, Group: r.Hosted(), Engine: r.Engine(), Transport: tr}, nil
+	}
+}

@@ -1,0 +1,274 @@
+package vrshard
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kefirdb/kefir/internal/chainmaster"
+	"github.com/kefirdb/kefir/internal/kv"
+	"github.com/kefirdb/kefir/internal/shard"
+	"github.com/kefirdb/kefir/internal/storage"
+	"github.com/kefirdb/kefir/internal/vr"
+)
+
+// metaChain is a chain of three (nodes 1-3) whose master is hosted by a
+// metadata group — a VR group of three on nodes 4-6, each node running a
+// hosted master (chainmaster.Config.Meta) of which only the leader's acts.
+type metaChain struct {
+	*chainGroup
+	meta    *cluster
+	masters []*chainmaster.Master
+}
+
+// chainVirtualMaster is the id the members know the master by: outside the
+// chain, on no transport (ChainOptions.Masters).
+const chainVirtualMaster = 100
+
+func newMetaChain(t *testing.T) *metaChain {
+	log := testLogger(t)
+	nt := newNodeTransports(t, 6, log)
+	x := &metaChain{meta: &cluster{t: t, peers: nt.peers, ids: []uint64{4, 5, 6}, reps: make([]*Replica, 3), tune: func(o *Options) {
+		o.Transport, o.Group, o.Logger = nt.trs[o.VR.Self-1], metaGroupID, log
+		o.VR.ViewChangeTimeout, o.VR.LeaseDuration = 500*time.Millisecond, 300*time.Millisecond
+	}}}
+	for i := range 3 {
+		x.meta.dirs = append(x.meta.dirs, t.TempDir())
+		x.meta.openOn(i, true)
+	}
+	for i := range 3 {
+		m, err := chainmaster.Start(chainmaster.Config{Self: uint64(4 + i), Members: []uint64{1, 2, 3}, Transport: nt.trs[3+i],
+			Heartbeat: 20 * time.Millisecond, FailAfter: 700 * time.Millisecond, Lease: 300 * time.Millisecond, As: chainVirtualMaster,
+			Meta: x.meta.reps[i].ChainMeta(), Logger: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		x.masters = append(x.masters, m)
+	}
+	g := &chainGroup{t: t, nt: nt, reps: make([]*Replica, 3), tune: func(_ int, o *Options) {
+		o.Chain = &ChainOptions{Master: chainVirtualMaster, Masters: []uint64{4, 5, 6}, Heartbeat: 20 * time.Millisecond, Lease: 300 * time.Millisecond}
+	}}
+	x.chainGroup = g
+	t.Cleanup(func() {
+		for _, r := range g.reps {
+			if r != nil {
+				r.Close()
+			}
+		}
+		for _, m := range x.masters {
+			if m != nil {
+				m.Close()
+			}
+		}
+		x.meta.closeAll()
+	})
+	for i := range 3 {
+		g.dirs = append(g.dirs, t.TempDir())
+		g.open(i, true)
+	}
+	return x
+}
+
+// record is chain 0's configuration as metadata replica i applied it.
+func (x *metaChain) record(i int) *kv.ChainConfig {
+	x.t.Helper()
+	v, err := x.meta.reps[i].Engine().Get(kv.ChainConfigKey(0))
+	if errors.Is(err, storage.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		x.t.Fatal(err)
+	}
+	c, err := kv.DecodeChainConfig(v.Data)
+	if err != nil {
+		x.t.Fatal(err)
+	}
+	return c
+}
+
+// waitRecord waits until a live metadata replica applied a configuration
+// of the chain with these members and no joiner, and returns it.
+func (x *metaChain) waitRecord(want ...uint64) *kv.ChainConfig {
+	x.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var got *kv.ChainConfig
+		for i, r := range x.meta.reps {
+			if r == nil {
+				continue
+			}
+			if c := x.record(i); c != nil && (got == nil || c.Epoch > got.Epoch) {
+				got = c
+			}
+		}
+		if got != nil && slices.Equal(got.Members, want) && got.Joiner == 0 {
+			return got
+		}
+		if time.Now().After(deadline) {
+			x.t.Fatalf("chain record %+v, want members %v", got, want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// killMetaLeader stops the metadata group's leader node as a kill would:
+// its replica, its master and its transport; it returns the node's index.
+func (x *metaChain) killMetaLeader() int {
+	x.t.Helper()
+	l := x.meta.leader(10 * time.Second)
+	x.masters[l].Close()
+	x.masters[l] = nil
+	x.meta.kill(l)
+	x.nt.trs[3+l].Close()
+	return l
+}
+
+// TestChainMasterOnTheMetadataGroup (issue 30): the chain's master runs at
+// the metadata group's leader, its configuration recorded there. The
+// metadata leader is killed while a client writes at the head: the next
+// leader's master takes over from the record after waiting out the old
+// master's leases, and the chain pauses for less than 2 s; a member failure
+// after the failover is still repaired (recorded, then announced) and the
+// member rejoins; every acknowledged write is there at the end.
+func TestChainMasterOnTheMetadataGroup(t *testing.T) {
+	x := newMetaChain(t)
+	x.write(0, set("k0", "v0"), shard.ReqID{Client: 5, Seq: 1})
+	if c := x.waitRecord(1, 2, 3); c.Epoch != 0 {
+		t.Fatalf("the first chain recorded at epoch %d", c.Epoch)
+	}
+
+	var (
+		mu      sync.Mutex
+		acked   []string
+		maxGap  time.Duration
+		stopped = make(chan struct{})
+		done    = make(chan struct{})
+	)
+	go func() {
+		defer close(done)
+		last := time.Now()
+		for i := 0; ; i++ {
+			select {
+			case <-stopped:
+				return
+			default:
+			}
+			k := fmt.Sprint("w", i)
+			x.write(0, set(k, "1"), shard.ReqID{Client: 6, Seq: uint64(i + 1)})
+			now := time.Now()
+			mu.Lock()
+			acked = append(acked, k)
+			maxGap = max(maxGap, now.Sub(last))
+			mu.Unlock()
+			last = now
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	time.Sleep(300 * time.Millisecond)
+	killed := x.killMetaLeader()
+	t.Logf("killed metadata node %d", 4+killed)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		n := len(acked)
+		mu.Unlock()
+		// Writes go on after the failover: the next leader's master took
+		// over (the members' leases lapsed meanwhile).
+		if x.meta.leader(10*time.Second) != killed && n > 0 {
+			time.Sleep(2500 * time.Millisecond)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no metadata leader after the kill")
+		}
+	}
+	close(stopped)
+	<-done
+	mu.Lock()
+	gap, n := maxGap, len(acked)
+	mu.Unlock()
+	t.Logf("%d writes during the metadata failover; longest pause %v", n, gap)
+	if gap >= 2*time.Second {
+		t.Fatalf("the chain paused %v across the metadata leader's failover, want < 2 s", gap)
+	}
+
+	// A member failure after the failover: the new master records the
+	// repair and announces it; the member rejoins.
+	x.crash(1)
+	c := x.waitRecord(1, 3)
+	x.write(0, set("after-mid", "1"), shard.ReqID{Client: 5, Seq: 2})
+	x.restart(1)
+	if c2 := x.waitRecord(1, 2, 3); c2.Epoch <= c.Epoch {
+		t.Fatalf("rejoin recorded at epoch %d, not above the repair's %d", c2.Epoch, c.Epoch)
+	}
+	x.write(0, set("after-rejoin", "1"), shard.ReqID{Client: 5, Seq: 3})
+	x.caughtUp(1, 0)
+	for _, k := range append(acked, "k0", "after-mid", "after-rejoin") {
+		if got := x.read(0, k); got == "" {
+			t.Fatalf("GET %s: an acknowledged write is missing", k)
+		}
+	}
+}
+
+// TestChainNodesHostTheirMaster (issue 30, as kefir up runs it): the three
+// chain nodes are the metadata group too (OpenChainNode: each node a chain
+// member, a replica of the metadata group on the same transport and a
+// hosted master speaking through the member's endpoint). The node that
+// leads the metadata group is killed: the next leader's master takes over,
+// fails the dead node after waiting out the leases and repairs the chain;
+// writes go on; the node restarts (its metadata replica recovers, its
+// member rejoins) and every acknowledged write is there.
+func TestChainNodesHostTheirMaster(t *testing.T) {
+	log := testLogger(t)
+	g := &chainGroup{t: t, nt: newNodeTransports(t, 3, log), reps: make([]*Replica, 3)}
+	metaDirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
+	g.tune = func(i int, o *Options) {
+		o.Chain = &ChainOptions{Heartbeat: 20 * time.Millisecond, Lease: 300 * time.Millisecond}
+	}
+	g.opener = func(o Options) (*Replica, error) {
+		mo := Options{Dir: metaDirs[o.VR.Self-1], Bootstrap: o.Bootstrap, Logger: log,
+			VR: vr.Config{ViewChangeTimeout: 500 * time.Millisecond, LeaseDuration: 300 * time.Millisecond}}
+		return OpenChainNode(o, ChainNode{Meta: []uint64{1, 2, 3}, MetaOptions: mo,
+			Master: chainmaster.Config{Heartbeat: 20 * time.Millisecond, FailAfter: 700 * time.Millisecond, Logger: log}})
+	}
+	t.Cleanup(func() {
+		for _, r := range g.reps {
+			if r != nil {
+				r.Close()
+			}
+		}
+	})
+	for i := range 3 {
+		g.dirs = append(g.dirs, t.TempDir())
+		g.open(i, true)
+	}
+	g.write(0, set("k0", "v0"), shard.ReqID{Client: 5, Seq: 1})
+	var acked []string
+	for i := range 20 {
+		k := fmt.Sprint("a", i)
+		g.write(0, set(k, "1"), shard.ReqID{Client: 6, Seq: uint64(i + 1)})
+		acked = append(acked, k)
+	}
+	// Node 1 leads the metadata group (view 0) and heads the chain.
+	start := time.Now()
+	g.crash(0)
+	g.write(1, set("after", "1"), shard.ReqID{Client: 5, Seq: 2})
+	t.Logf("metadata leader and chain head killed: the chain wrote again at node 2 after %v", time.Since(start))
+	g.restart(0)
+	g.write(1, set("after-rejoin", "1"), shard.ReqID{Client: 5, Seq: 3})
+	deadline := time.Now().Add(10 * time.Second)
+	for g.reps[0].Info().Applied < g.reps[1].Info().Commit {
+		if time.Now().After(deadline) {
+			t.Fatal("the restarted node did not rejoin and catch up")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, k := range append(acked, "k0", "after", "after-rejoin") {
+		if got := g.read(1, k); got == "" {
+			t.Fatalf("GET %s: an acknowledged write is missing", k)
+		}
+	}
+}
