@@ -26,6 +26,7 @@ type PaceController struct {
 	Bound     time.Duration // the p99 to stay under: 2× the steady p99
 	Min, Max  time.Duration // the pause's limits
 	Step      time.Duration // the smallest pause above Min
+	Start     time.Duration // the first pause (0: Min), before any observation
 	pause     time.Duration
 	primed    bool
 	slowdowns int
@@ -34,7 +35,7 @@ type PaceController struct {
 // Observe takes the p99 of the latest samples and returns the next pause.
 func (c *PaceController) Observe(p99 time.Duration) time.Duration {
 	if !c.primed {
-		c.pause, c.primed = c.Min, true
+		c.pause, c.primed = c.first(), true
 	}
 	switch {
 	case p99 > c.Bound:
@@ -53,10 +54,12 @@ func (c *PaceController) Observe(p99 time.Duration) time.Duration {
 // Pause is the current pause.
 func (c *PaceController) Pause() time.Duration {
 	if !c.primed {
-		return c.Min
+		return c.first()
 	}
 	return c.pause
 }
+
+func (c *PaceController) first() time.Duration { return min(max(c.Start, c.Min), c.Max) }
 
 // Slowdowns counts the observations above Bound.
 func (c *PaceController) Slowdowns() int { return c.slowdowns }
@@ -80,7 +83,9 @@ type Prober struct {
 	Targets  [][2]string
 	Password string
 	// Every is the time between probes (default 5 ms); Window the samples
-	// whose p99 the controller observes (default 100).
+	// whose p99 the controller observes (default 20: a decision every
+	// ~100 ms, so that a move of a few seconds is paced from its first
+	// pages; the p99 of 20 is their maximum, which errs on the slow side).
 	Every  time.Duration
 	Window int
 	// Baseline is how long the steady p99 is measured before the move
@@ -112,7 +117,7 @@ func (p *Prober) Start(ctx context.Context) error {
 		p.Every = 5 * time.Millisecond
 	}
 	if p.Window <= 0 {
-		p.Window = 100
+		p.Window = 20
 	}
 	if p.Baseline <= 0 {
 		p.Baseline = time.Second

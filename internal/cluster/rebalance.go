@@ -357,7 +357,7 @@ func (rb *Rebalancer) Run(ctx context.Context, p Plan) ([]RebalanceMove, error) 
 				return out, err
 			}
 			pr = &Prober{Targets: targets, Password: mv.Password, Baseline: rb.Baseline, Logf: rb.Logf,
-				Ctl: PaceController{Step: 5 * time.Millisecond, Max: orDefault(rb.MaxPause, time.Second)}}
+				Ctl: PaceController{Step: pauseStep, Start: pauseStep, Max: orDefault(rb.MaxPause, time.Second)}}
 			if err := pr.Start(ctx); err != nil {
 				return out, err
 			}
@@ -379,6 +379,12 @@ func (rb *Rebalancer) Run(ctx context.Context, p Plan) ([]RebalanceMove, error) 
 	}
 	return out, nil
 }
+
+// pauseStep is the adaptive pace's first and smallest non-zero pause: about
+// half of what a page of 1024 small keys takes a loaded leader (copy or
+// purge), so that one step halves the move's rate at most; the pace starts
+// there and drops to none only once the probe shows room.
+const pauseStep = 20 * time.Millisecond
 
 func orDefault(d, def time.Duration) time.Duration {
 	if d > 0 {

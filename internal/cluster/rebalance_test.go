@@ -211,6 +211,11 @@ func TestPaceControllerSlowsDownAndSpeedsUpWithinItsLimits(t *testing.T) {
 	if c.Slowdowns() != 7 {
 		t.Fatalf("slowdowns %d, want 7", c.Slowdowns())
 	}
+	// A first pause: held until the first observation.
+	c = PaceController{Bound: 10 * ms, Max: 100 * ms, Step: 5 * ms, Start: 20 * ms}
+	if c.Pause() != 20*ms || c.Observe(7*ms) != 20*ms || c.Observe(ms) != 10*ms {
+		t.Fatalf("Start 20ms: %v", c.Pause())
+	}
 	// A floor above zero holds too.
 	c = PaceController{Bound: 10 * ms, Min: 2 * ms, Max: 8 * ms, Step: 5 * ms}
 	for i := 0; i < 5; i++ {
