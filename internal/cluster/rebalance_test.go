@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -339,5 +340,32 @@ func TestStatsSlotsCountsKeysBytesAndWrites(t *testing.T) {
 	}
 	if paged := sum(7); fmt.Sprint(paged) != fmt.Sprint(sum(1000)) {
 		t.Fatalf("pages of 7 sum to %v, one page %v", paged, sum(1000))
+	}
+}
+
+type countingPacer struct {
+	n int
+	d time.Duration
+}
+
+func (p *countingPacer) Pause() time.Duration { p.n++; return p.d }
+
+// A Mover's Pacer (the adaptive rate limit) replaces PagePause page by
+// page: an hour's PagePause is not slept.
+func TestMoverPacerReplacesPagePause(t *testing.T) {
+	f, addr := startFakeSlots(t, 40)
+	p := &countingPacer{d: time.Millisecond}
+	mv := &Mover{Seeds: []string{addr}, Page: 10, PagePause: time.Hour, Pacer: p}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	res, err := mv.Move(ctx, 1, 2, []kv.SlotRange{{Start: 0, End: 99}})
+	if err != nil {
+		t.Fatalf("move: %v", err)
+	}
+	if res.Copied != 40 || len(f.keys["2"]) != 40 {
+		t.Fatalf("move: %+v", res)
+	}
+	if p.n < 8 { // 4 pre-copy pages and 3 rests between the purge's 4 loads, at least
+		t.Fatalf("the pacer was asked %d times", p.n)
 	}
 }
