@@ -93,8 +93,18 @@ func TestGroupsRebalanceByKeysUnderLoad(t *testing.T) {
 		t.Fatalf("the move %v is not next to group 2's slots", m)
 	}
 
-	wait := runMoveWorkload(t, g.Nodes[0].ClientAddr, 6, "w")
+	wait := runMoveWorkload(t, g.Nodes[0].ClientAddr, 8, "w")
 	time.Sleep(time.Second)
+	// --by load weighs the slots by the keys written during the sample:
+	// the workload's.
+	byLoad, _ := runRebalance(t, g, "--by", "load", "--sample", "1s", "--dry-run")
+	var written int64
+	for _, gw := range byLoad.Plan.Groups {
+		written += gw.Before
+	}
+	if written == 0 || written > 200 {
+		t.Fatalf("--by load: %d keys written during the sample, want the workload's (1-120): %+v", written, byLoad.Plan)
+	}
 	stopObs := make(chan struct{})
 	obsDone := make(chan struct{})
 	go func() {
@@ -160,5 +170,5 @@ func TestGroupsRebalanceByKeysUnderLoad(t *testing.T) {
 	if len(after.Plan.Moves) != 0 || after.Epoch != 2 {
 		t.Fatalf("after the rebalance: %+v at epoch %d, want nothing to move at epoch 2", after.Plan, after.Epoch)
 	}
-	t.Logf("%d keys; groups %+v; move %+v", keys, after.Plan.Groups, out.Moves[0].Result)
+	t.Logf("%d keys; groups %+v; move %+v; --by load counted %d written keys", keys, after.Plan.Groups, out.Moves[0].Result, written)
 }
