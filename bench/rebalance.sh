@@ -40,29 +40,9 @@ cleanup() {
 trap cleanup EXIT
 go build -o "$WORK/kefir" ./cmd/kefir
 (cd bench && go build -o "$WORK/reshardvs" ./reshardvs)
-wait_port() { for _ in $(seq 1200); do listening "$1" && return 0; sleep 0.1; done; echo "port $1 never listened" >&2; return 1; }
 
-kefir_up() {
-	rm -rf "$WORK/k"; mkdir -p "$WORK/k"
-	local members=""
-	for i in 1 2 3; do members+="${members:+,}$i@127.0.0.1:$((PORT + 200 + i))/127.0.0.1:$((PORT + 100 + i))"; done
-	local secret; secret=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
-	for i in 1 2 3; do
-		KEFIR_CLUSTER_SECRET=$secret "$WORK/kefir" server --node-id "n$i" --dir "$WORK/k/n$i" \
-			--client-addr "127.0.0.1:$((PORT + 100 + i))" --peer-addr "127.0.0.1:$((PORT + 200 + i))" \
-			--http-addr "127.0.0.1:$((PORT + 300 + i))" --members "$members" --replica-id "$i" --cluster-id 4243 \
-			--groups '1=1,2,3:0-12287;2=2,3,1:12288-16383' --bootstrap=true \
-			--durability "$DUR" --view-change-timeout 2s --compact-interval=-1s --checkpoint-interval=-1s \
-			--log-level warn >"$WORK/k/n$i.log" 2>&1 &
-		echo $! >"$WORK/kefir-$i.pid"
-	done
-	for i in 1 2 3; do wait_port $((PORT + 100 + i)); done
-	for _ in $(seq 200); do
-		redis-cli -p $((PORT + 101)) cluster info 2>/dev/null | grep -q 'cluster_state:ok' && return 0
-		sleep 0.1
-	done
-	echo "kefir cluster not ok; see $WORK/k" >&2; return 1
-}
+# Group 1 owns three quarters of the slots (bench/peers/lib.sh).
+kefir_up() { kefir_groups_up "$WORK" "$PORT" "$DUR" '1=1,2,3:0-12287;2=2,3,1:12288-16383'; }
 
 run() { # REBALANCE FLAGS
 	local x=$1 addrs pids name
