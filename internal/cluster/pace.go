@@ -19,17 +19,22 @@ import (
 
 // PaceController turns the foreground's measured p99 into the pause a mover
 // takes after each page. Pure: its caller measures and sleeps. It doubles
-// the pause (at least to Step) when the p99 is above Bound, halves it when
-// the p99 is under half of Bound (to Min once under Step), and keeps it in
-// between; the pause stays within [Min, Max].
+// the pause (at least to Step) as soon as the p99 is above Bound, halves it
+// only after Patience observations in a row under half of Bound (to Min
+// once under Step), and keeps it otherwise; the pause stays within [Min,
+// Max]. Slow to speed up, quick to slow down: the probe samples the leaders
+// during the pauses too, when the move leaves them alone, so one quiet
+// window says little about the next page.
 type PaceController struct {
 	Bound     time.Duration // the p99 to stay under: 2× the steady p99
 	Min, Max  time.Duration // the pause's limits
 	Step      time.Duration // the smallest pause above Min
 	Start     time.Duration // the first pause (0: Min), before any observation
+	Patience  int           // observations under Bound/2 in a row before a halving (0: 1)
 	pause     time.Duration
 	primed    bool
 	slowdowns int
+	quiet     int
 }
 
 // Observe takes the p99 of the latest samples and returns the next pause.
@@ -41,11 +46,17 @@ func (c *PaceController) Observe(p99 time.Duration) time.Duration {
 	case p99 > c.Bound:
 		c.pause = max(2*c.pause, c.Step)
 		c.slowdowns++
+		c.quiet = 0
 	case p99 < c.Bound/2:
-		c.pause /= 2
-		if c.pause < c.Step {
-			c.pause = c.Min
+		if c.quiet++; c.quiet >= max(c.Patience, 1) {
+			c.quiet = 0
+			c.pause /= 2
+			if c.pause < c.Step {
+				c.pause = c.Min
+			}
 		}
+	default:
+		c.quiet = 0
 	}
 	c.pause = min(max(c.pause, c.Min), c.Max)
 	return c.pause

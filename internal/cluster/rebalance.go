@@ -357,7 +357,7 @@ func (rb *Rebalancer) Run(ctx context.Context, p Plan) ([]RebalanceMove, error) 
 				return out, err
 			}
 			pr = &Prober{Targets: targets, Password: mv.Password, Baseline: rb.Baseline, Logf: rb.Logf,
-				Ctl: PaceController{Step: pauseStep, Start: pauseStep, Max: orDefault(rb.MaxPause, time.Second)}}
+				Ctl: PaceController{Step: pauseStep, Start: pauseStep, Patience: pacePatience, Max: orDefault(rb.MaxPause, time.Second)}}
 			if err := pr.Start(ctx); err != nil {
 				return out, err
 			}
@@ -385,6 +385,10 @@ func (rb *Rebalancer) Run(ctx context.Context, p Plan) ([]RebalanceMove, error) 
 // purge), so that one step halves the move's rate at most; the pace starts
 // there and drops to none only once the probe shows room.
 const pauseStep = 20 * time.Millisecond
+
+// pacePatience is how many quiet probe windows (~100 ms each) in a row the
+// pace waits for before it halves its pause (PaceController.Patience).
+const pacePatience = 3
 
 func orDefault(d, def time.Duration) time.Duration {
 	if d > 0 {

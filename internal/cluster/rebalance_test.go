@@ -217,6 +217,17 @@ func TestPaceControllerSlowsDownAndSpeedsUpWithinItsLimits(t *testing.T) {
 	if c.Pause() != 20*ms || c.Observe(7*ms) != 20*ms || c.Observe(ms) != 10*ms {
 		t.Fatalf("Start 20ms: %v", c.Pause())
 	}
+	// Patience: a halving needs that many quiet observations in a row;
+	// one above the bound doubles at once and starts the count again, so
+	// does one between half the bound and the bound.
+	c = PaceController{Bound: 10 * ms, Max: 100 * ms, Step: 5 * ms, Start: 40 * ms, Patience: 3}
+	obs := []time.Duration{ms, ms, 7 * ms, ms, ms, ms, 30 * ms, ms, ms, ms}
+	want := []time.Duration{40 * ms, 40 * ms, 40 * ms, 40 * ms, 40 * ms, 20 * ms, 40 * ms, 40 * ms, 40 * ms, 20 * ms}
+	for i, q := range obs {
+		if got := c.Observe(q); got != want[i] {
+			t.Fatalf("patience 3, observation %d (%v): pause %v, want %v", i, q, got, want[i])
+		}
+	}
 	// A floor above zero holds too.
 	c = PaceController{Bound: 10 * ms, Min: 2 * ms, Max: 8 * ms, Step: 5 * ms}
 	for i := 0; i < 5; i++ {
