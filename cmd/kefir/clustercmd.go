@@ -117,7 +117,7 @@ func runClusterRebalance(args []string, stdout, stderr io.Writer) error {
 	sample := fs.Duration("sample", 2*time.Second, "with --by load, how long writes are counted")
 	page := fs.Int("page", 1024, "keys per copy round trip")
 	pause := fs.Duration("page-pause", 0, "a fixed pause after each page outside the hand-over's window instead of the adaptive one (0: unpaced)")
-	maxPause := fs.Duration("max-pause", time.Second, "the adaptive pause's upper bound")
+	maxPause := fs.Duration("max-pause", 250*time.Millisecond, "the adaptive pause's upper bound (the move goes on at this pace however slow the probe is)")
 	baseline := fs.Duration("baseline", time.Second, "how long the probe measures the steady p99 before each move")
 	timeout := fs.Duration("timeout", 30*time.Minute, "deadline for the whole rebalance")
 	asJSON := fs.Bool("json", false, "print the plan (and the moves' results) as JSON")

@@ -326,7 +326,9 @@ func PlanGroups(cm *kv.ClusterMap) []PlanGroup {
 type Rebalancer struct {
 	NewMover func() *Mover
 	// Adaptive paces each move by a Prober (the mover's PagePause is then
-	// unused); MaxPause bounds its pause (default 1 s).
+	// unused); MaxPause bounds its pause (default 250 ms: about a page's
+	// work four times over, so a move goes on at a fifth of its unpaced
+	// rate at worst, however noisy the probe).
 	Adaptive bool
 	MaxPause time.Duration
 	// Baseline is how long the probe measures the steady p99 before each
@@ -357,7 +359,7 @@ func (rb *Rebalancer) Run(ctx context.Context, p Plan) ([]RebalanceMove, error) 
 				return out, err
 			}
 			pr = &Prober{Targets: targets, Password: mv.Password, Baseline: rb.Baseline, Logf: rb.Logf,
-				Ctl: PaceController{Step: pauseStep, Start: pauseStep, Patience: pacePatience, Max: orDefault(rb.MaxPause, time.Second)}}
+				Ctl: PaceController{Step: pauseStep, Start: pauseStep, Patience: pacePatience, Max: orDefault(rb.MaxPause, 250*time.Millisecond)}}
 			if err := pr.Start(ctx); err != nil {
 				return out, err
 			}
