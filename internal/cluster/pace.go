@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/kefirdb/kefir/internal/resp"
 )
 
 // The adaptive rate limit of a move (issue 28: "rate-limited so foreground
@@ -89,9 +91,12 @@ func Percentile(samples []time.Duration, q float64) time.Duration {
 // Prober measures the foreground's latency at a move's two groups while it
 // runs and paces the move by it (a Mover's Pacer).
 type Prober struct {
-	// Targets are (address, key) pairs: a GET of key at address is one
-	// probe; they take turns.
+	// Targets are (address, key) pairs, probed in turn; Writes makes
+	// every other probe of a target a SET of its key (deleted by Stop)
+	// instead of a GET: a move's imports and purges go through the
+	// groups' logs, which a read never waits for.
 	Targets  [][2]string
+	Writes   bool
 	Password string
 	// Every is the time between probes (default 5 ms); Window the samples
 	// whose p99 the controller observes (default 20: a decision every
@@ -143,9 +148,16 @@ func (p *Prober) Start(ctx context.Context) error {
 	n := 0
 	probe := func() (time.Duration, error) {
 		i := n % len(p.Targets)
+		cmd := [][]byte{[]byte("GET"), []byte(p.Targets[i][1])}
+		if p.Writes && (n/len(p.Targets))%2 == 1 {
+			cmd = [][]byte{[]byte("SET"), []byte(p.Targets[i][1]), []byte("1")}
+		}
 		n++
 		t0 := time.Now()
-		_, err := mvs[i].roundTrip(p.Targets[i][0], [][]byte{[]byte("GET"), []byte(p.Targets[i][1])})
+		v, err := mvs[i].roundTrip(p.Targets[i][0], cmd)
+		if err == nil && v.Kind == resp.Error {
+			err = fmt.Errorf("%s", v.Str)
+		}
 		return time.Since(t0), err
 	}
 	var base []time.Duration
@@ -171,7 +183,10 @@ func (p *Prober) Start(ctx context.Context) error {
 	go func() {
 		defer close(p.done)
 		defer func() {
-			for _, m := range mvs {
+			for i, m := range mvs {
+				if p.Writes {
+					_, _ = m.roundTrip(p.Targets[i][0], [][]byte{[]byte("DEL"), []byte(p.Targets[i][1])})
+				}
 				m.close()
 			}
 		}()

@@ -358,7 +358,7 @@ func (rb *Rebalancer) Run(ctx context.Context, p Plan) ([]RebalanceMove, error) 
 			if err != nil {
 				return out, err
 			}
-			pr = &Prober{Targets: targets, Password: mv.Password, Baseline: rb.Baseline, Logf: rb.Logf,
+			pr = &Prober{Targets: targets, Writes: true, Password: mv.Password, Baseline: rb.Baseline, Logf: rb.Logf,
 				Ctl: PaceController{Step: pauseStep, Start: pauseStep, Patience: pacePatience, Max: orDefault(rb.MaxPause, 250*time.Millisecond)}}
 			if err := pr.Start(ctx); err != nil {
 				return out, err
@@ -408,8 +408,8 @@ func (rb *Rebalancer) logf(format string, args ...any) {
 // probeTargets returns the probe's (address, key) pairs for move m: a key
 // the source keeps (one of the moving slots if it keeps none) at the
 // source's leader, and a key of the destination's at its leader (none if it
-// owns no slot yet). Probe keys are never written: a GET of a missing key
-// costs what a read costs.
+// owns no slot yet). The probe reads and writes them and deletes them when
+// it stops (their names say what they are).
 func (rb *Rebalancer) probeTargets(ctx context.Context, m PlannedMove) ([][2]string, error) {
 	st, err := rb.NewMover().Status(ctx)
 	if err != nil {
