@@ -178,6 +178,7 @@ func (p *Prober) Start(ctx context.Context) error {
 	p.steady = Percentile(base, 0.99)
 	p.Ctl.Bound = max(2*p.steady, p.Floor)
 	p.pause.Store(int64(p.Ctl.Pause()))
+	p.maxP = p.Ctl.Pause()
 	ctx, p.stop = context.WithCancel(ctx)
 	p.done = make(chan struct{})
 	go func() {
