@@ -82,29 +82,10 @@ redis_up() {
 	echo "redis cluster not ok; see $WORK/r" >&2; return 1
 }
 
-# kefir_up MODE: three nodes, three groups (kefir up --groups 3's layout). A CPU-starved box
-# needs a longer view-change timeout (bench/peers/kefir.sh); no background maintenance.
+# kefir_up MODE: three nodes, three groups (kefir up --groups 3's layout; bench/peers/lib.sh).
 kefir_up() {
-	rm -rf "$WORK/k"; mkdir -p "$WORK/k"
 	local dur=sync; [ "$1" = memory ] && dur=async
-	local members=""
-	for i in 1 2 3; do members+="${members:+,}$i@127.0.0.1:$((PORT + 200 + i))/127.0.0.1:$((PORT + 100 + i))"; done
-	local secret; secret=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
-	for i in 1 2 3; do
-		KEFIR_CLUSTER_SECRET=$secret "$WORK/kefir" server --node-id "n$i" --dir "$WORK/k/n$i" \
-			--client-addr "127.0.0.1:$((PORT + 100 + i))" --peer-addr "127.0.0.1:$((PORT + 200 + i))" \
-			--http-addr "127.0.0.1:$((PORT + 300 + i))" --members "$members" --replica-id "$i" --cluster-id 4242 \
-			--groups '1=1,2,3:0-5460;2=2,3,1:5461-10922;3=3,1,2:10923-16383' --bootstrap=true \
-			--durability "$dur" --view-change-timeout 2s --compact-interval=-1s --checkpoint-interval=-1s \
-			--log-level warn >"$WORK/k/n$i.log" 2>&1 &
-		echo $! >"$WORK/kefir-$i.pid"
-	done
-	for i in 1 2 3; do wait_port $((PORT + 100 + i)); done
-	for _ in $(seq 200); do
-		redis-cli -p $((PORT + 101)) cluster info 2>/dev/null | grep -q 'cluster_state:ok' && return 0
-		sleep 0.1
-	done
-	echo "kefir cluster not ok; see $WORK/k" >&2; return 1
+	kefir_groups_up "$WORK" "$PORT" "$dur" '1=1,2,3:0-5460;2=2,3,1:5461-10922;3=3,1,2:10923-16383'
 }
 
 cell() { # SYSTEM MODE KEYS SIZE [KEFIR MOVE FLAGS]

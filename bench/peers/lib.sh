@@ -50,3 +50,37 @@ stop_pids() {
 }
 
 listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# kefir_groups_up WORK PORT DURABILITY GROUPS: three `kefir server` nodes (WORK/kefir) hosting
+# the groups GROUPS (--groups), clients on PORT+101..103, peers PORT+201..203, HTTP PORT+301..303,
+# data in WORK/k, pid files WORK/kefir-N.pid; returns once CLUSTER INFO says ok. A CPU-starved
+# box needs a longer view-change timeout (bench/peers/kefir.sh); no background maintenance.
+# (bench/reshard-vs.sh, bench/rebalance.sh)
+kefir_groups_up() {
+	local work=$1 port=$2 dur=$3 groups=$4 members="" secret i
+	rm -rf "$work/k"; mkdir -p "$work/k"
+	for i in 1 2 3; do members+="${members:+,}$i@127.0.0.1:$((port + 200 + i))/127.0.0.1:$((port + 100 + i))"; done
+	secret=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+	for i in 1 2 3; do
+		KEFIR_CLUSTER_SECRET=$secret "$work/kefir" server --node-id "n$i" --dir "$work/k/n$i" \
+			--client-addr "127.0.0.1:$((port + 100 + i))" --peer-addr "127.0.0.1:$((port + 200 + i))" \
+			--http-addr "127.0.0.1:$((port + 300 + i))" --members "$members" --replica-id "$i" --cluster-id 4242 \
+			--groups "$groups" --bootstrap=true \
+			--durability "$dur" --view-change-timeout 2s --compact-interval=-1s --checkpoint-interval=-1s \
+			--log-level warn >"$work/k/n$i.log" 2>&1 &
+		echo $! >"$work/kefir-$i.pid"
+	done
+	# A node preallocates its logs at the first start: on a shared disk that can take a while.
+	for i in 1 2 3; do
+		local n=0
+		until listening $((port + 100 + i)); do
+			n=$((n + 1)); [ $n -gt 1200 ] && { echo "port $((port + 100 + i)) never listened" >&2; return 1; }
+			sleep 0.1
+		done
+	done
+	for _ in $(seq 200); do
+		redis-cli -p $((port + 101)) cluster info 2>/dev/null | grep -q 'cluster_state:ok' && return 0
+		sleep 0.1
+	done
+	echo "kefir cluster not ok; see $work/k" >&2; return 1
+}

@@ -28,8 +28,11 @@ func runCluster(args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "add-node" {
 		return runClusterAddNode(args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "rebalance" {
+		return runClusterRebalance(args[1:], stdout, stderr)
+	}
 	if len(args) == 0 || args[0] != "move-slots" {
-		return usageError{errors.New("usage: kefir cluster move-slots --from G --to G --slots START-END[,START-END...] [--addr host:port,...] | kefir cluster status [--addr host:port,...] | kefir cluster add-node --id N --client-addr H:P --peer-addr H:P")}
+		return usageError{errors.New(clusterUsage)}
 	}
 	fs := flag.NewFlagSet("kefir cluster move-slots", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -81,6 +84,103 @@ func runCluster(args []string, stdout, stderr io.Writer) error {
 			"precopy_ms": res.PreCopy.Milliseconds(), "handover_ms": res.Freeze.Milliseconds(), "total_ms": res.Total.Milliseconds()})
 	}
 	_, err = fmt.Fprintf(stdout, "moved %s from group %d to group %d at epoch %s\n", *slots, *from, *to, strconv.FormatUint(res.Epoch, 10))
+	return err
+}
+
+// clusterUsage lists the kefir cluster commands.
+const clusterUsage = `usage: kefir cluster COMMAND [flags] (each with --help)
+  move-slots --from G --to G --slots START-END[,START-END...]   move slot ranges live between two groups
+  rebalance [--by bytes|keys|load] [--tolerance F] [--dry-run] [--max-moves N] [--page-pause D] [--json]
+                                                                 move contiguous slot ranges until every group is
+                                                                 within the tolerance of the mean, one move at a time,
+                                                                 paced by a latency probe unless --page-pause is given
+  status                                                         the metadata group's map, moves in flight, leaders
+  add-node --id N --client-addr H:P --peer-addr H:P              record a node in the map
+every command takes --addr host:port,... (env KEFIR_ADDR), --password, --tls, --tls-insecure`
+
+// runClusterRebalance runs `kefir cluster rebalance`: it weighs each slot
+// (bytes, keys, or keys written during a sample: KEFIR.SLOTS STATS at each
+// group's leader), plans contiguous slot-range moves that bring every group
+// within the tolerance of the mean (cluster.PlanRebalance), prints the plan
+// and, unless --dry-run, runs the moves one at a time through the move-slots
+// driver (cluster.Mover), each paced by a latency probe that keeps the
+// foreground's p99 within twice its steady value (cluster.Prober), or by a
+// fixed --page-pause.
+func runClusterRebalance(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("kefir cluster rebalance", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	mover := clusterConnFlags(fs)
+	by := fs.String("by", cluster.ByBytes, "weigh slots by bytes, keys or load (keys written during --sample; reads are not counted)")
+	tolerance := fs.Float64("tolerance", 0.1, "the fraction of the mean every group must end within")
+	dry := fs.Bool("dry-run", false, "print the plan and stop")
+	maxMoves := fs.Int("max-moves", 0, "at most this many moves (0: the planner's bound, 64)")
+	sample := fs.Duration("sample", 2*time.Second, "with --by load, how long writes are counted")
+	page := fs.Int("page", 1024, "keys per copy round trip")
+	pause := fs.Duration("page-pause", 0, "a fixed pause after each page outside the hand-over's window instead of the adaptive one (0: unpaced)")
+	maxPause := fs.Duration("max-pause", 250*time.Millisecond, "the adaptive pause's upper bound (the move goes on at this pace however slow the probe is)")
+	baseline := fs.Duration("baseline", time.Second, "how long the probe measures the steady p99 before each move")
+	timeout := fs.Duration("timeout", 30*time.Minute, "deadline for the whole rebalance")
+	asJSON := fs.Bool("json", false, "print the plan (and the moves' results) as JSON")
+	lease := fs.Duration("lease", cluster.DefaultLease, "each move's driver lease in the metadata group")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err}
+	}
+	if fs.NArg() != 0 || *tolerance < 0 {
+		return usageError{errors.New("rebalance takes flags only, and --tolerance >= 0")}
+	}
+	fixed := false
+	fs.Visit(func(f *flag.Flag) { fixed = fixed || f.Name == "page-pause" })
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	mv := mover()
+	mv.Page, mv.PagePause = *page, *pause
+	cm, err := mv.MetaMap(ctx)
+	if err != nil {
+		return err
+	}
+	if len(cm.Moves) > 0 {
+		m := cm.Moves[0]
+		return fmt.Errorf("rebalance: a move is in flight (slots %s from group %d to group %d): finish or abort it with move-slots first", cluster.FormatSlotRanges(m.Slots), m.From, m.To)
+	}
+	weights, err := mv.SlotWeights(ctx, cm, *by, *sample)
+	mv.Close()
+	if err != nil {
+		return err
+	}
+	plan := cluster.PlanRebalance(cluster.PlanGroups(cm), weights, *tolerance, *maxMoves)
+	if !*asJSON {
+		fmt.Fprintf(stdout, "by %s at map epoch %d\n%s", *by, cm.Epoch, plan)
+	}
+	if *dry || len(plan.Moves) == 0 {
+		if *asJSON {
+			return json.NewEncoder(stdout).Encode(map[string]any{"by": *by, "epoch": cm.Epoch, "plan": plan})
+		}
+		return nil
+	}
+	host, _ := os.Hostname()
+	logf := func(format string, a ...any) { fmt.Fprintf(stderr, "kefir cluster: "+format+"\n", a...) }
+	rb := &cluster.Rebalancer{Adaptive: !fixed, MaxPause: *maxPause, Baseline: *baseline, Logf: logf, NewMover: func() *cluster.Mover {
+		m := mover()
+		m.Page, m.PagePause, m.Meta, m.Lease = *page, *pause, true, *lease
+		m.Driver = fmt.Sprintf("kefir cluster rebalance, pid %d on %s", os.Getpid(), host)
+		m.Logf = logf
+		return m
+	}}
+	t0 := time.Now()
+	done, err := rb.Run(ctx, plan)
+	if *asJSON {
+		if jerr := json.NewEncoder(stdout).Encode(map[string]any{"by": *by, "epoch": cm.Epoch, "plan": plan, "moves": done,
+			"total_ms": time.Since(t0).Milliseconds()}); jerr != nil && err == nil {
+			err = jerr
+		}
+	} else {
+		for _, m := range done {
+			fmt.Fprintf(stdout, "moved %d-%d from group %d to group %d at epoch %d in %v\n", m.Slots.Start, m.Slots.End, m.From, m.To, m.Result.Epoch, m.Result.Total.Round(time.Millisecond))
+		}
+	}
 	return err
 }
 

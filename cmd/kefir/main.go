@@ -37,6 +37,7 @@ Usage:
   kefir scan [START [END]] [--limit N]               ordered range read
   kefir status                                       node status
   kefir cluster move-slots --from G --to G --slots A-B   move slots between groups, live
+  kefir cluster rebalance [--by bytes|keys|load] [--dry-run]   even the groups out by slot moves, paced by a latency probe
   kefir cluster status                                 the metadata group's map, moves in flight, group leaders
   kefir cluster add-node --id N --client-addr A --peer-addr A   record a node in the metadata group's map
   kefir bench    [--workload a..f|w] [--clients N]   YCSB load against a cluster (see kefir bench --help)

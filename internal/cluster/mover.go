@@ -52,6 +52,9 @@ type Mover struct {
 	// clients (0: none). The window's own pages (final copy, deletions,
 	// request marks) are never paced: the slots are held meanwhile.
 	PagePause time.Duration
+	// Pacer, if set, gives the pause instead of PagePause, page by page:
+	// the adaptive rate limit (pace.go's Prober).
+	Pacer interface{ Pause() time.Duration }
 	// RetryFor bounds how long one step is retried while no leader answers
 	// (default 30 s).
 	RetryFor time.Duration
@@ -545,12 +548,17 @@ func (mv *Mover) page() int {
 	return 1024
 }
 
-// rest sleeps PagePause (the rate limit), or until ctx ends.
+// rest sleeps PagePause, or the Pacer's pause (the rate limit), or until
+// ctx ends.
 func (mv *Mover) rest(ctx context.Context) error {
-	if mv.PagePause <= 0 {
+	d := mv.PagePause
+	if mv.Pacer != nil {
+		d = mv.Pacer.Pause()
+	}
+	if d <= 0 {
 		return nil
 	}
-	t := time.NewTimer(mv.PagePause)
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
@@ -679,3 +687,7 @@ func (mv *Mover) close() {
 		delete(mv.conns, a)
 	}
 }
+
+// Close closes the Mover's connections (Move, Abort and Status close theirs
+// when they return; a caller of other methods closes them here).
+func (mv *Mover) Close() { mv.close() }

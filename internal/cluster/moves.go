@@ -322,7 +322,6 @@ func DumpSlots(db *storage.DB, slots func(uint16) bool, cursor []byte, limit int
 	}
 	d := Dump{At: db.LastVersion()}
 	var recs []rec
-	resEnd := kv.PrefixEnd(kv.ReservedPrefix)
 	visit := func(k []byte, v storage.Value) bool {
 		if !slots(Slot(k)) {
 			return true
@@ -337,40 +336,138 @@ func DumpSlots(db *storage.DB, slots func(uint16) bool, cursor []byte, limit int
 		}
 		return true
 	}
-	// User keys sort around the reserved range; it is skipped.
-	if kv.IsReserved(cursor) {
-		cursor = resEnd
-	}
-	if string(cursor) < string(kv.ReservedPrefix) {
-		if err := db.Scan(cursor, kv.ReservedPrefix, 0, 0, visit); err != nil {
-			return Dump{}, fmt.Errorf("cluster: dump slots: %w", err)
-		}
-		cursor = resEnd
-	}
-	if d.Next == nil {
-		if err := db.Scan(cursor, nil, 0, 0, visit); err != nil {
-			return Dump{}, fmt.Errorf("cluster: dump slots: %w", err)
-		}
+	if err := scanUserKeys(db, cursor, visit); err != nil {
+		return Dump{}, fmt.Errorf("cluster: dump slots: %w", err)
 	}
 	// A hash's fields are its rows, read after the key scan (no scan runs
 	// inside another's visit).
 	for _, r := range recs {
 		var fields [][]byte
-		if kv.MetaType(r.meta) == kv.TypeHash {
-			gen, err := kv.HashGen(r.data)
-			if err != nil {
-				return Dump{}, fmt.Errorf("cluster: dump slots: hash %q: %w", r.key, err)
-			}
-			p := kv.HashRowPrefix(gen)
-			if err := db.Scan(p, kv.PrefixEnd(p), 0, 0, func(k []byte, v storage.Value) bool {
-				fields = append(fields, slices.Clone(k[len(p):]), slices.Clone(v.Data))
-				return true
-			}); err != nil {
-				return Dump{}, fmt.Errorf("cluster: dump slots: hash %q: %w", r.key, err)
-			}
+		if err := scanHashRows(db, r.meta, r.data, func(f, v []byte) {
+			fields = append(fields, slices.Clone(f), slices.Clone(v))
+		}); err != nil {
+			return Dump{}, fmt.Errorf("cluster: dump slots: hash %q: %w", r.key, err)
 		}
 		d.Entries = kv.AppendSlotImport(d.Entries, r.key, r.meta, r.data, fields, false)
 		d.Versions = append(d.Versions, r.ver)
 	}
 	return d, nil
+}
+
+// scanUserKeys visits the engine's user keys from cursor on, in key order,
+// until visit returns false. User keys sort around the reserved range
+// (kv.ReservedPrefix), which is skipped.
+func scanUserKeys(db *storage.DB, cursor []byte, visit func(k []byte, v storage.Value) bool) error {
+	resEnd := kv.PrefixEnd(kv.ReservedPrefix)
+	stopped := false
+	v := func(k []byte, val storage.Value) bool {
+		if !visit(k, val) {
+			stopped = true
+			return false
+		}
+		return true
+	}
+	if kv.IsReserved(cursor) {
+		cursor = resEnd
+	}
+	if string(cursor) < string(kv.ReservedPrefix) {
+		if err := db.Scan(cursor, kv.ReservedPrefix, 0, 0, v); err != nil {
+			return err
+		}
+		cursor = resEnd
+	}
+	if stopped {
+		return nil
+	}
+	return db.Scan(cursor, nil, 0, 0, v)
+}
+
+// scanHashRows visits the field rows of a hash (meta, data: its metadata
+// record); a key of another type has none. Not to be called inside another
+// scan's visit.
+func scanHashRows(db *storage.DB, meta, data []byte, visit func(field, value []byte)) error {
+	if kv.MetaType(meta) != kv.TypeHash {
+		return nil
+	}
+	gen, err := kv.HashGen(data)
+	if err != nil {
+		return err
+	}
+	p := kv.HashRowPrefix(gen)
+	return db.Scan(p, kv.PrefixEnd(p), 0, 0, func(k []byte, v storage.Value) bool {
+		visit(k[len(p):], v.Data)
+		return true
+	})
+}
+
+// SlotStat is what one slot of a group holds: its keys, their bytes (key,
+// metadata and value; a hash's field rows with it) and how many of its keys
+// were written above a version (the load a rebalance weighs by).
+type SlotStat struct {
+	Keys, Bytes, Written int64
+}
+
+// SlotStatsPage is one page of StatsSlots: the slots of the page's keys, the cursor
+// of the next page (nil: the last) and the engine's last version before the
+// page was read.
+type SlotStatsPage struct {
+	Slots map[uint16]SlotStat
+	Next  []byte
+	At    uint64
+}
+
+// SlotStats returns a page of group id's per-slot statistics (StatsSlots)
+// at its leader here: what kefir cluster rebalance weighs slots by.
+func (m *Multi) SlotStats(id GroupID, cursor []byte, limit int, since uint64) (SlotStatsPage, error) {
+	g, err := m.hosted(id)
+	if err != nil {
+		return SlotStatsPage{}, err
+	}
+	if err := m.leads(g); err != nil {
+		return SlotStatsPage{}, err
+	}
+	return StatsSlots(g.h.Engine, cursor, limit, since)
+}
+
+// StatsSlots counts up to limit user keys of the engine from cursor on by
+// slot: keys, bytes, and keys whose version is above since. Like DumpSlots
+// it reads the engine as it stands, page by page (the caller sums pages: a
+// slot's keys are spread over the key order).
+func StatsSlots(db *storage.DB, cursor []byte, limit int, since uint64) (SlotStatsPage, error) {
+	type hashRec struct {
+		slot       uint16
+		meta, data []byte
+	}
+	st := SlotStatsPage{Slots: map[uint16]SlotStat{}, At: db.LastVersion()}
+	var hashes []hashRec
+	n := 0
+	err := scanUserKeys(db, cursor, func(k []byte, v storage.Value) bool {
+		s := Slot(k)
+		e := st.Slots[s]
+		e.Keys++
+		e.Bytes += int64(len(k) + len(v.Meta) + len(v.Data))
+		if v.Version > since {
+			e.Written++
+		}
+		st.Slots[s] = e
+		if kv.MetaType(v.Meta) == kv.TypeHash {
+			hashes = append(hashes, hashRec{s, slices.Clone(v.Meta), slices.Clone(v.Data)})
+		}
+		if n++; n >= limit {
+			st.Next = append(slices.Clone(k), 0)
+			return false
+		}
+		return true
+	})
+	if err != nil {
+		return SlotStatsPage{}, fmt.Errorf("cluster: slot stats: %w", err)
+	}
+	for _, h := range hashes {
+		e := st.Slots[h.slot]
+		if err := scanHashRows(db, h.meta, h.data, func(f, v []byte) { e.Bytes += int64(len(f) + len(v)) }); err != nil {
+			return SlotStatsPage{}, fmt.Errorf("cluster: slot stats: %w", err)
+		}
+		st.Slots[h.slot] = e
+	}
+	return st, nil
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -32,6 +33,9 @@ import (
 //	                                             LOAD fenced by the driver's lease
 //	KEFIR.SLOTS CLIENTS g at                     the group's client-table rows as of version at:
 //	                                             [id (8 bytes) row]... (a move's request marks)
+//	KEFIR.SLOTS STATS g cursor limit since       per-slot counts over up to limit keys from cursor on:
+//	                                             [next-cursor, the engine's version before the page,
+//	                                             [slot keys bytes written-above-since]...] (rebalance)
 //
 // INIT and SET answer the op's version (0: the group was already there, a
 // retried step).
@@ -55,7 +59,7 @@ func (c *conn) slotsCmd(args [][]byte) error {
 	id := cluster.GroupID(g)
 	ctx := context.Background()
 	w := c.w
-	nargs := map[string]int{"TABLE": 3, "INIT": 5, "SET": 7, "DUMP": 8, "CLIENTS": 4}
+	nargs := map[string]int{"TABLE": 3, "INIT": 5, "SET": 7, "DUMP": 8, "CLIENTS": 4, "STATS": 6}
 	if n, ok := nargs[sub]; ok && len(args) != n && !(sub == "INIT" && len(args) == 4) && !(sub == "SET" && len(args) == 8) {
 		return errf("ERR wrong number of arguments for 'kefir.slots|%s' command", strings.ToLower(sub))
 	}
@@ -177,6 +181,33 @@ func (c *conn) slotsCmd(args [][]byte) error {
 			_ = w.WriteBulk(rows[i])
 		}
 		return nil
+	case "STATS":
+		limit, err1 := strconv.Atoi(string(args[4]))
+		since, err2 := strconv.ParseUint(string(args[5]), 10, 64)
+		if err1 != nil || err2 != nil || limit <= 0 {
+			return errf("ERR KEFIR.SLOTS STATS: limit and since are integers")
+		}
+		st, err := m.SlotStats(id, args[3], limit, since)
+		if err != nil {
+			return err
+		}
+		slots := make([]int, 0, len(st.Slots))
+		for s := range st.Slots {
+			slots = append(slots, int(s))
+		}
+		sort.Ints(slots)
+		_ = w.WriteArrayHeader(3)
+		_ = w.WriteBulk(st.Next)
+		_ = w.WriteInt(int64(st.At))
+		_ = w.WriteArrayHeader(4 * len(slots))
+		for _, s := range slots {
+			e := st.Slots[uint16(s)]
+			_ = w.WriteInt(int64(s))
+			_ = w.WriteInt(e.Keys)
+			_ = w.WriteInt(e.Bytes)
+			_ = w.WriteInt(e.Written)
+		}
+		return nil
 	case "LOAD", "LOADF":
 		op := kv.Op{Kind: kv.KindSlotImport, Keys: args[3:]}
 		if sub == "LOADF" {
@@ -199,5 +230,5 @@ func (c *conn) slotsCmd(args [][]byte) error {
 		}
 		return w.WriteInt(res.Int)
 	}
-	return errf("ERR unknown subcommand '%s' of KEFIR.SLOTS (TABLE, INIT, SET, DUMP, LOAD)", strings.ToLower(sub))
+	return errf("ERR unknown subcommand '%s' of KEFIR.SLOTS (TABLE, INIT, SET, DUMP, LOAD, CLIENTS, STATS)", strings.ToLower(sub))
 }

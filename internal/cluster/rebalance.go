@@ -1,0 +1,444 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kefirdb/kefir/internal/kv"
+	"github.com/kefirdb/kefir/internal/resp"
+)
+
+// Rebalancing (kefir cluster rebalance; docs/design/cluster.md, "Rebalance"):
+// each slot gets a weight (its bytes, its keys, or its keys written during a
+// sample: KEFIR.SLOTS STATS at each group's leader), PlanRebalance chooses
+// contiguous slot-range moves that bring every group within a tolerance of
+// the mean, and each move runs through Mover.Move, one at a time.
+
+// Weigh names what a rebalance weighs a slot by.
+const (
+	ByBytes = "bytes" // the slot's keys' bytes (key, metadata, value, a hash's fields)
+	ByKeys  = "keys"  // the slot's keys
+	ByLoad  = "load"  // the slot's keys written during a sample (writes only: reads leave no trace)
+)
+
+// PlanGroup is a group as the planner sees it: its id and the slots it owns.
+type PlanGroup struct {
+	ID    GroupID
+	Slots []kv.SlotRange
+}
+
+// PlannedMove is one move of a plan: a contiguous range, and its weight.
+type PlannedMove struct {
+	From   GroupID      `json:"from"`
+	To     GroupID      `json:"to"`
+	Slots  kv.SlotRange `json:"slots"`
+	Weight int64        `json:"weight"`
+}
+
+// GroupWeight is a group's weight before and after a plan.
+type GroupWeight struct {
+	ID     GroupID `json:"id"`
+	Before int64   `json:"before"`
+	After  int64   `json:"after"`
+}
+
+// Plan is what PlanRebalance chose.
+type Plan struct {
+	Moves     []PlannedMove `json:"moves"`
+	Groups    []GroupWeight `json:"groups"`
+	Mean      float64       `json:"mean"`
+	Tolerance float64       `json:"tolerance"`
+	// Balanced: after the moves every group is within Tolerance of the
+	// mean (false: the weights cannot be split finer — one heavy slot —
+	// or MaxMoves stopped it).
+	Balanced bool `json:"balanced"`
+}
+
+// PlanRebalance returns the moves that bring every group's weight within
+// tolerance (a fraction: 0.1 is 10 %) of the mean, at most maxMoves of them
+// (0: no bound but the planner's own, 64). weight has a weight per slot
+// (len Slots); a slot no group owns is ignored.
+//
+// Greedy, and deterministic: while a group is out of tolerance, it moves
+// from the heaviest group (ties: the lower id) to the lightest one a prefix
+// or a suffix of one of the heaviest's contiguous runs of slots — so that
+// both groups' ranges stay contiguous and few — whose weight is nearest
+// what brings one of the two to the mean (the smaller of the heaviest's
+// excess and the lightest's gap) and that leaves the two closer to the
+// mean than they were; ties go to a range next
+// to one of the destination's (its ranges merge), then to fewer slots, then
+// to the lower first slot. It stops when no such move brings the two groups
+// closer to the mean (a slot heavier than the gap cannot be split).
+func PlanRebalance(groups []PlanGroup, weight []int64, tolerance float64, maxMoves int) Plan {
+	if maxMoves <= 0 || maxMoves > maxPlannedMoves {
+		maxMoves = maxPlannedMoves
+	}
+	p := Plan{Tolerance: tolerance}
+	owner := make([]int, Slots) // index into groups, -1: none
+	for s := range owner {
+		owner[s] = -1
+	}
+	load := make([]int64, len(groups))
+	var total int64
+	for i, g := range groups {
+		for _, r := range g.Slots {
+			for s := int(r.Start); s <= int(r.End) && s < Slots; s++ {
+				owner[s] = i
+				if s < len(weight) {
+					load[i] += weight[s]
+					total += weight[s]
+				}
+			}
+		}
+	}
+	w := func(s int) int64 {
+		if s < len(weight) {
+			return weight[s]
+		}
+		return 0
+	}
+	for i, g := range groups {
+		p.Groups = append(p.Groups, GroupWeight{ID: g.ID, Before: load[i]})
+	}
+	if len(groups) == 0 {
+		p.Balanced = true
+		return p
+	}
+	mean := float64(total) / float64(len(groups))
+	p.Mean = mean
+	dev := func(x int64) float64 { return math.Abs(float64(x) - mean) }
+	within := func() bool {
+		for _, l := range load {
+			if dev(l) > tolerance*mean {
+				return false
+			}
+		}
+		return true
+	}
+	for len(p.Moves) < maxMoves && !within() {
+		src, dst := 0, 0
+		for i := range groups {
+			if load[i] > load[src] || load[i] == load[src] && groups[i].ID < groups[src].ID {
+				src = i
+			}
+			if load[i] < load[dst] || load[i] == load[dst] && groups[i].ID < groups[dst].ID {
+				dst = i
+			}
+		}
+		if src == dst {
+			break
+		}
+		type cand struct {
+			start, end int
+			w          int64
+			score      float64
+			adjacent   bool
+		}
+		var best *cand
+		now := max(dev(load[src]), dev(load[dst]))
+		// The ideal move brings one of the two to the mean and the
+		// other no further past it.
+		want := min(float64(load[src])-mean, mean-float64(load[dst]))
+		consider := func(start, end int, moved int64) {
+			if moved <= 0 || max(dev(load[src]-moved), dev(load[dst]+moved)) >= now {
+				return // no better than not moving
+			}
+			c := cand{start: start, end: end, w: moved, score: math.Abs(float64(moved) - want)}
+			c.adjacent = start > 0 && owner[start-1] == dst || end+1 < Slots && owner[end+1] == dst
+			switch {
+			case best == nil, c.score < best.score:
+			case c.score > best.score:
+				return
+			case c.adjacent != best.adjacent:
+				if !c.adjacent {
+					return
+				}
+			case c.end-c.start != best.end-best.start:
+				if c.end-c.start > best.end-best.start {
+					return
+				}
+			case c.start >= best.start:
+				return
+			}
+			best = &c
+		}
+		// The source's maximal runs: each prefix and each suffix.
+		for s := 0; s < Slots; {
+			if owner[s] != src {
+				s++
+				continue
+			}
+			e := s
+			for e+1 < Slots && owner[e+1] == src {
+				e++
+			}
+			var sum int64
+			for x := s; x <= e; x++ {
+				sum += w(x)
+				consider(s, x, sum)
+			}
+			sum = 0
+			for x := e; x > s; x-- { // the whole run was a prefix already
+				sum += w(x)
+				consider(x, e, sum)
+			}
+			s = e + 1
+		}
+		if best == nil {
+			break
+		}
+		for s := best.start; s <= best.end; s++ {
+			owner[s] = dst
+		}
+		load[src] -= best.w
+		load[dst] += best.w
+		p.Moves = append(p.Moves, PlannedMove{From: groups[src].ID, To: groups[dst].ID,
+			Slots: kv.SlotRange{Start: uint16(best.start), End: uint16(best.end)}, Weight: best.w})
+	}
+	for i := range groups {
+		p.Groups[i].After = load[i]
+	}
+	p.Balanced = within()
+	return p
+}
+
+// maxPlannedMoves bounds a plan.
+const maxPlannedMoves = 64
+
+// String renders p for a terminal.
+func (p Plan) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "mean %.0f, tolerance %.0f %%\n", p.Mean, 100*p.Tolerance)
+	for _, g := range p.Groups {
+		fmt.Fprintf(&b, "  group %d: %d -> %d\n", g.ID, g.Before, g.After)
+	}
+	if len(p.Moves) == 0 {
+		b.WriteString("no move\n")
+	}
+	for i, m := range p.Moves {
+		fmt.Fprintf(&b, "move %d: slots %d-%d (weight %d) from group %d to group %d\n", i+1, m.Slots.Start, m.Slots.End, m.Weight, m.From, m.To)
+	}
+	if !p.Balanced {
+		b.WriteString("not balanced within the tolerance after these moves (a slot heavier than the gap, or --max-moves)\n")
+	}
+	return b.String()
+}
+
+// SlotWeights reads every group's per-slot statistics at its leader
+// (KEFIR.SLOTS STATS, page by page, resting PagePause between pages) and
+// returns each slot's weight by what (ByBytes, ByKeys, ByLoad), counted only
+// at the group cm says owns the slot (a group's engine may still hold
+// copies of slots it handed over, or is importing). ByLoad reads each
+// group's engine version, waits sample, and weighs a slot by its keys
+// written since.
+func (mv *Mover) SlotWeights(ctx context.Context, cm *kv.ClusterMap, what string, sample time.Duration) ([]int64, error) {
+	since := make(map[uint64]uint64, len(cm.Groups))
+	for _, g := range cm.Groups {
+		since[g.ID] = math.MaxInt64
+	}
+	switch what {
+	case ByBytes, ByKeys:
+	case ByLoad:
+		for _, g := range cm.Groups {
+			_, at, err := mv.slotStatsPage(ctx, GroupID(g.ID), nil, 1, math.MaxInt64, nil)
+			if err != nil {
+				return nil, err
+			}
+			since[g.ID] = at
+		}
+		t := time.NewTimer(sample)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+	default:
+		return nil, fmt.Errorf("rebalance: weigh by %q: bytes, keys or load", what)
+	}
+	weight := make([]int64, Slots)
+	for _, g := range cm.Groups {
+		var cursor []byte
+		for page := 0; ; page++ {
+			if page > 0 {
+				if err := mv.rest(ctx); err != nil {
+					return nil, err
+				}
+			}
+			next, _, err := mv.slotStatsPage(ctx, GroupID(g.ID), cursor, 8*mv.page(), since[g.ID], func(slot uint16, st SlotStat) {
+				if cm.Owner(slot) != g.ID {
+					return
+				}
+				switch what {
+				case ByBytes:
+					weight[slot] += st.Bytes
+				case ByKeys:
+					weight[slot] += st.Keys
+				case ByLoad:
+					weight[slot] += st.Written
+				}
+			})
+			if err != nil {
+				return nil, err
+			}
+			if len(next) == 0 {
+				break
+			}
+			cursor = next
+		}
+	}
+	return weight, nil
+}
+
+// slotStatsPage is one KEFIR.SLOTS STATS at group id's leader.
+func (mv *Mover) slotStatsPage(ctx context.Context, id GroupID, cursor []byte, limit int, since uint64, visit func(uint16, SlotStat)) (next []byte, at uint64, err error) {
+	v, err := mv.doBytes(ctx, [][]byte{[]byte("KEFIR.SLOTS"), []byte("STATS"), []byte(strconv.FormatUint(uint64(id), 10)),
+		cursor, []byte(strconv.Itoa(limit)), []byte(strconv.FormatUint(since, 10))})
+	if err != nil {
+		return nil, 0, fmt.Errorf("rebalance: group %d's slot statistics: %w", id, err)
+	}
+	if v.Kind != resp.Array || len(v.Elems) != 3 || len(v.Elems[2].Elems)%4 != 0 {
+		return nil, 0, fmt.Errorf("rebalance: group %d's slot statistics: unexpected reply", id)
+	}
+	es := v.Elems[2].Elems
+	for i := 0; visit != nil && i+3 < len(es); i += 4 {
+		visit(uint16(es[i].Int), SlotStat{Keys: es[i+1].Int, Bytes: es[i+2].Int, Written: es[i+3].Int})
+	}
+	return v.Elems[0].Str, uint64(v.Elems[1].Int), nil
+}
+
+// PlanGroups returns the map's groups as the planner takes them.
+func PlanGroups(cm *kv.ClusterMap) []PlanGroup {
+	out := make([]PlanGroup, 0, len(cm.Groups))
+	for _, g := range cm.Groups {
+		out = append(out, PlanGroup{ID: GroupID(g.ID), Slots: g.Slots})
+	}
+	return out
+}
+
+// Rebalancer runs a plan's moves one at a time, each through Mover.Move (the
+// one move mechanism: recorded, leased and resumable as kefir cluster
+// move-slots), each by a fresh Mover from NewMover.
+type Rebalancer struct {
+	NewMover func() *Mover
+	// Adaptive paces each move by a Prober (the mover's PagePause is then
+	// unused); MaxPause bounds its pause (default 250 ms: about a page's
+	// work four times over, so a move goes on at a fifth of its unpaced
+	// rate at worst, however noisy the probe).
+	Adaptive bool
+	MaxPause time.Duration
+	// Baseline is how long the probe measures the steady p99 before each
+	// move (default 1 s).
+	Baseline time.Duration
+	Logf     func(format string, args ...any)
+}
+
+// RebalanceMove is a planned move and what running it did.
+type RebalanceMove struct {
+	PlannedMove
+	Result MoveResult   `json:"result"`
+	Probe  *ProbeResult `json:"probe,omitempty"`
+}
+
+// Run runs p's moves in order and returns what each did; it stops at the
+// first that fails (rerun, it plans again from the map; a move that
+// stopped part way is finished by move-slots or the metadata group).
+func (rb *Rebalancer) Run(ctx context.Context, p Plan) ([]RebalanceMove, error) {
+	var out []RebalanceMove
+	for i, m := range p.Moves {
+		mv := rb.NewMover()
+		rs := []kv.SlotRange{m.Slots}
+		var pr *Prober
+		if rb.Adaptive {
+			targets, err := rb.probeTargets(ctx, m)
+			if err != nil {
+				return out, err
+			}
+			pr = &Prober{Targets: targets, Writes: true, Password: mv.Password, Baseline: rb.Baseline, Logf: rb.Logf,
+				Ctl: PaceController{Step: pauseStep, Start: pauseStep, Patience: pacePatience, Max: orDefault(rb.MaxPause, 250*time.Millisecond)}}
+			if err := pr.Start(ctx); err != nil {
+				return out, err
+			}
+			mv.Pacer = pr
+			rb.logf("move %d/%d: steady probe p99 %v, bound %v", i+1, len(p.Moves), pr.steady.Round(10*time.Microsecond), pr.Ctl.Bound.Round(10*time.Microsecond))
+		}
+		res, err := mv.Move(ctx, m.From, m.To, rs)
+		rm := RebalanceMove{PlannedMove: m, Result: res}
+		if pr != nil {
+			r := pr.Stop()
+			rm.Probe = &r
+			rb.logf("move %d/%d: probe p99 %v during the move (steady %v), max page pause %v, %d slowdowns",
+				i+1, len(p.Moves), r.DuringP99.Round(10*time.Microsecond), r.SteadyP99.Round(10*time.Microsecond), r.MaxPause, r.Slowdowns)
+		}
+		out = append(out, rm)
+		if err != nil {
+			return out, fmt.Errorf("rebalance: move %d of %d (slots %d-%d from group %d to group %d): %w", i+1, len(p.Moves), m.Slots.Start, m.Slots.End, m.From, m.To, err)
+		}
+	}
+	return out, nil
+}
+
+// pauseStep is the adaptive pace's first and smallest non-zero pause: about
+// half of what a page of 1024 small keys takes a loaded leader (copy or
+// purge), so that one step halves the move's rate at most; the pace starts
+// there and drops to none only once the probe shows room.
+const pauseStep = 20 * time.Millisecond
+
+// pacePatience is how many quiet probe windows (~100 ms each) in a row the
+// pace waits for before it halves its pause (PaceController.Patience).
+const pacePatience = 3
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
+}
+
+func (rb *Rebalancer) logf(format string, args ...any) {
+	if rb.Logf != nil {
+		rb.Logf(format, args...)
+	}
+}
+
+// probeTargets returns the probe's (address, key) pairs for move m: a key
+// the source keeps (one of the moving slots if it keeps none) at the
+// source's leader, and a key of the destination's at its leader (none if it
+// owns no slot yet). The probe reads and writes them and deletes them when
+// it stops (their names say what they are).
+func (rb *Rebalancer) probeTargets(ctx context.Context, m PlannedMove) ([][2]string, error) {
+	st, err := rb.NewMover().Status(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("rebalance: the map for the probe: %w", err)
+	}
+	moving := InRanges([]kv.SlotRange{m.Slots})
+	find := func(ok func(uint16) bool) string {
+		for i := 0; i < 1<<20; i++ {
+			k := "kefir-rebalance-probe-" + strconv.Itoa(i)
+			if ok(Slot([]byte(k))) {
+				return k
+			}
+		}
+		return ""
+	}
+	addr := func(g GroupID) string {
+		if a := st.Leaders[uint64(g)]; a != "" {
+			return a
+		}
+		return st.MetaLeader
+	}
+	var out [][2]string
+	k := find(func(s uint16) bool { return st.Map.Owner(s) == uint64(m.From) && !moving(s) })
+	if k == "" {
+		k = find(moving)
+	}
+	out = append(out, [2]string{addr(m.From), k})
+	if k := find(func(s uint16) bool { return st.Map.Owner(s) == uint64(m.To) }); k != "" {
+		out = append(out, [2]string{addr(m.To), k})
+	}
+	return out, nil
+}
