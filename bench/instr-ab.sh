@@ -5,9 +5,11 @@
 # instruction count of the same binary and workload repeats within ~1 %). Use it for A/B
 # runs of two builds, and for "which function grew" (the per-function difference).
 #
-# Usage: bench/instr-ab.sh [-t TEST] [-n REQUESTS] [-P PIPELINE] [-p PORT] [-d DURABILITY] BIN [BIN2]
+# Usage: bench/instr-ab.sh [-t TEST] [-n REQUESTS] [-P PIPELINE] [-r KEYSPACE] [-p PORT] [-d DURABILITY] BIN [BIN2]
 #   TEST: a redis-benchmark test (set, get, hset, ...; default set). get and hget read a key
-#   (and field) written before the run, as redis-benchmark's own keys (no -r).
+#   (and field) written before the run, as redis-benchmark's own keys (without -r).
+#   -r: redis-benchmark's -r (random keys or fields in a space of that size; 0: one key).
+#   Counts miss what memory stalls cost: a large keyspace's cache misses are not instructions.
 #   BIN:  a kefir binary, or the word "redis" for redis-server (appendonly no).
 #   With two binaries it prints both counts, their ratio, and the functions whose
 #   instruction counts differ by more than 0.2 % of the first's total (main module only).
@@ -20,15 +22,15 @@
 # (GODEBUG=asyncpreemptoff=1: callgrind and cachegrind do not survive its signals).
 set -euo pipefail
 
-TEST=set N=100000 PIPE=16 PORT=27650 DUR=async
-while getopts "t:n:P:p:d:" o; do
+TEST=set N=100000 PIPE=16 PORT=27650 DUR=async RAND=0
+while getopts "t:n:P:r:p:d:" o; do
   case $o in
-    t) TEST=$OPTARG ;; n) N=$OPTARG ;; P) PIPE=$OPTARG ;; p) PORT=$OPTARG ;; d) DUR=$OPTARG ;;
-    *) sed -n '2,22p' "$0"; exit 2 ;;
+    t) TEST=$OPTARG ;; n) N=$OPTARG ;; P) PIPE=$OPTARG ;; r) RAND=$OPTARG ;; p) PORT=$OPTARG ;; d) DUR=$OPTARG ;;
+    *) sed -n '2,24p' "$0"; exit 2 ;;
   esac
 done
 shift $((OPTIND - 1))
-[ $# -ge 1 ] || { sed -n '2,22p' "$0"; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,24p' "$0"; exit 2; }
 for t in valgrind cg_annotate redis-benchmark redis-cli; do
   command -v $t >/dev/null || { echo "instr-ab: $t not found (apt-get install valgrind redis-tools)" >&2; exit 2; }
 done
@@ -54,7 +56,9 @@ count() {
     get) redis-cli -p "$PORT" set key:__rand_int__ xxx >/dev/null ;;
     hget) redis-cli -p "$PORT" hset myhash element:__rand_int__ xxx >/dev/null ;;
   esac
-  redis-benchmark -p "$PORT" -c 50 -P "$PIPE" -t "$TEST" -n "$N" -q >/dev/null 2>&1
+  local r=()
+  [ "$RAND" -gt 0 ] && r=(-r "$RAND")
+  redis-benchmark -p "$PORT" -c 50 -P "$PIPE" -t "$TEST" -n "$N" "${r[@]}" -q >/dev/null 2>&1
   kill "$pid"; wait "$pid" 2>/dev/null || true
   [ -s "$out" ] || { echo "instr-ab: no counts from $bin (see $out.log)" >&2; cat "$out.log" >&2; exit 1; }
   cg_annotate --show-percs=no "$out" 2>/dev/null | grep -E '^\s*[0-9,]+ +[^ ]*:' |
