@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Instructions per request of a single Kefir node (or redis-server) under redis-benchmark,
 # counted by valgrind's cachegrind: a cost per operation that the machine's load does not
-# move (CPU µs per request and req/s swing with whatever else shares the cores; an
-# instruction count of the same binary and workload repeats within ~1 %). Use it for A/B
+# move as it moves CPU µs per request and req/s. It repeats within a few per cent, not
+# exactly: the batches a pipelined load forms vary with timing, and per-batch costs with
+# them — run each binary twice or more. Use it for A/B
 # runs of two builds, and for "which function grew" (the per-function difference).
 #
 # Usage: bench/instr-ab.sh [-t TEST] [-n REQUESTS] [-P PIPELINE] [-r KEYSPACE] [-p PORT] [-d DURABILITY] BIN [BIN2]
@@ -16,7 +17,7 @@
 #
 # Prints, per binary: instructions per request over the whole process (startup and the
 # Go runtime included: GC and the scheduler vary a few per cent between runs) and over
-# Kefir's own code (github.com/kefirdb/kefir/...), which repeats within ~1 %.
+# Kefir's own code (github.com/kefirdb/kefir/...).
 # Needs: valgrind (apt-get install valgrind), redis-benchmark, redis-cli. Runs at ~1/50 speed:
 # 100k requests take ~30 s per binary. Go's asynchronous preemption is off under valgrind
 # (GODEBUG=asyncpreemptoff=1: callgrind and cachegrind do not survive its signals).
