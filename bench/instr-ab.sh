@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Instructions per request of a single Kefir node (or redis-server) under redis-benchmark,
+# counted by valgrind's cachegrind: a cost per operation that the machine's load does not
+# move as it moves CPU µs per request and req/s. It repeats within a few per cent, not
+# exactly: the batches a pipelined load forms vary with timing, and per-batch costs with
+# them — run each binary twice or more. Use it for A/B
+# runs of two builds, and for "which function grew" (the per-function difference).
+#
+# Usage: bench/instr-ab.sh [-t TEST] [-n REQUESTS] [-P PIPELINE] [-r KEYSPACE] [-p PORT] [-d DURABILITY] BIN [BIN2]
+#   TEST: a redis-benchmark test (set, get, hset, ...; default set). get and hget read a key
+#   (and field) written before the run, as redis-benchmark's own keys (without -r).
+#   -r: redis-benchmark's -r (random keys or fields in a space of that size; 0: one key).
+#   Counts miss what memory stalls cost: a large keyspace's cache misses are not instructions.
+#   BIN:  a kefir binary, or the word "redis" for redis-server (appendonly no).
+#   With two binaries it prints both counts, their ratio, and the functions whose
+#   instruction counts differ by more than 0.2 % of the first's total (main module only).
+#
+# Prints, per binary: instructions per request over the whole process (startup and the
+# Go runtime included: GC and the scheduler vary a few per cent between runs) and over
+# Kefir's own code (github.com/kefirdb/kefir/...).
+# Needs: valgrind (apt-get install valgrind), redis-benchmark, redis-cli. Runs at ~1/50 speed:
+# 100k requests take ~30 s per binary. Go's asynchronous preemption is off under valgrind
+# (GODEBUG=asyncpreemptoff=1: callgrind and cachegrind do not survive its signals).
+set -euo pipefail
+
+TEST=set N=100000 PIPE=16 PORT=27650 DUR=async RAND=0
+while getopts "t:n:P:r:p:d:" o; do
+  case $o in
+    t) TEST=$OPTARG ;; n) N=$OPTARG ;; P) PIPE=$OPTARG ;; r) RAND=$OPTARG ;; p) PORT=$OPTARG ;; d) DUR=$OPTARG ;;
+    *) sed -n '2,24p' "$0"; exit 2 ;;
+  esac
+done
+shift $((OPTIND - 1))
+[ $# -ge 1 ] || { sed -n '2,24p' "$0"; exit 2; }
+for t in valgrind cg_annotate redis-benchmark redis-cli; do
+  command -v $t >/dev/null || { echo "instr-ab: $t not found (apt-get install valgrind redis-tools)" >&2; exit 2; }
+done
+WORK=$(mktemp -d /tmp/instr-ab.XXXX)
+trap 'rm -rf "$WORK"' EXIT
+
+# count BIN OUT: runs BIN under cachegrind with the benchmark, leaves OUT.txt with
+# "function instructions" per line (summed over its inlined lines).
+count() {
+  local bin=$1 out=$2 dir=$WORK/data.$RANDOM
+  mkdir -p "$dir"
+  if [ "$bin" = redis ]; then
+    GODEBUG=asyncpreemptoff=1 valgrind --tool=cachegrind --cache-sim=no --cachegrind-out-file="$out" \
+      redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" >"$out.log" 2>&1 &
+  else
+    GODEBUG=asyncpreemptoff=1 valgrind --tool=cachegrind --cache-sim=no --cachegrind-out-file="$out" \
+      "$bin" server --client-addr 127.0.0.1:"$PORT" --peer-addr "" --http-addr "" --dir "$dir" \
+      --durability "$DUR" >"$out.log" 2>&1 &
+  fi
+  local pid=$!
+  for _ in $(seq 600); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+  case $TEST in
+    get) redis-cli -p "$PORT" set key:__rand_int__ xxx >/dev/null ;;
+    hget) redis-cli -p "$PORT" hset myhash element:__rand_int__ xxx >/dev/null ;;
+  esac
+  local r=()
+  [ "$RAND" -gt 0 ] && r=(-r "$RAND")
+  redis-benchmark -p "$PORT" -c 50 -P "$PIPE" -t "$TEST" -n "$N" "${r[@]}" -q >/dev/null 2>&1
+  kill "$pid"; wait "$pid" 2>/dev/null || true
+  [ -s "$out" ] || { echo "instr-ab: no counts from $bin (see $out.log)" >&2; cat "$out.log" >&2; exit 1; }
+  cg_annotate --show-percs=no "$out" 2>/dev/null | grep -E '^\s*[0-9,]+ +[^ ]*:' |
+    sed -E 's/^ *([0-9,]+) +[^:]*:(.*)$/\1 \2/' | tr -d ',' |
+    awk 'NF == 2 {a[$2]+=$1} END {for (k in a) print k, a[k]}' | LC_ALL=C sort >"$out.txt"
+}
+
+report() {
+  local name=$1 f=$2
+  awk -v n="$N" -v name="$name" '{t+=$2} /kefirdb\/kefir/ {k+=$2}
+    END {printf "%s: %.0f instructions per request (%.0f in Kefir code), %s %s, -P %s\n", name, t/n, k/n, n, ENVIRON["TEST"], ENVIRON["PIPE"]}' "$f.txt"
+}
+
+export TEST PIPE
+count "$1" "$WORK/a"
+report "$1" "$WORK/a"
+if [ $# -ge 2 ]; then
+  count "$2" "$WORK/b"
+  report "$2" "$WORK/b"
+  ta=$(awk '{t+=$2} END {print t}' "$WORK/a.txt"); tb=$(awk '{t+=$2} END {print t}' "$WORK/b.txt")
+  ka=$(awk '/kefirdb\/kefir/ {t+=$2} END {print t+0}' "$WORK/a.txt"); kb=$(awk '/kefirdb\/kefir/ {t+=$2} END {print t+0}' "$WORK/b.txt")
+  awk -v ta="$ta" -v tb="$tb" -v ka="$ka" -v kb="$kb" 'BEGIN {
+    printf "second ÷ first: %.3f (whole process)", tb/ta; if (ka > 0) printf ", %.3f (Kefir code)", kb/ka; print "" }'
+  echo "functions that differ by more than 0.2 % of the first's total (instructions per request: first, second):"
+  LC_ALL=C join --nocheck-order -a1 -a2 -e0 -o 0,1.2,2.2 "$WORK/a.txt" "$WORK/b.txt" | grep 'kefirdb/kefir' |
+    awk -v t="$ta" -v n="$N" '{d=$3-$2; if (d > t/500 || d < -t/500) printf "%+8.0f %8.0f %8.0f  %s\n", d/n, $2/n, $3/n, $1}' | sort -n
+fi
