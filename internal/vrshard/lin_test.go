@@ -198,6 +198,32 @@ func (w *workload) redirect(err error) int {
 	return w.leaderGuess()
 }
 
+// tryReplicas is the workload clients' retry loop: it calls try with the
+// replica at target and a 500ms context until try reports done, for up to d.
+// A down replica is replaced by the leader guess after a pause; after an
+// error try returns, the next target is the one redirect picks. It reports
+// false if d ran out first (the operation's outcome is then unknown: the
+// caller records it).
+func (w *workload) tryReplicas(d time.Duration, target int, try func(ctx context.Context, r *Replica, target int) (done bool, err error)) bool {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		r := w.replica(target)
+		if r == nil {
+			target = w.leaderGuess()
+			time.Sleep(5 * time.Millisecond)
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		done, err := try(ctx, r, target)
+		cancel()
+		if done {
+			return true
+		}
+		target = w.redirect(err)
+	}
+	return false
+}
+
 // readAt reads sop at consistency c with session s, starting at replica
 // target and following redirects for up to 2s. It records the outcome of
 // history op h and reports the result and whether the read completed.
@@ -209,16 +235,9 @@ func (w *workload) readAt(h, target int, sop kv.Op, c level.Consistency, s shard
 // readAtLost is readAt that also reports a session refused as lost
 // (shard.ErrSessionLost: recorded as failed, not retried).
 func (w *workload) readAtLost(h, target int, sop kv.Op, c level.Consistency, s shard.Session) (kv.Result, bool, bool) {
-	deadline := time.Now().Add(2 * time.Second)
-	for time.Now().Before(deadline) {
-		r := w.replica(target)
-		if r == nil {
-			target = w.leaderGuess()
-			time.Sleep(5 * time.Millisecond)
-			continue
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-		var res kv.Result
+	var res kv.Result
+	lost := false
+	done := w.tryReplicas(2*time.Second, target, func(ctx context.Context, r *Replica, target int) (bool, error) {
 		var err error
 		if w.deferredReads {
 			var p shard.Pending
@@ -230,20 +249,26 @@ func (w *workload) readAtLost(h, target int, sop kv.Op, c level.Consistency, s s
 		} else {
 			res, err = r.Read(ctx, sop, c, s)
 		}
-		cancel()
 		if err == nil {
 			w.rec.Complete(h, check.Result{Found: res.Kind == kv.ResBulk, Value: string(res.Bulk), Version: res.Version, Node: target})
-			return res, true, false
+			return true, nil
 		}
 		if errors.Is(err, shard.ErrSessionLost) {
 			w.lostSessions.Add(1)
 			w.rec.Fail(h)
-			return kv.Result{}, false, true
+			lost = true
+			return true, nil
 		}
-		target = w.redirect(err)
+		return false, err
+	})
+	if !done {
+		w.rec.Unknown(h)
+		return kv.Result{}, false, false
 	}
-	w.rec.Unknown(h)
-	return kv.Result{}, false, false
+	if lost {
+		return kv.Result{}, false, true
+	}
+	return res, true, false
 }
 
 func (w *workload) doRead(h int, sop kv.Op, sess *shard.Session, rng *rand.Rand) {
@@ -269,22 +294,12 @@ func (w *workload) doSessionRead(h int, sop kv.Op, sess *shard.Session, rng *ran
 }
 
 func (w *workload) doWrite(h int, kind check.Kind, sop kv.Op, id shard.ReqID, sess *shard.Session) {
-	deadline := time.Now().Add(3 * time.Second)
-	target := w.leaderGuess()
-	for time.Now().Before(deadline) {
-		r := w.replica(target)
-		if r == nil {
-			target = w.leaderGuess()
-			time.Sleep(5 * time.Millisecond)
-			continue
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-		d := level.Sync
-		if kind == check.Put {
-			d = w.putDur()
-		}
+	d := level.Sync
+	if kind == check.Put {
+		d = w.putDur()
+	}
+	done := w.tryReplicas(3*time.Second, w.leaderGuess(), func(ctx context.Context, r *Replica, target int) (bool, error) {
 		res, err := r.Write(ctx, sop, d, id)
-		cancel()
 		if err == nil {
 			*sess = sess.AfterWrite(res)
 			out := check.Result{Version: res.Version, Node: target}
@@ -292,14 +307,16 @@ func (w *workload) doWrite(h int, kind check.Kind, sop kv.Op, id shard.ReqID, se
 				out.Found = res.Int == 1
 			}
 			w.rec.Complete(h, out)
-			return
+			return true, nil
 		}
 		if !retryable(err) {
 			panic(fmt.Sprintf("write %v: unexpected error %v", sop.Kind, err))
 		}
-		target = w.redirect(err)
+		return false, err
+	})
+	if !done {
+		w.rec.Unknown(h)
 	}
-	w.rec.Unknown(h)
 }
 
 // nemesis alternates link partitions and leader kills (with restart).

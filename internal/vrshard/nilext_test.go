@@ -217,41 +217,32 @@ func TestNilextDLogSurvivesFullRestart(t *testing.T) {
 // (exactly-once), following redirects. While the fast path rests, the put
 // takes the ordered path with the client's own id (own).
 func (w *workload) doNilextWrite(h int, sop kv.Op, rng *rand.Rand, own shard.ReqID, sess *shard.Session) {
-	deadline := time.Now().Add(3 * time.Second)
-	target := rng.IntN(len(w.c.reps))
 	var id shard.ReqID
-	for time.Now().Before(deadline) {
-		r := w.replica(target)
-		if r == nil {
-			target = w.leaderGuess()
-			time.Sleep(5 * time.Millisecond)
-			continue
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	done := w.tryReplicas(3*time.Second, rng.IntN(len(w.c.reps)), func(ctx context.Context, r *Replica, target int) (bool, error) {
 		var err error
 		if id.IsZero() {
 			_, id, err = r.NilextWrite(ctx, sop, level.Sync)
 			if errors.Is(err, ErrNilextResting) {
-				cancel()
 				w.doWrite(h, check.Put, sop, own, sess)
-				return
+				return true, nil
 			}
 		} else {
 			_, err = r.Write(ctx, sop, level.Sync, id)
 		}
-		cancel()
 		if err == nil {
 			w.rec.Complete(h, check.Result{Node: target})
-			return
+			return true, nil
 		}
 		if !retryable(err) && !errors.Is(err, ErrFailed) {
 			panic(fmt.Sprintf("nilext write: unexpected error %v", err))
 		}
-		target = w.redirect(err)
 		// With id still zero the fast path never took the write (the
 		// replica was closed): it is in no d-log, so a fresh attempt is safe.
+		return false, err
+	})
+	if !done {
+		w.rec.Unknown(h)
 	}
-	w.rec.Unknown(h)
 }
 
 // Concurrent nilext puts (coordinated by random replicas), ordered CASes
