@@ -411,20 +411,17 @@ func waitReadable(t *testing.T, r *Replica, op uint64) {
 // leader grants one once it has applied R; a fresh group needs a moment).
 func waitLease(t *testing.T, r *Replica) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	var err error
+	if !testgroup.Until(5*time.Second, 5*time.Millisecond, func() bool {
 		rw := &readWaiter{done: make(chan struct{}), kind: rwFollower}
-		if err := r.sendRead(context.Background(), rw); err != nil {
-			t.Fatal(err)
+		if serr := r.sendRead(context.Background(), rw); serr != nil {
+			t.Fatal(serr)
 		}
 		<-rw.done
-		if rw.err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("replica %d never got a read lease: %v", r.cfg.Self, rw.err)
-		}
-		time.Sleep(5 * time.Millisecond)
+		err = rw.err
+		return err == nil
+	}) {
+		t.Fatalf("replica %d never got a read lease: %v", r.cfg.Self, err)
 	}
 }
 

@@ -151,12 +151,8 @@ func TestStaleConfigurationIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rogue.Close()
-	deadline := time.Now().Add(5 * time.Second)
-	for c.reps[l].Transport().Stats().IdentityRefusals == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the leader never refused the stale node's connection")
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !testgroup.Until(5*time.Second, 10*time.Millisecond, func() bool { return c.reps[l].Transport().Stats().IdentityRefusals != 0 }) {
+		t.Fatalf("the leader never refused the stale node's connection")
 	}
 	if _, err := c.write(set("a", "1"), shard.ReqID{}, 5*time.Second); err != nil {
 		t.Fatalf("group stopped working with a stale node knocking: %v", err)

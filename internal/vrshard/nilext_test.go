@@ -13,6 +13,7 @@ import (
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/shard"
+	"github.com/kefirdb/kefir/internal/testgroup"
 	"github.com/kefirdb/kefir/internal/transport"
 	"github.com/kefirdb/kefir/internal/vr"
 )
@@ -59,20 +60,16 @@ func TestNilextWriteCompletesInOneRoundTripAndIsOrderedInBackground(t *testing.T
 	if p := c.reps[l].Stats().Proposals; p != 0 {
 		t.Fatalf("leader proposed %d writes through the ordered path, want 0", p)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		ok := true
+	if !testgroup.Until(5*time.Second, 5*time.Millisecond, func() bool {
 		for i := range c.reps {
 			res, err := c.reps[i].Read(context.Background(), get("a"), level.ConsEventual, shard.Session{})
-			ok = ok && err == nil && string(res.Bulk) == "1"
+			if err != nil || string(res.Bulk) != "1" {
+				return false
+			}
 		}
-		if ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("background ordering did not apply the nilext write on every replica")
-		}
-		time.Sleep(5 * time.Millisecond)
+		return true
+	}) {
+		t.Fatal("background ordering did not apply the nilext write on every replica")
 	}
 	if got := c.reps[l].Info().DLogLen; got != 0 {
 		t.Fatalf("leader d-log holds %d entries after the write was applied", got)
