@@ -687,15 +687,7 @@ func cadPowerCutRun(t *testing.T, d level.Durability, seed uint64, tune func(*Op
 	if wtune != nil {
 		wtune(w)
 	}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := range w.clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			w.client(i, stop, rand.New(rand.NewPCG(seed, uint64(i))))
-		}()
-	}
+	finish := w.start(seed)
 	rounds := max(4, int(workloadTime()/time.Second)+1)
 	for round := range rounds {
 		time.Sleep(500 * time.Millisecond)
@@ -764,8 +756,7 @@ func cadPowerCutRun(t *testing.T, d level.Durability, seed uint64, tune func(*Op
 		w.mu.Unlock()
 	}
 	time.Sleep(600 * time.Millisecond)
-	close(stop)
-	wg.Wait()
+	finish()
 	h := w.rec.History()
 	ok, unknown := summarize(h)
 	t.Logf("%s seed %d: %d operations, %d ok, %d unknown, %d crashes", d, seed, len(h.Ops), ok, unknown, len(h.Crashes))

@@ -99,31 +99,37 @@ func (g *chainGroup) restart(i int) {
 func (g *chainGroup) write(i int, op kv.Op, id shard.ReqID) kv.Result {
 	g.t.Helper()
 	var res kv.Result
-	var err error
-	if !testgroup.Until(5*time.Second, 10*time.Millisecond, func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		res, err = g.reps[i].Write(ctx, op, level.Sync, id)
-		return err == nil
-	}) {
-		g.t.Fatalf("write %s at node %d: %v", op.Key, i+1, err)
-	}
+	g.retry(i, "write "+string(op.Key), func(ctx context.Context, r *Replica) (err error) {
+		res, err = r.Write(ctx, op, level.Sync, id)
+		return err
+	})
 	return res
 }
 
 func (g *chainGroup) read(i int, k string) string {
 	g.t.Helper()
 	var res kv.Result
+	g.retry(i, "read "+k, func(ctx context.Context, r *Replica) (err error) {
+		res, err = r.Read(ctx, get(k), level.ConsLinearizable, shard.Session{})
+		return err
+	})
+	return string(res.Bulk)
+}
+
+// retry calls f at node i, with a 1 s context each time, until it succeeds,
+// for up to 5 s (the node is not ready: no lease yet, a repair under way);
+// then it fails the test with what and f's last error.
+func (g *chainGroup) retry(i int, what string, f func(ctx context.Context, r *Replica) error) {
+	g.t.Helper()
 	var err error
 	if !testgroup.Until(5*time.Second, 10*time.Millisecond, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		res, err = g.reps[i].Read(ctx, get(k), level.ConsLinearizable, shard.Session{})
+		err = f(ctx, g.reps[i])
 		return err == nil
 	}) {
-		g.t.Fatalf("read %s at node %d: %v", k, i+1, err)
+		g.t.Fatalf("%s at node %d: %v", what, i+1, err)
 	}
-	return string(res.Bulk)
 }
 
 // caughtUp waits until node i applied everything node j committed.

@@ -376,6 +376,16 @@ func (w *workload) partition(victim int, on bool) {
 }
 
 func runWorkload(t *testing.T, w *workload, d time.Duration, kills bool, seed uint64) check.History {
+	finish := w.start(seed, func(stop <-chan struct{}) { w.nemesis(stop, rand.New(rand.NewPCG(seed, 999)), kills) })
+	time.Sleep(d)
+	finish()
+	return w.rec.History()
+}
+
+// start runs the workload's clients, client i on random stream (seed, i),
+// and each of also (a nemesis, a fault schedule) in goroutines until finish,
+// which stops them all and waits for them.
+func (w *workload) start(seed uint64, also ...func(stop <-chan struct{})) (finish func()) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for i := range w.clients {
@@ -385,15 +395,17 @@ func runWorkload(t *testing.T, w *workload, d time.Duration, kills bool, seed ui
 			w.client(i, stop, rand.New(rand.NewPCG(seed, uint64(i))))
 		}()
 	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		w.nemesis(stop, rand.New(rand.NewPCG(seed, 999)), kills)
-	}()
-	time.Sleep(d)
-	close(stop)
-	wg.Wait()
-	return w.rec.History()
+	for _, f := range also {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f(stop)
+		}()
+	}
+	return func() {
+		close(stop)
+		wg.Wait()
+	}
 }
 
 func summarize(h check.History) (ok, unknown int) { return h.Outcomes() }
@@ -469,18 +481,9 @@ func TestBrokenFollowerReadsFailTheChecker(t *testing.T) {
 	// from a state that stopped advancing.
 	stale := (l + 1) % 3
 	w.partition(stale, true)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := range w.clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			w.client(i, stop, rand.New(rand.NewPCG(7, uint64(i))))
-		}()
-	}
+	finish := w.start(7)
 	time.Sleep(1500 * time.Millisecond)
-	close(stop)
-	wg.Wait()
+	finish()
 	h := w.rec.History()
 	v := check.Linearizable(h, check.LinOptions{NoVisualization: true})
 	if v.OK {
@@ -501,18 +504,9 @@ func TestBrokenSessionReadsFailTheChecker(t *testing.T) {
 	l := c.leader(5 * time.Second)
 	w := &workload{c: c, rec: check.NewRecorder(nil), clients: 3, keys: []string{"x"}, sessionReads: true}
 	w.partition((l+1)%3, true)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := range w.clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			w.client(i, stop, rand.New(rand.NewPCG(11, uint64(i))))
-		}()
-	}
+	finish := w.start(11)
 	time.Sleep(time.Second)
-	close(stop)
-	wg.Wait()
+	finish()
 	if v := check.Session(w.rec.History(), check.SessionOptions{}); v.OK {
 		t.Fatalf("session reads ignoring the token passed the session checker (%d judged)", v.Checked)
 	}
