@@ -76,19 +76,29 @@ func TestNilextWriteCompletesInOneRoundTripAndIsOrderedInBackground(t *testing.T
 	}
 }
 
-// A linearizable read at the leader of a key with a pending nilext write
-// takes the slow path (counted) and sees the write; a read of another key
-// does not.
-func TestNilextReadOfPendingKeyTakesSlowPath(t *testing.T) {
-	c := newCluster(t, 3, nilextOn(true))
-	l := c.leader(5 * time.Second)
-	f := (l + 1) % 3
+// pendingNilextWrite starts a group with the fast path on (lazy ordering)
+// and writes k=v1 through a follower's coordinator, so that the leader holds
+// it pending in its d-log; it returns the group, the leader and the
+// follower.
+func pendingNilextWrite(t *testing.T) (c *cluster, l, f int) {
+	t.Helper()
+	c = newCluster(t, 3, nilextOn(true))
+	l = c.leader(5 * time.Second)
+	f = (l + 1) % 3
 	if _, _, err := c.reps[f].NilextWrite(context.Background(), set("k", "v1"), level.Sync); err != nil {
 		t.Fatal(err)
 	}
 	if n := c.reps[l].Info().DLogLen; n != 1 {
 		t.Fatalf("leader d-log length %d, want the pending write", n)
 	}
+	return c, l, f
+}
+
+// A linearizable read at the leader of a key with a pending nilext write
+// takes the slow path (counted) and sees the write; a read of another key
+// does not.
+func TestNilextReadOfPendingKeyTakesSlowPath(t *testing.T) {
+	c, l, f := pendingNilextWrite(t)
 	if v, err := c.linGet(l, "other"); err != nil || v != "" {
 		t.Fatalf("read of another key: %q, %v", v, err)
 	}
