@@ -12,19 +12,29 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/kefirdb/kefir/internal/testgroup"
 )
+
+// dialFor dials a client to addr for a test that may run for up to d: the
+// returned context ends after d; the client and the context end with the
+// test.
+func dialFor(t *testing.T, addr string, d time.Duration, opts ...Option) (context.Context, *Client) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	c, err := Dial(ctx, []string{addr}, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return ctx, c
+}
 
 // Concurrent read-modify-write transactions on one counter: each one that
 // conflicts is retried, and the counter ends with every increment.
 func TestTxnRetriesConflicts(t *testing.T) {
-	addr := startNode(t, "")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c, err := Dial(ctx, []string{addr})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	ctx, c := dialFor(t, startNode(t, ""), 30*time.Second)
 	for _, iso := range []Isolation{Serializable, SnapshotIsolation} {
 		key := "ctr" + strconv.Itoa(int(iso))
 		var wg sync.WaitGroup
@@ -68,16 +78,9 @@ func TestTxnRetriesConflicts(t *testing.T) {
 // returned as is; a read-only transaction commits without the log; Del
 // and Incr answer the transaction's view.
 func TestTxnErrorAndReadOnly(t *testing.T) {
-	addr := startNode(t, "")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c, err := Dial(ctx, []string{addr})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	ctx, c := dialFor(t, startNode(t, ""), 30*time.Second)
 	boom := errors.New("boom")
-	err = c.Txn(ctx, func(tx *Tx) error {
+	err := c.Txn(ctx, func(tx *Tx) error {
 		if err := tx.Set(ctx, "a", []byte("1")); err != nil {
 			return err
 		}
@@ -161,14 +164,7 @@ func TestTxnLostCommitIsUnknownNotRetried(t *testing.T) {
 // byte after them); none conflicts, so none is retried, and the value holds
 // every bit and byte. Access narrows a Get to the declared bytes.
 func TestTxnBitFlipsDoNotConflict(t *testing.T) {
-	addr := startNode(t, "")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c, err := Dial(ctx, []string{addr})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	ctx, c := dialFor(t, startNode(t, ""), 30*time.Second)
 	for _, iso := range []Isolation{Serializable, SnapshotIsolation} {
 		key := "bits" + strconv.Itoa(int(iso))
 		// Nine bytes already: no write grows the value (a write past the
@@ -219,7 +215,7 @@ func TestTxnBitFlipsDoNotConflict(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := true
-	err = c.Txn(ctx, func(tx *Tx) error {
+	err := c.Txn(ctx, func(tx *Tx) error {
 		if err := tx.Access(ctx, "doc", 0, 0); err != nil {
 			return err
 		}
@@ -323,13 +319,7 @@ func newTurnProxy(t *testing.T, target string) *turnProxy {
 // Set waited for its reply before: six.)
 func TestTxnRoundTrips(t *testing.T) {
 	p := newTurnProxy(t, startNode(t, ""))
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c, err := Dial(ctx, []string{p.ln.Addr().String()}, WithPoolSize(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	ctx, c := dialFor(t, p.ln.Addr().String(), 30*time.Second, WithPoolSize(1))
 	txn := func() error {
 		return c.Txn(ctx, func(tx *Tx) error {
 			vs, err := tx.MGet(ctx, "a", "b")
@@ -369,14 +359,7 @@ func TestTxnRoundTrips(t *testing.T) {
 // lands, Txn returns it without a retry. The server's write-set bound
 // (4,096 writes) makes the 4,097th Set fail.
 func TestTxnBufferedWriteErrorAborts(t *testing.T) {
-	addr := startNode(t, "")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c, err := Dial(ctx, []string{addr})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	ctx, c := dialFor(t, startNode(t, ""), 30*time.Second)
 	const n = 4097
 	for _, readAfter := range []bool{false, true} {
 		runs := 0
@@ -428,13 +411,7 @@ func TestTxnBufferedWriteErrorAborts(t *testing.T) {
 // reads from 16 goroutines).
 func TestTxnsShareConnections(t *testing.T) {
 	p := newTurnProxy(t, startNode(t, ""))
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	c, err := Dial(ctx, []string{p.ln.Addr().String()}, WithPoolSize(2))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	ctx, c := dialFor(t, p.ln.Addr().String(), 60*time.Second, WithPoolSize(2))
 	var wg sync.WaitGroup
 	for w := range 16 {
 		wg.Add(1)
@@ -466,10 +443,7 @@ func TestTxnsShareConnections(t *testing.T) {
 	// The pool's 2 connections and at most 2 transaction connections stay
 	// open; the ones dialed while those were full closed with their last
 	// transaction.
-	deadline := time.Now().Add(5 * time.Second)
-	for p.live.Load() > 4 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	testgroup.Until(5*time.Second, 10*time.Millisecond, func() bool { return p.live.Load() <= 4 })
 	if n := p.live.Load(); n > 4 {
 		t.Fatalf("%d connections open after the transactions, want at most 4 (2 of the pool, 2 for transactions)", n)
 	}
@@ -507,14 +481,7 @@ func TestTxnOwnErrorSparesNeighbours(t *testing.T) {
 // test if it aborted, because of what the test did meanwhile (why).
 func withBystander(t *testing.T) (ctx context.Context, c *Client, spared func(why string)) {
 	t.Helper()
-	addr := startNode(t, "")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	c, err := Dial(ctx, []string{addr}, WithPoolSize(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
+	ctx, c = dialFor(t, startNode(t, ""), 30*time.Second, WithPoolSize(1))
 	began, release, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
 	go func() {
 		first := true
@@ -601,14 +568,7 @@ func TestTxnCancelledContextSparesNeighbours(t *testing.T) {
 // count behind (txOpen), so a client whose fns panicked 8 times had a
 // transaction connection it took for full forever.
 func TestTxnPanicReleasesConnection(t *testing.T) {
-	addr := startNode(t, "")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c, err := Dial(ctx, []string{addr}, WithPoolSize(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	ctx, c := dialFor(t, startNode(t, ""), 30*time.Second, WithPoolSize(1))
 	for i := range 20 {
 		func() {
 			defer func() {

@@ -13,6 +13,7 @@ import (
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/resp"
 	"github.com/kefirdb/kefir/internal/shard"
+	"github.com/kefirdb/kefir/internal/testgroup"
 )
 
 // fakeLeader serves forwarded requests on a loopback port with answer, which
@@ -151,43 +152,71 @@ func TestForwarderSaysWhatItKnowsWhenRetriesRunOut(t *testing.T) {
 	}
 }
 
-// tableLeader is a fake leader with a replica group's client table: per
-// client id, the latest executed request number (vr/normal.go's rule: an
-// older number is refused as stale, the same one answered from the table,
-// a newer one executed). refuse says whether a request for key is refused
-// with "no leader" instead (it did not execute: a node that cannot take it).
-type tableLeader struct {
+// clientTable is a fake leader's client table, the rule of vr/normal.go and
+// shard's table: per client id, the latest request number executed; an older
+// number is refused as stale, the same one answered from the table (not run
+// again), a newer one executed. The forwarding tests' fake leaders share it.
+type clientTable struct {
 	mu     sync.Mutex
 	latest map[string]uint64
 	ran    []string // keys executed, in order
 }
 
-func (l *tableLeader) serve(t *testing.T, refuse func(key string) bool) string {
-	l.latest = map[string]uint64{}
-	return fakeLeader(t, func(_ int, args []string) string {
-		key := ""
-		for i, a := range args {
-			if a == "CMD" && i+2 < len(args) {
-				key = args[i+2]
-			}
+// forwardedOK is a leader's answer to a forwarded write that ran: [session, OK].
+const forwardedOK = "*2\r\n$1\r\n0\r\n+OK\r\n"
+
+// cmdKey is the key of the command a forwarded KEFIR.CALL carries, "" if none.
+func cmdKey(args []string) string {
+	for i, a := range args {
+		if a == "CMD" && i+2 < len(args) {
+			return args[i+2]
 		}
-		if refuse(key) {
+	}
+	return ""
+}
+
+// run applies the table's rule to a forwarded request and returns the reply
+// to send: reply if it ran or is answered from the table, an error if it
+// carries no request id or is stale.
+func (tb *clientTable) run(args []string, reply string) string {
+	id, seq, _ := strings.Cut(reqID(args), " ")
+	n, err := strconv.ParseUint(seq, 10, 64)
+	if id == "" || err != nil {
+		return "-ERR a forwarded write without a request id\r\n"
+	}
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	if tb.latest == nil {
+		tb.latest = map[string]uint64{}
+	}
+	switch has, ok := tb.latest[id]; {
+	case ok && n < has:
+		return fmt.Sprintf("-ERR %s: client %s request %d, table has %d\r\n", shard.ErrStaleRequest, id, n, has)
+	case ok && n == has:
+		return reply // answered from the table
+	}
+	tb.latest[id] = n
+	tb.ran = append(tb.ran, cmdKey(args))
+	return reply
+}
+
+// executed is the keys run so far, in order.
+func (tb *clientTable) executed() []string {
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	return append([]string(nil), tb.ran...)
+}
+
+// serve starts a fake leader that keeps the table and answers every write
+// that runs with forwardedOK; refuse says whether a request for key is
+// refused with "no leader" instead (it does not run: a node that cannot take
+// it, e.g. a slot in a move's hand-over).
+func (tb *clientTable) serve(t *testing.T, refuse func(key string) bool) string {
+	return fakeLeader(t, func(_ int, args []string) string {
+		if refuse(cmdKey(args)) {
 			return "-" + ErrNoLeader.Msg + "\r\n"
 		}
-		id, seq, _ := strings.Cut(reqID(args), " ")
-		n, _ := strconv.ParseUint(seq, 10, 64)
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		switch has := l.latest[id]; {
-		case id == "":
-			return "-ERR a forwarded write without a request id\r\n"
-		case n < has:
-			return fmt.Sprintf("-ERR stale request: client %s request %d, table has %d\r\n", id, n, has)
-		case n > has:
-			l.latest[id] = n
-			l.ran = append(l.ran, key)
-		}
-		return "*2\r\n$1\r\n0\r\n+OK\r\n"
+		return tb.run(args, forwardedOK)
 	})
 }
 
@@ -197,7 +226,7 @@ func (l *tableLeader) serve(t *testing.T, refuse func(key string) bool) string {
 // its request number is then below the one the table holds, and the user
 // gets "stale request" for a write sent once. Each write has its own id.
 func TestForwardedWriteRetriedAfterALaterOneRanIsNotStale(t *testing.T) {
-	var l tableLeader
+	var l clientTable
 	var tries atomic.Int32
 	addr := l.serve(t, func(key string) bool { return key == "a" && tries.Add(1) == 1 })
 	f := newForwarder("", "", "")
@@ -207,11 +236,11 @@ func TestForwardedWriteRetriedAfterALaterOneRanIsNotStale(t *testing.T) {
 	f.forward(addr, []*Call{a, b}, func() (string, bool) { return addr, true })
 	for _, c := range []*Call{a, b} {
 		if c.Err != nil || string(c.Reply.Str) != "OK" {
-			t.Fatalf("SET %s: %v %v %q; want OK (ran: %q)", c.Args[1], c.Err, c.Reply.Kind, c.Reply.Str, l.ran)
+			t.Fatalf("SET %s: %v %v %q; want OK (ran: %q)", c.Args[1], c.Err, c.Reply.Kind, c.Reply.Str, l.executed())
 		}
 	}
-	if fmt.Sprint(l.ran) != "[b a]" {
-		t.Fatalf("executed %q, want b then a", l.ran)
+	if ran := l.executed(); fmt.Sprint(ran) != "[b a]" {
+		t.Fatalf("executed %q, want b then a", ran)
 	}
 }
 
@@ -219,7 +248,7 @@ func TestForwardedWriteRetriedAfterALaterOneRanIsNotStale(t *testing.T) {
 // while its pooled connection serves another client's write, which must
 // not take a later request number of the waiting write's id.
 func TestForwardedWriteRetriedAfterAnotherForwardIsNotStale(t *testing.T) {
-	var l tableLeader
+	var l clientTable
 	var bDone atomic.Bool
 	addr := l.serve(t, func(key string) bool { return key == "a" && !bDone.Load() })
 	f := newForwarder("", "", "")
@@ -231,24 +260,18 @@ func TestForwardedWriteRetriedAfterAnotherForwardIsNotStale(t *testing.T) {
 		f.forward(addr, []*Call{a}, func() (string, bool) { return addr, true })
 	}()
 	// Wait for a's first refusal to put its connection back in the pool.
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+	testgroup.WaitFor(t, 5*time.Second, "a's connection to go back to the pool", func() bool {
 		f.mu.Lock()
-		n := len(f.idle[addr])
-		f.mu.Unlock()
-		if n > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("a's connection never went back to the pool")
-		}
-	}
+		defer f.mu.Unlock()
+		return len(f.idle[addr]) > 0
+	})
 	b := &Call{Args: [][]byte{[]byte("SET"), []byte("b"), []byte("1")}, Dur: level.Sync}
 	f.forward(addr, []*Call{b}, func() (string, bool) { return addr, true })
 	bDone.Store(true)
 	<-done
 	for _, c := range []*Call{a, b} {
 		if c.Err != nil || string(c.Reply.Str) != "OK" {
-			t.Fatalf("SET %s: %v %v %q; want OK (ran: %q)", c.Args[1], c.Err, c.Reply.Kind, c.Reply.Str, l.ran)
+			t.Fatalf("SET %s: %v %v %q; want OK (ran: %q)", c.Args[1], c.Err, c.Reply.Kind, c.Reply.Str, l.executed())
 		}
 	}
 }
@@ -267,7 +290,7 @@ func TestForwarderLanesAreReusedOnlyWhenSettled(t *testing.T) {
 		if die {
 			return ""
 		}
-		return "*2\r\n$1\r\n0\r\n+OK\r\n"
+		return forwardedOK
 	})
 	f := newForwarder("", "", "")
 	f.retryFor = 200 * time.Millisecond
@@ -295,34 +318,6 @@ func TestForwarderLanesAreReusedOnlyWhenSettled(t *testing.T) {
 	}
 }
 
-// staleTable is a leader's client table as the fake leaders below keep it:
-// the latest seq run per client id, and its reply; an older seq is refused
-// as stale, the latest answered again (shard's client table).
-type staleTable struct {
-	mu   sync.Mutex
-	last map[string]int
-	runs int
-}
-
-func (tb *staleTable) run(args []string, reply string) string {
-	tb.mu.Lock()
-	defer tb.mu.Unlock()
-	f := strings.Fields(reqID(args))
-	if len(f) != 2 {
-		return "-ERR fake: no REQID\r\n"
-	}
-	seq, _ := strconv.Atoi(f[1])
-	switch last, ok := tb.last[f[0]]; {
-	case ok && seq < last:
-		return "-ERR " + shard.ErrStaleRequest.Error() + "\r\n"
-	case ok && seq == last:
-		return reply // answered from the table
-	}
-	tb.last[f[0]] = seq
-	tb.runs++
-	return reply
-}
-
 // A forwarded write refused before it ran (no leader: a slot in a move's
 // window) is retried while another forward has used its pooled connection:
 // the connection's id has a later seq at the leader by then. The retry
@@ -330,16 +325,10 @@ func (tb *staleTable) run(args []string, reply string) string {
 // the client gets an error for a write that never ran (seen in
 // bench/reshard-vs.sh: a few per move).
 func TestForwarderRetryOfARefusedWriteIsNotStale(t *testing.T) {
-	tb := &staleTable{last: map[string]int{}}
+	var tb clientTable
 	var refuse atomic.Bool
 	refuse.Store(true)
-	const ok = "*2\r\n$1\r\n0\r\n+OK\r\n"
-	addr := fakeLeader(t, func(_ int, args []string) string {
-		if refuse.Load() {
-			return "-" + ErrNoLeader.Msg + "\r\n"
-		}
-		return tb.run(args, ok)
-	})
+	addr := tb.serve(t, func(string) bool { return refuse.Load() })
 	f := newForwarder("", "", "")
 	defer f.close()
 	a := &Call{Args: [][]byte{[]byte("SET"), []byte("a"), []byte("1")}, Dur: level.Sync}
@@ -361,8 +350,8 @@ func TestForwarderRetryOfARefusedWriteIsNotStale(t *testing.T) {
 	if a.Err != nil || a.Reply.Kind != resp.Simple {
 		t.Fatalf("a, refused and then retried: %v %v; want OK", a.Err, a.Reply)
 	}
-	if tb.runs != 2 {
-		t.Fatalf("%d writes ran, want 2", tb.runs)
+	if ran := tb.executed(); len(ran) != 2 {
+		t.Fatalf("writes run: %q, want 2", ran)
 	}
 }
 
@@ -371,12 +360,11 @@ func TestForwarderRetryOfARefusedWriteIsNotStale(t *testing.T) {
 // and advance that id's seq, or the retry is refused as stale and the
 // client told "outcome unknown" for a write the table could have answered.
 func TestForwarderRetryOfAMaybeWriteIsAnsweredFromTheTable(t *testing.T) {
-	tb := &staleTable{last: map[string]int{}}
+	var tb clientTable
 	var first atomic.Bool
 	first.Store(true)
-	const ok = "*2\r\n$1\r\n0\r\n+OK\r\n"
 	addr := fakeLeader(t, func(_ int, args []string) string {
-		reply := tb.run(args, ok)
+		reply := tb.run(args, forwardedOK)
 		if first.CompareAndSwap(true, false) {
 			return "-UNAVAILABLE commit timed out\r\n" // it ran; the answer was lost
 		}
@@ -400,7 +388,7 @@ func TestForwarderRetryOfAMaybeWriteIsAnsweredFromTheTable(t *testing.T) {
 	if a.Err != nil || a.Reply.Kind != resp.Simple {
 		t.Fatalf("a, run and retried: %v %v; want the table's OK", a.Err, a.Reply)
 	}
-	if tb.runs != 2 {
-		t.Fatalf("%d writes ran, want 2 (a once)", tb.runs)
+	if ran := tb.executed(); len(ran) != 2 {
+		t.Fatalf("writes run: %q, want 2 (a once)", ran)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/storage"
+	"github.com/kefirdb/kefir/internal/testgroup"
 )
 
 // A node that hosts a replica of the metadata group routes by the map its
@@ -143,12 +144,8 @@ func TestMultiWithoutAMetadataReplicaPollsTheMap(t *testing.T) {
 	defer func() { cancel(); <-done }()
 	wait := func(epoch uint64) {
 		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for mu4.smap().Epoch != epoch {
-			if time.Now().After(deadline) {
-				t.Fatalf("node 4 routes by epoch %d, want %d", mu4.smap().Epoch, epoch)
-			}
-			time.Sleep(5 * time.Millisecond)
+		if !testgroup.Until(5*time.Second, 5*time.Millisecond, func() bool { return mu4.smap().Epoch == epoch }) {
+			t.Fatalf("node 4 routes by epoch %d, want %d", mu4.smap().Epoch, epoch)
 		}
 	}
 	wait(2)

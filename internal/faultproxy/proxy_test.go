@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/kefirdb/kefir/internal/testgroup"
 )
 
 // echoServer echoes lines and counts the bytes it received.
@@ -102,16 +104,11 @@ func TestPassThrough(t *testing.T) {
 	}
 	// The proxy counts a chunk after writing it, so the last echo can reach the
 	// client just before it is counted: wait for the counters to settle.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	if !testgroup.Until(5*time.Second, time.Millisecond, func() bool {
 		st := p.Stats()
-		if st.Accepted == 1 && st.Forwarded[Up] == 60 && st.Forwarded[Down] == 60 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("stats %+v", st)
-		}
-		time.Sleep(time.Millisecond)
+		return st.Accepted == 1 && st.Forwarded[Up] == 60 && st.Forwarded[Down] == 60
+	}) {
+		t.Fatalf("stats %+v", p.Stats())
 	}
 }
 
@@ -190,10 +187,7 @@ func TestBlackholeOneDirection(t *testing.T) {
 	if !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("want timeout under a downstream blackhole, got %v", err)
 	}
-	deadline := time.Now().Add(2 * time.Second)
-	for e.received.Load() != int64(len("warm\nlost\n")) && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	testgroup.Until(2*time.Second, time.Millisecond, func() bool { return e.received.Load() == int64(len("warm\nlost\n")) })
 	if got := e.received.Load(); got != int64(len("warm\nlost\n")) {
 		t.Fatalf("server received %d bytes; the upstream direction should still work", got)
 	}

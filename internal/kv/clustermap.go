@@ -1,6 +1,7 @@
 package kv
 
 import (
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"slices"
@@ -327,7 +328,7 @@ func mapStep(m *ClusterMap, op *Op) (*ClusterMap, Result, error) {
 		}
 		n := m.clone()
 		n.Nodes = append(n.Nodes, nd)
-		slices.SortFunc(n.Nodes, func(a, b MapNode) int { return cmpU64(a.ID, b.ID) })
+		slices.SortFunc(n.Nodes, func(a, b MapNode) int { return cmp.Compare(a.ID, b.ID) })
 		// The epoch moves with the node list, so a node that polls the map
 		// (it adopts only a newer epoch) learns the node — unless a move is
 		// in flight: its epoch is above the map's, and the map must not
@@ -457,16 +458,6 @@ func rangesOf(slots []uint16) []SlotRange {
 		out = append(out, SlotRange{s, s})
 	}
 	return out
-}
-
-func cmpU64(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // clone returns a deep copy of m (ops never change a decoded map in place).

@@ -24,6 +24,14 @@ func readMap(t *testing.T, m mem) *ClusterMap {
 	return cm
 }
 
+// initMap applies testMap's init, the first step of a map's tests.
+func initMap(t *testing.T, apply func(*Op) (Result, error)) {
+	t.Helper()
+	if _, err := apply(&Op{Kind: KindMapInit, Key: AppendClusterMap(nil, testMap())}); err != nil {
+		t.Fatalf("init of the map: %v", err)
+	}
+}
+
 func moveOp(kind Kind, mv MapMove) *Op { return &Op{Kind: kind, Key: AppendMapMove(nil, mv)} }
 
 func TestClusterMapCodec(t *testing.T) {
@@ -59,11 +67,7 @@ func TestClusterMapCodec(t *testing.T) {
 // refusals that change nothing.
 func TestClusterMapOps(t *testing.T) {
 	m := mem{}
-	v := uint64(0)
-	apply := func(op *Op) (Result, error) {
-		v++
-		return applyTo(t, m, v, op)
-	}
+	apply := applier(t, m)
 	if _, err := apply(moveOp(KindMapMovePlan, MapMove{From: 1, To: 2, Slots: []SlotRange{{0, 99}}, Epoch: 2})); !errors.Is(err, ErrSlotTransition) {
 		t.Fatalf("a plan before the map: %v", err)
 	}
@@ -172,11 +176,7 @@ func TestClusterMapOps(t *testing.T) {
 // recorded) are not checked.
 func TestSlotStepsOfADisplacedDriverAreRefused(t *testing.T) {
 	m := mem{}
-	v := uint64(0)
-	apply := func(op *Op) (Result, error) {
-		v++
-		return applyTo(t, m, v, op)
-	}
+	apply := applier(t, m)
 	rs := []SlotRange{{0, 99}}
 	k := keyOfSlot(5)
 	load := func(val string, epoch, beat uint64) *Op {
@@ -240,14 +240,8 @@ func TestSlotStepsOfADisplacedDriverAreRefused(t *testing.T) {
 // (Review finding 2.)
 func TestMapPlanOfAPlannedMoveByAnotherDriverIsRefused(t *testing.T) {
 	m := mem{}
-	v := uint64(0)
-	apply := func(op *Op) (Result, error) {
-		v++
-		return applyTo(t, m, v, op)
-	}
-	if _, err := apply(&Op{Kind: KindMapInit, Key: AppendClusterMap(nil, testMap())}); err != nil {
-		t.Fatal(err)
-	}
+	apply := applier(t, m)
+	initMap(t, apply)
 	rs := []SlotRange{{0, 99}}
 	if res, err := apply(moveOp(KindMapMovePlan, MapMove{From: 1, To: 2, Slots: rs, Epoch: 2, Driver: "a"})); err != nil || res.Int != 1 {
 		t.Fatalf("plan by a: %+v %v", res, err)
@@ -283,14 +277,8 @@ func TestMapPlanOfAPlannedMoveByAnotherDriverIsRefused(t *testing.T) {
 // finding 3.)
 func TestMapAddNodeDuringAMoveKeepsTheEpochBelowTheMove(t *testing.T) {
 	m := mem{}
-	v := uint64(0)
-	apply := func(op *Op) (Result, error) {
-		v++
-		return applyTo(t, m, v, op)
-	}
-	if _, err := apply(&Op{Kind: KindMapInit, Key: AppendClusterMap(nil, testMap())}); err != nil {
-		t.Fatal(err)
-	}
+	apply := applier(t, m)
+	initMap(t, apply)
 	rs := []SlotRange{{0, 99}}
 	if _, err := apply(moveOp(KindMapMovePlan, MapMove{From: 1, To: 2, Slots: rs, Epoch: 2, Driver: "a"})); err != nil {
 		t.Fatal(err)

@@ -6,6 +6,43 @@ import (
 	"testing"
 )
 
+// expiringK reads a store of one string key, k=5 at version 1, that expires
+// at t=1000 ms.
+func expiringK(key []byte) ([]byte, []byte, uint64, bool, error) {
+	if string(key) == "k" {
+		return []byte("5"), EncodeMeta(TypeString, 1000), 1, true, nil
+	}
+	return nil, nil, 0, false, nil
+}
+
+// commitAt2000 applies a commit at t=2000 ms (after expiringK's k expired)
+// over get, at version 2, and returns what it answered and the value it
+// landed for k ("" if none).
+func commitAt2000(get Getter, op *Op) (res Result, landed string, err error) {
+	op.Now = 2000
+	res, err = Apply(get, 2, op, 0, func(key, value, _ []byte, tomb bool) {
+		if string(key) == "k" && !tomb {
+			landed = string(value)
+		}
+	})
+	return res, landed, err
+}
+
+// ownedK reads a store whose slot table has every slot owned at epoch 3 and
+// k=v at version 2.
+func ownedK() Getter {
+	table := AppendSlotTable(nil, NewSlotTable([]SlotRange{{Start: 0, End: NumSlots - 1}}, 3))
+	return func(key []byte) ([]byte, []byte, uint64, bool, error) {
+		switch string(key) {
+		case string(SlotTableKey):
+			return table, nil, 1, true, nil
+		case "k":
+			return []byte("v"), nil, 2, true, nil
+		}
+		return nil, nil, 0, false, nil
+	}
+}
+
 // A key that expires between a transaction's read and its commit kept its
 // record, and so its version, but the commit's writes are evaluated at the
 // commit's clock, where the key is absent: the transaction read k=5 and its
@@ -14,13 +51,7 @@ import (
 // version 0: a conflict with the version the transaction saw.
 func TestTxCommitOverAKeyThatExpiredInTheWindowAborts(t *testing.T) {
 	k := []byte("k")
-	meta := EncodeMeta(TypeString, 1000) // expires at t=1000 ms
-	get := func(key []byte) ([]byte, []byte, uint64, bool, error) {
-		if string(key) == "k" {
-			return []byte("5"), meta, 1, true, nil
-		}
-		return nil, nil, 0, false, nil
-	}
+	get := expiringK
 	// In the transaction (t=500): INCRBY k 1 answers 6 over its snapshot.
 	var ov TxOverlay
 	incr := Op{Kind: KindIncrBy, Key: k, Delta: 1, Now: 500}
@@ -33,13 +64,7 @@ func TestTxCommitOverAKeyThatExpiredInTheWindowAborts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	op.Now = 2000
-	var landed string
-	res, err := Apply(get, 2, &op, 0, func(key, value, _ []byte, tomb bool) {
-		if string(key) == "k" && !tomb {
-			landed = string(value)
-		}
-	})
+	res, landed, err := commitAt2000(get, &op)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,25 +77,13 @@ func TestTxCommitOverAKeyThatExpiredInTheWindowAborts(t *testing.T) {
 // version 0, absent) and is still expired at the commit is no conflict: the
 // transaction computed from absent, and the commit evaluates at absent.
 func TestTxCommitOverAKeyExpiredBeforeItsReadCommits(t *testing.T) {
-	meta := EncodeMeta(TypeString, 1000)
-	get := func(key []byte) ([]byte, []byte, uint64, bool, error) {
-		if string(key) == "k" {
-			return []byte("5"), meta, 1, true, nil
-		}
-		return nil, nil, 0, false, nil
-	}
+	get := expiringK
 	for _, iso := range []Cond{TxSI, TxSerializable} {
 		op, err := NewTxCommit(1, iso, TxOrigin{}, []TxCheck{{Key: []byte("k"), Version: 0}}, []Op{{Kind: KindIncrBy, Key: []byte("k"), Delta: 1}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		op.Now = 2000
-		var landed string
-		res, err := Apply(get, 2, &op, 0, func(key, value, _ []byte, tomb bool) {
-			if string(key) == "k" && !tomb {
-				landed = string(value)
-			}
-		})
+		res, landed, err := commitAt2000(get, &op)
 		if err != nil || string(res.Bulk) != ":2\r\n" || landed != "1" {
 			t.Fatalf("isolation %d: commit answered %q (%v), landed k=%q; want :2 and k=1", iso, res.Bulk, err, landed)
 		}
@@ -81,16 +94,7 @@ func TestTxCommitOverAKeyExpiredBeforeItsReadCommits(t *testing.T) {
 // the section or with a malformed one is a decoder error, and a key whose slot has
 // another origin at the commit is a conflict that says so.
 func TestTxCommitOrigin(t *testing.T) {
-	table := AppendSlotTable(nil, NewSlotTable([]SlotRange{{Start: 0, End: NumSlots - 1}}, 3))
-	get := func(key []byte) ([]byte, []byte, uint64, bool, error) {
-		switch string(key) {
-		case string(SlotTableKey):
-			return table, nil, 1, true, nil
-		case "k":
-			return []byte("v"), nil, 2, true, nil
-		}
-		return nil, nil, 0, false, nil
-	}
+	get := ownedK()
 	checks := []TxCheck{{Key: []byte("k"), Version: 2}}
 	writes := []Op{{Kind: KindSet, Key: []byte("k"), Value: []byte("w")}}
 	for _, c := range []struct {
@@ -134,16 +138,7 @@ func TestTxCommitOrigin(t *testing.T) {
 // A WATCH observation ends with its origin, which checkObservation requires
 // (no release logged an EXEC without it).
 func TestWatchObservationOrigin(t *testing.T) {
-	table := AppendSlotTable(nil, NewSlotTable([]SlotRange{{Start: 0, End: NumSlots - 1}}, 3))
-	get := func(key []byte) ([]byte, []byte, uint64, bool, error) {
-		switch string(key) {
-		case string(SlotTableKey):
-			return table, nil, 1, true, nil
-		case "k":
-			return []byte("v"), nil, 2, true, nil
-		}
-		return nil, nil, 0, false, nil
-	}
+	get := ownedK()
 	seen, err := Observe(get, nil, []byte("k"), 0)
 	if err != nil || string(seen) != "\x03\x02\x03\x01" || observedVersion(seen) != 2 {
 		t.Fatalf("observation %q %v", seen, err)

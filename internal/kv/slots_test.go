@@ -23,6 +23,16 @@ func applyTo(t *testing.T, m mem, v uint64, op *Op) (Result, error) {
 	return res, nil
 }
 
+// applier applies ops to m one after another, each at the next version (1,
+// 2, …), as a group's log would.
+func applier(t *testing.T, m mem) func(op *Op) (Result, error) {
+	v := uint64(0)
+	return func(op *Op) (Result, error) {
+		v++
+		return applyTo(t, m, v, op)
+	}
+}
+
 func slotSet(rs []SlotRange, st SlotState, peer, epoch uint64) *Op {
 	return &Op{Kind: KindSlotSet, Key: EncodeSlotRanges(rs), Cond: Cond(st), Value: []byte(strconv.FormatUint(peer, 10)), Delta: int64(epoch)}
 }

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kefirdb/kefir/internal/testgroup"
 )
 
 // vrClientKey is the engine key of vrshard's client-table row for id
@@ -42,16 +44,12 @@ KEFIR.CALL REQID 103 8 CMD INCR d => (integer) 2`)
 	for i := range g.nodes {
 		c := dial(t, g.nodes[i])
 		var db, keys string
-		deadline := time.Now().Add(5 * time.Second)
-		for {
+		testgroup.Until(5*time.Second, 10*time.Millisecond, func() bool {
 			// A follower counts a write once it has applied it.
 			db, keys = counts(c)
 			// INFO is read before DBSIZE: wait until both count the last write.
-			if (db == fmt.Sprintf("(integer) %d", want) && keys == fmt.Sprintf("keys=%d", want)) || time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+			return db == fmt.Sprintf("(integer) %d", want) && keys == fmt.Sprintf("keys=%d", want)
+		})
 		if db != fmt.Sprintf("(integer) %d", want) || keys != fmt.Sprintf("keys=%d", want) {
 			t.Errorf("node %d (leader %d): DBSIZE %s, INFO keyspace %s; want %d user keys", i, l, db, keys, want)
 		}

@@ -332,6 +332,37 @@ func TestLoopCoalescingOnlyWhenWriteOnlyCanFail(t *testing.T) {
 	}
 }
 
+// setsOneAtATime has every client of cs send each SETs of its own keys
+// (prefix, client, "-", n), one at a time (redis-benchmark -P 1), all clients
+// at once, and fails the test on an error or an error reply.
+func setsOneAtATime(t *testing.T, cs []*client, prefix string, each int) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, len(cs))
+	for i, c := range cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range each {
+				key := []byte(fmt.Sprint(prefix, i, "-", j))
+				if _, err := c.nc.Write(resp.AppendCommand(nil, []byte("SET"), key, []byte("v"))); err != nil {
+					errs <- err
+					return
+				}
+				if v, err := c.rd.ReadValue(); err != nil || v.Kind == resp.Error {
+					errs <- fmt.Errorf("%v %v", show(v), err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
 // parkedBehindFsyncUnderWriteOnlyLoad runs 20 clients sending one sync SET at a
 // time (redis-benchmark -c 20 -P 1) against 2 ms fsyncs, and returns how many
 // batches were parked behind a running fsync after a warm-up long enough for
@@ -343,32 +374,7 @@ func parkedBehindFsyncUnderWriteOnlyLoad(t *testing.T) uint64 {
 	for range clients {
 		cs = append(cs, dial(t, s))
 	}
-	writes := func(phase string, each int) {
-		var wg sync.WaitGroup
-		errs := make(chan error, clients)
-		for i, c := range cs {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for j := range each {
-					key := []byte(fmt.Sprint(phase, i, "-", j))
-					if _, err := c.nc.Write(resp.AppendCommand(nil, []byte("SET"), key, []byte("v"))); err != nil {
-						errs <- err
-						return
-					}
-					if v, err := c.rd.ReadValue(); err != nil || v.Kind == resp.Error {
-						errs <- fmt.Errorf("%v %v", show(v), err)
-						return
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			t.Fatal(err)
-		}
-	}
+	writes := func(phase string, each int) { setsOneAtATime(t, cs, phase, each) }
 	writes("warm", 3*coalesceAfter)
 	before := parkedBehindFsync.Load()
 	writes("run", 10)
@@ -430,29 +436,7 @@ func TestConcurrentSyncWritesShareFsyncs(t *testing.T) {
 			cs = append(cs, dial(t, s))
 		}
 		before := fs.syncs.Load()
-		var wg sync.WaitGroup
-		errs := make(chan error, clients)
-		for i, c := range cs {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for j := range each {
-					if _, err := c.nc.Write(resp.AppendCommand(nil, []byte("SET"), []byte(fmt.Sprint(i, "-", j)), []byte("v"))); err != nil {
-						errs <- err
-						return
-					}
-					if v, err := c.rd.ReadValue(); err != nil || v.Kind == resp.Error {
-						errs <- fmt.Errorf("%v %v", show(v), err)
-						return
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			t.Fatal(err)
-		}
+		setsOneAtATime(t, cs, "", each)
 		syncs := fs.syncs.Load() - before
 		perSync := float64(clients*each) / float64(syncs)
 		t.Logf("%d writes, %d fsyncs: %.1f writes per fsync", clients*each, syncs, perSync)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kefirdb/kefir/internal/resp"
+	"github.com/kefirdb/kefir/internal/testgroup"
 )
 
 // expiryScript exercises every expiry command, option, reply and error with
@@ -226,14 +227,14 @@ SET p v => OK
 		c.expect(`KEFIR.CONSISTENCY eventual => OK`)
 		cs = append(cs, c)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for i, c := range cs {
-		for c.do("GET", "e") != `"v"` {
-			if time.Now().After(deadline) {
-				t.Fatalf("replica %d never showed e before its expiry", i)
-			}
-			time.Sleep(5 * time.Millisecond)
+	behind := 0 // the first replica not showing e yet
+	if !testgroup.Until(5*time.Second, 5*time.Millisecond, func() bool {
+		for behind < len(cs) && cs[behind].do("GET", "e") == `"v"` {
+			behind++
 		}
+		return behind == len(cs)
+	}) {
+		t.Fatalf("replica %d never showed e before its expiry", behind)
 	}
 	time.Sleep(time.Until(set.Add(1100 * time.Millisecond)))
 	// ... and none after it, at any level.
@@ -293,14 +294,14 @@ func TestActiveExpiryReplicated(t *testing.T) {
 					t.Fatalf("SET: %s", r)
 				}
 			}
-			deadline := time.Now().Add(10 * time.Second)
-			for i, n := range g.nodes {
-				for storedKeys(n, keys) != len(keys) {
-					if time.Now().After(deadline) {
-						t.Fatalf("replica %d never stored the keys", i)
-					}
-					time.Sleep(10 * time.Millisecond)
+			behind := 0 // the first replica not storing the keys yet
+			if !testgroup.Until(10*time.Second, 10*time.Millisecond, func() bool {
+				for behind < len(g.nodes) && storedKeys(g.nodes[behind], keys) == len(keys) {
+					behind++
 				}
+				return behind == len(g.nodes)
+			}) {
+				t.Fatalf("replica %d never stored the keys", behind)
 			}
 			time.Sleep(1200 * time.Millisecond)
 			c.expect(`
@@ -337,12 +338,10 @@ SET b 1 PX 100 => OK
 SET p 1 => OK
 `)
 	// A deletion is visible once applied; the cycle counts it once durable.
-	deadline := time.Now().Add(5 * time.Second)
-	for storedKeys(s, []string{"a", "b"}) != 0 || !strings.Contains(c.do("INFO", "stats"), `expired_keys:2\r`) {
-		if time.Now().After(deadline) {
-			t.Fatalf("a, b not deleted (%d stored) or not counted: %s", storedKeys(s, []string{"a", "b"}), c.do("INFO", "stats"))
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !testgroup.Until(5*time.Second, 10*time.Millisecond, func() bool {
+		return storedKeys(s, []string{"a", "b"}) == 0 && strings.Contains(c.do("INFO", "stats"), `expired_keys:2\r`)
+	}) {
+		t.Fatalf("a, b not deleted (%d stored) or not counted: %s", storedKeys(s, []string{"a", "b"}), c.do("INFO", "stats"))
 	}
 	c.expect(`SET b 2 => OK`)
 	time.Sleep(100 * time.Millisecond) // five cycles

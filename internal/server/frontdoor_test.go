@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kefirdb/kefir/internal/command"
+	"github.com/kefirdb/kefir/internal/testgroup"
 )
 
 // An HTTP request sent to the RESP port (a browser page posting to it) closes
@@ -95,11 +96,7 @@ func TestKeyCountsExcludeDeletedKeysAndInternalRows(t *testing.T) {
 			c := dial(t, g.nodes[i])
 			got := ""
 			// A follower counts a write once it has applied it.
-			for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-				if got = counts(c); got == want {
-					break
-				}
-			}
+			testgroup.Until(5*time.Second, 10*time.Millisecond, func() bool { got = counts(c); return got == want })
 			if got != want {
 				t.Errorf("node %d (leader %d): DBSIZE, INFO keyspace = %s, want %s", i, l, got, want)
 			}

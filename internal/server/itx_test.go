@@ -13,6 +13,7 @@ import (
 	kefir "github.com/kefirdb/kefir/client"
 	"github.com/kefirdb/kefir/internal/check"
 	"github.com/kefirdb/kefir/internal/mutation"
+	"github.com/kefirdb/kefir/internal/testgroup"
 )
 
 // KEFIR.TX's commands and replies on a single node: snapshot reads, own
@@ -544,12 +545,8 @@ KEFIR.TX GET 1 x => "1"
 	if n := s.db.Stats().Snapshots; n != base+1 {
 		t.Fatalf("%d snapshots open during the transaction, want %d", n, base+1)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for s.db.Stats().Snapshots != base {
-		if time.Now().After(deadline) {
-			t.Fatalf("the expired transaction's snapshot is still pinned (%d open, want %d)", s.db.Stats().Snapshots, base)
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !testgroup.Until(5*time.Second, 10*time.Millisecond, func() bool { return s.db.Stats().Snapshots == base }) {
+		t.Fatalf("the expired transaction's snapshot is still pinned (%d open, want %d)", s.db.Stats().Snapshots, base)
 	}
 	a.expect(`
 KEFIR.TX GET 1 x => TXABORT transaction too old*

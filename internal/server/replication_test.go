@@ -345,12 +345,11 @@ func TestStaleConfigIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	g.nodes[2] = g.start(t, cfg)
-	deadline := time.Now().Add(15 * time.Second)
-	for g.nodes[2].roleName() != "follower" && g.nodes[2].roleName() != "leader" {
-		if time.Now().After(deadline) {
-			t.Fatalf("wiped node did not rejoin: role %s", g.nodes[2].roleName())
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !testgroup.Until(15*time.Second, 20*time.Millisecond, func() bool {
+		role := g.nodes[2].roleName()
+		return role == "follower" || role == "leader"
+	}) {
+		t.Fatalf("wiped node did not rejoin: role %s", g.nodes[2].roleName())
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kefirdb/kefir/internal/seglog/seglogtest"
+	"github.com/kefirdb/kefir/internal/testgroup"
 	"github.com/kefirdb/kefir/internal/vfs"
 )
 
@@ -157,10 +158,8 @@ func TestRecoveryWhileAnOldFillerRemovesItsFile(t *testing.T) {
 	}
 	// Recovery asks its own filler for the next file; once it is done, a file of that
 	// name must be that one, ready, or none.
-	for deadline := time.Now().Add(10 * time.Second); !db2.fill.Idle(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the new engine's filler did not finish")
-		}
+	if !testgroup.Until(10*time.Second, time.Millisecond, db2.fill.Idle) {
+		t.Fatal("the new engine's filler did not finish")
 	}
 	if _, err := g.Stat("/db/" + zeroName); (err == nil) != db2.fill.ReadyIn("/db") {
 		t.Fatalf("zero-filled file after recovery: %v, but the new filler's file ready: %v", err, db2.fill.ReadyIn("/db"))

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kefirdb/kefir/internal/seglog"
+	"github.com/kefirdb/kefir/internal/testgroup"
 	"github.com/kefirdb/kefir/internal/vfs"
 )
 
@@ -163,12 +164,8 @@ func TestBackgroundSyncer(t *testing.T) {
 		o.Devices = []Device{{Dir: t.TempDir()}}
 		db := mustOpen(t, o)
 		p := put(t, db, "k", 1, string(make([]byte, 200)))
-		deadline := time.Now().Add(5 * time.Second)
-		for db.DurablePos() < p {
-			if time.Now().After(deadline) {
-				t.Fatalf("background syncer never synced (%+v)", o)
-			}
-			time.Sleep(time.Millisecond)
+		if !testgroup.Until(5*time.Second, time.Millisecond, func() bool { return db.DurablePos() >= p }) {
+			t.Fatalf("background syncer never synced (%+v)", o)
 		}
 		db.Close()
 	}
@@ -234,12 +231,8 @@ func TestBackgroundCompaction(t *testing.T) {
 		put(t, db, fmt.Sprintf("k%d", i%5), uint64(i+1), fmt.Sprintf("%050d", i))
 	}
 	db.Sync(db.LastPos())
-	deadline := time.Now().Add(5 * time.Second)
-	for db.Stats().Compactions == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("no background compaction within 5s")
-		}
-		time.Sleep(time.Millisecond)
+	if !testgroup.Until(5*time.Second, time.Millisecond, func() bool { return db.Stats().Compactions != 0 }) {
+		t.Fatal("no background compaction within 5s")
 	}
 	wantGet(t, db, "k4", fmt.Sprintf("%050d", 399))
 }
@@ -250,22 +243,16 @@ func TestBackgroundCheckpoint(t *testing.T) {
 	o.CheckpointInterval = time.Millisecond
 	db := mustOpen(t, o)
 	put(t, db, "a", 1, "x")
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	if !testgroup.Until(5*time.Second, time.Millisecond, func() bool {
 		names, _ := fs.ReadDir("/db")
-		hints := 0
 		for _, n := range names {
 			if _, ok := parseName(n, ".hint"); ok {
-				hints++
+				return true
 			}
 		}
-		if hints > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no background checkpoint within 5s")
-		}
-		time.Sleep(time.Millisecond)
+		return false
+	}) {
+		t.Fatal("no background checkpoint within 5s")
 	}
 	db.Close()
 	fs.Crash(nil)

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"sync/atomic"
@@ -157,7 +158,7 @@ func (t *Transport) Stats() Stats {
 		s.Links = append(s.Links, l)
 		s.Total.add(l)
 	}
-	slices.SortFunc(s.Links, func(a, b LinkStats) int { return cmpU64(a.Peer, b.Peer) })
+	slices.SortFunc(s.Links, func(a, b LinkStats) int { return cmp.Compare(a.Peer, b.Peer) })
 	s.AuthFailures = t.authFailures.Load()
 	s.IdentityRefusals = t.identityFails.Load()
 	s.ProtocolErrors = t.protoFailures.Load()
@@ -172,14 +173,4 @@ func (s Stats) Link(id uint64) LinkStats {
 		}
 	}
 	return LinkStats{}
-}
-
-func cmpU64(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }

@@ -24,7 +24,7 @@ import (
 // powerCut replaces replica id by a new incarnation started from what a
 // power cut left on its disk: the hard state and log it had synced and the
 // d-log records listed (the cad ones it acked from memory are gone).
-func (x *nxNet) powerCut(id uint64, hs HardState, entries []Entry, dlog []NilextRequest) {
+func (x *tnet) powerCut(id uint64, hs HardState, entries []Entry, dlog []NilextRequest) {
 	x.t.Helper()
 	r, err := New(nxConfig(id, len(x.rs[id].cfg.Members)), State{HardState: hs, Entries: entries, DLog: dlog})
 	if err != nil {
@@ -36,23 +36,23 @@ func (x *nxNet) powerCut(id uint64, hs HardState, entries []Entry, dlog []Nilext
 
 // takeDown removes replica id from the network (it keeps its memory: a
 // partition or a paused process, not a power cut) and returns it.
-func (x *nxNet) takeDown(id uint64) *Replica {
+func (x *tnet) takeDown(id uint64) *Replica {
 	r := x.rs[id]
 	delete(x.rs, id)
 	x.ids = slices.DeleteFunc(x.ids, func(i uint64) bool { return i == id })
 	return r
 }
 
-func (x *nxNet) bringBack(id uint64, r *Replica) {
+func (x *tnet) bringBack(id uint64, r *Replica) {
 	x.rs[id] = r
 	x.ids = append(x.ids, id)
 	slices.Sort(x.ids)
 }
 
-func (x *nxNet) run(rounds int) {
+func (x *tnet) run(rounds int) {
 	for range rounds {
 		x.tick(25 * time.Millisecond)
-		x.deliver()
+		x.deliver(nil)
 	}
 }
 
@@ -165,7 +165,7 @@ func TestNilextRestartedFollowerForcesAViewChange(t *testing.T) {
 	// It keeps its restart promise (no vote for one lease, 50 ms here),
 	// then starts view 1.
 	x.tick(20 * time.Millisecond)
-	x.deliver()
+	x.deliver(nil)
 	if in := x.rs[3].Info(); in.View != 0 {
 		t.Fatalf("restarted follower left view 0 within its restart promise: %+v", in)
 	}

@@ -13,23 +13,6 @@ import (
 // driven by hand: messages are delivered and fsyncs reported only when the
 // test says so (or at once with autoSync).
 
-type nxNet struct {
-	t        *testing.T
-	now      int64
-	rs       map[uint64]*Replica
-	ids      []uint64
-	q        []Message
-	autoSync bool
-	unsynced map[uint64]uint64
-	acks     map[uint64][]NilextAck // by client
-	dlogDisk map[uint64][]NilextRequest
-	replies  map[uint64][]Reply
-	reads    map[uint64][]ReadState
-	applied  map[uint64][]Committed
-	errs     map[uint64][]error
-	sent     int
-}
-
 func nxConfig(self uint64, n int) Config {
 	c := testConfig(self, n)
 	nilextOn(&c)
@@ -42,85 +25,11 @@ func nilextOn(c *Config) {
 	c.Nilext, c.NilextBatch, c.NilextInterval = true, 4, 5*time.Millisecond
 }
 
-func newNxNet(t *testing.T, n int) *nxNet {
+// newNxNet is a test network (tnet) of n replicas with the nilext fast
+// path on (nilextOn), started without a nonce.
+func newNxNet(t *testing.T, n int) *tnet {
 	t.Helper()
-	x := &nxNet{t: t, now: 1000 * ms, rs: map[uint64]*Replica{}, autoSync: true, unsynced: map[uint64]uint64{},
-		acks: map[uint64][]NilextAck{}, dlogDisk: map[uint64][]NilextRequest{}, replies: map[uint64][]Reply{},
-		reads: map[uint64][]ReadState{}, applied: map[uint64][]Committed{}, errs: map[uint64][]error{}}
-	for _, id := range memberIDs(n) {
-		r, err := New(nxConfig(id, n), State{Bootstrap: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		x.rs[id] = r
-		x.ids = append(x.ids, id)
-	}
-	for _, id := range x.ids {
-		x.rs[id].Tick(x.now)
-		x.ready(id)
-	}
-	return x
-}
-
-func (x *nxNet) ready(id uint64) {
-	r := x.rs[id]
-	for range 50 {
-		rd := r.Ready()
-		if rd.Empty() {
-			return
-		}
-		if rd.PersistSeq != 0 {
-			x.unsynced[id] = rd.PersistSeq
-		}
-		x.dlogDisk[id] = append(x.dlogDisk[id], rd.DLog...)
-		x.q = append(x.q, rd.Messages...)
-		x.sent += len(rd.Messages)
-		if len(rd.Committed) > 0 {
-			res := make([][]byte, len(rd.Committed))
-			x.applied[id] = append(x.applied[id], rd.Committed...)
-			r.Advance(res)
-		}
-		for _, a := range rd.NilextAcks {
-			x.acks[a.Client] = append(x.acks[a.Client], a)
-		}
-		x.replies[id] = append(x.replies[id], rd.Replies...)
-		x.reads[id] = append(x.reads[id], rd.ReadStates...)
-		x.errs[id] = append(x.errs[id], rd.Errors...)
-		if x.autoSync && x.unsynced[id] != 0 {
-			x.sync(id)
-		}
-	}
-	x.t.Fatalf("replica %d: Ready never empties", id)
-}
-
-func (x *nxNet) sync(id uint64) {
-	if s := x.unsynced[id]; s != 0 {
-		delete(x.unsynced, id)
-		x.rs[id].Persisted(s)
-		x.ready(id)
-	}
-}
-
-func (x *nxNet) deliver() {
-	for i := 0; len(x.q) > 0; i++ {
-		if i > 100000 {
-			x.t.Fatal("network never quiets")
-		}
-		m := x.q[0]
-		x.q = x.q[1:]
-		if r := x.rs[m.To]; r != nil {
-			r.Step(x.now, m)
-			x.ready(m.To)
-		}
-	}
-}
-
-func (x *nxNet) tick(d time.Duration) {
-	x.now += int64(d)
-	for _, id := range x.ids {
-		x.rs[id].Tick(x.now)
-		x.ready(id)
-	}
+	return newNetOf(t, n, nilextOn, func(uint64) State { return State{Bootstrap: true} })
 }
 
 func nxReq(client, req uint64, key string, sync bool) NilextRequest {
@@ -129,7 +38,7 @@ func nxReq(client, req uint64, key string, sync bool) NilextRequest {
 }
 
 // send gives a nilext update to the listed replicas (all if none).
-func (x *nxNet) send(q NilextRequest, to ...uint64) {
+func (x *tnet) send(q NilextRequest, to ...uint64) {
 	x.t.Helper()
 	if len(to) == 0 {
 		to = x.ids
@@ -142,9 +51,9 @@ func (x *nxNet) send(q NilextRequest, to ...uint64) {
 	}
 }
 
-func (x *nxNet) complete(client, req uint64) bool {
+func (x *tnet) complete(client, req uint64) bool {
 	tr := NewNilextTracker(x.ids)
-	for _, a := range x.acks[client] {
+	for _, a := range x.nxAcks[client] {
 		if a.ReqNum == req && tr.Add(a) {
 			return true
 		}
@@ -167,19 +76,19 @@ func TestNilextSyncAckWaitsForDisk(t *testing.T) {
 	x := newNxNet(t, 3)
 	x.autoSync = false
 	x.send(nxReq(10, 1, "k", true), 2)
-	if len(x.acks[10]) != 0 {
-		t.Fatalf("sync update acknowledged before its fsync: %v", x.acks[10])
+	if len(x.nxAcks[10]) != 0 {
+		t.Fatalf("sync update acknowledged before its fsync: %v", x.nxAcks[10])
 	}
 	if len(x.dlogDisk[2]) != 1 {
 		t.Fatalf("d-log entry not handed to the disk: %v", x.dlogDisk[2])
 	}
 	x.sync(2)
-	if len(x.acks[10]) != 1 || x.acks[10][0].From != 2 || x.acks[10][0].View != 0 || x.acks[10][0].Leader {
-		t.Fatalf("want one follower ack in view 0 after the fsync, got %+v", x.acks[10])
+	if len(x.nxAcks[10]) != 1 || x.nxAcks[10][0].From != 2 || x.nxAcks[10][0].View != 0 || x.nxAcks[10][0].Leader {
+		t.Fatalf("want one follower ack in view 0 after the fsync, got %+v", x.nxAcks[10])
 	}
 	x.send(nxReq(11, 1, "k", false), 1)
-	if len(x.acks[11]) != 1 || !x.acks[11][0].Leader {
-		t.Fatalf("async update must be acknowledged at once (by the leader): %+v", x.acks[11])
+	if len(x.nxAcks[11]) != 1 || !x.nxAcks[11][0].Leader {
+		t.Fatalf("async update must be acknowledged at once (by the leader): %+v", x.nxAcks[11])
 	}
 }
 
@@ -222,13 +131,13 @@ func TestNilextRetransmitAndStraggler(t *testing.T) {
 	if got := x.rs[2].DLog(); len(got) != 2 || got[0].Client != 10 || got[1].Client != 11 {
 		t.Fatalf("d-log after a retransmission: %v", got)
 	}
-	if n := len(x.acks[10]); n != 6 {
+	if n := len(x.nxAcks[10]); n != 6 {
 		t.Fatalf("want the retransmission acknowledged again (6 acks), got %d", n)
 	}
 	x.tick(5 * time.Millisecond) // the finalizer's interval
-	x.deliver()
+	x.deliver(nil)
 	x.tick(10 * time.Millisecond) // heartbeat carries the commit point to followers
-	x.deliver()
+	x.deliver(nil)
 	for _, id := range x.ids {
 		if in := x.rs[id].Info(); in.DLogLen != 0 || in.Applied != 2 {
 			t.Fatalf("replica %d after finalization: %+v", id, in)
@@ -237,9 +146,9 @@ func TestNilextRetransmitAndStraggler(t *testing.T) {
 	if len(x.replies[1]) != 0 {
 		t.Fatalf("background-ordered updates must not produce Replies: %v", x.replies[1])
 	}
-	before := len(x.acks[10])
+	before := len(x.nxAcks[10])
 	x.send(nxReq(10, 1, "a", true))
-	if len(x.acks[10]) != before+3 {
+	if len(x.nxAcks[10]) != before+3 {
 		t.Fatal("straggler copy of an applied update not acknowledged")
 	}
 	for _, id := range x.ids {
@@ -257,9 +166,9 @@ func TestNilextOrphansCollected(t *testing.T) {
 	x.send(nxReq(10, 1, "k", true), 3)
 	x.send(nxReq(10, 2, "k", true))
 	x.tick(5 * time.Millisecond)
-	x.deliver()
+	x.deliver(nil)
 	x.tick(10 * time.Millisecond)
-	x.deliver()
+	x.deliver(nil)
 	for _, id := range x.ids {
 		if in := x.rs[id].Info(); in.DLogLen != 0 || in.Applied != 1 {
 			t.Fatalf("replica %d: %+v (the orphan of request 1 must be gone)", id, in)
@@ -274,12 +183,12 @@ func TestNilextBackgroundBatch(t *testing.T) {
 	for i := uint64(1); i <= 3; i++ {
 		x.send(nxReq(10+i, 1, "k", true))
 	}
-	x.deliver()
+	x.deliver(nil)
 	if got := x.rs[1].Info().LastOp; got != 0 {
 		t.Fatalf("3 < batch 4 entries ordered before the interval: last op %d", got)
 	}
 	x.send(nxReq(20, 1, "k", true))
-	x.deliver()
+	x.deliver(nil)
 	if got := logReqs(x.rs[1]); len(got) != 4 {
 		t.Fatalf("a full batch was not ordered: log %v", got)
 	}
@@ -310,7 +219,7 @@ func TestNilextSlowRead(t *testing.T) {
 	if len(x.reads[1]) != 0 {
 		t.Fatal("slow read released before the pending update committed")
 	}
-	x.deliver()
+	x.deliver(nil)
 	if len(x.reads[1]) != 1 || x.reads[1][0].Ctx != 78 || x.reads[1][0].Index < 1 {
 		t.Fatalf("slow read not released at the update's op: %+v", x.reads[1])
 	}
@@ -332,7 +241,7 @@ func TestNilextProposeOrdersPendingFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	x.ready(1)
-	x.deliver()
+	x.deliver(nil)
 	var order []uint64
 	for op := uint64(1); op <= x.rs[1].lastOp(); op++ {
 		order = append(order, x.rs[1].entry(op).Client)
@@ -362,7 +271,7 @@ func TestNilextViewChangeRecoversDLog(t *testing.T) {
 	x.ids = []uint64{2, 3}
 	for range 10 {
 		x.tick(25 * time.Millisecond)
-		x.deliver()
+		x.deliver(nil)
 	}
 	l := x.rs[2]
 	if in := l.Info(); !in.IsLeader || in.View != 1 {
@@ -646,7 +555,7 @@ func BenchmarkRecoverDurabilityLog(b *testing.B) {
 func TestNilextInDLog(t *testing.T) {
 	x := newNxNet(t, 3)
 	x.send(nxReq(10, 1, "k", true))
-	x.deliver()
+	x.deliver(nil)
 	for _, id := range x.ids {
 		if !x.rs[id].InDLog(10, 1) {
 			t.Fatalf("replica %d: pending request not in its d-log", id)
@@ -657,16 +566,16 @@ func TestNilextInDLog(t *testing.T) {
 	}
 	x.rs[1].nxOrder()
 	x.ready(1)
-	x.deliver()
+	x.deliver(nil)
 	x.tick(10 * time.Millisecond) // the heartbeat carries the commit to the followers
-	x.deliver()
+	x.deliver(nil)
 	for _, id := range x.ids {
 		if x.rs[id].InDLog(10, 1) {
 			t.Fatalf("replica %d: applied request still in its d-log (applied %d)", id, x.rs[id].Info().Applied)
 		}
 	}
 	x.send(nxReq(12, 1, "k", true))
-	x.deliver()
+	x.deliver(nil)
 	x.rs[2].status = ViewChange
 	if x.rs[2].InDLog(12, 1) {
 		t.Fatal("InDLog true at a replica that is not normal")
@@ -692,15 +601,15 @@ func TestNilextSyncHint(t *testing.T) {
 		return prepares, wanted
 	}
 	x.send(nxReq(10, 1, "k", true))
-	x.deliver()
+	x.deliver(nil)
 	x.rs[1].nxOrder()
 	x.ready(1)
 	if p, w := wanted(); p == 0 || w != 0 {
 		t.Fatalf("background ordering: %d prepares, %d asking for a sync; want some, none", p, w)
 	}
-	x.deliver()
+	x.deliver(nil)
 	x.send(nxReq(11, 1, "k", true))
-	x.deliver()
+	x.deliver(nil)
 	if slow, err := x.rs[1].ReadNilext(x.now, 5, [][]byte{[]byte("k")}); err != nil || !slow {
 		t.Fatalf("slow read: %v %v", slow, err)
 	}
@@ -708,7 +617,7 @@ func TestNilextSyncHint(t *testing.T) {
 	if p, w := wanted(); p == 0 || w == 0 {
 		t.Fatalf("ordering for a slow-path read: %d prepares, %d asking for a sync; want both > 0", p, w)
 	}
-	x.deliver()
+	x.deliver(nil)
 	if len(x.reads[1]) != 1 {
 		t.Fatalf("slow read not released: %+v", x.reads[1])
 	}

@@ -31,6 +31,11 @@ type tnet struct {
 	errs     map[uint64][]error
 	acks     map[uint64][]Reply // early acknowledgements (Ready.Acks)
 	sent     []Message          // every message emitted, for assertions
+	// nxAcks are the nilext acknowledgements (Ready.NilextAcks) by client,
+	// and dlogDisk each replica's d-log records handed to its disk
+	// (Ready.DLog): the nilext tests' view of the fast path.
+	nxAcks   map[uint64][]NilextAck
+	dlogDisk map[uint64][]NilextRequest
 	// onReady and onSync, if set, see every Ready ready() performs and every
 	// Persisted sync() reports (the datadriven interaction tests print them).
 	onReady func(id uint64, rd *Ready)
@@ -51,15 +56,23 @@ func newNet(t *testing.T, n int) *tnet {
 // newNetWith is newNet with adjust applied to every replica's config.
 func newNetWith(t *testing.T, n int, adjust func(*Config)) *tnet {
 	t.Helper()
+	return newNetOf(t, n, adjust, func(id uint64) State { return State{Bootstrap: true, Nonce: id << 40} })
+}
+
+// newNetOf starts n replicas, each from testConfig with adjust applied (nil:
+// none) and the start state start gives for it.
+func newNetOf(t *testing.T, n int, adjust func(*Config), start func(id uint64) State) *tnet {
+	t.Helper()
 	net := &tnet{t: t, now: 1000 * ms, rs: map[uint64]*Replica{}, autoSync: true, unsynced: map[uint64]uint64{},
 		applied: map[uint64][]Committed{}, replies: map[uint64][]Reply{}, reads: map[uint64][]ReadState{},
-		snapReq: map[uint64][]uint64{}, errs: map[uint64][]error{}, acks: map[uint64][]Reply{}}
+		snapReq: map[uint64][]uint64{}, errs: map[uint64][]error{}, acks: map[uint64][]Reply{},
+		nxAcks: map[uint64][]NilextAck{}, dlogDisk: map[uint64][]NilextRequest{}}
 	for _, id := range memberIDs(n) {
 		cfg := testConfig(id, n)
 		if adjust != nil {
 			adjust(&cfg)
 		}
-		r, err := New(cfg, State{Bootstrap: true, Nonce: id << 40})
+		r, err := New(cfg, start(id))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -88,6 +101,7 @@ func (n *tnet) ready(id uint64) {
 		if rd.PersistSeq != 0 {
 			n.unsynced[id] = rd.PersistSeq
 		}
+		n.dlogDisk[id] = append(n.dlogDisk[id], rd.DLog...)
 		n.q = append(n.q, rd.Messages...)
 		n.sent = append(n.sent, rd.Messages...)
 		if len(rd.Committed) > 0 {
@@ -99,6 +113,9 @@ func (n *tnet) ready(id uint64) {
 			}
 			n.applied[id] = append(n.applied[id], rd.Committed...)
 			r.Advance(res)
+		}
+		for _, a := range rd.NilextAcks {
+			n.nxAcks[a.Client] = append(n.nxAcks[a.Client], a)
 		}
 		n.replies[id] = append(n.replies[id], rd.Replies...)
 		n.acks[id] = append(n.acks[id], rd.Acks...)
@@ -127,7 +144,7 @@ func (n *tnet) sync(id uint64) {
 // dropped) until the network is quiet.
 func (n *tnet) deliver(keep func(Message) bool) {
 	for i := 0; len(n.q) > 0; i++ {
-		if i > 10000 {
+		if i > 100000 {
 			n.t.Fatal("network never quiets")
 		}
 		m := n.q[0]

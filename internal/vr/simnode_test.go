@@ -9,6 +9,7 @@ import (
 
 	"github.com/kefirdb/kefir/internal/check"
 	"github.com/kefirdb/kefir/internal/kv"
+	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/sim"
 	"github.com/kefirdb/kefir/internal/simkv"
 	"github.com/kefirdb/kefir/internal/vfs"
@@ -579,10 +580,17 @@ func (n *simReplica) drain() {
 
 // ---- the client library ----
 
+// simClient sends each operation to the replica it believes leads, follows
+// redirects, and moves on to the next replica after timeout ticks without a
+// reply, giving up (unknown outcome) after maxTries sends. With session set
+// it also keeps a session token: writes and linearizable reads go to the
+// leader as before; session, bounded and eventual reads go to a random
+// replica with the token (sessionReq).
 type simClient struct {
 	id       sim.Addr
 	n        int
-	leader   int
+	leader   int // where writes and linearizable reads go
+	target   int // where a session client's local read in flight went
 	seq      uint64
 	op       check.Op
 	inflight bool
@@ -591,6 +599,10 @@ type simClient struct {
 	out      sim.Ready
 	timeout  int // ticks before trying another replica
 	maxTries int
+
+	session            bool
+	lastWrite, maxRead uint64
+	rnd                uint64 // xorshift state, seeded from the virtual time of each invocation
 }
 
 func newSimClient(timeout, maxTries int) sim.ClientFactory {
@@ -605,10 +617,40 @@ func (c *simClient) Ready() sim.Ready {
 	return rd
 }
 
+// local reports whether the operation in flight is a read any replica may
+// serve (session, bounded or eventual) of a session client, sent as a
+// sessionReq to a random replica.
+func (c *simClient) local() bool {
+	return c.session && c.op.Kind == check.Get &&
+		(c.op.Cons.Kind == level.Session || c.op.Cons.Kind == level.BoundedTime || c.op.Cons.Kind == level.Eventual)
+}
+
+// dest is where the request in flight goes: the leader, or the local read's
+// target.
+func (c *simClient) dest() int {
+	if c.local() {
+		return c.target
+	}
+	return c.leader
+}
+
+// random is deterministic per simulation seed: the invocation times differ
+// from seed to seed, the client has no other source.
+func (c *simClient) random(n int) int {
+	c.rnd ^= c.rnd << 13
+	c.rnd ^= c.rnd >> 7
+	c.rnd ^= c.rnd << 17
+	return int(c.rnd % uint64(n))
+}
+
 func (c *simClient) send() {
 	c.tries++
 	c.ticks = 0
-	c.out.Messages = append(c.out.Messages, sim.Envelope{To: sim.Addr(c.leader), Msg: clientReq{Seq: c.seq, Op: c.op}})
+	var msg any = clientReq{Seq: c.seq, Op: c.op}
+	if c.local() {
+		msg = sessionReq{Seq: c.seq, Op: c.op, LastWrite: c.lastWrite, MaxRead: c.maxRead}
+	}
+	c.out.Messages = append(c.out.Messages, sim.Envelope{To: sim.Addr(c.dest()), Msg: msg})
 }
 
 func (c *simClient) giveUp() {
@@ -616,10 +658,25 @@ func (c *simClient) giveUp() {
 	c.out.Done = append(c.out.Done, sim.Completion{Seq: c.seq, Outcome: check.Unknown})
 }
 
+// learn advances a session client's token with an acknowledged result. A
+// write's version is the op that wrote it (a failed CAS reports the version
+// it found, which is what the session then knows to exist).
+func (c *simClient) learn(res check.Result) {
+	if c.op.Kind.IsWrite() {
+		c.lastWrite = max(c.lastWrite, res.Version)
+	} else {
+		c.maxRead = max(c.maxRead, res.Version)
+	}
+}
+
 func (c *simClient) Step(ev sim.Event) {
 	switch ev.Kind {
 	case sim.Invoke:
 		c.seq, c.op, c.inflight, c.tries = ev.Seq, ev.Op, true, 0
+		if c.local() {
+			c.rnd = uint64(ev.Now)*2654435761 + uint64(c.id)*40503 + c.seq | 1
+			c.target = c.random(c.n)
+		}
 		c.send()
 	case sim.Message:
 		m, ok := ev.Msg.(clientResp)
@@ -628,11 +685,15 @@ func (c *simClient) Step(ev sim.Event) {
 		}
 		if m.OK {
 			c.inflight = false
-			c.out.Done = append(c.out.Done, sim.Completion{Seq: m.Seq, Outcome: check.OK, Result: m.result(c.op)})
+			res := m.result(c.op)
+			if c.session {
+				c.learn(res)
+			}
+			c.out.Done = append(c.out.Done, sim.Completion{Seq: m.Seq, Outcome: check.OK, Result: res})
 			return
 		}
-		if m.Leader >= 0 && m.Leader != c.leader {
-			c.leader = m.Leader
+		if m.Leader >= 0 && m.Leader != c.dest() {
+			c.leader, c.target = m.Leader, m.Leader
 			if c.tries >= c.maxTries {
 				c.giveUp()
 				return
@@ -650,7 +711,11 @@ func (c *simClient) Step(ev sim.Event) {
 				c.giveUp()
 				return
 			}
-			c.leader = (c.leader + 1) % c.n
+			if c.local() {
+				c.target = (c.target + 1) % c.n
+			} else {
+				c.leader = (c.leader + 1) % c.n
+			}
 			c.send()
 		}
 	}

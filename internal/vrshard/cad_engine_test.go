@@ -11,6 +11,7 @@ import (
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/shard"
+	"github.com/kefirdb/kefir/internal/testgroup"
 )
 
 // Issue 7 (found by the SIGKILL e2e test with --follower-reads): a leader
@@ -68,12 +69,9 @@ func TestLeaderReadNeverReturnsAVersionBeyondRWhileApplyIsPublished(t *testing.T
 	waitReadable(t, leader, res.Version)
 	// Quiet group: R has caught up with the leader's applied op, so a
 	// check bounded by applied would pass.
-	deadline := time.Now().Add(5 * time.Second)
-	for in := leader.Info(); in.Readable < in.Applied; in = leader.Info() {
-		if time.Now().After(deadline) {
-			t.Fatalf("R %d never caught up with applied %d", in.Readable, in.Applied)
-		}
-		time.Sleep(2 * time.Millisecond)
+	if !testgroup.Until(5*time.Second, 2*time.Millisecond, func() bool { in := leader.Info(); return in.Readable >= in.Applied }) {
+		in := leader.Info()
+		t.Fatalf("R %d never caught up with applied %d", in.Readable, in.Applied)
 	}
 	armed.Store(true)
 	res2, err := leader.Write(ctx, set("k", "v2"), level.Sync, shard.ReqID{Client: 9, Seq: 2})

@@ -411,20 +411,17 @@ func waitReadable(t *testing.T, r *Replica, op uint64) {
 // leader grants one once it has applied R; a fresh group needs a moment).
 func waitLease(t *testing.T, r *Replica) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	var err error
+	if !testgroup.Until(5*time.Second, 5*time.Millisecond, func() bool {
 		rw := &readWaiter{done: make(chan struct{}), kind: rwFollower}
-		if err := r.sendRead(context.Background(), rw); err != nil {
-			t.Fatal(err)
+		if serr := r.sendRead(context.Background(), rw); serr != nil {
+			t.Fatal(serr)
 		}
 		<-rw.done
-		if rw.err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("replica %d never got a read lease: %v", r.cfg.Self, rw.err)
-		}
-		time.Sleep(5 * time.Millisecond)
+		err = rw.err
+		return err == nil
+	}) {
+		t.Fatalf("replica %d never got a read lease: %v", r.cfg.Self, err)
 	}
 }
 
@@ -690,15 +687,7 @@ func cadPowerCutRun(t *testing.T, d level.Durability, seed uint64, tune func(*Op
 	if wtune != nil {
 		wtune(w)
 	}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := range w.clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			w.client(i, stop, rand.New(rand.NewPCG(seed, uint64(i))))
-		}()
-	}
+	finish := w.start(seed)
 	rounds := max(4, int(workloadTime()/time.Second)+1)
 	for round := range rounds {
 		time.Sleep(500 * time.Millisecond)
@@ -767,8 +756,7 @@ func cadPowerCutRun(t *testing.T, d level.Durability, seed uint64, tune func(*Op
 		w.mu.Unlock()
 	}
 	time.Sleep(600 * time.Millisecond)
-	close(stop)
-	wg.Wait()
+	finish()
 	h := w.rec.History()
 	ok, unknown := summarize(h)
 	t.Logf("%s seed %d: %d operations, %d ok, %d unknown, %d crashes", d, seed, len(h.Ops), ok, unknown, len(h.Crashes))

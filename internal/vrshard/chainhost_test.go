@@ -12,6 +12,7 @@ import (
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/shard"
+	"github.com/kefirdb/kefir/internal/testgroup"
 	"github.com/kefirdb/kefir/internal/vr"
 )
 
@@ -103,35 +104,37 @@ func (g *chainGroup) restart(i int) {
 // repair under way) for up to 5 s.
 func (g *chainGroup) write(i int, op kv.Op, id shard.ReqID) kv.Result {
 	g.t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		res, err := g.reps[i].Write(ctx, op, level.Sync, id)
-		cancel()
-		if err == nil {
-			return res
-		}
-		if time.Now().After(deadline) {
-			g.t.Fatalf("write %s at node %d: %v", op.Key, i+1, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	var res kv.Result
+	g.retry(i, "write "+string(op.Key), func(ctx context.Context, r *Replica) (err error) {
+		res, err = r.Write(ctx, op, level.Sync, id)
+		return err
+	})
+	return res
 }
 
 func (g *chainGroup) read(i int, k string) string {
 	g.t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	var res kv.Result
+	g.retry(i, "read "+k, func(ctx context.Context, r *Replica) (err error) {
+		res, err = r.Read(ctx, get(k), level.ConsLinearizable, shard.Session{})
+		return err
+	})
+	return string(res.Bulk)
+}
+
+// retry calls f at node i, with a 1 s context each time, until it succeeds,
+// for up to 5 s (the node is not ready: no lease yet, a repair under way);
+// then it fails the test with what and f's last error.
+func (g *chainGroup) retry(i int, what string, f func(ctx context.Context, r *Replica) error) {
+	g.t.Helper()
+	var err error
+	if !testgroup.Until(5*time.Second, 10*time.Millisecond, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		res, err := g.reps[i].Read(ctx, get(k), level.ConsLinearizable, shard.Session{})
-		cancel()
-		if err == nil {
-			return string(res.Bulk)
-		}
-		if time.Now().After(deadline) {
-			g.t.Fatalf("read %s at node %d: %v", k, i+1, err)
-		}
-		time.Sleep(10 * time.Millisecond)
+		defer cancel()
+		err = f(ctx, g.reps[i])
+		return err == nil
+	}) {
+		g.t.Fatalf("%s at node %d: %v", what, i+1, err)
 	}
 }
 
@@ -139,23 +142,16 @@ func (g *chainGroup) read(i int, k string) string {
 func (g *chainGroup) caughtUp(i, j int) {
 	g.t.Helper()
 	want := g.reps[j].Info().Commit
-	deadline := time.Now().Add(5 * time.Second)
-	for g.reps[i].Info().Applied < want {
-		if time.Now().After(deadline) {
-			g.t.Fatalf("node %d applied %d, node %d committed %d", i+1, g.reps[i].Info().Applied, j+1, want)
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !testgroup.Until(5*time.Second, 5*time.Millisecond, func() bool { return g.reps[i].Info().Applied >= want }) {
+		g.t.Fatalf("node %d applied %d, node %d committed %d", i+1, g.reps[i].Info().Applied, j+1, want)
 	}
 }
 
 func (g *chainGroup) waitMembers(want ...uint64) {
 	g.t.Helper()
-	deadline := time.Now().Add(10 * time.Second) // FailAfter 0.7 s: generous for a loaded box
-	for !slices.Equal(g.master.Members(), want) {
-		if time.Now().After(deadline) {
-			g.t.Fatalf("chain %v, want %v", g.master.Members(), want)
-		}
-		time.Sleep(10 * time.Millisecond)
+	// FailAfter 0.7 s: 10 s is generous for a loaded box.
+	if !testgroup.Until(10*time.Second, 10*time.Millisecond, func() bool { return slices.Equal(g.master.Members(), want) }) {
+		g.t.Fatalf("chain %v, want %v", g.master.Members(), want)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/storage"
+	"github.com/kefirdb/kefir/internal/testgroup"
 	"github.com/kefirdb/kefir/internal/vfs"
 )
 
@@ -147,17 +148,13 @@ func newestOf(rows, before map[uint64]uint64) bool {
 func (c *cluster) sameRows(t *testing.T) []map[uint64]uint64 {
 	t.Helper()
 	var sets []map[uint64]uint64
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testgroup.Until(10*time.Second, 10*time.Millisecond, func() bool {
 		sets = sets[:0]
 		for _, r := range c.reps {
 			sets = append(sets, engineRowSet(t, r))
 		}
-		if (maps.Equal(sets[0], sets[1]) && maps.Equal(sets[0], sets[2])) || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return maps.Equal(sets[0], sets[1]) && maps.Equal(sets[0], sets[2])
+	})
 	for i, s := range sets {
 		if !maps.Equal(s, sets[0]) {
 			t.Fatalf("replica %d holds rows %v, replica 0 %v", c.ids[i], s, sets[0])

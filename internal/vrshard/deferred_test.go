@@ -464,12 +464,8 @@ func TestReadAfterACADAckSeesSyncWritesOrderedBeforeIt(t *testing.T) {
 				syncDone <- err
 			}()
 			// The sync write is appended before the cad write is proposed.
-			deadline := time.Now().Add(5 * time.Second)
-			for leader.Stats().Persisted < w0.Version+1 {
-				if time.Now().After(deadline) {
-					t.Fatal("the sync write was never appended")
-				}
-				time.Sleep(time.Millisecond)
+			if !testgroup.Until(5*time.Second, time.Millisecond, func() bool { return leader.Stats().Persisted >= w0.Version+1 }) {
+				t.Fatal("the sync write was never appended")
 			}
 			if _, err := leader.Write(ctx, set("x", "x1"), level.CAD, shard.ReqID{Client: 9, Seq: 1}); err != nil {
 				t.Fatal(err)

@@ -151,12 +151,8 @@ func TestStaleConfigurationIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rogue.Close()
-	deadline := time.Now().Add(5 * time.Second)
-	for c.reps[l].Transport().Stats().IdentityRefusals == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the leader never refused the stale node's connection")
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !testgroup.Until(5*time.Second, 10*time.Millisecond, func() bool { return c.reps[l].Transport().Stats().IdentityRefusals != 0 }) {
+		t.Fatalf("the leader never refused the stale node's connection")
 	}
 	if _, err := c.write(set("a", "1"), shard.ReqID{}, 5*time.Second); err != nil {
 		t.Fatalf("group stopped working with a stale node knocking: %v", err)
@@ -303,6 +299,28 @@ func TestSnapshotLargerThanAFrameReachesAWipedReplica(t *testing.T) {
 	c.expectValue(f, "late49", "x")
 }
 
+// wipeAFollower writes the n ops op(i) at the leader, waits until every
+// replica applied them, then wipes a follower's disk and restarts it empty:
+// the group must rebuild it from a snapshot. It returns the leader, its view
+// and the follower.
+func (c *cluster) wipeAFollower(t *testing.T, n int, op func(i int) kv.Op) (l int, view uint64, f int) {
+	t.Helper()
+	var last kv.Result
+	var err error
+	for i := range n {
+		if last, err = c.write(op(i), shard.ReqID{}, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l = c.leader(5 * time.Second)
+	view = c.reps[l].Info().View
+	f = (l + 1) % 3
+	c.waitApplied(last.Version, 5*time.Second)
+	c.wipe(f)
+	c.open(f, false, nil)
+	return l, view, f
+}
+
 // A snapshot capture that takes longer than the view-change timeout (a
 // large state's scan) runs beside the leader's work: writes keep committing
 // and no view change happens while it runs, and the wiped replica that
@@ -316,20 +334,8 @@ func TestASlowSnapshotCaptureDoesNotStallTheLeader(t *testing.T) {
 		o.KeepTail = 5
 		o.mut.captureDelay = capture
 	})
-	var last kv.Result
-	var err error
-	for i := range 200 {
-		if last, err = c.write(set(fmt.Sprint("k", i%50), fmt.Sprint("v", i)), shard.ReqID{}, 5*time.Second); err != nil {
-			t.Fatal(err)
-		}
-	}
-	l := c.leader(5 * time.Second)
-	view := c.reps[l].Info().View
-	f := (l + 1) % 3
-	c.waitApplied(last.Version, 5*time.Second)
-	c.wipe(f)
-	c.open(f, false, nil)
-	last = c.writeWhile(t, capture, 700*time.Millisecond, "a snapshot was being captured")
+	l, view, f := c.wipeAFollower(t, 200, func(i int) kv.Op { return set(fmt.Sprint("k", i%50), fmt.Sprint("v", i)) })
+	last := c.writeWhile(t, capture, 700*time.Millisecond, "a snapshot was being captured")
 	if got := c.reps[l].Info(); got.View != view || !got.IsLeader {
 		t.Fatalf("the leader lost its view during the capture: %+v (was view %d)", got, view)
 	}
@@ -435,24 +441,13 @@ func TestALargeSnapshotIsEncodedOffTheDriver(t *testing.T) {
 		o.mut.encodeDelay = encode
 	})
 	val := strings.Repeat("v", 900)
-	var last kv.Result
-	var err error
-	for i := range 400 { // ~370 KB: above largeMessage
-		if last, err = c.write(set(fmt.Sprint("k", i), val), shard.ReqID{}, 5*time.Second); err != nil {
-			t.Fatal(err)
-		}
-	}
-	l := c.leader(5 * time.Second)
-	view := c.reps[l].Info().View
-	f := (l + 1) % 3
-	c.waitApplied(last.Version, 5*time.Second)
-	c.wipe(f)
-	c.open(f, false, nil)
+	// 400 writes, ~370 KB: above largeMessage.
+	l, view, f := c.wipeAFollower(t, 400, func(i int) kv.Op { return set(fmt.Sprint("k", i), val) })
 	if !testgroup.Until(10*time.Second, time.Millisecond, func() bool { return c.reps[l].Stats().SnapsSent != 0 }) {
 		t.Fatal("no snapshot sent")
 	}
 	ckpts0 := c.reps[l].Stats().Checkpoints
-	last = c.writeWhile(t, encode, 700*time.Millisecond, "a snapshot was being encoded")
+	last := c.writeWhile(t, encode, 700*time.Millisecond, "a snapshot was being encoded")
 	if got := c.reps[l].Info(); got.View != view || !got.IsLeader {
 		t.Fatalf("the leader lost its view during the encoding: %+v (was view %d)", got, view)
 	}

@@ -403,16 +403,11 @@ func (n *hostNode) Step(ev sim.Event) {
 // simulator for the log fsync the replica started, if any.
 func (n *hostNode) flush() {
 	n.writes = keepPending(n.writes, func(w hostWrite) bool {
-		switch {
-		case w.w.Done():
-			res, err := w.w.Result(0)
+		done, res, err := writeFinished(w.w)
+		if done {
 			n.reply(w.from, w.seq, writeOutcome(w.kind, res, err))
-		case w.w.Expired():
-			n.reply(w.from, w.seq, hostResp{Outcome: check.Unknown})
-		default:
-			return false
 		}
-		return true
+		return done
 	})
 	n.reads = keepPending(n.reads, func(rd hostRead) bool {
 		if !rd.sr.Poll() {
@@ -465,6 +460,34 @@ func keepPending[T any](xs []T, finish func(T) bool) []T {
 	return xs[:k]
 }
 
+// writeFinished reports whether a stepped write has finished and, if so,
+// its result; one that expired unanswered finished with ErrOutcomeUnknown.
+// The plain and the transaction clients' writes are polled through it.
+func writeFinished(w *SteppedWrite) (done bool, res kv.Result, err error) {
+	switch {
+	case w.Done():
+		res, err = w.Result(0)
+		return true, res, err
+	case w.Expired():
+		return true, kv.Result{}, ErrOutcomeUnknown
+	}
+	return false, kv.Result{}, nil
+}
+
+// redirectTo reports whether err refuses a request because this replica
+// does not lead, and the simulator address of the leader it names (-1:
+// none). The plain and the transaction clients' redirects are read by it.
+func redirectTo(err error) (leader int, notLeader bool) {
+	var nl *NotLeaderError
+	if !errors.As(err, &nl) {
+		return -1, false
+	}
+	if nl.Leader == 0 {
+		return -1, true
+	}
+	return int(nl.Leader) - 1, true
+}
+
 func (n *hostNode) reply(to sim.Addr, seq uint64, m hostResp) {
 	m.Seq = seq
 	m.Result.Node = int(n.id)
@@ -472,10 +495,7 @@ func (n *hostNode) reply(to sim.Addr, seq uint64, m hostResp) {
 }
 
 func (n *hostNode) redirect(to sim.Addr, seq uint64, err error) {
-	leader := -1
-	if id, _, ok := LeaderOf(err); ok && id > 0 {
-		leader = int(id) - 1
-	}
+	leader, _ := redirectTo(err)
 	n.reply(to, seq, hostResp{Redirect: true, Leader: leader})
 }
 
@@ -534,12 +554,7 @@ func writeOutcome(kind check.Kind, res kv.Result, err error) hostResp {
 
 func (n *hostNode) readOutcome(res kv.Result, err error) hostResp {
 	if err != nil {
-		var nl *NotLeaderError
-		if errors.As(err, &nl) {
-			leader := -1
-			if nl.Leader > 0 {
-				leader = int(nl.Leader) - 1
-			}
+		if leader, ok := redirectTo(err); ok {
 			return hostResp{Redirect: true, Leader: leader}
 		}
 		return hostResp{Outcome: check.Failed} // a read has no effect

@@ -119,17 +119,11 @@ func (m hostTxnResp) String() string {
 // open KEFIR.TX transactions, which die with the node's process (a restart
 // makes a new hostNode).
 type hostTxnState struct {
-	reads   []hostTxnRead
+	reads   []hostRead
 	writes  []hostTxnWrite
 	begins  []hostTxnBegin
 	open    map[uint64]*hostOpenTxn
 	counter uint64
-}
-
-type hostTxnRead struct {
-	from sim.Addr
-	seq  uint64
-	sr   *SteppedRead
 }
 
 type hostTxnWrite struct {
@@ -159,10 +153,7 @@ type hostOpenTxn struct {
 const hostTxnMaxAge = 2 * hostClientTimeout * 1_000_000
 
 func (n *hostNode) txnRedirect(to sim.Addr, seq uint64, err error) {
-	leader := -1
-	if id, _, ok := LeaderOf(err); ok && id > 0 {
-		leader = int(id) - 1
-	}
+	leader, _ := redirectTo(err)
 	n.txnReply(to, hostTxnResp{Seq: seq, Redirect: true, Leader: leader})
 }
 
@@ -183,7 +174,7 @@ func (n *hostNode) onTxnReq(from sim.Addr, m hostTxnReq) {
 	case stepRead:
 		op := m.Op
 		op.Now = nowMs
-		t.reads = append(t.reads, hostTxnRead{from, m.Seq, n.r.ReadStepped(op, level.ConsLinearizable, shard.Session{})})
+		t.reads = append(t.reads, hostRead{from, m.Seq, n.r.ReadStepped(op, level.ConsLinearizable, shard.Session{})})
 	case stepWrite:
 		reqs := []shard.WriteReq{{Op: m.Op, Durability: level.Sync, ID: shard.ReqID{Client: hostClientBase + uint64(from), Seq: m.Seq}}}
 		w := n.r.ProposeStepped(reqs)
@@ -250,7 +241,7 @@ func (n *hostNode) txnPrepare(m hostTxnReq) hostTxnResp {
 // transactions whose clients are long gone.
 func (n *hostNode) flushTxn() {
 	t := &n.txn
-	t.reads = keepPending(t.reads, func(rd hostTxnRead) bool {
+	t.reads = keepPending(t.reads, func(rd hostRead) bool {
 		if !rd.sr.Poll() {
 			return false
 		}
@@ -259,16 +250,11 @@ func (n *hostNode) flushTxn() {
 		return true
 	})
 	t.writes = keepPending(t.writes, func(w hostTxnWrite) bool {
-		switch {
-		case w.w.Done():
-			res, err := w.w.Result(0)
+		done, res, err := writeFinished(w.w)
+		if done {
 			n.txnAnswer(w.from, w.seq, res, err)
-		case w.w.Expired():
-			n.txnAnswer(w.from, w.seq, kv.Result{}, ErrOutcomeUnknown)
-		default:
-			return false
 		}
-		return true
+		return done
 	})
 	t.begins = keepPending(t.begins, func(b hostTxnBegin) bool {
 		if !b.b.Poll() {
@@ -325,12 +311,7 @@ func (n *hostNode) txnBegun(b hostTxnBegin, snap *shard.TxSnap) hostTxnResp {
 // does not lead, else the result or the error.
 func (n *hostNode) txnAnswer(to sim.Addr, seq uint64, res kv.Result, err error) {
 	if err != nil {
-		var nl *NotLeaderError
-		if errors.As(err, &nl) {
-			leader := -1
-			if nl.Leader > 0 {
-				leader = int(nl.Leader) - 1
-			}
+		if leader, ok := redirectTo(err); ok {
 			n.txnReply(to, hostTxnResp{Seq: seq, Redirect: true, Leader: leader})
 			return
 		}

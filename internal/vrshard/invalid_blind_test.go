@@ -11,6 +11,7 @@ import (
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/shard"
+	"github.com/kefirdb/kefir/internal/testgroup"
 )
 
 // A blind write that apply will reject (an MSET with a reserved or empty
@@ -80,10 +81,7 @@ func rejectedBlindWrite(t *testing.T, d level.Durability, key string, want error
 	}()
 	// Let the MSET reach the leader's log (it cannot commit: no fsync can
 	// finish), then read k as another connection would.
-	deadline := time.Now().Add(2 * time.Second)
-	for leader.Stats().Proposals < 2 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	testgroup.Until(2*time.Second, time.Millisecond, func() bool { return leader.Stats().Proposals >= 2 })
 	time.Sleep(20 * time.Millisecond)
 	type rd struct {
 		res kv.Result

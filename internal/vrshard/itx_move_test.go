@@ -9,7 +9,47 @@ import (
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/shard"
+	"github.com/kefirdb/kefir/internal/storage"
 )
+
+// sourceAhead makes group 1 some ops ahead of group 2 (so that group 2 can
+// be brought to the same op number for its import of k), owning every
+// slot, with k=100; it returns k's version there.
+func sourceAhead(t *testing.T, g1 *cluster, k string) (vk uint64) {
+	t.Helper()
+	for i := 0; i < 30; i++ {
+		mustWrite(t, g1, set("{pad}a", "x"))
+	}
+	mustWrite(t, g1, slotOp(kv.KindSlotInit, []kv.SlotRange{{Start: 0, End: kv.NumSlots - 1}}, 0, 0, 1))
+	return mustWrite(t, g1, set(k, "100")).Version
+}
+
+// moveAligned pads group 2's op numbers so that its import of k (the op
+// after the importing step) is op vk, moves k's slot from group 1 to it,
+// and returns k as group 2 holds it; it skips the test when the op numbers
+// cannot be aligned. The caller checks got.Version == vk (the alignment
+// held) after its own checks of the value.
+func moveAligned(t *testing.T, g1, g2 *cluster, k string, vk uint64) storage.Value {
+	t.Helper()
+	var last uint64
+	for {
+		last = mustWrite(t, g2, set("{pad}b", "y")).Version
+		if last+3 >= vk {
+			break
+		}
+	}
+	if last+3 != vk {
+		t.Skipf("could not align group 2 (last %d, vk %d)", last, vk)
+	}
+	s := kv.KeySlot([]byte(k))
+	mustWrite(t, g2, slotOp(kv.KindSlotInit, nil, 0, 0, 1))             // last+1
+	moveSlots(t, g1, g2, []kv.SlotRange{{Start: s, End: s}}, func() {}) // importing last+2, load last+3 == vk
+	got, err := leaderOf(g2, 10*time.Second).db.Get([]byte(k))
+	if err != nil {
+		t.Fatalf("after the move k at group 2: %v", err)
+	}
+	return got
+}
 
 // A KEFIR.TX transaction begun at a slot's source group and committed after
 // the slot moved is validated at the destination. Versions are each group's
@@ -23,16 +63,7 @@ func TestTxCommitAcrossAMoveAbortsOnTheOrigin(t *testing.T) {
 	const timeout = 10 * time.Second
 	must := func(g *cluster, op kv.Op) kv.Result { t.Helper(); return mustWrite(t, g, op) }
 	k := "acct"
-	s := kv.KeySlot([]byte(k))
-	rs := []kv.SlotRange{{Start: s, End: s}}
-	// Group 1 is some ops ahead, so group 2 can be brought to the same
-	// op number for its import of k.
-	for i := 0; i < 30; i++ {
-		must(g1, set("{pad}a", "x"))
-	}
-	all := []kv.SlotRange{{Start: 0, End: kv.NumSlots - 1}}
-	must(g1, slotOp(kv.KindSlotInit, all, 0, 0, 1))
-	vk := must(g1, set(k, "100")).Version
+	vk := sourceAhead(t, g1, k)
 
 	// The transaction: BEGIN at group 1, read k (version vk), will write
 	// k = 100+10 (read-modify-write).
@@ -48,23 +79,9 @@ func TestTxCommitAcrossAMoveAbortsOnTheOrigin(t *testing.T) {
 	// Another client writes k in the window (its update must not be lost).
 	must(g1, set(k, "500"))
 
-	// Group 2's op numbers: padded so that its import of k (the op after
-	// the importing step) is op vk.
-	var last uint64
-	for {
-		last = must(g2, set("{pad}b", "y")).Version
-		if last+3 >= vk {
-			break
-		}
-	}
-	if last+3 != vk {
-		t.Skipf("could not align group 2 (last %d, vk %d)", last, vk)
-	}
-	must(g2, slotOp(kv.KindSlotInit, nil, 0, 0, 1)) // last+1
-	moveSlots(t, g1, g2, rs, func() {})             // importing last+2, load last+3 == vk
-	got, err := leaderOf(g2, timeout).db.Get([]byte(k))
-	if err != nil || string(got.Data) != "500" {
-		t.Fatalf("after the move k at group 2: %+v %v", got, err)
+	got := moveAligned(t, g1, g2, k, vk)
+	if string(got.Data) != "500" {
+		t.Fatalf("after the move k at group 2: %+v", got)
 	}
 	if got.Version != vk {
 		t.Skipf("alignment missed: k is version %d at group 2, the tx read %d at group 1", got.Version, vk)
@@ -102,31 +119,14 @@ func TestWatchAcrossAMoveFailsOnTheOrigin(t *testing.T) {
 	const timeout = 10 * time.Second
 	must := func(g *cluster, op kv.Op) kv.Result { t.Helper(); return mustWrite(t, g, op) }
 	k := "acct"
-	s := kv.KeySlot([]byte(k))
-	for i := 0; i < 30; i++ {
-		must(g1, set("{pad}a", "x"))
-	}
-	must(g1, slotOp(kv.KindSlotInit, []kv.SlotRange{{Start: 0, End: kv.NumSlots - 1}}, 0, 0, 1))
-	vk := must(g1, set(k, "100")).Version
+	vk := sourceAhead(t, g1, k)
 	w, err := leaderOf(g1, timeout).Read(context.Background(), kv.Op{Kind: kv.KindWatch, Keys: [][]byte{[]byte(k)}}, level.ConsLinearizable, shard.Session{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	must(g1, set(k, "500")) // another client, after the WATCH
-	var last uint64
-	for {
-		last = must(g2, set("{pad}b", "y")).Version
-		if last+3 >= vk {
-			break
-		}
-	}
-	if last+3 != vk {
-		t.Skipf("could not align group 2 (last %d, vk %d)", last, vk)
-	}
-	must(g2, slotOp(kv.KindSlotInit, nil, 0, 0, 1))
-	moveSlots(t, g1, g2, []kv.SlotRange{{Start: s, End: s}}, func() {})
-	if got, err := leaderOf(g2, timeout).db.Get([]byte(k)); err != nil || got.Version != vk {
-		t.Skipf("alignment missed: %+v %v", got, err)
+	if got := moveAligned(t, g1, g2, k, vk); got.Version != vk {
+		t.Skipf("alignment missed: k is version %d at group 2, WATCH saw %d at group 1", got.Version, vk)
 	}
 	res := must(g2, execOp([]kv.Watch{{Key: []byte(k), Seen: w.Array[0]}}, []string{"SET", k, "110"}))
 	r, err := leaderOf(g2, timeout).Read(context.Background(), get(k), level.ConsLinearizable, shard.Session{})

@@ -198,6 +198,32 @@ func (w *workload) redirect(err error) int {
 	return w.leaderGuess()
 }
 
+// tryReplicas is the workload clients' retry loop: it calls try with the
+// replica at target and a 500ms context until try reports done, for up to d.
+// A down replica is replaced by the leader guess after a pause; after an
+// error try returns, the next target is the one redirect picks. It reports
+// false if d ran out first (the operation's outcome is then unknown: the
+// caller records it).
+func (w *workload) tryReplicas(d time.Duration, target int, try func(ctx context.Context, r *Replica, target int) (done bool, err error)) bool {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		r := w.replica(target)
+		if r == nil {
+			target = w.leaderGuess()
+			time.Sleep(5 * time.Millisecond)
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		done, err := try(ctx, r, target)
+		cancel()
+		if done {
+			return true
+		}
+		target = w.redirect(err)
+	}
+	return false
+}
+
 // readAt reads sop at consistency c with session s, starting at replica
 // target and following redirects for up to 2s. It records the outcome of
 // history op h and reports the result and whether the read completed.
@@ -209,16 +235,9 @@ func (w *workload) readAt(h, target int, sop kv.Op, c level.Consistency, s shard
 // readAtLost is readAt that also reports a session refused as lost
 // (shard.ErrSessionLost: recorded as failed, not retried).
 func (w *workload) readAtLost(h, target int, sop kv.Op, c level.Consistency, s shard.Session) (kv.Result, bool, bool) {
-	deadline := time.Now().Add(2 * time.Second)
-	for time.Now().Before(deadline) {
-		r := w.replica(target)
-		if r == nil {
-			target = w.leaderGuess()
-			time.Sleep(5 * time.Millisecond)
-			continue
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-		var res kv.Result
+	var res kv.Result
+	lost := false
+	done := w.tryReplicas(2*time.Second, target, func(ctx context.Context, r *Replica, target int) (bool, error) {
 		var err error
 		if w.deferredReads {
 			var p shard.Pending
@@ -230,20 +249,26 @@ func (w *workload) readAtLost(h, target int, sop kv.Op, c level.Consistency, s s
 		} else {
 			res, err = r.Read(ctx, sop, c, s)
 		}
-		cancel()
 		if err == nil {
 			w.rec.Complete(h, check.Result{Found: res.Kind == kv.ResBulk, Value: string(res.Bulk), Version: res.Version, Node: target})
-			return res, true, false
+			return true, nil
 		}
 		if errors.Is(err, shard.ErrSessionLost) {
 			w.lostSessions.Add(1)
 			w.rec.Fail(h)
-			return kv.Result{}, false, true
+			lost = true
+			return true, nil
 		}
-		target = w.redirect(err)
+		return false, err
+	})
+	if !done {
+		w.rec.Unknown(h)
+		return kv.Result{}, false, false
 	}
-	w.rec.Unknown(h)
-	return kv.Result{}, false, false
+	if lost {
+		return kv.Result{}, false, true
+	}
+	return res, true, false
 }
 
 func (w *workload) doRead(h int, sop kv.Op, sess *shard.Session, rng *rand.Rand) {
@@ -269,22 +294,12 @@ func (w *workload) doSessionRead(h int, sop kv.Op, sess *shard.Session, rng *ran
 }
 
 func (w *workload) doWrite(h int, kind check.Kind, sop kv.Op, id shard.ReqID, sess *shard.Session) {
-	deadline := time.Now().Add(3 * time.Second)
-	target := w.leaderGuess()
-	for time.Now().Before(deadline) {
-		r := w.replica(target)
-		if r == nil {
-			target = w.leaderGuess()
-			time.Sleep(5 * time.Millisecond)
-			continue
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-		d := level.Sync
-		if kind == check.Put {
-			d = w.putDur()
-		}
+	d := level.Sync
+	if kind == check.Put {
+		d = w.putDur()
+	}
+	done := w.tryReplicas(3*time.Second, w.leaderGuess(), func(ctx context.Context, r *Replica, target int) (bool, error) {
 		res, err := r.Write(ctx, sop, d, id)
-		cancel()
 		if err == nil {
 			*sess = sess.AfterWrite(res)
 			out := check.Result{Version: res.Version, Node: target}
@@ -292,14 +307,16 @@ func (w *workload) doWrite(h int, kind check.Kind, sop kv.Op, id shard.ReqID, se
 				out.Found = res.Int == 1
 			}
 			w.rec.Complete(h, out)
-			return
+			return true, nil
 		}
 		if !retryable(err) {
 			panic(fmt.Sprintf("write %v: unexpected error %v", sop.Kind, err))
 		}
-		target = w.redirect(err)
+		return false, err
+	})
+	if !done {
+		w.rec.Unknown(h)
 	}
-	w.rec.Unknown(h)
 }
 
 // nemesis alternates link partitions and leader kills (with restart).
@@ -359,6 +376,16 @@ func (w *workload) partition(victim int, on bool) {
 }
 
 func runWorkload(t *testing.T, w *workload, d time.Duration, kills bool, seed uint64) check.History {
+	finish := w.start(seed, func(stop <-chan struct{}) { w.nemesis(stop, rand.New(rand.NewPCG(seed, 999)), kills) })
+	time.Sleep(d)
+	finish()
+	return w.rec.History()
+}
+
+// start runs the workload's clients, client i on random stream (seed, i),
+// and each of also (a nemesis, a fault schedule) in goroutines until finish,
+// which stops them all and waits for them.
+func (w *workload) start(seed uint64, also ...func(stop <-chan struct{})) (finish func()) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for i := range w.clients {
@@ -368,15 +395,17 @@ func runWorkload(t *testing.T, w *workload, d time.Duration, kills bool, seed ui
 			w.client(i, stop, rand.New(rand.NewPCG(seed, uint64(i))))
 		}()
 	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		w.nemesis(stop, rand.New(rand.NewPCG(seed, 999)), kills)
-	}()
-	time.Sleep(d)
-	close(stop)
-	wg.Wait()
-	return w.rec.History()
+	for _, f := range also {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f(stop)
+		}()
+	}
+	return func() {
+		close(stop)
+		wg.Wait()
+	}
 }
 
 func summarize(h check.History) (ok, unknown int) { return h.Outcomes() }
@@ -452,18 +481,9 @@ func TestBrokenFollowerReadsFailTheChecker(t *testing.T) {
 	// from a state that stopped advancing.
 	stale := (l + 1) % 3
 	w.partition(stale, true)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := range w.clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			w.client(i, stop, rand.New(rand.NewPCG(7, uint64(i))))
-		}()
-	}
+	finish := w.start(7)
 	time.Sleep(1500 * time.Millisecond)
-	close(stop)
-	wg.Wait()
+	finish()
 	h := w.rec.History()
 	v := check.Linearizable(h, check.LinOptions{NoVisualization: true})
 	if v.OK {
@@ -484,18 +504,9 @@ func TestBrokenSessionReadsFailTheChecker(t *testing.T) {
 	l := c.leader(5 * time.Second)
 	w := &workload{c: c, rec: check.NewRecorder(nil), clients: 3, keys: []string{"x"}, sessionReads: true}
 	w.partition((l+1)%3, true)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := range w.clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			w.client(i, stop, rand.New(rand.NewPCG(11, uint64(i))))
-		}()
-	}
+	finish := w.start(11)
 	time.Sleep(time.Second)
-	close(stop)
-	wg.Wait()
+	finish()
 	if v := check.Session(w.rec.History(), check.SessionOptions{}); v.OK {
 		t.Fatalf("session reads ignoring the token passed the session checker (%d judged)", v.Checked)
 	}

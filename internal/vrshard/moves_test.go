@@ -19,6 +19,7 @@ import (
 	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/storage"
+	"github.com/kefirdb/kefir/internal/testgroup"
 )
 
 // A live move of slots from group 1 to group 2 (two VR groups on the same
@@ -107,12 +108,17 @@ func runSlotMove(t *testing.T, unfenced bool) check.Verdict {
 	// flight, wait).
 	route := func(k string) *cluster {
 		s := kv.KeySlot([]byte(k))
-		for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		var owner *cluster
+		if testgroup.Until(timeout, time.Millisecond, func() bool {
 			for _, g := range groups {
 				if r := leaderOf(g); r != nil && r.SlotTable().Entry(s).State.Serves() {
-					return g
+					owner = g
+					return true
 				}
 			}
+			return false
+		}) {
+			return owner
 		}
 		t.Errorf("no group serves slot %d", s)
 		return g1

@@ -13,6 +13,7 @@ import (
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/shard"
+	"github.com/kefirdb/kefir/internal/testgroup"
 	"github.com/kefirdb/kefir/internal/transport"
 	"github.com/kefirdb/kefir/internal/vr"
 )
@@ -59,39 +60,45 @@ func TestNilextWriteCompletesInOneRoundTripAndIsOrderedInBackground(t *testing.T
 	if p := c.reps[l].Stats().Proposals; p != 0 {
 		t.Fatalf("leader proposed %d writes through the ordered path, want 0", p)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		ok := true
+	if !testgroup.Until(5*time.Second, 5*time.Millisecond, func() bool {
 		for i := range c.reps {
 			res, err := c.reps[i].Read(context.Background(), get("a"), level.ConsEventual, shard.Session{})
-			ok = ok && err == nil && string(res.Bulk) == "1"
+			if err != nil || string(res.Bulk) != "1" {
+				return false
+			}
 		}
-		if ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("background ordering did not apply the nilext write on every replica")
-		}
-		time.Sleep(5 * time.Millisecond)
+		return true
+	}) {
+		t.Fatal("background ordering did not apply the nilext write on every replica")
 	}
 	if got := c.reps[l].Info().DLogLen; got != 0 {
 		t.Fatalf("leader d-log holds %d entries after the write was applied", got)
 	}
 }
 
-// A linearizable read at the leader of a key with a pending nilext write
-// takes the slow path (counted) and sees the write; a read of another key
-// does not.
-func TestNilextReadOfPendingKeyTakesSlowPath(t *testing.T) {
-	c := newCluster(t, 3, nilextOn(true))
-	l := c.leader(5 * time.Second)
-	f := (l + 1) % 3
+// pendingNilextWrite starts a group with the fast path on (lazy ordering)
+// and writes k=v1 through a follower's coordinator, so that the leader holds
+// it pending in its d-log; it returns the group, the leader and the
+// follower.
+func pendingNilextWrite(t *testing.T) (c *cluster, l, f int) {
+	t.Helper()
+	c = newCluster(t, 3, nilextOn(true))
+	l = c.leader(5 * time.Second)
+	f = (l + 1) % 3
 	if _, _, err := c.reps[f].NilextWrite(context.Background(), set("k", "v1"), level.Sync); err != nil {
 		t.Fatal(err)
 	}
 	if n := c.reps[l].Info().DLogLen; n != 1 {
 		t.Fatalf("leader d-log length %d, want the pending write", n)
 	}
+	return c, l, f
+}
+
+// A linearizable read at the leader of a key with a pending nilext write
+// takes the slow path (counted) and sees the write; a read of another key
+// does not.
+func TestNilextReadOfPendingKeyTakesSlowPath(t *testing.T) {
+	c, l, f := pendingNilextWrite(t)
 	if v, err := c.linGet(l, "other"); err != nil || v != "" {
 		t.Fatalf("read of another key: %q, %v", v, err)
 	}
@@ -217,41 +224,32 @@ func TestNilextDLogSurvivesFullRestart(t *testing.T) {
 // (exactly-once), following redirects. While the fast path rests, the put
 // takes the ordered path with the client's own id (own).
 func (w *workload) doNilextWrite(h int, sop kv.Op, rng *rand.Rand, own shard.ReqID, sess *shard.Session) {
-	deadline := time.Now().Add(3 * time.Second)
-	target := rng.IntN(len(w.c.reps))
 	var id shard.ReqID
-	for time.Now().Before(deadline) {
-		r := w.replica(target)
-		if r == nil {
-			target = w.leaderGuess()
-			time.Sleep(5 * time.Millisecond)
-			continue
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	done := w.tryReplicas(3*time.Second, rng.IntN(len(w.c.reps)), func(ctx context.Context, r *Replica, target int) (bool, error) {
 		var err error
 		if id.IsZero() {
 			_, id, err = r.NilextWrite(ctx, sop, level.Sync)
 			if errors.Is(err, ErrNilextResting) {
-				cancel()
 				w.doWrite(h, check.Put, sop, own, sess)
-				return
+				return true, nil
 			}
 		} else {
 			_, err = r.Write(ctx, sop, level.Sync, id)
 		}
-		cancel()
 		if err == nil {
 			w.rec.Complete(h, check.Result{Node: target})
-			return
+			return true, nil
 		}
 		if !retryable(err) && !errors.Is(err, ErrFailed) {
 			panic(fmt.Sprintf("nilext write: unexpected error %v", err))
 		}
-		target = w.redirect(err)
 		// With id still zero the fast path never took the write (the
 		// replica was closed): it is in no d-log, so a fresh attempt is safe.
+		return false, err
+	})
+	if !done {
+		w.rec.Unknown(h)
 	}
-	w.rec.Unknown(h)
 }
 
 // Concurrent nilext puts (coordinated by random replicas), ordered CASes

@@ -11,6 +11,7 @@ import (
 	"github.com/kefirdb/kefir/internal/frame"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/shard"
+	"github.com/kefirdb/kefir/internal/testgroup"
 	"github.com/kefirdb/kefir/internal/vr"
 )
 
@@ -144,11 +145,7 @@ func TestAnEngineBringsItsOwnPeerMessages(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{"9 9/1 re: hello", "9 9/1 re: again"}
-	for deadline := time.Now().Add(5 * time.Second); len(net.got()) < len(want); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			break
-		}
-	}
+	testgroup.Until(5*time.Second, time.Millisecond, func() bool { return len(net.got()) >= len(want) })
 	if got := net.got(); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("sent %q, want %q", got, want)
 	}

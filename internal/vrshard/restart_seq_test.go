@@ -11,6 +11,7 @@ import (
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/shard"
+	"github.com/kefirdb/kefir/internal/testgroup"
 	"github.com/kefirdb/kefir/internal/transport"
 )
 
@@ -57,13 +58,10 @@ func TestLocalWritesAreNotAnsweredByThePreviousIncarnationsEntries(t *testing.T)
 	c.open(l, false, nil)
 	// Alone, the restarted leader starts view changes v+1, v+2, ...; wait for
 	// a view it leads, then let one peer join it.
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
-		if in := c.reps[l].Info(); in.View > 0 && in.View%3 == uint64(l) {
-			break
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	testgroup.Until(15*time.Second, 2*time.Millisecond, func() bool {
+		in := c.reps[l].Info()
+		return in.View > 0 && in.View%3 == uint64(l)
+	})
 	t.Logf("restarted alone: %+v", c.reps[l].Info())
 	type out struct {
 		i   int

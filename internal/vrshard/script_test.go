@@ -87,15 +87,7 @@ func evalRO(key string) kv.Op {
 // slow path, as a scan over the key), and TryRead leaves it to Read while
 // any key has a cad write that is not readable yet.
 func TestReadOnlyScriptReadsPendingWrites(t *testing.T) {
-	c := newCluster(t, 3, nilextOn(true))
-	l := c.leader(5 * time.Second)
-	f := (l + 1) % 3
-	if _, _, err := c.reps[f].NilextWrite(context.Background(), set("k", "v1"), level.Sync); err != nil {
-		t.Fatal(err)
-	}
-	if n := c.reps[l].Info().DLogLen; n != 1 {
-		t.Fatalf("leader d-log length %d, want the pending write", n)
-	}
+	c, l, _ := pendingNilextWrite(t)
 	res, err := c.reps[l].Read(context.Background(), evalRO("k"), level.ConsLinearizable, shard.Session{})
 	if err != nil || string(res.Bulk) != "$2\r\nv1\r\n" {
 		t.Fatalf("a linearizable EVAL_RO of a key with a pending nilext write: %q, %v; want v1", res.Bulk, err)

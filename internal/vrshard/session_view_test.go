@@ -12,6 +12,7 @@ import (
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/shard"
+	"github.com/kefirdb/kefir/internal/testgroup"
 	"github.com/kefirdb/kefir/internal/transport"
 )
 
@@ -120,12 +121,10 @@ func droppedWriteSessionHistory(t *testing.T, d level.Durability, broken bool) (
 
 	// Another client's write takes the lost write's op number in the new view.
 	var other kv.Result
-	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	testgroup.Until(15*time.Second, 20*time.Millisecond, func() bool {
 		other, err = c.write(set("y", "theirs"), shard.ReqID{Client: 200, Seq: 1}, 15*time.Second)
-		if err == nil || time.Now().After(deadline) {
-			break
-		}
-	}
+		return err == nil
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

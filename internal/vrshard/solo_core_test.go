@@ -13,6 +13,7 @@ import (
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/shard"
+	"github.com/kefirdb/kefir/internal/testgroup"
 	"github.com/kefirdb/kefir/internal/vr"
 )
 
@@ -288,11 +289,8 @@ func TestASecondCorePlugsIntoTheHost(t *testing.T) {
 	// A checkpoint's engine fsync runs off the driver: wait for one to
 	// finish (and the core's log to be compacted after it, which a restart
 	// shows below).
-	for deadline := time.Now().Add(5 * time.Second); r.Stats().Checkpoints == 0; {
-		if time.Now().After(deadline) {
-			t.Fatalf("no checkpoint after %d ops with CheckpointOps 4", n+1)
-		}
-		time.Sleep(time.Millisecond)
+	if !testgroup.Until(5*time.Second, time.Millisecond, func() bool { return r.Stats().Checkpoints != 0 }) {
+		t.Fatalf("no checkpoint after %d ops with CheckpointOps 4", n+1)
 	}
 	if err := r.Close(); err != nil {
 		t.Fatal(err)

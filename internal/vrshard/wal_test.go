@@ -13,6 +13,7 @@ import (
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/seglog"
 	"github.com/kefirdb/kefir/internal/shard"
+	"github.com/kefirdb/kefir/internal/testgroup"
 	"github.com/kefirdb/kefir/internal/vfs"
 	"github.com/kefirdb/kefir/internal/vr"
 )
@@ -258,12 +259,8 @@ func TestFailedFsyncStopsOnlyThatReplica(t *testing.T) {
 			t.Fatalf("write %d after replica 3 lost its disk: %v", i, err)
 		}
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for c.reps[2].Info().Failed == nil {
-		if time.Now().After(deadline) {
-			t.Fatalf("replica 3 kept running after a failed fsync")
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !testgroup.Until(5*time.Second, 5*time.Millisecond, func() bool { return c.reps[2].Info().Failed != nil }) {
+		t.Fatalf("replica 3 kept running after a failed fsync")
 	}
 	if _, err := c.reps[2].Read(context.Background(), get("a"), level.ConsEventual, shard.Session{}); !errors.Is(err, ErrFailed) {
 		t.Fatalf("read at the failed replica: %v, want ErrFailed", err)

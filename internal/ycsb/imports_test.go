@@ -1,35 +1,26 @@
 package ycsb
 
 import (
-	"go/parser"
-	"go/token"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
+
+	"github.com/kefirdb/kefir/internal/purity"
 )
 
 // The workloads, runner and generators must not depend on what they measure: Kefir is
 // one DB among several (its driver is kefirdb, beside the peers' drivers in bench/).
+// purity.Deps reads the non-test files' imports, and the imports' own.
 func TestImportsNoKefirPackage(t *testing.T) {
-	for _, dir := range []string{".", "gen"} {
-		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
-		if err != nil || len(files) == 0 {
-			t.Fatalf("%s: %v (%d files)", dir, err, len(files))
+	const module = "github.com/kefirdb/kefir"
+	root := filepath.Join("..", "..")
+	for dir, ok := range map[string]string{"internal/ycsb": module + "/internal/ycsb/gen", "internal/ycsb/gen": ""} {
+		deps, err := purity.Deps(root, module, filepath.Join(root, dir))
+		if err != nil {
+			t.Fatalf("%s: %v", dir, err)
 		}
-		for _, f := range files {
-			if strings.HasSuffix(f, "_test.go") {
-				continue
-			}
-			af, err := parser.ParseFile(token.NewFileSet(), f, nil, parser.ImportsOnly)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, im := range af.Imports {
-				p, _ := strconv.Unquote(im.Path.Value)
-				if strings.HasPrefix(p, "github.com/kefirdb/kefir/") && p != "github.com/kefirdb/kefir/internal/ycsb/gen" {
-					t.Errorf("%s imports %s", f, p)
-				}
+		for _, p := range deps {
+			if p != ok {
+				t.Errorf("%s reaches %s", dir, p)
 			}
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kefirdb/kefir/client"
+	"github.com/kefirdb/kefir/internal/testgroup"
 	"github.com/kefirdb/kefir/test/e2e/cluster"
 )
 
@@ -95,12 +96,8 @@ func writeUntil(ctx context.Context, c *client.Client, acks *ackLog, life, write
 // still settling after the last restart must not turn the life into an idle one.
 func waitAcked(t *testing.T, acks *ackLog, before int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for len(acks.all()) <= before {
-		if time.Now().After(deadline) {
-			t.Fatalf("no write acknowledged within 10s (%d before)", before)
-		}
-		time.Sleep(2 * time.Millisecond)
+	if !testgroup.Until(10*time.Second, 2*time.Millisecond, func() bool { return len(acks.all()) > before }) {
+		t.Fatalf("no write acknowledged within 10s (%d before)", before)
 	}
 }
 

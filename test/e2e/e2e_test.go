@@ -93,16 +93,11 @@ func TestAcknowledgedSyncWritesSurviveSIGKILL(t *testing.T) {
 		}()
 	}
 	// Kill mid-load, once a good number of writes are acknowledged.
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testgroup.Until(20*time.Second, 10*time.Millisecond, func() bool {
 		mu.Lock()
-		count := len(acked)
-		mu.Unlock()
-		if count >= 2000 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		defer mu.Unlock()
+		return len(acked) >= 2000
+	})
 	n.Kill()
 	stop.Store(true)
 	wg.Wait()

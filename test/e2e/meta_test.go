@@ -16,6 +16,7 @@ import (
 	kcluster "github.com/kefirdb/kefir/internal/cluster"
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/resp"
+	"github.com/kefirdb/kefir/internal/testgroup"
 	"github.com/kefirdb/kefir/test/e2e/cluster"
 )
 
@@ -86,15 +87,11 @@ func metadataResume(t *testing.T, killMetaLeader bool) {
 		}
 		return all, maps
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if all, maps := observe(); all && maps[0].Epoch == 1 && maps[2].Epoch == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the metadata group's map was not bootstrapped at every node\n%s", g.Nodes[0].Logs())
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !testgroup.Until(20*time.Second, 50*time.Millisecond, func() bool {
+		all, maps := observe()
+		return all && maps[0].Epoch == 1 && maps[2].Epoch == 1
+	}) {
+		t.Fatalf("the metadata group's map was not bootstrapped at every node\n%s", g.Nodes[0].Logs())
 	}
 	rs := []kv.SlotRange{{Start: 0, End: 4095}}
 	want := map[string]string{}
@@ -116,7 +113,7 @@ func metadataResume(t *testing.T, killMetaLeader bool) {
 	if err := drv.Start(); err != nil {
 		t.Fatal(err)
 	}
-	deadline = time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(20 * time.Second)
 	for !strings.Contains(out.String(), "recorded the move") || strings.Count(out.String(), "\n") < 2 {
 		if time.Now().After(deadline) {
 			_ = drv.Process.Kill()
@@ -323,12 +320,8 @@ func metaCommand(t *testing.T, g *cluster.Groups, args ...string) resp.Value {
 func TestGroupsMetadataAbortOfARecordedMove(t *testing.T) {
 	g := cluster.StartGroups(t, 3, twoGroups)
 	g.WaitLeaders(20 * time.Second)
-	deadline := time.Now().Add(20 * time.Second)
-	for cm := localMap(g.Nodes[0].ClientAddr); cm == nil; cm = localMap(g.Nodes[0].ClientAddr) {
-		if time.Now().After(deadline) {
-			t.Fatal("no map")
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !testgroup.Until(20*time.Second, 50*time.Millisecond, func() bool { return localMap(g.Nodes[0].ClientAddr) != nil }) {
+		t.Fatal("no map")
 	}
 	if v := metaCommand(t, g, "PLAN", "1", "2", "0-99", "2", "a driver that died"); v.Kind != resp.Int || v.Int != 1 {
 		t.Fatalf("PLAN: %v %s", v.Kind, v.Str)

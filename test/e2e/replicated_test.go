@@ -464,12 +464,8 @@ func TestWrongMemberListIsRefused(t *testing.T) {
 	imp.ClientAddr, imp.PeerAddr = n3.ClientAddr, n3.PeerAddr
 	imp.Args = replicaArgs(wrong, 3, false)
 	imp.Start()
-	deadline := time.Now().Add(15 * time.Second)
-	for !strings.Contains(imp.Logs(), "fix the cluster configuration") {
-		if time.Now().After(deadline) {
-			t.Fatalf("wrong member list: no refusal logged:\n%s", imp.Logs())
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !testgroup.Until(15*time.Second, 50*time.Millisecond, func() bool { return strings.Contains(imp.Logs(), "fix the cluster configuration") }) {
+		t.Fatalf("wrong member list: no refusal logged:\n%s", imp.Logs())
 	}
 	if st, err := status(imp); err == nil && (st.Role == "leader" || st.Role == "follower") {
 		t.Fatalf("node with a wrong member list joined as %s", st.Role)
