@@ -213,3 +213,34 @@ func TestEarlyAbortMutationsCaught(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkTxDoomedCheck is the leader's early check of a commit of two keys
+// that passes it (the cost every commit pays) and of one it dooms.
+func BenchmarkTxDoomedCheck(b *testing.B) {
+	c := newCluster(b, 3, nil)
+	l := c.leader(5 * time.Second)
+	var v [3]uint64
+	for i, k := range []string{"a", "b", "a"} {
+		res, err := c.write(set(k, "1"), shard.ReqID{}, 5*time.Second)
+		if err != nil {
+			b.Fatal(err)
+		}
+		v[i] = res.Version
+	}
+	c.readableAt(l, v[2])
+	r := c.reps[l]
+	for _, tc := range []struct {
+		name string
+		seen uint64
+	}{{"passes", v[2]}, {"doomed", v[0]}} {
+		op := txCommit(b, v[2], []kv.TxCheck{{Key: []byte("a"), Version: tc.seen}, {Key: []byte("b"), Version: v[1]}}, set("a", "2"), set("b", "2"))
+		op.Now = time.Now().UnixMilli()
+		b.Run(tc.name, func(b *testing.B) {
+			for range b.N {
+				if _, doomed := r.txDoomed(&op, shard.ReqID{Client: 9, Seq: 1}); doomed != (tc.name == "doomed") {
+					b.Fatalf("doomed %v", doomed)
+				}
+			}
+		})
+	}
+}
