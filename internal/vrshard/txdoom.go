@@ -40,16 +40,7 @@ func (r *Replica) txDoomed(op *kv.Op, id shard.ReqID) (kv.Result, bool) {
 	if at == 0 {
 		return kv.Result{}, false
 	}
-	get := func(key []byte) ([]byte, []byte, uint64, bool, error) {
-		v, err := r.db.GetAt(key, at)
-		if errors.Is(err, storage.ErrNotFound) {
-			return nil, nil, 0, false, nil
-		}
-		if err != nil {
-			return nil, nil, 0, false, err // ErrVersionGone among them: no decision
-		}
-		return v.Data, v.Meta, v.Version, true, nil
-	}
+	get := shard.TxSnapAt(r.db, at).Get // an error (a version gone): no decision
 	enc, _, _, _, err := get(kv.SlotTableKey)
 	if err != nil || kv.CheckSlotTable(enc, op) != nil {
 		return kv.Result{}, false
