@@ -224,6 +224,10 @@ type Stats struct {
 	FollowerRedirects uint64
 	EarlyAcks         uint64
 	OverlayReads      uint64
+	// TxEarlyAborts counts the transactions (EXEC, KEFIR.TX commits) this
+	// node answered as aborted as leader without proposing them: their
+	// validation must fail (vrshard txdoom.go).
+	TxEarlyAborts uint64
 	// DeferredReads counts the durability waits (among DurabilityWaits)
 	// served as deferred reads: answered at once from the leader's log,
 	// the reply held until R covered it (ReadDeferred).

@@ -330,51 +330,102 @@ func clipKey(k []byte) string {
 // commit; TxOrigin).
 func TxValidate(get Getter, version uint64, op *Op, origin *TxOrigin, checks []TxCheck) error {
 	for _, c := range checks {
-		if origin != nil {
-			o, err := SlotOrigin(get, c.Key)
+		if conflict, err := txCheckKey(get, version, op, origin, c, false); err != nil || conflict != nil {
 			if err != nil {
 				return err
 			}
-			if o != *origin {
-				return &TxConflict{Key: c.Key, Start: uint64(op.Delta), Moved: true, From: *origin, To: o}
-			}
-		}
-		_, _, ver, live, _, err := lookup(get, c.Key, op.Now)
-		if err != nil {
-			return err
-		}
-		if ver == version && version != 0 {
-			continue // our own record, in a replay (ownRecord)
-		}
-		if !live {
-			ver = 0
-		}
-		if ver != c.Version {
-			if c.Ranges != nil {
-				ok, err := rangedCheck(get, c, ver)
-				if err != nil {
-					return err
-				}
-				if ok {
-					continue
-				}
-			}
-			return &TxConflict{Key: c.Key, Start: uint64(op.Delta), Expected: c.Version, Found: ver}
+			return conflict
 		}
 	}
 	return nil
 }
 
-// applyTxCommit is Apply's case for KindTxCommit (see the top of this file).
-func applyTxCommit(get Getter, version uint64, op *Op, maxValue int, emit Emit) (Result, error) {
-	checks, writes, origin, err := decodeTxCommit(op)
+// txCheckKey is validation's decision on one check: a conflict, or nil.
+//
+// With sure false it is TxValidate's, at apply: get is the state as of op
+// version−1. With sure true it is a leader's early check (TxDoomed): get is a
+// committed state as of op version (the leader's read point, which every op
+// it will order follows), and a conflict is answered only if validation at
+// apply must find one on this key, whatever is ordered in between and
+// whatever clock (op.Now) a retry of the same request carries. So it says
+// nothing (nil) of a check it cannot be sure of:
+//   - a key of another origin here: versions of another group;
+//   - a key absent at the start (Version 0): a key created in the window and
+//     deleted again is absent at apply, which passes;
+//   - a key that read a version this state does not have yet (above version);
+//   - a key whose record is still the one the transaction saw: only its
+//     expiry at op.Now can fail it, and a retry's clock may differ;
+//   - a ranged check of a record with an expiry, for the same reason.
+//
+// Otherwise the key's record here is newer than the one the transaction saw
+// (or gone), and every later record of it is newer still: a whole check must
+// fail at apply; a ranged one walks the access record from here, and the walk
+// at apply goes through this version (a later write of the key replaced this
+// record) and then along the same entries, so it fails too.
+func txCheckKey(get Getter, version uint64, op *Op, origin *TxOrigin, c TxCheck, sure bool) (*TxConflict, error) {
+	if origin != nil {
+		o, err := SlotOrigin(get, c.Key)
+		if err != nil {
+			return nil, err
+		}
+		if o != *origin {
+			if sure {
+				return nil, nil
+			}
+			return &TxConflict{Key: c.Key, Start: uint64(op.Delta), Moved: true, From: *origin, To: o}, nil
+		}
+	}
+	if sure && (c.Version == 0 || c.Version > version) {
+		return nil, nil
+	}
+	_, meta, ver, live, stored, err := lookup(get, c.Key, op.Now)
 	if err != nil {
-		return Result{}, err
+		return nil, err
+	}
+	if sure && stored && ver <= c.Version {
+		return nil, nil
+	}
+	if !sure && ver == version && version != 0 {
+		return nil, nil // our own record, in a replay (ownRecord)
+	}
+	if !live {
+		ver = 0
+	}
+	if ver == c.Version {
+		return nil, nil
+	}
+	if c.Ranges != nil {
+		if sure && stored && HasExpiry(meta) {
+			return nil, nil
+		}
+		ok, err := rangedCheck(get, c, ver)
+		if err != nil || ok {
+			return nil, err
+		}
+	}
+	return &TxConflict{Key: c.Key, Start: uint64(op.Delta), Expected: c.Version, Found: ver}, nil
+}
+
+// txCommitParts decodes a commit for its evaluation: its checks, writes and
+// origin, or the error its evaluation answers before validating.
+func txCommitParts(op *Op) (checks []TxCheck, writes []Op, origin *TxOrigin, err error) {
+	checks, writes, origin, err = decodeTxCommit(op)
+	if err != nil {
+		return nil, nil, nil, err
 	}
 	for _, w := range writes {
 		if err := CheckKey(w.RoutingKey()); err != nil {
-			return Result{}, err
+			return nil, nil, nil, err
 		}
+	}
+	return checks, writes, origin, nil
+}
+
+// applyTxCommit is Apply's case for KindTxCommit (see the top of this file).
+func applyTxCommit(get Getter, version uint64, op *Op, maxValue int, emit Emit) (Result, error) {
+	checks, writes, origin, err := txCommitParts(op)
+	if err != nil {
+		return Result{}, err
 	}
 	if err := TxValidate(get, version, op, origin, checks); err != nil {
 		var c *TxConflict

@@ -1,6 +1,7 @@
 package kv
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 )
@@ -16,6 +17,7 @@ type mvRec struct {
 	v    uint64
 	data []byte
 	tomb bool
+	meta []byte // expiry (TxDoomed's tests)
 }
 
 func newMV() *mvStore { return &mvStore{vers: map[string][]mvRec{}} }
@@ -28,7 +30,7 @@ func (s *mvStore) at(v uint64) Getter {
 				if rs[i].tomb {
 					return nil, nil, 0, false, nil
 				}
-				return rs[i].data, nil, rs[i].v, true, nil
+				return rs[i].data, rs[i].meta, rs[i].v, true, nil
 			}
 		}
 		return nil, nil, 0, false, nil
@@ -40,7 +42,7 @@ func (s *mvStore) apply(t *testing.T, op Op) Result {
 	t.Helper()
 	v := s.last + 1
 	res, err := Apply(s.at(s.last), v, &op, 0, func(key, value, meta []byte, tomb bool) {
-		s.vers[string(key)] = append(s.vers[string(key)], mvRec{v, append([]byte(nil), value...), tomb})
+		s.vers[string(key)] = append(s.vers[string(key)], mvRec{v, append([]byte(nil), value...), tomb, bytes.Clone(meta)})
 	})
 	if err != nil {
 		t.Fatalf("apply %v: %v", op.Kind, err)

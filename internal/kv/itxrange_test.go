@@ -44,7 +44,7 @@ func (x *txn) commitRanged(t testing.TB, ranges map[string][]TxRange) string {
 	}
 	v := x.s.last + 1
 	res, err := Apply(x.s.at(x.s.last), v, &op, 0, func(key, value, meta []byte, tomb bool) {
-		x.s.vers[string(key)] = append(x.s.vers[string(key)], mvRec{v, append([]byte(nil), value...), tomb})
+		x.s.vers[string(key)] = append(x.s.vers[string(key)], mvRec{v, append([]byte(nil), value...), tomb, bytes.Clone(meta)})
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -388,6 +388,75 @@ func applyExec(get Getter, list Lister, version uint64, op *Op, maxValue int, em
 	return res, err
 }
 
+// execParts decodes an EXEC (or EXEC of reads) for its evaluation: its
+// commands and watches, or the error its evaluation answers before any watch.
+func execParts(op *Op) (cmds [][][]byte, watches []Watch, err error) {
+	if runCommand == nil {
+		return nil, nil, fmt.Errorf("%w: %w", ErrInvalidOp, ErrNoTxCommands)
+	}
+	cmds, watches, err = DecodeTx(op.Value)
+	if err != nil {
+		return nil, nil, err
+	}
+	if op.Delta != int64(len(op.Keys)) {
+		return nil, nil, fmt.Errorf("%w: exec declares %d of %d keys", ErrInvalidOp, op.Delta, len(op.Keys))
+	}
+	return cmds, watches, nil
+}
+
+// watchChanged is EXEC's decision on one watch: whether the key is modified
+// since WATCH saw it.
+//
+// With sure false it is apply's: get (rows: a hash's rows) is the state as
+// of op version−1, and the key is modified if Observe there differs from
+// what WATCH saw and the difference is not the op's own record in a replay
+// (ownRecord). With sure true it is a leader's early check (TxDoomed): get
+// is a committed state as of op version, which every op the leader orders
+// follows, and the answer is true only if apply must find the key modified,
+// whatever is ordered in between and whatever clock a retry carries. That
+// holds when WATCH saw the key live, at a version this state has (at most
+// version), under the origin the key has here, and the key's record here is
+// newer or gone: every later record is newer still, and an observation's
+// version is at least its record's. It says nothing (false) of a key WATCH
+// saw absent (it may be absent again at apply), nor of one whose record is
+// still the one seen (only its expiry at the op's clock could change it), and
+// needs no rows.
+func watchChanged(get Getter, rows func(start, end []byte) (uint64, error), version uint64, now int64, w Watch, sure bool) (bool, error) {
+	if sure {
+		e := observedVersion(w.Seen)
+		o, ok := observedOrigin(w.Seen)
+		if e == 0 || e > version || !ok {
+			return false, nil
+		}
+		here, err := SlotOrigin(get, w.Key)
+		if err != nil || here != o {
+			return false, err
+		}
+		_, _, ver, stored, err := get(w.Key)
+		return err == nil && (!stored || ver > e), err
+	}
+	seen, err := Observe(get, rows, w.Key, now)
+	if err != nil || bytes.Equal(seen, w.Seen) {
+		return false, err
+	}
+	own, err := ownRecord(get, version, w.Key)
+	return !own, err
+}
+
+// observedOrigin is the origin an observation ends with (checkObservation
+// accepted it).
+func observedOrigin(seen []byte) (TxOrigin, bool) {
+	if len(seen) == 0 || seen[0]&obsOrigin == 0 {
+		return TxOrigin{}, false
+	}
+	d := Decoder{B: seen[1:]}
+	if seen[0]&obsLive != 0 {
+		d.Uvarint()
+	}
+	o := TxOrigin{Epoch: d.Uvarint(), State: SlotState(d.Byte())}
+	return o, d.Err == nil && len(d.B) == 0
+}
+
 // readExec is Read's case for KindExecRO.
 func readExec(get Getter, scan Scanner, op *Op) (Result, error) {
 	o := *op
@@ -400,29 +469,17 @@ func readExec(get Getter, scan Scanner, op *Op) (Result, error) {
 // which it returns (nil: a watched key changed, nothing to emit). scan, a
 // reader's, serves the commands' reads of hash rows.
 func runExec(get Getter, scan Scanner, rows func(start, end []byte) (uint64, error), version uint64, op *Op, maxValue int) (Result, *overlay, error) {
-	if runCommand == nil {
-		return Result{}, nil, fmt.Errorf("%w: %w", ErrInvalidOp, ErrNoTxCommands)
-	}
-	cmds, watches, err := DecodeTx(op.Value)
+	cmds, watches, err := execParts(op)
 	if err != nil {
 		return Result{}, nil, err
 	}
-	if op.Delta != int64(len(op.Keys)) {
-		return Result{}, nil, fmt.Errorf("%w: exec declares %d of %d keys", ErrInvalidOp, op.Delta, len(op.Keys))
-	}
 	for _, w := range watches {
-		seen, err := Observe(get, rows, w.Key, op.Now)
+		changed, err := watchChanged(get, rows, version, op.Now, w, false)
 		if err != nil {
 			return Result{}, nil, err
 		}
-		if !bytes.Equal(seen, w.Seen) {
-			own, err := ownRecord(get, version, w.Key)
-			if err != nil {
-				return Result{}, nil, err
-			}
-			if !own {
-				return Result{Kind: ResReply, Bulk: NullArray}, nil, nil
-			}
+		if changed {
+			return Result{Kind: ResReply, Bulk: NullArray}, nil, nil
 		}
 	}
 	ov := newOverlay(get, version, op, maxValue)

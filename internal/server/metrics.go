@@ -123,6 +123,8 @@ func newMetrics(s *Server) *metrics {
 			gauge("kefir_vr_applied_op", "Highest op number applied to the engine.", func(in cluster.State) float64 { return float64(in.Applied) }),
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kefir_vr_log_fsyncs_total", Help: "Fsyncs of the replication log."},
 				func() float64 { return float64(s.grp.Stats().Fsyncs) }),
+			s.vrStatCounter("kefir_vr_tx_early_aborts_total", "Transactions (EXEC, KEFIR.TX commits) this node answered as aborted as leader without a log entry: a key they check already has a newer committed record.",
+				func(st cluster.Stats) uint64 { return st.TxEarlyAborts }),
 			s.vrStatCounter("kefir_vr_lease_reads_total", "Reads that confirmed leadership under the leader's lease (no read-index round).",
 				func(st cluster.Stats) uint64 { return st.LeaseReads }),
 			s.vrStatCounter("kefir_vr_local_lease_reads_total", "Leader lease reads and follower reads confirmed by the lease the VR driver published, without a round trip to it.",

@@ -48,6 +48,12 @@ func NewTxSnap(db TxEngine, at uint64) *TxSnap {
 	return &TxSnap{db: db, pin: pin, at: pin.Version()}
 }
 
+// TxSnapAt is a view of db at version at without a pin, for a read that
+// ends at once (a leader's early abort check, vrshard txdoom.go): a version
+// retention dropped reads as ErrTxTooOld, as in a pinned one. Close does
+// nothing.
+func TxSnapAt(db TxEngine, at uint64) *TxSnap { return &TxSnap{db: db, at: at} }
+
 // Version is the snapshot's start version.
 func (s *TxSnap) Version() uint64 { return s.at }
 
@@ -69,7 +75,11 @@ func (s *TxSnap) Get(key []byte) ([]byte, []byte, uint64, bool, error) {
 }
 
 // Close unpins the snapshot.
-func (s *TxSnap) Close() { _ = s.pin.Close() }
+func (s *TxSnap) Close() {
+	if s.pin != nil {
+		_ = s.pin.Close()
+	}
+}
 
 // TxBegin pins the engine's last version: on a single node every
 // acknowledged write is applied, and what the transaction may read is made

@@ -778,10 +778,11 @@ func hostSim(seed uint64, trace io.Writer, o hostSimOptions, w sim.Workload, sta
 	if stats != nil {
 		// By the running replicas: active expiry, deferred reads, direct
 		// nilext updates taken.
-		expired, deferred, taken := uint64(0), uint64(0), uint64(0)
+		expired, deferred, taken, early := uint64(0), uint64(0), uint64(0), uint64(0)
 		for i := range so.Replicas {
 			if node := s.Replica(i); node != nil {
 				st := node.(*hostNode).r.Stats()
+				early += st.TxEarlyAborts
 				expired += st.ExpiredKeys
 				deferred += st.DeferredReads
 				tk, _ := node.(*hostNode).r.NilextDirectStats()
@@ -791,7 +792,7 @@ func hostSim(seed uint64, trace io.Writer, o hostSimOptions, w sim.Workload, sta
 		*stats = fmt.Sprintf("%+v at %v, %d ops; reads answered OK by level: %v; keys expired actively: %d; reads deferred: %d; direct updates taken: %d",
 			s.Stats(), s.Now(), len(h.Ops), readsByLevel(h), expired, deferred, taken)
 		if txns != nil {
-			*stats = fmt.Sprintf("%+v at %v; transactions: %s", s.Stats(), s.Now(), txns.stats())
+			*stats = fmt.Sprintf("%+v at %v; transactions: %s (%d aborted early by the running replicas)", s.Stats(), s.Now(), txns.stats(), early)
 		}
 	}
 	if txns != nil {

@@ -713,7 +713,7 @@ func TestHostSimTxnsCatchBrokenValidation(t *testing.T) {
 		{"txUnvalidated", txnExec, 1, mutations{txUnvalidated: true}},
 		{"txUnvalidated", txnSI, 1, mutations{txUnvalidated: true}},
 		{"txUnvalidated", txnSerializable, 1, mutations{txUnvalidated: true}},
-		{"followerLinearizable", txnSerializable, 1, mutations{followerLinearizable: true}},
+		{"followerLinearizable", txnSerializable, 18, mutations{followerLinearizable: true}},
 	} {
 		t.Run(tc.name+"/"+tc.mode.String(), func(t *testing.T) {
 			o := hostSimOptions{txn: tc.mode}

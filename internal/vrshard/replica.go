@@ -389,6 +389,13 @@ type mutations struct {
 	// conflict window): a broken validator, which the transaction checker
 	// must catch (host_sim_txn_test.go).
 	txUnvalidated bool
+	// noEarlyAbort: the leader proposes every transaction, doomed or not
+	// (txdoom.go), as before early aborts. doomKeyGrain: its early check
+	// ignores a commit's ranges (a write of other bits of a key counts as a
+	// conflict); doomOnEqual: it counts a key still at the version the
+	// transaction read as written after it. Both abort transactions that
+	// validation would commit.
+	noEarlyAbort, doomKeyGrain, doomOnEqual bool
 	// slotsUnfenced: the group applies writes and serves reads of keys
 	// whose slots it does not own (a source that keeps serving a slot it
 	// handed over; kv/slots.go's fence is skipped).
@@ -762,7 +769,7 @@ type Replica struct {
 		localReads                                                                                                                    atomic.Uint64
 		readies, fsyncs, persisted, applied, proposals, leaseReads, indexReads, ckpts, snapsSent, snapsLoaded, snapsCaptured, forgets atomic.Uint64
 		nxFast, nxFallbacks, nxSent, nxAcksSent, nxSlowReads                                                                          atomic.Uint64
-		durWaits, durRounds, followerReads, followerRedirects, earlyAcks, overlayReads, durDeferred                                   atomic.Uint64
+		durWaits, durRounds, followerReads, followerRedirects, earlyAcks, overlayReads, durDeferred, earlyAborts                      atomic.Uint64
 	}
 }
 
@@ -2046,12 +2053,14 @@ func (r *Replica) Apply(ctx context.Context, reqs []shard.WriteReq) (shard.Pendi
 		}
 	}
 	bw, pp, point := r.newBatch(reqs)
-	select {
-	case r.propc <- pp:
-	case <-ctx.Done():
-		return shard.Pending{}, ctx.Err()
-	case <-r.done:
-		return shard.Pending{}, r.closedErr()
+	if len(pp) > 0 { // none: every write was answered (an early abort)
+		select {
+		case r.propc <- pp:
+		case <-ctx.Done():
+			return shard.Pending{}, ctx.Err()
+		case <-r.done:
+			return shard.Pending{}, r.closedErr()
+		}
 	}
 	bw.deadline = r.clock.Now().Add(r.opts.RequestTimeout)
 	if cadtraceOn {
@@ -2101,10 +2110,11 @@ func (r *Replica) newBatch(reqs []shard.WriteReq) (bw *batchWait, pp []*proposal
 	bw.left.Store(int32(len(reqs)))
 	ps := make([]proposal, len(reqs))
 	bw.ps = ps
-	pp = make([]*proposal, len(reqs))
+	pp = make([]*proposal, 0, len(reqs))
 	now := r.clock.Now()
 	ts, nowMs := now.UnixNano(), now.UnixMilli()
 	mayBeEarly := false
+	var doomed []int // transactions answered without the log (txdoom.go)
 	for i := range reqs {
 		q := &reqs[i]
 		p := &ps[i]
@@ -2114,6 +2124,11 @@ func (r *Replica) newBatch(reqs []shard.WriteReq) (bw *batchWait, pp []*proposal
 			q.Op.Now = nowMs
 		}
 		p.wait = bw
+		if res, ok := r.txDoomed(&q.Op, q.ID); ok {
+			p.res = res
+			doomed = append(doomed, i)
+			continue
+		}
 		if cadtraceOn {
 			p.trAt = traceNow()
 		}
@@ -2141,7 +2156,7 @@ func (r *Replica) newBatch(reqs []shard.WriteReq) (bw *batchWait, pp []*proposal
 			p.req.Client, p.req.ReqNum = q.ID.Client, q.ID.Seq
 		}
 		p.req.Data = encodeOp(nil, h, &q.Op)
-		pp[i] = p
+		pp = append(pp, p)
 	}
 	// Only a write acknowledged before it is applied can be ordered before
 	// it is finished: a batch with none (sync, state-dependent writes) is
@@ -2150,6 +2165,11 @@ func (r *Replica) newBatch(reqs []shard.WriteReq) (bw *batchWait, pp []*proposal
 	if mayBeEarly && !(mutation.On && r.mut.applyWaitsForAck) {
 		bw.ordered = make(chan struct{})
 		point = bw.ordered
+	}
+	// Finished before the driver sees the batch (after ordered exists:
+	// finish counts them ordered too).
+	for _, i := range doomed {
+		ps[i].finish(ps[i].res, nil)
 	}
 	return bw, pp, point
 }
