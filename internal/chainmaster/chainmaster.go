@@ -363,8 +363,10 @@ func (x *Master) run() {
 			return
 		case msgs := <-x.inbox:
 			x.step(msgs)
-		case now := <-t.C:
-			x.tick(now)
+		case <-t.C:
+			// The tick only triggers: its time is when it fired, stale
+			// after a stall (lead).
+			x.tick(time.Now())
 		}
 	}
 }
@@ -469,17 +471,27 @@ func (x *Master) config() *kv.ChainConfig {
 // lead is a hosted master's leadership check, every tick: a linearizable
 // read of the record at this node's replica. It reports whether the master
 // acts now, taking over (after waiting out the lease) or stopping as the
-// read says.
-func (x *Master) lead(now time.Time) bool {
+// read says, and the time the read started, which is the master's "now"
+// for the rest of the tick.
+//
+// The read's start, not the tick's time, dates the leadership: a Go ticker
+// hands back when it fired, which after a stall of the master's goroutine
+// (a slow read or commit, a loaded machine) is hundreds of milliseconds
+// old. Dating led or actAt from it would shorten the takeover wait, which
+// must run from no earlier than the first successful read: the old
+// leader's last read preceded that one, not the stale tick.
+func (x *Master) lead() (bool, time.Time) {
+	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*x.cfg.Heartbeat)
 	cc, err := x.cfg.Meta.Read(ctx, x.cfg.Group)
 	cancel()
+	now := start
 	if err != nil || (cc == nil && x.m != nil) {
 		if x.m != nil || !x.actAt.IsZero() {
 			x.cfg.Logger.Info("chain master: not the metadata group's leader (any more): passive", "err", err)
 		}
 		x.passive()
-		return false
+		return false, now
 	}
 	x.led = now
 	if x.m != nil {
@@ -489,7 +501,7 @@ func (x *Master) lead(now time.Time) bool {
 			x.cfg.Logger.Warn("chain master: the record changed under the master: taking over again", "record", cc.Members, "epoch", cc.Epoch)
 			x.passive()
 		}
-		return x.m != nil
+		return x.m != nil, now
 	}
 	if x.actAt.IsZero() {
 		x.reports = map[chain.NodeID]chain.Msg{}
@@ -498,10 +510,10 @@ func (x *Master) lead(now time.Time) bool {
 			x.actAt = now
 		}
 		x.cfg.Logger.Info("chain master: leading the metadata group: waiting out the old master's leases", "until", x.actAt)
-		return false
+		return false, now
 	}
 	if now.Before(x.actAt) {
-		return false
+		return false, now
 	}
 	if cc == nil {
 		init := &kv.ChainConfig{Group: x.cfg.Group, Members: slices.Clone(x.cfg.Members)}
@@ -513,7 +525,7 @@ func (x *Master) lead(now time.Time) bool {
 		cancel()
 		if err != nil || cc == nil {
 			x.cfg.Logger.Warn("chain master: record the first chain", "err", err)
-			return false
+			return false, now
 		}
 	}
 	ids := make([]chain.NodeID, len(cc.Members))
@@ -562,7 +574,7 @@ func (x *Master) lead(now time.Time) bool {
 		}
 	}
 	x.cfg.Logger.Info("chain master: acting (metadata leader)", "members", cc.Members, "epoch", cc.Epoch)
-	return true
+	return true, now
 }
 
 // passive stops a hosted master: it forgets its state (the record keeps
@@ -634,8 +646,12 @@ func (x *Master) tick(now time.Time) {
 	if d := x.dropped.Swap(0); d > 0 {
 		x.cfg.Logger.Warn("chain master: inbound batches dropped (queue full)", "batches", d)
 	}
-	if x.cfg.Meta != nil && !x.lead(now) {
-		return
+	if x.cfg.Meta != nil {
+		acting, start := x.lead()
+		if !acting {
+			return
+		}
+		now = start
 	}
 	if !x.learnUntil.IsZero() {
 		if now.Before(x.learnUntil) {

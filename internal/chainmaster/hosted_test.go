@@ -19,18 +19,29 @@ import (
 
 // fakeMeta is a metadata group of one that always leads: the record in
 // memory, each commit taking commitDelay (a slow majority) before it lands.
+// With stallFirst the first read takes that long and fails (a node that
+// does not lead yet, its read stuck until its timeout), which stalls the
+// master's goroutine past a tick or more.
 type fakeMeta struct {
 	mu          sync.Mutex
 	rec         *kv.ChainConfig
-	firstRead   time.Time
+	firstRead   time.Time // when the first successful read started
 	commitDelay time.Duration
+	stallFirst  time.Duration
+	stalled     bool
 }
 
 func (f *fakeMeta) Read(context.Context, uint64) (*kv.ChainConfig, error) {
+	now := time.Now()
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.stallFirst > 0 && !f.stalled {
+		f.stalled = true
+		time.Sleep(f.stallFirst)
+		return nil, errors.New("not the leader")
+	}
 	if f.firstRead.IsZero() {
-		f.firstRead = time.Now()
+		f.firstRead = now
 	}
 	return f.rec, nil
 }
@@ -71,14 +82,14 @@ func (f *fakeMeta) epoch() (uint64, bool) {
 // committed), and a heartbeat answer (a lease) granted before the master
 // waited out the lease after its first leadership read.
 func hostedRun(t *testing.T, mut mutations) []string {
-	bad, _ := hostedRunFrom(t, mut, nil, 0)
+	bad, _ := hostedRunFrom(t, mut, &fakeMeta{}, 0)
 	return bad
 }
 
-// hostedRunFrom is hostedRun with the metadata group's record preset to
-// rec (nil: none) while member 1 reports the chain [1 2 3] at epoch
+// hostedRunFrom is hostedRun on the metadata group meta (its record
+// preset, or nil: none) while member 1 reports the chain [1 2 3] at epoch
 // reported; it also returns the first repair order member 1 got.
-func hostedRunFrom(t *testing.T, mut mutations, rec *kv.ChainConfig, reported uint64) ([]string, chain.Msg) {
+func hostedRunFrom(t *testing.T, mut mutations, meta *fakeMeta, reported uint64) ([]string, chain.Msg) {
 	t.Helper()
 	lns := map[uint64]net.Listener{}
 	peers := map[uint64]string{2: "127.0.0.1:1", 3: "127.0.0.1:1"} // never reached
@@ -100,7 +111,7 @@ func hostedRunFrom(t *testing.T, mut mutations, rec *kv.ChainConfig, reported ui
 		t.Cleanup(func() { tr.Close() })
 	}
 	const lease, hb = 400 * time.Millisecond, 20 * time.Millisecond
-	meta := &fakeMeta{commitDelay: 100 * time.Millisecond, rec: rec}
+	meta.commitDelay = 100 * time.Millisecond
 	var (
 		mu      sync.Mutex
 		bad     []string
@@ -124,7 +135,10 @@ func hostedRunFrom(t *testing.T, mut mutations, rec *kv.ChainConfig, reported ui
 			if !ok || m.Epoch > rec {
 				bad = append(bad, fmt.Sprintf("%s at epoch %d arrived before it was recorded (record: %d, %v)", m.Type, m.Epoch, rec, ok))
 			}
-			if m.Type == chain.MsgHeartbeat && now.Sub(first) < lease {
+			// The wait is lease + 2×heartbeat from the first successful
+			// read's start, which the fake notes a moment after the
+			// master does (the 2 ms).
+			if m.Type == chain.MsgHeartbeat && (first.IsZero() || now.Sub(first) < lease+2*hb-2*time.Millisecond) {
 				bad = append(bad, fmt.Sprintf("a lease granted %v after the master started leading", now.Sub(first)))
 			}
 			if m.Type == chain.MsgCRTail || m.Type == chain.MsgCRMid {
@@ -213,7 +227,7 @@ func TestHostedMasterGrantingAtOnceIsCaught(t *testing.T) {
 // (mutation recordOnly) 1 would wait for ever for 2, were 3 alive.
 func TestHostedMasterRewiresADecisionNeverAnnounced(t *testing.T) {
 	rec := &kv.ChainConfig{Epoch: 1, Members: []uint64{1, 3}}
-	bad, first := hostedRunFrom(t, mutations{}, rec, 0)
+	bad, first := hostedRunFrom(t, mutations{}, &fakeMeta{rec: rec}, 0)
 	if len(bad) > 0 {
 		t.Fatalf("violations: %v", bad)
 	}
@@ -221,9 +235,20 @@ func TestHostedMasterRewiresADecisionNeverAnnounced(t *testing.T) {
 		t.Fatalf("member 1's first order: %v, want cr-mid towards 3 above epoch 1", first)
 	}
 	if mutation.On {
-		_, first := hostedRunFrom(t, mutations{recordOnly: true}, &kv.ChainConfig{Epoch: 1, Members: []uint64{1, 3}}, 0)
+		_, first := hostedRunFrom(t, mutations{recordOnly: true}, &fakeMeta{rec: &kv.ChainConfig{Epoch: 1, Members: []uint64{1, 3}}}, 0)
 		if first.Type == chain.MsgCRMid {
 			t.Fatalf("with recordOnly, member 1 still got %v: the test cannot tell the fix", first)
 		}
+	}
+}
+
+// TestHostedMasterWaitsFromTheRead: the master's goroutine stalls for
+// 300 ms in a failed leadership read, so the next tick it takes is about
+// 280 ms old (a Go ticker hands back when it fired). The takeover wait must
+// still run from the start of the first successful read, not from that
+// tick: no lease before lease + 2×heartbeat after it.
+func TestHostedMasterWaitsFromTheRead(t *testing.T) {
+	if bad, _ := hostedRunFrom(t, mutations{}, &fakeMeta{stallFirst: 300 * time.Millisecond}, 0); len(bad) > 0 {
+		t.Fatalf("violations: %v", bad)
 	}
 }
