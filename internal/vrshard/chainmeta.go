@@ -124,12 +124,22 @@ func OpenChainNode(opts Options, n ChainNode) (*Replica, error) {
 		return nil, fmt.Errorf("chain node %d: the hosted master: %w", self, err)
 	}
 	master.Store(m)
+	r.hostedMeta = meta
 	r.beforeClose = append(r.beforeClose, m.Close, func() { meta.Close() })
 	return r, nil
 }
 
 // sendFromMaster sends a message of this node's hosted master on the
 // chain's endpoint; one for this node's own member is handed to its driver.
+// The master holds its lock meanwhile, so the hand-over must end when the
+// driver does: stopped (Close) or failed (a disk error: fail, which closes
+// r.done but not r.stop) — the message is then dropped, as a link to a
+// dead member drops it.
+//
+// The master goes on after its own member failed: it hears the members on
+// the transport's reader (chainHost.Decode), not through the driver, so
+// its own member falls silent and is failed like any other, and the
+// metadata group keeps its three replicas.
 func (r *Replica) sendFromMaster(to uint64, m *chain.Msg) {
 	if to == r.cfg.Self {
 		c := *m
@@ -137,6 +147,7 @@ func (r *Replica) sendFromMaster(to uint64, m *chain.Msg) {
 		select {
 		case r.inbox <- inbound{from: to, batch: &chainBatch{[]chain.Msg{c}}}:
 		case <-r.stop:
+		case <-r.done:
 		}
 		return
 	}
