@@ -406,8 +406,9 @@ fill:
 	handed := make(chan struct{})
 	go func() {
 		r.sendFromMaster(r.cfg.Self, &chain.Msg{Type: chain.MsgHeartbeat, From: chain.NodeID(ChainMasterID), To: chain.NodeID(r.cfg.Self)})
-		hb := chain.Msg{Type: chain.MsgHeartbeat, From: chain.NodeID(live[0]), To: chain.NodeID(ChainMasterID)}
-		r.deliver(live[0], []frame.Message{{Engine: frame.EngineChain, Type: uint8(hb.Type), Body: chainwire.AppendBody(nil, &hb)}})
+		// An answer to no order (epoch 0): the master ignores it.
+		ans := chain.Msg{Type: chain.MsgCRMidDone, From: chain.NodeID(live[0]), To: chain.NodeID(ChainMasterID)}
+		r.deliver(live[0], []frame.Message{{Engine: frame.EngineChain, Type: uint8(ans.Type), Body: chainwire.AppendBody(nil, &ans)}})
 		close(handed)
 	}()
 	select {
