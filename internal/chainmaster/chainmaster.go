@@ -165,9 +165,15 @@ type Meta interface {
 
 // Master is a running master.
 type Master struct {
-	cfg   Config
-	ep    *transport.Endpoint
-	inbox chan []chain.Msg
+	cfg Config
+	ep  *transport.Endpoint
+	// The inbound queue (Deliver): the members' messages in arrival
+	// order, queued beats of them heartbeats; wake is signalled when it
+	// turns non-empty.
+	qmu   sync.Mutex
+	queue []chain.Msg
+	beats int
+	wake  chan struct{}
 	stop  chan struct{}
 	done  chan struct{}
 
@@ -181,7 +187,7 @@ type Master struct {
 	// heartbeats (zero once it has), with what it learnt.
 	learnUntil time.Time
 	learner    *Learner
-	dropped    atomic.Uint64 // batches Deliver dropped (a full queue)
+	dropped    atomic.Uint64 // heartbeats Deliver dropped (maxQueuedBeats queued)
 	// progress: what each member of the chain last reported (its epoch and
 	// LU), which only grow while it keeps its history.
 	progress map[uint64]progress
@@ -280,7 +286,7 @@ func Start(cfg Config) (*Master, error) {
 	for i, id := range cfg.Members {
 		ids[i] = chain.NodeID(id)
 	}
-	x := &Master{cfg: cfg, inbox: make(chan []chain.Msg, 256), stop: make(chan struct{}), done: make(chan struct{}),
+	x := &Master{cfg: cfg, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 		m: chain.NewMaster(chain.NodeID(cfg.As), ids, len(ids)), heard: map[uint64]time.Time{},
 		members: slices.Clone(cfg.Members), learnUntil: time.Now().Add(cfg.FailAfter), learner: NewLearner(ids),
 		progress: map[uint64]progress{}, committed: &kv.ChainConfig{Group: cfg.Group, Members: slices.Clone(cfg.Members)}}
@@ -336,20 +342,39 @@ func (x *Master) deliver(from uint64, in []frame.Message) error {
 	return nil
 }
 
+// maxQueuedBeats bounds the heartbeats waiting in the master's queue:
+// seconds of them from a chain of a few members.
+const maxQueuedBeats = 1024
+
 // Deliver queues members' messages to the master (decoded and checked by
 // the caller: each From the member that sent it). With Config.Send it is
 // how they arrive. It never waits: it runs on a transport reader (the
 // connection's, shared by every group on it) or a member's driver, which a
-// master busy with a slow leadership read or commit must not stall; when
-// the queue (256 batches, seconds of heartbeats) is full the batch is
-// dropped — heartbeats come again, and an order's answer lost there is
-// one the members' links may lose anyway (docs/design/chain.md, "On the
-// replica host").
+// master busy with a slow leadership read or commit must not stall. When
+// maxQueuedBeats heartbeats are queued a heartbeat is dropped — the next
+// one comes a heartbeat interval later. Every other message is queued: an
+// answer to an order (CR_*_DONE, PRECOPY_DONE, FLUSH_ACK, TRUNCATE_ACK)
+// is never sent again, and the master, which does not resend orders,
+// would wait for it for ever (Busy: no join, no rejoin). They are as few
+// as the orders the master sent. One queue keeps the arrival order: a
+// joiner's heartbeats from before it became a replica precede its
+// FLUSH_ACK.
 func (x *Master) Deliver(msgs []chain.Msg) {
+	x.qmu.Lock()
+	for i := range msgs {
+		if msgs[i].Type == chain.MsgHeartbeat {
+			if x.beats >= maxQueuedBeats {
+				x.dropped.Add(1)
+				continue
+			}
+			x.beats++
+		}
+		x.queue = append(x.queue, msgs[i])
+	}
+	x.qmu.Unlock()
 	select {
-	case x.inbox <- msgs:
-	default:
-		x.dropped.Add(1)
+	case x.wake <- struct{}{}:
+	default: // already signalled
 	}
 }
 
@@ -361,7 +386,11 @@ func (x *Master) run() {
 		select {
 		case <-x.stop:
 			return
-		case msgs := <-x.inbox:
+		case <-x.wake:
+			x.qmu.Lock()
+			msgs := x.queue
+			x.queue, x.beats = nil, 0
+			x.qmu.Unlock()
 			x.step(msgs)
 		case <-t.C:
 			// The tick only triggers: its time is when it fired, stale
@@ -644,7 +673,7 @@ func (x *Master) tick(now time.Time) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if d := x.dropped.Swap(0); d > 0 {
-		x.cfg.Logger.Warn("chain master: inbound batches dropped (queue full)", "batches", d)
+		x.cfg.Logger.Warn("chain master: heartbeats dropped (the queue is full of them)", "heartbeats", d)
 	}
 	if x.cfg.Meta != nil {
 		acting, start := x.lead()

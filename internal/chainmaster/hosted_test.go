@@ -252,3 +252,38 @@ func TestHostedMasterWaitsFromTheRead(t *testing.T) {
 		t.Fatalf("violations: %v", bad)
 	}
 }
+
+// TestDeliverKeepsOrderAnswers: while the master is busy (here: its lock
+// held), more heartbeats arrive than its queue keeps, then member 2's
+// answer to the CR_TAIL order the master sent it. Heartbeats may be
+// dropped — they come again — but the answer must not be: the master
+// never resends an order, and would stay Busy (no joins) for ever.
+func TestDeliverKeepsOrderAnswers(t *testing.T) {
+	m, err := Start(Config{Self: 9, Members: []uint64{1, 2, 3}, Send: func(uint64, *chain.Msg) {},
+		Heartbeat: time.Hour, FailAfter: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	m.mu.Lock()
+	m.m.Fail(3) // CR_TAIL to 2
+	epoch := m.m.Epoch()
+	for i := range 3000 { // above maxQueuedBeats
+		m.Deliver([]chain.Msg{{Type: chain.MsgHeartbeat, From: 1, To: 9, Seq: uint64(i + 1), Members: []chain.NodeID{1, 2, 3}}})
+	}
+	m.Deliver([]chain.Msg{{Type: chain.MsgCRTailDone, From: 2, To: 9, Epoch: epoch}})
+	m.mu.Unlock()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		m.mu.Lock()
+		busy := m.m.Busy()
+		m.mu.Unlock()
+		if !busy {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the CR_TAIL_DONE was lost: the master is still busy (%d heartbeats dropped)", m.dropped.Load())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
