@@ -544,16 +544,43 @@ func (x *Master) lead() (bool, time.Time) {
 	if now.Before(x.actAt) {
 		return false, now
 	}
-	if cc == nil {
-		init := &kv.ChainConfig{Group: x.cfg.Group, Members: slices.Clone(x.cfg.Members)}
+	// The members may be ahead of the record: none recorded (the
+	// metadata group's directories wiped, or the chain ran with a
+	// standalone master before), or a record older than what a master
+	// since announced. A member refuses a heartbeat answer or an order
+	// from an epoch below its own, so a master starting from the record
+	// would never grant a lease: it records the configuration of the
+	// member reporting the highest epoch, at that epoch, first.
+	var hi *chain.Msg
+	for _, r := range x.reports {
+		if hi == nil || r.Epoch > hi.Epoch || r.Epoch == hi.Epoch && r.From < hi.From {
+			hi = &r
+		}
+	}
+	adopted := hi != nil && (cc == nil && hi.Epoch > 0 || cc != nil && hi.Epoch > cc.Epoch)
+	if adopted || cc == nil {
+		rec := &kv.ChainConfig{Group: x.cfg.Group, Members: slices.Clone(x.cfg.Members)}
+		op := kv.Op{Kind: kv.KindMapChainInit}
+		if adopted {
+			rec = &kv.ChainConfig{Group: x.cfg.Group, Epoch: hi.Epoch}
+			for _, id := range hi.Members {
+				rec.Members = append(rec.Members, uint64(id))
+			}
+			x.cfg.Logger.Warn("chain master: the members are ahead of the record: recording the newest configuration a member reports",
+				"record", cc, "member", uint64(hi.From), "members", rec.Members, "epoch", rec.Epoch)
+			if cc != nil {
+				op = kv.Op{Kind: kv.KindMapChainSet, Delta: int64(cc.Epoch)}
+			}
+		}
+		op.Key = kv.AppendChainConfig(nil, rec)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_, err := x.cfg.Meta.Commit(ctx, kv.Op{Kind: kv.KindMapChainInit, Key: kv.AppendChainConfig(nil, init)})
+		_, err := x.cfg.Meta.Commit(ctx, op)
 		if err == nil {
 			cc, err = x.cfg.Meta.Read(ctx, x.cfg.Group)
 		}
 		cancel()
 		if err != nil || cc == nil {
-			x.cfg.Logger.Warn("chain master: record the first chain", "err", err)
+			x.cfg.Logger.Warn("chain master: record the chain", "record", rec.Members, "epoch", rec.Epoch, "err", err)
 			return false, now
 		}
 	}
@@ -579,8 +606,8 @@ func (x *Master) lead() (bool, time.Time) {
 			old = &r
 		}
 	}
-	if mutation.On && x.cfg.mut.recordOnly {
-		old = nil
+	if adopted || mutation.On && x.cfg.mut.recordOnly {
+		old = nil // adopted: a configuration a member heard, and the newest
 	}
 	x.m = chain.NewMasterAt(chain.NodeID(x.cfg.As), ids, len(x.cfg.Members), cc.Epoch)
 	if old != nil {

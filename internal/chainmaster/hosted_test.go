@@ -287,3 +287,20 @@ func TestDeliverKeepsOrderAnswers(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestHostedMasterAdoptsTheMembersEpoch: no record (the metadata group's
+// directories wiped, or the chain ran with a standalone master) while
+// member 1 reports the chain [1 2 3] at epoch 5. A master that started at
+// epoch 0 would be refused by every member (an answer or order below its
+// epoch): it records the members' configuration at epoch 5 first, and its
+// repair comes above it.
+func TestHostedMasterAdoptsTheMembersEpoch(t *testing.T) {
+	meta := &fakeMeta{}
+	bad, first := hostedRunFrom(t, mutations{}, meta, 5)
+	if len(bad) > 0 {
+		t.Fatalf("violations: %v", bad)
+	}
+	if first.Epoch <= 5 {
+		t.Fatalf("member 1's first order: %v, want one above its epoch 5", first)
+	}
+}
