@@ -569,7 +569,7 @@ func (x *Master) lead() (bool, time.Time) {
 			x.cfg.Logger.Warn("chain master: the members are ahead of the record: recording the newest configuration a member reports",
 				"record", cc, "member", uint64(hi.From), "members", rec.Members, "epoch", rec.Epoch)
 			if cc != nil {
-				op = kv.Op{Kind: kv.KindMapChainSet, Delta: int64(cc.Epoch)}
+				op = kv.Op{Kind: kv.KindMapChainSet, Delta: int64(cc.Epoch), Expected: kv.AppendChainConfig(nil, cc)}
 			}
 		}
 		op.Key = kv.AppendChainConfig(nil, rec)
@@ -654,7 +654,8 @@ func (x *Master) commit() bool {
 		return true
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	_, err := x.cfg.Meta.Commit(ctx, kv.Op{Kind: kv.KindMapChainSet, Key: kv.AppendChainConfig(nil, cur), Delta: int64(x.committed.Epoch)})
+	_, err := x.cfg.Meta.Commit(ctx, kv.Op{Kind: kv.KindMapChainSet, Key: kv.AppendChainConfig(nil, cur), Delta: int64(x.committed.Epoch),
+		Expected: kv.AppendChainConfig(nil, x.committed)})
 	cancel()
 	if err != nil {
 		x.cfg.Logger.Warn("chain master: commit the configuration: nothing announced, passive", "members", cur.Members, "epoch", cur.Epoch, "err", err)

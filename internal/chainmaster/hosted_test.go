@@ -1,6 +1,7 @@
 package chainmaster
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -57,7 +58,8 @@ func (f *fakeMeta) Commit(_ context.Context, op kv.Op) (kv.Result, error) {
 	switch {
 	case op.Kind == kv.KindMapChainInit && f.rec == nil:
 		f.rec = c
-	case op.Kind == kv.KindMapChainSet && f.rec != nil && f.rec.Epoch == uint64(op.Delta) && c.Epoch >= f.rec.Epoch:
+	case op.Kind == kv.KindMapChainSet && f.rec != nil && f.rec.Epoch == uint64(op.Delta) && c.Epoch >= f.rec.Epoch &&
+		(len(op.Expected) == 0 || bytes.Equal(op.Expected, kv.AppendChainConfig(nil, f.rec))):
 		f.rec = c
 	case op.Kind == kv.KindMapChainSet:
 		return kv.Result{}, errors.New("stale")
