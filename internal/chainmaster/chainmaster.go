@@ -282,6 +282,11 @@ func Start(cfg Config) (*Master, error) {
 	if cfg.Lease <= 0 {
 		cfg.Lease = DefaultLease
 	}
+	if cfg.FailAfter <= cfg.Lease {
+		// A member failed before its last lease lapsed could still serve
+		// while the chain is repaired around it.
+		return nil, fmt.Errorf("chainmaster: node %d: the failure timeout %v must exceed the members' lease %v", cfg.Self, cfg.FailAfter, cfg.Lease)
+	}
 	ids := make([]chain.NodeID, len(cfg.Members))
 	for i, id := range cfg.Members {
 		ids[i] = chain.NodeID(id)

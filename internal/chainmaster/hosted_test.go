@@ -306,3 +306,16 @@ func TestHostedMasterAdoptsTheMembersEpoch(t *testing.T) {
 		t.Fatalf("member 1's first order: %v, want one above its epoch 5", first)
 	}
 }
+
+// TestStartRefusesFailingWithinTheLease: a failure timeout no longer than
+// the members' lease would repair around a member whose last lease still
+// runs (it could serve reads the chain has moved past).
+func TestStartRefusesFailingWithinTheLease(t *testing.T) {
+	for _, fail := range []time.Duration{300 * time.Millisecond, 500 * time.Millisecond} {
+		m, err := Start(Config{Self: 9, Members: []uint64{1, 2, 3}, Send: func(uint64, *chain.Msg) {}, FailAfter: fail, Lease: 500 * time.Millisecond})
+		if err == nil {
+			m.Close()
+			t.Fatalf("FailAfter %v with a 500 ms lease was accepted", fail)
+		}
+	}
+}

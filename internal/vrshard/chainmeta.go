@@ -114,9 +114,14 @@ func OpenChainNode(opts Options, n ChainNode) (*Replica, error) {
 	mc := n.Master
 	mc.Self, mc.As, mc.Members, mc.Group, mc.Meta = self, ChainMasterID, slices.Clone(opts.VR.Members), opts.Group, meta.ChainMeta()
 	mc.Send = r.sendFromMaster
-	if mc.Lease <= 0 {
-		mc.Lease = co.Lease
+	// The takeover waits out the members' leases: never less than theirs
+	// (a shorter Master.Lease would let a new master act while an old
+	// master's grant still runs).
+	memberLease := co.Lease
+	if memberLease <= 0 {
+		memberLease = chainmaster.DefaultLease // the member's default (chainHost)
 	}
+	mc.Lease = max(mc.Lease, memberLease)
 	m, err := chainmaster.Start(mc)
 	if err != nil {
 		meta.Close()
