@@ -103,16 +103,26 @@ func (g *chainGroup) restart(i int) {
 // repair under way) for up to 5 s.
 func (g *chainGroup) write(i int, op kv.Op, id shard.ReqID) kv.Result {
 	g.t.Helper()
+	res, err := g.tryWrite(i, op, id)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	return res
+}
+
+// tryWrite is write reporting its failure (for a goroutine other than the
+// test's, which must not call t.Fatal).
+func (g *chainGroup) tryWrite(i int, op kv.Op, id shard.ReqID) (kv.Result, error) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		res, err := g.reps[i].Write(ctx, op, level.Sync, id)
 		cancel()
 		if err == nil {
-			return res
+			return res, nil
 		}
 		if time.Now().After(deadline) {
-			g.t.Fatalf("write %s at node %d: %v", op.Key, i+1, err)
+			return kv.Result{}, fmt.Errorf("write %s at node %d: %w", op.Key, i+1, err)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

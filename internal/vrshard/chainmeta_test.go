@@ -164,7 +164,10 @@ func TestChainMasterOnTheMetadataGroup(t *testing.T) {
 			default:
 			}
 			k := fmt.Sprint("w", i)
-			x.write(0, set(k, "1"), shard.ReqID{Client: 6, Seq: uint64(i + 1)})
+			if _, err := x.tryWrite(0, set(k, "1"), shard.ReqID{Client: 6, Seq: uint64(i + 1)}); err != nil {
+				t.Errorf("the writer stopped: %v", err) // not Fatal: not the test's goroutine
+				return
+			}
 			now := time.Now()
 			mu.Lock()
 			acked = append(acked, k)
@@ -176,6 +179,9 @@ func TestChainMasterOnTheMetadataGroup(t *testing.T) {
 	}()
 	time.Sleep(300 * time.Millisecond)
 	killed := x.killMetaLeader()
+	mu.Lock()
+	atKill := len(acked)
+	mu.Unlock()
 	t.Logf("killed metadata node %d", 4+killed)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -184,13 +190,16 @@ func TestChainMasterOnTheMetadataGroup(t *testing.T) {
 		mu.Unlock()
 		// Writes go on after the failover: the next leader's master took
 		// over (the members' leases lapsed meanwhile).
-		if x.meta.leader(10*time.Second) != killed && n > 0 {
+		if x.meta.leader(10*time.Second) != killed && n > atKill+1 {
 			time.Sleep(2500 * time.Millisecond)
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("no metadata leader after the kill")
+			close(stopped)
+			<-done
+			t.Fatalf("no writes within 10 s of the kill (%d acknowledged before it)", atKill)
 		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	close(stopped)
 	<-done
