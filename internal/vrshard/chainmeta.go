@@ -187,7 +187,12 @@ func OpenHostedChainNode(failAfter time.Duration) kcluster.Opener {
 		mo.Dir = filepath.Join(filepath.Dir(spec.Dir), "chain-meta")
 		mo.Logger = opts.Logger.With("group", metaGroupID)
 		mo.CheckpointOps = 0
-		r, err := OpenChainNode(opts, ChainNode{Meta: kcluster.MetaMembers(opts.VR.Members), MetaOptions: mo,
+		meta := kcluster.MetaMembers(opts.VR.Members)
+		if len(meta) < kcluster.MetaReplicas {
+			opts.Logger.Warn("chain: fewer than three members: the metadata group hosting the master is one node, whose loss stops the chain (use --chain-master to survive it)",
+				"metadata group", meta, "members", opts.VR.Members)
+		}
+		r, err := OpenChainNode(opts, ChainNode{Meta: meta, MetaOptions: mo,
 			Master: chainmaster.Config{FailAfter: failAfter, Logger: opts.Logger.With("component", "chain-master")}})
 		if err != nil {
 			tr.Close()
