@@ -598,16 +598,20 @@ func (x *Master) lead() (bool, time.Time) {
 	// says it is not a replica, failed on its heartbeat) and is joined
 	// again when it asks.
 	//
-	// A member of the record that reports an older epoch never heard the
-	// record's configuration: the old master committed it and died before
-	// announcing it (all of it, or to everyone). The chain is then wired as
-	// that member's configuration says, so the master starts from it (the
-	// oldest reported) at the record's epoch and fails anew every member
-	// the record dropped: the repair's orders, committed at a new epoch,
-	// rewire the chain as recorded.
+	// A member of the record that reports an older epoch and another
+	// configuration never heard the record's: the old master committed it
+	// and died before announcing it (all of it, or to everyone). The chain
+	// is then wired as that member's configuration says, so the master
+	// starts from it (the oldest reported) at the record's epoch and fails
+	// anew every member the record dropped: the repair's orders, committed
+	// at a new epoch, rewire the chain as recorded. An older epoch alone
+	// says nothing: a repair orders only the members whose links change,
+	// and the others hear the new configuration in heartbeat answers at
+	// their own epoch.
 	var old *chain.Msg
 	for _, id := range cc.Members {
-		if r, ok := x.reports[chain.NodeID(id)]; ok && r.Epoch < cc.Epoch && (old == nil || r.Epoch < old.Epoch) {
+		r, ok := x.reports[chain.NodeID(id)]
+		if ok && r.Epoch < cc.Epoch && !slices.Equal(r.Members, ids) && (old == nil || r.Epoch < old.Epoch) {
 			old = &r
 		}
 	}

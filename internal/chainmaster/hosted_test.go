@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -30,6 +32,8 @@ type fakeMeta struct {
 	commitDelay time.Duration
 	stallFirst  time.Duration
 	stalled     bool
+	// log, if set, is the master's logger in hostedRunFrom.
+	log *slog.Logger
 }
 
 func (f *fakeMeta) Read(context.Context, uint64) (*kv.ChainConfig, error) {
@@ -157,7 +161,7 @@ func hostedRunFrom(t *testing.T, mut mutations, meta *fakeMeta, reported uint64)
 		t.Fatal(err)
 	}
 	m, err := Start(Config{Self: 9, Members: []uint64{1, 2, 3}, Transport: trs[9], Heartbeat: hb, FailAfter: 500 * time.Millisecond,
-		Lease: lease, Meta: meta, mut: mut})
+		Lease: lease, Meta: meta, mut: mut, Logger: meta.log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -317,5 +321,21 @@ func TestStartRefusesFailingWithinTheLease(t *testing.T) {
 			m.Close()
 			t.Fatalf("FailAfter %v with a 500 ms lease was accepted", fail)
 		}
+	}
+}
+
+// TestHostedMasterTrustsARecordTheMembersHold: the record is [1 2 3] at
+// epoch 1 (a repair that ordered only member 2, say) and member 1 reports
+// [1 2 3] at epoch 0 — it heard the configuration in a heartbeat answer,
+// needing no order. That is no decision left unannounced: the new master
+// starts from the record without rewiring from a member's view.
+func TestHostedMasterTrustsARecordTheMembersHold(t *testing.T) {
+	var buf bytes.Buffer
+	meta := &fakeMeta{rec: &kv.ChainConfig{Epoch: 1, Members: []uint64{1, 2, 3}}, log: slog.New(slog.NewTextHandler(&buf, nil))}
+	if bad, _ := hostedRunFrom(t, mutations{}, meta, 0); len(bad) > 0 {
+		t.Fatalf("violations: %v", bad)
+	}
+	if strings.Contains(buf.String(), "the record is ahead of the members") {
+		t.Fatalf("the master took a member's lower epoch for an unannounced decision:\n%s", buf.String())
 	}
 }
