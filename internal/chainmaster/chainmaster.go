@@ -165,9 +165,15 @@ type Meta interface {
 
 // Master is a running master.
 type Master struct {
-	cfg   Config
-	ep    *transport.Endpoint
-	inbox chan []chain.Msg
+	cfg Config
+	ep  *transport.Endpoint
+	// The inbound queue (Deliver): the members' messages in arrival
+	// order, queued beats of them heartbeats; wake is signalled when it
+	// turns non-empty.
+	qmu   sync.Mutex
+	queue []chain.Msg
+	beats int
+	wake  chan struct{}
 	stop  chan struct{}
 	done  chan struct{}
 
@@ -181,7 +187,7 @@ type Master struct {
 	// heartbeats (zero once it has), with what it learnt.
 	learnUntil time.Time
 	learner    *Learner
-	dropped    atomic.Uint64 // batches Deliver dropped (a full queue)
+	dropped    atomic.Uint64 // heartbeats Deliver dropped (maxQueuedBeats queued)
 	// progress: what each member of the chain last reported (its epoch and
 	// LU), which only grow while it keeps its history.
 	progress map[uint64]progress
@@ -276,11 +282,16 @@ func Start(cfg Config) (*Master, error) {
 	if cfg.Lease <= 0 {
 		cfg.Lease = DefaultLease
 	}
+	if cfg.FailAfter <= cfg.Lease {
+		// A member failed before its last lease lapsed could still serve
+		// while the chain is repaired around it.
+		return nil, fmt.Errorf("chainmaster: node %d: the failure timeout %v must exceed the members' lease %v", cfg.Self, cfg.FailAfter, cfg.Lease)
+	}
 	ids := make([]chain.NodeID, len(cfg.Members))
 	for i, id := range cfg.Members {
 		ids[i] = chain.NodeID(id)
 	}
-	x := &Master{cfg: cfg, inbox: make(chan []chain.Msg, 256), stop: make(chan struct{}), done: make(chan struct{}),
+	x := &Master{cfg: cfg, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 		m: chain.NewMaster(chain.NodeID(cfg.As), ids, len(ids)), heard: map[uint64]time.Time{},
 		members: slices.Clone(cfg.Members), learnUntil: time.Now().Add(cfg.FailAfter), learner: NewLearner(ids),
 		progress: map[uint64]progress{}, committed: &kv.ChainConfig{Group: cfg.Group, Members: slices.Clone(cfg.Members)}}
@@ -336,20 +347,39 @@ func (x *Master) deliver(from uint64, in []frame.Message) error {
 	return nil
 }
 
+// maxQueuedBeats bounds the heartbeats waiting in the master's queue:
+// seconds of them from a chain of a few members.
+const maxQueuedBeats = 1024
+
 // Deliver queues members' messages to the master (decoded and checked by
 // the caller: each From the member that sent it). With Config.Send it is
 // how they arrive. It never waits: it runs on a transport reader (the
 // connection's, shared by every group on it) or a member's driver, which a
-// master busy with a slow leadership read or commit must not stall; when
-// the queue (256 batches, seconds of heartbeats) is full the batch is
-// dropped — heartbeats come again, and an order's answer lost there is
-// one the members' links may lose anyway (docs/design/chain.md, "On the
-// replica host").
+// master busy with a slow leadership read or commit must not stall. When
+// maxQueuedBeats heartbeats are queued a heartbeat is dropped — the next
+// one comes a heartbeat interval later. Every other message is queued: an
+// answer to an order (CR_*_DONE, PRECOPY_DONE, FLUSH_ACK, TRUNCATE_ACK)
+// is never sent again, and the master, which does not resend orders,
+// would wait for it for ever (Busy: no join, no rejoin). They are as few
+// as the orders the master sent. One queue keeps the arrival order: a
+// joiner's heartbeats from before it became a replica precede its
+// FLUSH_ACK.
 func (x *Master) Deliver(msgs []chain.Msg) {
+	x.qmu.Lock()
+	for i := range msgs {
+		if msgs[i].Type == chain.MsgHeartbeat {
+			if x.beats >= maxQueuedBeats {
+				x.dropped.Add(1)
+				continue
+			}
+			x.beats++
+		}
+		x.queue = append(x.queue, msgs[i])
+	}
+	x.qmu.Unlock()
 	select {
-	case x.inbox <- msgs:
-	default:
-		x.dropped.Add(1)
+	case x.wake <- struct{}{}:
+	default: // already signalled
 	}
 }
 
@@ -361,10 +391,16 @@ func (x *Master) run() {
 		select {
 		case <-x.stop:
 			return
-		case msgs := <-x.inbox:
+		case <-x.wake:
+			x.qmu.Lock()
+			msgs := x.queue
+			x.queue, x.beats = nil, 0
+			x.qmu.Unlock()
 			x.step(msgs)
-		case now := <-t.C:
-			x.tick(now)
+		case <-t.C:
+			// The tick only triggers: its time is when it fired, stale
+			// after a stall (lead).
+			x.tick(time.Now())
 		}
 	}
 }
@@ -469,17 +505,27 @@ func (x *Master) config() *kv.ChainConfig {
 // lead is a hosted master's leadership check, every tick: a linearizable
 // read of the record at this node's replica. It reports whether the master
 // acts now, taking over (after waiting out the lease) or stopping as the
-// read says.
-func (x *Master) lead(now time.Time) bool {
+// read says, and the time the read started, which is the master's "now"
+// for the rest of the tick.
+//
+// The read's start, not the tick's time, dates the leadership: a Go ticker
+// hands back when it fired, which after a stall of the master's goroutine
+// (a slow read or commit, a loaded machine) is hundreds of milliseconds
+// old. Dating led or actAt from it would shorten the takeover wait, which
+// must run from no earlier than the first successful read: the old
+// leader's last read preceded that one, not the stale tick.
+func (x *Master) lead() (bool, time.Time) {
+	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*x.cfg.Heartbeat)
 	cc, err := x.cfg.Meta.Read(ctx, x.cfg.Group)
 	cancel()
+	now := start
 	if err != nil || (cc == nil && x.m != nil) {
 		if x.m != nil || !x.actAt.IsZero() {
 			x.cfg.Logger.Info("chain master: not the metadata group's leader (any more): passive", "err", err)
 		}
 		x.passive()
-		return false
+		return false, now
 	}
 	x.led = now
 	if x.m != nil {
@@ -489,7 +535,7 @@ func (x *Master) lead(now time.Time) bool {
 			x.cfg.Logger.Warn("chain master: the record changed under the master: taking over again", "record", cc.Members, "epoch", cc.Epoch)
 			x.passive()
 		}
-		return x.m != nil
+		return x.m != nil, now
 	}
 	if x.actAt.IsZero() {
 		x.reports = map[chain.NodeID]chain.Msg{}
@@ -498,22 +544,49 @@ func (x *Master) lead(now time.Time) bool {
 			x.actAt = now
 		}
 		x.cfg.Logger.Info("chain master: leading the metadata group: waiting out the old master's leases", "until", x.actAt)
-		return false
+		return false, now
 	}
 	if now.Before(x.actAt) {
-		return false
+		return false, now
 	}
-	if cc == nil {
-		init := &kv.ChainConfig{Group: x.cfg.Group, Members: slices.Clone(x.cfg.Members)}
+	// The members may be ahead of the record: none recorded (the
+	// metadata group's directories wiped, or the chain ran with a
+	// standalone master before), or a record older than what a master
+	// since announced. A member refuses a heartbeat answer or an order
+	// from an epoch below its own, so a master starting from the record
+	// would never grant a lease: it records the configuration of the
+	// member reporting the highest epoch, at that epoch, first.
+	var hi *chain.Msg
+	for _, r := range x.reports {
+		if hi == nil || r.Epoch > hi.Epoch || r.Epoch == hi.Epoch && r.From < hi.From {
+			hi = &r
+		}
+	}
+	adopted := hi != nil && (cc == nil && hi.Epoch > 0 || cc != nil && hi.Epoch > cc.Epoch)
+	if adopted || cc == nil {
+		rec := &kv.ChainConfig{Group: x.cfg.Group, Members: slices.Clone(x.cfg.Members)}
+		op := kv.Op{Kind: kv.KindMapChainInit}
+		if adopted {
+			rec = &kv.ChainConfig{Group: x.cfg.Group, Epoch: hi.Epoch}
+			for _, id := range hi.Members {
+				rec.Members = append(rec.Members, uint64(id))
+			}
+			x.cfg.Logger.Warn("chain master: the members are ahead of the record: recording the newest configuration a member reports",
+				"record", cc, "member", uint64(hi.From), "members", rec.Members, "epoch", rec.Epoch)
+			if cc != nil {
+				op = kv.Op{Kind: kv.KindMapChainSet, Delta: int64(cc.Epoch), Expected: kv.AppendChainConfig(nil, cc)}
+			}
+		}
+		op.Key = kv.AppendChainConfig(nil, rec)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_, err := x.cfg.Meta.Commit(ctx, kv.Op{Kind: kv.KindMapChainInit, Key: kv.AppendChainConfig(nil, init)})
+		_, err := x.cfg.Meta.Commit(ctx, op)
 		if err == nil {
 			cc, err = x.cfg.Meta.Read(ctx, x.cfg.Group)
 		}
 		cancel()
 		if err != nil || cc == nil {
-			x.cfg.Logger.Warn("chain master: record the first chain", "err", err)
-			return false
+			x.cfg.Logger.Warn("chain master: record the chain", "record", rec.Members, "epoch", rec.Epoch, "err", err)
+			return false, now
 		}
 	}
 	ids := make([]chain.NodeID, len(cc.Members))
@@ -525,21 +598,25 @@ func (x *Master) lead(now time.Time) bool {
 	// says it is not a replica, failed on its heartbeat) and is joined
 	// again when it asks.
 	//
-	// A member of the record that reports an older epoch never heard the
-	// record's configuration: the old master committed it and died before
-	// announcing it (all of it, or to everyone). The chain is then wired as
-	// that member's configuration says, so the master starts from it (the
-	// oldest reported) at the record's epoch and fails anew every member
-	// the record dropped: the repair's orders, committed at a new epoch,
-	// rewire the chain as recorded.
+	// A member of the record that reports an older epoch and another
+	// configuration never heard the record's: the old master committed it
+	// and died before announcing it (all of it, or to everyone). The chain
+	// is then wired as that member's configuration says, so the master
+	// starts from it (the oldest reported) at the record's epoch and fails
+	// anew every member the record dropped: the repair's orders, committed
+	// at a new epoch, rewire the chain as recorded. An older epoch alone
+	// says nothing: a repair orders only the members whose links change,
+	// and the others hear the new configuration in heartbeat answers at
+	// their own epoch.
 	var old *chain.Msg
 	for _, id := range cc.Members {
-		if r, ok := x.reports[chain.NodeID(id)]; ok && r.Epoch < cc.Epoch && (old == nil || r.Epoch < old.Epoch) {
+		r, ok := x.reports[chain.NodeID(id)]
+		if ok && r.Epoch < cc.Epoch && !slices.Equal(r.Members, ids) && (old == nil || r.Epoch < old.Epoch) {
 			old = &r
 		}
 	}
-	if mutation.On && x.cfg.mut.recordOnly {
-		old = nil
+	if adopted || mutation.On && x.cfg.mut.recordOnly {
+		old = nil // adopted: a configuration a member heard, and the newest
 	}
 	x.m = chain.NewMasterAt(chain.NodeID(x.cfg.As), ids, len(x.cfg.Members), cc.Epoch)
 	if old != nil {
@@ -562,7 +639,7 @@ func (x *Master) lead(now time.Time) bool {
 		}
 	}
 	x.cfg.Logger.Info("chain master: acting (metadata leader)", "members", cc.Members, "epoch", cc.Epoch)
-	return true
+	return true, now
 }
 
 // passive stops a hosted master: it forgets its state (the record keeps
@@ -586,7 +663,8 @@ func (x *Master) commit() bool {
 		return true
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	_, err := x.cfg.Meta.Commit(ctx, kv.Op{Kind: kv.KindMapChainSet, Key: kv.AppendChainConfig(nil, cur), Delta: int64(x.committed.Epoch)})
+	_, err := x.cfg.Meta.Commit(ctx, kv.Op{Kind: kv.KindMapChainSet, Key: kv.AppendChainConfig(nil, cur), Delta: int64(x.committed.Epoch),
+		Expected: kv.AppendChainConfig(nil, x.committed)})
 	cancel()
 	if err != nil {
 		x.cfg.Logger.Warn("chain master: commit the configuration: nothing announced, passive", "members", cur.Members, "epoch", cur.Epoch, "err", err)
@@ -632,10 +710,14 @@ func (x *Master) tick(now time.Time) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if d := x.dropped.Swap(0); d > 0 {
-		x.cfg.Logger.Warn("chain master: inbound batches dropped (queue full)", "batches", d)
+		x.cfg.Logger.Warn("chain master: heartbeats dropped (the queue is full of them)", "heartbeats", d)
 	}
-	if x.cfg.Meta != nil && !x.lead(now) {
-		return
+	if x.cfg.Meta != nil {
+		acting, start := x.lead()
+		if !acting {
+			return
+		}
+		now = start
 	}
 	if !x.learnUntil.IsZero() {
 		if now.Before(x.learnUntil) {

@@ -1,6 +1,7 @@
 package kv
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"slices"
@@ -22,13 +23,18 @@ import (
 //	                  metadata node proposes the same start). Int: the
 //	                  recorded epoch.
 //	KindMapChainSet   Key: a configuration; Delta: the epoch the master
-//	                  read the record at. Compare-and-set: written only if
-//	                  the record's epoch is Delta and the new epoch is no
-//	                  lower; otherwise refused (ErrSlotTransition's code,
+//	                  read the record at; Expected (if set): the whole
+//	                  record it read (AppendChainConfig). Compare-and-set:
+//	                  written only if the record's epoch is Delta — and the
+//	                  record is Expected, when given — and the new epoch is
+//	                  no lower; otherwise refused (ErrSlotTransition's code,
 //	                  the record unchanged) — a master that loaded a stale
 //	                  record, or a deposed one, cannot overwrite a newer
-//	                  decision. The same configuration again is a no-op
-//	                  (a retry). Int: the recorded epoch.
+//	                  decision, nor can a commit that timed out and lands
+//	                  after another decision at the same epoch (a join
+//	                  changes the joiner, not the epoch). The same
+//	                  configuration again is a no-op (a retry). Int: the
+//	                  recorded epoch.
 //
 // Kind 171 (the rest of this block, 169-171) is unused.
 
@@ -129,9 +135,10 @@ func applyChainOp(get Getter, version uint64, op *Op, emit Emit) (Result, error)
 		if cur.Equal(n) {
 			return Result{Kind: ResInt, Int: int64(cur.Epoch)}, nil
 		}
-		if op.Delta < 0 || cur.Epoch != uint64(op.Delta) || n.Epoch < cur.Epoch {
-			return Result{}, fmt.Errorf("%w: chain %d is at epoch %d (members %v), not %d: the master's configuration is stale (it would set epoch %d)",
-				ErrSlotTransition, n.Group, cur.Epoch, cur.Members, op.Delta, n.Epoch)
+		if op.Delta < 0 || cur.Epoch != uint64(op.Delta) || n.Epoch < cur.Epoch ||
+			len(op.Expected) > 0 && !bytes.Equal(op.Expected, AppendChainConfig(nil, cur)) {
+			return Result{}, fmt.Errorf("%w: chain %d is at epoch %d (members %v, joiner %d), not %d or not the one expected: the master's configuration is stale (it would set epoch %d)",
+				ErrSlotTransition, n.Group, cur.Epoch, cur.Members, cur.Joiner, op.Delta, n.Epoch)
 		}
 	default:
 		return Result{}, fmt.Errorf("%w: %s", ErrInvalidOp, op.Kind)

@@ -86,10 +86,21 @@ func TestChainConfigOps(t *testing.T) {
 	if res, err := apply(chainOp(KindMapChainSet, joining, 1)); err != nil || res.Int != 1 || !read(1).Equal(&joining) {
 		t.Fatalf("a join at the same epoch: %+v %v", res, err)
 	}
+	// A set expecting another record at the same epoch (a commit that
+	// timed out, landing after this join was recorded) is refused.
+	late := chainOp(KindMapChainSet, ChainConfig{Group: 1, Epoch: 2, Members: []uint64{1}}, 1)
+	late.Expected = AppendChainConfig(nil, &failed)
+	if _, err := apply(late); !errors.Is(err, ErrSlotTransition) || !read(1).Equal(&joining) {
+		t.Fatalf("a set expecting another record at the same epoch: %v (record %+v)", err, read(1))
+	}
+	late.Expected = AppendChainConfig(nil, &joining)
+	if res, err := apply(late); err != nil || res.Int != 2 || read(1).Epoch != 2 {
+		t.Fatalf("a set expecting the record: %+v %v", res, err)
+	}
 	if _, err := apply(&Op{Kind: KindMapChainSet, Key: []byte{1}}); !errors.Is(err, ErrInvalidOp) {
 		t.Fatalf("a corrupt configuration: %v", err)
 	}
-	if res, err := apply(chainOp(KindMapChainInit, ChainConfig{Group: 2, Members: []uint64{4, 5}}, 0)); err != nil || res.Version == 0 || read(2) == nil || !read(1).Equal(&joining) {
+	if res, err := apply(chainOp(KindMapChainInit, ChainConfig{Group: 2, Members: []uint64{4, 5}}, 0)); err != nil || res.Version == 0 || read(2) == nil || read(1).Epoch != 2 {
 		t.Fatalf("a second chain's init: %+v %v", res, err)
 	}
 	for _, k := range []Kind{KindMapChainInit, KindMapChainSet} {

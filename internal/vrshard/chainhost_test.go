@@ -104,12 +104,22 @@ func (g *chainGroup) restart(i int) {
 // repair under way) for up to 5 s.
 func (g *chainGroup) write(i int, op kv.Op, id shard.ReqID) kv.Result {
 	g.t.Helper()
+	res, err := g.tryWrite(i, op, id)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	return res
+}
+
+// tryWrite is write reporting its failure (for a goroutine other than the
+// test's, which must not call t.Fatal).
+func (g *chainGroup) tryWrite(i int, op kv.Op, id shard.ReqID) (kv.Result, error) {
 	var res kv.Result
-	g.retry(i, "write "+string(op.Key), func(ctx context.Context, r *Replica) (err error) {
+	err := g.try(i, "write "+string(op.Key), func(ctx context.Context, r *Replica) (err error) {
 		res, err = r.Write(ctx, op, level.Sync, id)
 		return err
 	})
-	return res
+	return res, err
 }
 
 func (g *chainGroup) read(i int, k string) string {
@@ -127,6 +137,13 @@ func (g *chainGroup) read(i int, k string) string {
 // then it fails the test with what and f's last error.
 func (g *chainGroup) retry(i int, what string, f func(ctx context.Context, r *Replica) error) {
 	g.t.Helper()
+	if err := g.try(i, what, f); err != nil {
+		g.t.Fatal(err)
+	}
+}
+
+// try is retry reporting its failure instead of failing the test.
+func (g *chainGroup) try(i int, what string, f func(ctx context.Context, r *Replica) error) error {
 	var err error
 	if !testgroup.Until(5*time.Second, 10*time.Millisecond, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -134,8 +151,9 @@ func (g *chainGroup) retry(i int, what string, f func(ctx context.Context, r *Re
 		err = f(ctx, g.reps[i])
 		return err == nil
 	}) {
-		g.t.Fatalf("%s at node %d: %v", what, i+1, err)
+		return fmt.Errorf("%s at node %d: %w", what, i+1, err)
 	}
+	return nil
 }
 
 // caughtUp waits until node i applied everything node j committed.

@@ -114,9 +114,14 @@ func OpenChainNode(opts Options, n ChainNode) (*Replica, error) {
 	mc := n.Master
 	mc.Self, mc.As, mc.Members, mc.Group, mc.Meta = self, ChainMasterID, slices.Clone(opts.VR.Members), opts.Group, meta.ChainMeta()
 	mc.Send = r.sendFromMaster
-	if mc.Lease <= 0 {
-		mc.Lease = co.Lease
+	// The takeover waits out the members' leases: never less than theirs
+	// (a shorter Master.Lease would let a new master act while an old
+	// master's grant still runs).
+	memberLease := co.Lease
+	if memberLease <= 0 {
+		memberLease = chainmaster.DefaultLease // the member's default (chainHost)
 	}
+	mc.Lease = max(mc.Lease, memberLease)
 	m, err := chainmaster.Start(mc)
 	if err != nil {
 		meta.Close()
@@ -124,12 +129,22 @@ func OpenChainNode(opts Options, n ChainNode) (*Replica, error) {
 		return nil, fmt.Errorf("chain node %d: the hosted master: %w", self, err)
 	}
 	master.Store(m)
+	r.hostedMeta = meta
 	r.beforeClose = append(r.beforeClose, m.Close, func() { meta.Close() })
 	return r, nil
 }
 
 // sendFromMaster sends a message of this node's hosted master on the
 // chain's endpoint; one for this node's own member is handed to its driver.
+// The master holds its lock meanwhile, so the hand-over must end when the
+// driver does: stopped (Close) or failed (a disk error: fail, which closes
+// r.done but not r.stop) — the message is then dropped, as a link to a
+// dead member drops it.
+//
+// The master goes on after its own member failed: it hears the members on
+// the transport's reader (chainHost.Decode), not through the driver, so
+// its own member falls silent and is failed like any other, and the
+// metadata group keeps its three replicas.
 func (r *Replica) sendFromMaster(to uint64, m *chain.Msg) {
 	if to == r.cfg.Self {
 		c := *m
@@ -137,6 +152,7 @@ func (r *Replica) sendFromMaster(to uint64, m *chain.Msg) {
 		select {
 		case r.inbox <- inbound{from: to, batch: &chainBatch{[]chain.Msg{c}}}:
 		case <-r.stop:
+		case <-r.done:
 		}
 		return
 	}
@@ -171,7 +187,12 @@ func OpenHostedChainNode(failAfter time.Duration) kcluster.Opener {
 		mo.Dir = filepath.Join(filepath.Dir(spec.Dir), "chain-meta")
 		mo.Logger = opts.Logger.With("group", metaGroupID)
 		mo.CheckpointOps = 0
-		r, err := OpenChainNode(opts, ChainNode{Meta: kcluster.MetaMembers(opts.VR.Members), MetaOptions: mo,
+		meta := kcluster.MetaMembers(opts.VR.Members)
+		if len(meta) < kcluster.MetaReplicas {
+			opts.Logger.Warn("chain: fewer than three members: the metadata group hosting the master is one node, whose loss stops the chain (use --chain-master to survive it)",
+				"metadata group", meta, "members", opts.VR.Members)
+		}
+		r, err := OpenChainNode(opts, ChainNode{Meta: meta, MetaOptions: mo,
 			Master: chainmaster.Config{FailAfter: failAfter, Logger: opts.Logger.With("component", "chain-master")}})
 		if err != nil {
 			tr.Close()

@@ -88,6 +88,7 @@ func (r *Replica) deliver(from uint64, in []frame.Message) error {
 	select {
 	case r.inbox <- inbound{from: from, batch: b, at: traceNow()}:
 	case <-r.stop:
+	case <-r.done: // failed: the connection's other groups go on
 	}
 	return nil
 }

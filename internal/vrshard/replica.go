@@ -738,6 +738,9 @@ type Replica struct {
 	// replica and must stop before it (a chain node's hosted master and
 	// metadata replica, chainmeta.go).
 	beforeClose []func()
+	// hostedMeta is a chain node's replica of the metadata group
+	// (OpenChainNode; nil elsewhere).
+	hostedMeta *Replica
 
 	// Early-acknowledged writes without a request id get one: this
 	// incarnation's random client id and the next number (driver only).
