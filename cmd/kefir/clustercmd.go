@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/kefirdb/kefir/internal/cluster"
@@ -133,9 +135,14 @@ func runClusterRebalance(args []string, stdout, stderr io.Writer) error {
 	}
 	fixed := false
 	fs.Visit(func(f *flag.Flag) { fixed = fixed || f.Name == "page-pause" })
-	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	// Ctrl-C or SIGTERM cancels the run: the probe deletes its keys and
+	// the move in hand stops where it is (rerun to finish it).
+	sigCtx, stopSignals := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stopSignals()
+	ctx, cancel := context.WithTimeout(sigCtx, *timeout)
 	defer cancel()
 	mv := mover()
+	defer mv.Close()
 	mv.Page, mv.PagePause = *page, *pause
 	cm, err := mv.MetaMap(ctx)
 	if err != nil {
@@ -145,12 +152,16 @@ func runClusterRebalance(args []string, stdout, stderr io.Writer) error {
 		m := cm.Moves[0]
 		return fmt.Errorf("rebalance: a move is in flight (slots %s from group %d to group %d): finish or abort it with move-slots first", cluster.FormatSlotRanges(m.Slots), m.From, m.To)
 	}
+	groups := cluster.PlanGroups(cm)
+	if err := mv.PlanTables(ctx, groups); err != nil {
+		return err
+	}
 	weights, err := mv.SlotWeights(ctx, cm, *by, *sample)
 	mv.Close()
 	if err != nil {
 		return err
 	}
-	plan := cluster.PlanRebalance(cluster.PlanGroups(cm), weights, *tolerance, *maxMoves)
+	plan := cluster.PlanRebalance(groups, weights, *tolerance, *maxMoves)
 	if !*asJSON {
 		fmt.Fprintf(stdout, "by %s at map epoch %d\n%s", *by, cm.Epoch, plan)
 	}

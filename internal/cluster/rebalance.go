@@ -25,10 +25,16 @@ const (
 	ByLoad  = "load"  // the slot's keys written during a sample (writes only: reads leave no trace)
 )
 
-// PlanGroup is a group as the planner sees it: its id and the slots it owns.
+// PlanGroup is a group as the planner sees it: its id, the slots it owns,
+// and its slot table (KEFIR.SLOTS TABLE; nil: none yet, which Mover.Move
+// makes from the map, uniform). Mover.Move takes only a range whose rows
+// (state, peer, epoch) are uniform at both groups, and a slot keeps the
+// peer and epoch of the move that brought it (or took it away), so the
+// planner splits the runs it moves at every row change of either table.
 type PlanGroup struct {
 	ID    GroupID
 	Slots []kv.SlotRange
+	Table []SlotRunInfo
 }
 
 // PlannedMove is one move of a plan: a contiguous range, and its weight.
@@ -101,8 +107,18 @@ func PlanRebalance(groups []PlanGroup, weight []int64, tolerance float64, maxMov
 		}
 		return 0
 	}
+	// cut[i][s]: slot s's row differs from slot s-1's in group i's table
+	// (a move may not cross it); a planned move cuts both tables at its
+	// ends (it gives its range a fresh epoch there).
+	cut := make([][]bool, len(groups))
 	for i, g := range groups {
 		p.Groups = append(p.Groups, GroupWeight{ID: g.ID, Before: load[i]})
+		cut[i] = make([]bool, Slots+1)
+		for _, r := range g.Table {
+			if r.Start > 0 && int(r.Start) < Slots {
+				cut[i][r.Start] = true
+			}
+		}
 	}
 	if len(groups) == 0 {
 		p.Balanced = true
@@ -166,14 +182,15 @@ func PlanRebalance(groups []PlanGroup, weight []int64, tolerance float64, maxMov
 			}
 			best = &c
 		}
-		// The source's maximal runs: each prefix and each suffix.
+		// The source's maximal runs uniform in both tables: each prefix
+		// and each suffix.
 		for s := 0; s < Slots; {
 			if owner[s] != src {
 				s++
 				continue
 			}
 			e := s
-			for e+1 < Slots && owner[e+1] == src {
+			for e+1 < Slots && owner[e+1] == src && !cut[src][e+1] && !cut[dst][e+1] {
 				e++
 			}
 			var sum int64
@@ -193,6 +210,9 @@ func PlanRebalance(groups []PlanGroup, weight []int64, tolerance float64, maxMov
 		}
 		for s := best.start; s <= best.end; s++ {
 			owner[s] = dst
+		}
+		for _, i := range []int{src, dst} {
+			cut[i][best.start], cut[i][best.end+1] = true, true
 		}
 		load[src] -= best.w
 		load[dst] += best.w
@@ -318,6 +338,28 @@ func PlanGroups(cm *kv.ClusterMap) []PlanGroup {
 		out = append(out, PlanGroup{ID: GroupID(g.ID), Slots: g.Slots})
 	}
 	return out
+}
+
+// PlanTables reads each group's slot table at its leader into groups (the
+// planner moves only ranges uniform in both groups' tables), and refuses
+// to plan while a group's table has slots migrating or importing (a move
+// in flight that the map does not list yet, or one left part way: finish
+// or abort it with move-slots first).
+func (mv *Mover) PlanTables(ctx context.Context, groups []PlanGroup) error {
+	for i := range groups {
+		t, err := mv.Table(ctx, groups[i].ID)
+		if err != nil {
+			return fmt.Errorf("rebalance: %w", err)
+		}
+		for _, r := range t {
+			if r.State == "migrating" || r.State == "importing" {
+				return fmt.Errorf("rebalance: slots %d-%d are %s at group %d (peer %d, epoch %d): a move is in flight; finish or abort it with move-slots first",
+					r.Start, r.End, r.State, groups[i].ID, r.Peer, r.Epoch)
+			}
+		}
+		groups[i].Table = t
+	}
+	return nil
 }
 
 // Rebalancer runs a plan's moves one at a time, each through Mover.Move (the
