@@ -81,7 +81,10 @@ type Mover struct {
 	TakeOver uint64
 
 	conns map[string]*moverConn
-	lease moveLease
+	// rtTimeout bounds one round trip (dial, AUTH, command; 0: 10 s):
+	// the latency probe's are short, so that a hung leader cannot hold it.
+	rtTimeout time.Duration
+	lease     moveLease
 	// answeredBy is the address that answered the last command.
 	answeredBy string
 }
@@ -642,9 +645,13 @@ func (mv *Mover) roundTrip(addr string, args [][]byte) (resp.Value, error) {
 	if mv.conns == nil {
 		mv.conns = map[string]*moverConn{}
 	}
+	wait := 10 * time.Second
+	if mv.rtTimeout > 0 {
+		wait = mv.rtTimeout
+	}
 	c := mv.conns[addr]
 	if c == nil {
-		nc, err := net.DialTimeout("tcp", addr, 2*time.Second)
+		nc, err := net.DialTimeout("tcp", addr, min(2*time.Second, wait))
 		if err != nil {
 			return resp.Value{}, err
 		}
@@ -653,7 +660,7 @@ func (mv *Mover) roundTrip(addr string, args [][]byte) (resp.Value, error) {
 		}
 		c = &moverConn{nc: nc, rd: resp.NewReader(nc, 0)}
 		if mv.Password != "" {
-			_ = nc.SetDeadline(time.Now().Add(5 * time.Second))
+			_ = nc.SetDeadline(time.Now().Add(min(5*time.Second, wait)))
 			if _, err := nc.Write(resp.AppendCommand(nil, []byte("AUTH"), []byte(mv.Password))); err != nil {
 				nc.Close()
 				return resp.Value{}, err
@@ -665,7 +672,7 @@ func (mv *Mover) roundTrip(addr string, args [][]byte) (resp.Value, error) {
 		}
 		mv.conns[addr] = c
 	}
-	_ = c.nc.SetDeadline(time.Now().Add(10 * time.Second))
+	_ = c.nc.SetDeadline(time.Now().Add(wait))
 	if _, err := c.nc.Write(resp.AppendCommand(nil, args...)); err != nil {
 		c.nc.Close()
 		delete(mv.conns, addr)

@@ -391,16 +391,17 @@ type RebalanceMove struct {
 // stopped part way is finished by move-slots or the metadata group).
 func (rb *Rebalancer) Run(ctx context.Context, p Plan) ([]RebalanceMove, error) {
 	var out []RebalanceMove
+	prefix := ProbeKeyPrefix()
 	for i, m := range p.Moves {
 		mv := rb.NewMover()
 		rs := []kv.SlotRange{m.Slots}
 		var pr *Prober
 		if rb.Adaptive {
-			targets, err := rb.probeTargets(ctx, m)
+			targets, err := rb.probeTargets(ctx, m, prefix)
 			if err != nil {
 				return out, err
 			}
-			pr = &Prober{Targets: targets, Writes: true, Password: mv.Password, Baseline: rb.Baseline, Logf: rb.Logf,
+			pr = &Prober{Targets: targets, Writes: true, Password: mv.Password, TLS: mv.TLS, Baseline: rb.Baseline, Logf: rb.Logf,
 				Ctl: PaceController{Step: pauseStep, Start: pauseStep, Patience: pacePatience, Max: orDefault(rb.MaxPause, 250*time.Millisecond)}}
 			if err := pr.Start(ctx); err != nil {
 				return out, err
@@ -451,8 +452,8 @@ func (rb *Rebalancer) logf(format string, args ...any) {
 // the source keeps (one of the moving slots if it keeps none) at the
 // source's leader, and a key of the destination's at its leader (none if it
 // owns no slot yet). The probe reads and writes them and deletes them when
-// it stops (their names say what they are).
-func (rb *Rebalancer) probeTargets(ctx context.Context, m PlannedMove) ([][2]string, error) {
+// it stops (their names say what they are: prefix, ProbeKeyPrefix).
+func (rb *Rebalancer) probeTargets(ctx context.Context, m PlannedMove, prefix string) ([][2]string, error) {
 	st, err := rb.NewMover().Status(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("rebalance: the map for the probe: %w", err)
@@ -460,7 +461,7 @@ func (rb *Rebalancer) probeTargets(ctx context.Context, m PlannedMove) ([][2]str
 	moving := InRanges([]kv.SlotRange{m.Slots})
 	find := func(ok func(uint16) bool) string {
 		for i := 0; i < 1<<20; i++ {
-			k := "kefir-rebalance-probe-" + strconv.Itoa(i)
+			k := prefix + strconv.Itoa(i)
 			if ok(Slot([]byte(k))) {
 				return k
 			}
