@@ -253,18 +253,25 @@ func (p Plan) String() string {
 // returns each slot's weight by what (ByBytes, ByKeys, ByLoad), counted only
 // at the group cm says owns the slot (a group's engine may still hold
 // copies of slots it handed over, or is importing). ByLoad reads each
-// group's engine version, waits sample, and weighs a slot by its keys
-// written since.
+// group's engine version, waits sample, reads each group's version again,
+// and weighs a slot by its keys written between the two (the upper bound
+// keeps a group scanned later from counting the writes made while the
+// groups before it were scanned: every group's window is the sample).
 func (mv *Mover) SlotWeights(ctx context.Context, cm *kv.ClusterMap, what string, sample time.Duration) ([]int64, error) {
 	since := make(map[uint64]uint64, len(cm.Groups))
+	until := make(map[uint64]uint64, len(cm.Groups))
 	for _, g := range cm.Groups {
 		since[g.ID] = math.MaxInt64
+	}
+	version := func(g uint64) (uint64, error) {
+		_, at, err := mv.slotStatsPage(ctx, GroupID(g), nil, 1, math.MaxInt64, 0, nil)
+		return at, err
 	}
 	switch what {
 	case ByBytes, ByKeys:
 	case ByLoad:
 		for _, g := range cm.Groups {
-			_, at, err := mv.slotStatsPage(ctx, GroupID(g.ID), nil, 1, math.MaxInt64, nil)
+			at, err := version(g.ID)
 			if err != nil {
 				return nil, err
 			}
@@ -276,6 +283,13 @@ func (mv *Mover) SlotWeights(ctx context.Context, cm *kv.ClusterMap, what string
 			t.Stop()
 			return nil, ctx.Err()
 		case <-t.C:
+		}
+		for _, g := range cm.Groups {
+			at, err := version(g.ID)
+			if err != nil {
+				return nil, err
+			}
+			until[g.ID] = at
 		}
 	default:
 		return nil, fmt.Errorf("rebalance: weigh by %q: bytes, keys or load", what)
@@ -289,7 +303,7 @@ func (mv *Mover) SlotWeights(ctx context.Context, cm *kv.ClusterMap, what string
 					return nil, err
 				}
 			}
-			next, _, err := mv.slotStatsPage(ctx, GroupID(g.ID), cursor, 8*mv.page(), since[g.ID], func(slot uint16, st SlotStat) {
+			next, _, err := mv.slotStatsPage(ctx, GroupID(g.ID), cursor, 8*mv.page(), since[g.ID], until[g.ID], func(slot uint16, st SlotStat) {
 				if cm.Owner(slot) != g.ID {
 					return
 				}
@@ -315,9 +329,13 @@ func (mv *Mover) SlotWeights(ctx context.Context, cm *kv.ClusterMap, what string
 }
 
 // slotStatsPage is one KEFIR.SLOTS STATS at group id's leader.
-func (mv *Mover) slotStatsPage(ctx context.Context, id GroupID, cursor []byte, limit int, since uint64, visit func(uint16, SlotStat)) (next []byte, at uint64, err error) {
-	v, err := mv.doBytes(ctx, [][]byte{[]byte("KEFIR.SLOTS"), []byte("STATS"), []byte(strconv.FormatUint(uint64(id), 10)),
-		cursor, []byte(strconv.Itoa(limit)), []byte(strconv.FormatUint(since, 10))})
+func (mv *Mover) slotStatsPage(ctx context.Context, id GroupID, cursor []byte, limit int, since, until uint64, visit func(uint16, SlotStat)) (next []byte, at uint64, err error) {
+	args := [][]byte{[]byte("KEFIR.SLOTS"), []byte("STATS"), []byte(strconv.FormatUint(uint64(id), 10)),
+		cursor, []byte(strconv.Itoa(limit)), []byte(strconv.FormatUint(since, 10))}
+	if until != 0 {
+		args = append(args, []byte(strconv.FormatUint(until, 10)))
+	}
+	v, err := mv.doBytes(ctx, args)
 	if err != nil {
 		return nil, 0, fmt.Errorf("rebalance: group %d's slot statistics: %w", id, err)
 	}

@@ -303,12 +303,18 @@ func TestStatsSlotsCountsKeysBytesAndWrites(t *testing.T) {
 		want[Slot([]byte(k))] = e
 	}
 	mid := ver
-	for i := 40; i < 50; i++ { // written again above mid
+	var upper uint64
+	wantUpTo := map[uint16]int64{} // written in (mid, upper]
+	for i := 40; i < 50; i++ {     // written again above mid
 		k := fmt.Sprintf("key%d", i)
 		apply(kv.Op{Kind: kv.KindSet, Key: []byte(k), Value: []byte("0123456789")})
 		e := want[Slot([]byte(k))]
 		e.Written++
 		want[Slot([]byte(k))] = e
+		if i < 45 {
+			wantUpTo[Slot([]byte(k))]++
+			upper = ver
+		}
 	}
 	// Reserved records are not keys.
 	if _, err := db.Append(storage.Record{Key: kv.ClusterMapKey, Value: []byte("x"), Version: ver + 1}); err != nil {
@@ -316,11 +322,11 @@ func TestStatsSlotsCountsKeysBytesAndWrites(t *testing.T) {
 	}
 	ver++
 	apply(kv.Op{Kind: kv.KindHSet, Key: []byte("h"), Keys: [][]byte{[]byte("field"), []byte("value-of-the-field")}})
-	sum := func(limit int) map[uint16]SlotStat {
+	sumUntil := func(limit int, until uint64) map[uint16]SlotStat {
 		got := map[uint16]SlotStat{}
 		var cursor []byte
 		for pages := 0; ; pages++ {
-			st, err := StatsSlots(db, cursor, limit, mid)
+			st, err := StatsSlots(db, cursor, limit, mid, until)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -338,6 +344,7 @@ func TestStatsSlotsCountsKeysBytesAndWrites(t *testing.T) {
 			cursor = st.Next
 		}
 	}
+	sum := func(limit int) map[uint16]SlotStat { return sumUntil(limit, 0) }
 	all := sum(1000)
 	h := all[Slot([]byte("h"))]
 	if h.Written < 1 || h.Bytes < int64(len("h")+len("field")+len("value-of-the-field")) {
@@ -354,6 +361,13 @@ func TestStatsSlotsCountsKeysBytesAndWrites(t *testing.T) {
 	}
 	if paged := sum(7); fmt.Sprint(paged) != fmt.Sprint(sum(1000)) {
 		t.Fatalf("pages of 7 sum to %v, one page %v", paged, sum(1000))
+	}
+	// An upper bound: only the keys written in (since, until] count (a
+	// load sample's window, however late the group is scanned).
+	for s, e := range sumUntil(7, upper) {
+		if s != Slot([]byte("h")) && e.Written != wantUpTo[s] {
+			t.Fatalf("slot %d: %d keys written in (%d, %d], want %d", s, e.Written, mid, upper, wantUpTo[s])
+		}
 	}
 }
 
