@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"strconv"
@@ -115,7 +116,7 @@ func runClusterRebalance(args []string, stdout, stderr io.Writer) error {
 	by := fs.String("by", cluster.ByBytes, "weigh slots by bytes, keys or load (keys written during --sample; reads are not counted)")
 	tolerance := fs.Float64("tolerance", 0.1, "the fraction of the mean every group must end within")
 	dry := fs.Bool("dry-run", false, "print the plan and stop")
-	maxMoves := fs.Int("max-moves", 0, "at most this many moves (0: the planner's bound, 64)")
+	maxMoves := fs.Int("max-moves", 0, "at most this many moves (0: the planner's bound, 64; at most 64)")
 	sample := fs.Duration("sample", 2*time.Second, "with --by load, how long writes are counted")
 	page := fs.Int("page", 1024, "keys per copy round trip")
 	pause := fs.Duration("page-pause", 0, "a fixed pause after each page outside the hand-over's window instead of the adaptive one (0: unpaced)")
@@ -130,8 +131,8 @@ func runClusterRebalance(args []string, stdout, stderr io.Writer) error {
 		}
 		return usageError{err}
 	}
-	if fs.NArg() != 0 || *tolerance < 0 {
-		return usageError{errors.New("rebalance takes flags only, and --tolerance >= 0")}
+	if err := checkRebalanceFlags(fs.NArg(), *by, *tolerance, *maxMoves, *sample, *page, *maxPause); err != nil {
+		return usageError{err}
 	}
 	fixed := false
 	fs.Visit(func(f *flag.Flag) { fixed = fixed || f.Name == "page-pause" })
@@ -193,6 +194,30 @@ func runClusterRebalance(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	return err
+}
+
+// checkRebalanceFlags refuses what the planner or the mover would take
+// silently wrong: a NaN or infinite tolerance (it broke --json), a negative
+// or too large --max-moves (they became 64), a page whose STATS limit (8
+// pages) would overflow or that the server caps anyway.
+func checkRebalanceFlags(nargs int, by string, tolerance float64, maxMoves int, sample time.Duration, page int, maxPause time.Duration) error {
+	switch {
+	case nargs != 0:
+		return errors.New("rebalance takes flags only")
+	case by != cluster.ByBytes && by != cluster.ByKeys && by != cluster.ByLoad:
+		return fmt.Errorf("--by %q: bytes, keys or load", by)
+	case math.IsNaN(tolerance) || math.IsInf(tolerance, 0) || tolerance < 0:
+		return fmt.Errorf("--tolerance %v: a finite fraction >= 0", tolerance)
+	case maxMoves < 0 || maxMoves > cluster.MaxPlannedMoves:
+		return fmt.Errorf("--max-moves %d: 0 (the planner's bound) to %d", maxMoves, cluster.MaxPlannedMoves)
+	case by == cluster.ByLoad && sample <= 0:
+		return fmt.Errorf("--sample %v: --by load needs a sample > 0", sample)
+	case page <= 0 || page > 1<<16:
+		return fmt.Errorf("--page %d: 1 to 65536 keys", page)
+	case maxPause <= 0:
+		return fmt.Errorf("--max-pause %v: > 0", maxPause)
+	}
+	return nil
 }
 
 // runClusterStatus runs `kefir cluster status`: the metadata group's map

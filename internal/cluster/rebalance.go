@@ -80,8 +80,8 @@ type Plan struct {
 // to the lower first slot. It stops when no such move brings the two groups
 // closer to the mean (a slot heavier than the gap cannot be split).
 func PlanRebalance(groups []PlanGroup, weight []int64, tolerance float64, maxMoves int) Plan {
-	if maxMoves <= 0 || maxMoves > maxPlannedMoves {
-		maxMoves = maxPlannedMoves
+	if maxMoves <= 0 || maxMoves > MaxPlannedMoves {
+		maxMoves = MaxPlannedMoves
 	}
 	p := Plan{Tolerance: tolerance}
 	owner := make([]int, Slots) // index into groups, -1: none
@@ -226,8 +226,8 @@ func PlanRebalance(groups []PlanGroup, weight []int64, tolerance float64, maxMov
 	return p
 }
 
-// maxPlannedMoves bounds a plan.
-const maxPlannedMoves = 64
+// MaxPlannedMoves bounds a plan.
+const MaxPlannedMoves = 64
 
 // String renders p for a terminal.
 func (p Plan) String() string {
@@ -425,7 +425,7 @@ func (rb *Rebalancer) Run(ctx context.Context, p Plan) ([]RebalanceMove, error) 
 				return out, err
 			}
 			mv.Pacer = pr
-			rb.logf("move %d/%d: steady probe p99 %v, bound %v", i+1, len(p.Moves), pr.steady.Round(10*time.Microsecond), pr.Ctl.Bound.Round(10*time.Microsecond))
+			rb.logf("move %d/%d: steady probe p99 %v, bound %v; probe keys %v", i+1, len(p.Moves), pr.steady.Round(10*time.Microsecond), pr.Ctl.Bound.Round(10*time.Microsecond), targets)
 		}
 		res, err := mv.Move(ctx, m.From, m.To, rs)
 		rm := RebalanceMove{PlannedMove: m, Result: res}

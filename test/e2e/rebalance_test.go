@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -126,6 +127,17 @@ func TestGroupsRebalanceByKeysUnderLoad(t *testing.T) {
 	t.Logf("rebalance in %v:\n%s", took.Round(time.Millisecond), log)
 	if len(out.Moves) != 1 || out.Moves[0].Probe == nil || out.Moves[0].Result.Epoch != 2 {
 		t.Fatalf("rebalance: %+v, want one move at epoch 2, paced by the probe", out)
+	}
+	// The probe's keys are gone (deleted as it stopped, not left to their
+	// 5 s TTL): the log names them.
+	probeKeys := regexp.MustCompile(`kefir-rebalance-probe-[0-9]+-[0-9a-f]+-[0-9]+`).FindAllString(log, -1)
+	if len(probeKeys) == 0 {
+		t.Fatalf("the rebalance's log names no probe key:\n%s", log)
+	}
+	for _, k := range probeKeys {
+		if r := pipeline(t, g.Nodes[0].ClientAddr, []string{"EXISTS", k}); r[0].Int != 0 {
+			t.Fatalf("the probe's key %q is left after the rebalance (%v)", k, r[0])
+		}
 	}
 	errs, conns, last, wout := wait()
 	if errs != 0 || conns != 0 {
