@@ -120,6 +120,11 @@ type Prober struct {
 	Baseline, Floor time.Duration
 	Ctl             PaceController
 	Logf            func(format string, args ...any)
+	// Resolve, if set, returns the targets anew (the same keys, at the
+	// groups' leaders now); the probe calls it after resolveAfter failures
+	// in a row at a target, so that a leader change does not pin the
+	// pause at its maximum for the rest of the move.
+	Resolve func(ctx context.Context) ([][2]string, error)
 
 	// beforeCleanup, for tests, runs just before the keys are deleted.
 	beforeCleanup func()
@@ -154,6 +159,7 @@ func (p *Prober) Start(ctx context.Context) error {
 	if p.Floor <= 0 {
 		p.Floor = time.Millisecond
 	}
+	p.Targets = slices.Clone(p.Targets) // Resolve may change its addresses
 	mvs := make([]*Mover, len(p.Targets)) // one connection per target (Mover.roundTrip)
 	for i := range mvs {
 		mvs[i] = &Mover{Password: p.Password, TLS: p.TLS, rtTimeout: probeTimeout}
@@ -161,6 +167,29 @@ func (p *Prober) Start(ctx context.Context) error {
 	token := randomToken()
 	ttl := []byte(strconv.FormatInt(probeTTL.Milliseconds(), 10))
 	n := 0
+	fails := make([]int, len(p.Targets))
+	resolve := func(i int) {
+		if fails[i]++; fails[i] < resolveAfter || p.Resolve == nil {
+			return
+		}
+		clear(fails)
+		ts, err := p.Resolve(ctx)
+		if err != nil || len(ts) != len(p.Targets) {
+			if p.Logf != nil {
+				p.Logf("the probe could not find the leaders again: %v", err)
+			}
+			return
+		}
+		for j := range ts {
+			if ts[j][0] != p.Targets[j][0] {
+				if p.Logf != nil {
+					p.Logf("the probe's target %q moves from %s to %s", p.Targets[j][1], p.Targets[j][0], ts[j][0])
+				}
+				mvs[j].close()
+				p.Targets[j][0] = ts[j][0]
+			}
+		}
+	}
 	probe := func() (time.Duration, error) {
 		i := n % len(p.Targets)
 		cmd := [][]byte{[]byte("GET"), []byte(p.Targets[i][1])}
@@ -173,7 +202,13 @@ func (p *Prober) Start(ctx context.Context) error {
 		if err == nil && v.Kind == resp.Error {
 			err = fmt.Errorf("%s", v.Str)
 		}
-		return time.Since(t0), err
+		d := time.Since(t0)
+		if err != nil {
+			resolve(i)
+		} else {
+			fails[i] = 0
+		}
+		return d, err
 	}
 	cleanup := func() {
 		if p.beforeCleanup != nil {
@@ -269,6 +304,7 @@ func (p *Prober) Start(ctx context.Context) error {
 const (
 	probeTTL     = 5 * time.Second
 	probeTimeout = time.Second
+	resolveAfter = 5
 )
 
 // delIfToken deletes KEYS[1] if it holds ARGV[1] (the probe's token).

@@ -108,3 +108,25 @@ func TestProberGivesUpOnAHungLeader(t *testing.T) {
 		t.Fatalf("Start took %v against a hung leader: want about %v", d, probeTimeout)
 	}
 }
+
+// A target that stops answering (its leader changed) is found again by
+// Resolve: the probe goes on at the new address.
+func TestProberResolvesTheLeaderAgain(t *testing.T) {
+	addr := testgroup.StartRedis(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := ln.Addr().String()
+	ln.Close() // a closed port: every probe fails at once
+	key := ProbeKeyPrefix() + "0"
+	pr := &Prober{Targets: [][2]string{{gone, key}}, Writes: true, Every: time.Millisecond, Baseline: 100 * time.Millisecond,
+		Ctl: PaceController{Max: time.Second},
+		Resolve: func(context.Context) ([][2]string, error) { return [][2]string{{addr, key}}, nil }}
+	if err := pr.Start(context.Background()); err != nil {
+		t.Fatalf("the probe did not find the leader again: %v", err)
+	}
+	if r := pr.Stop(); r.SteadyP99 <= 0 {
+		t.Fatalf("probe result %+v: want a steady p99", r)
+	}
+}

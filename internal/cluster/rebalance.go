@@ -421,6 +421,7 @@ func (rb *Rebalancer) Run(ctx context.Context, p Plan) ([]RebalanceMove, error) 
 			}
 			pr = &Prober{Targets: targets, Writes: true, Password: mv.Password, TLS: mv.TLS, Baseline: rb.Baseline, Logf: rb.Logf,
 				Ctl: PaceController{Step: pauseStep, Start: pauseStep, Patience: pacePatience, Max: orDefault(rb.MaxPause, 250*time.Millisecond)}}
+			pr.Resolve = func(ctx context.Context) ([][2]string, error) { return rb.probeTargets(ctx, m, prefix) }
 			if err := pr.Start(ctx); err != nil {
 				return out, err
 			}
