@@ -159,7 +159,7 @@ func (p *Prober) Start(ctx context.Context) error {
 	if p.Floor <= 0 {
 		p.Floor = time.Millisecond
 	}
-	p.Targets = slices.Clone(p.Targets) // Resolve may change its addresses
+	p.Targets = slices.Clone(p.Targets)   // Resolve may change its addresses
 	mvs := make([]*Mover, len(p.Targets)) // one connection per target (Mover.roundTrip)
 	for i := range mvs {
 		mvs[i] = &Mover{Password: p.Password, TLS: p.TLS, rtTimeout: probeTimeout}

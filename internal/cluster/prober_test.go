@@ -121,7 +121,7 @@ func TestProberResolvesTheLeaderAgain(t *testing.T) {
 	ln.Close() // a closed port: every probe fails at once
 	key := ProbeKeyPrefix() + "0"
 	pr := &Prober{Targets: [][2]string{{gone, key}}, Writes: true, Every: time.Millisecond, Baseline: 100 * time.Millisecond,
-		Ctl: PaceController{Max: time.Second},
+		Ctl:     PaceController{Max: time.Second},
 		Resolve: func(context.Context) ([][2]string, error) { return [][2]string{{addr, key}}, nil }}
 	if err := pr.Start(context.Background()); err != nil {
 		t.Fatalf("the probe did not find the leader again: %v", err)
