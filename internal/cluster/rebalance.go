@@ -1,9 +1,11 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -77,8 +79,11 @@ type Plan struct {
 // excess and the lightest's gap) and that leaves the two closer to the
 // mean than they were; ties go to a range next
 // to one of the destination's (its ranges merge), then to fewer slots, then
-// to the lower first slot. It stops when no such move brings the two groups
-// closer to the mean (a slot heavier than the gap cannot be split).
+// to the lower first slot. When the heaviest has no such move for the
+// lightest (a slot heavier than the gap cannot be split), it tries the
+// other pairs of a group above the mean and one below, by deviation; it
+// stops when no pair has one. Runs end where either group's slot table
+// changes row (PlanGroup.Table).
 func PlanRebalance(groups []PlanGroup, weight []int64, tolerance float64, maxMoves int) Plan {
 	if maxMoves <= 0 || maxMoves > MaxPlannedMoves {
 		maxMoves = MaxPlannedMoves
@@ -124,36 +129,33 @@ func PlanRebalance(groups []PlanGroup, weight []int64, tolerance float64, maxMov
 		p.Balanced = true
 		return p
 	}
-	mean := float64(total) / float64(len(groups))
-	p.Mean = mean
+	p.Mean = float64(total) / float64(len(groups))
+	// mean is the working mean: of the groups not set aside (fixed: a
+	// heaviest group none of whose ranges helps any lighter one, its one
+	// heavy slot, say); the others are balanced around it.
+	mean := p.Mean
+	fixed := make([]bool, len(groups))
 	dev := func(x int64) float64 { return math.Abs(float64(x) - mean) }
-	within := func() bool {
-		for _, l := range load {
-			if dev(l) > tolerance*mean {
+	within := func(all bool) bool {
+		m := mean
+		if all {
+			m = p.Mean
+		}
+		for i, l := range load {
+			if (all || !fixed[i]) && math.Abs(float64(l)-m) > tolerance*m {
 				return false
 			}
 		}
 		return true
 	}
-	for len(p.Moves) < maxMoves && !within() {
-		src, dst := 0, 0
-		for i := range groups {
-			if load[i] > load[src] || load[i] == load[src] && groups[i].ID < groups[src].ID {
-				src = i
-			}
-			if load[i] < load[dst] || load[i] == load[dst] && groups[i].ID < groups[dst].ID {
-				dst = i
-			}
-		}
-		if src == dst {
-			break
-		}
-		type cand struct {
-			start, end int
-			w          int64
-			score      float64
-			adjacent   bool
-		}
+	type cand struct {
+		start, end int
+		w          int64
+		score      float64
+		adjacent   bool
+	}
+	// search returns the best move from src to dst, nil if none helps.
+	search := func(src, dst int) *cand {
 		var best *cand
 		now := max(dev(load[src]), dev(load[dst]))
 		// The ideal move brings one of the two to the mean and the
@@ -205,8 +207,63 @@ func PlanRebalance(groups []PlanGroup, weight []int64, tolerance float64, maxMov
 			}
 			s = e + 1
 		}
+		return best
+	}
+	for len(p.Moves) < maxMoves && !within(false) {
+		// The heaviest group to the lightest first; when no range of
+		// the heaviest helps (one slot heavier than the gap), the next
+		// pairs in order of deviation: sources above the mean from the
+		// heaviest down, destinations below it from the lightest up
+		// (ties: the lower id). When no pair has a move, the heaviest
+		// is set aside and the rest balanced around their own mean.
+		// Each move lowers the sum of the squared deviations from the
+		// working mean, and each setting aside removes a group, so the
+		// loop ends.
+		var above, below []int
+		for i := range groups {
+			if fixed[i] {
+				continue
+			}
+			if float64(load[i]) > mean {
+				above = append(above, i)
+			} else if float64(load[i]) < mean {
+				below = append(below, i)
+			}
+		}
+		slices.SortStableFunc(above, func(a, b int) int {
+			return cmp.Or(cmp.Compare(load[b], load[a]), cmp.Compare(groups[a].ID, groups[b].ID))
+		})
+		slices.SortStableFunc(below, func(a, b int) int {
+			return cmp.Or(cmp.Compare(load[a], load[b]), cmp.Compare(groups[a].ID, groups[b].ID))
+		})
+		var best *cand
+		src, dst := -1, -1
+	pairs:
+		for _, i := range above {
+			for _, j := range below {
+				if best = search(i, j); best != nil {
+					src, dst = i, j
+					break pairs
+				}
+			}
+		}
 		if best == nil {
-			break
+			if len(above) == 0 {
+				break
+			}
+			fixed[above[0]] = true
+			var sum int64
+			n := 0
+			for i, l := range load {
+				if !fixed[i] {
+					sum, n = sum+l, n+1
+				}
+			}
+			if n < 2 {
+				break
+			}
+			mean = float64(sum) / float64(n)
+			continue
 		}
 		for s := best.start; s <= best.end; s++ {
 			owner[s] = dst
@@ -222,7 +279,7 @@ func PlanRebalance(groups []PlanGroup, weight []int64, tolerance float64, maxMov
 	for i := range groups {
 		p.Groups[i].After = load[i]
 	}
-	p.Balanced = within()
+	p.Balanced = within(true)
 	return p
 }
 

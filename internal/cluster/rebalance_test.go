@@ -174,6 +174,20 @@ func TestPlanRebalanceStopsWhereItCannotHelp(t *testing.T) {
 	if p := PlanRebalance(groups, w, 0.1, 0); len(p.Moves) != 0 || p.Balanced {
 		t.Fatalf("plan %+v: want no move, not balanced", p)
 	}
+	// The heaviest cannot help the lightest (its one heavy slot), but
+	// the next heaviest can: group 2 gives group 3 about 300.
+	three3 := []PlanGroup{{ID: 1, Slots: []kv.SlotRange{{Start: 0, End: 99}}}, {ID: 2, Slots: []kv.SlotRange{{Start: 100, End: 8191}}},
+		{ID: 3, Slots: []kv.SlotRange{{Start: 8192, End: 16383}}}}
+	w3 := make([]int64, Slots)
+	w3[5] = 1000
+	for s := 100; s < 700; s++ {
+		w3[s] = 1
+	}
+	p3 := PlanRebalance(three3, w3, 0.1, 0)
+	checkPlan(t, three3, w3, p3)
+	if len(p3.Moves) == 0 || p3.Moves[0].From != 2 || p3.Moves[0].To != 3 || p3.Groups[2].After < 250 || p3.Groups[2].After > 350 {
+		t.Fatalf("plan %v: want about 300 from group 2 to group 3", p3)
+	}
 	// --max-moves bounds the plan.
 	three := []PlanGroup{{ID: 1, Slots: []kv.SlotRange{{Start: 0, End: 16383}}}, {ID: 2}, {ID: 3}}
 	p := PlanRebalance(three, uniformWeights(1), 0.1, 1)
