@@ -336,6 +336,16 @@ func TestStatsSlotsCountsKeysBytesAndWrites(t *testing.T) {
 	}
 	ver++
 	apply(kv.Op{Kind: kv.KindHSet, Key: []byte("h"), Keys: [][]byte{[]byte("field"), []byte("value-of-the-field")}})
+	// User keys after the reserved range in key order (a cursor of one
+	// key per page crosses it).
+	for _, k := range []string{"\xff\xffzzz", "\xff\xffzzz2"} {
+		apply(kv.Op{Kind: kv.KindSet, Key: []byte(k), Value: []byte("0123456789")})
+		e := want[Slot([]byte(k))]
+		e.Keys++
+		e.Written++
+		e.Bytes += int64(len(k) + 10)
+		want[Slot([]byte(k))] = e
+	}
 	sumUntil := func(limit int, until uint64) map[uint16]SlotStat {
 		got := map[uint16]SlotStat{}
 		var cursor []byte
@@ -373,8 +383,10 @@ func TestStatsSlotsCountsKeysBytesAndWrites(t *testing.T) {
 			t.Fatalf("slot %d: %+v, want %+v (bytes at least: the value's metadata counts too)", s, all[s], e)
 		}
 	}
-	if paged := sum(7); fmt.Sprint(paged) != fmt.Sprint(sum(1000)) {
-		t.Fatalf("pages of 7 sum to %v, one page %v", paged, sum(1000))
+	for _, limit := range []int{1, 7} {
+		if paged := sum(limit); fmt.Sprint(paged) != fmt.Sprint(sum(1000)) {
+			t.Fatalf("pages of %d sum to %v, one page %v", limit, paged, sum(1000))
+		}
 	}
 	// An upper bound: only the keys written in (since, until] count (a
 	// load sample's window, however late the group is scanned).
