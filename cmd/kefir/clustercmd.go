@@ -168,9 +168,11 @@ func runClusterRebalance(args []string, stdout, stderr io.Writer) error {
 	}
 	if *dry || len(plan.Moves) == 0 {
 		if *asJSON {
-			return json.NewEncoder(stdout).Encode(map[string]any{"by": *by, "epoch": cm.Epoch, "plan": plan})
+			if err := json.NewEncoder(stdout).Encode(map[string]any{"by": *by, "epoch": cm.Epoch, "plan": plan}); err != nil {
+				return err
+			}
 		}
-		return nil
+		return stuckStatus(plan, *dry)
 	}
 	host, _ := os.Hostname()
 	logf := func(format string, a ...any) { fmt.Fprintf(stderr, "kefir cluster: "+format+"\n", a...) }
@@ -194,6 +196,21 @@ func runClusterRebalance(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	return err
+}
+
+// exitStuck is kefir cluster rebalance's exit status when the groups are
+// not balanced and the planner has no move that helps (a slot heavier than
+// the gap): the command did nothing, which a script should not read as
+// success; 1 is a failure to reach the cluster or a move's, 2 a usage error.
+const exitStuck = 3
+
+// stuckStatus is the outcome of a plan that runs no move: exitStuck if the
+// groups are not balanced (a dry run reports the plan only: nil).
+func stuckStatus(plan cluster.Plan, dry bool) error {
+	if !dry && len(plan.Moves) == 0 && !plan.Balanced {
+		return exitStatus(exitStuck)
+	}
+	return nil
 }
 
 // checkRebalanceFlags refuses what the planner or the mover would take

@@ -5,6 +5,8 @@ import (
 	"io"
 	"strings"
 	"testing"
+
+	"github.com/kefirdb/kefir/internal/cluster"
 )
 
 // Flags the planner or the mover would take silently wrong are refused as
@@ -30,5 +32,20 @@ func TestClusterRebalanceRefusesBadFlags(t *testing.T) {
 		if !errors.As(err, &u) {
 			t.Errorf("%v: %v, want a usage error", args, err)
 		}
+	}
+}
+
+// A rebalance that finds the groups unbalanced and no move that helps did
+// nothing: a distinct exit status, not 0 (a dry run only reports).
+func TestClusterRebalanceStuckExitStatus(t *testing.T) {
+	stuck := cluster.Plan{Balanced: false}
+	if err := stuckStatus(stuck, false); err != exitStatus(exitStuck) {
+		t.Fatalf("unbalanced, no move: %v, want exit status %d", err, exitStuck)
+	}
+	if err := stuckStatus(stuck, true); err != nil {
+		t.Fatalf("dry run: %v, want nil", err)
+	}
+	if err := stuckStatus(cluster.Plan{Balanced: true}, false); err != nil {
+		t.Fatalf("balanced: %v, want nil", err)
 	}
 }
