@@ -228,7 +228,7 @@ func (mv *Mover) Move(ctx context.Context, from, to GroupID, rs []kv.SlotRange) 
 		// window, which then holds one listing (the source's) instead of
 		// two.
 		dstKeys := map[string]bool{}
-		if err := mv.scan(ctx, to, ranges, func(k []byte) error {
+		if err := mv.scan(ctx, to, ranges, false, func(k []byte) error {
 			dstKeys[string(k)] = true
 			return nil
 		}); err != nil {
@@ -284,7 +284,7 @@ func (mv *Mover) Move(ctx context.Context, from, to GroupID, rs []kv.SlotRange) 
 	// The source's copy: unreachable (its fence), purged so that its key
 	// counts and scans are right.
 	var purge [][]byte
-	if err := mv.scan(ctx, from, ranges, func(k []byte) error {
+	if err := mv.scan(ctx, from, ranges, true, func(k []byte) error {
 		purge = kv.AppendSlotImport(purge, k, nil, nil, nil, true)
 		return nil
 	}); err != nil {
@@ -360,7 +360,7 @@ func (mv *Mover) Abort(ctx context.Context, from, to GroupID, rs []kv.SlotRange)
 			ranges, src.State, from, dst.State, to)
 	}
 	var purge [][]byte
-	if err := mv.scan(ctx, to, ranges, func(k []byte) error {
+	if err := mv.scan(ctx, to, ranges, true, func(k []byte) error {
 		purge = kv.AppendSlotImport(purge, k, nil, nil, nil, true)
 		return nil
 	}); err != nil {
@@ -408,23 +408,29 @@ func (mv *Mover) copy(ctx context.Context, from, to GroupID, ranges string, sinc
 		n += len(entries) / 3
 		if !frozen {
 			mv.after("precopy-page")
-			if err := mv.rest(ctx); err != nil {
-				return n, at, err
-			}
 		}
 		if v.Elems[0].Kind != resp.Bulk || len(v.Elems[0].Str) == 0 {
 			return n, at, nil
+		}
+		// No rest after the last page: it would only let more writes
+		// pile up for the next round or the final copy.
+		if !frozen {
+			if err := mv.rest(ctx); err != nil {
+				return n, at, err
+			}
 		}
 		cursor = v.Elems[0].Str
 	}
 }
 
-// scan visits every key of ranges at group id, resting (PagePause) after
-// each page: no listing runs in the hand-over's window.
-func (mv *Mover) scan(ctx context.Context, id GroupID, ranges string, visit func(k []byte) error) error {
+// scan visits every key of ranges at group id, paced resting (PagePause)
+// between pages: no listing runs in the hand-over's window. The
+// destination's listing just before the hand-over is not paced: the
+// source's writes meanwhile all go to the final copy, inside the window.
+func (mv *Mover) scan(ctx context.Context, id GroupID, ranges string, paced bool, visit func(k []byte) error) error {
 	var cursor []byte
 	for page := 0; ; page++ {
-		if page > 0 {
+		if page > 0 && paced {
 			if err := mv.rest(ctx); err != nil {
 				return err
 			}
