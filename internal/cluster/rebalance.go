@@ -469,6 +469,12 @@ func (rb *Rebalancer) Run(ctx context.Context, p Plan) ([]RebalanceMove, error) 
 	prefix := ProbeKeyPrefix()
 	for i, m := range p.Moves {
 		mv := rb.NewMover()
+		// Another driver's move may have started since the plan (or
+		// the previous move): both groups' tables must show none.
+		if err := mv.PlanTables(ctx, []PlanGroup{{ID: m.From}, {ID: m.To}}); err != nil {
+			mv.Close()
+			return out, fmt.Errorf("rebalance: move %d of %d: %w", i+1, len(p.Moves), err)
+		}
 		rs := []kv.SlotRange{m.Slots}
 		var pr *Prober
 		if rb.Adaptive {

@@ -1,7 +1,9 @@
 package cluster
 
 import (
+	"context"
 	"math/rand"
+	"strings"
 	"testing"
 
 	"github.com/kefirdb/kefir/internal/kv"
@@ -149,6 +151,35 @@ func TestPlanRebalanceMovesAreUniformInTheTables(t *testing.T) {
 					t.Fatalf("trial %d round %d: move %d (%+v) of the plan:\n%v\nMover.Move would refuse it: %v", trial, round, i+1, m, p, err)
 				}
 			}
+		}
+	}
+}
+
+// A table with slots migrating or importing (a move in flight the map may
+// not list yet) stops the rebalance before it plans, and before each move.
+func TestRebalanceRefusesAMoveInFlightInATable(t *testing.T) {
+	f, addr := startFakeSlots(t, 10)
+	f.mu.Lock()
+	r := f.tables["2"]
+	r.State, r.Peer = "importing", 1
+	f.tables["2"] = r
+	f.mu.Unlock()
+	mv := &Mover{Seeds: []string{addr}}
+	defer mv.Close()
+	groups := []PlanGroup{{ID: 1}, {ID: 2}}
+	if err := mv.PlanTables(context.Background(), groups); err == nil || !strings.Contains(err.Error(), "importing at group 2") {
+		t.Fatalf("PlanTables with group 2 importing: %v", err)
+	}
+	rb := &Rebalancer{NewMover: func() *Mover { return &Mover{Seeds: []string{addr}} }}
+	p := Plan{Moves: []PlannedMove{{From: 1, To: 2, Slots: kv.SlotRange{Start: 0, End: 9}}}}
+	if _, err := rb.Run(context.Background(), p); err == nil || !strings.Contains(err.Error(), "in flight") {
+		t.Fatalf("Run with group 2 importing: %v", err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, e := range f.events {
+		if strings.HasPrefix(e.cmd, "SET") {
+			t.Fatalf("Run sent %q", e.cmd)
 		}
 	}
 }
