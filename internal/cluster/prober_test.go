@@ -82,8 +82,8 @@ func TestProberSpeaksTLS(t *testing.T) {
 }
 
 // A hung leader (accepts, never answers): Start gives up after its
-// baseline plus about a probe's timeout, and a cancelled context ends the
-// baseline at once.
+// baseline plus about a probe's timeout (each round trip is bounded by
+// probeTimeout; it was 10 s).
 func TestProberGivesUpOnAHungLeader(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
