@@ -130,3 +130,26 @@ func TestProberResolvesTheLeaderAgain(t *testing.T) {
 		t.Fatalf("probe result %+v: want a steady p99", r)
 	}
 }
+
+// A cancelled context (Ctrl-C) ends the baseline at once, and the probe's
+// keys are deleted on the way out.
+func TestProberBaselineEndsWithTheContext(t *testing.T) {
+	addr := testgroup.StartRedis(t)
+	key := ProbeKeyPrefix() + "0"
+	pr := &Prober{Targets: [][2]string{{addr, key}}, Writes: true, Every: time.Millisecond, Baseline: 10 * time.Second,
+		Ctl: PaceController{Max: time.Second}}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	t0 := time.Now()
+	if err := pr.Start(ctx); err == nil {
+		t.Fatal("Start succeeded with a cancelled context")
+	}
+	if d := time.Since(t0); d > 2*time.Second {
+		t.Fatalf("Start took %v after its context ended", d)
+	}
+	c := &Mover{}
+	defer c.Close()
+	if v := redisDo(t, c, addr, "EXISTS", key); v.Int != 0 {
+		t.Fatalf("the probe's key %q is left", key)
+	}
+}
