@@ -480,12 +480,14 @@ func (rb *Rebalancer) Run(ctx context.Context, p Plan) ([]RebalanceMove, error) 
 		if rb.Adaptive {
 			targets, err := rb.probeTargets(ctx, m, prefix)
 			if err != nil {
+				mv.Close()
 				return out, err
 			}
 			pr = &Prober{Targets: targets, Writes: true, Password: mv.Password, TLS: mv.TLS, Baseline: rb.Baseline, Logf: rb.Logf,
 				Ctl: PaceController{Step: pauseStep, Start: pauseStep, Patience: pacePatience, Max: orDefault(rb.MaxPause, 250*time.Millisecond)}}
 			pr.Resolve = func(ctx context.Context) ([][2]string, error) { return rb.probeTargets(ctx, m, prefix) }
 			if err := pr.Start(ctx); err != nil {
+				mv.Close()
 				return out, err
 			}
 			mv.Pacer = pr
