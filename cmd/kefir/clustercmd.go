@@ -8,9 +8,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
+	"os/signal"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/kefirdb/kefir/internal/cluster"
@@ -113,7 +116,7 @@ func runClusterRebalance(args []string, stdout, stderr io.Writer) error {
 	by := fs.String("by", cluster.ByBytes, "weigh slots by bytes, keys or load (keys written during --sample; reads are not counted)")
 	tolerance := fs.Float64("tolerance", 0.1, "the fraction of the mean every group must end within")
 	dry := fs.Bool("dry-run", false, "print the plan and stop")
-	maxMoves := fs.Int("max-moves", 0, "at most this many moves (0: the planner's bound, 64)")
+	maxMoves := fs.Int("max-moves", 0, "at most this many moves (0: the planner's bound, 64; at most 64)")
 	sample := fs.Duration("sample", 2*time.Second, "with --by load, how long writes are counted")
 	page := fs.Int("page", 1024, "keys per copy round trip")
 	pause := fs.Duration("page-pause", 0, "a fixed pause after each page outside the hand-over's window instead of the adaptive one (0: unpaced)")
@@ -128,14 +131,19 @@ func runClusterRebalance(args []string, stdout, stderr io.Writer) error {
 		}
 		return usageError{err}
 	}
-	if fs.NArg() != 0 || *tolerance < 0 {
-		return usageError{errors.New("rebalance takes flags only, and --tolerance >= 0")}
+	if err := checkRebalanceFlags(fs.NArg(), *by, *tolerance, *maxMoves, *sample, *page, *maxPause); err != nil {
+		return usageError{err}
 	}
 	fixed := false
 	fs.Visit(func(f *flag.Flag) { fixed = fixed || f.Name == "page-pause" })
-	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	// Ctrl-C or SIGTERM cancels the run: the probe deletes its keys and
+	// the move in hand stops where it is (rerun to finish it).
+	sigCtx, stopSignals := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stopSignals()
+	ctx, cancel := context.WithTimeout(sigCtx, *timeout)
 	defer cancel()
 	mv := mover()
+	defer mv.Close()
 	mv.Page, mv.PagePause = *page, *pause
 	cm, err := mv.MetaMap(ctx)
 	if err != nil {
@@ -145,20 +153,26 @@ func runClusterRebalance(args []string, stdout, stderr io.Writer) error {
 		m := cm.Moves[0]
 		return fmt.Errorf("rebalance: a move is in flight (slots %s from group %d to group %d): finish or abort it with move-slots first", cluster.FormatSlotRanges(m.Slots), m.From, m.To)
 	}
+	groups := cluster.PlanGroups(cm)
+	if err := mv.PlanTables(ctx, groups); err != nil {
+		return err
+	}
 	weights, err := mv.SlotWeights(ctx, cm, *by, *sample)
 	mv.Close()
 	if err != nil {
 		return err
 	}
-	plan := cluster.PlanRebalance(cluster.PlanGroups(cm), weights, *tolerance, *maxMoves)
+	plan := cluster.PlanRebalance(groups, weights, *tolerance, *maxMoves)
 	if !*asJSON {
 		fmt.Fprintf(stdout, "by %s at map epoch %d\n%s", *by, cm.Epoch, plan)
 	}
 	if *dry || len(plan.Moves) == 0 {
 		if *asJSON {
-			return json.NewEncoder(stdout).Encode(map[string]any{"by": *by, "epoch": cm.Epoch, "plan": plan})
+			if err := json.NewEncoder(stdout).Encode(map[string]any{"by": *by, "epoch": cm.Epoch, "plan": plan}); err != nil {
+				return err
+			}
 		}
-		return nil
+		return stuckStatus(plan, *dry)
 	}
 	host, _ := os.Hostname()
 	logf := func(format string, a ...any) { fmt.Fprintf(stderr, "kefir cluster: "+format+"\n", a...) }
@@ -182,6 +196,45 @@ func runClusterRebalance(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	return err
+}
+
+// exitStuck is kefir cluster rebalance's exit status when the groups are
+// not balanced and the planner has no move that helps (a slot heavier than
+// the gap): the command did nothing, which a script should not read as
+// success; 1 is a failure to reach the cluster or a move's, 2 a usage error.
+const exitStuck = 3
+
+// stuckStatus is the outcome of a plan that runs no move: exitStuck if the
+// groups are not balanced (a dry run reports the plan only: nil).
+func stuckStatus(plan cluster.Plan, dry bool) error {
+	if !dry && len(plan.Moves) == 0 && !plan.Balanced {
+		return exitStatus(exitStuck)
+	}
+	return nil
+}
+
+// checkRebalanceFlags refuses what the planner or the mover would take
+// silently wrong: a NaN or infinite tolerance (it broke --json), a negative
+// or too large --max-moves (they became 64), a page whose STATS limit (8
+// pages) would overflow or that the server caps anyway.
+func checkRebalanceFlags(nargs int, by string, tolerance float64, maxMoves int, sample time.Duration, page int, maxPause time.Duration) error {
+	switch {
+	case nargs != 0:
+		return errors.New("rebalance takes flags only")
+	case by != cluster.ByBytes && by != cluster.ByKeys && by != cluster.ByLoad:
+		return fmt.Errorf("--by %q: bytes, keys or load", by)
+	case math.IsNaN(tolerance) || math.IsInf(tolerance, 0) || tolerance < 0:
+		return fmt.Errorf("--tolerance %v: a finite fraction >= 0", tolerance)
+	case maxMoves < 0 || maxMoves > cluster.MaxPlannedMoves:
+		return fmt.Errorf("--max-moves %d: 0 (the planner's bound) to %d", maxMoves, cluster.MaxPlannedMoves)
+	case by == cluster.ByLoad && sample <= 0:
+		return fmt.Errorf("--sample %v: --by load needs a sample > 0", sample)
+	case page <= 0 || page > 1<<16:
+		return fmt.Errorf("--page %d: 1 to 65536 keys", page)
+	case maxPause <= 0:
+		return fmt.Errorf("--max-pause %v: > 0", maxPause)
+	}
+	return nil
 }
 
 // runClusterStatus runs `kefir cluster status`: the metadata group's map

@@ -81,7 +81,10 @@ type Mover struct {
 	TakeOver uint64
 
 	conns map[string]*moverConn
-	lease moveLease
+	// rtTimeout bounds one round trip (dial, AUTH, command; 0: 10 s):
+	// the latency probe's are short, so that a hung leader cannot hold it.
+	rtTimeout time.Duration
+	lease     moveLease
 	// answeredBy is the address that answered the last command.
 	answeredBy string
 }
@@ -225,7 +228,7 @@ func (mv *Mover) Move(ctx context.Context, from, to GroupID, rs []kv.SlotRange) 
 		// window, which then holds one listing (the source's) instead of
 		// two.
 		dstKeys := map[string]bool{}
-		if err := mv.scan(ctx, to, ranges, func(k []byte) error {
+		if err := mv.scan(ctx, to, ranges, false, func(k []byte) error {
 			dstKeys[string(k)] = true
 			return nil
 		}); err != nil {
@@ -281,7 +284,7 @@ func (mv *Mover) Move(ctx context.Context, from, to GroupID, rs []kv.SlotRange) 
 	// The source's copy: unreachable (its fence), purged so that its key
 	// counts and scans are right.
 	var purge [][]byte
-	if err := mv.scan(ctx, from, ranges, func(k []byte) error {
+	if err := mv.scan(ctx, from, ranges, true, func(k []byte) error {
 		purge = kv.AppendSlotImport(purge, k, nil, nil, nil, true)
 		return nil
 	}); err != nil {
@@ -357,7 +360,7 @@ func (mv *Mover) Abort(ctx context.Context, from, to GroupID, rs []kv.SlotRange)
 			ranges, src.State, from, dst.State, to)
 	}
 	var purge [][]byte
-	if err := mv.scan(ctx, to, ranges, func(k []byte) error {
+	if err := mv.scan(ctx, to, ranges, true, func(k []byte) error {
 		purge = kv.AppendSlotImport(purge, k, nil, nil, nil, true)
 		return nil
 	}); err != nil {
@@ -405,23 +408,29 @@ func (mv *Mover) copy(ctx context.Context, from, to GroupID, ranges string, sinc
 		n += len(entries) / 3
 		if !frozen {
 			mv.after("precopy-page")
-			if err := mv.rest(ctx); err != nil {
-				return n, at, err
-			}
 		}
 		if v.Elems[0].Kind != resp.Bulk || len(v.Elems[0].Str) == 0 {
 			return n, at, nil
+		}
+		// No rest after the last page: it would only let more writes
+		// pile up for the next round or the final copy.
+		if !frozen {
+			if err := mv.rest(ctx); err != nil {
+				return n, at, err
+			}
 		}
 		cursor = v.Elems[0].Str
 	}
 }
 
-// scan visits every key of ranges at group id, resting (PagePause) after
-// each page: no listing runs in the hand-over's window.
-func (mv *Mover) scan(ctx context.Context, id GroupID, ranges string, visit func(k []byte) error) error {
+// scan visits every key of ranges at group id, paced resting (PagePause)
+// between pages: no listing runs in the hand-over's window. The
+// destination's listing just before the hand-over is not paced: the
+// source's writes meanwhile all go to the final copy, inside the window.
+func (mv *Mover) scan(ctx context.Context, id GroupID, ranges string, paced bool, visit func(k []byte) error) error {
 	var cursor []byte
 	for page := 0; ; page++ {
-		if page > 0 {
+		if page > 0 && paced {
 			if err := mv.rest(ctx); err != nil {
 				return err
 			}
@@ -642,9 +651,13 @@ func (mv *Mover) roundTrip(addr string, args [][]byte) (resp.Value, error) {
 	if mv.conns == nil {
 		mv.conns = map[string]*moverConn{}
 	}
+	wait := 10 * time.Second
+	if mv.rtTimeout > 0 {
+		wait = mv.rtTimeout
+	}
 	c := mv.conns[addr]
 	if c == nil {
-		nc, err := net.DialTimeout("tcp", addr, 2*time.Second)
+		nc, err := net.DialTimeout("tcp", addr, min(2*time.Second, wait))
 		if err != nil {
 			return resp.Value{}, err
 		}
@@ -653,7 +666,7 @@ func (mv *Mover) roundTrip(addr string, args [][]byte) (resp.Value, error) {
 		}
 		c = &moverConn{nc: nc, rd: resp.NewReader(nc, 0)}
 		if mv.Password != "" {
-			_ = nc.SetDeadline(time.Now().Add(5 * time.Second))
+			_ = nc.SetDeadline(time.Now().Add(min(5*time.Second, wait)))
 			if _, err := nc.Write(resp.AppendCommand(nil, []byte("AUTH"), []byte(mv.Password))); err != nil {
 				nc.Close()
 				return resp.Value{}, err
@@ -665,7 +678,7 @@ func (mv *Mover) roundTrip(addr string, args [][]byte) (resp.Value, error) {
 		}
 		mv.conns[addr] = c
 	}
-	_ = c.nc.SetDeadline(time.Now().Add(10 * time.Second))
+	_ = c.nc.SetDeadline(time.Now().Add(wait))
 	if _, err := c.nc.Write(resp.AppendCommand(nil, args...)); err != nil {
 		c.nc.Close()
 		delete(mv.conns, addr)

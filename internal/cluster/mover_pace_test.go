@@ -146,6 +146,22 @@ func TestMoverPagePausePacesThePurgeNotTheWindow(t *testing.T) {
 	if w := f.events[owned].at.Sub(f.events[handover].at); w >= pause {
 		t.Errorf("the window (hand-over to take-over) lasted %v: paced inside (pause %v)", w, pause)
 	}
+	// Nor between the pre-copy's last page and the hand-over: no rest
+	// after the last page, and the destination's listing is not paced
+	// (the source's writes meanwhile all go to the final copy, in the
+	// window).
+	lastDump := -1 // the pre-copy's last page read at the source
+	for i, e := range f.events[:handover] {
+		if e.cmd == "DUMP 1" {
+			lastDump = i
+		}
+	}
+	if lastDump < 0 {
+		t.Fatal("no pre-copy DUMP before the hand-over")
+	}
+	if w := f.events[handover].at.Sub(f.events[lastDump].at); w >= pause {
+		t.Errorf("the pre-copy's last page to the hand-over took %v: paced (pause %v)", w, pause)
+	}
 	gaps := func(from, to int, cmd string) (n int, short []time.Duration) {
 		var last time.Time
 		for _, e := range f.events[from:to] {

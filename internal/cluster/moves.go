@@ -418,7 +418,7 @@ type SlotStatsPage struct {
 
 // SlotStats returns a page of group id's per-slot statistics (StatsSlots)
 // at its leader here: what kefir cluster rebalance weighs slots by.
-func (m *Multi) SlotStats(id GroupID, cursor []byte, limit int, since uint64) (SlotStatsPage, error) {
+func (m *Multi) SlotStats(id GroupID, cursor []byte, limit int, since, until uint64) (SlotStatsPage, error) {
 	g, err := m.hosted(id)
 	if err != nil {
 		return SlotStatsPage{}, err
@@ -426,14 +426,17 @@ func (m *Multi) SlotStats(id GroupID, cursor []byte, limit int, since uint64) (S
 	if err := m.leads(g); err != nil {
 		return SlotStatsPage{}, err
 	}
-	return StatsSlots(g.h.Engine, cursor, limit, since)
+	return StatsSlots(g.h.Engine, cursor, limit, since, until)
 }
 
 // StatsSlots counts up to limit user keys of the engine from cursor on by
-// slot: keys, bytes, and keys whose version is above since. Like DumpSlots
+// slot: keys, bytes, and keys whose version is above since and at most
+// until (0: no bound; a rebalance weighing by load takes every group's
+// until right after its sample, so that each group's window is the sample
+// however long the scans of the groups before it take). Like DumpSlots
 // it reads the engine as it stands, page by page (the caller sums pages: a
 // slot's keys are spread over the key order).
-func StatsSlots(db *storage.DB, cursor []byte, limit int, since uint64) (SlotStatsPage, error) {
+func StatsSlots(db *storage.DB, cursor []byte, limit int, since, until uint64) (SlotStatsPage, error) {
 	type hashRec struct {
 		slot       uint16
 		meta, data []byte
@@ -446,7 +449,7 @@ func StatsSlots(db *storage.DB, cursor []byte, limit int, since uint64) (SlotSta
 		e := st.Slots[s]
 		e.Keys++
 		e.Bytes += int64(len(k) + len(v.Meta) + len(v.Data))
-		if v.Version > since {
+		if v.Version > since && (until == 0 || v.Version <= until) {
 			e.Written++
 		}
 		st.Slots[s] = e

@@ -2,8 +2,13 @@ package cluster
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
 	"fmt"
+	"os"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -92,12 +97,17 @@ func Percentile(samples []time.Duration, q float64) time.Duration {
 // runs and paces the move by it (a Mover's Pacer).
 type Prober struct {
 	// Targets are (address, key) pairs, probed in turn; Writes makes
-	// every other probe of a target a SET of its key (deleted by Stop)
-	// instead of a GET: a move's imports and purges go through the
-	// groups' logs, which a read never waits for.
+	// every other probe of a target a SET of its key instead of a GET: a
+	// move's imports and purges go through the groups' logs, which a read
+	// never waits for. The keys should be names no user has
+	// (ProbeKeyPrefix); a SET writes a random token with a TTL of
+	// probeTTL (each refreshes it), and Stop deletes a key only if it
+	// still holds the token, so that a probe killed or cut off leaves
+	// nothing behind for long and never deletes what it did not write.
 	Targets  [][2]string
 	Writes   bool
 	Password string
+	TLS      *tls.Config
 	// Every is the time between probes (default 5 ms); Window the samples
 	// whose p99 the controller observes (default 20: a decision every
 	// ~100 ms, so that a move of a few seconds is paced from its first
@@ -110,6 +120,14 @@ type Prober struct {
 	Baseline, Floor time.Duration
 	Ctl             PaceController
 	Logf            func(format string, args ...any)
+	// Resolve, if set, returns the targets anew (the same keys, at the
+	// groups' leaders now); the probe calls it after resolveAfter failures
+	// in a row at a target, so that a leader change does not pin the
+	// pause at its maximum for the rest of the move.
+	Resolve func(ctx context.Context) ([][2]string, error)
+
+	// beforeCleanup, for tests, runs just before the keys are deleted.
+	beforeCleanup func()
 
 	pause  atomic.Int64
 	mu     sync.Mutex
@@ -141,16 +159,42 @@ func (p *Prober) Start(ctx context.Context) error {
 	if p.Floor <= 0 {
 		p.Floor = time.Millisecond
 	}
+	p.Targets = slices.Clone(p.Targets)   // Resolve may change its addresses
 	mvs := make([]*Mover, len(p.Targets)) // one connection per target (Mover.roundTrip)
 	for i := range mvs {
-		mvs[i] = &Mover{Password: p.Password}
+		mvs[i] = &Mover{Password: p.Password, TLS: p.TLS, rtTimeout: probeTimeout}
 	}
+	token := randomToken()
+	ttl := []byte(strconv.FormatInt(probeTTL.Milliseconds(), 10))
 	n := 0
+	fails := make([]int, len(p.Targets))
+	resolve := func(i int) {
+		if fails[i]++; fails[i] < resolveAfter || p.Resolve == nil {
+			return
+		}
+		clear(fails)
+		ts, err := p.Resolve(ctx)
+		if err != nil || len(ts) != len(p.Targets) {
+			if p.Logf != nil {
+				p.Logf("the probe could not find the leaders again: %v", err)
+			}
+			return
+		}
+		for j := range ts {
+			if ts[j][0] != p.Targets[j][0] {
+				if p.Logf != nil {
+					p.Logf("the probe's target %q moves from %s to %s", p.Targets[j][1], p.Targets[j][0], ts[j][0])
+				}
+				mvs[j].close()
+				p.Targets[j][0] = ts[j][0]
+			}
+		}
+	}
 	probe := func() (time.Duration, error) {
 		i := n % len(p.Targets)
 		cmd := [][]byte{[]byte("GET"), []byte(p.Targets[i][1])}
 		if p.Writes && (n/len(p.Targets))%2 == 1 {
-			cmd = [][]byte{[]byte("SET"), []byte(p.Targets[i][1]), []byte("1")}
+			cmd = [][]byte{[]byte("SET"), []byte(p.Targets[i][1]), []byte(token), []byte("PX"), ttl}
 		}
 		n++
 		t0 := time.Now()
@@ -158,15 +202,48 @@ func (p *Prober) Start(ctx context.Context) error {
 		if err == nil && v.Kind == resp.Error {
 			err = fmt.Errorf("%s", v.Str)
 		}
-		return time.Since(t0), err
+		d := time.Since(t0)
+		if err != nil {
+			resolve(i)
+		} else {
+			fails[i] = 0
+		}
+		return d, err
+	}
+	cleanup := func() {
+		if p.beforeCleanup != nil {
+			p.beforeCleanup()
+		}
+		for i, m := range mvs {
+			if p.Writes {
+				v, err := m.roundTrip(p.Targets[i][0], [][]byte{[]byte("EVAL"), []byte(delIfToken), []byte("1"), []byte(p.Targets[i][1]), []byte(token)})
+				if err == nil && v.Kind == resp.Error {
+					err = fmt.Errorf("%s", v.Str)
+				}
+				if err != nil && p.Logf != nil {
+					p.Logf("the probe's key %q at %s is left (its TTL, %v, removes it): %v", p.Targets[i][1], p.Targets[i][0], probeTTL, err)
+				}
+			}
+			m.close()
+		}
 	}
 	var base []time.Duration
-	for end := time.Now().Add(p.Baseline); time.Now().Before(end); time.Sleep(p.Every) {
+	tk := time.NewTicker(p.Every)
+	for end := time.Now().Add(p.Baseline); time.Now().Before(end); {
 		if d, err := probe(); err == nil {
 			base = append(base, d)
 		}
+		select {
+		case <-ctx.Done():
+			tk.Stop()
+			cleanup()
+			return ctx.Err()
+		case <-tk.C:
+		}
 	}
+	tk.Stop()
 	if len(base) == 0 {
+		cleanup()
 		return fmt.Errorf("rebalance: the latency probe got no answer from %v in %v", p.Targets, p.Baseline)
 	}
 	// The p99 of all the baseline's samples (about its two largest of
@@ -183,14 +260,7 @@ func (p *Prober) Start(ctx context.Context) error {
 	p.done = make(chan struct{})
 	go func() {
 		defer close(p.done)
-		defer func() {
-			for i, m := range mvs {
-				if p.Writes {
-					_, _ = m.roundTrip(p.Targets[i][0], [][]byte{[]byte("DEL"), []byte(p.Targets[i][1])})
-				}
-				m.close()
-			}
-		}()
+		defer cleanup()
 		var win []time.Duration
 		tk := time.NewTicker(p.Every)
 		defer tk.Stop()
@@ -225,6 +295,32 @@ func (p *Prober) Start(ctx context.Context) error {
 		}
 	}()
 	return nil
+}
+
+// probeTTL is the probe keys' TTL: many probe periods (each SET refreshes
+// it), short enough that a probe killed outright leaves its keys for
+// seconds only. probeTimeout bounds one probe's round trip: a hung leader
+// counts as slow, and Stop returns within about two of them.
+const (
+	probeTTL     = 5 * time.Second
+	probeTimeout = time.Second
+	resolveAfter = 5
+)
+
+// delIfToken deletes KEYS[1] if it holds ARGV[1] (the probe's token).
+const delIfToken = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`
+
+// ProbeKeyPrefix returns the prefix of one rebalance's probe keys:
+// "kefir-rebalance-probe-", the process id and random hex, so that no
+// user's key and no other rebalance's probe has its names.
+func ProbeKeyPrefix() string {
+	return fmt.Sprintf("kefir-rebalance-probe-%d-%s-", os.Getpid(), randomToken()[:8])
+}
+
+func randomToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read does not fail (Go 1.24)
+	return hex.EncodeToString(b[:])
 }
 
 // ProbeResult is what a Prober saw.

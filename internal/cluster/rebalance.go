@@ -1,9 +1,11 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -25,10 +27,16 @@ const (
 	ByLoad  = "load"  // the slot's keys written during a sample (writes only: reads leave no trace)
 )
 
-// PlanGroup is a group as the planner sees it: its id and the slots it owns.
+// PlanGroup is a group as the planner sees it: its id, the slots it owns,
+// and its slot table (KEFIR.SLOTS TABLE; nil: none yet, which Mover.Move
+// makes from the map, uniform). Mover.Move takes only a range whose rows
+// (state, peer, epoch) are uniform at both groups, and a slot keeps the
+// peer and epoch of the move that brought it (or took it away), so the
+// planner splits the runs it moves at every row change of either table.
 type PlanGroup struct {
 	ID    GroupID
 	Slots []kv.SlotRange
+	Table []SlotRunInfo
 }
 
 // PlannedMove is one move of a plan: a contiguous range, and its weight.
@@ -71,11 +79,14 @@ type Plan struct {
 // excess and the lightest's gap) and that leaves the two closer to the
 // mean than they were; ties go to a range next
 // to one of the destination's (its ranges merge), then to fewer slots, then
-// to the lower first slot. It stops when no such move brings the two groups
-// closer to the mean (a slot heavier than the gap cannot be split).
+// to the lower first slot. When the heaviest has no such move for the
+// lightest (a slot heavier than the gap cannot be split), it tries the
+// other pairs of a group above the mean and one below, by deviation; it
+// stops when no pair has one. Runs end where either group's slot table
+// changes row (PlanGroup.Table).
 func PlanRebalance(groups []PlanGroup, weight []int64, tolerance float64, maxMoves int) Plan {
-	if maxMoves <= 0 || maxMoves > maxPlannedMoves {
-		maxMoves = maxPlannedMoves
+	if maxMoves <= 0 || maxMoves > MaxPlannedMoves {
+		maxMoves = MaxPlannedMoves
 	}
 	p := Plan{Tolerance: tolerance}
 	owner := make([]int, Slots) // index into groups, -1: none
@@ -101,43 +112,50 @@ func PlanRebalance(groups []PlanGroup, weight []int64, tolerance float64, maxMov
 		}
 		return 0
 	}
+	// cut[i][s]: slot s's row differs from slot s-1's in group i's table
+	// (a move may not cross it); a planned move cuts both tables at its
+	// ends (it gives its range a fresh epoch there).
+	cut := make([][]bool, len(groups))
 	for i, g := range groups {
 		p.Groups = append(p.Groups, GroupWeight{ID: g.ID, Before: load[i]})
+		cut[i] = make([]bool, Slots+1)
+		for _, r := range g.Table {
+			if r.Start > 0 && int(r.Start) < Slots {
+				cut[i][r.Start] = true
+			}
+		}
 	}
 	if len(groups) == 0 {
 		p.Balanced = true
 		return p
 	}
-	mean := float64(total) / float64(len(groups))
-	p.Mean = mean
+	p.Mean = float64(total) / float64(len(groups))
+	// mean is the working mean: of the groups not set aside (fixed: a
+	// heaviest group none of whose ranges helps any lighter one, its one
+	// heavy slot, say); the others are balanced around it.
+	mean := p.Mean
+	fixed := make([]bool, len(groups))
 	dev := func(x int64) float64 { return math.Abs(float64(x) - mean) }
-	within := func() bool {
-		for _, l := range load {
-			if dev(l) > tolerance*mean {
+	within := func(all bool) bool {
+		m := mean
+		if all {
+			m = p.Mean
+		}
+		for i, l := range load {
+			if (all || !fixed[i]) && math.Abs(float64(l)-m) > tolerance*m {
 				return false
 			}
 		}
 		return true
 	}
-	for len(p.Moves) < maxMoves && !within() {
-		src, dst := 0, 0
-		for i := range groups {
-			if load[i] > load[src] || load[i] == load[src] && groups[i].ID < groups[src].ID {
-				src = i
-			}
-			if load[i] < load[dst] || load[i] == load[dst] && groups[i].ID < groups[dst].ID {
-				dst = i
-			}
-		}
-		if src == dst {
-			break
-		}
-		type cand struct {
-			start, end int
-			w          int64
-			score      float64
-			adjacent   bool
-		}
+	type cand struct {
+		start, end int
+		w          int64
+		score      float64
+		adjacent   bool
+	}
+	// search returns the best move from src to dst, nil if none helps.
+	search := func(src, dst int) *cand {
 		var best *cand
 		now := max(dev(load[src]), dev(load[dst]))
 		// The ideal move brings one of the two to the mean and the
@@ -166,14 +184,15 @@ func PlanRebalance(groups []PlanGroup, weight []int64, tolerance float64, maxMov
 			}
 			best = &c
 		}
-		// The source's maximal runs: each prefix and each suffix.
+		// The source's maximal runs uniform in both tables: each prefix
+		// and each suffix.
 		for s := 0; s < Slots; {
 			if owner[s] != src {
 				s++
 				continue
 			}
 			e := s
-			for e+1 < Slots && owner[e+1] == src {
+			for e+1 < Slots && owner[e+1] == src && !cut[src][e+1] && !cut[dst][e+1] {
 				e++
 			}
 			var sum int64
@@ -188,11 +207,69 @@ func PlanRebalance(groups []PlanGroup, weight []int64, tolerance float64, maxMov
 			}
 			s = e + 1
 		}
+		return best
+	}
+	for len(p.Moves) < maxMoves && !within(false) {
+		// The heaviest group to the lightest first; when no range of
+		// the heaviest helps (one slot heavier than the gap), the next
+		// pairs in order of deviation: sources above the mean from the
+		// heaviest down, destinations below it from the lightest up
+		// (ties: the lower id). When no pair has a move, the heaviest
+		// is set aside and the rest balanced around their own mean.
+		// Each move lowers the sum of the squared deviations from the
+		// working mean, and each setting aside removes a group, so the
+		// loop ends.
+		var above, below []int
+		for i := range groups {
+			if fixed[i] {
+				continue
+			}
+			if float64(load[i]) > mean {
+				above = append(above, i)
+			} else if float64(load[i]) < mean {
+				below = append(below, i)
+			}
+		}
+		slices.SortStableFunc(above, func(a, b int) int {
+			return cmp.Or(cmp.Compare(load[b], load[a]), cmp.Compare(groups[a].ID, groups[b].ID))
+		})
+		slices.SortStableFunc(below, func(a, b int) int {
+			return cmp.Or(cmp.Compare(load[a], load[b]), cmp.Compare(groups[a].ID, groups[b].ID))
+		})
+		var best *cand
+		src, dst := -1, -1
+	pairs:
+		for _, i := range above {
+			for _, j := range below {
+				if best = search(i, j); best != nil {
+					src, dst = i, j
+					break pairs
+				}
+			}
+		}
 		if best == nil {
-			break
+			if len(above) == 0 {
+				break
+			}
+			fixed[above[0]] = true
+			var sum int64
+			n := 0
+			for i, l := range load {
+				if !fixed[i] {
+					sum, n = sum+l, n+1
+				}
+			}
+			if n < 2 {
+				break
+			}
+			mean = float64(sum) / float64(n)
+			continue
 		}
 		for s := best.start; s <= best.end; s++ {
 			owner[s] = dst
+		}
+		for _, i := range []int{src, dst} {
+			cut[i][best.start], cut[i][best.end+1] = true, true
 		}
 		load[src] -= best.w
 		load[dst] += best.w
@@ -202,12 +279,12 @@ func PlanRebalance(groups []PlanGroup, weight []int64, tolerance float64, maxMov
 	for i := range groups {
 		p.Groups[i].After = load[i]
 	}
-	p.Balanced = within()
+	p.Balanced = within(true)
 	return p
 }
 
-// maxPlannedMoves bounds a plan.
-const maxPlannedMoves = 64
+// MaxPlannedMoves bounds a plan.
+const MaxPlannedMoves = 64
 
 // String renders p for a terminal.
 func (p Plan) String() string {
@@ -233,18 +310,25 @@ func (p Plan) String() string {
 // returns each slot's weight by what (ByBytes, ByKeys, ByLoad), counted only
 // at the group cm says owns the slot (a group's engine may still hold
 // copies of slots it handed over, or is importing). ByLoad reads each
-// group's engine version, waits sample, and weighs a slot by its keys
-// written since.
+// group's engine version, waits sample, reads each group's version again,
+// and weighs a slot by its keys written between the two (the upper bound
+// keeps a group scanned later from counting the writes made while the
+// groups before it were scanned: every group's window is the sample).
 func (mv *Mover) SlotWeights(ctx context.Context, cm *kv.ClusterMap, what string, sample time.Duration) ([]int64, error) {
 	since := make(map[uint64]uint64, len(cm.Groups))
+	until := make(map[uint64]uint64, len(cm.Groups))
 	for _, g := range cm.Groups {
 		since[g.ID] = math.MaxInt64
+	}
+	version := func(g uint64) (uint64, error) {
+		_, at, err := mv.slotStatsPage(ctx, GroupID(g), nil, 1, math.MaxInt64, 0, nil)
+		return at, err
 	}
 	switch what {
 	case ByBytes, ByKeys:
 	case ByLoad:
 		for _, g := range cm.Groups {
-			_, at, err := mv.slotStatsPage(ctx, GroupID(g.ID), nil, 1, math.MaxInt64, nil)
+			at, err := version(g.ID)
 			if err != nil {
 				return nil, err
 			}
@@ -256,6 +340,13 @@ func (mv *Mover) SlotWeights(ctx context.Context, cm *kv.ClusterMap, what string
 			t.Stop()
 			return nil, ctx.Err()
 		case <-t.C:
+		}
+		for _, g := range cm.Groups {
+			at, err := version(g.ID)
+			if err != nil {
+				return nil, err
+			}
+			until[g.ID] = at
 		}
 	default:
 		return nil, fmt.Errorf("rebalance: weigh by %q: bytes, keys or load", what)
@@ -269,7 +360,7 @@ func (mv *Mover) SlotWeights(ctx context.Context, cm *kv.ClusterMap, what string
 					return nil, err
 				}
 			}
-			next, _, err := mv.slotStatsPage(ctx, GroupID(g.ID), cursor, 8*mv.page(), since[g.ID], func(slot uint16, st SlotStat) {
+			next, _, err := mv.slotStatsPage(ctx, GroupID(g.ID), cursor, 8*mv.page(), since[g.ID], until[g.ID], func(slot uint16, st SlotStat) {
 				if cm.Owner(slot) != g.ID {
 					return
 				}
@@ -295,9 +386,13 @@ func (mv *Mover) SlotWeights(ctx context.Context, cm *kv.ClusterMap, what string
 }
 
 // slotStatsPage is one KEFIR.SLOTS STATS at group id's leader.
-func (mv *Mover) slotStatsPage(ctx context.Context, id GroupID, cursor []byte, limit int, since uint64, visit func(uint16, SlotStat)) (next []byte, at uint64, err error) {
-	v, err := mv.doBytes(ctx, [][]byte{[]byte("KEFIR.SLOTS"), []byte("STATS"), []byte(strconv.FormatUint(uint64(id), 10)),
-		cursor, []byte(strconv.Itoa(limit)), []byte(strconv.FormatUint(since, 10))})
+func (mv *Mover) slotStatsPage(ctx context.Context, id GroupID, cursor []byte, limit int, since, until uint64, visit func(uint16, SlotStat)) (next []byte, at uint64, err error) {
+	args := [][]byte{[]byte("KEFIR.SLOTS"), []byte("STATS"), []byte(strconv.FormatUint(uint64(id), 10)),
+		cursor, []byte(strconv.Itoa(limit)), []byte(strconv.FormatUint(since, 10))}
+	if until != 0 {
+		args = append(args, []byte(strconv.FormatUint(until, 10)))
+	}
+	v, err := mv.doBytes(ctx, args)
 	if err != nil {
 		return nil, 0, fmt.Errorf("rebalance: group %d's slot statistics: %w", id, err)
 	}
@@ -318,6 +413,28 @@ func PlanGroups(cm *kv.ClusterMap) []PlanGroup {
 		out = append(out, PlanGroup{ID: GroupID(g.ID), Slots: g.Slots})
 	}
 	return out
+}
+
+// PlanTables reads each group's slot table at its leader into groups (the
+// planner moves only ranges uniform in both groups' tables), and refuses
+// to plan while a group's table has slots migrating or importing (a move
+// in flight that the map does not list yet, or one left part way: finish
+// or abort it with move-slots first).
+func (mv *Mover) PlanTables(ctx context.Context, groups []PlanGroup) error {
+	for i := range groups {
+		t, err := mv.Table(ctx, groups[i].ID)
+		if err != nil {
+			return fmt.Errorf("rebalance: %w", err)
+		}
+		for _, r := range t {
+			if r.State == "migrating" || r.State == "importing" {
+				return fmt.Errorf("rebalance: slots %d-%d are %s at group %d (peer %d, epoch %d): a move is in flight; finish or abort it with move-slots first",
+					r.Start, r.End, r.State, groups[i].ID, r.Peer, r.Epoch)
+			}
+		}
+		groups[i].Table = t
+	}
+	return nil
 }
 
 // Rebalancer runs a plan's moves one at a time, each through Mover.Move (the
@@ -349,22 +466,32 @@ type RebalanceMove struct {
 // stopped part way is finished by move-slots or the metadata group).
 func (rb *Rebalancer) Run(ctx context.Context, p Plan) ([]RebalanceMove, error) {
 	var out []RebalanceMove
+	prefix := ProbeKeyPrefix()
 	for i, m := range p.Moves {
 		mv := rb.NewMover()
+		// Another driver's move may have started since the plan (or
+		// the previous move): both groups' tables must show none.
+		if err := mv.PlanTables(ctx, []PlanGroup{{ID: m.From}, {ID: m.To}}); err != nil {
+			mv.Close()
+			return out, fmt.Errorf("rebalance: move %d of %d: %w", i+1, len(p.Moves), err)
+		}
 		rs := []kv.SlotRange{m.Slots}
 		var pr *Prober
 		if rb.Adaptive {
-			targets, err := rb.probeTargets(ctx, m)
+			targets, err := rb.probeTargets(ctx, m, prefix)
 			if err != nil {
+				mv.Close()
 				return out, err
 			}
-			pr = &Prober{Targets: targets, Writes: true, Password: mv.Password, Baseline: rb.Baseline, Logf: rb.Logf,
+			pr = &Prober{Targets: targets, Writes: true, Password: mv.Password, TLS: mv.TLS, Baseline: rb.Baseline, Logf: rb.Logf,
 				Ctl: PaceController{Step: pauseStep, Start: pauseStep, Patience: pacePatience, Max: orDefault(rb.MaxPause, 250*time.Millisecond)}}
+			pr.Resolve = func(ctx context.Context) ([][2]string, error) { return rb.probeTargets(ctx, m, prefix) }
 			if err := pr.Start(ctx); err != nil {
+				mv.Close()
 				return out, err
 			}
 			mv.Pacer = pr
-			rb.logf("move %d/%d: steady probe p99 %v, bound %v", i+1, len(p.Moves), pr.steady.Round(10*time.Microsecond), pr.Ctl.Bound.Round(10*time.Microsecond))
+			rb.logf("move %d/%d: steady probe p99 %v, bound %v; probe keys %v", i+1, len(p.Moves), pr.steady.Round(10*time.Microsecond), pr.Ctl.Bound.Round(10*time.Microsecond), targets)
 		}
 		res, err := mv.Move(ctx, m.From, m.To, rs)
 		rm := RebalanceMove{PlannedMove: m, Result: res}
@@ -409,8 +536,8 @@ func (rb *Rebalancer) logf(format string, args ...any) {
 // the source keeps (one of the moving slots if it keeps none) at the
 // source's leader, and a key of the destination's at its leader (none if it
 // owns no slot yet). The probe reads and writes them and deletes them when
-// it stops (their names say what they are).
-func (rb *Rebalancer) probeTargets(ctx context.Context, m PlannedMove) ([][2]string, error) {
+// it stops (their names say what they are: prefix, ProbeKeyPrefix).
+func (rb *Rebalancer) probeTargets(ctx context.Context, m PlannedMove, prefix string) ([][2]string, error) {
 	st, err := rb.NewMover().Status(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("rebalance: the map for the probe: %w", err)
@@ -418,7 +545,7 @@ func (rb *Rebalancer) probeTargets(ctx context.Context, m PlannedMove) ([][2]str
 	moving := InRanges([]kv.SlotRange{m.Slots})
 	find := func(ok func(uint16) bool) string {
 		for i := 0; i < 1<<20; i++ {
-			k := "kefir-rebalance-probe-" + strconv.Itoa(i)
+			k := prefix + strconv.Itoa(i)
 			if ok(Slot([]byte(k))) {
 				return k
 			}

@@ -33,9 +33,11 @@ import (
 //	                                             LOAD fenced by the driver's lease
 //	KEFIR.SLOTS CLIENTS g at                     the group's client-table rows as of version at:
 //	                                             [id (8 bytes) row]... (a move's request marks)
-//	KEFIR.SLOTS STATS g cursor limit since       per-slot counts over up to limit keys from cursor on:
+//	KEFIR.SLOTS STATS g cursor limit since [until]
+//	                                             per-slot counts over up to limit keys from cursor on:
 //	                                             [next-cursor, the engine's version before the page,
-//	                                             [slot keys bytes written-above-since]...] (rebalance)
+//	                                             [slot keys bytes written-in-(since,until]]...] (rebalance;
+//	                                             until 0 or absent: no upper bound)
 //
 // INIT and SET answer the op's version (0: the group was already there, a
 // retried step).
@@ -43,6 +45,12 @@ import (
 // ranges are START-END[,START-END...]. At a node whose replica of g does
 // not lead it, the answer is -MOVED <leader's address> (or -UNAVAILABLE no
 // leader): the mover follows it, as the steps are not forwarded.
+// maxSlotsPage caps DUMP's and STATS's limit: a page is held in memory
+// (and STATS's hashes' rows are read after it) while the connection waits,
+// so a huge limit would make one command hold the node; the caller pages on
+// with the cursor either way.
+const maxSlotsPage = 1 << 16
+
 func (c *conn) slotsCmd(args [][]byte) error {
 	m := c.srv.multi
 	if m == nil {
@@ -60,7 +68,7 @@ func (c *conn) slotsCmd(args [][]byte) error {
 	ctx := context.Background()
 	w := c.w
 	nargs := map[string]int{"TABLE": 3, "INIT": 5, "SET": 7, "DUMP": 8, "CLIENTS": 4, "STATS": 6}
-	if n, ok := nargs[sub]; ok && len(args) != n && !(sub == "INIT" && len(args) == 4) && !(sub == "SET" && len(args) == 8) {
+	if n, ok := nargs[sub]; ok && len(args) != n && !(sub == "INIT" && len(args) == 4) && !(sub == "SET" && len(args) == 8) && !(sub == "STATS" && len(args) == 7) {
 		return errf("ERR wrong number of arguments for 'kefir.slots|%s' command", strings.ToLower(sub))
 	}
 	switch sub {
@@ -142,6 +150,7 @@ func (c *conn) slotsCmd(args [][]byte) error {
 		if err1 != nil || err2 != nil || limit <= 0 {
 			return errf("ERR KEFIR.SLOTS DUMP: limit and since are integers")
 		}
+		limit = min(limit, maxSlotsPage)
 		frozen := string(args[7]) == "1"
 		if frozen {
 			if err := m.SlotsHandedOver(id, rs); err != nil {
@@ -184,10 +193,16 @@ func (c *conn) slotsCmd(args [][]byte) error {
 	case "STATS":
 		limit, err1 := strconv.Atoi(string(args[4]))
 		since, err2 := strconv.ParseUint(string(args[5]), 10, 64)
-		if err1 != nil || err2 != nil || limit <= 0 {
-			return errf("ERR KEFIR.SLOTS STATS: limit and since are integers")
+		var until uint64
+		var err3 error
+		if len(args) == 7 {
+			until, err3 = strconv.ParseUint(string(args[6]), 10, 64)
 		}
-		st, err := m.SlotStats(id, args[3], limit, since)
+		if err1 != nil || err2 != nil || err3 != nil || limit <= 0 {
+			return errf("ERR KEFIR.SLOTS STATS: limit, since and until are integers")
+		}
+		limit = min(limit, maxSlotsPage)
+		st, err := m.SlotStats(id, args[3], limit, since, until)
 		if err != nil {
 			return err
 		}

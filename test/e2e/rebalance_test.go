@@ -1,10 +1,14 @@
 package e2e
 
 import (
+	"cmp"
 	"encoding/json"
+	"fmt"
 	"math"
+	"net"
 	"os"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -127,6 +131,17 @@ func TestGroupsRebalanceByKeysUnderLoad(t *testing.T) {
 	if len(out.Moves) != 1 || out.Moves[0].Probe == nil || out.Moves[0].Result.Epoch != 2 {
 		t.Fatalf("rebalance: %+v, want one move at epoch 2, paced by the probe", out)
 	}
+	// The probe's keys are gone (deleted as it stopped, not left to their
+	// 5 s TTL): the log names them.
+	probeKeys := regexp.MustCompile(`kefir-rebalance-probe-[0-9]+-[0-9a-f]+-[0-9]+`).FindAllString(log, -1)
+	if len(probeKeys) == 0 {
+		t.Fatalf("the rebalance's log names no probe key:\n%s", log)
+	}
+	for _, k := range probeKeys {
+		if r := pipeline(t, g.Nodes[0].ClientAddr, []string{"EXISTS", k}); r[0].Int != 0 {
+			t.Fatalf("the probe's key %q is left after the rebalance (%v)", k, r[0])
+		}
+	}
 	errs, conns, last, wout := wait()
 	if errs != 0 || conns != 0 {
 		t.Fatalf("the client saw errors during the rebalance:\n%s", wout)
@@ -171,4 +186,83 @@ func TestGroupsRebalanceByKeysUnderLoad(t *testing.T) {
 		t.Fatalf("after the rebalance: %+v at epoch %d, want nothing to move at epoch 2", after.Plan, after.Epoch)
 	}
 	t.Logf("%d keys; groups %+v; move %+v; --by load counted %d written keys", keys, after.Plan.Groups, out.Moves[0].Result, written)
+
+	// The review's reproduction: group 2 now owns 8192-12287 (from group
+	// 1, epoch 2) and 12288-16383 (its own, epoch 1); writes on 12288 on
+	// made --by load plan 8192-12970 back, which move-slots refused (two
+	// rows at group 2) on every rerun. The plan now keeps to one row.
+	var hot []string
+	for i := 0; len(hot) < 200; i++ {
+		if k := "hot" + strconv.Itoa(i); kcluster.Slot([]byte(k)) >= 12288 {
+			hot = append(hot, k)
+		}
+	}
+	stopW, wDone := make(chan struct{}), make(chan string, len(g.Nodes))
+	// Writers at every node (the one that leads group 2 takes the
+	// writes; the others may redirect them).
+	for _, n := range g.Nodes {
+		go writeHot(n.ClientAddr, hot, stopW, wDone)
+	}
+	back, backLog := runRebalance(t, g, "--by", "load", "--sample", "1s", "--baseline", "200ms")
+	close(stopW)
+	var wrote []string
+	for range g.Nodes {
+		wrote = append(wrote, <-wDone)
+	}
+	if len(back.Plan.Moves) == 0 || len(back.Moves) != len(back.Plan.Moves) {
+		t.Fatalf("--by load after the move: plan %+v, ran %d moves (writers %q)\n%s", back.Plan, len(back.Moves), wrote, backLog)
+	}
+	for _, m := range back.Moves {
+		if m.From != 2 || m.Slots.Start < 12288 && m.Slots.End >= 12288 {
+			t.Fatalf("--by load after the move: move %+v crosses group 2's rows (8192-12287 at epoch 2, 12288- at 1)", m)
+		}
+	}
+	t.Logf("--by load after the move: %+v", back.Plan)
+}
+
+// writeHot SETs (and reads back) keys at addr over and over until stop is
+// closed, then sends on done what it saw: the writes taken, the first
+// error.
+func writeHot(addr string, keys []string, stop <-chan struct{}, done chan<- string) {
+	ok, first := 0, ""
+	defer func() { done <- fmt.Sprintf("%s: %d writes, first error %q", addr, ok, first) }()
+	nc, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		first = err.Error()
+		return
+	}
+	defer nc.Close()
+	rd := resp.NewReader(nc, 0)
+	for {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		var b []byte
+		for _, k := range keys {
+			// The GET makes the nilext SET execute now (the fast path
+			// defers it), so the engine's versions show it.
+			b = resp.AppendCommand(b, []byte("SET"), []byte(k), []byte("x"))
+			b = resp.AppendCommand(b, []byte("GET"), []byte(k))
+		}
+		_ = nc.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := nc.Write(b); err != nil {
+			first = cmp.Or(first, err.Error())
+			return
+		}
+		for i := range 2 * len(keys) {
+			v, err := rd.ReadValue()
+			if err != nil {
+				first = cmp.Or(first, err.Error())
+				return
+			}
+			switch {
+			case v.Kind == resp.Error:
+				first = cmp.Or(first, string(v.Str))
+			case i%2 == 0:
+				ok++
+			}
+		}
+	}
 }
