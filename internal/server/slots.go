@@ -13,6 +13,12 @@ import (
 	"github.com/kefirdb/kefir/internal/kv"
 )
 
+// maxSlotsPage caps DUMP's and STATS's limit: a page is held in memory
+// (and STATS's hashes' rows are read after it) while the connection waits,
+// so a huge limit would make one command hold the node; the caller pages on
+// with the cursor either way.
+const maxSlotsPage = 1 << 16
+
 // KEFIR.SLOTS: the steps of a slot move, each at one group's leader
 // (docs/design/cluster.md; the mover, cluster.Mover, drives them):
 //
@@ -45,12 +51,6 @@ import (
 // ranges are START-END[,START-END...]. At a node whose replica of g does
 // not lead it, the answer is -MOVED <leader's address> (or -UNAVAILABLE no
 // leader): the mover follows it, as the steps are not forwarded.
-// maxSlotsPage caps DUMP's and STATS's limit: a page is held in memory
-// (and STATS's hashes' rows are read after it) while the connection waits,
-// so a huge limit would make one command hold the node; the caller pages on
-// with the cursor either way.
-const maxSlotsPage = 1 << 16
-
 func (c *conn) slotsCmd(args [][]byte) error {
 	m := c.srv.multi
 	if m == nil {
