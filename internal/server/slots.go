@@ -67,8 +67,10 @@ func (c *conn) slotsCmd(args [][]byte) error {
 	id := cluster.GroupID(g)
 	ctx := context.Background()
 	w := c.w
-	nargs := map[string]int{"TABLE": 3, "INIT": 5, "SET": 7, "DUMP": 8, "CLIENTS": 4, "STATS": 6}
-	if n, ok := nargs[sub]; ok && len(args) != n && !(sub == "INIT" && len(args) == 4) && !(sub == "SET" && len(args) == 8) && !(sub == "STATS" && len(args) == 7) {
+	// Each subcommand's argument count, least and most (an optional last
+	// argument: INIT's ranges, SET's beat, STATS's until).
+	nargs := map[string][2]int{"TABLE": {3, 3}, "INIT": {4, 5}, "SET": {7, 8}, "DUMP": {8, 8}, "CLIENTS": {4, 4}, "STATS": {6, 7}}
+	if n, ok := nargs[sub]; ok && (len(args) < n[0] || len(args) > n[1]) {
 		return errf("ERR wrong number of arguments for 'kefir.slots|%s' command", strings.ToLower(sub))
 	}
 	switch sub {
