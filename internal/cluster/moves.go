@@ -207,14 +207,24 @@ func (m *Multi) leads(g *localGroup) error {
 	return &NotLeaderError{Leader: st.Leader, Addr: m.members[st.Leader].ClientAddr}
 }
 
-// SlotTable returns group id's slot table as its leader here applied it
-// (nil: none yet).
-func (m *Multi) SlotTable(id GroupID) (*kv.SlotTable, error) {
+// led returns group id if this node hosts it and its replica here leads it
+// (hosted, then leads): the KEFIR.SLOTS steps run only at a group's leader.
+func (m *Multi) led(id GroupID) (*localGroup, error) {
 	g, err := m.hosted(id)
 	if err != nil {
 		return nil, err
 	}
 	if err := m.leads(g); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// SlotTable returns group id's slot table as its leader here applied it
+// (nil: none yet).
+func (m *Multi) SlotTable(id GroupID) (*kv.SlotTable, error) {
+	g, err := m.led(id)
+	if err != nil {
 		return nil, err
 	}
 	if g.tab == nil {
@@ -229,11 +239,8 @@ func (m *Multi) SlotWrite(ctx context.Context, id GroupID, op kv.Op) (kv.Result,
 	if !kv.IsSlotKind(op.Kind) {
 		return kv.Result{}, fmt.Errorf("cluster: %s is not a slot op", op.Kind)
 	}
-	g, err := m.hosted(id)
+	g, err := m.led(id)
 	if err != nil {
-		return kv.Result{}, err
-	}
-	if err := m.leads(g); err != nil {
 		return kv.Result{}, err
 	}
 	// Sync: a step is durable on a majority before the mover takes the next.
@@ -279,11 +286,8 @@ func (m *Multi) SlotsHandedOver(id GroupID, rs []kv.SlotRange) error {
 // again, their versions are above the pre-copy's start), the final copy
 // reads a state the source's fence has frozen.
 func (m *Multi) SlotDump(id GroupID, slots func(uint16) bool, cursor []byte, limit int, since uint64) (Dump, error) {
-	g, err := m.hosted(id)
+	g, err := m.led(id)
 	if err != nil {
-		return Dump{}, err
-	}
-	if err := m.leads(g); err != nil {
 		return Dump{}, err
 	}
 	return DumpSlots(g.h.Engine, slots, cursor, limit, since)
@@ -294,11 +298,8 @@ func (m *Multi) SlotDump(id GroupID, slots func(uint16) bool, cursor []byte, lim
 // move takes to the destination (kv.AppendSlotClientMark). A row the engine
 // no longer retains at that version is not returned.
 func (m *Multi) SlotClients(id GroupID, at uint64) (ids []uint64, rows [][]byte, err error) {
-	g, err := m.hosted(id)
+	g, err := m.led(id)
 	if err != nil {
-		return nil, nil, err
-	}
-	if err := m.leads(g); err != nil {
 		return nil, nil, err
 	}
 	err = g.h.Engine.Scan(kv.ClientRowPrefix, kv.ClientRowEnd, at, 0, func(k []byte, v storage.Value) bool {
@@ -419,11 +420,8 @@ type SlotStatsPage struct {
 // SlotStats returns a page of group id's per-slot statistics (StatsSlots)
 // at its leader here: what kefir cluster rebalance weighs slots by.
 func (m *Multi) SlotStats(id GroupID, cursor []byte, limit int, since, until uint64) (SlotStatsPage, error) {
-	g, err := m.hosted(id)
+	g, err := m.led(id)
 	if err != nil {
-		return SlotStatsPage{}, err
-	}
-	if err := m.leads(g); err != nil {
 		return SlotStatsPage{}, err
 	}
 	return StatsSlots(g.h.Engine, cursor, limit, since, until)
