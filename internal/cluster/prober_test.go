@@ -85,21 +85,7 @@ func TestProberSpeaksTLS(t *testing.T) {
 // baseline plus about a probe's timeout (each round trip is bounded by
 // probeTimeout; it was 10 s).
 func TestProberGivesUpOnAHungLeader(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			nc, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			defer nc.Close()
-		}
-	}()
-	pr := &Prober{Targets: [][2]string{{ln.Addr().String(), "k"}}, Baseline: 100 * time.Millisecond, Ctl: PaceController{Max: time.Second}}
+	pr := &Prober{Targets: [][2]string{{testgroup.SilentListener(t), "k"}}, Baseline: 100 * time.Millisecond, Ctl: PaceController{Max: time.Second}}
 	t0 := time.Now()
 	if err := pr.Start(context.Background()); err == nil {
 		t.Fatal("Start succeeded against a leader that never answers")

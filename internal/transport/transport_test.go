@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kefirdb/kefir/internal/frame"
+	"github.com/kefirdb/kefir/internal/testgroup"
 	"github.com/kefirdb/kefir/internal/vr"
 	"github.com/kefirdb/kefir/internal/wire"
 )
@@ -416,22 +417,9 @@ func TestDropRateDropsAboutThatShare(t *testing.T) {
 func TestSendNeverBlocksAndDropsWhenTheQueueIsFull(t *testing.T) {
 	// A peer that accepts TCP but never answers the handshake: the writer
 	// is stuck in the handshake while Send keeps being called.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			nc, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			defer nc.Close()
-		}
-	}()
+	peer := testgroup.SilentListener(t)
 	in := newInbox()
-	tr, err := newVR(vrConfig{Config: Config{Self: 1, Peers: map[uint64]string{2: ln.Addr().String()}, ClusterSecret: testSecret, QueueLen: 100, HandshakeTimeout: 10 * time.Second}, Handler: in.handle})
+	tr, err := newVR(vrConfig{Config: Config{Self: 1, Peers: map[uint64]string{2: peer}, ClusterSecret: testSecret, QueueLen: 100, HandshakeTimeout: 10 * time.Second}, Handler: in.handle})
 	if err != nil {
 		t.Fatal(err)
 	}
