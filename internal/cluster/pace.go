@@ -130,6 +130,7 @@ type Prober struct {
 	beforeCleanup func()
 
 	pause  atomic.Int64
+	win    []time.Duration // the window being filled (the probe loop's own)
 	mu     sync.Mutex
 	steady time.Duration
 	during []time.Duration
@@ -261,7 +262,6 @@ func (p *Prober) Start(ctx context.Context) error {
 	go func() {
 		defer close(p.done)
 		defer cleanup()
-		var win []time.Duration
 		tk := time.NewTicker(p.Every)
 		defer tk.Stop()
 		for {
@@ -271,30 +271,39 @@ func (p *Prober) Start(ctx context.Context) error {
 			case <-tk.C:
 			}
 			d, err := probe()
-			if err != nil {
-				d = p.Every * 20 // no answer: count it as slow
-			}
-			win = append(win, d)
-			p.mu.Lock()
-			p.during = append(p.during, d)
-			p.mu.Unlock()
-			if len(win) < p.Window {
-				continue
-			}
-			q := Percentile(win, 0.99)
-			win = win[:0]
-			old := p.Ctl.Pause()
-			now := p.Ctl.Observe(q)
-			p.pause.Store(int64(now))
-			p.mu.Lock()
-			p.maxP = max(p.maxP, now)
-			p.mu.Unlock()
-			if now != old && p.Logf != nil {
-				p.Logf("probe p99 %v (bound %v): page pause %v -> %v", q.Round(10*time.Microsecond), p.Ctl.Bound, old, now)
-			}
+			p.observe(d, err != nil)
 		}
 	}()
 	return nil
+}
+
+// observe takes one probe's round trip during the move (failed: no answer,
+// counted as slow) into the current window and, once the window holds
+// Window samples, gives their p99 to the controller and publishes its
+// pause. The probe loop's only decision, apart from its clock: a test
+// feeds it samples directly.
+func (p *Prober) observe(d time.Duration, failed bool) {
+	if failed {
+		d = p.Every * 20
+	}
+	p.win = append(p.win, d)
+	p.mu.Lock()
+	p.during = append(p.during, d)
+	p.mu.Unlock()
+	if len(p.win) < p.Window {
+		return
+	}
+	q := Percentile(p.win, 0.99)
+	p.win = p.win[:0]
+	old := p.Ctl.Pause()
+	now := p.Ctl.Observe(q)
+	p.pause.Store(int64(now))
+	p.mu.Lock()
+	p.maxP = max(p.maxP, now)
+	p.mu.Unlock()
+	if now != old && p.Logf != nil {
+		p.Logf("probe p99 %v (bound %v): page pause %v -> %v", q.Round(10*time.Microsecond), p.Ctl.Bound, old, now)
+	}
 }
 
 // probeTTL is the probe keys' TTL: many probe periods (each SET refreshes

@@ -139,3 +139,44 @@ func TestProberBaselineEndsWithTheContext(t *testing.T) {
 		t.Fatalf("the probe's key %q is left", key)
 	}
 }
+
+// The probe's decisions without its clock (observe, which the probe loop
+// calls after each round trip): nothing is decided before a window is
+// full; a window whose p99 is over the bound slows the move at once; a
+// failed probe counts as slow; Patience quiet windows in a row speed it
+// up again; Stop reports what the windows saw.
+func TestProberPacesByItsWindowsP99(t *testing.T) {
+	ms := time.Millisecond
+	p := &Prober{Every: 5 * ms, Window: 4, Ctl: PaceController{Bound: 10 * ms, Step: 20 * ms, Start: 20 * ms, Patience: 3, Max: 250 * ms}}
+	p.pause.Store(int64(p.Ctl.Pause()))
+	feed := func(n int, d time.Duration) {
+		for range n {
+			p.observe(d, false)
+		}
+	}
+	feed(3, 30*ms)
+	if p.Pause() != 20*ms {
+		t.Fatalf("three slow samples of a window of four: pause %v, want the start's 20ms kept", p.Pause())
+	}
+	feed(1, ms)
+	if p.Pause() != 40*ms {
+		t.Fatalf("a window whose p99 is 30ms (bound 10ms): pause %v, want 40ms", p.Pause())
+	}
+	feed(3, ms)
+	p.observe(0, true)
+	if p.Pause() != 80*ms {
+		t.Fatalf("a window with a failed probe: pause %v, want 80ms (a failure is slow)", p.Pause())
+	}
+	feed(2*4, ms)
+	if p.Pause() != 80*ms {
+		t.Fatalf("two quiet windows (patience 3): pause %v, want 80ms kept", p.Pause())
+	}
+	feed(4, ms)
+	if p.Pause() != 40*ms {
+		t.Fatalf("three quiet windows: pause %v, want 40ms", p.Pause())
+	}
+	r := p.Stop()
+	if r.Samples != 20 || r.Slowdowns != 2 || r.MaxPause != 80*ms || r.DuringP99 != 100*ms {
+		t.Fatalf("result %+v: want 20 samples, 2 slowdowns, max pause 80ms, p99 during 100ms (the failure)", r)
+	}
+}
