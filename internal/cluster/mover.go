@@ -530,7 +530,7 @@ func uniform(t []SlotRunInfo, in func(uint16) bool, id GroupID) (SlotRunInfo, er
 			}
 			if got == nil {
 				got = &t[i]
-			} else if got.State != r.State || got.Peer != r.Peer || got.Epoch != r.Epoch {
+			} else if !got.sameRow(r) {
 				return SlotRunInfo{}, fmt.Errorf("move-slots: the slots are in several states at group %d (%s and %s): move them in parts", id, got.State, r.State)
 			}
 			break
@@ -540,6 +540,14 @@ func uniform(t []SlotRunInfo, in func(uint16) bool, id GroupID) (SlotRunInfo, er
 		return SlotRunInfo{}, fmt.Errorf("move-slots: group %d lists none of the slots", id)
 	}
 	return *got, nil
+}
+
+// sameRow reports whether a and b are the same row of a slot table (state,
+// peer, epoch), whatever their slots: Move takes a range only if it is one
+// row at each group, and the rebalance planner cuts its runs where the row
+// changes (as KEFIR.SLOTS TABLE lists them: one run per row).
+func (a SlotRunInfo) sameRow(b SlotRunInfo) bool {
+	return a.State == b.State && a.Peer == b.Peer && a.Epoch == b.Epoch
 }
 
 func maxEpoch(t []SlotRunInfo) uint64 {

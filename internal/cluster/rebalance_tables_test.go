@@ -34,7 +34,7 @@ func newSimTables(owner []GroupID, ids []GroupID) simTables {
 func (t simTables) runs(id GroupID) []SlotRunInfo {
 	var out []SlotRunInfo
 	for _, r := range t[id] {
-		if n := len(out); n > 0 && out[n-1].State == r.State && out[n-1].Peer == r.Peer && out[n-1].Epoch == r.Epoch {
+		if n := len(out); n > 0 && out[n-1].sameRow(r) {
 			out[n-1].End = r.End
 			continue
 		}
