@@ -121,9 +121,11 @@ type Prober struct {
 	Ctl             PaceController
 	Logf            func(format string, args ...any)
 	// Resolve, if set, returns the targets anew (the same keys, at the
-	// groups' leaders now); the probe calls it after resolveAfter failures
-	// in a row at a target, so that a leader change does not pin the
-	// pause at its maximum for the rest of the move.
+	// groups' leaders now, in the same order; more of them once the
+	// destination owns slots, of which the probe takes its first ones);
+	// the probe calls it after resolveAfter failures in a row at a
+	// target, so that a leader change does not pin the pause at its
+	// maximum for the rest of the move.
 	Resolve func(ctx context.Context) ([][2]string, error)
 
 	// beforeCleanup, for tests, runs just before the keys are deleted.
@@ -175,13 +177,20 @@ func (p *Prober) Start(ctx context.Context) error {
 		}
 		clear(fails)
 		ts, err := p.Resolve(ctx)
-		if err != nil || len(ts) != len(p.Targets) {
+		if err == nil && len(ts) < len(p.Targets) {
+			err = fmt.Errorf("%d targets for the probe's %d", len(ts), len(p.Targets))
+		}
+		if err != nil {
 			if p.Logf != nil {
 				p.Logf("the probe could not find the leaders again: %v", err)
 			}
 			return
 		}
-		for j := range ts {
+		// Matched in order, the source's first: a destination that owned
+		// no slot when the probe started has a target once the move is
+		// done, which the probe leaves out: its targets, their
+		// connections and the keys it deletes are fixed at its start.
+		for j := range p.Targets {
 			if ts[j][0] != p.Targets[j][0] {
 				if p.Logf != nil {
 					p.Logf("the probe's target %q moves from %s to %s", p.Targets[j][1], p.Targets[j][0], ts[j][0])

@@ -180,3 +180,31 @@ func TestProberPacesByItsWindowsP99(t *testing.T) {
 		t.Fatalf("result %+v: want 20 samples, 2 slowdowns, max pause 80ms, p99 during 100ms (the failure)", r)
 	}
 }
+
+// A move to a group that owned no slot starts with one target (the
+// source's); once the map records the move done, the destination owns
+// slots and Resolve (Rebalancer.probeTargets) returns two. A leader change
+// at the source then (during the purge) must still be followed: the
+// targets the probe has are matched in order (the source's first), not
+// refused for the count.
+func TestProberResolvesWhenTheDestinationGainedATarget(t *testing.T) {
+	addr := testgroup.StartRedis(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := ln.Addr().String()
+	ln.Close()
+	key := ProbeKeyPrefix() + "0"
+	pr := &Prober{Targets: [][2]string{{gone, key}}, Writes: true, Every: time.Millisecond, Baseline: 100 * time.Millisecond,
+		Ctl: PaceController{Max: time.Second},
+		Resolve: func(context.Context) ([][2]string, error) {
+			return [][2]string{{addr, key}, {addr, ProbeKeyPrefix() + "1"}}, nil
+		}}
+	if err := pr.Start(context.Background()); err != nil {
+		t.Fatalf("the probe did not follow the source's new leader: %v", err)
+	}
+	if r := pr.Stop(); r.SteadyP99 <= 0 {
+		t.Fatalf("probe result %+v: want a steady p99", r)
+	}
+}
