@@ -44,7 +44,7 @@ func runCluster(args []string, stdout, stderr io.Writer) error {
 	to := fs.Uint64("to", 0, "the group the slots move to")
 	slots := fs.String("slots", "", "the slots: START-END[,START-END...]")
 	page := fs.Int("page", 1024, "keys per copy round trip")
-	pause := fs.Duration("page-pause", 0, "pause after each page of the pre-copy, the key listings and the purge, never inside the hand-over's window (a rate limit: the leaders keep serving their clients)")
+	pause := fs.Duration("page-pause", 0, "pause after each page of the pre-copy and of the purge (its listing too), never inside the hand-over's window (a rate limit: the leaders keep serving their clients)")
 	timeout := fs.Duration("timeout", 10*time.Minute, "deadline for the whole move")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	abort := fs.Bool("abort", false, "roll back a move that stopped before its hand-over instead of finishing it")

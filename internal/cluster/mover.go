@@ -46,11 +46,12 @@ type Mover struct {
 	// Page is how many keys one DUMP reads and one LOAD writes (default
 	// 1024).
 	Page int
-	// PagePause is slept after each page read or written outside the
-	// hand-over's window — the pre-copy's, the key listings' and the
-	// purge's — a rate limit that leaves the groups' leaders to their
-	// clients (0: none). The window's own pages (final copy, deletions,
-	// request marks) are never paced: the slots are held meanwhile.
+	// PagePause is slept after each page of the pre-copy and of the purge
+	// (its key listing and its deletions; an abort's too) — a rate limit
+	// that leaves the groups' leaders to their clients (0: none). The
+	// window's own pages (final copy, deletions, request marks) are never
+	// paced: the slots are held meanwhile; nor is the destination's
+	// listing just before the hand-over (scan).
 	PagePause time.Duration
 	// Pacer, if set, gives the pause instead of PagePause, page by page:
 	// the adaptive rate limit (pace.go's Prober).
