@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -113,9 +112,7 @@ func (mv *Mover) identify() {
 	if mv.Driver == "" {
 		mv.Driver = "kefir cluster move-slots"
 	}
-	var b [6]byte
-	_, _ = rand.Read(b[:]) // never fails (crypto/rand panics rather than return short)
-	mv.Driver = fmt.Sprintf("%s #%x", mv.Driver, b)
+	mv.Driver = fmt.Sprintf("%s #%s", mv.Driver, randomToken()[:12]) // 48 random bits
 	mv.identified = true
 }
 
