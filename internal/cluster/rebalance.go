@@ -89,6 +89,9 @@ func PlanRebalance(groups []PlanGroup, weight []int64, tolerance float64, maxMov
 		maxMoves = MaxPlannedMoves
 	}
 	p := Plan{Tolerance: tolerance}
+	if len(weight) < Slots { // a slot past the end weighs nothing
+		weight = append(slices.Clone(weight), make([]int64, Slots-len(weight))...)
+	}
 	owner := make([]int, Slots) // index into groups, -1: none
 	for s := range owner {
 		owner[s] = -1
@@ -99,18 +102,10 @@ func PlanRebalance(groups []PlanGroup, weight []int64, tolerance float64, maxMov
 		for _, r := range g.Slots {
 			for s := int(r.Start); s <= int(r.End) && s < Slots; s++ {
 				owner[s] = i
-				if s < len(weight) {
-					load[i] += weight[s]
-					total += weight[s]
-				}
+				load[i] += weight[s]
+				total += weight[s]
 			}
 		}
-	}
-	w := func(s int) int64 {
-		if s < len(weight) {
-			return weight[s]
-		}
-		return 0
 	}
 	// cut[i][s]: slot s's row differs from slot s-1's in group i's table
 	// (a move may not cross it); a planned move cuts both tables at its
@@ -197,12 +192,12 @@ func PlanRebalance(groups []PlanGroup, weight []int64, tolerance float64, maxMov
 			}
 			var sum int64
 			for x := s; x <= e; x++ {
-				sum += w(x)
+				sum += weight[x]
 				consider(s, x, sum)
 			}
 			sum = 0
 			for x := e; x > s; x-- { // the whole run was a prefix already
-				sum += w(x)
+				sum += weight[x]
 				consider(x, e, sum)
 			}
 			s = e + 1
