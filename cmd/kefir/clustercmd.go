@@ -137,7 +137,9 @@ func runClusterRebalance(args []string, stdout, stderr io.Writer) error {
 	fixed := false
 	fs.Visit(func(f *flag.Flag) { fixed = fixed || f.Name == "page-pause" })
 	// Ctrl-C or SIGTERM cancels the run: the probe deletes its keys and
-	// the move in hand stops where it is (rerun to finish it).
+	// the move in hand stops where it is, recorded in the map; the
+	// metadata group's leader finishes it once its lease lapses (unpaced),
+	// or move-slots does. A rerun refuses to plan until it is done.
 	sigCtx, stopSignals := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stopSignals()
 	ctx, cancel := context.WithTimeout(sigCtx, *timeout)
