@@ -31,9 +31,11 @@ import (
 //     served here is answered -MOVED at apply, not aborted).
 
 // txDoomed reports whether op (stamped with its clock) must fail validation
-// at apply, and the reply apply would give; id is its request id.
+// at apply, and the reply apply would give; id is its request id. newBatch
+// calls it only for the kinds kv.TxValidated names (kv.TxDoomed answers
+// false for any other).
 func (r *Replica) txDoomed(op *kv.Op, id shard.ReqID) (kv.Result, bool) {
-	if !kv.TxValidated(op.Kind) || (mutation.On && r.mut.noEarlyAbort) {
+	if mutation.On && r.mut.noEarlyAbort {
 		return kv.Result{}, false
 	}
 	at := min(r.readable.Load(), r.applied.Load())
