@@ -443,6 +443,17 @@ func watchChanged(get Getter, rows func(start, end []byte) (uint64, error), vers
 	return !own, err
 }
 
+// watchesChanged is whether any of watches changed (watchChanged, sure as
+// there): runExec's loop and TxDoomed's.
+func watchesChanged(get Getter, rows func(start, end []byte) (uint64, error), version uint64, now int64, watches []Watch, sure bool) (bool, error) {
+	for _, w := range watches {
+		if changed, err := watchChanged(get, rows, version, now, w, sure); err != nil || changed {
+			return changed, err
+		}
+	}
+	return false, nil
+}
+
 // observedOrigin is the origin an observation ends with (checkObservation
 // accepted it).
 func observedOrigin(seen []byte) (TxOrigin, bool) {
@@ -473,14 +484,12 @@ func runExec(get Getter, scan Scanner, rows func(start, end []byte) (uint64, err
 	if err != nil {
 		return Result{}, nil, err
 	}
-	for _, w := range watches {
-		changed, err := watchChanged(get, rows, version, op.Now, w, false)
-		if err != nil {
-			return Result{}, nil, err
-		}
-		if changed {
-			return Result{Kind: ResReply, Bulk: NullArray}, nil, nil
-		}
+	changed, err := watchesChanged(get, rows, version, op.Now, watches, false)
+	if err != nil {
+		return Result{}, nil, err
+	}
+	if changed {
+		return Result{Kind: ResReply, Bulk: NullArray}, nil, nil
 	}
 	ov := newOverlay(get, version, op, maxValue)
 	ov.scan = scan
