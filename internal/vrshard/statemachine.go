@@ -514,17 +514,25 @@ func unvalidated(op *kv.Op) *kv.Op {
 		o.Value = kv.EncodeTx(nil, cmds, nil)
 		return &o
 	case kv.KindTxCommit:
-		_, writes, err := kv.DecodeTxCommit(op)
-		if err != nil {
-			return op
-		}
-		n, err := kv.NewTxCommit(uint64(op.Delta), op.Cond, kv.TxOrigin{}, nil, writes)
-		if err != nil {
-			return op
-		}
-		o := *op
-		o.Keys, o.Value = n.Keys, n.Value
-		return &o
+		return recommitted(op, func([]kv.TxCheck) []kv.TxCheck { return nil })
 	}
 	return op
+}
+
+// recommitted is the KEFIR.TX commit op with its checks as edit makes them,
+// for the mutations that tamper with validation (unvalidated, doomMutated);
+// op itself if it does not decode. A single group's origin (zero): the
+// mutations' tests run one group.
+func recommitted(op *kv.Op, edit func([]kv.TxCheck) []kv.TxCheck) *kv.Op {
+	checks, writes, err := kv.DecodeTxCommit(op)
+	if err != nil {
+		return op
+	}
+	n, err := kv.NewTxCommit(uint64(op.Delta), op.Cond, kv.TxOrigin{}, edit(checks), writes)
+	if err != nil {
+		return op
+	}
+	o := *op
+	o.Keys, o.Value = n.Keys, n.Value
+	return &o
 }

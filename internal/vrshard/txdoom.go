@@ -85,24 +85,15 @@ func (r *Replica) doomMutated(op *kv.Op) *kv.Op {
 	if op.Kind != kv.KindTxCommit {
 		return op
 	}
-	checks, writes, err := kv.DecodeTxCommit(op)
-	if err != nil {
-		return op
-	}
-	for i := range checks {
-		if mutation.On && r.mut.doomKeyGrain {
-			checks[i].Ranges = nil
+	return recommitted(op, func(checks []kv.TxCheck) []kv.TxCheck {
+		for i := range checks {
+			if mutation.On && r.mut.doomKeyGrain {
+				checks[i].Ranges = nil
+			}
+			if mutation.On && r.mut.doomOnEqual && checks[i].Version > 1 {
+				checks[i].Version--
+			}
 		}
-		if mutation.On && r.mut.doomOnEqual && checks[i].Version > 1 {
-			checks[i].Version--
-		}
-	}
-	// A single group's origin (zero): the mutations' tests run one group.
-	n, err := kv.NewTxCommit(uint64(op.Delta), op.Cond, kv.TxOrigin{}, checks, writes)
-	if err != nil {
-		return op
-	}
-	o := *op
-	o.Keys, o.Value = n.Keys, n.Value
-	return &o
+		return checks
+	})
 }
