@@ -1,12 +1,9 @@
 package vrshard
 
 import (
-	"errors"
-
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/shard"
-	"github.com/kefirdb/kefir/internal/storage"
 )
 
 // Early aborts at the leader (docs/design/transactions.md, "Early abort at
@@ -56,17 +53,8 @@ func (r *Replica) txDoomed(op *kv.Op, id shard.ReqID) (kv.Result, bool) {
 		return kv.Result{}, false
 	}
 	if !id.IsZero() {
-		key := kv.ClientRowKey(id.Client)
-		v, err := r.db.Get(key)
-		switch {
-		case errors.Is(err, storage.ErrNotFound):
-		case err != nil:
-			return kv.Result{}, false
-		default:
-			e, err := kv.DecodeClientRow(key, v.Data, v.Version, v.Timestamp)
-			if err != nil || e.ReqNum >= id.Seq {
-				return kv.Result{}, false // applied (or stale): the core answers
-			}
+		if e, found, err := clientRow(r.db, id.Client); err != nil || found && e.ReqNum >= id.Seq {
+			return kv.Result{}, false // applied (or stale): the core answers
 		}
 	}
 	r.st.earlyAborts.Add(1)
