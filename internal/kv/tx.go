@@ -138,13 +138,7 @@ func checkObservation(seen []byte) error {
 	if seen[0]&obsOrigin == 0 {
 		return fmt.Errorf("%w: no origin (the format of development builds before the origin was added; no release logged it)", ErrTxWatchFormat)
 	}
-	d := Decoder{B: seen[1:]}
-	if seen[0]&obsLive != 0 {
-		d.Uvarint()
-	}
-	d.Uvarint() // the origin's epoch
-	d.Byte()    // and its state
-	if d.Err != nil || len(d.B) != 0 {
+	if _, ok := observedOrigin(seen); !ok {
 		return fmt.Errorf("%w: %d bytes do not decode as one", ErrTxWatchFormat, len(seen))
 	}
 	return nil
@@ -454,8 +448,9 @@ func watchesChanged(get Getter, rows func(start, end []byte) (uint64, error), ve
 	return false, nil
 }
 
-// observedOrigin is the origin an observation ends with (checkObservation
-// accepted it).
+// observedOrigin is the origin an observation ends with; false if it has
+// none, or if the version and the origin do not decode as exactly the rest
+// (checkObservation's test of the layout).
 func observedOrigin(seen []byte) (TxOrigin, bool) {
 	if len(seen) == 0 || seen[0]&obsOrigin == 0 {
 		return TxOrigin{}, false
