@@ -329,15 +329,25 @@ func clipKey(k []byte) string {
 // conflict, whatever its version (a slot moved between the start and the
 // commit; TxOrigin).
 func TxValidate(get Getter, version uint64, op *Op, origin *TxOrigin, checks []TxCheck) error {
+	conflict, err := txConflict(get, version, op, origin, checks, false)
+	if err != nil {
+		return err
+	}
+	if conflict != nil {
+		return conflict
+	}
+	return nil // not conflict: a nil *TxConflict is a non-nil error
+}
+
+// txConflict is the first of checks' conflicts (txCheckKey, sure as there),
+// or nil: TxValidate's loop and TxDoomed's.
+func txConflict(get Getter, version uint64, op *Op, origin *TxOrigin, checks []TxCheck, sure bool) (*TxConflict, error) {
 	for _, c := range checks {
-		if conflict, err := txCheckKey(get, version, op, origin, c, false); err != nil || conflict != nil {
-			if err != nil {
-				return err
-			}
-			return conflict
+		if conflict, err := txCheckKey(get, version, op, origin, c, sure); err != nil || conflict != nil {
+			return conflict, err
 		}
 	}
-	return nil
+	return nil, nil
 }
 
 // txCheckKey is validation's decision on one check: a conflict, or nil.

@@ -154,4 +154,13 @@ func TestWatchObservationOrigin(t *testing.T) {
 	if err := checkObservation([]byte("\x01\x02")); !errors.Is(err, ErrTxWatchFormat) {
 		t.Fatalf("an observation without its origin: %v", err)
 	}
+	// The layout's test (observedOrigin): an origin cut short, or bytes after it.
+	for _, bad := range []string{"\x03\x02\x03", "\x03\x02\x03\x01\x00", "\x02"} {
+		if err := checkObservation([]byte(bad)); !errors.Is(err, ErrTxWatchFormat) {
+			t.Fatalf("%q: %v", bad, err)
+		}
+	}
+	if o, ok := observedOrigin([]byte("\x03\x02\x03\x01")); !ok || o != (TxOrigin{Epoch: 3, State: 1}) {
+		t.Fatalf("origin %+v %v", o, ok)
+	}
 }

@@ -138,13 +138,7 @@ func checkObservation(seen []byte) error {
 	if seen[0]&obsOrigin == 0 {
 		return fmt.Errorf("%w: no origin (the format of development builds before the origin was added; no release logged it)", ErrTxWatchFormat)
 	}
-	d := Decoder{B: seen[1:]}
-	if seen[0]&obsLive != 0 {
-		d.Uvarint()
-	}
-	d.Uvarint() // the origin's epoch
-	d.Byte()    // and its state
-	if d.Err != nil || len(d.B) != 0 {
+	if _, ok := observedOrigin(seen); !ok {
 		return fmt.Errorf("%w: %d bytes do not decode as one", ErrTxWatchFormat, len(seen))
 	}
 	return nil
@@ -443,8 +437,20 @@ func watchChanged(get Getter, rows func(start, end []byte) (uint64, error), vers
 	return !own, err
 }
 
-// observedOrigin is the origin an observation ends with (checkObservation
-// accepted it).
+// watchesChanged is whether any of watches changed (watchChanged, sure as
+// there): runExec's loop and TxDoomed's.
+func watchesChanged(get Getter, rows func(start, end []byte) (uint64, error), version uint64, now int64, watches []Watch, sure bool) (bool, error) {
+	for _, w := range watches {
+		if changed, err := watchChanged(get, rows, version, now, w, sure); err != nil || changed {
+			return changed, err
+		}
+	}
+	return false, nil
+}
+
+// observedOrigin is the origin an observation ends with; false if it has
+// none, or if the version and the origin do not decode as exactly the rest
+// (checkObservation's test of the layout).
 func observedOrigin(seen []byte) (TxOrigin, bool) {
 	if len(seen) == 0 || seen[0]&obsOrigin == 0 {
 		return TxOrigin{}, false
@@ -473,14 +479,12 @@ func runExec(get Getter, scan Scanner, rows func(start, end []byte) (uint64, err
 	if err != nil {
 		return Result{}, nil, err
 	}
-	for _, w := range watches {
-		changed, err := watchChanged(get, rows, version, op.Now, w, false)
-		if err != nil {
-			return Result{}, nil, err
-		}
-		if changed {
-			return Result{Kind: ResReply, Bulk: NullArray}, nil, nil
-		}
+	changed, err := watchesChanged(get, rows, version, op.Now, watches, false)
+	if err != nil {
+		return Result{}, nil, err
+	}
+	if changed {
+		return Result{Kind: ResReply, Bulk: NullArray}, nil, nil
 	}
 	ov := newOverlay(get, version, op, maxValue)
 	ov.scan = scan

@@ -32,29 +32,20 @@ func TxDoomed(get Getter, applied uint64, op *Op) (Result, bool, error) {
 		if err != nil {
 			return Result{}, false, nil
 		}
-		for _, w := range watches {
-			changed, err := watchChanged(get, nil, applied, op.Now, w, true)
-			if err != nil {
-				return Result{}, false, err
-			}
-			if changed {
-				return Result{Kind: ResReply, Bulk: NullArray}, true, nil
-			}
+		if changed, err := watchesChanged(get, nil, applied, op.Now, watches, true); err != nil || !changed {
+			return Result{}, false, err
 		}
+		return Result{Kind: ResReply, Bulk: NullArray}, true, nil
 	case KindTxCommit:
 		checks, _, origin, err := txCommitParts(op)
 		if err != nil {
 			return Result{}, false, nil
 		}
-		for _, c := range checks {
-			conflict, err := txCheckKey(get, applied, op, origin, c, true)
-			if err != nil {
-				return Result{}, false, err
-			}
-			if conflict != nil {
-				return Result{Kind: ResReply, Bulk: respError(conflict.Error())}, true, nil
-			}
+		conflict, err := txConflict(get, applied, op, origin, checks, true)
+		if err != nil || conflict == nil {
+			return Result{}, false, err
 		}
+		return Result{Kind: ResReply, Bulk: respError(conflict.Error())}, true, nil
 	}
 	return Result{}, false, nil
 }

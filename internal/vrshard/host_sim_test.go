@@ -142,6 +142,10 @@ type hostSimOptions struct {
 	// workload's operations (host_sim_txn_test.go), judged by the
 	// transaction checker.
 	txn hostTxnMode
+	// earlyAborts, if set, gains the transactions the running replicas
+	// answered as aborted without a log entry (txdoom.go), counted with
+	// the run's stats (hostSim's stats set).
+	earlyAborts *uint64
 }
 
 // hostTTL gives the Puts of keys k0 and k1 an expiry 10–200 ms after
@@ -793,6 +797,9 @@ func hostSim(seed uint64, trace io.Writer, o hostSimOptions, w sim.Workload, sta
 			s.Stats(), s.Now(), len(h.Ops), readsByLevel(h), expired, deferred, taken)
 		if txns != nil {
 			*stats = fmt.Sprintf("%+v at %v; transactions: %s (%d aborted early by the running replicas)", s.Stats(), s.Now(), txns.stats(), early)
+		}
+		if o.earlyAborts != nil {
+			*o.earlyAborts += early
 		}
 	}
 	if txns != nil {

@@ -677,6 +677,8 @@ func TestHostSimTxns(t *testing.T) {
 			t.Run(mode.String()+"-"+tc.name, func(t *testing.T) {
 				o := tc.o
 				o.txn = mode
+				var early uint64
+				o.earlyAborts = &early
 				sim.Explore(t, 1, seeds, func(seed uint64, trace io.Writer) error {
 					var stats string
 					err := hostSim(seed, trace, o, hostTxnWorkload{}, &stats)
@@ -685,6 +687,13 @@ func TestHostSimTxns(t *testing.T) {
 					}
 					return err
 				})
+				// The checker vouches for the leader's early aborts (a
+				// retry answered from the client table, not aborted
+				// after its first attempt committed) only if the runs
+				// made some.
+				if early == 0 {
+					t.Errorf("no transaction aborted early in %d seeds: the checker judged no early abort", seeds)
+				}
 			})
 		}
 	}

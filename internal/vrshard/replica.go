@@ -2127,10 +2127,14 @@ func (r *Replica) newBatch(reqs []shard.WriteReq) (bw *batchWait, pp []*proposal
 			q.Op.Now = nowMs
 		}
 		p.wait = bw
-		if res, ok := r.txDoomed(&q.Op, q.ID); ok {
-			p.res = res
-			doomed = append(doomed, i)
-			continue
+		// The kind test here, not in txDoomed: every write passes this
+		// way, and only a transaction's needs the call.
+		if kv.TxValidated(q.Op.Kind) {
+			if res, ok := r.txDoomed(&q.Op, q.ID); ok {
+				p.res = res
+				doomed = append(doomed, i)
+				continue
+			}
 		}
 		if cadtraceOn {
 			p.trAt = traceNow()

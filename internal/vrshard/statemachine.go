@@ -253,6 +253,22 @@ func (a *applier) flush() error {
 	return nil
 }
 
+// clientRow is client's row in db as its table entry (Op: the row's
+// version), found false if it has none (or, with the error, if it does not
+// read or decode).
+func clientRow(db *storage.DB, client uint64) (e kv.ClientEntry, found bool, err error) {
+	key := kv.ClientRowKey(client)
+	v, err := db.Get(key)
+	if errors.Is(err, storage.ErrNotFound) {
+		return kv.ClientEntry{}, false, nil
+	}
+	if err != nil {
+		return kv.ClientEntry{}, false, err
+	}
+	e, err = kv.DecodeClientRow(key, v.Data, v.Version, v.Timestamp)
+	return e, err == nil, err
+}
+
 // applyOp evaluates a write at op v. client != 0 also stages its client-table
 // row (first, so that a crash that kept any record of the op kept the row).
 func (a *applier) applyOp(op *kv.Op, v uint64, ts int64, client, reqNum uint64) (kv.Result, error, error) {
@@ -261,18 +277,16 @@ func (a *applier) applyOp(op *kv.Op, v uint64, ts int64, client, reqNum uint64) 
 	replay := v <= a.replayTo
 	if replay && client != 0 {
 		// The result of an op the engine already holds is in its client row.
-		if cv, err := a.db.Get(kv.ClientRowKey(client)); err == nil && cv.Version == v {
-			if e, derr := kv.DecodeClientRow(kv.ClientRowKey(client), cv.Data, cv.Version, cv.Timestamp); derr == nil && e.ReqNum == reqNum {
-				res, opErr, derr := decodeResult(e.Result)
-				if derr == nil {
-					// The row is this op's: a replayed older op of the
-					// client may have set a lower version (applyForget).
-					a.rows[client] = v
-					if err := a.replayFilter(op, v, ts, client, reqNum, start); err != nil {
-						return kv.Result{}, nil, err
-					}
-					return res, opErr, nil
+		if e, ok, _ := clientRow(a.db, client); ok && e.Op == v && e.ReqNum == reqNum {
+			res, opErr, derr := decodeResult(e.Result)
+			if derr == nil {
+				// The row is this op's: a replayed older op of the
+				// client may have set a lower version (applyForget).
+				a.rows[client] = v
+				if err := a.replayFilter(op, v, ts, client, reqNum, start); err != nil {
+					return kv.Result{}, nil, err
 				}
+				return res, opErr, nil
 			}
 		}
 	}
@@ -514,17 +528,25 @@ func unvalidated(op *kv.Op) *kv.Op {
 		o.Value = kv.EncodeTx(nil, cmds, nil)
 		return &o
 	case kv.KindTxCommit:
-		_, writes, err := kv.DecodeTxCommit(op)
-		if err != nil {
-			return op
-		}
-		n, err := kv.NewTxCommit(uint64(op.Delta), op.Cond, kv.TxOrigin{}, nil, writes)
-		if err != nil {
-			return op
-		}
-		o := *op
-		o.Keys, o.Value = n.Keys, n.Value
-		return &o
+		return recommitted(op, func([]kv.TxCheck) []kv.TxCheck { return nil })
 	}
 	return op
+}
+
+// recommitted is the KEFIR.TX commit op with its checks as edit makes them,
+// for the mutations that tamper with validation (unvalidated, doomMutated);
+// op itself if it does not decode. A single group's origin (zero): the
+// mutations' tests run one group.
+func recommitted(op *kv.Op, edit func([]kv.TxCheck) []kv.TxCheck) *kv.Op {
+	checks, writes, err := kv.DecodeTxCommit(op)
+	if err != nil {
+		return op
+	}
+	n, err := kv.NewTxCommit(uint64(op.Delta), op.Cond, kv.TxOrigin{}, edit(checks), writes)
+	if err != nil {
+		return op
+	}
+	o := *op
+	o.Keys, o.Value = n.Keys, n.Value
+	return &o
 }

@@ -1,12 +1,9 @@
 package vrshard
 
 import (
-	"errors"
-
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/shard"
-	"github.com/kefirdb/kefir/internal/storage"
 )
 
 // Early aborts at the leader (docs/design/transactions.md, "Early abort at
@@ -31,9 +28,11 @@ import (
 //     served here is answered -MOVED at apply, not aborted).
 
 // txDoomed reports whether op (stamped with its clock) must fail validation
-// at apply, and the reply apply would give; id is its request id.
+// at apply, and the reply apply would give; id is its request id. newBatch
+// calls it only for the kinds kv.TxValidated names (kv.TxDoomed answers
+// false for any other).
 func (r *Replica) txDoomed(op *kv.Op, id shard.ReqID) (kv.Result, bool) {
-	if !kv.TxValidated(op.Kind) || (mutation.On && r.mut.noEarlyAbort) {
+	if mutation.On && r.mut.noEarlyAbort {
 		return kv.Result{}, false
 	}
 	at := min(r.readable.Load(), r.applied.Load())
@@ -54,17 +53,8 @@ func (r *Replica) txDoomed(op *kv.Op, id shard.ReqID) (kv.Result, bool) {
 		return kv.Result{}, false
 	}
 	if !id.IsZero() {
-		key := kv.ClientRowKey(id.Client)
-		v, err := r.db.Get(key)
-		switch {
-		case errors.Is(err, storage.ErrNotFound):
-		case err != nil:
-			return kv.Result{}, false
-		default:
-			e, err := kv.DecodeClientRow(key, v.Data, v.Version, v.Timestamp)
-			if err != nil || e.ReqNum >= id.Seq {
-				return kv.Result{}, false // applied (or stale): the core answers
-			}
+		if e, found, err := clientRow(r.db, id.Client); err != nil || found && e.ReqNum >= id.Seq {
+			return kv.Result{}, false // applied (or stale): the core answers
 		}
 	}
 	r.st.earlyAborts.Add(1)
@@ -83,24 +73,15 @@ func (r *Replica) doomMutated(op *kv.Op) *kv.Op {
 	if op.Kind != kv.KindTxCommit {
 		return op
 	}
-	checks, writes, err := kv.DecodeTxCommit(op)
-	if err != nil {
-		return op
-	}
-	for i := range checks {
-		if mutation.On && r.mut.doomKeyGrain {
-			checks[i].Ranges = nil
+	return recommitted(op, func(checks []kv.TxCheck) []kv.TxCheck {
+		for i := range checks {
+			if mutation.On && r.mut.doomKeyGrain {
+				checks[i].Ranges = nil
+			}
+			if mutation.On && r.mut.doomOnEqual && checks[i].Version > 1 {
+				checks[i].Version--
+			}
 		}
-		if mutation.On && r.mut.doomOnEqual && checks[i].Version > 1 {
-			checks[i].Version--
-		}
-	}
-	// A single group's origin (zero): the mutations' tests run one group.
-	n, err := kv.NewTxCommit(uint64(op.Delta), op.Cond, kv.TxOrigin{}, checks, writes)
-	if err != nil {
-		return op
-	}
-	o := *op
-	o.Keys, o.Value = n.Keys, n.Value
-	return &o
+		return checks
+	})
 }
