@@ -318,6 +318,26 @@ func TestForwarderLanesAreReusedOnlyWhenSettled(t *testing.T) {
 	}
 }
 
+// forwardAroundAnother forwards a to addr and, between its first attempt
+// and its retry (when the forwarder asks where to retry), runs between and
+// then forwards b on the same forwarder, which takes the pooled connection
+// a's first attempt used; b must be answered OK.
+func forwardAroundAnother(t *testing.T, f *forwarder, addr string, a, b *Call, between func()) {
+	t.Helper()
+	other := false
+	f.forward(addr, []*Call{a}, func() (string, bool) {
+		if !other {
+			other = true
+			between()
+			f.forward(addr, []*Call{b}, func() (string, bool) { return addr, true })
+		}
+		return addr, true
+	})
+	if b.Err != nil || b.Reply.Kind != resp.Simple {
+		t.Fatalf("b: %v %v", b.Err, b.Reply)
+	}
+}
+
 // A forwarded write refused before it ran (no leader: a slot in a move's
 // window) is retried while another forward has used its pooled connection:
 // the connection's id has a later seq at the leader by then. The retry
@@ -333,20 +353,8 @@ func TestForwarderRetryOfARefusedWriteIsNotStale(t *testing.T) {
 	defer f.close()
 	a := &Call{Args: [][]byte{[]byte("SET"), []byte("a"), []byte("1")}, Dur: level.Sync}
 	b := &Call{Args: [][]byte{[]byte("SET"), []byte("b"), []byte("1")}, Dur: level.Sync}
-	other := false
-	f.forward(addr, []*Call{a}, func() (string, bool) {
-		if !other {
-			// Between a's attempts: the slot is served again, and
-			// another forward runs b on the pooled connection.
-			other = true
-			refuse.Store(false)
-			f.forward(addr, []*Call{b}, func() (string, bool) { return addr, true })
-		}
-		return addr, true
-	})
-	if b.Err != nil || b.Reply.Kind != resp.Simple {
-		t.Fatalf("b: %v %v", b.Err, b.Reply)
-	}
+	// Between a's attempts the slot is served again.
+	forwardAroundAnother(t, f, addr, a, b, func() { refuse.Store(false) })
 	if a.Err != nil || a.Reply.Kind != resp.Simple {
 		t.Fatalf("a, refused and then retried: %v %v; want OK", a.Err, a.Reply)
 	}
@@ -374,17 +382,7 @@ func TestForwarderRetryOfAMaybeWriteIsAnsweredFromTheTable(t *testing.T) {
 	defer f.close()
 	a := &Call{Args: [][]byte{[]byte("INCR"), []byte("a")}, Dur: level.Sync}
 	b := &Call{Args: [][]byte{[]byte("SET"), []byte("b"), []byte("1")}, Dur: level.Sync}
-	other := false
-	f.forward(addr, []*Call{a}, func() (string, bool) {
-		if !other {
-			other = true
-			f.forward(addr, []*Call{b}, func() (string, bool) { return addr, true })
-		}
-		return addr, true
-	})
-	if b.Err != nil || b.Reply.Kind != resp.Simple {
-		t.Fatalf("b: %v %v", b.Err, b.Reply)
-	}
+	forwardAroundAnother(t, f, addr, a, b, func() {})
 	if a.Err != nil || a.Reply.Kind != resp.Simple {
 		t.Fatalf("a, run and retried: %v %v; want the table's OK", a.Err, a.Reply)
 	}
