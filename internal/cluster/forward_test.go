@@ -339,11 +339,12 @@ func forwardAroundAnother(t *testing.T, f *forwarder, addr string, a, b *Call, b
 }
 
 // A forwarded write refused before it ran (no leader: a slot in a move's
-// window) is retried while another forward has used its pooled connection:
-// the connection's id has a later seq at the leader by then. The retry
-// takes a fresh id; with its old one the leader refuses it as stale and
-// the client gets an error for a write that never ran (seen in
-// bench/reshard-vs.sh: a few per move).
+// window) is retried while another forward has used its pooled connection.
+// The retry keeps its lane's id, which no other write used meanwhile (b
+// takes a lane of its own); with ids one per connection, b gave the id a
+// later seq at the leader, which refused the retry as stale, and the client
+// got an error for a write that never ran (seen in bench/reshard-vs.sh: a
+// few per move).
 func TestForwarderRetryOfARefusedWriteIsNotStale(t *testing.T) {
 	var tb clientTable
 	var refuse atomic.Bool
@@ -364,9 +365,10 @@ func TestForwarderRetryOfARefusedWriteIsNotStale(t *testing.T) {
 }
 
 // A forwarded write the leader may have run (it answered UNAVAILABLE) is
-// retried with its id; no other forward may take its connection meanwhile
-// and advance that id's seq, or the retry is refused as stale and the
-// client told "outcome unknown" for a write the table could have answered.
+// retried with its id while another forward uses its pooled connection;
+// that forward must not advance the id's seq (its own lane), or the retry
+// is refused as stale and the client told "outcome unknown" for a write
+// the table could have answered.
 func TestForwarderRetryOfAMaybeWriteIsAnsweredFromTheTable(t *testing.T) {
 	var tb clientTable
 	var first atomic.Bool
