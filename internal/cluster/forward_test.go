@@ -318,12 +318,33 @@ func TestForwarderLanesAreReusedOnlyWhenSettled(t *testing.T) {
 	}
 }
 
+// forwardAroundAnother forwards a to addr and, between its first attempt
+// and its retry (when the forwarder asks where to retry), runs between and
+// then forwards b on the same forwarder, which takes the pooled connection
+// a's first attempt used; b must be answered OK.
+func forwardAroundAnother(t *testing.T, f *forwarder, addr string, a, b *Call, between func()) {
+	t.Helper()
+	other := false
+	f.forward(addr, []*Call{a}, func() (string, bool) {
+		if !other {
+			other = true
+			between()
+			f.forward(addr, []*Call{b}, func() (string, bool) { return addr, true })
+		}
+		return addr, true
+	})
+	if b.Err != nil || b.Reply.Kind != resp.Simple {
+		t.Fatalf("b: %v %v", b.Err, b.Reply)
+	}
+}
+
 // A forwarded write refused before it ran (no leader: a slot in a move's
-// window) is retried while another forward has used its pooled connection:
-// the connection's id has a later seq at the leader by then. The retry
-// takes a fresh id; with its old one the leader refuses it as stale and
-// the client gets an error for a write that never ran (seen in
-// bench/reshard-vs.sh: a few per move).
+// window) is retried while another forward has used its pooled connection.
+// The retry keeps its lane's id, which no other write used meanwhile (b
+// takes a lane of its own); with ids one per connection, b gave the id a
+// later seq at the leader, which refused the retry as stale, and the client
+// got an error for a write that never ran (seen in bench/reshard-vs.sh: a
+// few per move).
 func TestForwarderRetryOfARefusedWriteIsNotStale(t *testing.T) {
 	var tb clientTable
 	var refuse atomic.Bool
@@ -333,20 +354,8 @@ func TestForwarderRetryOfARefusedWriteIsNotStale(t *testing.T) {
 	defer f.close()
 	a := &Call{Args: [][]byte{[]byte("SET"), []byte("a"), []byte("1")}, Dur: level.Sync}
 	b := &Call{Args: [][]byte{[]byte("SET"), []byte("b"), []byte("1")}, Dur: level.Sync}
-	other := false
-	f.forward(addr, []*Call{a}, func() (string, bool) {
-		if !other {
-			// Between a's attempts: the slot is served again, and
-			// another forward runs b on the pooled connection.
-			other = true
-			refuse.Store(false)
-			f.forward(addr, []*Call{b}, func() (string, bool) { return addr, true })
-		}
-		return addr, true
-	})
-	if b.Err != nil || b.Reply.Kind != resp.Simple {
-		t.Fatalf("b: %v %v", b.Err, b.Reply)
-	}
+	// Between a's attempts the slot is served again.
+	forwardAroundAnother(t, f, addr, a, b, func() { refuse.Store(false) })
 	if a.Err != nil || a.Reply.Kind != resp.Simple {
 		t.Fatalf("a, refused and then retried: %v %v; want OK", a.Err, a.Reply)
 	}
@@ -356,9 +365,10 @@ func TestForwarderRetryOfARefusedWriteIsNotStale(t *testing.T) {
 }
 
 // A forwarded write the leader may have run (it answered UNAVAILABLE) is
-// retried with its id; no other forward may take its connection meanwhile
-// and advance that id's seq, or the retry is refused as stale and the
-// client told "outcome unknown" for a write the table could have answered.
+// retried with its id while another forward uses its pooled connection;
+// that forward must not advance the id's seq (its own lane), or the retry
+// is refused as stale and the client told "outcome unknown" for a write
+// the table could have answered.
 func TestForwarderRetryOfAMaybeWriteIsAnsweredFromTheTable(t *testing.T) {
 	var tb clientTable
 	var first atomic.Bool
@@ -374,17 +384,7 @@ func TestForwarderRetryOfAMaybeWriteIsAnsweredFromTheTable(t *testing.T) {
 	defer f.close()
 	a := &Call{Args: [][]byte{[]byte("INCR"), []byte("a")}, Dur: level.Sync}
 	b := &Call{Args: [][]byte{[]byte("SET"), []byte("b"), []byte("1")}, Dur: level.Sync}
-	other := false
-	f.forward(addr, []*Call{a}, func() (string, bool) {
-		if !other {
-			other = true
-			f.forward(addr, []*Call{b}, func() (string, bool) { return addr, true })
-		}
-		return addr, true
-	})
-	if b.Err != nil || b.Reply.Kind != resp.Simple {
-		t.Fatalf("b: %v %v", b.Err, b.Reply)
-	}
+	forwardAroundAnother(t, f, addr, a, b, func() {})
 	if a.Err != nil || a.Reply.Kind != resp.Simple {
 		t.Fatalf("a, run and retried: %v %v; want the table's OK", a.Err, a.Reply)
 	}

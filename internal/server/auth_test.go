@@ -1,11 +1,9 @@
 package server
 
 import (
-	"bytes"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -106,27 +104,8 @@ func TestAuthLimiterIsBoundedAndASprayDoesNotLiftPenalties(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a log destination written by the server's goroutines and
-// read by the test.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (w *lockedBuffer) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func (w *lockedBuffer) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
-}
-
 func TestFailedAuthIsLoggedWithoutTheGuess(t *testing.T) {
-	var logs lockedBuffer
+	var logs testgroup.Buffer
 	s := startServer(t, func(c *Config) {
 		c.Password = "s3cret"
 		c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -150,7 +129,7 @@ AUTH typed-into-the-user-slot-Xq7 x => WRONGPASS*
 }
 
 func TestWrongClusterSecretIsLoggedWithoutTheSecret(t *testing.T) {
-	var logs lockedBuffer
+	var logs testgroup.Buffer
 	s := startServer(t, func(c *Config) {
 		c.PeerAddr, c.ClusterSecret = "127.0.0.1:0", "right-secret-Yw4"
 		c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))

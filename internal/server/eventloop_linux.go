@@ -617,6 +617,11 @@ func (l *loop) handle(c *conn, ev uint32) {
 		// sees it and wakes the loop (the inbox mutex orders the two).
 		e.muted.Store(true)
 		l.drainInbox()
+		if !e.inLoop {
+			// The drain took c back and closed it (killed, broken, closing
+			// or draining): its reader and descriptor are released.
+			return
+		}
 		if e.away {
 			// A failure here resurfaces when it returns and is re-armed.
 			_ = l.setEvents(c, 0)

@@ -110,7 +110,7 @@ func TestKeyCountsExcludeDeletedKeysAndInternalRows(t *testing.T) {
 // node=1"). Lines are JSON, so a repeated key is found by decoding each line's
 // keys in order.
 func TestLogLinesNameNoKeyTwice(t *testing.T) {
-	var logs lockedBuffer
+	var logs testgroup.Buffer
 	g := startGroupWith(t, func(c *Config) {
 		c.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	})

@@ -1,7 +1,6 @@
 package transport
 
 import (
-	"bytes"
 	"fmt"
 	"log/slog"
 	"net"
@@ -137,22 +136,7 @@ func (b *inbox) count() int {
 }
 
 // logBuf is a concurrency-safe log sink whose text tests read.
-type logBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+type logBuf struct{ testgroup.Buffer }
 
 // waitLog waits until the log contains s.
 func (l *logBuf) waitLog(t testing.TB, s string, timeout time.Duration) {

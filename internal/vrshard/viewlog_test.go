@@ -1,14 +1,12 @@
 package vrshard
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,22 +19,7 @@ import (
 
 // logBuffer collects the replicas' log lines (slog handlers write from
 // several goroutines).
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+type logBuffer struct{ testgroup.Buffer }
 
 // count returns how many lines of replica id match re.
 func (l *logBuffer) count(id uint64, re string) int {

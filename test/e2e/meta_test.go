@@ -1,14 +1,12 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -108,7 +106,7 @@ func metadataResume(t *testing.T, killMetaLeader bool) {
 	// The driver: slow pages so that it is killed in its pre-copy.
 	drv := exec.Command(cluster.Binary(t), "cluster", "move-slots", "--addr", strings.Join(g.Addrs(), ","),
 		"--from", "1", "--to", "2", "--slots", "0-4095", "--page", "5", "--page-pause", "100ms", "--lease", "1s")
-	var out lockedBuffer // the driver's output, read while it runs
+	var out testgroup.Buffer // the driver's output, read while it runs
 	drv.Stdout, drv.Stderr = &out, &out
 	if err := drv.Start(); err != nil {
 		t.Fatal(err)
@@ -349,23 +347,4 @@ func TestGroupsMetadataAbortOfARecordedMove(t *testing.T) {
 	if err := json.Unmarshal(metaCommand(t, g, "MAP").Str, &cm); err != nil || cm.Epoch != 3 || len(cm.Moves) != 0 || cm.Owner(0) != 2 || cm.Owner(100) != 1 {
 		t.Fatalf("map after the move: %+v (%v)", cm, err)
 	}
-}
-
-// lockedBuffer is a child process's output that the test reads while the
-// process still writes it (os/exec copies into it from its own goroutine).
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/kefirdb/kefir/internal/check"
 	kcluster "github.com/kefirdb/kefir/internal/cluster"
 	"github.com/kefirdb/kefir/internal/resp"
+	"github.com/kefirdb/kefir/internal/testgroup"
 	"github.com/kefirdb/kefir/test/e2e/cluster"
 )
 
@@ -76,10 +77,8 @@ func TestGroupsRebalanceByKeysUnderLoad(t *testing.T) {
 		}
 		return all
 	}
-	for deadline := time.Now().Add(20 * time.Second); !observe(); time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the metadata group's map was not bootstrapped at every node\n%s", g.Nodes[0].Logs())
-		}
+	if !testgroup.Until(20*time.Second, 50*time.Millisecond, observe) {
+		t.Fatalf("the metadata group's map was not bootstrapped at every node\n%s", g.Nodes[0].Logs())
 	}
 	var cmds [][]string
 	for i := 0; i < keys; i++ {
