@@ -177,11 +177,10 @@ type Master struct {
 	stop  chan struct{}
 	done  chan struct{}
 
-	mu      sync.Mutex    // guards m and heard
-	m       *chain.Master // nil: hosted and not acting (not the metadata leader, or waiting out the lease)
-	heard   map[uint64]time.Time
-	members []uint64 // published configuration, for Members
-	lost    bool     // "the chain is lost" was logged
+	mu    sync.Mutex    // guards m and heard
+	m     *chain.Master // nil: hosted and not acting (not the metadata leader, or waiting out the lease)
+	heard map[uint64]time.Time
+	lost  bool // "the chain is lost" was logged
 
 	// learnUntil: until when the master only learns the chain from the
 	// heartbeats (zero once it has), with what it learnt.
@@ -293,7 +292,7 @@ func Start(cfg Config) (*Master, error) {
 	}
 	x := &Master{cfg: cfg, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 		m: chain.NewMaster(chain.NodeID(cfg.As), ids, len(ids)), heard: map[uint64]time.Time{},
-		members: slices.Clone(cfg.Members), learnUntil: time.Now().Add(cfg.FailAfter), learner: NewLearner(ids),
+		learnUntil: time.Now().Add(cfg.FailAfter), learner: NewLearner(ids),
 		progress: map[uint64]progress{}, committed: &kv.ChainConfig{Group: cfg.Group, Members: slices.Clone(cfg.Members)}}
 	if cfg.Meta != nil {
 		// The record is the configuration: nothing to learn, and nothing
@@ -330,11 +329,15 @@ func (x *Master) Close() {
 	}
 }
 
-// Members is the chain as the master last configured it, head first.
+// Members is the chain as the master last configured it, head first: the
+// committed configuration's (nil: hosted and not acting).
 func (x *Master) Members() []uint64 {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	return slices.Clone(x.members)
+	if x.committed == nil {
+		return nil
+	}
+	return slices.Clone(x.committed.Members)
 }
 
 // deliver decodes a batch on the transport's reader and queues it.
@@ -747,8 +750,8 @@ func (x *Master) tick(now time.Time) {
 	x.flush()
 }
 
-// flush commits the master's configuration and then sends its output and
-// publishes the configuration.
+// flush commits the master's configuration (which publishes it: Members)
+// and then sends its output.
 func (x *Master) flush() {
 	rd := x.m.Ready()
 	if mutation.On && x.cfg.mut.announceFirst {
@@ -765,10 +768,6 @@ func (x *Master) flush() {
 	}
 	for _, id := range rd.Fenced {
 		x.cfg.Logger.Warn("chain master: fenced (out of the chain until it restarts)", "node", uint64(id))
-	}
-	x.members = x.members[:0]
-	for _, id := range x.m.Members() {
-		x.members = append(x.members, uint64(id))
 	}
 	if x.m.Lost() && !x.lost {
 		x.lost = true
