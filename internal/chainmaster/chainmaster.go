@@ -621,12 +621,13 @@ func (x *Master) lead() (bool, time.Time) {
 	if adopted || mutation.On && x.cfg.mut.recordOnly {
 		old = nil // adopted: a configuration a member heard, and the newest
 	}
-	x.m = chain.NewMasterAt(chain.NodeID(x.cfg.As), ids, len(x.cfg.Members), cc.Epoch)
+	from := ids
 	if old != nil {
-		x.m = chain.NewMasterAt(chain.NodeID(x.cfg.As), old.Members, len(x.cfg.Members), cc.Epoch)
+		from = old.Members
 		x.cfg.Logger.Warn("chain master: the record is ahead of the members (decided, never announced): rewiring from a member's configuration",
 			"record", cc.Members, "epoch", cc.Epoch, "member", uint64(old.From), "its epoch", old.Epoch)
 	}
+	x.m = chain.NewMasterAt(chain.NodeID(x.cfg.As), from, len(x.cfg.Members), cc.Epoch)
 	x.committed, x.actAt, x.reports = cc, time.Time{}, nil
 	clear(x.heard)
 	clear(x.progress)
