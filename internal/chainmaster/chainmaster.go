@@ -166,6 +166,7 @@ type Meta interface {
 // Master is a running master.
 type Master struct {
 	cfg Config
+	now func() time.Time // the clock (time.Now; a test's own)
 	ep  *transport.Endpoint
 	// The inbound queue (Deliver): the members' messages in arrival
 	// order, queued beats of them heartbeats; wake is signalled when it
@@ -260,6 +261,24 @@ func (l *Learner) Config() ([]chain.NodeID, uint64) { return slices.Clone(l.memb
 
 // Start registers the master on the transport and runs it until Close.
 func Start(cfg Config) (*Master, error) {
+	x, err := newMaster(cfg, time.Now)
+	if err != nil {
+		return nil, err
+	}
+	if x.cfg.Send == nil {
+		ep, err := x.cfg.Transport.Register(x.cfg.Group, frame.EngineChain, x.deliver, nil)
+		if err != nil {
+			return nil, fmt.Errorf("chainmaster: group %d: %w", x.cfg.Group, err)
+		}
+		x.ep = ep
+	}
+	go x.run()
+	return x, nil
+}
+
+// newMaster is a master that is not running yet, on clock now: Start runs
+// it; a test drives its step and tick itself, on a clock of its own.
+func newMaster(cfg Config, now func() time.Time) (*Master, error) {
 	if cfg.As == 0 {
 		cfg.As = cfg.Self
 	}
@@ -290,9 +309,9 @@ func Start(cfg Config) (*Master, error) {
 	for i, id := range cfg.Members {
 		ids[i] = chain.NodeID(id)
 	}
-	x := &Master{cfg: cfg, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+	x := &Master{cfg: cfg, now: now, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 		m: chain.NewMaster(chain.NodeID(cfg.As), ids, len(ids)), heard: map[uint64]time.Time{},
-		learnUntil: time.Now().Add(cfg.FailAfter), learner: NewLearner(ids),
+		learnUntil: now().Add(cfg.FailAfter), learner: NewLearner(ids),
 		progress: map[uint64]progress{}, committed: &kv.ChainConfig{Group: cfg.Group, Members: slices.Clone(cfg.Members)}}
 	if cfg.Meta != nil {
 		// The record is the configuration: nothing to learn, and nothing
@@ -301,18 +320,10 @@ func Start(cfg Config) (*Master, error) {
 	}
 	// Silence counts from the start plus the grace: a member is failed
 	// StartGrace after the start if it never answers.
-	grace := time.Now().Add(cfg.StartGrace - cfg.FailAfter)
+	grace := now().Add(cfg.StartGrace - cfg.FailAfter)
 	for _, id := range cfg.Members {
 		x.heard[id] = grace
 	}
-	if cfg.Send == nil {
-		ep, err := cfg.Transport.Register(cfg.Group, frame.EngineChain, x.deliver, nil)
-		if err != nil {
-			return nil, fmt.Errorf("chainmaster: group %d: %w", cfg.Group, err)
-		}
-		x.ep = ep
-	}
-	go x.run()
 	return x, nil
 }
 
@@ -403,7 +414,7 @@ func (x *Master) run() {
 		case <-t.C:
 			// The tick only triggers: its time is when it fired, stale
 			// after a stall (lead).
-			x.tick(time.Now())
+			x.tick(x.now())
 		}
 	}
 }
@@ -424,7 +435,7 @@ func (x *Master) step(msgs []chain.Msg) {
 		}
 		return
 	}
-	now := time.Now()
+	now := x.now()
 	for _, msg := range msgs {
 		if msg.Type != chain.MsgHeartbeat {
 			x.m.Step(msg)
@@ -518,7 +529,7 @@ func (x *Master) config() *kv.ChainConfig {
 // must run from no earlier than the first successful read: the old
 // leader's last read preceded that one, not the stale tick.
 func (x *Master) lead() (bool, time.Time) {
-	start := time.Now()
+	start := x.now()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*x.cfg.Heartbeat)
 	cc, err := x.cfg.Meta.Read(ctx, x.cfg.Group)
 	cancel()
