@@ -577,6 +577,9 @@ func (x *Master) lead() (bool, time.Time) {
 		}
 	}
 	adopted := hi != nil && (cc == nil && hi.Epoch > 0 || cc != nil && hi.Epoch > cc.Epoch)
+	// starting: this master records the chain's first configuration, so
+	// its members may be starting too.
+	starting := cc == nil && !adopted
 	if adopted || cc == nil {
 		rec := &kv.ChainConfig{Group: x.cfg.Group, Members: slices.Clone(x.cfg.Members)}
 		op := kv.Op{Kind: kv.KindMapChainInit}
@@ -642,8 +645,16 @@ func (x *Master) lead() (bool, time.Time) {
 	x.committed, x.actAt, x.reports = cc, time.Time{}, nil
 	clear(x.heard)
 	clear(x.progress)
+	heard := now // FailAfter from now: they were never answered here
+	if starting {
+		// A member of the starting chain never heard from is given
+		// StartGrace, as by a standalone master (Start): its process may
+		// still be starting on a loaded machine, and a member failed
+		// while alive is not joined again until it restarts.
+		heard = now.Add(x.cfg.StartGrace - x.cfg.FailAfter)
+	}
 	for _, id := range x.m.Members() {
-		x.heard[uint64(id)] = now // FailAfter from now: they were never answered here
+		x.heard[uint64(id)] = heard
 	}
 	if old != nil {
 		for _, id := range old.Members {

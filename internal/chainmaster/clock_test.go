@@ -3,6 +3,7 @@ package chainmaster
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -112,5 +113,41 @@ func TestHostedMasterLeaseOnAClock(t *testing.T) {
 	tick(again + actAt)
 	if n := beat(again + actAt); n != 3 {
 		t.Fatalf("%d grants after the second takeover, want 3", n)
+	}
+}
+
+// TestHostedMasterGivesAStartingChainItsGrace: a hosted master that starts
+// the chain (no record: KindMapChainInit) gives a member never heard from
+// StartGrace, as a standalone master does — its process may still be
+// starting on a loaded machine — not just FailAfter from the takeover. A
+// member failed while alive is not joined again until it restarts.
+func TestHostedMasterGivesAStartingChainItsGrace(t *testing.T) {
+	const hb, lease, failAfter, grace = 50 * time.Millisecond, 500 * time.Millisecond, time.Second, 5 * time.Second
+	t0 := time.Unix(1_000_000, 0)
+	now := t0
+	x, err := newMaster(Config{Self: 9, Members: []uint64{1, 2, 3}, Heartbeat: hb, Lease: lease, FailAfter: failAfter, StartGrace: grace,
+		Meta: &fakeMeta{}, Send: func(uint64, *chain.Msg) {}}, func() time.Time { return now })
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq := uint64(0)
+	// run ticks until d, members 1 and 2 heartbeating (3 is silent), and
+	// reports whether 3 is still a member.
+	run := func(from, to time.Duration) bool {
+		for d := from; d <= to; d += hb {
+			now = t0.Add(d)
+			x.tick(now)
+			for id := chain.NodeID(1); id <= 2; id++ {
+				seq++
+				x.step([]chain.Msg{{Type: chain.MsgHeartbeat, From: id, To: 9, Seq: seq, Members: []chain.NodeID{1, 2, 3}}})
+			}
+		}
+		return x.m != nil && slices.Contains(x.m.Members(), 3)
+	}
+	if !run(0, lease+2*hb+failAfter+hb) {
+		t.Fatalf("member 3 failed FailAfter after the takeover, within the start's grace (%v)", grace)
+	}
+	if run(lease+2*hb+failAfter+2*hb, lease+2*hb+grace+hb) {
+		t.Fatalf("member 3, never heard, still in the chain after the start's grace")
 	}
 }

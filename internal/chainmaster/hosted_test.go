@@ -160,8 +160,10 @@ func hostedRunFrom(t *testing.T, mut mutations, meta *fakeMeta, reported uint64)
 	if err != nil {
 		t.Fatal(err)
 	}
+	// No start grace: 2 and 3 are down from the start, and their repair is
+	// what the run watches.
 	m, err := Start(Config{Self: 9, Members: []uint64{1, 2, 3}, Transport: trs[9], Heartbeat: hb, FailAfter: 500 * time.Millisecond,
-		Lease: lease, Meta: meta, mut: mut, Logger: meta.log})
+		StartGrace: 500 * time.Millisecond, Lease: lease, Meta: meta, mut: mut, Logger: meta.log})
 	if err != nil {
 		t.Fatal(err)
 	}
