@@ -271,16 +271,8 @@ func writeStatus(b *strings.Builder, h *harness) {
 			b.WriteString(" repairing")
 		}
 		if sm, ok := m.sm.(*kvSM); ok && len(sm.m) > 0 {
-			keys := make([]string, 0, len(sm.m))
-			for k := range sm.m {
-				keys = append(keys, k)
-			}
-			slices.Sort(keys)
-			var kv []string
-			for _, k := range keys {
-				kv = append(kv, k+"="+sm.m[k])
-			}
-			fmt.Fprintf(b, " {%s}", strings.Join(kv, " "))
+			// The state in key order, as its snapshot lists it.
+			fmt.Fprintf(b, " {%s}", strings.ReplaceAll(strings.TrimSuffix(string(sm.Snapshot()), "\n"), "\n", " "))
 		}
 		b.WriteString("\n")
 	}

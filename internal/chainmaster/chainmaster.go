@@ -166,6 +166,7 @@ type Meta interface {
 // Master is a running master.
 type Master struct {
 	cfg Config
+	now func() time.Time // the clock (time.Now; a test's own)
 	ep  *transport.Endpoint
 	// The inbound queue (Deliver): the members' messages in arrival
 	// order, queued beats of them heartbeats; wake is signalled when it
@@ -177,11 +178,10 @@ type Master struct {
 	stop  chan struct{}
 	done  chan struct{}
 
-	mu      sync.Mutex    // guards m and heard
-	m       *chain.Master // nil: hosted and not acting (not the metadata leader, or waiting out the lease)
-	heard   map[uint64]time.Time
-	members []uint64 // published configuration, for Members
-	lost    bool     // "the chain is lost" was logged
+	mu    sync.Mutex    // guards m and heard
+	m     *chain.Master // nil: hosted and not acting (not the metadata leader, or waiting out the lease)
+	heard map[uint64]time.Time
+	lost  bool // "the chain is lost" was logged
 
 	// learnUntil: until when the master only learns the chain from the
 	// heartbeats (zero once it has), with what it learnt.
@@ -261,6 +261,24 @@ func (l *Learner) Config() ([]chain.NodeID, uint64) { return slices.Clone(l.memb
 
 // Start registers the master on the transport and runs it until Close.
 func Start(cfg Config) (*Master, error) {
+	x, err := newMaster(cfg, time.Now)
+	if err != nil {
+		return nil, err
+	}
+	if x.cfg.Send == nil {
+		ep, err := x.cfg.Transport.Register(x.cfg.Group, frame.EngineChain, x.deliver, nil)
+		if err != nil {
+			return nil, fmt.Errorf("chainmaster: group %d: %w", x.cfg.Group, err)
+		}
+		x.ep = ep
+	}
+	go x.run()
+	return x, nil
+}
+
+// newMaster is a master that is not running yet, on clock now: Start runs
+// it; a test drives its step and tick itself, on a clock of its own.
+func newMaster(cfg Config, now func() time.Time) (*Master, error) {
 	if cfg.As == 0 {
 		cfg.As = cfg.Self
 	}
@@ -291,9 +309,9 @@ func Start(cfg Config) (*Master, error) {
 	for i, id := range cfg.Members {
 		ids[i] = chain.NodeID(id)
 	}
-	x := &Master{cfg: cfg, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+	x := &Master{cfg: cfg, now: now, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 		m: chain.NewMaster(chain.NodeID(cfg.As), ids, len(ids)), heard: map[uint64]time.Time{},
-		members: slices.Clone(cfg.Members), learnUntil: time.Now().Add(cfg.FailAfter), learner: NewLearner(ids),
+		learnUntil: now().Add(cfg.FailAfter), learner: NewLearner(ids),
 		progress: map[uint64]progress{}, committed: &kv.ChainConfig{Group: cfg.Group, Members: slices.Clone(cfg.Members)}}
 	if cfg.Meta != nil {
 		// The record is the configuration: nothing to learn, and nothing
@@ -302,18 +320,10 @@ func Start(cfg Config) (*Master, error) {
 	}
 	// Silence counts from the start plus the grace: a member is failed
 	// StartGrace after the start if it never answers.
-	grace := time.Now().Add(cfg.StartGrace - cfg.FailAfter)
+	grace := now().Add(cfg.StartGrace - cfg.FailAfter)
 	for _, id := range cfg.Members {
 		x.heard[id] = grace
 	}
-	if cfg.Send == nil {
-		ep, err := cfg.Transport.Register(cfg.Group, frame.EngineChain, x.deliver, nil)
-		if err != nil {
-			return nil, fmt.Errorf("chainmaster: group %d: %w", cfg.Group, err)
-		}
-		x.ep = ep
-	}
-	go x.run()
 	return x, nil
 }
 
@@ -330,11 +340,15 @@ func (x *Master) Close() {
 	}
 }
 
-// Members is the chain as the master last configured it, head first.
+// Members is the chain as the master last configured it, head first: the
+// committed configuration's (nil: hosted and not acting).
 func (x *Master) Members() []uint64 {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	return slices.Clone(x.members)
+	if x.committed == nil {
+		return nil
+	}
+	return slices.Clone(x.committed.Members)
 }
 
 // deliver decodes a batch on the transport's reader and queues it.
@@ -400,7 +414,7 @@ func (x *Master) run() {
 		case <-t.C:
 			// The tick only triggers: its time is when it fired, stale
 			// after a stall (lead).
-			x.tick(time.Now())
+			x.tick(x.now())
 		}
 	}
 }
@@ -421,7 +435,7 @@ func (x *Master) step(msgs []chain.Msg) {
 		}
 		return
 	}
-	now := time.Now()
+	now := x.now()
 	for _, msg := range msgs {
 		if msg.Type != chain.MsgHeartbeat {
 			x.m.Step(msg)
@@ -515,7 +529,7 @@ func (x *Master) config() *kv.ChainConfig {
 // must run from no earlier than the first successful read: the old
 // leader's last read preceded that one, not the stale tick.
 func (x *Master) lead() (bool, time.Time) {
-	start := time.Now()
+	start := x.now()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*x.cfg.Heartbeat)
 	cc, err := x.cfg.Meta.Read(ctx, x.cfg.Group)
 	cancel()
@@ -563,6 +577,9 @@ func (x *Master) lead() (bool, time.Time) {
 		}
 	}
 	adopted := hi != nil && (cc == nil && hi.Epoch > 0 || cc != nil && hi.Epoch > cc.Epoch)
+	// starting: this master records the chain's first configuration, so
+	// its members may be starting too.
+	starting := cc == nil && !adopted
 	if adopted || cc == nil {
 		rec := &kv.ChainConfig{Group: x.cfg.Group, Members: slices.Clone(x.cfg.Members)}
 		op := kv.Op{Kind: kv.KindMapChainInit}
@@ -618,17 +635,26 @@ func (x *Master) lead() (bool, time.Time) {
 	if adopted || mutation.On && x.cfg.mut.recordOnly {
 		old = nil // adopted: a configuration a member heard, and the newest
 	}
-	x.m = chain.NewMasterAt(chain.NodeID(x.cfg.As), ids, len(x.cfg.Members), cc.Epoch)
+	from := ids
 	if old != nil {
-		x.m = chain.NewMasterAt(chain.NodeID(x.cfg.As), old.Members, len(x.cfg.Members), cc.Epoch)
+		from = old.Members
 		x.cfg.Logger.Warn("chain master: the record is ahead of the members (decided, never announced): rewiring from a member's configuration",
 			"record", cc.Members, "epoch", cc.Epoch, "member", uint64(old.From), "its epoch", old.Epoch)
 	}
+	x.m = chain.NewMasterAt(chain.NodeID(x.cfg.As), from, len(x.cfg.Members), cc.Epoch)
 	x.committed, x.actAt, x.reports = cc, time.Time{}, nil
 	clear(x.heard)
 	clear(x.progress)
+	heard := now // FailAfter from now: they were never answered here
+	if starting {
+		// A member of the starting chain never heard from is given
+		// StartGrace, as by a standalone master (Start): its process may
+		// still be starting on a loaded machine, and a member failed
+		// while alive is not joined again until it restarts.
+		heard = now.Add(x.cfg.StartGrace - x.cfg.FailAfter)
+	}
 	for _, id := range x.m.Members() {
-		x.heard[uint64(id)] = now // FailAfter from now: they were never answered here
+		x.heard[uint64(id)] = heard
 	}
 	if old != nil {
 		for _, id := range old.Members {
@@ -747,8 +773,8 @@ func (x *Master) tick(now time.Time) {
 	x.flush()
 }
 
-// flush commits the master's configuration and then sends its output and
-// publishes the configuration.
+// flush commits the master's configuration (which publishes it: Members)
+// and then sends its output.
 func (x *Master) flush() {
 	rd := x.m.Ready()
 	if mutation.On && x.cfg.mut.announceFirst {
@@ -765,10 +791,6 @@ func (x *Master) flush() {
 	}
 	for _, id := range rd.Fenced {
 		x.cfg.Logger.Warn("chain master: fenced (out of the chain until it restarts)", "node", uint64(id))
-	}
-	x.members = x.members[:0]
-	for _, id := range x.m.Members() {
-		x.members = append(x.members, uint64(id))
 	}
 	if x.m.Lost() && !x.lost {
 		x.lost = true

@@ -193,17 +193,29 @@ func count(d *kv.Decoder, min int) int {
 func Decode(from, self uint64, in []frame.Message) ([]chain.Msg, error) {
 	msgs := make([]chain.Msg, len(in))
 	for i := range in {
-		fm := &in[i]
-		if fm.Engine != frame.EngineChain {
-			return nil, fmt.Errorf("%w: a %v message for chain group %d", ErrCorrupt, fm.Engine, fm.Group)
-		}
 		m := &msgs[i]
-		if err := DecodeBody(fm.Type, fm.Body, m); err != nil {
+		if err := DecodeFrame(&in[i], m); err != nil {
 			return nil, err
 		}
 		if uint64(m.From) != from || uint64(m.To) != self {
-			return nil, fmt.Errorf("%w: %s on the connection authenticated as node %d to node %d", frame.ErrSpoofed, m, from, self)
+			return nil, Spoofed(m, from, self)
 		}
 	}
 	return msgs, nil
+}
+
+// DecodeFrame decodes one inbound frame of a chain group into m (ErrCorrupt
+// if it does not decode or is another engine's), for a receiver that checks
+// From and To itself (Decode's check, or a host's own: Spoofed).
+func DecodeFrame(fm *frame.Message, m *chain.Msg) error {
+	if fm.Engine != frame.EngineChain {
+		return fmt.Errorf("%w: a %v message for chain group %d", ErrCorrupt, fm.Engine, fm.Group)
+	}
+	return DecodeBody(fm.Type, fm.Body, m)
+}
+
+// Spoofed is the error of message m, whose From or To is not the
+// connection's (authenticated as node from, to node self).
+func Spoofed(m *chain.Msg, from, self uint64) error {
+	return fmt.Errorf("%w: %s on the connection authenticated as node %d to node %d", frame.ErrSpoofed, m, from, self)
 }

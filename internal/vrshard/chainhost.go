@@ -1,7 +1,6 @@
 package vrshard
 
 import (
-	"fmt"
 	"slices"
 
 	"github.com/kefirdb/kefir/internal/chain"
@@ -136,12 +135,8 @@ func (h *chainHost) Decode(from, to uint64, in []frame.Message) (peerBatch, erro
 	msgs := make([]chain.Msg, 0, len(in))
 	var toMaster []chain.Msg
 	for i := range in {
-		fm := &in[i]
-		if fm.Engine != frame.EngineChain {
-			return nil, fmt.Errorf("%w: a %v message for chain group %d", chainwire.ErrCorrupt, fm.Engine, fm.Group)
-		}
 		var m chain.Msg
-		if err := chainwire.DecodeBody(fm.Type, fm.Body, &m); err != nil {
+		if err := chainwire.DecodeFrame(&in[i], &m); err != nil {
 			return nil, err
 		}
 		switch {
@@ -152,7 +147,7 @@ func (h *chainHost) Decode(from, to uint64, in []frame.Message) (peerBatch, erro
 		case uint64(m.From) == from && uint64(m.To) == h.master && h.local != nil:
 			toMaster = append(toMaster, m)
 		default:
-			return nil, fmt.Errorf("%w: %s on the connection authenticated as node %d to node %d", frame.ErrSpoofed, m, from, to)
+			return nil, chainwire.Spoofed(&m, from, to)
 		}
 	}
 	if len(toMaster) > 0 {

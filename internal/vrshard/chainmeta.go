@@ -37,7 +37,14 @@ func (m chainMeta) Read(ctx context.Context, group uint64) (*kv.ChainConfig, err
 	if _, err := m.r.Read(ctx, kv.Op{Kind: kv.KindGet, Key: leaseProbe}, level.ConsLinearizable, shard.Session{}); err != nil {
 		return nil, err
 	}
-	v, err := m.r.Engine().Get(kv.ChainConfigKey(group))
+	return readChainRecord(m.r.Engine(), group)
+}
+
+// readChainRecord is chain group's configuration as db has applied it (nil:
+// none recorded), read from the engine directly: reserved records are not
+// readable by ops.
+func readChainRecord(db *storage.DB, group uint64) (*kv.ChainConfig, error) {
+	v, err := db.Get(kv.ChainConfigKey(group))
 	if errors.Is(err, storage.ErrNotFound) {
 		return nil, nil
 	}

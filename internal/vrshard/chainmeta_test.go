@@ -2,7 +2,6 @@ package vrshard
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -16,7 +15,6 @@ import (
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/shard"
-	"github.com/kefirdb/kefir/internal/storage"
 	"github.com/kefirdb/kefir/internal/testgroup"
 	"github.com/kefirdb/kefir/internal/vfs"
 	"github.com/kefirdb/kefir/internal/vr"
@@ -82,14 +80,7 @@ func newMetaChain(t *testing.T) *metaChain {
 // record is chain 0's configuration as metadata replica i applied it.
 func (x *metaChain) record(i int) *kv.ChainConfig {
 	x.t.Helper()
-	v, err := x.meta.reps[i].Engine().Get(kv.ChainConfigKey(0))
-	if errors.Is(err, storage.ErrNotFound) {
-		return nil
-	}
-	if err != nil {
-		x.t.Fatal(err)
-	}
-	c, err := kv.DecodeChainConfig(v.Data)
+	c, err := readChainRecord(x.meta.reps[i].Engine(), 0)
 	if err != nil {
 		x.t.Fatal(err)
 	}
@@ -284,14 +275,7 @@ func metaLeader(g *chainGroup, skip int) int {
 // applied it (nil: none yet).
 func chainRecord(g *chainGroup, i int) *kv.ChainConfig {
 	g.t.Helper()
-	v, err := g.reps[i].hostedMeta.Engine().Get(kv.ChainConfigKey(0))
-	if errors.Is(err, storage.ErrNotFound) {
-		return nil
-	}
-	if err != nil {
-		g.t.Fatal(err)
-	}
-	c, err := kv.DecodeChainConfig(v.Data)
+	c, err := readChainRecord(g.reps[i].hostedMeta.Engine(), 0)
 	if err != nil {
 		g.t.Fatal(err)
 	}

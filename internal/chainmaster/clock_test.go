@@ -1,0 +1,153 @@
+package chainmaster
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/kefirdb/kefir/internal/chain"
+	"github.com/kefirdb/kefir/internal/kv"
+)
+
+// leaderMeta is fakeMeta whose node can lose the metadata group's
+// leadership: its reads then fail, as a linearizable read off the leader
+// does.
+type leaderMeta struct {
+	*fakeMeta
+	deposed bool
+}
+
+func (m *leaderMeta) Read(ctx context.Context, group uint64) (*kv.ChainConfig, error) {
+	if m.deposed {
+		return nil, errors.New("not the leader")
+	}
+	return m.fakeMeta.Read(ctx, group)
+}
+
+// TestHostedMasterLeaseOnAClock drives a hosted master's tick and step on a
+// clock of the test's own (no goroutine, no sleeps), so the lease
+// arithmetic of "Taking over" and "Leadership by lease" is checked at its
+// exact edges: no grant before Lease + 2×Heartbeat from the first
+// successful leadership read, a grant right after; none once 2×Heartbeat
+// have passed since the last successful read (a stalled master); none from
+// a deposed master.
+func TestHostedMasterLeaseOnAClock(t *testing.T) {
+	const hb, lease = 50 * time.Millisecond, 500 * time.Millisecond
+	t0 := time.Unix(1_000_000, 0)
+	now := t0
+	meta := &leaderMeta{fakeMeta: &fakeMeta{}}
+	var sent []chain.Msg
+	x, err := newMaster(Config{Self: 9, Members: []uint64{1, 2, 3}, Heartbeat: hb, Lease: lease, FailAfter: 2 * lease,
+		Meta: meta, Send: func(_ uint64, m *chain.Msg) { sent = append(sent, *m) }}, func() time.Time { return now })
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := func(d time.Duration) { now = t0.Add(d) }
+	seq := uint64(0)
+	// beat has every member heartbeat at d and returns the grants (heartbeat
+	// answers) the master sent for them.
+	beat := func(d time.Duration) int {
+		at(d)
+		sent = sent[:0]
+		for id := chain.NodeID(1); id <= 3; id++ {
+			seq++
+			x.step([]chain.Msg{{Type: chain.MsgHeartbeat, From: id, To: 9, Seq: seq, Members: []chain.NodeID{1, 2, 3}}})
+		}
+		n := 0
+		for _, m := range sent {
+			if m.Type == chain.MsgHeartbeat {
+				n++
+			}
+		}
+		return n
+	}
+	tick := func(d time.Duration) { at(d); x.tick(now) }
+
+	tick(0) // the first successful read: takes over, waits until 600 ms
+	actAt := lease + 2*hb
+	for d := time.Duration(0); d < actAt; d += hb {
+		tick(d)
+		if n := beat(d + hb/2); n != 0 {
+			t.Fatalf("%d grants at %v, before the old master's leases lapsed (%v)", n, d+hb/2, actAt)
+		}
+	}
+	tick(actAt - time.Millisecond)
+	if n := beat(actAt - time.Millisecond); n != 0 {
+		t.Fatalf("%d grants 1 ms before acting", n)
+	}
+	tick(actAt)
+	if rec, _ := meta.epoch(); rec != 0 || meta.rec == nil {
+		t.Fatalf("the master acts without recording the chain (record %v)", meta.rec)
+	}
+	if n := beat(actAt); n != 3 {
+		t.Fatalf("%d grants once acting, want 3", n)
+	}
+	// No tick (a stalled master): grants until 2×Heartbeat after the last
+	// read, none from then.
+	if n := beat(actAt + 2*hb - time.Millisecond); n != 3 {
+		t.Fatalf("%d grants 1 ms inside the read's 2×Heartbeat, want 3", n)
+	}
+	if n := beat(actAt + 2*hb); n != 0 {
+		t.Fatalf("%d grants 2×Heartbeat after the last leadership read", n)
+	}
+	tick(actAt + 2*hb)
+	if n := beat(actAt + 2*hb); n != 3 {
+		t.Fatalf("%d grants after a new read, want 3", n)
+	}
+	// Deposed: the next read fails and the master grants nothing, at once.
+	meta.deposed = true
+	tick(actAt + 3*hb)
+	if n := beat(actAt + 3*hb); n != 0 {
+		t.Fatalf("%d grants from a deposed master", n)
+	}
+	// Leading again, it waits the whole takeover again.
+	meta.deposed = false
+	again := actAt + 4*hb
+	tick(again)
+	tick(again + actAt - time.Millisecond)
+	if n := beat(again + actAt - time.Millisecond); n != 0 {
+		t.Fatalf("%d grants before a second takeover's wait ended", n)
+	}
+	tick(again + actAt)
+	if n := beat(again + actAt); n != 3 {
+		t.Fatalf("%d grants after the second takeover, want 3", n)
+	}
+}
+
+// TestHostedMasterGivesAStartingChainItsGrace: a hosted master that starts
+// the chain (no record: KindMapChainInit) gives a member never heard from
+// StartGrace, as a standalone master does — its process may still be
+// starting on a loaded machine — not just FailAfter from the takeover. A
+// member failed while alive is not joined again until it restarts.
+func TestHostedMasterGivesAStartingChainItsGrace(t *testing.T) {
+	const hb, lease, failAfter, grace = 50 * time.Millisecond, 500 * time.Millisecond, time.Second, 5 * time.Second
+	t0 := time.Unix(1_000_000, 0)
+	now := t0
+	x, err := newMaster(Config{Self: 9, Members: []uint64{1, 2, 3}, Heartbeat: hb, Lease: lease, FailAfter: failAfter, StartGrace: grace,
+		Meta: &fakeMeta{}, Send: func(uint64, *chain.Msg) {}}, func() time.Time { return now })
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq := uint64(0)
+	// run ticks until d, members 1 and 2 heartbeating (3 is silent), and
+	// reports whether 3 is still a member.
+	run := func(from, to time.Duration) bool {
+		for d := from; d <= to; d += hb {
+			now = t0.Add(d)
+			x.tick(now)
+			for id := chain.NodeID(1); id <= 2; id++ {
+				seq++
+				x.step([]chain.Msg{{Type: chain.MsgHeartbeat, From: id, To: 9, Seq: seq, Members: []chain.NodeID{1, 2, 3}}})
+			}
+		}
+		return x.m != nil && slices.Contains(x.m.Members(), 3)
+	}
+	if !run(0, lease+2*hb+failAfter+hb) {
+		t.Fatalf("member 3 failed FailAfter after the takeover, within the start's grace (%v)", grace)
+	}
+	if run(lease+2*hb+failAfter+2*hb, lease+2*hb+grace+hb) {
+		t.Fatalf("member 3, never heard, still in the chain after the start's grace")
+	}
+}
