@@ -215,26 +215,53 @@ func Lookup(name []byte) (*Spec, bool) {
 	if len(name) == 0 || len(name) > maxNameLen {
 		return nil, false
 	}
+	// One pass upper-cases the name and hashes it; the table below is probed
+	// with that hash. A Go map cost a pipelined HSET ~170 instructions per
+	// lookup (hashing the name again, then its own probe), and the front door
+	// looks a command up twice (docs/design/hashes.md, "The pipelined rows").
 	var buf [maxNameLen]byte
+	h := uint32(2166136261)
 	for i, c := range name {
 		if 'a' <= c && c <= 'z' {
 			c -= 'a' - 'A'
 		}
 		buf[i] = c
+		h = (h ^ uint32(c)) * 16777619 // FNV-1a
 	}
-	// GET and SET are most of real traffic: compared before the map, they skip
-	// hashing the name (a twentieth of a pipelined GET's CPU).
-	switch string(buf[:len(name)]) {
-	case "GET":
-		return specGET, true
-	case "SET":
-		return specSET, true
+	mask := uint32(len(byHash) - 1)
+	for i := h; ; i++ {
+		s := byHash[i&mask]
+		if s == nil {
+			return nil, false
+		}
+		if len(s.Name) == len(name) && s.Name == string(buf[:len(name)]) { // no conversion: compared in place
+			return s, true
+		}
 	}
-	s, ok := byName[string(buf[:len(name)])] // the compiler does not allocate for this conversion
-	return s, ok
 }
 
-var specGET, specSET = byName["GET"], byName["SET"]
+// byHash is Lookup's open-addressing table: a spec at the FNV-1a hash of its
+// name, or the next free slot after it; at most a quarter full, so a probe
+// reads one or two slots.
+var byHash = func() []*Spec {
+	size := 1
+	for size < 4*len(byName) {
+		size *= 2
+	}
+	t := make([]*Spec, size)
+	for i := range table {
+		s := &table[i]
+		h := uint32(2166136261)
+		for _, c := range []byte(s.Name) {
+			h = (h ^ uint32(c)) * 16777619
+		}
+		for t[h&uint32(size-1)] != nil {
+			h++
+		}
+		t[h&uint32(size-1)] = s
+	}
+	return t
+}()
 
 // MustLookup is Lookup for names known at compile time.
 func MustLookup(name string) *Spec {

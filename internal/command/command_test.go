@@ -120,12 +120,21 @@ func TestLookupDoesNotAllocate(t *testing.T) {
 	}
 }
 
-// Lookup's shortcut for the hottest names must answer exactly as the table does.
+// Lookup's hash table must answer exactly as the table does: every spec by
+// its name in any case, and nothing for a name that is none (each name with a
+// byte changed or cut short probes the slots its neighbours fill).
 func TestLookupFindsEverySpecByItsName(t *testing.T) {
 	for _, s := range All() {
 		for _, n := range []string{s.Name, strings.ToLower(s.Name)} {
 			if got, ok := Lookup([]byte(n)); !ok || got != s {
 				t.Errorf("Lookup(%q) = %v, %v; want %s", n, got, ok, s.Name)
+			}
+		}
+		for i := range len(s.Name) {
+			for _, n := range []string{s.Name[:i], s.Name[:i] + "\x01" + s.Name[i+1:], s.Name + "X"} {
+				if got, ok := Lookup([]byte(n)); ok && got.Name != n {
+					t.Errorf("Lookup(%q) = %s", n, got.Name)
+				}
 			}
 		}
 	}

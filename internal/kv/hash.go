@@ -421,8 +421,10 @@ func applyHash(get Getter, has Prober, version uint64, op *Op, emit Emit, o Appl
 	if len(op.Keys) == 0 || (op.Kind == KindHSet && len(op.Keys)%2 != 0) {
 		return Result{}, fmt.Errorf("%w: %v needs fields", ErrInvalidOp, op.Kind)
 	}
-	if _, ok := ParseLongDouble(op.Value); op.Kind == KindHIncrByFloat && !ok {
-		return Result{}, ErrNotFloat // Redis checks the increment first
+	if op.Kind == KindHIncrByFloat {
+		if _, ok := ParseLongDouble(op.Value); !ok {
+			return Result{}, ErrNotFloat // Redis checks the increment first
+		}
 	}
 	h, err := readHashState(get, op, version)
 	if err != nil {
@@ -432,7 +434,7 @@ func applyHash(get Getter, has Prober, version uint64, op *Op, emit Emit, o Appl
 	// recovers a prefix of an op's records after a crash then holds the
 	// metadata of any op whose rows it holds, and a replay that finds only
 	// that record reads the generation from it (ReplayReadsOwnRecord).
-	var small [8]hashRow // the rows of a small write stay on the stack
+	var small [4]hashRow // the rows of a small write stay on the stack (zeroing 8 cost an HSET ~25 instructions)
 	rows := small[:0]
 	switch op.Kind {
 	case KindHSet:

@@ -308,6 +308,9 @@ func AppendBulkString(buf []byte, s string) []byte {
 }
 
 func appendPrefixed(buf []byte, prefix byte, n int64) []byte {
+	if uint64(n) < 10 { // HSET's and DEL's usual 0 or 1: strconv's path cost ~50 instructions
+		return append(buf, prefix, byte('0'+n), '\r', '\n')
+	}
 	buf = append(buf, prefix)
 	buf = strconv.AppendInt(buf, n, 10)
 	return append(buf, '\r', '\n')

@@ -18,6 +18,8 @@ func TestWriterSpellsEachReplyPerProtocol(t *testing.T) {
 		{"simple strips CRLF", func(w *Writer) { w.WriteSimple("a\r\nb") }, "+a  b\r\n", "+a  b\r\n"},
 		{"error", func(w *Writer) { w.WriteError("ERR no\nway") }, "-ERR no way\r\n", "-ERR no way\r\n"},
 		{"int", func(w *Writer) { w.WriteInt(-7) }, ":-7\r\n", ":-7\r\n"},
+		{"small ints", func(w *Writer) { w.WriteInt(0); w.WriteInt(9); w.WriteInt(10); w.WriteInt(-1) }, ":0\r\n:9\r\n:10\r\n:-1\r\n", ":0\r\n:9\r\n:10\r\n:-1\r\n"},
+		{"extreme ints", func(w *Writer) { w.WriteInt(math.MinInt64); w.WriteInt(math.MaxInt64) }, ":-9223372036854775808\r\n:9223372036854775807\r\n", ":-9223372036854775808\r\n:9223372036854775807\r\n"},
 		{"bulk", func(w *Writer) { w.WriteBulk([]byte("a\r\n")) }, "$3\r\na\r\n\r\n", "$3\r\na\r\n\r\n"},
 		{"bulk string", func(w *Writer) { w.WriteBulkString("") }, "$0\r\n\r\n", "$0\r\n\r\n"},
 		{"null", func(w *Writer) { w.WriteNull() }, "$-1\r\n", "_\r\n"},

@@ -27,8 +27,11 @@ func parseInt64(b []byte) (int64, error) { return command.ParseInt(b) }
 // returns cost a pipelined SET a few per cent of its CPU. SET, the commonest,
 // is parsed in place; the rest build their Op and store it once.
 func parseWriteInto(dst *kv.Op, spec *command.Spec, args [][]byte, a *arena) (replyShape, error) {
-	if spec.Name == "SET" {
+	switch spec {
+	case setSpec:
 		return shapeAsIs, parseSet(dst, args, a) // expiry.go
+	case hsetSpec:
+		return shapeAsIs, parseHSetInto(dst, "HSET", args, a) // hash.go
 	}
 	op, shape, err := parseWriteOther(spec, args, a)
 	*dst = op
@@ -71,9 +74,6 @@ func parseWriteOther(spec *command.Spec, args [][]byte, a *arena) (kv.Op, replyS
 		op = kv.Op{Kind: kv.KindAppend, Key: a.copy(args[1]), Value: a.copy(args[2])}
 	case "KEFIR.CAS":
 		op = kv.Op{Kind: kv.KindCAS, Key: a.copy(args[1]), Expected: a.copy(args[2]), Value: a.copy(args[3])}
-	case "HSET": // the commonest hash write: to its parser directly, not down the chain below
-		op, _, err := parseHashWrite(spec, args, a) // hash.go
-		return op, shapeAsIs, err
 	default:
 		if op, ok, err := parseExpiryWrite(spec, args, a); ok { // expiry.go
 			return op, shape, err

@@ -573,6 +573,12 @@ var (
 // first flushes the queue.
 func (c *conn) dispatch(args [][]byte) {
 	spec, ok := command.Lookup(args[0])
+	c.dispatchSpec(spec, ok, args)
+}
+
+// dispatchSpec is dispatch of a command already looked up (spec, ok:
+// command.Lookup(args[0])).
+func (c *conn) dispatchSpec(spec *command.Spec, ok bool, args [][]byte) {
 	if !ok {
 		// No command is named POST or HOST:, so only an unknown name can be
 		// an HTTP line: a known command pays nothing for the check.
@@ -813,7 +819,7 @@ func (c *conn) noteQueued(spec *command.Spec, args [][]byte, op *kv.Op, shape re
 	c.meta = append(c.meta, q)
 }
 
-var getSpec, _ = command.Lookup([]byte("GET"))
+var getSpec, setSpec = command.MustLookup("GET"), command.MustLookup("SET")
 
 // hgetSpec is HGET's. A one-field HGET takes the key-read path as GET does
 // where the shard has one (fieldReader: the single node), else read's own
@@ -1004,22 +1010,26 @@ func (a *arena) copyArgs(args [][]byte) [][]byte {
 		a.args = make([][]byte, 0, max(2*cap(a.args), 256, n))
 	}
 	start := len(a.args)
-	for _, b := range args {
-		a.args = append(a.args, a.copy(b))
+	a.args = a.args[:start+n]
+	out := a.args[start : start+n : start+n]
+	for i, b := range args {
+		out[i] = a.copy(b)
 	}
-	return a.args[start : start+n : start+n]
+	return out
 }
 
 func (a *arena) copy(b []byte) []byte {
 	if len(b) > 64<<10 {
 		return append([]byte(nil), b...)
 	}
-	if cap(a.buf)-len(a.buf) < len(b) {
-		a.buf = make([]byte, 0, max(2*cap(a.buf), 4<<10))
-	}
 	n := len(a.buf)
-	a.buf = append(a.buf, b...)
-	return a.buf[n:len(a.buf):len(a.buf)]
+	if cap(a.buf)-n < len(b) {
+		a.buf, n = make([]byte, 0, max(2*cap(a.buf), 4<<10, len(b))), 0
+	}
+	e := n + len(b)
+	a.buf = a.buf[:e]
+	copy(a.buf[n:e], b)
+	return a.buf[n:e:e]
 }
 
 // noteSyncKeys records the keys of the batch's sync writes just applied, which a

@@ -15,15 +15,31 @@ import (
 // as any read — inline, deferred, forwarded), from which Redis's reply is
 // shaped here.
 
+// hsetSpec is the commonest hash write's, parsed straight into its batch
+// slot (parseWriteInto).
+var hsetSpec = command.MustLookup("HSET")
+
+// parseHSetInto parses HSET, HMSET or HSETNX (name, for the error) key field
+// value [field value ...] into *op (the zero Op), copying its bytes into the
+// arena. parseWriteInto calls it for HSET directly: building an Op and
+// copying it up two returns cost a pipelined HSET ~250 instructions
+// (docs/design/hashes.md).
+func parseHSetInto(op *kv.Op, name string, args [][]byte, a *arena) error {
+	if len(args)%2 != 0 {
+		return errf("ERR wrong number of arguments for '%s' command", strings.ToLower(name))
+	}
+	op.Kind, op.Key, op.Keys = kv.KindHSet, a.copy(args[1]), a.copyArgs(args[2:])
+	return nil
+}
+
 // parseHashWrite parses the hash writes for parseMoreWrite; handled false
 // for any other command.
 func parseHashWrite(spec *command.Spec, args [][]byte, a *arena) (op kv.Op, handled bool, err error) {
 	switch spec.Name {
 	case "HSET", "HMSET", "HSETNX":
-		if len(args)%2 != 0 {
-			return op, true, errf("ERR wrong number of arguments for '%s' command", strings.ToLower(spec.Name))
+		if err := parseHSetInto(&op, spec.Name, args, a); err != nil {
+			return op, true, err
 		}
-		op = kv.Op{Kind: kv.KindHSet, Key: a.copy(args[1]), Keys: a.copyArgs(args[2:])}
 		switch spec.Name {
 		case "HMSET":
 			op.Delta = 1 // answers OK

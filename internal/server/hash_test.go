@@ -1,6 +1,8 @@
 package server
 
 import (
+	"bytes"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -214,6 +216,31 @@ func TestParsingAWriteOfManyArgumentsDoesNotAllocate(t *testing.T) {
 		parse()
 		if n := testing.AllocsPerRun(100, parse); n != 0 {
 			t.Errorf("parsing %s allocates %.1f times, want 0", tc.cmd, n)
+		}
+	}
+}
+
+// The arena's copies hold their bytes across its growth, whatever their
+// size: one larger than the arena's first buffer, one beyond 64 KiB (copied
+// outside it), and many small ones that force it to grow.
+func TestArenaCopiesSurviveGrowth(t *testing.T) {
+	var a arena
+	want := [][]byte{bytes.Repeat([]byte("a"), 10<<10), bytes.Repeat([]byte("b"), 70<<10)}
+	for i := range 3000 {
+		want = append(want, []byte(strconv.Itoa(i)))
+	}
+	got := a.copyArgs(want[:2])
+	for _, b := range want[2:] {
+		got = append(got, a.copy(b))
+	}
+	got = append(got, a.copyArgs(want[2:])...)
+	want = append(want, want[2:]...)
+	if len(got) != len(want) {
+		t.Fatalf("%d copies, want %d", len(got), len(want))
+	}
+	for i, g := range got {
+		if !bytes.Equal(g, want[i]) {
+			t.Fatalf("copy %d: %q, want %q", i, g[:min(8, len(g))], want[i][:min(8, len(want[i]))])
 		}
 	}
 }

@@ -154,13 +154,19 @@ func TestHGetPointReadsAgreeWithScan(t *testing.T) {
 // INCRs (failing on a key SET to a non-number), HSETs, HDELs, SETs and DELs,
 // applied in batches of 100 on one shard and one by one on another.
 func TestLongBatchReadsItsStagedWrites(t *testing.T) {
+	for _, n := range []int{100, stagedLinear / 2} { // indexed, and searched linearly past the seen filter
+		t.Run(fmt.Sprint(n), func(t *testing.T) { testBatchReadsItsStagedWrites(t, n) })
+	}
+}
+
+func testBatchReadsItsStagedWrites(t *testing.T, batch int) {
 	batched, _ := openHashShard(t)
 	single, _ := openHashShard(t)
 	rng := rand.New(rand.NewPCG(27, 2))
 	key := func() []byte { return []byte{'k', byte('0' + rng.IntN(8))} }
 	field := func() []byte { return []byte{'f', byte('0' + rng.IntN(12))} }
 	for round := 0; round < 20; round++ {
-		reqs := make([]WriteReq, 100)
+		reqs := make([]WriteReq, batch)
 		for i := range reqs {
 			var op kv.Op
 			switch rng.IntN(6) {
@@ -211,6 +217,12 @@ func (e *failingGet) Get(key []byte) (storage.Value, error) {
 // positions, and a read of k must find the engine's k, not whatever record
 // now sits where k's deletion was.
 func TestFailedWriteLeavesNothingInTheStagedIndex(t *testing.T) {
+	for _, n := range []int{stagedLinear + 1, 2} { // past the linear search, and within it (the seen filter)
+		t.Run(fmt.Sprint(n), func(t *testing.T) { testFailedWriteLeavesNothingStaged(t, n) })
+	}
+}
+
+func testFailedWriteLeavesNothingStaged(t *testing.T, before int) {
 	db, err := storage.Open(storage.Options{Devices: []storage.Device{{Dir: t.TempDir()}}})
 	if err != nil {
 		t.Fatal(err)
@@ -224,7 +236,7 @@ func TestFailedWriteLeavesNothingInTheStagedIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	var reqs []WriteReq
-	for i := 0; i < stagedLinear+1; i++ { // past the linear search
+	for i := 0; i < before; i++ {
 		reqs = append(reqs, WriteReq{Op: kv.Op{Kind: kv.KindSet, Key: []byte(fmt.Sprint("x", i)), Value: []byte("x")}})
 	}
 	reqs = append(reqs,

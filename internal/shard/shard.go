@@ -312,6 +312,13 @@ type Shard struct {
 	// the records' keys, so truncate clears it before they can change.
 	staged  map[string]int
 	stagedN int
+	// seen is a one-word Bloom filter of recs[:seenN]'s keys (stagedRec's
+	// linear search): a bit per key length and last byte, so a key the chunk
+	// lacks is usually answered without a comparison. A pipelined HSET reads
+	// its hash's metadata, which a batch of HSETs to existing fields never
+	// stages, and searched the whole chunk for it (~100 instructions).
+	seen  uint64
+	seenN int
 	// memo is engineGet's last read of the engine (memoSet: it holds one;
 	// memoKey owns its key): an HSET of existing fields stages nothing
 	// under its hash's key (kv.ApplyOptions.SparseHashMeta), so every HSET
@@ -710,6 +717,12 @@ const stagedLinear = 32
 // if it has none.
 func (s *Shard) stagedRec(key []byte) *storage.Record {
 	if len(s.recs) <= stagedLinear {
+		for ; s.seenN < len(s.recs); s.seenN++ {
+			s.seen |= seenBit(s.recs[s.seenN].Key)
+		}
+		if s.seen&seenBit(key) == 0 {
+			return nil
+		}
 		// Keys that share long prefixes (a hash's field rows: 30 bytes)
 		// differ at their ends: the last byte rules out most before a
 		// comparison of the whole key.
@@ -734,6 +747,16 @@ func (s *Shard) stagedRec(key []byte) *storage.Record {
 	return nil
 }
 
+// seenBit is key's bit in Shard.seen: of its length and last byte, the
+// parts stagedRec's linear search compares first.
+func seenBit(key []byte) uint64 {
+	h := uint32(len(key)) * 0x9e3779b1
+	if len(key) > 0 {
+		h ^= uint32(key[len(key)-1]) * 0x85ebca77
+	}
+	return 1 << (h >> 26)
+}
+
 // truncate drops the staged records from n on (a failed write's, or a
 // chunk appended) and forgets them in stagedRec's index: records staged
 // later at the same positions hold other keys, and the index's keys alias
@@ -750,6 +773,9 @@ func (s *Shard) truncate(n int) {
 	if s.stagedN > n {
 		clear(s.staged)
 		s.stagedN = 0
+	}
+	if s.seenN > n {
+		s.seen, s.seenN = 0, 0 // rebuilt from recs[:n] at the next search
 	}
 }
 
