@@ -6,10 +6,14 @@
 # them — run each binary twice or more. Use it for A/B
 # runs of two builds, and for "which function grew" (the per-function difference).
 #
-# Usage: bench/instr-ab.sh [-t TEST] [-n REQUESTS] [-P PIPELINE] [-r KEYSPACE] [-p PORT] [-d DURABILITY] BIN [BIN2]
-#   TEST: a redis-benchmark test (set, get, hset, ...; default set). get and hget read a key
+# Usage: bench/instr-ab.sh [-t TEST] [-n REQUESTS] [-P PIPELINE] [-r KEYSPACE] [-F] [-p PORT] [-d DURABILITY] BIN [BIN2]
+#   TEST: a redis-benchmark test (set, get, hset, ...; default set), or hget (HGET myhash
+#   element:__rand_int__, as bench/hash-vs-redis.sh runs it). get and hget read a key
 #   (and field) written before the run, as redis-benchmark's own keys (without -r).
 #   -r: redis-benchmark's -r (random keys or fields in a space of that size; 0: one key).
+#   -F: fill first, as bench/hash-vs-redis.sh does (SET or HSET of 2×KEYSPACE random keys or
+#   fields: a get then mostly hits, an hset mostly overwrites), and subtract what a run of the
+#   fill alone counts (each binary runs twice).
 #   Counts miss what memory stalls cost: a large keyspace's cache misses are not instructions.
 #   BIN:  a kefir binary, or the word "redis" for redis-server (appendonly no).
 #   With two binaries it prints both counts, their ratio, and the functions whose
@@ -23,15 +27,15 @@
 # (GODEBUG=asyncpreemptoff=1: callgrind and cachegrind do not survive its signals).
 set -euo pipefail
 
-TEST=set N=100000 PIPE=16 PORT=27650 DUR=async RAND=0
-while getopts "t:n:P:r:p:d:" o; do
+TEST=set N=100000 PIPE=16 PORT=27650 DUR=async RAND=0 FILL=0
+while getopts "t:n:P:r:p:d:F" o; do
   case $o in
-    t) TEST=$OPTARG ;; n) N=$OPTARG ;; P) PIPE=$OPTARG ;; r) RAND=$OPTARG ;; p) PORT=$OPTARG ;; d) DUR=$OPTARG ;;
-    *) sed -n '2,24p' "$0"; exit 2 ;;
+    t) TEST=$OPTARG ;; n) N=$OPTARG ;; P) PIPE=$OPTARG ;; r) RAND=$OPTARG ;; p) PORT=$OPTARG ;; d) DUR=$OPTARG ;; F) FILL=1 ;;
+    *) sed -n '2,28p' "$0"; exit 2 ;;
   esac
 done
 shift $((OPTIND - 1))
-[ $# -ge 1 ] || { sed -n '2,24p' "$0"; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,28p' "$0"; exit 2; }
 for t in valgrind cg_annotate redis-benchmark redis-cli; do
   command -v $t >/dev/null || { echo "instr-ab: $t not found (apt-get install valgrind redis-tools)" >&2; exit 2; }
 done
@@ -39,9 +43,22 @@ WORK=$(mktemp -d /tmp/instr-ab.XXXX)
 trap 'rm -rf "$WORK"' EXIT
 
 # count BIN OUT: runs BIN under cachegrind with the benchmark, leaves OUT.txt with
-# "function instructions" per line (summed over its inlined lines).
+# "function instructions" per line (summed over its inlined lines); with -F, the counts of
+# a fill-and-benchmark run less those of a fill-only run.
 count() {
-  local bin=$1 out=$2 dir=$WORK/data.$RANDOM
+  if [ "$FILL" = 1 ]; then
+    run "$1" "$2.fill" 0
+    run "$1" "$2" 1
+    LC_ALL=C join -a1 -a2 -e0 -o 0,1.2,2.2 "$2.txt" "$2.fill.txt" | awk '{print $1, $2 - $3}' >"$2.diff"
+    mv "$2.diff" "$2.txt"
+  else
+    run "$1" "$2" 1
+  fi
+}
+
+# run BIN OUT BENCH: count's run of BIN, with the benchmark itself if BENCH is 1.
+run() {
+  local bin=$1 out=$2 bench=$3 dir=$WORK/data.$RANDOM
   mkdir -p "$dir"
   if [ "$bin" = redis ]; then
     GODEBUG=asyncpreemptoff=1 valgrind --tool=cachegrind --cache-sim=no --cachegrind-out-file="$out" \
@@ -53,13 +70,22 @@ count() {
   fi
   local pid=$!
   for _ in $(seq 600); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
-  case $TEST in
-    get) redis-cli -p "$PORT" set key:__rand_int__ xxx >/dev/null ;;
-    hget) redis-cli -p "$PORT" hset myhash element:__rand_int__ xxx >/dev/null ;;
-  esac
   local r=()
   [ "$RAND" -gt 0 ] && r=(-r "$RAND")
-  redis-benchmark -p "$PORT" -c 50 -P "$PIPE" -t "$TEST" -n "$N" "${r[@]}" -q >/dev/null 2>&1
+  if [ "$FILL" = 1 ]; then
+    local f=set
+    case $TEST in hset | hget) f=hset ;; esac
+    redis-benchmark -p "$PORT" -c 50 -P "$PIPE" -n $((2 * RAND + 1)) "${r[@]}" -q -t $f >/dev/null 2>&1
+  else
+    case $TEST in
+      get) redis-cli -p "$PORT" set key:__rand_int__ xxx >/dev/null ;;
+      hget) redis-cli -p "$PORT" hset myhash element:__rand_int__ xxx >/dev/null ;;
+    esac
+  fi
+  # redis-benchmark has no HGET test: it is given as a command, as bench/hash-vs-redis.sh does.
+  local t=(-t "$TEST")
+  [ "$TEST" = hget ] && t=(hget myhash element:__rand_int__)
+  [ "$bench" = 1 ] && redis-benchmark -p "$PORT" -c 50 -P "$PIPE" -n "$N" "${r[@]}" -q "${t[@]}" >/dev/null 2>&1
   kill "$pid"; wait "$pid" 2>/dev/null || true
   [ -s "$out" ] || { echo "instr-ab: no counts from $bin (see $out.log)" >&2; cat "$out.log" >&2; exit 1; }
   cg_annotate --show-percs=no "$out" 2>/dev/null | grep -E '^\s*[0-9,]+ +[^ ]*:' |
