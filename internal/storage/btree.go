@@ -95,11 +95,11 @@ func (t *tree) fingered(key string) *item {
 	return t.get(key)
 }
 
-// bMax is the inner-node fanout. leafMax is chosen so a leaf's item array (48-byte
-// items) fills a 4 KiB allocation size class: 85 × 48 = 4080 bytes.
+// bMax is the inner-node fanout. leafMax is chosen so a leaf's item array (56-byte
+// items) fills a 4 KiB allocation size class: 73 × 56 = 4088 bytes.
 const (
 	bMax    = 64
-	leafMax = 85
+	leafMax = 73
 )
 
 // bnode is a leaf (kids == nil: items) or an inner node (keys, kids). In an inner node
@@ -116,6 +116,13 @@ type bnode struct {
 	// compare it byte by byte. Inserting a separator that lacks pre shortens it
 	// (fitKey); an inner split recomputes it (rekey); removals leave it valid.
 	pre string
+	// lpre (leaves) is a prefix every item's key shares, and each item's tag is
+	// its key's 8 bytes after it: the leaf search compares tags and
+	// dereferences a key only on a tie. A key inserted without lpre shortens
+	// it (fitLeaf); a split or a share recomputes it from the leaf's first and
+	// last keys (retag); removals leave it valid. Its own copy: the arena reuses
+	// a removed key's bytes.
+	lpre string
 }
 
 // bkey is an inner-node separator with its 8 bytes after its node's pre as an
@@ -251,6 +258,7 @@ func liveness(it *item) int {
 func (t *tree) update(p *item, it item) {
 	t.live += liveness(&it) - liveness(p)
 	t.withMeta += metaness(&it) - metaness(p)
+	it.tag = p.tag // the same key in the same leaf
 	*p = it
 }
 func newInner() *bnode { return &bnode{keys: make([]bkey, 0, bMax), kids: make([]*bnode, 0, bMax)} }
@@ -292,24 +300,61 @@ func childIndex(n *bnode, key string) int {
 	return lo - 1
 }
 
-// search returns the index of the first item >= key and whether it is equal.
-// It compares whole keys, even where the leaf's bounds tell that they all
-// share a prefix with key: skipping the prefix sliced every key at every
-// step, which cost more (bounds checks) than comparing those bytes again
-// (cachegrind, bench/instr-ab.sh -r 100000, with lookup no longer working
-// the prefix out: ~115 instructions fewer per random-key SET, ~200 per
-// random-field HSET, whose rows share long prefixes).
-func (t *tree) search(items []item, key string) (int, bool) {
+// search returns the index in leaf n of the first item >= key and whether it
+// is equal. It compares the items' tags (their 8 bytes after n.lpre) with
+// key's, and a key's bytes only on a tie: a tag is in the item, a key in the
+// arena, a cache miss away.
+func (t *tree) search(n *bnode, key string) (int, bool) {
+	items := n.items
+	skip := len(n.lpre)
+	if skip > 0 {
+		if kp := key[:min(len(key), skip)]; kp != n.lpre {
+			if kp < n.lpre {
+				return 0, false // below every key of the leaf
+			}
+			return len(items), false // above every key
+		}
+	}
+	kp := prefixAt(key, skip)
 	lo, hi := 0, len(items)
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
-		if t.keyOf(&items[m]) < key {
+		if tg := items[m].tag; tg < kp || tg == kp && t.keyOf(&items[m])[skip:] < key[skip:] {
 			lo = m + 1
 		} else {
 			hi = m
 		}
 	}
-	return lo, lo < len(items) && t.keyOf(&items[lo]) == key
+	return lo, lo < len(items) && items[lo].tag == kp && t.keyOf(&items[lo]) == key
+}
+
+// retag sets leaf n's lpre to the prefix its first and last keys share (which
+// every key between them shares) and every item's tag after it.
+func (t *tree) retag(n *bnode) {
+	if len(n.items) == 0 {
+		n.lpre = ""
+		return
+	}
+	first, last := t.keyOf(&n.items[0]), t.keyOf(&n.items[len(n.items)-1])
+	n.lpre = strings.Clone(first[:commonPrefix(first, last)])
+	for i := range n.items {
+		n.items[i].tag = prefixAt(t.keyOf(&n.items[i]), len(n.lpre))
+	}
+}
+
+// fitLeaf makes leaf n ready to take key: lpre shortened to what key shares
+// with it (and every tag recomputed after it) if key lacks it. It returns
+// key's tag.
+func (t *tree) fitLeaf(n *bnode, key string) uint64 {
+	if len(n.items) == 0 {
+		n.lpre = strings.Clone(key) // the next key shortens it to what they share
+	} else if !strings.HasPrefix(key, n.lpre) {
+		n.lpre = n.lpre[:commonPrefix(n.lpre, key)]
+		for i := range n.items {
+			n.items[i].tag = prefixAt(t.keyOf(&n.items[i]), len(n.lpre))
+		}
+	}
+	return prefixAt(key, len(n.lpre))
 }
 
 // get returns a pointer to key's item, or nil.
@@ -326,7 +371,7 @@ func (t *tree) lookup(key string) (*bnode, int) {
 	for !n.isLeaf() {
 		n = n.kids[childIndex(n, key)]
 	}
-	if i, ok := t.search(n.items, key); ok {
+	if i, ok := t.search(n, key); ok {
 		return n, i
 	}
 	return nil, 0
@@ -350,10 +395,11 @@ func (t *tree) insert(it item) {
 func (t *tree) ins(n *bnode, it item, rightmost bool) (*bnode, string) {
 	key := t.keyOf(&it)
 	if n.isLeaf() {
-		i, found := t.search(n.items, key)
+		i, found := t.search(n, key)
 		if found {
 			panic("storage: index insert of a present key")
 		}
+		it.tag = t.fitLeaf(n, key)
 		if len(n.items) < leafMax {
 			n.items = insertAt(n.items, i, it)
 			return nil, ""
@@ -361,6 +407,7 @@ func (t *tree) ins(n *bnode, it item, rightmost bool) (*bnode, string) {
 		r := newLeaf()
 		if rightmost && i == len(n.items) {
 			r.items = append(r.items, it)
+			t.retag(r)
 			return r, key
 		}
 		mid := leafMax / 2
@@ -372,6 +419,8 @@ func (t *tree) ins(n *bnode, it item, rightmost bool) (*bnode, string) {
 		} else {
 			r.items = insertAt(r.items, i-mid, it)
 		}
+		t.retag(n)
+		t.retag(r)
 		return r, t.keyOf(&r.items[0])
 	}
 	ci := childIndex(n, key)
@@ -428,6 +477,8 @@ func (t *tree) shareLeaf(n *bnode, ci int) bool {
 			clear(k.items[len(k.items)-m:])
 			k.items = k.items[:len(k.items)-m]
 			n.setKey(ci+1, t.keyOf(&r.items[0]))
+			t.retag(k)
+			t.retag(r)
 			return true
 		}
 	}
@@ -439,6 +490,8 @@ func (t *tree) shareLeaf(n *bnode, ci int) bool {
 			clear(k.items[len(k.items)-m:])
 			k.items = k.items[:len(k.items)-m]
 			n.setKey(ci, t.keyOf(&k.items[0]))
+			t.retag(k)
+			t.retag(l)
 			return true
 		}
 	}
@@ -457,6 +510,7 @@ func (t *tree) load(it item) {
 		panic("storage: index load out of key order")
 	}
 	if len(n.items) < leafMax {
+		it.tag = t.fitLeaf(n, t.keyOf(&it))
 		n.items = append(n.items, it)
 		t.n++
 		t.live += liveness(&it)
@@ -497,7 +551,7 @@ func (t *tree) remove(key string) bool {
 // rm returns whether key was found and whether n is now empty.
 func (t *tree) rm(n *bnode, key string) (found, empty bool) {
 	if n.isLeaf() {
-		i, ok := t.search(n.items, key)
+		i, ok := t.search(n, key)
 		if !ok {
 			return false, false
 		}
@@ -524,7 +578,7 @@ func (t *tree) ascend(pivot string, fn func(*item) bool) { t.asc(t.root, pivot, 
 
 func (t *tree) asc(n *bnode, pivot string, fn func(*item) bool) bool {
 	if n.isLeaf() {
-		for i, _ := t.search(n.items, pivot); i < len(n.items); i++ {
+		for i, _ := t.search(n, pivot); i < len(n.items); i++ {
 			if !fn(&n.items[i]) {
 				return false
 			}
@@ -551,6 +605,9 @@ func (t *tree) check() error {
 				k := t.keyOf(&n.items[i])
 				if (!first && k <= prev) || k < lo || (hasHi && k >= hi) {
 					return errTree
+				}
+				if !strings.HasPrefix(k, n.lpre) || n.items[i].tag != prefixAt(k, len(n.lpre)) {
+					return errTree // the leaf search would miss it
 				}
 				prev, first = k, false
 				count++

@@ -253,6 +253,33 @@ func TestTreeCheckSeesAStalePrefix(t *testing.T) {
 	}
 }
 
+// check also holds each leaf's tags to its lpre: a tag taken from a key's
+// first bytes (as if the leaf had no lpre), or an lpre a key lacks, is caught.
+func TestTreeCheckSeesAStaleTag(t *testing.T) {
+	tr := newTree()
+	for i := 0; i < 200; i++ {
+		tr.insert(tr.newItem([]byte(fmt.Sprintf("same-prefix-%04d", i)), []ver{{}}))
+	}
+	leaf := tr.root
+	for !leaf.isLeaf() {
+		leaf = leaf.kids[0]
+	}
+	if err := tr.check(); err != nil || leaf.lpre == "" {
+		t.Fatalf("%v, lpre %q", err, leaf.lpre)
+	}
+	it := &leaf.items[1]
+	good := it.tag
+	it.tag = prefix(tr.keyOf(it))
+	if tr.check() == nil {
+		t.Fatal("check accepted a tag taken from the key's first bytes")
+	}
+	it.tag = good
+	leaf.lpre += "x"
+	if tr.check() == nil {
+		t.Fatal("check accepted an lpre the leaf's keys lack")
+	}
+}
+
 // BenchmarkTreeGet is a point lookup among 100,000 keys: "rows" shaped as a
 // hash's field rows (38 bytes, 30 of them shared), "keys" as redis-benchmark's
 // (key:000000012345).

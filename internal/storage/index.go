@@ -6,7 +6,7 @@ import (
 )
 
 // ver is one version of a key in the index. 32 bytes; a key with one version costs one
-// item (48 bytes in a B+tree leaf) plus its key bytes in the arena.
+// item (56 bytes in a B+tree leaf) plus its key bytes in the arena.
 type ver struct {
 	version uint64
 	ts      int64
@@ -43,6 +43,12 @@ type item struct {
 	kref  uint64 // the key, in the tree's arena
 	v     ver
 	older *[]ver
+	// tag is the key's 8 bytes after its leaf's lpre, as an integer (tree.retag),
+	// which the leaf search compares instead of the key: the key lives in the
+	// arena, and dereferencing it at every step of a binary search was a cache
+	// miss each — a quarter of a pipelined GET's CPU over 100,000 random keys
+	// (docs/design/one-house.md, "Random keys"). Set by the tree, not by makeItem.
+	tag uint64
 }
 
 // keyString views b as a string without copying, for lookups that do not retain it.
