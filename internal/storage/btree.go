@@ -319,13 +319,23 @@ func (t *tree) search(n *bnode, key string) (int, bool) {
 	lo, hi := 0, len(items)
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
-		if tg := items[m].tag; tg < kp || tg == kp && t.keyOf(&items[m])[skip:] < key[skip:] {
+		switch tg := items[m].tag; {
+		case tg < kp:
 			lo = m + 1
-		} else {
+		case tg > kp:
 			hi = m
+		default: // a tie (usually key's own item): the keys decide, and equal ones end the search
+			switch c := strings.Compare(t.keyOf(&items[m]), key); {
+			case c < 0:
+				lo = m + 1
+			case c > 0:
+				hi = m
+			default:
+				return m, true
+			}
 		}
 	}
-	return lo, lo < len(items) && items[lo].tag == kp && t.keyOf(&items[lo]) == key
+	return lo, false
 }
 
 // retag sets leaf n's lpre to the prefix its first and last keys share (which

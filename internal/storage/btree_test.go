@@ -280,6 +280,40 @@ func TestTreeCheckSeesAStaleTag(t *testing.T) {
 	}
 }
 
+// A leaf whose keys tie on their tags (two key families in one leaf, so its
+// lpre is empty and every "user:aaaaaaaa…" key has the same 8 bytes) still
+// finds, inserts and removes each key in order: ties are decided by the keys.
+func TestLeafSearchOnTiedTags(t *testing.T) {
+	tr := newTree()
+	var keys []string
+	for i := 0; i < 60; i++ {
+		keys = append(keys, fmt.Sprintf("user:aaaaaaaa-%03d", (i*37)%60))
+	}
+	keys = append(keys, "order:1", "zzz")
+	for _, k := range keys {
+		tr.insert(tr.newItem([]byte(k), []ver{{}}))
+		if err := tr.check(); err != nil {
+			t.Fatalf("after %q: %v", k, err)
+		}
+	}
+	for _, k := range keys {
+		if tr.get(k) == nil {
+			t.Fatalf("%q not found", k)
+		}
+		if tr.get(k+"0") != nil || tr.get(k[:len(k)-1]) != nil {
+			t.Fatalf("a neighbour of %q found", k)
+		}
+	}
+	for _, k := range keys[:30] {
+		if !tr.remove(k) {
+			t.Fatalf("remove %q", k)
+		}
+	}
+	if err := tr.check(); err != nil || tr.Len() != len(keys)-30 {
+		t.Fatal(err, tr.Len())
+	}
+}
+
 // BenchmarkTreeGet is a point lookup among 100,000 keys: "rows" shaped as a
 // hash's field rows (38 bytes, 30 of them shared), "keys" as redis-benchmark's
 // (key:000000012345).
