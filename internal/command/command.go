@@ -218,7 +218,7 @@ func Lookup(name []byte) (*Spec, bool) {
 	// One pass upper-cases the name and hashes it; the table below is probed
 	// with that hash. A Go map cost a pipelined HSET ~170 instructions per
 	// lookup (hashing the name again, then its own probe), and the front door
-	// looks a command up twice (docs/design/hashes.md, "The pipelined rows").
+	// looks a command up twice (docs/design/hashes.md, "Pipelined, session 21").
 	var buf [maxNameLen]byte
 	h := uint32(2166136261)
 	for i, c := range name {

@@ -31,9 +31,15 @@ type cacheShard struct {
 }
 
 type centry struct {
-	pos        uint64
-	data       []byte
+	// visited and small come first, in the line a hit reads anyway: a value
+	// of at most len(small) bytes (a counter, a flag, redis-benchmark's
+	// "xxx") is kept there, not in an allocation of its own, which cost a GET
+	// over many keys a cache miss more (docs/design/hashes.md, "Pipelined,
+	// session 21").
 	visited    atomic.Bool
+	small      [20]byte
+	data       []byte // small's bytes for a small value
+	pos        uint64
 	prev, next *centry // prev is towards head (newer)
 }
 
@@ -111,10 +117,15 @@ func (c *cache) insert(pos uint64, data []byte, clone bool) {
 	for s.size+cost > s.max && s.tail != nil {
 		s.evict()
 	}
-	if clone {
+	e := &centry{pos: pos, next: s.head}
+	switch {
+	case len(data) <= len(e.small):
+		n := copy(e.small[:], data)
+		data = e.small[:n:n]
+	case clone:
 		data = bytes.Clone(data)
 	}
-	e := &centry{pos: pos, data: data, next: s.head}
+	e.data = data
 	if s.head != nil {
 		s.head.prev = e
 	}

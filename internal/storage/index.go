@@ -47,7 +47,7 @@ type item struct {
 	// which the leaf search compares instead of the key: the key lives in the
 	// arena, and dereferencing it at every step of a binary search was a cache
 	// miss each — a quarter of a pipelined GET's CPU over 100,000 random keys
-	// (docs/design/one-house.md, "Random keys"). Set by the tree, not by makeItem.
+	// (docs/design/hashes.md, "Pipelined, session 21"). Set by the tree, not by makeItem.
 	tag uint64
 }
 

@@ -3,6 +3,7 @@ package storage
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -266,46 +267,58 @@ func TestBackgroundCheckpoint(t *testing.T) {
 }
 
 // GetShared returns the same bytes as Get, from the cache without a copy once cached;
-// Get keeps handing out private copies of those same cached bytes.
+// Get keeps handing out private copies of those same cached bytes. A value longer than
+// a cache entry's inline room is cached as read; a short one is kept in the entry,
+// and hits share that.
 func TestGetSharedIsGetWithoutTheCopy(t *testing.T) {
+	for _, value := range []string{strings.Repeat("value", 8), "value"} {
+		t.Run(fmt.Sprint(len(value)), func(t *testing.T) { testGetSharedIsGetWithoutTheCopy(t, value) })
+	}
+}
+
+func testGetSharedIsGetWithoutTheCopy(t *testing.T, value string) {
 	db, err := Open(Options{Devices: []Device{{Dir: t.TempDir()}}, CacheBytes: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	if _, err := db.Append(Record{Key: []byte("k"), Value: []byte("value"), Version: 1}); err != nil {
+	if _, err := db.Append(Record{Key: []byte("k"), Value: []byte(value), Version: 1}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.GetShared([]byte("missing")); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("GetShared(missing) = %v, want ErrNotFound", err)
 	}
 	// Still in the write buffer: served from it, so not shared with anything.
-	if v, err := db.GetShared([]byte("k")); err != nil || string(v.Data) != "value" || v.Version != 1 {
+	if v, err := db.GetShared([]byte("k")); err != nil || string(v.Data) != value || v.Version != 1 {
 		t.Fatalf("GetShared from the write buffer = %q %d %v", v.Data, v.Version, err)
 	}
 	if _, err := db.Sync(db.LastPos()); err != nil {
 		t.Fatal(err)
 	}
 	first, err := db.GetShared([]byte("k")) // a cache miss: read from the file, then cached as is
-	if err != nil || string(first.Data) != "value" {
+	if err != nil || string(first.Data) != value {
 		t.Fatalf("GetShared from the file = %q %v", first.Data, err)
 	}
 	second, err := db.GetShared([]byte("k"))
-	if err != nil || string(second.Data) != "value" {
+	if err != nil || string(second.Data) != value {
 		t.Fatalf("GetShared from the cache = %q %v", second.Data, err)
 	}
-	if &first.Data[0] != &second.Data[0] {
+	third, err := db.GetShared([]byte("k"))
+	if err != nil || string(third.Data) != value {
+		t.Fatalf("GetShared from the cache again = %q %v", third.Data, err)
+	}
+	if &third.Data[0] != &second.Data[0] || len(value) > len(centry{}.small) && &first.Data[0] != &second.Data[0] {
 		t.Fatal("GetShared copied a cached value")
 	}
 	private, err := db.Get([]byte("k"))
-	if err != nil || string(private.Data) != "value" {
+	if err != nil || string(private.Data) != value {
 		t.Fatalf("Get = %q %v", private.Data, err)
 	}
 	if &private.Data[0] == &second.Data[0] {
 		t.Fatal("Get handed out the cache's own bytes")
 	}
 	private.Data[0] = 'X'
-	if again, _ := db.GetShared([]byte("k")); string(again.Data) != "value" {
+	if again, _ := db.GetShared([]byte("k")); string(again.Data) != value {
 		t.Fatalf("modifying Get's copy changed the cached value: %q", again.Data)
 	}
 }
