@@ -325,7 +325,16 @@ func (t *tree) search(n *bnode, key string) (int, bool) {
 		case tg > kp:
 			hi = m
 		default: // a tie (usually key's own item): the keys decide, and equal ones end the search
-			switch c := strings.Compare(t.keyOf(&items[m]), key); {
+			var c int
+			if il := refLen(items[m].kref); il <= skip+8 && len(key) <= skip+8 {
+				// Both keys end within their tags, which then hold all they
+				// have after lpre (zero-padded): the shorter is the smaller,
+				// equal lengths are equal keys. No read of the key.
+				c = il - len(key)
+			} else {
+				c = strings.Compare(t.keyOf(&items[m]), key)
+			}
+			switch {
 			case c < 0:
 				lo = m + 1
 			case c > 0:
@@ -736,6 +745,9 @@ func (a *keyArena) get(ref uint64) string {
 	c := a.chunks[ref>>(refOffBits+refLenBits)]
 	return unsafe.String(&c[off], n)
 }
+
+// refLen is the length of the key ref refers to, read from the reference.
+func refLen(ref uint64) int { return int(ref & (1<<refLenBits - 1)) }
 
 func (a *keyArena) free(ref uint64) { a.garbage += int64(ref & (1<<refLenBits - 1)) }
 
