@@ -88,7 +88,7 @@ func (t *tree) fingered(key string) *item {
 	if n := f.leaf.Load(); n != nil {
 		// A leaf leaves the tree only empty, and keys are unique: an item
 		// of key in a non-empty leaf is key's item in this tree.
-		if i := int(f.i.Load()); i < len(n.items) && t.keyOf(&n.items[i]) == key {
+		if i := int(f.i.Load()); i < len(n.items) && t.holds(n, i, key) {
 			return &n.items[i]
 		}
 	}
@@ -345,6 +345,18 @@ func (t *tree) search(n *bnode, key string) (int, bool) {
 		}
 	}
 	return lo, false
+}
+
+// holds reports whether item i of leaf n has key, reading the key from the
+// arena only when its tag and length cannot tell (a cache miss saved for
+// every write a finger leads to).
+func (t *tree) holds(n *bnode, i int, key string) bool {
+	it := &n.items[i]
+	skip := len(n.lpre)
+	if refLen(it.kref) != len(key) || !strings.HasPrefix(key, n.lpre) || it.tag != prefixAt(key, skip) {
+		return false
+	}
+	return len(key) <= skip+8 || t.keyOf(it) == key
 }
 
 // retag sets leaf n's lpre to the prefix its first and last keys share (which
