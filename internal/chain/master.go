@@ -36,6 +36,9 @@ type masterMutations struct {
 	// truncateEarly: restore R by truncating as soon as FLUSH is issued,
 	// before the joiner is a replica.
 	truncateEarly bool
+	// noResend: Tick re-sends nothing (an order sent once, as before
+	// re-sending existed): a lost order or answer stalls the master.
+	noResend bool
 }
 
 // order names a repair order: its recipient and kind.
@@ -44,10 +47,12 @@ type order struct {
 	kind MsgType
 }
 
-// awaited is an unanswered order's epoch and, for CR_MID, its target.
+// awaited is an unanswered order's epoch and, for CR_MID, its target, and
+// when (the master's tick) it was last sent.
 type awaited struct {
 	epoch  uint64
 	target NodeID
+	sent   uint64
 }
 
 type request struct {
@@ -76,6 +81,10 @@ type joining struct {
 	// would reach the old tail after FLUSH and miss both the log flush and
 	// the joiner).
 	precopied bool
+	// sent is the tick PRECOPY (pre-copy) or FLUSH (flush) was last sent
+	// at; flush is the FLUSH as sent, re-sent as is (Tick).
+	sent  uint64
+	flush Msg
 }
 
 // Master decides a chain's membership and routes client requests: the
@@ -102,6 +111,8 @@ type Master struct {
 
 	join  *joining
 	trunc [2]NodeID // the truncation in progress: the new tail, the old
+	// truncSent is the tick TRUNCATE was last sent at.
+	truncSent uint64
 	// awaiting: the repair orders not yet answered, by member and kind
 	// (one member may get CR_HEAD and CR_MID at once), with the epoch of the
 	// latest one: an answer to an older order does not count, as FLUSH must
@@ -114,6 +125,10 @@ type Master struct {
 	// epoch renews it as soon as no reconfiguration is under way (a FLUSH
 	// in flight would be ignored by members that saw the newer epoch).
 	renumber bool
+
+	// ticks counts Tick calls; resend is how many ticks an order waits
+	// for its answer before Tick sends it again (0: never).
+	ticks, resend uint64
 
 	out MasterReady
 	mut masterMutations
@@ -284,7 +299,7 @@ func (m *Master) Join(j NodeID, pos int) error {
 		return fmt.Errorf("chain: join of %d: not a new node (members %v)", j, m.members)
 	}
 	delete(m.dead, j) // a restarted member: a new incarnation
-	m.join = &joining{j: j, pos: pos, phase: phasePrecopy, src: m.tail}
+	m.join = &joining{j: j, pos: pos, phase: phasePrecopy, src: m.tail, sent: m.ticks}
 	m.send(j, Msg{Type: MsgPrecopy, Target: m.tail})
 	return nil
 }
@@ -305,7 +320,7 @@ func (m *Master) maybeRenumber() {
 		m.renumber = false
 		m.epoch++
 		m.send(m.head, Msg{Type: MsgCRHead})
-		m.awaiting[order{m.head, MsgCRHead}] = awaited{epoch: m.epoch}
+		m.awaiting[order{m.head, MsgCRHead}] = awaited{epoch: m.epoch, sent: m.ticks}
 		m.unpark() // behind the CR_HEAD on the head's link
 	}
 }
@@ -428,6 +443,7 @@ func (m *Master) reissuePrecopy() {
 	}
 	m.join.src = m.tail
 	m.join.precopied = false
+	m.join.sent = m.ticks
 	m.send(m.join.j, Msg{Type: MsgPrecopy, Target: m.tail})
 }
 
@@ -442,7 +458,8 @@ func (m *Master) startFlush() {
 	path := append(append([]NodeID{j.j}, old...), j.j)
 	m.members = list
 	j.phase = phaseFlush
-	m.send(j.j, Msg{Type: MsgFlush, Members: list, Path: path, Joiner: j.j})
+	j.flush, j.sent = Msg{Type: MsgFlush, Epoch: m.epoch, Members: list, Path: path, Joiner: j.j}, m.ticks
+	m.send(j.j, j.flush)
 	if pos == 0 {
 		// Digest §7.6: updates go to the joiner from now on (it saw FLUSH
 		// before them: same link); the old head refuses stragglers.
@@ -459,6 +476,7 @@ func (m *Master) truncate() {
 	m.epoch++
 	n := len(m.members)
 	m.trunc = [2]NodeID{m.members[n-2], m.members[n-1]}
+	m.truncSent = m.ticks
 	m.send(m.trunc[0], Msg{Type: MsgTruncate})
 }
 
@@ -536,20 +554,85 @@ func (m *Master) repair() {
 	if live[0] != old[0] {
 		m.head = live[0]
 		m.send(live[0], Msg{Type: MsgCRHead})
-		m.awaiting[order{live[0], MsgCRHead}] = awaited{epoch: m.epoch}
+		m.awaiting[order{live[0], MsgCRHead}] = awaited{epoch: m.epoch, sent: m.ticks}
 	}
 	for i := 0; i+1 < len(live); i++ {
 		if _, succ := neighbours(old, live[i]); succ != live[i+1] {
 			m.send(live[i], Msg{Type: MsgCRMid, Target: live[i+1]})
-			m.awaiting[order{live[i], MsgCRMid}] = awaited{epoch: m.epoch, target: live[i+1]}
+			m.awaiting[order{live[i], MsgCRMid}] = awaited{epoch: m.epoch, target: live[i+1], sent: m.ticks}
 		}
 	}
 	if last := live[len(live)-1]; last != old[len(old)-1] {
 		m.tail = 0
 		m.send(last, Msg{Type: MsgCRTail})
-		m.awaiting[order{last, MsgCRTail}] = awaited{epoch: m.epoch}
+		m.awaiting[order{last, MsgCRTail}] = awaited{epoch: m.epoch, sent: m.ticks}
 	}
 	m.unpark()
+}
+
+// SetResend makes Tick re-send an order that has waited n ticks for its
+// answer (0, the default: never). The host ticks the master at a fixed
+// interval (chainmaster: every heartbeat), so n ticks is a time.
+func (m *Master) SetResend(n int) { m.resend = uint64(max(n, 0)) }
+
+// Tick is the master's clock, a tick at a time: it re-sends every order
+// that has waited SetResend ticks for its answer — CR_HEAD, CR_MID and
+// CR_TAIL, PRECOPY (until pre-copy is reported done), FLUSH, TRUNCATE — and
+// waits as long again. The host's links may drop a message (a full queue, a
+// re-dialled connection), and an order or its answer lost would otherwise
+// leave the master Busy for ever: no later join, no renumbering. A member
+// handles a repeated order idempotently and answers it again
+// (docs/design/chain.md, "Lost orders"). An order goes until it is answered
+// or superseded: a newer order to the member, the join aborted, the member
+// failed — each of which drops or replaces what Tick re-sends.
+//
+// A FLUSH goes again as it was, at its epoch (nothing raises the epoch
+// while it is outstanding but a failure, which aborts the join). Repair
+// orders and TRUNCATE go at the current epoch: a later repair may have
+// raised it without superseding them, and a member that took part in that
+// repair refuses an order from an epoch below its own. A repair order's
+// answer then counts only from that epoch on, as for a new order: a FLUSH
+// must not start on the answer to the older copy while the newer one may
+// still make the member repair again.
+func (m *Master) Tick() {
+	m.ticks++
+	if m.resend == 0 || mutation.On && m.mut.noResend {
+		return
+	}
+	due := func(sent uint64) bool { return m.ticks-sent >= m.resend }
+	orders := make([]order, 0, len(m.awaiting))
+	for o := range m.awaiting {
+		orders = append(orders, o)
+	}
+	slices.SortFunc(orders, func(a, b order) int { // map order must not leak into the output
+		if a.to != b.to {
+			return int(a.to) - int(b.to)
+		}
+		return int(a.kind) - int(b.kind)
+	})
+	for _, o := range orders {
+		a := m.awaiting[o]
+		if !due(a.sent) {
+			continue
+		}
+		a.epoch, a.sent = m.epoch, m.ticks
+		m.awaiting[o] = a
+		m.send(o.to, Msg{Type: o.kind, Target: a.target})
+	}
+	if j := m.join; j != nil && due(j.sent) {
+		switch {
+		case j.phase == phaseFlush:
+			j.sent = m.ticks
+			m.send(j.j, j.flush)
+		case !j.precopied && j.src != 0:
+			j.sent = m.ticks
+			m.send(j.j, Msg{Type: MsgPrecopy, Target: j.src})
+		}
+	}
+	if m.trunc[0] != 0 && due(m.truncSent) {
+		m.truncSent = m.ticks
+		m.send(m.trunc[0], Msg{Type: MsgTruncate})
+	}
 }
 
 // Lost reports whether every member is gone.
