@@ -103,6 +103,9 @@ type harness struct {
 	offTail int
 	// exhausted counts updates a head refused for want of numbers.
 	exhausted int
+	// writes counts the writes resend_test.go made during a
+	// reconfiguration (ids 1001 on).
+	writes uint64
 	// noCheck turns the invariant check off, to show what the clients'
 	// history alone reveals.
 	noCheck bool
@@ -286,6 +289,32 @@ func (h *harness) deliver(l link) {
 		m.Step(msg)
 	}
 	h.collect()
+}
+
+// drop loses the first message queued on l, as the host's transport may
+// (a full queue, a re-dialled connection).
+func (h *harness) drop(l link) {
+	q := h.queues[l]
+	h.logf("drop %v", q[0])
+	h.queues[l] = q[1:]
+}
+
+// dup delivers the first message queued on l and queues a copy of it at the
+// end of l: it comes again later, as a re-sent order or a repeated answer.
+func (h *harness) dup(l link) {
+	msg := h.queues[l][0]
+	h.deliver(l)
+	if msg.To == masterID || h.members[msg.To] != nil {
+		h.queues[l] = append(h.queues[l], msg)
+	}
+}
+
+// mtick ticks the master n times (its re-sends).
+func (h *harness) mtick(n int) {
+	for range n {
+		h.master.Tick()
+		h.collect()
+	}
 }
 
 // crash stops id: its links break; report tells the master (a fenced member

@@ -126,6 +126,13 @@ type Master struct {
 	// in flight would be ignored by members that saw the newer epoch).
 	renumber bool
 
+	// early: update answers from a member about to become the tail (the
+	// truncation's new tail, or one ordered CR_TAIL) that came before the
+	// master made it the tail: its TRUNCATE_ACK or CR_TAIL_DONE, which
+	// precedes them on its link, was lost. They count once a re-sent
+	// order's answer makes it the tail.
+	early map[NodeID][]Msg
+
 	// ticks counts Tick calls; resend is how many ticks an order waits
 	// for its answer before Tick sends it again (0: never).
 	ticks, resend uint64
@@ -340,9 +347,16 @@ func (m *Master) step(msg Msg) {
 			// Lemma 3.17: only the current tail answers (a CRAQ read by
 			// whichever member found the key clean, a weak read by any).
 			// A read answered by a former tail is asked again; an update
-			// waits for the tail's ack.
+			// waits for the tail's ack — or for its own sender to become
+			// the tail, if it is about to (early).
 			if r.query && r.to == msg.From {
 				m.route(msg.ID)
+			}
+			if !r.query && m.becomingTail(msg.From) {
+				if m.early == nil {
+					m.early = map[NodeID][]Msg{}
+				}
+				m.early[msg.From] = append(m.early[msg.From], msg)
 			}
 			return
 		}
@@ -397,6 +411,7 @@ func (m *Master) step(msg Msg) {
 		m.members = m.members[:len(m.members)-1]
 		m.tail = msg.From
 		m.trunc = [2]NodeID{}
+		m.takeEarly(msg.From)
 		m.unpark()
 	case MsgCRHeadDone, MsgCRMidDone:
 		m.answered(msg)
@@ -405,10 +420,31 @@ func (m *Master) step(msg Msg) {
 		m.answered(msg)
 		if n := len(m.members); n > 0 && m.members[n-1] == msg.From {
 			m.tail = msg.From
+			m.takeEarly(msg.From)
 			m.unpark()
 			m.reissuePrecopy()
 		}
 		m.maybeFlush()
+	}
+}
+
+// becomingTail reports whether n is about to become the tail: the new tail
+// of the truncation under way, or a member ordered CR_TAIL.
+func (m *Master) becomingTail(n NodeID) bool {
+	if n == m.trunc[0] {
+		return true
+	}
+	_, ok := m.awaiting[order{n, MsgCRTail}]
+	return ok && m.tail == 0
+}
+
+// takeEarly takes the answers the new tail n sent before the master knew it
+// was the tail (early), now that it does.
+func (m *Master) takeEarly(n NodeID) {
+	es := m.early[n]
+	m.early = nil // anyone else's were a tail-to-be's that no longer is
+	for _, e := range es {
+		m.step(e)
 	}
 }
 
@@ -487,6 +523,7 @@ func (m *Master) Fail(n NodeID) {
 		return
 	}
 	m.dead[n] = true
+	delete(m.early, n)
 	if j := m.join; j != nil {
 		switch {
 		case j.phase == phasePrecopy && n == j.j:
@@ -600,6 +637,7 @@ func (m *Master) Tick() {
 		return
 	}
 	due := func(sent uint64) bool { return m.ticks-sent >= m.resend }
+	sent := len(m.out.Msgs)
 	orders := make([]order, 0, len(m.awaiting))
 	for o := range m.awaiting {
 		orders = append(orders, o)
@@ -632,6 +670,12 @@ func (m *Master) Tick() {
 	if m.trunc[0] != 0 && due(m.truncSent) {
 		m.truncSent = m.ticks
 		m.send(m.trunc[0], Msg{Type: MsgTruncate})
+	}
+	if len(m.out.Msgs) > sent {
+		// Requests a member refused for want of the order (an update at
+		// a head that never got its CR_HEAD) are parked: they go again
+		// behind the re-sent orders, on the same links.
+		m.unpark()
 	}
 }
 
