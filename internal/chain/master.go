@@ -608,8 +608,10 @@ func (m *Master) repair() {
 }
 
 // SetResend makes Tick re-send an order that has waited n ticks for its
-// answer (0, the default: never). The host ticks the master at a fixed
-// interval (chainmaster: every heartbeat), so n ticks is a time.
+// answer (0, the default: never): an order sent after the kth Tick goes
+// again at the (k+n)th. The host ticks the master at a fixed interval
+// (chainmaster: every heartbeat), so n ticks is a time: n intervals for an
+// order sent at a tick, a little less for one sent between two.
 func (m *Master) SetResend(n int) { m.resend = uint64(max(n, 0)) }
 
 // Tick is the master's clock, a tick at a time: it re-sends every order

@@ -96,6 +96,9 @@ const (
 	// given to be heard from at all (processes starting on a loaded
 	// machine), before FailAfter applies.
 	DefaultStartGrace = 10 * time.Second
+	// DefaultResendAfter is how long an order waits for its answer before
+	// the master sends it again (10 heartbeat intervals by default).
+	DefaultResendAfter = 500 * time.Millisecond
 )
 
 // Config configures a master.
@@ -115,7 +118,13 @@ type Config struct {
 	// StartGrace is how long a member of the starting chain that has not
 	// been heard from yet is given (default DefaultStartGrace).
 	StartGrace time.Duration
-	Logger     *slog.Logger
+	// ResendAfter is how long an order (CR_HEAD, CR_MID, CR_TAIL,
+	// PRECOPY, FLUSH, TRUNCATE) waits for its answer before the master
+	// sends it again, rounded up to whole heartbeat intervals (default
+	// DefaultResendAfter): the transport may drop a message, and a lost
+	// order or answer would stall the reconfiguration (chain.Master.Tick).
+	ResendAfter time.Duration
+	Logger      *slog.Logger
 	// Meta, if set, is this node's replica of the metadata group: the
 	// master acts only while the node leads it, and the chain's
 	// configuration lives there (the package comment, "Hosted by the
@@ -309,10 +318,14 @@ func newMaster(cfg Config, now func() time.Time) (*Master, error) {
 	for i, id := range cfg.Members {
 		ids[i] = chain.NodeID(id)
 	}
+	if cfg.ResendAfter <= 0 {
+		cfg.ResendAfter = DefaultResendAfter
+	}
 	x := &Master{cfg: cfg, now: now, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
-		m: chain.NewMaster(chain.NodeID(cfg.As), ids, len(ids)), heard: map[uint64]time.Time{},
+		heard:      map[uint64]time.Time{},
 		learnUntil: now().Add(cfg.FailAfter), learner: NewLearner(ids),
 		progress: map[uint64]progress{}, committed: &kv.ChainConfig{Group: cfg.Group, Members: slices.Clone(cfg.Members)}}
+	x.m = x.newCore(ids, 0)
 	if cfg.Meta != nil {
 		// The record is the configuration: nothing to learn, and nothing
 		// to do until this node leads the metadata group.
@@ -641,7 +654,7 @@ func (x *Master) lead() (bool, time.Time) {
 		x.cfg.Logger.Warn("chain master: the record is ahead of the members (decided, never announced): rewiring from a member's configuration",
 			"record", cc.Members, "epoch", cc.Epoch, "member", uint64(old.From), "its epoch", old.Epoch)
 	}
-	x.m = chain.NewMasterAt(chain.NodeID(x.cfg.As), from, len(x.cfg.Members), cc.Epoch)
+	x.m = x.newCore(from, cc.Epoch)
 	x.committed, x.actAt, x.reports = cc, time.Time{}, nil
 	clear(x.heard)
 	clear(x.progress)
@@ -666,6 +679,15 @@ func (x *Master) lead() (bool, time.Time) {
 	}
 	x.cfg.Logger.Info("chain master: acting (metadata leader)", "members", cc.Members, "epoch", cc.Epoch)
 	return true, now
+}
+
+// newCore is the master's core for the chain members at epoch, keeping it
+// at the configured chain's length, which re-sends an unanswered order every
+// ResendAfter: Tick runs on the master's tick, every Heartbeat.
+func (x *Master) newCore(members []chain.NodeID, epoch uint64) *chain.Master {
+	m := chain.NewMasterAt(chain.NodeID(x.cfg.As), members, len(x.cfg.Members), epoch)
+	m.SetResend(int((x.cfg.ResendAfter + x.cfg.Heartbeat - 1) / x.cfg.Heartbeat))
+	return m
 }
 
 // passive stops a hosted master: it forgets its state (the record keeps
@@ -711,7 +733,7 @@ func (x *Master) learn(msg chain.Msg, now time.Time) {
 		members, epoch := x.learner.Config()
 		x.cfg.Logger.Warn("chain master: learnt a newer configuration", "from", uint64(msg.From), "epoch", epoch,
 			"members", members, "was", x.m.Members(), "was epoch", x.m.Epoch())
-		x.m = chain.NewMasterAt(chain.NodeID(x.cfg.As), members, len(x.cfg.Members), epoch)
+		x.m = x.newCore(members, epoch)
 		for _, id := range members {
 			if _, ok := x.heard[uint64(id)]; !ok {
 				// The start's grace, as for the configured members.
@@ -752,6 +774,9 @@ func (x *Master) tick(now time.Time) {
 		}
 		x.learnt()
 	}
+	// Re-send what is unanswered, before this tick's decisions: their
+	// orders count their wait from this tick.
+	x.m.Tick()
 	for _, id := range x.m.Members() {
 		if h, ok := x.heard[uint64(id)]; !ok || now.Sub(h) > x.cfg.FailAfter {
 			x.cfg.Logger.Warn("chain master: member failed (no heartbeat)", "node", uint64(id), "silent", now.Sub(h))
