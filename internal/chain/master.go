@@ -607,11 +607,10 @@ func (m *Master) repair() {
 	m.unpark()
 }
 
-// SetResend makes Tick re-send an order that has waited n ticks for its
-// answer (0, the default: never): an order sent after the kth Tick goes
-// again at the (k+n)th. The host ticks the master at a fixed interval
-// (chainmaster: every heartbeat), so n ticks is a time: n intervals for an
-// order sent at a tick, a little less for one sent between two.
+// SetResend makes Tick re-send an order that has waited n whole ticks for
+// its answer (0, the default: never): one sent after the kth Tick goes again
+// at the (k+n+1)th. The host ticks the master at a fixed interval
+// (chainmaster: every heartbeat), so that is at least n intervals.
 func (m *Master) SetResend(n int) { m.resend = uint64(max(n, 0)) }
 
 // Tick is the master's clock, a tick at a time: it re-sends every order
@@ -638,7 +637,7 @@ func (m *Master) Tick() {
 	if m.resend == 0 || mutation.On && m.mut.noResend {
 		return
 	}
-	due := func(sent uint64) bool { return m.ticks-sent >= m.resend }
+	due := func(sent uint64) bool { return m.ticks-sent > m.resend }
 	sent := len(m.out.Msgs)
 	orders := make([]order, 0, len(m.awaiting))
 	for o := range m.awaiting {

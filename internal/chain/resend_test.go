@@ -139,7 +139,7 @@ func settle(h *harness, rounds int) int {
 		if !h.master.Busy() && len(h.links()) == 0 {
 			return i
 		}
-		h.mtick(resendTicks)
+		h.mtick(resendTicks + 1)
 		h.stabilize()
 	}
 	return rounds
@@ -281,7 +281,7 @@ func doubled(t *testing.T, h *harness) {
 		if i == 500 {
 			t.Fatalf("not finished after 500 rounds")
 		}
-		h.mtick(resendTicks)
+		h.mtick(resendTicks + 1)
 		for _, l := range h.links() {
 			h.deliver(l)
 		}

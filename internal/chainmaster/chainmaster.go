@@ -686,6 +686,8 @@ func (x *Master) lead() (bool, time.Time) {
 // ResendAfter: Tick runs on the master's tick, every Heartbeat.
 func (x *Master) newCore(members []chain.NodeID, epoch uint64) *chain.Master {
 	m := chain.NewMasterAt(chain.NodeID(x.cfg.As), members, len(x.cfg.Members), epoch)
+	// Tick re-sends after n whole ticks, at least n intervals: an order
+	// made in a tick, before its Tick, waits exactly n.
 	m.SetResend(int((x.cfg.ResendAfter + x.cfg.Heartbeat - 1) / x.cfg.Heartbeat))
 	return m
 }
@@ -774,9 +776,6 @@ func (x *Master) tick(now time.Time) {
 		}
 		x.learnt()
 	}
-	// Re-send what is unanswered, before this tick's decisions: their
-	// orders count their wait from this tick.
-	x.m.Tick()
 	for _, id := range x.m.Members() {
 		if h, ok := x.heard[uint64(id)]; !ok || now.Sub(h) > x.cfg.FailAfter {
 			x.cfg.Logger.Warn("chain master: member failed (no heartbeat)", "node", uint64(id), "silent", now.Sub(h))
@@ -795,6 +794,10 @@ func (x *Master) tick(now time.Time) {
 			delete(x.progress, uint64(j))
 		}
 	}
+	// Re-send what is unanswered: an order waits ResendAfter, and one this
+	// tick's decisions (or a takeover's, in lead) made counts its wait from
+	// this tick.
+	x.m.Tick()
 	x.flush()
 }
 

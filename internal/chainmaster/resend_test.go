@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/kefirdb/kefir/internal/chain"
+	"github.com/kefirdb/kefir/internal/kv"
 )
 
 // TestMasterResendsOrders drives a master's tick and step on the test's own
@@ -16,22 +17,30 @@ import (
 // node 4 asks to join: its PRECOPY and then its FLUSH are lost once each,
 // and each comes again. On the old master, which sent an order once, the
 // second CR_TAIL never came and the master stayed busy, refusing joins.
+//
+// "hosted, taking over a repair" starts from a record that already dropped
+// 3 ([1 2] at epoch 1) while the members still hold [1 2 3] at epoch 0: the
+// old master committed the repair and died before announcing it. The new
+// master does not resume the old one's orders — it derives them again from
+// what the members report ("A decision committed but never announced") —
+// and re-sends those like any other.
 func TestMasterResendsOrders(t *testing.T) {
-	for _, hosted := range []bool{false, true} {
-		name := "standalone"
-		if hosted {
-			name = "hosted"
-		}
-		t.Run(name, func(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		meta func() Meta
+	}{
+		{"standalone", func() Meta { return nil }},
+		{"hosted", func() Meta { return &fakeMeta{} }},
+		{"hosted, taking over a repair", func() Meta { return &fakeMeta{rec: &kv.ChainConfig{Epoch: 1, Members: []uint64{1, 2}}} }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
 			const hb, lease, failAfter, resend = 50 * time.Millisecond, 300 * time.Millisecond, 600 * time.Millisecond, 4 * 50 * time.Millisecond
 			t0 := time.Unix(1_000_000, 0)
 			now := t0
 			var sent []chain.Msg
 			cfg := Config{Self: 9, Members: []uint64{1, 2, 3}, Heartbeat: hb, Lease: lease, FailAfter: failAfter, StartGrace: failAfter,
 				ResendAfter: resend, Send: func(_ uint64, m *chain.Msg) { sent = append(sent, *m) }}
-			if hosted {
-				cfg.Meta = &fakeMeta{}
-			}
+			cfg.Meta = c.meta()
 			x, err := newMaster(cfg, func() time.Time { return now })
 			if err != nil {
 				t.Fatal(err)
