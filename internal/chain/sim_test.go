@@ -614,9 +614,22 @@ func lossySim(seed uint64) simOpts {
 // reconfiguration (the run ends only with the master idle and the chain
 // back at R), and members must take every repeat as a no-op: per-key
 // linearizability, the invariants after every event, and every member
-// with the same history at the end.
+// with the same history at the end. SU and AUSI: also with mixed
+// datastores and session reads (modeSim), where a FLUSH may wait behind
+// held updates.
 func TestSimLossyOrders(t *testing.T) {
-	runSeeds(t, 300, 5000, "TestSimLossyOrders", lossySim)
+	t.Run("varied", func(t *testing.T) {
+		runSeeds(t, 300, 5000, "TestSimLossyOrders/varied", lossySim)
+	})
+	for _, mode := range []Mode{SU, AUSI} {
+		t.Run(mode.String(), func(t *testing.T) {
+			runSeeds(t, 100, 1500, "TestSimLossyOrders/"+mode.String(), func(seed uint64) simOpts {
+				o := modeSim(seed, mode)
+				lossyLinks(&o)
+				return o
+			})
+		})
+	}
 }
 
 func TestSimLinearizable(t *testing.T) {
