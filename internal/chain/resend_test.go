@@ -79,9 +79,16 @@ var resendCases = []resendCase{
 // resendHarness is a chain of 1, 2, 3 with k0..k2 written, the master
 // re-sending every resendTicks ticks, and a spare node 5 for a join after a
 // repair.
-func resendHarness(t *testing.T) *harness {
+func resendHarness(t *testing.T) *harness { return resendHarnessWith(t, nil) }
+
+// resendHarnessWith is resendHarness with setup run on it before the
+// writes (a mode, datastores: harness.setup).
+func resendHarnessWith(t *testing.T, setup func(h *harness)) *harness {
 	h := newHarness([]NodeID{1, 2, 3}, 3, 2, 0) // chunks of 2: pre-copy takes rounds
 	h.master.SetResend(resendTicks)
+	if setup != nil {
+		setup(h)
+	}
 	var b strings.Builder
 	h.log = func(s string) { b.WriteString(s + "\n") }
 	t.Cleanup(func() {
@@ -311,4 +318,121 @@ func TestResendMutationCaught(t *testing.T) {
 			}
 		})
 	}
+}
+
+// stabilizeExcept delivers everything but what is queued on the links skip
+// names, until nothing else is left.
+func stabilizeExcept(h *harness, skip func(link) bool) {
+	for {
+		moved := false
+		for _, l := range h.links() {
+			if !skip(l) && len(h.queues[l]) > 0 {
+				h.deliver(l)
+				moved = true
+			}
+		}
+		if !moved {
+			return
+		}
+	}
+}
+
+// deliverOne delivers the first message on the link from → to.
+func deliverOne(t *testing.T, h *harness, from, to NodeID, typ MsgType) {
+	t.Helper()
+	l := link{from, to}
+	if q := h.queues[l]; len(q) == 0 || q[0].Type != typ {
+		t.Fatalf("want %s first on %d->%d, queued %v", typ, from, to, q)
+	}
+	h.deliver(l)
+}
+
+// TestRepeatedOrderKeepsQueues: a repeated repair order that arrives after
+// the answer to its first copy let a join start must not drop the updates
+// the joiner relayed, queued at its successor-to-be until FLUSH makes the
+// joiner its predecessor. On the old code every CR_HEAD and every
+// CR_MID_REPAIR emptied the member's queues, and the relayed update was lost
+// at the joiner's successor: the chain ends with the joiner holding an
+// update its successor lacks.
+func TestRepeatedOrderKeepsQueues(t *testing.T) {
+	t.Run("cr-mid-repair", func(t *testing.T) {
+		h := resendHarness(t)
+		h.crash(2, true) // CR_MID to 1, towards 3
+		h.collect()
+		deliverOne(t, h, masterID, 1, MsgCRMid)
+		h.mtick(resendTicks + 1) // the CR_MID again: 1, still repairing, asks 3 again
+		deliverOne(t, h, masterID, 1, MsgCRMid)
+		deliverOne(t, h, 1, 3, MsgCRMidRepair)
+		deliverOne(t, h, 3, 1, MsgRepairInfo)
+		deliverOne(t, h, 1, masterID, MsgCRMidDone)
+		if h.master.Busy() {
+			t.Fatalf("busy after cr-mid-done")
+		}
+		// The repeated CR_MID_REPAIR stays on 1 → 3 while 4 joins between 1
+		// and 3 and relays a write to 3 on its own link; FLUSH follows the
+		// repeat on 1 → 3.
+		onHold := func(l link) bool { return l == link{1, 3} }
+		if err := h.addJoiner(4, 1); err != nil {
+			t.Fatal(err)
+		}
+		stabilizeExcept(h, onHold)
+		h.master.Put(50, []byte("k1=relayed"))
+		h.collect()
+		stabilizeExcept(h, onHold)
+		if s := h.members[3].Status(); s.Pred != 1 {
+			t.Fatalf("3's predecessor %d before FLUSH reached it, want 1", s.Pred)
+		}
+		h.stabilize()
+		settle(h, 2)
+		checkWhole(t, h, 3)
+	})
+	t.Run("cr-head", func(t *testing.T) {
+		// 2, the head after the repair, logs to disk under SU: it passes an
+		// update on only once its host persisted it, and a FLUSH waits
+		// behind the updates it holds.
+		h := resendHarnessWith(t, func(h *harness) {
+			h.setup(SU, func(id NodeID) Store {
+				if id == 2 {
+					return Log
+				}
+				return Memory
+			})
+		})
+		h.crash(1, true) // CR_HEAD to 2
+		h.collect()
+		h.master.Put(49, []byte("k0=held")) // behind the CR_HEAD
+		h.collect()
+		h.mtick(resendTicks + 1) // the CR_HEAD again, behind both
+		deliverOne(t, h, masterID, 2, MsgCRHead)
+		deliverOne(t, h, masterID, 2, MsgUpdate)
+		deliverOne(t, h, 2, masterID, MsgCRHeadDone)
+		if h.master.Busy() {
+			t.Fatalf("busy after cr-head-done")
+		}
+		// 2's disk stalls (2 → 2 is its host's persist) with write 49
+		// held, and the repeated CR_HEAD waits on master → 2, while 4 joins
+		// as head: 2 defers FLUSH behind the held write, and 4's relayed
+		// write waits in 2's queue for it.
+		onHold := func(l link) bool {
+			return l == link{2, 2} || l == link{masterID, 2} && h.queues[l][0].Type == MsgCRHead
+		}
+		stabilizeExcept(h, onHold)
+		if err := h.addJoiner(4, 0); err != nil {
+			t.Fatal(err)
+		}
+		stabilizeExcept(h, onHold)
+		if h.master.Head() != 4 {
+			t.Fatalf("the head join has not started: head %d", h.master.Head())
+		}
+		h.master.Put(50, []byte("k1=relayed"))
+		h.collect()
+		stabilizeExcept(h, onHold)
+		if s := h.members[2].Status(); s.Pred != 0 || s.Epoch != 1 {
+			t.Fatalf("2 took FLUSH before the repeated CR_HEAD: %+v", s)
+		}
+		deliverOne(t, h, masterID, 2, MsgCRHead) // the repeat, at 2's epoch
+		h.stabilize()
+		settle(h, 2)
+		checkWhole(t, h, 3)
+	})
 }
