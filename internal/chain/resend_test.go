@@ -139,6 +139,20 @@ func stabilizeHitting(h *harness, hit func(Msg) bool, lose bool, done *bool) {
 	}
 }
 
+// runHitting starts case c on a fresh resendHarness and runs it until
+// quiet, losing (lose) or doubling the message c hits.
+func runHitting(t *testing.T, c resendCase, lose bool) *harness {
+	t.Helper()
+	h := resendHarness(t)
+	c.start(h)
+	var hit bool
+	stabilizeHitting(h, c.hit, lose, &hit)
+	if !hit {
+		t.Fatalf("no %s to hit", c.name)
+	}
+	return h
+}
+
 // settle ticks the master and delivers until it is idle, for at most
 // rounds re-send intervals; it reports how many intervals it took.
 func settle(h *harness, rounds int) int {
@@ -213,13 +227,7 @@ func checkWhole(t *testing.T, h *harness, r int) {
 func TestResendAfterLoss(t *testing.T) {
 	for _, c := range resendCases {
 		t.Run(c.name, func(t *testing.T) {
-			h := resendHarness(t)
-			c.start(h)
-			var lost bool
-			stabilizeHitting(h, c.hit, true, &lost)
-			if !lost {
-				t.Fatalf("no %s to lose", c.name)
-			}
+			h := runHitting(t, c, true)
 			if !h.master.Busy() {
 				t.Fatalf("the master is idle after the loss: the case tests nothing")
 			}
@@ -250,13 +258,7 @@ func TestResendAfterLoss(t *testing.T) {
 func TestRepeatedOrders(t *testing.T) {
 	for _, c := range resendCases {
 		t.Run(c.name, func(t *testing.T) {
-			h := resendHarness(t)
-			c.start(h)
-			var hit bool
-			stabilizeHitting(h, c.hit, false, &hit)
-			if !hit {
-				t.Fatalf("no %s to repeat", c.name)
-			}
+			h := runHitting(t, c, false)
 			settle(h, 1) // nothing lost: at most a stray re-send
 			r := min(3, len(h.master.Members()))
 			checkWhole(t, h, r)
@@ -313,6 +315,9 @@ func TestResendMutationCaught(t *testing.T) {
 			c.start(h)
 			var lost bool
 			stabilizeHitting(h, c.hit, true, &lost)
+			if !lost {
+				t.Fatalf("no %s to lose", name)
+			}
 			if n := settle(h, 4); n < 4 || !h.master.Busy() {
 				t.Fatalf("noResend went unnoticed: the master finished after a lost %s", name)
 			}
