@@ -1,6 +1,7 @@
 package chain
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 
@@ -614,7 +615,7 @@ func (m *Master) repair() {
 func (m *Master) SetResend(n int) { m.resend = uint64(max(n, 0)) }
 
 // Tick is the master's clock, a tick at a time: it re-sends every order
-// that has waited SetResend ticks for its answer — CR_HEAD, CR_MID and
+// that has waited SetResend whole ticks for its answer — CR_HEAD, CR_MID and
 // CR_TAIL, PRECOPY (until pre-copy is reported done), FLUSH, TRUNCATE — and
 // waits as long again. The host's links may drop a message (a full queue, a
 // re-dialled connection), and an order or its answer lost would otherwise
@@ -644,10 +645,7 @@ func (m *Master) Tick() {
 		orders = append(orders, o)
 	}
 	slices.SortFunc(orders, func(a, b order) int { // map order must not leak into the output
-		if a.to != b.to {
-			return int(a.to) - int(b.to)
-		}
-		return int(a.kind) - int(b.kind)
+		return cmp.Or(cmp.Compare(a.to, b.to), cmp.Compare(a.kind, b.kind))
 	})
 	for _, o := range orders {
 		a := m.awaiting[o]
