@@ -18,6 +18,10 @@
 //     exceed Lease: by then the member's last lease has lapsed on any clock
 //     that runs at about the master's rate. A member of the starting chain
 //     that was never heard from is given StartGrace (10 s) instead.
+//   - Re-sending: the links may drop a message, so every heartbeat tick
+//     the master's core re-sends an order (a repair's, a join's, a
+//     truncation's) unanswered for ResendAfter (chain.Master.Tick); the
+//     members answer a repeat again without redoing it.
 //   - Rejoin: a node outside the chain whose heartbeat says it is not a
 //     replica (a restarted member holding its committed prefix, or a new
 //     node) is joined just before the tail (Master.Join), one at a time. A
