@@ -400,6 +400,12 @@ func (m *Master) step(msg Msg) {
 		if m.join == nil || msg.From != m.join.j || m.join.phase != phaseFlush {
 			return
 		}
+		if msg.Refused {
+			// A new incarnation of the joiner (it restarted during the
+			// flush): the one that was linked in is gone.
+			m.Fail(msg.From)
+			return
+		}
 		m.join = nil
 		if len(m.members) > m.r {
 			m.truncate()

@@ -912,6 +912,18 @@ func (m *Member) flush(msg Msg) {
 		return // cancelled: a later configuration (a repair) reached me first
 	}
 	me := m.cfg.ID
+	if msg.Joiner == me && m.state == Inactive && m.precopySrc == 0 {
+		// Never told to pre-copy: a new incarnation of the joiner, which
+		// restarted during its flush before the master heard of it and got
+		// the master's repeated FLUSH or the old one's coming back. Its
+		// predecessor may have relinked to the old incarnation already
+		// and sent it updates that died with it: taking FLUSH would make
+		// this member a replica without them. Refuse; the master aborts
+		// the join and repairs around it (the old incarnation is gone), and
+		// this one is joined afresh.
+		m.toMaster(Msg{Type: MsgFlushAck, Refused: true, Epoch: msg.Epoch})
+		return
+	}
 	if msg.Joiner == me && msg.From == m.cfg.Master && m.state != Inactive {
 		// The master repeated FLUSH: it has no FLUSH_ACK.
 		if m.state == Joining {

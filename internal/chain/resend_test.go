@@ -441,3 +441,64 @@ func TestRepeatedOrderKeepsQueues(t *testing.T) {
 		checkWhole(t, h, 3)
 	})
 }
+
+// TestRestartedJoinerRefusesFlush: the joiner of a mid join (4, between 1
+// and 2) crashes during its flush, after 1 relinked to it, with 1's update
+// to it in flight, and restarts (same id, an inactive joiner) before the
+// master hears of it; writes follow. The new incarnation gets either the old one's FLUSH
+// coming back from the old tail, or only the master's repeat of FLUSH (what
+// the old tail sent died with the old incarnation). On the old code it took
+// either as its first FLUSH and merged without the lost update: its history
+// was not a prefix of 1's (history containment broken), and 1, acknowledged
+// past it, took it for committed. It must refuse (it never pre-copied):
+// the master aborts the join, repairs around it, and joins it afresh.
+func TestRestartedJoinerRefusesFlush(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		// hold: where FLUSH waits while 4 crashes and restarts.
+		hold link
+	}{
+		{"flush coming back", link{2, 3}},
+		{"master's repeat", link{3, 4}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := resendHarness(t)
+			if err := h.addJoiner(4, 1); err != nil { // 1 4 2 3
+				t.Fatal(err)
+			}
+			stabilizeExcept(h, func(l link) bool {
+				return l == c.hold && h.queues[l][0].Type == MsgFlush
+			})
+			if s := h.members[1].Status(); s.Succ != 4 {
+				t.Fatalf("1's successor %d, want 4: FLUSH has not relinked it", s.Succ)
+			}
+			h.master.Put(60, []byte("k1=lost"))
+			h.collect()
+			deliverOne(t, h, masterID, 1, MsgUpdate) // 1 sends it on to 4
+			h.crash(4, false)                        // with it in flight
+			m := NewMember(h.config(4), h.newSM())   // restarted: a joiner
+			h.members[4], h.all[4] = m, m
+			h.master.Put(61, []byte("k2=after")) // behind the lost one
+			h.collect()
+			h.stabilize()
+			settle(h, 2)
+			h.master.Put(62, []byte("k0=later"))
+			h.collect()
+			h.stabilize()
+			if h.err != nil {
+				t.Fatalf("invariant: %v", h.err)
+			}
+			if s := h.members[4].Status(); s.State != Inactive {
+				t.Fatalf("the restarted joiner took FLUSH: %+v", s)
+			}
+			checkWhole(t, h, 3)
+			if err := h.master.Join(4, 1); err != nil { // afresh
+				t.Fatal(err)
+			}
+			h.collect()
+			h.stabilize()
+			settle(h, 2)
+			checkWhole(t, h, 3)
+		})
+	}
+}
