@@ -109,11 +109,12 @@ func resendHarnessWith(t *testing.T, setup func(h *harness)) *harness {
 // writes whenever an order or its answer is about to be delivered, so that
 // updates are in flight at every step of the reconfiguration (a joiner
 // merged without the old tail's log flush, say, misses some).
-func stabilizeHitting(h *harness, hit func(Msg) bool, lose bool, done *bool) {
+func stabilizeHitting(h *harness, hit func(Msg) bool, lose bool) bool {
+	done := false
 	for {
 		ls := h.links()
 		if len(ls) == 0 {
-			return
+			return done
 		}
 		for _, l := range ls {
 			if len(h.queues[l]) == 0 {
@@ -126,11 +127,11 @@ func stabilizeHitting(h *harness, hit func(Msg) bool, lose bool, done *bool) {
 				h.collect()
 			}
 			switch {
-			case !*done && hit(h.queues[l][0]) && lose:
-				*done = true
+			case !done && hit(h.queues[l][0]) && lose:
+				done = true
 				h.drop(l)
-			case !*done && hit(h.queues[l][0]):
-				*done = true
+			case !done && hit(h.queues[l][0]):
+				done = true
 				h.dup(l)
 			default:
 				h.deliver(l)
@@ -139,15 +140,12 @@ func stabilizeHitting(h *harness, hit func(Msg) bool, lose bool, done *bool) {
 	}
 }
 
-// runHitting starts case c on a fresh resendHarness and runs it until
+// runHitting starts case c on h (a resendHarness) and runs it until
 // quiet, losing (lose) or doubling the message c hits.
-func runHitting(t *testing.T, c resendCase, lose bool) *harness {
+func runHitting(t *testing.T, h *harness, c resendCase, lose bool) *harness {
 	t.Helper()
-	h := resendHarness(t)
 	c.start(h)
-	var hit bool
-	stabilizeHitting(h, c.hit, lose, &hit)
-	if !hit {
+	if !stabilizeHitting(h, c.hit, lose) {
 		t.Fatalf("no %s to hit", c.name)
 	}
 	return h
@@ -227,7 +225,7 @@ func checkWhole(t *testing.T, h *harness, r int) {
 func TestResendAfterLoss(t *testing.T) {
 	for _, c := range resendCases {
 		t.Run(c.name, func(t *testing.T) {
-			h := runHitting(t, c, true)
+			h := runHitting(t, resendHarness(t), c, true)
 			if !h.master.Busy() {
 				t.Fatalf("the master is idle after the loss: the case tests nothing")
 			}
@@ -258,7 +256,7 @@ func TestResendAfterLoss(t *testing.T) {
 func TestRepeatedOrders(t *testing.T) {
 	for _, c := range resendCases {
 		t.Run(c.name, func(t *testing.T) {
-			h := runHitting(t, c, false)
+			h := runHitting(t, resendHarness(t), c, false)
 			settle(h, 1) // nothing lost: at most a stray re-send
 			r := min(3, len(h.master.Members()))
 			checkWhole(t, h, r)
@@ -304,20 +302,10 @@ func TestResendMutationCaught(t *testing.T) {
 	mutation.Require(t)
 	for _, name := range []string{"flush", "cr-mid", "truncate-ack"} {
 		t.Run(name, func(t *testing.T) {
-			var c resendCase
-			for _, rc := range resendCases {
-				if rc.name == name {
-					c = rc
-				}
-			}
+			c := resendCases[slices.IndexFunc(resendCases, func(c resendCase) bool { return c.name == name })]
 			h := resendHarness(t)
 			h.master.mut.noResend = true
-			c.start(h)
-			var lost bool
-			stabilizeHitting(h, c.hit, true, &lost)
-			if !lost {
-				t.Fatalf("no %s to lose", name)
-			}
+			runHitting(t, h, c, true)
 			if n := settle(h, 4); n < 4 || !h.master.Busy() {
 				t.Fatalf("noResend went unnoticed: the master finished after a lost %s", name)
 			}
