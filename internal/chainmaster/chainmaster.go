@@ -455,6 +455,11 @@ func (x *Master) step(msgs []chain.Msg) {
 	now := x.now()
 	for _, msg := range msgs {
 		if msg.Type != chain.MsgHeartbeat {
+			if msg.Type == chain.MsgFlushAck && msg.Refused && msg.From == x.m.Joiner() {
+				// Its "not a replica" heartbeats do not tell (a joiner's
+				// never do); the core aborts the join on this answer.
+				x.cfg.Logger.Warn("chain master: the joiner restarted during its flush: join aborted, it is joined again", "node", uint64(msg.From))
+			}
 			x.m.Step(msg)
 			continue
 		}
