@@ -32,6 +32,7 @@ func runChainMaster(args []string, stderr io.Writer) error {
 	clusterID := fs.Uint64("cluster-id", 0, "The group's --cluster-id.")
 	secret := fs.String("cluster-secret", os.Getenv("KEFIR_CLUSTER_SECRET"), "The group's --cluster-secret (env KEFIR_CLUSTER_SECRET).")
 	failAfter := fs.Duration("fail-after", chainmaster.DefaultFailAfter, "A member silent this long is declared failed and the chain repaired around it (must exceed the members' lease, "+chainmaster.DefaultLease.String()+").")
+	resendAfter := fs.Duration("resend-after", chainmaster.DefaultResendAfter, "An order to a member (a repair, a join's pre-copy, flush or truncation) unanswered this long is sent again (rounded up to heartbeat intervals of "+chainmaster.DefaultHeartbeat.String()+").")
 	logLevel := fs.String("log-level", "info", "Log level: debug, info, warn, error.")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -67,7 +68,7 @@ func runChainMaster(args []string, stderr io.Writer) error {
 	if _, err := tr.Listen(*peerAddr); err != nil {
 		return fmt.Errorf("peer listener on %s: %w", *peerAddr, err)
 	}
-	m, err := chainmaster.Start(chainmaster.Config{Self: *self, Members: ids, Transport: tr, FailAfter: *failAfter, Logger: log})
+	m, err := chainmaster.Start(chainmaster.Config{Self: *self, Members: ids, Transport: tr, FailAfter: *failAfter, ResendAfter: *resendAfter, Logger: log})
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package chain
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 )
@@ -103,6 +104,11 @@ type harness struct {
 	offTail int
 	// exhausted counts updates a head refused for want of numbers.
 	exhausted int
+	// writes counts the writes resend_test.go made during a
+	// reconfiguration (ids 1001 on).
+	writes uint64
+	// restarted: the incarnations sim_test.go restarted (opts.restart).
+	restarted map[NodeID]*Member
 	// noCheck turns the invariant check off, to show what the clients'
 	// history alone reveals.
 	noCheck bool
@@ -216,7 +222,22 @@ func (h *harness) collect() {
 	if h.noCheck {
 		return
 	}
-	if err := Check(h.master, h.all, func(id NodeID) bool { return h.members[id] != nil }); err != nil && h.err == nil {
+	all, up := h.all, func(id NodeID) bool { return h.members[id] != nil }
+	if len(h.restarted) > 0 {
+		// A restarted incarnation still inactive is, to the chain, its old
+		// incarnation failed: that one's frozen state is what is checked.
+		all = maps.Clone(h.all)
+		for id, m := range h.restarted {
+			if h.members[id] == m && m.state != Inactive {
+				all[id] = m
+			}
+		}
+		up = func(id NodeID) bool {
+			m := h.members[id]
+			return m != nil && (h.restarted[id] != m || m.state != Inactive)
+		}
+	}
+	if err := Check(h.master, all, up); err != nil && h.err == nil {
 		h.err = err
 		h.logf("INVARIANT: %v", err)
 	}
@@ -286,6 +307,32 @@ func (h *harness) deliver(l link) {
 		m.Step(msg)
 	}
 	h.collect()
+}
+
+// drop loses the first message queued on l, as the host's transport may
+// (a full queue, a re-dialled connection).
+func (h *harness) drop(l link) {
+	q := h.queues[l]
+	h.logf("drop %v", q[0])
+	h.queues[l] = q[1:]
+}
+
+// dup delivers the first message queued on l and queues a copy of it at the
+// end of l: it comes again later, as a re-sent order or a repeated answer.
+func (h *harness) dup(l link) {
+	msg := h.queues[l][0]
+	h.deliver(l)
+	if msg.To == masterID || h.members[msg.To] != nil {
+		h.queues[l] = append(h.queues[l], msg)
+	}
+}
+
+// mtick ticks the master n times (its re-sends).
+func (h *harness) mtick(n int) {
+	for range n {
+		h.master.Tick()
+		h.collect()
+	}
 }
 
 // crash stops id: its links break; report tells the master (a fenced member

@@ -1,6 +1,7 @@
 package chain
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 
@@ -36,6 +37,9 @@ type masterMutations struct {
 	// truncateEarly: restore R by truncating as soon as FLUSH is issued,
 	// before the joiner is a replica.
 	truncateEarly bool
+	// noResend: Tick re-sends nothing (an order sent once, as before
+	// re-sending existed): a lost order or answer stalls the master.
+	noResend bool
 }
 
 // order names a repair order: its recipient and kind.
@@ -44,10 +48,12 @@ type order struct {
 	kind MsgType
 }
 
-// awaited is an unanswered order's epoch and, for CR_MID, its target.
+// awaited is an unanswered order's epoch and, for CR_MID, its target, and
+// when (the master's tick) it was last sent.
 type awaited struct {
 	epoch  uint64
 	target NodeID
+	sent   uint64
 }
 
 type request struct {
@@ -76,6 +82,10 @@ type joining struct {
 	// would reach the old tail after FLUSH and miss both the log flush and
 	// the joiner).
 	precopied bool
+	// sent is the tick PRECOPY (pre-copy) or FLUSH (flush) was last sent
+	// at; flush is the FLUSH as sent, re-sent as is (Tick).
+	sent  uint64
+	flush Msg
 }
 
 // Master decides a chain's membership and routes client requests: the
@@ -102,6 +112,8 @@ type Master struct {
 
 	join  *joining
 	trunc [2]NodeID // the truncation in progress: the new tail, the old
+	// truncSent is the tick TRUNCATE was last sent at.
+	truncSent uint64
 	// awaiting: the repair orders not yet answered, by member and kind
 	// (one member may get CR_HEAD and CR_MID at once), with the epoch of the
 	// latest one: an answer to an older order does not count, as FLUSH must
@@ -114,6 +126,17 @@ type Master struct {
 	// epoch renews it as soon as no reconfiguration is under way (a FLUSH
 	// in flight would be ignored by members that saw the newer epoch).
 	renumber bool
+
+	// early: update answers from a member about to become the tail (the
+	// truncation's new tail, or one ordered CR_TAIL) that came before the
+	// master made it the tail: its TRUNCATE_ACK or CR_TAIL_DONE, which
+	// precedes them on its link, was lost. They count once a re-sent
+	// order's answer makes it the tail.
+	early map[NodeID][]Msg
+
+	// ticks counts Tick calls; resend is how many ticks an order waits
+	// for its answer before Tick sends it again (0: never).
+	ticks, resend uint64
 
 	out MasterReady
 	mut masterMutations
@@ -284,7 +307,7 @@ func (m *Master) Join(j NodeID, pos int) error {
 		return fmt.Errorf("chain: join of %d: not a new node (members %v)", j, m.members)
 	}
 	delete(m.dead, j) // a restarted member: a new incarnation
-	m.join = &joining{j: j, pos: pos, phase: phasePrecopy, src: m.tail}
+	m.join = &joining{j: j, pos: pos, phase: phasePrecopy, src: m.tail, sent: m.ticks}
 	m.send(j, Msg{Type: MsgPrecopy, Target: m.tail})
 	return nil
 }
@@ -305,7 +328,7 @@ func (m *Master) maybeRenumber() {
 		m.renumber = false
 		m.epoch++
 		m.send(m.head, Msg{Type: MsgCRHead})
-		m.awaiting[order{m.head, MsgCRHead}] = awaited{epoch: m.epoch}
+		m.awaiting[order{m.head, MsgCRHead}] = awaited{epoch: m.epoch, sent: m.ticks}
 		m.unpark() // behind the CR_HEAD on the head's link
 	}
 }
@@ -325,9 +348,16 @@ func (m *Master) step(msg Msg) {
 			// Lemma 3.17: only the current tail answers (a CRAQ read by
 			// whichever member found the key clean, a weak read by any).
 			// A read answered by a former tail is asked again; an update
-			// waits for the tail's ack.
+			// waits for the tail's ack — or for its own sender to become
+			// the tail, if it is about to (early).
 			if r.query && r.to == msg.From {
 				m.route(msg.ID)
+			}
+			if !r.query && m.becomingTail(msg.From) {
+				if m.early == nil {
+					m.early = map[NodeID][]Msg{}
+				}
+				m.early[msg.From] = append(m.early[msg.From], msg)
 			}
 			return
 		}
@@ -370,6 +400,12 @@ func (m *Master) step(msg Msg) {
 		if m.join == nil || msg.From != m.join.j || m.join.phase != phaseFlush {
 			return
 		}
+		if msg.Refused {
+			// A new incarnation of the joiner (it restarted during the
+			// flush): the one that was linked in is gone.
+			m.Fail(msg.From)
+			return
+		}
 		m.join = nil
 		if len(m.members) > m.r {
 			m.truncate()
@@ -382,6 +418,7 @@ func (m *Master) step(msg Msg) {
 		m.members = m.members[:len(m.members)-1]
 		m.tail = msg.From
 		m.trunc = [2]NodeID{}
+		m.takeEarly(msg.From)
 		m.unpark()
 	case MsgCRHeadDone, MsgCRMidDone:
 		m.answered(msg)
@@ -390,10 +427,31 @@ func (m *Master) step(msg Msg) {
 		m.answered(msg)
 		if n := len(m.members); n > 0 && m.members[n-1] == msg.From {
 			m.tail = msg.From
+			m.takeEarly(msg.From)
 			m.unpark()
 			m.reissuePrecopy()
 		}
 		m.maybeFlush()
+	}
+}
+
+// becomingTail reports whether n is about to become the tail: the new tail
+// of the truncation under way, or a member ordered CR_TAIL.
+func (m *Master) becomingTail(n NodeID) bool {
+	if n == m.trunc[0] {
+		return true
+	}
+	_, ok := m.awaiting[order{n, MsgCRTail}]
+	return ok && m.tail == 0
+}
+
+// takeEarly takes the answers the new tail n sent before the master knew it
+// was the tail (early), now that it does.
+func (m *Master) takeEarly(n NodeID) {
+	es := m.early[n]
+	m.early = nil // anyone else's were a tail-to-be's that no longer is
+	for _, e := range es {
+		m.step(e)
 	}
 }
 
@@ -428,6 +486,7 @@ func (m *Master) reissuePrecopy() {
 	}
 	m.join.src = m.tail
 	m.join.precopied = false
+	m.join.sent = m.ticks
 	m.send(m.join.j, Msg{Type: MsgPrecopy, Target: m.tail})
 }
 
@@ -442,7 +501,8 @@ func (m *Master) startFlush() {
 	path := append(append([]NodeID{j.j}, old...), j.j)
 	m.members = list
 	j.phase = phaseFlush
-	m.send(j.j, Msg{Type: MsgFlush, Members: list, Path: path, Joiner: j.j})
+	j.flush, j.sent = Msg{Type: MsgFlush, Epoch: m.epoch, Members: list, Path: path, Joiner: j.j}, m.ticks
+	m.send(j.j, j.flush)
 	if pos == 0 {
 		// Digest §7.6: updates go to the joiner from now on (it saw FLUSH
 		// before them: same link); the old head refuses stragglers.
@@ -459,6 +519,7 @@ func (m *Master) truncate() {
 	m.epoch++
 	n := len(m.members)
 	m.trunc = [2]NodeID{m.members[n-2], m.members[n-1]}
+	m.truncSent = m.ticks
 	m.send(m.trunc[0], Msg{Type: MsgTruncate})
 }
 
@@ -469,6 +530,7 @@ func (m *Master) Fail(n NodeID) {
 		return
 	}
 	m.dead[n] = true
+	delete(m.early, n)
 	if j := m.join; j != nil {
 		switch {
 		case j.phase == phasePrecopy && n == j.j:
@@ -536,20 +598,90 @@ func (m *Master) repair() {
 	if live[0] != old[0] {
 		m.head = live[0]
 		m.send(live[0], Msg{Type: MsgCRHead})
-		m.awaiting[order{live[0], MsgCRHead}] = awaited{epoch: m.epoch}
+		m.awaiting[order{live[0], MsgCRHead}] = awaited{epoch: m.epoch, sent: m.ticks}
 	}
 	for i := 0; i+1 < len(live); i++ {
 		if _, succ := neighbours(old, live[i]); succ != live[i+1] {
 			m.send(live[i], Msg{Type: MsgCRMid, Target: live[i+1]})
-			m.awaiting[order{live[i], MsgCRMid}] = awaited{epoch: m.epoch, target: live[i+1]}
+			m.awaiting[order{live[i], MsgCRMid}] = awaited{epoch: m.epoch, target: live[i+1], sent: m.ticks}
 		}
 	}
 	if last := live[len(live)-1]; last != old[len(old)-1] {
 		m.tail = 0
 		m.send(last, Msg{Type: MsgCRTail})
-		m.awaiting[order{last, MsgCRTail}] = awaited{epoch: m.epoch}
+		m.awaiting[order{last, MsgCRTail}] = awaited{epoch: m.epoch, sent: m.ticks}
 	}
 	m.unpark()
+}
+
+// SetResend makes Tick re-send an order that has waited n whole ticks for
+// its answer (0, the default: never): one sent after the kth Tick goes again
+// at the (k+n+1)th. The host ticks the master at a fixed interval
+// (chainmaster: every heartbeat), so that is at least n intervals.
+func (m *Master) SetResend(n int) { m.resend = uint64(max(n, 0)) }
+
+// Tick is the master's clock, a tick at a time: it re-sends every order
+// that has waited SetResend whole ticks for its answer — CR_HEAD, CR_MID and
+// CR_TAIL, PRECOPY (until pre-copy is reported done), FLUSH, TRUNCATE — and
+// waits as long again. The host's links may drop a message (a full queue, a
+// re-dialled connection), and an order or its answer lost would otherwise
+// leave the master Busy for ever: no later join, no renumbering. A member
+// handles a repeated order idempotently and answers it again
+// (docs/design/chain.md, "Lost orders"). An order goes until it is answered
+// or superseded: a newer order to the member, the join aborted, the member
+// failed — each of which drops or replaces what Tick re-sends.
+//
+// A FLUSH goes again as it was, at its epoch (nothing raises the epoch
+// while it is outstanding but a failure, which aborts the join). Repair
+// orders and TRUNCATE go at the current epoch: a later repair may have
+// raised it without superseding them, and a member that took part in that
+// repair refuses an order from an epoch below its own. A repair order's
+// answer then counts only from that epoch on, as for a new order: a FLUSH
+// must not start on the answer to the older copy while the newer one may
+// still make the member repair again.
+func (m *Master) Tick() {
+	m.ticks++
+	if m.resend == 0 || mutation.On && m.mut.noResend {
+		return
+	}
+	due := func(sent uint64) bool { return m.ticks-sent > m.resend }
+	sent := len(m.out.Msgs)
+	orders := make([]order, 0, len(m.awaiting))
+	for o := range m.awaiting {
+		orders = append(orders, o)
+	}
+	slices.SortFunc(orders, func(a, b order) int { // map order must not leak into the output
+		return cmp.Or(cmp.Compare(a.to, b.to), cmp.Compare(a.kind, b.kind))
+	})
+	for _, o := range orders {
+		a := m.awaiting[o]
+		if !due(a.sent) {
+			continue
+		}
+		a.epoch, a.sent = m.epoch, m.ticks
+		m.awaiting[o] = a
+		m.send(o.to, Msg{Type: o.kind, Target: a.target})
+	}
+	if j := m.join; j != nil && due(j.sent) {
+		switch {
+		case j.phase == phaseFlush:
+			j.sent = m.ticks
+			m.send(j.j, j.flush)
+		case !j.precopied && j.src != 0:
+			j.sent = m.ticks
+			m.send(j.j, Msg{Type: MsgPrecopy, Target: j.src})
+		}
+	}
+	if m.trunc[0] != 0 && due(m.truncSent) {
+		m.truncSent = m.ticks
+		m.send(m.trunc[0], Msg{Type: MsgTruncate})
+	}
+	if len(m.out.Msgs) > sent {
+		// Requests a member refused for want of the order (an update at
+		// a head that never got its CR_HEAD) are parked: they go again
+		// behind the re-sent orders, on the same links.
+		m.unpark()
+	}
 }
 
 // Lost reports whether every member is gone.

@@ -231,6 +231,15 @@ type Member struct {
 	repairEpoch uint64
 
 	precopySrc NodeID
+	// pulling: a pre-copy request is out (or a throttled one due) and
+	// pre-copy has not ended; chunks counts the chunks received, and
+	// chunksAtOrder its value at the last PRECOPY: a repeated PRECOPY
+	// tells a live pull from a lost one by them.
+	pulling               bool
+	chunks, chunksAtOrder uint64
+	// flushEnd is the joiner's pre-copy end, written into FLUSH when it
+	// first forwarded it: a FLUSH the master repeats goes round again with it.
+	flushEnd uint64
 
 	// truncating: TRUNCATE went on to the old tail; this member becomes the
 	// tail when the old tail's TRUNCATE_DONE comes back.
@@ -323,6 +332,11 @@ func (m *Member) Step(msg Msg) {
 		if msg.From == m.cfg.Master && (msg.Type == MsgUpdate || msg.Type == MsgQuery) {
 			m.toMaster(Msg{Type: MsgRedirect, ID: msg.ID, Query: msg.Type == MsgQuery})
 		}
+		if msg.Type == MsgTruncate && msg.From == m.pred {
+			// A repeated TRUNCATE (the master re-sent it: this
+			// TRUNCATE_DONE may have been lost): answer it again.
+			m.send(m.pred, Msg{Type: MsgTruncateDone, Epoch: msg.Epoch})
+		}
 		return
 	}
 	if (msg.Type == MsgCRHead || msg.Type == MsgCRMid || msg.Type == MsgCRTail) && msg.Epoch < m.epoch {
@@ -377,8 +391,23 @@ func (m *Member) Step(msg Msg) {
 			return
 		}
 		m.raise(msg.Epoch)
+		if msg.Target == m.precopySrc && m.pulling && (m.pullDue || m.chunks != m.chunksAtOrder) {
+			// The master re-sent PRECOPY (it has no PRECOPY_DONE yet) while
+			// a pull from this source is alive: a chunk came since the last
+			// PRECOPY, or a throttled request is due. Another request would
+			// start a second stream of pulls.
+			m.chunksAtOrder = m.chunks
+			return
+		}
+		// A new source (ask it at once), or a repeated PRECOPY with no
+		// pull under way (pre-copy ended: its PRECOPY_DONE or REFUSED may
+		// have been lost, and the answer to this request says it again) or
+		// none heard of for a whole re-send interval (the request or its
+		// chunk was lost). A request resumes after what the joiner holds.
 		m.precopySrc = msg.Target
-		m.pullDue = false // a new source: ask it at once
+		m.pullDue = false
+		m.chunksAtOrder = m.chunks
+		m.pulling = true
 		m.send(m.precopySrc, m.precopyReq())
 	case MsgPrecopyReq:
 		if m.state != Active || m.succ != 0 {
@@ -396,16 +425,27 @@ func (m *Member) Step(msg Msg) {
 		if m.state != Inactive || msg.From != m.precopySrc {
 			return
 		}
+		m.chunks++
 		if msg.Refused {
+			m.pulling = false
 			m.toMaster(Msg{Type: MsgPrecopyDone, Seq: m.lu, Refused: true})
 			return
 		}
+		before := m.total()
 		if msg.Snap != nil {
 			m.install(msg.Snap)
 		}
 		m.appendMain(msg.Entries)
 		if msg.Done {
+			m.pulling = false
 			m.toMaster(Msg{Type: MsgPrecopyDone, Seq: m.lu})
+			return
+		}
+		if m.total() == before && msg.Snap == nil {
+			// Nothing new, and not the end: the answer to a request made
+			// twice (a repeated PRECOPY), whose other answer already moved
+			// the pull on and asked for the next chunk. Asking again would
+			// keep two streams of pulls going.
 			return
 		}
 		if r := m.cfg.PrecopyRate; r > 0 {
@@ -429,6 +469,32 @@ func (m *Member) Step(msg Msg) {
 			m.appendMain(msg.Entries)
 		}
 	case MsgTruncate:
+		if msg.From == m.cfg.Master {
+			// The new tail-to-be (the tail's predecessor).
+			m.raise(msg.Epoch)
+			switch {
+			case m.succ != 0:
+				// Pass it on, and stay a non-tail until the old tail
+				// confirms: until then the old tail still answers as the
+				// tail (it is the master's), and acknowledging anything it
+				// has not would let a CRAQ read upstream return a version
+				// that a read at the old tail then misses, if this member
+				// failed now. A repeat (the first, or the old tail's
+				// TRUNCATE_DONE, may have been lost) goes on again: the old
+				// tail answers it again.
+				m.send(m.succ, Msg{Type: MsgTruncate, Epoch: msg.Epoch})
+				m.truncating = true
+			case !m.truncating:
+				// A repeat after the truncation ended here: the master did
+				// not get the TRUNCATE_ACK. This member is the tail now, not
+				// the old tail: answer again.
+				m.toMaster(Msg{Type: MsgTruncateAck})
+			}
+			return
+		}
+		if msg.From != m.pred {
+			return
+		}
 		m.raise(msg.Epoch)
 		if m.succ == 0 {
 			// The old tail: it has answered everything its predecessor
@@ -436,18 +502,8 @@ func (m *Member) Step(msg Msg) {
 			// frees the range.
 			m.state = Removed
 			m.log, m.tmp, m.pending, m.lastWrite, m.pins = nil, nil, nil, nil, nil
-			if m.pred != 0 {
-				m.send(m.pred, Msg{Type: MsgTruncateDone, Epoch: msg.Epoch})
-			}
-			return
+			m.send(m.pred, Msg{Type: MsgTruncateDone, Epoch: msg.Epoch})
 		}
-		// Pass it on, and stay a non-tail until the old tail confirms: until
-		// then the old tail still answers as the tail (it is the master's),
-		// and acknowledging anything it has not would let a CRAQ read
-		// upstream return a version that a read at the old tail then
-		// misses, if this member failed now.
-		m.send(m.succ, Msg{Type: MsgTruncate, Epoch: msg.Epoch})
-		m.truncating = true
 	case MsgTruncateDone:
 		if !m.truncating || msg.From != m.succ {
 			return
@@ -459,11 +515,29 @@ func (m *Member) Step(msg Msg) {
 		m.ackPending()
 	case MsgCRHead:
 		m.raise(msg.Epoch)
-		m.pred = 0
-		m.pending = map[NodeID][]Msg{}
+		if m.pred != 0 {
+			// Updates queued from others are from replaced or failed
+			// members. A head's queue is kept: a repeated CR_HEAD may come
+			// after the answer to the first let a head join start, whose
+			// joiner's relayed updates wait here for its FLUSH.
+			m.pred = 0
+			m.pending = map[NodeID][]Msg{}
+		}
 		m.becomeHead()
 		m.toMaster(Msg{Type: MsgCRHeadDone, Epoch: msg.Epoch})
 	case MsgCRMid:
+		if msg.Epoch == m.repairEpoch && msg.Target == m.succ {
+			// The same order again (the master re-sent it): no second
+			// repair round. Still repairing, CR_MID_REPAIR or REPAIR_INFO
+			// may have been lost: ask again (the successor answers a
+			// repeat); done, CR_MID_DONE may have been lost: answer again.
+			if m.repairing {
+				m.send(m.succ, Msg{Type: MsgCRMidRepair, LA: m.la, Epoch: msg.Epoch})
+			} else {
+				m.toMaster(Msg{Type: MsgCRMidDone, Epoch: msg.Epoch})
+			}
+			return
+		}
 		m.raise(msg.Epoch)
 		m.succ, m.succEpoch = msg.Target, msg.Epoch
 		m.repairing, m.repairEpoch = true, msg.Epoch
@@ -471,6 +545,13 @@ func (m *Member) Step(msg Msg) {
 	case MsgCRMidRepair:
 		if msg.Epoch < m.predEpoch {
 			return // a newer repair already chose my predecessor
+		}
+		if msg.From == m.pred && msg.Epoch == m.predEpoch {
+			// A repeat of the repair that linked us: answer again, keeping
+			// the queues (a joiner's relayed updates may wait there for a
+			// FLUSH that started since the first).
+			m.send(msg.From, Msg{Type: MsgRepairInfo, LA: m.la, LU: m.lu, Epoch: msg.Epoch})
+			return
 		}
 		m.raise(msg.Epoch)
 		m.pred, m.predEpoch = msg.From, msg.Epoch
@@ -831,6 +912,39 @@ func (m *Member) flush(msg Msg) {
 		return // cancelled: a later configuration (a repair) reached me first
 	}
 	me := m.cfg.ID
+	if msg.Joiner == me && m.state == Inactive && m.precopySrc == 0 {
+		// Never told to pre-copy: a new incarnation of the joiner, which
+		// restarted during its flush before the master heard of it and got
+		// the master's repeated FLUSH or the old one's coming back. Its
+		// predecessor may have relinked to the old incarnation already
+		// and sent it updates that died with it: taking FLUSH would make
+		// this member a replica without them. Refuse; the master aborts
+		// the join and repairs around it (the old incarnation is gone), and
+		// this one is joined afresh.
+		m.toMaster(Msg{Type: MsgFlushAck, Refused: true, Epoch: msg.Epoch})
+		return
+	}
+	if msg.Joiner == me && msg.From == m.cfg.Master && m.state != Inactive {
+		// The master repeated FLUSH: it has no FLUSH_ACK.
+		if m.state == Joining {
+			// Still waiting for it to come round: it may have been lost
+			// on the way. Send it round again, with the same pre-copy
+			// end: every member takes a repeat as a no-op but the old
+			// tail, whose log flush again is what this member may lack
+			// (whatever it holds already is skipped, in the main store and
+			// at the merge).
+			fwd := msg
+			fwd.Seq = m.flushEnd
+			m.send(msg.Path[1], fwd)
+		} else if m.state == Active {
+			// Merged: the FLUSH_ACK was lost; answer again.
+			m.toMaster(Msg{Type: MsgFlushAck, Epoch: msg.Epoch})
+		}
+		return
+	}
+	if msg.Joiner == me && m.state == Active {
+		return // a repeat's second arrival, after the merge
+	}
 	if msg.Joiner == me && m.state == Joining {
 		// Second arrival: the log flush is complete; merge the temporary
 		// store behind it and become a replica.
@@ -878,6 +992,7 @@ func (m *Member) flush(msg Msg) {
 		}
 		fwd := msg
 		fwd.Seq = m.lu
+		m.flushEnd = m.lu
 		m.send(msg.Path[1], fwd)
 		return
 	}

@@ -52,7 +52,9 @@ const (
 	// MsgFlushedUpdate: old tail → J: log entries after J's pre-copy end,
 	// straight into J's main store.
 	MsgFlushedUpdate
-	// MsgFlushAck: J → master: J merged its temporary store and is active.
+	// MsgFlushAck: J → master: J merged its temporary store and is active
+	// (Refused: J restarted during its flush and never pre-copied since;
+	// the master aborts the join).
 	MsgFlushAck
 	// MsgTruncate: master → the tail's predecessor → the old tail.
 	MsgTruncate
@@ -211,6 +213,10 @@ func (m Msg) String() string {
 		fmt.Fprintf(&b, " target=%d", m.Target)
 	case MsgPrecopyReq, MsgPrecopyDone:
 		fmt.Fprintf(&b, " after=%s", FormatSeq(m.Seq))
+		if m.Refused {
+			b.WriteString(" refused")
+		}
+	case MsgFlushAck:
 		if m.Refused {
 			b.WriteString(" refused")
 		}

@@ -19,6 +19,8 @@ import (
 // the tail goes back in time): it needs one hot key to show at a seed.
 // truncateEarly makes a joiner that is not yet a replica the master's tail;
 // its reads are refused, so clients see a stall, not a wrong answer.
+// noResend (a lost order never re-sent) stalls a reconfiguration: the run
+// never ends with the master idle.
 var chainMutations = []struct {
 	name    string
 	set     func(*simOpts)
@@ -36,7 +38,12 @@ var chainMutations = []struct {
 	{"ignoreToken", func(o *simOpts) { o.mut.ignoreToken = true }, auChain, 8, true, "session: VIOLATED"},
 	{"compactPastLA", func(o *simOpts) { o.mut.compactPastLA = true }, compacting, 1, false, "past its successor"},
 	{"compactPastLA", func(o *simOpts) { o.mut.compactPastLA = true }, compacting, 86, true, "linearizable: VIOLATED"},
+	{"noResend", func(o *simOpts) { o.mmut.noResend = true }, lossyLinks, 1, false, "no quiescence"},
 }
+
+// lossyLinks: links that lose and double orders and answers (lossySim's),
+// the master re-sending after 4 ticks.
+func lossyLinks(o *simOpts) { o.resend, o.loss, o.dup = 4, 100, 100 }
 
 // ausiChain: AUSI, one hot key, reads at the tail and CRAQ reads. A head
 // that answers before the acknowledgement comes back lets a read at a

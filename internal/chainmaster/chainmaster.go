@@ -18,6 +18,10 @@
 //     exceed Lease: by then the member's last lease has lapsed on any clock
 //     that runs at about the master's rate. A member of the starting chain
 //     that was never heard from is given StartGrace (10 s) instead.
+//   - Re-sending: the links may drop a message, so every heartbeat tick
+//     the master's core re-sends an order (a repair's, a join's, a
+//     truncation's) unanswered for ResendAfter (chain.Master.Tick); the
+//     members answer a repeat again without redoing it.
 //   - Rejoin: a node outside the chain whose heartbeat says it is not a
 //     replica (a restarted member holding its committed prefix, or a new
 //     node) is joined just before the tail (Master.Join), one at a time. A
@@ -96,6 +100,9 @@ const (
 	// given to be heard from at all (processes starting on a loaded
 	// machine), before FailAfter applies.
 	DefaultStartGrace = 10 * time.Second
+	// DefaultResendAfter is how long an order waits for its answer before
+	// the master sends it again (10 heartbeat intervals by default).
+	DefaultResendAfter = 500 * time.Millisecond
 )
 
 // Config configures a master.
@@ -115,7 +122,13 @@ type Config struct {
 	// StartGrace is how long a member of the starting chain that has not
 	// been heard from yet is given (default DefaultStartGrace).
 	StartGrace time.Duration
-	Logger     *slog.Logger
+	// ResendAfter is how long an order (CR_HEAD, CR_MID, CR_TAIL,
+	// PRECOPY, FLUSH, TRUNCATE) waits for its answer before the master
+	// sends it again, rounded up to whole heartbeat intervals (default
+	// DefaultResendAfter): the transport may drop a message, and a lost
+	// order or answer would stall the reconfiguration (chain.Master.Tick).
+	ResendAfter time.Duration
+	Logger      *slog.Logger
 	// Meta, if set, is this node's replica of the metadata group: the
 	// master acts only while the node leads it, and the chain's
 	// configuration lives there (the package comment, "Hosted by the
@@ -309,10 +322,14 @@ func newMaster(cfg Config, now func() time.Time) (*Master, error) {
 	for i, id := range cfg.Members {
 		ids[i] = chain.NodeID(id)
 	}
+	if cfg.ResendAfter <= 0 {
+		cfg.ResendAfter = DefaultResendAfter
+	}
 	x := &Master{cfg: cfg, now: now, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
-		m: chain.NewMaster(chain.NodeID(cfg.As), ids, len(ids)), heard: map[uint64]time.Time{},
+		heard:      map[uint64]time.Time{},
 		learnUntil: now().Add(cfg.FailAfter), learner: NewLearner(ids),
 		progress: map[uint64]progress{}, committed: &kv.ChainConfig{Group: cfg.Group, Members: slices.Clone(cfg.Members)}}
+	x.m = x.newCore(ids, 0)
 	if cfg.Meta != nil {
 		// The record is the configuration: nothing to learn, and nothing
 		// to do until this node leads the metadata group.
@@ -438,6 +455,11 @@ func (x *Master) step(msgs []chain.Msg) {
 	now := x.now()
 	for _, msg := range msgs {
 		if msg.Type != chain.MsgHeartbeat {
+			if msg.Type == chain.MsgFlushAck && msg.Refused && msg.From == x.m.Joiner() {
+				// Its "not a replica" heartbeats do not tell (a joiner's
+				// never do); the core aborts the join on this answer.
+				x.cfg.Logger.Warn("chain master: the joiner restarted during its flush: join aborted, it is joined again", "node", uint64(msg.From))
+			}
 			x.m.Step(msg)
 			continue
 		}
@@ -641,7 +663,7 @@ func (x *Master) lead() (bool, time.Time) {
 		x.cfg.Logger.Warn("chain master: the record is ahead of the members (decided, never announced): rewiring from a member's configuration",
 			"record", cc.Members, "epoch", cc.Epoch, "member", uint64(old.From), "its epoch", old.Epoch)
 	}
-	x.m = chain.NewMasterAt(chain.NodeID(x.cfg.As), from, len(x.cfg.Members), cc.Epoch)
+	x.m = x.newCore(from, cc.Epoch)
 	x.committed, x.actAt, x.reports = cc, time.Time{}, nil
 	clear(x.heard)
 	clear(x.progress)
@@ -666,6 +688,17 @@ func (x *Master) lead() (bool, time.Time) {
 	}
 	x.cfg.Logger.Info("chain master: acting (metadata leader)", "members", cc.Members, "epoch", cc.Epoch)
 	return true, now
+}
+
+// newCore is the master's core for the chain members at epoch, keeping it
+// at the configured chain's length, which re-sends an unanswered order every
+// ResendAfter: Tick runs on the master's tick, every Heartbeat.
+func (x *Master) newCore(members []chain.NodeID, epoch uint64) *chain.Master {
+	m := chain.NewMasterAt(chain.NodeID(x.cfg.As), members, len(x.cfg.Members), epoch)
+	// Tick re-sends after n whole ticks, at least n intervals: an order
+	// made in a tick, before its Tick, waits exactly n.
+	m.SetResend(int((x.cfg.ResendAfter + x.cfg.Heartbeat - 1) / x.cfg.Heartbeat))
+	return m
 }
 
 // passive stops a hosted master: it forgets its state (the record keeps
@@ -711,7 +744,7 @@ func (x *Master) learn(msg chain.Msg, now time.Time) {
 		members, epoch := x.learner.Config()
 		x.cfg.Logger.Warn("chain master: learnt a newer configuration", "from", uint64(msg.From), "epoch", epoch,
 			"members", members, "was", x.m.Members(), "was epoch", x.m.Epoch())
-		x.m = chain.NewMasterAt(chain.NodeID(x.cfg.As), members, len(x.cfg.Members), epoch)
+		x.m = x.newCore(members, epoch)
 		for _, id := range members {
 			if _, ok := x.heard[uint64(id)]; !ok {
 				// The start's grace, as for the configured members.
@@ -770,6 +803,10 @@ func (x *Master) tick(now time.Time) {
 			delete(x.progress, uint64(j))
 		}
 	}
+	// Re-send what is unanswered: an order waits ResendAfter, and one this
+	// tick's decisions (or a takeover's, in lead) made counts its wait from
+	// this tick.
+	x.m.Tick()
 	x.flush()
 }
 

@@ -261,8 +261,10 @@ func TestHostedMasterWaitsFromTheRead(t *testing.T) {
 // TestDeliverKeepsOrderAnswers: while the master is busy (here: its lock
 // held), more heartbeats arrive than its queue keeps, then member 2's
 // answer to the CR_TAIL order the master sent it. Heartbeats may be
-// dropped — they come again — but the answer must not be: the master
-// never resends an order, and would stay Busy (no joins) for ever.
+// dropped — they come again — but the answer must not be: it would come
+// again only when the master re-sends the order, a re-send interval later
+// (for ever, before the master re-sent orders), and the master is Busy, no
+// joins, until then.
 func TestDeliverKeepsOrderAnswers(t *testing.T) {
 	m, err := Start(Config{Self: 9, Members: []uint64{1, 2, 3}, Send: func(uint64, *chain.Msg) {},
 		Heartbeat: time.Hour, FailAfter: time.Hour})
