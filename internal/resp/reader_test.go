@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -381,5 +383,70 @@ func TestOverLimitCommandIsSkippedAndThePipelineKept(t *testing.T) {
 	_, err := r.ReadCommand(nil)
 	if !IsProtocolError(err) || !strings.Contains(err.Error(), "the most this node reads to skip it") {
 		t.Fatalf("a value over the discard cap: %v", err)
+	}
+}
+
+// ReadCommand's one-pass parse of a wholly buffered command (wholeCommand)
+// answers exactly as the resumable parse does, which a reader fed one byte at
+// a time always takes: the same arguments and the same errors, over random
+// pipelines of well-formed, malformed, over-limit and inline commands, with
+// limits small enough to be crossed.
+func TestWholeCommandAgreesWithTheResumableParse(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 5))
+	pieces := []func() string{
+		func() string { // a well-formed command, maybe over a limit
+			n := 1 + rng.IntN(4)
+			s := fmt.Sprintf("*%d\r\n", n)
+			for range n {
+				a := strings.Repeat("x", rng.IntN(12))
+				s += fmt.Sprintf("$%d\r\n%s\r\n", len(a), a)
+			}
+			return s
+		},
+		func() string { return "*0\r\n" },
+		func() string { return "*-1\r\n" },
+		func() string { return "*1\r\n$-1\r\n" },
+		func() string { return "*1\r\n$3\r\nabcd\r\n" },     // not CRLF-terminated
+		func() string { return "*2\r\n:1\r\n" },             // not a bulk
+		func() string { return "*01\r\n$01\r\na\r\n" },      // leading zeros
+		func() string { return "*1\r\n$1234567890\r\n" },    // a long header
+		func() string { return "*12345678901\r\n" },         // a long count
+		func() string { return "PING\r\n" },                 // inline
+		func() string { return "*1\r\n$3\r\nGET" },          // cut short
+		func() string { return "*x\r\n" },                   // not a number
+		func() string { return "*3\r\n$1\r\na\r\n$1\r\nb" }, // cut short
+	}
+	read := func(in string, oneByte bool) (out []string) {
+		var src io.Reader = strings.NewReader(in)
+		if oneByte {
+			src = iotest.OneByteReader(src)
+		}
+		r := NewReader(src, 64)
+		r.SetMaxBulk(8)
+		r.SetMaxArray(3)
+		r.SetMaxCommand(40)
+		var args [][]byte
+		for {
+			var err error
+			args, err = r.ReadCommand(args)
+			if err != nil {
+				out = append(out, "error: "+err.Error())
+				if IsTooLarge(err) {
+					continue
+				}
+				return out
+			}
+			out = append(out, fmt.Sprintf("%q", args))
+		}
+	}
+	for i := range 3000 {
+		var in string
+		for range 1 + rng.IntN(6) {
+			in += pieces[rng.IntN(len(pieces))]()
+		}
+		whole, split := read(in, false), read(in, true)
+		if !slices.Equal(whole, split) {
+			t.Fatalf("case %d, %q:\nwhole %q\nsplit %q", i, in, whole, split)
+		}
 	}
 }
