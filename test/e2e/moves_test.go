@@ -128,10 +128,18 @@ func checkAfterMove(t *testing.T, g *cluster.Groups, last map[string]string, rs 
 		for _, n := range g.Nodes {
 			var got resp.Value
 			var err error
-			if strings.HasSuffix(k, "}h") {
-				got, err = cluster.Command(n.ClientAddr, "HGET", k, "f")
-			} else {
-				got, err = cluster.Command(n.ClientAddr, "GET", k)
+			// A node whose replica of the destination has not applied the
+			// take-over yet answers TRYAGAIN, which clients retry (go-redis
+			// and redis-py do): so does this check, for a few seconds.
+			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+				if strings.HasSuffix(k, "}h") {
+					got, err = cluster.Command(n.ClientAddr, "HGET", k, "f")
+				} else {
+					got, err = cluster.Command(n.ClientAddr, "GET", k)
+				}
+				if err != nil || got.Kind != resp.Error || !strings.HasPrefix(string(got.Str), "TRYAGAIN") || time.Now().After(deadline) {
+					break
+				}
 			}
 			if err != nil || string(got.Str) != v {
 				t.Fatalf("%s at %s = %q (%v), want the last acknowledged %q", k, n.ID, got.Str, err, v)
