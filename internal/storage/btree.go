@@ -430,11 +430,13 @@ func (t *tree) ins(n *bnode, it item, rightmost bool) (*bnode, string) {
 		if found {
 			panic("storage: index insert of a present key")
 		}
-		it.tag = t.fitLeaf(n, key)
 		if len(n.items) < leafMax {
+			it.tag = t.fitLeaf(n, key)
 			n.items = insertAt(n.items, i, it)
 			return nil, ""
 		}
+		// A split retags both halves (retag): n's lpre is not shortened
+		// for a key that may land in the new leaf.
 		r := newLeaf()
 		if rightmost && i == len(n.items) {
 			r.items = append(r.items, it)
