@@ -368,6 +368,11 @@ func (t *tree) retag(n *bnode) {
 	}
 	first, last := t.keyOf(&n.items[0]), t.keyOf(&n.items[len(n.items)-1])
 	n.lpre = strings.Clone(first[:commonPrefix(first, last)])
+	t.tagItems(n)
+}
+
+// tagItems sets every item's tag of leaf n after its lpre.
+func (t *tree) tagItems(n *bnode) {
 	for i := range n.items {
 		n.items[i].tag = prefixAt(t.keyOf(&n.items[i]), len(n.lpre))
 	}
@@ -381,9 +386,7 @@ func (t *tree) fitLeaf(n *bnode, key string) uint64 {
 		n.lpre = strings.Clone(key) // the next key shortens it to what they share
 	} else if !strings.HasPrefix(key, n.lpre) {
 		n.lpre = n.lpre[:commonPrefix(n.lpre, key)]
-		for i := range n.items {
-			n.items[i].tag = prefixAt(t.keyOf(&n.items[i]), len(n.lpre))
-		}
+		t.tagItems(n)
 	}
 	return prefixAt(key, len(n.lpre))
 }
