@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"unsafe"
@@ -31,6 +32,13 @@ type tree struct {
 	// expiry), kept alongside live.
 	withMeta int
 	arena    keyArena
+	// older holds the versions after the newest of every key that has more
+	// than one, by its item's kref, newest first: the items flagged verOlder,
+	// and only those (check). Kept out of the leaves, where a pointer per
+	// item cost every key 8 bytes for the few that have older versions
+	// (item). Written under the DB's write lock (makeItem, remove), read
+	// under its read lock (vers).
+	older map[uint64][]ver
 	// fingers remember where lookups that asked (find) found keys, by a
 	// hash of the key: the writer's probe of a key it is about to write
 	// (DB.Has of an HSET's field row) leaves the leaf and index there, and
@@ -95,11 +103,11 @@ func (t *tree) fingered(key string) *item {
 	return t.get(key)
 }
 
-// bMax is the inner-node fanout. leafMax is chosen so a leaf's item array (56-byte
-// items) fills a 4 KiB allocation size class: 73 × 56 = 4088 bytes.
+// bMax is the inner-node fanout. leafMax is chosen so a leaf's item array (48-byte
+// items) fills a 4 KiB allocation size class: 85 × 48 = 4080 bytes.
 const (
 	bMax    = 64
-	leafMax = 73
+	leafMax = 85
 )
 
 // bnode is a leaf (kids == nil: items) or an inner node (keys, kids). In an inner node
@@ -573,6 +581,9 @@ func (t *tree) remove(key string) bool {
 	}
 	t.live -= liveness(p)
 	t.withMeta -= metaness(p)
+	if p.hasOlder() {
+		delete(t.older, p.kref)
+	}
 	t.rm(t.root, key)
 	t.n--
 	for !t.root.isLeaf() && len(t.root.kids) == 1 {
@@ -631,7 +642,7 @@ func (t *tree) asc(n *bnode, pivot string, fn func(*item) bool) bool {
 
 // check verifies the tree's invariants (for tests).
 func (t *tree) check() error {
-	count, live, withMeta := 0, 0, 0
+	count, live, withMeta, multi := 0, 0, 0, 0
 	prev := ""
 	first := true
 	var walk func(n *bnode, lo, hi string, hasHi bool) error
@@ -644,6 +655,12 @@ func (t *tree) check() error {
 				}
 				if !strings.HasPrefix(k, n.lpre) || n.items[i].tag != prefixAt(k, len(n.lpre)) {
 					return errTree // the leaf search would miss it
+				}
+				if err := t.checkVersions(&n.items[i]); err != nil {
+					return err
+				}
+				if n.items[i].hasOlder() {
+					multi++
 				}
 				prev, first = k, false
 				count++
@@ -679,6 +696,31 @@ func (t *tree) check() error {
 	}
 	if count != t.n || live != t.live || withMeta != t.withMeta {
 		return errTree
+	}
+	if multi != len(t.older) {
+		return fmt.Errorf("%w: %d items flagged with older versions, %d side-table entries", errTree, multi, len(t.older))
+	}
+	return nil
+}
+
+// checkVersions verifies it's versions (for check): the side table holds older ones
+// exactly when it is flagged verOlder, none empty; versions fall strictly, newest first;
+// and only the item's own newest version carries verOlder, no version a flag beyond
+// verFlags.
+func (t *tree) checkVersions(it *item) error {
+	older, ok := t.older[it.kref]
+	if ok != it.hasOlder() || ok && len(older) == 0 {
+		return fmt.Errorf("%w: key %q: flagged with older versions %v, side-table entry %v of %d", errTree, t.keyOf(it), it.hasOlder(), ok, len(older))
+	}
+	if it.v.flags&^(verFlags|verOlder) != 0 {
+		return fmt.Errorf("%w: key %q: flags %#x", errTree, t.keyOf(it), it.v.flags)
+	}
+	prev := it.v.version
+	for _, v := range older {
+		if v.version >= prev || v.flags&^verFlags != 0 {
+			return fmt.Errorf("%w: key %q: older version %d (flags %#x) after %d", errTree, t.keyOf(it), v.version, v.flags, prev)
+		}
+		prev = v.version
 	}
 	return nil
 }
@@ -772,4 +814,4 @@ func (a *keyArena) free(ref uint64) { a.garbage += int64(ref & (1<<refLenBits - 
 func (t *tree) keyOf(it *item) string { return t.arena.get(it.kref) }
 
 // newItem makes an item for key (copied into the arena) with versions vs.
-func (t *tree) newItem(key []byte, vs []ver) item { return makeItem(t.arena.add(key), vs) }
+func (t *tree) newItem(key []byte, vs []ver) item { return t.makeItem(t.arena.add(key), vs) }

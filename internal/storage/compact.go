@@ -163,11 +163,13 @@ func (db *DB) moveLocked(key, val, meta []byte, h recHdr, pos uint64, head bool,
 		return 0, nil
 	}
 	// Re-apply retention first: time-based versions may have expired since.
-	it = db.retainLocked(it.kref, it.versions(nil), now)
+	vs := db.idx.vers(&it)
+	it = db.retainLocked(it.kref, vs.appendTo(nil), now)
 	db.idx.Set(it)
+	vs = db.idx.vers(&it)
 	j := -1
-	for i := 0; i < it.n(); i++ {
-		if v := it.at(i); v.version == h.version && v.pos == pos {
+	for i := 0; i < vs.n(); i++ {
+		if v := vs.at(i); v.version == h.version && v.pos == pos {
 			j = i
 			break
 		}
@@ -175,8 +177,8 @@ func (db *DB) moveLocked(key, val, meta []byte, h recHdr, pos uint64, head bool,
 	if j < 0 {
 		return 0, nil // garbage
 	}
-	v := it.at(j)
-	if v.tombstone() && it.n() == 1 && head {
+	v := vs.at(j)
+	if v.tombstone() && vs.n() == 1 && head {
 		db.idx.Delete(keyString(key))
 		db.dropLocked(v)
 		return 0, nil
@@ -199,9 +201,9 @@ func (db *DB) moveLocked(key, val, meta []byte, h recHdr, pos uint64, head bool,
 	db.liveAdd(v.pos, -int64(v.size)) // moved, not dropped
 	v.pos, v.size = start, uint32(size)
 	db.liveAdd(start, int64(size))
-	vs := it.versions(nil)
-	vs[j] = v
-	db.idx.Set(makeItem(it.kref, vs))
+	all := vs.appendTo(nil)
+	all[j] = v
+	db.idx.Set(db.idx.makeItem(it.kref, all))
 	return size, nil
 }
 

@@ -304,7 +304,7 @@ func (db *DB) insertLocked(key []byte, v ver, now int64) error {
 		return fmt.Errorf("%w: key %q version %d, newest %d", ErrVersionOrder, key, v.version, it.v.version)
 	}
 	db.nvers++
-	if it.older == nil && db.opts.Retention.KeepVersions <= 1 && !db.keepOld(v, it.v, now) {
+	if !it.hasOlder() && db.opts.Retention.KeepVersions <= 1 && !db.keepOld(v, it.v, now) {
 		// The common case: the previous version becomes garbage at once.
 		db.dropLocked(it.v)
 		v.flags |= verPruned
@@ -314,7 +314,8 @@ func (db *DB) insertLocked(key []byte, v ver, now int64) error {
 	}
 	var stack [8]ver
 	vs := append(stack[:0], v)
-	vs = it.versions(vs)
+	old := db.idx.vers(&it)
+	vs = old.appendTo(vs)
 	db.idx.update(p, db.retainLocked(it.kref, vs, now))
 	return nil
 }
@@ -335,7 +336,7 @@ func (db *DB) retainLocked(kref uint64, vs []ver, now int64) item {
 	if pruned {
 		kept[len(kept)-1].flags |= verPruned
 	}
-	return makeItem(kref, kept)
+	return db.idx.makeItem(kref, kept)
 }
 
 // now returns the retention clock, read only when time-based retention is on.
@@ -840,15 +841,19 @@ func (db *DB) getAt(key []byte, at uint64, shared bool) (Value, error) {
 			db.mu.RUnlock()
 			return Value{}, ErrNotFound
 		}
-		i, gone := it.pick(at)
-		if i < 0 {
-			db.mu.RUnlock()
-			if gone {
-				return Value{}, fmt.Errorf("%w: %q at %d", ErrVersionGone, key, at)
+		v := it.v
+		if v.version > at || it.hasOlder() { // not the common case of the newest of one version
+			vs := db.idx.vers(it)
+			i, gone := vs.pick(at)
+			if i < 0 {
+				db.mu.RUnlock()
+				if gone {
+					return Value{}, fmt.Errorf("%w: %q at %d", ErrVersionGone, key, at)
+				}
+				return Value{}, ErrNotFound
 			}
-			return Value{}, ErrNotFound
+			v = vs.at(i)
 		}
-		v := it.at(i)
 		if v.tombstone() {
 			db.mu.RUnlock()
 			return Value{}, ErrNotFound
@@ -982,13 +987,14 @@ func (db *DB) scanAt(start, end []byte, at uint64, limit int, buf *[]byte, fn fu
 				return false
 			}
 			from = key
-			i, _ := it.pick(at)
-			if i < 0 || it.at(i).tombstone() {
+			vs := db.idx.vers(it)
+			i, _ := vs.pick(at)
+			if i < 0 || vs.at(i).tombstone() {
 				return true
 			}
 			k0 := len(arena)
 			arena = append(arena, key...)
-			h := scanHit{key: arena[k0:len(arena):len(arena)], v: it.at(i)}
+			h := scanHit{key: arena[k0:len(arena):len(arena)], v: vs.at(i)}
 			if h.v.pos >= uint64(db.writ) {
 				off := h.v.pos - uint64(db.writ)
 				b := db.buf[off : off+uint64(h.v.size)]
@@ -1199,13 +1205,14 @@ const minScanBuf = 128 << 10
 func (db *DB) Versions(key []byte) ([]VersionInfo, error) {
 	db.mu.RLock()
 	defer db.mu.RUnlock()
-	it, ok := db.idx.Get(keyString(key))
-	if !ok {
+	p := db.idx.get(keyString(key))
+	if p == nil {
 		return nil, ErrNotFound
 	}
-	out := make([]VersionInfo, it.n())
+	vs := db.idx.vers(p)
+	out := make([]VersionInfo, vs.n())
 	for i := range out {
-		v := it.at(i)
+		v := vs.at(i)
 		out[i] = VersionInfo{Version: v.version, Timestamp: v.ts, Tombstone: v.tombstone(), Pos: v.end(), Size: int(v.size)}
 	}
 	return out, nil
@@ -1234,22 +1241,23 @@ func (db *DB) Has(key []byte) (bool, error) {
 func (db *DB) VersionRange(key []byte, v uint64) (lo, hi uint64, err error) {
 	db.mu.RLock()
 	defer db.mu.RUnlock()
-	it, ok := db.idx.Get(keyString(key))
-	if !ok {
+	p := db.idx.get(keyString(key))
+	if p == nil {
 		return 0, math.MaxUint64, nil
 	}
-	i, gone := it.pick(v)
+	vs := db.idx.vers(p)
+	i, gone := vs.pick(v)
 	if i < 0 {
 		if gone {
 			return 0, 0, fmt.Errorf("%w: %q at %d", ErrVersionGone, key, v)
 		}
-		return 0, it.at(it.n()-1).version - 1, nil
+		return 0, vs.at(vs.n()-1).version - 1, nil
 	}
-	lo = it.at(i).version
+	lo = vs.at(i).version
 	if i == 0 {
 		return lo, math.MaxUint64, nil
 	}
-	return lo, it.at(i-1).version - 1, nil
+	return lo, vs.at(i-1).version - 1, nil
 }
 
 // CountLive counts the keys in [start, end) whose newest version is not a

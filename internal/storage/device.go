@@ -81,17 +81,18 @@ func (d *device) cost(n int) int64 {
 // device's emulated service time scaled by its live queue depth. A missing version costs 0.
 func (db *DB) Cost(key []byte, v uint64) int64 {
 	db.mu.RLock()
-	it, ok := db.idx.Get(keyString(key))
-	if !ok {
+	p := db.idx.get(keyString(key))
+	if p == nil {
 		db.mu.RUnlock()
 		return 0
 	}
-	i, _ := it.pick(v)
-	if i < 0 || it.at(i).tombstone() {
+	vs := db.idx.vers(p)
+	i, _ := vs.pick(v)
+	if i < 0 || vs.at(i).tombstone() {
 		db.mu.RUnlock()
 		return 0
 	}
-	ver := it.at(i)
+	ver := vs.at(i)
 	if ver.pos >= uint64(db.writ) {
 		db.mu.RUnlock()
 		return cacheHitCost

@@ -65,7 +65,7 @@ func (db *DB) Checkpoint() error {
 	count := uint64(0)
 	type hintItem struct {
 		key string // arena-backed: immutable, safe to use after the lock is released
-		it  item
+		vs  vlist  // likewise (vlist)
 	}
 	chunk := make([]hintItem, 0, 4096)
 	from, first := "", true
@@ -74,7 +74,7 @@ func (db *DB) Checkpoint() error {
 		db.mu.RLock()
 		db.idx.ascend(from, func(it *item) bool {
 			if k := db.idx.keyOf(it); first || k != from {
-				chunk = append(chunk, hintItem{k, *it})
+				chunk = append(chunk, hintItem{k, db.idx.vers(it)})
 			}
 			return len(chunk) < cap(chunk)
 		})
@@ -83,12 +83,12 @@ func (db *DB) Checkpoint() error {
 			break
 		}
 		for i := range chunk {
-			it := &chunk[i].it
+			vs := &chunk[i].vs
 			w.uvarint(uint64(len(chunk[i].key)))
 			w.write([]byte(chunk[i].key))
-			w.uvarint(uint64(it.n()))
-			for i := 0; i < it.n(); i++ {
-				v := it.at(i)
+			w.uvarint(uint64(vs.n()))
+			for i := 0; i < vs.n(); i++ {
+				v := vs.at(i)
 				w.uvarint(v.version)
 				w.varint(v.ts)
 				w.uvarint(v.pos)
@@ -203,6 +203,9 @@ func (db *DB) loadHint(path string, p, logEnd uint64) error {
 			v := ver{version: r.uvarint(), ts: r.varint(), pos: r.uvarint()}
 			v.size = uint32(r.uvarint())
 			v.flags = uint32(r.uvarint())
+			if v.flags&^verFlags != 0 {
+				return fmt.Errorf("%w: item %d: unknown version flags %#x", errBadHint, i, v.flags)
+			}
 			if v.pos+uint64(v.size) > logEnd {
 				return fmt.Errorf("%w: item %d points past the end of the log", errBadHint, i)
 			}

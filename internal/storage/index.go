@@ -6,13 +6,13 @@ import (
 )
 
 // ver is one version of a key in the index. 32 bytes; a key with one version costs one
-// item (56 bytes in a B+tree leaf) plus its key bytes in the arena.
+// item (48 bytes in a B+tree leaf) plus its key bytes in the arena.
 type ver struct {
 	version uint64
 	ts      int64
 	pos     uint64 // start of the record in the logical log
 	size    uint32 // record size
-	flags   uint32 // verTombstone | verPruned | verMeta | verCounted
+	flags   uint32 // verTombstone | verPruned | verMeta | verCounted; verOlder on an item's newest
 }
 
 const (
@@ -29,6 +29,13 @@ const (
 	// (Stats.MetaKeys); with no CountMeta, every version with meta. Hint files
 	// keep it with the other flags (from KFHINT02 on).
 	verCounted = 1 << 3
+	// verOlder is set on an item's newest version (item.v) when the key has older
+	// versions, which then are in the tree's side table (tree.older) under the
+	// item's kref. It belongs to the item, not to a version: tree.vers clears it in
+	// what it hands out, so it never reaches a hint file or a caller.
+	verOlder = 1 << 4
+	// verFlags is every flag a version stored outside the index (a hint file) may carry.
+	verFlags = verTombstone | verPruned | verMeta | verCounted
 )
 
 func (v ver) tombstone() bool { return v.flags&verTombstone != 0 }
@@ -36,13 +43,15 @@ func (v ver) hasMeta() bool   { return v.flags&verMeta != 0 }
 func (v ver) counted() bool   { return v.flags&verCounted != 0 }
 func (v ver) end() Pos        { return Pos(v.pos + uint64(v.size)) }
 
-// item is a key and its versions, newest first: v is the newest, older (nil for the
-// common single-version key) the rest. The slice behind older is never modified in
-// place, so a checkpoint that copied an item under the lock can read it after.
+// item is a key and its newest version, as a B+tree leaf holds it: 48 bytes, with no
+// pointer. A key's older versions (most keys have none: retention keeps them only for
+// snapshots, KeepVersions or KeepFor) are in the tree's side table, flagged by verOlder
+// in v; tree.vers reads both. They were a pointer in the item until the leaves' search
+// tags (tag) grew it from 48 to 56 bytes and the index past its 64-bytes-a-key target
+// at random (docs/design/hashes.md, "Items back to 48 bytes").
 type item struct {
-	kref  uint64 // the key, in the tree's arena
-	v     ver
-	older *[]ver
+	kref uint64 // the key, in the tree's arena; also its key in the side table
+	v    ver
 	// tag is the key's 8 bytes after its leaf's lpre, as an integer (tree.retag),
 	// which the leaf search compares instead of the key: the key lives in the
 	// arena, and dereferencing it at every step of a binary search was a cache
@@ -51,49 +60,74 @@ type item struct {
 	tag uint64
 }
 
+// hasOlder reports whether the key has versions older than it.v (in the side table).
+func (it *item) hasOlder() bool { return it.v.flags&verOlder != 0 }
+
 // keyString views b as a string without copying, for lookups that do not retain it.
 func keyString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 
-func (it *item) n() int {
-	if it.older == nil {
-		return 1
-	}
-	return 1 + len(*it.older)
+// vlist is a key's versions, newest first, read from the tree under its lock (tree.vers):
+// the newest from the item, the rest from the side table. The slice behind older is never
+// modified in place (makeItem stores a fresh one), so a vlist stays valid after the lock
+// is released: a checkpoint copies them under the read lock and writes them out after.
+type vlist struct {
+	v     ver
+	older []ver
 }
 
-func (it *item) at(i int) ver {
+func (l *vlist) n() int { return 1 + len(l.older) }
+
+func (l *vlist) at(i int) ver {
 	if i == 0 {
-		return it.v
+		return l.v
 	}
-	return (*it.older)[i-1]
+	return l.older[i-1]
 }
 
-// versions appends the item's versions, newest first, to dst.
-func (it *item) versions(dst []ver) []ver {
-	dst = append(dst, it.v)
-	if it.older != nil {
-		dst = append(dst, *it.older...)
-	}
-	return dst
-}
-
-func makeItem(kref uint64, vs []ver) item {
-	it := item{kref: kref, v: vs[0]}
-	if len(vs) > 1 {
-		older := slices.Clone(vs[1:])
-		it.older = &older
-	}
-	return it
+// appendTo appends the versions, newest first, to dst.
+func (l *vlist) appendTo(dst []ver) []ver {
+	dst = append(dst, l.v)
+	return append(dst, l.older...)
 }
 
 // pick returns the index of the newest version <= at, or -1. gone reports that the
 // version asked for is older than every retained one and older ones were pruned.
-func (it *item) pick(at uint64) (i int, gone bool) {
-	n := it.n()
+func (l *vlist) pick(at uint64) (i int, gone bool) {
+	n := l.n()
 	for i = 0; i < n; i++ {
-		if it.at(i).version <= at {
+		if l.at(i).version <= at {
 			return i, false
 		}
 	}
-	return -1, it.at(n-1).flags&verPruned != 0
+	return -1, l.at(n-1).flags&verPruned != 0
+}
+
+// vers returns it's versions (it is in t, or a copy of one of t's items made under the
+// same lock). A key with one version costs no lookup.
+func (t *tree) vers(it *item) vlist {
+	l := vlist{v: it.v}
+	if it.hasOlder() {
+		l.v.flags &^= verOlder
+		l.older = t.older[it.kref]
+	}
+	return l
+}
+
+// makeItem returns the item for the key at kref with versions vs (newest first, distinct,
+// none flagged verOlder) and records vs[1:] as its older versions in the side table (a
+// fresh copy), or forgets any it had. The caller stores the item (insert, load, update,
+// Set): the side table is keyed by kref, which an item keeps for its life.
+func (t *tree) makeItem(kref uint64, vs []ver) item {
+	it := item{kref: kref, v: vs[0]}
+	it.v.flags &^= verOlder
+	if len(vs) > 1 {
+		it.v.flags |= verOlder
+		if t.older == nil {
+			t.older = make(map[uint64][]ver)
+		}
+		t.older[kref] = slices.Clone(vs[1:])
+	} else if t.older != nil {
+		delete(t.older, kref)
+	}
+	return it
 }

@@ -267,9 +267,10 @@ func (db *DB) recover() error {
 	}
 	db.nvers = 0
 	db.idx.Scan(func(it item) bool {
-		db.nvers += it.n()
-		for i := 0; i < it.n(); i++ {
-			v := it.at(i)
+		vs := db.idx.vers(&it)
+		db.nvers += vs.n()
+		for i := 0; i < vs.n(); i++ {
+			v := vs.at(i)
 			if s := db.segFor(v.pos); s != nil {
 				s.live += int64(v.size)
 			}
@@ -516,7 +517,8 @@ func (db *DB) recoverInsert(key []byte, v ver, now int64) {
 		}
 		return
 	}
-	vs := it.versions(nil)
+	old := db.idx.vers(&it)
+	vs := old.appendTo(nil)
 	j, found := slices.BinarySearchFunc(vs, v.version, func(a ver, t uint64) int {
 		switch { // vs is sorted by version, descending
 		case a.version > t:
