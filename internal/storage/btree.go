@@ -33,12 +33,17 @@ type tree struct {
 	withMeta int
 	arena    keyArena
 	// older holds the versions after the newest of every key that has more
-	// than one, by its item's kref, newest first: the items flagged verOlder,
-	// and only those (check). Kept out of the leaves, where a pointer per
-	// item cost every key 8 bytes for the few that have older versions
-	// (item). Written under the DB's write lock (makeItem, remove), read
-	// under its read lock (vers).
-	older map[uint64][]ver
+	// than one, newest first, at the slot its item's flags name (item.slot;
+	// slot 0 is unused); olderFree lists the empty slots. Every item with a
+	// slot has its own, and every non-empty slot has an item (check). Kept
+	// out of the leaves, where a pointer per item cost every key 8 bytes for
+	// the few that have older versions (item); a slice indexed from the
+	// item's own bits, not a map by key, because a map's entry cost more than
+	// the pointer did (docs/design/hashes.md, "Items back to 48 bytes").
+	// Written under the DB's write lock (makeItem, remove), read under its
+	// read lock (vers).
+	older     [][]ver
+	olderFree []uint32
 	// fingers remember where lookups that asked (find) found keys, by a
 	// hash of the key: the writer's probe of a key it is about to write
 	// (DB.Has of an HSET's field row) leaves the leaf and index there, and
@@ -581,8 +586,9 @@ func (t *tree) remove(key string) bool {
 	}
 	t.live -= liveness(p)
 	t.withMeta -= metaness(p)
-	if p.hasOlder() {
-		delete(t.older, p.kref)
+	if s := p.slot(); s != 0 {
+		t.older[s] = nil
+		t.olderFree = append(t.olderFree, s)
 	}
 	t.rm(t.root, key)
 	t.n--
@@ -642,7 +648,8 @@ func (t *tree) asc(n *bnode, pivot string, fn func(*item) bool) bool {
 
 // check verifies the tree's invariants (for tests).
 func (t *tree) check() error {
-	count, live, withMeta, multi := 0, 0, 0, 0
+	count, live, withMeta := 0, 0, 0
+	slots := make([]bool, len(t.older)) // the slots items hold
 	prev := ""
 	first := true
 	var walk func(n *bnode, lo, hi string, hasHi bool) error
@@ -656,11 +663,8 @@ func (t *tree) check() error {
 				if !strings.HasPrefix(k, n.lpre) || n.items[i].tag != prefixAt(k, len(n.lpre)) {
 					return errTree // the leaf search would miss it
 				}
-				if err := t.checkVersions(&n.items[i]); err != nil {
+				if err := t.checkVersions(&n.items[i], slots); err != nil {
 					return err
-				}
-				if n.items[i].hasOlder() {
-					multi++
 				}
 				prev, first = k, false
 				count++
@@ -697,23 +701,33 @@ func (t *tree) check() error {
 	if count != t.n || live != t.live || withMeta != t.withMeta {
 		return errTree
 	}
-	if multi != len(t.older) {
-		return fmt.Errorf("%w: %d items flagged with older versions, %d side-table entries", errTree, multi, len(t.older))
+	free := make([]bool, len(t.older))
+	for _, s := range t.olderFree {
+		if s == 0 || int(s) >= len(t.older) || free[s] || slots[s] {
+			return fmt.Errorf("%w: free side-table slot %d is out of range, listed twice or held", errTree, s)
+		}
+		free[s] = true
+	}
+	for s := 1; s < len(t.older); s++ {
+		if !slots[s] && !free[s] {
+			return fmt.Errorf("%w: side-table slot %d is neither held nor free", errTree, s)
+		}
 	}
 	return nil
 }
 
-// checkVersions verifies it's versions (for check): the side table holds older ones
-// exactly when it is flagged verOlder, none empty; versions fall strictly, newest first;
-// and only the item's own newest version carries verOlder, no version a flag beyond
+// checkVersions verifies it's versions (for check) and marks its side-table slot in
+// slots: a slot in range, non-empty, held by no other item (and an empty slot held by
+// none); versions falling strictly, newest first; no older version with bits beyond
 // verFlags.
-func (t *tree) checkVersions(it *item) error {
-	older, ok := t.older[it.kref]
-	if ok != it.hasOlder() || ok && len(older) == 0 {
-		return fmt.Errorf("%w: key %q: flagged with older versions %v, side-table entry %v of %d", errTree, t.keyOf(it), it.hasOlder(), ok, len(older))
-	}
-	if it.v.flags&^(verFlags|verOlder) != 0 {
-		return fmt.Errorf("%w: key %q: flags %#x", errTree, t.keyOf(it), it.v.flags)
+func (t *tree) checkVersions(it *item, slots []bool) error {
+	var older []ver
+	if s := it.slot(); s != 0 {
+		if int(s) >= len(t.older) || slots[s] || len(t.older[s]) == 0 {
+			return fmt.Errorf("%w: key %q: side-table slot %d is out of range, shared or empty", errTree, t.keyOf(it), s)
+		}
+		slots[s] = true
+		older = t.older[s]
 	}
 	prev := it.v.version
 	for _, v := range older {
@@ -814,4 +828,6 @@ func (a *keyArena) free(ref uint64) { a.garbage += int64(ref & (1<<refLenBits - 
 func (t *tree) keyOf(it *item) string { return t.arena.get(it.kref) }
 
 // newItem makes an item for key (copied into the arena) with versions vs.
-func (t *tree) newItem(key []byte, vs []ver) item { return t.makeItem(t.arena.add(key), vs) }
+func (t *tree) newItem(key []byte, vs []ver) item {
+	return t.makeItem(item{kref: t.arena.add(key)}, vs)
+}

@@ -164,7 +164,7 @@ func (db *DB) moveLocked(key, val, meta []byte, h recHdr, pos uint64, head bool,
 	}
 	// Re-apply retention first: time-based versions may have expired since.
 	vs := db.idx.vers(&it)
-	it = db.retainLocked(it.kref, vs.appendTo(nil), now)
+	it = db.retainLocked(it, vs.appendTo(nil), now)
 	db.idx.Set(it)
 	vs = db.idx.vers(&it)
 	j := -1
@@ -203,7 +203,7 @@ func (db *DB) moveLocked(key, val, meta []byte, h recHdr, pos uint64, head bool,
 	db.liveAdd(start, int64(size))
 	all := vs.appendTo(nil)
 	all[j] = v
-	db.idx.Set(db.idx.makeItem(it.kref, all))
+	db.idx.Set(db.idx.makeItem(it, all))
 	return size, nil
 }
 

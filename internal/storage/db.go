@@ -316,13 +316,14 @@ func (db *DB) insertLocked(key []byte, v ver, now int64) error {
 	vs := append(stack[:0], v)
 	old := db.idx.vers(&it)
 	vs = old.appendTo(vs)
-	db.idx.update(p, db.retainLocked(it.kref, vs, now))
+	db.idx.update(p, db.retainLocked(it, vs, now))
 	return nil
 }
 
 // retainLocked applies the retention policy to vs (newest first, distinct versions),
-// drops what it does not keep and returns the item to store.
-func (db *DB) retainLocked(kref uint64, vs []ver, now int64) item {
+// drops what it does not keep and returns prev (the key's item) with the rest, to store
+// in prev's place (makeItem).
+func (db *DB) retainLocked(prev item, vs []ver, now int64) item {
 	kept := vs[:1]
 	pruned := false
 	for i := 1; i < len(vs); i++ {
@@ -336,7 +337,7 @@ func (db *DB) retainLocked(kref uint64, vs []ver, now int64) item {
 	if pruned {
 		kept[len(kept)-1].flags |= verPruned
 	}
-	return db.idx.makeItem(kref, kept)
+	return db.idx.makeItem(prev, kept)
 }
 
 // now returns the retention clock, read only when time-based retention is on.

@@ -30,7 +30,7 @@ func TestTreeOlderVersionsMatchModel(t *testing.T) {
 				old := model[key]
 				vs = append(vs, old[:min(len(old), rng.Intn(4))]...)
 				if p := tr.get(key); p != nil {
-					tr.update(p, tr.makeItem(p.kref, vs))
+					tr.update(p, tr.makeItem(*p, vs))
 				} else {
 					tr.insert(tr.newItem([]byte(key), vs))
 				}
@@ -38,7 +38,7 @@ func TestTreeOlderVersionsMatchModel(t *testing.T) {
 			case r < 8: // retention drops all but the newest
 				if p := tr.get(key); p != nil {
 					vs := model[key][:1]
-					tr.Set(tr.makeItem(p.kref, vs))
+					tr.Set(tr.makeItem(*p, vs))
 					model[key] = vs
 				}
 			default:
@@ -89,14 +89,23 @@ func TestTreeCheckCatchesSideTable(t *testing.T) {
 		name    string
 		corrupt func(tr *tree, p *item)
 	}{
-		{"orphan entry", func(tr *tree, p *item) { tr.older[1<<60] = []ver{{version: 1}} }},
-		{"entry missing", func(tr *tree, p *item) { delete(tr.older, p.kref) }},
-		{"flag missing", func(tr *tree, p *item) { p.v.flags &^= verOlder }},
-		{"flag without entry", func(tr *tree, p *item) { tr.get("0051").v.flags |= verOlder }},
-		{"empty entry", func(tr *tree, p *item) { tr.older[p.kref] = []ver{} }},
-		{"versions out of order", func(tr *tree, p *item) { tr.older[p.kref] = []ver{{version: 1}, {version: 2}} }},
-		{"older as new as the newest", func(tr *tree, p *item) { tr.older[p.kref] = []ver{{version: 3}} }},
-		{"verOlder on an older version", func(tr *tree, p *item) { tr.older[p.kref] = []ver{{version: 2, flags: verOlder}} }},
+		{"orphan slot", func(tr *tree, p *item) { tr.older = append(tr.older, []ver{{version: 1}}) }},
+		{"slot emptied", func(tr *tree, p *item) { tr.older[p.slot()] = nil }},
+		{"slot emptied and freed", func(tr *tree, p *item) {
+			tr.older[p.slot()] = nil
+			tr.olderFree = append(tr.olderFree, p.slot())
+		}},
+		{"slot lost", func(tr *tree, p *item) { p.v.flags &= verFlags }},
+		{"slot out of range", func(tr *tree, p *item) { tr.get("0051").v.flags |= uint32(len(tr.older)) << olderShift }},
+		{"slot shared", func(tr *tree, p *item) { tr.get("0051").v.flags |= p.slot() << olderShift }},
+		{"held slot listed free", func(tr *tree, p *item) { tr.olderFree = append(tr.olderFree, p.slot()) }},
+		{"free slot listed twice", func(tr *tree, p *item) {
+			tr.remove("0050")
+			tr.olderFree = append(tr.olderFree, tr.olderFree[len(tr.olderFree)-1])
+		}},
+		{"versions out of order", func(tr *tree, p *item) { tr.older[p.slot()] = []ver{{version: 1}, {version: 2}} }},
+		{"older as new as the newest", func(tr *tree, p *item) { tr.older[p.slot()] = []ver{{version: 3}} }},
+		{"a slot in an older version", func(tr *tree, p *item) { tr.older[p.slot()] = []ver{{version: 2, flags: 1 << olderShift}} }},
 	} {
 		tr, p := build()
 		c.corrupt(tr, p)

@@ -540,5 +540,5 @@ func (db *DB) recoverInsert(key []byte, v ver, now int64) {
 		}
 		vs = slices.Insert(vs, j, v)
 	}
-	db.idx.Set(db.retainLocked(it.kref, vs, now))
+	db.idx.Set(db.retainLocked(it, vs, now))
 }
