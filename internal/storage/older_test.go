@@ -1,13 +1,16 @@
 package storage
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"math/rand"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/seglog"
 	"github.com/kefirdb/kefir/internal/vfs"
 )
 
@@ -280,5 +283,53 @@ func TestOlderVersionsSurviveEverything(t *testing.T) {
 			}
 			t.Logf("%d compactions, up to %d keys with older versions", compactions, sawOlder)
 		})
+	}
+}
+
+// A hint file's versions carry the four version flags only (the item's side-table slot,
+// above them, never leaves the index: tree.vers clears it). A hint with another bit set
+// is not used, the log is replayed instead, and the keys read as before.
+func TestHintWithUnknownFlagsIsNotUsed(t *testing.T) {
+	fs := vfs.NewMem()
+	o := memOpts(fs)
+	o.Retention.KeepVersions = 2
+	db := mustOpen(t, o)
+	put(t, db, "k", 1, "one")
+	put(t, db, "k", 2, "two")
+	if err := db.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	db = mustOpen(t, o)
+	if db.Stats().HintPos == 0 {
+		t.Fatal("reopen did not use the hint file")
+	}
+	db.Close()
+	for _, p := range hintFiles(t, fs, "/db") {
+		rewrite(t, fs, p, func(b []byte) []byte {
+			// The last version's flags are the last byte before the item
+			// count (8 bytes) and the checksum (4).
+			i := len(b) - 13
+			if b[i]&^verFlags != 0 {
+				t.Fatalf("the hint holds flags %#x: more than the version's", b[i])
+			}
+			b[i] |= 1 << olderShift
+			binary.LittleEndian.PutUint32(b[len(b)-4:], crc32.Checksum(b[:len(b)-4], seglog.CRCTable))
+			return b
+		})
+	}
+	db = mustOpen(t, o)
+	defer db.Close()
+	if db.Stats().HintPos != 0 {
+		t.Fatal("a hint with unknown version flags was used")
+	}
+	if v, err := db.Get([]byte("k")); err != nil || string(v.Data) != "two" {
+		t.Fatalf("Get = %q, %v", v.Data, err)
+	}
+	if v, err := db.GetAt([]byte("k"), 1); err != nil || string(v.Data) != "one" {
+		t.Fatalf("GetAt 1 = %q, %v", v.Data, err)
+	}
+	if err := db.idx.check(); err != nil {
+		t.Fatal(err)
 	}
 }
