@@ -21,7 +21,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
@@ -308,18 +307,20 @@ type Shard struct {
 	clients    *kv.ClientTable // under the idle rule (expireClients)
 	legacy     []legacyRow     // rows in the pre-issue-26 format, for migrateClients
 	recs       []storage.Record
-	// staged indexes recs by key once the batch is longer than
-	// stagedLinear (stagedRec): recs[:stagedN] are in it. Its keys alias
-	// the records' keys, so truncate clears it before they can change.
-	staged  map[string]int
-	stagedN int
-	// seen is a 256-bit Bloom filter (one hash) of recs[:seenN]'s keys, for
-	// stagedRec's linear search: a key the chunk lacks is usually answered
-	// without a comparison. A pipelined HSET reads its hash's metadata and
-	// probes its field's row, which a batch mostly lacks, and searched the
-	// whole chunk for each (~150 instructions an HSET).
-	seen  [4]uint64
-	seenN int
+	// stagedIdx indexes recs[:stagedN] by a 10-bit hash of their keys
+	// (stagedHash), for stagedRec: slot h holds the newest record whose key
+	// hashes to h, and stagedPrev[i] the record before i with the same hash
+	// (-1: none), so a lookup compares only keys of its own hash. Slots are
+	// stamped with the chunk's generation (stagedGen), so a new chunk starts
+	// empty without clearing 8 KB. It replaced a linear search behind a
+	// 256-bit filter (up to 32 records) and a Go map beyond: a pipelined
+	// chunk holds up to 256 records, and the map's insert of every record and
+	// its lookups were ~190 instructions of each pipelined HSET over random
+	// fields (docs/design/hashes.md, "Pipelined, session 22").
+	stagedIdx  [1 << stagedBits]stagedSlot
+	stagedPrev []int32
+	stagedGen  uint32
+	stagedN    int
 	// memo is engineGet's last read of the engine (memoSet: it holds one;
 	// memoKey owns its key): an HSET of existing fields stages nothing
 	// under its hash's key (kv.ApplyOptions.SparseHashMeta), so every HSET
@@ -708,51 +709,69 @@ func (s *Shard) current(key []byte) (data, meta []byte, version uint64, ok bool,
 	return s.engineGet(key)
 }
 
-// stagedLinear is how many staged records stagedRec searches linearly;
-// beyond, it indexes them (a map insert per record is dearer than a few
-// comparisons, but a search of the whole chunk per read is not: an HSET of
-// 10 fields in a pipelined batch of 16 searched 176 records per field).
-const stagedLinear = 32
+// stagedBits is the width of stagedRec's hash: 1,024 slots for chunks of up
+// to 256 records (an op's records may take a chunk past it), so most keys
+// have a slot of their own.
+const stagedBits = 10
+
+// stagedSlot is a slot of Shard.stagedIdx: the newest record (i) of the
+// chunk of generation gen whose key has the slot's hash.
+type stagedSlot struct {
+	gen uint32
+	i   int32
+}
 
 // stagedRec returns the newest record of key in the chunk being built, nil
 // if it has none.
 func (s *Shard) stagedRec(key []byte) *storage.Record {
-	if len(s.recs) <= stagedLinear {
-		for ; s.seenN < len(s.recs); s.seenN++ {
-			h := seenHash(s.recs[s.seenN].Key)
-			s.seen[h>>6] |= 1 << (h & 63)
-		}
-		if h := seenHash(key); s.seen[h>>6]&(1<<(h&63)) == 0 {
-			return nil
-		}
-		// Keys that share long prefixes (a hash's field rows: 30 bytes)
-		// differ at their ends: the last byte rules out most before a
-		// comparison of the whole key.
-		n := len(key)
-		for i := len(s.recs) - 1; i >= 0; i-- {
-			if k := s.recs[i].Key; len(k) == n && (n == 0 || k[n-1] == key[n-1]) && bytes.Equal(k, key) {
-				return &s.recs[i]
-			}
-		}
+	if s.stagedN < len(s.recs) {
+		s.indexStaged()
+	}
+	if s.stagedN == 0 {
 		return nil
 	}
-	if s.staged == nil {
-		s.staged = make(map[string]int, chunk+chunk/2)
+	e := s.stagedIdx[stagedHash(key)]
+	if e.gen != s.stagedGen {
+		return nil
 	}
-	for ; s.stagedN < len(s.recs); s.stagedN++ {
-		k := s.recs[s.stagedN].Key
-		s.staged[unsafe.String(unsafe.SliceData(k), len(k))] = s.stagedN // later records replace earlier ones
-	}
-	if i, ok := s.staged[string(key)]; ok {
-		return &s.recs[i]
+	// Keys that share long prefixes (a hash's field rows: 30 bytes) differ
+	// at their ends: the last byte rules out most before a comparison of
+	// the whole key.
+	n := len(key)
+	for i := e.i; i >= 0; i = s.stagedPrev[i] {
+		if k := s.recs[i].Key; len(k) == n && (n == 0 || k[n-1] == key[n-1]) && bytes.Equal(k, key) {
+			return &s.recs[i]
+		}
 	}
 	return nil
 }
 
-// seenHash is key's bit (0-255) in Shard.seen: a hash of its length and its
+// indexStaged adds recs[stagedN:] to stagedRec's index, starting a new
+// generation when the index is empty (a new chunk, or after a truncate).
+func (s *Shard) indexStaged() {
+	if s.stagedN == 0 {
+		s.stagedGen++
+		if s.stagedGen == 0 { // wrapped: slots of generation 1 may be four billion chunks old
+			clear(s.stagedIdx[:])
+			s.stagedGen = 1
+		}
+		s.stagedPrev = s.stagedPrev[:0]
+	}
+	for ; s.stagedN < len(s.recs); s.stagedN++ {
+		h := stagedHash(s.recs[s.stagedN].Key)
+		prev := int32(-1)
+		if e := s.stagedIdx[h]; e.gen == s.stagedGen {
+			prev = e.i
+		}
+		s.stagedIdx[h] = stagedSlot{gen: s.stagedGen, i: int32(s.stagedN)}
+		s.stagedPrev = append(s.stagedPrev, prev)
+	}
+}
+
+// stagedHash is key's slot in Shard.stagedIdx: a hash of its length and its
 // last eight bytes, where keys of one batch differ (a hash's field rows share
 // their first 30).
-func seenHash(key []byte) uint64 {
+func stagedHash(key []byte) uint64 {
 	var tail uint64
 	if n := len(key); n >= 8 {
 		tail = binary.LittleEndian.Uint64(key[n-8:])
@@ -761,13 +780,12 @@ func seenHash(key []byte) uint64 {
 			tail = tail<<8 | uint64(c)
 		}
 	}
-	return ((tail ^ uint64(len(key))) * 0x9e3779b97f4a7c15) >> 56
+	return ((tail ^ uint64(len(key))) * 0x9e3779b97f4a7c15) >> (64 - stagedBits)
 }
 
 // truncate drops the staged records from n on (a failed write's, or a
 // chunk appended) and forgets them in stagedRec's index: records staged
-// later at the same positions hold other keys, and the index's keys alias
-// the records' (the request buffers, reused once Apply returns).
+// later at the same positions hold other keys.
 func (s *Shard) truncate(n int) {
 	s.recs = s.recs[:n]
 	if n == 0 {
@@ -778,11 +796,7 @@ func (s *Shard) truncate(n int) {
 		s.scratch = s.scratch[:0]
 	}
 	if s.stagedN > n {
-		clear(s.staged)
-		s.stagedN = 0
-	}
-	if s.seenN > n {
-		s.seen, s.seenN = [4]uint64{}, 0 // rebuilt from recs[:n] at the next search
+		s.stagedN = 0 // rebuilt from recs[:n], in a new generation, at the next search
 	}
 }
 
