@@ -15,6 +15,9 @@ import (
 // requests in flight are dropped (the reply comes when they are applied).
 func (r *Replica) Propose(now int64, req Request) error {
 	r.observe(now)
+	if err := r.refuseReconfigured(); err != nil {
+		return err
+	}
 	if r.status != Normal {
 		return ErrNotNormal
 	}
