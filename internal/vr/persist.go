@@ -71,6 +71,10 @@ func (r *Replica) installSnapshot(s *Snapshot) {
 	r.out.Snapshot = &cp
 	r.out.Entries, r.out.HasTruncate, r.out.Truncate = nil, false, 0
 	r.log = nil
+	// A reconfiguration in the dropped log was not committed: a snapshot of
+	// this epoch never covers the epoch's last op (whoever applies it moves
+	// on). appendEntries notes one in the entries kept.
+	r.ep.pending = 0
 	r.first = s.Op + 1
 	r.commit, r.handed, r.applied = s.Op, s.Op, s.Op
 	r.durable = min(r.durable, s.Op)
