@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math"
+	"slices"
 	"time"
 )
 
@@ -197,7 +198,9 @@ func (c Config) Validate() error {
 		seen[m] = true
 		self = self || m == c.Self
 	}
-	if !self {
+	if !self && !slices.Contains(c.Previous, c.Self) {
+		// A previous member that is not a member is leaving (reconfig.go):
+		// it runs until the new epoch has started.
 		errs = append(errs, fmt.Errorf("self %d is not a member of %v", c.Self, c.Members))
 	}
 	if c.HeartbeatInterval <= 0 || c.ViewChangeTimeout <= c.HeartbeatInterval {

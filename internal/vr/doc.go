@@ -61,8 +61,10 @@
 // reconfiguration is handed out as one); starts a replica for each new
 // member with Membership.Apply of the reported configuration, an empty
 // disk and a fresh nonce (not Bootstrap); stops a replica once
-// Info.Retired; and does not restart one its persisted configuration does
-// not name. The wire codec must carry a get-state's Nonce (the join mark).
+// Info.Retired and records that, and until then restarts a leaving replica
+// (named only in its configuration's Previous) from its disk as any other:
+// it may hold the only copy of the new epoch's start state. The wire codec
+// must carry a get-state's Nonce (the join mark).
 //
 // The very first start of a new group passes State{Bootstrap: true}. On
 // every later start the driver passes what its disk holds in State: the latest

@@ -112,6 +112,14 @@ func (r *Replica) Ready() Ready {
 		r.nxClamp()
 		r.releaseDeferred()
 	}
+	if r.ep.hold > r.synced && len(r.out.Messages) > 0 {
+		// The new configuration is not durable yet: nothing leaves
+		// (reconfig.go, epochState.hold).
+		for _, m := range r.out.Messages {
+			r.defers = append(r.defers, deferred{seq: r.ep.hold, m: m})
+		}
+		r.out.Messages = nil
+	}
 	r.syncWanted = false // this Ready's prepares and heartbeats carried it
 	rd := r.out
 	r.out = Ready{}

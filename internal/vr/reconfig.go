@@ -124,6 +124,13 @@ type epochState struct {
 	// replyOld: the Ready that moved this replica out of its epoch handed
 	// out entries it proposed as leader; Advance still answers their clients.
 	replyOld bool
+	// hold: the persist batch that writes the new configuration. No message
+	// leaves before it is durable (Ready): a replica that told others of the
+	// new epoch and then lost the record (a power cut) would restart in the
+	// old one, and they, having adopted the new epoch from it, would pull a
+	// start state that nobody knows is committed (the power-cut simulation,
+	// seed 327).
+	hold uint64
 }
 
 func isReconfig(e *Entry) bool { return e.Client == reconfigClient }
@@ -291,6 +298,7 @@ func (r *Replica) switchConfig(cfg Config) {
 	r.lastPreVote = 0
 	r.hsDirty = true
 	r.viewSeq = r.nextSeq() // the new epoch's view is durable with this batch
+	r.ep.hold = r.nextSeq()
 	r.out.Membership = &Membership{Epoch: cfg.Epoch, Members: slices.Clone(cfg.Members), Start: cfg.EpochStart,
 		Previous: slices.Clone(cfg.Previous)}
 	switch {

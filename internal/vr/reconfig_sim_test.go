@@ -39,9 +39,15 @@ const (
 	// recReset: the host wiped the replica's disk to start it as a new
 	// member: everything before is void.
 	recReset byte = 71
+	// recRetired: the host stopped the replica at Info.Retired; it does
+	// not start it again in that configuration.
+	recRetired byte = 72
 )
 
-func appendMembership(b []byte, m *Membership) []byte {
+func appendMembership(b []byte, m *Membership, hs *HardState) []byte {
+	for _, v := range []uint64{hs.View, hs.LastNormalView, hs.Commit} {
+		b = binary.AppendUvarint(b, v)
+	}
 	b = binary.AppendUvarint(b, m.Epoch)
 	b = binary.AppendUvarint(b, m.Start)
 	for _, l := range [][]uint64{m.Members, m.Previous} {
@@ -53,7 +59,8 @@ func appendMembership(b []byte, m *Membership) []byte {
 	return b
 }
 
-func readMembership(r *reader) *Membership {
+func readMembership(r *reader) (*Membership, HardState) {
+	hs := HardState{View: r.uvarint(), LastNormalView: r.uvarint(), Commit: r.uvarint()}
 	m := &Membership{Epoch: r.uvarint(), Start: r.uvarint()}
 	for _, l := range []*[]uint64{&m.Members, &m.Previous} {
 		k := r.uvarint()
@@ -61,7 +68,7 @@ func readMembership(r *reader) *Membership {
 			*l = append(*l, r.uvarint())
 		}
 	}
-	return m
+	return m, hs
 }
 
 // reconfigSim is one run's reconfiguration state, shared by its replicas
@@ -85,14 +92,27 @@ func newReconfigSim(initial int) *reconfigSim {
 		committed: map[uint64]auditEntry{}}
 }
 
-// runs reports whether slot id runs a core given the configuration on its
-// disk (nil: the first epoch's).
-func (rc *reconfigSim) runs(id sim.Addr, m *Membership) bool {
-	members := memberIDs(rc.initial)
-	if m != nil {
-		members = m.Members
+// runs reports whether slot id runs a core given its disk: a member of the
+// configuration there (nil: the first epoch's), or a previous member that
+// had not retired when it stopped (it may hold the only copy of the new
+// epoch's start state).
+func (rc *reconfigSim) runs(id sim.Addr, m *Membership, recs [][]byte) bool {
+	if m == nil {
+		return slices.Contains(memberIDs(rc.initial), replicaID(id))
 	}
-	return slices.Contains(members, replicaID(id))
+	if slices.Contains(m.Members, replicaID(id)) {
+		return true
+	}
+	retired := false
+	for _, rec := range recs {
+		switch rec[0] {
+		case recRetired:
+			retired = true
+		case recMembership, recReset:
+			retired = false
+		}
+	}
+	return slices.Contains(m.Previous, replicaID(id)) && !retired
 }
 
 func (rc *reconfigSim) note(m *Membership) {
@@ -126,7 +146,7 @@ func (n *simReplica) spareStep(ev sim.Event) {
 	if ev.Kind != sim.Tick || rc == nil || !slices.Contains(rc.latest.Members, replicaID(n.id)) {
 		return
 	}
-	n.out.Persist = append(n.out.Persist, []byte{recReset}, appendMembership([]byte{recMembership}, &rc.latest))
+	n.out.Persist = append(n.out.Persist, []byte{recReset}, appendMembership([]byte{recMembership}, &rc.latest, &HardState{}))
 	n.recs += 2
 	n.out.Sync = true
 	core, err := New(rc.latest.Apply(simConfig(n.id, 0, n.o)), State{Nonce: uint64(ev.Now)<<8 | uint64(n.id)})
@@ -145,6 +165,9 @@ func (n *simReplica) maybeStop() {
 	if n.o.reconfig == nil || n.core == nil || !n.core.Info().Retired {
 		return
 	}
+	n.out.Persist = append(n.out.Persist, []byte{recRetired})
+	n.recs++
+	n.out.Sync = true
 	n.core = nil
 	n.seqAt, n.parked = nil, nil
 	clear(n.byCtx)
@@ -240,6 +263,12 @@ func judgeReconfig(s *sim.Sim, h check.History, rc *reconfigSim) error {
 }
 
 func reconfigRun(seed uint64, o simOptions, trace io.Writer) (*sim.Sim, check.History, *reconfigSim) {
+	return reconfigRunWith(seed, o, trace, nil, nil)
+}
+
+// reconfigRunWith is reconfigRun with tweak applied to the options and
+// hook to the simulation as well (power cuts).
+func reconfigRunWith(seed uint64, o simOptions, trace io.Writer, tweak func(*sim.Options), hook func(*sim.Sim)) (*sim.Sim, check.History, *reconfigSim) {
 	rc := newReconfigSim(3)
 	o.reconfig = rc
 	var s *sim.Sim
@@ -248,9 +277,15 @@ func reconfigRun(seed uint64, o simOptions, trace io.Writer) (*sim.Sim, check.Hi
 		so.Faults.Until = 900 * time.Millisecond
 		so.Faults.MaxDown = 1
 		so.OpsPerClient = 80
+		if tweak != nil {
+			tweak(so)
+		}
 	}, func(sm *sim.Sim) {
 		s = sm
 		reconfigurer(sm, rc, 800*time.Millisecond)
+		if hook != nil {
+			hook(sm)
+		}
 	})
 	// The run ends with the workload; the auditor's last check wants the
 	// group quiet: the nemesis done (it heals and restarts everything at
@@ -283,6 +318,29 @@ func TestSimReconfiguration(t *testing.T) {
 		asked, epochs, joined, stopped, ops, ok, crashes)
 	if epochs == 0 || joined == 0 || stopped == 0 {
 		t.Fatalf("the runs did not exercise reconfiguration: %d epochs, %d joins, %d stops", epochs, joined, stopped)
+	}
+}
+
+// TestSimReconfigurationPowerFailure: the same with slow fsyncs (many
+// writes in flight unsynced, torn batches) and the power cut twice on every
+// slot at once: each restarts in the configuration its disk kept, a torn
+// batch that lost a membership record restarts in the old epoch and is told
+// the new one.
+func TestSimReconfigurationPowerFailure(t *testing.T) {
+	o := defaultSimOptions()
+	epochs := 0
+	sim.Explore(t, 1, seedCount(30, 600), func(seed uint64, trace io.Writer) (err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				err = fmt.Errorf("panic: %v", p)
+			}
+		}()
+		s, h, rc := reconfigRunWith(seed, o, trace, powerFailures, powerFailureHook)
+		epochs += rc.epochs
+		return judgeReconfig(s, h, rc)
+	})
+	if epochs == 0 {
+		t.Fatal("no reconfiguration committed")
 	}
 }
 

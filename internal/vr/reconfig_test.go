@@ -68,6 +68,17 @@ func TestReconfigurationRefusesOpsAndRestartsInTheNewEpoch(t *testing.T) {
 	if i := r.Info(); i.Epoch != 2 || i.Joining || i.Status != Normal || !slices.Equal(r.Config().Members, []uint64{2, 3, 4}) {
 		t.Fatalf("restarted replica 3: %+v, members %v", i, r.Config().Members)
 	}
+	// The removed replica, restarted before the new epoch started (4 has
+	// not joined), is still leaving: it may hold the only copy of the
+	// start state, and serves it.
+	gone := n.rs[1]
+	r, err = New(testConfig(1, 3), State{HardState: gone.lastHS, Entries: slices.Clone(gone.log), Membership: persisted[1]})
+	if err != nil {
+		t.Fatalf("restart of the leaving replica: %v", err)
+	}
+	if i := r.Info(); !i.Leaving || i.Retired || i.Status != Recovering || i.Epoch != 2 {
+		t.Fatalf("restarted leaving replica 1: %+v", i)
+	}
 }
 
 // TestQueuedReconfigurationGoesWithTheQueue: a view change drops the

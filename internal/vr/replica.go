@@ -265,6 +265,10 @@ func New(cfg Config, st State) (*Replica, error) {
 		}
 	}
 	r.log = append([]Entry(nil), st.Entries...)
+	// A reconfiguration in the recovered log still closes its epoch: a
+	// restarted leader must not order ops after it (the power-cut
+	// simulation, seed 363).
+	r.noteAppended(r.log)
 	r.applied = r.first - 1
 	r.handed = r.applied
 	r.durable = r.lastOp()
@@ -280,6 +284,16 @@ func New(cfg Config, st State) (*Replica, error) {
 	}
 	stale := r.nxRestarted(st)
 	switch {
+	case r.self < 0:
+		// A previous member that left, restarted before the new epoch had
+		// started (Info.Retired): it may hold the only copy of the
+		// epoch's start state, and serves it again (reconfig.go).
+		if st.Bootstrap || st.LostState {
+			return nil, fmt.Errorf("vr: replica %d is not a member of epoch %d (members %v): only a leaving replica restarts, from its disk", cfg.Self, cfg.Epoch, cfg.Members)
+		}
+		r.status = Recovering
+		r.ep.leaving = true
+		r.ep.started = map[uint64]bool{}
 	case cfg.EpochStart > 0 && r.commit < cfg.EpochStart:
 		// A member of a reconfigured epoch without its start state: a new
 		// member, or one that stopped before it had it. It pulls the state

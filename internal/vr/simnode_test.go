@@ -138,9 +138,10 @@ func replay(recs [][]byte) (st State, recovering bool) {
 		case recRecovered:
 			recovering = false
 		case recMembership:
-			st.Membership = readMembership(r)
+			st.Membership, st.HardState = readMembership(r)
 		case recReset:
 			st, base, recovering = State{}, 0, false
+		case recRetired:
 		}
 		if r.err != nil {
 			panic(fmt.Sprintf("replay: record type %d: %v", rec[0], r.err))
@@ -278,6 +279,10 @@ type simReplica struct {
 	// the log says this replica recovers from the group (recRecovering).
 	fs         vfs.FS
 	recovering bool
+	// msPending: a Ready.Membership written in batch msSeq, reported to
+	// the operator (reconfigSim.note) once that batch is durable.
+	msPending *Membership
+	msSeq     uint64
 }
 
 func memberIDs(n int) []uint64 {
@@ -328,7 +333,7 @@ func newSimReplica(o simOptions) sim.BootFactory {
 			// doc.go: a fresh random nonce on every start (scrambled here).
 			st.Nonce = splitmix(incarnation[id]<<8 | uint64(id))
 		}
-		if o.reconfig != nil && !o.reconfig.runs(id, st.Membership) {
+		if o.reconfig != nil && !o.reconfig.runs(id, st.Membership, b.Recovered) {
 			// Not a member of the configuration its disk holds (a spare,
 			// or a retired member): the host does not start a core.
 			return &simReplica{id: id, o: o, state: state, recs: len(b.Recovered), byCtx: map[uint64]parkedRead{}, fs: b.FS}
@@ -374,6 +379,10 @@ func (n *simReplica) Step(ev sim.Event) {
 		}
 		if seq > 0 {
 			n.core.Persisted(seq)
+			if n.msPending != nil && seq >= n.msSeq {
+				n.o.reconfig.note(n.msPending)
+				n.msPending = nil
+			}
 		}
 	case sim.Message:
 		switch m := ev.Msg.(type) {
@@ -514,10 +523,12 @@ func (n *simReplica) drain() {
 				n.out.Persist = append(n.out.Persist, encodeDLog(&rd.DLog[i]))
 			}
 			if ms := rd.Membership; ms != nil {
-				n.out.Persist = append(n.out.Persist, appendMembership([]byte{recMembership}, ms))
-				n.o.reconfig.note(ms)
-			}
-			if hs := rd.HardState; hs != nil {
+				// One record with the hard state (doc.go): a torn batch
+				// keeps both or neither.
+				n.out.Persist = append(n.out.Persist, appendMembership([]byte{recMembership}, ms, rd.HardState))
+				// The operator acts on it once it is durable (doc.go).
+				n.msPending, n.msSeq = ms, rd.PersistSeq
+			} else if hs := rd.HardState; hs != nil {
 				b := []byte{recHardState}
 				for _, v := range []uint64{hs.View, hs.LastNormalView, hs.Commit} {
 					b = binary.AppendUvarint(b, v)
