@@ -56,7 +56,8 @@
 //
 // Reconfigure at the leader orders a new member list as the epoch's last
 // op. The driver writes Ready.Membership, when set, in the same atomic
-// record as the batch's HardState and passes it back in State.Membership on
+// record as the batch's HardState, acts on it (starts new members, reports
+// success) only once Persisted covers that batch, passes it back in State.Membership on
 // every later start; skips committed entries with empty Data (a
 // reconfiguration is handed out as one); starts a replica for each new
 // member with Membership.Apply of the reported configuration, an empty
