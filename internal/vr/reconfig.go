@@ -133,10 +133,16 @@ type epochState struct {
 	hold uint64
 }
 
-func isReconfig(e *Entry) bool { return e.Client == reconfigClient }
+// isReconfig: the client id and the data's magic both (a client that drew
+// the reserved id by chance must not look like one).
+func isReconfig(e *Entry) bool {
+	return e.Client == reconfigClient && len(e.Data) >= len(membershipMagic) && string(e.Data[:len(membershipMagic)]) == membershipMagic
+}
+
+const membershipMagic = "vr-reconfig"
 
 func encodeMembership(members, previous []uint64) []byte {
-	b := []byte("vr-reconfig")
+	b := []byte(membershipMagic)
 	b = binary.AppendUvarint(b, uint64(len(members)))
 	for _, m := range members {
 		b = binary.AppendUvarint(b, m)
@@ -149,7 +155,7 @@ func encodeMembership(members, previous []uint64) []byte {
 }
 
 func decodeMembership(b []byte) (members, previous []uint64, err error) {
-	const magic = "vr-reconfig"
+	const magic = membershipMagic
 	if len(b) < len(magic) || string(b[:len(magic)]) != magic {
 		return nil, nil, fmt.Errorf("vr: not a reconfiguration entry (%d bytes)", len(b))
 	}

@@ -290,7 +290,11 @@ func reconfigRunWith(seed uint64, o simOptions, trace io.Writer, tweak func(*sim
 	// The run ends with the workload; the auditor's last check wants the
 	// group quiet: the nemesis done (it heals and restarts everything at
 	// Until) and the last commit point everywhere.
-	s.RunFor(max(0, 900*time.Millisecond-s.Now()) + time.Second)
+	// RunFor stops again when the last client finishes, which may come
+	// after Run gave up at Duration.
+	for end := max(s.Now(), 900*time.Millisecond) + time.Second; s.Now() < end; {
+		s.RunFor(end - s.Now())
+	}
 	return s, h, rc
 }
 
