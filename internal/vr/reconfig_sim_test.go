@@ -85,6 +85,7 @@ type reconfigSim struct {
 	epochs    int // configurations reached
 	joined    int // spares started as new members
 	stopped   int // retired members stopped
+	snapshots int // snapshots installed in a reconfigured epoch
 }
 
 func newReconfigSim(initial int) *reconfigSim {
@@ -301,7 +302,7 @@ func reconfigRunWith(seed uint64, o simOptions, trace io.Writer, tweak func(*sim
 // TestSimReconfiguration: random reconfigurations amid random faults.
 func TestSimReconfiguration(t *testing.T) {
 	o := defaultSimOptions()
-	var asked, epochs, joined, stopped, ok, ops, crashes int
+	var asked, epochs, joined, stopped, snaps, ok, ops, crashes int
 	sim.Explore(t, 1, seedCount(40, 1000), func(seed uint64, trace io.Writer) (err error) {
 		defer func() {
 			if p := recover(); p != nil {
@@ -310,7 +311,7 @@ func TestSimReconfiguration(t *testing.T) {
 		}()
 		s, h, rc := reconfigRun(seed, o, trace)
 		asked, epochs, joined, stopped = asked+rc.asked, epochs+rc.epochs, joined+rc.joined, stopped+rc.stopped
-		ops, crashes = ops+len(h.Ops), crashes+s.Stats().Crashes
+		ops, crashes, snaps = ops+len(h.Ops), crashes+s.Stats().Crashes, snaps+rc.snapshots
 		for _, op := range h.Ops {
 			if op.Outcome == check.OK {
 				ok++
@@ -318,10 +319,10 @@ func TestSimReconfiguration(t *testing.T) {
 		}
 		return judgeReconfig(s, h, rc)
 	})
-	t.Logf("reconfigurations asked %d, epochs reached %d, new members started %d, retired members stopped %d; ops %d (%d ok), crashes %d",
-		asked, epochs, joined, stopped, ops, ok, crashes)
-	if epochs == 0 || joined == 0 || stopped == 0 {
-		t.Fatalf("the runs did not exercise reconfiguration: %d epochs, %d joins, %d stops", epochs, joined, stopped)
+	t.Logf("reconfigurations asked %d, epochs reached %d, new members started %d, retired members stopped %d, snapshots installed in later epochs %d; ops %d (%d ok), crashes %d",
+		asked, epochs, joined, stopped, snaps, ops, ok, crashes)
+	if epochs == 0 || joined == 0 || stopped == 0 || snaps == 0 {
+		t.Fatalf("the runs did not exercise reconfiguration: %d epochs, %d joins, %d stops, %d snapshots", epochs, joined, stopped, snaps)
 	}
 }
 

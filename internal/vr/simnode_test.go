@@ -511,6 +511,9 @@ func (n *simReplica) drain() {
 					c.snapshotsInstalled++
 				}
 				n.state = loadImage(s.Data)
+				if rc := n.o.reconfig; rc != nil && n.core.cfg.EpochStart > 0 {
+					rc.snapshots++ // state transfer by snapshot in a reconfigured epoch (a joining member, mostly)
+				}
 				n.parked = nil // reads wait for applied, which jumped; simplest to let clients retry
 			}
 			if rd.HasTruncate {
