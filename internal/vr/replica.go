@@ -383,7 +383,7 @@ func (r *Replica) observe(now int64) {
 		// keeps those (forgotten) promises by not voting for a lease period.
 		r.promiseUntil = now + int64(r.cfg.LeaseDuration)
 		r.lastContact, r.vcStart, r.lastHB = now, now, now-int64(r.cfg.HeartbeatInterval)
-		if r.status == Recovering && !r.ep.joining {
+		if r.status == Recovering && !r.ep.joining && !r.ep.leaving {
 			r.sendRecovery()
 		}
 	}
