@@ -214,14 +214,8 @@ func (r *Replica) checkMembers(members []uint64) error {
 // loses it, the new leader takes ops again and the caller asks again.
 func (r *Replica) Reconfigure(now int64, members []uint64) error {
 	r.observe(now)
-	if err := r.refuseReconfigured(); err != nil {
+	if err := r.canOrder(); err != nil {
 		return err
-	}
-	if r.status != Normal {
-		return ErrNotNormal
-	}
-	if !r.isLeader() {
-		return ErrNotLeader
 	}
 	if r.cfg.Nilext || r.cfg.FollowerReads {
 		return ErrReconfigUnsupported
@@ -235,6 +229,21 @@ func (r *Replica) Reconfigure(now int64, members []uint64) error {
 	r.ep.queued = slices.Clone(members)
 	r.queue = append(r.queue, Request{Client: reconfigClient, ReqNum: r.cfg.Epoch + 1,
 		Data: encodeMembership(members, r.cfg.Members)})
+	return nil
+}
+
+// canOrder is why this replica cannot order a request now (nil if it can):
+// it is leaving or reconfiguring, not normal, or not the leader.
+func (r *Replica) canOrder() error {
+	if err := r.refuseReconfigured(); err != nil {
+		return err
+	}
+	if r.status != Normal {
+		return ErrNotNormal
+	}
+	if !r.isLeader() {
+		return ErrNotLeader
+	}
 	return nil
 }
 
@@ -296,8 +305,8 @@ func (r *Replica) switchConfig(cfg Config) {
 	r.n = len(cfg.Members)
 	r.f = (r.n - 1) / 2
 	r.self = slices.Index(cfg.Members, cfg.Self)
-	r.resize()
-	r.cad.ackSeq = ackSeq
+	r.resize(0)
+	r.cad.ackSeq = ackSeq // this life's sequence goes on (never reused)
 	r.ep = epochState{replyOld: wasLeader}
 	r.view, r.lnv = 0, 0
 	r.pendingView, r.vcHeld, r.vcAbandoned = 0, false, 0
@@ -322,8 +331,9 @@ func (r *Replica) switchConfig(cfg Config) {
 	}
 }
 
-// resize makes the per-member arrays fit r.n members.
-func (r *Replica) resize() {
+// resize makes the per-member arrays fit r.n members (New, and a new
+// configuration); nonce seeds the prepare-ok sequence (cadState.init).
+func (r *Replica) resize(nonce uint64) {
 	r.acked = make([]uint64, r.n)
 	r.hbAcked = make([]uint64, r.n)
 	r.ackAt = make([]int64, r.n)
@@ -334,7 +344,7 @@ func (r *Replica) resize() {
 	r.recResp = make([]*Message, r.n)
 	r.preVoteAt = make([]int64, r.n)
 	r.preVoteView = make([]uint64, r.n)
-	r.cad.init(r.n, 0)
+	r.cad.init(r.n, nonce)
 }
 
 // startEpoch: an old member that stays, at the reconfiguration's commit,

@@ -216,16 +216,7 @@ func reconfigurer(s *sim.Sim, rc *reconfigSim, until time.Duration) {
 // configuration's members complete and equal at the end. Configuration
 // errors are expected (replicas of different epochs meet) and not judged.
 func judgeReconfig(s *sim.Sim, h check.History, rc *reconfigSim) error {
-	var errs []error
-	if v := check.Linearizable(h, check.LinOptions{Timeout: 5 * time.Second, Strict: true}); !v.OK {
-		errs = append(errs, v.Err())
-	}
-	if v := check.Durability(h); !v.OK {
-		errs = append(errs, v.Err())
-	}
-	if err := checkAgreement(s, s.Config().Replicas); err != nil {
-		errs = append(errs, err)
-	}
+	errs := judgeHistory(s, h)
 	if rc.auditErr != nil {
 		errs = append(errs, rc.auditErr)
 	}

@@ -243,17 +243,7 @@ func New(cfg Config, st State) (*Replica, error) {
 		inflight: map[uint64]uint64{}, clients: newClientTable(cfg.ClientCap)}
 	r.f = (r.n - 1) / 2
 	r.self = slices.Index(cfg.Members, cfg.Self)
-	r.acked = make([]uint64, r.n)
-	r.hbAcked = make([]uint64, r.n)
-	r.ackAt = make([]int64, r.n)
-	r.snapWanted = make([]bool, r.n)
-	r.snapNext = make([]int64, r.n)
-	r.svc = make([]bool, r.n)
-	r.dvc = make([]*Message, r.n)
-	r.recResp = make([]*Message, r.n)
-	r.preVoteAt = make([]int64, r.n)
-	r.preVoteView = make([]uint64, r.n)
-	r.cad.init(r.n, st.Nonce)
+	r.resize(st.Nonce)
 	r.first = 1
 	if s := st.Snapshot; s != nil {
 		r.first = s.Op + 1
