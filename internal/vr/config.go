@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math"
+	"slices"
 	"time"
 )
 
@@ -23,6 +24,15 @@ type Config struct {
 	Members []uint64
 	// Self is this replica's id; it must be in Members.
 	Self uint64
+	// EpochStart is the op of the reconfiguration entry that began this
+	// epoch (0 for a group's first epoch): a member holds the epoch's
+	// start state once its commit point reaches it (reconfig.go). It is
+	// part of the identity (Hash) when non-zero. Previous lists the members
+	// of the epoch before, the replicas a new member pulls that state from.
+	// A host takes both from the Membership a Ready reports
+	// (Membership.Apply) for every replica it starts in the new epoch.
+	EpochStart uint64
+	Previous   []uint64
 
 	// HeartbeatInterval: the leader sends a commit (heartbeat) at least this
 	// often, on its local clock (nanoseconds, as in event times).
@@ -188,7 +198,9 @@ func (c Config) Validate() error {
 		seen[m] = true
 		self = self || m == c.Self
 	}
-	if !self {
+	if !self && !slices.Contains(c.Previous, c.Self) {
+		// A previous member that is not a member is leaving (reconfig.go):
+		// it runs until the new epoch has started.
 		errs = append(errs, fmt.Errorf("self %d is not a member of %v", c.Self, c.Members))
 	}
 	if c.HeartbeatInterval <= 0 || c.ViewChangeTimeout <= c.HeartbeatInterval {
@@ -246,6 +258,11 @@ func (c Config) Hash() uint64 {
 	put(c.Epoch)
 	for _, m := range c.Members {
 		put(m)
+	}
+	if c.EpochStart != 0 {
+		// Only for reconfigured epochs: a first epoch's hash stays what it
+		// was before reconfiguration existed.
+		put(c.EpochStart)
 	}
 	put(uint64(c.LeaseDuration))
 	put(math.Float64bits(c.MaxDrift))

@@ -52,6 +52,21 @@
 //     applied op (with ClientTable()) durably, then call Compact(op) (keep a
 //     tail of entries so slightly lagging replicas need no snapshot).
 //
+// # Reconfiguration (reconfig.go; docs/design/cluster.md §7)
+//
+// Reconfigure at the leader orders a new member list as the epoch's last
+// op. The driver writes Ready.Membership, when set, in the same atomic
+// record as the batch's HardState, acts on it (starts new members, reports
+// success) only once Persisted covers that batch, passes it back in State.Membership on
+// every later start; skips committed entries with empty Data (a
+// reconfiguration is handed out as one); starts a replica for each new
+// member with Membership.Apply of the reported configuration, an empty
+// disk and a fresh nonce (not Bootstrap); stops a replica once
+// Info.Retired and records that, and until then restarts a leaving replica
+// (named only in its configuration's Previous) from its disk as any other:
+// it may hold the only copy of the new epoch's start state. The wire codec
+// must carry a get-state's Nonce (the join mark).
+//
 // The very first start of a new group passes State{Bootstrap: true}. On
 // every later start the driver passes what its disk holds in State: the latest
 // snapshot (with the state machine already restored from it), the entries
@@ -173,6 +188,7 @@
 // leases), ready.go (Ready, Advance), info.go, cad.go (acks, active set,
 // readable index, follower reads), nilext.go with nilext_recover.go and
 // nilext_tracker.go (the Skyros fast path), synchint.go (fsync hints),
+// reconfig.go (epochs: reconfiguration, joining and leaving members),
 // eventual.go, clients.go, config.go, types.go. testdata/*.txt are
 // protocol scenarios run by interaction_test.go.
 package vr

@@ -41,6 +41,12 @@ type Info struct {
 	// dropped to keep it within MaxClients (clients.go).
 	Clients        int
 	ClientsEvicted uint64
+	// Reconfiguration (reconfig.go): the configuration's epoch; Joining: a
+	// member still pulling the epoch's start state; Leaving: not a member
+	// of the epoch, still answering state transfer; Retired: leaving, and
+	// f'+1 members hold the start state: the host may stop the replica.
+	Epoch                     uint64
+	Joining, Leaving, Retired bool
 }
 
 // Info reports the replica's state. Followers serve session and bounded reads
@@ -52,7 +58,8 @@ func (r *Replica) Info() Info {
 		DLogLen: r.nx.live, NilextSlowReads: r.nx.slowReads, NilextCycles: r.nx.cycles,
 		DLogStale: r.cfg.Nilext && r.nxStale(), NilextStaleWaits: r.nx.staleWaits,
 		Persisted: r.durable, Acked: r.cad.acked, Readable: r.Readable(), ReadLeaseUntil: r.readLeaseUntil(),
-		Members: r.memberCounts(), Clients: r.clients.Len(), ClientsEvicted: r.clients.Evicted}
+		Members: r.memberCounts(), Clients: r.clients.Len(), ClientsEvicted: r.clients.Evicted,
+		Epoch: r.cfg.Epoch, Joining: r.ep.joining, Leaving: r.ep.leaving, Retired: r.retired()}
 }
 
 func (r *Replica) memberCounts() (n [4]int) {

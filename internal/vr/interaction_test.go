@@ -48,6 +48,11 @@ import (
 //	restart id= [wipe]       a new core from its intact disk (everything
 //	                         synced; no nilext d-log), or from an empty one
 //	                         (wipe: State.LostState, the recovery protocol)
+//	reconfigure id= members=a,b,c
+//	                         Reconfigure at replica id (reconfig.go)
+//	add-member id= [from=]   start replica id as a new member of replica
+//	                         from's (default: the first up) configuration:
+//	                         an empty disk, Membership.Apply
 //	status [ids]             each replica's protocol state
 //	log-level none|all       none: perform Readys without printing them
 func TestInteraction(t *testing.T) {
@@ -178,6 +183,43 @@ func (e *ienv) handle(t *testing.T, d *datadriven.TestData) string {
 		}
 		e.n.rs[id] = old
 		e.n.restart(id, nonce)
+	case "reconfigure":
+		var id uint64
+		d.ScanArgs(t, "id", &id)
+		var ms []uint64
+		for _, a := range d.CmdArgs {
+			if a.Key == "members" {
+				for _, v := range a.Vals {
+					m, err := strconv.ParseUint(v, 10, 64)
+					if err != nil {
+						d.Fatalf(t, "members: %v", err)
+					}
+					ms = append(ms, m)
+				}
+			}
+		}
+		e.result(e.n.rs[id].Reconfigure(e.n.now, ms))
+	case "add-member":
+		var id uint64
+		d.ScanArgs(t, "id", &id)
+		from := e.up()[0]
+		d.MaybeScanArgs(t, "from", &from)
+		src := e.n.rs[from].Config()
+		cfg := testConfig(id, 3)
+		cfg.Cluster, cfg.LeaseDuration = src.Cluster, src.LeaseDuration
+		cfg = Membership{Epoch: src.Epoch, Members: src.Members, Start: src.EpochStart, Previous: src.Previous}.Apply(cfg)
+		r, err := New(cfg, State{Nonce: id << 40})
+		if err != nil {
+			d.Fatalf(t, "add-member %d: %v", id, err)
+		}
+		r.Tick(e.n.now)
+		e.n.rs[id] = r
+		if !slices.Contains(e.ids, id) {
+			e.ids = append(e.ids, id)
+			slices.Sort(e.ids)
+		}
+		e.n.ready(id)
+		e.status(id)
 	case "status":
 		for _, id := range e.idsArg(d) {
 			e.status(id)
@@ -521,6 +563,17 @@ func (e *ienv) status(id uint64) {
 	if r.cfg.Nilext {
 		fmt.Fprintf(&e.b, " dlog=%d", i.DLogLen)
 	}
+	if i.Epoch != 1 || i.Joining || i.Leaving {
+		fmt.Fprintf(&e.b, " epoch=%d members=%v", i.Epoch, r.cfg.Members)
+	}
+	switch {
+	case i.Joining:
+		fmt.Fprintf(&e.b, " joining")
+	case i.Retired:
+		fmt.Fprintf(&e.b, " retired")
+	case i.Leaving:
+		fmt.Fprintf(&e.b, " leaving")
+	}
 	fmt.Fprintln(&e.b)
 }
 
@@ -548,6 +601,9 @@ func (e *ienv) onReady(id uint64, rd *Ready) {
 		}
 		for _, q := range rd.DLog {
 			fmt.Fprintf(b, " dlog[c%d#%d %q]", q.Client, q.ReqNum, q.Data)
+		}
+		if ms := rd.Membership; ms != nil {
+			fmt.Fprintf(b, " membership(e%d %v start%d prev%v)", ms.Epoch, ms.Members, ms.Start, ms.Previous)
 		}
 		if hs := rd.HardState; hs != nil {
 			fmt.Fprintf(b, " hardstate(v%d lnv%d c%d)", hs.View, hs.LastNormalView, hs.Commit)
@@ -593,6 +649,10 @@ func (e *ienv) onReady(id uint64, rd *Ready) {
 }
 
 func fmtEntry(en Entry) string {
+	if isReconfig(&en) {
+		ms, _, _ := decodeMembership(en.Data)
+		return fmt.Sprintf("%d/v%d(reconfig e%d %v)", en.Op, en.View, en.ReqNum, ms)
+	}
 	return fmt.Sprintf("%d/v%d(c%d#%d %q)", en.Op, en.View, en.Client, en.ReqNum, en.Data)
 }
 

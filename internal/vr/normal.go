@@ -15,11 +15,8 @@ import (
 // requests in flight are dropped (the reply comes when they are applied).
 func (r *Replica) Propose(now int64, req Request) error {
 	r.observe(now)
-	if r.status != Normal {
-		return ErrNotNormal
-	}
-	if !r.isLeader() {
-		return ErrNotLeader
+	if err := r.canOrder(); err != nil {
+		return err
 	}
 	r.nxBeforePropose(req)
 	if req.Client != 0 && !(mutation.On && r.mut.skipClientTable) {

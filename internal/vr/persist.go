@@ -21,6 +21,7 @@ func (r *Replica) appendEntries(es []Entry) {
 		}
 	}
 	r.log = append(r.log, es...)
+	r.noteAppended(es)
 	if len(r.out.Entries) == 0 {
 		r.out.Entries = es[:len(es):len(es)]
 	} else {
@@ -37,6 +38,9 @@ func (r *Replica) truncate(op uint64) {
 		panic(fmt.Sprintf("vr: replica %d (view %d, %s): truncating to %d below commit %d", r.cfg.Self, r.view, r.status, op, r.commit))
 	}
 	r.log = r.log[: op+1-r.first : op+1-r.first]
+	if r.ep.pending > op {
+		r.ep.pending = 0 // the reconfiguration was not committed: ops are taken again
+	}
 	var kept []Entry // a new slice: the old one may be shared with messages
 	for _, e := range r.out.Entries {
 		if e.Op <= op {
@@ -67,6 +71,10 @@ func (r *Replica) installSnapshot(s *Snapshot) {
 	r.out.Snapshot = &cp
 	r.out.Entries, r.out.HasTruncate, r.out.Truncate = nil, false, 0
 	r.log = nil
+	// A reconfiguration in the dropped log was not committed: a snapshot of
+	// this epoch never covers the epoch's last op (whoever applies it moves
+	// on). appendEntries notes one in the entries kept.
+	r.ep.pending = 0
 	r.first = s.Op + 1
 	r.commit, r.handed, r.applied = s.Op, s.Op, s.Op
 	r.durable = min(r.durable, s.Op)

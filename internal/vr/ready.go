@@ -23,6 +23,13 @@ type Ready struct {
 	DLog []NilextRequest
 	// NilextAcks answer nilext updates: send each to its client.
 	NilextAcks []NilextAck
+	// Membership, if set, is the replica's new configuration (a
+	// reconfiguration committed, or it learned of a later epoch;
+	// reconfig.go). The host writes it in the same atomic record as this
+	// batch's HardState (which is always set with it) and passes it back in
+	// State.Membership on restart. If Self is not in Members the replica is
+	// leaving: it still answers state transfer until Info.Retired.
+	Membership *Membership
 }
 
 // Committed is an entry ready to apply (core.Committed). Duplicate entries
@@ -33,12 +40,12 @@ type Committed = core.Committed
 
 // Empty reports whether rd holds nothing to do.
 func (rd *Ready) Empty() bool {
-	return rd.Ready.Empty() && len(rd.DLog) == 0 && len(rd.NilextAcks) == 0
+	return rd.Ready.Empty() && len(rd.DLog) == 0 && len(rd.NilextAcks) == 0 && rd.Membership == nil
 }
 
 // HasWrite reports whether rd carries disk writes.
 func (rd *Ready) HasWrite() bool {
-	return rd.Ready.HasWrite() || len(rd.DLog) > 0
+	return rd.Ready.HasWrite() || len(rd.DLog) > 0 || rd.Membership != nil
 }
 
 // Ready returns the actions accumulated since the last call and clears them.
@@ -55,8 +62,19 @@ func (r *Replica) Ready() Ready {
 	r.flushAck()
 	if r.commit > r.handed {
 		r.out.Committed = make([]Committed, 0, r.commit-r.handed)
+		var next *Entry // a reconfiguration to a later epoch, handed out last
 		for op := r.handed + 1; op <= r.commit; op++ {
 			e := r.entry(op)
+			if isReconfig(e) {
+				// The host sees an empty request, which it skips; the
+				// configuration comes in Ready.Membership.
+				r.out.Committed = append(r.out.Committed, Committed{Entry: Entry{View: e.View, Op: e.Op}})
+				if e.ReqNum > r.cfg.Epoch {
+					next = e
+					break
+				}
+				continue
+			}
 			c := Committed{Entry: *e}
 			if e.Client != 0 && !(mutation.On && r.mut.skipClientTable) {
 				if r.clients.Executed(e.Client, e.ReqNum) {
@@ -67,8 +85,11 @@ func (r *Replica) Ready() Ready {
 			}
 			r.out.Committed = append(r.out.Committed, c)
 		}
-		r.handed = r.commit
+		r.handed = r.out.Committed[len(r.out.Committed)-1].Op
 		r.lastHanded = r.out.Committed
+		if next != nil {
+			r.enterEpoch(next)
+		}
 	}
 	hs := HardState{View: r.view, LastNormalView: r.lnv, Commit: r.commit}
 	if r.hsDirty || (len(r.out.Entries) > 0 && hs != r.lastHS) {
@@ -91,6 +112,14 @@ func (r *Replica) Ready() Ready {
 		r.nxClamp()
 		r.releaseDeferred()
 	}
+	if r.ep.hold > r.synced && len(r.out.Messages) > 0 {
+		// The new configuration is not durable yet: nothing leaves
+		// (reconfig.go, epochState.hold).
+		for _, m := range r.out.Messages {
+			r.defers = append(r.defers, deferred{seq: r.ep.hold, m: m})
+		}
+		r.out.Messages = nil
+	}
 	r.syncWanted = false // this Ready's prepares and heartbeats carried it
 	rd := r.out
 	r.out = Ready{}
@@ -104,7 +133,8 @@ func (r *Replica) Advance(results [][]byte) {
 	if len(results) != len(r.lastHanded) {
 		panic(fmt.Sprintf("vr: replica %d: %d results for %d committed entries", r.cfg.Self, len(results), len(r.lastHanded)))
 	}
-	leader := r.status == Normal && r.isLeader()
+	leader := (r.status == Normal && r.isLeader()) || r.ep.replyOld
+	r.ep.replyOld = false
 	for i, c := range r.lastHanded {
 		if c.Op != r.applied+1 {
 			panic(fmt.Sprintf("vr: replica %d: applied %d after %d", r.cfg.Self, c.Op, r.applied))

@@ -41,6 +41,10 @@ type State struct {
 	// until it is normal in a later view, and it starts that view change
 	// once its lease promise allows (nilext.go, nxRestarted).
 	DLogIntact bool
+	// Membership is the configuration the disk recorded last
+	// (Ready.Membership), nil if none: it replaces the Config's Epoch,
+	// Members, EpochStart and Previous.
+	Membership *Membership
 }
 
 type batch struct {
@@ -106,6 +110,10 @@ type mutations struct {
 	// eventualUnbounded: every normal replica serves eventual reads, however
 	// long it has been cut off (the rule before issue 24).
 	eventualUnbounded bool
+	// joinEarly: a member of a new epoch takes part (votes, acknowledges,
+	// leads) before state transfer has brought it the epoch's start op
+	// (reconfig.go).
+	joinEarly bool
 }
 
 const hbRing = 256
@@ -211,11 +219,16 @@ type Replica struct {
 	cad cadState
 
 	ev evState
+
+	ep epochState
 }
 
 // New returns a replica. A replica with an empty State and view 0 is a member
 // of a new group; otherwise it resumes from what its disk recovered.
 func New(cfg Config, st State) (*Replica, error) {
+	if st.Membership != nil {
+		cfg = st.Membership.Apply(cfg)
+	}
 	cfg.fill()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -230,17 +243,7 @@ func New(cfg Config, st State) (*Replica, error) {
 		inflight: map[uint64]uint64{}, clients: newClientTable(cfg.ClientCap)}
 	r.f = (r.n - 1) / 2
 	r.self = slices.Index(cfg.Members, cfg.Self)
-	r.acked = make([]uint64, r.n)
-	r.hbAcked = make([]uint64, r.n)
-	r.ackAt = make([]int64, r.n)
-	r.snapWanted = make([]bool, r.n)
-	r.snapNext = make([]int64, r.n)
-	r.svc = make([]bool, r.n)
-	r.dvc = make([]*Message, r.n)
-	r.recResp = make([]*Message, r.n)
-	r.preVoteAt = make([]int64, r.n)
-	r.preVoteView = make([]uint64, r.n)
-	r.cad.init(r.n, st.Nonce)
+	r.resize(st.Nonce)
 	r.first = 1
 	if s := st.Snapshot; s != nil {
 		r.first = s.Op + 1
@@ -252,6 +255,10 @@ func New(cfg Config, st State) (*Replica, error) {
 		}
 	}
 	r.log = append([]Entry(nil), st.Entries...)
+	// A reconfiguration in the recovered log still closes its epoch: a
+	// restarted leader must not order ops after it (the power-cut
+	// simulation, seed 363).
+	r.noteAppended(r.log)
 	r.applied = r.first - 1
 	r.handed = r.applied
 	r.durable = r.lastOp()
@@ -267,6 +274,31 @@ func New(cfg Config, st State) (*Replica, error) {
 	}
 	stale := r.nxRestarted(st)
 	switch {
+	case r.self < 0:
+		// A previous member that left, restarted before the new epoch had
+		// started (Info.Retired): it may hold the only copy of the
+		// epoch's start state, and serves it again (reconfig.go).
+		if st.Bootstrap || st.LostState {
+			return nil, fmt.Errorf("vr: replica %d is not a member of epoch %d (members %v): only a leaving replica restarts, from its disk", cfg.Self, cfg.Epoch, cfg.Members)
+		}
+		r.status = Recovering
+		r.ep.leaving = true
+		r.ep.started = map[uint64]bool{}
+	case cfg.EpochStart > 0 && r.commit < cfg.EpochStart:
+		// A member of a reconfigured epoch without its start state: a new
+		// member, or one that stopped before it had it. It pulls the state
+		// before it takes part (reconfig.go).
+		if st.Bootstrap {
+			return nil, fmt.Errorf("vr: bootstrap of epoch %d, which starts at op %d: start new members without Bootstrap", cfg.Epoch, cfg.EpochStart)
+		}
+		if st.LostState && st.Nonce == 0 {
+			return nil, fmt.Errorf("vr: recovery needs a non-zero nonce")
+		}
+		if st.LostState {
+			r.nonce = st.Nonce
+		}
+		r.status = Recovering
+		r.ep.joining = true
 	case st.LostState:
 		if st.Nonce == 0 {
 			return nil, fmt.Errorf("vr: recovery needs a non-zero nonce")
@@ -341,7 +373,7 @@ func (r *Replica) observe(now int64) {
 		// keeps those (forgotten) promises by not voting for a lease period.
 		r.promiseUntil = now + int64(r.cfg.LeaseDuration)
 		r.lastContact, r.vcStart, r.lastHB = now, now, now-int64(r.cfg.HeartbeatInterval)
-		if r.status == Recovering {
+		if r.status == Recovering && !r.ep.joining && !r.ep.leaving {
 			r.sendRecovery()
 		}
 	}
@@ -350,12 +382,28 @@ func (r *Replica) observe(now int64) {
 // Step processes one peer message received at local time now.
 func (r *Replica) Step(now int64, m Message) {
 	r.observe(now)
+	if r.epochStep(&m) {
+		r.checkInvariants()
+		return
+	}
 	if m.Type == MsgRefuse {
 		r.out.Errors = append(r.out.Errors, &RefusedError{By: m.From, Reason: m.Reason})
 		return
 	}
 	if why := r.identity(&m); why != "" {
-		r.out.Errors = append(r.out.Errors, &ConfigError{From: m.From, Reason: why})
+		ours := m.Cluster == r.cfg.Cluster
+		if ours && m.Epoch < r.cfg.Epoch && r.cfg.EpochStart > 0 &&
+			(slices.Contains(r.cfg.Members, m.From) || slices.Contains(r.cfg.Previous, m.From)) {
+			// A replica of an older epoch: tell it where the group went
+			// (it never rejoins the old group; reconfig.go).
+			r.sendStartEpoch(m.From)
+			return
+		}
+		if !ours || m.Epoch <= r.cfg.Epoch {
+			// A later epoch is not an error here: the refusal makes its
+			// sender tell us about it (epochStep).
+			r.out.Errors = append(r.out.Errors, &ConfigError{From: m.From, Reason: why})
+		}
 		reply := Message{Type: MsgRefuse, Reason: why}
 		r.stamp(&reply, m.From)
 		r.out.Messages = append(r.out.Messages, reply)
@@ -390,6 +438,10 @@ func (r *Replica) Step(now int64, m Message) {
 // Tick advances timers to local time now.
 func (r *Replica) Tick(now int64) {
 	r.observe(now)
+	if r.epochTick() {
+		r.checkInvariants()
+		return
+	}
 	hb := int64(r.cfg.HeartbeatInterval)
 	if r.pendingView > r.view && r.status != Recovering && r.canVote() {
 		r.startViewChange(r.pendingView)

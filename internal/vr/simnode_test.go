@@ -133,9 +133,15 @@ func replay(recs [][]byte) (st State, recovering bool) {
 			}
 			st.Snapshot, base = s, s.Op
 		case recRecovering:
-			st, base, recovering = State{}, 0, true
+			// The host keeps its configuration when it drops the log.
+			st, base, recovering = State{Membership: st.Membership}, 0, true
 		case recRecovered:
 			recovering = false
+		case recMembership:
+			st.Membership, st.HardState = readMembership(r)
+		case recReset:
+			st, base, recovering = State{}, 0, false
+		case recRetired:
 		}
 		if r.err != nil {
 			panic(fmt.Sprintf("replay: record type %d: %v", rec[0], r.err))
@@ -223,6 +229,9 @@ type simOptions struct {
 	engineTrustsLog bool
 	// ttl: key expiry runs (expiry_sim_test.go); nil: off.
 	ttl *ttlSim
+	// reconfig: the group's membership changes (reconfig_sim_test.go);
+	// nil: the first Replicas replicas are the group for ever.
+	reconfig *reconfigSim
 }
 
 // simCounters shows that a run exercised the paths it claims to.
@@ -270,6 +279,10 @@ type simReplica struct {
 	// the log says this replica recovers from the group (recRecovering).
 	fs         vfs.FS
 	recovering bool
+	// msPending: a Ready.Membership written in batch msSeq, reported to
+	// the operator (reconfigSim.note) once that batch is durable.
+	msPending *Membership
+	msSeq     uint64
 }
 
 func memberIDs(n int) []uint64 {
@@ -284,6 +297,9 @@ func replicaID(a sim.Addr) uint64    { return uint64(a) + 1 }
 func replicaAddr(id uint64) sim.Addr { return sim.Addr(id - 1) }
 
 func simConfig(id sim.Addr, n int, o simOptions) Config {
+	if o.reconfig != nil {
+		n = o.reconfig.initial
+	}
 	c := Config{Cluster: 7, Epoch: 1, Members: memberIDs(n), Self: replicaID(id),
 		HeartbeatInterval: 5 * time.Millisecond, ViewChangeTimeout: 40 * time.Millisecond,
 		LeaseDuration: o.lease, MaxDrift: o.drift, MaxBatch: 16, MaxInflight: 256, EventualWindow: eventualWindow}
@@ -317,6 +333,11 @@ func newSimReplica(o simOptions) sim.BootFactory {
 			// doc.go: a fresh random nonce on every start (scrambled here).
 			st.Nonce = splitmix(incarnation[id]<<8 | uint64(id))
 		}
+		if o.reconfig != nil && !o.reconfig.runs(id, st.Membership, b.Recovered) {
+			// Not a member of the configuration its disk holds (a spare,
+			// or a retired member): the host does not start a core.
+			return &simReplica{id: id, o: o, state: state, recs: len(b.Recovered), byCtx: map[uint64]parkedRead{}, fs: b.FS}
+		}
 		core, err := New(simConfig(id, cfg.Replicas, o), st)
 		if err != nil {
 			panic(err)
@@ -340,6 +361,10 @@ func (n *simReplica) Ready() sim.Ready {
 
 func (n *simReplica) Step(ev sim.Event) {
 	n.now = ev.Now
+	if n.core == nil {
+		n.spareStep(ev)
+		return
+	}
 	switch ev.Kind {
 	case sim.Tick:
 		before := n.core.Info()
@@ -354,6 +379,10 @@ func (n *simReplica) Step(ev sim.Event) {
 		}
 		if seq > 0 {
 			n.core.Persisted(seq)
+			if n.msPending != nil && seq >= n.msSeq {
+				n.o.reconfig.note(n.msPending)
+				n.msPending = nil
+			}
 		}
 	case sim.Message:
 		switch m := ev.Msg.(type) {
@@ -375,6 +404,7 @@ func (n *simReplica) Step(ev sim.Event) {
 		}
 	}
 	n.drain()
+	n.maybeStop()
 }
 
 func (n *simReplica) count(before Info) {
@@ -395,6 +425,8 @@ func (n *simReplica) redirect(to sim.Addr, seq uint64) {
 	l := -1
 	if info := n.core.Info(); info.Status == Normal {
 		l = int(replicaAddr(info.Leader))
+	} else if info.Leaving {
+		l = int(replicaAddr(n.core.cfg.Members[0])) // the new epoch's first leader
 	}
 	n.out.Messages = append(n.out.Messages, sim.Envelope{To: to, Msg: clientResp{Seq: seq, Leader: l}})
 }
@@ -479,6 +511,9 @@ func (n *simReplica) drain() {
 					c.snapshotsInstalled++
 				}
 				n.state = loadImage(s.Data)
+				if rc := n.o.reconfig; rc != nil && n.core.cfg.EpochStart > 0 {
+					rc.snapshots++ // state transfer by snapshot in a reconfigured epoch (a joining member, mostly)
+				}
 				n.parked = nil // reads wait for applied, which jumped; simplest to let clients retry
 			}
 			if rd.HasTruncate {
@@ -490,7 +525,13 @@ func (n *simReplica) drain() {
 			for i := range rd.DLog {
 				n.out.Persist = append(n.out.Persist, encodeDLog(&rd.DLog[i]))
 			}
-			if hs := rd.HardState; hs != nil {
+			if ms := rd.Membership; ms != nil {
+				// One record with the hard state (doc.go): a torn batch
+				// keeps both or neither.
+				n.out.Persist = append(n.out.Persist, appendMembership([]byte{recMembership}, ms, rd.HardState))
+				// The operator acts on it once it is durable (doc.go).
+				n.msPending, n.msSeq = ms, rd.PersistSeq
+			} else if hs := rd.HardState; hs != nil {
 				b := []byte{recHardState}
 				for _, v := range []uint64{hs.View, hs.LastNormalView, hs.Commit} {
 					b = binary.AppendUvarint(b, v)
@@ -517,8 +558,9 @@ func (n *simReplica) drain() {
 		if len(rd.Committed) > 0 {
 			results := make([][]byte, len(rd.Committed))
 			for i, c := range rd.Committed {
-				if c.Duplicate {
-					continue
+				n.o.reconfig.audit(n.id, &c.Entry)
+				if c.Duplicate || (n.o.reconfig != nil && len(c.Data) == 0) {
+					continue // a reconfiguration: hosts skip empty requests (vrshard's apply)
 				}
 				results[i] = n.state.ApplyEntry(c.Op, c.Data, n.applyClock())
 			}
@@ -729,7 +771,7 @@ func (c *simClient) Step(ev sim.Event) {
 func checkAgreement(s *sim.Sim, n int) error {
 	var rs []*simReplica
 	for i := 0; i < n; i++ {
-		if node := s.Replica(i); node != nil {
+		if node := s.Replica(i); node != nil && node.(*simReplica).core != nil {
 			rs = append(rs, node.(*simReplica))
 		}
 	}

@@ -33,24 +33,32 @@ type MsgType uint8
 
 // Message types. Values are part of the wire format: never renumber.
 const (
-	MsgPrepare            MsgType = 1  // leader → followers: Entries, Commit
-	MsgPrepareOK          MsgType = 2  // follower → leader: Op received, Persisted, Applied in View; HBSeq echoed
-	MsgCommit             MsgType = 3  // leader heartbeat: Commit, Op (leader's last op), HBSeq
-	MsgStartViewChange    MsgType = 4  // View; Op = 1: a pre-vote (viewchange.go, preVote)
-	MsgDoViewChange       MsgType = 5  // → new leader: LastNormalView, Op, Commit, First, Entries
-	MsgStartView          MsgType = 6  // new leader → all: Op, Commit, First, Entries
-	MsgRecovery           MsgType = 7  // Nonce, Op (what the recovering replica still trusts)
-	MsgRecoveryResponse   MsgType = 8  // View, Nonce; from the leader also Op, Commit, First, Entries
-	MsgGetState           MsgType = 9  // View, Op (requester's trusted last op)
-	MsgNewState           MsgType = 10 // View, Op, Commit, First, Entries, Snapshot
-	MsgRefuse             MsgType = 11 // Reason: the sender refused a message (configuration mismatch)
-	maxMsgType                    = MsgRefuse
+	MsgPrepare          MsgType = 1  // leader → followers: Entries, Commit
+	MsgPrepareOK        MsgType = 2  // follower → leader: Op received, Persisted, Applied in View; HBSeq echoed
+	MsgCommit           MsgType = 3  // leader heartbeat: Commit, Op (leader's last op), HBSeq
+	MsgStartViewChange  MsgType = 4  // View; Op = 1: a pre-vote (viewchange.go, preVote)
+	MsgDoViewChange     MsgType = 5  // → new leader: LastNormalView, Op, Commit, First, Entries
+	MsgStartView        MsgType = 6  // new leader → all: Op, Commit, First, Entries
+	MsgRecovery         MsgType = 7  // Nonce, Op (what the recovering replica still trusts)
+	MsgRecoveryResponse MsgType = 8  // View, Nonce; from the leader also Op, Commit, First, Entries
+	MsgGetState         MsgType = 9  // View, Op (requester's trusted last op)
+	MsgNewState         MsgType = 10 // View, Op, Commit, First, Entries, Snapshot
+	MsgRefuse           MsgType = 11 // Reason: the sender refused a message (configuration mismatch)
+	// Reconfiguration (reconfig.go). A start-epoch tells a replica of an
+	// older epoch (or a member that has not reported the epoch started)
+	// the sender's configuration: Op is the epoch's start op, Entries[0].Data
+	// its members and the previous ones (encodeMembership). An
+	// epoch-started tells a previous member that the sender holds the
+	// epoch's start state.
+	MsgStartEpoch         MsgType = 12
+	MsgEpochStarted       MsgType = 13
+	maxMsgType                    = MsgEpochStarted
 	msgTypeCountForTables         = int(maxMsgType) + 1
 )
 
 var msgNames = [msgTypeCountForTables]string{"invalid", "prepare", "prepare-ok", "commit",
 	"start-view-change", "do-view-change", "start-view", "recovery", "recovery-response",
-	"get-state", "new-state", "refuse"}
+	"get-state", "new-state", "refuse", "start-epoch", "epoch-started"}
 
 func (t MsgType) String() string {
 	if int(t) < len(msgNames) {
@@ -134,6 +142,11 @@ func (m Message) String() string {
 		s += fmt.Sprintf(" op%d c%d r%d g%d hb%d", m.Op, m.Commit, m.Readable, m.Grant, m.HBSeq)
 	case MsgGetState, MsgRecovery:
 		s += fmt.Sprintf(" op%d", m.Op)
+		if m.Type == MsgGetState && m.Nonce == joinMark {
+			s += " join"
+		}
+	case MsgStartEpoch:
+		s += fmt.Sprintf(" e%d start%d", m.Epoch, m.Op)
 	case MsgRefuse:
 		s += " " + m.Reason
 	}

@@ -68,6 +68,7 @@ func (r *Replica) stepDown() {
 	}
 	r.reads = nil
 	r.queue = nil
+	r.ep.queued = nil // a queued reconfiguration goes with the queue; the caller asks again
 	clear(r.inflight)
 	r.nxStepDown()
 	r.cadReset()

@@ -62,6 +62,15 @@ func sample() []vr.Message {
 				{Client: 100, ReqNum: 4, Op: 39, Result: []byte("OK")}, {Client: 101, ReqNum: 1, Op: 2}}}
 		}),
 		with(func(m *vr.Message) { m.Type, m.Reason = vr.MsgRefuse, "config epoch 2, ours is 3" }),
+		// Reconfiguration (vr/reconfig.go): a joining member's pull is a
+		// get-state with Nonce 1; a start-epoch carries the configuration
+		// in Entries[0].
+		with(func(m *vr.Message) { m.Type, m.Op, m.Nonce = vr.MsgGetState, 12, 1 }),
+		with(func(m *vr.Message) {
+			m.Type, m.Op = vr.MsgStartEpoch, 41
+			m.Entries = []vr.Entry{{Request: vr.Request{Client: 1<<64 - 1, ReqNum: 3, Data: []byte("vr-reconfig\x03\x01\x02\x04\x03\x01\x02\x03")}}}
+		}),
+		with(func(m *vr.Message) { m.Type, m.Op = vr.MsgEpochStarted, 41 }),
 	}
 }
 

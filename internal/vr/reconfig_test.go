@@ -1,0 +1,97 @@
+package vr
+
+import (
+	"errors"
+	"slices"
+	"testing"
+)
+
+// TestReconfigureValidates: the leader refuses a member list that is not
+// a valid new group, and followers and the fast paths refuse outright.
+func TestReconfigureValidates(t *testing.T) {
+	n := newNet(t, 3)
+	r := n.rs[1]
+	for _, ms := range [][]uint64{nil, {1, 2}, {1, 2, 2}, {3, 2, 1}, {1, 2, 0}} {
+		if err := r.Reconfigure(n.now, ms); !errors.Is(err, ErrBadMembers) {
+			t.Errorf("Reconfigure(%v) = %v, want ErrBadMembers", ms, err)
+		}
+	}
+	if err := n.rs[2].Reconfigure(n.now, []uint64{1, 2, 4}); !errors.Is(err, ErrNotLeader) {
+		t.Errorf("at a follower: %v, want ErrNotLeader", err)
+	}
+	nx := newNetWith(t, 3, nilextOn)
+	if err := nx.rs[1].Reconfigure(nx.now, []uint64{1, 2, 4}); !errors.Is(err, ErrReconfigUnsupported) {
+		t.Errorf("with nilext: %v, want ErrReconfigUnsupported", err)
+	}
+}
+
+// TestReconfigurationRefusesOpsAndRestartsInTheNewEpoch: after the entry
+// is ordered the leader refuses ops with a ReconfiguredError naming the new
+// members; after it commits, a replica restarted from what its host
+// persisted (Ready.Membership, State.Membership) comes back in the new
+// epoch, and a removed member refuses with the new configuration.
+func TestReconfigurationRefusesOpsAndRestartsInTheNewEpoch(t *testing.T) {
+	n := newNet(t, 3)
+	var persisted = map[uint64]*Membership{}
+	n.onReady = func(id uint64, rd *Ready) {
+		if rd.Membership != nil {
+			persisted[id] = rd.Membership
+		}
+	}
+	if err := n.rs[1].Reconfigure(n.now, []uint64{2, 3, 4}); err != nil {
+		t.Fatal(err)
+	}
+	err := n.propose(1, 7, 1, "x")
+	var re *ReconfiguredError
+	if !errors.As(err, &re) || !re.Pending || re.Epoch != 2 || !slices.Equal(re.Members, []uint64{2, 3, 4}) || !errors.Is(err, ErrReconfigured) {
+		t.Fatalf("propose after Reconfigure: %v", err)
+	}
+	n.ready(1)
+	n.deliver(nil)
+	for _, id := range []uint64{1, 2, 3} {
+		m := persisted[id]
+		if m == nil || m.Epoch != 2 || m.Start != 1 || !slices.Equal(m.Members, []uint64{2, 3, 4}) || !slices.Equal(m.Previous, []uint64{1, 2, 3}) {
+			t.Fatalf("replica %d persisted %+v", id, m)
+		}
+	}
+	if err := n.propose(1, 7, 1, "x"); !errors.As(err, &re) || re.Pending || re.Epoch != 2 {
+		t.Fatalf("propose at the removed member: %v", err)
+	}
+	if i := n.rs[2].Info(); !i.IsLeader || i.Epoch != 2 {
+		t.Fatalf("replica 2 (first of the new list) should lead epoch 2: %+v", i)
+	}
+	old := n.rs[3]
+	r, err := New(testConfig(3, 3), State{HardState: old.lastHS, Entries: slices.Clone(old.log), Membership: persisted[3]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if i := r.Info(); i.Epoch != 2 || i.Joining || i.Status != Normal || !slices.Equal(r.Config().Members, []uint64{2, 3, 4}) {
+		t.Fatalf("restarted replica 3: %+v, members %v", i, r.Config().Members)
+	}
+	// The removed replica, restarted before the new epoch started (4 has
+	// not joined), is still leaving: it may hold the only copy of the
+	// start state, and serves it.
+	gone := n.rs[1]
+	r, err = New(testConfig(1, 3), State{HardState: gone.lastHS, Entries: slices.Clone(gone.log), Membership: persisted[1]})
+	if err != nil {
+		t.Fatalf("restart of the leaving replica: %v", err)
+	}
+	if i := r.Info(); !i.Leaving || i.Retired || i.Status != Recovering || i.Epoch != 2 {
+		t.Fatalf("restarted leaving replica 1: %+v", i)
+	}
+}
+
+// TestQueuedReconfigurationGoesWithTheQueue: a view change drops the
+// proposal queue, and a reconfiguration still in it with it; a replica that
+// leads again later takes ops (before the fix it refused them for ever).
+func TestQueuedReconfigurationGoesWithTheQueue(t *testing.T) {
+	n := newNet(t, 3)
+	r := n.rs[1]
+	if err := r.Reconfigure(n.now, []uint64{1, 2, 4}); err != nil {
+		t.Fatal(err)
+	}
+	r.stepDown() // what a view change does first
+	if err := r.refuseReconfigured(); err != nil {
+		t.Fatalf("after the queue was dropped: %v", err)
+	}
+}
