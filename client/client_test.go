@@ -641,7 +641,7 @@ func TestClosedClient(t *testing.T) {
 
 // TestDecodePairs: a scan's reply becomes KVs with keys and values copied out of the
 // reader's buffer (writing to the reply's bytes afterwards changes nothing), a null
-// value stays nil, a malformed reply is an error, and a 50-key range costs three
+// value stays nil and an empty one empty but not nil, a malformed reply is an error, and a 50-key range costs three
 // allocations (the KV slice, one string for the keys, one slab for the values), not
 // one per key.
 func TestDecodePairs(t *testing.T) {
@@ -651,6 +651,7 @@ func TestDecodePairs(t *testing.T) {
 			resp.Value{Kind: resp.Bulk, Str: bytes.Repeat([]byte{byte('a' + i%26)}, 1000)})
 	}
 	elems[3] = resp.Value{Kind: resp.Null}
+	elems[5] = resp.Value{Kind: resp.Bulk, Str: []byte{}}
 	v := resp.Value{Kind: resp.Array, Elems: elems}
 	kvs, err := decodePairs(v)
 	if err != nil || len(kvs) != 50 {
@@ -670,6 +671,15 @@ func TestDecodePairs(t *testing.T) {
 				t.Fatalf("pair 1: a null value decoded as %q", kv.Value)
 			}
 			continue
+		}
+		if i == 2 {
+			if kv.Value == nil || len(kv.Value) != 0 {
+				t.Fatalf("pair 2: an empty value decoded as %q (nil %v)", kv.Value, kv.Value == nil)
+			}
+			continue
+		}
+		if cap(kv.Value) != len(kv.Value) {
+			t.Fatalf("pair %d: value of capacity %d > its length %d: an append would overwrite the next", i, cap(kv.Value), len(kv.Value))
 		}
 		if want := bytes.Repeat([]byte{byte('a' + i%26)}, 1000); !bytes.Equal(kv.Value, want) {
 			t.Fatalf("pair %d: value %.10q…, want %.10q…", i, kv.Value, want)

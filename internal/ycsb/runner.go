@@ -311,16 +311,23 @@ func (v values) next(r *rand.Rand) []byte {
 	return v.buf[off : off+v.size : off+v.size]
 }
 
-// keyTable holds the key names of records [0, len) as strings, built once per phase, so
-// an operation on a loaded record costs the harness an index instead of a hash, a
-// decimal formatting and a string allocation. Keys past the table (inserted during the
-// run, or a record count over maxKeyTable) are named on the fly.
+// keyTable holds the key names of records [0, len), built once per phase, so an
+// operation on a loaded record costs the harness an index instead of a hash, a decimal
+// formatting and a string allocation. Keys past the table (inserted during the run, or a
+// record count over maxKeyTable) are named on the fly.
+//
+// The names are one string and the offsets into it, not a []string: a table of 100,000
+// strings is 100,000 pointers and objects the harness's garbage collector marks in every
+// cycle, and a scan-heavy run (YCSB E, whose clients allocate ~100 KB per scan) collects
+// ~90 times a second — the table's marking was a cost of every client the harness drives,
+// counted in its client CPU per operation (docs/design/scans.md, "The harness's own cost").
 type keyTable struct {
 	w    Workload
-	keys []string
+	all  string   // every name, back to back
+	ends []uint32 // ends[i]: the end of record i's name in all
 }
 
-// maxKeyTable bounds the table (≈ 40 bytes a key).
+// maxKeyTable bounds the table (≈ 30 bytes a key: all stays far below ends' 4 GiB).
 const maxKeyTable = 1 << 21
 
 // lastKeys is the most recent table: a matrix runs every cell of every system over the
@@ -333,8 +340,8 @@ var lastKeys struct {
 func newKeyTable(w Workload) keyTable {
 	lastKeys.Lock()
 	defer lastKeys.Unlock()
-	if t := lastKeys.t; t.keys != nil && t.w.RecordCount == w.RecordCount && t.w.OrderedInserts == w.OrderedInserts {
-		return keyTable{w: w, keys: t.keys}
+	if t := lastKeys.t; t.ends != nil && t.w.RecordCount == w.RecordCount && t.w.OrderedInserts == w.OrderedInserts {
+		return keyTable{w: w, all: t.all, ends: t.ends}
 	}
 	t := buildKeyTable(w)
 	lastKeys.t = t
@@ -343,19 +350,25 @@ func newKeyTable(w Workload) keyTable {
 
 func buildKeyTable(w Workload) keyTable {
 	n := min(w.RecordCount, maxKeyTable)
-	t := keyTable{w: w, keys: make([]string, n)}
-	var b []byte
+	t := keyTable{w: w, ends: make([]uint32, n)}
+	var all, name []byte
 	for i := range n {
-		b = w.KeyName(b, i)
-		t.keys[i] = string(b)
+		name = w.KeyName(name, i)
+		all = append(all, name...)
+		t.ends[i] = uint32(len(all))
 	}
+	t.all = string(all)
 	return t
 }
 
 // key returns record k's key; scratch is the caller's buffer for keys past the table.
 func (t keyTable) key(k uint64, scratch *[]byte) string {
-	if k < uint64(len(t.keys)) {
-		return t.keys[k]
+	if k < uint64(len(t.ends)) {
+		start := uint32(0)
+		if k > 0 {
+			start = t.ends[k-1]
+		}
+		return t.all[start:t.ends[k]]
 	}
 	*scratch = t.w.KeyName(*scratch, k)
 	return string(*scratch)

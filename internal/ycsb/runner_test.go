@@ -318,8 +318,8 @@ func TestLoadReportsAnInsertThatFailsEveryAttempt(t *testing.T) {
 func TestKeyTableMatchesKeyName(t *testing.T) {
 	for _, w := range []Workload{{RecordCount: 50}, {RecordCount: 70}, {RecordCount: 70, OrderedInserts: true}} {
 		kt := newKeyTable(w)
-		if len(kt.keys) != int(w.RecordCount) {
-			t.Fatalf("%+v: %d keys", w, len(kt.keys))
+		if len(kt.ends) != int(w.RecordCount) {
+			t.Fatalf("%+v: %d keys", w, len(kt.ends))
 		}
 		var scratch []byte
 		for k := uint64(0); k < w.RecordCount+5; k++ {
