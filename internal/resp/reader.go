@@ -94,8 +94,6 @@ type Reader struct {
 	cleft int
 	cpos  int
 	offs  []int
-	// commands counts the commands ReadCommand returned (Commands).
-	commands uint64
 
 	// ReadValue's resumable scan state: vpos is the offset from r where scanning
 	// resumes, pending the number of values still expected at each nesting level.
@@ -280,7 +278,6 @@ func (r *Reader) ReadCommand(dst [][]byte) ([][]byte, error) {
 	if r.cleft < 0 && r.tooLarge == nil {
 		if args, n := r.wholeCommand(dst[:0]); n > 0 {
 			r.r += n
-			r.commands++
 			return args, nil
 		}
 	}
@@ -310,7 +307,6 @@ func (r *Reader) ReadCommand(dst [][]byte) ([][]byte, error) {
 			if len(dst) == 0 {
 				continue
 			}
-			r.commands++
 			return dst, nil
 		}
 		mid := r.w > r.r || r.tooLarge != nil
@@ -331,30 +327,7 @@ func (r *Reader) ReadCommand(dst [][]byte) ([][]byte, error) {
 // its state kept in the Reader at every argument; docs/design/hashes.md,
 // "Pipelined, session 21").
 func (r *Reader) wholeCommand(dst [][]byte) ([][]byte, int) {
-	return r.wholeAt(dst, r.r)
-}
-
-// Commands is how many commands ReadCommand has returned: the number of the
-// last one read, the first being 1. The command PeekCommand finds k commands
-// ahead is number Commands()+k.
-func (r *Reader) Commands() uint64 { return r.commands }
-
-// PeekCommand parses the command that starts skip bytes past the next unread
-// byte, if it is wholly buffered and plain (wholeCommand's rules), without
-// consuming anything: its arguments, appended to dst and aliasing the buffer
-// until the next call that reads or consumes, and its length; 0 for anything
-// else, as for no command at all. A server looks ahead in a pipeline with it
-// (internal/server's scan prefetch); the commands are then read as usual.
-func (r *Reader) PeekCommand(dst [][]byte, skip int) ([][]byte, int) {
-	if r.cleft >= 0 || r.tooLarge != nil || skip < 0 || skip > r.w-r.r {
-		return dst, 0
-	}
-	return r.wholeAt(dst, r.r+skip)
-}
-
-// wholeAt is wholeCommand of the command at buffer offset at.
-func (r *Reader) wholeAt(dst [][]byte, at int) ([][]byte, int) {
-	b := r.buf[at:r.w]
+	b := r.buf[r.r:r.w]
 	if len(b) == 0 || b[0] != '*' || r.maxLine < shortLenMaxLine {
 		return dst, 0
 	}

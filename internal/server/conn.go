@@ -151,10 +151,6 @@ type conn struct {
 	sess         shard.Session
 
 	args [][]byte
-	// pre are the KEFIR.SCANs read ahead of their turn, in pipeline order;
-	// peek the scratch of the look-ahead (prefetch.go).
-	pre  []*prefetched
-	peek [][]byte
 
 	// The batch: writes queued since the last flush, their reply bookkeeping, and
 	// what the applied ones still wait for.
@@ -903,6 +899,12 @@ func (c *conn) read(spec *command.Spec, args [][]byte, o callOpts) error {
 	if err != nil {
 		return err
 	}
+	if op.Kind == kv.KindScan {
+		// The values are read into a lent buffer, taken back once
+		// writeResult (below) has encoded them (scanbuf.go).
+		op.ScanBuf = lendScanBuf()
+		defer returnScanBuf(op.ScanBuf)
+	}
 	cons := o.cons
 	if cons.IsZero() {
 		cons = c.cons
@@ -911,27 +913,7 @@ func (c *conn) read(spec *command.Spec, args [][]byte, o callOpts) error {
 	if o.session {
 		sess = o.sess
 	}
-	var res kv.Result
-	var p shard.Pending
-	if op.Kind == kv.KindScan {
-		// The values are read into a lent buffer, taken back once
-		// writeResult (below) has encoded them (scanbuf.go). The scans
-		// pipelined behind this one are read ahead (prefetch.go).
-		pf := c.takePrefetch(&op, cons)
-		if len(c.pre) < maxPrefetch && !o.session && c.prefetchable() {
-			c.startPrefetch(sess)
-		}
-		if pf != nil {
-			defer returnScanBuf(pf.op.ScanBuf)
-			res, p, err = pf.res, pf.p, pf.err
-		} else {
-			op.ScanBuf = lendScanBuf()
-			defer returnScanBuf(op.ScanBuf)
-			res, p, err = c.readPath(op, cons, sess)
-		}
-	} else {
-		res, p, err = c.readPath(op, cons, sess)
-	}
+	res, p, err := c.readPath(op, cons, sess)
 	if errors.Is(err, errWouldWait) {
 		c.wouldWait = true
 		return nil

@@ -676,15 +676,10 @@ func (l *loop) process(c *conn) {
 			// to the leader, and a read may wait for an fsync: the rest of the
 			// pipeline runs on a worker — unless the command is a read a
 			// leader can serve without waiting (readInline).
-			if c.srv.grp == nil || c.scanAhead(spec, known, args) || !c.readInline(spec, known, args) {
+			if c.srv.grp == nil || !c.readInline(spec, known, args) {
 				l.handOff(c, args)
 				return
 			}
-		} else if c.scanAhead(spec, known, args) {
-			// Scans pipelined behind this one: a worker reads them ahead
-			// (prefetch.go), where waiting for them blocks no other connection.
-			l.handOff(c, args)
-			return
 		} else {
 			c.dispatchSpec(spec, known, args)
 		}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"hash/fnv"
 	"math/rand/v2"
@@ -127,7 +128,21 @@ var errWouldWait = errors.New("read would wait")
 // reply may be held with the batch's, p) or plain Read. The one place
 // read and readMore choose it.
 func (c *conn) readPath(op kv.Op, cons level.Consistency, sess shard.Session) (res kv.Result, p shard.Pending, err error) {
-	return c.srv.readPath(c.inline, op, cons, sess) // prefetch.go
+	switch {
+	case c.inline:
+		var ok bool
+		if res, ok = c.srv.shard.TryRead(op, cons); !ok {
+			return res, p, errWouldWait
+		}
+	case c.srv.reads.Deferred:
+		// A read of a value the leader's log holds but has not made durable
+		// is answered now and its reply held with the batch's (release), so
+		// the connection's later commands do not wait behind it.
+		res, p, err = c.srv.shard.ReadDeferred(context.Background(), op, cons, sess)
+	default:
+		res, err = c.srv.shard.Read(context.Background(), op, cons, sess)
+	}
+	return res, p, err
 }
 
 // readOp runs one kv read as readPath does, merging a deferred read's
