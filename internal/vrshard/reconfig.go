@@ -43,6 +43,9 @@ type reconfState struct {
 	// member: the durable configuration after the last reconfiguration
 	// (nil: never reconfigured).
 	member atomic.Pointer[vr.Membership]
+	// admit: the peers the handshake lets through with another
+	// configuration hash (admitsConfig, peer.go).
+	admit atomic.Pointer[[]uint64]
 	// The core's reconfiguration flags as of the last Ready (vr.Info).
 	epoch                     atomic.Uint64
 	joining, leaving, retired atomic.Bool

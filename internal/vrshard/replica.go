@@ -164,6 +164,11 @@ type Options struct {
 
 	// mut: deliberate bugs for tests (mutations), set from the first start.
 	mut mutations
+	// ownsHandshake: Transport is this replica's alone (a single-group
+	// node's, openOnTransport): the replica sets its handshake's
+	// configuration rule (peer.go). A transport shared by groups compares
+	// the node-level identity only.
+	ownsHandshake bool
 }
 
 // Timing defaults (local loopback clusters; the docs state the drift bound).
@@ -924,6 +929,7 @@ func Open(opts Options) (*Replica, error) {
 		if w.member != nil {
 			r.rc.member.Store(w.member)
 		}
+		r.rc.admitFrom(v.Config())
 		if opts.Nilext {
 			v.nx = newNilextCoord(r, v)
 			r.nx = v.nx
