@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync/atomic"
 
+	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/vr"
 )
 
@@ -153,7 +154,9 @@ func (r *Replica) noteMembership(persistSeq uint64, hasHS bool) error {
 	}
 	r.wal.member = m
 	r.rc.noted, r.rc.seq = m, persistSeq
-	r.cfg = vrGroup(v.Config())
+	// Field by field: other goroutines read r.cfg.Self (Info), which stays.
+	g := vrGroup(v.Config())
+	r.cfg.Members, r.cfg.Hash, r.cfg.leaderOf = g.Members, g.Hash, g.leaderOf
 	r.log.Info("vr replica moves to a new configuration", "epoch", m.Epoch, "members", m.Members,
 		"start", m.Start, "previous", m.Previous)
 	return r.admitMembers(m)
@@ -205,6 +208,16 @@ func (r *Replica) publishEpoch() {
 	r.rc.joining.Store(i.Joining)
 	r.rc.leaving.Store(i.Leaving)
 	r.rc.retired.Store(i.Retired)
+}
+
+// reconfigured is the refusal a leaving replica gives client ops: the
+// group moved to the configuration it recorded last.
+func (rc *reconfState) reconfigured() error {
+	re := &vr.ReconfiguredError{Epoch: rc.epoch.Load()}
+	if m := rc.member.Load(); m != nil {
+		re.Epoch, re.Members = m.Epoch, slices.Clone(m.Members)
+	}
+	return fmt.Errorf("%w: %w", shard.ErrUnavailable, re)
 }
 
 // startMembership is the configuration a replica opens with when its disk

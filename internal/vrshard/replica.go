@@ -1348,6 +1348,11 @@ func (r *Replica) mapErr(err error) error {
 }
 
 func (r *Replica) notLeader() error {
+	if r.rc.leaving.Load() {
+		// Not a member any more: the caller goes to the new members, not
+		// to a leader of a group this replica left (reconfig.go).
+		return r.rc.reconfigured()
+	}
 	id := r.leader.Load()
 	if id == r.cfg.Self || vr.Status(r.status.Load()) != vr.Normal {
 		return &NotLeaderError{}
