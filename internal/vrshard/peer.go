@@ -138,18 +138,29 @@ func (r *Replica) admitMembers(m *vr.Membership) error {
 }
 
 // admitFrom (driver) sets the peers whose handshake may carry another
-// configuration hash than this replica's: its members and previous
-// members (an adjacent epoch's replicas: transport.AdmitConfigs).
+// configuration hash than this replica's: once the group has been
+// reconfigured (the configuration names previous members), its members and
+// previous members, replicas of an adjacent epoch (transport.AdmitConfigs).
+// In a group's first epoch none: a node with another member list or epoch
+// is refused at the handshake, as before reconfiguration existed
+// (TestStaleConfigurationIsRefused; the e2e TestWrongMemberListIsRefused).
+// The price: a member that was away during the group's first
+// reconfiguration and restarts in the first epoch refuses a peer that
+// restarted in the new one (docs/design/cluster.md §7, Limits).
 func (rc *reconfState) admitFrom(cfg vr.Config) {
+	if len(cfg.Previous) == 0 {
+		rc.admit.Store(nil)
+		return
+	}
 	ids := append(slices.Clone(cfg.Members), cfg.Previous...)
 	rc.admit.Store(&ids)
 }
 
 // admitsConfig is the handshake's rule (transport.AdmitConfigs): a peer of
-// another configuration is let through if it is a member or a previous
-// member; VR's core then judges each message (an older epoch is told the
-// new configuration, a mismatch in the same epoch is refused). Any other
-// node with another configuration is refused at the handshake.
+// another configuration is let through if admitFrom names it; VR's core
+// then judges each message (an older epoch is told the new configuration,
+// a mismatch in the same epoch is refused). Any other node with another
+// configuration is refused at the handshake.
 func (rc *reconfState) admitsConfig(node, _ uint64) bool {
 	ids := rc.admit.Load()
 	return ids != nil && slices.Contains(*ids, node)
