@@ -882,7 +882,6 @@ func Open(opts Options) (*Replica, error) {
 		r.log.Warn("engine is behind the replication log's snapshot point: recovering from the group",
 			"engine_applied", have, "snapshot_op", ws.snap.Op, "engine_version", db.LastVersion())
 		ws = walState{empty: true, member: ws.member} // the epoch it is in is not the engine's to forget
-		w.member = ws.member
 		engineLost = true
 	}
 	// What the core starts from: the engine-neutral part (core.Boot) and
