@@ -23,7 +23,8 @@ import (
 //     power cut could still take the record, and the replica would restart
 //     in the old epoch);
 //   - addresses the new members (the transport's peer map) and lets peers
-//     of the adjacent epoch through its handshake (peer.go).
+//     of the adjacent epoch through its handshake (peer.go), at once: the
+//     core sends nothing in the new epoch before the batch is durable.
 //
 // What it does not do yet: start replicas for new members on other nodes
 // (the caller opens them with Membership.Apply, an empty disk and no
