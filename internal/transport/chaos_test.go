@@ -196,7 +196,7 @@ func TestChaosKeepsEachLinkInOrderAndRecovers(t *testing.T) {
 		s := tr.Stats()
 		corrupt += s.Total.Corrupt
 		inline += s.Total.InlineWrites
-		for _, p := range tr.peers {
+		for _, p := range tr.peers() {
 			midFrame += p.c.midFrameDrops.Load()
 		}
 	}

@@ -184,6 +184,13 @@ func refusal(line string, class error) error {
 // and any frame bytes that arrived with READY (the acceptor may write frames
 // right after it).
 func dialHandshake(nc net.Conn, secret string, self Identity, inc uint64, to uint64) (uint64, []byte, error) {
+	return dialHandshakeCfg(nc, secret, self, inc, to, nil)
+}
+
+// dialHandshakeCfg is dialHandshake with a configuration rule: cfgOK, if
+// not nil, may admit an acceptor whose configuration hash differs from
+// self's (Transport.AdmitConfigs).
+func dialHandshakeCfg(nc net.Conn, secret string, self Identity, inc uint64, to uint64, cfgOK func(node, hash uint64) bool) (uint64, []byte, error) {
 	lr := &lineReader{r: nc}
 	if err := dialAuth(nc, lr, secret, strconv.FormatUint(self.Node, 10)); err != nil {
 		return 0, nil, err
@@ -219,7 +226,7 @@ func dialHandshake(nc net.Conn, secret string, self Identity, inc uint64, to uin
 		return 0, nil, err
 	}
 	want := Identity{Node: to, Cluster: self.Cluster, ConfigHash: self.ConfigHash}
-	if them != want {
+	if them != want && (them.Node != want.Node || them.Cluster != want.Cluster || cfgOK == nil || !cfgOK(them.Node, them.ConfigHash)) {
 		return 0, nil, fmt.Errorf("%w: expected %v, the acceptor is %v", ErrIdentity, want, them)
 	}
 	theirInc, err := strconv.ParseUint(f[5], 16, 64)
@@ -316,6 +323,13 @@ func parseIdentity(node, cluster, hash string) (Identity, error) {
 // told to use that: "ERR duplicate"). On failure the dialer has been told why
 // (an "ERR" line) where the protocol allows it.
 func acceptHandshake(nc net.Conn, secret string, self Identity, inc uint64, known func(uint64) bool, admit func(node, inc uint64) bool) (uint64, uint64, []byte, error) {
+	return acceptHandshakeCfg(nc, secret, self, inc, known, admit, nil)
+}
+
+// acceptHandshakeCfg is acceptHandshake with a configuration rule: cfgOK,
+// if not nil, may admit a dialer whose configuration hash differs from
+// self's (Transport.AdmitConfigs).
+func acceptHandshakeCfg(nc net.Conn, secret string, self Identity, inc uint64, known func(uint64) bool, admit func(node, inc uint64) bool, cfgOK func(node, hash uint64) bool) (uint64, uint64, []byte, error) {
 	lr := &lineReader{r: nc}
 	node, err := acceptAuth(nc, lr, secret)
 	if err != nil {
@@ -367,7 +381,7 @@ func acceptHandshake(nc net.Conn, secret string, self Identity, inc uint64, know
 		reason = fmt.Sprintf("node %d is not in node %d's peer list", them.Node, self.Node)
 	case them.Cluster != self.Cluster:
 		reason = fmt.Sprintf("cluster %016x differs from node %d's cluster %016x", them.Cluster, self.Node, self.Cluster)
-	case them.ConfigHash != self.ConfigHash:
+	case them.ConfigHash != self.ConfigHash && (cfgOK == nil || !cfgOK(them.Node, them.ConfigHash)):
 		reason = fmt.Sprintf("configuration %016x differs from node %d's %016x (different member list, epoch, or lease timing: lease, max drift, mark-out)", them.ConfigHash, self.Node, self.ConfigHash)
 	}
 	if reason != "" {

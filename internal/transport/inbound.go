@@ -46,11 +46,11 @@ func (t *Transport) serveConn(raw net.Conn) {
 		after   chan struct{}
 	)
 	admit := func(id, inc uint64) bool {
-		ap = t.peers[id]
+		ap = t.peers()[id]
 		l, prev, after = ap.accept(nc, inc)
 		return l != nil
 	}
-	from, _, rest, err := acceptHandshake(nc, t.cfg.ClusterSecret, t.self, t.inc, func(id uint64) bool { return t.peers[id] != nil }, admit)
+	from, _, rest, err := acceptHandshakeCfg(nc, t.cfg.ClusterSecret, t.self, t.inc, func(id uint64) bool { return t.peers()[id] != nil }, admit, t.configOK())
 	if l != nil {
 		close(l.ready)
 	}
@@ -80,7 +80,7 @@ func (t *Transport) serveConn(raw net.Conn) {
 		return
 	}
 	_ = nc.SetDeadline(time.Time{})
-	p := t.peers[from]
+	p := t.peers()[from]
 	p.c.inboundConn.Add(1)
 	select {
 	case p.back <- struct{}{}: // the peer is up, and this is our link to it

@@ -30,7 +30,7 @@ import (
 // linkAddrs returns the local and remote address of a's link to peer id
 // ("" if none).
 func linkAddrs(a *Transport, id uint64) (string, string) {
-	l := a.peers[id].current()
+	l := a.peers()[id].current()
 	if l == nil {
 		return "", ""
 	}

@@ -553,7 +553,7 @@ func (p *peer) connect(failures int) (net.Conn, uint64, []byte, error) {
 	}
 	_ = nc.SetDeadline(time.Now().Add(cfg.HandshakeTimeout))
 	stop := context.AfterFunc(p.t.ctx, func() { _ = nc.SetDeadline(time.Unix(1, 0)) })
-	inc, rest, err := dialHandshake(nc, cfg.ClusterSecret, p.t.self, p.t.inc, p.id)
+	inc, rest, err := dialHandshakeCfg(nc, cfg.ClusterSecret, p.t.self, p.t.inc, p.id, p.t.configOK())
 	stop()
 	if err != nil {
 		nc.Close()

@@ -149,6 +149,6 @@ func TestACutMidFrameNeverLeaksIntoTheNextConnection(t *testing.T) {
 		close(stop)
 	}
 	nc.Close()
-	p := a.peers[2]
+	p := a.peers()[2]
 	t.Logf("%d rounds: %d partly written messages dropped by the watcher path, stats %+v", rounds, p.c.midFrameDrops.Load(), a.Stats().Link(2))
 }

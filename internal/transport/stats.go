@@ -39,7 +39,7 @@ func (t *Transport) SetLinkFault(to uint64, f Fault) error {
 	if err := f.validate(); err != nil {
 		return err
 	}
-	p := t.peers[to]
+	p := t.peers()[to]
 	if p == nil {
 		return fmt.Errorf("%w: %d", ErrUnknownPeer, to)
 	}
@@ -129,7 +129,7 @@ type Stats struct {
 // Stats returns the current counters.
 func (t *Transport) Stats() Stats {
 	var s Stats
-	for id, p := range t.peers {
+	for id, p := range t.peers() {
 		c := &p.c
 		l := LinkStats{
 			Peer:           id,

@@ -277,12 +277,14 @@ func (c *Config) validate() error {
 // Transport sends and receives peer messages. Its methods are safe for
 // concurrent use.
 type Transport struct {
-	cfg   Config
-	self  Identity
-	inc   uint64 // this transport's incarnation (handshake.go), random per New
-	log   *slog.Logger
-	peers map[uint64]*peer // fixed after New
-	start time.Time        // origin of the monotonic clock used for delays
+	cfg  Config
+	self Identity
+	inc  uint64 // this transport's incarnation (handshake.go), random per New
+	log  *slog.Logger
+	// peers: every peer, by id. Readers load it without a lock; AddPeer
+	// replaces it (copy on write) under mu.
+	peersP atomic.Pointer[map[uint64]*peer]
+	start  time.Time // origin of the monotonic clock used for delays
 
 	ctx    context.Context // canceled by Close; aborts dials and handshakes
 	cancel context.CancelFunc
@@ -296,6 +298,8 @@ type Transport struct {
 	// groups maps a group id to its endpoint; readers load it per batch
 	// without a lock, Register and Endpoint.Close replace it under mu.
 	groups atomic.Pointer[map[uint64]*Endpoint]
+	// admitCfg: AdmitConfigs' rule (nil: a differing hash is refused).
+	admitCfg atomic.Pointer[func(node, hash uint64) bool]
 
 	authFailures  atomic.Uint64
 	identityFails atomic.Uint64
@@ -314,7 +318,6 @@ func New(cfg Config) (*Transport, error) {
 		cfg:       cfg,
 		self:      Identity{Node: cfg.Self, Cluster: cfg.Cluster, ConfigHash: cfg.ConfigHash},
 		log:       cfg.Logger.With("replica", cfg.Self),
-		peers:     make(map[uint64]*peer, len(cfg.Peers)),
 		inc:       rand.Uint64() | 1,
 		start:     time.Now(),
 		ctx:       ctx,
@@ -322,24 +325,16 @@ func New(cfg Config) (*Transport, error) {
 		listeners: map[net.Listener]struct{}{},
 		conns:     map[net.Conn]struct{}{},
 	}
+	peers := make(map[uint64]*peer, len(cfg.Peers))
 	for id, addr := range cfg.Peers {
 		if id == cfg.Self {
 			continue
 		}
-		p := &peer{
-			t:      t,
-			id:     id,
-			addr:   addr,
-			log:    t.log.With("peer", id, "peer_addr", addr),
-			wake:   make(chan struct{}, 1),
-			back:   make(chan struct{}, 1),
-			redial: make(chan struct{}, 1),
-			rng:    rand.New(rand.NewPCG(cfg.Seed, id)),
-		}
-		t.peers[id] = p
+		peers[id] = t.newPeer(id, addr)
 	}
+	t.peersP.Store(&peers)
 	t.groups.Store(&map[uint64]*Endpoint{})
-	for _, p := range t.peers {
+	for _, p := range peers {
 		t.wg.Add(1)
 		go p.run()
 	}
@@ -419,6 +414,84 @@ func (e *Endpoint) Transport() *Transport { return e.t }
 // endpoint returns the registered endpoint of group (nil if none).
 func (t *Transport) endpoint(group uint64) *Endpoint { return (*t.groups.Load())[group] }
 
+func (t *Transport) newPeer(id uint64, addr string) *peer {
+	return &peer{
+		t:      t,
+		id:     id,
+		addr:   addr,
+		log:    t.log.With("peer", id, "peer_addr", addr),
+		wake:   make(chan struct{}, 1),
+		back:   make(chan struct{}, 1),
+		redial: make(chan struct{}, 1),
+		rng:    rand.New(rand.NewPCG(t.cfg.Seed, id)),
+	}
+}
+
+// peers is the current peer map (read only).
+func (t *Transport) peers() map[uint64]*peer { return *t.peersP.Load() }
+
+// HasPeer reports whether id is in the peer map.
+func (t *Transport) HasPeer(id uint64) bool { return t.peers()[id] != nil }
+
+// AddPeer adds node id at addr to the peer map: a node that joins a group
+// after this transport started (a VR reconfiguration's new member). Adding
+// a known id with the same address does nothing; another address is an
+// error (peers do not move while connected). The configuration hash
+// derived from the peer list (Config.ConfigHash zero) does not change.
+func (t *Transport) AddPeer(id uint64, addr string) error {
+	if id == 0 || id == t.cfg.Self || addr == "" {
+		return fmt.Errorf("transport: add peer %d at %q: a peer needs another node id and an address", id, addr)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return ErrClosed
+	}
+	old := t.peers()
+	if p := old[id]; p != nil {
+		if p.addr != addr {
+			return fmt.Errorf("transport: add peer %d at %s: already known at %s", id, addr, p.addr)
+		}
+		return nil
+	}
+	peers := make(map[uint64]*peer, len(old)+1)
+	for k, v := range old {
+		peers[k] = v
+	}
+	p := t.newPeer(id, addr)
+	peers[id] = p
+	t.peersP.Store(&peers)
+	t.wg.Add(1)
+	go p.run()
+	return nil
+}
+
+// AdmitConfigs sets the rule that may admit, at the handshake, a peer of
+// this cluster whose configuration hash differs from ours (nil: none is;
+// the default). A VR group that reconfigures sets it: replicas of adjacent
+// epochs must exchange messages (the new configuration reaches an old
+// member, a new member pulls from the previous ones), and the handshake
+// carries no epoch, so the rule admits the group's members and previous
+// members and VR's core judges each message's configuration (it answers an
+// older epoch with the new configuration and refuses a mismatch).
+// Different clusters and peers outside the peer list stay refused here.
+// The rule runs on handshaking goroutines.
+func (t *Transport) AdmitConfigs(f func(node, hash uint64) bool) {
+	if f == nil {
+		t.admitCfg.Store(nil)
+		return
+	}
+	t.admitCfg.Store(&f)
+}
+
+// configOK is the rule AdmitConfigs set, or nil.
+func (t *Transport) configOK() func(node, hash uint64) bool {
+	if f := t.admitCfg.Load(); f != nil {
+		return *f
+	}
+	return nil
+}
+
 // Self returns this node's id.
 func (t *Transport) Self() uint64 { return t.cfg.Self }
 
@@ -443,7 +516,7 @@ func (e *Endpoint) peer(to uint64) (*peer, error) {
 	if e.closed.Load() {
 		return nil, ErrClosed
 	}
-	p := e.t.peers[to]
+	p := e.t.peers()[to]
 	if p == nil {
 		return nil, e.t.unknownPeer(to)
 	}
@@ -491,7 +564,7 @@ func (e *Endpoint) SendAll(msgs []Outbound) error {
 	pushed := touched[:0]
 	for i := range msgs {
 		m := &msgs[i]
-		p := t.peers[m.To]
+		p := t.peers()[m.To]
 		if p == nil {
 			if first == nil {
 				first = t.unknownPeer(m.To)
@@ -518,8 +591,8 @@ func (e *Endpoint) SendAll(msgs []Outbound) error {
 }
 
 func (t *Transport) peerIDs() []uint64 {
-	ids := make([]uint64, 0, len(t.peers))
-	for id := range t.peers {
+	ids := make([]uint64, 0, len(t.peers()))
+	for id := range t.peers() {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
@@ -631,7 +704,7 @@ func (t *Transport) Close() error {
 	}
 	t.closed = true
 	// Refuse new Sends before the writers account for what is queued.
-	for _, p := range t.peers {
+	for _, p := range t.peers() {
 		p.mu.Lock()
 		p.closed = true
 		p.mu.Unlock()

@@ -100,6 +100,23 @@ func (r *reader) bytes() []byte {
 	return s
 }
 
+// ids reads a count and that many ids (appendIDs); a count beyond the
+// bytes left is corruption, not an allocation.
+func (r *reader) ids() []uint64 {
+	n := r.uvarint()
+	if n > uint64(len(r.b)) {
+		if r.err == nil {
+			r.err = ErrCorruptEntry
+		}
+		return nil
+	}
+	ids := make([]uint64, 0, n)
+	for i := uint64(0); i < n && r.err == nil; i++ {
+		ids = append(ids, r.uvarint())
+	}
+	return ids
+}
+
 // forgetFormat marks the leader's internal entry that forgets client-table
 // rows (docs/design/client-table.md):
 //

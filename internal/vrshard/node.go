@@ -60,7 +60,7 @@ func openOnTransport(opts Options, tc transport.Config, what string) (kcluster.H
 	if err != nil {
 		return kcluster.Hosted{}, fmt.Errorf("peer transport of node %d: %w", tc.Self, err)
 	}
-	opts.Transport = tr
+	opts.Transport, opts.ownsHandshake = tr, true
 	r, err := Open(opts)
 	if err != nil {
 		tr.Close()

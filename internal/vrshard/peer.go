@@ -2,6 +2,7 @@ package vrshard
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/kefirdb/kefir/internal/frame"
 	"github.com/kefirdb/kefir/internal/transport"
@@ -53,6 +54,9 @@ func (r *Replica) openEndpoint() error {
 		return fmt.Errorf("vrshard: replica %d of group %d on the peer transport: %w", r.cfg.Self, opts.Group, err)
 	}
 	r.ep, r.net = ep, ep
+	if r.ownTr != nil || opts.ownsHandshake {
+		tr.AdmitConfigs(r.rc.admitsConfig)
+	}
 	if r.ownTr != nil && opts.Listener != nil {
 		go func() {
 			if err := tr.Serve(opts.Listener); err != nil {
@@ -102,4 +106,62 @@ func (r *Replica) progress(from uint64) {
 	case r.inbox <- inbound{from: from}:
 	default:
 	}
+}
+
+// admitMembers (driver) makes the members of a new configuration
+// reachable: the handshake admits them (admitsConfig), and the transport
+// learns the address of each one new to it (Options.Peers names it: the
+// node's peer list may name spare nodes before they join).
+func (r *Replica) admitMembers(m *vr.Membership) error {
+	r.rc.admitFrom(r.rc.vrc.Config())
+	if r.ep == nil {
+		return nil // on Options.Network: the caller delivers
+	}
+	tr := r.ep.Transport()
+	for _, id := range m.Members {
+		if id == r.cfg.Self || tr.HasPeer(id) {
+			continue
+		}
+		addr, ok := r.opts.Peers[id]
+		if !ok {
+			// Not an error of this replica's: the group goes on without
+			// it (a majority of the new members may still be reachable)
+			// until the node learns the address.
+			r.log.Error("new member has no peer address: it cannot be reached", "member", id, "epoch", m.Epoch)
+			continue
+		}
+		if err := tr.AddPeer(id, addr); err != nil {
+			return fmt.Errorf("vrshard: replica %d: address new member %d of epoch %d: %w", r.cfg.Self, id, m.Epoch, err)
+		}
+	}
+	return nil
+}
+
+// admitFrom (driver) sets the peers whose handshake may carry another
+// configuration hash than this replica's: once the group has been
+// reconfigured (the configuration names previous members), its members and
+// previous members, replicas of an adjacent epoch (transport.AdmitConfigs).
+// In a group's first epoch none: a node with another member list or epoch
+// is refused at the handshake, as before reconfiguration existed
+// (TestStaleConfigurationIsRefused; the e2e TestWrongMemberListIsRefused).
+// The price: a member that was away during the group's first
+// reconfiguration and restarts in the first epoch refuses a peer that
+// restarted in the new one (docs/design/cluster.md §7, Limits).
+func (rc *reconfState) admitFrom(cfg vr.Config) {
+	if len(cfg.Previous) == 0 {
+		rc.admit.Store(nil)
+		return
+	}
+	ids := append(slices.Clone(cfg.Members), cfg.Previous...)
+	rc.admit.Store(&ids)
+}
+
+// admitsConfig is the handshake's rule (transport.AdmitConfigs): a peer of
+// another configuration is let through if admitFrom names it; VR's core
+// then judges each message (an older epoch is told the new configuration,
+// a mismatch in the same epoch is refused). Any other node with another
+// configuration is refused at the handshake.
+func (rc *reconfState) admitsConfig(node, _ uint64) bool {
+	ids := rc.admit.Load()
+	return ids != nil && slices.Contains(*ids, node)
 }

@@ -764,6 +764,12 @@ type Info struct {
 	// d-log does not count in d-log recovery yet.
 	NilextCycles, NilextStaleWaits uint64
 	DLogStale                      bool
+	// Reconfiguration (reconfig.go; vr Info): the epoch; Joining: a new
+	// member still pulling the epoch's start state; Leaving: not a member of
+	// the epoch, answering state transfer; Retired: leaving, and enough new
+	// members hold the start state: the caller may stop this replica.
+	Epoch                     uint64
+	Joining, Leaving, Retired bool
 }
 
 // Info reports the replica's protocol state.
@@ -771,7 +777,8 @@ func (r *Replica) Info() Info {
 	return Info{Self: r.cfg.Self, Status: vr.Status(r.status.Load()), View: r.view.Load(),
 		Leader: r.leader.Load(), IsLeader: r.isLeader.Load(), Commit: r.commit.Load(),
 		Applied: r.applied.Load(), Failed: r.failed(), DLogLen: int(r.dlogLen.Load()), Readable: r.readable.Load(),
-		NilextCycles: r.nxCycles.Load(), NilextStaleWaits: r.nxStaleWaits.Load(), DLogStale: r.dlogStale.Load()}
+		NilextCycles: r.nxCycles.Load(), NilextStaleWaits: r.nxStaleWaits.Load(), DLogStale: r.dlogStale.Load(),
+		Epoch: r.rc.epoch.Load(), Joining: r.rc.joining.Load(), Leaving: r.rc.leaving.Load(), Retired: r.rc.retired.Load()}
 }
 
 // Stats returns the replica's counters.

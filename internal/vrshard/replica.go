@@ -164,6 +164,11 @@ type Options struct {
 
 	// mut: deliberate bugs for tests (mutations), set from the first start.
 	mut mutations
+	// ownsHandshake: Transport is this replica's alone (a single-group
+	// node's, openOnTransport): the replica sets its handshake's
+	// configuration rule (peer.go). A transport shared by groups compares
+	// the node-level identity only.
+	ownsHandshake bool
 }
 
 // Timing defaults (local loopback clusters; the docs state the drift bound).
@@ -621,6 +626,7 @@ type Replica struct {
 	core  hostCore        // the protocol core, through the contract (vrcore.go)
 	eng   peerEngine      // the engine's peer messages: codec, stepping (vrcore.go)
 	ext   engineExt       // what the engine adds beyond the contract: VR's nilext coordinator, or noExt (vrcore.go)
+	rc    reconfState     // reconfiguration (reconfig.go)
 	hint  core.SyncHinter // the core's group-commit hints, or none (vrcore.go)
 	vs    viewStatuser    // the core's view and status after each message (viewlog.go)
 	nx    *nilextCoord    // VR's nilext coordinator (nilext.go), also ext; nil unless VR's core with Options.Nilext
@@ -644,6 +650,7 @@ type Replica struct {
 	inbox chan inbound
 	readc chan *readWaiter
 	nxc   chan []*nxCall
+	ctlc  chan func() // calls run on the driver goroutine (Reconfigure)
 	stop  chan struct{}
 	done  chan struct{}
 
@@ -811,6 +818,7 @@ func Open(opts Options) (*Replica, error) {
 		inbox:     make(chan inbound, 256),
 		readc:     make(chan *readWaiter, 256),
 		nxc:       make(chan []*nxCall, 256),
+		ctlc:      make(chan func()),
 		stop:      make(chan struct{}),
 		done:      make(chan struct{}),
 		waitID:    map[idKey][]*proposal{},
@@ -873,7 +881,7 @@ func Open(opts Options) (*Replica, error) {
 		// engine (restore keeps what it still holds).
 		r.log.Warn("engine is behind the replication log's snapshot point: recovering from the group",
 			"engine_applied", have, "snapshot_op", ws.snap.Op, "engine_version", db.LastVersion())
-		ws = walState{empty: true}
+		ws = walState{empty: true, member: ws.member} // the epoch it is in is not the engine's to forget
 		engineLost = true
 	}
 	// What the core starts from: the engine-neutral part (core.Boot) and
@@ -888,7 +896,7 @@ func Open(opts Options) (*Replica, error) {
 	// or power cut it does not, and a nilext replica forces a view change.
 	// A fresh nonce on every start, not only for recovery: the core seeds
 	// its prepare-ok sequence numbers from it (vr cadState.init).
-	vx := vrStart{DLog: ws.dlog, DLogIntact: ws.clean, Nonce: r.rand() | 1}
+	vx := vrStart{DLog: ws.dlog, DLogIntact: ws.clean, Nonce: r.rand() | 1, Membership: ws.member}
 	switch {
 	case ws.empty && opts.Bootstrap && !engineLost:
 		boot.Bootstrap = true
@@ -913,6 +921,14 @@ func Open(opts Options) (*Replica, error) {
 	}
 	if v, ok := c.(*vrCore); ok {
 		r.cfg = vrGroup(v.Config()) // with the core's defaults filled in
+		r.rc.vrc = v
+		if w.member == nil {
+			w.member = startMembership(v.Config())
+		}
+		if w.member != nil {
+			r.rc.member.Store(w.member)
+		}
+		r.rc.admitFrom(v.Config())
 		if opts.Nilext {
 			v.nx = newNilextCoord(r, v)
 			r.nx = v.nx
@@ -1103,6 +1119,8 @@ func (r *Replica) run() {
 			r.read(rw)
 		case calls := <-r.nxc:
 			r.nxStart(calls)
+		case f := <-r.ctlc:
+			f()
 		case <-tick.C:
 			r.onTick()
 		case res := <-r.syncDone:
@@ -1329,6 +1347,11 @@ func (r *Replica) mapErr(err error) error {
 }
 
 func (r *Replica) notLeader() error {
+	if r.rc.leaving.Load() {
+		// Not a member any more: the caller goes to the new members, not
+		// to a leader of a group this replica left (reconfig.go).
+		return r.rc.reconfigured()
+	}
 	id := r.leader.Load()
 	if id == r.cfg.Self || vr.Status(r.status.Load()) != vr.Normal {
 		return &NotLeaderError{}
@@ -1438,8 +1461,10 @@ func (r *Replica) ready() error {
 	r.noteView(viewCause{kind: 'r'})
 	r.publish()
 	info := r.core.Info()
+	r.publishEpoch()
 	if r.wasLeader && (!info.IsLeader || info.View != r.leadView) {
 		r.failWrites(ErrOutcomeUnknown)
+		r.lostLead()
 		r.upd.dropOverlay()
 		clear(r.early)
 		clear(r.ordEarly)
@@ -1472,7 +1497,7 @@ func (r *Replica) ready() error {
 func (r *Replica) markSynced() {
 	if r.written > r.synced0 {
 		r.synced0 = r.written
-		r.core.Persisted(r.written)
+		r.persisted(r.written)
 	}
 }
 
@@ -1529,6 +1554,9 @@ func (r *Replica) handle(rd *core.Ready[peerMsg], urgent bool) error {
 	// new segment replaces every older one, so it takes every live one.
 	r.ext.logExtra(r.wal, roll)
 	r.st.persisted.Add(uint64(len(rd.Entries)))
+	if err := r.noteMembership(rd.PersistSeq, rd.HardState != nil); err != nil {
+		return err
+	}
 	if rd.HardState != nil {
 		r.wal.addHardState(*rd.HardState)
 		r.lastHS = *rd.HardState
@@ -1720,7 +1748,7 @@ func (r *Replica) syncFinished(res syncResult) error {
 	}
 	if res.seq > r.synced0 {
 		r.synced0 = res.seq
-		r.core.Persisted(res.seq)
+		r.persisted(res.seq)
 	}
 	return nil
 }

@@ -169,6 +169,9 @@ type vrCore struct {
 	// the host: StepBatch steps the nilext messages into it, and the host
 	// reaches it as its engineExt. Open sets it (it needs the host).
 	nx *nilextCoord
+	// member is the last Ready's Membership, until the host takes it
+	// (noteMembership).
+	member *vr.Membership
 }
 
 // vrIdentity is a VR message's configuration identity as this replica
@@ -231,6 +234,13 @@ func (c *vrCore) Ready() core.Ready[peerMsg] {
 	// commit point R never exceeds).
 	rd.Readable, rd.EventualUntil = c.Replica.Readable(), c.Replica.EventualUntil()
 	c.dlog, c.nxAcks = rd.DLog, rd.NilextAcks
+	if rd.Membership != nil {
+		// A new epoch: the nilext messages are stamped and checked with
+		// its identity from now on.
+		c.member = rd.Membership
+		cfg := c.Replica.Config()
+		c.id.epoch, c.id.hash = cfg.Epoch, cfg.Hash()
+	}
 	if len(c.answered) > 0 {
 		rd.ReadStates = append(c.answered, rd.ReadStates...)
 		c.answered = rd.ReadStates[:0]
@@ -459,6 +469,9 @@ type vrStart struct {
 	Nonce      uint64
 	DLog       []vr.NilextRequest
 	DLogIntact bool
+	// Membership is the configuration the log recorded last (nil: none;
+	// reconfig.go).
+	Membership *vr.Membership
 }
 
 // openCore starts the protocol core of group g from what the disk holds
@@ -472,7 +485,8 @@ func openCore(opts *Options, g group, boot core.Boot, vx vrStart) (hostCore, err
 		return opts.newCore(g, boot)
 	}
 	rep, err := vr.New(opts.VR, vr.State{HardState: boot.HardState, Snapshot: boot.Snapshot, Entries: boot.Entries,
-		LostState: boot.LostState, Bootstrap: boot.Bootstrap, Nonce: vx.Nonce, DLog: vx.DLog, DLogIntact: vx.DLogIntact})
+		LostState: boot.LostState, Bootstrap: boot.Bootstrap, Nonce: vx.Nonce, DLog: vx.DLog, DLogIntact: vx.DLogIntact,
+		Membership: vx.Membership})
 	if err != nil {
 		return nil, err
 	}

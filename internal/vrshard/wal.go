@@ -70,6 +70,15 @@ const (
 	recTruncate  = 3 // op uvarint: discard entries after it
 	recSnapshot  = 4 // op uvarint, count uvarint, per client: client, reqnum, op, result
 	recFlags     = 5 // flags byte: 1 = recovering (the replica has not finished VR recovery), 2 = engine marked (below), 4 = clean stop (see walState.clean)
+	// recHardStateMember: a hard state with the group's configuration after
+	// a reconfiguration (vr.Membership): the hard state's three uvarints,
+	// then epoch, start, the member count and ids, the previous count and
+	// ids. One record, so a torn batch keeps both or neither (the core's
+	// rule: a membership without its hard state, or the reverse, could
+	// restart the replica in an epoch its commit point contradicts). Once a
+	// replica has a membership every hard state record is one of these, so
+	// a new segment (checkpoint, snapshot) carries it on.
+	recHardStateMember = 7
 
 	walHeader = 9 // format 1 record header
 
@@ -100,6 +109,9 @@ type walState struct {
 	// written before the mark existed lack the flag.
 	engineMarked bool
 	dlog         []vr.NilextRequest // nilext d-log records (nilext.go)
+	// member: the configuration the last recHardStateMember recorded (nil:
+	// the group has never been reconfigured; the Options' configuration).
+	member *vr.Membership
 	// clean: the last record is a flags record a clean stop wrote after its
 	// final fsync (Replica.Close): every record written before it, every
 	// d-log record the replica acknowledged included, is on disk.
@@ -119,6 +131,10 @@ type wal struct {
 	fileSize int64
 	buf      []byte // records not yet written, framed but not positioned
 	syncs    uint64
+	// member, once set, goes with every hard state record
+	// (recHardStateMember): the replica's configuration after a
+	// reconfiguration.
+	member *vr.Membership
 	// marked is the engine-marked flag every flags record carries
 	// (walState.engineMarked): set once an engine sync covered the mark.
 	marked bool
@@ -164,6 +180,7 @@ func openWALWith(fs vfs.FS, dir string, cfg walConfig) (*wal, walState, error) {
 		w.close()
 		return nil, st, err
 	}
+	w.member = st.member // every later hard state record carries it on
 	if w.seg != nil {
 		w.requestFill(w.size)
 	}
@@ -479,6 +496,11 @@ func (st *walState) apply(typ byte, p []byte) error {
 		}
 	case recHardState:
 		st.hs = vr.HardState{View: r.uvarint(), LastNormalView: r.uvarint(), Commit: r.uvarint()}
+	case recHardStateMember:
+		st.hs = vr.HardState{View: r.uvarint(), LastNormalView: r.uvarint(), Commit: r.uvarint()}
+		m := &vr.Membership{Epoch: r.uvarint(), Start: r.uvarint()}
+		m.Members, m.Previous = r.ids(), r.ids()
+		st.member = m
 	case recTruncate:
 		op := r.uvarint()
 		if r.err == nil && op < st.lastOp() {
@@ -542,11 +564,31 @@ func (w *wal) addEntries(es []vr.Entry) {
 }
 
 func (w *wal) addHardState(hs vr.HardState) {
-	w.record(recHardState, func(b []byte) []byte {
+	typ := byte(recHardState)
+	if w.member != nil {
+		typ = recHardStateMember
+	}
+	w.record(typ, func(b []byte) []byte {
 		b = binary.AppendUvarint(b, hs.View)
 		b = binary.AppendUvarint(b, hs.LastNormalView)
-		return binary.AppendUvarint(b, hs.Commit)
+		b = binary.AppendUvarint(b, hs.Commit)
+		if m := w.member; m != nil {
+			b = binary.AppendUvarint(b, m.Epoch)
+			b = binary.AppendUvarint(b, m.Start)
+			b = appendIDs(b, m.Members)
+			b = appendIDs(b, m.Previous)
+		}
+		return b
 	})
+}
+
+// appendIDs appends a count and the ids (reader.ids reads them).
+func appendIDs(b []byte, ids []uint64) []byte {
+	b = binary.AppendUvarint(b, uint64(len(ids)))
+	for _, id := range ids {
+		b = binary.AppendUvarint(b, id)
+	}
+	return b
 }
 
 func (w *wal) addTruncate(op uint64) {
