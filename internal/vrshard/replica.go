@@ -396,6 +396,13 @@ type mutations struct {
 	// transaction read as written after it. Both abort transactions that
 	// validation would commit.
 	noEarlyAbort, doomKeyGrain, doomOnEqual bool
+	// noTxHold: the leader proposes a transaction at once even when a
+	// commit it proposed and has not applied writes a key the transaction
+	// checks (txwait.go), as before holds.
+	noTxHold bool
+	// holdOutOfOrder: the writes after a held transaction in its batch are
+	// proposed before it is (txwait.go), out of the connection's order.
+	holdOutOfOrder bool
 	// slotsUnfenced: the group applies writes and serves reads of keys
 	// whose slots it does not own (a source that keeps serving a slot it
 	// handed over; kv/slots.go's fence is skipped).
@@ -524,6 +531,11 @@ type batchWait struct {
 	ps        []proposal
 	r         *Replica
 	deadline  time.Time // RequestTimeout after the proposals were handed over
+	// held: the writes newBatch held, reqs[heldFrom:] — a transaction
+	// behind commits in flight and every write after it in the batch
+	// (txwait.go) — proposed or answered by Apply once those finish.
+	held     []shard.WriteReq
+	heldFrom int
 }
 
 func (p *proposal) finish(res kv.Result, err error) {
@@ -731,6 +743,7 @@ type Replica struct {
 	notify    chan struct{} // closed and replaced when applied advances or leadership changes (wake)
 	nxIDs     nxIdents
 	upd       *keyUpdates // per-key update index and async overlay (cad.go)
+	txw       txWriters   // keys of the EXECs and transaction commits in flight (txwait.go)
 	readable  atomic.Uint64
 	ctr       *tracer // CAD timeline (cadtrace.go); nil, and its hooks no-ops, without -tags cadtrace
 
@@ -772,7 +785,7 @@ type Replica struct {
 		localReads                                                                                                                    atomic.Uint64
 		readies, fsyncs, persisted, applied, proposals, leaseReads, indexReads, ckpts, snapsSent, snapsLoaded, snapsCaptured, forgets atomic.Uint64
 		nxFast, nxFallbacks, nxSent, nxAcksSent, nxSlowReads                                                                          atomic.Uint64
-		durWaits, durRounds, followerReads, followerRedirects, earlyAcks, overlayReads, durDeferred, earlyAborts                      atomic.Uint64
+		durWaits, durRounds, followerReads, followerRedirects, earlyAcks, overlayReads, durDeferred, earlyAborts, txHolds, heldAborts atomic.Uint64
 	}
 }
 
@@ -2056,13 +2069,24 @@ func (r *Replica) Apply(ctx context.Context, reqs []shard.WriteReq) (shard.Pendi
 		}
 	}
 	bw, pp, point := r.newBatch(reqs)
-	if len(pp) > 0 { // none: every write was answered (an early abort)
+	if len(pp) > 0 { // none: every write was answered (an early abort) or held
 		select {
 		case r.propc <- pp:
 		case <-ctx.Done():
+			if bw.held != nil {
+				r.dropHeld(bw, bw.heldFrom, len(bw.held), ctx.Err())
+			}
 			return shard.Pending{}, ctx.Err()
 		case <-r.done:
+			if bw.held != nil {
+				r.dropHeld(bw, bw.heldFrom, len(bw.held), r.closedErr())
+			}
 			return shard.Pending{}, r.closedErr()
+		}
+	}
+	if bw.held != nil {
+		if err := r.proposeHeld(ctx, bw); err != nil {
+			return shard.Pending{}, err
 		}
 	}
 	bw.deadline = r.clock.Now().Add(r.opts.RequestTimeout)
@@ -2127,6 +2151,9 @@ func (r *Replica) newBatch(reqs []shard.WriteReq) (bw *batchWait, pp []*proposal
 			q.Op.Now = nowMs
 		}
 		p.wait = bw
+		if bw.held != nil && !(mutation.On && r.mut.holdOutOfOrder) {
+			continue // held with the transaction before it (txwait.go)
+		}
 		// The kind test here, not in txDoomed: every write passes this
 		// way, and only a transaction's needs the call.
 		if kv.TxValidated(q.Op.Kind) {
@@ -2135,34 +2162,20 @@ func (r *Replica) newBatch(reqs []shard.WriteReq) (bw *batchWait, pp []*proposal
 				doomed = append(doomed, i)
 				continue
 			}
-		}
-		if cadtraceOn {
-			p.trAt = traceNow()
-		}
-		early := r.answerableEarly(&q.Op)
-		p.ack, p.blind = ackPoint(q, early), NilextEligible(&q.Op)
-		p.async = q.Durability == level.Async
-		p.orderEarly = p.ack == vr.AckApplied && early && !r.opts.Nilext && !(mutation.On && r.mut.syncWaitsInApply)
-		if p.orderEarly {
-			mayBeEarly = true
-		}
-		if p.ack == vr.AckReplicated {
-			p.op = cloneOp(&q.Op) // for the overlay (cad.go)
-		}
-		if p.ack != vr.AckApplied {
-			mayBeEarly = true
-			for _, k := range q.Op.WrittenKeys() {
-				p.keys = append(p.keys, bytes.Clone(k))
+			if bw.held == nil && len(r.txBehind(&q.Op, bw)) > 0 && r.txHoldable(reqs) {
+				// Decided, with the writes after it, once the commits
+				// it is behind are applied (txwait.go; Apply's
+				// proposeHeld).
+				bw.held, bw.heldFrom = reqs[i:], i
+				if mutation.On && r.mut.holdOutOfOrder {
+					bw.held = reqs[i : i+1]
+				}
+				continue
 			}
 		}
-		h := header{ts: ts}
-		if q.ID.IsZero() {
-			p.seq = r.localSeq.Add(1)
-			h.proposer, h.seq = r.cfg.Self, p.seq
-		} else {
-			p.req.Client, p.req.ReqNum = q.ID.Client, q.ID.Seq
+		if r.prepareProposal(q, p, ts) {
+			mayBeEarly = true
 		}
-		p.req.Data = encodeOp(nil, h, &q.Op)
 		pp = append(pp, p)
 	}
 	// Only a write acknowledged before it is applied can be ordered before
@@ -2179,6 +2192,52 @@ func (r *Replica) newBatch(reqs []shard.WriteReq) (bw *batchWait, pp []*proposal
 		ps[i].finish(ps[i].res, nil)
 	}
 	return bw, pp, point
+}
+
+// prepareProposal makes p the proposal of q, stamped ts: its acknowledgement
+// point, the keys the cad index needs, its request id and encoding. For a
+// transaction, its written keys enter the leader's in-flight writers
+// (txwait.go). It reports whether the write may be ordered before it is
+// finished (newBatch's mayBeEarly).
+func (r *Replica) prepareProposal(q *shard.WriteReq, p *proposal, ts int64) (mayBeEarly bool) {
+	if cadtraceOn {
+		p.trAt = traceNow()
+	}
+	if kv.TxValidated(q.Op.Kind) {
+		r.txw.add(q.Op.WrittenKeys(), p.wait)
+	}
+	early := r.answerableEarly(&q.Op)
+	p.ack, p.blind = ackPoint(q, early), NilextEligible(&q.Op)
+	p.async = q.Durability == level.Async
+	p.orderEarly = r.ordersEarly(q, p.ack, early)
+	if p.orderEarly {
+		mayBeEarly = true
+	}
+	if p.ack == vr.AckReplicated {
+		p.op = cloneOp(&q.Op) // for the overlay (cad.go)
+	}
+	if p.ack != vr.AckApplied {
+		mayBeEarly = true
+		for _, k := range q.Op.WrittenKeys() {
+			p.keys = append(p.keys, bytes.Clone(k))
+		}
+	}
+	h := header{ts: ts}
+	if q.ID.IsZero() {
+		p.seq = r.localSeq.Add(1)
+		h.proposer, h.seq = r.cfg.Self, p.seq
+	} else {
+		p.req.Client, p.req.ReqNum = q.ID.Client, q.ID.Seq
+	}
+	p.req.Data = encodeOp(nil, h, &q.Op)
+	return mayBeEarly
+}
+
+// ordersEarly reports whether q, acknowledged at ack, is a sync blind write
+// Apply answers at its ordered point (docs/design/cad.md §12); early is
+// answerableEarly's verdict on it.
+func (r *Replica) ordersEarly(q *shard.WriteReq, ack vr.AckPoint, early bool) bool {
+	return ack == vr.AckApplied && early && !r.opts.Nilext && !(mutation.On && r.mut.syncWaitsInApply)
 }
 
 // applyWithoutOversize answers with an error, without proposing them, the
