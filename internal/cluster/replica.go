@@ -233,6 +233,10 @@ type Stats struct {
 	// TxHeldAborts those of them it then answered as aborted without
 	// proposing them (among TxEarlyAborts; vrshard txwait.go).
 	TxHolds, TxHeldAborts uint64
+	// TxFreshReads counts the transactions whose first read waited, at this
+	// node as leader, for the commits in flight that write its keys, and
+	// then took their start version again (server txRefresh).
+	TxFreshReads uint64
 	// DeferredReads counts the durability waits (among DurabilityWaits)
 	// served as deferred reads: answered at once from the leader's log,
 	// the reply held until R covered it (ReadDeferred).

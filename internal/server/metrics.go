@@ -129,6 +129,8 @@ func newMetrics(s *Server) *metrics {
 				func(st cluster.Stats) uint64 { return st.TxHolds }),
 			s.vrStatCounter("kefir_vr_tx_held_aborts_total", "Held transactions this node as leader then answered as aborted without a log entry (among kefir_vr_tx_early_aborts_total).",
 				func(st cluster.Stats) uint64 { return st.TxHeldAborts }),
+			s.vrStatCounter("kefir_vr_tx_fresh_reads_total", "Transactions whose first read waited, at this node as leader, for the EXECs and KEFIR.TX commits in flight that write its keys, then took their start version again.",
+				func(st cluster.Stats) uint64 { return st.TxFreshReads }),
 			s.vrStatCounter("kefir_vr_lease_reads_total", "Reads that confirmed leadership under the leader's lease (no read-index round).",
 				func(st cluster.Stats) uint64 { return st.LeaseReads }),
 			s.vrStatCounter("kefir_vr_local_lease_reads_total", "Leader lease reads and follower reads confirmed by the lease the VR driver published, without a round trip to it.",

@@ -403,6 +403,9 @@ type mutations struct {
 	// holdOutOfOrder: the writes after a held transaction in its batch are
 	// proposed before it is (txwait.go), out of the connection's order.
 	holdOutOfOrder bool
+	// noFreshReads: a transaction's first read does not wait for the
+	// commits in flight that write its keys (txwait.go, TxWriting).
+	noFreshReads bool
 	// slotsUnfenced: the group applies writes and serves reads of keys
 	// whose slots it does not own (a source that keeps serving a slot it
 	// handed over; kv/slots.go's fence is skipped).
@@ -782,10 +785,10 @@ type Replica struct {
 	rdEventual int64
 
 	st struct {
-		localReads                                                                                                                    atomic.Uint64
-		readies, fsyncs, persisted, applied, proposals, leaseReads, indexReads, ckpts, snapsSent, snapsLoaded, snapsCaptured, forgets atomic.Uint64
-		nxFast, nxFallbacks, nxSent, nxAcksSent, nxSlowReads                                                                          atomic.Uint64
-		durWaits, durRounds, followerReads, followerRedirects, earlyAcks, overlayReads, durDeferred, earlyAborts, txHolds, heldAborts atomic.Uint64
+		localReads                                                                                                                                atomic.Uint64
+		readies, fsyncs, persisted, applied, proposals, leaseReads, indexReads, ckpts, snapsSent, snapsLoaded, snapsCaptured, forgets             atomic.Uint64
+		nxFast, nxFallbacks, nxSent, nxAcksSent, nxSlowReads                                                                                      atomic.Uint64
+		durWaits, durRounds, followerReads, followerRedirects, earlyAcks, overlayReads, durDeferred, earlyAborts, txHolds, heldAborts, freshReads atomic.Uint64
 	}
 }
 

@@ -214,3 +214,40 @@ func (r *Replica) dropHeld(bw *batchWait, from, n int, err error) {
 func (r *Replica) TxHolds() (held, aborted uint64) {
 	return r.st.txHolds.Load(), r.st.heldAborts.Load()
 }
+
+// TxWriting reports whether an EXEC or transaction commit this replica
+// proposed and has not finished writes any of keys: a transaction whose
+// first read is of them would read a state that commit is about to replace
+// (server txRefresh; TxAwaitWriters waits for it). Cheap, for an event loop.
+func (r *Replica) TxWriting(keys [][]byte) bool {
+	if mutation.On && r.mut.noFreshReads {
+		return false
+	}
+	return len(r.txw.unfinished(keys, nil)) > 0
+}
+
+// TxAwaitWriters waits until every EXEC or transaction commit that writes
+// any of keys, proposed by this replica and unfinished at the call, has
+// finished (applied or failed), or ctx ends (the caller bounds the wait), and
+// reports whether there was any. The caller then takes a new start version
+// (TxBegin), which follows them.
+func (r *Replica) TxAwaitWriters(ctx context.Context, keys [][]byte) (bool, error) {
+	if mutation.On && r.mut.noFreshReads {
+		return false, nil
+	}
+	bs := r.txw.unfinished(keys, nil)
+	if len(bs) == 0 {
+		return false, nil
+	}
+	for _, b := range bs {
+		select {
+		case <-b.done:
+		case <-ctx.Done():
+			return true, ctx.Err()
+		case <-r.done:
+			return true, r.closedErr()
+		}
+	}
+	r.st.freshReads.Add(1)
+	return true, nil
+}
