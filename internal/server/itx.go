@@ -544,18 +544,8 @@ func (c *conn) txRefresh(tx *itxn, keys [][]byte) error {
 	if c.srv.clusterOn || tx.snap == nil || len(keys) == 0 || (len(tx.acc) > 0 && !(mutation.On && itxMut.refreshAfterRead.Load())) {
 		return nil
 	}
-	f, ok := c.srv.shard.(txFresher)
-	if !ok || !f.TxWriting(keys) {
-		return nil
-	}
-	if c.inline {
-		c.wouldWait = true
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), txFreshWait)
-	defer cancel()
-	if waited, err := f.TxAwaitWriters(ctx, keys); err != nil || !waited {
-		return nil // not waited for, or too long: the old start stands
+	if !c.awaitTxWriters(keys) {
+		return nil // nothing waited for (or c.wouldWait: the worker runs it again)
 	}
 	old := tx.snap
 	if err := c.txStart(tx, nil); err != nil {
@@ -563,6 +553,29 @@ func (c *conn) txRefresh(tx *itxn, keys [][]byte) error {
 	}
 	old.Close()
 	return nil
+}
+
+// awaitTxWriters waits, bounded by txFreshWait, for the EXECs and
+// transaction commits in flight at this node as leader that write any of
+// keys, and reports whether it waited for any (then the caller reads again).
+// On an event loop (c.inline) it sets c.wouldWait instead, with nothing
+// done, if there is any to wait for. The wait is the first read of a
+// KEFIR.TX transaction's (txRefresh) and WATCH's: both would otherwise read
+// a state a commit already proposed is about to replace, and their
+// transaction would abort a log round later.
+func (c *conn) awaitTxWriters(keys [][]byte) bool {
+	f, ok := c.srv.shard.(txFresher)
+	if !ok || !f.TxWriting(keys) {
+		return false
+	}
+	if c.inline {
+		c.wouldWait = true
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), txFreshWait)
+	defer cancel()
+	waited, err := f.TxAwaitWriters(ctx, keys)
+	return waited && err == nil // too long: read as before
 }
 
 // txSlot checks that key is in tx's slot on a node of several groups (the

@@ -110,3 +110,38 @@ KEFIR.TX SET ` + ha + ` y 2 => OK
 	}
 	t.Logf("caught: refreshAfterRead read x = %s, y = %s", x, y)
 }
+
+// WATCH of a key an EXEC in flight at the leader writes waits for it and
+// observes its result: the optimistic transaction then commits. Before, it
+// observed the state the EXEC replaced and its EXEC answered nil.
+func TestWatchWaitsForAnExecInFlight(t *testing.T) {
+	longFreshWait(t)
+	g := startGroup(t)
+	l := g.leader(t)
+	a, b := dial(t, g.nodes[l]), dial(t, g.nodes[l])
+	a.expect(`
+SET k 1 => OK
+WATCH k => OK
+MULTI => OK
+SET k 2 => QUEUED
+`)
+	g.isolate(t, l, true)
+	a.send("EXEC")
+	time.Sleep(50 * time.Millisecond)
+	b.send("WATCH", "k")
+	time.Sleep(100 * time.Millisecond)
+	g.isolate(t, l, false)
+	if got := a.reply(); got != "[OK]" {
+		t.Fatalf("first EXEC: %s", got)
+	}
+	if got := b.reply(); got != "OK" {
+		t.Fatalf("WATCH: %s", got)
+	}
+	b.expect(`
+GET k => "2"
+MULTI => OK
+SET k 3 => QUEUED
+EXEC => [OK]
+GET k => "3"
+`)
+}
