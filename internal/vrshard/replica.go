@@ -495,6 +495,11 @@ type proposal struct {
 	res  kv.Result
 	err  error
 	wait *batchWait
+	// txDone closes when a proposed EXEC or transaction commit finishes:
+	// what a transaction held behind it waits for (txwait.go). A
+	// proposal's own, not its batch's: a batch may hold a transaction
+	// itself, and two batches each waiting for the other would stall.
+	txDone chan struct{}
 	// ack is where the write is acknowledged (cad.go): AckReplicated for a
 	// cad or async blind write, else AckApplied. op is the write (valid while
 	// Apply waits), for the overlay; async says it is an async write, which
@@ -543,6 +548,10 @@ type batchWait struct {
 
 func (p *proposal) finish(res kv.Result, err error) {
 	p.res, p.err = res, err
+	if p.txDone != nil {
+		close(p.txDone)
+		p.txDone = nil
+	}
 	if !p.ordered {
 		p.markOrdered(res, err)
 	}
@@ -2165,7 +2174,7 @@ func (r *Replica) newBatch(reqs []shard.WriteReq) (bw *batchWait, pp []*proposal
 				doomed = append(doomed, i)
 				continue
 			}
-			if bw.held == nil && len(r.txBehind(&q.Op, bw)) > 0 && r.txHoldable(reqs) {
+			if bw.held == nil && len(r.txBehind(&q.Op)) > 0 && r.txHoldable(reqs) {
 				// Decided, with the writes after it, once the commits
 				// it is behind are applied (txwait.go; Apply's
 				// proposeHeld).
@@ -2207,7 +2216,8 @@ func (r *Replica) prepareProposal(q *shard.WriteReq, p *proposal, ts int64) (may
 		p.trAt = traceNow()
 	}
 	if kv.TxValidated(q.Op.Kind) {
-		r.txw.add(q.Op.WrittenKeys(), p.wait)
+		p.txDone = make(chan struct{})
+		r.txw.add(q.Op.WrittenKeys(), p.txDone)
 	}
 	early := r.answerableEarly(&q.Op)
 	p.ack, p.blind = ackPoint(q, early), NilextEligible(&q.Op)

@@ -39,12 +39,12 @@ import (
 // goroutine to wait on.
 
 // txWriters maps each key written by an unfinished EXEC or transaction
-// commit this replica proposed to the latest batch that writes it
-// (prepareProposal). An entry whose batch finished is stale: dropped when
-// found, or by a sweep.
+// commit this replica proposed to the latest such proposal's txDone
+// (prepareProposal). An entry whose proposal finished is stale: dropped
+// when found, or by a sweep.
 type txWriters struct {
 	mu    sync.Mutex
-	last  map[string]*batchWait
+	last  map[string]chan struct{}
 	swept int // entries left by the last sweep
 }
 
@@ -53,22 +53,22 @@ type txWriters struct {
 // entries added since.
 const txWriterSlack = 256
 
-// add records that bw writes keys.
-func (w *txWriters) add(keys [][]byte, bw *batchWait) {
+// add records that the proposal whose txDone is done writes keys.
+func (w *txWriters) add(keys [][]byte, done chan struct{}) {
 	if len(keys) == 0 {
 		return
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.last == nil {
-		w.last = map[string]*batchWait{}
+		w.last = map[string]chan struct{}{}
 	}
 	for _, k := range keys {
-		w.last[string(k)] = bw
+		w.last[string(k)] = done
 	}
 	if len(w.last) > 2*w.swept+txWriterSlack {
-		for k, b := range w.last {
-			if finished(b) {
+		for k, d := range w.last {
+			if closed(d) {
 				delete(w.last, k)
 			}
 		}
@@ -76,28 +76,28 @@ func (w *txWriters) add(keys [][]byte, bw *batchWait) {
 	}
 }
 
-// unfinished returns the unfinished batches other than self that write
-// any of keys.
-func (w *txWriters) unfinished(keys [][]byte, self *batchWait) []*batchWait {
+// unfinished returns the txDone of the unfinished proposals that write any
+// of keys.
+func (w *txWriters) unfinished(keys [][]byte) []chan struct{} {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	var out []*batchWait
+	var out []chan struct{}
 	for _, k := range keys {
-		b := w.last[string(k)]
+		d := w.last[string(k)]
 		switch {
-		case b == nil || b == self:
-		case finished(b):
+		case d == nil:
+		case closed(d):
 			delete(w.last, string(k))
 		default:
-			out = append(out, b)
+			out = append(out, d)
 		}
 	}
 	return out
 }
 
-func finished(b *batchWait) bool {
+func closed(c chan struct{}) bool {
 	select {
-	case <-b.done:
+	case <-c:
 		return true
 	default:
 		return false
@@ -109,12 +109,12 @@ func finished(b *batchWait) bool {
 // proposed and decided at apply, as before holds. A variable for tests.
 var txHoldMax = 50 * time.Millisecond
 
-// txBehind returns the unfinished batches, other than bw (op's own: a write
-// before it in the batch is ordered before it anyway), that this replica
-// proposed and that write a key op (an EXEC or a transaction commit)
-// checks: newBatch holds op until they finish.
-func (r *Replica) txBehind(op *kv.Op, bw *batchWait) []*batchWait {
-	return r.txw.unfinished(kv.TxCheckedKeys(op), bw)
+// txBehind returns the txDone of the unfinished EXECs and transaction
+// commits this replica proposed that write a key op (an EXEC or a
+// transaction commit) checks: newBatch holds op until they finish. Each is
+// proposed, so it finishes without waiting for any hold.
+func (r *Replica) txBehind(op *kv.Op) []chan struct{} {
+	return r.txw.unfinished(kv.TxCheckedKeys(op))
 }
 
 // txHoldable reports whether a write of reqs may be held: not in the
@@ -156,9 +156,9 @@ func (r *Replica) proposeHeld(ctx context.Context, bw *batchWait) error {
 		if !kv.TxValidated(held[k].Op.Kind) {
 			continue
 		}
-		for _, b := range r.txBehind(&held[k].Op, bw) {
+		for _, d := range r.txBehind(&held[k].Op) {
 			select {
-			case <-b.done:
+			case <-d:
 				continue
 			case <-timer.C:
 				expired = true
@@ -223,7 +223,7 @@ func (r *Replica) TxWriting(keys [][]byte) bool {
 	if mutation.On && r.mut.noFreshReads {
 		return false
 	}
-	return len(r.txw.unfinished(keys, nil)) > 0
+	return len(r.txw.unfinished(keys)) > 0
 }
 
 // TxAwaitWriters waits until every EXEC or transaction commit that writes
@@ -235,13 +235,13 @@ func (r *Replica) TxAwaitWriters(ctx context.Context, keys [][]byte) (bool, erro
 	if mutation.On && r.mut.noFreshReads {
 		return false, nil
 	}
-	bs := r.txw.unfinished(keys, nil)
-	if len(bs) == 0 {
+	ds := r.txw.unfinished(keys)
+	if len(ds) == 0 {
 		return false, nil
 	}
-	for _, b := range bs {
+	for _, d := range ds {
 		select {
-		case <-b.done:
+		case <-d:
 		case <-ctx.Done():
 			return true, ctx.Err()
 		case <-r.done:

@@ -38,7 +38,7 @@ func (c *cluster) inFlight(l int, w kv.Op, key string, id shard.ReqID) <-chan kv
 		out <- res
 	}()
 	r := c.reps[l]
-	if !testgroup.Until(5*time.Second, time.Millisecond, func() bool { return len(r.txw.unfinished([][]byte{[]byte(key)}, nil)) > 0 }) {
+	if !testgroup.Until(5*time.Second, time.Millisecond, func() bool { return len(r.txw.unfinished([][]byte{[]byte(key)})) > 0 }) {
 		c.t.Fatal("the first commit was not proposed")
 	}
 	return out
