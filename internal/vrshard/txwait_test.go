@@ -62,15 +62,17 @@ func heldOrProposed(r *Replica, want uint64) {
 	testgroup.Until(300*time.Millisecond, time.Millisecond, func() bool { h, _ := r.TxHolds(); return h >= want })
 }
 
-// A loser whose winner is in flight — two commits from one start that both
-// check and write k — is held until the winner is applied and then answered
-// -TXABORT without a log entry: no proposal, no fsync. Before holds it was
-// proposed (the early check reads only applied state) and aborted at apply,
-// through a log entry replicated and fsynced on every replica.
-func TestHeldBehindACommitInFlightNeedsNoLogEntry(t *testing.T) {
+// heldLoser runs, on a 3-replica group tuned by tune, a loser whose winner
+// is in flight — two commits from one start that both check and write k —
+// and returns the loser's reply, the leader's proposals (with the winner in
+// flight, while the loser waited, after), and its holds.
+func heldLoser(t *testing.T, tune func(*Replica)) (reply, want string, proposals [3]uint64, holds, heldAborts uint64) {
 	c := orderedCluster(t, nil)
 	l := c.leader(5 * time.Second)
 	r := c.reps[l]
+	if tune != nil {
+		tune(r)
+	}
 	first, err := c.write(set("k", "1"), shard.ReqID{Client: 1, Seq: 1}, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -78,13 +80,13 @@ func TestHeldBehindACommitInFlightNeedsNoLogEntry(t *testing.T) {
 	c.readableAt(l, first.Version)
 	check := []kv.TxCheck{{Key: []byte("k"), Version: first.Version}}
 	winner := c.inFlight(l, txCommit(t, first.Version, check, set("k", "2")), "k", shard.ReqID{Client: 2, Seq: 1})
-	proposals := r.Stats().Proposals
+	proposals[0] = r.Stats().Proposals
 	loser := txCommit(t, first.Version, check, set("k", "3"))
 	reqs := []shard.WriteReq{{Op: loser, Durability: level.Sync, ID: shard.ReqID{Client: 3, Seq: 1}}}
 	done := c.applyAsync(l, reqs)
 	heldOrProposed(r, 1)
 	time.Sleep(20 * time.Millisecond) // a proposal of the loser would be counted by now
-	held := r.Stats().Proposals
+	proposals[1] = r.Stats().Proposals
 	c.isolate(l, false)
 	w := <-winner
 	if err := <-done; err != nil {
@@ -93,18 +95,44 @@ func TestHeldBehindACommitInFlightNeedsNoLogEntry(t *testing.T) {
 	if w.Version == 0 {
 		t.Fatalf("winner: %q; want a commit", w.Bulk)
 	}
-	want := fmt.Sprintf("-TXABORT conflict on key 'k': written at version %d after the transaction's start version %d\r\n", w.Version, first.Version)
-	if got := string(reqs[0].Result.Bulk); got != want || reqs[0].Err != nil {
-		t.Fatalf("loser: %q, %v; want %q", got, reqs[0].Err, want)
+	if reqs[0].Err != nil {
+		t.Fatalf("loser: %v", reqs[0].Err)
 	}
-	after := r.Stats().Proposals
-	h, aborted := r.TxHolds()
-	t.Logf("proposals: %d with the winner in flight, %d while the loser waited, %d after; holds %d, aborted held %d", proposals, held, after, h, aborted)
-	if held != proposals || after != proposals || h != 1 || aborted != 1 {
-		t.Fatalf("the loser went through the log: proposals %d -> %d -> %d, holds %d, held aborts %d; want no proposal, one hold answered early",
-			proposals, held, after, h, aborted)
-	}
+	proposals[2] = r.Stats().Proposals
+	holds, heldAborts = r.TxHolds()
 	c.expectValue(l, "k", "2")
+	want = fmt.Sprintf("-TXABORT conflict on key 'k': written at version %d after the transaction's start version %d\r\n", w.Version, first.Version)
+	return string(reqs[0].Result.Bulk), want, proposals, holds, heldAborts
+}
+
+// A loser whose winner is in flight is held until the winner is applied and
+// then answered -TXABORT without a log entry: no proposal, no fsync. Before
+// holds it was proposed (the early check reads only applied state) and
+// aborted at apply, through a log entry replicated and fsynced on every
+// replica (TestHeldLoserGoesThroughTheLogWithoutHolds).
+func TestHeldBehindACommitInFlightNeedsNoLogEntry(t *testing.T) {
+	got, want, ps, h, aborted := heldLoser(t, nil)
+	t.Logf("proposals: %d with the winner in flight, %d while the loser waited, %d after; holds %d, aborted held %d", ps[0], ps[1], ps[2], h, aborted)
+	if got != want {
+		t.Fatalf("loser: %q; want %q", got, want)
+	}
+	if ps[1] != ps[0] || ps[2] != ps[0] || h != 1 || aborted != 1 {
+		t.Fatalf("the loser went through the log: proposals %v, holds %d, held aborts %d; want no proposal, one hold answered early", ps, h, aborted)
+	}
+}
+
+// Without holds (mutation noTxHold, the code before them) the same loser is
+// proposed and aborted at apply: the same reply, through a log entry.
+func TestHeldLoserGoesThroughTheLogWithoutHolds(t *testing.T) {
+	mutation.Require(t)
+	got, want, ps, h, _ := heldLoser(t, func(r *Replica) { r.mut.noTxHold = true })
+	t.Logf("proposals %v, holds %d", ps, h)
+	if got != want {
+		t.Fatalf("loser: %q; want %q", got, want)
+	}
+	if ps[2] != ps[0]+1 || h != 0 {
+		t.Fatalf("proposals %v, holds %d; want the loser proposed, no hold", ps, h)
+	}
 }
 
 // heldInOrder holds a transaction that commits once its winner is applied
@@ -172,4 +200,66 @@ func TestHeldOutOfOrderCaught(t *testing.T) {
 		t.Fatal("holdOutOfOrder not caught")
 	}
 	t.Logf("caught: %v", err)
+}
+
+// A transaction's first read behind a commit in flight (server txRefresh):
+// TxWriting names the key, TxAwaitWriters returns once the commit is
+// applied, and a start taken then (TxBegin) reads it. With the mutation
+// noFreshReads the key is not reported.
+func TestTxAwaitWritersThenBeginReadsTheCommit(t *testing.T) {
+	for _, fresh := range []bool{true, false} {
+		if !fresh && !mutation.On {
+			continue
+		}
+		c := orderedCluster(t, nil)
+		l := c.leader(5 * time.Second)
+		r := c.reps[l]
+		r.mut.noFreshReads = !fresh
+		first, err := c.write(set("k", "1"), shard.ReqID{Client: 1, Seq: 1}, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.readableAt(l, first.Version)
+		check := []kv.TxCheck{{Key: []byte("k"), Version: first.Version}}
+		winner := c.inFlight(l, txCommit(t, first.Version, check, set("k", "2")), "k", shard.ReqID{Client: 2, Seq: 1})
+		keys := [][]byte{[]byte("k")}
+		if got := r.TxWriting(keys); got != fresh || r.TxWriting([][]byte{[]byte("other")}) {
+			t.Fatalf("fresh %v: TxWriting(k) = %v, TxWriting(other) = %v", fresh, got, !got)
+		}
+		if !fresh {
+			c.isolate(l, false)
+			<-winner
+			continue
+		}
+		awaited := make(chan error, 1)
+		go func() {
+			waited, err := r.TxAwaitWriters(context.Background(), keys)
+			if err == nil && !waited {
+				err = fmt.Errorf("did not wait")
+			}
+			awaited <- err
+		}()
+		select {
+		case err := <-awaited:
+			t.Fatalf("returned with the commit in flight: %v", err)
+		case <-time.After(50 * time.Millisecond):
+		}
+		c.isolate(l, false)
+		w := <-winner
+		if err := <-awaited; err != nil {
+			t.Fatal(err)
+		}
+		snap, err := r.TxBegin(context.Background(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, _, v, _, err := snap.Get([]byte("k"))
+		snap.Close()
+		if err != nil || string(d) != "2" || v != w.Version {
+			t.Fatalf("after the wait, a new start reads k = %q at version %d (%v); want 2 at %d", d, v, err, w.Version)
+		}
+		if r.TxWriting(keys) {
+			t.Fatal("TxWriting still names k after its commit finished")
+		}
+	}
 }
