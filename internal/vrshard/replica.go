@@ -2085,11 +2085,13 @@ func (r *Replica) Apply(ctx context.Context, reqs []shard.WriteReq) (shard.Pendi
 		select {
 		case r.propc <- pp:
 		case <-ctx.Done():
+			unsent(pp)
 			if bw.held != nil {
 				r.dropHeld(bw, bw.heldFrom, len(bw.held), ctx.Err())
 			}
 			return shard.Pending{}, ctx.Err()
 		case <-r.done:
+			unsent(pp)
 			if bw.held != nil {
 				r.dropHeld(bw, bw.heldFrom, len(bw.held), r.closedErr())
 			}

@@ -193,9 +193,24 @@ func (r *Replica) proposeHeld(ctx context.Context, bw *batchWait) error {
 	case r.propc <- pp:
 		return nil
 	case <-ctx.Done():
+		unsent(pp)
 		return ctx.Err()
 	case <-r.done:
+		unsent(pp)
 		return r.closedErr()
+	}
+}
+
+// unsent releases whoever waits for the transactions of pp (holds, fresh
+// reads): Apply gave up before the driver took them, so they will never
+// finish, and a key they write would otherwise look in flight until a later
+// commit of it.
+func unsent(pp []*proposal) {
+	for _, p := range pp {
+		if p.txDone != nil {
+			close(p.txDone)
+			p.txDone = nil
+		}
 	}
 }
 
