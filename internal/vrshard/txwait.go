@@ -172,6 +172,9 @@ func (r *Replica) proposeHeld(ctx context.Context, bw *batchWait) error {
 			break
 		}
 	}
+	if !expired {
+		r.txSettle()
+	}
 	ts := r.clock.Now().UnixNano()
 	var pp []*proposal
 	for k := range held {
@@ -263,6 +266,26 @@ func (r *Replica) TxAwaitWriters(ctx context.Context, keys [][]byte) (bool, erro
 			return true, r.closedErr()
 		}
 	}
+	r.txSettle()
 	r.st.freshReads.Add(1)
 	return true, nil
+}
+
+// txSettleMax bounds txSettle.
+const txSettleMax = 2 * time.Millisecond
+
+// txSettle waits, briefly, until the state the early check and TxBegin read
+// (min(readable, applied)) covers what is applied now: a commit's waiters
+// are woken when it finishes, in the Ready that applies it, and the readable
+// index of that Ready is published at its end. Without this a held
+// transaction woken in between is proposed rather than answered (it then
+// aborts at apply), and a fresh read's new start may still miss its winner.
+// With follower reads R may trail further: the wait gives up after
+// txSettleMax, which costs only those early decisions.
+func (r *Replica) txSettle() {
+	a := r.applied.Load()
+	deadline := time.Now().Add(txSettleMax)
+	for r.readable.Load() < a && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Microsecond)
+	}
 }
