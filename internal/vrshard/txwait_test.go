@@ -79,7 +79,12 @@ func heldLoser(t *testing.T, tune func(*Replica)) (reply, want string, proposals
 	}
 	c.readableAt(l, first.Version)
 	check := []kv.TxCheck{{Key: []byte("k"), Version: first.Version}}
+	p0 := r.Stats().Proposals
 	winner := c.inFlight(l, txCommit(t, first.Version, check, set("k", "2")), "k", shard.ReqID{Client: 2, Seq: 1})
+	// In the writers' map before the driver counts it: wait for the count.
+	if !testgroup.Until(5*time.Second, time.Millisecond, func() bool { return r.Stats().Proposals > p0 }) {
+		t.Fatal("the winner was not proposed")
+	}
 	proposals[0] = r.Stats().Proposals
 	loser := txCommit(t, first.Version, check, set("k", "3"))
 	reqs := []shard.WriteReq{{Op: loser, Durability: level.Sync, ID: shard.ReqID{Client: 3, Seq: 1}}}
