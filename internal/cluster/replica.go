@@ -228,6 +228,15 @@ type Stats struct {
 	// node answered as aborted as leader without proposing them: their
 	// validation must fail (vrshard txdoom.go).
 	TxEarlyAborts uint64
+	// TxHolds counts the transactions this node, as leader, held behind
+	// commits it had in flight that write a key they check, and
+	// TxHeldAborts those of them it then answered as aborted without
+	// proposing them (among TxEarlyAborts; vrshard txwait.go).
+	TxHolds, TxHeldAborts uint64
+	// TxFreshReads counts the transactions whose first read waited, at this
+	// node as leader, for the commits in flight that write its keys, and
+	// then took their start version again (server txRefresh).
+	TxFreshReads uint64
 	// DeferredReads counts the durability waits (among DurabilityWaits)
 	// served as deferred reads: answered at once from the leader's log,
 	// the reply held until R covered it (ReadDeferred).

@@ -53,3 +53,31 @@ func TxDoomed(get Getter, applied uint64, op *Op) (Result, bool, error) {
 // TxValidated reports whether ops of kind k are validated at apply against
 // what their transaction saw (TxDoomed may answer them early).
 func TxValidated(k Kind) bool { return k == KindExec || k == KindTxCommit }
+
+// TxCheckedKeys returns the keys op, a KindExec or KindTxCommit, is
+// validated on at apply: an EXEC's watched keys, a commit's checked ones
+// (nil for any other op, or one that does not decode). A leader holds a
+// transaction whose checked key a commit in flight writes until that
+// commit is applied, then decides it with TxDoomed (vrshard txwait.go).
+func TxCheckedKeys(op *Op) [][]byte {
+	var keys [][]byte
+	switch op.Kind {
+	case KindExec:
+		_, watches, err := DecodeTx(op.Value) // the watches need no command table
+		if err != nil {
+			return nil
+		}
+		for _, w := range watches {
+			keys = append(keys, w.Key)
+		}
+	case KindTxCommit:
+		checks, _, _, err := txCommitParts(op)
+		if err != nil {
+			return nil
+		}
+		for _, c := range checks {
+			keys = append(keys, c.Key)
+		}
+	}
+	return keys
+}

@@ -230,3 +230,42 @@ func TestTxDoomedPropertyCatchesBrokenChecks(t *testing.T) {
 		t.Logf("%s: caught: %s", name, v)
 	}
 }
+
+// TxCheckedKeys names what apply validates: an EXEC's watched keys (not the
+// keys its commands write), a commit's checked keys (not its blind writes).
+func TestTxCheckedKeys(t *testing.T) {
+	cmds := [][][]byte{{[]byte("SET"), []byte("w"), []byte("1")}}
+	absent := func(key []byte) ([]byte, []byte, uint64, bool, error) { return nil, nil, 0, false, nil }
+	noRows := func(start, end []byte) (uint64, error) { return 0, fmt.Errorf("no hashes here") }
+	var watches []Watch
+	for _, k := range []string{"a", "b"} {
+		seen, err := Observe(absent, noRows, []byte(k), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		watches = append(watches, Watch{Key: []byte(k), Seen: seen})
+	}
+	exec := Op{Kind: KindExec, Value: EncodeTx(nil, cmds, watches), Keys: [][]byte{[]byte("w"), []byte("a"), []byte("b")}, Delta: 3}
+	commit, err := NewTxCommit(5, TxSerializable, TxOrigin{}, []TxCheck{{Key: []byte("r"), Version: 3}, {Key: []byte("x"), Version: 4}},
+		[]Op{{Kind: KindSet, Key: []byte("x"), Value: []byte("1")}, {Kind: KindSet, Key: []byte("blind"), Value: []byte("2")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		op   Op
+		want string
+	}{
+		{exec, "[a b]"},
+		{commit, "[r x]"},
+		{Op{Kind: KindSet, Key: []byte("k")}, "[]"},
+		{Op{Kind: KindTxCommit, Value: []byte("junk")}, "[]"},
+	} {
+		var got []string
+		for _, k := range TxCheckedKeys(&tc.op) {
+			got = append(got, string(k))
+		}
+		if fmt.Sprint(got) != tc.want {
+			t.Errorf("%v: checked keys %v, want %s", tc.op.Kind, got, tc.want)
+		}
+	}
+}

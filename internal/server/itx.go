@@ -60,6 +60,10 @@ type itxMutations struct {
 	// skipWindow: COMMIT sends no key to validate, so nothing in the conflict
 	// window can abort it (the transaction checker's test shows it caught).
 	skipWindow atomic.Bool
+	// refreshAfterRead: a transaction takes its start version again behind
+	// a commit in flight at any command, not only at its first (txRefresh):
+	// its reads are then of two snapshots.
+	refreshAfterRead atomic.Bool
 }
 
 var itxMut itxMutations
@@ -195,6 +199,9 @@ func (c *conn) txCmd(args [][]byte) error {
 		if err := c.txSlot(tx, k); err != nil {
 			return err
 		}
+	}
+	if err := c.txRefresh(tx, keys); err != nil || c.wouldWait {
+		return err // wouldWait: nothing done; a worker runs the command again
 	}
 	now := time.Now().UnixMilli()
 	tx.now = now
@@ -394,12 +401,15 @@ func (c *conn) txInline(args [][]byte) bool {
 	case eq(sub, "BEGIN"):
 		// At once where the replica has its read point at hand (a leader
 		// under a running lease: TryTxBegin), else on a worker, which waits.
+		// A first read behind a commit in flight waits, on a worker
+		// (txRefresh sets wouldWait).
 		return c.dispatchInline(args)
 	case eq(sub, "ABORT"), eq(sub, "PREPARE"):
 	case eq(sub, "GET"), eq(sub, "MGET"), eq(sub, "EXISTS"), eq(sub, "GETRANGE"), eq(sub, "GETBIT"):
 		if tx != nil && !tx.ready(func(tx *itxn) bool { return tx.snap != nil }) {
 			return false
 		}
+		return c.dispatchInline(args)
 	case eq(sub, "COMMIT"):
 		if tx != nil && !tx.ready(func(tx *itxn) bool { return tx.snap == nil || len(tx.wr) == 0 }) {
 			return false
@@ -502,6 +512,70 @@ func (c *conn) txStart(tx *itxn, key []byte) error {
 	}
 	tx.snap, tx.origin = snap, o
 	return nil
+}
+
+// txFreshWait bounds a first read's wait for the commits in flight
+// (txRefresh): one that takes longer (a stalled follower, a view change) is
+// not worth holding the transaction's connection for, and the read goes
+// ahead from the old start. A variable for tests.
+var txFreshWait = 50 * time.Millisecond
+
+// txFresher is a replica whose leader knows which keys the EXECs and
+// transaction commits it has in flight write (vrshard.Replica, txwait.go).
+type txFresher interface {
+	TxWriting(keys [][]byte) bool
+	TxAwaitWriters(ctx context.Context, keys [][]byte) (bool, error)
+}
+
+// txRefresh makes a transaction's first command that names keys see the
+// commits in flight at the leader that write them (docs/design/
+// transactions.md, "Fresh first reads"): it waits until they are applied and
+// takes the start version again. Read at the old start, those keys are
+// about to be replaced, and a commit that checks them aborts a log round
+// later. Only before the transaction touched any key (tx.acc empty: nothing
+// read, written or declared), so that every read is of one snapshot; the new
+// start is a linearizable read point taken after BEGIN's, which is all BEGIN
+// promises (at least as new as every write acknowledged before it). On an
+// event loop (c.inline) a wait sets c.wouldWait with nothing done, and a
+// worker runs the command again. A node of several groups takes the start at
+// the first key already (txSlot): not done there. A failure to wait or to
+// take the new start leaves the old one, which is as good as before.
+func (c *conn) txRefresh(tx *itxn, keys [][]byte) error {
+	if c.srv.clusterOn || tx.snap == nil || len(keys) == 0 || (len(tx.acc) > 0 && !(mutation.On && itxMut.refreshAfterRead.Load())) {
+		return nil
+	}
+	if !c.awaitTxWriters(keys) {
+		return nil // nothing waited for (or c.wouldWait: the worker runs it again)
+	}
+	old := tx.snap
+	if err := c.txStart(tx, nil); err != nil {
+		return nil // txStart left tx.snap as it was
+	}
+	old.Close()
+	return nil
+}
+
+// awaitTxWriters waits, bounded by txFreshWait, for the EXECs and
+// transaction commits in flight at this node as leader that write any of
+// keys, and reports whether it waited for any (then the caller reads again).
+// On an event loop (c.inline) it sets c.wouldWait instead, with nothing
+// done, if there is any to wait for. The wait is the first read of a
+// KEFIR.TX transaction's (txRefresh) and WATCH's: both would otherwise read
+// a state a commit already proposed is about to replace, and their
+// transaction would abort a log round later.
+func (c *conn) awaitTxWriters(keys [][]byte) bool {
+	f, ok := c.srv.shard.(txFresher)
+	if !ok || !f.TxWriting(keys) {
+		return false
+	}
+	if c.inline {
+		c.wouldWait = true
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), txFreshWait)
+	defer cancel()
+	waited, err := f.TxAwaitWriters(ctx, keys)
+	return waited && err == nil // too long: read as before
 }
 
 // txSlot checks that key is in tx's slot on a node of several groups (the

@@ -166,6 +166,9 @@ func (c *conn) watch(args [][]byte, o callOpts) error {
 	}
 	op := kv.Op{Kind: kv.KindWatch, Keys: args[1:]}
 	var seen [][]byte
+	if c.awaitTxWriters(op.Keys); c.wouldWait {
+		return nil // a commit in flight writes a watched key: a worker waits for it
+	}
 	res, p, err := c.readPath(op, cons, c.sess)
 	switch {
 	case errors.Is(err, errWouldWait):

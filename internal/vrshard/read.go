@@ -790,7 +790,7 @@ func (r *Replica) Stats() Stats {
 		NilextSent: r.st.nxSent.Load(), NilextAcksSent: r.st.nxAcksSent.Load(), NilextSlowReads: r.st.nxSlowReads.Load(),
 		DurabilityWaits: r.st.durWaits.Load(), DurabilityRounds: r.st.durRounds.Load(), FollowerReads: r.st.followerReads.Load(),
 		FollowerRedirects: r.st.followerRedirects.Load(), EarlyAcks: r.st.earlyAcks.Load(), OverlayReads: r.st.overlayReads.Load(),
-		DeferredReads: r.st.durDeferred.Load(), TxEarlyAborts: r.st.earlyAborts.Load(), ViewChanges: r.vt.viewChanges.Load(), LeaderChanges: r.vt.leaderChanges.Load(),
+		DeferredReads: r.st.durDeferred.Load(), TxEarlyAborts: r.st.earlyAborts.Load(), TxHolds: r.st.txHolds.Load(), TxHeldAborts: r.st.heldAborts.Load(), TxFreshReads: r.st.freshReads.Load(), ViewChanges: r.vt.viewChanges.Load(), LeaderChanges: r.vt.leaderChanges.Load(),
 		Depositions: r.vt.depositions.Load(), WritesRefusedNoLeader: r.vt.refused.Load(), ExpiredKeys: r.exp.deleted.Load()}
 }
 

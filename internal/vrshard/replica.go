@@ -401,6 +401,16 @@ type mutations struct {
 	// transaction read as written after it. Both abort transactions that
 	// validation would commit.
 	noEarlyAbort, doomKeyGrain, doomOnEqual bool
+	// noTxHold: the leader proposes a transaction at once even when a
+	// commit it proposed and has not applied writes a key the transaction
+	// checks (txwait.go), as before holds.
+	noTxHold bool
+	// holdOutOfOrder: the writes after a held transaction in its batch are
+	// proposed before it is (txwait.go), out of the connection's order.
+	holdOutOfOrder bool
+	// noFreshReads: a transaction's first read does not wait for the
+	// commits in flight that write its keys (txwait.go, TxWriting).
+	noFreshReads bool
 	// slotsUnfenced: the group applies writes and serves reads of keys
 	// whose slots it does not own (a source that keeps serving a slot it
 	// handed over; kv/slots.go's fence is skipped).
@@ -490,6 +500,11 @@ type proposal struct {
 	res  kv.Result
 	err  error
 	wait *batchWait
+	// txDone closes when a proposed EXEC or transaction commit finishes:
+	// what a transaction held behind it waits for (txwait.go). A
+	// proposal's own, not its batch's: a batch may hold a transaction
+	// itself, and two batches each waiting for the other would stall.
+	txDone chan struct{}
 	// ack is where the write is acknowledged (cad.go): AckReplicated for a
 	// cad or async blind write, else AckApplied. op is the write (valid while
 	// Apply waits), for the overlay; async says it is an async write, which
@@ -529,10 +544,19 @@ type batchWait struct {
 	ps        []proposal
 	r         *Replica
 	deadline  time.Time // RequestTimeout after the proposals were handed over
+	// held: the writes newBatch held, reqs[heldFrom:] — a transaction
+	// behind commits in flight and every write after it in the batch
+	// (txwait.go) — proposed or answered by Apply once those finish.
+	held     []shard.WriteReq
+	heldFrom int
 }
 
 func (p *proposal) finish(res kv.Result, err error) {
 	p.res, p.err = res, err
+	if p.txDone != nil {
+		close(p.txDone)
+		p.txDone = nil
+	}
 	if !p.ordered {
 		p.markOrdered(res, err)
 	}
@@ -738,6 +762,7 @@ type Replica struct {
 	notify    chan struct{} // closed and replaced when applied advances or leadership changes (wake)
 	nxIDs     nxIdents
 	upd       *keyUpdates // per-key update index and async overlay (cad.go)
+	txw       txWriters   // keys of the EXECs and transaction commits in flight (txwait.go)
 	readable  atomic.Uint64
 	ctr       *tracer // CAD timeline (cadtrace.go); nil, and its hooks no-ops, without -tags cadtrace
 
@@ -776,10 +801,10 @@ type Replica struct {
 	rdEventual int64
 
 	st struct {
-		localReads                                                                                                                    atomic.Uint64
-		readies, fsyncs, persisted, applied, proposals, leaseReads, indexReads, ckpts, snapsSent, snapsLoaded, snapsCaptured, forgets atomic.Uint64
-		nxFast, nxFallbacks, nxSent, nxAcksSent, nxSlowReads                                                                          atomic.Uint64
-		durWaits, durRounds, followerReads, followerRedirects, earlyAcks, overlayReads, durDeferred, earlyAborts                      atomic.Uint64
+		localReads                                                                                                                                atomic.Uint64
+		readies, fsyncs, persisted, applied, proposals, leaseReads, indexReads, ckpts, snapsSent, snapsLoaded, snapsCaptured, forgets             atomic.Uint64
+		nxFast, nxFallbacks, nxSent, nxAcksSent, nxSlowReads                                                                                      atomic.Uint64
+		durWaits, durRounds, followerReads, followerRedirects, earlyAcks, overlayReads, durDeferred, earlyAborts, txHolds, heldAborts, freshReads atomic.Uint64
 	}
 }
 
@@ -2084,13 +2109,26 @@ func (r *Replica) Apply(ctx context.Context, reqs []shard.WriteReq) (shard.Pendi
 		}
 	}
 	bw, pp, point := r.newBatch(reqs)
-	if len(pp) > 0 { // none: every write was answered (an early abort)
+	if len(pp) > 0 { // none: every write was answered (an early abort) or held
 		select {
 		case r.propc <- pp:
 		case <-ctx.Done():
+			unsent(pp)
+			if bw.held != nil {
+				r.dropHeld(bw, bw.heldFrom, len(bw.held), ctx.Err())
+			}
 			return shard.Pending{}, ctx.Err()
 		case <-r.done:
+			unsent(pp)
+			if bw.held != nil {
+				r.dropHeld(bw, bw.heldFrom, len(bw.held), r.closedErr())
+			}
 			return shard.Pending{}, r.closedErr()
+		}
+	}
+	if bw.held != nil {
+		if err := r.proposeHeld(ctx, bw); err != nil {
+			return shard.Pending{}, err
 		}
 	}
 	bw.deadline = r.clock.Now().Add(r.opts.RequestTimeout)
@@ -2155,6 +2193,9 @@ func (r *Replica) newBatch(reqs []shard.WriteReq) (bw *batchWait, pp []*proposal
 			q.Op.Now = nowMs
 		}
 		p.wait = bw
+		if bw.held != nil && !(mutation.On && r.mut.holdOutOfOrder) {
+			continue // held with the transaction before it (txwait.go)
+		}
 		// The kind test here, not in txDoomed: every write passes this
 		// way, and only a transaction's needs the call.
 		if kv.TxValidated(q.Op.Kind) {
@@ -2163,34 +2204,20 @@ func (r *Replica) newBatch(reqs []shard.WriteReq) (bw *batchWait, pp []*proposal
 				doomed = append(doomed, i)
 				continue
 			}
-		}
-		if cadtraceOn {
-			p.trAt = traceNow()
-		}
-		early := r.answerableEarly(&q.Op)
-		p.ack, p.blind = ackPoint(q, early), NilextEligible(&q.Op)
-		p.async = q.Durability == level.Async
-		p.orderEarly = p.ack == vr.AckApplied && early && !r.opts.Nilext && !(mutation.On && r.mut.syncWaitsInApply)
-		if p.orderEarly {
-			mayBeEarly = true
-		}
-		if p.ack == vr.AckReplicated {
-			p.op = cloneOp(&q.Op) // for the overlay (cad.go)
-		}
-		if p.ack != vr.AckApplied {
-			mayBeEarly = true
-			for _, k := range q.Op.WrittenKeys() {
-				p.keys = append(p.keys, bytes.Clone(k))
+			if bw.held == nil && len(r.txBehind(&q.Op)) > 0 && r.txHoldable(reqs) {
+				// Decided, with the writes after it, once the commits
+				// it is behind are applied (txwait.go; Apply's
+				// proposeHeld).
+				bw.held, bw.heldFrom = reqs[i:], i
+				if mutation.On && r.mut.holdOutOfOrder {
+					bw.held = reqs[i : i+1]
+				}
+				continue
 			}
 		}
-		h := header{ts: ts}
-		if q.ID.IsZero() {
-			p.seq = r.localSeq.Add(1)
-			h.proposer, h.seq = r.cfg.Self, p.seq
-		} else {
-			p.req.Client, p.req.ReqNum = q.ID.Client, q.ID.Seq
+		if r.prepareProposal(q, p, ts) {
+			mayBeEarly = true
 		}
-		p.req.Data = encodeOp(nil, h, &q.Op)
 		pp = append(pp, p)
 	}
 	// Only a write acknowledged before it is applied can be ordered before
@@ -2207,6 +2234,53 @@ func (r *Replica) newBatch(reqs []shard.WriteReq) (bw *batchWait, pp []*proposal
 		ps[i].finish(ps[i].res, nil)
 	}
 	return bw, pp, point
+}
+
+// prepareProposal makes p the proposal of q, stamped ts: its acknowledgement
+// point, the keys the cad index needs, its request id and encoding. For a
+// transaction, its written keys enter the leader's in-flight writers
+// (txwait.go). It reports whether the write may be ordered before it is
+// finished (newBatch's mayBeEarly).
+func (r *Replica) prepareProposal(q *shard.WriteReq, p *proposal, ts int64) (mayBeEarly bool) {
+	if cadtraceOn {
+		p.trAt = traceNow()
+	}
+	if kv.TxValidated(q.Op.Kind) {
+		p.txDone = make(chan struct{})
+		r.txw.add(q.Op.WrittenKeys(), p.txDone)
+	}
+	early := r.answerableEarly(&q.Op)
+	p.ack, p.blind = ackPoint(q, early), NilextEligible(&q.Op)
+	p.async = q.Durability == level.Async
+	p.orderEarly = r.ordersEarly(q, p.ack, early)
+	if p.orderEarly {
+		mayBeEarly = true
+	}
+	if p.ack == vr.AckReplicated {
+		p.op = cloneOp(&q.Op) // for the overlay (cad.go)
+	}
+	if p.ack != vr.AckApplied {
+		mayBeEarly = true
+		for _, k := range q.Op.WrittenKeys() {
+			p.keys = append(p.keys, bytes.Clone(k))
+		}
+	}
+	h := header{ts: ts}
+	if q.ID.IsZero() {
+		p.seq = r.localSeq.Add(1)
+		h.proposer, h.seq = r.cfg.Self, p.seq
+	} else {
+		p.req.Client, p.req.ReqNum = q.ID.Client, q.ID.Seq
+	}
+	p.req.Data = encodeOp(nil, h, &q.Op)
+	return mayBeEarly
+}
+
+// ordersEarly reports whether q, acknowledged at ack, is a sync blind write
+// Apply answers at its ordered point (docs/design/cad.md §12); early is
+// answerableEarly's verdict on it.
+func (r *Replica) ordersEarly(q *shard.WriteReq, ack vr.AckPoint, early bool) bool {
+	return ack == vr.AckApplied && early && !r.opts.Nilext && !(mutation.On && r.mut.syncWaitsInApply)
 }
 
 // applyWithoutOversize answers with an error, without proposing them, the
