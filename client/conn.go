@@ -276,30 +276,24 @@ func decodePairs(v resp.Value) ([]KV, error) {
 	return kvs, nil
 }
 
-// valueParts holds concatValues' scratch list between calls (one per reader goroutine
-// at a time, so a pool rather than a field of every conn).
-var valueParts = sync.Pool{New: func() any { return new([][]byte) }}
-
 // concatValues copies the strings of elems[first], elems[first+step]… (nulls skipped)
 // back to back into one new slab. It goes through bytes.Join because that is the one
 // way the standard library allocates a byte slice without zeroing it first: a
 // make([]byte, 0, n) cleared every byte of a scan's ~100 KB before the copy overwrote
-// it, 6.5 % of a YCSB-E client's CPU (docs/design/scans.md, "The client's decode").
-// The result is never nil (an empty reply gives an empty slab), so an empty value
-// stays distinguishable from a null one.
+// it, 6.5 % of a YCSB-E client's CPU (docs/design/scans.md, "The client's and the
+// harness's share"). The list handed to Join stays on the stack up to 128 values (a
+// sync.Pool would not: the race detector drops its items at random). The result is
+// never nil (an empty reply gives an empty slab), so an empty value stays
+// distinguishable from a null one.
 func concatValues(elems []resp.Value, first, step int) []byte {
-	pp := valueParts.Get().(*[][]byte)
-	parts := (*pp)[:0]
+	var local [128][]byte
+	parts := local[:0]
 	for i := first; i < len(elems); i += step {
 		if elems[i].Kind != resp.Null {
 			parts = append(parts, elems[i].Str)
 		}
 	}
-	slab := bytes.Join(parts, nil)
-	clear(parts) // the pool must not keep the reader's buffer reachable
-	*pp = parts[:0]
-	valueParts.Put(pp)
-	return slab
+	return bytes.Join(parts, nil)
 }
 
 // conn is one pipelined connection. Any number of goroutines call do concurrently;
