@@ -208,7 +208,8 @@ func TestParsingAWriteOfManyArgumentsDoesNotAllocate(t *testing.T) {
 		parse := func() {
 			var op kv.Op
 			_, err := parseWriteInto(&op, spec, args, &a)
-			if err != nil || len(op.Keys) != tc.keys || tc.keys > 0 && string(op.Keys[tc.keys-1]) != string(args[len(args)-1]) {
+			if err != nil || len(op.Keys) != tc.keys || tc.keys > 0 && string(op.Keys[tc.keys-1]) != string(args[len(args)-1]) ||
+				op.Key != nil && string(op.Key) != string(args[1]) {
 				t.Fatalf("%s: %q, %v", tc.cmd, op.Keys, err)
 			}
 			a.reset()
@@ -222,7 +223,8 @@ func TestParsingAWriteOfManyArgumentsDoesNotAllocate(t *testing.T) {
 
 // The arena's copies hold their bytes across its growth, whatever their
 // size: one larger than the arena's first buffer, one beyond 64 KiB (copied
-// outside it), and many small ones that force it to grow.
+// outside it), and many small ones that force it to grow; each is capped at
+// its length.
 func TestArenaCopiesSurviveGrowth(t *testing.T) {
 	var a arena
 	want := [][]byte{bytes.Repeat([]byte("a"), 10<<10), bytes.Repeat([]byte("b"), 70<<10)}
@@ -239,6 +241,9 @@ func TestArenaCopiesSurviveGrowth(t *testing.T) {
 		t.Fatalf("%d copies, want %d", len(got), len(want))
 	}
 	for i, g := range got {
+		if len(g) <= 64<<10 && cap(g) != len(g) { // a larger one is an allocation of its own
+			t.Fatalf("copy %d: capacity %d past its length %d (an append would overwrite the next)", i, cap(g), len(g))
+		}
 		if !bytes.Equal(g, want[i]) {
 			t.Fatalf("copy %d: %q, want %q", i, g[:min(8, len(g))], want[i][:min(8, len(want[i]))])
 		}
