@@ -553,15 +553,21 @@ type batchWait struct {
 
 func (p *proposal) finish(res kv.Result, err error) {
 	p.res, p.err = res, err
-	if p.txDone != nil {
-		close(p.txDone)
-		p.txDone = nil
-	}
+	p.releaseTx()
 	if !p.ordered {
 		p.markOrdered(res, err)
 	}
 	if p.wait.left.Add(-1) == 0 {
 		close(p.wait.done)
+	}
+}
+
+// releaseTx wakes whoever waits behind p's transaction (holds, fresh first
+// reads: txwait.go), once: p finished, or will never be proposed.
+func (p *proposal) releaseTx() {
+	if p.txDone != nil {
+		close(p.txDone)
+		p.txDone = nil
 	}
 }
 

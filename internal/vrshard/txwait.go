@@ -210,10 +210,7 @@ func (r *Replica) proposeHeld(ctx context.Context, bw *batchWait) error {
 // commit of it.
 func unsent(pp []*proposal) {
 	for _, p := range pp {
-		if p.txDone != nil {
-			close(p.txDone)
-			p.txDone = nil
-		}
+		p.releaseTx()
 	}
 }
 
