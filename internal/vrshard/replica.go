@@ -411,6 +411,13 @@ type mutations struct {
 	// noFreshReads: a transaction's first read does not wait for the
 	// commits in flight that write its keys (txwait.go, TxWriting).
 	noFreshReads bool
+	// earlyTxRelease: an applied transaction's waiters wake in the Ready
+	// that applies it, before R covers it (txwait.go deferTx; the code
+	// before that rule, without its 2 ms poll). onTxRelease is called on
+	// the driver just before an applied transaction's waiters wake, with
+	// its op (tests check that R covers it).
+	earlyTxRelease bool
+	onTxRelease    func(op uint64)
 	// slotsUnfenced: the group applies writes and serves reads of keys
 	// whose slots it does not own (a source that keeps serving a slot it
 	// handed over; kv/slots.go's fence is skipped).
@@ -500,8 +507,9 @@ type proposal struct {
 	res  kv.Result
 	err  error
 	wait *batchWait
-	// txDone closes when a proposed EXEC or transaction commit finishes:
-	// what a transaction held behind it waits for (txwait.go). A
+	// txDone closes when a proposed EXEC or transaction commit fails, or
+	// once it is applied and R covers it (deferTx): what a transaction
+	// held behind it, or a fresh first read, waits for (txwait.go). A
 	// proposal's own, not its batch's: a batch may hold a transaction
 	// itself, and two batches each waiting for the other would stall.
 	txDone chan struct{}
@@ -789,6 +797,7 @@ type Replica struct {
 	late      []vr.Entry         // appended, not indexed, not applied (cad.go indexLate)
 	appended  []appendedWrite    // early-ack proposals appended in this Ready
 	parked    []parkedReply      // driver only, in op order
+	txApplied []txApplied        // driver only, in op order (txwait.go)
 	backlog   []*proposal        // writes waiting for room in the pipeline, in order
 	nxCool    atomic.Int64       // local Unix ns until which the fast path rests
 
@@ -1491,6 +1500,7 @@ func (r *Replica) ready() error {
 	r.wantDone()
 	r.noteView(viewCause{kind: 'r'})
 	r.publish()
+	r.releaseTxApplied()
 	info := r.core.Info()
 	r.publishEpoch()
 	if r.wasLeader && (!info.IsLeader || info.View != r.leadView) {
@@ -1667,6 +1677,7 @@ func (r *Replica) handle(rd *core.Ready[peerMsg], urgent bool) error {
 				r.parked = append(r.parked, parkedReply{op: rep.Op, p: p, fin: func() { p.finish(res, opErr) }})
 				continue
 			}
+			r.deferTx(p, rep.Op)
 			p.finish(res, opErr)
 		}
 	}
@@ -1870,6 +1881,7 @@ func (r *Replica) apply(cs []vr.Committed) error {
 			r.parked = append(r.parked, parkedReply{op: l.op, p: l.p, fin: func() { l.p.finish(l.res, l.err) }})
 			continue
 		}
+		r.deferTx(l.p, l.op)
 		l.p.finish(l.res, l.err)
 	}
 	return nil
@@ -1969,6 +1981,7 @@ func (r *Replica) failWrites(err error) {
 	}
 	clear(r.parked)
 	r.parked = r.parked[:0]
+	r.releaseTxAll()
 	// Never proposed: whoever leads now never saw them.
 	for _, p := range r.backlog {
 		p.finish(kv.Result{}, r.notLeader())

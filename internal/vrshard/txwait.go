@@ -19,7 +19,8 @@ import (
 // proposed, replicated and fsynced on every replica, and aborts at apply.
 // The leader knows which keys the transactions it proposed write, so a
 // transaction that checks (watches, or validates) such a key is held — not
-// proposed — until those commits finish (applied, or failed), then decided
+// proposed — until those commits finish (failed, or applied and readable:
+// deferTx), then decided
 // as any other at newBatch: answered early if the state now dooms it (the
 // winner wrote the key), proposed otherwise (the winner aborted, or wrote
 // other bits of it). Nothing is decided from the in-flight commit itself:
@@ -172,9 +173,6 @@ func (r *Replica) proposeHeld(ctx context.Context, bw *batchWait) error {
 			break
 		}
 	}
-	if !expired {
-		r.txSettle()
-	}
 	ts := r.clock.Now().UnixNano()
 	var pp []*proposal
 	for k := range held {
@@ -243,7 +241,7 @@ func (r *Replica) TxWriting(keys [][]byte) bool {
 
 // TxAwaitWriters waits until every EXEC or transaction commit that writes
 // any of keys, proposed by this replica and unfinished at the call, has
-// finished (applied or failed), or ctx ends (the caller bounds the wait), and
+// finished (failed, or applied and covered by R: deferTx), or ctx ends (the caller bounds the wait), and
 // reports whether there was any. The caller then takes a new start version
 // (TxBegin), which follows them.
 func (r *Replica) TxAwaitWriters(ctx context.Context, keys [][]byte) (bool, error) {
@@ -263,26 +261,73 @@ func (r *Replica) TxAwaitWriters(ctx context.Context, keys [][]byte) (bool, erro
 			return true, r.closedErr()
 		}
 	}
-	r.txSettle()
 	r.st.freshReads.Add(1)
 	return true, nil
 }
 
-// txSettleMax bounds txSettle.
-const txSettleMax = 2 * time.Millisecond
+// txApplied is a transaction proposal applied at op whose waiters (holds,
+// fresh first reads) are not woken yet: they wake once the readable index R
+// covers op (releaseTxApplied), since the early check (TxDoomed) and TxBegin
+// read min(R, applied) — woken before, a held transaction would not see the
+// commit it waited for and be proposed to abort at apply, and a fresh read's
+// new start would miss its winner.
+type txApplied struct {
+	op   uint64
+	done chan struct{}
+}
 
-// txSettle waits, briefly, until the state the early check and TxBegin read
-// (min(readable, applied)) covers what is applied now: a commit's waiters
-// are woken when it finishes, in the Ready that applies it, and the readable
-// index of that Ready is published at its end. Without this a held
-// transaction woken in between is proposed rather than answered (it then
-// aborts at apply), and a fresh read's new start may still miss its winner.
-// With follower reads R may trail further: the wait gives up after
-// txSettleMax, which costs only those early decisions.
-func (r *Replica) txSettle() {
-	a := r.applied.Load()
-	deadline := time.Now().Add(txSettleMax)
-	for r.readable.Load() < a && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Microsecond)
+// deferTx (driver) takes p's txDone, if any, for releaseTxApplied: p is
+// finished at op by its apply, and R covers op no sooner than this round's
+// publish (ready), or later with follower reads.
+func (r *Replica) deferTx(p *proposal, op uint64) {
+	if p.txDone == nil {
+		return
 	}
+	if mutation.On && r.mut.earlyTxRelease {
+		r.closeTx(op, p.txDone)
+		p.txDone = nil
+		return
+	}
+	r.txApplied = append(r.txApplied, txApplied{op: op, done: p.txDone})
+	p.txDone = nil
+}
+
+// releaseTxApplied (driver, after publish) wakes the waiters of the applied
+// transactions R now covers.
+func (r *Replica) releaseTxApplied() {
+	if len(r.txApplied) == 0 {
+		return
+	}
+	R := min(r.readable.Load(), r.applied.Load())
+	n := 0
+	for _, t := range r.txApplied {
+		if t.op <= R {
+			r.closeTx(t.op, t.done)
+			continue
+		}
+		r.txApplied[n] = t
+		n++
+	}
+	clear(r.txApplied[n:])
+	r.txApplied = r.txApplied[:n]
+}
+
+// releaseTxAll (driver) wakes every applied transaction's waiters: this
+// replica stopped leading, and R may not move here for a while; what they
+// then read is the committed state as far as it is readable, and TxDoomed
+// decides nothing from the commit itself.
+func (r *Replica) releaseTxAll() {
+	for _, t := range r.txApplied {
+		r.closeTx(t.op, t.done)
+	}
+	clear(r.txApplied)
+	r.txApplied = r.txApplied[:0]
+}
+
+// closeTx wakes the waiters of the transaction applied at op.
+func (r *Replica) closeTx(op uint64, done chan struct{}) {
+	if h := r.mut.onTxRelease; mutation.On && h != nil {
+		h(op)
+	}
+	close(done)
 }

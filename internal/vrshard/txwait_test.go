@@ -3,6 +3,7 @@ package vrshard
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -266,5 +267,53 @@ func TestTxAwaitWritersThenBeginReadsTheCommit(t *testing.T) {
 		if r.TxWriting(keys) {
 			t.Fatal("TxWriting still names k after its commit finished")
 		}
+	}
+}
+
+// An applied transaction's waiters wake only once the readable index covers
+// it (deferTx, releaseTxApplied), on the driver after the round's publish:
+// what they then read (TxDoomed, TxBegin: min(R, applied)) holds the commit.
+// The hook checks R and applied at each release; the held loser is then
+// answered without a log entry. With the mutation earlyTxRelease (woken in
+// the Ready that applies it, the code before the rule without its poll)
+// the hook sees R behind the commit.
+func TestTxWaitersWakeOnceReadable(t *testing.T) {
+	for _, early := range []bool{false, true} {
+		if early && !mutation.On {
+			continue
+		}
+		var mu sync.Mutex
+		var releases, behind int
+		var first string
+		got, want, ps, h, aborted := heldLoser(t, func(r *Replica) {
+			r.mut.earlyTxRelease = early
+			r.mut.onTxRelease = func(op uint64) {
+				mu.Lock()
+				defer mu.Unlock()
+				releases++
+				if R, a := r.readable.Load(), r.applied.Load(); R < op || a < op {
+					behind++
+					if first == "" {
+						first = fmt.Sprintf("op %d released at R %d, applied %d", op, R, a)
+					}
+				}
+			}
+		})
+		mu.Lock()
+		t.Logf("early %v: %d releases, %d before R covered them (%s); loser %q, proposals %v, holds %d, held aborts %d", early, releases, behind, first, got, ps, h, aborted)
+		if releases == 0 {
+			t.Fatalf("early %v: no transaction's waiters were released through the hook", early)
+		}
+		if !early {
+			if behind != 0 {
+				t.Fatalf("waiters woken before R covered their transaction: %s", first)
+			}
+			if got != want || aborted != 1 {
+				t.Fatalf("loser %q (held aborts %d); want %q answered early", got, aborted, want)
+			}
+		} else if behind == 0 {
+			t.Fatal("earlyTxRelease not caught: every release saw R cover the transaction")
+		}
+		mu.Unlock()
 	}
 }
