@@ -146,6 +146,10 @@ type hostSimOptions struct {
 	// answered as aborted without a log entry (txdoom.go), counted with
 	// the run's stats (hostSim's stats set).
 	earlyAborts *uint64
+	// holds, if set, gains the transactions the running replicas held
+	// behind a commit in flight and, of those, answered as aborted
+	// (txwait.go).
+	holds *[2]uint64
 }
 
 // hostTTL gives the Puts of keys k0 and k1 an expiry 10–200 ms after
@@ -783,10 +787,14 @@ func hostSim(seed uint64, trace io.Writer, o hostSimOptions, w sim.Workload, sta
 		// By the running replicas: active expiry, deferred reads, direct
 		// nilext updates taken.
 		expired, deferred, taken, early := uint64(0), uint64(0), uint64(0), uint64(0)
+		var holds [2]uint64
 		for i := range so.Replicas {
 			if node := s.Replica(i); node != nil {
 				st := node.(*hostNode).r.Stats()
 				early += st.TxEarlyAborts
+				h, ha := node.(*hostNode).r.TxHolds()
+				holds[0] += h
+				holds[1] += ha
 				expired += st.ExpiredKeys
 				deferred += st.DeferredReads
 				tk, _ := node.(*hostNode).r.NilextDirectStats()
@@ -796,10 +804,15 @@ func hostSim(seed uint64, trace io.Writer, o hostSimOptions, w sim.Workload, sta
 		*stats = fmt.Sprintf("%+v at %v, %d ops; reads answered OK by level: %v; keys expired actively: %d; reads deferred: %d; direct updates taken: %d",
 			s.Stats(), s.Now(), len(h.Ops), readsByLevel(h), expired, deferred, taken)
 		if txns != nil {
-			*stats = fmt.Sprintf("%+v at %v; transactions: %s (%d aborted early by the running replicas)", s.Stats(), s.Now(), txns.stats(), early)
+			*stats = fmt.Sprintf("%+v at %v; transactions: %s (%d aborted early, %d held behind a commit in flight and %d of those aborted, by the running replicas)",
+				s.Stats(), s.Now(), txns.stats(), early, holds[0], holds[1])
 		}
 		if o.earlyAborts != nil {
 			*o.earlyAborts += early
+		}
+		if o.holds != nil {
+			o.holds[0] += holds[0]
+			o.holds[1] += holds[1]
 		}
 	}
 	if txns != nil {

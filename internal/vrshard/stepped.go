@@ -211,18 +211,41 @@ func (r *Replica) ProposeStepped(reqs []shard.WriteReq) *SteppedWrite {
 	bw.deadline = r.clock.Now().Add(r.opts.RequestTimeout)
 	r.step1.props = append(r.step1.props, pp...)
 	r.afterStep()
-	return &SteppedWrite{bw: bw}
+	w := &SteppedWrite{bw: bw}
+	if bw.held != nil {
+		// Held behind commits in flight (txwait.go): Done decides it once
+		// they finish, or at txHoldMax, as Apply's proposeHeld would.
+		r.st.txHolds.Add(1)
+		w.holdUntil = r.clock.Now().Add(txHoldMax)
+	}
+	return w
 }
 
-// SteppedWrite is a batch of writes ProposeStepped took.
-type SteppedWrite struct{ bw *batchWait }
+// SteppedWrite is a batch of writes ProposeStepped took; holdUntil bounds
+// its hold while it has one (bw.held).
+type SteppedWrite struct {
+	bw        *batchWait
+	holdUntil time.Time
+}
 
 // Done reports whether every write of the batch is finished: acknowledged
 // (at its durability level) or failed. Then Result(i) is write i's reply as
 // a client would get it once Apply and Wait returned: an early write
 // whose acknowledgement failed has an unknown outcome (ErrOutcomeUnknown or
-// the failure).
+// the failure). A batch held behind commits in flight is decided here, in
+// the caller's poll, once they finished or its hold ran out (proposeHeld's
+// wait, polled): the caller polls after every event, which is when a
+// commit can finish.
 func (w *SteppedWrite) Done() bool {
+	if bw := w.bw; bw.held != nil {
+		r := bw.r
+		if r.heldReleased(bw) || !r.clock.Now().Before(w.holdUntil) {
+			if pp := r.decideHeld(bw); len(pp) > 0 {
+				r.step1.props = append(r.step1.props, pp...)
+				r.afterStep()
+			}
+		}
+	}
 	select {
 	case <-w.bw.done:
 		return true

@@ -36,8 +36,8 @@ import (
 // transactions contend with under optimistic concurrency, and a plain
 // write's path pays nothing. A plain write in flight to a checked key is
 // not waited for (the transaction is proposed and validated at apply, as
-// before). The stepped host (the simulator) holds nothing: it runs no
-// goroutine to wait on.
+// before). The stepped host (the simulator) holds as a process does, but
+// polls instead of waiting (SteppedWrite.Done), on the simulated clock.
 
 // txWriters maps each key written by an unfinished EXEC or transaction
 // commit this replica proposed to the latest such proposal's txDone
@@ -118,14 +118,13 @@ func (r *Replica) txBehind(op *kv.Op) []chan struct{} {
 	return r.txw.unfinished(kv.TxCheckedKeys(op))
 }
 
-// txHoldable reports whether a write of reqs may be held: not in the
-// simulator's stepped host (no goroutine may wait there), and only in a
+// txHoldable reports whether a write of reqs may be held: only in a
 // batch Apply answers when every write is finished — one with a write
 // acknowledged or ordered before it is applied has a driver-only count of
 // its unordered writes (markOrdered) that a held write, finished off the
 // driver, would race with, and its early replies would wait for the hold.
 func (r *Replica) txHoldable(reqs []shard.WriteReq) bool {
-	if r.opts.stepped || (mutation.On && r.mut.noTxHold) {
+	if mutation.On && r.mut.noTxHold {
 		return false
 	}
 	for i := range reqs {
@@ -142,13 +141,12 @@ func (r *Replica) txHoldable(reqs []shard.WriteReq) bool {
 // proposeHeld decides the writes newBatch held (bw.held: a transaction
 // behind commits in flight and the writes after it in the batch, which
 // keep their order): it waits until the commits in flight that write a key
-// a held transaction checks finish (at most txHoldMax from now), then, in
-// order, answers each transaction the early check now dooms and proposes
-// the rest. It runs in Apply, after the batch's other writes were handed
-// to the driver.
+// a held transaction checks finish (at most txHoldMax from now), then
+// decideHeld answers or proposes them. It runs in Apply, after the batch's
+// other writes were handed to the driver. (The stepped host polls the same
+// condition instead of waiting: SteppedWrite.Done.)
 func (r *Replica) proposeHeld(ctx context.Context, bw *batchWait) error {
 	held, from := bw.held, bw.heldFrom
-	bw.held = nil
 	r.st.txHolds.Add(1)
 	timer := time.NewTimer(txHoldMax)
 	defer timer.Stop()
@@ -173,6 +171,39 @@ func (r *Replica) proposeHeld(ctx context.Context, bw *batchWait) error {
 			break
 		}
 	}
+	pp := r.decideHeld(bw)
+	if len(pp) == 0 {
+		return nil
+	}
+	select {
+	case r.propc <- pp:
+		return nil
+	case <-ctx.Done():
+		unsent(pp)
+		return ctx.Err()
+	case <-r.done:
+		unsent(pp)
+		return r.closedErr()
+	}
+}
+
+// heldReleased reports whether every commit in flight that a transaction
+// held in bw checks has finished (proposeHeld's wait is over).
+func (r *Replica) heldReleased(bw *batchWait) bool {
+	for k := range bw.held {
+		if kv.TxValidated(bw.held[k].Op.Kind) && len(r.txBehind(&bw.held[k].Op)) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// decideHeld ends bw's hold: in order, it answers each held transaction the
+// early check now dooms and makes proposals of the rest, which it returns
+// for the driver.
+func (r *Replica) decideHeld(bw *batchWait) []*proposal {
+	held, from := bw.held, bw.heldFrom
+	bw.held = nil
 	ts := r.clock.Now().UnixNano()
 	var pp []*proposal
 	for k := range held {
@@ -187,19 +218,7 @@ func (r *Replica) proposeHeld(ctx context.Context, bw *batchWait) error {
 		r.prepareProposal(q, p, ts)
 		pp = append(pp, p)
 	}
-	if len(pp) == 0 {
-		return nil
-	}
-	select {
-	case r.propc <- pp:
-		return nil
-	case <-ctx.Done():
-		unsent(pp)
-		return ctx.Err()
-	case <-r.done:
-		unsent(pp)
-		return r.closedErr()
-	}
+	return pp
 }
 
 // unsent releases whoever waits for the transactions of pp (holds, fresh
