@@ -195,6 +195,14 @@ func (c *conn) txCmd(args [][]byte) error {
 	case "COMMIT", "PREPARE":
 		return c.txCommit(h, tx, sub == "PREPARE")
 	}
+	if c.srv.clusterOn && tx.slot < 0 && len(keys) > 0 {
+		// A node of several groups takes the start at the first key
+		// (txSlot): the commits in flight that write these keys are
+		// waited for first (txRefresh's rule), so the start follows them.
+		if c.awaitTxWriters(keys); c.wouldWait {
+			return nil // nothing done; a worker runs the command again
+		}
+	}
 	for _, k := range keys {
 		if err := c.txSlot(tx, k); err != nil {
 			return err
@@ -538,8 +546,10 @@ type txFresher interface {
 // promises (at least as new as every write acknowledged before it). On an
 // event loop (c.inline) a wait sets c.wouldWait with nothing done, and a
 // worker runs the command again. A node of several groups takes the start at
-// the first key already (txSlot): not done there. A failure to wait or to
-// take the new start leaves the old one, which is as good as before.
+// the first key (txSlot), so there the wait comes before it, in the command
+// (cluster.Multi asks the key's group) and no start is taken again. A failure
+// to wait or to take the new start leaves the old one, which is as good as
+// before.
 func (c *conn) txRefresh(tx *itxn, keys [][]byte) error {
 	if c.srv.clusterOn || tx.snap == nil || len(keys) == 0 || (len(tx.acc) > 0 && !(mutation.On && itxMut.refreshAfterRead.Load())) {
 		return nil

@@ -5,7 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/cluster"
 	"github.com/kefirdb/kefir/internal/mutation"
+	"github.com/kefirdb/kefir/internal/testgroup"
 	"github.com/kefirdb/kefir/internal/transport"
 )
 
@@ -144,4 +146,77 @@ SET k 3 => QUEUED
 EXEC => [OK]
 GET k => "3"
 `)
+}
+
+// A node of several groups (--groups) takes a transaction's start at its
+// first key, in the key's group (txSlot): the first read there waits for a
+// commit in flight at that group's leader first (cluster.Multi's
+// TxAwaitWriters, the key's group), then reads its result, and the
+// read-modify-write commits. Two groups over the three nodes, each led by a
+// different node; the test isolates the leader of the key's group.
+func TestTxFirstReadWaitsForACommitInFlightInAClusterOfGroups(t *testing.T) {
+	longFreshWait(t)
+	key := "{fresh}k"
+	slot := cluster.Slot([]byte(key))
+	g := startGroupWith(t, func(c *Config) {
+		c.Groups = []cluster.GroupSpec{
+			{ID: 1, Members: []uint64{1, 2, 3}, Slots: []cluster.SlotRange{{Start: 0, End: 8191}}},
+			{ID: 2, Members: []uint64{2, 3, 1}, Slots: []cluster.SlotRange{{Start: 8192, End: 16383}}},
+		}
+	})
+	gid := cluster.GroupID(1)
+	if slot >= 8192 {
+		gid = 2
+	}
+	// The key's group's leader, once every node agrees on it.
+	l := -1
+	if !testgroup.Until(20*time.Second, 10*time.Millisecond, func() bool {
+		id, _, ok := g.nodes[0].multi.Leader(gid)
+		for _, n := range g.nodes[1:] {
+			if o, _, ok2 := n.multi.Leader(gid); !ok || !ok2 || o != id {
+				return false
+			}
+		}
+		l = int(id) - 1
+		return true
+	}) {
+		t.Fatalf("group %d has no agreed leader", gid)
+	}
+	isolate := func(on bool) {
+		tr := g.nodes[l].multi.Hosted()[0].Hosted.Transport
+		for i, cfg := range g.cfgs {
+			if i != l {
+				if err := tr.SetLinkFault(cfg.ReplicaID, transport.Fault{Partition: on}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	a, b := dial(t, g.nodes[l]), dial(t, g.nodes[l])
+	a.expect(`SET ` + key + ` 1 => OK`)
+	ha := txBegin(t, a, "SERIALIZABLE")
+	hb := txBegin(t, b, "SERIALIZABLE")
+	a.expect(`
+KEFIR.TX GET ` + ha + ` ` + key + ` => "1"
+KEFIR.TX SET ` + ha + ` ` + key + ` 2 => OK
+`)
+	isolate(true)
+	a.send("KEFIR.TX", "COMMIT", ha) // proposed; cannot commit while isolated
+	time.Sleep(50 * time.Millisecond)
+	b.send("KEFIR.TX", "GET", hb, key)
+	time.Sleep(100 * time.Millisecond)
+	isolate(false)
+	if got := a.reply(); !strings.HasPrefix(got, "(integer)") {
+		t.Fatalf("first commit: %s", got)
+	}
+	if got := b.reply(); got != `"2"` {
+		t.Fatalf("the second transaction's first read, behind the first commit: %s, want \"2\" (the commit in flight)", got)
+	}
+	b.expect(`KEFIR.TX SET ` + hb + ` ` + key + ` 3 => OK`)
+	if got := b.do("KEFIR.TX", "COMMIT", hb); !strings.HasPrefix(got, "(integer)") {
+		t.Fatalf("second commit: %s; want a commit (its read was of the first's result)", got)
+	}
+	if got := b.do("GET", key); got != `"3"` {
+		t.Fatalf("%s = %s, want 3", key, got)
+	}
 }
