@@ -170,6 +170,13 @@ type Msg struct {
 	// (the joiner does not know the sequence number its durable prefix
 	// ends at).
 	Snap *Snap
+	// LinkInc and LinkSeq number the messages one member's host sends
+	// another on their link: the sender's incarnation (random per process
+	// start) and a count from 1 per destination. The core neither sets
+	// nor reads them; the receiving host finds a message the link lost
+	// from a gap (vrshard chaincore.go, linkGap). Zero: not numbered (the
+	// master's messages, or an older sender).
+	LinkInc, LinkSeq uint64
 }
 
 func (m Msg) String() string {

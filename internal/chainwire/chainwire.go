@@ -8,8 +8,9 @@
 // Seq, LA, LU, ID, Token, Joiner, Target), one flags byte, the operation and
 // result (length-prefixed), the member list and the forwarding path (a count,
 // then uvarints) and the entries (a count, then each entry's Seq, ID, Op and
-// Result), then, if the flags say so, a snapshot (N, Seq, Sum, Data). Byte
-// slices in a decoded message alias the input.
+// Result), then, if the flags say so, a snapshot (N, Seq, Sum, Data), then,
+// on a numbered link (a member's message to another member), LinkInc and
+// LinkSeq. Byte slices in a decoded message alias the input.
 //
 // MsgPersist and MsgPersisted never travel: they are between a member and
 // its own host. A peer sending one is a protocol error (ErrCorrupt), so a
@@ -97,6 +98,12 @@ func AppendBody(b []byte, m *chain.Msg) []byte {
 		b = binary.AppendUvarint(b, s.Sum)
 		b = appendBytes(b, s.Data)
 	}
+	if m.LinkSeq != 0 {
+		// The link numbering, last: a body without it (an older sender,
+		// the master's messages) decodes as unnumbered.
+		b = binary.AppendUvarint(b, m.LinkInc)
+		b = binary.AppendUvarint(b, m.LinkSeq)
+	}
 	return b
 }
 
@@ -154,6 +161,12 @@ func DecodeBody(typ uint8, body []byte, m *chain.Msg) error {
 			d.Err = ErrCorrupt
 		}
 		m.Snap.N = int(n)
+	}
+	if d.Err == nil && len(d.B) > 0 {
+		m.LinkInc, m.LinkSeq = d.Uvarint(), d.Uvarint()
+		if d.Err == nil && (m.LinkInc == 0 || m.LinkSeq == 0) {
+			d.Err = ErrCorrupt
+		}
 	}
 	if d.Err != nil {
 		return fmt.Errorf("%w: chain %v: truncated or malformed body (%v)", ErrCorrupt, m.Type, d.Err)

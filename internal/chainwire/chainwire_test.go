@@ -17,7 +17,8 @@ func samples() []chain.Msg {
 		Weak: true, Lost: true, Op: []byte("set k v"), Result: []byte{0, 1, 2},
 		Members: []chain.NodeID{1, 2, 300}, Path: []chain.NodeID{9, 1, 2, 300, 9},
 		Entries: []chain.Entry{{Seq: 1, ID: 2, Op: []byte("a")}, {Seq: 2, ID: 0, Op: nil, Result: []byte("r")}},
-		Snap:    &chain.Snap{N: 40, Seq: 5<<40 | 3, Sum: 1<<64 - 1, Data: []byte("state")}}
+		Snap:    &chain.Snap{N: 40, Seq: 5<<40 | 3, Sum: 1<<64 - 1, Data: []byte("state")},
+		LinkInc: 1<<64 - 7, LinkSeq: 1 << 33}
 	var out []chain.Msg
 	for t := chain.MsgType(1); t < 64; t++ {
 		if !Travels(t) {
@@ -25,7 +26,7 @@ func samples() []chain.Msg {
 		}
 		m := full
 		m.Type = t
-		out = append(out, m, chain.Msg{Type: t, From: 1, To: 2})
+		out = append(out, m, chain.Msg{Type: t, From: 1, To: 2}, chain.Msg{Type: t, From: 1, To: 2, LinkInc: 9, LinkSeq: 1})
 	}
 	return out
 }
@@ -70,6 +71,8 @@ func TestDecodeRefuses(t *testing.T) {
 		{"type 0", frame.Message{Engine: frame.EngineChain, Type: 0, Body: body}, ErrCorrupt},
 		{"truncated", frame.Message{Engine: frame.EngineChain, Type: uint8(chain.MsgAck), Body: body[:len(body)-1]}, ErrCorrupt},
 		{"trailing", frame.Message{Engine: frame.EngineChain, Type: uint8(chain.MsgAck), Body: append(body[:len(body):len(body)], 0)}, ErrCorrupt},
+		{"link seq 0", frame.Message{Engine: frame.EngineChain, Type: uint8(chain.MsgAck), Body: append(body[:len(body):len(body)], 5, 0)}, ErrCorrupt},
+		{"trailing after the link", frame.Message{Engine: frame.EngineChain, Type: uint8(chain.MsgAck), Body: append(body[:len(body):len(body)], 5, 1, 0)}, ErrCorrupt},
 	}
 	for _, c := range cases {
 		if _, err := Decode(1, 2, []frame.Message{c.fm}); !errors.Is(err, c.want) {

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"sort"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/kefirdb/kefir/internal/chain"
 	"github.com/kefirdb/kefir/internal/core"
 	"github.com/kefirdb/kefir/internal/kv"
+	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/vr"
 )
 
@@ -92,6 +94,15 @@ type chainCore struct {
 	lastBeat    int64
 
 	rejoins int // times a lost update made this member rejoin (tests)
+
+	// Link numbering (linkGap): this incarnation's id, the last number
+	// sent to each member, and what each member's link delivered.
+	inc     uint64
+	sendSeq map[uint64]uint64
+	recv    map[uint64]*linkIn
+	// linkGapOff (-tags mutations): a gap on a link is not acted on, the
+	// code before the numbering.
+	linkGapOff bool
 
 	out core.Ready[chain.Msg]
 }
@@ -194,6 +205,9 @@ type chainConfig struct {
 	// (nanoseconds; zero: no heartbeats and no lease, for tests that drive
 	// the master by hand). The master's FailAfter must exceed Lease.
 	Heartbeat, Lease int64
+	// Inc is this incarnation's id on its links to the other members
+	// (zero: a random one).
+	Inc uint64
 }
 
 // openChain starts a chain core from what the host's disk holds. The
@@ -214,9 +228,14 @@ func openChain(cfg chainConfig, st core.Boot) (*chainCore, error) {
 	// its pre-copy starting from the tail's first entry or a snapshot. A
 	// checkpoint it holds is kept: a member checkpoints only committed
 	// state, which no repair takes back.
+	inc := cfg.Inc
+	for inc == 0 {
+		inc = rand.Uint64()
+	}
 	c := &chainCore{self: cfg.Self, master: cfg.Master, chain: slices.Clone(cfg.Members),
 		beat: cfg.Heartbeat, lease: cfg.Lease,
-		clients: kv.NewClientTable(vr.MaxClients), inflight: map[idKey]uint64{}, byID: map[uint64]idKey{}}
+		clients: kv.NewClientTable(vr.MaxClients), inflight: map[idKey]uint64{}, byID: map[uint64]idKey{},
+		inc: inc, sendSeq: map[uint64]uint64{}, recv: map[uint64]*linkIn{}}
 	ccfg := chain.Config{ID: chain.NodeID(cfg.Self), Master: chain.NodeID(cfg.Master), SeqBits: chainSeqBits,
 		Mode: chain.SU, Store: chain.Log, PinTimeout: int64(chainPinTimeout)}
 	if st.Bootstrap {
@@ -286,9 +305,23 @@ func (c *chainCore) Step(_ int64, m chain.Msg) {
 			c.heartbeatAnswer(m)
 		}
 		return
+	}
+	if uint64(m.From) != c.master && m.LinkSeq != 0 {
+		gapped, stale := c.linkGap(m)
+		if stale {
+			return
+		}
+		if gapped && c.carriesUpdates(m) {
+			c.recv[uint64(m.From)].gapped = false
+			c.rejoin(fmt.Sprintf("%s from %d: a message before it on the link (number %d) was lost", m.Type, m.From, m.LinkSeq))
+			return
+		}
+	}
+	switch m.Type {
 	case chain.MsgUpdate:
 		if c.lostUpdate(m) {
-			c.rejoin(m)
+			c.rejoin(fmt.Sprintf("update %s from %d after %s: an update was lost on the link",
+				chain.FormatSeq(m.Seq), m.From, chain.FormatSeq(c.status().LU)))
 			return
 		}
 	case chain.MsgFlush:
@@ -299,6 +332,70 @@ func (c *chainCore) Step(_ int64, m chain.Msg) {
 		}
 	}
 	c.m.Step(m)
+}
+
+// linkIn is what a member's link to this one delivered: the sender's
+// incarnation, the last number taken, and whether a number was skipped
+// since this member last rejoined over it.
+type linkIn struct {
+	inc, seq uint64
+	gapped   bool
+}
+
+// linkGap checks m's place on its sender's link (chain.Msg.LinkSeq). The
+// node transport does not give the chain the reliable FIFO links it
+// assumes: it drops a message when a peer's queue overflows, loses what was
+// in flight when a connection breaks and is re-dialled, and the host drops
+// a message queued behind a large one past maxHeld (snapshot.go). lostUpdate
+// catches a lost update within a head's numbering epoch, but not one across
+// a head change (the first of a new epoch) nor a lost log-flush entry
+// (MsgFlushedUpdate) to a joiner, which would then merge with a gap. The
+// sender's host numbers its messages to each member from 1 per incarnation
+// (Ready), so any loss shows as a skipped number: gapped. A number at or
+// below the last one taken from the same incarnation is stale — sent before
+// one already taken (a late delivery from a broken connection) — and is
+// dropped: taking it now would break the link's order. A new incarnation
+// (the sender restarted) starts over at 1, and the first message ever heard
+// from a sender sets the baseline (this member may be the one that
+// restarted): a loss among those first messages is not seen here.
+func (c *chainCore) linkGap(m chain.Msg) (gapped, stale bool) {
+	from := uint64(m.From)
+	l := c.recv[from]
+	switch {
+	case l == nil:
+		c.recv[from] = &linkIn{inc: m.LinkInc, seq: m.LinkSeq}
+		return false, false
+	case l.inc != m.LinkInc:
+		*l = linkIn{inc: m.LinkInc, seq: m.LinkSeq, gapped: m.LinkSeq != 1}
+	case m.LinkSeq <= l.seq:
+		return l.gapped, true
+	default:
+		l.gapped = l.gapped || m.LinkSeq != l.seq+1
+		l.seq = m.LinkSeq
+	}
+	return l.gapped, false
+}
+
+// carriesUpdates reports whether taking m after a gap on its link could
+// leave this member's history with a hole: an update from its predecessor
+// (or a joiner's relay) or a log-flush entry, and at a joiner also the FLUSH
+// coming back round from the old tail, which merges what the joiner holds
+// (the log-flush entries that went before it on the same link may be what
+// was lost). What else a member sends another is cumulative
+// (acknowledgements) or re-sent by the master until answered (orders and
+// their answers), and a pre-copy chunk answers a request that resumes after
+// what the joiner holds.
+func (c *chainCore) carriesUpdates(m chain.Msg) bool {
+	if mutation.On && c.linkGapOff {
+		return false
+	}
+	switch m.Type {
+	case chain.MsgUpdate, chain.MsgFlushedUpdate:
+		return true
+	case chain.MsgFlush:
+		return c.status().State != chain.Active
+	}
+	return false
 }
 
 // lostUpdate reports whether update m from the predecessor shows that one
@@ -330,10 +427,8 @@ func (c *chainCore) lostUpdate(m chain.Msg) bool {
 // heartbeat says it is not a replica, so the master repairs the chain
 // around it and joins it again (chainmaster), its pre-copy resuming after
 // what it kept. Waiting writes end with the configuration change.
-func (c *chainCore) rejoin(m chain.Msg) {
-	s := c.status()
-	c.out.Errors = append(c.out.Errors, fmt.Errorf("chain member %d: update %s from %d after %s: an update was lost on the link; rejoining the chain",
-		c.self, chain.FormatSeq(m.Seq), m.From, chain.FormatSeq(s.LU)))
+func (c *chainCore) rejoin(why string) {
+	c.out.Errors = append(c.out.Errors, fmt.Errorf("chain member %d: %s; rejoining the chain", c.self, why))
 	hist := c.m.History()
 	bn, bseq := c.m.Base()
 	n := c.handed
@@ -541,6 +636,10 @@ func (c *chainCore) Ready() core.Ready[chain.Msg] {
 				c.out.Replies = append(c.out.Replies, core.Reply{Client: k.client, ReqNum: k.seq, Err: core.ErrNotLeader})
 			}
 		default:
+			if to := uint64(m.To); to != c.master && to != 0 {
+				c.sendSeq[to]++
+				m.LinkInc, m.LinkSeq = c.inc, c.sendSeq[to]
+			}
 			c.out.Messages = append(c.out.Messages, m)
 		}
 	}

@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/kefirdb/kefir/internal/chain"
 	"github.com/kefirdb/kefir/internal/chainmaster"
 	"github.com/kefirdb/kefir/internal/core"
+	"github.com/kefirdb/kefir/internal/mutation"
 )
 
 // chainBed drives chain cores and their master through the core contract
@@ -656,10 +658,200 @@ func TestChainRejoinForgetsUnansweredHeartbeats(t *testing.T) {
 	if len(beats) != 1 {
 		t.Fatalf("%d heartbeats, want 1", len(beats))
 	}
-	c.rejoin(chain.Msg{Type: chain.MsgUpdate, From: 2, To: 3, Seq: 5})
+	c.rejoin("a test's lost update")
 	c.Step(0, chain.Msg{Type: chain.MsgHeartbeat, From: bedMaster, To: 3, Seq: beats[0].Seq,
 		Epoch: b.master.Epoch(), Members: b.master.Members()})
 	if c.leased(11) || c.EventualUntil() > 0 {
 		t.Fatalf("a rejoining member's lease was restored by an old heartbeat's answer (until %d)", c.EventualUntil())
 	}
+}
+
+// Losses lostUpdate cannot see (it compares numbers within one head's
+// numbering epoch), found by the link numbering (chainCore.linkGap):
+//   - "head change": the head crashes, its successor becomes the head at a
+//     new epoch, and its first update of that epoch to the tail is lost;
+//   - "log flush": a node joins at the tail, and one of the old tail's
+//     log-flush entries (MsgFlushedUpdate) to it is lost.
+//
+// The member that missed a message rejoins (the master repairs around it
+// and joins it again) and the chain ends whole: every write answered,
+// every member holding the head's log. With the mutation linkGapOff (the
+// code before the numbering) the first leaves the tail without an entry
+// the head answered as committed, and the second a joiner merged with a gap.
+func TestChainLinkNumberingFindsLostMessages(t *testing.T) {
+	type run struct {
+		errs    []error
+		rejoins int
+		logs    map[uint64][]string
+		replies int
+	}
+	logOf := func(t *testing.T, b *chainBed, id uint64) []string {
+		var out []string
+		for _, e := range b.disk[id] {
+			ce, err := fromLogEntry(e)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req, err := decodeChainOp(ce.Op)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, string(req.Data))
+		}
+		return out
+	}
+	headChange := func(t *testing.T, off bool) run {
+		b := newChainBed(t, 1, 2, 3)
+		for _, c := range b.cores {
+			c.linkGapOff = off
+		}
+		if err := b.propose(1, 7, 1, "w1"); err != nil {
+			t.Fatal(err)
+		}
+		b.pump()
+		b.crash(1)
+		b.pump()
+		if !b.cores[2].isHead() {
+			t.Fatalf("member 2 did not become the head: %+v", b.cores[2].status())
+		}
+		dropped := false
+		b.drop = func(m chain.Msg) bool {
+			if !dropped && m.Type == chain.MsgUpdate && m.From == 2 && m.To == 3 {
+				dropped = true
+				return true
+			}
+			return false
+		}
+		for i := uint64(2); i <= 3; i++ {
+			if err := b.propose(2, 7, i, fmt.Sprint("w", i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		b.pump()
+		r := run{errs: b.errs[3], rejoins: b.cores[3].rejoins}
+		if r.rejoins > 0 {
+			// What chainmaster does on the joiner's heartbeat.
+			b.master.Fail(3)
+			b.pump()
+			if err := b.master.Join(3, 1); err != nil {
+				t.Fatal(err)
+			}
+			b.pump()
+		}
+		h := headOf(t, b)
+		if err := b.propose(h, 7, 4, "w4"); err != nil {
+			t.Fatal(err)
+		}
+		b.pump()
+		r.replies = len(b.replies[2]) + len(b.replies[3])
+		r.logs = map[uint64][]string{2: logOf(t, b, 2), 3: logOf(t, b, 3)}
+		return r
+	}
+	logFlush := func(t *testing.T, off bool) run {
+		b := newChainBed(t, 1, 2)
+		for _, c := range b.cores {
+			c.linkGapOff = off
+		}
+		for i := uint64(1); i <= 3; i++ {
+			if err := b.propose(1, 7, i, fmt.Sprint("w", i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		b.pump()
+		j, err := openChain(chainConfig{Self: 3, Master: bedMaster, Members: []uint64{1, 2}}, core.Boot{LostState: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		j.linkGapOff = off
+		b.cores[3] = j
+		if err := b.master.Join(3, 2); err != nil {
+			t.Fatal(err)
+		}
+		// Writes after the pre-copy and before FLUSH reaches the old
+		// tail go to the joiner as log-flush entries; one is lost.
+		dropped := false
+		b.drop = func(m chain.Msg) bool {
+			if m.Type == chain.MsgPrecopyDone && m.To == bedMaster {
+				for i := uint64(4); i <= 6; i++ {
+					if err := b.propose(1, 7, i, fmt.Sprint("w", i)); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if !dropped && m.Type == chain.MsgFlushedUpdate && m.To == 3 {
+				dropped = true
+				return true
+			}
+			return false
+		}
+		b.pump()
+		r := run{errs: b.errs[3], rejoins: b.cores[3].rejoins}
+		b.drop = nil
+		if r.rejoins > 0 {
+			// What chainmaster does on the joiner's heartbeat (it says it
+			// is not joining): the join is aborted, then started afresh.
+			b.master.Fail(3)
+			b.pump()
+			if err := b.master.Join(3, 2); err != nil {
+				t.Fatal(err)
+			}
+			b.pump()
+		}
+		if !dropped {
+			t.Fatal("no log-flush entry went to the joiner: the scenario did not happen")
+		}
+		if err := b.propose(headOf(t, b), 7, 7, "w7"); err != nil {
+			t.Fatal(err)
+		}
+		b.pump()
+		r.replies = len(b.replies[1]) + len(b.replies[3])
+		r.logs = map[uint64][]string{1: logOf(t, b, 1), 3: logOf(t, b, 3)}
+		return r
+	}
+	for _, tc := range []struct {
+		name    string
+		run     func(*testing.T, bool) run
+		head    uint64
+		replies int
+	}{{"head change", headChange, 2, 3}, {"log flush", logFlush, 1, 7}} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := tc.run(t, false)
+			t.Logf("errors %v, rejoins %d, logs %v, %d replies", r.errs, r.rejoins, r.logs, r.replies)
+			if r.rejoins != 1 || len(r.errs) != 1 || !strings.Contains(r.errs[0].Error(), "was lost") {
+				t.Fatalf("the member that missed a message: %d rejoins, errors %v; want one rejoin that says why", r.rejoins, r.errs)
+			}
+			for id, l := range r.logs {
+				if !slices.Equal(l, r.logs[tc.head]) {
+					t.Fatalf("member %d holds %v, member %d %v", id, l, tc.head, r.logs[tc.head])
+				}
+			}
+			if r.replies < tc.replies {
+				t.Fatalf("%d writes answered, want %d", r.replies, tc.replies)
+			}
+			if !mutation.On {
+				return
+			}
+			m := tc.run(t, true)
+			t.Logf("linkGapOff: errors %v, rejoins %d, logs %v", m.errs, m.rejoins, m.logs)
+			same := true
+			for _, l := range m.logs {
+				same = same && slices.Equal(l, m.logs[tc.head])
+			}
+			if m.rejoins != 0 || same {
+				t.Fatalf("linkGapOff not caught: rejoins %d, logs %v", m.rejoins, m.logs)
+			}
+		})
+	}
+}
+
+// headOf is the bed's head.
+func headOf(t *testing.T, b *chainBed) uint64 {
+	t.Helper()
+	for _, id := range slices.Sorted(maps.Keys(b.cores)) {
+		if b.cores[id].isHead() {
+			return id
+		}
+	}
+	t.Fatal("no head")
+	return 0
 }
