@@ -107,6 +107,9 @@ func (s *Server) openReplica() (cluster.Hosted, error) {
 		if err := checkMode(cfg.DataDir, true); err != nil {
 			return cluster.Hosted{}, err
 		}
+		if err := checkRetired(cfg.DataDir); err != nil {
+			return cluster.Hosted{}, fmt.Errorf("server: %w", err)
+		}
 		if err := checkIdentity(cfg.DataDir, cfg.identity()); err != nil {
 			return cluster.Hosted{}, err
 		}
@@ -135,7 +138,7 @@ func (s *Server) replicaSpec(dir string) cluster.ReplicaSpec {
 		Logger: s.log.With("component", "vr"),
 
 		Cluster: cfg.ClusterID, Self: cfg.ReplicaID, Members: cfg.Members,
-		ClusterSecret: cfg.ClusterSecret, Bootstrap: cfg.Bootstrap,
+		ClusterSecret: cfg.ClusterSecret, Bootstrap: cfg.Bootstrap, Membership: cfg.Membership,
 
 		HeartbeatInterval: cfg.HeartbeatInterval, ViewChangeTimeout: cfg.ViewChangeTimeout,
 		CheckpointOps: cfg.CheckpointOps,
@@ -260,8 +263,16 @@ type ReplicaInfo struct {
 	Commit    uint64 `json:"commit_op"`
 	Applied   uint64 `json:"applied_op"`
 	Failed    string `json:"failed,omitempty"`
-	Fsyncs    uint64 `json:"log_fsyncs"`
-	Forwarded uint64 `json:"forwarded"`
+	// The group's configuration (membership.go): its epoch and members,
+	// and whether this replica is joining (pulling the epoch's start
+	// state), leaving, or retired.
+	Epoch     uint64   `json:"epoch"`
+	Members   []uint64 `json:"members"`
+	Joining   bool     `json:"joining,omitempty"`
+	Leaving   bool     `json:"leaving,omitempty"`
+	Retired   bool     `json:"retired,omitempty"`
+	Fsyncs    uint64   `json:"log_fsyncs"`
+	Forwarded uint64   `json:"forwarded"`
 	// Nilext fast path (omitted when off).
 	Nilext *NilextInfo `json:"nilext,omitempty"`
 	// CAD and cross-client-monotonic reads.
@@ -297,6 +308,10 @@ func (s *Server) replicaInfo() *ReplicaInfo {
 		Applied: in.Applied, Fsyncs: st.Fsyncs, Forwarded: s.router.Forwarded(),
 		ViewChanges: st.ViewChanges, LeaderChanges: st.LeaderChanges, Depositions: st.Depositions,
 		WritesRefusedNoLeader: st.WritesRefusedNoLeader, ViewEvents: []ViewEventJSON{},
+		Epoch: in.Epoch, Joining: in.Joining, Leaving: in.Leaving, Retired: in.Retired,
+	}
+	if s.mem != nil { // a node of several groups has no one member list
+		out.Members = memberIDs(s.groupMembers())
 	}
 	for _, e := range s.grp.ViewEvents() {
 		out.ViewEvents = append(out.ViewEvents, ViewEventJSON{Time: e.Time.UTC(), Kind: e.Kind, View: e.View, Leader: e.Leader, Reason: e.Reason})
