@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -117,11 +116,6 @@ func TestReplaceAFailedNode(t *testing.T) {
 	n4.Args = []string{"--replica-id", "4", "--cluster-secret", groupSecret}
 	n4.Restart()
 	ng.caughtUp(2, ng.leader(-1))
-	if os.Getenv("MEMB_LOGS") != "" {
-		for _, n := range append(g.nodes, n4) {
-			t.Logf("%s:\n%s", n.ID, n.Logs())
-		}
-	}
 }
 
 func sortedIDs(ids []uint64) []uint64 {
@@ -132,8 +126,9 @@ func sortedIDs(ids []uint64) []uint64 {
 
 // Bad requests change nothing: replace-node naming a non-member, or a new
 // node that is already a member, remove-node leaving an even group, an
-// unreachable address. Then remove-node of two members leaves a group of
-// one that serves, and the removed nodes retire and exit.
+// unreachable address. Then node 3 is replaced by node 5, started after
+// replace-node, and remove-node of two members leaves a group of one that
+// serves; the removed nodes retire and exit.
 func TestMembershipCommandsRefuseBadChanges(t *testing.T) {
 	g := startGroup(t)
 	g.settledLeader(-1)
@@ -157,11 +152,23 @@ func TestMembershipCommandsRefuseBadChanges(t *testing.T) {
 		t.Fatalf("a refused change changed the group: %s", c)
 	}
 
-	out, err := kefirCluster(t, "remove-node", "--addr", g.nodes[2].ClientAddr, "--id", "2,3")
-	if err != nil || !strings.Contains(out, "epoch 1, members 1@") {
-		t.Fatalf("remove-node 2,3: %v\n%s", err, out)
+	// A new node started after replace-node finds itself named at once.
+	g.nodes[2].Kill()
+	n5 := cluster.NewNode(t, "n5")
+	spec := fmt.Sprintf("5@%s/%s", n5.PeerAddr, n5.ClientAddr)
+	if out, err := kefirCluster(t, "replace-node", "--addr", g.nodes[1].ClientAddr, "--old", "3", "--new", spec); err != nil {
+		t.Fatalf("replace-node 3 by 5: %v\n%s", err, out)
 	}
-	for _, n := range g.nodes[1:] {
+	n5.Args = []string{"--replica-id", "5", "--join", addr, "--cluster-secret", groupSecret}
+	n5.Start()
+	ng := &group{t: t, nodes: []*cluster.Node{g.nodes[0], g.nodes[1], n5}}
+	ng.caughtUp(2, ng.leader(-1))
+
+	out, err := kefirCluster(t, "remove-node", "--addr", n5.ClientAddr, "--id", "2,5")
+	if err != nil || !strings.Contains(out, "epoch 2, members 1@") {
+		t.Fatalf("remove-node 2,5: %v\n%s", err, out)
+	}
+	for _, n := range ng.nodes[1:] {
 		if code := n.Wait(20 * time.Second); code != 0 || !strings.Contains(n.Logs(), "left group") {
 			t.Fatalf("%s: exit %d, want 0 after retiring:\n%s", n.ID, code, n.Logs())
 		}
