@@ -313,6 +313,7 @@ func (s *Server) syncMembership() (retired bool) {
 		}
 		ms.epoch, ms.members = m.Epoch, m.Members
 		changed = true
+		s.recordMembers(m.Members)
 	}
 	if changed {
 		s.router.SetMembers(s.groupMembers())
@@ -579,4 +580,36 @@ func sameSet(a, b []uint64) bool {
 		}
 	}
 	return true
+}
+
+// recordMembers makes the identity file name the group's current members,
+// keeping the earlier lists (replicaIdentity.Previous): a restart with the
+// new member list in --members is then accepted, as is one with the old.
+func (s *Server) recordMembers(ids []uint64) {
+	if s.cfg.FS != nil {
+		return
+	}
+	p := filepath.Join(s.cfg.DataDir, identityFile)
+	b, err := os.ReadFile(p)
+	var id replicaIdentity
+	if err == nil {
+		err = json.Unmarshal(b, &id)
+	}
+	if err != nil {
+		s.log.Error("record the group's members in the identity file", "err", err)
+		return
+	}
+	if slices.Equal(id.Members, ids) {
+		return
+	}
+	if !slices.ContainsFunc(id.Previous, func(ms []uint64) bool { return slices.Equal(ms, id.Members) }) {
+		id.Previous = append(id.Previous, id.Members)
+	}
+	id.Members = slices.Clone(ids)
+	if b, err = json.Marshal(id); err == nil {
+		err = vfs.WriteFileDurably(vfs.Default, s.cfg.DataDir, p, b)
+	}
+	if err != nil {
+		s.log.Error("record the group's members in the identity file", "err", err)
+	}
 }

@@ -31,6 +31,11 @@ type replicaIdentity struct {
 	Cluster uint64   `json:"cluster_id"`
 	Replica uint64   `json:"replica_id"`
 	Members []uint64 `json:"members"`
+	// Previous are the member lists the group had before its
+	// reconfigurations (membership.go records each new one in Members):
+	// a member restarted with the flags of any of them is the same
+	// replica (its disk's configuration supersedes them).
+	Previous [][]uint64 `json:"previous_members,omitempty"`
 	// Slots are the slot ranges of a group of several (--groups): the
 	// map is static, so a group restarted with other slots would hold keys
 	// it no longer owns and miss the ones it now does.
@@ -75,9 +80,10 @@ func checkIdentity(dir string, want replicaIdentity) error {
 		return fmt.Errorf("%w: %s is a replica of a group owning slots %q, but --groups gives it %q; slots do not move yet (issue 28), so start it with its old --groups (or use an empty --dir)",
 			ErrStaleConfig, dir, have.Slots, want.Slots)
 	}
-	if have.Cluster != want.Cluster || have.Replica != want.Replica || !slices.Equal(have.Members, want.Members) {
-		return fmt.Errorf("%w: %s belongs to cluster %d as replica %d of members %v, but this node is configured as cluster %d, replica %d, members %v; fix --cluster-id/--replica-id/--members (or use an empty --dir for a new node)",
-			ErrStaleConfig, dir, have.Cluster, have.Replica, have.Members, want.Cluster, want.Replica, want.Members)
+	known := slices.Equal(have.Members, want.Members) || slices.ContainsFunc(have.Previous, func(ms []uint64) bool { return slices.Equal(ms, want.Members) })
+	if have.Cluster != want.Cluster || have.Replica != want.Replica || !known {
+		return fmt.Errorf("%w: %s belongs to cluster %d as replica %d of members %v (before: %v), but this node is configured as cluster %d, replica %d, members %v; fix --cluster-id/--replica-id/--members (or use an empty --dir for a new node)",
+			ErrStaleConfig, dir, have.Cluster, have.Replica, have.Members, have.Previous, want.Cluster, want.Replica, want.Members)
 	}
 	return nil
 }

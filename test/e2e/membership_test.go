@@ -112,6 +112,16 @@ func TestReplaceAFailedNode(t *testing.T) {
 	if c := groupConfig(t, g.nodes[1].ClientAddr); c.Epoch != 1 || !slices.Equal(sortedIDs(c.Members), []uint64{1, 2, 4}) {
 		t.Fatalf("the group after node 3 came back: %s", c)
 	}
+	// Node 2 restarted with the new member list in its flags is accepted
+	// too (its identity file records both lists).
+	n2 := g.nodes[1]
+	parts := strings.Split(g.members, ",")
+	n2.Args = replicaArgs(strings.Join([]string{parts[0], parts[1], newSpec}, ","), 2, false)
+	n2.Restart()
+	if c := groupConfig(t, n2.ClientAddr); c.Epoch != 1 || !slices.Equal(sortedIDs(c.Members), []uint64{1, 2, 4}) {
+		t.Fatalf("node 2 restarted with the new members: %s", c)
+	}
+	ng.caughtUp(1, ng.leader(-1))
 	// Node 4 restarts from its directory alone: no --join.
 	n4.Args = []string{"--replica-id", "4", "--cluster-secret", groupSecret}
 	n4.Restart()
