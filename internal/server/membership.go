@@ -200,7 +200,10 @@ type memberState struct {
 	// dir: every node whose addresses the node knows (the flags', the
 	// group's address record's), by id; copy on write.
 	dir atomic.Pointer[[]Member]
-	// The watcher's own (and, before it starts, New's).
+	// mu serializes syncMembership (the watcher, and RECONFIG at the
+	// leader) and the directory's read-modify-writes; it guards the
+	// fields below.
+	mu      sync.Mutex
 	rec     []byte // the record last applied
 	epoch   uint64
 	members []uint64
@@ -291,6 +294,8 @@ func (s *Server) stopMemberWatch() {
 // nothing more to follow).
 func (s *Server) syncMembership() (retired bool) {
 	ms := s.mem
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
 	changed := false
 	v, err := s.db.Get(kv.GroupAddrsKey)
 	switch {
@@ -301,7 +306,7 @@ func (s *Server) syncMembership() (retired bool) {
 			break
 		}
 		ms.rec = slices.Clone(v.Data)
-		s.learnAddrs(mapNodesToMembers(ns), false)
+		s.learnAddrsLocked(mapNodesToMembers(ns), false)
 		changed = true
 	case err != nil && !errors.Is(err, storage.ErrNotFound):
 		s.log.Error("read the group's address record", "err", err)
@@ -325,11 +330,11 @@ func (s *Server) syncMembership() (retired bool) {
 	return false
 }
 
-// learnAddrs merges ns into the directory and teaches the replica. The
-// flags' addresses stay for the nodes they name (an operator who moved a
-// member restarts it with its new address) unless force (a RECONFIG's
-// new member, whose addresses the leader just wrote).
-func (s *Server) learnAddrs(ns []Member, force bool) {
+// learnAddrsLocked (ms.mu held) merges ns into the directory and teaches
+// the replica. The flags' addresses stay for the nodes they name (an
+// operator who moved a member restarts it with its new address) unless
+// force (a RECONFIG's new member, whose addresses the leader just wrote).
+func (s *Server) learnAddrsLocked(ns []Member, force bool) {
 	ms := s.mem
 	dir := slices.Clone(*ms.dir.Load())
 	for _, n := range ns {
@@ -546,7 +551,9 @@ func (s *Server) reconfigure(args [][]byte) (cluster.Membership, error) {
 		}
 		// At once here: the leader's transport must reach the new members
 		// as soon as the epoch starts (the watcher would, a poll later).
-		s.learnAddrs(learn, true)
+		ms.mu.Lock()
+		s.learnAddrsLocked(learn, true)
+		ms.mu.Unlock()
 	}
 	m, err := ms.rc.Reconfigure(ctx, ids)
 	if err != nil {
