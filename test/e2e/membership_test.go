@@ -94,6 +94,11 @@ func TestReplaceAFailedNode(t *testing.T) {
 	if c := groupConfig(t, g.nodes[0].ClientAddr); c.Epoch != 1 || !slices.Equal(sortedIDs(c.Members), []uint64{1, 2, 4}) {
 		t.Fatalf("restarted node 1's configuration: %s", c)
 	}
+	// Its CLUSTER replies name the new members (addresses from the
+	// group's record; the flags named node 3).
+	if nodes := redisCLI(t, g.nodes[0].ClientAddr, "CLUSTER", "NODES"); !strings.Contains(nodes, n4.ClientAddr) || strings.Contains(nodes, n3.ClientAddr) {
+		t.Fatalf("CLUSTER NODES at the restarted node 1:\n%s", nodes)
+	}
 	time.Sleep(time.Second) // writes through the restarted node
 	w.finish(t, ng)
 
