@@ -31,6 +31,9 @@ func runCluster(args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "add-node" {
 		return runClusterAddNode(args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && (args[0] == "replace-node" || args[0] == "remove-node") {
+		return runClusterMembers(args[0], args[1:], stdout, stderr)
+	}
 	if len(args) > 0 && args[0] == "rebalance" {
 		return runClusterRebalance(args[1:], stdout, stderr)
 	}
@@ -99,6 +102,8 @@ const clusterUsage = `usage: kefir cluster COMMAND [flags] (each with --help)
                                                                  paced by a latency probe unless --page-pause is given
   status                                                         the metadata group's map, moves in flight, leaders
   add-node --id N --client-addr H:P --peer-addr H:P              record a node in the map
+  replace-node --old N --new ID@PEER-ADDR/CLIENT-ADDR             replace a member of a single VR group by a new node
+  remove-node --id N[,M...]                                       remove members of a single VR group (an odd number stays)
 every command takes --addr host:port,... (env KEFIR_ADDR), --password, --tls, --tls-insecure`
 
 // runClusterRebalance runs `kefir cluster rebalance`: it weighs each slot
@@ -317,4 +322,82 @@ func clusterConnFlags(fs *flag.FlagSet) func() *cluster.Mover {
 		}
 		return mv
 	}
+}
+
+// runClusterMembers runs `kefir cluster replace-node --old N --new
+// ID@PEER-ADDR/CLIENT-ADDR` and `kefir cluster remove-node --id N[,M]`
+// (docs/cluster.md, "Replacing a failed node"): it asks the group (any
+// member's client address) for its configuration, checks the change
+// (replace-node: N a member, the new id not one; remove-node: an odd,
+// non-empty remainder) before anything changes, and asks the leader
+// (following redirects) to reconfigure: KEFIR.GROUP RECONFIG. It prints
+// the new epoch and members.
+func runClusterMembers(cmd string, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("kefir cluster "+cmd, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	mover := clusterConnFlags(fs)
+	old := fs.Uint64("old", 0, "replace-node: the member to replace (its node may be down)")
+	nw := fs.String("new", "", "replace-node: the new member as ID@PEER-ADDR/CLIENT-ADDR (start it with kefir server --join, before or after)")
+	ids := fs.String("id", "", "remove-node: the members to remove, comma-separated")
+	timeout := fs.Duration("timeout", time.Minute, "deadline for the whole command")
+	asJSON := fs.Bool("json", false, "print the new configuration as JSON")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err}
+	}
+	if fs.NArg() != 0 {
+		return usageError{fmt.Errorf("%s takes flags only", cmd)}
+	}
+	var change func(cluster.GroupConfig) ([]cluster.Member, error)
+	switch cmd {
+	case "replace-node":
+		if *old == 0 || *nw == "" || *ids != "" {
+			return usageError{errors.New("replace-node needs --old N and --new ID@PEER-ADDR/CLIENT-ADDR")}
+		}
+		m, err := cluster.ParseMember(*nw)
+		if err != nil || m.PeerAddr == "" {
+			return usageError{fmt.Errorf("--new %q: want ID@PEER-ADDR/CLIENT-ADDR", *nw)}
+		}
+		change = func(c cluster.GroupConfig) ([]cluster.Member, error) { return cluster.ReplaceMembers(c, *old, m) }
+	default:
+		if *ids == "" || *old != 0 || *nw != "" {
+			return usageError{errors.New("remove-node needs --id N[,M...]")}
+		}
+		var rm []uint64
+		for _, f := range strings.Split(*ids, ",") {
+			id, err := strconv.ParseUint(strings.TrimSpace(f), 10, 64)
+			if err != nil || id == 0 {
+				return usageError{fmt.Errorf("--id %q: positive node ids, comma-separated", *ids)}
+			}
+			rm = append(rm, id)
+		}
+		change = func(c cluster.GroupConfig) ([]cluster.Member, error) { return cluster.RemoveMembers(c, rm) }
+	}
+	mv := mover()
+	defer mv.Close()
+	mv.RetryFor = 5 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	cur, err := mv.GroupConfig(ctx)
+	if err != nil {
+		return fmt.Errorf("%s: cannot get the group's configuration from %s: %w; nothing changed", cmd, strings.Join(mv.Seeds, ","), err)
+	}
+	members, err := change(cur)
+	if err != nil {
+		return fmt.Errorf("%s: %w; nothing changed", cmd, err)
+	}
+	fmt.Fprintf(stderr, "kefir cluster: the group is at %s\n", cur)
+	mv.RetryFor = 30 * time.Second
+	res, err := mv.Reconfigure(ctx, members)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return json.NewEncoder(stdout).Encode(map[string]any{"epoch": res.Epoch, "members": res.Members, "previous": res.Previous,
+			"epoch_start": res.Start})
+	}
+	_, err = fmt.Fprintf(stdout, "the group is at %s (previous members %v)\n", res, res.Previous)
+	return err
 }

@@ -40,6 +40,8 @@ Usage:
   kefir cluster rebalance [--by bytes|keys|load] [--dry-run]   even the groups out by slot moves, paced by a latency probe
   kefir cluster status                                 the metadata group's map, moves in flight, group leaders
   kefir cluster add-node --id N --client-addr A --peer-addr A   record a node in the metadata group's map
+  kefir cluster replace-node --old N --new ID@PEER/CLIENT       replace a member of a VR group (the new node: kefir server --join)
+  kefir cluster remove-node --id N[,M]                         remove members of a VR group
   kefir bench    [--workload a..f|w] [--clients N]   YCSB load against a cluster (see kefir bench --help)
   kefir version                                      print the version
 
@@ -137,6 +139,32 @@ func runServer(args []string, stderr io.Writer) error {
 		return usageError{err}
 	}
 	cfg.Logger = log
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	// A new member (--join) waits until the group names it; a signal
+	// ends the wait. A node that joined before finds its group in --dir.
+	jctx, jcancel := context.WithCancel(context.Background())
+	signalled := make(chan bool, 1)
+	go func() {
+		select {
+		case sig := <-sigs:
+			log.Info("signal received before the node started: stopping", "signal", sig.String())
+			jcancel()
+			signalled <- true
+		case <-jctx.Done():
+			signalled <- false
+		}
+	}()
+	joined, err := server.PrepareJoin(jctx, cfg.Config, func(format string, args ...any) { log.Info(fmt.Sprintf(format, args...), "component", "join") })
+	jcancel()
+	if <-signalled {
+		return nil
+	}
+	if err != nil {
+		log.Error("refusing to start", "err", err)
+		return err
+	}
+	cfg.Config = joined
 	// The wiring: a node with members hosts a VR replica of its group. The
 	// front door knows only the cluster contract; the engine is chosen here.
 	cfg.OpenReplica = vrshard.OpenHosted
@@ -160,10 +188,21 @@ func runServer(args []string, stderr io.Writer) error {
 		_ = srv.Close()
 		return err
 	}
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
-	sig := <-sigs
-	log.Info("signal received: shutting down gracefully (send again to exit at once)", "signal", sig.String())
+	select {
+	case sig := <-sigs:
+		log.Info("signal received: shutting down gracefully (send again to exit at once)", "signal", sig.String())
+	case <-srv.Retired():
+		// The group no longer has this node (kefir cluster replace-node or
+		// remove-node): recorded in --dir, which the node refuses to run
+		// again; it exits cleanly with the reason.
+		ctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "kefir server: %v\n", srv.RetiredErr())
+		return nil
+	}
 	done := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)

@@ -60,6 +60,11 @@ type ReplicaSpec struct {
 	// Bootstrap starts a new group if Dir holds no log (a group's very
 	// first start only).
 	Bootstrap bool
+	// Membership, if set, is the configuration a new member of a
+	// reconfigured group opens with (an empty Dir, no Bootstrap: it pulls
+	// the state): Members above are then its members, in its leader order.
+	// A replica whose disk records a later one runs that.
+	Membership *Membership
 	// Group is the replica's group on the node's peer transport, and
 	// Transport that transport when the node hosts several groups (the
 	// node made it; the replica registers its group on it). Nil: the
@@ -154,6 +159,12 @@ type State struct {
 	// DLogStale: this replica restarted and its d-log does not count in
 	// d-log recovery yet.
 	DLogStale bool
+	// Membership (reconfiguration, membership.go): the configuration's
+	// epoch; Joining: a new member pulling the epoch's start state;
+	// Leaving: no longer a member, handing the state over; Retired: left,
+	// the node may stop it for good.
+	Epoch                     uint64
+	Joining, Leaving, Retired bool
 }
 
 // NilextAck is one replica's acknowledgement of a nilext update: the view

@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"errors"
+	"slices"
+	"sync/atomic"
 	"time"
 )
 
@@ -20,8 +22,10 @@ type GroupID uint64
 // not host is answered "-MOVED <slot> <addr>" (Redis Cluster's redirect) from
 // here, as a not-leader error is today.
 type Router struct {
-	group   GroupID
-	members []Member
+	group GroupID
+	// members: the group's members as the node knows them now (SetMembers
+	// after a reconfiguration or an address record; copy on write).
+	members atomic.Pointer[[]Member]
 	// local is this node's replica of the group (nil on a single node): it
 	// names the leader it follows.
 	local Group
@@ -49,7 +53,16 @@ type RouterConfig struct {
 func NewRouter(cfg RouterConfig) *Router {
 	f := newForwarder(cfg.Password, cfg.TLSCert, cfg.TLSKey)
 	f.stopping = cfg.Stopping
-	return &Router{group: cfg.Group, members: cfg.Members, local: cfg.Local, fwd: f}
+	r := &Router{group: cfg.Group, local: cfg.Local, fwd: f}
+	r.SetMembers(cfg.Members)
+	return r
+}
+
+// SetMembers replaces the members the router resolves the leader's address
+// among (a node's group was reconfigured, or learned an address).
+func (r *Router) SetMembers(ms []Member) {
+	ms = slices.Clone(ms)
+	r.members.Store(&ms)
 }
 
 // GroupOf returns the group that serves key. One group today: every slot
@@ -71,7 +84,7 @@ func (r *Router) Leader() (string, bool) {
 	if !st.Normal || st.Leader == 0 {
 		return "", false
 	}
-	for _, m := range r.members {
+	for _, m := range *r.members.Load() {
 		if m.ID == st.Leader && m.ClientAddr != "" {
 			return m.ClientAddr, true
 		}

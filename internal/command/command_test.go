@@ -180,7 +180,7 @@ func TestEveryCommandIsClassified(t *testing.T) {
 		"QUIT": Admin, "INFO": Admin, "CLIENT": Admin, "COMMAND": Admin, "CONFIG": Admin, "DBSIZE": Admin,
 		"KEFIR.CONSISTENCY": Admin, "KEFIR.DURABILITY": Admin, "KEFIR.SESSION": Admin, "KEFIR.TOPOLOGY": Admin,
 		// Redis Cluster's surface: node commands (docs/cluster.md).
-		"CLUSTER": Admin, "ASKING": Admin, "READONLY": Admin, "READWRITE": Admin, "KEFIR.SLOTS": Admin,
+		"CLUSTER": Admin, "ASKING": Admin, "READONLY": Admin, "READWRITE": Admin, "KEFIR.SLOTS": Admin, "KEFIR.GROUP": Admin,
 		"KEFIR.NILEXT": Admin, "MULTI": Admin, "EXEC": NonNilextUpdate, "DISCARD": Admin, "WATCH": Read, "UNWATCH": Admin,
 		"KEFIR.EXEC": NonNilextUpdate, "KEFIR.EXECRO": Read, "KEFIR.WATCH": Read,
 	}

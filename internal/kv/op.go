@@ -233,6 +233,8 @@ func (op *Op) WrittenKeys() [][]byte {
 		return [][]byte{ClusterMapKey}
 	case KindMapChainInit, KindMapChainSet:
 		return [][]byte{ChainConfigKey(chainGroupOf(op))}
+	case KindGroupAddrs:
+		return [][]byte{GroupAddrsKey}
 	case KindSlotImport:
 		ks := make([][]byte, 0, len(op.Keys)/3+1)
 		if len(op.Expected) > 0 {

@@ -54,6 +54,10 @@ const (
 	// 30's block 169-171).
 	KindMapChainInit
 	KindMapChainSet
+	// KindGroupAddrs records a VR group's member addresses in the group's
+	// own state (groupaddrs.go), before a reconfiguration names a new
+	// member: 171.
+	KindGroupAddrs
 	kindSlotEnd
 )
 
@@ -68,7 +72,7 @@ func IsSlotKind(k Kind) bool { return isSlotKind(k) }
 
 var slotKindNames = [...]string{"slotinit", "slotset", "slotimport",
 	"mapinit", "mapmoveplan", "mapmoveclaim", "mapmovedone", "mapmoveabort", "mapaddnode",
-	"mapchaininit", "mapchainset"}
+	"mapchaininit", "mapchainset", "groupaddrs"}
 
 // NumSlots is the number of hash slots (Redis Cluster's 16384).
 const NumSlots = 16384
@@ -568,6 +572,9 @@ func AppendSlotImport(keys [][]byte, key, meta, value []byte, fields [][]byte, d
 }
 
 func applySlotOp(get Getter, version uint64, op *Op, emit Emit) (Result, error) {
+	if op.Kind == KindGroupAddrs {
+		return applyGroupAddrs(version, op, emit) // groupaddrs.go
+	}
 	if op.Kind >= KindMapInit {
 		return applyMapOp(get, version, op, emit) // clustermap.go
 	}

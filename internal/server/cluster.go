@@ -39,7 +39,8 @@ type clusterGroup struct {
 // groups, else the one group (or single node) owning every slot.
 func (s *Server) clusterView() (groups []clusterGroup, addrs map[uint64]string) {
 	addrs = map[uint64]string{}
-	for _, m := range s.cfg.Members {
+	members := s.groupMembers() // a reconfigured group's, membership.go
+	for _, m := range members {
 		addrs[m.ID] = m.ClientAddr
 	}
 	all := []cluster.SlotRange{{Start: 0, End: cluster.Slots - 1}}
@@ -51,10 +52,7 @@ func (s *Server) clusterView() (groups []clusterGroup, addrs map[uint64]string) 
 			groups = append(groups, cg)
 		}
 	case s.grp != nil:
-		ids := make([]uint64, len(s.cfg.Members))
-		for i, m := range s.cfg.Members {
-			ids[i] = m.ID
-		}
+		ids := memberIDs(members)
 		cg := clusterGroup{spec: cluster.GroupSpec{ID: 1, Members: ids, Slots: all}}
 		if st := s.grp.State(); st.Normal {
 			cg.leader = st.Leader

@@ -241,6 +241,8 @@ func (c *conn) admin(spec *command.Spec, args [][]byte) error {
 		return c.clusterCmd(spec, args) // cluster.go
 	case "KEFIR.SLOTS":
 		return c.slotsCmd(args) // slots.go
+	case "KEFIR.GROUP":
+		return c.groupCmd(args) // membership.go
 	case "KEFIR.NILEXT":
 		return c.nilextTake(args)
 	case "SCRIPT":

@@ -113,6 +113,14 @@ type Config struct {
 	Members   []Member
 	ReplicaID uint64
 	ClusterID uint64
+	// Join is a member's client address (or several, comma-separated): the
+	// node joins that group as a new member (kefir server --join;
+	// PrepareJoin resolves it into Members, ClusterID and Membership
+	// before New, waiting until the group's configuration names ReplicaID).
+	Join string
+	// Membership is the configuration a new member opens its replica with
+	// (set by PrepareJoin; nil otherwise).
+	Membership *cluster.Membership
 	// Groups, when set, makes the node one of a cluster of several replica
 	// groups on a static slot map (issue 28, first part; docs/cluster.md):
 	// Members are then the cluster's nodes, each group names its members
@@ -243,6 +251,9 @@ func (c Config) validateReplication() error {
 		return errors.New("config: --groups needs --members (the cluster's nodes)")
 	}
 	if !c.Replicated() {
+		if c.Join != "" {
+			return errors.New("config: --join is resolved before the node starts (server.PrepareJoin; kefir server does it)")
+		}
 		if c.Nilext {
 			return fmt.Errorf("config: --nilext needs replicated mode (--members)")
 		}

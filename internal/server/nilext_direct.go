@@ -48,8 +48,9 @@ func (c *conn) topology() error {
 	_ = w.WriteInt(int64(in.Leader))
 	_ = w.WriteInt(nilext)
 	_ = w.WriteInt(int64(s.cfg.ReplicaID))
-	_ = w.WriteArrayHeader(len(s.cfg.Members))
-	for _, m := range s.cfg.Members {
+	members := s.groupMembers() // a reconfigured group's, membership.go
+	_ = w.WriteArrayHeader(len(members))
+	for _, m := range members {
 		_ = w.WriteArrayHeader(2)
 		_ = w.WriteInt(int64(m.ID))
 		_ = w.WriteBulkString(m.ClientAddr)

@@ -31,6 +31,11 @@ type replicaIdentity struct {
 	Cluster uint64   `json:"cluster_id"`
 	Replica uint64   `json:"replica_id"`
 	Members []uint64 `json:"members"`
+	// Previous are the member lists the group had before its
+	// reconfigurations (membership.go records each new one in Members):
+	// a member restarted with the flags of any of them is the same
+	// replica (its disk's configuration supersedes them).
+	Previous [][]uint64 `json:"previous_members,omitempty"`
 	// Slots are the slot ranges of a group of several (--groups): the
 	// map is static, so a group restarted with other slots would hold keys
 	// it no longer owns and miss the ones it now does.
@@ -75,9 +80,10 @@ func checkIdentity(dir string, want replicaIdentity) error {
 		return fmt.Errorf("%w: %s is a replica of a group owning slots %q, but --groups gives it %q; slots do not move yet (issue 28), so start it with its old --groups (or use an empty --dir)",
 			ErrStaleConfig, dir, have.Slots, want.Slots)
 	}
-	if have.Cluster != want.Cluster || have.Replica != want.Replica || !slices.Equal(have.Members, want.Members) {
-		return fmt.Errorf("%w: %s belongs to cluster %d as replica %d of members %v, but this node is configured as cluster %d, replica %d, members %v; fix --cluster-id/--replica-id/--members (or use an empty --dir for a new node)",
-			ErrStaleConfig, dir, have.Cluster, have.Replica, have.Members, want.Cluster, want.Replica, want.Members)
+	known := slices.Equal(have.Members, want.Members) || slices.ContainsFunc(have.Previous, func(ms []uint64) bool { return slices.Equal(ms, want.Members) })
+	if have.Cluster != want.Cluster || have.Replica != want.Replica || !known {
+		return fmt.Errorf("%w: %s belongs to cluster %d as replica %d of members %v (before: %v), but this node is configured as cluster %d, replica %d, members %v; fix --cluster-id/--replica-id/--members (or use an empty --dir for a new node)",
+			ErrStaleConfig, dir, have.Cluster, have.Replica, have.Members, have.Previous, want.Cluster, want.Replica, want.Members)
 	}
 	return nil
 }
@@ -107,6 +113,9 @@ func (s *Server) openReplica() (cluster.Hosted, error) {
 		if err := checkMode(cfg.DataDir, true); err != nil {
 			return cluster.Hosted{}, err
 		}
+		if err := checkRetired(cfg.DataDir); err != nil {
+			return cluster.Hosted{}, fmt.Errorf("server: %w", err)
+		}
 		if err := checkIdentity(cfg.DataDir, cfg.identity()); err != nil {
 			return cluster.Hosted{}, err
 		}
@@ -135,7 +144,7 @@ func (s *Server) replicaSpec(dir string) cluster.ReplicaSpec {
 		Logger: s.log.With("component", "vr"),
 
 		Cluster: cfg.ClusterID, Self: cfg.ReplicaID, Members: cfg.Members,
-		ClusterSecret: cfg.ClusterSecret, Bootstrap: cfg.Bootstrap,
+		ClusterSecret: cfg.ClusterSecret, Bootstrap: cfg.Bootstrap, Membership: cfg.Membership,
 
 		HeartbeatInterval: cfg.HeartbeatInterval, ViewChangeTimeout: cfg.ViewChangeTimeout,
 		CheckpointOps: cfg.CheckpointOps,
@@ -260,8 +269,16 @@ type ReplicaInfo struct {
 	Commit    uint64 `json:"commit_op"`
 	Applied   uint64 `json:"applied_op"`
 	Failed    string `json:"failed,omitempty"`
-	Fsyncs    uint64 `json:"log_fsyncs"`
-	Forwarded uint64 `json:"forwarded"`
+	// The group's configuration (membership.go): its epoch and members,
+	// and whether this replica is joining (pulling the epoch's start
+	// state), leaving, or retired.
+	Epoch     uint64   `json:"epoch"`
+	Members   []uint64 `json:"members"`
+	Joining   bool     `json:"joining,omitempty"`
+	Leaving   bool     `json:"leaving,omitempty"`
+	Retired   bool     `json:"retired,omitempty"`
+	Fsyncs    uint64   `json:"log_fsyncs"`
+	Forwarded uint64   `json:"forwarded"`
 	// Nilext fast path (omitted when off).
 	Nilext *NilextInfo `json:"nilext,omitempty"`
 	// CAD and cross-client-monotonic reads.
@@ -297,6 +314,10 @@ func (s *Server) replicaInfo() *ReplicaInfo {
 		Applied: in.Applied, Fsyncs: st.Fsyncs, Forwarded: s.router.Forwarded(),
 		ViewChanges: st.ViewChanges, LeaderChanges: st.LeaderChanges, Depositions: st.Depositions,
 		WritesRefusedNoLeader: st.WritesRefusedNoLeader, ViewEvents: []ViewEventJSON{},
+		Epoch: in.Epoch, Joining: in.Joining, Leaving: in.Leaving, Retired: in.Retired,
+	}
+	if s.mem != nil { // a node of several groups has no one member list
+		out.Members = memberIDs(s.groupMembers())
 	}
 	for _, e := range s.grp.ViewEvents() {
 		out.ViewEvents = append(out.ViewEvents, ViewEventJSON{Time: e.Time.UTC(), Kind: e.Kind, View: e.View, Leader: e.Leader, Reason: e.Reason})

@@ -113,6 +113,9 @@ type Server struct {
 	expiry *activeExpiry
 	// metaStop stops the metadata group's follower (meta.go; nil: none).
 	metaStop func()
+	// mem is the group's membership as this node follows it
+	// (membership.go; nil: a node that does not reconfigure).
+	mem *memberState
 }
 
 // New validates cfg, locks the data directory (LockDataDir) and opens the
@@ -159,6 +162,7 @@ func New(cfg Config) (_ *Server, err error) {
 		s.clusterOn = s.multi != nil
 		s.setShard(h.Replica)
 		s.newRouter()
+		s.initMembership()
 		s.m = newMetrics(s)
 		return s, nil
 	}
@@ -253,6 +257,7 @@ func (s *Server) Start() error {
 	go s.acceptClients()
 	s.startActiveExpiry()
 	s.startMetaFollower()
+	s.startMemberWatch()
 	s.log.Info("node started", "client", s.ClientAddr().String(), "peer", addrString(s.peerLn),
 		"http", addrString(s.httpLn), "data", s.cfg.DataDir, "tls", s.cfg.TLSCert != "",
 		"auth", s.cfg.Password != "", "durability", s.cfg.Durability.String(),
@@ -397,6 +402,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.stopActiveExpiry()
 	s.stopMetaFollower()
+	s.stopMemberWatch()
 	var errs []error
 	if err := s.shard.Close(); err != nil {
 		errs = append(errs, err)

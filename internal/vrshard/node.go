@@ -79,7 +79,7 @@ func hostedOptions(spec kcluster.ReplicaSpec) Options {
 		peers[m.ID] = m.PeerAddr
 		clients[m.ID] = m.ClientAddr
 	}
-	return Options{
+	o := Options{
 		Dir: spec.Dir,
 		FS:  spec.FS,
 		VR: vr.Config{
@@ -102,6 +102,13 @@ func hostedOptions(spec kcluster.ReplicaSpec) Options {
 		OnLogSync:       spec.OnLogSync,
 		Logger:          spec.Logger,
 	}
+	if spec.Membership != nil {
+		// A new member of a reconfigured group: the reported
+		// configuration, an empty disk and no Bootstrap (it pulls the
+		// state); its transport's handshake hash is this configuration's.
+		o.VR = vrMembership(*spec.Membership).Apply(o.VR)
+	}
+	return o
 }
 
 // OpenHostedChain is the kcluster.Opener of a chain member (--engine
@@ -169,7 +176,8 @@ func (g hostedGroup) State() kcluster.State {
 	return kcluster.State{Self: in.Self, Role: role(in), Status: in.Status.String(), Normal: in.Status == vr.Normal,
 		View: in.View, Leader: in.Leader, IsLeader: in.IsLeader, Commit: in.Commit, Applied: in.Applied,
 		Failed: in.Failed, DLogLen: in.DLogLen, Readable: in.Readable,
-		NilextCycles: in.NilextCycles, NilextStaleWaits: in.NilextStaleWaits, DLogStale: in.DLogStale}
+		NilextCycles: in.NilextCycles, NilextStaleWaits: in.NilextStaleWaits, DLogStale: in.DLogStale,
+		Epoch: in.Epoch, Joining: in.Joining, Leaving: in.Leaving, Retired: in.Retired}
 }
 
 // role names what a replica does now.

@@ -110,8 +110,9 @@ func (r *Replica) progress(from uint64) {
 
 // admitMembers (driver) makes the members of a new configuration
 // reachable: the handshake admits them (admitsConfig), and the transport
-// learns the address of each one new to it (Options.Peers names it: the
-// node's peer list may name spare nodes before they join).
+// learns the address of each one new to it (Options.Peers or the node's
+// SetAddrs name it: the group's address record, written before the
+// reconfiguration, hostmember.go).
 func (r *Replica) admitMembers(m *vr.Membership) error {
 	r.rc.admitFrom(r.rc.vrc.Config())
 	if r.ep == nil {
@@ -122,12 +123,15 @@ func (r *Replica) admitMembers(m *vr.Membership) error {
 		if id == r.cfg.Self || tr.HasPeer(id) {
 			continue
 		}
-		addr, ok := r.opts.Peers[id]
+		addr, ok := r.addrs.peer(r, id)
 		if !ok {
 			// Not an error of this replica's: the group goes on without
 			// it (a majority of the new members may still be reachable)
-			// until the node learns the address.
-			r.log.Error("new member has no peer address: it cannot be reached", "member", id, "epoch", m.Epoch)
+			// until the node learns the address (SetAddrs: a node learns
+			// it from the group's address record, which the leader
+			// committed before the reconfiguration but this node may
+			// read a poll after the epoch starts).
+			r.log.Warn("new member's peer address not known yet: reached once the node learns it", "member", id, "epoch", m.Epoch)
 			continue
 		}
 		if err := tr.AddPeer(id, addr); err != nil {

@@ -26,9 +26,11 @@ import (
 //     of the adjacent epoch through its handshake (peer.go), at once: the
 //     core sends nothing in the new epoch before the batch is durable.
 //
-// What it does not do yet: start replicas for new members on other nodes
-// (the caller opens them with Membership.Apply, an empty disk and no
-// Bootstrap) or stop a retired one (Info.Retired tells the caller).
+// What it leaves to the node (internal/server membership.go): starting a
+// new member elsewhere (kefir server --join opens it with Membership.Apply,
+// an empty disk and no Bootstrap: ReplicaSpec.Membership), teaching it the
+// addresses of members it learns later (SetAddrs, hostmember.go), and
+// stopping a retired one (Info.Retired).
 
 // reconfState is the host's reconfiguration state. noted, seq and waiters
 // are the driver goroutine's; member and the Info flags are published.

@@ -665,6 +665,7 @@ type Replica struct {
 	eng   peerEngine      // the engine's peer messages: codec, stepping (vrcore.go)
 	ext   engineExt       // what the engine adds beyond the contract: VR's nilext coordinator, or noExt (vrcore.go)
 	rc    reconfState     // reconfiguration (reconfig.go)
+	addrs addrBook        // addresses the node taught it (hostmember.go)
 	hint  core.SyncHinter // the core's group-commit hints, or none (vrcore.go)
 	vs    viewStatuser    // the core's view and status after each message (viewlog.go)
 	nx    *nilextCoord    // VR's nilext coordinator (nilext.go), also ext; nil unless VR's core with Options.Nilext
@@ -1396,7 +1397,7 @@ func (r *Replica) notLeader() error {
 	if id == r.cfg.Self || vr.Status(r.status.Load()) != vr.Normal {
 		return &NotLeaderError{}
 	}
-	return &NotLeaderError{Leader: id, Addr: r.opts.ClientAddrs[id]}
+	return &NotLeaderError{Leader: id, Addr: r.addrs.client(r, id)}
 }
 
 func (r *Replica) read(rw *readWaiter) {

@@ -1,0 +1,250 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kefirdb/kefir/internal/resp"
+)
+
+// A single VR group's membership as a node and the operator's commands see
+// it (docs/design/cluster.md §7, "The node wiring"; docs/cluster.md,
+// "Replacing a failed node"). The engine reconfigures (vrshard); this file
+// is the contract the front door speaks, and the client side of
+// KEFIR.GROUP, which kefir cluster replace-node/remove-node and a joining
+// node (kefir server --join) send.
+
+// Membership is a group's configuration: its epoch, members in leader order
+// (the first leads the epoch's first view), the op that started the epoch
+// (0: the group's first epoch) and the members of the epoch before.
+type Membership struct {
+	Epoch    uint64
+	Members  []uint64
+	Start    uint64
+	Previous []uint64
+}
+
+// Reconfigurable is a hosted group that changes its members (a VR replica;
+// Hosted.Group implements it when the engine does).
+type Reconfigurable interface {
+	// Reconfigure asks the group, at its leader, to move to members and
+	// returns the new configuration once this replica's record of it is
+	// durable. A *NotLeaderError-like error (errors.Is ErrNotLeader)
+	// names the leader.
+	Reconfigure(ctx context.Context, members []uint64) (Membership, error)
+	// Membership is the replica's durable configuration.
+	Membership() Membership
+	// SetAddrs teaches the replica its group's members' addresses: peer
+	// addresses it has not got are added to its transport, client
+	// addresses name the leader in its redirects.
+	SetAddrs(ms []Member) error
+}
+
+// ErrNotReconfigurable: the node's group does not change its members this
+// way (a single node, a chain, a node of several groups).
+var ErrNotReconfigurable = errors.New("cluster: this node's group cannot be reconfigured (a single VR group only)")
+
+// GroupConfig is a group's configuration with its members' addresses, as
+// KEFIR.GROUP CONFIG answers it.
+type GroupConfig struct {
+	Cluster uint64
+	Membership
+	// Addrs are the members' (and any other known node's) addresses.
+	Addrs []Member
+	// Leader is the leader the answering node knows (0: none).
+	Leader uint64
+}
+
+// Addr returns id's addresses in c.
+func (c GroupConfig) Addr(id uint64) (Member, bool) {
+	i := slices.IndexFunc(c.Addrs, func(m Member) bool { return m.ID == id })
+	if i < 0 {
+		return Member{}, false
+	}
+	return c.Addrs[i], true
+}
+
+// FormatMember is ID@PEER/CLIENT (ID alone when no address is known).
+func FormatMember(m Member) string {
+	if m.PeerAddr == "" && m.ClientAddr == "" {
+		return strconv.FormatUint(m.ID, 10)
+	}
+	return fmt.Sprintf("%d@%s/%s", m.ID, m.PeerAddr, m.ClientAddr)
+}
+
+// ParseMember parses ID or ID@PEER/CLIENT.
+func ParseMember(s string) (Member, error) {
+	s = strings.TrimSpace(s)
+	idStr, addrs, hasAddrs := strings.Cut(s, "@")
+	id, err := strconv.ParseUint(idStr, 10, 64)
+	if err != nil || id == 0 {
+		return Member{}, fmt.Errorf("member %q: the id must be a positive integer", s)
+	}
+	if !hasAddrs {
+		return Member{ID: id}, nil
+	}
+	peer, client, ok := strings.Cut(addrs, "/")
+	if !ok || peer == "" || client == "" {
+		return Member{}, fmt.Errorf("member %q: want ID@PEER-ADDR/CLIENT-ADDR", s)
+	}
+	return Member{ID: id, PeerAddr: peer, ClientAddr: client}, nil
+}
+
+// String is the configuration in one line, as kefir cluster prints it.
+func (c GroupConfig) String() string {
+	ms := make([]string, len(c.Members))
+	for i, id := range c.Members {
+		m, ok := c.Addr(id)
+		if !ok {
+			m = Member{ID: id}
+		}
+		ms[i] = FormatMember(m)
+	}
+	return fmt.Sprintf("epoch %d, members %s", c.Epoch, strings.Join(ms, ","))
+}
+
+// GroupConfig asks the group (any seed; a member answers with its own
+// durable configuration) for its configuration.
+func (mv *Mover) GroupConfig(ctx context.Context) (GroupConfig, error) {
+	v, err := mv.do(ctx, "KEFIR.GROUP", "CONFIG")
+	if err != nil {
+		return GroupConfig{}, fmt.Errorf("group configuration: %w", err)
+	}
+	return DecodeGroupConfig(v)
+}
+
+// Reconfigure asks the group's leader (following redirects) to move to
+// members (ID, or ID@PEER/CLIENT for one the group does not know yet),
+// and returns the new configuration.
+func (mv *Mover) Reconfigure(ctx context.Context, members []Member) (GroupConfig, error) {
+	args := []string{"KEFIR.GROUP", "RECONFIG"}
+	for _, m := range members {
+		args = append(args, FormatMember(m))
+	}
+	v, err := mv.do(ctx, args...)
+	if err != nil {
+		return GroupConfig{}, fmt.Errorf("reconfigure: %w", err)
+	}
+	return DecodeGroupConfig(v)
+}
+
+// DecodeGroupConfig decodes KEFIR.GROUP's reply: [cluster-id, epoch,
+// epoch-start, [member ...], [previous-id ...], leader, [ID@PEER/CLIENT ...]].
+func DecodeGroupConfig(v resp.Value) (GroupConfig, error) {
+	bad := func(what string) (GroupConfig, error) {
+		return GroupConfig{}, fmt.Errorf("KEFIR.GROUP reply: %s", what)
+	}
+	if v.Kind != resp.Array || len(v.Elems) != 7 {
+		return bad("not a 7-element array")
+	}
+	a := v.Elems
+	for _, i := range []int{0, 1, 2, 5} {
+		if a[i].Kind != resp.Int || a[i].Int < 0 {
+			return bad(fmt.Sprintf("element %d is not a count", i))
+		}
+	}
+	c := GroupConfig{Cluster: uint64(a[0].Int), Membership: Membership{Epoch: uint64(a[1].Int), Start: uint64(a[2].Int)}, Leader: uint64(a[5].Int)}
+	ids := func(x resp.Value) ([]uint64, bool) {
+		if x.Kind != resp.Array {
+			return nil, false
+		}
+		out := make([]uint64, 0, len(x.Elems))
+		for _, e := range x.Elems {
+			if e.Kind != resp.Int || e.Int <= 0 {
+				return nil, false
+			}
+			out = append(out, uint64(e.Int))
+		}
+		return out, true
+	}
+	var ok bool
+	if c.Members, ok = ids(a[3]); !ok || len(c.Members) == 0 {
+		return bad("no member ids")
+	}
+	if c.Previous, ok = ids(a[4]); !ok {
+		return bad("previous members are not ids")
+	}
+	if a[6].Kind != resp.Array {
+		return bad("no addresses")
+	}
+	for _, e := range a[6].Elems {
+		m, err := ParseMember(string(e.Str))
+		if err != nil {
+			return bad(err.Error())
+		}
+		c.Addrs = append(c.Addrs, m)
+	}
+	return c, nil
+}
+
+// ReplaceMembers is the member list that replaces old with nw in c (nw at
+// old's place), or an error naming what is wrong: old not a member, nw's id
+// already one, nw without both addresses.
+func ReplaceMembers(c GroupConfig, old uint64, nw Member) ([]Member, error) {
+	if !slices.Contains(c.Members, old) {
+		return nil, fmt.Errorf("node %d is not a member of the group (%s)", old, c)
+	}
+	if slices.Contains(c.Members, nw.ID) {
+		return nil, fmt.Errorf("node %d is already a member of the group (%s)", nw.ID, c)
+	}
+	if nw.PeerAddr == "" || nw.ClientAddr == "" {
+		return nil, fmt.Errorf("the new node %d needs its addresses: ID@PEER-ADDR/CLIENT-ADDR", nw.ID)
+	}
+	out := make([]Member, len(c.Members))
+	for i, id := range c.Members {
+		out[i] = Member{ID: id}
+		if id == old {
+			out[i] = nw
+		}
+	}
+	return out, nil
+}
+
+// RemoveMembers is the member list without ids, or an error: an id that is
+// not a member, or a remaining list that is empty or even (a VR group needs
+// 2f+1 members).
+func RemoveMembers(c GroupConfig, ids []uint64) ([]Member, error) {
+	var out []Member
+	for _, id := range ids {
+		if !slices.Contains(c.Members, id) {
+			return nil, fmt.Errorf("node %d is not a member of the group (%s)", id, c)
+		}
+	}
+	for _, id := range c.Members {
+		if !slices.Contains(ids, id) {
+			out = append(out, Member{ID: id})
+		}
+	}
+	if len(out) == 0 || len(out)%2 == 0 {
+		return nil, fmt.Errorf("removing %v would leave %d members; a VR group needs an odd number (2f+1), at least 1", ids, len(out))
+	}
+	return out, nil
+}
+
+// WaitNamed polls the group until its configuration names self and returns
+// it (a new node, kefir server --join): every `every`, logging each time
+// what it saw, until ctx ends.
+func (mv *Mover) WaitNamed(ctx context.Context, self uint64, every time.Duration, logf func(format string, args ...any)) (GroupConfig, error) {
+	for {
+		c, err := mv.GroupConfig(ctx)
+		mv.close()
+		switch {
+		case err == nil && slices.Contains(c.Members, self):
+			return c, nil
+		case err == nil:
+			logf("the group's configuration does not name this node yet (%s); waiting for kefir cluster replace-node", c)
+		case ctx.Err() == nil:
+			logf("asking the group for its configuration: %v", err)
+		}
+		select {
+		case <-ctx.Done():
+			return GroupConfig{}, fmt.Errorf("waiting to be named by the group: %w", ctx.Err())
+		case <-time.After(every):
+		}
+	}
+}
