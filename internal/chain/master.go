@@ -40,6 +40,9 @@ type masterMutations struct {
 	// noResend: Tick re-sends nothing (an order sent once, as before
 	// re-sending existed): a lost order or answer stalls the master.
 	noResend bool
+	// noRepairResend: a repair does not send the earlier repairs'
+	// unanswered orders again at its epoch (the code before the rule).
+	noRepairResend bool
 }
 
 // order names a repair order: its recipient and kind.
@@ -595,6 +598,21 @@ func (m *Master) repair() {
 		m.head, m.tail = 0, 0
 		return
 	}
+	// Orders of an earlier repair still unanswered go again at this epoch,
+	// before this repair's: a survivor that takes part in this one (a
+	// CR_MID_REPAIR from its new predecessor, a CR_MID) moves to this epoch
+	// and then drops the earlier copy as stale, and without re-sends
+	// (SetResend 0) the master would wait for its answer for ever (the
+	// mode simulation, seed 1828 under AU: a CR_TAIL at epoch 3 to the
+	// member a CR_MID_REPAIR had taken to 4). Before this repair's own
+	// orders on the same links, which replace an order of the same kind.
+	if !(mutation.On && m.mut.noRepairResend) {
+		for _, o := range m.sortedOrders() {
+			if a := m.awaiting[o]; a.epoch < m.epoch {
+				m.resendOrder(o)
+			}
+		}
+	}
 	if live[0] != old[0] {
 		m.head = live[0]
 		m.send(live[0], Msg{Type: MsgCRHead})
@@ -646,21 +664,10 @@ func (m *Master) Tick() {
 	}
 	due := func(sent uint64) bool { return m.ticks-sent > m.resend }
 	sent := len(m.out.Msgs)
-	orders := make([]order, 0, len(m.awaiting))
-	for o := range m.awaiting {
-		orders = append(orders, o)
-	}
-	slices.SortFunc(orders, func(a, b order) int { // map order must not leak into the output
-		return cmp.Or(cmp.Compare(a.to, b.to), cmp.Compare(a.kind, b.kind))
-	})
-	for _, o := range orders {
-		a := m.awaiting[o]
-		if !due(a.sent) {
-			continue
+	for _, o := range m.sortedOrders() {
+		if due(m.awaiting[o].sent) {
+			m.resendOrder(o)
 		}
-		a.epoch, a.sent = m.epoch, m.ticks
-		m.awaiting[o] = a
-		m.send(o.to, Msg{Type: o.kind, Target: a.target})
 	}
 	if j := m.join; j != nil && due(j.sent) {
 		switch {
@@ -682,6 +689,28 @@ func (m *Master) Tick() {
 		// behind the re-sent orders, on the same links.
 		m.unpark()
 	}
+}
+
+// sortedOrders lists the unanswered orders in a fixed order (map order
+// must not leak into the output).
+func (m *Master) sortedOrders() []order {
+	orders := make([]order, 0, len(m.awaiting))
+	for o := range m.awaiting {
+		orders = append(orders, o)
+	}
+	slices.SortFunc(orders, func(a, b order) int {
+		return cmp.Or(cmp.Compare(a.to, b.to), cmp.Compare(a.kind, b.kind))
+	})
+	return orders
+}
+
+// resendOrder sends unanswered order o again at the current epoch; its
+// answer counts from that epoch on.
+func (m *Master) resendOrder(o order) {
+	a := m.awaiting[o]
+	a.epoch, a.sent = m.epoch, m.ticks
+	m.awaiting[o] = a
+	m.send(o.to, Msg{Type: o.kind, Target: a.target})
 }
 
 // Lost reports whether every member is gone.

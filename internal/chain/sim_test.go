@@ -14,6 +14,7 @@ import (
 
 	"github.com/kefirdb/kefir/internal/check"
 	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/mutation"
 )
 
 // The deterministic simulation: one seeded PRNG decides every choice —
@@ -737,4 +738,28 @@ func TestSimModes(t *testing.T) {
 			runSeeds(t, 150, 3000, "TestSimModes/"+mode.String(), func(seed uint64) simOpts { return modeSim(seed, mode) })
 		})
 	}
+}
+
+// TestRepairResendsUnansweredOrders: a repair sends the earlier repairs'
+// unanswered orders again at its own epoch (Master.repair). Seed 1828 of
+// the AU mode runs: the tail fails during a truncation, then the joiner,
+// then the head; the first repair's CR_TAIL (epoch 3) reaches member 2
+// after a CR_MID_REPAIR of the second (epoch 4) took it past that epoch, so
+// it drops it as stale, and the master — without re-sends in these runs —
+// waited for its answer for ever. With the mutation noRepairResend (the
+// code before the rule) the run never ends with the master idle.
+func TestRepairResendsUnansweredOrders(t *testing.T) {
+	if err := simVerdict(modeSim(1828, AU)); err != nil {
+		t.Fatalf("seed 1828: %v", err)
+	}
+	if !mutation.On {
+		return
+	}
+	o := modeSim(1828, AU)
+	o.mmut.noRepairResend = true
+	err := simVerdict(o)
+	if err == nil || !strings.Contains(err.Error(), "no quiescence") {
+		t.Fatalf("noRepairResend at seed 1828: %v; want the run to end with the master busy", err)
+	}
+	t.Logf("caught: %v", err)
 }
