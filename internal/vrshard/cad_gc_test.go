@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -166,20 +167,32 @@ func TestCadSyncHintSurvivesAnFsyncBeforeTheReady(t *testing.T) {
 		mutation bool
 	}{{"fixed", false}, {"mutation hintConsumedEarly", true}} {
 		t.Run(tc.name, func(t *testing.T) {
-			took, err := syncWriteBehindHintRace(t, tc.mutation)
-			slow := err != nil || took > time.Second
-			if slow != tc.mutation {
-				t.Fatalf("the sync write took %v (err %v); held until the deadline: %v, want %v", took, err, slow, tc.mutation)
+			// The mutation holds the write only where the race was staged:
+			// a commit needs one follower, so both must have hit it (the
+			// hook skips a follower whose fsync is still in flight, which
+			// a loaded machine makes common). Try again until they do.
+			for attempt := 1; ; attempt++ {
+				took, fired, err := syncWriteBehindHintRace(t, tc.mutation)
+				if tc.mutation && fired < 2 && attempt < 5 {
+					t.Logf("attempt %d: the race was staged at %d follower(s) only; again", attempt, fired)
+					continue
+				}
+				slow := err != nil || took > time.Second
+				if slow != tc.mutation {
+					t.Fatalf("the sync write took %v (err %v; the race staged at %d followers); held until the deadline: %v, want %v", took, err, fired, slow, tc.mutation)
+				}
+				return
 			}
 		})
 	}
 }
 
-func syncWriteBehindHintRace(t *testing.T, broken bool) (time.Duration, error) {
+func syncWriteBehindHintRace(t *testing.T, broken bool) (time.Duration, int32, error) {
 	mutation.Require(t) // test hooks too
 	const delay = 5 * time.Second
 	var armed atomic.Bool
 	var fired atomic.Int32
+	var firedAt sync.Map // the followers where the race was staged
 	c := newCluster(t, 3, func(o *Options) {
 		o.CadSyncDelay = delay
 		o.mut.hintConsumedEarly = broken
@@ -190,7 +203,9 @@ func syncWriteBehindHintRace(t *testing.T, broken bool) (time.Duration, error) {
 			// What synced does when the fsync in flight returns now: start
 			// the next one, over the held batches written so far.
 			r.startSync()
-			fired.Add(1)
+			if _, dup := firedAt.LoadOrStore(r.cfg.Self, true); !dup {
+				fired.Add(1)
+			}
 		}
 	})
 	l := c.leader(5 * time.Second)
@@ -213,7 +228,7 @@ func syncWriteBehindHintRace(t *testing.T, broken bool) (time.Duration, error) {
 	if fired.Load() == 0 {
 		t.Fatal("no follower started an fsync between the hinted message and its Ready: the test shows nothing")
 	}
-	return took, err
+	return took, fired.Load(), err
 }
 
 // Writes waiting for room in a full pipeline (the backlog, vr.ErrBusy) wait
