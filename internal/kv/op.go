@@ -155,7 +155,12 @@ const (
 // hands out the storage engine's cached bytes (storage.DB.GetShared) without copying,
 // so a caller that wants to modify a value must copy it first.
 type Result struct {
-	Kind  ResultKind
+	Kind ResultKind
+	// Group is the replica group that produced the result on a node of
+	// several groups (cluster.Multi sets it), 0 elsewhere: a session token
+	// keeps one position per group's log (shard.Session.AfterRead). It
+	// sits in Kind's padding: a Result is no larger for it.
+	Group uint32
 	Int   int64
 	Bulk  []byte
 	Array [][]byte

@@ -197,7 +197,7 @@ func (c *conn) watch(args [][]byte, o callOpts) error {
 		for _, e := range fc.Reply.Elems {
 			seen = append(seen, e.Str)
 		}
-		c.sess = fc.NewSess
+		c.sess = c.sess.Merge(fc.NewSess)
 	case err != nil:
 		return err
 	default:
