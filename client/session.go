@@ -155,7 +155,7 @@ func parseToken(t string) (token, error) {
 			gs, pos, ok := strings.Cut(part, ":")
 			g, err := strconv.ParseUint(gs, 10, 32)
 			if !ok || err != nil {
-				return bad("want v3.<group>:<lastWrite>.<writeView>.<maxRead>.<readView>,...")
+				return bad("want v3.<group>:<lastWrite>.<writeView>.<maxRead>.<readView>[,<group>:...]")
 			}
 			if int64(g) <= prev {
 				return bad("groups must be listed once each, by increasing id")
@@ -188,7 +188,7 @@ func parseToken(t string) (token, error) {
 	}
 	rest, ok := strings.CutPrefix(t, "v1.")
 	if !ok {
-		return bad("want v1.<lastWrite>.<maxRead>, v2.<lastWrite>.<writeView>.<maxRead>.<readView> or v3.<group>:<lastWrite>.<writeView>.<maxRead>.<readView>,...")
+		return bad("want v1.<lastWrite>.<maxRead>, v2.<lastWrite>.<writeView>.<maxRead>.<readView> or v3.<group>:<lastWrite>.<writeView>.<maxRead>.<readView>[,<group>:...]")
 	}
 	ws, rs, ok := strings.Cut(rest, ".")
 	if !ok {

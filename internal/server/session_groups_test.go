@@ -18,6 +18,10 @@ import (
 func startTwoGroups(t *testing.T) *group {
 	t.Helper()
 	g := startGroupWith(t, func(c *Config) {
+		// A follower cut off for the test's few hundred milliseconds must
+		// not start a view change meanwhile (its reads would then wait
+		// for a leader rather than be forwarded at once).
+		c.ViewChangeTimeout = 3 * time.Second
 		c.Groups = []cluster.GroupSpec{
 			{ID: 1, Members: []uint64{1, 2, 3}, Slots: []cluster.SlotRange{{Start: 0, End: 8191}}},
 			{ID: 2, Members: []uint64{1, 2, 3}, Slots: []cluster.SlotRange{{Start: 8192, End: 16383}}},

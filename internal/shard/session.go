@@ -99,7 +99,7 @@ func ParseSession(tok string) (Session, error) {
 	}
 	rest, ok := strings.CutPrefix(tok, tokenV1)
 	if !ok {
-		return Session{}, fmt.Errorf("%w: want v1.<lastWrite>.<maxRead>, v2.<lastWrite>.<writeView>.<maxRead>.<readView> or v3.<group>:<lastWrite>.<writeView>.<maxRead>.<readView>,...", ErrBadSession)
+		return Session{}, fmt.Errorf("%w: want v1.<lastWrite>.<maxRead>, v2.<lastWrite>.<writeView>.<maxRead>.<readView> or v3.<group>:<lastWrite>.<writeView>.<maxRead>.<readView>[,<group>:...]", ErrBadSession)
 	}
 	w, r, ok := strings.Cut(rest, ".")
 	if !ok {
@@ -147,7 +147,7 @@ func parseV3(rest string, n int) (Session, error) {
 		gs, pos, ok := strings.Cut(part, ":")
 		g, err := strconv.ParseUint(gs, 10, 32)
 		if !ok || err != nil {
-			return Session{}, fmt.Errorf("%w: want v3.<group>:<lastWrite>.<writeView>.<maxRead>.<readView>,... (group a decimal below 2^32)", ErrBadSession)
+			return Session{}, fmt.Errorf("%w: want v3.<group>:<lastWrite>.<writeView>.<maxRead>.<readView>[,<group>:...] (group a decimal below 2^32)", ErrBadSession)
 		}
 		if int64(g) <= prev {
 			return Session{}, fmt.Errorf("%w: v3 groups must be listed once each, by increasing id", ErrBadSession)
