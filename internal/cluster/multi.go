@@ -302,7 +302,7 @@ func (m *Multi) Write(ctx context.Context, op kv.Op, d level.Durability, id shar
 // in that group; a scan of the keyspace merges every hosted group's.
 func (m *Multi) Read(ctx context.Context, op kv.Op, c level.Consistency, s shard.Session) (kv.Result, error) {
 	if op.Kind == kv.KindScan {
-		return m.scan(ctx, op, c, s)
+		return m.scanRead(ctx, op, c, s)
 	}
 	g, slot, err := m.route(&op)
 	if err != nil {
@@ -339,41 +339,62 @@ type MultiMutations struct {
 var MultiMut MultiMutations
 
 // errScanSessionAcross: a keyspace scan's result would have to advance every
-// group's part of the session, and a result names one group.
-var errScanSessionAcross = &ReplyError{"ERR a keyspace scan (KEYS, SCAN, KEFIR.SCAN) at level session is not supported yet in a cluster of several groups: scan at another level, or scan each slot range (issue 28)"}
+// group's part of the session, and a result names one group: only Scan,
+// which returns the advanced session, serves one at level session.
+var errScanSessionAcross = &ReplyError{"ERR a keyspace scan (KEYS, SCAN, KEFIR.SCAN) at level session across groups needs the session advanced per group (cluster.Multi.Scan)"}
+
+// scanRead is a keyspace scan for Read and ReadDeferred, whose result names
+// at most one group: a merged one names none and has version 0 (it advances
+// no session), and at level session it is refused (Scan serves it).
+func (m *Multi) scanRead(ctx context.Context, op kv.Op, c level.Consistency, s shard.Session) (kv.Result, error) {
+	if c.Kind == level.Session && !m.oneGroup() {
+		return kv.Result{}, errScanSessionAcross
+	}
+	res, _, err := m.Scan(ctx, op, c, s)
+	return res, err
+}
+
+// oneGroup reports whether the cluster is this node's one group.
+func (m *Multi) oneGroup() bool { return len(m.local) == 1 && len(m.smap().Groups) == 1 }
 
 // scan merges the hosted groups' ordered streams of a keyspace scan: each
 // group's first Limit pairs, merged by key, cut at Limit. Every group must
 // be hosted here and readable at c (a not-leader error of one fails it).
 //
-// A scan of one group's keyspace is that group's result; a merged one names
-// no group and no version (0): its version would mix groups' logs, so it
-// advances no session, and at level session it is refused.
-func (m *Multi) scan(ctx context.Context, op kv.Op, c level.Consistency, s shard.Session) (kv.Result, error) {
-	if len(m.local) == 1 && len(m.smap().Groups) == 1 {
+// It returns the session s advanced by what each group's scan read (its
+// part of each group): a scan of one group's keyspace is that group's
+// result; a merged one names no group and has version 0, since its version
+// would mix groups' logs. Each group reads at the session's part for it, so
+// at level session every group's scan waits for the session's writes and
+// reads there. The front door scans through Scan (conn.readPath).
+func (m *Multi) Scan(ctx context.Context, op kv.Op, c level.Consistency, s shard.Session) (kv.Result, shard.Session, error) {
+	if m.oneGroup() {
 		g := m.local[0]
 		res, err := g.h.Replica.Read(ctx, op, c, g.session(s))
 		res.Group = g.spec.gid()
-		return res, err
-	}
-	if c.Kind == level.Session {
-		return kv.Result{}, errScanSessionAcross
+		if err != nil {
+			return res, s, err
+		}
+		return res, s.AfterRead(res), nil
 	}
 	if len(m.local) < len(m.smap().Groups) {
-		return kv.Result{}, &ReplyError{"ERR a keyspace scan needs every group on this node (issue 28: not yet routed across nodes)"}
+		return kv.Result{}, s, &ReplyError{"ERR a keyspace scan needs every group on this node (issue 28: not yet routed across nodes)"}
 	}
 	type pair struct{ k, v []byte }
 	var all []pair
 	out := kv.Result{Kind: kv.ResArray}
+	after := s
 	for _, g := range m.local {
-		res, err := g.h.Replica.Read(ctx, op, c, shard.Session{})
+		res, err := g.h.Replica.Read(ctx, op, c, g.session(s))
 		if errors.Is(err, ErrNotLeader) {
 			// Forwarding would not help: no node need lead every group.
-			return kv.Result{}, &ReplyError{fmt.Sprintf("ERR a keyspace scan (KEYS, SCAN, KEFIR.SCAN) at level %s needs this node to lead every group, and it does not lead group %d: read at a follower-served level (READONLY, KEFIR.CONSISTENCY eventual), or scan each slot range at its leader (issue 28)", c, g.spec.ID)}
+			return kv.Result{}, s, &ReplyError{fmt.Sprintf("ERR a keyspace scan (KEYS, SCAN, KEFIR.SCAN) at level %s needs this node to lead every group, and it does not lead group %d: read at a follower-served level (READONLY, KEFIR.CONSISTENCY eventual), or scan each slot range at its leader (issue 28)", c, g.spec.ID)}
 		}
 		if err != nil {
-			return kv.Result{}, err
+			return kv.Result{}, s, err
 		}
+		res.Group = g.spec.gid()
+		after = after.AfterRead(res)
 		out.Kind = res.Kind
 		t := g.table()
 		for i := 0; i+1 < len(res.Array); i += 2 {
@@ -393,7 +414,7 @@ func (m *Multi) scan(ctx context.Context, op kv.Op, c level.Consistency, s shard
 	for _, p := range all {
 		out.Array = append(out.Array, p.k, p.v)
 	}
-	return out, nil
+	return out, after, nil
 }
 
 // ReadPaths are the hosted groups' (one engine).
@@ -414,7 +435,7 @@ func (m *Multi) ReadKey(key []byte, c level.Consistency, s shard.Session) ([]byt
 // ReadDeferred is Read's deferred path at the owning group.
 func (m *Multi) ReadDeferred(ctx context.Context, op kv.Op, c level.Consistency, s shard.Session) (kv.Result, shard.Pending, error) {
 	if op.Kind == kv.KindScan {
-		res, err := m.scan(ctx, op, c, s)
+		res, err := m.scanRead(ctx, op, c, s)
 		return res, shard.Pending{}, err
 	}
 	g, slot, err := m.route(&op)

@@ -9,6 +9,7 @@ import (
 	"github.com/kefirdb/kefir/internal/cluster"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/mutation"
+	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/transport"
 )
 
@@ -152,5 +153,42 @@ func TestSessionReadsAcrossGroupsAtFollowers(t *testing.T) {
 		t.Fatalf("WrongSessionPart not caught: %s", v)
 	} else {
 		t.Logf("caught: %s", v)
+	}
+}
+
+// A keyspace scan at level session on a node of two groups reads every
+// group at the session's part for it and advances every group's part by
+// what it read there (cluster.Multi.Scan): a session that then reads at a
+// replica behind either group waits for what the scan saw. KEFIR.SCAN (one
+// read) and KEYS (readMore) both.
+func TestSessionScanAcrossGroupsAdvancesEveryGroupsPart(t *testing.T) {
+	g := startTwoGroups(t)
+	ka, kb := keyOfGroup(1, "a"), keyOfGroup(2, "b")
+	w := dial(t, g.nodes[0])
+	w.expect(`KEFIR.CONSISTENCY session => OK`)
+	w.expect("SET " + ka + " 1 => OK\nSET " + kb + " 2 => OK")
+	written := w.do("KEFIR.SESSION")
+	for i, cmd := range [][]string{{"KEFIR.SCAN", "", ""}, {"KEYS", "*"}} {
+		c := dial(t, g.nodes[(i+1)%3])
+		c.expect(`KEFIR.CONSISTENCY session => OK`)
+		// Start from the writer's token: the scan must see both writes.
+		if got := c.do("KEFIR.SESSION", strings.Trim(written, `"`)); got != "OK" {
+			t.Fatalf("KEFIR.SESSION %s = %s", written, got)
+		}
+		got := c.do(cmd...)
+		if !strings.Contains(got, `"`+ka+`"`) || !strings.Contains(got, `"`+kb+`"`) {
+			t.Fatalf("%v = %s, want both keys", cmd, got)
+		}
+		tok := strings.Trim(c.do("KEFIR.SESSION"), `"`)
+		s, err := shard.ParseSession(tok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range []uint32{1, 2} {
+			if p := s.For(id); p.MaxRead == 0 || p.MaxRead < p.LastWrite {
+				t.Fatalf("%v: token %s: group %d's part %+v: the scan did not advance its reads", cmd, tok, id, p)
+			}
+		}
+		t.Logf("%v: token %s", cmd, tok)
 	}
 }

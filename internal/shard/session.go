@@ -341,6 +341,13 @@ func (s Session) AfterRead(r kv.Result) Session {
 // merges the token a forwarded call returns into its connection's, which
 // other groups' results advanced meanwhile.
 func (s Session) Merge(t Session) Session {
+	if len(s.Groups) == 0 && len(t.Groups) == 0 { // one log: no copies
+		s.LastWrite, s.WriteView, s.WriteViewKnown = advance(s.LastWrite, s.WriteView, s.WriteViewKnown,
+			kv.Result{Version: t.LastWrite, View: t.WriteView, ViewKnown: t.WriteViewKnown})
+		s.MaxRead, s.ReadView, s.ReadViewKnown = advance(s.MaxRead, s.ReadView, s.ReadViewKnown,
+			kv.Result{Version: t.MaxRead, View: t.ReadView, ViewKnown: t.ReadViewKnown})
+		return s
+	}
 	for _, g := range t.partGroups() {
 		p, q := s.For(g), t.For(g)
 		p.LastWrite, p.WriteView, p.WriteViewKnown = advance(p.LastWrite, p.WriteView, p.WriteViewKnown,
