@@ -155,12 +155,7 @@ const (
 // hands out the storage engine's cached bytes (storage.DB.GetShared) without copying,
 // so a caller that wants to modify a value must copy it first.
 type Result struct {
-	Kind ResultKind
-	// Group is the replica group that produced the result on a node of
-	// several groups (cluster.Multi sets it), 0 elsewhere: a session token
-	// keeps one position per group's log (shard.Session.AfterRead). It
-	// sits in Kind's padding: a Result is no larger for it.
-	Group uint32
+	Kind  ResultKind
 	Int   int64
 	Bulk  []byte
 	Array [][]byte
@@ -175,6 +170,12 @@ type Result struct {
 	// reused (versions.go).
 	View      uint64
 	ViewKnown bool
+	// Group is the replica group that produced the result on a node of
+	// several groups (cluster.Multi sets it), 0 elsewhere: a session token
+	// keeps one position per group's log (shard.Session.AfterRead). It
+	// sits in ViewKnown's padding: a Result is no larger for it
+	// (TestResultSize).
+	Group uint32
 }
 
 // Errors an operation itself produces: outcomes of the op, equal on every
