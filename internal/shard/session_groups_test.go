@@ -150,3 +150,24 @@ func TestSessionMergePerGroup(t *testing.T) {
 		t.Fatalf("one-log merge %q", m)
 	}
 }
+
+// The cost of advancing a session per result: one log (a single node, a
+// single group: no copy) and a part of one of 3 groups (a node of several
+// groups: Groups is copied on change).
+func BenchmarkSessionAfterWrite(b *testing.B) {
+	for _, tc := range []struct {
+		name  string
+		group uint32
+	}{{"one-log", 0}, {"group-of-3", 2}} {
+		b.Run(tc.name, func(b *testing.B) {
+			s := Session{}.AfterWrite(kv.Result{Group: 1, Version: 1}).AfterWrite(kv.Result{Group: 3, Version: 1})
+			if tc.group == 0 {
+				s = Session{}
+			}
+			b.ReportAllocs()
+			for i := range b.N {
+				s = s.AfterWrite(kv.Result{Group: tc.group, Version: uint64(i + 1), View: 1, ViewKnown: true})
+			}
+		})
+	}
+}
