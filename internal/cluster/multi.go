@@ -34,8 +34,8 @@ import (
 //
 // What does not span groups yet (docs/cluster.md): the
 // cross-client-monotonic level (sequential consistency does not compose
-// across groups' logs), session reads of the whole keyspace, the nilext
-// fast path, FLUSHALL, and reads of the whole keyspace
+// across groups' logs), the nilext fast path, FLUSHALL, and reads of the
+// whole keyspace
 // (KEYS, SCAN, KEFIR.SCAN), which merge the hosted groups' ordered streams
 // only where this node can serve every group at the read's level.
 type Multi struct {
@@ -465,7 +465,7 @@ func (m *Multi) TryRead(op kv.Op, c level.Consistency) (kv.Result, bool) {
 // other levels are the hosted groups'. Cross-client-monotonic promises
 // sequential consistency, a single order of every client's operations, and
 // each group orders only its own: two groups' orders do not compose into
-// one without something that orders across them (docs/design/cluster.md §5).
+// one without something that orders across them (docs/design/cluster.md §8).
 // Sessions do compose: each keeps its own position per group's log.
 func (m *Multi) CheckConsistency(c level.Consistency) error {
 	if len(m.smap().Groups) > 1 && c.Kind == level.CrossClientMonotonic {
