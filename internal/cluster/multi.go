@@ -577,21 +577,24 @@ func (m *Multi) NilextTakeBatch(_ context.Context, ups []NilextDirect) ([]Nilext
 // ScanSlot visits the keys of slot in its group's state at level c, in key
 // order, until visit returns false. Keys are stored by key, not by slot, so
 // this reads every key of the group (CLUSTER COUNTKEYSINSLOT and
-// GETKEYSINSLOT: O(the group's keys), as docs/cluster.md says).
-func (m *Multi) ScanSlot(ctx context.Context, slot uint16, c level.Consistency, visit func(key []byte) bool) error {
+// GETKEYSINSLOT: O(the group's keys), as docs/cluster.md says). At level
+// session the group's replica waits for the session's part there (s); the
+// listing advances no session (it returns keys, not what it read).
+func (m *Multi) ScanSlot(ctx context.Context, slot uint16, c level.Consistency, s shard.Session, visit func(key []byte) bool) error {
 	g, err := m.routeSlot(slot)
 	if err != nil {
 		return err
 	}
-	return ScanSlot(ctx, g.h.Replica, slot, c, visit)
+	return ScanSlot(ctx, g.h.Replica, slot, c, g.session(s), visit)
 }
 
-// ScanSlot visits the keys of slot that rep holds, in key order, at level c,
-// until visit returns false: a scan of every key of rep, filtered by slot.
-func ScanSlot(ctx context.Context, rep shard.Replica, slot uint16, c level.Consistency, visit func(key []byte) bool) error {
+// ScanSlot visits the keys of slot that rep holds, in key order, at level c
+// for session s (rep's own part of it), until visit returns false: a scan of
+// every key of rep, filtered by slot.
+func ScanSlot(ctx context.Context, rep shard.Replica, slot uint16, c level.Consistency, s shard.Session, visit func(key []byte) bool) error {
 	var start []byte
 	for {
-		res, err := rep.Read(ctx, kv.Op{Kind: kv.KindScan, Key: start, Limit: scanPage}, c, shard.Session{})
+		res, err := rep.Read(ctx, kv.Op{Kind: kv.KindScan, Key: start, Limit: scanPage}, c, s)
 		if err != nil {
 			return withSlot(err, slot)
 		}

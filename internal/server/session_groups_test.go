@@ -1,6 +1,7 @@
 package server
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -83,7 +84,7 @@ func keyOfGroup(id cluster.GroupID, prefix string) string {
 // replica is given the token's top-level part, none of its own), the
 // follower serves its stale state at once and the checker fails.
 func TestSessionReadsAcrossGroupsAtFollowers(t *testing.T) {
-	run := func(t *testing.T) check.Verdict {
+	run := func(t *testing.T) (check.Verdict, string) {
 		g := startTwoGroups(t)
 		l1, l2 := groupLeaders(g, 1)[0], groupLeaders(g, 2)[0]
 		f := 0
@@ -137,20 +138,28 @@ func TestSessionReadsAcrossGroupsAtFollowers(t *testing.T) {
 		put(c, 1, kb, "b2")
 		get(c, 1, kb)
 		get(c, 1, ka)
+		// CLUSTER COUNTKEYSINSLOT, a read of the slot's group too, counts
+		// the session's new key of a slot that had none.
+		kc := keyOfGroup(1, "c")
+		for cluster.Slot([]byte(kc)) == cluster.Slot([]byte(ka)) {
+			kc += "c"
+		}
+		put(c, 1, kc, "c1")
+		count := c.do("CLUSTER", "COUNTKEYSINSLOT", strconv.Itoa(int(cluster.Slot([]byte(kc)))))
 		v := check.Session(rec.History(), check.SessionOptions{})
-		t.Logf("token after the writes: %s; %s", tok, v)
-		return v
+		t.Logf("token after the writes: %s; %s; COUNTKEYSINSLOT %s", tok, v, count)
+		return v, count
 	}
-	if v := run(t); !v.OK {
-		t.Fatalf("session across groups: %s", v)
+	if v, count := run(t); !v.OK || count != "(integer) 1" {
+		t.Fatalf("session across groups: %s; CLUSTER COUNTKEYSINSLOT of the session's new key's slot = %s, want 1", v, count)
 	}
 	if !mutation.On {
 		return
 	}
 	cluster.MultiMut.WrongSessionPart.Store(true)
 	defer cluster.MultiMut.WrongSessionPart.Store(false)
-	if v := run(t); v.OK {
-		t.Fatalf("WrongSessionPart not caught: %s", v)
+	if v, count := run(t); v.OK || count != "(integer) 0" {
+		t.Fatalf("WrongSessionPart not caught: %s; COUNTKEYSINSLOT %s (want the stale 0)", v, count)
 	} else {
 		t.Logf("caught: %s", v)
 	}
