@@ -14,6 +14,10 @@ func TestTokenParserAgreesWithTheServer(t *testing.T) {
 	for _, tok := range []string{
 		"", "v1.0.0", "v1.7.9", "v2.7.3.9.-", "v2.7.-.9.2", "v2.7.0.9.0", "v2.18446744073709551615.1.2.3",
 		"v1.1", "v1.a.2", "v1.-1.2", "v2.1.2.3", "v2.1.x.3.4", "v2.1.-.3.-.5", "v3.1.2", "garbage", "v2..-.1.-",
+		// v3: parts per group (a node of several groups).
+		"v3.1:5.2.7.-,2:0.-.9.4", "v3.0:3.-.4.-,4294967295:1.1.1.1", "v3.0:4.-.5.-", "v3.3:0.-.0.-",
+		"v3.", "v3.1:1.1.1", "v3.2:1.-.1.-,1:1.-.1.-", "v3.1:1.-.1.-,1:2.-.2.-", "v3.4294967296:1.-.1.-",
+		"v3.1:1.-.1.-,", "v3.x:1.-.1.-", "v3.1:a.-.1.-",
 	} {
 		s, serr := shard.ParseSession(tok)
 		c, cerr := parseToken(tok)
@@ -28,10 +32,17 @@ func TestTokenParserAgreesWithTheServer(t *testing.T) {
 		}
 		if c.write.version != s.LastWrite || c.read.version != s.MaxRead ||
 			c.write.known != s.WriteViewKnown || c.read.known != s.ReadViewKnown ||
-			c.write.view != s.WriteView || c.read.view != s.ReadView {
+			c.write.view != s.WriteView || c.read.view != s.ReadView || len(c.groups) != len(s.Groups) {
 			t.Fatalf("%q: server %+v, client %+v", tok, s, c)
 		}
-		if s != (shard.Session{}) && c.String() != s.String() {
+		for i, g := range s.Groups {
+			cg := c.groups[i]
+			if cg.group != g.Group || cg.write != (tokenPart{g.LastWrite, g.WriteView, g.WriteViewKnown}) ||
+				cg.read != (tokenPart{g.MaxRead, g.ReadView, g.ReadViewKnown}) {
+				t.Fatalf("%q: group part %d: server %+v, client %+v", tok, i, g, cg)
+			}
+		}
+		if !s.IsZero() && c.String() != s.String() {
 			t.Fatalf("%q written back: server %q, client %q", tok, s.String(), c.String())
 		}
 	}
@@ -55,5 +66,38 @@ func TestSessionTokenMergeKeepsViewsWithTheirVersions(t *testing.T) {
 	}
 	if err := s.Resume("v1.1.1"); err != nil || s.Token() != "v1.1.1" {
 		t.Fatalf("Resume(v1.1.1): %v, token %q", err, s.Token())
+	}
+}
+
+// The client merges v3 tokens as the server does (shard.Session.Merge): each
+// group's later part, so replies of concurrent calls to different groups'
+// leaders, arriving in any order, lose neither group's position.
+func TestSessionTokenMergePerGroup(t *testing.T) {
+	toks := []string{"v3.1:5.2.0.-", "v3.2:4.-.0.-", "v3.1:3.1.9.2", "v1.7.1", "v3.2:4.1.6.1,3:1.-.1.-"}
+	s := &Session{}
+	for _, tok := range toks {
+		s.advance(tok)
+	}
+	want := "v3.0:7.-.1.-,1:5.2.9.2,2:4.1.6.1,3:1.-.1.-"
+	if got := s.Token(); got != want {
+		t.Fatalf("merged token = %q, want %q", got, want)
+	}
+	// The server's merge of the same tokens writes the same token.
+	var ss shard.Session
+	for _, tok := range toks {
+		p, err := shard.ParseSession(tok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ss = ss.Merge(p)
+	}
+	if ss.String() != want {
+		t.Fatalf("server merge = %q, client %q", ss.String(), want)
+	}
+	if err := s.Resume("v3.2:1.-.1.-,1:1.-.1.-"); !errors.Is(err, ErrBadSessionToken) {
+		t.Fatalf("Resume of groups out of order: %v", err)
+	}
+	if err := s.Resume("v3.1:1.-.1.-"); err != nil || s.Token() != "v3.1:1.-.1.-" {
+		t.Fatalf("Resume(v3): %v, token %q", err, s.Token())
 	}
 }

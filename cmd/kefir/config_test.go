@@ -450,7 +450,8 @@ func TestGroupsOption(t *testing.T) {
 		{"1=1,2:0-16383", nil, "needs an odd number"},
 		{"1=1,2,4:0-16383", nil, "member 4 is not in --members"},
 		{"1=2,3,1:0-16383", []string{"--nilext", "true"}, "--nilext is not supported yet with --groups"},
-		{"1=1,2,3:0-16383", []string{"--consistency", "session"}, "--consistency session is not supported yet"},
+		{"1=1,2,3:0-16383", []string{"--consistency", "cross-client-monotonic"}, "--consistency cross-client-monotonic is not supported yet"},
+		{"1=1,2,3:0-8191;4294967296=1,2,3:8192-16383", nil, "group id 4294967296 is above 4294967295"},
 		{"1=1,2,3:0-16383", []string{"--cluster-redirects", "maybe"}, "maybe"},
 		{"1=1,2,3:zero", nil, "slot range"},
 		{"65535=1,2,3:0-16383", nil, "reserved for the metadata group"},
@@ -458,6 +459,10 @@ func TestGroupsOption(t *testing.T) {
 		if _, err := load(tc.groups, tc.extra...); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("--groups %s %v: %v, want %q", tc.groups, tc.extra, err, tc.want)
 		}
+	}
+	// Session tokens keep a part per group: the level is served.
+	if cfg, err := load("1=1,2,3:0-8191;2=2,3,1:8192-16383", "--consistency", "session"); err != nil || cfg.Consistency.Kind != level.Session {
+		t.Errorf("--groups with --consistency session: %v", err)
 	}
 	var stderr bytes.Buffer
 	cfg, err = loadServerConfig([]string{"--cluster-redirects", "true"}, envMap(nil), &stderr)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/storage"
 )
@@ -27,9 +28,14 @@ import (
 // request routed on a stale map must not be served by a group that gave
 // the slot away.
 //
-// What does not span groups yet (docs/cluster.md): session and
-// cross-client-monotonic levels (a session token names one group's log),
-// the nilext fast path, FLUSHALL, and reads of the whole keyspace
+// Every result Multi returns names its group (kv.Result.Group), and every
+// read is given the session's part for its group (shard.Session.For): a
+// session token keeps one position per group's log.
+//
+// What does not span groups yet (docs/cluster.md): the
+// cross-client-monotonic level (sequential consistency does not compose
+// across groups' logs), the nilext fast path, FLUSHALL, and reads of the
+// whole keyspace
 // (KEYS, SCAN, KEFIR.SCAN), which merge the hosted groups' ordered streams
 // only where this node can serve every group at the read's level.
 type Multi struct {
@@ -93,6 +99,10 @@ func NewMulti(slots *SlotMap, self uint64, members []Member, groups []LocalGroup
 	slices.SortFunc(m.local, func(a, b *localGroup) int { return int(a.spec.ID) - int(b.spec.ID) })
 	// Every hosted group runs the same engine: they share read paths.
 	m.paths = m.local[0].h.Replica.ReadPaths()
+	// ReadKey's answer names no group, so a session could not tell which
+	// group's position it read: the front door takes Read, whose result
+	// does (a replica group's engine has no ReadKey path anyway).
+	m.paths.Key = false
 	return m, nil
 }
 
@@ -226,6 +236,7 @@ func (m *Multi) Apply(ctx context.Context, reqs []shard.WriteReq) (shard.Pending
 		p, err := one.h.Replica.Apply(ctx, reqs)
 		for i := range reqs {
 			reqs[i].Err = m.refusal(reqs[i].Err, slots[i], one.spec.ID)
+			reqs[i].Result.Group = one.spec.gid()
 		}
 		return p, err
 	}
@@ -251,6 +262,7 @@ func (m *Multi) Apply(ctx context.Context, reqs []shard.WriteReq) (shard.Pending
 		for j, i := range idx {
 			reqs[i] = sub[j]
 			reqs[i].Err = m.refusal(reqs[i].Err, slots[i], g.spec.ID)
+			reqs[i].Result.Group = g.spec.gid()
 		}
 		pend = pend.Merge(p)
 	}
@@ -286,45 +298,104 @@ func (m *Multi) Write(ctx context.Context, op kv.Op, d level.Durability, id shar
 	return reqs[0].Result, nil
 }
 
-// Read serves op at the group that owns its slot; a scan of the keyspace
-// merges every hosted group's. Sessions do not span groups
-// (CheckConsistency refuses the levels that need them), so none is passed.
-func (m *Multi) Read(ctx context.Context, op kv.Op, c level.Consistency, _ shard.Session) (kv.Result, error) {
+// Read serves op at the group that owns its slot, for the session's part
+// in that group; a scan of the keyspace merges every hosted group's.
+func (m *Multi) Read(ctx context.Context, op kv.Op, c level.Consistency, s shard.Session) (kv.Result, error) {
 	if op.Kind == kv.KindScan {
-		return m.scan(ctx, op, c)
+		return m.scanRead(ctx, op, c, s)
 	}
 	g, slot, err := m.route(&op)
 	if err != nil {
 		return kv.Result{}, err
 	}
-	res, err := g.h.Replica.Read(ctx, op, c, shard.Session{})
+	res, err := g.h.Replica.Read(ctx, op, c, g.session(s))
+	res.Group = g.spec.gid()
 	return res, m.refusal(err, slot, g.spec.ID)
 }
+
+// gid is the group's id as a result and a session token name it (NewSlotMap
+// keeps ids below 2^32).
+func (s GroupSpec) gid() uint32 { return uint32(s.ID) }
+
+// session returns the part of s that g's replica serves a read by.
+func (g *localGroup) session(s shard.Session) shard.Session {
+	if mutation.On && MultiMut.WrongSessionPart.Load() {
+		// Deliberately broken (tests): every group is given the top-level
+		// part, none of its own.
+		return s.For(0)
+	}
+	return s.For(g.spec.gid())
+}
+
+// MultiMutations are Multi's deliberate bugs (internal/mutation), which the
+// server's tests switch on (exported for them: Multi is built there).
+type MultiMutations struct {
+	// WrongSessionPart: reads are given the session's top-level part, not
+	// their group's (server TestSessionReadsAcrossGroupsAtFollowers).
+	WrongSessionPart atomic.Bool
+}
+
+// MultiMut is the process's MultiMutations (tests only; read under mutation.On).
+var MultiMut MultiMutations
+
+// errScanSessionAcross: a keyspace scan's result would have to advance every
+// group's part of the session, and a result names one group: only Scan,
+// which returns the advanced session, serves one at level session.
+var errScanSessionAcross = &ReplyError{"ERR a keyspace scan (KEYS, SCAN, KEFIR.SCAN) at level session across groups needs the session advanced per group (cluster.Multi.Scan)"}
+
+// scanRead is a keyspace scan for Read and ReadDeferred, whose result names
+// at most one group: a merged one names none and has version 0 (it advances
+// no session), and at level session it is refused (Scan serves it).
+func (m *Multi) scanRead(ctx context.Context, op kv.Op, c level.Consistency, s shard.Session) (kv.Result, error) {
+	if c.Kind == level.Session && !m.oneGroup() {
+		return kv.Result{}, errScanSessionAcross
+	}
+	res, _, err := m.Scan(ctx, op, c, s)
+	return res, err
+}
+
+// oneGroup reports whether the cluster is this node's one group.
+func (m *Multi) oneGroup() bool { return len(m.local) == 1 && len(m.smap().Groups) == 1 }
 
 // scan merges the hosted groups' ordered streams of a keyspace scan: each
 // group's first Limit pairs, merged by key, cut at Limit. Every group must
 // be hosted here and readable at c (a not-leader error of one fails it).
-func (m *Multi) scan(ctx context.Context, op kv.Op, c level.Consistency) (kv.Result, error) {
-	if len(m.local) == 1 && len(m.smap().Groups) == 1 {
-		return m.local[0].h.Replica.Read(ctx, op, c, shard.Session{})
+//
+// It returns the session s advanced by what each group's scan read (its
+// part of each group): a scan of one group's keyspace is that group's
+// result; a merged one names no group and has version 0, since its version
+// would mix groups' logs. Each group reads at the session's part for it, so
+// at level session every group's scan waits for the session's writes and
+// reads there. The front door scans through Scan (conn.readPath).
+func (m *Multi) Scan(ctx context.Context, op kv.Op, c level.Consistency, s shard.Session) (kv.Result, shard.Session, error) {
+	if m.oneGroup() {
+		g := m.local[0]
+		res, err := g.h.Replica.Read(ctx, op, c, g.session(s))
+		res.Group = g.spec.gid()
+		if err != nil {
+			return res, s, err
+		}
+		return res, s.AfterRead(res), nil
 	}
 	if len(m.local) < len(m.smap().Groups) {
-		return kv.Result{}, &ReplyError{"ERR a keyspace scan needs every group on this node (issue 28: not yet routed across nodes)"}
+		return kv.Result{}, s, &ReplyError{"ERR a keyspace scan needs every group on this node (issue 28: not yet routed across nodes)"}
 	}
 	type pair struct{ k, v []byte }
 	var all []pair
 	out := kv.Result{Kind: kv.ResArray}
+	after := s
 	for _, g := range m.local {
-		res, err := g.h.Replica.Read(ctx, op, c, shard.Session{})
+		res, err := g.h.Replica.Read(ctx, op, c, g.session(s))
 		if errors.Is(err, ErrNotLeader) {
 			// Forwarding would not help: no node need lead every group.
-			return kv.Result{}, &ReplyError{fmt.Sprintf("ERR a keyspace scan (KEYS, SCAN, KEFIR.SCAN) at level %s needs this node to lead every group, and it does not lead group %d: read at a follower-served level (READONLY, KEFIR.CONSISTENCY eventual), or scan each slot range at its leader (issue 28)", c, g.spec.ID)}
+			return kv.Result{}, s, &ReplyError{fmt.Sprintf("ERR a keyspace scan (KEYS, SCAN, KEFIR.SCAN) at level %s needs this node to lead every group, and it does not lead group %d: read at a follower-served level (READONLY, KEFIR.CONSISTENCY eventual), or scan each slot range at its leader (issue 28)", c, g.spec.ID)}
 		}
 		if err != nil {
-			return kv.Result{}, err
+			return kv.Result{}, s, err
 		}
+		res.Group = g.spec.gid()
+		after = after.AfterRead(res)
 		out.Kind = res.Kind
-		out.Version = max(out.Version, res.Version)
 		t := g.table()
 		for i := 0; i+1 < len(res.Array); i += 2 {
 			// A group's engine may hold keys of slots it does not serve
@@ -343,34 +414,36 @@ func (m *Multi) scan(ctx context.Context, op kv.Op, c level.Consistency) (kv.Res
 	for _, p := range all {
 		out.Array = append(out.Array, p.k, p.v)
 	}
-	return out, nil
+	return out, after, nil
 }
 
 // ReadPaths are the hosted groups' (one engine).
 func (m *Multi) ReadPaths() shard.ReadPaths { return m.paths }
 
-// ReadKey reads key at the group that owns its slot.
-func (m *Multi) ReadKey(key []byte, c level.Consistency, _ shard.Session) ([]byte, uint64, bool, error) {
+// ReadKey reads key at the group that owns its slot. Its version names no
+// group, so the front door does not take it (ReadPaths.Key is false).
+func (m *Multi) ReadKey(key []byte, c level.Consistency, s shard.Session) ([]byte, uint64, bool, error) {
 	op := kv.Op{Kind: kv.KindGet, Key: key}
 	g, slot, err := m.route(&op)
 	if err != nil {
 		return nil, 0, false, err
 	}
-	v, ver, found, err := g.h.Replica.ReadKey(key, c, shard.Session{})
+	v, ver, found, err := g.h.Replica.ReadKey(key, c, g.session(s))
 	return v, ver, found, m.refusal(err, slot, g.spec.ID)
 }
 
 // ReadDeferred is Read's deferred path at the owning group.
 func (m *Multi) ReadDeferred(ctx context.Context, op kv.Op, c level.Consistency, s shard.Session) (kv.Result, shard.Pending, error) {
 	if op.Kind == kv.KindScan {
-		res, err := m.scan(ctx, op, c)
+		res, err := m.scanRead(ctx, op, c, s)
 		return res, shard.Pending{}, err
 	}
 	g, slot, err := m.route(&op)
 	if err != nil {
 		return kv.Result{}, shard.Pending{}, err
 	}
-	res, p, err := g.h.Replica.ReadDeferred(ctx, op, c, shard.Session{})
+	res, p, err := g.h.Replica.ReadDeferred(ctx, op, c, g.session(s))
+	res.Group = g.spec.gid()
 	return res, p, m.refusal(err, slot, g.spec.ID)
 }
 
@@ -383,14 +456,20 @@ func (m *Multi) TryRead(op kv.Op, c level.Consistency) (kv.Result, bool) {
 	if err != nil {
 		return kv.Result{}, false
 	}
-	return g.h.Replica.TryRead(op, c)
+	res, ok := g.h.Replica.TryRead(op, c)
+	res.Group = g.spec.gid()
+	return res, ok
 }
 
-// CheckConsistency refuses the levels whose session token would have to
-// span groups; the others are the hosted groups'.
+// CheckConsistency refuses cross-client-monotonic reads across groups; the
+// other levels are the hosted groups'. Cross-client-monotonic promises
+// sequential consistency, a single order of every client's operations, and
+// each group orders only its own: two groups' orders do not compose into
+// one without something that orders across them (docs/design/cluster.md §8).
+// Sessions do compose: each keeps its own position per group's log.
 func (m *Multi) CheckConsistency(c level.Consistency) error {
-	if len(m.smap().Groups) > 1 && (c.Kind == level.Session || c.Kind == level.CrossClientMonotonic) {
-		return fmt.Errorf("%s reads are not supported yet in a cluster of several groups (a session token names one group's log; issue 28)", c)
+	if len(m.smap().Groups) > 1 && c.Kind == level.CrossClientMonotonic {
+		return fmt.Errorf("%s reads are not supported yet in a cluster of several groups (sequential consistency does not compose across groups' logs; issue 28)", c)
 	}
 	return m.local[0].h.Replica.CheckConsistency(c)
 }
@@ -498,21 +577,24 @@ func (m *Multi) NilextTakeBatch(_ context.Context, ups []NilextDirect) ([]Nilext
 // ScanSlot visits the keys of slot in its group's state at level c, in key
 // order, until visit returns false. Keys are stored by key, not by slot, so
 // this reads every key of the group (CLUSTER COUNTKEYSINSLOT and
-// GETKEYSINSLOT: O(the group's keys), as docs/cluster.md says).
-func (m *Multi) ScanSlot(ctx context.Context, slot uint16, c level.Consistency, visit func(key []byte) bool) error {
+// GETKEYSINSLOT: O(the group's keys), as docs/cluster.md says). At level
+// session the group's replica waits for the session's part there (s); the
+// listing advances no session (it returns keys, not what it read).
+func (m *Multi) ScanSlot(ctx context.Context, slot uint16, c level.Consistency, s shard.Session, visit func(key []byte) bool) error {
 	g, err := m.routeSlot(slot)
 	if err != nil {
 		return err
 	}
-	return ScanSlot(ctx, g.h.Replica, slot, c, visit)
+	return ScanSlot(ctx, g.h.Replica, slot, c, g.session(s), visit)
 }
 
-// ScanSlot visits the keys of slot that rep holds, in key order, at level c,
-// until visit returns false: a scan of every key of rep, filtered by slot.
-func ScanSlot(ctx context.Context, rep shard.Replica, slot uint16, c level.Consistency, visit func(key []byte) bool) error {
+// ScanSlot visits the keys of slot that rep holds, in key order, at level c
+// for session s (rep's own part of it), until visit returns false: a scan of
+// every key of rep, filtered by slot.
+func ScanSlot(ctx context.Context, rep shard.Replica, slot uint16, c level.Consistency, s shard.Session, visit func(key []byte) bool) error {
 	var start []byte
 	for {
-		res, err := rep.Read(ctx, kv.Op{Kind: kv.KindScan, Key: start, Limit: scanPage}, c, shard.Session{})
+		res, err := rep.Read(ctx, kv.Op{Kind: kv.KindScan, Key: start, Limit: scanPage}, c, s)
 		if err != nil {
 			return withSlot(err, slot)
 		}

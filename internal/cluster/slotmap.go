@@ -53,6 +53,11 @@ func NewSlotMap(epoch uint64, groups []GroupSpec) (*SlotMap, error) {
 		if g.ID == 0 {
 			return nil, errors.New("slot map: group id 0 (ids are positive)")
 		}
+		if g.ID > math.MaxUint32 {
+			// A result and a session token name a group in 32 bits
+			// (kv.Result.Group, shard.GroupPos).
+			return nil, fmt.Errorf("slot map: group id %d is above %d", g.ID, uint32(math.MaxUint32))
+		}
 		if i > 0 && m.Groups[i-1].ID == g.ID {
 			return nil, fmt.Errorf("slot map: group %d listed twice", g.ID)
 		}

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 )
 
 // mem is a store for the tests: key → value at a version; a deletion is a
@@ -431,5 +432,13 @@ func BenchmarkApply(b *testing.B) {
 				b.Fatalf("%d records for %d ops", n, b.N)
 			}
 		})
+	}
+}
+
+// A Result is copied into every request's reply slot: Group (a node of
+// several groups) lives in padding and must not make it larger.
+func TestResultSize(t *testing.T) {
+	if n := unsafe.Sizeof(Result{}); unsafe.Sizeof(uintptr(0)) == 8 && n != 88 {
+		t.Fatalf("unsafe.Sizeof(kv.Result{}) = %d, want 88", n)
 	}
 }

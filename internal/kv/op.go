@@ -170,6 +170,12 @@ type Result struct {
 	// reused (versions.go).
 	View      uint64
 	ViewKnown bool
+	// Group is the replica group that produced the result on a node of
+	// several groups (cluster.Multi sets it), 0 elsewhere: a session token
+	// keeps one position per group's log (shard.Session.AfterRead). It
+	// sits in ViewKnown's padding: a Result is no larger for it
+	// (TestResultSize).
+	Group uint32
 }
 
 // Errors an operation itself produces: outcomes of the op, equal on every

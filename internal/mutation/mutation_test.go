@@ -23,6 +23,7 @@ var gatedPackages = map[string][]string{
 	"../storage":     nil,
 	"../shard":       {"tornMultiReads", "staleHashMeta", "betweenKeys"},
 	"../server":      nil,
+	"../cluster":     nil,
 }
 
 // notMutations are bool fields of a mutations struct that are not bugs but a

@@ -351,9 +351,9 @@ func (c *conn) keysInSlot(sub string, args [][]byte) error {
 		return true
 	}
 	if c.srv.multi != nil {
-		err = c.srv.multi.ScanSlot(context.Background(), uint16(slot), c.cons, visit)
+		err = c.srv.multi.ScanSlot(context.Background(), uint16(slot), c.cons, c.sess, visit)
 	} else {
-		err = cluster.ScanSlot(context.Background(), c.srv.shard, uint16(slot), c.cons, visit)
+		err = cluster.ScanSlot(context.Background(), c.srv.shard, uint16(slot), c.cons, c.sess, visit)
 	}
 	if errors.Is(err, cluster.ErrNotLeader) {
 		// The slot's group is led elsewhere: its leader counts (or a

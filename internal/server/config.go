@@ -481,8 +481,8 @@ func (c Config) validateGroups(known map[uint64]bool) error {
 	if c.Nilext {
 		return errors.New("config: --nilext is not supported yet with --groups (the fast path does not span groups)")
 	}
-	if k := c.Consistency.Kind; k == level.Session || k == level.CrossClientMonotonic {
-		return fmt.Errorf("config: --consistency %s is not supported yet with --groups (a session token names one group's log)", c.Consistency)
+	if c.Consistency.Kind == level.CrossClientMonotonic {
+		return fmt.Errorf("config: --consistency %s is not supported yet with --groups (sequential consistency does not compose across groups' logs)", c.Consistency)
 	}
 	hosted := false
 	for _, g := range c.Groups {

@@ -913,7 +913,7 @@ func (c *conn) read(spec *command.Spec, args [][]byte, o callOpts) error {
 	if o.session {
 		sess = o.sess
 	}
-	res, p, err := c.readPath(op, cons, sess)
+	res, after, p, err := c.readPath(op, cons, sess)
 	if errors.Is(err, errWouldWait) {
 		c.wouldWait = true
 		return nil
@@ -928,11 +928,11 @@ func (c *conn) read(spec *command.Spec, args [][]byte, o callOpts) error {
 		return err
 	}
 	c.pending = c.pending.Merge(p)
-	if o.session {
+	if o.session { // sess is o.sess
 		_ = c.w.WriteArrayHeader(2)
-		_ = c.w.WriteBulkString(o.sess.AfterRead(res).String())
-	} else {
-		c.sess = c.sess.AfterRead(res)
+		_ = c.w.WriteBulkString(after.String())
+	} else { // sess is c.sess
+		c.sess = after
 	}
 	if hget {
 		c.writeNullable(res.Array[0])

@@ -70,7 +70,10 @@ func (c *conn) writeForwarded(fc *cluster.Call, cmd int, session bool, _ replySh
 		_ = c.w.WriteArrayHeader(2)
 		_ = c.w.WriteBulkString(fc.NewSess.String())
 	} else if fc.Err == nil {
-		c.sess = fc.NewSess
+		// Merged, not replaced: the token went out before the batch's
+		// local writes (another group's, on a node of several) advanced
+		// the connection's.
+		c.sess = c.sess.Merge(fc.NewSess)
 	}
 	if fc.Err != nil {
 		c.writeErr(fc.Err)
@@ -107,7 +110,7 @@ func (c *conn) forwardRead(args [][]byte, cons level.Consistency, sess shard.Ses
 		_ = c.w.WriteArrayHeader(2)
 		_ = c.w.WriteBulkString(fc.NewSess.String())
 	} else {
-		c.sess = fc.NewSess
+		c.sess = c.sess.Merge(fc.NewSess)
 	}
 	if fc.Reply.Kind == resp.Null && bytes.Equal(args[0], kefirExecROName) {
 		return c.w.WriteNullArray() // an EXEC's null is an array's (writeForwarded)

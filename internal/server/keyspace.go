@@ -126,14 +126,21 @@ var errWouldWait = errors.New("read would wait")
 // readPath runs one kv read at cons by the replica's cheapest path: inline
 // (TryRead; errWouldWait if it would wait), deferred (ReadDeferred: the
 // reply may be held with the batch's, p) or plain Read. The one place
-// read and readMore choose it.
-func (c *conn) readPath(op kv.Op, cons level.Consistency, sess shard.Session) (res kv.Result, p shard.Pending, err error) {
+// read and readMore choose it. after is sess advanced by the read.
+//
+// A keyspace scan on a node of several groups reads every group, and one
+// result cannot advance every group's part of the session: it goes to
+// cluster.Multi.Scan, which returns the advanced session.
+func (c *conn) readPath(op kv.Op, cons level.Consistency, sess shard.Session) (res kv.Result, after shard.Session, p shard.Pending, err error) {
 	switch {
 	case c.inline:
 		var ok bool
 		if res, ok = c.srv.shard.TryRead(op, cons); !ok {
-			return res, p, errWouldWait
+			return res, sess, p, errWouldWait
 		}
+	case op.Kind == kv.KindScan && c.srv.multi != nil:
+		res, after, err = c.srv.multi.Scan(context.Background(), op, cons, sess)
+		return res, after, p, err
 	case c.srv.reads.Deferred:
 		// A read of a value the leader's log holds but has not made durable
 		// is answered now and its reply held with the batch's (release), so
@@ -142,18 +149,23 @@ func (c *conn) readPath(op kv.Op, cons level.Consistency, sess shard.Session) (r
 	default:
 		res, err = c.srv.shard.Read(context.Background(), op, cons, sess)
 	}
-	return res, p, err
+	if err != nil {
+		return res, sess, p, err
+	}
+	return res, sess.AfterRead(res), p, nil
 }
 
 // readOp runs one kv read as readPath does, merging a deferred read's
 // pending wait into the connection's and advancing the session.
 func (c *conn) readOp(op kv.Op, cons level.Consistency, sess shard.Session, session *shard.Session) (kv.Result, error) {
-	res, p, err := c.readPath(op, cons, sess)
+	res, after, p, err := c.readPath(op, cons, sess)
 	if err != nil {
 		return res, err
 	}
 	c.pending = c.pending.Merge(p)
-	*session = session.AfterRead(res)
+	// Merged: every op of the command read at sess, and *session holds
+	// what the earlier ones advanced.
+	*session = session.Merge(after)
 	return res, nil
 }
 

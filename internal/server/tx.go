@@ -169,7 +169,7 @@ func (c *conn) watch(args [][]byte, o callOpts) error {
 	if c.awaitTxWriters(op.Keys); c.wouldWait {
 		return nil // a commit in flight writes a watched key: a worker waits for it
 	}
-	res, p, err := c.readPath(op, cons, c.sess)
+	res, after, p, err := c.readPath(op, cons, c.sess)
 	switch {
 	case errors.Is(err, errWouldWait):
 		c.wouldWait = true
@@ -197,12 +197,12 @@ func (c *conn) watch(args [][]byte, o callOpts) error {
 		for _, e := range fc.Reply.Elems {
 			seen = append(seen, e.Str)
 		}
-		c.sess = fc.NewSess
+		c.sess = c.sess.Merge(fc.NewSess)
 	case err != nil:
 		return err
 	default:
 		c.pending = c.pending.Merge(p)
-		c.sess = c.sess.AfterRead(res)
+		c.sess = after
 		seen = res.Array
 	}
 	for i, k := range args[1:] {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"reflect"
 	"testing"
 	"time"
 
@@ -162,7 +163,7 @@ func TestSessionTokenFormats(t *testing.T) {
 	} {
 		tok := s.String()
 		got, err := shard.ParseSession(tok)
-		if err != nil || got != s {
+		if err != nil || !reflect.DeepEqual(got, s) {
 			t.Fatalf("%+v -> %q -> %+v, %v", s, tok, got, err)
 		}
 	}
