@@ -67,7 +67,8 @@ type summary struct {
 	join     float64 // seconds from n2's start to its "normal"
 	snapshot float64 // seconds from n2's start to its restored snapshot (0: none logged)
 	// The 1-second buckets before the join (the chain of two left by the
-	// kill), overlapping it, and after it (the chain of three again).
+	// kill), overlapping it (up to settle after its end), and after that
+	// (the chain of three again).
 	before, during, after []float64
 	medBefore, medAfter   float64
 	minDuring             float64
@@ -77,7 +78,7 @@ type summary struct {
 	// the start of the round (closed loop).
 	ratioAfter float64
 	// stallMs: the longest run of the timeline's fine buckets (100 ms) with
-	// no operation completed, from the join's start to its end.
+	// no operation completed, from the join's start to settle after its end.
 	stallMs          float64
 	maxLatMs, p999Ms float64
 }
@@ -102,8 +103,15 @@ func seconds(tl []bucket) []bucket {
 	return out
 }
 
+// settle is how long after the joiner reports "normal" the join still counts:
+// the FLUSH that ends it makes the head fail its writes in flight and close
+// those clients' connections (docs/design/chain.md, "Joins under load"), and
+// the clients' reconnections and retries land in the next second or two.
+const settle = 2.0
+
 // summarise splits the 1-second timeline: a bucket is "during" if it
-// overlaps the join at all, so a dip anywhere in the join counts against it.
+// overlaps the join (to settle seconds after its end) at all, so a dip
+// anywhere in it counts against it.
 func summarise(r *run) summary {
 	var s summary
 	s.join = r.JoinEnd - r.JoinStart
@@ -115,7 +123,7 @@ func summarise(r *run) summary {
 		switch {
 		case b.End <= r.JoinStart:
 			s.before = append(s.before, b.Rate)
-		case start >= r.JoinEnd:
+		case start >= r.JoinEnd+settle:
 			s.after = append(s.after, b.Rate)
 		default:
 			s.during = append(s.during, b.Rate)
@@ -133,7 +141,7 @@ func summarise(r *run) summary {
 	s.ratioMin, s.ratioAfter = s.minDuring/s.medBefore, s.medAfter/expect
 	run := 0.0
 	for _, b := range r.Bench.Timeline {
-		if b.End <= r.JoinStart || b.End-b.Seconds >= r.JoinEnd {
+		if b.End <= r.JoinStart || b.End-b.Seconds >= r.JoinEnd+settle {
 			continue
 		}
 		if b.Ops == 0 {
@@ -171,7 +179,7 @@ func levelName(r *run) string {
 }
 
 func writeTable(w io.Writer, runs []*run) {
-	fmt.Fprintln(w, "| Round | Level | Load avg (1/5/15 min) | Join (snapshot restored at) | Before, R=2: median ops/s | During: min 1-s bucket (buckets) | **min ÷ before** | Longest stall in the join | After, R=3: median | after ÷ expected (the rate; R=3's max) | Longest op in the run (p99.9) |")
+	fmt.Fprintln(w, "| Round | Level | Load avg (1/5/15 min) | Join (snapshot restored at) | Before, R=2: median ops/s | During (to 2 s after): min 1-s bucket (buckets) | **min ÷ before** | Longest stall (no op in 100 ms buckets) | After, R=3: median | after ÷ expected (the rate; R=3's max) | Longest op in the run (p99.9) |")
 	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 	for _, r := range runs {
 		s := summarise(r)
