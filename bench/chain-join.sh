@@ -131,6 +131,21 @@ heal() {
 	sleep 2
 }
 
+# sample CLIENT_PID: every 0.5 s, each member's and the client's CPU time so
+# far (utime + stime, clock ticks) as "UNIX_TIME NAME TICKS" lines in
+# $WORK/cpu, while $WORK/sampling exists: who takes the 2 cores during a join.
+sample() {
+	local t i p
+	while [ -e "$WORK/sampling" ]; do
+		t=$(now)
+		for i in 1 2 3 client; do
+			if [ "$i" = client ]; then p=$1; else p=$(cat "$WORK/pid/n$i"); fi
+			awk -v t="$t" -v n="$i" '{print t, n, $14 + $15}' "/proc/$p/stat" 2>/dev/null >>"$WORK/cpu" || true
+		done
+		sleep 0.5
+	done
+}
+
 # run ROUND LEVEL RATE MAX: one run with n2's join; writes $OUT/run-ROUND-LEVEL.json.
 run() {
 	local round=$1 level=$2 rate=$3 max=$4
@@ -149,6 +164,10 @@ run() {
 		--clients "$CLIENTS" --rate "$rate" --warmup 2s --duration "${DUR}s" --json --progress=false --interval 100ms \
 		>"$WORK/bench.json" 2>"$WORK/bench.err" &
 	local bpid=$!
+	: >"$WORK/cpu"
+	touch "$WORK/sampling"
+	sample "$bpid" &
+	local spid=$!
 	sleep $((JOIN_AT + 2))
 	local start end="" st
 	start=$(now)
@@ -162,6 +181,8 @@ run() {
 		sleep 0.1
 	done
 	wait "$bpid" || echo "kefir bench: $(tail -3 "$WORK/bench.err")" >&2
+	rm -f "$WORK/sampling"
+	wait "$spid" || true
 	# The master's "joining" and the joiner's "restored snapshot" lines, for
 	# the record (their log times are UTC, RFC 3339).
 	local mj snap
@@ -171,7 +192,9 @@ run() {
 		printf '{"round": %s, "level": "%s", "target_rate": %s, "max_rate": %s, "load_avg": "%s",\n' \
 			"$round" "$level" "$rate" "$max" "$load"
 		printf ' "killed_unix": %s, "join_start_unix": %s, "join_end_unix": %s,\n' "$killed" "$start" "${end:-0}"
-		printf ' "master_joining": "%s", "snapshot_restored": "%s",\n "bench": ' "$mj" "$snap"
+		printf ' "master_joining": "%s", "snapshot_restored": "%s",\n' "$mj" "$snap"
+		printf ' "clk_tck": %s, "cpu": [%s],\n "bench": ' "$(getconf CLK_TCK)" \
+			"$(awk '{printf "%s[%s, \"%s\", %s]", (NR > 1 ? ", " : ""), $1, $2, $3}' "$WORK/cpu")"
 		cat "$WORK/bench.json"
 		printf '}\n'
 	} >"$out"

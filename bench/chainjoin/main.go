@@ -39,7 +39,11 @@ type run struct {
 	JoinEnd    float64 `json:"join_end_unix"`
 	MasterJoin string  `json:"master_joining"`
 	Snapshot   string  `json:"snapshot_restored"`
-	Bench      struct {
+	// CPU: [unix time, "1".."3" or "client", CPU ticks so far] samples,
+	// every 0.5 s, of each member's process and kefir bench's.
+	ClkTck float64              `json:"clk_tck"`
+	CPU    [][3]json.RawMessage `json:"cpu"`
+	Bench  struct {
 		Run struct {
 			Ops        int64   `json:"ops"`
 			Errors     int64   `json:"errors"`
@@ -158,6 +162,61 @@ func summarise(r *run) summary {
 	return s
 }
 
+// cpuCores is each process's CPU use, in cores, over [from, to]: the first
+// and last samples inside it. A process restarted in the window (the
+// joiner) counts from its first sample.
+func cpuCores(r *run, from, to float64) map[string]float64 {
+	type sample struct{ t, ticks float64 }
+	first, last := map[string]sample{}, map[string]sample{}
+	for _, c := range r.CPU {
+		var t, ticks float64
+		var name string
+		if json.Unmarshal(c[0], &t) != nil || json.Unmarshal(c[1], &name) != nil || json.Unmarshal(c[2], &ticks) != nil {
+			continue
+		}
+		if t < from || t > to {
+			continue
+		}
+		if f, ok := first[name]; !ok || ticks < f.ticks {
+			first[name] = sample{t, ticks} // a restarted process counts from 0 again
+		}
+		last[name] = sample{t, ticks}
+	}
+	out := map[string]float64{}
+	for name, f := range first {
+		l := last[name]
+		if l.t > f.t && r.ClkTck > 0 {
+			out[name] = (l.ticks - f.ticks) / r.ClkTck / (l.t - f.t)
+		}
+	}
+	return out
+}
+
+// cpuCell prints each process's CPU before the join and during it.
+func cpuCell(r *run) string {
+	if len(r.CPU) == 0 {
+		return "not sampled"
+	}
+	before := cpuCores(r, r.JoinStart-8, r.JoinStart)
+	during := cpuCores(r, r.JoinStart, r.JoinEnd+settle)
+	var parts []string
+	for _, n := range []string{"1", "2", "3", "client"} {
+		name := n
+		if n != "client" {
+			name = "n" + n
+		}
+		b, d := "–", "–"
+		if v, ok := before[n]; ok {
+			b = fmt.Sprintf("%.2f", v)
+		}
+		if v, ok := during[n]; ok {
+			d = fmt.Sprintf("%.2f", v)
+		}
+		parts = append(parts, fmt.Sprintf("%s %s→%s", name, b, d))
+	}
+	return strings.Join(parts, ", ")
+}
+
 func median(xs []float64) float64 {
 	if len(xs) == 0 {
 		return math.NaN()
@@ -179,8 +238,8 @@ func levelName(r *run) string {
 }
 
 func writeTable(w io.Writer, runs []*run) {
-	fmt.Fprintln(w, "| Round | Level | Load avg (1/5/15 min) | Join (snapshot restored at) | Before, R=2: median ops/s | During (to 2 s after): min 1-s bucket (buckets) | **min ÷ before** | Longest stall (no op in 100 ms buckets) | After, R=3: median | after ÷ expected (the rate; R=3's max) | Longest op in the run (p99.9) |")
-	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+	fmt.Fprintln(w, "| Round | Level | Load avg (1/5/15 min) | Join (snapshot restored at) | Before, R=2: median ops/s | During (to 2 s after): min 1-s bucket (buckets) | **min ÷ before** | Longest stall (no op in 100 ms buckets) | After, R=3: median | after ÷ expected (the rate; R=3's max) | Longest op in the run (p99.9) | CPU in cores, before → during the join |")
+	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 	for _, r := range runs {
 		s := summarise(r)
 		snap := "none logged"
@@ -191,9 +250,9 @@ func writeTable(w io.Writer, runs []*run) {
 		if s.stallMs > 0 {
 			stall = fmt.Sprintf("%.0f ms", s.stallMs)
 		}
-		fmt.Fprintf(w, "| %d | %s | %s | %.1f s (%s) | %.0f | %.0f (%d) | **%.2f** | %s | %.0f | %.2f | %.0f ms (%.0f ms) |\n",
+		fmt.Fprintf(w, "| %d | %s | %s | %.1f s (%s) | %.0f | %.0f (%d) | **%.2f** | %s | %.0f | %.2f | %.0f ms (%.0f ms) | %s |\n",
 			r.Round, levelName(r), r.Load, s.join, snap, s.medBefore, s.minDuring, len(s.during), s.ratioMin,
-			stall, s.medAfter, s.ratioAfter, s.maxLatMs, s.p999Ms)
+			stall, s.medAfter, s.ratioAfter, s.maxLatMs, s.p999Ms, cpuCell(r))
 	}
 }
 
