@@ -37,6 +37,7 @@ type benchFlags struct {
 	json, tls, insecure     bool
 	seed                    uint64
 	progress                bool
+	interval                time.Duration
 }
 
 const benchUsage = `Usage: kefir bench [options]
@@ -45,7 +46,7 @@ Runs a YCSB workload against a running Kefir node or replica group with Kefir's 
 client, prints a progress line every second (ops/s in that second, p50 and p99 of
 the run so far) on stderr, then throughput and latency percentiles per operation
 type on stdout (HDR-style histograms: every percentile within 0.1 % of the true
-latency), or JSON with --json.
+latency), or JSON with --json (with the run's timeline: each progress bucket, dated).
 
 Workloads (YCSB's core workloads, zipfian θ = 0.99 unless said):
   a  50% read, 50% update               b  95% read, 5% update
@@ -93,7 +94,8 @@ func parseBenchFlags(args []string, getenv func(string) string, stderr io.Writer
 	fs.BoolVar(&f.tls, "tls", false, "connect with TLS")
 	fs.BoolVar(&f.insecure, "tls-insecure", false, "with --tls, do not verify the server certificate")
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of the key and operation choices")
-	fs.BoolVar(&f.progress, "progress", true, "print a progress line every second on stderr")
+	fs.BoolVar(&f.progress, "progress", true, "print a progress line every --interval on stderr")
+	fs.DurationVar(&f.interval, "interval", time.Second, "width of a progress line's bucket, and of a --json timeline's")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, benchUsage)
 		fs.PrintDefaults()
@@ -125,6 +127,8 @@ func parseBenchFlags(args []string, getenv func(string) string, stderr io.Writer
 		return nil, fmt.Errorf("--pool %d: want at least 1", f.pool)
 	case f.duration <= 0:
 		return nil, fmt.Errorf("--duration %v: want a positive duration", f.duration)
+	case f.interval < time.Millisecond:
+		return nil, fmt.Errorf("--interval %v: want at least 1ms", f.interval)
 	case f.warmup < 0:
 		return nil, fmt.Errorf("--warmup %v: want 0 or a positive duration", f.warmup)
 	case *records < 1:
@@ -164,6 +168,22 @@ type benchReport struct {
 	Interrupted bool          `json:"interrupted,omitempty"`
 	Load        *ycsb.Result  `json:"load,omitempty"`
 	Run         *ycsb.Result  `json:"run"`
+	// Timeline is the run's throughput bucket by bucket (--interval each),
+	// the progress lines' figures, dated by the wall clock so that a script
+	// can line them up with events outside the run (a member killed, a join
+	// logged).
+	Timeline []benchBucket `json:"timeline,omitempty"`
+}
+
+// benchBucket is one --interval of the run.
+type benchBucket struct {
+	// End is when the bucket closed, Unix time in seconds; Seconds its width.
+	End     float64 `json:"end_unix"`
+	Seconds float64 `json:"seconds"`
+	Ops     int64   `json:"ops"`
+	// Errors is the run's errors so far, as the progress line's.
+	Errors    int64   `json:"errors_so_far"`
+	OpsPerSec float64 `json:"ops_per_sec"`
 }
 
 func runBench(args []string, stdout, stderr io.Writer) error {
@@ -229,14 +249,26 @@ func bench(ctx context.Context, f *benchFlags, stdout, stderr io.Writer) error {
 		rep.Load = res
 		fmt.Fprintf(stderr, "loaded %d records in %.1f s (%.0f inserts/s)\n", res.Ops, res.Seconds, res.Throughput)
 	}
-	rc := ycsb.Config{Clients: f.clients, Target: f.rate, Warmup: f.warmup, Duration: f.duration, Seed: f.seed}
-	if f.progress {
+	rc := ycsb.Config{Clients: f.clients, Target: f.rate, Warmup: f.warmup, Duration: f.duration, Seed: f.seed,
+		ProgressEvery: f.interval}
+	// One mechanism for both: the runner's progress calls are the lines on
+	// stderr and, with --json, the timeline (Run returns after the last call).
+	var timeline []benchBucket
+	if f.progress || f.json {
 		rc.Progress = func(p ycsb.Progress) {
-			fmt.Fprintf(stderr, "%6.1fs  %9.0f ops/s  p50 %s  p99 %s  errors %d\n", p.Elapsed.Seconds(),
-				float64(p.IntervalOps)/p.Interval.Seconds(), fmtUs(p.P50Us), fmtUs(p.P99Us), p.Errors)
+			rate := float64(p.IntervalOps) / p.Interval.Seconds()
+			if f.json {
+				timeline = append(timeline, benchBucket{End: float64(p.At.UnixMicro()) / 1e6,
+					Seconds: p.Interval.Seconds(), Ops: p.IntervalOps, Errors: p.Errors, OpsPerSec: rate})
+			}
+			if f.progress {
+				fmt.Fprintf(stderr, "%6.1fs  %9.0f ops/s  p50 %s  p99 %s  errors %d\n", p.Elapsed.Seconds(),
+					rate, fmtUs(p.P50Us), fmtUs(p.P99Us), p.Errors)
+			}
 		}
 	}
 	res, runErr := ycsb.Run(ctx, f.workload, drv.NewDB, rc)
+	rep.Timeline = timeline
 	if res == nil {
 		return runErr
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"math"
 	"regexp"
 	"strings"
 	"testing"
@@ -49,6 +50,7 @@ func TestBenchRefusesBadFlags(t *testing.T) {
 		{[]string{"--consistency", "strongest"}, "--consistency"},
 		{[]string{"--durability", "maybe"}, "--durability"},
 		{[]string{"--pool", "0"}, "--pool"},
+		{[]string{"--interval", "0s"}, "--interval"},
 		{[]string{"--tls-insecure"}, "--tls"},
 		{[]string{"a"}, "unexpected argument"},
 	} {
@@ -117,7 +119,14 @@ func TestBenchRunsAWorkloadAgainstANodeAndPrintsJSON(t *testing.T) {
 				Max      float64 `json:"max_us"`
 			} `json:"per_op"`
 		} `json:"run"`
+		Timeline []struct {
+			End       float64 `json:"end_unix"`
+			Seconds   float64 `json:"seconds"`
+			Ops       int64   `json:"ops"`
+			OpsPerSec float64 `json:"ops_per_sec"`
+		} `json:"timeline"`
 	}
+	ended := float64(time.Now().UnixMicro()) / 1e6
 	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
 		t.Fatalf("%v: %s", err, stdout.String())
 	}
@@ -147,6 +156,14 @@ func TestBenchRunsAWorkloadAgainstANodeAndPrintsJSON(t *testing.T) {
 	if n := len(progressLine.FindAllString(stderr.String(), -1)); n != 1 {
 		t.Errorf("%d progress lines in a 1.5 s run, want 1 (one a second):\n%s", n, stderr.String())
 	}
+	// The timeline is the progress lines' buckets, dated: one second's, closed
+	// within the run, its operations a part of the run's.
+	if len(rep.Timeline) != 1 {
+		t.Errorf("timeline %+v: want one bucket (one a second)", rep.Timeline)
+	} else if b := rep.Timeline[0]; b.Seconds < 0.9 || b.Seconds > 1.5 || b.Ops < 1 || b.Ops > r.Ops ||
+		b.End > ended || b.End < ended-5 || math.Abs(b.OpsPerSec-float64(b.Ops)/b.Seconds) > 1 {
+		t.Errorf("timeline bucket %+v (run %d ops, ended by %.3f)", b, r.Ops, ended)
+	}
 
 	// The same without --json: a table with a row per operation type.
 	stdout.Reset()
@@ -168,7 +185,7 @@ func TestBenchHonoursTheRate(t *testing.T) {
 	addr := startBenchNode(t)
 	var stdout, stderr bytes.Buffer
 	code := run([]string{"bench", "--addr", addr, "--load", "--records", "200", "--value-size", "100",
-		"--workload", "c", "--clients", "2", "--duration", "1s", "--rate", "150", "--json", "--progress=false"}, &stdout, &stderr)
+		"--workload", "c", "--clients", "2", "--duration", "1s", "--rate", "150", "--json", "--progress=false", "--interval", "250ms"}, &stdout, &stderr)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
@@ -179,6 +196,9 @@ func TestBenchHonoursTheRate(t *testing.T) {
 			Ops     int64   `json:"ops"`
 			Backlog int64   `json:"backlog"`
 		} `json:"run"`
+		Timeline []struct {
+			Ops int64 `json:"ops"`
+		} `json:"timeline"`
 	}
 	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
 		t.Fatalf("%v: %s", err, stdout.String())
@@ -194,6 +214,18 @@ func TestBenchHonoursTheRate(t *testing.T) {
 	}
 	if progressLine.MatchString(stderr.String()) {
 		t.Errorf("--progress=false printed progress: %s", stderr.String())
+	}
+	// --interval 250ms: the timeline still comes with --json, in quarter
+	// seconds (the fourth may fall just after the window closed), each about a
+	// quarter of the rate.
+	if n := len(rep.Timeline); n < 3 || n > 4 {
+		t.Errorf("timeline %+v: want 3–4 buckets of 250 ms", rep.Timeline)
+	}
+	for _, b := range rep.Timeline {
+		if b.Ops < 20 || b.Ops > 60 {
+			t.Errorf("timeline %+v: a 250 ms bucket at 150 ops/s should hold about 37", rep.Timeline)
+			break
+		}
 	}
 }
 

@@ -47,8 +47,11 @@ type Config struct {
 
 // Progress is the measurement so far, for Config.Progress.
 type Progress struct {
-	// Elapsed is the time since the measured window began.
+	// Elapsed is the time since the measured window began; At is when this
+	// interval closed, on the wall clock (for lining the intervals up with
+	// events outside the run).
 	Elapsed time.Duration
+	At      time.Time
 	// Ops and Errors count operations completed in the window so far.
 	Ops, Errors int64
 	// IntervalOps is how many of them completed since the previous call, in Interval.
@@ -230,7 +233,7 @@ func reportProgress(cfg Config, all []*clientStats, measureFrom, end time.Time, 
 				return
 			}
 			ops, errs, h := snapshot(all)
-			cfg.Progress(Progress{Elapsed: now.Sub(measureFrom), Ops: ops, Errors: errs,
+			cfg.Progress(Progress{Elapsed: now.Sub(measureFrom), At: now, Ops: ops, Errors: errs,
 				IntervalOps: ops - lastOps, Interval: now.Sub(last),
 				P50Us: float64(h.ValueAtQuantile(50)) / 1e3, P99Us: float64(h.ValueAtQuantile(99)) / 1e3})
 			lastOps, last = ops, now

@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# A6 (digest 002 §6.3, issue 30): a chain member against the RPC ceiling of
+# the same stack (docs/design/chain.md, "M against the RPC ceiling (A6)").
+#
+# The thesis compares Flex-KV's memory-only member "M" with a null RPC on the
+# same stack. On the host a memory-only member is not selectable (every member
+# is a log under SU), so the closest is measured: a chain of one
+# (kefir server --engine chain) whose GETs are served from its state (no log
+# write; linearizable at the head, which with no write in flight is served at
+# once) and whose SETs are fsynced. The null RPC is PING through the same RESP
+# front door, from the same client (redis-benchmark), with the same
+# connections and pipelining. The server runs on CPU 0 and redis-benchmark on
+# CPU 1 (taskset), as digest 002 §6.2 asks for the CPU-bound experiments; each
+# round runs PING, GET and SET one after another, and GET on a node that
+# replicates nothing (for reference), in an order rotated from round to round,
+# because the machine is shared; ratios are taken within a round.
+#
+# Usage: bench/chain-m-vs-ping.sh [-p BASE_PORT] [-n REQUESTS] [-c CLIENTS] [-r ROUNDS] [-b KEFIR_BINARY]
+#   Ports BASE (client), BASE+10 (peer), BASE+20 (admin); the unreplicated
+#   node BASE+1 (client), BASE+21 (admin).
+#   Prints one line per round and test, then a Markdown table of medians.
+set -euo pipefail
+
+BASE=41100
+N=200000
+CLIENTS=50
+ROUNDS=3
+BIN=
+while getopts "p:n:c:r:b:" o; do
+	case $o in
+	p) BASE=$OPTARG ;;
+	n) N=$OPTARG ;;
+	c) CLIENTS=$OPTARG ;;
+	r) ROUNDS=$OPTARG ;;
+	b) BIN=$OPTARG ;;
+	*) exit 2 ;;
+	esac
+done
+WORK=$(mktemp -d)
+PID=
+cleanup() {
+	# shellcheck disable=SC2086
+	[ -n "$PID" ] && kill $PID 2>/dev/null || true
+	wait 2>/dev/null || true
+	rm -rf "$WORK"
+}
+trap cleanup EXIT
+if [ -z "$BIN" ]; then
+	BIN=$WORK/kefir
+	go build -o "$BIN" ./cmd/kefir
+fi
+export KEFIR_CLUSTER_SECRET=bench-secret
+taskset -c 0 "$BIN" server --engine chain --members "1@127.0.0.1:$((BASE + 10))/127.0.0.1:$BASE" \
+	--replica-id 1 --node-id n1 --cluster-id 77 --bootstrap true --dir "$WORK/data" \
+	--client-addr "127.0.0.1:$BASE" --peer-addr "127.0.0.1:$((BASE + 10))" \
+	--http-addr "127.0.0.1:$((BASE + 20))" --log-level warn >"$WORK/n1.log" 2>&1 &
+PID=$!
+# For reference, a node that replicates nothing (no --members): what GET
+# costs in the same front door and storage engine without the chain's host.
+taskset -c 0 "$BIN" server --node-id plain --dir "$WORK/plain" --client-addr "127.0.0.1:$((BASE + 1))" \
+	--http-addr "127.0.0.1:$((BASE + 21))" --log-level warn >"$WORK/plain.log" 2>&1 &
+PID="$PID $!"
+for port in "$BASE" "$((BASE + 1))"; do
+	for _ in $(seq 1 100); do
+		redis-cli -p "$port" set warmup 1 >/dev/null 2>&1 && break
+		sleep 0.1
+	done
+	# 10,000 keys of 128 B (the thesis's E7 values) for the GETs to find.
+	redis-benchmark -p "$port" -t set -n 20000 -r 10000 -d 128 -c 50 -P 16 -q >/dev/null
+done
+
+# rb PORT TEST PIPELINE: requests per second of one redis-benchmark run.
+rb() {
+	local n=$N
+	[ "$2" = set ] && n=$((N / 4)) # a chain of one fsyncs every SET batch: fewer, for the same time
+	taskset -c 1 redis-benchmark -p "$1" -t "$2" -n "$n" -r 10000 -d 128 -c "$CLIENTS" -P "$3" --csv |
+		awk -F'","' 'NR > 1 {print $2}' | head -1
+}
+
+# The rows: name, port, redis-benchmark test.
+names=("PING (null RPC), chain of one" "GET 128 B, chain of one" "SET 128 B, chain of one" "GET 128 B, unreplicated node")
+ports=("$BASE" "$BASE" "$BASE" "$((BASE + 1))")
+tests=(ping_mbulk get set get)
+: >"$WORK/rows"
+for round in $(seq 1 "$ROUNDS"); do
+	load=$(cut -d' ' -f1 /proc/loadavg)
+	for k in 0 1 2 3; do
+		j=$(((k + round) % 4))
+		for p in 1 16; do
+			r=$(rb "${ports[$j]}" "${tests[$j]}" "$p")
+			echo "round $round (load $load): ${names[$j]} -P $p: $r req/s"
+			echo "$j $p $r $round" >>"$WORK/rows"
+		done
+	done
+done
+
+echo
+echo "| Test ($CLIENTS clients, redis-benchmark) | -P 1: median req/s (rounds) | ÷ PING: median of the rounds' ratios | -P 16: median req/s (rounds) | ÷ PING: median of the rounds' ratios |"
+echo "| --- | --- | --- | --- | --- |"
+awk -v n0="${names[0]}" -v n1="${names[1]}" -v n2="${names[2]}" -v n3="${names[3]}" '
+	{ v[$1, $2] = v[$1, $2] " " $3; val[$1, $2, $4] = $3; if ($4 > R) R = $4 }
+	function med(s,   a, n, i, j, t) {
+		n = split(s, a, " ")
+		for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+		return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+	}
+	function gsub_commas(s) { gsub(",", "", s); return s }
+	function rounds(s,   a, n, i, o) { n = split(s, a, " "); o = ""; for (i = 1; i <= n; i++) o = o (i > 1 ? ", " : "") sprintf("%.0f", a[i]); return o }
+	function ratios(t, p,   r, s) { s = ""; for (r = 1; r <= R; r++) s = s (r > 1 ? ", " : "") sprintf("%.2f", val[t, p, r] / val[0, p, r]); return s }
+	END {
+		name[0] = n0; name[1] = n1; name[2] = n2; name[3] = n3
+		for (t = 0; t < 4; t++)
+			printf "| %s | %.0f (%s) | **%.2f** (%s) | %.0f (%s) | **%.2f** (%s) |\n", name[t], med(v[t, 1]), rounds(v[t, 1]), med(gsub_commas(ratios(t, 1))), ratios(t, 1), med(v[t, 16]), rounds(v[t, 16]), med(gsub_commas(ratios(t, 16))), ratios(t, 16)
+	}' "$WORK/rows"
