@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
+	"sync/atomic"
 	"time"
 
 	"github.com/kefirdb/kefir/internal/chain"
@@ -103,6 +104,13 @@ type chainCore struct {
 	// linkGapOff (-tags mutations): a gap on a link is not acted on, the
 	// code before the numbering.
 	linkGapOff bool
+
+	// headed: this member was the head at the last Info, since the epoch
+	// headSince (Info.View). viewIsEpoch (-tags mutations): Info.View is
+	// the current epoch, the code before.
+	headed      bool
+	headSince   uint64
+	viewIsEpoch atomic.Bool
 
 	out core.Ready[chain.Msg]
 }
@@ -751,10 +759,25 @@ func (c *chainCore) Info() core.Info {
 		leader = c.chain[0]
 	}
 	head := c.isHead()
+	view := s.Epoch
 	if head {
 		leader = c.self
+		// The host reads a change of View at its leader as a lost
+		// leadership and fails the writes it waits for (outcome unknown).
+		// A chain's epoch moves with every reconfiguration — a join's
+		// FLUSH, a repair elsewhere, a truncation, a renewed numbering
+		// range — while its head goes on: its updates in flight are still
+		// passed on and answered at commit. So a head reports the epoch
+		// it became the head at (chain-join.sh saw every join fail the
+		// head's writes in flight with "leader changed").
+		if !c.headed || (mutation.On && c.viewIsEpoch.Load()) {
+			c.headed, c.headSince = true, s.Epoch
+		}
+		view = c.headSince
+	} else {
+		c.headed = false
 	}
-	return core.Info{Self: c.self, Status: st, View: s.Epoch, Leader: leader, IsLeader: head,
+	return core.Info{Self: c.self, Status: st, View: view, Leader: leader, IsLeader: head,
 		FirstOp: uint64(c.base() + 1), LastOp: uint64(c.total()), Commit: uint64(c.handed)}
 }
 

@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/kefirdb/kefir/internal/chainmaster"
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/testgroup"
 	"github.com/kefirdb/kefir/internal/vr"
@@ -262,5 +265,77 @@ func TestChainMasterWaitsForSlowStarts(t *testing.T) {
 	g.write(0, set("k", "v"), shard.ReqID{Client: 5, Seq: 1})
 	if got := g.master.Members(); !slices.Equal(got, []uint64{1, 2, 3}) {
 		t.Fatalf("chain %v after a slow start, want [1 2 3]", got)
+	}
+}
+
+// TestChainHeadKeepsItsWritesAcrossReconfigurations: a chain's epoch moves
+// with every reconfiguration — the repair when the middle member crashes,
+// the FLUSH when it rejoins — while the head stays the head, and its
+// updates in flight are passed on and answered at commit. The host fails a
+// leader's writes as "outcome unknown" when its view changes, so the head
+// reports the epoch it became the head at (chainCore.Info), not the current
+// one: writes streaming at the head through the crash and the rejoin all
+// succeed. With the mutation viewIsEpoch (Info.View is the current epoch,
+// the code before) some fail with ErrOutcomeUnknown ("leader changed"), as
+// bench/chain-join.sh saw at every join.
+func TestChainHeadKeepsItsWritesAcrossReconfigurations(t *testing.T) {
+	for _, broken := range []bool{false, true} {
+		if broken && !mutation.On {
+			continue
+		}
+		t.Run(fmt.Sprintf("viewIsEpoch=%v", broken), func(t *testing.T) {
+			g := newChainGroup(t)
+			g.write(0, set("warm", "up"), shard.ReqID{Client: 5, Seq: 1})
+			g.reps[0].core.(*chainHost).viewIsEpoch.Store(broken)
+			stop := make(chan struct{})
+			var unknown, ok, other atomic.Int64
+			var wg sync.WaitGroup
+			for w := range 6 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for seq := uint64(1); ; seq++ {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+						_, err := g.reps[0].Write(ctx, set(fmt.Sprint("w", w, "-", seq), "v"), level.Sync, shard.ReqID{Client: uint64(100 + w), Seq: seq})
+						cancel()
+						switch {
+						case err == nil:
+							ok.Add(1)
+						case errors.Is(err, ErrOutcomeUnknown):
+							unknown.Add(1)
+						default:
+							other.Add(1)
+						}
+					}
+				}()
+			}
+			time.Sleep(100 * time.Millisecond)
+			g.crash(1)
+			g.waitMembers(1, 3)
+			time.Sleep(100 * time.Millisecond)
+			g.restart(1)
+			g.waitMembers(1, 2, 3)
+			time.Sleep(100 * time.Millisecond)
+			close(stop)
+			wg.Wait()
+			t.Logf("writes at the head: %d ok, %d outcome unknown, %d other errors", ok.Load(), unknown.Load(), other.Load())
+			if ok.Load() == 0 {
+				t.Fatal("no write succeeded: the test shows nothing")
+			}
+			if broken {
+				if unknown.Load() == 0 {
+					t.Fatal("viewIsEpoch not caught: no write failed across the reconfigurations")
+				}
+				return
+			}
+			if unknown.Load() != 0 || other.Load() != 0 {
+				t.Fatalf("%d writes failed with an unknown outcome and %d with another error while the head stayed the head", unknown.Load(), other.Load())
+			}
+		})
 	}
 }
