@@ -162,6 +162,9 @@ type mutations struct {
 	// recordOnly starts a master that takes over from the record alone,
 	// even when the members report an older configuration.
 	recordOnly bool
+	// noStallGrace: a master whose own ticks stalled counts the stall in
+	// its members' silence (the code before stallGrace).
+	noStallGrace bool
 }
 
 // Meta is the metadata group as a hosted master uses it, at one node.
@@ -195,6 +198,8 @@ type Master struct {
 	m     *chain.Master // nil: hosted and not acting (not the metadata leader, or waiting out the lease)
 	heard map[uint64]time.Time
 	lost  bool // "the chain is lost" was logged
+	// lastTick is when the master last ticked while acting (stallGrace).
+	lastTick time.Time
 
 	// learnUntil: until when the master only learns the chain from the
 	// heartbeats (zero once it has), with what it learnt.
@@ -774,10 +779,12 @@ func (x *Master) tick(now time.Time) {
 	if x.cfg.Meta != nil {
 		acting, start := x.lead()
 		if !acting {
+			x.lastTick = time.Time{} // a takeover sets every member's time afresh
 			return
 		}
 		now = start
 	}
+	x.stallGrace(now)
 	if !x.learnUntil.IsZero() {
 		if now.Before(x.learnUntil) {
 			x.flush()
@@ -808,6 +815,32 @@ func (x *Master) tick(now time.Time) {
 	// this tick.
 	x.m.Tick()
 	x.flush()
+}
+
+// stallGrace keeps a stall of the master's own process out of its members'
+// silence: when this tick comes more than two heartbeats after the last one
+// (the process, or the box, did not run it), every member's last heartbeat
+// is moved on by the stall. Their heartbeats of that time may still be
+// queued behind the stall, unread; without this a master waking from a 1.8 s
+// stall failed its healthy members at its first tick (bench/chain-join.sh on
+// a loaded box: n1's master failed its own member and n2). Failing later is
+// safe — a member serves only under a lease the master granted, and the
+// lease runs out on the member's clock — and the grace ends: a member still
+// silent FailAfter of awake time later is failed.
+func (x *Master) stallGrace(now time.Time) {
+	last := x.lastTick
+	x.lastTick = now
+	if last.IsZero() || (mutation.On && x.cfg.mut.noStallGrace) {
+		return
+	}
+	stall := now.Sub(last) - x.cfg.Heartbeat
+	if stall <= x.cfg.Heartbeat {
+		return
+	}
+	for id, h := range x.heard {
+		x.heard[id] = h.Add(stall)
+	}
+	x.cfg.Logger.Warn("chain master: its ticks stalled; the stall does not count as the members' silence", "stall", stall)
 }
 
 // flush commits the master's configuration (which publishes it: Members)

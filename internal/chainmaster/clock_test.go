@@ -151,3 +151,65 @@ func TestHostedMasterGivesAStartingChainItsGrace(t *testing.T) {
 		t.Fatalf("member 3, never heard, still in the chain after the start's grace")
 	}
 }
+
+// TestMasterStallIsNotTheMembersSilence: a master whose own ticks stalled
+// (its process, or the box, did not run it for longer than FailAfter) does
+// not fail members whose heartbeats it simply did not read meanwhile
+// (stallGrace); members that stay silent are failed FailAfter of the
+// master's awake time later. With the mutation noStallGrace every member
+// is failed at the first tick after the stall, as bench/chain-join.sh saw.
+func TestMasterStallIsNotTheMembersSilence(t *testing.T) {
+	const hb, lease, failAfter = 50 * time.Millisecond, 500 * time.Millisecond, time.Second
+	for _, broken := range []bool{false, true} {
+		t0 := time.Unix(1_000_000, 0)
+		now := t0
+		cfg := Config{Self: 9, Members: []uint64{1, 2, 3}, Heartbeat: hb, Lease: lease, FailAfter: failAfter,
+			StartGrace: failAfter, Send: func(uint64, *chain.Msg) {}, Transport: nil}
+		cfg.mut.noStallGrace = broken
+		x, err := newMaster(cfg, func() time.Time { return now })
+		if err != nil {
+			t.Fatal(err)
+		}
+		seq := uint64(0)
+		beat := func(ids ...chain.NodeID) {
+			for _, id := range ids {
+				seq++
+				x.step([]chain.Msg{{Type: chain.MsgHeartbeat, From: id, To: 9, Seq: seq, Members: []chain.NodeID{1, 2, 3}}})
+			}
+		}
+		members := func() []chain.NodeID { return x.m.Members() }
+		d := time.Duration(0)
+		for ; d <= 3*failAfter; d += hb {
+			now = t0.Add(d)
+			x.tick(now)
+			beat(1, 2, 3)
+		}
+		if got := members(); !slices.Equal(got, []chain.NodeID{1, 2, 3}) {
+			t.Fatalf("broken %v: members %v before the stall", broken, got)
+		}
+		// The stall: 1.8 s with no tick and no heartbeat read.
+		d += 1800 * time.Millisecond
+		now = t0.Add(d)
+		x.tick(now)
+		got := members()
+		if broken {
+			if len(got) == 3 {
+				t.Fatal("noStallGrace not caught: no member failed at the first tick after the stall")
+			}
+			continue
+		}
+		if !slices.Equal(got, []chain.NodeID{1, 2, 3}) {
+			t.Fatalf("members %v at the first tick after the master's stall, want all three", got)
+		}
+		// 1 and 2 answer again; 3 stays silent: failed FailAfter of awake
+		// time later, not before.
+		for end := d + failAfter + 2*hb; d <= end; d += hb {
+			now = t0.Add(d)
+			x.tick(now)
+			beat(1, 2)
+		}
+		if got := members(); !slices.Equal(got, []chain.NodeID{1, 2}) {
+			t.Fatalf("members %v after FailAfter of silence from 3 following the stall, want [1 2]", got)
+		}
+	}
+}
