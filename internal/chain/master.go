@@ -206,6 +206,13 @@ func (m *Master) Joiner() NodeID {
 	return m.join.j
 }
 
+// JoinerPrecopying reports whether the join under way is still in its
+// pre-copy: the joiner is not linked into the chain yet, so nothing waits
+// for it.
+func (m *Master) JoinerPrecopying() bool {
+	return m.join != nil && m.join.phase == phasePrecopy
+}
+
 // Truncating is the tail being truncated (0: none). If the member taking
 // over from it fails first, it is fenced too: it may already have freed its
 // data.

@@ -165,6 +165,9 @@ type mutations struct {
 	// noStallGrace: a master whose own ticks stalled counts the stall in
 	// its members' silence (the code before stallGrace).
 	noStallGrace bool
+	// joinerFailAfter: a pre-copying joiner is failed after FailAfter of
+	// silence, not StartGrace (the code before).
+	joinerFailAfter bool
 }
 
 // Meta is the metadata group as a hosted master uses it, at one node.
@@ -801,7 +804,17 @@ func (x *Master) tick(now time.Time) {
 		}
 	}
 	if j := x.m.Joiner(); j != 0 {
-		if h, ok := x.heard[uint64(j)]; ok && now.Sub(h) > x.cfg.FailAfter {
+		// A pre-copying joiner is not in the chain yet: nothing waits for
+		// it, and restoring a large snapshot holds its driver, hence its
+		// heartbeats, for seconds (bench/chain-join.sh: the master failed
+		// the joiner of every 200 MB join just before it finished, and the
+		// join started over). It gets StartGrace then; FailAfter once it is
+		// linked in (FLUSH), when the chain's writes pass through it.
+		limit := x.cfg.FailAfter
+		if x.m.JoinerPrecopying() && !(mutation.On && x.cfg.mut.joinerFailAfter) {
+			limit = max(limit, x.cfg.StartGrace)
+		}
+		if h, ok := x.heard[uint64(j)]; ok && now.Sub(h) > limit {
 			// A joiner that stopped answering: give up on it (it is heard
 			// from again, and joined again, if it comes back).
 			x.cfg.Logger.Warn("chain master: joiner failed", "node", uint64(j))

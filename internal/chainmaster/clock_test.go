@@ -213,3 +213,61 @@ func TestMasterStallIsNotTheMembersSilence(t *testing.T) {
 		}
 	}
 }
+
+// TestPrecopyingJoinerGetsStartGrace: a joiner still in its pre-copy is not
+// linked into the chain, and restoring a large snapshot holds its driver
+// (so its heartbeats) for seconds; the master gives it StartGrace, not
+// FailAfter, before giving up on it. With the mutation joinerFailAfter it
+// is failed after FailAfter, as bench/chain-join.sh saw at every join.
+func TestPrecopyingJoinerGetsStartGrace(t *testing.T) {
+	const hb, lease, failAfter, grace = 50 * time.Millisecond, 500 * time.Millisecond, time.Second, 5 * time.Second
+	for _, broken := range []bool{false, true} {
+		t0 := time.Unix(1_000_000, 0)
+		now := t0
+		cfg := Config{Self: 9, Members: []uint64{1, 2, 3}, Heartbeat: hb, Lease: lease, FailAfter: failAfter,
+			StartGrace: grace, Send: func(uint64, *chain.Msg) {}}
+		cfg.mut.joinerFailAfter = broken
+		x, err := newMaster(cfg, func() time.Time { return now })
+		if err != nil {
+			t.Fatal(err)
+		}
+		seq := uint64(0)
+		beat := func(ids ...chain.NodeID) {
+			for _, id := range ids {
+				seq++
+				m := chain.Msg{Type: chain.MsgHeartbeat, From: id, To: 9, Seq: seq, Members: []chain.NodeID{1, 2, 3}}
+				if id == 4 {
+					m.Refused, m.Members = true, nil // not a replica: waiting to be joined
+				}
+				x.step([]chain.Msg{m})
+			}
+		}
+		d := time.Duration(0)
+		run := func(until time.Duration, ids ...chain.NodeID) {
+			for ; d <= until; d += hb {
+				now = t0.Add(d)
+				x.tick(now)
+				beat(ids...)
+			}
+		}
+		run(grace+failAfter, 1, 2, 3) // the chain acts
+		run(d+hb, 1, 2, 3, 4)         // 4 asks to join
+		if j := x.m.Joiner(); j != 4 || !x.m.JoinerPrecopying() {
+			t.Fatalf("broken %v: joiner %d (pre-copying %v), want 4 pre-copying", broken, j, x.m.JoinerPrecopying())
+		}
+		run(d+2*failAfter, 1, 2, 3) // 4 restores a snapshot: silent
+		if broken {
+			if x.m.Joiner() == 4 {
+				t.Fatal("joinerFailAfter not caught: the silent joiner was kept past FailAfter")
+			}
+			continue
+		}
+		if x.m.Joiner() != 4 {
+			t.Fatalf("the pre-copying joiner was failed after %v of silence, within StartGrace %v", 2*failAfter, grace)
+		}
+		run(d+grace, 1, 2, 3) // silent past StartGrace: given up
+		if x.m.Joiner() == 4 {
+			t.Fatalf("a joiner silent for more than StartGrace (%v) is still joining", grace)
+		}
+	}
+}
