@@ -152,6 +152,60 @@ func TestHostedMasterGivesAStartingChainItsGrace(t *testing.T) {
 	}
 }
 
+// clockedMaster is a standalone master of the chain [1 2 3] on a clock of
+// the test's own: run ticks it every heartbeat up to a time, with the given
+// nodes heartbeating after each tick (node 4 as a node outside the chain,
+// waiting to be joined).
+type clockedMaster struct {
+	x   *Master
+	t0  time.Time
+	now time.Time
+	d   time.Duration // the clock, from t0
+	hb  time.Duration
+	seq uint64
+}
+
+func newClockedMaster(t *testing.T, cfg Config) *clockedMaster {
+	t.Helper()
+	c := &clockedMaster{t0: time.Unix(1_000_000, 0), hb: cfg.Heartbeat}
+	c.now = c.t0
+	cfg.Self, cfg.Members, cfg.Send = 9, []uint64{1, 2, 3}, func(uint64, *chain.Msg) {}
+	x, err := newMaster(cfg, func() time.Time { return c.now })
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.x = x
+	return c
+}
+
+// beat steps a heartbeat from each of ids.
+func (c *clockedMaster) beat(ids ...chain.NodeID) {
+	for _, id := range ids {
+		c.seq++
+		m := chain.Msg{Type: chain.MsgHeartbeat, From: id, To: 9, Seq: c.seq, Members: []chain.NodeID{1, 2, 3}}
+		if id == 4 {
+			m.Refused, m.Members = true, nil // not a replica: waiting to be joined
+		}
+		c.x.step([]chain.Msg{m})
+	}
+}
+
+// tickAt moves the clock to d and ticks.
+func (c *clockedMaster) tickAt(d time.Duration) {
+	c.d, c.now = d, c.t0.Add(d)
+	c.x.tick(c.now)
+}
+
+// run ticks every heartbeat from the clock's time until until, ids
+// heartbeating after each tick.
+func (c *clockedMaster) run(until time.Duration, ids ...chain.NodeID) {
+	for d := c.d; d <= until; d += c.hb {
+		c.tickAt(d)
+		c.beat(ids...)
+	}
+	c.d += c.hb
+}
+
 // TestMasterStallIsNotTheMembersSilence: a master whose own ticks stalled
 // (its process, or the box, did not run it for longer than FailAfter) does
 // not fail members whose heartbeats it simply did not read meanwhile
@@ -161,36 +215,16 @@ func TestHostedMasterGivesAStartingChainItsGrace(t *testing.T) {
 func TestMasterStallIsNotTheMembersSilence(t *testing.T) {
 	const hb, lease, failAfter = 50 * time.Millisecond, 500 * time.Millisecond, time.Second
 	for _, broken := range []bool{false, true} {
-		t0 := time.Unix(1_000_000, 0)
-		now := t0
-		cfg := Config{Self: 9, Members: []uint64{1, 2, 3}, Heartbeat: hb, Lease: lease, FailAfter: failAfter,
-			StartGrace: failAfter, Send: func(uint64, *chain.Msg) {}, Transport: nil}
+		cfg := Config{Heartbeat: hb, Lease: lease, FailAfter: failAfter, StartGrace: failAfter}
 		cfg.mut.noStallGrace = broken
-		x, err := newMaster(cfg, func() time.Time { return now })
-		if err != nil {
-			t.Fatal(err)
-		}
-		seq := uint64(0)
-		beat := func(ids ...chain.NodeID) {
-			for _, id := range ids {
-				seq++
-				x.step([]chain.Msg{{Type: chain.MsgHeartbeat, From: id, To: 9, Seq: seq, Members: []chain.NodeID{1, 2, 3}}})
-			}
-		}
-		members := func() []chain.NodeID { return x.m.Members() }
-		d := time.Duration(0)
-		for ; d <= 3*failAfter; d += hb {
-			now = t0.Add(d)
-			x.tick(now)
-			beat(1, 2, 3)
-		}
+		c := newClockedMaster(t, cfg)
+		members := func() []chain.NodeID { return c.x.m.Members() }
+		c.run(3*failAfter, 1, 2, 3)
 		if got := members(); !slices.Equal(got, []chain.NodeID{1, 2, 3}) {
 			t.Fatalf("broken %v: members %v before the stall", broken, got)
 		}
 		// The stall: 1.8 s with no tick and no heartbeat read.
-		d += 1800 * time.Millisecond
-		now = t0.Add(d)
-		x.tick(now)
+		c.tickAt(c.d + 1800*time.Millisecond)
 		got := members()
 		if broken {
 			if len(got) == 3 {
@@ -203,11 +237,7 @@ func TestMasterStallIsNotTheMembersSilence(t *testing.T) {
 		}
 		// 1 and 2 answer again; 3 stays silent: failed FailAfter of awake
 		// time later, not before.
-		for end := d + failAfter + 2*hb; d <= end; d += hb {
-			now = t0.Add(d)
-			x.tick(now)
-			beat(1, 2)
-		}
+		c.run(c.d+failAfter+2*hb, 1, 2)
 		if got := members(); !slices.Equal(got, []chain.NodeID{1, 2}) {
 			t.Fatalf("members %v after FailAfter of silence from 3 following the stall, want [1 2]", got)
 		}
@@ -222,40 +252,16 @@ func TestMasterStallIsNotTheMembersSilence(t *testing.T) {
 func TestPrecopyingJoinerGetsStartGrace(t *testing.T) {
 	const hb, lease, failAfter, grace = 50 * time.Millisecond, 500 * time.Millisecond, time.Second, 5 * time.Second
 	for _, broken := range []bool{false, true} {
-		t0 := time.Unix(1_000_000, 0)
-		now := t0
-		cfg := Config{Self: 9, Members: []uint64{1, 2, 3}, Heartbeat: hb, Lease: lease, FailAfter: failAfter,
-			StartGrace: grace, Send: func(uint64, *chain.Msg) {}}
+		cfg := Config{Heartbeat: hb, Lease: lease, FailAfter: failAfter, StartGrace: grace}
 		cfg.mut.joinerFailAfter = broken
-		x, err := newMaster(cfg, func() time.Time { return now })
-		if err != nil {
-			t.Fatal(err)
-		}
-		seq := uint64(0)
-		beat := func(ids ...chain.NodeID) {
-			for _, id := range ids {
-				seq++
-				m := chain.Msg{Type: chain.MsgHeartbeat, From: id, To: 9, Seq: seq, Members: []chain.NodeID{1, 2, 3}}
-				if id == 4 {
-					m.Refused, m.Members = true, nil // not a replica: waiting to be joined
-				}
-				x.step([]chain.Msg{m})
-			}
-		}
-		d := time.Duration(0)
-		run := func(until time.Duration, ids ...chain.NodeID) {
-			for ; d <= until; d += hb {
-				now = t0.Add(d)
-				x.tick(now)
-				beat(ids...)
-			}
-		}
-		run(grace+failAfter, 1, 2, 3) // the chain acts
-		run(d+hb, 1, 2, 3, 4)         // 4 asks to join
+		c := newClockedMaster(t, cfg)
+		x := c.x
+		c.run(grace+failAfter, 1, 2, 3) // the chain acts
+		c.run(c.d+hb, 1, 2, 3, 4)       // 4 asks to join
 		if j := x.m.Joiner(); j != 4 || !x.m.JoinerPrecopying() {
 			t.Fatalf("broken %v: joiner %d (pre-copying %v), want 4 pre-copying", broken, j, x.m.JoinerPrecopying())
 		}
-		run(d+2*failAfter, 1, 2, 3) // 4 restores a snapshot: silent
+		c.run(c.d+2*failAfter, 1, 2, 3) // 4 restores a snapshot: silent
 		if broken {
 			if x.m.Joiner() == 4 {
 				t.Fatal("joinerFailAfter not caught: the silent joiner was kept past FailAfter")
@@ -265,7 +271,7 @@ func TestPrecopyingJoinerGetsStartGrace(t *testing.T) {
 		if x.m.Joiner() != 4 {
 			t.Fatalf("the pre-copying joiner was failed after %v of silence, within StartGrace %v", 2*failAfter, grace)
 		}
-		run(d+grace, 1, 2, 3) // silent past StartGrace: given up
+		c.run(c.d+grace, 1, 2, 3) // silent past StartGrace: given up
 		if x.m.Joiner() == 4 {
 			t.Fatalf("a joiner silent for more than StartGrace (%v) is still joining", grace)
 		}
