@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"runtime"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"testing"
@@ -196,14 +197,27 @@ func TestScanRepliesAllocateNoValueBuffers(t *testing.T) {
 		}
 	}
 	round() // warm the pools
+	// A garbage collection during the measured rounds empties sync.Pool (a
+	// pool's items survive one cycle), so the rounds after it allocate fresh
+	// buffers however well the server lends them: CI saw 25,532 bytes per
+	// scan once. Collection is held off while measuring, and the best of
+	// three measurements is judged; a server that reads values into fresh
+	// memory allocates over 50,000 bytes per scan in every one.
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
 	const rounds = 10
-	var m0, m1 runtime.MemStats
-	runtime.ReadMemStats(&m0)
-	for range rounds {
-		round()
+	best := uint64(1 << 62)
+	for range 3 {
+		runtime.GC()
+		round() // refill the pools the collection emptied
+		var m0, m1 runtime.MemStats
+		runtime.ReadMemStats(&m0)
+		for range rounds {
+			round()
+		}
+		runtime.ReadMemStats(&m1)
+		best = min(best, (m1.TotalAlloc-m0.TotalAlloc)/(rounds*n))
 	}
-	runtime.ReadMemStats(&m1)
-	perScan := (m1.TotalAlloc - m0.TotalAlloc) / (rounds * n)
+	perScan := best
 	t.Logf("%d bytes allocated per 50-value scan reply (the values: 50,000)", perScan)
 	if perScan > 25_000 {
 		t.Errorf("%d bytes allocated per 50-value scan reply: the values are still read into fresh memory", perScan)
