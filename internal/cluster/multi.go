@@ -375,7 +375,7 @@ func (m *Multi) Scan(ctx context.Context, op kv.Op, c level.Consistency, s shard
 		if err != nil {
 			return res, s, err
 		}
-		return res, s.AfterRead(res), nil
+		return res, s.AfterRead(res.Pos()), nil
 	}
 	if len(m.local) < len(m.smap().Groups) {
 		return kv.Result{}, s, &ReplyError{"ERR a keyspace scan needs every group on this node (issue 28: not yet routed across nodes)"}
@@ -394,7 +394,7 @@ func (m *Multi) Scan(ctx context.Context, op kv.Op, c level.Consistency, s shard
 			return kv.Result{}, s, err
 		}
 		res.Group = g.spec.gid()
-		after = after.AfterRead(res)
+		after = after.AfterRead(res.Pos())
 		out.Kind = res.Kind
 		t := g.table()
 		for i := 0; i+1 < len(res.Array); i += 2 {

@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+
+	"github.com/kefirdb/kefir/internal/token"
 )
 
 // Kind is the kind of an operation.
@@ -172,10 +174,15 @@ type Result struct {
 	ViewKnown bool
 	// Group is the replica group that produced the result on a node of
 	// several groups (cluster.Multi sets it), 0 elsewhere: a session token
-	// keeps one position per group's log (shard.Session.AfterRead). It
+	// keeps one position per group's log (token.Session.AfterRead). It
 	// sits in ViewKnown's padding: a Result is no larger for it
 	// (TestResultSize).
 	Group uint32
+}
+
+// Pos is r's position for a session token: its version, view and group.
+func (r Result) Pos() token.Pos {
+	return token.Pos{Version: r.Version, View: r.View, ViewKnown: r.ViewKnown, Group: r.Group}
 }
 
 // Errors an operation itself produces: outcomes of the op, equal on every

@@ -463,9 +463,9 @@ func (c *conn) flushWrites() {
 		}
 		if q.session {
 			_ = c.w.WriteArrayHeader(2)
-			_ = c.w.WriteBulkString(q.sess.AfterWrite(r.Result).String())
+			_ = c.w.WriteBulkString(q.sess.AfterWrite(r.Result.Pos()).String())
 		} else {
-			c.sess = c.sess.AfterWrite(r.Result)
+			c.sess = c.sess.AfterWrite(r.Result.Pos())
 		}
 		res := r.Result
 		if q.shape == shapeSetNX {
@@ -862,7 +862,7 @@ func (c *conn) read(spec *command.Spec, args [][]byte, o callOpts) error {
 			}
 			// AfterRead, not a bare max: a higher version must not keep the
 			// view of the lower one (a token set from a replica group's).
-			c.sess = c.sess.AfterRead(kv.Result{Version: version})
+			c.sess = c.sess.AfterRead(kv.Result{Version: version}.Pos())
 			if found {
 				_ = c.w.WriteBulk(v)
 			} else {

@@ -152,7 +152,7 @@ func (c *conn) readPath(op kv.Op, cons level.Consistency, sess shard.Session) (r
 	if err != nil {
 		return res, sess, p, err
 	}
-	return res, sess.AfterRead(res), p, nil
+	return res, sess.AfterRead(res.Pos()), p, nil
 }
 
 // readOp runs one kv read as readPath does, merging a deferred read's

@@ -1,6 +1,10 @@
 package shard
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/kefirdb/kefir/internal/token"
+)
 
 // A replica's errors, beside the operations' own (kv.ErrWrongType and the
 // rest, which internal/kv produces). The server maps them to RESP prefixes
@@ -8,7 +12,7 @@ import "errors"
 // -ERR. Their texts are the RESP message after the prefix.
 var (
 	ErrStaleRequest = errors.New("stale request")
-	ErrBadSession   = errors.New("invalid session token")
+	ErrBadSession   = token.ErrBad // a token that does not parse (internal/token)
 	// ErrSessionAhead means the session has seen versions this replica does not have
 	// (after a crash lost unsynced writes, or a replica that lags).
 	ErrSessionAhead = errors.New("session token is ahead of this replica")

@@ -293,7 +293,7 @@ func TestScanIsOrderedAndLimited(t *testing.T) {
 func TestSessionAheadOfReplicaIsRefused(t *testing.T) {
 	n := newNode(t, Options{})
 	r := n.write(set("a", "1"), level.Sync, ReqID{})
-	s := Session{}.AfterWrite(r)
+	s := Session{}.AfterWrite(r.Pos())
 	if _, err := n.s.Read(ctx, kv.Op{Kind: kv.KindGet, Key: []byte("a")}, level.ConsSession, s); err != nil {
 		t.Fatalf("own session refused: %v", err)
 	}

@@ -31,7 +31,7 @@ func TestSessionThatSawALostWriteIsRefused(t *testing.T) {
 			n := newNode(t, Options{NoBackgroundSync: true})
 			n.write(set("k", "durable"), level.Sync, ReqID{})
 			var sess Session
-			sess = sess.AfterWrite(n.write(set("k", "mine"), d, ReqID{}))
+			sess = sess.AfterWrite(n.write(set("k", "mine"), d, ReqID{}).Pos())
 			n.crashClean()
 			if v, _ := n.get("k"); v != "durable" {
 				t.Fatalf("setup: the %s write survived the crash (k = %q)", d, v)
@@ -63,7 +63,7 @@ func TestSessionThatSawALostWriteIsRefused(t *testing.T) {
 func TestCleanRestartLeavesNoHole(t *testing.T) {
 	n := newNode(t, Options{})
 	var sess Session
-	sess = sess.AfterWrite(n.write(set("k", "v"), level.Async, ReqID{}))
+	sess = sess.AfterWrite(n.write(set("k", "v"), level.Async, ReqID{}).Pos())
 	if err := n.s.Close(); err != nil {
 		t.Fatal(err)
 	}

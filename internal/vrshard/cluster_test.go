@@ -290,7 +290,7 @@ func TestFollowerRedirectsWritesAndStrongReads(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A session that saw the write is served by a follower once it applied it.
-	sess := shard.Session{}.AfterWrite(res)
+	sess := shard.Session{}.AfterWrite(res.Pos())
 	got, err := c.reps[f].Read(context.Background(), get("a"), level.ConsSession, sess)
 	if err != nil || string(got.Bulk) != "1" {
 		t.Fatalf("session read at follower: %+v, %v", got, err)

@@ -665,9 +665,9 @@ func (c *hostClient) Step(ev sim.Event) {
 			if m.Outcome == check.OK && m.Result.Version > 0 {
 				r := kv.Result{Version: m.Result.Version, View: m.View, ViewKnown: m.ViewKnown}
 				if c.op.Kind == check.Get {
-					c.sess = c.sess.AfterRead(r)
+					c.sess = c.sess.AfterRead(r.Pos())
 				} else {
-					c.sess = c.sess.AfterWrite(r)
+					c.sess = c.sess.AfterWrite(r.Pos())
 				}
 			}
 			c.out.Done = append(c.out.Done, sim.Completion{Seq: m.Seq, Outcome: m.Outcome, Result: m.Result})

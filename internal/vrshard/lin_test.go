@@ -278,7 +278,7 @@ func (w *workload) doRead(h int, sop kv.Op, sess *shard.Session, rng *rand.Rand)
 	}
 	if res, ok := w.readAt(h, target, sop, level.ConsLinearizable, shard.Session{}); ok {
 		// The client's session includes what its strong reads saw.
-		*sess = sess.AfterRead(res)
+		*sess = sess.AfterRead(res.Pos())
 	}
 }
 
@@ -288,7 +288,7 @@ func (w *workload) doSessionRead(h int, sop kv.Op, sess *shard.Session, rng *ran
 	target := rng.IntN(len(w.c.reps))
 	res, ok, lost := w.readAtLost(h, target, sop, level.ConsSession, *sess)
 	if ok {
-		*sess = sess.AfterRead(res)
+		*sess = sess.AfterRead(res.Pos())
 	}
 	return lost
 }
@@ -301,7 +301,7 @@ func (w *workload) doWrite(h int, kind check.Kind, sop kv.Op, id shard.ReqID, se
 	done := w.tryReplicas(3*time.Second, w.leaderGuess(), func(ctx context.Context, r *Replica, target int) (bool, error) {
 		res, err := r.Write(ctx, sop, d, id)
 		if err == nil {
-			*sess = sess.AfterWrite(res)
+			*sess = sess.AfterWrite(res.Pos())
 			out := check.Result{Version: res.Version, Node: target}
 			if kind == check.CAS {
 				out.Found = res.Int == 1

@@ -101,7 +101,7 @@ func droppedWriteSessionHistory(t *testing.T, d level.Durability, broken bool) (
 		t.Fatalf("%v write with the logs' fsyncs held: %v; want it acknowledged from memory", d, err)
 	}
 	rec.Complete(w, check.Result{Version: res.Version, Node: l})
-	sess := shard.Session{}.AfterWrite(res)
+	sess := shard.Session{}.AfterWrite(res.Pos())
 	if !sess.WriteViewKnown {
 		t.Fatalf("the write's token %q carries no view", sess)
 	}

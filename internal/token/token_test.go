@@ -1,12 +1,10 @@
-package shard
+package token
 
 import (
 	"errors"
 	"fmt"
 	"strings"
 	"testing"
-
-	"github.com/kefirdb/kefir/internal/kv"
 )
 
 // v3 tokens round-trip: every part (the top-level one as group 0), views
@@ -27,7 +25,7 @@ func TestSessionTokenV3RoundTrip(t *testing.T) {
 			{Group: 4294967295, LastWrite: 1, WriteView: 1, WriteViewKnown: true, MaxRead: 1, ReadView: 1, ReadViewKnown: true},
 		}}},
 	} {
-		s, err := ParseSession(tc.tok)
+		s, err := Parse(tc.tok)
 		if err != nil {
 			t.Fatalf("%q: %v", tc.tok, err)
 		}
@@ -40,7 +38,7 @@ func TestSessionTokenV3RoundTrip(t *testing.T) {
 	}
 	// A part of zeros is left out; group 0 alone is the one-log token.
 	for tok, want := range map[string]string{"v3.0:4.-.5.-": "v1.4.5", "v3.3:0.-.0.-": "", "v3.0:4.2.5.-,6:0.-.0.-": "v2.4.2.5.-"} {
-		s, err := ParseSession(tok)
+		s, err := Parse(tok)
 		if err != nil || s.String() != want {
 			t.Fatalf("%q: %v, written back as %q, want %q", tok, err, s.String(), want)
 		}
@@ -48,7 +46,7 @@ func TestSessionTokenV3RoundTrip(t *testing.T) {
 }
 
 func TestSessionTokenV3Refusals(t *testing.T) {
-	many := make([]string, MaxTokenGroups+1)
+	many := make([]string, MaxGroups+1)
 	for i := range many {
 		many[i] = fmt.Sprintf("%d:1.-.1.-", i+1)
 	}
@@ -62,22 +60,22 @@ func TestSessionTokenV3Refusals(t *testing.T) {
 		"v3." + strings.Join(many, ","),                     // too many groups
 		"v3.1:1.-.1.-" + strings.Repeat("0", maxTokenV3Len), // too long
 	} {
-		if _, err := ParseSession(bad); !errors.Is(err, ErrBadSession) {
+		if _, err := Parse(bad); !errors.Is(err, ErrBad) {
 			t.Errorf("%.60q accepted (%v)", bad, err)
 		}
 	}
 	// The bound names the limit rather than cutting the token short.
-	_, err := ParseSession("v3." + strings.Join(many, ","))
-	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("at most %d", MaxTokenGroups)) {
+	_, err := Parse("v3." + strings.Join(many, ","))
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("at most %d", MaxGroups)) {
 		t.Fatalf("too many groups: %v", err)
 	}
-	// Exactly MaxTokenGroups parts of the longest numbers fit the length bound.
-	long := make([]string, MaxTokenGroups)
+	// Exactly MaxGroups parts of the longest numbers fit the length bound.
+	long := make([]string, MaxGroups)
 	for i := range long {
-		long[i] = fmt.Sprintf("%d:18446744073709551615.18446744073709551615.18446744073709551615.18446744073709551615", 4294967295-MaxTokenGroups+1+i)
+		long[i] = fmt.Sprintf("%d:18446744073709551615.18446744073709551615.18446744073709551615.18446744073709551615", 4294967295-MaxGroups+1+i)
 	}
-	if _, err := ParseSession("v3." + strings.Join(long, ",")); err != nil {
-		t.Fatalf("%d longest parts: %v", MaxTokenGroups, err)
+	if _, err := Parse("v3." + strings.Join(long, ",")); err != nil {
+		t.Fatalf("%d longest parts: %v", MaxGroups, err)
 	}
 }
 
@@ -86,11 +84,11 @@ func TestSessionTokenV3Refusals(t *testing.T) {
 // in group 2 wait for it, and a read in group 2 does not lower group 1's.
 func TestSessionAdvancesPerGroup(t *testing.T) {
 	var s Session
-	s = s.AfterWrite(kv.Result{Group: 1, Version: 50, View: 3, ViewKnown: true})
-	s = s.AfterRead(kv.Result{Group: 2, Version: 7, View: 1, ViewKnown: true})
-	s = s.AfterWrite(kv.Result{Group: 2, Version: 9, View: 1, ViewKnown: true})
-	s = s.AfterRead(kv.Result{Group: 1, Version: 20})
-	s = s.AfterRead(kv.Result{Group: 1, Version: 10}) // lower: no change
+	s = s.AfterWrite(Pos{Group: 1, Version: 50, View: 3, ViewKnown: true})
+	s = s.AfterRead(Pos{Group: 2, Version: 7, View: 1, ViewKnown: true})
+	s = s.AfterWrite(Pos{Group: 2, Version: 9, View: 1, ViewKnown: true})
+	s = s.AfterRead(Pos{Group: 1, Version: 20})
+	s = s.AfterRead(Pos{Group: 1, Version: 10}) // lower: no change
 	if got, want := s.String(), "v3.1:50.3.20.-,2:9.1.7.1"; got != want {
 		t.Fatalf("token %q, want %q", got, want)
 	}
@@ -108,7 +106,7 @@ func TestSessionAdvancesPerGroup(t *testing.T) {
 	}
 	// A result of no group (a single node, a single group) is the top-level
 	// part, as before.
-	one := Session{}.AfterWrite(kv.Result{Version: 4}).AfterRead(kv.Result{Version: 6, View: 2, ViewKnown: true})
+	one := Session{}.AfterWrite(Pos{Version: 4}).AfterRead(Pos{Version: 6, View: 2, ViewKnown: true})
 	if got := one.String(); got != "v2.4.-.6.2" {
 		t.Fatalf("one-log token %q", got)
 	}
@@ -117,10 +115,10 @@ func TestSessionAdvancesPerGroup(t *testing.T) {
 // Copies of a session share its group parts: advancing one never changes
 // another (a pipelined request keeps the token it was sent with).
 func TestSessionCopiesAreIndependent(t *testing.T) {
-	a := Session{}.AfterWrite(kv.Result{Group: 1, Version: 5}).AfterWrite(kv.Result{Group: 3, Version: 5})
+	a := Session{}.AfterWrite(Pos{Group: 1, Version: 5}).AfterWrite(Pos{Group: 3, Version: 5})
 	b := a
-	b = b.AfterWrite(kv.Result{Group: 1, Version: 8})
-	b = b.AfterWrite(kv.Result{Group: 2, Version: 8})
+	b = b.AfterWrite(Pos{Group: 1, Version: 8})
+	b = b.AfterWrite(Pos{Group: 2, Version: 8})
 	if a.String() != "v3.1:5.-.0.-,3:5.-.0.-" {
 		t.Fatalf("advancing a copy changed the original: %q", a.String())
 	}
@@ -133,9 +131,9 @@ func TestSessionCopiesAreIndependent(t *testing.T) {
 // advanced remotely) merged into the connection's (group 1 advanced locally
 // meanwhile) loses neither.
 func TestSessionMergePerGroup(t *testing.T) {
-	sent := Session{}.AfterWrite(kv.Result{Group: 1, Version: 5})
-	local := sent.AfterWrite(kv.Result{Group: 1, Version: 9, View: 2, ViewKnown: true})
-	remote := sent.AfterWrite(kv.Result{Group: 2, Version: 4})
+	sent := Session{}.AfterWrite(Pos{Group: 1, Version: 5})
+	local := sent.AfterWrite(Pos{Group: 1, Version: 9, View: 2, ViewKnown: true})
+	remote := sent.AfterWrite(Pos{Group: 2, Version: 4})
 	got := local.Merge(remote)
 	if want := "v3.1:9.2.0.-,2:4.-.0.-"; got.String() != want {
 		t.Fatalf("merged %q, want %q", got.String(), want)
@@ -144,8 +142,8 @@ func TestSessionMergePerGroup(t *testing.T) {
 		t.Fatalf("merge is not symmetric: %q vs %q", got2.String(), got.String())
 	}
 	// One-log tokens merge as the client merges them.
-	a, _ := ParseSession("v2.5.3.3.-")
-	b, _ := ParseSession("v2.5.-.8.2")
+	a, _ := Parse("v2.5.3.3.-")
+	b, _ := Parse("v2.5.-.8.2")
 	if m := a.Merge(b).String(); m != "v2.5.3.8.2" {
 		t.Fatalf("one-log merge %q", m)
 	}
@@ -160,13 +158,13 @@ func BenchmarkSessionAfterWrite(b *testing.B) {
 		group uint32
 	}{{"one-log", 0}, {"group-of-3", 2}} {
 		b.Run(tc.name, func(b *testing.B) {
-			s := Session{}.AfterWrite(kv.Result{Group: 1, Version: 1}).AfterWrite(kv.Result{Group: 3, Version: 1})
+			s := Session{}.AfterWrite(Pos{Group: 1, Version: 1}).AfterWrite(Pos{Group: 3, Version: 1})
 			if tc.group == 0 {
 				s = Session{}
 			}
 			b.ReportAllocs()
 			for i := range b.N {
-				s = s.AfterWrite(kv.Result{Group: tc.group, Version: uint64(i + 1), View: 1, ViewKnown: true})
+				s = s.AfterWrite(Pos{Group: tc.group, Version: uint64(i + 1), View: 1, ViewKnown: true})
 			}
 		})
 	}
