@@ -300,6 +300,20 @@ func TestUpRefusesUnknownIOModel(t *testing.T) {
 	}
 }
 
+// kefir up refuses --follower-reads with several groups before it starts
+// anything: each group's leader serves a cluster's cross-client-monotonic
+// reads (the nodes would refuse the flag with --groups one by one).
+func TestUpRefusesFollowerReadsWithGroups(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	err := runUp([]string{"--groups", "2", "--follower-reads", "--dir", dir}, &bytes.Buffer{}, &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "--groups > 1 and --follower-reads") {
+		t.Fatalf("err = %v", err)
+	}
+	if _, statErr := os.Stat(dir); !os.IsNotExist(statErr) {
+		t.Fatalf("kefir up created %s before refusing the flags (stat: %v)", dir, statErr)
+	}
+}
+
 // server.New applies Config.IOModel to the process (it is process-wide), and
 // an empty one leaves the model alone.
 func TestServerNewAppliesIOModel(t *testing.T) {
@@ -423,7 +437,7 @@ func TestFsyncExtraDelayOption(t *testing.T) {
 
 // --groups (issue 28, docs/cluster.md): parsed from a flag or the file, a
 // valid layout accepted, and a layout with a gap, a group of an even size, a
-// node that is not in --members, or with --nilext or session reads refused
+// node that is not in --members, or with --nilext or follower reads refused
 // at start with what is wrong.
 func TestGroupsOption(t *testing.T) {
 	members := "1@127.0.0.1:7381/127.0.0.1:6381,2@127.0.0.1:7382/127.0.0.1:6382,3@127.0.0.1:7383/127.0.0.1:6383"
@@ -450,7 +464,7 @@ func TestGroupsOption(t *testing.T) {
 		{"1=1,2:0-16383", nil, "needs an odd number"},
 		{"1=1,2,4:0-16383", nil, "member 4 is not in --members"},
 		{"1=2,3,1:0-16383", []string{"--nilext", "true"}, "--nilext is not supported yet with --groups"},
-		{"1=1,2,3:0-16383", []string{"--consistency", "cross-client-monotonic"}, "--consistency cross-client-monotonic is not supported yet"},
+		{"1=1,2,3:0-16383", []string{"--follower-reads", "true"}, "--follower-reads is not supported with --groups"},
 		{"1=1,2,3:0-8191;4294967296=1,2,3:8192-16383", nil, "group id 4294967296 is above 4294967295"},
 		{"1=1,2,3:0-16383", []string{"--cluster-redirects", "maybe"}, "maybe"},
 		{"1=1,2,3:zero", nil, "slot range"},
@@ -460,9 +474,13 @@ func TestGroupsOption(t *testing.T) {
 			t.Errorf("--groups %s %v: %v, want %q", tc.groups, tc.extra, err, tc.want)
 		}
 	}
-	// Session tokens keep a part per group: the level is served.
+	// Session tokens keep a part per group, and every group's leader serves
+	// cross-client-monotonic reads: both levels are served.
 	if cfg, err := load("1=1,2,3:0-8191;2=2,3,1:8192-16383", "--consistency", "session"); err != nil || cfg.Consistency.Kind != level.Session {
 		t.Errorf("--groups with --consistency session: %v", err)
+	}
+	if cfg, err := load("1=1,2,3:0-8191;2=2,3,1:8192-16383", "--consistency", "cross-client-monotonic"); err != nil || cfg.Consistency.Kind != level.CrossClientMonotonic {
+		t.Errorf("--groups with --consistency cross-client-monotonic: %v", err)
 	}
 	var stderr bytes.Buffer
 	cfg, err = loadServerConfig([]string{"--cluster-redirects", "true"}, envMap(nil), &stderr)

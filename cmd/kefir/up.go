@@ -62,7 +62,7 @@ func runUp(args []string, stdout, stderr io.Writer) error {
 	durability := fs.String("durability", "sync", "default write durability of the nodes: sync, cad or async")
 	logLevel := fs.String("log-level", "info", "log level of the nodes")
 	nilext := fs.Bool("nilext", false, "EXPERIMENTAL: run the group with the Skyros nilext fast path (kefir server --nilext on every node); needs --nodes ≥ 3")
-	followerReads := fs.Bool("follower-reads", false, "followers serve cross-client-monotonic reads under active-set leases (kefir server --follower-reads on every node); needs --nodes ≥ 3")
+	followerReads := fs.Bool("follower-reads", false, "followers serve cross-client-monotonic reads under active-set leases (kefir server --follower-reads on every node); needs --nodes ≥ 3 and one group")
 	groups := fs.Int("groups", 1, "number of replica groups (docs/cluster.md): more than 1 splits the 16384 Redis Cluster slots into that many contiguous ranges, one per 3-replica group, every node hosting a replica of each group (needs --nodes 3 or more; nilext off). 1: one group of all nodes")
 	engine := fs.String("engine", "vr", "replication engine of the group: vr, or chain (chain replication, docs/chain.md: n1 is the head, writes are answered once every node logged them; the chain's master is hosted by a metadata group on n1-n3; a new data directory only)")
 	ioModel := fs.String("io-model", "", "how the nodes serve client connections: epoll or goroutine (kefir server --io-model); empty: each node's own default (KEFIR_IO_MODEL, else epoll on Linux)")
@@ -98,6 +98,9 @@ Options:
 	}
 	if *groups > 1 && (*nodes < 3 || *nilext) {
 		return usageError{errors.New("--groups > 1 needs --nodes 3 or more, and no --nilext (the fast path does not span groups yet)")}
+	}
+	if *groups > 1 && *followerReads {
+		return usageError{errors.New("--groups > 1 and --follower-reads: in a cluster of several groups, cross-client-monotonic reads are served by each group's leader (sequential consistency across groups; docs/cluster.md)")}
 	}
 	switch *engine {
 	case "vr":

@@ -32,10 +32,9 @@ import (
 // read is given the session's part for its group (shard.Session.For): a
 // session token keeps one position per group's log.
 //
-// What does not span groups yet (docs/cluster.md): the
-// cross-client-monotonic level (sequential consistency does not compose
-// across groups' logs), the nilext fast path, FLUSHALL, and reads of the
-// whole keyspace
+// What does not span groups yet (docs/cluster.md): the nilext fast path,
+// follower-served cross-client-monotonic reads (CheckConsistency), FLUSHALL,
+// and reads of the whole keyspace
 // (KEYS, SCAN, KEFIR.SCAN), which merge the hosted groups' ordered streams
 // only where this node can serve every group at the read's level.
 type Multi struct {
@@ -461,16 +460,18 @@ func (m *Multi) TryRead(op kv.Op, c level.Consistency) (kv.Result, bool) {
 	return res, ok
 }
 
-// CheckConsistency refuses cross-client-monotonic reads across groups; the
-// other levels are the hosted groups'. Cross-client-monotonic promises
+// CheckConsistency is the hosted groups'. Cross-client-monotonic promises
 // sequential consistency, a single order of every client's operations, and
-// each group orders only its own: two groups' orders do not compose into
-// one without something that orders across them (docs/design/cluster.md §8).
-// Sessions do compose: each keeps its own position per group's log.
+// each group orders only its own: two groups' orders compose into one only
+// if each group's reads are linearizable (linearizability is local, sequential
+// consistency is not). So in a cluster every group's leader serves them, as
+// it serves linearizable reads (under its lease, waiting until what it
+// returns is readable), and no follower does: a node of several groups
+// never runs with follower reads (the server refuses --follower-reads with
+// --groups; NewMulti refuses a hosted replica that has them).
+// docs/design/cluster.md §8. Sessions compose too: each keeps its own
+// position per group's log.
 func (m *Multi) CheckConsistency(c level.Consistency) error {
-	if len(m.smap().Groups) > 1 && c.Kind == level.CrossClientMonotonic {
-		return fmt.Errorf("%s reads are not supported yet in a cluster of several groups (sequential consistency does not compose across groups' logs; issue 28)", c)
-	}
 	return m.local[0].h.Replica.CheckConsistency(c)
 }
 

@@ -472,8 +472,8 @@ func (c Config) effectiveLoopSpin() time.Duration {
 
 // validateGroups checks --groups against the nodes of --members (known):
 // a slot map that covers every slot once, groups of an odd number of
-// distinct known nodes, this node in at least one, and no nilext (the fast
-// path does not span groups yet).
+// distinct known nodes, this node in at least one, no nilext (the fast
+// path does not span groups yet) and no follower reads.
 func (c Config) validateGroups(known map[uint64]bool) error {
 	if _, err := cluster.NewSlotMap(1, c.Groups); err != nil {
 		return fmt.Errorf("config: --groups: %w", err)
@@ -481,8 +481,12 @@ func (c Config) validateGroups(known map[uint64]bool) error {
 	if c.Nilext {
 		return errors.New("config: --nilext is not supported yet with --groups (the fast path does not span groups)")
 	}
-	if c.Consistency.Kind == level.CrossClientMonotonic {
-		return fmt.Errorf("config: --consistency %s is not supported yet with --groups (sequential consistency does not compose across groups' logs)", c.Consistency)
+	if c.FollowerReads {
+		// Cross-client-monotonic promises sequential consistency, which a
+		// follower's reads (ordered in its group's log only) do not give
+		// across groups; each group's leader serves them instead, as
+		// linearizable reads, which compose (docs/design/cluster.md §8).
+		return errors.New("config: --follower-reads is not supported with --groups: in a cluster, cross-client-monotonic reads are served by each group's leader (sequential consistency across groups; docs/cluster.md)")
 	}
 	hosted := false
 	for _, g := range c.Groups {

@@ -221,7 +221,11 @@ func (s *Server) openGroups() (_ cluster.Hosted, err error) {
 		spec := s.replicaSpec(filepath.Join(dir, "vr"))
 		spec.Logger = s.log.With("component", "vr", "group", uint64(g.ID))
 		spec.Cluster, spec.Members, spec.Group, spec.Transport = clusterID, ms, g.ID, tr
-		spec.Nilext = false
+		// Neither the nilext fast path nor follower-served reads span
+		// groups (Config.validateGroups refuses both; off here whatever
+		// the config says): a cluster's cross-client-monotonic reads are
+		// its leaders' (cluster.Multi.CheckConsistency).
+		spec.Nilext, spec.FollowerReads = false, false
 		h, err := cfg.OpenReplica(spec)
 		if err != nil {
 			return cluster.Hosted{}, fmt.Errorf("server: group %d: %w", g.ID, err)

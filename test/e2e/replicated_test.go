@@ -233,23 +233,33 @@ func startWorkload(t *testing.T, g *group) *workload {
 			}
 		}()
 	}
-	keys := []string{"a", "b", "c"}
-	for cid := range 4 {
-		c := dialGroup(t, g.addrs())
-		w.wg.Add(1)
+	checkedClients(t, &w.wg, &w.stop, w.rec, g.addrs(), []string{"a", "b", "c"}, 4, nil)
+	return w
+}
+
+// checkedClients starts n clients (through addrs) that mix reads, puts and
+// CASes on keys until stop, recording each op in rec for the checkers: a
+// read at level readLevel(rng) (nil: linearizable) that failed has no
+// effect, a write that failed may have executed (unknown). Writes are sync.
+func checkedClients(t *testing.T, wg *sync.WaitGroup, stop *atomic.Bool, rec *check.Recorder, addrs []string, keys []string, n int, readLevel func(*rand.Rand) level.Consistency) {
+	for cid := range n {
+		c := dialGroup(t, addrs)
+		wg.Add(1)
 		go func() {
-			defer w.wg.Done()
-			rec := w.rec
+			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(cid), 7))
-			for i := 0; !w.stop.Load(); i++ {
+			for i := 0; !stop.Load(); i++ {
 				key := keys[rng.IntN(len(keys))]
 				op := check.Op{Client: cid, Key: key, Cons: level.ConsLinearizable, Dur: level.Sync}
 				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 				switch rng.IntN(4) {
 				case 0, 1:
 					op.Kind = check.Get
+					if readLevel != nil {
+						op.Cons = readLevel(rng)
+					}
 					id := rec.Invoke(op)
-					v, err := c.Get(ctx, key, client.WithConsistency(client.Linearizable))
+					v, err := c.Get(ctx, key, client.WithConsistency(op.Cons))
 					switch {
 					case err == nil:
 						rec.Complete(id, check.Result{Found: true, Value: string(v), Node: -1})
@@ -267,7 +277,7 @@ func startWorkload(t *testing.T, g *group) *workload {
 						rec.Complete(id, check.Result{Node: -1})
 					}
 				case 3:
-					op.Kind, op.Expect, op.Value = check.CAS, fmt.Sprintf("c%d-%d", (cid+1)%4, i-1), fmt.Sprintf("c%d-%d", cid, i)
+					op.Kind, op.Expect, op.Value = check.CAS, fmt.Sprintf("c%d-%d", (cid+1)%n, i-1), fmt.Sprintf("c%d-%d", cid, i)
 					id := rec.Invoke(op)
 					ok, err := c.CAS(ctx, key, []byte(op.Expect), []byte(op.Value), client.WithDurability(client.Sync))
 					if err != nil {
@@ -280,7 +290,6 @@ func startWorkload(t *testing.T, g *group) *workload {
 			}
 		}()
 	}
-	return w
 }
 
 // finish stops the clients and checks: writes were acknowledged after the
