@@ -104,6 +104,9 @@ type chainCore struct {
 	// linkGapOff (-tags mutations): a gap on a link is not acted on, the
 	// code before the numbering.
 	linkGapOff bool
+	// readLeaseForever (-tags mutations): the head's read lease
+	// (readLease) ignores the master's lease.
+	readLeaseForever bool
 
 	// headed: this member was the head at the last Info, since the epoch
 	// headSince (Info.View). viewIsEpoch (-tags mutations): Info.View is
@@ -503,6 +506,26 @@ func (c *chainCore) heartbeatAnswer(m chain.Msg) {
 	c.setChain(m.Members)
 }
 
+// readLease is the lease under which the host serves the head's
+// linearizable reads off its driver (Replica.TryRead, localLease): what Read
+// grants a read one at a time — the head, active, under the master's lease,
+// answering once it applied its whole history (Index: every update it has
+// passed on, committed) — as one standing grant, so that a read with
+// nothing in flight is served at once, with no hand-off to the driver and
+// back (A6: a chain of one's GETs ran at 0.61 of PING at -P 1 and 0.13 at
+// -P 16 that way). The host checks Until against its clock at each read,
+// as Read checks leased(now).
+func (c *chainCore) readLease() core.Lease {
+	if !c.isHead() || c.status().State != chain.Active || (c.lease != 0 && c.leaseUntil == 0) {
+		return core.Lease{}
+	}
+	until := c.EventualUntil()
+	if mutation.On && c.readLeaseForever {
+		until = math.MaxInt64 // past the master's lease: a deposed head serves on
+	}
+	return core.Lease{Held: true, Until: until, Index: uint64(c.total())}
+}
+
 // leased reports whether the master's lease lets this member serve now.
 func (c *chainCore) leased(now int64) bool { return c.lease == 0 || now < c.leaseUntil }
 
@@ -717,6 +740,7 @@ func (c *chainCore) Ready() core.Ready[chain.Msg] {
 	// Nothing is acknowledged before it is committed: R is the commit
 	// point; eventual reads run until the master's lease ends.
 	rd.Readable, rd.EventualUntil = uint64(committed), c.EventualUntil()
+	rd.Lease = c.readLease()
 	return rd
 }
 

@@ -855,3 +855,49 @@ func headOf(t *testing.T, b *chainBed) uint64 {
 	t.Fatal("no head")
 	return 0
 }
+
+// TestChainCoreReadLease: the head publishes a read lease (Ready.Lease) for
+// the host to serve linearizable reads off its driver — the head, active,
+// under the master's lease, until that lease ends, once its whole history is
+// applied — and no other member does, nor the head before the master
+// answered. (A head the master repaired around keeps its own wiring; the
+// lease's end is what stops it.) With the mutation
+// readLeaseForever (the read lease outlives the master's) it fails.
+func TestChainCoreReadLease(t *testing.T) {
+	const ms = int64(1e6)
+	// leaseOf runs the head until the master answered its first heartbeat
+	// (sent at 50 ms, a lease of 100 ms) and returns its read lease then.
+	leaseOf := func(t *testing.T, self uint64, forever bool) (core.Lease, *chainCore) {
+		c, err := openChain(chainConfig{Self: self, Master: bedMaster, Members: []uint64{2, 3},
+			Heartbeat: 10 * ms, Lease: 100 * ms}, core.Boot{Bootstrap: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.readLeaseForever = forever
+		if l := c.Ready().Lease; l.Held {
+			t.Fatalf("a lease before the master answered: %+v", l)
+		}
+		c.Tick(50 * ms)
+		rd := c.Ready()
+		if len(rd.Messages) != 1 || rd.Messages[0].Type != chain.MsgHeartbeat {
+			t.Fatalf("tick sent %v, want a heartbeat", rd.Messages)
+		}
+		c.Step(70*ms, chain.Msg{Type: chain.MsgHeartbeat, From: bedMaster, To: chain.NodeID(self), Seq: rd.Messages[0].Seq, Members: []chain.NodeID{2, 3}})
+		return c.Ready().Lease, c
+	}
+	l, c := leaseOf(t, 2, false)
+	if !l.Held || l.Follower || l.Until != 150*ms || l.Index != uint64(c.total()) {
+		t.Fatalf("the head's lease after the answer to the heartbeat sent at 50 ms: %+v, want held until 150 ms at index %d", l, c.total())
+	}
+	if l, _ := leaseOf(t, 3, false); l.Held {
+		t.Fatalf("the tail (not the head) has a read lease: %+v", l)
+	}
+	if !mutation.On {
+		return
+	}
+	if l, _ := leaseOf(t, 2, true); l.Until == 150*ms {
+		t.Fatal("readLeaseForever not caught")
+	} else {
+		t.Logf("readLeaseForever: the lease runs until %d, past the master's (150 ms): caught", l.Until)
+	}
+}

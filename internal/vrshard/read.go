@@ -646,7 +646,10 @@ func (r *Replica) readWith(op kv.Op, ov map[string]overlayEntry) (kv.Result, err
 	if op.Now == 0 {
 		op.Now = r.readNow()
 	}
-	engineGet := r.db.Get
+	// Without the copy: a read's results are read-only (kv.Result), as the
+	// single node's read path has them (shard.Shard.readGet); the copy and
+	// its allocation were a tenth of a chain head's pipelined GET.
+	engineGet := r.db.GetShared
 	scan := shard.EngineScanner(r.db)
 	if kv.MultiKey(&op) && !(mutation.On && r.mut.tornMultiReads) {
 		// A read of several keys sees the engine at one version: the
