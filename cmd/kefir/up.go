@@ -204,6 +204,22 @@ Options:
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGUSR1)
 	defer signal.Stop(sigs)
 
+	// A node whose replica left the group (kefir cluster remove-node or
+	// replace-node retired it) refuses to start, and must not: the group
+	// runs without it. Left down, and said so, rather than failing the
+	// cluster's start.
+	live := u.nodes[:0]
+	for _, n := range u.nodes {
+		if err := server.CheckRetired(filepath.Join(*dir, n.id)); errors.Is(err, server.ErrRetired) {
+			u.say("%s is not started: %v", n.id, err)
+			continue
+		}
+		live = append(live, n)
+	}
+	if len(live) == 0 {
+		return fmt.Errorf("every node in %s left its group: nothing to start", *dir)
+	}
+	u.nodes = live
 	for _, n := range u.nodes {
 		if err := u.start(n); err != nil {
 			u.stopAll(sigs)
@@ -537,6 +553,13 @@ func (u *upCluster) exited(n *upNode, err error) {
 	u.say("%s (pid %d) stopped after %v: %s; %d of %d nodes running", n.id, n.pid, up.Round(time.Millisecond), status, running, len(u.nodes))
 	if u.grp != nil && running < len(u.nodes)/2+1 {
 		u.say("WARNING: a majority of the group is down: writes and linearizable reads wait until enough nodes are back")
+	}
+	if rerr := server.CheckRetired(filepath.Join(u.dir, n.id)); errors.Is(rerr, server.ErrRetired) {
+		// It left the group (and exited 0 on its own): starting it again
+		// would only be refused.
+		n.givenUp = true
+		u.say("%s left the group: not restarting it (%v)", n.id, rerr)
+		return
 	}
 	if n.fails >= maxFailedStarts {
 		n.givenUp = true

@@ -74,8 +74,10 @@ func (r retiredRecord) err(dir string) error {
 		ErrRetired, r.Replica, r.Cluster, r.Epoch, r.Members, dir)
 }
 
-// checkRetired refuses a data directory whose replica retired.
-func checkRetired(dir string) error {
+// CheckRetired refuses a data directory whose replica retired (an error
+// wrapping ErrRetired that says when and who the members are): kefir server
+// refuses to start on it, and kefir up leaves such a node down.
+func CheckRetired(dir string) error {
 	b, err := os.ReadFile(filepath.Join(dir, retiredFile))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -102,7 +104,7 @@ func PrepareJoin(ctx context.Context, cfg Config, logf func(format string, args 
 	if cfg.FS != nil || cfg.DataDir == "" {
 		return cfg, nil
 	}
-	if err := checkRetired(cfg.DataDir); err != nil {
+	if err := CheckRetired(cfg.DataDir); err != nil {
 		return cfg, err
 	}
 	p := filepath.Join(cfg.DataDir, joinFile)

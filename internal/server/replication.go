@@ -113,7 +113,7 @@ func (s *Server) openReplica() (cluster.Hosted, error) {
 		if err := checkMode(cfg.DataDir, true); err != nil {
 			return cluster.Hosted{}, err
 		}
-		if err := checkRetired(cfg.DataDir); err != nil {
+		if err := CheckRetired(cfg.DataDir); err != nil {
 			return cluster.Hosted{}, fmt.Errorf("server: %w", err)
 		}
 		if err := checkIdentity(cfg.DataDir, cfg.identity()); err != nil {

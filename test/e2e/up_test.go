@@ -421,3 +421,52 @@ func TestUpGivesUpOnANodeThatCannotStart(t *testing.T) {
 	}
 	u.stop(t)
 }
+
+// A node of a `kefir up` cluster that kefir cluster replace-node retires
+// exits on its own and stays down — up does not restart it into a refusal —
+// and the next `kefir up` on the directory starts the others without it
+// (before, its refusal failed the whole start), with the group, now with the
+// replacement, serving writes.
+func TestUpLeavesARetiredNodeDown(t *testing.T) {
+	base := freeBase(t, 3)
+	dir := t.TempDir()
+	u := startUp(t, "--dir", dir, "--base-port", strconv.Itoa(base))
+	a := upAddrsOf(base, 3)
+	var saved struct {
+		Secret string `json:"cluster_secret"`
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "cluster.json")); err != nil || json.Unmarshal(b, &saved) != nil || saved.Secret == "" {
+		t.Fatalf("cluster.json: %v %s", err, b)
+	}
+	n4 := cluster.NewNode(t, "n4")
+	n4.Args = []string{"--replica-id", "4", "--join", a.client[0] + "," + a.client[1], "--cluster-secret", saved.Secret}
+	if err := n4.StartNoWait(); err != nil {
+		t.Fatal(err)
+	}
+	if !testgroup.Until(15*time.Second, 20*time.Millisecond, func() bool { return strings.Contains(n4.Logs(), "does not name this node yet") }) {
+		t.Fatalf("node 4 did not wait to be named:\n%s", n4.Logs())
+	}
+	if out, err := kefirCluster(t, "replace-node", "--addr", a.client[0], "--old", "3", "--new", fmt.Sprintf("4@%s/%s", n4.PeerAddr, n4.ClientAddr)); err != nil {
+		t.Fatalf("replace-node: %v\n%s", err, out)
+	}
+	if err := n4.WaitReady(20 * time.Second); err != nil {
+		t.Fatalf("node 4 did not start serving: %v\n%s", err, n4.Logs())
+	}
+	u.waitLog(t, `n3 left the group: not restarting it`, 30*time.Second)
+	c := dialGroup(t, []string{a.client[0], a.client[1], n4.ClientAddr})
+	if err := c.Put(context.Background(), "after-replace", []byte("v")); err != nil {
+		t.Fatalf("write after the replacement: %v", err)
+	}
+	time.Sleep(2 * time.Second) // past up's first restart delay
+	if strings.Contains(u.Logs(), "restarting n3") {
+		t.Fatalf("kefir up restarts the retired n3:\n%s", u.Logs())
+	}
+	u.stop(t)
+
+	u2 := startUp(t, "--dir", dir, "--base-port", strconv.Itoa(base))
+	u2.waitLog(t, `n3 is not started: .*left its group`, 5*time.Second)
+	if err := c.Put(context.Background(), "after-restart", []byte("v")); err != nil {
+		t.Fatalf("write after kefir up restarted without n3: %v\n%s", err, u2.Logs())
+	}
+	u2.stop(t)
+}
