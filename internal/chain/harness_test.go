@@ -116,6 +116,51 @@ type harness struct {
 	// kind (nil: memory for all).
 	mode  Mode
 	store func(NodeID) Store
+	// syncPersist: a member's persistence requests are done at once, in
+	// the step that made them, before anything it sent is delivered: the
+	// replica host's order (it writes a Ready's entries before it sends
+	// its messages), which the whole-chain restarts need.
+	syncPersist bool
+	// disks: with syncPersist, what each member's host holds on disk — the
+	// entries it persisted, and the point up to which it saved them as
+	// committed (its LA; at the tail, everything) — kept past a member's
+	// removal, which frees only its memory.
+	disks map[NodeID]*disk
+}
+
+type disk struct {
+	log    []Entry
+	commit uint64 // the last committed entry's seq
+	tail   bool   // it was the tail when last saved
+}
+
+// recordDisks brings every running member's disk up to date.
+func (h *harness) recordDisks() {
+	if h.disks == nil {
+		h.disks = map[NodeID]*disk{}
+	}
+	for _, id := range h.ids() {
+		m := h.members[id]
+		st := m.Status()
+		if st.State == Removed {
+			continue
+		}
+		d := h.disks[id]
+		if d == nil {
+			d = &disk{}
+			h.disks[id] = d
+		}
+		hist := m.History()
+		for len(d.log) < len(hist) && hist[len(d.log)].Seq <= st.Persisted {
+			e := hist[len(d.log)]
+			d.log = append(d.log, Entry{Seq: e.Seq, ID: e.ID, Op: e.Op, Result: e.Result})
+		}
+		d.tail = st.State == Active && st.Succ == 0
+		d.commit = max(d.commit, st.LA)
+		if d.tail {
+			d.commit = max(d.commit, st.Persisted)
+		}
+	}
 }
 
 // config is the configuration every member of the harness gets.
@@ -211,13 +256,20 @@ func (h *harness) collect() {
 				}
 			}
 			for _, msg := range m.Ready() {
-				h.enqueue(msg)
 				moved = true
+				if h.syncPersist && msg.Type == MsgPersist {
+					m.Step(Msg{Type: MsgPersisted, From: id, To: id, Seq: msg.Seq})
+					continue
+				}
+				h.enqueue(msg)
 			}
 		}
 		if !moved {
 			break
 		}
+	}
+	if h.syncPersist {
+		h.recordDisks()
 	}
 	if h.noCheck {
 		return
