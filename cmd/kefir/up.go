@@ -87,8 +87,8 @@ Options:
 		}
 		return usageError{err}
 	}
-	if *nodes < 1 || (*nodes > 1 && *nodes%2 == 0) {
-		return usageError{fmt.Errorf("--nodes %d: want 1 (single node) or an odd number ≥ 3 (a replica group of 2f+1)", *nodes)}
+	if *nodes < 1 || (*nodes > 1 && *nodes%2 == 0 && *engine != "chain") {
+		return usageError{fmt.Errorf("--nodes %d: want 1 (single node) or an odd number ≥ 3 (a replica group of 2f+1; --engine chain takes any number from 2)", *nodes)}
 	}
 	if *nilext && *nodes == 1 {
 		return usageError{errors.New("--nilext needs a replica group (--nodes 3 or more)")}
@@ -102,8 +102,8 @@ Options:
 	switch *engine {
 	case "vr":
 	case "chain":
-		if *nodes < 3 || *nilext || *followerReads || *groups > 1 {
-			return usageError{errors.New("--engine chain needs --nodes 3 or more, one group, and neither --nilext nor --follower-reads (VR's)")}
+		if *nodes < 2 || *nilext || *followerReads || *groups > 1 {
+			return usageError{errors.New("--engine chain needs --nodes 2 or more, one group, and neither --nilext nor --follower-reads (VR's)")}
 		}
 	default:
 		return usageError{fmt.Errorf("--engine %q: want vr or chain", *engine)}
@@ -388,6 +388,12 @@ func (u *upCluster) settled() (bool, string) {
 		rep := st.Replication
 		if rep.Status != "normal" || rep.Leader == 0 {
 			return false, fmt.Sprintf("%s is %s in view %d", n.id, st.Role, rep.View)
+		}
+		if u.grp.chain {
+			// A chain member's view is its configuration epoch (the head's:
+			// the one it became the head at), which joins move on one
+			// member at a time: only the head must agree.
+			rep.View = 0
 		}
 		if i == 0 {
 			view, leader = rep.View, rep.Leader
@@ -772,13 +778,10 @@ func prepareGroup(dir string, n, basePort int) (*upGroup, error) {
 
 // upChainArgs are the nodes' flags of kefir up --engine chain: the chain's
 // master is hosted by the metadata group on n1-n3 (kefir server --engine
-// chain without --chain-master), so nothing runs beside the nodes. A chain
-// restarted as a whole is not built (every member would come back waiting
-// to be joined, and no tail would be left to copy from): an existing data
-// directory is refused.
-func upChainArgs(grp *upGroup) ([]string, error) {
-	if !grp.bootstrap {
-		return nil, errors.New("--engine chain starts a new chain only: restarting a whole chain from its data is not built yet (docs/chain.md); use a new --dir")
-	}
+// chain without --chain-master), so nothing runs beside the nodes. On an
+// existing data directory every member comes back waiting to be joined and
+// the master restarts the chain from the one holding the longest durable
+// history (docs/chain.md, "Restarting a whole chain").
+func upChainArgs(*upGroup) ([]string, error) {
 	return []string{"--engine", "chain"}, nil
 }
