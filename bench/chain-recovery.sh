@@ -4,17 +4,15 @@
 #
 # The thesis orders M-M, M-D and M (memory-only and log members). On the host
 # every member is a log (D) under SU, so the closest configurations are run: a
-# chain of one (D: the unreplicated member) and the chain of three that
-# docs/chain.md starts (D-D-D). A chain of two (D-D) would be the closest to
-# M-D, but kefir server refuses two members ("a VR group needs an odd
-# number"), with the hosted master and with --chain-master alike. For each,
-# per round:
+# chain of one (D: the unreplicated member), of two (D-D, the closest to M-D)
+# and the chain of three that docs/chain.md starts (D-D-D). For each, per
+# round:
 #   * memory: every member's RSS (/proc/PID/status VmRSS) before and after
 #     loading --records keys of --value-size bytes; bytes of RSS per key;
 #   * service gap: kill -9 of the tail, then the time until a write at the
-#     head succeeds again (R=1: after restarting the member on its data; R≥2:
-#     with the dead member left down — the master's failure detection and
-#     repair);
+#     head succeeds again (R=1: after restarting the member on its data — a
+#     whole chain restarted; R≥2: with the dead member left down — the
+#     master's failure detection and repair);
 #   * rejoin: the killed member restarted on its data (R≥2), the time until its
 #     /status says "normal" (it copies only what it lacks); and after a second
 #     kill, restarted on an empty directory (copies everything).
@@ -122,9 +120,9 @@ config() {
 	wait "$(cat "$WORK/pid/n$v")" 2>/dev/null || true
 	t=$(now)
 	if [ "$r" = 1 ]; then
-		# A chain of one restarted is a whole chain restarted, which the host
-		# does not support (docs/chain.md): the member comes back waiting to
-		# be joined and there is no tail to copy from. Measured anyway, for 15 s.
+		# A chain of one restarted is a whole chain restarted: the member
+		# comes back waiting to be joined, and the master restarts the chain
+		# from it (the longest durable history). Given 15 s.
 		node 1 1
 		if writable 1 15; then gap="$(since "$t") s"; else gap="never (not writable 15 s after the restart)"; fi
 	else
@@ -150,7 +148,7 @@ config() {
 echo "| Round | Chain (D members) | Load avg | RSS a member, empty | RSS per key, all members | Put p50 / p99, one client | Service gap after kill -9 of the tail | Rejoin on its data | Rejoin on an empty dir |"
 echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 for round in $(seq 1 "$ROUNDS"); do
-	# CONFIGS="1 3" by default: the chain lengths run, alternating in order.
-	if [ $((round % 2)) = 1 ]; then order=${CONFIGS:-1 3}; else order=$(echo "${CONFIGS:-1 3}" | tr ' ' '\n' | tac | tr '\n' ' '); fi
+	# CONFIGS="1 2 3" by default: the chain lengths run, alternating in order.
+	if [ $((round % 2)) = 1 ]; then order=${CONFIGS:-1 2 3}; else order=$(echo "${CONFIGS:-1 2 3}" | tr ' ' '\n' | tac | tr '\n' ' '); fi
 	for r in $order; do config "$r" "$round"; done
 done

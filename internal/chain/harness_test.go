@@ -117,11 +117,13 @@ type harness struct {
 	mode  Mode
 	store func(NodeID) Store
 	// syncPersist: a member's persistence requests are done at once, in
-	// the step that made them, before anything it sent is delivered: the
-	// replica host's order (it writes a Ready's entries before it sends
-	// its messages), which the whole-chain restarts need.
+	// the step that made them, before anything it sent is delivered. The
+	// whole-chain restarts need it: the core's tail answers a read from
+	// what it applied, before its disk has it, so a value read there could
+	// be taken back by a crash of every member; the replica host serves
+	// only what is committed, which at the tail is what it persisted.
 	syncPersist bool
-	// disks: with syncPersist, what each member's host holds on disk — the
+	// disks, if set, is what each member's host holds on disk — the
 	// entries it persisted, and the point up to which it saved them as
 	// committed (its LA; at the tail, everything) — kept past a member's
 	// removal, which frees only its memory.
@@ -136,9 +138,6 @@ type disk struct {
 
 // recordDisks brings every running member's disk up to date.
 func (h *harness) recordDisks() {
-	if h.disks == nil {
-		h.disks = map[NodeID]*disk{}
-	}
 	for _, id := range h.ids() {
 		m := h.members[id]
 		st := m.Status()
@@ -268,7 +267,7 @@ func (h *harness) collect() {
 			break
 		}
 	}
-	if h.syncPersist {
+	if h.disks != nil {
 		h.recordDisks()
 	}
 	if h.noCheck {

@@ -592,6 +592,11 @@ func (m *Master) truncate() {
 // Fail tells the master that n failed (fail-stop). It repairs the chain
 // around every member that is gone (digest §3.5).
 func (m *Master) Fail(n NodeID) {
+	if d := m.down; d != nil {
+		// Down: a member that reported and failed again holds nothing
+		// until it restarts and reports anew.
+		delete(d.reports, n)
+	}
 	if m.dead[n] {
 		return
 	}

@@ -92,9 +92,12 @@ type simOpts struct {
 	// order) and every node restarts from its durable prefix, a step at a
 	// time; the master restarts the chain from the longest
 	// (Master.Restarted) and joins the rest. Every member is a log
-	// datastore; a member's durable prefix is what its host saves as
-	// committed: up to its LA, lagging by up to two entries (the commit
-	// point rides on the next batch), all it persisted at the tail.
+	// datastore, persisting at once (harness.syncPersist); a member's
+	// durable prefix is what its host saves as committed (harness.disks):
+	// up to its LA, lagging by up to two entries (the commit point rides on
+	// the next batch), all it persisted at the tail. No other failure
+	// while a restart is under way (a node failed then would never be
+	// restarted, and the chain would wait for it).
 	wholeRestarts int
 }
 
@@ -206,7 +209,9 @@ func runSim(o simOpts) (check.History, error) {
 	}
 	h.noCheck = o.noCheck
 	h.rate = o.rate
-	h.syncPersist = o.wholeRestarts > 0
+	if o.wholeRestarts > 0 {
+		h.disks, h.syncPersist = map[NodeID]*disk{}, true
+	}
 	if o.trace {
 		h.log = func(s string) { fmt.Println(s) }
 	}
@@ -301,7 +306,8 @@ func runSim(o simOpts) (check.History, error) {
 			h.collect()
 		}
 		if len(rejoin) > 0 && !h.master.Busy() && h.master.Tail() != 0 {
-			if id := rejoin[0]; len(h.master.Members()) < o.r && h.master.Join(id, len(h.master.Members())) == nil {
+			// (One that failed again since stays out, as any failed node.)
+			if id := rejoin[0]; h.members[id] != nil && len(h.master.Members()) < o.r && h.master.Join(id, len(h.master.Members())) == nil {
 				h.logf("rejoin %d", id)
 				h.collect()
 			}
@@ -459,7 +465,7 @@ func runSim(o simOpts) (check.History, error) {
 					n++
 				}
 			}
-			if fails >= o.maxFails || n < 2 || len(live) == 0 {
+			if fails >= o.maxFails || n < 2 || len(live) == 0 || len(restarts) > 0 || h.master.Down() {
 				continue
 			}
 			victim := live[rng.IntN(len(live))]
