@@ -783,6 +783,18 @@ func (m *Master) resendOrder(o order) {
 	m.send(o.to, Msg{Type: o.kind, Target: a.target})
 }
 
+// Restarting is the member ordered to restart the chain alone whose answer
+// has not come (0: none). Until it takes the order its heartbeats still say
+// it is not a replica: they are not a new restart.
+func (m *Master) Restarting() NodeID {
+	for o := range m.awaiting {
+		if o.kind == MsgRestart {
+			return o.to
+		}
+	}
+	return 0
+}
+
 // Down reports whether every member of the chain failed: the master waits
 // for them to restart (Restarted). It keeps the last configuration (a
 // chain is never recorded without members) and routes nothing.

@@ -480,6 +480,20 @@ func (x *Master) step(msgs []chain.Msg) {
 			x.restarted(msg, now)
 			continue
 		}
+		if x.m.Down() {
+			// A replica still running while the master counts every member
+			// failed (it fell silent past FailAfter): it gets no lease —
+			// the chain may restart from another member — and hears that it
+			// is out, so its /status says so; restarted, it reports.
+			x.outside(msg)
+			continue
+		}
+		if msg.Refused && msg.From == x.m.Restarting() {
+			// The member ordered to restart the chain, before it took the
+			// order: not a new restart.
+			x.heard[from] = now
+			continue
+		}
 		members := x.m.Members()
 		if slices.Contains(members, msg.From) && msg.Refused && msg.From != x.m.Joiner() {
 			// A member that says it is not a replica restarted (faster than
@@ -554,6 +568,18 @@ func (x *Master) restarted(hb chain.Msg, now time.Time) {
 	x.lost = false
 	x.cfg.Logger.Warn("chain master: restarting the chain from the member holding the longest durable history",
 		"node", uint64(hb.From), "members", x.m.Members(), "epoch", x.m.Epoch())
+}
+
+// outside answers hb's heartbeat with the configuration without its sender,
+// which grants nothing and tells it that it is out of the chain.
+func (x *Master) outside(hb chain.Msg) {
+	var ms []chain.NodeID
+	for _, id := range x.committed.Members {
+		if chain.NodeID(id) != hb.From {
+			ms = append(ms, chain.NodeID(id))
+		}
+	}
+	x.send(chain.Msg{Type: chain.MsgHeartbeat, To: hb.From, Seq: hb.Seq, Epoch: x.committed.Epoch, Members: ms})
 }
 
 // grant answers member hb's heartbeat with the committed configuration,

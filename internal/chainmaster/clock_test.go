@@ -285,7 +285,9 @@ func TestPrecopyingJoinerGetsStartGrace(t *testing.T) {
 // records a chain without members (the metadata group refuses one: the
 // loop the A8 run saw), and once every member has reported it records the
 // member holding the longest history, 3, as the chain at a new epoch,
-// orders it to RESTART, and then joins the others to it.
+// orders it to RESTART, and then joins the others to it. A heartbeat of a
+// member still running while the chain is down gets no lease; 3's
+// heartbeat from before it took the order does not fail it again.
 func TestHostedMasterRestartsAWholeChain(t *testing.T) {
 	const hb, lease = 50 * time.Millisecond, 500 * time.Millisecond
 	t0 := time.Unix(1_000_000, 0)
@@ -324,6 +326,14 @@ func TestHostedMasterRestartsAWholeChain(t *testing.T) {
 	if !x.m.Down() {
 		t.Fatal("the master is not down with every member restarted")
 	}
+	// A member still running while the master counts it failed (it fell
+	// silent, then spoke again): no lease, and an answer that leaves it out.
+	sent = sent[:0]
+	seq++
+	x.step([]chain.Msg{{Type: chain.MsgHeartbeat, From: 3, To: 9, Seq: seq, Epoch: 6, Members: []chain.NodeID{3}}})
+	if len(sent) != 1 || sent[0].Type != chain.MsgHeartbeat || slices.Contains(sent[0].Members, 3) {
+		t.Fatalf("a running member's heartbeat while the chain is down: answered %v, want the chain without it", sent)
+	}
 	restarted(2)
 	if x.m.Down() {
 		t.Fatal("still down after every member reported")
@@ -334,6 +344,11 @@ func TestHostedMasterRestartsAWholeChain(t *testing.T) {
 	i := slices.IndexFunc(sent, func(m chain.Msg) bool { return m.Type == chain.MsgRestart })
 	if i < 0 || sent[i].To != 3 || sent[i].Epoch != meta.rec.Epoch {
 		t.Fatalf("sent %v, want a RESTART to 3 at the recorded epoch %d", sent, meta.rec.Epoch)
+	}
+	// 3's heartbeat sent before it took the order: not a new restart.
+	restarted(3)
+	if x.m.Down() || !slices.Equal(meta.rec.Members, []uint64{3}) {
+		t.Fatalf("3's heartbeat from before the RESTART: down %v, record %v", x.m.Down(), meta.rec)
 	}
 	x.step([]chain.Msg{{Type: chain.MsgRestartDone, From: 3, To: 9, Epoch: meta.rec.Epoch}})
 	sent = sent[:0]

@@ -505,9 +505,7 @@ func (c *chainCore) heartbeatAnswer(m chain.Msg) {
 	// repaired the chain around it (it failed it while it was alive) and
 	// tells it so; it reports itself removed (Info) until it rejoins.
 	in := slices.Contains(m.Members, chain.NodeID(c.self))
-	if len(m.Members) > 0 {
-		c.outside = !in
-	}
+	c.outside = !in
 	for len(c.beats) > 0 && uint64(c.beats[0][0]) <= m.Seq {
 		if uint64(c.beats[0][0]) == m.Seq && in {
 			c.leaseUntil = max(c.leaseUntil, c.beats[0][1]+c.lease)
