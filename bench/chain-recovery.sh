@@ -74,10 +74,12 @@ status() {
 	curl -s --max-time 1 "http://127.0.0.1:$((BASE + 19 + $1))/status" 2>/dev/null |
 		sed -n 's/^ *"status": "\([a-z]*\)".*/\1/p' | head -1 || true
 }
-# writable I [TRIES]: waits until a SET through member I succeeds (each try
-# at most 1 s; 30 tries unless said).
+# writable I [SECONDS]: waits until a SET through member I succeeds (each try
+# at most 1 s; for 30 s unless said). A deadline, not a count of tries: a
+# try at a member still starting (its port closed) fails at once.
 writable() {
-	for _ in $(seq 1 "${2:-30}"); do
+	local end=$(($(date +%s%N) + ${2:-30} * 1000000000))
+	while [ "$(date +%s%N)" -lt "$end" ]; do
 		[ "$(timeout 1 redis-cli -p "$((BASE + $1 - 1))" set probe x 2>/dev/null)" = OK ] && return 0
 		sleep 0.01
 	done

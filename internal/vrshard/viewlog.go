@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/kefirdb/kefir/internal/core"
 	"github.com/kefirdb/kefir/internal/vr"
 )
 
@@ -27,6 +28,7 @@ const (
 	EventNewView    = "new-view"    // it entered a normal view under Leader
 	EventDeposed    = "deposed"     // it stopped leading
 	EventRecovering = "recovering"  // it lost its state and recovers from the group
+	EventRemoved    = "removed"     // a chain member its master's configuration left out
 )
 
 // ViewEvent is one view event. Leader is the view's leader (0 while a view
@@ -147,6 +149,9 @@ func (r *Replica) noteView(c viewCause) {
 	case vr.Recovering:
 		r.vt.add(ViewEvent{Time: now, Kind: EventRecovering, View: view, Reason: reason})
 		r.log.Warn("recovering from the group", "view", view, "reason", reason)
+	case core.Removed:
+		r.vt.add(ViewEvent{Time: now, Kind: EventRemoved, View: view, Reason: "the chain's master left it out of the configuration"})
+		r.log.Warn("out of the chain: the master repaired the chain around this member (it was silent past the failure timeout, or a truncated old tail); it serves nothing until restarted", "epoch", view)
 	}
 }
 
