@@ -56,7 +56,7 @@ const (
 func runUp(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("kefir up", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	nodes := fs.Int("nodes", 3, "number of nodes: 1 runs a single node; an odd number ≥ 3 runs one VR replica group (tolerates (N-1)/2 failed nodes)")
+	nodes := fs.Int("nodes", 3, "number of nodes: 1 runs a single node; an odd number ≥ 3 runs one VR replica group (tolerates (N-1)/2 failed nodes); with --engine chain any number ≥ 2 (a chain of N)")
 	dir := fs.String("dir", "kefir-data", "data directory; node i keeps its data in DIR/n<i>")
 	basePort := fs.Int("base-port", 6380, "client port of node 1; node i uses base+i-1, its peer port base+1000+i-1, its HTTP port base+2000+i-1")
 	durability := fs.String("durability", "sync", "default write durability of the nodes: sync, cad or async")
@@ -64,7 +64,7 @@ func runUp(args []string, stdout, stderr io.Writer) error {
 	nilext := fs.Bool("nilext", false, "EXPERIMENTAL: run the group with the Skyros nilext fast path (kefir server --nilext on every node); needs --nodes ≥ 3")
 	followerReads := fs.Bool("follower-reads", false, "followers serve cross-client-monotonic reads under active-set leases (kefir server --follower-reads on every node); needs --nodes ≥ 3")
 	groups := fs.Int("groups", 1, "number of replica groups (docs/cluster.md): more than 1 splits the 16384 Redis Cluster slots into that many contiguous ranges, one per 3-replica group, every node hosting a replica of each group (needs --nodes 3 or more; nilext off). 1: one group of all nodes")
-	engine := fs.String("engine", "vr", "replication engine of the group: vr, or chain (chain replication, docs/chain.md: n1 is the head, writes are answered once every node logged them; the chain's master is hosted by a metadata group on n1-n3; a new data directory only)")
+	engine := fs.String("engine", "vr", "replication engine of the group: vr, or chain (chain replication, docs/chain.md: n1 is the head, writes are answered once every node logged them; the chain's master is hosted by a metadata group on n1-n3; on an existing data directory the whole chain restarts from its data)")
 	ioModel := fs.String("io-model", "", "how the nodes serve client connections: epoll or goroutine (kefir server --io-model); empty: each node's own default (KEFIR_IO_MODEL, else epoll on Linux)")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, `Usage: kefir up [options]
@@ -661,7 +661,17 @@ func (u *upCluster) banner(stdout io.Writer) {
 		}
 		switch {
 		case u.grp.chain:
-			fmt.Fprintf(stdout, "\nKefir is up: a chain of %d nodes, n1 the head (cluster %d, %s; its master runs at the metadata group on n1-n3), data in %s\n", len(u.nodes), u.grp.clusterID, how, u.dir)
+			// The metadata group is the first three nodes, or one below three
+			// (an odd size: cluster.MetaMembers). A restarted chain's head is
+			// the member that held the longest history, not necessarily n1.
+			meta, head := "n1-n3", "n1 the head"
+			if len(u.nodes) < 3 {
+				meta = "n1"
+			}
+			if !u.grp.bootstrap {
+				head = "its head the member holding the longest history"
+			}
+			fmt.Fprintf(stdout, "\nKefir is up: a chain of %d nodes, %s (cluster %d, %s; its master runs at the metadata group on %s), data in %s\n", len(u.nodes), head, u.grp.clusterID, how, meta, u.dir)
 		case u.grp.groups > 1:
 			fmt.Fprintf(stdout, "\nKefir is up: %d nodes hosting %d 3-replica groups on 16384 slots (cluster %d, %s), data in %s\n", len(u.nodes), u.grp.groups, u.grp.clusterID, how, u.dir)
 		default:

@@ -232,3 +232,21 @@ func TestChainOfTwo(t *testing.T) {
 	}
 	checkAcked(t, n2.ClientAddr, acked)
 }
+
+// `kefir up --engine chain --nodes 2` starts a chain of two: a write through
+// either node is read back through the other.
+func TestUpChainOfTwo(t *testing.T) {
+	base := freeBase(t, 2)
+	u := startUp(t, "--engine", "chain", "--nodes", "2", "--dir", t.TempDir(), "--base-port", fmt.Sprint(base))
+	if !strings.Contains(u.banner, "a chain of 2 nodes") || !strings.Contains(u.banner, "metadata group on n1)") {
+		t.Fatalf("banner does not announce a chain of two:\n%s", u.banner)
+	}
+	a1, a2 := fmt.Sprintf("127.0.0.1:%d", base), fmt.Sprintf("127.0.0.1:%d", base+1)
+	if got := redisCLI(t, a2, "SET", "k", "v"); got != "OK" {
+		t.Fatalf("SET via n2 = %q\n%s", got, u.Logs())
+	}
+	if got := redisCLI(t, a1, "GET", "k"); got != "v" {
+		t.Fatalf("GET via n1 = %q", got)
+	}
+	u.stop(t)
+}
