@@ -173,6 +173,9 @@ type Master struct {
 	down    *down
 	recent  map[NodeID]bool
 	seqBits uint
+	// nodes: every node that may have been a member (SetNodes), whom a
+	// whole-chain restart waits for as well.
+	nodes []NodeID
 
 	out MasterReady
 	mut masterMutations
@@ -209,6 +212,14 @@ func (m *Master) SetSeqBits(bits uint) {
 		m.seqBits = bits
 	}
 }
+
+// SetNodes names every node that may ever have been a member of the chain
+// (on the host: the group's configured members, which every member ever is
+// while new nodes are not joined by an operator). A restart of the whole
+// chain waits for each of them too, not only for the members that failed
+// since the chain was last whole as this master saw it: a master that took
+// over from the record knows none of those it did not see fail.
+func (m *Master) SetNodes(ids []NodeID) { m.nodes = slices.Clone(ids) }
 
 // GetWeak routes a weak read to member at (0: the tail): any active member
 // that holds the update numbered token (the session's token, 0: none)
@@ -815,6 +826,9 @@ func (m *Master) goDown() {
 	for _, n := range m.members {
 		d.cands[n] = true
 	}
+	for _, n := range m.nodes {
+		d.cands[n] = true
+	}
 	m.down = d
 }
 
@@ -837,7 +851,8 @@ func (m *Master) goDown() {
 // candidates include every member that failed since the chain was last
 // whole, so the last tail is among them even when the failures were
 // noticed in another order (the tail's first: the configuration shrank to
-// the head before the chain went down). Choosing a shorter history would
+// the head before the chain went down), and every node SetNodes named.
+// Choosing a shorter history would
 // lose acknowledged updates, and a longer one restarted later would then
 // hold entries the chain does not (TestSimWholeChainRestart, the mutation
 // restartShortest).

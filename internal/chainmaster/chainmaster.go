@@ -764,6 +764,14 @@ func (x *Master) lead() (bool, time.Time) {
 // ResendAfter: Tick runs on the master's tick, every Heartbeat.
 func (x *Master) newCore(members []chain.NodeID, epoch uint64) *chain.Master {
 	m := chain.NewMasterAt(chain.NodeID(x.cfg.As), members, len(x.cfg.Members), epoch)
+	// A whole-chain restart waits for every configured member: one that
+	// failed before this master took over may hold the last acknowledged
+	// writes (chain.Master.SetNodes).
+	nodes := make([]chain.NodeID, len(x.cfg.Members))
+	for i, id := range x.cfg.Members {
+		nodes[i] = chain.NodeID(id)
+	}
+	m.SetNodes(nodes)
 	// Tick re-sends after n whole ticks, at least n intervals: an order
 	// made in a tick, before its Tick, waits exactly n.
 	m.SetResend(int((x.cfg.ResendAfter + x.cfg.Heartbeat - 1) / x.cfg.Heartbeat))

@@ -357,3 +357,36 @@ func TestHostedMasterRestartsAWholeChain(t *testing.T) {
 		t.Fatalf("sent %v after 1's next report, want it joined (PRECOPY from 3)", sent)
 	}
 }
+
+// TestTakeoverRestartWaitsForEveryConfiguredMember: the old master saw the
+// tail 3, then 2 fail and recorded [1] before it went too; every node
+// restarts. The master that takes over from the record knows nothing of 2
+// and 3 failing, but a whole-chain restart waits for every configured
+// member (chain.Master.SetNodes): it restarts the chain from 3, the longest
+// history (the last tail's, which holds the last acknowledged writes), not
+// from 1, the record's only member.
+func TestTakeoverRestartWaitsForEveryConfiguredMember(t *testing.T) {
+	const hb, lease = 50 * time.Millisecond, 500 * time.Millisecond
+	t0 := time.Unix(1_000_000, 0)
+	now := t0
+	meta := &fakeMeta{rec: &kv.ChainConfig{Members: []uint64{1}, Epoch: 6}}
+	var sent []chain.Msg
+	x, err := newMaster(Config{Self: 9, Members: []uint64{1, 2, 3}, Heartbeat: hb, Lease: lease, FailAfter: 2 * lease,
+		Meta: meta, Send: func(_ uint64, m *chain.Msg) { sent = append(sent, *m) }}, func() time.Time { return now })
+	if err != nil {
+		t.Fatal(err)
+	}
+	tick := func(d time.Duration) { now = t0.Add(d); x.tick(now) }
+	tick(0)
+	tick(lease + 2*hb)
+	length := map[chain.NodeID]uint64{1: 5, 2: 7, 3: 9}
+	seq := uint64(0)
+	for _, id := range []chain.NodeID{1, 2, 3} {
+		seq++
+		x.step([]chain.Msg{{Type: chain.MsgHeartbeat, From: id, To: 9, Seq: seq, Refused: true, LA: length[id], LU: length[id]}})
+	}
+	i := slices.IndexFunc(sent, func(m chain.Msg) bool { return m.Type == chain.MsgRestart })
+	if i < 0 || sent[i].To != 3 || !slices.Equal(meta.rec.Members, []uint64{3}) {
+		t.Fatalf("record %v, sent %v: want the chain restarted from 3", meta.rec, sent)
+	}
+}
