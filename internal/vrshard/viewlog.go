@@ -161,6 +161,11 @@ func (r *Replica) viewReason(c viewCause, pv uint64, ps vr.Status, v uint64, s v
 	case 'o':
 		switch s {
 		case vr.Recovering:
+			if r.opts.Chain != nil {
+				// A chain member always restarts as a joiner: holding the
+				// committed prefix of its log, or nothing if its disk lost it.
+				return "a chain member restarted: waiting for the master to join it (or, if every member restarted, to restart the chain)"
+			}
 			return "started without its state (lost or wiped data directory): recovering it from the group"
 		case vr.ViewChange:
 			if v == pv+1 && r.leaderOf(pv) == r.cfg.Self {
