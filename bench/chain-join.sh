@@ -106,6 +106,8 @@ echo "loading $RECORDS records of $VSIZE B..."
 # 1.8 s, 30 s after a join); the master then repairs the chain around it and
 # fences it until its process restarts. Such a member is restarted on its data
 # (it rejoins), so that every run starts from the same chain, and it is said.
+# A member the master repaired out while it ran says "removed" on /status
+# (before session 24 it went on saying "normal", and heal missed it).
 heal() {
 	local i st
 	for i in 1 2 3; do

@@ -4,17 +4,15 @@
 #
 # The thesis orders M-M, M-D and M (memory-only and log members). On the host
 # every member is a log (D) under SU, so the closest configurations are run: a
-# chain of one (D: the unreplicated member) and the chain of three that
-# docs/chain.md starts (D-D-D). A chain of two (D-D) would be the closest to
-# M-D, but kefir server refuses two members ("a VR group needs an odd
-# number"), with the hosted master and with --chain-master alike. For each,
-# per round:
+# chain of one (D: the unreplicated member), of two (D-D, the closest to M-D)
+# and the chain of three that docs/chain.md starts (D-D-D). For each, per
+# round:
 #   * memory: every member's RSS (/proc/PID/status VmRSS) before and after
 #     loading --records keys of --value-size bytes; bytes of RSS per key;
 #   * service gap: kill -9 of the tail, then the time until a write at the
-#     head succeeds again (R=1: after restarting the member on its data; R≥2:
-#     with the dead member left down — the master's failure detection and
-#     repair);
+#     head succeeds again (R=1: after restarting the member on its data — a
+#     whole chain restarted; R≥2: with the dead member left down — the
+#     master's failure detection and repair);
 #   * rejoin: the killed member restarted on its data (R≥2), the time until its
 #     /status says "normal" (it copies only what it lacks); and after a second
 #     kill, restarted on an empty directory (copies everything).
@@ -76,10 +74,12 @@ status() {
 	curl -s --max-time 1 "http://127.0.0.1:$((BASE + 19 + $1))/status" 2>/dev/null |
 		sed -n 's/^ *"status": "\([a-z]*\)".*/\1/p' | head -1 || true
 }
-# writable I [TRIES]: waits until a SET through member I succeeds (each try
-# at most 1 s; 30 tries unless said).
+# writable I [SECONDS]: waits until a SET through member I succeeds (each try
+# at most 1 s; for 30 s unless said). A deadline, not a count of tries: a
+# try at a member still starting (its port closed) fails at once.
 writable() {
-	for _ in $(seq 1 "${2:-30}"); do
+	local end=$(($(date +%s%N) + ${2:-30} * 1000000000))
+	while [ "$(date +%s%N)" -lt "$end" ]; do
 		[ "$(timeout 1 redis-cli -p "$((BASE + $1 - 1))" set probe x 2>/dev/null)" = OK ] && return 0
 		sleep 0.01
 	done
@@ -122,9 +122,9 @@ config() {
 	wait "$(cat "$WORK/pid/n$v")" 2>/dev/null || true
 	t=$(now)
 	if [ "$r" = 1 ]; then
-		# A chain of one restarted is a whole chain restarted, which the host
-		# does not support (docs/chain.md): the member comes back waiting to
-		# be joined and there is no tail to copy from. Measured anyway, for 15 s.
+		# A chain of one restarted is a whole chain restarted: the member
+		# comes back waiting to be joined, and the master restarts the chain
+		# from it (the longest durable history). Given 15 s.
 		node 1 1
 		if writable 1 15; then gap="$(since "$t") s"; else gap="never (not writable 15 s after the restart)"; fi
 	else
@@ -150,7 +150,7 @@ config() {
 echo "| Round | Chain (D members) | Load avg | RSS a member, empty | RSS per key, all members | Put p50 / p99, one client | Service gap after kill -9 of the tail | Rejoin on its data | Rejoin on an empty dir |"
 echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 for round in $(seq 1 "$ROUNDS"); do
-	# CONFIGS="1 3" by default: the chain lengths run, alternating in order.
-	if [ $((round % 2)) = 1 ]; then order=${CONFIGS:-1 3}; else order=$(echo "${CONFIGS:-1 3}" | tr ' ' '\n' | tac | tr '\n' ' '); fi
+	# CONFIGS="1 2 3" by default: the chain lengths run, alternating in order.
+	if [ $((round % 2)) = 1 ]; then order=${CONFIGS:-1 2 3}; else order=$(echo "${CONFIGS:-1 2 3}" | tr ' ' '\n' | tac | tr '\n' ' '); fi
 	for r in $order; do config "$r" "$round"; done
 done

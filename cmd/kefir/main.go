@@ -174,6 +174,7 @@ func runServer(args []string, stderr io.Writer) error {
 		}
 		// The master hosted by the metadata group (the first members by
 		// id), or a standalone one (--chain-master).
+		cfg.Chain = true // any number of members (a chain of two runs)
 		cfg.OpenReplica = vrshard.OpenHostedChainNode(0)
 		if cfg.ChainMaster.ID != 0 {
 			cfg.OpenReplica = vrshard.OpenHostedChain(cfg.ChainMaster.ID, cfg.ChainMaster.PeerAddr)

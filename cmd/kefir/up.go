@@ -56,7 +56,7 @@ const (
 func runUp(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("kefir up", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	nodes := fs.Int("nodes", 3, "number of nodes: 1 runs a single node; an odd number ≥ 3 runs one VR replica group (tolerates (N-1)/2 failed nodes)")
+	nodes := fs.Int("nodes", 3, "number of nodes: 1 runs a single node; an odd number ≥ 3 runs one VR replica group (tolerates (N-1)/2 failed nodes); with --engine chain any number ≥ 2 (a chain of N)")
 	dir := fs.String("dir", "kefir-data", "data directory; node i keeps its data in DIR/n<i>")
 	basePort := fs.Int("base-port", 6380, "client port of node 1; node i uses base+i-1, its peer port base+1000+i-1, its HTTP port base+2000+i-1")
 	durability := fs.String("durability", "sync", "default write durability of the nodes: sync, cad or async")
@@ -64,7 +64,7 @@ func runUp(args []string, stdout, stderr io.Writer) error {
 	nilext := fs.Bool("nilext", false, "EXPERIMENTAL: run the group with the Skyros nilext fast path (kefir server --nilext on every node); needs --nodes ≥ 3")
 	followerReads := fs.Bool("follower-reads", false, "followers serve cross-client-monotonic reads under active-set leases (kefir server --follower-reads on every node); needs --nodes ≥ 3 and one group")
 	groups := fs.Int("groups", 1, "number of replica groups (docs/cluster.md): more than 1 splits the 16384 Redis Cluster slots into that many contiguous ranges, one per 3-replica group, every node hosting a replica of each group (needs --nodes 3 or more; nilext off). 1: one group of all nodes")
-	engine := fs.String("engine", "vr", "replication engine of the group: vr, or chain (chain replication, docs/chain.md: n1 is the head, writes are answered once every node logged them; the chain's master is hosted by a metadata group on n1-n3; a new data directory only)")
+	engine := fs.String("engine", "vr", "replication engine of the group: vr, or chain (chain replication, docs/chain.md: n1 is the head, writes are answered once every node logged them; the chain's master is hosted by a metadata group on n1-n3; on an existing data directory the whole chain restarts from its data)")
 	ioModel := fs.String("io-model", "", "how the nodes serve client connections: epoll or goroutine (kefir server --io-model); empty: each node's own default (KEFIR_IO_MODEL, else epoll on Linux)")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, `Usage: kefir up [options]
@@ -87,8 +87,8 @@ Options:
 		}
 		return usageError{err}
 	}
-	if *nodes < 1 || (*nodes > 1 && *nodes%2 == 0) {
-		return usageError{fmt.Errorf("--nodes %d: want 1 (single node) or an odd number ≥ 3 (a replica group of 2f+1)", *nodes)}
+	if *nodes < 1 || (*nodes > 1 && *nodes%2 == 0 && *engine != "chain") {
+		return usageError{fmt.Errorf("--nodes %d: want 1 (single node) or an odd number ≥ 3 (a replica group of 2f+1; --engine chain takes any number from 2)", *nodes)}
 	}
 	if *nilext && *nodes == 1 {
 		return usageError{errors.New("--nilext needs a replica group (--nodes 3 or more)")}
@@ -105,8 +105,8 @@ Options:
 	switch *engine {
 	case "vr":
 	case "chain":
-		if *nodes < 3 || *nilext || *followerReads || *groups > 1 {
-			return usageError{errors.New("--engine chain needs --nodes 3 or more, one group, and neither --nilext nor --follower-reads (VR's)")}
+		if *nodes < 2 || *nilext || *followerReads || *groups > 1 {
+			return usageError{errors.New("--engine chain needs --nodes 2 or more, one group, and neither --nilext nor --follower-reads (VR's)")}
 		}
 	default:
 		return usageError{fmt.Errorf("--engine %q: want vr or chain", *engine)}
@@ -408,6 +408,12 @@ func (u *upCluster) settled() (bool, string) {
 		if rep.Status != "normal" || rep.Leader == 0 {
 			return false, fmt.Sprintf("%s is %s in view %d", n.id, st.Role, rep.View)
 		}
+		if u.grp.chain {
+			// A chain member's view is its configuration epoch (the head's:
+			// the one it became the head at), which joins move on one
+			// member at a time: only the head must agree.
+			rep.View = 0
+		}
 		if i == 0 {
 			view, leader = rep.View, rep.Leader
 		} else if rep.View != view || rep.Leader != leader {
@@ -681,7 +687,17 @@ func (u *upCluster) banner(stdout io.Writer) {
 		}
 		switch {
 		case u.grp.chain:
-			fmt.Fprintf(stdout, "\nKefir is up: a chain of %d nodes, n1 the head (cluster %d, %s; its master runs at the metadata group on n1-n3), data in %s\n", len(u.nodes), u.grp.clusterID, how, u.dir)
+			// The metadata group is the first three nodes, or one below three
+			// (an odd size: cluster.MetaMembers). A restarted chain's head is
+			// the member that held the longest history, not necessarily n1.
+			meta, head := "n1-n3", "n1 the head"
+			if len(u.nodes) < 3 {
+				meta = "n1"
+			}
+			if !u.grp.bootstrap {
+				head = "its head the member holding the longest history"
+			}
+			fmt.Fprintf(stdout, "\nKefir is up: a chain of %d nodes, %s (cluster %d, %s; its master runs at the metadata group on %s), data in %s\n", len(u.nodes), head, u.grp.clusterID, how, meta, u.dir)
 		case u.grp.groups > 1:
 			fmt.Fprintf(stdout, "\nKefir is up: %d nodes hosting %d 3-replica groups on 16384 slots (cluster %d, %s), data in %s\n", len(u.nodes), u.grp.groups, u.grp.clusterID, how, u.dir)
 		default:
@@ -798,13 +814,10 @@ func prepareGroup(dir string, n, basePort int) (*upGroup, error) {
 
 // upChainArgs are the nodes' flags of kefir up --engine chain: the chain's
 // master is hosted by the metadata group on n1-n3 (kefir server --engine
-// chain without --chain-master), so nothing runs beside the nodes. A chain
-// restarted as a whole is not built (every member would come back waiting
-// to be joined, and no tail would be left to copy from): an existing data
-// directory is refused.
-func upChainArgs(grp *upGroup) ([]string, error) {
-	if !grp.bootstrap {
-		return nil, errors.New("--engine chain starts a new chain only: restarting a whole chain from its data is not built yet (docs/chain.md); use a new --dir")
-	}
+// chain without --chain-master), so nothing runs beside the nodes. On an
+// existing data directory every member comes back waiting to be joined and
+// the master restarts the chain from the one holding the longest durable
+// history (docs/chain.md, "Restarting a whole chain").
+func upChainArgs(*upGroup) ([]string, error) {
 	return []string{"--engine", "chain"}, nil
 }

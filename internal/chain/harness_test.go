@@ -116,6 +116,50 @@ type harness struct {
 	// kind (nil: memory for all).
 	mode  Mode
 	store func(NodeID) Store
+	// syncPersist: a member's persistence requests are done at once, in
+	// the step that made them, before anything it sent is delivered. The
+	// whole-chain restarts need it: the core's tail answers a read from
+	// what it applied, before its disk has it, so a value read there could
+	// be taken back by a crash of every member; the replica host serves
+	// only what is committed, which at the tail is what it persisted.
+	syncPersist bool
+	// disks, if set, is what each member's host holds on disk — the
+	// entries it persisted, and the point up to which it saved them as
+	// committed (its LA; at the tail, everything) — kept past a member's
+	// removal, which frees only its memory.
+	disks map[NodeID]*disk
+}
+
+type disk struct {
+	log    []Entry
+	commit uint64 // the last committed entry's seq
+	tail   bool   // it was the tail when last saved
+}
+
+// recordDisks brings every running member's disk up to date.
+func (h *harness) recordDisks() {
+	for _, id := range h.ids() {
+		m := h.members[id]
+		st := m.Status()
+		if st.State == Removed {
+			continue
+		}
+		d := h.disks[id]
+		if d == nil {
+			d = &disk{}
+			h.disks[id] = d
+		}
+		hist := m.History()
+		for len(d.log) < len(hist) && hist[len(d.log)].Seq <= st.Persisted {
+			e := hist[len(d.log)]
+			d.log = append(d.log, Entry{Seq: e.Seq, ID: e.ID, Op: e.Op, Result: e.Result})
+		}
+		d.tail = st.State == Active && st.Succ == 0
+		d.commit = max(d.commit, st.LA)
+		if d.tail {
+			d.commit = max(d.commit, st.Persisted)
+		}
+	}
 }
 
 // config is the configuration every member of the harness gets.
@@ -211,13 +255,20 @@ func (h *harness) collect() {
 				}
 			}
 			for _, msg := range m.Ready() {
-				h.enqueue(msg)
 				moved = true
+				if h.syncPersist && msg.Type == MsgPersist {
+					m.Step(Msg{Type: MsgPersisted, From: id, To: id, Seq: msg.Seq})
+					continue
+				}
+				h.enqueue(msg)
 			}
 		}
 		if !moved {
 			break
 		}
+	}
+	if h.disks != nil {
+		h.recordDisks()
 	}
 	if h.noCheck {
 		return

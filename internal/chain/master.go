@@ -43,6 +43,30 @@ type masterMutations struct {
 	// noRepairResend: a repair does not send the earlier repairs'
 	// unanswered orders again at its epoch (the code before the rule).
 	noRepairResend bool
+	// restartShortest: a chain that went down restarts from the member
+	// reporting the shortest durable history, not the longest.
+	restartShortest bool
+	// restartAtOnce: a chain that went down restarts from the first
+	// member that reports, without waiting for the others.
+	restartAtOnce bool
+}
+
+// down is a chain whose every member failed: the master waits for the
+// members that may hold its history to restart and report what they hold
+// (Restarted), then restarts the chain from the longest.
+type down struct {
+	// cands: the members that must report first — every member that
+	// failed since the chain was last whole (recent), the last
+	// configuration's among them.
+	cands   map[NodeID]bool
+	reports map[NodeID]restartReport
+}
+
+// restartReport is what a restarted member holds: the number of its last
+// durable, committed update and its history's length in entries.
+type restartReport struct {
+	lu     uint64
+	length int
 }
 
 // order names a repair order: its recipient and kind.
@@ -141,6 +165,18 @@ type Master struct {
 	// for its answer before Tick sends it again (0: never).
 	ticks, resend uint64
 
+	// down: every member failed (nil: the chain runs). recent: the members
+	// that failed since the chain was last whole (at r members, nothing
+	// under way), the candidates if it goes down. seqBits: the members'
+	// Config.SeqBits, to number a restarted chain's epoch above its
+	// history's.
+	down    *down
+	recent  map[NodeID]bool
+	seqBits uint
+	// nodes: every node that may have been a member (SetNodes), whom a
+	// whole-chain restart waits for as well.
+	nodes []NodeID
+
 	out MasterReady
 	mut masterMutations
 }
@@ -150,7 +186,8 @@ type Master struct {
 func NewMaster(id NodeID, members []NodeID, r int) *Master {
 	return &Master{id: id, r: r, members: append([]NodeID(nil), members...),
 		dead: map[NodeID]bool{}, head: members[0], tail: members[len(members)-1],
-		awaiting: map[order]awaited{}, reqs: map[uint64]*request{}}
+		awaiting: map[order]awaited{}, reqs: map[uint64]*request{}, recent: map[NodeID]bool{},
+		seqBits: defaultSeqBits}
 }
 
 // NewMasterAt is NewMaster at a given epoch: a restarted master that
@@ -167,6 +204,22 @@ func NewMasterAt(id NodeID, members []NodeID, r int, epoch uint64) *Master {
 // must be created with the same): under SU the tail answers updates, under
 // AUSI and AU the head does.
 func (m *Master) SetMode(mode Mode) { m.mode = mode }
+
+// SetSeqBits tells the master the members' Config.SeqBits (default 40), so
+// that a chain it restarts numbers above every update it holds.
+func (m *Master) SetSeqBits(bits uint) {
+	if bits > 0 {
+		m.seqBits = bits
+	}
+}
+
+// SetNodes names every node that may ever have been a member of the chain
+// (on the host: the group's configured members, which every member ever is
+// while new nodes are not joined by an operator). A restart of the whole
+// chain waits for each of them too, not only for the members that failed
+// since the chain was last whole as this master saw it: a master that took
+// over from the record knows none of those it did not see fail.
+func (m *Master) SetNodes(ids []NodeID) { m.nodes = slices.Clone(ids) }
 
 // GetWeak routes a weak read to member at (0: the tail): any active member
 // that holds the update numbered token (the session's token, 0: none)
@@ -195,7 +248,7 @@ func (m *Master) Epoch() uint64 { return m.epoch }
 
 // Busy reports whether a reconfiguration is in progress.
 func (m *Master) Busy() bool {
-	return m.join != nil || m.trunc[0] != 0 || len(m.awaiting) > 0
+	return m.join != nil || m.trunc[0] != 0 || len(m.awaiting) > 0 || m.down != nil
 }
 
 // Joiner is the node joining (0: none).
@@ -329,6 +382,17 @@ func (m *Master) Step(msg Msg) {
 	}
 	m.step(msg)
 	m.maybeRenumber()
+	m.settle()
+}
+
+// settle forgets the members that failed before the chain was whole again:
+// at r members (or more), with a tail and nothing under way, the
+// configuration's members hold its history between them and a later
+// restart of the whole chain need not wait for the ones gone before.
+func (m *Master) settle() {
+	if m.down == nil && m.tail != 0 && len(m.members) >= m.r && !m.Busy() && len(m.recent) > 0 {
+		clear(m.recent)
+	}
 }
 
 // maybeRenumber renews the head's numbering range when it asked and nothing
@@ -433,7 +497,7 @@ func (m *Master) step(msg Msg) {
 	case MsgCRHeadDone, MsgCRMidDone:
 		m.answered(msg)
 		m.maybeFlush()
-	case MsgCRTailDone:
+	case MsgCRTailDone, MsgRestartDone:
 		m.answered(msg)
 		if n := len(m.members); n > 0 && m.members[n-1] == msg.From {
 			m.tail = msg.From
@@ -452,7 +516,8 @@ func (m *Master) becomingTail(n NodeID) bool {
 		return true
 	}
 	_, ok := m.awaiting[order{n, MsgCRTail}]
-	return ok && m.tail == 0
+	_, restart := m.awaiting[order{n, MsgRestart}]
+	return (ok || restart) && m.tail == 0
 }
 
 // takeEarly takes the answers the new tail n sent before the master knew it
@@ -473,6 +538,8 @@ func (m *Master) answered(msg Msg) {
 		o.kind = MsgCRMid
 	case MsgCRTailDone:
 		o.kind = MsgCRTail
+	case MsgRestartDone:
+		o.kind = MsgRestart
 	}
 	if a, ok := m.awaiting[o]; ok && msg.Epoch >= a.epoch {
 		delete(m.awaiting, o)
@@ -536,10 +603,16 @@ func (m *Master) truncate() {
 // Fail tells the master that n failed (fail-stop). It repairs the chain
 // around every member that is gone (digest §3.5).
 func (m *Master) Fail(n NodeID) {
+	if d := m.down; d != nil {
+		// Down: a member that reported and failed again holds nothing
+		// until it restarts and reports anew.
+		delete(d.reports, n)
+	}
 	if m.dead[n] {
 		return
 	}
 	m.dead[n] = true
+	m.recent[n] = true
 	delete(m.early, n)
 	if j := m.join; j != nil {
 		switch {
@@ -581,6 +654,7 @@ func (m *Master) Fail(n NodeID) {
 func (m *Master) fence(n NodeID) {
 	if !m.dead[n] {
 		m.dead[n] = true
+		m.recent[n] = true // it may be the only one holding acknowledged updates (an old tail)
 		m.out.Fenced = append(m.out.Fenced, n)
 	}
 }
@@ -598,13 +672,13 @@ func (m *Master) repair() {
 	if len(live) == len(m.members) {
 		return
 	}
+	if len(live) == 0 {
+		m.goDown()
+		return
+	}
 	m.epoch++
 	old := m.members
 	m.members = live
-	if len(live) == 0 {
-		m.head, m.tail = 0, 0
-		return
-	}
 	// Orders of an earlier repair still unanswered go again at this epoch,
 	// before this repair's: a survivor that takes part in this one (a
 	// CR_MID_REPAIR from its new predecessor, a CR_MID) moves to this epoch
@@ -720,5 +794,101 @@ func (m *Master) resendOrder(o order) {
 	m.send(o.to, Msg{Type: o.kind, Target: a.target})
 }
 
-// Lost reports whether every member is gone.
-func (m *Master) Lost() bool { return len(m.members) == 0 }
+// Restarting is the member ordered to restart the chain alone whose answer
+// has not come (0: none). Until it takes the order its heartbeats still say
+// it is not a replica: they are not a new restart.
+func (m *Master) Restarting() NodeID {
+	for o := range m.awaiting {
+		if o.kind == MsgRestart {
+			return o.to
+		}
+	}
+	return 0
+}
+
+// Down reports whether every member of the chain failed: the master waits
+// for them to restart (Restarted). It keeps the last configuration (a
+// chain is never recorded without members) and routes nothing.
+func (m *Master) Down() bool { return m.down != nil }
+
+// goDown: the last member failed. Nothing is under way any more; the
+// members that may hold the chain's history — every one that failed since
+// the chain was last whole — must restart and report before one of them
+// carries the chain on (Restarted).
+func (m *Master) goDown() {
+	m.head, m.tail = 0, 0
+	m.join, m.trunc, m.early = nil, [2]NodeID{}, nil
+	clear(m.awaiting)
+	d := &down{cands: map[NodeID]bool{}, reports: map[NodeID]restartReport{}}
+	for n := range m.recent {
+		d.cands[n] = true
+	}
+	for _, n := range m.members {
+		d.cands[n] = true
+	}
+	for _, n := range m.nodes {
+		d.cands[n] = true
+	}
+	m.down = d
+}
+
+// Restarted tells the master that n restarted holding a durable history of
+// length entries, the last numbered lu (a member's host keeps, across a
+// restart, the prefix of its log it knows committed: chain.Config.Log). It
+// matters only while the chain is down: once every candidate has reported,
+// the one holding the longest history (the lowest id among equals: equal
+// lengths are equal histories) is ordered to restart the chain alone
+// (RESTART), at an epoch whose numbers lie above every update it holds; the
+// others are joined to it as any restarted member. It reports whether the
+// chain restarted now.
+//
+// Why the longest: every member's committed prefix is a prefix of the
+// chain's history (nothing the tail acknowledged is ever dropped), so of
+// two the shorter is a prefix of the longer; and an update acknowledged to
+// a client was persisted by every member before its acknowledgement passed
+// it (a log datastore under SU), so the last tail's committed prefix — its
+// host saves every entry it persists as committed — holds every one. The
+// candidates include every member that failed since the chain was last
+// whole, so the last tail is among them even when the failures were
+// noticed in another order (the tail's first: the configuration shrank to
+// the head before the chain went down), and every node SetNodes named.
+// Choosing a shorter history would
+// lose acknowledged updates, and a longer one restarted later would then
+// hold entries the chain does not (TestSimWholeChainRestart, the mutation
+// restartShortest).
+func (m *Master) Restarted(n NodeID, lu uint64, length int) bool {
+	d := m.down
+	if d == nil || !d.cands[n] {
+		return false
+	}
+	d.reports[n] = restartReport{lu: lu, length: length}
+	if len(d.reports) < len(d.cands) && !(mutation.On && m.mut.restartAtOnce) {
+		return false
+	}
+	ids := make([]NodeID, 0, len(d.reports))
+	for id := range d.reports {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	best, epoch := ids[0], m.epoch
+	for _, id := range ids {
+		r := d.reports[id]
+		epoch = max(epoch, r.lu>>m.seqBits)
+		longer := r.length > d.reports[best].length
+		if mutation.On && m.mut.restartShortest {
+			longer = r.length < d.reports[best].length
+		}
+		if longer {
+			best = id
+		}
+	}
+	m.down = nil
+	m.epoch = epoch + 1
+	m.members = []NodeID{best}
+	delete(m.dead, best)
+	m.head = best // its updates follow the RESTART on its link
+	m.send(best, Msg{Type: MsgRestart})
+	m.awaiting[order{best, MsgRestart}] = awaited{epoch: m.epoch, sent: m.ticks}
+	m.unpark()
+	return true
+}

@@ -213,6 +213,9 @@ type Member struct {
 	deferredFlush *Msg
 
 	nextSeq uint64 // as head: the last sequence number assigned
+	// restartedAt: the epoch of the RESTART that made this member the
+	// chain of one (0: none), so that a repeat is answered again.
+	restartedAt uint64
 
 	// keyed is sm's Keyed, if it has one; lastWrite is then the sequence
 	// number of the latest update to each key in the log (the key's
@@ -339,7 +342,7 @@ func (m *Member) Step(msg Msg) {
 		}
 		return
 	}
-	if (msg.Type == MsgCRHead || msg.Type == MsgCRMid || msg.Type == MsgCRTail) && msg.Epoch < m.epoch {
+	if (msg.Type == MsgCRHead || msg.Type == MsgCRMid || msg.Type == MsgCRTail || msg.Type == MsgRestart) && msg.Epoch < m.epoch {
 		// A repair order from an epoch this member has moved past: from a
 		// master that restarted from a stale configuration (or overtaken
 		// by a newer one). Obeying it would rewire the chain the master
@@ -581,7 +584,49 @@ func (m *Member) Step(msg Msg) {
 		m.succ, m.repairing, m.truncating = 0, false, false
 		m.toMaster(Msg{Type: MsgCRTailDone, Epoch: msg.Epoch}) // before the acks, as TRUNCATE_ACK
 		m.ackPending()
+	case MsgRestart:
+		m.restart(msg)
 	}
+}
+
+// restart handles RESTART: every member of the chain failed, and the master
+// chose this one, a restarted member holding the longest durable history of
+// them all, to carry the chain on alone (Master.Restarted). Its history —
+// the committed prefix its host kept — becomes the chain's: it is head and
+// tail, everything it holds is acknowledged, and it numbers new updates
+// from the order's epoch, above every number an earlier head gave (the
+// master chose the epoch above its history's). Only a joiner that has not
+// started a pre-copy takes it (a member with a place in a chain has one
+// already); a repeat at the epoch it restarted at is answered again.
+func (m *Member) restart(msg Msg) {
+	if m.state == Active && m.pred == 0 && m.succ == 0 && m.epoch == msg.Epoch && m.restartedAt == msg.Epoch {
+		m.toMaster(Msg{Type: MsgRestartDone, Epoch: msg.Epoch})
+		return
+	}
+	if m.state != Inactive || len(m.tmp) > 0 {
+		return
+	}
+	m.raise(msg.Epoch)
+	m.state, m.pred, m.succ, m.restartedAt = Active, 0, 0, msg.Epoch
+	// A pre-copy it began before the chain went down (from a tail that
+	// failed since) is over: what it copied is the chain's history.
+	m.precopySrc, m.pulling, m.pullDue = 0, false, false
+	m.pending = map[NodeID][]Msg{}
+	if m.base.n > 0 && m.base.seq == 0 && len(m.log) == 0 {
+		// A checkpoint with no entry after it: the number of its last
+		// update is unknown here. The history's numbers go on from the
+		// epoch's base, above all of them; a joiner holding any of it
+		// asks after a number below, and gets a snapshot.
+		m.base.seq = seqBase(m.epoch, m.cfg.SeqBits)
+		m.lu = m.base.seq
+	}
+	// Durable on its host, and the whole chain now: acknowledged. No
+	// update-ack goes out for it (its clients' answers died with the
+	// chain; a retry finds it in the client table).
+	m.acked, m.la = m.lu, m.lu
+	m.persistReq, m.persisted = max(m.persistReq, m.lu), max(m.persisted, m.lu)
+	m.becomeHead()
+	m.toMaster(Msg{Type: MsgRestartDone, Epoch: msg.Epoch})
 }
 
 // entryOverhead is what an entry costs beyond its operation in the pre-copy

@@ -82,8 +82,9 @@ const (
 	// MsgHeartbeat is between a member's host and the master's, never
 	// stepped into either core: member → master every heartbeat interval
 	// (Seq names it; LA, LU; Refused when the member is not a replica: a
-	// restarted member waiting to be joined), the master's failure
-	// detector; master → member, the answer (the same Seq; Members, head
+	// restarted member waiting to be joined, whose LA is then the length
+	// of its durable history in entries, what a master restarting a whole
+	// chain compares: Master.Restarted), the master's failure detector; master → member, the answer (the same Seq; Members, head
 	// first, and Epoch: the configuration, which the host uses to name the
 	// head), which grants the member a lease to serve from.
 	MsgHeartbeat
@@ -91,6 +92,12 @@ const (
 	// (Target) needs a snapshot; the host captures its state machine and
 	// calls SendSnapshot.
 	MsgSnapshotNeeded
+	// MsgRestart: master → the restarted member it chose to restart a chain
+	// whose every member failed (Master.Restarted): the member holding the
+	// longest durable history becomes the chain of one, head and tail, at
+	// Epoch, its whole history committed. MsgRestartDone: its answer.
+	MsgRestart
+	MsgRestartDone
 )
 
 var msgNames = map[MsgType]string{
@@ -102,7 +109,8 @@ var msgNames = map[MsgType]string{
 	MsgCRHeadDone: "cr-head-done", MsgCRMid: "cr-mid", MsgCRMidRepair: "cr-mid-repair",
 	MsgRepairInfo: "repair-info", MsgCRMidDone: "cr-mid-done", MsgCRTail: "cr-tail",
 	MsgCRTailDone: "cr-tail-done", MsgPersist: "persist", MsgPersisted: "persisted",
-	MsgHeartbeat: "heartbeat", MsgSnapshotNeeded: "snapshot-needed",
+	MsgHeartbeat: "heartbeat", MsgSnapshotNeeded: "snapshot-needed", MsgRestart: "restart",
+	MsgRestartDone: "restart-done",
 }
 
 func (t MsgType) String() string {

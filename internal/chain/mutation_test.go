@@ -39,7 +39,17 @@ var chainMutations = []struct {
 	{"compactPastLA", func(o *simOpts) { o.mut.compactPastLA = true }, compacting, 1, false, "past its successor"},
 	{"compactPastLA", func(o *simOpts) { o.mut.compactPastLA = true }, compacting, 86, true, "linearizable: VIOLATED"},
 	{"noResend", func(o *simOpts) { o.mmut.noResend = true }, lossyLinks, 1, false, "no quiescence"},
+	{"restartShortest", func(o *simOpts) { o.mmut.restartShortest = true }, wholeChain, 2, false, "is not a prefix of its predecessor"},
+	{"restartShortest", func(o *simOpts) { o.mmut.restartShortest = true }, wholeChain, 2, true, "linearizable: VIOLATED"},
+	{"restartAtOnce", func(o *simOpts) { o.mmut.restartAtOnce = true }, wholeChain, 2, false, "is not a prefix of its predecessor"},
+	{"restartAtOnce", func(o *simOpts) { o.mmut.restartAtOnce = true }, wholeChain, 2, true, "linearizable: VIOLATED"},
 }
+
+// wholeChain: the whole-chain restarts' shape (TestSimWholeChainRestart).
+// A chain restarted from a shorter history than its longest loses
+// acknowledged updates (the clients' reads go back), and the member holding
+// the longer one, joined to it, holds entries the chain does not.
+func wholeChain(o *simOpts) { *o = wholeRestarting(o.seed) }
 
 // lossyLinks: links that lose and double orders and answers (lossySim's),
 // the master re-sending after 4 ticks.

@@ -1,8 +1,10 @@
 package chain
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -85,6 +87,18 @@ type simOpts struct {
 	// re-sends of it, reach it until the master hears), and stops again
 	// when detected.
 	restart bool
+	// wholeRestarts: this many times every member stops at once (kill -9
+	// of the whole chain, the master told of each failure in a random
+	// order) and every node restarts from its durable prefix, a step at a
+	// time; the master restarts the chain from the longest
+	// (Master.Restarted) and joins the rest. Every member is a log
+	// datastore, persisting at once (harness.syncPersist); a member's
+	// durable prefix is what its host saves as committed (harness.disks):
+	// up to its LA, lagging by up to two entries (the commit point rides on
+	// the next batch), all it persisted at the tail. No other failure
+	// while a restart is under way (a node failed then would never be
+	// restarted, and the chain would wait for it).
+	wholeRestarts int
 }
 
 // masterTick is how many steps pass between the master's ticks in the
@@ -100,7 +114,7 @@ var lossy = map[MsgType]bool{
 	MsgPrecopy: true, MsgPrecopyReq: true, MsgPrecopyChunk: true, MsgPrecopyDone: true,
 	MsgFlush: true, MsgFlushAck: true, MsgTruncate: true, MsgTruncateDone: true, MsgTruncateAck: true,
 	MsgCRHead: true, MsgCRHeadDone: true, MsgCRMid: true, MsgCRMidRepair: true, MsgRepairInfo: true,
-	MsgCRMidDone: true, MsgCRTail: true, MsgCRTailDone: true,
+	MsgCRMidDone: true, MsgCRTail: true, MsgCRTailDone: true, MsgRestart: true, MsgRestartDone: true,
 }
 
 // ordersAndAnswers is what the lossy simulation may deliver twice: the
@@ -108,6 +122,7 @@ var lossy = map[MsgType]bool{
 var ordersAndAnswers = map[MsgType]bool{
 	MsgPrecopy: true, MsgPrecopyDone: true, MsgFlush: true, MsgFlushAck: true, MsgTruncate: true, MsgTruncateAck: true,
 	MsgCRHead: true, MsgCRHeadDone: true, MsgCRMid: true, MsgCRMidDone: true, MsgCRTail: true, MsgCRTailDone: true,
+	MsgRestart: true, MsgRestartDone: true,
 }
 
 func defaultSim(seed uint64) simOpts {
@@ -178,10 +193,14 @@ func runSim(o simOpts) (check.History, error) {
 	}
 	h.master.mut = o.mmut
 	h.master.SetResend(o.resend)
-	if o.mode != SU || o.stores {
+	h.master.SetSeqBits(o.seqBits)
+	if o.mode != SU || o.stores || o.wholeRestarts > 0 {
 		var store func(NodeID) Store
 		if o.stores {
 			store = func(id NodeID) Store { return Store((o.seed + uint64(id)) % 3) }
+		}
+		if o.wholeRestarts > 0 {
+			store = func(NodeID) Store { return Log }
 		}
 		h.setup(o.mode, store)
 		for _, m := range h.members {
@@ -190,6 +209,9 @@ func runSim(o simOpts) (check.History, error) {
 	}
 	h.noCheck = o.noCheck
 	h.rate = o.rate
+	if o.wholeRestarts > 0 {
+		h.disks, h.syncPersist = map[NodeID]*disk{}, true
+	}
 	if o.trace {
 		h.log = func(s string) { fmt.Println(s) }
 	}
@@ -211,6 +233,17 @@ func runSim(o simOpts) (check.History, error) {
 		at   int64
 	}
 	var undetected []detection
+	// A whole-chain restart under way: each node's durable prefix, and
+	// when it restarts; then the restarted nodes the master has yet to
+	// join.
+	type pendingRestart struct {
+		node NodeID
+		log  []Entry
+		at   int64
+	}
+	var restarts []pendingRestart
+	var rejoin []NodeID
+	wholes := 0
 
 	finish := func(ci int, res *Reply) {
 		c := clients[ci]
@@ -250,8 +283,35 @@ func runSim(o simOpts) (check.History, error) {
 		if h.err != nil {
 			return rec.History(), fmt.Errorf("seed %d, step %d: %w", o.seed, now, h.err)
 		}
-		if h.master.Lost() {
-			return rec.History(), fmt.Errorf("seed %d: every member failed", o.seed)
+		if h.master.Down() && len(restarts) == 0 {
+			return rec.History(), fmt.Errorf("seed %d: every member failed (master down, nobody restarting; members %v)", o.seed, h.master.Members())
+		}
+		for len(restarts) > 0 && restarts[0].at <= now {
+			r := restarts[0]
+			restarts = restarts[1:]
+			c := h.config(r.node)
+			c.Log = r.log
+			m := NewMember(c, h.newSM())
+			m.Tick(h.now)
+			m.mut = h.mut
+			h.members[r.node], h.all[r.node] = m, m
+			h.disks[r.node] = &disk{log: r.log, commit: m.Status().LU}
+			st := m.Status()
+			h.logf("restart %d holding %d entries (to %s)", r.node, st.Log, FormatSeq(st.LU))
+			if !h.master.Restarted(r.node, st.LU, st.Base+st.Log) {
+				rejoin = append(rejoin, r.node)
+			} else if o.stats != nil {
+				o.stats["whole chain restarted from "+strconv.Itoa(len(h.master.Members()))+" member"]++
+			}
+			h.collect()
+		}
+		if len(rejoin) > 0 && !h.master.Busy() && h.master.Tail() != 0 {
+			// (One that failed again since stays out, as any failed node.)
+			if id := rejoin[0]; h.members[id] != nil && len(h.master.Members()) < o.r && h.master.Join(id, len(h.master.Members())) == nil {
+				h.logf("rejoin %d", id)
+				h.collect()
+			}
+			rejoin = rejoin[1:]
 		}
 		if o.rate > 0 && now%5 == 0 {
 			h.tick(5e6)
@@ -290,7 +350,7 @@ func runSim(o simOpts) (check.History, error) {
 		// Done when the clients are, nothing is in flight, and the chain is
 		// back at R members (while spare nodes remain).
 		restored := len(h.master.Members()) == o.r || joins >= o.joins
-		if !busyClients && len(ls) == 0 && !h.master.Busy() && len(undetected) == 0 && restored {
+		if !busyClients && len(ls) == 0 && !h.master.Busy() && len(undetected) == 0 && restored && len(restarts) == 0 && len(rejoin) == 0 {
 			break
 		}
 		switch x := rng.IntN(1000); {
@@ -360,6 +420,36 @@ func runSim(o simOpts) (check.History, error) {
 				}
 			}
 			h.collect()
+		case x < 964 && wholes < o.wholeRestarts && len(restarts) == 0 && len(rejoin) == 0 && !h.master.Down():
+			// kill -9 of every process: each node's host keeps the
+			// committed prefix of its log, the master hears of the
+			// failures one by one, in any order.
+			wholes++
+			h.logf("whole chain crash")
+			for _, id := range slices.Sorted(maps.Keys(h.all)) {
+				d := h.disks[id]
+				if d == nil {
+					d = &disk{}
+				}
+				var log []Entry
+				for _, e := range d.log {
+					if e.Seq <= d.commit {
+						log = append(log, e)
+					}
+				}
+				if !d.tail {
+					log = log[:len(log)-min(len(log), rng.IntN(3))] // the saved commit point lags
+				}
+				h.logf("crash %d: durable %d entries", id, len(log))
+				h.crash(id, false)
+				restarts = append(restarts, pendingRestart{node: id, log: log, at: now + 1 + rng.Int64N(300)})
+			}
+			undetected = nil
+			for _, i := range rng.Perm(len(restarts)) {
+				h.master.Fail(restarts[i].node)
+			}
+			slices.SortStableFunc(restarts, func(a, b pendingRestart) int { return cmp.Compare(a.at, b.at) })
+			h.collect()
 		case x < 985:
 			// A failure: any configured member or the joiner, while another
 			// member survives it.
@@ -375,7 +465,7 @@ func runSim(o simOpts) (check.History, error) {
 					n++
 				}
 			}
-			if fails >= o.maxFails || n < 2 || len(live) == 0 {
+			if fails >= o.maxFails || n < 2 || len(live) == 0 || len(restarts) > 0 || h.master.Down() {
 				continue
 			}
 			victim := live[rng.IntN(len(live))]
@@ -444,6 +534,28 @@ func runSim(o simOpts) (check.History, error) {
 		o.stats["craq reads answered off the tail"] += h.offTail
 		o.stats["updates refused by a head out of numbers"] += h.exhausted
 		o.stats["snapshots sent (pre-copy, log flush)"] += h.snaps
+	}
+	if o.wholeRestarts > 0 {
+		// Every key read once more at the end, after the last restart: an
+		// acknowledged update a restart lost shows as a read going back.
+		for k := range o.keys {
+			key := "k" + strconv.Itoa(k)
+			nextReq++
+			op := rec.Invoke(check.Op{Client: o.clients, Session: "final", Kind: check.Get, Key: key})
+			h.master.Get(nextReq, []byte(key))
+			h.collect()
+			h.stabilize()
+			now++
+			res := check.Result{Node: -1}
+			for _, r := range h.replies {
+				if r.ID == nextReq {
+					s := string(r.Result)
+					res.Found, res.Value = strings.HasPrefix(s, "1:"), strings.TrimPrefix(strings.TrimPrefix(s, "1:"), "0:")
+				}
+			}
+			h.replies = h.replies[:0]
+			rec.Complete(op, res)
+		}
 	}
 	// Quiet: every configured member holds the same history.
 	var lu []string
@@ -703,6 +815,31 @@ func TestSimRestartedMembers(t *testing.T) {
 			})
 		})
 	}
+}
+
+// wholeRestarting: the chain stops whole twice during the run and restarts
+// from its members' durable prefixes (simOpts.wholeRestarts), with
+// variedSim's churn otherwise, compaction off (a restart here keeps its
+// log, not a checkpoint).
+func wholeRestarting(seed uint64) simOpts {
+	o := variedSim(seed)
+	o.wholeRestarts, o.compact, o.hostSnaps, o.pinTimeout = 2, false, false, 0
+	o.opsPerClient = 60
+	return o
+}
+
+// TestSimWholeChainRestart: every member killed at once, twice a run, and
+// every node restarted from what its host keeps (the committed prefix of
+// its log; the master hears of the failures in any order): the master
+// restarts the chain from the longest durable history and joins the rest.
+// Per-key linearizability over the clients' history, reads of every key at
+// the end (an acknowledged update lost shows as a read going back), the
+// invariants after every event, and one history on every member at the end.
+// With the mutation restartShortest (the shortest history wins) or
+// restartAtOnce (the first to report wins) acknowledged updates are lost
+// (TestWholeRestartMutationsCaught).
+func TestSimWholeChainRestart(t *testing.T) {
+	runSeeds(t, 300, 5000, "TestSimWholeChainRestart", wholeRestarting)
 }
 
 func TestSimLinearizable(t *testing.T) {

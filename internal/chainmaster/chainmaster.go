@@ -200,7 +200,7 @@ type Master struct {
 	mu    sync.Mutex    // guards m and heard
 	m     *chain.Master // nil: hosted and not acting (not the metadata leader, or waiting out the lease)
 	heard map[uint64]time.Time
-	lost  bool // "the chain is lost" was logged
+	lost  bool // "the chain is down" was logged
 	// lastTick is when the master last ticked while acting (stallGrace).
 	lastTick time.Time
 
@@ -476,6 +476,24 @@ func (x *Master) step(msgs []chain.Msg) {
 			x.learn(msg, now)
 			continue
 		}
+		if msg.Refused && x.m.Down() {
+			x.restarted(msg, now)
+			continue
+		}
+		if x.m.Down() {
+			// A replica still running while the master counts every member
+			// failed (it fell silent past FailAfter): it gets no lease —
+			// the chain may restart from another member — and hears that it
+			// is out, so its /status says so; restarted, it reports.
+			x.outside(msg)
+			continue
+		}
+		if msg.Refused && msg.From == x.m.Restarting() {
+			// The member ordered to restart the chain, before it took the
+			// order: not a new restart.
+			x.heard[from] = now
+			continue
+		}
 		members := x.m.Members()
 		if slices.Contains(members, msg.From) && msg.Refused && msg.From != x.m.Joiner() {
 			// A member that says it is not a replica restarted (faster than
@@ -488,6 +506,10 @@ func (x *Master) step(msgs []chain.Msg) {
 			x.m.Fail(msg.From)
 			delete(x.heard, from)
 			delete(x.progress, from)
+			if x.m.Down() {
+				// It was the last: this heartbeat is its report.
+				x.restarted(msg, now)
+			}
 			continue
 		}
 		if slices.Contains(members, msg.From) {
@@ -508,7 +530,15 @@ func (x *Master) step(msgs []chain.Msg) {
 			x.heard[from] = now
 			continue
 		}
-		if msg.Refused && !x.m.Busy() {
+		if !msg.Refused {
+			// A replica the chain no longer includes (failed while it was
+			// alive: slow, paused, cut off): the answer names the chain
+			// without it, which grants no lease and lets it say on /status
+			// that it is out (vrshard's chain core: "removed").
+			x.grant(msg, now)
+			continue
+		}
+		if !x.m.Busy() {
 			// A node outside the chain that is not a replica: a restarted
 			// member (or a new node) waiting to be joined.
 			if err := x.m.Join(msg.From, len(members)); err != nil {
@@ -522,8 +552,39 @@ func (x *Master) step(msgs []chain.Msg) {
 	x.flush()
 }
 
+// restarted takes the heartbeat of a restarted member (not a replica) while
+// every member of the chain has failed: what it holds (LU, and its
+// history's length in LA) is its report to the core, which restarts the
+// chain from the longest history once every member that may hold it has
+// reported (chain.Master.Restarted). The chain then has one member; the
+// others are joined to it as any restarted member.
+func (x *Master) restarted(hb chain.Msg, now time.Time) {
+	if !x.m.Restarted(hb.From, hb.LU, int(hb.LA)) {
+		return
+	}
+	for _, id := range x.m.Members() {
+		x.heard[uint64(id)] = now // it reported just now, or as good as (the last report completed the set)
+	}
+	x.lost = false
+	x.cfg.Logger.Warn("chain master: restarting the chain from the member holding the longest durable history",
+		"node", uint64(hb.From), "members", x.m.Members(), "epoch", x.m.Epoch())
+}
+
+// outside answers hb's heartbeat with the configuration without its sender,
+// which grants nothing and tells it that it is out of the chain.
+func (x *Master) outside(hb chain.Msg) {
+	var ms []chain.NodeID
+	for _, id := range x.committed.Members {
+		if chain.NodeID(id) != hb.From {
+			ms = append(ms, chain.NodeID(id))
+		}
+	}
+	x.send(chain.Msg{Type: chain.MsgHeartbeat, To: hb.From, Seq: hb.Seq, Epoch: x.committed.Epoch, Members: ms})
+}
+
 // grant answers member hb's heartbeat with the committed configuration,
-// which grants it a lease if it is a member there — only while this master
+// which grants it a lease if it is a member there (a member takes a lease
+// only from an answer that lists it) — only while this master
 // may grant: hosted, within 2×Heartbeat of a leadership read.
 func (x *Master) grant(hb chain.Msg, now time.Time) {
 	if x.cfg.Meta != nil && now.Sub(x.led) >= 2*x.cfg.Heartbeat {
@@ -703,6 +764,14 @@ func (x *Master) lead() (bool, time.Time) {
 // ResendAfter: Tick runs on the master's tick, every Heartbeat.
 func (x *Master) newCore(members []chain.NodeID, epoch uint64) *chain.Master {
 	m := chain.NewMasterAt(chain.NodeID(x.cfg.As), members, len(x.cfg.Members), epoch)
+	// A whole-chain restart waits for every configured member: one that
+	// failed before this master took over may hold the last acknowledged
+	// writes (chain.Master.SetNodes).
+	nodes := make([]chain.NodeID, len(x.cfg.Members))
+	for i, id := range x.cfg.Members {
+		nodes[i] = chain.NodeID(id)
+	}
+	m.SetNodes(nodes)
 	// Tick re-sends after n whole ticks, at least n intervals: an order
 	// made in a tick, before its Tick, waits exactly n.
 	m.SetResend(int((x.cfg.ResendAfter + x.cfg.Heartbeat - 1) / x.cfg.Heartbeat))
@@ -796,6 +865,9 @@ func (x *Master) tick(now time.Time) {
 		x.learnt()
 	}
 	for _, id := range x.m.Members() {
+		if x.m.Down() {
+			break // every member failed already: waiting for them to restart
+		}
 		if h, ok := x.heard[uint64(id)]; !ok || now.Sub(h) > x.cfg.FailAfter {
 			x.cfg.Logger.Warn("chain master: member failed (no heartbeat)", "node", uint64(id), "silent", now.Sub(h))
 			x.m.Fail(id)
@@ -875,9 +947,10 @@ func (x *Master) flush() {
 	for _, id := range rd.Fenced {
 		x.cfg.Logger.Warn("chain master: fenced (out of the chain until it restarts)", "node", uint64(id))
 	}
-	if x.m.Lost() && !x.lost {
+	if x.m.Down() && !x.lost {
 		x.lost = true
-		x.cfg.Logger.Error("chain master: every member failed: the chain is lost")
+		x.cfg.Logger.Error("chain master: every member failed: the chain is down until they restart (the longest durable history carries it on)",
+			"members", x.m.Members())
 	}
 }
 

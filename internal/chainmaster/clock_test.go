@@ -277,3 +277,116 @@ func TestPrecopyingJoinerGetsStartGrace(t *testing.T) {
 		}
 	}
 }
+
+// TestHostedMasterRestartsAWholeChain: every member of the recorded chain
+// [1 2 3] comes back restarted (its heartbeats say it is not a replica,
+// with the length of the durable history it holds). The hosted master
+// fails them one by one and, with the last, the chain is down: it never
+// records a chain without members (the metadata group refuses one: the
+// loop the A8 run saw), and once every member has reported it records the
+// member holding the longest history, 3, as the chain at a new epoch,
+// orders it to RESTART, and then joins the others to it. A heartbeat of a
+// member still running while the chain is down gets no lease; 3's
+// heartbeat from before it took the order does not fail it again.
+func TestHostedMasterRestartsAWholeChain(t *testing.T) {
+	const hb, lease = 50 * time.Millisecond, 500 * time.Millisecond
+	t0 := time.Unix(1_000_000, 0)
+	now := t0
+	meta := &fakeMeta{rec: &kv.ChainConfig{Group: 0, Members: []uint64{1, 2, 3}, Epoch: 4}}
+	var sent []chain.Msg
+	x, err := newMaster(Config{Self: 9, Members: []uint64{1, 2, 3}, Heartbeat: hb, Lease: lease, FailAfter: 2 * lease,
+		Meta: meta, Send: func(_ uint64, m *chain.Msg) { sent = append(sent, *m) }}, func() time.Time { return now })
+	if err != nil {
+		t.Fatal(err)
+	}
+	tick := func(d time.Duration) { now = t0.Add(d); x.tick(now) }
+	tick(0)
+	tick(lease + 2*hb) // acting from the record
+	if x.m == nil {
+		t.Fatal("the master is not acting")
+	}
+	length := map[chain.NodeID]uint64{1: 5, 2: 7, 3: 9}
+	seq := uint64(0)
+	restarted := func(id chain.NodeID) {
+		seq++
+		x.step([]chain.Msg{{Type: chain.MsgHeartbeat, From: id, To: 9, Seq: seq, Refused: true, LA: length[id], LU: length[id]}})
+	}
+	// The first round fails them one by one (1 and 2 leave a repaired
+	// chain, 3 the last); the chain is down from 3's, which is its report.
+	// The next heartbeats of 1 and 2 are theirs.
+	for _, id := range []chain.NodeID{1, 2, 3, 1} {
+		restarted(id)
+		if rec := meta.rec; len(rec.Members) == 0 {
+			t.Fatalf("recorded a chain without members after %d's report", id)
+		}
+		if slices.ContainsFunc(sent, func(m chain.Msg) bool { return m.Type == chain.MsgRestart }) {
+			t.Fatalf("a RESTART before every member reported (%d's report)", id)
+		}
+	}
+	if !x.m.Down() {
+		t.Fatal("the master is not down with every member restarted")
+	}
+	// A member still running while the master counts it failed (it fell
+	// silent, then spoke again): no lease, and an answer that leaves it out.
+	sent = sent[:0]
+	seq++
+	x.step([]chain.Msg{{Type: chain.MsgHeartbeat, From: 3, To: 9, Seq: seq, Epoch: 6, Members: []chain.NodeID{3}}})
+	if len(sent) != 1 || sent[0].Type != chain.MsgHeartbeat || slices.Contains(sent[0].Members, 3) {
+		t.Fatalf("a running member's heartbeat while the chain is down: answered %v, want the chain without it", sent)
+	}
+	restarted(2)
+	if x.m.Down() {
+		t.Fatal("still down after every member reported")
+	}
+	if rec := meta.rec; !slices.Equal(rec.Members, []uint64{3}) || rec.Epoch <= 4 {
+		t.Fatalf("record %v at epoch %d after the restart, want [3] above epoch 4", rec.Members, rec.Epoch)
+	}
+	i := slices.IndexFunc(sent, func(m chain.Msg) bool { return m.Type == chain.MsgRestart })
+	if i < 0 || sent[i].To != 3 || sent[i].Epoch != meta.rec.Epoch {
+		t.Fatalf("sent %v, want a RESTART to 3 at the recorded epoch %d", sent, meta.rec.Epoch)
+	}
+	// 3's heartbeat sent before it took the order: not a new restart.
+	restarted(3)
+	if x.m.Down() || !slices.Equal(meta.rec.Members, []uint64{3}) {
+		t.Fatalf("3's heartbeat from before the RESTART: down %v, record %v", x.m.Down(), meta.rec)
+	}
+	x.step([]chain.Msg{{Type: chain.MsgRestartDone, From: 3, To: 9, Epoch: meta.rec.Epoch}})
+	sent = sent[:0]
+	restarted(1)
+	if !slices.ContainsFunc(sent, func(m chain.Msg) bool { return m.Type == chain.MsgPrecopy && m.To == 1 && m.Target == 3 }) {
+		t.Fatalf("sent %v after 1's next report, want it joined (PRECOPY from 3)", sent)
+	}
+}
+
+// TestTakeoverRestartWaitsForEveryConfiguredMember: the old master saw the
+// tail 3, then 2 fail and recorded [1] before it went too; every node
+// restarts. The master that takes over from the record knows nothing of 2
+// and 3 failing, but a whole-chain restart waits for every configured
+// member (chain.Master.SetNodes): it restarts the chain from 3, the longest
+// history (the last tail's, which holds the last acknowledged writes), not
+// from 1, the record's only member.
+func TestTakeoverRestartWaitsForEveryConfiguredMember(t *testing.T) {
+	const hb, lease = 50 * time.Millisecond, 500 * time.Millisecond
+	t0 := time.Unix(1_000_000, 0)
+	now := t0
+	meta := &fakeMeta{rec: &kv.ChainConfig{Members: []uint64{1}, Epoch: 6}}
+	var sent []chain.Msg
+	x, err := newMaster(Config{Self: 9, Members: []uint64{1, 2, 3}, Heartbeat: hb, Lease: lease, FailAfter: 2 * lease,
+		Meta: meta, Send: func(_ uint64, m *chain.Msg) { sent = append(sent, *m) }}, func() time.Time { return now })
+	if err != nil {
+		t.Fatal(err)
+	}
+	tick := func(d time.Duration) { now = t0.Add(d); x.tick(now) }
+	tick(0)
+	tick(lease + 2*hb)
+	length := map[chain.NodeID]uint64{1: 5, 2: 7, 3: 9}
+	seq := uint64(0)
+	for _, id := range []chain.NodeID{1, 2, 3} {
+		seq++
+		x.step([]chain.Msg{{Type: chain.MsgHeartbeat, From: id, To: 9, Seq: seq, Refused: true, LA: length[id], LU: length[id]}})
+	}
+	i := slices.IndexFunc(sent, func(m chain.Msg) bool { return m.Type == chain.MsgRestart })
+	if i < 0 || sent[i].To != 3 || !slices.Equal(meta.rec.Members, []uint64{3}) {
+		t.Fatalf("record %v, sent %v: want the chain restarted from 3", meta.rec, sent)
+	}
+}

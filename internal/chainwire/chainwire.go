@@ -49,7 +49,7 @@ const (
 // Travels reports whether messages of type t go between nodes (every type
 // but the member↔own-host persistence pair).
 func Travels(t chain.MsgType) bool {
-	return t >= chain.MsgUpdate && t <= chain.MsgCRTailDone || t == chain.MsgHeartbeat
+	return t >= chain.MsgUpdate && t <= chain.MsgCRTailDone || t == chain.MsgHeartbeat || t == chain.MsgRestart || t == chain.MsgRestartDone
 }
 
 // Payload adapts m to the transport (frame.Payload). m must not change until

@@ -262,6 +262,10 @@ const (
 	// Recovering: the replica lost state it may have promised; it neither
 	// votes nor acknowledges until the recovery protocol has rebuilt it.
 	Recovering
+	// Removed: a chain member its master's configuration no longer
+	// includes (failed while it was alive, or a truncated old tail): it
+	// serves nothing and takes no lease until it restarts and rejoins.
+	Removed
 )
 
 func (s Status) String() string {
@@ -272,6 +276,8 @@ func (s Status) String() string {
 		return "view-change"
 	case Recovering:
 		return "recovering"
+	case Removed:
+		return "removed"
 	}
 	return fmt.Sprintf("status(%d)", uint8(s))
 }

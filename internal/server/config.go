@@ -187,6 +187,11 @@ type Config struct {
 	// (vrshard.Options.ClockSkew; 0: vrshard.DefaultClockSkew).
 	ClockSkew time.Duration
 
+	// Chain: the group is a chain (kefir server --engine chain), whose
+	// members need not be odd: a chain of n survives n−1 failures, so a
+	// chain of two is a replicated group. (VR's 2f+1 rule is for VR.)
+	Chain bool
+
 	// OpenReplica opens the node's replica when it has Members: the
 	// replication engine, which the binary chooses (kefir server:
 	// vrshard.OpenHosted). The front door knows only its contract
@@ -281,7 +286,7 @@ func (c Config) validateReplication() error {
 		if err := c.validateGroups(seen); err != nil {
 			return err
 		}
-	} else if len(c.Members)%2 == 0 {
+	} else if len(c.Members)%2 == 0 && !c.Chain {
 		return fmt.Errorf("config: %d members: a VR group needs an odd number (2f+1)", len(c.Members))
 	}
 	if !self {

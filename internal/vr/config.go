@@ -182,11 +182,19 @@ func (c Config) MinRemoval() time.Duration {
 }
 
 // Validate reports what is wrong with c (after defaults).
-func (c Config) Validate() error {
+func (c Config) Validate() error { return c.validate(true) }
+
+// ValidateAnyCount is Validate without the rule that the members be odd: a
+// chain member's host (vrshard with Options.Chain) takes its timing and
+// identity from a Config, and a chain of n members survives n−1 failures
+// whatever n (a chain of two is replicated; 2f+1 is VR's quorum rule).
+func (c Config) ValidateAnyCount() error { return c.validate(false) }
+
+func (c Config) validate(odd bool) error {
 	c.fill()
 	var errs []error
 	n := len(c.Members)
-	if n == 0 || n%2 == 0 {
+	if n == 0 || odd && n%2 == 0 {
 		errs = append(errs, fmt.Errorf("need an odd number of members, have %d", n))
 	}
 	seen := map[uint64]bool{}

@@ -96,6 +96,10 @@ type chainCore struct {
 
 	rejoins int // times a lost update made this member rejoin (tests)
 
+	// outside: the master's last heartbeat answer named a chain without
+	// this member (Info: removed).
+	outside bool
+
 	// Link numbering (linkGap): this incarnation's id, the last number
 	// sent to each member, and what each member's link delivered.
 	inc     uint64
@@ -107,6 +111,9 @@ type chainCore struct {
 	// readLeaseForever (-tags mutations): the head's read lease
 	// (readLease) ignores the master's lease.
 	readLeaseForever bool
+	// tailCommitLags (-tags mutations): a tail saves its commit point as
+	// every member does (its LA, with the next batch), the code before.
+	tailCommitLags bool
 
 	// headed: this member was the head at the last Info, since the epoch
 	// headSince (Info.View). viewIsEpoch (-tags mutations): Info.View is
@@ -497,8 +504,13 @@ func (c *chainCore) heartbeatAnswer(m chain.Msg) {
 	if m.Epoch < c.status().Epoch {
 		return
 	}
+	// An answer that does not list this member grants nothing: the master
+	// repaired the chain around it (it failed it while it was alive) and
+	// tells it so; it reports itself removed (Info) until it rejoins.
+	in := slices.Contains(m.Members, chain.NodeID(c.self))
+	c.outside = !in
 	for len(c.beats) > 0 && uint64(c.beats[0][0]) <= m.Seq {
-		if uint64(c.beats[0][0]) == m.Seq {
+		if uint64(c.beats[0][0]) == m.Seq && in {
 			c.leaseUntil = max(c.leaseUntil, c.beats[0][1]+c.lease)
 		}
 		c.beats = c.beats[1:]
@@ -553,8 +565,14 @@ func (c *chainCore) Tick(now int64) {
 		}
 		c.beats = append(c.beats, [2]int64{int64(c.beatSeq), now})
 		s := c.status()
+		la := s.LA
+		if s.State == chain.Inactive {
+			// Not a replica: its history's length instead, what a master
+			// restarting the whole chain compares (chain.Master.Restarted).
+			la = uint64(s.Base + s.Log)
+		}
 		c.out.Messages = append(c.out.Messages, chain.Msg{Type: chain.MsgHeartbeat, From: chain.NodeID(c.self),
-			To: chain.NodeID(c.master), Seq: c.beatSeq, LA: s.LA, LU: s.LU, Refused: s.State == chain.Inactive,
+			To: chain.NodeID(c.master), Seq: c.beatSeq, LA: la, LU: s.LU, Refused: s.State == chain.Inactive,
 			// What a restarted master learns the chain from: this member's
 			// epoch and the configuration it last heard of.
 			Epoch: s.Epoch, Members: c.chainIDs()})
@@ -695,10 +713,23 @@ func (c *chainCore) Ready() core.Ready[chain.Msg] {
 		c.written = bn + len(hist)
 	}
 	committed := c.committedLen(hist)
-	if len(c.out.Entries) > 0 || c.out.HasTruncate || c.out.Snapshot != nil || c.saveCommit && committed > c.savedCommit {
-		hs := core.HardState{View: c.status().Epoch, Commit: uint64(committed)}
+	// What the hard state records as committed. A tail's host records
+	// every entry it writes, with the write: at the tail an entry is
+	// committed once it is on its disk, and the tail acknowledges it only
+	// then — so the tail's durable prefix holds every update the chain
+	// acknowledged, which a restart of the whole chain needs (it carries
+	// on from the longest: chain.Master.Restarted). Elsewhere the commit
+	// point (LA) rides on the next batch, or is saved on its own after
+	// commitSaveDelay. A member that just became the tail (CR_TAIL, a
+	// truncation) saves at once.
+	saved, tail := committed, false
+	if s := c.status(); s.State == chain.Active && s.Succ == 0 && !(mutation.On && c.tailCommitLags) {
+		saved, tail = max(committed, c.written), true
+	}
+	if len(c.out.Entries) > 0 || c.out.HasTruncate || c.out.Snapshot != nil || (c.saveCommit || tail) && saved > c.savedCommit {
+		hs := core.HardState{View: c.status().Epoch, Commit: uint64(saved)}
 		c.out.HardState = &hs
-		c.savedCommit, c.behind, c.saveCommit = committed, false, false
+		c.savedCommit, c.behind, c.saveCommit = saved, false, false
 	}
 	if len(c.out.Entries) > 0 || c.out.HasTruncate || c.out.Snapshot != nil {
 		c.seq++
@@ -775,8 +806,14 @@ func (c *chainCore) Advance(results [][]byte) {
 func (c *chainCore) Info() core.Info {
 	s := c.status()
 	st := core.Normal
-	if s.State != chain.Active {
-		st = core.Recovering // a joiner (or a removed tail): serves nothing
+	switch {
+	case s.State == chain.Removed || s.State == chain.Active && c.outside:
+		// A truncated old tail, or a member the master's configuration
+		// left out (its answers say so): serves nothing; /status says
+		// "removed", so a script restarts it (bench/chain-join.sh heal).
+		st = core.Removed
+	case s.State != chain.Active:
+		st = core.Recovering // a joiner: serves nothing yet
 	}
 	leader := uint64(0)
 	if len(c.chain) > 0 {

@@ -856,6 +856,122 @@ func headOf(t *testing.T, b *chainBed) uint64 {
 	return 0
 }
 
+// TestChainRestartsWhole: a chain of three takes writes, every member
+// crashes at once (no idle tick: the members' commit points ride on their
+// batches, behind what the head answered), and each restarts from its
+// disk. The master restarts the chain from the longest durable history
+// (chain.Master.Restarted, from what each reports: its LU and length) and
+// joins the others: every answered write is on every member, and the
+// chain takes writes again. The tail's host records everything it writes
+// as committed (its acknowledgement follows its write): with the mutation
+// tailCommitLags (the tail's commit point lags as a middle member's) the
+// restarted chain holds fewer entries than were answered.
+func TestChainRestartsWhole(t *testing.T) {
+	run := func(t *testing.T, lag bool) (answered, kept int) {
+		ids := []uint64{1, 2, 3}
+		b := newChainBed(t, ids...)
+		for _, c := range b.cores {
+			c.tailCommitLags = lag
+		}
+		for i := uint64(1); i <= 3; i++ {
+			if err := b.propose(1, 7, i, fmt.Sprint("w", i)); err != nil {
+				t.Fatal(err)
+			}
+			b.pump()
+		}
+		answered = len(b.replies[1])
+		if !lag && b.hs[3].Commit != 3 {
+			t.Fatalf("the tail saved commit point %d after writing 3 entries, want 3", b.hs[3].Commit)
+		}
+		for _, id := range ids {
+			b.crash(id)
+		}
+		if !b.master.Down() {
+			t.Fatal("the master is not down with every member crashed")
+		}
+		for _, id := range ids {
+			c, err := openChain(chainConfig{Self: id, Master: bedMaster, Members: ids}, core.Boot{HardState: b.hs[id], Entries: b.disk[id]})
+			if err != nil {
+				t.Fatal(err)
+			}
+			b.cores[id], b.applied[id], b.replies[id] = c, nil, nil
+			s := c.status()
+			b.master.Restarted(chain.NodeID(id), s.LU, s.Base+s.Log)
+		}
+		b.pump()
+		ms := b.master.Members()
+		if len(ms) != 1 || b.master.Tail() != ms[0] {
+			t.Fatalf("after the restart: chain %v, tail %d, want one member as the tail", ms, b.master.Tail())
+		}
+		for _, id := range ids {
+			if chain.NodeID(id) != ms[0] {
+				if err := b.master.Join(chain.NodeID(id), 1); err != nil {
+					t.Fatal(err)
+				}
+				b.pump()
+			}
+		}
+		head := headOf(t, b)
+		if err := b.propose(head, 7, 4, "w4"); err != nil {
+			t.Fatal(err)
+		}
+		b.pump()
+		if !slices.ContainsFunc(b.replies[head], func(r core.Reply) bool { return r.ReqNum == 4 && r.Err == nil }) {
+			t.Fatalf("the restarted chain's head did not answer the write after the restart: %+v", b.replies[head])
+		}
+		kept = len(b.disk[head]) - 1
+		for _, id := range ids {
+			if len(b.disk[id]) != kept+1 {
+				t.Fatalf("member %d holds %d entries, the head %d", id, len(b.disk[id]), kept+1)
+			}
+		}
+		return answered, kept
+	}
+	answered, kept := run(t, false)
+	if answered != 3 || kept != 3 {
+		t.Fatalf("%d writes answered, %d kept across the whole chain's restart", answered, kept)
+	}
+	if !mutation.On {
+		return
+	}
+	answered, kept = run(t, true)
+	t.Logf("tailCommitLags: %d writes answered, %d kept", answered, kept)
+	if kept >= answered {
+		t.Fatal("tailCommitLags not caught: the restarted chain kept every answered write")
+	}
+}
+
+// TestChainMemberOutsideTheChainSaysRemoved: a member the master repaired
+// out of the chain while it was alive hears so in the answer to its
+// heartbeat (the configuration without it): it takes no lease from that
+// answer and reports itself removed (/status "removed"), until an answer
+// lists it again.
+func TestChainMemberOutsideTheChainSaysRemoved(t *testing.T) {
+	b := newChainBed(t, 1, 2, 3)
+	c := b.cores[3]
+	c.lease = int64(time.Second)
+	answer := func(seq uint64, members ...chain.NodeID) {
+		c.beats = append(c.beats, [2]int64{int64(seq), 0})
+		c.Step(0, chain.Msg{Type: chain.MsgHeartbeat, From: bedMaster, To: 3, Seq: seq, Members: members})
+	}
+	answer(1, 1, 2, 3)
+	if st := c.Info().Status; st != core.Normal || !c.leased(0) {
+		t.Fatalf("a member of the chain: status %v, leased %v; want normal, leased", st, c.leased(0))
+	}
+	c.leaseUntil = 0
+	answer(2, 1, 2)
+	if st := c.Info().Status; st != core.Removed || c.leased(0) {
+		t.Fatalf("a member the configuration left out: status %v, leased %v; want removed, no lease", st, c.leased(0))
+	}
+	if st := c.Info().Status.String(); st != "removed" {
+		t.Fatalf("status %q, want removed", st)
+	}
+	answer(3, 1, 2, 3)
+	if st := c.Info().Status; st != core.Normal {
+		t.Fatalf("listed again: status %v, want normal", st)
+	}
+}
+
 // TestChainCoreReadLease: the head publishes a read lease (Ready.Lease) for
 // the host to serve linearizable reads off its driver — the head, active,
 // under the master's lease, until that lease ends, once its whole history is

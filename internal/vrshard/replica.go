@@ -230,7 +230,11 @@ func (o *Options) fill() error {
 	if o.CadSyncDelay == 0 {
 		o.CadSyncDelay = DefaultCadSyncDelay
 	}
-	if err := c.Validate(); err != nil {
+	validate := c.Validate
+	if o.Chain != nil {
+		validate = c.ValidateAnyCount // a chain of two is a chain
+	}
+	if err := validate(); err != nil {
 		return err
 	}
 	if o.TickInterval == 0 {

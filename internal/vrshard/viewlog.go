@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/kefirdb/kefir/internal/core"
 	"github.com/kefirdb/kefir/internal/vr"
 )
 
@@ -27,6 +28,7 @@ const (
 	EventNewView    = "new-view"    // it entered a normal view under Leader
 	EventDeposed    = "deposed"     // it stopped leading
 	EventRecovering = "recovering"  // it lost its state and recovers from the group
+	EventRemoved    = "removed"     // a chain member its master's configuration left out
 )
 
 // ViewEvent is one view event. Leader is the view's leader (0 while a view
@@ -147,6 +149,9 @@ func (r *Replica) noteView(c viewCause) {
 	case vr.Recovering:
 		r.vt.add(ViewEvent{Time: now, Kind: EventRecovering, View: view, Reason: reason})
 		r.log.Warn("recovering from the group", "view", view, "reason", reason)
+	case core.Removed:
+		r.vt.add(ViewEvent{Time: now, Kind: EventRemoved, View: view, Reason: "the chain's master left it out of the configuration"})
+		r.log.Warn("out of the chain: the master repaired the chain around this member (it was silent past the failure timeout, or a truncated old tail); it serves nothing until restarted", "epoch", view)
 	}
 }
 
@@ -156,6 +161,11 @@ func (r *Replica) viewReason(c viewCause, pv uint64, ps vr.Status, v uint64, s v
 	case 'o':
 		switch s {
 		case vr.Recovering:
+			if r.opts.Chain != nil {
+				// A chain member always restarts as a joiner: holding the
+				// committed prefix of its log, or nothing if its disk lost it.
+				return "a chain member restarted: waiting for the master to join it (or, if every member restarted, to restart the chain)"
+			}
 			return "started without its state (lost or wiped data directory): recovering it from the group"
 		case vr.ViewChange:
 			if v == pv+1 && r.leaderOf(pv) == r.cfg.Self {

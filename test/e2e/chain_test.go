@@ -153,8 +153,8 @@ func TestChainUnderKills(t *testing.T) {
 // kefir up and the chain keeps taking writes; then n1 — the head and the
 // metadata group's leader — is SIGKILLed: another node's master takes over,
 // the chain is repaired and writes go on through the new head; and a
-// second kefir up on the same directory is refused with a reason
-// (restarting a whole chain is not built).
+// second kefir up on the same directory restarts the whole chain from its
+// members' data (the master restarts it from the longest durable history).
 func TestUpChain(t *testing.T) {
 	base := freeBase(t, 3)
 	dir := t.TempDir()
@@ -236,10 +236,25 @@ func TestUpChain(t *testing.T) {
 	}
 	u.stop(t)
 
-	out, err := exec.Command(cluster.Binary(t), "up", "--engine", "chain", "--dir", dir, "--base-port", strconv.Itoa(base)).CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "restarting a whole chain") {
-		t.Fatalf("a second kefir up --engine chain on the same directory: %v\n%s", err, out)
+	// A second kefir up on the same directory restarts the whole chain:
+	// every member comes back waiting to be joined, the master restarts
+	// the chain from the longest durable history, and the data is there.
+	u = startUp(t, "--engine", "chain", "--dir", dir, "--base-port", strconv.Itoa(base))
+	for i, a := range addrs {
+		if !testgroup.Until(20*time.Second, 100*time.Millisecond, func() bool {
+			out, err := exec.Command("redis-cli", "-h", "127.0.0.1", "-p", strings.TrimPrefix(a, "127.0.0.1:"), "GET", "after-meta").CombinedOutput()
+			return err == nil && strings.TrimSpace(string(out)) == "kill"
+		}) {
+			t.Fatalf("GET after-meta via n%d after the whole chain's restart: not there\n%s", i+1, u.Logs())
+		}
 	}
+	if got := redisCLI(t, addrs[2], "SET", "after-restart", "yes"); got != "OK" {
+		t.Fatalf("SET after the whole chain's restart = %q", got)
+	}
+	if !strings.Contains(u.Logs(), "restarting the chain from the member holding the longest durable history") {
+		t.Fatalf("no whole-chain restart logged:\n%s", u.Logs())
+	}
+	u.stop(t)
 }
 
 // A chain master restarted from its --members after a rejoin changed the

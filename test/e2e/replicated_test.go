@@ -55,9 +55,15 @@ func startGroupWith(t *testing.T, extra ...string) *group {
 // newGroup describes three nodes and their member list, not started.
 func newGroup(t *testing.T) *group {
 	t.Helper()
+	return newGroupN(t, 3)
+}
+
+// newGroupN is newGroup of n nodes (a chain may have any number).
+func newGroupN(t *testing.T, n int) *group {
+	t.Helper()
 	g := &group{t: t}
 	var ms []string
-	for i := 1; i <= 3; i++ {
+	for i := 1; i <= n; i++ {
 		n := cluster.NewNode(t, "n"+strconv.Itoa(i))
 		g.nodes = append(g.nodes, n)
 		ms = append(ms, fmt.Sprintf("%d@%s/%s", i, n.PeerAddr, n.ClientAddr))
