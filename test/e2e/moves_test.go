@@ -118,6 +118,22 @@ func runMoveWorkload(t *testing.T, addr string, secs float64, prefix string) fun
 	}
 }
 
+// pausedMover is a Mover (pages of 64 keys) that pauses after its steps, so
+// that a workload writes the moving keys while they are migrating (the
+// final copy brings them: pause after "migrating" and "precopy") and meets
+// the hand-over's window (its requests are held, not failed: window after
+// "handover").
+func pausedMover(t *testing.T, seeds []string, pause, window time.Duration) *kcluster.Mover {
+	return &kcluster.Mover{Seeds: seeds, Logf: t.Logf, Page: 64, AfterStep: func(step string) {
+		switch step {
+		case "migrating", "precopy":
+			time.Sleep(pause)
+		case "handover":
+			time.Sleep(window)
+		}
+	}}
+}
+
 // checkAfterMove checks that every acknowledged write of last is readable
 // through every node (plain clients, forwarded), that the keys with a TTL
 // kept it, that the slot map every node reports gives rs to group to at
@@ -219,17 +235,7 @@ func TestGroupsLiveSlotMove(t *testing.T) {
 		cliDone <- fmt.Sprintf("ok %d", n)
 	}()
 	time.Sleep(1500 * time.Millisecond)
-	// Pauses between the steps, so that the workload writes the moving
-	// keys while they are migrating (the final copy brings them) and meets
-	// the hand-over's window (its requests are held, not failed).
-	mv := &kcluster.Mover{Seeds: g.Addrs(), Logf: t.Logf, Page: 64, AfterStep: func(step string) {
-		switch step {
-		case "migrating", "precopy":
-			time.Sleep(500 * time.Millisecond)
-		case "handover":
-			time.Sleep(300 * time.Millisecond)
-		}
-	}}
+	mv := pausedMover(t, g.Addrs(), 500*time.Millisecond, 300*time.Millisecond)
 	res, err := mv.Move(context.Background(), 1, 2, rs)
 	if err != nil {
 		t.Fatalf("move: %v", err)

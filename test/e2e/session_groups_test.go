@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	kcluster "github.com/kefirdb/kefir/internal/cluster"
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/resp"
 	"github.com/kefirdb/kefir/test/e2e/cluster"
@@ -145,14 +144,7 @@ func TestGroupsSessionAcrossLiveSlotMove(t *testing.T) {
 		done <- o
 	}()
 	time.Sleep(800 * time.Millisecond)
-	mv := &kcluster.Mover{Seeds: g.Addrs(), Logf: t.Logf, Page: 64, AfterStep: func(step string) {
-		switch step {
-		case "migrating", "precopy":
-			time.Sleep(400 * time.Millisecond)
-		case "handover":
-			time.Sleep(200 * time.Millisecond)
-		}
-	}}
+	mv := pausedMover(t, g.Addrs(), 400*time.Millisecond, 200*time.Millisecond)
 	res, err := mv.Move(context.Background(), 1, 2, rs)
 	if err != nil {
 		stop.Store(true)
