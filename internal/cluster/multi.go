@@ -49,6 +49,7 @@ type Multi struct {
 	paths   shard.ReadPaths
 	eff     effective // moves.go
 	meta    metaState // meta.go
+	reads   readLoad  // the reads this node served, per slot (load.go)
 }
 
 // LocalGroup is one group's replica a node hosts.
@@ -309,6 +310,9 @@ func (m *Multi) Read(ctx context.Context, op kv.Op, c level.Consistency, s shard
 	}
 	res, err := g.h.Replica.Read(ctx, op, c, g.session(s))
 	res.Group = g.spec.gid()
+	if err == nil {
+		m.reads.add(slot)
+	}
 	return res, m.refusal(err, slot, g.spec.ID)
 }
 
@@ -428,6 +432,9 @@ func (m *Multi) ReadKey(key []byte, c level.Consistency, s shard.Session) ([]byt
 		return nil, 0, false, err
 	}
 	v, ver, found, err := g.h.Replica.ReadKey(key, c, g.session(s))
+	if err == nil {
+		m.reads.add(slot)
+	}
 	return v, ver, found, m.refusal(err, slot, g.spec.ID)
 }
 
@@ -443,6 +450,9 @@ func (m *Multi) ReadDeferred(ctx context.Context, op kv.Op, c level.Consistency,
 	}
 	res, p, err := g.h.Replica.ReadDeferred(ctx, op, c, g.session(s))
 	res.Group = g.spec.gid()
+	if err == nil {
+		m.reads.add(slot)
+	}
 	return res, p, m.refusal(err, slot, g.spec.ID)
 }
 
@@ -451,12 +461,15 @@ func (m *Multi) TryRead(op kv.Op, c level.Consistency) (kv.Result, bool) {
 	if op.Kind == kv.KindScan {
 		return kv.Result{}, false
 	}
-	g, _, err := m.route(&op)
+	g, slot, err := m.route(&op)
 	if err != nil {
 		return kv.Result{}, false
 	}
 	res, ok := g.h.Replica.TryRead(op, c)
 	res.Group = g.spec.gid()
+	if ok {
+		m.reads.add(slot)
+	}
 	return res, ok
 }
 
@@ -468,7 +481,7 @@ func (m *Multi) TryRead(op kv.Op, c level.Consistency) (kv.Result, bool) {
 // it serves linearizable reads (under its lease, waiting until what it
 // returns is readable), and no follower does: a node of several groups
 // never runs with follower reads (the server refuses --follower-reads with
-// --groups; NewMulti refuses a hosted replica that has them).
+// --groups, and opens the groups' replicas without them whatever its flags).
 // docs/design/cluster.md §8. Sessions compose too: each keeps its own
 // position per group's log.
 func (m *Multi) CheckConsistency(c level.Consistency) error {
