@@ -261,11 +261,11 @@ type Dump struct {
 	At uint64
 }
 
-// SlotsHandedOver returns nil if group id's leader here has handed every
+// SlotsHandedOver returns nil if group id's leader at a has handed every
 // slot of rs over (its fence froze them: the final copy reads a state no
 // write changes), else a TRYAGAIN error.
-func (m *Multi) SlotsHandedOver(id GroupID, rs []kv.SlotRange) error {
-	t, err := m.SlotTable(id)
+func SlotsHandedOver(a SlotAdmin, id GroupID, rs []kv.SlotRange) error {
+	t, err := a.SlotTable(id)
 	if err != nil {
 		return err
 	}
@@ -302,17 +302,22 @@ func (m *Multi) SlotClients(id GroupID, at uint64) (ids []uint64, rows [][]byte,
 	if err != nil {
 		return nil, nil, err
 	}
-	err = g.h.Engine.Scan(kv.ClientRowPrefix, kv.ClientRowEnd, at, 0, func(k []byte, v storage.Value) bool {
+	if ids, rows, err = ClientRows(g.h.Engine, at); err != nil {
+		return nil, nil, fmt.Errorf("cluster: group %d's client rows: %w", id, err)
+	}
+	return ids, rows, nil
+}
+
+// ClientRows is SlotClients over an engine.
+func ClientRows(db *storage.DB, at uint64) (ids []uint64, rows [][]byte, err error) {
+	err = db.Scan(kv.ClientRowPrefix, kv.ClientRowEnd, at, 0, func(k []byte, v storage.Value) bool {
 		if c, err := kv.ClientRowID(kv.ClientRowPrefix, k); err == nil {
 			ids = append(ids, c)
 			rows = append(rows, slices.Clone(v.Data))
 		}
 		return true
 	})
-	if err != nil {
-		return nil, nil, fmt.Errorf("cluster: group %d's client rows: %w", id, err)
-	}
-	return ids, rows, nil
+	return ids, rows, err
 }
 
 // DumpSlots is SlotDump over an engine.
