@@ -193,6 +193,13 @@ func (mv *Mover) Move(ctx context.Context, from, to GroupID, rs []kv.SlotRange) 
 	case src.State == "owned" && dst.State == "none":
 	case src.State == "migrating" && src.Peer == uint64(to) && (dst.State == "importing" || dst.State == "none"):
 		stage, epoch, out.Resumed = 1, src.Epoch, "copy"
+	case src.State == "owned" && dst.State == "importing" && dst.Peer == uint64(from):
+		// Stopped between its first two steps: the destination imports,
+		// the source has not started migrating (and serves the slots as
+		// ever). The move goes on at the destination's epoch: a fresh one
+		// would need the destination back at none first (the simulation
+		// of moves found this: internal/vrshard's TestMoveSimResumesAfterEachStep).
+		stage, epoch, out.Resumed = 1, dst.Epoch, "copy"
 	case src.State == "none" && src.Peer == uint64(to) && dst.State == "importing" && dst.Peer == uint64(from):
 		stage, epoch, out.Resumed = 2, src.Epoch, "final copy"
 	case src.State == "none" && src.Peer == uint64(to) && dst.State == "owned":
