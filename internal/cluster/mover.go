@@ -396,6 +396,13 @@ func (mv *Mover) Abort(ctx context.Context, from, to GroupID, rs []kv.SlotRange)
 	switch {
 	case src.State == "owned" && dst.State == "none":
 		// Nothing to roll back, or rolled back before the purge.
+	case src.State == "owned" && dst.State == "importing" && dst.Peer == uint64(from):
+		// Stopped between the move's first two steps: the source never
+		// left owned; the destination gives up importing.
+		e := strconv.FormatUint(dst.Epoch, 10)
+		if _, err := mv.do(ctx, "KEFIR.SLOTS", "SET", g(to), "none", g(from), e, ranges); err != nil {
+			return fmt.Errorf("move-slots: abort: group %d stops importing: %w", to, err)
+		}
 	case src.State == "migrating" && src.Peer == uint64(to) && (dst.State == "importing" || dst.State == "none"):
 		e := strconv.FormatUint(src.Epoch, 10)
 		if _, err := mv.do(ctx, "KEFIR.SLOTS", "SET", g(from), "owned", "0", e, ranges); err != nil {

@@ -492,7 +492,8 @@ func (co *moverCo) transport(ctx context.Context, addr string, args [][]byte) (r
 
 // startMover starts mv.Move(from, to, rs) as a coroutine, suspended until
 // its first resume.
-func startMover(mv *kcluster.Mover, now func() time.Time, from, to kcluster.GroupID, rs []kv.SlotRange) *moverCo {
+// With abort, it runs mv.Abort instead (a MoveResult of zero).
+func startMover(mv *kcluster.Mover, now func() time.Time, from, to kcluster.GroupID, rs []kv.SlotRange, abort bool) *moverCo {
 	ctx, cancel := context.WithCancel(context.Background())
 	co := &moverCo{yield: make(chan moverCall), wake: make(chan moverWake), ctx: ctx, cancel: cancel, now: now}
 	mv.Transport, mv.Clock = co.transport, co
@@ -502,7 +503,13 @@ func startMover(mv *kcluster.Mover, now func() time.Time, from, to kcluster.Grou
 	}
 	go func() {
 		<-co.wake
-		res, err := mv.Move(ctx, from, to, rs)
+		var res kcluster.MoveResult
+		var err error
+		if abort {
+			err = mv.Abort(ctx, from, to, rs)
+		} else {
+			res, err = mv.Move(ctx, from, to, rs)
+		}
 		co.yield <- moverCall{kind: callDone, res: res, err: err}
 	}()
 	return co
@@ -557,8 +564,8 @@ func (n *moverNode) Step(ev sim.Event) {
 		}
 	case sim.Tick:
 		if n.co == nil {
-			if mv, from, to := n.run.next(n.elapsed()); mv != nil {
-				n.co = startMover(mv, func() time.Time { return time.Unix(0, simEpoch+n.now) }, from, to, n.run.rs)
+			if mv, from, to, abort := n.run.next(n.elapsed()); mv != nil {
+				n.co = startMover(mv, func() time.Time { return time.Unix(0, simEpoch+n.now) }, from, to, n.run.rs, abort)
 				n.drive(moverWake{})
 			}
 			return
@@ -648,6 +655,10 @@ type moveOptions struct {
 	// name (cluster.Mover.AfterStep's: importing, migrating, precopy-page,
 	// precopy, handover, finalcopy, owned); the move is then run again.
 	killAfter string
+	// abort: the move the mover died in (killAfter) is rolled back
+	// (Mover.Abort) instead of resumed; refused past the hand-over, the
+	// move is then resumed.
+	abort bool
 	// lossyReplies: the replicas' replies to the clients are lost 30 % of
 	// the time, so that clients send writes that ran again, and some of
 	// those land at the slot's new group (its request marks answer them).
@@ -687,6 +698,10 @@ type moveRun struct {
 	crashes       int
 	failed        []string // moves that returned an error (resumed after)
 	lastErr       error
+	// aborting: the coroutine runs Mover.Abort; abort: what came of it
+	// ("": none tried).
+	aborting bool
+	abort    string
 	// owners: for each slot of rs and epoch, the group some replica's
 	// table ever said owned it (the invariant).
 	owners map[[2]uint64]uint64
@@ -694,16 +709,19 @@ type moveRun struct {
 }
 
 // next returns the Mover to run now, if one is due.
-func (r *moveRun) next(now time.Duration) (*kcluster.Mover, kcluster.GroupID, kcluster.GroupID) {
+func (r *moveRun) next(now time.Duration) (mv *kcluster.Mover, from, to kcluster.GroupID, abort bool) {
 	if now < r.nextAt {
-		return nil, 0, 0
+		return nil, 0, 0, false
 	}
 	if !r.running {
 		if now >= r.planEnd {
-			return nil, 0, 0
+			return nil, 0, 0, false
 		}
 		r.running, r.from, r.to = true, r.from^3, r.to^3 // 1<->2
 		r.moves++
+	} else if r.o.abort && r.kills > 0 && r.abort == "" {
+		// The move the mover died in is rolled back instead of resumed.
+		r.aborting, r.abort = true, "tried"
 	} else {
 		r.resume++
 	}
@@ -712,13 +730,13 @@ func (r *moveRun) next(now time.Duration) (*kcluster.Mover, kcluster.GroupID, kc
 	if r.o.moverDeaths && r.s.Now() < r.faultsUntil() && rng.IntN(3) == 0 {
 		r.killAt = now + time.Duration(1+rng.IntN(60))*time.Millisecond
 	}
-	mv := &kcluster.Mover{
+	mv = &kcluster.Mover{
 		Seeds:     []string{"node0", "node1", "node2"},
 		Page:      2,
 		PagePause: time.Millisecond,
 		RetryFor:  time.Second,
 	}
-	return mv, r.from, r.to
+	return mv, r.from, r.to, r.aborting
 }
 
 func (r *moveRun) faultsUntil() time.Duration { return r.planEnd / 2 }
@@ -734,6 +752,17 @@ func (r *moveRun) kill(now time.Duration) bool {
 }
 
 func (r *moveRun) done(now time.Duration, res kcluster.MoveResult, err error) {
+	if r.aborting {
+		r.aborting = false
+		if err == nil {
+			// Rolled back: the next move is this one again.
+			r.abort = "rolled back"
+			r.running, r.from, r.to = false, r.to, r.from
+			r.nextAt = now + 20*time.Millisecond
+			return
+		}
+		r.abort = "refused: " + err.Error()
+	}
 	if err != nil {
 		r.lastErr = err
 		r.failed = append(r.failed, fmt.Sprintf("%v: %v", r.s.Now(), err))
@@ -1013,6 +1042,9 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 		}
 		*summary = fmt.Sprintf("%d moves (%d runs resumed, %d mover deaths, %d leader crashes after a step, %d moves returned an error and ran again), %d ops (%d OK); %+v at %v",
 			run.moves, run.resume, run.kills, run.crashes, len(run.failed), len(h.Ops), ok, s.Stats(), s.Now())
+		if run.abort != "" {
+			*summary += "; abort: " + run.abort
+		}
 		if trace != nil {
 			for _, l := range run.log {
 				fmt.Fprintln(trace, l)
@@ -1089,6 +1121,41 @@ func TestMoveSimResumesAfterEachStep(t *testing.T) {
 					return fmt.Errorf("the mover was not killed after %s: %s", step, sum)
 				}
 				return err
+			})
+		})
+	}
+}
+
+// TestMoveSimAbortAfterEachStep kills the mover right after each step of
+// the first move in turn and rolls the move back (Mover.Abort) instead of
+// resuming it: before the hand-over the abort succeeds (the source owned
+// the slots throughout) and the moves go on; from the hand-over on it is
+// refused and the move is finished. (Killed after "importing", Abort
+// refused the state — the destination importing, the source owning — as
+// Move did.)
+func TestMoveSimAbortAfterEachStep(t *testing.T) {
+	for _, tc := range []struct {
+		step string
+		want string
+	}{
+		{"importing", "abort: rolled back"},
+		{"migrating", "abort: rolled back"},
+		{"precopy-page", "abort: rolled back"},
+		{"precopy", "abort: rolled back"},
+		{"handover", "abort: refused: move-slots: abort: slots"},
+		{"finalcopy", "abort: refused: move-slots: abort: slots"},
+		{"owned", "abort: refused: move-slots: abort: slots"},
+	} {
+		t.Run(tc.step, func(t *testing.T) {
+			sim.Explore(t, 1, 2, func(seed uint64, trace io.Writer) error {
+				var sum string
+				if err := moveSim(seed, trace, moveOptions{killAfter: tc.step, abort: true}, &sum); err != nil {
+					return err
+				}
+				if !strings.Contains(sum, tc.want) {
+					return fmt.Errorf("after %s, want %q: %s", tc.step, tc.want, sum)
+				}
+				return nil
 			})
 		})
 	}
