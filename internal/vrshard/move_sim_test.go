@@ -692,7 +692,6 @@ type moveRun struct {
 	running       bool
 	nextAt        time.Duration
 	killAt        time.Duration
-	startedAt     time.Duration
 	moves, resume int
 	kills         int
 	crashes       int
@@ -725,7 +724,7 @@ func (r *moveRun) next(now time.Duration) (mv *kcluster.Mover, from, to kcluster
 	} else {
 		r.resume++
 	}
-	r.startedAt, r.killAt = now, 0
+	r.killAt = 0
 	rng := r.s.Rand()
 	if r.o.moverDeaths && r.s.Now() < r.faultsUntil() && rng.IntN(3) == 0 {
 		r.killAt = now + time.Duration(1+rng.IntN(60))*time.Millisecond
@@ -855,8 +854,8 @@ func (r *moveRun) ownership(s *sim.Sim) error {
 	return nil
 }
 
-// movesKeys are the workload's keys (sim.KV with 3 keys: k0-k2, and the
-// counters nk0-nk2); the slots of movesMoved move.
+// movesMoved are the keys whose slots move, of the workload's (sim.KV
+// with 3 keys: k0-k2, and the counters nk0-nk2).
 var movesMoved = []string{"k0", "k1", "nk0"}
 
 func movesRanges() []kv.SlotRange {
@@ -1025,9 +1024,6 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 				idx[i] = g*movesGroupSize + i
 			}
 			if err := hostAgreeAmong(s, idx); err != nil {
-				if dbgHook != nil {
-					dbgHook(s, idx)
-				}
 				errs = append(errs, fmt.Errorf("group %d: %w", g+1, err))
 			}
 		}
@@ -1056,8 +1052,6 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 	}
 	return errors.Join(errs...)
 }
-
-var dbgHook func(*sim.Sim, []int)
 
 func allIdle(s *sim.Sim, clients int) bool {
 	for i := range clients {
@@ -1114,7 +1108,7 @@ func TestMoveSimOwnershipInvariantFires(t *testing.T) {
 func TestMoveSimResumesAfterEachStep(t *testing.T) {
 	for _, step := range []string{"importing", "migrating", "precopy-page", "precopy", "handover", "finalcopy", "owned"} {
 		t.Run(step, func(t *testing.T) {
-			sim.Explore(t, 1, 3, func(seed uint64, trace io.Writer) error {
+			sim.Explore(t, 1, 2, func(seed uint64, trace io.Writer) error {
 				var sum string
 				err := moveSim(seed, trace, moveOptions{killAfter: step}, &sum)
 				if err == nil && !strings.Contains(sum, "1 mover deaths") {
@@ -1165,7 +1159,7 @@ func TestMoveSimAbortAfterEachStep(t *testing.T) {
 // exercises).
 func TestMoveSimSummary(t *testing.T) {
 	for _, o := range []moveOptions{{}, {faults: true, leaderCrashes: true, moverDeaths: true}} {
-		for seed := uint64(1); seed <= 3; seed++ {
+		for seed := uint64(1); seed <= 2; seed++ {
 			var sum string
 			if err := moveSim(seed, nil, o, &sum); err != nil {
 				t.Fatal(err)
