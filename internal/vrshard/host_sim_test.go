@@ -990,6 +990,20 @@ func TestHostSim(t *testing.T) {
 	}
 }
 
+// TestHostSimCasAfterDelete: a CAS that misses a key deleted just before
+// it answers version 0 whether or not the replica applied the DEL in the
+// same batch. The applier's overlay used to answer the tombstone's version
+// (the engine 0), so a leader that applied the two in two batches and
+// followers that applied them in one kept different client-table rows for
+// the CAS: at this seed, replicas 0 and 1 applied op 600 but their engines
+// differed (found by the move simulation, docs/design/cluster.md §9).
+func TestHostSimCasAfterDelete(t *testing.T) {
+	w := sim.KV{Keys: 1, Put: 1, Delete: 2, CAS: 3, Dur: level.Sync}
+	if err := hostSim(17, nil, hostSimOptions{}, w, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestHostSimCatchesMutations shows the harness catches bugs in the host's
 // policy, each at a fixed seed that is clean without the mutation (found by
 // TestHostSimMutationScan):
