@@ -1,6 +1,7 @@
 package vrshard
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -87,6 +88,15 @@ type tableResp struct {
 	Round uint64
 	Group uint64
 	Table *kv.SlotTable // immutable (kv.SlotTable), shared as is
+}
+
+func (m tableReq) String() string { return fmt.Sprintf("table-req(round=%d)", m.Round) }
+
+func (m tableResp) String() string {
+	if m.Table == nil {
+		return fmt.Sprintf("table(round=%d group %d: none)", m.Round, m.Group)
+	}
+	return fmt.Sprintf("table(round=%d group %d: %v)", m.Round, m.Group, m.Table.Runs())
 }
 
 // hostSlotWrite is a KEFIR.SLOTS write in flight at a replica.
@@ -1080,6 +1090,32 @@ func TestMoveSim(t *testing.T) {
 				return moveSim(seed, trace, tc.o, nil)
 			})
 		})
+	}
+}
+
+// TestMoveSimReplaysExactly: a seed's run, mover coroutine included, is a
+// pure function of the seed — two runs write the same trace, event for
+// event (with faults, mover deaths and leader crashes: the paths where the
+// coroutine is cancelled and restarted).
+func TestMoveSimReplaysExactly(t *testing.T) {
+	o := moveOptions{faults: true, leaderCrashes: true, moverDeaths: true}
+	for _, seed := range []uint64{3, 7} {
+		var a, b bytes.Buffer
+		errA := moveSim(seed, &a, o, new(string))
+		errB := moveSim(seed, &b, o, new(string))
+		if fmt.Sprint(errA) != fmt.Sprint(errB) {
+			t.Fatalf("seed %d: the runs end differently: %v / %v", seed, errA, errB)
+		}
+		if a.Len() == 0 || !bytes.Equal(a.Bytes(), b.Bytes()) {
+			la, lb := strings.Split(a.String(), "\n"), strings.Split(b.String(), "\n")
+			for i := range min(len(la), len(lb)) {
+				if la[i] != lb[i] {
+					t.Logf("line %d:\n%s\n%s", i, la[i], lb[i])
+					break
+				}
+			}
+			t.Fatalf("seed %d: the traces differ (%d and %d bytes)", seed, a.Len(), b.Len())
+		}
 	}
 }
 
