@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"slices"
 	"sync"
@@ -308,16 +309,49 @@ func (m *Multi) SlotClients(id GroupID, at uint64) (ids []uint64, rows [][]byte,
 	return ids, rows, nil
 }
 
-// ClientRows is SlotClients over an engine.
+// slotClientEnd ends the range of the request marks' keys
+// (kv.SlotClientPrefix with its last byte, '/', incremented).
+var slotClientEnd = append(kv.SlotClientPrefix[:len(kv.SlotClientPrefix)-1:len(kv.SlotClientPrefix)-1], '0')
+
+// ClientRows is SlotClients over an engine: each client's row, or the
+// request mark the group imported for it with an earlier move if that
+// names a later request (the two share AppendClientRow's encoding, the
+// request number first). With the marks, a write that ran at a slot's
+// first group and is retried only after the slot went on from the second
+// to a third is answered there from its mark, not run again.
 func ClientRows(db *storage.DB, at uint64) (ids []uint64, rows [][]byte, err error) {
-	err = db.Scan(kv.ClientRowPrefix, kv.ClientRowEnd, at, 0, func(k []byte, v storage.Value) bool {
-		if c, err := kv.ClientRowID(kv.ClientRowPrefix, k); err == nil {
-			ids = append(ids, c)
-			rows = append(rows, slices.Clone(v.Data))
-		}
-		return true
-	})
-	return ids, rows, err
+	byID := map[uint64][]byte{}
+	scan := func(prefix, end []byte) error {
+		return db.Scan(prefix, end, at, 0, func(k []byte, v storage.Value) bool {
+			c, err := kv.ClientRowID(prefix, k)
+			if err != nil {
+				return true
+			}
+			if old, ok := byID[c]; ok {
+				prev, n := binary.Uvarint(old)
+				req, m := binary.Uvarint(v.Data)
+				if n > 0 && (m <= 0 || req <= prev) {
+					return true
+				}
+			}
+			byID[c] = slices.Clone(v.Data)
+			return true
+		})
+	}
+	if err := scan(kv.ClientRowPrefix, kv.ClientRowEnd); err != nil {
+		return nil, nil, err
+	}
+	if err := scan(kv.SlotClientPrefix, slotClientEnd); err != nil {
+		return nil, nil, err
+	}
+	for c := range byID {
+		ids = append(ids, c)
+	}
+	slices.Sort(ids)
+	for _, c := range ids {
+		rows = append(rows, byID[c])
+	}
+	return ids, rows, nil
 }
 
 // DumpSlots is SlotDump over an engine.

@@ -34,7 +34,8 @@ import (
 //	KEFIR.SLOTS LOAD g key meta payload ...      an import (or, deletions only, a purge)
 //	KEFIR.SLOTS LOADF g epoch beat key meta payload ...
 //	                                             LOAD fenced by the driver's lease
-//	KEFIR.SLOTS CLIENTS g at                     the group's client-table rows as of version at:
+//	KEFIR.SLOTS CLIENTS g at                     the group's client-table rows as of version at,
+//	                                             or the marks it imported if later (ClientRows):
 //	                                             [id (8 bytes) row]... (a move's request marks)
 //	KEFIR.SLOTS STATS g cursor limit since [until]
 //	                                             per-slot counts over up to limit keys from cursor on:
