@@ -24,8 +24,8 @@ import (
 )
 
 // Slot moves under the deterministic simulator (issue 28, "Verification";
-// docs/design/cluster.md, "The move simulation"): two VR groups of three
-// production replicas in stepped mode (hostNode), clients that route each
+// docs/design/cluster.md, "The move simulation"): two (or three) VR groups
+// of three production replicas in stepped mode (hostNode), clients that route each
 // key by the slot map they cached and refresh it from the groups' tables
 // when a group's fence refuses them (moveClient), and one mover that runs
 // the production kcluster.Mover — its Move, its retries and resumption, the
@@ -34,8 +34,8 @@ import (
 // becomes a simulated message to a replica, and it runs only while the
 // simulator hands it control, so a run stays a pure function of its seed.
 //
-// Node k of the cluster hosts replica k of each group (simulator addresses k
-// and movesGroupSize+k), as a node of several groups does: the mover's seeds
+// Node k of the cluster hosts replica k of each group (simulator addresses
+// k, movesGroupSize+k, ...), as a node of several groups does: the mover's seeds
 // are the nodes, a command goes to the node's replica of the group it
 // names, and a replica that does not lead answers -MOVED <node of the
 // leader>, as the server does.
@@ -894,11 +894,11 @@ func movesRanges() []kv.SlotRange {
 	return rs
 }
 
-// moveSim runs one seed: 2 groups of 3 replicas, 4 clients of a per-key
-// read/write workload (GET, SET, CAS, INCR, DEL; sync), a mover moving the slots of k0, k1 and nk0
-// between the groups back and forth until 1.6 s (faults, if on, until
-// 0.8 s), then every replica up and the network healed until the last move
-// finished. It returns the checkers' verdicts, the ownership invariant's,
+// moveSim runs one seed: 2 (moveOptions.groups: 3) groups of 3 replicas,
+// 4 clients of a per-key read/write workload (GET, SET, CAS, INCR, DEL;
+// sync), a mover moving the slots of k0, k1 and nk0 round the groups until
+// 1.6 s (faults, if on, until 0.8 s), then every replica up and the
+// network healed until the last move finished. It returns the checkers' verdicts, the ownership invariant's,
 // the groups' agreement and an unfinished move joined; summary, if not
 // nil, gets the run's account.
 func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err error) {
@@ -1109,7 +1109,7 @@ func TestMoveSim(t *testing.T) {
 // coroutine is cancelled and restarted).
 func TestMoveSimReplaysExactly(t *testing.T) {
 	o := moveOptions{faults: true, leaderCrashes: true, moverDeaths: true}
-	for _, seed := range []uint64{3, 7} {
+	for _, seed := range []uint64{3} {
 		var a, b bytes.Buffer
 		errA := moveSim(seed, &a, o, new(string))
 		errB := moveSim(seed, &b, o, new(string))
@@ -1148,7 +1148,7 @@ func TestMoveSimOwnershipInvariantFires(t *testing.T) {
 func TestMoveSimResumesAfterEachStep(t *testing.T) {
 	for _, step := range []string{"importing", "migrating", "precopy-page", "precopy", "handover", "finalcopy", "owned"} {
 		t.Run(step, func(t *testing.T) {
-			sim.Explore(t, 1, 2, func(seed uint64, trace io.Writer) error {
+			sim.Explore(t, 1, 1, func(seed uint64, trace io.Writer) error {
 				var sum string
 				err := moveSim(seed, trace, moveOptions{killAfter: step}, &sum)
 				if err == nil && !strings.Contains(sum, "1 mover deaths") {
@@ -1181,7 +1181,7 @@ func TestMoveSimAbortAfterEachStep(t *testing.T) {
 		{"owned", "abort: refused: move-slots: abort: slots"},
 	} {
 		t.Run(tc.step, func(t *testing.T) {
-			sim.Explore(t, 1, 2, func(seed uint64, trace io.Writer) error {
+			sim.Explore(t, 1, 1, func(seed uint64, trace io.Writer) error {
 				var sum string
 				if err := moveSim(seed, trace, moveOptions{killAfter: tc.step, abort: true}, &sum); err != nil {
 					return err
@@ -1199,7 +1199,7 @@ func TestMoveSimAbortAfterEachStep(t *testing.T) {
 // exercises).
 func TestMoveSimSummary(t *testing.T) {
 	for _, o := range []moveOptions{{}, {faults: true, leaderCrashes: true, moverDeaths: true}} {
-		for seed := uint64(1); seed <= 2; seed++ {
+		for seed := uint64(1); seed <= 1; seed++ {
 			var sum string
 			if err := moveSim(seed, nil, o, &sum); err != nil {
 				t.Fatal(err)
@@ -1223,7 +1223,7 @@ func TestMoveSimThreeGroups(t *testing.T) {
 		})
 	})
 	t.Run("faults", func(t *testing.T) {
-		sim.Explore(t, 1, 4, func(seed uint64, trace io.Writer) error {
+		sim.Explore(t, 1, 2, func(seed uint64, trace io.Writer) error {
 			return moveSim(seed, trace, moveOptions{groups: 3, faults: true, leaderCrashes: true, moverDeaths: true}, nil)
 		})
 	})
@@ -1289,7 +1289,7 @@ func TestMoveSimCatchesMutations(t *testing.T) {
 // INCR twice (3 of its first 15 seeds failed); it now consults them for a
 // migrating slot too.
 func TestMoveSimRetryDuringTheNextMove(t *testing.T) {
-	sim.Explore(t, 1, 8, func(seed uint64, trace io.Writer) error {
+	sim.Explore(t, 1, 5, func(seed uint64, trace io.Writer) error {
 		return moveSim(seed, trace, moveOptions{lossyReplies: true, counters: true, resendRefresh: true}, nil)
 	})
 }
