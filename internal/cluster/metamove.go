@@ -93,7 +93,7 @@ func (mv *Mover) plan(ctx context.Context, from, to GroupID, rs []kv.SlotRange, 
 	if err != nil {
 		return 0, fmt.Errorf("move-slots: record the move in the metadata group: %w", err)
 	}
-	mv.lease = moveLease{epoch: epoch, beat: uint64(v.Int), last: time.Now()}
+	mv.lease = moveLease{epoch: epoch, beat: uint64(v.Int), last: mv.clock().Now()}
 	mv.logf("recorded the move of %s from group %d to group %d at epoch %d in the metadata group (driver %q)", ranges, from, to, epoch, mv.Driver)
 	return epoch, nil
 }
@@ -173,7 +173,7 @@ func (mv *Mover) claim(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", errLeaseLost, err)
 	}
-	l.beat, l.last = uint64(v.Int), time.Now()
+	l.beat, l.last = uint64(v.Int), mv.clock().Now()
 	return nil
 }
 
@@ -185,7 +185,7 @@ func (mv *Mover) renew(ctx context.Context, args [][]byte) error {
 	if l.epoch == 0 || (len(args) > 1 && strings.EqualFold(string(args[1]), "META")) {
 		return nil
 	}
-	if time.Since(l.last) < mv.leaseDur()/4 {
+	if mv.since(l.last) < mv.leaseDur()/4 {
 		return nil
 	}
 	if err := mv.claim(ctx); err != nil {

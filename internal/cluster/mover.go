@@ -65,6 +65,18 @@ type Mover struct {
 	// pre-copy ("precopy-page"; tests: a crash there).
 	AfterStep func(step string)
 
+	// Transport, if set, carries each command to addr (a seed, or the
+	// address a -MOVED named) and returns its reply, in place of the
+	// Mover's TCP connections: the deterministic simulation of moves
+	// (internal/vrshard, move_sim_test.go) delivers it as a simulated
+	// message to a stepped replica. An error is a failed connection
+	// (retried as one).
+	Transport func(ctx context.Context, addr string, args [][]byte) (resp.Value, error)
+	// Clock, if set, is the Mover's time: its retry bound (RetryFor), the
+	// pauses between retries and pages, and MoveResult's durations
+	// (default: the real clock).
+	Clock MoverClock
+
 	// Meta records the move in the metadata group (MovePlanned before the
 	// first step, MoveDone after the last) and drives it under a lease
 	// there (metamove.go); off, the move is only in the two groups' tables.
@@ -90,6 +102,37 @@ type Mover struct {
 	answeredBy string
 }
 
+// MoverClock is a Mover's time (Mover.Clock).
+type MoverClock interface {
+	Now() time.Time
+	// Sleep returns after d, or ctx's error once ctx ends first.
+	Sleep(ctx context.Context, d time.Duration) error
+}
+
+type realClock struct{}
+
+func (realClock) Now() time.Time { return time.Now() }
+
+func (realClock) Sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+func (mv *Mover) clock() MoverClock {
+	if mv.Clock != nil {
+		return mv.Clock
+	}
+	return realClock{}
+}
+
+func (mv *Mover) since(t time.Time) time.Duration { return mv.clock().Now().Sub(t) }
+
 type moverConn struct {
 	nc net.Conn
 	rd *resp.Reader
@@ -110,7 +153,7 @@ type MoveResult struct {
 // Move moves rs from group from to group to, or finishes such a move that
 // stopped part way.
 func (mv *Mover) Move(ctx context.Context, from, to GroupID, rs []kv.SlotRange) (MoveResult, error) {
-	start := time.Now()
+	start := mv.clock().Now()
 	defer mv.close()
 	var out MoveResult
 	if from == to || len(rs) == 0 {
@@ -150,6 +193,13 @@ func (mv *Mover) Move(ctx context.Context, from, to GroupID, rs []kv.SlotRange) 
 	case src.State == "owned" && dst.State == "none":
 	case src.State == "migrating" && src.Peer == uint64(to) && (dst.State == "importing" || dst.State == "none"):
 		stage, epoch, out.Resumed = 1, src.Epoch, "copy"
+	case src.State == "owned" && dst.State == "importing" && dst.Peer == uint64(from):
+		// Stopped between its first two steps: the destination imports,
+		// the source has not started migrating (and serves the slots as
+		// ever). The move goes on at the destination's epoch: a fresh one
+		// would need the destination back at none first (the simulation
+		// of moves found this: internal/vrshard's TestMoveSimResumesAfterEachStep).
+		stage, epoch, out.Resumed = 1, dst.Epoch, "copy"
 	case src.State == "none" && src.Peer == uint64(to) && dst.State == "importing" && dst.Peer == uint64(from):
 		stage, epoch, out.Resumed = 2, src.Epoch, "final copy"
 	case src.State == "none" && src.Peer == uint64(to) && dst.State == "owned":
@@ -194,7 +244,7 @@ func (mv *Mover) Move(ctx context.Context, from, to GroupID, rs []kv.SlotRange) 
 		// little (or no less than the one before), so that the final copy,
 		// during which the slots are held, has only the last round's
 		// writes to bring.
-		t0 := time.Now()
+		t0 := mv.clock().Now()
 		prev := -1
 		for round := 0; ; round++ {
 			n, at, err := mv.copy(ctx, from, to, ranges, v0, false, nil)
@@ -209,7 +259,7 @@ func (mv *Mover) Move(ctx context.Context, from, to GroupID, rs []kv.SlotRange) 
 			}
 			prev = n
 		}
-		out.PreCopy = time.Since(t0)
+		out.PreCopy = mv.since(t0)
 		mv.after("precopy")
 	}
 	if stage == 2 && mv.lease.epoch != 0 {
@@ -235,7 +285,7 @@ func (mv *Mover) Move(ctx context.Context, from, to GroupID, rs []kv.SlotRange) 
 		}); err != nil {
 			return out, fmt.Errorf("move-slots: list group %d's keys: %w", to, err)
 		}
-		t0 := time.Now()
+		t0 := mv.clock().Now()
 		hv, err := mv.do(ctx, "KEFIR.SLOTS", "SET", g(from), "none", g(to), e, ranges)
 		if err != nil {
 			return out, fmt.Errorf("move-slots: hand-over at group %d: %w", from, err)
@@ -279,7 +329,7 @@ func (mv *Mover) Move(ctx context.Context, from, to GroupID, rs []kv.SlotRange) 
 		if _, err := mv.do(ctx, "KEFIR.SLOTS", "SET", g(to), "owned", g(from), e, ranges); err != nil {
 			return out, fmt.Errorf("move-slots: group %d takes the slots: %w", to, err)
 		}
-		out.Freeze = time.Since(t0)
+		out.Freeze = mv.since(t0)
 		mv.after("owned")
 	}
 	// The source's copy: unreachable (its fence), purged so that its key
@@ -300,7 +350,7 @@ func (mv *Mover) Move(ctx context.Context, from, to GroupID, rs []kv.SlotRange) 
 			return out, err
 		}
 	}
-	out.Total = time.Since(start)
+	out.Total = mv.since(start)
 	mv.logf("moved %s from group %d to group %d at epoch %d: %d keys pre-copied, %d in the final copy, %d deleted, %d purged; pre-copy %v, hand-over %v",
 		ranges, from, to, epoch, out.Copied, out.Final, out.Deleted, out.Purged, out.PreCopy.Round(time.Millisecond), out.Freeze.Round(time.Millisecond))
 	return out, nil
@@ -346,6 +396,13 @@ func (mv *Mover) Abort(ctx context.Context, from, to GroupID, rs []kv.SlotRange)
 	switch {
 	case src.State == "owned" && dst.State == "none":
 		// Nothing to roll back, or rolled back before the purge.
+	case src.State == "owned" && dst.State == "importing" && dst.Peer == uint64(from):
+		// Stopped between the move's first two steps: the source never
+		// left owned; the destination gives up importing.
+		e := strconv.FormatUint(dst.Epoch, 10)
+		if _, err := mv.do(ctx, "KEFIR.SLOTS", "SET", g(to), "none", g(from), e, ranges); err != nil {
+			return fmt.Errorf("move-slots: abort: group %d stops importing: %w", to, err)
+		}
 	case src.State == "migrating" && src.Peer == uint64(to) && (dst.State == "importing" || dst.State == "none"):
 		e := strconv.FormatUint(src.Epoch, 10)
 		if _, err := mv.do(ctx, "KEFIR.SLOTS", "SET", g(from), "owned", "0", e, ranges); err != nil {
@@ -576,14 +633,7 @@ func (mv *Mover) rest(ctx context.Context) error {
 	if d <= 0 {
 		return nil
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
+	return mv.clock().Sleep(ctx, d)
 }
 
 func (mv *Mover) logf(format string, args ...any) {
@@ -614,7 +664,7 @@ func (mv *Mover) doBytes(ctx context.Context, args [][]byte) (resp.Value, error)
 	if retryFor == 0 {
 		retryFor = 30 * time.Second
 	}
-	deadline := time.Now().Add(retryFor)
+	deadline := mv.clock().Now().Add(retryFor)
 	pause := 20 * time.Millisecond
 	var last error
 	for attempt := 0; ; attempt++ {
@@ -627,7 +677,7 @@ func (mv *Mover) doBytes(ctx context.Context, args [][]byte) (resp.Value, error)
 		args := mv.fenced(args) // metamove.go
 		addr := mv.Seeds[attempt%len(mv.Seeds)]
 		for hops := 0; hops < 4; hops++ {
-			v, err := mv.roundTrip(addr, args)
+			v, err := mv.roundTrip(ctx, addr, args)
 			if err != nil {
 				last = err
 				break
@@ -648,15 +698,20 @@ func (mv *Mover) doBytes(ctx context.Context, args [][]byte) (resp.Value, error)
 			}
 			break
 		}
-		if time.Now().After(deadline) {
+		if mv.clock().Now().After(deadline) {
 			return resp.Value{}, fmt.Errorf("%s %s: no leader answered within %v: %w", args[0], args[1], retryFor, last)
 		}
-		time.Sleep(pause)
+		if err := mv.clock().Sleep(ctx, pause); err != nil {
+			return resp.Value{}, err
+		}
 		pause = min(2*pause, 500*time.Millisecond)
 	}
 }
 
-func (mv *Mover) roundTrip(addr string, args [][]byte) (resp.Value, error) {
+func (mv *Mover) roundTrip(ctx context.Context, addr string, args [][]byte) (resp.Value, error) {
+	if mv.Transport != nil {
+		return mv.Transport(ctx, addr, args)
+	}
 	if mv.conns == nil {
 		mv.conns = map[string]*moverConn{}
 	}

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"slices"
 	"sync"
@@ -261,11 +262,11 @@ type Dump struct {
 	At uint64
 }
 
-// SlotsHandedOver returns nil if group id's leader here has handed every
+// SlotsHandedOver returns nil if group id's leader at a has handed every
 // slot of rs over (its fence froze them: the final copy reads a state no
 // write changes), else a TRYAGAIN error.
-func (m *Multi) SlotsHandedOver(id GroupID, rs []kv.SlotRange) error {
-	t, err := m.SlotTable(id)
+func SlotsHandedOver(a SlotAdmin, id GroupID, rs []kv.SlotRange) error {
+	t, err := a.SlotTable(id)
 	if err != nil {
 		return err
 	}
@@ -302,15 +303,53 @@ func (m *Multi) SlotClients(id GroupID, at uint64) (ids []uint64, rows [][]byte,
 	if err != nil {
 		return nil, nil, err
 	}
-	err = g.h.Engine.Scan(kv.ClientRowPrefix, kv.ClientRowEnd, at, 0, func(k []byte, v storage.Value) bool {
-		if c, err := kv.ClientRowID(kv.ClientRowPrefix, k); err == nil {
-			ids = append(ids, c)
-			rows = append(rows, slices.Clone(v.Data))
-		}
-		return true
-	})
-	if err != nil {
+	if ids, rows, err = ClientRows(g.h.Engine, at); err != nil {
 		return nil, nil, fmt.Errorf("cluster: group %d's client rows: %w", id, err)
+	}
+	return ids, rows, nil
+}
+
+// slotClientEnd ends the range of the request marks' keys
+// (kv.SlotClientPrefix with its last byte, '/', incremented).
+var slotClientEnd = append(kv.SlotClientPrefix[:len(kv.SlotClientPrefix)-1:len(kv.SlotClientPrefix)-1], '0')
+
+// ClientRows is SlotClients over an engine: each client's row, or the
+// request mark the group imported for it with an earlier move if that
+// names a later request (the two share AppendClientRow's encoding, the
+// request number first). With the marks, a write that ran at a slot's
+// first group and is retried only after the slot went on from the second
+// to a third is answered there from its mark, not run again.
+func ClientRows(db *storage.DB, at uint64) (ids []uint64, rows [][]byte, err error) {
+	byID := map[uint64][]byte{}
+	scan := func(prefix, end []byte) error {
+		return db.Scan(prefix, end, at, 0, func(k []byte, v storage.Value) bool {
+			c, err := kv.ClientRowID(prefix, k)
+			if err != nil {
+				return true
+			}
+			if old, ok := byID[c]; ok {
+				prev, n := binary.Uvarint(old)
+				req, m := binary.Uvarint(v.Data)
+				if n > 0 && (m <= 0 || req <= prev) {
+					return true
+				}
+			}
+			byID[c] = slices.Clone(v.Data)
+			return true
+		})
+	}
+	if err := scan(kv.ClientRowPrefix, kv.ClientRowEnd); err != nil {
+		return nil, nil, err
+	}
+	if err := scan(kv.SlotClientPrefix, slotClientEnd); err != nil {
+		return nil, nil, err
+	}
+	for c := range byID {
+		ids = append(ids, c)
+	}
+	slices.Sort(ids)
+	for _, c := range ids {
+		rows = append(rows, byID[c])
 	}
 	return ids, rows, nil
 }

@@ -208,7 +208,7 @@ func (p *Prober) Start(ctx context.Context) error {
 		}
 		n++
 		t0 := time.Now()
-		v, err := mvs[i].roundTrip(p.Targets[i][0], cmd)
+		v, err := mvs[i].roundTrip(context.Background(), p.Targets[i][0], cmd)
 		if err == nil && v.Kind == resp.Error {
 			err = fmt.Errorf("%s", v.Str)
 		}
@@ -226,7 +226,7 @@ func (p *Prober) Start(ctx context.Context) error {
 		}
 		for i, m := range mvs {
 			if p.Writes {
-				v, err := m.roundTrip(p.Targets[i][0], [][]byte{[]byte("EVAL"), []byte(delIfToken), []byte("1"), []byte(p.Targets[i][1]), []byte(token)})
+				v, err := m.roundTrip(context.Background(), p.Targets[i][0], [][]byte{[]byte("EVAL"), []byte(delIfToken), []byte("1"), []byte(p.Targets[i][1]), []byte(token)})
 				if err == nil && v.Kind == resp.Error {
 					err = fmt.Errorf("%s", v.Str)
 				}

@@ -23,7 +23,7 @@ func redisDo(t *testing.T, mv *Mover, addr string, args ...string) resp.Value {
 	for _, a := range args {
 		b = append(b, []byte(a))
 	}
-	v, err := mv.roundTrip(addr, b)
+	v, err := mv.roundTrip(context.Background(), addr, b)
 	if err != nil {
 		t.Fatalf("%v at %s: %v", args, addr, err)
 	}

@@ -522,7 +522,11 @@ func MovedRequest(get Getter, t *SlotTable, op *Op, client, reqNum uint64) (res 
 	keys, step := op.RoutingKeys()
 	imported := false
 	for i := 0; i < len(keys); i += step {
-		if e := t.e[KeySlot(keys[i])]; e.State == SlotOwned && e.Peer != 0 {
+		// A migrating slot may have been imported too (its entry names
+		// where it goes next, not where it came from): a retry of a write
+		// its old group ran can reach this group after it began moving the
+		// slot on (found by the move simulation, docs/design/cluster.md §9).
+		if e := t.e[KeySlot(keys[i])]; (e.State == SlotOwned && e.Peer != 0) || e.State == SlotMigrating {
 			imported = true
 			break
 		}

@@ -285,4 +285,16 @@ func TestSlotImportMarksAndMovedRequest(t *testing.T) {
 	if _, err := applyTo(t, m, 6, &Op{Kind: KindSlotImport, Keys: AppendSlotClientMark(nil, 9, row(8, 1))}); !errors.Is(err, ErrSlotTransition) {
 		t.Fatalf("a mark with no slot importing: %v", err)
 	}
+	// The imported slot moving on (migrating, its entry naming where it
+	// goes next): a retry of the request its old group ran is still
+	// answered from the mark, not run again.
+	if _, err := applyTo(t, m, 7, slotSet([]SlotRange{{300, 300}}, SlotMigrating, 3, 3)); err != nil {
+		t.Fatal(err)
+	}
+	if tb, err = ReadSlotTable(m.get); err != nil {
+		t.Fatal(err)
+	}
+	if res, opErr, hit, err := MovedRequest(m.get, tb, incr, 9, 5); err != nil || !hit || opErr != nil || res.Int != 7 {
+		t.Fatalf("a retry at a migrating slot: %+v %v hit %v %v", res, opErr, hit, err)
+	}
 }

@@ -925,7 +925,7 @@ func (r *Replica) restore(s *vr.Snapshot) error {
 // routed the read here, a group that handed a slot over serves none of its
 // keys.
 func (r *Replica) fenceRead(op *kv.Op) error {
-	if mutation.On && r.mut.slotsUnfenced {
+	if mutation.On && (r.mut.slotsUnfenced || r.mut.slotsReadUnfenced) {
 		return nil
 	}
 	return r.app.pubSlots.Load().Check(op)

@@ -426,6 +426,10 @@ type mutations struct {
 	// whose slots it does not own (a source that keeps serving a slot it
 	// handed over; kv/slots.go's fence is skipped).
 	slotsUnfenced bool
+	// slotsReadUnfenced: reads only skip the fence — "serving a slot after
+	// giving it away": the source answers reads of slots it handed over
+	// from its frozen copy while writes go on at the destination.
+	slotsReadUnfenced bool
 	// slotsMovedTwice: a retried write that the slot's old group ran before
 	// the hand-over runs again at the new one (its request mark is ignored).
 	slotsMovedTwice bool
