@@ -3,6 +3,7 @@ package cluster
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -24,7 +25,7 @@ import (
 const (
 	ByBytes = "bytes" // the slot's keys' bytes (key, metadata, value, a hash's fields)
 	ByKeys  = "keys"  // the slot's keys
-	ByLoad  = "load"  // the slot's keys written during a sample (writes only: reads leave no trace)
+	ByLoad  = "load"  // the slot's keys written and reads served during a sample
 )
 
 // PlanGroup is a group as the planner sees it: its id, the slots it owns,
@@ -308,7 +309,9 @@ func (p Plan) String() string {
 // group's engine version, waits sample, reads each group's version again,
 // and weighs a slot by its keys written between the two (the upper bound
 // keeps a group scanned later from counting the writes made while the
-// groups before it were scanned: every group's window is the sample).
+// groups before it were scanned: every group's window is the sample), plus
+// the reads every node served of it in the sample (KEFIR.SLOTS READS
+// before and after: nodeReads).
 func (mv *Mover) SlotWeights(ctx context.Context, cm *kv.ClusterMap, what string, sample time.Duration) ([]int64, error) {
 	since := make(map[uint64]uint64, len(cm.Groups))
 	until := make(map[uint64]uint64, len(cm.Groups))
@@ -319,9 +322,12 @@ func (mv *Mover) SlotWeights(ctx context.Context, cm *kv.ClusterMap, what string
 		_, at, err := mv.slotStatsPage(ctx, GroupID(g), nil, 1, math.MaxInt64, 0, nil)
 		return at, err
 	}
+	weight := make([]int64, Slots)
+	var readsBefore map[uint64]map[uint16]uint64
 	switch what {
 	case ByBytes, ByKeys:
 	case ByLoad:
+		readsBefore = mv.nodeReads(ctx, cm)
 		for _, g := range cm.Groups {
 			at, err := version(g.ID)
 			if err != nil {
@@ -343,10 +349,21 @@ func (mv *Mover) SlotWeights(ctx context.Context, cm *kv.ClusterMap, what string
 			}
 			until[g.ID] = at
 		}
+		// The reads each node served in the sample, per slot, counted
+		// for the slot whatever group served it (one read weighs as one
+		// written key).
+		for node, after := range mv.nodeReads(ctx, cm) {
+			before := readsBefore[node]
+			for slot, n := range after {
+				if b := before[slot]; b <= n {
+					n -= b // else the node restarted: its counters began again
+				}
+				weight[slot] += int64(n)
+			}
+		}
 	default:
 		return nil, fmt.Errorf("rebalance: weigh by %q: bytes, keys or load", what)
 	}
-	weight := make([]int64, Slots)
 	for _, g := range cm.Groups {
 		var cursor []byte
 		for page := 0; ; page++ {
@@ -399,6 +416,32 @@ func (mv *Mover) slotStatsPage(ctx context.Context, id GroupID, cursor []byte, l
 		visit(uint16(es[i].Int), SlotStat{Keys: es[i+1].Int, Bytes: es[i+2].Int, Written: es[i+3].Int})
 	}
 	return v.Elems[0].Str, uint64(v.Elems[1].Int), nil
+}
+
+// nodeReads asks every node of cm for the reads it served per slot
+// (KEFIR.SLOTS READS, at the node itself: a node's counters are its own),
+// by node id. A node that does not answer (down) counts for nothing, and is
+// logged: the sample then misses the reads it served.
+func (mv *Mover) nodeReads(ctx context.Context, cm *kv.ClusterMap) map[uint64]map[uint16]uint64 {
+	out := make(map[uint64]map[uint16]uint64, len(cm.Nodes))
+	for _, n := range cm.Nodes {
+		v, err := mv.roundTrip(ctx, n.ClientAddr, [][]byte{[]byte("KEFIR.SLOTS"), []byte("READS")})
+		if err == nil && v.Kind == resp.Error {
+			err = errors.New(string(v.Str))
+		}
+		if err != nil || v.Kind != resp.Array || len(v.Elems)%2 != 0 {
+			mv.logf("rebalance: node %d (%s): no read counts (%v): its reads are not weighed", n.ID, n.ClientAddr, err)
+			continue
+		}
+		m := make(map[uint16]uint64, len(v.Elems)/2)
+		for i := 0; i+1 < len(v.Elems); i += 2 {
+			if s := v.Elems[i].Int; s >= 0 && s < Slots && v.Elems[i+1].Int > 0 {
+				m[uint16(s)] = uint64(v.Elems[i+1].Int)
+			}
+		}
+		out[n.ID] = m
+	}
+	return out
 }
 
 // PlanGroups returns the map's groups as the planner takes them.

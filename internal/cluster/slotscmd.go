@@ -42,6 +42,9 @@ import (
 //	                                             [next-cursor, the engine's version before the page,
 //	                                             [slot keys bytes written-in-(since,until]]...] (rebalance;
 //	                                             until 0 or absent: no upper bound)
+//	KEFIR.SLOTS READS                            the reads this node served since it started, per
+//	                                             slot: [slot count]... of the slots with any (not a
+//	                                             group's: any node answers, for itself; rebalance --by load)
 //
 // INIT and SET answer the op's version (0: the group was already there, a
 // retried step).
@@ -102,6 +105,19 @@ func respArray(es []resp.Value) resp.Value {
 // SlotsCommand translates KEFIR.SLOTS args (args[0] the command name,
 // args[1] the subcommand, not META) at a, answering reads at once.
 func SlotsCommand(a SlotAdmin, args [][]byte) (SlotsCmd, error) {
+	if len(args) == 2 && strings.EqualFold(string(args[1]), "READS") {
+		// A node's own counters (Multi.SlotReads), not a group's.
+		r, ok := a.(interface{ SlotReads() ([]uint16, []uint64) })
+		if !ok {
+			return SlotsCmd{}, slotsErrf("ERR KEFIR.SLOTS READS: this node counts no reads (not a node of a cluster)")
+		}
+		slots, counts := r.SlotReads()
+		es := make([]resp.Value, 0, 2*len(slots))
+		for i, sl := range slots {
+			es = append(es, respInt(int64(sl)), respInt(int64(counts[i])))
+		}
+		return SlotsCmd{Reply: respArray(es)}, nil
+	}
 	if len(args) < 3 {
 		return SlotsCmd{}, slotsErrf("ERR wrong number of arguments for 'kefir.slots' command")
 	}

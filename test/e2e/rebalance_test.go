@@ -16,6 +16,7 @@ import (
 
 	"github.com/kefirdb/kefir/internal/check"
 	kcluster "github.com/kefirdb/kefir/internal/cluster"
+	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/resp"
 	"github.com/kefirdb/kefir/internal/testgroup"
 	"github.com/kefirdb/kefir/test/e2e/cluster"
@@ -98,15 +99,16 @@ func TestGroupsRebalanceByKeysUnderLoad(t *testing.T) {
 
 	wait := runMoveWorkload(t, g.Nodes[0].ClientAddr, 8, "w")
 	time.Sleep(time.Second)
-	// --by load weighs the slots by the keys written during the sample:
-	// the workload's.
+	// --by load weighs the slots by the keys written and the reads served
+	// during the sample: the workload's (120 keys it writes, a read after
+	// each of its writes of a string or a hash field, one client).
 	byLoad, _ := runRebalance(t, g, "--by", "load", "--sample", "1s", "--dry-run")
-	var written int64
+	var load int64
 	for _, gw := range byLoad.Plan.Groups {
-		written += gw.Before
+		load += gw.Before
 	}
-	if written == 0 || written > 200 {
-		t.Fatalf("--by load: %d keys written during the sample, want the workload's (1-120): %+v", written, byLoad.Plan)
+	if load == 0 || load > 5000 {
+		t.Fatalf("--by load: a load of %d during the sample, want the workload's: %+v", load, byLoad.Plan)
 	}
 	stopObs := make(chan struct{})
 	obsDone := make(chan struct{})
@@ -184,7 +186,7 @@ func TestGroupsRebalanceByKeysUnderLoad(t *testing.T) {
 	if len(after.Plan.Moves) != 0 || after.Epoch != 2 {
 		t.Fatalf("after the rebalance: %+v at epoch %d, want nothing to move at epoch 2", after.Plan, after.Epoch)
 	}
-	t.Logf("%d keys; groups %+v; move %+v; --by load counted %d written keys", keys, after.Plan.Groups, out.Moves[0].Result, written)
+	t.Logf("%d keys; groups %+v; move %+v; --by load counted a load of %d", keys, after.Plan.Groups, out.Moves[0].Result, load)
 
 	// The review's reproduction: group 2 now owns 8192-12287 (from group
 	// 1, epoch 2) and 12288-16383 (its own, epoch 1); writes on 12288 on
@@ -263,5 +265,63 @@ func writeHot(addr string, keys []string, stop <-chan struct{}, done chan<- stri
 				ok++
 			}
 		}
+	}
+}
+
+// --by load sees reads: two groups with half the slots and as many keys
+// each, nothing written during the sample, and a client reading keys of
+// group 1 only. The plan moves slots from group 1 to group 2 (before
+// reads were counted, the load was zero everywhere and nothing moved).
+func TestGroupsRebalanceByLoadCountsReads(t *testing.T) {
+	g := cluster.StartGroups(t, 3, twoGroups)
+	g.WaitLeaders(20 * time.Second)
+	var cmds [][]string
+	var hot []string
+	for i := 0; i < 400; i++ {
+		k := "r" + strconv.Itoa(i)
+		cmds = append(cmds, []string{"SET", k, "v"})
+		if kv.KeySlot([]byte(k)) < 8192 && len(hot) < 20 {
+			hot = append(hot, k)
+		}
+	}
+	pipelineRetry(t, g.Nodes[0].ClientAddr, cmds...)
+	stop := make(chan struct{})
+	done := make(chan int)
+	go func() {
+		n := 0
+		var gets [][]string
+		for _, k := range hot {
+			gets = append(gets, []string{"GET", k})
+		}
+		for {
+			select {
+			case <-stop:
+				done <- n
+				return
+			default:
+			}
+			pipeline(t, g.Nodes[n%3].ClientAddr, gets...)
+			n += len(gets)
+		}
+	}()
+	time.Sleep(300 * time.Millisecond)
+	out, _ := runRebalance(t, g, "--by", "load", "--sample", "1s", "--dry-run")
+	close(stop)
+	reads := <-done
+	var g1, g2 int64
+	for _, gw := range out.Plan.Groups {
+		switch gw.ID {
+		case 1:
+			g1 = gw.Before
+		case 2:
+			g2 = gw.Before
+		}
+	}
+	t.Logf("%d reads of group 1's keys; load in the sample: group 1 %d, group 2 %d; plan %+v", reads, g1, g2, out.Plan.Moves)
+	if g1 < 100 || g2 > g1/10 {
+		t.Fatalf("--by load: group 1 %d, group 2 %d: the reads of group 1's keys were not weighed", g1, g2)
+	}
+	if len(out.Plan.Moves) == 0 || out.Plan.Moves[0].From != 1 || out.Plan.Moves[0].To != 2 {
+		t.Fatalf("--by load: plan %+v, want a move from group 1 to group 2", out.Plan.Moves)
 	}
 }
