@@ -39,11 +39,14 @@ import (
 //     answered before the read began passed this member (it was
 //     acknowledged at the head, after every member), and nothing it
 //     returns is uncommitted.
-//   - Every member is a log datastore (chain.Log) under SU: the host's log
-//     is its disk, Ready.Entries/PersistSeq and Persisted are the core's
+//   - The chain runs SU; each member has its datastore (ChainStore,
+//     chainstore.go). A log (chain.Log, the default): the host's log is its
+//     disk, Ready.Entries/PersistSeq and Persisted are the core's
 //     persist/persisted, and a member passes on and acknowledges only what
-//     it persisted (Kefir's sync durability: nothing acknowledged is lost
-//     while one member's disk survives).
+//     it persisted (nothing acknowledged is lost while one log member's
+//     disk survives). A buffered log (chain.Buffered) or a memory member
+//     (chain.Memory, its replica on an in-memory file system) acknowledges
+//     what it holds; the host flushes it on an interval.
 //   - Membership is the master's (chain.Master, elsewhere): its orders come
 //     in through Step like any peer message; the member never decides it.
 type chainCore struct {
@@ -211,6 +214,12 @@ type ChainOptions struct {
 	// chainmaster's: 50 ms, 500 ms). The master's FailAfter must exceed
 	// Lease.
 	Heartbeat, Lease time.Duration
+	// Store is this member's datastore (default: a log, fsynced before it
+	// acknowledges); Flush a buffered or memory member's fsync interval
+	// (default DefaultChainFlush). Each member has its own: a chain may mix
+	// them (M-D, D-M-D, ...).
+	Store ChainStore
+	Flush time.Duration
 }
 
 // chainConfig is how a chain member is configured on the host.
@@ -226,6 +235,8 @@ type chainConfig struct {
 	// Inc is this incarnation's id on its links to the other members
 	// (zero: a random one).
 	Inc uint64
+	// Store is the member's datastore (chain.Config.Store; zero: a log).
+	Store ChainStore
 }
 
 // openChain starts a chain core from what the host's disk holds. The
@@ -255,7 +266,7 @@ func openChain(cfg chainConfig, st core.Boot) (*chainCore, error) {
 		clients: kv.NewClientTable(vr.MaxClients), inflight: map[idKey]uint64{}, byID: map[uint64]idKey{},
 		inc: inc, sendSeq: map[uint64]uint64{}, recv: map[uint64]*linkIn{}}
 	ccfg := chain.Config{ID: chain.NodeID(cfg.Self), Master: chain.NodeID(cfg.Master), SeqBits: chainSeqBits,
-		Mode: chain.SU, Store: chain.Log, PinTimeout: int64(chainPinTimeout)}
+		Mode: chain.SU, Store: cfg.Store.core(), PinTimeout: int64(chainPinTimeout)}
 	if st.Bootstrap {
 		if !slices.Contains(cfg.Members, cfg.Self) {
 			return nil, fmt.Errorf("chain core: %d is not in the chain %v", cfg.Self, cfg.Members)

@@ -251,6 +251,15 @@ func (o *Options) fill() error {
 		// below the tail's compacted history gets a snapshot,
 		// chaincore.go CompactPoint.)
 		o.CadSyncDelay, o.NilextSyncDelay = -1, -1
+		if o.Chain.Store != ChainLog {
+			// A buffered or memory member's acknowledgements wait for no
+			// fsync (the core's rule): its batches are flushed on the
+			// interval (holdable, chainstore.go).
+			o.CadSyncDelay = o.Chain.Flush
+			if o.CadSyncDelay <= 0 {
+				o.CadSyncDelay = DefaultChainFlush
+			}
+		}
 	}
 	if o.CheckpointOps == 0 {
 		o.CheckpointOps = 20000
@@ -833,6 +842,11 @@ var _ shard.Replica = (*Replica)(nil)
 // Open recovers a replica from opts.Dir and starts it: its driver goroutine
 // and its peer transport.
 func Open(opts Options) (*Replica, error) {
+	// Before fill: a memory chain member's file system (once per open: it
+	// writes the member's mark).
+	if err := applyChainStore(&opts); err != nil {
+		return nil, err
+	}
 	if err := opts.fill(); err != nil {
 		return nil, err
 	}
