@@ -237,6 +237,10 @@ type chainConfig struct {
 	Inc uint64
 	// Store is the member's datastore (chain.Config.Store; zero: a log).
 	Store ChainStore
+	// commitIgnoresEngine (-tags mutations): a restart's committed prefix
+	// is the saved commit point alone, the code before (core.Boot.Applied
+	// ignored).
+	commitIgnoresEngine bool
 }
 
 // openChain starts a chain core from what the host's disk holds. The
@@ -284,7 +288,19 @@ func openChain(cfg chainConfig, st core.Boot) (*chainCore, error) {
 		snap = int(st.Snapshot.Op)
 		c.clients.Load(st.Snapshot.Clients)
 	}
-	n := int(min(st.HardState.Commit-min(st.HardState.Commit, uint64(snap)), uint64(len(st.Entries))))
+	// Committed: up to the saved commit point, or as far as the engine
+	// applied, if further — the host applies only committed entries, and a
+	// member below the tail saves its commit point lazily (with its next
+	// batch, or after commitSaveDelay), while its engine took every entry
+	// it committed. Without it a head whose tail held the chain's only
+	// complete record — a memory tail, D-M — would restart, after a crash
+	// of every member, without the writes it answered last, its engine
+	// holding them while its log dropped them.
+	commit := st.HardState.Commit
+	if !(mutation.On && cfg.commitIgnoresEngine) {
+		commit = max(commit, st.Applied)
+	}
+	n := int(min(commit-min(commit, uint64(snap)), uint64(len(st.Entries))))
 	if st.LostState {
 		n = 0 // nothing of the log is known to be committed
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/kefirdb/kefir/internal/chain"
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/shard"
 )
 
@@ -196,5 +197,68 @@ func TestChainMemoryChainLosesEverything(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(g.dirs[0], "wal")); !os.IsNotExist(err) {
 		t.Fatalf("a memory member wrote its log to disk: %v", err)
+	}
+}
+
+// TestChainMemoryTailKeepsWhatTheLogsCommitted: D-D-M, a memory tail. The
+// tail acknowledges what it holds, so a write is answered once both log
+// members have it on disk; only the tail's host records a write as committed
+// with the write itself, and a log member above it records its commit point
+// lazily (with its next batch, or after commitSaveDelay idle). A crash of
+// every member restarts the chain from a log member's history — not the
+// memory tail's empty one — and keeps every answered write, the last ones
+// included: a restarted member counts what its engine applied as committed
+// (the host applies only committed entries). With the mutation
+// chainCommitIgnoresEngine (the code before) the write answered just before
+// the crash is lost, and the restarted head's engine holds a version its log
+// does not, which no read can wait out.
+func TestChainMemoryTailKeepsWhatTheLogsCommitted(t *testing.T) {
+	testMemoryTail(t, false)
+}
+
+func testMemoryTail(t *testing.T, ignoreEngine bool) (missing int) {
+	g := newChainGroupTuned(t, 0, func(i int, o *Options) {
+		co := *o.Chain
+		co.Store = [3]ChainStore{ChainLog, ChainLog, ChainMemory}[i]
+		o.Chain = &co
+		o.mut.chainCommitIgnoresEngine = ignoreEngine
+	})
+	storeWrites(g, 0, 0, 30)
+	time.Sleep(3 * time.Duration(commitSaveDelay)) // the log members save their commit points
+	storeWrites(g, 0, 30, 1)                       // answered; the head's commit point not yet saved
+	for i := range 3 {
+		g.crash(i)
+	}
+	for i := range 3 {
+		g.restart(i)
+	}
+	head := 0
+	if !waitHead(g, &head) {
+		t.Fatalf("no member heads the chain after the whole-chain restart (master: %v)", g.master.Members())
+	}
+	if m := storeMissing(g, head, 30); m != 0 {
+		t.Fatalf("%d of the 30 writes older than the commit save delay lost after a crash of every member of D-D-M", m)
+	}
+	var res kv.Result
+	err := g.try(head, "read s30", func(ctx context.Context, r *Replica) (err error) {
+		res, err = r.Read(ctx, get("s30"), level.ConsLinearizable, shard.Session{})
+		return err
+	})
+	if err != nil || string(res.Bulk) != "v30" {
+		if !ignoreEngine {
+			t.Fatalf("the write answered just before a crash of every member of D-D-M: %q, %v", res.Bulk, err)
+		}
+		return 1
+	}
+	return 0
+}
+
+// TestChainMemoryTailMutation: the counter-test of
+// TestChainMemoryTailKeepsWhatTheLogsCommitted — with the restart's committed
+// prefix the saved commit point alone, the write answered last is lost.
+func TestChainMemoryTailMutation(t *testing.T) {
+	mutation.Require(t)
+	if testMemoryTail(t, true) == 0 {
+		t.Fatal("with chainCommitIgnoresEngine the write answered just before the crash survived: the test does not exercise the lazy commit point")
 	}
 }

@@ -340,6 +340,9 @@ type mutations struct {
 	// afterHandle (a test hook) runs on the driver goroutine at the end of
 	// every handled Ready: tests read driver-only state there.
 	afterHandle func(r *Replica)
+	// chainCommitIgnoresEngine: a restarted chain member's committed
+	// prefix ignores its engine's applied mark (chainConfig).
+	chainCommitIgnoresEngine bool
 	// captureDelay (a test hook) lengthens every snapshot capture, as a
 	// large state's scan would.
 	captureDelay time.Duration
@@ -946,6 +949,9 @@ func Open(opts Options) (*Replica, error) {
 	// What the core starts from: the engine-neutral part (core.Boot) and
 	// VR's extras (vrStart).
 	boot := core.Boot{HardState: ws.hs, Entries: ws.entries}
+	if !engineLost {
+		boot.Applied = r.app.mark
+	}
 	if ws.snap.Op > 0 || len(ws.snap.Clients) > 0 {
 		s := ws.snap
 		boot.Snapshot = &s
