@@ -855,6 +855,11 @@ func Open(opts Options) (*Replica, error) {
 	}
 	wcfg := defaultWALConfig()
 	wcfg.onSync = opts.OnLogSync
+	if opts.Chain != nil && opts.Chain.Store == ChainMemory {
+		// In memory a zero-filled segment ahead is memory spent on zeros
+		// (up to 64 MiB), and saves no fsync's metadata.
+		wcfg.fill = seglog.FillOff
+	}
 	if opts.stepped {
 		// No goroutine may run: the log's segments are appended to, and
 		// the engine runs its file operations on the caller's.
