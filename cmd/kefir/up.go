@@ -151,6 +151,13 @@ Options:
 		return err
 	}
 	u.grp = grp
+	if stores != nil {
+		letters := make([]string, len(stores))
+		for i, st := range stores {
+			letters[i] = st.Letter()
+		}
+		u.stores = strings.Join(letters, "-")
+	}
 	var chainArgs []string
 	if *engine == "chain" {
 		args, err := upChainArgs(grp)
@@ -251,6 +258,7 @@ var errInterrupted = errors.New("interrupted")
 
 // upCluster is a running `kefir up`.
 type upCluster struct {
+	stores   string // --chain-stores as letters, head first (M-M-D); empty: every node a log
 	stderr   io.Writer
 	outMu    sync.Mutex // log lines from several nodes must not interleave mid-line
 	dir      string
@@ -708,6 +716,9 @@ func (u *upCluster) banner(stdout io.Writer) {
 				head = "its head the member holding the longest history"
 			}
 			fmt.Fprintf(stdout, "\nKefir is up: a chain of %d nodes, %s (cluster %d, %s; its master runs at the metadata group on %s), data in %s\n", len(u.nodes), head, u.grp.clusterID, how, meta, u.dir)
+			if u.stores != "" {
+				fmt.Fprintf(stdout, "Datastores, head first: %s (docs/chain.md, \"Datastores\": what a crash of them loses)\n", u.stores)
+			}
 		case u.grp.groups > 1:
 			fmt.Fprintf(stdout, "\nKefir is up: %d nodes hosting %d 3-replica groups on 16384 slots (cluster %d, %s), data in %s\n", len(u.nodes), u.grp.groups, u.grp.clusterID, how, u.dir)
 		default:

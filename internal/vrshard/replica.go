@@ -1038,6 +1038,10 @@ func Open(opts Options) (*Replica, error) {
 	r.log.Info("vr replica open", "bootstrap", boot.Bootstrap, "lost_state", boot.LostState,
 		"snapshot_op", ws.snap.Op, "log_entries", len(ws.entries), "view", ws.hs.View,
 		"commit", ws.hs.Commit, "engine_version", db.LastVersion())
+	if opts.Chain != nil && opts.Chain.Store != ChainLog {
+		r.log.Info("chain member datastore: acknowledges without an fsync", "store", opts.Chain.Store.String(),
+			"flush", opts.Chain.Flush, "in_memory", opts.Chain.Store == ChainMemory)
+	}
 	if err := r.openEndpoint(); err != nil {
 		db.Close()
 		w.close()
