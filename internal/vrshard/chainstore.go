@@ -25,7 +25,7 @@ const (
 	// the OS took, a power cut the last interval.
 	ChainBuffered
 	// ChainMemory: the member keeps its log and state in memory only (M):
-	// its replica runs on an in-memory file system (vfs.Mem), so whatever
+	// its replica runs on an in-memory file system (vfs.RAM), so whatever
 	// it held dies with its process and a restart comes back empty.
 	ChainMemory
 )
@@ -82,13 +82,13 @@ func (s ChainStore) core() chain.Store {
 
 // applyChainStore sets up o's file system and fsync schedule for the
 // member's store. A memory member runs the ordinary replica (log, engine,
-// checkpoints) on a fresh in-memory file system: one code path for every
-// store, its memory use is what the thesis's M costs (the data in the
+// checkpoints) on a fresh in-memory file system (vfs.RAM): one code path for
+// every store, its memory use is what the thesis's M costs (the data in the
 // process, not the page cache), and a restart of its process finds nothing,
 // which is what M promises (a temporary directory on disk would survive a
 // kill -9 in the page cache and have to be wiped by hand). Its log's "fsyncs"
-// cost nothing on vfs.Mem, but each is a hand-off to the syncer goroutine,
-// so they are batched on the flush interval as a buffered member's are.
+// do nothing on vfs.RAM, but each is a hand-off to the syncer goroutine, so
+// they are batched on the flush interval as a buffered member's are.
 // Neither waits for a flush: the core acknowledges at once (SU over M, Mb).
 //
 // Bootstrap is for the chain's first start only, but an in-memory disk is
@@ -119,7 +119,7 @@ func applyChainStore(o *Options) error {
 	} else if err := writeMemoryMark(disk, o.Dir, mark); err != nil {
 		return fmt.Errorf("vrshard: memory chain member in %s: %w", o.Dir, err)
 	}
-	fs := vfs.NewMem()
+	fs := vfs.NewRAM()
 	o.FS, o.Storage.FS, o.Storage.Devices = fs, fs, nil
 	return nil
 }
