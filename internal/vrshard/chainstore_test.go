@@ -205,10 +205,12 @@ func TestChainMemoryChainLosesEverything(t *testing.T) {
 // members have it on disk; only the tail's host records a write as committed
 // with the write itself, and a log member above it records its commit point
 // lazily (with its next batch, or after commitSaveDelay idle). A crash of
-// every member restarts the chain from a log member's history — not the
-// memory tail's empty one — and keeps every answered write, the last ones
-// included: a restarted member counts what its engine applied as committed
-// (the host applies only committed entries). With the mutation
+// every member (a Close: the engine's buffered appends reach the OS; a
+// kill -9 may lose the last of them, TestChainStoresBufferedKilledWhole)
+// restarts the chain from a log member's history — not the memory tail's
+// empty one — and keeps every answered write, the last ones included: a
+// restarted member counts what its engine applied as committed (the host
+// applies only committed entries). With the mutation
 // chainCommitIgnoresEngine (the code before) the write answered just before
 // the crash is lost, and the restarted head's engine holds a version its log
 // does not, which no read can wait out.
