@@ -749,11 +749,22 @@ func (c *chainCore) Ready() core.Ready[chain.Msg] {
 	// point (LA) rides on the next batch, or is saved on its own after
 	// commitSaveDelay. A member that just became the tail (CR_TAIL, a
 	// truncation) saves at once.
+	//
+	// A buffered or memory member saves an advanced commit point at once
+	// (eager): its batches wait for no fsync, so the save costs a write and
+	// no fsync, and it reaches the OS before the replies this Ready
+	// releases — a buffered head's answered writes are then in its durable
+	// prefix after a kill -9 of every member, which a chain without a log
+	// tail needs (Mb-Mb-M; docs/design/chain.md, "Datastores on the host").
+	// A log member keeps the lazy save (as before session 24: an eager one
+	// would close D-M's window after a kill -9 too, but changes when every
+	// log member, D-D-D's included, writes its hard state).
 	saved, tail := committed, false
 	if s := c.status(); s.State == chain.Active && s.Succ == 0 && !(mutation.On && c.tailCommitLags) {
 		saved, tail = max(committed, c.written), true
 	}
-	if len(c.out.Entries) > 0 || c.out.HasTruncate || c.out.Snapshot != nil || (c.saveCommit || tail) && saved > c.savedCommit {
+	eager := c.mcfg.Store != chain.Log
+	if len(c.out.Entries) > 0 || c.out.HasTruncate || c.out.Snapshot != nil || (c.saveCommit || tail || eager) && saved > c.savedCommit {
 		hs := core.HardState{View: c.status().Epoch, Commit: uint64(saved)}
 		c.out.HardState = &hs
 		c.savedCommit, c.behind, c.saveCommit = saved, false, false

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kefirdb/kefir/internal/chain"
+	"github.com/kefirdb/kefir/internal/core"
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/mutation"
@@ -262,5 +263,45 @@ func TestChainMemoryTailMutation(t *testing.T) {
 	mutation.Require(t)
 	if testMemoryTail(t, true) == 0 {
 		t.Fatal("with chainCommitIgnoresEngine the write answered just before the crash survived: the test does not exercise the lazy commit point")
+	}
+}
+
+// TestChainBufferedHeadSavesItsCommitPointAtOnce: a buffered or memory
+// member writes an advanced commit point with the Ready that advances it —
+// before the replies it releases — so after a kill -9 of every member of a
+// chain without a log tail (Mb-Mb-M) the head's durable prefix holds every
+// write it answered. A log member saves lazily (with its next batch, or
+// after commitSaveDelay idle: TestChainSavesItsCommitPointWhenIdle), as the
+// buffered head did before (then its saved commit point was 2 of 3 here).
+func TestChainBufferedHeadSavesItsCommitPointAtOnce(t *testing.T) {
+	b := newChainBed(t, 1, 2, 3)
+	for id, st := range map[uint64]ChainStore{1: ChainBuffered, 2: ChainBuffered, 3: ChainMemory} {
+		c, err := openChain(chainConfig{Self: id, Master: bedMaster, Members: []uint64{1, 2, 3}, Store: st}, core.Boot{Bootstrap: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.cores[id] = c
+	}
+	for i := uint64(1); i <= 3; i++ {
+		if err := b.propose(1, 7, i, fmt.Sprint("w", i)); err != nil {
+			t.Fatal(err)
+		}
+		b.pump()
+	}
+	if n := len(b.replies[1]); n != 3 {
+		t.Fatalf("%d writes answered, want 3", n)
+	}
+	for _, id := range []uint64{1, 2} {
+		if got := b.hs[id].Commit; got != 3 {
+			t.Fatalf("buffered member %d saved commit point %d with no idle tick, want 3 (every answered write)", id, got)
+		}
+	}
+	c, err := openChain(chainConfig{Self: 1, Master: bedMaster, Members: []uint64{1, 2, 3}, Store: ChainBuffered},
+		core.Boot{HardState: b.hs[1], Entries: b.disk[1]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(c.m.History()); n != 3 {
+		t.Fatalf("the restarted head keeps %d entries, want all 3", n)
 	}
 }
