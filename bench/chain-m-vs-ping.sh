@@ -3,21 +3,21 @@
 # the same stack (docs/design/chain.md, "M against the RPC ceiling (A6)").
 #
 # The thesis compares Flex-KV's memory-only member "M" with a null RPC on the
-# same stack. On the host a memory-only member is not selectable (every member
-# is a log under SU), so the closest is measured: a chain of one
-# (kefir server --engine chain) whose GETs are served from its state (no log
-# write; linearizable at the head, which with no write in flight is served at
-# once) and whose SETs are fsynced. The null RPC is PING through the same RESP
-# front door, from the same client (redis-benchmark), with the same
-# connections and pipelining. The server runs on CPU 0 and redis-benchmark on
-# CPU 1 (taskset), as digest 002 §6.2 asks for the CPU-bound experiments; each
-# round runs PING, GET and SET one after another, and GET on a node that
-# replicates nothing (for reference), in an order rotated from round to round,
-# because the machine is shared; ratios are taken within a round.
+# same stack. Here: a memory-only chain of one (kefir server --engine chain
+# --chain-store memory: its log and engine on an in-memory file system, no
+# fsync waited for), its GETs and SETs, against PING — the null RPC — through
+# the same RESP front door, from the same client (redis-benchmark), with the
+# same connections and pipelining; and for reference a log chain of one (the
+# default store: SETs fsynced) and GET on a node that replicates nothing. The
+# servers run on CPU 0 and redis-benchmark on CPU 1 (taskset), as digest 002
+# §6.2 asks for the CPU-bound experiments; each round runs every test one
+# after another, in an order rotated from round to round, because the machine
+# is shared; ratios are taken within a round, against that round's PING.
 #
 # Usage: bench/chain-m-vs-ping.sh [-p BASE_PORT] [-n REQUESTS] [-c CLIENTS] [-r ROUNDS] [-b KEFIR_BINARY]
-#   Ports BASE (client), BASE+10 (peer), BASE+20 (admin); the unreplicated
-#   node BASE+1 (client), BASE+21 (admin).
+#   Ports BASE (client), BASE+10 (peer), BASE+20 (admin) for the log chain of
+#   one; the unreplicated node BASE+1 (client), BASE+21 (admin); the memory
+#   chain of one BASE+2 (client), BASE+12 (peer), BASE+22 (admin).
 #   Prints one line per round and test, then a Markdown table of medians.
 set -euo pipefail
 
@@ -60,7 +60,13 @@ PID=$!
 taskset -c 0 "$BIN" server --node-id plain --dir "$WORK/plain" --client-addr "127.0.0.1:$((BASE + 1))" \
 	--http-addr "127.0.0.1:$((BASE + 21))" --log-level warn >"$WORK/plain.log" 2>&1 &
 PID="$PID $!"
-for port in "$BASE" "$((BASE + 1))"; do
+# The memory-only member (M): a chain of one with --chain-store memory.
+taskset -c 0 "$BIN" server --engine chain --chain-store memory --members "1@127.0.0.1:$((BASE + 12))/127.0.0.1:$((BASE + 2))" \
+	--replica-id 1 --node-id m1 --cluster-id 78 --bootstrap true --dir "$WORK/mem" \
+	--client-addr "127.0.0.1:$((BASE + 2))" --peer-addr "127.0.0.1:$((BASE + 12))" \
+	--http-addr "127.0.0.1:$((BASE + 22))" --log-level warn >"$WORK/m1.log" 2>&1 &
+PID="$PID $!"
+for port in "$BASE" "$((BASE + 1))" "$((BASE + 2))"; do
 	for _ in $(seq 1 100); do
 		redis-cli -p "$port" set warmup 1 >/dev/null 2>&1 && break
 		sleep 0.1
@@ -72,20 +78,22 @@ done
 # rb PORT TEST PIPELINE: requests per second of one redis-benchmark run.
 rb() {
 	local n=$N
-	[ "$2" = set ] && n=$((N / 4)) # a chain of one fsyncs every SET batch: fewer, for the same time
+	[ "$2" = set ] && [ "$1" = "$BASE" ] && n=$((N / 4)) # a log chain of one fsyncs every SET batch: fewer, for the same time
 	taskset -c 1 redis-benchmark -p "$1" -t "$2" -n "$n" -r 10000 -d 128 -c "$CLIENTS" -P "$3" --csv |
 		awk -F'","' 'NR > 1 {print $2}' | head -1
 }
 
 # The rows: name, port, redis-benchmark test.
-names=("PING (null RPC), chain of one" "GET 128 B, chain of one" "SET 128 B, chain of one" "GET 128 B, unreplicated node")
-ports=("$BASE" "$BASE" "$BASE" "$((BASE + 1))")
-tests=(ping_mbulk get set get)
+names=("PING (null RPC), chain of one" "GET 128 B, memory chain of one (M)" "SET 128 B, memory chain of one (M)"
+	"GET 128 B, log chain of one (D)" "SET 128 B, log chain of one (D, fsync)" "GET 128 B, unreplicated node")
+ports=("$BASE" "$((BASE + 2))" "$((BASE + 2))" "$BASE" "$BASE" "$((BASE + 1))")
+tests=(ping_mbulk get set get set get)
+T=${#names[@]}
 : >"$WORK/rows"
 for round in $(seq 1 "$ROUNDS"); do
 	load=$(cut -d' ' -f1 /proc/loadavg)
-	for k in 0 1 2 3; do
-		j=$(((k + round) % 4))
+	for k in $(seq 0 $((T - 1))); do
+		j=$(((k + round) % T))
 		for p in 1 16; do
 			r=$(rb "${ports[$j]}" "${tests[$j]}" "$p")
 			echo "round $round (load $load): ${names[$j]} -P $p: $r req/s"
@@ -97,7 +105,8 @@ done
 echo
 echo "| Test ($CLIENTS clients, redis-benchmark) | -P 1: median req/s (rounds) | ÷ PING: median of the rounds' ratios | -P 16: median req/s (rounds) | ÷ PING: median of the rounds' ratios |"
 echo "| --- | --- | --- | --- | --- |"
-awk -v n0="${names[0]}" -v n1="${names[1]}" -v n2="${names[2]}" -v n3="${names[3]}" '
+names_csv=$(printf '%s|' "${names[@]}")
+awk -v names="$names_csv" -v T="$T" '
 	{ v[$1, $2] = v[$1, $2] " " $3; val[$1, $2, $4] = $3; if ($4 > R) R = $4 }
 	function med(s,   a, n, i, j, t) {
 		n = split(s, a, " ")
@@ -108,7 +117,7 @@ awk -v n0="${names[0]}" -v n1="${names[1]}" -v n2="${names[2]}" -v n3="${names[3
 	function rounds(s,   a, n, i, o) { n = split(s, a, " "); o = ""; for (i = 1; i <= n; i++) o = o (i > 1 ? ", " : "") sprintf("%.0f", a[i]); return o }
 	function ratios(t, p,   r, s) { s = ""; for (r = 1; r <= R; r++) s = s (r > 1 ? ", " : "") sprintf("%.2f", val[t, p, r] / val[0, p, r]); return s }
 	END {
-		name[0] = n0; name[1] = n1; name[2] = n2; name[3] = n3
-		for (t = 0; t < 4; t++)
-			printf "| %s | %.0f (%s) | **%.2f** (%s) | %.0f (%s) | **%.2f** (%s) |\n", name[t], med(v[t, 1]), rounds(v[t, 1]), med(gsub_commas(ratios(t, 1))), ratios(t, 1), med(v[t, 16]), rounds(v[t, 16]), med(gsub_commas(ratios(t, 16))), ratios(t, 16)
+		split(names, name, "|")
+		for (t = 0; t < T; t++)
+			printf "| %s | %.0f (%s) | **%.2f** (%s) | %.0f (%s) | **%.2f** (%s) |\n", name[t + 1], med(v[t, 1]), rounds(v[t, 1]), med(gsub_commas(ratios(t, 1))), ratios(t, 1), med(v[t, 16]), rounds(v[t, 16]), med(gsub_commas(ratios(t, 16))), ratios(t, 16)
 	}' "$WORK/rows"

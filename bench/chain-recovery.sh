@@ -2,20 +2,21 @@
 # A8 (digest 002 §6.3, thesis E9/Fig. 6.6, issue 30): memory and recovery of
 # chain configurations (docs/design/chain.md, "Memory and recovery (A8)").
 #
-# The thesis orders M-M, M-D and M (memory-only and log members). On the host
-# every member is a log (D) under SU, so the closest configurations are run: a
-# chain of one (D: the unreplicated member), of two (D-D, the closest to M-D)
-# and the chain of three that docs/chain.md starts (D-D-D). For each, per
-# round:
+# The thesis orders M-M, M-D and M (memory-only and log members). Each
+# configuration is a list of member stores, head first (kefir server
+# --chain-store: d a log, m memory, b buffered): by default M, M-M, M-D and,
+# for reference, D, D-D and D-D-D (CONFIGS="m m,m m,d d d,d d,d,d"). For each,
+# per round:
 #   * memory: every member's RSS (/proc/PID/status VmRSS) before and after
 #     loading --records keys of --value-size bytes; bytes of RSS per key;
 #   * service gap: kill -9 of the tail, then the time until a write at the
 #     head succeeds again (R=1: after restarting the member on its data — a
-#     whole chain restarted; R≥2: with the dead member left down — the
-#     master's failure detection and repair);
+#     whole chain restarted; a memory member comes back empty; R≥2: with the
+#     dead member left down — the master's failure detection and repair);
 #   * rejoin: the killed member restarted on its data (R≥2), the time until its
-#     /status says "normal" (it copies only what it lacks); and after a second
-#     kill, restarted on an empty directory (copies everything).
+#     /status says "normal" (it copies only what it lacks; a memory member,
+#     everything); and after a second kill, restarted on an empty directory
+#     (copies everything).
 #   * put latency, one client (kefir bench workload w, closed loop, 5 s).
 # Configurations alternate within a round.
 #
@@ -57,9 +58,11 @@ now() { date +%s.%N; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN{printf "%.2f", b-a}'; }
 
 # node R I [flags]: starts member I of a chain of R.
+# Member I's store is ST[I-1] (set by config).
 node() {
 	local r=$1 i=$2 m=""
 	shift 2
+	set -- --chain-store "${ST[$((i - 1))]}" "$@"
 	for j in $(seq 1 "$r"); do
 		m="$m${m:+,}$j@127.0.0.1:$((BASE + 9 + j))/127.0.0.1:$((BASE + j - 1))"
 	done
@@ -94,9 +97,13 @@ normal() {
 	return 1
 }
 
-# config R ROUND: one configuration's figures, one line.
+# config STORES ROUND: one configuration's figures, one line (STORES: the
+# members' stores, comma-separated, head first).
 config() {
-	local r=$1 round=$2 load
+	local spec=$1 round=$2 load r label
+	IFS=, read -ra ST <<<"$spec"
+	r=${#ST[@]}
+	label=$(echo "$spec" | tr 'a-z' 'A-Z' | sed 's/,/-/g; s/B/Mb/g')
 	load=$(cut -d' ' -f1 /proc/loadavg)
 	rm -rf "$WORK/data" "$WORK"/n*.log
 	for i in $(seq 1 "$r"); do node "$r" "$i" --bootstrap true; done
@@ -143,14 +150,15 @@ config() {
 		node "$r" "$v"
 		if normal "$v"; then empty=$(since "$t"); else empty="> 60"; fi
 	fi
-	echo "| $round | R=$r | $load | $((before / r / 1048576)) MiB | $(((after - before) / RECORDS)) B ($(((after - before) / RECORDS / r)) B a member) | $put | ${gap} | ${rejoin} s | ${empty} s |"
+	echo "| $round | $label | $load | $((before / r / 1048576)) MiB | $(((after - before) / RECORDS)) B ($(((after - before) / RECORDS / r)) B a member) | $put | ${gap} | ${rejoin} s | ${empty} s |"
 	stopall
 }
 
-echo "| Round | Chain (D members) | Load avg | RSS a member, empty | RSS per key, all members | Put p50 / p99, one client | Service gap after kill -9 of the tail | Rejoin on its data | Rejoin on an empty dir |"
+echo "| Round | Chain (head first) | Load avg | RSS a member, empty | RSS per key, all members | Put p50 / p99, one client | Service gap after kill -9 of the tail | Rejoin on its data | Rejoin on an empty dir |"
 echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+CONFIGS=${CONFIGS:-m m,m m,d d d,d d,d,d}
 for round in $(seq 1 "$ROUNDS"); do
-	# CONFIGS="1 2 3" by default: the chain lengths run, alternating in order.
-	if [ $((round % 2)) = 1 ]; then order=${CONFIGS:-1 2 3}; else order=$(echo "${CONFIGS:-1 2 3}" | tr ' ' '\n' | tac | tr '\n' ' '); fi
-	for r in $order; do config "$r" "$round"; done
+	# The configurations alternate in order from round to round.
+	if [ $((round % 2)) = 1 ]; then order=$CONFIGS; else order=$(echo "$CONFIGS" | tr ' ' '\n' | tac | tr '\n' ' '); fi
+	for c in $order; do config "$c" "$round"; done
 done

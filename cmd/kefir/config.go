@@ -15,6 +15,7 @@ import (
 	"github.com/kefirdb/kefir/internal/cluster"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/server"
+	"github.com/kefirdb/kefir/internal/vrshard"
 )
 
 // An option is one setting of `kefir server`. Each has one name, used as the flag
@@ -37,6 +38,10 @@ type serverConfig struct {
 	// ChainMaster the chain's master (--engine chain).
 	Engine      string
 	ChainMaster server.Member
+	// ChainStore is this chain member's datastore (--chain-store), and
+	// ChainFlush a buffered or memory member's flush interval.
+	ChainStore vrshard.ChainStore
+	ChainFlush time.Duration
 }
 
 func parseBytes(s string) (int64, error) {
@@ -214,6 +219,21 @@ var serverOptions = []option{
 			}
 			c.ChainMaster = server.Member{ID: ms[0].ID, PeerAddr: ms[0].PeerAddr}
 			return nil
+		}},
+	{"chain-store", "log", "With --engine chain: this member's datastore (docs/chain.md, \"Datastores\"). log (d): its log is fsynced before it passes a write on or acknowledges it. buffered (b): its log is written at once and fsynced every --chain-flush, acknowledging without waiting (a crash of the process loses nothing, a power cut up to the interval). memory (m): its log and state live in memory only (a crash or restart of the process loses them; it rejoins empty). A chain may mix them; a sync write is durable once it is on every log member's disk, so a chain with no log member keeps nothing across a crash of every member.",
+		func(c *serverConfig, v string) error {
+			st, err := vrshard.ParseChainStore(v)
+			c.ChainStore = st
+			return err
+		}},
+	{"chain-flush", "100ms", "With --engine chain and --chain-store buffered or memory: how often the member's log is fsynced (flushed).",
+		func(c *serverConfig, v string) error {
+			d, err := time.ParseDuration(v)
+			if err == nil && d <= 0 {
+				err = fmt.Errorf("want a positive duration, got %q", v)
+			}
+			c.ChainFlush = d
+			return err
 		}},
 	{"join", "", "Replicated mode: join a running group as a NEW member through any member's client address (HOST:PORT, or several comma-separated), with --replica-id, --peer-addr, --client-addr and an empty --dir, and no --members or --bootstrap. The node asks the group for its configuration and waits, logging, until it names --replica-id (kefir cluster replace-node --new ID@PEER-ADDR/CLIENT-ADDR, run before or after), then pulls the group's state. Its --dir records the configuration: a restart needs no --join (docs/cluster.md, Replacing a failed node).",
 		func(c *serverConfig, v string) error { c.Join = strings.TrimSpace(v); return nil }},

@@ -14,6 +14,7 @@ import (
 
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/server"
+	"github.com/kefirdb/kefir/internal/vrshard"
 )
 
 func envMap(m map[string]string) func(string) string {
@@ -489,5 +490,43 @@ func TestGroupsOption(t *testing.T) {
 	}
 	if err == nil || !strings.Contains(err.Error(), "--cluster-redirects needs --groups") {
 		t.Errorf("--cluster-redirects without --groups: %v", err)
+	}
+}
+
+// --chain-stores gives each node of kefir up its --chain-store, n1 first;
+// a list of the wrong length, an unknown store or a VR group is refused
+// before anything starts. --chain-store and --chain-flush reach the
+// server's configuration.
+func TestChainStoresFlags(t *testing.T) {
+	st, err := parseChainStores("m, d,buffered", 3, "chain")
+	if err != nil || len(st) != 3 || st[0] != vrshard.ChainMemory || st[1] != vrshard.ChainLog || st[2] != vrshard.ChainBuffered {
+		t.Fatalf("parseChainStores = %v, %v", st, err)
+	}
+	if st, err := parseChainStores("", 3, "chain"); err != nil || st != nil {
+		t.Fatalf("empty: %v, %v; want nil (every node a log)", st, err)
+	}
+	for _, c := range []struct{ v, engine, want string }{
+		{"m,d", "chain", "2 stores for 3 nodes"},
+		{"m,d,ssd", "chain", `n3: chain store "ssd"`},
+		{"m,d,d", "vr", "needs --engine chain"},
+	} {
+		if _, err := parseChainStores(c.v, 3, c.engine); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("parseChainStores(%q, %s) = %v, want %q", c.v, c.engine, err, c.want)
+		}
+	}
+	dir := filepath.Join(t.TempDir(), "data")
+	err = runUp([]string{"--engine", "chain", "--chain-stores", "m,d", "--dir", dir}, &bytes.Buffer{}, &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "2 stores for 3 nodes") {
+		t.Fatalf("kefir up: %v", err)
+	}
+	if _, statErr := os.Stat(dir); !os.IsNotExist(statErr) {
+		t.Fatalf("kefir up created %s before refusing the flag (stat: %v)", dir, statErr)
+	}
+	cfg, err := loadServerConfig([]string{"--engine", "chain", "--chain-store", "memory", "--chain-flush", "20ms"}, envMap(nil), &bytes.Buffer{})
+	if err != nil || cfg.ChainStore != vrshard.ChainMemory || cfg.ChainFlush != 20*time.Millisecond {
+		t.Fatalf("loadServerConfig: %v, store %v, flush %v", err, cfg.ChainStore, cfg.ChainFlush)
+	}
+	if _, err := loadServerConfig([]string{"--chain-flush", "0s"}, envMap(nil), &bytes.Buffer{}); err == nil {
+		t.Fatal("--chain-flush 0s accepted")
 	}
 }

@@ -168,6 +168,9 @@ func runServer(args []string, stderr io.Writer) error {
 	// The wiring: a node with members hosts a VR replica of its group. The
 	// front door knows only the cluster contract; the engine is chosen here.
 	cfg.OpenReplica = vrshard.OpenHosted
+	if cfg.Engine != "chain" && cfg.ChainStore != vrshard.ChainLog {
+		return usageError{fmt.Errorf("--chain-store %v needs --engine chain", cfg.ChainStore)}
+	}
 	if cfg.Engine == "chain" {
 		if len(cfg.Members) == 0 {
 			return usageError{errors.New("--engine chain needs --members (the chain, head first)")}
@@ -175,9 +178,10 @@ func runServer(args []string, stderr io.Writer) error {
 		// The master hosted by the metadata group (the first members by
 		// id), or a standalone one (--chain-master).
 		cfg.Chain = true // any number of members (a chain of two runs)
-		cfg.OpenReplica = vrshard.OpenHostedChainNode(0)
+		st := vrshard.ChainStoreOptions{Store: cfg.ChainStore, Flush: cfg.ChainFlush}
+		cfg.OpenReplica = vrshard.OpenHostedChainNode(0, st)
 		if cfg.ChainMaster.ID != 0 {
-			cfg.OpenReplica = vrshard.OpenHostedChain(cfg.ChainMaster.ID, cfg.ChainMaster.PeerAddr)
+			cfg.OpenReplica = vrshard.OpenHostedChain(cfg.ChainMaster.ID, cfg.ChainMaster.PeerAddr, st)
 		}
 	}
 	srv, err := server.New(cfg.Config)

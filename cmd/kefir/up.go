@@ -17,12 +17,14 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/kefirdb/kefir/internal/cluster"
 	"github.com/kefirdb/kefir/internal/server"
+	"github.com/kefirdb/kefir/internal/vrshard"
 )
 
 // How `up` supervises its nodes. A node that exits is restarted after
@@ -65,6 +67,7 @@ func runUp(args []string, stdout, stderr io.Writer) error {
 	followerReads := fs.Bool("follower-reads", false, "followers serve cross-client-monotonic reads under active-set leases (kefir server --follower-reads on every node); needs --nodes ≥ 3 and one group")
 	groups := fs.Int("groups", 1, "number of replica groups (docs/cluster.md): more than 1 splits the 16384 Redis Cluster slots into that many contiguous ranges, one per 3-replica group, every node hosting a replica of each group (needs --nodes 3 or more; nilext off). 1: one group of all nodes")
 	engine := fs.String("engine", "vr", "replication engine of the group: vr, or chain (chain replication, docs/chain.md: n1 is the head, writes are answered once every node logged them; the chain's master is hosted by a metadata group on n1-n3; on an existing data directory the whole chain restarts from its data)")
+	chainStores := fs.String("chain-stores", "", "with --engine chain: each node's datastore, comma-separated in node order (n1 is the head), e.g. m,d,d: log (d), buffered (b) or memory (m) (kefir server --chain-store; docs/chain.md, \"Datastores\"); empty: every node a log")
 	ioModel := fs.String("io-model", "", "how the nodes serve client connections: epoll or goroutine (kefir server --io-model); empty: each node's own default (KEFIR_IO_MODEL, else epoll on Linux)")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, `Usage: kefir up [options]
@@ -111,6 +114,10 @@ Options:
 	default:
 		return usageError{fmt.Errorf("--engine %q: want vr or chain", *engine)}
 	}
+	stores, err := parseChainStores(*chainStores, *nodes, *engine)
+	if err != nil {
+		return usageError{err}
+	}
 	if *followerReads && *nodes == 1 {
 		return usageError{errors.New("--follower-reads needs a replica group (--nodes 3 or more)")}
 	}
@@ -144,6 +151,13 @@ Options:
 		return err
 	}
 	u.grp = grp
+	if stores != nil {
+		letters := make([]string, len(stores))
+		for i, st := range stores {
+			letters[i] = st.Letter()
+		}
+		u.stores = strings.Join(letters, "-")
+	}
 	var chainArgs []string
 	if *engine == "chain" {
 		args, err := upChainArgs(grp)
@@ -190,6 +204,9 @@ Options:
 				n.args = append(n.args, "--groups", groupsFlag)
 			}
 			n.args = append(n.args, chainArgs...)
+			if stores != nil {
+				n.args = append(n.args, "--chain-store", stores[i].String())
+			}
 			// The secret goes through the environment: flags show in ps.
 			n.env = append(os.Environ(), "KEFIR_CLUSTER_SECRET="+grp.secret)
 		}
@@ -241,6 +258,7 @@ var errInterrupted = errors.New("interrupted")
 
 // upCluster is a running `kefir up`.
 type upCluster struct {
+	stores   string // --chain-stores as letters, head first (M-M-D); empty: every node a log
 	stderr   io.Writer
 	outMu    sync.Mutex // log lines from several nodes must not interleave mid-line
 	dir      string
@@ -698,6 +716,9 @@ func (u *upCluster) banner(stdout io.Writer) {
 				head = "its head the member holding the longest history"
 			}
 			fmt.Fprintf(stdout, "\nKefir is up: a chain of %d nodes, %s (cluster %d, %s; its master runs at the metadata group on %s), data in %s\n", len(u.nodes), head, u.grp.clusterID, how, meta, u.dir)
+			if u.stores != "" {
+				fmt.Fprintf(stdout, "Datastores, head first: %s (docs/chain.md, \"Datastores\": what a crash of them loses)\n", u.stores)
+			}
 		case u.grp.groups > 1:
 			fmt.Fprintf(stdout, "\nKefir is up: %d nodes hosting %d 3-replica groups on 16384 slots (cluster %d, %s), data in %s\n", len(u.nodes), u.grp.groups, u.grp.clusterID, how, u.dir)
 		default:
@@ -810,6 +831,30 @@ func prepareGroup(dir string, n, basePort int) (*upGroup, error) {
 	}
 	g.clusterID, g.secret, g.bootstrap = saved.ClusterID, saved.Secret, fresh
 	return g, nil
+}
+
+// parseChainStores reads --chain-stores: one store per node, in node order
+// (nil when empty: every node the default, a log).
+func parseChainStores(v string, nodes int, engine string) ([]vrshard.ChainStore, error) {
+	if strings.TrimSpace(v) == "" {
+		return nil, nil
+	}
+	if engine != "chain" {
+		return nil, errors.New("--chain-stores needs --engine chain")
+	}
+	parts := strings.Split(v, ",")
+	if len(parts) != nodes {
+		return nil, fmt.Errorf("--chain-stores %q: %d stores for %d nodes (one per node, n1 first)", v, len(parts), nodes)
+	}
+	stores := make([]vrshard.ChainStore, len(parts))
+	for i, p := range parts {
+		st, err := vrshard.ParseChainStore(p)
+		if err != nil {
+			return nil, fmt.Errorf("--chain-stores: n%d: %w", i+1, err)
+		}
+		stores[i] = st
+	}
+	return stores, nil
 }
 
 // upChainArgs are the nodes' flags of kefir up --engine chain: the chain's

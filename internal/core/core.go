@@ -100,6 +100,12 @@ type Boot struct {
 	// Bootstrap: the very first start of a new group. Any later start is a
 	// restart, even with an empty disk.
 	Bootstrap bool
+	// Applied is the state machine's own record of how far it applied (the
+	// engine's applied mark; 0: unknown). The host applies only committed
+	// entries, so every op up to it was committed. VR does not need it; the
+	// chain core counts it as committed, since a chain member records its
+	// commit point lazily (vrshard chaincore.go).
+	Applied uint64
 }
 
 // SyncHinter is what a core offers a host that holds log batches for a

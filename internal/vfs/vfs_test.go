@@ -35,10 +35,11 @@ func readAll(t *testing.T, fsys FS, name string) string {
 }
 
 // forBothFS runs a contract test against the real file system (in a temporary
-// directory) and against Mem.
+// directory), against Mem, and against RAM.
 func forBothFS(t *testing.T, test func(t *testing.T, fsys FS, dir string)) {
 	t.Run("os", func(t *testing.T) { test(t, Default, t.TempDir()) })
 	t.Run("mem", func(t *testing.T) { test(t, NewMem(), "/data") })
+	t.Run("ram", func(t *testing.T) { test(t, NewRAM(), "/data") })
 }
 
 // Both implementations satisfy the same contract.

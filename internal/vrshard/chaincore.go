@@ -39,11 +39,14 @@ import (
 //     answered before the read began passed this member (it was
 //     acknowledged at the head, after every member), and nothing it
 //     returns is uncommitted.
-//   - Every member is a log datastore (chain.Log) under SU: the host's log
-//     is its disk, Ready.Entries/PersistSeq and Persisted are the core's
+//   - The chain runs SU; each member has its datastore (ChainStore,
+//     chainstore.go). A log (chain.Log, the default): the host's log is its
+//     disk, Ready.Entries/PersistSeq and Persisted are the core's
 //     persist/persisted, and a member passes on and acknowledges only what
-//     it persisted (Kefir's sync durability: nothing acknowledged is lost
-//     while one member's disk survives).
+//     it persisted (nothing acknowledged is lost while one log member's
+//     disk survives). A buffered log (chain.Buffered) or a memory member
+//     (chain.Memory, its replica on an in-memory file system) acknowledges
+//     what it holds; the host flushes it on an interval.
 //   - Membership is the master's (chain.Master, elsewhere): its orders come
 //     in through Step like any peer message; the member never decides it.
 type chainCore struct {
@@ -211,6 +214,12 @@ type ChainOptions struct {
 	// chainmaster's: 50 ms, 500 ms). The master's FailAfter must exceed
 	// Lease.
 	Heartbeat, Lease time.Duration
+	// Store is this member's datastore (default: a log, fsynced before it
+	// acknowledges); Flush a buffered or memory member's fsync interval
+	// (default DefaultChainFlush). Each member has its own: a chain may mix
+	// them (M-D, D-M-D, ...).
+	Store ChainStore
+	Flush time.Duration
 }
 
 // chainConfig is how a chain member is configured on the host.
@@ -226,6 +235,12 @@ type chainConfig struct {
 	// Inc is this incarnation's id on its links to the other members
 	// (zero: a random one).
 	Inc uint64
+	// Store is the member's datastore (chain.Config.Store; zero: a log).
+	Store ChainStore
+	// commitIgnoresEngine (-tags mutations): a restart's committed prefix
+	// is the saved commit point alone, the code before (core.Boot.Applied
+	// ignored).
+	commitIgnoresEngine bool
 }
 
 // openChain starts a chain core from what the host's disk holds. The
@@ -255,7 +270,7 @@ func openChain(cfg chainConfig, st core.Boot) (*chainCore, error) {
 		clients: kv.NewClientTable(vr.MaxClients), inflight: map[idKey]uint64{}, byID: map[uint64]idKey{},
 		inc: inc, sendSeq: map[uint64]uint64{}, recv: map[uint64]*linkIn{}}
 	ccfg := chain.Config{ID: chain.NodeID(cfg.Self), Master: chain.NodeID(cfg.Master), SeqBits: chainSeqBits,
-		Mode: chain.SU, Store: chain.Log, PinTimeout: int64(chainPinTimeout)}
+		Mode: chain.SU, Store: cfg.Store.core(), PinTimeout: int64(chainPinTimeout)}
 	if st.Bootstrap {
 		if !slices.Contains(cfg.Members, cfg.Self) {
 			return nil, fmt.Errorf("chain core: %d is not in the chain %v", cfg.Self, cfg.Members)
@@ -273,7 +288,19 @@ func openChain(cfg chainConfig, st core.Boot) (*chainCore, error) {
 		snap = int(st.Snapshot.Op)
 		c.clients.Load(st.Snapshot.Clients)
 	}
-	n := int(min(st.HardState.Commit-min(st.HardState.Commit, uint64(snap)), uint64(len(st.Entries))))
+	// Committed: up to the saved commit point, or as far as the engine
+	// applied, if further — the host applies only committed entries, and a
+	// member below the tail saves its commit point lazily (with its next
+	// batch, or after commitSaveDelay), while its engine took every entry
+	// it committed. Without it a head whose tail held the chain's only
+	// complete record — a memory tail, D-M — would restart, after a crash
+	// of every member, without the writes it answered last, its engine
+	// holding them while its log dropped them.
+	commit := st.HardState.Commit
+	if !(mutation.On && cfg.commitIgnoresEngine) {
+		commit = max(commit, st.Applied)
+	}
+	n := int(min(commit-min(commit, uint64(snap)), uint64(len(st.Entries))))
 	if st.LostState {
 		n = 0 // nothing of the log is known to be committed
 	}
@@ -722,11 +749,22 @@ func (c *chainCore) Ready() core.Ready[chain.Msg] {
 	// point (LA) rides on the next batch, or is saved on its own after
 	// commitSaveDelay. A member that just became the tail (CR_TAIL, a
 	// truncation) saves at once.
+	//
+	// A buffered or memory member saves an advanced commit point at once
+	// (eager): its batches wait for no fsync, so the save costs a write and
+	// no fsync, and it reaches the OS before the replies this Ready
+	// releases — a buffered head's answered writes are then in its durable
+	// prefix after a kill -9 of every member, which a chain without a log
+	// tail needs (Mb-Mb-M; docs/design/chain.md, "Datastores on the host").
+	// A log member keeps the lazy save (as before session 24: an eager one
+	// would close D-M's window after a kill -9 too, but changes when every
+	// log member, D-D-D's included, writes its hard state).
 	saved, tail := committed, false
 	if s := c.status(); s.State == chain.Active && s.Succ == 0 && !(mutation.On && c.tailCommitLags) {
 		saved, tail = max(committed, c.written), true
 	}
-	if len(c.out.Entries) > 0 || c.out.HasTruncate || c.out.Snapshot != nil || (c.saveCommit || tail) && saved > c.savedCommit {
+	eager := c.mcfg.Store != chain.Log
+	if len(c.out.Entries) > 0 || c.out.HasTruncate || c.out.Snapshot != nil || (c.saveCommit || tail || eager) && saved > c.savedCommit {
 		hs := core.HardState{View: c.status().Epoch, Commit: uint64(saved)}
 		c.out.HardState = &hs
 		c.savedCommit, c.behind, c.saveCommit = saved, false, false

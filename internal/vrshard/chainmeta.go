@@ -175,13 +175,13 @@ func (r *Replica) sendFromMaster(to uint64, m *chain.Msg) {
 // beside the member's DIR/vr, and a master (OpenChainNode). failAfter is
 // the masters' failure timeout (0: chainmaster's default). One group per
 // node, as OpenHostedChain.
-func OpenHostedChainNode(failAfter time.Duration) kcluster.Opener {
+func OpenHostedChainNode(failAfter time.Duration, st ChainStoreOptions) kcluster.Opener {
 	return func(spec kcluster.ReplicaSpec) (kcluster.Hosted, error) {
 		if err := chainSpecOK(spec); err != nil {
 			return kcluster.Hosted{}, err
 		}
 		opts := hostedOptions(spec)
-		opts.Chain = &ChainOptions{}
+		opts.Chain = &ChainOptions{Store: st.Store, Flush: st.Flush}
 		tr, err := transport.New(transport.Config{Self: spec.Self, Peers: opts.Peers, ClusterSecret: spec.ClusterSecret,
 			Cluster: spec.Cluster, Logger: opts.Logger})
 		if err != nil {

@@ -84,7 +84,16 @@ func (r *Replica) holdDelay() time.Duration {
 // engineExt.readyExtra). It runs before handle() records rd (r.lastHS is
 // still the previous hard state).
 func (r *Replica) holdable(rd *core.Ready[peerMsg]) bool {
-	if r.holdDelay() < 0 || r.waited() || r.recovering || rd.Snapshot != nil || rd.HasTruncate {
+	if r.holdDelay() < 0 || r.recovering || rd.Snapshot != nil || rd.HasTruncate {
+		return false
+	}
+	if r.chainUnsynced() {
+		// A buffered or memory chain member: no acknowledgement, read or
+		// apply waits for its fsync (the core acknowledges what it holds),
+		// so every batch waits for the flush interval.
+		return true
+	}
+	if r.waited() {
 		return false
 	}
 	if hs := rd.HardState; hs != nil && (hs.View != r.lastHS.View || hs.LastNormalView != r.lastHS.LastNormalView) {
@@ -151,7 +160,7 @@ func (r *Replica) noteWritten(held bool) {
 // wait (startSync starts no fsync then).
 func (r *Replica) holding() bool {
 	g := &r.gc
-	if g.urgent > r.synced0 || g.heldAt.IsZero() || r.waited() {
+	if g.urgent > r.synced0 || g.heldAt.IsZero() || r.waited() && !r.chainUnsynced() {
 		return false
 	}
 	if r.clock.Now().Sub(g.heldAt) >= r.holdDelay() {

@@ -118,13 +118,13 @@ func hostedOptions(spec kcluster.ReplicaSpec) Options {
 // compares the cluster id and the sorted node ids (the transport's derived
 // hash), which the master computes alike. One group per node: a chain in a
 // multi-group cluster (--groups) is not built.
-func OpenHostedChain(master uint64, masterAddr string) kcluster.Opener {
+func OpenHostedChain(master uint64, masterAddr string, st ChainStoreOptions) kcluster.Opener {
 	return func(spec kcluster.ReplicaSpec) (kcluster.Hosted, error) {
 		if err := chainSpecOK(spec); err != nil {
 			return kcluster.Hosted{}, err
 		}
 		opts := hostedOptions(spec)
-		opts.Chain = &ChainOptions{Master: master}
+		opts.Chain = &ChainOptions{Master: master, Store: st.Store, Flush: st.Flush}
 		peers := maps.Clone(opts.Peers)
 		peers[master] = masterAddr
 		return openOnTransport(opts, transport.Config{

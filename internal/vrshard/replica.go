@@ -251,6 +251,15 @@ func (o *Options) fill() error {
 		// below the tail's compacted history gets a snapshot,
 		// chaincore.go CompactPoint.)
 		o.CadSyncDelay, o.NilextSyncDelay = -1, -1
+		if o.Chain.Store != ChainLog {
+			// A buffered or memory member's acknowledgements wait for no
+			// fsync (the core's rule): its batches are flushed on the
+			// interval (holdable, chainstore.go).
+			o.CadSyncDelay = o.Chain.Flush
+			if o.CadSyncDelay <= 0 {
+				o.CadSyncDelay = DefaultChainFlush
+			}
+		}
 	}
 	if o.CheckpointOps == 0 {
 		o.CheckpointOps = 20000
@@ -331,6 +340,9 @@ type mutations struct {
 	// afterHandle (a test hook) runs on the driver goroutine at the end of
 	// every handled Ready: tests read driver-only state there.
 	afterHandle func(r *Replica)
+	// chainCommitIgnoresEngine: a restarted chain member's committed
+	// prefix ignores its engine's applied mark (chainConfig).
+	chainCommitIgnoresEngine bool
 	// captureDelay (a test hook) lengthens every snapshot capture, as a
 	// large state's scan would.
 	captureDelay time.Duration
@@ -837,11 +849,21 @@ var _ shard.Replica = (*Replica)(nil)
 // Open recovers a replica from opts.Dir and starts it: its driver goroutine
 // and its peer transport.
 func Open(opts Options) (*Replica, error) {
+	// Before fill: a memory chain member's file system (once per open: it
+	// writes the member's mark).
+	if err := applyChainStore(&opts); err != nil {
+		return nil, err
+	}
 	if err := opts.fill(); err != nil {
 		return nil, err
 	}
 	wcfg := defaultWALConfig()
 	wcfg.onSync = opts.OnLogSync
+	if opts.Chain != nil && opts.Chain.Store == ChainMemory {
+		// In memory a zero-filled segment ahead is memory spent on zeros
+		// (up to 64 MiB), and saves no fsync's metadata.
+		wcfg.fill = seglog.FillOff
+	}
 	if opts.stepped {
 		// No goroutine may run: the log's segments are appended to, and
 		// the engine runs its file operations on the caller's.
@@ -936,6 +958,9 @@ func Open(opts Options) (*Replica, error) {
 	// What the core starts from: the engine-neutral part (core.Boot) and
 	// VR's extras (vrStart).
 	boot := core.Boot{HardState: ws.hs, Entries: ws.entries}
+	if !engineLost {
+		boot.Applied = r.app.mark
+	}
 	if ws.snap.Op > 0 || len(ws.snap.Clients) > 0 {
 		s := ws.snap
 		boot.Snapshot = &s
@@ -1017,6 +1042,10 @@ func Open(opts Options) (*Replica, error) {
 	r.log.Info("vr replica open", "bootstrap", boot.Bootstrap, "lost_state", boot.LostState,
 		"snapshot_op", ws.snap.Op, "log_entries", len(ws.entries), "view", ws.hs.View,
 		"commit", ws.hs.Commit, "engine_version", db.LastVersion())
+	if opts.Chain != nil && opts.Chain.Store != ChainLog {
+		r.log.Info("chain member datastore: acknowledges without an fsync", "store", opts.Chain.Store.String(),
+			"flush", opts.Chain.Flush, "in_memory", opts.Chain.Store == ChainMemory)
+	}
 	if err := r.openEndpoint(); err != nil {
 		db.Close()
 		w.close()

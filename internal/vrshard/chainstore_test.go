@@ -1,0 +1,307 @@
+package vrshard
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/kefirdb/kefir/internal/chain"
+	"github.com/kefirdb/kefir/internal/core"
+	"github.com/kefirdb/kefir/internal/kv"
+	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/mutation"
+	"github.com/kefirdb/kefir/internal/shard"
+)
+
+func TestParseChainStore(t *testing.T) {
+	for in, want := range map[string]ChainStore{"log": ChainLog, "D": ChainLog, "buffered": ChainBuffered,
+		"mb": ChainBuffered, "b": ChainBuffered, "memory": ChainMemory, " m ": ChainMemory} {
+		if got, err := ParseChainStore(in); err != nil || got != want {
+			t.Errorf("ParseChainStore(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	if _, err := ParseChainStore("ssd"); err == nil {
+		t.Error("ParseChainStore(ssd): no error")
+	}
+	for s, want := range map[ChainStore]chain.Store{ChainLog: chain.Log, ChainBuffered: chain.Buffered, ChainMemory: chain.Memory} {
+		if s.core() != want {
+			t.Errorf("%v is the core's %v, want %v", s, s.core(), want)
+		}
+	}
+}
+
+// newStoreChain is a chain of three on the production host whose members
+// have the given stores (head first); a buffered or memory member flushes
+// every flush.
+func newStoreChain(t *testing.T, stores [3]ChainStore, flush time.Duration) *chainGroup {
+	return newChainGroupTuned(t, 0, func(i int, o *Options) {
+		co := *o.Chain
+		co.Store, co.Flush = stores[i], flush
+		o.Chain = &co
+	})
+}
+
+// storeWrites writes n keys s<from>… at the head (node 1 unless head says).
+func storeWrites(g *chainGroup, head, from, n int) {
+	g.t.Helper()
+	for k := from; k < from+n; k++ {
+		g.write(head, set(fmt.Sprint("s", k), fmt.Sprint("v", k)), shard.ReqID{Client: 9, Seq: uint64(k + 1)})
+	}
+}
+
+// storeMissing reads keys s0 … s<n-1> at node i (the head) and returns how
+// many are missing.
+func storeMissing(g *chainGroup, i, n int) int {
+	g.t.Helper()
+	missing := 0
+	for k := range n {
+		if got := g.read(i, fmt.Sprint("s", k)); got == "" {
+			missing++
+		} else if got != fmt.Sprint("v", k) {
+			g.t.Fatalf("GET s%d at node %d = %q", k, i+1, got)
+		}
+	}
+	return missing
+}
+
+// TestChainStoresOnTheHost: a chain of a memory head, a buffered middle and a
+// log tail (M-Mb-D) on the production host. Acknowledgements wait for no
+// fsync at the memory and buffered members: with their flush interval at an
+// hour, 40 writes are answered while neither syncs a batch (a log member
+// syncs each, as the tail does); the memory member writes nothing to its
+// directory but its mark. A crash of the memory head loses nothing (the
+// others hold every acknowledged write); it comes back empty — also when
+// restarted with Bootstrap, which its mark overrides — and joins again,
+// copying the history. A crash of every member keeps every acknowledged
+// write: the master restarts the chain from the log tail's history, the
+// longest, never from the memory member's empty one.
+func TestChainStoresOnTheHost(t *testing.T) {
+	g := newStoreChain(t, [3]ChainStore{ChainMemory, ChainBuffered, ChainLog}, time.Hour)
+	storeWrites(g, 0, 0, 40)
+	g.caughtUp(1, 0)
+	g.caughtUp(2, 0)
+	fs := [3]uint64{}
+	for i, r := range g.reps {
+		fs[i] = r.Stats().Fsyncs
+	}
+	// The log tail syncs each of its batches (one write at a time: ≥ 40);
+	// the others at most at their start (an urgent batch: the bootstrap's).
+	if fs[2] < 40 || fs[0] > 3 || fs[1] > 3 {
+		t.Fatalf("fsyncs after 40 writes: M %d, Mb %d, D %d; want ≤ 3, ≤ 3, ≥ 40", fs[0], fs[1], fs[2])
+	}
+	if n := g.reps[1].gc.held.Load(); n == 0 {
+		t.Fatalf("the buffered member held no batch for its flush")
+	}
+	ents, err := os.ReadDir(g.dirs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ents) != 1 || ents[0].Name() != memoryMark {
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		t.Fatalf("the memory member's directory holds %v, want only %s", names, memoryMark)
+	}
+
+	// One member lost: nothing acknowledged is.
+	g.crash(0)
+	g.waitMembers(2, 3)
+	storeWrites(g, 1, 40, 10)
+	g.nt.start(0, nil)
+	g.open(0, true) // Bootstrap again, as kefir up's restart passes it: the mark overrides it
+	g.waitMembers(2, 1, 3)
+	g.caughtUp(0, 1)
+	if st := g.reps[0].Info(); st.Applied < 50 {
+		t.Fatalf("the restarted memory member applied %d ops, want the 50 written", st.Applied)
+	}
+	if m := storeMissing(g, 1, 50); m != 0 {
+		t.Fatalf("%d of 50 acknowledged writes lost after the memory head's crash", m)
+	}
+
+	// Every member lost: the log tail's history is the longest.
+	for i := range 3 {
+		g.crash(i)
+	}
+	for i := range 3 {
+		g.restart(i)
+	}
+	head := 2
+	if !waitHead(g, &head) {
+		t.Fatalf("no member heads the chain after the whole-chain restart (master: %v)", g.master.Members())
+	}
+	if m := storeMissing(g, head, 50); m != 0 {
+		t.Fatalf("%d of 50 acknowledged writes lost after a crash of every member of M-Mb-D (chain %v)", m, g.master.Members())
+	}
+	// The restarted chain's first member ends as its tail (the others join
+	// before the tail): one holding the whole history, not the memory one.
+	if ms := g.master.Members(); ms[2] == 1 {
+		t.Fatalf("the chain %v restarted from node 1, the memory member", ms)
+	}
+}
+
+// waitHead waits until the master's chain holds all three members again
+// (the restarted ones joined: a join may change the head) and sets *i to its
+// head's index.
+func waitHead(g *chainGroup, i *int) bool {
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		if ms := g.master.Members(); len(ms) == 3 && g.reps[ms[0]-1] != nil && g.reps[ms[0]-1].Info().IsLeader {
+			*i = int(ms[0] - 1)
+			return true
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return false
+}
+
+// TestChainMemoryChainLosesEverything: a chain of memory members only
+// (M-M-M) crashed whole keeps nothing, as the loss table says: it restarts
+// empty and takes writes again. A single member's crash loses nothing.
+func TestChainMemoryChainLosesEverything(t *testing.T) {
+	g := newStoreChain(t, [3]ChainStore{ChainMemory, ChainMemory, ChainMemory}, 0)
+	storeWrites(g, 0, 0, 20)
+	g.crash(2)
+	g.waitMembers(1, 2)
+	if m := storeMissing(g, 0, 20); m != 0 {
+		t.Fatalf("%d of 20 acknowledged writes lost after the tail's crash", m)
+	}
+	g.restart(2)
+	g.waitMembers(1, 3, 2)
+	for i := range 3 {
+		g.crash(i)
+	}
+	for i := range 3 {
+		g.restart(i)
+	}
+	head := 0
+	if !waitHead(g, &head) {
+		t.Fatalf("no member heads the chain after the whole-chain restart (master: %v)", g.master.Members())
+	}
+	if m := storeMissing(g, head, 20); m != 20 {
+		t.Fatalf("%d of 20 writes lost after a crash of every memory member, want all", m)
+	}
+	res := g.write(head, set("after", "1"), shard.ReqID{Client: 10, Seq: 1})
+	if res.Kind != kv.ResOK {
+		t.Fatalf("a write after the restart: %+v", res)
+	}
+	var got kv.Result
+	g.retry(head, "read after", func(ctx context.Context, r *Replica) (err error) {
+		got, err = r.Read(ctx, get("after"), level.ConsLinearizable, shard.Session{})
+		return err
+	})
+	if string(got.Bulk) != "1" {
+		t.Fatalf("GET after = %q", got.Bulk)
+	}
+	if _, err := os.Stat(filepath.Join(g.dirs[0], "wal")); !os.IsNotExist(err) {
+		t.Fatalf("a memory member wrote its log to disk: %v", err)
+	}
+}
+
+// TestChainMemoryTailKeepsWhatTheLogsCommitted: D-D-M, a memory tail. The
+// tail acknowledges what it holds, so a write is answered once both log
+// members have it on disk; only the tail's host records a write as committed
+// with the write itself, and a log member above it records its commit point
+// lazily (with its next batch, or after commitSaveDelay idle). A crash of
+// every member (a Close: the engine's buffered appends reach the OS; a
+// kill -9 may lose the last of them, TestChainStoresBufferedKilledWhole)
+// restarts the chain from a log member's history — not the memory tail's
+// empty one — and keeps every answered write, the last ones included: a
+// restarted member counts what its engine applied as committed (the host
+// applies only committed entries). With the mutation
+// chainCommitIgnoresEngine (the code before) the write answered just before
+// the crash is lost, and the restarted head's engine holds a version its log
+// does not, which no read can wait out.
+func TestChainMemoryTailKeepsWhatTheLogsCommitted(t *testing.T) {
+	testMemoryTail(t, false)
+}
+
+func testMemoryTail(t *testing.T, ignoreEngine bool) (missing int) {
+	g := newChainGroupTuned(t, 0, func(i int, o *Options) {
+		co := *o.Chain
+		co.Store = [3]ChainStore{ChainLog, ChainLog, ChainMemory}[i]
+		o.Chain = &co
+		o.mut.chainCommitIgnoresEngine = ignoreEngine
+	})
+	storeWrites(g, 0, 0, 30)
+	time.Sleep(3 * time.Duration(commitSaveDelay)) // the log members save their commit points
+	storeWrites(g, 0, 30, 1)                       // answered; the head's commit point not yet saved
+	for i := range 3 {
+		g.crash(i)
+	}
+	for i := range 3 {
+		g.restart(i)
+	}
+	head := 0
+	if !waitHead(g, &head) {
+		t.Fatalf("no member heads the chain after the whole-chain restart (master: %v)", g.master.Members())
+	}
+	if m := storeMissing(g, head, 30); m != 0 {
+		t.Fatalf("%d of the 30 writes older than the commit save delay lost after a crash of every member of D-D-M", m)
+	}
+	var res kv.Result
+	err := g.try(head, "read s30", func(ctx context.Context, r *Replica) (err error) {
+		res, err = r.Read(ctx, get("s30"), level.ConsLinearizable, shard.Session{})
+		return err
+	})
+	if err != nil || string(res.Bulk) != "v30" {
+		if !ignoreEngine {
+			t.Fatalf("the write answered just before a crash of every member of D-D-M: %q, %v", res.Bulk, err)
+		}
+		return 1
+	}
+	return 0
+}
+
+// TestChainMemoryTailMutation: the counter-test of
+// TestChainMemoryTailKeepsWhatTheLogsCommitted — with the restart's committed
+// prefix the saved commit point alone, the write answered last is lost.
+func TestChainMemoryTailMutation(t *testing.T) {
+	mutation.Require(t)
+	if testMemoryTail(t, true) == 0 {
+		t.Fatal("with chainCommitIgnoresEngine the write answered just before the crash survived: the test does not exercise the lazy commit point")
+	}
+}
+
+// TestChainBufferedHeadSavesItsCommitPointAtOnce: a buffered or memory
+// member writes an advanced commit point with the Ready that advances it —
+// before the replies it releases — so after a kill -9 of every member of a
+// chain without a log tail (Mb-Mb-M) the head's durable prefix holds every
+// write it answered. A log member saves lazily (with its next batch, or
+// after commitSaveDelay idle: TestChainSavesItsCommitPointWhenIdle), as the
+// buffered head did before (then its saved commit point was 2 of 3 here).
+func TestChainBufferedHeadSavesItsCommitPointAtOnce(t *testing.T) {
+	b := newChainBed(t, 1, 2, 3)
+	for id, st := range map[uint64]ChainStore{1: ChainBuffered, 2: ChainBuffered, 3: ChainMemory} {
+		c, err := openChain(chainConfig{Self: id, Master: bedMaster, Members: []uint64{1, 2, 3}, Store: st}, core.Boot{Bootstrap: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.cores[id] = c
+	}
+	for i := uint64(1); i <= 3; i++ {
+		if err := b.propose(1, 7, i, fmt.Sprint("w", i)); err != nil {
+			t.Fatal(err)
+		}
+		b.pump()
+	}
+	if n := len(b.replies[1]); n != 3 {
+		t.Fatalf("%d writes answered, want 3", n)
+	}
+	for _, id := range []uint64{1, 2} {
+		if got := b.hs[id].Commit; got != 3 {
+			t.Fatalf("buffered member %d saved commit point %d with no idle tick, want 3 (every answered write)", id, got)
+		}
+	}
+	c, err := openChain(chainConfig{Self: 1, Master: bedMaster, Members: []uint64{1, 2, 3}, Store: ChainBuffered},
+		core.Boot{HardState: b.hs[1], Entries: b.disk[1]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(c.m.History()); n != 3 {
+		t.Fatalf("the restarted head keeps %d entries, want all 3", n)
+	}
+}
