@@ -571,8 +571,11 @@ func (c *chainCore) leased(now int64) bool { return c.lease == 0 || now < c.leas
 func (c *chainCore) Heard(int64, uint64) {}
 
 // commitSaveDelay is how long an advanced commit point waits for a batch
-// of entries to be saved with before it is written on its own: a write
-// (and fsync) per idle spell, not per acknowledgement.
+// of entries to be saved with before it is written on its own: a write per
+// idle spell, not per acknowledgement. A Ready that carries only the hard
+// state starts no fsync: the commit point saved so is durable with the next
+// batch's fsync (or the engine's applied mark covers it at a restart:
+// core.Boot.Applied).
 const commitSaveDelay = int64(100 * time.Millisecond)
 
 func (c *chainCore) Tick(now int64) {

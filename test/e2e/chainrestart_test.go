@@ -222,7 +222,9 @@ func TestChainOfTwo(t *testing.T) {
 	if !testgroup.Until(5*time.Second, 50*time.Millisecond, func() bool { return replicationStatus(n2) == "removed" }) {
 		t.Fatalf("/status of the member repaired out of the chain: %q, want removed", replicationStatus(n2))
 	}
-	if !strings.Contains(n2.Logs(), "out of the chain") {
+	// The log line follows /status (the view tracker writes it, through
+	// the process's pipe): wait for it too.
+	if !testgroup.Until(5*time.Second, 50*time.Millisecond, func() bool { return strings.Contains(n2.Logs(), "out of the chain") }) {
 		t.Fatal("the member repaired out of the chain did not log it")
 	}
 	n2.Kill()
