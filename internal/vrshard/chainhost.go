@@ -8,6 +8,7 @@ import (
 	"github.com/kefirdb/kefir/internal/chainwire"
 	"github.com/kefirdb/kefir/internal/core"
 	"github.com/kefirdb/kefir/internal/frame"
+	"github.com/kefirdb/kefir/internal/mutation"
 )
 
 // chainHost is chainCore as the host holds it: the contract over the
@@ -69,7 +70,7 @@ func openChainHost(opts *Options, boot core.Boot) (hostCore, error) {
 	}
 	c, err := openChain(chainConfig{Self: opts.VR.Self, Master: o.Master, Members: opts.VR.Members,
 		Heartbeat: int64(hb), Lease: int64(lease), Store: o.Store,
-		commitIgnoresEngine: opts.mut.chainCommitIgnoresEngine}, boot)
+		commitIgnoresEngine: mutation.On && opts.mut.chainCommitIgnoresEngine}, boot)
 	if err != nil {
 		return nil, err
 	}
