@@ -390,19 +390,7 @@ func (m *Mem) ReadDir(dir string) ([]string, error) {
 	if !m.dirs[dir] {
 		return nil, &fs.PathError{Op: "readdir", Path: dir, Err: fs.ErrNotExist}
 	}
-	var names []string
-	for name := range m.files {
-		if filepath.Dir(name) == dir {
-			names = append(names, filepath.Base(name))
-		}
-	}
-	for d := range m.dirs {
-		if d != dir && filepath.Dir(d) == dir {
-			names = append(names, filepath.Base(d))
-		}
-	}
-	sort.Strings(names)
-	return names, nil
+	return listDir(m.files, m.dirs, dir), nil
 }
 
 // MkdirAll implements FS. Directories are durable at once (the model is about files).
@@ -413,13 +401,7 @@ func (m *Mem) MkdirAll(dir string) error {
 	if m.off {
 		return &fs.PathError{Op: "mkdir", Path: dir, Err: ErrPoweredOff}
 	}
-	for d := dir; !m.dirs[d]; d = filepath.Dir(d) {
-		if _, isFile := m.files[d]; isFile {
-			return &fs.PathError{Op: "mkdir", Path: d, Err: syscall.ENOTDIR}
-		}
-		m.dirs[d] = true
-	}
-	return nil
+	return mkdirAll(m.files, m.dirs, dir)
 }
 
 // SyncDir implements FS.

@@ -4,9 +4,7 @@ import (
 	"io"
 	"io/fs"
 	"path/filepath"
-	"sort"
 	"sync"
-	"syscall"
 )
 
 // RAM is an in-memory file system for data that need not outlive the process — a
@@ -126,19 +124,7 @@ func (m *RAM) ReadDir(dir string) ([]string, error) {
 	if !m.dirs[dir] {
 		return nil, &fs.PathError{Op: "readdir", Path: dir, Err: fs.ErrNotExist}
 	}
-	var names []string
-	for name := range m.files {
-		if filepath.Dir(name) == dir {
-			names = append(names, filepath.Base(name))
-		}
-	}
-	for d := range m.dirs {
-		if d != dir && filepath.Dir(d) == dir {
-			names = append(names, filepath.Base(d))
-		}
-	}
-	sort.Strings(names)
-	return names, nil
+	return listDir(m.files, m.dirs, dir), nil
 }
 
 // MkdirAll implements FS.
@@ -146,13 +132,7 @@ func (m *RAM) MkdirAll(dir string) error {
 	dir = clean(dir)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for d := dir; !m.dirs[d]; d = filepath.Dir(d) {
-		if _, isFile := m.files[d]; isFile {
-			return &fs.PathError{Op: "mkdir", Path: d, Err: syscall.ENOTDIR}
-		}
-		m.dirs[d] = true
-	}
-	return nil
+	return mkdirAll(m.files, m.dirs, dir)
 }
 
 // SyncDir implements FS: nothing to make durable.
@@ -232,19 +212,14 @@ func (f *ramFile) ReadAt(p []byte, off int64) (int, error) {
 }
 
 // Write implements File: it appends at the end of the file.
-func (f *ramFile) Write(p []byte) (int, error) {
-	if err := f.check("write", true); err != nil {
-		return 0, err
-	}
-	nd := f.nd
-	nd.mu.Lock()
-	defer nd.mu.Unlock()
-	nd.writeAt(p, nd.size)
-	return len(p), nil
-}
+func (f *ramFile) Write(p []byte) (int, error) { return f.write(p, 0, true) }
 
 // WriteAt implements WriterAt; beyond the end it extends the file, zeros filling any gap.
-func (f *ramFile) WriteAt(p []byte, off int64) (int, error) {
+func (f *ramFile) WriteAt(p []byte, off int64) (int, error) { return f.write(p, off, false) }
+
+// write copies p to off, or with app to the end of the file (taken under
+// the node's lock, so concurrent appends do not overlap).
+func (f *ramFile) write(p []byte, off int64, app bool) (int, error) {
 	if err := f.check("write", true); err != nil {
 		return 0, err
 	}
@@ -254,6 +229,9 @@ func (f *ramFile) WriteAt(p []byte, off int64) (int, error) {
 	nd := f.nd
 	nd.mu.Lock()
 	defer nd.mu.Unlock()
+	if app {
+		off = nd.size
+	}
 	nd.writeAt(p, off)
 	return len(p), nil
 }
