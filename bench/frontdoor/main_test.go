@@ -1,16 +1,10 @@
 package frontdoor
 
 import (
-	"os"
 	"testing"
 
 	"github.com/kefirdb/kefir/test/e2e/cluster"
 )
 
-// TestMain removes the kefir binary the tests built (cluster.Binary) once
-// they are done.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	cluster.RemoveBinary()
-	os.Exit(code)
-}
+// TestMain removes the kefir binary the tests built once they are done.
+func TestMain(m *testing.M) { cluster.Main(m) }

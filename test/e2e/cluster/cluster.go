@@ -59,14 +59,16 @@ func Binary(t testing.TB) string {
 	return buildPath
 }
 
-// RemoveBinary deletes what Binary built. A test package that uses Binary
-// calls it from TestMain after m.Run: each test process builds into a
-// directory of its own, which nothing else removes (a run left ~30 MB in
-// /tmp each time).
-func RemoveBinary() {
+// Main runs a test package that uses Binary and then deletes what Binary
+// built: each test process builds into a directory of its own, which
+// nothing else removes (a run left ~30 MB in /tmp each time). A package's
+// TestMain is Main(m).
+func Main(m *testing.M) {
+	code := m.Run()
 	if buildPath != "" {
 		os.RemoveAll(filepath.Dir(buildPath))
 	}
+	os.Exit(code)
 }
 
 func moduleRoot() (string, error) {
