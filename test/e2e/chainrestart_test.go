@@ -67,6 +67,24 @@ func (w *syncWriters) halt() map[string]string {
 	return w.acked
 }
 
+// killWhole runs sync writers through every node of g until n writes are
+// acknowledged, SIGKILLs every node at once, restarts them all and waits
+// until a write through the first succeeds: what was acknowledged before
+// the kill, and how long after the restart the chain took a write.
+func killWhole(t *testing.T, g *group, n int) (acked map[string]string, writableAfter time.Duration) {
+	t.Helper()
+	w := startSyncWriters(dialGroup(t, g.addrs()))
+	w.until(n)
+	for _, nd := range g.nodes {
+		nd.Kill()
+	}
+	acked = w.halt()
+	for _, nd := range g.nodes {
+		nd.Start()
+	}
+	return acked, writable(t, g.nodes[0].ClientAddr, 20*time.Second)
+}
+
 // checkAcked reads every acknowledged write back through addr.
 func checkAcked(t *testing.T, addr string, acked map[string]string) {
 	t.Helper()
@@ -159,19 +177,10 @@ func TestChainRestartsWhole(t *testing.T) {
 	g := startChain(t)
 	g.settledLeader(-1)
 	writable(t, g.nodes[0].ClientAddr, 15*time.Second)
-	w := startSyncWriters(dialGroup(t, g.addrs()))
-	w.until(500)
-	for _, n := range g.nodes {
-		n.Kill()
-	}
-	acked := w.halt()
+	acked, d := killWhole(t, g, 500)
 	if len(acked) < 50 {
 		t.Fatalf("only %d writes acknowledged before the kill", len(acked))
 	}
-	for _, n := range g.nodes {
-		n.Start()
-	}
-	d := writable(t, g.nodes[0].ClientAddr, 20*time.Second)
 	t.Logf("%d sync writes acknowledged before the whole chain's SIGKILL; writable %v after the restart", len(acked), d)
 	for i := range g.nodes {
 		if !testgroup.Until(20*time.Second, 50*time.Millisecond, func() bool { return replicationStatus(g.nodes[i]) == "normal" }) {

@@ -66,16 +66,7 @@ func TestChainStoresMMDUnderKills(t *testing.T) {
 	g.normal(20 * time.Second)
 	checkAcked(t, g.nodes[0].ClientAddr, acked) // through n1: forwarded to the head
 
-	w = startSyncWriters(dialGroup(t, g.addrs()))
-	w.until(len(acked) + 300)
-	for _, n := range g.nodes {
-		n.Kill()
-	}
-	acked = w.halt()
-	for _, n := range g.nodes {
-		n.Start()
-	}
-	d := writable(t, g.nodes[0].ClientAddr, 20*time.Second)
+	acked, d := killWhole(t, g, len(acked)+300)
 	g.normal(20 * time.Second)
 	for _, n := range g.nodes {
 		checkAcked(t, n.ClientAddr, acked)
@@ -88,16 +79,7 @@ func TestChainStoresMMDUnderKills(t *testing.T) {
 func TestChainStoresMemoryChainKilledWhole(t *testing.T) {
 	g := startChainStores(t, "memory", "memory", "memory")
 	writable(t, g.nodes[0].ClientAddr, 15*time.Second)
-	w := startSyncWriters(dialGroup(t, g.addrs()))
-	w.until(200)
-	for _, n := range g.nodes {
-		n.Kill()
-	}
-	acked := w.halt()
-	for _, n := range g.nodes {
-		n.Start()
-	}
-	writable(t, g.nodes[0].ClientAddr, 20*time.Second)
+	acked, _ := killWhole(t, g, 200)
 	g.normal(20 * time.Second)
 	if n := present(t, g.nodes[0].ClientAddr, acked); n != 0 {
 		t.Fatalf("%d of %d acknowledged writes survived a kill -9 of every memory member", n, len(acked))
@@ -120,16 +102,7 @@ func TestChainStoresMemoryChainKilledWhole(t *testing.T) {
 func TestChainStoresBufferedKilledWhole(t *testing.T) {
 	g := startChainStores(t, "buffered", "buffered", "memory")
 	writable(t, g.nodes[0].ClientAddr, 15*time.Second)
-	w := startSyncWriters(dialGroup(t, g.addrs()))
-	w.until(300)
-	for _, n := range g.nodes {
-		n.Kill()
-	}
-	acked := w.halt()
-	for _, n := range g.nodes {
-		n.Start()
-	}
-	d := writable(t, g.nodes[0].ClientAddr, 20*time.Second)
+	acked, d := killWhole(t, g, 300)
 	g.normal(20 * time.Second)
 	for _, n := range g.nodes {
 		checkAcked(t, n.ClientAddr, acked)
