@@ -123,16 +123,7 @@ func TestChainStoresOnTheHost(t *testing.T) {
 	}
 
 	// Every member lost: the log tail's history is the longest.
-	for i := range 3 {
-		g.crash(i)
-	}
-	for i := range 3 {
-		g.restart(i)
-	}
-	head := 2
-	if !waitHead(g, &head) {
-		t.Fatalf("no member heads the chain after the whole-chain restart (master: %v)", g.master.Members())
-	}
+	head := restartWhole(t, g)
 	if m := storeMissing(g, head, 50); m != 0 {
 		t.Fatalf("%d of 50 acknowledged writes lost after a crash of every member of M-Mb-D (chain %v)", m, g.master.Members())
 	}
@@ -143,19 +134,26 @@ func TestChainStoresOnTheHost(t *testing.T) {
 	}
 }
 
-// waitHead waits until the master's chain holds all three members again
-// (the restarted ones joined: a join may change the head) and sets *i to its
-// head's index.
-func waitHead(g *chainGroup, i *int) bool {
+// restartWhole crashes every member of g, restarts them all, and waits
+// until the master's chain holds all three again (the restarted ones
+// joined: a join may change the head); it returns the head's index.
+func restartWhole(t *testing.T, g *chainGroup) (head int) {
+	t.Helper()
+	for i := range 3 {
+		g.crash(i)
+	}
+	for i := range 3 {
+		g.restart(i)
+	}
 	deadline := time.Now().Add(15 * time.Second)
 	for time.Now().Before(deadline) {
 		if ms := g.master.Members(); len(ms) == 3 && g.reps[ms[0]-1] != nil && g.reps[ms[0]-1].Info().IsLeader {
-			*i = int(ms[0] - 1)
-			return true
+			return int(ms[0] - 1)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	return false
+	t.Fatalf("no member heads the chain after the whole-chain restart (master: %v)", g.master.Members())
+	return 0
 }
 
 // TestChainMemoryChainLosesEverything: a chain of memory members only
@@ -171,16 +169,7 @@ func TestChainMemoryChainLosesEverything(t *testing.T) {
 	}
 	g.restart(2)
 	g.waitMembers(1, 3, 2)
-	for i := range 3 {
-		g.crash(i)
-	}
-	for i := range 3 {
-		g.restart(i)
-	}
-	head := 0
-	if !waitHead(g, &head) {
-		t.Fatalf("no member heads the chain after the whole-chain restart (master: %v)", g.master.Members())
-	}
+	head := restartWhole(t, g)
 	if m := storeMissing(g, head, 20); m != 20 {
 		t.Fatalf("%d of 20 writes lost after a crash of every memory member, want all", m)
 	}
@@ -229,16 +218,7 @@ func testMemoryTail(t *testing.T, ignoreEngine bool) (missing int) {
 	storeWrites(g, 0, 0, 30)
 	time.Sleep(3 * time.Duration(commitSaveDelay)) // the log members save their commit points
 	storeWrites(g, 0, 30, 1)                       // answered; the head's commit point not yet saved
-	for i := range 3 {
-		g.crash(i)
-	}
-	for i := range 3 {
-		g.restart(i)
-	}
-	head := 0
-	if !waitHead(g, &head) {
-		t.Fatalf("no member heads the chain after the whole-chain restart (master: %v)", g.master.Members())
-	}
+	head := restartWhole(t, g)
 	if m := storeMissing(g, head, 30); m != 0 {
 		t.Fatalf("%d of the 30 writes older than the commit save delay lost after a crash of every member of D-D-M", m)
 	}
