@@ -7,6 +7,7 @@ import (
 	"hash/crc32"
 	"io/fs"
 	mrand "math/rand"
+	"time"
 
 	"github.com/kefirdb/kefir/internal/vfs"
 )
@@ -168,6 +169,27 @@ func (s *Sim) CrashAll() {
 	for i := range s.replicas {
 		s.Crash(i)
 	}
+}
+
+// PowerCuts schedules power failures of the whole cluster: every 100–400 ms
+// (drawn from the run's generator) every replica crashes at once (CrashAll)
+// and all restart 20 ms later from their disks, the last cut at or before
+// time last.
+func (s *Sim) PowerCuts(last time.Duration) {
+	var cut func()
+	cut = func() {
+		if s.Now() > last {
+			return
+		}
+		s.CrashAll()
+		s.After(20*time.Millisecond, func() {
+			for i := range s.replicas {
+				s.Restart(i)
+			}
+		})
+		s.After(time.Duration(100+s.Rand().IntN(300))*time.Millisecond, cut)
+	}
+	s.After(time.Duration(100+s.Rand().IntN(300))*time.Millisecond, cut)
 }
 
 // Restart brings replica i back from its disk.

@@ -794,20 +794,7 @@ func hostSim(seed uint64, trace io.Writer, o hostSimOptions, w sim.Workload, sta
 	}
 	s = sim.New(so)
 	if o.powerCuts {
-		var cut func()
-		cut = func() {
-			if s.Now() > 2*time.Second {
-				return
-			}
-			s.CrashAll()
-			s.After(20*time.Millisecond, func() {
-				for i := range so.Replicas {
-					s.Restart(i)
-				}
-			})
-			s.After(time.Duration(100+s.Rand().IntN(300))*time.Millisecond, cut)
-		}
-		s.After(time.Duration(100+s.Rand().IntN(300))*time.Millisecond, cut)
+		s.PowerCuts(2 * time.Second)
 	}
 	h := s.Run()
 	if s.Err() == nil {

@@ -960,20 +960,7 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 	s = sim.New(so)
 	run.s = s
 	if o.powerCuts {
-		var cut func()
-		cut = func() {
-			if s.Now() >= run.faultsUntil() {
-				return
-			}
-			s.CrashAll()
-			s.After(20*time.Millisecond, func() {
-				for i := range so.Replicas {
-					s.Restart(i)
-				}
-			})
-			s.After(time.Duration(100+s.Rand().IntN(300))*time.Millisecond, cut)
-		}
-		s.After(time.Duration(100+s.Rand().IntN(300))*time.Millisecond, cut)
+		s.PowerCuts(run.faultsUntil() - 1) // none at faultsUntil itself
 	}
 	if o.lossyReplies {
 		for r := range so.Replicas {
