@@ -8,8 +8,9 @@ import "sync/atomic"
 // A read is counted where it is served — at the node whose replica answered
 // it, not at one that forwarded it — once, whichever read path served it
 // (Read, ReadKey, ReadDeferred, TryRead; keyspace scans are not counted).
-// One counter per slot: 16384 × 8 bytes a node, an uncontended atomic add
-// a read.
+// One counter per slot: 16384 × 8 bytes a node, an atomic add a read: 4–7 ns
+// on this 2-core box whether both cores hit one slot or many
+// (BenchmarkReadLoadAdd), against ~5 µs of server CPU a replicated read.
 type readLoad struct{ n [Slots]atomic.Uint64 }
 
 func (l *readLoad) add(slot uint16) { l.n[slot%Slots].Add(1) }

@@ -48,3 +48,26 @@ func TestMultiCountsServedReadsPerSlot(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkReadLoadAdd: what counting a read costs, one slot hot on every
+// core (the worst case: the counter's line moves between cores) and spread
+// over slots.
+func BenchmarkReadLoadAdd(b *testing.B) {
+	var l readLoad
+	b.Run("one-hot-slot", func(b *testing.B) {
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				l.add(7)
+			}
+		})
+	})
+	b.Run("spread", func(b *testing.B) {
+		b.RunParallel(func(pb *testing.PB) {
+			s := uint16(0)
+			for pb.Next() {
+				s += 613
+				l.add(s)
+			}
+		})
+	})
+}
