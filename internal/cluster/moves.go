@@ -42,72 +42,23 @@ func (g *localGroup) table() *kv.SlotTable {
 }
 
 // owner returns the group that serves slot by this node's best knowledge,
-// and whether the slot is in flight (handed over by a source, not yet taken
-// by its destination, which is hosted here and still importing).
+// and whether the slot is in flight (SlotOwner over the hosted groups'
+// tables and the routing map).
 func (m *Multi) owner(slot uint16) (GroupID, bool) {
-	var best, handed GroupID
-	var bestEpoch, handedEpoch uint64
-	for _, g := range m.local {
-		t := g.table()
-		if t == nil {
-			continue
-		}
-		e := t.Entry(slot)
-		switch {
-		case e.State.Serves():
-			// At one epoch a destination that owns the slot wins over a
-			// source whose replica here has not applied its hand-over.
-			if best == 0 || e.Epoch > bestEpoch || (e.Epoch == bestEpoch && e.State == kv.SlotOwned) {
-				best, bestEpoch = g.spec.ID, e.Epoch
-			}
-		case e.State == kv.SlotNone && e.Peer != 0:
-			if handed == 0 || e.Epoch > handedEpoch {
-				handed, handedEpoch = GroupID(e.Peer), e.Epoch
-			}
-		}
-	}
-	// The tables decide, unless this node follows the metadata group's
-	// map and the map is at least as new as what they know of the slot:
-	// a map at epoch E has every move up to E done (MoveDone is recorded
-	// after the destination's take-over), so a hosted replica that lags
-	// one of those moves does not send the request to the old owner.
-	sm := m.smap()
-	if best != 0 && (handed == 0 || bestEpoch >= handedEpoch) {
-		if !m.meta.follows.Load() || bestEpoch > sm.Epoch {
-			return best, false
-		}
-	} else if handed != 0 && (!m.meta.follows.Load() || handedEpoch > sm.Epoch) {
-		if g := m.byID[handed]; g != nil {
-			if t := g.table(); t != nil && t.Entry(slot).State == kv.SlotImporting {
-				return handed, true
-			}
-		}
-		return handed, false
-	}
-	return sm.Owner(slot), false
+	return SlotOwner(slot, m.local, m.smap(), m.meta.follows.Load())
 }
 
 // refusal turns group from's fence refusal of a request for slot into the
-// redirect to the group that serves it now; other errors get the slot
-// named (withSlot).
+// redirect to the group that serves it now (RefusalTarget); other errors
+// get the slot named (withSlot).
 func (m *Multi) refusal(err error, slot uint16, from GroupID) error {
 	se, ok := kv.ParseSlotError(err)
 	if !ok {
 		return withSlot(err, slot)
 	}
-	id, inFlight := m.owner(slot)
-	if id == from && !inFlight {
-		// This node's replica of the group that refused has not applied
-		// what its leader has: go by the refusal, which names the peer.
-		if se.Peer == 0 {
-			return &ReplyError{fmt.Sprintf("TRYAGAIN slot %d is not served by group %d (%v)", slot, from, err)}
-		}
-		id = GroupID(se.Peer)
-		if g := m.byID[id]; g != nil {
-			if t := g.table(); t != nil && t.Entry(slot).State == kv.SlotImporting {
-				inFlight = true
-			}
-		}
+	id, inFlight, ok := RefusalTarget(slot, from, se, m.local, m.smap(), m.meta.follows.Load())
+	if !ok {
+		return &ReplyError{fmt.Sprintf("TRYAGAIN slot %d is not served by group %d (%v)", slot, from, err)}
 	}
 	if inFlight {
 		return &NotLeaderError{Slot: slot, HasSlot: true}
@@ -190,6 +141,12 @@ func (m *Multi) hosted(id GroupID) (*localGroup, error) {
 		g = m.meta.g
 	}
 	if g == nil {
+		// A group of the map that this node does not host (a cluster of
+		// more nodes than a group has replicas): sent on to a member,
+		// which forwards or redirects in turn, as a key of that group is.
+		if leader, addr, ok := m.Leader(id); ok && addr != "" {
+			return nil, &NotLeaderError{Leader: leader, Addr: addr}
+		}
 		return nil, &ReplyError{fmt.Sprintf("ERR group %d is not hosted by this node", id)}
 	}
 	return g, nil

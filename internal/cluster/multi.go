@@ -336,6 +336,11 @@ type MultiMutations struct {
 	// WrongSessionPart: reads are given the session's top-level part, not
 	// their group's (server TestSessionReadsAcrossGroupsAtFollowers).
 	WrongSessionPart atomic.Bool
+	// StaleMap, "routing on a stale map": the routing decision (SlotOwner,
+	// RefusalTarget) goes by the cached map alone, ignoring the hosted
+	// groups' tables and the peer a group's refusal names (vrshard's
+	// TestMoveSimCatchesMutations).
+	StaleMap atomic.Bool
 }
 
 // MultiMut is the process's MultiMutations (tests only; read under mutation.On).

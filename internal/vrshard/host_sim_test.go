@@ -75,6 +75,11 @@ type hostReq struct {
 	// (move_sim_test.go: after a refusal by the slot fence, with the same
 	// request id), which the duplicate filter (hostNode.seen) must not drop.
 	Try int
+	// Routed (move_sim_test.go): the request has passed a node's routing
+	// already and reaches the group's replica as routed then (the node's
+	// routing is not run again): a request routed by a view that went
+	// stale on the way, the widest window a race with a hand-over opens.
+	Routed bool
 }
 
 func (m hostReq) String() string { return fmt.Sprintf("req(seq=%d %v %s)", m.Seq, m.Op.Kind, m.Op.Key) }
@@ -95,12 +100,22 @@ type hostResp struct {
 	// not (refused, or no ack in time).
 	Direct, Acked bool
 	Ack           vr.NilextAck
-	// Refused: the group's slot fence refused the op (a *kv.SlotError):
-	// it had no effect there (move_sim_test.go).
+	// Refused: the group's slot fence refused the op (Fence, a
+	// *kv.SlotError): it had no effect there (move_sim_test.go). A
+	// replica of a cluster's node turns it into Moved.
 	Refused bool
+	Fence   kv.SlotError
+	// Moved (move_sim_test.go): the node's routing sends the request to
+	// group Group, whose leader is Leader as the node knows it (-1: none
+	// known, or the slot is in flight): -MOVED <slot> <addr>.
+	Moved bool
+	Group int
 }
 
 func (m hostResp) String() string {
+	if m.Moved {
+		return fmt.Sprintf("resp(seq=%d moved to group %d leader=%d)", m.Seq, m.Group, m.Leader)
+	}
 	return fmt.Sprintf("resp(seq=%d %v v%d redirect=%t leader=%d)", m.Seq, m.Outcome, m.Result.Version, m.Redirect, m.Leader)
 }
 
@@ -120,6 +135,11 @@ type hostSimOptions struct {
 	// (group g: replicas (g-1)*groupSize ..., VR ids from 1 on, as the
 	// replicas' addresses plus one): move_sim_test.go's groups.
 	groupSize int
+	// cluster, if set, makes the replicas the nodes of a cluster of
+	// several groups (move_sim_test.go): a client's request enters through
+	// the node's routing (simCluster, cluster.SlotOwner and
+	// cluster.RefusalTarget, as cluster.Multi runs them).
+	cluster *simCluster
 	// powerCuts crashes every replica at once every 100–400 ms of the
 	// first two seconds, and restarts them 20 ms later.
 	powerCuts bool
@@ -231,6 +251,9 @@ type hostNode struct {
 	// slots the KEFIR.SLOTS writes in flight (move_sim_test.go).
 	group uint64
 	slots []hostSlotWrite
+	// cl is the cluster the replica's node belongs to
+	// (hostSimOptions.cluster; nil: none).
+	cl *simCluster
 }
 
 type hostReqKey struct {
@@ -321,7 +344,7 @@ func newHostNode(o hostSimOptions, seed uint64, trueNow func() int64) sim.BootFa
 		if seen[id] == nil {
 			seen[id] = map[hostReqKey]bool{}
 		}
-		n := &hostNode{id: id, cfg: b.Config, seen: seen[id], deferred: o.deferred, group: 1}
+		n := &hostNode{id: id, cfg: b.Config, seen: seen[id], deferred: o.deferred, group: 1, cl: o.cluster}
 		members, cluster := hostMembers(b.Config.Replicas), uint64(7)
 		if o.groupSize > 0 {
 			first := int(id) / o.groupSize * o.groupSize
@@ -416,13 +439,15 @@ func (n *hostNode) Step(ev sim.Event) {
 				panic(fmt.Sprintf("replica %d: a message from %d does not decode: %v", n.id, from, err))
 			}
 		case hostReq:
-			n.onClient(ev.From, m)
+			if n.cl != nil {
+				n.onRouted(ev.From, m) // move_sim_test.go
+			} else {
+				n.onClient(ev.From, m)
+			}
 		case hostTxnReq:
 			n.onTxnReq(ev.From, m)
 		case moverReq:
 			n.onSlots(ev.From, m) // move_sim_test.go
-		case tableReq:
-			n.onTable(ev.From, m)
 		}
 	case sim.Tick:
 		n.r.StepTick()
@@ -434,6 +459,9 @@ func (n *hostNode) Step(ev sim.Event) {
 		}
 	}
 	n.flush()
+	if n.cl != nil {
+		n.cl.stepped(n) // move_sim_test.go: the ownership invariant
+	}
 }
 
 // flush answers the client operations that finished and asks the
@@ -527,6 +555,9 @@ func redirectTo(err error) (leader int, notLeader bool) {
 }
 
 func (n *hostNode) reply(to sim.Addr, seq uint64, m hostResp) {
+	if m.Refused && n.cl != nil {
+		n.cl.refused(n, &m) // move_sim_test.go
+	}
 	m.Seq = seq
 	m.Result.Node = int(n.id)
 	n.out.Messages = append(n.out.Messages, sim.Envelope{To: to, Msg: m})
@@ -584,8 +615,8 @@ func hostKV(op check.Op) kv.Op { return simkv.ToKV(op, simEpoch) }
 // refusal before the write was proposed, which ProposeStepped reports
 // separately (redirect).
 func writeOutcome(kind check.Kind, res kv.Result, err error) hostResp {
-	if _, ok := kv.ParseSlotError(err); ok {
-		return hostResp{Outcome: check.Failed, Refused: true}
+	if se, ok := kv.ParseSlotError(err); ok {
+		return hostResp{Outcome: check.Failed, Refused: true, Fence: se}
 	}
 	if err != nil {
 		return hostResp{Outcome: check.Unknown}
@@ -594,8 +625,8 @@ func writeOutcome(kind check.Kind, res kv.Result, err error) hostResp {
 }
 
 func (n *hostNode) readOutcome(res kv.Result, err error) hostResp {
-	if _, ok := kv.ParseSlotError(err); ok {
-		return hostResp{Outcome: check.Failed, Refused: true}
+	if se, ok := kv.ParseSlotError(err); ok {
+		return hostResp{Outcome: check.Failed, Refused: true, Fence: se}
 	}
 	if err != nil {
 		if leader, ok := redirectTo(err); ok {
