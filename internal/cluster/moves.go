@@ -141,15 +141,24 @@ func (m *Multi) hosted(id GroupID) (*localGroup, error) {
 		g = m.meta.g
 	}
 	if g == nil {
-		// A group of the map that this node does not host (a cluster of
-		// more nodes than a group has replicas): sent on to a member,
-		// which forwards or redirects in turn, as a key of that group is.
-		if leader, addr, ok := m.Leader(id); ok && addr != "" {
-			return nil, &NotLeaderError{Leader: leader, Addr: addr}
-		}
-		return nil, &ReplyError{fmt.Sprintf("ERR group %d is not hosted by this node", id)}
+		return nil, NotHosted(m.smap(), id, func(n uint64) string { return m.members[n].ClientAddr })
 	}
 	return g, nil
+}
+
+// NotHosted is the answer of a node that does not host group id to a
+// request for it (KEFIR.SLOTS): for a group of the map sm, a not-leader
+// error naming its first member (clientAddr gives a node's address), which
+// forwards or redirects in turn, as a key of that group is — the Mover
+// follows it, so any node of a cluster of more nodes than a group has
+// replicas is a seed for any move; for a group not in the map, an error.
+func NotHosted(sm *SlotMap, id GroupID, clientAddr func(node uint64) string) error {
+	if spec, ok := sm.Group(id); ok && len(spec.Members) > 0 {
+		if addr := clientAddr(spec.Members[0]); addr != "" {
+			return &NotLeaderError{Leader: spec.Members[0], Addr: addr}
+		}
+	}
+	return &ReplyError{fmt.Sprintf("ERR group %d is not hosted by this node", id)}
 }
 
 // leads returns nil if this node's replica of g leads it, else the

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/kefirdb/kefir/internal/kv"
@@ -121,4 +123,42 @@ func writeServed(mu *Multi, k string) error {
 		return errors.New(string(reqs[0].Result.Bulk))
 	}
 	return reqs[0].Err
+}
+
+// A node asked for a group it does not host (a cluster of more nodes than
+// a group has replicas) sends the request on to the group's first member,
+// which the Mover follows (-MOVED), instead of refusing it: with "ERR group
+// 2 is not hosted by this node", which the Mover does not retry, a move
+// between groups the seed it tried first does not host failed.
+func TestSlotCommandsForAGroupNotHostedHereGoToAMember(t *testing.T) {
+	ids := []uint64{1, 2, 3, 4}
+	m, err := NewSlotMap(1, EvenGroups(4, ids, 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var locals []LocalGroup
+	for _, g := range m.Groups {
+		if slices.Contains(g.Members, 1) {
+			locals = append(locals, LocalGroup{Spec: g, Hosted: Hosted{Replica: &fakeReplica{name: fmt.Sprint(g.ID)}, Group: &stateGroup{st: State{Normal: true, Leader: 1}}}})
+		}
+	}
+	var members []Member
+	for _, id := range ids {
+		members = append(members, Member{ID: id, ClientAddr: fmt.Sprintf("n%d:%d", id, id)})
+	}
+	mu, err := NewMulti(m, 1, members, locals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, _ := m.Group(2)
+	if slices.Contains(spec.Members, 1) {
+		t.Fatalf("group 2 is hosted by node 1: %v", spec.Members)
+	}
+	_, err = mu.SlotTable(2)
+	if got := Redirect(err); got.Error() != "MOVED n2:2" {
+		t.Fatalf("KEFIR.SLOTS TABLE 2 at a node without group 2: %v (redirect %v), want -MOVED to its first member, node 2", err, got)
+	}
+	if _, err := mu.SlotTable(9); err == nil || !strings.Contains(err.Error(), "not hosted") {
+		t.Fatalf("a group not in the map: %v", err)
+	}
 }

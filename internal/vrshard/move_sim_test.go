@@ -284,14 +284,11 @@ type simSlots struct{ n *hostNode }
 
 // led is Multi.led: nil if the replica leads its group id, else the
 // not-leader error that names the node of the leader (a group the node
-// does not host: its first member's, as Multi.hosted).
+// does not host: cluster.NotHosted, as Multi.hosted).
 func (a simSlots) led(id kcluster.GroupID) error {
 	n, c := a.n, a.n.cl
 	if uint64(id) != n.group {
-		if spec, ok := c.smap.Group(id); ok {
-			return &kcluster.NotLeaderError{Leader: spec.Members[0], Addr: nodeAddr(int(spec.Members[0]) - 1)}
-		}
-		return &kcluster.ReplyError{Msg: fmt.Sprintf("ERR group %d is not hosted by this node", id)}
+		return kcluster.NotHosted(c.smap, id, func(node uint64) string { return nodeAddr(int(node) - 1) })
 	}
 	if n.r.failed() == nil && n.r.isLeader.Load() {
 		return nil
