@@ -1285,7 +1285,7 @@ func allIdle(s *sim.Sim, clients int) bool {
 }
 
 // TestMoveSim runs the production Mover between two simulated groups
-// under clients that route by cached maps, with and without faults (see
+// under clients routed by the nodes, with and without faults (see
 // moveSim): 20 seeds without faults, 60 with the nemesis, leader crashes
 // after steps and mover deaths, 20 with power cuts (about 14 s); 500, 1500
 // and 500 under KEFIR_SOAK=1; KEFIR_SIM_SEEDS=n runs n of each.
@@ -1422,7 +1422,8 @@ func TestMoveSimSummary(t *testing.T) {
 // write that ran at one group can be retried only after the slot went on
 // from the next to a third. The marks a group imported used not to be
 // among the client rows KEFIR.SLOTS CLIENTS takes on (cluster.ClientRows),
-// so the third group ran it again: seeds 11 and 16 counted an INCR twice.
+// so the third group ran it again: seeds 11 and 16 counted an INCR twice
+// (seed 15 since the clients follow the nodes' -MOVED).
 // Also a few seeds with faults.
 func TestMoveSimThreeGroups(t *testing.T) {
 	t.Run("retries", func(t *testing.T) {
@@ -1503,8 +1504,8 @@ func TestMoveSimCatchesMutations(t *testing.T) {
 
 // TestMoveSimRetryDuringTheNextMove: writes retried while the slot's new
 // group is already moving it on. A write ran at group 1 just before the
-// hand-over, its reply lost; the client's retry (same id, re-routed by a
-// refreshed map) reached group 2 after group 2 took the slot and began
+// hand-over, its reply lost; the client's retry (same id, sent on by the
+// old group's -MOVED) reached group 2 after group 2 took the slot and began
 // migrating it back, and group 2 ran it again: kv.MovedRequest consulted
 // the request marks only for an owned slot that came from elsewhere
 // (owned, peer set), and a migrating slot's entry names its next
