@@ -1275,15 +1275,6 @@ func replicationRestored(s *sim.Sim, groups int) error {
 	return nil
 }
 
-func allIdle(s *sim.Sim, clients int) bool {
-	for i := range clients {
-		if !s.Idle(i) {
-			return false
-		}
-	}
-	return true
-}
-
 // TestMoveSim runs the production Mover between two simulated groups
 // under clients routed by the nodes, with and without faults (see
 // moveSim): 20 seeds without faults, 60 with the nemesis, leader crashes
