@@ -832,6 +832,7 @@ type moveRun struct {
 	moves, resume int
 	kills         int
 	crashes       int
+	nodeDowns     int      // whole nodes crashed (nodeCrashes)
 	failed        []string // moves that returned an error (resumed after)
 	lastErr       error
 	// aborting: the coroutine runs Mover.Abort; abort: what came of it
@@ -978,6 +979,34 @@ func (r *moveRun) afterStep(step string) (kill bool) {
 	return false
 }
 
+// nodeCrashes crashes, while the faults last, a whole node every
+// 100-300 ms — every replica it hosts, one of each of its groups, at once,
+// as a node process dies — and restarts it 20-80 ms later (the nemesis's
+// own crashes are of one replica each).
+func (r *moveRun) nodeCrashes() {
+	s := r.s
+	s.After(time.Duration(100+s.Rand().IntN(200))*time.Millisecond, func() {
+		if s.Now() >= r.faultsUntil() {
+			return
+		}
+		k := s.Rand().IntN(r.cl.nodes)
+		for _, a := range r.cl.hosted[k] {
+			if s.Up(a) {
+				s.Crash(a)
+			}
+		}
+		r.nodeDowns++
+		s.After(time.Duration(20+s.Rand().IntN(60))*time.Millisecond, func() {
+			for _, a := range r.cl.hosted[k] {
+				if !s.Up(a) {
+					s.Restart(a)
+				}
+			}
+		})
+		r.nodeCrashes()
+	})
+}
+
 // addrOf is the replica a command to node addr reaches: the node's
 // replica of the group the command names, or, if it hosts none, its first
 // replica (which answers -MOVED to a node of that group, as Multi.hosted).
@@ -1103,6 +1132,9 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 	if o.powerCuts {
 		s.PowerCuts(run.faultsUntil() - 1) // none at faultsUntil itself
 	}
+	if o.scale != nil && o.faults {
+		run.nodeCrashes()
+	}
 	if o.lossyReplies {
 		for r := range so.Replicas {
 			for c := range clients {
@@ -1217,8 +1249,8 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 				ok++
 			}
 		}
-		*summary = fmt.Sprintf("%d moves (%d runs resumed, %d mover deaths, %d leader crashes after a step, %d moves returned an error and ran again), %d ops (%d OK); %+v at %v",
-			run.moves, run.resume, run.kills, run.crashes, len(run.failed), len(h.Ops), ok, s.Stats(), s.Now())
+		*summary = fmt.Sprintf("%d moves (%d runs resumed, %d mover deaths, %d leader crashes after a step, %d node crashes, %d moves returned an error and ran again), %d ops (%d OK); %+v at %v",
+			run.moves, run.resume, run.kills, run.crashes, run.nodeDowns, len(run.failed), len(h.Ops), ok, s.Stats(), s.Now())
 		if run.abort != "" {
 			*summary += "; abort: " + run.abort
 		}
