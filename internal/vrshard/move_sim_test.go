@@ -1544,8 +1544,9 @@ func TestMoveSimRetryDuringTheNextMove(t *testing.T) {
 // TestMoveSimScale runs the move simulation on larger clusters: groups
 // placed over nodes as kefir up places them (cluster.EvenGroups), each
 // move taking the slot of one of the workload's keys from the group it is
-// at to another drawn at random, with the nemesis, leader crashes after
-// steps and mover deaths; every checker and auditor of moveSim (per-key
+// at to another drawn at random, with the nemesis, whole-node crashes
+// (moveRun.nodeCrashes), leader crashes after steps and mover deaths;
+// every checker and auditor of moveSim (per-key
 // linearizability across moves, one owner per slot and epoch, every group
 // back at its replication factor, every final read served). 9 nodes and 12
 // groups (2 seeds, about 0.3 s each) and the 30 nodes and 100
