@@ -74,6 +74,7 @@ func openChainHost(opts *Options, boot core.Boot) (hostCore, error) {
 	if err != nil {
 		return nil, err
 	}
+	c.commitLazy = mutation.On && opts.mut.chainCommitLazy
 	return &chainHost{chainCore: c, masters: slices.Clone(o.Masters), local: o.LocalMaster}, nil
 }
 

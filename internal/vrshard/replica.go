@@ -343,6 +343,9 @@ type mutations struct {
 	// chainCommitIgnoresEngine: a restarted chain member's committed
 	// prefix ignores its engine's applied mark (chainConfig).
 	chainCommitIgnoresEngine bool
+	// chainCommitLazy: a chain member below the tail saves an advanced
+	// commit point only with its next batch (chainCore.commitLazy).
+	chainCommitLazy bool
 	// captureDelay (a test hook) lengthens every snapshot capture, as a
 	// large state's scan would.
 	captureDelay time.Duration
@@ -837,6 +840,10 @@ type Replica struct {
 	rdEventual int64
 
 	st struct {
+		// logWrites: the log writes the driver's Readies made (one per
+		// Ready that had something to write; a chain member's hard state
+		// on its own included: BenchmarkChainSyncWrite).
+		logWrites                                                                                                                                 atomic.Uint64
 		localReads                                                                                                                                atomic.Uint64
 		readies, fsyncs, persisted, applied, proposals, leaseReads, indexReads, ckpts, snapsSent, snapsLoaded, snapsCaptured, forgets             atomic.Uint64
 		nxFast, nxFallbacks, nxSent, nxAcksSent, nxSlowReads                                                                                      atomic.Uint64
@@ -1663,6 +1670,7 @@ func (r *Replica) handle(rd *core.Ready[peerMsg], urgent bool) error {
 		if err := r.wal.write(); err != nil {
 			return err
 		}
+		r.st.logWrites.Add(1)
 		if rd.PersistSeq != 0 {
 			r.written = rd.PersistSeq
 		}

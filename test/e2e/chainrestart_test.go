@@ -19,6 +19,9 @@ import (
 // syncWriters puts unique keys with sync durability through c from four
 // goroutines until stop, recording what was acknowledged; a write that
 // fails (the chain died under it) ends its writer: its outcome is unknown.
+// The keys are unique across writer sets too (writerSets), so a test that
+// kills a chain several times checks each round's writes, not the same keys
+// rewritten with the same values.
 type syncWriters struct {
 	stop  atomic.Bool
 	wg    sync.WaitGroup
@@ -28,12 +31,13 @@ type syncWriters struct {
 
 func startSyncWriters(c *client.Client) *syncWriters {
 	w := &syncWriters{acked: map[string]string{}}
+	set := writerSets.Add(1)
 	for wi := range 4 {
 		w.wg.Add(1)
 		go func() {
 			defer w.wg.Done()
 			for i := 0; !w.stop.Load(); i++ {
-				k, v := fmt.Sprintf("w%d-k%d", wi, i), fmt.Sprintf("v%d-%d", wi, i)
+				k, v := fmt.Sprintf("s%d-w%d-k%d", set, wi, i), fmt.Sprintf("v%d-%d-%d", set, wi, i)
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				err := c.Put(ctx, k, []byte(v), client.WithDurability(client.Sync))
 				cancel()
@@ -48,6 +52,8 @@ func startSyncWriters(c *client.Client) *syncWriters {
 	}
 	return w
 }
+
+var writerSets atomic.Int64
 
 // until waits for n acknowledged writes (or 20 s).
 func (w *syncWriters) until(n int) {
