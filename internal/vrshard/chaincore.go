@@ -94,7 +94,7 @@ type chainCore struct {
 	rejoins int // times a lost update made this member rejoin (tests)
 
 	// outside: the master's last heartbeat answer named a chain without
-	// this member (Info: removed).
+	// this member (Info: removed, if it is still active: outsideStays).
 	outside bool
 
 	// Link numbering (linkGap): this incarnation's id, the last number
@@ -112,6 +112,10 @@ type chainCore struct {
 	// every other member does (its LA, in the Ready after the one that
 	// wrote the entry: no longer fsynced with it), the code before.
 	tailCommitLags bool
+	// outsideStays (-tags mutations): a member the master's answer leaves
+	// out stays as it is, reporting itself removed until its process
+	// restarts (the code before session 25).
+	outsideStays bool
 	// commitLazy (-tags mutations): a member below the tail saves an
 	// advanced commit point only with its next batch of entries (a log
 	// member's rule before session 25, less its save after 100 ms idle).
@@ -531,10 +535,21 @@ func (c *chainCore) heartbeatAnswer(m chain.Msg) {
 		return
 	}
 	// An answer that does not list this member grants nothing: the master
-	// repaired the chain around it (it failed it while it was alive) and
-	// tells it so; it reports itself removed (Info) until it rejoins.
+	// repaired the chain around it (it failed it while it was alive: slow,
+	// paused, cut off — or it counts every member failed and waits for them
+	// to restart) and tells it so. An active member then rejoins as a new
+	// member, as after a lost update: a joiner holding its committed
+	// history, which its heartbeats report, so the master joins it again —
+	// or, with the chain down, counts it as restarted (chain.Master.Restarted)
+	// — with no process restart. A truncated old tail (Removed) stays out:
+	// the chain is at its length without it, and joining it again would
+	// truncate another.
 	in := slices.Contains(m.Members, chain.NodeID(c.self))
 	c.outside = !in
+	if !in && c.status().State == chain.Active && !(mutation.On && c.outsideStays) {
+		c.rejoin(fmt.Sprintf("the master's configuration %v (epoch %d) leaves it out: it was failed while alive", m.Members, m.Epoch))
+		return
+	}
 	for len(c.beats) > 0 && uint64(c.beats[0][0]) <= m.Seq {
 		if uint64(c.beats[0][0]) == m.Seq && in {
 			c.leaseUntil = max(c.leaseUntil, c.beats[0][1]+c.lease)

@@ -977,34 +977,55 @@ func TestChainRestartsWhole(t *testing.T) {
 	}
 }
 
-// TestChainMemberOutsideTheChainSaysRemoved: a member the master repaired
-// out of the chain while it was alive hears so in the answer to its
-// heartbeat (the configuration without it): it takes no lease from that
-// answer and reports itself removed (/status "removed"), until an answer
-// lists it again.
-func TestChainMemberOutsideTheChainSaysRemoved(t *testing.T) {
-	b := newChainBed(t, 1, 2, 3)
-	c := b.cores[3]
-	c.lease = int64(time.Second)
-	answer := func(seq uint64, members ...chain.NodeID) {
-		c.beats = append(c.beats, [2]int64{int64(seq), 0})
-		c.Step(0, chain.Msg{Type: chain.MsgHeartbeat, From: bedMaster, To: 3, Seq: seq, Members: members})
+// TestChainMemberOutsideTheChainRejoins: a member the master repaired out
+// of the chain while it was alive hears so in the answer to its heartbeat
+// (the configuration without it): it takes no lease from that answer and
+// rejoins as a new member — a joiner holding its committed history, whose
+// heartbeats say it is not a replica, so the master joins it again — with
+// no restart of its process. With the mutation outsideStays (the code
+// before) it stays active, reporting itself removed, until an answer lists
+// it again or its process restarts.
+func TestChainMemberOutsideTheChainRejoins(t *testing.T) {
+	run := func(t *testing.T, stays bool) *chainCore {
+		b := newChainBed(t, 1, 2, 3)
+		c := b.cores[3]
+		c.lease, c.outsideStays = int64(time.Second), stays
+		answer := func(seq uint64, members ...chain.NodeID) {
+			c.beats = append(c.beats, [2]int64{int64(seq), 0})
+			c.Step(0, chain.Msg{Type: chain.MsgHeartbeat, From: bedMaster, To: 3, Seq: seq, Members: members})
+		}
+		answer(1, 1, 2, 3)
+		if st := c.Info().Status; st != core.Normal || !c.leased(0) {
+			t.Fatalf("a member of the chain: status %v, leased %v; want normal, leased", st, c.leased(0))
+		}
+		c.leaseUntil = 0
+		answer(2, 1, 2)
+		if c.leased(0) {
+			t.Fatal("a member the configuration left out holds a lease")
+		}
+		return c
 	}
-	answer(1, 1, 2, 3)
-	if st := c.Info().Status; st != core.Normal || !c.leased(0) {
-		t.Fatalf("a member of the chain: status %v, leased %v; want normal, leased", st, c.leased(0))
+	c := run(t, false)
+	if st := c.Info().Status; st != core.Recovering || c.status().State != chain.Inactive || c.rejoins != 1 {
+		t.Fatalf("a member the configuration left out: status %v, state %v, rejoins %d; want recovering, a joiner, 1", st, c.status().State, c.rejoins)
 	}
-	c.leaseUntil = 0
-	answer(2, 1, 2)
-	if st := c.Info().Status; st != core.Removed || c.leased(0) {
-		t.Fatalf("a member the configuration left out: status %v, leased %v; want removed, no lease", st, c.leased(0))
+	var beats []chain.Msg
+	c.beat = 1
+	c.Tick(10)
+	for _, m := range c.Ready().Messages {
+		if m.Type == chain.MsgHeartbeat {
+			beats = append(beats, m)
+		}
 	}
-	if st := c.Info().Status.String(); st != "removed" {
-		t.Fatalf("status %q, want removed", st)
+	if len(beats) != 1 || !beats[0].Refused {
+		t.Fatalf("heartbeats after the rejoin %+v, want one saying it is not a replica", beats)
 	}
-	answer(3, 1, 2, 3)
-	if st := c.Info().Status; st != core.Normal {
-		t.Fatalf("listed again: status %v, want normal", st)
+	if !mutation.On {
+		return
+	}
+	c = run(t, true)
+	if st := c.Info().Status; st != core.Removed || c.rejoins != 0 {
+		t.Fatalf("outsideStays: status %v, rejoins %d; want removed, none", st, c.rejoins)
 	}
 }
 

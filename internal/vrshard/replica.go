@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/chainmaster"
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/mutation"
@@ -809,8 +810,9 @@ type Replica struct {
 	// metadata replica, chainmeta.go).
 	beforeClose []func()
 	// hostedMeta is a chain node's replica of the metadata group
-	// (OpenChainNode; nil elsewhere).
-	hostedMeta *Replica
+	// (OpenChainNode; nil elsewhere), hostedMaster the master it hosts.
+	hostedMeta   *Replica
+	hostedMaster *chainmaster.Master
 
 	// Early-acknowledged writes without a request id get one: this
 	// incarnation's random client id and the next number (driver only).

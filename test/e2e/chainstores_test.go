@@ -92,14 +92,13 @@ func TestChainStoresMemoryChainKilledWhole(t *testing.T) {
 // 100 ms) and a memory tail, every member killed at once under sync writes
 // and restarted: every acknowledged write is kept. No member's host records
 // what the memory tail acknowledged; the buffered head answers a write only
-// after the Ready that commits it wrote its commit point to the OS (a
-// buffered member saves it at once; a log member lazily, with its next
-// batch), and the restart continues from the longest history. Without that
-// eager save, writes were lost in 2 of 7 runs (2 and 1 of ~320: the commit
-// point saved lazily, the engine's last appends buffered in the process),
-// and in 1 of 1 (4 of 314) without the engine's applied mark counted as
-// committed either; TestChainBufferedHeadSavesItsCommitPointAtOnce is the
-// deterministic check.
+// after the Ready that commits it wrote its commit point to the OS (every
+// member saves it at once), and the restart continues from the longest
+// history. Without that eager save (session 24), writes were lost in 2 of 7
+// runs (2 and 1 of ~320: the commit point saved lazily, the engine's last
+// appends buffered in the process), and in 1 of 1 (4 of 314) without the
+// engine's applied mark counted as committed either;
+// TestChainSavesItsCommitPointAtOnce is the deterministic check.
 func TestChainStoresBufferedKilledWhole(t *testing.T) {
 	g := startChainStores(t, "buffered", "buffered", "memory")
 	writable(t, g.nodes[0].ClientAddr, 15*time.Second)
