@@ -325,3 +325,60 @@ func TestForgoRefuses(t *testing.T) {
 		t.Fatal("Forgo of the last candidate succeeded")
 	}
 }
+
+// TestRestartedMemberIgnoresRepairOrders (found by e2e
+// TestChainRestartsWithoutAMember): a member restarts — an inactive joiner
+// holding its durable prefix — before the master notices, and the master,
+// repairing the chain around another member that restarted first, sends
+// the old incarnation's CR_MID to the new one. A joiner is not linked into
+// the chain: it must not take the order. It did, and stayed "repairing"
+// (waiting for a REPAIR_INFO from a successor that never answered: on the
+// host it was down too; here its CR_MID_REPAIR is lost), so when it was
+// later joined as the head it never passed an update on: the chain took
+// writes and answered none. With the mutation inactiveRepairs (the code
+// before) the writes after the join are not answered.
+func TestRestartedMemberIgnoresRepairOrders(t *testing.T) {
+	run := func(inactiveRepairs bool) (answered int) {
+		ids := []NodeID{1, 2, 3, 4}
+		h := newHarness(ids, 4, 2, 0)
+		h.setup(SU, func(NodeID) Store { return Log })
+		put := putter(h)
+		put(4)
+		prefix := h.members[1].History()
+		h.crash(1, false) // restarted before the master hears of it
+		c := h.config(1)
+		c.Log = prefix
+		m := NewMember(c, newKV())
+		m.mut.inactiveRepairs = inactiveRepairs
+		h.members[1], h.all[1] = m, m
+		h.crash(2, true) // the master repairs [1 3 4]: CR_MID to 1, towards 3
+		h.collect()
+		h.deliver(link{masterID, 1})
+		if q := h.queues[link{1, 3}]; len(q) > 0 {
+			h.drop(link{1, 3}) // its CR_MID_REPAIR: no answer comes
+		}
+		h.master.Fail(1) // its heartbeat says it is not a replica
+		h.collect()
+		h.stabilize()
+		if err := h.master.Join(1, 0); err != nil {
+			t.Fatal(err)
+		}
+		h.collect()
+		h.stabilize()
+		before := len(h.replies)
+		put(3)
+		if h.err != nil {
+			t.Fatal(h.err)
+		}
+		return len(h.replies) - before
+	}
+	if n := run(false); n != 3 {
+		t.Fatalf("%d of 3 writes answered after the restarted member joined as the head", n)
+	}
+	if !mutation.On {
+		return
+	}
+	if n := run(true); n == 3 {
+		t.Fatal("inactiveRepairs not caught: every write answered")
+	}
+}

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kefirdb/kefir/internal/chainmaster"
+	"github.com/kefirdb/kefir/internal/cluster"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -196,11 +196,6 @@ td{padding:.2em 1em .2em 0}th{text-align:left;padding-top:1em}</style></head>
 </body></html>
 `))
 
-// chainRestarter is a chain node hosting a master (vrshard's hosted group).
-type chainRestarter interface {
-	RestartChainWithout(ids []uint64) (string, error)
-}
-
 // chainRestart is POST /chain/restart?without=N[,M]: the operator restarts
 // a chain that is down without members that may never come back (`kefir
 // chain restart`; docs/chain.md). Only the acting master does it: 503 at
@@ -215,14 +210,14 @@ func (s *Server) chainRestart(w http.ResponseWriter, r *http.Request) {
 		}
 		ids = append(ids, id)
 	}
-	cr, ok := s.grp.(chainRestarter)
+	cr, ok := s.grp.(cluster.ChainRestarter)
 	if !ok || s.grp == nil {
 		http.Error(w, "not a chain node hosting a master", http.StatusNotFound)
 		return
 	}
 	msg, err := cr.RestartChainWithout(ids)
 	switch {
-	case errors.Is(err, chainmaster.ErrNotActing):
+	case errors.Is(err, cluster.ErrNotActing):
 		http.Error(w, err.Error(), http.StatusServiceUnavailable)
 	case err != nil:
 		http.Error(w, err.Error(), http.StatusConflict)

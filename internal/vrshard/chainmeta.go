@@ -213,11 +213,17 @@ func OpenHostedChainNode(failAfter time.Duration, st ChainStoreOptions) kcluster
 // that is down without the members ids (chainmaster.Master.RestartWithout):
 // the operator's way out when a member whose disk is gone for good keeps
 // the whole-chain restart waiting. Only the acting master (the metadata
-// leader's) does it: chainmaster.ErrNotActing elsewhere, a node hosting
-// none (not of the chain's metadata group) included.
+// leader's) does it: kcluster.ErrNotActing elsewhere, a node hosting none
+// (not of the chain's metadata group) included.
 func (g hostedGroup) RestartChainWithout(ids []uint64) (string, error) {
 	if g.r.hostedMaster == nil {
-		return "", fmt.Errorf("%w (this node hosts none: not of the chain's metadata group)", chainmaster.ErrNotActing)
+		return "", fmt.Errorf("%w (this node hosts no chain master: not of the chain's metadata group)", kcluster.ErrNotActing)
 	}
-	return g.r.hostedMaster.RestartWithout(ids)
+	msg, err := g.r.hostedMaster.RestartWithout(ids)
+	if errors.Is(err, chainmaster.ErrNotActing) {
+		err = fmt.Errorf("%w: %w", kcluster.ErrNotActing, err)
+	}
+	return msg, err
 }
+
+var _ kcluster.ChainRestarter = hostedGroup{}
