@@ -23,7 +23,7 @@ const chainUsage = `usage: kefir chain restart --without N[,M] --http ADDR[,ADDR
             that comes back holding more than the chain restarted from is not
             joined until it is restarted on an empty directory.
             --http: the admin (HTTP) addresses of the chain's nodes; the
-            metadata leader's master acts, the command asks each in turn.`
+            metadata leader's master acts, the command asks each in turn`
 
 // runChain runs `kefir chain restart` (docs/chain.md, "Restarting a whole
 // chain"): it asks each node's admin port (POST /chain/restart) until the
