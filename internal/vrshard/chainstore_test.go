@@ -13,6 +13,7 @@ import (
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/shard"
+	"github.com/kefirdb/kefir/internal/vfs"
 )
 
 func TestParseChainStore(t *testing.T) {
@@ -251,5 +252,73 @@ func TestChainMemoryTailMutation(t *testing.T) {
 	mutation.Require(t)
 	if testMemoryTail(t, true, true) == 0 {
 		t.Fatal("with commitLazy and chainCommitIgnoresEngine the write answered just before the crash survived: the test does not exercise the commit point")
+	}
+}
+
+// TestChainPowerCutOfEveryMember: the loss table's power-cut column on the
+// production host, in process: each member's disk is a vfs.Mem, and a power
+// cut of every member at once keeps exactly what each had fsynced (its
+// log's batches, the hard states written with them; not a commit point
+// written on its own, nor the engine's appends, synced only at
+// checkpoints). D-D-D keeps every answered write, the last included: the
+// tail records what it writes as committed in the same fsynced write
+// (chainCore.Ready), and the restart takes the longest history; with the
+// mutation tailCommitLags (the tail saves its commit point as the others
+// do, in a later Ready) the last answered write is lost. D-D-M keeps every
+// write but the last: the head's commit point for it was written on its
+// own and not yet fsynced, and the memory tail keeps nothing — the table's
+// window ("the writes answered since the head's last fsync").
+func TestChainPowerCutOfEveryMember(t *testing.T) {
+	run := func(t *testing.T, stores [3]ChainStore, lag bool) (lastKept bool) {
+		mems := [3]*vfs.Mem{vfs.NewMem(), vfs.NewMem(), vfs.NewMem()}
+		g := newChainGroupTuned(t, 0, func(i int, o *Options) {
+			co := *o.Chain
+			co.Store = stores[i]
+			o.Chain = &co
+			o.FS = mems[i]
+			o.mut.chainTailCommitLags = lag
+		})
+		storeWrites(g, 0, 0, 30)
+		for i := range 3 {
+			mems[i].Crash(nil) // exactly what was fsynced survives
+		}
+		for i := range 3 {
+			g.reps[i].crash()
+			g.reps[i] = nil
+			g.nt.trs[i].Close()
+		}
+		for i := range 3 {
+			g.restart(i)
+		}
+		head := -1
+		deadline := time.Now().Add(15 * time.Second)
+		for head < 0 && time.Now().Before(deadline) {
+			if ms := g.master.Members(); len(ms) == 3 && g.reps[ms[0]-1].Info().IsLeader {
+				head = int(ms[0] - 1)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if head < 0 {
+			t.Fatalf("no member heads the chain after the power cut (master: %v)", g.master.Members())
+		}
+		if m := storeMissing(g, head, 29); m != 0 {
+			t.Fatalf("%v: %d of the first 29 answered writes lost in a power cut of every member", stores, m)
+		}
+		return g.read(head, "s29") == "v29"
+	}
+	dd := [3]ChainStore{ChainLog, ChainLog, ChainLog}
+	if !run(t, dd, false) {
+		t.Fatal("D-D-D: the write answered last was lost in a power cut of every member")
+	}
+	if run(t, [3]ChainStore{ChainLog, ChainLog, ChainMemory}, false) {
+		t.Log("D-D-M: the write answered last survived the power cut (its commit point reached the disk with a later batch)")
+	} else {
+		t.Log("D-D-M: the write answered last was lost in the power cut: the table's window")
+	}
+	if !mutation.On {
+		return
+	}
+	if run(t, dd, true) {
+		t.Fatal("tailCommitLags not caught: D-D-D kept the write answered last")
 	}
 }

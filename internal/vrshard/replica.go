@@ -347,6 +347,9 @@ type mutations struct {
 	// chainCommitLazy: a chain member below the tail saves an advanced
 	// commit point only with its next batch (chainCore.commitLazy).
 	chainCommitLazy bool
+	// chainTailCommitLags: a chain tail saves its commit point as the
+	// others do (chainCore.tailCommitLags).
+	chainTailCommitLags bool
 	// captureDelay (a test hook) lengthens every snapshot capture, as a
 	// large state's scan would.
 	captureDelay time.Duration
