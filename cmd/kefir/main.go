@@ -42,6 +42,7 @@ Usage:
   kefir cluster add-node --id N --client-addr A --peer-addr A   record a node in the metadata group's map
   kefir cluster replace-node --old N --new ID@PEER/CLIENT       replace a member of a VR group (the new node: kefir server --join)
   kefir cluster remove-node --id N[,M]                         remove members of a VR group
+  kefir chain restart --without N --http ADDR[,ADDR]   restart a chain that is down without members that never came back
   kefir bench    [--workload a..f|w] [--clients N]   YCSB load against a cluster (see kefir bench --help)
   kefir version                                      print the version
 
@@ -70,6 +71,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = runUp(rest, stdout, stderr)
 	case "chain-master":
 		err = runChainMaster(rest, stderr)
+	case "chain":
+		err = runChain(rest, stdout, stderr)
 	case "bench":
 		err = runBench(rest, stdout, stderr)
 	case "cluster":

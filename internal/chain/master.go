@@ -49,6 +49,9 @@ type masterMutations struct {
 	// restartAtOnce: a chain that went down restarts from the first
 	// member that reports, without waiting for the others.
 	restartAtOnce bool
+	// joinForgone: Join takes a node left out of a whole-chain restart
+	// (Forgo) as any restarted member, whatever it holds.
+	joinForgone bool
 }
 
 // down is a chain whose every member failed: the master waits for the
@@ -176,6 +179,12 @@ type Master struct {
 	// nodes: every node that may have been a member (SetNodes), whom a
 	// whole-chain restart waits for as well.
 	nodes []NodeID
+	// forgone: the nodes an operator left out of a whole-chain restart
+	// (Forgo), with the length of the history the chain restarted from
+	// (-1: not restarted yet). One that comes back holding more than that
+	// holds updates the chain does not, and is not joined (Join) until it
+	// holds no more (an empty disk).
+	forgone map[NodeID]int
 
 	out MasterReady
 	mut masterMutations
@@ -360,6 +369,9 @@ func (m *Master) unpark() {
 // — its process stopped and its links closed — before it asks (fail-stop:
 // nothing the old one sent may arrive after this).
 func (m *Master) Join(j NodeID, pos int) error {
+	if l, ok := m.forgone[j]; ok && !(mutation.On && m.mut.joinForgone) {
+		return &ForgoneError{Node: j, Length: l}
+	}
 	if m.Busy() {
 		return fmt.Errorf("chain: join of %d: a reconfiguration is in progress", j)
 	}
@@ -829,6 +841,11 @@ func (m *Master) goDown() {
 	for _, n := range m.nodes {
 		d.cands[n] = true
 	}
+	for n := range m.forgone {
+		// Left out of an earlier restart and not back: what it holds is
+		// not the chain's history (Forgo).
+		delete(d.cands, n)
+	}
 	m.down = d
 }
 
@@ -856,13 +873,38 @@ func (m *Master) goDown() {
 // lose acknowledged updates, and a longer one restarted later would then
 // hold entries the chain does not (TestSimWholeChainRestart, the mutation
 // restartShortest).
+//
+// A node left out of a restart (Forgo) reports here too when it comes back:
+// while the chain is still down it is a candidate again; once the chain
+// restarted without it, it may join (Join) only if it holds no more than the
+// history the chain restarted from (the shorter of two committed prefixes
+// is a prefix of the longer), or nothing.
 func (m *Master) Restarted(n NodeID, lu uint64, length int) bool {
 	d := m.down
+	if l, ok := m.forgone[n]; ok {
+		switch {
+		case l < 0 && d != nil:
+			delete(m.forgone, n) // back before the restart: a candidate again
+			d.cands[n] = true
+		case length <= l || length == 0:
+			delete(m.forgone, n) // nothing the chain lacks: joined as any
+			return false
+		default:
+			return false
+		}
+	}
 	if d == nil || !d.cands[n] {
 		return false
 	}
 	d.reports[n] = restartReport{lu: lu, length: length}
-	if len(d.reports) < len(d.cands) && !(mutation.On && m.mut.restartAtOnce) {
+	return m.maybeRestart()
+}
+
+// maybeRestart restarts a chain that is down once every candidate has
+// reported (Restarted), from the longest history.
+func (m *Master) maybeRestart() bool {
+	d := m.down
+	if len(d.reports) == 0 || len(d.reports) < len(d.cands) && !(mutation.On && m.mut.restartAtOnce) {
 		return false
 	}
 	ids := make([]NodeID, 0, len(d.reports))
@@ -883,6 +925,11 @@ func (m *Master) Restarted(n NodeID, lu uint64, length int) bool {
 		}
 	}
 	m.down = nil
+	for n, l := range m.forgone {
+		if l < 0 {
+			m.forgone[n] = d.reports[best].length
+		}
+	}
 	m.epoch = epoch + 1
 	m.members = []NodeID{best}
 	delete(m.dead, best)
@@ -891,4 +938,70 @@ func (m *Master) Restarted(n NodeID, lu uint64, length int) bool {
 	m.awaiting[order{best, MsgRestart}] = awaited{epoch: m.epoch, sent: m.ticks}
 	m.unpark()
 	return true
+}
+
+// Awaited lists the candidates of a chain that is down that have not
+// reported yet (Restarted), in id order: whom the restart waits for.
+func (m *Master) Awaited() []NodeID {
+	if m.down == nil {
+		return nil
+	}
+	var ids []NodeID
+	for n := range m.down.cands {
+		if _, ok := m.down.reports[n]; !ok {
+			ids = append(ids, n)
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// Forgo is an operator's way out of a whole-chain restart that waits for a
+// node that may never come back (its disk gone for good): the chain
+// restarts without n, from the longest history among the others, as soon
+// as every other candidate has reported — at once if they all have. It
+// reports whether the chain restarted now.
+//
+// What it may cost: n may have been the only one holding the last updates
+// acknowledged before the chain went down (the last tail, whose durable
+// prefix holds every one; the others' commit points lag it): those are
+// lost. If n comes back, holding more than the history the chain restarted
+// from, it holds exactly such updates, which the chain no longer has: it is
+// not joined (Join: ForgoneError) until it restarts holding nothing. One
+// holding no more is joined as any restarted member.
+//
+// Only while the chain is down, for a candidate, and never the last one.
+func (m *Master) Forgo(n NodeID) (bool, error) {
+	d := m.down
+	if d == nil {
+		return false, fmt.Errorf("chain: restart without %d: the chain is not down", n)
+	}
+	if !d.cands[n] {
+		return false, fmt.Errorf("chain: restart without %d: not among the members the restart waits for (%v)", n, m.Awaited())
+	}
+	if len(d.cands) == 1 {
+		return false, fmt.Errorf("chain: restart without %d: it is the only member that may hold the chain's history", n)
+	}
+	delete(d.cands, n)
+	delete(d.reports, n)
+	if m.forgone == nil {
+		m.forgone = map[NodeID]int{}
+	}
+	m.forgone[n] = -1
+	return m.maybeRestart(), nil
+}
+
+// ForgoneError is Join's refusal of a node left out of a whole-chain
+// restart (Forgo) that came back holding more than the history the chain
+// restarted from: the updates beyond it were acknowledged, perhaps, and
+// lost with the restart; it must restart holding nothing (an empty disk)
+// to join.
+type ForgoneError struct {
+	Node   NodeID
+	Length int // the history the chain restarted from, in entries
+}
+
+func (e *ForgoneError) Error() string {
+	return fmt.Sprintf("chain: join of %d: it was left out of the chain's restart, which restarted from a history of %d entries, and holds more: "+
+		"updates the chain lost with the restart; restart it on an empty disk to join", e.Node, e.Length)
 }

@@ -134,6 +134,9 @@ type Config struct {
 // mutations are deliberate bugs the tests switch on to show that the
 // invariant check and the simulator catch them (internal/mutation).
 type mutations struct {
+	// inactiveRepairs: an inactive member (a joiner, a restarted member)
+	// takes repair orders as an active one does (the code before).
+	inactiveRepairs bool
 	// ackBeforeTail: a middle member acknowledges an update upstream when it
 	// receives it, before the tail has it.
 	ackBeforeTail bool
@@ -347,6 +350,16 @@ func (m *Member) Step(msg Msg) {
 		// master that restarted from a stale configuration (or overtaken
 		// by a newer one). Obeying it would rewire the chain the master
 		// does not know (FLUSH has the same rule).
+		return
+	}
+	if (msg.Type == MsgCRHead || msg.Type == MsgCRMid || msg.Type == MsgCRTail) && m.state == Inactive && !(mutation.On && m.mut.inactiveRepairs) {
+		// An inactive member is not linked into the chain: a pre-copying
+		// joiner, or a member that restarted before the master noticed,
+		// getting its old incarnation's order. Taking a CR_MID would leave
+		// it "repairing" towards a successor that never answers, and once
+		// joined (as the head, say) it would hold back every update. The
+		// master fails it on its "not a replica" heartbeat and drops the
+		// order. (RESTART is for an inactive member.)
 		return
 	}
 	switch msg.Type {

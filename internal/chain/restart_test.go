@@ -1,8 +1,11 @@
 package chain
 
 import (
+	"errors"
 	"fmt"
 	"testing"
+
+	"github.com/kefirdb/kefir/internal/mutation"
 )
 
 // TestRestartResumesPrecopy: a log member crashes, the chain repairs
@@ -180,5 +183,202 @@ func TestPinTimeout(t *testing.T) {
 		if x := h.members[n]; x.total() != 7 || x.lastSum() != h.members[1].lastSum() {
 			t.Fatalf("member %d holds %d entries (want 7) or another history", n, x.total())
 		}
+	}
+}
+
+// TestRestartWithoutAMember: every member of a chain of three crashes; the
+// master, down, waits for all three to report (Restarted). Node 3 — the
+// last tail, the only one whose durable prefix holds all 6 acknowledged
+// updates (the others' commit points lag at 4) — never comes back, so the
+// operator restarts without it (Forgo): the chain restarts from 1 (4
+// entries, the lowest id of the longest) and loses updates 5 and 6, as
+// Forgo warns. When 3 comes back holding its 6 entries it is not joined —
+// they hold updates the chain no longer has (ForgoneError) — until it
+// restarts holding nothing; then it joins and every member holds the
+// chain's one history. With the mutation joinForgone (Join takes it as any
+// restarted member) the joiner keeps entries the chain never had: its
+// pre-copy resumes after them, and the members' histories differ.
+func TestRestartWithoutAMember(t *testing.T) {
+	run := func(t *testing.T, joinForgone bool) error {
+		ids := []NodeID{1, 2, 3}
+		h := newHarness(ids, 3, 2, 0)
+		h.setup(SU, func(NodeID) Store { return Log })
+		h.master.mut.joinForgone = joinForgone
+		put := putter(h)
+		put(6)
+		prefix := map[NodeID][]Entry{}
+		for _, id := range ids {
+			hist := h.members[id].History()
+			prefix[id] = hist[:min(len(hist), 4)]
+		}
+		prefix[3] = h.members[3].History()
+		if len(prefix[3]) != 6 {
+			t.Fatalf("the tail holds %d entries after 6 updates", len(prefix[3]))
+		}
+		for _, id := range ids {
+			h.crash(id, true)
+		}
+		if !h.master.Down() {
+			t.Fatal("the master is not down with every member crashed")
+		}
+		if _, err := h.master.Forgo(3); err != nil {
+			t.Fatal(err) // nobody reported yet: it waits for 1 and 2
+		}
+		restart := func(id NodeID, log []Entry) (*Member, bool) {
+			c := h.config(id)
+			c.Log = log
+			m := NewMember(c, newKV())
+			h.members[id], h.all[id] = m, m
+			s := m.Status()
+			return m, h.master.Restarted(id, s.LU, s.Base+s.Log)
+		}
+		if _, ok := restart(1, prefix[1]); ok {
+			t.Fatal("the chain restarted before 2 reported")
+		}
+		if got := h.master.Awaited(); len(got) != 1 || got[0] != 2 {
+			t.Fatalf("awaited %v, want [2]", got)
+		}
+		if _, ok := restart(2, prefix[2]); !ok {
+			t.Fatal("the chain did not restart once every remaining candidate reported")
+		}
+		if _, err := h.master.Forgo(2); err == nil {
+			t.Fatal("Forgo on a running chain succeeded")
+		}
+		h.collect()
+		h.stabilize()
+		if got := h.master.Members(); len(got) != 1 || got[0] != 1 {
+			t.Fatalf("restarted chain %v, want [1]", got)
+		}
+		if err := h.master.Join(2, 1); err != nil {
+			t.Fatal(err)
+		}
+		h.collect()
+		h.stabilize()
+		put(2)
+
+		// 3 comes back holding its 6 entries: refused, until it holds none.
+		if _, ok := restart(3, prefix[3]); ok {
+			t.Fatal("a forgone node's report restarted a running chain")
+		}
+		err := h.master.Join(3, 2)
+		var fe *ForgoneError
+		if !joinForgone {
+			if !errors.As(err, &fe) || fe.Node != 3 || fe.Length != 4 {
+				t.Fatalf("join of the forgone node holding 6 entries: %v, want a ForgoneError at 4", err)
+			}
+			restart(3, nil)
+			err = h.master.Join(3, 2)
+		}
+		if err != nil {
+			t.Fatalf("join of node 3: %v", err)
+		}
+		h.collect()
+		h.stabilize()
+		put(2)
+		if h.err != nil {
+			return h.err
+		}
+		want := h.members[1].History()
+		for _, n := range h.master.Members() {
+			got := h.members[n].History()
+			if len(got) != len(want) || got[len(got)-1].sum != want[len(want)-1].sum {
+				return fmt.Errorf("member %d holds %d entries, the head %d (or a different history)", n, len(got), len(want))
+			}
+		}
+		if got := h.master.Members(); len(got) != 3 {
+			return fmt.Errorf("chain %v at the end, want three members", got)
+		}
+		if len(want) != 8 {
+			t.Fatalf("the chain holds %d entries, want 8 (4 kept, 4 after the restart)", len(want))
+		}
+		return nil
+	}
+	if err := run(t, false); err != nil {
+		t.Fatal(err)
+	}
+	if !mutation.On {
+		return
+	}
+	err := run(t, true)
+	if err == nil {
+		t.Fatal("joinForgone not caught: the forgone node joined with entries the chain lost, and nothing showed")
+	}
+	t.Logf("joinForgone caught: %v", err)
+}
+
+// TestForgoRefuses: Forgo only while the chain is down, for a candidate,
+// and never the last one.
+func TestForgoRefuses(t *testing.T) {
+	h := newHarness([]NodeID{1, 2}, 2, 2, 0)
+	if _, err := h.master.Forgo(2); err == nil {
+		t.Fatal("Forgo on a running chain succeeded")
+	}
+	h.crash(1, true)
+	h.crash(2, true)
+	if _, err := h.master.Forgo(7); err == nil {
+		t.Fatal("Forgo of a node that was never a member succeeded")
+	}
+	if _, err := h.master.Forgo(2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.master.Forgo(1); err == nil {
+		t.Fatal("Forgo of the last candidate succeeded")
+	}
+}
+
+// TestRestartedMemberIgnoresRepairOrders (found by e2e
+// TestChainRestartsWithoutAMember): a member restarts — an inactive joiner
+// holding its durable prefix — before the master notices, and the master,
+// repairing the chain around another member that restarted first, sends
+// the old incarnation's CR_MID to the new one. A joiner is not linked into
+// the chain: it must not take the order. It did, and stayed "repairing"
+// (waiting for a REPAIR_INFO from a successor that never answered: on the
+// host it was down too; here its CR_MID_REPAIR is lost), so when it was
+// later joined as the head it never passed an update on: the chain took
+// writes and answered none. With the mutation inactiveRepairs (the code
+// before) the writes after the join are not answered.
+func TestRestartedMemberIgnoresRepairOrders(t *testing.T) {
+	run := func(inactiveRepairs bool) (answered int) {
+		ids := []NodeID{1, 2, 3, 4}
+		h := newHarness(ids, 4, 2, 0)
+		h.setup(SU, func(NodeID) Store { return Log })
+		put := putter(h)
+		put(4)
+		prefix := h.members[1].History()
+		h.crash(1, false) // restarted before the master hears of it
+		c := h.config(1)
+		c.Log = prefix
+		m := NewMember(c, newKV())
+		m.mut.inactiveRepairs = inactiveRepairs
+		h.members[1], h.all[1] = m, m
+		h.crash(2, true) // the master repairs [1 3 4]: CR_MID to 1, towards 3
+		h.collect()
+		h.deliver(link{masterID, 1})
+		if q := h.queues[link{1, 3}]; len(q) > 0 {
+			h.drop(link{1, 3}) // its CR_MID_REPAIR: no answer comes
+		}
+		h.master.Fail(1) // its heartbeat says it is not a replica
+		h.collect()
+		h.stabilize()
+		if err := h.master.Join(1, 0); err != nil {
+			t.Fatal(err)
+		}
+		h.collect()
+		h.stabilize()
+		before := len(h.replies)
+		put(3)
+		if h.err != nil {
+			t.Fatal(h.err)
+		}
+		return len(h.replies) - before
+	}
+	if n := run(false); n != 3 {
+		t.Fatalf("%d of 3 writes answered after the restarted member joined as the head", n)
+	}
+	if !mutation.On {
+		return
+	}
+	if n := run(true); n == 3 {
+		t.Fatal("inactiveRepairs not caught: every write answered")
 	}
 }

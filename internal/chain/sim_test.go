@@ -97,7 +97,11 @@ type simOpts struct {
 	// up to its LA, lagging by up to two entries (the commit point rides on
 	// the next batch), all it persisted at the tail. No other failure
 	// while a restart is under way (a node failed then would never be
-	// restarted, and the chain would wait for it).
+	// restarted, and the chain would wait for it). Half the time one node
+	// is late: once the restart waits for it alone the operator restarts
+	// without it (Master.Forgo) if it holds no more than another node —
+	// nothing acknowledged is lost then — and it comes back afterwards,
+	// joined as any restarted node.
 	wholeRestarts int
 }
 
@@ -244,6 +248,9 @@ func runSim(o simOpts) (check.History, error) {
 	var restarts []pendingRestart
 	var rejoin []NodeID
 	wholes := 0
+	// lastRestartLen: the longest history a candidate reported in the
+	// restart under way.
+	lastRestartLen := 0
 
 	finish := func(ci int, res *Reply) {
 		c := clients[ci]
@@ -298,12 +305,43 @@ func runSim(o simOpts) (check.History, error) {
 			h.disks[r.node] = &disk{log: r.log, commit: m.Status().LU}
 			st := m.Status()
 			h.logf("restart %d holding %d entries (to %s)", r.node, st.Log, FormatSeq(st.LU))
+			if slices.Contains(h.master.Awaited(), r.node) {
+				// A candidate's report (a node gone before the chain was
+				// last whole is none, whatever it holds).
+				lastRestartLen = max(lastRestartLen, st.Base+st.Log)
+			}
 			if !h.master.Restarted(r.node, st.LU, st.Base+st.Log) {
 				rejoin = append(rejoin, r.node)
 			} else if o.stats != nil {
 				o.stats["whole chain restarted from "+strconv.Itoa(len(h.master.Members()))+" member"]++
 			}
 			h.collect()
+		}
+		if len(restarts) > 0 && restarts[0].at == math.MaxInt64 {
+			// Only the late node left to restart. Once the chain waits for
+			// it alone, the operator restarts without it if the others hold
+			// all it holds (the longest among them is at least as long: a
+			// prefix of one history); it comes back later either way, and
+			// at once if the restart does not wait for it.
+			late := &restarts[0]
+			aw := h.master.Awaited()
+			switch {
+			case !slices.Contains(aw, late.node):
+				late.at = now + 1
+			case len(aw) == 1:
+				if len(late.log) <= lastRestartLen {
+					ok, err := h.master.Forgo(late.node)
+					if err != nil || !ok {
+						return rec.History(), fmt.Errorf("seed %d: restart without %d: restarted %v, %v", o.seed, late.node, ok, err)
+					}
+					h.logf("restart without %d (it holds %d entries)", late.node, len(late.log))
+					if o.stats != nil {
+						o.stats["whole chain restarted without a late node"]++
+					}
+					h.collect()
+				}
+				late.at = now + 1 + rng.Int64N(300)
+			}
 		}
 		if len(rejoin) > 0 && !h.master.Busy() && h.master.Tail() != 0 {
 			// (One that failed again since stays out, as any failed node.)
@@ -425,6 +463,7 @@ func runSim(o simOpts) (check.History, error) {
 			// committed prefix of its log, the master hears of the
 			// failures one by one, in any order.
 			wholes++
+			lastRestartLen = 0
 			h.logf("whole chain crash")
 			for _, id := range slices.Sorted(maps.Keys(h.all)) {
 				d := h.disks[id]
@@ -443,6 +482,11 @@ func runSim(o simOpts) (check.History, error) {
 				h.logf("crash %d: durable %d entries", id, len(log))
 				h.crash(id, false)
 				restarts = append(restarts, pendingRestart{node: id, log: log, at: now + 1 + rng.Int64N(300)})
+			}
+			if len(restarts) > 1 && rng.IntN(2) == 0 {
+				late := &restarts[rng.IntN(len(restarts))]
+				late.at = math.MaxInt64 // until the others reported (below)
+				h.logf("%d is late", late.node)
 			}
 			undetected = nil
 			for _, i := range rng.Perm(len(restarts)) {

@@ -201,6 +201,9 @@ type Master struct {
 	m     *chain.Master // nil: hosted and not acting (not the metadata leader, or waiting out the lease)
 	heard map[uint64]time.Time
 	lost  bool // "the chain is down" was logged
+	// refused: nodes left out of a whole-chain restart whose join was
+	// refused (chain.ForgoneError) and logged.
+	refused map[uint64]bool
 	// lastTick is when the master last ticked while acting (stallGrace).
 	lastTick time.Time
 
@@ -334,7 +337,7 @@ func newMaster(cfg Config, now func() time.Time) (*Master, error) {
 		cfg.ResendAfter = DefaultResendAfter
 	}
 	x := &Master{cfg: cfg, now: now, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
-		heard:      map[uint64]time.Time{},
+		heard: map[uint64]time.Time{}, refused: map[uint64]bool{},
 		learnUntil: now().Add(cfg.FailAfter), learner: NewLearner(ids),
 		progress: map[uint64]progress{}, committed: &kv.ChainConfig{Group: cfg.Group, Members: slices.Clone(cfg.Members)}}
 	x.m = x.newCore(ids, 0)
@@ -538,13 +541,24 @@ func (x *Master) step(msgs []chain.Msg) {
 			x.grant(msg, now)
 			continue
 		}
+		// What it holds: a node left out of a whole-chain restart
+		// (RestartWithout) is joined only if it holds no more than the
+		// chain restarted from.
+		x.m.Restarted(msg.From, msg.LU, int(msg.LA))
 		if !x.m.Busy() {
 			// A node outside the chain that is not a replica: a restarted
 			// member (or a new node) waiting to be joined.
 			if err := x.m.Join(msg.From, len(members)); err != nil {
-				x.cfg.Logger.Warn("chain master: join refused", "node", from, "err", err)
+				var fe *chain.ForgoneError
+				if !errors.As(err, &fe) || !x.refused[from] {
+					x.cfg.Logger.Warn("chain master: join refused", "node", from, "err", err)
+				}
+				if fe != nil {
+					x.refused[from] = true // said once, not every heartbeat
+				}
 				continue
 			}
+			delete(x.refused, from)
 			x.heard[from] = now
 			x.cfg.Logger.Info("chain master: joining", "node", from, "members", members)
 		}
@@ -568,6 +582,59 @@ func (x *Master) restarted(hb chain.Msg, now time.Time) {
 	x.lost = false
 	x.cfg.Logger.Warn("chain master: restarting the chain from the member holding the longest durable history",
 		"node", uint64(hb.From), "members", x.m.Members(), "epoch", x.m.Epoch())
+}
+
+// ErrNotActing is RestartWithout's answer at a master that does not act:
+// hosted and not at the metadata group's leader (or still waiting out the
+// old master's leases), or still learning the chain.
+var ErrNotActing = errors.New("chainmaster: this master does not act (not the metadata group's leader, or taking over): ask the leader's")
+
+// RestartWithout is the operator's way out of a whole-chain restart that
+// waits for members that may never come back (chain.Master.Forgo): the
+// chain restarts from the longest history among the other members as soon
+// as they have all reported — at once if they have. It returns what
+// happened, for the operator: whom the restart still waits for, or whom it
+// restarted from, and what may be lost (the updates acknowledged last, if a
+// member left out held them). A member left out that comes back holding
+// more than the chain restarted from is not joined until it restarts on an
+// empty directory (its log says so).
+func (x *Master) RestartWithout(ids []uint64) (string, error) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.m == nil || !x.learnUntil.IsZero() {
+		return "", ErrNotActing
+	}
+	if !x.m.Down() {
+		return "", fmt.Errorf("chainmaster: the chain %v is not down: nothing to restart", x.m.Members())
+	}
+	restarted := false
+	for _, id := range ids {
+		ok, err := x.m.Forgo(chain.NodeID(id))
+		if err != nil {
+			x.flush()
+			return "", err
+		}
+		x.cfg.Logger.Warn("chain master: the operator restarts the chain without a member: acknowledged writes only it held may be lost", "node", id)
+		restarted = restarted || ok
+	}
+	if !restarted {
+		x.flush()
+		return fmt.Sprintf("the chain restarts without %v once %v report (they have not restarted yet); "+
+			"the writes acknowledged last are lost if only %v held them", ids, x.m.Awaited(), ids), nil
+	}
+	now := x.now()
+	from := x.m.Members()[0]
+	x.heard[uint64(from)] = now
+	x.lost = false
+	x.cfg.Logger.Warn("chain master: restarting the chain without the members the operator named, from the longest durable history of the others",
+		"without", ids, "from", uint64(from), "epoch", x.m.Epoch())
+	x.flush()
+	if x.m == nil {
+		return "", errors.New("chainmaster: the restart could not be recorded in the metadata group (this master stopped acting): try again")
+	}
+	return fmt.Sprintf("the chain restarted from node %d, the longest durable history without %v; "+
+		"the writes acknowledged last are lost if only %v held them. Restarted, %v rejoin if they hold nothing more than node %d did; "+
+		"otherwise they are refused until restarted on an empty directory", from, ids, ids, ids, from), nil
 }
 
 // outside answers hb's heartbeat with the configuration without its sender,

@@ -3,7 +3,9 @@ package chainmaster
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -388,5 +390,79 @@ func TestTakeoverRestartWaitsForEveryConfiguredMember(t *testing.T) {
 	i := slices.IndexFunc(sent, func(m chain.Msg) bool { return m.Type == chain.MsgRestart })
 	if i < 0 || sent[i].To != 3 || !slices.Equal(meta.rec.Members, []uint64{3}) {
 		t.Fatalf("record %v, sent %v: want the chain restarted from 3", meta.rec, sent)
+	}
+}
+
+// TestHostedMasterRestartsWithoutAMember: every member failed; 1 and 2
+// restart, 3 does not. The master waits for 3 (it may hold the last
+// acknowledged writes) until the operator restarts without it
+// (RestartWithout): then it records and orders the restart from 2, the
+// longest of the two. 3, back holding more than 2 did, is refused (no
+// PRECOPY, one log line, not one per heartbeat) until it reports an empty
+// history; then it is joined. RestartWithout is refused on a chain that is
+// not down, and at a master that does not act.
+func TestHostedMasterRestartsWithoutAMember(t *testing.T) {
+	const hb, lease = 50 * time.Millisecond, 500 * time.Millisecond
+	t0 := time.Unix(1_000_000, 0)
+	now := t0
+	meta := &fakeMeta{rec: &kv.ChainConfig{Members: []uint64{1, 2, 3}, Epoch: 4}}
+	var sent []chain.Msg
+	var logs strings.Builder
+	x, err := newMaster(Config{Self: 9, Members: []uint64{1, 2, 3}, Heartbeat: hb, Lease: lease, FailAfter: 2 * lease,
+		Meta: meta, Send: func(_ uint64, m *chain.Msg) { sent = append(sent, *m) },
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))}, func() time.Time { return now })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := x.RestartWithout([]uint64{3}); !errors.Is(err, ErrNotActing) {
+		t.Fatalf("RestartWithout at a master not acting: %v, want ErrNotActing", err)
+	}
+	tick := func(d time.Duration) { now = t0.Add(d); x.tick(now) }
+	tick(0)
+	tick(lease + 2*hb)
+	if _, err := x.RestartWithout([]uint64{3}); err == nil {
+		t.Fatal("RestartWithout on a running chain succeeded")
+	}
+	length := map[chain.NodeID]uint64{1: 5, 2: 7, 3: 9}
+	seq := uint64(0)
+	report := func(id chain.NodeID) {
+		seq++
+		x.step([]chain.Msg{{Type: chain.MsgHeartbeat, From: id, To: 9, Seq: seq, Refused: true, LA: length[id], LU: length[id]}})
+	}
+	// 1 and 2 restart (their first reports fail them; the chain goes down
+	// with 3 failed by silence), then report again.
+	report(1)
+	report(2)
+	for d := lease + 3*hb; d <= lease+2*hb+3*lease; d += hb {
+		tick(d) // 3 silent past FailAfter
+	}
+	report(1)
+	report(2)
+	if !x.m.Down() || slices.ContainsFunc(sent, func(m chain.Msg) bool { return m.Type == chain.MsgRestart }) {
+		t.Fatalf("down %v, sent %v: want the chain down, waiting for 3", x.m.Down(), sent)
+	}
+	msg, err := x.RestartWithout([]uint64{3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("RestartWithout: %s", msg)
+	i := slices.IndexFunc(sent, func(m chain.Msg) bool { return m.Type == chain.MsgRestart })
+	if i < 0 || sent[i].To != 2 || !slices.Equal(meta.rec.Members, []uint64{2}) || sent[i].Epoch != meta.rec.Epoch {
+		t.Fatalf("record %v, sent %v: want the chain restarted from 2, recorded first", meta.rec, sent)
+	}
+	x.step([]chain.Msg{{Type: chain.MsgRestartDone, From: 2, To: 9, Epoch: meta.rec.Epoch}})
+	sent = sent[:0]
+	report(3)
+	report(3)
+	if slices.ContainsFunc(sent, func(m chain.Msg) bool { return m.Type == chain.MsgPrecopy && m.To == 3 }) {
+		t.Fatalf("sent %v: 3, holding more than the chain restarted from, was joined", sent)
+	}
+	if n := strings.Count(logs.String(), "left out of the chain's restart"); n != 1 {
+		t.Fatalf("the refusal logged %d times, want once:\n%s", n, logs.String())
+	}
+	length[3] = 0 // restarted on an empty directory
+	report(3)
+	if !slices.ContainsFunc(sent, func(m chain.Msg) bool { return m.Type == chain.MsgPrecopy && m.To == 3 && m.Target == 2 }) {
+		t.Fatalf("sent %v after 3 reported an empty history, want it joined (PRECOPY from 2)", sent)
 	}
 }

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -124,6 +125,18 @@ type Group interface {
 	NilextTake(ctx context.Context, id shard.ReqID, op kv.Op, d level.Durability) (NilextAck, error)
 	NilextTakeBatch(ctx context.Context, ups []NilextDirect) (acks []NilextAck, errs []error)
 }
+
+// ChainRestarter is a Group that is a chain node hosting a chain master
+// (vrshard): the admin port's POST /chain/restart asks it to restart a chain
+// that is down without members that may never come back. An error wrapping
+// ErrNotActing means this node's master does not act (ask another node).
+type ChainRestarter interface {
+	RestartChainWithout(ids []uint64) (string, error)
+}
+
+// ErrNotActing: this node's chain master does not act — it is not at the
+// metadata group's leader, is still taking over, or the node hosts none.
+var ErrNotActing = errors.New("this node's chain master does not act (not the metadata group's leader, or taking over): ask another node")
 
 // Roles a replica reports (State.Role).
 const (

@@ -103,8 +103,9 @@ type Boot struct {
 	// Applied is the state machine's own record of how far it applied (the
 	// engine's applied mark; 0: unknown). The host applies only committed
 	// entries, so every op up to it was committed. VR does not need it; the
-	// chain core counts it as committed, since a chain member records its
-	// commit point lazily (vrshard chaincore.go).
+	// chain core counts it as committed, since a chain member's commit
+	// point, written before it applies, is durable only with its next
+	// batch's fsync (vrshard chaincore.go).
 	Applied uint64
 }
 

@@ -3,12 +3,17 @@ package server
 import (
 	"crypto/subtle"
 	"encoding/json"
+	"errors"
 	"html/template"
 	"net/http"
 	"net/http/pprof"
 	"os"
 	"runtime"
+	"strconv"
+	"strings"
 	"time"
+
+	"github.com/kefirdb/kefir/internal/cluster"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -115,6 +120,7 @@ func (s *Server) httpHandler() http.Handler {
 		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
+	mux.HandleFunc("POST /chain/restart", s.chainRestart)
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		_ = statusPage.Execute(w, struct {
@@ -189,3 +195,34 @@ td{padding:.2em 1em .2em 0}th{text-align:left;padding-top:1em}</style></head>
 <p><a href="/metrics">/metrics</a> · <a href="/status">/status</a> · <a href="/healthz">/healthz</a></p>
 </body></html>
 `))
+
+// chainRestart is POST /chain/restart?without=N[,M]: the operator restarts
+// a chain that is down without members that may never come back (`kefir
+// chain restart`; docs/chain.md). Only the acting master does it: 503 at
+// any other node, so the caller asks the next.
+func (s *Server) chainRestart(w http.ResponseWriter, r *http.Request) {
+	var ids []uint64
+	for _, f := range strings.Split(r.URL.Query().Get("without"), ",") {
+		id, err := strconv.ParseUint(strings.TrimSpace(f), 10, 64)
+		if err != nil || id == 0 {
+			http.Error(w, "without: want member ids, N[,M...]", http.StatusBadRequest)
+			return
+		}
+		ids = append(ids, id)
+	}
+	cr, ok := s.grp.(cluster.ChainRestarter)
+	if !ok || s.grp == nil {
+		http.Error(w, "not a chain node hosting a master", http.StatusNotFound)
+		return
+	}
+	msg, err := cr.RestartChainWithout(ids)
+	switch {
+	case errors.Is(err, cluster.ErrNotActing):
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+	case err != nil:
+		http.Error(w, err.Error(), http.StatusConflict)
+	default:
+		s.log.Warn("chain restarted without members by the operator", "without", ids, "outcome", msg)
+		_, _ = w.Write([]byte(msg + "\n"))
+	}
+}

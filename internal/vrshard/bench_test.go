@@ -181,3 +181,70 @@ func BenchmarkApplierApply(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkChainSyncWrite: a chain of three log members (D-D-D) on the
+// production host in this process (loopback TCP, real files, the
+// standalone master), closed-loop writers at the head. Reported besides the
+// throughput, summed over the three members per write: fsyncs/op (the
+// log's) and log-writes/op (the Readies' log writes, a hard state written
+// on its own included) — what a member's eager commit-point save costs
+// (chainCore.Ready; docs/design/chain.md, "The loss table on the host").
+//
+// Run: go test ./internal/vrshard/ -run '^$' -bench ChainSyncWrite -benchtime 2000x -cpu 4
+func BenchmarkChainSyncWrite(b *testing.B) {
+	for _, writers := range []int{1, 16} {
+		b.Run(fmt.Sprintf("writers=%d", writers), func(b *testing.B) {
+			g := newChainGroupTuned(b, 0, nil)
+			val := make([]byte, 128)
+			for i := range val {
+				val[i] = 'a' + byte(i%26)
+			}
+			write := func(w int, seq uint64) error {
+				key := fmt.Sprintf("key-%05d-%06d", w, seq%100000)
+				_, err := g.tryWrite(0, kv.Op{Kind: kv.KindSet, Key: []byte(key), Value: val}, shard.ReqID{Client: uint64(w + 1), Seq: seq})
+				return err
+			}
+			for i := range 100 { // warm up: the lease, the connections
+				if err := write(0, uint64(i+1)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			counts := func() (fsyncs, writes uint64) {
+				for _, r := range g.reps {
+					fsyncs += r.st.fsyncs.Load()
+					writes += r.st.logWrites.Load()
+				}
+				return fsyncs, writes
+			}
+			f0, w0 := counts()
+			var next atomic.Int64
+			var failed atomic.Int64
+			var wg sync.WaitGroup
+			b.ResetTimer()
+			start := time.Now()
+			for w := range writers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					seq := uint64(1000)
+					for next.Add(1) <= int64(b.N) {
+						seq++
+						if write(w, seq) != nil {
+							failed.Add(1)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			elapsed := time.Since(start)
+			b.StopTimer()
+			if n := failed.Load(); n > 0 {
+				b.Fatalf("%d of %d writes failed", n, b.N)
+			}
+			f1, w1 := counts()
+			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "writes/s")
+			b.ReportMetric(float64(f1-f0)/float64(b.N), "fsyncs/op")
+			b.ReportMetric(float64(w1-w0)/float64(b.N), "log-writes/op")
+		})
+	}
+}

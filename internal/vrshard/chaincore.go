@@ -68,15 +68,9 @@ type chainCore struct {
 	batches [][2]uint64 // {PersistSeq, last chain seq} written, not yet durable
 	seq     uint64      // the last PersistSeq issued
 
-	// The commit point is saved with each batch of entries; one that
-	// advanced after the last batch (the acks came later) is saved on its
-	// own once it has waited commitSaveDelay with no batch to ride on
-	// (saveCommit), so a restart after the writes stopped keeps every
-	// committed entry instead of truncating and copying them again.
+	// savedCommit: the commit point the hard state last recorded. Every
+	// Ready that advances it records it (Ready says why).
 	savedCommit int
-	behind      bool  // the commit point is ahead of the saved one ...
-	behindSince int64 // ... since then (the host's clock, at a Tick)
-	saveCommit  bool
 
 	// clients is kv's client table, under VR's count rule (vr.MaxClients):
 	// every member drops the same records at the same op.
@@ -100,7 +94,7 @@ type chainCore struct {
 	rejoins int // times a lost update made this member rejoin (tests)
 
 	// outside: the master's last heartbeat answer named a chain without
-	// this member (Info: removed).
+	// this member (Info: removed, if it is still active: outsideStays).
 	outside bool
 
 	// Link numbering (linkGap): this incarnation's id, the last number
@@ -115,8 +109,17 @@ type chainCore struct {
 	// (readLease) ignores the master's lease.
 	readLeaseForever bool
 	// tailCommitLags (-tags mutations): a tail saves its commit point as
-	// every member does (its LA, with the next batch), the code before.
+	// every other member does (its LA, in the Ready after the one that
+	// wrote the entry: no longer fsynced with it), the code before.
 	tailCommitLags bool
+	// outsideStays (-tags mutations): a member the master's answer leaves
+	// out stays as it is, reporting itself removed until its process
+	// restarts (the code before session 25).
+	outsideStays bool
+	// commitLazy (-tags mutations): a member below the tail saves an
+	// advanced commit point only with its next batch of entries (a log
+	// member's rule before session 25, less its save after 100 ms idle).
+	commitLazy bool
 
 	// headed: this member was the head at the last Info, since the epoch
 	// headSince (Info.View). viewIsEpoch (-tags mutations): Info.View is
@@ -289,13 +292,13 @@ func openChain(cfg chainConfig, st core.Boot) (*chainCore, error) {
 		c.clients.Load(st.Snapshot.Clients)
 	}
 	// Committed: up to the saved commit point, or as far as the engine
-	// applied, if further — the host applies only committed entries, and a
-	// member below the tail saves its commit point lazily (with its next
-	// batch, or after commitSaveDelay), while its engine took every entry
-	// it committed. Without it a head whose tail held the chain's only
-	// complete record — a memory tail, D-M — would restart, after a crash
-	// of every member, without the writes it answered last, its engine
-	// holding them while its log dropped them.
+	// applied, if further — the host applies only committed entries. A
+	// member below the tail writes its commit point before it applies
+	// (Ready), but only the next batch's fsync makes the write durable:
+	// after a power cut the engine's files may hold appends past it (the
+	// OS flushes them in its own order). Without this such a member would
+	// restart with an engine holding versions its log dropped, which no
+	// read could wait out.
 	commit := st.HardState.Commit
 	if !(mutation.On && cfg.commitIgnoresEngine) {
 		commit = max(commit, st.Applied)
@@ -532,10 +535,21 @@ func (c *chainCore) heartbeatAnswer(m chain.Msg) {
 		return
 	}
 	// An answer that does not list this member grants nothing: the master
-	// repaired the chain around it (it failed it while it was alive) and
-	// tells it so; it reports itself removed (Info) until it rejoins.
+	// repaired the chain around it (it failed it while it was alive: slow,
+	// paused, cut off — or it counts every member failed and waits for them
+	// to restart) and tells it so. An active member then rejoins as a new
+	// member, as after a lost update: a joiner holding its committed
+	// history, which its heartbeats report, so the master joins it again —
+	// or, with the chain down, counts it as restarted (chain.Master.Restarted)
+	// — with no process restart. A truncated old tail (Removed) stays out:
+	// the chain is at its length without it, and joining it again would
+	// truncate another.
 	in := slices.Contains(m.Members, chain.NodeID(c.self))
 	c.outside = !in
+	if !in && c.status().State == chain.Active && !(mutation.On && c.outsideStays) {
+		c.rejoin(fmt.Sprintf("the master's configuration %v (epoch %d) leaves it out: it was failed while alive", m.Members, m.Epoch))
+		return
+	}
 	for len(c.beats) > 0 && uint64(c.beats[0][0]) <= m.Seq {
 		if uint64(c.beats[0][0]) == m.Seq && in {
 			c.leaseUntil = max(c.leaseUntil, c.beats[0][1]+c.lease)
@@ -570,23 +584,8 @@ func (c *chainCore) leased(now int64) bool { return c.lease == 0 || now < c.leas
 
 func (c *chainCore) Heard(int64, uint64) {}
 
-// commitSaveDelay is how long an advanced commit point waits for a batch
-// of entries to be saved with before it is written on its own: a write per
-// idle spell, not per acknowledgement. A Ready that carries only the hard
-// state starts no fsync: the commit point saved so is durable with the next
-// batch's fsync (or the engine's applied mark covers it at a restart:
-// core.Boot.Applied).
-const commitSaveDelay = int64(100 * time.Millisecond)
-
 func (c *chainCore) Tick(now int64) {
 	c.m.Tick(now)
-	if c.committedLen(c.m.History()) > c.savedCommit {
-		if !c.behind {
-			c.behind, c.behindSince = true, now
-		} else if now-c.behindSince >= commitSaveDelay {
-			c.saveCommit = true
-		}
-	}
 	if c.beat > 0 && now-c.lastBeat >= c.beat {
 		c.lastBeat = now
 		c.beatSeq++
@@ -747,30 +746,35 @@ func (c *chainCore) Ready() core.Ready[chain.Msg] {
 	// every entry it writes, with the write: at the tail an entry is
 	// committed once it is on its disk, and the tail acknowledges it only
 	// then — so the tail's durable prefix holds every update the chain
-	// acknowledged, which a restart of the whole chain needs (it carries
-	// on from the longest: chain.Master.Restarted). Elsewhere the commit
-	// point (LA) rides on the next batch, or is saved on its own after
-	// commitSaveDelay. A member that just became the tail (CR_TAIL, a
-	// truncation) saves at once.
+	// acknowledged, after a power cut too (the record is fsynced with the
+	// entry), which a restart of the whole chain needs (it carries on from
+	// the longest: chain.Master.Restarted). A member that just became the
+	// tail (CR_TAIL, a truncation) saves at once.
 	//
-	// A buffered or memory member saves an advanced commit point at once
-	// (eager): its batches wait for no fsync, so the save costs a write and
-	// no fsync, and it reaches the OS before the replies this Ready
-	// releases — a buffered head's answered writes are then in its durable
-	// prefix after a kill -9 of every member, which a chain without a log
-	// tail needs (Mb-Mb-M; docs/design/chain.md, "Datastores on the host").
-	// A log member keeps the lazy save (as before session 24: an eager one
-	// would close D-M's window after a kill -9 too, but changes when every
-	// log member, D-D-D's included, writes its hard state).
+	// Every other member, whatever its store, saves an advanced commit
+	// point (LA) with the Ready that advances it (eager). The save costs a
+	// write and no fsync (a Ready with only a hard state starts none; the
+	// next batch's fsync makes it durable), and it reaches the OS before the
+	// replies this Ready releases (the host writes, then applies, then
+	// answers): after a kill -9 of every member the head's durable prefix
+	// holds every write it answered. A chain whose tail keeps no record —
+	// a memory tail, D-M, D-D-M, Mb-Mb-M — has no other (the engine's
+	// applied mark, counted at a restart, may lose its last appends, which
+	// it buffers in the process). Chosen for every member rather than only
+	// above a non-log member: a member knows nothing of the stores below
+	// it (neither does the master), a repair changes what is below, and it
+	// is one rule with no timer; the cost on D-D-D is a small write per
+	// acknowledgement round a member takes apart from a batch, and no
+	// fsync (docs/design/chain.md, "The loss table on the host").
 	saved, tail := committed, false
 	if s := c.status(); s.State == chain.Active && s.Succ == 0 && !(mutation.On && c.tailCommitLags) {
 		saved, tail = max(committed, c.written), true
 	}
-	eager := c.mcfg.Store != chain.Log
-	if len(c.out.Entries) > 0 || c.out.HasTruncate || c.out.Snapshot != nil || (c.saveCommit || tail || eager) && saved > c.savedCommit {
+	eager := !(mutation.On && c.commitLazy)
+	if len(c.out.Entries) > 0 || c.out.HasTruncate || c.out.Snapshot != nil || (tail || eager) && saved > c.savedCommit {
 		hs := core.HardState{View: c.status().Epoch, Commit: uint64(saved)}
 		c.out.HardState = &hs
-		c.savedCommit, c.behind, c.saveCommit = saved, false, false
+		c.savedCommit = saved
 	}
 	if len(c.out.Entries) > 0 || c.out.HasTruncate || c.out.Snapshot != nil {
 		c.seq++

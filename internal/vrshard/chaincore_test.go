@@ -23,16 +23,21 @@ import (
 // what is persisted, committed, answered — not the host's (the host test
 // does that over real transports).
 type chainBed struct {
-	t       *testing.T
-	master  *chain.Master
-	cores   map[uint64]*chainCore
-	disk    map[uint64][]core.Entry
-	hs      map[uint64]core.HardState
-	applied map[uint64][]core.Committed
-	replies map[uint64][]core.Reply
-	reads   map[uint64][]core.ReadState
-	errs    map[uint64][]error
-	queue   []chain.Msg
+	t      *testing.T
+	master *chain.Master
+	cores  map[uint64]*chainCore
+	disk   map[uint64][]core.Entry
+	// hs is each member's hard state as last written (what a kill -9
+	// leaves: the OS has it), synced as of its last fsync (what a power
+	// cut leaves: the bed fsyncs every batch at once, and with it every
+	// hard state written before; a Ready with only a hard state starts no
+	// fsync, as on the host).
+	hs, synced map[uint64]core.HardState
+	applied    map[uint64][]core.Committed
+	replies    map[uint64][]core.Reply
+	reads      map[uint64][]core.ReadState
+	errs       map[uint64][]error
+	queue      []chain.Msg
 	// drop, if set, loses the messages it returns true for (a link that
 	// is not reliable).
 	drop func(chain.Msg) bool
@@ -42,7 +47,7 @@ const bedMaster = 9
 
 func newChainBed(t *testing.T, ids ...uint64) *chainBed {
 	b := &chainBed{t: t, cores: map[uint64]*chainCore{}, disk: map[uint64][]core.Entry{},
-		hs: map[uint64]core.HardState{}, applied: map[uint64][]core.Committed{},
+		hs: map[uint64]core.HardState{}, synced: map[uint64]core.HardState{}, applied: map[uint64][]core.Committed{},
 		replies: map[uint64][]core.Reply{}, reads: map[uint64][]core.ReadState{}, errs: map[uint64][]error{}}
 	var nodes []chain.NodeID
 	for _, id := range ids {
@@ -94,6 +99,7 @@ func (b *chainBed) pump() {
 			b.replies[id] = append(b.replies[id], rd.Replies...)
 			b.reads[id] = append(b.reads[id], rd.ReadStates...)
 			if rd.PersistSeq != 0 {
+				b.synced[id] = b.hs[id]
 				c.Persisted(rd.PersistSeq)
 			}
 			moved = moved || !rd.Empty()
@@ -201,13 +207,14 @@ func TestChainCoreContract(t *testing.T) {
 		t.Fatalf("a request older than the client's last: %v, want ErrStaleRequest", err)
 	}
 
-	// One more write: its batch carries the hard state with commit 3.
+	// One more write: the hard state records commit 4 once its
+	// acknowledgement came back (chainCore.Ready: at once, with no batch).
 	if err := b.propose(1, 7, 4, "w4"); err != nil {
 		t.Fatal(err)
 	}
 	b.pump()
-	if hs := b.hs[2]; hs.Commit != 3 || len(b.disk[2]) != 4 {
-		t.Fatalf("member 2: hard state %+v, %d entries; want commit 3 recorded, 4 entries", hs, len(b.disk[2]))
+	if hs := b.hs[2]; hs.Commit != 4 || len(b.disk[2]) != 4 {
+		t.Fatalf("member 2: hard state %+v, %d entries; want commit 4 recorded, 4 entries", hs, len(b.disk[2]))
 	}
 	b.crash(2)
 	b.pump()
@@ -229,7 +236,7 @@ func TestChainCoreContract(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s := c.status(); s.State != chain.Inactive || s.Log != 3 {
+	if s := c.status(); s.State != chain.Inactive || s.Log != 4 {
 		t.Fatalf("restarted: %+v, want a joiner holding the %d committed entries", s, hs.Commit)
 	}
 	b.cores[2], b.disk[2], b.applied[2] = c, disk, nil
@@ -607,40 +614,63 @@ func TestChainWipedBootstrappedMemberDoesNotServe(t *testing.T) {
 	}
 }
 
-// TestChainSavesItsCommitPointWhenIdle (a review finding): the commit
-// point was saved only with new entries, so a member's last entries,
-// acknowledged after its last batch, were not committed on its disk: a
-// restart truncated them and copied them again. Once the writes stop, the
-// advanced commit point is written on its own (after commitSaveDelay), and
-// a restart keeps every committed entry.
-func TestChainSavesItsCommitPointWhenIdle(t *testing.T) {
-	b := newChainBed(t, 1, 2, 3)
-	for i := uint64(1); i <= 3; i++ {
-		if err := b.propose(1, 7, i, fmt.Sprint("w", i)); err != nil {
+// TestChainSavesItsCommitPointAtOnce: every member writes an advanced
+// commit point with the Ready that advances it — before the replies it
+// releases — whatever its store, so after a kill -9 of every member the
+// head's durable prefix holds every write it answered: the only record of
+// them when the tail keeps none (a memory tail: D-M, D-D-M, Mb-Mb-M). A log
+// member once saved it lazily (with its next batch, or after 100 ms idle:
+// its commit point was 2 of 3 here, and D-D-M lost the last writes answered
+// before a kill -9 of every member, e2e TestChainStoresLogHeadKilledWhole);
+// with the mutation commitLazy (the save rides on batches only) the head
+// restarts without the last write.
+func TestChainSavesItsCommitPointAtOnce(t *testing.T) {
+	run := func(t *testing.T, stores [3]ChainStore, lazy bool) (kept int) {
+		b := newChainBed(t, 1, 2, 3)
+		for i, st := range stores {
+			id := uint64(i + 1)
+			c, err := openChain(chainConfig{Self: id, Master: bedMaster, Members: []uint64{1, 2, 3}, Store: st}, core.Boot{Bootstrap: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.commitLazy = lazy
+			b.cores[id] = c
+		}
+		for i := uint64(1); i <= 3; i++ {
+			if err := b.propose(1, 7, i, fmt.Sprint("w", i)); err != nil {
+				t.Fatal(err)
+			}
+			b.pump()
+		}
+		if n := len(b.replies[1]); n != 3 {
+			t.Fatalf("%d writes answered, want 3", n)
+		}
+		if !lazy {
+			for _, id := range []uint64{1, 2} {
+				if got := b.hs[id].Commit; got != 3 {
+					t.Fatalf("%v member %d saved commit point %d with no idle tick, want 3 (every answered write)", stores[id-1], id, got)
+				}
+			}
+		}
+		c, err := openChain(chainConfig{Self: 1, Master: bedMaster, Members: []uint64{1, 2, 3}, Store: stores[0]},
+			core.Boot{HardState: b.hs[1], Entries: b.disk[1]})
+		if err != nil {
 			t.Fatal(err)
 		}
-		b.pump()
+		return len(c.m.History())
 	}
-	if got := b.hs[1].Commit; got == 3 {
-		t.Fatalf("the head's commit point is %d before any idle tick: the test shows nothing", got)
-	}
-	for _, now := range []int64{1, 1 + commitSaveDelay} {
-		for _, c := range b.cores {
-			c.Tick(now)
-		}
-		b.pump()
-	}
-	for _, id := range []uint64{1, 2, 3} {
-		if got := b.hs[id].Commit; got != 3 {
-			t.Fatalf("member %d saved commit point %d after the writes stopped, want 3", id, got)
-		}
-	}
-	c, err := openChain(chainConfig{Self: 1, Master: bedMaster, Members: []uint64{1, 2, 3}}, core.Boot{HardState: b.hs[1], Entries: b.disk[1]})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n := len(c.m.History()); n != 3 || c.truncate != nil {
-		t.Fatalf("the restarted head keeps %d entries (truncate %v), want all 3", n, c.truncate)
+	for _, stores := range [][3]ChainStore{{ChainLog, ChainLog, ChainLog}, {ChainLog, ChainLog, ChainMemory}, {ChainBuffered, ChainBuffered, ChainMemory}} {
+		t.Run(fmt.Sprint(stores), func(t *testing.T) {
+			if n := run(t, stores, false); n != 3 {
+				t.Fatalf("the restarted head keeps %d entries, want all 3", n)
+			}
+			if !mutation.On {
+				return
+			}
+			if n := run(t, stores, true); n >= 3 {
+				t.Fatal("commitLazy not caught: the restarted head keeps every answered write")
+			}
+		})
 	}
 }
 
@@ -857,15 +887,18 @@ func headOf(t *testing.T, b *chainBed) uint64 {
 }
 
 // TestChainRestartsWhole: a chain of three takes writes, every member
-// crashes at once (no idle tick: the members' commit points ride on their
-// batches, behind what the head answered), and each restarts from its
-// disk. The master restarts the chain from the longest durable history
+// loses power at once, and each restarts from what its disk holds: the
+// entries and the hard state as of its last fsync — the head's and the
+// middle's commit points, written on their own after the last
+// acknowledgements, are not among it (a Ready with only a hard state starts
+// no fsync). The master restarts the chain from the longest durable history
 // (chain.Master.Restarted, from what each reports: its LU and length) and
 // joins the others: every answered write is on every member, and the
 // chain takes writes again. The tail's host records everything it writes
-// as committed (its acknowledgement follows its write): with the mutation
-// tailCommitLags (the tail's commit point lags as a middle member's) the
-// restarted chain holds fewer entries than were answered.
+// as committed, fsynced with the write (its acknowledgement follows): with
+// the mutation tailCommitLags (the tail saves its commit point as the
+// others do, in a later Ready) the restarted chain holds fewer entries than
+// were answered.
 func TestChainRestartsWhole(t *testing.T) {
 	run := func(t *testing.T, lag bool) (answered, kept int) {
 		ids := []uint64{1, 2, 3}
@@ -880,8 +913,11 @@ func TestChainRestartsWhole(t *testing.T) {
 			b.pump()
 		}
 		answered = len(b.replies[1])
-		if !lag && b.hs[3].Commit != 3 {
-			t.Fatalf("the tail saved commit point %d after writing 3 entries, want 3", b.hs[3].Commit)
+		if !lag && b.synced[3].Commit != 3 {
+			t.Fatalf("the tail synced commit point %d after writing 3 entries, want 3", b.synced[3].Commit)
+		}
+		if b.synced[1].Commit >= 3 {
+			t.Fatalf("the head synced commit point %d: the power cut takes nothing, the test shows nothing", b.synced[1].Commit)
 		}
 		for _, id := range ids {
 			b.crash(id)
@@ -890,7 +926,7 @@ func TestChainRestartsWhole(t *testing.T) {
 			t.Fatal("the master is not down with every member crashed")
 		}
 		for _, id := range ids {
-			c, err := openChain(chainConfig{Self: id, Master: bedMaster, Members: ids}, core.Boot{HardState: b.hs[id], Entries: b.disk[id]})
+			c, err := openChain(chainConfig{Self: id, Master: bedMaster, Members: ids}, core.Boot{HardState: b.synced[id], Entries: b.disk[id]})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -941,34 +977,55 @@ func TestChainRestartsWhole(t *testing.T) {
 	}
 }
 
-// TestChainMemberOutsideTheChainSaysRemoved: a member the master repaired
-// out of the chain while it was alive hears so in the answer to its
-// heartbeat (the configuration without it): it takes no lease from that
-// answer and reports itself removed (/status "removed"), until an answer
-// lists it again.
-func TestChainMemberOutsideTheChainSaysRemoved(t *testing.T) {
-	b := newChainBed(t, 1, 2, 3)
-	c := b.cores[3]
-	c.lease = int64(time.Second)
-	answer := func(seq uint64, members ...chain.NodeID) {
-		c.beats = append(c.beats, [2]int64{int64(seq), 0})
-		c.Step(0, chain.Msg{Type: chain.MsgHeartbeat, From: bedMaster, To: 3, Seq: seq, Members: members})
+// TestChainMemberOutsideTheChainRejoins: a member the master repaired out
+// of the chain while it was alive hears so in the answer to its heartbeat
+// (the configuration without it): it takes no lease from that answer and
+// rejoins as a new member — a joiner holding its committed history, whose
+// heartbeats say it is not a replica, so the master joins it again — with
+// no restart of its process. With the mutation outsideStays (the code
+// before) it stays active, reporting itself removed, until an answer lists
+// it again or its process restarts.
+func TestChainMemberOutsideTheChainRejoins(t *testing.T) {
+	run := func(t *testing.T, stays bool) *chainCore {
+		b := newChainBed(t, 1, 2, 3)
+		c := b.cores[3]
+		c.lease, c.outsideStays = int64(time.Second), stays
+		answer := func(seq uint64, members ...chain.NodeID) {
+			c.beats = append(c.beats, [2]int64{int64(seq), 0})
+			c.Step(0, chain.Msg{Type: chain.MsgHeartbeat, From: bedMaster, To: 3, Seq: seq, Members: members})
+		}
+		answer(1, 1, 2, 3)
+		if st := c.Info().Status; st != core.Normal || !c.leased(0) {
+			t.Fatalf("a member of the chain: status %v, leased %v; want normal, leased", st, c.leased(0))
+		}
+		c.leaseUntil = 0
+		answer(2, 1, 2)
+		if c.leased(0) {
+			t.Fatal("a member the configuration left out holds a lease")
+		}
+		return c
 	}
-	answer(1, 1, 2, 3)
-	if st := c.Info().Status; st != core.Normal || !c.leased(0) {
-		t.Fatalf("a member of the chain: status %v, leased %v; want normal, leased", st, c.leased(0))
+	c := run(t, false)
+	if st := c.Info().Status; st != core.Recovering || c.status().State != chain.Inactive || c.rejoins != 1 {
+		t.Fatalf("a member the configuration left out: status %v, state %v, rejoins %d; want recovering, a joiner, 1", st, c.status().State, c.rejoins)
 	}
-	c.leaseUntil = 0
-	answer(2, 1, 2)
-	if st := c.Info().Status; st != core.Removed || c.leased(0) {
-		t.Fatalf("a member the configuration left out: status %v, leased %v; want removed, no lease", st, c.leased(0))
+	var beats []chain.Msg
+	c.beat = 1
+	c.Tick(10)
+	for _, m := range c.Ready().Messages {
+		if m.Type == chain.MsgHeartbeat {
+			beats = append(beats, m)
+		}
 	}
-	if st := c.Info().Status.String(); st != "removed" {
-		t.Fatalf("status %q, want removed", st)
+	if len(beats) != 1 || !beats[0].Refused {
+		t.Fatalf("heartbeats after the rejoin %+v, want one saying it is not a replica", beats)
 	}
-	answer(3, 1, 2, 3)
-	if st := c.Info().Status; st != core.Normal {
-		t.Fatalf("listed again: status %v, want normal", st)
+	if !mutation.On {
+		return
+	}
+	c = run(t, true)
+	if st := c.Info().Status; st != core.Removed || c.rejoins != 0 {
+		t.Fatalf("outsideStays: status %v, rejoins %d; want removed, none", st, c.rejoins)
 	}
 }
 

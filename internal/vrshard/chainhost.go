@@ -74,6 +74,8 @@ func openChainHost(opts *Options, boot core.Boot) (hostCore, error) {
 	if err != nil {
 		return nil, err
 	}
+	c.commitLazy = mutation.On && opts.mut.chainCommitLazy
+	c.tailCommitLags = mutation.On && opts.mut.chainTailCommitLags
 	return &chainHost{chainCore: c, masters: slices.Clone(o.Masters), local: o.LocalMaster}, nil
 }
 

@@ -23,7 +23,7 @@ import (
 // host, each on its own node transport, and its master on node 4
 // (internal/chainmaster).
 type chainGroup struct {
-	t      *testing.T
+	t      testing.TB
 	nt     *nodeTransports
 	master *chainmaster.Master
 	dirs   []string
@@ -41,7 +41,7 @@ func newChainGroupAfter(t *testing.T, delay time.Duration) *chainGroup {
 	return newChainGroupTuned(t, delay, nil)
 }
 
-func newChainGroupTuned(t *testing.T, delay time.Duration, tune func(i int, o *Options)) *chainGroup {
+func newChainGroupTuned(t testing.TB, delay time.Duration, tune func(i int, o *Options)) *chainGroup {
 	log := testLogger(t)
 	g := &chainGroup{t: t, nt: newNodeTransports(t, 4, log), reps: make([]*Replica, 3), tune: tune}
 	m, err := chainmaster.Start(chainmaster.Config{Self: 4, Members: []uint64{1, 2, 3}, Transport: g.nt.trs[3],

@@ -136,7 +136,7 @@ func OpenChainNode(opts Options, n ChainNode) (*Replica, error) {
 		return nil, fmt.Errorf("chain node %d: the hosted master: %w", self, err)
 	}
 	master.Store(m)
-	r.hostedMeta = meta
+	r.hostedMeta, r.hostedMaster = meta, m
 	r.beforeClose = append(r.beforeClose, m.Close, func() { meta.Close() })
 	return r, nil
 }
@@ -208,3 +208,22 @@ func OpenHostedChainNode(failAfter time.Duration, st ChainStoreOptions) kcluster
 		return kcluster.Hosted{Replica: r, Group: r.Hosted(), Engine: r.Engine(), Transport: tr}, nil
 	}
 }
+
+// RestartChainWithout asks this node's hosted master to restart a chain
+// that is down without the members ids (chainmaster.Master.RestartWithout):
+// the operator's way out when a member whose disk is gone for good keeps
+// the whole-chain restart waiting. Only the acting master (the metadata
+// leader's) does it: kcluster.ErrNotActing elsewhere, a node hosting none
+// (not of the chain's metadata group) included.
+func (g hostedGroup) RestartChainWithout(ids []uint64) (string, error) {
+	if g.r.hostedMaster == nil {
+		return "", fmt.Errorf("%w (this node hosts no chain master: not of the chain's metadata group)", kcluster.ErrNotActing)
+	}
+	msg, err := g.r.hostedMaster.RestartWithout(ids)
+	if errors.Is(err, chainmaster.ErrNotActing) {
+		err = fmt.Errorf("%w: %w", kcluster.ErrNotActing, err)
+	}
+	return msg, err
+}
+
+var _ kcluster.ChainRestarter = hostedGroup{}

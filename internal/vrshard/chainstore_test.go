@@ -9,11 +9,11 @@ import (
 	"time"
 
 	"github.com/kefirdb/kefir/internal/chain"
-	"github.com/kefirdb/kefir/internal/core"
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/shard"
+	"github.com/kefirdb/kefir/internal/vfs"
 )
 
 func TestParseChainStore(t *testing.T) {
@@ -193,34 +193,42 @@ func TestChainMemoryChainLosesEverything(t *testing.T) {
 // TestChainMemoryTailKeepsWhatTheLogsCommitted: D-D-M, a memory tail. The
 // tail acknowledges what it holds, so a write is answered once both log
 // members have it on disk; only the tail's host records a write as committed
-// with the write itself, and a log member above it records its commit point
-// lazily (with its next batch, or after commitSaveDelay idle). A crash of
-// every member (a Close: the engine's buffered appends reach the OS; a
-// kill -9 may lose the last of them, TestChainStoresBufferedKilledWhole)
-// restarts the chain from a log member's history — not the memory tail's
-// empty one — and keeps every answered write, the last ones included: a
-// restarted member counts what its engine applied as committed (the host
-// applies only committed entries). With the mutation
-// chainCommitIgnoresEngine (the code before) the write answered just before
-// the crash is lost, and the restarted head's engine holds a version its log
-// does not, which no read can wait out.
+// with the write itself. A crash of every member (a Close: the engine's
+// buffered appends reach the OS; a kill -9 may lose the last of them,
+// e2e TestChainStoresLogHeadKilledWhole) restarts the chain from a log
+// member's history — not the memory tail's empty one — and keeps every
+// answered write, the last one included. Two rules each keep it here: a
+// member writes its commit point with the Ready that advances it, before it
+// answers (chainCore.Ready), and a restarted member counts what its engine
+// applied as committed (the host applies only committed entries; what a
+// power cut leaves of a commit point written and not yet fsynced). With
+// both off — the mutations commitLazy and chainCommitIgnoresEngine (the
+// code before session 24) — the write answered just before the crash is
+// lost, and the restarted head's engine holds a version its log does not,
+// which no read can wait out.
 func TestChainMemoryTailKeepsWhatTheLogsCommitted(t *testing.T) {
-	testMemoryTail(t, false)
+	for _, m := range []struct{ lazy, ignoreEngine bool }{{false, false}, {true, false}, {false, true}} {
+		if (m.lazy || m.ignoreEngine) && !mutation.On {
+			continue
+		}
+		if testMemoryTail(t, m.lazy, m.ignoreEngine) != 0 {
+			t.Fatalf("commitLazy %v, chainCommitIgnoresEngine %v: the write answered just before the crash was lost", m.lazy, m.ignoreEngine)
+		}
+	}
 }
 
-func testMemoryTail(t *testing.T, ignoreEngine bool) (missing int) {
+func testMemoryTail(t *testing.T, lazy, ignoreEngine bool) (missing int) {
 	g := newChainGroupTuned(t, 0, func(i int, o *Options) {
 		co := *o.Chain
 		co.Store = [3]ChainStore{ChainLog, ChainLog, ChainMemory}[i]
 		o.Chain = &co
-		o.mut.chainCommitIgnoresEngine = ignoreEngine
+		o.mut.chainCommitLazy, o.mut.chainCommitIgnoresEngine = lazy, ignoreEngine
 	})
 	storeWrites(g, 0, 0, 30)
-	time.Sleep(3 * time.Duration(commitSaveDelay)) // the log members save their commit points
-	storeWrites(g, 0, 30, 1)                       // answered; the head's commit point not yet saved
+	storeWrites(g, 0, 30, 1) // answered; with commitLazy the head's commit point not yet saved
 	head := restartWhole(t, g)
 	if m := storeMissing(g, head, 30); m != 0 {
-		t.Fatalf("%d of the 30 writes older than the commit save delay lost after a crash of every member of D-D-M", m)
+		t.Fatalf("%d of the first 30 writes lost after a crash of every member of D-D-M", m)
 	}
 	var res kv.Result
 	err := g.try(head, "read s30", func(ctx context.Context, r *Replica) (err error) {
@@ -228,7 +236,7 @@ func testMemoryTail(t *testing.T, ignoreEngine bool) (missing int) {
 		return err
 	})
 	if err != nil || string(res.Bulk) != "v30" {
-		if !ignoreEngine {
+		if !lazy || !ignoreEngine {
 			t.Fatalf("the write answered just before a crash of every member of D-D-M: %q, %v", res.Bulk, err)
 		}
 		return 1
@@ -237,51 +245,80 @@ func testMemoryTail(t *testing.T, ignoreEngine bool) (missing int) {
 }
 
 // TestChainMemoryTailMutation: the counter-test of
-// TestChainMemoryTailKeepsWhatTheLogsCommitted — with the restart's committed
-// prefix the saved commit point alone, the write answered last is lost.
+// TestChainMemoryTailKeepsWhatTheLogsCommitted — with the commit point saved
+// with batches only and the restart's committed prefix the saved commit
+// point alone, the write answered last is lost.
 func TestChainMemoryTailMutation(t *testing.T) {
 	mutation.Require(t)
-	if testMemoryTail(t, true) == 0 {
-		t.Fatal("with chainCommitIgnoresEngine the write answered just before the crash survived: the test does not exercise the lazy commit point")
+	if testMemoryTail(t, true, true) == 0 {
+		t.Fatal("with commitLazy and chainCommitIgnoresEngine the write answered just before the crash survived: the test does not exercise the commit point")
 	}
 }
 
-// TestChainBufferedHeadSavesItsCommitPointAtOnce: a buffered or memory
-// member writes an advanced commit point with the Ready that advances it —
-// before the replies it releases — so after a kill -9 of every member of a
-// chain without a log tail (Mb-Mb-M) the head's durable prefix holds every
-// write it answered. A log member saves lazily (with its next batch, or
-// after commitSaveDelay idle: TestChainSavesItsCommitPointWhenIdle), as the
-// buffered head did before (then its saved commit point was 2 of 3 here).
-func TestChainBufferedHeadSavesItsCommitPointAtOnce(t *testing.T) {
-	b := newChainBed(t, 1, 2, 3)
-	for id, st := range map[uint64]ChainStore{1: ChainBuffered, 2: ChainBuffered, 3: ChainMemory} {
-		c, err := openChain(chainConfig{Self: id, Master: bedMaster, Members: []uint64{1, 2, 3}, Store: st}, core.Boot{Bootstrap: true})
-		if err != nil {
-			t.Fatal(err)
+// TestChainPowerCutOfEveryMember: the loss table's power-cut column on the
+// production host, in process: each member's disk is a vfs.Mem, and a power
+// cut of every member at once keeps exactly what each had fsynced (its
+// log's batches, the hard states written with them; not a commit point
+// written on its own, nor the engine's appends, synced only at
+// checkpoints). D-D-D keeps every answered write, the last included: the
+// tail records what it writes as committed in the same fsynced write
+// (chainCore.Ready), and the restart takes the longest history; with the
+// mutation tailCommitLags (the tail saves its commit point as the others
+// do, in a later Ready) the last answered write is lost. D-D-M keeps every
+// write but the last: the head's commit point for it was written on its
+// own and not yet fsynced, and the memory tail keeps nothing — the table's
+// window ("the writes answered since the head's last fsync").
+func TestChainPowerCutOfEveryMember(t *testing.T) {
+	run := func(t *testing.T, stores [3]ChainStore, lag bool) (lastKept bool) {
+		mems := [3]*vfs.Mem{vfs.NewMem(), vfs.NewMem(), vfs.NewMem()}
+		g := newChainGroupTuned(t, 0, func(i int, o *Options) {
+			co := *o.Chain
+			co.Store = stores[i]
+			o.Chain = &co
+			o.FS = mems[i]
+			o.mut.chainTailCommitLags = lag
+		})
+		storeWrites(g, 0, 0, 30)
+		for i := range 3 {
+			mems[i].Crash(nil) // exactly what was fsynced survives
 		}
-		b.cores[id] = c
-	}
-	for i := uint64(1); i <= 3; i++ {
-		if err := b.propose(1, 7, i, fmt.Sprint("w", i)); err != nil {
-			t.Fatal(err)
+		for i := range 3 {
+			g.reps[i].crash()
+			g.reps[i] = nil
+			g.nt.trs[i].Close()
 		}
-		b.pump()
-	}
-	if n := len(b.replies[1]); n != 3 {
-		t.Fatalf("%d writes answered, want 3", n)
-	}
-	for _, id := range []uint64{1, 2} {
-		if got := b.hs[id].Commit; got != 3 {
-			t.Fatalf("buffered member %d saved commit point %d with no idle tick, want 3 (every answered write)", id, got)
+		for i := range 3 {
+			g.restart(i)
 		}
+		head := -1
+		deadline := time.Now().Add(15 * time.Second)
+		for head < 0 && time.Now().Before(deadline) {
+			if ms := g.master.Members(); len(ms) == 3 && g.reps[ms[0]-1].Info().IsLeader {
+				head = int(ms[0] - 1)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if head < 0 {
+			t.Fatalf("no member heads the chain after the power cut (master: %v)", g.master.Members())
+		}
+		if m := storeMissing(g, head, 29); m != 0 {
+			t.Fatalf("%v: %d of the first 29 answered writes lost in a power cut of every member", stores, m)
+		}
+		return g.read(head, "s29") == "v29"
 	}
-	c, err := openChain(chainConfig{Self: 1, Master: bedMaster, Members: []uint64{1, 2, 3}, Store: ChainBuffered},
-		core.Boot{HardState: b.hs[1], Entries: b.disk[1]})
-	if err != nil {
-		t.Fatal(err)
+	dd := [3]ChainStore{ChainLog, ChainLog, ChainLog}
+	if !run(t, dd, false) {
+		t.Fatal("D-D-D: the write answered last was lost in a power cut of every member")
 	}
-	if n := len(c.m.History()); n != 3 {
-		t.Fatalf("the restarted head keeps %d entries, want all 3", n)
+	if run(t, [3]ChainStore{ChainLog, ChainLog, ChainMemory}, false) {
+		t.Log("D-D-M: the write answered last survived the power cut (its commit point reached the disk with a later batch)")
+	} else {
+		t.Log("D-D-M: the write answered last was lost in the power cut: the table's window")
+	}
+	if !mutation.On {
+		return
+	}
+	if run(t, dd, true) {
+		t.Fatal("tailCommitLags not caught: D-D-D kept the write answered last")
 	}
 }

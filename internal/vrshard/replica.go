@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/chainmaster"
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/mutation"
@@ -343,6 +344,12 @@ type mutations struct {
 	// chainCommitIgnoresEngine: a restarted chain member's committed
 	// prefix ignores its engine's applied mark (chainConfig).
 	chainCommitIgnoresEngine bool
+	// chainCommitLazy: a chain member below the tail saves an advanced
+	// commit point only with its next batch (chainCore.commitLazy).
+	chainCommitLazy bool
+	// chainTailCommitLags: a chain tail saves its commit point as the
+	// others do (chainCore.tailCommitLags).
+	chainTailCommitLags bool
 	// captureDelay (a test hook) lengthens every snapshot capture, as a
 	// large state's scan would.
 	captureDelay time.Duration
@@ -806,8 +813,9 @@ type Replica struct {
 	// metadata replica, chainmeta.go).
 	beforeClose []func()
 	// hostedMeta is a chain node's replica of the metadata group
-	// (OpenChainNode; nil elsewhere).
-	hostedMeta *Replica
+	// (OpenChainNode; nil elsewhere), hostedMaster the master it hosts.
+	hostedMeta   *Replica
+	hostedMaster *chainmaster.Master
 
 	// Early-acknowledged writes without a request id get one: this
 	// incarnation's random client id and the next number (driver only).
@@ -837,6 +845,10 @@ type Replica struct {
 	rdEventual int64
 
 	st struct {
+		// logWrites: the log writes the driver's Readies made (one per
+		// Ready that had something to write; a chain member's hard state
+		// on its own included: BenchmarkChainSyncWrite).
+		logWrites                                                                                                                                 atomic.Uint64
 		localReads                                                                                                                                atomic.Uint64
 		readies, fsyncs, persisted, applied, proposals, leaseReads, indexReads, ckpts, snapsSent, snapsLoaded, snapsCaptured, forgets             atomic.Uint64
 		nxFast, nxFallbacks, nxSent, nxAcksSent, nxSlowReads                                                                                      atomic.Uint64
@@ -1663,6 +1675,7 @@ func (r *Replica) handle(rd *core.Ready[peerMsg], urgent bool) error {
 		if err := r.wal.write(); err != nil {
 			return err
 		}
+		r.st.logWrites.Add(1)
 		if rd.PersistSeq != 0 {
 			r.written = rd.PersistSeq
 		}
