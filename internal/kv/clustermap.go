@@ -49,6 +49,17 @@ import (
 //	                  slots only by moves); the same node again is a no-op.
 //	                  The epoch goes up by one, unless a move is in flight
 //	                  (then it stays below the move's until MoveDone).
+//	KindMapSetMembers Key: a group's members (AppendMapMembers: group, VR
+//	                  epoch, members in leader order), recorded after the
+//	                  group's reconfiguration to that epoch committed.
+//	                  Compare-and-set by the group's VR epoch: refused
+//	                  below the epoch the map records for the group, and at
+//	                  it unless the members are the same set (then a
+//	                  no-op: a retry); refused for a group the map does not
+//	                  have, an even or empty list, a member listed twice or
+//	                  not a node of the map. The map epoch moves as with
+//	                  AddNode (so pollers learn the members), unless a move
+//	                  is in flight.
 
 // ClusterMapKey is the reserved record that holds the metadata group's map.
 var ClusterMapKey = ReservedKey("clustermap")
@@ -69,11 +80,14 @@ type MapNode struct {
 }
 
 // MapGroup is a data group: its members (node ids, in leader order) and the
-// slot ranges it owns.
+// slot ranges it owns. MemberEpoch is the group's VR configuration epoch
+// the members are of (KindMapSetMembers; 0: never recorded, the group's
+// first epoch).
 type MapGroup struct {
-	ID      uint64
-	Members []uint64
-	Slots   []SlotRange
+	ID          uint64
+	Members     []uint64
+	Slots       []SlotRange
+	MemberEpoch uint64 `json:",omitempty"`
 }
 
 // MapMove is a move in flight: Slots from group From to group To at Epoch,
@@ -163,6 +177,21 @@ func AppendClusterMap(b []byte, m *ClusterMap) []byte {
 	for _, mv := range m.Moves {
 		b = AppendMapMove(b, mv)
 	}
+	// The groups' member epochs, last and only when one was recorded: a
+	// map of before KindMapSetMembers decodes (and encodes) as it was.
+	var eps []MapGroup
+	for _, g := range m.Groups {
+		if g.MemberEpoch != 0 {
+			eps = append(eps, g)
+		}
+	}
+	if len(eps) > 0 {
+		b = binary.AppendUvarint(b, uint64(len(eps)))
+		for _, g := range eps {
+			b = binary.AppendUvarint(b, g.ID)
+			b = binary.AppendUvarint(b, g.MemberEpoch)
+		}
+	}
 	return b
 }
 
@@ -196,6 +225,16 @@ func DecodeClusterMap(b []byte) (*ClusterMap, error) {
 	for range count() {
 		m.Moves = append(m.Moves, decodeMapMove(&d))
 	}
+	if d.Err == nil && len(d.B) > 0 {
+		for range count() {
+			id, ep := d.Uvarint(), d.Uvarint()
+			if g, ok := m.Group(id); ok && ep != 0 {
+				g.MemberEpoch = ep
+			} else if d.Err == nil {
+				d.Err = ErrCorrupt
+			}
+		}
+	}
 	if d.Err != nil || len(d.B) != 0 {
 		return nil, fmt.Errorf("%w: cluster map", ErrCorrupt)
 	}
@@ -221,6 +260,43 @@ func DecodeMapNode(b []byte) (MapNode, error) {
 		return MapNode{}, fmt.Errorf("%w: cluster map node", ErrCorrupt)
 	}
 	return n, nil
+}
+
+// MapMembers is KindMapSetMembers's payload: group's members (leader
+// order) in its VR configuration epoch Epoch.
+type MapMembers struct {
+	Group   uint64
+	Epoch   uint64
+	Members []uint64
+}
+
+// AppendMapMembers appends mm's encoding (KindMapSetMembers's Key) to b.
+func AppendMapMembers(b []byte, mm MapMembers) []byte {
+	b = binary.AppendUvarint(b, mm.Group)
+	b = binary.AppendUvarint(b, mm.Epoch)
+	b = binary.AppendUvarint(b, uint64(len(mm.Members)))
+	for _, id := range mm.Members {
+		b = binary.AppendUvarint(b, id)
+	}
+	return b
+}
+
+// DecodeMapMembers decodes AppendMapMembers's encoding, all of b.
+func DecodeMapMembers(b []byte) (MapMembers, error) {
+	d := Decoder{B: b}
+	mm := MapMembers{Group: d.Uvarint(), Epoch: d.Uvarint()}
+	n := d.Uvarint()
+	if n > uint64(len(d.B)) {
+		d.Err = ErrCorrupt
+		n = 0
+	}
+	for range n {
+		mm.Members = append(mm.Members, d.Uvarint())
+	}
+	if d.Err != nil || len(d.B) != 0 {
+		return MapMembers{}, fmt.Errorf("%w: cluster map members", ErrCorrupt)
+	}
+	return mm, nil
 }
 
 // AppendMapMove appends mv's encoding (the Key of the move ops) to b.
@@ -314,6 +390,9 @@ func applyMapOp(get Getter, version uint64, op *Op, emit Emit) (Result, error) {
 // mapStep returns the map after op (nil: unchanged) and op's result.
 func mapStep(m *ClusterMap, op *Op) (*ClusterMap, Result, error) {
 	epoch := Result{Kind: ResInt, Int: int64(m.Epoch)}
+	if op.Kind == KindMapSetMembers {
+		return setMembers(m, op)
+	}
 	if op.Kind == KindMapAddNode {
 		nd, err := DecodeMapNode(op.Key)
 		if err != nil {
@@ -446,6 +525,52 @@ func mapStep(m *ClusterMap, op *Op) (*ClusterMap, Result, error) {
 	return nil, Result{}, fmt.Errorf("%w: %s", ErrInvalidOp, op.Kind)
 }
 
+// setMembers is KindMapSetMembers's step: the members the group's VR
+// reconfiguration committed, compare-and-set by its epoch. Why by the VR
+// epoch: the recorder (kefir cluster replace-node) learns the members and
+// epoch from the group's leader and may be retried or race another
+// recorder; an older epoch's list must never overwrite a newer one.
+func setMembers(m *ClusterMap, op *Op) (*ClusterMap, Result, error) {
+	mm, err := DecodeMapMembers(op.Key)
+	if err != nil {
+		return nil, Result{}, err
+	}
+	g, ok := m.Group(mm.Group)
+	if !ok {
+		return nil, Result{}, errMap("no group %d in the map", mm.Group)
+	}
+	if len(mm.Members)%2 == 0 {
+		return nil, Result{}, errMap("group %d: %d members: a VR group has an odd number", mm.Group, len(mm.Members))
+	}
+	for i, id := range mm.Members {
+		if slices.Contains(mm.Members[:i], id) {
+			return nil, Result{}, errMap("group %d: member %d listed twice", mm.Group, id)
+		}
+		if !slices.ContainsFunc(m.Nodes, func(n MapNode) bool { return n.ID == id }) {
+			return nil, Result{}, errMap("group %d: member %d is not a node of the map (add it first)", mm.Group, id)
+		}
+	}
+	cur := max(g.MemberEpoch, 1) // never recorded: the group's first epoch
+	sameSet := len(mm.Members) == len(g.Members) && !slices.ContainsFunc(mm.Members, func(id uint64) bool { return !slices.Contains(g.Members, id) })
+	switch {
+	case mm.Epoch < cur:
+		return nil, Result{}, errMap("group %d: members of epoch %d, but the map has epoch %d's", mm.Group, mm.Epoch, cur)
+	case mm.Epoch == cur && sameSet:
+		return nil, Result{Kind: ResInt, Int: int64(m.Epoch)}, nil // a retry
+	case mm.Epoch == cur:
+		return nil, Result{}, errMap("group %d: epoch %d's members are %v, not %v", mm.Group, cur, g.Members, mm.Members)
+	}
+	n := m.clone()
+	ng, _ := n.Group(mm.Group)
+	ng.Members, ng.MemberEpoch = slices.Clone(mm.Members), mm.Epoch
+	// As AddNode: the epoch moves so pollers adopt the map, but not while
+	// a move is in flight (its MoveDone raises it).
+	if len(n.Moves) == 0 {
+		n.Epoch++
+	}
+	return n, Result{Kind: ResInt, Int: int64(n.Epoch)}, nil
+}
+
 // rangesOf returns slots (any order, no duplicates) as sorted ranges.
 func rangesOf(slots []uint16) []SlotRange {
 	slices.Sort(slots)
@@ -464,7 +589,7 @@ func rangesOf(slots []uint16) []SlotRange {
 func (m *ClusterMap) clone() *ClusterMap {
 	n := &ClusterMap{Epoch: m.Epoch, Nodes: slices.Clone(m.Nodes), Moves: slices.Clone(m.Moves)}
 	for _, g := range m.Groups {
-		n.Groups = append(n.Groups, MapGroup{ID: g.ID, Members: slices.Clone(g.Members), Slots: slices.Clone(g.Slots)})
+		n.Groups = append(n.Groups, MapGroup{ID: g.ID, Members: slices.Clone(g.Members), Slots: slices.Clone(g.Slots), MemberEpoch: g.MemberEpoch})
 	}
 	for i := range n.Moves {
 		n.Moves[i].Slots = slices.Clone(n.Moves[i].Slots)
