@@ -180,13 +180,10 @@ func (m *Multi) pollMap(ctx context.Context, mv *Mover) error {
 
 // metaSeeds are the client addresses of the metadata group's members.
 func (m *Multi) metaSeeds() []string {
-	ids := make([]uint64, 0, len(m.members))
-	for id := range m.members {
-		ids = append(ids, id)
-	}
+	ids := m.nodeIDs()
 	var out []string
 	for _, id := range MetaMembers(ids) {
-		if a := m.members[id].ClientAddr; a != "" {
+		if a := m.member(id).ClientAddr; a != "" {
 			out = append(out, a)
 		}
 	}

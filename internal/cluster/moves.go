@@ -47,7 +47,7 @@ func (g *localGroup) table() *kv.SlotTable {
 func (m *Multi) owner(slot uint16) (GroupID, bool) {
 	var best, handed GroupID
 	var bestEpoch, handedEpoch uint64
-	for _, g := range m.local {
+	for _, g := range m.hs().local {
 		t := g.table()
 		if t == nil {
 			continue
@@ -77,7 +77,7 @@ func (m *Multi) owner(slot uint16) (GroupID, bool) {
 			return best, false
 		}
 	} else if handed != 0 && (!m.meta.follows.Load() || handedEpoch > sm.Epoch) {
-		if g := m.byID[handed]; g != nil {
+		if g := m.hs().byID[handed]; g != nil {
 			if t := g.table(); t != nil && t.Entry(slot).State == kv.SlotImporting {
 				return handed, true
 			}
@@ -103,7 +103,7 @@ func (m *Multi) refusal(err error, slot uint16, from GroupID) error {
 			return &ReplyError{fmt.Sprintf("TRYAGAIN slot %d is not served by group %d (%v)", slot, from, err)}
 		}
 		id = GroupID(se.Peer)
-		if g := m.byID[id]; g != nil {
+		if g := m.hs().byID[id]; g != nil {
 			if t := g.table(); t != nil && t.Entry(slot).State == kv.SlotImporting {
 				inFlight = true
 			}
@@ -128,9 +128,9 @@ type effective struct {
 // overridden by the hosted groups' tables (a slot in flight is shown at its
 // destination), at the highest epoch any of them knows.
 func (m *Multi) Slots() *SlotMap {
-	tabs := make([]*kv.SlotTable, len(m.local))
+	tabs := make([]*kv.SlotTable, len(m.hs().local))
 	any := false
-	for i, g := range m.local {
+	for i, g := range m.hs().local {
 		tabs[i] = g.table()
 		any = any || tabs[i] != nil
 	}
@@ -174,16 +174,13 @@ func (m *Multi) Slots() *SlotMap {
 
 // hosted returns hosted group id, or an error naming it.
 func (m *Multi) hosted(id GroupID) (*localGroup, error) {
-	g := m.byID[id]
+	g := m.hs().byID[id]
 	if id == MetaGroupID {
 		if m.meta.g == nil {
 			// Sent on to a node that hosts it (the mover follows -MOVED).
-			ids := make([]uint64, 0, len(m.members))
-			for id := range m.members {
-				ids = append(ids, id)
-			}
+			ids := m.nodeIDs()
 			if ms := MetaMembers(ids); len(ms) > 0 {
-				return nil, &NotLeaderError{Leader: ms[0], Addr: m.members[ms[0]].ClientAddr}
+				return nil, &NotLeaderError{Leader: ms[0], Addr: m.member(ms[0]).ClientAddr}
 			}
 			return nil, &ReplyError{"ERR this cluster has no metadata group"}
 		}
@@ -205,7 +202,7 @@ func (m *Multi) leads(g *localGroup) error {
 	if !st.Normal || st.Leader == 0 {
 		return &NotLeaderError{}
 	}
-	return &NotLeaderError{Leader: st.Leader, Addr: m.members[st.Leader].ClientAddr}
+	return &NotLeaderError{Leader: st.Leader, Addr: m.member(st.Leader).ClientAddr}
 }
 
 // led returns group id if this node hosts it and its replica here leads it

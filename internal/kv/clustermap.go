@@ -81,8 +81,8 @@ type MapNode struct {
 
 // MapGroup is a data group: its members (node ids, in leader order) and the
 // slot ranges it owns. MemberEpoch is the group's VR configuration epoch
-// the members are of (KindMapSetMembers; 0: never recorded, the group's
-// first epoch).
+// the members are of (KindMapSetMembers; 0: the group's first epoch, as VR
+// numbers it).
 type MapGroup struct {
 	ID          uint64
 	Members     []uint64
@@ -550,7 +550,7 @@ func setMembers(m *ClusterMap, op *Op) (*ClusterMap, Result, error) {
 			return nil, Result{}, errMap("group %d: member %d is not a node of the map (add it first)", mm.Group, id)
 		}
 	}
-	cur := max(g.MemberEpoch, 1) // never recorded: the group's first epoch
+	cur := g.MemberEpoch // never recorded: 0, the group's first epoch
 	sameSet := len(mm.Members) == len(g.Members) && !slices.ContainsFunc(mm.Members, func(id uint64) bool { return !slices.Contains(g.Members, id) })
 	switch {
 	case mm.Epoch < cur:

@@ -344,24 +344,24 @@ func TestMapSetMembers(t *testing.T) {
 		t.Fatalf("add node: %+v %v", res, err)
 	}
 	for name, bad := range map[string]MapMembers{
-		"no such group":         {Group: 9, Epoch: 2, Members: []uint64{1, 2, 4}},
-		"even":                  {Group: 1, Epoch: 2, Members: []uint64{1, 2}},
-		"empty":                 {Group: 1, Epoch: 2},
-		"twice":                 {Group: 1, Epoch: 2, Members: []uint64{1, 2, 2}},
-		"not a node":            {Group: 1, Epoch: 2, Members: []uint64{1, 2, 5}},
-		"first epoch, new list": {Group: 1, Epoch: 1, Members: []uint64{1, 2, 4}},
+		"no such group":         {Group: 9, Epoch: 1, Members: []uint64{1, 2, 4}},
+		"even":                  {Group: 1, Epoch: 1, Members: []uint64{1, 2}},
+		"empty":                 {Group: 1, Epoch: 1},
+		"twice":                 {Group: 1, Epoch: 1, Members: []uint64{1, 2, 2}},
+		"not a node":            {Group: 1, Epoch: 1, Members: []uint64{1, 2, 5}},
+		"first epoch, new list": {Group: 1, Epoch: 0, Members: []uint64{1, 2, 4}},
 	} {
 		if _, err := apply(membersOp(bad)); !errors.Is(err, ErrSlotTransition) {
 			t.Fatalf("%s: %+v: %v", name, bad, err)
 		}
 	}
-	if res, err := apply(membersOp(MapMembers{Group: 1, Epoch: 1, Members: []uint64{3, 2, 1}})); err != nil || res.Version != 0 {
+	if res, err := apply(membersOp(MapMembers{Group: 1, Epoch: 0, Members: []uint64{3, 2, 1}})); err != nil || res.Version != 0 {
 		t.Fatalf("the first epoch's set again: %+v %v", res, err)
 	}
 	if cm := readMap(t, m); cm.Epoch != 2 || !slices.Equal(cm.Groups[0].Members, []uint64{1, 2, 3}) {
 		t.Fatalf("refused ops changed the map: %+v", cm)
 	}
-	set := MapMembers{Group: 1, Epoch: 2, Members: []uint64{1, 2, 4}}
+	set := MapMembers{Group: 1, Epoch: 1, Members: []uint64{1, 2, 4}}
 	if res, err := apply(membersOp(set)); err != nil || res.Int != 3 || res.Version == 0 {
 		t.Fatalf("set members: %+v %v", res, err)
 	}
@@ -370,14 +370,14 @@ func TestMapSetMembers(t *testing.T) {
 	}
 	for name, bad := range map[string]MapMembers{
 		"older epoch":            {Group: 1, Epoch: 1, Members: []uint64{1, 2, 3}},
-		"other list, same epoch": {Group: 1, Epoch: 2, Members: []uint64{1, 3, 4}},
+		"other list, same epoch": {Group: 1, Epoch: 1, Members: []uint64{1, 3, 4}},
 	} {
 		if _, err := apply(membersOp(bad)); !errors.Is(err, ErrSlotTransition) {
 			t.Fatalf("%s: %+v: %v", name, bad, err)
 		}
 	}
 	cm := readMap(t, m)
-	if g, _ := cm.Group(1); cm.Epoch != 3 || g.MemberEpoch != 2 || !slices.Equal(g.Members, []uint64{1, 2, 4}) {
+	if g, _ := cm.Group(1); cm.Epoch != 3 || g.MemberEpoch != 1 || !slices.Equal(g.Members, []uint64{1, 2, 4}) {
 		t.Fatalf("map after set members: %+v", cm)
 	}
 	if g, _ := cm.Group(2); g.MemberEpoch != 0 || !slices.Equal(g.Members, []uint64{2, 3, 1}) {
@@ -387,7 +387,7 @@ func TestMapSetMembers(t *testing.T) {
 	if _, err := apply(moveOp(KindMapMovePlan, MapMove{From: 1, To: 2, Slots: []SlotRange{{0, 9}}, Epoch: 5, Driver: "a"})); err != nil {
 		t.Fatal(err)
 	}
-	if res, err := apply(membersOp(MapMembers{Group: 2, Epoch: 2, Members: []uint64{2, 3, 4}})); err != nil || res.Int != 3 {
+	if res, err := apply(membersOp(MapMembers{Group: 2, Epoch: 1, Members: []uint64{2, 3, 4}})); err != nil || res.Int != 3 {
 		t.Fatalf("set members during a move: %+v %v", res, err)
 	}
 	op := Op{Kind: KindMapSetMembers}
