@@ -429,20 +429,20 @@ func runClusterMembers(cmd string, args []string, stdout, stderr io.Writer) erro
 func groupsChange(ctx context.Context, cmd string, mv *cluster.Mover, cm *kv.ClusterMap, old uint64, nw cluster.Member, removed []uint64,
 	only cluster.GroupID, asJSON bool, stdout, stderr io.Writer) error {
 	remove := cmd == "remove-node"
+	var plan []cluster.GroupChange
+	var err error
 	if remove {
-		if len(removed) != 1 {
-			return usageError{fmt.Errorf("remove-node in a cluster of several groups takes one node (--id N): each group changes on its own")}
-		}
-		old = removed[0]
+		plan, err = cluster.PlanRemoveNodes(cm, removed)
+	} else {
+		plan, err = cluster.PlanNodeChange(cm, old, nw)
 	}
-	plan, err := cluster.PlanNodeChange(cm, old, nw, remove)
 	if err != nil {
 		return fmt.Errorf("%s: %w; nothing changed", cmd, err)
 	}
 	if only != 0 {
 		i := slices.IndexFunc(plan, func(c cluster.GroupChange) bool { return c.Group == only })
 		if i < 0 {
-			return fmt.Errorf("%s: node %d is not a member of group %d (map epoch %d); nothing changed", cmd, old, only, cm.Epoch)
+			return fmt.Errorf("%s: group %d does not change (map epoch %d); nothing changed", cmd, only, cm.Epoch)
 		}
 		plan = plan[i : i+1]
 	}

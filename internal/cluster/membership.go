@@ -299,64 +299,77 @@ type GroupChange struct {
 }
 
 // PlanNodeChange returns, for a cluster of several groups whose map is cm,
-// the groups to reconfigure to replace node old by nw (remove false) or to
-// remove node old (remove true), in group order, or an error naming what is
-// wrong before anything changes: old not a node of the map, or in no group;
-// nw's id a node of the map at other addresses, already a member of one of
-// old's groups, or one that would change the metadata group's members
-// (MetaMembers: the lowest ids); a removal that leaves a group an even or
-// empty number of members. A change already made in some groups (a rerun
-// after a crash) plans the rest: groups that no longer have old are left.
-func PlanNodeChange(cm *kv.ClusterMap, old uint64, nw Member, remove bool) ([]GroupChange, error) {
+// the groups to reconfigure to replace node old by nw, in group order, or
+// an error naming what is wrong before anything changes: old not a node of
+// the map, or in no group; nw's id the old one's, a node of the map at
+// other addresses, already a member of one of old's groups, or one that
+// would change the metadata group's members (MetaMembers: the lowest ids).
+// A change already made in some groups (a rerun after a crash) plans the
+// rest: groups that no longer have old are left.
+func PlanNodeChange(cm *kv.ClusterMap, old uint64, nw Member) ([]GroupChange, error) {
 	if !slices.ContainsFunc(cm.Nodes, func(n kv.MapNode) bool { return n.ID == old }) {
 		return nil, fmt.Errorf("node %d is not a node of the cluster map (epoch %d)", old, cm.Epoch)
 	}
-	if !remove {
-		if nw.ID == old {
-			return nil, fmt.Errorf("the new node's id %d is the old one's: a new node takes a new id", nw.ID)
-		}
-		ids := make([]uint64, 0, len(cm.Nodes)+1)
-		known := false
-		for _, n := range cm.Nodes {
-			ids = append(ids, n.ID)
-			if n.ID == nw.ID {
-				known = true
-				if n.ClientAddr != nw.ClientAddr || n.PeerAddr != nw.PeerAddr {
-					return nil, fmt.Errorf("node id %d is already used in the map (at %s, peer %s): give the new node an unused id", nw.ID, n.ClientAddr, n.PeerAddr)
-				}
+	if nw.ID == old {
+		return nil, fmt.Errorf("the new node's id %d is the old one's: a new node takes a new id", nw.ID)
+	}
+	ids := make([]uint64, 0, len(cm.Nodes)+1)
+	known := false
+	for _, n := range cm.Nodes {
+		ids = append(ids, n.ID)
+		if n.ID == nw.ID {
+			known = true
+			if n.ClientAddr != nw.ClientAddr || n.PeerAddr != nw.PeerAddr {
+				return nil, fmt.Errorf("node id %d is already used in the map (at %s, peer %s): give the new node an unused id", nw.ID, n.ClientAddr, n.PeerAddr)
 			}
 		}
-		if !known && !slices.Equal(MetaMembers(ids), MetaMembers(append(ids, nw.ID))) {
-			return nil, fmt.Errorf("node id %d is below the metadata group's members %v (the lowest ids host it): give the new node a higher id", nw.ID, MetaMembers(ids))
-		}
+	}
+	if !known && !slices.Equal(MetaMembers(ids), MetaMembers(append(ids, nw.ID))) {
+		return nil, fmt.Errorf("node id %d is below the metadata group's members %v (the lowest ids host it): give the new node a higher id", nw.ID, MetaMembers(ids))
 	}
 	var out []GroupChange
 	for _, g := range cm.Groups {
 		if !slices.Contains(g.Members, old) {
 			continue
 		}
-		var ms []uint64
-		for _, id := range g.Members {
-			switch {
-			case id != old:
-				ms = append(ms, id)
-			case !remove:
-				ms = append(ms, nw.ID)
-			}
-		}
-		if !remove && slices.Contains(g.Members, nw.ID) {
+		if slices.Contains(g.Members, nw.ID) {
 			return nil, fmt.Errorf("node %d is already a member of group %d (members %v) with node %d: it cannot take node %d's place there", nw.ID, g.ID, g.Members, old, old)
 		}
-		if remove && (len(ms) == 0 || len(ms)%2 == 0) {
-			return nil, fmt.Errorf("removing node %d would leave group %d with %d members (%v); a VR group needs an odd number (2f+1), at least 1: replace the node instead (kefir cluster replace-node --old %d --new ID@PEER-ADDR/CLIENT-ADDR)", old, g.ID, len(ms), ms, old)
-		}
+		ms := slices.Clone(g.Members)
+		ms[slices.Index(ms, old)] = nw.ID
 		out = append(out, GroupChange{Group: GroupID(g.ID), Members: ms})
-	}
-	if len(out) == 0 && remove {
-		return nil, fmt.Errorf("node %d is a member of no group (map epoch %d): nothing to remove", old, cm.Epoch)
 	}
 	if len(out) == 0 && !slices.ContainsFunc(cm.Groups, func(g kv.MapGroup) bool { return slices.Contains(g.Members, nw.ID) }) {
 		return nil, fmt.Errorf("node %d is a member of no group (map epoch %d): nothing to replace", old, cm.Epoch)
+	}
+	return out, nil
+}
+
+// PlanRemoveNodes returns, for a cluster of several groups whose map is cm,
+// the groups to reconfigure to remove nodes ids, in group order, or an
+// error before anything changes: an id not a node of the map, none of them
+// in a group, or a group left with an even or empty number of members
+// (removing one node of a group of 2f+1 always does: replace it instead,
+// or remove two of a group of five). A rerun plans what is left.
+func PlanRemoveNodes(cm *kv.ClusterMap, ids []uint64) ([]GroupChange, error) {
+	for _, id := range ids {
+		if !slices.ContainsFunc(cm.Nodes, func(n kv.MapNode) bool { return n.ID == id }) {
+			return nil, fmt.Errorf("node %d is not a node of the cluster map (epoch %d)", id, cm.Epoch)
+		}
+	}
+	var out []GroupChange
+	for _, g := range cm.Groups {
+		ms := slices.DeleteFunc(slices.Clone(g.Members), func(id uint64) bool { return slices.Contains(ids, id) })
+		if len(ms) == len(g.Members) {
+			continue
+		}
+		if len(ms) == 0 || len(ms)%2 == 0 {
+			return nil, fmt.Errorf("removing %v would leave group %d with %d members (%v); a VR group needs an odd number (2f+1), at least 1: replace the node instead (kefir cluster replace-node --old N --new ID@PEER-ADDR/CLIENT-ADDR)", ids, g.ID, len(ms), ms)
+		}
+		out = append(out, GroupChange{Group: GroupID(g.ID), Members: ms})
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("none of %v is a member of a group (map epoch %d): nothing to remove", ids, cm.Epoch)
 	}
 	return out, nil
 }
