@@ -132,8 +132,8 @@ func TestGroupsReplaceAFailedNode(t *testing.T) {
 	}
 
 	epochOf := func() uint64 {
-		cm := localMap(g.Nodes[0].ClientAddr)
-		if cm == nil {
+		var cm *kv.ClusterMap
+		if !testgroup.Until(10*time.Second, 50*time.Millisecond, func() bool { cm = localMap(g.Nodes[0].ClientAddr); return cm != nil }) {
 			t.Fatal("node 1 has no map")
 		}
 		return cm.Epoch
@@ -287,5 +287,53 @@ func TestGroupsReplaceAFailedNode(t *testing.T) {
 	}
 	if v, err := cluster.Command(n5.ClientAddr, "GET", keys[0]); err != nil || v.Kind == resp.Error {
 		t.Fatalf("a read through the restarted node 5: %v %s", err, v.Str)
+	}
+}
+
+// remove-node in a cluster of several groups: nodes 4 and 5, members of
+// group 1 (five members) only, are removed together; group 1 goes on with
+// three, the map records it, and nodes 4 and 5, left with no replica,
+// retire and exit 0. Removing one node of a group of three is refused
+// before anything changes.
+func TestGroupsRemoveNodes(t *testing.T) {
+	g := cluster.StartGroups(t, 5, "1=1,2,3,4,5:0-8191;2=3,1,2:8192-16383")
+	g.WaitLeaders(20 * time.Second)
+	addr := "--addr=" + g.Nodes[0].ClientAddr
+	var cm0 *kv.ClusterMap
+	if !testgroup.Until(10*time.Second, 50*time.Millisecond, func() bool { cm0 = localMap(g.Nodes[0].ClientAddr); return cm0 != nil }) {
+		t.Fatal("node 1 has no map")
+	}
+	e0 := cm0.Epoch
+	if out, err := kefirCluster(t, "remove-node", addr, "--id", "3"); err == nil || !strings.Contains(out, "would leave group 1 with 4 members") || !strings.Contains(out, "nothing changed") {
+		t.Fatalf("remove-node --id 3: %v\n%s", err, out)
+	}
+	out, err := kefirCluster(t, "remove-node", addr, "--id", "4,5")
+	if err != nil || !strings.Contains(out, "group 1 is at epoch 1, members [1 2 3]") || strings.Contains(out, "group 2 is") {
+		t.Fatalf("remove-node --id 4,5: %v\n%s", err, out)
+	}
+	for _, n := range g.Nodes[3:] {
+		if code := n.Wait(30 * time.Second); code != 0 || !strings.Contains(n.Logs(), "left every group it hosted") {
+			t.Fatalf("%s after its removal: exit %d, want 0 with the retirement:\n%s", n.ID, code, n.Logs())
+		}
+	}
+	if cm := localMap(g.Nodes[1].ClientAddr); cm == nil || cm.Epoch != e0+1 || !slices.Equal(cm.Groups[0].Members, []uint64{1, 2, 3}) || cm.Groups[0].MemberEpoch != 1 {
+		t.Fatalf("the map after the removal: %+v", cm)
+	}
+	want := []string{g.Nodes[0].ClientAddr, g.Nodes[1].ClientAddr, g.Nodes[2].ClientAddr}
+	slices.Sort(want)
+	if !testgroup.Until(5*time.Second, 50*time.Millisecond, func() bool { return slices.Equal(slotsAddrs(t, g.Nodes[2].ClientAddr), want) }) {
+		t.Fatalf("CLUSTER SLOTS at node 3: %v", slotsAddrs(t, g.Nodes[2].ClientAddr))
+	}
+	c := dialGroup(t, g.Addrs()[:3])
+	for i := range 20 {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		k := "r" + strconv.Itoa(i)
+		if err := c.Put(ctx, k, []byte("v"), client.WithDurability(client.Sync)); err != nil {
+			t.Fatalf("a write after the removal: %v", err)
+		}
+		if v, err := c.Get(ctx, k); err != nil || string(v) != "v" {
+			t.Fatalf("a read after the removal: %q %v", v, err)
+		}
+		cancel()
 	}
 }
