@@ -473,7 +473,11 @@ func groupsChange(ctx context.Context, cmd string, mv *cluster.Mover, cm *kv.Clu
 		}
 		seeds = append(seeds, mv.Seeds...)
 		gmv := &cluster.Mover{Seeds: seeds, Password: mv.Password, TLS: mv.TLS, RetryFor: 30 * time.Second}
-		fmt.Fprintf(stderr, "kefir cluster: group %d: %v -> %v\n", step.Group, groupMembersOf(cm, step.Group), step.Members)
+		name := fmt.Sprintf("group %d", step.Group)
+		if step.Group == cluster.MetaGroupID {
+			name = "the metadata group"
+		}
+		fmt.Fprintf(stderr, "kefir cluster: %s: %v -> %v\n", name, groupMembersOf(cm, step.Group), step.Members)
 		res, err := gmv.ReconfigureGroup(ctx, step.Group, step.Members)
 		gmv.Close()
 		if err != nil {
@@ -499,6 +503,9 @@ func groupsChange(ctx context.Context, cmd string, mv *cluster.Mover, cm *kv.Clu
 }
 
 func groupMembersOf(cm *kv.ClusterMap, g cluster.GroupID) []uint64 {
+	if g == cluster.MetaGroupID {
+		return cm.MetaMembers()
+	}
 	if mg, ok := cm.Group(uint64(g)); ok {
 		return mg.Members
 	}

@@ -299,7 +299,8 @@ type GroupChange struct {
 }
 
 // PlanNodeChange returns, for a cluster of several groups whose map is cm,
-// the groups to reconfigure to replace node old by nw, in group order, or
+// the groups to reconfigure to replace node old by nw, in group order (the
+// metadata group last, if old is one of its members), or
 // an error naming what is wrong before anything changes: old not a node of
 // the map, or in no group; nw's id the old one's, a node of the map at
 // other addresses, already a member of one of old's groups, or one that
@@ -328,7 +329,7 @@ func PlanNodeChange(cm *kv.ClusterMap, old uint64, nw Member) ([]GroupChange, er
 		return nil, fmt.Errorf("node id %d is below the metadata group's members %v (the lowest ids host it): give the new node a higher id", nw.ID, MetaMembers(ids))
 	}
 	var out []GroupChange
-	for _, g := range cm.Groups {
+	for _, g := range mapGroups(cm) {
 		if !slices.Contains(g.Members, old) {
 			continue
 		}
@@ -342,7 +343,19 @@ func PlanNodeChange(cm *kv.ClusterMap, old uint64, nw Member) ([]GroupChange, er
 	if len(out) == 0 && !slices.ContainsFunc(cm.Groups, func(g kv.MapGroup) bool { return slices.Contains(g.Members, nw.ID) }) {
 		return nil, fmt.Errorf("node %d is a member of no group (map epoch %d): nothing to replace", old, cm.Epoch)
 	}
+	if !slices.ContainsFunc(cm.Groups, func(g kv.MapGroup) bool { return slices.Contains(g.Members, old) || slices.Contains(g.Members, nw.ID) }) {
+		// A node starts only as a member of a data group (it must serve
+		// some slots' requests); the metadata group alone is not one.
+		return nil, fmt.Errorf("node %d is a member of no data group (map epoch %d): only of the metadata group, which a node does not host alone", old, cm.Epoch)
+	}
 	return out, nil
+}
+
+// mapGroups is cm's data groups, then the metadata group (its members as
+// the map knows them): the groups a node change plans for, in that order
+// (the metadata group last: the cluster's map is recorded there).
+func mapGroups(cm *kv.ClusterMap) []kv.MapGroup {
+	return append(slices.Clone(cm.Groups), kv.MapGroup{ID: uint64(MetaGroupID), Members: cm.MetaMembers()})
 }
 
 // PlanRemoveNodes returns, for a cluster of several groups whose map is cm,
@@ -358,7 +371,7 @@ func PlanRemoveNodes(cm *kv.ClusterMap, ids []uint64) ([]GroupChange, error) {
 		}
 	}
 	var out []GroupChange
-	for _, g := range cm.Groups {
+	for _, g := range mapGroups(cm) {
 		ms := slices.DeleteFunc(slices.Clone(g.Members), func(id uint64) bool { return slices.Contains(ids, id) })
 		if len(ms) == len(g.Members) {
 			continue

@@ -152,6 +152,20 @@ func TestPlanNodeChange(t *testing.T) {
 	if plan, err := PlanRemoveNodes(cm, []uint64{6, 7}); err != nil || len(plan) != 1 || plan[0].Group != 2 || !slices.Equal(plan[0].Members, []uint64{3, 4, 1}) {
 		t.Fatalf("remove two of a group of five: %+v %v", plan, err)
 	}
+	// A member of the metadata group (the three lowest ids) is replaced
+	// there too, last; a removal must leave it odd as well.
+	if plan, err := PlanNodeChange(cm, 2, n5); err != nil || len(plan) != 2 || plan[0].Group != 1 ||
+		plan[1].Group != MetaGroupID || !slices.Equal(plan[1].Members, []uint64{1, 5, 3}) {
+		t.Fatalf("replace 2 by 5: %+v %v", plan, err)
+	}
+	if _, err := PlanRemoveNodes(cm, []uint64{3}); err == nil || !strings.Contains(err.Error(), "would leave group 2 with 4") {
+		t.Fatalf("remove 3: %v", err)
+	}
+	cm.Meta = []uint64{1, 2, 3, 6, 7}
+	if plan, err := PlanRemoveNodes(cm, []uint64{6, 7}); err != nil || len(plan) != 2 || plan[1].Group != MetaGroupID || !slices.Equal(plan[1].Members, []uint64{1, 2, 3}) {
+		t.Fatalf("remove two of five metadata members: %+v %v", plan, err)
+	}
+	cm.Meta = nil
 	// A rerun after group 1 changed plans group 2; after both, nothing.
 	cm.Nodes = append(cm.Nodes, kv.MapNode{ID: 5, ClientAddr: "c5", PeerAddr: "p5"})
 	cm.Groups[0].Members = []uint64{1, 2, 5}

@@ -176,15 +176,13 @@ func (m *Multi) Slots() *SlotMap {
 func (m *Multi) hosted(id GroupID) (*localGroup, error) {
 	g := m.hs().byID[id]
 	if id == MetaGroupID {
-		if m.meta.g == nil {
+		if g = m.metaG(); g == nil {
 			// Sent on to a node that hosts it (the mover follows -MOVED).
-			ids := m.nodeIDs()
-			if ms := MetaMembers(ids); len(ms) > 0 {
+			if ms := m.MetaMembers(); len(ms) > 0 {
 				return nil, &NotLeaderError{Leader: ms[0], Addr: m.member(ms[0]).ClientAddr}
 			}
 			return nil, &ReplyError{"ERR this cluster has no metadata group"}
 		}
-		g = m.meta.g
 	}
 	if g == nil {
 		return nil, &ReplyError{fmt.Sprintf("ERR group %d is not hosted by this node", id)}

@@ -628,7 +628,7 @@ func (m *Multi) Status() shard.Status {
 // Close closes every hosted replica.
 func (m *Multi) Close() error {
 	var errs []error
-	if g := m.meta.g; g != nil {
+	if g := m.metaG(); g != nil {
 		if err := g.h.Replica.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("metadata group: %w", err))
 		}
@@ -667,7 +667,7 @@ func (m *Multi) ViewEvents() []ViewEvent { return m.hs().local[0].h.Group.ViewEv
 func (m *Multi) GroupState(id GroupID) (State, bool) {
 	g := m.hs().byID[id]
 	if id == MetaGroupID {
-		g = m.meta.g
+		g = m.metaG()
 	}
 	if g == nil {
 		return State{}, false

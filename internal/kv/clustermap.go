@@ -56,7 +56,8 @@ import (
 //	                  below the epoch the map records for the group, and at
 //	                  it unless the members are the same set (then a
 //	                  no-op: a retry); refused for a group the map does not
-//	                  have, an even or empty list, a member listed twice or
+//	                  have (MetaGroup: the metadata group's own members,
+//	                  ClusterMap.Meta), an even or empty list, a member listed twice or
 //	                  not a node of the map. The map epoch moves as with
 //	                  AddNode (so pollers learn the members), unless a move
 //	                  is in flight.
@@ -70,6 +71,44 @@ type ClusterMap struct {
 	Nodes  []MapNode  // by id
 	Groups []MapGroup // by id
 	Moves  []MapMove  // in flight (at most one today)
+	// Meta are the metadata group's own members (leader order) of its VR
+	// epoch MetaEpoch, once a reconfiguration of it was recorded
+	// (KindMapSetMembers of MetaGroup); nil: DefaultMetaMembers of the
+	// nodes, the members it was bootstrapped with.
+	Meta      []uint64 `json:",omitempty"`
+	MetaEpoch uint64   `json:",omitempty"`
+}
+
+// MetaGroup is the metadata group's id (cluster.MetaGroupID): its members
+// are recorded by KindMapSetMembers of this group.
+const MetaGroup = 65535
+
+// MetaReplicas is how many nodes a cluster's metadata group starts with.
+const MetaReplicas = 3
+
+// DefaultMetaMembers returns the metadata group's first members among
+// nodes: the MetaReplicas lowest ids (an odd number; every node computes
+// the same).
+func DefaultMetaMembers(nodes []uint64) []uint64 {
+	ids := slices.Clone(nodes)
+	slices.Sort(ids)
+	n := min(len(ids), MetaReplicas)
+	if n%2 == 0 {
+		n--
+	}
+	return ids[:max(n, 0)]
+}
+
+// MetaMembers returns the metadata group's members as the map knows them.
+func (m *ClusterMap) MetaMembers() []uint64 {
+	if m.Meta != nil {
+		return m.Meta
+	}
+	ids := make([]uint64, len(m.Nodes))
+	for i, n := range m.Nodes {
+		ids[i] = n.ID
+	}
+	return DefaultMetaMembers(ids)
 }
 
 // MapNode is a node of the cluster: its id and addresses.
@@ -149,6 +188,11 @@ func (m *ClusterMap) Check() error {
 			}
 		}
 	}
+	for _, id := range m.Meta {
+		if !nodes[id] {
+			return fmt.Errorf("cluster map: the metadata group's member %d is not a node of the map", id)
+		}
+	}
 	for s, o := range owner {
 		if o == 0 {
 			return fmt.Errorf("cluster map: slot %d has no owner at epoch %d", s, m.Epoch)
@@ -185,12 +229,20 @@ func AppendClusterMap(b []byte, m *ClusterMap) []byte {
 			eps = append(eps, g)
 		}
 	}
-	if len(eps) > 0 {
+	if len(eps) > 0 || m.Meta != nil {
 		b = binary.AppendUvarint(b, uint64(len(eps)))
 		for _, g := range eps {
 			b = binary.AppendUvarint(b, g.ID)
 			b = binary.AppendUvarint(b, g.MemberEpoch)
 		}
+	}
+	// Then the metadata group's members, when recorded.
+	if m.Meta != nil {
+		b = binary.AppendUvarint(b, uint64(len(m.Meta)))
+		for _, id := range m.Meta {
+			b = binary.AppendUvarint(b, id)
+		}
+		b = binary.AppendUvarint(b, m.MetaEpoch)
 	}
 	return b
 }
@@ -233,6 +285,17 @@ func DecodeClusterMap(b []byte) (*ClusterMap, error) {
 			} else if d.Err == nil {
 				d.Err = ErrCorrupt
 			}
+		}
+	}
+	if d.Err == nil && len(d.B) > 0 {
+		n := count()
+		m.Meta = make([]uint64, 0, n)
+		for range n {
+			m.Meta = append(m.Meta, d.Uvarint())
+		}
+		m.MetaEpoch = d.Uvarint()
+		if len(m.Meta) == 0 && d.Err == nil {
+			d.Err = ErrCorrupt
 		}
 	}
 	if d.Err != nil || len(d.B) != 0 {
@@ -535,8 +598,12 @@ func setMembers(m *ClusterMap, op *Op) (*ClusterMap, Result, error) {
 	if err != nil {
 		return nil, Result{}, err
 	}
-	g, ok := m.Group(mm.Group)
-	if !ok {
+	var g *MapGroup
+	if mm.Group == MetaGroup {
+		// The metadata group's own members, kept apart from the data
+		// groups (it owns no slots).
+		g = &MapGroup{ID: MetaGroup, Members: m.MetaMembers(), MemberEpoch: m.MetaEpoch}
+	} else if g, _ = m.Group(mm.Group); g == nil {
 		return nil, Result{}, errMap("no group %d in the map", mm.Group)
 	}
 	if len(mm.Members)%2 == 0 {
@@ -561,8 +628,12 @@ func setMembers(m *ClusterMap, op *Op) (*ClusterMap, Result, error) {
 		return nil, Result{}, errMap("group %d: epoch %d's members are %v, not %v", mm.Group, cur, g.Members, mm.Members)
 	}
 	n := m.clone()
-	ng, _ := n.Group(mm.Group)
-	ng.Members, ng.MemberEpoch = slices.Clone(mm.Members), mm.Epoch
+	if mm.Group == MetaGroup {
+		n.Meta, n.MetaEpoch = slices.Clone(mm.Members), mm.Epoch
+	} else {
+		ng, _ := n.Group(mm.Group)
+		ng.Members, ng.MemberEpoch = slices.Clone(mm.Members), mm.Epoch
+	}
 	// As AddNode: the epoch moves so pollers adopt the map, but not while
 	// a move is in flight (its MoveDone raises it).
 	if len(n.Moves) == 0 {
@@ -587,7 +658,7 @@ func rangesOf(slots []uint16) []SlotRange {
 
 // clone returns a deep copy of m (ops never change a decoded map in place).
 func (m *ClusterMap) clone() *ClusterMap {
-	n := &ClusterMap{Epoch: m.Epoch, Nodes: slices.Clone(m.Nodes), Moves: slices.Clone(m.Moves)}
+	n := &ClusterMap{Epoch: m.Epoch, Nodes: slices.Clone(m.Nodes), Moves: slices.Clone(m.Moves), Meta: slices.Clone(m.Meta), MetaEpoch: m.MetaEpoch}
 	for _, g := range m.Groups {
 		n.Groups = append(n.Groups, MapGroup{ID: g.ID, Members: slices.Clone(g.Members), Slots: slices.Clone(g.Slots), MemberEpoch: g.MemberEpoch})
 	}

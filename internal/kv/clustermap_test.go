@@ -390,6 +390,27 @@ func TestMapSetMembers(t *testing.T) {
 	if res, err := apply(membersOp(MapMembers{Group: 2, Epoch: 1, Members: []uint64{2, 3, 4}})); err != nil || res.Int != 3 {
 		t.Fatalf("set members during a move: %+v %v", res, err)
 	}
+	// The metadata group's own members: the default (the three lowest
+	// ids) until a reconfiguration of it is recorded, then the record,
+	// which survives the codec; the same rules.
+	if got := readMap(t, m).MetaMembers(); !slices.Equal(got, []uint64{1, 2, 3}) {
+		t.Fatalf("default metadata members: %v", got)
+	}
+	if _, err := apply(membersOp(MapMembers{Group: MetaGroup, Epoch: 1, Members: []uint64{1, 2, 9}})); !errors.Is(err, ErrSlotTransition) {
+		t.Fatalf("metadata members that are not nodes: %v", err)
+	}
+	if res, err := apply(membersOp(MapMembers{Group: MetaGroup, Epoch: 0, Members: []uint64{2, 1, 3}})); err != nil || res.Version != 0 {
+		t.Fatalf("the metadata group's first members again: %+v %v", res, err)
+	}
+	if _, err := apply(membersOp(MapMembers{Group: MetaGroup, Epoch: 1, Members: []uint64{1, 2, 4}})); err != nil {
+		t.Fatalf("metadata members: %v", err)
+	}
+	if _, err := apply(membersOp(MapMembers{Group: MetaGroup, Epoch: 1, Members: []uint64{1, 3, 4}})); !errors.Is(err, ErrSlotTransition) {
+		t.Fatalf("other metadata members at the recorded epoch: %v", err)
+	}
+	if cm := readMap(t, m); !slices.Equal(cm.MetaMembers(), []uint64{1, 2, 4}) || cm.MetaEpoch != 1 || len(cm.Groups) != 2 {
+		t.Fatalf("map after recording the metadata members: %+v", cm)
+	}
 	op := Op{Kind: KindMapSetMembers}
 	if ks, _ := op.RoutingKeys(); ks != nil || !IsSlotKind(KindMapSetMembers) || KindMapSetMembers.String() != "mapsetmembers" {
 		t.Fatalf("set members routes by keys %q (%s)", ks, KindMapSetMembers)

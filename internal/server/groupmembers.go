@@ -51,11 +51,15 @@ type groupsState struct {
 	// shutdown (the node's engine handle may be one of theirs).
 	retiredH []cluster.Hosted
 	logged   map[cluster.GroupID]bool
-	retired  chan struct{}
-	retErr   error
-	once     sync.Once
-	stop     func()
-	wg       sync.WaitGroup
+	// asked: when the map was last asked of the other nodes for a leaving
+	// replica (askMap); asking: one is in flight.
+	asked   time.Time
+	asking  bool
+	retired chan struct{}
+	retErr  error
+	once    sync.Once
+	stop    func()
+	wg      sync.WaitGroup
 }
 
 // groupsPoll is how often the node compares its groups with the map.
@@ -134,6 +138,12 @@ func (s *Server) syncGroups(ctx context.Context) bool {
 		gs.lastMap = cm
 		s.learnNodes(mapNodesToMembers(cm.Nodes))
 	}
+	s.askMapIfLeaving(ctx)
+	if lg, ok := s.multi.MetaHosted(); ok && lg.Hosted.Group.State().Retired {
+		if s.retireMeta(lg) {
+			return true
+		}
+	}
 	for _, lg := range s.multi.Hosted() {
 		if lg.Hosted.Group.State().Retired {
 			if s.retireGroup(lg) {
@@ -148,7 +158,9 @@ func (s *Server) syncGroups(ctx context.Context) bool {
 	for _, lg := range s.multi.Hosted() {
 		hosted[lg.Spec.ID] = true
 	}
-	for _, g := range cm.Groups {
+	hosted[cluster.MetaGroupID] = s.multi.HostsMeta()
+	groups := append(slices.Clone(cm.Groups), kv.MapGroup{ID: uint64(cluster.MetaGroupID), Members: cm.MetaMembers()})
+	for _, g := range groups {
 		id := cluster.GroupID(g.ID)
 		if !slices.Contains(g.Members, s.cfg.ReplicaID) || hosted[id] {
 			continue
@@ -194,6 +206,56 @@ func (s *Server) syncGroups(ctx context.Context) bool {
 		}()
 	}
 	return false
+}
+
+// askMapIfLeaving: a replica here that is leaving its group must reach the
+// group's new members (it hands them the epoch's start state and retires
+// once they have it), whose addresses a node that was down through the
+// change may not know: its own map (its metadata replica's, if it is itself
+// leaving) is stale. Every half second meanwhile the node asks the other
+// nodes for the metadata leader's map and learns its nodes.
+func (s *Server) askMapIfLeaving(ctx context.Context) {
+	gs := s.groups
+	leaving := false
+	hosted := s.multi.Hosted()
+	if lg, ok := s.multi.MetaHosted(); ok {
+		hosted = append(hosted, lg)
+	}
+	for _, lg := range hosted {
+		if st := lg.Hosted.Group.State(); st.Leaving && !st.Retired {
+			leaving = true
+		}
+	}
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	if !leaving || gs.asking || time.Since(gs.asked) < 500*time.Millisecond {
+		return
+	}
+	gs.asking, gs.asked = true, time.Now()
+	var seeds []string
+	for _, n := range s.multi.Nodes() {
+		if n.ID != s.cfg.ReplicaID && n.ClientAddr != "" {
+			seeds = append(seeds, n.ClientAddr)
+		}
+	}
+	gs.wg.Add(1)
+	go func() {
+		defer gs.wg.Done()
+		defer func() { gs.mu.Lock(); gs.asking = false; gs.mu.Unlock() }()
+		if len(seeds) == 0 {
+			return
+		}
+		mv := &cluster.Mover{Seeds: seeds, Password: s.cfg.Password, RetryFor: time.Second}
+		defer mv.Close()
+		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		cm, err := mv.MetaMap(cctx)
+		if err != nil {
+			s.log.Info("a replica here is leaving its group: ask the cluster for its map (the new members' addresses)", "err", err)
+			return
+		}
+		s.learnNodes(mapNodesToMembers(cm.Nodes))
+	}()
 }
 
 // learnNodes teaches the node the map's nodes: the peer transport (a node
@@ -269,6 +331,39 @@ func (s *Server) retireGroup(lg cluster.LocalGroup) bool {
 		close(gs.retired)
 	})
 	return true
+}
+
+// retireMeta records that this node's replica of the metadata group
+// retired and stops following the map through it (the node polls the
+// group's leader from then on). It reports true if the node has nothing
+// left to host (no data replica either).
+func (s *Server) retireMeta(lg cluster.LocalGroup) bool {
+	gs := s.groups
+	dir := groupDir(s.cfg.DataDir, cluster.MetaGroupID)
+	var m cluster.Membership
+	if rc, ok := lg.Hosted.Group.(cluster.Reconfigurable); ok {
+		m = rc.Membership()
+	}
+	if s.cfg.FS == nil {
+		r := retiredRecord{Cluster: s.cfg.ClusterID, Replica: s.cfg.ReplicaID, Epoch: m.Epoch, Members: m.Members}
+		b, _ := json.Marshal(r)
+		if err := vfs.WriteFileDurably(vfs.Default, dir, filepath.Join(dir, retiredFile), b); err != nil {
+			s.log.Error("record the metadata replica's retirement", "err", err)
+			return false
+		}
+	}
+	if h, ok := s.multi.UnhostMeta(); ok {
+		gs.mu.Lock()
+		gs.retiredH = append(gs.retiredH, h)
+		gs.mu.Unlock()
+	}
+	s.log.Warn("this node's replica of the metadata group retired: the group no longer has it as a member; following the map by polling", "epoch", m.Epoch, "members", m.Members)
+	for _, lg := range s.multi.Hosted() {
+		if !lg.Hosted.Group.State().Retired {
+			return false
+		}
+	}
+	return s.retireGroup(s.multi.Hosted()[0])
 }
 
 // groupSlots is a group's slot ranges as a replica's identity records them.
@@ -350,7 +445,11 @@ func (s *Server) joinGroup(ctx context.Context, id cluster.GroupID, members []ui
 	if err != nil {
 		return err
 	}
-	if err := s.multi.AddGroup(lg); err != nil {
+	add := s.multi.AddGroup
+	if id == cluster.MetaGroupID {
+		add = func(lg cluster.LocalGroup) error { return s.multi.HostMeta(lg.Hosted, nil) }
+	}
+	if err := add(lg); err != nil {
 		_ = lg.Hosted.Replica.Close()
 		return err
 	}
@@ -409,6 +508,10 @@ func (s *Server) openJoinedGroup(tr *transport.Transport, id cluster.GroupID, jr
 	}
 	spec := s.replicaSpec(filepath.Join(dir, "vr"))
 	spec.Logger = s.log.With("component", "vr", "group", uint64(id))
+	if id == cluster.MetaGroupID {
+		spec.Logger = s.log.With("component", "vr", "group", "metadata")
+		spec.ActiveExpiry = -1 // as openMeta: no user keys
+	}
 	spec.Cluster, spec.Members, spec.Group, spec.Transport = clusterID, ms, id, tr
 	spec.Bootstrap = false
 	spec.Membership = &cluster.Membership{Epoch: jr.Epoch, Members: memberIDs(ms), Start: jr.Start, Previous: jr.Previous}
@@ -450,6 +553,12 @@ func (c *conn) groupCmdMulti(args [][]byte) error {
 	lg, ok := s.hostedGroup(id)
 	if !ok {
 		_, addr, _ := s.multi.Leader(id)
+		if id == cluster.MetaGroupID {
+			if ms := s.multi.MetaMembers(); len(ms) > 0 {
+				n, _ := s.multi.Node(ms[0])
+				addr = n.ClientAddr
+			}
+		}
 		if addr == "" {
 			return errf("ERR KEFIR.GROUP: group %d is not hosted by this node, and no member of it is known", id)
 		}
@@ -523,6 +632,9 @@ func (c *conn) groupCmdMulti(args [][]byte) error {
 
 // hostedGroup returns this node's replica of data group id.
 func (s *Server) hostedGroup(id cluster.GroupID) (cluster.LocalGroup, bool) {
+	if id == cluster.MetaGroupID {
+		return s.multi.MetaHosted()
+	}
 	for _, lg := range s.multi.Hosted() {
 		if lg.Spec.ID == id {
 			return lg, true
@@ -602,7 +714,10 @@ func prepareJoinGroups(ctx context.Context, cfg Config, mv *cluster.Mover, logf 
 		b   []byte
 	}
 	var recs []pending
-	for _, g := range sm.Groups {
+	// The data groups and the metadata group (which this node hosts if
+	// the map names it a member: it is opened from its record as well).
+	all := append(slices.Clone(sm.Groups), cluster.GroupSpec{ID: cluster.MetaGroupID, Members: cm.MetaMembers()})
+	for _, g := range all {
 		if !slices.Contains(g.Members, cfg.ReplicaID) {
 			continue
 		}

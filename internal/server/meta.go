@@ -30,6 +30,31 @@ func (s *Server) openMeta(m *cluster.Multi, slots *cluster.SlotMap, byID map[uin
 		ids = append(ids, mb.ID)
 	}
 	members := cluster.MetaMembers(ids)
+	dir := groupDir(cfg.DataDir, cluster.MetaGroupID)
+	if cfg.FS == nil {
+		// Its replica retired (the group was reconfigured without this
+		// node): never reopened. Or this node joined the group as a new
+		// member (groupmembers.go): opened from that record.
+		if err := CheckRetired(dir); err != nil {
+			s.log.Info("not opening the metadata group's replica: it retired", "err", err)
+			return nil
+		}
+		jr, ok, err := readGroupJoin(dir)
+		if err != nil {
+			return err
+		}
+		if ok {
+			lg, err := s.openJoinedGroup(tr, cluster.MetaGroupID, jr)
+			if err != nil {
+				return err
+			}
+			if err := m.HostMeta(lg.Hosted, nil); err != nil {
+				_ = lg.Hosted.Replica.Close()
+				return fmt.Errorf("server: metadata group: %w", err)
+			}
+			return nil
+		}
+	}
 	if !slices.Contains(members, cfg.ReplicaID) {
 		return nil
 	}
@@ -37,7 +62,6 @@ func (s *Server) openMeta(m *cluster.Multi, slots *cluster.SlotMap, byID map[uin
 	for i, id := range members {
 		ms[i] = byID[id]
 	}
-	dir := groupDir(cfg.DataDir, cluster.MetaGroupID)
 	clusterID := cluster.GroupClusterID(cfg.ClusterID, cluster.MetaGroupID)
 	if cfg.FS == nil {
 		if err := os.MkdirAll(dir, 0o755); err != nil {

@@ -337,3 +337,81 @@ func TestGroupsRemoveNodes(t *testing.T) {
 		cancel()
 	}
 }
+
+// Replacing a node that hosts a replica of the metadata group: in a
+// 3-node cluster every node is one. Node 3 is SIGKILLed under writes,
+// node 4 joins, and replace-node moves groups 1, 2 and the metadata group
+// to node 4; the map records the metadata group's members. Then node 1 is
+// SIGKILLed too: with the metadata group at [1 2 4] it still has a
+// majority, so the map still changes (add-node), and writes go on. Without
+// the metadata group's reconfiguration ([1 2 3], two of them down) the
+// add-node could not commit. Node 3 restarted on its directory retires from
+// all three groups and exits 0.
+func TestGroupsReplaceAMetadataMember(t *testing.T) {
+	g := cluster.StartGroups(t, 3, twoGroups)
+	g.WaitLeaders(20 * time.Second)
+	c := dialGroup(t, g.Addrs()[:2])
+	put := func(k string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		if err := c.Put(ctx, k, []byte("v-"+k), client.WithDurability(client.Sync)); err != nil {
+			t.Fatalf("put %s: %v", k, err)
+		}
+	}
+	for i := range 50 {
+		put("a" + strconv.Itoa(i))
+	}
+	n3 := g.Nodes[2]
+	n3.Kill()
+	n4 := cluster.NewNode(t, "n4")
+	n4.Args = []string{"--replica-id", "4", "--join", g.Nodes[0].ClientAddr + "," + g.Nodes[1].ClientAddr, "--cluster-secret", "e2e-groups-secret"}
+	if err := n4.StartNoWait(); err != nil {
+		t.Fatal(err)
+	}
+	out, err := kefirCluster(t, "replace-node", "--addr="+g.Nodes[1].ClientAddr, "--old", "3", "--new", fmt.Sprintf("4@%s/%s", n4.PeerAddr, n4.ClientAddr))
+	if err != nil || !strings.Contains(out, "group 1 is at epoch 1") || !strings.Contains(out, "group 2 is at epoch 1") || !strings.Contains(out, "group 65535 is at epoch 1") {
+		t.Fatalf("replace-node: %v\n%s", err, out)
+	}
+	t.Logf("replace-node:\n%s", strings.TrimSpace(out))
+	if err := n4.WaitReady(20 * time.Second); err != nil {
+		t.Fatalf("node 4 did not start serving: %v\n%s", err, n4.Logs())
+	}
+	var cm *kv.ClusterMap
+	if !testgroup.Until(20*time.Second, 50*time.Millisecond, func() bool {
+		cm = localMap(n4.ClientAddr) // node 4's own replica of the metadata group
+		return cm != nil && slices.Equal(sortedIDs(cm.MetaMembers()), []uint64{1, 2, 4})
+	}) {
+		t.Fatalf("node 4's replica of the metadata group: %+v\n%s", cm, n4.Logs())
+	}
+	for i := range 50 {
+		put("b" + strconv.Itoa(i))
+	}
+	// Node 1 down as well: the metadata group [1 2 4] keeps a majority.
+	g.Nodes[0].Kill()
+	c = dialGroup(t, []string{g.Nodes[1].ClientAddr, n4.ClientAddr})
+	out, err = kefirCluster(t, "add-node", "--addr="+g.Nodes[1].ClientAddr+","+n4.ClientAddr, "--id", "9", "--client-addr", "127.0.0.1:1", "--peer-addr", "127.0.0.1:2")
+	if err != nil || !strings.Contains(out, "node 9 is in the map") {
+		t.Fatalf("add-node with nodes 1 and 3 down: %v\n%s", err, out)
+	}
+	for i := range 50 {
+		put("c" + strconv.Itoa(i))
+	}
+	for _, p := range []string{"a", "b", "c"} {
+		for i := range 50 {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			k := p + strconv.Itoa(i)
+			if v, err := c.Get(ctx, k); err != nil || string(v) != "v-"+k {
+				t.Fatalf("get %s: %q %v", k, v, err)
+			}
+			cancel()
+		}
+	}
+	// Node 3 on its old directory: retires from the three groups, exits 0.
+	if err := n3.StartNoWait(); err != nil {
+		t.Fatal(err)
+	}
+	if code := n3.Wait(30 * time.Second); code != 0 || !strings.Contains(n3.Logs(), "left every group it hosted") {
+		t.Fatalf("node 3 on its old directory: exit %d, want 0 with the retirement:\n%s", code, n3.Logs())
+	}
+}
