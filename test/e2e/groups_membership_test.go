@@ -414,4 +414,20 @@ func TestGroupsReplaceAMetadataMember(t *testing.T) {
 	if code := n3.Wait(30 * time.Second); code != 0 || !strings.Contains(n3.Logs(), "left every group it hosted") {
 		t.Fatalf("node 3 on its old directory: exit %d, want 0 with the retirement:\n%s", code, n3.Logs())
 	}
+	// Node 4 restarted from its directory alone (node 1 still down): it
+	// reopens its replicas of the three groups from their join records,
+	// and the map moves again.
+	n4.Args = []string{"--replica-id", "4", "--cluster-secret", "e2e-groups-secret"}
+	n4.Restart()
+	out, err = kefirCluster(t, "add-node", "--addr="+n4.ClientAddr+","+g.Nodes[1].ClientAddr, "--id", "10", "--client-addr", "127.0.0.1:3", "--peer-addr", "127.0.0.1:4")
+	if err != nil || !strings.Contains(out, "node 10 is in the map") {
+		t.Fatalf("add-node after node 4's restart: %v\n%s", err, out)
+	}
+	if !testgroup.Until(10*time.Second, 50*time.Millisecond, func() bool {
+		cm = localMap(n4.ClientAddr)
+		return cm != nil && slices.ContainsFunc(cm.Nodes, func(n kv.MapNode) bool { return n.ID == 10 })
+	}) {
+		t.Fatalf("restarted node 4's metadata replica: %+v", cm)
+	}
+	put("d0")
 }
