@@ -24,9 +24,10 @@ import (
 // Replacing a failed node in a cluster of several groups (issue 28;
 // docs/cluster.md, "Replacing a failed node"; docs/design/cluster.md §7).
 
-// node4Groups: node 4 hosts a replica of both groups and is not one of the
+// node4Groups: node 4 hosts a replica of both groups (it leads group 2: its
+// kill makes group 2 change views before it is reconfigured) and is not one of the
 // metadata group's members (the three lowest ids).
-const node4Groups = "1=1,2,4:0-8191;2=3,1,4:8192-16383"
+const node4Groups = "1=1,2,4:0-8191;2=4,3,1:8192-16383"
 
 // groupConfigOf asks a node for data group g's configuration.
 func groupConfigOf(t *testing.T, addr string, g int) (kcluster.GroupConfig, error) {
