@@ -53,13 +53,17 @@ type groupsState struct {
 	logged   map[cluster.GroupID]bool
 	// asked: when the map was last asked of the other nodes for a leaving
 	// replica (askMap); asking: one is in flight.
-	asked   time.Time
-	asking  bool
-	retired chan struct{}
-	retErr  error
-	once    sync.Once
-	stop    func()
-	wg      sync.WaitGroup
+	asked  time.Time
+	asking bool
+	// recorded: when this node, leading a group, last recorded its members
+	// in the map (recordMembers); recording: one is in flight.
+	recorded  map[cluster.GroupID]time.Time
+	recording bool
+	retired   chan struct{}
+	retErr    error
+	once      sync.Once
+	stop      func()
+	wg        sync.WaitGroup
 }
 
 // groupsPoll is how often the node compares its groups with the map.
@@ -83,7 +87,7 @@ func (s *Server) startGroupsWatch() {
 		return
 	}
 	gs := &groupsState{joining: map[cluster.GroupID]bool{}, next: map[cluster.GroupID]time.Time{},
-		logged: map[cluster.GroupID]bool{}, retired: make(chan struct{})}
+		logged: map[cluster.GroupID]bool{}, recorded: map[cluster.GroupID]time.Time{}, retired: make(chan struct{})}
 	s.groups = gs
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -154,6 +158,7 @@ func (s *Server) syncGroups(ctx context.Context) bool {
 	if cm == nil {
 		return false
 	}
+	s.recordMembersIfBehind(ctx, cm)
 	hosted := map[cluster.GroupID]bool{}
 	for _, lg := range s.multi.Hosted() {
 		hosted[lg.Spec.ID] = true
@@ -255,6 +260,79 @@ func (s *Server) askMapIfLeaving(ctx context.Context) {
 			return
 		}
 		s.learnNodes(mapNodesToMembers(cm.Nodes))
+	}()
+}
+
+// recordMembersIfBehind: a group this node leads whose configuration is of
+// a later epoch than the map records (a reconfiguration whose recorder —
+// kefir cluster replace-node — died before SETMEMBERS) is recorded by its
+// leader, at most once a second per group: the map follows each group
+// without a rerun of the command. The same compare-and-set op: a stale
+// record (a leader deposed meanwhile) is refused.
+func (s *Server) recordMembersIfBehind(ctx context.Context, cm *kv.ClusterMap) {
+	gs := s.groups
+	hosted := s.multi.Hosted()
+	if lg, ok := s.multi.MetaHosted(); ok {
+		hosted = append(hosted, lg)
+	}
+	var todo []kv.MapMembers
+	for _, lg := range hosted {
+		rc, ok := lg.Hosted.Group.(cluster.Reconfigurable)
+		if !ok || !lg.Hosted.Group.State().IsLeader {
+			continue
+		}
+		m := rc.Membership()
+		recorded := cm.MetaEpoch
+		if lg.Spec.ID != cluster.MetaGroupID {
+			g, ok := cm.Group(uint64(lg.Spec.ID))
+			if !ok {
+				continue
+			}
+			recorded = g.MemberEpoch
+		}
+		if m.Epoch > recorded {
+			todo = append(todo, kv.MapMembers{Group: uint64(lg.Spec.ID), Epoch: m.Epoch, Members: m.Members})
+		}
+	}
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	if len(todo) == 0 || gs.recording {
+		return
+	}
+	now := time.Now()
+	todo = slices.DeleteFunc(todo, func(mm kv.MapMembers) bool { return now.Sub(gs.recorded[cluster.GroupID(mm.Group)]) < time.Second })
+	if len(todo) == 0 {
+		return
+	}
+	for _, mm := range todo {
+		gs.recorded[cluster.GroupID(mm.Group)] = now
+	}
+	gs.recording = true
+	var seeds []string
+	for _, id := range s.multi.MetaMembers() {
+		if n, ok := s.multi.Node(id); ok && n.ClientAddr != "" {
+			seeds = append(seeds, n.ClientAddr)
+		}
+	}
+	gs.wg.Add(1)
+	go func() {
+		defer gs.wg.Done()
+		defer func() { gs.mu.Lock(); gs.recording = false; gs.mu.Unlock() }()
+		if len(seeds) == 0 {
+			return
+		}
+		mv := &cluster.Mover{Seeds: seeds, Password: s.cfg.Password, RetryFor: time.Second}
+		defer mv.Close()
+		for _, mm := range todo {
+			cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			e, err := mv.SetMembers(cctx, cluster.GroupID(mm.Group), mm.Epoch, mm.Members)
+			cancel()
+			if err != nil {
+				s.log.Info("record a group's members in the map (its leader's epoch is ahead of the map's)", "group", mm.Group, "epoch", mm.Epoch, "err", err)
+				continue
+			}
+			s.log.Info("recorded a group's members in the map (the map was behind the group)", "group", mm.Group, "epoch", mm.Epoch, "members", mm.Members, "map_epoch", e)
+		}
 	}()
 }
 
