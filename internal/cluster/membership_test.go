@@ -1,13 +1,18 @@
 package cluster
 
 import (
+	"context"
+	"errors"
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/resp"
+	"github.com/kefirdb/kefir/internal/shard"
 )
 
 func testConfig() GroupConfig {
@@ -175,5 +180,71 @@ func TestPlanNodeChange(t *testing.T) {
 	cm.Groups[1].Members = []uint64{3, 5, 1, 6, 7}
 	if plan, err := PlanNodeChange(cm, 4, n5); err != nil || len(plan) != 0 {
 		t.Fatalf("rerun after both: %+v %v", plan, err)
+	}
+}
+
+// A node's hosted groups change while it runs: a group added (a replica the
+// map named this node in) serves its slots from then on, one removed (it
+// retired) sends them elsewhere again, the last one is not removed; nodes
+// learned from the map name the leader in redirects. Routing reads the set
+// concurrently with the changes (go test -race).
+func TestMultiAddsAndRemovesGroups(t *testing.T) {
+	mu, m, _ := newTestMulti(t, 1)
+	k2 := keyIn(m, 2)
+	write := func(k string) ([]byte, error) {
+		reqs := []shard.WriteReq{{Op: kv.Op{Kind: kv.KindSet, Key: []byte(k), Value: []byte("x")}}}
+		if _, err := mu.Apply(context.Background(), reqs); err != nil {
+			return nil, err
+		}
+		return reqs[0].Result.Bulk, reqs[0].Err
+	}
+	if _, err := write(k2); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("a key of group 2, not hosted: %v", err)
+	}
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for !stop.Load() {
+			_, _ = mu.routeSlot(Slot([]byte(k2)))
+			_ = mu.Hosted()
+			_ = mu.Nodes()
+			_, _, _ = mu.Leader(2)
+		}
+	}()
+	spec2, _ := m.Group(2)
+	g2 := &fakeReplica{name: "g2"}
+	for range 50 {
+		if err := mu.AddGroup(LocalGroup{Spec: spec2, Hosted: Hosted{Replica: g2, Group: &stateGroup{}}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := mu.RemoveGroup(2); !ok {
+			t.Fatal("group 2 not removed")
+		}
+		mu.SetNodes([]Member{{ID: 4, ClientAddr: "n4:4"}})
+	}
+	stop.Store(true)
+	wg.Wait()
+	if err := mu.AddGroup(LocalGroup{Spec: spec2, Hosted: Hosted{Replica: g2, Group: &stateGroup{}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := mu.AddGroup(LocalGroup{Spec: spec2, Hosted: Hosted{Replica: g2, Group: &stateGroup{}}}); err == nil {
+		t.Fatal("group 2 added twice")
+	}
+	if got, err := write(k2); err != nil || string(got) != "g2" {
+		t.Fatalf("a key of group 2 once added: %q %v", got, err)
+	}
+	if _, ok := mu.RemoveGroup(2); !ok {
+		t.Fatal("group 2 not removed")
+	}
+	if _, err := write(k2); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("a key of group 2 once removed: %v", err)
+	}
+	if _, ok := mu.RemoveGroup(1); ok {
+		t.Fatal("the node's last group was removed")
+	}
+	if n, ok := mu.Node(4); !ok || n.ClientAddr != "n4:4" || len(mu.Nodes()) != 4 || mu.Nodes()[3].ID != 4 {
+		t.Fatalf("nodes learned: %+v", mu.Nodes())
 	}
 }

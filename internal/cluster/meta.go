@@ -78,8 +78,8 @@ type metaState struct {
 	// opens it, or later when the map names the node a member (a new
 	// member of the group), cleared when it retires.
 	g       atomic.Pointer[localGroup]
-	follows atomic.Bool // the routing map is the metadata group's
-	boot    *kv.ClusterMap
+	follows atomic.Bool                   // the routing map is the metadata group's
+	boot    atomic.Pointer[kv.ClusterMap] // the map to bootstrap the group with (nil: none)
 	cm      atomic.Pointer[kv.ClusterMap]
 	mu      sync.Mutex
 	ver     uint64 // the record version cm was read at
@@ -94,16 +94,23 @@ func (m *Multi) smap() *SlotMap { return m.slots.Load() }
 // routing map becomes the group's as this replica applied it (read here
 // once, before m serves anything).
 func (m *Multi) HostMeta(h Hosted, bootstrap *kv.ClusterMap) error {
+	if err := m.hostMeta(h, bootstrap); err != nil {
+		return err
+	}
+	_, err := m.RefreshMap()
+	return err
+}
+
+func (m *Multi) hostMeta(h Hosted, bootstrap *kv.ClusterMap) error {
 	m.meta.mu.Lock()
-	m.meta.boot = bootstrap
-	m.meta.ver = 0 // this replica's record versions are its own
-	m.meta.mu.Unlock()
+	defer m.meta.mu.Unlock()
 	if !m.meta.g.CompareAndSwap(nil, &localGroup{spec: GroupSpec{ID: MetaGroupID, Members: nil}, h: h}) {
 		return errors.New("cluster: this node hosts a replica of the metadata group already")
 	}
+	m.meta.boot.Store(bootstrap)
+	m.meta.ver = 0 // this replica's record versions are its own
 	m.meta.follows.Store(true)
-	_, err := m.RefreshMap()
-	return err
+	return nil
 }
 
 // UnhostMeta takes this node's replica of the metadata group out of m (it
@@ -312,8 +319,8 @@ func (m *Multi) FollowMap(ctx context.Context, cfg FollowConfig) {
 			continue
 		}
 		cm := m.ClusterMap()
-		if cm == nil && m.meta.boot != nil {
-			op := kv.Op{Kind: kv.KindMapInit, Key: kv.AppendClusterMap(nil, m.meta.boot)}
+		if boot := m.meta.boot.Load(); cm == nil && boot != nil {
+			op := kv.Op{Kind: kv.KindMapInit, Key: kv.AppendClusterMap(nil, boot)}
 			wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			if _, err := m.MetaWrite(wctx, op); err != nil && cfg.Logf != nil {
 				cfg.Logf("metadata: bootstrap the cluster map: %v", err)
