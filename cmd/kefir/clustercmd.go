@@ -11,12 +11,14 @@ import (
 	"math"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/kefirdb/kefir/internal/cluster"
+	"github.com/kefirdb/kefir/internal/kv"
 )
 
 // runCluster runs `kefir cluster move-slots --from G --to G --slots a-b[,c-d]`
@@ -341,6 +343,7 @@ func runClusterMembers(cmd string, args []string, stdout, stderr io.Writer) erro
 	ids := fs.String("id", "", "remove-node: the members to remove, comma-separated")
 	timeout := fs.Duration("timeout", time.Minute, "deadline for the whole command")
 	asJSON := fs.Bool("json", false, "print the new configuration as JSON")
+	only := fs.Uint64("group", 0, "a cluster of several groups: change only this data group (0: every group the node is in; a rerun without it finishes the rest)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
@@ -351,6 +354,8 @@ func runClusterMembers(cmd string, args []string, stdout, stderr io.Writer) erro
 		return usageError{fmt.Errorf("%s takes flags only", cmd)}
 	}
 	var change func(cluster.GroupConfig) ([]cluster.Member, error)
+	var newNode cluster.Member
+	var removed []uint64
 	switch cmd {
 	case "replace-node":
 		if *old == 0 || *nw == "" || *ids != "" {
@@ -360,6 +365,7 @@ func runClusterMembers(cmd string, args []string, stdout, stderr io.Writer) erro
 		if err != nil || m.PeerAddr == "" {
 			return usageError{fmt.Errorf("--new %q: want ID@PEER-ADDR/CLIENT-ADDR", *nw)}
 		}
+		newNode = m
 		change = func(c cluster.GroupConfig) ([]cluster.Member, error) { return cluster.ReplaceMembers(c, *old, m) }
 	default:
 		if *ids == "" || *old != 0 || *nw != "" {
@@ -373,6 +379,7 @@ func runClusterMembers(cmd string, args []string, stdout, stderr io.Writer) erro
 			}
 			rm = append(rm, id)
 		}
+		removed = rm
 		change = func(c cluster.GroupConfig) ([]cluster.Member, error) { return cluster.RemoveMembers(c, rm) }
 	}
 	mv := mover()
@@ -380,6 +387,13 @@ func runClusterMembers(cmd string, args []string, stdout, stderr io.Writer) erro
 	mv.RetryFor = 5 * time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
+	// A cluster of several groups has a metadata group's map: each of the
+	// node's groups is reconfigured in turn (groupsChange).
+	if cm, err := mv.MetaMap(ctx); err == nil {
+		return groupsChange(ctx, cmd, mv, cm, *old, newNode, removed, cluster.GroupID(*only), *asJSON, stdout, stderr)
+	} else if !strings.Contains(err.Error(), "needs a node of several groups") {
+		return fmt.Errorf("%s: cannot get the group's configuration from %s (nor the cluster map): %w; nothing changed", cmd, strings.Join(mv.Seeds, ","), err)
+	}
 	cur, err := mv.GroupConfig(ctx)
 	if err != nil {
 		return fmt.Errorf("%s: cannot get the group's configuration from %s: %w; nothing changed", cmd, strings.Join(mv.Seeds, ","), err)
@@ -400,4 +414,100 @@ func runClusterMembers(cmd string, args []string, stdout, stderr io.Writer) erro
 	}
 	_, err = fmt.Fprintf(stdout, "the group is at %s (previous members %v)\n", res, res.Previous)
 	return err
+}
+
+// groupsChange is replace-node and remove-node in a cluster of several
+// groups (docs/cluster.md, "Replacing a failed node"): the plan for every
+// group the node is a member of is checked against the metadata group's map
+// before anything changes (cluster.PlanNodeChange); a new node is added to
+// the map (KEFIR.SLOTS META ADDNODE); then, one group at a time, the
+// group's leader reconfigures it (KEFIR.GROUP RECONFIG GROUP g) and the
+// new members are recorded in the map (KEFIR.SLOTS META SETMEMBERS), where
+// the nodes follow them: the new node starts its replica of the group and
+// pulls the state, the removed one retires. Every step is idempotent, so a
+// rerun after a crash (of this command or of a node) finishes the job.
+func groupsChange(ctx context.Context, cmd string, mv *cluster.Mover, cm *kv.ClusterMap, old uint64, nw cluster.Member, removed []uint64,
+	only cluster.GroupID, asJSON bool, stdout, stderr io.Writer) error {
+	remove := cmd == "remove-node"
+	var plan []cluster.GroupChange
+	var err error
+	if remove {
+		plan, err = cluster.PlanRemoveNodes(cm, removed)
+	} else {
+		plan, err = cluster.PlanNodeChange(cm, old, nw)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w; nothing changed", cmd, err)
+	}
+	if only != 0 {
+		i := slices.IndexFunc(plan, func(c cluster.GroupChange) bool { return c.Group == only })
+		if i < 0 {
+			return fmt.Errorf("%s: group %d does not change (map epoch %d); nothing changed", cmd, only, cm.Epoch)
+		}
+		plan = plan[i : i+1]
+	}
+	if !remove {
+		if _, err := mv.AddNode(ctx, nw.ID, nw.ClientAddr, nw.PeerAddr); err != nil {
+			return fmt.Errorf("%s: %w", cmd, err)
+		}
+	}
+	addr := map[uint64]string{}
+	for _, n := range cm.Nodes {
+		addr[n.ID] = n.ClientAddr
+	}
+	type done struct {
+		Group    uint64   `json:"group"`
+		Epoch    uint64   `json:"epoch"`
+		Members  []uint64 `json:"members"`
+		Previous []uint64 `json:"previous"`
+		MapEpoch uint64   `json:"map_epoch"`
+	}
+	var out []done
+	for _, step := range plan {
+		// The group's own members answer for it (the old node may be down).
+		var seeds []string
+		for _, id := range step.Members {
+			if a := addr[id]; a != "" && id != nw.ID {
+				seeds = append(seeds, a)
+			}
+		}
+		seeds = append(seeds, mv.Seeds...)
+		gmv := &cluster.Mover{Seeds: seeds, Password: mv.Password, TLS: mv.TLS, RetryFor: 30 * time.Second}
+		name := fmt.Sprintf("group %d", step.Group)
+		if step.Group == cluster.MetaGroupID {
+			name = "the metadata group"
+		}
+		fmt.Fprintf(stderr, "kefir cluster: %s: %v -> %v\n", name, groupMembersOf(cm, step.Group), step.Members)
+		res, err := gmv.ReconfigureGroup(ctx, step.Group, step.Members)
+		gmv.Close()
+		if err != nil {
+			return fmt.Errorf("%s: group %d: %w (rerun the command to finish)", cmd, step.Group, err)
+		}
+		mapEpoch, err := mv.SetMembers(ctx, step.Group, res.Epoch, res.Members)
+		if err != nil {
+			return fmt.Errorf("%s: group %d moved to epoch %d (%v) but the map does not say so yet: %w (rerun the command to finish)", cmd, step.Group, res.Epoch, res.Members, err)
+		}
+		out = append(out, done{Group: uint64(step.Group), Epoch: res.Epoch, Members: res.Members, Previous: res.Previous, MapEpoch: mapEpoch})
+		if !asJSON {
+			fmt.Fprintf(stdout, "group %d is at epoch %d, members %v (previous %v); map epoch %d\n", step.Group, res.Epoch, res.Members, res.Previous, mapEpoch)
+		}
+	}
+	if asJSON {
+		return json.NewEncoder(stdout).Encode(out)
+	}
+	if len(plan) == 0 {
+		_, err := fmt.Fprintf(stdout, "node %d is in no group any more: nothing left to do\n", old)
+		return err
+	}
+	return nil
+}
+
+func groupMembersOf(cm *kv.ClusterMap, g cluster.GroupID) []uint64 {
+	if g == cluster.MetaGroupID {
+		return cm.MetaMembers()
+	}
+	if mg, ok := cm.Group(uint64(g)); ok {
+		return mg.Members
+	}
+	return nil
 }

@@ -235,7 +235,7 @@ var serverOptions = []option{
 			c.ChainFlush = d
 			return err
 		}},
-	{"join", "", "Replicated mode: join a running group as a NEW member through any member's client address (HOST:PORT, or several comma-separated), with --replica-id, --peer-addr, --client-addr and an empty --dir, and no --members or --bootstrap. The node asks the group for its configuration and waits, logging, until it names --replica-id (kefir cluster replace-node --new ID@PEER-ADDR/CLIENT-ADDR, run before or after), then pulls the group's state. Its --dir records the configuration: a restart needs no --join (docs/cluster.md, Replacing a failed node).",
+	{"join", "", "Replicated mode: join a running group as a NEW member through any member's client address (HOST:PORT, or several comma-separated), with --replica-id, --peer-addr, --client-addr and an empty --dir, and no --members or --bootstrap. The node asks the group for its configuration and waits, logging, until it names --replica-id (kefir cluster replace-node --new ID@PEER-ADDR/CLIENT-ADDR, run before or after), then pulls the group's state. In a cluster of several groups (the seeds have a metadata map; no --groups here) it waits until the map names it in a group and joins every group the map names it in, now or later. Its --dir records the configuration: a restart needs no --join (docs/cluster.md, Replacing a failed node).",
 		func(c *serverConfig, v string) error { c.Join = strings.TrimSpace(v); return nil }},
 	{"replica-id", "0", "Replicated mode: this node's id in --members.",
 		func(c *serverConfig, v string) error {

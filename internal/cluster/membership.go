@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/resp"
 )
 
@@ -47,7 +48,7 @@ type Reconfigurable interface {
 
 // ErrNotReconfigurable: the node's group does not change its members this
 // way (a single node, a chain, a node of several groups).
-var ErrNotReconfigurable = errors.New("cluster: this node's group cannot be reconfigured (a single VR group only)")
+var ErrNotReconfigurable = errors.New("cluster: this node's group cannot be reconfigured (a VR group only)")
 
 // GroupConfig is a group's configuration with its members' addresses, as
 // KEFIR.GROUP CONFIG answers it.
@@ -116,6 +117,47 @@ func (mv *Mover) GroupConfig(ctx context.Context) (GroupConfig, error) {
 		return GroupConfig{}, fmt.Errorf("group configuration: %w", err)
 	}
 	return DecodeGroupConfig(v)
+}
+
+// GroupConfigOf asks for data group g's configuration in a cluster of
+// several groups (KEFIR.GROUP CONFIG GROUP g: a node that hosts g answers
+// with its replica's; another sends the asker on to one that does).
+func (mv *Mover) GroupConfigOf(ctx context.Context, g GroupID) (GroupConfig, error) {
+	v, err := mv.do(ctx, "KEFIR.GROUP", "CONFIG", "GROUP", strconv.FormatUint(uint64(g), 10))
+	if err != nil {
+		return GroupConfig{}, fmt.Errorf("group %d's configuration: %w", g, err)
+	}
+	return DecodeGroupConfig(v)
+}
+
+// ReconfigureGroup asks data group g's leader (following redirects) to
+// move to members, nodes of the cluster map (KEFIR.GROUP RECONFIG GROUP g
+// id...), and returns the new configuration.
+func (mv *Mover) ReconfigureGroup(ctx context.Context, g GroupID, members []uint64) (GroupConfig, error) {
+	args := []string{"KEFIR.GROUP", "RECONFIG", "GROUP", strconv.FormatUint(uint64(g), 10)}
+	for _, id := range members {
+		args = append(args, strconv.FormatUint(id, 10))
+	}
+	v, err := mv.do(ctx, args...)
+	if err != nil {
+		return GroupConfig{}, fmt.Errorf("reconfigure group %d: %w", g, err)
+	}
+	return DecodeGroupConfig(v)
+}
+
+// SetMembers records group g's members of VR epoch epoch in the metadata
+// group's map (KEFIR.SLOTS META SETMEMBERS, kv.KindMapSetMembers) and
+// returns the map's epoch.
+func (mv *Mover) SetMembers(ctx context.Context, g GroupID, epoch uint64, members []uint64) (uint64, error) {
+	args := []string{"KEFIR.SLOTS", "META", "SETMEMBERS", strconv.FormatUint(uint64(g), 10), strconv.FormatUint(epoch, 10)}
+	for _, id := range members {
+		args = append(args, strconv.FormatUint(id, 10))
+	}
+	v, err := mv.do(ctx, args...)
+	if err != nil {
+		return 0, fmt.Errorf("record group %d's members in the map: %w", g, err)
+	}
+	return uint64(v.Int), nil
 }
 
 // Reconfigure asks the group's leader (following redirects) to move to
@@ -247,4 +289,100 @@ func (mv *Mover) WaitNamed(ctx context.Context, self uint64, every time.Duration
 		case <-time.After(every):
 		}
 	}
+}
+
+// GroupChange is one data group's new member list (node ids) in a change of
+// a cluster of several groups.
+type GroupChange struct {
+	Group   GroupID
+	Members []uint64
+}
+
+// PlanNodeChange returns, for a cluster of several groups whose map is cm,
+// the groups to reconfigure to replace node old by nw, in group order (the
+// metadata group last, if old is one of its members), or
+// an error naming what is wrong before anything changes: old not a node of
+// the map, or in no group; nw's id the old one's, a node of the map at
+// other addresses, already a member of one of old's groups, or one that
+// would change the metadata group's members (MetaMembers: the lowest ids).
+// A change already made in some groups (a rerun after a crash) plans the
+// rest: groups that no longer have old are left.
+func PlanNodeChange(cm *kv.ClusterMap, old uint64, nw Member) ([]GroupChange, error) {
+	if !slices.ContainsFunc(cm.Nodes, func(n kv.MapNode) bool { return n.ID == old }) {
+		return nil, fmt.Errorf("node %d is not a node of the cluster map (epoch %d)", old, cm.Epoch)
+	}
+	if nw.ID == old {
+		return nil, fmt.Errorf("the new node's id %d is the old one's: a new node takes a new id", nw.ID)
+	}
+	ids := make([]uint64, 0, len(cm.Nodes)+1)
+	known := false
+	for _, n := range cm.Nodes {
+		ids = append(ids, n.ID)
+		if n.ID == nw.ID {
+			known = true
+			if n.ClientAddr != nw.ClientAddr || n.PeerAddr != nw.PeerAddr {
+				return nil, fmt.Errorf("node id %d is already used in the map (at %s, peer %s): give the new node an unused id", nw.ID, n.ClientAddr, n.PeerAddr)
+			}
+		}
+	}
+	if !known && !slices.Equal(MetaMembers(ids), MetaMembers(append(ids, nw.ID))) {
+		return nil, fmt.Errorf("node id %d is below the metadata group's members %v (the lowest ids host it): give the new node a higher id", nw.ID, MetaMembers(ids))
+	}
+	var out []GroupChange
+	for _, g := range mapGroups(cm) {
+		if !slices.Contains(g.Members, old) {
+			continue
+		}
+		if slices.Contains(g.Members, nw.ID) {
+			return nil, fmt.Errorf("node %d is already a member of group %d (members %v) with node %d: it cannot take node %d's place there", nw.ID, g.ID, g.Members, old, old)
+		}
+		ms := slices.Clone(g.Members)
+		ms[slices.Index(ms, old)] = nw.ID
+		out = append(out, GroupChange{Group: GroupID(g.ID), Members: ms})
+	}
+	if len(out) == 0 && !slices.ContainsFunc(cm.Groups, func(g kv.MapGroup) bool { return slices.Contains(g.Members, nw.ID) }) {
+		return nil, fmt.Errorf("node %d is a member of no group (map epoch %d): nothing to replace", old, cm.Epoch)
+	}
+	if !slices.ContainsFunc(cm.Groups, func(g kv.MapGroup) bool { return slices.Contains(g.Members, old) || slices.Contains(g.Members, nw.ID) }) {
+		// A node starts only as a member of a data group (it must serve
+		// some slots' requests); the metadata group alone is not one.
+		return nil, fmt.Errorf("node %d is a member of no data group (map epoch %d): only of the metadata group, which a node does not host alone", old, cm.Epoch)
+	}
+	return out, nil
+}
+
+// mapGroups is cm's data groups, then the metadata group (its members as
+// the map knows them): the groups a node change plans for, in that order
+// (the metadata group last: the cluster's map is recorded there).
+func mapGroups(cm *kv.ClusterMap) []kv.MapGroup {
+	return append(slices.Clone(cm.Groups), kv.MapGroup{ID: uint64(MetaGroupID), Members: cm.MetaMembers()})
+}
+
+// PlanRemoveNodes returns, for a cluster of several groups whose map is cm,
+// the groups to reconfigure to remove nodes ids, in group order, or an
+// error before anything changes: an id not a node of the map, none of them
+// in a group, or a group left with an even or empty number of members
+// (removing one node of a group of 2f+1 always does: replace it instead,
+// or remove two of a group of five). A rerun plans what is left.
+func PlanRemoveNodes(cm *kv.ClusterMap, ids []uint64) ([]GroupChange, error) {
+	for _, id := range ids {
+		if !slices.ContainsFunc(cm.Nodes, func(n kv.MapNode) bool { return n.ID == id }) {
+			return nil, fmt.Errorf("node %d is not a node of the cluster map (epoch %d)", id, cm.Epoch)
+		}
+	}
+	var out []GroupChange
+	for _, g := range mapGroups(cm) {
+		ms := slices.DeleteFunc(slices.Clone(g.Members), func(id uint64) bool { return slices.Contains(ids, id) })
+		if len(ms) == len(g.Members) {
+			continue
+		}
+		if len(ms) == 0 || len(ms)%2 == 0 {
+			return nil, fmt.Errorf("removing %v would leave group %d with %d members (%v); a VR group needs an odd number (2f+1), at least 1: replace the node instead (kefir cluster replace-node --old N --new ID@PEER-ADDR/CLIENT-ADDR)", ids, g.ID, len(ms), ms)
+		}
+		out = append(out, GroupChange{Group: GroupID(g.ID), Members: ms})
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("none of %v is a member of a group (map epoch %d): nothing to remove", ids, cm.Epoch)
+	}
+	return out, nil
 }

@@ -1,11 +1,18 @@
 package cluster
 
 import (
+	"context"
+	"errors"
 	"reflect"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 
+	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/resp"
+	"github.com/kefirdb/kefir/internal/shard"
 )
 
 func testConfig() GroupConfig {
@@ -89,5 +96,155 @@ func TestMemberChanges(t *testing.T) {
 		if _, err := RemoveMembers(c, ids); err == nil {
 			t.Errorf("remove %v accepted", ids)
 		}
+	}
+}
+
+// PlanNodeChange and PlanRemoveNodes: replacing or removing nodes of a
+// cluster of several groups plans one change per group they are in, and
+// refuses, before anything changes, a node not in the map or in no group, a
+// new id used at other addresses, below the metadata members, the old one's
+// or already in one of the node's groups, and a removal that leaves a group
+// even or empty. A rerun after some groups changed plans the rest.
+func TestPlanNodeChange(t *testing.T) {
+	cm := &kv.ClusterMap{Epoch: 3,
+		Nodes: []kv.MapNode{{ID: 1, ClientAddr: "c1", PeerAddr: "p1"}, {ID: 2, ClientAddr: "c2", PeerAddr: "p2"}, {ID: 3, ClientAddr: "c3", PeerAddr: "p3"},
+			{ID: 4, ClientAddr: "c4", PeerAddr: "p4"}, {ID: 6, ClientAddr: "c6", PeerAddr: "p6"}, {ID: 7, ClientAddr: "c7", PeerAddr: "p7"},
+			{ID: 8, ClientAddr: "c8", PeerAddr: "p8"}},
+		Groups: []kv.MapGroup{
+			{ID: 1, Members: []uint64{1, 2, 4}, Slots: []kv.SlotRange{{Start: 0, End: 8191}}},
+			{ID: 2, Members: []uint64{3, 4, 1, 6, 7}, Slots: []kv.SlotRange{{Start: 8192, End: 16383}}},
+		}}
+	n5 := Member{ID: 5, ClientAddr: "c5", PeerAddr: "p5"}
+	plan, err := PlanNodeChange(cm, 4, n5)
+	if err != nil || len(plan) != 2 || plan[0].Group != 1 || !slices.Equal(plan[0].Members, []uint64{1, 2, 5}) ||
+		plan[1].Group != 2 || !slices.Equal(plan[1].Members, []uint64{3, 5, 1, 6, 7}) {
+		t.Fatalf("replace 4 by 5: %+v %v", plan, err)
+	}
+	for name, c := range map[string]struct {
+		old  uint64
+		nw   Member
+		want string
+	}{
+		"not a node":         {9, n5, "node 9 is not a node"},
+		"in no group":        {8, n5, "node 8 is a member of no group"},
+		"id used elsewhere":  {4, Member{ID: 2, ClientAddr: "x", PeerAddr: "y"}, "node id 2 is already used"},
+		"already a member":   {4, Member{ID: 2, ClientAddr: "c2", PeerAddr: "p2"}, "node 2 is already a member of group 1"},
+		"new id is the old":  {4, Member{ID: 4, ClientAddr: "c4", PeerAddr: "p4"}, "the old one's"},
+		"below the metadata": {4, Member{ID: 0, ClientAddr: "c0", PeerAddr: "p0"}, "below the metadata group's members"},
+	} {
+		if _, err := PlanNodeChange(cm, c.old, c.nw); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Fatalf("%s: %v, want %q", name, err, c.want)
+		}
+	}
+	// An existing node of no group may take the place (it starts a replica).
+	if plan, err := PlanNodeChange(cm, 4, Member{ID: 8, ClientAddr: "c8", PeerAddr: "p8"}); err != nil || len(plan) != 2 {
+		t.Fatalf("replace 4 by node 8 of the map: %+v %v", plan, err)
+	}
+	for name, c := range map[string]struct {
+		ids  []uint64
+		want string
+	}{
+		"one of three":  {[]uint64{4}, "would leave group 1 with 2 members"},
+		"one of five":   {[]uint64{6}, "would leave group 2 with 4 members"},
+		"not a node":    {[]uint64{9}, "node 9 is not a node"},
+		"in no group":   {[]uint64{8}, "nothing to remove"},
+		"all of group1": {[]uint64{1, 2, 4}, "would leave group 1 with 0 members"},
+	} {
+		if _, err := PlanRemoveNodes(cm, c.ids); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Fatalf("remove %s: %v, want %q", name, err, c.want)
+		}
+	}
+	if plan, err := PlanRemoveNodes(cm, []uint64{6, 7}); err != nil || len(plan) != 1 || plan[0].Group != 2 || !slices.Equal(plan[0].Members, []uint64{3, 4, 1}) {
+		t.Fatalf("remove two of a group of five: %+v %v", plan, err)
+	}
+	// A member of the metadata group (the three lowest ids) is replaced
+	// there too, last; a removal must leave it odd as well.
+	if plan, err := PlanNodeChange(cm, 2, n5); err != nil || len(plan) != 2 || plan[0].Group != 1 ||
+		plan[1].Group != MetaGroupID || !slices.Equal(plan[1].Members, []uint64{1, 5, 3}) {
+		t.Fatalf("replace 2 by 5: %+v %v", plan, err)
+	}
+	if _, err := PlanRemoveNodes(cm, []uint64{3}); err == nil || !strings.Contains(err.Error(), "would leave group 2 with 4") {
+		t.Fatalf("remove 3: %v", err)
+	}
+	cm.Meta = []uint64{1, 2, 3, 6, 7}
+	if plan, err := PlanRemoveNodes(cm, []uint64{6, 7}); err != nil || len(plan) != 2 || plan[1].Group != MetaGroupID || !slices.Equal(plan[1].Members, []uint64{1, 2, 3}) {
+		t.Fatalf("remove two of five metadata members: %+v %v", plan, err)
+	}
+	cm.Meta = nil
+	// A rerun after group 1 changed plans group 2; after both, nothing.
+	cm.Nodes = append(cm.Nodes, kv.MapNode{ID: 5, ClientAddr: "c5", PeerAddr: "p5"})
+	cm.Groups[0].Members = []uint64{1, 2, 5}
+	if plan, err := PlanNodeChange(cm, 4, n5); err != nil || len(plan) != 1 || plan[0].Group != 2 {
+		t.Fatalf("rerun after group 1: %+v %v", plan, err)
+	}
+	cm.Groups[1].Members = []uint64{3, 5, 1, 6, 7}
+	if plan, err := PlanNodeChange(cm, 4, n5); err != nil || len(plan) != 0 {
+		t.Fatalf("rerun after both: %+v %v", plan, err)
+	}
+}
+
+// A node's hosted groups change while it runs: a group added (a replica the
+// map named this node in) serves its slots from then on, one removed (it
+// retired) sends them elsewhere again, the last one is not removed; nodes
+// learned from the map name the leader in redirects. Routing reads the set
+// concurrently with the changes (go test -race).
+func TestMultiAddsAndRemovesGroups(t *testing.T) {
+	mu, m, _ := newTestMulti(t, 1)
+	k2 := keyIn(m, 2)
+	write := func(k string) ([]byte, error) {
+		reqs := []shard.WriteReq{{Op: kv.Op{Kind: kv.KindSet, Key: []byte(k), Value: []byte("x")}}}
+		if _, err := mu.Apply(context.Background(), reqs); err != nil {
+			return nil, err
+		}
+		return reqs[0].Result.Bulk, reqs[0].Err
+	}
+	if _, err := write(k2); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("a key of group 2, not hosted: %v", err)
+	}
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for !stop.Load() {
+			_, _ = mu.routeSlot(Slot([]byte(k2)))
+			_ = mu.Hosted()
+			_ = mu.Nodes()
+			_, _, _ = mu.Leader(2)
+		}
+	}()
+	spec2, _ := m.Group(2)
+	g2 := &fakeReplica{name: "g2"}
+	for range 50 {
+		if err := mu.AddGroup(LocalGroup{Spec: spec2, Hosted: Hosted{Replica: g2, Group: &stateGroup{}}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := mu.RemoveGroup(2); !ok {
+			t.Fatal("group 2 not removed")
+		}
+		mu.SetNodes([]Member{{ID: 4, ClientAddr: "n4:4"}})
+	}
+	stop.Store(true)
+	wg.Wait()
+	if err := mu.AddGroup(LocalGroup{Spec: spec2, Hosted: Hosted{Replica: g2, Group: &stateGroup{}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := mu.AddGroup(LocalGroup{Spec: spec2, Hosted: Hosted{Replica: g2, Group: &stateGroup{}}}); err == nil {
+		t.Fatal("group 2 added twice")
+	}
+	if got, err := write(k2); err != nil || string(got) != "g2" {
+		t.Fatalf("a key of group 2 once added: %q %v", got, err)
+	}
+	if _, ok := mu.RemoveGroup(2); !ok {
+		t.Fatal("group 2 not removed")
+	}
+	if _, err := write(k2); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("a key of group 2 once removed: %v", err)
+	}
+	if _, ok := mu.RemoveGroup(1); ok {
+		t.Fatal("the node's last group was removed")
+	}
+	if n, ok := mu.Node(4); !ok || n.ClientAddr != "n4:4" || len(mu.Nodes()) != 4 || mu.Nodes()[3].ID != 4 {
+		t.Fatalf("nodes learned: %+v", mu.Nodes())
 	}
 }

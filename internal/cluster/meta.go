@@ -30,22 +30,16 @@ import (
 // move whose driver's lease ran out (resumeMoves).
 
 // MetaGroupID is the metadata group's id: reserved, refused in --groups.
-const MetaGroupID GroupID = 65535
+const MetaGroupID GroupID = kv.MetaGroup
 
-// MetaReplicas is how many nodes host the metadata group.
-const MetaReplicas = 3
+// MetaReplicas is how many nodes host the metadata group at first.
+const MetaReplicas = kv.MetaReplicas
 
-// MetaMembers returns the metadata group's members among nodes: the first
-// MetaReplicas by id (an odd number; every node must compute the same).
-func MetaMembers(nodes []uint64) []uint64 {
-	ids := slices.Clone(nodes)
-	slices.Sort(ids)
-	n := min(len(ids), MetaReplicas)
-	if n%2 == 0 {
-		n--
-	}
-	return ids[:n]
-}
+// MetaMembers returns the metadata group's first members among nodes: the
+// first MetaReplicas by id (an odd number; every node must compute the
+// same). A reconfiguration of the group records its later members in the
+// map (kv.ClusterMap.MetaMembers).
+func MetaMembers(nodes []uint64) []uint64 { return kv.DefaultMetaMembers(nodes) }
 
 // BootstrapMap is the map a cluster starts with: the static map's groups
 // and members' addresses at epoch 1.
@@ -80,9 +74,12 @@ func SlotMapOf(cm *kv.ClusterMap) (*SlotMap, error) {
 
 // metaState is a Multi's side of the metadata group.
 type metaState struct {
-	g       *localGroup // this node's replica of it (nil: not hosted)
-	follows atomic.Bool // the routing map is the metadata group's
-	boot    *kv.ClusterMap
+	// g is this node's replica of it (nil: not hosted): set when the node
+	// opens it, or later when the map names the node a member (a new
+	// member of the group), cleared when it retires.
+	g       atomic.Pointer[localGroup]
+	follows atomic.Bool                   // the routing map is the metadata group's
+	boot    atomic.Pointer[kv.ClusterMap] // the map to bootstrap the group with (nil: none)
 	cm      atomic.Pointer[kv.ClusterMap]
 	mu      sync.Mutex
 	ver     uint64 // the record version cm was read at
@@ -97,15 +94,58 @@ func (m *Multi) smap() *SlotMap { return m.slots.Load() }
 // routing map becomes the group's as this replica applied it (read here
 // once, before m serves anything).
 func (m *Multi) HostMeta(h Hosted, bootstrap *kv.ClusterMap) error {
-	m.meta.g = &localGroup{spec: GroupSpec{ID: MetaGroupID, Members: nil}, h: h}
-	m.meta.follows.Store(true)
-	m.meta.boot = bootstrap
+	if err := m.hostMeta(h, bootstrap); err != nil {
+		return err
+	}
 	_, err := m.RefreshMap()
 	return err
 }
 
+func (m *Multi) hostMeta(h Hosted, bootstrap *kv.ClusterMap) error {
+	m.meta.mu.Lock()
+	defer m.meta.mu.Unlock()
+	if !m.meta.g.CompareAndSwap(nil, &localGroup{spec: GroupSpec{ID: MetaGroupID, Members: nil}, h: h}) {
+		return errors.New("cluster: this node hosts a replica of the metadata group already")
+	}
+	m.meta.boot.Store(bootstrap)
+	m.meta.ver = 0 // this replica's record versions are its own
+	m.meta.follows.Store(true)
+	return nil
+}
+
+// UnhostMeta takes this node's replica of the metadata group out of m (it
+// retired: the group no longer has this node) and returns it for the caller
+// to close; the node polls the map from then on.
+func (m *Multi) UnhostMeta() (Hosted, bool) {
+	g := m.meta.g.Swap(nil)
+	if g == nil {
+		return Hosted{}, false
+	}
+	return g.h, true
+}
+
+// MetaHosted returns this node's replica of the metadata group.
+func (m *Multi) MetaHosted() (LocalGroup, bool) {
+	g := m.metaG()
+	if g == nil {
+		return LocalGroup{}, false
+	}
+	return LocalGroup{Spec: g.spec, Hosted: g.h}, true
+}
+
+func (m *Multi) metaG() *localGroup { return m.meta.g.Load() }
+
 // HostsMeta reports whether this node hosts a replica of the metadata group.
-func (m *Multi) HostsMeta() bool { return m.meta.g != nil }
+func (m *Multi) HostsMeta() bool { return m.metaG() != nil }
+
+// MetaMembers returns the metadata group's members as this node knows
+// them: its map's, or the first by id of the nodes it knows.
+func (m *Multi) MetaMembers() []uint64 {
+	if cm := m.ClusterMap(); cm != nil {
+		return cm.MetaMembers()
+	}
+	return MetaMembers(m.nodeIDs())
+}
 
 // ClusterMap returns the metadata group's map as this node's replica last
 // applied it (nil: none yet, or not hosted here).
@@ -115,7 +155,7 @@ func (m *Multi) ClusterMap() *kv.ClusterMap { return m.meta.cm.Load() }
 // and, if it changed, routes by it from now on (never by an older epoch than
 // the one it routes by). It reports whether the map changed.
 func (m *Multi) RefreshMap() (bool, error) {
-	g := m.meta.g
+	g := m.metaG()
 	if g == nil {
 		return false, nil
 	}
@@ -178,15 +218,18 @@ func (m *Multi) pollMap(ctx context.Context, mv *Mover) error {
 	return nil
 }
 
-// metaSeeds are the client addresses of the metadata group's members.
+// metaSeeds are the client addresses of the metadata group's members, then
+// of the other nodes (each sends the asker on to the members it knows).
 func (m *Multi) metaSeeds() []string {
-	ids := make([]uint64, 0, len(m.members))
-	for id := range m.members {
-		ids = append(ids, id)
-	}
 	var out []string
-	for _, id := range MetaMembers(ids) {
-		if a := m.members[id].ClientAddr; a != "" {
+	ms := m.MetaMembers()
+	for _, id := range ms {
+		if a := m.member(id).ClientAddr; a != "" {
+			out = append(out, a)
+		}
+	}
+	for _, id := range m.nodeIDs() {
+		if a := m.member(id).ClientAddr; a != "" && id != m.self && !slices.Contains(ms, id) {
 			out = append(out, a)
 		}
 	}
@@ -195,7 +238,8 @@ func (m *Multi) metaSeeds() []string {
 
 // MetaLeads reports whether this node leads the metadata group.
 func (m *Multi) MetaLeads() bool {
-	return m.meta.g != nil && m.leads(m.meta.g) == nil
+	g := m.metaG()
+	return g != nil && m.leads(g) == nil
 }
 
 // MetaWrite proposes a metadata op (kv.KindMap*) at the metadata group's
@@ -249,18 +293,24 @@ func (m *Multi) FollowMap(ctx context.Context, cfg FollowConfig) {
 	if every <= 0 {
 		every = 50 * time.Millisecond
 	}
-	if m.meta.g == nil {
-		m.pollMaps(ctx, cfg, 10*every)
-		return
-	}
 	t := time.NewTicker(every)
 	defer t.Stop()
-	for {
+	// A node without a replica polls the leader every ten ticks; one may
+	// start hosting a replica (a new member) or stop (it retired).
+	var pl poller
+	defer pl.close()
+	for tick := 0; ; tick++ {
 		select {
 		case <-ctx.Done():
 			m.meta.resume.wait()
 			return
 		case <-t.C:
+		}
+		if m.metaG() == nil {
+			if tick%10 == 0 {
+				pl.poll(ctx, m, cfg, 10*every)
+			}
+			continue
 		}
 		if _, err := m.RefreshMap(); err != nil && cfg.Logf != nil {
 			cfg.Logf("metadata: %v", err)
@@ -269,8 +319,8 @@ func (m *Multi) FollowMap(ctx context.Context, cfg FollowConfig) {
 			continue
 		}
 		cm := m.ClusterMap()
-		if cm == nil && m.meta.boot != nil {
-			op := kv.Op{Kind: kv.KindMapInit, Key: kv.AppendClusterMap(nil, m.meta.boot)}
+		if boot := m.meta.boot.Load(); cm == nil && boot != nil {
+			op := kv.Op{Kind: kv.KindMapInit, Key: kv.AppendClusterMap(nil, boot)}
 			wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			if _, err := m.MetaWrite(wctx, op); err != nil && cfg.Logf != nil {
 				cfg.Logf("metadata: bootstrap the cluster map: %v", err)
@@ -284,31 +334,35 @@ func (m *Multi) FollowMap(ctx context.Context, cfg FollowConfig) {
 	}
 }
 
-// pollMaps polls the metadata leader every `every` until ctx ends (a node
-// without a replica of the group).
-func (m *Multi) pollMaps(ctx context.Context, cfg FollowConfig, every time.Duration) {
+// poller is the follower of a node without a replica of the metadata group.
+type poller struct {
+	mv     *Mover
+	logged bool
+}
+
+func (p *poller) close() {
+	if p.mv != nil {
+		p.mv.close()
+	}
+}
+
+// poll asks the metadata group's leader for its map once (the seeds are
+// recomputed each time: the group's members may have changed).
+func (p *poller) poll(ctx context.Context, m *Multi, cfg FollowConfig, every time.Duration) {
 	seeds := m.metaSeeds()
 	if len(seeds) == 0 {
 		return
 	}
-	mv := &Mover{Seeds: seeds, Password: cfg.Password, TLS: cfg.TLS, RetryFor: every}
-	defer mv.close()
-	t := time.NewTicker(every)
-	defer t.Stop()
-	var logged bool
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		pctx, cancel := context.WithTimeout(ctx, 5*every)
-		err := m.pollMap(pctx, mv)
-		cancel()
-		if err != nil && !logged && cfg.Logf != nil {
-			cfg.Logf("metadata: poll the map: %v", err) // once: the group may be starting
-			logged = true
-		}
+	if p.mv == nil {
+		p.mv = &Mover{Password: cfg.Password, TLS: cfg.TLS, RetryFor: every}
+	}
+	p.mv.Seeds = seeds
+	pctx, cancel := context.WithTimeout(ctx, 5*every)
+	err := m.pollMap(pctx, p.mv)
+	cancel()
+	if err != nil && !p.logged && cfg.Logf != nil {
+		cfg.Logf("metadata: poll the map: %v", err) // once: the group may be starting
+		p.logged = true
 	}
 }
 

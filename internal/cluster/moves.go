@@ -45,7 +45,7 @@ func (g *localGroup) table() *kv.SlotTable {
 // and whether the slot is in flight (SlotOwner over the hosted groups'
 // tables and the routing map).
 func (m *Multi) owner(slot uint16) (GroupID, bool) {
-	return SlotOwner(slot, m.local, m.smap(), m.meta.follows.Load())
+	return SlotOwner(slot, m.hs().local, m.smap(), m.meta.follows.Load())
 }
 
 // refusal turns group from's fence refusal of a request for slot into the
@@ -56,7 +56,7 @@ func (m *Multi) refusal(err error, slot uint16, from GroupID) error {
 	if !ok {
 		return withSlot(err, slot)
 	}
-	id, inFlight, ok := RefusalTarget(slot, from, se, m.local, m.smap(), m.meta.follows.Load())
+	id, inFlight, ok := RefusalTarget(slot, from, se, m.hs().local, m.smap(), m.meta.follows.Load())
 	if !ok {
 		return &ReplyError{fmt.Sprintf("TRYAGAIN slot %d is not served by group %d (%v)", slot, from, err)}
 	}
@@ -79,9 +79,9 @@ type effective struct {
 // overridden by the hosted groups' tables (a slot in flight is shown at its
 // destination), at the highest epoch any of them knows.
 func (m *Multi) Slots() *SlotMap {
-	tabs := make([]*kv.SlotTable, len(m.local))
+	tabs := make([]*kv.SlotTable, len(m.hs().local))
 	any := false
-	for i, g := range m.local {
+	for i, g := range m.hs().local {
 		tabs[i] = g.table()
 		any = any || tabs[i] != nil
 	}
@@ -125,23 +125,18 @@ func (m *Multi) Slots() *SlotMap {
 
 // hosted returns hosted group id, or an error naming it.
 func (m *Multi) hosted(id GroupID) (*localGroup, error) {
-	g := m.byID[id]
+	g := m.hs().byID[id]
 	if id == MetaGroupID {
-		if m.meta.g == nil {
+		if g = m.metaG(); g == nil {
 			// Sent on to a node that hosts it (the mover follows -MOVED).
-			ids := make([]uint64, 0, len(m.members))
-			for id := range m.members {
-				ids = append(ids, id)
-			}
-			if ms := MetaMembers(ids); len(ms) > 0 {
-				return nil, &NotLeaderError{Leader: ms[0], Addr: m.members[ms[0]].ClientAddr}
+			if ms := m.MetaMembers(); len(ms) > 0 {
+				return nil, &NotLeaderError{Leader: ms[0], Addr: m.member(ms[0]).ClientAddr}
 			}
 			return nil, &ReplyError{"ERR this cluster has no metadata group"}
 		}
-		g = m.meta.g
 	}
 	if g == nil {
-		return nil, NotHosted(m.smap(), id, func(n uint64) string { return m.members[n].ClientAddr })
+		return nil, NotHosted(m.smap(), id, func(n uint64) string { return m.member(n).ClientAddr })
 	}
 	return g, nil
 }
@@ -171,7 +166,7 @@ func (m *Multi) leads(g *localGroup) error {
 	if !st.Normal || st.Leader == 0 {
 		return &NotLeaderError{}
 	}
-	return &NotLeaderError{Leader: st.Leader, Addr: m.members[st.Leader].ClientAddr}
+	return &NotLeaderError{Leader: st.Leader, Addr: m.member(st.Leader).ClientAddr}
 }
 
 // led returns group id if this node hosts it and its replica here leads it

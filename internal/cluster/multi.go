@@ -2,10 +2,13 @@ package cluster
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
+	"sync"
 	"sync/atomic"
 
 	"github.com/kefirdb/kefir/internal/kv"
@@ -41,11 +44,16 @@ type Multi struct {
 	// slots is the map this node routes by when no hosted table knows
 	// better: the static map (--groups), replaced by the metadata group's
 	// whenever this node's replica of it applies a change (meta.go).
-	slots   atomic.Pointer[SlotMap]
-	self    uint64
-	byID    map[GroupID]*localGroup
-	local   []*localGroup // by id
-	members map[uint64]Member
+	slots atomic.Pointer[SlotMap]
+	self  uint64
+	// set is the hosted groups (copy on write): a node starts a replica
+	// for a group the map names it in and drops one that retired
+	// (membership, AddGroup and RemoveGroup).
+	set atomic.Pointer[hostedSet]
+	// members are the nodes' addresses by id (copy on write): --members',
+	// then the map's (SetNodes).
+	members atomic.Pointer[map[uint64]Member]
+	setMu   sync.Mutex // serializes AddGroup, RemoveGroup and SetNodes
 	paths   shard.ReadPaths
 	eff     effective // moves.go
 	meta    metaState // meta.go
@@ -80,25 +88,23 @@ func NewMulti(slots *SlotMap, self uint64, members []Member, groups []LocalGroup
 	if len(groups) == 0 {
 		return nil, errors.New("cluster: a node hosts no group")
 	}
-	m := &Multi{self: self, byID: map[GroupID]*localGroup{}, members: map[uint64]Member{}}
+	m := &Multi{self: self}
 	m.slots.Store(slots)
+	ms := map[uint64]Member{}
 	for _, mb := range members {
-		m.members[mb.ID] = mb
+		ms[mb.ID] = mb
 	}
+	m.members.Store(&ms)
+	set := &hostedSet{byID: map[GroupID]*localGroup{}}
 	for _, lg := range groups {
-		g := &localGroup{spec: lg.Spec, h: lg.Hosted}
-		g.tab, _ = lg.Hosted.Replica.(slotTabler)
-		for _, r := range lg.Spec.Slots {
-			for s := int(r.Start); s <= int(r.End) && s < Slots; s++ {
-				g.owned[s/64] |= 1 << (s % 64)
-			}
+		if _, dup := set.byID[lg.Spec.ID]; dup {
+			return nil, fmt.Errorf("cluster: group %d hosted twice", lg.Spec.ID)
 		}
-		m.byID[lg.Spec.ID] = g
-		m.local = append(m.local, g)
+		set = set.with(newLocalGroup(lg))
 	}
-	slices.SortFunc(m.local, func(a, b *localGroup) int { return int(a.spec.ID) - int(b.spec.ID) })
+	m.set.Store(set)
 	// Every hosted group runs the same engine: they share read paths.
-	m.paths = m.local[0].h.Replica.ReadPaths()
+	m.paths = set.local[0].h.Replica.ReadPaths()
 	// ReadKey's answer names no group, so a session could not tell which
 	// group's position it read: the front door takes Read, whose result
 	// does (a replica group's engine has no ReadKey path anyway).
@@ -106,10 +112,118 @@ func NewMulti(slots *SlotMap, self uint64, members []Member, groups []LocalGroup
 	return m, nil
 }
 
+// hostedSet is a Multi's hosted groups: by id and in id order.
+type hostedSet struct {
+	byID  map[GroupID]*localGroup
+	local []*localGroup // by id
+}
+
+// hs is the hosted groups now.
+func (m *Multi) hs() *hostedSet { return m.set.Load() }
+
+// with returns the set with g added.
+func (s *hostedSet) with(g *localGroup) *hostedSet {
+	n := &hostedSet{byID: maps.Clone(s.byID), local: append(slices.Clone(s.local), g)}
+	n.byID[g.spec.ID] = g
+	slices.SortFunc(n.local, func(a, b *localGroup) int { return int(a.spec.ID) - int(b.spec.ID) })
+	return n
+}
+
+func newLocalGroup(lg LocalGroup) *localGroup {
+	g := &localGroup{spec: lg.Spec, h: lg.Hosted}
+	g.tab, _ = lg.Hosted.Replica.(slotTabler)
+	for _, r := range lg.Spec.Slots {
+		for s := int(r.Start); s <= int(r.End) && s < Slots; s++ {
+			g.owned[s/64] |= 1 << (s % 64)
+		}
+	}
+	return g
+}
+
+// AddGroup makes a replica the node opened after it started part of m
+// (a group the metadata group's map now names this node in: a new member
+// that joined it). Requests for the group's slots go to it from now on.
+func (m *Multi) AddGroup(lg LocalGroup) error {
+	m.setMu.Lock()
+	defer m.setMu.Unlock()
+	cur := m.hs()
+	if _, ok := cur.byID[lg.Spec.ID]; ok || lg.Spec.ID == MetaGroupID {
+		return fmt.Errorf("cluster: group %d is hosted here already", lg.Spec.ID)
+	}
+	m.set.Store(cur.with(newLocalGroup(lg)))
+	return nil
+}
+
+// RemoveGroup takes hosted group id out of m (its replica retired: the
+// group no longer has this node) and returns it for the caller to close.
+// The node's last group is not removed (ok false): a node that hosts none
+// stops instead.
+func (m *Multi) RemoveGroup(id GroupID) (h Hosted, ok bool) {
+	m.setMu.Lock()
+	defer m.setMu.Unlock()
+	cur := m.hs()
+	g := cur.byID[id]
+	if g == nil || len(cur.local) == 1 {
+		return Hosted{}, false
+	}
+	n := &hostedSet{byID: maps.Clone(cur.byID)}
+	delete(n.byID, id)
+	for _, x := range cur.local {
+		if x != g {
+			n.local = append(n.local, x)
+		}
+	}
+	m.set.Store(n)
+	return g.h, true
+}
+
+// member returns node id's addresses as this node knows them.
+func (m *Multi) member(id uint64) Member { return (*m.members.Load())[id] }
+
+// nodeIDs returns the ids of the nodes this node knows.
+func (m *Multi) nodeIDs() []uint64 {
+	ms := *m.members.Load()
+	ids := make([]uint64, 0, len(ms))
+	for id := range ms {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// Node returns node id's addresses, if this node knows them.
+func (m *Multi) Node(id uint64) (Member, bool) {
+	n, ok := (*m.members.Load())[id]
+	return n, ok
+}
+
+// Nodes returns the nodes this node knows, by id.
+func (m *Multi) Nodes() []Member {
+	ms := *m.members.Load()
+	out := make([]Member, 0, len(ms))
+	for _, n := range ms {
+		out = append(out, n)
+	}
+	slices.SortFunc(out, func(a, b Member) int { return cmp.Compare(a.ID, b.ID) })
+	return out
+}
+
+// SetNodes merges nodes' addresses into the ones m knows (the map's nodes:
+// a node added after this one started), so that redirects name them.
+func (m *Multi) SetNodes(nodes []Member) {
+	m.setMu.Lock()
+	defer m.setMu.Unlock()
+	ms := maps.Clone(*m.members.Load())
+	for _, n := range nodes {
+		ms[n.ID] = n
+	}
+	m.members.Store(&ms)
+}
+
 // Hosted returns the hosted groups' replicas, by group id.
 func (m *Multi) Hosted() []LocalGroup {
-	out := make([]LocalGroup, len(m.local))
-	for i, g := range m.local {
+	local := m.hs().local
+	out := make([]LocalGroup, len(local))
+	for i, g := range local {
 		out[i] = LocalGroup{Spec: g.spec, Hosted: g.h}
 	}
 	return out
@@ -119,18 +233,18 @@ func (m *Multi) Hosted() []LocalGroup {
 // this node knows it: its hosted replica's view, or for a group it does not
 // host the group's first member (which forwards or redirects in turn).
 func (m *Multi) Leader(id GroupID) (uint64, string, bool) {
-	if g := m.byID[id]; g != nil {
+	if g := m.hs().byID[id]; g != nil {
 		st := g.h.Group.State()
 		if !st.Normal || st.Leader == 0 {
 			return 0, "", false
 		}
-		return st.Leader, m.members[st.Leader].ClientAddr, true
+		return st.Leader, m.member(st.Leader).ClientAddr, true
 	}
 	spec, ok := m.smap().Group(id)
 	if !ok || len(spec.Members) == 0 {
 		return 0, "", false
 	}
-	return spec.Members[0], m.members[spec.Members[0]].ClientAddr, true
+	return spec.Members[0], m.member(spec.Members[0]).ClientAddr, true
 }
 
 // opSlot returns the slot of op's keys: the first key's, and ErrCrossSlot
@@ -176,7 +290,7 @@ func (m *Multi) routeSlot(slot uint16) (*localGroup, error) {
 		// the front door forward it, which retries until one does.
 		return nil, &NotLeaderError{Slot: slot, HasSlot: true}
 	}
-	g := m.byID[id]
+	g := m.hs().byID[id]
 	if g == nil {
 		leader, addr, _ := m.Leader(id)
 		return nil, &NotLeaderError{Leader: leader, Addr: addr, Slot: slot, HasSlot: true}
@@ -241,7 +355,7 @@ func (m *Multi) Apply(ctx context.Context, reqs []shard.WriteReq) (shard.Pending
 		return p, err
 	}
 	var pend shard.Pending
-	for _, g := range m.local {
+	for _, g := range m.hs().local {
 		var idx []int
 		for i, gi := range groups {
 			if gi == g {
@@ -272,7 +386,7 @@ func (m *Multi) Apply(ctx context.Context, reqs []shard.WriteReq) (shard.Pending
 // Wait waits for every acknowledgement p holds (each group's writes).
 func (m *Multi) Wait(ctx context.Context, p shard.Pending) error {
 	if p.SyncPos != 0 {
-		return m.local[0].h.Replica.Wait(ctx, p)
+		return m.hs().local[0].h.Replica.Wait(ctx, p)
 	}
 	for _, a := range p.Acks {
 		if err := a.Await(ctx); err != nil {
@@ -363,7 +477,7 @@ func (m *Multi) scanRead(ctx context.Context, op kv.Op, c level.Consistency, s s
 }
 
 // oneGroup reports whether the cluster is this node's one group.
-func (m *Multi) oneGroup() bool { return len(m.local) == 1 && len(m.smap().Groups) == 1 }
+func (m *Multi) oneGroup() bool { return len(m.hs().local) == 1 && len(m.smap().Groups) == 1 }
 
 // scan merges the hosted groups' ordered streams of a keyspace scan: each
 // group's first Limit pairs, merged by key, cut at Limit. Every group must
@@ -377,7 +491,7 @@ func (m *Multi) oneGroup() bool { return len(m.local) == 1 && len(m.smap().Group
 // reads there. The front door scans through Scan (conn.readPath).
 func (m *Multi) Scan(ctx context.Context, op kv.Op, c level.Consistency, s shard.Session) (kv.Result, shard.Session, error) {
 	if m.oneGroup() {
-		g := m.local[0]
+		g := m.hs().local[0]
 		res, err := g.h.Replica.Read(ctx, op, c, g.session(s))
 		res.Group = g.spec.gid()
 		if err != nil {
@@ -385,14 +499,14 @@ func (m *Multi) Scan(ctx context.Context, op kv.Op, c level.Consistency, s shard
 		}
 		return res, s.AfterRead(res.Pos()), nil
 	}
-	if len(m.local) < len(m.smap().Groups) {
+	if len(m.hs().local) < len(m.smap().Groups) {
 		return kv.Result{}, s, &ReplyError{"ERR a keyspace scan needs every group on this node (issue 28: not yet routed across nodes)"}
 	}
 	type pair struct{ k, v []byte }
 	var all []pair
 	out := kv.Result{Kind: kv.ResArray}
 	after := s
-	for _, g := range m.local {
+	for _, g := range m.hs().local {
 		res, err := g.h.Replica.Read(ctx, op, c, g.session(s))
 		if errors.Is(err, ErrNotLeader) {
 			// Forwarding would not help: no node need lead every group.
@@ -490,18 +604,18 @@ func (m *Multi) TryRead(op kv.Op, c level.Consistency) (kv.Result, bool) {
 // docs/design/cluster.md §8. Sessions compose too: each keeps its own
 // position per group's log.
 func (m *Multi) CheckConsistency(c level.Consistency) error {
-	return m.local[0].h.Replica.CheckConsistency(c)
+	return m.hs().local[0].h.Replica.CheckConsistency(c)
 }
 
 // CheckDurability is the hosted groups' (one engine).
 func (m *Multi) CheckDurability(d level.Durability) error {
-	return m.local[0].h.Replica.CheckDurability(d)
+	return m.hs().local[0].h.Replica.CheckDurability(d)
 }
 
 // Status adds up the hosted groups'.
 func (m *Multi) Status() shard.Status {
 	var st shard.Status
-	for _, g := range m.local {
+	for _, g := range m.hs().local {
 		s := g.h.Replica.Status()
 		st.LastVersion = max(st.LastVersion, s.LastVersion)
 		st.LastPos += s.LastPos
@@ -519,12 +633,12 @@ func (m *Multi) Status() shard.Status {
 // Close closes every hosted replica.
 func (m *Multi) Close() error {
 	var errs []error
-	if g := m.meta.g; g != nil {
+	if g := m.metaG(); g != nil {
 		if err := g.h.Replica.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("metadata group: %w", err))
 		}
 	}
-	for _, g := range m.local {
+	for _, g := range m.hs().local {
 		if err := g.h.Replica.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("group %d: %w", g.spec.ID, err))
 		}
@@ -534,8 +648,8 @@ func (m *Multi) Close() error {
 
 // Engines returns the hosted groups' storage engines.
 func (m *Multi) Engines() []*storage.DB {
-	out := make([]*storage.DB, 0, len(m.local))
-	for _, g := range m.local {
+	out := make([]*storage.DB, 0, len(m.hs().local))
+	for _, g := range m.hs().local {
 		out = append(out, g.h.Engine)
 	}
 	return out
@@ -546,19 +660,19 @@ func (m *Multi) Engines() []*storage.DB {
 // NODES); the nilext fast path is off across groups.
 
 // State is the first hosted group's.
-func (m *Multi) State() State { return m.local[0].h.Group.State() }
+func (m *Multi) State() State { return m.hs().local[0].h.Group.State() }
 
 // Stats are the first hosted group's.
-func (m *Multi) Stats() Stats { return m.local[0].h.Group.Stats() }
+func (m *Multi) Stats() Stats { return m.hs().local[0].h.Group.Stats() }
 
 // ViewEvents are the first hosted group's.
-func (m *Multi) ViewEvents() []ViewEvent { return m.local[0].h.Group.ViewEvents() }
+func (m *Multi) ViewEvents() []ViewEvent { return m.hs().local[0].h.Group.ViewEvents() }
 
 // GroupState returns hosted group id's state.
 func (m *Multi) GroupState(id GroupID) (State, bool) {
-	g := m.byID[id]
+	g := m.hs().byID[id]
 	if id == MetaGroupID {
-		g = m.meta.g
+		g = m.metaG()
 	}
 	if g == nil {
 		return State{}, false

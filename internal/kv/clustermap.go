@@ -49,6 +49,18 @@ import (
 //	                  slots only by moves); the same node again is a no-op.
 //	                  The epoch goes up by one, unless a move is in flight
 //	                  (then it stays below the move's until MoveDone).
+//	KindMapSetMembers Key: a group's members (AppendMapMembers: group, VR
+//	                  epoch, members in leader order), recorded after the
+//	                  group's reconfiguration to that epoch committed.
+//	                  Compare-and-set by the group's VR epoch: refused
+//	                  below the epoch the map records for the group, and at
+//	                  it unless the members are the same set (then a
+//	                  no-op: a retry); refused for a group the map does not
+//	                  have (MetaGroup: the metadata group's own members,
+//	                  ClusterMap.Meta), an even or empty list, a member listed twice or
+//	                  not a node of the map. The map epoch moves as with
+//	                  AddNode (so pollers learn the members), unless a move
+//	                  is in flight.
 
 // ClusterMapKey is the reserved record that holds the metadata group's map.
 var ClusterMapKey = ReservedKey("clustermap")
@@ -59,6 +71,44 @@ type ClusterMap struct {
 	Nodes  []MapNode  // by id
 	Groups []MapGroup // by id
 	Moves  []MapMove  // in flight (at most one today)
+	// Meta are the metadata group's own members (leader order) of its VR
+	// epoch MetaEpoch, once a reconfiguration of it was recorded
+	// (KindMapSetMembers of MetaGroup); nil: DefaultMetaMembers of the
+	// nodes, the members it was bootstrapped with.
+	Meta      []uint64 `json:",omitempty"`
+	MetaEpoch uint64   `json:",omitempty"`
+}
+
+// MetaGroup is the metadata group's id (cluster.MetaGroupID): its members
+// are recorded by KindMapSetMembers of this group.
+const MetaGroup = 65535
+
+// MetaReplicas is how many nodes a cluster's metadata group starts with.
+const MetaReplicas = 3
+
+// DefaultMetaMembers returns the metadata group's first members among
+// nodes: the MetaReplicas lowest ids (an odd number; every node computes
+// the same).
+func DefaultMetaMembers(nodes []uint64) []uint64 {
+	ids := slices.Clone(nodes)
+	slices.Sort(ids)
+	n := min(len(ids), MetaReplicas)
+	if n%2 == 0 {
+		n--
+	}
+	return ids[:max(n, 0)]
+}
+
+// MetaMembers returns the metadata group's members as the map knows them.
+func (m *ClusterMap) MetaMembers() []uint64 {
+	if m.Meta != nil {
+		return m.Meta
+	}
+	ids := make([]uint64, len(m.Nodes))
+	for i, n := range m.Nodes {
+		ids[i] = n.ID
+	}
+	return DefaultMetaMembers(ids)
 }
 
 // MapNode is a node of the cluster: its id and addresses.
@@ -69,11 +119,14 @@ type MapNode struct {
 }
 
 // MapGroup is a data group: its members (node ids, in leader order) and the
-// slot ranges it owns.
+// slot ranges it owns. MemberEpoch is the group's VR configuration epoch
+// the members are of (KindMapSetMembers; 0: the group's first epoch, as VR
+// numbers it).
 type MapGroup struct {
-	ID      uint64
-	Members []uint64
-	Slots   []SlotRange
+	ID          uint64
+	Members     []uint64
+	Slots       []SlotRange
+	MemberEpoch uint64 `json:",omitempty"`
 }
 
 // MapMove is a move in flight: Slots from group From to group To at Epoch,
@@ -135,6 +188,11 @@ func (m *ClusterMap) Check() error {
 			}
 		}
 	}
+	for _, id := range m.Meta {
+		if !nodes[id] {
+			return fmt.Errorf("cluster map: the metadata group's member %d is not a node of the map", id)
+		}
+	}
 	for s, o := range owner {
 		if o == 0 {
 			return fmt.Errorf("cluster map: slot %d has no owner at epoch %d", s, m.Epoch)
@@ -162,6 +220,29 @@ func AppendClusterMap(b []byte, m *ClusterMap) []byte {
 	b = binary.AppendUvarint(b, uint64(len(m.Moves)))
 	for _, mv := range m.Moves {
 		b = AppendMapMove(b, mv)
+	}
+	// The groups' member epochs, last and only when one was recorded: a
+	// map of before KindMapSetMembers decodes (and encodes) as it was.
+	var eps []MapGroup
+	for _, g := range m.Groups {
+		if g.MemberEpoch != 0 {
+			eps = append(eps, g)
+		}
+	}
+	if len(eps) > 0 || m.Meta != nil {
+		b = binary.AppendUvarint(b, uint64(len(eps)))
+		for _, g := range eps {
+			b = binary.AppendUvarint(b, g.ID)
+			b = binary.AppendUvarint(b, g.MemberEpoch)
+		}
+	}
+	// Then the metadata group's members, when recorded.
+	if m.Meta != nil {
+		b = binary.AppendUvarint(b, uint64(len(m.Meta)))
+		for _, id := range m.Meta {
+			b = binary.AppendUvarint(b, id)
+		}
+		b = binary.AppendUvarint(b, m.MetaEpoch)
 	}
 	return b
 }
@@ -196,6 +277,27 @@ func DecodeClusterMap(b []byte) (*ClusterMap, error) {
 	for range count() {
 		m.Moves = append(m.Moves, decodeMapMove(&d))
 	}
+	if d.Err == nil && len(d.B) > 0 {
+		for range count() {
+			id, ep := d.Uvarint(), d.Uvarint()
+			if g, ok := m.Group(id); ok && ep != 0 {
+				g.MemberEpoch = ep
+			} else if d.Err == nil {
+				d.Err = ErrCorrupt
+			}
+		}
+	}
+	if d.Err == nil && len(d.B) > 0 {
+		n := count()
+		m.Meta = make([]uint64, 0, n)
+		for range n {
+			m.Meta = append(m.Meta, d.Uvarint())
+		}
+		m.MetaEpoch = d.Uvarint()
+		if len(m.Meta) == 0 && d.Err == nil {
+			d.Err = ErrCorrupt
+		}
+	}
 	if d.Err != nil || len(d.B) != 0 {
 		return nil, fmt.Errorf("%w: cluster map", ErrCorrupt)
 	}
@@ -221,6 +323,43 @@ func DecodeMapNode(b []byte) (MapNode, error) {
 		return MapNode{}, fmt.Errorf("%w: cluster map node", ErrCorrupt)
 	}
 	return n, nil
+}
+
+// MapMembers is KindMapSetMembers's payload: group's members (leader
+// order) in its VR configuration epoch Epoch.
+type MapMembers struct {
+	Group   uint64
+	Epoch   uint64
+	Members []uint64
+}
+
+// AppendMapMembers appends mm's encoding (KindMapSetMembers's Key) to b.
+func AppendMapMembers(b []byte, mm MapMembers) []byte {
+	b = binary.AppendUvarint(b, mm.Group)
+	b = binary.AppendUvarint(b, mm.Epoch)
+	b = binary.AppendUvarint(b, uint64(len(mm.Members)))
+	for _, id := range mm.Members {
+		b = binary.AppendUvarint(b, id)
+	}
+	return b
+}
+
+// DecodeMapMembers decodes AppendMapMembers's encoding, all of b.
+func DecodeMapMembers(b []byte) (MapMembers, error) {
+	d := Decoder{B: b}
+	mm := MapMembers{Group: d.Uvarint(), Epoch: d.Uvarint()}
+	n := d.Uvarint()
+	if n > uint64(len(d.B)) {
+		d.Err = ErrCorrupt
+		n = 0
+	}
+	for range n {
+		mm.Members = append(mm.Members, d.Uvarint())
+	}
+	if d.Err != nil || len(d.B) != 0 {
+		return MapMembers{}, fmt.Errorf("%w: cluster map members", ErrCorrupt)
+	}
+	return mm, nil
 }
 
 // AppendMapMove appends mv's encoding (the Key of the move ops) to b.
@@ -314,6 +453,9 @@ func applyMapOp(get Getter, version uint64, op *Op, emit Emit) (Result, error) {
 // mapStep returns the map after op (nil: unchanged) and op's result.
 func mapStep(m *ClusterMap, op *Op) (*ClusterMap, Result, error) {
 	epoch := Result{Kind: ResInt, Int: int64(m.Epoch)}
+	if op.Kind == KindMapSetMembers {
+		return setMembers(m, op)
+	}
 	if op.Kind == KindMapAddNode {
 		nd, err := DecodeMapNode(op.Key)
 		if err != nil {
@@ -446,6 +588,60 @@ func mapStep(m *ClusterMap, op *Op) (*ClusterMap, Result, error) {
 	return nil, Result{}, fmt.Errorf("%w: %s", ErrInvalidOp, op.Kind)
 }
 
+// setMembers is KindMapSetMembers's step: the members the group's VR
+// reconfiguration committed, compare-and-set by its epoch. Why by the VR
+// epoch: the recorder (kefir cluster replace-node) learns the members and
+// epoch from the group's leader and may be retried or race another
+// recorder; an older epoch's list must never overwrite a newer one.
+func setMembers(m *ClusterMap, op *Op) (*ClusterMap, Result, error) {
+	mm, err := DecodeMapMembers(op.Key)
+	if err != nil {
+		return nil, Result{}, err
+	}
+	var g *MapGroup
+	if mm.Group == MetaGroup {
+		// The metadata group's own members, kept apart from the data
+		// groups (it owns no slots).
+		g = &MapGroup{ID: MetaGroup, Members: m.MetaMembers(), MemberEpoch: m.MetaEpoch}
+	} else if g, _ = m.Group(mm.Group); g == nil {
+		return nil, Result{}, errMap("no group %d in the map", mm.Group)
+	}
+	if len(mm.Members)%2 == 0 {
+		return nil, Result{}, errMap("group %d: %d members: a VR group has an odd number", mm.Group, len(mm.Members))
+	}
+	for i, id := range mm.Members {
+		if slices.Contains(mm.Members[:i], id) {
+			return nil, Result{}, errMap("group %d: member %d listed twice", mm.Group, id)
+		}
+		if !slices.ContainsFunc(m.Nodes, func(n MapNode) bool { return n.ID == id }) {
+			return nil, Result{}, errMap("group %d: member %d is not a node of the map (add it first)", mm.Group, id)
+		}
+	}
+	cur := g.MemberEpoch // never recorded: 0, the group's first epoch
+	sameSet := len(mm.Members) == len(g.Members) && !slices.ContainsFunc(mm.Members, func(id uint64) bool { return !slices.Contains(g.Members, id) })
+	switch {
+	case mm.Epoch < cur:
+		return nil, Result{}, errMap("group %d: members of epoch %d, but the map has epoch %d's", mm.Group, mm.Epoch, cur)
+	case mm.Epoch == cur && sameSet:
+		return nil, Result{Kind: ResInt, Int: int64(m.Epoch)}, nil // a retry
+	case mm.Epoch == cur:
+		return nil, Result{}, errMap("group %d: epoch %d's members are %v, not %v", mm.Group, cur, g.Members, mm.Members)
+	}
+	n := m.clone()
+	if mm.Group == MetaGroup {
+		n.Meta, n.MetaEpoch = slices.Clone(mm.Members), mm.Epoch
+	} else {
+		ng, _ := n.Group(mm.Group)
+		ng.Members, ng.MemberEpoch = slices.Clone(mm.Members), mm.Epoch
+	}
+	// As AddNode: the epoch moves so pollers adopt the map, but not while
+	// a move is in flight (its MoveDone raises it).
+	if len(n.Moves) == 0 {
+		n.Epoch++
+	}
+	return n, Result{Kind: ResInt, Int: int64(n.Epoch)}, nil
+}
+
 // rangesOf returns slots (any order, no duplicates) as sorted ranges.
 func rangesOf(slots []uint16) []SlotRange {
 	slices.Sort(slots)
@@ -462,9 +658,9 @@ func rangesOf(slots []uint16) []SlotRange {
 
 // clone returns a deep copy of m (ops never change a decoded map in place).
 func (m *ClusterMap) clone() *ClusterMap {
-	n := &ClusterMap{Epoch: m.Epoch, Nodes: slices.Clone(m.Nodes), Moves: slices.Clone(m.Moves)}
+	n := &ClusterMap{Epoch: m.Epoch, Nodes: slices.Clone(m.Nodes), Moves: slices.Clone(m.Moves), Meta: slices.Clone(m.Meta), MetaEpoch: m.MetaEpoch}
 	for _, g := range m.Groups {
-		n.Groups = append(n.Groups, MapGroup{ID: g.ID, Members: slices.Clone(g.Members), Slots: slices.Clone(g.Slots)})
+		n.Groups = append(n.Groups, MapGroup{ID: g.ID, Members: slices.Clone(g.Members), Slots: slices.Clone(g.Slots), MemberEpoch: g.MemberEpoch})
 	}
 	for i := range n.Moves {
 		n.Moves[i].Slots = slices.Clone(n.Moves[i].Slots)

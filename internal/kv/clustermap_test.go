@@ -320,3 +320,102 @@ func TestMapMoveDoneRaisesTheEpochOfAMapAtTheMovesEpoch(t *testing.T) {
 		t.Fatalf("after MoveDone: slot 50 at group %d, epoch %d; want group 2 at epoch 3", after.Owner(50), after.Epoch)
 	}
 }
+
+func membersOp(mm MapMembers) *Op {
+	return &Op{Kind: KindMapSetMembers, Key: AppendMapMembers(nil, mm)}
+}
+
+// KindMapSetMembers records a group's members after its reconfiguration,
+// compare-and-set by the group's VR epoch: a newer epoch's list is written
+// (the map epoch moves, so pollers learn it), the same again is a no-op, an
+// older epoch's or a different list at the recorded epoch is refused, as are
+// lists that no VR group could have; refused ops change nothing. The member
+// epoch survives the codec, and a map without one encodes as before.
+func TestMapSetMembers(t *testing.T) {
+	m := mem{}
+	apply := applier(t, m)
+	initMap(t, apply)
+	old := AppendClusterMap(nil, testMap())
+	if _, err := DecodeClusterMap(old); err != nil {
+		t.Fatal(err)
+	}
+	nd := MapNode{ID: 4, ClientAddr: "127.0.0.1:4", PeerAddr: "127.0.0.1:14"}
+	if res, err := apply(&Op{Kind: KindMapAddNode, Key: AppendMapNode(nil, nd)}); err != nil || res.Int != 2 {
+		t.Fatalf("add node: %+v %v", res, err)
+	}
+	for name, bad := range map[string]MapMembers{
+		"no such group":         {Group: 9, Epoch: 1, Members: []uint64{1, 2, 4}},
+		"even":                  {Group: 1, Epoch: 1, Members: []uint64{1, 2}},
+		"empty":                 {Group: 1, Epoch: 1},
+		"twice":                 {Group: 1, Epoch: 1, Members: []uint64{1, 2, 2}},
+		"not a node":            {Group: 1, Epoch: 1, Members: []uint64{1, 2, 5}},
+		"first epoch, new list": {Group: 1, Epoch: 0, Members: []uint64{1, 2, 4}},
+	} {
+		if _, err := apply(membersOp(bad)); !errors.Is(err, ErrSlotTransition) {
+			t.Fatalf("%s: %+v: %v", name, bad, err)
+		}
+	}
+	if res, err := apply(membersOp(MapMembers{Group: 1, Epoch: 0, Members: []uint64{3, 2, 1}})); err != nil || res.Version != 0 {
+		t.Fatalf("the first epoch's set again: %+v %v", res, err)
+	}
+	if cm := readMap(t, m); cm.Epoch != 2 || !slices.Equal(cm.Groups[0].Members, []uint64{1, 2, 3}) {
+		t.Fatalf("refused ops changed the map: %+v", cm)
+	}
+	set := MapMembers{Group: 1, Epoch: 1, Members: []uint64{1, 2, 4}}
+	if res, err := apply(membersOp(set)); err != nil || res.Int != 3 || res.Version == 0 {
+		t.Fatalf("set members: %+v %v", res, err)
+	}
+	if res, err := apply(membersOp(set)); err != nil || res.Int != 3 || res.Version != 0 {
+		t.Fatalf("set members again: %+v %v", res, err)
+	}
+	for name, bad := range map[string]MapMembers{
+		"older epoch":            {Group: 1, Epoch: 1, Members: []uint64{1, 2, 3}},
+		"other list, same epoch": {Group: 1, Epoch: 1, Members: []uint64{1, 3, 4}},
+	} {
+		if _, err := apply(membersOp(bad)); !errors.Is(err, ErrSlotTransition) {
+			t.Fatalf("%s: %+v: %v", name, bad, err)
+		}
+	}
+	cm := readMap(t, m)
+	if g, _ := cm.Group(1); cm.Epoch != 3 || g.MemberEpoch != 1 || !slices.Equal(g.Members, []uint64{1, 2, 4}) {
+		t.Fatalf("map after set members: %+v", cm)
+	}
+	if g, _ := cm.Group(2); g.MemberEpoch != 0 || !slices.Equal(g.Members, []uint64{2, 3, 1}) {
+		t.Fatalf("the other group changed: %+v", g)
+	}
+	// During a move the map epoch stays below the move's.
+	if _, err := apply(moveOp(KindMapMovePlan, MapMove{From: 1, To: 2, Slots: []SlotRange{{0, 9}}, Epoch: 5, Driver: "a"})); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := apply(membersOp(MapMembers{Group: 2, Epoch: 1, Members: []uint64{2, 3, 4}})); err != nil || res.Int != 3 {
+		t.Fatalf("set members during a move: %+v %v", res, err)
+	}
+	// The metadata group's own members: the default (the three lowest
+	// ids) until a reconfiguration of it is recorded, then the record,
+	// which survives the codec; the same rules.
+	if got := readMap(t, m).MetaMembers(); !slices.Equal(got, []uint64{1, 2, 3}) {
+		t.Fatalf("default metadata members: %v", got)
+	}
+	if _, err := apply(membersOp(MapMembers{Group: MetaGroup, Epoch: 1, Members: []uint64{1, 2, 9}})); !errors.Is(err, ErrSlotTransition) {
+		t.Fatalf("metadata members that are not nodes: %v", err)
+	}
+	if res, err := apply(membersOp(MapMembers{Group: MetaGroup, Epoch: 0, Members: []uint64{2, 1, 3}})); err != nil || res.Version != 0 {
+		t.Fatalf("the metadata group's first members again: %+v %v", res, err)
+	}
+	if _, err := apply(membersOp(MapMembers{Group: MetaGroup, Epoch: 1, Members: []uint64{1, 2, 4}})); err != nil {
+		t.Fatalf("metadata members: %v", err)
+	}
+	if _, err := apply(membersOp(MapMembers{Group: MetaGroup, Epoch: 1, Members: []uint64{1, 3, 4}})); !errors.Is(err, ErrSlotTransition) {
+		t.Fatalf("other metadata members at the recorded epoch: %v", err)
+	}
+	if cm := readMap(t, m); !slices.Equal(cm.MetaMembers(), []uint64{1, 2, 4}) || cm.MetaEpoch != 1 || len(cm.Groups) != 2 {
+		t.Fatalf("map after recording the metadata members: %+v", cm)
+	}
+	op := Op{Kind: KindMapSetMembers}
+	if ks, _ := op.RoutingKeys(); ks != nil || !IsSlotKind(KindMapSetMembers) || KindMapSetMembers.String() != "mapsetmembers" {
+		t.Fatalf("set members routes by keys %q (%s)", ks, KindMapSetMembers)
+	}
+	if ws := op.WrittenKeys(); len(ws) != 1 || string(ws[0]) != string(ClusterMapKey) {
+		t.Fatalf("set members writes %q", ws)
+	}
+}

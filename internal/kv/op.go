@@ -242,7 +242,7 @@ func (op *Op) WrittenKeys() [][]byte {
 			return [][]byte{SlotTableKey, SlotFenceKey}
 		}
 		return [][]byte{SlotTableKey}
-	case KindMapInit, KindMapMovePlan, KindMapMoveClaim, KindMapMoveDone, KindMapMoveAbort, KindMapAddNode:
+	case KindMapInit, KindMapMovePlan, KindMapMoveClaim, KindMapMoveDone, KindMapMoveAbort, KindMapAddNode, KindMapSetMembers:
 		return [][]byte{ClusterMapKey}
 	case KindMapChainInit, KindMapChainSet:
 		return [][]byte{ChainConfigKey(chainGroupOf(op))}

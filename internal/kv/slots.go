@@ -58,6 +58,9 @@ const (
 	// own state (groupaddrs.go), before a reconfiguration names a new
 	// member: 171.
 	KindGroupAddrs
+	// KindMapSetMembers records a data group's members after its VR
+	// reconfiguration (clustermap.go): 172.
+	KindMapSetMembers
 	kindSlotEnd
 )
 
@@ -72,7 +75,7 @@ func IsSlotKind(k Kind) bool { return isSlotKind(k) }
 
 var slotKindNames = [...]string{"slotinit", "slotset", "slotimport",
 	"mapinit", "mapmoveplan", "mapmoveclaim", "mapmovedone", "mapmoveabort", "mapaddnode",
-	"mapchaininit", "mapchainset", "groupaddrs"}
+	"mapchaininit", "mapchainset", "groupaddrs", "mapsetmembers"}
 
 // NumSlots is the number of hash slots (Redis Cluster's 16384).
 const NumSlots = 16384

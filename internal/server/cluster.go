@@ -46,10 +46,21 @@ func (s *Server) clusterView() (groups []clusterGroup, addrs map[uint64]string) 
 	all := []cluster.SlotRange{{Start: 0, End: cluster.Slots - 1}}
 	switch {
 	case s.multi != nil:
+		// The nodes of the map (a node added after this one started
+		// included), those that are members of a group.
+		addrs = map[uint64]string{}
 		for _, g := range s.multi.Slots().Groups {
 			cg := clusterGroup{spec: g}
 			cg.leader, _, _ = s.multi.Leader(g.ID)
 			groups = append(groups, cg)
+			for _, id := range g.Members {
+				if n, ok := s.multi.Node(id); ok {
+					addrs[id] = n.ClientAddr
+				}
+			}
+		}
+		if n, ok := s.multi.Node(s.selfID()); ok {
+			addrs[n.ID] = n.ClientAddr // CLUSTER MYID is in CLUSTER NODES
 		}
 	case s.grp != nil:
 		ids := memberIDs(members)

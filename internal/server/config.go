@@ -121,6 +121,9 @@ type Config struct {
 	// Membership is the configuration a new member opens its replica with
 	// (set by PrepareJoin; nil otherwise).
 	Membership *cluster.Membership
+	// joinedGroups: this node joined a cluster of several groups (PrepareJoin):
+	// Members and Groups are the map's when it joined.
+	joinedGroups bool
 	// Groups, when set, makes the node one of a cluster of several replica
 	// groups on a static slot map (issue 28, first part; docs/cluster.md):
 	// Members are then the cluster's nodes, each group names its members

@@ -38,8 +38,8 @@ import (
 //   - joins a group as a new member (PrepareJoin: kefir server --join),
 //     recording the configuration it was named in (joinFile) so that a
 //     restart needs no --join.
-// Nodes of several groups (--groups) do not reconfigure: KEFIR.GROUP
-// refuses there.
+// Nodes of several groups (--groups) reconfigure each data group through
+// the metadata group's map: groupmembers.go.
 
 // joinFile records, in a new member's data directory, the configuration it
 // joined with; retiredFile that its replica left the group.
@@ -59,6 +59,11 @@ type joinRecord struct {
 	Epoch    uint64   `json:"epoch"`
 	Start    uint64   `json:"epoch_start"`
 	Previous []uint64 `json:"previous"`
+	// A node of several groups: Groups (the map's groups, cluster.FormatGroups)
+	// in the node's joinFile; Slots (the group's ranges) in a group
+	// directory's.
+	Groups string `json:"groups,omitempty"`
+	Slots  string `json:"slots,omitempty"`
 }
 
 // retiredRecord is retiredFile's content.
@@ -126,6 +131,15 @@ func PrepareJoin(ctx context.Context, cfg Config, logf func(format string, args 
 			return cfg, fmt.Errorf("server: %s: %w", p, err)
 		}
 		cfg.Members, cfg.ClusterID, cfg.ReplicaID, cfg.Join = ms, jr.Cluster, jr.Replica, ""
+		if jr.Groups != "" {
+			// A node that joined a cluster of several groups: its groups'
+			// directories record each one's configuration.
+			if cfg.Groups, err = cluster.ParseGroups(jr.Groups); err != nil {
+				return cfg, fmt.Errorf("server: %s: %w", p, err)
+			}
+			cfg.joinedGroups, cfg.Membership = true, nil
+			return cfg, nil
+		}
 		cfg.Membership = &cluster.Membership{Epoch: jr.Epoch, Members: memberIDs(ms), Start: jr.Start, Previous: jr.Previous}
 		return cfg, nil
 	case !errors.Is(err, os.ErrNotExist):
@@ -141,13 +155,21 @@ func PrepareJoin(ctx context.Context, cfg Config, logf func(format string, args 
 	case cfg.ReplicaID == 0:
 		return cfg, errors.New("config: --join needs --replica-id (the id kefir cluster replace-node --new gives it)")
 	case len(cfg.Groups) > 0:
-		return cfg, errors.New("config: --join is for a single group (no --groups)")
+		return cfg, errors.New("config: --join takes no --groups: the cluster's map tells the node its groups")
 	}
 	if _, err := os.Stat(filepath.Join(cfg.DataDir, "vr")); err == nil {
 		return cfg, fmt.Errorf("%w: %s holds a replica already; a new member starts with an empty --dir", ErrStaleConfig, cfg.DataDir)
 	}
+	if m, _ := filepath.Glob(filepath.Join(cfg.DataDir, "group-*", "vr")); len(m) > 0 {
+		return cfg, fmt.Errorf("%w: %s holds replicas already (%s); a new node starts with an empty --dir", ErrStaleConfig, cfg.DataDir, m[0])
+	}
 	mv := &cluster.Mover{Seeds: strings.Split(cfg.Join, ","), Password: cfg.Password, RetryFor: 2 * time.Second}
 	defer mv.Close()
+	if multi, err := joinsGroups(ctx, mv, logf); err != nil {
+		return cfg, err
+	} else if multi {
+		return prepareJoinGroups(ctx, cfg, mv, logf) // groupmembers.go
+	}
 	gc, err := mv.WaitNamed(ctx, cfg.ReplicaID, 500*time.Millisecond, logf)
 	if err != nil {
 		return cfg, err
@@ -237,6 +259,9 @@ func (s *Server) initMembership() {
 // that in its data directory); RetiredErr says so. Never closed on a node
 // that does not reconfigure.
 func (s *Server) Retired() <-chan struct{} {
+	if s.groups != nil {
+		return s.groups.retired // a node of several groups (groupmembers.go)
+	}
 	if s.mem == nil {
 		return nil
 	}
@@ -245,6 +270,14 @@ func (s *Server) Retired() <-chan struct{} {
 
 // RetiredErr is the reason Retired closed.
 func (s *Server) RetiredErr() error {
+	if s.groups != nil {
+		select {
+		case <-s.groups.retired:
+			return s.groups.retErr
+		default:
+			return nil
+		}
+	}
 	if s.mem == nil {
 		return nil
 	}
@@ -426,6 +459,9 @@ func (s *Server) retire(m cluster.Membership) {
 //	                                   the current set answers it unchanged.
 func (c *conn) groupCmd(args [][]byte) error {
 	s := c.srv
+	if s.multi != nil {
+		return c.groupCmdMulti(args) // groupmembers.go
+	}
 	if s.mem == nil {
 		return errf("ERR KEFIR.GROUP: %v", cluster.ErrNotReconfigurable)
 	}
@@ -450,8 +486,13 @@ func (c *conn) groupCmd(args [][]byte) error {
 }
 
 func (c *conn) writeGroupConfig(m cluster.Membership) error {
+	return c.writeConfig(m, c.srv.grp.State(), *c.srv.mem.dir.Load())
+}
+
+// writeConfig writes KEFIR.GROUP CONFIG's reply: configuration m, the
+// leader st knows, the addresses of dir.
+func (c *conn) writeConfig(m cluster.Membership, st cluster.State, dir []Member) error {
 	s, w := c.srv, c.w
-	st := s.grp.State()
 	leader := uint64(0)
 	if st.Normal {
 		leader = st.Leader
@@ -469,7 +510,6 @@ func (c *conn) writeGroupConfig(m cluster.Membership) error {
 		_ = w.WriteInt(int64(id))
 	}
 	_ = w.WriteInt(int64(leader))
-	dir := *s.mem.dir.Load()
 	_ = w.WriteArrayHeader(len(dir))
 	for _, d := range dir {
 		_ = w.WriteBulkString(cluster.FormatMember(d))

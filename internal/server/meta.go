@@ -30,6 +30,31 @@ func (s *Server) openMeta(m *cluster.Multi, slots *cluster.SlotMap, byID map[uin
 		ids = append(ids, mb.ID)
 	}
 	members := cluster.MetaMembers(ids)
+	dir := groupDir(cfg.DataDir, cluster.MetaGroupID)
+	if cfg.FS == nil {
+		// Its replica retired (the group was reconfigured without this
+		// node): never reopened. Or this node joined the group as a new
+		// member (groupmembers.go): opened from that record.
+		if err := CheckRetired(dir); err != nil {
+			s.log.Info("not opening the metadata group's replica: it retired", "err", err)
+			return nil
+		}
+		jr, ok, err := readGroupJoin(dir)
+		if err != nil {
+			return err
+		}
+		if ok {
+			lg, err := s.openJoinedGroup(tr, cluster.MetaGroupID, jr)
+			if err != nil {
+				return err
+			}
+			if err := m.HostMeta(lg.Hosted, nil); err != nil {
+				_ = lg.Hosted.Replica.Close()
+				return fmt.Errorf("server: metadata group: %w", err)
+			}
+			return nil
+		}
+	}
 	if !slices.Contains(members, cfg.ReplicaID) {
 		return nil
 	}
@@ -37,7 +62,6 @@ func (s *Server) openMeta(m *cluster.Multi, slots *cluster.SlotMap, byID map[uin
 	for i, id := range members {
 		ms[i] = byID[id]
 	}
-	dir := groupDir(cfg.DataDir, cluster.MetaGroupID)
 	clusterID := cluster.GroupClusterID(cfg.ClusterID, cluster.MetaGroupID)
 	if cfg.FS == nil {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -110,15 +134,17 @@ func (s *Server) stopMetaFollower() {
 //	KEFIR.SLOTS META DONE epoch                     MoveDone: the map's epoch
 //	KEFIR.SLOTS META ABORT epoch                    the move rolled back: the map's epoch
 //	KEFIR.SLOTS META ADDNODE id client-addr peer-addr   a node joins the map: the map's epoch
+//	KEFIR.SLOTS META SETMEMBERS group epoch id...   a group's members after its reconfiguration
+//	                                                to VR epoch `epoch` (kv.KindMapSetMembers): the map's epoch
 func (c *conn) metaCmd(args [][]byte) error {
 	m := c.srv.multi
 	sub := strings.ToUpper(string(args[2]))
-	want := map[string]int{"MAP": 3, "PLAN": 8, "CLAIM": 6, "DONE": 4, "ABORT": 4, "ADDNODE": 6}
+	want := map[string]int{"MAP": 3, "PLAN": 8, "CLAIM": 6, "DONE": 4, "ABORT": 4, "ADDNODE": 6, "SETMEMBERS": 6}
 	n, ok := want[sub]
 	if !ok {
-		return errf("ERR unknown subcommand '%s' of KEFIR.SLOTS META (MAP, PLAN, CLAIM, DONE, ABORT, ADDNODE)", strings.ToLower(sub))
+		return errf("ERR unknown subcommand '%s' of KEFIR.SLOTS META (MAP, PLAN, CLAIM, DONE, ABORT, ADDNODE, SETMEMBERS)", strings.ToLower(sub))
 	}
-	if len(args) != n && !(sub == "MAP" && len(args) == 4) {
+	if len(args) != n && !(sub == "MAP" && len(args) == 4) && !(sub == "SETMEMBERS" && len(args) > n) {
 		return errf("ERR wrong number of arguments for 'kefir.slots|meta|%s' command", strings.ToLower(sub))
 	}
 	u := func(i int) (uint64, error) {
@@ -182,6 +208,23 @@ func (c *conn) metaCmd(args [][]byte) error {
 			return errf("ERR KEFIR.SLOTS META ADDNODE: the node id must be a positive integer")
 		}
 		op = kv.Op{Kind: kv.KindMapAddNode, Key: kv.AppendMapNode(nil, kv.MapNode{ID: id, ClientAddr: string(args[4]), PeerAddr: string(args[5])})}
+	case "SETMEMBERS":
+		mm := kv.MapMembers{}
+		var err error
+		if mm.Group, err = u(3); err != nil {
+			return err
+		}
+		if mm.Epoch, err = u(4); err != nil {
+			return err
+		}
+		for i := 5; i < len(args); i++ {
+			id, err := u(i)
+			if err != nil {
+				return err
+			}
+			mm.Members = append(mm.Members, id)
+		}
+		op = kv.Op{Kind: kv.KindMapSetMembers, Key: kv.AppendMapMembers(nil, mm)}
 	}
 	res, err := m.MetaWrite(context.Background(), op)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -199,10 +200,43 @@ func (s *Server) openGroups() (_ cluster.Hosted, err error) {
 			tr.Close()
 		}
 	}()
+	tr.AdmitConfigs(admitRule(cfg.Members, cfg.joinedGroups)) // groupmembers.go
+	opened := map[cluster.GroupID]bool{}
+	// openJoined opens a group this node joined as a new member
+	// (groupmembers.go: its directory's joinFile), unless it retired since.
+	openJoined := func(id cluster.GroupID) (bool, error) {
+		dir := groupDir(cfg.DataDir, id)
+		if cfg.FS == nil {
+			if err := CheckRetired(dir); err != nil {
+				s.log.Info("not opening a group this node's replica retired from", "group", uint64(id), "err", err)
+				opened[id] = true
+				return true, nil
+			}
+		}
+		jr, ok, err := readGroupJoin(dir)
+		if err != nil || !ok {
+			return false, err
+		}
+		lg, err := s.openJoinedGroup(tr, id, jr)
+		if err != nil {
+			return true, err
+		}
+		opened[id] = true
+		locals = append(locals, lg)
+		return true, nil
+	}
 	for _, g := range slots.Groups {
 		if !slices.Contains(g.Members, cfg.ReplicaID) {
 			continue
 		}
+		if cfg.FS == nil {
+			if done, err := openJoined(g.ID); err != nil {
+				return cluster.Hosted{}, err
+			} else if done {
+				continue
+			}
+		}
+		opened[g.ID] = true
 		ms := make([]Member, len(g.Members))
 		for i, id := range g.Members {
 			ms[i] = byID[id]
@@ -231,6 +265,22 @@ func (s *Server) openGroups() (_ cluster.Hosted, err error) {
 			return cluster.Hosted{}, fmt.Errorf("server: group %d: %w", g.ID, err)
 		}
 		locals = append(locals, cluster.LocalGroup{Spec: g, Hosted: h})
+	}
+	// Groups this node joined after it started (the map named it there).
+	if cfg.FS == nil {
+		dirs, _ := filepath.Glob(filepath.Join(cfg.DataDir, "group-*"))
+		for _, d := range dirs {
+			n, err := strconv.ParseUint(strings.TrimPrefix(filepath.Base(d), "group-"), 10, 32)
+			if err != nil || cluster.GroupID(n) == cluster.MetaGroupID || opened[cluster.GroupID(n)] {
+				continue
+			}
+			if _, err := openJoined(cluster.GroupID(n)); err != nil {
+				return cluster.Hosted{}, err
+			}
+		}
+	}
+	if len(locals) == 0 {
+		return cluster.Hosted{}, fmt.Errorf("%w: node %d hosts no replica of any group: every one it had retired (%s)", ErrRetired, cfg.ReplicaID, cfg.DataDir)
 	}
 	m, err := cluster.NewMulti(slots, cfg.ReplicaID, cfg.Members, locals)
 	if err != nil {

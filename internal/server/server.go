@@ -116,6 +116,9 @@ type Server struct {
 	// mem is the group's membership as this node follows it
 	// (membership.go; nil: a node that does not reconfigure).
 	mem *memberState
+	// groups is a node of several groups' membership (groupmembers.go;
+	// nil otherwise).
+	groups *groupsState
 }
 
 // New validates cfg, locks the data directory (LockDataDir) and opens the
@@ -258,6 +261,7 @@ func (s *Server) Start() error {
 	s.startActiveExpiry()
 	s.startMetaFollower()
 	s.startMemberWatch()
+	s.startGroupsWatch()
 	s.log.Info("node started", "client", s.ClientAddr().String(), "peer", addrString(s.peerLn),
 		"http", addrString(s.httpLn), "data", s.cfg.DataDir, "tls", s.cfg.TLSCert != "",
 		"auth", s.cfg.Password != "", "durability", s.cfg.Durability.String(),
@@ -403,10 +407,12 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.stopActiveExpiry()
 	s.stopMetaFollower()
 	s.stopMemberWatch()
+	s.stopGroupsWatch()
 	var errs []error
 	if err := s.shard.Close(); err != nil {
 		errs = append(errs, err)
 	}
+	s.closeRetiredGroups()
 	if s.peerTr != nil { // after the replica, which sends on it until it stops
 		s.peerTr.Close()
 	}

@@ -1,0 +1,859 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/kefirdb/kefir/internal/cluster"
+	"github.com/kefirdb/kefir/internal/kv"
+	"github.com/kefirdb/kefir/internal/transport"
+	"github.com/kefirdb/kefir/internal/vfs"
+)
+
+// Membership in a cluster of several groups (--groups; issue 28,
+// docs/design/cluster.md §7 "Several groups"). Each data group changes its
+// members by VR reconfiguration, one group at a time, driven by kefir
+// cluster replace-node/remove-node: KEFIR.GROUP RECONFIG GROUP g at the
+// group's leader, then KEFIR.SLOTS META SETMEMBERS (kv.KindMapSetMembers)
+// records the new members in the metadata group's map. The map is the
+// cluster's address book and the nodes' instruction:
+//   - every node teaches its one peer transport, its router and its
+//     replicas the nodes the map names (a node added after it started);
+//   - a node the map names in a group it does not host starts a replica of
+//     it (joinGroup): it asks the group for its configuration, records it in
+//     the group's directory (joinFile) and opens the replica with it, an
+//     empty disk and no bootstrap, so it pulls the state (VR's new member);
+//   - a node whose replica of a group retired records that in the group's
+//     directory (retiredFile), which it never opens again, and stops
+//     routing to it; a node left with no group and no metadata replica
+//     retires as a single group's node does.
+// A new node (kefir server --join, no --members) waits until the map names
+// it in a group (PrepareJoin), then starts as a node of the map's groups.
+
+// groupsState is a node of several groups' membership state.
+type groupsState struct {
+	mu      sync.Mutex
+	lastMap *kv.ClusterMap
+	// joining: groups a replica is being started for; next: when a failed
+	// start may be tried again.
+	joining map[cluster.GroupID]bool
+	next    map[cluster.GroupID]time.Time
+	// retiredH are replicas that retired: out of the routing, closed at
+	// shutdown (the node's engine handle may be one of theirs).
+	retiredH []cluster.Hosted
+	logged   map[cluster.GroupID]bool
+	// asked: when the map was last asked of the other nodes for a leaving
+	// replica (askMap); asking: one is in flight.
+	asked  time.Time
+	asking bool
+	// recorded: when this node, leading a group, last recorded its members
+	// in the map (recordMembers); recording: one is in flight.
+	recorded  map[cluster.GroupID]time.Time
+	recording bool
+	retired   chan struct{}
+	retErr    error
+	once      sync.Once
+	stop      func()
+	wg        sync.WaitGroup
+}
+
+// groupsPoll is how often the node compares its groups with the map.
+const groupsPoll = 50 * time.Millisecond
+
+// admitRule is the handshake rule of a node of several groups' transport
+// (transport.AdmitConfigs). The transport's configuration hash is derived
+// from the node list it started with, so a node added later (or this node,
+// if it joined) advertises another; the peer map still admits only nodes
+// the map named (AddPeer). Nodes of the original list must match as
+// before: a node with another --members is refused.
+func admitRule(static []Member, joined bool) func(node, hash uint64) bool {
+	ids := memberIDs(static)
+	return func(node, _ uint64) bool { return joined || !slices.Contains(ids, node) }
+}
+
+// startGroupsWatch follows the map's groups until Shutdown (a node of
+// several groups).
+func (s *Server) startGroupsWatch() {
+	if s.multi == nil {
+		return
+	}
+	gs := &groupsState{joining: map[cluster.GroupID]bool{}, next: map[cluster.GroupID]time.Time{},
+		logged: map[cluster.GroupID]bool{}, recorded: map[cluster.GroupID]time.Time{}, retired: make(chan struct{})}
+	s.groups = gs
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	gs.stop = func() { cancel(); <-done; gs.wg.Wait() }
+	go func() {
+		defer close(done)
+		t := time.NewTicker(groupsPoll)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if s.syncGroups(ctx) {
+				return
+			}
+		}
+	}()
+}
+
+func (s *Server) stopGroupsWatch() {
+	if s.groups != nil && s.groups.stop != nil {
+		s.groups.stop()
+	}
+}
+
+// closeRetiredGroups closes the replicas that retired (Shutdown, after the
+// others).
+func (s *Server) closeRetiredGroups() {
+	if s.groups == nil {
+		return
+	}
+	s.groups.mu.Lock()
+	hs := s.groups.retiredH
+	s.groups.retiredH = nil
+	s.groups.mu.Unlock()
+	for _, h := range hs {
+		if err := h.Replica.Close(); err != nil {
+			s.log.Error("close a retired replica", "err", err)
+		}
+	}
+}
+
+// syncGroups is one look at the map: new nodes taught, retired replicas
+// dropped, replicas started for groups that now name this node. It reports
+// true once the node itself retired.
+func (s *Server) syncGroups(ctx context.Context) bool {
+	gs := s.groups
+	cm := s.multi.ClusterMap()
+	if cm != nil && cm != gs.lastMap {
+		gs.lastMap = cm
+		s.learnNodes(mapNodesToMembers(cm.Nodes))
+	}
+	s.askMapIfLeaving(ctx)
+	if lg, ok := s.multi.MetaHosted(); ok && lg.Hosted.Group.State().Retired {
+		if s.retireMeta(lg) {
+			return true
+		}
+	}
+	for _, lg := range s.multi.Hosted() {
+		if lg.Hosted.Group.State().Retired {
+			if s.retireGroup(lg) {
+				return true
+			}
+		}
+	}
+	if cm == nil {
+		return false
+	}
+	s.recordMembersIfBehind(ctx, cm)
+	hosted := map[cluster.GroupID]bool{}
+	for _, lg := range s.multi.Hosted() {
+		hosted[lg.Spec.ID] = true
+	}
+	hosted[cluster.MetaGroupID] = s.multi.HostsMeta()
+	groups := append(slices.Clone(cm.Groups), kv.MapGroup{ID: uint64(cluster.MetaGroupID), Members: cm.MetaMembers()})
+	for _, g := range groups {
+		id := cluster.GroupID(g.ID)
+		if !slices.Contains(g.Members, s.cfg.ReplicaID) || hosted[id] {
+			continue
+		}
+		gs.mu.Lock()
+		busy := gs.joining[id] || time.Now().Before(gs.next[id])
+		if !busy {
+			gs.joining[id] = true
+		}
+		gs.mu.Unlock()
+		if busy {
+			continue
+		}
+		if s.cfg.FS == nil {
+			if err := CheckRetired(groupDir(s.cfg.DataDir, id)); err != nil {
+				// An old map (this node's replica of the metadata group
+				// lags) may still name it: never rejoin.
+				gs.mu.Lock()
+				delete(gs.joining, id)
+				gs.next[id] = time.Now().Add(time.Second)
+				if !gs.logged[id] {
+					gs.logged[id] = true
+					s.log.Warn("the map names this node in a group its replica retired from: not rejoining", "group", uint64(id), "map_epoch", cm.Epoch)
+				}
+				gs.mu.Unlock()
+				continue
+			}
+		}
+		members := slices.Clone(g.Members)
+		gs.wg.Add(1)
+		go func() {
+			defer gs.wg.Done()
+			err := s.joinGroup(ctx, id, members)
+			gs.mu.Lock()
+			delete(gs.joining, id)
+			if err != nil {
+				gs.next[id] = time.Now().Add(500 * time.Millisecond)
+			}
+			gs.mu.Unlock()
+			if err != nil && ctx.Err() == nil {
+				s.log.Info("start a replica of a group the map names this node in", "group", uint64(id), "err", err)
+			}
+		}()
+	}
+	return false
+}
+
+// askMapIfLeaving: a replica here that is leaving its group must reach the
+// group's new members (it hands them the epoch's start state and retires
+// once they have it), whose addresses a node that was down through the
+// change may not know: its own map (its metadata replica's, if it is itself
+// leaving) is stale. Every half second meanwhile the node asks the other
+// nodes for the metadata leader's map and learns its nodes.
+func (s *Server) askMapIfLeaving(ctx context.Context) {
+	gs := s.groups
+	leaving := false
+	hosted := s.multi.Hosted()
+	if lg, ok := s.multi.MetaHosted(); ok {
+		hosted = append(hosted, lg)
+	}
+	for _, lg := range hosted {
+		if st := lg.Hosted.Group.State(); st.Leaving && !st.Retired {
+			leaving = true
+		}
+	}
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	if !leaving || gs.asking || time.Since(gs.asked) < 500*time.Millisecond {
+		return
+	}
+	gs.asking, gs.asked = true, time.Now()
+	var seeds []string
+	for _, n := range s.multi.Nodes() {
+		if n.ID != s.cfg.ReplicaID && n.ClientAddr != "" {
+			seeds = append(seeds, n.ClientAddr)
+		}
+	}
+	gs.wg.Add(1)
+	go func() {
+		defer gs.wg.Done()
+		defer func() { gs.mu.Lock(); gs.asking = false; gs.mu.Unlock() }()
+		if len(seeds) == 0 {
+			return
+		}
+		mv := &cluster.Mover{Seeds: seeds, Password: s.cfg.Password, RetryFor: time.Second}
+		defer mv.Close()
+		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		cm, err := mv.MetaMap(cctx)
+		if err != nil {
+			s.log.Info("a replica here is leaving its group: ask the cluster for its map (the new members' addresses)", "err", err)
+			return
+		}
+		s.learnNodes(mapNodesToMembers(cm.Nodes))
+	}()
+}
+
+// recordMembersIfBehind: a group this node leads whose configuration is of
+// a later epoch than the map records (a reconfiguration whose recorder —
+// kefir cluster replace-node — died before SETMEMBERS) is recorded by its
+// leader, at most once a second per group: the map follows each group
+// without a rerun of the command. The same compare-and-set op: a stale
+// record (a leader deposed meanwhile) is refused.
+func (s *Server) recordMembersIfBehind(ctx context.Context, cm *kv.ClusterMap) {
+	gs := s.groups
+	hosted := s.multi.Hosted()
+	if lg, ok := s.multi.MetaHosted(); ok {
+		hosted = append(hosted, lg)
+	}
+	var todo []kv.MapMembers
+	for _, lg := range hosted {
+		rc, ok := lg.Hosted.Group.(cluster.Reconfigurable)
+		if !ok || !lg.Hosted.Group.State().IsLeader {
+			continue
+		}
+		m := rc.Membership()
+		recorded := cm.MetaEpoch
+		if lg.Spec.ID != cluster.MetaGroupID {
+			g, ok := cm.Group(uint64(lg.Spec.ID))
+			if !ok {
+				continue
+			}
+			recorded = g.MemberEpoch
+		}
+		if m.Epoch > recorded {
+			todo = append(todo, kv.MapMembers{Group: uint64(lg.Spec.ID), Epoch: m.Epoch, Members: m.Members})
+		}
+	}
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	if len(todo) == 0 || gs.recording {
+		return
+	}
+	now := time.Now()
+	todo = slices.DeleteFunc(todo, func(mm kv.MapMembers) bool { return now.Sub(gs.recorded[cluster.GroupID(mm.Group)]) < time.Second })
+	if len(todo) == 0 {
+		return
+	}
+	for _, mm := range todo {
+		gs.recorded[cluster.GroupID(mm.Group)] = now
+	}
+	gs.recording = true
+	var seeds []string
+	for _, id := range s.multi.MetaMembers() {
+		if n, ok := s.multi.Node(id); ok && n.ClientAddr != "" {
+			seeds = append(seeds, n.ClientAddr)
+		}
+	}
+	gs.wg.Add(1)
+	go func() {
+		defer gs.wg.Done()
+		defer func() { gs.mu.Lock(); gs.recording = false; gs.mu.Unlock() }()
+		if len(seeds) == 0 {
+			return
+		}
+		mv := &cluster.Mover{Seeds: seeds, Password: s.cfg.Password, RetryFor: time.Second}
+		defer mv.Close()
+		for _, mm := range todo {
+			cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			e, err := mv.SetMembers(cctx, cluster.GroupID(mm.Group), mm.Epoch, mm.Members)
+			cancel()
+			if err != nil {
+				s.log.Info("record a group's members in the map (its leader's epoch is ahead of the map's)", "group", mm.Group, "epoch", mm.Epoch, "err", err)
+				continue
+			}
+			s.log.Info("recorded a group's members in the map (the map was behind the group)", "group", mm.Group, "epoch", mm.Epoch, "members", mm.Members, "map_epoch", e)
+		}
+	}()
+}
+
+// learnNodes teaches the node the map's nodes: the peer transport (a node
+// added after this one started), the router's and Multi's addresses, and
+// every hosted replica (its redirects name the leader's client address).
+func (s *Server) learnNodes(ns []Member) {
+	for _, n := range ns {
+		if n.ID == s.cfg.ReplicaID || n.PeerAddr == "" || s.peerTr.HasPeer(n.ID) {
+			continue
+		}
+		if err := s.peerTr.AddPeer(n.ID, n.PeerAddr); err != nil {
+			s.log.Error("add a node of the map to the peer transport", "node", n.ID, "err", err)
+		}
+	}
+	s.multi.SetNodes(ns)
+	s.router.SetMembers(s.multi.Nodes())
+	for _, lg := range s.multi.Hosted() {
+		if rc, ok := lg.Hosted.Group.(cluster.Reconfigurable); ok {
+			if err := rc.SetAddrs(ns); err != nil {
+				s.log.Error("teach a replica the map's nodes", "group", uint64(lg.Spec.ID), "err", err)
+			}
+		}
+	}
+}
+
+// retireGroup records that this node's replica of lg retired and takes it
+// out of the routing. It reports true if that was the node's last replica
+// (no metadata replica either): the node retires as a whole.
+func (s *Server) retireGroup(lg cluster.LocalGroup) bool {
+	gs := s.groups
+	id := lg.Spec.ID
+	dir := groupDir(s.cfg.DataDir, id)
+	var m cluster.Membership
+	if rc, ok := lg.Hosted.Group.(cluster.Reconfigurable); ok {
+		m = rc.Membership()
+	}
+	r := retiredRecord{Cluster: s.cfg.ClusterID, Replica: s.cfg.ReplicaID, Epoch: m.Epoch, Members: m.Members}
+	if s.cfg.FS == nil {
+		if _, err := os.Stat(filepath.Join(dir, retiredFile)); err != nil {
+			b, _ := json.Marshal(r)
+			if err := vfs.WriteFileDurably(vfs.Default, dir, filepath.Join(dir, retiredFile), b); err != nil {
+				s.log.Error("record the replica's retirement", "group", uint64(id), "err", err)
+				return false
+			}
+		}
+	}
+	if h, ok := s.multi.RemoveGroup(id); ok {
+		gs.mu.Lock()
+		gs.retiredH = append(gs.retiredH, h)
+		gs.mu.Unlock()
+		s.log.Warn("this node's replica of a group retired: the group no longer has it as a member; stopped routing to it", "group", uint64(id), "epoch", m.Epoch, "members", m.Members)
+		return false
+	}
+	if s.multi.HostsMeta() {
+		gs.mu.Lock()
+		if !gs.logged[id] {
+			gs.logged[id] = true
+			s.log.Warn("this node's last data group's replica retired; the node stays up for its metadata replica", "group", uint64(id), "epoch", m.Epoch, "members", m.Members)
+		}
+		gs.mu.Unlock()
+		return false
+	}
+	gs.once.Do(func() {
+		if s.cfg.FS == nil {
+			b, _ := json.Marshal(r)
+			if err := vfs.WriteFileDurably(vfs.Default, s.cfg.DataDir, filepath.Join(s.cfg.DataDir, retiredFile), b); err != nil {
+				s.log.Error("record the node's retirement", "err", err)
+			}
+		}
+		gs.retErr = fmt.Errorf("%w: replica %d left every group it hosted (cluster %d; the last, group %d, at epoch %d with members %v). %s is kept as it was and the node does not rejoin; to make this machine a node again wipe --dir and start it as a new one (kefir server --join, then kefir cluster replace-node)",
+			ErrRetired, s.cfg.ReplicaID, s.cfg.ClusterID, id, m.Epoch, m.Members, s.cfg.DataDir)
+		s.log.Warn("every replica of this node retired: stopping", "group", uint64(id))
+		close(gs.retired)
+	})
+	return true
+}
+
+// retireMeta records that this node's replica of the metadata group
+// retired and stops following the map through it (the node polls the
+// group's leader from then on). It reports true if the node has nothing
+// left to host (no data replica either).
+func (s *Server) retireMeta(lg cluster.LocalGroup) bool {
+	gs := s.groups
+	dir := groupDir(s.cfg.DataDir, cluster.MetaGroupID)
+	var m cluster.Membership
+	if rc, ok := lg.Hosted.Group.(cluster.Reconfigurable); ok {
+		m = rc.Membership()
+	}
+	if s.cfg.FS == nil {
+		r := retiredRecord{Cluster: s.cfg.ClusterID, Replica: s.cfg.ReplicaID, Epoch: m.Epoch, Members: m.Members}
+		b, _ := json.Marshal(r)
+		if err := vfs.WriteFileDurably(vfs.Default, dir, filepath.Join(dir, retiredFile), b); err != nil {
+			s.log.Error("record the metadata replica's retirement", "err", err)
+			return false
+		}
+	}
+	if h, ok := s.multi.UnhostMeta(); ok {
+		gs.mu.Lock()
+		gs.retiredH = append(gs.retiredH, h)
+		gs.mu.Unlock()
+	}
+	s.log.Warn("this node's replica of the metadata group retired: the group no longer has it as a member; following the map by polling", "epoch", m.Epoch, "members", m.Members)
+	for _, lg := range s.multi.Hosted() {
+		if !lg.Hosted.Group.State().Retired {
+			return false
+		}
+	}
+	return s.retireGroup(s.multi.Hosted()[0])
+}
+
+// groupSlots is a group's slot ranges as a replica's identity records them.
+func groupSlots(id cluster.GroupID, rs []cluster.SlotRange) string {
+	_, slots, _ := strings.Cut(cluster.FormatGroups([]cluster.GroupSpec{{ID: id, Slots: rs}}), ":")
+	return slots
+}
+
+// readGroupJoin reads a group directory's joinFile (ok false: none).
+func readGroupJoin(dir string) (joinRecord, bool, error) {
+	b, err := os.ReadFile(filepath.Join(dir, joinFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return joinRecord{}, false, nil
+	}
+	if err != nil {
+		return joinRecord{}, false, fmt.Errorf("server: read %s: %w", filepath.Join(dir, joinFile), err)
+	}
+	var jr joinRecord
+	if err := json.Unmarshal(b, &jr); err != nil {
+		return joinRecord{}, false, fmt.Errorf("server: %s is corrupt: %w", filepath.Join(dir, joinFile), err)
+	}
+	return jr, true, nil
+}
+
+// joinGroup starts this node's replica of group id, which the map names
+// it in (members): the group's configuration, from its members, must name
+// it too; it is recorded in the group's directory before the replica opens
+// (a restart opens it from there), and the replica pulls the state.
+func (s *Server) joinGroup(ctx context.Context, id cluster.GroupID, members []uint64) error {
+	var seeds []string
+	for _, m := range members {
+		if m == s.cfg.ReplicaID {
+			continue
+		}
+		if n, ok := s.multi.Node(m); ok && n.ClientAddr != "" {
+			seeds = append(seeds, n.ClientAddr)
+		}
+	}
+	if len(seeds) == 0 {
+		return fmt.Errorf("no other member of group %d has a known address", id)
+	}
+	mv := &cluster.Mover{Seeds: seeds, Password: s.cfg.Password, RetryFor: time.Second}
+	defer mv.Close()
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	gc, err := mv.GroupConfigOf(cctx, id)
+	if err != nil {
+		return err
+	}
+	if !slices.Contains(gc.Members, s.cfg.ReplicaID) {
+		return fmt.Errorf("group %d's configuration (%s) does not name this node yet", id, gc)
+	}
+	if gc.Cluster != s.cfg.ClusterID {
+		return fmt.Errorf("%w: group %d is of cluster %d, this node of cluster %d", ErrStaleConfig, id, gc.Cluster, s.cfg.ClusterID)
+	}
+	jr, err := s.groupJoinRecord(id, gc)
+	if err != nil {
+		return err
+	}
+	dir := groupDir(s.cfg.DataDir, id)
+	if s.cfg.FS == nil {
+		if _, err := os.Stat(filepath.Join(dir, "vr")); err == nil {
+			if _, ok, _ := readGroupJoin(dir); !ok {
+				return fmt.Errorf("%w: %s holds a replica already, not one this node joined with; move it away to let the node join group %d", ErrStaleConfig, dir, id)
+			}
+		}
+		b, err := json.Marshal(jr)
+		if err != nil {
+			return err
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("server: create %s: %w", dir, err)
+		}
+		if err := vfs.WriteFileDurably(vfs.Default, dir, filepath.Join(dir, joinFile), b); err != nil {
+			return fmt.Errorf("server: write %s: %w", filepath.Join(dir, joinFile), err)
+		}
+	}
+	lg, err := s.openJoinedGroup(s.peerTr, id, jr)
+	if err != nil {
+		return err
+	}
+	add := s.multi.AddGroup
+	if id == cluster.MetaGroupID {
+		add = func(lg cluster.LocalGroup) error { return s.multi.HostMeta(lg.Hosted, nil) }
+	}
+	if err := add(lg); err != nil {
+		_ = lg.Hosted.Replica.Close()
+		return err
+	}
+	s.log.Info("named by the map in a group: joined it as a new member", "group", uint64(id), "config", gc.String())
+	return nil
+}
+
+// groupJoinRecord is the joinFile of a new member of group id whose
+// configuration is gc, the members' addresses from the map.
+func (s *Server) groupJoinRecord(id cluster.GroupID, gc cluster.GroupConfig) (joinRecord, error) {
+	ms := make([]Member, 0, len(gc.Members))
+	for _, mid := range gc.Members {
+		n, ok := s.multi.Node(mid)
+		if !ok {
+			n, ok = gc.Addr(mid)
+		}
+		if !ok || n.PeerAddr == "" {
+			return joinRecord{}, fmt.Errorf("group %d's member %d has no known address", id, mid)
+		}
+		ms = append(ms, n)
+	}
+	var rs []cluster.SlotRange
+	if spec, ok := s.multi.Slots().Group(id); ok {
+		rs = spec.Slots
+	}
+	return joinRecord{Cluster: gc.Cluster, Replica: s.cfg.ReplicaID, Members: FormatMembers(ms), Epoch: gc.Epoch,
+		Start: gc.Start, Previous: gc.Previous, Slots: groupSlots(id, rs)}, nil
+}
+
+// openJoinedGroup opens this node's replica of group id as its joinFile
+// jr records it: a new member's configuration (Membership.Apply, no
+// bootstrap), on the node's transport tr.
+func (s *Server) openJoinedGroup(tr *transport.Transport, id cluster.GroupID, jr joinRecord) (cluster.LocalGroup, error) {
+	cfg := s.cfg
+	ms, err := ParseMembers(jr.Members)
+	if err != nil {
+		return cluster.LocalGroup{}, fmt.Errorf("server: group %d's %s: %w", id, joinFile, err)
+	}
+	var rs []cluster.SlotRange
+	if jr.Slots != "" {
+		gs, err := cluster.ParseGroups(fmt.Sprintf("%d=%d:%s", id, cfg.ReplicaID, jr.Slots))
+		if err != nil {
+			return cluster.LocalGroup{}, fmt.Errorf("server: group %d's %s: %w", id, joinFile, err)
+		}
+		rs = gs[0].Slots
+	}
+	dir := groupDir(cfg.DataDir, id)
+	clusterID := cluster.GroupClusterID(cfg.ClusterID, id)
+	if cfg.FS == nil {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return cluster.LocalGroup{}, fmt.Errorf("server: create %s: %w", dir, err)
+		}
+		if err := checkIdentity(dir, replicaIdentity{Cluster: clusterID, Replica: cfg.ReplicaID, Members: memberIDs(ms), Slots: jr.Slots}); err != nil {
+			return cluster.LocalGroup{}, err
+		}
+	}
+	spec := s.replicaSpec(filepath.Join(dir, "vr"))
+	spec.Logger = s.log.With("component", "vr", "group", uint64(id))
+	if id == cluster.MetaGroupID {
+		spec.Logger = s.log.With("component", "vr", "group", "metadata")
+		spec.ActiveExpiry = -1 // as openMeta: no user keys
+	}
+	spec.Cluster, spec.Members, spec.Group, spec.Transport = clusterID, ms, id, tr
+	spec.Bootstrap = false
+	spec.Membership = &cluster.Membership{Epoch: jr.Epoch, Members: memberIDs(ms), Start: jr.Start, Previous: jr.Previous}
+	spec.Nilext, spec.FollowerReads = false, false // as openGroups
+	h, err := cfg.OpenReplica(spec)
+	if err != nil {
+		return cluster.LocalGroup{}, fmt.Errorf("server: group %d: %w", id, err)
+	}
+	return cluster.LocalGroup{Spec: cluster.GroupSpec{ID: id, Members: memberIDs(ms), Slots: rs}, Hosted: h}, nil
+}
+
+// groupCmdMulti serves KEFIR.GROUP at a node of several groups:
+//
+//	KEFIR.GROUP CONFIG GROUP g               group g's configuration, as
+//	                                         KEFIR.GROUP CONFIG's (the addresses
+//	                                         are the map's nodes'); a node that
+//	                                         does not host g: -MOVED to one that does
+//	KEFIR.GROUP RECONFIG GROUP g id...       at g's leader (elsewhere -MOVED):
+//	                                         move g to these members, nodes of the
+//	                                         map (odd, distinct); the current set
+//	                                         again answers it unchanged
+func (c *conn) groupCmdMulti(args [][]byte) error {
+	s := c.srv
+	sub := strings.ToUpper(string(args[1]))
+	if sub != "CONFIG" && sub != "RECONFIG" {
+		return errf("ERR unknown subcommand '%s' of KEFIR.GROUP (CONFIG, RECONFIG)", strings.ToLower(sub))
+	}
+	if len(args) < 4 || !strings.EqualFold(string(args[2]), "GROUP") {
+		return errf("ERR KEFIR.GROUP %s: this node hosts several groups: name one (KEFIR.GROUP %s GROUP <id>%s)", sub, sub, map[string]string{"CONFIG": "", "RECONFIG": " <member-id>..."}[sub])
+	}
+	gid, err := strconv.ParseUint(string(args[3]), 10, 32)
+	if err != nil || gid == 0 {
+		return errf("ERR KEFIR.GROUP %s: group %q is not a group id", sub, args[3])
+	}
+	id := cluster.GroupID(gid)
+	if sub == "CONFIG" && len(args) != 4 || sub == "RECONFIG" && len(args) < 5 {
+		return errf("ERR wrong number of arguments for 'kefir.group|%s' command", strings.ToLower(sub))
+	}
+	lg, ok := s.hostedGroup(id)
+	if !ok {
+		_, addr, _ := s.multi.Leader(id)
+		if id == cluster.MetaGroupID {
+			if ms := s.multi.MetaMembers(); len(ms) > 0 {
+				n, _ := s.multi.Node(ms[0])
+				addr = n.ClientAddr
+			}
+		}
+		if addr == "" {
+			return errf("ERR KEFIR.GROUP: group %d is not hosted by this node, and no member of it is known", id)
+		}
+		return &cluster.ReplyError{Msg: "MOVED " + addr}
+	}
+	rc, ok := lg.Hosted.Group.(cluster.Reconfigurable)
+	if !ok {
+		return errf("ERR KEFIR.GROUP: %v", cluster.ErrNotReconfigurable)
+	}
+	if sub == "CONFIG" {
+		return c.writeConfig(rc.Membership(), lg.Hosted.Group.State(), s.multi.Nodes())
+	}
+	ids := make([]uint64, 0, len(args)-4)
+	for _, a := range args[4:] {
+		m, err := strconv.ParseUint(string(a), 10, 64)
+		if err != nil || m == 0 {
+			return errf("ERR KEFIR.GROUP RECONFIG: member %q: node ids (nodes of the cluster map) only", a)
+		}
+		if slices.Contains(ids, m) {
+			return errf("ERR KEFIR.GROUP RECONFIG: member %d listed twice", m)
+		}
+		if _, known := s.multi.Node(m); !known {
+			// Added to the map a moment ago, perhaps: this node's
+			// replica of the metadata group (or its poll) may lag its
+			// leader. TRYAGAIN: the caller (cluster.Mover) retries.
+			if _, err := s.multi.RefreshMap(); err == nil {
+				if cm := s.multi.ClusterMap(); cm != nil {
+					s.learnNodes(mapNodesToMembers(cm.Nodes))
+				}
+			}
+			if _, known := s.multi.Node(m); !known {
+				return errf("TRYAGAIN KEFIR.GROUP RECONFIG: node %d is not a node of the cluster map this node follows: add it first (KEFIR.SLOTS META ADDNODE; kefir cluster replace-node does)", m)
+			}
+		}
+		ids = append(ids, m)
+	}
+	if len(ids)%2 == 0 {
+		return errf("ERR KEFIR.GROUP RECONFIG: %d members: a VR group needs an odd number (2f+1)", len(ids))
+	}
+	cur := rc.Membership()
+	if sameSet(ids, cur.Members) {
+		return c.writeConfig(cur, lg.Hosted.Group.State(), s.multi.Nodes()) // a retry
+	}
+	st := lg.Hosted.Group.State()
+	if !st.IsLeader {
+		if st.Normal && st.Leader != 0 {
+			if n, ok := s.multi.Node(st.Leader); ok && n.ClientAddr != "" {
+				return &cluster.ReplyError{Msg: "MOVED " + n.ClientAddr}
+			}
+		}
+		return cluster.ErrNoLeader
+	}
+	if i := slices.Index(ids, s.cfg.ReplicaID); i > 0 {
+		ids = append([]uint64{s.cfg.ReplicaID}, slices.Delete(ids, i, i+1)...)
+	}
+	// The new members' addresses, at once: the leader reaches them as soon
+	// as the epoch starts (the watcher would, a poll later).
+	s.learnNodes(s.multi.Nodes())
+	ctx, cancel := context.WithTimeout(context.Background(), reconfigTimeout)
+	defer cancel()
+	m, err := rc.Reconfigure(ctx, ids)
+	if err != nil {
+		if errors.Is(err, cluster.ErrNotLeader) {
+			return err
+		}
+		return errf("ERR KEFIR.GROUP RECONFIG GROUP %d to %v: %v (KEFIR.GROUP CONFIG GROUP %d tells whether the group moved)", id, ids, err, id)
+	}
+	s.log.Info("reconfigured a group", "group", uint64(id), "epoch", m.Epoch, "members", m.Members, "previous", m.Previous)
+	return c.writeConfig(m, lg.Hosted.Group.State(), s.multi.Nodes())
+}
+
+// hostedGroup returns this node's replica of data group id.
+func (s *Server) hostedGroup(id cluster.GroupID) (cluster.LocalGroup, bool) {
+	if id == cluster.MetaGroupID {
+		return s.multi.MetaHosted()
+	}
+	for _, lg := range s.multi.Hosted() {
+		if lg.Spec.ID == id {
+			return lg, true
+		}
+	}
+	return cluster.LocalGroup{}, false
+}
+
+// joinsGroups asks the cluster at mv's seeds whether it is one of several
+// groups (it has a metadata group's map) or a single group, waiting while
+// no seed answers.
+func joinsGroups(ctx context.Context, mv *cluster.Mover, logf func(format string, args ...any)) (bool, error) {
+	for {
+		_, err := mv.MetaMap(ctx)
+		switch {
+		case err == nil, err != nil && strings.Contains(err.Error(), "TRYAGAIN"):
+			return true, nil
+		case strings.Contains(err.Error(), "needs a node of several groups"):
+			return false, nil
+		case ctx.Err() != nil:
+			return false, fmt.Errorf("asking the cluster at %s what it is: %w", strings.Join(mv.Seeds, ","), ctx.Err())
+		}
+		logf("asking the cluster at %s for its map: %v", strings.Join(mv.Seeds, ","), err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// prepareJoinGroups is PrepareJoin in a cluster of several groups: it waits
+// until the metadata group's map names cfg.ReplicaID (at its addresses) in a
+// group (kefir cluster replace-node), asks each such group for its
+// configuration and records it in the group's directory, then records the
+// map's nodes and groups in the node's joinFile. The node then starts as a
+// node of those groups (a new member of each); groups the map names it in
+// later are joined while it runs (syncGroups).
+func prepareJoinGroups(ctx context.Context, cfg Config, mv *cluster.Mover, logf func(format string, args ...any)) (Config, error) {
+	var cm *kv.ClusterMap
+	for {
+		var err error
+		cm, err = mv.MetaMap(ctx)
+		if err == nil {
+			i := slices.IndexFunc(cm.Nodes, func(n kv.MapNode) bool { return n.ID == cfg.ReplicaID })
+			if i >= 0 && (cm.Nodes[i].PeerAddr != cfg.PeerAddr || cm.Nodes[i].ClientAddr != cfg.ClientAddr) {
+				return cfg, fmt.Errorf("server: the cluster map has node %d at peer %s, client %s, but this node listens on peer %s, client %s: start it with those addresses",
+					cfg.ReplicaID, cm.Nodes[i].PeerAddr, cm.Nodes[i].ClientAddr, cfg.PeerAddr, cfg.ClientAddr)
+			}
+			if i >= 0 && slices.ContainsFunc(cm.Groups, func(g kv.MapGroup) bool { return slices.Contains(g.Members, cfg.ReplicaID) }) {
+				break
+			}
+			logf("the cluster map (epoch %d) does not name node %d in a group yet; waiting for kefir cluster replace-node", cm.Epoch, cfg.ReplicaID)
+		} else {
+			logf("asking the cluster for its map: %v", err)
+		}
+		select {
+		case <-ctx.Done():
+			return cfg, fmt.Errorf("waiting to be named by the cluster map: %w", ctx.Err())
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	nodes := mapNodesToMembers(cm.Nodes)
+	addr := func(id uint64) (Member, bool) {
+		i := slices.IndexFunc(nodes, func(n Member) bool { return n.ID == id })
+		if i < 0 {
+			return Member{}, false
+		}
+		return nodes[i], true
+	}
+	sm, err := cluster.SlotMapOf(cm)
+	if err != nil {
+		return cfg, fmt.Errorf("server: the cluster map at epoch %d: %w", cm.Epoch, err)
+	}
+	clusterID := cfg.ClusterID
+	type pending struct {
+		dir string
+		b   []byte
+	}
+	var recs []pending
+	// The data groups and the metadata group (which this node hosts if
+	// the map names it a member: it is opened from its record as well).
+	all := append(slices.Clone(sm.Groups), cluster.GroupSpec{ID: cluster.MetaGroupID, Members: cm.MetaMembers()})
+	for _, g := range all {
+		if !slices.Contains(g.Members, cfg.ReplicaID) {
+			continue
+		}
+		var seeds []string
+		for _, id := range g.Members {
+			if n, ok := addr(id); ok && id != cfg.ReplicaID {
+				seeds = append(seeds, n.ClientAddr)
+			}
+		}
+		gmv := &cluster.Mover{Seeds: seeds, Password: cfg.Password, RetryFor: 10 * time.Second}
+		gc, err := gmv.GroupConfigOf(ctx, g.ID)
+		gmv.Close()
+		if err != nil {
+			return cfg, fmt.Errorf("server: join group %d: %w", g.ID, err)
+		}
+		if !slices.Contains(gc.Members, cfg.ReplicaID) {
+			return cfg, fmt.Errorf("server: the map names node %d in group %d, but the group's configuration (%s) does not: run kefir cluster replace-node again", cfg.ReplicaID, g.ID, gc)
+		}
+		if clusterID != 0 && clusterID != gc.Cluster {
+			return cfg, fmt.Errorf("%w: --cluster-id %d, but the cluster at %s is %d", ErrStaleConfig, clusterID, cfg.Join, gc.Cluster)
+		}
+		clusterID = gc.Cluster
+		ms := make([]Member, 0, len(gc.Members))
+		for _, id := range gc.Members {
+			n, ok := addr(id)
+			if !ok {
+				return cfg, fmt.Errorf("server: group %d's member %d is not a node of the cluster map", g.ID, id)
+			}
+			ms = append(ms, n)
+		}
+		jr := joinRecord{Cluster: gc.Cluster, Replica: cfg.ReplicaID, Members: FormatMembers(ms), Epoch: gc.Epoch,
+			Start: gc.Start, Previous: gc.Previous, Slots: groupSlots(g.ID, g.Slots)}
+		b, err := json.Marshal(jr)
+		if err != nil {
+			return cfg, err
+		}
+		recs = append(recs, pending{groupDir(cfg.DataDir, g.ID), b})
+	}
+	// The groups' records first, durably, then the node's: a restart finds
+	// the node's only once every group's is there.
+	for _, r := range recs {
+		if err := os.MkdirAll(r.dir, 0o755); err != nil {
+			return cfg, fmt.Errorf("server: create %s: %w", r.dir, err)
+		}
+		if err := vfs.WriteFileDurably(vfs.Default, r.dir, filepath.Join(r.dir, joinFile), r.b); err != nil {
+			return cfg, fmt.Errorf("server: write %s: %w", filepath.Join(r.dir, joinFile), err)
+		}
+	}
+	jr := joinRecord{Cluster: clusterID, Replica: cfg.ReplicaID, Members: FormatMembers(nodes), Groups: cluster.FormatGroups(sm.Groups)}
+	b, err := json.Marshal(jr)
+	if err != nil {
+		return cfg, err
+	}
+	if err := vfs.WriteFileDurably(vfs.Default, cfg.DataDir, filepath.Join(cfg.DataDir, joinFile), b); err != nil {
+		return cfg, fmt.Errorf("server: write %s: %w", joinFile, err)
+	}
+	logf("named by the cluster map (epoch %d) in %d group(s): joining them as a new member", cm.Epoch, len(recs))
+	cfg.Members, cfg.ClusterID, cfg.Groups, cfg.Join = nodes, clusterID, sm.Groups, ""
+	cfg.joinedGroups, cfg.Membership = true, nil
+	return cfg, nil
+}
