@@ -201,12 +201,17 @@ func (m *Multi) adopt(cm *kv.ClusterMap, sm *SlotMap) {
 // when its epoch is newer. Until the first answer the node routes by its
 // tables over the static map.
 func (m *Multi) pollMap(ctx context.Context, mv *Mover) error {
-	cm, err := mv.MetaMap(ctx)
+	var since uint64
+	cur := m.ClusterMap()
+	if cur != nil {
+		since = cur.Epoch
+	}
+	cm, err := mv.MetaMapSince(ctx, since)
 	if err != nil {
 		return err
 	}
-	if cur := m.ClusterMap(); cur != nil && cm.Epoch <= cur.Epoch {
-		return nil
+	if cm == nil || (cur != nil && cm.Epoch <= cur.Epoch) {
+		return nil // unchanged
 	}
 	sm, err := SlotMapOf(cm)
 	if err != nil {

@@ -46,9 +46,27 @@ func (mv *Mover) leaseDur() time.Duration {
 
 // MetaMap returns the map at the metadata group's leader.
 func (mv *Mover) MetaMap(ctx context.Context) (*kv.ClusterMap, error) {
-	v, err := mv.do(ctx, "KEFIR.SLOTS", "META", "MAP")
+	return mv.MetaMapSince(ctx, 0)
+}
+
+// MetaMapSince is MetaMap, or nil (and no error) when the leader's map is
+// at epoch since or older (since 0: always the map): a poller that has the
+// map at since is answered a null, not the whole map again. A node of an
+// older version that does not know SINCE is asked for the whole map.
+func (mv *Mover) MetaMapSince(ctx context.Context, since uint64) (*kv.ClusterMap, error) {
+	args := []string{"KEFIR.SLOTS", "META", "MAP"}
+	if since > 0 {
+		args = append(args, "SINCE", strconv.FormatUint(since, 10))
+	}
+	v, err := mv.do(ctx, args...)
+	if err != nil && since > 0 && strings.Contains(err.Error(), "wrong number of arguments") {
+		v, err = mv.do(ctx, args[:3]...)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("move-slots: the metadata group's map: %w", err)
+	}
+	if v.IsNull() {
+		return nil, nil
 	}
 	var cm kv.ClusterMap
 	if err := json.Unmarshal(v.Str, &cm); err != nil {

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -128,7 +129,7 @@ func (s *Server) stopMetaFollower() {
 // metaCmd serves KEFIR.SLOTS META (the metadata group's records of moves,
 // at its leader; elsewhere -MOVED <leader's address>):
 //
-//	KEFIR.SLOTS META MAP [LOCAL]                    the map as JSON (LOCAL: this node's replica's)
+//	KEFIR.SLOTS META MAP [LOCAL|SINCE e]            the map as JSON (LOCAL: this node's replica's; SINCE: null unless newer than epoch e)
 //	KEFIR.SLOTS META PLAN from to ranges epoch driver   MovePlanned: the move's beat
 //	KEFIR.SLOTS META CLAIM epoch driver beat        renew or take over a move's lease: the new beat
 //	KEFIR.SLOTS META DONE epoch                     MoveDone: the map's epoch
@@ -144,7 +145,7 @@ func (c *conn) metaCmd(args [][]byte) error {
 	if !ok {
 		return errf("ERR unknown subcommand '%s' of KEFIR.SLOTS META (MAP, PLAN, CLAIM, DONE, ABORT, ADDNODE, SETMEMBERS)", strings.ToLower(sub))
 	}
-	if len(args) != n && !(sub == "MAP" && len(args) == 4) && !(sub == "SETMEMBERS" && len(args) > n) {
+	if len(args) != n && !(sub == "MAP" && len(args) <= 5) && !(sub == "SETMEMBERS" && len(args) > n) {
 		return errf("ERR wrong number of arguments for 'kefir.slots|meta|%s' command", strings.ToLower(sub))
 	}
 	u := func(i int) (uint64, error) {
@@ -157,12 +158,31 @@ func (c *conn) metaCmd(args [][]byte) error {
 	var op kv.Op
 	switch sub {
 	case "MAP":
-		cm, err := m.MetaMap(len(args) == 4 && strings.EqualFold(string(args[3]), "LOCAL"))
+		// MAP [LOCAL | SINCE epoch]. SINCE is the pollers' form: a null
+		// reply when the map is at that epoch or older, so a node without a
+		// metadata replica does not fetch the whole map every poll.
+		local, since := false, uint64(0)
+		switch {
+		case len(args) == 4 && strings.EqualFold(string(args[3]), "LOCAL"):
+			local = true
+		case len(args) == 5 && strings.EqualFold(string(args[3]), "SINCE"):
+			e, err := u(4)
+			if err != nil {
+				return err
+			}
+			since = e
+		case len(args) != 3:
+			return errf("ERR KEFIR.SLOTS META MAP takes LOCAL or SINCE epoch, not %q", bytes.Join(args[3:], []byte(" ")))
+		}
+		cm, err := m.MetaMap(local)
 		if err != nil {
 			return err
 		}
 		if cm == nil {
 			return errf("TRYAGAIN the metadata group has no map yet (bootstrapping)")
+		}
+		if since > 0 && cm.Epoch <= since {
+			return c.w.WriteNull()
 		}
 		b, err := json.Marshal(cm)
 		if err != nil {

@@ -347,4 +347,17 @@ func TestGroupsMetadataAbortOfARecordedMove(t *testing.T) {
 	if err := json.Unmarshal(metaCommand(t, g, "MAP").Str, &cm); err != nil || cm.Epoch != 3 || len(cm.Moves) != 0 || cm.Owner(0) != 2 || cm.Owner(100) != 1 {
 		t.Fatalf("map after the move: %+v (%v)", cm, err)
 	}
+	// The pollers' form: nothing when the asker has the map's epoch, the
+	// map when it is older; a bad argument is refused, not taken for MAP.
+	if v := metaCommand(t, g, "MAP", "SINCE", "3"); !v.IsNull() {
+		t.Fatalf("MAP SINCE 3 at epoch 3: %v %s, want null", v.Kind, v.Str)
+	}
+	if err := json.Unmarshal(metaCommand(t, g, "MAP", "SINCE", "2").Str, &cm); err != nil || cm.Epoch != 3 {
+		t.Fatalf("MAP SINCE 2 at epoch 3: %+v (%v)", cm, err)
+	}
+	for _, bad := range [][]string{{"MAP", "SINCE", "x"}, {"MAP", "LATEST"}, {"MAP", "SINCE"}} {
+		if v := metaCommand(t, g, bad...); v.Kind != resp.Error {
+			t.Fatalf("META %v: %v %s, want an error", bad, v.Kind, v.Str)
+		}
+	}
 }
