@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/kefirdb/kefir/internal/mutation"
 )
@@ -41,7 +42,7 @@ import (
 // Reserved key spaces of cross-group transactions.
 var (
 	// txLockCount holds the number of prepared transactions of the group
-	// (uvarint); absent when there are none.
+	// (uvarint) and their ids; absent when there are none.
 	txLockCount = ReservedKey("xcount")
 	// txLocks + key: the lock of key (mode byte, then the txid).
 	txLocks = ReservedKey("xl/")
@@ -138,6 +139,69 @@ func TxLockCount(get Getter) (uint64, error) {
 		return 0, fmt.Errorf("%w: lock count record", ErrCorrupt)
 	}
 	return n, nil
+}
+
+// TxPreparedIDs returns the ids of the prepared transactions in the state
+// get reads.
+func TxPreparedIDs(get Getter) ([][]byte, error) {
+	data, _, _, ok, err := get(txLockCount)
+	if err != nil || !ok {
+		return nil, err
+	}
+	d := Decoder{B: data}
+	n := d.Uvarint()
+	if n > uint64(len(data)) {
+		return nil, fmt.Errorf("%w: lock count record", ErrCorrupt)
+	}
+	ids := make([][]byte, 0, n)
+	for i := uint64(0); i < n && d.Err == nil; i++ {
+		ids = append(ids, d.Bytes())
+	}
+	if d.Err != nil || len(d.B) != 0 {
+		return nil, fmt.Errorf("%w: lock count record", ErrCorrupt)
+	}
+	return ids, nil
+}
+
+// putPreparedIDs emits the count record of ids (a deletion if none).
+func putPreparedIDs(emit Emit, ids [][]byte) {
+	if len(ids) == 0 {
+		emit(txLockCount, nil, nil, true)
+		return
+	}
+	b := binary.AppendUvarint(nil, uint64(len(ids)))
+	for _, id := range ids {
+		b = AppendBytes(b, id)
+	}
+	put(emit, txLockCount, b, nil)
+}
+
+// txLockedSlot returns a slot of rs that a prepared transaction holds a
+// lock in, and the transaction; ok false if none: a slot's hand-over waits
+// until it holds no locks (locks never move with a slot).
+func txLockedSlot(get Getter, rs []SlotRange) (slot uint16, txid []byte, ok bool, err error) {
+	ids, err := TxPreparedIDs(get)
+	if err != nil || len(ids) == 0 {
+		return 0, nil, false, err
+	}
+	for _, id := range ids {
+		p, prepared, err := txPreparedOf(get, id)
+		if err != nil {
+			return 0, nil, false, err
+		}
+		if !prepared {
+			continue
+		}
+		for _, l := range p.Locks {
+			s := KeySlot(l.Key)
+			for _, r := range rs {
+				if s >= r.Start && s <= r.End {
+					return s, id, true, nil
+				}
+			}
+		}
+	}
+	return 0, nil, false, nil
 }
 
 // TxLockOf returns key's lock: the transaction holding it and the mode
@@ -485,6 +549,17 @@ func applyTxPrepare(get Getter, version uint64, op *Op, maxValue int, emit Emit)
 	for _, c := range checks {
 		addLock(c.Key, TxLockRead)
 	}
+	// A slot on its way out takes no new locks: its hand-over waits until
+	// it holds none (TxLockedSlots), and locks never move with a slot.
+	for _, l := range locks {
+		o, err := SlotOrigin(get, l.Key)
+		if err != nil {
+			return Result{}, err
+		}
+		if o.State == SlotMigrating {
+			return Result{Kind: ResReply, Bulk: respError(fmt.Sprintf("TXABORT key '%s': its slot %d is migrating to another group; retry", clipKey(l.Key), KeySlot(l.Key)))}, nil
+		}
+	}
 	n, err := TxLockCount(get)
 	if err != nil {
 		return Result{}, err
@@ -528,14 +603,18 @@ func applyTxPrepare(get Getter, version uint64, op *Op, maxValue int, emit Emit)
 	for _, l := range locks {
 		put(emit, txLockKey(l.Key), append([]byte{l.Mode}, txid...), nil)
 	}
-	put(emit, txLockCount, binary.AppendUvarint(nil, n+1), nil)
+	ids, err := TxPreparedIDs(get)
+	if err != nil {
+		return Result{}, err
+	}
+	putPreparedIDs(emit, append(ids, txid))
 	return Result{Kind: ResReply, Bulk: TxPreparedReply, Version: version}, nil
 }
 
 // txResolve lands p's records if commit, and drops its locks and its
 // prepared record, counting it out.
 func txResolve(get Getter, txid []byte, p TxPrepared, commit bool, emit Emit) error {
-	n, err := TxLockCount(get)
+	ids, err := TxPreparedIDs(get)
 	if err != nil {
 		return err
 	}
@@ -556,10 +635,6 @@ func txResolve(get Getter, txid []byte, p TxPrepared, commit bool, emit Emit) er
 		}
 	}
 	emit(txPreparedKey(txid), nil, nil, true)
-	if n <= 1 {
-		emit(txLockCount, nil, nil, true)
-	} else {
-		put(emit, txLockCount, binary.AppendUvarint(nil, n-1), nil)
-	}
+	putPreparedIDs(emit, slices.DeleteFunc(ids, func(id []byte) bool { return bytes.Equal(id, txid) }))
 	return nil
 }

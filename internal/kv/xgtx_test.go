@@ -343,3 +343,40 @@ func TestXgtxCodec(t *testing.T) {
 		t.Fatalf("ErrTxLocked through the client table: %v %v %v", res, opErr, err)
 	}
 }
+
+// TestXgtxMovesWaitForLocks: a migrating slot takes no new locks, and its
+// hand-over is refused (ErrTxLocked, retried by the mover) until the locks
+// in it are resolved: locks never move with a slot.
+func TestXgtxMovesWaitForLocks(t *testing.T) {
+	g := newMV()
+	all := []SlotRange{{Start: 0, End: NumSlots - 1}}
+	g.apply(t, Op{Kind: KindSlotInit, Key: EncodeSlotRanges(all), Delta: 1})
+	g.set(t, "x", "1")
+	g.set(t, "y", "1")
+	xs, ys := KeySlot(b("x")), KeySlot(b("y"))
+	origin, _ := SlotOrigin(g.at(g.last), b("x"))
+	p, _ := NewTxPrepare([]byte("t1"), b("x"), g.last, origin, []TxCheck{{Key: b("x"), Version: 2}}, []Op{{Kind: KindSet, Key: b("x"), Value: b("2")}})
+	g.mustReply(t, p, "+PREPARED")
+	xr := []SlotRange{{Start: xs, End: xs}}
+	yr := []SlotRange{{Start: ys, End: ys}}
+	for _, r := range [][]SlotRange{xr, yr} {
+		if _, err := g.try(*slotSet(r, SlotMigrating, 2, 2)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// y's slot is migrating: a prepare there aborts, locking nothing.
+	o2, _ := SlotOrigin(g.at(g.last), b("y"))
+	p2, _ := NewTxPrepare([]byte("t2"), b("y"), g.last, o2, []TxCheck{{Key: b("y"), Version: 3}}, nil)
+	g.mustReply(t, p2, "-TXABORT key 'y': its slot")
+	// y's slot holds no lock: handed over. x's waits for t1.
+	if _, err := g.try(*slotSet(yr, SlotNone, 2, 2)); err != nil {
+		t.Fatalf("hand-over of an unlocked slot: %v", err)
+	}
+	if _, err := g.try(*slotSet(xr, SlotNone, 2, 2)); !errors.Is(err, ErrTxLocked) {
+		t.Fatalf("hand-over of a locked slot: %v, want ErrTxLocked", err)
+	}
+	g.mustReply(t, NewTxDecide([]byte("t1"), b("x"), true), "+COMMITTED")
+	if _, err := g.try(*slotSet(xr, SlotNone, 2, 2)); err != nil {
+		t.Fatalf("hand-over after the resolve: %v", err)
+	}
+}
