@@ -77,6 +77,12 @@ type Tx struct {
 	h     string // this transaction's handle (its BEGIN's answer), once BEGIN is queued
 	begun bool
 	wrote bool
+	// slot is the hash slot of the first key the transaction named (-1:
+	// none yet); cross that it named another: a transaction across slots,
+	// which the server commits in two phases (and validates even if it only
+	// read), so it is committed even without writes.
+	slot  int
+	cross bool
 	// pending are buffered writes not yet sent: they go in front of the next
 	// awaited command, and their replies are checked with its.
 	pending []*request
@@ -138,7 +144,7 @@ func (c *Client) txnOnce(ctx context.Context, fn func(tx *Tx) error, iso Isolati
 	if err != nil {
 		return err
 	}
-	tx := &Tx{c: c, cn: cn, level: "SERIALIZABLE"}
+	tx := &Tx{c: c, cn: cn, level: "SERIALIZABLE", slot: -1}
 	if iso == SnapshotIsolation {
 		tx.level = "SI"
 	}
@@ -168,9 +174,11 @@ func (c *Client) txnOnce(ctx context.Context, fn func(tx *Tx) error, iso Isolati
 	case err != nil:
 		tx.end()
 		return err
-	case !tx.wrote:
+	case !tx.wrote && !tx.cross:
 		// Read-only: its reads were of one committed state, at least as
-		// new as its start; there is nothing to validate or order.
+		// new as its start; there is nothing to validate or order. (Across
+		// slots its reads are of several groups' states, validated by the
+		// commit.)
 		tx.end()
 		return nil
 	}
@@ -264,7 +272,10 @@ func (t *Tx) request(kind replyKind, sub string, args ...any) *request {
 	r := newCall(kind, false, nil, nil)
 	r.allowRedirect = false
 	r.cmd = append(r.cmd, arg{s: "KEFIR.TX"}, arg{s: sub}, arg{s: t.h})
-	for _, a := range args {
+	for i, a := range args {
+		if k, ok := a.(string); ok && (i == 0 || sub == "MGET" || sub == "EXISTS" || sub == "DEL") {
+			t.noteSlot(k)
+		}
 		switch v := a.(type) {
 		case string:
 			r.cmd = append(r.cmd, arg{s: v})
@@ -273,6 +284,16 @@ func (t *Tx) request(kind replyKind, sub string, args ...any) *request {
 		}
 	}
 	return r
+}
+
+// noteSlot notes that the transaction named key.
+func (t *Tx) noteSlot(key string) {
+	s := int(keySlot(key))
+	if t.slot < 0 {
+		t.slot = s
+	} else if s != t.slot {
+		t.cross = true
+	}
 }
 
 // call sends KEFIR.TX <sub> <handle> args... — after BEGIN, if the

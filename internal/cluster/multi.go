@@ -50,6 +50,10 @@ type Multi struct {
 	eff     effective // moves.go
 	meta    metaState // meta.go
 	reads   readLoad  // the reads this node served, per slot (load.go)
+	// pusher pushes prepared cross-group transactions (xgtx.go);
+	// txPushes counts the sweep's pushes.
+	pusher   atomic.Pointer[TxPusher]
+	txPushes atomic.Uint64
 }
 
 // LocalGroup is one group's replica a node hosts.
@@ -208,6 +212,9 @@ var errFlushAcross = &ReplyError{"ERR FLUSHALL/FLUSHDB is not supported yet in a
 // group (a pipeline of keys with one hash tag, or every batch of a
 // one-group node) goes to it whole.
 func (m *Multi) Apply(ctx context.Context, reqs []shard.WriteReq) (shard.Pending, error) {
+	if err := m.txWriteWait(ctx, reqs); err != nil {
+		return shard.Pending{}, err
+	}
 	var one *localGroup
 	mixed := false
 	slots := make([]uint16, len(reqs))
@@ -306,6 +313,9 @@ func (m *Multi) Read(ctx context.Context, op kv.Op, c level.Consistency, s shard
 	}
 	g, slot, err := m.route(&op)
 	if err != nil {
+		return kv.Result{}, err
+	}
+	if err := m.txReadWait(ctx, g, &op); err != nil {
 		return kv.Result{}, err
 	}
 	res, err := g.h.Replica.Read(ctx, op, c, g.session(s))
@@ -448,6 +458,9 @@ func (m *Multi) ReadDeferred(ctx context.Context, op kv.Op, c level.Consistency,
 	if err != nil {
 		return kv.Result{}, shard.Pending{}, err
 	}
+	if err := m.txReadWait(ctx, g, &op); err != nil {
+		return kv.Result{}, shard.Pending{}, err
+	}
 	res, p, err := g.h.Replica.ReadDeferred(ctx, op, c, g.session(s))
 	res.Group = g.spec.gid()
 	if err == nil {
@@ -464,6 +477,9 @@ func (m *Multi) TryRead(op kv.Op, c level.Consistency) (kv.Result, bool) {
 	g, slot, err := m.route(&op)
 	if err != nil {
 		return kv.Result{}, false
+	}
+	if keys, _ := op.RoutingKeys(); m.TxLocked(keys, false) && m.leads(g) == nil {
+		return kv.Result{}, false // Read waits for the resolve
 	}
 	res, ok := g.h.Replica.TryRead(op, c)
 	res.Group = g.spec.gid()

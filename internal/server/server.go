@@ -51,6 +51,8 @@ var pid = os.Getpid()
 // Server is one node.
 type Server struct {
 	cfg Config
+	// txPushStop ends the push sweep of cross-group transactions (xgtx.go).
+	txPushStop context.CancelFunc
 	log *slog.Logger
 	db  *storage.DB
 	// scripts is the node's script cache (SCRIPT LOAD, EVALSHA: script.go).
@@ -258,6 +260,9 @@ func (s *Server) Start() error {
 	s.startActiveExpiry()
 	s.startMetaFollower()
 	s.startMemberWatch()
+	txCtx, txStop := context.WithCancel(context.Background())
+	s.txPushStop = txStop
+	s.startTxPush(txCtx)
 	s.log.Info("node started", "client", s.ClientAddr().String(), "peer", addrString(s.peerLn),
 		"http", addrString(s.httpLn), "data", s.cfg.DataDir, "tls", s.cfg.TLSCert != "",
 		"auth", s.cfg.Password != "", "durability", s.cfg.Durability.String(),
@@ -402,6 +407,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.stopActiveExpiry()
 	s.stopMetaFollower()
+	if s.txPushStop != nil {
+		s.txPushStop()
+	}
 	s.stopMemberWatch()
 	var errs []error
 	if err := s.shard.Close(); err != nil {
