@@ -346,6 +346,10 @@ type MultiMutations struct {
 	// WrongSessionPart: reads are given the session's top-level part, not
 	// their group's (server TestSessionReadsAcrossGroupsAtFollowers).
 	WrongSessionPart atomic.Bool
+	// ReadsIgnoreTxLocks: a read of a key that a prepared cross-group
+	// transaction writes is served at once, not after its resolve
+	// (server TestCrossGroupTxReadsWaitForLocks).
+	ReadsIgnoreTxLocks atomic.Bool
 }
 
 // MultiMut is the process's MultiMutations (tests only; read under mutation.On).
@@ -478,7 +482,7 @@ func (m *Multi) TryRead(op kv.Op, c level.Consistency) (kv.Result, bool) {
 	if err != nil {
 		return kv.Result{}, false
 	}
-	if keys, _ := op.RoutingKeys(); m.TxLocked(keys, false) && m.leads(g) == nil {
+	if keys, _ := op.RoutingKeys(); !(mutation.On && MultiMut.ReadsIgnoreTxLocks.Load()) && m.TxLocked(keys, false) && m.leads(g) == nil {
 		return kv.Result{}, false // Read waits for the resolve
 	}
 	res, ok := g.h.Replica.TryRead(op, c)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kefirdb/kefir/internal/kv"
+	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/storage"
 )
@@ -239,6 +240,9 @@ func (m *Multi) GroupOf(key []byte) GroupID {
 // txReadWait is AwaitTxLocks for a read at g, if this replica leads it
 // (a follower's read is refused and forwarded: the leader waits).
 func (m *Multi) txReadWait(ctx context.Context, g *localGroup, op *kv.Op) error {
+	if mutation.On && MultiMut.ReadsIgnoreTxLocks.Load() {
+		return nil
+	}
 	keys, step := op.RoutingKeys()
 	if step != 1 || len(keys) == 0 || !m.TxLocked(keys, false) || m.leads(g) != nil {
 		return nil

@@ -226,3 +226,69 @@ KEFIR.TX INCRBY ` + h + ` ` + x.k2 + ` 10 => (integer) *
 	}
 	t.Logf("decideEarly caught: the commit answered %s with %s = %s and the other half refused", got, x.k1, k1)
 }
+
+// TestCrossGroupTxReadsWaitForLocks: a read of a key that a prepared
+// transaction writes waits for its resolve and returns the committed value
+// (here the decision comes by hand, before any push); a transaction's
+// snapshot read of it aborts the transaction. The mutations that serve the
+// old value instead are caught.
+func TestCrossGroupTxReadsWaitForLocks(t *testing.T) {
+	x := startXG(t, true)
+	a, b := dial(t, x.g.nodes[x.l1]), dial(t, x.g.nodes[x.l1])
+	prepare := func(txid, val string) {
+		t.Helper()
+		o, err := kv.SlotOrigin(engineGetterOf(x.g.nodes[x.l1], x.k1), []byte(x.k1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Its own primary: a decide at k1's group commits it there.
+		op, err := kv.NewTxPrepare([]byte(txid), []byte(x.k1), 1<<40, o, nil, []kv.Op{{Kind: kv.KindSet, Key: []byte(x.k1), Value: []byte(val)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.expect(`KEFIR.TXAPPLY ` + string(kv.AppendOp(nil, &op)) + ` => PREPARED`)
+	}
+	decide := func(txid string) {
+		t.Helper()
+		d := kv.NewTxDecide([]byte(txid), []byte(x.k1), true)
+		b.expect(`KEFIR.TXAPPLY ` + string(kv.AppendOp(nil, &d)) + ` => COMMITTED`)
+	}
+	read := func(txid, val string) string {
+		prepare(txid, val)
+		a.send("GET", x.k1)
+		time.Sleep(50 * time.Millisecond)
+		decide(txid)
+		return a.reply()
+	}
+	a.expect(`SET ` + x.k1 + ` 5 => OK`)
+	if got := read("r1", "6"); got != `"6"` {
+		t.Fatalf("a read of a write-locked key answered %s, want \"6\" (the value its transaction committed)", got)
+	}
+	// A transaction's snapshot read of it aborts.
+	prepare("r2", "7")
+	h := txBegin(t, a, "SERIALIZABLE")
+	if got := a.do("KEFIR.TX", "GET", h, x.k1); !strings.HasPrefix(got, "TXABORT") {
+		t.Errorf("a transaction's read of a write-locked key: %s, want TXABORT", got)
+	}
+	decide("r2")
+	if !mutation.On {
+		return
+	}
+	cluster.MultiMut.ReadsIgnoreTxLocks.Store(true)
+	got := read("r3", "8")
+	cluster.MultiMut.ReadsIgnoreTxLocks.Store(false)
+	if got != `"7"` {
+		t.Fatalf("ReadsIgnoreTxLocks not caught: %s", got)
+	}
+	t.Logf("ReadsIgnoreTxLocks caught: the read answered %s while the transaction writing 8 was prepared", got)
+	prepare("r4", "9")
+	xgtxMut.readsIgnoreLocks = true
+	h = txBegin(t, a, "SERIALIZABLE")
+	got = a.do("KEFIR.TX", "GET", h, x.k1)
+	xgtxMut.readsIgnoreLocks = false
+	decide("r4")
+	if got != `"8"` {
+		t.Fatalf("readsIgnoreLocks not caught: %s", got)
+	}
+	t.Logf("readsIgnoreLocks caught: the transaction read %s while the transaction writing 9 was prepared", got)
+}
