@@ -315,6 +315,7 @@ func (t *Tx) call(ctx context.Context, kind replyKind, sub string, args ...any) 
 	writes := t.pending
 	t.pending = nil
 	reqs = append(reqs, writes...)
+	firstKey := t.slot < 0 // on a node of several groups the first key takes the start
 	r := t.request(kind, sub, args...)
 	reqs = append(reqs, r)
 	var queued func()
@@ -387,6 +388,14 @@ func (t *Tx) call(ctx context.Context, kind replyKind, sub string, args ...any) 
 	if r.err != nil {
 		err := r.err
 		putRequest(r)
+		var se *Error
+		if firstKey && t.slot >= 0 && errors.As(err, &se) && (se.Prefix == "MOVED" || se.Prefix == "UNAVAILABLE") {
+			// In a cluster of several groups a transaction's first key
+			// takes its start at its group's leader: elsewhere it is
+			// redirected, and the transaction is retried there, as a
+			// BEGIN refused by a follower is.
+			return nil, false, t.beginFailed(err)
+		}
 		return nil, false, txError(err)
 	}
 	return r, r.null, nil

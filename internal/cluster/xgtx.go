@@ -95,12 +95,11 @@ func (m *Multi) txLockOf(keys [][]byte, writes bool) (key []byte, p kv.TxPrepare
 		if !ok || (!writes && mode != kv.TxLockWrite) {
 			continue
 		}
-		data, _, _, ok, err := get(append(append([]byte(nil), kv.TxPreparedPrefix...), txid...))
+		p, ok, err := kv.TxPreparedOf(get, kv.TxPartID(txid, k))
 		if err != nil || !ok {
 			return k, kv.TxPrepared{TxID: txid}, true, err
 		}
-		p, err := kv.DecodeTxPrepared(append(append([]byte(nil), kv.TxPreparedPrefix...), txid...), data)
-		return k, p, true, err
+		return k, p, true, nil
 	}
 	return nil, kv.TxPrepared{}, false, nil
 }
@@ -186,13 +185,8 @@ func (m *Multi) pushOld(ctx context.Context, now time.Time) {
 			continue
 		}
 		for _, id := range ids {
-			k := append(append([]byte(nil), kv.TxPreparedPrefix...), id...)
-			data, _, _, ok, err := get(k)
-			if err != nil || !ok {
-				continue
-			}
-			p, err := kv.DecodeTxPrepared(k, data)
-			if err != nil || len(p.Locks) == 0 || now.Sub(time.UnixMilli(p.Prepared)) < TxPushAge {
+			p, ok, err := kv.TxPreparedOf(get, id)
+			if err != nil || !ok || len(p.Locks) == 0 || now.Sub(time.UnixMilli(p.Prepared)) < TxPushAge {
 				continue
 			}
 			m.txPushes.Add(1)

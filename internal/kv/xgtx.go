@@ -46,7 +46,8 @@ var (
 	txLockCount = ReservedKey("xcount")
 	// txLocks + key: the lock of key (mode byte, then the txid).
 	txLocks = ReservedKey("xl/")
-	// TxPreparedPrefix + txid: a prepared transaction (encodePrepared).
+	// TxPreparedPrefix + part id (TxPartID): a prepared transaction's
+	// part in one slot (encode).
 	TxPreparedPrefix = ReservedKey("xp/")
 	// txDecisions + txid: the primary's decision (txCommitted|txAborted).
 	txDecisions = ReservedKey("xd/")
@@ -121,8 +122,17 @@ func isXgtxKind(k Kind) bool { return k >= KindTxPrepare && k < kindXgtxEnd }
 
 func txLockKey(key []byte) []byte { return append(append([]byte(nil), txLocks...), key...) }
 
-func txPreparedKey(txid []byte) []byte {
-	return append(append([]byte(nil), TxPreparedPrefix...), txid...)
+func txPreparedKey(part []byte) []byte {
+	return append(append([]byte(nil), TxPreparedPrefix...), part...)
+}
+
+// TxPartID names transaction txid's part in the slot of key: a transaction
+// prepares once per slot it names (each slot has its own snapshot origin),
+// so two of its parts may be prepared in one group, and each keeps its own
+// record (keyed by txid alone, the second prepare would answer as the
+// first, locking and validating nothing: found by the e2e bank test).
+func TxPartID(txid, key []byte) []byte {
+	return binary.BigEndian.AppendUint16(append([]byte(nil), txid...), KeySlot(key))
 }
 
 func txDecisionKey(txid []byte) []byte { return append(append([]byte(nil), txDecisions...), txid...) }
@@ -185,7 +195,7 @@ func txLockedSlot(get Getter, rs []SlotRange) (slot uint16, txid []byte, ok bool
 		return 0, nil, false, err
 	}
 	for _, id := range ids {
-		p, prepared, err := txPreparedOf(get, id)
+		p, prepared, err := TxPreparedOf(get, id)
 		if err != nil {
 			return 0, nil, false, err
 		}
@@ -351,7 +361,8 @@ type TxLock struct {
 }
 
 func (p *TxPrepared) encode() []byte {
-	b := AppendBytes(nil, p.Primary)
+	b := AppendBytes(nil, p.TxID)
+	b = AppendBytes(b, p.Primary)
 	b = binary.AppendVarint(b, p.Prepared)
 	b = binary.AppendUvarint(b, uint64(len(p.Records)))
 	for _, r := range p.Records {
@@ -372,14 +383,12 @@ func (p *TxPrepared) encode() []byte {
 	return b
 }
 
-// DecodeTxPrepared decodes a prepared record: key is its reserved key
-// (TxPreparedPrefix + txid), data its value. The slices alias data.
-func DecodeTxPrepared(key, data []byte) (TxPrepared, error) {
-	if !bytes.HasPrefix(key, TxPreparedPrefix) {
-		return TxPrepared{}, fmt.Errorf("%w: %q is no prepared record", ErrCorrupt, key)
-	}
-	p := TxPrepared{TxID: key[len(TxPreparedPrefix):]}
+// DecodeTxPrepared decodes a prepared record's value. The slices alias
+// data.
+func DecodeTxPrepared(data []byte) (TxPrepared, error) {
+	var p TxPrepared
 	d := Decoder{B: data}
+	p.TxID = d.Bytes()
 	p.Primary = d.Bytes()
 	p.Prepared = d.Varint()
 	n := d.Uvarint()
@@ -404,14 +413,14 @@ func DecodeTxPrepared(key, data []byte) (TxPrepared, error) {
 	return p, nil
 }
 
-// txPreparedOf reads txid's prepared record; ok false if there is none.
-func txPreparedOf(get Getter, txid []byte) (TxPrepared, bool, error) {
-	k := txPreparedKey(txid)
-	data, _, _, ok, err := get(k)
+// TxPreparedOf reads the prepared record of part (TxPartID); ok false if
+// there is none.
+func TxPreparedOf(get Getter, part []byte) (TxPrepared, bool, error) {
+	data, _, _, ok, err := get(txPreparedKey(part))
 	if err != nil || !ok {
 		return TxPrepared{}, false, err
 	}
-	p, err := DecodeTxPrepared(k, data)
+	p, err := DecodeTxPrepared(data)
 	return p, err == nil, err
 }
 
@@ -458,7 +467,8 @@ func applyXgtx(get Getter, version uint64, op *Op, maxValue int, emit Emit) (Res
 			// here; the log orders them).
 			return txDecisionReply(d == txCommitted), nil
 		}
-		p, prepared, err := txPreparedOf(get, txid)
+		part := TxPartID(txid, op.Expected)
+		p, prepared, err := TxPreparedOf(get, part)
 		if err != nil {
 			return Result{}, err
 		}
@@ -471,7 +481,7 @@ func applyXgtx(get Getter, version uint64, op *Op, maxValue int, emit Emit) (Res
 		}
 		put(emit, txDecisionKey(txid), []byte{dec}, nil)
 		if prepared {
-			if err := txResolve(get, txid, p, commit, emit); err != nil {
+			if err := txResolve(get, part, p, commit, emit); err != nil {
 				return Result{}, err
 			}
 		}
@@ -483,12 +493,13 @@ func applyXgtx(get Getter, version uint64, op *Op, maxValue int, emit Emit) (Res
 			return Result{}, fmt.Errorf("%w: decision %d", ErrInvalidOp, op.Cond)
 		}
 		commit := op.Cond == TxCommit
-		p, prepared, err := txPreparedOf(get, txid)
+		part := TxPartID(txid, op.Expected)
+		p, prepared, err := TxPreparedOf(get, part)
 		if err != nil || !prepared {
 			// Resolved already (or never prepared here): nothing to do.
 			return txDecisionReply(commit), err
 		}
-		if err := txResolve(get, txid, p, commit, emit); err != nil {
+		if err := txResolve(get, part, p, commit, emit); err != nil {
 			return Result{}, err
 		}
 		res := txDecisionReply(commit)
@@ -509,9 +520,33 @@ func txDecisionReply(commit bool) Result {
 // file).
 func applyTxPrepare(get Getter, version uint64, op *Op, maxValue int, emit Emit) (Result, error) {
 	txid := op.Key
-	if _, prepared, err := txPreparedOf(get, txid); err != nil || prepared {
-		// Prepared already: the same transaction's prepare again (a retry
-		// under a new request id) answers as the first did.
+	checks, writes, origin, err := txCommitParts(op)
+	if err != nil {
+		return Result{}, err
+	}
+	var first []byte
+	switch {
+	case len(writes) > 0:
+		first = writes[0].RoutingKey()
+	case len(checks) > 0:
+		first = checks[0].Key
+	default:
+		return Result{}, fmt.Errorf("%w: prepare of no key", ErrInvalidOp)
+	}
+	for i := range writes {
+		if KeySlot(writes[i].RoutingKey()) != KeySlot(first) {
+			return Result{}, fmt.Errorf("%w: a prepare names keys of several slots", ErrInvalidOp)
+		}
+	}
+	for _, c := range checks {
+		if KeySlot(c.Key) != KeySlot(first) {
+			return Result{}, fmt.Errorf("%w: a prepare names keys of several slots", ErrInvalidOp)
+		}
+	}
+	part := TxPartID(txid, first)
+	if _, prepared, err := TxPreparedOf(get, part); err != nil || prepared {
+		// Prepared already: the same part's prepare again (a retry under a
+		// new request id) answers as the first did.
 		return Result{Kind: ResReply, Bulk: TxPreparedReply}, err
 	}
 	if d, err := txDecisionOf(get, txid); err != nil || d != 0 {
@@ -524,10 +559,6 @@ func applyTxPrepare(get Getter, version uint64, op *Op, maxValue int, emit Emit)
 	}
 	if txIsRanged(op) {
 		return Result{}, fmt.Errorf("%w: ranged check in a cross-group transaction", ErrInvalidOp)
-	}
-	checks, writes, origin, err := txCommitParts(op)
-	if err != nil {
-		return Result{}, err
 	}
 	// The keys it locks: written ones for write, the others it checks for
 	// read. Every one must be free.
@@ -599,7 +630,7 @@ func applyTxPrepare(get Getter, version uint64, op *Op, maxValue int, emit Emit)
 	ov.Emit(func(key, value, meta []byte, tomb bool) {
 		p.Records = append(p.Records, TxRecord{Key: key, Value: value, Meta: meta, Tombstone: tomb})
 	})
-	put(emit, txPreparedKey(txid), p.encode(), nil)
+	put(emit, txPreparedKey(part), p.encode(), nil)
 	for _, l := range locks {
 		put(emit, txLockKey(l.Key), append([]byte{l.Mode}, txid...), nil)
 	}
@@ -607,13 +638,13 @@ func applyTxPrepare(get Getter, version uint64, op *Op, maxValue int, emit Emit)
 	if err != nil {
 		return Result{}, err
 	}
-	putPreparedIDs(emit, append(ids, txid))
+	putPreparedIDs(emit, append(ids, part))
 	return Result{Kind: ResReply, Bulk: TxPreparedReply, Version: version}, nil
 }
 
-// txResolve lands p's records if commit, and drops its locks and its
-// prepared record, counting it out.
-func txResolve(get Getter, txid []byte, p TxPrepared, commit bool, emit Emit) error {
+// txResolve lands p's records (part's) if commit, and drops its locks and
+// its prepared record, counting it out.
+func txResolve(get Getter, part []byte, p TxPrepared, commit bool, emit Emit) error {
 	ids, err := TxPreparedIDs(get)
 	if err != nil {
 		return err
@@ -630,11 +661,11 @@ func txResolve(get Getter, txid []byte, p TxPrepared, commit bool, emit Emit) er
 	for _, l := range p.Locks {
 		if owner, _, ok, err := TxLockOf(get, l.Key); err != nil {
 			return err
-		} else if ok && bytes.Equal(owner, txid) {
+		} else if ok && bytes.Equal(owner, p.TxID) {
 			emit(txLockKey(l.Key), nil, nil, true)
 		}
 	}
-	emit(txPreparedKey(txid), nil, nil, true)
-	putPreparedIDs(emit, slices.DeleteFunc(ids, func(id []byte) bool { return bytes.Equal(id, txid) }))
+	emit(txPreparedKey(part), nil, nil, true)
+	putPreparedIDs(emit, slices.DeleteFunc(ids, func(id []byte) bool { return bytes.Equal(id, part) }))
 	return nil
 }

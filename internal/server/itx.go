@@ -414,7 +414,12 @@ func (c *conn) txInline(args [][]byte) bool {
 		// A first read behind a commit in flight waits, on a worker
 		// (txRefresh sets wouldWait).
 		return c.dispatchInline(args)
-	case eq(sub, "ABORT"), eq(sub, "PREPARE"):
+	case eq(sub, "ABORT"):
+	case eq(sub, "PREPARE"):
+		// Across slots it runs the two-phase commit: on a worker.
+		if tx != nil && !tx.ready(func(tx *itxn) bool { return len(tx.parts) == 0 }) {
+			return false
+		}
 	case eq(sub, "GET"), eq(sub, "MGET"), eq(sub, "EXISTS"), eq(sub, "GETRANGE"), eq(sub, "GETBIT"):
 		if tx != nil && !tx.ready(func(tx *itxn) bool { return tx.snap != nil }) {
 			return false
