@@ -230,7 +230,6 @@ func (m *Multi) GroupOf(key []byte) GroupID {
 	return id
 }
 
-
 // txReadWait is AwaitTxLocks for a read at g, if this replica leads it
 // (a follower's read is refused and forwarded: the leader waits).
 func (m *Multi) txReadWait(ctx context.Context, g *localGroup, op *kv.Op) error {

@@ -89,7 +89,7 @@ type itxn struct {
 	slot    int           // that key's slot (-1: not yet, or not a cluster)
 	// parts are the further slots of a transaction across slots (xgtx.go).
 	parts []*txPart
-	seen    map[string]uint64
+	seen  map[string]uint64
 	// origin is the snapshot's account of its slot (kv.SlotOrigin): the
 	// commit carries it, so that the group it reaches compares versions
 	// only if they are its own.

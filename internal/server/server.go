@@ -53,8 +53,8 @@ type Server struct {
 	cfg Config
 	// txPushStop ends the push sweep of cross-group transactions (xgtx.go).
 	txPushStop context.CancelFunc
-	log *slog.Logger
-	db  *storage.DB
+	log        *slog.Logger
+	db         *storage.DB
 	// scripts is the node's script cache (SCRIPT LOAD, EVALSHA: script.go).
 	scripts scriptCache
 	// shard is reached only through the Replica interface, so a replicated shard

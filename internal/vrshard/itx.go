@@ -1,10 +1,10 @@
 package vrshard
 
 import (
-	"time"
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"

@@ -212,4 +212,3 @@ func TestTxCrossGroupBankLeaderKill(t *testing.T) {
 		t.Fatalf("a read-only transaction after the run: %d, %v", s, err)
 	}
 }
-
