@@ -3,14 +3,18 @@ package e2e
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/kefirdb/kefir/client"
+	"github.com/kefirdb/kefir/internal/check"
 	kcluster "github.com/kefirdb/kefir/internal/cluster"
 	"github.com/kefirdb/kefir/test/e2e/cluster"
 )
@@ -22,7 +26,11 @@ import (
 // coordinator of every transfer: each begins with an account of group 1)
 // are killed with SIGKILL and restarted. The total never changes, read by a
 // cross-group read-only transaction during the run and by plain reads after
-// it, and no lock is left once the pushes have run.
+// it, and no lock is left once the pushes have run. The history — every
+// c.Txn call a transaction of reads and writes of registers, each write's
+// value tagged with a number unique to its call ("balance|tag") — is
+// judged strict-serializable by the Elle checker (internal/check), which
+// knows no groups.
 func TestTxCrossGroupBankLeaderKill(t *testing.T) {
 	layout := kcluster.EvenGroups(2, []uint64{1, 2, 3}, 3)
 	g := cluster.StartGroups(t, 3, kcluster.FormatGroups(layout), "--cross-group-tx", "true")
@@ -44,13 +52,20 @@ func TestTxCrossGroupBankLeaderKill(t *testing.T) {
 		}
 	}
 	const initial, n = 100, 6
+	rec := check.NewTxnRecorder(nil)
+	var tags atomic.Int64 // unique write tags (0 reads as absent)
+	var preload []check.Mop
 	for _, ks := range accts {
 		for _, k := range ks {
-			if v, err := cluster.Command(g.Nodes[0].ClientAddr, "SET", k, strconv.Itoa(initial)); err != nil || string(v.Str) != "OK" {
+			tag := int(tags.Add(1))
+			preload = append(preload, check.Mop{Kind: check.MopWrite, Key: k, Value: tag})
+			if v, err := cluster.Command(g.Nodes[0].ClientAddr, "SET", k, fmt.Sprintf("%d|%d", initial, tag)); err != nil || string(v.Str) != "OK" {
 				t.Fatalf("SET %s: %v %v", k, v, err)
 			}
 		}
 	}
+	id := rec.Invoke(check.Txn{Process: 99, Mops: preload})
+	rec.Complete(id, preload)
 	leader := func(gi int) int { return g.SlotLeader(int(kcluster.Slot([]byte(accts[gi][0])))) }
 	l1 := leader(0)
 	addrs := []string{g.Nodes[l1].ClientAddr}
@@ -66,28 +81,61 @@ func TestTxCrossGroupBankLeaderKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	get := func(ctx context.Context, tx *client.Tx, k string) (int64, error) {
+	// get reads an account: its balance and its value's tag.
+	get := func(ctx context.Context, tx *client.Tx, k string) (int64, int, error) {
 		b, err := tx.Get(ctx, k)
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
-		return strconv.ParseInt(string(b), 10, 64)
+		bal, tag, ok := strings.Cut(string(b), "|")
+		x, err1 := strconv.ParseInt(bal, 10, 64)
+		y, err2 := strconv.Atoi(tag)
+		if !ok || err1 != nil || err2 != nil {
+			return 0, 0, fmt.Errorf("account %s holds %q", k, b)
+		}
+		return x, y, nil
+	}
+	put := func(ctx context.Context, tx *client.Tx, k string, bal int64, tag int) error {
+		return tx.Set(ctx, k, []byte(fmt.Sprintf("%d|%d", bal, tag)))
+	}
+	// record runs one c.Txn call as transaction mops of process p: its
+	// outcome as the checker counts it.
+	record := func(p int, mops []check.Mop, call func(mops []check.Mop) error) error {
+		id := rec.Invoke(check.Txn{Process: p, Mops: mops})
+		done := slices.Clone(mops)
+		err := call(done)
+		switch {
+		case err == nil:
+			rec.Complete(id, done)
+		case errors.Is(err, client.ErrTxAborted) && !errors.Is(err, client.ErrUnknownOutcome):
+			rec.Fail(id)
+		default:
+			rec.Unknown(id)
+		}
+		return err
 	}
 	sum := func() (int64, error) {
 		var total int64
-		err := c.Txn(ctx, func(tx *client.Tx) error {
-			total = 0
-			for _, ks := range accts {
-				for _, k := range ks {
-					v, err := get(ctx, tx, k)
+		var mops []check.Mop
+		for _, ks := range accts {
+			for _, k := range ks {
+				mops = append(mops, check.Mop{Kind: check.MopRead, Key: k})
+			}
+		}
+		err := record(100, mops, func(done []check.Mop) error {
+			return c.Txn(ctx, func(tx *client.Tx) error {
+				total = 0
+				for i := range done {
+					v, tag, err := get(ctx, tx, done[i].Key)
 					if err != nil {
 						return err
 					}
 					total += v
+					done[i].Value = tag
 				}
-			}
-			return nil
-		}, &client.TxOptions{MaxAttempts: 50})
+				return nil
+			}, &client.TxOptions{MaxAttempts: 50})
+		})
 		return total, err
 	}
 	var commits, unknown, aborted, sums, sumFails atomic.Int64
@@ -106,21 +154,27 @@ func TestTxCrossGroupBankLeaderKill(t *testing.T) {
 				}
 				a, b := accts[0][r.IntN(3)], accts[1][r.IntN(3)]
 				amt := int64(r.IntN(21) - 10)
+				ta, tb := int(tags.Add(1)), int(tags.Add(1))
+				mops := []check.Mop{{Kind: check.MopRead, Key: a}, {Kind: check.MopRead, Key: b},
+					{Kind: check.MopWrite, Key: a, Value: ta}, {Kind: check.MopWrite, Key: b, Value: tb}}
 				tctx, tcancel := context.WithTimeout(ctx, 20*time.Second)
-				err := c.Txn(tctx, func(tx *client.Tx) error {
-					va, err := get(tctx, tx, a)
-					if err != nil {
-						return err
-					}
-					vb, err := get(tctx, tx, b)
-					if err != nil {
-						return err
-					}
-					if err := tx.Set(tctx, a, []byte(strconv.FormatInt(va-amt, 10))); err != nil {
-						return err
-					}
-					return tx.Set(tctx, b, []byte(strconv.FormatInt(vb+amt, 10)))
-				}, &client.TxOptions{MaxAttempts: 20})
+				err := record(w, mops, func(done []check.Mop) error {
+					return c.Txn(tctx, func(tx *client.Tx) error {
+						va, ga, err := get(tctx, tx, a)
+						if err != nil {
+							return err
+						}
+						vb, gb, err := get(tctx, tx, b)
+						if err != nil {
+							return err
+						}
+						done[0].Value, done[1].Value = ga, gb
+						if err := put(tctx, tx, a, va-amt, ta); err != nil {
+							return err
+						}
+						return put(tctx, tx, b, vb+amt, tb)
+					}, &client.TxOptions{MaxAttempts: 20})
+				})
 				tcancel()
 				switch {
 				case err == nil:
@@ -189,7 +243,8 @@ func TestTxCrossGroupBankLeaderKill(t *testing.T) {
 		for _, ks := range accts {
 			for _, k := range ks {
 				v, err := cluster.Command(g.Nodes[0].ClientAddr, "GET", k)
-				x, perr := strconv.ParseInt(string(v.Str), 10, 64)
+				bal, _, _ := strings.Cut(string(v.Str), "|")
+				x, perr := strconv.ParseInt(bal, 10, 64)
 				if err != nil || perr != nil {
 					ok = false
 					break
@@ -210,5 +265,12 @@ func TestTxCrossGroupBankLeaderKill(t *testing.T) {
 	}
 	if s, err := sum(); err != nil || s != initial*n {
 		t.Fatalf("a read-only transaction after the run: %d, %v", s, err)
+	}
+	h := rec.History()
+	ok, failed, unk := h.Outcomes()
+	v := check.CheckTxns(h, check.TxnOptions{Model: check.StrictSerializable})
+	t.Logf("checker: %d transactions (%d committed, %d aborted, %d unknown): %v", len(h.Txns), ok, failed, unk, v)
+	if !v.OK {
+		t.Fatalf("the history is not strict-serializable: %v\n%+v", v, v.Violations[:min(3, len(v.Violations))])
 	}
 }
