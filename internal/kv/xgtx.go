@@ -665,7 +665,11 @@ func txResolve(get Getter, part []byte, p TxPrepared, commit bool, emit Emit) er
 			emit(txLockKey(l.Key), nil, nil, true)
 		}
 	}
-	emit(txPreparedKey(part), nil, nil, true)
 	putPreparedIDs(emit, slices.DeleteFunc(ids, func(id []byte) bool { return bytes.Equal(id, part) }))
+	// The prepared record's deletion last: a crash keeps a prefix of an
+	// op's records, and a replay that finds this deletion reads the record
+	// as gone (retention keeps no older version) and restages nothing, so
+	// every other record of the resolve must already be there.
+	emit(txPreparedKey(part), nil, nil, true)
 	return nil
 }
