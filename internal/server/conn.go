@@ -548,6 +548,11 @@ func errorText(err error) string {
 		return "UNAVAILABLE " + err.Error()
 	case errors.Is(err, level.ErrUnknownLevel):
 		return "ERR " + err.Error()
+	case errors.Is(err, kv.ErrTxLocked):
+		// A write that raced with a cross-group transaction's prepare
+		// (kv/xgtx.go; the front door waits for locks before proposing):
+		// Redis Cluster clients retry TRYAGAIN.
+		return "TRYAGAIN " + err.Error()
 	}
 	return "ERR " + err.Error()
 }
