@@ -221,6 +221,10 @@ func (m *Multi) Apply(ctx context.Context, reqs []shard.WriteReq) (shard.Pending
 	groups := make([]*localGroup, len(reqs))
 	for i := range reqs {
 		r := &reqs[i]
+		if r.Err != nil {
+			mixed = true // refused before routing (txWriteWait)
+			continue
+		}
 		if r.Op.Kind == kv.KindFlush && len(m.smap().Groups) > 1 {
 			r.Err = errFlushAcross
 			mixed = true

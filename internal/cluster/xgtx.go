@@ -247,7 +247,8 @@ func (m *Multi) txReadWait(ctx context.Context, g *localGroup, op *kv.Op) error 
 // transaction locks a key that a write of it writes or checks (a commit's
 // checked keys too: it would abort at apply), at the groups this node
 // leads; the lock rule at apply refuses only a write that raced with a
-// prepare since.
+// prepare since. A write whose wait fails gets the error (Err) and is not
+// proposed; the batch's other writes go on. Only ctx's end fails the batch.
 func (m *Multi) txWriteWait(ctx context.Context, reqs []shard.WriteReq) error {
 	for i := range reqs {
 		op := &reqs[i].Op
@@ -271,7 +272,10 @@ func (m *Multi) txWriteWait(ctx context.Context, reqs []shard.WriteReq) error {
 			continue
 		}
 		if err := m.AwaitTxLocks(ctx, mine, true); err != nil {
-			return err
+			if ctx.Err() != nil {
+				return err
+			}
+			reqs[i].Err = err
 		}
 	}
 	return nil
