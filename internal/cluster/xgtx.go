@@ -35,10 +35,11 @@ import (
 // participant's leader pushes it (from its prepare op's clock).
 var TxPushAge = 2 * time.Second
 
-// txWaitBeforePush is how long a reader or writer waits for a lock before
-// it pushes the transaction holding it; txWaitMax bounds its whole wait.
+// TxWaitBeforePush is how long a reader or writer waits for a lock before
+// it pushes the transaction holding it (a variable for tests); txWaitMax
+// bounds its whole wait.
 var (
-	txWaitBeforePush = 200 * time.Millisecond
+	TxWaitBeforePush = 200 * time.Millisecond
 	txWaitMax        = 5 * time.Second
 )
 
@@ -113,7 +114,7 @@ func (m *Multi) TxLocked(keys [][]byte, writes bool) bool {
 
 // AwaitTxLocks waits until no prepared transaction locks any of keys (only
 // write locks if writes is false) in this node's replicas of their groups,
-// pushing the holder once it waited txWaitBeforePush; ErrTxLockWait after
+// pushing the holder once it waited TxWaitBeforePush; ErrTxLockWait after
 // txWaitMax.
 func (m *Multi) AwaitTxLocks(ctx context.Context, keys [][]byte, writes bool) error {
 	start := time.Now()
@@ -131,7 +132,7 @@ func (m *Multi) AwaitTxLocks(ctx context.Context, keys [][]byte, writes bool) er
 		if waited > txWaitMax {
 			return ErrTxLockWait
 		}
-		if waited > txWaitBeforePush && !pushed[string(p.TxID)] && len(p.Primary) > 0 {
+		if waited > TxWaitBeforePush && !pushed[string(p.TxID)] && len(p.Primary) > 0 {
 			pushed[string(p.TxID)] = true
 			if push := m.pusher.Load(); push != nil {
 				pctx, cancel := context.WithTimeout(ctx, time.Second)

@@ -155,7 +155,7 @@ func TestCrossGroupTxPushAfterCoordinatorDeath(t *testing.T) {
 	}
 	start := time.Now()
 	a.expect(`SET ` + x.k1 + ` 7 => OK`)
-	if d := time.Since(start); d < txWaitBeforePushForTest() {
+	if d := time.Since(start); d < cluster.TxWaitBeforePush {
 		t.Errorf("the write did not wait for the lock: %v", d)
 	}
 	a.expect(`GET ` + x.k1 + ` => "7"`) // aborted: its 666 never landed
@@ -168,8 +168,6 @@ func TestCrossGroupTxPushAfterCoordinatorDeath(t *testing.T) {
 	d := kv.NewTxDecide([]byte("dead2"), []byte(x.k2), true)
 	a.expect(`KEFIR.TXAPPLY ` + string(kv.AppendOp(nil, &d)) + ` => ABORTED`)
 }
-
-func txWaitBeforePushForTest() time.Duration { return 150 * time.Millisecond }
 
 // engineGetterOf reads node s's replica of key's group as applied.
 func engineGetterOf(s *Server, key string) kv.Getter {
@@ -233,6 +231,11 @@ KEFIR.TX INCRBY ` + h + ` ` + x.k2 + ` 10 => (integer) *
 // snapshot read of it aborts the transaction. The mutations that serve the
 // old value instead are caught.
 func TestCrossGroupTxReadsWaitForLocks(t *testing.T) {
+	// The decisions come by hand: no push may come first, however slow
+	// the box.
+	old := cluster.TxWaitBeforePush
+	t.Cleanup(func() { cluster.TxWaitBeforePush = old }) // after the nodes close (LIFO)
+	cluster.TxWaitBeforePush = 3 * time.Second
 	x := startXG(t, true)
 	a, b := dial(t, x.g.nodes[x.l1]), dial(t, x.g.nodes[x.l1])
 	prepare := func(txid, val string) {
