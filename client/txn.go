@@ -185,6 +185,16 @@ func (c *Client) txnOnce(ctx context.Context, fn func(tx *Tx) error, iso Isolati
 	// PREPARE carries the buffered writes (and BEGIN, if nothing was sent
 	// yet) in one write; a failed write fails it, and nothing is applied.
 	pr, null, err := tx.call(ctx, replyBulk, "PREPARE")
+	if err != nil && tx.cross && !errors.Is(err, errNotSent) && !isTxAbortReply(err) &&
+		(errors.Is(err, errConnLost) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+		// Across slots PREPARE is the commit itself (the server runs its
+		// two phases): a connection lost after it was sent leaves the
+		// outcome unknown, not an abort to retry — retried, a transfer
+		// that had committed ran twice (the e2e bank test's checker
+		// reported the lost update).
+		tx.end()
+		return fmt.Errorf("%w: the connection was lost during a cross-group commit: %v", ErrUnknownOutcome, err)
+	}
 	if err != nil {
 		// An error reply leaves cn in step, and other transactions may be
 		// using it: it is not closed (only a reply left unread closes it,
@@ -213,6 +223,12 @@ func (c *Client) txnOnce(ctx context.Context, fn func(tx *Tx) error, iso Isolati
 		return err
 	}
 	return nil
+}
+
+// isTxAbortReply reports whether err is the server's -TXABORT.
+func isTxAbortReply(err error) bool {
+	var se *Error
+	return errors.As(err, &se) && se.Prefix == "TXABORT"
 }
 
 // txError maps a transaction command's error: -TXABORT and a connection

@@ -135,6 +135,7 @@ func (m *Multi) AwaitTxLocks(ctx context.Context, keys [][]byte, writes bool) er
 		if waited > TxWaitBeforePush && !pushed[string(p.TxID)] && len(p.Primary) > 0 {
 			pushed[string(p.TxID)] = true
 			if push := m.pusher.Load(); push != nil {
+				m.txPushes.Add(1)
 				pctx, cancel := context.WithTimeout(ctx, time.Second)
 				_ = (*push)(pctx, k, p) // failed: waited for, pushed again by the leader's sweep
 				cancel()
@@ -198,7 +199,8 @@ func (m *Multi) pushOld(ctx context.Context, now time.Time) {
 	}
 }
 
-// TxPushes counts the transactions the push sweep pushed.
+// TxPushes counts the pushes of prepared transactions this node made: its
+// sweep's, as a group's leader, and its waiting reads' and writes'.
 func (m *Multi) TxPushes() uint64 { return m.txPushes.Load() }
 
 // txSnapLocal is a hosted replica that pins a snapshot of its own engine

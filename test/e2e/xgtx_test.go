@@ -213,7 +213,7 @@ func TestTxCrossGroupBankLeaderKill(t *testing.T) {
 		}
 	}()
 	pause := func(d time.Duration) { time.Sleep(d) }
-	pause(2 * time.Second)
+	pause(1500 * time.Millisecond)
 	for _, gi := range []int{1, 0} {
 		l := leader(gi)
 		if l < 0 {
@@ -221,9 +221,9 @@ func TestTxCrossGroupBankLeaderKill(t *testing.T) {
 		}
 		t.Logf("killing n%d, group %d's leader (commits so far %d)", l+1, gi+1, commits.Load())
 		g.Nodes[l].Kill()
-		pause(2 * time.Second)
+		pause(1500 * time.Millisecond)
 		g.Nodes[l].Start()
-		pause(2 * time.Second)
+		pause(1500 * time.Millisecond)
 	}
 	close(stop)
 	wg.Wait()
@@ -266,6 +266,11 @@ func TestTxCrossGroupBankLeaderKill(t *testing.T) {
 	if s, err := sum(); err != nil || s != initial*n {
 		t.Fatalf("a read-only transaction after the run: %d, %v", s, err)
 	}
+	var pushes float64
+	for _, nd := range g.Nodes {
+		pushes += metricValue(t, nd.HTTPAddr, "kefir_tx_pushes_total")
+	}
+	t.Logf("transactions pushed by the groups' leaders since their last start: %.0f", pushes)
 	h := rec.History()
 	ok, failed, unk := h.Outcomes()
 	v := check.CheckTxns(h, check.TxnOptions{Model: check.StrictSerializable})
