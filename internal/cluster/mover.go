@@ -286,7 +286,10 @@ func (mv *Mover) Move(ctx context.Context, from, to GroupID, rs []kv.SlotRange) 
 			return out, fmt.Errorf("move-slots: list group %d's keys: %w", to, err)
 		}
 		t0 := mv.clock().Now()
-		hv, err := mv.handOver(ctx, g(from), g(to), e, ranges)
+		// A source whose slots hold locks of prepared cross-group
+		// transactions refuses it with -TRYAGAIN (kv.ErrTxLocked: locks
+		// never move), which doBytes retries until they are resolved.
+		hv, err := mv.do(ctx, "KEFIR.SLOTS", "SET", g(from), "none", g(to), e, ranges)
 		if err != nil {
 			return out, fmt.Errorf("move-slots: hand-over at group %d: %w", from, err)
 		}
@@ -768,26 +771,3 @@ func (mv *Mover) close() {
 // Close closes the Mover's connections (Move, Abort and Status close theirs
 // when they return; a caller of other methods closes them here).
 func (mv *Mover) Close() { mv.close() }
-
-// handOverWait bounds how long a hand-over waits for the locks of prepared
-// cross-group transactions in its slots to be resolved: the leaders push a
-// transaction left prepared after kv's push age, so a few of those fit.
-const handOverWait = 30 * time.Second
-
-// handOver is the hand-over step at the source: KEFIR.SLOTS SET from none.
-// The source refuses it while a prepared cross-group transaction locks a
-// key of the slots (kv.ErrTxLocked; locks never move, and a migrating slot
-// takes no new ones): it is sent again until they are resolved, for at most
-// handOverWait.
-func (mv *Mover) handOver(ctx context.Context, from, to, epoch, ranges string) (resp.Value, error) {
-	deadline := mv.clock().Now().Add(handOverWait)
-	for {
-		hv, err := mv.do(ctx, "KEFIR.SLOTS", "SET", from, "none", to, epoch, ranges)
-		if err == nil || !strings.Contains(err.Error(), kv.ErrTxLocked.Error()) || mv.clock().Now().After(deadline) {
-			return hv, err
-		}
-		if err := mv.clock().Sleep(ctx, 20*time.Millisecond); err != nil {
-			return resp.Value{}, err
-		}
-	}
-}

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"strconv"
 	"testing"
 
@@ -40,4 +41,28 @@ func BenchmarkTxLockCheck(b *testing.B) {
 			}
 		}
 	})
+}
+
+// A source refuses the hand-over while a prepared cross-group transaction
+// locks a key of the slots (kv.ErrTxLocked, answered -TRYAGAIN; locks never
+// move): the mover sends it again until the locks are resolved, and the
+// move completes.
+func TestMoverHandOverWaitsForLocks(t *testing.T) {
+	f, addr := startFakeSlots(t, 12)
+	f.lockedHandOvers = 3
+	mv := &Mover{Seeds: []string{addr}, Page: 5}
+	if _, err := mv.Move(context.Background(), 1, 2, []kv.SlotRange{{Start: 0, End: 99}}); err != nil {
+		t.Fatalf("move with a locked hand-over: %v", err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, e := range f.events {
+		if e.cmd == "SET 1 none" {
+			n++
+		}
+	}
+	if n != 4 || len(f.keys["2"]) != 12 {
+		t.Fatalf("%d hand-overs sent (want 4: three refused), destination holds %d keys", n, len(f.keys["2"]))
+	}
 }
