@@ -14,8 +14,9 @@ import (
 // optimistic reads and locks taken at prepare (docs/design/transactions.md,
 // "Cross-group transactions"). Three ops of the state machine:
 //
-//   - KindTxPrepare, in every participant group (a group of a read or a
-//     written key): validated at apply as a KindTxCommit is (txCommitParts,
+//   - KindTxPrepare, in every participant (a slot the transaction read or
+//     wrote a key of: its part there, TxPartID; two parts may share a
+//     group): validated at apply as a KindTxCommit is (txCommitParts,
 //     TxValidate: one copy), plus every checked or written key must be
 //     unlocked. Passing, it evaluates its writes (over the same overlay a
 //     commit uses) and records, durably in the group's state, the prepared
@@ -36,13 +37,14 @@ import (
 //
 // The lock rule (txLockGate) is evaluated at apply on every replica, from
 // the state: any other write of a locked key, or a commit or prepare that
-// checks one, does not apply. One reserved counter of prepared transactions
-// keeps the common case to one lookup per write: absent, nothing is locked.
+// checks one, does not apply. One reserved record listing the prepared
+// parts keeps the common case to one lookup per write: absent, nothing is
+// locked.
 
 // Reserved key spaces of cross-group transactions.
 var (
-	// txLockCount holds the number of prepared transactions of the group
-	// (uvarint) and their ids; absent when there are none.
+	// txLockCount holds the number of prepared parts of the group
+	// (uvarint) and their part ids; absent when there are none.
 	txLockCount = ReservedKey("xcount")
 	// txLocks + key: the lock of key (mode byte, then the txid).
 	txLocks = ReservedKey("xl/")

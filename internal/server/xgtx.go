@@ -270,7 +270,7 @@ func (s *Server) twoPhase(ctx context.Context, txid, primaryKey []byte, parts []
 	commit := true
 	abort := ""
 	for i, p := range parts {
-		if mutation.On && xgtxMut.decideEarly && !bytes0(p.key, primaryKey) {
+		if mutation.On && xgtxMut.decideEarly && !sameSlot(p.key, primaryKey) {
 			continue // the bug: decided without this prepare's answer
 		}
 		<-done[i]
@@ -302,7 +302,7 @@ func (s *Server) twoPhase(ctx context.Context, txid, primaryKey []byte, parts []
 	}
 	committed := decision == "+COMMITTED"
 	for _, p := range parts {
-		if bytes0(p.key, primaryKey) || p.err != nil || p.reply != "+PREPARED" {
+		if sameSlot(p.key, primaryKey) || p.err != nil || p.reply != "+PREPARED" {
 			continue // the primary resolved in its decide; the others hold nothing
 		}
 		wg.Add(1)
@@ -321,9 +321,9 @@ func (s *Server) twoPhase(ctx context.Context, txid, primaryKey []byte, parts []
 	return false, abort, nil
 }
 
-// bytes0 reports whether a and b route to the same slot: the primary's
+// sameSlot reports whether a and b are keys of one slot: the primary's
 // participant is the one of its key's slot.
-func bytes0(a, b []byte) bool { return cluster.Slot(a) == cluster.Slot(b) }
+func sameSlot(a, b []byte) bool { return cluster.Slot(a) == cluster.Slot(b) }
 
 // txGroupOp runs a two-phase op at its group's leader — this node's
 // replica if it leads, else forwarded — and answers its RESP reply line
@@ -363,7 +363,7 @@ func (s *Server) txPush(ctx context.Context, key []byte, p kv.TxPrepared) error 
 	if d != "+COMMITTED" && d != "+ABORTED" {
 		return fmt.Errorf("push of %x: decide answered %q", p.TxID, d)
 	}
-	if bytes0(key, p.Primary) {
+	if sameSlot(key, p.Primary) {
 		return nil // the primary's part resolved with its decision
 	}
 	_, err = s.txGroupOp(ctx, kv.NewTxResolve(p.TxID, key, d == "+COMMITTED"))
