@@ -77,6 +77,12 @@ type Tx struct {
 	h     string // this transaction's handle (its BEGIN's answer), once BEGIN is queued
 	begun bool
 	wrote bool
+	// slot is the hash slot of the first key the transaction named (-1:
+	// none yet); cross that it named another: a transaction across slots,
+	// which the server commits in two phases (and validates even if it only
+	// read), so it is committed even without writes.
+	slot  int
+	cross bool
 	// pending are buffered writes not yet sent: they go in front of the next
 	// awaited command, and their replies are checked with its.
 	pending []*request
@@ -138,7 +144,7 @@ func (c *Client) txnOnce(ctx context.Context, fn func(tx *Tx) error, iso Isolati
 	if err != nil {
 		return err
 	}
-	tx := &Tx{c: c, cn: cn, level: "SERIALIZABLE"}
+	tx := &Tx{c: c, cn: cn, level: "SERIALIZABLE", slot: -1}
 	if iso == SnapshotIsolation {
 		tx.level = "SI"
 	}
@@ -168,15 +174,27 @@ func (c *Client) txnOnce(ctx context.Context, fn func(tx *Tx) error, iso Isolati
 	case err != nil:
 		tx.end()
 		return err
-	case !tx.wrote:
+	case !tx.wrote && !tx.cross:
 		// Read-only: its reads were of one committed state, at least as
-		// new as its start; there is nothing to validate or order.
+		// new as its start; there is nothing to validate or order. (Across
+		// slots its reads are of several groups' states, validated by the
+		// commit.)
 		tx.end()
 		return nil
 	}
 	// PREPARE carries the buffered writes (and BEGIN, if nothing was sent
 	// yet) in one write; a failed write fails it, and nothing is applied.
 	pr, null, err := tx.call(ctx, replyBulk, "PREPARE")
+	if err != nil && tx.cross && !errors.Is(err, errNotSent) && !isTxAbortReply(err) &&
+		(errors.Is(err, errConnLost) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+		// Across slots PREPARE is the commit itself (the server runs its
+		// two phases): a connection lost after it was sent leaves the
+		// outcome unknown, not an abort to retry — retried, a transfer
+		// that had committed ran twice (the e2e bank test's checker
+		// reported the lost update).
+		tx.end()
+		return fmt.Errorf("%w: the connection was lost during a cross-group commit: %v", ErrUnknownOutcome, err)
+	}
 	if err != nil {
 		// An error reply leaves cn in step, and other transactions may be
 		// using it: it is not closed (only a reply left unread closes it,
@@ -205,6 +223,12 @@ func (c *Client) txnOnce(ctx context.Context, fn func(tx *Tx) error, iso Isolati
 		return err
 	}
 	return nil
+}
+
+// isTxAbortReply reports whether err is the server's -TXABORT.
+func isTxAbortReply(err error) bool {
+	var se *Error
+	return errors.As(err, &se) && se.Prefix == "TXABORT"
 }
 
 // txError maps a transaction command's error: -TXABORT and a connection
@@ -264,7 +288,10 @@ func (t *Tx) request(kind replyKind, sub string, args ...any) *request {
 	r := newCall(kind, false, nil, nil)
 	r.allowRedirect = false
 	r.cmd = append(r.cmd, arg{s: "KEFIR.TX"}, arg{s: sub}, arg{s: t.h})
-	for _, a := range args {
+	for i, a := range args {
+		if k, ok := a.(string); ok && (i == 0 || sub == "MGET" || sub == "EXISTS" || sub == "DEL") {
+			t.noteSlot(k)
+		}
 		switch v := a.(type) {
 		case string:
 			r.cmd = append(r.cmd, arg{s: v})
@@ -273,6 +300,16 @@ func (t *Tx) request(kind replyKind, sub string, args ...any) *request {
 		}
 	}
 	return r
+}
+
+// noteSlot notes that the transaction named key.
+func (t *Tx) noteSlot(key string) {
+	s := int(keySlot(key))
+	if t.slot < 0 {
+		t.slot = s
+	} else if s != t.slot {
+		t.cross = true
+	}
 }
 
 // call sends KEFIR.TX <sub> <handle> args... — after BEGIN, if the
@@ -294,6 +331,7 @@ func (t *Tx) call(ctx context.Context, kind replyKind, sub string, args ...any) 
 	writes := t.pending
 	t.pending = nil
 	reqs = append(reqs, writes...)
+	firstKey := t.slot < 0 // on a node of several groups the first key takes the start
 	r := t.request(kind, sub, args...)
 	reqs = append(reqs, r)
 	var queued func()
@@ -366,6 +404,14 @@ func (t *Tx) call(ctx context.Context, kind replyKind, sub string, args ...any) 
 	if r.err != nil {
 		err := r.err
 		putRequest(r)
+		var se *Error
+		if firstKey && t.slot >= 0 && errors.As(err, &se) && (se.Prefix == "MOVED" || se.Prefix == "UNAVAILABLE") {
+			// In a cluster of several groups a transaction's first key
+			// takes its start at its group's leader: elsewhere it is
+			// redirected, and the transaction is retried there, as a
+			// BEGIN refused by a follower is.
+			return nil, false, t.beginFailed(err)
+		}
 		return nil, false, txError(err)
 	}
 	return r, r.null, nil

@@ -27,6 +27,10 @@ func main() {
 		vsMain(os.Args[2:])
 		return
 	}
+	if len(os.Args) > 1 && os.Args[1] == "xgroup" {
+		xgroupMain(os.Args[2:])
+		return
+	}
 	addr := flag.String("addr", "127.0.0.1:6379", "server")
 	conns := flag.Int("c", 8, "connections")
 	dur := flag.Duration("d", 5*time.Second, "duration")

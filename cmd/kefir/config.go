@@ -198,6 +198,12 @@ var serverOptions = []option{
 			c.ClusterRedirects = b
 			return err
 		}},
+	{"cross-group-tx", "false", "With --groups: KEFIR.TX transactions (and the Go client's Txn) may name keys of several slots, in several groups: this node coordinates their two-phase commit, and the leaders of the groups push transactions left prepared (docs/design/transactions.md, \"Cross-group transactions\"). Off: -CROSSSLOT, as MULTI/EXEC always answers.",
+		func(c *serverConfig, v string) error {
+			b, err := strconv.ParseBool(v)
+			c.CrossGroupTx = b
+			return err
+		}},
 	{"engine", "vr", "Replicated mode: the group's replication engine. vr: Viewstamped Replication (a leader, majorities). chain: chain replication (docs/chain.md): --members is the chain, head first; writes go to the head and are answered once every member logged them; membership is decided by the chain's master, hosted by a metadata group on the first three members by id (each keeps its replica in DATA-DIR/chain-meta; the group's leader's master acts), or with --chain-master by a separate kefir chain-master process. Give every member the same.",
 		func(c *serverConfig, v string) error {
 			switch v = strings.TrimSpace(v); v {

@@ -65,6 +65,7 @@ func runUp(args []string, stdout, stderr io.Writer) error {
 	logLevel := fs.String("log-level", "info", "log level of the nodes")
 	nilext := fs.Bool("nilext", false, "EXPERIMENTAL: run the group with the Skyros nilext fast path (kefir server --nilext on every node); needs --nodes ≥ 3")
 	followerReads := fs.Bool("follower-reads", false, "followers serve cross-client-monotonic reads under active-set leases (kefir server --follower-reads on every node); needs --nodes ≥ 3 and one group")
+	crossGroupTx := fs.Bool("cross-group-tx", false, "with --groups: KEFIR.TX transactions (and the Go client's Txn) may span slots and groups, committed in two phases (kefir server --cross-group-tx on every node; docs/design/transactions.md)")
 	groups := fs.Int("groups", 1, "number of replica groups (docs/cluster.md): more than 1 splits the 16384 Redis Cluster slots into that many contiguous ranges, one per 3-replica group, every node hosting a replica of each group (needs --nodes 3 or more; nilext off). 1: one group of all nodes")
 	engine := fs.String("engine", "vr", "replication engine of the group: vr, or chain (chain replication, docs/chain.md: n1 is the head, writes are answered once every node logged them; the chain's master is hosted by a metadata group on n1-n3; on an existing data directory the whole chain restarts from its data)")
 	chainStores := fs.String("chain-stores", "", "with --engine chain: each node's datastore, comma-separated in node order (n1 is the head), e.g. m,d,d: log (d), buffered (b) or memory (m) (kefir server --chain-store; docs/chain.md, \"Datastores\"); empty: every node a log")
@@ -201,7 +202,7 @@ Options:
 				"--nilext", strconv.FormatBool(*nilext),
 				"--follower-reads", strconv.FormatBool(*followerReads))
 			if groupsFlag != "" {
-				n.args = append(n.args, "--groups", groupsFlag)
+				n.args = append(n.args, "--groups", groupsFlag, "--cross-group-tx", strconv.FormatBool(*crossGroupTx))
 			}
 			n.args = append(n.args, chainArgs...)
 			if stores != nil {

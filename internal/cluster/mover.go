@@ -286,6 +286,9 @@ func (mv *Mover) Move(ctx context.Context, from, to GroupID, rs []kv.SlotRange) 
 			return out, fmt.Errorf("move-slots: list group %d's keys: %w", to, err)
 		}
 		t0 := mv.clock().Now()
+		// A source whose slots hold locks of prepared cross-group
+		// transactions refuses it with -TRYAGAIN (kv.ErrTxLocked: locks
+		// never move), which doBytes retries until they are resolved.
 		hv, err := mv.do(ctx, "KEFIR.SLOTS", "SET", g(from), "none", g(to), e, ranges)
 		if err != nil {
 			return out, fmt.Errorf("move-slots: hand-over at group %d: %w", from, err)

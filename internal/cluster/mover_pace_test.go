@@ -24,6 +24,10 @@ type fakeSlots struct {
 	tables map[string]SlotRunInfo
 	keys   map[string][]string // group → its keys, sorted
 	events []fakeEvent
+	// lockedHandOvers is how many hand-overs the source refuses as a
+	// group does while a prepared cross-group transaction locks a key of
+	// the slots (kv.ErrTxLocked, as -TRYAGAIN).
+	lockedHandOvers int
 }
 
 type fakeEvent struct {
@@ -71,6 +75,10 @@ func (f *fakeSlots) do(args []string) resp.Value {
 		r := f.tables[g]
 		return arr([]resp.Value{arr([]resp.Value{num(int64(r.Start)), num(int64(r.End)), bulk(r.State), num(int64(r.Peer)), num(int64(r.Epoch))})})
 	case "SET": // g state peer epoch ranges
+		if g == "1" && args[3] == "none" && f.lockedHandOvers > 0 {
+			f.lockedHandOvers--
+			return resp.Value{Kind: resp.Error, Str: []byte("TRYAGAIN " + kv.ErrTxLocked.Error() + ": slot 3, transaction 01: the hand-over waits for its resolve")}
+		}
 		r := f.tables[g]
 		r.State = args[3]
 		r.Peer, _ = strconv.ParseUint(args[4], 10, 64)

@@ -58,6 +58,10 @@ type Multi struct {
 	eff     effective // moves.go
 	meta    metaState // meta.go
 	reads   readLoad  // the reads this node served, per slot (load.go)
+	// pusher pushes prepared cross-group transactions (xgtx.go);
+	// txPushes counts the sweep's pushes.
+	pusher   atomic.Pointer[TxPusher]
+	txPushes atomic.Uint64
 }
 
 // LocalGroup is one group's replica a node hosts.
@@ -322,12 +326,19 @@ var errFlushAcross = &ReplyError{"ERR FLUSHALL/FLUSHDB is not supported yet in a
 // group (a pipeline of keys with one hash tag, or every batch of a
 // one-group node) goes to it whole.
 func (m *Multi) Apply(ctx context.Context, reqs []shard.WriteReq) (shard.Pending, error) {
+	if err := m.txWriteWait(ctx, reqs); err != nil {
+		return shard.Pending{}, err
+	}
 	var one *localGroup
 	mixed := false
 	slots := make([]uint16, len(reqs))
 	groups := make([]*localGroup, len(reqs))
 	for i := range reqs {
 		r := &reqs[i]
+		if r.Err != nil {
+			mixed = true // refused before routing (txWriteWait)
+			continue
+		}
 		if r.Op.Kind == kv.KindFlush && len(m.smap().Groups) > 1 {
 			r.Err = errFlushAcross
 			mixed = true
@@ -422,6 +433,9 @@ func (m *Multi) Read(ctx context.Context, op kv.Op, c level.Consistency, s shard
 	if err != nil {
 		return kv.Result{}, err
 	}
+	if err := m.txReadWait(ctx, g, &op); err != nil {
+		return kv.Result{}, err
+	}
 	res, err := g.h.Replica.Read(ctx, op, c, g.session(s))
 	res.Group = g.spec.gid()
 	if err == nil {
@@ -455,6 +469,10 @@ type MultiMutations struct {
 	// groups' tables and the peer a group's refusal names (vrshard's
 	// TestMoveSimCatchesMutations).
 	StaleMap atomic.Bool
+	// ReadsIgnoreTxLocks: a read of a key that a prepared cross-group
+	// transaction writes is served at once, not after its resolve
+	// (server TestCrossGroupTxReadsWaitForLocks).
+	ReadsIgnoreTxLocks atomic.Bool
 }
 
 // MultiMut is the process's MultiMutations (tests only; read under mutation.On).
@@ -567,6 +585,9 @@ func (m *Multi) ReadDeferred(ctx context.Context, op kv.Op, c level.Consistency,
 	if err != nil {
 		return kv.Result{}, shard.Pending{}, err
 	}
+	if err := m.txReadWait(ctx, g, &op); err != nil {
+		return kv.Result{}, shard.Pending{}, err
+	}
 	res, p, err := g.h.Replica.ReadDeferred(ctx, op, c, g.session(s))
 	res.Group = g.spec.gid()
 	if err == nil {
@@ -583,6 +604,9 @@ func (m *Multi) TryRead(op kv.Op, c level.Consistency) (kv.Result, bool) {
 	g, slot, err := m.route(&op)
 	if err != nil {
 		return kv.Result{}, false
+	}
+	if keys, _ := op.RoutingKeys(); !(mutation.On && MultiMut.ReadsIgnoreTxLocks.Load()) && m.TxLocked(keys, false) && m.leads(g) == nil {
+		return kv.Result{}, false // Read waits for the resolve
 	}
 	res, ok := g.h.Replica.TryRead(op, c)
 	res.Group = g.spec.gid()

@@ -61,7 +61,18 @@ type Emit func(key, value, meta []byte, tombstone bool)
 // DEL whose read of a later key failed).
 //
 // Keys whose expiry is before op.Now are absent to every op (expiry.go).
+//
+// A write of a key that a prepared cross-group transaction locks does not
+// apply (txLockGate, xgtx.go).
 func Apply(get Getter, version uint64, op *Op, maxValue int, emit Emit) (Result, error) {
+	if res, err, locked := txLockGate(get, op); locked {
+		return res, err
+	}
+	return apply(get, version, op, maxValue, emit)
+}
+
+// apply is Apply past the lock gate.
+func apply(get Getter, version uint64, op *Op, maxValue int, emit Emit) (Result, error) {
 	if isExpiryKind(op.Kind) {
 		return applyExpiry(get, version, op, emit)
 	}
@@ -76,6 +87,9 @@ func Apply(get Getter, version uint64, op *Op, maxValue int, emit Emit) (Result,
 	}
 	if op.Kind == KindTxCommit {
 		return applyTxCommit(get, version, op, maxValue, emit) // itx.go
+	}
+	if isXgtxKind(op.Kind) {
+		return applyXgtx(get, version, op, maxValue, emit) // xgtx.go
 	}
 	switch op.Kind {
 	case KindSet:

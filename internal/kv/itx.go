@@ -137,7 +137,7 @@ func DecodeTxCommit(op *Op) (checks []TxCheck, writes []Op, err error) {
 // decodeTxCommit is DecodeTxCommit, and the commit's origin (never nil
 // without an error).
 func decodeTxCommit(op *Op) (checks []TxCheck, writes []Op, origin *TxOrigin, err error) {
-	if op.Kind != KindTxCommit || len(op.Keys)%3 != 0 || op.Delta < 0 || (op.Cond != TxSI && op.Cond != TxSerializable) {
+	if (op.Kind != KindTxCommit && op.Kind != KindTxPrepare) || len(op.Keys)%3 != 0 || op.Delta < 0 || (op.Cond != TxSI && op.Cond != TxSerializable) {
 		return nil, nil, nil, fmt.Errorf("%w: malformed transaction commit", ErrInvalidOp)
 	}
 	ranged := txIsRanged(op)

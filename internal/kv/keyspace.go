@@ -39,7 +39,7 @@ var moreKindNames = [...]string{"rename", "copy", "getdel", "flush", "setrange",
 // the others).
 func (k Kind) known() bool {
 	return (k >= KindGet && k <= KindCAS) || isExpiryKind(k) || (k >= KindRename && k < kindMoreEnd) ||
-		isHashWrite(k) || isHashRead(k) || isScriptKind(k) || isSlotKind(k) || isTxKind(k) || isItxKind(k) || k == KindBitField
+		isHashWrite(k) || isHashRead(k) || isScriptKind(k) || isSlotKind(k) || isTxKind(k) || isItxKind(k) || isXgtxKind(k) || k == KindBitField
 }
 
 // Errors of the keyspace and string commands: outcomes of the op, cached by
@@ -124,6 +124,9 @@ type ApplyOptions struct {
 
 // ApplyWithOptions is ApplyWith with the engine's choices o.
 func ApplyWithOptions(get Getter, list Lister, has Prober, version uint64, op *Op, maxValue int, emit Emit, o ApplyOptions) (Result, error) {
+	if res, err, locked := txLockGate(get, op); locked {
+		return res, err
+	}
 	switch {
 	case op.Kind == KindFlush:
 		return applyFlush(get, list, version, emit)
@@ -134,7 +137,7 @@ func ApplyWithOptions(get Getter, list Lister, has Prober, version uint64, op *O
 	case isHashWrite(op.Kind):
 		return applyHash(get, has, version, op, emit, o)
 	}
-	return Apply(get, version, op, maxValue, emit)
+	return apply(get, version, op, maxValue, emit)
 }
 
 // applyMore evaluates the kinds of this file and strings.go for Apply;

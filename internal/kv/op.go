@@ -60,6 +60,9 @@ func (k Kind) String() string {
 	if isItxKind(k) {
 		return "txcommit"
 	}
+	if isXgtxKind(k) {
+		return xgtxKindNames[k-KindTxPrepare]
+	}
 	if k == KindBitField {
 		return "bitfield"
 	}
@@ -265,6 +268,10 @@ func (op *Op) WrittenKeys() [][]byte {
 		return op.Keys
 	case KindTxCommit:
 		return txWrittenKeys(op) // itx.go
+	case KindTxPrepare:
+		// Its writes land with its resolve (WritesAll); it writes only its
+		// own reserved records.
+		return nil
 	case KindEval:
 		// Its declared keys; it may write others too, so it also WritesAll.
 		if op.Delta >= 0 && op.Delta <= int64(len(op.Keys)) {
@@ -297,8 +304,12 @@ func (op *Op) RoutingKeys() (keys [][]byte, step int) {
 		return nil, 1
 	case op.Kind == KindMSet || op.Kind == KindMSetNX:
 		return op.Keys, 2
-	case op.Kind == KindTxCommit:
+	case op.Kind == KindTxCommit || op.Kind == KindTxPrepare:
 		return txRoutingKeys(op), 1 // itx.go
+	case op.Kind == KindTxDecide || op.Kind == KindTxResolve:
+		// Sent to a group by a key of its own (the primary's, a
+		// participant's): Expected (xgtx.go).
+		return [][]byte{op.Expected}, 1
 	case len(op.Key) > 0:
 		return [][]byte{op.Key}, 1
 	}
@@ -350,7 +361,7 @@ func (op *Op) CheckSizes(maxKey, maxVal int) error {
 				return err
 			}
 		}
-	case KindTxCommit:
+	case KindTxCommit, KindTxPrepare:
 		for i := 0; i+2 < len(op.Keys); i += 3 {
 			if err := check(op.Keys[i+1], op.Keys[i+2]); err != nil {
 				return err
@@ -383,7 +394,13 @@ func (op *Op) CheckSizes(maxKey, maxVal int) error {
 //
 // A script (KindEval) may write keys it did not declare (as Redis without
 // cluster allows: docs/design/scripting.md), so it counts as one too.
-func (op *Op) WritesAll() bool { return op.Kind == KindFlush || op.Kind == KindEval }
+//
+// A cross-group transaction's decide and resolve land the writes its
+// prepare recorded (xgtx.go), which the op itself does not name: they count
+// too.
+func (op *Op) WritesAll() bool {
+	return op.Kind == KindFlush || op.Kind == KindEval || op.Kind == KindTxDecide || op.Kind == KindTxResolve
+}
 
 // Lists reports whether op needs the caller's key Lister (ApplyWith): a
 // flush lists the keyspace, a COPY the rows of a hash it may copy, an EXEC

@@ -180,7 +180,7 @@ func (o *overlay) exec(sub *Op) (Result, error) {
 // through TxOverlay (itx.go).
 func (o *overlay) stage(sub *Op) (Result, error) {
 	o.batch = o.batch[:0]
-	res, err := Apply(o.view, o.version, sub, o.maxValue, func(key, value, meta []byte, tomb bool) {
+	res, err := apply(o.view, o.version, sub, o.maxValue, func(key, value, meta []byte, tomb bool) {
 		// Copied: key and value may alias the sub-op's buffers, which
 		// the interpreter reuses.
 		o.batch = append(o.batch, staged{append([]byte(nil), key...), append([]byte(nil), value...), append([]byte(nil), meta...), tomb})

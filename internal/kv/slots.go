@@ -617,6 +617,17 @@ func applySlotOp(get Getter, version uint64, op *Op, emit Emit) (Result, error) 
 		if err != nil {
 			return Result{}, err
 		}
+		if *n != *t && SlotState(op.Cond) == SlotNone {
+			// The hand-over (or a rollback at the destination) waits
+			// until no prepared cross-group transaction locks a key of
+			// the slots: locks never move (xgtx.go). A migrating slot
+			// takes no new ones, so the wait ends with their resolves.
+			if s, txid, locked, err := txLockedSlot(get, rs); err != nil {
+				return Result{}, err
+			} else if locked {
+				return Result{}, fmt.Errorf("%w: slot %d, transaction %x: the hand-over waits for its resolve", ErrTxLocked, s, txid)
+			}
+		}
 		if *n == *t {
 			// A retried step (or a new driver's first: it raised the
 			// driver fence).

@@ -131,6 +131,11 @@ type Config struct {
 	// every group it is a member of, each in DataDir/group-<id>, all on the
 	// node's one peer transport. Empty: the node's one group is Members.
 	Groups []cluster.GroupSpec
+	// CrossGroupTx (with Groups) lets a KEFIR.TX transaction name keys of
+	// several slots: the node coordinates its two-phase commit, and pushes
+	// transactions left prepared in the groups it leads (xgtx.go).
+	// Off: -CROSSSLOT.
+	CrossGroupTx bool
 	// ClusterRedirects answers every connection's request for a slot whose
 	// group is led elsewhere with -MOVED <slot> <addr>, as Redis Cluster
 	// does, instead of forwarding it (docs/cluster.md). Without it only

@@ -548,6 +548,11 @@ func errorText(err error) string {
 		return "UNAVAILABLE " + err.Error()
 	case errors.Is(err, level.ErrUnknownLevel):
 		return "ERR " + err.Error()
+	case errors.Is(err, kv.ErrTxLocked):
+		// A write that raced with a cross-group transaction's prepare
+		// (kv/xgtx.go; the front door waits for locks before proposing):
+		// Redis Cluster clients retry TRYAGAIN.
+		return "TRYAGAIN " + err.Error()
 	}
 	return "ERR " + err.Error()
 }
@@ -775,6 +780,11 @@ func (c *conn) queueWrite(spec *command.Spec, args [][]byte, o callOpts) {
 		op, err = c.parseScript(spec, args, &c.arena) // script.go
 	default:
 		op, err = parseTxApply(args, &c.arena) // itx.go: txApplySpec
+		if err == nil && (op.Kind == kv.KindTxPrepare || op.Kind == kv.KindTxDecide || op.Kind == kv.KindTxResolve) && !c.srv.cfg.CrossGroupTx {
+			// Without the switch nothing pushes a prepared transaction
+			// (xgtx.go): its locks would stay.
+			err = errf("ERR KEFIR.TXAPPLY: cross-group transactions are off on this node (--cross-group-tx)")
+		}
 	}
 	if err == nil && !o.dur.IsZero() {
 		err = c.srv.shard.CheckDurability(o.dur)

@@ -87,7 +87,9 @@ type itxn struct {
 	began   time.Time
 	snap    *shard.TxSnap // nil until its first key on a node of several groups
 	slot    int           // that key's slot (-1: not yet, or not a cluster)
-	seen    map[string]uint64
+	// parts are the further slots of a transaction across slots (xgtx.go).
+	parts []*txPart
+	seen  map[string]uint64
 	// origin is the snapshot's account of its slot (kv.SlotOrigin): the
 	// commit carries it, so that the group it reaches compares versions
 	// only if they are its own.
@@ -204,8 +206,8 @@ func (c *conn) txCmd(args [][]byte) error {
 		}
 	}
 	for _, k := range keys {
-		if err := c.txSlot(tx, k); err != nil {
-			return err
+		if err := c.txSlot(tx, k); err != nil || c.wouldWait {
+			return err // wouldWait: nothing done; a worker runs the command again
 		}
 	}
 	if err := c.txRefresh(tx, keys); err != nil || c.wouldWait {
@@ -412,14 +414,19 @@ func (c *conn) txInline(args [][]byte) bool {
 		// A first read behind a commit in flight waits, on a worker
 		// (txRefresh sets wouldWait).
 		return c.dispatchInline(args)
-	case eq(sub, "ABORT"), eq(sub, "PREPARE"):
+	case eq(sub, "ABORT"):
+	case eq(sub, "PREPARE"):
+		// Across slots it runs the two-phase commit: on a worker.
+		if tx != nil && !tx.ready(func(tx *itxn) bool { return len(tx.parts) == 0 }) {
+			return false
+		}
 	case eq(sub, "GET"), eq(sub, "MGET"), eq(sub, "EXISTS"), eq(sub, "GETRANGE"), eq(sub, "GETBIT"):
 		if tx != nil && !tx.ready(func(tx *itxn) bool { return tx.snap != nil }) {
 			return false
 		}
 		return c.dispatchInline(args)
 	case eq(sub, "COMMIT"):
-		if tx != nil && !tx.ready(func(tx *itxn) bool { return tx.snap == nil || len(tx.wr) == 0 }) {
+		if tx != nil && !tx.ready(func(tx *itxn) bool { return len(tx.parts) == 0 && (tx.snap == nil || len(tx.wr) == 0) }) {
 			return false
 		}
 	default:
@@ -441,7 +448,8 @@ func (tx *itxn) ready(f func(*itxn) bool) bool {
 // txFail answers a transaction command's error; a snapshot that lost its
 // versions ends the transaction.
 func (c *conn) txFail(h uint64, err error) error {
-	if errors.Is(err, shard.ErrTxTooOld) {
+	var rl *errTxReadLocked
+	if errors.Is(err, shard.ErrTxTooOld) || errors.As(err, &rl) {
 		c.txEnd(h)
 		return &replyError{err.Error()}
 	}
@@ -597,7 +605,7 @@ func (c *conn) txSlot(tx *itxn, key []byte) error {
 	s := int(cluster.Slot(key))
 	if tx.slot >= 0 {
 		if s != tx.slot {
-			return cluster.ErrCrossSlot
+			return c.txAddPart(tx, key, uint16(s)) // xgtx.go; -CROSSSLOT without
 		}
 		return nil
 	}
@@ -618,7 +626,17 @@ func (c *conn) txSlot(tx *itxn, key []byte) error {
 // found it live is caught by the commit's validation, which finds it expired
 // too.
 func (tx *itxn) get(key []byte) ([]byte, []byte, uint64, bool, error) {
-	d, m, v, ok, err := tx.snap.Get(key)
+	snap := tx.snapOf(key)
+	d, m, v, ok, err := snap.Get(key)
+	if err == nil && tx.slot >= 0 && !(mutation.On && xgtxMut.readsIgnoreLocks) {
+		// On a node of several groups: a key a prepared cross-group
+		// transaction writes as of the snapshot is not served (xgtx.go).
+		if locked, lerr := kv.TxWriteLocked(snap.Get, key); lerr != nil {
+			return nil, nil, 0, false, lerr
+		} else if locked {
+			return nil, nil, 0, false, &errTxReadLocked{key: clone(key)}
+		}
+	}
 	if _, noted := tx.seen[string(key)]; err == nil && !noted {
 		seen := v
 		if !ok || kv.Expired(m, tx.now) {
@@ -631,6 +649,9 @@ func (tx *itxn) get(key []byte) ([]byte, []byte, uint64, bool, error) {
 
 // txCommit runs COMMIT (prepare false) and PREPARE of transaction h.
 func (c *conn) txCommit(h uint64, tx *itxn, prepare bool) error {
+	if len(tx.parts) > 0 {
+		return c.txCommitCross(h, tx, prepare) // xgtx.go
+	}
 	if tx.snap == nil || len(tx.wr) == 0 {
 		// Nothing written: the reads were of one committed state, at least
 		// as new as BEGIN; there is nothing to validate or order. The reply
@@ -711,6 +732,10 @@ func (tx *itxn) release() {
 		tx.snap.Close()
 		tx.snap = nil
 	}
+	for _, p := range tx.parts {
+		p.snap.Close()
+	}
+	tx.parts = nil
 	tx.wr, tx.ov, tx.seen = nil, kv.TxOverlay{}, nil
 }
 
@@ -745,11 +770,15 @@ var txApplySpec, _ = command.Lookup([]byte("KEFIR.TXAPPLY"))
 // arena). Nothing but a well-formed transaction commit is accepted.
 func parseTxApply(args [][]byte, a *arena) (kv.Op, error) {
 	op, err := kv.DecodeOp(a.copy(args[1]))
-	if err == nil && op.Kind != kv.KindTxCommit {
-		err = errors.New("not a transaction commit")
-	}
-	if err == nil {
+	switch {
+	case err != nil:
+	case op.Kind == kv.KindTxCommit:
 		_, _, err = kv.DecodeTxCommit(&op)
+	case op.Kind == kv.KindTxPrepare || op.Kind == kv.KindTxDecide || op.Kind == kv.KindTxResolve:
+		// A cross-group transaction's op, sent by its coordinator (xgtx.go);
+		// malformed ones fail at apply, on every replica alike.
+	default:
+		err = errors.New("not a transaction commit")
 	}
 	if err != nil {
 		return kv.Op{}, errf("ERR KEFIR.TXAPPLY: %v", err)

@@ -51,8 +51,10 @@ var pid = os.Getpid()
 // Server is one node.
 type Server struct {
 	cfg Config
-	log *slog.Logger
-	db  *storage.DB
+	// txPushStop ends the push sweep of cross-group transactions (xgtx.go).
+	txPushStop context.CancelFunc
+	log        *slog.Logger
+	db         *storage.DB
 	// scripts is the node's script cache (SCRIPT LOAD, EVALSHA: script.go).
 	scripts scriptCache
 	// shard is reached only through the Replica interface, so a replicated shard
@@ -262,6 +264,9 @@ func (s *Server) Start() error {
 	s.startMetaFollower()
 	s.startMemberWatch()
 	s.startGroupsWatch()
+	txCtx, txStop := context.WithCancel(context.Background())
+	s.txPushStop = txStop
+	s.startTxPush(txCtx)
 	s.log.Info("node started", "client", s.ClientAddr().String(), "peer", addrString(s.peerLn),
 		"http", addrString(s.httpLn), "data", s.cfg.DataDir, "tls", s.cfg.TLSCert != "",
 		"auth", s.cfg.Password != "", "durability", s.cfg.Durability.String(),
@@ -406,6 +411,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.stopActiveExpiry()
 	s.stopMetaFollower()
+	if s.txPushStop != nil {
+		s.txPushStop()
+	}
 	s.stopMemberWatch()
 	s.stopGroupsWatch()
 	var errs []error

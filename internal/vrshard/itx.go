@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
@@ -47,7 +48,12 @@ var txBeginRead = kv.Op{Kind: kv.KindScan, Limit: 1}
 // index R, capped by what the engine applied; key (nil on a node of one
 // group) passes the slot fence as of it (TxBegin).
 func (r *Replica) txSnap(key []byte) (*shard.TxSnap, error) {
-	snap := shard.NewTxSnap(r.db, min(r.readable.Load(), r.applied.Load()))
+	return r.txSnapAt(key, min(r.readable.Load(), r.applied.Load()))
+}
+
+// txSnapAt is txSnap at version v.
+func (r *Replica) txSnapAt(key []byte, v uint64) (*shard.TxSnap, error) {
+	snap := shard.NewTxSnap(r.db, v)
 	if key != nil && !(mutation.On && r.mut.slotsUnfenced) {
 		enc, _, _, _, err := snap.Get(kv.SlotTableKey)
 		if err == nil {
@@ -79,4 +85,36 @@ func (r *Replica) TryTxBegin() (*shard.TxSnap, bool) {
 	}
 	snap, err := r.txSnap(nil) // no key: no slot fence, no error
 	return snap, err == nil
+}
+
+// TxSnapLocal pins a snapshot of this replica's engine, leader or follower,
+// at committed state — what it applied, capped by its readable index R at a
+// leader (which may apply ops not yet committed) and by the commit number it
+// knows at a follower (R is a leader's) — with key passing the slot fence as
+// of it. It is no linearizable read point: a cross-group
+// transaction's further participants are read from it (server, xgtx), and
+// every key it reads there is validated at that group's prepare, which
+// aborts if any changed since (docs/design/transactions.md, "Cross-group
+// transactions").
+//
+// after is a version the snapshot must hold (the key's version as its
+// group's leader read it, linearizably, after the transaction began): it
+// waits, bounded by ctx, until this replica's readable index covers it.
+func (r *Replica) TxSnapLocal(ctx context.Context, key []byte, after uint64) (*shard.TxSnap, error) {
+	pause := 100 * time.Microsecond
+	point := func() uint64 {
+		if r.Leads() {
+			return min(r.readable.Load(), r.applied.Load())
+		}
+		return min(r.commit.Load(), r.applied.Load())
+	}
+	for point() < after {
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: replica behind version %d (at %d)", shard.ErrUnavailable, after, point())
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, 2*time.Millisecond)
+	}
+	return r.txSnapAt(key, point())
 }

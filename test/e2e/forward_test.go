@@ -226,6 +226,13 @@ func TestForwardedWritesSurviveLeaderKill(t *testing.T) {
 // forwardRetries reads kefir_forward_retries_total from a node's /metrics.
 func forwardRetries(t *testing.T, httpAddr string) float64 {
 	t.Helper()
+	return metricValue(t, httpAddr, "kefir_forward_retries_total")
+}
+
+// metricValue reads an unlabelled metric from a node's /metrics (0 if it
+// is not there).
+func metricValue(t *testing.T, httpAddr, name string) float64 {
+	t.Helper()
 	hc := http.Client{Timeout: 5 * time.Second}
 	r, err := hc.Get("http://" + httpAddr + "/metrics")
 	if err != nil {
@@ -234,7 +241,7 @@ func forwardRetries(t *testing.T, httpAddr string) float64 {
 	defer r.Body.Close()
 	sc := bufio.NewScanner(r.Body)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "kefir_forward_retries_total "); ok {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
 			f, _ := strconv.ParseFloat(v, 64)
 			return f
 		}

@@ -1,0 +1,677 @@
+package kv
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/kefirdb/kefir/internal/mutation"
+)
+
+// Cross-group transactions: two-phase commit over replica groups, with
+// optimistic reads and locks taken at prepare (docs/design/transactions.md,
+// "Cross-group transactions"). Three ops of the state machine:
+//
+//   - KindTxPrepare, in every participant (a slot the transaction read or
+//     wrote a key of: its part there, TxPartID; two parts may share a
+//     group): validated at apply as a KindTxCommit is (txCommitParts,
+//     TxValidate: one copy), plus every checked or written key must be
+//     unlocked. Passing, it evaluates its writes (over the same overlay a
+//     commit uses) and records, durably in the group's state, the prepared
+//     transaction: the records its writes will land, the keys it locks, its
+//     primary's routing key and its prepare time (the op's Now). Every
+//     locked key gets a lock record naming the transaction and whether it
+//     is written or only read.
+//   - KindTxDecide, at the primary: records commit or abort for the
+//     transaction; the first decision wins, a later one is answered with
+//     it. The primary's own prepared part resolves in the same op.
+//   - KindTxResolve, at every other participant: lands the prepared records
+//     (commit) or not (abort), and drops the locks. Idempotent.
+//
+// Every record is a reserved key (ReservedPrefix), so it is part of the
+// state every replica derives from the log — it survives restart, snapshot
+// transfer and crash replay without a table of its own to rebuild — and it
+// stays out of SCAN, KEYS, DBSIZE and slot moves, which skip reserved keys.
+//
+// The lock rule (txLockGate) is evaluated at apply on every replica, from
+// the state: any other write of a locked key, or a commit or prepare that
+// checks one, does not apply. One reserved record listing the prepared
+// parts keeps the common case to one lookup per write: absent, nothing is
+// locked.
+
+// Reserved key spaces of cross-group transactions.
+var (
+	// txLockCount holds the number of prepared parts of the group
+	// (uvarint) and their part ids; absent when there are none.
+	txLockCount = ReservedKey("xcount")
+	// txLocks + key: the lock of key (mode byte, then the txid).
+	txLocks = ReservedKey("xl/")
+	// TxPreparedPrefix + part id (TxPartID): a prepared transaction's
+	// part in one slot (encode).
+	TxPreparedPrefix = ReservedKey("xp/")
+	// txDecisions + txid: the primary's decision (txCommitted|txAborted).
+	txDecisions = ReservedKey("xd/")
+)
+
+// Lock modes.
+const (
+	// TxLockWrite: the transaction writes the key. Nothing else may write
+	// or check it, and a linearizable read of it waits for the resolve.
+	TxLockWrite = 'W'
+	// TxLockRead: the transaction read the key. Nothing else may write or
+	// check it; reads go on.
+	TxLockRead = 'R'
+)
+
+// Decisions (KindTxDecide and KindTxResolve's Cond).
+const (
+	TxAbort  Cond = 0
+	TxCommit Cond = 1
+)
+
+const (
+	txCommitted = 'C'
+	txAborted   = 'A'
+)
+
+// TxIDMax bounds a transaction id's length.
+const TxIDMax = 64
+
+// ErrTxLocked: a write (or EXEC) of a key that a prepared cross-group
+// transaction locks did not apply; retry it once the transaction is
+// resolved (the front door does). Its code is in codec.go's resultErrs.
+var ErrTxLocked = errors.New("key locked by a prepared cross-group transaction")
+
+// TxLockedError is ErrTxLocked naming the key and the transaction.
+type TxLockedError struct {
+	Key  []byte
+	TxID []byte
+}
+
+func (e *TxLockedError) Error() string {
+	return fmt.Sprintf("%v: key '%s', transaction %x", ErrTxLocked, clipKey(e.Key), e.TxID)
+}
+
+// Unwrap makes errors.Is(err, ErrTxLocked) hold.
+func (e *TxLockedError) Unwrap() error { return ErrTxLocked }
+
+// xgtxMutations are deliberate bugs the tests switch on to show that they
+// catch them (internal/mutation).
+type xgtxMutations struct {
+	// writeReadLocked: the gate lets a write of a read-locked key apply.
+	writeReadLocked bool
+	// resolveIgnoresDecision: a resolve lands the prepared writes whatever
+	// the decision.
+	resolveIgnoresDecision bool
+}
+
+var xgtxMut xgtxMutations
+
+// The two-phase ops, of the block 184–191 given to cross-group
+// transactions.
+const (
+	KindTxPrepare Kind = 184 + iota
+	KindTxDecide
+	KindTxResolve
+	kindXgtxEnd
+)
+
+var xgtxKindNames = [...]string{"txprepare", "txdecide", "txresolve"}
+
+func isXgtxKind(k Kind) bool { return k >= KindTxPrepare && k < kindXgtxEnd }
+
+func txLockKey(key []byte) []byte { return append(append([]byte(nil), txLocks...), key...) }
+
+func txPreparedKey(part []byte) []byte {
+	return append(append([]byte(nil), TxPreparedPrefix...), part...)
+}
+
+// TxPartID names transaction txid's part in the slot of key: a transaction
+// prepares once per slot it names (each slot has its own snapshot origin),
+// so two of its parts may be prepared in one group, and each keeps its own
+// record (keyed by txid alone, the second prepare would answer as the
+// first, locking and validating nothing: found by the e2e bank test).
+func TxPartID(txid, key []byte) []byte {
+	return binary.BigEndian.AppendUint16(append([]byte(nil), txid...), KeySlot(key))
+}
+
+func txDecisionKey(txid []byte) []byte { return append(append([]byte(nil), txDecisions...), txid...) }
+
+// TxLockCount is the number of prepared cross-group transactions in the
+// state get reads (0: nothing is locked).
+func TxLockCount(get Getter) (uint64, error) {
+	data, _, _, ok, err := get(txLockCount)
+	if err != nil || !ok {
+		return 0, err
+	}
+	n, k := binary.Uvarint(data)
+	if k <= 0 {
+		return 0, fmt.Errorf("%w: lock count record", ErrCorrupt)
+	}
+	return n, nil
+}
+
+// TxPreparedIDs returns the ids of the prepared transactions in the state
+// get reads.
+func TxPreparedIDs(get Getter) ([][]byte, error) {
+	data, _, _, ok, err := get(txLockCount)
+	if err != nil || !ok {
+		return nil, err
+	}
+	d := Decoder{B: data}
+	n := d.Uvarint()
+	if n > uint64(len(data)) {
+		return nil, fmt.Errorf("%w: lock count record", ErrCorrupt)
+	}
+	ids := make([][]byte, 0, n)
+	for i := uint64(0); i < n && d.Err == nil; i++ {
+		ids = append(ids, d.Bytes())
+	}
+	if d.Err != nil || len(d.B) != 0 {
+		return nil, fmt.Errorf("%w: lock count record", ErrCorrupt)
+	}
+	return ids, nil
+}
+
+// putPreparedIDs emits the count record of ids (a deletion if none).
+func putPreparedIDs(emit Emit, ids [][]byte) {
+	if len(ids) == 0 {
+		emit(txLockCount, nil, nil, true)
+		return
+	}
+	b := binary.AppendUvarint(nil, uint64(len(ids)))
+	for _, id := range ids {
+		b = AppendBytes(b, id)
+	}
+	put(emit, txLockCount, b, nil)
+}
+
+// txLockedSlot returns a slot of rs that a prepared transaction holds a
+// lock in, and the transaction; ok false if none: a slot's hand-over waits
+// until it holds no locks (locks never move with a slot).
+func txLockedSlot(get Getter, rs []SlotRange) (slot uint16, txid []byte, ok bool, err error) {
+	ids, err := TxPreparedIDs(get)
+	if err != nil || len(ids) == 0 {
+		return 0, nil, false, err
+	}
+	for _, id := range ids {
+		p, prepared, err := TxPreparedOf(get, id)
+		if err != nil {
+			return 0, nil, false, err
+		}
+		if !prepared {
+			continue
+		}
+		for _, l := range p.Locks {
+			s := KeySlot(l.Key)
+			for _, r := range rs {
+				if s >= r.Start && s <= r.End {
+					return s, id, true, nil
+				}
+			}
+		}
+	}
+	return 0, nil, false, nil
+}
+
+// TxLockOf returns key's lock: the transaction holding it and the mode
+// (TxLockWrite, TxLockRead); ok false if none does.
+func TxLockOf(get Getter, key []byte) (txid []byte, mode byte, ok bool, err error) {
+	data, _, _, ok, err := get(txLockKey(key))
+	if err != nil || !ok {
+		return nil, 0, false, err
+	}
+	if len(data) < 2 {
+		return nil, 0, false, fmt.Errorf("%w: lock record of %q", ErrCorrupt, key)
+	}
+	return data[1:], data[0], true, nil
+}
+
+// TxWriteLocked reports whether a prepared transaction writes key: a
+// linearizable read of it must wait for the resolve (a read-locked key may
+// be read). One lookup when nothing is locked.
+func TxWriteLocked(get Getter, key []byte) (bool, error) {
+	if n, err := TxLockCount(get); err != nil || n == 0 {
+		return false, err
+	}
+	_, mode, ok, err := TxLockOf(get, key)
+	return ok && mode == TxLockWrite, err
+}
+
+// txLockGate is the lock rule at apply, for every op Apply and ApplyWith
+// evaluate: ok true (and the op's result) if op must not apply because a
+// key it writes or checks is locked by a prepared transaction. A
+// KEFIR.TX commit answers -TXABORT (its client retries the whole
+// transaction); any other write ErrTxLocked (the front door retries it once
+// the lock is gone). Reads, slot ops and the two-phase ops themselves pass
+// (a prepare checks its keys itself).
+func txLockGate(get Getter, op *Op) (Result, error, bool) {
+	if !op.Kind.IsUpdate() || isSlotKind(op.Kind) || isXgtxKind(op.Kind) || op.Kind == KindHSweep {
+		return Result{}, nil, false
+	}
+	n, err := TxLockCount(get)
+	if err != nil {
+		return Result{}, err, true
+	}
+	if n == 0 {
+		return Result{}, nil, false
+	}
+	var keys [][]byte
+	switch {
+	case op.Kind == KindTxCommit:
+		keys = txRoutingKeys(op) // written and checked
+	case op.Kind == KindEval && op.Cond == DeclaredKeysOnly:
+		keys, _ = op.RoutingKeys()
+	case op.WritesAll():
+		// A flush, or a script that may write any key: refused while
+		// anything is locked.
+		return Result{}, fmt.Errorf("%w: %v while %d transactions are prepared", ErrTxLocked, op.Kind, n), true
+	default:
+		keys = op.WrittenKeys() // an EXEC's: every key it names
+	}
+	for _, k := range keys {
+		txid, mode, ok, err := TxLockOf(get, k)
+		if err != nil {
+			return Result{}, err, true
+		}
+		if !ok {
+			continue
+		}
+		if mutation.On && xgtxMut.writeReadLocked && mode == TxLockRead && op.Kind != KindTxCommit {
+			continue
+		}
+		if op.Kind == KindTxCommit {
+			return Result{Kind: ResReply, Bulk: respError(txLockedAbort(k, txid, uint64(op.Delta)))}, nil, true
+		}
+		return Result{}, &TxLockedError{Key: k, TxID: txid}, true
+	}
+	return Result{}, nil, false
+}
+
+func txLockedAbort(key, txid []byte, start uint64) string {
+	return fmt.Sprintf("TXABORT conflict on key '%s': locked by prepared transaction %x after the transaction's start version %d", clipKey(key), txid, start)
+}
+
+// NewTxPrepare builds the prepare op of a cross-group transaction txid for
+// one participant group: its checks there (every key read and written, as
+// SERIALIZABLE: each group's snapshot is its own, not one cut, so validating
+// the written keys alone would not isolate the transaction), its writes
+// there, and primary, the routing key of the group that decides. The start
+// and origin are the group's snapshot's. Ranged checks are not taken: the
+// coordinator sends whole keys.
+func NewTxPrepare(txid []byte, primary []byte, start uint64, origin TxOrigin, checks []TxCheck, writes []Op) (Op, error) {
+	if len(txid) == 0 || len(txid) > TxIDMax {
+		return Op{}, fmt.Errorf("%w: transaction id of %d bytes", ErrInvalidOp, len(txid))
+	}
+	for _, c := range checks {
+		if c.Ranges != nil {
+			return Op{}, fmt.Errorf("%w: ranged check in a cross-group transaction", ErrInvalidOp)
+		}
+	}
+	op, err := NewTxCommit(start, TxSerializable, origin, checks, writes)
+	if err != nil {
+		return Op{}, err
+	}
+	op.Kind, op.Key, op.Expected = KindTxPrepare, txid, primary
+	return op, nil
+}
+
+// NewTxDecide builds the decision of txid at its primary, routed by the
+// primary's key.
+func NewTxDecide(txid, primary []byte, commit bool) Op {
+	op := Op{Kind: KindTxDecide, Key: txid, Expected: primary}
+	if commit {
+		op.Cond = TxCommit
+	}
+	return op
+}
+
+// NewTxResolve builds txid's resolve at a participant, routed by one of its
+// keys there.
+func NewTxResolve(txid, routing []byte, commit bool) Op {
+	op := NewTxDecide(txid, routing, commit)
+	op.Kind = KindTxResolve
+	return op
+}
+
+// TxPrepared is a prepared transaction as its group records it.
+type TxPrepared struct {
+	TxID []byte
+	// Primary is the routing key of the group that decides.
+	Primary []byte
+	// Prepared is the prepare op's clock (unix ms): a leader pushes a
+	// transaction prepared long ago.
+	Prepared int64
+	// Records are what the writes land on commit.
+	Records []TxRecord
+	// Locks are the keys locked, with their modes.
+	Locks []TxLock
+}
+
+// TxRecord is one record a prepared transaction lands.
+type TxRecord struct {
+	Key, Value, Meta []byte
+	Tombstone        bool
+}
+
+// TxLock is one key a prepared transaction locks.
+type TxLock struct {
+	Key  []byte
+	Mode byte
+}
+
+func (p *TxPrepared) encode() []byte {
+	b := AppendBytes(nil, p.TxID)
+	b = AppendBytes(b, p.Primary)
+	b = binary.AppendVarint(b, p.Prepared)
+	b = binary.AppendUvarint(b, uint64(len(p.Records)))
+	for _, r := range p.Records {
+		b = AppendBytes(b, r.Key)
+		b = AppendBytes(b, r.Value)
+		b = AppendBytes(b, r.Meta)
+		t := byte(0)
+		if r.Tombstone {
+			t = 1
+		}
+		b = append(b, t)
+	}
+	b = binary.AppendUvarint(b, uint64(len(p.Locks)))
+	for _, l := range p.Locks {
+		b = AppendBytes(b, l.Key)
+		b = append(b, l.Mode)
+	}
+	return b
+}
+
+// DecodeTxPrepared decodes a prepared record's value. The slices alias
+// data.
+func DecodeTxPrepared(data []byte) (TxPrepared, error) {
+	var p TxPrepared
+	d := Decoder{B: data}
+	p.TxID = d.Bytes()
+	p.Primary = d.Bytes()
+	p.Prepared = d.Varint()
+	n := d.Uvarint()
+	if n > uint64(len(data)) {
+		return TxPrepared{}, fmt.Errorf("%w: prepared record of %d records", ErrCorrupt, n)
+	}
+	for i := uint64(0); i < n && d.Err == nil; i++ {
+		r := TxRecord{Key: d.Bytes(), Value: d.Bytes(), Meta: d.Bytes()}
+		r.Tombstone = d.Byte() == 1
+		p.Records = append(p.Records, r)
+	}
+	n = d.Uvarint()
+	if n > uint64(len(data)) {
+		return TxPrepared{}, fmt.Errorf("%w: prepared record of %d locks", ErrCorrupt, n)
+	}
+	for i := uint64(0); i < n && d.Err == nil; i++ {
+		p.Locks = append(p.Locks, TxLock{Key: d.Bytes(), Mode: d.Byte()})
+	}
+	if d.Err != nil || len(d.B) != 0 {
+		return TxPrepared{}, fmt.Errorf("%w: prepared record", ErrCorrupt)
+	}
+	return p, nil
+}
+
+// TxPreparedOf reads the prepared record of part (TxPartID); ok false if
+// there is none.
+func TxPreparedOf(get Getter, part []byte) (TxPrepared, bool, error) {
+	data, _, _, ok, err := get(txPreparedKey(part))
+	if err != nil || !ok {
+		return TxPrepared{}, false, err
+	}
+	p, err := DecodeTxPrepared(data)
+	return p, err == nil, err
+}
+
+// txDecisionOf reads txid's decision at its primary: 0 if undecided.
+func txDecisionOf(get Getter, txid []byte) (byte, error) {
+	data, _, _, ok, err := get(txDecisionKey(txid))
+	if err != nil || !ok {
+		return 0, err
+	}
+	if len(data) != 1 || (data[0] != txCommitted && data[0] != txAborted) {
+		return 0, fmt.Errorf("%w: decision record of %x", ErrCorrupt, txid)
+	}
+	return data[0], nil
+}
+
+// Replies of the two-phase ops (ResReply, RESP): a prepare answers
+// TxPreparedReply or its -TXABORT; a decide and a resolve TxCommittedReply
+// or TxAbortedReply (a resolve with nothing to resolve answers the
+// decision it was given).
+var (
+	TxPreparedReply  = []byte("+PREPARED\r\n")
+	TxCommittedReply = []byte("+COMMITTED\r\n")
+	TxAbortedReply   = []byte("+ABORTED\r\n")
+)
+
+func applyXgtx(get Getter, version uint64, op *Op, maxValue int, emit Emit) (Result, error) {
+	txid := op.Key
+	if len(txid) == 0 || len(txid) > TxIDMax {
+		return Result{}, fmt.Errorf("%w: transaction id of %d bytes", ErrInvalidOp, len(txid))
+	}
+	switch op.Kind {
+	case KindTxPrepare:
+		return applyTxPrepare(get, version, op, maxValue, emit)
+	case KindTxDecide:
+		if op.Cond != TxAbort && op.Cond != TxCommit {
+			return Result{}, fmt.Errorf("%w: decision %d", ErrInvalidOp, op.Cond)
+		}
+		d, err := txDecisionOf(get, txid)
+		if err != nil {
+			return Result{}, err
+		}
+		if d != 0 {
+			// The first decision wins (a push and the coordinator race
+			// here; the log orders them).
+			return txDecisionReply(d == txCommitted), nil
+		}
+		part := TxPartID(txid, op.Expected)
+		p, prepared, err := TxPreparedOf(get, part)
+		if err != nil {
+			return Result{}, err
+		}
+		// A commit needs the primary's own prepare: without it (never
+		// applied here, or a bug) the only safe decision is abort.
+		commit := op.Cond == TxCommit && prepared
+		dec := byte(txAborted)
+		if commit {
+			dec = txCommitted
+		}
+		put(emit, txDecisionKey(txid), []byte{dec}, nil)
+		if prepared {
+			if err := txResolve(get, part, p, commit, emit); err != nil {
+				return Result{}, err
+			}
+		}
+		res := txDecisionReply(commit)
+		res.Version = version
+		return res, nil
+	case KindTxResolve:
+		if op.Cond != TxAbort && op.Cond != TxCommit {
+			return Result{}, fmt.Errorf("%w: decision %d", ErrInvalidOp, op.Cond)
+		}
+		commit := op.Cond == TxCommit
+		part := TxPartID(txid, op.Expected)
+		p, prepared, err := TxPreparedOf(get, part)
+		if err != nil || !prepared {
+			// Resolved already (or never prepared here): nothing to do.
+			return txDecisionReply(commit), err
+		}
+		if err := txResolve(get, part, p, commit, emit); err != nil {
+			return Result{}, err
+		}
+		res := txDecisionReply(commit)
+		res.Version = version
+		return res, nil
+	}
+	return Result{}, fmt.Errorf("%w: %v", ErrInvalidOp, op.Kind)
+}
+
+func txDecisionReply(commit bool) Result {
+	if commit {
+		return Result{Kind: ResReply, Bulk: TxCommittedReply}
+	}
+	return Result{Kind: ResReply, Bulk: TxAbortedReply}
+}
+
+// applyTxPrepare is Apply's case for KindTxPrepare (see the top of this
+// file).
+func applyTxPrepare(get Getter, version uint64, op *Op, maxValue int, emit Emit) (Result, error) {
+	txid := op.Key
+	checks, writes, origin, err := txCommitParts(op)
+	if err != nil {
+		return Result{}, err
+	}
+	var first []byte
+	switch {
+	case len(writes) > 0:
+		first = writes[0].RoutingKey()
+	case len(checks) > 0:
+		first = checks[0].Key
+	default:
+		return Result{}, fmt.Errorf("%w: prepare of no key", ErrInvalidOp)
+	}
+	for i := range writes {
+		if KeySlot(writes[i].RoutingKey()) != KeySlot(first) {
+			return Result{}, fmt.Errorf("%w: a prepare names keys of several slots", ErrInvalidOp)
+		}
+	}
+	for _, c := range checks {
+		if KeySlot(c.Key) != KeySlot(first) {
+			return Result{}, fmt.Errorf("%w: a prepare names keys of several slots", ErrInvalidOp)
+		}
+	}
+	part := TxPartID(txid, first)
+	if _, prepared, err := TxPreparedOf(get, part); err != nil || prepared {
+		// Prepared already: the same part's prepare again (a retry under a
+		// new request id) answers as the first did.
+		return Result{Kind: ResReply, Bulk: TxPreparedReply}, err
+	}
+	if d, err := txDecisionOf(get, txid); err != nil || d != 0 {
+		// Decided here (this is its primary) before this prepare arrived:
+		// a push aborted it. It must not lock.
+		return Result{Kind: ResReply, Bulk: respError(fmt.Sprintf("TXABORT transaction %x was aborted before its prepare", txid))}, err
+	}
+	if len(op.Expected) == 0 {
+		return Result{}, fmt.Errorf("%w: prepare without its primary's key", ErrInvalidOp)
+	}
+	if txIsRanged(op) {
+		return Result{}, fmt.Errorf("%w: ranged check in a cross-group transaction", ErrInvalidOp)
+	}
+	// The keys it locks: written ones for write, the others it checks for
+	// read. Every one must be free.
+	var locks []TxLock
+	addLock := func(k []byte, mode byte) {
+		for i := range locks {
+			if bytes.Equal(locks[i].Key, k) {
+				if mode == TxLockWrite {
+					locks[i].Mode = mode
+				}
+				return
+			}
+		}
+		locks = append(locks, TxLock{Key: k, Mode: mode})
+	}
+	for i := range writes {
+		addLock(writes[i].RoutingKey(), TxLockWrite)
+	}
+	for _, c := range checks {
+		addLock(c.Key, TxLockRead)
+	}
+	// A slot on its way out takes no new locks: its hand-over waits until
+	// it holds none (TxLockedSlots), and locks never move with a slot.
+	for _, l := range locks {
+		o, err := SlotOrigin(get, l.Key)
+		if err != nil {
+			return Result{}, err
+		}
+		if o.State == SlotMigrating {
+			return Result{Kind: ResReply, Bulk: respError(fmt.Sprintf("TXABORT key '%s': its slot %d is migrating to another group; retry", clipKey(l.Key), KeySlot(l.Key)))}, nil
+		}
+	}
+	n, err := TxLockCount(get)
+	if err != nil {
+		return Result{}, err
+	}
+	if n > 0 {
+		for _, l := range locks {
+			other, _, ok, err := TxLockOf(get, l.Key)
+			if err != nil {
+				return Result{}, err
+			}
+			if ok {
+				return Result{Kind: ResReply, Bulk: respError(txLockedAbort(l.Key, other, uint64(op.Delta)))}, nil
+			}
+		}
+	}
+	if err := TxValidate(get, version, op, origin, checks); err != nil {
+		var c *TxConflict
+		if errors.As(err, &c) {
+			return Result{Kind: ResReply, Bulk: respError(c.Error())}, nil
+		}
+		return Result{}, err
+	}
+	// The writes are evaluated now, over the state they were validated
+	// against, and their records kept: nothing can change the keys until
+	// the resolve (they are locked), so landing these records then is
+	// landing the writes then.
+	var ov TxOverlay
+	for i := range writes {
+		if _, err := ov.Apply(get, version, &writes[i], maxValue); err != nil {
+			if msg, ok := TxErrorText(err); ok {
+				return Result{Kind: ResReply, Bulk: respError(msg)}, nil
+			}
+			return Result{}, err
+		}
+	}
+	p := TxPrepared{TxID: txid, Primary: op.Expected, Prepared: op.Now, Locks: locks}
+	ov.Emit(func(key, value, meta []byte, tomb bool) {
+		p.Records = append(p.Records, TxRecord{Key: key, Value: value, Meta: meta, Tombstone: tomb})
+	})
+	put(emit, txPreparedKey(part), p.encode(), nil)
+	for _, l := range locks {
+		put(emit, txLockKey(l.Key), append([]byte{l.Mode}, txid...), nil)
+	}
+	ids, err := TxPreparedIDs(get)
+	if err != nil {
+		return Result{}, err
+	}
+	putPreparedIDs(emit, append(ids, part))
+	return Result{Kind: ResReply, Bulk: TxPreparedReply, Version: version}, nil
+}
+
+// txResolve lands p's records (part's) if commit, and drops its locks and
+// its prepared record, counting it out.
+func txResolve(get Getter, part []byte, p TxPrepared, commit bool, emit Emit) error {
+	ids, err := TxPreparedIDs(get)
+	if err != nil {
+		return err
+	}
+	if commit || (mutation.On && xgtxMut.resolveIgnoresDecision) {
+		for _, r := range p.Records {
+			if r.Tombstone {
+				emit(r.Key, nil, nil, true)
+			} else {
+				put(emit, r.Key, r.Value, r.Meta)
+			}
+		}
+	}
+	for _, l := range p.Locks {
+		if owner, _, ok, err := TxLockOf(get, l.Key); err != nil {
+			return err
+		} else if ok && bytes.Equal(owner, p.TxID) {
+			emit(txLockKey(l.Key), nil, nil, true)
+		}
+	}
+	putPreparedIDs(emit, slices.DeleteFunc(ids, func(id []byte) bool { return bytes.Equal(id, part) }))
+	// The prepared record's deletion last: a crash keeps a prefix of an
+	// op's records, and a replay that finds this deletion reads the record
+	// as gone (retention keeps no older version) and restages nothing, so
+	// every other record of the resolve must already be there.
+	emit(txPreparedKey(part), nil, nil, true)
+	return nil
+}

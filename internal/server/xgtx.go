@@ -1,0 +1,384 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/kefirdb/kefir/internal/cluster"
+	"github.com/kefirdb/kefir/internal/kv"
+	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/mutation"
+	"github.com/kefirdb/kefir/internal/resp"
+	"github.com/kefirdb/kefir/internal/shard"
+)
+
+// Cross-group transactions: this node coordinates a KEFIR.TX transaction
+// whose keys fall in several slots (docs/design/transactions.md,
+// "Cross-group transactions"; kv/xgtx.go has the ops and the lock rule,
+// cluster/xgtx.go the waits and the push).
+//
+// Each slot the transaction names is a participant with its own snapshot,
+// taken at its first key: the first slot's as a single-slot transaction's
+// (TxBegin, a linearizable read point at its leader), a further one from
+// this node's replica of its group, leader or follower (TxSnapLocal:
+// committed state). The commit is two-phase:
+//
+//  1. a KindTxPrepare in every participant, all at once: validated there as
+//     a SERIALIZABLE commit (every key read or written must still have the
+//     version its snapshot had — the snapshots are not one cut, so
+//     validating the written keys alone would not isolate it), and every
+//     key must be unlocked; passing, it locks them and records the writes;
+//  2. a KindTxDecide at the primary (the slot of the first written key,
+//     else of the first key): commit if every prepare answered PREPARED,
+//     else abort. The first decision recorded wins (a push may have
+//     recorded abort first): its answer is the outcome;
+//  3. a KindTxResolve at every other participant that prepared, with that
+//     outcome; then the reply. A resolve that fails is left to the
+//     participant's leader, which pushes the transaction (cluster.RunTxPush).
+//
+// Three consensus rounds in series (prepares in parallel) against one for a
+// transaction of one slot, which keeps its one-op commit.
+
+// txMaxParts bounds the slots one transaction names.
+const txMaxParts = 16
+
+// txPart is a further slot of a cross-group transaction.
+type txPart struct {
+	slot   uint16
+	snap   *shard.TxSnap
+	origin kv.TxOrigin
+	key    []byte // its first key: routes its ops
+}
+
+// xgtxMutations are this file's deliberate bugs (internal/mutation).
+type xgtxMutations struct {
+	// decideEarly: the coordinator decides commit without waiting for every
+	// prepare's answer (only the primary's).
+	decideEarly bool
+	// readsIgnoreLocks: a transaction's snapshot read of a key that a
+	// prepared transaction writes is served (the value before it).
+	readsIgnoreLocks bool
+}
+
+var xgtxMut xgtxMutations
+
+// errTxReadLocked: a transaction read a key that a prepared cross-group
+// transaction writes as of its snapshot. Its value there may already be
+// replaced at the transaction's primary; served, a reader could see another
+// group's part of that transaction and not this one. The transaction aborts
+// (its client retries, from a later start).
+type errTxReadLocked struct{ key []byte }
+
+func (e *errTxReadLocked) Error() string {
+	return fmt.Sprintf("TXABORT key '%s' is written by a prepared cross-group transaction at this transaction's snapshot; retry", clip(e.key))
+}
+
+// partOf returns the further participant key belongs to, nil for the
+// first slot's (tx.snap).
+func (tx *itxn) partOf(key []byte) *txPart {
+	if len(tx.parts) == 0 {
+		return nil
+	}
+	s := cluster.Slot(key)
+	for _, p := range tx.parts {
+		if p.slot == s {
+			return p
+		}
+	}
+	return nil
+}
+
+// snapOf is the snapshot key is read from.
+func (tx *itxn) snapOf(key []byte) *shard.TxSnap {
+	if p := tx.partOf(key); p != nil {
+		return p.snap
+	}
+	return tx.snap
+}
+
+// txAddPart opens the participant of key's slot s (tx already has a first
+// slot): on a worker, it pins this node's replica of the slot's group. On
+// an event loop it sets c.wouldWait with nothing done.
+func (c *conn) txAddPart(tx *itxn, key []byte, s uint16) error {
+	if c.srv.multi == nil || !c.srv.cfg.CrossGroupTx {
+		return cluster.ErrCrossSlot
+	}
+	for _, p := range tx.parts {
+		if p.slot == s {
+			return nil
+		}
+	}
+	if len(tx.parts)+1 >= txMaxParts {
+		return errf("ERR a transaction spans at most %d slots", txMaxParts)
+	}
+	if c.inline {
+		c.wouldWait = true
+		return nil
+	}
+	snap, err := c.srv.txPartSnap(key)
+	if err != nil {
+		return err
+	}
+	o, err := kv.SlotOrigin(snap.Get, key)
+	if err != nil {
+		snap.Close()
+		return err
+	}
+	tx.parts = append(tx.parts, &txPart{slot: s, snap: snap, origin: o, key: clone(key)})
+	return nil
+}
+
+// txPartSnap takes a further participant's snapshot: at its group's leader
+// if this node leads it (a linearizable start, as BEGIN's); else from this
+// node's replica, once it has applied the key's version as the leader reads
+// it now (a linearizable read forwarded there), so that a write
+// acknowledged before the transaction began is in it. Either way every key
+// read from it is validated at the prepare.
+func (s *Server) txPartSnap(key []byte) (*shard.TxSnap, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	snap, err := s.multi.TxBegin(ctx, key)
+	if err == nil || !errors.Is(err, cluster.ErrNotLeader) || s.router == nil {
+		return snap, err
+	}
+	addr, _ := s.router.LeaderFor(err)
+	fc := &cluster.Call{Args: [][]byte{[]byte("GET"), key}, Cons: level.ConsLinearizable}
+	s.router.Forward(addr, []*cluster.Call{fc})
+	if fc.Err != nil {
+		return nil, fc.Err
+	}
+	after := fc.NewSess.For(uint32(s.multi.GroupOf(key))).Need()
+	return s.multi.TxSnapLocal(ctx, key, after)
+}
+
+// xgPart is one participant's share of the commit.
+type xgPart struct {
+	slot   uint16
+	snap   *shard.TxSnap
+	origin kv.TxOrigin
+	key    []byte
+	checks []kv.TxCheck
+	writes []kv.Op
+	reply  string // its prepare's answer
+	err    error
+}
+
+// txCommitCross commits transaction h of several slots (see the top of
+// this file). PREPARE runs the same commit and answers null: there is no
+// one op for the client to send (the Go client's commit is PREPARE, then
+// the op it answers, unless null).
+func (c *conn) txCommitCross(h uint64, tx *itxn, prepare bool) error {
+	parts := []*xgPart{{slot: uint16(tx.slot), snap: tx.snap, origin: tx.origin}}
+	for _, p := range tx.parts {
+		parts = append(parts, &xgPart{slot: p.slot, snap: p.snap, origin: p.origin, key: p.key})
+	}
+	partOf := func(key []byte) *xgPart {
+		s := cluster.Slot(key)
+		for _, p := range parts {
+			if p.slot == s {
+				return p
+			}
+		}
+		return nil
+	}
+	for _, w := range tx.wr {
+		k := w.RoutingKey()
+		if _, ok := tx.seen[string(k)]; !ok {
+			// A blind write: its version at the start is checked too.
+			tx.now = time.Now().UnixMilli()
+			if _, _, _, _, err := tx.get(k); err != nil {
+				return c.txFail(h, err)
+			}
+		}
+		p := partOf(k)
+		if p == nil {
+			return c.txFail(h, fmt.Errorf("cross-group commit: key %q of no participant", k))
+		}
+		p.writes = append(p.writes, w)
+	}
+	keys := make([]string, 0, len(tx.seen))
+	for k := range tx.seen {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys) // the ops' bytes are a function of the transaction
+	for _, k := range keys {
+		p := partOf([]byte(k))
+		if p == nil {
+			continue
+		}
+		if p.key == nil {
+			p.key = []byte(k)
+		}
+		p.checks = append(p.checks, kv.TxCheck{Key: []byte(k), Version: tx.seen[k]})
+	}
+	primary := parts[0]
+	if len(tx.wr) > 0 {
+		primary = partOf(tx.wr[0].RoutingKey())
+	}
+	var live []*xgPart
+	for _, p := range parts {
+		if len(p.checks) > 0 || len(p.writes) > 0 {
+			live = append(live, p)
+		}
+	}
+	txid := make([]byte, 16)
+	_, _ = rand.Read(txid)
+	ops := make([]kv.Op, len(live))
+	for i, p := range live {
+		op, err := kv.NewTxPrepare(txid, primary.key, p.snap.Version(), p.origin, p.checks, p.writes)
+		if err != nil {
+			return c.txFail(h, err)
+		}
+		ops[i] = op
+	}
+	c.txEnd(h) // everything is in the ops: unpin
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	committed, abort, err := c.srv.twoPhase(ctx, txid, primary.key, live, ops)
+	if err != nil {
+		return err
+	}
+	if !committed {
+		return &replyError{abort}
+	}
+	if prepare {
+		return c.w.WriteNull()
+	}
+	return c.w.WriteInt(0)
+}
+
+// twoPhase runs prepare, decide and resolve (see the top of this file):
+// committed, or the abort's reason; err if the outcome is unknown.
+func (s *Server) twoPhase(ctx context.Context, txid, primaryKey []byte, parts []*xgPart, prepares []kv.Op) (bool, string, error) {
+	var wg sync.WaitGroup
+	done := make([]chan struct{}, len(parts))
+	for i, p := range parts {
+		done[i] = make(chan struct{})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer close(done[i])
+			p.reply, p.err = s.txGroupOp(ctx, prepares[i])
+		}()
+	}
+	commit := true
+	abort := ""
+	for i, p := range parts {
+		if mutation.On && xgtxMut.decideEarly && !sameSlot(p.key, primaryKey) {
+			continue // the bug: decided without this prepare's answer
+		}
+		<-done[i]
+		switch {
+		case p.err != nil:
+			commit = false
+			if abort == "" {
+				abort = "TXABORT a participant's prepare failed: " + p.err.Error()
+			}
+		case p.reply != "+PREPARED":
+			commit = false
+			if abort == "" {
+				abort = strings.TrimPrefix(p.reply, "-")
+			}
+		}
+	}
+	var decision string
+	var err error
+	for attempt := 0; attempt < 3; attempt++ {
+		if decision, err = s.txGroupOp(ctx, kv.NewTxDecide(txid, primaryKey, commit)); err == nil {
+			break
+		}
+	}
+	wg.Wait()
+	if err != nil {
+		// The primary may have recorded it or not: the participants'
+		// leaders will learn which from it (the push).
+		return false, "", errf("ERR cross-group commit: the decision's outcome is unknown: %v", err)
+	}
+	committed := decision == "+COMMITTED"
+	for _, p := range parts {
+		if sameSlot(p.key, primaryKey) || p.err != nil || p.reply != "+PREPARED" {
+			continue // the primary resolved in its decide; the others hold nothing
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _ = s.txGroupOp(ctx, kv.NewTxResolve(txid, p.key, committed)) // failed: pushed by its leader
+		}()
+	}
+	wg.Wait()
+	if committed {
+		return true, "", nil
+	}
+	if abort == "" {
+		abort = "TXABORT the transaction was aborted before its commit (a participant's leader pushed it)"
+	}
+	return false, abort, nil
+}
+
+// sameSlot reports whether a and b are keys of one slot: the primary's
+// participant is the one of its key's slot.
+func sameSlot(a, b []byte) bool { return cluster.Slot(a) == cluster.Slot(b) }
+
+// txGroupOp runs a two-phase op at its group's leader — this node's
+// replica if it leads, else forwarded — and answers its RESP reply line
+// ("+PREPARED", "-TXABORT ..."). The ops are idempotent by transaction id
+// (a prepare again answers PREPARED, a decide the first decision, a resolve
+// nothing), so a forward's retries are safe.
+func (s *Server) txGroupOp(ctx context.Context, op kv.Op) (string, error) {
+	res, err := s.shard.Write(ctx, op, level.Sync, shard.ReqID{})
+	if err == nil {
+		return strings.TrimSuffix(string(res.Bulk), "\r\n"), nil
+	}
+	if !errors.Is(err, cluster.ErrNotLeader) || s.router == nil {
+		return "", err
+	}
+	addr, _ := s.router.LeaderFor(err)
+	fc := &cluster.Call{Args: [][]byte{[]byte("KEFIR.TXAPPLY"), kv.AppendOp(nil, &op)}, Dur: level.Sync}
+	s.router.Forward(addr, []*cluster.Call{fc})
+	if fc.Err != nil {
+		return "", fc.Err
+	}
+	switch fc.Reply.Kind {
+	case resp.Error:
+		return "-" + string(fc.Reply.Str), nil
+	case resp.Simple:
+		return "+" + string(fc.Reply.Str), nil
+	}
+	return "", fmt.Errorf("cross-group %v: unexpected reply %v", op.Kind, fc.Reply.Kind)
+}
+
+// txPush is the node's cluster.TxPusher: decide abort at p's primary, then
+// resolve at key's group with the primary's answer.
+func (s *Server) txPush(ctx context.Context, key []byte, p kv.TxPrepared) error {
+	d, err := s.txGroupOp(ctx, kv.NewTxDecide(p.TxID, p.Primary, false))
+	if err != nil {
+		return err
+	}
+	if d != "+COMMITTED" && d != "+ABORTED" {
+		return fmt.Errorf("push of %x: decide answered %q", p.TxID, d)
+	}
+	if sameSlot(key, p.Primary) {
+		return nil // the primary's part resolved with its decision
+	}
+	_, err = s.txGroupOp(ctx, kv.NewTxResolve(p.TxID, key, d == "+COMMITTED"))
+	return err
+}
+
+// txPushPeriod is how often a leader looks for transactions left prepared.
+const txPushPeriod = 250 * time.Millisecond
+
+// startTxPush runs the push sweep of a node of several groups until ctx
+// ends.
+func (s *Server) startTxPush(ctx context.Context) {
+	if s.multi == nil || !s.cfg.CrossGroupTx {
+		return
+	}
+	s.multi.SetTxPusher(s.txPush)
+	go s.multi.RunTxPush(ctx, txPushPeriod, time.Now)
+}
