@@ -406,3 +406,34 @@ func TestXgtxTwoPartsInOneGroup(t *testing.T) {
 		t.Fatalf("locks left: %d", g.locks(t))
 	}
 }
+
+// The lock rule's lookup is skipped while no state of the process can hold
+// locks (txLocksPossible): a prepare's apply turns it on before its locks
+// land, so the write after it is refused even in a process that never
+// called EnableTxLocks. Run with the flag reset (other tests turn it on).
+func TestXgtxPrepareTurnsTheLockRuleOn(t *testing.T) {
+	was := txLocksPossible.Load()
+	t.Cleanup(func() { txLocksPossible.Store(was) })
+	txLocksPossible.Store(false)
+	ga, gb := newMV(), newMV()
+	ga.set(t, "x", "100")
+	gb.set(t, "y", "0")
+	if txLocksPossible.Load() {
+		t.Fatal("plain writes turned the lock rule on")
+	}
+	pa, _ := xfer(t, "t1", ga, gb, "x", "y")
+	ga.mustReply(t, pa, "+PREPARED")
+	if !txLocksPossible.Load() {
+		t.Fatal("a prepare left the lock rule off")
+	}
+	if _, err := ga.try(Op{Kind: KindSet, Key: b("x"), Value: b("1")}); !errors.Is(err, ErrTxLocked) {
+		t.Fatalf("a write of a locked key after a prepare: %v, want ErrTxLocked", err)
+	}
+	// Off (as in a process that skipped EnableTxLocks and replays no
+	// prepare), the same write would apply: what the flag must never be
+	// off for in a cluster of groups.
+	txLocksPossible.Store(false)
+	if _, err := ga.try(Op{Kind: KindSet, Key: b("x"), Value: b("1")}); err != nil {
+		t.Fatalf("with the rule off: %v", err)
+	}
+}

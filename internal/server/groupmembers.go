@@ -561,6 +561,7 @@ func (s *Server) groupJoinRecord(id cluster.GroupID, gc cluster.GroupConfig) (jo
 // jr records it: a new member's configuration (Membership.Apply, no
 // bootstrap), on the node's transport tr.
 func (s *Server) openJoinedGroup(tr *transport.Transport, id cluster.GroupID, jr joinRecord) (cluster.LocalGroup, error) {
+	kv.EnableTxLocks() // as openGroups
 	cfg := s.cfg
 	ms, err := ParseMembers(jr.Members)
 	if err != nil {
