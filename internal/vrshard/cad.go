@@ -417,6 +417,14 @@ func (r *Replica) markAppended() {
 
 // raiseFloor records that the engine now holds ops up to op that the index
 // may never have seen (a snapshot was installed).
+// forget drops the ops up to op and raises the floor to op: the index no
+// longer vouches for them, so a read checked against an R below op falls
+// back to the engine's versions (complete, cadNeed).
+func (u *keyUpdates) forget(op uint64) {
+	u.raiseFloor(op)
+	u.prune(op)
+}
+
 func (u *keyUpdates) raiseFloor(op uint64) {
 	u.mu.Lock()
 	u.floor = max(u.floor, op)

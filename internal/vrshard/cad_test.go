@@ -804,3 +804,66 @@ func TestEarlyAckedWritersWaitForPipelineRoom(t *testing.T) {
 		t.Fatalf("%d of 640 early-acknowledged writes failed with an 8-op pipeline, first: %v", n, firstErr.Load())
 	}
 }
+
+// A follower without follower reads never learns an R (the leader sends
+// it only to groups that read at followers), and its per-key update index
+// used to be pruned by it: it kept every key of every op it applied, for
+// as long as it followed (300 writes: 300 entries, never dropped). It now
+// forgets what it applied, raising the floor so that, leading later, it
+// reads through the engine's versions until its R passes it. Then the
+// old leader is stopped, a follower takes over, and the writes read back.
+func TestFollowerUpdateIndexStaysBounded(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	var last uint64
+	for i := 0; i < 300; i++ {
+		res, err := c.write(set(fmt.Sprintf("k%d", i), "v"), shard.ReqID{Client: 9, Seq: uint64(i + 1)}, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = res.Version
+	}
+	c.waitApplied(last, 10*time.Second)
+	size := func(r *Replica) (int, int, uint64) {
+		r.upd.mu.Lock()
+		defer r.upd.mu.Unlock()
+		return len(r.upd.queue), len(r.upd.last), r.upd.floor
+	}
+	leader := -1
+	deadline := time.Now().Add(5 * time.Second)
+	for i := 0; i < len(c.reps); i++ {
+		r := c.reps[i]
+		if r.isLeader.Load() {
+			leader = i
+			continue
+		}
+		// The follower's publish after its last apply prunes it.
+		for {
+			q, l, floor := size(r)
+			if q <= 2 && l <= 2 && floor+2 >= last {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("follower %d's update index after %d writes: %d ops, %d keys, floor %d (op %d)", i, 300, q, l, floor, last)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if leader < 0 {
+		t.Fatal("no leader")
+	}
+	c.kill(leader)
+	nl := c.leader(10 * time.Second)
+	for i := 0; i < 300; i += 37 {
+		k := fmt.Sprintf("k%d", i)
+		var got string
+		var err error
+		for end := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			if got, err = c.linGet(nl, k); err == nil || time.Now().After(end) {
+				break
+			}
+		}
+		if err != nil || got != "v" {
+			t.Fatalf("after the failover, %s = %q (%v)", k, got, err)
+		}
+	}
+}

@@ -2011,6 +2011,17 @@ func (r *Replica) publish() {
 func (r *Replica) publishReadable(R uint64) {
 	r.readable.Store(R)
 	r.ctr.readable(R)
+	if !r.opts.FollowerReads && !r.isLeader.Load() {
+		// A follower that serves no read by R never learns one (the core
+		// takes R from the leader only with follower reads), so pruning by
+		// it kept every op it applied: the index grew by every write's keys
+		// for as long as the replica followed (TestFollowerUpdateIndexStaysBounded).
+		// It forgets what it applied and raises the floor with it: should it
+		// lead, its reads fall back to the engine's versions (cadNeed) until
+		// its R passes what it forgot, as after a restart.
+		r.upd.forget(r.applied.Load())
+		return
+	}
 	r.upd.prune(min(r.applied.Load(), R))
 }
 
