@@ -65,7 +65,7 @@ type Emit func(key, value, meta []byte, tombstone bool)
 // A write of a key that a prepared cross-group transaction locks does not
 // apply (txLockGate, xgtx.go).
 func Apply(get Getter, version uint64, op *Op, maxValue int, emit Emit) (Result, error) {
-	if txLocksPossible.Load() { // tested here: the gate's call is not inlined
+	if txLocksPossible { // tested here: the gate's call is not inlined
 		if res, err, locked := txLockGate(get, op); locked {
 			return res, err
 		}

@@ -78,7 +78,7 @@ func TestHashWritesProbeRowsWithoutReadingThem(t *testing.T) {
 		// The lock gate's one lookup (xgtx.go: nothing is locked) where
 		// locks are possible, then the key.
 		want := [][]byte{k}
-		if txLocksPossible.Load() {
+		if txLocksPossible {
 			want = [][]byte{txLockCount, k}
 		}
 		if op.Kind == KindHIncrBy {

@@ -124,7 +124,7 @@ type ApplyOptions struct {
 
 // ApplyWithOptions is ApplyWith with the engine's choices o.
 func ApplyWithOptions(get Getter, list Lister, has Prober, version uint64, op *Op, maxValue int, emit Emit, o ApplyOptions) (Result, error) {
-	if txLocksPossible.Load() { // tested here: the gate's call is not inlined
+	if txLocksPossible { // tested here: the gate's call is not inlined
 		if res, err, locked := txLockGate(get, op); locked {
 			return res, err
 		}

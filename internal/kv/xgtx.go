@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync/atomic"
 
 	"github.com/kefirdb/kefir/internal/mutation"
 )
@@ -80,16 +79,19 @@ const (
 // txLocksPossible is whether a state this process applies to may hold
 // locks: the lock rule's lookup (one engine read of the count record,
 // ~400 instructions of a pipelined SET's ~6,700) is skipped while it is
-// false. Prepares exist only in a cluster of groups, and every node of one
-// turns it on before it opens a replica (server openGroups and
-// openJoinedGroup), so every replica of a group that can see a prepare
-// checks every op from its first replayed one — the rule's outcome is the
-// same on all of them. A prepare's apply turns it on too.
-var txLocksPossible atomic.Bool
+// false. Prepares exist only in a cluster of groups (the front door sends
+// none elsewhere), and every node of one turns it on before it opens a
+// replica (server openGroups and openJoinedGroup), so every replica of a
+// group that can see a prepare checks every op from its first replayed
+// one: the rule's outcome is the same on all of them. A plain bool, not an
+// atomic (this package is a deterministic core): it is set before the
+// goroutines that apply start, and never cleared.
+var txLocksPossible bool
 
 // EnableTxLocks makes every Apply in this process evaluate the lock rule.
-// A node of a cluster of groups calls it before it opens its replicas.
-func EnableTxLocks() { txLocksPossible.Store(true) }
+// Call it before any replica of a cluster of groups opens (the server
+// does; tests and simulations that apply prepares do too).
+func EnableTxLocks() { txLocksPossible = true }
 
 // TxIDMax bounds a transaction id's length.
 const TxIDMax = 64
@@ -263,7 +265,7 @@ func TxWriteLocked(get Getter, key []byte) (bool, error) {
 // the lock is gone). Reads, slot ops and the two-phase ops themselves pass
 // (a prepare checks its keys itself).
 func txLockGate(get Getter, op *Op) (Result, error, bool) {
-	if !txLocksPossible.Load() || !op.Kind.IsUpdate() || isSlotKind(op.Kind) || isXgtxKind(op.Kind) || op.Kind == KindHSweep {
+	if !txLocksPossible || !op.Kind.IsUpdate() || isSlotKind(op.Kind) || isXgtxKind(op.Kind) || op.Kind == KindHSweep {
 		return Result{}, nil, false
 	}
 	n, err := TxLockCount(get)
@@ -536,10 +538,6 @@ func txDecisionReply(commit bool) Result {
 // applyTxPrepare is Apply's case for KindTxPrepare (see the top of this
 // file).
 func applyTxPrepare(get Getter, version uint64, op *Op, maxValue int, emit Emit) (Result, error) {
-	// Before any lock lands, so every later op of every state here is
-	// checked (a prepare outside a cluster of groups is not sent, but the
-	// rule must not rest on that).
-	EnableTxLocks()
 	txid := op.Key
 	checks, writes, origin, err := txCommitParts(op)
 	if err != nil {

@@ -407,33 +407,26 @@ func TestXgtxTwoPartsInOneGroup(t *testing.T) {
 	}
 }
 
-// The lock rule's lookup is skipped while no state of the process can hold
-// locks (txLocksPossible): a prepare's apply turns it on before its locks
-// land, so the write after it is refused even in a process that never
-// called EnableTxLocks. Run with the flag reset (other tests turn it on).
-func TestXgtxPrepareTurnsTheLockRuleOn(t *testing.T) {
-	was := txLocksPossible.Load()
-	t.Cleanup(func() { txLocksPossible.Store(was) })
-	txLocksPossible.Store(false)
+// The lock rule's lookup is skipped while the process has not turned it
+// on (txLocksPossible): what a node of a cluster of groups must never skip
+// (server openGroups turns it on; e2e and server tests run it). Off, a
+// write of a locked key applies.
+func TestXgtxLockRuleOffWithoutEnable(t *testing.T) {
 	ga, gb := newMV(), newMV()
 	ga.set(t, "x", "100")
 	gb.set(t, "y", "0")
-	if txLocksPossible.Load() {
-		t.Fatal("plain writes turned the lock rule on")
-	}
 	pa, _ := xfer(t, "t1", ga, gb, "x", "y")
 	ga.mustReply(t, pa, "+PREPARED")
-	if !txLocksPossible.Load() {
-		t.Fatal("a prepare left the lock rule off")
-	}
 	if _, err := ga.try(Op{Kind: KindSet, Key: b("x"), Value: b("1")}); !errors.Is(err, ErrTxLocked) {
-		t.Fatalf("a write of a locked key after a prepare: %v, want ErrTxLocked", err)
+		t.Fatalf("a write of a locked key, the rule on: %v, want ErrTxLocked", err)
 	}
-	// Off (as in a process that skipped EnableTxLocks and replays no
-	// prepare), the same write would apply: what the flag must never be
-	// off for in a cluster of groups.
-	txLocksPossible.Store(false)
+	txLocksPossible = false
+	t.Cleanup(EnableTxLocks)
 	if _, err := ga.try(Op{Kind: KindSet, Key: b("x"), Value: b("1")}); err != nil {
 		t.Fatalf("with the rule off: %v", err)
 	}
 }
+
+// The cross-group tests of this package apply prepares: the rule is on
+// for the whole package, as in a node of a cluster of groups.
+func init() { EnableTxLocks() }
