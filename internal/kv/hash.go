@@ -434,12 +434,20 @@ func applyHash(get Getter, has Prober, version uint64, op *Op, emit Emit, o Appl
 	// recovers a prefix of an op's records after a crash then holds the
 	// metadata of any op whose rows it holds, and a replay that finds only
 	// that record reads the generation from it (ReplayReadsOwnRecord).
-	var small [4]hashRow // the rows of a small write stay on the stack (zeroing 8 cost an HSET ~25 instructions)
-	rows := small[:0]
+	// The rows of a small write stay on the stack: a list of four for
+	// several (zeroing eight cost an HSET ~25 instructions), of one for an
+	// HSET of one field, the commonest write of a hash (zeroing the four
+	// was most of what its list cost; docs/design/hashes.md, "Pipelined,
+	// session 25").
 	switch op.Kind {
 	case KindHSet:
 		var added int64
 		keys := newRowKeys(op.Keys, 2, o.Scratch)
+		var one [1]hashRow
+		rows := one[:0]
+		if len(op.Keys) > 2 {
+			rows = make([]hashRow, 0, 4)
+		}
 		for i := 0; i < len(op.Keys); i += 2 {
 			if dupAfter(op.Keys, i) {
 				continue // HSET h f 1 f 2: one row, the last value
@@ -473,6 +481,7 @@ func applyHash(get Getter, has Prober, version uint64, op *Op, emit Emit, o Appl
 			return Result{Kind: ResInt, Int: 0, Version: h.ver}, nil
 		}
 		var removed int64
+		rows := make([]hashRow, 0, 4)
 		keys := newRowKeys(op.Keys, 1, o.Scratch)
 		for i, f := range op.Keys {
 			if dupBefore(op.Keys, i) {
