@@ -406,6 +406,18 @@ func ReplayReadsOwnRecord(k Kind, meta []byte) bool {
 	return isHashWrite(k) || (RunsCommands(k) && MetaType(meta) == TypeHash)
 }
 
+// ApplyHash is ApplyWithOptions for a hash write (HSET, HDEL, HINCRBY,
+// HINCRBYFLOAT, the sweeper's; any other kind is ErrInvalidOp): the single
+// node's writer calls it for HSET directly, as it calls Apply for SET —
+// ApplyWithOptions's dispatch and its nine arguments were ~60 instructions
+// of a pipelined HSET (docs/design/hashes.md, "Pipelined, session 25").
+func ApplyHash(get Getter, has Prober, version uint64, op *Op, emit Emit, o ApplyOptions) (Result, error) {
+	if !isHashWrite(op.Kind) {
+		return Result{}, fmt.Errorf("%w: %v is not a hash write", ErrInvalidOp, op.Kind)
+	}
+	return applyHash(get, has, version, op, emit, o)
+}
+
 // applyHash evaluates the hash writes; has (nil: get answers) tells
 // whether a field row exists where its value is not needed. sparse
 // (ApplyOptions.SparseHashMeta): a write that leaves the metadata as it was

@@ -1,6 +1,7 @@
 package kv
 
 import (
+	"errors"
 	"fmt"
 	"math/rand"
 	"testing"
@@ -21,10 +22,17 @@ func TestSparseHashMetaAgreesWithDense(t *testing.T) {
 			key, now := op.Key, op.Now
 			apply := func(m mem, sparse bool) (string, uint64, int) {
 				n := 0
-				res, err := ApplyWithOptions(m.get, nil, m.has, ver, &op, 0, func(key, value, meta []byte, tomb bool) {
+				emit := func(key, value, meta []byte, tomb bool) {
 					m[string(key)] = memVal{val: string(value), ver: ver, del: tomb, meta: meta}
 					n++
-				}, ApplyOptions{SparseHashMeta: sparse})
+				}
+				o := ApplyOptions{SparseHashMeta: sparse}
+				if sparse && isHashWrite(op.Kind) {
+					// The single node's entry (ApplyHash) on the sparse side.
+					res, err := ApplyHash(m.get, m.has, ver, &op, emit, o)
+					return show(res, err), res.Version, n
+				}
+				res, err := ApplyWithOptions(m.get, nil, m.has, ver, &op, 0, emit, o)
 				return show(res, err), res.Version, n
 			}
 			// A write that writes nothing (HDEL of absent fields, HSETNX
@@ -110,6 +118,23 @@ func TestSparseHashMetaWritesOnlyRows(t *testing.T) {
 		}
 		if meta != c.meta || rows != c.rows {
 			t.Errorf("%v %q wrote %q: metadata %v and %d rows, want %v and %d", c.op.Kind, c.op.Keys, keys, meta, rows, c.meta, c.rows)
+		}
+	}
+}
+
+// ApplyHash takes hash writes only: any other kind is refused, not
+// evaluated as a hash write of its key.
+func TestApplyHashRefusesOtherKinds(t *testing.T) {
+	m := mem{}
+	for _, op := range []Op{
+		{Kind: KindSet, Key: []byte("k"), Value: []byte("v")},
+		{Kind: KindHGet, Key: []byte("h"), Keys: bs("f")},
+	} {
+		_, err := ApplyHash(m.get, m.has, 2, &op, func(key, value, meta []byte, tomb bool) {
+			t.Fatalf("%v emitted %q", op.Kind, key)
+		}, ApplyOptions{})
+		if !errors.Is(err, ErrInvalidOp) {
+			t.Fatalf("ApplyHash of %v: %v, want ErrInvalidOp", op.Kind, err)
 		}
 	}
 }

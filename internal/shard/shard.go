@@ -921,13 +921,18 @@ func (s *Shard) apply(op *kv.Op, ts int64) (kv.Result, error) {
 	// HSET of existing fields writes only their rows (SparseHashMeta).
 	var res kv.Result
 	var err error
-	if op.Kind == kv.KindSet {
+	opts := kv.ApplyOptions{SparseHashMeta: true, Scratch: s.scratchFn}
+	switch op.Kind {
+	case kv.KindSet:
 		// ApplyWithOptions sends a SET to Apply: directly, the commonest
 		// write skips a call of nine arguments (~65 instructions of a
-		// pipelined SET's ~3,200; docs/design/one-house.md).
+		// pipelined SET's ~3,200; docs/design/one-house.md). HSET, the
+		// commonest hash write, alike (kv.ApplyHash).
 		res, err = kv.Apply(get, v, op, s.maxVal, s.stageFn)
-	} else {
-		res, err = kv.ApplyWithOptions(get, list, s.hasFn, v, op, s.maxVal, s.stageFn, kv.ApplyOptions{SparseHashMeta: true, Scratch: s.scratchFn})
+	case kv.KindHSet:
+		res, err = kv.ApplyHash(get, s.hasFn, v, op, s.stageFn, opts)
+	default:
+		res, err = kv.ApplyWithOptions(get, list, s.hasFn, v, op, s.maxVal, s.stageFn, opts)
 	}
 	if err != nil {
 		return kv.Result{}, err // the caller drops what was staged
