@@ -88,7 +88,11 @@ run() {
   [ "$bench" = 1 ] && redis-benchmark -p "$PORT" -c 50 -P "$PIPE" -n "$N" "${r[@]}" -q "${t[@]}" >/dev/null 2>&1
   kill "$pid"; wait "$pid" 2>/dev/null || true
   [ -s "$out" ] || { echo "instr-ab: no counts from $bin (see $out.log)" >&2; cat "$out.log" >&2; exit 1; }
-  cg_annotate --show-percs=no "$out" 2>/dev/null | grep -E '^\s*[0-9,]+ +[^ ]*:' |
+  # --threshold=0: every function. cg_annotate's default lists only those above 0.1 % of the
+  # run's total, and a fill-only run (-F) whose idle Go runtime spun longer listed fewer:
+  # what it dropped was not subtracted (a per-call function counted 3× in one run, once in
+  # the next; before session 25 every -F figure could carry such errors).
+  cg_annotate --show-percs=no --threshold=0 --auto=no "$out" 2>/dev/null | grep -E '^\s*[0-9,]+ +[^ ]*:' |
     sed -E 's/^ *([0-9,]+) +[^:]*:(.*)$/\1 \2/' | tr -d ',' |
     awk 'NF == 2 {a[$2]+=$1} END {for (k in a) print k, a[k]}' | LC_ALL=C sort >"$out.txt"
 }
