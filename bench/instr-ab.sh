@@ -21,7 +21,10 @@
 #
 # Prints, per binary: instructions per request over the whole process (startup and the
 # Go runtime included: GC and the scheduler vary a few per cent between runs) and over
-# Kefir's own code (github.com/kefirdb/kefir/...).
+# Kefir's own code (github.com/kefirdb/kefir/...). With -F compare Kefir's code: the whole
+# process also counts the runtime's idle spinning, which lasts as long as a run does on a
+# loaded box and which the fill-only run's subtraction does not cancel (it can come out
+# thousands off, even negative).
 # Needs: valgrind (apt-get install valgrind), redis-benchmark, redis-cli. Runs at ~1/50 speed:
 # 100k requests take ~30 s per binary. Go's asynchronous preemption is off under valgrind
 # (GODEBUG=asyncpreemptoff=1: callgrind and cachegrind do not survive its signals).
@@ -31,11 +34,11 @@ TEST=set N=100000 PIPE=16 PORT=27650 DUR=async RAND=0 FILL=0
 while getopts "t:n:P:r:p:d:F" o; do
   case $o in
     t) TEST=$OPTARG ;; n) N=$OPTARG ;; P) PIPE=$OPTARG ;; r) RAND=$OPTARG ;; p) PORT=$OPTARG ;; d) DUR=$OPTARG ;; F) FILL=1 ;;
-    *) sed -n '2,28p' "$0"; exit 2 ;;
+    *) sed -n '2,30p' "$0"; exit 2 ;;
   esac
 done
 shift $((OPTIND - 1))
-[ $# -ge 1 ] || { sed -n '2,28p' "$0"; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,30p' "$0"; exit 2; }
 for t in valgrind cg_annotate redis-benchmark redis-cli; do
   command -v $t >/dev/null || { echo "instr-ab: $t not found (apt-get install valgrind redis-tools)" >&2; exit 2; }
 done
