@@ -72,7 +72,10 @@ run() {
       --durability "$DUR" >"$out.log" 2>&1 &
   fi
   local pid=$!
-  for _ in $(seq 600); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+  for _ in $(seq 600); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  # A server that did not start (its port taken: in most kernels' ephemeral range, an outgoing
+  # connection may hold it) must stop the run: redis-benchmark would retry it forever.
+  redis-cli -p "$PORT" ping >/dev/null 2>&1 || { echo "instr-ab: no server on port $PORT (see $out.log)" >&2; cat "$out.log" >&2; kill "$pid" 2>/dev/null; exit 1; }
   local r=()
   [ "$RAND" -gt 0 ] && r=(-r "$RAND")
   if [ "$FILL" = 1 ]; then
