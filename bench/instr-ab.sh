@@ -21,7 +21,10 @@
 #
 # Prints, per binary: instructions per request over the whole process (startup and the
 # Go runtime included: GC and the scheduler vary a few per cent between runs) and over
-# Kefir's own code (github.com/kefirdb/kefir/...).
+# Kefir's own code (github.com/kefirdb/kefir/...). With -F compare Kefir's code: the whole
+# process also counts the runtime's idle spinning, which lasts as long as a run does on a
+# loaded box and which the fill-only run's subtraction does not cancel (it can come out
+# thousands off, even negative).
 # Needs: valgrind (apt-get install valgrind), redis-benchmark, redis-cli. Runs at ~1/50 speed:
 # 100k requests take ~30 s per binary. Go's asynchronous preemption is off under valgrind
 # (GODEBUG=asyncpreemptoff=1: callgrind and cachegrind do not survive its signals).
@@ -31,11 +34,11 @@ TEST=set N=100000 PIPE=16 PORT=27650 DUR=async RAND=0 FILL=0
 while getopts "t:n:P:r:p:d:F" o; do
   case $o in
     t) TEST=$OPTARG ;; n) N=$OPTARG ;; P) PIPE=$OPTARG ;; r) RAND=$OPTARG ;; p) PORT=$OPTARG ;; d) DUR=$OPTARG ;; F) FILL=1 ;;
-    *) sed -n '2,28p' "$0"; exit 2 ;;
+    *) sed -n '2,30p' "$0"; exit 2 ;;
   esac
 done
 shift $((OPTIND - 1))
-[ $# -ge 1 ] || { sed -n '2,28p' "$0"; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,30p' "$0"; exit 2; }
 for t in valgrind cg_annotate redis-benchmark redis-cli; do
   command -v $t >/dev/null || { echo "instr-ab: $t not found (apt-get install valgrind redis-tools)" >&2; exit 2; }
 done
@@ -69,7 +72,10 @@ run() {
       --durability "$DUR" >"$out.log" 2>&1 &
   fi
   local pid=$!
-  for _ in $(seq 600); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+  for _ in $(seq 600); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  # A server that did not start (its port taken: in most kernels' ephemeral range, an outgoing
+  # connection may hold it) must stop the run: redis-benchmark would retry it forever.
+  redis-cli -p "$PORT" ping >/dev/null 2>&1 || { echo "instr-ab: no server on port $PORT (see $out.log)" >&2; cat "$out.log" >&2; kill "$pid" 2>/dev/null; exit 1; }
   local r=()
   [ "$RAND" -gt 0 ] && r=(-r "$RAND")
   if [ "$FILL" = 1 ]; then
@@ -88,7 +94,11 @@ run() {
   [ "$bench" = 1 ] && redis-benchmark -p "$PORT" -c 50 -P "$PIPE" -n "$N" "${r[@]}" -q "${t[@]}" >/dev/null 2>&1
   kill "$pid"; wait "$pid" 2>/dev/null || true
   [ -s "$out" ] || { echo "instr-ab: no counts from $bin (see $out.log)" >&2; cat "$out.log" >&2; exit 1; }
-  cg_annotate --show-percs=no "$out" 2>/dev/null | grep -E '^\s*[0-9,]+ +[^ ]*:' |
+  # --threshold=0: every function. cg_annotate's default lists only those above 0.1 % of the
+  # run's total, and a fill-only run (-F) whose idle Go runtime spun longer listed fewer:
+  # what it dropped was not subtracted (a per-call function counted 3× in one run, once in
+  # the next; before session 25 every -F figure could carry such errors).
+  cg_annotate --show-percs=no --threshold=0 --auto=no "$out" 2>/dev/null | grep -E '^\s*[0-9,]+ +[^ ]*:' |
     sed -E 's/^ *([0-9,]+) +[^:]*:(.*)$/\1 \2/' | tr -d ',' |
     awk 'NF == 2 {a[$2]+=$1} END {for (k in a) print k, a[k]}' | LC_ALL=C sort >"$out.txt"
 }

@@ -194,11 +194,23 @@ func decodeHashMeta(b []byte) (gen uint64, n int64, err error) {
 	if len(b) < 8 {
 		return 0, 0, fmt.Errorf("%w: hash metadata of %d bytes", ErrCorrupt, len(b))
 	}
+	gen = binary.LittleEndian.Uint64(b)
+	// Counts below 2^21 (three bytes) inline: binary.Uvarint's loop was
+	// ~45 instructions of every hash write (docs/design/hashes.md,
+	// "Pipelined, session 25"); TestDecodeHashMetaAgreesWithUvarint.
+	switch c := b[8:]; {
+	case len(c) >= 1 && c[0] < 0x80:
+		return gen, int64(c[0]), nil
+	case len(c) >= 2 && c[1] < 0x80:
+		return gen, int64(c[0]&0x7f) | int64(c[1])<<7, nil
+	case len(c) >= 3 && c[2] < 0x80: // (c[0], c[1] >= 0x80: the cases above)
+		return gen, int64(c[0]&0x7f) | int64(c[1]&0x7f)<<7 | int64(c[2])<<14, nil
+	}
 	c, k := binary.Uvarint(b[8:])
 	if k <= 0 {
 		return 0, 0, fmt.Errorf("%w: hash metadata count", ErrCorrupt)
 	}
-	return binary.LittleEndian.Uint64(b), int64(c), nil
+	return gen, int64(c), nil
 }
 
 // notString is the error of a string command on a key of another type.
@@ -279,28 +291,34 @@ func ownGen(op *Op, version, ver, gen uint64) {
 	}
 }
 
-func readHashState(get Getter, op *Op, version uint64) (hashState, error) {
+// read reads op.Key's hash as a write at version finds it (a new one, of
+// a generation no other hash had, if the key holds nothing). Into *h, not
+// returned: a hashState returned by value was ~25 instructions of a
+// pipelined HSET.
+func (h *hashState) read(get Getter, op *Op, version uint64) error {
 	data, meta, ver, live, _, err := lookup(get, op.Key, op.Now)
 	if err != nil {
-		return hashState{}, err
+		return err
 	}
 	if !live {
 		// A new hash: a generation no other hash had.
 		gen, err := newHashGen(op, version)
 		if err != nil {
-			return hashState{}, err
+			return err
 		}
-		return hashState{gen: gen, ver: ver, created: true}, nil
+		*h = hashState{gen: gen, ver: ver, created: true}
+		return nil
 	}
 	if MetaType(meta) != TypeHash {
-		return hashState{}, ErrWrongKind
+		return ErrWrongKind
 	}
 	gen, n, err := decodeHashMeta(data)
 	if err != nil {
-		return hashState{}, err
+		return err
 	}
 	ownGen(op, version, ver, gen)
-	return hashState{live: true, gen: gen, n: n, expireAt: ExpireAt(meta), ver: ver}, nil
+	*h = hashState{live: true, gen: gen, n: n, expireAt: ExpireAt(meta), ver: ver}
+	return nil
 }
 
 // field reads the row whose key is row (only a live hash has rows).
@@ -406,12 +424,18 @@ func ReplayReadsOwnRecord(k Kind, meta []byte) bool {
 	return isHashWrite(k) || (RunsCommands(k) && MetaType(meta) == TypeHash)
 }
 
-// applyHash evaluates the hash writes; has (nil: get answers) tells
-// whether a field row exists where its value is not needed. sparse
-// (ApplyOptions.SparseHashMeta): a write that leaves the metadata as it was
-// emits only its rows.
-func applyHash(get Getter, has Prober, version uint64, op *Op, emit Emit, o ApplyOptions) (Result, error) {
-	sparse := o.SparseHashMeta
+// ApplyHash evaluates the hash writes (HSET, HDEL, HINCRBY, HINCRBYFLOAT,
+// the sweeper's; any other kind is ErrInvalidOp) for ApplyWithOptions and
+// Apply; the single node's writer calls it for HSET directly, as it calls
+// Apply for SET — ApplyWithOptions's dispatch and its nine arguments were
+// ~60 instructions of a pipelined HSET (docs/design/hashes.md, "Pipelined,
+// session 25"). has (nil: get answers) tells whether a field row exists
+// where its value is not needed. With ApplyOptions.SparseHashMeta a write
+// that leaves the metadata as it was emits only its rows.
+func ApplyHash(get Getter, has Prober, version uint64, op *Op, emit Emit, o ApplyOptions) (res Result, err error) {
+	if !isHashWrite(op.Kind) {
+		return Result{}, fmt.Errorf("%w: %v is not a hash write", ErrInvalidOp, op.Kind)
+	}
 	if op.Kind == KindHSweep {
 		return applyHashSweep(get, version, op, emit)
 	}
@@ -426,109 +450,182 @@ func applyHash(get Getter, has Prober, version uint64, op *Op, emit Emit, o Appl
 			return Result{}, ErrNotFloat // Redis checks the increment first
 		}
 	}
-	h, err := readHashState(get, op, version)
-	if err != nil {
+	var h hashState
+	if err := h.read(get, op, version); err != nil {
 		return Result{}, err
 	}
 	// The metadata record is emitted first, then the rows: an engine that
 	// recovers a prefix of an op's records after a crash then holds the
 	// metadata of any op whose rows it holds, and a replay that finds only
 	// that record reads the generation from it (ReplayReadsOwnRecord).
-	var small [4]hashRow // the rows of a small write stay on the stack (zeroing 8 cost an HSET ~25 instructions)
-	rows := small[:0]
+	//
+	// Each kind in a function of its own: in one function of every kind
+	// the HSET's few steps compiled to spills around a frame of ~1.6 KB,
+	// and the append of its one row alone was ~45 instructions
+	// (docs/design/hashes.md, "Pipelined, session 25").
+	// Each kind in a function of its own, writing its result in place (a
+	// Result is 96 bytes, and each return copied it): in one function of
+	// every kind the HSET's few steps compiled to spills around a frame of
+	// ~1.6 KB.
 	switch op.Kind {
 	case KindHSet:
-		var added int64
-		keys := newRowKeys(op.Keys, 2, o.Scratch)
-		for i := 0; i < len(op.Keys); i += 2 {
-			if dupAfter(op.Keys, i) {
-				continue // HSET h f 1 f 2: one row, the last value
-			}
-			row := keys.key(h.gen, op.Keys[i])
-			exists, err := h.exists(get, has, row)
-			if err != nil {
-				return Result{}, err
-			}
-			if exists && op.Cond == IfAbsent {
-				return Result{Kind: ResInt, Int: 0, Version: h.ver}, nil
-			}
-			if !exists {
-				added++
-			}
-			rows = append(rows, hashRow{key: row, value: op.Keys[i+1]})
-		}
-		if sparse && h.live && added == 0 {
-			emitRows(emit, rows) // count, generation and expiry stay
-		} else {
-			h.n += added
-			h.emit(emit, op.Key, version, rows, &keys)
-		}
-		if op.Delta == 1 {
-			return Result{Kind: ResOK, Version: version}, nil
-		}
-		return Result{Kind: ResInt, Int: added, Version: version}, nil
-
+		err = h.set(get, has, version, op, emit, o, &res)
 	case KindHDel:
-		if !h.live {
-			return Result{Kind: ResInt, Int: 0, Version: h.ver}, nil
-		}
-		var removed int64
-		keys := newRowKeys(op.Keys, 1, o.Scratch)
-		for i, f := range op.Keys {
-			if dupBefore(op.Keys, i) {
-				continue
-			}
-			row := keys.key(h.gen, f)
-			exists, err := h.exists(get, has, row)
-			if err != nil {
-				return Result{}, err
-			}
-			if exists {
-				removed++
-				rows = append(rows, hashRow{key: row}) // a deletion
-			}
-		}
-		if removed == 0 {
-			return Result{Kind: ResInt, Int: 0, Version: h.ver}, nil
-		}
-		h.n -= removed
-		h.emit(emit, op.Key, version, rows, &keys)
-		return Result{Kind: ResInt, Int: removed, Version: version}, nil
+		err = h.del(get, has, version, op, emit, o, &res)
+	default: // KindHIncrBy, KindHIncrByFloat
+		err = h.incr(get, version, op, emit, o, &res)
+	}
+	return res, err
+}
 
-	case KindHIncrBy, KindHIncrByFloat:
-		keys := newRowKeys(op.Keys[:1], 1, o.Scratch)
-		row := keys.key(h.gen, op.Keys[0])
-		old, exists, err := h.field(get, row)
+// set is HSET, HMSET (op.Delta 1: answers OK) and HSETNX (op.Cond
+// IfAbsent) on the hash h read, its result in *res. One field, the
+// commonest write of a hash, takes the steps of setMany's loop without it:
+// its duplicate check, its list of rows (zeroed at every call, being on
+// the stack) and its bookkeeping were ~120 instructions of a pipelined
+// HSET (docs/design/hashes.md, "Pipelined, session 25").
+// TestHSetOfOneFieldAgreesWithTheLoop holds the two to one another.
+func (h *hashState) set(get Getter, has Prober, version uint64, op *Op, emit Emit, o ApplyOptions, res *Result) error {
+	if len(op.Keys) != 2 {
+		return h.setMany(get, has, version, op, emit, o, res)
+	}
+	keys := newRowKeys(op.Keys, 2, o.Scratch)
+	row := keys.key(h.gen, op.Keys[0])
+	exists, err := h.exists(get, has, row)
+	if err != nil {
+		return err
+	}
+	switch {
+	case exists && op.Cond == IfAbsent:
+		*res = Result{Kind: ResInt, Int: 0, Version: h.ver}
+		return nil
+	case exists && o.SparseHashMeta: // exists: the hash is live
+		put(emit, row, op.Keys[1], nil) // count, generation and expiry stay
+	default:
+		var added int64
+		if !exists {
+			added = 1
+		}
+		h.n += added
+		rows := [1]hashRow{{key: row, value: op.Keys[1]}}
+		h.emit(emit, op.Key, version, rows[:], &keys)
+		if op.Delta != 1 {
+			*res = Result{Kind: ResInt, Int: added, Version: version}
+			return nil
+		}
+	}
+	if op.Delta == 1 {
+		*res = Result{Kind: ResOK, Version: version}
+		return nil
+	}
+	*res = Result{Kind: ResInt, Int: 0, Version: version}
+	return nil
+}
+
+// setMany is set of any number of fields.
+func (h *hashState) setMany(get Getter, has Prober, version uint64, op *Op, emit Emit, o ApplyOptions, res *Result) error {
+	var added int64
+	keys := newRowKeys(op.Keys, 2, o.Scratch)
+	rows := make([]hashRow, 0, 4) // on the stack (zeroing eight cost an HSET ~25 instructions)
+	for i := 0; i < len(op.Keys); i += 2 {
+		if dupAfter(op.Keys, i) {
+			continue // HSET h f 1 f 2: one row, the last value
+		}
+		row := keys.key(h.gen, op.Keys[i])
+		exists, err := h.exists(get, has, row)
 		if err != nil {
-			return Result{}, err
+			return err
 		}
-		var nv []byte
-		res := Result{Version: version}
-		if op.Kind == KindHIncrBy {
-			cur, err := addInt(old, exists, op.Delta, ErrHashNotInt)
-			if err != nil {
-				return Result{}, err
-			}
-			nv = strconv.AppendInt(nil, cur, 10)
-			res.Kind, res.Int = ResInt, cur
-		} else {
-			if nv, err = addLongDouble(old, exists, op.Value, ErrHashNotFloat); err != nil {
-				return Result{}, err
-			}
-			res.Kind, res.Bulk = ResBulk, nv
+		if exists && op.Cond == IfAbsent {
+			*res = Result{Kind: ResInt, Int: 0, Version: h.ver}
+			return nil
 		}
-		nrows := []hashRow{{key: row, value: nv}}
-		if sparse && exists { // exists: the hash is live
-			emitRows(emit, nrows)
-			return res, nil
+		if !exists {
+			added++
 		}
+		rows = append(rows, hashRow{key: row, value: op.Keys[i+1]})
+	}
+	if o.SparseHashMeta && h.live && added == 0 {
+		emitRows(emit, rows) // count, generation and expiry stay
+	} else {
+		h.n += added
+		h.emit(emit, op.Key, version, rows, &keys)
+	}
+	if op.Delta == 1 {
+		*res = Result{Kind: ResOK, Version: version}
+	} else {
+		*res = Result{Kind: ResInt, Int: added, Version: version}
+	}
+	return nil
+}
+
+// del is HDEL on the hash h read, its result in *res.
+func (h *hashState) del(get Getter, has Prober, version uint64, op *Op, emit Emit, o ApplyOptions, res *Result) error {
+	if !h.live {
+		*res = Result{Kind: ResInt, Int: 0, Version: h.ver}
+		return nil
+	}
+	var removed int64
+	rows := make([]hashRow, 0, 4)
+	keys := newRowKeys(op.Keys, 1, o.Scratch)
+	for i, f := range op.Keys {
+		if dupBefore(op.Keys, i) {
+			continue
+		}
+		row := keys.key(h.gen, f)
+		exists, err := h.exists(get, has, row)
+		if err != nil {
+			return err
+		}
+		if exists {
+			removed++
+			rows = append(rows, hashRow{key: row}) // a deletion
+		}
+	}
+	if removed == 0 {
+		*res = Result{Kind: ResInt, Int: 0, Version: h.ver}
+		return nil
+	}
+	h.n -= removed
+	h.emit(emit, op.Key, version, rows, &keys)
+	*res = Result{Kind: ResInt, Int: removed, Version: version}
+	return nil
+}
+
+// incr is HINCRBY and HINCRBYFLOAT on the hash h read, its result in *res.
+func (h *hashState) incr(get Getter, version uint64, op *Op, emit Emit, o ApplyOptions, res *Result) error {
+	keys := newRowKeys(op.Keys[:1], 1, o.Scratch)
+	row := keys.key(h.gen, op.Keys[0])
+	old, exists, err := h.field(get, row)
+	if err != nil {
+		return err
+	}
+	var nv []byte
+	r := Result{Version: version}
+	if op.Kind == KindHIncrBy {
+		cur, err := addInt(old, exists, op.Delta, ErrHashNotInt)
+		if err != nil {
+			return err
+		}
+		nv = strconv.AppendInt(nil, cur, 10)
+		r.Kind, r.Int = ResInt, cur
+	} else {
+		if nv, err = addLongDouble(old, exists, op.Value, ErrHashNotFloat); err != nil {
+			return err
+		}
+		r.Kind, r.Bulk = ResBulk, nv
+	}
+	nrows := []hashRow{{key: row, value: nv}}
+	if o.SparseHashMeta && exists { // exists: the hash is live
+		emitRows(emit, nrows)
+	} else {
 		if !exists {
 			h.n++
 		}
 		h.emit(emit, op.Key, version, nrows, &keys)
-		return res, nil
 	}
-	return Result{}, fmt.Errorf("%w: %v is not a hash write", ErrInvalidOp, op.Kind)
+	*res = r
+	return nil
 }
 
 // PointRange reports whether a scan of [start, end) for at most limit keys

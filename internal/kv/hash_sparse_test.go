@@ -1,6 +1,8 @@
 package kv
 
 import (
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"math/rand"
 	"testing"
@@ -21,10 +23,17 @@ func TestSparseHashMetaAgreesWithDense(t *testing.T) {
 			key, now := op.Key, op.Now
 			apply := func(m mem, sparse bool) (string, uint64, int) {
 				n := 0
-				res, err := ApplyWithOptions(m.get, nil, m.has, ver, &op, 0, func(key, value, meta []byte, tomb bool) {
+				emit := func(key, value, meta []byte, tomb bool) {
 					m[string(key)] = memVal{val: string(value), ver: ver, del: tomb, meta: meta}
 					n++
-				}, ApplyOptions{SparseHashMeta: sparse})
+				}
+				o := ApplyOptions{SparseHashMeta: sparse}
+				if sparse && isHashWrite(op.Kind) {
+					// The single node's entry (ApplyHash) on the sparse side.
+					res, err := ApplyHash(m.get, m.has, ver, &op, emit, o)
+					return show(res, err), res.Version, n
+				}
+				res, err := ApplyWithOptions(m.get, nil, m.has, ver, &op, 0, emit, o)
 				return show(res, err), res.Version, n
 			}
 			// A write that writes nothing (HDEL of absent fields, HSETNX
@@ -110,6 +119,100 @@ func TestSparseHashMetaWritesOnlyRows(t *testing.T) {
 		}
 		if meta != c.meta || rows != c.rows {
 			t.Errorf("%v %q wrote %q: metadata %v and %d rows, want %v and %d", c.op.Kind, c.op.Keys, keys, meta, rows, c.meta, c.rows)
+		}
+	}
+}
+
+// ApplyHash takes hash writes only: any other kind is refused, not
+// evaluated as a hash write of its key.
+func TestApplyHashRefusesOtherKinds(t *testing.T) {
+	m := mem{}
+	for _, op := range []Op{
+		{Kind: KindSet, Key: []byte("k"), Value: []byte("v")},
+		{Kind: KindHGet, Key: []byte("h"), Keys: bs("f")},
+	} {
+		_, err := ApplyHash(m.get, m.has, 2, &op, func(key, value, meta []byte, tomb bool) {
+			t.Fatalf("%v emitted %q", op.Kind, key)
+		}, ApplyOptions{})
+		if !errors.Is(err, ErrInvalidOp) {
+			t.Fatalf("ApplyHash of %v: %v, want ErrInvalidOp", op.Kind, err)
+		}
+	}
+}
+
+// An HSET, HMSET or HSETNX of one field takes its own path (set), not the
+// loop of several fields (setMany); the two must write the same records
+// and answer the same. The same op with its field named twice (f v f v:
+// one row, the last value) takes the loop, so random histories
+// (randomHashOp) applied each way, sparse and dense, must agree record for
+// record.
+func TestHSetOfOneFieldAgreesWithTheLoop(t *testing.T) {
+	rng := rand.New(rand.NewSource(25))
+	type rec struct {
+		key, value, meta string
+		tomb             bool
+	}
+	ones := 0
+	for run := 0; run < 100; run++ {
+		sparse := run%2 == 0
+		one, loop := mem{}, mem{}
+		for ver := uint64(2); ver < 100; ver++ {
+			op := randomHashOp(rng, ver)
+			twice := op
+			if op.Kind == KindHSet && len(op.Keys) == 2 {
+				twice.Keys = [][]byte{op.Keys[0], []byte("first"), op.Keys[0], op.Keys[1]}
+				ones++
+			}
+			apply := func(m mem, op *Op) (string, uint64, []rec) {
+				var recs []rec
+				res, err := ApplyWithOptions(m.get, nil, m.has, ver, op, 0, func(key, value, meta []byte, tomb bool) {
+					m[string(key)] = memVal{val: string(value), ver: ver, del: tomb, meta: meta}
+					recs = append(recs, rec{string(key), string(value), string(meta), tomb})
+				}, ApplyOptions{SparseHashMeta: sparse})
+				return show(res, err), res.Version, recs
+			}
+			got, gv, grecs := apply(one, &op)
+			want, wv, wrecs := apply(loop, &twice)
+			if got != want || gv != wv || fmt.Sprint(grecs) != fmt.Sprint(wrecs) {
+				t.Fatalf("run %d (sparse %v), %v %q %q at %d: one field %s v%d %+v; the loop %s v%d %+v",
+					run, sparse, op.Kind, op.Key, op.Keys, ver, got, gv, grecs, want, wv, wrecs)
+			}
+		}
+	}
+	if ones < 1000 {
+		t.Fatalf("%d one-field HSETs: too few to compare", ones)
+	}
+}
+
+// decodeHashMeta reads counts of up to three bytes inline and the rest with
+// binary.Uvarint: both must agree with Uvarint on every count a metadata
+// record may carry, around each byte boundary, and on truncated ones.
+func TestDecodeHashMetaAgreesWithUvarint(t *testing.T) {
+	rng := rand.New(rand.NewSource(21))
+	var counts []uint64
+	for shift := 0; shift < 64; shift += 7 {
+		for _, d := range []int64{-2, -1, 0, 1, 2} {
+			counts = append(counts, uint64(int64(1)<<shift+d))
+		}
+	}
+	for i := 0; i < 10000; i++ {
+		counts = append(counts, rng.Uint64()>>rng.Intn(64))
+	}
+	for _, n := range counts {
+		full := appendHashMeta(nil, 0x0102030405060708, int64(n))
+		for cut := 8; cut <= len(full); cut++ {
+			b := full[:cut]
+			gen, got, err := decodeHashMeta(b)
+			c, k := binary.Uvarint(b[8:])
+			if k <= 0 {
+				if err == nil {
+					t.Fatalf("count %d cut to %d bytes: decoded %d, want an error", n, cut, got)
+				}
+				continue
+			}
+			if err != nil || gen != 0x0102030405060708 || got != int64(c) {
+				t.Fatalf("count %d cut to %d bytes: %x %d %v, want %d", n, cut, gen, got, err, c)
+			}
 		}
 	}
 }

@@ -28,7 +28,8 @@ func parseHSetInto(op *kv.Op, name string, args [][]byte, a *arena) error {
 	if len(args)%2 != 0 {
 		return errf("ERR wrong number of arguments for '%s' command", strings.ToLower(name))
 	}
-	op.Kind, op.Key, op.Keys = kv.KindHSet, a.copy(args[1]), a.copyArgs(args[2:])
+	op.Kind = kv.KindHSet
+	op.Key, op.Keys = a.copyKeyArgs(args[1:])
 	return nil
 }
 
@@ -48,7 +49,8 @@ func parseHashWrite(spec *command.Spec, args [][]byte, a *arena) (op kv.Op, hand
 		}
 		return op, true, nil
 	case "HDEL":
-		op = kv.Op{Kind: kv.KindHDel, Key: a.copy(args[1]), Keys: a.copyArgs(args[2:])}
+		op = kv.Op{Kind: kv.KindHDel}
+		op.Key, op.Keys = a.copyKeyArgs(args[1:])
 		return op, true, nil
 	case "HINCRBY":
 		n, err := parseInt64(args[3])

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"testing"
@@ -246,6 +247,49 @@ func TestArenaCopiesSurviveGrowth(t *testing.T) {
 		}
 		if !bytes.Equal(g, want[i]) {
 			t.Fatalf("copy %d: %q, want %q", i, g[:min(8, len(g))], want[i][:min(8, len(want[i]))])
+		}
+	}
+}
+
+// copyKeyArgs (HSET's and HDEL's key and list, one check of the arena's
+// room) keeps what copy and copyArgs keep: every copy holds its bytes
+// across the arena's growth and later copies, capped at its length, the
+// list too; random lists, some past 64 KiB in all, interleaved with the
+// other two.
+func TestArenaCopyKeyArgsSurvivesGrowth(t *testing.T) {
+	rng := rand.New(rand.NewPCG(25, 1))
+	var a arena
+	var got, want [][]byte
+	for range 2000 {
+		args := make([][]byte, 1+rng.IntN(6))
+		for i := range args {
+			n := rng.IntN(40)
+			if rng.IntN(50) == 0 {
+				n = rng.IntN(80 << 10)
+			}
+			args[i] = bytes.Repeat([]byte{byte('a' + rng.IntN(26))}, n)
+		}
+		switch rng.IntN(3) {
+		case 0:
+			key, rest := a.copyKeyArgs(args)
+			if cap(rest) != len(rest) {
+				t.Fatalf("list of %d: capacity %d", len(rest), cap(rest))
+			}
+			got = append(append(got, key), rest...)
+		case 1:
+			got = append(got, a.copyArgs(args)...)
+		default:
+			got = append(got, a.copy(args[0]))
+			args = args[:1]
+		}
+		want = append(want, args...)
+	}
+	for i, g := range got {
+		if len(g) <= 64<<10 && cap(g) != len(g) {
+			t.Fatalf("copy %d: capacity %d past its length %d", i, cap(g), len(g))
+		}
+		if !bytes.Equal(g, want[i]) {
+			t.Fatalf("copy %d: %d bytes %q, want %d bytes %q", i, len(g), g[:min(8, len(g))], len(want[i]), want[i][:min(8, len(want[i]))])
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -251,6 +252,49 @@ func testFailedWriteLeavesNothingStaged(t *testing.T, before int) {
 	}
 	if r := reqs[n-1]; r.Err != nil || r.Result.Int != 6 {
 		t.Fatalf("INCR k after the failed DEL = %+v, %v; want 6", r.Result, r.Err)
+	}
+}
+
+// The writer's memo of an engine read answers current before the staged
+// index (Shard.memoCur) only while no record of its key was staged after
+// the read. A write that read the key, checked the records staged so far,
+// and then failed (DEL a h bad: a's and h's deletions staged, the read of
+// bad fails) is dropped, and the next write's records take its positions:
+// the memo must not take them as checked. Here SET h takes the position of
+// the failed DEL's first record, and the HSET of h after it must find the
+// string, not the memo's hash.
+func TestFailedWriteDropsTheCurrentMemo(t *testing.T) {
+	db, err := storage.Open(storage.Options{Devices: []storage.Device{{Dir: t.TempDir()}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(&failingGet{DB: db, bad: "bad"}, Options{Logger: slog.New(slog.DiscardHandler), NoBackgroundSync: true, Durability: level.Async})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { s.Close(); db.Close() }()
+	for _, op := range []kv.Op{
+		{Kind: kv.KindSet, Key: []byte("a"), Value: []byte("1")},
+		{Kind: kv.KindHSet, Key: []byte("h"), Keys: [][]byte{[]byte("f"), []byte("v")}},
+	} {
+		if _, err := s.Write(ctx, op, level.Async, ReqID{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reqs := []WriteReq{
+		{Op: kv.Op{Kind: kv.KindHSet, Key: []byte("h"), Keys: [][]byte{[]byte("f"), []byte("w")}}},
+		{Op: kv.Op{Kind: kv.KindDel, Keys: [][]byte{[]byte("a"), []byte("h"), []byte("bad")}}},
+		{Op: kv.Op{Kind: kv.KindSet, Key: []byte("h"), Value: []byte("s")}},
+		{Op: kv.Op{Kind: kv.KindHSet, Key: []byte("h"), Keys: [][]byte{[]byte("f"), []byte("z")}}},
+	}
+	if _, err := s.Apply(ctx, reqs); err != nil {
+		t.Fatal(err)
+	}
+	if reqs[1].Err == nil {
+		t.Fatalf("DEL a h bad succeeded: the injected failure did not happen")
+	}
+	if r := reqs[3]; !errors.Is(r.Err, kv.ErrWrongKind) {
+		t.Fatalf("HSET h after SET h in the same batch = %+v, %v; want WRONGTYPE", r.Result, r.Err)
 	}
 }
 

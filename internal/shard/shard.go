@@ -331,6 +331,17 @@ type Shard struct {
 	memo    storage.Value
 	memoOK  bool
 	memoSet bool
+	// memoCur: the memo is also the key's current value — no record of its
+	// key among recs[:memoN] (current found none when it read the engine,
+	// and memoFresh has checked every record staged since). current then
+	// answers from it before the staged index: every HSET of a pipelined
+	// batch reads its hash's metadata, which the chunk rarely stages, and
+	// the index's hash of that short key and its chain were ~80
+	// instructions of each (docs/design/hashes.md, "Pipelined, session
+	// 25"). A truncate below memoN clears it: records staged later at the
+	// same positions were never checked.
+	memoCur bool
+	memoN   int
 	// scratch backs the row keys of the batch's hash writes
 	// (kv.ApplyOptions.Scratch, through scratchFn, made once at Open): like
 	// recs, which point into it, it is reused once the batch is appended
@@ -703,10 +714,33 @@ func (s *Shard) flush(reqs []WriteReq, p *Pending) error {
 // current returns the latest value of key as the writer sees it: the newest record
 // of the chunk being built, else the engine. ok is false if missing or deleted.
 func (s *Shard) current(key []byte) (data, meta []byte, version uint64, ok bool, err error) {
+	if s.memoCur && s.memoFresh(key) {
+		return s.memo.Data, s.memo.Meta, s.memo.Version, s.memoOK, nil
+	}
 	if r := s.stagedRec(key); r != nil {
 		return r.Value, r.Meta, r.Version, !r.Tombstone, nil
 	}
-	return s.engineGet(key)
+	data, meta, version, ok, err = s.engineGet(key)
+	if err == nil {
+		// No staged record of key (stagedRec): the engine's is current.
+		s.memoCur, s.memoN = true, len(s.recs)
+	}
+	return data, meta, version, ok, err
+}
+
+// memoFresh reports whether the memo (memoCur) is key's current value: it
+// is key's read, and no record staged since the last check has key.
+func (s *Shard) memoFresh(key []byte) bool {
+	if len(key) != len(s.memoKey) || string(key) != string(s.memoKey) {
+		return false
+	}
+	for ; s.memoN < len(s.recs); s.memoN++ {
+		if k := s.recs[s.memoN].Key; len(k) == len(key) && string(k) == string(key) {
+			s.memoCur = false // staged since: the staged index answers
+			return false
+		}
+	}
+	return true
 }
 
 // stagedBits is the width of stagedRec's hash: 1,024 slots for chunks of up
@@ -788,8 +822,11 @@ func stagedHash(key []byte) uint64 {
 // later at the same positions hold other keys.
 func (s *Shard) truncate(n int) {
 	s.recs = s.recs[:n]
+	if n < s.memoN {
+		s.memoCur = false
+	}
 	if n == 0 {
-		s.memoSet = false
+		s.memoSet, s.memoCur = false, false
 		if cap(s.scratch) > 1<<20 {
 			s.scratch = nil // one huge batch must not pin its memory
 		}
@@ -816,11 +853,17 @@ func (s *Shard) has(key []byte) (bool, error) {
 	if r := s.stagedRec(key); r != nil {
 		return !r.Tombstone, nil
 	}
-	if s.engineHas == nil {
+	var ok bool
+	var err error
+	switch {
+	case s.sdb != nil:
+		ok, err = s.sdb.Has(key) // a direct call, as get's: not through the method value
+	case s.engineHas == nil:
 		_, _, _, ok, err := s.engineGet(key)
 		return ok, err
+	default:
+		ok, err = s.engineHas(key)
 	}
-	ok, err := s.engineHas(key)
 	if err != nil {
 		return false, fmt.Errorf("%w: has: %w", ErrUnavailable, err)
 	}
@@ -849,6 +892,7 @@ func (s *Shard) engineGet(key []byte) (data, meta []byte, version uint64, ok boo
 func (s *Shard) setMemo(key []byte, v storage.Value, ok bool) {
 	s.memoKey = append(s.memoKey[:0], key...)
 	s.memo, s.memoOK, s.memoSet = v, ok, true
+	s.memoCur = false // current says when it is (it has looked for staged records)
 }
 
 // apply evaluates one write against the current state (kv.Apply) and stages
@@ -877,13 +921,18 @@ func (s *Shard) apply(op *kv.Op, ts int64) (kv.Result, error) {
 	// HSET of existing fields writes only their rows (SparseHashMeta).
 	var res kv.Result
 	var err error
-	if op.Kind == kv.KindSet {
+	opts := kv.ApplyOptions{SparseHashMeta: true, Scratch: s.scratchFn}
+	switch op.Kind {
+	case kv.KindSet:
 		// ApplyWithOptions sends a SET to Apply: directly, the commonest
 		// write skips a call of nine arguments (~65 instructions of a
-		// pipelined SET's ~3,200; docs/design/one-house.md).
+		// pipelined SET's ~3,200; docs/design/one-house.md). HSET, the
+		// commonest hash write, alike (kv.ApplyHash).
 		res, err = kv.Apply(get, v, op, s.maxVal, s.stageFn)
-	} else {
-		res, err = kv.ApplyWithOptions(get, list, s.hasFn, v, op, s.maxVal, s.stageFn, kv.ApplyOptions{SparseHashMeta: true, Scratch: s.scratchFn})
+	case kv.KindHSet:
+		res, err = kv.ApplyHash(get, s.hasFn, v, op, s.stageFn, opts)
+	default:
+		res, err = kv.ApplyWithOptions(get, list, s.hasFn, v, op, s.maxVal, s.stageFn, opts)
 	}
 	if err != nil {
 		return kv.Result{}, err // the caller drops what was staged

@@ -156,6 +156,31 @@ func TestPrefixOrderAgreesWithKeyOrder(t *testing.T) {
 	}
 }
 
+// TestPrefixIsTheZeroPaddedBigEndianHead holds prefix's overlapping loads
+// (keys of 1–7 bytes) to its definition, byte by byte, at every length and
+// at every offset into a longer string (prefixAt's tails): a wrong shift or
+// an overlap that lands a byte in the wrong place fails it.
+func TestPrefixIsTheZeroPaddedBigEndianHead(t *testing.T) {
+	rng := rand.New(rand.NewSource(2))
+	want := func(k string) uint64 {
+		var p uint64
+		for i := 0; i < len(k) && i < 8; i++ {
+			p |= uint64(k[i]) << (56 - 8*i)
+		}
+		return p
+	}
+	for i := 0; i < 20000; i++ {
+		b := make([]byte, 1+rng.Intn(12))
+		rng.Read(b)
+		s := string(b)
+		for skip := 0; skip <= len(s); skip++ {
+			if got, w := prefix(s[skip:]), want(s[skip:]); got != w {
+				t.Fatalf("prefix(%q) = %016x, want %016x", s[skip:], got, w)
+			}
+		}
+	}
+}
+
 func randBytes(rng *rand.Rand) []byte {
 	b := make([]byte, rng.Intn(12))
 	for i := range b {
