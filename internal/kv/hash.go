@@ -431,8 +431,20 @@ func ReplayReadsOwnRecord(k Kind, meta []byte) bool {
 // ~60 instructions of a pipelined HSET (docs/design/hashes.md, "Pipelined,
 // session 25"). has (nil: get answers) tells whether a field row exists
 // where its value is not needed. With ApplyOptions.SparseHashMeta a write
-// that leaves the metadata as it was emits only its rows.
+// that leaves the metadata as it was emits only its rows. The lock rule
+// of cross-group transactions applies as in Apply (txLockGate).
 func ApplyHash(get Getter, has Prober, version uint64, op *Op, emit Emit, o ApplyOptions) (res Result, err error) {
+	if txLocksPossible {
+		if res, err, locked := txLockGate(get, op); locked {
+			return res, err
+		}
+	}
+	return applyHash(get, has, version, op, emit, o)
+}
+
+// applyHash is ApplyHash past the lock gate (its callers in this package
+// passed it).
+func applyHash(get Getter, has Prober, version uint64, op *Op, emit Emit, o ApplyOptions) (res Result, err error) {
 	if !isHashWrite(op.Kind) {
 		return Result{}, fmt.Errorf("%w: %v is not a hash write", ErrInvalidOp, op.Kind)
 	}

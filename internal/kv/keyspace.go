@@ -137,7 +137,7 @@ func ApplyWithOptions(get Getter, list Lister, has Prober, version uint64, op *O
 	case op.Kind == KindExec:
 		return applyExec(get, list, version, op, maxValue, emit) // tx.go
 	case isHashWrite(op.Kind):
-		return ApplyHash(get, has, version, op, emit, o)
+		return applyHash(get, has, version, op, emit, o)
 	}
 	return apply(get, version, op, maxValue, emit)
 }
@@ -163,7 +163,7 @@ func applyMore(get Getter, version uint64, op *Op, maxValue int, emit Emit) (res
 	case KindBitField:
 		res, err = applyBitField(get, version, op, maxValue, emit)
 	case KindHSet, KindHDel, KindHIncrBy, KindHIncrByFloat, KindHSweep:
-		res, err = ApplyHash(get, nil, version, op, emit, ApplyOptions{})
+		res, err = applyHash(get, nil, version, op, emit, ApplyOptions{})
 	default:
 		return Result{}, nil, false
 	}

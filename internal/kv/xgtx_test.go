@@ -208,6 +208,10 @@ func TestXgtxLockConflicts(t *testing.T) {
 			t.Errorf("%v of a read-locked key: %v %+v, want ErrTxLocked", op.Kind, err, res)
 		}
 	}
+	// The single node's direct call for hash writes is gated too.
+	if _, err := ApplyHash(ga.at(ga.last), nil, ga.last+1, &Op{Kind: KindHSet, Key: b("{x}r"), Keys: [][]byte{b("f"), b("v")}}, func(_, _, _ []byte, _ bool) {}, ApplyOptions{}); !errors.Is(err, ErrTxLocked) {
+		t.Errorf("ApplyHash of a read-locked key: %v, want ErrTxLocked", err)
+	}
 	// Reads are not gated.
 	if _, err := Read(ga.at(ga.last), nil, &Op{Kind: KindGet, Key: b("x")}, 0); err != nil {
 		t.Fatal(err)
