@@ -34,6 +34,7 @@ func TestGoRedisExpiry(t *testing.T) {
 		if d, err := rdb.PTTL(ctx, "ms").Result(); err != nil || d <= 0 || d > 1500*time.Millisecond {
 			t.Fatalf("PTTL ms = %v, %v", d, err)
 		}
+		//lint:ignore SA1019 SetEx sends SETEX, the command under test (Set with a TTL sends SET EX, tested above)
 		must(rdb.SetEx(ctx, "x", "v", time.Minute).Err())
 		if ok, err := rdb.SetNX(ctx, "x", "w", time.Minute).Result(); err != nil || ok {
 			t.Fatalf("SetNX of a live key = %v, %v", ok, err)
