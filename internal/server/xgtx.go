@@ -161,8 +161,6 @@ type xgPart struct {
 	key    []byte
 	checks []kv.TxCheck
 	writes []kv.Op
-	reply  string // its prepare's answer
-	err    error
 }
 
 // txCommitCross commits transaction h of several slots (see the top of

@@ -97,7 +97,7 @@ func xgGetter(db *storage.DB) kv.Getter {
 // group, must wait for a prepared transaction that writes its key (what
 // cluster.Multi.txReadWait checks).
 func (n *hostNode) xgReadLocked(op kv.Op) bool {
-	if n.r.failed() != nil || !n.r.isLeader.Load() || len(op.Key) == 0 {
+	if n.r.failed() != nil || !n.r.isLeader.Load() || len(op.Key) == 0 || n.cl.readsIgnoreLocks {
 		return false
 	}
 	locked, err := kv.TxWriteLocked(xgGetter(n.r.db), op.Key)
@@ -290,8 +290,6 @@ func (n *xgNode) Ready() sim.Ready {
 	n.out = sim.Ready{}
 	return rd
 }
-
-func (n *xgNode) clock() time.Time { return time.Unix(0, simEpoch+n.now) }
 
 func (n *xgNode) Step(ev sim.Event) {
 	n.now = ev.Now
@@ -596,6 +594,11 @@ type xgOptions struct {
 	kvMut       kv.XgtxMutations
 	decideEarly bool
 	pushLocal   bool
+	// readsIgnoreLocks (a check of the check): the plain reads do not wait
+	// for a prepared transaction's write lock — what cluster.MultiMut's
+	// ReadsIgnoreTxLocks does to the server's reads, done to the
+	// simulation's (whose read wait is its own).
+	readsIgnoreLocks bool
 }
 
 // xgRun is one seed's shared client state and account.
@@ -818,6 +821,7 @@ func xgSim(seed uint64, trace io.Writer, o xgOptions, summary *string) (err erro
 	const planEnd = 1200 * time.Millisecond
 	const coords = 4
 	cl := xgCluster()
+	cl.readsIgnoreLocks = o.readsIgnoreLocks
 	var s *sim.Sim
 	trueNow := func() int64 {
 		if s == nil {
@@ -1065,6 +1069,10 @@ func TestXgSimSummary(t *testing.T) {
 //   - kv ResolveIgnoresDecision: a resolve lands an aborted part's writes;
 //   - kv PrepareSkipsLocks: two prepared transactions lock one key and
 //     both commit over the same version;
+//   - the simulation's reads ignoring write locks (cluster's
+//     ReadsIgnoreTxLocks, done to the simulation's own read wait): a plain
+//     read sees one group's part of a committed transfer before the other
+//     group's resolve — caught by the Elle checker (seed 4);
 //   - cluster DecideEarly: the coordinator decides commit on the
 //     primary's prepare alone, and lands half a transfer;
 //   - cluster PushDecidesLocally: a push aborts a participant's part
@@ -1075,16 +1083,19 @@ func TestXgSimCatchesMutations(t *testing.T) {
 	calm := xgOptions{killAt: -1}
 	for _, tc := range []struct {
 		name string
+		seed uint64
 		o    xgOptions
 		set  func(*xgOptions)
+		want string
 	}{
-		{"ResolveIgnoresDecision", calm, func(o *xgOptions) { o.kvMut.ResolveIgnoresDecision = true }},
-		{"PrepareSkipsLocks", calm, func(o *xgOptions) { o.kvMut.PrepareSkipsLocks = true }},
-		{"DecideEarly", calm, func(o *xgOptions) { o.decideEarly = true }},
-		{"PushDecidesLocally", faults, func(o *xgOptions) { o.pushLocal = true }},
+		{"ResolveIgnoresDecision", 1, calm, func(o *xgOptions) { o.kvMut.ResolveIgnoresDecision = true }, "the accounts total"},
+		{"PrepareSkipsLocks", 1, calm, func(o *xgOptions) { o.kvMut.PrepareSkipsLocks = true }, "the accounts total"},
+		{"readsIgnoreLocks", 4, calm, func(o *xgOptions) { o.readsIgnoreLocks = true }, "txn-strict-serializable: VIOLATED"},
+		{"DecideEarly", 1, calm, func(o *xgOptions) { o.decideEarly = true }, "the accounts total"},
+		{"PushDecidesLocally", 1, faults, func(o *xgOptions) { o.pushLocal = true }, "the accounts total"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			const seed = 1
+			seed := tc.seed
 			if err := xgSim(seed, nil, tc.o, nil); err != nil {
 				t.Fatalf("seed %d fails without the mutation: %v", seed, err)
 			}
@@ -1093,6 +1104,9 @@ func TestXgSimCatchesMutations(t *testing.T) {
 			err := xgSim(seed, nil, o, nil)
 			if err == nil {
 				t.Fatalf("seed %d: the simulation missed %s", seed, tc.name)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("seed %d: %s caught, but not by %q: %v", seed, tc.name, tc.want, err)
 			}
 			t.Logf("caught: %s", firstLine(err))
 		})
