@@ -1112,3 +1112,26 @@ func TestXgSimCatchesMutations(t *testing.T) {
 		})
 	}
 }
+
+// TestXgSimReplaysExactly: a seed's run, coordinator coroutines and their
+// deaths included, is a pure function of the seed — two runs write the
+// same trace, event for event.
+func TestXgSimReplaysExactly(t *testing.T) {
+	o := xgOptions{faults: true, coordDeaths: true, killAt: -1}
+	var a, b strings.Builder
+	errA := xgSim(3, &a, o, new(string))
+	errB := xgSim(3, &b, o, new(string))
+	if fmt.Sprint(errA) != fmt.Sprint(errB) {
+		t.Fatalf("the runs end differently: %v / %v", errA, errB)
+	}
+	if a.Len() == 0 || a.String() != b.String() {
+		la, lb := strings.Split(a.String(), "\n"), strings.Split(b.String(), "\n")
+		for i := range min(len(la), len(lb)) {
+			if la[i] != lb[i] {
+				t.Logf("line %d:\n%s\n%s", i, la[i], lb[i])
+				break
+			}
+		}
+		t.Fatalf("the traces differ (%d and %d bytes)", a.Len(), b.Len())
+	}
+}
