@@ -198,7 +198,7 @@ var serverOptions = []option{
 			c.ClusterRedirects = b
 			return err
 		}},
-	{"cross-group-tx", "false", "With --groups: KEFIR.TX transactions (and the Go client's Txn) may name keys of several slots, in several groups: this node coordinates their two-phase commit, and the leaders of the groups push transactions left prepared (docs/design/transactions.md, \"Cross-group transactions\"). Off: -CROSSSLOT, as MULTI/EXEC always answers.",
+	{"cross-group-tx", "true", "With --groups: KEFIR.TX transactions (and the Go client's Txn) may name keys of several slots, in several groups: this node coordinates their two-phase commit, and the leaders of the groups push transactions left prepared (docs/design/transactions.md, \"Cross-group transactions\"). On by default; false: -CROSSSLOT, as MULTI/EXEC always answers (give every node the same).",
 		func(c *serverConfig, v string) error {
 			b, err := strconv.ParseBool(v)
 			c.CrossGroupTx = b

@@ -473,6 +473,14 @@ type MultiMutations struct {
 	// transaction writes is served at once, not after its resolve
 	// (server TestCrossGroupTxReadsWaitForLocks).
 	ReadsIgnoreTxLocks atomic.Bool
+	// DecideEarly: a cross-group coordinator (TwoPhase) decides commit on
+	// the primary's prepare alone, ignoring the other parts' answers
+	// (server TestCrossGroupTxMutationsCaught, vrshard TestXgSimCatchesMutations).
+	DecideEarly atomic.Bool
+	// PushDecidesLocally: a push (PushTx) aborts the part it holds without
+	// asking the primary, whose decision may be commit (vrshard
+	// TestXgSimCatchesMutations).
+	PushDecidesLocally atomic.Bool
 }
 
 // MultiMut is the process's MultiMutations (tests only; read under mutation.On).

@@ -181,16 +181,8 @@ func (m *Multi) pushOld(ctx context.Context, now time.Time) {
 		if !ok || !l.Leads() || g.h.Engine == nil {
 			continue
 		}
-		get := engineGetter(g.h.Engine)
-		ids, err := kv.TxPreparedIDs(get)
-		if err != nil || len(ids) == 0 {
-			continue
-		}
-		for _, id := range ids {
-			p, ok, err := kv.TxPreparedOf(get, id)
-			if err != nil || !ok || len(p.Locks) == 0 || now.Sub(time.UnixMilli(p.Prepared)) < TxPushAge {
-				continue
-			}
+		stale, _ := TxStale(g.h.Engine, now, TxPushAge)
+		for _, p := range stale {
 			m.txPushes.Add(1)
 			pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			_ = (*push)(pctx, p.Locks[0].Key, p) // failed: the next round tries again

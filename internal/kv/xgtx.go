@@ -114,17 +114,22 @@ func (e *TxLockedError) Error() string {
 // Unwrap makes errors.Is(err, ErrTxLocked) hold.
 func (e *TxLockedError) Unwrap() error { return ErrTxLocked }
 
-// xgtxMutations are deliberate bugs the tests switch on to show that they
-// catch them (internal/mutation).
-type xgtxMutations struct {
-	// writeReadLocked: the gate lets a write of a read-locked key apply.
-	writeReadLocked bool
-	// resolveIgnoresDecision: a resolve lands the prepared writes whatever
+// XgtxMutations are deliberate bugs the tests switch on to show that they
+// catch them (internal/mutation); exported for vrshard's cross-group
+// simulation (TestXgSimCatchesMutations), set only before a run.
+type XgtxMutations struct {
+	// WriteReadLocked: the gate lets a write of a read-locked key apply.
+	WriteReadLocked bool
+	// ResolveIgnoresDecision: a resolve lands the prepared writes whatever
 	// the decision.
-	resolveIgnoresDecision bool
+	ResolveIgnoresDecision bool
+	// PrepareSkipsLocks: a prepare does not check that its keys are
+	// unlocked (two prepared transactions may lock one key).
+	PrepareSkipsLocks bool
 }
 
-var xgtxMut xgtxMutations
+// XgtxMut is the process's XgtxMutations (tests only; read under mutation.On).
+var XgtxMut XgtxMutations
 
 // The two-phase ops, of the block 184–191 given to cross-group
 // transactions.
@@ -296,7 +301,7 @@ func txLockGate(get Getter, op *Op) (Result, error, bool) {
 		if !ok {
 			continue
 		}
-		if mutation.On && xgtxMut.writeReadLocked && mode == TxLockRead && op.Kind != KindTxCommit {
+		if mutation.On && XgtxMut.WriteReadLocked && mode == TxLockRead && op.Kind != KindTxCommit {
 			continue
 		}
 		if op.Kind == KindTxCommit {
@@ -614,7 +619,7 @@ func applyTxPrepare(get Getter, version uint64, op *Op, maxValue int, emit Emit)
 	if err != nil {
 		return Result{}, err
 	}
-	if n > 0 {
+	if n > 0 && !(mutation.On && XgtxMut.PrepareSkipsLocks) {
 		for _, l := range locks {
 			other, _, ok, err := TxLockOf(get, l.Key)
 			if err != nil {
@@ -668,7 +673,7 @@ func txResolve(get Getter, part []byte, p TxPrepared, commit bool, emit Emit) er
 	if err != nil {
 		return err
 	}
-	if commit || (mutation.On && xgtxMut.resolveIgnoresDecision) {
+	if commit || (mutation.On && XgtxMut.ResolveIgnoresDecision) {
 		for _, r := range p.Records {
 			if r.Tombstone {
 				emit(r.Key, nil, nil, true)

@@ -236,21 +236,21 @@ func TestXgtxLockMutationsCaught(t *testing.T) {
 	ga.mustReply(t, pa, "+PREPARED")
 	gb.mustReply(t, pb, "+PREPARED")
 
-	xgtxMut.writeReadLocked = true
+	XgtxMut.WriteReadLocked = true
 	// t2 read-locks w at b.
 	p2, _ := NewTxPrepare([]byte("t2"), b("x"), gb.last, TxOrigin{}, []TxCheck{{Key: b("w")}}, nil)
 	gb.mustReply(t, p2, "+PREPARED")
 	_, err := gb.try(Op{Kind: KindSet, Key: b("w"), Value: b("1")})
-	xgtxMut.writeReadLocked = false
+	XgtxMut.WriteReadLocked = false
 	if err == nil {
 		t.Log("writeReadLocked caught: the write of a read-locked key applied")
 	} else {
 		t.Fatalf("writeReadLocked not caught: %v", err)
 	}
 
-	xgtxMut.resolveIgnoresDecision = true
+	XgtxMut.ResolveIgnoresDecision = true
 	gb.mustReply(t, NewTxResolve([]byte("t1"), b("y"), false), "+ABORTED")
-	xgtxMut.resolveIgnoresDecision = false
+	XgtxMut.ResolveIgnoresDecision = false
 	if gb.get("y") == "0" {
 		t.Fatal("resolveIgnoresDecision not caught: an aborted transaction's write stayed out")
 	}

@@ -134,7 +134,9 @@ type Config struct {
 	// CrossGroupTx (with Groups) lets a KEFIR.TX transaction name keys of
 	// several slots: the node coordinates its two-phase commit, and pushes
 	// transactions left prepared in the groups it leads (xgtx.go).
-	// Off: -CROSSSLOT.
+	// Off: -CROSSSLOT. kefir server and kefir up set it by default
+	// (--cross-group-tx); the zero Config, as the package's tests build
+	// it, has it off.
 	CrossGroupTx bool
 	// ClusterRedirects answers every connection's request for a slot whose
 	// group is led elsewhere with -MOVED <slot> <addr>, as Redis Cluster

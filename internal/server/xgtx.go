@@ -13,7 +13,6 @@ import (
 	"github.com/kefirdb/kefir/internal/cluster"
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
-	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/resp"
 	"github.com/kefirdb/kefir/internal/shard"
 )
@@ -58,9 +57,6 @@ type txPart struct {
 
 // xgtxMutations are this file's deliberate bugs (internal/mutation).
 type xgtxMutations struct {
-	// decideEarly: the coordinator decides commit without waiting for every
-	// prepare's answer (only the primary's).
-	decideEarly bool
 	// readsIgnoreLocks: a transaction's snapshot read of a key that a
 	// prepared transaction writes is served (the value before it).
 	readsIgnoreLocks bool
@@ -165,8 +161,6 @@ type xgPart struct {
 	key    []byte
 	checks []kv.TxCheck
 	writes []kv.Op
-	reply  string // its prepare's answer
-	err    error
 }
 
 // txCommitCross commits transaction h of several slots (see the top of
@@ -254,76 +248,39 @@ func (c *conn) txCommitCross(h uint64, tx *itxn, prepare bool) error {
 }
 
 // twoPhase runs prepare, decide and resolve (see the top of this file):
-// committed, or the abort's reason; err if the outcome is unknown.
+// the decision sequence is cluster.TwoPhase's (the one the deterministic
+// simulation runs), with ops forwarded to their groups' leaders (txOps).
 func (s *Server) twoPhase(ctx context.Context, txid, primaryKey []byte, parts []*xgPart, prepares []kv.Op) (bool, string, error) {
-	var wg sync.WaitGroup
-	done := make([]chan struct{}, len(parts))
+	keys := make([][]byte, len(parts))
 	for i, p := range parts {
-		done[i] = make(chan struct{})
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer close(done[i])
-			p.reply, p.err = s.txGroupOp(ctx, prepares[i])
-		}()
+		keys[i] = p.key
 	}
-	commit := true
-	abort := ""
-	for i, p := range parts {
-		if mutation.On && xgtxMut.decideEarly && !sameSlot(p.key, primaryKey) {
-			continue // the bug: decided without this prepare's answer
-		}
-		<-done[i]
-		switch {
-		case p.err != nil:
-			commit = false
-			if abort == "" {
-				abort = "TXABORT a participant's prepare failed: " + p.err.Error()
-			}
-		case p.reply != "+PREPARED":
-			commit = false
-			if abort == "" {
-				abort = strings.TrimPrefix(p.reply, "-")
-			}
-		}
-	}
-	var decision string
-	var err error
-	for attempt := 0; attempt < 3; attempt++ {
-		if decision, err = s.txGroupOp(ctx, kv.NewTxDecide(txid, primaryKey, commit)); err == nil {
-			break
-		}
-	}
-	wg.Wait()
+	committed, abort, err := cluster.TwoPhase(ctx, s.txOps, txid, primaryKey, keys, prepares)
 	if err != nil {
-		// The primary may have recorded it or not: the participants'
-		// leaders will learn which from it (the push).
-		return false, "", errf("ERR cross-group commit: the decision's outcome is unknown: %v", err)
+		return false, "", errf("ERR %v", err)
 	}
-	committed := decision == "+COMMITTED"
-	for _, p := range parts {
-		if sameSlot(p.key, primaryKey) || p.err != nil || p.reply != "+PREPARED" {
-			continue // the primary resolved in its decide; the others hold nothing
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, _ = s.txGroupOp(ctx, kv.NewTxResolve(txid, p.key, committed)) // failed: pushed by its leader
-		}()
-	}
-	wg.Wait()
-	if committed {
-		return true, "", nil
-	}
-	if abort == "" {
-		abort = "TXABORT the transaction was aborted before its commit (a participant's leader pushed it)"
-	}
-	return false, abort, nil
+	return committed, abort, nil
 }
 
-// sameSlot reports whether a and b are keys of one slot: the primary's
-// participant is the one of its key's slot.
-func sameSlot(a, b []byte) bool { return cluster.Slot(a) == cluster.Slot(b) }
+// txOps is the node's cluster.TxOpRunner: each op at its group's leader
+// (txGroupOp), all at once.
+func (s *Server) txOps(ctx context.Context, ops []kv.Op) ([]string, []error) {
+	replies, errs := make([]string, len(ops)), make([]error, len(ops))
+	if len(ops) == 1 {
+		replies[0], errs[0] = s.txGroupOp(ctx, ops[0])
+		return replies, errs
+	}
+	var wg sync.WaitGroup
+	for i := range ops {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			replies[i], errs[i] = s.txGroupOp(ctx, ops[i])
+		}()
+	}
+	wg.Wait()
+	return replies, errs
+}
 
 // txGroupOp runs a two-phase op at its group's leader — this node's
 // replica if it leads, else forwarded — and answers its RESP reply line
@@ -353,21 +310,9 @@ func (s *Server) txGroupOp(ctx context.Context, op kv.Op) (string, error) {
 	return "", fmt.Errorf("cross-group %v: unexpected reply %v", op.Kind, fc.Reply.Kind)
 }
 
-// txPush is the node's cluster.TxPusher: decide abort at p's primary, then
-// resolve at key's group with the primary's answer.
+// txPush is the node's cluster.TxPusher: cluster.PushTx over txOps.
 func (s *Server) txPush(ctx context.Context, key []byte, p kv.TxPrepared) error {
-	d, err := s.txGroupOp(ctx, kv.NewTxDecide(p.TxID, p.Primary, false))
-	if err != nil {
-		return err
-	}
-	if d != "+COMMITTED" && d != "+ABORTED" {
-		return fmt.Errorf("push of %x: decide answered %q", p.TxID, d)
-	}
-	if sameSlot(key, p.Primary) {
-		return nil // the primary's part resolved with its decision
-	}
-	_, err = s.txGroupOp(ctx, kv.NewTxResolve(p.TxID, key, d == "+COMMITTED"))
-	return err
+	return cluster.PushTx(ctx, s.txOps, key, p)
 }
 
 // txPushPeriod is how often a leader looks for transactions left prepared.

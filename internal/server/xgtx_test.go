@@ -215,9 +215,9 @@ KEFIR.TX INCRBY ` + h + ` ` + x.k2 + ` 10 => (integer) *
 	if got := run(); !strings.HasPrefix(got, "TXABORT") {
 		t.Fatalf("without the mutation: %s, want TXABORT", got)
 	}
-	xgtxMut.decideEarly = true
+	cluster.MultiMut.DecideEarly.Store(true)
 	got := run()
-	xgtxMut.decideEarly = false
+	cluster.MultiMut.DecideEarly.Store(false)
 	k1 := a.do("GET", x.k1)
 	if got != "(integer) 0" || k1 != `"90"` {
 		t.Fatalf("decideEarly not caught: commit %s, %s = %s", got, x.k1, k1)

@@ -90,6 +90,9 @@ type hostTxnReq struct {
 	Handle uint64
 	Iso    kv.Cond
 	Writes []kv.Op
+	// Close (xg_sim_test.go): a BEGIN whose snapshot is only read, closed
+	// at once; its answer carries the versions seen and the start.
+	Close bool
 }
 
 func (m hostTxnReq) String() string { return fmt.Sprintf("txreq(seq=%d step=%d)", m.Seq, m.Step) }
@@ -109,6 +112,10 @@ type hostTxnResp struct {
 	Handle uint64
 	Vals   [][]byte
 	Commit *kv.Op
+	// Vers and Start (a Close BEGIN): the version of each key seen (0: not
+	// live) and the snapshot's version.
+	Vers  []uint64
+	Start uint64
 }
 
 func (m hostTxnResp) String() string {
@@ -133,10 +140,11 @@ type hostTxnWrite struct {
 }
 
 type hostTxnBegin struct {
-	from sim.Addr
-	seq  uint64
-	keys [][]byte
-	b    *SteppedTxBegin
+	from  sim.Addr
+	seq   uint64
+	keys  [][]byte
+	b     *SteppedTxBegin
+	close bool
 }
 
 // hostOpenTxn is an open KEFIR.TX transaction: its snapshot, the origin
@@ -174,9 +182,19 @@ func (n *hostNode) onTxnReq(from sim.Addr, m hostTxnReq) {
 	case stepRead:
 		op := m.Op
 		op.Now = nowMs
+		if n.cl != nil && n.xgReadLocked(op) {
+			n.txnReply(from, hostTxnResp{Seq: m.Seq, Err: xgLockedReply})
+			return
+		}
 		t.reads = append(t.reads, hostRead{from, m.Seq, n.r.ReadStepped(op, level.ConsLinearizable, shard.Session{})})
 	case stepWrite:
 		reqs := []shard.WriteReq{{Op: m.Op, Durability: level.Sync, ID: shard.ReqID{Client: hostClientBase + uint64(from), Seq: m.Seq}}}
+		if xgKind(m.Op.Kind) {
+			// As the server sends them (txGroupOp): no request id (they
+			// are idempotent by transaction id); stamped with the
+			// simulator's true time (xgTrueMs: the push's age).
+			reqs[0].ID, reqs[0].Op.Now = shard.ReqID{}, xgTrueMs(n.cl.s)
+		}
 		w := n.r.ProposeStepped(reqs)
 		if w == nil {
 			n.txnRedirect(from, m.Seq, reqs[0].Err)
@@ -184,7 +202,7 @@ func (n *hostNode) onTxnReq(from sim.Addr, m hostTxnReq) {
 		}
 		t.writes = append(t.writes, hostTxnWrite{from, m.Seq, w})
 	case stepBegin:
-		t.begins = append(t.begins, hostTxnBegin{from, m.Seq, m.Keys, n.r.TxBeginStepped(nil)})
+		t.begins = append(t.begins, hostTxnBegin{from, m.Seq, m.Keys, n.r.TxBeginStepped(nil), m.Close})
 	case stepPrepare:
 		n.txnReply(from, n.txnPrepare(m))
 	}
@@ -298,6 +316,14 @@ func (n *hostNode) txnBegun(b hostTxnBegin, snap *shard.TxSnap) hostTxnResp {
 		}
 		tx.seen[string(k)] = v
 		vals[i] = bytes.Clone(d)
+	}
+	if b.close {
+		snap.Close()
+		vers := make([]uint64, len(b.keys))
+		for i, k := range b.keys {
+			vers[i] = tx.seen[string(k)]
+		}
+		return hostTxnResp{Seq: b.seq, Vals: vals, Vers: vers, Start: snap.Version()}
 	}
 	if n.txn.open == nil {
 		n.txn.open = map[uint64]*hostOpenTxn{}

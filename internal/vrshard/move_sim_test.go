@@ -106,6 +106,8 @@ type simCluster struct {
 	tabs   []*kv.SlotTable
 	owners map[[2]uint64]uint64
 	ownErr error
+	// readsIgnoreLocks: xg_sim_test.go's check of its check.
+	readsIgnoreLocks bool
 }
 
 func newSimCluster(groups []kcluster.GroupSpec, nodes int) *simCluster {

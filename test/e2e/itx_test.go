@@ -67,10 +67,12 @@ func (c *txConn) must(want string, args ...string) string {
 }
 
 // Issue 29 on a cluster of three groups: a transaction runs in the group of
-// its first key's slot, at that group's leader; a key of another slot is
-// refused with CROSSSLOT; its commit lands in that group.
+// its first key's slot, at that group's leader; with cross-group
+// transactions switched off (--cross-group-tx false; they are on by
+// default, tested by TestTxCrossGroupBankLeaderKill) a key of another slot
+// is refused with CROSSSLOT; its commit lands in that group.
 func TestTxInAClusterOfGroups(t *testing.T) {
-	g := cluster.StartGroups(t, 3, threeGroups)
+	g := cluster.StartGroups(t, 3, threeGroups, "--cross-group-tx", "false")
 	g.WaitLeaders(20 * time.Second)
 	slot := int(kcluster.Slot([]byte("{acct}a")))
 	l := g.SlotLeader(slot)
