@@ -310,6 +310,23 @@ func (mv *Mover) AddNode(ctx context.Context, id uint64, clientAddr, peerAddr st
 	return uint64(v.Int), nil
 }
 
+// AddGroup records data group g with members (node ids of the map, leader
+// order) and no slots in the metadata group's map (KEFIR.SLOTS META
+// ADDGROUP, kv.KindMapAddGroup) and returns the map's epoch after it. The
+// members start the group's replicas when they see it in the map.
+func (mv *Mover) AddGroup(ctx context.Context, g GroupID, members []uint64) (uint64, error) {
+	defer mv.close()
+	args := []string{"KEFIR.SLOTS", "META", "ADDGROUP", strconv.FormatUint(uint64(g), 10)}
+	for _, id := range members {
+		args = append(args, strconv.FormatUint(id, 10))
+	}
+	v, err := mv.do(ctx, args...)
+	if err != nil {
+		return 0, fmt.Errorf("add-group: %w", err)
+	}
+	return uint64(v.Int), nil
+}
+
 // fenced returns a step (KEFIR.SLOTS SET, LOAD) with the driver fence of
 // the lease this driver holds (kv.AppendDriverFence): a group refuses it
 // once a driver with a higher beat sent it a step. Other commands, and

@@ -64,6 +64,13 @@ type joinRecord struct {
 	// directory's.
 	Groups string `json:"groups,omitempty"`
 	Slots  string `json:"slots,omitempty"`
+	// Created: a group directory's record of a replica started as one of a
+	// new group's first members (kefir cluster add-group: the map's record
+	// at member epoch 0 names this node), which bootstraps the group's
+	// first view from Members instead of pulling a state nobody has. It
+	// bootstraps only while its vr/ directory does not exist: the first
+	// open, never a restart.
+	Created bool `json:"created,omitempty"`
 }
 
 // retiredRecord is retiredFile's content.
