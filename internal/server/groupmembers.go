@@ -197,7 +197,7 @@ func (s *Server) syncGroups(ctx context.Context) bool {
 		members := slices.Clone(g.Members)
 		join := s.joinGroup
 		if created(g) {
-			join = func(context.Context, cluster.GroupID, []uint64) error { return s.createGroup(id, members) }
+			join = s.createGroup
 		}
 		gs.wg.Add(1)
 		go func() {
@@ -561,7 +561,7 @@ func created(g kv.MapGroup) bool {
 // has. A directory that holds a replica already is opened as it is (a start
 // that failed after its record) and never bootstrapped again: bootstrap
 // happens only where vr/ does not exist yet.
-func (s *Server) createGroup(id cluster.GroupID, members []uint64) error {
+func (s *Server) createGroup(ctx context.Context, id cluster.GroupID, members []uint64) error {
 	dir := groupDir(s.cfg.DataDir, id)
 	jr, ok, err := joinRecord{}, false, error(nil)
 	if s.cfg.FS == nil {
@@ -573,6 +573,12 @@ func (s *Server) createGroup(id cluster.GroupID, members []uint64) error {
 		}
 	}
 	if !ok {
+		// The map this node follows may lag (its metadata replica, or its
+		// poll): a group reconfigured since would be bootstrapped at a
+		// configuration it left. The metadata leader's map decides.
+		if err := s.checkCreated(ctx, id, members); err != nil {
+			return err
+		}
 		ms := make([]Member, 0, len(members))
 		for _, mid := range members {
 			n, known := s.multi.Node(mid)
@@ -607,6 +613,30 @@ func (s *Server) createGroup(id cluster.GroupID, members []uint64) error {
 		return err
 	}
 	s.log.Info("named by the map in a new group: started it as one of its first members", "group", uint64(id), "members", jr.Members)
+	return nil
+}
+
+// checkCreated asks the metadata group's leader whether group id is still
+// at its first configuration, members, naming this node.
+func (s *Server) checkCreated(ctx context.Context, id cluster.GroupID, members []uint64) error {
+	var seeds []string
+	for _, mid := range s.multi.MetaMembers() {
+		if n, ok := s.multi.Node(mid); ok && n.ClientAddr != "" {
+			seeds = append(seeds, n.ClientAddr)
+		}
+	}
+	mv := &cluster.Mover{Seeds: seeds, Password: s.cfg.Password, RetryFor: time.Second}
+	defer mv.Close()
+	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	cm, err := mv.MetaMap(cctx)
+	if err != nil {
+		return fmt.Errorf("start group %d: the metadata leader's map: %w", id, err)
+	}
+	g, ok := cm.Group(uint64(id))
+	if !ok || !created(*g) || !slices.Equal(g.Members, members) || !slices.Contains(g.Members, s.cfg.ReplicaID) {
+		return fmt.Errorf("start group %d: the metadata leader's map (epoch %d) no longer has it at its first members %v naming this node: %+v", id, cm.Epoch, members, g)
+	}
 	return nil
 }
 

@@ -33,7 +33,10 @@ import (
 // name nodes 4-6, writes were acknowledged in group 3, every acknowledged
 // write reads back at all six nodes, the history is linearizable; node 5
 // SIGKILLed and restarted (no --join) comes back as a member of group 3 from
-// its directory, with every acknowledged write of group 3's slots.
+// its directory, with every acknowledged write of group 3's slots. Then
+// group 4 on running nodes 1, 2 (started from flags) and 6: started while
+// they run, given slots 0-99 by move-slots, serving them; node 1 restarted
+// reopens it from its directory.
 func TestGroupsAddAGroupAndRebalance(t *testing.T) {
 	g := cluster.StartGroups(t, 3, "1=1,2,3:0-8191;2=2,3,1:8192-16383")
 	g.WaitLeaders(20 * time.Second)
@@ -267,4 +270,46 @@ func TestGroupsAddAGroupAndRebalance(t *testing.T) {
 		}
 	}
 	readBack(n5.ClientAddr, more)
+
+	// A group on running nodes, two of them started from their flags
+	// (nodes 1 and 2) and one that joined (node 6): they start it while
+	// they run (the map names them); it gets slots by move-slots and
+	// serves them; node 1 restarted from its flags reopens it from its
+	// directory.
+	out, err = kefirCluster(t, "add-group", addr, "--members", "1,2,6")
+	if err != nil || !strings.Contains(out, "group 4 is running") {
+		t.Fatalf("add-group 1,2,6: %v\n%s", err, out)
+	}
+	if out, err := kefirCluster(t, "move-slots", addr, "--from", "1", "--to", "4", "--slots", "0-99"); err != nil {
+		t.Fatalf("move-slots to group 4: %v\n%s", err, out)
+	}
+	in4 := map[string]string{}
+	for i := 0; len(in4) < 20; i++ {
+		k := "g4-" + strconv.Itoa(i)
+		if kv.KeySlot([]byte(k)) > 99 {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		err := c.Put(ctx, k, []byte("v"+k), client.WithDurability(client.Sync))
+		cancel()
+		if err != nil {
+			t.Fatalf("a write to group 4: %v", err)
+		}
+		in4[k] = "v" + k
+	}
+	n1 := g.Nodes[0]
+	const started = "named by the map in a new group: started it as one of its first members"
+	if strings.Count(n1.Logs(), started) != 1 {
+		t.Fatalf("node 1 did not start group 4 while running:\n%s", n1.Logs())
+	}
+	n1.Kill()
+	n1.Restart()
+	if gc, err := groupConfigOf(t, n1.ClientAddr, 4); err != nil || gc.Epoch != 0 || !slices.Equal(gc.Members, []uint64{1, 2, 6}) {
+		t.Fatalf("restarted node 1's replica of group 4: %s %v\n%s", gc, err, n1.Logs())
+	}
+	if strings.Count(n1.Logs(), started) != 1 {
+		t.Fatalf("restarted node 1 started group 4 anew instead of reopening its replica:\n%s", n1.Logs())
+	}
+	readBack(n1.ClientAddr, in4)
+	readBack(news[2].ClientAddr, in4)
 }
