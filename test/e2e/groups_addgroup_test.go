@@ -166,6 +166,10 @@ func TestGroupsAddAGroupAndRebalance(t *testing.T) {
 	if n3 < 16384/3*8/10 || n3 > 16384/3*12/10 {
 		t.Fatalf("group 3 owns %d slots after the rebalance (%v), want about a third", n3, g3.Slots)
 	}
+	// Some checked keys moved to group 3: their histories span two groups.
+	if !slices.ContainsFunc(keys, func(k string) bool { return cm.Owner(kv.KeySlot([]byte(k))) == 3 }) {
+		t.Fatalf("no checked key is in group 3's slots %v", g3.Slots)
+	}
 	// Writes acknowledged in group 3's slots, after the rebalance.
 	ackedMu.Lock()
 	before := len(acked)
