@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -143,6 +144,14 @@ func TestGroupsAddAGroupAndRebalance(t *testing.T) {
 		}
 	}
 	e1 := mapOf().Epoch
+	// Before it owns slots: CLUSTER SHARDS lists it with none (as Redis a
+	// master without slots), kefir cluster status with its leader.
+	if v, err := cluster.Command(news[0].ClientAddr, "CLUSTER", "SHARDS"); err != nil || v.Kind != resp.Array || len(v.Elems) != 3 {
+		t.Fatalf("CLUSTER SHARDS with group 3 of no slots: %v %v", err, v)
+	}
+	if st, err := kefirCluster(t, "status", addr); err != nil || !regexp.MustCompile(`3  members \[4 5 6\]  leader 127\.0\.0\.1:[0-9]+  slots none \(0\)`).MatchString(st) {
+		t.Fatalf("kefir cluster status with group 3 of no slots: %v\n%s", err, st)
+	}
 	if out, err := kefirCluster(t, "add-group", addr, "--members", "4,5,6"); err != nil || !strings.Contains(out, "group 3 with members") {
 		t.Fatalf("add-group again: %v\n%s", err, out)
 	}
