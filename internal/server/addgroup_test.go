@@ -13,8 +13,9 @@ import (
 // names in a data group still at its first configuration (member epoch 0;
 // never the metadata group, never a reconfigured group, whose new members
 // pull), and only at the replica's first open — a record of a created
-// replica whose vr/ directory exists (a restart) opens without Bootstrap,
-// as does a record of a replica that joined.
+// replica that says it bootstrapped (its vr/ lost since), or whose vr/
+// directory exists (a restart), opens without Bootstrap, as does a record
+// of a replica that joined.
 func TestNewGroupBootstrapsOnlyAtItsFirstOpen(t *testing.T) {
 	for _, tc := range []struct {
 		g    kv.MapGroup
@@ -39,6 +40,9 @@ func TestNewGroupBootstrapsOnlyAtItsFirstOpen(t *testing.T) {
 	}
 	if s.firstOpen(joinRecord{}, dir) {
 		t.Fatal("a joined group's replica bootstraps")
+	}
+	if s.firstOpen(joinRecord{Created: true, Opened: true}, dir) {
+		t.Fatal("a created group's replica bootstraps again after its record says it did (its vr/ lost)")
 	}
 	if err := os.MkdirAll(filepath.Join(dir, "vr"), 0o755); err != nil {
 		t.Fatal(err)

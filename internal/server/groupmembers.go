@@ -641,11 +641,13 @@ func (s *Server) checkCreated(ctx context.Context, id cluster.GroupID, members [
 }
 
 // firstOpen reports whether a replica of a new group (jr.Created) in dir
-// opens for the first time, so bootstraps: its vr/ directory does not
-// exist yet. (An in-memory FS never bootstraps a created group: it has no
-// record either.)
+// opens for the first time, so bootstraps: its record does not say it
+// bootstrapped (jr.Opened) and its vr/ directory does not exist yet (a
+// start that died between the replica's first open and the record's
+// update finds vr/). (An in-memory FS never bootstraps a created group: it
+// has no record either.)
 func (s *Server) firstOpen(jr joinRecord, dir string) bool {
-	if !jr.Created || s.cfg.FS != nil {
+	if !jr.Created || jr.Opened || s.cfg.FS != nil {
 		return false
 	}
 	_, err := os.Stat(filepath.Join(dir, "vr"))
@@ -724,6 +726,21 @@ func (s *Server) openJoinedGroup(tr *transport.Transport, id cluster.GroupID, jr
 	h, err := cfg.OpenReplica(spec)
 	if err != nil {
 		return cluster.LocalGroup{}, fmt.Errorf("server: group %d: %w", id, err)
+	}
+	if spec.Bootstrap && cfg.FS == nil {
+		// Bootstrapped: the record says so, so that a replica whose vr/
+		// is lost later recovers from the others instead of starting the
+		// group's first view again with an empty log (its votes and
+		// acknowledgements would be forgotten).
+		jr.Opened = true
+		b, err := json.Marshal(jr)
+		if err == nil {
+			err = vfs.WriteFileDurably(vfs.Default, dir, filepath.Join(dir, joinFile), b)
+		}
+		if err != nil {
+			_ = h.Replica.Close()
+			return cluster.LocalGroup{}, fmt.Errorf("server: group %d: record its bootstrap in %s: %w", id, filepath.Join(dir, joinFile), err)
+		}
 	}
 	return cluster.LocalGroup{Spec: cluster.GroupSpec{ID: id, Members: memberIDs(ms), Slots: rs}, Hosted: h}, nil
 }

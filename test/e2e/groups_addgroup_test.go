@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -271,6 +273,11 @@ func TestGroupsAddAGroupAndRebalance(t *testing.T) {
 			t.Fatalf("a write to group 3 with node 5 down: %v", err)
 		}
 		more[k] = "v" + k
+	}
+	// Its record says it bootstrapped: the restart (and any later open,
+	// even one whose vr/ is gone) does not start the group anew.
+	if b, err := os.ReadFile(filepath.Join(n5.Dir, "group-3", "kefir-join.json")); err != nil || !strings.Contains(string(b), `"created":true`) || !strings.Contains(string(b), `"opened":true`) {
+		t.Fatalf("node 5's record of group 3: %v %s", err, b)
 	}
 	n5.Args = []string{"--replica-id", "5", "--cluster-secret", "e2e-groups-secret"}
 	n5.Restart()
