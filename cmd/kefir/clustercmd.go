@@ -33,6 +33,9 @@ func runCluster(args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "add-node" {
 		return runClusterAddNode(args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "add-group" {
+		return runClusterAddGroup(args[1:], stdout, stderr)
+	}
 	if len(args) > 0 && (args[0] == "replace-node" || args[0] == "remove-node") {
 		return runClusterMembers(args[0], args[1:], stdout, stderr)
 	}
@@ -104,6 +107,8 @@ const clusterUsage = `usage: kefir cluster COMMAND [flags] (each with --help)
                                                                  paced by a latency probe unless --page-pause is given
   status                                                         the metadata group's map, moves in flight, leaders
   add-node --id N --client-addr H:P --peer-addr H:P              record a node in the map
+  add-group --members A,B,C [--id G]                             a new group on nodes of the map, owning no slots
+                                                                 until a rebalance or move-slots gives it some
   replace-node --old N --new ID@PEER-ADDR/CLIENT-ADDR             replace a member of a single VR group by a new node
   remove-node --id N[,M...]                                       remove members of a single VR group (an odd number stays)
 every command takes --addr host:port,... (env KEFIR_ADDR), --password, --tls, --tls-insecure`
@@ -304,6 +309,124 @@ func runClusterAddNode(args []string, stdout, stderr io.Writer) error {
 	}
 	_, err = fmt.Fprintf(stdout, "node %d is in the map at epoch %d (in no group yet)\n", *id, epoch)
 	return err
+}
+
+// runClusterAddGroup runs `kefir cluster add-group --members A,B,C`: a
+// new data group on nodes already in the map (add-node), recorded in the
+// metadata group's map (kv.KindMapAddGroup) with no slots; its members,
+// following the map, start its replicas (bootstrapped from the record).
+// Checked against the map before anything changes. A rerun after a crash
+// finds the group it added (the same members, no --id) and only waits.
+func runClusterAddGroup(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("kefir cluster add-group", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	mover := clusterConnFlags(fs)
+	membersFlag := fs.String("members", "", "the new group's members: node ids of the map, comma-separated, in leader order (an odd number)")
+	idFlag := fs.Uint64("id", 0, "the new group's id (default: one above the map's highest)")
+	wait := fs.Duration("wait", 30*time.Second, "wait this long for the new group to have a leader (0: do not wait)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err}
+	}
+	if *membersFlag == "" || fs.NArg() != 0 {
+		return usageError{errors.New("add-group needs --members A,B,C")}
+	}
+	var members []uint64
+	for _, f := range strings.Split(*membersFlag, ",") {
+		id, err := strconv.ParseUint(strings.TrimSpace(f), 10, 64)
+		if err != nil || id == 0 {
+			return usageError{fmt.Errorf("add-group: member %q is not a node id", f)}
+		}
+		members = append(members, id)
+	}
+	mv := mover()
+	mv.RetryFor = 10 * time.Second
+	defer mv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second+*wait)
+	defer cancel()
+	cm, err := mv.MetaMap(ctx)
+	if err != nil {
+		return fmt.Errorf("add-group: the cluster map: %w", err)
+	}
+	id, again, err := planAddGroup(cm, members, *idFlag)
+	if err != nil {
+		return fmt.Errorf("add-group: %w; nothing changed", err)
+	}
+	epoch := cm.Epoch
+	if !again {
+		if epoch, err = mv.AddGroup(ctx, cluster.GroupID(id), members); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(stdout, "group %d with members %v is in the map at epoch %d (no slots yet: kefir cluster rebalance or move-slots gives it some)\n", id, members, epoch)
+	if *wait <= 0 {
+		return nil
+	}
+	// Its members start it when they see the map: wait until one answers
+	// with a leader, so that a rebalance run next finds the group serving.
+	var seeds []string
+	for _, n := range cm.Nodes {
+		if slices.Contains(members, n.ID) {
+			seeds = append(seeds, n.ClientAddr)
+		}
+	}
+	deadline := time.Now().Add(*wait)
+	for {
+		gmv := &cluster.Mover{Seeds: seeds, Password: mv.Password, TLS: mv.TLS, RetryFor: time.Second}
+		gctx, gcancel := context.WithTimeout(ctx, 2*time.Second)
+		gc, err := gmv.GroupConfigOf(gctx, cluster.GroupID(id))
+		gcancel()
+		gmv.Close()
+		if err == nil && gc.Leader != 0 {
+			_, err = fmt.Fprintf(stdout, "group %d is running: %s, leader %d\n", id, gc, gc.Leader)
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("add-group: group %d is in the map, but no member answered with a leader within %s (are nodes %v running? they start the group when they see the map): %v", id, *wait, members, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// planAddGroup checks an add-group of members (and id, 0: the next) against
+// cm and returns the group's id; again: the map has that group already (a
+// rerun), nothing to record.
+func planAddGroup(cm *kv.ClusterMap, members []uint64, id uint64) (gid uint64, again bool, err error) {
+	if len(members)%2 == 0 {
+		return 0, false, fmt.Errorf("%d members: a VR group needs an odd number (2f+1)", len(members))
+	}
+	for i, m := range members {
+		if slices.Contains(members[:i], m) {
+			return 0, false, fmt.Errorf("member %d listed twice", m)
+		}
+		if !slices.ContainsFunc(cm.Nodes, func(n kv.MapNode) bool { return n.ID == m }) {
+			return 0, false, fmt.Errorf("node %d is not a node of the cluster map (kefir cluster add-node it first)", m)
+		}
+	}
+	if id != 0 {
+		if id >= kv.MetaGroup {
+			return 0, false, fmt.Errorf("group id %d: data groups' ids are 1 to %d", id, kv.MetaGroup-1)
+		}
+		if g, ok := cm.Group(id); ok {
+			if g.MemberEpoch == 0 && slices.Equal(g.Members, members) {
+				return id, true, nil
+			}
+			return 0, false, fmt.Errorf("group %d is in the map already, with members %v", id, g.Members)
+		}
+		return id, false, nil
+	}
+	for _, g := range cm.Groups {
+		if g.MemberEpoch == 0 && len(g.Slots) == 0 && slices.Equal(g.Members, members) {
+			return g.ID, true, nil // added by an earlier run
+		}
+		id = max(id, g.ID)
+	}
+	if id+1 >= kv.MetaGroup {
+		return 0, false, fmt.Errorf("no group id left below %d", kv.MetaGroup)
+	}
+	return id + 1, false, nil
 }
 
 // clusterConnFlags defines the flags every kefir cluster command reaches

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/kefirdb/kefir/internal/cluster"
+	"github.com/kefirdb/kefir/internal/kv"
 )
 
 // Flags the planner or the mover would take silently wrong are refused as
@@ -47,5 +48,40 @@ func TestClusterRebalanceStuckExitStatus(t *testing.T) {
 	}
 	if err := stuckStatus(cluster.Plan{Balanced: true}, false); err != nil {
 		t.Fatalf("balanced: %v, want nil", err)
+	}
+}
+
+// add-group's checks against the map, before anything changes: an even,
+// duplicated or unknown member list, a taken or reserved id; the next id
+// by default; a rerun finds the group it added (the same members, no
+// slots, first epoch) instead of adding another.
+func TestPlanAddGroup(t *testing.T) {
+	cm := &kv.ClusterMap{Epoch: 3,
+		Nodes:  []kv.MapNode{{ID: 1}, {ID: 2}, {ID: 3}, {ID: 4}, {ID: 5}, {ID: 6}},
+		Groups: []kv.MapGroup{{ID: 1, Members: []uint64{1, 2, 3}, Slots: []kv.SlotRange{{Start: 0, End: 16383}}}}}
+	for _, tc := range []struct {
+		members []uint64
+		id      uint64
+		want    string
+	}{
+		{[]uint64{4, 5}, 0, "odd number"},
+		{[]uint64{4, 5, 5}, 0, "listed twice"},
+		{[]uint64{4, 5, 9}, 0, "node 9 is not a node"},
+		{[]uint64{4, 5, 6}, 1, "group 1 is in the map already"},
+		{[]uint64{4, 5, 6}, kv.MetaGroup, "ids are 1 to"},
+	} {
+		if _, _, err := planAddGroup(cm, tc.members, tc.id); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v --id %d: %v, want %q", tc.members, tc.id, err, tc.want)
+		}
+	}
+	if id, again, err := planAddGroup(cm, []uint64{4, 5, 6}, 0); err != nil || id != 2 || again {
+		t.Fatalf("the next id: %d %v %v", id, again, err)
+	}
+	cm.Groups = append(cm.Groups, kv.MapGroup{ID: 7, Members: []uint64{4, 5, 6}})
+	if id, again, err := planAddGroup(cm, []uint64{4, 5, 6}, 0); err != nil || id != 7 || !again {
+		t.Fatalf("a rerun: %d %v %v", id, again, err)
+	}
+	if id, again, err := planAddGroup(cm, []uint64{6, 5, 4}, 0); err != nil || id != 8 || again {
+		t.Fatalf("another leader order is another group: %d %v %v", id, again, err)
 	}
 }

@@ -40,6 +40,7 @@ Usage:
   kefir cluster rebalance [--by bytes|keys|load] [--dry-run]   even the groups out by slot moves, paced by a latency probe
   kefir cluster status                                 the metadata group's map, moves in flight, group leaders
   kefir cluster add-node --id N --client-addr A --peer-addr A   record a node in the metadata group's map
+  kefir cluster add-group --members A,B,C [--id G]             a new group on nodes of the map (no slots until a rebalance)
   kefir cluster replace-node --old N --new ID@PEER/CLIENT       replace a node in its VR group(s) (the new node: kefir server --join)
   kefir cluster remove-node --id N[,M]                         remove nodes from their VR group(s)
   kefir chain restart --without N --http ADDR[,ADDR]   restart a chain that is down without members that never came back

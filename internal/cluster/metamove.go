@@ -256,6 +256,10 @@ func (mv *Mover) Status(ctx context.Context) (ClusterStatus, error) {
 	for _, g := range cm.Groups {
 		st.Leaders[g.ID] = ""
 		if len(g.Slots) == 0 {
+			// A group of no slots (just added) is not in CLUSTER SLOTS:
+			// ask its members for its configuration, which names the
+			// leader they know.
+			st.Leaders[g.ID] = mv.leaderOf(ctx, cm, g)
 			continue
 		}
 		s := int64(g.Slots[0].Start)
@@ -266,6 +270,29 @@ func (mv *Mover) Status(ctx context.Context) (ClusterStatus, error) {
 		}
 	}
 	return st, nil
+}
+
+// leaderOf returns the client address of group g's leader as its members
+// answer KEFIR.GROUP CONFIG GROUP g ("": none known, or none answered).
+func (mv *Mover) leaderOf(ctx context.Context, cm *kv.ClusterMap, g kv.MapGroup) string {
+	var seeds []string
+	for _, n := range cm.Nodes {
+		if slices.Contains(g.Members, n.ID) {
+			seeds = append(seeds, n.ClientAddr)
+		}
+	}
+	gmv := &Mover{Seeds: seeds, Password: mv.Password, TLS: mv.TLS, RetryFor: time.Second}
+	defer gmv.Close()
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	gc, err := gmv.GroupConfigOf(cctx, GroupID(g.ID))
+	if err != nil || gc.Leader == 0 {
+		return ""
+	}
+	if m, ok := gc.Addr(gc.Leader); ok {
+		return m.ClientAddr
+	}
+	return ""
 }
 
 // String renders st for a terminal.
@@ -287,7 +314,11 @@ func (st ClusterStatus) String() string {
 		if leader == "" {
 			leader = "none known"
 		}
-		fmt.Fprintf(&b, "  %d  members %v  leader %s  slots %s (%d)\n", g.ID, g.Members, leader, FormatSlotRanges(g.Slots), n)
+		slots := FormatSlotRanges(g.Slots)
+		if slots == "" {
+			slots = "none"
+		}
+		fmt.Fprintf(&b, "  %d  members %v  leader %s  slots %s (%d)\n", g.ID, g.Members, leader, slots, n)
 	}
 	if len(cm.Moves) == 0 {
 		fmt.Fprintf(&b, "moves in flight: none\n")
@@ -306,6 +337,23 @@ func (mv *Mover) AddNode(ctx context.Context, id uint64, clientAddr, peerAddr st
 	v, err := mv.do(ctx, "KEFIR.SLOTS", "META", "ADDNODE", strconv.FormatUint(id, 10), clientAddr, peerAddr)
 	if err != nil {
 		return 0, fmt.Errorf("add-node: %w", err)
+	}
+	return uint64(v.Int), nil
+}
+
+// AddGroup records data group g with members (node ids of the map, leader
+// order) and no slots in the metadata group's map (KEFIR.SLOTS META
+// ADDGROUP, kv.KindMapAddGroup) and returns the map's epoch after it. The
+// members start the group's replicas when they see it in the map.
+func (mv *Mover) AddGroup(ctx context.Context, g GroupID, members []uint64) (uint64, error) {
+	defer mv.close()
+	args := []string{"KEFIR.SLOTS", "META", "ADDGROUP", strconv.FormatUint(uint64(g), 10)}
+	for _, id := range members {
+		args = append(args, strconv.FormatUint(id, 10))
+	}
+	v, err := mv.do(ctx, args...)
+	if err != nil {
+		return 0, fmt.Errorf("add-group: %w", err)
 	}
 	return uint64(v.Int), nil
 }

@@ -133,7 +133,9 @@ func EvenGroups(n int, nodes []uint64, replicas int) []GroupSpec {
 //	ID=MEMBER,MEMBER,...:START-END[+START-END...];ID=...
 //
 // members are node ids of --members in leader order, e.g.
-// "1=1,2,3:0-5460;2=2,3,1:5461-10922;3=3,1,2:10923-16383". Empty: nil.
+// "1=1,2,3:0-5460;2=2,3,1:5461-10922;3=3,1,2:10923-16383". Empty: nil. A
+// group with nothing after the colon owns no slots (FormatGroups writes a
+// map's empty group so).
 func ParseGroups(s string) ([]GroupSpec, error) {
 	s = strings.TrimSpace(s)
 	if s == "" {
@@ -160,6 +162,11 @@ func ParseGroups(s string) ([]GroupSpec, error) {
 			g.Members = append(g.Members, n)
 		}
 		for _, r := range strings.Split(slots, "+") {
+			if strings.TrimSpace(slots) == "" {
+				// A group that owns no slots (kefir cluster add-group's
+				// before its first move, or one moves emptied): "ID=M,...:".
+				break
+			}
 			a, b, ok := strings.Cut(strings.TrimSpace(r), "-")
 			if !ok {
 				b = a

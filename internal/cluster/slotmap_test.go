@@ -37,6 +37,27 @@ func TestEvenGroupsIsRedisClisSplit(t *testing.T) {
 	}
 }
 
+// A group that owns no slots (kefir cluster add-group's, before a move
+// gives it some) round-trips through --groups' syntax, as a joined node's
+// record keeps the map's groups, and its map is valid.
+func TestGroupsOfNoSlotsRoundTrip(t *testing.T) {
+	const s = "1=1,2,3:0-16383;2=4,5,6:"
+	gs, err := ParseGroups(s)
+	if err != nil || len(gs) != 2 || len(gs[1].Slots) != 0 || FormatGroups(gs) != s {
+		t.Fatalf("ParseGroups(%q) = %+v, %v", s, gs, err)
+	}
+	m, err := NewSlotMap(1, gs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g, ok := m.Group(2); !ok || len(g.Slots) != 0 || m.Owner(0) != 1 {
+		t.Fatalf("the map of %q: %+v", s, m.Groups)
+	}
+	if _, err := ParseGroups("1=1,2,3:0-16383;2=4,5,6:+"); err == nil {
+		t.Fatal("an empty range after a '+' was taken")
+	}
+}
+
 // A slot map covers every slot exactly once.
 func TestSlotMapRefusesGapsAndOverlaps(t *testing.T) {
 	for _, tc := range []struct{ groups, want string }{

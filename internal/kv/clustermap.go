@@ -61,6 +61,16 @@ import (
 //	                  not a node of the map. The map epoch moves as with
 //	                  AddNode (so pollers learn the members), unless a move
 //	                  is in flight.
+//	KindMapAddGroup   Key: a group's id and first members (AppendMapMembers,
+//	                  epoch 0), nodes of the map, an odd number, distinct,
+//	                  in leader order. A new data group that owns no slots
+//	                  (it gets them by moves); its members, following the
+//	                  map, bootstrap its replicas from this record (VR's
+//	                  first view from the list). The same id with the same
+//	                  members again is a no-op (a retry); an id the map has
+//	                  for another group, the metadata group's id, 0 or an
+//	                  id above 2^32-1 is refused. The epoch moves as with
+//	                  AddNode.
 
 // ClusterMapKey is the reserved record that holds the metadata group's map.
 var ClusterMapKey = ReservedKey("clustermap")
@@ -456,6 +466,9 @@ func mapStep(m *ClusterMap, op *Op) (*ClusterMap, Result, error) {
 	if op.Kind == KindMapSetMembers {
 		return setMembers(m, op)
 	}
+	if op.Kind == KindMapAddGroup {
+		return addGroup(m, op)
+	}
 	if op.Kind == KindMapAddNode {
 		nd, err := DecodeMapNode(op.Key)
 		if err != nil {
@@ -606,16 +619,8 @@ func setMembers(m *ClusterMap, op *Op) (*ClusterMap, Result, error) {
 	} else if g, _ = m.Group(mm.Group); g == nil {
 		return nil, Result{}, errMap("no group %d in the map", mm.Group)
 	}
-	if len(mm.Members)%2 == 0 {
-		return nil, Result{}, errMap("group %d: %d members: a VR group has an odd number", mm.Group, len(mm.Members))
-	}
-	for i, id := range mm.Members {
-		if slices.Contains(mm.Members[:i], id) {
-			return nil, Result{}, errMap("group %d: member %d listed twice", mm.Group, id)
-		}
-		if !slices.ContainsFunc(m.Nodes, func(n MapNode) bool { return n.ID == id }) {
-			return nil, Result{}, errMap("group %d: member %d is not a node of the map (add it first)", mm.Group, id)
-		}
+	if err := checkMemberList(m, mm); err != nil {
+		return nil, Result{}, err
 	}
 	cur := g.MemberEpoch // never recorded: 0, the group's first epoch
 	sameSet := len(mm.Members) == len(g.Members) && !slices.ContainsFunc(mm.Members, func(id uint64) bool { return !slices.Contains(g.Members, id) })
@@ -640,6 +645,60 @@ func setMembers(m *ClusterMap, op *Op) (*ClusterMap, Result, error) {
 		n.Epoch++
 	}
 	return n, Result{Kind: ResInt, Int: int64(n.Epoch)}, nil
+}
+
+// addGroup is KindMapAddGroup's step: a new data group with no slots. The
+// record is what its members bootstrap from (server: a member the map names
+// in a group at member epoch 0 that it hosts no replica of and never had a
+// directory for starts the group's first view from this list), so the list
+// must be one VR can run and must never change under the same id: a
+// different list at an existing id is refused, not overwritten.
+func addGroup(m *ClusterMap, op *Op) (*ClusterMap, Result, error) {
+	mm, err := DecodeMapMembers(op.Key)
+	if err != nil {
+		return nil, Result{}, err
+	}
+	if mm.Group == 0 || mm.Group >= MetaGroup || mm.Epoch != 0 {
+		// Data groups' ids are below the metadata group's reserved one
+		// (a result and a token name a group in 32 bits; the ids of
+		// kefir up and --groups are small).
+		return nil, Result{}, errMap("group id %d (epoch %d): a new group needs an id from 1 to %d and epoch 0", mm.Group, mm.Epoch, MetaGroup-1)
+	}
+	if err := checkMemberList(m, mm); err != nil {
+		return nil, Result{}, err
+	}
+	if g, ok := m.Group(mm.Group); ok {
+		if g.MemberEpoch == 0 && slices.Equal(g.Members, mm.Members) {
+			return nil, Result{Kind: ResInt, Int: int64(m.Epoch)}, nil // a retry
+		}
+		return nil, Result{}, errMap("group %d is in the map already (members %v at epoch %d)", mm.Group, g.Members, g.MemberEpoch)
+	}
+	n := m.clone()
+	n.Groups = append(n.Groups, MapGroup{ID: mm.Group, Members: slices.Clone(mm.Members)})
+	slices.SortFunc(n.Groups, func(a, b MapGroup) int { return cmp.Compare(a.ID, b.ID) })
+	// As AddNode: the epoch moves so pollers learn the group, but not
+	// while a move is in flight (its MoveDone raises it).
+	if len(n.Moves) == 0 {
+		n.Epoch++
+	}
+	return n, Result{Kind: ResInt, Int: int64(n.Epoch)}, nil
+}
+
+// checkMemberList refuses a member list VR could not run: empty or even,
+// a member twice, a member that is not a node of the map.
+func checkMemberList(m *ClusterMap, mm MapMembers) error {
+	if len(mm.Members)%2 == 0 {
+		return errMap("group %d: %d members: a VR group has an odd number", mm.Group, len(mm.Members))
+	}
+	for i, id := range mm.Members {
+		if slices.Contains(mm.Members[:i], id) {
+			return errMap("group %d: member %d listed twice", mm.Group, id)
+		}
+		if !slices.ContainsFunc(m.Nodes, func(n MapNode) bool { return n.ID == id }) {
+			return errMap("group %d: member %d is not a node of the map (add it first)", mm.Group, id)
+		}
+	}
+	return nil
 }
 
 // rangesOf returns slots (any order, no duplicates) as sorted ranges.

@@ -419,3 +419,71 @@ func TestMapSetMembers(t *testing.T) {
 		t.Fatalf("set members writes %q", ws)
 	}
 }
+
+// KindMapAddGroup records a new data group that owns no slots: refused
+// before anything changes for a list VR could not run, members that are not
+// nodes, a taken id (the metadata group's, 0, an existing group's with
+// another list), answered as a no-op when retried; the map stays valid
+// (Check: a group of no slots is allowed), the codec keeps the empty group,
+// and a move can then give it slots.
+func TestMapAddGroup(t *testing.T) {
+	m := mem{}
+	apply := applier(t, m)
+	initMap(t, apply)
+	for id := uint64(4); id <= 6; id++ {
+		nd := MapNode{ID: id, ClientAddr: "127.0.0.1:" + string(rune('0'+id)), PeerAddr: "127.0.0.1:1" + string(rune('0'+id))}
+		if _, err := apply(&Op{Kind: KindMapAddNode, Key: AppendMapNode(nil, nd)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	addOp := func(mm MapMembers) *Op { return &Op{Kind: KindMapAddGroup, Key: AppendMapMembers(nil, mm)} }
+	e0 := readMap(t, m).Epoch
+	for name, bad := range map[string]MapMembers{
+		"even":           {Group: 3, Members: []uint64{4, 5}},
+		"empty":          {Group: 3},
+		"twice":          {Group: 3, Members: []uint64{4, 5, 5}},
+		"not a node":     {Group: 3, Members: []uint64{4, 5, 7}},
+		"id 0":           {Group: 0, Members: []uint64{4, 5, 6}},
+		"metadata id":    {Group: MetaGroup, Members: []uint64{4, 5, 6}},
+		"an existing id": {Group: 2, Members: []uint64{4, 5, 6}},
+		"an epoch":       {Group: 3, Epoch: 1, Members: []uint64{4, 5, 6}},
+	} {
+		if _, err := apply(addOp(bad)); !errors.Is(err, ErrSlotTransition) {
+			t.Fatalf("%s: %+v: %v", name, bad, err)
+		}
+	}
+	if cm := readMap(t, m); cm.Epoch != e0 || len(cm.Groups) != 2 {
+		t.Fatalf("refused ops changed the map: %+v", cm)
+	}
+	add := MapMembers{Group: 3, Members: []uint64{5, 4, 6}}
+	if res, err := apply(addOp(add)); err != nil || res.Int != int64(e0+1) || res.Version == 0 {
+		t.Fatalf("add group: %+v %v", res, err)
+	}
+	if res, err := apply(addOp(add)); err != nil || res.Int != int64(e0+1) || res.Version != 0 {
+		t.Fatalf("add group again: %+v %v", res, err)
+	}
+	if _, err := apply(addOp(MapMembers{Group: 3, Members: []uint64{4, 5, 6}})); !errors.Is(err, ErrSlotTransition) {
+		t.Fatalf("the new group's id with another leader order: %v", err)
+	}
+	cm := readMap(t, m)
+	g, ok := cm.Group(3)
+	if !ok || cm.Epoch != e0+1 || len(g.Slots) != 0 || g.MemberEpoch != 0 || !slices.Equal(g.Members, []uint64{5, 4, 6}) {
+		t.Fatalf("map after add group: %+v", cm)
+	}
+	if err := cm.Check(); err != nil {
+		t.Fatal(err)
+	}
+	// A move gives the new group slots; its members change as any group's.
+	if _, err := apply(moveOp(KindMapMovePlan, MapMove{From: 1, To: 3, Slots: []SlotRange{{0, 99}}, Epoch: cm.Epoch + 1, Driver: "a"})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := apply(moveOp(KindMapMoveDone, MapMove{Epoch: cm.Epoch + 1})); err != nil {
+		t.Fatal(err)
+	}
+	if cm := readMap(t, m); cm.Owner(50) != 3 || cm.Owner(100) != 1 {
+		t.Fatalf("after the move to the new group: %+v", cm)
+	}
+	if _, err := apply(membersOp(MapMembers{Group: 3, Epoch: 1, Members: []uint64{5, 4, 1}})); err != nil {
+		t.Fatal(err)
+	}
+}

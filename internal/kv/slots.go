@@ -61,6 +61,9 @@ const (
 	// KindMapSetMembers records a data group's members after its VR
 	// reconfiguration (clustermap.go): 172.
 	KindMapSetMembers
+	// KindMapAddGroup records a new data group, owning no slots, in the
+	// map (clustermap.go): 173.
+	KindMapAddGroup
 	kindSlotEnd
 )
 
@@ -75,7 +78,7 @@ func IsSlotKind(k Kind) bool { return isSlotKind(k) }
 
 var slotKindNames = [...]string{"slotinit", "slotset", "slotimport",
 	"mapinit", "mapmoveplan", "mapmoveclaim", "mapmovedone", "mapmoveabort", "mapaddnode",
-	"mapchaininit", "mapchainset", "groupaddrs", "mapsetmembers"}
+	"mapchaininit", "mapchainset", "groupaddrs", "mapsetmembers", "mapaddgroup"}
 
 // NumSlots is the number of hash slots (Redis Cluster's 16384).
 const NumSlots = 16384

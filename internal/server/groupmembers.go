@@ -195,10 +195,14 @@ func (s *Server) syncGroups(ctx context.Context) bool {
 			}
 		}
 		members := slices.Clone(g.Members)
+		join := s.joinGroup
+		if created(g) {
+			join = s.createGroup
+		}
 		gs.wg.Add(1)
 		go func() {
 			defer gs.wg.Done()
-			err := s.joinGroup(ctx, id, members)
+			err := join(ctx, id, members)
 			gs.mu.Lock()
 			delete(gs.joining, id)
 			if err != nil {
@@ -519,7 +523,7 @@ func (s *Server) joinGroup(ctx context.Context, id cluster.GroupID, members []ui
 			return fmt.Errorf("server: write %s: %w", filepath.Join(dir, joinFile), err)
 		}
 	}
-	lg, err := s.openJoinedGroup(s.peerTr, id, jr)
+	lg, err := s.openJoinedGroup(s.peerTr, id, jr, false)
 	if err != nil {
 		return err
 	}
@@ -533,6 +537,121 @@ func (s *Server) joinGroup(ctx context.Context, id cluster.GroupID, members []ui
 	}
 	s.log.Info("named by the map in a group: joined it as a new member", "group", uint64(id), "config", gc.String())
 	return nil
+}
+
+// created reports whether the map's entry g is a group whose first members
+// start it from the map's record (kefir cluster add-group): a data group at
+// member epoch 0. A group of --groups at epoch 0 names only nodes that
+// opened it from their flags at their first start, so a node that does not
+// host it and is named in it can only be one of an added group's first
+// members (a node that lost its replica of a static group starts from its
+// flags, never here; a retired one is skipped before). Once the group was
+// reconfigured (epoch 1 or more) a member named in it joins by pulling the
+// state from the others, as any new member.
+func created(g kv.MapGroup) bool {
+	return g.MemberEpoch == 0 && g.ID != uint64(cluster.MetaGroupID)
+}
+
+// createGroup starts this node's replica of group id, one of the group's
+// first members (members, the map's record, in leader order): the record
+// (the members with the map's addresses, Created) is written to the group's
+// directory durably, then the replica opens with VR's first view from the
+// list and an empty state — the same on every first member, so each
+// bootstraps once, from the same list, and no one waits for a state nobody
+// has. A directory that holds a replica already is opened as it is (a start
+// that failed after its record) and never bootstrapped again: bootstrap
+// happens only where vr/ does not exist yet.
+func (s *Server) createGroup(ctx context.Context, id cluster.GroupID, members []uint64) error {
+	dir := groupDir(s.cfg.DataDir, id)
+	jr, ok, err := joinRecord{}, false, error(nil)
+	if s.cfg.FS == nil {
+		if jr, ok, err = readGroupJoin(dir); err != nil {
+			return err
+		}
+		if _, err := os.Stat(filepath.Join(dir, "vr")); err == nil && !ok {
+			return fmt.Errorf("%w: %s holds a replica already, not one this node created; move it away to let the node start group %d", ErrStaleConfig, dir, id)
+		}
+	}
+	if !ok {
+		// The map this node follows may lag (its metadata replica, or its
+		// poll): a group reconfigured since would be bootstrapped at a
+		// configuration it left. The metadata leader's map decides.
+		if err := s.checkCreated(ctx, id, members); err != nil {
+			return err
+		}
+		ms := make([]Member, 0, len(members))
+		for _, mid := range members {
+			n, known := s.multi.Node(mid)
+			if !known || n.PeerAddr == "" {
+				return fmt.Errorf("group %d's member %d has no known address", id, mid)
+			}
+			ms = append(ms, n)
+		}
+		jr = joinRecord{Cluster: s.cfg.ClusterID, Replica: s.cfg.ReplicaID, Members: FormatMembers(ms), Slots: groupSlots(id, nil), Created: true}
+		if s.cfg.FS == nil {
+			b, err := json.Marshal(jr)
+			if err != nil {
+				return err
+			}
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return fmt.Errorf("server: create %s: %w", dir, err)
+			}
+			if err := vfs.WriteFileDurably(vfs.Default, dir, filepath.Join(dir, joinFile), b); err != nil {
+				return fmt.Errorf("server: write %s: %w", filepath.Join(dir, joinFile), err)
+			}
+		}
+	}
+	if !jr.Created {
+		return fmt.Errorf("%w: %s records a replica that joined group %d, not one of its first members", ErrStaleConfig, dir, id)
+	}
+	lg, err := s.openJoinedGroup(s.peerTr, id, jr, s.firstOpen(jr, dir))
+	if err != nil {
+		return err
+	}
+	if err := s.multi.AddGroup(lg); err != nil {
+		_ = lg.Hosted.Replica.Close()
+		return err
+	}
+	s.log.Info("named by the map in a new group: started it as one of its first members", "group", uint64(id), "members", jr.Members)
+	return nil
+}
+
+// checkCreated asks the metadata group's leader whether group id is still
+// at its first configuration, members, naming this node.
+func (s *Server) checkCreated(ctx context.Context, id cluster.GroupID, members []uint64) error {
+	var seeds []string
+	for _, mid := range s.multi.MetaMembers() {
+		if n, ok := s.multi.Node(mid); ok && n.ClientAddr != "" {
+			seeds = append(seeds, n.ClientAddr)
+		}
+	}
+	mv := &cluster.Mover{Seeds: seeds, Password: s.cfg.Password, RetryFor: time.Second}
+	defer mv.Close()
+	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	cm, err := mv.MetaMap(cctx)
+	if err != nil {
+		return fmt.Errorf("start group %d: the metadata leader's map: %w", id, err)
+	}
+	g, ok := cm.Group(uint64(id))
+	if !ok || !created(*g) || !slices.Equal(g.Members, members) || !slices.Contains(g.Members, s.cfg.ReplicaID) {
+		return fmt.Errorf("start group %d: the metadata leader's map (epoch %d) no longer has it at its first members %v naming this node: %+v", id, cm.Epoch, members, g)
+	}
+	return nil
+}
+
+// firstOpen reports whether a replica of a new group (jr.Created) in dir
+// opens for the first time, so bootstraps: its record does not say it
+// bootstrapped (jr.Opened) and its vr/ directory does not exist yet (a
+// start that died between the replica's first open and the record's
+// update finds vr/). (An in-memory FS never bootstraps a created group: it
+// has no record either.)
+func (s *Server) firstOpen(jr joinRecord, dir string) bool {
+	if !jr.Created || jr.Opened || s.cfg.FS != nil {
+		return false
+	}
+	_, err := os.Stat(filepath.Join(dir, "vr"))
+	return errors.Is(err, os.ErrNotExist)
 }
 
 // groupJoinRecord is the joinFile of a new member of group id whose
@@ -558,9 +677,11 @@ func (s *Server) groupJoinRecord(id cluster.GroupID, gc cluster.GroupConfig) (jo
 }
 
 // openJoinedGroup opens this node's replica of group id as its joinFile
-// jr records it: a new member's configuration (Membership.Apply, no
-// bootstrap), on the node's transport tr.
-func (s *Server) openJoinedGroup(tr *transport.Transport, id cluster.GroupID, jr joinRecord) (cluster.LocalGroup, error) {
+// jr records it, on the node's transport tr: a new member's configuration
+// (Membership.Apply, no bootstrap), or for one of a new group's first
+// members (jr.Created) the group's first configuration, bootstrapped if
+// bootstrap (its first open).
+func (s *Server) openJoinedGroup(tr *transport.Transport, id cluster.GroupID, jr joinRecord, bootstrap bool) (cluster.LocalGroup, error) {
 	kv.EnableTxLocks() // as openGroups
 	cfg := s.cfg
 	ms, err := ParseMembers(jr.Members)
@@ -594,10 +715,32 @@ func (s *Server) openJoinedGroup(tr *transport.Transport, id cluster.GroupID, jr
 	spec.Cluster, spec.Members, spec.Group, spec.Transport = clusterID, ms, id, tr
 	spec.Bootstrap = false
 	spec.Membership = &cluster.Membership{Epoch: jr.Epoch, Members: memberIDs(ms), Start: jr.Start, Previous: jr.Previous}
+	if jr.Created {
+		// One of the group's first members: VR's first configuration
+		// (as a static group's), started from the list on the first open
+		// only; later opens find the log (or, having persisted nothing,
+		// recover from the other members as a replica that lost its disk).
+		spec.Membership, spec.Bootstrap = nil, bootstrap
+	}
 	spec.Nilext, spec.FollowerReads = false, false // as openGroups
 	h, err := cfg.OpenReplica(spec)
 	if err != nil {
 		return cluster.LocalGroup{}, fmt.Errorf("server: group %d: %w", id, err)
+	}
+	if spec.Bootstrap && cfg.FS == nil {
+		// Bootstrapped: the record says so, so that a replica whose vr/
+		// is lost later recovers from the others instead of starting the
+		// group's first view again with an empty log (its votes and
+		// acknowledgements would be forgotten).
+		jr.Opened = true
+		b, err := json.Marshal(jr)
+		if err == nil {
+			err = vfs.WriteFileDurably(vfs.Default, dir, filepath.Join(dir, joinFile), b)
+		}
+		if err != nil {
+			_ = h.Replica.Close()
+			return cluster.LocalGroup{}, fmt.Errorf("server: group %d: record its bootstrap in %s: %w", id, filepath.Join(dir, joinFile), err)
+		}
 	}
 	return cluster.LocalGroup{Spec: cluster.GroupSpec{ID: id, Members: memberIDs(ms), Slots: rs}, Hosted: h}, nil
 }
@@ -800,6 +943,34 @@ func prepareJoinGroups(ctx context.Context, cfg Config, mv *cluster.Mover, logf 
 		if !slices.Contains(g.Members, cfg.ReplicaID) {
 			continue
 		}
+		if mg, ok := cm.Group(uint64(g.ID)); ok && created(*mg) {
+			// One of a new group's first members (kefir cluster
+			// add-group): nobody holds its state to pull; the node
+			// bootstraps it from the map's list at its first open.
+			ms := make([]Member, 0, len(mg.Members))
+			for _, id := range mg.Members {
+				n, ok := addr(id)
+				if !ok {
+					return cfg, fmt.Errorf("server: group %d's member %d is not a node of the cluster map", g.ID, id)
+				}
+				ms = append(ms, n)
+			}
+			if clusterID == 0 {
+				// The cluster's id, from any running group's
+				// configuration (the map does not carry it).
+				gc, err := mv.GroupConfigOf(ctx, cluster.MetaGroupID)
+				if err != nil {
+					return cfg, fmt.Errorf("server: start group %d: the cluster's id from its metadata group: %w", g.ID, err)
+				}
+				clusterID = gc.Cluster
+			}
+			b, err := json.Marshal(joinRecord{Cluster: clusterID, Replica: cfg.ReplicaID, Members: FormatMembers(ms), Slots: groupSlots(g.ID, nil), Created: true})
+			if err != nil {
+				return cfg, err
+			}
+			recs = append(recs, pending{groupDir(cfg.DataDir, g.ID), b})
+			continue
+		}
 		var seeds []string
 		for _, id := range g.Members {
 			if n, ok := addr(id); ok && id != cfg.ReplicaID {
@@ -853,7 +1024,7 @@ func prepareJoinGroups(ctx context.Context, cfg Config, mv *cluster.Mover, logf 
 	if err := vfs.WriteFileDurably(vfs.Default, cfg.DataDir, filepath.Join(cfg.DataDir, joinFile), b); err != nil {
 		return cfg, fmt.Errorf("server: write %s: %w", joinFile, err)
 	}
-	logf("named by the cluster map (epoch %d) in %d group(s): joining them as a new member", cm.Epoch, len(recs))
+	logf("named by the cluster map (epoch %d) in %d group(s): joining them as a new member (or starting a new group as one of its first members)", cm.Epoch, len(recs))
 	cfg.Members, cfg.ClusterID, cfg.Groups, cfg.Join = nodes, clusterID, sm.Groups, ""
 	cfg.joinedGroups, cfg.Membership = true, nil
 	return cfg, nil

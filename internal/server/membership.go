@@ -64,6 +64,15 @@ type joinRecord struct {
 	// directory's.
 	Groups string `json:"groups,omitempty"`
 	Slots  string `json:"slots,omitempty"`
+	// Created: a group directory's record of a replica started as one of a
+	// new group's first members (kefir cluster add-group: the map's record
+	// at member epoch 0 names this node), which bootstraps the group's
+	// first view from Members instead of pulling a state nobody has. It
+	// bootstraps only at its first open: while Opened is not set (it is,
+	// once the bootstrapped replica opened) and its vr/ directory does not
+	// exist.
+	Created bool `json:"created,omitempty"`
+	Opened  bool `json:"opened,omitempty"`
 }
 
 // retiredRecord is retiredFile's content.

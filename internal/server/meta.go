@@ -45,7 +45,7 @@ func (s *Server) openMeta(m *cluster.Multi, slots *cluster.SlotMap, byID map[uin
 			return err
 		}
 		if ok {
-			lg, err := s.openJoinedGroup(tr, cluster.MetaGroupID, jr)
+			lg, err := s.openJoinedGroup(tr, cluster.MetaGroupID, jr, false)
 			if err != nil {
 				return err
 			}
@@ -137,15 +137,17 @@ func (s *Server) stopMetaFollower() {
 //	KEFIR.SLOTS META ADDNODE id client-addr peer-addr   a node joins the map: the map's epoch
 //	KEFIR.SLOTS META SETMEMBERS group epoch id...   a group's members after its reconfiguration
 //	                                                to VR epoch `epoch` (kv.KindMapSetMembers): the map's epoch
+//	KEFIR.SLOTS META ADDGROUP group id...          a new data group with these members (leader
+//	                                                order) and no slots (kv.KindMapAddGroup): the map's epoch
 func (c *conn) metaCmd(args [][]byte) error {
 	m := c.srv.multi
 	sub := strings.ToUpper(string(args[2]))
-	want := map[string]int{"MAP": 3, "PLAN": 8, "CLAIM": 6, "DONE": 4, "ABORT": 4, "ADDNODE": 6, "SETMEMBERS": 6}
+	want := map[string]int{"MAP": 3, "PLAN": 8, "CLAIM": 6, "DONE": 4, "ABORT": 4, "ADDNODE": 6, "SETMEMBERS": 6, "ADDGROUP": 5}
 	n, ok := want[sub]
 	if !ok {
-		return errf("ERR unknown subcommand '%s' of KEFIR.SLOTS META (MAP, PLAN, CLAIM, DONE, ABORT, ADDNODE, SETMEMBERS)", strings.ToLower(sub))
+		return errf("ERR unknown subcommand '%s' of KEFIR.SLOTS META (MAP, PLAN, CLAIM, DONE, ABORT, ADDNODE, SETMEMBERS, ADDGROUP)", strings.ToLower(sub))
 	}
-	if len(args) != n && !(sub == "MAP" && len(args) <= 5) && !(sub == "SETMEMBERS" && len(args) > n) {
+	if len(args) != n && !(sub == "MAP" && len(args) <= 5) && !((sub == "SETMEMBERS" || sub == "ADDGROUP") && len(args) > n) {
 		return errf("ERR wrong number of arguments for 'kefir.slots|meta|%s' command", strings.ToLower(sub))
 	}
 	u := func(i int) (uint64, error) {
@@ -245,6 +247,20 @@ func (c *conn) metaCmd(args [][]byte) error {
 			mm.Members = append(mm.Members, id)
 		}
 		op = kv.Op{Kind: kv.KindMapSetMembers, Key: kv.AppendMapMembers(nil, mm)}
+	case "ADDGROUP":
+		mm := kv.MapMembers{}
+		var err error
+		if mm.Group, err = u(3); err != nil {
+			return err
+		}
+		for i := 4; i < len(args); i++ {
+			id, err := u(i)
+			if err != nil {
+				return err
+			}
+			mm.Members = append(mm.Members, id)
+		}
+		op = kv.Op{Kind: kv.KindMapAddGroup, Key: kv.AppendMapMembers(nil, mm)}
 	}
 	res, err := m.MetaWrite(context.Background(), op)
 	if err != nil {

@@ -221,7 +221,7 @@ func (s *Server) openGroups() (_ cluster.Hosted, err error) {
 		if err != nil || !ok {
 			return false, err
 		}
-		lg, err := s.openJoinedGroup(tr, id, jr)
+		lg, err := s.openJoinedGroup(tr, id, jr, s.firstOpen(jr, dir))
 		if err != nil {
 			return true, err
 		}
