@@ -3,6 +3,7 @@ package vrshard
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -104,7 +105,11 @@ func pagedJoin(t *testing.T, moving bool) string {
 		g.crash(1)
 		g.restart(1)
 	}
-	g.waitMembers(1, 2, 3)
+	// Not g.waitMembers' 10 s: on a loaded box the master may wait out the
+	// crashed incarnation's StartGrace (10 s) before it joins the new one.
+	if !testgroup.Until(30*time.Second, 10*time.Millisecond, func() bool { return slices.Equal(g.master.Members(), []uint64{1, 2, 3}) }) {
+		t.Fatalf("chain %v, want [1 2 3]", g.master.Members())
+	}
 	time.Sleep(200 * time.Millisecond) // writes after the join too
 	close(stop)
 	wg.Wait()
