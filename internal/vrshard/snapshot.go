@@ -25,8 +25,10 @@ import (
 // so the core still accepts it when it is ready.
 //
 // The message still holds the whole state in memory (the transport sends
-// it as fragments past its frame limit); streaming it from the pinned
-// snapshot would bound that too.
+// it as fragments past its frame limit). A chain joiner's pre-copy pulls
+// its snapshot in pages from the pinned engine snapshot instead ("Paged
+// snapshots" below); VR's recovery and a chain's log flush still take it
+// whole.
 
 type snapResult struct {
 	s   vr.Snapshot
