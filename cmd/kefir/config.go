@@ -42,6 +42,9 @@ type serverConfig struct {
 	// ChainFlush a buffered or memory member's flush interval.
 	ChainStore vrshard.ChainStore
 	ChainFlush time.Duration
+	// PrecopyRate paces this member's pre-copy when it joins a chain
+	// (--precopy-rate; 0: off).
+	PrecopyRate int64
 }
 
 func parseBytes(s string) (int64, error) {
@@ -239,6 +242,18 @@ var serverOptions = []option{
 				err = fmt.Errorf("want a positive duration, got %q", v)
 			}
 			c.ChainFlush = d
+			return err
+		}},
+	{"precopy-rate", "16MiB", "With --engine chain: how fast this member copies the chain's state when it joins (bytes a second of snapshot pages and log; 0: unpaced). The tail serves it the snapshot a page at a time as it asks; a lower rate leaves the tail, the joiner's disk and the box more for the chain's traffic and makes the join longer (docs/design/chain.md, \"Joins under load\").",
+		func(c *serverConfig, v string) error {
+			n, err := parseBytes(v)
+			if err == nil && n < 0 {
+				err = fmt.Errorf("want a size, got %q", v)
+			}
+			c.PrecopyRate = n
+			if n == 0 {
+				c.PrecopyRate = -1 // unpaced (vrshard: negative)
+			}
 			return err
 		}},
 	{"join", "", "Replicated mode: join a running group as a NEW member through any member's client address (HOST:PORT, or several comma-separated), with --replica-id, --peer-addr, --client-addr and an empty --dir, and no --members or --bootstrap. The node asks the group for its configuration and waits, logging, until it names --replica-id (kefir cluster replace-node --new ID@PEER-ADDR/CLIENT-ADDR, run before or after), then pulls the group's state. In a cluster of several groups (the seeds have a metadata map; no --groups here) it waits until the map names it in a group and joins every group the map names it in, now or later. Its --dir records the configuration: a restart needs no --join (docs/cluster.md, Replacing a failed node).",

@@ -529,4 +529,19 @@ func TestChainStoresFlags(t *testing.T) {
 	if _, err := loadServerConfig([]string{"--chain-flush", "0s"}, envMap(nil), &bytes.Buffer{}); err == nil {
 		t.Fatal("--chain-flush 0s accepted")
 	}
+	// --precopy-rate: a size a second (default 16 MiB), 0 unpaced (the
+	// member's option: negative).
+	for v, want := range map[string]int64{"": 16 << 20, "4MiB": 4 << 20, "0": -1} {
+		args := []string{"--engine", "chain"}
+		if v != "" {
+			args = append(args, "--precopy-rate", v)
+		}
+		cfg, err := loadServerConfig(args, envMap(nil), &bytes.Buffer{})
+		if err != nil || cfg.PrecopyRate != want {
+			t.Fatalf("--precopy-rate %q: %v, rate %d, want %d", v, err, cfg.PrecopyRate, want)
+		}
+	}
+	if _, err := loadServerConfig([]string{"--precopy-rate", "fast"}, envMap(nil), &bytes.Buffer{}); err == nil {
+		t.Fatal("--precopy-rate fast accepted")
+	}
 }

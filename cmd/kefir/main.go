@@ -182,7 +182,7 @@ func runServer(args []string, stderr io.Writer) error {
 		// The master hosted by the metadata group (the first members by
 		// id), or a standalone one (--chain-master).
 		cfg.Chain = true // any number of members (a chain of two runs)
-		st := vrshard.ChainStoreOptions{Store: cfg.ChainStore, Flush: cfg.ChainFlush}
+		st := vrshard.ChainStoreOptions{Store: cfg.ChainStore, Flush: cfg.ChainFlush, PrecopyRate: cfg.PrecopyRate}
 		cfg.OpenReplica = vrshard.OpenHostedChainNode(0, st)
 		if cfg.ChainMaster.ID != 0 {
 			cfg.OpenReplica = vrshard.OpenHostedChain(cfg.ChainMaster.ID, cfg.ChainMaster.PeerAddr, st)

@@ -1,6 +1,7 @@
 package chain
 
 import (
+	"bytes"
 	"maps"
 	"slices"
 	"sort"
@@ -47,6 +48,20 @@ type Snap struct {
 	Seq, Sum uint64
 	Data     []byte
 	Versions map[string]uint64
+	// A host's large state travels as pages (docs/design/chain.md, "Paged
+	// snapshots"): each page a precopy-chunk of its own, pulled (and
+	// paced) one at a time like log chunks, so no message holds the whole
+	// state and the joiner's host applies it a page at a time. From is the
+	// host's cursor the page starts after (nil: the first page), Next the
+	// one the page ends at (the next page's From), More that pages follow;
+	// the core does not read the cursors. Every page of one snapshot has
+	// the same N: the source's host reads them all at that one position.
+	// Only the last page (More false) is installed as the history's prefix
+	// (with Versions, and the entries after it); the pages before it are
+	// its host's alone. In a precopy-req, Snap asks for the page of the
+	// snapshot at N after Next.
+	From, Next []byte
+	More       bool
 }
 
 // Snapshotter is implemented by a StateMachine that can hand its state to a
@@ -130,10 +145,25 @@ type pin struct {
 // with the state machine's own snapshot, or by asking the host for one.
 func (m *Member) snapshotFor(joiner NodeID) {
 	if s, ok := m.sm.(Snapshotter); ok {
-		m.sendSnap(joiner, m.total(), s.Snapshot())
+		m.sendSnap(joiner, m.total(), s.Snapshot(), nil)
 		return
 	}
 	m.send(m.cfg.ID, Msg{Type: MsgSnapshotNeeded, Target: joiner})
+}
+
+// pageFor answers a joiner's request for the next page of the snapshot at
+// p.N: the host reads it (snapshot-needed carrying the cursor) and answers
+// with SendSnapshotPage. A position this member can no longer name by
+// sequence number (compacted past: the host's capture ended) starts a new
+// snapshot; the joiner starts over with its first page.
+func (m *Member) pageFor(joiner NodeID, p *Snap) {
+	if p.N < m.base.n || p.N > m.total() || p.N == 0 {
+		m.pin(joiner, m.base.seq)
+		m.snapshotFor(joiner)
+		return
+	}
+	m.pin(joiner, m.snapAt(p.N, nil).Seq)
+	m.send(m.cfg.ID, Msg{Type: MsgSnapshotNeeded, Target: joiner, Snap: &Snap{N: p.N, Next: p.Next}})
 }
 
 // SendSnapshot sends joiner the snapshot the host captured: data is the
@@ -142,13 +172,25 @@ func (m *Member) snapshotFor(joiner NodeID) {
 // prefix) and not beyond its history; the joiner's pre-copy goes on after
 // it. It reports whether it was sent.
 func (m *Member) SendSnapshot(joiner NodeID, n int, data []byte) bool {
+	return m.SendSnapshotPage(joiner, Snap{N: n, Data: data})
+}
+
+// SendSnapshotPage sends joiner one page of the host's snapshot at p.N
+// (p.Data, p.From, p.Next, p.More; Snap's paging fields): the last page
+// with the entries after the snapshot, as SendSnapshot. A held FLUSH's
+// snapshot (the log flush) goes whole: a page with More is refused for it.
+func (m *Member) SendSnapshotPage(joiner NodeID, p Snap) bool {
+	n := p.N
 	if n < m.base.n || n > m.total() || n == 0 || m.state != Active {
 		return false
 	}
 	if f := m.flushWait; f != nil && f.Joiner == joiner {
+		if p.More || p.From != nil {
+			return false
+		}
 		// The held FLUSH: the log flush with the snapshot, then FLUSH on.
 		m.flushWait = nil
-		m.logFlush(*f, m.snapAt(n, data))
+		m.logFlush(*f, m.snapAt(n, p.Data))
 		i := slices.Index(f.Path[1:], m.cfg.ID) + 1
 		m.send(f.Path[i+1], *f)
 		return true
@@ -156,12 +198,29 @@ func (m *Member) SendSnapshot(joiner NodeID, n int, data []byte) bool {
 	if m.succ != 0 {
 		return false
 	}
-	m.sendSnap(joiner, n, data)
+	if p.More {
+		s := m.snapAt(n, p.Data)
+		if p.From != nil {
+			// The first page carries the key versions, read when the
+			// capture began (with a Snapshotter-less state machine that is
+			// when its host answers snapshot-needed): a key written since
+			// has lost its version at N from lastWrite.
+			s.Versions = nil
+		}
+		s.From, s.Next, s.More = p.From, p.Next, true
+		m.pin(joiner, s.Seq)
+		m.send(joiner, Msg{Type: MsgPrecopyChunk, Snap: s})
+		return true
+	}
+	m.sendSnap(joiner, n, p.Data, p.From)
 	return true
 }
 
-func (m *Member) sendSnap(joiner NodeID, n int, data []byte) {
+func (m *Member) sendSnap(joiner NodeID, n int, data, from []byte) {
 	s := m.snapAt(n, data)
+	if from != nil {
+		s.From, s.Versions = from, nil // the first page carried them
+	}
 	es, done := m.after(s.Seq, m.cfg.PrecopyChunk)
 	m.pin(joiner, s.Seq)
 	m.send(joiner, Msg{Type: MsgPrecopyChunk, Snap: s, Entries: es, Done: done})
@@ -207,10 +266,46 @@ func (m *Member) install(s *Snap) {
 		r.Restore(s.Data)
 	}
 	m.installed = s
+	m.paging, m.paged = nil, false
+}
+
+// takePage takes a page of a paged snapshot (Snap.More, or a last page
+// that follows others) and reports whether it is the next one: the first
+// page of a snapshot (its From nil) starts the paging over unless it
+// repeats the snapshot under way; a later page must start where the last
+// one taken ended, in the same snapshot. A page its host has not collected
+// yet (TakeSnapshot) holds the next back: it is ignored, and asked again.
+func (m *Member) takePage(s *Snap) bool {
+	if m.installed != nil {
+		return false
+	}
+	if s.From == nil {
+		if m.paging != nil && m.paging.N == s.N {
+			return false // the answer to a request made twice
+		}
+	} else if m.paging == nil || m.paging.N != s.N || !bytes.Equal(m.paging.Next, s.From) {
+		return false
+	}
+	if !s.More {
+		if s.From != nil {
+			s.Versions = m.paging.Versions // the first page's
+		}
+		return true // the last page: install takes it
+	}
+	if s.From == nil {
+		m.paging = &Snap{N: s.N, Versions: s.Versions}
+	}
+	m.paging.Next = s.Next
+	// The pages are its host's state from now on: a pre-copy from
+	// another source must start from a snapshot too (precopyReq).
+	m.paged = true
+	m.installed = s
+	return true
 }
 
 // TakeSnapshot returns the snapshot the member installed since the last
-// call (nil: none), for its host to store and restore.
+// call (nil: none), for its host to store and restore; or a page of a paged
+// snapshot (More), which its host applies and installs nothing for.
 func (m *Member) TakeSnapshot() *Snap {
 	s := m.installed
 	m.installed = nil
@@ -221,5 +316,8 @@ func (m *Member) TakeSnapshot() *Snap {
 // if its history's end is not known by sequence number (a restart from the
 // host's snapshot with no entries after it), a request for a snapshot.
 func (m *Member) precopyReq() Msg {
-	return Msg{Type: MsgPrecopyReq, Seq: m.lu, Any: m.base.n > 0 && m.base.seq == 0 && len(m.log) == 0}
+	if p := m.paging; p != nil {
+		return Msg{Type: MsgPrecopyReq, Seq: m.lu, Snap: &Snap{N: p.N, Next: p.Next}}
+	}
+	return Msg{Type: MsgPrecopyReq, Seq: m.lu, Any: m.paged || m.base.n > 0 && m.base.seq == 0 && len(m.log) == 0}
 }

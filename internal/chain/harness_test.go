@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -94,6 +95,14 @@ type harness struct {
 	hostSnaps bool
 	// pinTimeout: members' Config.PinTimeout.
 	pinTimeout int64
+	// pageLines: with hostSnaps, the "host" sends a snapshot in pages of
+	// this many "k=v" lines (0: whole), as the replica host does: read at
+	// one position per capture (pageSrc), pulled page by page, applied by
+	// the joiner's host (staged) and restored with the last page.
+	pageLines int
+	pageSrc   map[[2]*Member]*pageCapture
+	staged    map[*Member][]byte
+	pages     int // pages sent
 	// mut is applied to every member created.
 	mut mutations
 	// log receives one line per event when set.
@@ -251,7 +260,7 @@ func (h *harness) collect() {
 			m := h.members[id]
 			if s := m.TakeSnapshot(); s != nil {
 				if hs, ok := m.sm.(hostSM); ok {
-					hs.kv.Restore(s.Data) // the host restores its state
+					h.restore(m, hs, s)
 				}
 			}
 			for _, msg := range m.Ready() {
@@ -348,8 +357,8 @@ func (h *harness) deliver(l link) {
 		h.master.Step(msg)
 	} else if m := h.members[msg.To]; m != nil && msg.Type == MsgSnapshotNeeded {
 		// The host captures its state (at its history's end here) and
-		// hands it to the member.
-		m.SendSnapshot(msg.Target, m.total(), m.sm.(hostSM).kv.Snapshot())
+		// hands it to the member, whole or a page of it.
+		h.snapshot(m, msg)
 	} else if m := h.members[msg.To]; m != nil && msg.Type == MsgPersist {
 		// The host's disk: the write is durable once delivered here (the
 		// link models its latency); the member learns it.
@@ -425,5 +434,69 @@ func (h *harness) stabilize() {
 				h.deliver(l)
 			}
 		}
+	}
+}
+
+// pageCapture is a source host's snapshot being paged to one joiner: its
+// state's lines at history position n.
+type pageCapture struct {
+	n     int
+	lines []string
+}
+
+// snapshot answers a member's snapshot-needed as its host: whole, or (with
+// pageLines) the page asked for, from the capture of that position; a
+// request for a position the capture does not hold starts a new capture.
+func (h *harness) snapshot(m *Member, msg Msg) {
+	data := m.sm.(hostSM).kv.Snapshot()
+	if h.pageLines == 0 || msg.Done {
+		m.SendSnapshot(msg.Target, m.total(), data)
+		return
+	}
+	key := [2]*Member{m, h.members[msg.Target]}
+	c, i := h.pageSrc[key], 0
+	if p := msg.Snap; p != nil && c != nil && c.n == p.N {
+		i, _ = strconv.Atoi(string(p.Next))
+	} else {
+		lines := strings.SplitAfter(string(data), "\n")
+		if lines[len(lines)-1] == "" {
+			lines = lines[:len(lines)-1]
+		}
+		c = &pageCapture{n: m.total(), lines: lines}
+		if h.pageSrc == nil {
+			h.pageSrc = map[[2]*Member]*pageCapture{}
+		}
+		h.pageSrc[key] = c
+	}
+	j := min(i+h.pageLines, len(c.lines))
+	p := Snap{N: c.n, Data: []byte(strings.Join(c.lines[i:j], "")), Next: []byte(strconv.Itoa(j)), More: j < len(c.lines)}
+	if i > 0 {
+		p.From = []byte(strconv.Itoa(i))
+	}
+	h.pages++
+	if !m.SendSnapshotPage(msg.Target, p) {
+		delete(h.pageSrc, key)
+	}
+}
+
+// restore is a joiner's host taking what TakeSnapshot handed it: a page is
+// staged, the last page (or a whole snapshot) restores the state.
+func (h *harness) restore(m *Member, hs hostSM, s *Snap) {
+	if h.staged == nil {
+		h.staged = map[*Member][]byte{}
+	}
+	if s.From == nil {
+		delete(h.staged, m) // a snapshot's first page, or a whole one
+	}
+	if s.More {
+		h.staged[m] = append(h.staged[m], s.Data...)
+		return
+	}
+	hs.kv.Restore(append(h.staged[m], s.Data...))
+	delete(h.staged, m)
+	// The entries that came with it, which the member applied in the same
+	// step, before this host's restore (the replica host restores first).
+	for _, e := range m.log {
+		hs.kv.Apply(e.Seq, e.Op)
 	}
 }

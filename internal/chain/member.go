@@ -186,8 +186,14 @@ type Member struct {
 	// joiner's pre-copy missed as entries rather than a snapshot.
 	pins map[NodeID]pin
 	// installed: a snapshot a joiner took in its pre-copy that its host has
-	// not collected yet (TakeSnapshot).
+	// not collected yet (TakeSnapshot), or a page of one.
 	installed *Snap
+	// paging: the paged snapshot this joiner is pulling (N, and Next: the
+	// cursor its next page starts after); nil: none. paged: its host holds
+	// pages of a snapshot not installed yet (its state is no history's
+	// until the last page comes), so its pre-copy must end in a snapshot.
+	paging *Snap
+	paged  bool
 	// flushWait: a FLUSH this old tail holds until its host's snapshot for
 	// the joiner comes (SendSnapshot): it compacted past the joiner's
 	// pre-copy end.
@@ -420,6 +426,9 @@ func (m *Member) Step(msg Msg) {
 		// have been lost, and the answer to this request says it again) or
 		// none heard of for a whole re-send interval (the request or its
 		// chunk was lost). A request resumes after what the joiner holds.
+		if msg.Target != m.precopySrc {
+			m.paging = nil // another source: its snapshot starts over
+		}
 		m.precopySrc = msg.Target
 		m.pullDue = false
 		m.chunksAtOrder = m.chunks
@@ -428,6 +437,10 @@ func (m *Member) Step(msg Msg) {
 	case MsgPrecopyReq:
 		if m.state != Active || m.succ != 0 {
 			m.send(msg.From, Msg{Type: MsgPrecopyChunk, Refused: true})
+			return
+		}
+		if msg.Snap != nil {
+			m.pageFor(msg.From, msg.Snap) // the next page of a snapshot
 			return
 		}
 		m.pin(msg.From, msg.Seq)
@@ -448,6 +461,14 @@ func (m *Member) Step(msg Msg) {
 			return
 		}
 		before := m.total()
+		if s := msg.Snap; s != nil && (s.More || s.From != nil) && !m.takePage(s) {
+			return // not the next page: stale, or repeated
+		}
+		if s := msg.Snap; s != nil && s.More {
+			// A page: its host applies it; the next is asked for, paced.
+			m.pace(int64(len(s.Data)))
+			return
+		}
 		if msg.Snap != nil {
 			m.install(msg.Snap)
 		}
@@ -464,17 +485,14 @@ func (m *Member) Step(msg Msg) {
 			// keep two streams of pulls going.
 			return
 		}
-		if r := m.cfg.PrecopyRate; r > 0 {
-			var n int64
-			for _, e := range msg.Entries {
-				n += int64(len(e.Op)) + entryOverhead
-			}
-			m.nextPull = m.now + n*1e9/r
-			m.pullDue = true
-			m.pull()
-			return
+		var n int64
+		for _, e := range msg.Entries {
+			n += int64(len(e.Op)) + entryOverhead
 		}
-		m.send(m.precopySrc, m.precopyReq())
+		if msg.Snap != nil {
+			n += int64(len(msg.Snap.Data))
+		}
+		m.pace(n)
 	case MsgFlush:
 		m.flush(msg)
 	case MsgFlushedUpdate:
@@ -616,7 +634,8 @@ func (m *Member) restart(msg Msg) {
 		m.toMaster(Msg{Type: MsgRestartDone, Epoch: msg.Epoch})
 		return
 	}
-	if m.state != Inactive || len(m.tmp) > 0 {
+	if m.state != Inactive || len(m.tmp) > 0 || m.paged {
+		// (paged: its host's state is part of a snapshot, no history's.)
 		return
 	}
 	m.raise(msg.Epoch)
@@ -654,6 +673,18 @@ func (m *Member) Tick(now int64) {
 	if m.cfg.Store == Buffered && m.unbatched > 0 {
 		m.requestPersist()
 	}
+}
+
+// pace asks for the next pre-copy chunk after one of n bytes: at once, or,
+// throttled (PrecopyRate), n/PrecopyRate later on the member's clock.
+func (m *Member) pace(n int64) {
+	if r := m.cfg.PrecopyRate; r > 0 {
+		m.nextPull = m.now + n*1e9/r
+		m.pullDue = true
+		m.pull()
+		return
+	}
+	m.send(m.precopySrc, m.precopyReq())
 }
 
 // pull sends a throttled joiner's owed pre-copy request once it is due.
@@ -982,6 +1013,15 @@ func (m *Member) flush(msg Msg) {
 		m.toMaster(Msg{Type: MsgFlushAck, Refused: true, Epoch: msg.Epoch})
 		return
 	}
+	if msg.Joiner == me && m.state == Inactive && m.paged {
+		// Its host holds pages of a snapshot whose last page has not
+		// come (a FLUSH after a PRECOPY_DONE from an earlier source while
+		// a new one pages): that state is no history's, and the log
+		// flush would go on from its LU below it. Refused: the master
+		// aborts the join and joins it again, from a snapshot.
+		m.toMaster(Msg{Type: MsgFlushAck, Refused: true, Epoch: msg.Epoch})
+		return
+	}
 	if msg.Joiner == me && msg.From == m.cfg.Master && m.state != Inactive {
 		// The master repeated FLUSH: it has no FLUSH_ACK.
 		if m.state == Joining {
@@ -1069,7 +1109,7 @@ func (m *Member) flush(msg Msg) {
 				// predecessor's queue is replayed now, before anything it sends
 				// next (whatever it adds goes into the log flush too).
 				m.flushWait = &msg
-				m.send(m.cfg.ID, Msg{Type: MsgSnapshotNeeded, Target: msg.Joiner})
+				m.send(m.cfg.ID, Msg{Type: MsgSnapshotNeeded, Target: msg.Joiner, Done: true})
 				m.replayPending(pred, predChanged)
 				return
 			}

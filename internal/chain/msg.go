@@ -90,7 +90,10 @@ const (
 	MsgHeartbeat
 	// MsgSnapshotNeeded (member → its own host, never travels): a joiner
 	// (Target) needs a snapshot; the host captures its state machine and
-	// calls SendSnapshot.
+	// calls SendSnapshot, or SendSnapshotPage with its first page (a paged
+	// snapshot: Snap's paging fields). With Done the snapshot goes whole
+	// (a held FLUSH's log flush). With Snap, the joiner asks for the page
+	// of the host's snapshot at Snap.N after the cursor Snap.Next.
 	MsgSnapshotNeeded
 	// MsgRestart: master → the restarted member it chose to restart a chain
 	// whose every member failed (Master.Restarted): the member holding the

@@ -188,6 +188,9 @@ func runSim(o simOpts) (check.History, error) {
 	h := newHarness(ids, o.r, o.chunk, o.seqBits)
 	h.mut = o.mut
 	h.hostSnaps, h.pinTimeout = o.hostSnaps, o.pinTimeout
+	if o.hostSnaps && o.seed%4 == 0 {
+		h.pageLines = 1 + int(o.seed/4%3) // paged snapshots: 1-3 keys a page
+	}
 	for _, m := range h.members {
 		m.mut = o.mut
 		m.cfg.PinTimeout = o.pinTimeout
@@ -578,6 +581,7 @@ func runSim(o simOpts) (check.History, error) {
 		o.stats["craq reads answered off the tail"] += h.offTail
 		o.stats["updates refused by a head out of numbers"] += h.exhausted
 		o.stats["snapshots sent (pre-copy, log flush)"] += h.snaps
+		o.stats["snapshot pages sent (paged snapshots)"] += h.pages
 	}
 	if o.wholeRestarts > 0 {
 		// Every key read once more at the end, after the last restart: an

@@ -97,6 +97,18 @@ func AppendBody(b []byte, m *chain.Msg) []byte {
 		b = binary.AppendUvarint(b, s.Seq)
 		b = binary.AppendUvarint(b, s.Sum)
 		b = appendBytes(b, s.Data)
+		if s.More || s.From != nil || s.Next != nil {
+			// A page of a paged snapshot (or a request for one): a 0
+			// (never a link incarnation, below), More, then the cursors.
+			b = append(b, 0)
+			more := uint64(0)
+			if s.More {
+				more = 1
+			}
+			b = binary.AppendUvarint(b, more)
+			b = appendBytes(b, s.From)
+			b = appendBytes(b, s.Next)
+		}
 	}
 	if m.LinkSeq != 0 {
 		// The link numbering, last: a body without it (an older sender,
@@ -161,6 +173,17 @@ func DecodeBody(typ uint8, body []byte, m *chain.Msg) error {
 			d.Err = ErrCorrupt
 		}
 		m.Snap.N = int(n)
+		if d.Err == nil && len(d.B) > 0 && d.B[0] == 0 {
+			d.B = d.B[1:]
+			switch d.Uvarint() {
+			case 0:
+			case 1:
+				m.Snap.More = true
+			default:
+				d.Err = ErrCorrupt
+			}
+			m.Snap.From, m.Snap.Next = bytesOrNil(&d), bytesOrNil(&d)
+		}
 	}
 	if d.Err == nil && len(d.B) > 0 {
 		m.LinkInc, m.LinkSeq = d.Uvarint(), d.Uvarint()

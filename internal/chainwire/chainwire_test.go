@@ -26,7 +26,13 @@ func samples() []chain.Msg {
 		}
 		m := full
 		m.Type = t
-		out = append(out, m, chain.Msg{Type: t, From: 1, To: 2}, chain.Msg{Type: t, From: 1, To: 2, LinkInc: 9, LinkSeq: 1})
+		// A page of a paged snapshot, with and without the link numbering.
+		page := m
+		page.Snap = &chain.Snap{N: 40, Seq: 3, Data: []byte("page"), From: []byte("k1"), Next: []byte("k9"), More: true}
+		last := page
+		last.Snap = &chain.Snap{N: 40, From: []byte("k9")}
+		last.LinkInc, last.LinkSeq = 0, 0
+		out = append(out, m, page, last, chain.Msg{Type: t, From: 1, To: 2}, chain.Msg{Type: t, From: 1, To: 2, LinkInc: 9, LinkSeq: 1})
 	}
 	return out
 }

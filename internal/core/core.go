@@ -172,6 +172,10 @@ type Ready[M any] struct {
 	// SnapshotNeeded lists peers that need a snapshot (their log is behind
 	// this replica's first entry). The host answers with SendSnapshot.
 	SnapshotNeeded []uint64
+	// SnapshotPages lists peers that pull a snapshot a page at a time (a
+	// chain joiner's pre-copy): the host answers each with SendSnapshot
+	// carrying one page of its capture (Snapshot's paging fields).
+	SnapshotPages []PageRequest
 	// Errors are things an operator must see (configuration mismatches,
 	// peers refusing us). They change nothing; log them (rate-limited).
 	Errors []error
@@ -224,7 +228,7 @@ type Lease struct {
 // Empty reports whether rd holds nothing to do.
 func (rd *Ready[M]) Empty() bool {
 	return rd.PersistSeq == 0 && len(rd.Messages) == 0 && len(rd.Committed) == 0 &&
-		len(rd.Replies) == 0 && len(rd.ReadStates) == 0 && len(rd.SnapshotNeeded) == 0 && len(rd.Errors) == 0 &&
+		len(rd.Replies) == 0 && len(rd.ReadStates) == 0 && len(rd.SnapshotNeeded) == 0 && len(rd.SnapshotPages) == 0 && len(rd.Errors) == 0 &&
 		len(rd.Acks) == 0
 }
 
@@ -321,6 +325,22 @@ type Snapshot struct {
 	Op      uint64
 	Clients []ClientRecord
 	Data    []byte
+	// A page of a paged snapshot (the chain's pre-copy; zero: the whole
+	// state): Data holds the keys after the cursor From (nil: from the
+	// first) up to Next, both keys of the host's state; More says pages
+	// follow. Clients come with the last page. A page with More restores
+	// nothing yet: its host writes its records and waits for the rest.
+	From, Next []byte
+	More       bool
+}
+
+// PageRequest asks the host for the page of its snapshot at Op after the
+// cursor After (Op 0, or an Op its capture is no longer at: the first page
+// of a new capture).
+type PageRequest struct {
+	To    uint64
+	Op    uint64
+	After []byte
 }
 
 // HardState is what a replica persists besides its log, so that a restart from

@@ -223,7 +223,42 @@ type ChainOptions struct {
 	// them (M-D, D-M-D, ...).
 	Store ChainStore
 	Flush time.Duration
+	// PrecopyRate paces this member's pre-copy when it joins, in bytes a
+	// second of snapshot pages and log entries (chain.Config.PrecopyRate;
+	// 0: DefaultPrecopyRate, negative: unpaced): the tail serving it and
+	// this member's disk keep most of their capacity for the chain's
+	// traffic. SnapshotPage is the size of a snapshot page it is served
+	// by this member as a tail (0: DefaultSnapshotPage).
+	PrecopyRate  int64
+	SnapshotPage int
 }
+
+// DefaultPrecopyRate paces a joiner's pre-copy (ChainOptions.PrecopyRate):
+// 16 MiB/s, a 200 MB state in about 13 s; docs/design/chain.md, "Joins
+// under load", has what it costs at which rate.
+const DefaultPrecopyRate = 16 << 20
+
+func (o *ChainOptions) precopyRate() int64 {
+	switch {
+	case o == nil || o.PrecopyRate == 0:
+		return DefaultPrecopyRate
+	case o.PrecopyRate < 0:
+		return 0
+	}
+	return o.PrecopyRate
+}
+
+func (o *ChainOptions) snapshotPage() int {
+	if o == nil || o.SnapshotPage <= 0 {
+		return DefaultSnapshotPage
+	}
+	return o.SnapshotPage
+}
+
+// DefaultSnapshotPage is a snapshot page's size (ChainOptions.SnapshotPage):
+// a few milliseconds of the joiner's driver to write, and of the tail's
+// reader to scan.
+const DefaultSnapshotPage = 1 << 20
 
 // chainConfig is how a chain member is configured on the host.
 type chainConfig struct {
@@ -240,6 +275,8 @@ type chainConfig struct {
 	Inc uint64
 	// Store is the member's datastore (chain.Config.Store; zero: a log).
 	Store ChainStore
+	// PrecopyRate is chain.Config.PrecopyRate (bytes a second; 0: none).
+	PrecopyRate int64
 	// commitIgnoresEngine (-tags mutations): a restart's committed prefix
 	// is the saved commit point alone, the code before (core.Boot.Applied
 	// ignored).
@@ -273,7 +310,7 @@ func openChain(cfg chainConfig, st core.Boot) (*chainCore, error) {
 		clients: kv.NewClientTable(vr.MaxClients), inflight: map[idKey]uint64{}, byID: map[uint64]idKey{},
 		inc: inc, sendSeq: map[uint64]uint64{}, recv: map[uint64]*linkIn{}}
 	ccfg := chain.Config{ID: chain.NodeID(cfg.Self), Master: chain.NodeID(cfg.Master), SeqBits: chainSeqBits,
-		Mode: chain.SU, Store: cfg.Store.core(), PinTimeout: int64(chainPinTimeout)}
+		Mode: chain.SU, Store: cfg.Store.core(), PinTimeout: int64(chainPinTimeout), PrecopyRate: cfg.PrecopyRate}
 	if st.Bootstrap {
 		if !slices.Contains(cfg.Members, cfg.Self) {
 			return nil, fmt.Errorf("chain core: %d is not in the chain %v", cfg.Self, cfg.Members)
@@ -697,10 +734,19 @@ func (c *chainCore) Ready() core.Ready[chain.Msg] {
 		switch {
 		case m.Type == chain.MsgPersist:
 			// The host persists every entry it is handed (below).
+		case m.Type == chain.MsgSnapshotNeeded && m.Done:
+			// A held FLUSH's log flush: the snapshot goes whole.
+			c.out.SnapshotNeeded = append(c.out.SnapshotNeeded, uint64(m.Target))
 		case m.Type == chain.MsgSnapshotNeeded:
 			// A joiner's pre-copy reached below this tail's compacted
-			// prefix: the host captures its state (SendSnapshot answers).
-			c.out.SnapshotNeeded = append(c.out.SnapshotNeeded, uint64(m.Target))
+			// prefix: the host sends its state a page at a time
+			// (SendSnapshot answers with each), the joiner pulling the
+			// next after the last (Snap: its position and cursor).
+			req := core.PageRequest{To: uint64(m.Target)}
+			if p := m.Snap; p != nil {
+				req.Op, req.After = uint64(p.N), p.Next
+			}
+			c.out.SnapshotPages = append(c.out.SnapshotPages, req)
 		case m.Type == chain.MsgUpdateAck && uint64(m.To) == c.master:
 			// The head answers its clients at commit.
 		case m.Type == chain.MsgRedirect && uint64(m.To) == c.master && !m.Query:
@@ -948,7 +994,7 @@ func (c *chainCore) base() int {
 func (c *chainCore) SendSnapshot(to uint64, s core.Snapshot) error {
 	data := kv.AppendClientEntries(nil, s.Clients)
 	data = append(data, s.Data...)
-	if !c.m.SendSnapshot(chain.NodeID(to), int(s.Op), data) {
+	if !c.m.SendSnapshotPage(chain.NodeID(to), chain.Snap{N: int(s.Op), Data: data, From: s.From, Next: s.Next, More: s.More}) {
 		bn, _ := c.m.Base()
 		return fmt.Errorf("chain core: no snapshot at %d for %d (not the tail, or outside history %d..%d)", s.Op, to, bn, c.total())
 	}
@@ -965,7 +1011,10 @@ func (c *chainCore) installed(s *chain.Snap) {
 		c.out.Errors = append(c.out.Errors, fmt.Errorf("chain core: undecodable snapshot at %d from the pre-copy: %w", s.N, d.Err))
 		return
 	}
-	c.out.Snapshot = &core.Snapshot{Op: uint64(s.N), Clients: clients, Data: d.B}
+	c.out.Snapshot = &core.Snapshot{Op: uint64(s.N), Clients: clients, Data: d.B, From: s.From, Next: s.Next, More: s.More}
+	if s.More {
+		return // a page: its host writes it; nothing is installed yet
+	}
 	c.out.HasTruncate, c.truncate = false, nil // the snapshot replaces the whole log
 	c.clients = kv.NewClientTable(vr.MaxClients)
 	c.clients.Load(clients)

@@ -69,7 +69,7 @@ func openChainHost(opts *Options, boot core.Boot) (hostCore, error) {
 		lease = chainmaster.DefaultLease
 	}
 	c, err := openChain(chainConfig{Self: opts.VR.Self, Master: o.Master, Members: opts.VR.Members,
-		Heartbeat: int64(hb), Lease: int64(lease), Store: o.Store,
+		Heartbeat: int64(hb), Lease: int64(lease), Store: o.Store, PrecopyRate: o.precopyRate(),
 		commitIgnoresEngine: mutation.On && opts.mut.chainCommitIgnoresEngine}, boot)
 	if err != nil {
 		return nil, err

@@ -35,6 +35,9 @@ const (
 type ChainStoreOptions struct {
 	Store ChainStore
 	Flush time.Duration // 0: DefaultChainFlush
+	// PrecopyRate paces the member's pre-copy when it joins
+	// (ChainOptions.PrecopyRate; 0: DefaultPrecopyRate, negative: none).
+	PrecopyRate int64
 }
 
 // DefaultChainFlush is a buffered member's fsync interval.

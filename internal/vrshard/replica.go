@@ -353,6 +353,9 @@ type mutations struct {
 	// captureDelay (a test hook) lengthens every snapshot capture, as a
 	// large state's scan would.
 	captureDelay time.Duration
+	// pageMovingVersion: each page of a paged snapshot is read at the
+	// engine's latest version when it is read, not at the capture's op.
+	pageMovingVersion bool
 	// encodeDelay (a test hook) lengthens the encoding of every large
 	// message, as a state of gigabytes would.
 	encodeDelay time.Duration
@@ -761,7 +764,12 @@ type Replica struct {
 	snapRunning bool
 	snapAt      uint64
 	snapFor     map[uint64]bool
-	snapDone    chan snapResult
+	// pages: the paged snapshots peers are pulling (snapshot.go), by peer.
+	pages map[uint64]*pageSrc
+	// pagesIn counts the pages of a paged snapshot this replica wrote
+	// before its last (restorePage).
+	pagesIn  int
+	snapDone chan snapResult
 	// A message with a large snapshot is encoded and queued off this
 	// goroutine (snapshot.go, sendLarge); later messages to that peer wait
 	// in held until it is queued. largeOut counts those in flight.
@@ -915,6 +923,7 @@ func Open(opts Options) (*Replica, error) {
 		snapHolds: map[uint64]snapHold{},
 		largeDone: make(chan uint64, len(opts.VR.Members)),
 		snapFor:   map[uint64]bool{},
+		pages:     map[uint64]*pageSrc{},
 		gc:        groupCommit{wake: make(chan struct{}, 1)},
 		ckptDone:  make(chan ckptResult, 2),
 		exp:       expiryCycle{every: opts.ActiveExpiry},
@@ -1143,6 +1152,10 @@ func (r *Replica) drainSync() {
 		<-r.snapDone
 		r.snapRunning = false
 	}
+	for _, src := range r.pages { // no read of one runs now
+		src.es.Close()
+	}
+	clear(r.pages)
 	for ; r.largeOut > 0; r.largeOut-- {
 		<-r.largeDone
 	}
@@ -1595,6 +1608,14 @@ func (r *Replica) markSynced() {
 // handle performs rd; urgent: the engine's part of it must be synced at
 // once (engineExt.readyExtra).
 func (r *Replica) handle(rd *core.Ready[peerMsg], urgent bool) error {
+	if s := rd.Snapshot; s != nil && s.More {
+		// A page of a paged snapshot: its records go into the engine now;
+		// the log and the applied op change only with the last page.
+		if err := r.restorePage(s); err != nil {
+			return err
+		}
+		rd.Snapshot = nil
+	}
 	// 1. Disk: snapshot, truncate, entries, hard state: one write; the fsync
 	// runs in the background (startSync), or waits for a later batch's if
 	// nobody waits for this one (nilext_gc.go).
@@ -1776,6 +1797,9 @@ func (r *Replica) handle(rd *core.Ready[peerMsg], urgent bool) error {
 	// off this goroutine (snapshot.go).
 	for _, to := range rd.SnapshotNeeded {
 		r.wantSnapshot(to)
+	}
+	for _, req := range rd.SnapshotPages {
+		r.wantPage(req)
 	}
 	// 6. Errors an operator must see, at most one line a second.
 	if now := r.clock.Now(); len(rd.Errors) > 0 && now.Sub(r.errLogAt) > time.Second {

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/core"
 	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/storage"
 	"github.com/kefirdb/kefir/internal/transport"
@@ -24,21 +25,40 @@ import (
 // so the core still accepts it when it is ready.
 //
 // The message still holds the whole state in memory (the transport sends
-// it as fragments past its frame limit); streaming it from the pinned
-// snapshot would bound that too.
+// it as fragments past its frame limit). A chain joiner's pre-copy pulls
+// its snapshot in pages from the pinned engine snapshot instead ("Paged
+// snapshots" below); VR's recovery and a chain's log flush still take it
+// whole.
 
 type snapResult struct {
 	s   vr.Snapshot
 	err error
+	// page: the result is one page of a paged snapshot (s.Data).
+	page *pageRead
 }
 
 // wantSnapshot records that peer `to` needs a snapshot and starts a capture
 // unless one is running (it will serve `to` as well).
 func (r *Replica) wantSnapshot(to uint64) {
 	r.snapFor[to] = true
+	r.snapWork()
+}
+
+// snapWork starts the next capture, or page read, unless one is running:
+// one at a time (snapDone holds one result), whole captures first.
+func (r *Replica) snapWork() {
 	if r.snapRunning {
 		return
 	}
+	if len(r.snapFor) > 0 {
+		r.startCapture()
+		return
+	}
+	r.readPage()
+}
+
+// startCapture starts a whole capture for the peers in snapFor.
+func (r *Replica) startCapture() {
 	at := r.applied.Load()
 	es := r.db.Snapshot(at)
 	clients := r.core.ClientTable()
@@ -76,6 +96,10 @@ var errCaptureStopped = errors.New("vrshard: snapshot capture stopped: replica c
 // driver does.
 func (r *Replica) captured(res snapResult) error {
 	r.snapRunning = false
+	defer r.snapWork()
+	if res.page != nil {
+		return r.pageDone(res)
+	}
 	if res.err != nil {
 		return fmt.Errorf("vrshard: snapshot at %d: %w", res.s.Op, res.err)
 	}
@@ -105,6 +129,14 @@ func (r *Replica) captured(res snapResult) error {
 // trailer comes last so that a snapshot from a build before meta decodes
 // unchanged (and one without meta is byte for byte what it was).
 func captureData(es *storage.Snapshot, stop <-chan struct{}) ([]byte, error) {
+	data, _, _, err := capturePage(es, nil, 0, stop)
+	return data, err
+}
+
+// capturePage encodes, as captureData does, the keys after the cursor after
+// (nil: from the first) until about limit bytes (0: no limit), and returns
+// the last key it took (the next page's cursor) and whether keys follow.
+func capturePage(es *storage.Snapshot, after []byte, limit int, stop <-chan struct{}) (data, next []byte, more bool, err error) {
 	// The count goes in front, once it is known: room is kept for its
 	// longest encoding, so the state is not copied a second time.
 	body := make([]byte, binary.MaxVarintLen64, 64<<10)
@@ -112,7 +144,16 @@ func captureData(es *storage.Snapshot, stop <-chan struct{}) ([]byte, error) {
 	stopped := false
 	var metas []byte // the trailer's entries
 	nmeta := 0
-	err := es.Scan(nil, nil, 0, func(k []byte, v storage.Value) bool {
+	var start []byte
+	if after != nil {
+		start = append(append(start, after...), 0) // the first key after it
+	}
+	err = es.Scan(start, nil, 0, func(k []byte, v storage.Value) bool {
+		if limit > 0 && n > 0 && len(body)+len(metas) >= limit {
+			more = true
+			return false
+		}
+		next = append(next[:0], k...)
 		if n%1024 == 0 {
 			select {
 			case <-stop:
@@ -141,13 +182,140 @@ func captureData(es *storage.Snapshot, stop <-chan struct{}) ([]byte, error) {
 		err = errCaptureStopped
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, false, err
 	}
 	var count [binary.MaxVarintLen64]byte
 	k := binary.PutUvarint(count[:], uint64(n))
-	start := binary.MaxVarintLen64 - k
-	copy(body[start:], count[:k])
-	return body[start:], nil
+	at := binary.MaxVarintLen64 - k
+	copy(body[at:], count[:k])
+	if n == 0 {
+		next = after
+	}
+	return body[at:], next, more, nil
+}
+
+// Paged snapshots (a chain joiner's pre-copy; docs/design/chain.md, "Paged
+// snapshots"). A whole capture holds the state in memory and goes as one
+// message, and the joiner restores it in one go on its driver: at 200 MB a
+// join took the chain's cores for seconds. A joiner instead pulls its
+// snapshot a page at a time, paced by its PrecopyRate: the first request
+// pins an engine snapshot at the applied op (pageSrc), with the client
+// table of that op, and each request reads the next page of about
+// SnapshotPage bytes, in key order after the joiner's cursor, from that
+// same engine snapshot — every page at the one version, so the pages are
+// together exactly the state at that op, which the log after it continues.
+// Reads run off the driver, one at a time (snapRunning, as a capture).
+// The last page carries the client table. A source the joiner stops
+// pulling goes after pageIdle; a checkpoint keeps the log after its op
+// (holdLog), so the core can still name the position.
+
+// pageSrc is a paged snapshot a peer is pulling.
+type pageSrc struct {
+	es      *storage.Snapshot
+	at      uint64
+	clients []core.ClientRecord
+	want    *core.PageRequest // a request not read yet
+	reading bool              // a read of it runs (its es is closed after)
+	last    time.Time         // its last request
+}
+
+// pageIdle: a paged snapshot nobody asked a page of for this long is
+// dropped (its joiner died or went elsewhere); a joiner asks again at once
+// after each page, or after its pace's wait.
+const pageIdle = 10 * time.Second
+
+// pageRead is a page read off the driver: for peer to, of src, after the
+// cursor after; next and more as capturePage's.
+type pageRead struct {
+	to          uint64
+	src         *pageSrc
+	after, next []byte
+	more        bool
+}
+
+// wantPage records a peer's request for a page (core.Ready.SnapshotPages):
+// of the snapshot it is pulling, or the first page of a new one.
+func (r *Replica) wantPage(req core.PageRequest) {
+	src := r.pages[req.To]
+	if src == nil || req.Op == 0 || src.at != req.Op {
+		r.dropPage(req.To)
+		at := r.applied.Load()
+		src = &pageSrc{es: r.db.Snapshot(at), at: at, clients: r.core.ClientTable()}
+		r.pages[req.To] = src
+		req.After = nil
+		r.st.snapsCaptured.Add(1)
+	}
+	src.want, src.last = &req, r.clock.Now()
+	r.snapWork()
+}
+
+// readPage starts the read of a requested page, if any (in peer order: the
+// simulator replays only a deterministic run).
+func (r *Replica) readPage() {
+	tos := make([]uint64, 0, len(r.pages))
+	for to, src := range r.pages {
+		if src.want != nil {
+			tos = append(tos, to)
+		}
+	}
+	if len(tos) == 0 {
+		return
+	}
+	slices.Sort(tos)
+	src := r.pages[tos[0]]
+	req := *src.want
+	src.want, src.reading = nil, true
+	r.snapRunning = true
+	limit := r.opts.Chain.snapshotPage()
+	moving := mutation.On && r.mut.pageMovingVersion
+	r.exec.goWork(func() {
+		es := src.es
+		if moving {
+			// The mutation: each page read at the engine's version of
+			// the moment, not the capture's.
+			es = r.db.Snapshot(0)
+			defer es.Close()
+		}
+		data, next, more, err := capturePage(es, req.After, limit, r.stop)
+		r.snapDone <- snapResult{s: vr.Snapshot{Op: src.at, Data: data}, err: err,
+			page: &pageRead{to: req.To, src: src, after: req.After, next: next, more: more}}
+	})
+}
+
+// pageDone sends a page read to its peer (the last with the client table).
+func (r *Replica) pageDone(res snapResult) error {
+	p := res.page
+	p.src.reading = false
+	if r.pages[p.to] != p.src {
+		p.src.es.Close() // dropped while it was read
+		return nil
+	}
+	if res.err != nil {
+		return fmt.Errorf("vrshard: snapshot page at %d: %w", res.s.Op, res.err)
+	}
+	s := core.Snapshot{Op: p.src.at, Data: res.s.Data, From: p.after, Next: p.next, More: p.more}
+	if !p.more {
+		s.Clients = p.src.clients
+		r.dropPage(p.to)
+	}
+	if err := r.core.SendSnapshot(p.to, s); err != nil {
+		r.log.Warn("snapshot page not sent", "to", p.to, "err", err)
+		r.dropPage(p.to)
+	}
+	return nil
+}
+
+// dropPage forgets the paged snapshot of peer to (its engine snapshot is
+// closed now, or by its read when that ends).
+func (r *Replica) dropPage(to uint64) {
+	src := r.pages[to]
+	if src == nil {
+		return
+	}
+	delete(r.pages, to)
+	if !src.reading {
+		src.es.Close()
+	}
 }
 
 // largeMessage is the size from which a message is encoded off the driver
@@ -276,6 +444,13 @@ func (r *Replica) holdLog(to uint64) uint64 {
 		to = min(to, r.snapAt)
 	}
 	now := r.clock.Now()
+	for id, src := range r.pages {
+		if now.Sub(src.last) > pageIdle {
+			r.dropPage(id)
+			continue
+		}
+		to = min(to, src.at)
+	}
 	for id, h := range r.snapHolds {
 		if !h.until.IsZero() && now.After(h.until) {
 			delete(r.snapHolds, id)
