@@ -432,9 +432,10 @@ func ReplayReadsOwnRecord(k Kind, meta []byte) bool {
 // session 25"). has (nil: get answers) tells whether a field row exists
 // where its value is not needed. With ApplyOptions.SparseHashMeta a write
 // that leaves the metadata as it was emits only its rows. The lock rule
-// of cross-group transactions applies as in Apply (txLockGate).
+// of cross-group transactions applies as in Apply (txLockGate) unless
+// o.NoTxLocks.
 func ApplyHash(get Getter, has Prober, version uint64, op *Op, emit Emit, o ApplyOptions) (res Result, err error) {
-	if txLocksPossible {
+	if !o.NoTxLocks {
 		if res, err, locked := txLockGate(get, op); locked {
 			return res, err
 		}

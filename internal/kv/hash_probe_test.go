@@ -75,12 +75,9 @@ func TestHashWritesProbeRowsWithoutReadingThem(t *testing.T) {
 		}); err != nil {
 			t.Fatalf("%v: %v", op.Kind, err)
 		}
-		// The lock gate's one lookup (xgtx.go: nothing is locked) where
-		// locks are possible, then the key.
-		want := [][]byte{k}
-		if txLocksPossible {
-			want = [][]byte{txLockCount, k}
-		}
+		// The lock gate's one lookup (xgtx.go: nothing is locked), then
+		// the key.
+		want := [][]byte{txLockCount, k}
 		if op.Kind == KindHIncrBy {
 			gen, _, err := decodeHashMeta([]byte(r.m["h"].val))
 			if err != nil {

@@ -120,11 +120,15 @@ type ApplyOptions struct {
 	// emitted are written (the single node's batch arena, reused once the
 	// batch is appended). Results never point into it.
 	Scratch func(n int) []byte
+	// NoTxLocks: the state can hold no cross-group transaction's locks
+	// (the single node: prepares exist only in a cluster of groups), so
+	// the lock rule's lookup is skipped (ApplyLockFree).
+	NoTxLocks bool
 }
 
 // ApplyWithOptions is ApplyWith with the engine's choices o.
 func ApplyWithOptions(get Getter, list Lister, has Prober, version uint64, op *Op, maxValue int, emit Emit, o ApplyOptions) (Result, error) {
-	if txLocksPossible { // tested here: the gate's call is not inlined
+	if !o.NoTxLocks {
 		if res, err, locked := txLockGate(get, op); locked {
 			return res, err
 		}

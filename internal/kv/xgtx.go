@@ -76,23 +76,6 @@ const (
 	txAborted   = 'A'
 )
 
-// txLocksPossible is whether a state this process applies to may hold
-// locks: the lock rule's lookup (one engine read of the count record,
-// ~400 instructions of a pipelined SET's ~6,700) is skipped while it is
-// false. Prepares exist only in a cluster of groups (the front door sends
-// none elsewhere), and every node of one turns it on before it opens a
-// replica (server openGroups and openJoinedGroup), so every replica of a
-// group that can see a prepare checks every op from its first replayed
-// one: the rule's outcome is the same on all of them. A plain bool, not an
-// atomic (this package is a deterministic core): it is set before the
-// goroutines that apply start, and never cleared.
-var txLocksPossible bool
-
-// EnableTxLocks makes every Apply in this process evaluate the lock rule.
-// Call it before any replica of a cluster of groups opens (the server
-// does; tests and simulations that apply prepares do too).
-func EnableTxLocks() { txLocksPossible = true }
-
 // TxIDMax bounds a transaction id's length.
 const TxIDMax = 64
 
@@ -270,7 +253,7 @@ func TxWriteLocked(get Getter, key []byte) (bool, error) {
 // the lock is gone). Reads, slot ops and the two-phase ops themselves pass
 // (a prepare checks its keys itself).
 func txLockGate(get Getter, op *Op) (Result, error, bool) {
-	if !txLocksPossible || !op.Kind.IsUpdate() || isSlotKind(op.Kind) || isXgtxKind(op.Kind) || op.Kind == KindHSweep {
+	if !op.Kind.IsUpdate() || isSlotKind(op.Kind) || isXgtxKind(op.Kind) || op.Kind == KindHSweep {
 		return Result{}, nil, false
 	}
 	n, err := TxLockCount(get)

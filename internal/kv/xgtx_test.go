@@ -411,26 +411,36 @@ func TestXgtxTwoPartsInOneGroup(t *testing.T) {
 	}
 }
 
-// The lock rule's lookup is skipped while the process has not turned it
-// on (txLocksPossible): what a node of a cluster of groups must never skip
-// (server openGroups turns it on; e2e and server tests run it). Off, a
-// write of a locked key applies.
-func TestXgtxLockRuleOffWithoutEnable(t *testing.T) {
+// A state that can hold no locks (the single node) skips the lock rule:
+// ApplyLockFree and ApplyOptions.NoTxLocks apply a write of a key another
+// state would refuse — which is why a replica group must never use them.
+func TestXgtxLockFreeEntriesSkipTheRule(t *testing.T) {
 	ga, gb := newMV(), newMV()
 	ga.set(t, "x", "100")
 	gb.set(t, "y", "0")
 	pa, _ := xfer(t, "t1", ga, gb, "x", "y")
 	ga.mustReply(t, pa, "+PREPARED")
-	if _, err := ga.try(Op{Kind: KindSet, Key: b("x"), Value: b("1")}); !errors.Is(err, ErrTxLocked) {
-		t.Fatalf("a write of a locked key, the rule on: %v, want ErrTxLocked", err)
+	emit := func(_, _, _ []byte, _ bool) {}
+	set := func() *Op { return &Op{Kind: KindSet, Key: b("x"), Value: b("1")} }
+	hset := func() *Op { return &Op{Kind: KindHSet, Key: b("x"), Keys: [][]byte{b("f"), b("v")}} }
+	get := ga.at(ga.last)
+	for name, err := range map[string]error{
+		"Apply":     func() error { _, err := Apply(get, ga.last+1, set(), 0, emit); return err }(),
+		"ApplyWith": func() error { _, err := ApplyWith(get, nil, nil, ga.last+1, set(), 0, emit); return err }(),
+		"ApplyHash": func() error { _, err := ApplyHash(get, nil, ga.last+1, hset(), emit, ApplyOptions{}); return err }(),
+		"ApplyWithOptions": func() error {
+			_, err := ApplyWithOptions(get, nil, nil, ga.last+1, set(), 0, emit, ApplyOptions{})
+			return err
+		}(),
+	} {
+		if !errors.Is(err, ErrTxLocked) {
+			t.Errorf("%s of a locked key: %v, want ErrTxLocked", name, err)
+		}
 	}
-	txLocksPossible = false
-	t.Cleanup(EnableTxLocks)
-	if _, err := ga.try(Op{Kind: KindSet, Key: b("x"), Value: b("1")}); err != nil {
-		t.Fatalf("with the rule off: %v", err)
+	if _, err := ApplyLockFree(get, ga.last+1, set(), 0, emit); err != nil {
+		t.Errorf("ApplyLockFree: %v", err)
+	}
+	if _, err := ApplyWithOptions(get, nil, nil, ga.last+1, set(), 0, emit, ApplyOptions{NoTxLocks: true}); err != nil {
+		t.Errorf("ApplyWithOptions, NoTxLocks: %v", err)
 	}
 }
-
-// The cross-group tests of this package apply prepares: the rule is on
-// for the whole package, as in a node of a cluster of groups.
-func init() { EnableTxLocks() }

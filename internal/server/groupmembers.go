@@ -682,7 +682,6 @@ func (s *Server) groupJoinRecord(id cluster.GroupID, gc cluster.GroupConfig) (jo
 // members (jr.Created) the group's first configuration, bootstrapped if
 // bootstrap (its first open).
 func (s *Server) openJoinedGroup(tr *transport.Transport, id cluster.GroupID, jr joinRecord, bootstrap bool) (cluster.LocalGroup, error) {
-	kv.EnableTxLocks() // as openGroups
 	cfg := s.cfg
 	ms, err := ParseMembers(jr.Members)
 	if err != nil {

@@ -169,10 +169,6 @@ func groupDir(dataDir string, id cluster.GroupID) string {
 // (Config.Groups), all on one peer transport the node makes, behind one
 // cluster.Multi that routes each request by its slot.
 func (s *Server) openGroups() (_ cluster.Hosted, err error) {
-	// Cross-group transactions' locks may be in any group's state (the
-	// coordinator of another node can prepare here whatever this node's
-	// --cross-group-tx says): every op is checked from the first replayed.
-	kv.EnableTxLocks()
 	cfg := s.cfg
 	slots, err := cluster.NewSlotMap(1, cfg.Groups)
 	if err != nil {

@@ -921,14 +921,16 @@ func (s *Shard) apply(op *kv.Op, ts int64) (kv.Result, error) {
 	// HSET of existing fields writes only their rows (SparseHashMeta).
 	var res kv.Result
 	var err error
-	opts := kv.ApplyOptions{SparseHashMeta: true, Scratch: s.scratchFn}
+	opts := kv.ApplyOptions{SparseHashMeta: true, Scratch: s.scratchFn, NoTxLocks: true}
 	switch op.Kind {
 	case kv.KindSet:
-		// ApplyWithOptions sends a SET to Apply: directly, the commonest
+		// ApplyWithOptions sends a SET to apply: directly, the commonest
 		// write skips a call of nine arguments (~65 instructions of a
 		// pipelined SET's ~3,200; docs/design/one-house.md). HSET, the
-		// commonest hash write, alike (kv.ApplyHash).
-		res, err = kv.Apply(get, v, op, s.maxVal, s.stageFn)
+		// commonest hash write, alike (kv.ApplyHash). One node holds no
+		// cross-group transaction's locks: ApplyLockFree and NoTxLocks
+		// skip the lock rule's lookup.
+		res, err = kv.ApplyLockFree(get, v, op, s.maxVal, s.stageFn)
 	case kv.KindHSet:
 		res, err = kv.ApplyHash(get, s.hasFn, v, op, s.stageFn, opts)
 	default:

@@ -809,7 +809,6 @@ func xgSim(seed uint64, trace io.Writer, o xgOptions, summary *string) (err erro
 			err = fmt.Errorf("panic: %v", p)
 		}
 	}()
-	kv.EnableTxLocks() // as every node of a cluster of groups does at start
 	if mutation.On {
 		kv.XgtxMut = o.kvMut
 		defer func() { kv.XgtxMut = kv.XgtxMutations{} }()

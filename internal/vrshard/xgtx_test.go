@@ -11,10 +11,6 @@ import (
 	"github.com/kefirdb/kefir/internal/vfs"
 )
 
-// The lock rule is on in this package's process, as in a node of a
-// cluster of groups (kv.EnableTxLocks): the replays below apply it.
-func init() { kv.EnableTxLocks() }
-
 // A cross-group transaction's ops (prepare, decide, resolve; kv/xgtx.go)
 // replayed after an engine crash — part of an op's records kept, part lost
 // — leave the state (user keys, locks, prepared and decision records) and
