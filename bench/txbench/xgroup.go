@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/kefirdb/kefir/internal/keyslot"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -44,13 +45,13 @@ func xgroupMain(args []string) {
 	var g1, g2 []string
 	for i := 0; len(one) < *accts; i++ {
 		tag := "p" + strconv.Itoa(i)
-		if xgSlot(tag) < 8192 {
+		if keyslot.Of(tag) < 8192 {
 			one = append(one, [2]string{"{" + tag + "}x", "{" + tag + "}y"})
 		}
 	}
 	for i := 0; len(g1) < *accts || len(g2) < *accts; i++ {
 		k := "acct" + strconv.Itoa(i)
-		if xgSlot(k) < 8192 {
+		if keyslot.Of(k) < 8192 {
 			if len(g1) < *accts {
 				g1 = append(g1, k)
 			}
@@ -150,25 +151,4 @@ func pct(xs []float64, q float64) float64 {
 		}
 	}
 	return s[int(q*float64(len(s)-1))]
-}
-
-// xgSlot is a key's Redis Cluster slot (CRC16-XMODEM of its hash tag).
-func xgSlot(key string) uint16 {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			key = key[i+1 : i+1+j]
-		}
-	}
-	var c uint16
-	for i := 0; i < len(key); i++ {
-		c ^= uint16(key[i]) << 8
-		for range 8 {
-			if c&0x8000 != 0 {
-				c = c<<1 ^ 0x1021
-			} else {
-				c <<= 1
-			}
-		}
-	}
-	return c & 16383
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/kefirdb/kefir/internal/keyslot"
 	"slices"
 	"strconv"
 	"strings"
@@ -81,7 +82,7 @@ var slotKindNames = [...]string{"slotinit", "slotset", "slotimport",
 	"mapchaininit", "mapchainset", "groupaddrs", "mapsetmembers", "mapaddgroup"}
 
 // NumSlots is the number of hash slots (Redis Cluster's 16384).
-const NumSlots = 16384
+const NumSlots = keyslot.N
 
 // SlotState is a slot's state in a group's table.
 type SlotState uint8
@@ -335,50 +336,11 @@ func ParseSlotError(err error) (SlotError, bool) {
 	return e, true
 }
 
-// KeySlot is a key's hash slot, Redis Cluster's: CRC16-CCITT (XMODEM) of
-// the key or of its hash tag, modulo 16384.
-func KeySlot(key []byte) uint16 { return crc16(HashTag(key)) & (NumSlots - 1) }
+// KeySlot is a key's hash slot, Redis Cluster's (internal/keyslot).
+func KeySlot(key []byte) uint16 { return keyslot.Of(key) }
 
-var crc16Table = func() (t [256]uint16) {
-	for i := range t {
-		c := uint16(i) << 8
-		for range 8 {
-			if c&0x8000 != 0 {
-				c = c<<1 ^ 0x1021
-			} else {
-				c <<= 1
-			}
-		}
-		t[i] = c
-	}
-	return t
-}()
-
-// crc16 is CRC16-CCITT (XMODEM), the checksum Redis Cluster hashes keys
-// with (polynomial 0x1021, initial value 0, no reflection); table-driven,
-// as Redis's crc16.c: every routed key is hashed.
-func crc16(b []byte) uint16 {
-	var c uint16
-	for _, x := range b {
-		c = c<<8 ^ crc16Table[byte(c>>8)^x]
-	}
-	return c
-}
-
-// HashTag returns the part of key that decides its slot: the bytes between
-// the first '{' and the first '}' after it, if that is not empty, else the
-// whole key (Redis Cluster's rule).
-func HashTag(key []byte) []byte {
-	i := bytes.IndexByte(key, '{')
-	if i < 0 {
-		return key
-	}
-	j := bytes.IndexByte(key[i+1:], '}')
-	if j <= 0 {
-		return key
-	}
-	return key[i+1 : i+1+j]
-}
+// HashTag returns the part of key that decides its slot (keyslot.HashTag).
+func HashTag(key []byte) []byte { return keyslot.HashTag(key) }
 
 // Check is the fence: nil if the group serves every key op routes by
 // (RoutingKeys), else the first refused key's *SlotError. A nil table is
