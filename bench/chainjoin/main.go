@@ -20,6 +20,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kefirdb/kefir/bench/stats"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
@@ -133,7 +134,14 @@ func summarise(r *run) summary {
 			s.during = append(s.during, b.Rate)
 		}
 	}
-	s.medBefore, s.medAfter = median(s.before), median(s.after)
+	// No second of a phase: NaN, so its ratio reads NaN, not a 0 or an infinity.
+	s.medBefore, s.medAfter = math.NaN(), math.NaN()
+	if len(s.before) > 0 {
+		s.medBefore = stats.Median(s.before)
+	}
+	if len(s.after) > 0 {
+		s.medAfter = stats.Median(s.after)
+	}
 	s.minDuring = math.NaN()
 	if len(s.during) > 0 {
 		s.minDuring = slices.Min(s.during)
@@ -215,19 +223,6 @@ func cpuCell(r *run) string {
 		parts = append(parts, fmt.Sprintf("%s %s→%s", name, b, d))
 	}
 	return strings.Join(parts, ", ")
-}
-
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return math.NaN()
-	}
-	s := slices.Clone(xs)
-	sort.Float64s(s)
-	if n := len(s); n%2 == 1 {
-		return s[n/2]
-	} else {
-		return (s[n/2-1] + s[n/2]) / 2
-	}
 }
 
 func levelName(r *run) string {

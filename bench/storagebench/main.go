@@ -253,18 +253,6 @@ type Report struct {
 	Limits *limits.Result `json:"limits,omitempty"`
 }
 
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
-
 // ---- the run ----
 
 // bench holds what the phases share.

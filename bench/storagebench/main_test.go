@@ -143,17 +143,6 @@ func TestTargetsAreJudgedOnMedians(t *testing.T) {
 	}
 }
 
-func TestMedian(t *testing.T) {
-	for _, tc := range []struct {
-		in   []float64
-		want float64
-	}{{nil, 0}, {[]float64{3}, 3}, {[]float64{5, 1, 3}, 3}, {[]float64{4, 1, 3, 2}, 2.5}} {
-		if got := median(tc.in); got != tc.want {
-			t.Errorf("median(%v) = %v, want %v", tc.in, got, tc.want)
-		}
-	}
-}
-
 func TestRefusesTmpfs(t *testing.T) {
 	if !isTmpfs("/dev/shm") {
 		t.Skip("/dev/shm is not tmpfs here")

@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+
+	"github.com/kefirdb/kefir/bench/stats"
 )
 
 // Markdown renders the report: one row per cell, medians per engine, Kefir's ratio to
@@ -34,7 +36,7 @@ func (r *Report) Markdown() string {
 	for _, c := range r.Cells {
 		fmt.Fprintf(&sb, "| %s | %s |", c.Name, c.Unit)
 		for _, e := range r.Engines {
-			m, ok := median(c.Samples[e]), c.Samples[e] != nil
+			m, ok := stats.Median(c.Samples[e]), c.Samples[e] != nil
 			if ok && c.Unit == "B/key" && m < 0 {
 				// Less live heap than the key bytes: the engine keeps its data outside the
 				// Go heap (mmap, manual allocation), which this figure cannot see.
@@ -48,7 +50,7 @@ func (r *Report) Markdown() string {
 		rs := c.pairedRatios()
 		ratio := ""
 		if len(rs) > 0 {
-			ratio = fmt.Sprintf("%.2f×", median(rs))
+			ratio = fmt.Sprintf("%.2f×", stats.Median(rs))
 			if len(rs) > 1 {
 				ratio += fmt.Sprintf(" (%.2f–%.2f)", slices.Min(rs), slices.Max(rs))
 			}
@@ -59,9 +61,9 @@ func (r *Report) Markdown() string {
 			if kok {
 				met = "**no**"
 				switch {
-				case c.Target.RatioVsPebble > 0 && pok && len(rs) > 0 && median(rs) >= c.Target.RatioVsPebble:
+				case c.Target.RatioVsPebble > 0 && pok && len(rs) > 0 && stats.Median(rs) >= c.Target.RatioVsPebble:
 					met = "yes"
-				case c.Target.Max > 0 && median(k) <= c.Target.Max:
+				case c.Target.Max > 0 && stats.Median(k) <= c.Target.Max:
 					met = "yes"
 				}
 			}
@@ -92,7 +94,7 @@ func (r *Report) Markdown() string {
 					sb.WriteString(" – |")
 					continue
 				}
-				fmt.Fprintf(&sb, " %s / %s |", fmtNum(median(c.P50us[e]), true), fmtNum(median(c.P99us[e]), true))
+				fmt.Fprintf(&sb, " %s / %s |", fmtNum(stats.Median(c.P50us[e]), true), fmtNum(stats.Median(c.P99us[e]), true))
 			}
 			sb.WriteString("\n")
 		}
@@ -121,7 +123,7 @@ func (r *Report) Markdown() string {
 				fmt.Fprintf(&sb, "| %s | %s |", c.Name, name)
 				for _, e := range r.Engines {
 					v, ok := c.Extra[name][e]
-					fmt.Fprintf(&sb, " %s |", fmtNum(median(v), ok))
+					fmt.Fprintf(&sb, " %s |", fmtNum(stats.Median(v), ok))
 				}
 				sb.WriteString("\n")
 			}

@@ -35,6 +35,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kefirdb/kefir/bench/stats"
 	"github.com/kefirdb/kefir/client"
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -204,7 +205,7 @@ func vsMain(args []string) {
 			m := medianCell(cs)
 			ratio := "—"
 			if ok && s.name != "kefir-txn" && m.rate > 0 {
-				ratio = fmt.Sprintf("%.2f×", median(roundRatios(base, cs)))
+				ratio = fmt.Sprintf("%.2f×", stats.Median(roundRatios(base, cs)))
 			}
 			fs := "—"
 			if len(s.metrics) > 0 {
@@ -215,7 +216,7 @@ func vsMain(args []string) {
 	}
 	if len(ro) > 0 {
 		fmt.Printf("\nread-only, %d clients: c.Txn of 4 Gets %.0f/s (%.0f µs CPU), 4 c.Gets %.0f/s (%.0f µs CPU): ratio %.2f (rounds: %s)\n",
-			*clients, median(ro), median(roCPU), median(plain), median(plainCPU), median(div(ro, plain)), ratios(ro, plain))
+			*clients, stats.Median(ro), stats.Median(roCPU), stats.Median(plain), stats.Median(plainCPU), stats.Median(div(ro, plain)), ratios(ro, plain))
 	}
 }
 
@@ -443,12 +444,6 @@ func splitNonEmpty(s string) []string {
 	return strings.Split(s, ",")
 }
 
-func median(xs []float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	return s[len(s)/2]
-}
-
 // medianCell takes each figure's median over the rounds separately.
 func medianCell(cs []cell) cell {
 	pick := func(f func(cell) float64) float64 {
@@ -456,7 +451,7 @@ func medianCell(cs []cell) cell {
 		for _, c := range cs {
 			xs = append(xs, f(c))
 		}
-		return median(xs)
+		return stats.Median(xs)
 	}
 	return cell{
 		rate:      pick(func(c cell) float64 { return c.rate }),

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/kefirdb/kefir/bench/stats"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
@@ -158,7 +159,7 @@ func throughputBars(rows []row) []throughputBar {
 	bars := make([]throughputBar, 0, len(order))
 	for _, sys := range order {
 		xs := tput[sys]
-		bars = append(bars, throughputBar{System: sys, Median: median(xs), Min: slices.Min(xs), Max: slices.Max(xs), Rounds: len(xs)})
+		bars = append(bars, throughputBar{System: sys, Median: stats.Median(xs), Min: slices.Min(xs), Max: slices.Max(xs), Rounds: len(xs)})
 	}
 	return bars
 }

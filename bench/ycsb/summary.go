@@ -7,11 +7,11 @@ import (
 	"math"
 	"os"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
 	"github.com/kefirdb/kefir/bench/limits"
+	"github.com/kefirdb/kefir/bench/stats"
 )
 
 // The standard matrix (bench/compare.sh) runs every system for several short rounds,
@@ -77,19 +77,6 @@ type summary struct {
 	Finished string `json:"finished,omitempty"`
 }
 
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	sort.Float64s(s)
-	if n := len(s); n%2 == 1 {
-		return s[n/2]
-	} else {
-		return (s[n/2-1] + s[n/2]) / 2
-	}
-}
-
 // summarize reduces rows measured over rounds (Run = round) to one row per cell and
 // operation, with medians over the rounds. Cell order is first appearance.
 func summarize(rows []row) []summaryRow {
@@ -149,17 +136,17 @@ func summarize(rows []row) []summaryRow {
 	for _, k := range order {
 		a := cells[k]
 		a.out.Rounds = len(a.tput)
-		a.out.Throughput, a.out.P50Us, a.out.P99Us = median(a.tput), median(a.p50), median(a.p99)
-		a.out.CPUUsPerOp = median(a.cpu)
+		a.out.Throughput, a.out.P50Us, a.out.P99Us = stats.Median(a.tput), stats.Median(a.p50), stats.Median(a.p99)
+		a.out.CPUUsPerOp = stats.Median(a.cpu)
 		if len(a.other) > 0 {
-			a.out.OtherCPUCores, a.out.MaxOtherCPUCores = median(a.other), slices.Max(a.other)
+			a.out.OtherCPUCores, a.out.MaxOtherCPUCores = stats.Median(a.other), slices.Max(a.other)
 		}
 		a.out.Spread = relSpread(a.tput)
 		med := func(xs []float64) *float64 {
 			if len(xs) == 0 {
 				return nil
 			}
-			m := median(xs)
+			m := stats.Median(xs)
 			return &m
 		}
 		a.out.ServerCPUUsPerOp, a.out.ServerCores, a.out.BytesWrittenPerWrite = med(a.cost[0]), med(a.cost[1]), med(a.cost[2])
@@ -330,7 +317,7 @@ func watchMarkdown(rows []summaryRow) string {
 	}
 	return fmt.Sprintf("CPU watch: processes outside the matrix used a median of %.2f cores per cell (median over cells of the rounds' median), "+
 		"at most %.2f in a kept round; %d of %d cells kept a round above 0.25 cores; %d extra measurements of disturbed rounds.\n",
-		median(meds), slices.Max(worst), over, cells, remeasured)
+		stats.Median(meds), slices.Max(worst), over, cells, remeasured)
 }
 
 // ceilingMarkdown compares, per workload and client count, the harness's ceiling (the
