@@ -105,3 +105,21 @@ func TestPlanDrain(t *testing.T) {
 		t.Fatalf("a lone group drained: %+v", p)
 	}
 }
+
+// The remainder of the drained group's slots after every other group got
+// to the mean stays in the last move, rather than a move of its own to the
+// group that is still the lightest (a run of three groups, the drained one
+// in the middle, left a one-slot move at its end).
+func TestPlanDrainKeepsTheRemainderInTheLastMove(t *testing.T) {
+	gs := []PlanGroup{
+		{ID: 1, Slots: []kv.SlotRange{{Start: 0, End: 5460}}},
+		{ID: 2, Slots: []kv.SlotRange{{Start: 5461, End: 10922}}},
+		{ID: 3, Slots: []kv.SlotRange{{Start: 10923, End: 16383}}},
+	}
+	w := uniformWeights(100)
+	w[10922] = 250 // the drained group's last slot is a little heavier
+	p := PlanDrain(gs, w, 2)
+	if len(p.Moves) != 2 || p.Moves[1].Slots.End != 10922 {
+		t.Fatalf("plan: %+v", p.Moves)
+	}
+}

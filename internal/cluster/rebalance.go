@@ -378,7 +378,18 @@ func PlanDrain(groups []PlanGroup, weight []int64, drain GroupID) Plan {
 			flush(s - 1)
 			continue
 		}
-		if start >= 0 && (cut(src, s) || cut(dst, s) || float64(load[dst]+moved+w(s)) > p.Mean && moved > 0) {
+		// The destination is full once the next slot would take it past
+		// the mean, if another group is lighter than it is then (else it
+		// stays the lightest: the range goes on, rather than a move of
+		// its own for the remainder).
+		full := func() bool {
+			after := load[dst] + moved
+			if moved == 0 || float64(after+w(s)) <= p.Mean {
+				return false
+			}
+			return slices.ContainsFunc(others, func(i int) bool { return i != dst && load[i] < after })
+		}
+		if start >= 0 && (cut(src, s) || cut(dst, s) || full()) {
 			flush(s - 1)
 		}
 		if start < 0 {
