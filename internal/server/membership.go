@@ -83,8 +83,9 @@ type retiredRecord struct {
 	Epoch   uint64   `json:"epoch"`
 	Members []uint64 `json:"members"`
 	// RemovedAt: the group was taken out of the cluster map
-	// (kv.KindMapRemoveGroup) at this map epoch, and the replica retired
-	// for it (groupmembers.go, retireGroup); its data (vr/) is deleted,
+	// (kv.KindMapRemoveGroup), and the replica retired for it
+	// (groupmembers.go, retireGroup) when the node saw the map at this
+	// epoch (the removal's, or a later one); its data (vr/) is deleted,
 	// the record stays as the group's tombstone.
 	RemovedAt uint64 `json:"removed_at_map_epoch,omitempty"`
 }
