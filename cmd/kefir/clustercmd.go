@@ -36,6 +36,9 @@ func runCluster(args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "add-group" {
 		return runClusterAddGroup(args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "remove-group" {
+		return runClusterRemoveGroup(args[1:], stdout, stderr)
+	}
 	if len(args) > 0 && (args[0] == "replace-node" || args[0] == "remove-node") {
 		return runClusterMembers(args[0], args[1:], stdout, stderr)
 	}
@@ -109,6 +112,8 @@ const clusterUsage = `usage: kefir cluster COMMAND [flags] (each with --help)
   add-node --id N --client-addr H:P --peer-addr H:P              record a node in the map
   add-group --members A,B,C [--id G]                             a new group on nodes of the map, owning no slots
                                                                  until a rebalance or move-slots gives it some
+  remove-group --id G [--by bytes|keys|load] [--page-pause D]    move every slot of a data group to the others, then
+                                                                 take it out of the map; its members retire its replicas
   replace-node --old N --new ID@PEER-ADDR/CLIENT-ADDR             replace a member of a single VR group by a new node
   remove-node --id N[,M...]                                       remove members of a single VR group (an odd number stays)
 every command takes --addr host:port,... (env KEFIR_ADDR), --password, --tls, --tls-insecure`
@@ -188,15 +193,7 @@ func runClusterRebalance(args []string, stdout, stderr io.Writer) error {
 		}
 		return stuckStatus(plan, *dry)
 	}
-	host, _ := os.Hostname()
-	logf := func(format string, a ...any) { fmt.Fprintf(stderr, "kefir cluster: "+format+"\n", a...) }
-	rb := &cluster.Rebalancer{Adaptive: !fixed, MaxPause: *maxPause, Baseline: *baseline, Logf: logf, NewMover: func() *cluster.Mover {
-		m := mover()
-		m.Page, m.PagePause, m.Meta, m.Lease = *page, *pause, true, *lease
-		m.Driver = fmt.Sprintf("kefir cluster rebalance, pid %d on %s", os.Getpid(), host)
-		m.Logf = logf
-		return m
-	}}
+	rb := newRebalancer("rebalance", mover, *page, *pause, fixed, *maxPause, *baseline, *lease, stderr)
 	t0 := time.Now()
 	done, err := rb.Run(ctx, plan)
 	if *asJSON {
@@ -210,6 +207,191 @@ func runClusterRebalance(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	return err
+}
+
+// newRebalancer is the Rebalancer of kefir cluster rebalance and
+// remove-group (cmd names the driver in the map): each move by a fresh
+// recorded Mover, paced by the latency probe unless fixed (--page-pause
+// given).
+func newRebalancer(cmd string, mover func() *cluster.Mover, page int, pause time.Duration, fixed bool, maxPause, baseline, lease time.Duration, stderr io.Writer) *cluster.Rebalancer {
+	host, _ := os.Hostname()
+	logf := func(format string, a ...any) { fmt.Fprintf(stderr, "kefir cluster: "+format+"\n", a...) }
+	return &cluster.Rebalancer{Adaptive: !fixed, MaxPause: maxPause, Baseline: baseline, Logf: logf, NewMover: func() *cluster.Mover {
+		m := mover()
+		m.Page, m.PagePause, m.Meta, m.Lease = page, pause, true, lease
+		m.Driver = fmt.Sprintf("kefir cluster %s, pid %d on %s", cmd, os.Getpid(), host)
+		m.Logf = logf
+		return m
+	}}
+}
+
+// runClusterRemoveGroup runs `kefir cluster remove-group --id G`: every
+// slot of data group G moves to the other groups (cluster.PlanDrain's
+// plan, run one move at a time by the rebalance's Rebalancer: recorded,
+// leased, paced), then G leaves the metadata group's map
+// (kv.KindMapRemoveGroup, compare-and-set by the map's epoch), and its
+// members retire their replicas when they see it (server: retireRemoved).
+// Each step starts from the map, so a rerun after a crash (of this command
+// or of a node) goes on from where things are: a move left in flight is
+// finished first (resumed, or taken over once its lease lapsed), slots G
+// still owns are planned again, and a group already removed is a no-op.
+func runClusterRemoveGroup(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("kefir cluster remove-group", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	mover := clusterConnFlags(fs)
+	id := fs.Uint64("id", 0, "the data group to remove")
+	by := fs.String("by", cluster.ByBytes, "weigh the group's slots by bytes, keys or load to spread them over the other groups")
+	sample := fs.Duration("sample", 2*time.Second, "with --by load, how long writes and reads are counted")
+	page := fs.Int("page", 1024, "keys per copy round trip")
+	pause := fs.Duration("page-pause", 0, "a fixed pause after each page outside the hand-over's window instead of the adaptive one (0: unpaced)")
+	maxPause := fs.Duration("max-pause", 250*time.Millisecond, "the adaptive pause's upper bound")
+	baseline := fs.Duration("baseline", time.Second, "how long the probe measures the steady p99 before each move")
+	timeout := fs.Duration("timeout", 30*time.Minute, "deadline for the whole removal")
+	lease := fs.Duration("lease", cluster.DefaultLease, "each move's driver lease in the metadata group")
+	dry := fs.Bool("dry-run", false, "print the plan of the moves and stop")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err}
+	}
+	if *id == 0 || fs.NArg() != 0 {
+		return usageError{errors.New("remove-group needs --id G")}
+	}
+	if err := checkRebalanceFlags(0, *by, 0, 0, *sample, *page, *maxPause); err != nil {
+		return usageError{err}
+	}
+	fixed := false
+	fs.Visit(func(f *flag.Flag) { fixed = fixed || f.Name == "page-pause" })
+	sigCtx, stopSignals := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stopSignals()
+	ctx, cancel := context.WithTimeout(sigCtx, *timeout)
+	defer cancel()
+	g := cluster.GroupID(*id)
+	logf := func(format string, a ...any) { fmt.Fprintf(stderr, "kefir cluster: "+format+"\n", a...) }
+	rb := newRebalancer("remove-group", mover, *page, *pause, fixed, *maxPause, *baseline, *lease, stderr)
+	for stale := 0; ; {
+		mv := mover()
+		mv.RetryFor = 10 * time.Second
+		cm, err := mv.MetaMap(ctx)
+		mv.Close()
+		if err != nil {
+			return fmt.Errorf("remove-group: the cluster map: %w", err)
+		}
+		own, err := checkRemoveGroup(cm, *id)
+		if errors.Is(err, errRemovedAlready) {
+			_, err = fmt.Fprintf(stdout, "group %d is not in the map (removed; map epoch %d)\n", *id, cm.Epoch)
+			return err
+		}
+		if err != nil {
+			return fmt.Errorf("remove-group: %w; nothing changed", err)
+		}
+		if len(cm.Moves) > 0 {
+			// One move at a time: a move left in flight (this command's
+			// own before a crash, or another driver's) is finished
+			// first — resumed at its record, or taken over once its
+			// lease lapsed (the metadata leader may take it first: then
+			// this waits and reads the map again).
+			rec := cm.Moves[0]
+			if *dry {
+				return fmt.Errorf("remove-group: a move is in flight (slots %s from group %d to group %d): finish or abort it first", cluster.FormatSlotRanges(rec.Slots), rec.From, rec.To)
+			}
+			logf("a move is in flight (slots %s from group %d to group %d at epoch %d): finishing it first", cluster.FormatSlotRanges(rec.Slots), rec.From, rec.To, rec.Epoch)
+			m := rb.NewMover()
+			if _, err := m.Move(ctx, cluster.GroupID(rec.From), cluster.GroupID(rec.To), rec.Slots); err != nil {
+				logf("the move in flight: %v (reading the map again)", err)
+				select {
+				case <-ctx.Done():
+					return fmt.Errorf("remove-group: %w", ctx.Err())
+				case <-time.After(*lease):
+				}
+			}
+			continue
+		}
+		if own > 0 {
+			mv := mover()
+			mv.Page = *page
+			groups := cluster.PlanGroups(cm)
+			if err := mv.PlanTables(ctx, groups); err != nil {
+				mv.Close()
+				return fmt.Errorf("remove-group: %w", err)
+			}
+			weights, err := mv.SlotWeights(ctx, cm, *by, *sample)
+			mv.Close()
+			if err != nil {
+				return fmt.Errorf("remove-group: %w", err)
+			}
+			plan := cluster.PlanDrain(groups, weights, g)
+			fmt.Fprintf(stdout, "group %d owns %d slots at map epoch %d; moving them by %s:\n%s", *id, own, cm.Epoch, *by, plan)
+			if *dry {
+				return nil
+			}
+			done, err := rb.Run(ctx, plan)
+			for _, m := range done {
+				if m.Result.Epoch != 0 {
+					fmt.Fprintf(stdout, "moved %d-%d from group %d to group %d at epoch %d in %v\n", m.Slots.Start, m.Slots.End, m.From, m.To, m.Result.Epoch, m.Result.Total.Round(time.Millisecond))
+				}
+			}
+			if err != nil {
+				return fmt.Errorf("remove-group: %w (run it again to go on)", err)
+			}
+			continue // the map again: every slot moved?
+		}
+		if *dry {
+			_, err := fmt.Fprintf(stdout, "group %d owns no slots: it would be removed from the map at epoch %d\n", *id, cm.Epoch)
+			return err
+		}
+		mv = mover()
+		mv.RetryFor = 10 * time.Second
+		epoch, err := mv.RemoveGroup(ctx, g, cm.Epoch)
+		if err != nil && strings.Contains(err.Error(), "check it again") && stale < 10 {
+			stale++ // the map moved on (an add-node, say) since it was read
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(stdout, "group %d is removed from the map at epoch %d; its members %v retire their replicas as they see it\n", *id, epoch, membersOf(cm, *id))
+		return err
+	}
+}
+
+// errRemovedAlready: the group is in the map's removed list (a rerun).
+var errRemovedAlready = errors.New("removed already")
+
+// checkRemoveGroup checks a removal of group id against cm and returns how
+// many slots it owns: refused for the metadata group, a group the map does
+// not have, and the last data group; errRemovedAlready once it is removed.
+func checkRemoveGroup(cm *kv.ClusterMap, id uint64) (slots int, err error) {
+	if id == kv.MetaGroup {
+		return 0, fmt.Errorf("group %d is the metadata group: it holds the map and cannot be removed (replace-node moves its members)", id)
+	}
+	if slices.Contains(cm.Removed, id) {
+		return 0, errRemovedAlready
+	}
+	g, ok := cm.Group(id)
+	if !ok {
+		ids := make([]uint64, len(cm.Groups))
+		for i, x := range cm.Groups {
+			ids[i] = x.ID
+		}
+		return 0, fmt.Errorf("no group %d in the cluster map (its data groups: %v)", id, ids)
+	}
+	if len(cm.Groups) == 1 {
+		return 0, fmt.Errorf("group %d is the cluster's last data group: its slots have nowhere to go", id)
+	}
+	for _, r := range g.Slots {
+		slots += int(r.End) - int(r.Start) + 1
+	}
+	return slots, nil
+}
+
+// membersOf returns group id's members in cm.
+func membersOf(cm *kv.ClusterMap, id uint64) []uint64 {
+	if g, ok := cm.Group(id); ok {
+		return g.Members
+	}
+	return nil
 }
 
 // exitStuck is kefir cluster rebalance's exit status when the groups are
@@ -409,6 +591,9 @@ func planAddGroup(cm *kv.ClusterMap, members []uint64, id uint64) (gid uint64, a
 		if id >= kv.MetaGroup {
 			return 0, false, fmt.Errorf("group id %d: data groups' ids are 1 to %d", id, kv.MetaGroup-1)
 		}
+		if slices.Contains(cm.Removed, id) {
+			return 0, false, fmt.Errorf("group %d was removed from the cluster: a new group needs another id", id)
+		}
 		if g, ok := cm.Group(id); ok {
 			if g.MemberEpoch == 0 && slices.Equal(g.Members, members) {
 				return id, true, nil
@@ -422,6 +607,9 @@ func planAddGroup(cm *kv.ClusterMap, members []uint64, id uint64) (gid uint64, a
 			return g.ID, true, nil // added by an earlier run
 		}
 		id = max(id, g.ID)
+	}
+	if len(cm.Removed) > 0 {
+		id = max(id, slices.Max(cm.Removed)) // never a removed group's id
 	}
 	if id+1 >= kv.MetaGroup {
 		return 0, false, fmt.Errorf("no group id left below %d", kv.MetaGroup)

@@ -358,6 +358,21 @@ func (mv *Mover) AddGroup(ctx context.Context, g GroupID, members []uint64) (uin
 	return uint64(v.Int), nil
 }
 
+// RemoveGroup takes data group g, which must own no slots and be named by
+// no move in flight, out of the metadata group's map (KEFIR.SLOTS META
+// REMOVEGROUP, kv.KindMapRemoveGroup), compare-and-set by the map's epoch
+// the caller checked it at; it returns the map's epoch after it (a retry
+// once removed: the map's, unchanged). Its members retire their replicas
+// when they see it.
+func (mv *Mover) RemoveGroup(ctx context.Context, g GroupID, epoch uint64) (uint64, error) {
+	defer mv.close()
+	v, err := mv.do(ctx, "KEFIR.SLOTS", "META", "REMOVEGROUP", strconv.FormatUint(uint64(g), 10), strconv.FormatUint(epoch, 10))
+	if err != nil {
+		return 0, fmt.Errorf("remove-group: %w", err)
+	}
+	return uint64(v.Int), nil
+}
+
 // fenced returns a step (KEFIR.SLOTS SET, LOAD) with the driver fence of
 // the lease this driver holds (kv.AppendDriverFence): a group refuses it
 // once a driver with a higher beat sent it a step. Other commands, and

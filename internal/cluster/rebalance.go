@@ -279,6 +279,131 @@ func PlanRebalance(groups []PlanGroup, weight []int64, tolerance float64, maxMov
 	return p
 }
 
+// PlanDrain returns the moves that take every slot of group drain to the
+// other groups (kefir cluster remove-group), as PlanRebalance's Plan, run by
+// the same Rebalancer: the drained group's slots in order, each contiguous
+// run (cut where either table's row changes, as PlanRebalance cuts) given
+// to the group that is lightest when the run starts, until that group
+// reaches the mean the others will have once drain is empty; then the next
+// lightest. So the groups end about even (each one's excess over that mean
+// is less than one slot's weight, unless it was above it before) with few
+// moves: about one per other group, plus one per cut. A drained group whose
+// slots weigh nothing (an empty one, by keys or bytes) is split by slot
+// counts instead, so its ranges still spread out. Pure and deterministic;
+// no bound on the moves (every slot must go).
+func PlanDrain(groups []PlanGroup, weight []int64, drain GroupID) Plan {
+	p := Plan{Balanced: true}
+	if len(weight) < Slots {
+		weight = append(slices.Clone(weight), make([]int64, Slots-len(weight))...)
+	}
+	owner := make([]int, Slots)
+	for s := range owner {
+		owner[s] = -1
+	}
+	src := -1
+	var others []int
+	for i, g := range groups {
+		if g.ID == drain {
+			src = i
+		} else {
+			others = append(others, i)
+		}
+		for _, r := range g.Slots {
+			for s := int(r.Start); s <= int(r.End) && s < Slots; s++ {
+				owner[s] = i
+			}
+		}
+	}
+	if src < 0 || len(others) == 0 {
+		return p
+	}
+	var drained int64
+	for s, o := range owner {
+		if o == src {
+			drained += weight[s]
+		}
+	}
+	w := func(s int) int64 { return weight[s] }
+	if drained == 0 {
+		w = func(s int) int64 {
+			if owner[s] < 0 {
+				return 0
+			}
+			return 1
+		}
+	}
+	load := make([]int64, len(groups))
+	var total int64
+	for s, o := range owner {
+		if o >= 0 {
+			load[o] += w(s)
+			total += w(s)
+		}
+	}
+	for i, g := range groups {
+		p.Groups = append(p.Groups, GroupWeight{ID: g.ID, Before: load[i]})
+	}
+	p.Mean = float64(total) / float64(len(others))
+	cut := func(i, s int) bool {
+		for _, r := range groups[i].Table {
+			if int(r.Start) == s {
+				return true
+			}
+		}
+		return false
+	}
+	lightest := func() int {
+		best := others[0]
+		for _, i := range others[1:] {
+			if load[i] < load[best] || load[i] == load[best] && groups[i].ID < groups[best].ID {
+				best = i
+			}
+		}
+		return best
+	}
+	start, dst := -1, -1
+	var moved int64
+	flush := func(end int) {
+		if start < 0 {
+			return
+		}
+		load[dst] += moved
+		load[src] -= moved
+		p.Moves = append(p.Moves, PlannedMove{From: drain, To: groups[dst].ID,
+			Slots: kv.SlotRange{Start: uint16(start), End: uint16(end)}, Weight: moved})
+		start, moved = -1, 0
+	}
+	for s := 0; s < Slots; s++ {
+		if owner[s] != src {
+			flush(s - 1)
+			continue
+		}
+		// The destination is full once the next slot would take it past
+		// the mean, if another group is lighter than it is then (else it
+		// stays the lightest: the range goes on, rather than a move of
+		// its own for the remainder).
+		full := func() bool {
+			after := load[dst] + moved
+			if moved == 0 || float64(after+w(s)) <= p.Mean {
+				return false
+			}
+			return slices.ContainsFunc(others, func(i int) bool { return i != dst && load[i] < after })
+		}
+		if start >= 0 && (cut(src, s) || cut(dst, s) || full()) {
+			flush(s - 1)
+		}
+		if start < 0 {
+			start, dst = s, lightest()
+		}
+		moved += w(s)
+	}
+	flush(Slots - 1)
+	for i := range groups {
+		p.Groups[i].After = load[i]
+	}
+	return p
+}
+
 // MaxPlannedMoves bounds a plan.
 const MaxPlannedMoves = 64
 

@@ -71,6 +71,16 @@ import (
 //	                  for another group, the metadata group's id, 0 or an
 //	                  id above 2^32-1 is refused. The epoch moves as with
 //	                  AddNode.
+//	KindMapRemoveGroup Key: a group's id and the map epoch the caller read
+//	                  (AppendMapMembers, no members). The group leaves the
+//	                  map and its id joins Removed (never used again: its
+//	                  nodes keep a tombstone of their replica under that
+//	                  id). Compare-and-set by the map's epoch; refused for
+//	                  the metadata group, an id the map does not have, the
+//	                  last data group, a group that owns a slot or that a
+//	                  move in flight names. The same id again, once
+//	                  removed, is a no-op (a retry), whatever the epoch.
+//	                  The epoch moves as with AddNode.
 
 // ClusterMapKey is the reserved record that holds the metadata group's map.
 var ClusterMapKey = ReservedKey("clustermap")
@@ -87,6 +97,12 @@ type ClusterMap struct {
 	// nodes, the members it was bootstrapped with.
 	Meta      []uint64 `json:",omitempty"`
 	MetaEpoch uint64   `json:",omitempty"`
+	// Removed are the ids of the data groups taken out of the map
+	// (KindMapRemoveGroup), ascending: a node retires its replica of a
+	// group it finds here (and only here: a group merely absent from a
+	// node's map may be one added after that map), and no new group
+	// takes such an id.
+	Removed []uint64 `json:",omitempty"`
 }
 
 // MetaGroup is the metadata group's id (cluster.MetaGroupID): its members
@@ -239,20 +255,30 @@ func AppendClusterMap(b []byte, m *ClusterMap) []byte {
 			eps = append(eps, g)
 		}
 	}
-	if len(eps) > 0 || m.Meta != nil {
+	if len(eps) > 0 || m.Meta != nil || len(m.Removed) > 0 {
 		b = binary.AppendUvarint(b, uint64(len(eps)))
 		for _, g := range eps {
 			b = binary.AppendUvarint(b, g.ID)
 			b = binary.AppendUvarint(b, g.MemberEpoch)
 		}
 	}
-	// Then the metadata group's members, when recorded.
-	if m.Meta != nil {
+	// Then the metadata group's members, when recorded (a count of 0:
+	// none, written only when the removed groups follow).
+	if m.Meta != nil || len(m.Removed) > 0 {
 		b = binary.AppendUvarint(b, uint64(len(m.Meta)))
 		for _, id := range m.Meta {
 			b = binary.AppendUvarint(b, id)
 		}
-		b = binary.AppendUvarint(b, m.MetaEpoch)
+		if m.Meta != nil {
+			b = binary.AppendUvarint(b, m.MetaEpoch)
+		}
+	}
+	// Then the removed groups' ids, when there are any.
+	if len(m.Removed) > 0 {
+		b = binary.AppendUvarint(b, uint64(len(m.Removed)))
+		for _, id := range m.Removed {
+			b = binary.AppendUvarint(b, id)
+		}
 	}
 	return b
 }
@@ -298,13 +324,22 @@ func DecodeClusterMap(b []byte) (*ClusterMap, error) {
 		}
 	}
 	if d.Err == nil && len(d.B) > 0 {
-		n := count()
-		m.Meta = make([]uint64, 0, n)
-		for range n {
-			m.Meta = append(m.Meta, d.Uvarint())
+		if n := count(); n > 0 {
+			m.Meta = make([]uint64, 0, n)
+			for range n {
+				m.Meta = append(m.Meta, d.Uvarint())
+			}
+			m.MetaEpoch = d.Uvarint()
+		} else if len(d.B) == 0 && d.Err == nil {
+			d.Err = ErrCorrupt // a count of 0 only before removed groups
 		}
-		m.MetaEpoch = d.Uvarint()
-		if len(m.Meta) == 0 && d.Err == nil {
+	}
+	if d.Err == nil && len(d.B) > 0 {
+		n := count()
+		for range n {
+			m.Removed = append(m.Removed, d.Uvarint())
+		}
+		if n == 0 && d.Err == nil {
 			d.Err = ErrCorrupt
 		}
 	}
@@ -468,6 +503,9 @@ func mapStep(m *ClusterMap, op *Op) (*ClusterMap, Result, error) {
 	}
 	if op.Kind == KindMapAddGroup {
 		return addGroup(m, op)
+	}
+	if op.Kind == KindMapRemoveGroup {
+		return removeGroup(m, op)
 	}
 	if op.Kind == KindMapAddNode {
 		nd, err := DecodeMapNode(op.Key)
@@ -667,6 +705,11 @@ func addGroup(m *ClusterMap, op *Op) (*ClusterMap, Result, error) {
 	if err := checkMemberList(m, mm); err != nil {
 		return nil, Result{}, err
 	}
+	if slices.Contains(m.Removed, mm.Group) {
+		// Its former members keep a tombstone under this id (they never
+		// rejoin a group they retired from): a new group needs a new id.
+		return nil, Result{}, errMap("group %d was removed from the map: a new group needs another id", mm.Group)
+	}
 	if g, ok := m.Group(mm.Group); ok {
 		if g.MemberEpoch == 0 && slices.Equal(g.Members, mm.Members) {
 			return nil, Result{Kind: ResInt, Int: int64(m.Epoch)}, nil // a retry
@@ -678,6 +721,59 @@ func addGroup(m *ClusterMap, op *Op) (*ClusterMap, Result, error) {
 	slices.SortFunc(n.Groups, func(a, b MapGroup) int { return cmp.Compare(a.ID, b.ID) })
 	// As AddNode: the epoch moves so pollers learn the group, but not
 	// while a move is in flight (its MoveDone raises it).
+	if len(n.Moves) == 0 {
+		n.Epoch++
+	}
+	return n, Result{Kind: ResInt, Int: int64(n.Epoch)}, nil
+}
+
+// removeGroup is KindMapRemoveGroup's step: a data group that owns no
+// slots leaves the map. Why the map must be empty of it first: every slot
+// has one owner in every map (Check), so the group's slots are moved away
+// by ordinary moves (kefir cluster remove-group drives them) before it is
+// removed; and a group a move in flight names may still take slots (the
+// move's MoveDone) or hold the only copy of some (the move's source until
+// its hand-over). Compare-and-set by the map's epoch: the caller checked
+// the group against the map it read. Once removed, its id is kept in
+// Removed: that is what its members retire by (a node whose map does not
+// list a group it hosts may merely lag an add-group), and what keeps the
+// id from being given to a new group whose members would find their old
+// replica's tombstone.
+func removeGroup(m *ClusterMap, op *Op) (*ClusterMap, Result, error) {
+	mm, err := DecodeMapMembers(op.Key)
+	if err != nil {
+		return nil, Result{}, err
+	}
+	if mm.Group == MetaGroup {
+		return nil, Result{}, errMap("group %d is the metadata group: it holds the map and is not removed (its members change by replace-node)", mm.Group)
+	}
+	if slices.Contains(m.Removed, mm.Group) {
+		return nil, Result{Kind: ResInt, Int: int64(m.Epoch)}, nil // a retry
+	}
+	g, ok := m.Group(mm.Group)
+	if !ok || len(mm.Members) != 0 {
+		return nil, Result{}, errMap("no group %d in the map", mm.Group)
+	}
+	if len(m.Groups) == 1 {
+		return nil, Result{}, errMap("group %d is the map's last data group: the cluster's slots need one", mm.Group)
+	}
+	for _, mv := range m.Moves {
+		if mv.From == mm.Group || mv.To == mm.Group {
+			return nil, Result{}, errMap("a move of slots %v from group %d to group %d at epoch %d is in flight: finish or abort it first", mv.Slots, mv.From, mv.To, mv.Epoch)
+		}
+	}
+	if len(g.Slots) > 0 {
+		return nil, Result{}, errMap("group %d owns slots %v: move them to other groups first", mm.Group, g.Slots)
+	}
+	if mm.Epoch != m.Epoch {
+		return nil, Result{}, errMap("the removal of group %d was checked against the map at epoch %d, the map is at %d: check it again", mm.Group, mm.Epoch, m.Epoch)
+	}
+	n := m.clone()
+	n.Groups = slices.DeleteFunc(n.Groups, func(x MapGroup) bool { return x.ID == mm.Group })
+	n.Removed = append(n.Removed, mm.Group)
+	slices.Sort(n.Removed)
+	// As AddNode: the epoch moves so pollers learn the removal, but not
+	// while a move (of other groups) is in flight: its MoveDone raises it.
 	if len(n.Moves) == 0 {
 		n.Epoch++
 	}
@@ -717,7 +813,8 @@ func rangesOf(slots []uint16) []SlotRange {
 
 // clone returns a deep copy of m (ops never change a decoded map in place).
 func (m *ClusterMap) clone() *ClusterMap {
-	n := &ClusterMap{Epoch: m.Epoch, Nodes: slices.Clone(m.Nodes), Moves: slices.Clone(m.Moves), Meta: slices.Clone(m.Meta), MetaEpoch: m.MetaEpoch}
+	n := &ClusterMap{Epoch: m.Epoch, Nodes: slices.Clone(m.Nodes), Moves: slices.Clone(m.Moves), Meta: slices.Clone(m.Meta), MetaEpoch: m.MetaEpoch,
+		Removed: slices.Clone(m.Removed)}
 	for _, g := range m.Groups {
 		n.Groups = append(n.Groups, MapGroup{ID: g.ID, Members: slices.Clone(g.Members), Slots: slices.Clone(g.Slots), MemberEpoch: g.MemberEpoch})
 	}

@@ -487,3 +487,86 @@ func TestMapAddGroup(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func removeOp(g, epoch uint64) *Op {
+	return &Op{Kind: KindMapRemoveGroup, Key: AppendMapMembers(nil, MapMembers{Group: g, Epoch: epoch})}
+}
+
+// KindMapRemoveGroup takes a group that owns no slots out of the map,
+// compare-and-set by the map's epoch: refused for the metadata group, an
+// unknown id, the last data group, a group that owns slots or that a move
+// in flight names, and at a stale epoch — each changing nothing; a retry
+// once removed is a no-op at any epoch; the id is never given to a new
+// group; Removed survives the codec, with and without the metadata
+// group's members.
+func TestMapRemoveGroup(t *testing.T) {
+	m := mem{}
+	apply := applier(t, m)
+	initMap(t, apply)
+	e := readMap(t, m).Epoch
+	refused := func(name string, op *Op) {
+		t.Helper()
+		if _, err := apply(op); !errors.Is(err, ErrSlotTransition) {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if cm := readMap(t, m); cm.Epoch != e || len(cm.Removed) != 0 {
+			t.Fatalf("%s changed the map: %+v", name, cm)
+		}
+	}
+	refused("the metadata group", removeOp(MetaGroup, e))
+	refused("an unknown group", removeOp(7, e))
+	refused("a group that owns slots", removeOp(2, e))
+	// Group 2's slots move to group 1; while the move is in flight group
+	// 2 may not leave (it is the move's source).
+	if _, err := apply(moveOp(KindMapMovePlan, MapMove{From: 2, To: 1, Slots: []SlotRange{{8192, 16383}}, Epoch: e + 1, Driver: "a"})); err != nil {
+		t.Fatal(err)
+	}
+	refused("the source of a move in flight", removeOp(2, e))
+	if _, err := apply(moveOp(KindMapMoveDone, MapMove{Epoch: e + 1})); err != nil {
+		t.Fatal(err)
+	}
+	e = readMap(t, m).Epoch
+	refused("the last data group", removeOp(1, e))
+	refused("a stale epoch", removeOp(2, e-1))
+	res, err := apply(removeOp(2, e))
+	if err != nil || res.Int != int64(e+1) || res.Version == 0 {
+		t.Fatalf("remove group 2: %+v %v", res, err)
+	}
+	cm := readMap(t, m)
+	if _, ok := cm.Group(2); ok || cm.Epoch != e+1 || !slices.Equal(cm.Removed, []uint64{2}) || cm.Owner(9000) != 1 {
+		t.Fatalf("map after the removal: %+v", cm)
+	}
+	if err := cm.Check(); err != nil {
+		t.Fatal(err)
+	}
+	for _, ep := range []uint64{e, e + 1, 0} {
+		if res, err := apply(removeOp(2, ep)); err != nil || res.Int != int64(e+1) || res.Version != 0 {
+			t.Fatalf("remove group 2 again at epoch %d: %+v %v", ep, res, err)
+		}
+	}
+	e = cm.Epoch
+	refused2 := func(name string, op *Op) {
+		t.Helper()
+		if _, err := apply(op); !errors.Is(err, ErrSlotTransition) {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	refused2("a new group at a removed id", &Op{Kind: KindMapAddGroup, Key: AppendMapMembers(nil, MapMembers{Group: 2, Members: []uint64{1, 2, 3}})})
+	refused2("members of a removed group", membersOp(MapMembers{Group: 2, Epoch: 5, Members: []uint64{1, 2, 3}}))
+	if _, err := apply(&Op{Kind: KindMapAddGroup, Key: AppendMapMembers(nil, MapMembers{Group: 3, Members: []uint64{1, 2, 3}})}); err != nil {
+		t.Fatal(err)
+	}
+	if cm := readMap(t, m); cm.Epoch != e+1 || !slices.Equal(cm.Removed, []uint64{2}) {
+		t.Fatalf("after add group 3: %+v", cm)
+	}
+	// The codec: Removed alone (no member epochs, no metadata members),
+	// and with both.
+	for _, meta := range [][]uint64{nil, {1, 2, 3}} {
+		c := testMap()
+		c.Removed, c.Meta, c.MetaEpoch = []uint64{4, 9}, meta, uint64(len(meta))
+		got, err := DecodeClusterMap(AppendClusterMap(nil, c))
+		if err != nil || !slices.Equal(got.Removed, c.Removed) || !slices.Equal(got.Meta, meta) || got.MetaEpoch != c.MetaEpoch {
+			t.Fatalf("codec with Removed %v, Meta %v: %+v %v", c.Removed, meta, got, err)
+		}
+	}
+}

@@ -245,7 +245,7 @@ func (op *Op) WrittenKeys() [][]byte {
 			return [][]byte{SlotTableKey, SlotFenceKey}
 		}
 		return [][]byte{SlotTableKey}
-	case KindMapInit, KindMapMovePlan, KindMapMoveClaim, KindMapMoveDone, KindMapMoveAbort, KindMapAddNode, KindMapSetMembers, KindMapAddGroup:
+	case KindMapInit, KindMapMovePlan, KindMapMoveClaim, KindMapMoveDone, KindMapMoveAbort, KindMapAddNode, KindMapSetMembers, KindMapAddGroup, KindMapRemoveGroup:
 		return [][]byte{ClusterMapKey}
 	case KindMapChainInit, KindMapChainSet:
 		return [][]byte{ChainConfigKey(chainGroupOf(op))}

@@ -65,6 +65,9 @@ const (
 	// KindMapAddGroup records a new data group, owning no slots, in the
 	// map (clustermap.go): 173.
 	KindMapAddGroup
+	// KindMapRemoveGroup takes a data group that owns no slots out of the
+	// map (clustermap.go): 174.
+	KindMapRemoveGroup
 	kindSlotEnd
 )
 
@@ -79,7 +82,7 @@ func IsSlotKind(k Kind) bool { return isSlotKind(k) }
 
 var slotKindNames = [...]string{"slotinit", "slotset", "slotimport",
 	"mapinit", "mapmoveplan", "mapmoveclaim", "mapmovedone", "mapmoveabort", "mapaddnode",
-	"mapchaininit", "mapchainset", "groupaddrs", "mapsetmembers", "mapaddgroup"}
+	"mapchaininit", "mapchainset", "groupaddrs", "mapsetmembers", "mapaddgroup", "mapremovegroup"}
 
 // NumSlots is the number of hash slots (Redis Cluster's 16384).
 const NumSlots = keyslot.N

@@ -150,13 +150,23 @@ func (s *Server) syncGroups(ctx context.Context) bool {
 	}
 	for _, lg := range s.multi.Hosted() {
 		if lg.Hosted.Group.State().Retired {
-			if s.retireGroup(lg) {
+			if s.retireGroup(lg, 0) {
 				return true
 			}
 		}
 	}
 	if cm == nil {
 		return false
+	}
+	// Groups taken out of the map (kefir cluster remove-group): their
+	// replicas retire here. Only by the map's Removed list: a hosted group
+	// merely absent from this node's map may be one added after it.
+	for _, lg := range s.multi.Hosted() {
+		if slices.Contains(cm.Removed, uint64(lg.Spec.ID)) {
+			if s.retireGroup(lg, cm.Epoch) {
+				return true
+			}
+		}
 	}
 	s.recordMembersIfBehind(ctx, cm)
 	hosted := map[cluster.GroupID]bool{}
@@ -240,22 +250,14 @@ func (s *Server) askMapIfLeaving(ctx context.Context) {
 	if !leaving || gs.asking || time.Since(gs.asked) < 500*time.Millisecond {
 		return
 	}
-	gs.asking, gs.asked = true, time.Now()
+	gs.asked = time.Now()
 	var seeds []string
 	for _, n := range s.multi.Nodes() {
 		if n.ID != s.cfg.ReplicaID && n.ClientAddr != "" {
 			seeds = append(seeds, n.ClientAddr)
 		}
 	}
-	gs.wg.Add(1)
-	go func() {
-		defer gs.wg.Done()
-		defer func() { gs.mu.Lock(); gs.asking = false; gs.mu.Unlock() }()
-		if len(seeds) == 0 {
-			return
-		}
-		mv := &cluster.Mover{Seeds: seeds, Password: s.cfg.Password, RetryFor: time.Second}
-		defer mv.Close()
+	s.goMeta(&gs.asking, seeds, func(mv *cluster.Mover) {
 		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		defer cancel()
 		cm, err := mv.MetaMap(cctx)
@@ -264,7 +266,37 @@ func (s *Server) askMapIfLeaving(ctx context.Context) {
 			return
 		}
 		s.learnNodes(mapNodesToMembers(cm.Nodes))
+	})
+}
+
+// goMeta runs call in the background (until Shutdown's wait) with a Mover
+// that reaches the metadata group through seeds (client addresses;
+// redirects followed): the shape of every call this watcher makes to the
+// cluster without blocking its poll. busy (a field of s.groups, whose mu
+// the caller holds) is set until call returns, so that one call of each
+// kind is in flight at a time; with no seed, nothing is called.
+func (s *Server) goMeta(busy *bool, seeds []string, call func(mv *cluster.Mover)) {
+	gs := s.groups
+	*busy = true
+	gs.wg.Add(1)
+	go func() {
+		defer gs.wg.Done()
+		defer func() { gs.mu.Lock(); *busy = false; gs.mu.Unlock() }()
+		if len(seeds) == 0 {
+			return
+		}
+		mv := s.nodeMover(seeds)
+		defer mv.Close()
+		call(mv)
 	}()
+}
+
+// nodeMover is a Mover of this node's own calls to the cluster through
+// seeds (client addresses), with the node's password and, if the client
+// port speaks TLS, the cluster certificate check the metadata follower
+// uses (nodeTLS).
+func (s *Server) nodeMover(seeds []string) *cluster.Mover {
+	return &cluster.Mover{Seeds: seeds, Password: s.cfg.Password, TLS: s.nodeTLS(), RetryFor: time.Second}
 }
 
 // recordMembersIfBehind: a group this node leads whose configuration is of
@@ -311,22 +343,7 @@ func (s *Server) recordMembersIfBehind(ctx context.Context, cm *kv.ClusterMap) {
 	for _, mm := range todo {
 		gs.recorded[cluster.GroupID(mm.Group)] = now
 	}
-	gs.recording = true
-	var seeds []string
-	for _, id := range s.multi.MetaMembers() {
-		if n, ok := s.multi.Node(id); ok && n.ClientAddr != "" {
-			seeds = append(seeds, n.ClientAddr)
-		}
-	}
-	gs.wg.Add(1)
-	go func() {
-		defer gs.wg.Done()
-		defer func() { gs.mu.Lock(); gs.recording = false; gs.mu.Unlock() }()
-		if len(seeds) == 0 {
-			return
-		}
-		mv := &cluster.Mover{Seeds: seeds, Password: s.cfg.Password, RetryFor: time.Second}
-		defer mv.Close()
+	s.goMeta(&gs.recording, s.metaSeeds(), func(mv *cluster.Mover) {
 		for _, mm := range todo {
 			cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 			e, err := mv.SetMembers(cctx, cluster.GroupID(mm.Group), mm.Epoch, mm.Members)
@@ -337,7 +354,19 @@ func (s *Server) recordMembersIfBehind(ctx context.Context, cm *kv.ClusterMap) {
 			}
 			s.log.Info("recorded a group's members in the map (the map was behind the group)", "group", mm.Group, "epoch", mm.Epoch, "members", mm.Members, "map_epoch", e)
 		}
-	}()
+	})
+}
+
+// metaSeeds are the client addresses of the metadata group's members as
+// this node knows them.
+func (s *Server) metaSeeds() []string {
+	var seeds []string
+	for _, id := range s.multi.MetaMembers() {
+		if n, ok := s.multi.Node(id); ok && n.ClientAddr != "" {
+			seeds = append(seeds, n.ClientAddr)
+		}
+	}
+	return seeds
 }
 
 // learnNodes teaches the node the map's nodes: the peer transport (a node
@@ -364,9 +393,24 @@ func (s *Server) learnNodes(ns []Member) {
 }
 
 // retireGroup records that this node's replica of lg retired and takes it
-// out of the routing. It reports true if that was the node's last replica
-// (no metadata replica either): the node retires as a whole.
-func (s *Server) retireGroup(lg cluster.LocalGroup) bool {
+// out of the routing: the group no longer has it as a member (VR retired
+// it), or, removedAt > 0, the group was taken out of the cluster map at
+// that map epoch (kefir cluster remove-group). It reports true if that was
+// the node's last replica (no metadata replica either): the node retires
+// as a whole.
+//
+// A removed group's replica is also stopped and its data (group-g/vr/)
+// deleted at once; group-g/ is kept with the retired record, which is
+// what keeps a restart from opening the group again (its --groups or
+// kefir-join.json still name it) and the map from giving the id to a new
+// group (kv's Removed). Deleted rather than moved aside: the group owned
+// no slot when it was removed (every key of it was moved to another group
+// and purged here), so what is left is its log and reserved records,
+// which nothing reads again. The one replica whose engine is the node's
+// own handle (INFO, metrics, DBSIZE read it: the first group it opened)
+// is closed at shutdown like a VR-retired one, and its vr/ deleted at the
+// next start (openGroups).
+func (s *Server) retireGroup(lg cluster.LocalGroup, removedAt uint64) bool {
 	gs := s.groups
 	id := lg.Spec.ID
 	dir := groupDir(s.cfg.DataDir, id)
@@ -374,7 +418,7 @@ func (s *Server) retireGroup(lg cluster.LocalGroup) bool {
 	if rc, ok := lg.Hosted.Group.(cluster.Reconfigurable); ok {
 		m = rc.Membership()
 	}
-	r := retiredRecord{Cluster: s.cfg.ClusterID, Replica: s.cfg.ReplicaID, Epoch: m.Epoch, Members: m.Members}
+	r := retiredRecord{Cluster: s.cfg.ClusterID, Replica: s.cfg.ReplicaID, Epoch: m.Epoch, Members: m.Members, RemovedAt: removedAt}
 	if s.cfg.FS == nil {
 		if _, err := os.Stat(filepath.Join(dir, retiredFile)); err != nil {
 			b, _ := json.Marshal(r)
@@ -385,9 +429,25 @@ func (s *Server) retireGroup(lg cluster.LocalGroup) bool {
 		}
 	}
 	if h, ok := s.multi.RemoveGroup(id); ok {
+		if removedAt > 0 && h.Engine != s.db {
+			if err := h.Replica.Close(); err != nil {
+				s.log.Error("stop the replica of a removed group", "group", uint64(id), "err", err)
+			}
+			if s.cfg.FS == nil {
+				if err := os.RemoveAll(filepath.Join(dir, "vr")); err != nil {
+					s.log.Error("delete the data of a removed group's replica", "group", uint64(id), "err", err)
+				}
+			}
+			s.log.Warn("the group was removed from the cluster map: stopped this node's replica of it and deleted its data", "group", uint64(id), "map_epoch", removedAt, "dir", dir)
+			return false
+		}
 		gs.mu.Lock()
 		gs.retiredH = append(gs.retiredH, h)
 		gs.mu.Unlock()
+		if removedAt > 0 {
+			s.log.Warn("the group was removed from the cluster map: stopped routing to this node's replica of it; it is closed at shutdown and its data deleted at the next start", "group", uint64(id), "map_epoch", removedAt)
+			return false
+		}
 		s.log.Warn("this node's replica of a group retired: the group no longer has it as a member; stopped routing to it", "group", uint64(id), "epoch", m.Epoch, "members", m.Members)
 		return false
 	}
@@ -445,7 +505,7 @@ func (s *Server) retireMeta(lg cluster.LocalGroup) bool {
 			return false
 		}
 	}
-	return s.retireGroup(s.multi.Hosted()[0])
+	return s.retireGroup(s.multi.Hosted()[0], 0)
 }
 
 // groupSlots is a group's slot ranges as a replica's identity records them.
@@ -487,7 +547,7 @@ func (s *Server) joinGroup(ctx context.Context, id cluster.GroupID, members []ui
 	if len(seeds) == 0 {
 		return fmt.Errorf("no other member of group %d has a known address", id)
 	}
-	mv := &cluster.Mover{Seeds: seeds, Password: s.cfg.Password, RetryFor: time.Second}
+	mv := s.nodeMover(seeds)
 	defer mv.Close()
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -619,13 +679,7 @@ func (s *Server) createGroup(ctx context.Context, id cluster.GroupID, members []
 // checkCreated asks the metadata group's leader whether group id is still
 // at its first configuration, members, naming this node.
 func (s *Server) checkCreated(ctx context.Context, id cluster.GroupID, members []uint64) error {
-	var seeds []string
-	for _, mid := range s.multi.MetaMembers() {
-		if n, ok := s.multi.Node(mid); ok && n.ClientAddr != "" {
-			seeds = append(seeds, n.ClientAddr)
-		}
-	}
-	mv := &cluster.Mover{Seeds: seeds, Password: s.cfg.Password, RetryFor: time.Second}
+	mv := s.nodeMover(s.metaSeeds())
 	defer mv.Close()
 	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -81,6 +82,12 @@ type retiredRecord struct {
 	Replica uint64   `json:"replica_id"`
 	Epoch   uint64   `json:"epoch"`
 	Members []uint64 `json:"members"`
+	// RemovedAt: the group was taken out of the cluster map
+	// (kv.KindMapRemoveGroup), and the replica retired for it
+	// (groupmembers.go, retireGroup) when the node saw the map at this
+	// epoch (the removal's, or a later one); its data (vr/) is deleted,
+	// the record stays as the group's tombstone.
+	RemovedAt uint64 `json:"removed_at_map_epoch,omitempty"`
 }
 
 func (r retiredRecord) err(dir string) error {
@@ -670,4 +677,27 @@ func (s *Server) recordMembers(ids []uint64) {
 	if err != nil {
 		s.log.Error("record the group's members in the identity file", "err", err)
 	}
+}
+
+// deleteRemovedData deletes the data (vr/) of a replica in dir whose group
+// was removed from the cluster map (its retired record has RemovedAt): the
+// replica retired while it was the node's own engine handle and was closed
+// only at shutdown (groupmembers.go, retireGroup). The record stays.
+func deleteRemovedData(dir string, log *slog.Logger) {
+	b, err := os.ReadFile(filepath.Join(dir, retiredFile))
+	if err != nil {
+		return
+	}
+	var r retiredRecord
+	if json.Unmarshal(b, &r) != nil || r.RemovedAt == 0 {
+		return
+	}
+	if _, err := os.Stat(filepath.Join(dir, "vr")); err != nil {
+		return
+	}
+	if err := os.RemoveAll(filepath.Join(dir, "vr")); err != nil {
+		log.Error("delete the data of a removed group's replica", "dir", dir, "err", err)
+		return
+	}
+	log.Info("deleted the data of a removed group's replica", "dir", dir, "removed_at_map_epoch", r.RemovedAt)
 }

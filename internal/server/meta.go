@@ -108,16 +108,23 @@ func (s *Server) startMetaFollower() {
 			fc.Seeds = append(fc.Seeds, mb.ClientAddr)
 		}
 	}
-	if s.cfg.TLSCert != "" {
-		// The nodes share the cluster's certificate (the forwarder trusts
-		// exactly it the same way).
-		fc.TLS = &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: true} //nolint:gosec // see VerifyGroupCert
-		fc.TLS.VerifyPeerCertificate = cluster.VerifyGroupCert(s.cfg.TLSCert, s.cfg.TLSKey)
-	}
+	fc.TLS = s.nodeTLS()
 	go func() {
 		defer close(done)
 		s.multi.FollowMap(ctx, fc)
 	}()
+}
+
+// nodeTLS is the TLS configuration of this node's own calls to other
+// nodes' client ports (nil: the client port is plain): the nodes share the
+// cluster's certificate (the forwarder trusts exactly it the same way).
+func (s *Server) nodeTLS() *tls.Config {
+	if s.cfg.TLSCert == "" {
+		return nil
+	}
+	c := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: true} //nolint:gosec // see VerifyGroupCert
+	c.VerifyPeerCertificate = cluster.VerifyGroupCert(s.cfg.TLSCert, s.cfg.TLSKey)
+	return c
 }
 
 func (s *Server) stopMetaFollower() {
@@ -139,13 +146,15 @@ func (s *Server) stopMetaFollower() {
 //	                                                to VR epoch `epoch` (kv.KindMapSetMembers): the map's epoch
 //	KEFIR.SLOTS META ADDGROUP group id...          a new data group with these members (leader
 //	                                                order) and no slots (kv.KindMapAddGroup): the map's epoch
+//	KEFIR.SLOTS META REMOVEGROUP group epoch        a data group of no slots leaves the map, compare-and-set by
+//	                                                the map's epoch (kv.KindMapRemoveGroup): the map's epoch
 func (c *conn) metaCmd(args [][]byte) error {
 	m := c.srv.multi
 	sub := strings.ToUpper(string(args[2]))
-	want := map[string]int{"MAP": 3, "PLAN": 8, "CLAIM": 6, "DONE": 4, "ABORT": 4, "ADDNODE": 6, "SETMEMBERS": 6, "ADDGROUP": 5}
+	want := map[string]int{"MAP": 3, "PLAN": 8, "CLAIM": 6, "DONE": 4, "ABORT": 4, "ADDNODE": 6, "SETMEMBERS": 6, "ADDGROUP": 5, "REMOVEGROUP": 5}
 	n, ok := want[sub]
 	if !ok {
-		return errf("ERR unknown subcommand '%s' of KEFIR.SLOTS META (MAP, PLAN, CLAIM, DONE, ABORT, ADDNODE, SETMEMBERS, ADDGROUP)", strings.ToLower(sub))
+		return errf("ERR unknown subcommand '%s' of KEFIR.SLOTS META (MAP, PLAN, CLAIM, DONE, ABORT, ADDNODE, SETMEMBERS, ADDGROUP, REMOVEGROUP)", strings.ToLower(sub))
 	}
 	if len(args) != n && !(sub == "MAP" && len(args) <= 5) && !((sub == "SETMEMBERS" || sub == "ADDGROUP") && len(args) > n) {
 		return errf("ERR wrong number of arguments for 'kefir.slots|meta|%s' command", strings.ToLower(sub))
@@ -261,6 +270,16 @@ func (c *conn) metaCmd(args [][]byte) error {
 			mm.Members = append(mm.Members, id)
 		}
 		op = kv.Op{Kind: kv.KindMapAddGroup, Key: kv.AppendMapMembers(nil, mm)}
+	case "REMOVEGROUP":
+		g, err := u(3)
+		if err != nil {
+			return err
+		}
+		epoch, err := u(4)
+		if err != nil {
+			return err
+		}
+		op = kv.Op{Kind: kv.KindMapRemoveGroup, Key: kv.AppendMapMembers(nil, kv.MapMembers{Group: g, Epoch: epoch})}
 	}
 	res, err := m.MetaWrite(context.Background(), op)
 	if err != nil {

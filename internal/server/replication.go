@@ -209,6 +209,7 @@ func (s *Server) openGroups() (_ cluster.Hosted, err error) {
 		if cfg.FS == nil {
 			if err := CheckRetired(dir); err != nil {
 				s.log.Info("not opening a group this node's replica retired from", "group", uint64(id), "err", err)
+				deleteRemovedData(dir, s.log)
 				opened[id] = true
 				return true, nil
 			}

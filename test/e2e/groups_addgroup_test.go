@@ -10,13 +10,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/kefirdb/kefir/client"
-	"github.com/kefirdb/kefir/internal/check"
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/resp"
 	"github.com/kefirdb/kefir/internal/testgroup"
@@ -61,31 +58,7 @@ func TestGroupsAddAGroupAndRebalance(t *testing.T) {
 			keys = append(keys, k)
 		}
 	}
-	rec := check.NewRecorder(nil)
-	var stop atomic.Bool
-	var wg sync.WaitGroup
-	checkedClients(t, &wg, &stop, rec, live, keys, 4, nil)
-	var ackedMu sync.Mutex
-	acked := map[string]string{}
-	for wi := range 2 {
-		c := dialGroup(t, append(live[wi:], live[:wi]...))
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; !stop.Load(); i++ {
-				k, v := fmt.Sprintf("w%d-%d", wi, i), fmt.Sprintf("val-%d-%d", wi, i)
-				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-				err := c.Put(ctx, k, []byte(v), client.WithDurability(client.Sync))
-				cancel()
-				if err == nil {
-					ackedMu.Lock()
-					acked[k] = v
-					ackedMu.Unlock()
-				}
-			}
-		}()
-	}
-	defer func() { stop.Store(true); wg.Wait() }()
+	load := startGroupLoad(t, live, keys, nil)
 
 	// Three new nodes, started empty with --join: they wait to be named.
 	var news []*cluster.Node
@@ -182,20 +155,16 @@ func TestGroupsAddAGroupAndRebalance(t *testing.T) {
 		t.Fatalf("no checked key is in group 3's slots %v", g3.Slots)
 	}
 	// Writes acknowledged in group 3's slots, after the rebalance.
-	ackedMu.Lock()
-	before := len(acked)
-	ackedMu.Unlock()
+	before := len(load.Acked())
 	time.Sleep(time.Second)
-	stop.Store(true)
-	wg.Wait()
+	load.Stop()
+	acked := load.Acked()
 	in3 := 0
-	ackedMu.Lock()
 	for k := range acked {
 		if cm.Owner(kv.KeySlot([]byte(k))) == 3 {
 			in3++
 		}
 	}
-	ackedMu.Unlock()
 	if in3 == 0 || len(acked) == before {
 		t.Fatalf("%d writes acknowledged in group 3's slots, %d after the rebalance", in3, len(acked)-before)
 	}
@@ -220,39 +189,12 @@ func TestGroupsAddAGroupAndRebalance(t *testing.T) {
 			}
 		}
 	}
-	// Every acknowledged write, at every node's own replicas (eventual
-	// reads are served where they land).
-	readBack := func(a string, want map[string]string) {
-		t.Helper()
-		c := dialGroup(t, []string{a})
-		missing := map[string]string{}
-		var lastErr error
-		testgroup.Until(20*time.Second, 100*time.Millisecond, func() bool {
-			clear(missing)
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			for k, v := range want {
-				got, err := c.Get(ctx, k, client.WithConsistency(client.Eventual))
-				if err != nil || string(got) != v {
-					missing[k], lastErr = string(got), err
-				}
-			}
-			return len(missing) == 0
-		})
-		if len(missing) > 0 {
-			t.Fatalf("%s: %d of %d acknowledged writes not read back (e.g. %v, last error %v)", a, len(missing), len(want), missing, lastErr)
-		}
-	}
+	// Every acknowledged write, at every node's own replicas.
 	t.Logf("%d sync writes acknowledged, %d in group 3's slots", len(acked), in3)
 	for _, a := range all {
-		readBack(a, acked)
+		readBack(t, a, acked)
 	}
-	h := rec.History()
-	if v := check.Linearizable(h, check.LinOptions{Timeout: 30 * time.Second, Strict: true}); !v.OK {
-		t.Fatalf("history of %d ops is not linearizable: %+v", len(h.Ops), v)
-	} else {
-		t.Logf("linearizable: %d ops checked", v.Checked)
-	}
+	load.CheckLinearizable(t)
 
 	// Node 5 SIGKILLed; group 3 goes on with nodes 4 and 6; node 5
 	// restarted without --join comes back from its directory as a member
@@ -289,7 +231,7 @@ func TestGroupsAddAGroupAndRebalance(t *testing.T) {
 			more[k] = v
 		}
 	}
-	readBack(n5.ClientAddr, more)
+	readBack(t, n5.ClientAddr, more)
 
 	// A group on running nodes, two of them started from their flags
 	// (nodes 1 and 2) and one that joined (node 6): they start it while
@@ -330,6 +272,6 @@ func TestGroupsAddAGroupAndRebalance(t *testing.T) {
 	if strings.Count(n1.Logs(), started) != 1 {
 		t.Fatalf("restarted node 1 started group 4 anew instead of reopening its replica:\n%s", n1.Logs())
 	}
-	readBack(n1.ClientAddr, in4)
-	readBack(news[2].ClientAddr, in4)
+	readBack(t, n1.ClientAddr, in4)
+	readBack(t, news[2].ClientAddr, in4)
 }

@@ -7,13 +7,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/kefirdb/kefir/client"
-	"github.com/kefirdb/kefir/internal/check"
 	kcluster "github.com/kefirdb/kefir/internal/cluster"
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/resp"
@@ -92,34 +90,13 @@ func TestGroupsReplaceAFailedNode(t *testing.T) {
 		}
 	}
 	live := g.Addrs()[:3]
-	rec := check.NewRecorder(nil)
-	var stop, cut atomic.Bool
-	var wg sync.WaitGroup
-	checkedClients(t, &wg, &stop, rec, live, keys, 4, nil)
-	var ackedMu sync.Mutex
-	acked := map[string]string{}
+	var cut atomic.Bool
 	var afterCut [2]atomic.Int64 // acknowledged after the replacement, by group
-	for wi := range 2 {
-		c := dialGroup(t, append(live[wi:], live[:wi]...))
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; !stop.Load(); i++ {
-				k, v := fmt.Sprintf("w%d-%d", wi, i), fmt.Sprintf("val-%d-%d", wi, i)
-				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-				err := c.Put(ctx, k, []byte(v), client.WithDurability(client.Sync))
-				cancel()
-				if err == nil {
-					ackedMu.Lock()
-					acked[k] = v
-					ackedMu.Unlock()
-					if cut.Load() {
-						afterCut[min(kv.KeySlot([]byte(k))/8192, 1)].Add(1)
-					}
-				}
-			}
-		}()
-	}
+	load := startGroupLoad(t, live, keys, func(k string) {
+		if cut.Load() {
+			afterCut[min(kv.KeySlot([]byte(k))/8192, 1)].Add(1)
+		}
+	})
 	time.Sleep(500 * time.Millisecond)
 	n4 := g.Nodes[3]
 	n4.Kill()
@@ -219,13 +196,11 @@ func TestGroupsReplaceAFailedNode(t *testing.T) {
 			t.Fatalf("a write through node 5: %v", err)
 		}
 		cancel()
-		ackedMu.Lock()
-		acked[k] = "v"
-		ackedMu.Unlock()
+		load.Ack(k, "v")
 	}
 	time.Sleep(time.Second)
-	stop.Store(true)
-	wg.Wait()
+	load.Stop()
+	acked := load.Acked()
 	if afterCut[0].Load() == 0 || afterCut[1].Load() == 0 {
 		t.Fatalf("writes acknowledged after the replacement: group 1 %d, group 2 %d", afterCut[0].Load(), afterCut[1].Load())
 	}
@@ -242,35 +217,11 @@ func TestGroupsReplaceAFailedNode(t *testing.T) {
 	}
 	// Every acknowledged write, at every node's own replicas (eventual
 	// reads are served where they land): node 5 pulled both groups' state.
-	ackedMu.Lock()
 	t.Logf("%d sync writes acknowledged (%d / %d after the replacement)", len(acked), afterCut[0].Load(), afterCut[1].Load())
 	for _, a := range append(live, n5.ClientAddr) {
-		c := dialGroup(t, []string{a})
-		missing := map[string]string{}
-		var lastErr error
-		testgroup.Until(20*time.Second, 100*time.Millisecond, func() bool {
-			clear(missing)
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			for k, v := range acked {
-				got, err := c.Get(ctx, k, client.WithConsistency(client.Eventual))
-				if err != nil || string(got) != v {
-					missing[k], lastErr = string(got), err
-				}
-			}
-			return len(missing) == 0
-		})
-		if len(missing) > 0 {
-			t.Fatalf("%s: %d of %d acknowledged writes not read back (e.g. %v, last error %v)", a, len(missing), len(acked), missing, lastErr)
-		}
+		readBack(t, a, acked)
 	}
-	ackedMu.Unlock()
-	h := rec.History()
-	if v := check.Linearizable(h, check.LinOptions{Timeout: 30 * time.Second, Strict: true}); !v.OK {
-		t.Fatalf("history of %d ops is not linearizable: %+v", len(h.Ops), v)
-	} else {
-		t.Logf("linearizable: %d ops checked", v.Checked)
-	}
+	load.CheckLinearizable(t)
 
 	// Node 4 on its old directory with its old flags: its replicas learn
 	// the groups moved on, retire, and the node, left with no replica,
