@@ -117,7 +117,7 @@ func TestChainModesOnTheHost(t *testing.T) {
 // auWindow is the loss table's AU and AUSI columns on the host: with
 // writes answered in sync at a chain of three log members, the middle
 // member crashes; before the master's failure timeout (0.7 s) repairs the
-// chain, the head is asked for five async writes (300 ms each), then the
+// chain, the head is asked for five async writes (200 ms each), then the
 // head crashes too. It returns how many of the five were answered, the
 // longest time one took, and how many of those answered the survivor (the
 // tail, the chain of one the master repairs to) lacks. Every sync write
@@ -147,12 +147,12 @@ func auWindow(t *testing.T, mode chain.Mode, atCommit bool) (answered int, slowe
 	for k := range 5 {
 		key := fmt.Sprint("w", k)
 		start := time.Now()
-		if err := g.writeOnce(0, set(key, "x"), level.Async, shard.ReqID{Client: 6, Seq: uint64(k + 2)}, 300*time.Millisecond); err == nil {
+		if err := g.writeOnce(0, set(key, "x"), level.Async, shard.ReqID{Client: 6, Seq: uint64(k + 2)}, 200*time.Millisecond); err == nil {
 			acked = append(acked, key)
 			slowest = max(slowest, time.Since(start))
 		}
 		if mode == chain.AUSI && k == 1 {
-			break // none answered: two will do before the failure timeout
+			break // none answered: two (0.4 s) will do before the failure timeout
 		}
 	}
 	if ms := g.master.Members(); !slices.Equal(ms, []uint64{1, 2, 3}) || time.Since(crashed) > 650*time.Millisecond {
@@ -198,7 +198,7 @@ func auWindow(t *testing.T, mode chain.Mode, atCommit bool) (answered int, slowe
 
 // TestChainModesLoss: the loss table's AUSI and AU columns on the host
 // (auWindow). AU: the head answers each async write by itself, at once
-// (well under the 300 ms a write is given, while no write can commit), and
+// (well under the 200 ms a write is given, while no write can commit), and
 // its crash loses every one of them — AU's window. AUSI: none is answered
 // while a member is down (the answer waits for the acknowledgement round),
 // so the head's crash loses nothing acknowledged.
@@ -206,7 +206,7 @@ func TestChainModesLoss(t *testing.T) {
 	t.Run("AU", func(t *testing.T) {
 		answered, slowest, lost := auWindow(t, chain.AU, false)
 		t.Logf("AU: %d async writes answered by the head alone (slowest %v), %d lost with it", answered, slowest, lost)
-		if answered != 5 || slowest > 200*time.Millisecond {
+		if answered != 5 || slowest > 150*time.Millisecond {
 			t.Fatalf("AU: %d of 5 async writes answered by the head with its successor down (slowest %v); want all, each at once", answered, slowest)
 		}
 		if lost != answered {
@@ -224,11 +224,11 @@ func TestChainModesLoss(t *testing.T) {
 // TestChainAUModeMutation: the AU head answering async writes only at
 // commit (chainAUAtCommit, the mode ignored for the answer) is caught by
 // TestChainModesLoss's assertion: with the middle member down, none is
-// answered within its 300 ms.
+// answered within its 200 ms.
 func TestChainAUModeMutation(t *testing.T) {
 	mutation.Require(t)
 	answered, slowest, _ := auWindow(t, chain.AU, true)
-	if answered == 5 && slowest <= 200*time.Millisecond {
+	if answered == 5 && slowest <= 150*time.Millisecond {
 		t.Fatalf("chainAUAtCommit: every async write still answered at once (slowest %v): the test would not catch it", slowest)
 	}
 	t.Logf("chainAUAtCommit: %d of 5 async writes answered with the middle down: caught", answered)
