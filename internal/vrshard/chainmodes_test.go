@@ -15,6 +15,7 @@ import (
 	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/testgroup"
+	"github.com/kefirdb/kefir/internal/vfs"
 )
 
 // newModeChain is a chain of three log members (D-D-D) on the production
@@ -281,4 +282,37 @@ func TestChainModeMismatchRefused(t *testing.T) {
 func isRedirectTo(err error, id uint64) bool {
 	got, _, ok := LeaderOf(err)
 	return ok && got == id
+}
+
+// TestChainAUSIWaitsForNoDisk: every member's disk takes 100 ms more per
+// fsync (vfs.SlowSync). Under SU a sync write is answered only after every
+// log member fsynced it, one after the other: at least 300 ms. Under AUSI no
+// member's answer or acknowledgement waits for a disk (docs/design/chain.md,
+// "Update modes on the host"): the same write is answered in well under
+// one fsync's time. AUSI's flag ignored (the core left in SU) fails it.
+func TestChainAUSIWaitsForNoDisk(t *testing.T) {
+	const extra = 100 * time.Millisecond
+	lat := map[chain.Mode]time.Duration{}
+	for _, mode := range []chain.Mode{chain.SU, chain.AUSI} {
+		g := newModeChain(t, mode, func(i int, o *Options) { o.FS = vfs.SlowSync(vfs.OS{}, extra) })
+		g.write(0, set("warm", "w"), shard.ReqID{Client: 5, Seq: 1}) // the lease, the links
+		var total time.Duration
+		const n = 5
+		for k := range n {
+			start := time.Now()
+			g.write(0, set(fmt.Sprint("d", k), "v"), shard.ReqID{Client: 5, Seq: uint64(k + 2)})
+			total += time.Since(start)
+		}
+		lat[mode] = total / n
+		for i := range 3 {
+			g.crash(i)
+		}
+	}
+	t.Logf("mean sync write with %v more per fsync: SU %v, AUSI %v", extra, lat[chain.SU], lat[chain.AUSI])
+	if lat[chain.SU] < 3*extra {
+		t.Fatalf("SU answered a write in %v, under three fsyncs in series (%v): the disk is not slow", lat[chain.SU], 3*extra)
+	}
+	if lat[chain.AUSI] >= extra {
+		t.Fatalf("AUSI answered a write in %v: it waited for a disk (one fsync is %v more)", lat[chain.AUSI], extra)
+	}
 }
