@@ -40,12 +40,16 @@ import (
 //     answered before the read began passed this member (it was
 //     acknowledged at the head, after every member), and nothing it
 //     returns is uncommitted.
-//   - The chain runs SU; each member has its datastore (ChainStore,
-//     chainstore.go). A log (chain.Log, the default): the host's log is its
-//     disk, Ready.Entries/PersistSeq and Persisted are the core's
-//     persist/persisted, and a member passes on and acknowledges only what
-//     it persisted (nothing acknowledged is lost while one log member's
-//     disk survives). A buffered log (chain.Buffered) or a memory member
+//   - The chain runs the update mode of ChainOptions.Mode (SU by default;
+//     AUSI: nothing waits for a disk; AU: the head answers an async blind
+//     write as soon as it took it, Ready.Acks, and commits it as any other;
+//     docs/design/chain.md, "Update modes on the host"; the master refuses a
+//     member whose mode is not the chain's). Each member has its datastore
+//     (ChainStore, chainstore.go). A log (chain.Log, the default): the
+//     host's log is its disk, Ready.Entries/PersistSeq and Persisted are the
+//     core's persist/persisted, and under SU a member passes on and
+//     acknowledges only what it persisted (nothing acknowledged is lost
+//     while one log member's disk survives). A buffered log (chain.Buffered) or a memory member
 //     (chain.Memory, its replica on an in-memory file system) acknowledges
 //     what it holds; the host flushes it on an interval.
 //   - Membership is the master's (chain.Master, elsewhere): its orders come
