@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/chain"
 	"github.com/kefirdb/kefir/internal/chainmaster"
 	"github.com/kefirdb/kefir/internal/server"
 	"github.com/kefirdb/kefir/internal/transport"
@@ -33,6 +34,7 @@ func runChainMaster(args []string, stderr io.Writer) error {
 	secret := fs.String("cluster-secret", os.Getenv("KEFIR_CLUSTER_SECRET"), "The group's --cluster-secret (env KEFIR_CLUSTER_SECRET).")
 	failAfter := fs.Duration("fail-after", chainmaster.DefaultFailAfter, "A member silent this long is declared failed and the chain repaired around it (must exceed the members' lease, "+chainmaster.DefaultLease.String()+").")
 	resendAfter := fs.Duration("resend-after", chainmaster.DefaultResendAfter, "An order to a member (a repair, a join's pre-copy, flush or truncation) unanswered this long is sent again (rounded up to heartbeat intervals of "+chainmaster.DefaultHeartbeat.String()+").")
+	chainMode := fs.String("chain-mode", "su", "The chain's update mode, as every member's --chain-mode (su, ausi or au): a member that runs another is refused.")
 	logLevel := fs.String("log-level", "info", "Log level: debug, info, warn, error.")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -46,6 +48,10 @@ func runChainMaster(args []string, stderr io.Writer) error {
 	}
 	if *self == 0 || *peerAddr == "" || len(ms) == 0 || *secret == "" {
 		return usageError{errors.New("--id, --peer-addr, --members and --cluster-secret are required")}
+	}
+	mode, err := chain.ParseMode(*chainMode)
+	if err != nil {
+		return usageError{err}
 	}
 	if *failAfter <= chainmaster.DefaultLease {
 		return usageError{fmt.Errorf("--fail-after %v must exceed the members' lease %v", *failAfter, chainmaster.DefaultLease)}
@@ -68,7 +74,7 @@ func runChainMaster(args []string, stderr io.Writer) error {
 	if _, err := tr.Listen(*peerAddr); err != nil {
 		return fmt.Errorf("peer listener on %s: %w", *peerAddr, err)
 	}
-	m, err := chainmaster.Start(chainmaster.Config{Self: *self, Members: ids, Transport: tr, FailAfter: *failAfter, ResendAfter: *resendAfter, Logger: log})
+	m, err := chainmaster.Start(chainmaster.Config{Self: *self, Members: ids, Transport: tr, FailAfter: *failAfter, ResendAfter: *resendAfter, Logger: log, Mode: mode})
 	if err != nil {
 		return err
 	}

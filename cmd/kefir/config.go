@@ -12,6 +12,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/kefirdb/kefir/internal/chain"
 	"github.com/kefirdb/kefir/internal/cluster"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/server"
@@ -42,6 +43,9 @@ type serverConfig struct {
 	// ChainFlush a buffered or memory member's flush interval.
 	ChainStore vrshard.ChainStore
 	ChainFlush time.Duration
+	// ChainMode is the chain's update mode (--chain-mode), the same on
+	// every member.
+	ChainMode chain.Mode
 	// PrecopyRate paces this member's pre-copy when it joins a chain
 	// (--precopy-rate; 0: off).
 	PrecopyRate int64
@@ -233,6 +237,12 @@ var serverOptions = []option{
 		func(c *serverConfig, v string) error {
 			st, err := vrshard.ParseChainStore(v)
 			c.ChainStore = st
+			return err
+		}},
+	{"chain-mode", "su", "With --engine chain: the chain's update mode, the same on every member (the master refuses a member that runs another; docs/chain.md, \"Update modes\"). su: a write is answered once every member holds it (each log member on its disk). ausi: once every member holds it in memory, no disk waited for (a power cut may take the last writes). au: an async write is answered by the head as soon as it has it (a crash of the head may take it); sync and cad writes once every member holds it; linearizable reads are refused.",
+		func(c *serverConfig, v string) error {
+			m, err := chain.ParseMode(v)
+			c.ChainMode = m
 			return err
 		}},
 	{"chain-flush", "100ms", "With --engine chain and --chain-store buffered or memory: how often the member's log is fsynced (flushed).",

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/chain"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/server"
 	"github.com/kefirdb/kefir/internal/vrshard"
@@ -543,5 +544,22 @@ func TestChainStoresFlags(t *testing.T) {
 	}
 	if _, err := loadServerConfig([]string{"--precopy-rate", "fast"}, envMap(nil), &bytes.Buffer{}); err == nil {
 		t.Fatal("--precopy-rate fast accepted")
+	}
+	// --chain-mode: the chain's update mode (default SU).
+	for v, want := range map[string]chain.Mode{"": chain.SU, "su": chain.SU, "AUSI": chain.AUSI, "au": chain.AU} {
+		args := []string{"--engine", "chain"}
+		if v != "" {
+			args = append(args, "--chain-mode", v)
+		}
+		cfg, err := loadServerConfig(args, envMap(nil), &bytes.Buffer{})
+		if err != nil || cfg.ChainMode != want {
+			t.Fatalf("--chain-mode %q: %v, mode %v, want %v", v, err, cfg.ChainMode, want)
+		}
+	}
+	if _, err := loadServerConfig([]string{"--chain-mode", "async"}, envMap(nil), &bytes.Buffer{}); err == nil {
+		t.Fatal("--chain-mode async accepted")
+	}
+	if err := runUp([]string{"--chain-mode", "au", "--dir", dir}, &bytes.Buffer{}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "needs --engine chain") {
+		t.Fatalf("kefir up --chain-mode au on VR: %v", err)
 	}
 }

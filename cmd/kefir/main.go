@@ -19,6 +19,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/kefirdb/kefir/internal/chain"
 	"github.com/kefirdb/kefir/internal/server"
 	"github.com/kefirdb/kefir/internal/vrshard"
 )
@@ -175,6 +176,9 @@ func runServer(args []string, stderr io.Writer) error {
 	if cfg.Engine != "chain" && cfg.ChainStore != vrshard.ChainLog {
 		return usageError{fmt.Errorf("--chain-store %v needs --engine chain", cfg.ChainStore)}
 	}
+	if cfg.Engine != "chain" && cfg.ChainMode != chain.SU {
+		return usageError{fmt.Errorf("--chain-mode %v needs --engine chain", cfg.ChainMode)}
+	}
 	if cfg.Engine == "chain" {
 		if len(cfg.Members) == 0 {
 			return usageError{errors.New("--engine chain needs --members (the chain, head first)")}
@@ -182,7 +186,7 @@ func runServer(args []string, stderr io.Writer) error {
 		// The master hosted by the metadata group (the first members by
 		// id), or a standalone one (--chain-master).
 		cfg.Chain = true // any number of members (a chain of two runs)
-		st := vrshard.ChainStoreOptions{Store: cfg.ChainStore, Flush: cfg.ChainFlush, PrecopyRate: cfg.PrecopyRate}
+		st := vrshard.ChainStoreOptions{Store: cfg.ChainStore, Flush: cfg.ChainFlush, PrecopyRate: cfg.PrecopyRate, Mode: cfg.ChainMode}
 		cfg.OpenReplica = vrshard.OpenHostedChainNode(0, st)
 		if cfg.ChainMaster.ID != 0 {
 			cfg.OpenReplica = vrshard.OpenHostedChain(cfg.ChainMaster.ID, cfg.ChainMaster.PeerAddr, st)

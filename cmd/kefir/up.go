@@ -22,6 +22,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/chain"
 	"github.com/kefirdb/kefir/internal/cluster"
 	"github.com/kefirdb/kefir/internal/server"
 	"github.com/kefirdb/kefir/internal/vrshard"
@@ -68,6 +69,7 @@ func runUp(args []string, stdout, stderr io.Writer) error {
 	crossGroupTx := fs.Bool("cross-group-tx", true, "with --groups: KEFIR.TX transactions (and the Go client's Txn) may span slots and groups, committed in two phases (on by default; false: -CROSSSLOT; passed to every node's kefir server; docs/design/transactions.md)")
 	groups := fs.Int("groups", 1, "number of replica groups (docs/cluster.md): more than 1 splits the 16384 Redis Cluster slots into that many contiguous ranges, one per 3-replica group, every node hosting a replica of each group (needs --nodes 3 or more; nilext off). 1: one group of all nodes")
 	engine := fs.String("engine", "vr", "replication engine of the group: vr, or chain (chain replication, docs/chain.md: n1 is the head, writes are answered once every node logged them; the chain's master is hosted by a metadata group on n1-n3; on an existing data directory the whole chain restarts from its data)")
+	chainMode := fs.String("chain-mode", "su", "with --engine chain: the chain's update mode, su, ausi or au (kefir server --chain-mode on every node; docs/chain.md, \"Update modes\")")
 	chainStores := fs.String("chain-stores", "", "with --engine chain: each node's datastore, comma-separated in node order (n1 is the head), e.g. m,d,d: log (d), buffered (b) or memory (m) (kefir server --chain-store; docs/chain.md, \"Datastores\"); empty: every node a log")
 	ioModel := fs.String("io-model", "", "how the nodes serve client connections: epoll or goroutine (kefir server --io-model); empty: each node's own default (KEFIR_IO_MODEL, else epoll on Linux)")
 	fs.Usage = func() {
@@ -119,6 +121,13 @@ Options:
 	if err != nil {
 		return usageError{err}
 	}
+	mode, err := chain.ParseMode(*chainMode)
+	if err != nil {
+		return usageError{err}
+	}
+	if mode != chain.SU && *engine != "chain" {
+		return usageError{errors.New("--chain-mode needs --engine chain")}
+	}
 	if *followerReads && *nodes == 1 {
 		return usageError{errors.New("--follower-reads needs a replica group (--nodes 3 or more)")}
 	}
@@ -165,7 +174,7 @@ Options:
 		if err != nil {
 			return err
 		}
-		chainArgs = args
+		chainArgs = append(args, "--chain-mode", strings.ToLower(mode.String()))
 		grp.chain = true
 	}
 	groupsFlag := ""

@@ -219,3 +219,26 @@ func TestLossTableMutation(t *testing.T) {
 		t.Fatalf("ackUnpersisted not caught: D-D SU lost nothing on a power cut (%s)", detail)
 	}
 }
+
+// ParseMode reads the flags' spelling; Wire and ModeFromWire round-trip
+// every mode and reject 0 (not said) and values no mode has.
+func TestModeNamesAndWire(t *testing.T) {
+	for in, want := range map[string]Mode{"su": SU, "": SU, "AUSI": AUSI, " au ": AU} {
+		if got, err := ParseMode(in); err != nil || got != want {
+			t.Errorf("ParseMode(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	if _, err := ParseMode("sync"); err == nil {
+		t.Error("ParseMode(sync): no error")
+	}
+	for _, m := range []Mode{SU, AUSI, AU} {
+		if got, ok := ModeFromWire(m.Wire()); !ok || got != m {
+			t.Errorf("ModeFromWire(%v.Wire()) = %v, %v", m, got, ok)
+		}
+	}
+	for _, w := range []uint64{0, uint64(AU) + 2} {
+		if _, ok := ModeFromWire(w); ok {
+			t.Errorf("ModeFromWire(%d) accepted", w)
+		}
+	}
+}

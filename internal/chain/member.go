@@ -1,8 +1,10 @@
 package chain
 
 import (
+	"fmt"
 	"slices"
 	"sort"
+	"strings"
 
 	"github.com/kefirdb/kefir/internal/mutation"
 )
@@ -65,6 +67,34 @@ const (
 )
 
 func (m Mode) String() string { return [...]string{"SU", "AUSI", "AU"}[m] }
+
+// ParseMode reads a mode's name (su, ausi, au; any case), as the flags
+// spell it.
+func ParseMode(s string) (Mode, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "su", "":
+		return SU, nil
+	case "ausi":
+		return AUSI, nil
+	case "au":
+		return AU, nil
+	}
+	return SU, fmt.Errorf("chain mode %q: want su, ausi or au", s)
+}
+
+// Wire is the mode as a heartbeat and its answer carry it (Msg.Token):
+// one more than the mode, so that 0 says "not said" (a sender that does not
+// know modes, which ran SU only).
+func (m Mode) Wire() uint64 { return uint64(m) + 1 }
+
+// ModeFromWire reads Wire's encoding; ok is false for 0 (not said) or a
+// value no mode has.
+func ModeFromWire(w uint64) (m Mode, ok bool) {
+	if w == 0 || w > uint64(AU)+1 {
+		return SU, false
+	}
+	return Mode(w - 1), true
+}
 
 // Store is a member's datastore kind (Flex-KV, digest 002 §4.6). The core
 // does no I/O: a member asks its host to make the log durable (MsgPersist)

@@ -173,7 +173,10 @@ type Msg struct {
 	// Token (update, master → head): the session's token; the head refuses
 	// the update as lost if the session saw an update the chain no longer
 	// has (a later update would otherwise hide the loss from the session's
-	// reads, which check only its newest token).
+	// reads, which check only its newest token). In a heartbeat and its
+	// answer (a host's, not the core's): the sender's update mode,
+	// Mode.Wire (0: not said), so that a member whose mode is not its
+	// chain's is refused.
 	Token uint64
 	// Snap (precopy-chunk, tail → joiner): the tail compacted its history
 	// past what the joiner holds; the joiner starts from this snapshot and

@@ -147,6 +147,12 @@ type Config struct {
 	// group on the transport); inbound messages then come through Deliver.
 	// Nil: the master registers Group on Transport itself.
 	Send func(to uint64, m *chain.Msg)
+	// Mode is the chain's update mode (chain.Mode; kefir's --chain-mode),
+	// the same on every member. A member whose heartbeats say another is
+	// refused: it is not counted alive (so it is failed, or never joined)
+	// and the answer tells it the chain's mode, which makes it stop
+	// (vrshard's chain core). Every answer carries the mode.
+	Mode chain.Mode
 
 	mut mutations // deliberate bugs for tests
 }
@@ -204,6 +210,9 @@ type Master struct {
 	// refused: nodes left out of a whole-chain restart whose join was
 	// refused (chain.ForgoneError) and logged.
 	refused map[uint64]bool
+	// wrongMode: members whose heartbeats named another mode than the
+	// chain's, with when that was last logged.
+	wrongMode map[uint64]time.Time
 	// lastTick is when the master last ticked while acting (stallGrace).
 	lastTick time.Time
 
@@ -337,7 +346,7 @@ func newMaster(cfg Config, now func() time.Time) (*Master, error) {
 		cfg.ResendAfter = DefaultResendAfter
 	}
 	x := &Master{cfg: cfg, now: now, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
-		heard: map[uint64]time.Time{}, refused: map[uint64]bool{},
+		heard: map[uint64]time.Time{}, refused: map[uint64]bool{}, wrongMode: map[uint64]time.Time{},
 		learnUntil: now().Add(cfg.FailAfter), learner: NewLearner(ids),
 		progress: map[uint64]progress{}, committed: &kv.ChainConfig{Group: cfg.Group, Members: slices.Clone(cfg.Members)}}
 	x.m = x.newCore(ids, 0)
@@ -475,6 +484,9 @@ func (x *Master) step(msgs []chain.Msg) {
 			continue
 		}
 		from := uint64(msg.From)
+		if x.otherMode(msg, now) {
+			continue
+		}
 		if !x.learnUntil.IsZero() {
 			x.learn(msg, now)
 			continue
@@ -637,6 +649,30 @@ func (x *Master) RestartWithout(ids []uint64) (string, error) {
 		"otherwise they are refused until restarted on an empty directory", from, ids, ids, ids, from), nil
 }
 
+// otherMode refuses heartbeat hb if it names an update mode other than the
+// chain's (a member started with another --chain-mode): not heard — a
+// member of the chain is failed after FailAfter and repaired around, a
+// joiner never joined — and answered with the chain's mode and no
+// configuration, which makes the member stop serving and say why. A chain
+// whose members disagree on the mode would answer updates under one rule
+// and acknowledge them under another (an AU head answers what an SU tail
+// has not stored). A heartbeat that names no mode (0) is from a member
+// that predates modes: SU, checked by the member against the answer.
+func (x *Master) otherMode(hb chain.Msg, now time.Time) bool {
+	m, ok := chain.ModeFromWire(hb.Token)
+	if !ok || m == x.cfg.Mode {
+		return false
+	}
+	from := uint64(hb.From)
+	if now.Sub(x.wrongMode[from]) >= 5*time.Second {
+		x.wrongMode[from] = now
+		x.cfg.Logger.Error("chain master: member runs another update mode than the chain: refused (restart it with the chain's --chain-mode)",
+			"node", from, "member mode", m.String(), "chain mode", x.cfg.Mode.String())
+	}
+	x.send(chain.Msg{Type: chain.MsgHeartbeat, To: hb.From, Seq: hb.Seq, Epoch: x.committed.Epoch, Refused: true, Token: x.cfg.Mode.Wire()})
+	return true
+}
+
 // outside answers hb's heartbeat with the configuration without its sender,
 // which grants nothing and tells it that it is out of the chain.
 func (x *Master) outside(hb chain.Msg) {
@@ -646,7 +682,7 @@ func (x *Master) outside(hb chain.Msg) {
 			ms = append(ms, chain.NodeID(id))
 		}
 	}
-	x.send(chain.Msg{Type: chain.MsgHeartbeat, To: hb.From, Seq: hb.Seq, Epoch: x.committed.Epoch, Members: ms})
+	x.send(chain.Msg{Type: chain.MsgHeartbeat, To: hb.From, Seq: hb.Seq, Epoch: x.committed.Epoch, Members: ms, Token: x.cfg.Mode.Wire()})
 }
 
 // grant answers member hb's heartbeat with the committed configuration,
@@ -662,7 +698,7 @@ func (x *Master) grant(hb chain.Msg, now time.Time) {
 		ms[i] = chain.NodeID(id)
 	}
 	x.send(chain.Msg{Type: chain.MsgHeartbeat, To: hb.From,
-		Seq: hb.Seq, Epoch: x.committed.Epoch, Members: ms})
+		Seq: hb.Seq, Epoch: x.committed.Epoch, Members: ms, Token: x.cfg.Mode.Wire()})
 }
 
 // config is the master's configuration as the metadata group records it.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 
+	"github.com/kefirdb/kefir/internal/chain"
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/mutation"
@@ -480,6 +481,21 @@ func ackPoint(q *shard.WriteReq, early bool) vr.AckPoint {
 		return vr.AckReplicated
 	}
 	return vr.AckApplied
+}
+
+// ackPointFor is ackPoint on this replica's engine. A chain answers a write
+// before its commit only in AU mode, and only an async blind write: at the
+// head, as soon as the head took it (the mode's rule, chain.AU). Every other
+// write on a chain — sync, cad, and async under SU or AUSI — is answered at
+// commit, and the chain's mode and its members' stores say what that answer
+// means (docs/design/chain.md, "Kefir's levels on a chain": cad's read rule
+// is not built on a chain, so cad is answered as sync).
+func (r *Replica) ackPointFor(q *shard.WriteReq, early bool) vr.AckPoint {
+	ack := ackPoint(q, early)
+	if c := r.opts.Chain; c != nil && ack != vr.AckApplied && !(c.Mode == chain.AU && q.Durability == level.Async) {
+		return vr.AckApplied
+	}
+	return ack
 }
 
 // answerableEarly reports whether op may be answered before it is applied

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -39,12 +40,16 @@ import (
 //     answered before the read began passed this member (it was
 //     acknowledged at the head, after every member), and nothing it
 //     returns is uncommitted.
-//   - The chain runs SU; each member has its datastore (ChainStore,
-//     chainstore.go). A log (chain.Log, the default): the host's log is its
-//     disk, Ready.Entries/PersistSeq and Persisted are the core's
-//     persist/persisted, and a member passes on and acknowledges only what
-//     it persisted (nothing acknowledged is lost while one log member's
-//     disk survives). A buffered log (chain.Buffered) or a memory member
+//   - The chain runs the update mode of ChainOptions.Mode (SU by default;
+//     AUSI: nothing waits for a disk; AU: the head answers an async blind
+//     write as soon as it took it, Ready.Acks, and commits it as any other;
+//     docs/design/chain.md, "Update modes on the host"; the master refuses a
+//     member whose mode is not the chain's). Each member has its datastore
+//     (ChainStore, chainstore.go). A log (chain.Log, the default): the
+//     host's log is its disk, Ready.Entries/PersistSeq and Persisted are the
+//     core's persist/persisted, and under SU a member passes on and
+//     acknowledges only what it persisted (nothing acknowledged is lost
+//     while one log member's disk survives). A buffered log (chain.Buffered) or a memory member
 //     (chain.Memory, its replica on an in-memory file system) acknowledges
 //     what it holds; the host flushes it on an interval.
 //   - Membership is the master's (chain.Master, elsewhere): its orders come
@@ -92,6 +97,18 @@ type chainCore struct {
 	lastBeat    int64
 
 	rejoins int // times a lost update made this member rejoin (tests)
+
+	// modeErr: the master's answer named another update mode than this
+	// member's (ModeMismatchError); it serves and steps nothing since.
+	modeErr error
+	// early: this head's proposals to answer as soon as the head took them
+	// (AU, async blind writes: Propose with an early AckPoint), by chain
+	// request id; the core's update-ack at the head answers them
+	// (Ready.Acks), the reply at commit finds no waiter.
+	early map[uint64]idKey
+	// auAtCommit (-tags mutations): an AU head answers its async writes at
+	// commit, as SU does (the mode ignored for the answer).
+	auAtCommit bool
 
 	// outside: the master's last heartbeat answer named a chain without
 	// this member (Info: removed, if it is still active: outsideStays).
@@ -231,6 +248,11 @@ type ChainOptions struct {
 	// by this member as a tail (0: DefaultSnapshotPage).
 	PrecopyRate  int64
 	SnapshotPage int
+	// Mode is the chain's update mode (chain.Mode: SU, the default, AUSI or
+	// AU; docs/design/chain.md, "Update modes on the host"), the same on
+	// every member and on the master (chainmaster.Config.Mode), which
+	// refuses a member whose heartbeats name another.
+	Mode chain.Mode
 }
 
 // DefaultPrecopyRate paces a joiner's pre-copy (ChainOptions.PrecopyRate):
@@ -277,6 +299,8 @@ type chainConfig struct {
 	Store ChainStore
 	// PrecopyRate is chain.Config.PrecopyRate (bytes a second; 0: none).
 	PrecopyRate int64
+	// Mode is the chain's update mode (chain.Config.Mode).
+	Mode chain.Mode
 	// commitIgnoresEngine (-tags mutations): a restart's committed prefix
 	// is the saved commit point alone, the code before (core.Boot.Applied
 	// ignored).
@@ -308,9 +332,9 @@ func openChain(cfg chainConfig, st core.Boot) (*chainCore, error) {
 	c := &chainCore{self: cfg.Self, master: cfg.Master, chain: slices.Clone(cfg.Members),
 		beat: cfg.Heartbeat, lease: cfg.Lease,
 		clients: kv.NewClientTable(vr.MaxClients), inflight: map[idKey]uint64{}, byID: map[uint64]idKey{},
-		inc: inc, sendSeq: map[uint64]uint64{}, recv: map[uint64]*linkIn{}}
+		inc: inc, sendSeq: map[uint64]uint64{}, recv: map[uint64]*linkIn{}, early: map[uint64]idKey{}}
 	ccfg := chain.Config{ID: chain.NodeID(cfg.Self), Master: chain.NodeID(cfg.Master), SeqBits: chainSeqBits,
-		Mode: chain.SU, Store: cfg.Store.core(), PinTimeout: int64(chainPinTimeout), PrecopyRate: cfg.PrecopyRate}
+		Mode: cfg.Mode, Store: cfg.Store.core(), PinTimeout: int64(chainPinTimeout), PrecopyRate: cfg.PrecopyRate}
 	if st.Bootstrap {
 		if !slices.Contains(cfg.Members, cfg.Self) {
 			return nil, fmt.Errorf("chain core: %d is not in the chain %v", cfg.Self, cfg.Members)
@@ -390,6 +414,9 @@ func (c *chainCore) Step(_ int64, m chain.Msg) {
 			c.heartbeatAnswer(m)
 		}
 		return
+	}
+	if c.modeErr != nil {
+		return // refused by the master: takes no part in the chain
 	}
 	if uint64(m.From) != c.master && m.LinkSeq != 0 {
 		gapped, stale := c.linkGap(m)
@@ -531,6 +558,7 @@ func (c *chainCore) rejoin(why string) {
 	// late answer to one restore the lease (and eventual reads) of a member
 	// that is no longer a replica.
 	c.leaseUntil, c.beats = 0, nil
+	clear(c.early) // no longer the head: answered at commit, if at all
 	c.rejoins++
 }
 
@@ -568,6 +596,21 @@ func (c *chainCore) EventualUntil() int64 {
 // heartbeats (chainmaster), and its idea of the chain — a member it
 // believes is in it — is not the chain's.
 func (c *chainCore) heartbeatAnswer(m chain.Msg) {
+	if c.modeErr != nil {
+		return
+	}
+	if mode, ok := chain.ModeFromWire(m.Token); ok && mode != c.mcfg.Mode {
+		// The chain runs another mode (the master's, the chain's
+		// configuration): this member's answers and acknowledgements would
+		// follow another rule than its neighbours'. It stops taking part —
+		// no lease, no chain message stepped — until restarted with the
+		// chain's mode; the master no longer counts it alive and repairs
+		// the chain around it.
+		c.modeErr = &ModeMismatchError{Member: c.self, Mode: c.mcfg.Mode, Chain: mode}
+		c.out.Errors = append(c.out.Errors, c.modeErr)
+		c.leaseUntil, c.beats = 0, nil
+		return
+	}
 	if m.Epoch < c.status().Epoch {
 		return
 	}
@@ -641,13 +684,22 @@ func (c *chainCore) Tick(now int64) {
 			To: chain.NodeID(c.master), Seq: c.beatSeq, LA: la, LU: s.LU, Refused: s.State == chain.Inactive,
 			// What a restarted master learns the chain from: this member's
 			// epoch and the configuration it last heard of.
-			Epoch: s.Epoch, Members: c.chainIDs()})
+			Epoch: s.Epoch, Members: c.chainIDs(),
+			// The mode it runs: the master refuses a member of another.
+			Token: c.mcfg.Mode.Wire()})
 	}
 }
 
 func (c *chainCore) Propose(now int64, req core.Request, ack core.AckPoint) error {
-	if ack != core.AckApplied {
-		return fmt.Errorf("chain core: no early acknowledgement (%v)", ack)
+	if c.modeErr != nil {
+		return c.modeErr
+	}
+	// An early acknowledgement is AU's answer (the head's, on taking the
+	// write); under SU and AUSI the answer is the commit (the host asks
+	// for none other: Replica.ackPointFor).
+	early := ack != core.AckApplied
+	if early && (c.mcfg.Mode != chain.AU || req.Client == 0) {
+		return fmt.Errorf("chain core: no early acknowledgement (%v) in mode %v", ack, c.mcfg.Mode)
 	}
 	if !c.isHead() {
 		return core.ErrNotLeader
@@ -674,6 +726,9 @@ func (c *chainCore) Propose(now int64, req core.Request, ack core.AckPoint) erro
 		// Duplicate at apply, answered with the first one's result.)
 		k := idKey{req.Client, req.ReqNum}
 		c.inflight[k], c.byID[c.nextID] = c.nextID, k
+		if early && !(mutation.On && c.auAtCommit) {
+			c.early[c.nextID] = k
+		}
 	}
 	c.m.Step(chain.Msg{Type: chain.MsgUpdate, From: chain.NodeID(c.master), To: chain.NodeID(c.self),
 		ID: c.nextID, Op: appendChainOp(nil, req)})
@@ -700,6 +755,9 @@ func (c *chainCore) Persisted(seq uint64) {
 // the master declares it failed, so it never answers from a history the
 // chain has moved past.
 func (c *chainCore) Read(now int64, req core.ReadRequest) error {
+	if c.modeErr != nil {
+		return c.modeErr
+	}
 	if req.Kind != core.ReadLinearizable {
 		return fmt.Errorf("chain core: no %v reads", req.Kind)
 	}
@@ -708,6 +766,18 @@ func (c *chainCore) Read(now int64, req core.ReadRequest) error {
 	}
 	c.out.ReadStates = append(c.out.ReadStates, core.ReadState{Ctx: req.Ctx, Index: uint64(c.total())})
 	return nil
+}
+
+// position is the op number (history position) of the update numbered seq
+// in this member's history; 0 if it holds none (a joining head keeps its
+// updates in its temporary store until the merge).
+func (c *chainCore) position(seq uint64) uint64 {
+	hist := c.m.History()
+	i := sort.Search(len(hist), func(i int) bool { return hist[i].Seq >= seq })
+	if i == len(hist) || hist[i].Seq != seq {
+		return 0
+	}
+	return uint64(c.base() + i + 1)
 }
 
 // committedLen is how many history entries are committed: those up to LA,
@@ -748,7 +818,15 @@ func (c *chainCore) Ready() core.Ready[chain.Msg] {
 			}
 			c.out.SnapshotPages = append(c.out.SnapshotPages, req)
 		case m.Type == chain.MsgUpdateAck && uint64(m.To) == c.master:
-			// The head answers its clients at commit.
+			// The head answers its clients at commit — but under AU the
+			// core's update-ack at the head, on taking the update, is the
+			// answer of a write proposed for it (early): the host
+			// acknowledges it now (Acks) and its reply at commit finds no
+			// waiter.
+			if k, ok := c.early[m.ID]; ok {
+				delete(c.early, m.ID)
+				c.out.Acks = append(c.out.Acks, core.Reply{Client: k.client, ReqNum: k.seq, Op: c.position(m.Seq)})
+			}
 		case m.Type == chain.MsgRedirect && uint64(m.To) == c.master && !m.Query:
 			// The head refused an update (no longer the head, or out of
 			// numbers until the master renews its range): not ordered.
@@ -757,6 +835,7 @@ func (c *chainCore) Ready() core.Ready[chain.Msg] {
 			if k, ok := c.byID[m.ID]; ok {
 				delete(c.byID, m.ID)
 				delete(c.inflight, k)
+				delete(c.early, m.ID)
 				c.out.Replies = append(c.out.Replies, core.Reply{Client: k.client, ReqNum: k.seq, Err: core.ErrNotLeader})
 			}
 		default:
@@ -846,6 +925,7 @@ func (c *chainCore) Ready() core.Ready[chain.Msg] {
 			if id, ok := c.inflight[k]; ok {
 				delete(c.inflight, k)
 				delete(c.byID, id)
+				delete(c.early, id)
 			}
 			if c.clients.Executed(e.Client, e.ReqNum) {
 				cm.Duplicate = true
@@ -898,6 +978,8 @@ func (c *chainCore) Info() core.Info {
 	s := c.status()
 	st := core.Normal
 	switch {
+	case c.modeErr != nil:
+		st = core.Removed // refused by the master: serves nothing
 	case s.State == chain.Removed || s.State == chain.Active && c.outside:
 		// A truncated old tail, or a member the master's configuration
 		// left out (its answers say so): serves nothing; /status says
@@ -1019,4 +1101,17 @@ func (c *chainCore) installed(s *chain.Snap) {
 	c.clients = kv.NewClientTable(vr.MaxClients)
 	c.clients.Load(clients)
 	c.written, c.handed, c.bootCommit = s.N, s.N, s.N
+}
+
+// ModeMismatchError: the master's answer named another update mode than
+// this member's (kefir server --chain-mode differs from the chain's). The
+// member serves nothing until restarted with the chain's mode.
+type ModeMismatchError struct {
+	Member      uint64
+	Mode, Chain chain.Mode
+}
+
+func (e *ModeMismatchError) Error() string {
+	return fmt.Sprintf("chain member %d runs update mode %v but its chain runs %v: refused by the master; restart it with --chain-mode %s",
+		e.Member, e.Mode, e.Chain, strings.ToLower(e.Chain.String()))
 }

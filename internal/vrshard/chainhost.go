@@ -68,7 +68,7 @@ func openChainHost(opts *Options, boot core.Boot) (hostCore, error) {
 	if lease <= 0 {
 		lease = chainmaster.DefaultLease
 	}
-	c, err := openChain(chainConfig{Self: opts.VR.Self, Master: o.Master, Members: opts.VR.Members,
+	c, err := openChain(chainConfig{Self: opts.VR.Self, Master: o.Master, Members: opts.VR.Members, Mode: o.Mode,
 		Heartbeat: int64(hb), Lease: int64(lease), Store: o.Store, PrecopyRate: o.precopyRate(),
 		commitIgnoresEngine: mutation.On && opts.mut.chainCommitIgnoresEngine}, boot)
 	if err != nil {
@@ -76,6 +76,7 @@ func openChainHost(opts *Options, boot core.Boot) (hostCore, error) {
 	}
 	c.commitLazy = mutation.On && opts.mut.chainCommitLazy
 	c.tailCommitLags = mutation.On && opts.mut.chainTailCommitLags
+	c.auAtCommit = mutation.On && opts.mut.chainAUAtCommit
 	return &chainHost{chainCore: c, masters: slices.Clone(o.Masters), local: o.LocalMaster}, nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/chain"
 	"github.com/kefirdb/kefir/internal/chainmaster"
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
@@ -42,10 +43,16 @@ func newChainGroupAfter(t *testing.T, delay time.Duration) *chainGroup {
 }
 
 func newChainGroupTuned(t testing.TB, delay time.Duration, tune func(i int, o *Options)) *chainGroup {
+	return newChainGroupMode(t, delay, chain.SU, tune)
+}
+
+// newChainGroupMode is newChainGroupTuned with the master's update mode
+// (the members' is tune's: ChainOptions.Mode).
+func newChainGroupMode(t testing.TB, delay time.Duration, mode chain.Mode, tune func(i int, o *Options)) *chainGroup {
 	log := testLogger(t)
 	g := &chainGroup{t: t, nt: newNodeTransports(t, 4, log), reps: make([]*Replica, 3), tune: tune}
 	m, err := chainmaster.Start(chainmaster.Config{Self: 4, Members: []uint64{1, 2, 3}, Transport: g.nt.trs[3],
-		Heartbeat: 20 * time.Millisecond, FailAfter: 700 * time.Millisecond, Logger: log})
+		Heartbeat: 20 * time.Millisecond, FailAfter: 700 * time.Millisecond, Logger: log, Mode: mode})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -121,6 +121,7 @@ func OpenChainNode(opts Options, n ChainNode) (*Replica, error) {
 	mc := n.Master
 	mc.Self, mc.As, mc.Members, mc.Group, mc.Meta = self, ChainMasterID, slices.Clone(opts.VR.Members), opts.Group, meta.ChainMeta()
 	mc.Send = r.sendFromMaster
+	mc.Mode = co.Mode // the chain's, as every member's flag says (the master refuses one that differs)
 	// The takeover waits out the members' leases: never less than theirs
 	// (a shorter Master.Lease would let a new master act while an old
 	// master's grant still runs).
@@ -181,7 +182,7 @@ func OpenHostedChainNode(failAfter time.Duration, st ChainStoreOptions) kcluster
 			return kcluster.Hosted{}, err
 		}
 		opts := hostedOptions(spec)
-		opts.Chain = &ChainOptions{Store: st.Store, Flush: st.Flush, PrecopyRate: st.PrecopyRate}
+		opts.Chain = &ChainOptions{Store: st.Store, Flush: st.Flush, PrecopyRate: st.PrecopyRate, Mode: st.Mode}
 		tr, err := transport.New(transport.Config{Self: spec.Self, Peers: opts.Peers, ClusterSecret: spec.ClusterSecret,
 			Cluster: spec.Cluster, Logger: opts.Logger})
 		if err != nil {

@@ -38,6 +38,9 @@ type ChainStoreOptions struct {
 	// PrecopyRate paces the member's pre-copy when it joins
 	// (ChainOptions.PrecopyRate; 0: DefaultPrecopyRate, negative: none).
 	PrecopyRate int64
+	// Mode is the chain's update mode (ChainOptions.Mode; kefir server
+	// --chain-mode), the same on every member.
+	Mode chain.Mode
 }
 
 // DefaultChainFlush is a buffered member's fsync interval.

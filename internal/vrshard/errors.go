@@ -1,6 +1,7 @@
 package vrshard
 
 import (
+	"errors"
 	"fmt"
 
 	kcluster "github.com/kefirdb/kefir/internal/cluster"
@@ -28,6 +29,13 @@ var (
 	// ErrFailed: the replica stopped after a disk error (a failed write or
 	// fsync of its log, or of its engine). The rest of the group carries on.
 	ErrFailed = fmt.Errorf("replica failed: %w", shard.ErrUnavailable)
+	// ErrNotOfferedUnderAU: a linearizable (or cross-client-monotonic) read
+	// on a chain in AU mode, where the head answers a write before any other
+	// member holds it, so a crash of the head can take back what a read
+	// returned (docs/design/chain.md, "Kefir's levels on a chain"). Not
+	// ErrUnavailable: no member, now or later, serves it; the client must
+	// ask for a weaker level.
+	ErrNotOfferedUnderAU = errors.New("not offered by a chain in AU mode (asynchronous updates: an answered write may be lost with the head); read at bounded, session or eventual, or run the chain in SU or AUSI")
 )
 
 // NotLeaderError says that a write or a strong read must go elsewhere

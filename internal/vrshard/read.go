@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/chain"
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/mutation"
@@ -56,6 +57,11 @@ func (r *Replica) CheckConsistency(c level.Consistency) error {
 	}
 	if err := r.failed(); err != nil {
 		return err
+	}
+	if co := r.opts.Chain; co != nil && co.Mode == chain.AU && (c.Kind == level.Linearizable || c.Kind == level.CrossClientMonotonic) {
+		// Refused at every member, not redirected: no member can serve it
+		// (docs/design/chain.md, "Kefir's levels on a chain").
+		return fmt.Errorf("consistency %v: %w", c, ErrNotOfferedUnderAU)
 	}
 	if vr.Status(r.status.Load()) == vr.Recovering {
 		// A replica recovering from a lost disk may hold nothing yet: even an

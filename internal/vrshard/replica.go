@@ -350,6 +350,9 @@ type mutations struct {
 	// chainTailCommitLags: a chain tail saves its commit point as the
 	// others do (chainCore.tailCommitLags).
 	chainTailCommitLags bool
+	// chainAUAtCommit: an AU chain's head answers async writes at commit,
+	// as under SU (chainCore.auAtCommit).
+	chainAUAtCommit bool
 	// captureDelay (a test hook) lengthens every snapshot capture, as a
 	// large state's scan would.
 	captureDelay time.Duration
@@ -2355,7 +2358,7 @@ func (r *Replica) prepareProposal(q *shard.WriteReq, p *proposal, ts int64) (may
 		r.txw.add(q.Op.WrittenKeys(), p.txDone)
 	}
 	early := r.answerableEarly(&q.Op)
-	p.ack, p.blind = ackPoint(q, early), NilextEligible(&q.Op)
+	p.ack, p.blind = r.ackPointFor(q, early), NilextEligible(&q.Op)
 	p.async = q.Durability == level.Async
 	p.orderEarly = r.ordersEarly(q, p.ack, early)
 	if p.orderEarly {

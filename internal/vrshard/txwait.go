@@ -130,7 +130,7 @@ func (r *Replica) txHoldable(reqs []shard.WriteReq) bool {
 	for i := range reqs {
 		q := &reqs[i]
 		early := r.answerableEarly(&q.Op)
-		ack := ackPoint(q, early)
+		ack := r.ackPointFor(q, early)
 		if ack != vr.AckApplied || r.ordersEarly(q, ack, early) {
 			return false
 		}
