@@ -487,3 +487,66 @@ func TestMapAddGroup(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestMapAddChainGroup: a group added with the chain engine is recorded so
+// (the map's codec keeps it, with and without recorded metadata members),
+// takes any number of members, refuses the same id with another engine and
+// a KindMapSetMembers (its members are its master's).
+func TestMapAddChainGroup(t *testing.T) {
+	m := mem{}
+	apply := applier(t, m)
+	initMap(t, apply)
+	for id := uint64(4); id <= 5; id++ {
+		nd := MapNode{ID: id, ClientAddr: "127.0.0.1:" + string(rune('0'+id)), PeerAddr: "127.0.0.1:1" + string(rune('0'+id))}
+		if _, err := apply(&Op{Kind: KindMapAddNode, Key: AppendMapNode(nil, nd)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	addOp := func(ag MapAddGroup) *Op { return &Op{Kind: KindMapAddGroup, Key: AppendMapAddGroup(nil, ag)} }
+	e0 := readMap(t, m).Epoch
+	for name, bad := range map[string]MapAddGroup{
+		"empty":      {MapMembers: MapMembers{Group: 3}, Engine: EngineChain},
+		"twice":      {MapMembers: MapMembers{Group: 3, Members: []uint64{4, 4}}, Engine: EngineChain},
+		"not a node": {MapMembers: MapMembers{Group: 3, Members: []uint64{4, 7}}, Engine: EngineChain},
+	} {
+		if _, err := apply(addOp(bad)); !errors.Is(err, ErrSlotTransition) {
+			t.Fatalf("%s: %+v: %v", name, bad, err)
+		}
+	}
+	if _, err := apply(&Op{Kind: KindMapAddGroup, Key: append(AppendMapMembers(nil, MapMembers{Group: 3, Members: []uint64{4}}), AppendBytes(nil, []byte("raft"))...)}); err == nil {
+		t.Fatal("an unknown engine was taken")
+	}
+	add := MapAddGroup{MapMembers: MapMembers{Group: 3, Members: []uint64{4, 5}}, Engine: EngineChain}
+	if res, err := apply(addOp(add)); err != nil || res.Int != int64(e0+1) || res.Version == 0 {
+		t.Fatalf("add chain group: %+v %v", res, err)
+	}
+	if res, err := apply(addOp(add)); err != nil || res.Version != 0 {
+		t.Fatalf("add chain group again: %+v %v", res, err)
+	}
+	if _, err := apply(addOp(MapAddGroup{MapMembers: MapMembers{Group: 3, Members: []uint64{4, 5, 1}}})); !errors.Is(err, ErrSlotTransition) {
+		t.Fatalf("the chain group's id as a VR group: %v", err)
+	}
+	if _, err := apply(membersOp(MapMembers{Group: 3, Epoch: 1, Members: []uint64{4, 5, 1}})); !errors.Is(err, ErrSlotTransition) {
+		t.Fatalf("set members of a chain group: %v", err)
+	}
+	cm := readMap(t, m)
+	g, ok := cm.Group(3)
+	if !ok || !g.IsChain() || !slices.Equal(g.Members, []uint64{4, 5}) {
+		t.Fatalf("map after add chain group: %+v", cm)
+	}
+	if g, _ := cm.Group(1); g.IsChain() {
+		t.Fatalf("group 1 turned into a chain: %+v", cm)
+	}
+	// The codec, with and without the metadata group's members recorded.
+	for _, meta := range [][]uint64{nil, {1, 2, 3}} {
+		c := *cm
+		c.Meta, c.MetaEpoch = meta, uint64(len(meta))
+		got, err := DecodeClusterMap(AppendClusterMap(nil, &c))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g, _ := got.Group(3); !g.IsChain() || !slices.Equal(got.Meta, meta) || got.MetaEpoch != c.MetaEpoch {
+			t.Fatalf("codec with meta %v: %+v", meta, got)
+		}
+	}
+}

@@ -207,6 +207,11 @@ type Config struct {
 	// vrshard.OpenHosted). The front door knows only its contract
 	// (internal/cluster).
 	OpenReplica cluster.Opener
+	// OpenChainReplica opens the node's member of a chain group of a
+	// cluster of several groups (kefir cluster add-group --engine chain;
+	// kefir server: vrshard.OpenChainGroup). Nil: the node refuses to
+	// start one.
+	OpenChainReplica cluster.Opener
 }
 
 // Member is one replica of the group: its id, the address peers dial, and the

@@ -15,6 +15,7 @@ import (
 
 	"github.com/kefirdb/kefir/internal/cluster"
 	"github.com/kefirdb/kefir/internal/kv"
+	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/transport"
 	"github.com/kefirdb/kefir/internal/vfs"
 )
@@ -59,11 +60,15 @@ type groupsState struct {
 	// in the map (recordMembers); recording: one is in flight.
 	recorded  map[cluster.GroupID]time.Time
 	recording bool
-	retired   chan struct{}
-	retErr    error
-	once      sync.Once
-	stop      func()
-	wg        sync.WaitGroup
+	// masters stop the hosted masters of the map's chain groups this node
+	// runs (a node of the metadata group; startChainMasters), by group.
+	// Only the watch's goroutine touches it, and stopGroupsWatch after it.
+	masters map[cluster.GroupID]func()
+	retired chan struct{}
+	retErr  error
+	once    sync.Once
+	stop    func()
+	wg      sync.WaitGroup
 }
 
 // groupsPoll is how often the node compares its groups with the map.
@@ -87,11 +92,22 @@ func (s *Server) startGroupsWatch() {
 		return
 	}
 	gs := &groupsState{joining: map[cluster.GroupID]bool{}, next: map[cluster.GroupID]time.Time{},
-		logged: map[cluster.GroupID]bool{}, recorded: map[cluster.GroupID]time.Time{}, retired: make(chan struct{})}
+		logged: map[cluster.GroupID]bool{}, recorded: map[cluster.GroupID]time.Time{}, retired: make(chan struct{}),
+		masters: map[cluster.GroupID]func(){}}
 	s.groups = gs
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	gs.stop = func() { cancel(); <-done; gs.wg.Wait() }
+	gs.stop = func() {
+		cancel()
+		<-done
+		gs.wg.Wait()
+		// Before the replicas close: a master speaks through its node's
+		// chain member and reads the metadata replica.
+		for _, stop := range gs.masters {
+			stop()
+		}
+		clear(gs.masters)
+	}
 	go func() {
 		defer close(done)
 		t := time.NewTicker(groupsPoll)
@@ -159,6 +175,7 @@ func (s *Server) syncGroups(ctx context.Context) bool {
 		return false
 	}
 	s.recordMembersIfBehind(ctx, cm)
+	s.startChainMasters(cm)
 	hosted := map[cluster.GroupID]bool{}
 	for _, lg := range s.multi.Hosted() {
 		hosted[lg.Spec.ID] = true
@@ -197,7 +214,10 @@ func (s *Server) syncGroups(ctx context.Context) bool {
 		members := slices.Clone(g.Members)
 		join := s.joinGroup
 		if created(g) {
-			join = s.createGroup
+			engine := g.Engine
+			join = func(ctx context.Context, id cluster.GroupID, members []uint64) error {
+				return s.createGroup(ctx, id, members, engine)
+			}
 		}
 		gs.wg.Add(1)
 		go func() {
@@ -215,6 +235,56 @@ func (s *Server) syncGroups(ctx context.Context) bool {
 		}()
 	}
 	return false
+}
+
+// startChainMasters starts, at a node hosting a replica of the metadata
+// group, the hosted master of every chain group of map cm it does not run
+// yet (docs/design/chain.md "A chain in a cluster of groups"): one per
+// chain group at every metadata node, acting only at the metadata leader,
+// the chain's record in the metadata group. A node that is a member of the
+// chain starts it once its member is open (the master speaks through the
+// member's endpoint; before, it would take the group's place on the
+// transport).
+func (s *Server) startChainMasters(cm *kv.ClusterMap) {
+	gs := s.groups
+	meta, ok := s.multi.MetaHosted()
+	if !ok || meta.Hosted.Group.State().Retired {
+		return
+	}
+	host, ok := meta.Hosted.Group.(cluster.ChainMasterHost)
+	if !ok {
+		return
+	}
+	var local map[cluster.GroupID]shard.Replica
+	for _, g := range cm.Groups {
+		id := cluster.GroupID(g.ID)
+		if !g.IsChain() || gs.masters[id] != nil || time.Now().Before(gs.next[id]) {
+			continue
+		}
+		if local == nil {
+			local = map[cluster.GroupID]shard.Replica{}
+			for _, lg := range s.multi.Hosted() {
+				local[lg.Spec.ID] = lg.Hosted.Replica
+			}
+		}
+		spec := cluster.ChainMasterSpec{Group: id, Members: slices.Clone(g.Members), Transport: s.peerTr,
+			Logger: s.log.With("component", "chain-master", "group", g.ID)}
+		if slices.Contains(g.Members, s.cfg.ReplicaID) {
+			if spec.Local = local[id]; spec.Local == nil {
+				continue // its member is not open yet
+			}
+		}
+		stop, err := host.HostChainMaster(spec)
+		if err != nil {
+			gs.mu.Lock()
+			gs.next[id] = time.Now().Add(time.Second)
+			gs.mu.Unlock()
+			s.log.Warn("start the hosted master of a chain group", "group", g.ID, "err", err)
+			continue
+		}
+		gs.masters[id] = stop
+		s.log.Info("hosting the master of a chain group", "group", g.ID, "members", g.Members)
+	}
 }
 
 // askMapIfLeaving: a replica here that is leaving its group must reach the
@@ -552,6 +622,15 @@ func created(g kv.MapGroup) bool {
 	return g.MemberEpoch == 0 && g.ID != uint64(cluster.MetaGroupID)
 }
 
+// chainMasters is where the hosted masters of map group g run, if it is a
+// chain: the metadata group's members.
+func chainMasters(g *kv.MapGroup, cm *kv.ClusterMap) []uint64 {
+	if !g.IsChain() {
+		return nil
+	}
+	return slices.Clone(cm.MetaMembers())
+}
+
 // createGroup starts this node's replica of group id, one of the group's
 // first members (members, the map's record, in leader order): the record
 // (the members with the map's addresses, Created) is written to the group's
@@ -561,7 +640,7 @@ func created(g kv.MapGroup) bool {
 // has. A directory that holds a replica already is opened as it is (a start
 // that failed after its record) and never bootstrapped again: bootstrap
 // happens only where vr/ does not exist yet.
-func (s *Server) createGroup(ctx context.Context, id cluster.GroupID, members []uint64) error {
+func (s *Server) createGroup(ctx context.Context, id cluster.GroupID, members []uint64, engine string) error {
 	dir := groupDir(s.cfg.DataDir, id)
 	jr, ok, err := joinRecord{}, false, error(nil)
 	if s.cfg.FS == nil {
@@ -576,7 +655,7 @@ func (s *Server) createGroup(ctx context.Context, id cluster.GroupID, members []
 		// The map this node follows may lag (its metadata replica, or its
 		// poll): a group reconfigured since would be bootstrapped at a
 		// configuration it left. The metadata leader's map decides.
-		if err := s.checkCreated(ctx, id, members); err != nil {
+		if err := s.checkCreated(ctx, id, members, engine); err != nil {
 			return err
 		}
 		ms := make([]Member, 0, len(members))
@@ -587,7 +666,10 @@ func (s *Server) createGroup(ctx context.Context, id cluster.GroupID, members []
 			}
 			ms = append(ms, n)
 		}
-		jr = joinRecord{Cluster: s.cfg.ClusterID, Replica: s.cfg.ReplicaID, Members: FormatMembers(ms), Slots: groupSlots(id, nil), Created: true}
+		jr = joinRecord{Cluster: s.cfg.ClusterID, Replica: s.cfg.ReplicaID, Members: FormatMembers(ms), Slots: groupSlots(id, nil), Created: true, Engine: engine}
+		if engine == kv.EngineChain {
+			jr.ChainMasters = s.multi.MetaMembers()
+		}
 		if s.cfg.FS == nil {
 			b, err := json.Marshal(jr)
 			if err != nil {
@@ -618,7 +700,7 @@ func (s *Server) createGroup(ctx context.Context, id cluster.GroupID, members []
 
 // checkCreated asks the metadata group's leader whether group id is still
 // at its first configuration, members, naming this node.
-func (s *Server) checkCreated(ctx context.Context, id cluster.GroupID, members []uint64) error {
+func (s *Server) checkCreated(ctx context.Context, id cluster.GroupID, members []uint64, engine string) error {
 	var seeds []string
 	for _, mid := range s.multi.MetaMembers() {
 		if n, ok := s.multi.Node(mid); ok && n.ClientAddr != "" {
@@ -634,7 +716,7 @@ func (s *Server) checkCreated(ctx context.Context, id cluster.GroupID, members [
 		return fmt.Errorf("start group %d: the metadata leader's map: %w", id, err)
 	}
 	g, ok := cm.Group(uint64(id))
-	if !ok || !created(*g) || !slices.Equal(g.Members, members) || !slices.Contains(g.Members, s.cfg.ReplicaID) {
+	if !ok || !created(*g) || !slices.Equal(g.Members, members) || !slices.Contains(g.Members, s.cfg.ReplicaID) || g.Engine != engine {
 		return fmt.Errorf("start group %d: the metadata leader's map (epoch %d) no longer has it at its first members %v naming this node: %+v", id, cm.Epoch, members, g)
 	}
 	return nil
@@ -722,7 +804,19 @@ func (s *Server) openJoinedGroup(tr *transport.Transport, id cluster.GroupID, jr
 		spec.Membership, spec.Bootstrap = nil, bootstrap
 	}
 	spec.Nilext, spec.FollowerReads = false, false // as openGroups
-	h, err := cfg.OpenReplica(spec)
+	open := cfg.OpenReplica
+	if jr.Engine == kv.EngineChain {
+		// A chain group (add-group --engine chain): created only (the
+		// map never reconfigures a chain: its master does), its masters
+		// at the metadata group's nodes (startChainMasters).
+		if cfg.OpenChainReplica == nil || !jr.Created {
+			return cluster.LocalGroup{}, fmt.Errorf("server: group %d runs the chain engine, which this node cannot open (created %v)", id, jr.Created)
+		}
+		open = cfg.OpenChainReplica
+		spec.ChainMasters = jr.ChainMasters
+		spec.Logger = s.log.With("component", "chain", "group", uint64(id))
+	}
+	h, err := open(spec)
 	if err != nil {
 		return cluster.LocalGroup{}, fmt.Errorf("server: group %d: %w", id, err)
 	}
@@ -963,7 +1057,7 @@ func prepareJoinGroups(ctx context.Context, cfg Config, mv *cluster.Mover, logf 
 				}
 				clusterID = gc.Cluster
 			}
-			b, err := json.Marshal(joinRecord{Cluster: clusterID, Replica: cfg.ReplicaID, Members: FormatMembers(ms), Slots: groupSlots(g.ID, nil), Created: true})
+			b, err := json.Marshal(joinRecord{Cluster: clusterID, Replica: cfg.ReplicaID, Members: FormatMembers(ms), Slots: groupSlots(g.ID, nil), Created: true, Engine: mg.Engine, ChainMasters: chainMasters(mg, cm)})
 			if err != nil {
 				return cfg, err
 			}

@@ -248,19 +248,28 @@ func (c *conn) metaCmd(args [][]byte) error {
 		}
 		op = kv.Op{Kind: kv.KindMapSetMembers, Key: kv.AppendMapMembers(nil, mm)}
 	case "ADDGROUP":
-		mm := kv.MapMembers{}
+		ag := kv.MapAddGroup{}
+		mm := &ag.MapMembers
 		var err error
 		if mm.Group, err = u(3); err != nil {
 			return err
 		}
-		for i := 4; i < len(args); i++ {
+		first := 4
+		if len(args) > 5 && strings.EqualFold(string(args[4]), "ENGINE") {
+			// KEFIR.SLOTS META ADDGROUP g ENGINE chain ids...
+			ag.Engine, first = strings.ToLower(string(args[5])), 6
+			if ag.Engine == "vr" {
+				ag.Engine = kv.EngineVR
+			}
+		}
+		for i := first; i < len(args); i++ {
 			id, err := u(i)
 			if err != nil {
 				return err
 			}
 			mm.Members = append(mm.Members, id)
 		}
-		op = kv.Op{Kind: kv.KindMapAddGroup, Key: kv.AppendMapMembers(nil, mm)}
+		op = kv.Op{Kind: kv.KindMapAddGroup, Key: kv.AppendMapAddGroup(nil, ag)}
 	}
 	res, err := m.MetaWrite(context.Background(), op)
 	if err != nil {
