@@ -333,6 +333,9 @@ func PlanNodeChange(cm *kv.ClusterMap, old uint64, nw Member) ([]GroupChange, er
 		if !slices.Contains(g.Members, old) {
 			continue
 		}
+		if g.IsChain() {
+			return nil, errChainMembers(g, old)
+		}
 		if slices.Contains(g.Members, nw.ID) {
 			return nil, fmt.Errorf("node %d is already a member of group %d (members %v) with node %d: it cannot take node %d's place there", nw.ID, g.ID, g.Members, old, old)
 		}
@@ -349,6 +352,13 @@ func PlanNodeChange(cm *kv.ClusterMap, old uint64, nw Member) ([]GroupChange, er
 		return nil, fmt.Errorf("node %d is a member of no data group (map epoch %d): only of the metadata group, which a node does not host alone", old, cm.Epoch)
 	}
 	return out, nil
+}
+
+// errChainMembers refuses a node change in chain group g: a chain's
+// members are its master's (it repairs around a failed member and joins a
+// restarted one), and no command offers a new node to a chain yet.
+func errChainMembers(g kv.MapGroup, node uint64) error {
+	return fmt.Errorf("node %d is a member of group %d, a chain (members %v): a chain's membership is its master's, and replacing or removing a chain's member is not built (docs/design/chain.md, \"A chain in a cluster of groups\")", node, g.ID, g.Members)
 }
 
 // mapGroups is cm's data groups, then the metadata group (its members as
@@ -375,6 +385,9 @@ func PlanRemoveNodes(cm *kv.ClusterMap, ids []uint64) ([]GroupChange, error) {
 		ms := slices.DeleteFunc(slices.Clone(g.Members), func(id uint64) bool { return slices.Contains(ids, id) })
 		if len(ms) == len(g.Members) {
 			continue
+		}
+		if g.IsChain() {
+			return nil, errChainMembers(g, ids[0])
 		}
 		if len(ms) == 0 || len(ms)%2 == 0 {
 			return nil, fmt.Errorf("removing %v would leave group %d with %d members (%v); a VR group needs an odd number (2f+1), at least 1: replace the node instead (kefir cluster replace-node --old N --new ID@PEER-ADDR/CLIENT-ADDR)", ids, g.ID, len(ms), ms)

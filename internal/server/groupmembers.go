@@ -886,6 +886,12 @@ func (c *conn) groupCmdMulti(args [][]byte) error {
 	if sub == "CONFIG" {
 		return c.writeConfig(rc.Membership(), lg.Hosted.Group.State(), s.multi.Nodes())
 	}
+	if cm := s.multi.ClusterMap(); cm != nil {
+		if g, ok := cm.Group(uint64(id)); ok && g.IsChain() {
+			// Its members are its master's: it repairs and rejoins.
+			return errf("ERR KEFIR.GROUP RECONFIG: group %d is a chain: its membership is its master's, not VR reconfiguration's", id)
+		}
+	}
 	ids := make([]uint64, 0, len(args)-4)
 	for _, a := range args[4:] {
 		m, err := strconv.ParseUint(string(a), 10, 64)
