@@ -369,7 +369,11 @@ func runClusterAddGroup(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	fmt.Fprintf(stdout, "group %d (%s) with members %v is in the map at epoch %d (no slots yet: kefir cluster rebalance or move-slots gives it some)\n", id, *engine, members, epoch)
+	kind := ""
+	if eng == kv.EngineChain {
+		kind = " (chain)"
+	}
+	fmt.Fprintf(stdout, "group %d%s with members %v is in the map at epoch %d (no slots yet: kefir cluster rebalance or move-slots gives it some)\n", id, kind, members, epoch)
 	if *wait <= 0 {
 		return nil
 	}
