@@ -176,8 +176,10 @@ func runServer(args []string, stderr io.Writer) error {
 	// add-group --engine chain): any node of the cluster may be named in
 	// one, so every node can open one.
 	cfg.OpenChainReplica = vrshard.OpenChainGroup(vrshard.ChainStoreOptions{Store: cfg.ChainStore, Flush: cfg.ChainFlush, PrecopyRate: cfg.PrecopyRate})
-	if cfg.Engine != "chain" && cfg.ChainStore != vrshard.ChainLog {
-		return usageError{fmt.Errorf("--chain-store %v needs --engine chain", cfg.ChainStore)}
+	if cfg.Engine != "chain" && len(cfg.Groups) == 0 && cfg.ChainStore != vrshard.ChainLog {
+		// (A node of several groups takes it for the chain groups it is
+		// named in.)
+		return usageError{fmt.Errorf("--chain-store %v needs --engine chain (or --groups: for its chain groups)", cfg.ChainStore)}
 	}
 	if cfg.Engine == "chain" {
 		if len(cfg.Members) == 0 {
