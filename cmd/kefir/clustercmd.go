@@ -392,6 +392,11 @@ func runClusterAddGroup(args []string, stdout, stderr io.Writer) error {
 		gc, err := gmv.GroupConfigOf(gctx, cluster.GroupID(id))
 		gcancel()
 		gmv.Close()
+		if err == nil && gc.Leader != 0 && eng == kv.EngineChain {
+			// A chain's members name its head from the configuration
+			// whether or not the head runs yet: ask the head itself.
+			err = chainHeadRuns(ctx, cm, mv, cluster.GroupID(id), gc.Leader)
+		}
 		if err == nil && gc.Leader != 0 {
 			_, err = fmt.Fprintf(stdout, "group %d is running: %s, leader %d\n", id, gc, gc.Leader)
 			return err
@@ -401,6 +406,28 @@ func runClusterAddGroup(args []string, stdout, stderr io.Writer) error {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// chainHeadRuns asks head, chain group g's head, for its configuration:
+// nil once its own member answers as the head (a node that does not host
+// the group yet answers -MOVED, followed to itself until the retry bound).
+func chainHeadRuns(ctx context.Context, cm *kv.ClusterMap, mv *cluster.Mover, g cluster.GroupID, head uint64) error {
+	i := slices.IndexFunc(cm.Nodes, func(n kv.MapNode) bool { return n.ID == head })
+	if i < 0 {
+		return fmt.Errorf("the chain's head %d is not a node of the map", head)
+	}
+	hmv := &cluster.Mover{Seeds: []string{cm.Nodes[i].ClientAddr}, Password: mv.Password, TLS: mv.TLS, RetryFor: 500 * time.Millisecond}
+	defer hmv.Close()
+	hctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	gc, err := hmv.GroupConfigOf(hctx, g)
+	if err != nil {
+		return fmt.Errorf("the chain's head %d: %w", head, err)
+	}
+	if gc.Leader != head {
+		return fmt.Errorf("the chain's head %d names %d", head, gc.Leader)
+	}
+	return nil
 }
 
 // planAddGroup checks an add-group of members (and id, 0: the next) against

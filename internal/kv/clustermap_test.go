@@ -550,3 +550,54 @@ func TestMapAddChainGroup(t *testing.T) {
 		}
 	}
 }
+
+// TestMapFollowsTheChain: in a cluster's metadata group, the map's member
+// list of a chain group follows the chain's record (head first) with every
+// KindMapChainSet that changes it, raising the map's epoch (not while a
+// move is in flight); VR groups' members stay as they are.
+func TestMapFollowsTheChain(t *testing.T) {
+	m := mem{}
+	apply := applier(t, m)
+	initMap(t, apply)
+	nd := MapNode{ID: 4, ClientAddr: "127.0.0.1:4", PeerAddr: "127.0.0.1:14"}
+	if _, err := apply(&Op{Kind: KindMapAddNode, Key: AppendMapNode(nil, nd)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := apply(&Op{Kind: KindMapAddGroup, Key: AppendMapAddGroup(nil, MapAddGroup{MapMembers: MapMembers{Group: 3, Members: []uint64{4, 2, 1}}, Engine: EngineChain})}); err != nil {
+		t.Fatal(err)
+	}
+	e0 := readMap(t, m).Epoch
+	g1 := func() []uint64 { g, _ := readMap(t, m).Group(1); return g.Members }()
+	first := ChainConfig{Group: 3, Members: []uint64{4, 2, 1}}
+	if _, err := apply(chainOp(KindMapChainInit, first, 0)); err != nil {
+		t.Fatal(err)
+	}
+	if cm := readMap(t, m); cm.Epoch != e0 {
+		t.Fatalf("the first record moved the map: %+v", cm)
+	}
+	repaired := ChainConfig{Group: 3, Epoch: 1, Members: []uint64{2, 1}} // the head failed
+	if _, err := apply(chainOp(KindMapChainSet, repaired, 0)); err != nil {
+		t.Fatal(err)
+	}
+	cm := readMap(t, m)
+	if g, _ := cm.Group(3); cm.Epoch != e0+1 || !slices.Equal(g.Members, []uint64{2, 1}) || !g.IsChain() {
+		t.Fatalf("the map after the repair: %+v", cm)
+	}
+	if g, _ := cm.Group(1); !slices.Equal(g.Members, g1) {
+		t.Fatalf("a VR group's members changed: %v", g.Members)
+	}
+	if err := cm.Check(); err != nil {
+		t.Fatal(err)
+	}
+	// A move in flight: the members follow, the epoch waits for MoveDone.
+	if _, err := apply(moveOp(KindMapMovePlan, MapMove{From: 1, To: 3, Slots: []SlotRange{{0, 9}}, Epoch: cm.Epoch + 5, Driver: "d"})); err != nil {
+		t.Fatal(err)
+	}
+	rejoined := ChainConfig{Group: 3, Epoch: 2, Members: []uint64{2, 1, 4}}
+	if _, err := apply(chainOp(KindMapChainSet, rejoined, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if cm2 := readMap(t, m); cm2.Epoch != cm.Epoch || !slices.Equal(func() []uint64 { g, _ := cm2.Group(3); return g.Members }(), []uint64{2, 1, 4}) {
+		t.Fatalf("the map after the rejoin, a move in flight: %+v", cm2)
+	}
+}

@@ -269,10 +269,11 @@ func (s *Server) startChainMasters(cm *kv.ClusterMap) {
 		}
 		spec := cluster.ChainMasterSpec{Group: id, Members: slices.Clone(g.Members), Transport: s.peerTr,
 			Logger: s.log.With("component", "chain-master", "group", g.ID)}
-		if slices.Contains(g.Members, s.cfg.ReplicaID) {
-			if spec.Local = local[id]; spec.Local == nil {
-				continue // its member is not open yet
-			}
+		// By whether it hosts a member, not by the map: the map follows
+		// the chain's record, which leaves out a member while it is
+		// failed (and this node's member may run meanwhile).
+		if spec.Local = local[id]; spec.Local == nil && slices.Contains(g.Members, s.cfg.ReplicaID) {
+			continue // its member is not open yet
 		}
 		stop, err := host.HostChainMaster(spec)
 		if err != nil {
@@ -359,8 +360,8 @@ func (s *Server) recordMembersIfBehind(ctx context.Context, cm *kv.ClusterMap) {
 		recorded := cm.MetaEpoch
 		if lg.Spec.ID != cluster.MetaGroupID {
 			g, ok := cm.Group(uint64(lg.Spec.ID))
-			if !ok {
-				continue
+			if !ok || g.IsChain() {
+				continue // a chain's members follow its record (kv)
 			}
 			recorded = g.MemberEpoch
 		}

@@ -22,15 +22,16 @@ import (
 // A chain group inside a cluster of VR groups (issue 30, "per group in a
 // cluster"; docs/design/chain.md "A chain in a cluster of groups"): four
 // nodes, VR groups 1 (nodes 1-3) and 2 (nodes 2-4); `kefir cluster
-// add-group --engine chain --members 2,3,4` records group 3 as a chain in
+// add-group --engine chain --members 4,2,3` records group 3 as a chain in
 // the map, its members start it and every metadata node (1-3; node 1 is no
 // member of the chain, so its master registers the group on its transport
 // itself) runs its hosted master; move-slots gives it half of group 2's
 // slots. Checked clients (linearizable reads, sync writes and CAS) and sync
 // writers run on keys of all three groups through nodes 1-3; node 4 — the
-// chain's tail and a member of group 2 — is SIGKILLed: the master (at the
-// metadata leader) repairs the chain to [2 3] and writes to its slots go on;
-// node 4 restarted rejoins the chain. A move out of the chain and back
+// chain's head and a member of group 2 — is SIGKILLed: the master (at the
+// metadata leader) repairs the chain to [2 3], the map follows the chain's
+// record (node 1, no member, routes the chain's requests to the new head)
+// and writes to its slots go on; node 4 restarted rejoins the chain. A move out of the chain and back
 // under the load. Then node 1, the metadata leader, whose master acted so
 // far, is SIGKILLed: a master at node 2 or 3 (a member of the chain) takes
 // over and the chain keeps serving. At the end every acknowledged write
@@ -44,8 +45,8 @@ func TestGroupsChainGroup(t *testing.T) {
 	if err == nil || !strings.Contains(out, `--engine "raft"`) {
 		t.Fatalf("add-group with an unknown engine: %v\n%s", err, out)
 	}
-	out, err = kefirCluster(t, "add-group", addr, "--members", "2,3,4", "--engine", "chain")
-	if err != nil || !strings.Contains(out, "group 3 (chain) with members [2 3 4] is in the map") || !strings.Contains(out, "group 3 is running") {
+	out, err = kefirCluster(t, "add-group", addr, "--members", "4,2,3", "--engine", "chain")
+	if err != nil || !strings.Contains(out, "group 3 (chain) with members [4 2 3] is in the map") || !strings.Contains(out, "group 3 is running") {
 		t.Fatalf("add-group --engine chain: %v\n%s", err, out)
 	}
 	t.Logf("add-group:\n%s", strings.TrimSpace(out))
@@ -119,7 +120,7 @@ func TestGroupsChainGroup(t *testing.T) {
 	}
 	waitChainWrites("before the kill", 50)
 
-	// Node 4, the chain's tail, SIGKILLed: a master repairs the chain.
+	// Node 4, the chain's head, SIGKILLed: a master repairs the chain.
 	n4 := g.Nodes[3]
 	n4.Kill()
 	killed := time.Now()
@@ -135,10 +136,34 @@ func TestGroupsChainGroup(t *testing.T) {
 		t.Fatal("no master failed node 4 within 10 s")
 	}
 	waitChainWrites("with node 4 down", 20)
-	t.Logf("chain writes go on %v after the kill of its tail", time.Since(killed).Round(10*time.Millisecond))
+	t.Logf("chain writes go on %v after the kill of its head", time.Since(killed).Round(10*time.Millisecond))
+	// The map names the repaired chain, head first, at node 1 (which
+	// hosts no member: it routes the chain's requests to the map's first
+	// member), and a write through node 1 alone is answered.
+	chainKey := keys[slices.IndexFunc(keys, func(k string) bool { return groupOf(k) == 3 })]
+	mapMembers := func(a string) []uint64 {
+		if cm := localMap(a); cm != nil {
+			if g3, ok := cm.Group(3); ok {
+				return g3.Members
+			}
+		}
+		return nil
+	}
+	if !testgroup.Until(10*time.Second, 20*time.Millisecond, func() bool { return slices.Equal(mapMembers(live[0]), []uint64{2, 3}) }) {
+		t.Fatalf("node 1's map names the chain as %v, want [2 3]", mapMembers(live[0]))
+	}
+	if v, err := cluster.Command(live[0], "SET", chainKey+"-via-n1", "x"); err != nil || string(v.Str) != "OK" {
+		t.Fatalf("a write to the chain through node 1 after the head's failure: %v %q", err, v.Str)
+	}
+	ackedMu.Lock()
+	acked[chainKey+"-via-n1"] = "x"
+	ackedMu.Unlock()
 
 	// Restarted, it rejoins the chain (the master joins it before the tail).
 	n4.Restart()
+	if !testgroup.Until(15*time.Second, 20*time.Millisecond, func() bool { return slices.Equal(mapMembers(live[0]), []uint64{2, 4, 3}) }) {
+		t.Fatalf("node 1's map names the chain as %v after node 4's restart, want [2 4 3]", mapMembers(live[0]))
+	}
 	joined := regexp.MustCompile(`chain master: joining.*node=4`)
 	if !testgroup.Until(15*time.Second, 20*time.Millisecond, func() bool {
 		for _, n := range g.Nodes[:3] {
