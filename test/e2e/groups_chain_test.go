@@ -235,3 +235,56 @@ func TestGroupsChainGroup(t *testing.T) {
 		t.Logf("linearizable: %d ops checked", v.Checked)
 	}
 }
+
+// kefir up --groups 3 --engine mixed: group 2 is a chain (kefir server
+// --chain-groups 2, the map records it so), groups 1 and 3 VR; the banner
+// says so; redis-cli -c writes and reads keys of every group through every
+// node; stopped and started again on its data, the chain group comes back
+// (its master restarts the whole chain) and serves every key written.
+func TestUpMixedGroups(t *testing.T) {
+	base := freeBase(t, 3)
+	a := upAddrsOf(base, 3)
+	dir := t.TempDir()
+	u := startUp(t, "--dir", dir, "--base-port", strconv.Itoa(base), "--groups", "3", "--engine", "mixed")
+	if !strings.Contains(u.banner, "3 nodes hosting 3 3-replica groups") || !strings.Contains(u.banner, "Chain groups (their masters at the metadata group on n1-n3): 2;") {
+		t.Fatalf("banner:\n%s", u.banner)
+	}
+	if cm := localMap(a.client[0]); cm == nil {
+		t.Fatal("n1 has no map")
+	} else if g1, _ := cm.Group(1); g1 == nil || g1.IsChain() {
+		t.Fatalf("group 1 in the map: %+v", cm.Groups)
+	} else if g2, _ := cm.Group(2); g2 == nil || !g2.IsChain() {
+		t.Fatalf("group 2 in the map is not a chain: %+v", cm.Groups)
+	}
+	inChain := 0
+	for i := range 12 {
+		k := fmt.Sprintf("up%d", i)
+		if s := kv.KeySlot([]byte(k)); s >= 16384/3 && s < 2*16384/3 {
+			inChain++
+		}
+		if out := redisCLI(t, a.client[i%3], "-c", "set", k, strconv.Itoa(i)); out != "OK" {
+			t.Fatalf("set %s: %q", k, out)
+		}
+	}
+	if inChain == 0 {
+		t.Fatal("no key in the chain group's slots")
+	}
+	readAll := func(when string) {
+		t.Helper()
+		for i := range 12 {
+			if out := redisCLI(t, a.client[(i+1)%3], "-c", "get", fmt.Sprintf("up%d", i)); out != strconv.Itoa(i) {
+				t.Fatalf("%s: get up%d = %q", when, i, out)
+			}
+		}
+	}
+	readAll("first start")
+	u.stop(t)
+	u = startUp(t, "--dir", dir, "--base-port", strconv.Itoa(base), "--groups", "3", "--engine", "mixed")
+	if !testgroup.Until(15*time.Second, 50*time.Millisecond, func() bool {
+		return redisCLI(t, a.client[0], "-c", "set", "after-restart", "x") == "OK"
+	}) {
+		t.Fatal("no write after the restart")
+	}
+	readAll("after a restart on its data")
+	u.stop(t)
+}
