@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"strconv"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
