@@ -273,6 +273,9 @@ func (c Config) validateReplication() error {
 	if c.ClusterRedirects && len(c.Groups) == 0 {
 		return errors.New("config: --cluster-redirects needs --groups (a single group's followers forward)")
 	}
+	if len(c.ChainGroups) > 0 && len(c.Groups) == 0 {
+		return errors.New("config: --chain-groups needs --groups (a single chain is --engine chain)")
+	}
 	if len(c.Groups) > 0 && !c.Replicated() {
 		return errors.New("config: --groups needs --members (the cluster's nodes)")
 	}
@@ -302,9 +305,6 @@ func (c Config) validateReplication() error {
 		}
 		seen[m.ID] = true
 		self = self || m.ID == c.ReplicaID
-	}
-	if len(c.ChainGroups) > 0 && len(c.Groups) == 0 {
-		return errors.New("config: --chain-groups needs --groups (a single chain is --engine chain)")
 	}
 	if len(c.Groups) > 0 {
 		if err := c.validateGroups(seen); err != nil {
@@ -510,9 +510,6 @@ func (c Config) validateGroups(known map[uint64]bool) error {
 	for _, id := range c.ChainGroups {
 		if !slices.ContainsFunc(c.Groups, func(g cluster.GroupSpec) bool { return g.ID == id }) {
 			return fmt.Errorf("config: --chain-groups: %d is not a group of --groups", id)
-		}
-		if c.OpenChainReplica == nil {
-			return errors.New("config: --chain-groups: this node has no chain engine (Config.OpenChainReplica)")
 		}
 	}
 	if c.Nilext {

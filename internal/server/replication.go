@@ -278,6 +278,9 @@ func (s *Server) openGroups() (_ cluster.Hosted, err error) {
 				ids[i] = m.ID
 			}
 			open, spec.ChainMasters = cfg.OpenChainReplica, cluster.MetaMembers(ids)
+			if open == nil {
+				return cluster.Hosted{}, fmt.Errorf("server: group %d of --chain-groups: this node has no chain engine (Config.OpenChainReplica)", g.ID)
+			}
 			spec.Logger = s.log.With("component", "chain", "group", uint64(g.ID))
 		}
 		h, err := open(spec)
