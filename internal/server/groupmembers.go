@@ -249,6 +249,12 @@ func (s *Server) startChainMasters(cm *kv.ClusterMap) {
 	gs := s.groups
 	meta, ok := s.multi.MetaHosted()
 	if !ok || meta.Hosted.Group.State().Retired {
+		// No metadata replica here (any more: it retired, replaced by
+		// kefir cluster replace-node): its masters stop with it.
+		for id, stop := range gs.masters {
+			stop()
+			delete(gs.masters, id)
+		}
 		return
 	}
 	host, ok := meta.Hosted.Group.(cluster.ChainMasterHost)
