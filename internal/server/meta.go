@@ -137,7 +137,8 @@ func (s *Server) stopMetaFollower() {
 //	KEFIR.SLOTS META ADDNODE id client-addr peer-addr   a node joins the map: the map's epoch
 //	KEFIR.SLOTS META SETMEMBERS group epoch id...   a group's members after its reconfiguration
 //	                                                to VR epoch `epoch` (kv.KindMapSetMembers): the map's epoch
-//	KEFIR.SLOTS META ADDGROUP group id...          a new data group with these members (leader
+//	KEFIR.SLOTS META ADDGROUP group [ENGINE chain] id...
+//	                                                a new data group with these members (leader
 //	                                                order) and no slots (kv.KindMapAddGroup): the map's epoch
 func (c *conn) metaCmd(args [][]byte) error {
 	m := c.srv.multi
