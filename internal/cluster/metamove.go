@@ -318,7 +318,11 @@ func (st ClusterStatus) String() string {
 		if slots == "" {
 			slots = "none"
 		}
-		fmt.Fprintf(&b, "  %d  members %v  leader %s  slots %s (%d)\n", g.ID, g.Members, leader, slots, n)
+		engine := ""
+		if g.IsChain() {
+			engine = " (a chain, head first)"
+		}
+		fmt.Fprintf(&b, "  %d  members %v%s  leader %s  slots %s (%d)\n", g.ID, g.Members, engine, leader, slots, n)
 	}
 	if len(cm.Moves) == 0 {
 		fmt.Fprintf(&b, "moves in flight: none\n")

@@ -152,6 +152,9 @@ func TestGroupsChainGroup(t *testing.T) {
 	if !testgroup.Until(10*time.Second, 20*time.Millisecond, func() bool { return slices.Equal(mapMembers(live[0]), []uint64{2, 3}) }) {
 		t.Fatalf("node 1's map names the chain as %v, want [2 3]", mapMembers(live[0]))
 	}
+	if st, err := kefirCluster(t, "status", addr); err != nil || !strings.Contains(st, "3  members [2 3] (a chain, head first)  leader ") {
+		t.Fatalf("kefir cluster status after the head's failure: %v\n%s", err, st)
+	}
 	if v, err := cluster.Command(live[0], "SET", chainKey+"-via-n1", "x"); err != nil || string(v.Str) != "OK" {
 		t.Fatalf("a write to the chain through node 1 after the head's failure: %v %q", err, v.Str)
 	}
