@@ -110,7 +110,7 @@ const clusterUsage = `usage: kefir cluster COMMAND [flags] (each with --help)
                                                                  paced by a latency probe unless --page-pause is given
   status                                                         the metadata group's map, moves in flight, leaders
   add-node --id N --client-addr H:P --peer-addr H:P              record a node in the map
-  add-group --members A,B,C [--id G]                             a new group on nodes of the map, owning no slots
+  add-group --members A,B,C [--id G] [--engine vr|chain]         a new group on nodes of the map, owning no slots
                                                                  until a rebalance or move-slots gives it some
   remove-group --id G [--by bytes|keys|load] [--page-pause D]    move every slot of a data group to the others, then
                                                                  take it out of the map; its members retire its replicas
@@ -505,6 +505,7 @@ func runClusterAddGroup(args []string, stdout, stderr io.Writer) error {
 	mover := clusterConnFlags(fs)
 	membersFlag := fs.String("members", "", "the new group's members: node ids of the map, comma-separated, in leader order (an odd number)")
 	idFlag := fs.Uint64("id", 0, "the new group's id (default: one above the map's highest)")
+	engine := fs.String("engine", "vr", "the group's replication engine: vr, or chain (chain replication, head first in --members; its master runs at the metadata group's nodes)")
 	wait := fs.Duration("wait", 30*time.Second, "wait this long for the new group to have a leader (0: do not wait)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -514,6 +515,14 @@ func runClusterAddGroup(args []string, stdout, stderr io.Writer) error {
 	}
 	if *membersFlag == "" || fs.NArg() != 0 {
 		return usageError{errors.New("add-group needs --members A,B,C")}
+	}
+	eng := kv.EngineVR
+	switch *engine {
+	case "vr":
+	case "chain":
+		eng = kv.EngineChain
+	default:
+		return usageError{fmt.Errorf("add-group: --engine %q: vr or chain", *engine)}
 	}
 	var members []uint64
 	for _, f := range strings.Split(*membersFlag, ",") {
@@ -532,17 +541,21 @@ func runClusterAddGroup(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("add-group: the cluster map: %w", err)
 	}
-	id, again, err := planAddGroup(cm, members, *idFlag)
+	id, again, err := planAddGroup(cm, members, *idFlag, eng)
 	if err != nil {
 		return fmt.Errorf("add-group: %w; nothing changed", err)
 	}
 	epoch := cm.Epoch
 	if !again {
-		if epoch, err = mv.AddGroup(ctx, cluster.GroupID(id), members); err != nil {
+		if epoch, err = mv.AddGroup(ctx, cluster.GroupID(id), members, eng); err != nil {
 			return err
 		}
 	}
-	fmt.Fprintf(stdout, "group %d with members %v is in the map at epoch %d (no slots yet: kefir cluster rebalance or move-slots gives it some)\n", id, members, epoch)
+	kind := ""
+	if eng == kv.EngineChain {
+		kind = " (chain)"
+	}
+	fmt.Fprintf(stdout, "group %d%s with members %v is in the map at epoch %d (no slots yet: kefir cluster rebalance or move-slots gives it some)\n", id, kind, members, epoch)
 	if *wait <= 0 {
 		return nil
 	}
@@ -561,6 +574,11 @@ func runClusterAddGroup(args []string, stdout, stderr io.Writer) error {
 		gc, err := gmv.GroupConfigOf(gctx, cluster.GroupID(id))
 		gcancel()
 		gmv.Close()
+		if err == nil && gc.Leader != 0 && eng == kv.EngineChain {
+			// A chain's members name its head from the configuration
+			// whether or not the head runs yet: ask the head itself.
+			err = chainHeadRuns(ctx, cm, mv, cluster.GroupID(id), gc.Leader)
+		}
 		if err == nil && gc.Leader != 0 {
 			_, err = fmt.Fprintf(stdout, "group %d is running: %s, leader %d\n", id, gc, gc.Leader)
 			return err
@@ -572,11 +590,34 @@ func runClusterAddGroup(args []string, stdout, stderr io.Writer) error {
 	}
 }
 
+// chainHeadRuns asks head, chain group g's head, for its configuration:
+// nil once its own member answers as the head (a node that does not host
+// the group yet answers -MOVED, followed to itself until the retry bound).
+func chainHeadRuns(ctx context.Context, cm *kv.ClusterMap, mv *cluster.Mover, g cluster.GroupID, head uint64) error {
+	i := slices.IndexFunc(cm.Nodes, func(n kv.MapNode) bool { return n.ID == head })
+	if i < 0 {
+		return fmt.Errorf("the chain's head %d is not a node of the map", head)
+	}
+	hmv := &cluster.Mover{Seeds: []string{cm.Nodes[i].ClientAddr}, Password: mv.Password, TLS: mv.TLS, RetryFor: 500 * time.Millisecond}
+	defer hmv.Close()
+	hctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	gc, err := hmv.GroupConfigOf(hctx, g)
+	if err != nil {
+		return fmt.Errorf("the chain's head %d: %w", head, err)
+	}
+	if gc.Leader != head {
+		return fmt.Errorf("the chain's head %d names %d", head, gc.Leader)
+	}
+	return nil
+}
+
 // planAddGroup checks an add-group of members (and id, 0: the next) against
 // cm and returns the group's id; again: the map has that group already (a
 // rerun), nothing to record.
-func planAddGroup(cm *kv.ClusterMap, members []uint64, id uint64) (gid uint64, again bool, err error) {
-	if len(members)%2 == 0 {
+func planAddGroup(cm *kv.ClusterMap, members []uint64, id uint64, engine string) (gid uint64, again bool, err error) {
+	if engine != kv.EngineChain && len(members)%2 == 0 {
+		// A chain runs with any number (f+1 members survive f failures).
 		return 0, false, fmt.Errorf("%d members: a VR group needs an odd number (2f+1)", len(members))
 	}
 	for i, m := range members {
@@ -595,7 +636,7 @@ func planAddGroup(cm *kv.ClusterMap, members []uint64, id uint64) (gid uint64, a
 			return 0, false, fmt.Errorf("group %d was removed from the cluster: a new group needs another id", id)
 		}
 		if g, ok := cm.Group(id); ok {
-			if g.MemberEpoch == 0 && slices.Equal(g.Members, members) {
+			if g.MemberEpoch == 0 && slices.Equal(g.Members, members) && g.Engine == engine {
 				return id, true, nil
 			}
 			return 0, false, fmt.Errorf("group %d is in the map already, with members %v", id, g.Members)
@@ -603,7 +644,7 @@ func planAddGroup(cm *kv.ClusterMap, members []uint64, id uint64) (gid uint64, a
 		return id, false, nil
 	}
 	for _, g := range cm.Groups {
-		if g.MemberEpoch == 0 && len(g.Slots) == 0 && slices.Equal(g.Members, members) {
+		if g.MemberEpoch == 0 && len(g.Slots) == 0 && slices.Equal(g.Members, members) && g.Engine == engine {
 			return g.ID, true, nil // added by an earlier run
 		}
 		id = max(id, g.ID)

@@ -70,18 +70,18 @@ func TestPlanAddGroup(t *testing.T) {
 		{[]uint64{4, 5, 6}, 1, "group 1 is in the map already"},
 		{[]uint64{4, 5, 6}, kv.MetaGroup, "ids are 1 to"},
 	} {
-		if _, _, err := planAddGroup(cm, tc.members, tc.id); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, _, err := planAddGroup(cm, tc.members, tc.id, kv.EngineVR); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v --id %d: %v, want %q", tc.members, tc.id, err, tc.want)
 		}
 	}
-	if id, again, err := planAddGroup(cm, []uint64{4, 5, 6}, 0); err != nil || id != 2 || again {
+	if id, again, err := planAddGroup(cm, []uint64{4, 5, 6}, 0, kv.EngineVR); err != nil || id != 2 || again {
 		t.Fatalf("the next id: %d %v %v", id, again, err)
 	}
 	cm.Groups = append(cm.Groups, kv.MapGroup{ID: 7, Members: []uint64{4, 5, 6}})
-	if id, again, err := planAddGroup(cm, []uint64{4, 5, 6}, 0); err != nil || id != 7 || !again {
+	if id, again, err := planAddGroup(cm, []uint64{4, 5, 6}, 0, kv.EngineVR); err != nil || id != 7 || !again {
 		t.Fatalf("a rerun: %d %v %v", id, again, err)
 	}
-	if id, again, err := planAddGroup(cm, []uint64{6, 5, 4}, 0); err != nil || id != 8 || again {
+	if id, again, err := planAddGroup(cm, []uint64{6, 5, 4}, 0, kv.EngineVR); err != nil || id != 8 || again {
 		t.Fatalf("another leader order is another group: %d %v %v", id, again, err)
 	}
 }
@@ -92,10 +92,10 @@ func TestPlanAddGroupSkipsRemovedIDs(t *testing.T) {
 	cm := &kv.ClusterMap{Epoch: 5, Removed: []uint64{2, 9},
 		Nodes:  []kv.MapNode{{ID: 1}, {ID: 2}, {ID: 3}},
 		Groups: []kv.MapGroup{{ID: 1, Members: []uint64{1, 2, 3}, Slots: []kv.SlotRange{{Start: 0, End: 16383}}}}}
-	if _, _, err := planAddGroup(cm, []uint64{1, 2, 3}, 2); err == nil || !strings.Contains(err.Error(), "group 2 was removed") {
+	if _, _, err := planAddGroup(cm, []uint64{1, 2, 3}, 2, kv.EngineVR); err == nil || !strings.Contains(err.Error(), "group 2 was removed") {
 		t.Fatalf("--id 2 (removed): %v", err)
 	}
-	if id, again, err := planAddGroup(cm, []uint64{1, 2, 3}, 0); err != nil || id != 10 || again {
+	if id, again, err := planAddGroup(cm, []uint64{1, 2, 3}, 0, kv.EngineVR); err != nil || id != 10 || again {
 		t.Fatalf("the next id past the removed ones: %d %v %v", id, again, err)
 	}
 }

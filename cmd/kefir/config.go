@@ -199,6 +199,21 @@ var serverOptions = []option{
 			c.Groups = gs
 			return err
 		}},
+	{"chain-groups", "", "With --groups: the ids of the groups that run chain replication instead of VR, comma-separated (each group's nodes in --groups are the chain, head first, any number; its master runs at the metadata group's nodes; docs/chain.md). Every node gets the same list. Empty: every group is a VR group.",
+		func(c *serverConfig, v string) error {
+			c.ChainGroups = nil
+			for _, f := range strings.Split(v, ",") {
+				if f = strings.TrimSpace(f); f == "" {
+					continue
+				}
+				id, err := strconv.ParseUint(f, 10, 32)
+				if err != nil || id == 0 {
+					return fmt.Errorf("group %q is not a group id", f)
+				}
+				c.ChainGroups = append(c.ChainGroups, cluster.GroupID(id))
+			}
+			return nil
+		}},
 	{"cluster-redirects", "false", "With --groups: answer every request for a slot whose group another node leads with -MOVED <slot> <addr>, as Redis Cluster does (plain redis-cli then sees the redirect). Without it only connections that asked CLUSTER SLOTS/SHARDS/NODES or sent READONLY/READWRITE/ASKING are redirected, and the others are forwarded to the leader.",
 		func(c *serverConfig, v string) error {
 			b, err := strconv.ParseBool(v)

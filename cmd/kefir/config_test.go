@@ -471,9 +471,21 @@ func TestGroupsOption(t *testing.T) {
 		{"1=1,2,3:0-16383", []string{"--cluster-redirects", "maybe"}, "maybe"},
 		{"1=1,2,3:zero", nil, "slot range"},
 		{"65535=1,2,3:0-16383", nil, "reserved for the metadata group"},
+		{"1=1,2,3:0-8191;2=1,2:8192-16383", []string{"--chain-groups", "3"}, "--chain-groups: 3 is not a group of --groups"},
+		{"1=1,2,3:0-8191;2=1,2:8192-16383", []string{"--chain-groups", "x"}, "is not a group id"},
+		{"1=1,2,3:0-8191;2=1,2:8192-16383", []string{"--chain-groups", "1"}, "group 2 has 2 members: a VR group needs an odd number"},
 	} {
 		if _, err := load(tc.groups, tc.extra...); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("--groups %s %v: %v, want %q", tc.groups, tc.extra, err, tc.want)
+		}
+	}
+	// A chain group of --groups takes any number of members.
+	if cfg, err := load("1=1,2,3:0-8191;2=1,2:8192-16383", "--chain-groups", "2"); err != nil || len(cfg.ChainGroups) != 1 || cfg.ChainGroups[0] != 2 {
+		t.Errorf("--chain-groups 2 with a chain of two: %+v %v", cfg.ChainGroups, err)
+	}
+	if cfg, err := loadServerConfig([]string{"--chain-groups", "2"}, env, &bytes.Buffer{}); err == nil {
+		if err = cfg.Validate(); err == nil || !strings.Contains(err.Error(), "--chain-groups needs --groups") {
+			t.Errorf("--chain-groups without --groups: %v", err)
 		}
 	}
 	// Session tokens keep a part per group, and every group's leader serves

@@ -41,7 +41,7 @@ Usage:
   kefir cluster rebalance [--by bytes|keys|load] [--dry-run]   even the groups out by slot moves, paced by a latency probe
   kefir cluster status                                 the metadata group's map, moves in flight, group leaders
   kefir cluster add-node --id N --client-addr A --peer-addr A   record a node in the metadata group's map
-  kefir cluster add-group --members A,B,C [--id G]             a new group on nodes of the map (no slots until a rebalance)
+  kefir cluster add-group --members A,B,C [--id G] [--engine vr|chain]  a new group on nodes of the map (no slots until a rebalance)
   kefir cluster replace-node --old N --new ID@PEER/CLIENT       replace a node in its VR group(s) (the new node: kefir server --join)
   kefir cluster remove-node --id N[,M]                         remove nodes from their VR group(s)
   kefir chain restart --without N --http ADDR[,ADDR]   restart a chain that is down without members that never came back
@@ -173,8 +173,14 @@ func runServer(args []string, stderr io.Writer) error {
 	// The wiring: a node with members hosts a VR replica of its group. The
 	// front door knows only the cluster contract; the engine is chosen here.
 	cfg.OpenReplica = vrshard.OpenHosted
-	if cfg.Engine != "chain" && cfg.ChainStore != vrshard.ChainLog {
-		return usageError{fmt.Errorf("--chain-store %v needs --engine chain", cfg.ChainStore)}
+	// A chain group of a cluster of several groups (kefir cluster
+	// add-group --engine chain): any node of the cluster may be named in
+	// one, so every node can open one.
+	cfg.OpenChainReplica = vrshard.OpenChainGroup(vrshard.ChainStoreOptions{Store: cfg.ChainStore, Flush: cfg.ChainFlush, PrecopyRate: cfg.PrecopyRate})
+	if cfg.Engine != "chain" && len(cfg.Groups) == 0 && cfg.ChainStore != vrshard.ChainLog {
+		// (A node of several groups takes it for the chain groups it is
+		// named in.)
+		return usageError{fmt.Errorf("--chain-store %v needs --engine chain (or --groups: for its chain groups)", cfg.ChainStore)}
 	}
 	if cfg.Engine != "chain" && cfg.ChainMode != chain.SU {
 		return usageError{fmt.Errorf("--chain-mode %v needs --engine chain", cfg.ChainMode)}

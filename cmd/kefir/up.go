@@ -68,7 +68,7 @@ func runUp(args []string, stdout, stderr io.Writer) error {
 	followerReads := fs.Bool("follower-reads", false, "followers serve cross-client-monotonic reads under active-set leases (kefir server --follower-reads on every node); needs --nodes ≥ 3 and one group")
 	crossGroupTx := fs.Bool("cross-group-tx", true, "with --groups: KEFIR.TX transactions (and the Go client's Txn) may span slots and groups, committed in two phases (on by default; false: -CROSSSLOT; passed to every node's kefir server; docs/design/transactions.md)")
 	groups := fs.Int("groups", 1, "number of replica groups (docs/cluster.md): more than 1 splits the 16384 Redis Cluster slots into that many contiguous ranges, one per 3-replica group, every node hosting a replica of each group (needs --nodes 3 or more; nilext off). 1: one group of all nodes")
-	engine := fs.String("engine", "vr", "replication engine of the group: vr, or chain (chain replication, docs/chain.md: n1 is the head, writes are answered once every node logged them; the chain's master is hosted by a metadata group on n1-n3; on an existing data directory the whole chain restarts from its data)")
+	engine := fs.String("engine", "vr", "replication engine of the group: vr, or chain (chain replication, docs/chain.md: n1 is the head, writes are answered once every node logged them; the chain's master is hosted by a metadata group on n1-n3; on an existing data directory the whole chain restarts from its data). With --groups > 1: vr, chain (every group a chain) or mixed (the even-numbered groups chains, the others VR)")
 	chainMode := fs.String("chain-mode", "su", "with --engine chain: the chain's update mode, su, ausi or au (kefir server --chain-mode on every node; docs/chain.md, \"Update modes\")")
 	chainStores := fs.String("chain-stores", "", "with --engine chain: each node's datastore, comma-separated in node order (n1 is the head), e.g. m,d,d: log (d), buffered (b) or memory (m) (kefir server --chain-store; docs/chain.md, \"Datastores\"); empty: every node a log")
 	ioModel := fs.String("io-model", "", "how the nodes serve client connections: epoll or goroutine (kefir server --io-model); empty: each node's own default (KEFIR_IO_MODEL, else epoll on Linux)")
@@ -110,12 +110,15 @@ Options:
 	}
 	switch *engine {
 	case "vr":
-	case "chain":
-		if *nodes < 2 || *nilext || *followerReads || *groups > 1 {
-			return usageError{errors.New("--engine chain needs --nodes 2 or more, one group, and neither --nilext nor --follower-reads (VR's)")}
+	case "chain", "mixed":
+		if *engine == "mixed" && *groups < 2 {
+			return usageError{errors.New("--engine mixed needs --groups 2 or more (the even-numbered groups chains, the others VR)")}
+		}
+		if *nodes < 2 || *nilext || *followerReads {
+			return usageError{fmt.Errorf("--engine %s needs --nodes 2 or more, and neither --nilext nor --follower-reads (VR's)", *engine)}
 		}
 	default:
-		return usageError{fmt.Errorf("--engine %q: want vr or chain", *engine)}
+		return usageError{fmt.Errorf("--engine %q: want vr, chain or mixed", *engine)}
 	}
 	stores, err := parseChainStores(*chainStores, *nodes, *engine)
 	if err != nil {
@@ -169,7 +172,7 @@ Options:
 		u.stores = strings.Join(letters, "-")
 	}
 	var chainArgs []string
-	if *engine == "chain" {
+	if *engine == "chain" && *groups == 1 {
 		args, err := upChainArgs(grp)
 		if err != nil {
 			return err
@@ -185,6 +188,18 @@ Options:
 		}
 		groupsFlag = cluster.FormatGroups(cluster.EvenGroups(*groups, ids, 3))
 		grp.groups = *groups
+		// Chain groups of the cluster (kefir server --chain-groups): their
+		// masters at the metadata group (n1-n3).
+		var chains []string
+		for g := 1; g <= *groups; g++ {
+			if *engine == "chain" || *engine == "mixed" && g%2 == 0 {
+				chains = append(chains, strconv.Itoa(g))
+			}
+		}
+		if len(chains) > 0 {
+			chainArgs = []string{"--chain-groups", strings.Join(chains, ",")}
+			grp.chainGroups = strings.Join(chains, ",")
+		}
 	}
 	if u.self, err = os.Executable(); err != nil {
 		return fmt.Errorf("find own binary: %w", err)
@@ -731,6 +746,9 @@ func (u *upCluster) banner(stdout io.Writer) {
 			}
 		case u.grp.groups > 1:
 			fmt.Fprintf(stdout, "\nKefir is up: %d nodes hosting %d 3-replica groups on 16384 slots (cluster %d, %s), data in %s\n", len(u.nodes), u.grp.groups, u.grp.clusterID, how, u.dir)
+			if u.grp.chainGroups != "" {
+				fmt.Fprintf(stdout, "Chain groups (their masters at the metadata group on n1-n3): %s; the others VR\n", u.grp.chainGroups)
+			}
 		default:
 			fmt.Fprintf(stdout, "\nKefir is up: a %d-replica group (cluster %d, %s), data in %s\n", len(u.nodes), u.grp.clusterID, how, u.dir)
 		}
@@ -780,6 +798,9 @@ type upGroup struct {
 	bootstrap bool
 	groups    int  // replica groups on the nodes (1: the nodes are one group)
 	chain     bool // the group is a chain (--engine chain)
+	// chainGroups: with groups > 1, the chain groups' ids (--engine chain
+	// or mixed), comma-separated.
+	chainGroups string
 }
 
 // prepareGroup returns the group settings for n > 1 nodes (nil for one).
@@ -849,8 +870,8 @@ func parseChainStores(v string, nodes int, engine string) ([]vrshard.ChainStore,
 	if strings.TrimSpace(v) == "" {
 		return nil, nil
 	}
-	if engine != "chain" {
-		return nil, errors.New("--chain-stores needs --engine chain")
+	if engine != "chain" && engine != "mixed" {
+		return nil, errors.New("--chain-stores needs --engine chain (or mixed)")
 	}
 	parts := strings.Split(v, ",")
 	if len(parts) != nodes {

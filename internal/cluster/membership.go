@@ -328,10 +328,16 @@ func PlanNodeChange(cm *kv.ClusterMap, old uint64, nw Member) ([]GroupChange, er
 	if !known && !slices.Equal(MetaMembers(ids), MetaMembers(append(ids, nw.ID))) {
 		return nil, fmt.Errorf("node id %d is below the metadata group's members %v (the lowest ids host it): give the new node a higher id", nw.ID, MetaMembers(ids))
 	}
+	if err := chainMastersStay(cm, []uint64{old}); err != nil {
+		return nil, err
+	}
 	var out []GroupChange
 	for _, g := range mapGroups(cm) {
 		if !slices.Contains(g.Members, old) {
 			continue
+		}
+		if g.IsChain() {
+			return nil, errChainMembers(g, old)
 		}
 		if slices.Contains(g.Members, nw.ID) {
 			return nil, fmt.Errorf("node %d is already a member of group %d (members %v) with node %d: it cannot take node %d's place there", nw.ID, g.ID, g.Members, old, old)
@@ -349,6 +355,33 @@ func PlanNodeChange(cm *kv.ClusterMap, old uint64, nw Member) ([]GroupChange, er
 		return nil, fmt.Errorf("node %d is a member of no data group (map epoch %d): only of the metadata group, which a node does not host alone", old, cm.Epoch)
 	}
 	return out, nil
+}
+
+// errChainMembers refuses a node change in chain group g: a chain's
+// members are its master's (it repairs around a failed member and joins a
+// restarted one), and no command offers a new node to a chain yet.
+func errChainMembers(g kv.MapGroup, node uint64) error {
+	return fmt.Errorf("node %d is a member of group %d, a chain (members %v): a chain's membership is its master's, and replacing or removing a chain's member is not built (docs/design/chain.md, \"A chain in a cluster of groups\")", node, g.ID, g.Members)
+}
+
+// chainMastersStay refuses to change the metadata group's members (nodes
+// leaving) while the cluster has a chain group: each chain member sends its
+// master's messages to the metadata members it was created with (vrshard
+// ChainOptions.Masters, fixed), so a new metadata member's master would hear
+// no member — acting, it would let their leases lapse and fail them all.
+func chainMastersStay(cm *kv.ClusterMap, leaving []uint64) error {
+	meta := cm.MetaMembers()
+	for _, id := range leaving {
+		if !slices.Contains(meta, id) {
+			continue
+		}
+		for _, g := range cm.Groups {
+			if g.IsChain() {
+				return fmt.Errorf("node %d is a member of the metadata group %v, and group %d is a chain whose members reach its master at those nodes: changing the metadata group of a cluster with chain groups is not built", id, meta, g.ID)
+			}
+		}
+	}
+	return nil
 }
 
 // mapGroups is cm's data groups, then the metadata group (its members as
@@ -370,11 +403,17 @@ func PlanRemoveNodes(cm *kv.ClusterMap, ids []uint64) ([]GroupChange, error) {
 			return nil, fmt.Errorf("node %d is not a node of the cluster map (epoch %d)", id, cm.Epoch)
 		}
 	}
+	if err := chainMastersStay(cm, ids); err != nil {
+		return nil, err
+	}
 	var out []GroupChange
 	for _, g := range mapGroups(cm) {
 		ms := slices.DeleteFunc(slices.Clone(g.Members), func(id uint64) bool { return slices.Contains(ids, id) })
 		if len(ms) == len(g.Members) {
 			continue
+		}
+		if g.IsChain() {
+			return nil, errChainMembers(g, ids[0])
 		}
 		if len(ms) == 0 || len(ms)%2 == 0 {
 			return nil, fmt.Errorf("removing %v would leave group %d with %d members (%v); a VR group needs an odd number (2f+1), at least 1: replace the node instead (kefir cluster replace-node --old N --new ID@PEER-ADDR/CLIENT-ADDR)", ids, g.ID, len(ms), ms)

@@ -50,7 +50,7 @@ func BootstrapMap(static *SlotMap, members []Member) *kv.ClusterMap {
 	}
 	slices.SortFunc(cm.Nodes, func(a, b kv.MapNode) int { return int(a.ID) - int(b.ID) })
 	for _, g := range static.Groups {
-		mg := kv.MapGroup{ID: uint64(g.ID), Members: slices.Clone(g.Members)}
+		mg := kv.MapGroup{ID: uint64(g.ID), Members: slices.Clone(g.Members), Engine: g.Engine}
 		for _, r := range g.Slots {
 			mg.Slots = append(mg.Slots, kv.SlotRange{Start: r.Start, End: r.End})
 		}
@@ -63,7 +63,7 @@ func BootstrapMap(static *SlotMap, members []Member) *kv.ClusterMap {
 func SlotMapOf(cm *kv.ClusterMap) (*SlotMap, error) {
 	gs := make([]GroupSpec, 0, len(cm.Groups))
 	for _, g := range cm.Groups {
-		spec := GroupSpec{ID: GroupID(g.ID), Members: slices.Clone(g.Members)}
+		spec := GroupSpec{ID: GroupID(g.ID), Members: slices.Clone(g.Members), Engine: g.Engine}
 		for _, r := range g.Slots {
 			spec.Slots = append(spec.Slots, SlotRange{r.Start, r.End})
 		}

@@ -318,7 +318,11 @@ func (st ClusterStatus) String() string {
 		if slots == "" {
 			slots = "none"
 		}
-		fmt.Fprintf(&b, "  %d  members %v  leader %s  slots %s (%d)\n", g.ID, g.Members, leader, slots, n)
+		engine := ""
+		if g.IsChain() {
+			engine = " (a chain, head first)"
+		}
+		fmt.Fprintf(&b, "  %d  members %v%s  leader %s  slots %s (%d)\n", g.ID, g.Members, engine, leader, slots, n)
 	}
 	if len(cm.Moves) == 0 {
 		fmt.Fprintf(&b, "moves in flight: none\n")
@@ -345,9 +349,15 @@ func (mv *Mover) AddNode(ctx context.Context, id uint64, clientAddr, peerAddr st
 // order) and no slots in the metadata group's map (KEFIR.SLOTS META
 // ADDGROUP, kv.KindMapAddGroup) and returns the map's epoch after it. The
 // members start the group's replicas when they see it in the map.
-func (mv *Mover) AddGroup(ctx context.Context, g GroupID, members []uint64) (uint64, error) {
+//
+// engine is kv.EngineVR or kv.EngineChain (sent as ENGINE chain after the
+// id; a VR group's command is as before engines).
+func (mv *Mover) AddGroup(ctx context.Context, g GroupID, members []uint64, engine string) (uint64, error) {
 	defer mv.close()
 	args := []string{"KEFIR.SLOTS", "META", "ADDGROUP", strconv.FormatUint(uint64(g), 10)}
+	if engine != kv.EngineVR {
+		args = append(args, "ENGINE", engine)
+	}
 	for _, id := range members {
 		args = append(args, strconv.FormatUint(id, 10))
 	}

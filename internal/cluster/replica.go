@@ -72,6 +72,11 @@ type ReplicaSpec struct {
 	// node's only replica, which makes the transport itself.
 	Group     GroupID
 	Transport *transport.Transport
+	// ChainMasters, for a chain group of a cluster of several groups
+	// (Config.OpenChainReplica), are the metadata group's members: each
+	// runs the group's hosted master (ChainMasterHost), and the member
+	// sends its master's messages to all of them.
+	ChainMasters []uint64
 
 	HeartbeatInterval time.Duration
 	ViewChangeTimeout time.Duration
@@ -132,6 +137,30 @@ type Group interface {
 // ErrNotActing means this node's master does not act (ask another node).
 type ChainRestarter interface {
 	RestartChainWithout(ids []uint64) (string, error)
+}
+
+// ChainMasterHost is a Group that is a node's replica of a cluster's
+// metadata group and can host the master of one of the cluster's chain
+// groups (vrshard): the chain's configuration is recorded in the metadata
+// group, and the master acts only at its leader. The node starts one per
+// chain group of the map (server, groupmembers.go).
+type ChainMasterHost interface {
+	HostChainMaster(ChainMasterSpec) (stop func(), err error)
+}
+
+// ChainMasterSpec is a chain group whose master a metadata node hosts.
+type ChainMasterSpec struct {
+	Group GroupID
+	// Members is the chain's first configuration, head first (the map's
+	// record; the master takes the metadata group's chain record over it
+	// once there is one).
+	Members []uint64
+	// Transport is the node's peer transport; Local this node's member of
+	// the chain, if it is one (nil otherwise: the master then registers
+	// the group on Transport itself).
+	Transport *transport.Transport
+	Local     shard.Replica
+	Logger    *slog.Logger
 }
 
 // ErrNotActing: this node's chain master does not act — it is not at the

@@ -31,6 +31,9 @@ type GroupSpec struct {
 	ID      GroupID
 	Members []uint64
 	Slots   []SlotRange
+	// Engine is the group's replication engine as the map records it
+	// (kv.EngineVR, kv.EngineChain; kefir server --chain-groups).
+	Engine string
 }
 
 // SlotMap maps every slot to the group that owns it, at an epoch.

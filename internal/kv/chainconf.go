@@ -36,6 +36,9 @@ import (
 //	                  configuration again is a no-op (a retry). Int: the
 //	                  recorded epoch.
 //
+// Both also make the cluster map's member list of a chain group of a
+// cluster of several groups follow the record (followChain).
+//
 // Kind 171 (the rest of this block, 169-171) is unused.
 
 // ChainConfig is a chain's configuration: its members, head first, the
@@ -144,5 +147,43 @@ func applyChainOp(get Getter, version uint64, op *Op, emit Emit) (Result, error)
 		return Result{}, fmt.Errorf("%w: %s", ErrInvalidOp, op.Kind)
 	}
 	put(emit, ChainConfigKey(n.Group), AppendChainConfig(nil, n), nil)
+	if err := followChain(get, n, emit); err != nil {
+		return Result{}, err
+	}
 	return Result{Kind: ResInt, Int: int64(n.Epoch), Version: version}, nil
+}
+
+// followChain makes the cluster map, if the group has one and records the
+// chain as one of its groups (a chain group of a cluster of several
+// groups), name the chain's members as n has them, head first: the map is
+// what a node that is not a member routes by (a request for the group goes
+// to its first member) and what CLUSTER SLOTS and kefir cluster status
+// show, so after a repair it must not keep naming a failed head. The map's
+// epoch moves as with KindMapAddNode (pollers adopt the map), unless a move
+// is in flight.
+func followChain(get Getter, n *ChainConfig, emit Emit) error {
+	if len(n.Members) == 0 {
+		return nil
+	}
+	m, err := ReadClusterMap(get)
+	if err != nil || m == nil {
+		return err
+	}
+	g, ok := m.Group(n.Group)
+	if !ok || !g.IsChain() || slices.Equal(g.Members, n.Members) {
+		return nil
+	}
+	for _, id := range n.Members {
+		if !slices.ContainsFunc(m.Nodes, func(x MapNode) bool { return x.ID == id }) {
+			return nil // not a node of the map: the map keeps what it had
+		}
+	}
+	c := m.clone()
+	cg, _ := c.Group(n.Group)
+	cg.Members = slices.Clone(n.Members)
+	if len(c.Moves) == 0 {
+		c.Epoch++
+	}
+	put(emit, ClusterMapKey, AppendClusterMap(nil, c), nil)
+	return nil
 }

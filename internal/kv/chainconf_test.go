@@ -111,7 +111,8 @@ func TestChainConfigOps(t *testing.T) {
 		if ks, _ := op.RoutingKeys(); ks != nil {
 			t.Fatalf("%s routes by keys %q", k, ks)
 		}
-		if ws := op.WrittenKeys(); len(ws) != 1 || string(ws[0]) != string(ChainConfigKey(9)) {
+		// The cluster map too: a chain group's members follow the record.
+		if ws := op.WrittenKeys(); len(ws) != 2 || string(ws[0]) != string(ChainConfigKey(9)) || string(ws[1]) != string(ClusterMapKey) {
 			t.Fatalf("%s writes %q", k, ws)
 		}
 	}

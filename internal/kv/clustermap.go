@@ -153,6 +153,28 @@ type MapGroup struct {
 	Members     []uint64
 	Slots       []SlotRange
 	MemberEpoch uint64 `json:",omitempty"`
+	// Engine is the group's replication engine: EngineVR ("") or
+	// EngineChain (KindMapAddGroup's, docs/design/chain.md "A chain in a
+	// cluster of groups"): its members open a chain member, and the
+	// metadata group's nodes each run the chain's hosted master.
+	Engine string `json:",omitempty"`
+}
+
+// The engines a data group runs (MapGroup.Engine).
+const (
+	EngineVR    = ""
+	EngineChain = "chain"
+)
+
+// IsChain reports whether g runs the chain engine.
+func (g *MapGroup) IsChain() bool { return g.Engine == EngineChain }
+
+// engineName is g's engine for messages.
+func (g *MapGroup) engineName() string {
+	if g.Engine == EngineVR {
+		return "vr"
+	}
+	return g.Engine
 }
 
 // MapMove is a move in flight: Slots from group From to group To at Epoch,
@@ -255,7 +277,17 @@ func AppendClusterMap(b []byte, m *ClusterMap) []byte {
 			eps = append(eps, g)
 		}
 	}
-	if len(eps) > 0 || m.Meta != nil || len(m.Removed) > 0 {
+	var chains []uint64
+	for _, g := range m.Groups {
+		if g.IsChain() {
+			chains = append(chains, g.ID)
+		}
+	}
+	// Each optional section is written when it or a later one has
+	// something: removed groups, then chain groups, come last.
+	removedOn := len(m.Removed) > 0 || len(chains) > 0
+	metaOn := m.Meta != nil || removedOn
+	if len(eps) > 0 || metaOn {
 		b = binary.AppendUvarint(b, uint64(len(eps)))
 		for _, g := range eps {
 			b = binary.AppendUvarint(b, g.ID)
@@ -263,20 +295,29 @@ func AppendClusterMap(b []byte, m *ClusterMap) []byte {
 		}
 	}
 	// Then the metadata group's members, when recorded (a count of 0:
-	// none, written only when the removed groups follow).
-	if m.Meta != nil || len(m.Removed) > 0 {
+	// none, written only when removed or chain groups follow).
+	if metaOn {
 		b = binary.AppendUvarint(b, uint64(len(m.Meta)))
 		for _, id := range m.Meta {
 			b = binary.AppendUvarint(b, id)
 		}
-		if m.Meta != nil {
+		if len(m.Meta) > 0 {
 			b = binary.AppendUvarint(b, m.MetaEpoch)
 		}
 	}
-	// Then the removed groups' ids, when there are any.
-	if len(m.Removed) > 0 {
+	// Then the removed groups' ids (a count of 0: none, written only when
+	// chain groups follow).
+	if removedOn {
 		b = binary.AppendUvarint(b, uint64(len(m.Removed)))
 		for _, id := range m.Removed {
+			b = binary.AppendUvarint(b, id)
+		}
+	}
+	// Then the groups that run the chain engine, when there are any: a
+	// map of VR groups only decodes (and encodes) as before.
+	if len(chains) > 0 {
+		b = binary.AppendUvarint(b, uint64(len(chains)))
+		for _, id := range chains {
 			b = binary.AppendUvarint(b, id)
 		}
 	}
@@ -339,8 +380,22 @@ func DecodeClusterMap(b []byte) (*ClusterMap, error) {
 		for range n {
 			m.Removed = append(m.Removed, d.Uvarint())
 		}
+		if n == 0 && d.Err == nil && len(d.B) == 0 {
+			// No removed groups is written only before chain groups.
+			d.Err = ErrCorrupt
+		}
+	}
+	if d.Err == nil && len(d.B) > 0 {
+		n := count()
 		if n == 0 && d.Err == nil {
 			d.Err = ErrCorrupt
+		}
+		for range n {
+			if g, ok := m.Group(d.Uvarint()); ok && !g.IsChain() {
+				g.Engine = EngineChain
+			} else if d.Err == nil {
+				d.Err = ErrCorrupt
+			}
 		}
 	}
 	if d.Err != nil || len(d.B) != 0 {
@@ -405,6 +460,49 @@ func DecodeMapMembers(b []byte) (MapMembers, error) {
 		return MapMembers{}, fmt.Errorf("%w: cluster map members", ErrCorrupt)
 	}
 	return mm, nil
+}
+
+// MapAddGroup is KindMapAddGroup's payload: the group's first members
+// (epoch 0) and its engine (EngineVR or EngineChain).
+type MapAddGroup struct {
+	MapMembers
+	Engine string
+}
+
+// AppendMapAddGroup appends ag's encoding (KindMapAddGroup's Key) to b: the
+// members as AppendMapMembers, then the engine's name unless it is VR's (a
+// VR group's payload is as before engines).
+func AppendMapAddGroup(b []byte, ag MapAddGroup) []byte {
+	b = AppendMapMembers(b, ag.MapMembers)
+	if ag.Engine != EngineVR {
+		b = AppendBytes(b, []byte(ag.Engine))
+	}
+	return b
+}
+
+// DecodeMapAddGroup decodes AppendMapAddGroup's encoding, all of b.
+func DecodeMapAddGroup(b []byte) (MapAddGroup, error) {
+	d := Decoder{B: b}
+	mm := MapMembers{Group: d.Uvarint(), Epoch: d.Uvarint()}
+	n := d.Uvarint()
+	if n > uint64(len(d.B)) {
+		d.Err = ErrCorrupt
+		n = 0
+	}
+	for range n {
+		mm.Members = append(mm.Members, d.Uvarint())
+	}
+	ag := MapAddGroup{MapMembers: mm}
+	if d.Err == nil && len(d.B) > 0 {
+		ag.Engine = string(d.Bytes())
+		if ag.Engine != EngineChain && d.Err == nil {
+			return MapAddGroup{}, fmt.Errorf("%w: cluster map group: engine %q (want %q or none)", ErrCorrupt, ag.Engine, EngineChain)
+		}
+	}
+	if d.Err != nil || len(d.B) != 0 {
+		return MapAddGroup{}, fmt.Errorf("%w: cluster map group", ErrCorrupt)
+	}
+	return ag, nil
 }
 
 // AppendMapMove appends mv's encoding (the Key of the move ops) to b.
@@ -656,6 +754,10 @@ func setMembers(m *ClusterMap, op *Op) (*ClusterMap, Result, error) {
 		g = &MapGroup{ID: MetaGroup, Members: m.MetaMembers(), MemberEpoch: m.MetaEpoch}
 	} else if g, _ = m.Group(mm.Group); g == nil {
 		return nil, Result{}, errMap("no group %d in the map", mm.Group)
+	} else if g.IsChain() {
+		// A chain's membership is its master's, recorded in the chain's
+		// own record (ChainConfigKey); the map keeps its first members.
+		return nil, Result{}, errMap("group %d runs the chain engine: its members are its master's, not the map's", mm.Group)
 	}
 	if err := checkMemberList(m, mm); err != nil {
 		return nil, Result{}, err
@@ -692,17 +794,20 @@ func setMembers(m *ClusterMap, op *Op) (*ClusterMap, Result, error) {
 // must be one VR can run and must never change under the same id: a
 // different list at an existing id is refused, not overwritten.
 func addGroup(m *ClusterMap, op *Op) (*ClusterMap, Result, error) {
-	mm, err := DecodeMapMembers(op.Key)
+	ag, err := DecodeMapAddGroup(op.Key)
 	if err != nil {
 		return nil, Result{}, err
 	}
+	mm := ag.MapMembers
 	if mm.Group == 0 || mm.Group >= MetaGroup || mm.Epoch != 0 {
 		// Data groups' ids are below the metadata group's reserved one
 		// (a result and a token name a group in 32 bits; the ids of
 		// kefir up and --groups are small).
 		return nil, Result{}, errMap("group id %d (epoch %d): a new group needs an id from 1 to %d and epoch 0", mm.Group, mm.Epoch, MetaGroup-1)
 	}
-	if err := checkMemberList(m, mm); err != nil {
+	// A chain runs with any number of members (a chain of two runs); the
+	// rest of the list's rules are VR's.
+	if err := checkList(m, mm, ag.Engine != EngineChain); err != nil {
 		return nil, Result{}, err
 	}
 	if slices.Contains(m.Removed, mm.Group) {
@@ -711,13 +816,13 @@ func addGroup(m *ClusterMap, op *Op) (*ClusterMap, Result, error) {
 		return nil, Result{}, errMap("group %d was removed from the map: a new group needs another id", mm.Group)
 	}
 	if g, ok := m.Group(mm.Group); ok {
-		if g.MemberEpoch == 0 && slices.Equal(g.Members, mm.Members) {
+		if g.MemberEpoch == 0 && slices.Equal(g.Members, mm.Members) && g.Engine == ag.Engine {
 			return nil, Result{Kind: ResInt, Int: int64(m.Epoch)}, nil // a retry
 		}
-		return nil, Result{}, errMap("group %d is in the map already (members %v at epoch %d)", mm.Group, g.Members, g.MemberEpoch)
+		return nil, Result{}, errMap("group %d is in the map already (members %v at epoch %d, engine %q)", mm.Group, g.Members, g.MemberEpoch, g.engineName())
 	}
 	n := m.clone()
-	n.Groups = append(n.Groups, MapGroup{ID: mm.Group, Members: slices.Clone(mm.Members)})
+	n.Groups = append(n.Groups, MapGroup{ID: mm.Group, Members: slices.Clone(mm.Members), Engine: ag.Engine})
 	slices.SortFunc(n.Groups, func(a, b MapGroup) int { return cmp.Compare(a.ID, b.ID) })
 	// As AddNode: the epoch moves so pollers learn the group, but not
 	// while a move is in flight (its MoveDone raises it).
@@ -782,8 +887,15 @@ func removeGroup(m *ClusterMap, op *Op) (*ClusterMap, Result, error) {
 
 // checkMemberList refuses a member list VR could not run: empty or even,
 // a member twice, a member that is not a node of the map.
-func checkMemberList(m *ClusterMap, mm MapMembers) error {
-	if len(mm.Members)%2 == 0 {
+func checkMemberList(m *ClusterMap, mm MapMembers) error { return checkList(m, mm, true) }
+
+// checkList is checkMemberList, the number of members odd only if odd (a
+// chain's need not be; never empty).
+func checkList(m *ClusterMap, mm MapMembers, odd bool) error {
+	if len(mm.Members) == 0 {
+		return errMap("group %d: no members", mm.Group)
+	}
+	if odd && len(mm.Members)%2 == 0 {
 		return errMap("group %d: %d members: a VR group has an odd number", mm.Group, len(mm.Members))
 	}
 	for i, id := range mm.Members {
@@ -816,7 +928,7 @@ func (m *ClusterMap) clone() *ClusterMap {
 	n := &ClusterMap{Epoch: m.Epoch, Nodes: slices.Clone(m.Nodes), Moves: slices.Clone(m.Moves), Meta: slices.Clone(m.Meta), MetaEpoch: m.MetaEpoch,
 		Removed: slices.Clone(m.Removed)}
 	for _, g := range m.Groups {
-		n.Groups = append(n.Groups, MapGroup{ID: g.ID, Members: slices.Clone(g.Members), Slots: slices.Clone(g.Slots), MemberEpoch: g.MemberEpoch})
+		n.Groups = append(n.Groups, MapGroup{ID: g.ID, Members: slices.Clone(g.Members), Slots: slices.Clone(g.Slots), MemberEpoch: g.MemberEpoch, Engine: g.Engine})
 	}
 	for i := range n.Moves {
 		n.Moves[i].Slots = slices.Clone(n.Moves[i].Slots)

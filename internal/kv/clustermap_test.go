@@ -570,3 +570,151 @@ func TestMapRemoveGroup(t *testing.T) {
 		}
 	}
 }
+
+// TestMapAddChainGroup: a group added with the chain engine is recorded so
+// (the map's codec keeps it, with and without recorded metadata members),
+// takes any number of members, refuses the same id with another engine and
+// a KindMapSetMembers (its members are its master's).
+func TestMapAddChainGroup(t *testing.T) {
+	m := mem{}
+	apply := applier(t, m)
+	initMap(t, apply)
+	for id := uint64(4); id <= 5; id++ {
+		nd := MapNode{ID: id, ClientAddr: "127.0.0.1:" + string(rune('0'+id)), PeerAddr: "127.0.0.1:1" + string(rune('0'+id))}
+		if _, err := apply(&Op{Kind: KindMapAddNode, Key: AppendMapNode(nil, nd)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	addOp := func(ag MapAddGroup) *Op { return &Op{Kind: KindMapAddGroup, Key: AppendMapAddGroup(nil, ag)} }
+	e0 := readMap(t, m).Epoch
+	for name, bad := range map[string]MapAddGroup{
+		"empty":      {MapMembers: MapMembers{Group: 3}, Engine: EngineChain},
+		"twice":      {MapMembers: MapMembers{Group: 3, Members: []uint64{4, 4}}, Engine: EngineChain},
+		"not a node": {MapMembers: MapMembers{Group: 3, Members: []uint64{4, 7}}, Engine: EngineChain},
+	} {
+		if _, err := apply(addOp(bad)); !errors.Is(err, ErrSlotTransition) {
+			t.Fatalf("%s: %+v: %v", name, bad, err)
+		}
+	}
+	if _, err := apply(&Op{Kind: KindMapAddGroup, Key: append(AppendMapMembers(nil, MapMembers{Group: 3, Members: []uint64{4}}), AppendBytes(nil, []byte("raft"))...)}); err == nil {
+		t.Fatal("an unknown engine was taken")
+	}
+	add := MapAddGroup{MapMembers: MapMembers{Group: 3, Members: []uint64{4, 5}}, Engine: EngineChain}
+	if res, err := apply(addOp(add)); err != nil || res.Int != int64(e0+1) || res.Version == 0 {
+		t.Fatalf("add chain group: %+v %v", res, err)
+	}
+	if res, err := apply(addOp(add)); err != nil || res.Version != 0 {
+		t.Fatalf("add chain group again: %+v %v", res, err)
+	}
+	if _, err := apply(addOp(MapAddGroup{MapMembers: MapMembers{Group: 3, Members: []uint64{4, 5, 1}}})); !errors.Is(err, ErrSlotTransition) {
+		t.Fatalf("the chain group's id as a VR group: %v", err)
+	}
+	if _, err := apply(membersOp(MapMembers{Group: 3, Epoch: 1, Members: []uint64{4, 5, 1}})); !errors.Is(err, ErrSlotTransition) {
+		t.Fatalf("set members of a chain group: %v", err)
+	}
+	cm := readMap(t, m)
+	g, ok := cm.Group(3)
+	if !ok || !g.IsChain() || !slices.Equal(g.Members, []uint64{4, 5}) {
+		t.Fatalf("map after add chain group: %+v", cm)
+	}
+	if g, _ := cm.Group(1); g.IsChain() {
+		t.Fatalf("group 1 turned into a chain: %+v", cm)
+	}
+	// The codec, with and without the metadata group's members recorded.
+	for _, meta := range [][]uint64{nil, {1, 2, 3}} {
+		c := *cm
+		c.Meta, c.MetaEpoch = meta, uint64(len(meta))
+		got, err := DecodeClusterMap(AppendClusterMap(nil, &c))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g, _ := got.Group(3); !g.IsChain() || !slices.Equal(got.Meta, meta) || got.MetaEpoch != c.MetaEpoch {
+			t.Fatalf("codec with meta %v: %+v", meta, got)
+		}
+	}
+}
+
+// TestMapFollowsTheChain: in a cluster's metadata group, the map's member
+// list of a chain group follows the chain's record (head first) with every
+// KindMapChainSet that changes it, raising the map's epoch (not while a
+// move is in flight); VR groups' members stay as they are.
+func TestMapFollowsTheChain(t *testing.T) {
+	m := mem{}
+	apply := applier(t, m)
+	initMap(t, apply)
+	nd := MapNode{ID: 4, ClientAddr: "127.0.0.1:4", PeerAddr: "127.0.0.1:14"}
+	if _, err := apply(&Op{Kind: KindMapAddNode, Key: AppendMapNode(nil, nd)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := apply(&Op{Kind: KindMapAddGroup, Key: AppendMapAddGroup(nil, MapAddGroup{MapMembers: MapMembers{Group: 3, Members: []uint64{4, 2, 1}}, Engine: EngineChain})}); err != nil {
+		t.Fatal(err)
+	}
+	e0 := readMap(t, m).Epoch
+	g1 := func() []uint64 { g, _ := readMap(t, m).Group(1); return g.Members }()
+	first := ChainConfig{Group: 3, Members: []uint64{4, 2, 1}}
+	if _, err := apply(chainOp(KindMapChainInit, first, 0)); err != nil {
+		t.Fatal(err)
+	}
+	if cm := readMap(t, m); cm.Epoch != e0 {
+		t.Fatalf("the first record moved the map: %+v", cm)
+	}
+	repaired := ChainConfig{Group: 3, Epoch: 1, Members: []uint64{2, 1}} // the head failed
+	if _, err := apply(chainOp(KindMapChainSet, repaired, 0)); err != nil {
+		t.Fatal(err)
+	}
+	cm := readMap(t, m)
+	if g, _ := cm.Group(3); cm.Epoch != e0+1 || !slices.Equal(g.Members, []uint64{2, 1}) || !g.IsChain() {
+		t.Fatalf("the map after the repair: %+v", cm)
+	}
+	if g, _ := cm.Group(1); !slices.Equal(g.Members, g1) {
+		t.Fatalf("a VR group's members changed: %v", g.Members)
+	}
+	if err := cm.Check(); err != nil {
+		t.Fatal(err)
+	}
+	// A move in flight: the members follow, the epoch waits for MoveDone.
+	if _, err := apply(moveOp(KindMapMovePlan, MapMove{From: 1, To: 3, Slots: []SlotRange{{0, 9}}, Epoch: cm.Epoch + 5, Driver: "d"})); err != nil {
+		t.Fatal(err)
+	}
+	rejoined := ChainConfig{Group: 3, Epoch: 2, Members: []uint64{2, 1, 4}}
+	if _, err := apply(chainOp(KindMapChainSet, rejoined, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if cm2 := readMap(t, m); cm2.Epoch != cm.Epoch || !slices.Equal(func() []uint64 { g, _ := cm2.Group(3); return g.Members }(), []uint64{2, 1, 4}) {
+		t.Fatalf("the map after the rejoin, a move in flight: %+v", cm2)
+	}
+}
+
+// TestClusterMapCodecOptionalSections: the map's trailing sections —
+// member epochs, metadata members, removed groups, chain groups — each
+// written when it or a later one has something, decode to the same map in
+// every combination (and encode again to the same bytes).
+func TestClusterMapCodecOptionalSections(t *testing.T) {
+	for mask := range 16 {
+		c := testMap()
+		if mask&1 != 0 {
+			c.Groups[0].MemberEpoch = 3
+		}
+		if mask&2 != 0 {
+			c.Meta, c.MetaEpoch = []uint64{1, 2, 3}, 4
+		}
+		if mask&4 != 0 {
+			c.Removed = []uint64{5, 9}
+		}
+		if mask&8 != 0 {
+			c.Groups[1].Engine = EngineChain
+		}
+		enc := AppendClusterMap(nil, c)
+		got, err := DecodeClusterMap(enc)
+		if err != nil {
+			t.Fatalf("mask %04b: %v", mask, err)
+		}
+		if got.Groups[0].MemberEpoch != c.Groups[0].MemberEpoch || !slices.Equal(got.Meta, c.Meta) || got.MetaEpoch != c.MetaEpoch ||
+			!slices.Equal(got.Removed, c.Removed) || got.Groups[1].IsChain() != c.Groups[1].IsChain() || got.Groups[0].IsChain() {
+			t.Fatalf("mask %04b: round trip %+v, want %+v", mask, got, c)
+		}
+		if again := AppendClusterMap(nil, got); !slices.Equal(again, enc) {
+			t.Fatalf("mask %04b: the decoded map encodes differently", mask)
+		}
+	}
+}

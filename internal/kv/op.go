@@ -248,7 +248,9 @@ func (op *Op) WrittenKeys() [][]byte {
 	case KindMapInit, KindMapMovePlan, KindMapMoveClaim, KindMapMoveDone, KindMapMoveAbort, KindMapAddNode, KindMapSetMembers, KindMapAddGroup, KindMapRemoveGroup:
 		return [][]byte{ClusterMapKey}
 	case KindMapChainInit, KindMapChainSet:
-		return [][]byte{ChainConfigKey(chainGroupOf(op))}
+		// The cluster map too: a chain group's members follow the record
+		// (followChain).
+		return [][]byte{ChainConfigKey(chainGroupOf(op)), ClusterMapKey}
 	case KindGroupAddrs:
 		return [][]byte{GroupAddrsKey}
 	case KindSlotImport:

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -131,6 +132,11 @@ type Config struct {
 	// every group it is a member of, each in DataDir/group-<id>, all on the
 	// node's one peer transport. Empty: the node's one group is Members.
 	Groups []cluster.GroupSpec
+	// ChainGroups are the groups of Groups that run the chain engine
+	// (kefir server --chain-groups; docs/design/chain.md "A chain in a
+	// cluster of groups"): opened by OpenChainReplica, their masters at
+	// the metadata group's nodes. Every node gets the same list.
+	ChainGroups []cluster.GroupID
 	// CrossGroupTx (with Groups) lets a KEFIR.TX transaction name keys of
 	// several slots: the node coordinates its two-phase commit, and pushes
 	// transactions left prepared in the groups it leads (xgtx.go).
@@ -207,6 +213,11 @@ type Config struct {
 	// vrshard.OpenHosted). The front door knows only its contract
 	// (internal/cluster).
 	OpenReplica cluster.Opener
+	// OpenChainReplica opens the node's member of a chain group of a
+	// cluster of several groups (kefir cluster add-group --engine chain;
+	// kefir server: vrshard.OpenChainGroup). Nil: the node refuses to
+	// start one.
+	OpenChainReplica cluster.Opener
 }
 
 // Member is one replica of the group: its id, the address peers dial, and the
@@ -261,6 +272,9 @@ func FormatMembers(ms []Member) string {
 func (c Config) validateReplication() error {
 	if c.ClusterRedirects && len(c.Groups) == 0 {
 		return errors.New("config: --cluster-redirects needs --groups (a single group's followers forward)")
+	}
+	if len(c.ChainGroups) > 0 && len(c.Groups) == 0 {
+		return errors.New("config: --chain-groups needs --groups (a single chain is --engine chain)")
 	}
 	if len(c.Groups) > 0 && !c.Replicated() {
 		return errors.New("config: --groups needs --members (the cluster's nodes)")
@@ -493,6 +507,11 @@ func (c Config) validateGroups(known map[uint64]bool) error {
 	if _, err := cluster.NewSlotMap(1, c.Groups); err != nil {
 		return fmt.Errorf("config: --groups: %w", err)
 	}
+	for _, id := range c.ChainGroups {
+		if !slices.ContainsFunc(c.Groups, func(g cluster.GroupSpec) bool { return g.ID == id }) {
+			return fmt.Errorf("config: --chain-groups: %d is not a group of --groups", id)
+		}
+	}
 	if c.Nilext {
 		return errors.New("config: --nilext is not supported yet with --groups (the fast path does not span groups)")
 	}
@@ -508,7 +527,7 @@ func (c Config) validateGroups(known map[uint64]bool) error {
 		if g.ID == cluster.MetaGroupID {
 			return fmt.Errorf("config: --groups: group id %d is reserved for the metadata group", g.ID)
 		}
-		if len(g.Members)%2 == 0 {
+		if len(g.Members)%2 == 0 && !slices.Contains(c.ChainGroups, g.ID) {
 			return fmt.Errorf("config: --groups: group %d has %d members: a VR group needs an odd number (2f+1)", g.ID, len(g.Members))
 		}
 		seen := map[uint64]bool{}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/kefirdb/kefir/internal/cluster"
 	"github.com/kefirdb/kefir/internal/kv"
+	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/transport"
 	"github.com/kefirdb/kefir/internal/vfs"
 )
@@ -59,11 +60,15 @@ type groupsState struct {
 	// in the map (recordMembers); recording: one is in flight.
 	recorded  map[cluster.GroupID]time.Time
 	recording bool
-	retired   chan struct{}
-	retErr    error
-	once      sync.Once
-	stop      func()
-	wg        sync.WaitGroup
+	// masters stop the hosted masters of the map's chain groups this node
+	// runs (a node of the metadata group; startChainMasters), by group.
+	// Only the watch's goroutine touches it, and stopGroupsWatch after it.
+	masters map[cluster.GroupID]func()
+	retired chan struct{}
+	retErr  error
+	once    sync.Once
+	stop    func()
+	wg      sync.WaitGroup
 }
 
 // groupsPoll is how often the node compares its groups with the map.
@@ -87,11 +92,22 @@ func (s *Server) startGroupsWatch() {
 		return
 	}
 	gs := &groupsState{joining: map[cluster.GroupID]bool{}, next: map[cluster.GroupID]time.Time{},
-		logged: map[cluster.GroupID]bool{}, recorded: map[cluster.GroupID]time.Time{}, retired: make(chan struct{})}
+		logged: map[cluster.GroupID]bool{}, recorded: map[cluster.GroupID]time.Time{}, retired: make(chan struct{}),
+		masters: map[cluster.GroupID]func(){}}
 	s.groups = gs
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	gs.stop = func() { cancel(); <-done; gs.wg.Wait() }
+	gs.stop = func() {
+		cancel()
+		<-done
+		gs.wg.Wait()
+		// Before the replicas close: a master speaks through its node's
+		// chain member and reads the metadata replica.
+		for _, stop := range gs.masters {
+			stop()
+		}
+		clear(gs.masters)
+	}
 	go func() {
 		defer close(done)
 		t := time.NewTicker(groupsPoll)
@@ -169,6 +185,7 @@ func (s *Server) syncGroups(ctx context.Context) bool {
 		}
 	}
 	s.recordMembersIfBehind(ctx, cm)
+	s.startChainMasters(cm)
 	hosted := map[cluster.GroupID]bool{}
 	for _, lg := range s.multi.Hosted() {
 		hosted[lg.Spec.ID] = true
@@ -207,7 +224,10 @@ func (s *Server) syncGroups(ctx context.Context) bool {
 		members := slices.Clone(g.Members)
 		join := s.joinGroup
 		if created(g) {
-			join = s.createGroup
+			engine := g.Engine
+			join = func(ctx context.Context, id cluster.GroupID, members []uint64) error {
+				return s.createGroup(ctx, id, members, engine)
+			}
 		}
 		gs.wg.Add(1)
 		go func() {
@@ -225,6 +245,63 @@ func (s *Server) syncGroups(ctx context.Context) bool {
 		}()
 	}
 	return false
+}
+
+// startChainMasters starts, at a node hosting a replica of the metadata
+// group, the hosted master of every chain group of map cm it does not run
+// yet (docs/design/chain.md "A chain in a cluster of groups"): one per
+// chain group at every metadata node, acting only at the metadata leader,
+// the chain's record in the metadata group. A node that is a member of the
+// chain starts it once its member is open (the master speaks through the
+// member's endpoint; before, it would take the group's place on the
+// transport).
+func (s *Server) startChainMasters(cm *kv.ClusterMap) {
+	gs := s.groups
+	meta, ok := s.multi.MetaHosted()
+	if !ok || meta.Hosted.Group.State().Retired {
+		// No metadata replica here (any more: it retired, replaced by
+		// kefir cluster replace-node): its masters stop with it.
+		for id, stop := range gs.masters {
+			stop()
+			delete(gs.masters, id)
+		}
+		return
+	}
+	host, ok := meta.Hosted.Group.(cluster.ChainMasterHost)
+	if !ok {
+		return
+	}
+	var local map[cluster.GroupID]shard.Replica
+	for _, g := range cm.Groups {
+		id := cluster.GroupID(g.ID)
+		if !g.IsChain() || gs.masters[id] != nil || time.Now().Before(gs.next[id]) {
+			continue
+		}
+		if local == nil {
+			local = map[cluster.GroupID]shard.Replica{}
+			for _, lg := range s.multi.Hosted() {
+				local[lg.Spec.ID] = lg.Hosted.Replica
+			}
+		}
+		spec := cluster.ChainMasterSpec{Group: id, Members: slices.Clone(g.Members), Transport: s.peerTr,
+			Logger: s.log.With("component", "chain-master", "group", g.ID)}
+		// By whether it hosts a member, not by the map: the map follows
+		// the chain's record, which leaves out a member while it is
+		// failed (and this node's member may run meanwhile).
+		if spec.Local = local[id]; spec.Local == nil && slices.Contains(g.Members, s.cfg.ReplicaID) {
+			continue // its member is not open yet
+		}
+		stop, err := host.HostChainMaster(spec)
+		if err != nil {
+			gs.mu.Lock()
+			gs.next[id] = time.Now().Add(time.Second)
+			gs.mu.Unlock()
+			s.log.Warn("start the hosted master of a chain group", "group", g.ID, "err", err)
+			continue
+		}
+		gs.masters[id] = stop
+		s.log.Info("hosting the master of a chain group", "group", g.ID, "members", g.Members)
+	}
 }
 
 // askMapIfLeaving: a replica here that is leaving its group must reach the
@@ -321,8 +398,8 @@ func (s *Server) recordMembersIfBehind(ctx context.Context, cm *kv.ClusterMap) {
 		recorded := cm.MetaEpoch
 		if lg.Spec.ID != cluster.MetaGroupID {
 			g, ok := cm.Group(uint64(lg.Spec.ID))
-			if !ok {
-				continue
+			if !ok || g.IsChain() {
+				continue // a chain's members follow its record (kv)
 			}
 			recorded = g.MemberEpoch
 		}
@@ -612,6 +689,15 @@ func created(g kv.MapGroup) bool {
 	return g.MemberEpoch == 0 && g.ID != uint64(cluster.MetaGroupID)
 }
 
+// chainMasters is where the hosted masters of map group g run, if it is a
+// chain: the metadata group's members.
+func chainMasters(g *kv.MapGroup, cm *kv.ClusterMap) []uint64 {
+	if !g.IsChain() {
+		return nil
+	}
+	return slices.Clone(cm.MetaMembers())
+}
+
 // createGroup starts this node's replica of group id, one of the group's
 // first members (members, the map's record, in leader order): the record
 // (the members with the map's addresses, Created) is written to the group's
@@ -621,7 +707,7 @@ func created(g kv.MapGroup) bool {
 // has. A directory that holds a replica already is opened as it is (a start
 // that failed after its record) and never bootstrapped again: bootstrap
 // happens only where vr/ does not exist yet.
-func (s *Server) createGroup(ctx context.Context, id cluster.GroupID, members []uint64) error {
+func (s *Server) createGroup(ctx context.Context, id cluster.GroupID, members []uint64, engine string) error {
 	dir := groupDir(s.cfg.DataDir, id)
 	jr, ok, err := joinRecord{}, false, error(nil)
 	if s.cfg.FS == nil {
@@ -636,7 +722,7 @@ func (s *Server) createGroup(ctx context.Context, id cluster.GroupID, members []
 		// The map this node follows may lag (its metadata replica, or its
 		// poll): a group reconfigured since would be bootstrapped at a
 		// configuration it left. The metadata leader's map decides.
-		if err := s.checkCreated(ctx, id, members); err != nil {
+		if err := s.checkCreated(ctx, id, members, engine); err != nil {
 			return err
 		}
 		ms := make([]Member, 0, len(members))
@@ -647,7 +733,10 @@ func (s *Server) createGroup(ctx context.Context, id cluster.GroupID, members []
 			}
 			ms = append(ms, n)
 		}
-		jr = joinRecord{Cluster: s.cfg.ClusterID, Replica: s.cfg.ReplicaID, Members: FormatMembers(ms), Slots: groupSlots(id, nil), Created: true}
+		jr = joinRecord{Cluster: s.cfg.ClusterID, Replica: s.cfg.ReplicaID, Members: FormatMembers(ms), Slots: groupSlots(id, nil), Created: true, Engine: engine}
+		if engine == kv.EngineChain {
+			jr.ChainMasters = s.multi.MetaMembers()
+		}
 		if s.cfg.FS == nil {
 			b, err := json.Marshal(jr)
 			if err != nil {
@@ -678,7 +767,7 @@ func (s *Server) createGroup(ctx context.Context, id cluster.GroupID, members []
 
 // checkCreated asks the metadata group's leader whether group id is still
 // at its first configuration, members, naming this node.
-func (s *Server) checkCreated(ctx context.Context, id cluster.GroupID, members []uint64) error {
+func (s *Server) checkCreated(ctx context.Context, id cluster.GroupID, members []uint64, engine string) error {
 	mv := s.nodeMover(s.metaSeeds())
 	defer mv.Close()
 	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
@@ -688,7 +777,7 @@ func (s *Server) checkCreated(ctx context.Context, id cluster.GroupID, members [
 		return fmt.Errorf("start group %d: the metadata leader's map: %w", id, err)
 	}
 	g, ok := cm.Group(uint64(id))
-	if !ok || !created(*g) || !slices.Equal(g.Members, members) || !slices.Contains(g.Members, s.cfg.ReplicaID) {
+	if !ok || !created(*g) || !slices.Equal(g.Members, members) || !slices.Contains(g.Members, s.cfg.ReplicaID) || g.Engine != engine {
 		return fmt.Errorf("start group %d: the metadata leader's map (epoch %d) no longer has it at its first members %v naming this node: %+v", id, cm.Epoch, members, g)
 	}
 	return nil
@@ -776,7 +865,19 @@ func (s *Server) openJoinedGroup(tr *transport.Transport, id cluster.GroupID, jr
 		spec.Membership, spec.Bootstrap = nil, bootstrap
 	}
 	spec.Nilext, spec.FollowerReads = false, false // as openGroups
-	h, err := cfg.OpenReplica(spec)
+	open := cfg.OpenReplica
+	if jr.Engine == kv.EngineChain {
+		// A chain group (add-group --engine chain): created only (the
+		// map never reconfigures a chain: its master does), its masters
+		// at the metadata group's nodes (startChainMasters).
+		if cfg.OpenChainReplica == nil || !jr.Created {
+			return cluster.LocalGroup{}, fmt.Errorf("server: group %d runs the chain engine, which this node cannot open (created %v)", id, jr.Created)
+		}
+		open = cfg.OpenChainReplica
+		spec.ChainMasters = jr.ChainMasters
+		spec.Logger = s.log.With("component", "chain", "group", uint64(id))
+	}
+	h, err := open(spec)
 	if err != nil {
 		return cluster.LocalGroup{}, fmt.Errorf("server: group %d: %w", id, err)
 	}
@@ -845,6 +946,12 @@ func (c *conn) groupCmdMulti(args [][]byte) error {
 	}
 	if sub == "CONFIG" {
 		return c.writeConfig(rc.Membership(), lg.Hosted.Group.State(), s.multi.Nodes())
+	}
+	if cm := s.multi.ClusterMap(); cm != nil {
+		if g, ok := cm.Group(uint64(id)); ok && g.IsChain() {
+			// Its members are its master's: it repairs and rejoins.
+			return errf("ERR KEFIR.GROUP RECONFIG: group %d is a chain: its membership is its master's, not VR reconfiguration's", id)
+		}
 	}
 	ids := make([]uint64, 0, len(args)-4)
 	for _, a := range args[4:] {
@@ -1017,7 +1124,7 @@ func prepareJoinGroups(ctx context.Context, cfg Config, mv *cluster.Mover, logf 
 				}
 				clusterID = gc.Cluster
 			}
-			b, err := json.Marshal(joinRecord{Cluster: clusterID, Replica: cfg.ReplicaID, Members: FormatMembers(ms), Slots: groupSlots(g.ID, nil), Created: true})
+			b, err := json.Marshal(joinRecord{Cluster: clusterID, Replica: cfg.ReplicaID, Members: FormatMembers(ms), Slots: groupSlots(g.ID, nil), Created: true, Engine: mg.Engine, ChainMasters: chainMasters(mg, cm)})
 			if err != nil {
 				return cfg, err
 			}

@@ -74,6 +74,13 @@ type joinRecord struct {
 	// exist.
 	Created bool `json:"created,omitempty"`
 	Opened  bool `json:"opened,omitempty"`
+	// Engine is the group's engine as the map records it (kv.EngineVR,
+	// kv.EngineChain): a restart opens the replica with the same one.
+	Engine string `json:"engine,omitempty"`
+	// ChainMasters: a chain group's, the metadata group's members when the
+	// group was created, where its hosted masters run (the member sends
+	// them its master's messages).
+	ChainMasters []uint64 `json:"chain_masters,omitempty"`
 }
 
 // retiredRecord is retiredFile's content.

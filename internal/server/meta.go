@@ -144,7 +144,8 @@ func (s *Server) stopMetaFollower() {
 //	KEFIR.SLOTS META ADDNODE id client-addr peer-addr   a node joins the map: the map's epoch
 //	KEFIR.SLOTS META SETMEMBERS group epoch id...   a group's members after its reconfiguration
 //	                                                to VR epoch `epoch` (kv.KindMapSetMembers): the map's epoch
-//	KEFIR.SLOTS META ADDGROUP group id...          a new data group with these members (leader
+//	KEFIR.SLOTS META ADDGROUP group [ENGINE chain] id...
+//	                                                a new data group with these members (leader
 //	                                                order) and no slots (kv.KindMapAddGroup): the map's epoch
 //	KEFIR.SLOTS META REMOVEGROUP group epoch        a data group of no slots leaves the map, compare-and-set by
 //	                                                the map's epoch (kv.KindMapRemoveGroup): the map's epoch
@@ -257,19 +258,28 @@ func (c *conn) metaCmd(args [][]byte) error {
 		}
 		op = kv.Op{Kind: kv.KindMapSetMembers, Key: kv.AppendMapMembers(nil, mm)}
 	case "ADDGROUP":
-		mm := kv.MapMembers{}
+		ag := kv.MapAddGroup{}
+		mm := &ag.MapMembers
 		var err error
 		if mm.Group, err = u(3); err != nil {
 			return err
 		}
-		for i := 4; i < len(args); i++ {
+		first := 4
+		if len(args) > 5 && strings.EqualFold(string(args[4]), "ENGINE") {
+			// KEFIR.SLOTS META ADDGROUP g ENGINE chain ids...
+			ag.Engine, first = strings.ToLower(string(args[5])), 6
+			if ag.Engine == "vr" {
+				ag.Engine = kv.EngineVR
+			}
+		}
+		for i := first; i < len(args); i++ {
 			id, err := u(i)
 			if err != nil {
 				return err
 			}
 			mm.Members = append(mm.Members, id)
 		}
-		op = kv.Op{Kind: kv.KindMapAddGroup, Key: kv.AppendMapMembers(nil, mm)}
+		op = kv.Op{Kind: kv.KindMapAddGroup, Key: kv.AppendMapAddGroup(nil, ag)}
 	case "REMOVEGROUP":
 		g, err := u(3)
 		if err != nil {

@@ -170,7 +170,15 @@ func groupDir(dataDir string, id cluster.GroupID) string {
 // cluster.Multi that routes each request by its slot.
 func (s *Server) openGroups() (_ cluster.Hosted, err error) {
 	cfg := s.cfg
-	slots, err := cluster.NewSlotMap(1, cfg.Groups)
+	groups := slices.Clone(cfg.Groups)
+	for i := range groups {
+		if slices.Contains(cfg.ChainGroups, groups[i].ID) {
+			// In the map the metadata group starts with, so that its
+			// nodes run the chain's master (startChainMasters).
+			groups[i].Engine = kv.EngineChain
+		}
+	}
+	slots, err := cluster.NewSlotMap(1, groups)
 	if err != nil {
 		return cluster.Hosted{}, fmt.Errorf("server: %w", err)
 	}
@@ -261,7 +269,22 @@ func (s *Server) openGroups() (_ cluster.Hosted, err error) {
 		// the config says): a cluster's cross-client-monotonic reads are
 		// its leaders' (cluster.Multi.CheckConsistency).
 		spec.Nilext, spec.FollowerReads = false, false
-		h, err := cfg.OpenReplica(spec)
+		open := cfg.OpenReplica
+		if g.Engine == kv.EngineChain {
+			// A chain group of --chain-groups: its masters run at the
+			// metadata group's members, computed from --members as
+			// openMeta does.
+			ids := make([]uint64, len(cfg.Members))
+			for i, m := range cfg.Members {
+				ids[i] = m.ID
+			}
+			open, spec.ChainMasters = cfg.OpenChainReplica, cluster.MetaMembers(ids)
+			if open == nil {
+				return cluster.Hosted{}, fmt.Errorf("server: group %d of --chain-groups: this node has no chain engine (Config.OpenChainReplica)", g.ID)
+			}
+			spec.Logger = s.log.With("component", "chain", "group", uint64(g.ID))
+		}
+		h, err := open(spec)
 		if err != nil {
 			return cluster.Hosted{}, fmt.Errorf("server: group %d: %w", g.ID, err)
 		}

@@ -827,6 +827,11 @@ type Replica struct {
 	// (OpenChainNode; nil elsewhere), hostedMaster the master it hosts.
 	hostedMeta   *Replica
 	hostedMaster *chainmaster.Master
+	// groupMaster is this node's hosted master of the chain group r is a
+	// member of, in a cluster of several groups (OpenChainGroup; started
+	// later, by the metadata replica's HostChainMaster): the member's
+	// messages for its master that are this node's are handed to it.
+	groupMaster *atomic.Pointer[chainmaster.Master]
 
 	// Early-acknowledged writes without a request id get one: this
 	// incarnation's random client id and the next number (driver only).

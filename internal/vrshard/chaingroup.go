@@ -1,0 +1,94 @@
+package vrshard
+
+import (
+	"fmt"
+	"slices"
+	"sync/atomic"
+
+	"github.com/kefirdb/kefir/internal/chain"
+	"github.com/kefirdb/kefir/internal/chainmaster"
+	kcluster "github.com/kefirdb/kefir/internal/cluster"
+)
+
+// A chain group inside a cluster of several groups (kefir cluster add-group
+// --engine chain; docs/design/chain.md "A chain in a cluster of groups").
+// The group's members open a chain member on the node's one peer transport
+// (OpenChainGroup); the chain's configuration record lives in the cluster's
+// metadata group, whose every node runs the group's hosted master
+// (HostChainMaster on the node's metadata replica), acting at its leader —
+// as OpenChainNode does for the single chain of kefir server --engine chain,
+// except that the metadata group is the cluster's (the slot map's) and the
+// master is started by the node when the map names a chain group, not with
+// the member: a metadata node need not be a member of the chain.
+
+// OpenChainGroup is the kcluster.Opener of a chain group's member in a
+// cluster of several groups: spec.Transport is the node's transport, and
+// spec.ChainMasters the metadata group's members, where the masters run.
+func OpenChainGroup(st ChainStoreOptions) kcluster.Opener {
+	return func(spec kcluster.ReplicaSpec) (kcluster.Hosted, error) {
+		if spec.Transport == nil || len(spec.ChainMasters) == 0 {
+			return kcluster.Hosted{}, fmt.Errorf("chain member %d of group %d: a chain group of a cluster needs the node's transport and the metadata group's members", spec.Self, spec.Group)
+		}
+		if spec.Nilext || spec.FollowerReads {
+			return kcluster.Hosted{}, fmt.Errorf("chain member %d: --nilext and --follower-reads are VR's", spec.Self)
+		}
+		opts := hostedOptions(spec)
+		opts.Transport, opts.Group = spec.Transport, uint64(spec.Group)
+		co := &ChainOptions{Master: ChainMasterID, Masters: slices.Clone(spec.ChainMasters),
+			Store: st.Store, Flush: st.Flush, PrecopyRate: st.PrecopyRate}
+		lm := new(atomic.Pointer[chainmaster.Master])
+		if slices.Contains(spec.ChainMasters, spec.Self) {
+			// This node hosts one of the masters (once the node starts
+			// it): what the member sends it, and what other members send
+			// it through this group's endpoint, is handed over here.
+			co.LocalMaster = func(msgs []chain.Msg) {
+				if m := lm.Load(); m != nil {
+					m.Deliver(msgs)
+				}
+			}
+		}
+		opts.Chain = co
+		r, err := Open(opts)
+		if err != nil {
+			return kcluster.Hosted{}, fmt.Errorf("open chain member %d of group %d (cluster %d): %w", spec.Self, spec.Group, spec.Cluster, err)
+		}
+		r.groupMaster = lm
+		return kcluster.Hosted{Replica: r, Group: r.Hosted(), Engine: r.Engine(), Transport: spec.Transport}, nil
+	}
+}
+
+// HostChainMaster starts this node's master of chain group s.Group, hosted
+// by g — the node's replica of the cluster's metadata group — and returns
+// what stops it. With s.Local (this node is a member of the chain) the
+// master speaks through the member's endpoint, as OpenChainNode's does;
+// without, it registers the group on s.Transport itself.
+func (g hostedGroup) HostChainMaster(s kcluster.ChainMasterSpec) (func(), error) {
+	mc := chainmaster.Config{Self: g.r.cfg.Self, As: ChainMasterID, Members: slices.Clone(s.Members),
+		Group: uint64(s.Group), Meta: g.r.ChainMeta(), Logger: s.Logger}
+	var local *Replica
+	if s.Local != nil {
+		lr, ok := s.Local.(*Replica)
+		if !ok || lr.groupMaster == nil {
+			return nil, fmt.Errorf("chain group %d: this node's member is not a chain group's member", s.Group)
+		}
+		local = lr
+		mc.Send = lr.sendFromMaster
+	} else {
+		mc.Transport = s.Transport
+	}
+	m, err := chainmaster.Start(mc)
+	if err != nil {
+		return nil, fmt.Errorf("chain group %d: the hosted master: %w", s.Group, err)
+	}
+	if local != nil {
+		local.groupMaster.Store(m)
+	}
+	return func() {
+		if local != nil {
+			local.groupMaster.CompareAndSwap(m, nil)
+		}
+		m.Close()
+	}, nil
+}
+
+var _ kcluster.ChainMasterHost = hostedGroup{}
