@@ -267,6 +267,14 @@ func (s *Server) startChainMasters(cm *kv.ClusterMap) {
 		}
 		return
 	}
+	for id, stop := range gs.masters {
+		if slices.Contains(cm.Removed, uint64(id)) {
+			// A chain group taken out of the map (kefir cluster
+			// remove-group): no member to master any more.
+			stop()
+			delete(gs.masters, id)
+		}
+	}
 	host, ok := meta.Hosted.Group.(cluster.ChainMasterHost)
 	if !ok {
 		return
