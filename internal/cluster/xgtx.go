@@ -83,13 +83,17 @@ func engineGetter(db *storage.DB) kv.Getter {
 
 // txLockOf returns the prepared transaction locking one of keys in this
 // node's replica of its group (as applied here), if any; writes false
-// counts write locks only (a read waits for those). One engine lookup when
-// the group holds no lock.
+// counts write locks only (a read waits for those). One atomic load when
+// the group's replica publishes that it holds no lock (txLockFree), else
+// one engine lookup when it holds none.
 func (m *Multi) txLockOf(keys [][]byte, writes bool) (key []byte, p kv.TxPrepared, locked bool, err error) {
 	for _, k := range keys {
 		g, err := m.routeSlot(Slot(k))
 		if err != nil || g.h.Engine == nil {
 			continue // another node's group: it waits there
+		}
+		if lf, ok := g.h.Replica.(txLockFree); ok && lf.TxLockFree() {
+			continue // published by the replica's applier: one load
 		}
 		get := engineGetter(g.h.Engine)
 		n, err := kv.TxLockCount(get)
@@ -160,6 +164,10 @@ func (m *Multi) AwaitTxLocks(ctx context.Context, keys [][]byte, writes bool) er
 		pause = min(2*pause, 10*time.Millisecond)
 	}
 }
+
+// txLockFree is a hosted replica that publishes whether its engine holds a
+// prepared transaction (vrshard.Replica.TxLockFree).
+type txLockFree interface{ TxLockFree() bool }
 
 // txLeads is a hosted replica that knows whether it leads its group.
 type txLeads interface{ Leads() bool }
