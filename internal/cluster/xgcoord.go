@@ -92,11 +92,13 @@ func TwoPhase(ctx context.Context, run TxOpRunner, txid, primaryKey []byte, keys
 		resolves = append(resolves, kv.NewTxResolve(txid, keys[i], committed))
 	}
 	if len(resolves) > 0 {
-		_, rerrs := run(ctx, resolves) // failed: pushed by its leader
+		rreplies, rerrs := run(ctx, resolves) // failed: pushed by its leader
 		if committed {
 			var done [][]byte
 			for i, e := range rerrs {
-				if e == nil {
+				// Only a resolve's own answer says the part resolved (an
+				// error line forwarded from a group is not one).
+				if e == nil && rreplies[i] == "+COMMITTED" {
 					done = append(done, resolves[i].Expected)
 				}
 			}
@@ -146,8 +148,12 @@ func PushTx(ctx context.Context, run TxOpRunner, key []byte, p kv.TxPrepared) er
 		return nil // the primary's part resolved with its decision
 	}
 	commit := d == "+COMMITTED"
-	if _, err = runOne(ctx, run, kv.NewTxResolve(p.TxID, key, commit)); err != nil || !commit {
+	r, err := runOne(ctx, run, kv.NewTxResolve(p.TxID, key, commit))
+	if err != nil || !commit {
 		return err
+	}
+	if r != "+COMMITTED" {
+		return fmt.Errorf("push of %x: resolve answered %q", p.TxID, r)
 	}
 	_, err = runOne(ctx, run, kv.NewTxForget(p.TxID, p.Primary, [][]byte{key}))
 	return err
@@ -220,10 +226,13 @@ func SettleTx(ctx context.Context, run TxOpRunner, d kv.TxDecision) error {
 	for i, k := range d.Pending {
 		resolves[i] = kv.NewTxResolve(d.TxID, k, true)
 	}
-	_, errs := run(ctx, resolves)
+	replies, errs := run(ctx, resolves)
 	var done [][]byte
 	for i, e := range errs {
-		if e == nil {
+		if e == nil && replies[i] != "+COMMITTED" {
+			errs[i] = fmt.Errorf("settle %x: resolve answered %q", d.TxID, replies[i])
+		}
+		if errs[i] == nil {
 			done = append(done, d.Pending[i])
 		}
 	}
