@@ -168,27 +168,33 @@ func PushTx(ctx context.Context, run TxOpRunner, key []byte, p kv.TxPrepared) er
 // clocks' skew.
 var TxDecisionKeep = time.Minute
 
-// txCollectBatch bounds the decisions one sweep collects.
-const txCollectBatch = 1024
+// txCollectBatch bounds the decisions one sweep collects (kv's bound on a
+// collect op); txSettleBatch the commits it settles.
+const (
+	txCollectBatch = 4096
+	txSettleBatch  = 64
+)
 
 // TxDecisionsDue lists the decisions in db (a group's applied state, of
-// which it is the primary) that its leader's sweep acts on at now:
-// collect, the op deleting the settled ones below the mark now-keep (and
-// raising the mark; nil if none is due), and unsettled, the commits
+// which it is the primary) that its leader's sweep acts on at now, among
+// those below the mark now-keep: collect, the op deleting the settled ones
+// (and raising the mark; nil if none is due), and unsettled, the commits
 // decided longer than age ago that still wait for a participant's resolve
-// (SettleTx).
+// (SettleTx). A commit left unsettled holds no lock — a participant still
+// prepared is pushed by its own leader, and the push's forget settles it —
+// so settling waits until it is due for collection: the scan reads only
+// the records below the mark, not the minute's.
 func TxDecisionsDue(db *storage.DB, now time.Time, keep, age time.Duration) (collect *kv.Op, unsettled []kv.TxDecision, err error) {
 	mark := now.Add(-keep).UnixMilli()
-	// The records are in txid order, which is time order (kv.NewTxID): the
-	// scan stops at the first one too young for either list.
-	young := max(mark, now.Add(-age).UnixMilli())
 	var ids [][]byte
 	var routing []byte
 	end := append(slices.Clone(kv.TxDecisionPrefix[:len(kv.TxDecisionPrefix)-1]), kv.TxDecisionPrefix[len(kv.TxDecisionPrefix)-1]+1)
 	var derr error
 	err = db.Scan(kv.TxDecisionPrefix, end, 0, 0, func(key []byte, v storage.Value) bool {
 		txid := bytes.Clone(key[len(kv.TxDecisionPrefix):])
-		if kv.TxIDTime(txid) >= young {
+		if kv.TxIDTime(txid) >= mark {
+			// The records are in txid order, which is time order
+			// (kv.NewTxID): the rest are younger.
 			return false
 		}
 		d, err := kv.DecodeTxDecision(txid, bytes.Clone(v.Data))
@@ -197,15 +203,15 @@ func TxDecisionsDue(db *storage.DB, now time.Time, keep, age time.Duration) (col
 			return false
 		}
 		switch {
-		case d.Settled() && kv.TxIDTime(txid) < mark && len(ids) < txCollectBatch:
+		case d.Settled() && len(ids) < txCollectBatch:
 			ids = append(ids, txid)
 			if routing == nil {
 				routing = d.Primary
 			}
-		case d.Commit && len(d.Pending) > 0 && now.Sub(time.UnixMilli(d.Decided)) >= age && len(unsettled) < txCollectBatch:
+		case d.Commit && len(d.Pending) > 0 && now.Sub(time.UnixMilli(d.Decided)) >= age && len(unsettled) < txSettleBatch:
 			unsettled = append(unsettled, d)
 		}
-		return len(ids) < txCollectBatch || len(unsettled) < txCollectBatch
+		return len(ids) < txCollectBatch || len(unsettled) < txSettleBatch
 	})
 	if err == nil {
 		err = derr
