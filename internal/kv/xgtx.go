@@ -31,6 +31,14 @@ import (
 //   - KindTxResolve, at every other participant: lands the prepared records
 //     (commit) or not (abort), and drops the locks. Idempotent.
 //
+// Two more collect the decisions (docs/design/transactions.md, "Collecting
+// the decisions"): KindTxForget tells the primary that participants of a
+// commit have resolved it, and KindTxCollect raises a group's low-water
+// mark and deletes the settled decisions below it. Transaction ids carry
+// their coordinator's clock (NewTxID); below the mark an id with no
+// decision is forgotten: its prepare does not lock, its decide records
+// nothing (TxForgottenReply).
+//
 // Every record is a reserved key (ReservedPrefix), so it is part of the
 // state every replica derives from the log — it survives restart, snapshot
 // transfer and crash replay without a table of its own to rebuild — and it
