@@ -62,6 +62,13 @@ type Multi struct {
 	// txPushes counts the sweep's pushes.
 	pusher   atomic.Pointer[TxPusher]
 	txPushes atomic.Uint64
+	// txOps runs two-phase ops for the sweep's collection of decisions
+	// (xgtx.go); txSettles counts the commits it settled.
+	txOps     atomic.Pointer[TxOpRunner]
+	txSettles atomic.Uint64
+	// txKeep overrides TxDecisionKeep for this node (0: the default; a
+	// test's, without writing the package's variable other servers read).
+	txKeep atomic.Int64
 }
 
 // LocalGroup is one group's replica a node hosts.

@@ -1,8 +1,11 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -38,8 +41,11 @@ type TxOpRunner func(ctx context.Context, ops []kv.Op) (replies []string, errs [
 //     once; one that fails is left to its group's leader (the push).
 //
 // It answers committed, or the abort's reason; err if the decision's
-// outcome is unknown.
-func TwoPhase(ctx context.Context, run TxOpRunner, txid, primaryKey []byte, keys [][]byte, prepares []kv.Op) (committed bool, abort string, err error) {
+// outcome is unknown. forget, if not nil, tells the primary which parts of
+// a commit have resolved, so that it may collect its decision
+// (kv.KindTxForget): the caller sends it after its reply (run(ctx,
+// forget)); lost, the primary's sweep settles the decision (SettleTx).
+func TwoPhase(ctx context.Context, run TxOpRunner, txid, primaryKey []byte, keys [][]byte, prepares []kv.Op) (committed bool, abort string, forget []kv.Op, err error) {
 	replies, errs := run(ctx, prepares)
 	commit := true
 	for i := range prepares {
@@ -61,14 +67,21 @@ func TwoPhase(ctx context.Context, run TxOpRunner, txid, primaryKey []byte, keys
 	}
 	var decision string
 	for attempt := 0; attempt < 3; attempt++ {
-		if decision, err = runOne(ctx, run, kv.NewTxDecide(txid, primaryKey, commit)); err == nil {
+		if decision, err = runOne(ctx, run, kv.NewTxDecide(txid, primaryKey, commit, keys...)); err == nil {
 			break
 		}
 	}
-	if err != nil {
+	switch {
+	case err != nil:
 		// The primary may have recorded it or not: the participants'
 		// leaders will learn which from it (the push).
-		return false, "", fmt.Errorf("cross-group commit: the decision's outcome is unknown: %w", err)
+		return false, "", nil, fmt.Errorf("cross-group commit: the decision's outcome is unknown: %w", err)
+	case decision == "+FORGOTTEN" && commit:
+		// Decided before (an attempt whose answer was lost) and collected
+		// since: committed, or aborted by a push — no longer known.
+		return false, "", nil, fmt.Errorf("cross-group commit: the decision's outcome is unknown: transaction %x is below its primary's low-water mark and its decision was collected", txid)
+	case decision != "+COMMITTED" && decision != "+ABORTED" && decision != "+FORGOTTEN":
+		return false, "", nil, fmt.Errorf("cross-group commit: the decision's outcome is unknown: the primary answered %q", decision)
 	}
 	committed = decision == "+COMMITTED"
 	var resolves []kv.Op
@@ -79,15 +92,28 @@ func TwoPhase(ctx context.Context, run TxOpRunner, txid, primaryKey []byte, keys
 		resolves = append(resolves, kv.NewTxResolve(txid, keys[i], committed))
 	}
 	if len(resolves) > 0 {
-		_, _ = run(ctx, resolves) // failed: pushed by its leader
+		rreplies, rerrs := run(ctx, resolves) // failed: pushed by its leader
+		if committed {
+			var done [][]byte
+			for i, e := range rerrs {
+				// Only a resolve's own answer says the part resolved (an
+				// error line forwarded from a group is not one).
+				if e == nil && rreplies[i] == "+COMMITTED" {
+					done = append(done, resolves[i].Expected)
+				}
+			}
+			if len(done) > 0 {
+				forget = []kv.Op{kv.NewTxForget(txid, primaryKey, done)}
+			}
+		}
 	}
 	if committed {
-		return true, "", nil
+		return true, "", forget, nil
 	}
 	if abort == "" {
 		abort = "TXABORT the transaction was aborted before its commit (a participant's leader pushed it)"
 	}
-	return false, abort, nil
+	return false, abort, nil, nil
 }
 
 // runOne runs one op.
@@ -99,7 +125,12 @@ func runOne(ctx context.Context, run TxOpRunner, op kv.Op) (string, error) {
 // PushTx decides and resolves prepared part p (key: a key of its slot)
 // from outside its coordinator: abort decided at its primary — the first
 // decision wins, so a coordinator that got there first is answered — then
-// the part resolved with the primary's answer.
+// the part resolved with the primary's answer, and a commit's primary told
+// (kv.KindTxForget). Forgotten (the transaction is below the primary's
+// low-water mark and has no decision there) resolves abort: a part still
+// prepared then was prepared after its transaction was decided — aborted,
+// or committed with this part's records landed by an earlier prepare's
+// resolve, since a commit is collected only once every part resolved.
 func PushTx(ctx context.Context, run TxOpRunner, key []byte, p kv.TxPrepared) error {
 	if mutation.On && MultiMut.PushDecidesLocally.Load() {
 		// The bug: the part aborts on its own, whatever the primary decided.
@@ -110,14 +141,113 @@ func PushTx(ctx context.Context, run TxOpRunner, key []byte, p kv.TxPrepared) er
 	if err != nil {
 		return err
 	}
-	if d != "+COMMITTED" && d != "+ABORTED" {
+	if d != "+COMMITTED" && d != "+ABORTED" && d != "+FORGOTTEN" {
 		return fmt.Errorf("push of %x: decide answered %q", p.TxID, d)
 	}
-	if Slot(key) == Slot(p.Primary) {
+	if Slot(key) == Slot(p.Primary) && d != "+FORGOTTEN" {
 		return nil // the primary's part resolved with its decision
 	}
-	_, err = runOne(ctx, run, kv.NewTxResolve(p.TxID, key, d == "+COMMITTED"))
+	commit := d == "+COMMITTED"
+	r, err := runOne(ctx, run, kv.NewTxResolve(p.TxID, key, commit))
+	if err != nil || !commit {
+		return err
+	}
+	if r != "+COMMITTED" {
+		return fmt.Errorf("push of %x: resolve answered %q", p.TxID, r)
+	}
+	_, err = runOne(ctx, run, kv.NewTxForget(p.TxID, p.Primary, [][]byte{key}))
 	return err
+}
+
+// TxDecisionKeep is how long a group keeps the decisions it recorded as a
+// primary, by the transaction's id (kv.TxIDTime, its coordinator's clock)
+// against its leader's: the low-water mark its sweep raises is now minus
+// this. A coordinator whose transaction is older than the mark when its
+// prepare or decide arrives is refused (abort, or an unknown outcome), so
+// it must exceed a commit's duration (the server's bound is 15 s) plus the
+// clocks' skew.
+var TxDecisionKeep = time.Minute
+
+// txCollectBatch bounds the decisions one sweep collects (kv's bound on a
+// collect op); txSettleBatch the commits it settles.
+const (
+	txCollectBatch = 4096
+	txSettleBatch  = 64
+)
+
+// TxDecisionsDue lists the decisions in db (a group's applied state, of
+// which it is the primary) that its leader's sweep acts on at now, among
+// those below the mark now-keep: collect, the op deleting the settled ones
+// (and raising the mark; nil if none is due), and unsettled, the commits
+// decided longer than age ago that still wait for a participant's resolve
+// (SettleTx). A commit left unsettled holds no lock — a participant still
+// prepared is pushed by its own leader, and the push's forget settles it —
+// so settling waits until it is due for collection: the scan reads only
+// the records below the mark, not the minute's.
+func TxDecisionsDue(db *storage.DB, now time.Time, keep, age time.Duration) (collect *kv.Op, unsettled []kv.TxDecision, err error) {
+	mark := now.Add(-keep).UnixMilli()
+	var ids [][]byte
+	var routing []byte
+	end := append(slices.Clone(kv.TxDecisionPrefix[:len(kv.TxDecisionPrefix)-1]), kv.TxDecisionPrefix[len(kv.TxDecisionPrefix)-1]+1)
+	var derr error
+	err = db.Scan(kv.TxDecisionPrefix, end, 0, 0, func(key []byte, v storage.Value) bool {
+		txid := bytes.Clone(key[len(kv.TxDecisionPrefix):])
+		if kv.TxIDTime(txid) >= mark {
+			// The records are in txid order, which is time order
+			// (kv.NewTxID): the rest are younger.
+			return false
+		}
+		d, err := kv.DecodeTxDecision(txid, bytes.Clone(v.Data))
+		if err != nil {
+			derr = err
+			return false
+		}
+		switch {
+		case d.Settled() && len(ids) < txCollectBatch:
+			ids = append(ids, txid)
+			if routing == nil {
+				routing = d.Primary
+			}
+		case d.Commit && len(d.Pending) > 0 && now.Sub(time.UnixMilli(d.Decided)) >= age && len(unsettled) < txSettleBatch:
+			unsettled = append(unsettled, d)
+		}
+		return len(ids) < txCollectBatch || len(unsettled) < txSettleBatch
+	})
+	if err == nil {
+		err = derr
+	}
+	if len(ids) > 0 && routing != nil {
+		op := kv.NewTxCollect(routing, mark, ids)
+		collect = &op
+	}
+	return collect, unsettled, err
+}
+
+// SettleTx resolves commit d at every participant it still waits for (a
+// resolve is idempotent: one that resolved already answers with nothing
+// to do) and tells the primary which did: a coordinator that died after
+// its decision, or whose forget was lost, leaves its decision unsettled.
+func SettleTx(ctx context.Context, run TxOpRunner, d kv.TxDecision) error {
+	resolves := make([]kv.Op, len(d.Pending))
+	for i, k := range d.Pending {
+		resolves[i] = kv.NewTxResolve(d.TxID, k, true)
+	}
+	replies, errs := run(ctx, resolves)
+	var done [][]byte
+	for i, e := range errs {
+		if e == nil && replies[i] != "+COMMITTED" {
+			errs[i] = fmt.Errorf("settle %x: resolve answered %q", d.TxID, replies[i])
+		}
+		if errs[i] == nil {
+			done = append(done, d.Pending[i])
+		}
+	}
+	if len(done) > 0 {
+		if _, err := runOne(ctx, run, kv.NewTxForget(d.TxID, d.Primary, done)); err != nil {
+			return err
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // TxStale lists the parts prepared in db (a group's applied state) longer

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -29,7 +30,12 @@ import (
 //     got there first is answered — and the group resolves with the answer;
 //   - the leader of each hosted group pushes every transaction left prepared
 //     longer than TxPushAge (RunTxPush): a coordinator that died between
-//     prepare and resolve leaves locks that nothing else would drop.
+//     prepare and resolve leaves locks that nothing else would drop;
+//   - the same sweep collects the decisions the group recorded as a
+//     primary: it settles a commit that still waits for a participant's
+//     resolve after TxPushAge (SettleTx), and deletes the settled decisions
+//     older than TxDecisionKeep, raising the group's low-water mark
+//     (kv.KindTxCollect).
 
 // TxPushAge is how long a transaction may stay prepared before a
 // participant's leader pushes it (from its prepare op's clock).
@@ -52,6 +58,10 @@ type TxPusher func(ctx context.Context, key []byte, p kv.TxPrepared) error
 // SetTxPusher sets the function waits and RunTxPush push with.
 func (m *Multi) SetTxPusher(p TxPusher) { m.pusher.Store(&p) }
 
+// SetTxOps sets what RunTxPush's collection of decisions runs its ops with
+// (the front door's routing to any group's leader).
+func (m *Multi) SetTxOps(run TxOpRunner) { m.txOps.Store(&run) }
+
 // ErrTxLockWait: a read or write waited txWaitMax for a prepared
 // transaction's lock and it is still held.
 var ErrTxLockWait = &ReplyError{"TRYAGAIN key locked by a prepared cross-group transaction that is not resolved yet"}
@@ -73,13 +83,17 @@ func engineGetter(db *storage.DB) kv.Getter {
 
 // txLockOf returns the prepared transaction locking one of keys in this
 // node's replica of its group (as applied here), if any; writes false
-// counts write locks only (a read waits for those). One engine lookup when
-// the group holds no lock.
+// counts write locks only (a read waits for those). One atomic load when
+// the group's replica publishes that it holds no lock (txLockFree), else
+// one engine lookup when it holds none.
 func (m *Multi) txLockOf(keys [][]byte, writes bool) (key []byte, p kv.TxPrepared, locked bool, err error) {
 	for _, k := range keys {
 		g, err := m.routeSlot(Slot(k))
 		if err != nil || g.h.Engine == nil {
 			continue // another node's group: it waits there
+		}
+		if lf, ok := g.h.Replica.(txLockFree); ok && lf.TxLockFree() {
+			continue // published by the replica's applier: one load
 		}
 		get := engineGetter(g.h.Engine)
 		n, err := kv.TxLockCount(get)
@@ -151,12 +165,17 @@ func (m *Multi) AwaitTxLocks(ctx context.Context, keys [][]byte, writes bool) er
 	}
 }
 
+// txLockFree is a hosted replica that publishes whether its engine holds a
+// prepared transaction (vrshard.Replica.TxLockFree).
+type txLockFree interface{ TxLockFree() bool }
+
 // txLeads is a hosted replica that knows whether it leads its group.
 type txLeads interface{ Leads() bool }
 
 // RunTxPush pushes, every period until ctx ends, the transactions that have
 // been prepared longer than TxPushAge in every hosted group this node
-// leads.
+// leads, and collects the decisions those groups keep as primaries
+// (collectDecisions).
 func (m *Multi) RunTxPush(ctx context.Context, period time.Duration, now func() time.Time) {
 	t := time.NewTicker(period)
 	defer t.Stop()
@@ -188,8 +207,68 @@ func (m *Multi) pushOld(ctx context.Context, now time.Time) {
 			_ = (*push)(pctx, p.Locks[0].Key, p) // failed: the next round tries again
 			cancel()
 		}
+		m.collectDecisions(ctx, g.h.Engine, now)
 	}
 }
+
+// collectDecisions is one round of the sweep's collection at a group this
+// node leads (db, its replica's engine): its unsettled commits settled,
+// then its settled decisions below the mark deleted. Anything that fails
+// is tried again by the next round.
+func (m *Multi) collectDecisions(ctx context.Context, db *storage.DB, now time.Time) {
+	run := m.txOps.Load()
+	if run == nil {
+		return
+	}
+	keep := TxDecisionKeep
+	if k := m.txKeep.Load(); k > 0 {
+		keep = time.Duration(k)
+	}
+	collect, unsettled, err := TxDecisionsDue(db, now, keep, TxPushAge)
+	if err != nil {
+		return
+	}
+	for _, d := range unsettled {
+		m.txSettles.Add(1)
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_ = SettleTx(sctx, *run, d)
+		cancel()
+	}
+	if collect != nil {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, _ = runOne(cctx, *run, *collect)
+		cancel()
+	}
+}
+
+// SetTxDecisionKeep sets how long this node's groups keep their decisions
+// (TxDecisionKeep when never set).
+func (m *Multi) SetTxDecisionKeep(d time.Duration) { m.txKeep.Store(int64(d)) }
+
+// TxDecisionCount is the number of decision records in this node's replicas
+// (a test's bound check; a scan of each group's decisions).
+func (m *Multi) TxDecisionCount() (int, error) {
+	n := 0
+	for _, g := range m.hs().local {
+		if g.h.Engine == nil {
+			continue
+		}
+		err := g.h.Engine.Scan(kv.TxDecisionPrefix, nil, 0, 0, func(key []byte, _ storage.Value) bool {
+			if !bytes.HasPrefix(key, kv.TxDecisionPrefix) {
+				return false
+			}
+			n++
+			return true
+		})
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// TxSettles counts the commits this node's sweep settled (SettleTx).
+func (m *Multi) TxSettles() uint64 { return m.txSettles.Load() }
 
 // TxPushes counts the pushes of prepared transactions this node made: its
 // sweep's, as a group's leader, and its waiting reads' and writes'.
@@ -247,7 +326,7 @@ func (m *Multi) txReadWait(ctx context.Context, g *localGroup, op *kv.Op) error 
 func (m *Multi) txWriteWait(ctx context.Context, reqs []shard.WriteReq) error {
 	for i := range reqs {
 		op := &reqs[i].Op
-		if !op.Kind.IsUpdate() || op.Kind == kv.KindFlush || op.Kind == kv.KindTxPrepare || op.Kind == kv.KindTxDecide || op.Kind == kv.KindTxResolve {
+		if !op.Kind.IsUpdate() || op.Kind == kv.KindFlush || kv.IsXgtxKind(op.Kind) {
 			continue
 		}
 		keys := op.WrittenKeys()

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"strconv"
+	"sync/atomic"
 	"testing"
 
 	"github.com/kefirdb/kefir/internal/kv"
@@ -34,6 +35,17 @@ func BenchmarkTxLockCheck(b *testing.B) {
 			}
 		}
 	})
+	b.Run("published", func(b *testing.B) {
+		// What txLockOf checks first: the replica's published flag
+		// (vrshard.Replica.TxLockFree, an atomic load) through the
+		// interface.
+		var r any = &stubLockFree{}
+		for b.Loop() {
+			if lf, ok := r.(txLockFree); !ok || !lf.TxLockFree() {
+				b.Fatal("locked")
+			}
+		}
+	})
 	b.Run("get", func(b *testing.B) {
 		for b.Loop() {
 			if _, err := db.GetShared([]byte("key5000")); err != nil {
@@ -42,6 +54,10 @@ func BenchmarkTxLockCheck(b *testing.B) {
 		}
 	})
 }
+
+type stubLockFree struct{ locked atomic.Bool }
+
+func (s *stubLockFree) TxLockFree() bool { return !s.locked.Load() }
 
 // A source refuses the hand-over while a prepared cross-group transaction
 // locks a key of the slots (kv.ErrTxLocked, answered -TRYAGAIN; locks never

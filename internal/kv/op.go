@@ -270,9 +270,10 @@ func (op *Op) WrittenKeys() [][]byte {
 		return op.Keys
 	case KindTxCommit:
 		return txWrittenKeys(op) // itx.go
-	case KindTxPrepare:
-		// Its writes land with its resolve (WritesAll); it writes only its
-		// own reserved records.
+	case KindTxPrepare, KindTxForget, KindTxCollect:
+		// A prepare's writes land with its resolve (WritesAll); these write
+		// only their own reserved records (a forget's and a collect's Keys
+		// are transactions' ids and keys of other groups).
 		return nil
 	case KindEval:
 		// Its declared keys; it may write others too, so it also WritesAll.
@@ -308,7 +309,7 @@ func (op *Op) RoutingKeys() (keys [][]byte, step int) {
 		return op.Keys, 2
 	case op.Kind == KindTxCommit || op.Kind == KindTxPrepare:
 		return txRoutingKeys(op), 1 // itx.go
-	case op.Kind == KindTxDecide || op.Kind == KindTxResolve:
+	case op.Kind == KindTxDecide || op.Kind == KindTxResolve || op.Kind == KindTxForget || op.Kind == KindTxCollect:
 		// Sent to a group by a key of its own (the primary's, a
 		// participant's): Expected (xgtx.go).
 		return [][]byte{op.Expected}, 1

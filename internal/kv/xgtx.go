@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/kefirdb/kefir/internal/mutation"
@@ -30,6 +31,14 @@ import (
 //   - KindTxResolve, at every other participant: lands the prepared records
 //     (commit) or not (abort), and drops the locks. Idempotent.
 //
+// Two more collect the decisions (docs/design/transactions.md, "Collecting
+// the decisions"): KindTxForget tells the primary that participants of a
+// commit have resolved it, and KindTxCollect raises a group's low-water
+// mark and deletes the settled decisions below it. Transaction ids carry
+// their coordinator's clock (NewTxID); below the mark an id with no
+// decision is forgotten: its prepare does not lock, its decide records
+// nothing (TxForgottenReply).
+//
 // Every record is a reserved key (ReservedPrefix), so it is part of the
 // state every replica derives from the log — it survives restart, snapshot
 // transfer and crash replay without a table of its own to rebuild — and it
@@ -51,8 +60,15 @@ var (
 	// TxPreparedPrefix + part id (TxPartID): a prepared transaction's
 	// part in one slot (encode).
 	TxPreparedPrefix = ReservedKey("xp/")
-	// txDecisions + txid: the primary's decision (txCommitted|txAborted).
-	txDecisions = ReservedKey("xd/")
+	// TxDecisionPrefix + txid: the primary's decision (TxDecision).
+	TxDecisionPrefix = ReservedKey("xd/")
+	// txMark holds the group's low-water mark of cross-group transactions
+	// (varint, unix ms): a transaction whose id is older (TxIDTime) and
+	// that has no decision record here is forgotten — decided and
+	// collected, or never to be decided — its prepare does not lock and
+	// its decide records nothing (see "Collecting the decisions" in
+	// docs/design/transactions.md). Absent: 0.
+	txMark = ReservedKey("xmark")
 )
 
 // Lock modes.
@@ -109,6 +125,13 @@ type XgtxMutations struct {
 	// PrepareSkipsLocks: a prepare does not check that its keys are
 	// unlocked (two prepared transactions may lock one key).
 	PrepareSkipsLocks bool
+	// CollectIgnoresPending: a collect deletes a commit decision whose
+	// participants have not all resolved (a push then learns nothing and
+	// aborts its part).
+	CollectIgnoresPending bool
+	// IgnoreMark: prepares and decides do not consult the low-water mark
+	// (a decision deleted is as if never made).
+	IgnoreMark bool
 }
 
 // XgtxMut is the process's XgtxMutations (tests only; read under mutation.On).
@@ -120,12 +143,25 @@ const (
 	KindTxPrepare Kind = 184 + iota
 	KindTxDecide
 	KindTxResolve
+	// KindTxForget, at the primary: the participants named (Keys) have
+	// resolved a committed transaction; when none is left its decision
+	// may be collected.
+	KindTxForget
+	// KindTxCollect, at a group: raises its low-water mark to Delta (unix
+	// ms) and deletes the decisions of the transactions named (Keys) that
+	// are below it and settled.
+	KindTxCollect
 	kindXgtxEnd
 )
 
-var xgtxKindNames = [...]string{"txprepare", "txdecide", "txresolve"}
+var xgtxKindNames = [...]string{"txprepare", "txdecide", "txresolve", "txforget", "txcollect"}
 
 func isXgtxKind(k Kind) bool { return k >= KindTxPrepare && k < kindXgtxEnd }
+
+// IsXgtxKind reports whether k is one of the cross-group transactions'
+// ops (prepare, decide, resolve, forget, collect): idempotent by
+// transaction id, sent without request ids, never held behind a lock.
+func IsXgtxKind(k Kind) bool { return isXgtxKind(k) }
 
 func txLockKey(key []byte) []byte { return append(append([]byte(nil), txLocks...), key...) }
 
@@ -142,7 +178,9 @@ func TxPartID(txid, key []byte) []byte {
 	return binary.BigEndian.AppendUint16(append([]byte(nil), txid...), KeySlot(key))
 }
 
-func txDecisionKey(txid []byte) []byte { return append(append([]byte(nil), txDecisions...), txid...) }
+func txDecisionKey(txid []byte) []byte {
+	return append(append([]byte(nil), TxDecisionPrefix...), txid...)
+}
 
 // TxLockCount is the number of prepared cross-group transactions in the
 // state get reads (0: nothing is locked).
@@ -324,13 +362,77 @@ func NewTxPrepare(txid []byte, primary []byte, start uint64, origin TxOrigin, ch
 }
 
 // NewTxDecide builds the decision of txid at its primary, routed by the
-// primary's key.
-func NewTxDecide(txid, primary []byte, commit bool) Op {
+// primary's key. parts are a key of each other participant's slot (the
+// coordinator's commit names them): a commit's record keeps them until
+// each has resolved (KindTxForget), and only then may it be collected.
+func NewTxDecide(txid, primary []byte, commit bool, parts ...[]byte) Op {
 	op := Op{Kind: KindTxDecide, Key: txid, Expected: primary}
 	if commit {
 		op.Cond = TxCommit
+		op.Keys = parts
 	}
 	return op
+}
+
+// NewTxForget tells txid's primary that the participants of the slots of
+// parts have resolved it.
+func NewTxForget(txid, primary []byte, parts [][]byte) Op {
+	return Op{Kind: KindTxForget, Key: txid, Expected: primary, Keys: parts}
+}
+
+// NewTxCollect raises the low-water mark of routing's group to mark (unix
+// ms) and deletes there the decisions of txids that are settled and older
+// than the mark.
+func NewTxCollect(routing []byte, mark int64, txids [][]byte) Op {
+	return Op{Kind: KindTxCollect, Expected: routing, Delta: mark, Keys: txids}
+}
+
+// NewTxID is a transaction id: the coordinator's clock (unix ms, 8 bytes
+// big-endian), which the low-water mark is compared with, then nonce
+// (random bytes: unique).
+func NewTxID(ms int64, nonce []byte) []byte {
+	return append(binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(nonce)), uint64(ms)), nonce...)
+}
+
+// TxIDTime is the time NewTxID put in txid (unix ms), or math.MaxInt64 for
+// an id without one (shorter than 8 bytes, or an id of 16 random bytes from
+// before collection whose first bytes read as negative): such a
+// transaction is never below a mark — its decision is never collected,
+// and its prepare never refused by one.
+func TxIDTime(txid []byte) int64 {
+	if len(txid) < 8 {
+		return math.MaxInt64
+	}
+	t := int64(binary.BigEndian.Uint64(txid))
+	if t < 0 {
+		return math.MaxInt64
+	}
+	return t
+}
+
+// TxMark is the low-water mark of the group whose state get reads (unix
+// ms; 0 if none yet).
+func TxMark(get Getter) (int64, error) {
+	data, _, _, ok, err := get(txMark)
+	if err != nil || !ok {
+		return 0, err
+	}
+	m, k := binary.Varint(data)
+	if k <= 0 {
+		return 0, fmt.Errorf("%w: low-water mark record", ErrCorrupt)
+	}
+	return m, nil
+}
+
+// txForgotten reports whether txid is below the group's mark: with no
+// decision record here, it was decided and collected or will never be
+// decided.
+func txForgotten(get Getter, txid []byte) (bool, error) {
+	if mutation.On && XgtxMut.IgnoreMark {
+		return false, nil
+	}
+	m, err := TxMark(get)
+	return TxIDTime(txid) < m, err
 }
 
 // NewTxResolve builds txid's resolve at a participant, routed by one of its
@@ -431,16 +533,95 @@ func TxPreparedOf(get Getter, part []byte) (TxPrepared, bool, error) {
 	return p, err == nil, err
 }
 
-// txDecisionOf reads txid's decision at its primary: 0 if undecided.
-func txDecisionOf(get Getter, txid []byte) (byte, error) {
+// TxDecision is a transaction's decision as its primary records it.
+type TxDecision struct {
+	TxID   []byte
+	Commit bool
+	// Decided is the decide op's clock (unix ms): the primary's sweep
+	// settles a commit whose participants are still pending long after.
+	Decided int64
+	// Primary is the primary's routing key (the decide's).
+	Primary []byte
+	// Pending are a key of each participant's slot that has not resolved
+	// the commit yet (as far as the primary knows: KindTxForget).
+	Pending [][]byte
+	// Legacy: a record from before collection (one byte): its
+	// participants are unknown, so a commit is never collected.
+	Legacy bool
+}
+
+// Settled reports whether the decision may be collected once its
+// transaction is below the mark: an abort always (a participant that asks
+// later, finding it forgotten, aborts — what it would have learned), a
+// commit once every participant has resolved it.
+func (d *TxDecision) Settled() bool {
+	if mutation.On && XgtxMut.CollectIgnoresPending {
+		return !d.Legacy
+	}
+	return !d.Commit || (!d.Legacy && len(d.Pending) == 0)
+}
+
+func (d *TxDecision) encode() []byte {
+	b := []byte{txAborted}
+	if d.Commit {
+		b[0] = txCommitted
+	}
+	b = binary.AppendVarint(b, d.Decided)
+	b = AppendBytes(b, d.Primary)
+	b = binary.AppendUvarint(b, uint64(len(d.Pending)))
+	for _, k := range d.Pending {
+		b = AppendBytes(b, k)
+	}
+	return b
+}
+
+// DecodeTxDecision decodes txid's decision record. The slices alias data.
+func DecodeTxDecision(txid, data []byte) (TxDecision, error) {
+	if len(data) == 0 || (data[0] != txCommitted && data[0] != txAborted) {
+		return TxDecision{}, fmt.Errorf("%w: decision record of %x", ErrCorrupt, txid)
+	}
+	d := TxDecision{TxID: txid, Commit: data[0] == txCommitted}
+	if len(data) == 1 {
+		d.Legacy = true
+		return d, nil
+	}
+	dec := Decoder{B: data[1:]}
+	d.Decided = dec.Varint()
+	d.Primary = dec.Bytes()
+	n := dec.Uvarint()
+	if n > uint64(len(data)) {
+		return TxDecision{}, fmt.Errorf("%w: decision record of %x", ErrCorrupt, txid)
+	}
+	for i := uint64(0); i < n && dec.Err == nil; i++ {
+		d.Pending = append(d.Pending, dec.Bytes())
+	}
+	if dec.Err != nil || len(dec.B) != 0 {
+		return TxDecision{}, fmt.Errorf("%w: decision record of %x", ErrCorrupt, txid)
+	}
+	return d, nil
+}
+
+// TxDecisionOf reads txid's decision at its primary; ok false if there is
+// none (undecided, or forgotten: txForgotten).
+func TxDecisionOf(get Getter, txid []byte) (TxDecision, bool, error) {
 	data, _, _, ok, err := get(txDecisionKey(txid))
 	if err != nil || !ok {
+		return TxDecision{}, false, err
+	}
+	d, err := DecodeTxDecision(txid, data)
+	return d, err == nil, err
+}
+
+// txDecisionOf reads txid's decision at its primary: 0 if undecided.
+func txDecisionOf(get Getter, txid []byte) (byte, error) {
+	d, ok, err := TxDecisionOf(get, txid)
+	switch {
+	case err != nil || !ok:
 		return 0, err
+	case d.Commit:
+		return txCommitted, nil
 	}
-	if len(data) != 1 || (data[0] != txCommitted && data[0] != txAborted) {
-		return 0, fmt.Errorf("%w: decision record of %x", ErrCorrupt, txid)
-	}
-	return data[0], nil
+	return txAborted, nil
 }
 
 // Replies of the two-phase ops (ResReply, RESP): a prepare answers
@@ -451,9 +632,25 @@ var (
 	TxPreparedReply  = []byte("+PREPARED\r\n")
 	TxCommittedReply = []byte("+COMMITTED\r\n")
 	TxAbortedReply   = []byte("+ABORTED\r\n")
+	// TxForgottenReply answers a decide of a transaction below the
+	// group's low-water mark with no decision record: its decision was
+	// collected (every participant had resolved it), or it was never
+	// decided and never will be. A push aborts its part on it (a part
+	// prepared now is a prepare that came late: the transaction aborted,
+	// or committed and this part had landed its records before the
+	// decision was collected); a coordinator that asked commit does not
+	// know its outcome.
+	TxForgottenReply = []byte("+FORGOTTEN\r\n")
+	txForgetReply    = []byte("+OK\r\n")
 )
 
+// txCollectMax bounds the transactions one collect names.
+const txCollectMax = 4096
+
 func applyXgtx(get Getter, version uint64, op *Op, maxValue int, emit Emit) (Result, error) {
+	if op.Kind == KindTxCollect {
+		return applyTxCollect(get, version, op, emit)
+	}
 	txid := op.Key
 	if len(txid) == 0 || len(txid) > TxIDMax {
 		return Result{}, fmt.Errorf("%w: transaction id of %d bytes", ErrInvalidOp, len(txid))
@@ -479,14 +676,22 @@ func applyXgtx(get Getter, version uint64, op *Op, maxValue int, emit Emit) (Res
 		if err != nil {
 			return Result{}, err
 		}
+		if !prepared {
+			// Below the mark, with no record, the transaction is forgotten:
+			// recording a decision now could contradict the one collected
+			// (the first decision wins only while it is kept).
+			if old, err := txForgotten(get, txid); err != nil || old {
+				return Result{Kind: ResReply, Bulk: TxForgottenReply}, err
+			}
+		}
 		// A commit needs the primary's own prepare: without it (never
 		// applied here, or a bug) the only safe decision is abort.
 		commit := op.Cond == TxCommit && prepared
-		dec := byte(txAborted)
+		rec := TxDecision{Commit: commit, Decided: op.Now, Primary: op.Expected}
 		if commit {
-			dec = txCommitted
+			rec.Pending = txOtherParts(op.Keys, op.Expected)
 		}
-		put(emit, txDecisionKey(txid), []byte{dec}, nil)
+		put(emit, txDecisionKey(txid), rec.encode(), nil)
 		if prepared {
 			if err := txResolve(get, part, p, commit, emit); err != nil {
 				return Result{}, err
@@ -512,8 +717,69 @@ func applyXgtx(get Getter, version uint64, op *Op, maxValue int, emit Emit) (Res
 		res := txDecisionReply(commit)
 		res.Version = version
 		return res, nil
+	case KindTxForget:
+		d, ok, err := TxDecisionOf(get, txid)
+		if err != nil || !ok || !d.Commit || len(d.Pending) == 0 {
+			return Result{Kind: ResReply, Bulk: txForgetReply}, err
+		}
+		left := slices.DeleteFunc(slices.Clone(d.Pending), func(k []byte) bool {
+			return slices.ContainsFunc(op.Keys, func(r []byte) bool { return KeySlot(r) == KeySlot(k) })
+		})
+		if len(left) != len(d.Pending) {
+			d.Pending = left
+			put(emit, txDecisionKey(txid), d.encode(), nil)
+		}
+		return Result{Kind: ResReply, Bulk: txForgetReply, Version: version}, nil
 	}
 	return Result{}, fmt.Errorf("%w: %v", ErrInvalidOp, op.Kind)
+}
+
+// txOtherParts is a key of each slot of parts but primary's, one per slot:
+// the participants a commit waits for before it may be collected.
+func txOtherParts(parts [][]byte, primary []byte) [][]byte {
+	var out [][]byte
+	for _, k := range parts {
+		s := KeySlot(k)
+		if s == KeySlot(primary) || slices.ContainsFunc(out, func(o []byte) bool { return KeySlot(o) == s }) {
+			continue
+		}
+		out = append(out, k)
+	}
+	return out
+}
+
+// applyTxCollect is Apply's case for KindTxCollect: the mark rises to the
+// op's (never falls), then every named decision that is settled and below
+// the mark is deleted. Deleting only below the mark is what keeps a
+// deleted decision's fate known: a later decide of that transaction finds
+// it forgotten and records nothing, a later prepare does not lock.
+func applyTxCollect(get Getter, version uint64, op *Op, emit Emit) (Result, error) {
+	if len(op.Keys) > txCollectMax {
+		return Result{}, fmt.Errorf("%w: a collect of %d transactions", ErrInvalidOp, len(op.Keys))
+	}
+	mark, err := TxMark(get)
+	if err != nil {
+		return Result{}, err
+	}
+	if op.Delta > mark {
+		mark = op.Delta
+		emit(txMark, binary.AppendVarint(nil, mark), nil, false)
+	}
+	n := 0
+	for _, txid := range op.Keys {
+		if len(txid) == 0 || len(txid) > TxIDMax || TxIDTime(txid) >= mark {
+			continue
+		}
+		d, ok, err := TxDecisionOf(get, txid)
+		if err != nil {
+			return Result{}, err
+		}
+		if ok && d.Settled() {
+			emit(txDecisionKey(txid), nil, nil, true)
+			n++
+		}
+	}
+	return Result{Kind: ResReply, Bulk: fmt.Appendf(nil, "+COLLECTED %d\r\n", n), Version: version}, nil
 }
 
 func txDecisionReply(commit bool) Result {
@@ -560,6 +826,11 @@ func applyTxPrepare(get Getter, version uint64, op *Op, maxValue int, emit Emit)
 		// Decided here (this is its primary) before this prepare arrived:
 		// a push aborted it. It must not lock.
 		return Result{Kind: ResReply, Bulk: respError(fmt.Sprintf("TXABORT transaction %x was aborted before its prepare", txid))}, err
+	}
+	if old, err := txForgotten(get, txid); err != nil || old {
+		// Below the mark: its decision, if it had one here, may be
+		// collected, so a lock taken now could be decided against it.
+		return Result{Kind: ResReply, Bulk: respError(fmt.Sprintf("TXABORT transaction %x is older than its group's low-water mark of cross-group transactions (its decisions kept a minute); retry", txid))}, err
 	}
 	if len(op.Expected) == 0 {
 		return Result{}, fmt.Errorf("%w: prepare without its primary's key", ErrInvalidOp)

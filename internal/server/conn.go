@@ -780,7 +780,7 @@ func (c *conn) queueWrite(spec *command.Spec, args [][]byte, o callOpts) {
 		op, err = c.parseScript(spec, args, &c.arena) // script.go
 	default:
 		op, err = parseTxApply(args, &c.arena) // itx.go: txApplySpec
-		if err == nil && (op.Kind == kv.KindTxPrepare || op.Kind == kv.KindTxDecide || op.Kind == kv.KindTxResolve) && !c.srv.cfg.CrossGroupTx {
+		if err == nil && kv.IsXgtxKind(op.Kind) && !c.srv.cfg.CrossGroupTx {
 			// Without the switch nothing pushes a prepared transaction
 			// (xgtx.go): its locks would stay.
 			err = errf("ERR KEFIR.TXAPPLY: cross-group transactions are off on this node (--cross-group-tx)")

@@ -774,7 +774,7 @@ func parseTxApply(args [][]byte, a *arena) (kv.Op, error) {
 	case err != nil:
 	case op.Kind == kv.KindTxCommit:
 		_, _, err = kv.DecodeTxCommit(&op)
-	case op.Kind == kv.KindTxPrepare || op.Kind == kv.KindTxDecide || op.Kind == kv.KindTxResolve:
+	case kv.IsXgtxKind(op.Kind):
 		// A cross-group transaction's op, sent by its coordinator (xgtx.go);
 		// malformed ones fail at apply, on every replica alike.
 	default:

@@ -221,8 +221,11 @@ func (c *conn) txCommitCross(h uint64, tx *itxn, prepare bool) error {
 			live = append(live, p)
 		}
 	}
-	txid := make([]byte, 16)
-	_, _ = rand.Read(txid)
+	// The id starts with this node's clock: a group's low-water mark is
+	// compared with it (kv.NewTxID), so a decision can be collected.
+	nonce := make([]byte, 8)
+	_, _ = rand.Read(nonce)
+	txid := kv.NewTxID(time.Now().UnixMilli(), nonce)
 	ops := make([]kv.Op, len(live))
 	for i, p := range live {
 		op, err := kv.NewTxPrepare(txid, primary.key, p.snap.Version(), p.origin, p.checks, p.writes)
@@ -255,9 +258,18 @@ func (s *Server) twoPhase(ctx context.Context, txid, primaryKey []byte, parts []
 	for i, p := range parts {
 		keys[i] = p.key
 	}
-	committed, abort, err := cluster.TwoPhase(ctx, s.txOps, txid, primaryKey, keys, prepares)
+	committed, abort, forget, err := cluster.TwoPhase(ctx, s.txOps, txid, primaryKey, keys, prepares)
 	if err != nil {
 		return false, "", errf("ERR %v", err)
+	}
+	if forget != nil {
+		// Off the reply's path: lost, the primary's sweep settles the
+		// decision (cluster.SettleTx).
+		go func() {
+			fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_, _ = s.txOps(fctx, forget)
+		}()
 	}
 	return committed, abort, nil
 }
@@ -325,5 +337,6 @@ func (s *Server) startTxPush(ctx context.Context) {
 		return
 	}
 	s.multi.SetTxPusher(s.txPush)
+	s.multi.SetTxOps(s.txOps)
 	go s.multi.RunTxPush(ctx, txPushPeriod, time.Now)
 }

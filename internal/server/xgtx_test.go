@@ -116,6 +116,53 @@ KEFIR.TX COMMIT ` + h + ` => (integer) 0
 	}
 }
 
+// TestCrossGroupTxDecisionsCollected: every cross-group commit leaves a
+// decision at its primary; the leaders' sweep deletes them once their
+// transactions are older than the nodes' keep (here 1 s): their number
+// goes back to zero.
+func TestCrossGroupTxDecisionsCollected(t *testing.T) {
+	x := startXG(t, true)
+	for _, n := range x.g.nodes {
+		n.multi.SetTxDecisionKeep(time.Second)
+	}
+	a := dial(t, x.g.nodes[x.l1])
+	a.expect(`
+SET ` + x.k1 + ` 100 => OK
+SET ` + x.k2 + ` 0 => OK
+`)
+	for range 3 {
+		h := txBegin(t, a, "SERIALIZABLE")
+		a.expect(`
+KEFIR.TX INCRBY ` + h + ` ` + x.k1 + ` -10 => (integer) *
+KEFIR.TX INCRBY ` + h + ` ` + x.k2 + ` 10 => (integer) *
+KEFIR.TX COMMIT ` + h + ` => (integer) 0
+`)
+	}
+	count := func() int {
+		total := 0
+		for _, n := range x.g.nodes {
+			c, err := n.multi.TxDecisionCount()
+			if err != nil {
+				t.Fatal(err)
+			}
+			total += c
+		}
+		return total
+	}
+	if c := count(); c == 0 {
+		t.Fatal("no decision recorded by the commits")
+	} else {
+		t.Logf("%d decision records (3 commits, at the primary group's replicas that applied them) before the collection", c)
+	}
+	if !testgroup.Until(15*time.Second, 20*time.Millisecond, func() bool { return count() == 0 }) {
+		t.Fatalf("%d decision records left 15 s after the commits", count())
+	}
+	a.expect(`
+GET ` + x.k1 + ` => "70"
+GET ` + x.k2 + ` => "30"
+`)
+}
+
 // TestCrossGroupTxOffAnswersCrossSlot: without the switch a second slot is
 // refused as before.
 func TestCrossGroupTxOffAnswersCrossSlot(t *testing.T) {

@@ -15,6 +15,13 @@ import (
 // proposals are refused and an expiry delete rechecks at apply.
 func (r *Replica) Leads() bool { return r.isLeader.Load() }
 
+// TxLockFree reports that this replica's engine, as of its last applied
+// batch, holds no prepared cross-group transaction: a read or write here
+// need not look for a lock (cluster.Multi's waits). One atomic load
+// (applier.txLocked), where the engine's lookup of the count record was
+// 57–67 ns.
+func (r *Replica) TxLockFree() bool { return !r.app.txLocked.Load() }
+
 // Active expiry in the host (docs/design/expiry.md, "Active expiry"): every
 // Options.ActiveExpiry on the replica's clock (r.clock: a process's wall
 // clock, the simulator's drifting one), the leader samples its engine for

@@ -423,6 +423,10 @@ type mutations struct {
 	// conflict window): a broken validator, which the transaction checker
 	// must catch (host_sim_txn_test.go).
 	txUnvalidated bool
+	// txFreeStale: the applier's "nothing is locked" (applier.txFree) is
+	// not cleared by a two-phase op, so a write after a prepare in the same
+	// batch skips the lock rule.
+	txFreeStale bool
 	// noEarlyAbort: the leader proposes every transaction, doomed or not
 	// (txdoom.go), as before early aborts. doomKeyGrain: its early check
 	// ignores a commit's ranges (a write of other bits of a key counts as a
@@ -965,6 +969,7 @@ func Open(opts Options) (*Replica, error) {
 	r.app.unfenced = mutation.On && r.mut.slotsUnfenced
 	r.app.movedTwice = mutation.On && r.mut.slotsMovedTwice
 	r.app.txUnvalidated = mutation.On && r.mut.txUnvalidated
+	r.app.txFreeStale = mutation.On && r.mut.txFreeStale
 	if err := r.app.loadMarks(); err != nil {
 		db.Close()
 		w.close()

@@ -93,6 +93,28 @@ type applier struct {
 	// txUnvalidated (a mutation): EXEC's watches and a commit's checks are
 	// dropped before the op is evaluated (unvalidated).
 	txUnvalidated bool
+
+	// txFree: in the batch being evaluated, the state as of the op being
+	// evaluated holds no prepared cross-group transaction (kv's count
+	// record is absent), so the lock rule's lookup is skipped
+	// (kv.ApplyOptions.NoTxLocks). Found by one lookup and kept until a
+	// two-phase op is evaluated (only those write the count record) or the
+	// batch ends (begin): a batch is never rolled back into the next, a
+	// snapshot installs between batches, and a replayed op (which reads
+	// older states) never uses it. txFreeStale (a mutation): a two-phase op
+	// does not clear it.
+	txFree      bool
+	txFreeStale bool
+	// txDirty: a two-phase op was evaluated since the last Append;
+	// txLocked says, as of the last Append (any goroutine), whether the
+	// engine may hold a prepared cross-group transaction — false only when
+	// its count record was found absent after the batch that last
+	// evaluated a two-phase op, or at open and after a snapshot (loadRows).
+	// The leader's reads and writes check it before the engine
+	// (Replica.TxLockFree); it is stored before the batch's replies are
+	// released, so a prepare is answered only once it shows.
+	txDirty  bool
+	txLocked atomic.Bool
 }
 
 // errMarkHit: evalFenced's result is a mark's (kv.MovedRequest), not the
@@ -102,6 +124,7 @@ var errMarkHit = errors.New("vrshard: answered from a moved slot's request mark"
 func newApplier(db *storage.DB) *applier {
 	a := &applier{db: db, replayTo: db.LastVersion(), overlay: map[string]overlayVal{}, rows: map[uint64]uint64{}}
 	a.hasFn = a.has
+	a.txLocked.Store(true) // unknown until loadRows
 	return a
 }
 
@@ -120,7 +143,23 @@ func (a *applier) loadRows() error {
 	}
 	a.rows = rows
 	a.nrows.Store(int64(len(rows)))
+	a.publishTxLocked()
 	return a.loadSlots()
+}
+
+// publishTxLocked stores whether the engine holds a prepared cross-group
+// transaction (txLocked): true if its count record is there or does not
+// read.
+func (a *applier) publishTxLocked() {
+	n, err := kv.TxLockCount(func(key []byte) ([]byte, []byte, uint64, bool, error) {
+		v, err := a.db.Get(key)
+		if errors.Is(err, storage.ErrNotFound) {
+			return nil, nil, 0, false, nil
+		}
+		return v.Data, v.Meta, v.Version, err == nil, err
+	})
+	a.txLocked.Store(err != nil || n > 0)
+	a.txDirty = false
 }
 
 // loadSlots reads the slot table from the engine: at start and after a
@@ -224,6 +263,7 @@ func (a *applier) applyForget(v, below uint64, ts int64) {
 func (a *applier) begin() {
 	a.recs = a.recs[:0]
 	clear(a.overlay)
+	a.txFree = false
 }
 
 // flush appends the batch's records with one Append (no fsync: the VR log is
@@ -242,6 +282,9 @@ func (a *applier) flush() error {
 		return fmt.Errorf("vrshard: apply: append: %w", err)
 	}
 	a.nrows.Store(int64(len(a.rows)))
+	if a.txDirty {
+		a.publishTxLocked()
+	}
 	if a.slotsDirty {
 		// Published before the batch's replies are released: a read that
 		// starts after a hand-over was acknowledged is fenced by it.
@@ -474,9 +517,23 @@ func (a *applier) eval(op *kv.Op, v uint64, ts int64) (kv.Result, error) {
 	if mutation.On && a.txUnvalidated {
 		op = unvalidated(op)
 	}
-	res, err := kv.ApplyWith(a.current, list, a.hasFn, v, op, maxVal, func(key, value, meta []byte, tomb bool) {
+	var o kv.ApplyOptions
+	switch {
+	case kv.IsXgtxKind(op.Kind):
+		if !(mutation.On && a.txFreeStale) {
+			a.txFree = false // a prepare adds to the count record
+		}
+		a.txDirty = true
+	case v > a.replayTo && op.Kind.IsUpdate():
+		if !a.txFree {
+			n, err := kv.TxLockCount(a.current)
+			a.txFree = err == nil && n == 0
+		}
+		o.NoTxLocks = a.txFree
+	}
+	res, err := kv.ApplyWithOptions(a.current, list, a.hasFn, v, op, maxVal, func(key, value, meta []byte, tomb bool) {
 		a.recs = append(a.recs, storage.Record{Key: key, Value: value, Meta: meta, Version: v, Timestamp: ts, Tombstone: tomb})
-	})
+	}, o)
 	if err != nil {
 		return kv.Result{}, err // the callers drop what was staged
 	}
