@@ -184,7 +184,14 @@ const (
 // prepared is pushed by its own leader, and the push's forget settles it —
 // so settling waits until it is due for collection: the scan reads only
 // the records below the mark, not the minute's.
-func TxDecisionsDue(db *storage.DB, now time.Time, keep, age time.Duration) (collect *kv.Op, unsettled []kv.TxDecision, err error) {
+//
+// serves (nil: every slot) says whether the group still serves a slot: the
+// collect is routed by a decision's primary key, so it names only records
+// whose primary slot the group serves — one of a slot moved away since
+// (settled: a pending commit keeps its slot, kv.txPendingSlot) would send
+// the whole batch to the slot's new owner, which holds none of them. Such
+// a record is left where it is (a few bytes; see transactions.md).
+func TxDecisionsDue(db *storage.DB, now time.Time, keep, age time.Duration, serves func(slot uint16) bool) (collect *kv.Op, unsettled []kv.TxDecision, err error) {
 	mark := now.Add(-keep).UnixMilli()
 	var ids [][]byte
 	var routing []byte
@@ -203,7 +210,7 @@ func TxDecisionsDue(db *storage.DB, now time.Time, keep, age time.Duration) (col
 			return false
 		}
 		switch {
-		case d.Settled() && len(ids) < txCollectBatch:
+		case d.Settled() && len(ids) < txCollectBatch && (serves == nil || serves(kv.KeySlot(d.Primary))):
 			ids = append(ids, txid)
 			if routing == nil {
 				routing = d.Primary

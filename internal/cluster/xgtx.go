@@ -207,15 +207,15 @@ func (m *Multi) pushOld(ctx context.Context, now time.Time) {
 			_ = (*push)(pctx, p.Locks[0].Key, p) // failed: the next round tries again
 			cancel()
 		}
-		m.collectDecisions(ctx, g.h.Engine, now)
+		m.collectDecisions(ctx, g, now)
 	}
 }
 
 // collectDecisions is one round of the sweep's collection at a group this
-// node leads (db, its replica's engine): its unsettled commits settled,
+// node leads (g): its unsettled commits settled,
 // then its settled decisions below the mark deleted. Anything that fails
 // is tried again by the next round.
-func (m *Multi) collectDecisions(ctx context.Context, db *storage.DB, now time.Time) {
+func (m *Multi) collectDecisions(ctx context.Context, g *localGroup, now time.Time) {
 	run := m.txOps.Load()
 	if run == nil {
 		return
@@ -224,7 +224,9 @@ func (m *Multi) collectDecisions(ctx context.Context, db *storage.DB, now time.T
 	if k := m.txKeep.Load(); k > 0 {
 		keep = time.Duration(k)
 	}
-	collect, unsettled, err := TxDecisionsDue(db, now, keep, TxPushAge)
+	tab := g.table()
+	serves := func(slot uint16) bool { return tab == nil || tab.Entry(slot).State.Serves() }
+	collect, unsettled, err := TxDecisionsDue(g.h.Engine, now, keep, TxPushAge, serves)
 	if err != nil {
 		return
 	}

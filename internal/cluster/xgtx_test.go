@@ -1,10 +1,13 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/storage"
@@ -80,5 +83,53 @@ func TestMoverHandOverWaitsForLocks(t *testing.T) {
 	}
 	if n != 4 || len(f.keys["2"]) != 12 {
 		t.Fatalf("%d hand-overs sent (want 4: three refused), destination holds %d keys", n, len(f.keys["2"]))
+	}
+}
+
+// TestTxDecisionsDueSkipsSlotsMovedAway: the sweep's collect is routed by
+// a decision's primary key, so it names only decisions whose primary slot
+// the group still serves. Before, the batch went by its first (oldest)
+// record's primary: once that slot had moved away, every round's collect
+// went to the slot's new owner, and the group collected nothing again.
+func TestTxDecisionsDueSkipsSlotsMovedAway(t *testing.T) {
+	db, err := storage.Open(storage.Options{Devices: []storage.Device{{Dir: t.TempDir()}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	version := uint64(0)
+	apply := func(op kv.Op) {
+		t.Helper()
+		version++
+		var recs []storage.Record
+		if _, err := kv.Apply(engineGetter(db), version, &op, 1<<20, func(key, value, meta []byte, tomb bool) {
+			recs = append(recs, storage.Record{Key: bytes.Clone(key), Value: bytes.Clone(value), Meta: bytes.Clone(meta), Version: version, Tombstone: tomb})
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if len(recs) > 0 {
+			if _, err := db.Append(recs...); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// Two aborts (settled), the older one's primary "a" in a slot moved away.
+	old := time.Now().Add(-time.Hour).UnixMilli()
+	t1, t2 := kv.NewTxID(old, []byte("12345678")), kv.NewTxID(old+1, []byte("12345678"))
+	apply(kv.NewTxDecide(t1, []byte("a"), false))
+	apply(kv.NewTxDecide(t2, []byte("b"), false))
+	moved := kv.KeySlot([]byte("a"))
+	serves := func(s uint16) bool { return s != moved }
+	for _, tc := range []struct {
+		serves func(uint16) bool
+		want   [][]byte
+	}{{nil, [][]byte{t1, t2}}, {serves, [][]byte{t2}}} {
+		collect, _, err := TxDecisionsDue(db, time.Now(), time.Minute, TxPushAge, tc.serves)
+		if err != nil || collect == nil {
+			t.Fatalf("due: %v %v", collect, err)
+		}
+		if !slices.EqualFunc(collect.Keys, tc.want, bytes.Equal) || kv.KeySlot(collect.Expected) == moved && tc.serves != nil {
+			t.Fatalf("collect names %x routed by %q, want %x", collect.Keys, collect.Expected, tc.want)
+		}
 	}
 }

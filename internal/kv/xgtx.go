@@ -62,6 +62,14 @@ var (
 	TxPreparedPrefix = ReservedKey("xp/")
 	// TxDecisionPrefix + txid: the primary's decision (TxDecision).
 	TxDecisionPrefix = ReservedKey("xd/")
+	// txPendingList holds the ids of the commit decisions of this group
+	// whose participants have not all resolved (TxDecision.Pending not
+	// empty), in the encoding of txLockCount; absent when there are none.
+	// A slot's hand-over waits for those whose primary is in it: decision
+	// records never move with a slot, and a participant that asks the
+	// slot's next owner would find no decision there and abort a
+	// transaction this group committed.
+	txPendingList = ReservedKey("xpend")
 	// txMark holds the group's low-water mark of cross-group transactions
 	// (varint, unix ms): a transaction whose id is older (TxIDTime) and
 	// that has no decision record here is forgotten — decided and
@@ -132,6 +140,10 @@ type XgtxMutations struct {
 	// IgnoreMark: prepares and decides do not consult the low-water mark
 	// (a decision deleted is as if never made).
 	IgnoreMark bool
+	// MoveIgnoresPending: a slot's hand-over does not wait for the commit
+	// decisions whose primary is in it and which a participant has not
+	// resolved (the next owner has no record: a push there aborts).
+	MoveIgnoresPending bool
 }
 
 // XgtxMut is the process's XgtxMutations (tests only; read under mutation.On).
@@ -198,37 +210,66 @@ func TxLockCount(get Getter) (uint64, error) {
 
 // TxPreparedIDs returns the ids of the prepared transactions in the state
 // get reads.
-func TxPreparedIDs(get Getter) ([][]byte, error) {
-	data, _, _, ok, err := get(txLockCount)
+func TxPreparedIDs(get Getter) ([][]byte, error) { return readIDList(get, txLockCount) }
+
+// putPreparedIDs emits the count record of ids (a deletion if none).
+func putPreparedIDs(emit Emit, ids [][]byte) { putIDList(emit, txLockCount, ids) }
+
+// readIDList reads a list record of ids (txLockCount, txPendingList).
+func readIDList(get Getter, key []byte) ([][]byte, error) {
+	data, _, _, ok, err := get(key)
 	if err != nil || !ok {
 		return nil, err
 	}
 	d := Decoder{B: data}
 	n := d.Uvarint()
 	if n > uint64(len(data)) {
-		return nil, fmt.Errorf("%w: lock count record", ErrCorrupt)
+		return nil, fmt.Errorf("%w: id list record %q", ErrCorrupt, key)
 	}
 	ids := make([][]byte, 0, n)
 	for i := uint64(0); i < n && d.Err == nil; i++ {
 		ids = append(ids, d.Bytes())
 	}
 	if d.Err != nil || len(d.B) != 0 {
-		return nil, fmt.Errorf("%w: lock count record", ErrCorrupt)
+		return nil, fmt.Errorf("%w: id list record %q", ErrCorrupt, key)
 	}
 	return ids, nil
 }
 
-// putPreparedIDs emits the count record of ids (a deletion if none).
-func putPreparedIDs(emit Emit, ids [][]byte) {
+// putIDList emits the list record key of ids (a deletion if none).
+func putIDList(emit Emit, key []byte, ids [][]byte) {
 	if len(ids) == 0 {
-		emit(txLockCount, nil, nil, true)
+		emit(key, nil, nil, true)
 		return
 	}
 	b := binary.AppendUvarint(nil, uint64(len(ids)))
 	for _, id := range ids {
 		b = AppendBytes(b, id)
 	}
-	put(emit, txLockCount, b, nil)
+	put(emit, key, b, nil)
+}
+
+// TxPendingIDs returns the ids of this group's commit decisions that some
+// participant has not resolved yet (as far as the primary knows).
+func TxPendingIDs(get Getter) ([][]byte, error) { return readIDList(get, txPendingList) }
+
+// setTxPending adds txid to the pending list (on) or takes it out.
+func setTxPending(get Getter, emit Emit, txid []byte, on bool) error {
+	ids, err := TxPendingIDs(get)
+	if err != nil {
+		return err
+	}
+	i := slices.IndexFunc(ids, func(id []byte) bool { return bytes.Equal(id, txid) })
+	switch {
+	case on && i < 0:
+		ids = append(ids, txid)
+	case !on && i >= 0:
+		ids = slices.Delete(ids, i, i+1)
+	default:
+		return nil
+	}
+	putIDList(emit, txPendingList, ids)
+	return nil
 }
 
 // txLockedSlot returns a slot of rs that a prepared transaction holds a
@@ -236,7 +277,7 @@ func putPreparedIDs(emit Emit, ids [][]byte) {
 // until it holds no locks (locks never move with a slot).
 func txLockedSlot(get Getter, rs []SlotRange) (slot uint16, txid []byte, ok bool, err error) {
 	ids, err := TxPreparedIDs(get)
-	if err != nil || len(ids) == 0 {
+	if err != nil {
 		return 0, nil, false, err
 	}
 	for _, id := range ids {
@@ -248,15 +289,46 @@ func txLockedSlot(get Getter, rs []SlotRange) (slot uint16, txid []byte, ok bool
 			continue
 		}
 		for _, l := range p.Locks {
-			s := KeySlot(l.Key)
-			for _, r := range rs {
-				if s >= r.Start && s <= r.End {
-					return s, id, true, nil
-				}
+			if s := KeySlot(l.Key); inRanges(s, rs) {
+				return s, id, true, nil
+			}
+		}
+	}
+	return txPendingSlot(get, rs)
+}
+
+// txPendingSlot returns a slot of rs that is the primary of a commit
+// decision of this group not every participant has resolved, and the
+// transaction; ok false if none (txPendingList says why a hand-over waits).
+func txPendingSlot(get Getter, rs []SlotRange) (slot uint16, txid []byte, ok bool, err error) {
+	if mutation.On && XgtxMut.MoveIgnoresPending {
+		return 0, nil, false, nil
+	}
+	ids, err := TxPendingIDs(get)
+	if err != nil || len(ids) == 0 {
+		return 0, nil, false, err
+	}
+	for _, id := range ids {
+		d, ok, err := TxDecisionOf(get, id)
+		if err != nil {
+			return 0, nil, false, err
+		}
+		if ok && d.Commit && len(d.Pending) > 0 {
+			if s := KeySlot(d.Primary); inRanges(s, rs) {
+				return s, id, true, nil
 			}
 		}
 	}
 	return 0, nil, false, nil
+}
+
+func inRanges(s uint16, rs []SlotRange) bool {
+	for _, r := range rs {
+		if s >= r.Start && s <= r.End {
+			return true
+		}
+	}
+	return false
 }
 
 // TxLockOf returns key's lock: the transaction holding it and the mode
@@ -690,6 +762,11 @@ func applyXgtx(get Getter, version uint64, op *Op, maxValue int, emit Emit) (Res
 		rec := TxDecision{Commit: commit, Decided: op.Now, Primary: op.Expected}
 		if commit {
 			rec.Pending = txOtherParts(op.Keys, op.Expected)
+			if len(rec.Pending) > 0 {
+				if err := setTxPending(get, emit, txid, true); err != nil {
+					return Result{}, err
+				}
+			}
 		}
 		put(emit, txDecisionKey(txid), rec.encode(), nil)
 		if prepared {
@@ -728,6 +805,11 @@ func applyXgtx(get Getter, version uint64, op *Op, maxValue int, emit Emit) (Res
 		if len(left) != len(d.Pending) {
 			d.Pending = left
 			put(emit, txDecisionKey(txid), d.encode(), nil)
+			if len(left) == 0 {
+				if err := setTxPending(get, emit, txid, false); err != nil {
+					return Result{}, err
+				}
+			}
 		}
 		return Result{Kind: ResReply, Bulk: txForgetReply, Version: version}, nil
 	}

@@ -444,3 +444,61 @@ func TestXgtxLockFreeEntriesSkipTheRule(t *testing.T) {
 		t.Errorf("ApplyWithOptions, NoTxLocks: %v", err)
 	}
 }
+
+// TestXgtxMovesWaitForPendingCommits: a commit decided at the primary
+// whose other participant has not resolved keeps the primary's slot from
+// being handed over, though the primary's own part resolved with the
+// decision (no lock left there): decision records never move, so the
+// participant's push would reach the slot's next owner, find no decision
+// and abort its part of a committed transaction. The forget (every
+// participant resolved) lets the hand-over through. With the mutation
+// MoveIgnoresPending the hand-over goes through at once.
+func TestXgtxMovesWaitForPendingCommits(t *testing.T) {
+	for _, mut := range []bool{false, true} {
+		if mut && !mutation.On {
+			continue
+		}
+		XgtxMut.MoveIgnoresPending = mut
+		handed := func() bool {
+			g := newMV()
+			all := []SlotRange{{Start: 0, End: NumSlots - 1}}
+			g.apply(t, Op{Kind: KindSlotInit, Key: EncodeSlotRanges(all), Delta: 1})
+			g.set(t, "x", "1")
+			xs := KeySlot(b("x"))
+			origin, _ := SlotOrigin(g.at(g.last), b("x"))
+			p, _ := NewTxPrepare([]byte("t1"), b("x"), g.last, origin, []TxCheck{{Key: b("x"), Version: 2}}, []Op{{Kind: KindSet, Key: b("x"), Value: b("2")}})
+			g.mustReply(t, p, "+PREPARED")
+			// The other participant is a slot of another group ("other").
+			g.mustReply(t, NewTxDecide([]byte("t1"), b("x"), true, b("x"), b("other")), "+COMMITTED")
+			if ids, err := TxPendingIDs(g.at(g.last)); err != nil || len(ids) != 1 {
+				t.Fatalf("pending list after the commit: %q %v", ids, err)
+			}
+			xr := []SlotRange{{Start: xs, End: xs}}
+			if _, err := g.try(*slotSet(xr, SlotMigrating, 2, 2)); err != nil {
+				t.Fatal(err)
+			}
+			_, err := g.try(*slotSet(xr, SlotNone, 2, 2))
+			if err == nil {
+				return true
+			}
+			if !errors.Is(err, ErrTxLocked) {
+				t.Fatalf("hand-over with a pending commit: %v, want ErrTxLocked", err)
+			}
+			fg := NewTxForget([]byte("t1"), b("x"), [][]byte{b("other")})
+			if _, err := g.try(fg); err != nil {
+				t.Fatal(err)
+			}
+			if ids, err := TxPendingIDs(g.at(g.last)); err != nil || len(ids) != 0 {
+				t.Fatalf("pending list after the forget: %q %v", ids, err)
+			}
+			if _, err := g.try(*slotSet(xr, SlotNone, 2, 2)); err != nil {
+				t.Fatalf("hand-over after every participant resolved: %v", err)
+			}
+			return false
+		}()
+		XgtxMut.MoveIgnoresPending = false
+		if handed != mut {
+			t.Fatalf("mutation %t: handed over at once %t", mut, handed)
+		}
+	}
+}

@@ -503,7 +503,7 @@ func (n *xgNode) pushRound() {
 		}
 		// The decisions this group keeps as a primary (what
 		// Multi.collectDecisions does at each leader).
-		c, u, err := kcluster.TxDecisionsDue(h.r.db, now, xgDecisionKeep, xgPushAge)
+		c, u, err := kcluster.TxDecisionsDue(h.r.db, now, xgDecisionKeep, xgPushAge, nil)
 		if err != nil {
 			continue
 		}
