@@ -23,11 +23,34 @@ import (
 // docs/design/scans.md for the figures.
 //
 //	go test -run '^$' -bench ScanThroughput -benchtime 2000x ./internal/storage
+//
+// Loading the two logs takes minutes on a busy machine; with KEFIR_SCAN_BENCH_DIR set
+// they are kept there and reused by later runs (of any binary: an A/B alternates two
+// test binaries over the same logs). A kept log is opened, so it must be one an older
+// engine can read.
 func BenchmarkScanThroughput(b *testing.B) {
 	dirs := map[string]string{}
+	keep := os.Getenv("KEFIR_SCAN_BENCH_DIR")
 	for _, order := range []string{"ordered", "random"} {
-		dirs[order] = b.TempDir()
+		if keep == "" {
+			dirs[order] = b.TempDir()
+			scanLoad(b, dirs[order], order)
+			continue
+		}
+		dirs[order] = filepath.Join(keep, order)
+		if _, err := os.Stat(filepath.Join(dirs[order], "loaded")); err == nil {
+			continue
+		}
+		if err := os.RemoveAll(dirs[order]); err != nil {
+			b.Fatal(err)
+		}
+		if err := os.MkdirAll(dirs[order], 0o755); err != nil {
+			b.Fatal(err)
+		}
 		scanLoad(b, dirs[order], order)
+		if err := os.WriteFile(filepath.Join(dirs[order], "loaded"), nil, 0o644); err != nil {
+			b.Fatal(err)
+		}
 	}
 	// "into" reads the values into one reused buffer (ScanInto), as the server's
 	// connections do, so the figure is the engine's work without the values' garbage.
