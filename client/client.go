@@ -834,8 +834,9 @@ func (c *Client) multiPut(ctx context.Context, s *Session, kvs []KV, opts []Call
 	return c.status(ctx, r)
 }
 
-func (c *Client) scan(ctx context.Context, s *Session, start, end string, limit int, opts []CallOption) ([]KV, error) {
+func (c *Client) scan(ctx context.Context, s *Session, into *ScanBuffer, start, end string, limit int, opts []CallOption) ([]KV, error) {
 	r := newCall(replyPairs, false, s, opts)
+	r.into = into
 	r.cmd = append(r.cmd, arg{s: "KEFIR.SCAN"}, arg{s: start}, arg{s: end})
 	if limit > 0 {
 		r.cmd = append(r.cmd, arg{s: "LIMIT"}, arg{s: strconv.Itoa(limit)})
@@ -914,5 +915,25 @@ func (c *Client) MultiPut(ctx context.Context, kvs []KV, opts ...CallOption) err
 // Scan returns the pairs with start <= key < end in key order, at most limit of
 // them (limit <= 0: the server's default, 1000). An empty end means no upper bound.
 func (c *Client) Scan(ctx context.Context, start, end string, limit int, opts ...CallOption) ([]KV, error) {
-	return c.scan(ctx, nil, start, end, limit, opts)
+	return c.scan(ctx, nil, nil, start, end, limit, opts)
+}
+
+// ScanInto is Scan with the pairs and their values decoded into buf, which the next
+// call with buf reuses: the Value slices it returns (and the slice of pairs) are valid
+// only until then. Keys are strings of their own and stay valid. Once buf has grown to
+// the size of the replies, a scan allocates one string (its keys) instead of a slab of
+// values: for a loop of scans of large values that is most of the client's garbage
+// and its collection (docs/design/scans.md). A call that returns an error, a
+// cancelled one included, leaves buf's earlier results undefined but writes nothing
+// into it afterwards.
+func (c *Client) ScanInto(ctx context.Context, buf *ScanBuffer, start, end string, limit int, opts ...CallOption) ([]KV, error) {
+	return c.scan(ctx, nil, buf, start, end, limit, opts)
+}
+
+// ScanBuffer is the memory ScanInto decodes a scan's reply into and reuses from one
+// call to the next. The zero value is ready to use. A buffer serves one call at a
+// time; give each goroutine its own.
+type ScanBuffer struct {
+	kvs  []KV
+	vals []byte
 }

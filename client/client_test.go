@@ -653,7 +653,7 @@ func TestDecodePairs(t *testing.T) {
 	elems[3] = resp.Value{Kind: resp.Null}
 	elems[5] = resp.Value{Kind: resp.Bulk, Str: []byte{}}
 	v := resp.Value{Kind: resp.Array, Elems: elems}
-	kvs, err := decodePairs(v)
+	kvs, err := decodePairs(v, nil)
 	if err != nil || len(kvs) != 50 {
 		t.Fatalf("decodePairs: %d pairs, %v", len(kvs), err)
 	}
@@ -686,7 +686,7 @@ func TestDecodePairs(t *testing.T) {
 		}
 	}
 	v = resp.Value{Kind: resp.Array, Elems: elems[:50]}
-	if got := testing.AllocsPerRun(20, func() { _, _ = decodePairs(v) }); got > 3 {
+	if got := testing.AllocsPerRun(20, func() { _, _ = decodePairs(v, nil) }); got > 3 {
 		t.Fatalf("a 25-key reply: %.0f allocations, want 3", got)
 	}
 	for _, bad := range []resp.Value{
@@ -694,11 +694,11 @@ func TestDecodePairs(t *testing.T) {
 		{Kind: resp.Array, Elems: []resp.Value{{Kind: resp.Int, Int: 1}, {Kind: resp.Bulk}}},
 		{Kind: resp.Int, Int: 7},
 	} {
-		if _, err := decodePairs(bad); err == nil {
+		if _, err := decodePairs(bad, nil); err == nil {
 			t.Fatalf("decodePairs(%v): no error", bad)
 		}
 	}
-	if kvs, err := decodePairs(resp.Value{Kind: resp.Null}); kvs != nil || err != nil {
+	if kvs, err := decodePairs(resp.Value{Kind: resp.Null}, nil); kvs != nil || err != nil {
 		t.Fatalf("null reply: %v, %v", kvs, err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -72,12 +73,17 @@ type request struct {
 	done  chan struct{}
 
 	// Result, written by the reader goroutine before it signals done.
-	err   error
-	null  bool
-	val   []byte
-	n     int64
-	list  [][]byte
-	kvs   []KV
+	err  error
+	null bool
+	val  []byte
+	n    int64
+	list [][]byte
+	kvs  []KV
+	// into is the caller's buffer a scan's reply is decoded into (Client.ScanInto),
+	// nil for fresh arrays. Read by the reader goroutine after it marks the request
+	// replied; a caller that gives up first clears it under conn.mu (conn.do), so the
+	// reader never writes into memory its caller has taken back.
+	into  *ScanBuffer
 	token string
 	raw   resp.Value
 }
@@ -221,7 +227,7 @@ func (r *request) complete(v resp.Value) {
 			}
 		}
 	case replyPairs:
-		r.kvs, r.err = decodePairs(v)
+		r.kvs, r.err = decodePairs(v, r.into)
 	case replyRaw:
 		r.raw = cloneValue(v)
 	default:
@@ -229,12 +235,17 @@ func (r *request) complete(v resp.Value) {
 	}
 }
 
-// decodePairs copies a scan's reply (key, value, key, value…) into KVs with three
-// allocations whatever the range's length: the KV slice, one string holding every key
-// (each Key a substring of it) and one slab holding every value. A string per key and
-// a [][]byte in between were most of a YCSB-E client's allocations (a 50-key range: 53
-// allocations, now 3; docs/design/scans.md). A null value stays nil.
-func decodePairs(v resp.Value) ([]KV, error) {
+// decodePairs copies a scan's reply (key, value, key, value…) into KVs. Without a
+// buffer it makes three allocations whatever the range's length: the KV slice, one
+// string holding every key (each Key a substring of it) and one slab holding every
+// value. A string per key and a [][]byte in between were most of a YCSB-E client's
+// allocations (a 50-key range: 53 allocations, now 3; docs/design/scans.md). With a
+// buffer (ScanBuffer, Client.ScanInto) the pairs and the values go into the buffer's
+// arrays, grown only when a reply does not fit, so a steady stream of scans allocates
+// just the keys' string: the values' slab (~50 KB per YCSB-E scan) was the client's
+// garbage, and collecting it a quarter of its CPU. A null value stays nil, an empty one
+// non-nil.
+func decodePairs(v resp.Value, into *ScanBuffer) ([]KV, error) {
 	if v.Kind == resp.Null {
 		return nil, nil
 	}
@@ -244,7 +255,7 @@ func decodePairs(v resp.Value) ([]KV, error) {
 	if len(v.Elems)%2 != 0 {
 		return nil, fmt.Errorf("kefir: KEFIR.SCAN returned an odd number (%d) of elements", len(v.Elems))
 	}
-	keyBytes := 0
+	keyBytes, valBytes := 0, 0
 	for i, e := range v.Elems {
 		switch e.Kind {
 		case resp.Null, resp.Bulk, resp.Simple:
@@ -253,6 +264,8 @@ func decodePairs(v resp.Value) ([]KV, error) {
 		}
 		if i%2 == 0 {
 			keyBytes += len(e.Str)
+		} else {
+			valBytes += len(e.Str)
 		}
 	}
 	var keys strings.Builder
@@ -261,13 +274,28 @@ func decodePairs(v resp.Value) ([]KV, error) {
 		keys.Write(v.Elems[i].Str)
 	}
 	all := keys.String()
-	slab := concatValues(v.Elems, 1, 2)
-	kvs := make([]KV, len(v.Elems)/2)
+	n := len(v.Elems) / 2
+	var kvs []KV
+	var slab []byte
+	if into == nil {
+		slab = concatValues(v.Elems, 1, 2)
+		kvs = make([]KV, n)
+	} else {
+		// Grown before the copy, so no value's slice is left behind in an old array.
+		// Never nil: an empty value must stay distinguishable from a null one.
+		slab = slices.Grow(into.vals[:0], max(valBytes, 1))
+		for i := 1; i < len(v.Elems); i += 2 {
+			slab = append(slab, v.Elems[i].Str...)
+		}
+		kvs = slices.Grow(into.kvs[:0], n)[:n]
+		into.vals, into.kvs = slab, kvs
+	}
 	k, off := 0, 0
 	for i := range kvs {
 		key, val := v.Elems[2*i], v.Elems[2*i+1]
 		kvs[i].Key = all[k : k+len(key.Str)]
 		k += len(key.Str)
+		kvs[i].Value = nil
 		if val.Kind != resp.Null {
 			kvs[i].Value = slab[off : off+len(val.Str) : off+len(val.Str)]
 			off += len(val.Str)
@@ -370,6 +398,11 @@ func (c *conn) do(ctx context.Context, req *request) (owned bool, err error) {
 	st := req.state
 	if st == stateQueued {
 		req.state = stateCancelled
+	}
+	if st != stateReplied {
+		// The reply, if one comes, is decoded into fresh arrays, not into the buffer
+		// the caller is about to reuse.
+		req.into = nil
 	}
 	c.mu.Unlock()
 	if st == stateReplied {

@@ -80,6 +80,11 @@
 //		fmt.Printf("%s=%s\n", kv.Key, kv.Value)
 //	}
 //
+//	// Scans in a loop: ScanInto reuses one buffer for the values, which stay
+//	// valid until the next call with it (keys are strings of their own).
+//	var buf client.ScanBuffer
+//	kvs, err = c.ScanInto(ctx, &buf, "user:", "user;", 100)
+//
 // It must not import Kefir packages other than internal/level and internal/resp;
 // users never need to import anything under internal/ (the level types are
 // re-exported here).

@@ -129,5 +129,10 @@ func (s *Session) MultiPut(ctx context.Context, kvs []KV, opts ...CallOption) er
 
 // Scan is Client.Scan within the session.
 func (s *Session) Scan(ctx context.Context, start, end string, limit int, opts ...CallOption) ([]KV, error) {
-	return s.c.scan(ctx, s, start, end, limit, opts)
+	return s.c.scan(ctx, s, nil, start, end, limit, opts)
+}
+
+// ScanInto is Client.ScanInto within the session.
+func (s *Session) ScanInto(ctx context.Context, buf *ScanBuffer, start, end string, limit int, opts ...CallOption) ([]KV, error) {
+	return s.c.scan(ctx, s, buf, start, end, limit, opts)
 }

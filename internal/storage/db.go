@@ -108,6 +108,9 @@ type segment struct {
 	// reads stay below the written end). Unmapped only once the segment has left the
 	// list and every reader has released it.
 	mm atomic.Pointer[[]byte]
+	// outgrown are the shorter mappings an appended active segment had before growMap
+	// replaced them (a reader may still be copying from one): unmapped with mm.
+	outgrown [][]byte
 	// refs counts the segment list's reference plus readers in flight; the file is
 	// removed only once compaction has dropped the list's reference and readers left.
 	refs atomic.Int32
@@ -420,6 +423,7 @@ func (db *DB) flushLocked() error {
 	act.size += int64(len(db.buf))
 	act.fileSize = max(act.fileSize, act.size)
 	db.writ = db.next
+	db.growMap(act)
 	if cap(db.buf) > 4*db.opts.WriteBufferSize {
 		// It grew while a roll was sealing; do not keep megabytes for good.
 		db.buf = make([]byte, 0, 2*db.opts.WriteBufferSize)
@@ -567,11 +571,14 @@ func (db *DB) mapSegment(s *segment) { db.mapFirst(s, s.size) }
 // fills that stood in for them were ~15 % of the server's CPU (docs/design/scans.md).
 func (db *DB) mapActive(s *segment) { db.mapFirst(s, s.fileSize) }
 
-// mapFirst maps s's first n bytes unless it is mapped already, n is 0 or the file
-// system cannot (then s is read with pread).
+// mapFirst maps s's first n bytes unless they are mapped already, n is 0 or the file
+// system cannot (then s is read with pread). A shorter mapping (growMap's, of an
+// appended active segment) is replaced and kept in outgrown until closeSegment: a
+// reader may be copying from it. Callers hold mu (or own s alone, at Open).
 func (db *DB) mapFirst(s *segment, n int64) {
 	m, ok := s.f.(vfs.Mapper)
-	if !ok || s.mm.Load() != nil || n == 0 {
+	cur := s.mm.Load()
+	if !ok || n == 0 || (cur != nil && int64(len(*cur)) >= n) {
 		return
 	}
 	mm, err := m.Map(n)
@@ -579,8 +586,39 @@ func (db *DB) mapFirst(s *segment, n int64) {
 		db.opts.Logger.Warn("cannot map segment; reading it with pread", "file", s.path, "err", err)
 		return
 	}
+	if cur != nil {
+		s.outgrown = append(s.outgrown, (*cur)[:cap(*cur)])
+	}
 	s.mm.Store(&mm)
 }
+
+// growMap maps more of an appended active segment (one that was not zero-filled: a VR
+// replica's engine, Options.NoZeroFill) as the log writes it: whenever the written
+// end has grown past the mapping by as much as the mapping holds, or by growMapStep
+// (and holds at least minGrowMap), the mapping becomes the file's whole length.
+// mapActive maps a segment's length when it starts, which for an appended one is
+// nothing, so without this every record of a replica's active segment (the newest
+// data, up to 64 MiB) cost a pread and a value-cache probe in a scan: 8.7 % of a
+// 3-replica group's leader's CPU under YCSB-E, and ~20 % once the mapped records'
+// copies were cheaper (touchReads; docs/design/scans.md, "Fifth round"). The steps
+// bound the remaps to a dozen per segment (each new mapping faults its pages in
+// again) and the unmapped tail to growMapStep.
+func (db *DB) growMap(s *segment) {
+	if s.zeroSize != 0 || s.size < minGrowMap {
+		return // a zero-filled segment is mapped whole from the start
+	}
+	if cur := s.mm.Load(); cur != nil && s.size-int64(len(*cur)) < min(int64(len(*cur)), growMapStep) {
+		return
+	}
+	db.mapFirst(s, s.fileSize)
+}
+
+// minGrowMap is the least an appended active segment must hold before growMap maps
+// it; growMapStep the most it leaves unmapped past its mapping once that is as large.
+const (
+	minGrowMap  = 1 << 20
+	growMapStep = 8 << 20
+)
 
 // shortenMap limits reads through s's mapping to its first n bytes (the mapping itself
 // stays whole until closeSegment: its capacity).
@@ -607,6 +645,12 @@ func closeSegment(s *segment) error {
 	if p := s.mm.Swap(nil); p != nil {
 		err = vfs.Unmap((*p)[:cap(*p)]) // the whole mapping, also when shortenMap limited reads
 	}
+	for _, m := range s.outgrown {
+		if uerr := vfs.Unmap(m); err == nil {
+			err = uerr
+		}
+	}
+	s.outgrown = nil
 	if cerr := s.f.Close(); err == nil {
 		err = cerr
 	}
@@ -963,13 +1007,11 @@ func (db *DB) scanAt(start, end []byte, at uint64, limit int, buf *[]byte, fn fu
 		scanScratches.Put(sc)
 	}()
 	batch := sc.hits[:0:size]
-	var arena []byte // the batch's keys, one allocation
 	from := string(start)
 	inclusive := true
 	n := 0
 	for {
 		batch = batch[:0]
-		arena = make([]byte, 0, 24*cap(batch))
 		db.mu.RLock()
 		if db.closed {
 			db.mu.RUnlock()
@@ -993,9 +1035,9 @@ func (db *DB) scanAt(start, end []byte, at uint64, limit int, buf *[]byte, fn fu
 			if i < 0 || vs.at(i).tombstone() {
 				return true
 			}
-			k0 := len(arena)
-			arena = append(arena, key...)
-			h := scanHit{key: arena[k0:len(arena):len(arena)], v: vs.at(i)}
+			// The key's bytes are not touched here (copyKeys copies them after the
+			// walk): keyOf's string only points into the index's arena.
+			h := scanHit{ikey: key, v: vs.at(i)}
 			if h.v.pos >= uint64(db.writ) {
 				off := h.v.pos - uint64(db.writ)
 				b := db.buf[off : off+uint64(h.v.size)]
@@ -1009,6 +1051,7 @@ func (db *DB) scanAt(start, end []byte, at uint64, limit int, buf *[]byte, fn fu
 			batch = append(batch, h)
 			return len(batch) < want
 		})
+		copyKeys(batch, sc)
 		db.mu.RUnlock()
 		if len(batch) == 0 {
 			return nil
@@ -1037,6 +1080,7 @@ type scanScratch struct {
 	hits  []scanHit
 	miss  []int
 	reads []scanRead
+	sink  uint // the sums of copyKeys' and touchReads' loads: a use of them
 }
 
 var scanScratches = sync.Pool{New: func() any {
@@ -1051,6 +1095,7 @@ type scanRead struct {
 }
 
 type scanHit struct {
+	ikey   string // the key in the index's arena (set by the walk, copied into key)
 	key    []byte
 	v      ver
 	seg    *segment // pinned until readBatch fills val; nil if val came from the buffer
@@ -1136,6 +1181,7 @@ func (db *DB) readBatch(hits []scanHit, buf *[]byte, sc *scanScratch) error {
 			h.val, h.shared = arena[k:len(arena):len(arena)], false
 		}
 	}
+	sc.sink += touchReads(hits, miss, reads)
 	var err error
 	for _, r := range reads {
 		first := &hits[miss[r.k]]
@@ -1180,6 +1226,77 @@ func (db *DB) readBatch(hits []scanHit, buf *[]byte, sc *scanScratch) error {
 	}
 	return err
 }
+
+// copyKeys copies the keys of a batch out of the index's arena into one new array
+// (the scan's keys are fresh, the caller's to keep), each capped. Callers hold mu.
+// The keys of a range inserted in random order lie anywhere in the arena, a cache miss
+// each: copied in the walk, one after the other, they were 8–11 % of a YCSB-E scan's
+// server CPU. Here a first
+// pass loads the first and last byte of every key — loads that do not depend on each
+// other, so their misses overlap — and the copy then finds the keys in the cache.
+func copyKeys(batch []scanHit, sc *scanScratch) {
+	n := 0
+	var sum uint
+	for i := range batch {
+		k := batch[i].ikey
+		if len(k) > 0 {
+			sum += uint(k[0]) + uint(k[len(k)-1])
+		}
+		n += len(k)
+	}
+	sc.sink += sum
+	arena := make([]byte, 0, n)
+	for i := range batch {
+		h := &batch[i]
+		k0 := len(arena)
+		arena = append(arena, h.ikey...)
+		h.key, h.ikey = arena[k0:len(arena):len(arena)], ""
+	}
+}
+
+// touchReads loads one byte of every cache line the batch's reads of mapped segments
+// will copy, before any copy starts, and returns their sum (kept by the caller, so the
+// loads are not dropped). The loads do not depend on each other, so the CPU keeps many
+// cache misses (and page walks) in flight at once; the copies that follow then read
+// lines already on their way. A copy alone takes the misses of one record at a time —
+// of a scan of scattered 1 KB records that was the copy out of the mapping, a quarter
+// of a YCSB-E scan's server CPU (docs/design/scans.md, "Fifth round"). It stops after
+// touchBudget bytes: lines touched further ahead than the CPU's cache holds would be
+// gone again before their copy (a batch of large values).
+func touchReads(hits []scanHit, miss []int, reads []scanRead) (sum uint) {
+	left := touchBudget
+	for _, r := range reads {
+		if left <= 0 {
+			break
+		}
+		seg := hits[miss[r.k]].seg
+		p := seg.mm.Load()
+		if p == nil {
+			continue
+		}
+		lo, hi := int64(r.lo-seg.id), int64(r.hi-seg.id)
+		if hi > int64(len(*p)) {
+			continue // readAt's pread path
+		}
+		b := (*p)[lo:hi]
+		if len(b) > left {
+			b = b[:left]
+		}
+		left -= len(b)
+		for i := 0; i < len(b); i += 64 {
+			sum += uint(b[i])
+		}
+		if len(b) > 0 {
+			sum += uint(b[len(b)-1])
+		}
+	}
+	return sum
+}
+
+// touchBudget bounds what touchReads loads ahead of a batch's copies: well inside a
+// core's L2 (512 KiB–2 MiB on current x86 and arm64 server parts); a YCSB-E batch is
+// ~50 KB.
+const touchBudget = 256 << 10
 
 // scanArena returns an empty slice with room for n bytes: fresh without buf, else the
 // free end of *buf (capped, so filling it cannot reach past its n bytes), which

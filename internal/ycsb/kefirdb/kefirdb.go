@@ -65,15 +65,20 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 	return k, nil
 }
 
-// NewDB implements ycsb.NewDB.
-func (k *Driver) NewDB(int) (ycsb.DB, error) { return kefirDB{k}, nil }
+// NewDB implements ycsb.NewDB. Each YCSB client is one goroutine, so its handle owns
+// a ScanBuffer its scans reuse (client.ScanInto), as an application reading ranges in
+// a loop would.
+func (k *Driver) NewDB(int) (ycsb.DB, error) { return &kefirDB{k: k}, nil }
 
 // Close closes the client.
 func (k *Driver) Close() error { return k.c.Close() }
 
-type kefirDB struct{ k *Driver }
+type kefirDB struct {
+	k    *Driver
+	scan client.ScanBuffer
+}
 
-func (d kefirDB) Read(ctx context.Context, key string) ([]byte, error) {
+func (d *kefirDB) Read(ctx context.Context, key string) ([]byte, error) {
 	v, err := d.k.c.Get(ctx, key, d.k.reads...)
 	if errors.Is(err, client.ErrNotFound) {
 		return nil, ycsb.ErrNotFound
@@ -81,17 +86,17 @@ func (d kefirDB) Read(ctx context.Context, key string) ([]byte, error) {
 	return v, err
 }
 
-func (d kefirDB) Update(ctx context.Context, key string, value []byte) error {
+func (d *kefirDB) Update(ctx context.Context, key string, value []byte) error {
 	return d.k.c.Put(ctx, key, value, d.k.writes...)
 }
 
-func (d kefirDB) Insert(ctx context.Context, key string, value []byte) error {
+func (d *kefirDB) Insert(ctx context.Context, key string, value []byte) error {
 	return d.k.c.Put(ctx, key, value, d.k.writes...)
 }
 
-func (d kefirDB) Scan(ctx context.Context, start string, count int) (int, error) {
-	kvs, err := d.k.c.Scan(ctx, start, "", count, d.k.reads...)
+func (d *kefirDB) Scan(ctx context.Context, start string, count int) (int, error) {
+	kvs, err := d.k.c.ScanInto(ctx, &d.scan, start, "", count, d.k.reads...)
 	return len(kvs), err
 }
 
-func (kefirDB) Close() error { return nil }
+func (*kefirDB) Close() error { return nil }
