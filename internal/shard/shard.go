@@ -18,9 +18,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
@@ -274,7 +276,7 @@ type Shard struct {
 	// to the engine's read through a func value escapes, so a buffer on
 	// the stack would be allocated on every read anyway).
 	rowKeys sync.Pool
-	// getFn, hasFn, stageFn are current, has and stage as func values, made
+	// getFn, hasFn, stageFn are current, has and stager's as func values, made
 	// once: a method value or closure made per write allocates, and these
 	// were three of an HSET's allocations.
 	getFn   kv.Getter
@@ -342,6 +344,16 @@ type Shard struct {
 	// same positions were never checked.
 	memoCur bool
 	memoN   int
+	// probeKey is the key has last asked the engine about (storage.DB.Probe)
+	// and probeHint the hint it returned: stage gives the hint to the record
+	// of that same key (the same bytes: an HSET probes its row's key, then
+	// stages it), and the engine's insert starts from its item instead of
+	// walking the index again (docs/design/hashes.md, "Pipelined, session
+	// 26"). Reset by each apply: a later write's keys may take the same
+	// bytes (the next batch's reuse the arena's), and a hint given to
+	// another key would update that key's item.
+	probeKey  []byte
+	probeHint storage.Hint
 	// scratch backs the row keys of the batch's hash writes
 	// (kv.ApplyOptions.Scratch, through scratchFn, made once at Open): like
 	// recs, which point into it, it is reused once the batch is appended
@@ -420,7 +432,7 @@ func Open(db Engine, opts Options) (*Shard, error) {
 	if c, ok := db.(changeCounter); ok {
 		s.changes = c.Changes
 	}
-	s.getFn, s.hasFn, s.stageFn, s.scratchFn = s.current, s.has, s.stage, s.scratchBuf
+	s.getFn, s.hasFn, s.stageFn, s.scratchFn = s.current, s.has, s.stager(), s.scratchBuf
 	if err := s.loadClients(); err != nil {
 		return nil, fmt.Errorf("shard: load client table: %w", err)
 	}
@@ -857,7 +869,9 @@ func (s *Shard) has(key []byte) (bool, error) {
 	var err error
 	switch {
 	case s.sdb != nil:
-		ok, err = s.sdb.Has(key) // a direct call, as get's: not through the method value
+		// A direct call, as get's: not through the method value.
+		ok, s.probeHint, err = s.sdb.Probe(key)
+		s.probeKey = key
 	case s.engineHas == nil:
 		_, _, _, ok, err := s.engineGet(key)
 		return ok, err
@@ -906,6 +920,7 @@ func (s *Shard) apply(op *kv.Op, ts int64) (kv.Result, error) {
 	}
 	v := s.next
 	get := s.getFn
+	s.probeKey = nil // an earlier write's probe
 	var list kv.Lister
 	if op.Lists() {
 		// Only then: the closures allocate. A flush reads each key once and
@@ -945,12 +960,31 @@ func (s *Shard) apply(op *kv.Op, ts int64) (kv.Result, error) {
 	return res, nil
 }
 
-// stage is apply's kv.Emit: it stages a record of the write being applied,
-// at version s.next (not consumed until the write returns) and timestamp
-// s.stageTS.
-func (s *Shard) stage(key, value, meta []byte, tomb bool) {
-	s.recs = append(s.recs, storage.Record{Key: key, Value: value, Meta: meta, Version: s.next, Timestamp: s.stageTS, Tombstone: tomb})
+// stager returns apply's kv.Emit (stageFn): it stages a record of the
+// write being applied, at version s.next (not consumed until the write
+// returns) and timestamp s.stageTS, written in place, field by field: an
+// appended composite literal was built on the stack, zeroed, filled and
+// copied (~80 instructions of every write's record, a third of it the
+// Hint's 24 bytes). A closure, not a method value: the method, too large
+// to inline, would be a second call behind the method value's wrapper.
+func (s *Shard) stager() kv.Emit {
+	return func(key, value, meta []byte, tomb bool) {
+		if len(s.recs) == cap(s.recs) {
+			s.growRecs()
+		}
+		s.recs = s.recs[:len(s.recs)+1]
+		r := &s.recs[len(s.recs)-1]
+		r.Key, r.Value, r.Meta = key, value, meta
+		r.Version, r.Timestamp, r.Tombstone = s.next, s.stageTS, tomb
+		r.Hint = storage.Hint{}
+		if len(key) == len(s.probeKey) && unsafe.SliceData(key) == unsafe.SliceData(s.probeKey) {
+			r.Hint = s.probeHint // the bytes has probed: the same key
+		}
+	}
 }
+
+// growRecs makes room for one more staged record.
+func (s *Shard) growRecs() { s.recs = slices.Grow(s.recs, 1) }
 
 // Read serves a read. On one node the latest state satisfies every consistency
 // level, so c only matters for validation; the session only needs this node to have

@@ -1,10 +1,8 @@
 package storage
 
 import (
-	"encoding/binary"
 	"fmt"
 	"strings"
-	"sync/atomic"
 	"unsafe"
 )
 
@@ -45,74 +43,46 @@ type tree struct {
 	// read lock (vers).
 	older     [][]ver
 	olderFree []uint32
-	// fingers remember where lookups that asked (find) found keys, by a
-	// hash of the key: the writer's probe of a key it is about to write
-	// (DB.Has of an HSET's field row) leaves the leaf and index there, and
-	// the insert that follows (fingered) starts from it instead of walking
-	// the tree again. Lookups run under the DB's read lock, concurrently,
-	// hence atomics; an entry is only a hint, checked against the key it
-	// claims under the write lock, so a stale or torn one costs a walk,
-	// never a wrong item.
-	fingers [fingerSlots]finger
-	// fingersLaid is set once find has left a finger: until then no insert
-	// can find one, and fingered goes straight to get (a SET-only load
-	// pays nothing for them: fingerOf and the checks were ~70 of a
-	// pipelined SET's instructions).
-	fingersLaid atomic.Bool
 }
 
-// fingerSlots is the number of fingers: a pipelined batch of HSETs probes
-// up to a few dozen rows before its records are appended.
-const fingerSlots = 64
-
-type finger struct {
-	leaf atomic.Pointer[bnode]
-	i    atomic.Int32
+// Hint is where a probe (DB.Probe) found a key's item: its leaf and index
+// there, and the leaf's change count (bnode.mods) then. A writer that probes
+// a key it is about to write (an HSET's field row) gives the hint back with
+// the key's record (Record.Hint), and the insert starts from the item instead
+// of walking the tree again. It is checked, not trusted: any change of the
+// leaf's list of items since (an insert or removal in it, a split, a share,
+// a move of items) changes mods, and the insert walks as without one. The
+// zero Hint is none.
+//
+// It replaced the tree's 64 fingers, slots by a hash of the key that the
+// probe filled and the insert read back, each checked against its key
+// (tree.holds: the key's length, the leaf's lpre, its tag, and the arena's
+// bytes): the check and the slot's hash were ~190 instructions of a
+// pipelined HSET, and a chunk of 256 records overwrote most slots before
+// their inserts read them (docs/design/hashes.md, "Pipelined, session 26").
+type Hint struct {
+	t    *tree
+	leaf *bnode
+	i    int32
+	mods uint32
 }
 
-// fingerOf is key's finger slot: a hash of its last 8 bytes (where keys
-// that share long prefixes differ) and its length; of a shorter key, its
-// first and last bytes and its length.
-func (t *tree) fingerOf(key string) *finger {
-	x := uint64(len(key))
-	if n := len(key); n >= 8 {
-		// One load, inlined with fingerOf (the bytes' order does not
-		// matter to a hash): prefix's call was ~10 of each lookup's ~35
-		// instructions here.
-		x ^= binary.LittleEndian.Uint64(unsafe.Slice(unsafe.StringData(key[n-8:]), 8))
-	} else if n > 0 {
-		x ^= uint64(key[0])<<8 | uint64(key[n-1]) // a short key: a hint may collide more
-	}
-	return &t.fingers[(x*0x9E3779B97F4A7C15)>>(64-6)]
-}
-
-// find is get that leaves a finger to the item it finds.
-func (t *tree) find(key string) *item {
+// findHint is get that also returns a hint to the item it finds.
+func (t *tree) findHint(key string) (*item, Hint) {
 	n, i := t.lookup(key)
 	if n == nil {
-		return nil
+		return nil, Hint{}
 	}
-	f := t.fingerOf(key)
-	f.leaf.Store(n)
-	f.i.Store(int32(i))
-	if !t.fingersLaid.Load() {
-		t.fingersLaid.Store(true)
-	}
-	return &n.items[i]
+	return &n.items[i], Hint{t: t, leaf: n, i: int32(i), mods: n.mods}
 }
 
-// fingered is get starting from key's finger when it still points at key's
-// item (the caller holds the write lock: leaves change only under it).
-func (t *tree) fingered(key string) *item {
-	if !t.fingersLaid.Load() {
-		return t.get(key)
-	}
-	f := t.fingerOf(key)
-	if n := f.leaf.Load(); n != nil {
-		// A leaf leaves the tree only empty, and keys are unique: an item
-		// of key in a non-empty leaf is key's item in this tree.
-		if i := int(f.i.Load()); i < len(n.items) && t.holds(n, i, key) {
-			return &n.items[i]
+// hinted is get of key starting from h, a hint that findHint returned for
+// key: while the leaf's list of items has not changed since (mods), its i-th
+// item is the one findHint found, key's. The caller holds the write lock.
+func (t *tree) hinted(key string, h Hint) *item {
+	if n := h.leaf; n != nil && h.t == t && n.mods == h.mods {
+		if it := &n.items[h.i]; refLen(it.kref) == len(key) { // (a guard: the lengths are at hand)
+			return it
 		}
 	}
 	return t.get(key)
@@ -146,6 +116,11 @@ type bnode struct {
 	// last keys (retag); removals leave it valid. Its own copy: the arena reuses
 	// a removed key's bytes.
 	lpre string
+	// mods (leaves) counts the changes of items' list: an item inserted or
+	// removed, items moved to or from another leaf. A Hint to item i holds
+	// while mods is what it was (an item updated in place keeps its slot).
+	// A wrap needs 2^32 changes of one leaf between a probe and its insert.
+	mods uint32
 }
 
 // bkey is an inner-node separator with its 8 bytes after its node's pre as an
@@ -385,18 +360,6 @@ func (t *tree) search(n *bnode, key string) (int, bool) {
 	return lo, false
 }
 
-// holds reports whether item i of leaf n has key, reading the key from the
-// arena only when its tag and length cannot tell (a cache miss saved for
-// every write a finger leads to).
-func (t *tree) holds(n *bnode, i int, key string) bool {
-	it := &n.items[i]
-	skip := len(n.lpre)
-	if refLen(it.kref) != len(key) || !strings.HasPrefix(key, n.lpre) || it.tag != prefixAt(key, skip) {
-		return false
-	}
-	return len(key) <= skip+8 || t.keyOf(it) == key
-}
-
 // retag sets leaf n's lpre to the prefix its first and last keys share (which
 // every key between them shares) and every item's tag after it.
 func (t *tree) retag(n *bnode) {
@@ -471,6 +434,7 @@ func (t *tree) ins(n *bnode, it item, rightmost bool) (*bnode, string) {
 		if found {
 			panic("storage: index insert of a present key")
 		}
+		n.mods++ // items from i on move (or, in a split, to r: a new leaf)
 		if len(n.items) < leafMax {
 			it.tag = t.fitLeaf(n, key)
 			n.items = insertAt(n.items, i, it)
@@ -548,6 +512,8 @@ func (t *tree) shareLeaf(n *bnode, ci int) bool {
 			r.items = r.items[:old+m]
 			copy(r.items[m:], r.items[:old])
 			copy(r.items[:m], k.items[len(k.items)-m:])
+			k.mods++
+			r.mods++
 			clear(k.items[len(k.items)-m:])
 			k.items = k.items[:len(k.items)-m]
 			n.setKey(ci+1, t.keyOf(&r.items[0]))
@@ -560,6 +526,8 @@ func (t *tree) shareLeaf(n *bnode, ci int) bool {
 		if l := n.kids[ci-1]; len(l.items) < leafMax-1 {
 			m := (leafMax - len(l.items)) / 2
 			l.items = append(l.items, k.items[:m]...)
+			k.mods++
+			l.mods++ // (appended to: counted all the same)
 			copy(k.items, k.items[m:])
 			clear(k.items[len(k.items)-m:])
 			k.items = k.items[:len(k.items)-m]
@@ -586,6 +554,7 @@ func (t *tree) load(it item) {
 	if len(n.items) < leafMax {
 		it.tag = t.fitLeaf(n, t.keyOf(&it))
 		n.items = append(n.items, it)
+		n.mods++ // (an append moves no item: counted all the same)
 		t.n++
 		t.live += liveness(&it)
 		t.withMeta += metaness(&it)
@@ -634,6 +603,7 @@ func (t *tree) rm(n *bnode, key string) (found, empty bool) {
 			return false, false
 		}
 		t.arena.free(n.items[i].kref)
+		n.mods++
 		copy(n.items[i:], n.items[i+1:])
 		n.items[len(n.items)-1] = item{}
 		n.items = n.items[:len(n.items)-1]

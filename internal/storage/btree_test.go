@@ -373,39 +373,62 @@ func BenchmarkTreeGet(b *testing.B) {
 	}
 }
 
-// fingered answers what get answers whatever happened since the fingers were
-// left (inserts that split and share leaves, removes that empty and unlink
-// them): a finger is a hint checked against its key, never trusted.
-func TestFingeredAgreesWithGet(t *testing.T) {
+// hinted answers what get answers whatever happened since the hint was
+// taken (inserts that shift, split and share leaves, removes that shift,
+// empty and unlink them): a hint holds only while its leaf's list of items
+// is unchanged. Each leaf change that skips its count (bnode.mods) fails it:
+// the hint then names the item that moved into its slot. Both outcomes must
+// occur, or the test does not exercise them.
+func TestHintedAgreesWithGet(t *testing.T) {
 	rng := rand.New(rand.NewSource(5))
 	tr := newTree()
-	key := func() string { return fmt.Sprintf("\xff\xffkefir/h/gen%d/element:%06d", rng.Intn(2), rng.Intn(5000)) }
-	hits := 0
-	for step := 0; step < 200000; step++ {
-		k := key()
-		switch r := rng.Intn(10); {
-		case r < 4:
-			if tr.get(k) == nil {
-				tr.insert(tr.newItem([]byte(k), []ver{{version: uint64(step)}}))
+	key := func(i int) string { return fmt.Sprintf("\xff\xffkefir/h/gen%d/element:%06d", i%2, i/2) }
+	hits, stale := 0, 0
+	for step := 0; step < 100000; step++ {
+		// A probe of a random key, then up to three inserts or removes of
+		// keys near it (its leaf's, or a neighbour's), in phases that grow
+		// the tree (full leaves share and split) and shrink it (leaves empty
+		// and are unlinked); then the hint must lead where get does.
+		ki := rng.Intn(10000)
+		k := key(ki)
+		p, h := tr.findHint(k)
+		if p != tr.get(k) || (p == nil) != (h == Hint{}) {
+			t.Fatalf("step %d: findHint(%q) = %p, %+v; get %p", step, k, p, h, tr.get(k))
+		}
+		grow := step/5000%2 == 0
+		for range rng.Intn(4) {
+			k2 := key(min(max(ki+rng.Intn(401)-200, 0), 9999))
+			if grow == (rng.Intn(4) > 0) {
+				if tr.get(k2) == nil {
+					tr.insert(tr.newItem([]byte(k2), []ver{{version: uint64(step)}}))
+				}
+			} else {
+				tr.remove(k2)
 			}
-		case r < 6:
-			tr.remove(k)
-		case r < 8:
-			tr.find(k)
+		}
+		if got, want := tr.hinted(k, h), tr.get(k); got != want {
+			t.Fatalf("step %d: hinted(%q) = %p, get %p", step, k, got, want)
+		}
+		switch {
+		case h.leaf == nil:
+		case h.leaf.mods == h.mods:
+			hits++
 		default:
-			got, want := tr.fingered(k), tr.get(k)
-			if got != want {
-				t.Fatalf("step %d: fingered(%q) = %p, get %p", step, k, got, want)
-			}
-			if f := tr.fingerOf(k); f.leaf.Load() != nil && int(f.i.Load()) < len(f.leaf.Load().items) && want != nil && &f.leaf.Load().items[f.i.Load()] == want {
-				hits++
-			}
+			stale++
 		}
 	}
 	if err := tr.check(); err != nil {
 		t.Fatal(err)
 	}
-	if hits == 0 {
-		t.Fatal("no finger was ever right: the test does not exercise them")
+	if hits == 0 || stale == 0 {
+		t.Fatalf("%d hints held, %d were stale: the test does not exercise both", hits, stale)
+	}
+	// A hint of another tree is none.
+	other := newTree()
+	k := "\xff\xffkefir/h/gen0/element:000001"
+	other.insert(other.newItem([]byte(k), []ver{{version: 1}}))
+	_, h := other.findHint(k)
+	if got := tr.hinted(k, h); got != tr.get(k) {
+		t.Fatalf("hinted(%q) with another tree's hint = %p, get %p", k, got, tr.get(k))
 	}
 }

@@ -183,7 +183,7 @@ func (db *DB) Append(recs ...Record) (Pos, error) {
 		if len(r.Meta) > 0 {
 			v.flags |= verMeta | db.countMeta(r.Meta)
 		}
-		if err := db.insertLocked(r.Key, v, now); err != nil {
+		if err := db.insertLocked(r.Key, v, now, r.Hint); err != nil {
 			// Only a single record can fail here (batches were checked), and nothing
 			// was applied: take its bytes back out of the buffer.
 			db.buf = db.buf[:len(db.buf)-int(size)]
@@ -295,8 +295,8 @@ func risingAbove(recs []Record, floor uint64) bool {
 // insertLocked adds a version newer than every version of key and applies retention.
 // The order was checked already for batches; a single record is checked here, so the
 // common path descends the tree once and updates the item in place.
-func (db *DB) insertLocked(key []byte, v ver, now int64) error {
-	p := db.idx.fingered(keyString(key))
+func (db *DB) insertLocked(key []byte, v ver, now int64, h Hint) error {
+	p := db.idx.hinted(keyString(key), h)
 	if p == nil {
 		db.idx.insert(item{kref: db.idx.arena.add(key), v: v})
 		db.nvers++
@@ -1342,19 +1342,26 @@ func (db *DB) Versions(key []byte) ([]VersionInfo, error) {
 // Get would read the row's record back, a pread of the segment and a cache
 // insert per field, most of what an HSET cost (docs/design/hashes.md).
 func (db *DB) Has(key []byte) (bool, error) {
+	ok, _, err := db.Probe(key)
+	return ok, err
+}
+
+// Probe is Has that also returns a hint to key's item (the zero Hint if key
+// has none): a writer probes the keys it is about to write (an HSET's field
+// rows), and gives the hint back with the key's record (Record.Hint) so that
+// the Append starts from the item instead of walking the index again.
+func (db *DB) Probe(key []byte) (bool, Hint, error) {
 	// No defer: nothing below panics, and a pipelined HSET probes once per
 	// field (~25 instructions of deferred-call bookkeeping each).
 	db.mu.RLock()
 	if db.closed {
 		db.mu.RUnlock()
-		return false, ErrClosed
+		return false, Hint{}, ErrClosed
 	}
-	// find, not Get: a writer probes the keys it is about to write (an
-	// HSET's field rows), and the Append that follows starts from the finger.
-	p := db.idx.find(keyString(key))
+	p, h := db.idx.findHint(keyString(key))
 	ok := p != nil && !p.v.tombstone()
 	db.mu.RUnlock()
-	return ok, nil
+	return ok, h, nil
 }
 
 // VersionRange returns the interval of versions [lo, hi] over which a read of key at v

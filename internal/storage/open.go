@@ -512,7 +512,7 @@ func (db *DB) recoverInsert(key []byte, v ver, now int64) {
 		return
 	}
 	if v.version > it.v.version {
-		if err := db.insertLocked(key, v, now); err != nil {
+		if err := db.insertLocked(key, v, now, Hint{}); err != nil {
 			panic(err) // just checked
 		}
 		return

@@ -80,6 +80,10 @@ type Record struct {
 	// the value's type and expiry). Empty costs nothing on disk or in memory; a
 	// tombstone has none.
 	Meta []byte
+	// Hint, if not zero, is what DB.Probe of Key on this DB returned (never
+	// another key's or another DB's): Append starts its index update from
+	// it when the leaf has not changed since, and walks the index otherwise.
+	Hint Hint
 }
 
 // Pos is a position in the engine log: the byte offset just past a record in the logical

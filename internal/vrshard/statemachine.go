@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/mutation"
@@ -51,6 +52,12 @@ type applier struct {
 	curKind kv.Kind
 	// hasFn is has as a kv.Prober, made once (a method value per op allocates).
 	hasFn kv.Prober
+	// probeKey is the key has last asked the engine about (storage.DB.Probe)
+	// and probeHint its hint: eval gives the hint to the record of that same
+	// key (the same bytes: a hash write probes a row's key, then stages it),
+	// so that the engine's insert starts from the key's item. Reset per op.
+	probeKey  []byte
+	probeHint storage.Hint
 	// appendUnchecked (a mutation): APPEND writes a value above the engine's
 	// limit, which fails the apply and stops the replica.
 	appendUnchecked bool
@@ -495,10 +502,11 @@ func (a *applier) has(key []byte) (bool, error) {
 	if o, ok := a.overlay[string(key)]; ok {
 		return o.exists, nil
 	}
-	ok, err := a.db.Has(key)
+	ok, h, err := a.db.Probe(key)
 	if err != nil {
 		return false, fmt.Errorf("%w: has: %w", shard.ErrUnavailable, err)
 	}
+	a.probeKey, a.probeHint = key, h
 	return ok, nil
 }
 
@@ -531,8 +539,13 @@ func (a *applier) eval(op *kv.Op, v uint64, ts int64) (kv.Result, error) {
 		}
 		o.NoTxLocks = a.txFree
 	}
+	a.probeKey = nil // an earlier op's
 	res, err := kv.ApplyWithOptions(a.current, list, a.hasFn, v, op, maxVal, func(key, value, meta []byte, tomb bool) {
-		a.recs = append(a.recs, storage.Record{Key: key, Value: value, Meta: meta, Version: v, Timestamp: ts, Tombstone: tomb})
+		var h storage.Hint
+		if len(key) == len(a.probeKey) && unsafe.SliceData(key) == unsafe.SliceData(a.probeKey) {
+			h = a.probeHint // the bytes has probed (kv's row keys are never rewritten)
+		}
+		a.recs = append(a.recs, storage.Record{Key: key, Value: value, Meta: meta, Version: v, Timestamp: ts, Tombstone: tomb, Hint: h})
 	}, o)
 	if err != nil {
 		return kv.Result{}, err // the callers drop what was staged
