@@ -279,13 +279,19 @@ func TestChainPowerCutOfEveryMember(t *testing.T) {
 			o.mut.chainTailCommitLags = lag
 		})
 		storeWrites(g, 0, 0, 30)
+		// The power goes first (every disk operation fails from now on),
+		// the processes stop, then the reboot keeps exactly what was
+		// fsynced. Rebooting the disks before stopping the replicas let a
+		// member still running write unsynced state again as new, synced
+		// files (seen in TestChainAUSIPowerCut, which this mirrors).
 		for i := range 3 {
-			mems[i].Crash(nil) // exactly what was fsynced survives
+			mems[i].CrashAfter(0)
 		}
 		for i := range 3 {
 			g.reps[i].crash()
 			g.reps[i] = nil
 			g.nt.trs[i].Close()
+			mems[i].Crash(nil)
 		}
 		for i := range 3 {
 			g.restart(i)
