@@ -254,12 +254,5 @@ func FormatSlotRanges(rs []kv.SlotRange) string {
 
 // InRanges reports, for a slot, whether it is in rs.
 func InRanges(rs []kv.SlotRange) func(uint16) bool {
-	return func(s uint16) bool {
-		for _, r := range rs {
-			if s >= r.Start && s <= r.End {
-				return true
-			}
-		}
-		return false
-	}
+	return func(s uint16) bool { return kv.InSlotRanges(s, rs) }
 }

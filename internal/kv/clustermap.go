@@ -190,10 +190,8 @@ type MapMove struct {
 // Owner returns the group that owns slot in the map (0: none).
 func (m *ClusterMap) Owner(slot uint16) uint64 {
 	for _, g := range m.Groups {
-		for _, r := range g.Slots {
-			if slot >= r.Start && slot <= r.End {
-				return g.ID
-			}
+		if InSlotRanges(slot, g.Slots) {
+			return g.ID
 		}
 	}
 	return 0
@@ -447,6 +445,16 @@ func AppendMapMembers(b []byte, mm MapMembers) []byte {
 // DecodeMapMembers decodes AppendMapMembers's encoding, all of b.
 func DecodeMapMembers(b []byte) (MapMembers, error) {
 	d := Decoder{B: b}
+	mm := decodeMapMembers(&d)
+	if d.Err != nil || len(d.B) != 0 {
+		return MapMembers{}, fmt.Errorf("%w: cluster map members", ErrCorrupt)
+	}
+	return mm, nil
+}
+
+// decodeMapMembers reads AppendMapMembers's encoding from d (errors stick
+// in d.Err).
+func decodeMapMembers(d *Decoder) MapMembers {
 	mm := MapMembers{Group: d.Uvarint(), Epoch: d.Uvarint()}
 	n := d.Uvarint()
 	if n > uint64(len(d.B)) {
@@ -456,10 +464,7 @@ func DecodeMapMembers(b []byte) (MapMembers, error) {
 	for range n {
 		mm.Members = append(mm.Members, d.Uvarint())
 	}
-	if d.Err != nil || len(d.B) != 0 {
-		return MapMembers{}, fmt.Errorf("%w: cluster map members", ErrCorrupt)
-	}
-	return mm, nil
+	return mm
 }
 
 // MapAddGroup is KindMapAddGroup's payload: the group's first members
@@ -483,16 +488,7 @@ func AppendMapAddGroup(b []byte, ag MapAddGroup) []byte {
 // DecodeMapAddGroup decodes AppendMapAddGroup's encoding, all of b.
 func DecodeMapAddGroup(b []byte) (MapAddGroup, error) {
 	d := Decoder{B: b}
-	mm := MapMembers{Group: d.Uvarint(), Epoch: d.Uvarint()}
-	n := d.Uvarint()
-	if n > uint64(len(d.B)) {
-		d.Err = ErrCorrupt
-		n = 0
-	}
-	for range n {
-		mm.Members = append(mm.Members, d.Uvarint())
-	}
-	ag := MapAddGroup{MapMembers: mm}
+	ag := MapAddGroup{MapMembers: decodeMapMembers(&d)}
 	if d.Err == nil && len(d.B) > 0 {
 		ag.Engine = string(d.Bytes())
 		if ag.Engine != EngineChain && d.Err == nil {
@@ -698,9 +694,7 @@ func mapStep(m *ClusterMap, op *Op) (*ClusterMap, Result, error) {
 		done := n.Moves[i]
 		n.Moves = slices.Delete(n.Moves, i, i+1)
 		if op.Kind == KindMapMoveDone {
-			in := func(s uint16) bool {
-				return slices.ContainsFunc(done.Slots, func(r SlotRange) bool { return s >= r.Start && s <= r.End })
-			}
+			in := func(s uint16) bool { return InSlotRanges(s, done.Slots) }
 			for gi := range n.Groups {
 				g := &n.Groups[gi]
 				var own []uint16

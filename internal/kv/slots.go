@@ -256,6 +256,17 @@ func slotEntryOf(b []byte, slot uint16) (SlotEntry, error) {
 // SlotRange is an inclusive range of slots.
 type SlotRange struct{ Start, End uint16 }
 
+// InSlotRanges reports whether slot s is in one of rs (the one copy: the
+// map's and the moves' checks, cluster.InRanges).
+func InSlotRanges(s uint16, rs []SlotRange) bool {
+	for _, r := range rs {
+		if s >= r.Start && s <= r.End {
+			return true
+		}
+	}
+	return false
+}
+
 // EncodeSlotRanges is the Key of KindSlotInit and KindSlotSet.
 func EncodeSlotRanges(rs []SlotRange) []byte {
 	b := binary.AppendUvarint(nil, uint64(len(rs)))

@@ -289,7 +289,7 @@ func txLockedSlot(get Getter, rs []SlotRange) (slot uint16, txid []byte, ok bool
 			continue
 		}
 		for _, l := range p.Locks {
-			if s := KeySlot(l.Key); inRanges(s, rs) {
+			if s := KeySlot(l.Key); InSlotRanges(s, rs) {
 				return s, id, true, nil
 			}
 		}
@@ -314,21 +314,12 @@ func txPendingSlot(get Getter, rs []SlotRange) (slot uint16, txid []byte, ok boo
 			return 0, nil, false, err
 		}
 		if ok && d.Commit && len(d.Pending) > 0 {
-			if s := KeySlot(d.Primary); inRanges(s, rs) {
+			if s := KeySlot(d.Primary); InSlotRanges(s, rs) {
 				return s, id, true, nil
 			}
 		}
 	}
 	return 0, nil, false, nil
-}
-
-func inRanges(s uint16, rs []SlotRange) bool {
-	for _, r := range rs {
-		if s >= r.Start && s <= r.End {
-			return true
-		}
-	}
-	return false
 }
 
 // TxLockOf returns key's lock: the transaction holding it and the mode
