@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -94,15 +93,7 @@ func TwoPhase(ctx context.Context, run TxOpRunner, txid, primaryKey []byte, keys
 	if len(resolves) > 0 {
 		rreplies, rerrs := run(ctx, resolves) // failed: pushed by its leader
 		if committed {
-			var done [][]byte
-			for i, e := range rerrs {
-				// Only a resolve's own answer says the part resolved (an
-				// error line forwarded from a group is not one).
-				if e == nil && rreplies[i] == "+COMMITTED" {
-					done = append(done, resolves[i].Expected)
-				}
-			}
-			if len(done) > 0 {
+			if done := committedParts(resolves, rreplies, rerrs); len(done) > 0 {
 				forget = []kv.Op{kv.NewTxForget(txid, primaryKey, done)}
 			}
 		}
@@ -114,6 +105,20 @@ func TwoPhase(ctx context.Context, run TxOpRunner, txid, primaryKey []byte, keys
 		abort = "TXABORT the transaction was aborted before its commit (a participant's leader pushed it)"
 	}
 	return false, abort, nil, nil
+}
+
+// committedParts returns the routing keys (Expected) of the commit
+// resolves that answered +COMMITTED: the parts a forget may name. Only a
+// resolve's own answer says its part resolved (an error line forwarded
+// from a group is not one).
+func committedParts(resolves []kv.Op, replies []string, errs []error) [][]byte {
+	var done [][]byte
+	for i, e := range errs {
+		if e == nil && replies[i] == "+COMMITTED" {
+			done = append(done, resolves[i].Expected)
+		}
+	}
+	return done
 }
 
 // runOne runs one op.
@@ -195,9 +200,8 @@ func TxDecisionsDue(db *storage.DB, now time.Time, keep, age time.Duration, serv
 	mark := now.Add(-keep).UnixMilli()
 	var ids [][]byte
 	var routing []byte
-	end := append(slices.Clone(kv.TxDecisionPrefix[:len(kv.TxDecisionPrefix)-1]), kv.TxDecisionPrefix[len(kv.TxDecisionPrefix)-1]+1)
 	var derr error
-	err = db.Scan(kv.TxDecisionPrefix, end, 0, 0, func(key []byte, v storage.Value) bool {
+	err = db.Scan(kv.TxDecisionPrefix, kv.PrefixEnd(kv.TxDecisionPrefix), 0, 0, func(key []byte, v storage.Value) bool {
 		txid := bytes.Clone(key[len(kv.TxDecisionPrefix):])
 		if kv.TxIDTime(txid) >= mark {
 			// The records are in txid order, which is time order
@@ -240,16 +244,12 @@ func SettleTx(ctx context.Context, run TxOpRunner, d kv.TxDecision) error {
 		resolves[i] = kv.NewTxResolve(d.TxID, k, true)
 	}
 	replies, errs := run(ctx, resolves)
-	var done [][]byte
 	for i, e := range errs {
 		if e == nil && replies[i] != "+COMMITTED" {
 			errs[i] = fmt.Errorf("settle %x: resolve answered %q", d.TxID, replies[i])
 		}
-		if errs[i] == nil {
-			done = append(done, d.Pending[i])
-		}
 	}
-	if len(done) > 0 {
+	if done := committedParts(resolves, replies, errs); len(done) > 0 {
 		if _, err := runOne(ctx, run, kv.NewTxForget(d.TxID, d.Primary, done)); err != nil {
 			return err
 		}
@@ -261,7 +261,7 @@ func SettleTx(ctx context.Context, run TxOpRunner, d kv.TxDecision) error {
 // than age before now (by their prepare op's clock): the ones its leader
 // pushes (RunTxPush; the simulation's sweep).
 func TxStale(db *storage.DB, now time.Time, age time.Duration) ([]kv.TxPrepared, error) {
-	get := engineGetter(db)
+	get := db.Lookup
 	ids, err := kv.TxPreparedIDs(get)
 	if err != nil || len(ids) == 0 {
 		return nil, err

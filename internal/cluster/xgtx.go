@@ -1,9 +1,7 @@
 package cluster
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -66,21 +64,6 @@ func (m *Multi) SetTxOps(run TxOpRunner) { m.txOps.Store(&run) }
 // transaction's lock and it is still held.
 var ErrTxLockWait = &ReplyError{"TRYAGAIN key locked by a prepared cross-group transaction that is not resolved yet"}
 
-// engineGetter reads db's latest state (a replica's applied state) as a
-// kv.Getter.
-func engineGetter(db *storage.DB) kv.Getter {
-	return func(key []byte) ([]byte, []byte, uint64, bool, error) {
-		v, err := db.Get(key)
-		if errors.Is(err, storage.ErrNotFound) {
-			return nil, nil, 0, false, nil
-		}
-		if err != nil {
-			return nil, nil, 0, false, err
-		}
-		return v.Data, v.Meta, v.Version, true, nil
-	}
-}
-
 // txLockOf returns the prepared transaction locking one of keys in this
 // node's replica of its group (as applied here), if any; writes false
 // counts write locks only (a read waits for those). One atomic load when
@@ -95,7 +78,7 @@ func (m *Multi) txLockOf(keys [][]byte, writes bool) (key []byte, p kv.TxPrepare
 		if lf, ok := g.h.Replica.(txLockFree); ok && lf.TxLockFree() {
 			continue // published by the replica's applier: one load
 		}
-		get := engineGetter(g.h.Engine)
+		get := g.h.Engine.Lookup
 		n, err := kv.TxLockCount(get)
 		if err != nil || n == 0 {
 			if err != nil {
@@ -255,10 +238,7 @@ func (m *Multi) TxDecisionCount() (int, error) {
 		if g.h.Engine == nil {
 			continue
 		}
-		err := g.h.Engine.Scan(kv.TxDecisionPrefix, nil, 0, 0, func(key []byte, _ storage.Value) bool {
-			if !bytes.HasPrefix(key, kv.TxDecisionPrefix) {
-				return false
-			}
+		err := g.h.Engine.Scan(kv.TxDecisionPrefix, kv.PrefixEnd(kv.TxDecisionPrefix), 0, 0, func([]byte, storage.Value) bool {
 			n++
 			return true
 		})

@@ -30,7 +30,7 @@ func BenchmarkTxLockCheck(b *testing.B) {
 	if _, err := db.Append(recs...); err != nil {
 		b.Fatal(err)
 	}
-	get := engineGetter(db)
+	get := db.Lookup
 	b.Run("locks", func(b *testing.B) {
 		for b.Loop() {
 			if n, err := kv.TxLockCount(get); err != nil || n != 0 {
@@ -102,7 +102,7 @@ func TestTxDecisionsDueSkipsSlotsMovedAway(t *testing.T) {
 		t.Helper()
 		version++
 		var recs []storage.Record
-		if _, err := kv.Apply(engineGetter(db), version, &op, 1<<20, func(key, value, meta []byte, tomb bool) {
+		if _, err := kv.Apply(db.Lookup, version, &op, 1<<20, func(key, value, meta []byte, tomb bool) {
 			recs = append(recs, storage.Record{Key: bytes.Clone(key), Value: bytes.Clone(value), Meta: bytes.Clone(meta), Version: version, Tombstone: tomb})
 		}); err != nil {
 			t.Fatal(err)

@@ -221,14 +221,7 @@ func engineGetterOf(s *Server, key string) kv.Getter {
 	for _, lg := range s.multi.Hosted() {
 		for _, r := range lg.Spec.Slots {
 			if sl := cluster.Slot([]byte(key)); sl >= r.Start && sl <= r.End {
-				db := lg.Hosted.Engine
-				return func(k []byte) ([]byte, []byte, uint64, bool, error) {
-					v, err := db.Get(k)
-					if err != nil {
-						return nil, nil, 0, false, nil
-					}
-					return v.Data, v.Meta, v.Version, true, nil
-				}
+				return lg.Hosted.Engine.Lookup
 			}
 		}
 	}

@@ -869,6 +869,22 @@ func (db *DB) GetShared(key []byte) (Value, error) { return db.getAt(key, math.M
 // GetAt returns the newest version of key that is <= v.
 func (db *DB) GetAt(key []byte, v uint64) (Value, error) { return db.getAt(key, v, false) }
 
+// Lookup is Get in the shape of internal/kv's Getter (a method value of it is
+// one): the newest version's data, meta and version, and whether key holds
+// one; a missing or deleted key is not an error. The engine's latest state
+// read by kv's decoders (a replica's applied state), one copy for every
+// caller that needs it.
+func (db *DB) Lookup(key []byte) (data, meta []byte, version uint64, ok bool, err error) {
+	v, err := db.Get(key)
+	if errors.Is(err, ErrNotFound) {
+		return nil, nil, 0, false, nil
+	}
+	if err != nil {
+		return nil, nil, 0, false, err
+	}
+	return v.Data, v.Meta, v.Version, true, nil
+}
+
 // getAt serves Get, GetShared and GetAt; shared lets a cache hit (and a miss, whose
 // freshly read value then becomes the cached copy) hand out bytes without copying.
 func (db *DB) getAt(key []byte, at uint64, shared bool) (Value, error) {

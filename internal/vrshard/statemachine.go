@@ -158,13 +158,7 @@ func (a *applier) loadRows() error {
 // transaction (txLocked): true if its count record is there or does not
 // read.
 func (a *applier) publishTxLocked() {
-	n, err := kv.TxLockCount(func(key []byte) ([]byte, []byte, uint64, bool, error) {
-		v, err := a.db.Get(key)
-		if errors.Is(err, storage.ErrNotFound) {
-			return nil, nil, 0, false, nil
-		}
-		return v.Data, v.Meta, v.Version, err == nil, err
-	})
+	n, err := kv.TxLockCount(a.db.Lookup)
 	a.txLocked.Store(err != nil || n > 0)
 	a.txDirty = false
 }

@@ -82,20 +82,6 @@ func xgTrueMs(s *sim.Sim) int64 { return (simEpoch + int64(s.Now())) / int64(tim
 
 func xgKind(k kv.Kind) bool { return kv.IsXgtxKind(k) }
 
-// xgGetter reads a replica's applied state (cluster's engineGetter).
-func xgGetter(db *storage.DB) kv.Getter {
-	return func(key []byte) ([]byte, []byte, uint64, bool, error) {
-		v, err := db.Get(key)
-		if errors.Is(err, storage.ErrNotFound) {
-			return nil, nil, 0, false, nil
-		}
-		if err != nil {
-			return nil, nil, 0, false, err
-		}
-		return v.Data, v.Meta, v.Version, true, nil
-	}
-}
-
 // xgReadLocked reports whether a plain read at this replica, leading its
 // group, must wait for a prepared transaction that writes its key (what
 // cluster.Multi.txReadWait checks).
@@ -103,7 +89,7 @@ func (n *hostNode) xgReadLocked(op kv.Op) bool {
 	if n.r.failed() != nil || !n.r.isLeader.Load() || len(op.Key) == 0 || n.cl.readsIgnoreLocks {
 		return false
 	}
-	locked, err := kv.TxWriteLocked(xgGetter(n.r.db), op.Key)
+	locked, err := kv.TxWriteLocked(n.r.db.Lookup, op.Key)
 	return err == nil && locked
 }
 
@@ -999,7 +985,7 @@ func xgLocksLeft(s *sim.Sim) error {
 		if node == nil {
 			return fmt.Errorf("replica %d is down", a)
 		}
-		get := xgGetter(node.(*hostNode).r.db)
+		get := node.(*hostNode).r.db.Lookup
 		n, err := kv.TxLockCount(get)
 		if err != nil {
 			return err
