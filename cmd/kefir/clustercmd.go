@@ -130,40 +130,30 @@ func runClusterRebalance(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("kefir cluster rebalance", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	mover := clusterConnFlags(fs)
-	by := fs.String("by", cluster.ByBytes, "weigh slots by bytes, keys or load (keys written and reads served during --sample)")
+	rf := addRebalanceFlags(fs, "weigh slots by bytes, keys or load (keys written and reads served during --sample)", "rebalance")
+	by := rf.by
 	tolerance := fs.Float64("tolerance", 0.1, "the fraction of the mean every group must end within")
 	dry := fs.Bool("dry-run", false, "print the plan and stop")
 	maxMoves := fs.Int("max-moves", 0, "at most this many moves (0: the planner's bound, 64; at most 64)")
-	sample := fs.Duration("sample", 2*time.Second, "with --by load, how long writes and reads are counted")
-	page := fs.Int("page", 1024, "keys per copy round trip")
-	pause := fs.Duration("page-pause", 0, "a fixed pause after each page outside the hand-over's window instead of the adaptive one (0: unpaced)")
-	maxPause := fs.Duration("max-pause", 250*time.Millisecond, "the adaptive pause's upper bound (the move goes on at this pace however slow the probe is)")
-	baseline := fs.Duration("baseline", time.Second, "how long the probe measures the steady p99 before each move")
-	timeout := fs.Duration("timeout", 30*time.Minute, "deadline for the whole rebalance")
 	asJSON := fs.Bool("json", false, "print the plan (and the moves' results) as JSON")
-	lease := fs.Duration("lease", cluster.DefaultLease, "each move's driver lease in the metadata group")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
 		}
 		return usageError{err}
 	}
-	if err := checkRebalanceFlags(fs.NArg(), *by, *tolerance, *maxMoves, *sample, *page, *maxPause); err != nil {
+	if err := checkRebalanceFlags(fs.NArg(), *by, *tolerance, *maxMoves, *rf.sample, *rf.page, *rf.maxPause); err != nil {
 		return usageError{err}
 	}
-	fixed := false
-	fs.Visit(func(f *flag.Flag) { fixed = fixed || f.Name == "page-pause" })
 	// Ctrl-C or SIGTERM cancels the run: the probe deletes its keys and
 	// the move in hand stops where it is, recorded in the map; the
 	// metadata group's leader finishes it once its lease lapses (unpaced),
 	// or move-slots does. A rerun refuses to plan until it is done.
-	sigCtx, stopSignals := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stopSignals()
-	ctx, cancel := context.WithTimeout(sigCtx, *timeout)
+	ctx, cancel := rf.context()
 	defer cancel()
 	mv := mover()
 	defer mv.Close()
-	mv.Page, mv.PagePause = *page, *pause
+	mv.Page, mv.PagePause = *rf.page, *rf.pause
 	cm, err := mv.MetaMap(ctx)
 	if err != nil {
 		return err
@@ -172,11 +162,7 @@ func runClusterRebalance(args []string, stdout, stderr io.Writer) error {
 		m := cm.Moves[0]
 		return fmt.Errorf("rebalance: a move is in flight (slots %s from group %d to group %d): finish or abort it with move-slots first", cluster.FormatSlotRanges(m.Slots), m.From, m.To)
 	}
-	groups := cluster.PlanGroups(cm)
-	if err := mv.PlanTables(ctx, groups); err != nil {
-		return err
-	}
-	weights, err := mv.SlotWeights(ctx, cm, *by, *sample)
+	groups, weights, err := rf.weighSlots(ctx, mv, cm)
 	mv.Close()
 	if err != nil {
 		return err
@@ -193,7 +179,7 @@ func runClusterRebalance(args []string, stdout, stderr io.Writer) error {
 		}
 		return stuckStatus(plan, *dry)
 	}
-	rb := newRebalancer("rebalance", mover, *page, *pause, fixed, *maxPause, *baseline, *lease, stderr)
+	rb := rf.rebalancer("rebalance", mover, stderr)
 	t0 := time.Now()
 	done, err := rb.Run(ctx, plan)
 	if *asJSON {
@@ -209,16 +195,60 @@ func runClusterRebalance(args []string, stdout, stderr io.Writer) error {
 	return err
 }
 
-// newRebalancer is the Rebalancer of kefir cluster rebalance and
-// remove-group (cmd names the driver in the map): each move by a fresh
-// recorded Mover, paced by the latency probe unless fixed (--page-pause
-// given).
-func newRebalancer(cmd string, mover func() *cluster.Mover, page int, pause time.Duration, fixed bool, maxPause, baseline, lease time.Duration, stderr io.Writer) *cluster.Rebalancer {
+// rebalanceFlags are the flags kefir cluster rebalance and remove-group
+// share: how the slots are weighed, how each move is paced and leased, and
+// the whole run's deadline.
+type rebalanceFlags struct {
+	fs                                                *flag.FlagSet
+	by                                                *string
+	sample, pause, maxPause, baseline, timeout, lease *time.Duration
+	page                                              *int
+}
+
+// addRebalanceFlags defines them on fs (byHelp: --by's help; what: the
+// run --timeout bounds).
+func addRebalanceFlags(fs *flag.FlagSet, byHelp, what string) *rebalanceFlags {
+	return &rebalanceFlags{fs: fs,
+		by:       fs.String("by", cluster.ByBytes, byHelp),
+		sample:   fs.Duration("sample", 2*time.Second, "with --by load, how long writes and reads are counted"),
+		page:     fs.Int("page", 1024, "keys per copy round trip"),
+		pause:    fs.Duration("page-pause", 0, "a fixed pause after each page outside the hand-over's window instead of the adaptive one (0: unpaced)"),
+		maxPause: fs.Duration("max-pause", 250*time.Millisecond, "the adaptive pause's upper bound (the move goes on at this pace however slow the probe is)"),
+		baseline: fs.Duration("baseline", time.Second, "how long the probe measures the steady p99 before each move"),
+		timeout:  fs.Duration("timeout", 30*time.Minute, "deadline for the whole "+what),
+		lease:    fs.Duration("lease", cluster.DefaultLease, "each move's driver lease in the metadata group"),
+	}
+}
+
+// context is the run's: --timeout, and cancelled by Ctrl-C or SIGTERM.
+func (f *rebalanceFlags) context() (context.Context, context.CancelFunc) {
+	sigCtx, stopSignals := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := context.WithTimeout(sigCtx, *f.timeout)
+	return ctx, func() { cancel(); stopSignals() }
+}
+
+// weighSlots reads each group's slot table and weighs every slot by --by
+// through mv: what a plan is made from.
+func (f *rebalanceFlags) weighSlots(ctx context.Context, mv *cluster.Mover, cm *kv.ClusterMap) ([]cluster.PlanGroup, []int64, error) {
+	groups := cluster.PlanGroups(cm)
+	if err := mv.PlanTables(ctx, groups); err != nil {
+		return nil, nil, err
+	}
+	weights, err := mv.SlotWeights(ctx, cm, *f.by, *f.sample)
+	return groups, weights, err
+}
+
+// rebalancer is the run's Rebalancer (cmd names the driver in the map):
+// each move by a fresh recorded Mover, paced by the latency probe unless
+// --page-pause was given (a fixed pause, then).
+func (f *rebalanceFlags) rebalancer(cmd string, mover func() *cluster.Mover, stderr io.Writer) *cluster.Rebalancer {
+	fixed := false
+	f.fs.Visit(func(fl *flag.Flag) { fixed = fixed || fl.Name == "page-pause" })
 	host, _ := os.Hostname()
 	logf := func(format string, a ...any) { fmt.Fprintf(stderr, "kefir cluster: "+format+"\n", a...) }
-	return &cluster.Rebalancer{Adaptive: !fixed, MaxPause: maxPause, Baseline: baseline, Logf: logf, NewMover: func() *cluster.Mover {
+	return &cluster.Rebalancer{Adaptive: !fixed, MaxPause: *f.maxPause, Baseline: *f.baseline, Logf: logf, NewMover: func() *cluster.Mover {
 		m := mover()
-		m.Page, m.PagePause, m.Meta, m.Lease = page, pause, true, lease
+		m.Page, m.PagePause, m.Meta, m.Lease = *f.page, *f.pause, true, *f.lease
 		m.Driver = fmt.Sprintf("kefir cluster %s, pid %d on %s", cmd, os.Getpid(), host)
 		m.Logf = logf
 		return m
@@ -240,14 +270,7 @@ func runClusterRemoveGroup(args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	mover := clusterConnFlags(fs)
 	id := fs.Uint64("id", 0, "the data group to remove")
-	by := fs.String("by", cluster.ByBytes, "weigh the group's slots by bytes, keys or load to spread them over the other groups")
-	sample := fs.Duration("sample", 2*time.Second, "with --by load, how long writes and reads are counted")
-	page := fs.Int("page", 1024, "keys per copy round trip")
-	pause := fs.Duration("page-pause", 0, "a fixed pause after each page outside the hand-over's window instead of the adaptive one (0: unpaced)")
-	maxPause := fs.Duration("max-pause", 250*time.Millisecond, "the adaptive pause's upper bound")
-	baseline := fs.Duration("baseline", time.Second, "how long the probe measures the steady p99 before each move")
-	timeout := fs.Duration("timeout", 30*time.Minute, "deadline for the whole removal")
-	lease := fs.Duration("lease", cluster.DefaultLease, "each move's driver lease in the metadata group")
+	rf := addRebalanceFlags(fs, "weigh the group's slots by bytes, keys or load to spread them over the other groups", "removal")
 	dry := fs.Bool("dry-run", false, "print the plan of the moves and stop")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -258,18 +281,14 @@ func runClusterRemoveGroup(args []string, stdout, stderr io.Writer) error {
 	if *id == 0 || fs.NArg() != 0 {
 		return usageError{errors.New("remove-group needs --id G")}
 	}
-	if err := checkRebalanceFlags(0, *by, 0, 0, *sample, *page, *maxPause); err != nil {
+	if err := checkRebalanceFlags(0, *rf.by, 0, 0, *rf.sample, *rf.page, *rf.maxPause); err != nil {
 		return usageError{err}
 	}
-	fixed := false
-	fs.Visit(func(f *flag.Flag) { fixed = fixed || f.Name == "page-pause" })
-	sigCtx, stopSignals := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stopSignals()
-	ctx, cancel := context.WithTimeout(sigCtx, *timeout)
+	ctx, cancel := rf.context()
 	defer cancel()
 	g := cluster.GroupID(*id)
 	logf := func(format string, a ...any) { fmt.Fprintf(stderr, "kefir cluster: "+format+"\n", a...) }
-	rb := newRebalancer("remove-group", mover, *page, *pause, fixed, *maxPause, *baseline, *lease, stderr)
+	rb := rf.rebalancer("remove-group", mover, stderr)
 	for stale := 0; ; {
 		mv := mover()
 		mv.RetryFor = 10 * time.Second
@@ -303,26 +322,21 @@ func runClusterRemoveGroup(args []string, stdout, stderr io.Writer) error {
 				select {
 				case <-ctx.Done():
 					return fmt.Errorf("remove-group: %w", ctx.Err())
-				case <-time.After(*lease):
+				case <-time.After(*rf.lease):
 				}
 			}
 			continue
 		}
 		if own > 0 {
 			mv := mover()
-			mv.Page = *page
-			groups := cluster.PlanGroups(cm)
-			if err := mv.PlanTables(ctx, groups); err != nil {
-				mv.Close()
-				return fmt.Errorf("remove-group: %w", err)
-			}
-			weights, err := mv.SlotWeights(ctx, cm, *by, *sample)
+			mv.Page = *rf.page
+			groups, weights, err := rf.weighSlots(ctx, mv, cm)
 			mv.Close()
 			if err != nil {
 				return fmt.Errorf("remove-group: %w", err)
 			}
 			plan := cluster.PlanDrain(groups, weights, g)
-			fmt.Fprintf(stdout, "group %d owns %d slots at map epoch %d; moving them by %s:\n%s", *id, own, cm.Epoch, *by, plan)
+			fmt.Fprintf(stdout, "group %d owns %d slots at map epoch %d; moving them by %s:\n%s", *id, own, cm.Epoch, *rf.by, plan)
 			if *dry {
 				return nil
 			}
