@@ -1,19 +1,15 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/kefirdb/kefir/client"
-	"github.com/kefirdb/kefir/internal/check"
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/testgroup"
 	"github.com/kefirdb/kefir/test/e2e/cluster"
@@ -78,36 +74,16 @@ func TestGroupsChainGroup(t *testing.T) {
 			keys = append(keys, k)
 		}
 	}
-	rec := check.NewRecorder(nil)
-	var stop atomic.Bool
-	var wg sync.WaitGroup
-	checkedClients(t, &wg, &stop, rec, live, keys, 4, nil)
-	var ackedMu sync.Mutex
-	acked := map[string]string{}
+	var perMu sync.Mutex
 	perGroup := map[int]int{}
-	for wi := range 2 {
-		c := dialGroup(t, append(slices.Clone(live[wi:]), live[:wi]...))
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; !stop.Load(); i++ {
-				k, v := fmt.Sprintf("w%d-%d", wi, i), fmt.Sprintf("val-%d-%d", wi, i)
-				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-				err := c.Put(ctx, k, []byte(v), client.WithDurability(client.Sync))
-				cancel()
-				if err == nil {
-					ackedMu.Lock()
-					acked[k] = v
-					perGroup[groupOf(k)]++
-					ackedMu.Unlock()
-				}
-			}
-		}()
-	}
-	defer func() { stop.Store(true); wg.Wait() }()
+	load := startGroupLoad(t, live, keys, func(k string) {
+		perMu.Lock()
+		perGroup[groupOf(k)]++
+		perMu.Unlock()
+	})
 	inChain := func() int {
-		ackedMu.Lock()
-		defer ackedMu.Unlock()
+		perMu.Lock()
+		defer perMu.Unlock()
 		return perGroup[3]
 	}
 	// waitChainWrites waits for n more acknowledged writes to the chain.
@@ -158,9 +134,7 @@ func TestGroupsChainGroup(t *testing.T) {
 	if v, err := cluster.Command(live[0], "SET", chainKey+"-via-n1", "x"); err != nil || string(v.Str) != "OK" {
 		t.Fatalf("a write to the chain through node 1 after the head's failure: %v %q", err, v.Str)
 	}
-	ackedMu.Lock()
-	acked[chainKey+"-via-n1"] = "x"
-	ackedMu.Unlock()
+	load.Ack(chainKey+"-via-n1", "x")
 
 	// Restarted, it rejoins the chain (the master joins it before the tail).
 	n4.Restart()
@@ -204,39 +178,18 @@ func TestGroupsChainGroup(t *testing.T) {
 	time.Sleep(time.Second) // past the old leases: the new master grants them
 	waitChainWrites("a second after the metadata leader's kill", 20)
 	n1.Restart()
-	stop.Store(true)
-	wg.Wait()
+	load.Stop()
 
 	// Every acknowledged write at every node (node 4's own chain member
 	// serves the chain's slots' eventual reads once it is a member again).
-	all := g.Addrs()
-	for _, a := range all {
-		c := dialGroup(t, []string{a})
-		missing := map[string]string{}
-		var lastErr error
-		testgroup.Until(20*time.Second, 100*time.Millisecond, func() bool {
-			clear(missing)
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			for k, v := range acked {
-				got, err := c.Get(ctx, k, client.WithConsistency(client.Eventual))
-				if err != nil || string(got) != v {
-					missing[k], lastErr = string(got), err
-				}
-			}
-			return len(missing) == 0
-		})
-		if len(missing) > 0 {
-			t.Fatalf("%s: %d of %d acknowledged writes not read back (e.g. %v, last error %v)", a, len(missing), len(acked), missing, lastErr)
-		}
+	acked := load.Acked()
+	for _, a := range g.Addrs() {
+		readBack(t, a, acked)
 	}
+	perMu.Lock()
 	t.Logf("%d sync writes acknowledged (per group %v), every one read back at the four nodes", len(acked), perGroup)
-	h := rec.History()
-	if v := check.Linearizable(h, check.LinOptions{Timeout: 30 * time.Second, Strict: true}); !v.OK {
-		t.Fatalf("history of %d ops is not linearizable: %+v", len(h.Ops), v)
-	} else {
-		t.Logf("linearizable: %d ops checked", v.Checked)
-	}
+	perMu.Unlock()
+	load.CheckLinearizable(t)
 }
 
 // kefir up --groups 3 --engine mixed: group 2 is a chain (kefir server
