@@ -18,17 +18,7 @@ func TestAppendedActiveSegmentMapped(t *testing.T) {
 	const n = 22000 // ~22 MB: the log rolls once, and the active segment grows by growMapStep
 	check := func(when string, upto int) {
 		t.Helper()
-		i := 0
-		err := db.Scan(nil, nil, 0, 0, func(k []byte, v Value) bool {
-			if string(k) != fmt.Sprintf("k%05d", i) || string(v.Data) != val(i) {
-				t.Fatalf("%s: scan: %s = %.20q…, want k%05d", when, k, v.Data, i)
-			}
-			i++
-			return true
-		})
-		if err != nil || i != upto {
-			t.Fatalf("%s: scan: %d keys of %d, %v", when, i, upto, err)
-		}
+		wantScanOfKeys(t, db, when, upto, val)
 	}
 	grown, stepped := 0, false
 	for i := 0; i < n; i++ {

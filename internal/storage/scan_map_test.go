@@ -43,17 +43,7 @@ func TestActiveSegmentMapped(t *testing.T) {
 		for i := 0; i < upto; i += 37 {
 			wantGet(t, db, fmt.Sprintf("k%05d", i), val(i))
 		}
-		i := 0
-		err := db.Scan(nil, nil, 0, 0, func(k []byte, v Value) bool {
-			if string(k) != fmt.Sprintf("k%05d", i) || string(v.Data) != val(i) {
-				t.Fatalf("%s: scan: %s = %.20q…, want k%05d", when, k, v.Data, i)
-			}
-			i++
-			return true
-		})
-		if err != nil || i != upto {
-			t.Fatalf("%s: scan: %d keys of %d, %v", when, i, upto, err)
-		}
+		wantScanOfKeys(t, db, when, upto, val)
 	}
 	rolls := db.rolls.Load()
 	for i := 0; i < n; i++ {
@@ -90,4 +80,21 @@ func TestActiveSegmentMapped(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("appended after the reopen", n+30)
+}
+
+// wantScanOfKeys fails the test unless a scan of db returns exactly keys
+// k00000 .. k(upto-1), in order, key i with value val(i).
+func wantScanOfKeys(t *testing.T, db *DB, when string, upto int, val func(int) string) {
+	t.Helper()
+	i := 0
+	err := db.Scan(nil, nil, 0, 0, func(k []byte, v Value) bool {
+		if string(k) != fmt.Sprintf("k%05d", i) || string(v.Data) != val(i) {
+			t.Fatalf("%s: scan: %s = %.20q…, want k%05d", when, k, v.Data, i)
+		}
+		i++
+		return true
+	})
+	if err != nil || i != upto {
+		t.Fatalf("%s: scan: %d keys of %d, %v", when, i, upto, err)
+	}
 }
