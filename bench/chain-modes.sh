@@ -19,61 +19,14 @@ set -euo pipefail
 BASE=42600
 DUR=5s
 ROUNDS=3
-BIN=
-while getopts "p:d:r:b:" o; do
-	case $o in
-	p) BASE=$OPTARG ;;
-	d) DUR=$OPTARG ;;
-	r) ROUNDS=$OPTARG ;;
-	b) BIN=$OPTARG ;;
-	*) exit 2 ;;
-	esac
-done
-WORK=$(mktemp -d)
-trap 'kill $(cat "$WORK"/pids 2>/dev/null) 2>/dev/null || true; rm -rf "$WORK"' EXIT
-if [ -z "$BIN" ]; then
-	BIN=$WORK/kefir
-	go build -o "$BIN" ./cmd/kefir
-fi
-export KEFIR_CLUSTER_SECRET=bench-secret
-
-# start MODE: a chain of three in MODE; prints the client addresses.
-start() {
-	local mode=$1 m="" addrs=""
-	rm -rf "$WORK/data" && mkdir -p "$WORK/data"
-	: >"$WORK/pids"
-	for i in 1 2 3; do
-		m="$m${m:+,}$i@127.0.0.1:$((BASE + 9 + i))/127.0.0.1:$((BASE + i - 1))"
-		addrs="$addrs${addrs:+,}127.0.0.1:$((BASE + i - 1))"
-	done
-	"$BIN" chain-master --id 9 --peer-addr "127.0.0.1:$((BASE + 19))" --members "$m" --cluster-id 77 \
-		--chain-mode "$mode" >"$WORK/data/master.log" 2>&1 &
-	echo $! >>"$WORK/pids"
-	for i in 1 2 3; do
-		"$BIN" server --node-id "n$i" --dir "$WORK/data/n$i" --client-addr "127.0.0.1:$((BASE + i - 1))" \
-			--peer-addr "127.0.0.1:$((BASE + 9 + i))" --http-addr "127.0.0.1:$((BASE + 19 + i))" \
-			--members "$m" --replica-id "$i" --cluster-id 77 --bootstrap true --log-level warn \
-			--engine chain --chain-master "9@127.0.0.1:$((BASE + 19))" --chain-mode "$mode" \
-			>"$WORK/data/n$i.log" 2>&1 &
-		echo $! >>"$WORK/pids"
-	done
-	for _ in $(seq 1 100); do
-		redis-cli -p "$BASE" set warmup 1 >/dev/null 2>&1 && break
-		sleep 0.1
-	done
-	echo "$addrs"
-}
-
-stop() {
-	kill $(cat "$WORK/pids") 2>/dev/null || true
-	sleep 1
-}
+# shellcheck source=bench/chain-lib.sh
+. "$(dirname "$0")/chain-lib.sh"
 
 # bench NAME MODE DURABILITY CLIENTS: one kefir bench run; its JSON's
 # throughput and update p50 go to $WORK/results as "NAME<TAB>ops/s<TAB>p50".
 bench() {
 	local name=$1 mode=$2 dur=$3 clients=$4 addrs
-	addrs=$(start "$mode")
+	addrs=$(start chain 3 "$mode")
 	"$BIN" bench --addr "$addrs" --progress=false --duration "$DUR" --durability "$dur" \
 		--load --records 1000 --workload w --clients "$clients" --json >"$WORK/run.json"
 	python3 - "$name" "$WORK/run.json" "$(cut -d' ' -f1 /proc/loadavg)" <<'PY' | tee -a "$WORK/results"

@@ -16,58 +16,8 @@ set -euo pipefail
 BASE=42500
 DUR=10s
 ROUNDS=1
-BIN=
-while getopts "p:d:r:b:" o; do
-	case $o in
-	p) BASE=$OPTARG ;;
-	d) DUR=$OPTARG ;;
-	r) ROUNDS=$OPTARG ;;
-	b) BIN=$OPTARG ;;
-	*) exit 2 ;;
-	esac
-done
-WORK=$(mktemp -d)
-trap 'kill $(cat "$WORK"/pids 2>/dev/null) 2>/dev/null || true; rm -rf "$WORK"' EXIT
-if [ -z "$BIN" ]; then
-	BIN=$WORK/kefir
-	go build -o "$BIN" ./cmd/kefir
-fi
-export KEFIR_CLUSTER_SECRET=bench-secret
-
-# start ENGINE R: a group of R nodes; prints the client addresses.
-start() {
-	local engine=$1 r=$2 m="" extra="" addrs=""
-	rm -rf "$WORK/data" && mkdir -p "$WORK/data"
-	: >"$WORK/pids"
-	for i in $(seq 1 "$r"); do
-		m="$m${m:+,}$i@127.0.0.1:$((BASE + 9 + i))/127.0.0.1:$((BASE + i - 1))"
-		addrs="$addrs${addrs:+,}127.0.0.1:$((BASE + i - 1))"
-	done
-	if [ "$engine" = chain ]; then
-		"$BIN" chain-master --id 9 --peer-addr "127.0.0.1:$((BASE + 19))" --members "$m" --cluster-id 77 \
-			>"$WORK/data/master.log" 2>&1 &
-		echo $! >>"$WORK/pids"
-		extra="--engine chain --chain-master 9@127.0.0.1:$((BASE + 19))"
-	fi
-	for i in $(seq 1 "$r"); do
-		# shellcheck disable=SC2086
-		"$BIN" server --node-id "n$i" --dir "$WORK/data/n$i" --client-addr "127.0.0.1:$((BASE + i - 1))" \
-			--peer-addr "127.0.0.1:$((BASE + 9 + i))" --http-addr "127.0.0.1:$((BASE + 19 + i))" \
-			--members "$m" --replica-id "$i" --cluster-id 77 --bootstrap true --log-level warn $extra \
-			>"$WORK/data/n$i.log" 2>&1 &
-		echo $! >>"$WORK/pids"
-	done
-	for _ in $(seq 1 100); do
-		redis-cli -p "$BASE" set warmup 1 >/dev/null 2>&1 && break
-		sleep 0.1
-	done
-	echo "$addrs"
-}
-
-stop() {
-	kill $(cat "$WORK/pids") 2>/dev/null || true
-	sleep 1
-}
+# shellcheck source=bench/chain-lib.sh
+. "$(dirname "$0")/chain-lib.sh"
 
 # bench NAME ENGINE R ARGS...: one kefir bench run, its summary lines.
 bench() {
