@@ -83,6 +83,9 @@ type metaState struct {
 	cm      atomic.Pointer[kv.ClusterMap]
 	mu      sync.Mutex
 	ver     uint64 // the record version cm was read at
+	// changed is closed (and replaced) each time cm changes, under mu:
+	// the long polls held at the leader (WaitMetaMap) wait on it.
+	changed chan struct{}
 	resume  resumer
 }
 
@@ -193,6 +196,41 @@ func (m *Multi) adopt(cm *kv.ClusterMap, sm *SlotMap) {
 	m.meta.cm.Store(cm)
 	m.slots.Store(sm)
 	m.meta.follows.Store(true)
+	if m.meta.changed != nil {
+		close(m.meta.changed)
+		m.meta.changed = nil
+	}
+}
+
+// mapChanged returns a channel closed at the next change of the map this
+// node's replica applied (adopt).
+func (m *Multi) mapChanged() <-chan struct{} {
+	m.meta.mu.Lock()
+	defer m.meta.mu.Unlock()
+	if m.meta.changed == nil {
+		m.meta.changed = make(chan struct{})
+	}
+	return m.meta.changed
+}
+
+// WaitMetaMap is MetaMap(false) held until the map's epoch is above since
+// or ctx ends (then the map as it is): the long poll of a node without a
+// metadata replica (KEFIR.SLOTS META MAP SINCE e WAIT ms). The leader's
+// replica adopts a change within FollowConfig.Every of applying it, and
+// the waiters answer then — rather than at the poller's next poll.
+func (m *Multi) WaitMetaMap(ctx context.Context, since uint64) (*kv.ClusterMap, error) {
+	for {
+		ch := m.mapChanged() // before reading: a change after the read closes it
+		cm, err := m.MetaMap(false)
+		if err != nil || cm == nil || cm.Epoch > since {
+			return cm, err
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return cm, nil
+		}
+	}
 }
 
 // pollMap is the follower of a node without a replica of the metadata
@@ -200,13 +238,13 @@ func (m *Multi) adopt(cm *kv.ClusterMap, sm *SlotMap) {
 // the metadata members' client addresses; -MOVED followed) and adopts it
 // when its epoch is newer. Until the first answer the node routes by its
 // tables over the static map.
-func (m *Multi) pollMap(ctx context.Context, mv *Mover) error {
+func (m *Multi) pollMap(ctx context.Context, mv *Mover, wait time.Duration) error {
 	var since uint64
 	cur := m.ClusterMap()
 	if cur != nil {
 		since = cur.Epoch
 	}
-	cm, err := mv.MetaMapSince(ctx, since)
+	cm, err := mv.MetaMapWait(ctx, since, wait)
 	if err != nil {
 		return err
 	}
@@ -312,7 +350,10 @@ func (m *Multi) FollowMap(ctx context.Context, cfg FollowConfig) {
 		case <-t.C:
 		}
 		if m.metaG() == nil {
-			if tick%10 == 0 {
+			// A long poll each tick: the leader holds it until the map
+			// changes (MapWait at most). A leader too old to hold one is
+			// asked every ten ticks.
+			if !pl.noWait() || tick%10 == 0 {
 				pl.poll(ctx, m, cfg, 10*every)
 			}
 			continue
@@ -351,8 +392,19 @@ func (p *poller) close() {
 	}
 }
 
-// poll asks the metadata group's leader for its map once (the seeds are
-// recomputed each time: the group's members may have changed).
+// MapWait is how long a metadata leader holds a node's poll for a map newer
+// than the node's (KEFIR.SLOTS META MAP SINCE e WAIT ms): long enough that
+// an idle cluster's polls cost the leader one request per node every two
+// seconds, short against a connection's read timeout.
+const MapWait = 2 * time.Second
+
+// noWait reports whether the leader answered that it does not hold polls
+// (an older version): the poller then asks at the old pace.
+func (p *poller) noWait() bool { return p.mv != nil && p.mv.noWait }
+
+// poll asks the metadata group's leader for its map once, held until it
+// changes or MapWait passes (the seeds are recomputed each time: the
+// group's members may have changed).
 func (p *poller) poll(ctx context.Context, m *Multi, cfg FollowConfig, every time.Duration) {
 	seeds := m.metaSeeds()
 	if len(seeds) == 0 {
@@ -362,8 +414,8 @@ func (p *poller) poll(ctx context.Context, m *Multi, cfg FollowConfig, every tim
 		p.mv = &Mover{Password: cfg.Password, TLS: cfg.TLS, RetryFor: every}
 	}
 	p.mv.Seeds = seeds
-	pctx, cancel := context.WithTimeout(ctx, 5*every)
-	err := m.pollMap(pctx, p.mv)
+	pctx, cancel := context.WithTimeout(ctx, 5*every+MapWait)
+	err := m.pollMap(pctx, p.mv, MapWait)
 	cancel()
 	if err != nil && !p.logged && cfg.Logf != nil {
 		cfg.Logf("metadata: poll the map: %v", err) // once: the group may be starting

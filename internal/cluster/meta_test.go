@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -163,6 +164,111 @@ func TestMultiWithoutAMetadataReplicaPollsTheMap(t *testing.T) {
 	cm.Epoch = 3
 	mu.Unlock()
 	wait(3)
+}
+
+// A node without a metadata replica long-polls the leader (MAP SINCE e
+// WAIT ms): a change reaches it when the leader answers, not at the next
+// poll, and an idle map costs one held request per MapWait rather than one
+// every ten ticks. A leader that does not know WAIT (an older version) is
+// asked at the old pace, MAP SINCE e.
+func TestMultiWithoutAMetadataReplicaLongPollsTheMap(t *testing.T) {
+	static, err := NewSlotMap(1, EvenGroups(3, []uint64{1, 2, 3}, 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, old := range []bool{false, true} {
+		t.Run(fmt.Sprintf("old=%v", old), func(t *testing.T) {
+			var mu sync.Mutex
+			cm := BootstrapMap(static, []Member{{ID: 1}, {ID: 2}, {ID: 3}, {ID: 4}})
+			cm.Epoch = 2
+			changed := make(chan struct{})
+			var asked, held int
+			leader := fakeLeader(t, func(_ int, args []string) string {
+				mu.Lock()
+				asked++
+				m := *cm
+				ch := changed
+				mu.Unlock()
+				if len(args) == 7 && args[5] == "WAIT" {
+					if old {
+						return "-ERR wrong number of arguments for 'kefir.slots|meta|map' command\r\n"
+					}
+					since, _ := strconv.ParseUint(args[4], 10, 64)
+					if m.Epoch <= since {
+						mu.Lock()
+						held++
+						mu.Unlock()
+						ms, _ := strconv.Atoi(args[6])
+						select {
+						case <-ch:
+						case <-time.After(time.Duration(ms) * time.Millisecond):
+							return "$-1\r\n"
+						}
+						mu.Lock()
+						m = *cm
+						mu.Unlock()
+					}
+				} else if len(args) == 5 && args[3] == "SINCE" {
+					if since, _ := strconv.ParseUint(args[4], 10, 64); m.Epoch <= since {
+						return "$-1\r\n"
+					}
+				}
+				b, _ := json.Marshal(&m)
+				return fmt.Sprintf("$%d\r\n%s\r\n", len(b), b)
+			})
+			members := []Member{{ID: 1, ClientAddr: leader}, {ID: 2, ClientAddr: leader}, {ID: 3, ClientAddr: leader}, {ID: 4, ClientAddr: "n4:4"}}
+			spec1, _ := static.Group(1)
+			mu4, err := NewMulti(static, 4, members, []LocalGroup{{Spec: spec1, Hosted: Hosted{Replica: &fakeReplica{name: "g1"}, Group: &stateGroup{}}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			// Ten ticks are 500 ms, the old pace.
+			go func() { defer close(done); mu4.FollowMap(ctx, FollowConfig{Every: 50 * time.Millisecond}) }()
+			defer func() {
+				// A held poll does not hold the follower's end.
+				cancel()
+				select {
+				case <-done:
+				case <-time.After(500 * time.Millisecond):
+					t.Error("the follower did not stop within 500 ms of its context's end")
+					<-done
+				}
+			}()
+			if !testgroup.Until(5*time.Second, 5*time.Millisecond, func() bool { return mu4.smap().Epoch == 2 }) {
+				t.Fatalf("node 4 routes by epoch %d, want 2", mu4.smap().Epoch)
+			}
+			time.Sleep(300 * time.Millisecond) // let a poll be held
+			mu.Lock()
+			cm.Epoch = 3
+			close(changed)
+			changed = make(chan struct{})
+			asked0 := asked
+			mu.Unlock()
+			start := time.Now()
+			if !testgroup.Until(5*time.Second, time.Millisecond, func() bool { return mu4.smap().Epoch == 3 }) {
+				t.Fatalf("node 4 routes by epoch %d, want 3", mu4.smap().Epoch)
+			}
+			took := time.Since(start)
+			time.Sleep(time.Second)
+			mu.Lock()
+			n, h := asked-asked0, held
+			mu.Unlock()
+			t.Logf("epoch 3 adopted %v after the change; %d requests in the next second (%d held in all)", took, n, h)
+			if old {
+				if h != 0 || n > 4 {
+					t.Fatalf("against a leader without WAIT: %d held, %d requests in a second (want the old pace, ~2)", h, n)
+				}
+				return
+			}
+			// Held: the change is answered at once; an unchanged map is asked
+			// once per MapWait (plus the answer to the change).
+			if took > 150*time.Millisecond || h == 0 || n > 3 {
+				t.Fatalf("long poll: adopted after %v (want < 150 ms), %d held, %d requests in a second (want ≤ 3)", took, h, n)
+			}
+		})
+	}
 }
 
 // Two drivers of one move with the same name (two `kefir cluster

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kefirdb/kefir/internal/kv"
+	"github.com/kefirdb/kefir/internal/resp"
 )
 
 // A move recorded in the metadata group (Mover.Meta; docs/design/cluster.md
@@ -49,6 +50,22 @@ func (mv *Mover) MetaMap(ctx context.Context) (*kv.ClusterMap, error) {
 	return mv.MetaMapSince(ctx, 0)
 }
 
+// MetaMapWait is MetaMapSince held at the leader until its map is newer
+// than since or wait passes (then nil). A leader that does not hold polls
+// (an older version: "wrong number of arguments") is asked MetaMapSince,
+// now and from then on (mv.noWait).
+func (mv *Mover) MetaMapWait(ctx context.Context, since uint64, wait time.Duration) (*kv.ClusterMap, error) {
+	if mv.noWait || since == 0 || wait <= 0 {
+		return mv.MetaMapSince(ctx, since)
+	}
+	v, err := mv.do(ctx, "KEFIR.SLOTS", "META", "MAP", "SINCE", strconv.FormatUint(since, 10), "WAIT", strconv.FormatInt(wait.Milliseconds(), 10))
+	if err != nil && strings.Contains(err.Error(), "wrong number of arguments") {
+		mv.noWait = true
+		return mv.MetaMapSince(ctx, since)
+	}
+	return decodeMetaMap(v, err)
+}
+
 // MetaMapSince is MetaMap, or nil (and no error) when the leader's map is
 // at epoch since or older (since 0: always the map): a poller that has the
 // map at since is answered a null, not the whole map again. A node of an
@@ -62,6 +79,12 @@ func (mv *Mover) MetaMapSince(ctx context.Context, since uint64) (*kv.ClusterMap
 	if err != nil && since > 0 && strings.Contains(err.Error(), "wrong number of arguments") {
 		v, err = mv.do(ctx, args[:3]...)
 	}
+	return decodeMetaMap(v, err)
+}
+
+// decodeMetaMap is the answer to KEFIR.SLOTS META MAP: the map, or nil for
+// a null (no newer map).
+func decodeMetaMap(v resp.Value, err error) (*kv.ClusterMap, error) {
 	if err != nil {
 		return nil, fmt.Errorf("move-slots: the metadata group's map: %w", err)
 	}

@@ -94,6 +94,9 @@ type Mover struct {
 	TakeOver uint64
 
 	conns map[string]*moverConn
+	// noWait is set once a metadata leader answered that it does not hold
+	// map polls (MetaMapWait).
+	noWait bool
 	// rtTimeout bounds one round trip (dial, AUTH, command; 0: 10 s):
 	// the latency probe's are short, so that a hung leader cannot hold it.
 	rtTimeout time.Duration
@@ -746,6 +749,10 @@ func (mv *Mover) roundTrip(ctx context.Context, addr string, args [][]byte) (res
 		mv.conns[addr] = c
 	}
 	_ = c.nc.SetDeadline(time.Now().Add(wait))
+	// A held answer (a map poll) or a slow peer must not outlive ctx: its
+	// end cuts the round trip (the connection is then dropped below).
+	stop := context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
 	if _, err := c.nc.Write(resp.AppendCommand(nil, args...)); err != nil {
 		c.nc.Close()
 		delete(mv.conns, addr)

@@ -939,6 +939,10 @@ func (l *loop) handOff(c *conn, first [][]byte) {
 	l.pool.submit(job{kind: jobPipeline, l: l, c: c, first: first})
 }
 
+// mayBlock reports whether c's command may wait (a held map poll): on its own
+// goroutine or a worker's, never on its event loop's, which serves others.
+func (c *conn) mayBlock() bool { return c.ev == nil || c.ev.away }
+
 func (l *loop) runAway(c *conn, first [][]byte) {
 	defer l.recoverAway(c)
 	e := c.ev

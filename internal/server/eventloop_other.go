@@ -29,3 +29,6 @@ func (*conn) serveLoop() { panic("server: no event loop on this system") }
 func (c *conn) clock() time.Time { return time.Now() }
 
 func setLoopSpin(time.Duration) {}
+
+// mayBlock: a connection's own goroutine may wait.
+func (*conn) mayBlock() bool { return true }

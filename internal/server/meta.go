@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/kefirdb/kefir/internal/cluster"
 	"github.com/kefirdb/kefir/internal/kv"
@@ -127,6 +128,19 @@ func (s *Server) nodeTLS() *tls.Config {
 	return c
 }
 
+// maxMapWait bounds how long a map poll is held (ms): a connection's
+// read deadline on the poller's side is longer.
+const maxMapWait = 5000
+
+// waitMetaMap holds a map poll at the metadata leader until the map's
+// epoch is above since, wait passes or the server shuts down
+// (cluster.Multi.WaitMetaMap).
+func (s *Server) waitMetaMap(since uint64, wait time.Duration) (*kv.ClusterMap, error) {
+	ctx, cancel := context.WithTimeout(s.stopping, wait)
+	defer cancel()
+	return s.multi.WaitMetaMap(ctx, since)
+}
+
 func (s *Server) stopMetaFollower() {
 	if s.metaStop != nil {
 		s.metaStop()
@@ -136,7 +150,8 @@ func (s *Server) stopMetaFollower() {
 // metaCmd serves KEFIR.SLOTS META (the metadata group's records of moves,
 // at its leader; elsewhere -MOVED <leader's address>):
 //
-//	KEFIR.SLOTS META MAP [LOCAL|SINCE e]            the map as JSON (LOCAL: this node's replica's; SINCE: null unless newer than epoch e)
+//	KEFIR.SLOTS META MAP [LOCAL|SINCE e [WAIT ms]]  the map as JSON (LOCAL: this node's replica's; SINCE: null unless newer
+//	                                                than epoch e; WAIT: held up to ms, at most 5000, until it is)
 //	KEFIR.SLOTS META PLAN from to ranges epoch driver   MovePlanned: the move's beat
 //	KEFIR.SLOTS META CLAIM epoch driver beat        renew or take over a move's lease: the new beat
 //	KEFIR.SLOTS META DONE epoch                     MoveDone: the map's epoch
@@ -157,7 +172,7 @@ func (c *conn) metaCmd(args [][]byte) error {
 	if !ok {
 		return errf("ERR unknown subcommand '%s' of KEFIR.SLOTS META (MAP, PLAN, CLAIM, DONE, ABORT, ADDNODE, SETMEMBERS, ADDGROUP, REMOVEGROUP)", strings.ToLower(sub))
 	}
-	if len(args) != n && !(sub == "MAP" && len(args) <= 5) && !((sub == "SETMEMBERS" || sub == "ADDGROUP") && len(args) > n) {
+	if len(args) != n && !(sub == "MAP" && len(args) <= 7) && !((sub == "SETMEMBERS" || sub == "ADDGROUP") && len(args) > n) {
 		return errf("ERR wrong number of arguments for 'kefir.slots|meta|%s' command", strings.ToLower(sub))
 	}
 	u := func(i int) (uint64, error) {
@@ -170,23 +185,37 @@ func (c *conn) metaCmd(args [][]byte) error {
 	var op kv.Op
 	switch sub {
 	case "MAP":
-		// MAP [LOCAL | SINCE epoch]. SINCE is the pollers' form: a null
-		// reply when the map is at that epoch or older, so a node without a
-		// metadata replica does not fetch the whole map every poll.
-		local, since := false, uint64(0)
+		// MAP [LOCAL | SINCE epoch [WAIT ms]]. SINCE is the pollers' form:
+		// a null reply when the map is at that epoch or older, so a node
+		// without a metadata replica does not fetch the whole map every
+		// poll; WAIT holds the reply until the map is newer (a long poll:
+		// the node learns a change when the leader does, not a poll later).
+		local, since, wait := false, uint64(0), uint64(0)
 		switch {
 		case len(args) == 4 && strings.EqualFold(string(args[3]), "LOCAL"):
 			local = true
-		case len(args) == 5 && strings.EqualFold(string(args[3]), "SINCE"):
+		case (len(args) == 5 || len(args) == 7 && strings.EqualFold(string(args[5]), "WAIT")) && strings.EqualFold(string(args[3]), "SINCE"):
 			e, err := u(4)
 			if err != nil {
 				return err
 			}
 			since = e
+			if len(args) == 7 {
+				if wait, err = u(6); err != nil {
+					return err
+				}
+				wait = min(wait, maxMapWait)
+			}
 		case len(args) != 3:
-			return errf("ERR KEFIR.SLOTS META MAP takes LOCAL or SINCE epoch, not %q", bytes.Join(args[3:], []byte(" ")))
+			return errf("ERR KEFIR.SLOTS META MAP takes LOCAL or SINCE epoch [WAIT ms], not %q", bytes.Join(args[3:], []byte(" ")))
 		}
-		cm, err := m.MetaMap(local)
+		var cm *kv.ClusterMap
+		var err error
+		if wait > 0 && since > 0 && c.mayBlock() {
+			cm, err = c.srv.waitMetaMap(since, time.Duration(wait)*time.Millisecond)
+		} else {
+			cm, err = m.MetaMap(local)
+		}
 		if err != nil {
 			return err
 		}

@@ -111,6 +111,10 @@ type Server struct {
 	// the fuzz test asserts it stays zero).
 	panics atomic.Int64
 	done   chan struct{}
+	// stopping ends when shutdown starts: what a connection holds open
+	// waiting (a map poll) answers then rather than delaying the shutdown.
+	stopping context.Context
+	stop     context.CancelFunc
 	// expiry is the active expiry cycle (expiry.go; nil: off).
 	expiry *activeExpiry
 	// metaStop stops the metadata group's follower (meta.go; nil: none).
@@ -143,6 +147,7 @@ func New(cfg Config) (_ *Server, err error) {
 		done:    make(chan struct{}),
 		fsyncs:  newFsyncHistogram(),
 	}
+	s.stopping, s.stop = context.WithCancel(context.Background())
 	if cfg.FS == nil {
 		if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 			return nil, fmt.Errorf("server: create data dir: %w", err)
@@ -377,6 +382,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		return nil
 	}
 	defer close(s.done)
+	if s.stop != nil { // nil for a Server a test built by hand
+		s.stop()
+	}
 	s.log.Info("shutting down: no new connections")
 	if s.clientLn != nil { // nil if Start failed or never ran
 		s.clientLn.Close()

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os/exec"
 	"strconv"
@@ -293,11 +294,21 @@ func metadataResume(t *testing.T, killMetaLeader bool) {
 // leader (following -MOVED from node 1).
 func metaCommand(t *testing.T, g *cluster.Groups, args ...string) resp.Value {
 	t.Helper()
+	v := metaCommandAt(g, args...)
+	if v.Kind == resp.Error && strings.HasPrefix(string(v.Str), "e2e: ") {
+		t.Fatal(string(v.Str))
+	}
+	return v
+}
+
+// metaCommandAt is metaCommand for any goroutine: a failure is an error
+// value starting "e2e: ".
+func metaCommandAt(g *cluster.Groups, args ...string) resp.Value {
 	addr := g.Nodes[0].ClientAddr
 	for hops := 0; hops < 4; hops++ {
 		v, err := cluster.Command(addr, append([]string{"KEFIR.SLOTS", "META"}, args...)...)
 		if err != nil {
-			t.Fatal(err)
+			return resp.Value{Kind: resp.Error, Str: []byte("e2e: " + err.Error())}
 		}
 		if v.Kind == resp.Error && strings.HasPrefix(string(v.Str), "MOVED ") {
 			f := strings.Fields(string(v.Str))
@@ -306,8 +317,7 @@ func metaCommand(t *testing.T, g *cluster.Groups, args ...string) resp.Value {
 		}
 		return v
 	}
-	t.Fatalf("KEFIR.SLOTS META %v: too many redirects", args)
-	return resp.Value{}
+	return resp.Value{Kind: resp.Error, Str: []byte(fmt.Sprintf("e2e: KEFIR.SLOTS META %v: too many redirects", args))}
 }
 
 // A move recorded by a driver that died before its first step is rolled
@@ -355,7 +365,44 @@ func TestGroupsMetadataAbortOfARecordedMove(t *testing.T) {
 	if err := json.Unmarshal(metaCommand(t, g, "MAP", "SINCE", "2").Str, &cm); err != nil || cm.Epoch != 3 {
 		t.Fatalf("MAP SINCE 2 at epoch 3: %+v (%v)", cm, err)
 	}
-	for _, bad := range [][]string{{"MAP", "SINCE", "x"}, {"MAP", "LATEST"}, {"MAP", "SINCE"}} {
+	// The long poll: held while the map is at the asked epoch — null once
+	// the wait passes, the new map as soon as a change is applied.
+	start := time.Now()
+	if v := metaCommand(t, g, "MAP", "SINCE", "3", "WAIT", "300"); !v.IsNull() || time.Since(start) < 250*time.Millisecond {
+		t.Fatalf("MAP SINCE 3 WAIT 300 at epoch 3: %v %s after %v, want null after 300 ms", v.Kind, v.Str, time.Since(start))
+	}
+	type answer struct {
+		v    resp.Value
+		at   time.Time
+		asks int
+	}
+	held := make(chan answer, 1)
+	go func() { // a poller: held polls, asked again after each null
+		for n := 1; ; n++ {
+			if v := metaCommandAt(g, "MAP", "SINCE", "3", "WAIT", "3000"); !v.IsNull() || n == 20 {
+				held <- answer{v, time.Now(), n}
+				return
+			}
+		}
+	}()
+	time.Sleep(100 * time.Millisecond)
+	move("--from", "2", "--to", "1")
+	moved := time.Now()
+	select {
+	case a := <-held:
+		if err := json.Unmarshal(a.v.Str, &cm); err != nil || cm.Epoch != 4 {
+			t.Fatalf("the held MAP SINCE 3 answered %v %s, want the map at epoch 4", a.v.Kind, a.v.Str)
+		}
+		// The map changes before the command returns: the answer comes
+		// then, not after the wait.
+		if late := a.at.Sub(moved); late > time.Second {
+			t.Fatalf("the held poll answered %v after the move returned (poll %d)", late, a.asks)
+		}
+		t.Logf("the held poll answered %v after the move returned (poll %d)", a.at.Sub(moved), a.asks)
+	case <-time.After(4 * time.Second):
+		t.Fatal("the held MAP SINCE 3 was not answered when the map changed")
+	}
+	for _, bad := range [][]string{{"MAP", "SINCE", "x"}, {"MAP", "LATEST"}, {"MAP", "SINCE"}, {"MAP", "SINCE", "4", "WAIT", "x"}, {"MAP", "SINCE", "4", "HOLD", "5"}, {"MAP", "LOCAL", "WAIT", "5"}} {
 		if v := metaCommand(t, g, bad...); v.Kind != resp.Error {
 			t.Fatalf("META %v: %v %s, want an error", bad, v.Kind, v.Str)
 		}
