@@ -15,7 +15,8 @@
 # Usage: bench/reshard-vs.sh [-m durable|memory|both] [-k 50000,200000] [-s 64,1024] [-c 16]
 #        [-S 10s] [-A 3s] [-p 34500] [-y redis,kefir] [-x "kefir move-slots flags[;flags...]"] [-j OUT.jsonl] [-P DIR]
 # -y: the systems, in the first cell's order (then rotated cell by cell); -x: extra flags of
-# kefir cluster move-slots, one Kefir run per ';'-separated variant (e.g. "-x ';--page-pause 50ms'");
+# kefir cluster move-slots, one Kefir run per ';'-separated variant (e.g. "-x ';--page-pause 0;--page-pause 50ms'":
+# the empty variant is move-slots' default, paced by its latency probe; --page-pause 0 is unpaced);
 # -P DIR: CPU profiles (pprof, 6 s from the move's start) of nodes 1 and 2 (the source's and the
 # destination's leaders) into DIR, one pair per Kefir run.
 # Ports: Redis PORT+1..3 (cluster bus +10000), Kefir clients PORT+101..103, peers +201..,

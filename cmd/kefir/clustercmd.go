@@ -55,7 +55,9 @@ func runCluster(args []string, stdout, stderr io.Writer) error {
 	to := fs.Uint64("to", 0, "the group the slots move to")
 	slots := fs.String("slots", "", "the slots: START-END[,START-END...]")
 	page := fs.Int("page", 1024, "keys per copy round trip")
-	pause := fs.Duration("page-pause", 0, "pause after each page of the pre-copy and of the purge (its listing too), never inside the hand-over's window (a rate limit: the leaders keep serving their clients)")
+	pause := fs.Duration("page-pause", 0, "a fixed pause after each page of the pre-copy and of the purge (its listing too), never inside the hand-over's window, instead of the adaptive one (0: unpaced)")
+	maxPause := fs.Duration("max-pause", 250*time.Millisecond, "the adaptive pause's upper bound (the move goes on at this pace however slow the probe is)")
+	baseline := fs.Duration("baseline", time.Second, "how long the adaptive pace's probe measures the steady p99 before the move")
 	timeout := fs.Duration("timeout", 10*time.Minute, "deadline for the whole move")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	abort := fs.Bool("abort", false, "roll back a move that stopped before its hand-over instead of finishing it")
@@ -74,11 +76,19 @@ func runCluster(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return usageError{err}
 	}
+	if err := checkRebalanceFlags(0, cluster.ByBytes, 0, 0, time.Second, *page, *maxPause); err != nil {
+		return usageError{err}
+	}
 	host, _ := os.Hostname()
-	mv := mover()
-	mv.Page, mv.PagePause, mv.Meta, mv.Lease = *page, *pause, *record, *lease
-	mv.Driver = fmt.Sprintf("kefir cluster move-slots, pid %d on %s", os.Getpid(), host)
-	mv.Logf = func(format string, a ...any) { fmt.Fprintf(stderr, "kefir cluster: "+format+"\n", a...) }
+	logf := func(format string, a ...any) { fmt.Fprintf(stderr, "kefir cluster: "+format+"\n", a...) }
+	newMover := func() *cluster.Mover {
+		mv := mover()
+		mv.Page, mv.PagePause, mv.Meta, mv.Lease = *page, *pause, *record, *lease
+		mv.Driver = fmt.Sprintf("kefir cluster move-slots, pid %d on %s", os.Getpid(), host)
+		mv.Logf = logf
+		return mv
+	}
+	mv := newMover()
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
 	if *abort {
@@ -88,14 +98,25 @@ func runCluster(args []string, stdout, stderr io.Writer) error {
 		_, err := fmt.Fprintf(stdout, "rolled back the move of %s from group %d to group %d\n", *slots, *from, *to)
 		return err
 	}
-	res, err := mv.Move(ctx, cluster.GroupID(*from), cluster.GroupID(*to), rs)
+	// Paced like a rebalance's moves: by the latency probe (the foreground's
+	// p99 kept within twice its steady value), unless --page-pause fixes
+	// the pause.
+	fixed := false
+	fs.Visit(func(fl *flag.Flag) { fixed = fixed || fl.Name == "page-pause" })
+	mv.Close()
+	rb := &cluster.Rebalancer{NewMover: newMover, Adaptive: !fixed && *record, MaxPause: *maxPause, Baseline: *baseline, Logf: logf}
+	res, probe, err := rb.Move(ctx, cluster.GroupID(*from), cluster.GroupID(*to), rs)
 	if err != nil {
 		return err
 	}
 	if *asJSON {
-		return json.NewEncoder(stdout).Encode(map[string]any{"epoch": res.Epoch, "copied": res.Copied, "final": res.Final,
+		out := map[string]any{"epoch": res.Epoch, "copied": res.Copied, "final": res.Final,
 			"deleted": res.Deleted, "purged": res.Purged, "resumed": res.Resumed,
-			"precopy_ms": res.PreCopy.Milliseconds(), "handover_ms": res.Freeze.Milliseconds(), "total_ms": res.Total.Milliseconds()})
+			"precopy_ms": res.PreCopy.Milliseconds(), "handover_ms": res.Freeze.Milliseconds(), "total_ms": res.Total.Milliseconds()}
+		if probe != nil {
+			out["probe"] = probe
+		}
+		return json.NewEncoder(stdout).Encode(out)
 	}
 	_, err = fmt.Fprintf(stdout, "moved %s from group %d to group %d at epoch %s\n", *slots, *from, *to, strconv.FormatUint(res.Epoch, 10))
 	return err
@@ -103,7 +124,9 @@ func runCluster(args []string, stdout, stderr io.Writer) error {
 
 // clusterUsage lists the kefir cluster commands.
 const clusterUsage = `usage: kefir cluster COMMAND [flags] (each with --help)
-  move-slots --from G --to G --slots START-END[,START-END...]   move slot ranges live between two groups
+  move-slots --from G --to G --slots START-END[,START-END...] [--page-pause D]
+                                                                 move slot ranges live between two groups, paced
+                                                                 by a latency probe unless --page-pause is given
   rebalance [--by bytes|keys|load] [--tolerance F] [--dry-run] [--max-moves N] [--page-pause D] [--json]
                                                                  move contiguous slot ranges until every group is
                                                                  within the tolerance of the mean, one move at a time,

@@ -629,47 +629,62 @@ type RebalanceMove struct {
 // stopped part way is finished by move-slots or the metadata group).
 func (rb *Rebalancer) Run(ctx context.Context, p Plan) ([]RebalanceMove, error) {
 	var out []RebalanceMove
-	prefix := ProbeKeyPrefix()
 	for i, m := range p.Moves {
-		mv := rb.NewMover()
-		// Another driver's move may have started since the plan (or
-		// the previous move): both groups' tables must show none.
-		if err := mv.PlanTables(ctx, []PlanGroup{{ID: m.From}, {ID: m.To}}); err != nil {
-			mv.Close()
-			return out, fmt.Errorf("rebalance: move %d of %d: %w", i+1, len(p.Moves), err)
-		}
-		rs := []kv.SlotRange{m.Slots}
-		var pr *Prober
-		if rb.Adaptive {
-			targets, err := rb.probeTargets(ctx, m, prefix)
-			if err != nil {
-				mv.Close()
-				return out, err
-			}
-			pr = &Prober{Targets: targets, Writes: true, Password: mv.Password, TLS: mv.TLS, Baseline: rb.Baseline, Logf: rb.Logf,
-				Ctl: PaceController{Step: pauseStep, Start: pauseStep, Patience: pacePatience, Max: orDefault(rb.MaxPause, 250*time.Millisecond)}}
-			pr.Resolve = func(ctx context.Context) ([][2]string, error) { return rb.probeTargets(ctx, m, prefix) }
-			if err := pr.Start(ctx); err != nil {
-				mv.Close()
-				return out, err
-			}
-			mv.Pacer = pr
-			rb.logf("move %d/%d: steady probe p99 %v, bound %v; probe keys %v", i+1, len(p.Moves), pr.steady.Round(10*time.Microsecond), pr.Ctl.Bound.Round(10*time.Microsecond), targets)
-		}
-		res, err := mv.Move(ctx, m.From, m.To, rs)
-		rm := RebalanceMove{PlannedMove: m, Result: res}
-		if pr != nil {
-			r := pr.Stop()
-			rm.Probe = &r
-			rb.logf("move %d/%d: probe p99 %v during the move (steady %v), max page pause %v, %d slowdowns",
-				i+1, len(p.Moves), r.DuringP99.Round(10*time.Microsecond), r.SteadyP99.Round(10*time.Microsecond), r.MaxPause, r.Slowdowns)
-		}
-		out = append(out, rm)
+		res, probe, err := rb.move(ctx, fmt.Sprintf("move %d/%d", i+1, len(p.Moves)), m.From, m.To, []kv.SlotRange{m.Slots}, true)
+		out = append(out, RebalanceMove{PlannedMove: m, Result: res, Probe: probe})
 		if err != nil {
 			return out, fmt.Errorf("rebalance: move %d of %d (slots %d-%d from group %d to group %d): %w", i+1, len(p.Moves), m.Slots.Start, m.Slots.End, m.From, m.To, err)
 		}
 	}
 	return out, nil
+}
+
+// Move runs one move of rs from group from to group to, as Run runs each
+// of a plan's (kefir cluster move-slots: paced by the probe unless a fixed
+// pause is asked for). A move of rs already under way is resumed, as
+// Mover.Move does.
+func (rb *Rebalancer) Move(ctx context.Context, from, to GroupID, rs []kv.SlotRange) (MoveResult, *ProbeResult, error) {
+	return rb.move(ctx, "move", from, to, rs, false)
+}
+
+// move runs one move; planned: it is a plan's, made from tables that showed
+// no move in flight, which must still be so.
+func (rb *Rebalancer) move(ctx context.Context, name string, from, to GroupID, rs []kv.SlotRange, planned bool) (MoveResult, *ProbeResult, error) {
+	mv := rb.NewMover()
+	// Another driver's move may have started since the plan (or the
+	// previous move): both groups' tables must show none.
+	if planned {
+		if err := mv.PlanTables(ctx, []PlanGroup{{ID: from}, {ID: to}}); err != nil {
+			mv.Close()
+			return MoveResult{}, nil, fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	var pr *Prober
+	if rb.Adaptive {
+		prefix := ProbeKeyPrefix()
+		targets, err := rb.probeTargets(ctx, from, to, rs, prefix)
+		if err != nil {
+			mv.Close()
+			return MoveResult{}, nil, err
+		}
+		pr = &Prober{Targets: targets, Writes: true, Password: mv.Password, TLS: mv.TLS, Baseline: rb.Baseline, Logf: rb.Logf,
+			Ctl: PaceController{Step: pauseStep, Start: pauseStep, Patience: pacePatience, Max: orDefault(rb.MaxPause, 250*time.Millisecond)}}
+		pr.Resolve = func(ctx context.Context) ([][2]string, error) { return rb.probeTargets(ctx, from, to, rs, prefix) }
+		if err := pr.Start(ctx); err != nil {
+			mv.Close()
+			return MoveResult{}, nil, err
+		}
+		mv.Pacer = pr
+		rb.logf("%s: steady probe p99 %v, bound %v; probe keys %v", name, pr.steady.Round(10*time.Microsecond), pr.Ctl.Bound.Round(10*time.Microsecond), targets)
+	}
+	res, err := mv.Move(ctx, from, to, rs)
+	if pr == nil {
+		return res, nil, err
+	}
+	r := pr.Stop()
+	rb.logf("%s: probe p99 %v during the move (steady %v), max page pause %v, %d slowdowns",
+		name, r.DuringP99.Round(10*time.Microsecond), r.SteadyP99.Round(10*time.Microsecond), r.MaxPause, r.Slowdowns)
+	return res, &r, err
 }
 
 // pauseStep is the adaptive pace's first and smallest non-zero pause: about
@@ -695,17 +710,18 @@ func (rb *Rebalancer) logf(format string, args ...any) {
 	}
 }
 
-// probeTargets returns the probe's (address, key) pairs for move m: a key
+// probeTargets returns the probe's (address, key) pairs for the move of rs
+// from group from to group to: a key
 // the source keeps (one of the moving slots if it keeps none) at the
 // source's leader, and a key of the destination's at its leader (none if it
 // owns no slot yet). The probe reads and writes them and deletes them when
 // it stops (their names say what they are: prefix, ProbeKeyPrefix).
-func (rb *Rebalancer) probeTargets(ctx context.Context, m PlannedMove, prefix string) ([][2]string, error) {
+func (rb *Rebalancer) probeTargets(ctx context.Context, from, to GroupID, rs []kv.SlotRange, prefix string) ([][2]string, error) {
 	st, err := rb.NewMover().Status(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("rebalance: the map for the probe: %w", err)
 	}
-	moving := InRanges([]kv.SlotRange{m.Slots})
+	moving := InRanges(rs)
 	find := func(ok func(uint16) bool) string {
 		for i := 0; i < 1<<20; i++ {
 			k := prefix + strconv.Itoa(i)
@@ -722,13 +738,13 @@ func (rb *Rebalancer) probeTargets(ctx context.Context, m PlannedMove, prefix st
 		return st.MetaLeader
 	}
 	var out [][2]string
-	k := find(func(s uint16) bool { return st.Map.Owner(s) == uint64(m.From) && !moving(s) })
+	k := find(func(s uint16) bool { return st.Map.Owner(s) == uint64(from) && !moving(s) })
 	if k == "" {
 		k = find(moving)
 	}
-	out = append(out, [2]string{addr(m.From), k})
-	if k := find(func(s uint16) bool { return st.Map.Owner(s) == uint64(m.To) }); k != "" {
-		out = append(out, [2]string{addr(m.To), k})
+	out = append(out, [2]string{addr(from), k})
+	if k := find(func(s uint16) bool { return st.Map.Owner(s) == uint64(to) }); k != "" {
+		out = append(out, [2]string{addr(to), k})
 	}
 	return out, nil
 }

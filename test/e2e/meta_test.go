@@ -354,6 +354,11 @@ func TestGroupsMetadataAbortOfARecordedMove(t *testing.T) {
 	if !strings.Contains(out, "at epoch 3") {
 		t.Fatalf("the move after the abort:\n%s", out)
 	}
+	// Paced by the latency probe, as a rebalance's moves are, unless
+	// --page-pause fixes the pause (below).
+	if !strings.Contains(out, "steady probe p99") || !strings.Contains(out, "during the move") {
+		t.Fatalf("move-slots was not paced by the probe:\n%s", out)
+	}
 	if err := json.Unmarshal(metaCommand(t, g, "MAP").Str, &cm); err != nil || cm.Epoch != 3 || len(cm.Moves) != 0 || cm.Owner(0) != 2 || cm.Owner(100) != 1 {
 		t.Fatalf("map after the move: %+v (%v)", cm, err)
 	}
@@ -386,7 +391,9 @@ func TestGroupsMetadataAbortOfARecordedMove(t *testing.T) {
 		}
 	}()
 	time.Sleep(100 * time.Millisecond)
-	move("--from", "2", "--to", "1")
+	if out := move("--from", "2", "--to", "1", "--page-pause", "1ms"); strings.Contains(out, "probe") {
+		t.Fatalf("move-slots --page-pause ran the probe:\n%s", out)
+	}
 	moved := time.Now()
 	select {
 	case a := <-held:
