@@ -185,10 +185,14 @@ const (
 // those below the mark now-keep: collect, the op deleting the settled ones
 // (and raising the mark; nil if none is due), and unsettled, the commits
 // decided longer than age ago that still wait for a participant's resolve
-// (SettleTx). A commit left unsettled holds no lock — a participant still
-// prepared is pushed by its own leader, and the push's forget settles it —
-// so settling waits until it is due for collection: the scan reads only
-// the records below the mark, not the minute's.
+// (SettleTx), read from the group's pending list (kv.TxPendingIDs: every
+// commit not settled, whatever its age), not from the scan, which reads
+// only the records below the mark. A commit left unsettled holds no lock —
+// a participant still prepared is pushed by its own leader, and the
+// push's forget settles it — but it holds its primary slot's hand-over
+// (kv.txPendingSlot): settled after age rather than when it comes due for
+// collection, a coordinator that died after its decision holds a move for
+// seconds, not a minute.
 //
 // serves (nil: every slot) says whether the group still serves a slot: the
 // collect is routed by a decision's primary key, so it names only records
@@ -213,19 +217,35 @@ func TxDecisionsDue(db *storage.DB, now time.Time, keep, age time.Duration, serv
 			derr = err
 			return false
 		}
-		switch {
-		case d.Settled() && len(ids) < txCollectBatch && (serves == nil || serves(kv.KeySlot(d.Primary))):
+		if d.Settled() && (serves == nil || serves(kv.KeySlot(d.Primary))) {
 			ids = append(ids, txid)
 			if routing == nil {
 				routing = d.Primary
 			}
-		case d.Commit && len(d.Pending) > 0 && now.Sub(time.UnixMilli(d.Decided)) >= age && len(unsettled) < txSettleBatch:
-			unsettled = append(unsettled, d)
 		}
-		return len(ids) < txCollectBatch || len(unsettled) < txSettleBatch
+		return len(ids) < txCollectBatch
 	})
 	if err == nil {
 		err = derr
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	pending, err := kv.TxPendingIDs(db.Lookup)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, txid := range pending {
+		if len(unsettled) == txSettleBatch {
+			break
+		}
+		d, ok, err := kv.TxDecisionOf(db.Lookup, txid)
+		if err != nil {
+			return nil, nil, err
+		}
+		if ok && d.Commit && len(d.Pending) > 0 && now.Sub(time.UnixMilli(d.Decided)) >= age {
+			unsettled = append(unsettled, d)
+		}
 	}
 	if len(ids) > 0 && routing != nil {
 		op := kv.NewTxCollect(routing, mark, ids)

@@ -92,27 +92,7 @@ func TestMoverHandOverWaitsForLocks(t *testing.T) {
 // record's primary: once that slot had moved away, every round's collect
 // went to the slot's new owner, and the group collected nothing again.
 func TestTxDecisionsDueSkipsSlotsMovedAway(t *testing.T) {
-	db, err := storage.Open(storage.Options{Devices: []storage.Device{{Dir: t.TempDir()}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	version := uint64(0)
-	apply := func(op kv.Op) {
-		t.Helper()
-		version++
-		var recs []storage.Record
-		if _, err := kv.Apply(db.Lookup, version, &op, 1<<20, func(key, value, meta []byte, tomb bool) {
-			recs = append(recs, storage.Record{Key: bytes.Clone(key), Value: bytes.Clone(value), Meta: bytes.Clone(meta), Version: version, Tombstone: tomb})
-		}); err != nil {
-			t.Fatal(err)
-		}
-		if len(recs) > 0 {
-			if _, err := db.Append(recs...); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	db, apply := txGroupState(t)
 	// Two aborts (settled), the older one's primary "a" in a slot moved away.
 	old := time.Now().Add(-time.Hour).UnixMilli()
 	t1, t2 := kv.NewTxID(old, []byte("12345678")), kv.NewTxID(old+1, []byte("12345678"))
@@ -131,5 +111,67 @@ func TestTxDecisionsDueSkipsSlotsMovedAway(t *testing.T) {
 		if !slices.EqualFunc(collect.Keys, tc.want, bytes.Equal) || kv.KeySlot(collect.Expected) == moved && tc.serves != nil {
 			t.Fatalf("collect names %x routed by %q, want %x", collect.Keys, collect.Expected, tc.want)
 		}
+	}
+}
+
+// txGroupState is a group's applied state on a real engine, and apply, which
+// applies one op to it as the group's applier would (the op's reply
+// ignored).
+func txGroupState(t *testing.T) (*storage.DB, func(kv.Op)) {
+	t.Helper()
+	db, err := storage.Open(storage.Options{Devices: []storage.Device{{Dir: t.TempDir()}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	version := uint64(0)
+	return db, func(op kv.Op) {
+		t.Helper()
+		version++
+		var recs []storage.Record
+		if _, err := kv.Apply(db.Lookup, version, &op, 1<<20, func(key, value, meta []byte, tomb bool) {
+			recs = append(recs, storage.Record{Key: bytes.Clone(key), Value: bytes.Clone(value), Meta: bytes.Clone(meta), Version: version, Tombstone: tomb})
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if len(recs) > 0 {
+			if _, err := db.Append(recs...); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// A commit whose other participants have not all resolved holds its
+// primary slot's hand-over (kv.txPendingSlot), so the sweep settles it once
+// it is TxPushAge old — not only when it comes due for collection
+// (TxDecisionKeep, a minute), which held a move of that slot for a minute
+// after its coordinator died.
+func TestTxDecisionsDueSettlesPendingCommitsAfterAge(t *testing.T) {
+	db, apply := txGroupState(t)
+	now := time.Now()
+	commit := func(nonce string, idAge, decidedAge time.Duration) []byte {
+		txid := kv.NewTxID(now.Add(-idAge).UnixMilli(), []byte(nonce))
+		prep, err := kv.NewTxPrepare(txid, []byte("a"), 0, kv.TxOrigin{}, nil, []kv.Op{{Kind: kv.KindSet, Key: []byte("a"), Value: []byte(nonce)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		apply(prep)
+		dec := kv.NewTxDecide(txid, []byte("a"), true, []byte("{b}"+nonce))
+		dec.Now = now.Add(-decidedAge).UnixMilli()
+		apply(dec)
+		return txid
+	}
+	due := commit("nonce-01", 10*time.Second, 5*time.Second) // decided 5 s ago: due
+	commit("nonce-02", 10*time.Second, 0)                    // decided just now: not yet
+	if ids, err := kv.TxPendingIDs(db.Lookup); err != nil || len(ids) != 2 {
+		t.Fatalf("pending list %x (%v), want the two commits", ids, err)
+	}
+	collect, unsettled, err := TxDecisionsDue(db, now, time.Minute, TxPushAge, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if collect != nil || len(unsettled) != 1 || !bytes.Equal(unsettled[0].TxID, due) {
+		t.Fatalf("collect %v, unsettled %+v; want nothing to collect and the commit decided 5 s ago to settle", collect, unsettled)
 	}
 }
