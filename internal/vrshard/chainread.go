@@ -145,10 +145,10 @@ func (r *Replica) chainRead(ctx context.Context, op kv.Op) (kv.Result, error) {
 }
 
 // toTail is the error that sends a read dirty here to the tail: the front
-// door forwards it there (or answers -MOVED to a connection that asked for
-// redirects).
+// door forwards it there, also when the request asked for redirects (a
+// -MOVED names a leader: the Go client would send its writes to the tail).
 func (r *Replica) toTail() error {
 	r.st.chainToTail.Add(1)
 	t := r.chainTail.Load()
-	return &NotLeaderError{Leader: t, Addr: r.addrs.client(r, t)}
+	return &NotLeaderError{Leader: t, Addr: r.addrs.client(r, t), ReadAt: true}
 }
