@@ -39,6 +39,12 @@ type NotLeaderError struct {
 	// "-MOVED <Slot> <Addr>", Redis Cluster's redirect.
 	Slot    uint16
 	HasSlot bool
+	// ReadAt: a read that another member answers, not the leader — a
+	// chain's tail, for a key with an update in flight at this member
+	// (vrshard chainread.go). The front door forwards it even when the
+	// request asked for redirects: a -MOVED names a leader, and a client
+	// would send its writes there.
+	ReadAt bool
 }
 
 func (e *NotLeaderError) Error() string {
@@ -70,10 +76,17 @@ func LeaderOf(err error) (id uint64, addr string, ok bool) {
 // leader is known, and the request is forwarded, which waits for one).
 func SlotRedirect(err error) (*ReplyError, bool) {
 	var nl *NotLeaderError
-	if !errors.As(err, &nl) || !nl.HasSlot || nl.Addr == "" {
+	if !errors.As(err, &nl) || !nl.HasSlot || nl.Addr == "" || nl.ReadAt {
 		return nil, false
 	}
 	return &ReplyError{fmt.Sprintf("MOVED %d %s", nl.Slot, nl.Addr)}, true
+}
+
+// ReadElsewhere reports whether err sends a read to a member that is not
+// the leader (NotLeaderError.ReadAt): forwarded, never redirected.
+func ReadElsewhere(err error) bool {
+	var nl *NotLeaderError
+	return errors.As(err, &nl) && nl.ReadAt
 }
 
 // ReplyError is an error whose RESP text, prefix included, is fixed: the

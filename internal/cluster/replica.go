@@ -275,8 +275,12 @@ type Stats struct {
 	DurabilityRounds  uint64
 	FollowerReads     uint64
 	FollowerRedirects uint64
-	EarlyAcks         uint64
-	OverlayReads      uint64
+	// A chain member's strong reads (vrshard chainread.go): answered at
+	// once (the key clean there), sent to the tail (dirty there), waited
+	// for (dirty at the tail).
+	ChainClean, ChainToTail, ChainWaits uint64
+	EarlyAcks                           uint64
+	OverlayReads                        uint64
 	// TxEarlyAborts counts the transactions (EXEC, KEFIR.TX commits) this
 	// node answered as aborted as leader without proposing them: their
 	// validation must fail (vrshard txdoom.go).

@@ -202,6 +202,15 @@ func TestMultiRedirectNamesTheSlot(t *testing.T) {
 	if _, ok := SlotRedirect(&NotLeaderError{Leader: 3, Addr: "n3:3"}); ok {
 		t.Fatal("a not-leader error without a slot (one group) is not a slot redirect")
 	}
+	// A chain member sending a read to its tail (ReadAt) names no leader:
+	// never a redirect, slot or not — the front door forwards it.
+	tail := withSlot(&NotLeaderError{Leader: 3, Addr: "n3:3", ReadAt: true}, 7)
+	if _, ok := SlotRedirect(tail); ok || !ReadElsewhere(tail) {
+		t.Fatalf("a read sent to a chain's tail: slot redirect %v, read elsewhere %v; want forwarded", ok, ReadElsewhere(tail))
+	}
+	if ReadElsewhere(reqs[0].Err) {
+		t.Fatal("a write at a follower is read elsewhere")
+	}
 }
 
 // A group refuses keys of slots it does not own by its own account, even

@@ -258,6 +258,11 @@ type Info struct {
 	FirstOp  uint64
 	LastOp   uint64
 	Commit   uint64
+	// Tail is a chain's tail as this member last heard of it (itself if it
+	// is the tail; 0: unknown, or VR): where a strong read of a key with an
+	// update not yet committed here is sent (docs/design/chain.md, "Reads at
+	// any member on the host").
+	Tail uint64
 }
 
 // Status is a replica's protocol status (VR Revisited §4; a chain core maps

@@ -44,6 +44,12 @@ func (s *Server) cadCollectors() []prometheus.Collector {
 			func(st cluster.Stats) uint64 { return st.EarlyAcks }),
 		counter("kefir_reads_async_overlay_total", "Reads at the leader served from pending async writes (no durability check; async is unsafe).",
 			func(st cluster.Stats) uint64 { return st.OverlayReads }),
+		counter("kefir_chain_reads_clean_total", "Strong reads this chain member served itself: no update to the keys read was in flight here (CRAQ, docs/design/chain.md).",
+			func(st cluster.Stats) uint64 { return st.ChainClean }),
+		counter("kefir_chain_reads_to_tail_total", "Strong reads this chain member sent to the tail: an update to a key read was in flight here.",
+			func(st cluster.Stats) uint64 { return st.ChainToTail }),
+		counter("kefir_chain_reads_waited_total", "Strong reads this chain member (the tail, or one that knows no tail) answered once the update in flight to a key read was committed.",
+			func(st cluster.Stats) uint64 { return st.ChainWaits }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kefir_vr_readable_op", Help: "The readable index R this node knows: ops up to it are durable and applied on every active-set member."},
 			func() float64 { return float64(s.grp.State().Readable) }),
 	}

@@ -89,9 +89,11 @@ func (c *conn) writeForwarded(fc *cluster.Call, cmd int, session bool, _ replySh
 }
 
 // forwardRead serves a read this node cannot prove at level cons by
-// forwarding it to the leader (or answering -MOVED / -UNAVAILABLE no leader).
+// forwarding it to the leader (or answering -MOVED / -UNAVAILABLE no leader)
+// — or to the member err names for it (a chain's tail: forwarded, never
+// -MOVED, cluster.ReadElsewhere).
 func (c *conn) forwardRead(args [][]byte, cons level.Consistency, sess shard.Session, o callOpts, err error) error {
-	if o.redirect {
+	if o.redirect && !cluster.ReadElsewhere(err) {
 		return c.srv.router.Redirect(err)
 	}
 	if e, ok := cluster.SlotRedirect(err); ok && c.clusterAware {

@@ -639,17 +639,20 @@ func (c *chainCore) heartbeatAnswer(m chain.Msg) {
 	c.setChain(m.Members)
 }
 
-// readLease is the lease under which the host serves the head's
-// linearizable reads off its driver (Replica.TryRead, localLease): what Read
-// grants a read one at a time — the head, active, under the master's lease,
+// readLease is the lease under which the host serves a member's
+// linearizable reads off its driver (Replica.TryRead, chainRead): what Read
+// grants a read one at a time — an active member under the master's lease,
 // answering once it applied its whole history (Index: every update it has
 // passed on, committed) — as one standing grant, so that a read with
 // nothing in flight is served at once, with no hand-off to the driver and
 // back (A6: a chain of one's GETs ran at 0.61 of PING at -P 1 and 0.13 at
 // -P 16 that way). The host checks Until against its clock at each read,
-// as Read checks leased(now).
+// as Read checks leased(now). Every active member holds one, not only the
+// head: under SU and AUSI the host serves a strong read of a key that is
+// clean at the member (no update to it held and not yet committed there)
+// at once, CRAQ's rule (Replica.chainRead).
 func (c *chainCore) readLease() core.Lease {
-	if !c.isHead() || c.status().State != chain.Active || (c.lease != 0 && c.leaseUntil == 0) {
+	if c.modeErr != nil || c.status().State != chain.Active || (c.lease != 0 && c.leaseUntil == 0) {
 		return core.Lease{}
 	}
 	until := c.EventualUntil()
@@ -1011,8 +1014,15 @@ func (c *chainCore) Info() core.Info {
 	} else {
 		c.headed = false
 	}
+	tail := uint64(0)
+	if len(c.chain) > 0 {
+		tail = c.chain[len(c.chain)-1]
+	}
+	if s.State == chain.Active && s.Succ == 0 {
+		tail = c.self // by its own links: it passes nothing on
+	}
 	return core.Info{Self: c.self, Status: st, View: view, Leader: leader, IsLeader: head,
-		FirstOp: uint64(c.base() + 1), LastOp: uint64(c.total()), Commit: uint64(c.handed)}
+		FirstOp: uint64(c.base() + 1), LastOp: uint64(c.total()), Commit: uint64(c.handed), Tail: tail}
 }
 
 func (c *chainCore) ClientTable() []core.ClientRecord { return c.clients.Entries() }

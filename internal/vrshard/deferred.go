@@ -74,7 +74,7 @@ func (r *Replica) ReadDeferred(ctx context.Context, op kv.Op, c level.Consistenc
 // this replica leads, the level needs the leader, and op reads keys (the
 // stepped entry point, ReadDeferredStepped, asks the same).
 func (r *Replica) deferrable(op *kv.Op, c level.Consistency) bool {
-	return needsLeader(c) && r.isLeader.Load() && !(mutation.On && r.mut.followerLinearizable) && readKeys(op) != nil &&
+	return needsLeader(c) && r.isLeader.Load() && !r.chainReads(c) && !(mutation.On && r.mut.followerLinearizable) && readKeys(op) != nil &&
 		!(mutation.On && r.mut.noDurabilityWait) && !(mutation.On && r.mut.noPreReadCheck)
 }
 

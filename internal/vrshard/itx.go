@@ -33,7 +33,27 @@ func (r *Replica) TxBegin(ctx context.Context, key []byte) (*shard.TxSnap, error
 	if err := r.CheckConsistency(level.ConsLinearizable); err != nil {
 		return nil, err
 	}
+	if r.chainCRAQ() {
+		return r.chainTxBegin(ctx, key)
+	}
 	if _, err := r.leaderRead(ctx, txBeginRead); err != nil {
+		return nil, err
+	}
+	return r.txSnap(key)
+}
+
+// chainTxBegin is TxBegin on a chain member (SU, AUSI), at the head as
+// before strong reads went to any member: its strong reads would check the
+// whole keyspace against the keys with updates in flight (chainread.go) and
+// go to the tail whenever there is any, and a transaction commits at the
+// head. The head's read lease (or the driver) waits until it applied its
+// whole history as of now, which holds every acknowledged write.
+func (r *Replica) chainTxBegin(ctx context.Context, key []byte) (*shard.TxSnap, error) {
+	if !r.isLeader.Load() {
+		return nil, r.notLeader()
+	}
+	op := txBeginRead
+	if err := r.linearizable(ctx, &op); err != nil {
 		return nil, err
 	}
 	return r.txSnap(key)
@@ -80,6 +100,13 @@ var _ shard.TxSnapshots = (*Replica)(nil)
 // event loops call it so that BEGIN need not leave the loop
 // (server.txInline).
 func (r *Replica) TryTxBegin() (*shard.TxSnap, bool) {
+	if r.chainCRAQ() {
+		if r.CheckConsistency(level.ConsLinearizable) != nil || !r.isLeader.Load() || !r.localLease() {
+			return nil, false
+		}
+		snap, err := r.txSnap(nil)
+		return snap, err == nil
+	}
 	if _, ok := r.TryRead(txBeginRead, level.ConsLinearizable); !ok {
 		return nil, false
 	}

@@ -77,7 +77,7 @@ func (r *Replica) CheckConsistency(c level.Consistency) error {
 		}
 		return r.notLeader()
 	}
-	if needsLeader(c) && !r.isLeader.Load() && !(mutation.On && r.mut.followerLinearizable) &&
+	if needsLeader(c) && !r.isLeader.Load() && !(mutation.On && r.mut.followerLinearizable) && !r.chainReads(c) &&
 		!(c.Kind == level.CrossClientMonotonic && r.opts.FollowerReads) {
 		return r.notLeader()
 	}
@@ -133,6 +133,8 @@ func (r *Replica) serveRead(ctx context.Context, op kv.Op, c level.Consistency, 
 		return r.followerRead(ctx, op)
 	case routeLeader:
 		return r.leaderRead(ctx, op)
+	case routeChain:
+		return r.chainRead(ctx, op)
 	case routeSession:
 		if err := r.waitSession(ctx, s.Need()); err != nil {
 			return kv.Result{}, err
@@ -159,6 +161,8 @@ const (
 	// routeSession: once the token's versions are applied (waitSession,
 	// sessionViews), from local state.
 	routeSession
+	// routeChain: a chain member's strong read, at any member (chainRead).
+	routeChain
 )
 
 // routeRead decides how a read at level c (not zero) is served: the one
@@ -171,6 +175,8 @@ func (r *Replica) routeRead(c level.Consistency) readRoute {
 		return routeLocal
 	case c.Kind == level.CrossClientMonotonic && r.opts.FollowerReads && !r.isLeader.Load():
 		return routeFollower
+	case r.chainReads(c):
+		return routeChain
 	case needsLeader(c):
 		return routeLeader
 	case c.Kind == level.Session && !(mutation.On && r.mut.ignoreSession):
@@ -480,6 +486,17 @@ func (r *Replica) TryRead(op kv.Op, c level.Consistency) (kv.Result, bool) {
 		res, ok := r.tryFollowerRead(op)
 		r.stampView(&res)
 		return res, ok
+	}
+	if r.chainReads(c) && !(mutation.On && r.mut.followerLinearizable) {
+		if r.CheckConsistency(c) != nil {
+			return kv.Result{}, false
+		}
+		res, _, out, err := r.chainTry(op)
+		if err != nil || out != chainServed {
+			return kv.Result{}, false
+		}
+		r.stampView(&res)
+		return res, true
 	}
 	if !needsLeader(c) || (mutation.On && r.mut.followerLinearizable) || r.CheckConsistency(c) != nil || !r.localLease() {
 		return kv.Result{}, false
@@ -798,7 +815,7 @@ func (r *Replica) Stats() Stats {
 		SnapsLoaded: r.st.snapsLoaded.Load(), Forgets: r.st.forgets.Load(), NilextFast: r.st.nxFast.Load(), NilextFallbacks: r.st.nxFallbacks.Load(),
 		NilextSent: r.st.nxSent.Load(), NilextAcksSent: r.st.nxAcksSent.Load(), NilextSlowReads: r.st.nxSlowReads.Load(),
 		DurabilityWaits: r.st.durWaits.Load(), DurabilityRounds: r.st.durRounds.Load(), FollowerReads: r.st.followerReads.Load(),
-		FollowerRedirects: r.st.followerRedirects.Load(), EarlyAcks: r.st.earlyAcks.Load(), OverlayReads: r.st.overlayReads.Load(),
+		FollowerRedirects: r.st.followerRedirects.Load(), ChainClean: r.st.chainClean.Load(), ChainToTail: r.st.chainToTail.Load(), ChainWaits: r.st.chainWaits.Load(), EarlyAcks: r.st.earlyAcks.Load(), OverlayReads: r.st.overlayReads.Load(),
 		DeferredReads: r.st.durDeferred.Load(), TxEarlyAborts: r.st.earlyAborts.Load(), TxHolds: r.st.txHolds.Load(), TxHeldAborts: r.st.heldAborts.Load(), TxFreshReads: r.st.freshReads.Load(), ViewChanges: r.vt.viewChanges.Load(), LeaderChanges: r.vt.leaderChanges.Load(),
 		Depositions: r.vt.depositions.Load(), WritesRefusedNoLeader: r.vt.refused.Load(), ExpiredKeys: r.exp.deleted.Load()}
 }

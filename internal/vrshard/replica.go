@@ -353,6 +353,10 @@ type mutations struct {
 	// chainAUAtCommit: an AU chain's head answers async writes at commit,
 	// as under SU (chainCore.auAtCommit).
 	chainAUAtCommit bool
+	// chainReadDirty: a chain member serves a strong read of a key that is
+	// dirty here (an update to it held, not yet committed) from that
+	// update — CRAQ without its version check (indexChain).
+	chainReadDirty bool
 	// captureDelay (a test hook) lengthens every snapshot capture, as a
 	// large state's scan would.
 	captureDelay time.Duration
@@ -803,9 +807,12 @@ type Replica struct {
 	lastOp   atomic.Uint64
 	leader   atomic.Uint64
 	isLeader atomic.Bool
-	status   atomic.Uint32
-	view     atomic.Uint64
-	dlogLen  atomic.Int64
+	// chainTail is a chain member's idea of its chain's tail (core.Info's
+	// Tail), where a strong read of a key dirty here goes (chainRead).
+	chainTail atomic.Uint64
+	status    atomic.Uint32
+	view      atomic.Uint64
+	dlogLen   atomic.Int64
 	// Nilext view-change figures of the core's Info (read.go Info).
 	nxCycles, nxStaleWaits atomic.Uint64
 	dlogStale              atomic.Bool
@@ -868,9 +875,13 @@ type Replica struct {
 		// logWrites: the log writes the driver's Readies made (one per
 		// Ready that had something to write; a chain member's hard state
 		// on its own included: BenchmarkChainSyncWrite).
-		logWrites                                                                                                                                 atomic.Uint64
-		localReads                                                                                                                                atomic.Uint64
-		readies, fsyncs, persisted, applied, proposals, leaseReads, indexReads, ckpts, snapsSent, snapsLoaded, snapsCaptured, forgets             atomic.Uint64
+		logWrites                                                                                                                     atomic.Uint64
+		localReads                                                                                                                    atomic.Uint64
+		readies, fsyncs, persisted, applied, proposals, leaseReads, indexReads, ckpts, snapsSent, snapsLoaded, snapsCaptured, forgets atomic.Uint64
+		// A chain member's strong reads (chainRead): served at once (the
+		// key clean here), sent to the tail (dirty here), waited for (dirty
+		// at the tail, or no tail known).
+		chainClean, chainToTail, chainWaits                                                                                                       atomic.Uint64
 		nxFast, nxFallbacks, nxSent, nxAcksSent, nxSlowReads                                                                                      atomic.Uint64
 		durWaits, durRounds, followerReads, followerRedirects, earlyAcks, overlayReads, durDeferred, earlyAborts, txHolds, heldAborts, freshReads atomic.Uint64
 	}
@@ -1675,6 +1686,10 @@ func (r *Replica) handle(rd *core.Ready[peerMsg], urgent bool) error {
 		r.lastOp.Store(min(r.lastOp.Load(), rd.Truncate))
 	}
 	r.indexEarly(rd.Entries)
+	if r.chainCRAQ() {
+		// Before this Ready's messages pass them on (below): chainRead.
+		r.indexChain(rd.Entries)
+	}
 	// The engine's records (VR: d-log records) go into the same batch; a
 	// new segment replaces every older one, so it takes every live one.
 	r.ext.logExtra(r.wal, roll)
@@ -2030,6 +2045,7 @@ func (r *Replica) publish() {
 	r.commit.Store(info.Commit)
 	r.lastOp.Store(info.LastOp)
 	r.leader.Store(info.Leader)
+	r.chainTail.Store(info.Tail)
 	r.isLeader.Store(info.IsLeader)
 	r.status.Store(uint32(info.Status))
 	r.view.Store(info.View)
@@ -2048,7 +2064,7 @@ func (r *Replica) publish() {
 func (r *Replica) publishReadable(R uint64) {
 	r.readable.Store(R)
 	r.ctr.readable(R)
-	if !r.opts.FollowerReads && !r.isLeader.Load() {
+	if !r.opts.FollowerReads && !r.isLeader.Load() && !r.chainCRAQ() {
 		// A follower that serves no read by R never learns one (the core
 		// takes R from the leader only with follower reads), so pruning by
 		// it kept every op it applied: the index grew by every write's keys

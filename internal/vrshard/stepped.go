@@ -352,6 +352,23 @@ func (r *Replica) readStepped(op kv.Op, c level.Consistency, s shard.Session, de
 			}
 			r.afterStep()
 		}
+	case routeChain:
+		// A chain member's strong read, stepped: served or sent to the
+		// tail at once; a read that would wait (dirty at the tail, no
+		// lease yet) fails as unservable now, for the caller to retry.
+		// The stepped paths' one user, the host simulation, runs VR
+		// groups only (TxBeginStepped included: a chain's BEGIN is
+		// chainTxBegin's, at the head).
+		res, _, out, err := r.chainTry(op)
+		switch {
+		case err != nil || out == chainServed:
+			sr.finish(res, err)
+		case out == chainToTail:
+			sr.finish(kv.Result{}, r.toTail())
+		default:
+			sr.finish(kv.Result{}, ErrCannotServe)
+		}
+		return sr
 	case routeFollower:
 		if res, ok := r.tryFollowerRead(op); ok {
 			sr.finish(res, nil)

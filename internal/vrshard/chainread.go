@@ -1,0 +1,154 @@
+package vrshard
+
+import (
+	"context"
+
+	"github.com/kefirdb/kefir/internal/chain"
+	"github.com/kefirdb/kefir/internal/core"
+	"github.com/kefirdb/kefir/internal/kv"
+	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/mutation"
+)
+
+// Strong reads at any chain member (issue 30's query node choice; CRAQ,
+// docs/design/chain.md, "Reads at any member on the host").
+//
+// Under SU and AUSI a chain member serves linearizable, cross-client-
+// monotonic and bounded reads itself, under the master's lease, when every
+// key the read returns is clean here: no update to it that this member
+// holds is uncommitted (acknowledged by its successor: at the tail). Why
+// that is linearizable: every update the tail holds passed through this
+// member first, and this member's host indexes an update's keys
+// (indexChain, into the per-key update index of cad.go) before the Ready
+// that passes it on is sent. So at the read's check, any update already
+// committed at the tail — and every write answered before the read began
+// — is indexed here or applied; a clean key's latest indexed update is
+// applied, so the engine shows the key's latest committed version, and the
+// host's engine holds only committed state. The read takes effect at its
+// check.
+//
+// A dirty key: this member does not know whether the tail committed its
+// update yet, and the engine's older value may already be overwritten by
+// an answered write (the acknowledgement passes a member on its way to the
+// head before its host applies it). So the read goes to the tail — the
+// front door forwards a *NotLeaderError naming it — where the key is clean
+// but for the tail's own unpersisted updates; there (or with no tail
+// known) it waits until the key's latest update here is applied, then
+// reads: every update committed before the read was at most that one.
+// Never a dirty value (the mutation chainReadDirty serves one).
+//
+// Under AU nothing is linearizable (the head answers async writes alone):
+// linearizable reads are refused and bounded ones go to the head, as
+// before (CheckConsistency).
+
+// chainCRAQ reports whether this replica is a chain member serving strong
+// reads at any member (SU, AUSI).
+func (r *Replica) chainCRAQ() bool {
+	co := r.opts.Chain
+	return co != nil && co.Mode != chain.AU
+}
+
+// chainReads reports whether a read at level c is a chain member's strong
+// read (chainRead) rather than a leader's.
+func (r *Replica) chainReads(c level.Consistency) bool {
+	return r.chainCRAQ() && needsLeader(c)
+}
+
+// indexChain indexes the keys each entry (a chain entry as the host's log
+// holds it: chainEntry) writes, at its op, as an update not yet committed
+// here: the driver, before the Ready's messages leave. They leave the index
+// as the host applies them (publishReadable: min(applied, R), R the commit
+// point).
+func (r *Replica) indexChain(es []core.Entry) {
+	for i := range es {
+		e := &es[i]
+		ce, err := fromLogEntry(*e)
+		if err != nil {
+			continue // apply reports it
+		}
+		req, err := decodeChainOp(ce.Op)
+		if err != nil || len(req.Data) == 0 {
+			continue
+		}
+		if _, _, ok, _ := decodeForget(req.Data); ok {
+			continue
+		}
+		_, op, err := decodeOp(req.Data)
+		if err != nil {
+			continue
+		}
+		r.upd.add(e.Op, op.WrittenKeys())
+		if op.WritesAll() {
+			r.upd.flushed(e.Op) // as at apply
+		}
+		if mutation.On && r.mut.chainReadDirty {
+			// Deliberately broken (tests): the dirty value served at once,
+			// from the async overlay's path (leaderCheck exempts its keys).
+			r.overlay(e.Op, &op, false)
+		}
+	}
+}
+
+// chainOutcome is what a chain member's read check found.
+type chainOutcome uint8
+
+const (
+	chainServed  chainOutcome = iota // clean: the result is the answer
+	chainToTail                      // dirty here: the tail answers
+	chainWait                        // dirty at the tail (or none known): wait for need
+	chainNoLease                     // no lease published: ask the driver
+)
+
+// chainTry checks a chain member's strong read of op without waiting.
+func (r *Replica) chainTry(op kv.Op) (kv.Result, uint64, chainOutcome, error) {
+	ls := r.lease.Load()
+	if ls == nil || ls.follower || r.now() >= ls.until {
+		return kv.Result{}, 0, chainNoLease, nil
+	}
+	res, need, R, err := r.leaderCheck(op, false)
+	if err != nil {
+		return kv.Result{}, 0, chainServed, err
+	}
+	if need <= R {
+		r.st.chainClean.Add(1)
+		r.st.localReads.Add(1)
+		return res, 0, chainServed, nil
+	}
+	if t := r.chainTail.Load(); t != 0 && t != r.cfg.Self {
+		return kv.Result{}, need, chainToTail, nil
+	}
+	return kv.Result{}, need, chainWait, nil
+}
+
+// chainRead serves a chain member's strong read (the comment above).
+func (r *Replica) chainRead(ctx context.Context, op kv.Op) (kv.Result, error) {
+	res, need, out, err := r.chainTry(op)
+	switch {
+	case err != nil || out == chainServed:
+		return res, err
+	case out == chainToTail:
+		return kv.Result{}, r.toTail()
+	case out == chainWait:
+		r.st.chainWaits.Add(1)
+		if err := r.waitApplied(ctx, need, r.opts.RequestTimeout); err != nil {
+			return kv.Result{}, err
+		}
+		return r.readLocal(op)
+	}
+	// No lease published (just started, or between leases): the driver
+	// grants the read at this member's whole history (chainCore.Read), a
+	// superset of every key's latest update here.
+	if err := r.linearizable(ctx, &op); err != nil {
+		return kv.Result{}, err
+	}
+	return r.readLocal(op)
+}
+
+// toTail is the error that sends a read dirty here to the tail: the front
+// door forwards it there, also when the request asked for redirects (a
+// -MOVED names a leader: the Go client would send its writes to the tail).
+func (r *Replica) toTail() error {
+	r.st.chainToTail.Add(1)
+	t := r.chainTail.Load()
+	return &NotLeaderError{Leader: t, Addr: r.addrs.client(r, t), ReadAt: true}
+}
