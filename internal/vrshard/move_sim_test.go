@@ -312,7 +312,7 @@ type simSlots struct{ n *hostNode }
 func (a simSlots) led(id kcluster.GroupID) error {
 	n, c := a.n, a.n.cl
 	if uint64(id) != n.group {
-		return kcluster.NotHosted(c.smap, id, func(node uint64) string { return nodeAddr(int(node) - 1) })
+		return kcluster.NotHosted(c.smap, id, uint64(c.node[n.id]+1), func(node uint64) string { return nodeAddr(int(node) - 1) })
 	}
 	if n.r.failed() == nil && n.r.isLeader.Load() {
 		return nil
