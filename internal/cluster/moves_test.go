@@ -183,4 +183,8 @@ func TestSlotCommandsForAGroupNotHostedHereGoToAMember(t *testing.T) {
 	if got, want := Redirect(err).Error(), fmt.Sprintf("MOVED n%d:%d", g.Members[1], g.Members[1]); got != want {
 		t.Fatalf("KEFIR.SLOTS TABLE %d at node 1, the group's first member in the map, not hosting it: %v, want %s", g.ID, got, want)
 	}
+	// The leader it names for the group (a key's -MOVED, KEFIR.GROUP's).
+	if n, _, ok := mu.Leader(g.ID); !ok || n != g.Members[1] {
+		t.Fatalf("Leader(%d) at node 1, the group's first member in the map, not hosting it: %d, %t; want node %d", g.ID, n, ok, g.Members[1])
+	}
 }
