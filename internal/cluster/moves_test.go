@@ -161,4 +161,30 @@ func TestSlotCommandsForAGroupNotHostedHereGoToAMember(t *testing.T) {
 	if _, err := mu.SlotTable(9); err == nil || !strings.Contains(err.Error(), "not hosted") {
 		t.Fatalf("a group not in the map: %v", err)
 	}
+	// A group the map names node 1 first in, which node 1 does not host
+	// (its replica lost with its directory, or not opened yet): on to the
+	// next member, not back to node 1 itself.
+	var g GroupSpec
+	for _, x := range m.Groups {
+		if x.Members[0] == 1 {
+			g = x
+			break
+		}
+	}
+	if g.ID == 0 {
+		t.Fatalf("no group of %v has node 1 first", m.Groups)
+	}
+	locals = slices.DeleteFunc(locals, func(l LocalGroup) bool { return l.Spec.ID == g.ID })
+	mu, err = NewMulti(m, 1, members, locals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = mu.SlotTable(g.ID)
+	if got, want := Redirect(err).Error(), fmt.Sprintf("MOVED n%d:%d", g.Members[1], g.Members[1]); got != want {
+		t.Fatalf("KEFIR.SLOTS TABLE %d at node 1, the group's first member in the map, not hosting it: %v, want %s", g.ID, got, want)
+	}
+	// The leader it names for the group (a key's -MOVED, KEFIR.GROUP's).
+	if n, _, ok := mu.Leader(g.ID); !ok || n != g.Members[1] {
+		t.Fatalf("Leader(%d) at node 1, the group's first member in the map, not hosting it: %d, %t; want node %d", g.ID, n, ok, g.Members[1])
+	}
 }

@@ -242,7 +242,9 @@ func (m *Multi) Hosted() []LocalGroup {
 
 // Leader returns the node id and client address of group id's leader as
 // this node knows it: its hosted replica's view, or for a group it does not
-// host the group's first member (which forwards or redirects in turn).
+// host the group's first member other than this node (which forwards or
+// redirects in turn; this node, named in a group it does not host, would
+// send the caller back to itself: NotHosted).
 func (m *Multi) Leader(id GroupID) (uint64, string, bool) {
 	if g := m.hs().byID[id]; g != nil {
 		st := g.h.Group.State()
@@ -252,10 +254,15 @@ func (m *Multi) Leader(id GroupID) (uint64, string, bool) {
 		return st.Leader, m.member(st.Leader).ClientAddr, true
 	}
 	spec, ok := m.smap().Group(id)
-	if !ok || len(spec.Members) == 0 {
+	if !ok {
 		return 0, "", false
 	}
-	return spec.Members[0], m.member(spec.Members[0]).ClientAddr, true
+	for _, n := range spec.Members {
+		if n != m.self {
+			return n, m.member(n).ClientAddr, true
+		}
+	}
+	return 0, "", false
 }
 
 // opSlot returns the slot of op's keys: the first key's, and ErrCrossSlot

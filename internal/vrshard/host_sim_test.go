@@ -249,8 +249,9 @@ type hostNode struct {
 	txn hostTxnState
 	// group is the replica's group (hostSimOptions.groupSize; 1 without);
 	// slots the KEFIR.SLOTS writes in flight (move_sim_test.go).
-	group uint64
-	slots []hostSlotWrite
+	group   uint64
+	slots   []hostSlotWrite
+	reconfs []hostReconf // KEFIR.GROUP RECONFIG in flight (memb_sim_test.go)
 	// cl is the cluster the replica's node belongs to
 	// (hostSimOptions.cluster; nil: none).
 	cl *simCluster
@@ -354,6 +355,19 @@ func newHostNode(o hostSimOptions, seed uint64, trueNow func() int64) sim.BootFa
 			}
 			n.group = uint64(first/o.groupSize) + 1
 		}
+		var join *simJoin
+		if c := o.cluster; c != nil {
+			// memb_sim_test.go: a spare not placed yet, and a replica lost
+			// for good or retired, run nothing; a new member opens with
+			// the configuration its node was given.
+			var ok bool
+			if join, ok = c.boot(int(id)); !ok {
+				return goneNode{}
+			}
+			if join != nil {
+				n.group, cluster = uint64(join.group), 7+uint64(join.group)-1
+			}
+		}
 		if o.skew > 0 {
 			if walls[id] == nil {
 				x := seed*0x2545f4914f6cdd1d + uint64(id)*0x9e3779b97f4a7c15
@@ -408,6 +422,9 @@ func newHostNode(o hostSimOptions, seed uint64, trueNow func() int64) sim.BootFa
 			},
 			mut:     o.mut,
 			stepped: true,
+		}
+		if join != nil {
+			join.open(&opts)
 		}
 		r, err := Open(opts)
 		if err != nil {
@@ -505,6 +522,7 @@ func (n *hostNode) flush() {
 	})
 	n.flushTxn()
 	n.flushSlots()
+	n.flushReconfs()
 	if gen := n.r.SyncPending(); gen > n.syncAsked {
 		n.syncAsked = gen
 		n.syncQ = append(n.syncQ, gen)
@@ -900,11 +918,11 @@ func hostAgreeAmong(s *sim.Sim, idx []int) error {
 	states := map[uint64][]byte{}
 	owner := map[uint64]int{}
 	for _, i := range idx {
-		node := s.Replica(i)
-		if node == nil {
-			continue
+		node, ok := s.Replica(i).(*hostNode)
+		if !ok {
+			continue // down, or nothing runs there (memb_sim_test.go)
 		}
-		r := node.(*hostNode).r
+		r := node.r
 		if r.failed() != nil {
 			continue
 		}

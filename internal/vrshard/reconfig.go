@@ -85,17 +85,7 @@ var ErrNoReconfig = errors.New("vrshard: this replica's core does not reconfigur
 func (r *Replica) Reconfigure(ctx context.Context, members []uint64) (vr.Membership, error) {
 	done := make(chan reconfResult, 1)
 	members = slices.Clone(members)
-	call := func() {
-		if r.rc.vrc == nil {
-			done <- reconfResult{err: ErrNoReconfig}
-			return
-		}
-		if err := r.rc.vrc.Replica.Reconfigure(r.now(), members); err != nil {
-			done <- reconfResult{err: r.reconfigErr(members, err)}
-			return
-		}
-		r.rc.waiters = append(r.rc.waiters, reconfWaiter{members: members, done: done})
-	}
+	call := func() { r.reconfigure(members, done) }
 	select {
 	case r.ctlc <- call:
 	case <-ctx.Done():
@@ -116,6 +106,74 @@ func (r *Replica) Reconfigure(ctx context.Context, members []uint64) (vr.Members
 			return vr.Membership{}, r.closedErr()
 		}
 	}
+}
+
+// reconfigure (driver) hands members to the core's Reconfigure and
+// registers done to be answered when the move is durable (persisted) or
+// the leader loses its view (lostLead); a refusal answers it at once.
+// Reconfigure runs it on the driver goroutine, ReconfigureStepped on the
+// caller's (stepped mode): one path.
+func (r *Replica) reconfigure(members []uint64, done chan reconfResult) {
+	if r.rc.vrc == nil {
+		done <- reconfResult{err: ErrNoReconfig}
+		return
+	}
+	if err := r.rc.vrc.Replica.Reconfigure(r.now(), members); err != nil {
+		done <- reconfResult{err: r.reconfigErr(members, err)}
+		return
+	}
+	r.rc.waiters = append(r.rc.waiters, reconfWaiter{members: members, done: done})
+}
+
+// ReconfigureStepped is Reconfigure in stepped mode (stepped.go): the
+// request goes to the core on the caller's goroutine, as the driver would
+// run it, and the caller polls the result (SteppedReconfig.Done) after its
+// later steps. A stepped replica that failed answers its error.
+func (r *Replica) ReconfigureStepped(members []uint64) *SteppedReconfig {
+	done := make(chan reconfResult, 1)
+	if err := r.failed(); err != nil {
+		done <- reconfResult{err: err}
+	} else {
+		r.reconfigure(slices.Clone(members), done)
+		r.afterStep()
+	}
+	return &SteppedReconfig{r: r, done: done}
+}
+
+// SteppedReconfig is a reconfiguration ReconfigureStepped handed to the
+// core.
+type SteppedReconfig struct {
+	r    *Replica
+	done chan reconfResult
+	res  *reconfResult
+}
+
+// Done reports whether the reconfiguration is answered: the new
+// configuration durable here, or refused, or its outcome unknown (the
+// leader lost its view, or the replica stopped: Reconfigure's answers).
+func (s *SteppedReconfig) Done() bool {
+	if s.res != nil {
+		return true
+	}
+	select {
+	case res := <-s.done:
+		s.res = &res
+		return true
+	default:
+	}
+	if err := s.r.failed(); err != nil {
+		s.res = &reconfResult{err: s.r.closedErr()}
+		return true
+	}
+	return false
+}
+
+// Result is the answer once Done: Reconfigure's.
+func (s *SteppedReconfig) Result() (vr.Membership, error) {
+	if !s.Done() {
+		return vr.Membership{}, ErrOutcomeUnknown
+	}
+	return s.res.m, s.res.err
 }
 
 // reconfigErr is the core's refusal of Reconfigure as the host's callers

@@ -955,13 +955,9 @@ func xgSim(seed uint64, trace io.Writer, o xgOptions, summary *string) (err erro
 			}
 		}
 		errs = append(errs, xgLocksLeft(s), xgDecisionsLeft(s))
-		errs = append(errs, replicationRestored(s, 2))
-		for g := range 2 {
-			idx := make([]int, movesGroupSize)
-			for i := range idx {
-				idx[i] = g*movesGroupSize + i
-			}
-			if err := hostAgreeAmong(s, idx); err != nil {
+		errs = append(errs, replicationRestored(s, cl))
+		for g, ms := range cl.members {
+			if err := hostAgreeAmong(s, ms); err != nil {
 				errs = append(errs, fmt.Errorf("group %d: %w", g+1, err))
 			}
 		}
