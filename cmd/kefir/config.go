@@ -269,7 +269,7 @@ var serverOptions = []option{
 			c.ChainFlush = d
 			return err
 		}},
-	{"precopy-rate", "16MiB", "With --engine chain: how fast this member copies the chain's state when it joins (bytes a second of snapshot pages and log; 0: unpaced). The tail serves it the snapshot a page at a time as it asks; a lower rate leaves the tail, the joiner's disk and the box more for the chain's traffic and makes the join longer (docs/design/chain.md, \"Joins under load\").",
+	{"precopy-rate", "16MiB", "With --engine chain: how fast this member copies the chain's state when it joins (bytes a second of snapshot pages and log; 0: unpaced). The tail serves it the snapshot a page at a time as it asks; a lower rate leaves the tail, the joiner's disk and the box more for the chain's traffic and makes the join longer; a pace the chain's writes outrun is dropped for the rest of the copy, so the join still ends (docs/design/chain.md, \"Joins under load\").",
 		func(c *serverConfig, v string) error {
 			n, err := parseBytes(v)
 			if err == nil && n < 0 {

@@ -223,7 +223,7 @@ func (m *Member) sendSnap(joiner NodeID, n int, data, from []byte) {
 	}
 	es, done := m.after(s.Seq, m.cfg.PrecopyChunk)
 	m.pin(joiner, s.Seq)
-	m.send(joiner, Msg{Type: MsgPrecopyChunk, Snap: s, Entries: es, Done: done})
+	m.send(joiner, Msg{Type: MsgPrecopyChunk, Snap: s, Entries: es, Done: done, LA: uint64(m.total())})
 }
 
 // snapAt is the snapshot of the history's first n entries (n at least the
@@ -267,6 +267,9 @@ func (m *Member) install(s *Snap) {
 	}
 	m.installed = s
 	m.paging, m.paged = nil, false
+	// The race (outrun) is measured from here: the gap to the tail's end
+	// was another before the snapshot.
+	m.race.best, m.race.seen, m.race.stale = 0, false, 0
 }
 
 // takePage takes a page of a paged snapshot (Snap.More, or a last page

@@ -103,6 +103,10 @@ type harness struct {
 	pageSrc   map[[2]*Member]*pageCapture
 	staged    map[*Member][]byte
 	pages     int // pages sent
+	// hurried, outrun: pre-copies that ended (precopy-done) after their
+	// joiner dropped its pace, and that ended before the tail's end,
+	// outrun unpaced (Member.outrun).
+	hurried, outrun int
 	// mut is applied to every member created.
 	mut mutations
 	// log receives one line per event when set.
@@ -352,6 +356,14 @@ func (h *harness) deliver(l link) {
 	}
 	if msg.Snap != nil {
 		h.snaps++
+	}
+	if m := h.all[msg.From]; m != nil && msg.Type == MsgPrecopyDone && !msg.Refused {
+		if m.race.hurry {
+			h.hurried++
+		}
+		if m.race.stale >= raceSlack {
+			h.outrun++
+		}
 	}
 	if msg.To == masterID {
 		h.master.Step(msg)

@@ -187,6 +187,10 @@ type mutations struct {
 	// the joiners' pins: entries a new successor (CR_MID) or a joiner (log
 	// flush) may still need.
 	compactPastLA bool
+	// precopyToEnd: a pre-copy ends only at the tail's end, paced
+	// throughout (the code before outrun): under writes that outrun the
+	// pull it never ends, and the join with it.
+	precopyToEnd bool
 }
 
 // Member is one chain member's protocol state for one chain (one key range):
@@ -282,6 +286,9 @@ type Member struct {
 	// flushEnd is the joiner's pre-copy end, written into FLUSH when it
 	// first forwarded it: a FLUSH the master repeats goes round again with it.
 	flushEnd uint64
+	// race: how this joiner's pull of the log fares against the writes at
+	// its source (outrun).
+	race race
 
 	// truncating: TRUNCATE went on to the old tail; this member becomes the
 	// tail when the old tail's TRUNCATE_DONE comes back.
@@ -458,6 +465,7 @@ func (m *Member) Step(msg Msg) {
 		// chunk was lost). A request resumes after what the joiner holds.
 		if msg.Target != m.precopySrc {
 			m.paging = nil // another source: its snapshot starts over
+			m.race = race{}
 		}
 		m.precopySrc = msg.Target
 		m.pullDue = false
@@ -479,7 +487,7 @@ func (m *Member) Step(msg Msg) {
 			return
 		}
 		es, done := m.after(msg.Seq, m.cfg.PrecopyChunk)
-		m.send(msg.From, Msg{Type: MsgPrecopyChunk, Entries: es, Done: done})
+		m.send(msg.From, Msg{Type: MsgPrecopyChunk, Entries: es, Done: done, LA: uint64(m.total())})
 	case MsgPrecopyChunk:
 		if m.state != Inactive || msg.From != m.precopySrc {
 			return
@@ -513,6 +521,14 @@ func (m *Member) Step(msg Msg) {
 			// twice (a repeated PRECOPY), whose other answer already moved
 			// the pull on and asked for the next chunk. Asking again would
 			// keep two streams of pulls going.
+			return
+		}
+		if m.outrun(msg.LA) {
+			// The writes outrun even an unpaced pull: the pre-copy ends
+			// here, and the old tail's log flush sends the rest at FLUSH,
+			// as it sends whatever a pre-copy missed.
+			m.pulling = false
+			m.toMaster(Msg{Type: MsgPrecopyDone, Seq: m.lu})
 			return
 		}
 		var n int64
@@ -706,15 +722,77 @@ func (m *Member) Tick(now int64) {
 }
 
 // pace asks for the next pre-copy chunk after one of n bytes: at once, or,
-// throttled (PrecopyRate), n/PrecopyRate later on the member's clock.
+// throttled (PrecopyRate), n/PrecopyRate later on the member's clock —
+// unless the pace lost against the writes (outrun): then at once.
 func (m *Member) pace(n int64) {
-	if r := m.cfg.PrecopyRate; r > 0 {
+	if r := m.cfg.PrecopyRate; r > 0 && !m.race.hurry {
 		m.nextPull = m.now + n*1e9/r
 		m.pullDue = true
 		m.pull()
 		return
 	}
 	m.send(m.precopySrc, m.precopyReq())
+}
+
+// A pre-copy ends at the tail's end, and the writes at the head move that
+// end on. A pull slower than the writes — paced (PrecopyRate) below the
+// rate the log grows at, or, unpaced, answered more slowly than updates
+// arrive — never reaches it: the join never completes (issue 30: the chain
+// stayed [1 3] for as long as the writes went on, in the hours the box was
+// quiet enough for the writes to be fast). So the joiner watches the race:
+// each chunk says how long the tail's history was when it answered (LA),
+// and the joiner keeps the smallest gap it has seen between that and its
+// own. When raceSlack chunks in a row leave it no closer than that, it is
+// being outrun: a paced pull drops its pace for the rest of the pre-copy
+// (the pace keeps the tail's capacity for traffic, which the join cannot
+// give back if it never ends), and a pull already unpaced ends the
+// pre-copy where it is: the old tail's log flush sends the rest at FLUSH
+// (the pins keep it), as it sends whatever any pre-copy missed, while the
+// joiner's temporary store takes the new updates. Either way the pull
+// terminates: but for the one change of pace the smallest gap falls at
+// least every raceSlack chunks, and a chunk that reaches the end is Done. The slack keeps a burst
+// of writes within a chunk or two from costing the pace. Pages of a
+// snapshot are not raced: there is a fixed number of them (the capture is
+// pinned at one position). From a tail of a build before this, which
+// sends no length (0), the joiner pulls, paced, to the end, as before.
+
+// raceSlack is how many chunks in a row may leave a joiner no closer to
+// the tail's end before it counts as outrun.
+const raceSlack = 3
+
+// race is a joiner's pull against the writes at its source (outrun).
+type race struct {
+	best  int  // the smallest gap to the source's end seen, in entries
+	seen  bool // best holds a gap: one was measured since the pull began
+	stale int  // chunks since best last fell
+	hurry bool // outrun once: unpaced for the rest of the pre-copy
+}
+
+// outrun takes a pre-copy chunk's length of the source's history (0: not
+// said), after the joiner applied the chunk, and reports whether the pull
+// is outrun unpaced: the pre-copy ends. Outrun while paced, it drops the
+// pace (pace asks at once from then on).
+func (m *Member) outrun(end uint64) bool {
+	if end == 0 || mutation.On && m.mut.precopyToEnd {
+		return false
+	}
+	gap := max(int(end)-m.total(), 0)
+	r := &m.race
+	if !r.seen || gap < r.best {
+		r.best, r.seen, r.stale = gap, true, 0
+		return false
+	}
+	if r.stale++; r.stale < raceSlack {
+		return false
+	}
+	if !r.hurry && m.cfg.PrecopyRate > 0 {
+		// The unpaced pull is measured from where it starts.
+		r.hurry, r.best, r.stale = true, gap, 0
+		return false
+	}
+	// (stale stays: a chunk answering a re-sent PRECOPY that brings the
+	// joiner no closer reports the end again at once.)
+	return true
 }
 
 // pull sends a throttled joiner's owed pre-copy request once it is due.

@@ -137,7 +137,12 @@ type Entry struct {
 }
 
 // Msg is every message of the protocol. Epoch is the configuration epoch
-// the sender was at; which other fields matter depends on Type.
+// the sender was at; which other fields matter depends on Type. LA and LU
+// are the sender's last update acknowledged and received (repair-info,
+// cr-mid-repair); in a precopy-chunk LA is the length of the source's
+// history (its compacted prefix included) when it answered, against which
+// the joiner measures its pull (Member.outrun; 0: not said, a source of a
+// build before), and in a host's heartbeat the sender's history length.
 type Msg struct {
 	Type     MsgType
 	From, To NodeID

@@ -20,7 +20,8 @@ import (
 // truncateEarly makes a joiner that is not yet a replica the master's tail;
 // its reads are refused, so clients see a stall, not a wrong answer.
 // noResend (a lost order never re-sent) stalls a reconfiguration: the run
-// never ends with the master idle.
+// never ends with the master idle. So does precopyToEnd (a pre-copy that
+// ends only at the tail's end) while the writes outrun the joiner's pace.
 var chainMutations = []struct {
 	name    string
 	set     func(*simOpts)
@@ -39,6 +40,7 @@ var chainMutations = []struct {
 	{"compactPastLA", func(o *simOpts) { o.mut.compactPastLA = true }, compacting, 1, false, "past its successor"},
 	{"compactPastLA", func(o *simOpts) { o.mut.compactPastLA = true }, compacting, 86, true, "linearizable: VIOLATED"},
 	{"noResend", func(o *simOpts) { o.mmut.noResend = true }, lossyLinks, 1, false, "no quiescence"},
+	{"precopyToEnd", func(o *simOpts) { o.mut.precopyToEnd = true }, outrun, 26, false, "no quiescence"},
 	{"restartShortest", func(o *simOpts) { o.mmut.restartShortest = true }, wholeChain, 2, false, "is not a prefix of its predecessor"},
 	{"restartShortest", func(o *simOpts) { o.mmut.restartShortest = true }, wholeChain, 2, true, "linearizable: VIOLATED"},
 	{"restartAtOnce", func(o *simOpts) { o.mmut.restartAtOnce = true }, wholeChain, 2, false, "is not a prefix of its predecessor"},
@@ -64,6 +66,10 @@ func ausiChain(o *simOpts) { o.mode, o.keys, o.clients = AUSI, 1, 4 }
 // answers without holding the session's token returns a version older than
 // the session's own write.
 func auChain(o *simOpts) { o.mode, o.allWeak = AU, true }
+
+// outrun: TestSimOutrun's shape (outrunning): joiners paced below the
+// rate of writes that go on while they pre-copy.
+func outrun(o *simOpts) { *o = outrunning(o.seed) }
 
 // hotKey: one key, four clients.
 func hotKey(o *simOpts) { o.keys, o.clients = 1, 4 }

@@ -52,6 +52,10 @@ type simOpts struct {
 	// rate: joiners' PrecopyRate (bytes a second); a step is a millisecond
 	// on the members' clock, ticked every 5 steps.
 	rate int64
+	// outrun: the clients go on writing past opsPerClient while a joiner
+	// pre-copies, so that writes keep coming until the join's pre-copy
+	// ends (issue 30: a pull slower than the writes never did).
+	outrun bool
 	// seqBits: members' SeqBits (0: the default); small, a head runs out of
 	// numbers often and the master renews its range.
 	seqBits uint
@@ -381,9 +385,11 @@ func runSim(o simOpts) (check.History, error) {
 				finish(ci, nil)
 			}
 		}
+		// (outrun: the clients write on while a joiner pre-copies.)
+		more := o.outrun && h.master.JoinerPrecopying()
 		busyClients := false
 		for _, c := range clients {
-			if c.op >= 0 || c.done < o.opsPerClient {
+			if c.op >= 0 || c.done < o.opsPerClient || more {
 				busyClients = true
 			}
 		}
@@ -415,7 +421,7 @@ func runSim(o simOpts) (check.History, error) {
 		case x < 960:
 			ci := rng.IntN(len(clients))
 			c := clients[ci]
-			if c.op >= 0 || c.done >= o.opsPerClient {
+			if c.op >= 0 || c.done >= o.opsPerClient && !more {
 				continue
 			}
 			nextReq++
@@ -582,6 +588,8 @@ func runSim(o simOpts) (check.History, error) {
 		o.stats["updates refused by a head out of numbers"] += h.exhausted
 		o.stats["snapshots sent (pre-copy, log flush)"] += h.snaps
 		o.stats["snapshot pages sent (paged snapshots)"] += h.pages
+		o.stats["pre-copies done unpaced (outrun paced)"] += h.hurried
+		o.stats["pre-copies ended before the end (outrun)"] += h.outrun
 	}
 	if o.wholeRestarts > 0 {
 		// Every key read once more at the end, after the last restart: an
@@ -888,6 +896,30 @@ func wholeRestarting(seed uint64) simOpts {
 // (TestWholeRestartMutationsCaught).
 func TestSimWholeChainRestart(t *testing.T) {
 	runSeeds(t, 300, 5000, "TestSimWholeChainRestart", wholeRestarting)
+}
+
+// outrunning: variedSim with joiners paced at 1000 bytes a second (one
+// entry of ~8 bytes and 24 of overhead every 32 ms) while the clients write
+// on as long as a joiner pre-copies (simOpts.outrun): the chain takes a
+// write every few steps, faster than the pace.
+func outrunning(seed uint64) simOpts {
+	o := variedSim(seed)
+	o.rate, o.outrun = 1000, true
+	if seed%10 == 5 {
+		o.pinTimeout = 20e6
+	}
+	return o
+}
+
+// TestSimOutrun: pre-copies outrun by the writes (Member.outrun) end —
+// a paced pull drops its pace, an unpaced one outrun ends the pre-copy and
+// the log flush carries the rest — and every join completes: the run must
+// end with the master idle, per-key linearizability, the invariants after
+// every event, one history at the end. With the mutation precopyToEnd (the
+// code before) the joins never end while the writes go on
+// (TestMutationsCaught).
+func TestSimOutrun(t *testing.T) {
+	runSeeds(t, 200, 3000, "TestSimOutrun", outrunning)
 }
 
 func TestSimLinearizable(t *testing.T) {
