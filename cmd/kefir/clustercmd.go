@@ -79,6 +79,9 @@ func runCluster(args []string, stdout, stderr io.Writer) error {
 	if err := checkRebalanceFlags(0, cluster.ByBytes, 0, 0, time.Second, *page, *maxPause); err != nil {
 		return usageError{err}
 	}
+	if *baseline <= 0 {
+		return usageError{fmt.Errorf("--baseline %v: > 0", *baseline)}
+	}
 	host, _ := os.Hostname()
 	logf := func(format string, a ...any) { fmt.Fprintf(stderr, "kefir cluster: "+format+"\n", a...) }
 	newMover := func() *cluster.Mover {

@@ -752,7 +752,14 @@ func (mv *Mover) roundTrip(ctx context.Context, addr string, args [][]byte) (res
 	// A held answer (a map poll) or a slow peer must not outlive ctx: its
 	// end cuts the round trip (the connection is then dropped below).
 	stop := context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(time.Unix(1, 0)) })
-	defer stop()
+	defer func() {
+		// A cut that started (ctx ended, maybe just as the answer came)
+		// could land on the next round trip: the connection goes.
+		if !stop() && mv.conns[addr] == c {
+			c.nc.Close()
+			delete(mv.conns, addr)
+		}
+	}()
 	if _, err := c.nc.Write(resp.AppendCommand(nil, args...)); err != nil {
 		c.nc.Close()
 		delete(mv.conns, addr)

@@ -78,8 +78,14 @@ func (r *Replica) indexChain(es []core.Entry) {
 			continue
 		}
 		r.upd.add(e.Op, op.WrittenKeys())
-		if op.WritesAll() {
-			r.upd.flushed(e.Op) // as at apply
+		if op.WritesAll() || kv.IsSlotKind(op.Kind) {
+			// Every key is dirty until it is applied (chainTry: the floor).
+			// A slot-table op too: its keys are the table's, but it changes
+			// which keys this group serves — a member acknowledges upstream
+			// before its host applies, so the head may answer a hand-over
+			// (and the destination take writes) while a member would still
+			// serve the slot's keys clean under its old table.
+			r.upd.flushed(e.Op)
 		}
 		if mutation.On && r.mut.chainReadDirty {
 			// Deliberately broken (tests): the dirty value served at once,

@@ -82,3 +82,81 @@ func TestChainCRAQReadWhileAFlushIsInFlight(t *testing.T) {
 	}
 	done <- nil
 }
+
+// TestChainCRAQReadWhileASlotHandOverIsInFlight: a slot-table op changes
+// which keys the group serves without naming them, so while one is in
+// flight at a member every key is dirty there (indexChain). A member
+// acknowledges upstream before its host applies, so without this the head
+// could answer a hand-over (and the destination take the slot's writes)
+// while a member still served the slot's keys clean under its old table.
+// Here the hand-over (migrating → none) has been applied at the tail, which
+// refuses k, and is held at the middle (as in the flush test); a
+// linearizable read of k at the head must not be served from the head's
+// table of before the hand-over.
+func TestChainCRAQReadWhileASlotHandOverIsInFlight(t *testing.T) {
+	mutation.Require(t)
+	var armed atomic.Bool
+	release := make(chan struct{})
+	g := newModeChain(t, chain.SU, func(i int, o *Options) {
+		if i != 1 {
+			return
+		}
+		o.mut.afterStep = func(r *Replica, m peerMsg) {
+			if cm, ok := m.(*chainMsg); ok && armed.Load() && cm.Type == chain.MsgAck && cm.From == 3 {
+				<-release
+			}
+		}
+	})
+	seq := uint64(0)
+	w := func(op kv.Op) {
+		t.Helper()
+		seq++
+		g.write(0, op, shard.ReqID{Client: 5, Seq: seq})
+	}
+	w(slotOp(kv.KindSlotInit, []kv.SlotRange{{Start: 0, End: kv.NumSlots - 1}}, 0, 0, 1))
+	w(set("k", "v1"))
+	slot := kv.KeySlot([]byte("k"))
+	rs := []kv.SlotRange{{Start: slot, End: slot}}
+	w(slotOp(kv.KindSlotSet, rs, kv.SlotMigrating, 2, 2))
+	g.caughtUp(1, 0)
+	g.caughtUp(2, 0)
+	for i := range 3 {
+		if got := g.read(i, "k"); got != "v1" {
+			t.Fatalf("before: GET k at node %d = %q", i+1, got)
+		}
+	}
+	armed.Store(true)
+	done := make(chan error, 1)
+	seq++
+	go func() {
+		_, err := g.tryWrite(0, slotOp(kv.KindSlotSet, rs, kv.SlotNone, 2, 2), shard.ReqID{Client: 5, Seq: seq})
+		done <- err
+	}()
+	released := false
+	unhold := func() {
+		if !released {
+			released = true
+			armed.Store(false)
+			close(release)
+		}
+	}
+	defer func() { unhold(); <-done }()
+	var tailErr error
+	if !testgroup.Until(2*time.Second, 2*time.Millisecond, func() bool {
+		_, tailErr = g.chainReadAt(2, "k")
+		return tailErr != nil
+	}) {
+		t.Fatal("the tail kept serving k for 2 s: the hand-over never reached it")
+	}
+	res, err := g.chainReadAt(0, "k")
+	if err == nil {
+		t.Fatalf("GET k at the head while the hand-over is in flight there (the tail refuses k: %v) = %q: served under the table of before it", tailErr, res.Bulk)
+	}
+	t.Logf("GET k at the head while the hand-over's ack is held: %v (the tail: %v)", err, tailErr)
+	unhold()
+	if err := <-done; err != nil {
+		done <- nil
+		t.Fatalf("the hand-over: %v", err)
+	}
+	done <- nil
+}

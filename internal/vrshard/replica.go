@@ -1569,8 +1569,16 @@ func (r *Replica) ready() error {
 		// Before anything this round's steps produced is sent (handle): a
 		// reader must not use a lease this replica gave up by joining
 		// another view (vr.LeaseUntil). The last, empty, Ready's is the
-		// lease after the round.
-		r.publishLease(rd.Lease)
+		// lease after the round. Except a chain member's first lease in a
+		// Ready with entries (a joiner's merged temporary store, in its
+		// first active Ready): published after handle indexed them, or a
+		// strong read between the two would find their keys clean and the
+		// engine without them (chainread.go). Publishing a lease later is
+		// always safe.
+		lateLease := r.chainCRAQ() && rd.Lease.Held && len(rd.Entries) > 0 && r.lease.Load() == nil
+		if !lateLease {
+			r.publishLease(rd.Lease)
+		}
 		// R and the eventual horizon wait for publish (R only once the
 		// Ready's Committed are applied); the last, empty, Ready's are
 		// those after the round, as its lease is.
@@ -1582,6 +1590,9 @@ func (r *Replica) ready() error {
 		r.st.readies.Add(1)
 		if err := r.handle(&rd, urgent); err != nil {
 			return err
+		}
+		if lateLease {
+			r.publishLease(rd.Lease)
 		}
 	}
 	r.wantDone()
