@@ -71,6 +71,13 @@ var ErrTxAborted = errors.New("kefir: transaction aborted")
 // awaited call, or by Txn at the commit; either way the transaction aborts
 // (nothing it wrote lands), every later call of the transaction returns that
 // error, and Txn returns it as is (retried only if it wraps ErrTxAborted).
+//
+// A transaction that wrote nothing ends with an ABORT the client does not
+// wait for, sent with the connection's next write (or within 2 ms): a
+// read-only transaction of n Gets takes n round trips, as n Gets do. On a
+// node of one replica group that holds for keys of several slots too; on a
+// node of several groups such a transaction spans groups and its commit
+// (PREPARE) validates its reads.
 type Tx struct {
 	c     *Client
 	cn    *conn
