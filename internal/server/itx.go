@@ -121,7 +121,7 @@ type itxn struct {
 // a snapshot read's allocations (docs/design/transactions.md, "Benchmarks").
 func (tx *itxn) read(op kv.Op) (kv.Result, error) {
 	if v := tx.snap.Version() + 1; tx.view == nil || tx.viewAt != v {
-		tx.view, tx.viewAt = tx.ov.View(tx.get, v), v
+		tx.view, tx.viewAt = tx.ov.View(tx.getShared, v), v
 	}
 	tx.op = op
 	res, err := kv.Read(tx.view, nil, &tx.op, 0)
@@ -759,8 +759,27 @@ func (c *conn) txSlot(tx *itxn, key []byte) error {
 // found it live is caught by the commit's validation, which finds it expired
 // too.
 func (tx *itxn) get(key []byte) ([]byte, []byte, uint64, bool, error) {
+	return tx.lookup(key, false)
+}
+
+// getShared is get without the copy of the value (shard.TxSnap.GetShared):
+// the view reads serve (read), whose results only go to the socket; a
+// write's evaluation (kv.TxOverlay.Apply) reads with get.
+func (tx *itxn) getShared(key []byte) ([]byte, []byte, uint64, bool, error) {
+	return tx.lookup(key, true)
+}
+
+func (tx *itxn) lookup(key []byte, shared bool) ([]byte, []byte, uint64, bool, error) {
 	snap := tx.snapOf(key)
-	d, m, v, ok, err := snap.Get(key)
+	var d, m []byte
+	var v uint64
+	var ok bool
+	var err error
+	if shared {
+		d, m, v, ok, err = snap.GetShared(key)
+	} else {
+		d, m, v, ok, err = snap.Get(key)
+	}
 	if err == nil && tx.slot >= 0 && !(mutation.On && xgtxMut.readsIgnoreLocks) {
 		// On a node of several groups: a key a prepared cross-group
 		// transaction writes as of the snapshot is not served (xgtx.go).
