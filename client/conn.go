@@ -71,6 +71,10 @@ type request struct {
 
 	state reqState
 	done  chan struct{}
+	// detached: nobody waits for the reply (a transaction's ABORT,
+	// conn.sendDetached); the reader drops it and returns the request to
+	// the pool.
+	detached bool
 
 	// Result, written by the reader goroutine before it signals done.
 	err  error
@@ -344,6 +348,12 @@ type conn struct {
 	// KEFIR.TX handle a queued BEGIN took, txOpen the transactions using it.
 	txNext uint64
 	txOpen int
+	// txOneGroup: the node serves one replica group (txn.go, oneGroup).
+	txOneGroup bool
+	// riders counts detached requests queued without waking the writer
+	// (sendDetached): they go with the next write, or when flush fires.
+	riders int
+	flush  *time.Timer
 }
 
 func newConn(nc net.Conn, rd *resp.Reader) *conn {
@@ -448,6 +458,7 @@ func (c *conn) writeLoop() {
 			return
 		}
 		batch, c.queue = c.queue, batch[:0]
+		c.riders = 0 // sent now (sendDetached)
 		wbuf = wbuf[:0]
 		for _, r := range batch {
 			if r.state == stateCancelled {
@@ -496,6 +507,10 @@ func (c *conn) readLoop() {
 		c.inflight = c.inflight[1:]
 		req.state = stateReplied
 		c.mu.Unlock()
+		if req.detached {
+			putRequest(req) // nobody waits for it (sendDetached)
+			continue
+		}
 		req.complete(v)
 		req.done <- struct{}{}
 	}
@@ -510,18 +525,24 @@ func (c *conn) fail(cause error) {
 		return
 	}
 	c.broken = cause
+	if c.flush != nil {
+		c.flush.Stop()
+	}
 	queued, inflight := c.queue, c.inflight
 	c.queue, c.inflight = nil, nil
 	var wake []*request
 	for _, r := range queued {
-		if r.state == stateCancelled {
-			continue // its caller is gone
+		if r.state == stateCancelled || r.detached {
+			continue // its caller is gone, or there never was one
 		}
 		r.state = stateReplied
 		r.err = fmt.Errorf("%w: %w", errNotSent, cause)
 		wake = append(wake, r)
 	}
 	for _, r := range inflight {
+		if r.detached {
+			continue
+		}
 		r.state = stateReplied
 		r.err = fmt.Errorf("%w: %w", errConnLost, cause)
 		wake = append(wake, r)
@@ -535,6 +556,58 @@ func (c *conn) fail(cause error) {
 }
 
 func (c *conn) close() { c.fail(net.ErrClosed) }
+
+// riderDelay bounds how long a detached request waits for a write to ride
+// in (sendDetached). A variable for tests.
+var riderDelay = 2 * time.Millisecond
+
+// sendDetached queues r, a request whose reply nobody waits for (the reader
+// drops it), to be sent in the connection's next write instead of a write of
+// its own: with whatever any caller queues next, or, if nothing comes, when
+// a timer fires riderDelay later. A read-only transaction's ABORT is one
+// (Tx.end): on a shared transaction connection the next command of another
+// transaction follows within microseconds, and sent on its own the ABORT
+// cost a write and a read on each side — a quarter more syscalls per
+// transaction than its reads (docs/design/transactions.md, "Go client").
+// Requests keep their queue order, so anything queued after r reaches the
+// server after it. r is the connection's until its reply is read; if the
+// connection is broken, r is dropped (the server ends a closed connection's
+// transactions itself).
+func (c *conn) sendDetached(r *request) {
+	r.encode(0, 0)
+	r.detached = true
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.broken != nil {
+		putRequest(r)
+		return
+	}
+	r.state = stateQueued
+	c.queue = append(c.queue, r)
+	c.riders++
+	if c.riders > 1 {
+		return // the timer is running for an older rider, still queued
+	}
+	if c.flush == nil {
+		c.flush = time.AfterFunc(riderDelay, c.flushRiders)
+	} else {
+		c.flush.Reset(riderDelay)
+	}
+}
+
+// flushRiders wakes the writer for detached requests that found no write to
+// ride in (sendDetached).
+func (c *conn) flushRiders() {
+	c.mu.Lock()
+	due := c.riders > 0 && c.broken == nil
+	c.mu.Unlock()
+	if due {
+		select {
+		case c.wake <- struct{}{}:
+		default:
+		}
+	}
+}
 
 // closeWhenIdle closes the connection once no request is queued or in flight
 // (or after a grace period): the client moved this slot to the leader, and the

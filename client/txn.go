@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -70,6 +71,13 @@ var ErrTxAborted = errors.New("kefir: transaction aborted")
 // awaited call, or by Txn at the commit; either way the transaction aborts
 // (nothing it wrote lands), every later call of the transaction returns that
 // error, and Txn returns it as is (retried only if it wraps ErrTxAborted).
+//
+// A transaction that wrote nothing ends with an ABORT the client does not
+// wait for, sent with the connection's next write (or within 2 ms): a
+// read-only transaction of n Gets takes n round trips, as n Gets do. On a
+// node of one replica group that holds for keys of several slots too; on a
+// node of several groups such a transaction spans groups and its commit
+// (PREPARE) validates its reads.
 type Tx struct {
 	c     *Client
 	cn    *conn
@@ -302,12 +310,17 @@ func (t *Tx) request(kind replyKind, sub string, args ...any) *request {
 	return r
 }
 
-// noteSlot notes that the transaction named key.
+// noteSlot notes that the transaction named key. Keys of several slots
+// make a transaction across groups only on a node of several groups; on a
+// node of one (txOneGroup) they are one snapshot's, and a read-only
+// transaction of them ends without a PREPARE: it was sent, and waited for,
+// before, a round trip more than the same reads (almost every read-only
+// transaction of 4 random keys names several slots).
 func (t *Tx) noteSlot(key string) {
 	s := int(keySlot(key))
 	if t.slot < 0 {
 		t.slot = s
-	} else if s != t.slot {
+	} else if s != t.slot && !t.cn.txOneGroup {
 		t.cross = true
 	}
 }
@@ -457,8 +470,12 @@ func lastWord(s string) string {
 
 // end ends the transaction's handle and its use of the connection: ABORT
 // is queued, and the connection freed at once, without waiting for the
-// reply, which is read in its turn (replies come in order) and dropped —
-// the request never returns to the pool. Buffered writes not yet sent are
+// reply, which is read in its turn (replies come in order) and dropped.
+// It is not sent in a write of its own: it rides in the connection's next
+// write — another transaction's command, or this client's next BEGIN —
+// or, if none comes within riderDelay, a timer sends it (conn.sendDetached),
+// so the server unpins the snapshot a few milliseconds late at most and
+// a read-only transaction costs the syscalls of its reads alone. Buffered writes not yet sent are
 // dropped: the server never sees them. Not waiting means neither an error
 // reply (the server already ended the handle: "no such transaction" after a
 // -TXABORT) nor a context that ended can close the connection, which other
@@ -476,19 +493,7 @@ func (t *Tx) end() {
 	r := newCall(replyStatus, false, nil, nil)
 	r.allowRedirect = false
 	r.cmd = append(r.cmd, arg{s: "KEFIR.TX"}, arg{s: "ABORT"}, arg{s: t.h})
-	r.encode(0, 0)
-	cn.mu.Lock()
-	if cn.broken != nil {
-		cn.mu.Unlock()
-		return
-	}
-	r.state = stateQueued
-	cn.queue = append(cn.queue, r)
-	cn.mu.Unlock()
-	select {
-	case cn.wake <- struct{}{}:
-	default:
-	}
+	cn.sendDetached(r)
 }
 
 // Get reads key at the transaction's snapshot (or its own write):
@@ -574,6 +579,9 @@ type txConns struct {
 	mu     sync.Mutex
 	conns  []*conn
 	closed bool
+	// dialing is closed when the dial in progress ends (nil: none): one
+	// dial at a time (get).
+	dialing chan struct{}
 }
 
 // txPerConn bounds a connection's open transactions: below the server's 16
@@ -583,43 +591,84 @@ const txPerConn = 8
 
 // The pool keeps as many transaction connections as the client's pool
 // size (WithPoolSize, default 2); more are dialed while every kept one is
-// full, and closed when their transactions end. Fewer connections, more
-// transactions' commands in each write.
+// full, one at a time (a transaction that finds them full while another
+// dials waits for that connection), and closed when their transactions
+// end. Fewer connections, more transactions' commands in each write.
 
 func (p *txConns) get(ctx context.Context, c *Client) (*conn, error) {
-	hint := c.leader.Load()
-	p.mu.Lock()
-	var best *conn
-	bestOpen := 0
-	keep := p.conns[:0]
-	for _, cn := range p.conns {
-		cn.mu.Lock()
-		broken, open := cn.broken != nil, cn.txOpen
-		cn.mu.Unlock()
-		if broken || (hint != nil && cn.addr != *hint) {
-			if open == 0 || broken {
-				cn.close()
-				continue
+	for {
+		hint := c.leader.Load()
+		p.mu.Lock()
+		var best *conn
+		bestOpen, bestRiders := 0, false
+		keep := p.conns[:0]
+		for _, cn := range p.conns {
+			cn.mu.Lock()
+			broken, open, riders := cn.broken != nil, cn.txOpen, cn.riders > 0
+			cn.mu.Unlock()
+			if broken || (hint != nil && cn.addr != *hint) {
+				if open == 0 || broken {
+					cn.close()
+					continue
+				}
+			} else if open < txPerConn && (best == nil || (riders && !bestRiders) || (riders == bestRiders && open < bestOpen)) {
+				// A connection with an ABORT waiting to ride in its next
+				// write (Tx.end) first: this transaction's BEGIN carries it.
+				best, bestOpen, bestRiders = cn, open, riders
 			}
-		} else if open < txPerConn && (best == nil || open < bestOpen) {
-			best, bestOpen = cn, open
+			keep = append(keep, cn)
 		}
-		keep = append(keep, cn)
-	}
-	clear(p.conns[len(keep):])
-	p.conns = keep
-	if best != nil {
-		best.mu.Lock()
-		best.txOpen++
-		best.mu.Unlock()
+		clear(p.conns[len(keep):])
+		p.conns = keep
+		if best != nil {
+			best.mu.Lock()
+			best.txOpen++
+			best.mu.Unlock()
+			p.mu.Unlock()
+			return best, nil
+		}
+		if p.dialing != nil {
+			// Another transaction is dialing: wait for its connection,
+			// which has room for this one too. Dialing at once, 16
+			// transactions that began together kept 16 connections of
+			// one transaction each, whose every command was then a write
+			// and a read of its own on both sides (1.6x the server CPU of
+			// 8 sharing each; docs/design/transactions.md, "Go client").
+			wait := p.dialing
+			p.mu.Unlock()
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return nil, ctxError(ctx.Err(), false)
+			}
+		}
+		closed := p.closed
+		if closed || c.closed.Load() {
+			p.mu.Unlock()
+			return nil, ErrClosed
+		}
+		done := make(chan struct{})
+		p.dialing = done
 		p.mu.Unlock()
-		return best, nil
+		cn, err := p.dial(ctx, c, hint)
+		p.mu.Lock()
+		p.dialing = nil
+		close(done)
+		if err == nil {
+			cn.txOpen = 1
+			if !p.closed && len(p.conns) < c.opts.poolSize {
+				p.conns = append(p.conns, cn)
+			}
+		}
+		p.mu.Unlock()
+		return cn, err
 	}
-	closed := p.closed
-	p.mu.Unlock()
-	if closed || c.closed.Load() {
-		return nil, ErrClosed
-	}
+}
+
+// dial dials a transaction connection to the leader as the client knows it
+// (hint), or else to any address.
+func (p *txConns) dial(ctx context.Context, c *Client, hint *string) (*conn, error) {
 	addrs := c.addrs
 	if hint != nil {
 		addrs = append([]string{*hint}, addrs...)
@@ -628,12 +677,7 @@ func (p *txConns) get(ctx context.Context, c *Client) (*conn, error) {
 	for _, a := range addrs {
 		cn, err := c.dial(ctx, a)
 		if err == nil {
-			cn.txOpen = 1
-			p.mu.Lock()
-			if !p.closed && len(p.conns) < c.opts.poolSize {
-				p.conns = append(p.conns, cn)
-			}
-			p.mu.Unlock()
+			cn.txOneGroup = oneGroup(ctx, cn)
 			return cn, nil
 		}
 		if errors.Is(err, ErrAuth) {
@@ -642,6 +686,25 @@ func (p *txConns) get(ctx context.Context, c *Client) (*conn, error) {
 		errs = append(errs, err)
 	}
 	return nil, fmt.Errorf("%w: %w", ErrUnavailable, errors.Join(errs...))
+}
+
+// oneGroup reports whether cn's node serves one replica group (INFO
+// cluster says cluster_enabled:0, which a node keeps for its life): there a
+// transaction's keys of several slots are still of one group, read from
+// one snapshot, and a read-only one needs no PREPARE to validate them
+// (Tx.noteSlot). Asked once per transaction connection; false if the node
+// does not say.
+func oneGroup(ctx context.Context, cn *conn) bool {
+	r := newCall(replyBulk, false, nil, nil)
+	r.allowRedirect = false
+	r.cmd = append(r.cmd, arg{s: "INFO"}, arg{s: "cluster"})
+	owned, err := cn.do(ctx, r)
+	if !owned {
+		return false
+	}
+	one := err == nil && bytes.Contains(r.val, []byte("cluster_enabled:0"))
+	putRequest(r)
+	return one
 }
 
 // put ends a transaction's use of cn: a connection the pool does not keep

@@ -648,3 +648,97 @@ func TestTxnRefusedBeginSparesNeighbours(t *testing.T) {
 	}
 	spared("another one's BEGIN was refused")
 }
+
+// A transaction's ABORT is not a write of its own: it rides in the
+// connection's next write (conn.sendDetached) — here the next transaction's
+// BEGIN — so a read-only Txn of 4 Gets takes the 4 round trips of its
+// reads, as 4 Gets do (their keys are of several slots: on a node of one
+// group that needs no PREPARE, which took a fifth round trip before). When
+// nothing follows, the ABORT waits, and the timer sends it within
+// riderDelay. Twenty transactions, more than the server's 16 open per
+// connection, run on one connection: none is refused, since every ABORT
+// reaches the server before the next BEGIN.
+func TestTxnReadOnlyEndRidesTheNextWrite(t *testing.T) {
+	old := riderDelay
+	riderDelay = time.Second
+	t.Cleanup(func() { riderDelay = old })
+	p := newTurnProxy(t, startNode(t, ""))
+	ctx, c := dialFor(t, p.ln.Addr().String(), 30*time.Second, WithPoolSize(1))
+	ro := func() error {
+		return c.Txn(ctx, func(tx *Tx) error {
+			for _, k := range []string{"a", "b", "c", "d"} {
+				if _, err := tx.Get(ctx, k); err != nil && !errors.Is(err, ErrNotFound) {
+					return err
+				}
+			}
+			return nil
+		}, &TxOptions{MaxAttempts: 1})
+	}
+	if err := ro(); err != nil { // dials the transaction connection
+		t.Fatal(err)
+	}
+	const n = 20
+	before := p.turns.Load()
+	for range n {
+		if err := ro(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := p.turns.Load() - before; got != 4*n {
+		t.Fatalf("%d read-only transactions of 4 Gets took %d round trips, want %d", n, got, 4*n)
+	}
+	c.txs.mu.Lock()
+	cn := c.txs.conns[0]
+	c.txs.mu.Unlock()
+	answered := func() bool {
+		cn.mu.Lock()
+		defer cn.mu.Unlock()
+		return len(cn.queue) == 0 && len(cn.inflight) == 0
+	}
+	time.Sleep(200 * time.Millisecond)
+	if answered() {
+		t.Fatal("the last transaction's ABORT was sent at once, not left to ride in the next write")
+	}
+	if !testgroup.Until(5*time.Second, 10*time.Millisecond, answered) {
+		t.Fatal("the last transaction's ABORT was not sent (and answered) with nothing to ride in")
+	}
+	if got := p.turns.Load() - before; got != 4*n+1 {
+		t.Fatalf("%d round trips after the last ABORT went, want %d", got, 4*n+1)
+	}
+}
+
+// Transactions that begin together with no transaction connection open
+// wait for one dial at a time and share what it opens (up to txPerConn
+// each): 16 open at once keep 2 connections. Each dialed its own before,
+// and the client kept 16 (its pool size) of one transaction each, whose
+// every command was then a write and a read of its own on both sides.
+func TestTxnsBegunTogetherShareDials(t *testing.T) {
+	ctx, c := dialFor(t, startNode(t, ""), 30*time.Second, WithPoolSize(16))
+	var all sync.WaitGroup
+	all.Add(16)
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := c.Txn(ctx, func(tx *Tx) error {
+				if _, err := tx.Get(ctx, "k"); err != nil && !errors.Is(err, ErrNotFound) {
+					return err
+				}
+				all.Done()
+				all.Wait() // all 16 open at once
+				return nil
+			}, &TxOptions{MaxAttempts: 1})
+			if err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	c.txs.mu.Lock()
+	n := len(c.txs.conns)
+	c.txs.mu.Unlock()
+	if n != 16/txPerConn {
+		t.Fatalf("16 transactions begun together kept %d transaction connections, want %d", n, 16/txPerConn)
+	}
+}

@@ -73,6 +73,7 @@ func vsMain(args []string) {
 	clients := fs.Int("c", 16, "clients")
 	dur := fs.Duration("d", 5*time.Second, "duration of a cell")
 	rounds := fs.Int("r", 3, "rounds")
+	pool := fs.Int("pool", 0, "the Kefir client's pool size (0: -c): its plain calls' connections, and the transaction connections it keeps")
 	only := fs.String("systems", "kefir-txn,kefir-watch,etcd,redis", "systems to run (none: only the read-only row, given -kefir)")
 	_ = fs.Parse(args)
 
@@ -96,7 +97,11 @@ func vsMain(args []string) {
 	if *kefirAddrs != "" {
 		addrs := strings.Split(*kefirAddrs, ",")
 		var err error
-		kc, err = client.Dial(ctx, addrs, client.WithPoolSize(*clients), client.WithRetryUnavailable(10*time.Second))
+		ps := *clients
+		if *pool > 0 {
+			ps = *pool
+		}
+		kc, err = client.Dial(ctx, addrs, client.WithPoolSize(ps), client.WithRetryUnavailable(10*time.Second))
 		if err != nil {
 			fatalf("kefir: %v", err)
 		}

@@ -54,12 +54,18 @@ func (e *TooLargeError) Error() string { return "ERR " + e.Msg }
 
 // IsTooLarge reports whether err is (or wraps) a *TooLargeError.
 func IsTooLarge(err error) bool {
+	if err == nil {
+		return false // without the errors.As below, whose target escapes: every command read asks
+	}
 	var te *TooLargeError
 	return errors.As(err, &te)
 }
 
 // IsProtocolError reports whether err is (or wraps) a *ProtocolError.
 func IsProtocolError(err error) bool {
+	if err == nil {
+		return false
+	}
 	var pe *ProtocolError
 	return errors.As(err, &pe)
 }

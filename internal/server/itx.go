@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -72,6 +71,11 @@ var itxMut itxMutations
 type itxConn struct {
 	next uint64
 	open map[uint64]*itxn
+	// free are ended transactions whose timer was stopped before it fired,
+	// for the connection's next BEGINs (txBegin): a transaction's struct,
+	// key map and timer cost a BEGIN five allocations that plain reads do
+	// not have (docs/design/transactions.md, "Benchmarks").
+	free []*itxn
 }
 
 // itxn is one open transaction. Its connection's goroutine uses it, under
@@ -89,16 +93,40 @@ type itxn struct {
 	slot    int           // that key's slot (-1: not yet, or not a cluster)
 	// parts are the further slots of a transaction across slots (xgtx.go).
 	parts []*txPart
-	seen  map[string]uint64
+	// keys are the keys its commands touched: the version each first read
+	// saw (get) and how each was accessed (access); touched, that a command
+	// read, wrote or declared some key (txRefresh). spare are the txKeys of
+	// the transactions this struct served before (itxConn.free).
+	keys    map[string]*txKey
+	touched bool
+	spare   []*txKey
 	// origin is the snapshot's account of its slot (kv.SlotOrigin): the
 	// commit carries it, so that the group it reaches compares versions
 	// only if they are its own.
 	origin kv.TxOrigin
-	now    int64                // the clock of the command reading (get's liveness)
-	acc    map[string]*txAccess // what each key's commands touched (fine-grained conflicts)
+	now    int64 // the clock of the command reading (get's liveness)
 	ov     kv.TxOverlay
 	wr     []kv.Op
 	bytes  int
+	// view is ov in front of the snapshot as of version viewAt-1, and op
+	// the read it serves (read): kept here, not made per read.
+	view   kv.Getter
+	viewAt uint64
+	op     kv.Op
+}
+
+// read evaluates the read op over the transaction's view: its own writes in
+// front of its snapshot. The view and the op live in tx: a kv.Op escapes to
+// kv.Read, and one allocated per read, with the view's closure, was most of
+// a snapshot read's allocations (docs/design/transactions.md, "Benchmarks").
+func (tx *itxn) read(op kv.Op) (kv.Result, error) {
+	if v := tx.snap.Version() + 1; tx.view == nil || tx.viewAt != v {
+		tx.view, tx.viewAt = tx.ov.View(tx.getShared, v), v
+	}
+	tx.op = op
+	res, err := kv.Read(tx.view, nil, &tx.op, 0)
+	tx.op = kv.Op{} // no reference to the command's buffer past the command
+	return res, err
 }
 
 // txAccess is how a transaction touched one key, for fine-grained
@@ -111,21 +139,67 @@ type txAccess struct {
 	read, write           []kv.TxRange
 }
 
-func (tx *itxn) access(key []byte) *txAccess {
-	a := tx.acc[string(key)]
-	if a == nil {
-		a = &txAccess{}
-		tx.acc[string(key)] = a
+// txKey is what a transaction knows of one key: the version its snapshot
+// had of it (0: absent, or expired at the reading command's clock) once a
+// command read it (noted), and how its commands accessed it.
+type txKey struct {
+	seen  uint64
+	noted bool
+	txAccess
+}
+
+// key is tx's record of key, made if it has none.
+func (tx *itxn) key(key []byte) *txKey {
+	k := tx.keys[string(key)]
+	if k == nil {
+		if n := len(tx.spare); n > 0 {
+			k, tx.spare = tx.spare[n-1], tx.spare[:n-1]
+		} else {
+			k = &txKey{}
+		}
+		tx.keys[string(key)] = k
 	}
-	return a
+	return k
+}
+
+// access is how tx's commands accessed key, for the command about to.
+func (tx *itxn) access(key []byte) *txAccess {
+	tx.touched = true
+	return &tx.key(key).txAccess
+}
+
+// seen is the version tx's first read of key saw, if one did.
+func (tx *itxn) seen(key string) (uint64, bool) {
+	k := tx.keys[key]
+	if k == nil || !k.noted {
+		return 0, false
+	}
+	return k.seen, true
+}
+
+// seenKeys are the keys tx's reads noted a version of (seen), sorted: the
+// commit op's bytes are a function of the transaction.
+func (tx *itxn) seenKeys() []string {
+	var ks []string
+	for key, k := range tx.keys {
+		if k.noted {
+			ks = append(ks, key)
+		}
+	}
+	slices.Sort(ks)
+	return ks
 }
 
 // checkRanges is what the commit validates key against: nil (the whole
 // key) unless every access of it was ranged. SI validates the written
 // ranges, SERIALIZABLE the read ones too.
 func (tx *itxn) checkRanges(key string) []kv.TxRange {
-	a := tx.acc[key]
-	if a == nil || a.wholeWrite || (tx.iso == kv.TxSerializable && a.wholeRead && !a.declared) {
+	k := tx.keys[key]
+	if k == nil {
+		return nil
+	}
+	a := &k.txAccess
+	if a.wholeWrite || (tx.iso == kv.TxSerializable && a.wholeRead && !a.declared) {
 		return nil
 	}
 	rs := slices.Clone(a.write)
@@ -149,16 +223,45 @@ var (
 	errTxNoSupport = errf("ERR interactive transactions are not supported by this deployment")
 )
 
+// txSubs are KEFIR.TX's subcommands: txCmd names one without allocating.
+var txSubs = []string{"GET", "BEGIN", "ABORT", "MGET", "EXISTS", "SET", "DEL", "INCRBY", "COMMIT", "PREPARE",
+	"GETRANGE", "GETBIT", "SETRANGE", "SETBIT", "BITFIELD", "ACCESS"}
+
+// parseHandle parses a transaction handle (an unsigned decimal integer)
+// without allocating; an error only says it is not one.
+func parseHandle(b []byte) (uint64, error) {
+	if len(b) == 0 || len(b) > 19 {
+		return 0, errTxUnknown
+	}
+	var h uint64
+	for _, d := range b {
+		if d < '0' || d > '9' {
+			return 0, errTxUnknown
+		}
+		h = h*10 + uint64(d-'0')
+	}
+	return h, nil
+}
+
 // txCmd runs KEFIR.TX.
 func (c *conn) txCmd(args [][]byte) error {
-	sub := strings.ToUpper(string(args[1]))
+	sub := ""
+	for _, s := range txSubs {
+		if eq(args[1], s) {
+			sub = s
+			break
+		}
+	}
+	if sub == "" {
+		sub = strings.ToUpper(string(args[1]))
+	}
 	if sub == "BEGIN" {
 		return c.txBegin(args[2:])
 	}
 	if len(args) < 3 {
 		return errf("ERR wrong number of arguments for 'kefir.tx|%s' command", strings.ToLower(sub))
 	}
-	h, err := strconv.ParseUint(string(args[2]), 10, 64)
+	h, err := parseHandle(args[2])
 	if err != nil || c.itx == nil || c.itx.open[h] == nil {
 		return errTxUnknown
 	}
@@ -225,8 +328,7 @@ func (c *conn) txCmd(args [][]byte) error {
 		a := tx.access(rest[0])
 		a.read = append(a.read, reads...)
 		if !kv.BitFieldWrites(bf) {
-			op := kv.Op{Kind: kv.KindGet, Key: rest[0], Now: now}
-			res, err = kv.Read(tx.ov.View(tx.get, tx.snap.Version()+1), nil, &op, 0)
+			res, err = tx.read(kv.Op{Kind: kv.KindGet, Key: rest[0], Now: now})
 			if err != nil {
 				return c.txFail(h, err)
 			}
@@ -267,8 +369,7 @@ func (c *conn) txCmd(args [][]byte) error {
 			}
 			start, rng = off, kv.TxRange{Lo: uint64(off), Hi: uint64(off) + 1}
 		}
-		op := kv.Op{Kind: kv.KindGet, Key: rest[0], Now: now}
-		res, err = kv.Read(tx.ov.View(tx.get, tx.snap.Version()+1), nil, &op, 0)
+		res, err = tx.read(kv.Op{Kind: kv.KindGet, Key: rest[0], Now: now})
 		if err != nil {
 			return c.txFail(h, err)
 		}
@@ -294,7 +395,7 @@ func (c *conn) txCmd(args [][]byte) error {
 				op.Kind = kv.KindExists
 			}
 		}
-		res, err = kv.Read(tx.ov.View(tx.get, tx.snap.Version()+1), nil, &op, 0)
+		res, err = tx.read(op)
 	default:
 		if len(tx.wr) >= txMaxWrites || tx.bytes >= txMaxWriteBytes {
 			return errTxFull
@@ -399,21 +500,21 @@ func (c *conn) txInline(args [][]byte) bool {
 	if len(args) < 2 || !eq(args[0], "KEFIR.TX") {
 		return false
 	}
-	var tx *itxn
-	if len(args) < 3 {
-		if !eq(args[1], "BEGIN") {
-			return false
-		}
-	} else if h, err := strconv.ParseUint(string(args[2]), 10, 64); err == nil && c.itx != nil {
-		tx = c.itx.open[h]
-	}
-	switch sub := args[1]; {
-	case eq(sub, "BEGIN"):
+	if eq(args[1], "BEGIN") {
 		// At once where the replica has its read point at hand (a leader
 		// under a running lease: TryTxBegin), else on a worker, which waits.
 		// A first read behind a commit in flight waits, on a worker
 		// (txRefresh sets wouldWait).
 		return c.dispatchInline(args)
+	}
+	if len(args) < 3 {
+		return false
+	}
+	var tx *itxn
+	if h, err := parseHandle(args[2]); err == nil && c.itx != nil {
+		tx = c.itx.open[h]
+	}
+	switch sub := args[1]; {
 	case eq(sub, "ABORT"):
 	case eq(sub, "PREPARE"):
 		// Across slots it runs the two-phase commit: on a worker.
@@ -479,18 +580,50 @@ func (c *conn) txBegin(args [][]byte) error {
 	if len(c.itx.open) >= txMaxOpen {
 		return errTxTooMany
 	}
-	tx := &itxn{iso: iso, began: time.Now(), slot: -1, seen: map[string]uint64{}, acc: map[string]*txAccess{}}
+	tx := c.itx.take(iso)
 	if !c.srv.clusterOn {
 		// One group: its start version is known now. On a node of several
 		// groups the first key names the group (versions are a group's).
 		if err := c.txStart(tx, nil); err != nil || c.wouldWait {
+			c.itx.put(tx)
 			return err // wouldWait: nothing done; a worker runs BEGIN again
 		}
 	}
 	c.itx.next++
 	c.itx.open[c.itx.next] = tx
-	tx.timer = time.AfterFunc(txMaxAge, tx.expire)
+	if tx.timer == nil {
+		tx.timer = time.AfterFunc(txMaxAge, tx.expire)
+	} else {
+		tx.timer.Reset(txMaxAge) // stopped before it fired (txEnd)
+	}
 	return c.w.WriteInt(int64(c.itx.next))
+}
+
+// take is a transaction for BEGIN: one of the connection's ended ones
+// (free), or a new one.
+func (x *itxConn) take(iso kv.Cond) *itxn {
+	n := len(x.free)
+	if n == 0 {
+		return &itxn{iso: iso, began: time.Now(), slot: -1, keys: map[string]*txKey{}}
+	}
+	tx := x.free[n-1]
+	x.free[n-1] = nil
+	x.free = x.free[:n-1]
+	// Under mu, as expire reads them once the timer is armed again.
+	tx.mu.Lock()
+	tx.expired, tx.ended, tx.touched = false, false, false
+	tx.iso, tx.began, tx.slot = iso, time.Now(), -1
+	tx.origin, tx.now, tx.bytes, tx.viewAt = kv.TxOrigin{}, 0, 0, 0
+	tx.mu.Unlock()
+	return tx
+}
+
+// put keeps tx, released and with no timer that may still fire, for a
+// later BEGIN on the connection (take).
+func (x *itxConn) put(tx *itxn) {
+	if len(x.free) < txMaxOpen {
+		x.free = append(x.free, tx)
+	}
 }
 
 // txTryBegin is a replica that can take a transaction's start snapshot
@@ -548,7 +681,7 @@ type txFresher interface {
 // transactions.md, "Fresh first reads"): it waits until they are applied and
 // takes the start version again. Read at the old start, those keys are
 // about to be replaced, and a commit that checks them aborts a log round
-// later. Only before the transaction touched any key (tx.acc empty: nothing
+// later. Only before the transaction touched any key (tx.touched: nothing
 // read, written or declared), so that every read is of one snapshot; the new
 // start is a linearizable read point taken after BEGIN's, which is all BEGIN
 // promises (at least as new as every write acknowledged before it). On an
@@ -559,7 +692,7 @@ type txFresher interface {
 // to wait or to take the new start leaves the old one, which is as good as
 // before.
 func (c *conn) txRefresh(tx *itxn, keys [][]byte) error {
-	if c.srv.clusterOn || tx.snap == nil || len(keys) == 0 || (len(tx.acc) > 0 && !(mutation.On && itxMut.refreshAfterRead.Load())) {
+	if c.srv.clusterOn || tx.snap == nil || len(keys) == 0 || (tx.touched && !(mutation.On && itxMut.refreshAfterRead.Load())) {
 		return nil
 	}
 	if !c.awaitTxWriters(keys) {
@@ -626,8 +759,27 @@ func (c *conn) txSlot(tx *itxn, key []byte) error {
 // found it live is caught by the commit's validation, which finds it expired
 // too.
 func (tx *itxn) get(key []byte) ([]byte, []byte, uint64, bool, error) {
+	return tx.lookup(key, false)
+}
+
+// getShared is get without the copy of the value (shard.TxSnap.GetShared):
+// the view reads serve (read), whose results only go to the socket; a
+// write's evaluation (kv.TxOverlay.Apply) reads with get.
+func (tx *itxn) getShared(key []byte) ([]byte, []byte, uint64, bool, error) {
+	return tx.lookup(key, true)
+}
+
+func (tx *itxn) lookup(key []byte, shared bool) ([]byte, []byte, uint64, bool, error) {
 	snap := tx.snapOf(key)
-	d, m, v, ok, err := snap.Get(key)
+	var d, m []byte
+	var v uint64
+	var ok bool
+	var err error
+	if shared {
+		d, m, v, ok, err = snap.GetShared(key)
+	} else {
+		d, m, v, ok, err = snap.Get(key)
+	}
 	if err == nil && tx.slot >= 0 && !(mutation.On && xgtxMut.readsIgnoreLocks) {
 		// On a node of several groups: a key a prepared cross-group
 		// transaction writes as of the snapshot is not served (xgtx.go).
@@ -637,12 +789,13 @@ func (tx *itxn) get(key []byte) ([]byte, []byte, uint64, bool, error) {
 			return nil, nil, 0, false, &errTxReadLocked{key: clone(key)}
 		}
 	}
-	if _, noted := tx.seen[string(key)]; err == nil && !noted {
-		seen := v
-		if !ok || kv.Expired(m, tx.now) {
-			seen = 0
+	if err == nil {
+		if k := tx.key(key); !k.noted {
+			k.seen, k.noted = v, true
+			if !ok || kv.Expired(m, tx.now) {
+				k.seen = 0
+			}
 		}
-		tx.seen[string(key)] = seen
 	}
 	return d, m, v, ok, err
 }
@@ -674,7 +827,7 @@ func (c *conn) txCommit(h uint64, tx *itxn, prepare bool) error {
 			continue
 		}
 		written[string(k)] = true
-		if _, ok := tx.seen[string(k)]; !ok {
+		if _, ok := tx.seen(string(k)); !ok {
 			// A blind write: its version at the start is still needed (a
 			// key deleted in the window is absent now, where it was not).
 			tx.now = time.Now().UnixMilli()
@@ -682,18 +835,15 @@ func (c *conn) txCommit(h uint64, tx *itxn, prepare bool) error {
 				return c.txFail(h, err)
 			}
 		}
-		checks = append(checks, kv.TxCheck{Key: k, Version: tx.seen[string(k)], Ranges: tx.checkRanges(string(k))})
+		v, _ := tx.seen(string(k))
+		checks = append(checks, kv.TxCheck{Key: k, Version: v, Ranges: tx.checkRanges(string(k))})
 	}
 	if tx.iso == kv.TxSerializable {
-		var reads []string
-		for k := range tx.seen {
+		for _, k := range tx.seenKeys() {
 			if !written[k] {
-				reads = append(reads, k)
+				v, _ := tx.seen(k)
+				checks = append(checks, kv.TxCheck{Key: []byte(k), Version: v, Ranges: tx.checkRanges(k)})
 			}
-		}
-		slices.Sort(reads) // the op's bytes are a function of the transaction
-		for _, k := range reads {
-			checks = append(checks, kv.TxCheck{Key: []byte(k), Version: tx.seen[k], Ranges: tx.checkRanges(k)})
 		}
 	}
 	if mutation.On && itxMut.skipWindow.Load() {
@@ -718,11 +868,15 @@ func (c *conn) txCommit(h uint64, tx *itxn, prepare bool) error {
 func (c *conn) txEnd(h uint64) {
 	if tx := c.itx.open[h]; tx != nil {
 		tx.ended = true
-		if tx.timer != nil {
-			tx.timer.Stop()
-		}
+		stopped := tx.timer != nil && tx.timer.Stop()
 		tx.release()
 		delete(c.itx.open, h)
+		if stopped {
+			// expire will not run: the struct is free for the next BEGIN
+			// (its caller unlocks mu before that). One whose timer fired,
+			// or is firing, is left to the collector.
+			c.itx.put(tx)
+		}
 	}
 }
 
@@ -736,7 +890,18 @@ func (tx *itxn) release() {
 		p.snap.Close()
 	}
 	tx.parts = nil
-	tx.wr, tx.ov, tx.seen = nil, kv.TxOverlay{}, nil
+	tx.wr, tx.ov, tx.view = nil, kv.TxOverlay{}, nil
+	if len(tx.keys) > 64 {
+		tx.keys = map[string]*txKey{} // not kept at a big transaction's size
+		return
+	}
+	for _, k := range tx.keys {
+		if len(tx.spare) < 64 {
+			*k = txKey{}
+			tx.spare = append(tx.spare, k)
+		}
+	}
+	clear(tx.keys)
 }
 
 // expire is the timer's end of a transaction older than txMaxAge that its

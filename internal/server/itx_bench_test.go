@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -94,11 +95,27 @@ func benchTxReadsGroup16(b *testing.B, tx bool) {
 func BenchmarkTxReadOnly4Group16(b *testing.B) { benchTxReadsGroup16(b, true) }
 func BenchmarkGet4Group16(b *testing.B)        { benchTxReadsGroup16(b, false) }
 
+// The same with the client txbench vs uses (WithPoolSize(16), one
+// connection per goroutine for the plain Gets), whose transactions then
+// spread over up to 16 transaction connections too.
+func benchTxReadsGroup16Pool16(b *testing.B, tx bool) {
+	g := startGroup(b)
+	benchTxReadsVia(b, g.nodes[g.leader(b)], tx, 16, 16)
+}
+
+func BenchmarkTxReadOnly4Group16Pool16(b *testing.B) { benchTxReadsGroup16Pool16(b, true) }
+func BenchmarkGet4Group16Pool16(b *testing.B)        { benchTxReadsGroup16Pool16(b, false) }
+
 // benchTxReadsVia runs b.N read-only transactions of 4 Gets (tx) or 4 Gets
-// from `clients` goroutines (0: one, the calling one) sharing one client.
+// from `clients` goroutines (none: one, the calling one) sharing one client,
+// whose pool size is clients[1] (if given).
 func benchTxReadsVia(b *testing.B, s *Server, tx bool, clients ...int) {
 	ctx := context.Background()
-	c, err := kefir.Dial(ctx, []string{s.ClientAddr().String()})
+	var opts []kefir.Option
+	if len(clients) > 1 {
+		opts = append(opts, kefir.WithPoolSize(clients[1]))
+	}
+	c, err := kefir.Dial(ctx, []string{s.ClientAddr().String()}, opts...)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -128,6 +145,14 @@ func benchTxReadsVia(b *testing.B, s *Server, tx bool, clients ...int) {
 		}
 		return nil
 	}
+	// The process's CPU (client and servers alike) per unit: on a shared
+	// box the rate moves with others' load, the CPU a unit costs less.
+	cpu0 := processCPU(b)
+	defer func() {
+		if b.N > 0 && !b.Failed() {
+			b.ReportMetric(float64(processCPU(b)-cpu0)/float64(time.Microsecond)/float64(b.N), "cpu-µs/op")
+		}
+	}()
 	b.ResetTimer()
 	if len(clients) == 0 {
 		for i := 0; i < b.N; i++ {
@@ -158,6 +183,15 @@ func benchTxReadsVia(b *testing.B, s *Server, tx bool, clients ...int) {
 	if err := <-errs; err != nil {
 		b.Fatal(err)
 	}
+}
+
+// processCPU is the user and system CPU time this process used so far.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkTxContention sweeps the hot set: 8 clients each run

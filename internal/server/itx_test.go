@@ -553,3 +553,37 @@ KEFIR.TX GET 1 x => TXABORT transaction too old*
 KEFIR.TX GET 1 x => ERR no such transaction*
 `)
 }
+
+// An ended transaction's struct serves the connection's next BEGIN
+// (itxConn.free), and nothing of the first carries over: its read of x is
+// not the second's, whose blind write of x commits though x changed after
+// that read (with the first one's record kept, the commit validated x at
+// the version the first read saw, and aborted); and the reused struct's
+// timer is armed again: the third transaction still expires and unpins.
+func TestTxReusedTransactionStartsClean(t *testing.T) {
+	old := txMaxAge
+	txMaxAge = 300 * time.Millisecond
+	defer func() { txMaxAge = old }()
+	s := startServer(t, nil)
+	a := dial(t, s)
+	base := s.db.Stats().Snapshots
+	a.expect(`
+SET x 1 => OK
+KEFIR.TX BEGIN => (integer) 1
+KEFIR.TX GET 1 x => "1"
+KEFIR.TX ABORT 1 => OK
+SET x 2 => OK
+KEFIR.TX BEGIN => (integer) 2
+KEFIR.TX SET 2 x 3 => OK
+KEFIR.TX COMMIT 2 => (integer) *
+GET x => "3"
+KEFIR.TX BEGIN => (integer) 3
+KEFIR.TX GET 3 x => "3"
+`)
+	if !testgroup.Until(5*time.Second, 10*time.Millisecond, func() bool { return s.db.Stats().Snapshots == base }) {
+		t.Fatalf("the reused transaction's snapshot is still pinned after its lifetime (%d open, want %d)", s.db.Stats().Snapshots, base)
+	}
+	a.expect(`
+KEFIR.TX GET 3 x => TXABORT transaction too old*
+`)
+}

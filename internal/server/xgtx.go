@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -183,7 +182,7 @@ func (c *conn) txCommitCross(h uint64, tx *itxn, prepare bool) error {
 	}
 	for _, w := range tx.wr {
 		k := w.RoutingKey()
-		if _, ok := tx.seen[string(k)]; !ok {
+		if _, ok := tx.seen(string(k)); !ok {
 			// A blind write: its version at the start is checked too.
 			tx.now = time.Now().UnixMilli()
 			if _, _, _, _, err := tx.get(k); err != nil {
@@ -196,12 +195,7 @@ func (c *conn) txCommitCross(h uint64, tx *itxn, prepare bool) error {
 		}
 		p.writes = append(p.writes, w)
 	}
-	keys := make([]string, 0, len(tx.seen))
-	for k := range tx.seen {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys) // the ops' bytes are a function of the transaction
-	for _, k := range keys {
+	for _, k := range tx.seenKeys() { // sorted: the ops' bytes are a function of the transaction
 		p := partOf([]byte(k))
 		if p == nil {
 			continue
@@ -209,7 +203,8 @@ func (c *conn) txCommitCross(h uint64, tx *itxn, prepare bool) error {
 		if p.key == nil {
 			p.key = []byte(k)
 		}
-		p.checks = append(p.checks, kv.TxCheck{Key: []byte(k), Version: tx.seen[k]})
+		v, _ := tx.seen(k)
+		p.checks = append(p.checks, kv.TxCheck{Key: []byte(k), Version: v})
 	}
 	primary := parts[0]
 	if len(tx.wr) > 0 {

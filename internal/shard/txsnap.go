@@ -33,6 +33,7 @@ var ErrTxTooOld = errors.New("TXABORT transaction too old: its snapshot's versio
 type TxEngine interface {
 	Snapshot(at uint64) *storage.Snapshot
 	GetAt(key []byte, v uint64) (storage.Value, error)
+	GetAtShared(key []byte, v uint64) (storage.Value, error)
 }
 
 // TxSnap is a transaction's pinned snapshot.
@@ -62,7 +63,24 @@ func (s *TxSnap) Version() uint64 { return s.at }
 // which would answer "absent" for a version pruned before the pin was taken
 // (storage.Snapshot.Get): that is ErrTxTooOld.
 func (s *TxSnap) Get(key []byte) ([]byte, []byte, uint64, bool, error) {
-	v, err := s.db.GetAt(key, s.at)
+	return s.get(key, false)
+}
+
+// GetShared is Get without the copy (storage.DB.GetAtShared): the data and
+// meta may be the engine's cached bytes, which the caller must not modify.
+// For reads whose results only go to the socket, as a plain GET's do.
+func (s *TxSnap) GetShared(key []byte) ([]byte, []byte, uint64, bool, error) {
+	return s.get(key, true)
+}
+
+func (s *TxSnap) get(key []byte, shared bool) ([]byte, []byte, uint64, bool, error) {
+	var v storage.Value
+	var err error
+	if shared {
+		v, err = s.db.GetAtShared(key, s.at)
+	} else {
+		v, err = s.db.GetAt(key, s.at)
+	}
 	switch {
 	case errors.Is(err, storage.ErrNotFound):
 		return nil, nil, 0, false, nil

@@ -869,6 +869,10 @@ func (db *DB) GetShared(key []byte) (Value, error) { return db.getAt(key, math.M
 // GetAt returns the newest version of key that is <= v.
 func (db *DB) GetAt(key []byte, v uint64) (Value, error) { return db.getAt(key, v, false) }
 
+// GetAtShared is GetAt without the copy, as GetShared is Get: a transaction's
+// snapshot reads, whose values only go to the socket (shard.TxSnap.GetShared).
+func (db *DB) GetAtShared(key []byte, v uint64) (Value, error) { return db.getAt(key, v, true) }
+
 // Lookup is Get in the shape of internal/kv's Getter (a method value of it is
 // one): the newest version's data, meta and version, and whether key holds
 // one; a missing or deleted key is not an error. The engine's latest state

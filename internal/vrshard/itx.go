@@ -99,17 +99,39 @@ var _ shard.TxSnapshots = (*Replica)(nil)
 // means it could not, with nothing pinned: the caller runs TxBegin. The
 // event loops call it so that BEGIN need not leave the loop
 // (server.txInline).
+//
+// It is TryRead of txBeginRead without the engine read: the scan's result
+// was dropped, and running it (a pinned engine snapshot, a scanner, a
+// result: fourteen allocations) was a tenth of a read-only transaction's
+// work on the loop (docs/design/transactions.md, "Benchmarks"). What makes
+// the start a linearizable read point is the lease and leaderCheck's check
+// that every update acknowledged so far is readable (cadNeed of the whole
+// keyspace at most R); its pre-read check guards an engine read racing the
+// applier, and there is none here: the snapshot is pinned after the check
+// (txSnap, as TxBegin pins it).
 func (r *Replica) TryTxBegin() (*shard.TxSnap, bool) {
 	if r.chainCRAQ() {
+		// At the head, under its lease, whose index is the head's whole
+		// history when it was granted (localLease: applied at least that):
+		// an update the tail committed — and may have answered a read of —
+		// is applied here before the snapshot is pinned, or chainTxBegin
+		// waits for it (TestChainTxBeginWhileAnUpdateIsInFlight).
 		if r.CheckConsistency(level.ConsLinearizable) != nil || !r.isLeader.Load() || !r.localLease() {
 			return nil, false
 		}
 		snap, err := r.txSnap(nil)
 		return snap, err == nil
 	}
-	if _, ok := r.TryRead(txBeginRead, level.ConsLinearizable); !ok {
+	op := txBeginRead
+	if r.fenceRead(&op) != nil || !r.leaseServes(level.ConsLinearizable) {
 		return nil, false
 	}
+	R := r.readable.Load()
+	if r.cadNeed(&op, R, nil) > R && !(mutation.On && r.mut.noDurabilityWait) {
+		return nil, false // an acknowledged update is not readable yet: TxBegin waits for it
+	}
+	r.st.leaseReads.Add(1)
+	r.st.localReads.Add(1)
 	snap, err := r.txSnap(nil) // no key: no slot fence, no error
 	return snap, err == nil
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/shard"
+	"github.com/kefirdb/kefir/internal/testgroup"
 )
 
 // TryRead serves at once only what a waiting read would return at once: a
@@ -61,6 +62,69 @@ func TestTryReadLeavesUnreadableKeysToRead(t *testing.T) {
 			if st := r.Stats(); st.LocalReads == 0 || st.LocalReads > st.LeaseReads {
 				t.Fatalf("stats: %d local of %d lease reads", st.LocalReads, st.LeaseReads)
 			}
+		})
+	}
+}
+
+// TryTxBegin, TryRead of the whole keyspace without the engine read
+// (docs/design/transactions.md, "On the event loop"), starts a transaction
+// at once only where TxBegin would not wait: not while an acknowledged cad
+// write is unreadable, whose key a snapshot taken then would read from
+// before it. With the noDurabilityWait mutation it begins anyway, and the
+// snapshot misses the write. TxBegin waits for it, and TryTxBegin serves
+// once it is readable.
+func TestTryTxBeginLeavesUnreadableWritesToTxBegin(t *testing.T) {
+	mutation.Require(t)
+	for _, broken := range []bool{false, true} {
+		t.Run(map[bool]string{false: "checked", true: "noDurabilityWait"}[broken], func(t *testing.T) {
+			c := newCluster(t, 3, func(o *Options) { o.CadSyncDelay = 5 * time.Second })
+			l := c.leader(5 * time.Second)
+			if _, err := c.write(set("a", "0"), shard.ReqID{}, 5*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			c.waitApplied(c.reps[l].Info().Commit, 5*time.Second)
+			r := c.reps[l]
+			var snap *shard.TxSnap
+			var ok bool
+			if !testgroup.Until(5*time.Second, 5*time.Millisecond, func() bool { snap, ok = r.TryTxBegin(); return ok }) {
+				t.Fatal("TryTxBegin at the leader, nothing pending: never served (no lease?)")
+			}
+			snap.Close()
+			if _, err := r.Write(context.Background(), set("a", "1"), level.CAD, shard.ReqID{Client: 5, Seq: 1}); err != nil {
+				t.Fatal(err)
+			}
+			r.mut.noDurabilityWait = broken
+			snap, ok = r.TryTxBegin()
+			if ok != broken {
+				t.Fatalf("mutated=%t: TryTxBegin served = %v after an acknowledged cad write that is not readable", broken, ok)
+			}
+			if broken {
+				v, _, _, _, err := snap.Get([]byte("a"))
+				snap.Close()
+				if err != nil || string(v) != "0" {
+					t.Fatalf("mutated: the snapshot reads a = %q, %v; want the stale \"0\"", v, err)
+				}
+				return
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			start := time.Now()
+			snap, err := r.TxBegin(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			v, _, _, _, err := snap.Get([]byte("a"))
+			snap.Close()
+			if err != nil || string(v) != "1" {
+				t.Fatalf("TxBegin's snapshot reads a = %q, %v; want \"1\"", v, err)
+			}
+			if d := time.Since(start); d > time.Second {
+				t.Fatalf("TxBegin took %v: it waited for the held batch's deadline", d)
+			}
+			if !testgroup.Until(5*time.Second, 5*time.Millisecond, func() bool { snap, ok = r.TryTxBegin(); return ok }) {
+				t.Fatal("TryTxBegin once the write is readable: never served")
+			}
+			snap.Close()
 		})
 	}
 }

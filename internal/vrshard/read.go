@@ -498,7 +498,7 @@ func (r *Replica) TryRead(op kv.Op, c level.Consistency) (kv.Result, bool) {
 		r.stampView(&res)
 		return res, true
 	}
-	if !needsLeader(c) || (mutation.On && r.mut.followerLinearizable) || r.CheckConsistency(c) != nil || !r.localLease() {
+	if !r.leaseServes(c) {
 		return kv.Result{}, false
 	}
 	res, need, R, err := r.leaderCheck(op, false)
@@ -509,6 +509,13 @@ func (r *Replica) TryRead(op kv.Op, c level.Consistency) (kv.Result, bool) {
 	r.st.localReads.Add(1)
 	r.stampView(&res)
 	return res, true
+}
+
+// leaseServes reports whether a read of consistency c that confirms
+// leadership may be served here at once: this replica leads under a running
+// lease (TryRead's condition, and TryTxBegin's).
+func (r *Replica) leaseServes(c level.Consistency) bool {
+	return needsLeader(c) && !(mutation.On && r.mut.followerLinearizable) && r.CheckConsistency(c) == nil && r.localLease()
 }
 
 func (r *Replica) awaitRead(ctx context.Context, rw *readWaiter) error {
