@@ -22,7 +22,7 @@ import (
 // too; so must a KEFIR.SCAN whose range covers one. Every message from the
 // leader to its followers is delayed 150 ms, so no commit comes sooner.
 func TestKeyspaceReadsSeeTheConnectionsSyncWrites(t *testing.T) {
-	if bad := keyspaceReadsBehindSyncWrites(t); len(bad) > 0 {
+	if bad := keyspaceReadsBehindSyncWritesOnce(t); len(bad) > 0 {
 		t.Fatalf("keyspace reads that missed a sync write pipelined before them: %v", bad)
 	}
 }
@@ -32,16 +32,38 @@ func TestSyncBarrierSkippedMissesWritesInDBSize(t *testing.T) {
 	mutation.Require(t)
 	mut.syncBarrierSkipped.Store(true)
 	defer mut.syncBarrierSkipped.Store(false)
-	bad := keyspaceReadsBehindSyncWrites(t)
+	bad := keyspaceReadsBehindSyncWritesOnce(t)
 	if len(bad) == 0 {
 		t.Fatal("syncBarrierSkipped: every keyspace read still counted the writes pipelined before it")
 	}
 	t.Logf("mutation caught: %s", strings.Join(bad, "; "))
 }
 
-func keyspaceReadsBehindSyncWrites(t *testing.T) []string {
+// keyspaceReadsBehindSyncWritesOnce runs the scenario until the node it
+// talks to leads throughout (at most three times): the 150 ms links invite
+// a view change on a loaded box, after which the node forwards the writes
+// to the new leader and counts DBSIZE by its own engine, a follower's (an
+// approximate, local count, as documented) — not what this test is about.
+func keyspaceReadsBehindSyncWritesOnce(t *testing.T) []string {
+	for range 2 {
+		if bad, led := keyspaceReadsBehindSyncWrites(t); led {
+			return bad
+		}
+		t.Log("the leader changed during the pipeline: again")
+	}
+	bad, led := keyspaceReadsBehindSyncWrites(t)
+	if !led {
+		t.Skip("the leader changed during the pipeline three times")
+	}
+	return bad
+}
+
+// keyspaceReadsBehindSyncWrites runs the pipeline once; led reports whether
+// the node kept leading in one view throughout.
+func keyspaceReadsBehindSyncWrites(t *testing.T) (bad []string, led bool) {
 	g := startGroupWith(t, func(c *Config) { c.Durability = level.Sync })
 	l := g.leader(t)
+	view0 := vrOf(g.nodes[l]).Info().View
 	c := dial(t, g.nodes[l])
 	// DBSIZE counts user keys only, not the client-table rows (the leader's
 	// own id for early-answered writes has one; client_rows_test.go): from
@@ -84,9 +106,18 @@ func keyspaceReadsBehindSyncWrites(t *testing.T) []string {
 	if _, err := c.nc.Write(buf); err != nil {
 		t.Fatal(err)
 	}
-	var bad []string
 	for i, cmd := range cmds {
-		got := c.reply()
+		v, err := c.rd.ReadValue()
+		if err != nil {
+			// The connection closed: a pending write's wait failed, which
+			// only a view change does (docs/design/cad.md §10).
+			info := vrOf(g.nodes[l]).Info()
+			if info.IsLeader && info.View == view0 {
+				t.Fatalf("read reply: %v (the node still leads in its view)", err)
+			}
+			return nil, false
+		}
+		got := show(v)
 		if cmd[0] == "INFO" {
 			if !strings.Contains(got, want[i]) {
 				bad = append(bad, fmt.Sprintf("%s: got %q, want %s", strings.Join(cmd, " "), got, want[i]))
@@ -97,7 +128,8 @@ func keyspaceReadsBehindSyncWrites(t *testing.T) []string {
 			bad = append(bad, fmt.Sprintf("%s: got %s, want %s", strings.Join(cmd, " "), got, want[i]))
 		}
 	}
-	return bad
+	info := vrOf(g.nodes[l]).Info()
+	return bad, info.IsLeader && info.View == view0
 }
 
 // A KEFIR.SCAN waits for the connection's pending sync writes only if its
