@@ -136,10 +136,23 @@ func (g *chainGroup) read(i int, k string) string {
 	g.t.Helper()
 	var res kv.Result
 	g.retry(i, "read "+k, func(ctx context.Context, r *Replica) (err error) {
-		res, err = r.Read(ctx, get(k), level.ConsLinearizable, shard.Session{})
+		res, err = g.readFollowing(ctx, r, k)
 		return err
 	})
 	return string(res.Bulk)
+}
+
+// readFollowing is a linearizable read of k at r that follows a strong
+// read sent on to the tail (NotLeaderError.ReadAt: a key dirty at r, or
+// every key while r's index floor is above its commit point), as the front
+// door forwards it.
+func (g *chainGroup) readFollowing(ctx context.Context, r *Replica, k string) (kv.Result, error) {
+	res, err := r.Read(ctx, get(k), level.ConsLinearizable, shard.Session{})
+	var nl *NotLeaderError
+	if errors.As(err, &nl) && nl.ReadAt && nl.Leader >= 1 && int(nl.Leader) <= len(g.reps) && g.reps[nl.Leader-1] != nil {
+		return g.reps[nl.Leader-1].Read(ctx, get(k), level.ConsLinearizable, shard.Session{})
+	}
+	return res, err
 }
 
 // retry calls f at node i, with a 1 s context each time, until it succeeds,

@@ -86,6 +86,9 @@ func (r *Replica) indexChain(es []core.Entry) {
 			// (and the destination take writes) while a member would still
 			// serve the slot's keys clean under its old table.
 			r.upd.flushed(e.Op)
+			if e.Op > r.chainDirtyAll.Load() {
+				r.chainDirtyAll.Store(e.Op)
+			}
 		}
 		if mutation.On && r.mut.chainReadDirty {
 			// Deliberately broken (tests): the dirty value served at once,
@@ -115,13 +118,18 @@ func (r *Replica) chainTry(op kv.Op) (kv.Result, uint64, chainOutcome, error) {
 	if err != nil {
 		return kv.Result{}, 0, chainServed, err
 	}
-	if f := r.upd.floorOp(); f > R {
+	if f := r.chainDirtyAll.Load(); f > R {
 		// An op writing keys it does not name (WritesAll: a flush, a
-		// script, a cross-group decide or resolve) is here and not yet
-		// committed here: indexChain raised the floor to it, and every key
-		// is dirty until it is applied. cadNeed's fallback below the floor,
-		// the engine's versions, does not show it (a key the tail already
-		// flushed read here as its old value: TestChainCRAQReadWhileAFlushIsInFlight).
+		// script, a cross-group decide or resolve) or a slot-table op is
+		// here and not yet committed here: indexChain raised the index's
+		// floor to it, and every key is dirty until it is applied.
+		// cadNeed's fallback below the floor, the engine's versions, does
+		// not show it (a key the tail already flushed read here as its old
+		// value: TestChainCRAQReadWhileAFlushIsInFlight). Not the floor
+		// itself: it also starts at the engine's last version, which a
+		// restart's committed prefix covers — but not under the mutation
+		// chainCommitIgnoresEngine, whose member would then send every
+		// read on for ever (TestChainMemoryTailMutation).
 		need = max(need, f)
 	}
 	if need <= R {

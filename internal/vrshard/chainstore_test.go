@@ -232,7 +232,7 @@ func testMemoryTail(t *testing.T, lazy, ignoreEngine bool) (missing int) {
 	}
 	var res kv.Result
 	err := g.try(head, "read s30", func(ctx context.Context, r *Replica) (err error) {
-		res, err = r.Read(ctx, get("s30"), level.ConsLinearizable, shard.Session{})
+		res, err = g.readFollowing(ctx, r, "s30")
 		return err
 	})
 	if err != nil || string(res.Bulk) != "v30" {

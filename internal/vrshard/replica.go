@@ -810,9 +810,15 @@ type Replica struct {
 	// chainTail is a chain member's idea of its chain's tail (core.Info's
 	// Tail), where a strong read of a key dirty here goes (chainRead).
 	chainTail atomic.Uint64
-	status    atomic.Uint32
-	view      atomic.Uint64
-	dlogLen   atomic.Int64
+	// chainDirtyAll: the highest op indexChain indexed that writes keys it
+	// does not name, or changes which keys the group serves (a flush, a
+	// script, a cross-group decide or resolve, a slot-table op): while it
+	// is above the commit point every key is dirty here (chainTry). Set on
+	// the driver only.
+	chainDirtyAll atomic.Uint64
+	status        atomic.Uint32
+	view          atomic.Uint64
+	dlogLen       atomic.Int64
 	// Nilext view-change figures of the core's Info (read.go Info).
 	nxCycles, nxStaleWaits atomic.Uint64
 	dlogStale              atomic.Bool
