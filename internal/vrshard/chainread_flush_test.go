@@ -12,6 +12,72 @@ import (
 	"github.com/kefirdb/kefir/internal/testgroup"
 )
 
+// ackHold holds a chain's middle member's driver, once started, after it
+// steps the tail's acknowledgement: nothing of the ack is published or
+// passed on, so the update it acknowledges is applied at the tail and in
+// flight at the middle and the head.
+type ackHold struct {
+	t        *testing.T
+	armed    atomic.Bool
+	started  bool
+	released bool
+	release  chan struct{}
+	done     chan error
+}
+
+// newAckHeldChain is an SU chain of three log members whose middle's
+// driver h holds once h.start armed it.
+func newAckHeldChain(t *testing.T) (*chainGroup, *ackHold) {
+	mutation.Require(t)
+	h := &ackHold{t: t, release: make(chan struct{}), done: make(chan error, 1)}
+	g := newModeChain(t, chain.SU, func(i int, o *Options) {
+		if i != 1 {
+			return
+		}
+		o.mut.afterStep = func(r *Replica, m peerMsg) {
+			if cm, ok := m.(*chainMsg); ok && h.armed.Load() && cm.Type == chain.MsgAck && cm.From == 3 {
+				<-h.release
+			}
+		}
+	})
+	t.Cleanup(func() {
+		if h.started {
+			h.unhold()
+			<-h.done
+		}
+	})
+	return g, h
+}
+
+// start arms the hold and writes op at the head in the background.
+func (h *ackHold) start(g *chainGroup, op kv.Op, id shard.ReqID) {
+	h.started = true
+	h.armed.Store(true)
+	go func() {
+		_, err := g.tryWrite(0, op, id)
+		h.done <- err
+	}()
+}
+
+func (h *ackHold) unhold() {
+	if !h.released {
+		h.released = true
+		h.armed.Store(false)
+		close(h.release)
+	}
+}
+
+// finish lets the ack go and fails the test if the write (what) failed.
+func (h *ackHold) finish(what string) {
+	h.t.Helper()
+	h.unhold()
+	if err := <-h.done; err != nil {
+		h.done <- nil
+		h.t.Fatalf("%s: %v", what, err)
+	}
+	h.done <- nil
+}
+
 // TestChainCRAQReadWhileAFlushIsInFlight: an op that writes keys it does
 // not name (kv.Op.WritesAll: FLUSHALL, a script's undeclared keys, a
 // cross-group transaction's decide and resolve) makes every key dirty at a
@@ -24,19 +90,7 @@ import (
 // not return k's value from before the flush: that read follows one that
 // saw the flush.
 func TestChainCRAQReadWhileAFlushIsInFlight(t *testing.T) {
-	mutation.Require(t)
-	var armed atomic.Bool
-	release := make(chan struct{})
-	g := newModeChain(t, chain.SU, func(i int, o *Options) {
-		if i != 1 {
-			return
-		}
-		o.mut.afterStep = func(r *Replica, m peerMsg) {
-			if cm, ok := m.(*chainMsg); ok && armed.Load() && cm.Type == chain.MsgAck && cm.From == 3 {
-				<-release // the middle's driver: nothing of the ack is published or passed on
-			}
-		}
-	})
+	g, h := newAckHeldChain(t)
 	g.write(0, set("k", "v1"), shard.ReqID{Client: 5, Seq: 1})
 	g.caughtUp(1, 0)
 	g.caughtUp(2, 0)
@@ -45,21 +99,7 @@ func TestChainCRAQReadWhileAFlushIsInFlight(t *testing.T) {
 			t.Fatalf("before: GET k at node %d = %q", i+1, got)
 		}
 	}
-	armed.Store(true)
-	done := make(chan error, 1)
-	go func() {
-		_, err := g.tryWrite(0, kv.Op{Kind: kv.KindFlush}, shard.ReqID{Client: 5, Seq: 2})
-		done <- err
-	}()
-	released := false
-	unhold := func() {
-		if !released {
-			released = true
-			armed.Store(false)
-			close(release)
-		}
-	}
-	defer func() { unhold(); <-done }()
+	h.start(g, kv.Op{Kind: kv.KindFlush}, shard.ReqID{Client: 5, Seq: 2})
 
 	// The tail applies the flush: k is gone there.
 	if !testgroup.Until(2*time.Second, 2*time.Millisecond, func() bool {
@@ -75,12 +115,7 @@ func TestChainCRAQReadWhileAFlushIsInFlight(t *testing.T) {
 			"a read older than one that completed before it began (the flush in flight at the head made no key dirty)", res.Bulk)
 	}
 	t.Logf("GET k at the head while the flush's ack is held: %q, %v", res.Bulk, err)
-	unhold()
-	if err := <-done; err != nil {
-		done <- nil
-		t.Fatalf("the flush: %v", err)
-	}
-	done <- nil
+	h.finish("the flush")
 }
 
 // TestChainCRAQReadWhileASlotHandOverIsInFlight: a slot-table op changes
@@ -94,19 +129,7 @@ func TestChainCRAQReadWhileAFlushIsInFlight(t *testing.T) {
 // linearizable read of k at the head must not be served from the head's
 // table of before the hand-over.
 func TestChainCRAQReadWhileASlotHandOverIsInFlight(t *testing.T) {
-	mutation.Require(t)
-	var armed atomic.Bool
-	release := make(chan struct{})
-	g := newModeChain(t, chain.SU, func(i int, o *Options) {
-		if i != 1 {
-			return
-		}
-		o.mut.afterStep = func(r *Replica, m peerMsg) {
-			if cm, ok := m.(*chainMsg); ok && armed.Load() && cm.Type == chain.MsgAck && cm.From == 3 {
-				<-release
-			}
-		}
-	})
+	g, h := newAckHeldChain(t)
 	seq := uint64(0)
 	w := func(op kv.Op) {
 		t.Helper()
@@ -125,22 +148,8 @@ func TestChainCRAQReadWhileASlotHandOverIsInFlight(t *testing.T) {
 			t.Fatalf("before: GET k at node %d = %q", i+1, got)
 		}
 	}
-	armed.Store(true)
-	done := make(chan error, 1)
 	seq++
-	go func() {
-		_, err := g.tryWrite(0, slotOp(kv.KindSlotSet, rs, kv.SlotNone, 2, 2), shard.ReqID{Client: 5, Seq: seq})
-		done <- err
-	}()
-	released := false
-	unhold := func() {
-		if !released {
-			released = true
-			armed.Store(false)
-			close(release)
-		}
-	}
-	defer func() { unhold(); <-done }()
+	h.start(g, slotOp(kv.KindSlotSet, rs, kv.SlotNone, 2, 2), shard.ReqID{Client: 5, Seq: seq})
 	var tailErr error
 	if !testgroup.Until(2*time.Second, 2*time.Millisecond, func() bool {
 		_, tailErr = g.chainReadAt(2, "k")
@@ -153,12 +162,7 @@ func TestChainCRAQReadWhileASlotHandOverIsInFlight(t *testing.T) {
 		t.Fatalf("GET k at the head while the hand-over is in flight there (the tail refuses k: %v) = %q: served under the table of before it", tailErr, res.Bulk)
 	}
 	t.Logf("GET k at the head while the hand-over's ack is held: %v (the tail: %v)", err, tailErr)
-	unhold()
-	if err := <-done; err != nil {
-		done <- nil
-		t.Fatalf("the hand-over: %v", err)
-	}
-	done <- nil
+	h.finish("the hand-over")
 }
 
 // TestChainTxBeginWhileAnUpdateIsInFlight: a transaction begins at the
@@ -167,19 +171,7 @@ func TestChainCRAQReadWhileASlotHandOverIsInFlight(t *testing.T) {
 // event loop's TryTxBegin must not pin the head's state while one is in
 // flight there (it leaves the BEGIN to TxBegin, which waits).
 func TestChainTxBeginWhileAnUpdateIsInFlight(t *testing.T) {
-	mutation.Require(t)
-	var armed atomic.Bool
-	release := make(chan struct{})
-	g := newModeChain(t, chain.SU, func(i int, o *Options) {
-		if i != 1 {
-			return
-		}
-		o.mut.afterStep = func(r *Replica, m peerMsg) {
-			if cm, ok := m.(*chainMsg); ok && armed.Load() && cm.Type == chain.MsgAck && cm.From == 3 {
-				<-release
-			}
-		}
-	})
+	g, h := newAckHeldChain(t)
 	g.write(0, set("k", "v1"), shard.ReqID{Client: 5, Seq: 1})
 	g.caughtUp(1, 0)
 	g.caughtUp(2, 0)
@@ -194,21 +186,7 @@ func TestChainTxBeginWhileAnUpdateIsInFlight(t *testing.T) {
 	}) {
 		t.Fatal("TryTxBegin at a quiet head never began")
 	}
-	armed.Store(true)
-	done := make(chan error, 1)
-	go func() {
-		_, err := g.tryWrite(0, set("k", "v2"), shard.ReqID{Client: 5, Seq: 2})
-		done <- err
-	}()
-	released := false
-	unhold := func() {
-		if !released {
-			released = true
-			armed.Store(false)
-			close(release)
-		}
-	}
-	defer func() { unhold(); <-done }()
+	h.start(g, set("k", "v2"), shard.ReqID{Client: 5, Seq: 2})
 	if !testgroup.Until(2*time.Second, 2*time.Millisecond, func() bool {
 		res, err := g.chainReadAt(2, "k")
 		return err == nil && string(res.Bulk) == "v2"
@@ -222,10 +200,5 @@ func TestChainTxBeginWhileAnUpdateIsInFlight(t *testing.T) {
 			t.Fatalf("a transaction begun at the head after the tail answered v2 reads k = %q, %v", v, err)
 		}
 	}
-	unhold()
-	if err := <-done; err != nil {
-		done <- nil
-		t.Fatalf("the write: %v", err)
-	}
-	done <- nil
+	h.finish("the write")
 }
