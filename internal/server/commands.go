@@ -3,8 +3,10 @@ package server
 import (
 	"bytes"
 	"crypto/subtle"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"runtime"
 	"strconv"
 	"strings"
@@ -14,6 +16,7 @@ import (
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/shard"
+	"github.com/kefirdb/kefir/internal/storage"
 )
 
 func eq(b []byte, upper string) bool { return command.Eq(b, upper) }
@@ -609,6 +612,38 @@ func (s *Server) userKeys() int64 {
 	return max(n, 0)
 }
 
+// engines are the node's engines: its one, or at a node of several groups
+// (Config.Groups) every hosted group's.
+func (s *Server) engines() []*storage.DB {
+	if s.multi != nil {
+		return s.multi.Engines()
+	}
+	return []*storage.DB{s.db}
+}
+
+// expiresInfo is INFO keyspace's expires= (keys stored with an expiry, over
+// every engine of the node) and avg_ttl= (milliseconds, an estimate from a
+// sample of those keys, shard.SampleTTL, each engine's sample starting at a
+// random key so that repeated INFOs look at different parts of the
+// keyspace; 0 when no key has a TTL left, as Redis reports it).
+func (s *Server) expiresInfo() (expires int, avgTTL int64) {
+	now := expiryNow()
+	var sum int64
+	var n int
+	for _, db := range s.engines() {
+		expires += db.Stats().MetaKeys
+		var from [8]byte
+		binary.BigEndian.PutUint64(from[:], rand.Uint64())
+		if sm, k, err := shard.SampleTTL(db, from[:], now); err == nil {
+			sum, n = sum+sm, n+k
+		}
+	}
+	if n > 0 {
+		avgTTL = sum / int64(n)
+	}
+	return expires, avgTTL
+}
+
 // reservedEnd is the first key after every key starting with kv.ReservedPrefix.
 var reservedEnd = func() []byte {
 	e := append([]byte(nil), kv.ReservedPrefix...)
@@ -640,7 +675,8 @@ func (s *Server) info(section string) string {
 	if want("keyspace") {
 		// expires: keys stored with an expiry (expiry.go), the expired ones
 		// active expiry has not deleted yet included, as Redis counts them.
-		fmt.Fprintf(&b, "# Keyspace\r\ndb0:keys=%d,expires=%d,avg_ttl=0\r\n\r\n", s.userKeys(), s.db.Stats().MetaKeys)
+		expires, avg := s.expiresInfo()
+		fmt.Fprintf(&b, "# Keyspace\r\ndb0:keys=%d,expires=%d,avg_ttl=%d\r\n\r\n", s.userKeys(), expires, avg)
 	}
 	if want("kefir") {
 		fmt.Fprintf(&b, "# Kefir\r\nrole:%s\r\ndefault_consistency:%s\r\ndefault_durability:%s\r\nlast_version:%d\r\nlog_pos:%d\r\ndurable_pos:%d\r\nwrites:%d\r\nsyncs:%d\r\nread_syncs:%d\r\ndeduplicated_writes:%d\r\nclient_table_entries:%d\r\n\r\n",

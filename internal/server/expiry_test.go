@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -398,7 +399,15 @@ HSET ht f v => (integer) 1
 EXPIRE ht 100 => (integer) 1
 `)
 	// A hash counts only with a TTL (its metadata's type byte is meta too).
-	if got := c.do("INFO", "keyspace"); !strings.Contains(got, "db0:keys=6,expires=3,") {
+	got := c.do("INFO", "keyspace")
+	if !strings.Contains(got, "db0:keys=6,expires=3,") {
 		t.Fatalf("INFO keyspace = %q, want keys=6,expires=3", got)
+	}
+	// avg_ttl: the three keys' 100 s, in milliseconds, less what passed.
+	_, avg, ok := strings.Cut(got, "avg_ttl=")
+	avg, _, _ = strings.Cut(avg, `\r`) // the reply as quoted
+	ms, err := strconv.Atoi(avg)
+	if !ok || err != nil || ms > 100000 || ms < 90000 {
+		t.Fatalf("INFO keyspace = %q, want avg_ttl near 100000", got)
 	}
 }

@@ -76,3 +76,55 @@ func ExpiryRound(db *storage.DB, cursor []byte, now int64) (expired [][]byte, ne
 	more = next != nil && sampled > 0 && len(expired)*ExpiryStaleFrac > sampled
 	return expired, next, more, nil
 }
+
+// TTLSampleKeys and TTLSampleWalk bound SampleTTL: INFO keyspace's avg_ttl
+// reads at most this many values, walking at most this many index entries.
+const (
+	TTLSampleKeys = 128
+	TTLSampleWalk = 4096
+)
+
+// SampleTTL estimates INFO keyspace's avg_ttl over db at now (unix ms): it
+// reads the keys with meta from the key from on (wrapping to the start once
+// if the walk ends first), at most TTLSampleKeys of them, and returns the
+// sum of the remaining times to live of those with an expiry not yet passed
+// and how many they are. Redis's avg_ttl is an estimate too (a running
+// average of its expiry cycle's samples); sampling at INFO time gives every
+// replica one, followers included, which run no expiry cycle, and costs
+// nothing on the write path.
+func SampleTTL(db *storage.DB, from []byte, now int64) (sum int64, n int, err error) {
+	var keys [][]byte
+	collect := func(k []byte) bool {
+		keys = append(keys, k)
+		return len(keys) < TTLSampleKeys
+	}
+	next, err := db.MetaKeys(from, TTLSampleWalk, collect)
+	if err == nil && next == nil && len(from) > 0 && len(keys) < TTLSampleKeys {
+		_, err = db.MetaKeys(nil, TTLSampleWalk, func(k []byte) bool {
+			if string(k) >= string(from) {
+				return false // back where the first walk began
+			}
+			return collect(k)
+		})
+	}
+	if err != nil {
+		return 0, 0, fmt.Errorf("%w: ttl sample: %w", ErrUnavailable, err)
+	}
+	for _, k := range keys {
+		if kv.IsReserved(k) {
+			continue
+		}
+		v, err := db.GetShared(k)
+		if errors.Is(err, storage.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return 0, 0, fmt.Errorf("%w: ttl sample read: %w", ErrUnavailable, err)
+		}
+		if at := kv.ExpireAt(v.Meta); at != 0 && at >= now {
+			sum += at - now
+			n++
+		}
+	}
+	return sum, n, nil
+}

@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -60,5 +61,35 @@ func TestExpiryOnOneNode(t *testing.T) {
 	}
 	if v, ok := n.get("e"); !ok || v != "again" {
 		t.Fatalf("e = %q, %v after the recheck", v, ok)
+	}
+}
+
+// SampleTTL (INFO keyspace's avg_ttl) averages only the keys whose expiry
+// is still ahead, starts where it is told and wraps once to the keys before
+// it, and reads at most TTLSampleKeys values.
+func TestSampleTTL(t *testing.T) {
+	clock := time.UnixMilli(1_000_000)
+	n := newNode(t, Options{Now: func() time.Time { return clock }})
+	now := clock.UnixMilli()
+	set := func(key string, at int64) {
+		n.write(kv.Op{Kind: kv.KindSet, Key: []byte(key), Value: []byte("v"), ExpireAt: at}, level.Sync, ReqID{})
+	}
+	set("a", now+1000)
+	set("b", now+3000)
+	set("c", now+5) // passes before the sample
+	set("d", 0)     // no expiry
+	clock = clock.Add(10 * time.Millisecond)
+	now = clock.UnixMilli()
+	for _, from := range []string{"", "a", "b", "bb", "z"} {
+		sum, k, err := SampleTTL(n.db, []byte(from), now)
+		if err != nil || k != 2 || sum != 990+2990 {
+			t.Fatalf("from %q: SampleTTL = %d over %d, %v; want %d over 2", from, sum, k, err, 990+2990)
+		}
+	}
+	for i := range 2 * TTLSampleKeys {
+		set(fmt.Sprintf("k%04d", i), now+100)
+	}
+	if _, k, err := SampleTTL(n.db, []byte("k"), now); err != nil || k != TTLSampleKeys {
+		t.Fatalf("SampleTTL over %d keys with a TTL sampled %d, %v; want %d", 2*TTLSampleKeys+2, k, err, TTLSampleKeys)
 	}
 }
