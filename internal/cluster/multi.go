@@ -333,8 +333,10 @@ func withSlot(err error, slot uint16) error {
 	return &c
 }
 
-// errFlushAcross: FLUSHALL would have to be atomic across groups.
-var errFlushAcross = &ReplyError{"ERR FLUSHALL/FLUSHDB is not supported yet in a cluster of several groups (issue 28)"}
+// errFlushAcross: a flush without a group's route at a node of several
+// groups. The front door sends FLUSHALL to every group, each part routed by
+// a key (flush.go); a bare flush would empty whichever group slot 0 is in.
+var errFlushAcross = &ReplyError{"ERR a flush in a cluster of several groups must name its group's route (FLUSHALL at a node sends one to every group)"}
 
 // Apply applies reqs, each at the group that owns its slot. A batch of one
 // group (a pipeline of keys with one hash tag, or every batch of a
@@ -353,12 +355,15 @@ func (m *Multi) Apply(ctx context.Context, reqs []shard.WriteReq) (shard.Pending
 			mixed = true // refused before routing (txWriteWait)
 			continue
 		}
-		if r.Op.Kind == kv.KindFlush && len(m.smap().Groups) > 1 {
+		if r.Op.Kind == kv.KindFlush && len(r.Op.Key) == 0 && len(m.smap().Groups) > 1 {
 			r.Err = errFlushAcross
 			mixed = true
 			continue
 		}
 		g, slot, err := m.route(&r.Op)
+		if err == nil && r.Op.Kind == kv.KindFlush {
+			err = flushCheck(g)
+		}
 		if err != nil {
 			r.Err = err
 			mixed = true

@@ -695,6 +695,18 @@ func (c *conn) run(spec *command.Spec, args [][]byte, o callOpts) {
 		}
 	}
 	if spec.IsUpdate() {
+		if c.flushesAcross(spec) { // flush.go: one flush per group
+			c.flushWrites()
+			if err := c.flushAcross(spec, args, o); err != nil {
+				c.timed[len(c.timed)-1].err = true
+				if o.session {
+					_ = c.w.WriteArrayHeader(2)
+					_ = c.w.WriteBulkString(o.sess.String())
+				}
+				c.writeErr(err)
+			}
+			return
+		}
 		c.queueWrite(spec, args, o)
 		return
 	}

@@ -942,8 +942,11 @@ func parseTxApply(args [][]byte, a *arena) (kv.Op, error) {
 	case kv.IsXgtxKind(op.Kind):
 		// A cross-group transaction's op, sent by its coordinator (xgtx.go);
 		// malformed ones fail at apply, on every replica alike.
+	case op.Kind == kv.KindFlush && len(op.Key) > 0:
+		// A group's part of a FLUSHALL at a node of several groups
+		// (flush.go), routed by its key.
 	default:
-		err = errors.New("not a transaction commit")
+		err = errors.New("not a transaction commit or a group's flush")
 	}
 	if err != nil {
 		return kv.Op{}, errf("ERR KEFIR.TXAPPLY: %v", err)

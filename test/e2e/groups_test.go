@@ -215,6 +215,20 @@ func TestGroupsRedisCliCluster(t *testing.T) {
 	if total := dbsizeReaches(10*time.Second, 100*time.Millisecond); total != keys {
 		t.Fatalf("DBSIZE over the nodes %d after the keys expired, want %d: active expiry missed a group", total, keys)
 	}
+	// FLUSHALL from plain redis-cli at one node empties every group (one
+	// flush per group, most of them forwarded to their leaders).
+	if out := redisCLI(t, g.Nodes[1].ClientAddr, "flushall"); out != "OK" {
+		t.Fatalf("redis-cli flushall at a node of three groups = %q", out)
+	}
+	for i := range 12 {
+		k := "key" + strconv.Itoa(i)
+		if v, err := cluster.Command(first, "GET", k); err != nil || v.Kind != resp.Null {
+			t.Fatalf("GET %s after FLUSHALL = %q (%v), %v", k, v.Str, v.Kind, err)
+		}
+	}
+	if out := redisCLI(t, first, "-c", "mget", "{u}a", "{u}b"); out != "" {
+		t.Fatalf("mget after FLUSHALL = %q", out)
+	}
 }
 
 // pipeline sends cmds on one connection and returns their replies.

@@ -1,0 +1,83 @@
+package cluster
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/kefirdb/kefir/internal/kv"
+)
+
+// FLUSHALL and FLUSHDB at a node of several groups (docs/cluster.md,
+// "What works across groups"). One flush op is atomic and durable within
+// its group (kv.KindFlush, one entry of the group's log); across groups the
+// node that takes the command sends one to every group that owns slots,
+// each routed like a keyed write by a key of one of the group's slots (the
+// op's Key: kv.Op.RoutingKeys; applyFlush ignores it and empties the whole
+// engine). Redis Cluster's FLUSHALL empties one master and a cluster client
+// sends it to every master; a node here empties the whole keyspace, so a
+// plain client's reset works, and a cluster client's one per master does
+// the same work again, harmlessly. Not atomic across groups: a reader may
+// see one group emptied and another not yet.
+
+// FlushTarget is one group's part of a flush across groups.
+type FlushTarget struct {
+	Group GroupID
+	Key   []byte // a key of a slot the group owns: the op's route
+}
+
+// maxRouteTries bounds the search for a key of a group's slots (a group
+// owning one slot in 16384 needs ~16384 tries on average).
+const maxRouteTries = 1 << 20
+
+// FlushTargets returns, for every group of the map that owns a slot by
+// this node's knowledge (not in flight), a key to route its flush by.
+func (m *Multi) FlushTargets() ([]FlushTarget, error) {
+	sm := m.smap()
+	out := make([]FlushTarget, 0, len(sm.Groups))
+	want := map[GroupID]int{}
+	for _, g := range sm.Groups {
+		if len(g.Slots) > 0 {
+			want[g.ID] = len(out)
+			out = append(out, FlushTarget{Group: g.ID})
+		}
+	}
+	left := len(out)
+	var key []byte
+	for n := 0; left > 0 && n < maxRouteTries; n++ {
+		key = strconv.AppendInt(append(key[:0], "kefir-flush-"...), int64(n), 10)
+		id, inFlight := m.owner(Slot(key))
+		i, ok := want[id]
+		if !ok || inFlight || out[i].Key != nil {
+			continue
+		}
+		out[i].Key = append([]byte(nil), key...)
+		left--
+	}
+	if left > 0 {
+		for _, t := range out {
+			if t.Key == nil {
+				return nil, &ReplyError{fmt.Sprintf("TRYAGAIN group %d's slots are in flight (a move's hand-over): no route for its flush", t.Group)}
+			}
+		}
+	}
+	return out, nil
+}
+
+// flushCheck refuses a flush at group g while a slot of its table is
+// migrating or importing: a move copies keys by version (docs/design/
+// cluster.md §2), and a flush at its destination would delete keys the
+// final copy does not send again. Checked where the flush is proposed;
+// a move's first step ordered just after it in the log is not caught
+// (the flush then empties what it was asked to, with the move's copy).
+func flushCheck(g *localGroup) error {
+	t := g.table()
+	if t == nil {
+		return nil
+	}
+	for _, r := range t.Runs() {
+		if r.State == kv.SlotMigrating || r.State == kv.SlotImporting {
+			return &ReplyError{fmt.Sprintf("TRYAGAIN group %d is moving slots %d-%d (%s): FLUSHALL waits for the move to end", g.spec.ID, r.Start, r.End, r.State)}
+		}
+	}
+	return nil
+}
