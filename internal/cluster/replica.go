@@ -207,6 +207,17 @@ type State struct {
 	// the node may stop it for good.
 	Epoch                     uint64
 	Joining, Leaving, Retired bool
+	// Followers (a VR leader): each follower's progress as the leader last
+	// heard it, for the lag /status and the metrics report; shared by
+	// every caller (read only).
+	Followers []FollowerState
+}
+
+// FollowerState is a leader's view of one follower: the highest op it
+// acknowledged as persisted and the highest it reported applied.
+type FollowerState struct {
+	ID                 uint64
+	Persisted, Applied uint64
 }
 
 // NilextAck is one replica's acknowledgement of a nilext update: the view

@@ -397,6 +397,10 @@ type GroupStatus struct {
 	View      uint64   `json:"view,omitempty"`
 	Commit    uint64   `json:"commit_op,omitempty"`
 	Applied   uint64   `json:"applied_op,omitempty"`
+	// Lag: this replica's commit point less what it applied (lag.go);
+	// Followers: at the group's leader, each follower's lag.
+	Lag       uint64        `json:"lag_ops"`
+	Followers []FollowerLag `json:"followers,omitempty"`
 }
 
 // groupStatus reports the slot map's groups at a node of several groups
@@ -415,6 +419,7 @@ func (s *Server) groupStatus() []GroupStatus {
 		gs.Leader, _, _ = s.multi.Leader(g.ID)
 		if st, ok := s.multi.GroupState(g.ID); ok {
 			gs.Role, gs.View, gs.Commit, gs.Applied = st.Role, st.View, st.Commit, st.Applied
+			gs.Lag, gs.Followers = opsBehind(st.Commit, st.Applied), followerLags(st)
 		}
 		out = append(out, gs)
 	}

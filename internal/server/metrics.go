@@ -106,7 +106,8 @@ func newMetrics(s *Server) *metrics {
 	if s.multi != nil {
 		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kefir_tx_pushes_total",
 			Help: "Prepared cross-group transactions this node pushed (asked their primary to decide abort, or learned its decision, and resolved): as a group's leader after they stayed prepared longer than the push age, or for a read or write that waited on their lock."},
-			func() float64 { return float64(s.multi.TxPushes()) }))
+			func() float64 { return float64(s.multi.TxPushes()) }),
+			groupsCollector{s}) // lag.go
 	}
 	if s.grp != nil {
 		gauge := func(name, help string, f func(cluster.State) float64) prometheus.Collector {

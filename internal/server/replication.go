@@ -357,6 +357,10 @@ type ReplicaInfo struct {
 	Retired   bool     `json:"retired,omitempty"`
 	Fsyncs    uint64   `json:"log_fsyncs"`
 	Forwarded uint64   `json:"forwarded"`
+	// Lag: commit_op less applied_op here; Followers: at the leader, each
+	// follower's progress and lag (lag.go).
+	Lag       uint64        `json:"lag_ops"`
+	Followers []FollowerLag `json:"followers,omitempty"`
 	// Nilext fast path (omitted when off).
 	Nilext *NilextInfo `json:"nilext,omitempty"`
 	// CAD and cross-client-monotonic reads.
@@ -393,6 +397,7 @@ func (s *Server) replicaInfo() *ReplicaInfo {
 		ViewChanges: st.ViewChanges, LeaderChanges: st.LeaderChanges, Depositions: st.Depositions,
 		WritesRefusedNoLeader: st.WritesRefusedNoLeader, ViewEvents: []ViewEventJSON{},
 		Epoch: in.Epoch, Joining: in.Joining, Leaving: in.Leaving, Retired: in.Retired,
+		Lag: opsBehind(in.Commit, in.Applied), Followers: followerLags(in),
 	}
 	if s.mem != nil { // a node of several groups has no one member list
 		out.Members = memberIDs(s.groupMembers())

@@ -177,7 +177,8 @@ func (g hostedGroup) State() kcluster.State {
 		View: in.View, Leader: in.Leader, IsLeader: in.IsLeader, Commit: in.Commit, Applied: in.Applied,
 		Failed: in.Failed, DLogLen: in.DLogLen, Readable: in.Readable,
 		NilextCycles: in.NilextCycles, NilextStaleWaits: in.NilextStaleWaits, DLogStale: in.DLogStale,
-		Epoch: in.Epoch, Joining: in.Joining, Leaving: in.Leaving, Retired: in.Retired}
+		Epoch: in.Epoch, Joining: in.Joining, Leaving: in.Leaving, Retired: in.Retired,
+		Followers: g.r.Peers()}
 }
 
 // role names what a replica does now.

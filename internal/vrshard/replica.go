@@ -816,9 +816,12 @@ type Replica struct {
 	// is above the commit point every key is dirty here (chainTry). Set on
 	// the driver only.
 	chainDirtyAll atomic.Uint64
-	status        atomic.Uint32
-	view          atomic.Uint64
-	dlogLen       atomic.Int64
+	// peers: the leader's view of its followers' progress as of the last
+	// tick (publishPeers; nil unless this replica leads a VR group).
+	peers   atomic.Pointer[[]kcluster.FollowerState]
+	status  atomic.Uint32
+	view    atomic.Uint64
+	dlogLen atomic.Int64
 	// Nilext view-change figures of the core's Info (read.go Info).
 	nxCycles, nxStaleWaits atomic.Uint64
 	dlogStale              atomic.Bool
@@ -1311,6 +1314,42 @@ func (r *Replica) onTick() {
 	r.noteView(viewCause{kind: 't'})
 	r.ext.tick()
 	r.maybeExpire()
+	r.publishPeers()
+}
+
+// publishPeers (driver, each tick) publishes the VR leader's view of each
+// follower's progress (vr.Replica.Peers) for Peers: /status and the
+// per-group metrics show replication lag from it. Once per tick, not per
+// Ready (it allocates; a lag figure a tick old is fresh enough), and
+// converted here so that State, which routing calls per request, only
+// loads a pointer.
+func (r *Replica) publishPeers() {
+	pc, ok := r.core.(interface{ Peers() []vr.PeerInfo })
+	if !ok {
+		return // a chain member: its core has no such view
+	}
+	ps := pc.Peers()
+	if len(ps) == 0 {
+		if r.peers.Load() != nil {
+			r.peers.Store(nil)
+		}
+		return
+	}
+	out := make([]kcluster.FollowerState, len(ps))
+	for i, p := range ps {
+		out[i] = kcluster.FollowerState{ID: p.ID, Persisted: p.Persisted, Applied: p.Applied}
+	}
+	r.peers.Store(&out)
+}
+
+// Peers returns the leader's view of its followers' progress as of its
+// last tick (nil at a follower, during a view change, or in a chain); the
+// slice is shared: callers must not modify it.
+func (r *Replica) Peers() []kcluster.FollowerState {
+	if p := r.peers.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // applyWaiterArrived: a caller started waiting for an apply (untilApplied):
