@@ -192,6 +192,11 @@ td{padding:.2em 1em .2em 0}th{text-align:left;padding-top:1em}</style></head>
 <tr><th colspan=2>shard</th></tr>
 {{range $k, $v := .Shard}}<tr><td>{{$k}}</td><td>{{$v}}</td></tr>{{end}}
 </table>
+{{with .Groups}}<h2>Groups</h2>
+<table>
+<tr><th>group</th><th>slots</th><th>members</th><th>leader</th><th>here</th><th>lag (ops)</th><th>followers' lag (ops)</th></tr>
+{{range .}}<tr><td>{{.ID}}</td><td>{{.SlotCount}}{{if .Slots}} ({{range $i, $r := .Slots}}{{if $i}}, {{end}}{{$r}}{{end}}){{end}}</td><td>{{range $i, $m := .Members}}{{if $i}}, {{end}}{{$m}}{{end}}</td><td>{{.Leader}}</td><td>{{.Role}}</td><td>{{if .Role}}{{.Lag}}{{end}}</td><td>{{range $i, $f := .Followers}}{{if $i}}, {{end}}{{$f.ID}}: {{$f.Lag}}{{end}}</td></tr>
+{{end}}</table>{{end}}
 <p><a href="/metrics">/metrics</a> · <a href="/status">/status</a> · <a href="/healthz">/healthz</a></p>
 </body></html>
 `))

@@ -78,6 +78,15 @@ func TestStatusShowsEachGroupsLag(t *testing.T) {
 			t.Fatalf("/metrics lacks %q:\n%s", want, grepLines(string(body), "kefir_group_"))
 		}
 	}
+	r, err = http.Get("http://" + g.nodes[l1].HTTPAddr().String() + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(r.Body)
+	r.Body.Close()
+	if want := "<td>1</td><td>8192 (0-8191)</td>"; !strings.Contains(string(body), want) || !strings.Contains(string(body), "<h2>Groups</h2>") {
+		t.Fatalf("the admin page lacks the groups table (%q):\n%s", want, body)
+	}
 	g.isolatePeers(t, cut, false)
 	healed = true
 	deadline = time.Now().Add(10 * time.Second)
