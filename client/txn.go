@@ -55,11 +55,15 @@ var ErrTxAborted = errors.New("kefir: transaction aborted")
 
 // Tx is an open transaction, valid inside the function given to Txn.
 //
-// BEGIN is sent with the transaction's first command, in one write: the
-// handle it will answer is known (a connection's handles count up from 1 in
-// the order its BEGINs arrive, which is the order the client queues them:
-// the handle is taken when BEGIN is queued, conn.txNext), so a transaction
-// pays no round trip for BEGIN.
+// BEGIN is sent with the transaction's first command, in one write, so a
+// transaction pays no round trip for BEGIN; where the server takes KEFIR.TX's
+// chained form (probeTx), it is not even a command of its own: the first
+// command is KEFIR.TX BEGIN <level> THEN <command>, naming the handle the
+// client chose (the connection's next, conn.txNext; handles only grow).
+// Against an older server BEGIN is a command before the first: the handle
+// it will answer is known (a connection's handles count up from 1 in the
+// order its BEGINs arrive, which is the order the client queues them: the
+// handle is taken when BEGIN is queued).
 //
 // Set is buffered in the client as well: its reply (OK, or an error) says
 // nothing the caller needs, so it is not waited for. It is sent with the
@@ -73,8 +77,10 @@ var ErrTxAborted = errors.New("kefir: transaction aborted")
 // error, and Txn returns it as is (retried only if it wraps ErrTxAborted).
 //
 // A transaction that wrote nothing ends with an ABORT the client does not
-// wait for, sent with the connection's next write (or within 2 ms): a
-// read-only transaction of n Gets takes n round trips, as n Gets do. On a
+// wait for, sent with the connection's next write (or within 2 ms) — with
+// the chained form, inside the connection's next command (foldAborts): a
+// read-only transaction of n Gets takes n round trips and, on a server with
+// the chained form, n commands, as n Gets do. On a
 // node of one replica group that holds for keys of several slots too; on a
 // node of several groups such a transaction spans groups and its commit
 // (PREPARE) validates its reads.
@@ -97,6 +103,8 @@ type Tx struct {
 	// failed is a buffered write's error (or BEGIN's): the transaction is
 	// dead, every later call returns it, and Txn returns it without a commit.
 	failed error
+	// reqs is call's list of the requests of one write, kept across calls.
+	reqs []*request
 }
 
 // Txn runs fn in a transaction and commits it, retrying the whole of fn on
@@ -306,7 +314,8 @@ func foldAborts(cn *conn, r *request) {
 	if cn.riders == 0 {
 		return
 	}
-	var hs []arg
+	var local [8]arg
+	hs := local[:0]
 	keep := cn.queue[:0]
 	for _, q := range cn.queue {
 		if q.detached && q.state == stateQueued && len(q.cmd) >= 3 && q.cmd[1].s == "ABORT" {
@@ -322,11 +331,10 @@ func foldAborts(cn *conn, r *request) {
 	if len(hs) == 0 {
 		return
 	}
-	cmd := make([]arg, 0, len(r.cmd)+len(hs)+2)
-	cmd = append(cmd, arg{s: "KEFIR.TX"}, arg{s: "ABORT"})
-	cmd = append(cmd, hs...)
-	cmd = append(cmd, arg{s: "THEN"})
-	r.cmd = append(cmd, r.cmd[1:]...)
+	// In place: a pooled request's words keep their capacity.
+	r.cmd = slices.Insert(r.cmd, 1, arg{s: "ABORT"})
+	r.cmd = slices.Insert(r.cmd, 2, hs...)
+	r.cmd = slices.Insert(r.cmd, 2+len(hs), arg{s: "THEN"})
 }
 
 // request builds KEFIR.TX <sub> <handle> args....
@@ -371,7 +379,7 @@ func (t *Tx) call(ctx context.Context, kind replyKind, sub string, args ...any) 
 	if t.failed != nil {
 		return nil, false, t.failed
 	}
-	reqs := make([]*request, 0, 2+len(t.pending))
+	reqs := t.reqs[:0] // kept across calls: no slice made per call
 	var begin *request
 	fold := !t.begun && t.cn.txThen // BEGIN travels in reqs[0] (KEFIR.TX BEGIN … THEN)
 	if !t.begun && !fold {
@@ -386,6 +394,7 @@ func (t *Tx) call(ctx context.Context, kind replyKind, sub string, args ...any) 
 	firstKey := t.slot < 0 // on a node of several groups the first key takes the start
 	r := t.request(kind, sub, args...)
 	reqs = append(reqs, r)
+	t.reqs = reqs
 	var queued func()
 	if fold {
 		// The transaction takes the connection's next handle, named by
@@ -398,10 +407,7 @@ func (t *Tx) call(ctx context.Context, kind replyKind, sub string, args ...any) 
 			for _, q := range reqs {
 				q.cmd[2] = arg{s: t.h}
 			}
-			first := reqs[0]
-			cmd := make([]arg, 0, len(first.cmd)+3)
-			cmd = append(cmd, arg{s: "KEFIR.TX"}, arg{s: "BEGIN"}, arg{s: t.level}, arg{s: "THEN"})
-			first.cmd = append(cmd, first.cmd[1:]...)
+			reqs[0].cmd = slices.Insert(reqs[0].cmd, 1, arg{s: "BEGIN"}, arg{s: t.level}, arg{s: "THEN"})
 		}
 	} else if begin != nil {
 		// The handle BEGIN will answer: the connection's next, taken in

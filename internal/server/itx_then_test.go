@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // KEFIR.TX's chained form (txChain): BEGIN … THEN runs the transaction's
@@ -103,5 +104,46 @@ KEFIR.TX BEGIN THEN GET 3 x => "7"
 KEFIR.TX ABORT 3 THEN BEGIN SI THEN SET 4 x 8 => OK
 KEFIR.TX COMMIT 4 => (integer)*
 GET x => "8"
+`)
+}
+
+// A BEGIN … THEN whose read finds a commit in flight writing its key waits
+// for it (txRefresh) and reads its result, as a BEGIN and a first read do.
+// On the leader's loop the BEGIN is undone when the read must wait
+// (txBegin), and a worker runs the whole command again: the transaction
+// has the handle it named, once (kept, the rerun was refused as a used
+// handle), and the next plain BEGIN continues above it.
+func TestTxBeginThenWaitsForACommitInFlight(t *testing.T) {
+	longFreshWait(t)
+	g := startGroup(t)
+	l := g.leader(t)
+	a, b := dial(t, g.nodes[l]), dial(t, g.nodes[l])
+	a.expect(`SET k 1 => OK`)
+	ha := txBegin(t, a, "SERIALIZABLE")
+	a.expect(`
+KEFIR.TX GET ` + ha + ` k => "1"
+KEFIR.TX SET ` + ha + ` k 2 => OK
+`)
+	b.expect(`
+KEFIR.TX BEGIN THEN GET 1 other => (nil)
+KEFIR.TX ABORT 1 => OK
+`)
+	g.isolate(t, l, true)
+	a.send("KEFIR.TX", "COMMIT", ha) // proposed; cannot commit while isolated
+	time.Sleep(50 * time.Millisecond)
+	b.send("KEFIR.TX", "ABORT", "1", "THEN", "BEGIN", "THEN", "GET", "2", "k")
+	time.Sleep(100 * time.Millisecond)
+	g.isolate(t, l, false)
+	if got := a.reply(); !strings.HasPrefix(got, "(integer)") {
+		t.Fatalf("first commit: %s", got)
+	}
+	if got := b.reply(); got != `"2"` {
+		t.Fatalf("BEGIN … THEN GET behind the first commit: %s, want \"2\" (the commit in flight)", got)
+	}
+	b.expect(`
+KEFIR.TX SET 2 k 3 => OK
+KEFIR.TX COMMIT 2 => (integer)*
+GET k => "3"
+KEFIR.TX BEGIN => (integer) 3
 `)
 }
