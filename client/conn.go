@@ -348,8 +348,10 @@ type conn struct {
 	// KEFIR.TX handle a queued BEGIN took, txOpen the transactions using it.
 	txNext uint64
 	txOpen int
-	// txOneGroup: the node serves one replica group (txn.go, oneGroup).
-	txOneGroup bool
+	// txOneGroup: the node serves one replica group; txThen: it takes
+	// KEFIR.TX's chained form (txn.go, probeTx). Set before the connection
+	// carries a transaction.
+	txOneGroup, txThen bool
 	// riders counts detached requests queued without waking the writer
 	// (sendDetached): they go with the next write, or when flush fires.
 	riders int

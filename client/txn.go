@@ -55,11 +55,15 @@ var ErrTxAborted = errors.New("kefir: transaction aborted")
 
 // Tx is an open transaction, valid inside the function given to Txn.
 //
-// BEGIN is sent with the transaction's first command, in one write: the
-// handle it will answer is known (a connection's handles count up from 1 in
-// the order its BEGINs arrive, which is the order the client queues them:
-// the handle is taken when BEGIN is queued, conn.txNext), so a transaction
-// pays no round trip for BEGIN.
+// BEGIN is sent with the transaction's first command, in one write, so a
+// transaction pays no round trip for BEGIN; where the server takes KEFIR.TX's
+// chained form (probeTx), it is not even a command of its own: the first
+// command is KEFIR.TX BEGIN <level> THEN <command>, naming the handle the
+// client chose (the connection's next, conn.txNext; handles only grow).
+// Against an older server BEGIN is a command before the first: the handle
+// it will answer is known (a connection's handles count up from 1 in the
+// order its BEGINs arrive, which is the order the client queues them: the
+// handle is taken when BEGIN is queued).
 //
 // Set is buffered in the client as well: its reply (OK, or an error) says
 // nothing the caller needs, so it is not waited for. It is sent with the
@@ -73,8 +77,10 @@ var ErrTxAborted = errors.New("kefir: transaction aborted")
 // error, and Txn returns it as is (retried only if it wraps ErrTxAborted).
 //
 // A transaction that wrote nothing ends with an ABORT the client does not
-// wait for, sent with the connection's next write (or within 2 ms): a
-// read-only transaction of n Gets takes n round trips, as n Gets do. On a
+// wait for, sent with the connection's next write (or within 2 ms) — with
+// the chained form, inside the connection's next command (foldAborts): a
+// read-only transaction of n Gets takes n round trips and, on a server with
+// the chained form, n commands, as n Gets do. On a
 // node of one replica group that holds for keys of several slots too; on a
 // node of several groups such a transaction spans groups and its commit
 // (PREPARE) validates its reads.
@@ -97,6 +103,8 @@ type Tx struct {
 	// failed is a buffered write's error (or BEGIN's): the transaction is
 	// dead, every later call returns it, and Txn returns it without a commit.
 	failed error
+	// reqs is call's list of the requests of one write, kept across calls.
+	reqs []*request
 }
 
 // Txn runs fn in a transaction and commits it, retrying the whole of fn on
@@ -267,6 +275,9 @@ func pipeline(ctx context.Context, cn *conn, queued func(), reqs ...*request) er
 	if queued != nil {
 		queued()
 	}
+	if cn.txThen && len(reqs) > 0 {
+		foldAborts(cn, reqs[0])
+	}
 	for _, r := range reqs {
 		r.encode(0, 0)
 		r.state = stateQueued
@@ -289,6 +300,41 @@ func pipeline(ctx context.Context, cn *conn, queued func(), reqs ...*request) er
 		}
 	}
 	return nil
+}
+
+// foldAborts moves the ABORTs queued on cn and not yet sent (Tx.end's
+// riders) into r, the next KEFIR.TX command queued, as KEFIR.TX ABORT
+// h… THEN <r's command>: the server ends them first, in one command with
+// r's (docs/commands.md). r is queued where they would have been sent, in
+// the connection's next write: every command queued after a rider folds it,
+// so no BEGIN is ever queued between a rider and the command that carries
+// it, and the server's count of open transactions at a BEGIN is what it was.
+// cn.mu is held; cn.txThen (the server takes the form).
+func foldAborts(cn *conn, r *request) {
+	if cn.riders == 0 {
+		return
+	}
+	var local [8]arg
+	hs := local[:0]
+	keep := cn.queue[:0]
+	for _, q := range cn.queue {
+		if q.detached && q.state == stateQueued && len(q.cmd) >= 3 && q.cmd[1].s == "ABORT" {
+			hs = append(hs, q.cmd[2:]...)
+			cn.riders--
+			putRequest(q)
+			continue
+		}
+		keep = append(keep, q)
+	}
+	clear(cn.queue[len(keep):])
+	cn.queue = keep
+	if len(hs) == 0 {
+		return
+	}
+	// In place: a pooled request's words keep their capacity.
+	r.cmd = slices.Insert(r.cmd, 1, arg{s: "ABORT"})
+	r.cmd = slices.Insert(r.cmd, 2, hs...)
+	r.cmd = slices.Insert(r.cmd, 2+len(hs), arg{s: "THEN"})
 }
 
 // request builds KEFIR.TX <sub> <handle> args....
@@ -333,9 +379,10 @@ func (t *Tx) call(ctx context.Context, kind replyKind, sub string, args ...any) 
 	if t.failed != nil {
 		return nil, false, t.failed
 	}
-	reqs := make([]*request, 0, 2+len(t.pending))
+	reqs := t.reqs[:0] // kept across calls: no slice made per call
 	var begin *request
-	if !t.begun {
+	fold := !t.begun && t.cn.txThen // BEGIN travels in reqs[0] (KEFIR.TX BEGIN … THEN)
+	if !t.begun && !fold {
 		begin = newCall(replyInt, false, nil, nil)
 		begin.allowRedirect = false
 		begin.cmd = append(begin.cmd, arg{s: "KEFIR.TX"}, arg{s: "BEGIN"}, arg{s: t.level})
@@ -347,8 +394,22 @@ func (t *Tx) call(ctx context.Context, kind replyKind, sub string, args ...any) 
 	firstKey := t.slot < 0 // on a node of several groups the first key takes the start
 	r := t.request(kind, sub, args...)
 	reqs = append(reqs, r)
+	t.reqs = reqs
 	var queued func()
-	if begin != nil {
+	if fold {
+		// The transaction takes the connection's next handle, named by
+		// its commands; its first carries the BEGIN. Handles are the
+		// client's here and only grow (the server refuses one used
+		// before), so a refused BEGIN leaves no count to put right.
+		queued = func() {
+			t.cn.txNext++
+			t.h = strconv.FormatUint(t.cn.txNext, 10)
+			for _, q := range reqs {
+				q.cmd[2] = arg{s: t.h}
+			}
+			reqs[0].cmd = slices.Insert(reqs[0].cmd, 1, arg{s: "BEGIN"}, arg{s: t.level}, arg{s: "THEN"})
+		}
+	} else if begin != nil {
 		// The handle BEGIN will answer: the connection's next, taken in
 		// the order BEGINs are queued (the order the server sees them),
 		// and named by the commands queued with it.
@@ -366,6 +427,20 @@ func (t *Tx) call(ctx context.Context, kind replyKind, sub string, args ...any) 
 			t.failed = err // the writes' fate is unknown
 		}
 		return nil, false, err
+	}
+	if fold {
+		// Begun, or refused (then the handle names no transaction): an
+		// ABORT of it is right either way.
+		t.begun = true
+		if len(writes) > 0 && writes[0].err != nil {
+			// The BEGIN travelled with the first buffered write: a refusal
+			// (-MOVED at a follower) is retried where it says.
+			err := writes[0].err
+			putAll(writes)
+			putRequest(r)
+			t.failed = t.beginFailed(err)
+			return nil, false, t.failed
+		}
 	}
 	if begin != nil {
 		err, n := begin.err, begin.n
@@ -418,13 +493,18 @@ func (t *Tx) call(ctx context.Context, kind replyKind, sub string, args ...any) 
 		err := r.err
 		putRequest(r)
 		var se *Error
-		if firstKey && t.slot >= 0 && errors.As(err, &se) && (se.Prefix == "MOVED" || se.Prefix == "UNAVAILABLE") {
+		if (fold || firstKey && t.slot >= 0) && errors.As(err, &se) && (se.Prefix == "MOVED" || se.Prefix == "UNAVAILABLE") {
 			// In a cluster of several groups a transaction's first key
 			// takes its start at its group's leader: elsewhere it is
 			// redirected, and the transaction is retried there, as a
-			// BEGIN refused by a follower is.
+			// BEGIN refused by a follower is (fold: this was one).
+			if fold {
+				t.failed = t.beginFailed(err)
+				return nil, false, t.failed
+			}
 			return nil, false, t.beginFailed(err)
 		}
+
 		return nil, false, txError(err)
 	}
 	return r, r.null, nil
@@ -490,10 +570,31 @@ func (t *Tx) end() {
 	if !t.begun {
 		return // no handle to end: BEGIN was never sent, or it failed (and closed cn)
 	}
+	if cn.txThen && cn.addAbort(t.h) {
+		return
+	}
 	r := newCall(replyStatus, false, nil, nil)
 	r.allowRedirect = false
 	r.cmd = append(r.cmd, arg{s: "KEFIR.TX"}, arg{s: "ABORT"}, arg{s: t.h})
 	cn.sendDetached(r)
+}
+
+// addAbort adds handle h to an ABORT queued on cn and not yet sent, if
+// there is one (KEFIR.TX ABORT takes several handles where the server takes
+// the chained form): transactions that end before the connection's next
+// write cost one command between them, not one each.
+func (c *conn) addAbort(h string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := len(c.queue) - 1; i >= 0; i-- {
+		q := c.queue[i]
+		if q.detached && q.state == stateQueued && len(q.cmd) >= 3 && q.cmd[1].s == "ABORT" {
+			q.cmd = append(q.cmd, arg{s: h})
+			q.encode(0, 0)
+			return true
+		}
+	}
+	return false
 }
 
 // Get reads key at the transaction's snapshot (or its own write):
@@ -677,7 +778,7 @@ func (p *txConns) dial(ctx context.Context, c *Client, hint *string) (*conn, err
 	for _, a := range addrs {
 		cn, err := c.dial(ctx, a)
 		if err == nil {
-			cn.txOneGroup = oneGroup(ctx, cn)
+			cn.txOneGroup, cn.txThen = probeTx(ctx, cn)
 			return cn, nil
 		}
 		if errors.Is(err, ErrAuth) {
@@ -688,23 +789,32 @@ func (p *txConns) dial(ctx context.Context, c *Client, hint *string) (*conn, err
 	return nil, fmt.Errorf("%w: %w", ErrUnavailable, errors.Join(errs...))
 }
 
-// oneGroup reports whether cn's node serves one replica group (INFO
-// cluster says cluster_enabled:0, which a node keeps for its life): there a
+// probeTx asks cn's node, in one round trip, what its transactions need:
+// oneGroup, whether it serves one replica group (INFO cluster says
+// cluster_enabled:0, which a node keeps for its life): there a
 // transaction's keys of several slots are still of one group, read from
 // one snapshot, and a read-only one needs no PREPARE to validate them
-// (Tx.noteSlot). Asked once per transaction connection; false if the node
+// (Tx.noteSlot); and then, whether it takes KEFIR.TX's chained form
+// (KEFIR.TX FEATURES names THEN; an older server answers an error): then
+// BEGIN travels inside the transaction's first command and an ABORT inside
+// the connection's next, each a command fewer on the server (foldAborts,
+// Tx.call). Asked once per transaction connection; false for what the node
 // does not say.
-func oneGroup(ctx context.Context, cn *conn) bool {
-	r := newCall(replyBulk, false, nil, nil)
-	r.allowRedirect = false
-	r.cmd = append(r.cmd, arg{s: "INFO"}, arg{s: "cluster"})
-	owned, err := cn.do(ctx, r)
-	if !owned {
-		return false
+func probeTx(ctx context.Context, cn *conn) (oneGroup, then bool) {
+	info := newCall(replyBulk, false, nil, nil)
+	info.allowRedirect = false
+	info.cmd = append(info.cmd, arg{s: "INFO"}, arg{s: "cluster"})
+	feat := newCall(replyList, false, nil, nil)
+	feat.allowRedirect = false
+	feat.cmd = append(feat.cmd, arg{s: "KEFIR.TX"}, arg{s: "FEATURES"})
+	if err := pipeline(ctx, cn, nil, info, feat); err != nil {
+		return false, false // cn is closed or broken: its requests are not returned
 	}
-	one := err == nil && bytes.Contains(r.val, []byte("cluster_enabled:0"))
-	putRequest(r)
-	return one
+	oneGroup = info.err == nil && bytes.Contains(info.val, []byte("cluster_enabled:0"))
+	then = feat.err == nil && slices.ContainsFunc(feat.list, func(w []byte) bool { return string(w) == "THEN" })
+	putRequest(info)
+	putRequest(feat)
+	return oneGroup, then
 }
 
 // put ends a transaction's use of cn: a connection the pool does not keep

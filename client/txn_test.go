@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"slices"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/resp"
 	"github.com/kefirdb/kefir/internal/testgroup"
 )
 
@@ -481,7 +483,13 @@ func TestTxnOwnErrorSparesNeighbours(t *testing.T) {
 // test if it aborted, because of what the test did meanwhile (why).
 func withBystander(t *testing.T) (ctx context.Context, c *Client, spared func(why string)) {
 	t.Helper()
-	ctx, c = dialFor(t, startNode(t, ""), 30*time.Second, WithPoolSize(1))
+	return withBystanderAt(t, startNode(t, ""))
+}
+
+// withBystanderAt is withBystander with the client dialed to addr.
+func withBystanderAt(t *testing.T, addr string) (ctx context.Context, c *Client, spared func(why string)) {
+	t.Helper()
+	ctx, c = dialFor(t, addr, 30*time.Second, WithPoolSize(1))
 	began, release, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
 	go func() {
 		first := true
@@ -605,48 +613,60 @@ func TestTxnPanicReleasesConnection(t *testing.T) {
 }
 
 // A BEGIN the server refuses (here: its 16 open transactions per
-// connection are reached) took no handle; when no BEGIN was queued after
-// it, the client takes back the handle it counted (conn.txNext) and the
-// shared transaction connection stays open: the refused transaction fails
-// with the server's error, and the bystander open on the connection
-// commits. The connection was closed for every refused BEGIN before,
-// aborting the bystander. The other 14 transactions are opened by hand,
-// counted as Txn counts its BEGINs.
+// connection are reached) leaves the shared transaction connection open:
+// the refused transaction fails with the server's error, and the bystander
+// open on the connection commits. The connection was closed for every
+// refused BEGIN before, aborting the bystander. The other 14 transactions
+// are opened by hand, counted as Txn counts its BEGINs. With the chained
+// form (KEFIR.TX BEGIN … THEN) the refused transaction's handle stays
+// used: handles only grow, and the server counts none. Against a server
+// without it, a BEGIN refused took no handle; when no BEGIN was queued
+// after it, the client takes back the handle it counted (conn.txNext).
 func TestTxnRefusedBeginSparesNeighbours(t *testing.T) {
-	ctx, c, spared := withBystander(t)
-	c.txs.mu.Lock()
-	cn := c.txs.conns[0]
-	c.txs.mu.Unlock()
-	var begins []*request
-	for range 15 {
-		r := newCall(replyInt, false, nil, nil)
-		r.allowRedirect = false
-		r.cmd = append(r.cmd, arg{s: "KEFIR.TX"}, arg{s: "BEGIN"})
-		begins = append(begins, r)
-	}
-	if err := pipeline(ctx, cn, func() { cn.txNext += 15 }, begins...); err != nil {
-		t.Fatal(err)
-	}
-	for i, r := range begins {
-		if r.err != nil || r.n != int64(i+2) {
-			t.Fatalf("hand-made BEGIN %d: %d, %v", i, r.n, r.err)
+	for _, old := range []bool{false, true} {
+		addr := startNode(t, "")
+		if old {
+			addr = newCmdProxy(t, addr, true).ln.Addr().String()
 		}
-		putRequest(r)
+		ctx, c, spared := withBystanderAt(t, addr)
+		c.txs.mu.Lock()
+		cn := c.txs.conns[0]
+		c.txs.mu.Unlock()
+		var begins []*request
+		for range 15 {
+			r := newCall(replyInt, false, nil, nil)
+			r.allowRedirect = false
+			r.cmd = append(r.cmd, arg{s: "KEFIR.TX"}, arg{s: "BEGIN"})
+			begins = append(begins, r)
+		}
+		if err := pipeline(ctx, cn, func() { cn.txNext += 15 }, begins...); err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range begins {
+			if r.err != nil || r.n != int64(i+2) {
+				t.Fatalf("hand-made BEGIN %d: %d, %v", i, r.n, r.err)
+			}
+			putRequest(r)
+		}
+		err := c.Txn(ctx, func(tx *Tx) error {
+			_, err := tx.Get(ctx, "z")
+			return err
+		}, &TxOptions{MaxAttempts: 1})
+		if err == nil || !strings.Contains(err.Error(), "too many open transactions") {
+			t.Fatalf("old server %v: Txn past the server's open transactions = %v, want its refusal", old, err)
+		}
+		cn.mu.Lock()
+		next, broken := cn.txNext, cn.broken
+		cn.mu.Unlock()
+		want := uint64(17)
+		if old {
+			want = 16
+		}
+		if next != want || broken != nil {
+			t.Fatalf("old server %v: after the refused BEGIN the connection counts %d handles (want %d), broken: %v", old, next, want, broken)
+		}
+		spared("another one's BEGIN was refused")
 	}
-	err := c.Txn(ctx, func(tx *Tx) error {
-		_, err := tx.Get(ctx, "z")
-		return err
-	}, &TxOptions{MaxAttempts: 1})
-	if err == nil || !strings.Contains(err.Error(), "too many open transactions") {
-		t.Fatalf("Txn past the server's open transactions = %v, want its refusal", err)
-	}
-	cn.mu.Lock()
-	next, broken := cn.txNext, cn.broken
-	cn.mu.Unlock()
-	if next != 16 || broken != nil {
-		t.Fatalf("after the refused BEGIN: the connection counts %d handles (want 16), broken: %v", next, broken)
-	}
-	spared("another one's BEGIN was refused")
 }
 
 // A transaction's ABORT is not a write of its own: it rides in the
@@ -740,5 +760,165 @@ func TestTxnsBegunTogetherShareDials(t *testing.T) {
 	c.txs.mu.Unlock()
 	if n != 16/txPerConn {
 		t.Fatalf("16 transactions begun together kept %d transaction connections, want %d", n, 16/txPerConn)
+	}
+}
+
+// cmdProxy forwards TCP connections to a server command by command and
+// records each one (its words); old makes it a server from before KEFIR.TX's
+// chained form: KEFIR.TX FEATURES is answered as such a server answers it
+// (an error: the real server is sent a subcommand it does not know), and a
+// chained command reaching it is an error of the test.
+type cmdProxy struct {
+	ln  net.Listener
+	old bool
+	mu  sync.Mutex
+	log [][]string
+}
+
+func newCmdProxy(t *testing.T, target string, old bool) *cmdProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cmdProxy{ln: ln, old: old}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			cc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			sc, err := net.Dial("tcp", target)
+			if err != nil {
+				cc.Close()
+				continue
+			}
+			t.Cleanup(func() { cc.Close(); sc.Close() })
+			go func() {
+				defer sc.Close()
+				rd := resp.NewReader(cc, 0)
+				for {
+					v, err := rd.ReadValue()
+					if err != nil {
+						return
+					}
+					words := make([]string, len(v.Elems))
+					for i, e := range v.Elems {
+						words[i] = string(e.Str)
+					}
+					p.mu.Lock()
+					p.log = append(p.log, words)
+					p.mu.Unlock()
+					if p.old && len(words) >= 2 && words[0] == "KEFIR.TX" {
+						if words[1] == "FEATURES" {
+							words[1] = "NOFEATURES"
+						}
+						if slices.Contains(words, "THEN") || (words[1] == "ABORT" && len(words) != 3) {
+							t.Errorf("a chained KEFIR.TX sent to a server without the form: %q", words)
+						}
+					}
+					bs := make([][]byte, len(words))
+					for i, w := range words {
+						bs[i] = []byte(w)
+					}
+					if _, err := sc.Write(resp.AppendCommand(nil, bs...)); err != nil {
+						return
+					}
+				}
+			}()
+			go func() {
+				defer cc.Close()
+				_, _ = io.Copy(cc, sc)
+			}()
+		}
+	}()
+	return p
+}
+
+// commands is how many commands the proxy forwarded since the mark n, and
+// of them how many were KEFIR.TX's of each subcommand (a chain by its
+// first).
+func (p *cmdProxy) commands(n int) (int, map[string]int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	subs := map[string]int{}
+	for _, w := range p.log[n:] {
+		if w[0] == "KEFIR.TX" {
+			subs[w[1]]++
+		}
+	}
+	return len(p.log) - n, subs
+}
+
+func (p *cmdProxy) mark() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.log)
+}
+
+// A read-only Txn of 4 Gets is 4 commands on the server, as 4 Gets are:
+// BEGIN travels inside the first read (KEFIR.TX BEGIN … THEN GET) and the
+// ABORT inside the next transaction's first (KEFIR.TX ABORT h THEN …).
+// They were commands of their own: 6 per transaction. Against a server
+// without the chained form (its KEFIR.TX FEATURES an error), the client
+// sends BEGIN and ABORT as before, and its transactions read and commit
+// the same.
+func TestTxnBeginAndEndRideInTheReads(t *testing.T) {
+	addr := startNode(t, "")
+	for _, old := range []bool{false, true} {
+		p := newCmdProxy(t, addr, old)
+		ctx, c := dialFor(t, p.ln.Addr().String(), 30*time.Second, WithPoolSize(1))
+		if err := c.Put(ctx, "a", []byte("1")); err != nil {
+			t.Fatal(err)
+		}
+		ro := func() error {
+			return c.Txn(ctx, func(tx *Tx) error {
+				for _, k := range []string{"a", "b", "c", "d"} {
+					if _, err := tx.Get(ctx, k); err != nil && !errors.Is(err, ErrNotFound) {
+						return err
+					}
+				}
+				return nil
+			}, &TxOptions{MaxAttempts: 1})
+		}
+		if err := ro(); err != nil { // dials the transaction connection
+			t.Fatal(err)
+		}
+		const n = 20
+		m := p.mark()
+		for range n {
+			if err := ro(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, subs := p.commands(m)
+		want := 4 * n
+		if old {
+			want = 6 * n // BEGIN, 4 GETs, ABORT (the first one's ABORT among them, the last one's not yet)
+		}
+		if got != want {
+			t.Errorf("old server %v: %d read-only transactions of 4 Gets were %d commands (%v), want %d", old, n, got, subs, want)
+		}
+		// A transaction that writes, after reads; its commit is read back.
+		err := c.Txn(ctx, func(tx *Tx) error {
+			v, err := tx.Get(ctx, "a")
+			if err != nil {
+				return err
+			}
+			return tx.Set(ctx, "a", append(v, '1'))
+		}, nil)
+		if err != nil {
+			t.Fatalf("old server %v: %v", old, err)
+		}
+		if v, err := c.Get(ctx, "a"); err != nil || string(v) != "11" {
+			t.Fatalf("old server %v: a = %q, %v after the transaction", old, v, err)
+		}
+		c.txs.mu.Lock()
+		then := c.txs.conns[0].txThen
+		c.txs.mu.Unlock()
+		if then == old {
+			t.Fatalf("old server %v: the client took the chained form to be %v", old, then)
+		}
 	}
 }

@@ -12,6 +12,6 @@ package command
 // validated against, never nilext. Its keys are inside the encoding
 // (FirstKey 0); a node of several groups routes it by them.
 var itxTable = []Spec{
-	{Name: "KEFIR.TX", Arity: -2, Class: Admin, Summary: "interactive transaction: KEFIR.TX BEGIN [SI|SERIALIZABLE] | GET|MGET|EXISTS|SET|DEL|INCRBY handle ... | COMMIT|ABORT handle"},
+	{Name: "KEFIR.TX", Arity: -2, Class: Admin, Summary: "interactive transaction: KEFIR.TX BEGIN [SI|SERIALIZABLE] [THEN subcommand handle ...] | GET|MGET|EXISTS|SET|DEL|INCRBY handle ... | COMMIT handle | ABORT handle... [THEN ...] | FEATURES"},
 	{Name: "KEFIR.TXAPPLY", Arity: 2, Class: NonNilextUpdate, Summary: "a transaction's commit op (sent by KEFIR.TX COMMIT and forwarded to the leader)"},
 }

@@ -255,8 +255,21 @@ func (c *conn) txCmd(args [][]byte) error {
 	if sub == "" {
 		sub = strings.ToUpper(string(args[1]))
 	}
-	if sub == "BEGIN" {
-		return c.txBegin(args[2:])
+	if sub == "BEGIN" || (sub == "ABORT" && len(args) != 3) {
+		ch, err := parseTxChain(args)
+		if err != nil {
+			return err
+		}
+		return c.txRunChain(ch)
+	}
+	if sub == "FEATURES" {
+		// What this server's KEFIR.TX takes beyond BEGIN's first form (the
+		// Go client asks once per connection; an older server answers an
+		// error).
+		if err := c.w.WriteArrayHeader(1); err != nil {
+			return err
+		}
+		return c.w.WriteBulkString("THEN")
 	}
 	if len(args) < 3 {
 		return errf("ERR wrong number of arguments for 'kefir.tx|%s' command", strings.ToLower(sub))
@@ -500,28 +513,45 @@ func (c *conn) txInline(args [][]byte) bool {
 	if len(args) < 2 || !eq(args[0], "KEFIR.TX") {
 		return false
 	}
-	if eq(args[1], "BEGIN") {
-		// At once where the replica has its read point at hand (a leader
-		// under a running lease: TryTxBegin), else on a worker, which waits.
-		// A first read behind a commit in flight waits, on a worker
-		// (txRefresh sets wouldWait).
-		return c.dispatchInline(args)
+	cmd := args // the command that decides: the last of a chain (txChain)
+	if eq(args[1], "BEGIN") || (eq(args[1], "ABORT") && len(args) != 3) {
+		ch, err := parseTxChain(args)
+		switch {
+		case err != nil:
+			c.dispatch(args) // answered at once
+			return true
+		case ch.begin && (ch.then == nil || txReadSub(ch.then[1])):
+			// At once where the replica has its read point at hand (a
+			// leader under a running lease: TryTxBegin), else on a worker,
+			// which waits. A first read behind a commit in flight waits,
+			// on a worker (txRefresh sets wouldWait; txBegin undoes the
+			// BEGIN).
+			return c.dispatchInline(args)
+		case ch.begin:
+			return false // a first write: on a worker, as a write is
+		case ch.then == nil:
+			c.dispatch(args) // ABORTs only
+			return true
+		}
+		// ABORTs, then a command: as that command. The ABORTs are done
+		// again, as nothing, if it must wait and a worker runs the chain.
+		cmd = ch.then
 	}
-	if len(args) < 3 {
+	if len(cmd) < 3 {
 		return false
 	}
 	var tx *itxn
-	if h, err := parseHandle(args[2]); err == nil && c.itx != nil {
+	if h, err := parseHandle(cmd[2]); err == nil && c.itx != nil {
 		tx = c.itx.open[h]
 	}
-	switch sub := args[1]; {
+	switch sub := cmd[1]; {
 	case eq(sub, "ABORT"):
 	case eq(sub, "PREPARE"):
 		// Across slots it runs the two-phase commit: on a worker.
 		if tx != nil && !tx.ready(func(tx *itxn) bool { return len(tx.parts) == 0 }) {
 			return false
 		}
-	case eq(sub, "GET"), eq(sub, "MGET"), eq(sub, "EXISTS"), eq(sub, "GETRANGE"), eq(sub, "GETBIT"):
+	case txReadSub(sub):
 		if tx != nil && !tx.ready(func(tx *itxn) bool { return tx.snap != nil }) {
 			return false
 		}
@@ -536,6 +566,11 @@ func (c *conn) txInline(args [][]byte) bool {
 	// An unknown handle is answered at once, as on a worker.
 	c.dispatch(args)
 	return true
+}
+
+// txReadSub reports whether sub is a transaction's snapshot read.
+func txReadSub(sub []byte) bool {
+	return eq(sub, "GET") || eq(sub, "MGET") || eq(sub, "EXISTS") || eq(sub, "GETRANGE") || eq(sub, "GETBIT")
 }
 
 // ready reports, under tx.mu, whether tx has expired (its next command
@@ -560,8 +595,112 @@ func (c *conn) txFail(h uint64, err error) error {
 	return err
 }
 
-// txBegin runs KEFIR.TX BEGIN [SI|SERIALIZABLE] (default SERIALIZABLE).
-func (c *conn) txBegin(args [][]byte) error {
+// txChain is KEFIR.TX's chained form (docs/commands.md, "KEFIR.TX BEGIN
+// … THEN"): a command that ends transactions, begins one, and runs a
+// transaction command, answering only the last. Each part was a command of
+// its own, parsed, dispatched and answered on the leader's loop: a read-only
+// transaction of 4 GETs was 6 commands against its reads' 4
+// (docs/design/transactions.md, "One command for BEGIN and the end").
+//
+//	KEFIR.TX ABORT handle [handle ...] [THEN <command>]
+//	KEFIR.TX BEGIN [SI|SERIALIZABLE] [THEN <subcommand> handle args...]
+//
+// where <command> is a BEGIN (of either form) or another KEFIR.TX
+// subcommand with its handle and arguments. The ABORTs end the open
+// transactions named (unknown ones are skipped: a transaction already
+// ended) before anything else, whatever the rest answers. A BEGIN with THEN
+// takes the handle the command after it names, which must be above every
+// handle the connection has used (handles only grow, so a late ABORT never
+// ends a later transaction), and then runs that command in it: its reply is
+// the command's. A refused BEGIN (a follower's -MOVED, too many open) begins
+// nothing and answers its error, and the command is not run: nothing is read
+// outside a snapshot, and a later command naming the handle answers "no
+// such transaction".
+type txChain struct {
+	ends      [][]byte // handles to end first
+	begin     bool
+	beginArgs [][]byte // BEGIN's isolation word, if any
+	// then is the command run last, as args whose then[1] is its
+	// subcommand (then[0] is the THEN word); nil if none.
+	then [][]byte
+}
+
+// parseTxChain parses KEFIR.TX BEGIN … and KEFIR.TX ABORT h… (txChain).
+// Nothing is done before the whole command is parsed: a malformed one
+// answers an error and ends nothing.
+func parseTxChain(args [][]byte) (txChain, error) {
+	var ch txChain
+	i := 1
+	if eq(args[i], "ABORT") {
+		j := i + 1
+		for j < len(args) && !eq(args[j], "THEN") {
+			if _, err := parseHandle(args[j]); err != nil {
+				return ch, errf("ERR KEFIR.TX ABORT takes handles (integers), not '%s'", clip(args[j]))
+			}
+			j++
+		}
+		ch.ends = args[i+1 : j]
+		if len(ch.ends) == 0 {
+			return ch, errf("ERR wrong number of arguments for 'kefir.tx|abort' command")
+		}
+		if j == len(args) {
+			return ch, nil
+		}
+		if j+1 == len(args) {
+			return ch, errf("ERR KEFIR.TX ABORT … THEN takes a command after THEN")
+		}
+		i = j + 1
+		if !eq(args[i], "BEGIN") {
+			if eq(args[i], "ABORT") {
+				return ch, errf("ERR KEFIR.TX ABORT … THEN ABORT: name every handle in the first ABORT")
+			}
+			ch.then = args[j:]
+			return ch, nil
+		}
+	}
+	ch.begin = true
+	j := i + 1
+	for j < len(args) && !eq(args[j], "THEN") {
+		j++
+	}
+	ch.beginArgs = args[i+1 : j]
+	if j < len(args) {
+		ch.then = args[j:]
+		if len(ch.then) < 3 {
+			return ch, errf("ERR KEFIR.TX BEGIN … THEN takes a subcommand and the new transaction's handle")
+		}
+		if eq(ch.then[1], "BEGIN") || eq(ch.then[1], "ABORT") {
+			return ch, errf("ERR KEFIR.TX BEGIN … THEN %s: the command after THEN is one of the new transaction's", clip(ch.then[1]))
+		}
+	}
+	return ch, nil
+}
+
+// txRunChain runs a parsed chain (txChain).
+func (c *conn) txRunChain(ch txChain) error {
+	if c.itx != nil {
+		for _, e := range ch.ends {
+			h, _ := parseHandle(e) // checked by parseTxChain
+			if tx := c.itx.open[h]; tx != nil {
+				tx.mu.Lock()
+				c.txEnd(h)
+				tx.mu.Unlock()
+			}
+		}
+	}
+	switch {
+	case ch.begin:
+		return c.txBegin(ch.beginArgs, ch.then)
+	case ch.then != nil:
+		return c.txCmd(ch.then)
+	}
+	return c.w.WriteSimple("OK")
+}
+
+// txBegin runs KEFIR.TX BEGIN [SI|SERIALIZABLE] (default SERIALIZABLE), and
+// then, if not nil, the transaction's first command (txChain), whose handle
+// the new transaction takes.
+func (c *conn) txBegin(args, then [][]byte) error {
 	iso := kv.TxSerializable
 	switch {
 	case len(args) > 1:
@@ -577,6 +716,20 @@ func (c *conn) txBegin(args [][]byte) error {
 	if c.itx == nil {
 		c.itx = &itxConn{open: map[uint64]*itxn{}}
 	}
+	h := c.itx.next + 1
+	if then != nil {
+		n, err := parseHandle(then[2])
+		if err != nil {
+			return errf("ERR KEFIR.TX BEGIN … THEN %s '%s': the new transaction's handle is an integer", clip(then[1]), clip(then[2]))
+		}
+		if n <= c.itx.next {
+			// Handles only grow: a handle used before may still be named by
+			// a late command (an ABORT riding a later write), which must not
+			// reach a new transaction.
+			return errf("ERR KEFIR.TX BEGIN … THEN names handle %d: this connection has used handles up to %d, a new one must be above", n, c.itx.next)
+		}
+		h = n
+	}
 	if len(c.itx.open) >= txMaxOpen {
 		return errTxTooMany
 	}
@@ -589,14 +742,28 @@ func (c *conn) txBegin(args [][]byte) error {
 			return err // wouldWait: nothing done; a worker runs BEGIN again
 		}
 	}
-	c.itx.next++
-	c.itx.open[c.itx.next] = tx
+	prev := c.itx.next
+	c.itx.next = h
+	c.itx.open[h] = tx
 	if tx.timer == nil {
 		tx.timer = time.AfterFunc(txMaxAge, tx.expire)
 	} else {
 		tx.timer.Reset(txMaxAge) // stopped before it fired (txEnd)
 	}
-	return c.w.WriteInt(int64(c.itx.next))
+	if then == nil {
+		return c.w.WriteInt(int64(h))
+	}
+	err := c.txCmd(then)
+	if c.wouldWait {
+		// The first command must wait (on an event loop): undone, so that
+		// the worker that runs the whole chain again finds it as it was.
+		tx.mu.Lock()
+		c.txEnd(h)
+		tx.mu.Unlock()
+		c.itx.next = prev
+		return nil
+	}
+	return err
 }
 
 // take is a transaction for BEGIN: one of the connection's ended ones
