@@ -1,7 +1,6 @@
 package client
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -695,16 +694,8 @@ func (p *txConns) dial(ctx context.Context, c *Client, hint *string) (*conn, err
 // (Tx.noteSlot). Asked once per transaction connection; false if the node
 // does not say.
 func oneGroup(ctx context.Context, cn *conn) bool {
-	r := newCall(replyBulk, false, nil, nil)
-	r.allowRedirect = false
-	r.cmd = append(r.cmd, arg{s: "INFO"}, arg{s: "cluster"})
-	owned, err := cn.do(ctx, r)
-	if !owned {
-		return false
-	}
-	one := err == nil && bytes.Contains(r.val, []byte("cluster_enabled:0"))
-	putRequest(r)
-	return one
+	enabled, known := clusterEnabled(ctx, cn)
+	return known && !enabled
 }
 
 // put ends a transaction's use of cn: a connection the pool does not keep
