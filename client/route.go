@@ -268,6 +268,10 @@ func (r *router) install(m *slotMap) {
 
 func (r *router) close() {
 	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return
+	}
 	r.closed = true
 	close(r.stop)
 	nodes := make([]*pool, 0, len(r.nodes))
