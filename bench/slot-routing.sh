@@ -10,11 +10,11 @@
 # Per run: throughput, p50 and p99 of reads and updates, the client's CPU per op (kefir bench's
 # process_cpu_us_per_op) and the three servers' (user+system from /proc, over the run).
 #
-# Usage: bench/slot-routing.sh [-r ROUNDS] [-t 10s] [-c 16] [-n 100000] [-p 31600] [-s single|groups|both]
+# Usage: bench/slot-routing.sh [-r ROUNDS] [-t 10s] [-c 16] [-n 100000] [-p 31600] [-s single|groups|both] [-w "a c"]
 # Ports: clients PORT+1..3, peers PORT+11..13, HTTP PORT+21..23.
 set -euo pipefail
-ROUNDS=2; DURATION=10s; CLIENTS=16; RECORDS=100000; PORT=31600; SETUPS=both
-while getopts "r:t:c:n:p:s:" o; do
+ROUNDS=2; DURATION=10s; CLIENTS=16; RECORDS=100000; PORT=31600; SETUPS=both; WORKLOADS="a c"
+while getopts "r:t:c:n:p:s:w:" o; do
 	case $o in
 	r) ROUNDS=$OPTARG ;;
 	t) DURATION=$OPTARG ;;
@@ -22,6 +22,7 @@ while getopts "r:t:c:n:p:s:" o; do
 	n) RECORDS=$OPTARG ;;
 	p) PORT=$OPTARG ;;
 	s) SETUPS=$OPTARG ;;
+	w) WORKLOADS=$OPTARG ;;
 	*) sed -n '2,14p' "$0" >&2; exit 2 ;;
 	esac
 done
@@ -100,7 +101,7 @@ run_setup() { # LABEL GROUPS
 		--load --duration 1s --progress=false >/dev/null 2>&1
 	for r in $(seq "$ROUNDS"); do
 		echo "== $label, round $r ($(date -u +%H:%M:%S), load $(cut -d' ' -f1 /proc/loadavg))"
-		for w in a c; do
+		for w in $WORKLOADS; do
 			if [ $((r % 2)) -eq 1 ]; then order="on off"; else order="off on"; fi
 			for m in $order; do bench "$label" "$w" "$m"; done
 		done
