@@ -82,7 +82,10 @@ func WithRetryUnavailable(d time.Duration) Option {
 // reads always go the leader's way. Against a group without --follower-reads,
 // followers redirect every cross-client-monotonic read, so two thirds of them
 // (with three addresses) pay a second round trip: turn this off there if
-// those reads dominate.
+// those reads dominate. In a cluster of several groups (WithCluster) the reads
+// of a key are spread over the members of its group instead, and
+// cross-client-monotonic ones go to its leader (a cluster's followers do not
+// serve them).
 func WithReplicaReads(on bool) Option { return func(o *options) { o.leaderReadsOnly = !on } }
 
 // maxMoves bounds how many -MOVED redirects one call follows.
