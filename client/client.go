@@ -35,6 +35,9 @@ type options struct {
 	nilext *nilextOptions
 	// leaderReadsOnly turns off spreading replicaReads over the addresses.
 	leaderReadsOnly bool
+	// cluster: route by slot (1), never (-1), or as INFO cluster says (0;
+	// WithCluster, route.go).
+	cluster int8
 }
 
 // WithPassword authenticates every connection with AUTH.
@@ -79,7 +82,10 @@ func WithRetryUnavailable(d time.Duration) Option {
 // reads always go the leader's way. Against a group without --follower-reads,
 // followers redirect every cross-client-monotonic read, so two thirds of them
 // (with three addresses) pay a second round trip: turn this off there if
-// those reads dominate.
+// those reads dominate. In a cluster of several groups (WithCluster) the reads
+// of a key are spread over the members of its group instead, and
+// cross-client-monotonic ones go to its leader (a cluster's followers do not
+// serve them).
 func WithReplicaReads(on bool) Option { return func(o *options) { o.leaderReadsOnly = !on } }
 
 // maxMoves bounds how many -MOVED redirects one call follows.
@@ -109,15 +115,16 @@ func WithDurability(d Durability) CallOption {
 // Client is a connection pool to a Kefir node. It is safe for concurrent use;
 // concurrent calls share connections by pipelining.
 type Client struct {
-	addrs  []string
+	// pool is the client's own connections (pool.go): to the leader of a
+	// single group, found from the addresses given to Dial; in a cluster,
+	// for the calls that name no key (Ping, Scan).
+	pool
 	opts   options
-	slots  []slot
-	next   atomic.Uint32
 	closed atomic.Bool
-	// leader is the node the last -MOVED named (nil: none known). Slots whose
-	// connection goes elsewhere move to it on their next call.
-	leader atomic.Pointer[string]
-	nx     *nilextPath // nil unless WithNilext
+	// rt routes keyed calls by their slot in a cluster (route.go); nil for
+	// a single group.
+	rt *router
+	nx *nilextPath // nil unless WithNilext
 	// lanes give every write its request id (lanes.go).
 	lanes lanes.Pool
 
@@ -130,59 +137,6 @@ type Client struct {
 	rnext    atomic.Uint32
 	// txs are the connections transactions run on (txn.go).
 	txs txConns
-}
-
-type slot struct {
-	mu sync.Mutex // serialises dialing for this slot
-	c  *conn
-	// calls counts the calls in progress on this slot, dialing included
-	// (pick); failedAt is when its last dial failed (unix nanoseconds, 0:
-	// it did not).
-	calls    atomic.Int32
-	failedAt atomic.Int64
-	live     atomic.Bool // its connection worked at its last use (connFor)
-}
-
-// slotFailPause is how long pick avoids a slot whose dial failed while
-// another slot may serve: an idle-looking slot that cannot connect would
-// otherwise draw every call (a server at its connection limit, a node down).
-const slotFailPause = time.Second
-
-// pick returns the slot for a call's first attempt: the one with the fewest
-// calls in progress, ties going round robin from next, passing over slots
-// whose dial failed within slotFailPause. A server answers a connection's
-// pipelined commands in order, so one slow command — a sync write waiting
-// for its fsync, a read waiting for durability — holds every reply behind
-// it; round robin sends 1/n of new calls onto that queue, while the least
-// busy connection is usually one that is not stuck. (A call whose caller
-// gave up no longer counts, though its command may still be queued.)
-func (c *Client) pick() int {
-	n := len(c.slots)
-	start := int((c.next.Add(1) - 1) % uint32(n))
-	var now int64 // read only if a slot failed: every call passes here
-	best, bestCalls := -1, int32(0)
-	for k := 0; k < n; k++ {
-		i := (start + k) % n
-		sl := &c.slots[i]
-		if f := sl.failedAt.Load(); f != 0 {
-			if now == 0 {
-				now = time.Now().UnixNano()
-			}
-			if now-f < int64(slotFailPause) {
-				continue
-			}
-		}
-		if v := sl.calls.Load(); best < 0 || v < bestCalls {
-			best, bestCalls = i, v
-			if v == 0 {
-				break
-			}
-		}
-	}
-	if best < 0 {
-		return start // every slot failed lately: try again in turn
-	}
-	return best
 }
 
 // replicaSlot is a connection to one fixed address. Calls load cur without
@@ -217,7 +171,8 @@ func Dial(ctx context.Context, addrs []string, opts ...Option) (*Client, error) 
 	if o.username != "" && o.password == "" {
 		return nil, errors.New("kefir: WithUser needs WithPassword")
 	}
-	c := &Client{addrs: append([]string(nil), addrs...), opts: o, slots: make([]slot, o.poolSize)}
+	c := &Client{opts: o}
+	c.pool.init(c, append([]string(nil), addrs...), o.poolSize, false)
 	if len(c.addrs) > 1 && !o.leaderReadsOnly {
 		c.replicas = make([]replicaSlot, len(c.addrs)*o.poolSize)
 		for i := range c.replicas {
@@ -228,6 +183,10 @@ func Dial(ctx context.Context, addrs []string, opts ...Option) (*Client, error) 
 		c.nx = newNilextPath(c, *o.nilext)
 	}
 	if _, err := c.conn(ctx, &c.slots[0]); err != nil {
+		return nil, err
+	}
+	if err := c.startRouting(ctx); err != nil {
+		c.Close()
 		return nil, err
 	}
 	return c, nil
@@ -242,8 +201,9 @@ func (c *Client) Close() error {
 	if c.nx != nil {
 		c.nx.close()
 	}
-	for i := range c.slots {
-		c.slots[i].close()
+	c.pool.close()
+	if c.rt != nil {
+		c.rt.close()
 	}
 	for i := range c.replicas {
 		r := &c.replicas[i]
@@ -264,95 +224,13 @@ func (s *slot) close() {
 	s.mu.Unlock()
 }
 
-// connFor returns slot i's connection with the slot's call count raised
-// (the caller lowers it when the call ends). If slot i cannot connect, it is
-// marked failed (pick then passes it over for a while) and a slot whose
-// connection was live at its last use serves instead, if there is one:
-// another connection of the pool may well work while this one cannot be
-// opened (a server at its connection limit). Slots never dialed or failed
-// are not tried here, so an unreachable cluster costs one dial per call.
-func (c *Client) connFor(ctx context.Context, i int) (*slot, *conn, error) {
-	sl := &c.slots[i]
-	cn, err := c.use(ctx, sl)
-	if err == nil || errors.Is(err, ErrAuth) || errors.Is(err, ErrClosed) {
-		return sl, cn, err
-	}
-	for k := 1; k < len(c.slots); k++ {
-		if alt := &c.slots[(i+k)%len(c.slots)]; alt.live.Load() {
-			if acn, aerr := c.use(ctx, alt); aerr == nil {
-				return alt, acn, nil
-			}
-		}
-	}
-	return sl, nil, err
-}
-
-// use returns slot sl's connection with the slot's call count raised, and
-// records whether it could connect (live, failedAt).
-func (c *Client) use(ctx context.Context, sl *slot) (*conn, error) {
-	sl.calls.Add(1)
-	cn, err := c.conn(ctx, sl)
-	if err != nil {
-		sl.calls.Add(-1)
-		sl.failedAt.Store(time.Now().UnixNano())
-		sl.live.Store(false)
-		return nil, err
-	}
-	// Loads first: every call passes here, and a store each time would bounce
-	// the slot's cache line between the callers' cores for nothing.
-	if sl.failedAt.Load() != 0 {
-		sl.failedAt.Store(0)
-	}
-	if !sl.live.Load() {
-		sl.live.Store(true)
-	}
-	return cn, nil
-}
-
-// conn returns slot s's connection, dialing it if it is missing or dead.
-func (c *Client) conn(ctx context.Context, s *slot) (*conn, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if c.closed.Load() {
-		return nil, ErrClosed
-	}
-	hint := c.leader.Load()
-	if s.c != nil && s.c.healthy() && (hint == nil || s.c.addr == *hint) {
-		return s.c, nil
-	}
-	if hint != nil {
-		cn, err := c.dial(ctx, *hint)
-		if err == nil {
-			if s.c != nil {
-				s.c.closeWhenIdle()
-			}
-			s.c = cn
-			return cn, nil
-		}
-		if errors.Is(err, ErrAuth) {
-			return nil, err
-		}
-		c.leader.CompareAndSwap(hint, nil) // it is gone; find another node
-	}
-	if s.c != nil && s.c.healthy() {
-		return s.c, nil
-	}
-	var errs []error
-	for _, addr := range c.addrs {
-		cn, err := c.dial(ctx, addr)
-		if err == nil {
-			s.c = cn
-			return cn, nil
-		}
-		if errors.Is(err, ErrAuth) {
-			return nil, err
-		}
-		errs = append(errs, err)
-	}
-	return nil, fmt.Errorf("%w: %w", ErrUnavailable, errors.Join(errs...))
-}
-
 func (c *Client) dial(ctx context.Context, addr string) (*conn, error) {
+	return c.dialAs(ctx, addr, false)
+}
+
+// dialAs dials addr; aware: the connection says READWRITE first, which makes
+// it a cluster client's at the server (pool.aware).
+func (c *Client) dialAs(ctx context.Context, addr string, aware bool) (*conn, error) {
 	dctx, cancel := context.WithTimeout(ctx, c.opts.dialTimeout)
 	defer cancel()
 	var nc net.Conn
@@ -386,6 +264,19 @@ func (c *Client) dial(ctx context.Context, addr string) (*conn, error) {
 	}
 	cn := newConn(nc, rd)
 	cn.addr = addr
+	if aware {
+		r := newCall(replyStatus, false, nil, nil)
+		r.allowRedirect = false
+		r.cmd = append(r.cmd, arg{s: "READWRITE"})
+		owned, err := cn.do(dctx, r)
+		if owned {
+			putRequest(r)
+		}
+		if err != nil {
+			cn.close()
+			return nil, fmt.Errorf("%s: READWRITE: %w", addr, err)
+		}
+	}
 	return cn, nil
 }
 
@@ -499,6 +390,28 @@ func (c *Client) doReplica(ctx context.Context, req *request) (done, owned bool,
 		return false, true, nil
 	}
 	owned, err = cn.do(ctx, req)
+	return c.replicaOutcome(ctx, req, owned, err, true)
+}
+
+// doReplicaAt is doReplica at the node of pool p: a member of a cluster's
+// group (route.go). A -MOVED names the group's leader, where the read goes
+// next by the map anyway.
+func (c *Client) doReplicaAt(ctx context.Context, req *request, p *pool) (done, owned bool, err error) {
+	sl, cn, err := p.connFor(ctx, p.pick())
+	if err != nil {
+		if errors.Is(err, ErrAuth) || errors.Is(err, ErrClosed) {
+			return true, true, err
+		}
+		return false, true, nil
+	}
+	owned, err = cn.do(ctx, req)
+	sl.calls.Add(-1)
+	return c.replicaOutcome(ctx, req, owned, err, false)
+}
+
+// replicaOutcome settles a replica read's attempt (doReplica); learn: a
+// -MOVED's leader is remembered for the client's own pool.
+func (c *Client) replicaOutcome(ctx context.Context, req *request, owned bool, err error, learn bool) (done, owned2 bool, err2 error) {
 	if !owned {
 		var ab errAbandoned
 		if !errors.As(err, &ab) {
@@ -511,7 +424,7 @@ func (c *Client) doReplica(ctx context.Context, req *request) (done, owned bool,
 	case err == nil:
 		return true, true, nil
 	case errors.As(err, &se) && se.Prefix == "MOVED":
-		if addr := strings.TrimSpace(strings.TrimPrefix(se.Msg, "MOVED")); addr != "" {
+		if addr := lastWord(se.Msg); learn && addr != "" {
 			c.leader.Store(&addr)
 		}
 	case errors.As(err, &se) && se.Prefix == "UNAVAILABLE":
@@ -549,27 +462,60 @@ func (c *Client) do(ctx context.Context, req *request) (owned bool, err error) {
 			}
 		}()
 	}
-	if len(c.replicas) > 0 && replicaRead(req) {
+	// p is where the call goes: the client's own pool, or in a cluster its
+	// key's group's leader's (route.go), which the map alone changes: a
+	// -MOVED or -ASK sends this call alone elsewhere (p, ask).
+	p, slot := &c.pool, -1
+	if c.rt != nil {
+		if key, ok := routeKey(req); ok {
+			slot = int(keySlot(key))
+			p = c.rt.route(slot)
+			if !c.opts.leaderReadsOnly && clusterReplicaRead(req) {
+				if rp := c.rt.replica(slot); rp != nil && rp != p {
+					if done, owned, err := c.doReplicaAt(ctx, req, rp); done {
+						return owned, err
+					}
+				}
+			}
+		}
+	}
+	if slot < 0 && len(c.replicas) > 0 && replicaRead(req) {
 		if done, owned, err := c.doReplica(ctx, req); done {
 			return owned, err
 		}
 	}
-	start := c.pick() // slot 0, dialed by Dial, serves the first call
+	ask := ""         // -ASK's node: the next attempt goes there, after ASKING
+	start := p.pick() // slot 0, dialed by Dial, serves the first call
 	retries := 0      // attempts whose request may have reached a server
 	moves := 0
 	maybeApplied := false // an earlier attempt of this write may have executed
 	var began time.Time
 	backoff := 5 * time.Millisecond
 	for attempt := 0; ; attempt++ {
-		sl, cn, err := c.connFor(ctx, (start+attempt)%len(c.slots))
-		if err != nil {
-			if req.sent && req.write {
-				err = fmt.Errorf("%w: retry failed: %w", ErrUnknownOutcome, err)
+		var owned bool
+		var err error
+		if ask != "" {
+			owned, err = c.rt.asking(ctx, req, ask)
+			ask = ""
+		} else {
+			sl, cn, cerr := p.connFor(ctx, (start+attempt)%len(p.slots))
+			if cerr != nil && p != &c.pool && !errors.Is(cerr, ErrAuth) && !errors.Is(cerr, ErrClosed) {
+				// The map's node cannot be reached (it died, or moved): ask
+				// for a new map, and this attempt goes through the
+				// addresses given to Dial, whose nodes forward or redirect.
+				c.rt.refreshSoon("")
+				p = &c.pool
+				sl, cn, cerr = p.connFor(ctx, (start+attempt)%len(p.slots))
 			}
-			return true, err
+			if cerr != nil {
+				if req.sent && req.write {
+					cerr = fmt.Errorf("%w: retry failed: %w", ErrUnknownOutcome, cerr)
+				}
+				return true, cerr
+			}
+			owned, err = cn.do(ctx, req)
+			sl.calls.Add(-1)
 		}
-		owned, err := cn.do(ctx, req)
-		sl.calls.Add(-1)
 		if !owned {
 			var ab errAbandoned
 			if !errors.As(err, &ab) {
@@ -600,8 +546,22 @@ func (c *Client) do(ctx context.Context, req *request) (owned bool, err error) {
 					}
 					backoff = min(2*backoff, 200*time.Millisecond)
 				}
-				addr := strings.TrimSpace(strings.TrimPrefix(se.Msg, "MOVED"))
-				c.leader.Store(&addr)
+				addr := lastWord(se.Msg)
+				if slot >= 0 {
+					// This call alone goes there; the map, fetched anew,
+					// moves the routes (a leader change, a slot move).
+					c.rt.refreshSoon(addr)
+					p = c.rt.node(addr)
+				} else {
+					c.leader.Store(&addr)
+				}
+				req.state, req.err = stateNew, nil
+				continue
+			case se.Prefix == "ASK" && slot >= 0 && moves < maxMoves:
+				// A slot in migration: this call once at the importing
+				// node, after ASKING; the map stays (Redis Cluster's rule).
+				moves++
+				ask = lastWord(se.Msg)
 				req.state, req.err = stateNew, nil
 				continue
 			case se.Prefix == "UNAVAILABLE" && c.opts.retryUnavailable > 0:
@@ -612,13 +572,20 @@ func (c *Client) do(ctx context.Context, req *request) (owned bool, err error) {
 					began = time.Now()
 				}
 				if time.Since(began) < c.opts.retryUnavailable {
-					c.leader.Store(nil) // whoever said so is no longer sure who leads
+					if slot < 0 {
+						c.leader.Store(nil) // whoever said so is no longer sure who leads
+					} else {
+						c.rt.refreshSoon("")
+					}
 					select {
 					case <-time.After(backoff):
 					case <-ctx.Done():
 						return true, ctxError(ctx.Err(), req.write && (req.sent || maybeApplied))
 					}
 					backoff = min(2*backoff, 200*time.Millisecond)
+					if slot >= 0 {
+						p = c.rt.route(slot)
+					}
 					req.state, req.err = stateNew, nil
 					continue
 				}
@@ -658,6 +625,13 @@ func (c *Client) do(ctx context.Context, req *request) (owned bool, err error) {
 				}
 			}
 			if ctx.Err() == nil && retry {
+				if slot >= 0 {
+					// Its node may be gone: a new map may route elsewhere.
+					if sentNow {
+						c.rt.refreshSoon("")
+					}
+					p = c.rt.route(slot)
+				}
 				req.state, req.err = stateNew, nil
 				continue
 			}
@@ -795,6 +769,30 @@ func (c *Client) multiGet(ctx context.Context, s *Session, keys []string, opts [
 	if len(keys) == 0 {
 		return nil, nil
 	}
+	if c.rt != nil && len(keys) > 1 {
+		if parts := c.rt.splitKeys(keys); len(parts) > 1 {
+			// Keys of several slots: an MGET per slot (the server refuses
+			// one across slots), concurrently, merged in the keys' order.
+			out := make([][]byte, len(keys))
+			errs := eachPart(parts, func(idx []int) error {
+				sub := make([]string, len(idx))
+				for j, i := range idx {
+					sub[j] = keys[i]
+				}
+				vals, err := c.multiGet(ctx, s, sub, opts)
+				for j, i := range idx {
+					if err == nil {
+						out[i] = vals[j]
+					}
+				}
+				return err
+			})
+			if err := errors.Join(errs...); err != nil {
+				return nil, fmt.Errorf("kefir: MultiGet of %d keys in %d parts (one per slot): %w", len(keys), len(parts), err)
+			}
+			return out, nil
+		}
+	}
 	r := newCall(replyList, false, s, opts)
 	r.cmd = append(r.cmd, arg{s: "MGET"})
 	for _, k := range keys {
@@ -820,6 +818,34 @@ func (c *Client) multiPut(ctx context.Context, s *Session, kvs []KV, opts []Call
 	}
 	if len(kvs) == 0 {
 		return nil
+	}
+	if c.rt != nil && len(kvs) > 1 {
+		keys := make([]string, len(kvs))
+		for i := range kvs {
+			keys[i] = kvs[i].Key
+		}
+		if parts := c.rt.splitKeys(keys); len(parts) > 1 {
+			// Keys of several slots: an MSET per slot, concurrently, each
+			// atomic and applied at most once (a request id of its own);
+			// the whole is not atomic (Txn is).
+			errs := eachPart(parts, func(idx []int) error {
+				sub := make([]KV, len(idx))
+				for j, i := range idx {
+					sub[j] = kvs[i]
+				}
+				return c.multiPut(ctx, s, sub, opts)
+			})
+			failed := 0
+			for _, e := range errs {
+				if e != nil {
+					failed++
+				}
+			}
+			if failed > 0 {
+				return fmt.Errorf("kefir: MultiPut of %d keys in %d parts (one per slot): %d failed, the others were applied: %w", len(kvs), len(parts), failed, errors.Join(errs...))
+			}
+			return nil
+		}
 	}
 	if s == nil && c.nx != nil {
 		if done, err := c.nx.write(ctx, kvs, opts); done {

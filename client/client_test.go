@@ -15,11 +15,14 @@ import (
 	"github.com/kefirdb/kefir/internal/testgroup"
 )
 
+// dialTest dials the fake server as a single group (WithCluster(false):
+// these tests count and gate the commands on the wire, and Dial would
+// otherwise ask INFO cluster first; TestDialAsksInfoClusterOnce checks that).
 func dialTest(t *testing.T, s *testServer, opts ...Option) *Client {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c, err := Dial(ctx, s.addr(), opts...)
+	c, err := Dial(ctx, s.addr(), append([]Option{WithCluster(false)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,18 @@
 // retrying through a leader change (-UNAVAILABLE no leader) for a while; a
 // write whose fate that change left open returns ErrUnknownOutcome.
 //
+// A cluster of several groups (docs/cluster.md, "The Go client"): Dial asks the
+// node INFO cluster, and at a node of a cluster (cluster_enabled:1) the client
+// routes by slot as a Redis Cluster client does. It keeps the slot map (CLUSTER
+// SLOTS and its epoch) and a pool per node, sends each call that names a key to
+// its group's leader (reads any replica may serve to the group's members), and
+// on -MOVED sends that call to the node named and reads the map again: the map
+// alone moves routes, so one group's redirect never moves another group's
+// calls. -ASK sends its call once, after ASKING. MultiGet and MultiPut of keys
+// of several slots are split by slot and merged (each slot's part atomic, the
+// whole not). Ping, Scan and Txn use the addresses given to Dial, whose nodes
+// merge scans and find a transaction's groups. WithCluster forces either way.
+//
 // Nilext fast path (experimental): with WithNilext, against a group running
 // kefir server --nilext, Put and MultiPut outside a Session are sent by the
 // client to every replica and complete in one round trip on a supermajority

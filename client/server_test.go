@@ -42,6 +42,15 @@ type testServer struct {
 	// hook, if set, runs before each command (after KEFIR.CALL is unwrapped) and
 	// decides what happens to it.
 	hook func(h hookInfo) action
+	// slots, if set, makes the server a cluster node (INFO cluster says
+	// cluster_enabled:1) whose CLUSTER SLOTS is slots and CLUSTER INFO's
+	// epoch epoch; redirect, if set, may answer a command (after KEFIR.CALL
+	// is unwrapped) with an error reply instead of running it, given
+	// whether the connection's previous command was ASKING.
+	slots    resp.Value
+	epoch    uint64
+	redirect func(argv []string, asking bool) (resp.Value, bool)
+	asking   map[int]bool // by connection index: its last command was ASKING
 }
 
 type tableEntry struct {
@@ -254,6 +263,20 @@ func (s *testServer) call(argv [][]byte, connIdx int) (resp.Value, action) {
 		inner = words[i+1:]
 	}
 
+	if strings.EqualFold(inner[0], "ASKING") {
+		if s.asking == nil {
+			s.asking = map[int]bool{}
+		}
+		s.asking[connIdx] = true
+		return simple("OK"), actReply
+	}
+	asking := s.asking[connIdx]
+	delete(s.asking, connIdx)
+	if s.redirect != nil {
+		if e, ok := s.redirect(inner, asking); ok {
+			return e, actReply
+		}
+	}
 	act := actReply
 	if s.hook != nil {
 		hook := s.hook
@@ -297,6 +320,21 @@ func (s *testServer) exec(w []string) resp.Value {
 	switch name {
 	case "PING":
 		return simple("PONG")
+	case "READWRITE", "READONLY":
+		return simple("OK")
+	case "INFO":
+		if s.slots.Kind == 0 {
+			return errv("ERR unknown command 'INFO'")
+		}
+		return bulk([]byte("# Cluster\r\ncluster_enabled:1\r\n"))
+	case "CLUSTER":
+		if s.slots.Kind == 0 {
+			return errv("ERR unknown command 'CLUSTER'")
+		}
+		if strings.EqualFold(w[1], "INFO") {
+			return bulk([]byte("cluster_state:ok\r\ncluster_current_epoch:" + strconv.FormatUint(s.epoch, 10) + "\r\n"))
+		}
+		return s.slots
 	case "GET":
 		if strings.HasPrefix(w[1], "reply-error:") {
 			return errv(strings.TrimPrefix(w[1], "reply-error:"))

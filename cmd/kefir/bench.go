@@ -38,6 +38,7 @@ type benchFlags struct {
 	seed                    uint64
 	progress                bool
 	interval                time.Duration
+	cluster                 string
 }
 
 const benchUsage = `Usage: kefir bench [options]
@@ -90,6 +91,7 @@ func parseBenchFlags(args []string, getenv func(string) string, stderr io.Writer
 	fs.StringVar(&f.consistency, "consistency", "", "read consistency (linearizable, cross-client-monotonic, session, bounded(N), bounded(DURATION), eventual); empty: the server's default")
 	fs.StringVar(&f.durability, "durability", "", "write durability (sync, cad, async); empty: the server's default")
 	fs.Float64Var(&f.rate, "rate", 0, "total offered operations per second (open loop); 0: closed loop, as fast as the clients go")
+	fs.StringVar(&f.cluster, "cluster", "auto", "route calls by key slot to each group's leader: auto (when the node is of a cluster of several groups), on, off (send them to --addr, whose nodes forward)")
 	fs.BoolVar(&f.json, "json", false, "print the result as JSON on stdout")
 	fs.BoolVar(&f.tls, "tls", false, "connect with TLS")
 	fs.BoolVar(&f.insecure, "tls-insecure", false, "with --tls, do not verify the server certificate")
@@ -141,6 +143,8 @@ func parseBenchFlags(args []string, getenv func(string) string, stderr io.Writer
 		return nil, fmt.Errorf("--rate %v: beyond nanosecond pacing of %d clients", f.rate, f.clients)
 	case f.insecure && !f.tls:
 		return nil, errors.New("--tls-insecure needs --tls")
+	case f.cluster != "auto" && f.cluster != "on" && f.cluster != "off":
+		return nil, fmt.Errorf("--cluster %q: want auto, on or off", f.cluster)
 	}
 	w.RecordCount, w.ValueSize = *records, *valueSize
 	f.workload = w
@@ -213,7 +217,7 @@ func bench(ctx context.Context, f *benchFlags, stdout, stderr io.Writer) error {
 		Consistency: f.cons, Durability: f.dur,
 		// Through a leader change calls retry, as an application's would; the stall
 		// shows as latency rather than as errors.
-		RetryUnavailable: 5 * time.Second}
+		RetryUnavailable: 5 * time.Second, Cluster: f.cluster}
 	if f.tls {
 		cfg.TLS = &tls.Config{InsecureSkipVerify: f.insecure}
 	}

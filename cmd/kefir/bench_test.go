@@ -52,6 +52,7 @@ func TestBenchRefusesBadFlags(t *testing.T) {
 		{[]string{"--pool", "0"}, "--pool"},
 		{[]string{"--interval", "0s"}, "--interval"},
 		{[]string{"--tls-insecure"}, "--tls"},
+		{[]string{"--cluster", "maybe"}, "--cluster"},
 		{[]string{"a"}, "unexpected argument"},
 	} {
 		var stdout, stderr bytes.Buffer
@@ -68,11 +69,11 @@ func TestBenchRefusesBadFlags(t *testing.T) {
 		t.Errorf("kefir bench --help: exit %d, %q", code, stderr.String())
 	}
 	f, err := parseBenchFlags([]string{"--addr", "h1:1, h2:2", "--workload", "E", "--records", "77", "--value-size", "10",
-		"--durability", "cad", "--consistency", "session"}, func(string) string { return "" }, &stderr)
+		"--durability", "cad", "--consistency", "session", "--cluster", "off"}, func(string) string { return "" }, &stderr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(f.addrs) != 2 || f.addrs[1] != "h2:2" || f.workload.Name != "e" || f.workload.RecordCount != 77 || f.workload.ValueSize != 10 || f.workload.ScanProportion != 0.95 {
+	if len(f.addrs) != 2 || f.addrs[1] != "h2:2" || f.workload.Name != "e" || f.workload.RecordCount != 77 || f.workload.ValueSize != 10 || f.workload.ScanProportion != 0.95 || f.cluster != "off" {
 		t.Errorf("parsed %+v", f)
 	}
 }

@@ -29,6 +29,10 @@ type Config struct {
 	// (client.WithRetryUnavailable), as an application would; the stall then shows as
 	// latency. A write whose outcome the change left open still fails (and is counted).
 	RetryUnavailable time.Duration
+	// Cluster: "on" or "off" routes calls by slot or not whatever the
+	// nodes are (client.WithCluster); "" (auto): by slot against a cluster
+	// of several groups, as the client does by default.
+	Cluster string
 }
 
 // Driver is a driver whose clients share one client.Client (it pipelines concurrent
@@ -50,6 +54,13 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 	}
 	if cfg.TLS != nil {
 		opts = append(opts, client.WithTLS(cfg.TLS))
+	}
+	switch cfg.Cluster {
+	case "", "auto":
+	case "on", "off":
+		opts = append(opts, client.WithCluster(cfg.Cluster == "on"))
+	default:
+		return nil, fmt.Errorf("kefir: cluster routing %q: want auto, on or off", cfg.Cluster)
 	}
 	c, err := client.Dial(ctx, cfg.Addrs, opts...)
 	if err != nil {
