@@ -129,12 +129,19 @@ func clusterEnabled(ctx context.Context, cn *conn) (enabled, known bool) {
 		return false, false
 	}
 	defer putRequest(r)
-	switch {
-	case err != nil:
+	if err != nil {
 		return false, false
-	case bytes.Contains(r.val, []byte("cluster_enabled:1")):
+	}
+	return clusterEnabledIn(r.val)
+}
+
+// clusterEnabledIn reads cluster_enabled from an INFO cluster reply (known
+// false if it does not say).
+func clusterEnabledIn(info []byte) (enabled, known bool) {
+	switch {
+	case bytes.Contains(info, []byte("cluster_enabled:1")):
 		return true, true
-	case bytes.Contains(r.val, []byte("cluster_enabled:0")):
+	case bytes.Contains(info, []byte("cluster_enabled:0")):
 		return false, true
 	}
 	return false, false

@@ -1,7 +1,6 @@
 package client
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -810,7 +809,10 @@ func probeTx(ctx context.Context, cn *conn) (oneGroup, then bool) {
 	if err := pipeline(ctx, cn, nil, info, feat); err != nil {
 		return false, false // cn is closed or broken: its requests are not returned
 	}
-	oneGroup = info.err == nil && bytes.Contains(info.val, []byte("cluster_enabled:0"))
+	if info.err == nil {
+		enabled, known := clusterEnabledIn(info.val)
+		oneGroup = known && !enabled
+	}
 	then = feat.err == nil && slices.ContainsFunc(feat.list, func(w []byte) bool { return string(w) == "THEN" })
 	putRequest(info)
 	putRequest(feat)
