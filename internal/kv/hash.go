@@ -435,13 +435,24 @@ func ReplayReadsOwnRecord(k Kind, meta []byte) bool {
 // of cross-group transactions applies as in Apply (txLockGate) unless
 // o.NoTxLocks.
 func ApplyHash(get Getter, has Prober, version uint64, op *Op, emit Emit, o ApplyOptions) (res Result, err error) {
+	err = ApplyHashTo(get, has, version, op, emit, o, &res)
+	return res, err
+}
+
+// ApplyHashTo is ApplyHash with its result written in *res (zero on
+// entry), not returned: the single node's writer passes its request's
+// own Result, where each return of the 96-byte Result (ApplyHash's, then
+// the writer's apply's, then its assignment) copied it once more, ~40
+// instructions of a pipelined HSET (docs/design/hashes.md, "Pipelined,
+// session 28").
+func ApplyHashTo(get Getter, has Prober, version uint64, op *Op, emit Emit, o ApplyOptions, res *Result) (err error) {
 	if !o.NoTxLocks {
-		if res, err, locked := txLockGate(get, op); locked {
-			return res, err
+		if r, err, locked := txLockGate(get, op); locked {
+			*res = r
+			return err
 		}
 	}
-	err = applyHashTo(get, has, version, op, emit, o, &res)
-	return res, err
+	return applyHashTo(get, has, version, op, emit, o, res)
 }
 
 // applyHash is ApplyHash past the lock gate (its callers in this package

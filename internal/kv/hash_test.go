@@ -250,3 +250,31 @@ func TestHashCheckSizes(t *testing.T) {
 		}
 	}
 }
+
+// CheckSizes's one-field HSET path agrees with its loop, which an HSET of
+// the same field twice takes (the same sizes, in the same order), at every
+// length of key, field and value around the limits: it fails if the path
+// forgets a limit, the row key's overhead, or is off by one at one.
+func TestCheckSizesOfOneFieldHSetAgreesWithTheLoop(t *testing.T) {
+	const maxKey, maxVal = 40, 12
+	buf := make([]byte, maxKey+2)
+	n := 0
+	for k := maxKey - 2; k <= maxKey+1; k++ {
+		for f := maxKey - HashRowOverhead - 2; f <= maxKey-HashRowOverhead+1; f++ {
+			for v := maxVal - 2; v <= maxVal+1; v++ {
+				one := Op{Kind: KindHSet, Key: buf[:k], Keys: [][]byte{buf[:f], buf[:v]}}
+				twice := Op{Kind: KindHSet, Key: buf[:k], Keys: [][]byte{buf[:f], buf[:v], buf[:f], buf[:v]}}
+				fast, loop := one.CheckSizes(maxKey, maxVal), twice.CheckSizes(maxKey, maxVal)
+				if (fast == nil) != (loop == nil) || (fast != nil && fast.Error() != loop.Error()) {
+					t.Errorf("key %d field %d value %d: CheckSizes = %v, the loop's %v", k, f, v, fast, loop)
+				}
+				if fast != nil {
+					n++
+				}
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no size was refused: the test checks nothing")
+	}
+}

@@ -596,8 +596,9 @@ func (s *Shard) Apply(ctx context.Context, reqs []WriteReq) (Pending, error) {
 			}
 		}
 		before := len(s.recs)
-		r.Result, r.Err = s.apply(&r.Op, ts)
+		r.Err = s.apply(&r.Op, ts, &r.Result)
 		if r.Err != nil {
+			r.Result = kv.Result{}
 			s.truncate(before)
 			continue
 		}
@@ -911,11 +912,14 @@ func (s *Shard) setMemo(key []byte, v storage.Value, ok bool) {
 
 // apply evaluates one write against the current state (kv.Apply) and stages
 // its records at the next version, which it consumes only if the write wrote
-// something: every record of one write shares its version.
-func (s *Shard) apply(op *kv.Op, ts int64) (kv.Result, error) {
+// something: every record of one write shares its version. Its result goes
+// to *res (zero on entry; the caller zeroes it again on an error), the
+// request's own: a Result returned through each call was copied at each
+// (docs/design/hashes.md, "Pipelined, session 28").
+func (s *Shard) apply(op *kv.Op, ts int64, res *kv.Result) error {
 	if s.maxKey > 0 {
 		if err := op.CheckSizes(s.maxKey, s.maxVal); err != nil {
-			return kv.Result{}, err
+			return err
 		}
 	}
 	v := s.next
@@ -934,7 +938,6 @@ func (s *Shard) apply(op *kv.Op, ts int64) (kv.Result, error) {
 	s.stageTS = ts
 	// One node tracks nothing by the version of a hash's user key, so an
 	// HSET of existing fields writes only their rows (SparseHashMeta).
-	var res kv.Result
 	var err error
 	opts := kv.ApplyOptions{SparseHashMeta: true, Scratch: s.scratchFn, NoTxLocks: true}
 	switch op.Kind {
@@ -942,22 +945,22 @@ func (s *Shard) apply(op *kv.Op, ts int64) (kv.Result, error) {
 		// ApplyWithOptions sends a SET to apply: directly, the commonest
 		// write skips a call of nine arguments (~65 instructions of a
 		// pipelined SET's ~3,200; docs/design/one-house.md). HSET, the
-		// commonest hash write, alike (kv.ApplyHash). One node holds no
+		// commonest hash write, alike (kv.ApplyHashTo). One node holds no
 		// cross-group transaction's locks: ApplyLockFree and NoTxLocks
 		// skip the lock rule's lookup.
-		res, err = kv.ApplyLockFree(get, v, op, s.maxVal, s.stageFn)
+		*res, err = kv.ApplyLockFree(get, v, op, s.maxVal, s.stageFn)
 	case kv.KindHSet:
-		res, err = kv.ApplyHash(get, s.hasFn, v, op, s.stageFn, opts)
+		err = kv.ApplyHashTo(get, s.hasFn, v, op, s.stageFn, opts, res)
 	default:
-		res, err = kv.ApplyWithOptions(get, list, s.hasFn, v, op, s.maxVal, s.stageFn, opts)
+		*res, err = kv.ApplyWithOptions(get, list, s.hasFn, v, op, s.maxVal, s.stageFn, opts)
 	}
 	if err != nil {
-		return kv.Result{}, err // the caller drops what was staged
+		return err // the caller drops what was staged, and the result
 	}
 	if len(s.recs) > before {
 		s.next++
 	}
-	return res, nil
+	return nil
 }
 
 // stager returns apply's kv.Emit (stageFn): it stages a record of the
