@@ -352,15 +352,34 @@ type hashRow struct{ key, value []byte }
 // an HSET's records then cost one allocation, not one per key.
 type rowKeys struct{ buf []byte }
 
-func newRowKeys(fields [][]byte, step int, scratch func(int) []byte) rowKeys {
+func newRowKeys(fields [][]byte, step int, scratch *[]byte) rowKeys {
 	n := hashMetaMax
 	for i := 0; i < len(fields); i += step {
 		n += len(hashRows) + 8 + len(fields[i])
 	}
+	return rowKeysOf(n, scratch)
+}
+
+// rowKeysOf is newRowKeys of n bytes.
+func rowKeysOf(n int, scratch *[]byte) rowKeys {
 	if scratch != nil {
-		return rowKeys{buf: scratch(n)}
+		return rowKeys{buf: takeScratch(scratch, n)}
 	}
 	return rowKeys{buf: make([]byte, 0, n)}
+}
+
+// takeScratch takes n bytes from the end of the arena *a
+// (ApplyOptions.Scratch): length 0, capacity n. An arena without room is
+// replaced by a larger one, never grown in place: the records emitted
+// before point into the old one.
+func takeScratch(a *[]byte, n int) []byte {
+	b := *a
+	if cap(b)-len(b) < n {
+		b = make([]byte, 0, max(2*cap(b), 4<<10, n))
+	}
+	start := len(b)
+	*a = b[:start+n]
+	return b[start : start : start+n]
 }
 
 // key returns the row key of field (capacity-limited: the next key shares
@@ -524,7 +543,7 @@ func (h *hashState) set(get Getter, has Prober, version uint64, op *Op, emit Emi
 	if len(op.Keys) != 2 {
 		return h.setMany(get, has, version, op, emit, o, res)
 	}
-	keys := newRowKeys(op.Keys, 2, o.Scratch)
+	keys := rowKeysOf(hashMetaMax+len(hashRows)+8+len(op.Keys[0]), o.Scratch) // newRowKeys's sum, of one field
 	row := keys.key(h.gen, op.Keys[0])
 	exists, err := h.exists(get, has, row)
 	if err != nil {

@@ -3,6 +3,7 @@ package kv
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"reflect"
 	"testing"
 )
@@ -276,5 +277,35 @@ func TestCheckSizesOfOneFieldHSetAgreesWithTheLoop(t *testing.T) {
 	}
 	if n == 0 {
 		t.Fatal("no size was refused: the test checks nothing")
+	}
+}
+
+// takeScratch hands out room that no later take overlaps, past the
+// arena's growth: each take is filled to its capacity with its own byte
+// and read back after the last. It fails if a take's capacity runs into
+// the next, or a full arena is reused from its start instead of replaced
+// (the records emitted before point into it).
+func TestTakeScratchDoesNotOverlap(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(3, 4))
+	var arena []byte
+	var takes [][]byte
+	for i := 0; i < 2000; i++ {
+		n := 1 + rnd.IntN(300)
+		b := takeScratch(&arena, n)
+		if len(b) != 0 || cap(b) != n {
+			t.Fatalf("take %d of %d bytes: len %d cap %d", i, n, len(b), cap(b))
+		}
+		b = b[:n]
+		for j := range b {
+			b[j] = byte(i)
+		}
+		takes = append(takes, b)
+	}
+	for k, tk := range takes {
+		for _, c := range tk {
+			if c != byte(k) {
+				t.Fatalf("take %d holds %d, want %d: a later take overlapped it", k, c, byte(k))
+			}
+		}
 	}
 }

@@ -355,11 +355,10 @@ type Shard struct {
 	probeKey  []byte
 	probeHint storage.Hint
 	// scratch backs the row keys of the batch's hash writes
-	// (kv.ApplyOptions.Scratch, through scratchFn, made once at Open): like
+	// (kv.ApplyOptions.Scratch): like
 	// recs, which point into it, it is reused once the batch is appended
 	// (truncate(0)); a chunk that fills up is replaced, never grown in place.
 	scratch   []byte
-	scratchFn func(int) []byte
 	closed    bool
 	stats     Status
 
@@ -432,7 +431,7 @@ func Open(db Engine, opts Options) (*Shard, error) {
 	if c, ok := db.(changeCounter); ok {
 		s.changes = c.Changes
 	}
-	s.getFn, s.hasFn, s.stageFn, s.scratchFn = s.current, s.has, s.stager(), s.scratchBuf
+	s.getFn, s.hasFn, s.stageFn = s.current, s.has, s.stager()
 	if err := s.loadClients(); err != nil {
 		return nil, fmt.Errorf("shard: load client table: %w", err)
 	}
@@ -850,16 +849,6 @@ func (s *Shard) truncate(n int) {
 	}
 }
 
-// scratchBuf is kv.ApplyOptions.Scratch: n bytes of the batch's arena.
-func (s *Shard) scratchBuf(n int) []byte {
-	if cap(s.scratch)-len(s.scratch) < n {
-		s.scratch = make([]byte, 0, max(2*cap(s.scratch), 4<<10, n))
-	}
-	start := len(s.scratch)
-	s.scratch = s.scratch[:start+n]
-	return s.scratch[start : start : start+n]
-}
-
 // has is current for a caller that needs only whether key holds a value
 // (kv.Prober): the engine's index answers, without reading the record.
 func (s *Shard) has(key []byte) (bool, error) {
@@ -939,7 +928,7 @@ func (s *Shard) apply(op *kv.Op, ts int64, res *kv.Result) error {
 	// One node tracks nothing by the version of a hash's user key, so an
 	// HSET of existing fields writes only their rows (SparseHashMeta).
 	var err error
-	opts := kv.ApplyOptions{SparseHashMeta: true, Scratch: s.scratchFn, NoTxLocks: true}
+	opts := kv.ApplyOptions{SparseHashMeta: true, Scratch: &s.scratch, NoTxLocks: true}
 	switch op.Kind {
 	case kv.KindSet:
 		// ApplyWithOptions sends a SET to apply: directly, the commonest
