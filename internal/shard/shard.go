@@ -358,9 +358,9 @@ type Shard struct {
 	// (kv.ApplyOptions.Scratch): like
 	// recs, which point into it, it is reused once the batch is appended
 	// (truncate(0)); a chunk that fills up is replaced, never grown in place.
-	scratch   []byte
-	closed    bool
-	stats     Status
+	scratch []byte
+	closed  bool
+	stats   Status
 
 	// sweepEvery is how many writes pass between client-table expiry sweeps.
 	sweepEvery uint64
