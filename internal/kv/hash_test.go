@@ -156,6 +156,15 @@ func TestHashSemantics(t *testing.T) {
 			t.Fatalf("step %d %v %q: got %q, want %q", i, s.op.Kind, s.op.Keys, got, s.want)
 		}
 	}
+	// At its expiry's very millisecond the hash is still live (Expired:
+	// now > at): an HSET adds a field to it.
+	r.now = 2000
+	if got := show(r.write(Op{Kind: KindHSet, Key: []byte("s"), Keys: bs("h", "x")})); got != "1" {
+		t.Fatalf("HSET at the hash's expiry: %s", got)
+	}
+	if got := show(r.read(Op{Kind: KindHLen, Key: []byte("s")})); got != "3" {
+		t.Fatalf("HLEN after an HSET at the hash's expiry: %s", got)
+	}
 	// After its expiry the hash and its fields are gone, and a new hash of
 	// the name does not see them.
 	r.now = 2001
