@@ -276,9 +276,10 @@ type Shard struct {
 	// to the engine's read through a func value escapes, so a buffer on
 	// the stack would be allocated on every read anyway).
 	rowKeys sync.Pool
-	// getFn, hasFn, stageFn are current, has and stager's as func values, made
-	// once: a method value or closure made per write allocates, and these
-	// were three of an HSET's allocations.
+	// getFn, hasFn, stageFn are the closures getter, prober and stager
+	// return (current, has, stage), made once: a method value or closure
+	// made per write allocates, and these were three of an HSET's
+	// allocations.
 	getFn   kv.Getter
 	hasFn   kv.Prober
 	stageFn kv.Emit
@@ -431,7 +432,7 @@ func Open(db Engine, opts Options) (*Shard, error) {
 	if c, ok := db.(changeCounter); ok {
 		s.changes = c.Changes
 	}
-	s.getFn, s.hasFn, s.stageFn = s.current, s.has, s.stager()
+	s.getFn, s.hasFn, s.stageFn = s.getter(), s.prober(), s.stager()
 	if err := s.loadClients(); err != nil {
 		return nil, fmt.Errorf("shard: load client table: %w", err)
 	}
@@ -723,21 +724,27 @@ func (s *Shard) flush(reqs []WriteReq, p *Pending) error {
 	return nil
 }
 
-// current returns the latest value of key as the writer sees it: the newest record
-// of the chunk being built, else the engine. ok is false if missing or deleted.
-func (s *Shard) current(key []byte) (data, meta []byte, version uint64, ok bool, err error) {
-	if s.memoCur && s.memoFresh(key) {
-		return s.memo.Data, s.memo.Meta, s.memo.Version, s.memoOK, nil
+// getter returns the writer's kv.Getter (getFn), current: it returns the
+// latest value of key as the writer sees it, the newest record of the
+// chunk being built, else the engine's (ok false if missing or deleted).
+// A closure, not a method value, as stager's: the method value's wrapper
+// was ~19 instructions of each pipelined HSET's metadata read
+// (docs/design/hashes.md, "Pipelined, session 28").
+func (s *Shard) getter() kv.Getter {
+	return func(key []byte) (data, meta []byte, version uint64, ok bool, err error) {
+		if s.memoCur && s.memoFresh(key) {
+			return s.memo.Data, s.memo.Meta, s.memo.Version, s.memoOK, nil
+		}
+		if r := s.stagedRec(key); r != nil {
+			return r.Value, r.Meta, r.Version, !r.Tombstone, nil
+		}
+		data, meta, version, ok, err = s.engineGet(key)
+		if err == nil {
+			// No staged record of key (stagedRec): the engine's is current.
+			s.memoCur, s.memoN = true, len(s.recs)
+		}
+		return data, meta, version, ok, err
 	}
-	if r := s.stagedRec(key); r != nil {
-		return r.Value, r.Meta, r.Version, !r.Tombstone, nil
-	}
-	data, meta, version, ok, err = s.engineGet(key)
-	if err == nil {
-		// No staged record of key (stagedRec): the engine's is current.
-		s.memoCur, s.memoN = true, len(s.recs)
-	}
-	return data, meta, version, ok, err
 }
 
 // memoFresh reports whether the memo (memoCur) is key's current value: it
@@ -849,29 +856,33 @@ func (s *Shard) truncate(n int) {
 	}
 }
 
-// has is current for a caller that needs only whether key holds a value
-// (kv.Prober): the engine's index answers, without reading the record.
-func (s *Shard) has(key []byte) (bool, error) {
-	if r := s.stagedRec(key); r != nil {
-		return !r.Tombstone, nil
+// prober returns the writer's kv.Prober (hasFn), has: current (getter)
+// for a caller that needs only whether key holds a value, which the
+// engine's index answers without reading the record. A closure, as
+// getter's (its wrapper: ~15 instructions of a pipelined HSET's probe).
+func (s *Shard) prober() kv.Prober {
+	return func(key []byte) (bool, error) {
+		if r := s.stagedRec(key); r != nil {
+			return !r.Tombstone, nil
+		}
+		var ok bool
+		var err error
+		switch {
+		case s.sdb != nil:
+			// A direct call, as get's: not through the method value.
+			ok, s.probeHint, err = s.sdb.Probe(key)
+			s.probeKey = key
+		case s.engineHas == nil:
+			_, _, _, ok, err := s.engineGet(key)
+			return ok, err
+		default:
+			ok, err = s.engineHas(key)
+		}
+		if err != nil {
+			return false, fmt.Errorf("%w: has: %w", ErrUnavailable, err)
+		}
+		return ok, nil
 	}
-	var ok bool
-	var err error
-	switch {
-	case s.sdb != nil:
-		// A direct call, as get's: not through the method value.
-		ok, s.probeHint, err = s.sdb.Probe(key)
-		s.probeKey = key
-	case s.engineHas == nil:
-		_, _, _, ok, err := s.engineGet(key)
-		return ok, err
-	default:
-		ok, err = s.engineHas(key)
-	}
-	if err != nil {
-		return false, fmt.Errorf("%w: has: %w", ErrUnavailable, err)
-	}
-	return ok, nil
 }
 
 // engineGet is current's read of the engine (no staged record has key).
