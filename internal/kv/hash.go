@@ -296,9 +296,15 @@ func ownGen(op *Op, version, ver, gen uint64) {
 // returned: a hashState returned by value was ~25 instructions of a
 // pipelined HSET.
 func (h *hashState) read(get Getter, op *Op, version uint64) error {
-	data, meta, ver, live, _, err := lookup(get, op.Key, op.Now)
+	// lookup's read and expiry rule, without its call: the call and its
+	// six results were ~30 instructions of a pipelined HSET
+	// (docs/design/hashes.md, "Pipelined, session 28").
+	data, meta, ver, live, err := get(op.Key)
 	if err != nil {
 		return err
+	}
+	if live && Expired(meta, op.Now) {
+		live = false
 	}
 	if !live {
 		// A new hash: a generation no other hash had.
@@ -352,15 +358,34 @@ type hashRow struct{ key, value []byte }
 // an HSET's records then cost one allocation, not one per key.
 type rowKeys struct{ buf []byte }
 
-func newRowKeys(fields [][]byte, step int, scratch func(int) []byte) rowKeys {
+func newRowKeys(fields [][]byte, step int, scratch *[]byte) rowKeys {
 	n := hashMetaMax
 	for i := 0; i < len(fields); i += step {
 		n += len(hashRows) + 8 + len(fields[i])
 	}
+	return rowKeysOf(n, scratch)
+}
+
+// rowKeysOf is newRowKeys of n bytes.
+func rowKeysOf(n int, scratch *[]byte) rowKeys {
 	if scratch != nil {
-		return rowKeys{buf: scratch(n)}
+		return rowKeys{buf: takeScratch(scratch, n)}
 	}
 	return rowKeys{buf: make([]byte, 0, n)}
+}
+
+// takeScratch takes n bytes from the end of the arena *a
+// (ApplyOptions.Scratch): length 0, capacity n. An arena without room is
+// replaced by a larger one, never grown in place: the records emitted
+// before point into the old one.
+func takeScratch(a *[]byte, n int) []byte {
+	b := *a
+	if cap(b)-len(b) < n {
+		b = make([]byte, 0, max(2*cap(b), 4<<10, n))
+	}
+	start := len(b)
+	*a = b[:start+n]
+	return b[start : start : start+n]
 }
 
 // key returns the row key of field (capacity-limited: the next key shares
@@ -435,13 +460,24 @@ func ReplayReadsOwnRecord(k Kind, meta []byte) bool {
 // of cross-group transactions applies as in Apply (txLockGate) unless
 // o.NoTxLocks.
 func ApplyHash(get Getter, has Prober, version uint64, op *Op, emit Emit, o ApplyOptions) (res Result, err error) {
+	err = ApplyHashTo(get, has, version, op, emit, o, &res)
+	return res, err
+}
+
+// ApplyHashTo is ApplyHash with its result written in *res (zero on
+// entry), not returned: the single node's writer passes its request's
+// own Result, where each return of the 96-byte Result (ApplyHash's, then
+// the writer's apply's, then its assignment) copied it once more, ~40
+// instructions of a pipelined HSET (docs/design/hashes.md, "Pipelined,
+// session 28").
+func ApplyHashTo(get Getter, has Prober, version uint64, op *Op, emit Emit, o ApplyOptions, res *Result) (err error) {
 	if !o.NoTxLocks {
-		if res, err, locked := txLockGate(get, op); locked {
-			return res, err
+		if r, err, locked := txLockGate(get, op); locked {
+			*res = r
+			return err
 		}
 	}
-	err = applyHashTo(get, has, version, op, emit, o, &res)
-	return res, err
+	return applyHashTo(get, has, version, op, emit, o, res)
 }
 
 // applyHash is ApplyHash past the lock gate (its callers in this package
@@ -513,7 +549,7 @@ func (h *hashState) set(get Getter, has Prober, version uint64, op *Op, emit Emi
 	if len(op.Keys) != 2 {
 		return h.setMany(get, has, version, op, emit, o, res)
 	}
-	keys := newRowKeys(op.Keys, 2, o.Scratch)
+	keys := rowKeysOf(hashMetaMax+len(hashRows)+8+len(op.Keys[0]), o.Scratch) // newRowKeys's sum, of one field
 	row := keys.key(h.gen, op.Keys[0])
 	exists, err := h.exists(get, has, row)
 	if err != nil {

@@ -3,6 +3,7 @@ package kv
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"reflect"
 	"testing"
 )
@@ -155,6 +156,15 @@ func TestHashSemantics(t *testing.T) {
 			t.Fatalf("step %d %v %q: got %q, want %q", i, s.op.Kind, s.op.Keys, got, s.want)
 		}
 	}
+	// At its expiry's very millisecond the hash is still live (Expired:
+	// now > at): an HSET adds a field to it.
+	r.now = 2000
+	if got := show(r.write(Op{Kind: KindHSet, Key: []byte("s"), Keys: bs("h", "x")})); got != "1" {
+		t.Fatalf("HSET at the hash's expiry: %s", got)
+	}
+	if got := show(r.read(Op{Kind: KindHLen, Key: []byte("s")})); got != "3" {
+		t.Fatalf("HLEN after an HSET at the hash's expiry: %s", got)
+	}
 	// After its expiry the hash and its fields are gone, and a new hash of
 	// the name does not see them.
 	r.now = 2001
@@ -247,6 +257,64 @@ func TestHashCheckSizes(t *testing.T) {
 	} {
 		if err := c.op.CheckSizes(maxKey, maxVal); (err == nil) != c.ok {
 			t.Errorf("%v %d keys: CheckSizes = %v, want ok %v", c.op.Kind, len(c.op.Keys), err, c.ok)
+		}
+	}
+}
+
+// CheckSizes's one-field HSET path agrees with its loop, which an HSET of
+// the same field twice takes (the same sizes, in the same order), at every
+// length of key, field and value around the limits: it fails if the path
+// forgets a limit, the row key's overhead, or is off by one at one.
+func TestCheckSizesOfOneFieldHSetAgreesWithTheLoop(t *testing.T) {
+	const maxKey, maxVal = 40, 12
+	buf := make([]byte, maxKey+2)
+	n := 0
+	for k := maxKey - 2; k <= maxKey+1; k++ {
+		for f := maxKey - HashRowOverhead - 2; f <= maxKey-HashRowOverhead+1; f++ {
+			for v := maxVal - 2; v <= maxVal+1; v++ {
+				one := Op{Kind: KindHSet, Key: buf[:k], Keys: [][]byte{buf[:f], buf[:v]}}
+				twice := Op{Kind: KindHSet, Key: buf[:k], Keys: [][]byte{buf[:f], buf[:v], buf[:f], buf[:v]}}
+				fast, loop := one.CheckSizes(maxKey, maxVal), twice.CheckSizes(maxKey, maxVal)
+				if (fast == nil) != (loop == nil) || (fast != nil && fast.Error() != loop.Error()) {
+					t.Errorf("key %d field %d value %d: CheckSizes = %v, the loop's %v", k, f, v, fast, loop)
+				}
+				if fast != nil {
+					n++
+				}
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no size was refused: the test checks nothing")
+	}
+}
+
+// takeScratch hands out room that no later take overlaps, past the
+// arena's growth: each take is filled to its capacity with its own byte
+// and read back after the last. It fails if a take's capacity runs into
+// the next, or a full arena is reused from its start instead of replaced
+// (the records emitted before point into it).
+func TestTakeScratchDoesNotOverlap(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(3, 4))
+	var arena []byte
+	var takes [][]byte
+	for i := 0; i < 2000; i++ {
+		n := 1 + rnd.IntN(300)
+		b := takeScratch(&arena, n)
+		if len(b) != 0 || cap(b) != n {
+			t.Fatalf("take %d of %d bytes: len %d cap %d", i, n, len(b), cap(b))
+		}
+		b = b[:n]
+		for j := range b {
+			b[j] = byte(i)
+		}
+		takes = append(takes, b)
+	}
+	for k, tk := range takes {
+		for _, c := range tk {
+			if c != byte(k) {
+				t.Fatalf("take %d holds %d, want %d: a later take overlapped it", k, c, byte(k))
+			}
 		}
 	}
 }

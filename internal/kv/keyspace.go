@@ -114,12 +114,16 @@ type ApplyOptions struct {
 	// the rows, and its crash replay reads a script's row as absent when the
 	// engine holds only the op's own record of it.
 	SparseHashMeta bool
-	// Scratch, if set, gives the buffer a hash write builds its row keys
-	// (and its metadata record's value) in, instead of the heap: length 0,
-	// capacity at least n, untouched by the caller until the records
-	// emitted are written (the single node's batch arena, reused once the
-	// batch is appended). Results never point into it.
-	Scratch func(n int) []byte
+	// Scratch, if set, is an arena a hash write builds its row keys (and
+	// its metadata record's value) in, instead of the heap: it takes its
+	// bytes from the end of *Scratch (takeScratch; a full one is replaced,
+	// never grown in place), which the caller leaves untouched until the
+	// records emitted are written (the single node's batch arena, reused
+	// once the batch is appended). Results never point into it. A slice,
+	// not a function: the call through a func value and the method value's
+	// wrapper were ~35 instructions of a pipelined HSET
+	// (docs/design/hashes.md, "Pipelined, session 28").
+	Scratch *[]byte
 	// NoTxLocks: the state can hold no cross-group transaction's locks
 	// (the single node: prepares exist only in a cluster of groups), so
 	// the lock rule's lookup is skipped (ApplyLockFree).

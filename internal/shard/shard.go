@@ -276,9 +276,10 @@ type Shard struct {
 	// to the engine's read through a func value escapes, so a buffer on
 	// the stack would be allocated on every read anyway).
 	rowKeys sync.Pool
-	// getFn, hasFn, stageFn are current, has and stager's as func values, made
-	// once: a method value or closure made per write allocates, and these
-	// were three of an HSET's allocations.
+	// getFn, hasFn, stageFn are the closures getter, prober and stager
+	// return (current, has, stage), made once: a method value or closure
+	// made per write allocates, and these were three of an HSET's
+	// allocations.
 	getFn   kv.Getter
 	hasFn   kv.Prober
 	stageFn kv.Emit
@@ -355,13 +356,12 @@ type Shard struct {
 	probeKey  []byte
 	probeHint storage.Hint
 	// scratch backs the row keys of the batch's hash writes
-	// (kv.ApplyOptions.Scratch, through scratchFn, made once at Open): like
+	// (kv.ApplyOptions.Scratch): like
 	// recs, which point into it, it is reused once the batch is appended
 	// (truncate(0)); a chunk that fills up is replaced, never grown in place.
-	scratch   []byte
-	scratchFn func(int) []byte
-	closed    bool
-	stats     Status
+	scratch []byte
+	closed  bool
+	stats   Status
 
 	// sweepEvery is how many writes pass between client-table expiry sweeps.
 	sweepEvery uint64
@@ -432,7 +432,7 @@ func Open(db Engine, opts Options) (*Shard, error) {
 	if c, ok := db.(changeCounter); ok {
 		s.changes = c.Changes
 	}
-	s.getFn, s.hasFn, s.stageFn, s.scratchFn = s.current, s.has, s.stager(), s.scratchBuf
+	s.getFn, s.hasFn, s.stageFn = s.getter(), s.prober(), s.stager()
 	if err := s.loadClients(); err != nil {
 		return nil, fmt.Errorf("shard: load client table: %w", err)
 	}
@@ -596,8 +596,9 @@ func (s *Shard) Apply(ctx context.Context, reqs []WriteReq) (Pending, error) {
 			}
 		}
 		before := len(s.recs)
-		r.Result, r.Err = s.apply(&r.Op, ts)
+		r.Err = s.apply(&r.Op, ts, &r.Result)
 		if r.Err != nil {
+			r.Result = kv.Result{}
 			s.truncate(before)
 			continue
 		}
@@ -723,21 +724,27 @@ func (s *Shard) flush(reqs []WriteReq, p *Pending) error {
 	return nil
 }
 
-// current returns the latest value of key as the writer sees it: the newest record
-// of the chunk being built, else the engine. ok is false if missing or deleted.
-func (s *Shard) current(key []byte) (data, meta []byte, version uint64, ok bool, err error) {
-	if s.memoCur && s.memoFresh(key) {
-		return s.memo.Data, s.memo.Meta, s.memo.Version, s.memoOK, nil
+// getter returns the writer's kv.Getter (getFn), current: it returns the
+// latest value of key as the writer sees it, the newest record of the
+// chunk being built, else the engine's (ok false if missing or deleted).
+// A closure, not a method value, as stager's: the method value's wrapper
+// was ~19 instructions of each pipelined HSET's metadata read
+// (docs/design/hashes.md, "Pipelined, session 28").
+func (s *Shard) getter() kv.Getter {
+	return func(key []byte) (data, meta []byte, version uint64, ok bool, err error) {
+		if s.memoCur && s.memoFresh(key) {
+			return s.memo.Data, s.memo.Meta, s.memo.Version, s.memoOK, nil
+		}
+		if r := s.stagedRec(key); r != nil {
+			return r.Value, r.Meta, r.Version, !r.Tombstone, nil
+		}
+		data, meta, version, ok, err = s.engineGet(key)
+		if err == nil {
+			// No staged record of key (stagedRec): the engine's is current.
+			s.memoCur, s.memoN = true, len(s.recs)
+		}
+		return data, meta, version, ok, err
 	}
-	if r := s.stagedRec(key); r != nil {
-		return r.Value, r.Meta, r.Version, !r.Tombstone, nil
-	}
-	data, meta, version, ok, err = s.engineGet(key)
-	if err == nil {
-		// No staged record of key (stagedRec): the engine's is current.
-		s.memoCur, s.memoN = true, len(s.recs)
-	}
-	return data, meta, version, ok, err
 }
 
 // memoFresh reports whether the memo (memoCur) is key's current value: it
@@ -849,39 +856,33 @@ func (s *Shard) truncate(n int) {
 	}
 }
 
-// scratchBuf is kv.ApplyOptions.Scratch: n bytes of the batch's arena.
-func (s *Shard) scratchBuf(n int) []byte {
-	if cap(s.scratch)-len(s.scratch) < n {
-		s.scratch = make([]byte, 0, max(2*cap(s.scratch), 4<<10, n))
+// prober returns the writer's kv.Prober (hasFn), has: current (getter)
+// for a caller that needs only whether key holds a value, which the
+// engine's index answers without reading the record. A closure, as
+// getter's (its wrapper: ~15 instructions of a pipelined HSET's probe).
+func (s *Shard) prober() kv.Prober {
+	return func(key []byte) (bool, error) {
+		if r := s.stagedRec(key); r != nil {
+			return !r.Tombstone, nil
+		}
+		var ok bool
+		var err error
+		switch {
+		case s.sdb != nil:
+			// A direct call, as get's: not through the method value.
+			ok, s.probeHint, err = s.sdb.Probe(key)
+			s.probeKey = key
+		case s.engineHas == nil:
+			_, _, _, ok, err := s.engineGet(key)
+			return ok, err
+		default:
+			ok, err = s.engineHas(key)
+		}
+		if err != nil {
+			return false, fmt.Errorf("%w: has: %w", ErrUnavailable, err)
+		}
+		return ok, nil
 	}
-	start := len(s.scratch)
-	s.scratch = s.scratch[:start+n]
-	return s.scratch[start : start : start+n]
-}
-
-// has is current for a caller that needs only whether key holds a value
-// (kv.Prober): the engine's index answers, without reading the record.
-func (s *Shard) has(key []byte) (bool, error) {
-	if r := s.stagedRec(key); r != nil {
-		return !r.Tombstone, nil
-	}
-	var ok bool
-	var err error
-	switch {
-	case s.sdb != nil:
-		// A direct call, as get's: not through the method value.
-		ok, s.probeHint, err = s.sdb.Probe(key)
-		s.probeKey = key
-	case s.engineHas == nil:
-		_, _, _, ok, err := s.engineGet(key)
-		return ok, err
-	default:
-		ok, err = s.engineHas(key)
-	}
-	if err != nil {
-		return false, fmt.Errorf("%w: has: %w", ErrUnavailable, err)
-	}
-	return ok, nil
 }
 
 // engineGet is current's read of the engine (no staged record has key).
@@ -911,11 +912,14 @@ func (s *Shard) setMemo(key []byte, v storage.Value, ok bool) {
 
 // apply evaluates one write against the current state (kv.Apply) and stages
 // its records at the next version, which it consumes only if the write wrote
-// something: every record of one write shares its version.
-func (s *Shard) apply(op *kv.Op, ts int64) (kv.Result, error) {
+// something: every record of one write shares its version. Its result goes
+// to *res (zero on entry; the caller zeroes it again on an error), the
+// request's own: a Result returned through each call was copied at each
+// (docs/design/hashes.md, "Pipelined, session 28").
+func (s *Shard) apply(op *kv.Op, ts int64, res *kv.Result) error {
 	if s.maxKey > 0 {
 		if err := op.CheckSizes(s.maxKey, s.maxVal); err != nil {
-			return kv.Result{}, err
+			return err
 		}
 	}
 	v := s.next
@@ -934,30 +938,29 @@ func (s *Shard) apply(op *kv.Op, ts int64) (kv.Result, error) {
 	s.stageTS = ts
 	// One node tracks nothing by the version of a hash's user key, so an
 	// HSET of existing fields writes only their rows (SparseHashMeta).
-	var res kv.Result
 	var err error
-	opts := kv.ApplyOptions{SparseHashMeta: true, Scratch: s.scratchFn, NoTxLocks: true}
+	opts := kv.ApplyOptions{SparseHashMeta: true, Scratch: &s.scratch, NoTxLocks: true}
 	switch op.Kind {
 	case kv.KindSet:
 		// ApplyWithOptions sends a SET to apply: directly, the commonest
 		// write skips a call of nine arguments (~65 instructions of a
 		// pipelined SET's ~3,200; docs/design/one-house.md). HSET, the
-		// commonest hash write, alike (kv.ApplyHash). One node holds no
+		// commonest hash write, alike (kv.ApplyHashTo). One node holds no
 		// cross-group transaction's locks: ApplyLockFree and NoTxLocks
 		// skip the lock rule's lookup.
-		res, err = kv.ApplyLockFree(get, v, op, s.maxVal, s.stageFn)
+		*res, err = kv.ApplyLockFree(get, v, op, s.maxVal, s.stageFn)
 	case kv.KindHSet:
-		res, err = kv.ApplyHash(get, s.hasFn, v, op, s.stageFn, opts)
+		err = kv.ApplyHashTo(get, s.hasFn, v, op, s.stageFn, opts, res)
 	default:
-		res, err = kv.ApplyWithOptions(get, list, s.hasFn, v, op, s.maxVal, s.stageFn, opts)
+		*res, err = kv.ApplyWithOptions(get, list, s.hasFn, v, op, s.maxVal, s.stageFn, opts)
 	}
 	if err != nil {
-		return kv.Result{}, err // the caller drops what was staged
+		return err // the caller drops what was staged, and the result
 	}
 	if len(s.recs) > before {
 		s.next++
 	}
-	return res, nil
+	return nil
 }
 
 // stager returns apply's kv.Emit (stageFn): it stages a record of the
