@@ -279,8 +279,12 @@ type Stats struct {
 	// once (the key clean there), sent to the tail (dirty there), waited
 	// for (dirty at the tail).
 	ChainClean, ChainToTail, ChainWaits uint64
-	EarlyAcks                           uint64
-	OverlayReads                        uint64
+	// The version query: dirty reads answered at the member at the tail's
+	// version, ones sent on whole after all (the query failed or the wait
+	// ran long), and queries this member answered as the tail.
+	ChainVersionReads, ChainVersionFallbacks, ChainVersionAnswers uint64
+	EarlyAcks                                                     uint64
+	OverlayReads                                                  uint64
 	// TxEarlyAborts counts the transactions (EXEC, KEFIR.TX commits) this
 	// node answered as aborted as leader without proposing them: their
 	// validation must fail (vrshard txdoom.go).
