@@ -102,6 +102,13 @@ type ReplicaSpec struct {
 	// the engine's fsyncs); OnLogSync times the replication log's.
 	Storage   storage.Options
 	OnLogSync func(time.Duration)
+
+	// AskTail asks the member at client address addr — a chain group's
+	// tail — for its version in configuration epoch (KEFIR.CHAINVERSION,
+	// Router.AskChainVersion): a chain member's CRAQ version query
+	// (docs/design/chain.md, "The version query"). Nil: a strong read of a
+	// key dirty at a member goes to the tail whole.
+	AskTail func(ctx context.Context, addr string, group GroupID, epoch uint64) (uint64, error)
 }
 
 // Group is the replication side of a hosted replica, in words that are not

@@ -156,6 +156,7 @@ func (s *Server) replicaSpec(dir string) cluster.ReplicaSpec {
 
 		Storage:   s.storageOptions(), // the engine's directory, FS and logger are the replica's
 		OnLogSync: s.fsyncObserver("replication"),
+		AskTail:   s.askTail,
 	}
 }
 

@@ -29,6 +29,9 @@ type Config struct {
 	// (client.WithRetryUnavailable), as an application would; the stall then shows as
 	// latency. A write whose outcome the change left open still fails (and is counted).
 	RetryUnavailable time.Duration
+	// ChainReads spreads strong reads over every address too
+	// (client.WithChainReads): a chain group's members.
+	ChainReads bool
 }
 
 // Driver is a driver whose clients share one client.Client (it pipelines concurrent
@@ -44,6 +47,9 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 	opts := []client.Option{client.WithPoolSize(max(cfg.PoolSize, 1))}
 	if cfg.RetryUnavailable > 0 {
 		opts = append(opts, client.WithRetryUnavailable(cfg.RetryUnavailable))
+	}
+	if cfg.ChainReads {
+		opts = append(opts, client.WithChainReads(true))
 	}
 	if cfg.Password != "" {
 		opts = append(opts, client.WithPassword(cfg.Password))
