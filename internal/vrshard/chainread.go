@@ -207,9 +207,10 @@ const (
 	// chainVersionAsk bounds the version query's round trip.
 	chainVersionAsk = 200 * time.Millisecond
 	// chainVersionWait bounds how long a member waits to apply up to the
-	// version the tail answered before it sends the read on whole: about
-	// an acknowledgement's way back under load (an fsync at the tail
-	// under SU, a hop).
+	// version the tail answered before it sends the read on whole: the
+	// acknowledgements up to it left the tail before its answer did, so
+	// about their way back under load (a hop and a driver round at each
+	// member they pass).
 	chainVersionWait = 50 * time.Millisecond
 )
 
@@ -228,7 +229,7 @@ func (r *Replica) chainVersionRead(ctx context.Context, op kv.Op) (res kv.Result
 		return kv.Result{}, false, nil
 	}
 	qctx, cancel := context.WithTimeout(ctx, chainVersionAsk)
-	v, err := ask(qctx, t, r.addrs.client(r, t), r.view.Load())
+	v, err := ask(qctx, t, r.addrs.client(r, t), r.chainEpoch.Load())
 	cancel()
 	if err != nil {
 		if ctx.Err() != nil {
@@ -298,7 +299,7 @@ func (r *Replica) ChainVersion(epoch uint64) (uint64, error) {
 	if ls := r.lease.Load(); ls == nil || ls.follower || r.now() >= ls.until {
 		return 0, fmt.Errorf("%w: member %d holds no lease", ErrNotChainTail, r.cfg.Self)
 	}
-	if e := r.view.Load(); e != epoch {
+	if e := r.chainEpoch.Load(); e != epoch {
 		return 0, fmt.Errorf("%w: member %d is in epoch %d, the asker in %d", ErrNotChainTail, r.cfg.Self, e, epoch)
 	}
 	if t := r.chainTail.Load(); t != r.cfg.Self {

@@ -836,9 +836,13 @@ type Replica struct {
 	// sent — so at the tail, at least every op it has acknowledged: its
 	// answer to a version query (ChainVersion).
 	chainCommitted atomic.Uint64
-	status         atomic.Uint32
-	view           atomic.Uint64
-	dlogLen        atomic.Int64
+	// chainEpoch: a chain member's configuration epoch (core.Info.Epoch;
+	// view is the epoch a head became the head at): what a version query
+	// names and the tail compares.
+	chainEpoch atomic.Uint64
+	status     atomic.Uint32
+	view       atomic.Uint64
+	dlogLen    atomic.Int64
 	// Nilext view-change figures of the core's Info (read.go Info).
 	nxCycles, nxStaleWaits atomic.Uint64
 	dlogStale              atomic.Bool
@@ -2095,6 +2099,7 @@ func (r *Replica) publish() {
 	r.lastOp.Store(info.LastOp)
 	r.leader.Store(info.Leader)
 	r.chainTail.Store(info.Tail)
+	r.chainEpoch.Store(info.Epoch)
 	r.isLeader.Store(info.IsLeader)
 	r.status.Store(uint32(info.Status))
 	r.view.Store(info.View)
