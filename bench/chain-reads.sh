@@ -26,10 +26,11 @@
 # alternate the configurations (the machine is shared); the
 # summary gives each figure's median over the rounds.
 #
-# Usage: bench/chain-reads.sh [-p BASE_PORT] [-d DURATION] [-r ROUNDS] [-b KEFIR_BINARY] [-o OLD_BINARY] [-c CLIENTS] [-w "WRITERS..."] [-n RECORDS]
+# Usage: bench/chain-reads.sh [-p BASE_PORT] [-d DURATION] [-r ROUNDS] [-b KEFIR_BINARY] [-o OLD_BINARY] [-c CLIENTS] [-w "WRITERS..."] [-n RECORDS] [-P "PLACEMENTS..."]
 #   -w: the writer counts to run (default "0 4"); -n: records (default 1000:
 #   about 1 % of the reads find their key dirty with 4 writers; 10 makes a
-#   write in flight on a read's key common, which the version query is for).
+#   write in flight on a read's key common, which the version query is for);
+#   -P: the placements to run (default "spread client tail head").
 #   Ports BASE .. BASE+29 are used (clients BASE+0.., peers BASE+10..,
 #   the chain master BASE+19, admin BASE+20..).
 set -euo pipefail
@@ -41,6 +42,7 @@ OLD=
 CLIENTS=8
 WRITERS="0 4"
 RECORDS=1000
+PLACES="spread client tail head"
 # Our own flags first; chain-lib.sh parses -p -d -r -b.
 args=()
 while [ $# -gt 0 ]; do
@@ -49,6 +51,7 @@ while [ $# -gt 0 ]; do
 	-c) CLIENTS=$2; shift 2 ;;
 	-w) WRITERS=$2; shift 2 ;;
 	-n) RECORDS=$2; shift 2 ;;
+	-P) PLACES=$2; shift 2 ;;
 	*) args+=("$1"); shift ;;
 	esac
 done
@@ -160,10 +163,14 @@ PY
 for round in $(seq 1 "$ROUNDS"); do
 	echo "== round $round"
 	for w in $WRITERS; do
-		run "writers $w, reads spread over n1 n2 n3" "$NEW" spread "$w"
-		run "writers $w, reads spread by the client (--chain-reads)" "$NEW" client "$w"
-		run "writers $w, reads all at the tail" "$NEW" tail "$w"
-		run "writers $w, reads all at the head" "$NEW" head "$w"
+		for place in $PLACES; do
+			case $place in
+			spread) run "writers $w, reads spread over n1 n2 n3" "$NEW" spread "$w" ;;
+			client) run "writers $w, reads spread by the client (--chain-reads)" "$NEW" client "$w" ;;
+			tail) run "writers $w, reads all at the tail" "$NEW" tail "$w" ;;
+			head) run "writers $w, reads all at the head" "$NEW" head "$w" ;;
+			esac
+		done
 		if [ -n "$OLD" ]; then
 			run "writers $w, reads spread over n1 n2 n3, the -o binary" "$OLD" spread "$w"
 		fi

@@ -207,11 +207,14 @@ const (
 	// chainVersionAsk bounds the version query's round trip.
 	chainVersionAsk = 200 * time.Millisecond
 	// chainVersionWait bounds how long a member waits to apply up to the
-	// version the tail answered before it sends the read on whole: the
+	// version the tail answered before it sends the read on whole. The
 	// acknowledgements up to it left the tail before its answer did, so
-	// about their way back under load (a hop and a driver round at each
-	// member they pass).
-	chainVersionWait = 50 * time.Millisecond
+	// they are a hop and a driver round or two away: on loopback under
+	// load, with a 2 ms bound, 3 of about 2,900 such reads fell back
+	// (bench/chain-reads.sh). Short, because a waiting read holds every
+	// reply pipelined behind it on its connection; the forward past it
+	// costs one hop.
+	chainVersionWait = 5 * time.Millisecond
 )
 
 // ErrNotChainTail refuses a version query (ChainVersion) at a replica that
