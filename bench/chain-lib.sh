@@ -1,6 +1,7 @@
-# Sourced by bench/chain-vs-vr.sh and bench/chain-modes.sh (one copy of
-# their flags and of a group's start and stop). Set BASE, DUR and ROUNDS to
-# the script's defaults before sourcing it.
+# Sourced by bench/chain-vs-vr.sh, bench/chain-modes.sh and
+# bench/chain-reads.sh (one copy of their flags and of a group's start and
+# stop). Set BASE, DUR and ROUNDS to the script's defaults before sourcing
+# it. SERVER_FLAGS, if set, is added to every server's flags.
 #
 #   -p BASE_PORT -d DURATION -r ROUNDS -b KEFIR_BINARY
 #   Ports BASE .. BASE+29 are used (clients BASE+0.., peers BASE+10..,
@@ -48,7 +49,7 @@ start() {
 		# shellcheck disable=SC2086
 		"$BIN" server --node-id "n$i" --dir "$WORK/data/n$i" --client-addr "127.0.0.1:$((BASE + i - 1))" \
 			--peer-addr "127.0.0.1:$((BASE + 9 + i))" --http-addr "127.0.0.1:$((BASE + 19 + i))" \
-			--members "$m" --replica-id "$i" --cluster-id 77 --bootstrap true --log-level warn $extra \
+			--members "$m" --replica-id "$i" --cluster-id 77 --bootstrap true --log-level warn $extra ${SERVER_FLAGS:-} \
 			>"$WORK/data/n$i.log" 2>&1 &
 		echo $! >>"$WORK/pids"
 	done

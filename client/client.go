@@ -38,6 +38,8 @@ type options struct {
 	// cluster: route by slot (1), never (-1), or as INFO cluster says (0;
 	// WithCluster, route.go).
 	cluster int8
+	// chainReads spreads strong reads too (WithChainReads).
+	chainReads bool
 }
 
 // WithPassword authenticates every connection with AUTH.
@@ -87,6 +89,20 @@ func WithRetryUnavailable(d time.Duration) Option {
 // cross-client-monotonic ones go to its leader (a cluster's followers do not
 // serve them).
 func WithReplicaReads(on bool) Option { return func(o *options) { o.leaderReadsOnly = !on } }
+
+// WithChainReads says whether strong reads — linearizable, bounded, and
+// reads at the node's default level — are spread round robin over every
+// address given to Dial as well (default false; only with more than one
+// address). For a chain group (kefir server --engine chain) under SU or
+// AUSI, whose every member serves them (CRAQ, docs/chain.md): give Dial
+// the chain's members. A member answers a read of a key with no update in
+// flight there at once; one with an update in flight asks the tail for its
+// version or forwards the read to the tail, itself; a member that cannot
+// serve it yet (no lease) answers -MOVED and that read alone goes the
+// leader's way. Against a VR group it only adds a redirect to two reads in
+// three: a follower serves no linearizable read. Independent of
+// WithReplicaReads, which covers the weaker levels.
+func WithChainReads(on bool) Option { return func(o *options) { o.chainReads = on } }
 
 // maxMoves bounds how many -MOVED redirects one call follows.
 const maxMoves = 5
@@ -173,7 +189,7 @@ func Dial(ctx context.Context, addrs []string, opts ...Option) (*Client, error) 
 	}
 	c := &Client{opts: o}
 	c.pool.init(c, append([]string(nil), addrs...), o.poolSize, false)
-	if len(c.addrs) > 1 && !o.leaderReadsOnly {
+	if len(c.addrs) > 1 && (!o.leaderReadsOnly || o.chainReads) {
 		c.replicas = make([]replicaSlot, len(c.addrs)*o.poolSize)
 		for i := range c.replicas {
 			c.replicas[i].addr = c.addrs[i/o.poolSize]
@@ -340,6 +356,22 @@ func replicaRead(req *request) bool {
 	return false
 }
 
+// spreads reports whether req goes to the next replica first: a
+// replicaRead unless WithReplicaReads(false), a strong read with
+// WithChainReads.
+func (c *Client) spreads(req *request) bool {
+	if req.write {
+		return false
+	}
+	if c.opts.chainReads {
+		switch req.opts.consistency.Kind {
+		case 0, level.Linearizable, level.BoundedVersions, level.BoundedTime:
+			return true
+		}
+	}
+	return !c.opts.leaderReadsOnly && replicaRead(req)
+}
+
 // replicaConn returns replica slot i's connection, dialing it if needed. It
 // never waits for another caller's dial, and reports ok false when the slot
 // is busy dialing, its address is down, or the dial fails: the read then goes
@@ -479,7 +511,7 @@ func (c *Client) do(ctx context.Context, req *request) (owned bool, err error) {
 			}
 		}
 	}
-	if slot < 0 && len(c.replicas) > 0 && replicaRead(req) {
+	if slot < 0 && len(c.replicas) > 0 && c.spreads(req) {
 		if done, owned, err := c.doReplica(ctx, req); done {
 			return owned, err
 		}

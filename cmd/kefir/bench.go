@@ -35,6 +35,7 @@ type benchFlags struct {
 	cons                    client.Consistency
 	dur                     client.Durability
 	json, tls, insecure     bool
+	chainReads              bool
 	seed                    uint64
 	progress                bool
 	interval                time.Duration
@@ -92,6 +93,7 @@ func parseBenchFlags(args []string, getenv func(string) string, stderr io.Writer
 	fs.StringVar(&f.durability, "durability", "", "write durability (sync, cad, async); empty: the server's default")
 	fs.Float64Var(&f.rate, "rate", 0, "total offered operations per second (open loop); 0: closed loop, as fast as the clients go")
 	fs.StringVar(&f.cluster, "cluster", "auto", "route calls by key slot to each group's leader: auto (when the node is of a cluster of several groups), on, off (send them to --addr, whose nodes forward)")
+	fs.BoolVar(&f.chainReads, "chain-reads", false, "spread strong reads (linearizable, bounded, the server's default) over every --addr too: a chain group's members, each serving them (CRAQ)")
 	fs.BoolVar(&f.json, "json", false, "print the result as JSON on stdout")
 	fs.BoolVar(&f.tls, "tls", false, "connect with TLS")
 	fs.BoolVar(&f.insecure, "tls-insecure", false, "with --tls, do not verify the server certificate")
@@ -217,7 +219,7 @@ func bench(ctx context.Context, f *benchFlags, stdout, stderr io.Writer) error {
 		Consistency: f.cons, Durability: f.dur,
 		// Through a leader change calls retry, as an application's would; the stall
 		// shows as latency rather than as errors.
-		RetryUnavailable: 5 * time.Second, Cluster: f.cluster}
+		RetryUnavailable: 5 * time.Second, Cluster: f.cluster, ChainReads: f.chainReads}
 	if f.tls {
 		cfg.TLS = &tls.Config{InsecureSkipVerify: f.insecure}
 	}

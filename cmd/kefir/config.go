@@ -260,6 +260,12 @@ var serverOptions = []option{
 			c.ChainMode = m
 			return err
 		}},
+	{"chain-version-query", "true", "With --engine chain (and a cluster's chain groups): a strong read of a key with a write in flight at this member asks the tail for its commit point and is answered here once this member applied that far (CRAQ's version query; docs/chain.md, \"Levels\"). false: such a read is forwarded whole to the tail. Either way the answer is linearizable; the query moves less data to and from the tail, the forward waits for no acknowledgement.",
+		func(c *serverConfig, v string) error {
+			b, err := strconv.ParseBool(v)
+			c.NoChainVersionQuery = !b
+			return err
+		}},
 	{"chain-flush", "100ms", "With --engine chain and --chain-store buffered or memory: how often the member's log is fsynced (flushed).",
 		func(c *serverConfig, v string) error {
 			d, err := time.ParseDuration(v)

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"bytes"
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -375,6 +376,46 @@ func (f *forwarder) roundTrip(addr string, calls []*Call) {
 		}
 		failCalls(calls[n:], fmt.Errorf("forward to leader %s: %w", addr, err))
 		return
+	}
+}
+
+// ask sends one command (not wrapped in KEFIR.CALL: an internal request
+// between nodes, never forwarded on) to addr and returns its reply, bounded
+// by ctx's deadline. An idle pooled connection the peer closed is retried
+// once on a fresh one, as roundTrip does; nothing is retried after a reply
+// or a timeout (the asker falls back).
+func (f *forwarder) ask(ctx context.Context, addr string, args ...[]byte) (resp.Value, error) {
+	for attempt := 0; ; attempt++ {
+		conn, err := f.get(addr)
+		if err != nil {
+			return resp.Value{}, err
+		}
+		b := resp.AppendArrayHeader(conn.buf[:0], len(args))
+		for _, a := range args {
+			b = resp.AppendBulk(b, a)
+		}
+		conn.buf = b
+		deadline := time.Now().Add(fwdTimeout)
+		if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+			deadline = d
+		}
+		_ = conn.nc.SetDeadline(deadline)
+		var v resp.Value
+		if _, err = conn.nc.Write(b); err == nil {
+			v, err = conn.rd.ReadValue()
+		}
+		if err == nil {
+			v = v.Clone()
+			conn.reused = false
+			f.put(addr, conn)
+			return v, nil
+		}
+		conn.nc.Close()
+		var ne net.Error
+		if conn.reused && attempt == 0 && !(errors.As(err, &ne) && ne.Timeout()) {
+			continue
+		}
+		return resp.Value{}, err
 	}
 }
 

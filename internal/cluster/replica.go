@@ -102,6 +102,13 @@ type ReplicaSpec struct {
 	// the engine's fsyncs); OnLogSync times the replication log's.
 	Storage   storage.Options
 	OnLogSync func(time.Duration)
+
+	// AskTail asks the member at client address addr — a chain group's
+	// tail — for its version in configuration epoch (KEFIR.CHAINVERSION,
+	// Router.AskChainVersion): a chain member's CRAQ version query
+	// (docs/design/chain.md, "The version query"). Nil: a strong read of a
+	// key dirty at a member goes to the tail whole.
+	AskTail func(ctx context.Context, addr string, group GroupID, epoch uint64) (uint64, error)
 }
 
 // Group is the replication side of a hosted replica, in words that are not
@@ -290,8 +297,12 @@ type Stats struct {
 	// once (the key clean there), sent to the tail (dirty there), waited
 	// for (dirty at the tail).
 	ChainClean, ChainToTail, ChainWaits uint64
-	EarlyAcks                           uint64
-	OverlayReads                        uint64
+	// The version query: dirty reads answered at the member at the tail's
+	// version, ones sent on whole after all (the query failed or the wait
+	// ran long), and queries this member answered as the tail.
+	ChainVersionReads, ChainVersionFallbacks, ChainVersionAnswers uint64
+	EarlyAcks                                                     uint64
+	OverlayReads                                                  uint64
 	// TxEarlyAborts counts the transactions (EXEC, KEFIR.TX commits) this
 	// node answered as aborted as leader without proposing them: their
 	// validation must fail (vrshard txdoom.go).

@@ -1,10 +1,15 @@
 package cluster
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"strconv"
 	"sync/atomic"
 	"time"
+
+	"github.com/kefirdb/kefir/internal/resp"
 )
 
 // GroupID names a replica group of the cluster.
@@ -123,6 +128,30 @@ func Redirect(err error) error {
 // bound passed (forward.go).
 func (r *Router) Forward(addr string, calls []*Call) {
 	r.fwd.forward(addr, calls, r.Leader)
+}
+
+// AskChainVersion asks the chain member at client address addr (its
+// group's tail) for its version in epoch: KEFIR.CHAINVERSION group epoch,
+// once, on a pooled forwarding connection, bounded by ctx. An error — the
+// tail refused (not the tail, another epoch, no lease), an older node that
+// knows no such command, no answer — tells the asker to send its read to
+// the tail whole (vrshard chainVersionRead).
+func (r *Router) AskChainVersion(ctx context.Context, addr string, group GroupID, epoch uint64) (uint64, error) {
+	v, err := r.fwd.ask(ctx, addr, []byte("KEFIR.CHAINVERSION"),
+		strconv.AppendUint(nil, uint64(group), 10), strconv.AppendUint(nil, epoch, 10))
+	if err != nil {
+		return 0, fmt.Errorf("version query to %s: %w", addr, err)
+	}
+	switch v.Kind {
+	case resp.Int:
+		if v.Int < 0 {
+			return 0, fmt.Errorf("version query to %s: negative version %d", addr, v.Int)
+		}
+		return uint64(v.Int), nil
+	case resp.Error:
+		return 0, fmt.Errorf("version query to %s: %s", addr, v.Str)
+	}
+	return 0, fmt.Errorf("version query to %s: unexpected reply %v", addr, v.Kind)
 }
 
 // Forwarded counts the commands forwarded to a leader that answered them;

@@ -151,6 +151,7 @@ var table = []Spec{
 	{Name: "KEFIR.SLOTS", Arity: -2, Class: Admin, Summary: "slot moves' steps at a group's leader (kefir cluster move-slots): TABLE g | INIT g epoch ranges | SET g state peer epoch ranges | DUMP g ranges cursor limit since | LOAD g key meta payload ... | STATS g cursor limit since | READS (this node's reads per slot)"},
 	{Name: "READONLY", Arity: 1, Class: Admin, Flags: Fast, Summary: "read from replicas: the connection's reads default to eventual"},
 	{Name: "READWRITE", Arity: 1, Class: Admin, Flags: Fast, Summary: "undo READONLY: the connection's reads default to the node's level"},
+	{Name: "KEFIR.CHAINVERSION", Arity: 3, Class: Admin, Flags: Fast, Summary: "internal (chain members): the tail's commit point, for a CRAQ read at another member: KEFIR.CHAINVERSION group epoch"},
 	{Name: "KEFIR.NILEXT", Arity: -7, Class: Admin, Summary: "internal (Go client): take a nilext update into this replica's d-log: KEFIR.NILEXT client seq durability SET k v | MSET k v ..."},
 
 	// Key expiry (docs/design/expiry.md). SETEX and PSETEX answer OK whatever the

@@ -181,7 +181,7 @@ func TestEveryCommandIsClassified(t *testing.T) {
 		"KEFIR.CONSISTENCY": Admin, "KEFIR.DURABILITY": Admin, "KEFIR.SESSION": Admin, "KEFIR.TOPOLOGY": Admin,
 		// Redis Cluster's surface: node commands (docs/cluster.md).
 		"CLUSTER": Admin, "ASKING": Admin, "READONLY": Admin, "READWRITE": Admin, "KEFIR.SLOTS": Admin, "KEFIR.GROUP": Admin,
-		"KEFIR.NILEXT": Admin, "MULTI": Admin, "EXEC": NonNilextUpdate, "DISCARD": Admin, "WATCH": Read, "UNWATCH": Admin,
+		"KEFIR.NILEXT": Admin, "KEFIR.CHAINVERSION": Admin, "MULTI": Admin, "EXEC": NonNilextUpdate, "DISCARD": Admin, "WATCH": Read, "UNWATCH": Admin,
 		"KEFIR.EXEC": NonNilextUpdate, "KEFIR.EXECRO": Read, "KEFIR.WATCH": Read,
 	}
 	for _, s := range All() {

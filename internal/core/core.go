@@ -263,6 +263,10 @@ type Info struct {
 	// update not yet committed here is sent (docs/design/chain.md, "Reads at
 	// any member on the host").
 	Tail uint64
+	// Epoch is a chain's configuration epoch (0 for VR): View at every
+	// member but the head, which reports the epoch it became the head at.
+	// The version query names it (the tail answers only in the asker's).
+	Epoch uint64
 }
 
 // Status is a replica's protocol status (VR Revisited §4; a chain core maps

@@ -50,6 +50,12 @@ func (s *Server) cadCollectors() []prometheus.Collector {
 			func(st cluster.Stats) uint64 { return st.ChainToTail }),
 		counter("kefir_chain_reads_waited_total", "Strong reads this chain member (the tail, or one that knows no tail) answered once the update in flight to a key read was committed.",
 			func(st cluster.Stats) uint64 { return st.ChainWaits }),
+		counter("kefir_chain_reads_version_total", "Strong reads this chain member answered from its own engine at the tail's version (CRAQ's version query): an update to a key read was in flight here.",
+			func(st cluster.Stats) uint64 { return st.ChainVersionReads }),
+		counter("kefir_chain_reads_version_fallbacks_total", "Strong reads this chain member sent to the tail after all: the version query failed (an older tail, no answer) or its apply lagged the tail's version too long.",
+			func(st cluster.Stats) uint64 { return st.ChainVersionFallbacks }),
+		counter("kefir_chain_version_queries_answered_total", "Version queries (KEFIR.CHAINVERSION) this chain member answered as the tail.",
+			func(st cluster.Stats) uint64 { return st.ChainVersionAnswers }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kefir_vr_readable_op", Help: "The readable index R this node knows: ops up to it are durable and applied on every active-set member."},
 			func() float64 { return float64(s.grp.State().Readable) }),
 	}

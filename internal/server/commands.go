@@ -248,6 +248,8 @@ func (c *conn) admin(spec *command.Spec, args [][]byte) error {
 		return c.groupCmd(args) // membership.go
 	case "KEFIR.NILEXT":
 		return c.nilextTake(args)
+	case "KEFIR.CHAINVERSION":
+		return c.chainVersion(args) // chainversion.go
 	case "SCRIPT":
 		return c.scriptCmd(args) // script.go
 	case "KEFIR.TX":

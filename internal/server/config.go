@@ -203,6 +203,12 @@ type Config struct {
 	// (vrshard.Options.ClockSkew; 0: vrshard.DefaultClockSkew).
 	ClockSkew time.Duration
 
+	// NoChainVersionQuery turns off a chain member's version query
+	// (--chain-version-query=false): a strong read of a key with a write in
+	// flight at the member is forwarded whole to the tail, as before
+	// session 28 (docs/design/chain.md, "The version query").
+	NoChainVersionQuery bool
+
 	// Chain: the group is a chain (kefir server --engine chain), whose
 	// members need not be odd: a chain of n survives n−1 failures, so a
 	// chain of two is a replicated group. (VR's 2f+1 rule is for VR.)

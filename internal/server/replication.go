@@ -139,7 +139,7 @@ func (s *Server) openReplica() (cluster.Hosted, error) {
 // replicaSpec is what the node hands the engine for a replica in dir.
 func (s *Server) replicaSpec(dir string) cluster.ReplicaSpec {
 	cfg := s.cfg
-	return cluster.ReplicaSpec{
+	spec := cluster.ReplicaSpec{
 		Dir:    dir,
 		FS:     cfg.diskFS(),
 		Logger: s.log.With("component", "vr"),
@@ -157,6 +157,10 @@ func (s *Server) replicaSpec(dir string) cluster.ReplicaSpec {
 		Storage:   s.storageOptions(), // the engine's directory, FS and logger are the replica's
 		OnLogSync: s.fsyncObserver("replication"),
 	}
+	if !cfg.NoChainVersionQuery {
+		spec.AskTail = s.askTail
+	}
+	return spec
 }
 
 // groupDir is where a node of several groups keeps group id's replica (its

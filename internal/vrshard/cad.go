@@ -3,6 +3,7 @@ package vrshard
 import (
 	"bytes"
 	"errors"
+	"slices"
 	"sync"
 
 	"github.com/kefirdb/kefir/internal/chain"
@@ -205,6 +206,30 @@ func (u *keyUpdates) need1(key []byte) uint64 {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return u.last[string(key)]
+}
+
+// needAtMost returns the highest op up to v writing key (0: none above
+// the pruned point, which the engine holds applied): the update of key a
+// chain member must have applied to answer a read at the tail's version v
+// (chainVersionRead). The queue holds the ops above the pruned point, not
+// in order — apply indexes an op again (Replica.apply), after the later
+// ops the driver indexed when they arrived — so every batch is looked at;
+// only the ops in flight here, and only when the key's latest update is
+// above v.
+func (u *keyUpdates) needAtMost(key []byte, v uint64) uint64 {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	s := string(key)
+	if n := u.last[s]; n <= v {
+		return n
+	}
+	var n uint64
+	for i := range u.queue {
+		if b := &u.queue[i]; b.op <= v && b.op > n && slices.Contains(b.keys, s) {
+			n = b.op
+		}
+	}
+	return n
 }
 
 func (u *keyUpdates) floorOp() uint64 {

@@ -1022,7 +1022,7 @@ func (c *chainCore) Info() core.Info {
 		tail = c.self // by its own links: it passes nothing on
 	}
 	return core.Info{Self: c.self, Status: st, View: view, Leader: leader, IsLeader: head,
-		FirstOp: uint64(c.base() + 1), LastOp: uint64(c.total()), Commit: uint64(c.handed), Tail: tail}
+		FirstOp: uint64(c.base() + 1), LastOp: uint64(c.total()), Commit: uint64(c.handed), Tail: tail, Epoch: s.Epoch}
 }
 
 func (c *chainCore) ClientTable() []core.ClientRecord { return c.clients.Entries() }

@@ -2,6 +2,9 @@ package vrshard
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"time"
 
 	"github.com/kefirdb/kefir/internal/chain"
 	"github.com/kefirdb/kefir/internal/core"
@@ -150,6 +153,9 @@ func (r *Replica) chainRead(ctx context.Context, op kv.Op) (kv.Result, error) {
 	case err != nil || out == chainServed:
 		return res, err
 	case out == chainToTail:
+		if res, ok, err := r.chainVersionRead(ctx, op); ok {
+			return res, err
+		}
 		return kv.Result{}, r.toTail()
 	case out == chainWait:
 		r.st.chainWaits.Add(1)
@@ -174,4 +180,134 @@ func (r *Replica) toTail() error {
 	r.st.chainToTail.Add(1)
 	t := r.chainTail.Load()
 	return &NotLeaderError{Leader: t, Addr: r.addrs.client(r, t), ReadAt: true}
+}
+
+// CRAQ's version query (docs/design/chain.md, "The version query"). A
+// member where a key read is dirty asks the tail, at the tail's front door
+// (Options.AskTail: KEFIR.CHAINVERSION), for its version v: the tail's
+// commit point, which is at least every op the tail has acknowledged — every write
+// answered before the read began is at most v (the head answers a write
+// once the tail's acknowledgement reached it), and the tail answers only
+// under its lease, as the tail, in the member's epoch. The member then
+// needs, for each key read, the latest of its updates at most v (its
+// index: every op up to v passed through this member, indexed before it
+// was passed on, or is applied here) and answers from its engine — which
+// holds committed state only — once it applied that far. Its value is then
+// the key's value at v or later, committed, taken after the read began:
+// linearizable. An update held here and not yet at the tail is above v,
+// so it is neither waited for nor served. If the tail's version is ahead
+// of this member's apply (the acknowledgement is on its way) the member
+// waits, at most chainVersionWait; if that runs out, or the query fails
+// (an older tail that knows no KEFIR.CHAINVERSION, a tail that is no
+// longer one, no answer in chainVersionAsk), the read goes to the tail
+// whole, as before. Saved: the read's value on the hop and the read's
+// work at the tail, not the hop.
+
+const (
+	// chainVersionAsk bounds the version query's round trip.
+	chainVersionAsk = 200 * time.Millisecond
+	// chainVersionWait bounds how long a member waits to apply up to the
+	// version the tail answered before it sends the read on whole. The
+	// acknowledgements up to it left the tail before its answer did, so
+	// they are a hop and a driver round or two away: on loopback under
+	// load, with a 2 ms bound, 3 of about 2,900 such reads fell back
+	// (bench/chain-reads.sh). Short, because a waiting read holds every
+	// reply pipelined behind it on its connection; the forward past it
+	// costs one hop.
+	chainVersionWait = 5 * time.Millisecond
+)
+
+// ErrNotChainTail refuses a version query (ChainVersion) at a replica that
+// cannot answer one: not a chain member under SU or AUSI, not the tail,
+// without its lease, or in another epoch than the asker's. The asker sends
+// its read to the tail whole.
+var ErrNotChainTail = errors.New("vrshard: not this chain's tail")
+
+// chainVersionRead serves a strong read of a key dirty here by the version
+// query (above); ok false: it could not, and the read goes to the tail.
+func (r *Replica) chainVersionRead(ctx context.Context, op kv.Op) (res kv.Result, ok bool, err error) {
+	t := r.chainTail.Load()
+	ask := r.opts.AskTail
+	if ask == nil || t == 0 || t == r.cfg.Self {
+		return kv.Result{}, false, nil
+	}
+	qctx, cancel := context.WithTimeout(ctx, chainVersionAsk)
+	v, err := ask(qctx, t, r.addrs.client(r, t), r.chainEpoch.Load())
+	cancel()
+	if err != nil {
+		if ctx.Err() != nil {
+			return kv.Result{}, true, ctx.Err()
+		}
+		r.st.chainVersionFallbacks.Add(1)
+		return kv.Result{}, false, nil
+	}
+	need := r.chainNeedAt(&op, v)
+	if mutation.On && r.mut.chainVersionUnchecked {
+		need = 0 // Deliberately broken (tests): the engine's value as it is.
+	}
+	wait := chainVersionWait
+	if mutation.On && r.mut.chainVersionWait > 0 {
+		wait = r.mut.chainVersionWait
+	}
+	done, err := r.untilApplied(ctx, need, wait, nil)
+	if err != nil {
+		return kv.Result{}, true, err
+	}
+	if !done {
+		r.st.chainVersionFallbacks.Add(1)
+		return kv.Result{}, false, nil
+	}
+	res, err = r.readLocal(op)
+	if err == nil {
+		r.st.chainVersionReads.Add(1)
+		r.st.localReads.Add(1)
+	}
+	return res, true, err
+}
+
+// chainNeedAt is the op this member must have applied to answer op at the
+// tail's version v: for each key read, its latest update at most v here
+// (keyUpdates.needAtMost), and an op writing every key (chainDirtyAll) if
+// it is at most v. A scan, or an index that does not know every op above
+// R (after a restart, below a flush's floor), waits for every update of
+// what it reads up to v (cadNeed, capped at v).
+func (r *Replica) chainNeedAt(op *kv.Op, v uint64) uint64 {
+	var need uint64
+	if f := r.chainDirtyAll.Load(); f <= v {
+		need = f
+	}
+	R := r.readable.Load()
+	keys := readKeys(op)
+	if keys == nil || !r.upd.complete(R) {
+		return max(need, min(r.cadNeed(op, R, nil), v))
+	}
+	for _, k := range keys {
+		need = max(need, r.upd.needAtMost(k, v))
+	}
+	return need
+}
+
+// ChainVersion answers a member's version query (KEFIR.CHAINVERSION epoch)
+// at the tail: its commit point as its core last handed it out, at least
+// every op it has acknowledged (handle stores it before the Ready's
+// messages leave) and not its own updates still to persist (SU), which
+// a member need not wait for: no write among them has been answered. Refused (ErrNotChainTail)
+// unless this replica is the tail of an SU or AUSI chain in epoch, under
+// its lease: a tail the master gave up on must not answer — the master
+// waits out its lease before another member commits without it.
+func (r *Replica) ChainVersion(epoch uint64) (uint64, error) {
+	if !r.chainCRAQ() {
+		return 0, fmt.Errorf("%w: not a chain member serving strong reads at any member (SU, AUSI)", ErrNotChainTail)
+	}
+	if ls := r.lease.Load(); ls == nil || ls.follower || r.now() >= ls.until {
+		return 0, fmt.Errorf("%w: member %d holds no lease", ErrNotChainTail, r.cfg.Self)
+	}
+	if e := r.chainEpoch.Load(); e != epoch {
+		return 0, fmt.Errorf("%w: member %d is in epoch %d, the asker in %d", ErrNotChainTail, r.cfg.Self, e, epoch)
+	}
+	if t := r.chainTail.Load(); t != r.cfg.Self {
+		return 0, fmt.Errorf("%w: member %d is not the tail (%d is)", ErrNotChainTail, r.cfg.Self, t)
+	}
+	r.st.chainVersionAnswers.Add(1)
+	return r.chainCommitted.Load(), nil
 }

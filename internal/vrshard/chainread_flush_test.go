@@ -28,9 +28,18 @@ type ackHold struct {
 // newAckHeldChain is an SU chain of three log members whose middle's
 // driver h holds once h.start armed it.
 func newAckHeldChain(t *testing.T) (*chainGroup, *ackHold) {
+	return newAckHeldChainTuned(t, nil)
+}
+
+// newAckHeldChainTuned is newAckHeldChain with every member's options
+// adjusted by tune (before Open).
+func newAckHeldChainTuned(t *testing.T, tune func(i int, o *Options)) (*chainGroup, *ackHold) {
 	mutation.Require(t)
 	h := &ackHold{t: t, release: make(chan struct{}), done: make(chan error, 1)}
 	g := newModeChain(t, chain.SU, func(i int, o *Options) {
+		if tune != nil {
+			tune(i, o)
+		}
 		if i != 1 {
 			return
 		}

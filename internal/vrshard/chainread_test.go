@@ -141,7 +141,7 @@ func craqInFlight(t *testing.T, dirty bool) error {
 func TestChainReadsAtEveryMemberLinearizable(t *testing.T) {
 	for _, mode := range []chain.Mode{chain.SU, chain.AUSI} {
 		t.Run(mode.String(), func(t *testing.T) {
-			h, st := chainReadHistory(t, mode, false)
+			h, st := chainReadHistory(t, mode, false, false)
 			ok, unknown := summarize(h)
 			t.Logf("%v: %d operations, %d ok, %d unknown; reads at each member %v, served clean %d, sent to the tail %d, waited %d",
 				mode, len(h.Ops), ok, unknown, st.at, st.clean, st.toTail, st.waits)
@@ -164,21 +164,45 @@ func TestChainReadsAtEveryMemberMutation(t *testing.T) {
 	if !mutation.On {
 		t.Skip("needs -tags mutations")
 	}
-	h, _ := chainReadHistory(t, chain.SU, true)
+	h, _ := chainReadHistory(t, chain.SU, true, false)
 	if v := check.Linearizable(h, linOptions()); v.OK {
 		t.Fatal("chainReadDirty: a member serving dirty values, and the history is still linearizable: not caught")
 	}
 	t.Log("chainReadDirty: history not linearizable: caught")
 }
 
+// TestChainReadsAtEveryMemberVersionQuery is the workload of
+// TestChainReadsAtEveryMemberLinearizable with CRAQ's version query on
+// (Options.AskTail, to the tail in this process): a read of a key dirty
+// where it came asks the tail's version and is answered there, waiting
+// for its apply when the tail is ahead; the history stays linearizable.
+func TestChainReadsAtEveryMemberVersionQuery(t *testing.T) {
+	for _, mode := range []chain.Mode{chain.SU, chain.AUSI} {
+		t.Run(mode.String(), func(t *testing.T) {
+			h, st := chainReadHistory(t, mode, false, true)
+			ok, unknown := summarize(h)
+			t.Logf("%v: %d operations, %d ok, %d unknown; reads at each member %v, served clean %d, at the tail's version %d, sent to the tail %d (after a failed query or a long wait %d), waited %d",
+				mode, len(h.Ops), ok, unknown, st.at, st.clean, st.version, st.toTail, st.fallbacks, st.waits)
+			if ok < 100 || st.clean == 0 || st.version == 0 {
+				t.Fatalf("%v: too little happened (%d ok, %d clean, %d at the tail's version): the test proves nothing", mode, ok, st.clean, st.version)
+			}
+			if v := check.Linearizable(h, linOptions()); !v.OK {
+				t.Fatalf("%v: history not linearizable:\n%v", mode, v)
+			}
+		})
+	}
+}
+
 type chainReadStats struct {
-	at                   [3]int
-	clean, toTail, waits uint64
+	at                                       [3]int
+	clean, toTail, waits, version, fallbacks uint64
 }
 
 // chainReadHistory runs the workload of TestChainReadsAtEveryMemberLinearizable
 // for 2 s and returns its history.
-func chainReadHistory(t *testing.T, mode chain.Mode, dirty bool) (check.History, chainReadStats) {
+// With version, the members ask the tail's version for a dirty key.
+func chainReadHistory(t *testing.T, mode chain.Mode, dirty, version bool) (check.History, chainReadStats) {
+	var q versionQuery
 	slow := newGatedFS(vfs.OS{}) // the middle's log fsyncs
 	if mode == chain.SU {
 		slow.delay.Store(int64(5 * time.Millisecond))
@@ -188,7 +212,11 @@ func chainReadHistory(t *testing.T, mode chain.Mode, dirty bool) (check.History,
 			o.FS = slow
 		}
 		o.mut.chainReadDirty = dirty
+		if version {
+			q.tune(i, o)
+		}
 	})
+	q.g.Store(g)
 	keys := []string{"x", "y", "z"}
 	g.write(0, set("warm", "w"), shard.ReqID{Client: 5, Seq: 1}) // the leases, the links
 	g.caughtUp(1, 0)
@@ -276,6 +304,8 @@ func chainReadHistory(t *testing.T, mode chain.Mode, dirty bool) (check.History,
 		st.clean += s.ChainClean
 		st.toTail += s.ChainToTail
 		st.waits += s.ChainWaits
+		st.version += s.ChainVersionReads
+		st.fallbacks += s.ChainVersionFallbacks
 	}
 	return rec.History(), st
 }

@@ -102,6 +102,15 @@ func hostedOptions(spec kcluster.ReplicaSpec) Options {
 		OnLogSync:       spec.OnLogSync,
 		Logger:          spec.Logger,
 	}
+	if ask := spec.AskTail; ask != nil {
+		group := spec.Group
+		o.AskTail = func(ctx context.Context, _ uint64, addr string, epoch uint64) (uint64, error) {
+			if addr == "" {
+				return 0, errors.New("the tail's client address is not known")
+			}
+			return ask(ctx, addr, group, epoch)
+		}
+	}
 	if spec.Membership != nil {
 		// A new member of a reconfigured group: the reported
 		// configuration, an empty disk and no Bootstrap (it pulls the

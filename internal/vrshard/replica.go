@@ -95,6 +95,14 @@ type Options struct {
 	// outcome is unknown (ErrOutcomeUnknown) and the read fails
 	// (ErrCannotServe). Default 2 s.
 	RequestTimeout time.Duration
+	// AskTail, on a chain member under SU or AUSI, asks the chain's tail
+	// (member tail, at client address addr) for its version (ChainVersion)
+	// in configuration epoch: a strong read of a key dirty here is then
+	// answered from this member's engine once it applied that far
+	// (chainVersionRead, CRAQ's version query) instead of being sent whole
+	// to the tail. The node sets it (the front door's KEFIR.CHAINVERSION,
+	// cluster.ReplicaSpec.AskTail); nil: dirty reads go to the tail whole.
+	AskTail func(ctx context.Context, tail uint64, addr string, epoch uint64) (uint64, error)
 	// Nilext turns on the nilext fast path (nilext.go; experimental): the
 	// core's Config.Nilext, the d-log on disk, NilextApply. Every member of
 	// a group must agree on it.
@@ -357,6 +365,13 @@ type mutations struct {
 	// dirty here (an update to it held, not yet committed) from that
 	// update — CRAQ without its version check (indexChain).
 	chainReadDirty bool
+	// chainVersionUnchecked: a chain member answers a dirty key from its
+	// engine as soon as the tail answered the version query, without
+	// comparing the tail's version with what it applied (chainVersionRead).
+	chainVersionUnchecked bool
+	// chainVersionWait (a test hook) replaces chainVersionWait, the bound
+	// on a member's wait to apply up to the tail's version.
+	chainVersionWait time.Duration
 	// captureDelay (a test hook) lengthens every snapshot capture, as a
 	// large state's scan would.
 	captureDelay time.Duration
@@ -818,10 +833,19 @@ type Replica struct {
 	chainDirtyAll atomic.Uint64
 	// peers: the leader's view of its followers' progress as of the last
 	// tick (publishPeers; nil unless this replica leads a VR group).
-	peers   atomic.Pointer[[]kcluster.FollowerState]
-	status  atomic.Uint32
-	view    atomic.Uint64
-	dlogLen atomic.Int64
+	peers atomic.Pointer[[]kcluster.FollowerState]
+	// chainCommitted: the highest commit point a chain member's core
+	// handed out (Ready.Readable), stored before that Ready's messages are
+	// sent — so at the tail, at least every op it has acknowledged: its
+	// answer to a version query (ChainVersion).
+	chainCommitted atomic.Uint64
+	// chainEpoch: a chain member's configuration epoch (core.Info.Epoch;
+	// view is the epoch a head became the head at): what a version query
+	// names and the tail compares.
+	chainEpoch atomic.Uint64
+	status     atomic.Uint32
+	view       atomic.Uint64
+	dlogLen    atomic.Int64
 	// Nilext view-change figures of the core's Info (read.go Info).
 	nxCycles, nxStaleWaits atomic.Uint64
 	dlogStale              atomic.Bool
@@ -890,7 +914,13 @@ type Replica struct {
 		// A chain member's strong reads (chainRead): served at once (the
 		// key clean here), sent to the tail (dirty here), waited for (dirty
 		// at the tail, or no tail known).
-		chainClean, chainToTail, chainWaits                                                                                                       atomic.Uint64
+		chainClean, chainToTail, chainWaits atomic.Uint64
+		// The version query (chainVersionRead): a dirty read answered here
+		// at the tail's version; one sent on whole instead (the query
+		// failed — an older tail, none reachable — or the wait for this
+		// member's apply ran past chainVersionWait); queries answered as
+		// the tail (ChainVersion).
+		chainVersionReads, chainVersionFallbacks, chainVersionAnswers                                                                             atomic.Uint64
 		nxFast, nxFallbacks, nxSent, nxAcksSent, nxSlowReads                                                                                      atomic.Uint64
 		durWaits, durRounds, followerReads, followerRedirects, earlyAcks, overlayReads, durDeferred, earlyAborts, txHolds, heldAborts, freshReads atomic.Uint64
 	}
@@ -1757,6 +1787,12 @@ func (r *Replica) handle(rd *core.Ready[peerMsg], urgent bool) error {
 		r.wal.addHardState(*rd.HardState)
 		r.lastHS = *rd.HardState
 	}
+	if r.chainCRAQ() && rd.Readable > r.chainCommitted.Load() {
+		// Before this Ready's acknowledgements leave (below): what a tail
+		// answers a version query (ChainVersion) covers every op it has
+		// acknowledged. R is published only after the round.
+		r.chainCommitted.Store(rd.Readable)
+	}
 	// 2. Messages may leave before the fsync: the core withholds those that
 	// promise durability. Sending first overlaps the network with the disk.
 	for _, m := range rd.Messages {
@@ -2102,6 +2138,7 @@ func (r *Replica) publish() {
 	r.lastOp.Store(info.LastOp)
 	r.leader.Store(info.Leader)
 	r.chainTail.Store(info.Tail)
+	r.chainEpoch.Store(info.Epoch)
 	r.isLeader.Store(info.IsLeader)
 	r.status.Store(uint32(info.Status))
 	r.view.Store(info.View)

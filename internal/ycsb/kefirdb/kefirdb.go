@@ -33,6 +33,9 @@ type Config struct {
 	// nodes are (client.WithCluster); "" (auto): by slot against a cluster
 	// of several groups, as the client does by default.
 	Cluster string
+	// ChainReads spreads strong reads over every address too
+	// (client.WithChainReads): a chain group's members.
+	ChainReads bool
 }
 
 // Driver is a driver whose clients share one client.Client (it pipelines concurrent
@@ -48,6 +51,9 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 	opts := []client.Option{client.WithPoolSize(max(cfg.PoolSize, 1))}
 	if cfg.RetryUnavailable > 0 {
 		opts = append(opts, client.WithRetryUnavailable(cfg.RetryUnavailable))
+	}
+	if cfg.ChainReads {
+		opts = append(opts, client.WithChainReads(true))
 	}
 	if cfg.Password != "" {
 		opts = append(opts, client.WithPassword(cfg.Password))

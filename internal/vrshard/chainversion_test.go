@@ -1,0 +1,230 @@
+package vrshard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kefirdb/kefir/internal/chain"
+	"github.com/kefirdb/kefir/internal/kv"
+	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/mutation"
+	"github.com/kefirdb/kefir/internal/shard"
+	"github.com/kefirdb/kefir/internal/testgroup"
+	"github.com/kefirdb/kefir/internal/vfs"
+)
+
+// versionQuery wires every member's Options.AskTail to the tail replica
+// in the same process (the node's front door does it over KEFIR.CHAINVERSION):
+// tune's members ask g's replicas once g is stored in the pointer. With
+// old set, the query fails as an older tail's "unknown command" would.
+type versionQuery struct {
+	g   atomic.Pointer[chainGroup]
+	old atomic.Bool
+}
+
+func (q *versionQuery) tune(_ int, o *Options) {
+	o.AskTail = func(_ context.Context, tail uint64, _ string, epoch uint64) (uint64, error) {
+		g := q.g.Load()
+		if q.old.Load() {
+			return 0, errors.New("ERR unknown command 'KEFIR.CHAINVERSION'")
+		}
+		if g == nil || tail < 1 || int(tail) > len(g.reps) {
+			return 0, fmt.Errorf("no member %d", tail)
+		}
+		return g.reps[tail-1].ChainVersion(epoch)
+	}
+}
+
+// TestChainVersionQueryTailAhead: CRAQ's version query when the tail's
+// version is ahead of the member's apply. An SU chain of three log
+// members; an update of k has been committed and applied at the tail —
+// which answers v2 — while the acknowledgement is held at the middle
+// member (its driver stops after stepping the tail's ack), so neither the
+// middle nor the head applied it. A linearizable read of k at the middle,
+// after the tail answered v2, asks the tail for its version, finds it
+// ahead of what it applied and waits — it must not answer v1, older than
+// a read that completed before it began — until the ack is let go; then it
+// answers v2 from its own engine (not sent to the tail). With the mutation
+// chainVersionUnchecked (the engine's value as soon as the tail answered,
+// no comparison) it answers v1 at once: TestChainVersionUncheckedMutation.
+func TestChainVersionQueryTailAhead(t *testing.T) {
+	if err := versionTailAhead(t, false); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestChainVersionUncheckedMutation(t *testing.T) {
+	mutation.Require(t)
+	err := versionTailAhead(t, true)
+	if err == nil {
+		t.Fatal("chainVersionUnchecked: a member answering its applied value without the tail's version was not caught")
+	}
+	t.Logf("chainVersionUnchecked caught: %v", err)
+}
+
+func versionTailAhead(t *testing.T, unchecked bool) error {
+	var q versionQuery
+	g, h := newAckHeldChainTuned(t, func(i int, o *Options) {
+		q.tune(i, o)
+		o.mut.chainVersionWait = 5 * time.Second // the test lets the ack go
+		o.mut.chainVersionUnchecked = unchecked
+	})
+	q.g.Store(g)
+	g.write(0, set("k", "v1"), shard.ReqID{Client: 5, Seq: 1})
+	g.caughtUp(1, 0)
+	g.caughtUp(2, 0)
+	for i := range 3 {
+		if got := g.read(i, "k"); got != "v1" {
+			return fmt.Errorf("before: GET k at node %d = %q", i+1, got)
+		}
+	}
+	h.start(g, set("k", "v2"), shard.ReqID{Client: 5, Seq: 2})
+	if !testgroup.Until(2*time.Second, 2*time.Millisecond, func() bool {
+		res, err := g.chainReadAt(2, "k")
+		return err == nil && string(res.Bulk) == "v2"
+	}) {
+		return errors.New("the tail never answered v2")
+	}
+	before := g.reps[1].Stats()
+	type answer struct {
+		res kv.Result
+		err error
+	}
+	got := make(chan answer, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		res, err := g.reps[1].Read(ctx, get("k"), level.ConsLinearizable, shard.Session{})
+		got <- answer{res, err}
+	}()
+	select {
+	case a := <-got:
+		h.finish("the write of v2")
+		return fmt.Errorf("GET k at the middle, its ack held, after the tail answered v2 = %q, %v: want it to wait for the version the tail answered", a.res.Bulk, a.err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	h.finish("the write of v2")
+	a := <-got
+	if a.err != nil || string(a.res.Bulk) != "v2" {
+		return fmt.Errorf("GET k at the middle once the ack went = %q, %v; want v2", a.res.Bulk, a.err)
+	}
+	after := g.reps[1].Stats()
+	if after.ChainVersionReads != before.ChainVersionReads+1 || after.ChainToTail != before.ChainToTail {
+		return fmt.Errorf("middle stats before %+v after %+v: want one read answered at the tail's version, none sent to the tail", before, after)
+	}
+	if g.reps[2].Stats().ChainVersionAnswers == 0 {
+		return errors.New("the tail answered no version query")
+	}
+	return nil
+}
+
+// TestChainVersionQueryHeldUpdate: CRAQ's version query when this member
+// holds a newer update than the tail's version. An SU chain of three log
+// members whose middle's log fsyncs are held (gatedFS): an update of k is
+// at the head and the middle, not at the tail. A linearizable read of k at
+// the head, and at the middle, asks the tail, whose version is below the
+// held update: each answers the committed v1 itself, at once (neither the
+// held v2 — the mutation chainReadDirty, caught by
+// TestChainCRAQReadDirtyMutation — nor a wait, nor a forward). With the
+// tail answering as an older node would (no KEFIR.CHAINVERSION), the read
+// is sent to the tail whole, as before the query. Once the write is
+// answered every member reads v2.
+func TestChainVersionQueryHeldUpdate(t *testing.T) {
+	var q versionQuery
+	gate := newGatedFS(vfs.OS{}) // the middle's log fsyncs
+	g := newModeChain(t, chain.SU, func(i int, o *Options) {
+		q.tune(i, o)
+		if i == 1 {
+			o.FS = gate
+		}
+	})
+	q.g.Store(g)
+	g.write(0, set("k", "v1"), shard.ReqID{Client: 5, Seq: 1})
+	g.caughtUp(1, 0)
+	g.caughtUp(2, 0)
+	gate.hold()
+	var answered atomic.Bool
+	done := make(chan error, 1)
+	go func() {
+		_, err := g.tryWrite(0, set("k", "v2"), shard.ReqID{Client: 5, Seq: 2})
+		answered.Store(true)
+		done <- err
+	}()
+	defer func() { gate.release(); <-done }()
+	// The update reaches the middle (its disk then holds it): k is dirty
+	// at both.
+	if !testgroup.Until(2*time.Second, 2*time.Millisecond, func() bool {
+		return g.reps[1].upd.need1([]byte("k")) > 1
+	}) {
+		t.Fatal("the update of k never reached the middle")
+	}
+	for _, i := range []int{0, 1} {
+		before := g.reps[i].Stats()
+		start := time.Now()
+		res, err := g.chainReadAt(i, "k")
+		if err != nil || string(res.Bulk) != "v1" {
+			t.Fatalf("GET k at node %d while v2 is held there = %q, %v; want v1 answered there", i+1, res.Bulk, err)
+		}
+		if took := time.Since(start); took > 300*time.Millisecond {
+			t.Fatalf("GET k at node %d took %v: it waited", i+1, took)
+		}
+		after := g.reps[i].Stats()
+		if after.ChainVersionReads != before.ChainVersionReads+1 || after.ChainToTail != before.ChainToTail {
+			t.Fatalf("node %d stats before %+v after %+v: want one read answered at the tail's version", i+1, before, after)
+		}
+	}
+	q.old.Store(true) // an older tail: the query fails
+	res, err := g.chainReadAt(0, "k")
+	if err == nil || !isRedirectTo(err, 3) {
+		t.Fatalf("GET k at the head, the tail knowing no version query = %q, %v; want it sent to the tail (node 3)", res.Bulk, err)
+	}
+	if st := g.reps[0].Stats(); st.ChainVersionFallbacks == 0 {
+		t.Fatalf("head stats %+v: want the failed query counted", st)
+	}
+	q.old.Store(false)
+	if answered.Load() {
+		t.Fatal("the write of v2 was answered before the reads: the update was not in flight")
+	}
+	gate.release()
+	if err := <-done; err != nil {
+		done <- nil
+		t.Fatalf("the write of v2: %v", err)
+	}
+	done <- nil
+	for i := range 3 {
+		if !testgroup.Until(2*time.Second, 2*time.Millisecond, func() bool {
+			res, err := g.chainReadAt(i, "k")
+			return err == nil && string(res.Bulk) == "v2"
+		}) {
+			t.Fatalf("after: GET k at node %d never answered v2", i+1)
+		}
+	}
+}
+
+// TestKeyUpdatesNeedAtMost: the update of a key at most a version, with
+// the index's queue out of order as a chain member's is (the driver
+// indexes ops as they arrive, apply indexes them again): an op applied
+// after later ones arrived must not hide them. Scanning from the queue's
+// end for the first op at most v did (the history of
+// TestChainReadsAtEveryMemberVersionQuery was not linearizable under AUSI).
+func TestKeyUpdatesNeedAtMost(t *testing.T) {
+	u := newKeyUpdates(0)
+	k := [][]byte{[]byte("k")}
+	for _, op := range []uint64{5, 6, 8, 10} {
+		u.add(op, k)
+	}
+	u.add(7, [][]byte{[]byte("other")})
+	u.add(5, k) // applied: indexed again, after 6, 8 and 10
+	for _, c := range []struct{ v, want uint64 }{{4, 0}, {5, 5}, {7, 6}, {8, 8}, {9, 8}, {10, 10}, {99, 10}} {
+		if got := u.needAtMost(k[0], c.v); got != c.want {
+			t.Errorf("needAtMost(k, %d) = %d, want %d", c.v, got, c.want)
+		}
+	}
+	if got := u.needAtMost([]byte("absent"), 9); got != 0 {
+		t.Errorf("needAtMost(absent, 9) = %d, want 0", got)
+	}
+}
