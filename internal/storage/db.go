@@ -592,33 +592,53 @@ func (db *DB) mapFirst(s *segment, n int64) {
 	s.mm.Store(&mm)
 }
 
-// growMap maps more of an appended active segment (one that was not zero-filled: a VR
-// replica's engine, Options.NoZeroFill) as the log writes it: whenever the written
-// end has grown past the mapping by as much as the mapping holds, or by growMapStep
-// (and holds at least minGrowMap), the mapping becomes the file's whole length.
-// mapActive maps a segment's length when it starts, which for an appended one is
-// nothing, so without this every record of a replica's active segment (the newest
-// data, up to 64 MiB) cost a pread and a value-cache probe in a scan: 8.7 % of a
-// 3-replica group's leader's CPU under YCSB-E, and ~20 % once the mapped records'
-// copies were cheaper (touchReads; docs/design/scans.md, "Fifth round"). The steps
-// bound the remaps to a dozen per segment (each new mapping faults its pages in
-// again) and the unmapped tail to growMapStep.
+// growMap keeps an appended active segment (one that was not zero-filled: a VR
+// replica's engine, Options.NoZeroFill) mapped up to its written end. mapActive maps a
+// segment's length when it starts, which for an appended one is nothing, so without
+// this every record of a replica's active segment (the newest data, up to 64 MiB) cost
+// a pread and a value-cache probe in a scan: 8.7 % of a 3-replica group's leader's CPU
+// under YCSB-E, and ~20 % once the mapped records' copies were cheaper (touchReads;
+// docs/design/scans.md, "Fifth round").
+//
+// The segment is mapped once, SegmentSize ahead of what the file holds (Linux maps
+// past a file's end; a page wholly past it would fault, a SIGBUS, if touched), and each
+// flush only lengthens the slice readers see to the written end: the bytes below it are
+// in the file, and nothing reads a mapping past its length (readAt, touchReads), so
+// the pages past the end are never touched — the rule "every readable mapped byte lies
+// inside the file" still holds, for len rather than cap. pwrite fills the page cache a
+// shared mapping shows, so a byte the log has written reads the same through it as
+// with pread. (Before: remapped in steps, every time the written end had passed the
+// mapping by as much as it held or by 8 MiB, so up to 8 MiB of the newest records —
+// ~8 % of YCSB-E's 100 MB — were read with pread: 4–6 % of a 3-replica leader's CPU,
+// sixth round; each remap also faulted every page in again.) A batch larger than the
+// reservation (a segment past SegmentSize) maps the file's whole length anew.
 func (db *DB) growMap(s *segment) {
-	if s.zeroSize != 0 || s.size < minGrowMap {
+	if s.zeroSize != 0 || s.size == 0 {
 		return // a zero-filled segment is mapped whole from the start
 	}
-	if cur := s.mm.Load(); cur != nil && s.size-int64(len(*cur)) < min(int64(len(*cur)), growMapStep) {
+	cur := s.mm.Load()
+	if cur != nil && int64(cap(*cur)) >= s.size {
+		if int64(len(*cur)) < s.size {
+			longer := (*cur)[:s.size]
+			s.mm.Store(&longer)
+		}
 		return
 	}
-	db.mapFirst(s, s.fileSize)
+	m, ok := s.f.(vfs.Mapper)
+	if !ok {
+		return
+	}
+	mm, err := m.Map(max(db.opts.SegmentSize, s.fileSize))
+	if err != nil {
+		db.opts.Logger.Warn("cannot map segment; reading it with pread", "file", s.path, "err", err)
+		return
+	}
+	if cur != nil {
+		s.outgrown = append(s.outgrown, (*cur)[:cap(*cur)])
+	}
+	mm = mm[:s.size]
+	s.mm.Store(&mm)
 }
-
-// minGrowMap is the least an appended active segment must hold before growMap maps
-// it; growMapStep the most it leaves unmapped past its mapping once that is as large.
-const (
-	minGrowMap  = 1 << 20
-	growMapStep = 8 << 20
-)
 
 // shortenMap limits reads through s's mapping to its first n bytes (the mapping itself
 // stays whole until closeSegment: its capacity).
