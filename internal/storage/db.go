@@ -572,9 +572,10 @@ func (db *DB) mapSegment(s *segment) { db.mapFirst(s, s.size) }
 func (db *DB) mapActive(s *segment) { db.mapFirst(s, s.fileSize) }
 
 // mapFirst maps s's first n bytes unless they are mapped already, n is 0 or the file
-// system cannot (then s is read with pread). A shorter mapping (growMap's, of an
-// appended active segment) is replaced and kept in outgrown until closeSegment: a
-// reader may be copying from it. Callers hold mu (or own s alone, at Open).
+// system cannot (then s is read with pread). A shorter mapping is replaced and kept
+// in outgrown until closeSegment: a reader may be copying from it (growMap does the
+// same when an appended segment outgrows its reservation). Callers hold mu (or own s
+// alone, at Open).
 func (db *DB) mapFirst(s *segment, n int64) {
 	m, ok := s.f.(vfs.Mapper)
 	cur := s.mm.Load()
