@@ -572,9 +572,10 @@ func (db *DB) mapSegment(s *segment) { db.mapFirst(s, s.size) }
 func (db *DB) mapActive(s *segment) { db.mapFirst(s, s.fileSize) }
 
 // mapFirst maps s's first n bytes unless they are mapped already, n is 0 or the file
-// system cannot (then s is read with pread). A shorter mapping (growMap's, of an
-// appended active segment) is replaced and kept in outgrown until closeSegment: a
-// reader may be copying from it. Callers hold mu (or own s alone, at Open).
+// system cannot (then s is read with pread). A shorter mapping is replaced and kept
+// in outgrown until closeSegment: a reader may be copying from it (growMap does the
+// same when an appended segment outgrows its reservation). Callers hold mu (or own s
+// alone, at Open).
 func (db *DB) mapFirst(s *segment, n int64) {
 	m, ok := s.f.(vfs.Mapper)
 	cur := s.mm.Load()
@@ -592,33 +593,53 @@ func (db *DB) mapFirst(s *segment, n int64) {
 	s.mm.Store(&mm)
 }
 
-// growMap maps more of an appended active segment (one that was not zero-filled: a VR
-// replica's engine, Options.NoZeroFill) as the log writes it: whenever the written
-// end has grown past the mapping by as much as the mapping holds, or by growMapStep
-// (and holds at least minGrowMap), the mapping becomes the file's whole length.
-// mapActive maps a segment's length when it starts, which for an appended one is
-// nothing, so without this every record of a replica's active segment (the newest
-// data, up to 64 MiB) cost a pread and a value-cache probe in a scan: 8.7 % of a
-// 3-replica group's leader's CPU under YCSB-E, and ~20 % once the mapped records'
-// copies were cheaper (touchReads; docs/design/scans.md, "Fifth round"). The steps
-// bound the remaps to a dozen per segment (each new mapping faults its pages in
-// again) and the unmapped tail to growMapStep.
+// growMap keeps an appended active segment (one that was not zero-filled: a VR
+// replica's engine, Options.NoZeroFill) mapped up to its written end. mapActive maps a
+// segment's length when it starts, which for an appended one is nothing, so without
+// this every record of a replica's active segment (the newest data, up to 64 MiB) cost
+// a pread and a value-cache probe in a scan: 8.7 % of a 3-replica group's leader's CPU
+// under YCSB-E, and ~20 % once the mapped records' copies were cheaper (touchReads;
+// docs/design/scans.md, "Fifth round").
+//
+// The segment is mapped once, SegmentSize ahead of what the file holds (Linux maps
+// past a file's end; a page wholly past it would fault, a SIGBUS, if touched), and each
+// flush only lengthens the slice readers see to the written end: the bytes below it are
+// in the file, and nothing reads a mapping past its length (readAt, touchReads), so
+// the pages past the end are never touched — the rule "every readable mapped byte lies
+// inside the file" still holds, for len rather than cap. pwrite fills the page cache a
+// shared mapping shows, so a byte the log has written reads the same through it as
+// with pread. (Before: remapped in steps, every time the written end had passed the
+// mapping by as much as it held or by 8 MiB, so up to 8 MiB of the newest records —
+// ~8 % of YCSB-E's 100 MB — were read with pread: 4–6 % of a 3-replica leader's CPU,
+// sixth round; each remap also faulted every page in again.) A batch larger than the
+// reservation (a segment past SegmentSize) maps the file's whole length anew.
 func (db *DB) growMap(s *segment) {
-	if s.zeroSize != 0 || s.size < minGrowMap {
+	if s.zeroSize != 0 || s.size == 0 {
 		return // a zero-filled segment is mapped whole from the start
 	}
-	if cur := s.mm.Load(); cur != nil && s.size-int64(len(*cur)) < min(int64(len(*cur)), growMapStep) {
+	cur := s.mm.Load()
+	if cur != nil && int64(cap(*cur)) >= s.size {
+		if int64(len(*cur)) < s.size {
+			longer := (*cur)[:s.size]
+			s.mm.Store(&longer)
+		}
 		return
 	}
-	db.mapFirst(s, s.fileSize)
+	m, ok := s.f.(vfs.Mapper)
+	if !ok {
+		return
+	}
+	mm, err := m.Map(max(db.opts.SegmentSize, s.fileSize))
+	if err != nil {
+		db.opts.Logger.Warn("cannot map segment; reading it with pread", "file", s.path, "err", err)
+		return
+	}
+	if cur != nil {
+		s.outgrown = append(s.outgrown, (*cur)[:cap(*cur)])
+	}
+	mm = mm[:s.size]
+	s.mm.Store(&mm)
 }
-
-// minGrowMap is the least an appended active segment must hold before growMap maps
-// it; growMapStep the most it leaves unmapped past its mapping once that is as large.
-const (
-	minGrowMap  = 1 << 20
-	growMapStep = 8 << 20
-)
 
 // shortenMap limits reads through s's mapping to its first n bytes (the mapping itself
 // stays whole until closeSegment: its capacity).
@@ -1100,12 +1121,40 @@ type scanScratch struct {
 	hits  []scanHit
 	miss  []int
 	reads []scanRead
-	sink  uint // the sums of copyKeys' and touchReads' loads: a use of them
+	order []uint64 // sortByPos's keys
+	sink  uint     // the sums of copyKeys' and touchReads' loads: a use of them
 }
 
 var scanScratches = sync.Pool{New: func() any {
 	return &scanScratch{hits: make([]scanHit, scanBatch), miss: make([]int, 0, scanBatch), reads: make([]scanRead, 0, scanBatch)}
 }}
+
+// sortByPos orders miss (indexes into hits) by the records' log positions, as readBatch
+// reads them, using order as scratch (returned, for reuse). Each index is packed below
+// its position into one uint64 (position << posShift | index: a batch holds at most
+// scanBatch hits) and the keys are sorted as plain integers — no comparison function,
+// whose indirect calls and double indexing made slices.SortFunc ~4.6 % of a YCSB-E
+// scan's server CPU (docs/design/scans.md, sixth round). A position too large for the
+// packing (a log past 2^56 bytes) sorts with the comparison function instead.
+func sortByPos(hits []scanHit, miss []int, order []uint64) []uint64 {
+	for _, i := range miss {
+		pos := hits[i].v.pos
+		if pos>>(64-posShift) != 0 || i >= 1<<posShift {
+			slices.SortFunc(miss, func(a, b int) int { return cmp.Compare(hits[a].v.pos, hits[b].v.pos) })
+			return order
+		}
+		order = append(order, pos<<posShift|uint64(i))
+	}
+	slices.Sort(order)
+	for k, o := range order {
+		miss[k] = int(o & (1<<posShift - 1))
+	}
+	return order
+}
+
+// posShift is how many low bits of sortByPos's keys hold a hit's index: room for
+// scanBatch hits.
+const posShift = 8
 
 // scanRead is one read of readBatch: log bytes [lo, hi) holding the records of
 // hits[miss[k:k+n]].
@@ -1174,7 +1223,7 @@ func (db *DB) readBatch(hits []scanHit, buf *[]byte, sc *scanScratch) error {
 		}
 		miss = append(miss, i)
 	}
-	slices.SortFunc(miss, func(a, b int) int { return cmp.Compare(hits[a].v.pos, hits[b].v.pos) })
+	sc.order = sortByPos(hits, miss, sc.order[:0])
 	// Group the misses into reads (hits in miss[k:k+n] come in one), and size the buffer.
 	reads := sc.reads[:0]
 	defer func() { sc.reads = reads[:0] }()

@@ -45,7 +45,9 @@ func (f *osFile) Preallocate(off, n int64) error {
 }
 
 // Map maps the file's first size bytes read-only (MAP_SHARED). The file must not shrink
-// while mapped. Release the mapping with Unmap.
+// while mapped. size may reach past the file's end (storage's growMap reserves a whole
+// segment ahead of its appends): pages past the end fault (SIGBUS) if touched, so the
+// caller reads only below what the file holds. Release the mapping with Unmap.
 func (f *osFile) Map(size int64) ([]byte, error) {
 	if size == 0 {
 		return nil, nil
