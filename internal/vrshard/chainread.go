@@ -268,14 +268,15 @@ func (r *Replica) chainVersionRead(ctx context.Context, op kv.Op) (res kv.Result
 // chainNeedAt is the op this member must have applied to answer op at the
 // tail's version v: for each key read, its latest update at most v here
 // (keyUpdates.needAtMost), and an op writing every key (chainDirtyAll) if
-// it is at most v. A scan, or an index that does not know every op above
+// it is at most v, else v itself. A scan, or an index that does not know every op above
 // R (after a restart, below a flush's floor), waits for every update of
 // what it reads up to v (cadNeed, capped at v).
 func (r *Replica) chainNeedAt(op *kv.Op, v uint64) uint64 {
-	var need uint64
-	if f := r.chainDirtyAll.Load(); f <= v {
-		need = f
-	}
+	// chainDirtyAll is only the highest op writing every key: with it
+	// above v, a lower one at most v may still be in flight here, its
+	// writes in no per-key index (a script's, a flush's), so the member
+	// applies up to v itself. Below R it is applied: nothing to wait for.
+	need := min(r.chainDirtyAll.Load(), v)
 	R := r.readable.Load()
 	keys := readKeys(op)
 	if keys == nil || !r.upd.complete(R) {

@@ -146,6 +146,16 @@ func TestChainVersionQueryHeldUpdate(t *testing.T) {
 	g.write(0, set("k", "v1"), shard.ReqID{Client: 5, Seq: 1})
 	g.caughtUp(1, 0)
 	g.caughtUp(2, 0)
+	// The tail answers version queries only under its lease, which a new
+	// chain's tail may not hold yet: the reads below were then sent to the
+	// tail (a query refused: "member 3 holds no lease"), failing the test
+	// about one run in three.
+	if !testgroup.Until(2*time.Second, 2*time.Millisecond, func() bool {
+		_, err := g.reps[2].ChainVersion(g.reps[0].chainEpoch.Load())
+		return err == nil
+	}) {
+		t.Fatal("the tail never held a lease to answer a version query")
+	}
 	gate.hold()
 	var answered atomic.Bool
 	done := make(chan error, 1)
