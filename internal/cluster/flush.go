@@ -69,7 +69,15 @@ func (m *Multi) FlushTargets() ([]FlushTarget, error) {
 // final copy does not send again. Checked where the flush is proposed;
 // a move's first step ordered just after it in the log is not caught
 // (the flush then empties what it was asked to, with the move's copy).
-func flushCheck(g *localGroup) error {
+//
+// A flush that names its group (Delta, FlushTargets' group: the group its
+// route key was chosen for) is refused at any other: the key's slot moved
+// since, or the sender's map was stale, and the group meant would be left
+// unflushed while the reply said OK.
+func flushCheck(g *localGroup, op *kv.Op) error {
+	if op.Delta != 0 && GroupID(op.Delta) != g.spec.ID {
+		return &ReplyError{fmt.Sprintf("TRYAGAIN group %d's flush was routed to group %d (slot %d moved, or the sender's map is stale)", op.Delta, g.spec.ID, Slot(op.Key))}
+	}
 	t := g.table()
 	if t == nil {
 		return nil

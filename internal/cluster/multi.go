@@ -362,7 +362,7 @@ func (m *Multi) Apply(ctx context.Context, reqs []shard.WriteReq) (shard.Pending
 		}
 		g, slot, err := m.route(&r.Op)
 		if err == nil && r.Op.Kind == kv.KindFlush {
-			err = flushCheck(g)
+			err = flushCheck(g, &r.Op)
 		}
 		if err != nil {
 			r.Err = err

@@ -80,7 +80,10 @@ func (s *Server) flushGroups(ctx context.Context, d level.Durability) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = s.groupWrite(ctx, kv.Op{Kind: kv.KindFlush, Key: t.Key}, d)
+			// Delta names the group meant: a group its key no longer
+			// routes to (a move since FlushTargets, or a stale map here)
+			// refuses it rather than be flushed twice (cluster.flushCheck).
+			errs[i] = s.groupWrite(ctx, kv.Op{Kind: kv.KindFlush, Key: t.Key, Delta: int64(t.Group)}, d)
 		}()
 	}
 	wg.Wait()

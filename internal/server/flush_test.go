@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/kefirdb/kefir/internal/cluster"
+	"github.com/kefirdb/kefir/internal/kv"
 )
 
 // FLUSHALL and FLUSHDB at a node of two groups empty both groups, at a node
@@ -60,6 +61,18 @@ FLUSHDB ASYNC => OK`)
 	empty(c)
 	empty(dial(t, g.nodes[l2]))
 	c.expect("SET " + keys[2][0] + " again => OK")
+
+	// A group's part that reaches another group (its route key's slot
+	// moved, or the sender's map was stale) is refused there, not applied:
+	// group 2's part routed by a key of group 1.
+	wrong := kv.AppendOp(nil, &kv.Op{Kind: kv.KindFlush, Key: []byte(keyOfGroup(1, "route")), Delta: 2})
+	c.expect("SET " + keys[1][0] + " stays => OK")
+	if got := dial(t, g.nodes[l1]).do("KEFIR.TXAPPLY", string(wrong)); !strings.HasPrefix(got, "TRYAGAIN group 2's flush was routed to group 1") {
+		t.Fatalf("a flush for group 2 routed to group 1 = %s", got)
+	}
+	if v := c.do("GET", keys[1][0]); v != `"stays"` {
+		t.Fatalf("a misrouted flush deleted %s: %s", keys[1][0], v)
+	}
 
 	// A move of slots 0-9 from group 1 to group 2, as its first step
 	// leaves the tables: group 1 migrating, group 2 importing.
