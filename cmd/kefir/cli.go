@@ -110,6 +110,11 @@ func runClient(cmd string, args []string, stdout, stderr io.Writer) error {
 		}
 		copts = append(copts, client.WithDurability(d))
 	}
+	// One call through --addr, which forwards what it does not lead: slot
+	// routing would cost a round trip for INFO cluster and the map's fetch
+	// (and dial the leader's advertised address, which may not be reachable
+	// from here) to save at most one forward.
+	opts = append(opts, client.WithCluster(false))
 	c, err := client.Dial(ctx, []string{f.addr}, opts...)
 	if err != nil {
 		return err
