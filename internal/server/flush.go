@@ -13,12 +13,11 @@ import (
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/resp"
-	"github.com/kefirdb/kefir/internal/shard"
 )
 
 // FLUSHALL and FLUSHDB at a node of several groups: one flush per group
 // that owns slots, each at its group's leader (this node's replica, or
-// forwarded as KEFIR.TXAPPLY), all at once; the reply waits for every one
+// forwarded as KEFIR.TXAPPLY: writeAtLeader), all at once; the reply waits for every one
 // (cluster/flush.go says why it is not atomic across groups and what
 // refuses it). A single group's FLUSHALL stays one write of the batch.
 
@@ -83,7 +82,11 @@ func (s *Server) flushGroups(ctx context.Context, d level.Durability) error {
 			// Delta names the group meant: a group its key no longer
 			// routes to (a move since FlushTargets, or a stale map here)
 			// refuses it rather than be flushed twice (cluster.flushCheck).
-			errs[i] = s.groupWrite(ctx, kv.Op{Kind: kv.KindFlush, Key: t.Key, Delta: int64(t.Group)}, d)
+			_, fwd, err := s.writeAtLeader(ctx, kv.Op{Kind: kv.KindFlush, Key: t.Key, Delta: int64(t.Group)}, d)
+			if err == nil && fwd != nil && fwd.Kind == resp.Error {
+				err = &cluster.ReplyError{Msg: string(fwd.Str)}
+			}
+			errs[i] = err
 		}()
 	}
 	wg.Wait()
@@ -106,24 +109,4 @@ func (s *Server) flushGroups(ctx context.Context, d level.Durability) error {
 		prefix = "TRYAGAIN" // a move or a hand-over: a retry will do
 	}
 	return errf("%s FLUSHALL flushed %d of %d groups; %s", prefix, len(targets)-len(failed), len(targets), strings.Join(failed, "; "))
-}
-
-// groupWrite applies op (routed by its key) at its group's leader: this
-// node's replica if it leads, else forwarded as KEFIR.TXAPPLY, which takes
-// a request id from the forwarder's lanes so that a retry runs it once.
-func (s *Server) groupWrite(ctx context.Context, op kv.Op, d level.Durability) error {
-	_, err := s.shard.Write(ctx, op, d, shard.ReqID{})
-	if err == nil || !errors.Is(err, cluster.ErrNotLeader) || s.router == nil {
-		return err
-	}
-	addr, _ := s.router.LeaderFor(err)
-	fc := &cluster.Call{Args: [][]byte{[]byte("KEFIR.TXAPPLY"), kv.AppendOp(nil, &op)}, Dur: d}
-	s.router.Forward(addr, []*cluster.Call{fc})
-	if fc.Err != nil {
-		return fc.Err
-	}
-	if fc.Reply.Kind == resp.Error {
-		return &cluster.ReplyError{Msg: string(fc.Reply.Str)}
-	}
-	return nil
 }

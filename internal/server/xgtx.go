@@ -289,32 +289,44 @@ func (s *Server) txOps(ctx context.Context, ops []kv.Op) ([]string, []error) {
 	return replies, errs
 }
 
-// txGroupOp runs a two-phase op at its group's leader — this node's
-// replica if it leads, else forwarded — and answers its RESP reply line
-// ("+PREPARED", "-TXABORT ..."). The ops are idempotent by transaction id
-// (a prepare again answers PREPARED, a decide the first decision, a resolve
-// nothing), so a forward's retries are safe.
+// txGroupOp runs a two-phase op at its group's leader (writeAtLeader)
+// and answers its RESP reply line ("+PREPARED", "-TXABORT ..."). The ops
+// are idempotent by transaction id (a prepare again answers PREPARED, a
+// decide the first decision, a resolve nothing), so a forward's retries are
+// safe.
 func (s *Server) txGroupOp(ctx context.Context, op kv.Op) (string, error) {
-	res, err := s.shard.Write(ctx, op, level.Sync, shard.ReqID{})
-	if err == nil {
-		return strings.TrimSuffix(string(res.Bulk), "\r\n"), nil
-	}
-	if !errors.Is(err, cluster.ErrNotLeader) || s.router == nil {
+	res, fwd, err := s.writeAtLeader(ctx, op, level.Sync)
+	switch {
+	case err != nil:
 		return "", err
+	case fwd == nil:
+		return strings.TrimSuffix(string(res.Bulk), "\r\n"), nil
+	case fwd.Kind == resp.Error:
+		return "-" + string(fwd.Str), nil
+	case fwd.Kind == resp.Simple:
+		return "+" + string(fwd.Str), nil
+	}
+	return "", fmt.Errorf("cross-group %v: unexpected reply %v", op.Kind, fwd.Kind)
+}
+
+// writeAtLeader applies op, routed by its key, at its group's leader: this
+// node's replica if it leads (res), else forwarded as KEFIR.TXAPPLY (fwd:
+// the leader's reply; the forwarder's lanes give it a request id, so a
+// retry runs it once). The one path for the ops a node sends to another
+// group on its own account: cross-group transactions' and FLUSHALL's parts
+// (flush.go).
+func (s *Server) writeAtLeader(ctx context.Context, op kv.Op, d level.Durability) (res kv.Result, fwd *resp.Value, err error) {
+	res, err = s.shard.Write(ctx, op, d, shard.ReqID{})
+	if err == nil || !errors.Is(err, cluster.ErrNotLeader) || s.router == nil {
+		return res, nil, err
 	}
 	addr, _ := s.router.LeaderFor(err)
-	fc := &cluster.Call{Args: [][]byte{[]byte("KEFIR.TXAPPLY"), kv.AppendOp(nil, &op)}, Dur: level.Sync}
+	fc := &cluster.Call{Args: [][]byte{[]byte("KEFIR.TXAPPLY"), kv.AppendOp(nil, &op)}, Dur: d}
 	s.router.Forward(addr, []*cluster.Call{fc})
 	if fc.Err != nil {
-		return "", fc.Err
+		return kv.Result{}, nil, fc.Err
 	}
-	switch fc.Reply.Kind {
-	case resp.Error:
-		return "-" + string(fc.Reply.Str), nil
-	case resp.Simple:
-		return "+" + string(fc.Reply.Str), nil
-	}
-	return "", fmt.Errorf("cross-group %v: unexpected reply %v", op.Kind, fc.Reply.Kind)
+	return kv.Result{}, &fc.Reply, nil
 }
 
 // txPush is the node's cluster.TxPusher: cluster.PushTx over txOps.
