@@ -21,14 +21,36 @@ import (
 // wins. Only the leader (or a single node) deletes: replicas never do.
 func FindExpired(db *storage.DB, from []byte, now int64, walk, max int) (expired [][]byte, sampled int, next []byte, err error) {
 	var cands [][]byte
-	next, err = db.MetaKeys(from, walk, func(k []byte) bool {
-		cands = append(cands, k)
-		return len(cands) < max
-	})
+	next, err = db.MetaKeys(from, walk, upTo(&cands, max))
 	if err != nil {
 		return nil, 0, nil, fmt.Errorf("%w: expiry walk: %w", ErrUnavailable, err)
 	}
-	for _, k := range cands {
+	sampled, err = eachMeta(db, cands, func(k, meta []byte) {
+		if kv.Expired(meta, now) {
+			expired = append(expired, k)
+		}
+	})
+	if err != nil {
+		return nil, 0, nil, fmt.Errorf("%w: expiry read: %w", ErrUnavailable, err)
+	}
+	return expired, sampled, next, nil
+}
+
+// upTo is a storage.DB.MetaKeys callback that collects keys into *keys
+// until it holds max.
+func upTo(keys *[][]byte, max int) func([]byte) bool {
+	return func(k []byte) bool {
+		*keys = append(*keys, k)
+		return len(*keys) < max
+	}
+}
+
+// eachMeta reads the meta of each of keys that is still stored and not
+// reserved (a sample MetaKeys took, read outside its lock), calls fn with
+// it, and returns how many it read: the one reading loop of active
+// expiry's sample and INFO's TTL sample.
+func eachMeta(db *storage.DB, keys [][]byte, fn func(key, meta []byte)) (n int, err error) {
+	for _, k := range keys {
 		if kv.IsReserved(k) {
 			continue
 		}
@@ -37,14 +59,12 @@ func FindExpired(db *storage.DB, from []byte, now int64, walk, max int) (expired
 			continue // deleted since the walk
 		}
 		if err != nil {
-			return nil, 0, nil, fmt.Errorf("%w: expiry read: %w", ErrUnavailable, err)
+			return n, err
 		}
-		sampled++
-		if kv.Expired(v.Meta, now) {
-			expired = append(expired, k)
-		}
+		n++
+		fn(k, v.Meta)
 	}
-	return expired, sampled, next, nil
+	return n, nil
 }
 
 // Active expiry's adaptive cycle (docs/design/expiry.md, Redis's): each
@@ -94,10 +114,7 @@ const (
 // nothing on the write path.
 func SampleTTL(db *storage.DB, from []byte, now int64) (sum int64, n int, err error) {
 	var keys [][]byte
-	collect := func(k []byte) bool {
-		keys = append(keys, k)
-		return len(keys) < TTLSampleKeys
-	}
+	collect := upTo(&keys, TTLSampleKeys)
 	next, err := db.MetaKeys(from, TTLSampleWalk, collect)
 	if err == nil && next == nil && len(from) > 0 && len(keys) < TTLSampleKeys {
 		_, err = db.MetaKeys(nil, TTLSampleWalk, func(k []byte) bool {
@@ -110,21 +127,14 @@ func SampleTTL(db *storage.DB, from []byte, now int64) (sum int64, n int, err er
 	if err != nil {
 		return 0, 0, fmt.Errorf("%w: ttl sample: %w", ErrUnavailable, err)
 	}
-	for _, k := range keys {
-		if kv.IsReserved(k) {
-			continue
-		}
-		v, err := db.GetShared(k)
-		if errors.Is(err, storage.ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			return 0, 0, fmt.Errorf("%w: ttl sample read: %w", ErrUnavailable, err)
-		}
-		if at := kv.ExpireAt(v.Meta); at != 0 && at >= now {
+	_, err = eachMeta(db, keys, func(_, meta []byte) {
+		if at := kv.ExpireAt(meta); at != 0 && at >= now {
 			sum += at - now
 			n++
 		}
+	})
+	if err != nil {
+		return 0, 0, fmt.Errorf("%w: ttl sample read: %w", ErrUnavailable, err)
 	}
 	return sum, n, nil
 }
