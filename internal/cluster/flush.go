@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"fmt"
-	"strconv"
 
 	"github.com/kefirdb/kefir/internal/kv"
 )
@@ -25,40 +24,22 @@ type FlushTarget struct {
 	Key   []byte // a key of a slot the group owns: the op's route
 }
 
-// maxRouteTries bounds the search for a key of a group's slots (a group
-// owning one slot in 16384 needs ~16384 tries on average).
-const maxRouteTries = 1 << 20
-
 // FlushTargets returns, for every group of the map that owns a slot by
 // this node's knowledge (not in flight), a key to route its flush by.
 func (m *Multi) FlushTargets() ([]FlushTarget, error) {
-	sm := m.smap()
-	out := make([]FlushTarget, 0, len(sm.Groups))
-	want := map[GroupID]int{}
-	for _, g := range sm.Groups {
-		if len(g.Slots) > 0 {
-			want[g.ID] = len(out)
-			out = append(out, FlushTarget{Group: g.ID})
-		}
-	}
-	left := len(out)
-	var key []byte
-	for n := 0; left > 0 && n < maxRouteTries; n++ {
-		key = strconv.AppendInt(append(key[:0], "kefir-flush-"...), int64(n), 10)
-		id, inFlight := m.owner(Slot(key))
-		i, ok := want[id]
-		if !ok || inFlight || out[i].Key != nil {
+	var out []FlushTarget
+	for _, g := range m.smap().Groups {
+		if len(g.Slots) == 0 {
 			continue
 		}
-		out[i].Key = append([]byte(nil), key...)
-		left--
-	}
-	if left > 0 {
-		for _, t := range out {
-			if t.Key == nil {
-				return nil, &ReplyError{fmt.Sprintf("TRYAGAIN group %d's slots are in flight (a move's hand-over): no route for its flush", t.Group)}
-			}
+		k := KeyWhere("kefir-flush-", func(s uint16) bool {
+			id, inFlight := m.owner(s)
+			return id == g.ID && !inFlight
+		})
+		if k == nil {
+			return nil, &ReplyError{fmt.Sprintf("TRYAGAIN group %d's slots are in flight (a move's hand-over): no route for its flush", g.ID)}
 		}
+		out = append(out, FlushTarget{Group: g.ID, Key: k})
 	}
 	return out, nil
 }

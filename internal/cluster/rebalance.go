@@ -722,15 +722,7 @@ func (rb *Rebalancer) probeTargets(ctx context.Context, from, to GroupID, rs []k
 		return nil, fmt.Errorf("rebalance: the map for the probe: %w", err)
 	}
 	moving := InRanges(rs)
-	find := func(ok func(uint16) bool) string {
-		for i := 0; i < 1<<20; i++ {
-			k := prefix + strconv.Itoa(i)
-			if ok(Slot([]byte(k))) {
-				return k
-			}
-		}
-		return ""
-	}
+	find := func(ok func(uint16) bool) string { return string(KeyWhere(prefix, ok)) }
 	addr := func(g GroupID) string {
 		if a := st.Leaders[uint64(g)]; a != "" {
 			return a
