@@ -603,15 +603,11 @@ func (c *conn) config(args [][]byte) error {
 // reservations, holes), which no read shows. DBSIZE and INFO keyspace report
 // it; like Redis's, it counts what this node has applied.
 func (s *Server) userKeys() int64 {
-	if s.multi != nil { // every hosted group's
-		var n int64
-		for _, db := range s.multi.Engines() {
-			n += max(int64(db.Stats().LiveKeys)-int64(db.CountLive(kv.ReservedPrefix, reservedEnd)), 0)
-		}
-		return n
+	var n int64
+	for _, db := range s.engines() { // at a node of several groups every hosted group's
+		n += max(int64(db.Stats().LiveKeys)-int64(db.CountLive(kv.ReservedPrefix, reservedEnd)), 0)
 	}
-	n := int64(s.db.Stats().LiveKeys) - int64(s.db.CountLive(kv.ReservedPrefix, reservedEnd))
-	return max(n, 0)
+	return n
 }
 
 // engines are the node's engines: its one, or at a node of several groups
