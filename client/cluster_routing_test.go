@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"log/slog"
 	"net"
 	"sync/atomic"
 	"testing"
@@ -13,7 +12,6 @@ import (
 	kcluster "github.com/kefirdb/kefir/internal/cluster"
 	"github.com/kefirdb/kefir/internal/server"
 	"github.com/kefirdb/kefir/internal/testgroup"
-	"github.com/kefirdb/kefir/internal/vrshard"
 )
 
 // The tests of this file use only what the client had before it routed by
@@ -35,27 +33,7 @@ var kefirUpLayout = []kcluster.GroupSpec{
 // every group, the same (usually the group's first member).
 func startGroups(t testing.TB, groups []kcluster.GroupSpec) []*server.Server {
 	t.Helper()
-	addrs := testgroup.LoopbackAddrs(t, 6)
-	var ms []server.Member
-	for i := range 3 {
-		ms = append(ms, server.Member{ID: uint64(i + 1), PeerAddr: addrs[2*i], ClientAddr: addrs[2*i+1]})
-	}
-	var nodes []*server.Server
-	for _, m := range ms {
-		s, err := server.New(server.Config{
-			NodeID: fmt.Sprint("n", m.ID), ClientAddr: m.ClientAddr, PeerAddr: m.PeerAddr,
-			DataDir: t.TempDir(), ClusterSecret: "s", Members: ms, OpenReplica: vrshard.OpenHosted, ReplicaID: m.ID, ClusterID: 7,
-			Bootstrap: true, Groups: groups, Logger: slog.New(slog.DiscardHandler),
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		nodes = append(nodes, s)
-	}
+	nodes := startNodes(t, func(c *server.Config) { c.Groups = groups })
 	if !testgroup.Until(20*time.Second, 20*time.Millisecond, func() bool {
 		for _, s := range nodes {
 			st := s.Status().Groups

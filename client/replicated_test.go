@@ -23,6 +23,14 @@ func startGroup(t *testing.T) []*server.Server {
 // every member if followerReads, and returns its nodes.
 func startGroupWith(t testing.TB, followerReads bool) []*server.Server {
 	t.Helper()
+	return startNodes(t, func(c *server.Config) { c.FollowerReads = followerReads })
+}
+
+// startNodes runs three in-process nodes, each a replica of a 3-replica
+// group (or, with mod setting Groups, of every group), mod changing their
+// configuration, and returns them started.
+func startNodes(t testing.TB, mod func(*server.Config)) []*server.Server {
+	t.Helper()
 	addrs := testgroup.LoopbackAddrs(t, 6)
 	var ms []server.Member
 	for i := range 3 {
@@ -30,11 +38,15 @@ func startGroupWith(t testing.TB, followerReads bool) []*server.Server {
 	}
 	var nodes []*server.Server
 	for _, m := range ms {
-		s, err := server.New(server.Config{
+		cfg := server.Config{
 			NodeID: fmt.Sprint("n", m.ID), ClientAddr: m.ClientAddr, PeerAddr: m.PeerAddr,
 			DataDir: t.TempDir(), ClusterSecret: "s", Members: ms, OpenReplica: vrshard.OpenHosted, ReplicaID: m.ID, ClusterID: 7,
-			Bootstrap: true, FollowerReads: followerReads, Logger: slog.New(slog.DiscardHandler),
-		})
+			Bootstrap: true, Logger: slog.New(slog.DiscardHandler),
+		}
+		if mod != nil {
+			mod(&cfg)
+		}
+		s, err := server.New(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -3,15 +3,12 @@ package client
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	kcluster "github.com/kefirdb/kefir/internal/cluster"
 	"github.com/kefirdb/kefir/internal/server"
-	"github.com/kefirdb/kefir/internal/testgroup"
-	"github.com/kefirdb/kefir/internal/vrshard"
 )
 
 // A Session of the Go client on a node of two groups (in-process, three
@@ -20,29 +17,11 @@ import (
 // token by a client of another node reads both groups' writes at level
 // session.
 func TestSessionTokenAcrossGroups(t *testing.T) {
-	addrs := testgroup.LoopbackAddrs(t, 6)
-	var ms []server.Member
-	for i := range 3 {
-		ms = append(ms, server.Member{ID: uint64(i + 1), PeerAddr: addrs[2*i], ClientAddr: addrs[2*i+1]})
-	}
 	groups := []kcluster.GroupSpec{
 		{ID: 1, Members: []uint64{1, 2, 3}, Slots: []kcluster.SlotRange{{Start: 0, End: 8191}}},
 		{ID: 2, Members: []uint64{1, 2, 3}, Slots: []kcluster.SlotRange{{Start: 8192, End: 16383}}},
 	}
-	for _, m := range ms {
-		s, err := server.New(server.Config{
-			NodeID: fmt.Sprint("n", m.ID), ClientAddr: m.ClientAddr, PeerAddr: m.PeerAddr,
-			DataDir: t.TempDir(), ClusterSecret: "s", Members: ms, OpenReplica: vrshard.OpenHosted, ReplicaID: m.ID, ClusterID: 7,
-			Bootstrap: true, Groups: groups, Logger: slog.New(slog.DiscardHandler),
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-	}
+	addrs := clientAddrs(startNodes(t, func(c *server.Config) { c.Groups = groups }))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	var ka, kb string
@@ -54,7 +33,7 @@ func TestSessionTokenAcrossGroups(t *testing.T) {
 			kb = k
 		}
 	}
-	w := dialGroup(t, ctx, []string{ms[0].ClientAddr}, nil)
+	w := dialGroup(t, ctx, []string{addrs[0]}, nil)
 	defer w.Close()
 	s := w.Session()
 	for _, k := range []string{ka, kb} {
@@ -70,7 +49,7 @@ func TestSessionTokenAcrossGroups(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := 1; i < 3; i++ {
-		r := dialGroup(t, ctx, []string{ms[i].ClientAddr}, nil)
+		r := dialGroup(t, ctx, []string{addrs[i]}, nil)
 		rs := r.Session()
 		if err := rs.Resume(tok); err != nil {
 			t.Fatalf("Resume(%q): %v", tok, err)
