@@ -72,15 +72,8 @@ func craqInFlight(t *testing.T, dirty bool) error {
 			return fmt.Errorf("before: GET k at node %d = %q", i+1, got)
 		}
 	}
-	gate.hold()
-	var answered atomic.Bool
-	done := make(chan error, 1)
-	go func() {
-		_, err := g.tryWrite(0, set("k", "v2"), shard.ReqID{Client: 5, Seq: 3})
-		answered.Store(true)
-		done <- err
-	}()
-	defer func() { gate.release(); <-done }()
+	w := startGatedWrite(g, gate, set("k", "v2"), shard.ReqID{Client: 5, Seq: 3})
+	defer w.finish()
 	// The head holds the update as soon as it took it; the middle once it
 	// arrived (it is then waiting for its disk).
 	for _, i := range []int{0, 1} {
@@ -110,18 +103,15 @@ func craqInFlight(t *testing.T, dirty bool) error {
 	if res, err := g.chainReadAt(0, "other"); err != nil || string(res.Bulk) != "o" {
 		return fmt.Errorf("GET other (clean) at the head = %q, %v", res.Bulk, err)
 	}
-	if answered.Load() {
+	if w.answered.Load() {
 		return fmt.Errorf("the write of v2 was answered before the reads: the update was not in flight")
 	}
 	if st := g.reps[0].Stats(); st.ChainToTail == 0 || st.ChainClean == 0 {
 		return fmt.Errorf("head stats %+v: want reads sent to the tail and clean reads", st)
 	}
-	gate.release()
-	if err := <-done; err != nil {
-		done <- nil
+	if err := w.finish(); err != nil {
 		return fmt.Errorf("the write of v2: %v", err)
 	}
-	done <- nil
 	for i := range 3 {
 		if got := g.read(i, "k"); got != "v2" {
 			return fmt.Errorf("after: GET k at node %d = %q", i+1, got)
@@ -308,4 +298,36 @@ func chainReadHistory(t *testing.T, mode chain.Mode, dirty, version bool) (check
 		st.fallbacks += s.ChainVersionFallbacks
 	}
 	return rec.History(), st
+}
+
+// gatedWrite is a write at a chain's head held in flight by gate (a
+// member's log fsyncs): startGatedWrite holds the gate and sends the write
+// in the background; answered says whether its reply came; finish lets the
+// fsyncs go and returns the write's error (nil after the first call, so a
+// deferred finish is harmless).
+type gatedWrite struct {
+	gate     *gatedFS
+	answered atomic.Bool
+	done     chan error
+	finished bool
+}
+
+func startGatedWrite(g *chainGroup, gate *gatedFS, op kv.Op, id shard.ReqID) *gatedWrite {
+	w := &gatedWrite{gate: gate, done: make(chan error, 1)}
+	gate.hold()
+	go func() {
+		_, err := g.tryWrite(0, op, id)
+		w.answered.Store(true)
+		w.done <- err
+	}()
+	return w
+}
+
+func (w *gatedWrite) finish() error {
+	if w.finished {
+		return nil
+	}
+	w.finished = true
+	w.gate.release()
+	return <-w.done
 }

@@ -156,15 +156,8 @@ func TestChainVersionQueryHeldUpdate(t *testing.T) {
 	}) {
 		t.Fatal("the tail never held a lease to answer a version query")
 	}
-	gate.hold()
-	var answered atomic.Bool
-	done := make(chan error, 1)
-	go func() {
-		_, err := g.tryWrite(0, set("k", "v2"), shard.ReqID{Client: 5, Seq: 2})
-		answered.Store(true)
-		done <- err
-	}()
-	defer func() { gate.release(); <-done }()
+	w := startGatedWrite(g, gate, set("k", "v2"), shard.ReqID{Client: 5, Seq: 2})
+	defer w.finish()
 	// The update reaches the middle (its disk then holds it): k is dirty
 	// at both.
 	if !testgroup.Until(2*time.Second, 2*time.Millisecond, func() bool {
@@ -196,15 +189,12 @@ func TestChainVersionQueryHeldUpdate(t *testing.T) {
 		t.Fatalf("head stats %+v: want the failed query counted", st)
 	}
 	q.old.Store(false)
-	if answered.Load() {
+	if w.answered.Load() {
 		t.Fatal("the write of v2 was answered before the reads: the update was not in flight")
 	}
-	gate.release()
-	if err := <-done; err != nil {
-		done <- nil
+	if err := w.finish(); err != nil {
 		t.Fatalf("the write of v2: %v", err)
 	}
-	done <- nil
 	for i := range 3 {
 		if !testgroup.Until(2*time.Second, 2*time.Millisecond, func() bool {
 			res, err := g.chainReadAt(i, "k")
