@@ -35,7 +35,7 @@ import (
 // SIGKILLed and restarted (no --join) comes back as a member of group 3 from
 // its directory, with every acknowledged write of group 3's slots. Then
 // group 4 on running nodes 1, 2 (started from flags) and 6: started while
-// they run, given slots 0-99 by move-slots, serving them; node 1 restarted
+// they run, given 100 of group 1's slots by move-slots, serving them; node 1 restarted
 // reopens it from its directory.
 func TestGroupsAddAGroupAndRebalance(t *testing.T) {
 	g := cluster.StartGroups(t, 3, "1=1,2,3:0-8191;2=2,3,1:8192-16383")
@@ -242,13 +242,29 @@ func TestGroupsAddAGroupAndRebalance(t *testing.T) {
 	if err != nil || !strings.Contains(out, "group 4 is running") {
 		t.Fatalf("add-group 1,2,6: %v\n%s", err, out)
 	}
-	if out, err := kefirCluster(t, "move-slots", addr, "--from", "1", "--to", "4", "--slots", "0-99"); err != nil {
+	// 100 slots group 1 still owns: which end of its range the rebalance
+	// gave group 3 depends on where the load's keys fell (0-2805 once).
+	lo := -1
+	for s := 0; s+99 < kv.NumSlots && lo < 0; s++ {
+		lo = s
+		for x := s; x <= s+99; x++ {
+			if cm.Owner(uint16(x)) != 1 {
+				lo = -1
+				break
+			}
+		}
+	}
+	if lo < 0 {
+		t.Fatalf("group 1 owns no 100 consecutive slots after the rebalance: %+v", cm)
+	}
+	hi := lo + 99
+	if out, err := kefirCluster(t, "move-slots", addr, "--from", "1", "--to", "4", "--slots", fmt.Sprintf("%d-%d", lo, hi)); err != nil {
 		t.Fatalf("move-slots to group 4: %v\n%s", err, out)
 	}
 	in4 := map[string]string{}
 	for i := 0; len(in4) < 20; i++ {
 		k := "g4-" + strconv.Itoa(i)
-		if kv.KeySlot([]byte(k)) > 99 {
+		if sl := int(kv.KeySlot([]byte(k))); sl < lo || sl > hi {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
