@@ -39,7 +39,7 @@ func runCluster(args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "remove-group" {
 		return runClusterRemoveGroup(args[1:], stdout, stderr)
 	}
-	if len(args) > 0 && (args[0] == "replace-node" || args[0] == "remove-node") {
+	if len(args) > 0 && (args[0] == "replace-node" || args[0] == "remove-node" || args[0] == "add-members") {
 		return runClusterMembers(args[0], args[1:], stdout, stderr)
 	}
 	if len(args) > 0 && args[0] == "rebalance" {
@@ -142,6 +142,8 @@ const clusterUsage = `usage: kefir cluster COMMAND [flags] (each with --help)
                                                                  take it out of the map; its members retire its replicas
   replace-node --old N --new ID@PEER-ADDR/CLIENT-ADDR             replace a member of a single VR group by a new node
   remove-node --id N[,M...]                                       remove members of a single VR group (an odd number stays)
+  add-members --group G --new ID[@PEER-ADDR/CLIENT-ADDR][,...]      grow a VR group (or the metadata group, 65535) by
+                                                                 nodes, two at a time: they join and pull its state
 every command takes --addr host:port,... (env KEFIR_ADDR), --password, --tls, --tls-insecure`
 
 // runClusterRebalance runs `kefir cluster rebalance`: it weighs each slot
@@ -731,11 +733,11 @@ func runClusterMembers(cmd string, args []string, stdout, stderr io.Writer) erro
 	fs.SetOutput(stderr)
 	mover := clusterConnFlags(fs)
 	old := fs.Uint64("old", 0, "replace-node: the member to replace (its node may be down)")
-	nw := fs.String("new", "", "replace-node: the new member as ID@PEER-ADDR/CLIENT-ADDR (start it with kefir server --join, before or after)")
+	nw := fs.String("new", "", "replace-node: the new member as ID@PEER-ADDR/CLIENT-ADDR (start it with kefir server --join, before or after); add-members: the new members, comma-separated (a node of the map by its id alone)")
 	ids := fs.String("id", "", "remove-node: the members to remove, comma-separated")
 	timeout := fs.Duration("timeout", time.Minute, "deadline for the whole command")
 	asJSON := fs.Bool("json", false, "print the new configuration as JSON")
-	only := fs.Uint64("group", 0, "a cluster of several groups: change only this data group (0: every group the node is in; a rerun without it finishes the rest)")
+	only := fs.Uint64("group", 0, "a cluster of several groups: replace-node/remove-node change only this data group (0: every group the node is in; a rerun without it finishes the rest); add-members: the group to grow (65535: the metadata group)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
@@ -748,7 +750,20 @@ func runClusterMembers(cmd string, args []string, stdout, stderr io.Writer) erro
 	var change func(cluster.GroupConfig) ([]cluster.Member, error)
 	var newNode cluster.Member
 	var removed []uint64
+	var added []cluster.Member
 	switch cmd {
+	case "add-members":
+		if *nw == "" || *old != 0 || *ids != "" {
+			return usageError{errors.New("add-members needs --new ID[@PEER-ADDR/CLIENT-ADDR][,...] (and --group G in a cluster of several groups)")}
+		}
+		for _, f := range strings.Split(*nw, ",") {
+			m, err := cluster.ParseMember(f)
+			if err != nil {
+				return usageError{fmt.Errorf("--new %q: %w", *nw, err)}
+			}
+			added = append(added, m)
+		}
+		change = func(c cluster.GroupConfig) ([]cluster.Member, error) { return cluster.AddMembers(c, added) }
 	case "replace-node":
 		if *old == 0 || *nw == "" || *ids != "" {
 			return usageError{errors.New("replace-node needs --old N and --new ID@PEER-ADDR/CLIENT-ADDR")}
@@ -782,7 +797,7 @@ func runClusterMembers(cmd string, args []string, stdout, stderr io.Writer) erro
 	// A cluster of several groups has a metadata group's map: each of the
 	// node's groups is reconfigured in turn (groupsChange).
 	if cm, err := mv.MetaMap(ctx); err == nil {
-		return groupsChange(ctx, cmd, mv, cm, *old, newNode, removed, cluster.GroupID(*only), *asJSON, stdout, stderr)
+		return groupsChange(ctx, cmd, mv, cm, *old, newNode, removed, added, cluster.GroupID(*only), *asJSON, stdout, stderr)
 	} else if !strings.Contains(err.Error(), "needs a node of several groups") {
 		return fmt.Errorf("%s: cannot get the group's configuration from %s (nor the cluster map): %w; nothing changed", cmd, strings.Join(mv.Seeds, ","), err)
 	}
@@ -819,27 +834,38 @@ func runClusterMembers(cmd string, args []string, stdout, stderr io.Writer) erro
 // pulls the state, the removed one retires. Every step is idempotent, so a
 // rerun after a crash (of this command or of a node) finishes the job.
 func groupsChange(ctx context.Context, cmd string, mv *cluster.Mover, cm *kv.ClusterMap, old uint64, nw cluster.Member, removed []uint64,
-	only cluster.GroupID, asJSON bool, stdout, stderr io.Writer) error {
-	remove := cmd == "remove-node"
+	added []cluster.Member, only cluster.GroupID, asJSON bool, stdout, stderr io.Writer) error {
 	var plan []cluster.GroupChange
+	var newNodes []cluster.Member // nodes to record in the map first
 	var err error
-	if remove {
+	switch cmd {
+	case "remove-node":
 		plan, err = cluster.PlanRemoveNodes(cm, removed)
-	} else {
+	case "add-members":
+		if only == 0 {
+			return usageError{errors.New("add-members in a cluster of several groups needs --group G (65535: the metadata group)")}
+		}
+		var ch cluster.GroupChange
+		ch, newNodes, err = cluster.PlanAddMembers(cm, only, added)
+		if len(ch.Members) > 0 {
+			plan = []cluster.GroupChange{ch}
+		}
+	default:
 		plan, err = cluster.PlanNodeChange(cm, old, nw)
+		newNodes = []cluster.Member{nw}
 	}
 	if err != nil {
 		return fmt.Errorf("%s: %w; nothing changed", cmd, err)
 	}
-	if only != 0 {
+	if only != 0 && cmd != "add-members" {
 		i := slices.IndexFunc(plan, func(c cluster.GroupChange) bool { return c.Group == only })
 		if i < 0 {
 			return fmt.Errorf("%s: group %d does not change (map epoch %d); nothing changed", cmd, only, cm.Epoch)
 		}
 		plan = plan[i : i+1]
 	}
-	if !remove {
-		if _, err := mv.AddNode(ctx, nw.ID, nw.ClientAddr, nw.PeerAddr); err != nil {
+	for _, n := range newNodes {
+		if _, err := mv.AddNode(ctx, n.ID, n.ClientAddr, n.PeerAddr); err != nil {
 			return fmt.Errorf("%s: %w", cmd, err)
 		}
 	}
@@ -856,10 +882,11 @@ func groupsChange(ctx context.Context, cmd string, mv *cluster.Mover, cm *kv.Clu
 	}
 	var out []done
 	for _, step := range plan {
-		// The group's own members answer for it (the old node may be down).
+		// The group's own members answer for it (the old node may be down;
+		// a new one knows nothing yet).
 		var seeds []string
 		for _, id := range step.Members {
-			if a := addr[id]; a != "" && id != nw.ID {
+			if a := addr[id]; a != "" && !slices.ContainsFunc(newNodes, func(n cluster.Member) bool { return n.ID == id }) && slices.Contains(groupMembersOf(cm, step.Group), id) {
 				seeds = append(seeds, a)
 			}
 		}
@@ -886,6 +913,10 @@ func groupsChange(ctx context.Context, cmd string, mv *cluster.Mover, cm *kv.Clu
 	}
 	if asJSON {
 		return json.NewEncoder(stdout).Encode(out)
+	}
+	if len(plan) == 0 && cmd == "add-members" {
+		_, err := fmt.Fprintf(stdout, "group %d already has those members: nothing left to do\n", only)
+		return err
 	}
 	if len(plan) == 0 {
 		_, err := fmt.Fprintf(stdout, "node %d is in no group any more: nothing left to do\n", old)

@@ -44,6 +44,7 @@ Usage:
   kefir cluster add-group --members A,B,C [--id G] [--engine vr|chain]  a new group on nodes of the map (no slots until a rebalance)
   kefir cluster replace-node --old N --new ID@PEER/CLIENT       replace a node in its VR group(s) (the new node: kefir server --join)
   kefir cluster remove-node --id N[,M]                         remove nodes from their VR group(s)
+  kefir cluster add-members --group G --new ID@PEER/CLIENT,...  grow a VR group by nodes, two at a time
   kefir chain restart --without N --http ADDR[,ADDR]   restart a chain that is down without members that never came back
   kefir bench    [--workload a..f|w] [--clients N]   YCSB load against a cluster (see kefir bench --help)
   kefir version                                      print the version

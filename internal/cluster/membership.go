@@ -268,6 +268,37 @@ func RemoveMembers(c GroupConfig, ids []uint64) ([]Member, error) {
 	return out, nil
 }
 
+// AddMembers is the member list of c grown by news (appended after the
+// present members, whose leader order stays), or an error naming what is
+// wrong: a new id already a member or named twice, a new member without
+// both addresses, or a list that would not be odd (a VR group needs 2f+1:
+// grow a group of three by two).
+func AddMembers(c GroupConfig, news []Member) ([]Member, error) {
+	if len(news) == 0 {
+		return nil, errors.New("no member to add")
+	}
+	out := make([]Member, 0, len(c.Members)+len(news))
+	for _, id := range c.Members {
+		out = append(out, Member{ID: id})
+	}
+	for i, m := range news {
+		if slices.Contains(c.Members, m.ID) {
+			return nil, fmt.Errorf("node %d is already a member of the group (%s)", m.ID, c)
+		}
+		if slices.ContainsFunc(news[:i], func(o Member) bool { return o.ID == m.ID }) {
+			return nil, fmt.Errorf("node %d is named twice", m.ID)
+		}
+		if m.PeerAddr == "" || m.ClientAddr == "" {
+			return nil, fmt.Errorf("the new node %d needs its addresses: ID@PEER-ADDR/CLIENT-ADDR", m.ID)
+		}
+		out = append(out, m)
+	}
+	if len(out)%2 == 0 {
+		return nil, fmt.Errorf("adding %d member(s) would leave %d members; a VR group needs an odd number (2f+1): add two at a time", len(news), len(out))
+	}
+	return out, nil
+}
+
 // WaitNamed polls the group until its configuration names self and returns
 // it (a new node, kefir server --join): every `every`, logging each time
 // what it saw, until ctx ends.
@@ -279,7 +310,7 @@ func (mv *Mover) WaitNamed(ctx context.Context, self uint64, every time.Duration
 		case err == nil && slices.Contains(c.Members, self):
 			return c, nil
 		case err == nil:
-			logf("the group's configuration does not name this node yet (%s); waiting for kefir cluster replace-node", c)
+			logf("the group's configuration does not name this node yet (%s); waiting for kefir cluster replace-node or add-members", c)
 		case ctx.Err() == nil:
 			logf("asking the group for its configuration: %v", err)
 		}
@@ -355,6 +386,81 @@ func PlanNodeChange(cm *kv.ClusterMap, old uint64, nw Member) ([]GroupChange, er
 		return nil, fmt.Errorf("node %d is a member of no data group (map epoch %d): only of the metadata group, which a node does not host alone", old, cm.Epoch)
 	}
 	return out, nil
+}
+
+// PlanAddMembers returns, for a cluster of several groups whose map is cm,
+// the change that grows group g (a VR data group, or the metadata group)
+// by the nodes news, appended after its members (their leader order
+// stays), and which of news the map does not know yet (to record with
+// KEFIR.SLOTS META ADDNODE first); or an error before anything changes: g
+// not a group of the map, a chain (its membership is its master's), a new
+// id already a member, named twice, used in the map with other addresses
+// or below the metadata group's members (the lowest ids host it), a node
+// new to the map without both addresses or added to the metadata group
+// only (a node starts only as a member of a data group), or a member count
+// that would not be odd. A rerun after the group grew but before the map
+// recorded it plans the same list: the reconfiguration is then a no-op;
+// one after the map recorded it (every one of news a member) plans no
+// members: nothing is left to do.
+func PlanAddMembers(cm *kv.ClusterMap, g GroupID, news []Member) (GroupChange, []Member, error) {
+	var grp kv.MapGroup
+	if g == MetaGroupID {
+		grp = kv.MapGroup{ID: uint64(MetaGroupID), Members: cm.MetaMembers()}
+	} else if mg, ok := cm.Group(uint64(g)); ok {
+		grp = *mg
+	} else {
+		return GroupChange{}, nil, fmt.Errorf("group %d is not a group of the cluster map (epoch %d)", g, cm.Epoch)
+	}
+	if grp.IsChain() {
+		return GroupChange{}, nil, fmt.Errorf("group %d is a chain (members %v): a chain's membership is its master's, and adding a member to a chain is not built (docs/design/chain.md, \"A chain in a cluster of groups\")", g, grp.Members)
+	}
+	if len(news) == 0 {
+		return GroupChange{}, nil, errors.New("no member to add")
+	}
+	if !slices.ContainsFunc(news, func(m Member) bool { return !slices.Contains(grp.Members, m.ID) }) {
+		return GroupChange{Group: g}, nil, nil // a rerun after the map recorded it
+	}
+	if g == MetaGroupID {
+		if err := chainMastersStay(cm, cm.MetaMembers()); err != nil {
+			return GroupChange{}, nil, err
+		}
+	}
+	ids := make([]uint64, 0, len(cm.Nodes)+len(news))
+	for _, n := range cm.Nodes {
+		ids = append(ids, n.ID)
+	}
+	ms := slices.Clone(grp.Members)
+	var unknown []Member
+	for i, m := range news {
+		if slices.ContainsFunc(news[:i], func(o Member) bool { return o.ID == m.ID }) {
+			return GroupChange{}, nil, fmt.Errorf("node %d is named twice", m.ID)
+		}
+		if slices.Contains(grp.Members, m.ID) {
+			return GroupChange{}, nil, fmt.Errorf("node %d is already a member of group %d (members %v)", m.ID, g, grp.Members)
+		}
+		j := slices.IndexFunc(cm.Nodes, func(n kv.MapNode) bool { return n.ID == m.ID })
+		switch {
+		case j >= 0 && m.PeerAddr != "" && (cm.Nodes[j].ClientAddr != m.ClientAddr || cm.Nodes[j].PeerAddr != m.PeerAddr):
+			return GroupChange{}, nil, fmt.Errorf("node id %d is already used in the map (at %s, peer %s): give the new node an unused id, or name the node by its id alone", m.ID, cm.Nodes[j].ClientAddr, cm.Nodes[j].PeerAddr)
+		case j < 0 && (m.PeerAddr == "" || m.ClientAddr == ""):
+			return GroupChange{}, nil, fmt.Errorf("node %d is not a node of the cluster map (epoch %d): a new node needs its addresses, ID@PEER-ADDR/CLIENT-ADDR", m.ID, cm.Epoch)
+		case j < 0:
+			if !slices.Equal(MetaMembers(ids), MetaMembers(append(slices.Clone(ids), m.ID))) {
+				return GroupChange{}, nil, fmt.Errorf("node id %d is below the metadata group's members %v (the lowest ids host it): give the new node a higher id", m.ID, MetaMembers(ids))
+			}
+			if g == MetaGroupID {
+				return GroupChange{}, nil, fmt.Errorf("node %d is not a node of the cluster map: a node starts only as a member of a data group (add it to one first)", m.ID)
+			}
+			unknown = append(unknown, m)
+		case g == MetaGroupID && !slices.ContainsFunc(cm.Groups, func(dg kv.MapGroup) bool { return slices.Contains(dg.Members, m.ID) }):
+			return GroupChange{}, nil, fmt.Errorf("node %d is a member of no data group (map epoch %d): a node hosts the metadata group beside a data group, never alone", m.ID, cm.Epoch)
+		}
+		ms = append(ms, m.ID)
+	}
+	if len(ms)%2 == 0 {
+		return GroupChange{}, nil, fmt.Errorf("adding %d member(s) would leave group %d with %d members (%v); a VR group needs an odd number (2f+1): add two at a time", len(news), g, len(ms), ms)
+	}
+	return GroupChange{Group: g, Members: ms}, unknown, nil
 }
 
 // errChainMembers refuses a node change in chain group g: a chain's

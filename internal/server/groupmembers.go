@@ -1076,7 +1076,7 @@ func prepareJoinGroups(ctx context.Context, cfg Config, mv *cluster.Mover, logf 
 			if i >= 0 && slices.ContainsFunc(cm.Groups, func(g kv.MapGroup) bool { return slices.Contains(g.Members, cfg.ReplicaID) }) {
 				break
 			}
-			logf("the cluster map (epoch %d) does not name node %d in a group yet; waiting for kefir cluster replace-node", cm.Epoch, cfg.ReplicaID)
+			logf("the cluster map (epoch %d) does not name node %d in a group yet; waiting for kefir cluster replace-node, add-members or add-group", cm.Epoch, cfg.ReplicaID)
 		} else {
 			logf("asking the cluster for its map: %v", err)
 		}

@@ -1,0 +1,96 @@
+package cluster
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/kefirdb/kefir/internal/kv"
+)
+
+// Growing a group (kefir cluster add-members): the plan appends the new
+// members after the present ones, records the nodes the map does not know,
+// and refuses before anything changes what would leave the group even,
+// name a member twice, reuse an id, or put a node only in the metadata
+// group; a rerun after the map recorded it plans nothing.
+func TestPlanAddMembers(t *testing.T) {
+	cm := &kv.ClusterMap{Epoch: 3,
+		Nodes: []kv.MapNode{{ID: 1, ClientAddr: "c1", PeerAddr: "p1"}, {ID: 2, ClientAddr: "c2", PeerAddr: "p2"}, {ID: 3, ClientAddr: "c3", PeerAddr: "p3"},
+			{ID: 4, ClientAddr: "c4", PeerAddr: "p4"}, {ID: 8, ClientAddr: "c8", PeerAddr: "p8"}},
+		Groups: []kv.MapGroup{
+			{ID: 1, Members: []uint64{2, 1, 3}, Slots: []kv.SlotRange{{Start: 0, End: 8191}}},
+			{ID: 2, Members: []uint64{3, 4, 1}, Slots: []kv.SlotRange{{Start: 8192, End: 16383}}},
+		}}
+	n5 := Member{ID: 5, ClientAddr: "c5", PeerAddr: "p5"}
+	ch, unknown, err := PlanAddMembers(cm, 1, []Member{{ID: 4}, n5})
+	if err != nil || ch.Group != 1 || !slices.Equal(ch.Members, []uint64{2, 1, 3, 4, 5}) || len(unknown) != 1 || unknown[0] != n5 {
+		t.Fatalf("grow group 1 by 4 and 5: %+v %v %v", ch, unknown, err)
+	}
+	if !slices.Equal(cm.Groups[0].Members, []uint64{2, 1, 3}) {
+		t.Fatalf("the plan changed the map's list: %v", cm.Groups[0].Members)
+	}
+	// The metadata group grows by nodes of data groups.
+	if ch, unknown, err := PlanAddMembers(cm, MetaGroupID, []Member{{ID: 4}, {ID: 8, ClientAddr: "c8", PeerAddr: "p8"}}); err == nil || !strings.Contains(err.Error(), "node 8 is a member of no data group") {
+		t.Fatalf("node 8 (no data group) into the metadata group: %+v %v %v", ch, unknown, err)
+	}
+	cm.Groups[0].Members = []uint64{2, 1, 3, 8, 4}
+	if ch, unknown, err := PlanAddMembers(cm, MetaGroupID, []Member{{ID: 4}, {ID: 8}}); err != nil || !slices.Equal(ch.Members, []uint64{1, 2, 3, 4, 8}) || len(unknown) != 0 {
+		t.Fatalf("grow the metadata group by 4 and 8: %+v %v %v", ch, unknown, err)
+	}
+	// A rerun once the map has them: nothing to do.
+	if ch, unknown, err := PlanAddMembers(cm, 1, []Member{{ID: 4}, {ID: 8}}); err != nil || len(ch.Members) != 0 || len(unknown) != 0 {
+		t.Fatalf("a rerun: %+v %v %v", ch, unknown, err)
+	}
+	cm.Groups[0].Members = []uint64{2, 1, 3}
+	for name, c := range map[string]struct {
+		g    GroupID
+		news []Member
+		want string
+	}{
+		"even":              {1, []Member{n5}, "would leave group 1 with 4 members"},
+		"no group":          {7, []Member{{ID: 4}, n5}, "group 7 is not a group"},
+		"already a member":  {1, []Member{{ID: 2}, n5}, "node 2 is already a member of group 1"},
+		"twice":             {1, []Member{n5, n5}, "node 5 is named twice"},
+		"id used elsewhere": {1, []Member{{ID: 4, ClientAddr: "x", PeerAddr: "y"}, n5}, "node id 4 is already used"},
+		"new, no address":   {1, []Member{{ID: 4}, {ID: 9}}, "node 9 is not a node of the cluster map"},
+		"below metadata":    {1, []Member{{ID: 4}, {ID: 0, ClientAddr: "c0", PeerAddr: "p0"}}, "below the metadata group's members"},
+		"new node, meta":    {MetaGroupID, []Member{{ID: 4}, n5}, "a node starts only as a member of a data group"},
+		"nothing":           {1, nil, "no member to add"},
+	} {
+		if _, _, err := PlanAddMembers(cm, c.g, c.news); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Fatalf("%s: %v, want %q", name, err, c.want)
+		}
+	}
+	// A chain's membership is its master's; nor does the metadata group
+	// grow while a chain's members reach its master at fixed nodes.
+	cm.Groups = append(cm.Groups, kv.MapGroup{ID: 3, Members: []uint64{4, 2}, Engine: kv.EngineChain})
+	if _, _, err := PlanAddMembers(cm, 3, []Member{{ID: 1}}); err == nil || !strings.Contains(err.Error(), "is a chain") {
+		t.Fatalf("grow a chain: %v", err)
+	}
+	if _, _, err := PlanAddMembers(cm, MetaGroupID, []Member{{ID: 4}, {ID: 8}}); err == nil || !strings.Contains(err.Error(), "chain groups") {
+		t.Fatalf("grow the metadata group beside a chain: %v", err)
+	}
+}
+
+// AddMembers, a single group's list: the new members after the present
+// ones, with their addresses; an even result or a member again refused.
+func TestAddMembers(t *testing.T) {
+	c := GroupConfig{Membership: Membership{Epoch: 2, Members: []uint64{3, 1, 2}}}
+	n4 := Member{ID: 4, ClientAddr: "c4", PeerAddr: "p4"}
+	n5 := Member{ID: 5, ClientAddr: "c5", PeerAddr: "p5"}
+	ms, err := AddMembers(c, []Member{n4, n5})
+	if err != nil || !slices.Equal(ms, []Member{{ID: 3}, {ID: 1}, {ID: 2}, n4, n5}) {
+		t.Fatalf("add 4 and 5: %+v %v", ms, err)
+	}
+	for name, news := range map[string][]Member{
+		"odd becomes even":  {n4},
+		"already a member":  {{ID: 1, ClientAddr: "c1", PeerAddr: "p1"}, n5},
+		"twice":             {n4, n4},
+		"without addresses": {{ID: 4}, n5},
+		"none":              nil,
+	} {
+		if _, err := AddMembers(c, news); err == nil {
+			t.Fatalf("%s: accepted", name)
+		}
+	}
+}
