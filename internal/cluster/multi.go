@@ -455,7 +455,11 @@ func (m *Multi) Read(ctx context.Context, op kv.Op, c level.Consistency, s shard
 	if err := m.txReadWait(ctx, g, &op); err != nil {
 		return kv.Result{}, err
 	}
-	res, err := g.h.Replica.Read(ctx, op, c, g.session(s))
+	gs, err := m.sessionAt(g, c, s)
+	if err != nil {
+		return kv.Result{}, err
+	}
+	res, err := g.h.Replica.Read(ctx, op, c, gs)
 	res.Group = g.spec.gid()
 	if err == nil {
 		m.reads.add(slot)
@@ -477,12 +481,53 @@ func (g *localGroup) session(s shard.Session) shard.Session {
 	return s.For(g.spec.gid())
 }
 
+// sessionViewer is a replica that judges a session's part of its group
+// without waiting (vrshard.Replica.SessionViews).
+type sessionViewer interface {
+	SessionViews(s shard.Session) error
+}
+
+// sessionAt returns the part of s that g's replica serves a read at level c
+// by, after checking, at level session, the session's parts of the other
+// groups this node hosts against their replicas' view histories: a
+// session that saw a write a view change dropped (a cad or async write
+// acknowledged early, never committed) is lost wherever it reads next
+// (shard.ErrSessionLost), not only at the group that dropped it. This is
+// what carries the detection across a slot move: the key's new group has
+// nothing of the old group's log, but the old group's replica on this node
+// does (docs/design/cluster.md §8). Parts of groups not hosted here, or not
+// applied that far here, are judged where they are read.
+func (m *Multi) sessionAt(g *localGroup, c level.Consistency, s shard.Session) (shard.Session, error) {
+	if c.Kind == level.Session && len(s.Groups) > 0 && !(mutation.On && MultiMut.OtherPartsUnchecked.Load()) {
+		set := m.hs()
+		for _, p := range s.Groups {
+			if p.Group == g.spec.gid() || (!p.WriteViewKnown && !p.ReadViewKnown) {
+				continue
+			}
+			og := set.byID[GroupID(p.Group)]
+			if og == nil {
+				continue
+			}
+			if sv, ok := og.h.Replica.(sessionViewer); ok {
+				if err := sv.SessionViews(s.For(p.Group)); err != nil {
+					return shard.Session{}, fmt.Errorf("group %d: %w", p.Group, err)
+				}
+			}
+		}
+	}
+	return g.session(s), nil
+}
+
 // MultiMutations are Multi's deliberate bugs (internal/mutation), which the
 // server's tests switch on (exported for them: Multi is built there).
 type MultiMutations struct {
 	// WrongSessionPart: reads are given the session's top-level part, not
 	// their group's (server TestSessionReadsAcrossGroupsAtFollowers).
 	WrongSessionPart atomic.Bool
+	// OtherPartsUnchecked: a session read checks only its own group's part,
+	// so a write lost in another group goes unreported there (server
+	// TestSessionLostInOneGroupIsLostAtEvery).
+	OtherPartsUnchecked atomic.Bool
 	// StaleMap, "routing on a stale map": the routing decision (SlotOwner,
 	// RefusalTarget) goes by the cached map alone, ignoring the hosted
 	// groups' tables and the peer a group's refusal names (vrshard's
@@ -595,7 +640,11 @@ func (m *Multi) ReadKey(key []byte, c level.Consistency, s shard.Session) ([]byt
 	if err != nil {
 		return nil, 0, false, err
 	}
-	v, ver, found, err := g.h.Replica.ReadKey(key, c, g.session(s))
+	gs, err := m.sessionAt(g, c, s)
+	if err != nil {
+		return nil, 0, false, err
+	}
+	v, ver, found, err := g.h.Replica.ReadKey(key, c, gs)
 	if err == nil {
 		m.reads.add(slot)
 	}
@@ -615,7 +664,11 @@ func (m *Multi) ReadDeferred(ctx context.Context, op kv.Op, c level.Consistency,
 	if err := m.txReadWait(ctx, g, &op); err != nil {
 		return kv.Result{}, shard.Pending{}, err
 	}
-	res, p, err := g.h.Replica.ReadDeferred(ctx, op, c, g.session(s))
+	gs, err := m.sessionAt(g, c, s)
+	if err != nil {
+		return kv.Result{}, shard.Pending{}, err
+	}
+	res, p, err := g.h.Replica.ReadDeferred(ctx, op, c, gs)
 	res.Group = g.spec.gid()
 	if err == nil {
 		m.reads.add(slot)

@@ -203,6 +203,16 @@ func (r *Replica) stampView(res *kv.Result) {
 	}
 }
 
+// SessionViews fails s (a one-log session of this replica's group) if it
+// names, at a version this replica has applied, a view other than its op's
+// there: the check a session read here makes once it waited for the token
+// (sessionViews), without waiting — versions not applied yet are not
+// judged. A node of several groups asks it of its other groups' replicas on
+// a session read of one group (cluster.Multi): a session whose write a view
+// change dropped in group A is lost everywhere, in particular at the group
+// the write's key moved to, which cannot judge A's part itself.
+func (r *Replica) SessionViews(s shard.Session) error { return r.sessionViews(s) }
+
 // checkSessionViews fails a session whose token names, at a version this
 // replica has applied, a view other than the one its op there was ordered
 // in: the write or read the session saw was dropped by a view change (an
