@@ -396,6 +396,16 @@ type nodeStatus struct {
 		View      uint64 `json:"view"`
 		Leader    uint64 `json:"leader"`
 	} `json:"replication"`
+	// Groups: a node of several groups' replicas, one per group of the
+	// slot map (Role empty: not hosted here).
+	Groups []struct {
+		ID     uint64 `json:"id"`
+		Leader uint64 `json:"leader"`
+		Engine string `json:"engine"`
+		Role   string `json:"role"`
+		Normal bool   `json:"normal"`
+		View   uint64 `json:"view"`
+	} `json:"groups"`
 }
 
 var probeClient = http.Client{Timeout: time.Second}
@@ -436,15 +446,19 @@ func (u *upCluster) probe(n *upNode, pid int) (*nodeStatus, error) {
 // settled reports whether every node answers as itself and, for a group,
 // every node is in the same normal view and knows its leader, which leads:
 // then a write sent to any node right away is served (or forwarded to the
-// leader) instead of refused with "no leader". Otherwise it says why not.
+// leader) instead of refused with "no leader". With several groups the
+// same holds of each group's replicas (groupsSettled). Otherwise it says
+// why not.
 func (u *upCluster) settled() (bool, string) {
 	var view, leader uint64
+	var sts []*nodeStatus
 	for i, n := range u.nodes {
 		st, err := u.probe(n, n.pid)
 		if err != nil {
 			return false, err.Error()
 		}
-		if u.grp == nil {
+		sts = append(sts, st)
+		if u.grp == nil || len(st.Groups) > 0 {
 			continue
 		}
 		rep := st.Replication
@@ -464,6 +478,48 @@ func (u *upCluster) settled() (bool, string) {
 		}
 		if rep.Leader == n.replica && st.Role != "leader" {
 			return false, fmt.Sprintf("%s, the leader of view %d, is %s", n.id, view, st.Role)
+		}
+	}
+	if u.grp != nil {
+		return u.groupsSettled(sts)
+	}
+	return true, ""
+}
+
+// groupsSettled is settled's rule per group at nodes of several groups,
+// whose replicas of different groups have their own views and leaders (a
+// node's top-level view is one of its groups': comparing those across
+// nodes that host different groups never agrees). For every group, each
+// node hosting a replica of it is in a normal view and knows the leader,
+// all of them the same view and leader (a chain's members only the head),
+// and the leader's replica leads.
+func (u *upCluster) groupsSettled(sts []*nodeStatus) (bool, string) {
+	type seen struct {
+		view, leader uint64
+		at           string
+	}
+	first := map[uint64]seen{}
+	for i, st := range sts {
+		n := u.nodes[i]
+		for _, g := range st.Groups {
+			if g.Role == "" {
+				continue // not hosted here
+			}
+			if !g.Normal || g.Leader == 0 {
+				return false, fmt.Sprintf("%s's replica of group %d is %s in view %d", n.id, g.ID, g.Role, g.View)
+			}
+			if g.Engine == "chain" {
+				g.View = 0 // as above: only the head must agree
+			}
+			f, ok := first[g.ID]
+			if !ok {
+				first[g.ID] = seen{g.View, g.Leader, n.id}
+			} else if g.View != f.view || g.Leader != f.leader {
+				return false, fmt.Sprintf("%s's replica of group %d is in view %d (leader n%d), %s's in view %d (leader n%d)", n.id, g.ID, g.View, g.Leader, f.at, f.view, f.leader)
+			}
+			if g.Leader == n.replica && g.Role != "leader" {
+				return false, fmt.Sprintf("%s, the leader of group %d, is %s there", n.id, g.ID, g.Role)
+			}
 		}
 	}
 	return true, ""

@@ -393,10 +393,15 @@ type GroupStatus struct {
 	SlotCount int      `json:"slot_count"`
 	Members   []uint64 `json:"members"`
 	Leader    uint64   `json:"leader"`
-	Role      string   `json:"role,omitempty"`
-	View      uint64   `json:"view,omitempty"`
-	Commit    uint64   `json:"commit_op,omitempty"`
-	Applied   uint64   `json:"applied_op,omitempty"`
+	// Engine is "chain" for a chain group (empty: VR).
+	Engine string `json:"engine,omitempty"`
+	Role   string `json:"role,omitempty"`
+	// Normal: this node's replica is in a normal view (not changing views
+	// or recovering); kefir up waits for it on every replica.
+	Normal  bool   `json:"normal,omitempty"`
+	View    uint64 `json:"view,omitempty"`
+	Commit  uint64 `json:"commit_op,omitempty"`
+	Applied uint64 `json:"applied_op,omitempty"`
 	// Lag: this replica's commit point less what it applied (lag.go);
 	// Followers: at the group's leader, each follower's lag.
 	Lag       uint64        `json:"lag_ops"`
@@ -411,14 +416,14 @@ func (s *Server) groupStatus() []GroupStatus {
 	}
 	var out []GroupStatus
 	for _, g := range s.multi.Slots().Groups {
-		gs := GroupStatus{ID: uint64(g.ID), Members: g.Members}
+		gs := GroupStatus{ID: uint64(g.ID), Members: g.Members, Engine: g.Engine}
 		for _, r := range g.Slots {
 			gs.Slots = append(gs.Slots, fmt.Sprintf("%d-%d", r.Start, r.End))
 			gs.SlotCount += int(r.End) - int(r.Start) + 1
 		}
 		gs.Leader, _, _ = s.multi.Leader(g.ID)
 		if st, ok := s.multi.GroupState(g.ID); ok {
-			gs.Role, gs.View, gs.Commit, gs.Applied = st.Role, st.View, st.Commit, st.Applied
+			gs.Role, gs.Normal, gs.View, gs.Commit, gs.Applied = st.Role, st.Normal, st.View, st.Commit, st.Applied
 			gs.Lag, gs.Followers = opsBehind(st.Commit, st.Applied), followerLags(st)
 		}
 		out = append(out, gs)
