@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -46,6 +45,9 @@ type Multi struct {
 	// whenever this node's replica of it applies a change (meta.go).
 	slots atomic.Pointer[SlotMap]
 	self  uint64
+	// asker reads the parts of a keyspace scan this node cannot serve
+	// (SetGroupScanAsker, before the node serves; scanacross.go).
+	asker GroupScanAsker
 	// set is the hosted groups (copy on write): a node starts a replica
 	// for a group the map names it in and drops one that retired
 	// (membership, AddGroup and RemoveGroup).
@@ -569,9 +571,9 @@ func (m *Multi) scanRead(ctx context.Context, op kv.Op, c level.Consistency, s s
 // oneGroup reports whether the cluster is this node's one group.
 func (m *Multi) oneGroup() bool { return len(m.hs().local) == 1 && len(m.smap().Groups) == 1 }
 
-// scan merges the hosted groups' ordered streams of a keyspace scan: each
-// group's first Limit pairs, merged by key, cut at Limit. Every group must
-// be hosted here and readable at c (a not-leader error of one fails it).
+// Scan merges the groups' ordered streams of a keyspace scan: each group's
+// first Limit served pairs, merged by key, cut at Limit; the groups this
+// node cannot serve at c are read at their leaders (scanacross.go).
 //
 // It returns the session s advanced by what each group's scan read (its
 // part of each group): a scan of one group's keyspace is that group's
@@ -589,44 +591,7 @@ func (m *Multi) Scan(ctx context.Context, op kv.Op, c level.Consistency, s shard
 		}
 		return res, s.AfterRead(res.Pos()), nil
 	}
-	if len(m.hs().local) < len(m.smap().Groups) {
-		return kv.Result{}, s, &ReplyError{"ERR a keyspace scan needs every group on this node (issue 28: not yet routed across nodes)"}
-	}
-	type pair struct{ k, v []byte }
-	var all []pair
-	out := kv.Result{Kind: kv.ResArray}
-	after := s
-	for _, g := range m.hs().local {
-		res, err := g.h.Replica.Read(ctx, op, c, g.session(s))
-		if errors.Is(err, ErrNotLeader) {
-			// Forwarding would not help: no node need lead every group.
-			return kv.Result{}, s, &ReplyError{fmt.Sprintf("ERR a keyspace scan (KEYS, SCAN, KEFIR.SCAN) at level %s needs this node to lead every group, and it does not lead group %d: read at a follower-served level (READONLY, KEFIR.CONSISTENCY eventual), or scan each slot range at its leader (issue 28)", c, g.spec.ID)}
-		}
-		if err != nil {
-			return kv.Result{}, s, err
-		}
-		res.Group = g.spec.gid()
-		after = after.AfterRead(res.Pos())
-		out.Kind = res.Kind
-		t := g.table()
-		for i := 0; i+1 < len(res.Array); i += 2 {
-			// A group's engine may hold keys of slots it does not serve
-			// (being imported, or handed over and not yet purged).
-			if t != nil && !t.Entry(Slot(res.Array[i])).State.Serves() {
-				continue
-			}
-			all = append(all, pair{res.Array[i], res.Array[i+1]})
-		}
-	}
-	slices.SortFunc(all, func(a, b pair) int { return bytes.Compare(a.k, b.k) })
-	if op.Limit > 0 && len(all) > op.Limit {
-		all = all[:op.Limit]
-	}
-	out.Array = make([][]byte, 0, 2*len(all))
-	for _, p := range all {
-		out.Array = append(out.Array, p.k, p.v)
-	}
-	return out, after, nil
+	return m.scanAcross(ctx, op, c, s) // scanacross.go
 }
 
 // ReadPaths are the hosted groups' (one engine).
@@ -748,6 +713,14 @@ func (m *Multi) Close() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// Engine is group id's engine at this node (false: not hosted here).
+func (m *Multi) Engine(id GroupID) (*storage.DB, bool) {
+	if g := m.hs().byID[id]; g != nil {
+		return g.h.Engine, true
+	}
+	return nil, false
 }
 
 // Engines returns the hosted groups' storage engines.

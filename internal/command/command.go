@@ -109,6 +109,7 @@ var table = []Spec{
 	{Name: "EXISTS", Arity: -2, Class: Read, Flags: MultiKey | Fast, FirstKey: 1, LastKey: -1, KeyStep: 1, Summary: "count of the given keys that exist"},
 	{Name: "STRLEN", Arity: 2, Class: Read, Flags: Fast, FirstKey: 1, LastKey: 1, KeyStep: 1, Summary: "length of a key's value"},
 	{Name: "KEFIR.SCAN", Arity: -3, Class: Read, Flags: MultiKey, FirstKey: 0, LastKey: 0, KeyStep: 0, Summary: "ordered range read: KEFIR.SCAN start end [LIMIT n]"},
+	{Name: "KEFIR.GROUPSCAN", Arity: -3, Class: Read, Summary: "internal (nodes of several groups): one group's part of a keyspace scan, or its key count, for a node that cannot serve it: KEFIR.GROUPSCAN group start end limit | KEFIR.GROUPSCAN group COUNT"},
 
 	// Updates. SET is nilext in its plain form; Classify looks at its options.
 	{Name: "SET", Arity: -3, Class: NilextUpdate, Flags: DependsOnArgs, FirstKey: 1, LastKey: 1, KeyStep: 1, Summary: "set a key: SET key value [NX|XX] [GET] [EX s|PX ms|EXAT s|PXAT ms|KEEPTTL]"},

@@ -182,7 +182,7 @@ func TestEveryCommandIsClassified(t *testing.T) {
 		// Redis Cluster's surface: node commands (docs/cluster.md).
 		"CLUSTER": Admin, "ASKING": Admin, "READONLY": Admin, "READWRITE": Admin, "KEFIR.SLOTS": Admin, "KEFIR.GROUP": Admin,
 		"KEFIR.NILEXT": Admin, "KEFIR.CHAINVERSION": Admin, "MULTI": Admin, "EXEC": NonNilextUpdate, "DISCARD": Admin, "WATCH": Read, "UNWATCH": Admin,
-		"KEFIR.EXEC": NonNilextUpdate, "KEFIR.EXECRO": Read, "KEFIR.WATCH": Read,
+		"KEFIR.EXEC": NonNilextUpdate, "KEFIR.EXECRO": Read, "KEFIR.WATCH": Read, "KEFIR.GROUPSCAN": Read,
 	}
 	for _, s := range All() {
 		if s.Has(Unsupported) && want[s.Name] == 0 {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"crypto/subtle"
 	"encoding/binary"
 	"errors"
@@ -12,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/cluster"
 	"github.com/kefirdb/kefir/internal/command"
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
@@ -172,7 +174,11 @@ func (c *conn) admin(spec *command.Spec, args [][]byte) error {
 		}
 		return w.WriteBulkString(c.srv.info(section))
 	case "DBSIZE":
-		return w.WriteInt(c.srv.userKeys())
+		n, err := c.srv.dbSize(context.Background())
+		if err != nil {
+			return err
+		}
+		return w.WriteInt(n)
 	case "KEFIR.CONSISTENCY":
 		if len(args) == 1 {
 			return w.WriteBulkString(c.cons.String())
@@ -605,9 +611,42 @@ func (c *conn) config(args [][]byte) error {
 func (s *Server) userKeys() int64 {
 	var n int64
 	for _, db := range s.engines() { // at a node of several groups every hosted group's
-		n += max(int64(db.Stats().LiveKeys)-int64(db.CountLive(kv.ReservedPrefix, reservedEnd)), 0)
+		n += engineUserKeys(db)
 	}
 	return n
+}
+
+// engineUserKeys is one engine's live keys less its reserved rows.
+func engineUserKeys(db *storage.DB) int64 {
+	return max(int64(db.Stats().LiveKeys)-int64(db.CountLive(kv.ReservedPrefix, reservedEnd)), 0)
+}
+
+// dbSize is DBSIZE: the node's user keys (userKeys) and, at a node of
+// several groups, those of every group it does not host, asked of a member
+// of each (KEFIR.GROUPSCAN g COUNT): any node answers for the whole
+// keyspace, as its keyspace scans do (docs/cluster.md).
+func (s *Server) dbSize(ctx context.Context) (int64, error) {
+	n := s.userKeys()
+	if s.multi == nil {
+		return n, nil
+	}
+	for _, g := range s.multi.Slots().Groups {
+		if _, ok := s.multi.Engine(g.ID); ok {
+			continue
+		}
+		_, addr, _ := s.multi.Leader(g.ID)
+		if addr == "" {
+			return 0, fmt.Errorf("%w: DBSIZE: no node of group %d is known", cluster.ErrNoLeader, g.ID)
+		}
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		k, err := s.router.AskGroupKeys(cctx, addr, g.ID)
+		cancel()
+		if err != nil {
+			return 0, fmt.Errorf("DBSIZE: %w", err)
+		}
+		n += k
+	}
+	return n, nil
 }
 
 // engines are the node's engines: its one, or at a node of several groups

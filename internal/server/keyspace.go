@@ -109,7 +109,7 @@ func parseBitOffset(b []byte) (int64, error) {
 // every read, a GET's included, is then an index, not a string hash).
 var moreReads = func() []bool {
 	m := make([]bool, command.Count())
-	for _, n := range []string{"SCAN", "KEYS", "RANDOMKEY", "TYPE", "TOUCH", "OBJECT",
+	for _, n := range []string{"SCAN", "KEYS", "RANDOMKEY", "TYPE", "TOUCH", "OBJECT", "KEFIR.GROUPSCAN",
 		"GETRANGE", "SUBSTR", "GETBIT", "BITCOUNT", "BITPOS", "LCS", "BITFIELD_RO"} {
 		m[command.MustLookup(n).ID] = true
 	}
@@ -181,6 +181,9 @@ func (c *conn) readMore(spec *command.Spec, args [][]byte, o callOpts) error {
 	sess := c.sess
 	if o.session {
 		sess = o.sess
+	}
+	if spec.Name == "KEFIR.GROUPSCAN" {
+		return c.groupScan(args, cons, sess, o)
 	}
 	after := sess
 	run := func(op kv.Op) (kv.Result, error) { return c.readOp(op, cons, sess, &after) }
@@ -756,4 +759,50 @@ func (t *cursorTable) resume(arg []byte) ([]byte, error) {
 		p = p[:len(p)-1]
 	}
 	return p, nil
+}
+
+// groupScan serves KEFIR.GROUPSCAN group start end limit: one group's part
+// of a keyspace scan at cons, which a node of several groups that cannot
+// serve the group asks of its leader (cluster.Multi.GroupScan; the reply is
+// cluster.GroupScanReply). A node that cannot serve it either forwards it
+// to the leader it knows, as any read.
+func (c *conn) groupScan(args [][]byte, cons level.Consistency, sess shard.Session, o callOpts) error {
+	if c.srv.multi == nil {
+		return errf("ERR KEFIR.GROUPSCAN needs a node of several groups")
+	}
+	g, err := strconv.ParseUint(string(args[1]), 10, 32)
+	if err != nil || g == 0 {
+		return errf("ERR KEFIR.GROUPSCAN takes a group id")
+	}
+	if len(args) == 3 && eq(args[2], "COUNT") {
+		db, ok := c.srv.multi.Engine(cluster.GroupID(g))
+		if !ok {
+			leader, addr, _ := c.srv.multi.Leader(cluster.GroupID(g))
+			return c.forwardRead(args, cons, sess, o, &cluster.NotLeaderError{Leader: leader, Addr: addr})
+		}
+		return c.w.WriteInt(engineUserKeys(db))
+	}
+	if len(args) != 5 {
+		return errf("ERR KEFIR.GROUPSCAN group start end limit | KEFIR.GROUPSCAN group COUNT")
+	}
+	limit, err := strconv.Atoi(string(args[4]))
+	if err != nil || limit < 0 {
+		return errf("ERR KEFIR.GROUPSCAN takes a non-negative limit")
+	}
+	if c.inline {
+		c.wouldWait = true // it may wait for the group's leader: not on an event loop
+		return nil
+	}
+	op := kv.Op{Kind: kv.KindScan, Key: args[2], Limit: min(limit, shard.DefaultMaxScan)}
+	if len(args[3]) > 0 {
+		op.End = args[3]
+	}
+	part, err := c.srv.multi.GroupScan(context.Background(), cluster.GroupID(g), op, cons)
+	if errors.Is(err, cluster.ErrNotLeader) {
+		return c.forwardRead(args, cons, sess, o, err)
+	}
+	if err != nil {
+		return err
+	}
+	return c.w.WriteValue(cluster.GroupScanReply(part))
 }

@@ -172,6 +172,11 @@ func New(cfg Config) (_ *Server, err error) {
 		s.clusterOn = s.multi != nil
 		s.setShard(h.Replica)
 		s.newRouter()
+		if s.multi != nil {
+			// Keyspace scans read the groups this node cannot serve at
+			// their leaders, over the router's connections (scanacross.go).
+			s.multi.SetGroupScanAsker(s.router)
+		}
 		s.initMembership()
 		s.m = newMetrics(s)
 		return s, nil

@@ -1,0 +1,85 @@
+package server
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kefirdb/kefir/internal/cluster"
+	"github.com/kefirdb/kefir/internal/testgroup"
+)
+
+// A keyspace scan (SCAN, KEYS, KEFIR.SCAN), DBSIZE and RANDOMKEY at any
+// node of a cluster whose nodes do not all host every group (issue 28;
+// docs/cluster.md "Keyspace scans"): group 1 on nodes 1-3, group 2 on node
+// 3 alone. Nodes 1 and 2 read group 2's part at node 3 (KEFIR.GROUPSCAN),
+// and a node that does not lead group 1 reads its linearizable part at its
+// leader: every node returns all of the keys, once per SCAN iteration
+// (pages of 13), and counts them all. At level session a node that cannot
+// serve every group refuses, saying so. Before, nodes 1 and 2 answered
+// "a keyspace scan needs every group on this node" and counted only group
+// 1's keys.
+func TestKeyspaceScansAcrossNodes(t *testing.T) {
+	g := startGroupWith(t, func(c *Config) {
+		c.Groups = []cluster.GroupSpec{
+			{ID: 1, Members: []uint64{1, 2, 3}, Slots: []cluster.SlotRange{{Start: 0, End: 8191}}},
+			{ID: 2, Members: []uint64{3}, Slots: []cluster.SlotRange{{Start: 8192, End: 16383}}},
+		}
+	})
+	if !testgroup.Until(20*time.Second, 20*time.Millisecond, func() bool {
+		return len(groupLeaders(g, 1)) == 1 && len(groupLeaders(g, 2)) == 1
+	}) {
+		t.Fatal("the groups have no leaders")
+	}
+	w := dial(t, g.nodes[0])
+	var want []string
+	in2 := 0
+	for i := range 150 {
+		k := fmt.Sprintf("key:%03d", i)
+		if got := w.do("SET", k, "v"); got != "OK" {
+			t.Fatalf("SET %s = %s", k, got)
+		}
+		want = append(want, k)
+		if cluster.Slot([]byte(k)) > 8191 {
+			in2++
+		}
+	}
+	if in2 == 0 || in2 == len(want) {
+		t.Fatalf("%d of %d keys in group 2: want both groups", in2, len(want))
+	}
+	slices.Sort(want)
+	for i, s := range g.nodes {
+		c := dial(t, s)
+		var got []string
+		for cursor, pages := "0", 0; ; pages++ {
+			r := c.doRaw("SCAN", cursor, "COUNT", "13")
+			got = append(got, r.items...)
+			if cursor = r.cursor; cursor == "0" || pages > 100 {
+				break
+			}
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, want) {
+			t.Fatalf("node %d: SCAN returned %d keys (%d distinct), want the %d written", i+1, len(got), len(slices.Compact(slices.Clone(got))), len(want))
+		}
+		if n := c.do("DBSIZE"); n != fmt.Sprintf("(integer) %d", len(want)) {
+			t.Fatalf("node %d: DBSIZE = %s, want %d", i+1, n, len(want))
+		}
+		if keys := c.do("KEYS", "key:*"); strings.Count(keys, `"key:`) != len(want) {
+			t.Fatalf("node %d: KEYS key:* = %.200s..., want %d keys", i+1, keys, len(want))
+		}
+		if pairs := c.do("KEFIR.SCAN", "", "", "LIMIT", "1000"); strings.Count(pairs, `"key:`) != len(want) {
+			t.Fatalf("node %d: KEFIR.SCAN = %.200s..., want %d keys", i+1, pairs, len(want))
+		}
+		if k := c.do("RANDOMKEY"); !strings.HasPrefix(k, `"key:`) {
+			t.Fatalf("node %d: RANDOMKEY = %s", i+1, k)
+		}
+	}
+	c := dial(t, g.nodes[0])
+	c.expect(`KEFIR.CONSISTENCY session => OK`)
+	if got := c.do("KEYS", "*"); !strings.Contains(got, "level session needs this node to serve every group") {
+		t.Fatalf("KEYS at level session at node 1 (no replica of group 2): %.200s", got)
+	}
+}
