@@ -272,3 +272,22 @@ func TestRangeEndedOnlyAtTheEnd(t *testing.T) {
 		t.Error("rangeEnded of a short read")
 	}
 }
+
+// RANDOMKEY picks among the keys, not the one after the widest gap: with
+// 30 keys sharing a prefix ("k1" .. "k30"), every point outside their
+// narrow stretch of the printable range used to land on "k1" (about 99 %
+// of calls). 600 calls now see every key.
+func TestRandomKeySpreadsOverKeysWithAPrefix(t *testing.T) {
+	s := startServer(t, nil)
+	c := dial(t, s)
+	for i := 1; i <= 30; i++ {
+		c.expect(fmt.Sprintf("SET k%d v => OK", i))
+	}
+	seen := map[string]int{}
+	for range 600 {
+		seen[c.do("RANDOMKEY")]++
+	}
+	if len(seen) != 30 {
+		t.Fatalf("600 RANDOMKEYs saw %d of 30 keys: %v", len(seen), seen)
+	}
+}
