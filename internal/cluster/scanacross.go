@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
@@ -179,17 +181,53 @@ func (m *Multi) remotePart(ctx context.Context, id GroupID, refused error, op kv
 		return GroupPart{}, &ReplyError{fmt.Sprintf("ERR a keyspace scan at level %s cannot read group %d at this node", c, id)}
 	}
 	_, addr, _ := LeaderOf(refused)
-	if addr == "" {
-		_, addr, _ = m.Leader(id)
+	// The node asked may die or lose the group's leadership meanwhile:
+	// asked again, of the leader this node knows by then, for as long as
+	// a forwarded read is (the node asked forwards a part it cannot serve,
+	// and waits for a leader, itself).
+	deadline := time.Now().Add(remoteScanFor)
+	pause := 20 * time.Millisecond
+	for {
+		if addr == "" {
+			_, addr, _ = m.Leader(id)
+		}
+		var err error
+		if addr == "" {
+			err = fmt.Errorf("%w: no node of group %d is known", ErrNoLeader, id)
+		} else {
+			var part GroupPart
+			if part, err = m.asker.AskGroupScan(ctx, addr, id, op, c); err == nil {
+				return part, nil
+			}
+			var re *ReplyError
+			if errors.As(err, &re) && !retryableReply(re.Msg) {
+				return GroupPart{}, fmt.Errorf("group %d's part of a keyspace scan (asked at %s): %w", id, addr, err)
+			}
+		}
+		if time.Now().Add(pause).After(deadline) || ctx.Err() != nil {
+			return GroupPart{}, fmt.Errorf("group %d's part of a keyspace scan (asked at %q): %w", id, addr, err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(pause):
+		}
+		pause, addr = min(2*pause, 500*time.Millisecond), ""
 	}
-	if addr == "" {
-		return GroupPart{}, fmt.Errorf("%w: group %d's part of a keyspace scan: no node of it is known", ErrNoLeader, id)
+}
+
+// remoteScanFor bounds how long a part of a keyspace scan is asked again.
+const remoteScanFor = 10 * time.Second
+
+// retryableReply reports whether an error reply to KEFIR.GROUPSCAN says the
+// part may be served if asked again (of the leader known by then): no
+// leader yet, a redirect, a slot in flight.
+func retryableReply(msg string) bool {
+	for _, p := range []string{"UNAVAILABLE", "MOVED", "TRYAGAIN", "LOADING"} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
 	}
-	part, err := m.asker.AskGroupScan(ctx, addr, id, op, c)
-	if err != nil {
-		return GroupPart{}, fmt.Errorf("group %d's part of a keyspace scan (asked at %s): %w", id, addr, err)
-	}
-	return part, nil
+	return false
 }
 
 // GroupScanReply is KEFIR.GROUPSCAN's reply: [version, view (-1: unknown),

@@ -148,3 +148,39 @@ func TestScanAcrossNodesReturnsEveryServedKeyOnce(t *testing.T) {
 		t.Fatal("a scan at level session across nodes was served")
 	}
 }
+
+// A part's node that fails (a broken connection, no leader yet) is asked
+// again, of the leader known by then; an error reply that asking again
+// cannot change fails the scan at once.
+func TestScanAcrossNodesAsksAgain(t *testing.T) {
+	sm, err := NewSlotMap(1, []GroupSpec{
+		{ID: 1, Members: []uint64{1}, Slots: []SlotRange{{Start: 0, End: 8191}}},
+		{ID: 2, Members: []uint64{2}, Slots: []SlotRange{{Start: 8192, End: 16383}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, _ := sm.Group(1)
+	n1, err := NewMulti(sm, 1, []Member{{ID: 1, ClientAddr: "n1:1"}, {ID: 2, ClientAddr: "n2:2"}},
+		[]LocalGroup{{Spec: spec, Hosted: Hosted{Replica: &sortedReplica{t: kv.NewSlotTable([]kv.SlotRange{{Start: 0, End: 8191}}, 1)}, Group: &stateGroup{st: State{Normal: true, Leader: 1}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls int
+	fails := []error{fmt.Errorf("read tcp: connection reset by peer"), &ReplyError{"UNAVAILABLE no leader"}}
+	n1.SetGroupScanAsker(askerFunc(func(context.Context, string, GroupID, kv.Op, level.Consistency) (GroupPart, error) {
+		calls++
+		if calls <= len(fails) {
+			return GroupPart{}, fails[calls-1]
+		}
+		return GroupPart{Res: kv.Result{Kind: kv.ResArray, Array: [][]byte{[]byte("b"), []byte("v")}}, Ended: true}, nil
+	}))
+	res, _, err := n1.Scan(context.Background(), kv.Op{Kind: kv.KindScan, Limit: 10}, level.ConsLinearizable, shard.Session{})
+	if err != nil || len(res.Array) != 2 || calls != 3 {
+		t.Fatalf("after two failures: %v %q, %d calls", err, res.Array, calls)
+	}
+	calls, fails = 0, []error{&ReplyError{"ERR group 2 is not a group of the slot map (epoch 1)"}}
+	if _, _, err := n1.Scan(context.Background(), kv.Op{Kind: kv.KindScan, Limit: 10}, level.ConsLinearizable, shard.Session{}); err == nil || calls != 1 {
+		t.Fatalf("an error reply: %v after %d calls, want it at once", err, calls)
+	}
+}
