@@ -399,7 +399,8 @@ func TxWriteLocked(get Getter, key []byte) (bool, error) {
 
 // txLockGate is the lock rule at apply, for every op Apply and ApplyWith
 // evaluate: ok true (and the op's result) if op must not apply because a
-// key it writes or checks is locked by a prepared transaction. A
+// key it writes is locked by a prepared transaction, or a key it only
+// checks (a KindTxCommit's read) is write-locked: a read lock is shared. A
 // KEFIR.TX commit answers -TXABORT (its client retries the whole
 // transaction); any other write ErrTxLocked (the front door retries it once
 // the lock is gone). Reads, slot ops and the two-phase ops themselves pass
@@ -416,9 +417,11 @@ func txLockGate(get Getter, op *Op) (Result, error, bool) {
 		return Result{}, nil, false
 	}
 	var keys [][]byte
+	written := -1 // keys[:written] are written, the rest only checked (a commit's)
 	switch {
 	case op.Kind == KindTxCommit:
-		keys = txRoutingKeys(op) // written and checked
+		keys = txRoutingKeys(op) // written, then checked
+		written = len(txWrittenKeys(op))
 	case op.Kind == KindEval && op.Cond == DeclaredKeysOnly:
 		keys, _ = op.RoutingKeys()
 	case op.WritesAll():
@@ -428,7 +431,7 @@ func txLockGate(get Getter, op *Op) (Result, error, bool) {
 	default:
 		keys = op.WrittenKeys() // an EXEC's: every key it names
 	}
-	for _, k := range keys {
+	for i, k := range keys {
 		txid, mode, ok, err := TxLockOf(get, k)
 		if err != nil {
 			return Result{}, err, true
@@ -437,6 +440,11 @@ func txLockGate(get Getter, op *Op) (Result, error, bool) {
 			continue
 		}
 		if mutation.On && XgtxMut.WriteReadLocked && mode == TxLockRead && op.Kind != KindTxCommit {
+			continue
+		}
+		if written >= 0 && i >= written && mode == TxLockRead {
+			// A key the commit only reads shares a read lock, as a
+			// prepare's read does (shared read locks): neither changes it.
 			continue
 		}
 		if op.Kind == KindTxCommit {

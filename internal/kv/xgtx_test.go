@@ -188,12 +188,16 @@ func TestXgtxLockConflicts(t *testing.T) {
 	ga.mustReply(t, p2, "-TXABORT conflict on key '{x}r': locked")
 	p2, _ = NewTxPrepare([]byte("t2"), b("x"), ga.last, TxOrigin{}, []TxCheck{{Key: b("x"), Version: 1}}, nil)
 	ga.mustReply(t, p2, "-TXABORT conflict on key 'x': locked")
-	// So does a single-group commit that checks one (SERIALIZABLE read)...
-	c, _ := NewTxCommit(ga.last, TxSerializable, TxOrigin{}, []TxCheck{{Key: b("{x}r"), Version: 2}, {Key: b("z")}}, []Op{{Kind: KindSet, Key: b("z"), Value: b("1")}})
-	ga.mustReply(t, c, "-TXABORT conflict on key '{x}r': locked")
-	// ...or writes one.
+	// So does a single-group commit that checks the write-locked key
+	// (SERIALIZABLE read)... (one that checks the read-locked key shares
+	// it: TestXgtxSharedReadLocks)
+	c, _ := NewTxCommit(ga.last, TxSerializable, TxOrigin{}, []TxCheck{{Key: b("x"), Version: 1}, {Key: b("z")}}, []Op{{Kind: KindSet, Key: b("z"), Value: b("1")}})
+	ga.mustReply(t, c, "-TXABORT conflict on key 'x': locked")
+	// ...or writes a locked one.
 	c, _ = NewTxCommit(ga.last, TxSI, TxOrigin{}, []TxCheck{{Key: b("x"), Version: 1}}, []Op{{Kind: KindSet, Key: b("x"), Value: b("1")}})
 	ga.mustReply(t, c, "-TXABORT conflict on key 'x': locked")
+	c, _ = NewTxCommit(ga.last, TxSerializable, TxOrigin{}, []TxCheck{{Key: b("{x}r"), Version: 2}}, []Op{{Kind: KindSet, Key: b("{x}r"), Value: b("1")}})
+	ga.mustReply(t, c, "-TXABORT conflict on key '{x}r': locked")
 	if ga.locks(t) != 1 {
 		t.Fatalf("lock count %d", ga.locks(t))
 	}
@@ -556,6 +560,9 @@ func TestXgtxSharedReadLocks(t *testing.T) {
 		g.mustReply(t, c, "-TXABORT conflict on key '{s}k': locked")
 	}
 	refused()
+	// A single-group commit that only reads k shares the lock as well.
+	c, _ := NewTxCommit(g.last, TxSerializable, TxOrigin{}, []TxCheck{{Key: b("{s}k"), Version: 1}, {Key: b("{s}c")}}, []Op{{Kind: KindSet, Key: b("{s}c"), Value: b("1")}})
+	g.mustReply(t, c, ":") // its committed version
 	// The resolves in any order: the lock stays while a reader holds it.
 	g.mustReply(t, NewTxResolve([]byte("r2"), b("{s}k"), true), "+COMMITTED")
 	if got := strings.Join(holders(), ","); got != "r1,r3" {
@@ -573,8 +580,8 @@ func TestXgtxSharedReadLocks(t *testing.T) {
 	if hs := holders(); hs != nil || g.locks(t) != 0 {
 		t.Fatalf("locks left after every resolve: %q, %d prepared", hs, g.locks(t))
 	}
-	if g.get("{s}b") != "1" || g.get("{s}a") != "<nil>" {
-		t.Fatalf("a=%q b=%q: want r2's write alone", g.get("{s}a"), g.get("{s}b"))
+	if g.get("{s}b") != "1" || g.get("{s}a") != "<nil>" || g.get("{s}c") != "1" {
+		t.Fatalf("a=%q b=%q c=%q: want r2's write and the single-group commit's", g.get("{s}a"), g.get("{s}b"), g.get("{s}c"))
 	}
 	if _, err := g.try(Op{Kind: KindSet, Key: b("{s}k"), Value: b("2")}); err != nil {
 		t.Fatalf("SET after the last reader's resolve: %v", err)
