@@ -151,8 +151,6 @@ type Client struct {
 	// follower read into a leader read. Empty with a single address.
 	replicas []replicaSlot
 	rnext    atomic.Uint32
-	// txs are the connections transactions run on (txn.go).
-	txs txConns
 }
 
 // replicaSlot is a connection to one fixed address. Calls load cur without
@@ -213,7 +211,6 @@ func Dial(ctx context.Context, addrs []string, opts ...Option) (*Client, error) 
 func (c *Client) Close() error {
 	c.closed.Store(true)
 	c.lanes.Close()
-	c.txs.close()
 	if c.nx != nil {
 		c.nx.close()
 	}
@@ -499,8 +496,11 @@ func (c *Client) do(ctx context.Context, req *request) (owned bool, err error) {
 	// -MOVED or -ASK sends this call alone elsewhere (p, ask).
 	p, slot := &c.pool, -1
 	if c.rt != nil {
-		if key, ok := routeKey(req); ok {
-			slot = int(keySlot(key))
+		if key, ok := routeKey(req); ok || req.slot > 0 {
+			slot = req.slot - 1
+			if ok {
+				slot = int(keySlot(key))
+			}
 			p = c.rt.route(slot)
 			if !c.opts.leaderReadsOnly && clusterReplicaRead(req) {
 				if rp := c.rt.replica(slot); rp != nil && rp != p {

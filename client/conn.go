@@ -68,6 +68,10 @@ type request struct {
 	// nilext write's ordered fallback, which keeps the id its broadcast used
 	// (nilext.go) — and kept by all its retries.
 	fixedID, fixedSeq uint64
+	// slot, if not 0, is the hash slot plus one that a call naming no key
+	// is routed by in a cluster (a transaction's commit, KEFIR.TXAPPLY: its
+	// transaction's first key's).
+	slot int
 
 	state reqState
 	done  chan struct{}

@@ -31,8 +31,9 @@
 // alone moves routes, so one group's redirect never moves another group's
 // calls. -ASK sends its call once, after ASKING. MultiGet and MultiPut of keys
 // of several slots are split by slot and merged (each slot's part atomic, the
-// whole not). Ping, Scan and Txn use the addresses given to Dial, whose nodes
-// merge scans and find a transaction's groups. WithCluster forces either way.
+// whole not). Txn goes to the leader of its first key's group (its commit
+// too); Ping and Scan use the addresses given to Dial, whose nodes merge scans.
+// WithCluster forces either way.
 //
 // Nilext fast path (experimental): with WithNilext, against a group running
 // kefir server --nilext, Put and MultiPut outside a Session are sent by the

@@ -29,6 +29,10 @@ type pool struct {
 	// -MOVED <slot> <addr> instead of forwarded, so a stale slot map is
 	// noticed by plain reads too, not only by calls that ask for redirects.
 	aware bool
+	// txs are the connections transactions run on at this pool's node
+	// (txn.go): in a cluster, a transaction goes to its first key's group's
+	// leader's pool, as a keyed call does.
+	txs txConns
 }
 
 func newPool(c *Client, addrs []string, size int, aware bool) *pool {
@@ -42,6 +46,7 @@ func (p *pool) init(c *Client, addrs []string, size int, aware bool) {
 }
 
 func (p *pool) close() {
+	p.txs.close()
 	for i := range p.slots {
 		p.slots[i].close()
 	}

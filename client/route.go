@@ -26,10 +26,10 @@ import (
 // never moves another group's calls (the single-group pool follows a -MOVED
 // with all of its connections, which against a node of several groups sent
 // the whole pool from one group's leader to another's on every write of a
-// key of another group). Calls that name no key (Ping, Scan) and
-// transactions use the client's own pool, as against one group: a node
-// merges a scan over the groups, and a transaction finds its first key's
-// group itself (txn.go).
+// key of another group). A transaction goes to its first key's group's
+// leader's pool, whose transaction connections it shares (Tx.acquire in
+// txn.go). Calls that name no key (Ping, Scan) use the client's own pool, as
+// against one group: a node merges a scan over the groups.
 
 // WithCluster says whether the client routes calls by their key's slot (a
 // cluster of several groups) or talks to one group through the addresses

@@ -84,18 +84,23 @@ var ErrTxAborted = errors.New("kefir: transaction aborted")
 // node of several groups such a transaction spans groups and its commit
 // (PREPARE) validates its reads.
 type Tx struct {
-	c     *Client
+	c *Client
+	// cn is the connection the transaction runs on, taken from txs at its
+	// first command (acquire): nil before.
 	cn    *conn
+	txs   *txConns
+	moved *txMoved
 	level string
 	h     string // this transaction's handle (its BEGIN's answer), once BEGIN is queued
 	begun bool
 	wrote bool
 	// slot is the hash slot of the first key the transaction named (-1:
-	// none yet); cross that it named another: a transaction across slots,
-	// which the server commits in two phases (and validates even if it only
-	// read), so it is committed even without writes.
+	// none yet); slots that it named another. On a node of several groups
+	// (crossSlots) that makes a transaction across slots, which the server
+	// commits in two phases (and validates even if it only read), so it is
+	// committed even without writes.
 	slot  int
-	cross bool
+	slots bool
 	// pending are buffered writes not yet sent: they go in front of the next
 	// awaited command, and their replies are checked with its.
 	pending []*request
@@ -133,6 +138,7 @@ func (c *Client) Txn(ctx context.Context, fn func(tx *Tx) error, opts *TxOptions
 	}
 	backoff := o.Backoff
 	var last error
+	var moved txMoved // a -MOVED of an attempt's first key, for the next
 	for attempt := 0; attempt < o.MaxAttempts; attempt++ {
 		if attempt > 0 {
 			// Jittered, so two transactions that conflicted do not meet again.
@@ -144,7 +150,7 @@ func (c *Client) Txn(ctx context.Context, fn func(tx *Tx) error, opts *TxOptions
 			}
 			backoff = min(2*backoff, 100*time.Millisecond)
 		}
-		err := c.txnOnce(ctx, fn, o.Isolation)
+		err := c.txnOnce(ctx, fn, o.Isolation, &moved)
 		if err == nil || !errors.Is(err, ErrTxAborted) {
 			return err
 		}
@@ -153,13 +159,20 @@ func (c *Client) Txn(ctx context.Context, fn func(tx *Tx) error, opts *TxOptions
 	return fmt.Errorf("%w (after %d attempts)", last, o.MaxAttempts)
 }
 
+// txMoved is where a -MOVED sent an attempt whose first key was of slot
+// (addr empty: nowhere): in a cluster the next attempt whose first key is
+// of that slot begins at addr, as a keyed call follows its -MOVED, while
+// the slot map, asked for anew, catches up.
+type txMoved struct {
+	slot int
+	addr string
+}
+
 // txnOnce runs one attempt: an error wrapping ErrTxAborted may be retried.
-func (c *Client) txnOnce(ctx context.Context, fn func(tx *Tx) error, iso Isolation) error {
-	cn, err := c.txs.get(ctx, c)
-	if err != nil {
-		return err
-	}
-	tx := &Tx{c: c, cn: cn, level: "SERIALIZABLE", slot: -1}
+// The attempt takes its connection at its first command (Tx.acquire), when
+// its first key, which says where it must begin in a cluster, is known.
+func (c *Client) txnOnce(ctx context.Context, fn func(tx *Tx) error, iso Isolation, moved *txMoved) error {
+	tx := &Tx{c: c, level: "SERIALIZABLE", slot: -1, moved: moved}
 	if iso == SnapshotIsolation {
 		tx.level = "SI"
 	}
@@ -173,7 +186,7 @@ func (c *Client) txnOnce(ctx context.Context, fn func(tx *Tx) error, iso Isolati
 			tx.end()
 		}
 	}()
-	err = fn(tx)
+	err := fn(tx)
 	returned = true
 	if err == nil {
 		// A buffered write failed and fn did not return its error: the
@@ -189,7 +202,7 @@ func (c *Client) txnOnce(ctx context.Context, fn func(tx *Tx) error, iso Isolati
 	case err != nil:
 		tx.end()
 		return err
-	case !tx.wrote && !tx.cross:
+	case !tx.wrote && !tx.crossSlots():
 		// Read-only: its reads were of one committed state, at least as
 		// new as its start; there is nothing to validate or order. (Across
 		// slots its reads are of several groups' states, validated by the
@@ -200,7 +213,7 @@ func (c *Client) txnOnce(ctx context.Context, fn func(tx *Tx) error, iso Isolati
 	// PREPARE carries the buffered writes (and BEGIN, if nothing was sent
 	// yet) in one write; a failed write fails it, and nothing is applied.
 	pr, null, err := tx.call(ctx, replyBulk, "PREPARE")
-	if err != nil && tx.cross && !errors.Is(err, errNotSent) && !isTxAbortReply(err) &&
+	if err != nil && tx.crossSlots() && !errors.Is(err, errNotSent) && !isTxAbortReply(err) &&
 		(errors.Is(err, errConnLost) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
 		// Across slots PREPARE is the commit itself (the server runs its
 		// two phases): a connection lost after it was sent leaves the
@@ -221,12 +234,17 @@ func (c *Client) txnOnce(ctx context.Context, fn func(tx *Tx) error, iso Isolati
 	}
 	op := append([]byte(nil), pr.val...)
 	putRequest(pr)
-	c.txs.put(cn) // the handle is gone
+	tx.txs.put(tx.cn) // the handle is gone
 	if null {
 		return nil
 	}
 	r := newCall(replyInt, true, nil, nil)
 	r.cmd = append(r.cmd, arg{s: "KEFIR.TXAPPLY"}, arg{b: op})
+	// In a cluster the commit goes to the leader of the transaction's
+	// group, as a write of its first key would (before, through the pool of
+	// the addresses given to Dial, whose node forwarded it to another
+	// group's leader).
+	r.slot = tx.slot + 1
 	if _, err := c.integer(ctx, r); err != nil {
 		// Only -TXABORT says it did not commit: a lost connection here is
 		// an unknown outcome (ErrUnknownOutcome, from the write path), never
@@ -365,9 +383,48 @@ func (t *Tx) noteSlot(key string) {
 	s := int(keySlot(key))
 	if t.slot < 0 {
 		t.slot = s
-	} else if s != t.slot && !t.cn.txOneGroup {
-		t.cross = true
+	} else if s != t.slot {
+		t.slots = true
 	}
+}
+
+// crossSlots reports whether the transaction is one across slots that the
+// server commits in two phases: keys of several slots, on a node of several
+// groups (known once it has a connection).
+func (t *Tx) crossSlots() bool {
+	return t.slots && t.cn != nil && !t.cn.txOneGroup
+}
+
+// acquire takes the transaction's connection, at its first command. In a
+// cluster it is one of the transaction connections of the node that leads
+// the first key's group by the slot map (or that the last attempt's -MOVED
+// named), so the transaction begins where its start must be taken and its
+// commands are not forwarded; a node that cannot be reached sends this
+// attempt through the addresses given to Dial, as a keyed call's does, and
+// asks for a new map. Otherwise (one group, or no key yet) the client's own
+// pool's, which follows the group's leader.
+func (t *Tx) acquire(ctx context.Context) error {
+	c := t.c
+	p := &c.pool
+	if c.rt != nil && t.slot >= 0 {
+		if t.moved.addr != "" && t.moved.slot == t.slot {
+			p = c.rt.node(t.moved.addr)
+		} else {
+			p = c.rt.route(t.slot)
+		}
+	}
+	cn, err := p.txs.get(ctx, p)
+	if err != nil && p != &c.pool && !errors.Is(err, ErrAuth) && !errors.Is(err, ErrClosed) && ctx.Err() == nil {
+		c.rt.refreshSoon("")
+		t.moved.addr = ""
+		p = &c.pool
+		cn, err = p.txs.get(ctx, p)
+	}
+	if err != nil {
+		return err
+	}
+	t.cn, t.txs = cn, &p.txs
+	return nil
 }
 
 // call sends KEFIR.TX <sub> <handle> args... — after BEGIN, if the
@@ -377,6 +434,20 @@ func (t *Tx) noteSlot(key string) {
 func (t *Tx) call(ctx context.Context, kind replyKind, sub string, args ...any) (*request, bool, error) {
 	if t.failed != nil {
 		return nil, false, t.failed
+	}
+	firstKey := t.slot < 0 // on a node of several groups the first key takes the start
+	if t.cn == nil {
+		if len(args) > 0 {
+			if k, ok := args[0].(string); ok {
+				t.noteSlot(k) // where the transaction begins (request notes it again: no change)
+			}
+		}
+		if err := t.acquire(ctx); err != nil {
+			if len(t.pending) > 0 {
+				t.failed = err
+			}
+			return nil, false, err
+		}
 	}
 	reqs := t.reqs[:0] // kept across calls: no slice made per call
 	var begin *request
@@ -390,7 +461,6 @@ func (t *Tx) call(ctx context.Context, kind replyKind, sub string, args ...any) 
 	writes := t.pending
 	t.pending = nil
 	reqs = append(reqs, writes...)
-	firstKey := t.slot < 0 // on a node of several groups the first key takes the start
 	r := t.request(kind, sub, args...)
 	reqs = append(reqs, r)
 	t.reqs = reqs
@@ -421,6 +491,9 @@ func (t *Tx) call(ctx context.Context, kind replyKind, sub string, args ...any) 
 		}
 	}
 	if err := pipeline(ctx, t.cn, queued, reqs...); err != nil {
+		if t.c.rt != nil && errors.Is(err, errNotSent) {
+			t.c.rt.refreshSoon("") // its node may be gone: a new map may route elsewhere
+		}
 		err = txError(err)
 		if len(writes) > 0 {
 			t.failed = err // the writes' fate is unknown
@@ -526,13 +599,29 @@ func (t *Tx) drop() {
 // a lost connection (ErrTxAborted: it never began).
 func (t *Tx) beginFailed(err error) error {
 	var se *Error
+	rt := t.c.rt
 	switch {
 	case errors.As(err, &se) && se.Prefix == "MOVED":
 		addr := lastWord(se.Msg)
-		t.c.leader.Store(&addr)
+		if rt != nil && t.slot >= 0 {
+			// The next attempt begins there, the map catches up: the
+			// client's own pool, which unkeyed calls use, stays where it is
+			// (moved, it sent every transaction connection from one group's
+			// leader to another's whenever transactions of two groups took
+			// turns).
+			*t.moved = txMoved{slot: t.slot, addr: addr}
+			rt.refreshSoon(addr)
+		} else {
+			t.c.leader.Store(&addr)
+		}
 		return fmt.Errorf("%w: began at a follower: %w", ErrTxAborted, err)
 	case errors.As(err, &se) && se.Prefix == "UNAVAILABLE":
-		t.c.leader.Store(nil)
+		if rt != nil && t.slot >= 0 {
+			t.moved.addr = ""
+			rt.refreshSoon("")
+		} else {
+			t.c.leader.Store(nil)
+		}
 		return fmt.Errorf("%w: %w", ErrTxAborted, err)
 	}
 	return txError(err)
@@ -565,7 +654,10 @@ func lastWord(s string) string {
 func (t *Tx) end() {
 	t.drop()
 	cn := t.cn
-	defer t.c.txs.put(cn)
+	if cn == nil {
+		return // it never took a connection
+	}
+	defer t.txs.put(cn)
 	if !t.begun {
 		return // no handle to end: BEGIN was never sent, or it failed (and closed cn)
 	}
@@ -695,9 +787,10 @@ const txPerConn = 8
 // dials waits for that connection), and closed when their transactions
 // end. Fewer connections, more transactions' commands in each write.
 
-func (p *txConns) get(ctx context.Context, c *Client) (*conn, error) {
+func (p *txConns) get(ctx context.Context, pl *pool) (*conn, error) {
+	c := pl.c
 	for {
-		hint := c.leader.Load()
+		hint := pl.leader.Load() // nil for ever in a node's pool (route.go)
 		p.mu.Lock()
 		var best *conn
 		bestOpen, bestRiders := 0, false
@@ -751,7 +844,7 @@ func (p *txConns) get(ctx context.Context, c *Client) (*conn, error) {
 		done := make(chan struct{})
 		p.dialing = done
 		p.mu.Unlock()
-		cn, err := p.dial(ctx, c, hint)
+		cn, err := p.dial(ctx, pl, hint)
 		p.mu.Lock()
 		p.dialing = nil
 		close(done)
@@ -766,10 +859,11 @@ func (p *txConns) get(ctx context.Context, c *Client) (*conn, error) {
 	}
 }
 
-// dial dials a transaction connection to the leader as the client knows it
-// (hint), or else to any address.
-func (p *txConns) dial(ctx context.Context, c *Client, hint *string) (*conn, error) {
-	addrs := c.addrs
+// dial dials a transaction connection to the leader as the pool knows it
+// (hint), or else to any of the pool's addresses (a node's pool: its node).
+func (p *txConns) dial(ctx context.Context, pl *pool, hint *string) (*conn, error) {
+	c := pl.c
+	addrs := pl.addrs
 	if hint != nil {
 		addrs = append([]string{*hint}, addrs...)
 	}

@@ -24,7 +24,11 @@ import (
 // the one-op commit) and between an account of group 1 and one of group 2
 // (the two-phase commit), -r rounds each, over -accts accounts a side.
 // Slots 0-8191 are group 1's and 8192-16383 group 2's (kefir up's even
-// split of two groups).
+// split of two groups). -rows picks rows; the row "any group" is transfers
+// between two accounts of one hash tag whose slots fall anywhere (on a
+// cluster of several groups, single-group transactions spread over every
+// group: what the client's routing of transactions changes), and -pid
+// adds the servers' CPU per commit.
 func xgroupMain(args []string) {
 	fs := flag.NewFlagSet("xgroup", flag.ExitOnError)
 	addrs := fs.String("kefir", "127.0.0.1:6380,127.0.0.1:6381,127.0.0.1:6382", "the cluster's client addresses, group 1's leader first")
@@ -32,6 +36,8 @@ func xgroupMain(args []string) {
 	dur := fs.Duration("d", 5*time.Second, "duration of a round")
 	rounds := fs.Int("r", 3, "rounds of each row, alternated")
 	accts := fs.Int("accts", 64, "accounts a side (transfers pick two at random)")
+	rows := fs.String("rows", "one group,two groups", "rows to run, comma-separated: one group, two groups, any group")
+	pids := fs.String("pid", "", "server process ids (comma-separated) whose CPU time per commit is shown")
 	_ = fs.Parse(args)
 	ctx := context.Background()
 	kc, err := client.Dial(ctx, strings.Split(*addrs, ","), client.WithPoolSize(*clients), client.WithRetryUnavailable(10*time.Second))
@@ -41,8 +47,12 @@ func xgroupMain(args []string) {
 	defer kc.Close()
 	// one: pairs in one slot of group 1; cross: a key of group 1, a key of
 	// group 2, in distinct slots.
-	var one [][2]string
+	var one, anyg [][2]string
 	var g1, g2 []string
+	for i := range *accts {
+		tag := "q" + strconv.Itoa(i)
+		anyg = append(anyg, [2]string{"{" + tag + "}x", "{" + tag + "}y"})
+	}
 	for i := 0; len(one) < *accts; i++ {
 		tag := "p" + strconv.Itoa(i)
 		if keyslot.Of(tag) < 8192 {
@@ -60,7 +70,7 @@ func xgroupMain(args []string) {
 		}
 	}
 	var kv []client.KV
-	for _, p := range one {
+	for _, p := range append(append([][2]string(nil), one...), anyg...) {
 		kv = append(kv, client.KV{Key: p[0], Value: []byte("100")}, client.KV{Key: p[1], Value: []byte("100")})
 	}
 	for _, k := range append(append([]string(nil), g1...), g2...) {
@@ -77,14 +87,26 @@ func xgroupMain(args []string) {
 			return p[0], p[1]
 		},
 		"two groups": func(r *rand.Rand) (string, string) { return g1[r.IntN(len(g1))], g2[r.IntN(len(g2))] },
+		"any group": func(r *rand.Rand) (string, string) {
+			p := anyg[r.IntN(len(anyg))]
+			return p[0], p[1]
+		},
+	}
+	runRows := strings.Split(*rows, ",")
+	for _, row := range runRows {
+		if pick[row] == nil {
+			fatalf("unknown row %q", row)
+		}
 	}
 	fmt.Printf("txbench xgroup: %d goroutines, %d accounts a side, %v a round\n", *clients, *accts, *dur)
-	fmt.Printf("%-11s %6s %10s %9s %9s %9s\n", "row", "round", "commits/s", "attempts", "p50 ms", "p99 ms")
+	fmt.Printf("%-11s %6s %10s %9s %9s %9s %14s\n", "row", "round", "commits/s", "attempts", "p50 ms", "p99 ms", "srv CPU µs/tx")
 	for round := 1; round <= *rounds; round++ {
-		for _, row := range []string{"one group", "two groups"} {
+		for _, row := range runRows {
+			c0 := cpu(*pids)
 			commits, attempts, lat := xgRun(ctx, kc, *clients, *dur, pick[row])
-			fmt.Printf("%-11s %6d %10.0f %9.2f %9.2f %9.2f\n", row, round, float64(commits)/dur.Seconds(),
-				float64(attempts)/float64(max(commits, 1)), pct(lat, 0.5), pct(lat, 0.99))
+			perTx := (cpu(*pids) - c0) * 1e6 / float64(max(commits, 1))
+			fmt.Printf("%-11s %6d %10.0f %9.2f %9.2f %9.2f %14.0f\n", row, round, float64(commits)/dur.Seconds(),
+				float64(attempts)/float64(max(commits, 1)), pct(lat, 0.5), pct(lat, 0.99), perTx)
 		}
 	}
 }

@@ -300,11 +300,12 @@ func (m *Multi) txReadWait(ctx context.Context, g *localGroup, op *kv.Op) error 
 }
 
 // txWriteWait waits, before a batch is proposed, until no prepared
-// transaction locks a key that a write of it writes or checks (a commit's
-// checked keys too: it would abort at apply), at the groups this node
-// leads; the lock rule at apply refuses only a write that raced with a
-// prepare since. A write whose wait fails gets the error (Err) and is not
-// proposed; the batch's other writes go on. Only ctx's end fails the batch.
+// transaction locks a key that a write of it writes, nor write-locks a key
+// a commit only checks (it would abort at apply; a read lock it shares),
+// at the groups this node leads; the lock rule at apply refuses only a
+// write that raced with a prepare since. A write whose wait fails gets the
+// error (Err) and is not proposed; the batch's other writes go on. Only
+// ctx's end fails the batch.
 func (m *Multi) txWriteWait(ctx context.Context, reqs []shard.WriteReq) error {
 	for i := range reqs {
 		op := &reqs[i].Op
@@ -312,22 +313,19 @@ func (m *Multi) txWriteWait(ctx context.Context, reqs []shard.WriteReq) error {
 			continue
 		}
 		keys := op.WrittenKeys()
+		var checked [][]byte
 		if op.Kind == kv.KindTxCommit {
-			keys, _ = op.RoutingKeys()
+			all, _ := op.RoutingKeys() // the written keys, then the checked ones
+			checked = all[len(keys):]
 		}
-		if !m.TxLocked(keys, true) {
+		if !m.TxLocked(keys, true) && !m.TxLocked(checked, false) {
 			continue
 		}
-		var mine [][]byte
-		for _, k := range keys {
-			if g, err := m.routeSlot(Slot(k)); err == nil && m.leads(g) == nil {
-				mine = append(mine, k)
-			}
+		err := m.awaitMine(ctx, keys, true)
+		if err == nil {
+			err = m.awaitMine(ctx, checked, false)
 		}
-		if len(mine) == 0 {
-			continue
-		}
-		if err := m.AwaitTxLocks(ctx, mine, true); err != nil {
+		if err != nil {
 			if ctx.Err() != nil {
 				return err
 			}
@@ -335,4 +333,18 @@ func (m *Multi) txWriteWait(ctx context.Context, reqs []shard.WriteReq) error {
 		}
 	}
 	return nil
+}
+
+// awaitMine is AwaitTxLocks for those of keys whose groups this node leads.
+func (m *Multi) awaitMine(ctx context.Context, keys [][]byte, writes bool) error {
+	var mine [][]byte
+	for _, k := range keys {
+		if g, err := m.routeSlot(Slot(k)); err == nil && m.leads(g) == nil {
+			mine = append(mine, k)
+		}
+	}
+	if len(mine) == 0 {
+		return nil
+	}
+	return m.AwaitTxLocks(ctx, mine, writes)
 }

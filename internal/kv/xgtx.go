@@ -55,7 +55,9 @@ var (
 	// txLockCount holds the number of prepared parts of the group
 	// (uvarint) and their part ids; absent when there are none.
 	txLockCount = ReservedKey("xcount")
-	// txLocks + key: the lock of key (mode byte, then the txid).
+	// txLocks + key: the lock of key (encodeTxLock: a mode byte, then the
+	// txid of the writer or the reader holding it, or the txids of the
+	// readers sharing it).
 	txLocks = ReservedKey("xl/")
 	// TxPreparedPrefix + part id (TxPartID): a prepared transaction's
 	// part in one slot (encode).
@@ -84,9 +86,15 @@ const (
 	// TxLockWrite: the transaction writes the key. Nothing else may write
 	// or check it, and a linearizable read of it waits for the resolve.
 	TxLockWrite = 'W'
-	// TxLockRead: the transaction read the key. Nothing else may write or
-	// check it; reads go on.
+	// TxLockRead: the transaction read the key. Nothing else may write it
+	// or prepare a write of it; reads go on, and other prepared
+	// transactions that only read it share the lock (txLockShared).
 	TxLockRead = 'R'
+	// txLockShared is the record of a read lock two or more transactions
+	// share: the mode byte, then each txid length-prefixed (AppendBytes).
+	// One reader keeps TxLockRead's form, 'R' and its txid, which is also
+	// every read lock's record from before locks were shared.
+	txLockShared = 'S'
 )
 
 // Decisions (KindTxDecide and KindTxResolve's Cond).
@@ -144,6 +152,11 @@ type XgtxMutations struct {
 	// decisions whose primary is in it and which a participant has not
 	// resolved (the next owner has no record: a push there aborts).
 	MoveIgnoresPending bool
+	// ReadLockAdmitsWriter: a prepare conflicts with another's lock only
+	// if both write the key, so a writer's prepare takes a key another
+	// prepared transaction read-locks (and a reader's one another
+	// write-locks): shared read locks that do not exclude writers.
+	ReadLockAdmitsWriter bool
 }
 
 // XgtxMut is the process's XgtxMutations (tests only; read under mutation.On).
@@ -322,17 +335,55 @@ func txPendingSlot(get Getter, rs []SlotRange) (slot uint16, txid []byte, ok boo
 	return 0, nil, false, nil
 }
 
-// TxLockOf returns key's lock: the transaction holding it and the mode
-// (TxLockWrite, TxLockRead); ok false if none does.
+// TxLockOf returns key's lock: a transaction holding it (the first of the
+// readers sharing a read lock) and the mode (TxLockWrite, TxLockRead); ok
+// false if none does.
 func TxLockOf(get Getter, key []byte) (txid []byte, mode byte, ok bool, err error) {
-	data, _, _, ok, err := get(txLockKey(key))
+	mode, holders, ok, err := txLockHolders(get, key)
 	if err != nil || !ok {
 		return nil, 0, false, err
 	}
-	if len(data) < 2 {
-		return nil, 0, false, fmt.Errorf("%w: lock record of %q", ErrCorrupt, key)
+	return holders[0], mode, true, nil
+}
+
+// txLockHolders returns key's lock: its mode (TxLockWrite, TxLockRead) and
+// every transaction holding it (one writer, or one or more readers); ok
+// false if none does. The txids alias the record.
+func txLockHolders(get Getter, key []byte) (mode byte, holders [][]byte, ok bool, err error) {
+	data, _, _, ok, err := get(txLockKey(key))
+	if err != nil || !ok {
+		return 0, nil, false, err
 	}
-	return data[1:], data[0], true, nil
+	if len(data) < 2 {
+		return 0, nil, false, fmt.Errorf("%w: lock record of %q", ErrCorrupt, key)
+	}
+	switch data[0] {
+	case TxLockWrite, TxLockRead:
+		return data[0], [][]byte{data[1:]}, true, nil
+	case txLockShared:
+		d := Decoder{B: data[1:]}
+		for len(d.B) > 0 && d.Err == nil {
+			holders = append(holders, d.Bytes())
+		}
+		if d.Err != nil || len(holders) == 0 {
+			return 0, nil, false, fmt.Errorf("%w: shared lock record of %q", ErrCorrupt, key)
+		}
+		return TxLockRead, holders, true, nil
+	}
+	return 0, nil, false, fmt.Errorf("%w: lock record of %q: mode %q", ErrCorrupt, key, data[0])
+}
+
+// encodeTxLock is the lock record of mode held by holders (one, or for a
+// read lock one or more).
+func encodeTxLock(mode byte, holders [][]byte) []byte {
+	if mode == TxLockWrite || len(holders) == 1 {
+		return append([]byte{mode}, holders[0]...)
+	}
+	b := []byte{txLockShared}
+	for _, h := range holders {
+		b = AppendBytes(b, h)
+	}
+	return b
 }
 
 // TxWriteLocked reports whether a prepared transaction writes key: a
@@ -348,7 +399,8 @@ func TxWriteLocked(get Getter, key []byte) (bool, error) {
 
 // txLockGate is the lock rule at apply, for every op Apply and ApplyWith
 // evaluate: ok true (and the op's result) if op must not apply because a
-// key it writes or checks is locked by a prepared transaction. A
+// key it writes is locked by a prepared transaction, or a key it only
+// checks (a KindTxCommit's read) is write-locked: a read lock is shared. A
 // KEFIR.TX commit answers -TXABORT (its client retries the whole
 // transaction); any other write ErrTxLocked (the front door retries it once
 // the lock is gone). Reads, slot ops and the two-phase ops themselves pass
@@ -365,9 +417,11 @@ func txLockGate(get Getter, op *Op) (Result, error, bool) {
 		return Result{}, nil, false
 	}
 	var keys [][]byte
+	written := -1 // keys[:written] are written, the rest only checked (a commit's)
 	switch {
 	case op.Kind == KindTxCommit:
-		keys = txRoutingKeys(op) // written and checked
+		keys = txRoutingKeys(op) // written, then checked
+		written = len(txWrittenKeys(op))
 	case op.Kind == KindEval && op.Cond == DeclaredKeysOnly:
 		keys, _ = op.RoutingKeys()
 	case op.WritesAll():
@@ -377,7 +431,7 @@ func txLockGate(get Getter, op *Op) (Result, error, bool) {
 	default:
 		keys = op.WrittenKeys() // an EXEC's: every key it names
 	}
-	for _, k := range keys {
+	for i, k := range keys {
 		txid, mode, ok, err := TxLockOf(get, k)
 		if err != nil {
 			return Result{}, err, true
@@ -386,6 +440,11 @@ func txLockGate(get Getter, op *Op) (Result, error, bool) {
 			continue
 		}
 		if mutation.On && XgtxMut.WriteReadLocked && mode == TxLockRead && op.Kind != KindTxCommit {
+			continue
+		}
+		if written >= 0 && i >= written && mode == TxLockRead {
+			// A key the commit only reads shares a read lock, as a
+			// prepare's read does (shared read locks): neither changes it.
 			continue
 		}
 		if op.Kind == KindTxCommit {
@@ -946,15 +1005,33 @@ func applyTxPrepare(get Getter, version uint64, op *Op, maxValue int, emit Emit)
 	if err != nil {
 		return Result{}, err
 	}
+	// The holders of each lock taken: a key another prepared transaction
+	// read-locks is shared by a prepare that only reads it (neither can
+	// change it, so both reads stay what they validated until their
+	// resolves); a writer's prepare and a reader's of a write-locked key
+	// abort, as a prepare of a key any lock holds did before locks were
+	// shared.
+	shared := make([][][]byte, len(locks))
 	if n > 0 && !(mutation.On && XgtxMut.PrepareSkipsLocks) {
-		for _, l := range locks {
-			other, _, ok, err := TxLockOf(get, l.Key)
+		for i, l := range locks {
+			mode, holders, ok, err := txLockHolders(get, l.Key)
 			if err != nil {
 				return Result{}, err
 			}
-			if ok {
-				return Result{Kind: ResReply, Bulk: respError(txLockedAbort(l.Key, other, uint64(op.Delta)))}, nil
+			if !ok {
+				continue
 			}
+			if mode == TxLockRead && l.Mode == TxLockRead {
+				shared[i] = holders
+				continue
+			}
+			if mutation.On && XgtxMut.ReadLockAdmitsWriter && (mode == TxLockRead || l.Mode == TxLockRead) {
+				if mode == TxLockRead {
+					shared[i] = holders // the reader's record kept below, unless the writer's replaces it
+				}
+				continue
+			}
+			return Result{Kind: ResReply, Bulk: respError(txLockedAbort(l.Key, holders[0], uint64(op.Delta)))}, nil
 		}
 	}
 	if err := TxValidate(get, version, op, origin, checks); err != nil {
@@ -982,8 +1059,19 @@ func applyTxPrepare(get Getter, version uint64, op *Op, maxValue int, emit Emit)
 		p.Records = append(p.Records, TxRecord{Key: key, Value: value, Meta: meta, Tombstone: tomb})
 	})
 	put(emit, txPreparedKey(part), p.encode(), nil)
-	for _, l := range locks {
-		put(emit, txLockKey(l.Key), append([]byte{l.Mode}, txid...), nil)
+	for i, l := range locks {
+		if mutation.On && XgtxMut.ReadLockAdmitsWriter && l.Mode == TxLockRead {
+			if mode, _, ok, err := txLockHolders(get, l.Key); err != nil {
+				return Result{}, err
+			} else if ok && mode == TxLockWrite {
+				continue // a reader let into a write lock: the writer's record stays
+			}
+		}
+		holders := [][]byte{txid}
+		if l.Mode == TxLockRead && len(shared[i]) > 0 {
+			holders = append(slices.Clone(shared[i]), txid)
+		}
+		put(emit, txLockKey(l.Key), encodeTxLock(l.Mode, holders), nil)
 	}
 	ids, err := TxPreparedIDs(get)
 	if err != nil {
@@ -1010,10 +1098,23 @@ func txResolve(get Getter, part []byte, p TxPrepared, commit bool, emit Emit) er
 		}
 	}
 	for _, l := range p.Locks {
-		if owner, _, ok, err := TxLockOf(get, l.Key); err != nil {
+		mode, holders, ok, err := txLockHolders(get, l.Key)
+		if err != nil {
 			return err
-		} else if ok && bytes.Equal(owner, p.TxID) {
+		}
+		if !ok {
+			continue
+		}
+		rest := slices.DeleteFunc(slices.Clone(holders), func(h []byte) bool { return bytes.Equal(h, p.TxID) })
+		switch {
+		case len(rest) == len(holders):
+			// Not this transaction's (a retried prepare's lock that an
+			// earlier resolve released, then taken by another).
+		case len(rest) == 0:
 			emit(txLockKey(l.Key), nil, nil, true)
+		default:
+			// The other readers keep it.
+			put(emit, txLockKey(l.Key), encodeTxLock(mode, rest), nil)
 		}
 	}
 	putPreparedIDs(emit, slices.DeleteFunc(ids, func(id []byte) bool { return bytes.Equal(id, part) }))

@@ -181,15 +181,23 @@ func TestXgtxLockConflicts(t *testing.T) {
 	}
 	ga.mustReply(t, pa, "+PREPARED")
 
-	// Another prepare that reads or writes a locked key aborts.
-	p2, _ := NewTxPrepare([]byte("t2"), b("{x}r"), ga.last, TxOrigin{}, []TxCheck{{Key: b("{x}r"), Version: 2}}, nil)
+	// Another prepare that writes the read-locked key, or reads the
+	// write-locked one, aborts (one that only reads the read-locked key
+	// shares it: TestXgtxSharedReadLocks).
+	p2, _ := NewTxPrepare([]byte("t2"), b("{x}r"), ga.last, TxOrigin{}, []TxCheck{{Key: b("{x}r"), Version: 2}}, []Op{{Kind: KindSet, Key: b("{x}r"), Value: b("1")}})
 	ga.mustReply(t, p2, "-TXABORT conflict on key '{x}r': locked")
-	// So does a single-group commit that checks one (SERIALIZABLE read)...
-	c, _ := NewTxCommit(ga.last, TxSerializable, TxOrigin{}, []TxCheck{{Key: b("{x}r"), Version: 2}, {Key: b("z")}}, []Op{{Kind: KindSet, Key: b("z"), Value: b("1")}})
-	ga.mustReply(t, c, "-TXABORT conflict on key '{x}r': locked")
-	// ...or writes one.
+	p2, _ = NewTxPrepare([]byte("t2"), b("x"), ga.last, TxOrigin{}, []TxCheck{{Key: b("x"), Version: 1}}, nil)
+	ga.mustReply(t, p2, "-TXABORT conflict on key 'x': locked")
+	// So does a single-group commit that checks the write-locked key
+	// (SERIALIZABLE read)... (one that checks the read-locked key shares
+	// it: TestXgtxSharedReadLocks)
+	c, _ := NewTxCommit(ga.last, TxSerializable, TxOrigin{}, []TxCheck{{Key: b("x"), Version: 1}, {Key: b("z")}}, []Op{{Kind: KindSet, Key: b("z"), Value: b("1")}})
+	ga.mustReply(t, c, "-TXABORT conflict on key 'x': locked")
+	// ...or writes a locked one.
 	c, _ = NewTxCommit(ga.last, TxSI, TxOrigin{}, []TxCheck{{Key: b("x"), Version: 1}}, []Op{{Kind: KindSet, Key: b("x"), Value: b("1")}})
 	ga.mustReply(t, c, "-TXABORT conflict on key 'x': locked")
+	c, _ = NewTxCommit(ga.last, TxSerializable, TxOrigin{}, []TxCheck{{Key: b("{x}r"), Version: 2}}, []Op{{Kind: KindSet, Key: b("{x}r"), Value: b("1")}})
+	ga.mustReply(t, c, "-TXABORT conflict on key '{x}r': locked")
 	if ga.locks(t) != 1 {
 		t.Fatalf("lock count %d", ga.locks(t))
 	}
@@ -501,4 +509,111 @@ func TestXgtxMovesWaitForPendingCommits(t *testing.T) {
 			t.Fatalf("mutation %t: handed over at once %t", mut, handed)
 		}
 	}
+}
+
+// Prepared transactions that only read a key share its lock: two read it
+// and both prepare; a writer's prepare of it, a plain write of it and a
+// single-group commit that writes it are refused while either holds it,
+// and a reader's prepare of a write-locked key is refused; the lock goes
+// with the last reader's resolve, whatever the order of the resolves.
+func TestXgtxSharedReadLocks(t *testing.T) {
+	g := newMV()
+	g.set(t, "{s}k", "1")
+	read := func(txid string, writes ...Op) Op {
+		t.Helper()
+		p, err := NewTxPrepare([]byte(txid), b("{s}k"), g.last, TxOrigin{}, []TxCheck{{Key: b("{s}k"), Version: 1}}, writes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	g.mustReply(t, read("r1", Op{Kind: KindSet, Key: b("{s}a"), Value: b("1")}), "+PREPARED")
+	g.mustReply(t, read("r2", Op{Kind: KindSet, Key: b("{s}b"), Value: b("1")}), "+PREPARED")
+	g.mustReply(t, read("r3"), "+PREPARED")
+	if n := g.locks(t); n != 3 {
+		t.Fatalf("%d prepared parts, want 3", n)
+	}
+	holders := func() []string {
+		_, hs, ok, err := txLockHolders(g.at(g.last), b("{s}k"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, h := range hs {
+			out = append(out, string(h))
+		}
+		if !ok {
+			return nil
+		}
+		return out
+	}
+	if got := strings.Join(holders(), ","); got != "r1,r2,r3" {
+		t.Fatalf("the lock of k is held by %q, want r1,r2,r3", got)
+	}
+	refused := func() {
+		t.Helper()
+		g.mustReply(t, read("w", Op{Kind: KindSet, Key: b("{s}k"), Value: b("2")}), "-TXABORT conflict on key '{s}k': locked")
+		if _, err := g.try(Op{Kind: KindSet, Key: b("{s}k"), Value: b("2")}); !errors.Is(err, ErrTxLocked) {
+			t.Fatalf("SET of a shared read-locked key: %v, want ErrTxLocked", err)
+		}
+		c, _ := NewTxCommit(g.last, TxSI, TxOrigin{}, []TxCheck{{Key: b("{s}k"), Version: 1}}, []Op{{Kind: KindSet, Key: b("{s}k"), Value: b("2")}})
+		g.mustReply(t, c, "-TXABORT conflict on key '{s}k': locked")
+	}
+	refused()
+	// A single-group commit that only reads k shares the lock as well.
+	c, _ := NewTxCommit(g.last, TxSerializable, TxOrigin{}, []TxCheck{{Key: b("{s}k"), Version: 1}, {Key: b("{s}c")}}, []Op{{Kind: KindSet, Key: b("{s}c"), Value: b("1")}})
+	g.mustReply(t, c, ":") // its committed version
+	// The resolves in any order: the lock stays while a reader holds it.
+	g.mustReply(t, NewTxResolve([]byte("r2"), b("{s}k"), true), "+COMMITTED")
+	if got := strings.Join(holders(), ","); got != "r1,r3" {
+		t.Fatalf("after r2's resolve the lock is held by %q, want r1,r3", got)
+	}
+	refused()
+	g.mustReply(t, NewTxResolve([]byte("r1"), b("{s}k"), false), "+ABORTED")
+	if got := strings.Join(holders(), ","); got != "r3" {
+		t.Fatalf("after r1's resolve the lock is held by %q, want r3", got)
+	}
+	refused()
+	// A resolve again changes nothing.
+	g.mustReply(t, NewTxResolve([]byte("r1"), b("{s}k"), false), "+ABORTED")
+	g.mustReply(t, NewTxResolve([]byte("r3"), b("{s}k"), true), "+COMMITTED")
+	if hs := holders(); hs != nil || g.locks(t) != 0 {
+		t.Fatalf("locks left after every resolve: %q, %d prepared", hs, g.locks(t))
+	}
+	if g.get("{s}b") != "1" || g.get("{s}a") != "<nil>" || g.get("{s}c") != "1" {
+		t.Fatalf("a=%q b=%q c=%q: want r2's write and the single-group commit's", g.get("{s}a"), g.get("{s}b"), g.get("{s}c"))
+	}
+	if _, err := g.try(Op{Kind: KindSet, Key: b("{s}k"), Value: b("2")}); err != nil {
+		t.Fatalf("SET after the last reader's resolve: %v", err)
+	}
+	// A writer's lock excludes a reader's prepare.
+	_, _, kv, _, _ := g.at(g.last)(b("{s}k"))
+	p, _ := NewTxPrepare([]byte("w2"), b("{s}k"), g.last, TxOrigin{}, []TxCheck{{Key: b("{s}k"), Version: kv}}, []Op{{Kind: KindSet, Key: b("{s}k"), Value: b("3")}})
+	g.mustReply(t, p, "+PREPARED")
+	p, _ = NewTxPrepare([]byte("r4"), b("{s}k"), g.last, TxOrigin{}, []TxCheck{{Key: b("{s}k"), Version: kv}}, nil)
+	g.mustReply(t, p, "-TXABORT conflict on key '{s}k': locked")
+}
+
+// The mutation ReadLockAdmitsWriter (shared read locks that do not exclude
+// writers) is caught: a writer's prepare of a key two readers share
+// answers +PREPARED.
+func TestXgtxSharedReadLockMutationCaught(t *testing.T) {
+	mutation.Require(t)
+	g := newMV()
+	g.set(t, "{s}k", "1")
+	for _, id := range []string{"r1", "r2"} {
+		p, _ := NewTxPrepare([]byte(id), b("{s}k"), g.last, TxOrigin{}, []TxCheck{{Key: b("{s}k"), Version: 1}}, nil)
+		g.mustReply(t, p, "+PREPARED")
+	}
+	XgtxMut.ReadLockAdmitsWriter = true
+	defer func() { XgtxMut.ReadLockAdmitsWriter = false }()
+	p, _ := NewTxPrepare([]byte("w"), b("{s}k"), g.last, TxOrigin{}, []TxCheck{{Key: b("{s}k"), Version: 1}}, []Op{{Kind: KindSet, Key: b("{s}k"), Value: b("2")}})
+	res, err := g.try(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(string(res.Bulk), "+PREPARED") {
+		t.Fatalf("ReadLockAdmitsWriter not caught: the writer's prepare answered %q", res.Bulk)
+	}
+	t.Log("ReadLockAdmitsWriter caught: a writer prepared a key two readers share")
 }

@@ -335,3 +335,46 @@ func TestCrossGroupTxReadsWaitForLocks(t *testing.T) {
 	}
 	t.Logf("readsIgnoreLocks caught: the transaction read %s while the transaction writing 9 was prepared", got)
 }
+
+// A single-group commit that only reads a key a prepared cross-group
+// transaction read-locks shares the lock (docs/design/transactions.md,
+// "Shared read locks"): it is neither held at the front door nor refused at
+// apply, and commits at once while the lock stays. Before, it waited for
+// the lock until it pushed the prepared transaction (TxWaitBeforePush).
+func TestCrossGroupTxCommitSharesReadLock(t *testing.T) {
+	x := startXG(t, true)
+	a := dial(t, x.g.nodes[x.l1])
+	a.expect(`SET ` + x.k1 + ` 5 => OK`)
+	get := engineGetterOf(x.g.nodes[x.l1], x.k1)
+	_, _, ver, _, err := get([]byte(x.k1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := kv.SlotOrigin(get, []byte(x.k1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A reader of k1 prepared and never decided (its coordinator gone).
+	op, err := kv.NewTxPrepare([]byte("reader"), []byte(x.k2), 1<<40, o, []kv.TxCheck{{Key: []byte(x.k1), Version: ver}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := a.do("KEFIR.TXAPPLY", string(kv.AppendOp(nil, &op))); got != "PREPARED" {
+		t.Fatalf("prepare: %s", got)
+	}
+	other := "{" + x.k1 + "}b"
+	h := txBegin(t, a, "SERIALIZABLE")
+	a.expect(`
+KEFIR.TX GET ` + h + ` ` + x.k1 + ` => "5"
+KEFIR.TX SET ` + h + ` ` + other + ` 1 => OK
+`)
+	start := time.Now()
+	got := a.do("KEFIR.TX", "COMMIT", h)
+	if d := time.Since(start); !strings.HasPrefix(got, "(integer)") || d >= cluster.TxWaitBeforePush {
+		t.Fatalf("the commit reading the read-locked key answered %q after %v, want a version before %v", got, d, cluster.TxWaitBeforePush)
+	}
+	if _, mode, ok, err := kv.TxLockOf(get, []byte(x.k1)); err != nil || !ok || mode != kv.TxLockRead {
+		t.Fatalf("k1's read lock after the commit: mode %q, held %v, %v", mode, ok, err)
+	}
+	a.expect(`GET ` + other + ` => "1"`)
+}

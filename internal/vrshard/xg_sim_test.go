@@ -544,6 +544,11 @@ func (n *xgNode) startTxn() {
 		n.killIn = n.rng.IntN(9)
 	}
 	x := n.rng.IntN(20)
+	if r.o.skewMix && x < 14 && x%2 == 0 {
+		// Half the transfers and totals become write-skew pairs' halves
+		// (see xgOptions.skewMix).
+		x = -1
+	}
 	if r.o.plainMix && x >= 6 && x < 14 {
 		// Fewer transfers and totals, more plain reads and writes (see
 		// xgOptions.plainMix).
@@ -551,6 +556,11 @@ func (n *xgNode) startTxn() {
 	}
 	var body func(ctx context.Context, co *xgCo)
 	switch {
+	case x < 0:
+		w := n.rng.IntN(2)
+		kw, ko := r.skews[w], r.skews[1-w]
+		t.mops = []check.Mop{{Kind: check.MopRead, Key: kw}, {Kind: check.MopRead, Key: ko}, {Kind: check.MopWrite, Key: kw, Value: r.nextTag()}}
+		body = func(ctx context.Context, co *xgCo) { r.skew(ctx, co, t, kw, ko) }
 	case x < 10:
 		a := n.rng.IntN(len(r.keys))
 		b := (a + 1 + n.rng.IntN(len(r.keys)-1)) % len(r.keys)
@@ -636,6 +646,12 @@ type xgOptions struct {
 	plainMix bool
 	// noCollect (a check of the check): the sweep collects no decision.
 	noCollect bool
+	// skewMix: half the transfers and totals are transactions that read
+	// two registers, one in each group, and write one of them (chosen at
+	// random): two of them that write different ones are write skew unless
+	// one aborts — a writer's prepare must conflict with the other's read
+	// lock. Their registers are written by nothing else.
+	skewMix bool
 }
 
 // xgRun is one seed's shared client state and account.
@@ -645,6 +661,7 @@ type xgRun struct {
 	o           xgOptions
 	keys        []string // the accounts
 	regs        []string // a register in each account's slot ({acctN}r)
+	skews       []string // the skew transactions' registers, one of each group ({acctN}s)
 	rec         *check.TxnRecorder
 	tag         int
 	ops         int
@@ -797,6 +814,27 @@ func (r *xgRun) total(ctx context.Context, co *xgCo, t *xgTxn) {
 	r.commit(ctx, co, t, keys, seen, nil)
 }
 
+// skew reads the registers kw and ko and writes kw: half of a write-skew
+// pair (xgOptions.skewMix).
+func (r *xgRun) skew(ctx context.Context, co *xgCo, t *xgTxn, kw, ko string) {
+	keys := []string{kw, ko}
+	seen, ok := r.snapshot(ctx, co, keys)
+	if !ok {
+		t.result = "abort"
+		return
+	}
+	for i, k := range keys {
+		tag, _, err := xgParse(seen[k].val)
+		if err != nil {
+			r.errs = append(r.errs, err)
+			t.result = "abort"
+			return
+		}
+		t.mops[i].Value = tag
+	}
+	r.commit(ctx, co, t, keys, seen, map[string][]byte{kw: xgValue(t.mops[2].Value, 0)})
+}
+
 // plainWrite is a SET of a register at its group's leader, outside any
 // transaction, with a request id: refused (no effect) while a prepared
 // transaction locks the key (kv's lock rule at apply).
@@ -874,6 +912,16 @@ func xgSim(seed uint64, trace io.Writer, o xgOptions, summary *string) (err erro
 	run := &xgRun{cl: cl, o: o, keys: xgAccountKeys(cl), ops: 40, faultsUntil: planEnd / 2}
 	for _, k := range run.keys {
 		run.regs = append(run.regs, "{"+k+"}r")
+	}
+	// One skew register in each group: in the slots of the first account
+	// and of the first account of the other group.
+	for _, k := range run.keys {
+		if len(run.skews) == 0 || cl.smap.Owner(kv.KeySlot([]byte(k))) != cl.smap.Owner(kv.KeySlot([]byte(run.keys[0]))) {
+			run.skews = append(run.skews, "{"+k+"}s")
+			if len(run.skews) == 2 {
+				break
+			}
+		}
 	}
 	run.rec = check.NewTxnRecorder(trueNow)
 	var nodes []*xgNode
@@ -1092,6 +1140,8 @@ func TestXgSim(t *testing.T) {
 		{"calm", xgOptions{killAt: -1}, 10, 200, 1},
 		{"faults", xgOptions{faults: true, coordDeaths: true, killAt: -1}, 30, 1000, 1},
 		{"powercuts", xgOptions{powerCuts: true, coordDeaths: true, killAt: -1}, 10, 300, 1},
+		{"skew", xgOptions{skewMix: true, killAt: -1}, 5, 100, 1},
+		{"skewfaults", xgOptions{skewMix: true, faults: true, coordDeaths: true, killAt: -1}, 10, 300, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sim.Explore(t, tc.firstSeeds, xgSeeds(tc.n, tc.soak), func(seed uint64, trace io.Writer) error {
@@ -1126,7 +1176,7 @@ func TestXgSimCoordinatorDiesAtEachAction(t *testing.T) {
 
 // TestXgSimSummary logs what a run exercises.
 func TestXgSimSummary(t *testing.T) {
-	for _, o := range []xgOptions{{killAt: -1}, {faults: true, coordDeaths: true, killAt: -1}} {
+	for _, o := range []xgOptions{{killAt: -1}, {faults: true, coordDeaths: true, killAt: -1}, {skewMix: true, killAt: -1}} {
 		var sum string
 		if err := xgSim(1, nil, o, &sum); err != nil {
 			t.Fatal(err)
@@ -1155,12 +1205,18 @@ func TestXgSimSummary(t *testing.T) {
 //     every participant resolved it, and a participant's push, finding it
 //     forgotten, aborts its part of a committed transfer;
 //   - the sweep collecting nothing (a check of the bound check): the
-//     decisions are left after the quiet period.
+//     decisions are left after the quiet period;
+//   - kv ReadLockAdmitsWriter: shared read locks that do not exclude a
+//     writer's prepare (nor a reader's of a write-locked key) — with the
+//     skew workload two transactions that each read both skew registers
+//     and wrote one both commit (write skew: the Elle checker's G2), and in
+//     the plain workload a read-only total sees half a transfer.
 func TestXgSimCatchesMutations(t *testing.T) {
 	mutation.Require(t)
 	faults := xgOptions{faults: true, coordDeaths: true, killAt: -1}
 	calm := xgOptions{killAt: -1}
 	slowResolves := xgOptions{killAt: -1, plainMix: true, resolveDelay: 30}
+	skew := xgOptions{killAt: -1, skewMix: true}
 	for _, tc := range []struct {
 		name string
 		seed uint64
@@ -1175,6 +1231,8 @@ func TestXgSimCatchesMutations(t *testing.T) {
 		{"PushDecidesLocally", 1, faults, func(o *xgOptions) { o.pushLocal = true }, "the accounts total"},
 		{"CollectIgnoresPending", 1, faults, func(o *xgOptions) { o.kvMut.CollectIgnoresPending = true }, "the accounts total"},
 		{"noCollect", 1, calm, func(o *xgOptions) { o.noCollect = true }, "decisions not collected after a quiet period"},
+		{"ReadLockAdmitsWriter", 1, skew, func(o *xgOptions) { o.kvMut.ReadLockAdmitsWriter = true }, "txn-strict-serializable: VIOLATED"},
+		{"ReadLockAdmitsWriter/totals", 1, calm, func(o *xgOptions) { o.kvMut.ReadLockAdmitsWriter = true }, "a committed read of every account"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			seed := tc.seed
