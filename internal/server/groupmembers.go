@@ -185,6 +185,7 @@ func (s *Server) syncGroups(ctx context.Context) bool {
 		}
 	}
 	s.recordMembersIfBehind(ctx, cm)
+	s.followChainMasters(cm)
 	s.startChainMasters(cm)
 	hosted := map[cluster.GroupID]bool{}
 	for _, lg := range s.multi.Hosted() {
@@ -245,6 +246,20 @@ func (s *Server) syncGroups(ctx context.Context) bool {
 		}()
 	}
 	return false
+}
+
+// followChainMasters tells this node's chain members where their masters
+// run now: the metadata group's members as map cm names them. Without it a
+// member would send to the metadata members of its group's creation, and
+// after a replace-node or remove-node of one of them the acting master
+// (the new metadata leader's) would hear no member and fail them all.
+func (s *Server) followChainMasters(cm *kv.ClusterMap) {
+	meta := cm.MetaMembers()
+	for _, lg := range s.multi.Hosted() {
+		if f, ok := lg.Hosted.Replica.(cluster.ChainMastersFollower); ok {
+			f.SetChainMasters(meta)
+		}
+	}
 }
 
 // startChainMasters starts, at a node hosting a replica of the metadata

@@ -34,17 +34,18 @@ func OpenChainGroup(st ChainStoreOptions) kcluster.Opener {
 		}
 		opts := hostedOptions(spec)
 		opts.Transport, opts.Group = spec.Transport, uint64(spec.Group)
-		co := &ChainOptions{Master: ChainMasterID, Masters: slices.Clone(spec.ChainMasters),
+		co := &ChainOptions{Master: ChainMasterID, Masters: slices.Clone(spec.ChainMasters), MastersFollowMap: true,
 			Store: st.Store, Flush: st.Flush, PrecopyRate: st.PrecopyRate}
 		lm := new(atomic.Pointer[chainmaster.Master])
-		if slices.Contains(spec.ChainMasters, spec.Self) {
-			// This node hosts one of the masters (once the node starts
-			// it): what the member sends it, and what other members send
-			// it through this group's endpoint, is handed over here.
-			co.LocalMaster = func(msgs []chain.Msg) {
-				if m := lm.Load(); m != nil {
-					m.Deliver(msgs)
-				}
+		// This node may host one of the masters — now or later, once the
+		// map names it a metadata member (SetChainMasters): what the
+		// member sends it, and what other members send it through this
+		// group's endpoint, is handed to it once the node starts it, and
+		// dropped before (as the master would drop it at a node that
+		// does not lead the metadata group).
+		co.LocalMaster = func(msgs []chain.Msg) {
+			if m := lm.Load(); m != nil {
+				m.Deliver(msgs)
 			}
 		}
 		opts.Chain = co
@@ -56,6 +57,29 @@ func OpenChainGroup(st ChainStoreOptions) kcluster.Opener {
 		return kcluster.Hosted{Replica: r, Group: r.Hosted(), Engine: r.Engine(), Transport: spec.Transport}, nil
 	}
 }
+
+// SetChainMasters makes ids — the metadata group's members as the node's
+// map names them now — the nodes r, a chain group's member in a cluster of
+// several groups, sends its master's messages to and takes the master's
+// from (ChainOptions.MastersFollowMap). The node calls it as its map
+// changes (kcluster.ChainMastersFollower); on any other replica it does
+// nothing.
+func (r *Replica) SetChainMasters(ids []uint64) {
+	if h, ok := r.core.(*chainHost); ok && h.followsMap && len(ids) > 0 {
+		h.setMasters(ids)
+	}
+}
+
+// ChainMasters is the metadata nodes a chain member standing for its
+// master now (SetChainMasters), nil on any other replica.
+func (r *Replica) ChainMasters() []uint64 {
+	if h, ok := r.core.(*chainHost); ok && h.viaMeta {
+		return slices.Clone(h.mastersNow())
+	}
+	return nil
+}
+
+var _ kcluster.ChainMastersFollower = (*Replica)(nil)
 
 // HostChainMaster starts this node's master of chain group s.Group, hosted
 // by g — the node's replica of the cluster's metadata group — and returns
