@@ -70,8 +70,9 @@ func (r *Replica) SetChainMasters(ids []uint64) {
 	}
 }
 
-// ChainMasters is the metadata nodes a chain member standing for its
-// master now (SetChainMasters), nil on any other replica.
+// ChainMasters is, for r a chain member whose master the metadata group
+// hosts, the metadata nodes it sends its master's messages to now
+// (SetChainMasters); nil on any other replica.
 func (r *Replica) ChainMasters() []uint64 {
 	if h, ok := r.core.(*chainHost); ok && h.viaMeta {
 		return slices.Clone(h.mastersNow())

@@ -34,8 +34,9 @@ type chainHost struct {
 	followsMap bool
 	// fan: the copies of the last Ready's messages to the masters.
 	fan []masterBound
-	// local is this node's own hosted master, if it is one of masters
-	// (ChainOptions.LocalMaster).
+	// local is this node's own hosted master, if it may be one of masters
+	// (ChainOptions.LocalMaster; a chain group of a cluster always has it:
+	// any node may become a metadata member).
 	local func([]chain.Msg)
 }
 
