@@ -153,7 +153,15 @@ type ChainRestarter interface {
 // group, and the master acts only at its leader. The node starts one per
 // chain group of the map (server, groupmembers.go).
 type ChainMasterHost interface {
-	HostChainMaster(ChainMasterSpec) (stop func(), err error)
+	HostChainMaster(ChainMasterSpec) (HostedChainMaster, error)
+}
+
+// HostedChainMaster is a node's running master of one of the cluster's
+// chain groups (ChainMasterHost): the admin port's POST /chain/restart?group=G
+// asks it (ChainRestarter), and Stop stops it.
+type HostedChainMaster interface {
+	ChainRestarter
+	Stop()
 }
 
 // ChainMastersFollower is a chain group's member (Hosted.Replica) whose

@@ -83,11 +83,11 @@ func (r *Replica) ChainMasters() []uint64 {
 var _ kcluster.ChainMastersFollower = (*Replica)(nil)
 
 // HostChainMaster starts this node's master of chain group s.Group, hosted
-// by g — the node's replica of the cluster's metadata group — and returns
-// what stops it. With s.Local (this node is a member of the chain) the
-// master speaks through the member's endpoint, as OpenChainNode's does;
-// without, it registers the group on s.Transport itself.
-func (g hostedGroup) HostChainMaster(s kcluster.ChainMasterSpec) (func(), error) {
+// by g — the node's replica of the cluster's metadata group. With s.Local
+// (this node is a member of the chain) the master speaks through the
+// member's endpoint, as OpenChainNode's does; without, it registers the
+// group on s.Transport itself.
+func (g hostedGroup) HostChainMaster(s kcluster.ChainMasterSpec) (kcluster.HostedChainMaster, error) {
 	mc := chainmaster.Config{Self: g.r.cfg.Self, As: ChainMasterID, Members: slices.Clone(s.Members),
 		Group: uint64(s.Group), Meta: g.r.ChainMeta(), Logger: s.Logger}
 	var local *Replica
@@ -108,12 +108,25 @@ func (g hostedGroup) HostChainMaster(s kcluster.ChainMasterSpec) (func(), error)
 	if local != nil {
 		local.groupMaster.Store(m)
 	}
-	return func() {
-		if local != nil {
-			local.groupMaster.CompareAndSwap(m, nil)
-		}
-		m.Close()
-	}, nil
+	return &groupMaster{m: m, local: local}, nil
+}
+
+// groupMaster is a node's running master of a chain group of a cluster
+// (HostChainMaster).
+type groupMaster struct {
+	m     *chainmaster.Master
+	local *Replica // the node's member of the chain, if it is one
+}
+
+func (x *groupMaster) RestartChainWithout(ids []uint64) (string, error) {
+	return restartWithout(x.m, ids)
+}
+
+func (x *groupMaster) Stop() {
+	if x.local != nil {
+		x.local.groupMaster.CompareAndSwap(x.m, nil)
+	}
+	x.m.Close()
 }
 
 var _ kcluster.ChainMasterHost = hostedGroup{}
