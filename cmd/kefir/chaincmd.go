@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-const chainUsage = `usage: kefir chain restart --without N[,M] --http ADDR[,ADDR...] [--password P]
+const chainUsage = `usage: kefir chain restart --without N[,M] --http ADDR[,ADDR...] [--group G] [--password P]
 
   restart   restart a chain that is down (every member failed) without the
             members named, which may never come back (a disk gone for good):
@@ -23,7 +23,10 @@ const chainUsage = `usage: kefir chain restart --without N[,M] --http ADDR[,ADDR
             that comes back holding more than the chain restarted from is not
             joined until it is restarted on an empty directory.
             --http: the admin (HTTP) addresses of the chain's nodes; the
-            metadata leader's master acts, the command asks each in turn`
+            metadata leader's master acts, the command asks each in turn.
+            --group: a chain group G of a cluster of several groups (its
+            masters run at the cluster's metadata members: give their admin
+            addresses)`
 
 // runChain runs `kefir chain restart` (docs/chain.md, "Restarting a whole
 // chain"): it asks each node's admin port (POST /chain/restart) until the
@@ -38,6 +41,7 @@ func runChain(args []string, stdout, stderr io.Writer) error {
 	addrs := fs.String("http", "", "the chain nodes' admin (HTTP) addresses, host:port[,host:port...]")
 	password := fs.String("password", os.Getenv("KEFIR_PASSWORD"), "the admin port's password, if the nodes have one (env KEFIR_PASSWORD)")
 	timeout := fs.Duration("timeout", 10*time.Second, "deadline for the whole command")
+	group := fs.Uint64("group", 0, "a cluster's chain group to restart (0: the nodes' own chain, kefir server --engine chain)")
 	if err := fs.Parse(args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
@@ -47,12 +51,16 @@ func runChain(args []string, stdout, stderr io.Writer) error {
 	if *without == "" || *addrs == "" || fs.NArg() != 0 {
 		return usageError{errors.New("restart needs --without and --http")}
 	}
+	q := url.Values{"without": {*without}}
+	if *group != 0 {
+		q.Set("group", fmt.Sprint(*group))
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
 	var tried []string
 	for _, a := range strings.Split(*addrs, ",") {
 		a = strings.TrimSpace(a)
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+a+"/chain/restart?without="+url.QueryEscape(*without), nil)
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+a+"/chain/restart?"+q.Encode(), nil)
 		if err != nil {
 			return usageError{err}
 		}

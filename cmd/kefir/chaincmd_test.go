@@ -41,6 +41,15 @@ func TestChainRestartCommand(t *testing.T) {
 	if strings.Join(got, "|") != strings.Join(want, "|") {
 		t.Fatalf("requests %v, want %v", got, want)
 	}
+	// A cluster's chain group: named to the admin port.
+	got = nil
+	out.Reset()
+	if code := run([]string{"chain", "restart", "--without", "3,4", "--group", "2", "--http", host(acting)}, &out, &errOut); code != 0 {
+		t.Fatalf("--group 2: exit %d: %s", code, errOut.String())
+	}
+	if want := "acting POST /chain/restart?group=2&without=3%2C4"; len(got) != 1 || got[0] != want {
+		t.Fatalf("--group 2: requests %v, want %s", got, want)
+	}
 	out.Reset()
 	errOut.Reset()
 	if code := run([]string{"chain", "restart", "--without", "3", "--http", host(refusing) + "," + host(acting)}, &out, &errOut); code != 1 ||

@@ -359,9 +359,6 @@ func PlanNodeChange(cm *kv.ClusterMap, old uint64, nw Member) ([]GroupChange, er
 	if !known && !slices.Equal(MetaMembers(ids), MetaMembers(append(ids, nw.ID))) {
 		return nil, fmt.Errorf("node id %d is below the metadata group's members %v (the lowest ids host it): give the new node a higher id", nw.ID, MetaMembers(ids))
 	}
-	if err := chainMastersStay(cm, []uint64{old}); err != nil {
-		return nil, err
-	}
 	var out []GroupChange
 	for _, g := range mapGroups(cm) {
 		if !slices.Contains(g.Members, old) {
@@ -470,26 +467,6 @@ func errChainMembers(g kv.MapGroup, node uint64) error {
 	return fmt.Errorf("node %d is a member of group %d, a chain (members %v): a chain's membership is its master's, and replacing or removing a chain's member is not built (docs/design/chain.md, \"A chain in a cluster of groups\")", node, g.ID, g.Members)
 }
 
-// chainMastersStay refuses to change the metadata group's members (nodes
-// leaving) while the cluster has a chain group: each chain member sends its
-// master's messages to the metadata members it was created with (vrshard
-// ChainOptions.Masters, fixed), so a new metadata member's master would hear
-// no member — acting, it would let their leases lapse and fail them all.
-func chainMastersStay(cm *kv.ClusterMap, leaving []uint64) error {
-	meta := cm.MetaMembers()
-	for _, id := range leaving {
-		if !slices.Contains(meta, id) {
-			continue
-		}
-		for _, g := range cm.Groups {
-			if g.IsChain() {
-				return fmt.Errorf("node %d is a member of the metadata group %v, and group %d is a chain whose members reach its master at those nodes: changing the metadata group of a cluster with chain groups is not built", id, meta, g.ID)
-			}
-		}
-	}
-	return nil
-}
-
 // mapGroups is cm's data groups, then the metadata group (its members as
 // the map knows them): the groups a node change plans for, in that order
 // (the metadata group last: the cluster's map is recorded there).
@@ -508,9 +485,6 @@ func PlanRemoveNodes(cm *kv.ClusterMap, ids []uint64) ([]GroupChange, error) {
 		if !slices.ContainsFunc(cm.Nodes, func(n kv.MapNode) bool { return n.ID == id }) {
 			return nil, fmt.Errorf("node %d is not a node of the cluster map (epoch %d)", id, cm.Epoch)
 		}
-	}
-	if err := chainMastersStay(cm, ids); err != nil {
-		return nil, err
 	}
 	var out []GroupChange
 	for _, g := range mapGroups(cm) {

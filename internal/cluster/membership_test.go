@@ -251,8 +251,9 @@ func TestMultiAddsAndRemovesGroups(t *testing.T) {
 
 // A node of a chain group is neither replaced nor removed: the chain's
 // membership is its master's, and the map never records another list for
-// it (kv's KindMapSetMembers refuses one too); nor, in a cluster with a
-// chain group, is a metadata member.
+// it (kv's KindMapSetMembers refuses one too). A metadata member is, chain
+// group or not: the chain's members follow the map to its masters
+// (ChainMastersFollower).
 func TestPlanNodeChangeRefusesChainGroups(t *testing.T) {
 	cm := &kv.ClusterMap{Epoch: 3,
 		Nodes: []kv.MapNode{{ID: 1, ClientAddr: "c1", PeerAddr: "p1"}, {ID: 2, ClientAddr: "c2", PeerAddr: "p2"}, {ID: 3, ClientAddr: "c3", PeerAddr: "p3"},
@@ -267,17 +268,13 @@ func TestPlanNodeChangeRefusesChainGroups(t *testing.T) {
 	if _, err := PlanRemoveNodes(cm, []uint64{4}); err == nil || !strings.Contains(err.Error(), "group 2, a chain") {
 		t.Fatalf("remove a chain's member: %v", err)
 	}
-	// Nor a metadata member while there is a chain group: the chain's
-	// members reach its master at the metadata nodes they started with.
-	if _, err := PlanRemoveNodes(cm, []uint64{1, 2}); err == nil || !strings.Contains(err.Error(), "metadata group of a cluster with chain groups") {
-		t.Fatalf("remove metadata members 1 and 2: %v", err)
+	// A metadata member not in the chain is replaced and removed as in a
+	// cluster without one: group 1 and the metadata group.
+	if plan, err := PlanRemoveNodes(cm, []uint64{1, 2}); err != nil || len(plan) != 2 || !slices.Equal(plan[0].Members, []uint64{3}) || plan[1].Group != MetaGroupID {
+		t.Fatalf("remove metadata members 1 and 2: %+v %v", plan, err)
 	}
-	if _, err := PlanNodeChange(cm, 1, Member{ID: 5, ClientAddr: "c5", PeerAddr: "p5"}); err == nil || !strings.Contains(err.Error(), "metadata group of a cluster with chain groups") {
-		t.Fatalf("replace metadata member 1: %v", err)
-	}
-	// Without the chain, the same removal is planned as before.
-	cm.Groups = cm.Groups[:1]
-	if plan, err := PlanRemoveNodes(cm, []uint64{1, 2}); err != nil || len(plan) != 2 || !slices.Equal(plan[0].Members, []uint64{3}) {
-		t.Fatalf("remove 1 and 2: %+v %v", plan, err)
+	if plan, err := PlanNodeChange(cm, 1, Member{ID: 5, ClientAddr: "c5", PeerAddr: "p5"}); err != nil || len(plan) != 2 ||
+		!slices.Equal(plan[0].Members, []uint64{5, 2, 3}) || plan[1].Group != MetaGroupID || !slices.Equal(plan[1].Members, []uint64{5, 2, 3}) {
+		t.Fatalf("replace metadata member 1: %+v %v", plan, err)
 	}
 }

@@ -75,7 +75,8 @@ type ReplicaSpec struct {
 	// ChainMasters, for a chain group of a cluster of several groups
 	// (Config.OpenChainReplica), are the metadata group's members: each
 	// runs the group's hosted master (ChainMasterHost), and the member
-	// sends its master's messages to all of them.
+	// sends its master's messages to all of them. Where it starts: the node
+	// replaces the list as its map changes (ChainMastersFollower).
 	ChainMasters []uint64
 
 	HeartbeatInterval time.Duration
@@ -152,7 +153,24 @@ type ChainRestarter interface {
 // group, and the master acts only at its leader. The node starts one per
 // chain group of the map (server, groupmembers.go).
 type ChainMasterHost interface {
-	HostChainMaster(ChainMasterSpec) (stop func(), err error)
+	HostChainMaster(ChainMasterSpec) (HostedChainMaster, error)
+}
+
+// HostedChainMaster is a node's running master of one of the cluster's
+// chain groups (ChainMasterHost): the admin port's POST /chain/restart?group=G
+// asks it (ChainRestarter), and Stop stops it.
+type HostedChainMaster interface {
+	ChainRestarter
+	Stop()
+}
+
+// ChainMastersFollower is a chain group's member (Hosted.Replica) whose
+// master's nodes — the metadata group's members, where the masters run —
+// follow the cluster's map: the node calls SetChainMasters with the map's
+// metadata members whenever it looks at its map, so that a change of the
+// metadata group (replace-node, remove-node) does not strand the chain.
+type ChainMastersFollower interface {
+	SetChainMasters(ids []uint64)
 }
 
 // ChainMasterSpec is a chain group whose master a metadata node hosts.

@@ -4,6 +4,7 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"html/template"
 	"net/http"
 	"net/http/pprof"
@@ -201,10 +202,13 @@ td{padding:.2em 1em .2em 0}th{text-align:left;padding-top:1em}</style></head>
 </body></html>
 `))
 
-// chainRestart is POST /chain/restart?without=N[,M]: the operator restarts
-// a chain that is down without members that may never come back (`kefir
-// chain restart`; docs/chain.md). Only the acting master does it: 503 at
-// any other node, so the caller asks the next.
+// chainRestart is POST /chain/restart?without=N[,M][&group=G]: the operator
+// restarts a chain that is down without members that may never come back
+// (`kefir chain restart`; docs/chain.md) — the node's own chain (kefir
+// server --engine chain), or with group the cluster's chain group G, whose
+// masters run at the metadata group's nodes. Only the acting master does
+// it: 503 at any other node (404 at a node hosting none), so the caller
+// asks the next.
 func (s *Server) chainRestart(w http.ResponseWriter, r *http.Request) {
 	var ids []uint64
 	for _, f := range strings.Split(r.URL.Query().Get("without"), ",") {
@@ -215,10 +219,29 @@ func (s *Server) chainRestart(w http.ResponseWriter, r *http.Request) {
 		}
 		ids = append(ids, id)
 	}
-	cr, ok := s.grp.(cluster.ChainRestarter)
-	if !ok || s.grp == nil {
-		http.Error(w, "not a chain node hosting a master", http.StatusNotFound)
-		return
+	var cr cluster.ChainRestarter
+	if g := r.URL.Query().Get("group"); g != "" {
+		id, err := strconv.ParseUint(g, 10, 16)
+		if err != nil || id == 0 {
+			http.Error(w, "group: want a chain group's id", http.StatusBadRequest)
+			return
+		}
+		m, ok := s.groupMaster(cluster.GroupID(id))
+		if !ok {
+			http.Error(w, fmt.Sprintf("this node runs no master of chain group %d (not a metadata member, or not a chain group of its map)", id), http.StatusNotFound)
+			return
+		}
+		cr = m
+	} else {
+		var ok bool
+		if cr, ok = s.grp.(cluster.ChainRestarter); !ok || s.grp == nil {
+			msg := "not a chain node hosting a master"
+			if s.multi != nil {
+				msg += ": a chain group of a cluster is named by group=G (kefir chain restart --group G)"
+			}
+			http.Error(w, msg, http.StatusNotFound)
+			return
+		}
 	}
 	msg, err := cr.RestartChainWithout(ids)
 	switch {

@@ -3,6 +3,11 @@ package server
 import (
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -94,5 +99,275 @@ func TestChainGroupInACluster(t *testing.T) {
 	// applied them (not group 1's replica, which gave the slots away).
 	if st, ok := g.nodes[2].multi.GroupState(2); !ok || st.Applied < uint64(len(keys)) {
 		t.Fatalf("node 3's chain member applied %d ops, want ≥ %d", st.Applied, len(keys))
+	}
+}
+
+// A chain group's members follow the map to their masters (issue 30;
+// docs/design/chain.md "A chain in a cluster of groups"): six nodes, VR
+// group 1 on 1-3 (the metadata members), a chain group 2 of 6, 4, 5 (head
+// 6). kefir cluster replace-node's steps replace metadata members 2 and 3
+// by 4 and 5 (chain members themselves, so their masters speak through
+// their members), node 1 is stopped, then the chain's head: the repair can
+// only come from a master on the new metadata membership (4 or 5), and
+// writes to the chain go on at [4 5]. It fails when the members keep the
+// metadata members of the group's creation (followChainMasters off): no
+// master hears them, and the acting one's orders are refused.
+func TestChainGroupFollowsTheMetadataMembers(t *testing.T) {
+	addrs := testgroup.LoopbackAddrs(t, 12)
+	var ms []Member
+	for i := range 6 {
+		ms = append(ms, Member{ID: uint64(i + 1), PeerAddr: addrs[2*i], ClientAddr: addrs[2*i+1]})
+	}
+	nodes := make([]*Server, len(ms))
+	for i, m := range ms {
+		cfg := Config{
+			NodeID: fmt.Sprint("n", m.ID), ClientAddr: m.ClientAddr, PeerAddr: m.PeerAddr,
+			HTTPAddr: "127.0.0.1:0", DataDir: t.TempDir(), ClusterSecret: "s3cret",
+			Members: ms, ReplicaID: m.ID, ClusterID: 42, Bootstrap: true,
+			Logger: testLogger(m.ID), OpenReplica: vrshard.OpenHosted,
+			OpenChainReplica: vrshard.OpenChainGroup(vrshard.ChainStoreOptions{}),
+			Groups: []cluster.GroupSpec{
+				{ID: 1, Members: []uint64{1, 2, 3}, Slots: []cluster.SlotRange{{Start: 0, End: 8191}}},
+				{ID: 2, Members: []uint64{6, 4, 5}, Slots: []cluster.SlotRange{{Start: 8192, End: 16383}}},
+			},
+			ChainGroups: []cluster.GroupID{2},
+		}
+		s, err := startNode(cfg)
+		if err != nil {
+			t.Fatalf("node %d: %v", m.ID, err)
+		}
+		t.Cleanup(func() { s.Close() })
+		nodes[i] = s
+	}
+	node := func(id uint64) *Server { return nodes[id-1] }
+	var keys []string
+	for i := 0; len(keys) < 40; i++ {
+		if k := fmt.Sprint("m", i); cluster.Slot([]byte(k)) >= 8192 {
+			keys = append(keys, k)
+		}
+	}
+	// set writes keys[from:to] through node via, each retried (a repair
+	// or a takeover in progress answers errors meanwhile) for up to 20 s.
+	set := func(via uint64, from, to int) {
+		t.Helper()
+		for _, k := range keys[from:to] {
+			var got string
+			if !testgroup.Until(20*time.Second, 50*time.Millisecond, func() bool {
+				got = dial(t, node(via)).do("SET", k, "v"+k)
+				return got == "OK"
+			}) {
+				t.Fatalf("SET %s through node %d: %s", k, via, got)
+			}
+		}
+	}
+	set(1, 0, 10)
+
+	// kefir cluster replace-node's steps (cmd/kefir groupsChange): the
+	// plan, then per group the leader's reconfiguration and the map's
+	// record; metadata members 2 and 3 by chain members 4 and 5.
+	mv := &cluster.Mover{Seeds: []string{ms[0].ClientAddr, ms[3].ClientAddr, ms[4].ClientAddr}, RetryFor: 20 * time.Second, Meta: true,
+		Driver: "TestChainGroupFollowsTheMetadataMembers"}
+	defer mv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for _, r := range [][2]uint64{{2, 4}, {3, 5}} {
+		cm, err := mv.MetaMap(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		plan, err := cluster.PlanNodeChange(cm, r[0], cluster.Member{ID: r[1], PeerAddr: ms[r[1]-1].PeerAddr, ClientAddr: ms[r[1]-1].ClientAddr})
+		if err != nil {
+			t.Fatalf("replace %d by %d: %v", r[0], r[1], err)
+		}
+		for _, step := range plan {
+			var seeds []string
+			for _, id := range step.Members {
+				if id != r[1] {
+					seeds = append(seeds, ms[id-1].ClientAddr)
+				}
+			}
+			gmv := &cluster.Mover{Seeds: seeds, RetryFor: 20 * time.Second}
+			res, err := gmv.ReconfigureGroup(ctx, step.Group, step.Members)
+			gmv.Close()
+			if err != nil {
+				t.Fatalf("replace %d by %d: group %d: %v", r[0], r[1], step.Group, err)
+			}
+			if _, err := mv.SetMembers(ctx, step.Group, res.Epoch, res.Members); err != nil {
+				t.Fatalf("replace %d by %d: record group %d: %v", r[0], r[1], step.Group, err)
+			}
+		}
+		// The next change only once the new member runs in every group
+		// (as an operator waits: replacing 3 while 4 still pulls the
+		// metadata group's state leaves [1 4 5] with one working member).
+		if !testgroup.Until(20*time.Second, 20*time.Millisecond, func() bool {
+			for _, step := range plan {
+				if st, ok := node(r[1]).multi.GroupState(step.Group); !ok || !st.Normal {
+					return false
+				}
+			}
+			return true
+		}) {
+			t.Fatalf("node %d does not run every group it replaced node %d in", r[1], r[0])
+		}
+	}
+	set(4, 10, 20)
+
+	// Node 1, the last of the first metadata members, stops: the metadata
+	// group is 4 and 5 now, and so is every master that can act.
+	nodes[0].Close()
+	if !testgroup.Until(20*time.Second, 20*time.Millisecond, func() bool {
+		for _, id := range []uint64{4, 5} {
+			if st, ok := node(id).multi.GroupState(cluster.MetaGroupID); ok && st.Normal && st.IsLeader {
+				return true
+			}
+		}
+		return false
+	}) {
+		t.Fatal("no metadata leader among nodes 4 and 5")
+	}
+	set(5, 20, 25)
+	// The chain's head fails: a master at 4 or 5 repairs it.
+	start := time.Now()
+	node(6).Close()
+	set(5, 25, 40)
+	t.Logf("writes to the chain again %v after its head stopped", time.Since(start).Round(time.Millisecond))
+	if !testgroup.Until(20*time.Second, 20*time.Millisecond, func() bool {
+		st, ok := node(4).multi.GroupState(2)
+		return ok && st.Normal && st.Leader == 4
+	}) {
+		st, _ := node(4).multi.GroupState(2)
+		t.Fatalf("node 4 is not the chain's head after the repair: %+v", st)
+	}
+	for _, id := range []uint64{4, 5} {
+		lg, ok := hostedGroup(node(id), 2)
+		if got := lg.Hosted.Replica.(*vrshard.Replica).ChainMasters(); !ok || !slices.Equal(got, []uint64{1, 4, 5}) {
+			t.Fatalf("node %d's chain member sends to masters %v, want the map's metadata members [1 4 5]", id, got)
+		}
+		c := dial(t, node(id))
+		for _, k := range keys {
+			if got := c.do("GET", k); got != fmt.Sprintf("%q", "v"+k) {
+				t.Fatalf("GET %s at node %d: %s", k, id, got)
+			}
+		}
+	}
+}
+
+// hostedGroup is node s's replica of group id, if it hosts one.
+func hostedGroup(s *Server, id cluster.GroupID) (cluster.LocalGroup, bool) {
+	for _, lg := range s.multi.Hosted() {
+		if lg.Spec.ID == id {
+			return lg, true
+		}
+	}
+	return cluster.LocalGroup{}, false
+}
+
+func testLogger(id uint64) *slog.Logger {
+	if os.Getenv("KEFIR_TEST_LOG") == "" {
+		return slog.New(slog.DiscardHandler)
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).With("node", id)
+}
+
+// kefir chain restart --group G (POST /chain/restart?group=G&without=N at the
+// admin port) reaches a cluster's chain group's master: nodes 1-3 run VR
+// group 1 and the metadata group, the chain group 2 is [4 5]. Both chain
+// members stop; node 4 restarts, node 5 does not (its disk gone for good,
+// say): the whole-chain restart waits for 5 until the operator forgoes it
+// at the metadata leader's master, then the chain runs from node 4 and
+// every acknowledged write is there. Before, the admin port asked only a
+// single chain's master (404 at a cluster's nodes).
+func TestChainGroupRestartWithout(t *testing.T) {
+	addrs := testgroup.LoopbackAddrs(t, 10)
+	var ms []Member
+	for i := range 5 {
+		ms = append(ms, Member{ID: uint64(i + 1), PeerAddr: addrs[2*i], ClientAddr: addrs[2*i+1]})
+	}
+	cfgs := make([]Config, len(ms))
+	nodes := make([]*Server, len(ms))
+	start := func(i int) {
+		t.Helper()
+		s, err := startNode(cfgs[i])
+		if err != nil {
+			t.Fatalf("node %d: %v", i+1, err)
+		}
+		t.Cleanup(func() { s.Close() })
+		nodes[i] = s
+	}
+	for i, m := range ms {
+		cfgs[i] = Config{
+			NodeID: fmt.Sprint("n", m.ID), ClientAddr: m.ClientAddr, PeerAddr: m.PeerAddr,
+			HTTPAddr: "127.0.0.1:0", DataDir: t.TempDir(), ClusterSecret: "s3cret",
+			Members: ms, ReplicaID: m.ID, ClusterID: 42, Bootstrap: true,
+			Logger: testLogger(m.ID), OpenReplica: vrshard.OpenHosted,
+			OpenChainReplica: vrshard.OpenChainGroup(vrshard.ChainStoreOptions{}),
+			Groups: []cluster.GroupSpec{
+				{ID: 1, Members: []uint64{1, 2, 3}, Slots: []cluster.SlotRange{{Start: 0, End: 8191}}},
+				{ID: 2, Members: []uint64{4, 5}, Slots: []cluster.SlotRange{{Start: 8192, End: 16383}}},
+			},
+			ChainGroups: []cluster.GroupID{2},
+		}
+		start(i)
+	}
+	var keys []string
+	for i := 0; len(keys) < 20; i++ {
+		if k := fmt.Sprint("r", i); cluster.Slot([]byte(k)) >= 8192 {
+			keys = append(keys, k)
+		}
+	}
+	set := func(from, to int) {
+		t.Helper()
+		for _, k := range keys[from:to] {
+			var got string
+			if !testgroup.Until(20*time.Second, 50*time.Millisecond, func() bool {
+				got = dial(t, nodes[0]).do("SET", k, "v"+k)
+				return got == "OK"
+			}) {
+				t.Fatalf("SET %s through node 1: %s", k, got)
+			}
+		}
+	}
+	set(0, 10)
+	nodes[3].Close()
+	nodes[4].Close()
+	start(3) // node 4 comes back; node 5 does not
+	// The operator's request, at each metadata node's admin port in turn
+	// (as kefir chain restart does), until the acting master answers: 503
+	// at a master that does not act, 409 while the chain is not down yet
+	// (its master has not failed both members).
+	restart := func(i int) (int, string) {
+		resp, err := http.Post("http://"+nodes[i].HTTPAddr().String()+"/chain/restart?group=2&without=5", "", nil)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	var answers []string
+	if !testgroup.Until(20*time.Second, 100*time.Millisecond, func() bool {
+		answers = answers[:0]
+		for i := range 3 {
+			code, msg := restart(i)
+			if code == http.StatusOK {
+				t.Logf("node %d's master: %s", i+1, strings.TrimSpace(msg))
+				return true
+			}
+			answers = append(answers, fmt.Sprintf("node %d: %d %s", i+1, code, strings.TrimSpace(msg)))
+		}
+		return false
+	}) {
+		t.Fatalf("no metadata node's master restarted chain group 2: %q", answers)
+	}
+	// A node running no master of the group (node 4: not a metadata member).
+	if code, msg := restart(3); code != http.StatusNotFound {
+		t.Fatalf("node 4, no master: %d %s, want 404", code, msg)
+	}
+	set(10, 20)
+	c := dial(t, nodes[3])
+	for _, k := range keys {
+		if got := c.do("GET", k); got != fmt.Sprintf("%q", "v"+k) {
+			t.Fatalf("GET %s at node 4: %s", k, got)
+		}
 	}
 }

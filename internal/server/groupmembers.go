@@ -60,10 +60,11 @@ type groupsState struct {
 	// in the map (recordMembers); recording: one is in flight.
 	recorded  map[cluster.GroupID]time.Time
 	recording bool
-	// masters stop the hosted masters of the map's chain groups this node
+	// masters are the hosted masters of the map's chain groups this node
 	// runs (a node of the metadata group; startChainMasters), by group.
-	// Only the watch's goroutine touches it, and stopGroupsWatch after it.
-	masters map[cluster.GroupID]func()
+	// Only the watch's goroutine changes it (under mu), and stopGroupsWatch
+	// after it; the admin port reads it under mu (groupMaster).
+	masters map[cluster.GroupID]cluster.HostedChainMaster
 	retired chan struct{}
 	retErr  error
 	once    sync.Once
@@ -93,7 +94,7 @@ func (s *Server) startGroupsWatch() {
 	}
 	gs := &groupsState{joining: map[cluster.GroupID]bool{}, next: map[cluster.GroupID]time.Time{},
 		logged: map[cluster.GroupID]bool{}, recorded: map[cluster.GroupID]time.Time{}, retired: make(chan struct{}),
-		masters: map[cluster.GroupID]func(){}}
+		masters: map[cluster.GroupID]cluster.HostedChainMaster{}}
 	s.groups = gs
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -103,10 +104,13 @@ func (s *Server) startGroupsWatch() {
 		gs.wg.Wait()
 		// Before the replicas close: a master speaks through its node's
 		// chain member and reads the metadata replica.
-		for _, stop := range gs.masters {
-			stop()
+		gs.mu.Lock()
+		ms := gs.masters
+		gs.masters = map[cluster.GroupID]cluster.HostedChainMaster{}
+		gs.mu.Unlock()
+		for _, m := range ms {
+			m.Stop()
 		}
-		clear(gs.masters)
 	}
 	go func() {
 		defer close(done)
@@ -185,6 +189,7 @@ func (s *Server) syncGroups(ctx context.Context) bool {
 		}
 	}
 	s.recordMembersIfBehind(ctx, cm)
+	s.followChainMasters(cm)
 	s.startChainMasters(cm)
 	hosted := map[cluster.GroupID]bool{}
 	for _, lg := range s.multi.Hosted() {
@@ -247,6 +252,20 @@ func (s *Server) syncGroups(ctx context.Context) bool {
 	return false
 }
 
+// followChainMasters tells this node's chain members where their masters
+// run now: the metadata group's members as map cm names them. Without it a
+// member would send to the metadata members of its group's creation, and
+// after a replace-node or remove-node of one of them the acting master
+// (the new metadata leader's) would hear no member and fail them all.
+func (s *Server) followChainMasters(cm *kv.ClusterMap) {
+	meta := cm.MetaMembers()
+	for _, lg := range s.multi.Hosted() {
+		if f, ok := lg.Hosted.Replica.(cluster.ChainMastersFollower); ok {
+			f.SetChainMasters(meta)
+		}
+	}
+}
+
 // startChainMasters starts, at a node hosting a replica of the metadata
 // group, the hosted master of every chain group of map cm it does not run
 // yet (docs/design/chain.md "A chain in a cluster of groups"): one per
@@ -261,18 +280,16 @@ func (s *Server) startChainMasters(cm *kv.ClusterMap) {
 	if !ok || meta.Hosted.Group.State().Retired {
 		// No metadata replica here (any more: it retired, replaced by
 		// kefir cluster replace-node): its masters stop with it.
-		for id, stop := range gs.masters {
-			stop()
-			delete(gs.masters, id)
+		for id, m := range gs.masters {
+			s.stopChainMaster(id, m)
 		}
 		return
 	}
-	for id, stop := range gs.masters {
+	for id, m := range gs.masters {
 		if slices.Contains(cm.Removed, uint64(id)) {
 			// A chain group taken out of the map (kefir cluster
 			// remove-group): no member to master any more.
-			stop()
-			delete(gs.masters, id)
+			s.stopChainMaster(id, m)
 		}
 	}
 	host, ok := meta.Hosted.Group.(cluster.ChainMasterHost)
@@ -282,7 +299,7 @@ func (s *Server) startChainMasters(cm *kv.ClusterMap) {
 	var local map[cluster.GroupID]shard.Replica
 	for _, g := range cm.Groups {
 		id := cluster.GroupID(g.ID)
-		if !g.IsChain() || gs.masters[id] != nil || time.Now().Before(gs.next[id]) {
+		if _, runs := gs.masters[id]; !g.IsChain() || runs || time.Now().Before(gs.next[id]) {
 			continue
 		}
 		if local == nil {
@@ -299,7 +316,7 @@ func (s *Server) startChainMasters(cm *kv.ClusterMap) {
 		if spec.Local = local[id]; spec.Local == nil && slices.Contains(g.Members, s.cfg.ReplicaID) {
 			continue // its member is not open yet
 		}
-		stop, err := host.HostChainMaster(spec)
+		m, err := host.HostChainMaster(spec)
 		if err != nil {
 			gs.mu.Lock()
 			gs.next[id] = time.Now().Add(time.Second)
@@ -307,9 +324,32 @@ func (s *Server) startChainMasters(cm *kv.ClusterMap) {
 			s.log.Warn("start the hosted master of a chain group", "group", g.ID, "err", err)
 			continue
 		}
-		gs.masters[id] = stop
+		gs.mu.Lock()
+		gs.masters[id] = m
+		gs.mu.Unlock()
 		s.log.Info("hosting the master of a chain group", "group", g.ID, "members", g.Members)
 	}
+}
+
+// stopChainMaster stops this node's master of chain group id (the watch's
+// goroutine).
+func (s *Server) stopChainMaster(id cluster.GroupID, m cluster.HostedChainMaster) {
+	s.groups.mu.Lock()
+	delete(s.groups.masters, id)
+	s.groups.mu.Unlock()
+	m.Stop()
+}
+
+// groupMaster is this node's running master of chain group id of the
+// cluster's map, if it runs one (a node of the metadata group).
+func (s *Server) groupMaster(id cluster.GroupID) (cluster.HostedChainMaster, bool) {
+	if s.groups == nil {
+		return nil, false
+	}
+	s.groups.mu.Lock()
+	defer s.groups.mu.Unlock()
+	m, ok := s.groups.masters[id]
+	return m, ok
 }
 
 // askMapIfLeaving: a replica here that is leaving its group must reach the

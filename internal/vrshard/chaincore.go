@@ -224,6 +224,15 @@ type ChainOptions struct {
 	// sends as Master's: no redirect to follow, and a new leader's master
 	// hears the members at once.
 	Masters []uint64
+	// MastersFollowMap: Masters is only where the member starts; the
+	// node replaces the list (Replica.SetChainMasters) whenever its map of
+	// the cluster names other metadata members (kefir cluster replace-node
+	// or remove-node of one), and a master's message from a node not on
+	// the list — one the member's map does not know as a metadata member
+	// yet — is dropped rather than refused (a chain group of a cluster of
+	// several groups; docs/design/chain.md "A chain in a cluster of
+	// groups").
+	MastersFollowMap bool
 	// LocalMaster, if set, is this node's own hosted master (the node is
 	// one of Masters): what the member sends the master is handed to it
 	// directly, and the other members' messages for the master that reach

@@ -34,17 +34,18 @@ func OpenChainGroup(st ChainStoreOptions) kcluster.Opener {
 		}
 		opts := hostedOptions(spec)
 		opts.Transport, opts.Group = spec.Transport, uint64(spec.Group)
-		co := &ChainOptions{Master: ChainMasterID, Masters: slices.Clone(spec.ChainMasters),
+		co := &ChainOptions{Master: ChainMasterID, Masters: slices.Clone(spec.ChainMasters), MastersFollowMap: true,
 			Store: st.Store, Flush: st.Flush, PrecopyRate: st.PrecopyRate}
 		lm := new(atomic.Pointer[chainmaster.Master])
-		if slices.Contains(spec.ChainMasters, spec.Self) {
-			// This node hosts one of the masters (once the node starts
-			// it): what the member sends it, and what other members send
-			// it through this group's endpoint, is handed over here.
-			co.LocalMaster = func(msgs []chain.Msg) {
-				if m := lm.Load(); m != nil {
-					m.Deliver(msgs)
-				}
+		// This node may host one of the masters — now or later, once the
+		// map names it a metadata member (SetChainMasters): what the
+		// member sends it, and what other members send it through this
+		// group's endpoint, is handed to it once the node starts it, and
+		// dropped before (as the master would drop it at a node that
+		// does not lead the metadata group).
+		co.LocalMaster = func(msgs []chain.Msg) {
+			if m := lm.Load(); m != nil {
+				m.Deliver(msgs)
 			}
 		}
 		opts.Chain = co
@@ -57,12 +58,36 @@ func OpenChainGroup(st ChainStoreOptions) kcluster.Opener {
 	}
 }
 
+// SetChainMasters makes ids — the metadata group's members as the node's
+// map names them now — the nodes r, a chain group's member in a cluster of
+// several groups, sends its master's messages to and takes the master's
+// from (ChainOptions.MastersFollowMap). The node calls it as its map
+// changes (kcluster.ChainMastersFollower); on any other replica it does
+// nothing.
+func (r *Replica) SetChainMasters(ids []uint64) {
+	if h, ok := r.core.(*chainHost); ok && h.followsMap && len(ids) > 0 {
+		h.setMasters(ids)
+	}
+}
+
+// ChainMasters is, for r a chain member whose master the metadata group
+// hosts, the metadata nodes it sends its master's messages to now
+// (SetChainMasters); nil on any other replica.
+func (r *Replica) ChainMasters() []uint64 {
+	if h, ok := r.core.(*chainHost); ok && h.viaMeta {
+		return slices.Clone(h.mastersNow())
+	}
+	return nil
+}
+
+var _ kcluster.ChainMastersFollower = (*Replica)(nil)
+
 // HostChainMaster starts this node's master of chain group s.Group, hosted
-// by g — the node's replica of the cluster's metadata group — and returns
-// what stops it. With s.Local (this node is a member of the chain) the
-// master speaks through the member's endpoint, as OpenChainNode's does;
-// without, it registers the group on s.Transport itself.
-func (g hostedGroup) HostChainMaster(s kcluster.ChainMasterSpec) (func(), error) {
+// by g — the node's replica of the cluster's metadata group. With s.Local
+// (this node is a member of the chain) the master speaks through the
+// member's endpoint, as OpenChainNode's does; without, it registers the
+// group on s.Transport itself.
+func (g hostedGroup) HostChainMaster(s kcluster.ChainMasterSpec) (kcluster.HostedChainMaster, error) {
 	mc := chainmaster.Config{Self: g.r.cfg.Self, As: ChainMasterID, Members: slices.Clone(s.Members),
 		Group: uint64(s.Group), Meta: g.r.ChainMeta(), Logger: s.Logger}
 	var local *Replica
@@ -83,12 +108,25 @@ func (g hostedGroup) HostChainMaster(s kcluster.ChainMasterSpec) (func(), error)
 	if local != nil {
 		local.groupMaster.Store(m)
 	}
-	return func() {
-		if local != nil {
-			local.groupMaster.CompareAndSwap(m, nil)
-		}
-		m.Close()
-	}, nil
+	return &groupMaster{m: m, local: local}, nil
+}
+
+// groupMaster is a node's running master of a chain group of a cluster
+// (HostChainMaster).
+type groupMaster struct {
+	m     *chainmaster.Master
+	local *Replica // the node's member of the chain, if it is one
+}
+
+func (x *groupMaster) RestartChainWithout(ids []uint64) (string, error) {
+	return restartWithout(x.m, ids)
+}
+
+func (x *groupMaster) Stop() {
+	if x.local != nil {
+		x.local.groupMaster.CompareAndSwap(x.m, nil)
+	}
+	x.m.Close()
 }
 
 var _ kcluster.ChainMasterHost = hostedGroup{}

@@ -2,6 +2,7 @@ package vrshard
 
 import (
 	"slices"
+	"sync/atomic"
 
 	"github.com/kefirdb/kefir/internal/chain"
 	"github.com/kefirdb/kefir/internal/chainmaster"
@@ -18,13 +19,24 @@ import (
 type chainHost struct {
 	*chainCore
 	msgs []peerMsg // the last Ready's messages (reused: the host is done with them before the next event)
-	// masters: the metadata group's nodes standing for the master
-	// (ChainOptions.Masters; nil: the master is a node), and the copies of
-	// the last Ready's messages to them.
-	masters []uint64
-	fan     []masterBound
-	// local is this node's own hosted master, if it is one of masters
-	// (ChainOptions.LocalMaster).
+	// viaMeta: the master is the metadata group's (ChainOptions.Masters
+	// set); masters its nodes standing for it, as the member knows them
+	// now: set at the open, then replaced whenever the node's map names
+	// other metadata members (SetChainMasters), so that replacing a
+	// metadata member does not strand the chain. Read by the driver
+	// (Ready) and the connections' readers (Decode), written by the node's
+	// map follower: an atomic pointer to a list never changed in place.
+	viaMeta bool
+	masters atomic.Pointer[[]uint64]
+	// followsMap: the list follows a cluster's map (ChainOptions.
+	// MastersFollowMap: a chain group of a cluster of several groups), so
+	// it may lag.
+	followsMap bool
+	// fan: the copies of the last Ready's messages to the masters.
+	fan []masterBound
+	// local is this node's own hosted master, if it may be one of masters
+	// (ChainOptions.LocalMaster; a chain group of a cluster always has it:
+	// any node may become a metadata member).
 	local func([]chain.Msg)
 }
 
@@ -77,7 +89,27 @@ func openChainHost(opts *Options, boot core.Boot) (hostCore, error) {
 	c.commitLazy = mutation.On && opts.mut.chainCommitLazy
 	c.tailCommitLags = mutation.On && opts.mut.chainTailCommitLags
 	c.auAtCommit = mutation.On && opts.mut.chainAUAtCommit
-	return &chainHost{chainCore: c, masters: slices.Clone(o.Masters), local: o.LocalMaster}, nil
+	h := &chainHost{chainCore: c, viaMeta: len(o.Masters) > 0, followsMap: o.MastersFollowMap, local: o.LocalMaster}
+	h.setMasters(o.Masters)
+	return h, nil
+}
+
+// setMasters makes ids the metadata nodes the member sends the master's
+// messages to and takes the master's from (a no-op for the same list).
+func (h *chainHost) setMasters(ids []uint64) {
+	if cur := h.masters.Load(); cur != nil && slices.Equal(*cur, ids) {
+		return
+	}
+	ms := slices.Clone(ids)
+	h.masters.Store(&ms)
+}
+
+// mastersNow is the metadata nodes standing for the master at this moment.
+func (h *chainHost) mastersNow() []uint64 {
+	if p := h.masters.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 func (h *chainHost) Step(now int64, m peerMsg) { h.chainCore.Step(now, chain.Msg(*m.(*chainMsg))) }
@@ -85,24 +117,25 @@ func (h *chainHost) Step(now int64, m peerMsg) { h.chainCore.Step(now, chain.Msg
 func (h *chainHost) Ready() core.Ready[peerMsg] {
 	rd := h.chainCore.Ready()
 	h.msgs = h.msgs[:0]
-	if len(h.masters) > 0 {
+	masters := h.mastersNow()
+	if h.viaMeta {
 		// One copy per metadata node of each message to the master: sized
 		// first, since h.msgs points into h.fan.
 		n := 0
 		for i := range rd.Messages {
 			if uint64(rd.Messages[i].To) == h.master {
-				n += len(h.masters)
+				n += len(masters)
 			}
 		}
 		h.fan = slices.Grow(h.fan[:0], n)
 	}
 	for i := range rd.Messages {
 		m := &rd.Messages[i]
-		if len(h.masters) == 0 || uint64(m.To) != h.master {
+		if !h.viaMeta || uint64(m.To) != h.master {
 			h.msgs = append(h.msgs, (*chainMsg)(m))
 			continue
 		}
-		for _, id := range h.masters {
+		for _, id := range masters {
 			if id == h.self && h.local == nil {
 				continue
 			}
@@ -126,7 +159,7 @@ func (b *chainBatch) Label() string {
 }
 
 func (h *chainHost) Decode(from, to uint64, in []frame.Message) (peerBatch, error) {
-	if len(h.masters) == 0 {
+	if !h.viaMeta {
 		msgs, err := chainwire.Decode(from, to, in)
 		if err != nil {
 			return nil, err
@@ -137,6 +170,7 @@ func (h *chainHost) Decode(from, to uint64, in []frame.Message) (peerBatch, erro
 	// metadata node's master speaks as the master (ChainOptions.Master),
 	// and a member's message to the master, when this node hosts one of
 	// them, goes to it.
+	masters := h.mastersNow()
 	msgs := make([]chain.Msg, 0, len(in))
 	var toMaster []chain.Msg
 	for i := range in {
@@ -147,8 +181,15 @@ func (h *chainHost) Decode(from, to uint64, in []frame.Message) (peerBatch, erro
 		switch {
 		case uint64(m.From) == from && uint64(m.To) == to:
 			msgs = append(msgs, m)
-		case uint64(m.From) == h.master && uint64(m.To) == to && slices.Contains(h.masters, from):
+		case uint64(m.From) == h.master && uint64(m.To) == to && slices.Contains(masters, from):
 			msgs = append(msgs, m)
+		case uint64(m.From) == h.master && uint64(m.To) == to && h.followsMap:
+			// The master's, from a node this member does not count among
+			// the metadata nodes: its map, where it learns them, may lag
+			// a change of the metadata group (the acting master is the
+			// metadata leader's, in the group now). Dropped, not refused:
+			// a refusal closes the connection, which the node's other
+			// groups share, and a lost order is sent again.
 		case uint64(m.From) == from && uint64(m.To) == h.master && h.local != nil:
 			toMaster = append(toMaster, m)
 		default:

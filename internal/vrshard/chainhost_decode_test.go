@@ -16,8 +16,9 @@ import (
 // one); anything else is spoofed, and another engine's frame corrupt.
 func TestHostedChainHostDecode(t *testing.T) {
 	var local []chain.Msg
-	h := &chainHost{chainCore: &chainCore{self: 2, master: ChainMasterID}, masters: []uint64{1, 2, 3},
+	h := &chainHost{chainCore: &chainCore{self: 2, master: ChainMasterID}, viaMeta: true,
 		local: func(ms []chain.Msg) { local = append(local, ms...) }}
+	h.setMasters([]uint64{1, 2, 3})
 	frameOf := func(m chain.Msg) frame.Message {
 		return frame.Message{Engine: frame.EngineChain, Type: uint8(m.Type), Body: chainwire.AppendBody(nil, &m)}
 	}
@@ -43,7 +44,8 @@ func TestHostedChainHostDecode(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			local = nil
-			hc := *h
+			hc := &chainHost{chainCore: h.chainCore, viaMeta: true, local: h.local}
+			hc.setMasters(h.mastersNow())
 			if c.noLocalHere {
 				hc.local = nil
 			}
@@ -64,6 +66,23 @@ func TestHostedChainHostDecode(t *testing.T) {
 				t.Fatalf("%d messages for the master, want toMaster=%t", got, c.toMaster)
 			}
 		})
+	}
+	// A chain group of a cluster: its metadata nodes follow the map. A
+	// master's message from a node the member's map does not name yet is
+	// dropped (the connection, shared with the node's other groups,
+	// stays), and taken once the map names it.
+	f := &chainHost{chainCore: h.chainCore, viaMeta: true, followsMap: true, local: h.local}
+	f.setMasters([]uint64{1, 2, 3})
+	fm := []frame.Message{frameOf(hb(ChainMasterID, 2))}
+	if b, err := f.Decode(4, 2, fm); err != nil || len(b.(*chainBatch).msgs) != 0 {
+		t.Fatalf("the master's from node 4, not a metadata node on the member's map: err %v, want it dropped", err)
+	}
+	f.setMasters([]uint64{1, 2, 4})
+	if b, err := f.Decode(4, 2, fm); err != nil || len(b.(*chainBatch).msgs) != 1 {
+		t.Fatalf("the master's from node 4 once the map names it: err %v, want it taken", err)
+	}
+	if b, err := f.Decode(3, 2, fm); err != nil || len(b.(*chainBatch).msgs) != 0 {
+		t.Fatalf("the master's from node 3, replaced: err %v, want it dropped", err)
 	}
 	vr := frame.Message{Engine: frame.EngineVR, Type: uint8(chain.MsgHeartbeat), Body: chainwire.AppendBody(nil, &chain.Msg{Type: chain.MsgHeartbeat, From: 4, To: 2})}
 	if _, err := h.Decode(4, 2, []frame.Message{vr}); !errors.Is(err, chainwire.ErrCorrupt) {

@@ -220,7 +220,13 @@ func (g hostedGroup) RestartChainWithout(ids []uint64) (string, error) {
 	if g.r.hostedMaster == nil {
 		return "", fmt.Errorf("%w (this node hosts no chain master: not of the chain's metadata group)", kcluster.ErrNotActing)
 	}
-	msg, err := g.r.hostedMaster.RestartWithout(ids)
+	return restartWithout(g.r.hostedMaster, ids)
+}
+
+// restartWithout is m.RestartWithout with chainmaster's "not acting" as
+// kcluster.ErrNotActing, which the admin port answers 503 (ask another).
+func restartWithout(m *chainmaster.Master, ids []uint64) (string, error) {
+	msg, err := m.RestartWithout(ids)
 	if errors.Is(err, chainmaster.ErrNotActing) {
 		err = fmt.Errorf("%w: %w", kcluster.ErrNotActing, err)
 	}
