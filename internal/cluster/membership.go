@@ -417,11 +417,6 @@ func PlanAddMembers(cm *kv.ClusterMap, g GroupID, news []Member) (GroupChange, [
 	if !slices.ContainsFunc(news, func(m Member) bool { return !slices.Contains(grp.Members, m.ID) }) {
 		return GroupChange{Group: g}, nil, nil // a rerun after the map recorded it
 	}
-	if g == MetaGroupID {
-		if err := chainMastersStay(cm, cm.MetaMembers()); err != nil {
-			return GroupChange{}, nil, err
-		}
-	}
 	ids := make([]uint64, 0, len(cm.Nodes)+len(news))
 	for _, n := range cm.Nodes {
 		ids = append(ids, n.ID)
