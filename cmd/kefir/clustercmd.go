@@ -737,6 +737,8 @@ func runClusterMembers(cmd string, args []string, stdout, stderr io.Writer) erro
 	ids := fs.String("id", "", "remove-node: the members to remove, comma-separated")
 	timeout := fs.Duration("timeout", time.Minute, "deadline for the whole command")
 	asJSON := fs.Bool("json", false, "print the new configuration as JSON")
+	force := fs.Bool("force", false, "a cluster of several groups: change a group even if the members its last change added have not caught up with it yet (by default the command waits --catch-up-wait for them, then refuses)")
+	catchUp := fs.Duration("catch-up-wait", cluster.CaughtUpWait, "a cluster of several groups: how long to wait for the members a group's last change added to pull its state before changing it again")
 	only := fs.Uint64("group", 0, "a cluster of several groups: replace-node/remove-node change only this data group (0: every group the node is in; a rerun without it finishes the rest); add-members: the group to grow (65535: the metadata group)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -797,7 +799,11 @@ func runClusterMembers(cmd string, args []string, stdout, stderr io.Writer) erro
 	// A cluster of several groups has a metadata group's map: each of the
 	// node's groups is reconfigured in turn (groupsChange).
 	if cm, err := mv.MetaMap(ctx); err == nil {
-		return groupsChange(ctx, cmd, mv, cm, *old, newNode, removed, added, cluster.GroupID(*only), *asJSON, stdout, stderr)
+		catch := *catchUp
+		if *force {
+			catch = -1
+		}
+		return groupsChange(ctx, cmd, mv, cm, *old, newNode, removed, added, cluster.GroupID(*only), catch, *asJSON, stdout, stderr)
 	} else if !strings.Contains(err.Error(), "needs a node of several groups") {
 		return fmt.Errorf("%s: cannot get the group's configuration from %s (nor the cluster map): %w; nothing changed", cmd, strings.Join(mv.Seeds, ","), err)
 	}
@@ -834,7 +840,7 @@ func runClusterMembers(cmd string, args []string, stdout, stderr io.Writer) erro
 // pulls the state, the removed one retires. Every step is idempotent, so a
 // rerun after a crash (of this command or of a node) finishes the job.
 func groupsChange(ctx context.Context, cmd string, mv *cluster.Mover, cm *kv.ClusterMap, old uint64, nw cluster.Member, removed []uint64,
-	added []cluster.Member, only cluster.GroupID, asJSON bool, stdout, stderr io.Writer) error {
+	added []cluster.Member, only cluster.GroupID, catchUp time.Duration, asJSON bool, stdout, stderr io.Writer) error {
 	var plan []cluster.GroupChange
 	var newNodes []cluster.Member // nodes to record in the map first
 	var err error
@@ -895,6 +901,22 @@ func groupsChange(ctx context.Context, cmd string, mv *cluster.Mover, cm *kv.Clu
 		name := fmt.Sprintf("group %d", step.Group)
 		if step.Group == cluster.MetaGroupID {
 			name = "the metadata group"
+		}
+		if catchUp >= 0 { // not --force
+			// The members the group's last change added must have pulled
+			// its state first: changing it again while one still does can
+			// leave the new epoch without a working majority.
+			leaving := removed
+			if cmd == "replace-node" {
+				leaving = []uint64{old}
+			}
+			if cur, err := gmv.GroupConfigOf(ctx, step.Group); err == nil {
+				logf := func(format string, args ...any) { fmt.Fprintf(stderr, "kefir cluster: "+format+"\n", args...) }
+				if err := gmv.WaitCaughtUp(ctx, step.Group, cur.Members, cur.Previous, leaving, catchUp, logf); err != nil {
+					gmv.Close()
+					return fmt.Errorf("%s: %w; nothing changed for group %d", cmd, err, step.Group)
+				}
+			}
 		}
 		fmt.Fprintf(stderr, "kefir cluster: %s: %v -> %v\n", name, groupMembersOf(cm, step.Group), step.Members)
 		res, err := gmv.ReconfigureGroup(ctx, step.Group, step.Members)

@@ -145,6 +145,92 @@ func (mv *Mover) ReconfigureGroup(ctx context.Context, g GroupID, members []uint
 	return DecodeGroupConfig(v)
 }
 
+// GroupProgress is a group's leader's account of its members (KEFIR.GROUP
+// PROGRESS): the epoch, the op it started at, the commit op, and each
+// follower's persisted op as of the leader's last tick.
+type GroupProgress struct {
+	Epoch, Start, Commit uint64
+	Persisted            map[uint64]uint64
+}
+
+// GroupProgress asks group g's leader (any seed; -MOVED followed).
+func (mv *Mover) GroupProgress(ctx context.Context, g GroupID) (GroupProgress, error) {
+	v, err := mv.do(ctx, "KEFIR.GROUP", "PROGRESS", "GROUP", strconv.FormatUint(uint64(g), 10))
+	if err != nil {
+		return GroupProgress{}, fmt.Errorf("group %d's progress: %w", g, err)
+	}
+	e := v.Elems
+	if v.Kind != resp.Array || len(e) != 4 || e[3].Kind != resp.Array {
+		return GroupProgress{}, fmt.Errorf("group %d's progress: unexpected reply", g)
+	}
+	p := GroupProgress{Epoch: uint64(e[0].Int), Start: uint64(e[1].Int), Commit: uint64(e[2].Int), Persisted: map[uint64]uint64{}}
+	for _, f := range e[3].Elems {
+		if f.Kind == resp.Array && len(f.Elems) == 3 {
+			p.Persisted[uint64(f.Elems[0].Int)] = uint64(f.Elems[1].Int)
+		}
+	}
+	return p, nil
+}
+
+// CaughtUpWait is how long a membership command waits by default for the
+// members the group's last change added to catch up before changing it
+// again (kefir cluster ... --catch-up-wait).
+const CaughtUpWait = 30 * time.Second
+
+// WaitCaughtUp waits until every member of group g that its current epoch
+// added (members not in previous), other than those in skip (leaving now),
+// has persisted the group's log up to the op the epoch started at — it has
+// pulled the group's state and takes part — or returns an error saying
+// which has not, after wait. Changing a group again while such a
+// member is still catching up can leave the new epoch without a working
+// majority (two replacements in a row of a group of three: one new member
+// still pulling, the next not started); a leader that does not know the
+// subcommand (an older node) is not waited for. logf reports the wait.
+func (mv *Mover) WaitCaughtUp(ctx context.Context, g GroupID, members, previous, skip []uint64, wait time.Duration, logf func(format string, args ...any)) error {
+	var added []uint64
+	for _, id := range members {
+		if !slices.Contains(previous, id) && !slices.Contains(skip, id) {
+			added = append(added, id)
+		}
+	}
+	if len(previous) == 0 || len(added) == 0 {
+		return nil // the group's first epoch, or nothing new in it
+	}
+	deadline := time.Now().Add(wait)
+	logged := false
+	for {
+		p, err := mv.GroupProgress(ctx, g)
+		if err != nil && strings.Contains(err.Error(), "unknown subcommand") {
+			return nil
+		}
+		var behind []string
+		if err == nil {
+			for _, id := range added {
+				if got, ok := p.Persisted[id]; !ok || got < p.Start {
+					behind = append(behind, fmt.Sprintf("node %d (persisted op %d of the epoch's start %d)", id, got, p.Start))
+				}
+			}
+			if len(behind) == 0 {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			if err != nil {
+				return fmt.Errorf("group %d: cannot tell whether its new members caught up: %w", g, err)
+			}
+			return fmt.Errorf("group %d's new members have not caught up with it after %v: %s — changing the group again now could leave it without a working majority; rerun once they have (or pass --force)", g, wait, strings.Join(behind, ", "))
+		}
+		if !logged && logf != nil && len(behind) > 0 {
+			logf("group %d: waiting for %s to catch up before changing it again", g, strings.Join(behind, ", "))
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
 // SetMembers records group g's members of VR epoch epoch in the metadata
 // group's map (KEFIR.SLOTS META SETMEMBERS, kv.KindMapSetMembers) and
 // returns the map's epoch.

@@ -960,8 +960,8 @@ func (s *Server) openJoinedGroup(tr *transport.Transport, id cluster.GroupID, jr
 func (c *conn) groupCmdMulti(args [][]byte) error {
 	s := c.srv
 	sub := strings.ToUpper(string(args[1]))
-	if sub != "CONFIG" && sub != "RECONFIG" {
-		return errf("ERR unknown subcommand '%s' of KEFIR.GROUP (CONFIG, RECONFIG)", strings.ToLower(sub))
+	if sub != "CONFIG" && sub != "RECONFIG" && sub != "PROGRESS" {
+		return errf("ERR unknown subcommand '%s' of KEFIR.GROUP (CONFIG, RECONFIG, PROGRESS)", strings.ToLower(sub))
 	}
 	if len(args) < 4 || !strings.EqualFold(string(args[2]), "GROUP") {
 		return errf("ERR KEFIR.GROUP %s: this node hosts several groups: name one (KEFIR.GROUP %s GROUP <id>%s)", sub, sub, map[string]string{"CONFIG": "", "RECONFIG": " <member-id>..."}[sub])
@@ -971,7 +971,7 @@ func (c *conn) groupCmdMulti(args [][]byte) error {
 		return errf("ERR KEFIR.GROUP %s: group %q is not a group id", sub, args[3])
 	}
 	id := cluster.GroupID(gid)
-	if sub == "CONFIG" && len(args) != 4 || sub == "RECONFIG" && len(args) < 5 {
+	if (sub == "CONFIG" || sub == "PROGRESS") && len(args) != 4 || sub == "RECONFIG" && len(args) < 5 {
 		return errf("ERR wrong number of arguments for 'kefir.group|%s' command", strings.ToLower(sub))
 	}
 	lg, ok := s.hostedGroup(id)
@@ -994,6 +994,9 @@ func (c *conn) groupCmdMulti(args [][]byte) error {
 	}
 	if sub == "CONFIG" {
 		return c.writeConfig(rc.Membership(), lg.Hosted.Group.State(), s.multi.Nodes())
+	}
+	if sub == "PROGRESS" {
+		return c.writeProgress(rc.Membership(), lg.Hosted.Group.State())
 	}
 	if cm := s.multi.ClusterMap(); cm != nil {
 		if g, ok := cm.Group(uint64(id)); ok && g.IsChain() {
@@ -1236,4 +1239,33 @@ func prepareJoinGroups(ctx context.Context, cfg Config, mv *cluster.Mover, logf 
 	cfg.Members, cfg.ClusterID, cfg.Groups, cfg.Join = nodes, clusterID, sm.Groups, ""
 	cfg.joinedGroups, cfg.Membership = true, nil
 	return cfg, nil
+}
+
+// writeProgress answers KEFIR.GROUP PROGRESS GROUP g at the group's leader:
+// [epoch, epoch's start op, commit op, [[member, persisted op, applied op],
+// ...]] for each follower the leader has heard from (as of its last tick),
+// so that kefir cluster replace-node, remove-node and add-members can wait
+// for the members the last change added to have pulled the group's state
+// before changing the group again (cluster.Mover.WaitCaughtUp). Elsewhere
+// -MOVED to the leader.
+func (c *conn) writeProgress(m cluster.Membership, st cluster.State) error {
+	if !st.Normal || !st.IsLeader {
+		if n, ok := c.srv.multi.Node(st.Leader); st.Normal && ok && n.ClientAddr != "" {
+			return &cluster.ReplyError{Msg: "MOVED " + n.ClientAddr}
+		}
+		return cluster.ErrNoLeader
+	}
+	w := c.w
+	_ = w.WriteArrayHeader(4)
+	_ = w.WriteInt(int64(m.Epoch))
+	_ = w.WriteInt(int64(m.Start))
+	_ = w.WriteInt(int64(st.Commit))
+	_ = w.WriteArrayHeader(len(st.Followers))
+	for _, f := range st.Followers {
+		_ = w.WriteArrayHeader(3)
+		_ = w.WriteInt(int64(f.ID))
+		_ = w.WriteInt(int64(f.Persisted))
+		_ = w.WriteInt(int64(f.Applied))
+	}
+	return nil
 }

@@ -199,3 +199,79 @@ func TestAddMembersToASingleGroup(t *testing.T) {
 		t.Fatalf("read back: %q %v", v, err)
 	}
 }
+
+// A change to a group waits for the members its last change added to pull
+// its state (kefir cluster ... --catch-up-wait, cluster.Mover.WaitCaughtUp):
+// group 1 grows by node 4 (running) and node 6 (named, not started yet);
+// removing nodes 2 and 3 then would leave [1 4 6] with one working member,
+// so it is refused, saying node 6 has not caught up, and nothing changes.
+// Once node 6 starts and pulls the state, the same command goes through and
+// the group of [1 4 6] takes sync writes.
+func TestGroupChangeWaitsForNewMembersToCatchUp(t *testing.T) {
+	g := cluster.StartGroups(t, 3, twoGroups)
+	g.WaitLeaders(20 * time.Second)
+	var nodes []*cluster.Node
+	var specs []string
+	for _, id := range []int{4, 6} {
+		n := cluster.NewNode(t, "n"+strconv.Itoa(id))
+		n.Args = []string{"--replica-id", strconv.Itoa(id), "--join", g.Nodes[0].ClientAddr + "," + g.Nodes[1].ClientAddr, "--cluster-secret", "e2e-groups-secret"}
+		nodes = append(nodes, n)
+		specs = append(specs, fmt.Sprintf("%d@%s/%s", id, n.PeerAddr, n.ClientAddr))
+	}
+	if err := nodes[0].StartNoWait(); err != nil {
+		t.Fatal(err)
+	}
+	c := dialGroup(t, g.Addrs())
+	for i := range 50 {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := c.Put(ctx, fmt.Sprintf("w%d", i), []byte("v"), client.WithDurability(client.Sync)); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+	}
+	addr := "--addr=" + g.Nodes[0].ClientAddr
+	if out, err := kefirCluster(t, "add-members", addr, "--group", "1", "--new", strings.Join(specs, ",")); err != nil {
+		t.Fatalf("add-members: %v\n%s", err, out)
+	}
+	out, err := kefirCluster(t, "remove-node", addr, "--id", "2,3", "--group", "1", "--catch-up-wait", "1s")
+	if err == nil || !strings.Contains(out, "node 6 (persisted op 0") || !strings.Contains(out, "nothing changed for group 1") {
+		t.Fatalf("remove-node 2,3 while node 6 has not started: %v, want a refusal naming node 6:\n%s", err, out)
+	}
+	if cm := localMap(g.Nodes[0].ClientAddr); cm == nil || len(cm.Groups[0].Members) != 5 {
+		t.Fatalf("the refused change moved group 1: %+v", cm)
+	}
+	if err := nodes[1].StartNoWait(); err != nil {
+		t.Fatal(err)
+	}
+	out, err = kefirCluster(t, "remove-node", addr, "--id", "2,3", "--group", "1")
+	if err != nil || !strings.Contains(out, "group 1 is at epoch 2, members [1 4 6]") {
+		t.Fatalf("remove-node 2,3 once node 6 runs: %v\n%s", err, out)
+	}
+	g.Nodes[1].Kill()
+	g.Nodes[2].Kill()
+	c4 := dialGroup(t, []string{nodes[0].ClientAddr, nodes[1].ClientAddr, g.Nodes[0].ClientAddr})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for i := range 5 {
+		k := keyOfSlots(t, 0, 8191, i)
+		if err := c4.Put(ctx, k, []byte("after"), client.WithDurability(client.Sync)); err != nil {
+			t.Fatalf("a sync write to group [1 4 6]: %v", err)
+		}
+	}
+}
+
+// keyOfSlots returns the i-th key "s<n>" whose slot is in [lo, hi].
+func keyOfSlots(t *testing.T, lo, hi uint16, i int) string {
+	t.Helper()
+	for n, found := 0, 0; n < 1_000_000; n++ {
+		k := "s" + strconv.Itoa(n)
+		if s := kv.KeySlot([]byte(k)); s >= lo && s <= hi {
+			if found == i {
+				return k
+			}
+			found++
+		}
+	}
+	t.Fatal("no key")
+	return ""
+}
