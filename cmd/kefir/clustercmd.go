@@ -737,8 +737,8 @@ func runClusterMembers(cmd string, args []string, stdout, stderr io.Writer) erro
 	ids := fs.String("id", "", "remove-node: the members to remove, comma-separated")
 	timeout := fs.Duration("timeout", time.Minute, "deadline for the whole command")
 	asJSON := fs.Bool("json", false, "print the new configuration as JSON")
-	force := fs.Bool("force", false, "a cluster of several groups: change a group even if the members its last change added have not caught up with it yet (by default the command waits --catch-up-wait for them, then refuses)")
-	catchUp := fs.Duration("catch-up-wait", cluster.CaughtUpWait, "a cluster of several groups: how long to wait for the members a group's last change added to pull its state before changing it again")
+	force := fs.Bool("force", false, "change a group even if the members its last change added have not caught up with it yet (by default the command waits --catch-up-wait for them, then refuses)")
+	catchUp := fs.Duration("catch-up-wait", cluster.CaughtUpWait, "how long to wait for the members a group's last change added to pull its state before changing it again")
 	only := fs.Uint64("group", 0, "a cluster of several groups: replace-node/remove-node change only this data group (0: every group the node is in; a rerun without it finishes the rest); add-members: the group to grow (65535: the metadata group)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -814,6 +814,16 @@ func runClusterMembers(cmd string, args []string, stdout, stderr io.Writer) erro
 	members, err := change(cur)
 	if err != nil {
 		return fmt.Errorf("%s: %w; nothing changed", cmd, err)
+	}
+	if !*force {
+		leaving := removed
+		if cmd == "replace-node" {
+			leaving = []uint64{*old}
+		}
+		logf := func(format string, args ...any) { fmt.Fprintf(stderr, "kefir cluster: "+format+"\n", args...) }
+		if err := mv.WaitCaughtUp(ctx, 0, cur.Members, cur.Previous, leaving, *catchUp, logf); err != nil {
+			return fmt.Errorf("%s: %w; nothing changed", cmd, err)
+		}
 	}
 	fmt.Fprintf(stderr, "kefir cluster: the group is at %s\n", cur)
 	mv.RetryFor = 30 * time.Second

@@ -996,7 +996,10 @@ func (c *conn) groupCmdMulti(args [][]byte) error {
 		return c.writeConfig(rc.Membership(), lg.Hosted.Group.State(), s.multi.Nodes())
 	}
 	if sub == "PROGRESS" {
-		return c.writeProgress(rc.Membership(), lg.Hosted.Group.State())
+		return c.writeProgress(rc.Membership(), lg.Hosted.Group.State(), func(id uint64) string {
+			n, _ := s.multi.Node(id)
+			return n.ClientAddr
+		})
 	}
 	if cm := s.multi.ClusterMap(); cm != nil {
 		if g, ok := cm.Group(uint64(id)); ok && g.IsChain() {
@@ -1248,10 +1251,10 @@ func prepareJoinGroups(ctx context.Context, cfg Config, mv *cluster.Mover, logf 
 // for the members the last change added to have pulled the group's state
 // before changing the group again (cluster.Mover.WaitCaughtUp). Elsewhere
 // -MOVED to the leader.
-func (c *conn) writeProgress(m cluster.Membership, st cluster.State) error {
+func (c *conn) writeProgress(m cluster.Membership, st cluster.State, clientAddr func(id uint64) string) error {
 	if !st.Normal || !st.IsLeader {
-		if n, ok := c.srv.multi.Node(st.Leader); st.Normal && ok && n.ClientAddr != "" {
-			return &cluster.ReplyError{Msg: "MOVED " + n.ClientAddr}
+		if a := clientAddr(st.Leader); st.Normal && st.Leader != 0 && a != "" {
+			return &cluster.ReplyError{Msg: "MOVED " + a}
 		}
 		return cluster.ErrNoLeader
 	}

@@ -503,8 +503,22 @@ func (c *conn) groupCmd(args [][]byte) error {
 			return err
 		}
 		return c.writeGroupConfig(m)
+	case "PROGRESS":
+		// PROGRESS [GROUP g]: the one group whatever g names (the
+		// commands name one; groupmembers.go's writeProgress).
+		if len(args) != 2 && len(args) != 4 {
+			return errf("ERR wrong number of arguments for 'kefir.group|progress' command")
+		}
+		return c.writeProgress(s.mem.rc.Membership(), s.grp.State(), func(id uint64) string {
+			for _, m := range *s.mem.dir.Load() {
+				if m.ID == id {
+					return m.ClientAddr
+				}
+			}
+			return ""
+		})
 	default:
-		return errf("ERR unknown subcommand '%s' of KEFIR.GROUP (CONFIG, RECONFIG)", strings.ToLower(sub))
+		return errf("ERR unknown subcommand '%s' of KEFIR.GROUP (CONFIG, RECONFIG, PROGRESS)", strings.ToLower(sub))
 	}
 }
 
