@@ -42,31 +42,49 @@ func (q *versionQuery) tune(_ int, o *Options) {
 // TestChainVersionQueryTailAhead: CRAQ's version query when the tail's
 // version is ahead of the member's apply. An SU chain of three log
 // members; an update of k has been committed and applied at the tail —
-// which answers v2 — while the acknowledgement is held at the middle
-// member (its driver stops after stepping the tail's ack), so neither the
-// middle nor the head applied it. A linearizable read of k at the middle,
-// after the tail answered v2, asks the tail for its version, finds it
-// ahead of what it applied and waits — it must not answer v1, older than
-// a read that completed before it began — until the ack is let go; then it
-// answers v2 from its own engine (not sent to the tail). With the mutation
-// chainVersionUnchecked (the engine's value as soon as the tail answered,
-// no comparison) it answers v1 at once: TestChainVersionUncheckedMutation.
+// which answers the new value — while the acknowledgement is held at the
+// middle member (its driver stops after stepping the tail's ack), so
+// neither the middle nor the head applied it. A linearizable read of k at
+// the middle, after the tail answered the new value, asks the tail for its
+// version and finds it ahead of what it applied. It must not answer v1,
+// older than a read that completed before it began.
+//
+// The update is an APPEND (not blind: its value is the key's state at
+// apply, which only the engine computes), so the member waits until the
+// ack is let go, then answers v1+2 from its own engine (not sent to the
+// tail). With the mutation chainVersionUnchecked (the engine's value as
+// soon as the tail answered, no comparison) it answers v1 at once:
+// TestChainVersionUncheckedMutation. A blind SET instead is answered at
+// once from the held update: TestChainVersionQueryHeldCommitted.
 func TestChainVersionQueryTailAhead(t *testing.T) {
-	if err := versionTailAhead(t, false); err != nil {
+	if err := versionTailAhead(t, false, false); err != nil {
 		t.Fatal(err)
 	}
 }
 
 func TestChainVersionUncheckedMutation(t *testing.T) {
 	mutation.Require(t)
-	err := versionTailAhead(t, true)
+	err := versionTailAhead(t, true, false)
 	if err == nil {
 		t.Fatal("chainVersionUnchecked: a member answering its applied value without the tail's version was not caught")
 	}
 	t.Logf("chainVersionUnchecked caught: %v", err)
 }
 
-func versionTailAhead(t *testing.T, unchecked bool) error {
+// TestChainVersionQueryHeldCommitted: CRAQ proper (chainHeldRead). As in
+// TestChainVersionQueryTailAhead, but the update is a blind SET of v2: the
+// middle holds it, unapplied (its ack held in its driver), and the tail's
+// version covers it, so the middle answers v2 at once from the held
+// update — while the ack is still held and its apply has not reached the
+// write (the gate: it cannot, the driver is stopped). On the code before,
+// the read waited for the ack (the wait bound is 5 s here).
+func TestChainVersionQueryHeldCommitted(t *testing.T) {
+	if err := versionTailAhead(t, false, true); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func versionTailAhead(t *testing.T, unchecked, blind bool) error {
 	var q versionQuery
 	g, h := newAckHeldChainTuned(t, func(i int, o *Options) {
 		q.tune(i, o)
@@ -82,13 +100,18 @@ func versionTailAhead(t *testing.T, unchecked bool) error {
 			return fmt.Errorf("before: GET k at node %d = %q", i+1, got)
 		}
 	}
-	h.start(g, set("k", "v2"), shard.ReqID{Client: 5, Seq: 2})
+	upd, want := kv.Op{Kind: kv.KindAppend, Key: []byte("k"), Value: []byte("+2")}, "v1+2"
+	if blind {
+		upd, want = set("k", "v2"), "v2"
+	}
+	h.start(g, upd, shard.ReqID{Client: 5, Seq: 2})
 	if !testgroup.Until(2*time.Second, 2*time.Millisecond, func() bool {
 		res, err := g.chainReadAt(2, "k")
-		return err == nil && string(res.Bulk) == "v2"
+		return err == nil && string(res.Bulk) == want
 	}) {
-		return errors.New("the tail never answered v2")
+		return fmt.Errorf("the tail never answered %s", want)
 	}
+	written := g.reps[2].applied.Load() // the update's op: the tail applied it
 	before := g.reps[1].Stats()
 	type answer struct {
 		res kv.Result
@@ -101,20 +124,43 @@ func versionTailAhead(t *testing.T, unchecked bool) error {
 		res, err := g.reps[1].Read(ctx, get("k"), level.ConsLinearizable, shard.Session{})
 		got <- answer{res, err}
 	}()
+	if blind {
+		var a answer
+		select {
+		case a = <-got:
+		case <-time.After(2 * time.Second):
+			h.finish("the write of v2")
+			<-got
+			return errors.New("GET k at the middle, v2 held there and committed at the tail: it waited for the ack")
+		}
+		applied := g.reps[1].applied.Load()
+		h.finish("the write of v2")
+		if a.err != nil || string(a.res.Bulk) != want {
+			return fmt.Errorf("GET k at the middle, v2 held there and committed at the tail = %q, %v; want %s", a.res.Bulk, a.err, want)
+		}
+		if applied >= written {
+			return fmt.Errorf("the middle applied up to %d, the write is op %d: the ack was not held", applied, written)
+		}
+		after := g.reps[1].Stats()
+		if after.ChainHeldReads != before.ChainHeldReads+1 || after.ChainToTail != before.ChainToTail {
+			return fmt.Errorf("middle stats before %+v after %+v: want one read answered from the held update, none sent to the tail", before, after)
+		}
+		return nil
+	}
 	select {
 	case a := <-got:
-		h.finish("the write of v2")
-		return fmt.Errorf("GET k at the middle, its ack held, after the tail answered v2 = %q, %v: want it to wait for the version the tail answered", a.res.Bulk, a.err)
+		h.finish("the write")
+		return fmt.Errorf("GET k at the middle, its ack held, after the tail answered %s = %q, %v: want it to wait for the version the tail answered", want, a.res.Bulk, a.err)
 	case <-time.After(100 * time.Millisecond):
 	}
-	h.finish("the write of v2")
+	h.finish("the write")
 	a := <-got
-	if a.err != nil || string(a.res.Bulk) != "v2" {
-		return fmt.Errorf("GET k at the middle once the ack went = %q, %v; want v2", a.res.Bulk, a.err)
+	if a.err != nil || string(a.res.Bulk) != want {
+		return fmt.Errorf("GET k at the middle once the ack went = %q, %v; want %s", a.res.Bulk, a.err, want)
 	}
 	after := g.reps[1].Stats()
-	if after.ChainVersionReads != before.ChainVersionReads+1 || after.ChainToTail != before.ChainToTail {
-		return fmt.Errorf("middle stats before %+v after %+v: want one read answered at the tail's version, none sent to the tail", before, after)
+	if after.ChainVersionReads != before.ChainVersionReads+1 || after.ChainToTail != before.ChainToTail || after.ChainHeldReads != before.ChainHeldReads {
+		return fmt.Errorf("middle stats before %+v after %+v: want one read answered at the tail's version from the engine, none sent to the tail", before, after)
 	}
 	if g.reps[2].Stats().ChainVersionAnswers == 0 {
 		return errors.New("the tail answered no version query")
@@ -134,10 +180,30 @@ func versionTailAhead(t *testing.T, unchecked bool) error {
 // is sent to the tail whole, as before the query. Once the write is
 // answered every member reads v2.
 func TestChainVersionQueryHeldUpdate(t *testing.T) {
+	if err := versionHeldUpdate(t, false); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestChainHeldNewestMutation: the mutation chainHeldNewest (a member
+// answers a dirty read from the newest update it holds, whatever the
+// tail's version) serves the held v2 of TestChainVersionQueryHeldUpdate,
+// which the tail has not committed.
+func TestChainHeldNewestMutation(t *testing.T) {
+	mutation.Require(t)
+	err := versionHeldUpdate(t, true)
+	if err == nil {
+		t.Fatal("chainHeldNewest: a member answering an update the tail has not committed was not caught")
+	}
+	t.Logf("chainHeldNewest caught: %v", err)
+}
+
+func versionHeldUpdate(t *testing.T, newest bool) error {
 	var q versionQuery
 	gate := newGatedFS(vfs.OS{}) // the middle's log fsyncs
 	g := newModeChain(t, chain.SU, func(i int, o *Options) {
 		q.tune(i, o)
+		o.mut.chainHeldNewest = newest
 		if i == 1 {
 			o.FS = gate
 		}
@@ -154,7 +220,7 @@ func TestChainVersionQueryHeldUpdate(t *testing.T) {
 		_, err := g.reps[2].ChainVersion(g.reps[0].chainEpoch.Load())
 		return err == nil
 	}) {
-		t.Fatal("the tail never held a lease to answer a version query")
+		return errors.New("the tail never held a lease to answer a version query")
 	}
 	w := startGatedWrite(g, gate, set("k", "v2"), shard.ReqID{Client: 5, Seq: 2})
 	defer w.finish()
@@ -163,46 +229,47 @@ func TestChainVersionQueryHeldUpdate(t *testing.T) {
 	if !testgroup.Until(2*time.Second, 2*time.Millisecond, func() bool {
 		return g.reps[1].upd.need1([]byte("k")) > 1
 	}) {
-		t.Fatal("the update of k never reached the middle")
+		return errors.New("the update of k never reached the middle")
 	}
 	for _, i := range []int{0, 1} {
 		before := g.reps[i].Stats()
 		start := time.Now()
 		res, err := g.chainReadAt(i, "k")
 		if err != nil || string(res.Bulk) != "v1" {
-			t.Fatalf("GET k at node %d while v2 is held there = %q, %v; want v1 answered there", i+1, res.Bulk, err)
+			return fmt.Errorf("GET k at node %d while v2 is held there = %q, %v; want v1 answered there", i+1, res.Bulk, err)
 		}
 		if took := time.Since(start); took > 300*time.Millisecond {
-			t.Fatalf("GET k at node %d took %v: it waited", i+1, took)
+			return fmt.Errorf("GET k at node %d took %v: it waited", i+1, took)
 		}
 		after := g.reps[i].Stats()
-		if after.ChainVersionReads != before.ChainVersionReads+1 || after.ChainToTail != before.ChainToTail {
-			t.Fatalf("node %d stats before %+v after %+v: want one read answered at the tail's version", i+1, before, after)
+		if after.ChainVersionReads != before.ChainVersionReads+1 || after.ChainToTail != before.ChainToTail || after.ChainHeldReads != before.ChainHeldReads {
+			return fmt.Errorf("node %d stats before %+v after %+v: want one read answered at the tail's version, from the engine", i+1, before, after)
 		}
 	}
 	q.old.Store(true) // an older tail: the query fails
 	res, err := g.chainReadAt(0, "k")
 	if err == nil || !isRedirectTo(err, 3) {
-		t.Fatalf("GET k at the head, the tail knowing no version query = %q, %v; want it sent to the tail (node 3)", res.Bulk, err)
+		return fmt.Errorf("GET k at the head, the tail knowing no version query = %q, %v; want it sent to the tail (node 3)", res.Bulk, err)
 	}
 	if st := g.reps[0].Stats(); st.ChainVersionFallbacks == 0 {
-		t.Fatalf("head stats %+v: want the failed query counted", st)
+		return fmt.Errorf("head stats %+v: want the failed query counted", st)
 	}
 	q.old.Store(false)
 	if w.answered.Load() {
-		t.Fatal("the write of v2 was answered before the reads: the update was not in flight")
+		return errors.New("the write of v2 was answered before the reads: the update was not in flight")
 	}
 	if err := w.finish(); err != nil {
-		t.Fatalf("the write of v2: %v", err)
+		return fmt.Errorf("the write of v2: %v", err)
 	}
 	for i := range 3 {
 		if !testgroup.Until(2*time.Second, 2*time.Millisecond, func() bool {
 			res, err := g.chainReadAt(i, "k")
 			return err == nil && string(res.Bulk) == "v2"
 		}) {
-			t.Fatalf("after: GET k at node %d never answered v2", i+1)
+			return fmt.Errorf("after: GET k at node %d never answered v2", i+1)
 		}
 	}
+	return nil
 }
 
 // TestKeyUpdatesNeedAtMost: the update of a key at most a version, with
@@ -226,5 +293,50 @@ func TestKeyUpdatesNeedAtMost(t *testing.T) {
 	}
 	if got := u.needAtMost([]byte("absent"), 9); got != 0 {
 		t.Errorf("needAtMost(absent, 9) = %d, want 0", got)
+	}
+}
+
+// TestKeyUpdatesHeldAtMost: the held update a chain member answers a dirty
+// read with (chainHeldRead) is the key's latest at most the tail's
+// version — not a newer held one, not an older one — and only a blind
+// write's: an op re-indexed at apply (no value) does not hide the value
+// indexed on arrival, a state-dependent write at that op has none, and an
+// MSET naming a key twice leaves it the last value.
+func TestKeyUpdatesHeldAtMost(t *testing.T) {
+	u := newKeyUpdates(0)
+	k := []byte("k")
+	held := func(op uint64, keys []string, vals ...string) {
+		ks := make([][]byte, len(keys))
+		es := make([]overlayEntry, len(keys))
+		for i := range keys {
+			ks[i] = []byte(keys[i])
+			es[i] = heldValue(op, []byte(vals[i]), nil)
+		}
+		u.addHeld(op, ks, es)
+	}
+	held(5, []string{"k"}, "a")
+	u.add(6, [][]byte{k}) // an APPEND: no value
+	held(8, []string{"k", "x", "k"}, "b", "x", "c")
+	held(10, []string{"k"}, "d")
+	u.add(5, [][]byte{k}) // op 5 applied: indexed again, without a value
+	for _, c := range []struct {
+		v    uint64
+		op   uint64
+		val  string
+		held bool
+	}{{4, 0, "", false}, {5, 5, "a", true}, {7, 6, "", false}, {8, 8, "c", true}, {9, 8, "c", true}, {10, 10, "d", true}, {99, 10, "d", true}} {
+		op, e, ok := u.heldAtMost(k, c.v)
+		if op != c.op || ok != c.held || string(e.value) != c.val {
+			t.Errorf("heldAtMost(k, %d) = %d, %q, %v; want %d, %q, %v", c.v, op, e.value, ok, c.op, c.val, c.held)
+		}
+	}
+	if op, _, ok := u.heldAtMost([]byte("absent"), 9); op != 0 || ok {
+		t.Errorf("heldAtMost(absent, 9) = %d, %v; want 0, false", op, ok)
+	}
+	// Pruned up to 8 (applied there): whatever op at most 8 is found (op
+	// 5's apply batch lingers behind 10), the caller reads the engine.
+	u.prune(8)
+	if op, e, ok := u.heldAtMost(k, 9); op > 8 {
+		t.Errorf("heldAtMost(k, 9) after pruning up to 8 = %d, %q, %v; want an op at most 8", op, e.value, ok)
 	}
 }

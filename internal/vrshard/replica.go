@@ -369,6 +369,10 @@ type mutations struct {
 	// engine as soon as the tail answered the version query, without
 	// comparing the tail's version with what it applied (chainVersionRead).
 	chainVersionUnchecked bool
+	// chainHeldNewest: a chain member answers a dirty read from the newest
+	// update of the key it holds, whatever the tail's version
+	// (chainHeldRead): a value the tail has not committed.
+	chainHeldNewest bool
 	// chainVersionWait (a test hook) replaces chainVersionWait, the bound
 	// on a member's wait to apply up to the tail's version.
 	chainVersionWait time.Duration
@@ -920,6 +924,11 @@ type Replica struct {
 		// failed — an older tail, none reachable — or the wait for this
 		// member's apply ran past chainVersionWait); queries answered as
 		// the tail (ChainVersion).
+		// chainHeldReads: those of the version reads answered from an
+		// update held here, not yet applied (chainHeldRead).
+		// chainVersionQueries: the version queries this member sent (a
+		// batch of dirty reads shares one: chainAsker).
+		chainHeldReads, chainVersionQueries                                                                                                       atomic.Uint64
 		chainVersionReads, chainVersionFallbacks, chainVersionAnswers                                                                             atomic.Uint64
 		nxFast, nxFallbacks, nxSent, nxAcksSent, nxSlowReads                                                                                      atomic.Uint64
 		durWaits, durRounds, followerReads, followerRedirects, earlyAcks, overlayReads, durDeferred, earlyAborts, txHolds, heldAborts, freshReads atomic.Uint64
