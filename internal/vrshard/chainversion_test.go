@@ -340,3 +340,50 @@ func TestKeyUpdatesHeldAtMost(t *testing.T) {
 		t.Errorf("heldAtMost(k, 9) after pruning up to 8 = %d, %q, %v; want an op at most 8", op, e.value, ok)
 	}
 }
+
+// TestChainBlind: which held writes a dirty read may be answered from
+// (chainBlind) — those whose effect on each key they write depends on
+// nothing the key held — and what each leaves a key holding.
+func TestChainBlind(t *testing.T) {
+	k := []byte("k")
+	for _, c := range []struct {
+		name  string
+		op    kv.Op
+		keys  []string
+		vals  []string // "-": a deletion
+		blind bool
+	}{
+		{"SET", set("k", "v"), []string{"k"}, []string{"v"}, true},
+		{"SET EX ahead", kv.Op{Kind: kv.KindSet, Key: k, Value: []byte("v"), Now: 1000, ExpireAt: 2000}, []string{"k"}, []string{"v"}, true},
+		{"SET EX past", kv.Op{Kind: kv.KindSet, Key: k, Value: []byte("v"), Now: 3000, ExpireAt: 2000}, nil, nil, false},
+		{"SET NX", kv.Op{Kind: kv.KindSet, Key: k, Value: []byte("v"), Cond: kv.IfAbsent}, nil, nil, false},
+		{"SET GET", kv.Op{Kind: kv.KindSet, Key: k, Value: []byte("v"), ReturnOld: true}, nil, nil, false},
+		{"SET KEEPTTL", kv.Op{Kind: kv.KindSet, Key: k, Value: []byte("v"), TTL: kv.TTLKeep}, nil, nil, false},
+		{"SET reserved key", kv.Op{Kind: kv.KindSet, Key: kv.SlotTableKey, Value: []byte("v")}, nil, nil, false},
+		{"MSET", kv.Op{Kind: kv.KindMSet, Keys: [][]byte{[]byte("a"), []byte("1"), []byte("b"), []byte("2")}}, []string{"a", "b"}, []string{"1", "2"}, true},
+		{"DEL", kv.Op{Kind: kv.KindDel, Keys: [][]byte{[]byte("a"), []byte("b")}}, []string{"a", "b"}, []string{"-", "-"}, true},
+		{"APPEND", kv.Op{Kind: kv.KindAppend, Key: k, Value: []byte("v")}, nil, nil, false},
+		{"INCRBY", kv.Op{Kind: kv.KindIncrBy, Key: k, Delta: 1}, nil, nil, false},
+		{"CAS", kv.Op{Kind: kv.KindCAS, Key: k, Expected: []byte("a"), Value: []byte("b")}, nil, nil, false},
+		{"HSET", kv.Op{Kind: kv.KindHSet, Key: k, Keys: [][]byte{[]byte("f"), []byte("v")}}, nil, nil, false},
+	} {
+		ks, vals := chainBlind(&c.op, 7)
+		if (vals != nil) != c.blind {
+			t.Errorf("%s: blind %v, want %v", c.name, vals != nil, c.blind)
+			continue
+		}
+		if len(ks) != len(c.keys) || len(vals) != len(c.keys) {
+			t.Errorf("%s: keys %q, %d values; want %q", c.name, ks, len(vals), c.keys)
+			continue
+		}
+		for i := range ks {
+			got := string(vals[i].value)
+			if vals[i].tomb {
+				got = "-"
+			}
+			if string(ks[i]) != c.keys[i] || got != c.vals[i] || vals[i].op != 7 {
+				t.Errorf("%s: key %d = %q holding %q at %d; want %q holding %q at 7", c.name, i, ks[i], got, vals[i].op, c.keys[i], c.vals[i])
+			}
+		}
+	}
+}
