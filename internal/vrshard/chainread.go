@@ -286,13 +286,10 @@ var ErrNotChainTail = errors.New("vrshard: not this chain's tail")
 // query (above); ok false: it could not, and the read goes to the tail.
 func (r *Replica) chainVersionRead(ctx context.Context, op kv.Op) (res kv.Result, ok bool, err error) {
 	t := r.chainTail.Load()
-	ask := r.opts.AskTail
-	if ask == nil || t == 0 || t == r.cfg.Self {
+	if r.opts.AskTail == nil || t == 0 || t == r.cfg.Self {
 		return kv.Result{}, false, nil
 	}
-	qctx, cancel := context.WithTimeout(ctx, chainVersionAsk)
-	v, err := ask(qctx, t, r.addrs.client(r, t), r.chainEpoch.Load())
-	cancel()
+	v, err := r.askVersion(ctx, t, r.addrs.client(r, t), r.chainEpoch.Load())
 	if err != nil {
 		if ctx.Err() != nil {
 			return kv.Result{}, true, ctx.Err()

@@ -24,10 +24,16 @@ import (
 type versionQuery struct {
 	g   atomic.Pointer[chainGroup]
 	old atomic.Bool
+	// calls counts the queries; delay (ns) is each one's round trip.
+	calls, delay atomic.Int64
 }
 
 func (q *versionQuery) tune(_ int, o *Options) {
 	o.AskTail = func(_ context.Context, tail uint64, _ string, epoch uint64) (uint64, error) {
+		q.calls.Add(1)
+		if d := q.delay.Load(); d > 0 {
+			time.Sleep(time.Duration(d))
+		}
 		g := q.g.Load()
 		if q.old.Load() {
 			return 0, errors.New("ERR unknown command 'KEFIR.CHAINVERSION'")
@@ -386,4 +392,142 @@ func TestChainBlind(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestChainVersionQueriesBatched: concurrent dirty reads at a member share
+// version queries (chainAsker). The chain of TestChainVersionQueryHeldUpdate
+// (v2 held at the head and the middle, v1 committed); each query takes
+// 50 ms. 16 concurrent reads of k at the head send fewer than 16 queries —
+// one for the first read, one for those that arrived while it was in
+// flight — and every one answers the committed v1 at the head. With the
+// tail answering as an older node would, the batch's failed answer sends
+// each read to the tail whole, again with fewer queries than reads.
+func TestChainVersionQueriesBatched(t *testing.T) {
+	var q versionQuery
+	gate := newGatedFS(vfs.OS{}) // the middle's log fsyncs
+	g := newModeChain(t, chain.SU, func(i int, o *Options) {
+		q.tune(i, o)
+		if i == 1 {
+			o.FS = gate
+		}
+	})
+	q.g.Store(g)
+	g.write(0, set("k", "v1"), shard.ReqID{Client: 5, Seq: 1})
+	g.caughtUp(1, 0)
+	g.caughtUp(2, 0)
+	if !testgroup.Until(2*time.Second, 2*time.Millisecond, func() bool {
+		_, err := g.reps[2].ChainVersion(g.reps[0].chainEpoch.Load())
+		return err == nil
+	}) {
+		t.Fatal("the tail never held a lease to answer a version query")
+	}
+	w := startGatedWrite(g, gate, set("k", "v2"), shard.ReqID{Client: 5, Seq: 2})
+	defer w.finish()
+	if !testgroup.Until(2*time.Second, 2*time.Millisecond, func() bool {
+		return g.reps[1].upd.need1([]byte("k")) > 1
+	}) {
+		t.Fatal("the update of k never reached the middle")
+	}
+	q.delay.Store(int64(50 * time.Millisecond))
+	const n = 16
+	for _, old := range []bool{false, true} {
+		q.old.Store(old)
+		q.calls.Store(0)
+		before := g.reps[0].Stats()
+		errs := make(chan error, n)
+		for range n {
+			go func() {
+				res, err := g.chainReadAt(0, "k")
+				switch {
+				case old && !isRedirectTo(err, 3):
+					errs <- fmt.Errorf("GET k at the head, the tail an older node: %q, %v; want it sent to the tail (node 3)", res.Bulk, err)
+				case !old && (err != nil || string(res.Bulk) != "v1"):
+					errs <- fmt.Errorf("GET k at the head while v2 is held there = %q, %v; want v1", res.Bulk, err)
+				default:
+					errs <- nil
+				}
+			}()
+		}
+		for range n {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+		after := g.reps[0].Stats()
+		calls := q.calls.Load()
+		sent := after.ChainVersionQueries - before.ChainVersionQueries
+		t.Logf("older tail %v: %d concurrent dirty reads, %d queries", old, n, calls)
+		if calls >= n || calls == 0 || sent != uint64(calls) {
+			t.Fatalf("older tail %v: %d concurrent dirty reads sent %d queries (counted %d): want fewer queries than reads", old, n, calls, sent)
+		}
+		if old && after.ChainVersionFallbacks-before.ChainVersionFallbacks != n {
+			t.Fatalf("older tail: head stats before %+v after %+v: want every read counted as a fallback", before, after)
+		}
+		if !old && after.ChainVersionReads-before.ChainVersionReads != n {
+			t.Fatalf("head stats before %+v after %+v: want %d reads answered at the tail's version", before, after, n)
+		}
+	}
+	if w.answered.Load() {
+		t.Fatal("the write of v2 was answered before the reads: the update was not in flight")
+	}
+}
+
+// TestChainVersionQueryAfterTheReadBegan: a dirty read takes the answer of
+// a query sent after it began, not of one in flight when it arrived, whose
+// answer the tail may have computed before a write — answered before the
+// read began — committed there. The tail's version is a counter here: the
+// first query reads it (1) and is held; the version moves to 2 (a write
+// committed, answered); a read that begins then must get at least 2. The
+// mutation chainVersionInFlight (it takes the query in flight) gets 1.
+func TestChainVersionQueryAfterTheReadBegan(t *testing.T) {
+	if err := versionAfterBegan(false); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestChainVersionInFlightMutation(t *testing.T) {
+	mutation.Require(t)
+	err := versionAfterBegan(true)
+	if err == nil {
+		t.Fatal("chainVersionInFlight: a read answered by a query sent before it began was not caught")
+	}
+	t.Logf("chainVersionInFlight caught: %v", err)
+}
+
+func versionAfterBegan(inFlight bool) error {
+	var ver atomic.Uint64
+	ver.Store(1)
+	asked := make(chan struct{}, 4)
+	release := make(chan struct{})
+	r := &Replica{}
+	r.mut.chainVersionInFlight = inFlight
+	r.opts.AskTail = func(context.Context, uint64, string, uint64) (uint64, error) {
+		v := ver.Load() // the tail computes its answer on arrival
+		asked <- struct{}{}
+		<-release
+		return v, nil
+	}
+	type answer struct {
+		v   uint64
+		err error
+	}
+	first, second := make(chan answer, 1), make(chan answer, 1)
+	ask := func(c chan answer) {
+		v, err := r.askVersion(context.Background(), 3, "tail", 1)
+		c <- answer{v, err}
+	}
+	go ask(first)
+	<-asked // the first query is at the tail, its answer 1
+	ver.Store(2)
+	go ask(second) // begins after the version moved
+	time.Sleep(20 * time.Millisecond)
+	close(release)
+	a, b := <-first, <-second
+	if a.err != nil || b.err != nil || a.v != 1 {
+		return fmt.Errorf("answers %+v, %+v", a, b)
+	}
+	if b.v < 2 {
+		return fmt.Errorf("a read that began after the tail's version moved to 2 was answered %d", b.v)
+	}
+	return nil
 }

@@ -373,6 +373,10 @@ type mutations struct {
 	// update of the key it holds, whatever the tail's version
 	// (chainHeldRead): a value the tail has not committed.
 	chainHeldNewest bool
+	// chainVersionInFlight: a dirty read that finds a version query in
+	// flight takes its answer, computed perhaps before a write answered
+	// before the read began (askVersion).
+	chainVersionInFlight bool
 	// chainVersionWait (a test hook) replaces chainVersionWait, the bound
 	// on a member's wait to apply up to the tail's version.
 	chainVersionWait time.Duration
@@ -835,6 +839,9 @@ type Replica struct {
 	// is above the commit point every key is dirty here (chainTry). Set on
 	// the driver only.
 	chainDirtyAll atomic.Uint64
+	// asker batches the version queries of concurrent dirty reads
+	// (chainask.go).
+	asker chainAsker
 	// peers: the leader's view of its followers' progress as of the last
 	// tick (publishPeers; nil unless this replica leads a VR group).
 	peers atomic.Pointer[[]kcluster.FollowerState]
