@@ -56,6 +56,8 @@ func (s *Server) cadCollectors() []prometheus.Collector {
 			func(st cluster.Stats) uint64 { return st.ChainVersionFallbacks }),
 		counter("kefir_chain_reads_held_total", "Of the version reads, those this chain member answered from an update it holds and has not applied yet: a blind write (SET, MSET, DEL) the tail's version covers (CRAQ).",
 			func(st cluster.Stats) uint64 { return st.ChainHeldReads }),
+		counter("kefir_chain_reads_version_waited_total", "Of the version reads, those this chain member answered after waiting for its apply to reach the tail's version (the acknowledgement on its way).",
+			func(st cluster.Stats) uint64 { return st.ChainVersionWaited }),
 		counter("kefir_chain_version_queries_sent_total", "Version queries (KEFIR.CHAINVERSION) this chain member sent to the tail; the dirty reads that arrive while one is in flight share the next.",
 			func(st cluster.Stats) uint64 { return st.ChainVersionQueries }),
 		counter("kefir_chain_version_queries_answered_total", "Version queries (KEFIR.CHAINVERSION) this chain member answered as the tail.",

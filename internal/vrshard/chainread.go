@@ -308,6 +308,9 @@ func (r *Replica) chainVersionRead(ctx context.Context, op kv.Op) (res kv.Result
 	if mutation.On && r.mut.chainVersionWait > 0 {
 		wait = r.mut.chainVersionWait
 	}
+	if r.applied.Load() < need {
+		r.st.chainVersionWaited.Add(1) // the acknowledgement still on its way here
+	}
 	done, err := r.untilApplied(ctx, need, wait, nil)
 	if err != nil {
 		return kv.Result{}, true, err

@@ -148,7 +148,7 @@ func versionTailAhead(t *testing.T, unchecked, blind bool) error {
 			return fmt.Errorf("the middle applied up to %d, the write is op %d: the ack was not held", applied, written)
 		}
 		after := g.reps[1].Stats()
-		if after.ChainHeldReads != before.ChainHeldReads+1 || after.ChainToTail != before.ChainToTail {
+		if after.ChainHeldReads != before.ChainHeldReads+1 || after.ChainToTail != before.ChainToTail || after.ChainVersionWaited != before.ChainVersionWaited {
 			return fmt.Errorf("middle stats before %+v after %+v: want one read answered from the held update, none sent to the tail", before, after)
 		}
 		return nil
@@ -165,8 +165,9 @@ func versionTailAhead(t *testing.T, unchecked, blind bool) error {
 		return fmt.Errorf("GET k at the middle once the ack went = %q, %v; want %s", a.res.Bulk, a.err, want)
 	}
 	after := g.reps[1].Stats()
-	if after.ChainVersionReads != before.ChainVersionReads+1 || after.ChainToTail != before.ChainToTail || after.ChainHeldReads != before.ChainHeldReads {
-		return fmt.Errorf("middle stats before %+v after %+v: want one read answered at the tail's version from the engine, none sent to the tail", before, after)
+	if after.ChainVersionReads != before.ChainVersionReads+1 || after.ChainToTail != before.ChainToTail || after.ChainHeldReads != before.ChainHeldReads ||
+		after.ChainVersionWaited != before.ChainVersionWaited+1 {
+		return fmt.Errorf("middle stats before %+v after %+v: want one read answered at the tail's version from the engine after a wait, none sent to the tail", before, after)
 	}
 	if g.reps[2].Stats().ChainVersionAnswers == 0 {
 		return errors.New("the tail answered no version query")

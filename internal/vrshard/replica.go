@@ -935,7 +935,9 @@ type Replica struct {
 		// update held here, not yet applied (chainHeldRead).
 		// chainVersionQueries: the version queries this member sent (a
 		// batch of dirty reads shares one: chainAsker).
-		chainHeldReads, chainVersionQueries                                                                                                       atomic.Uint64
+		// chainVersionWaited: version reads that found the tail's
+		// version ahead of this member's apply and waited for it.
+		chainHeldReads, chainVersionQueries, chainVersionWaited                                                                                   atomic.Uint64
 		chainVersionReads, chainVersionFallbacks, chainVersionAnswers                                                                             atomic.Uint64
 		nxFast, nxFallbacks, nxSent, nxAcksSent, nxSlowReads                                                                                      atomic.Uint64
 		durWaits, durRounds, followerReads, followerRedirects, earlyAcks, overlayReads, durDeferred, earlyAborts, txHolds, heldAborts, freshReads atomic.Uint64
