@@ -22,10 +22,15 @@ import (
 // trip), so an older tail still works: its "unknown command" answers the
 // whole batch, and each read goes to the tail whole.
 
+// maxVersionQueries bounds the version queries a member has in flight:
+// a read that finds that many waits for the first to return, which sends
+// the next for every read queued meanwhile.
+const maxVersionQueries = 1
+
 // chainAsker is a member's queue of reads waiting for a version query.
 type chainAsker struct {
 	mu      sync.Mutex
-	sending bool          // a sender goroutine runs (sendVersionQueries)
+	senders int           // sender goroutines running (sendVersionQueries), at most maxVersionQueries
 	next    []*versionAsk // the reads the next query answers
 	// inFlight: the query in flight under the mutation chainVersionInFlight.
 	inFlight *versionAsk
@@ -56,8 +61,10 @@ func (r *Replica) askVersion(ctx context.Context, tail uint64, addr string, epoc
 	a := &r.asker
 	a.mu.Lock()
 	a.next = append(a.next, w)
-	start := !a.sending
-	a.sending = true
+	start := a.senders < maxVersionQueries
+	if start {
+		a.senders++
+	}
 	a.mu.Unlock()
 	if start {
 		go r.sendVersionQueries()
@@ -81,7 +88,7 @@ func (r *Replica) sendVersionQueries() {
 		batch := a.next
 		a.next = nil
 		if len(batch) == 0 {
-			a.sending = false
+			a.senders--
 			a.mu.Unlock()
 			return
 		}
