@@ -11,10 +11,12 @@ import (
 	"time"
 
 	"github.com/kefirdb/kefir/internal/chain"
+	kcluster "github.com/kefirdb/kefir/internal/cluster"
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/resp"
 	"github.com/kefirdb/kefir/internal/server"
+	"github.com/kefirdb/kefir/internal/testgroup"
 	"github.com/kefirdb/kefir/internal/vrshard"
 )
 
@@ -62,7 +64,8 @@ func TestEngineFieldAgrees(t *testing.T) {
 
 // TestParseChainGroups: a CLUSTER SLOTS range whose nodes carry
 // kefir-engine chain (RESP2's flat array or RESP3's map) is a chain group;
-// one without metadata, or other metadata, is not.
+// one without metadata, or other metadata, is not — also when a VR group
+// and a chain group have the same nodes in the same order.
 func TestParseChainGroups(t *testing.T) {
 	node := func(port int64, md resp.Value) resp.Value {
 		return resp.Value{Kind: resp.Array, Elems: []resp.Value{
@@ -80,7 +83,7 @@ func TestParseChainGroups(t *testing.T) {
 	}
 	reply := resp.Value{Kind: resp.Array, Elems: []resp.Value{
 		rng(0, 99, node(1, kvs(resp.Array)), node(2, kvs(resp.Array))),                                                      // VR: no metadata
-		rng(100, 199, node(3, kvs(resp.Array, "kefir-engine", "chain")), node(4, kvs(resp.Array, "kefir-engine", "chain"))), // RESP2
+		rng(100, 199, node(1, kvs(resp.Array, "kefir-engine", "chain")), node(2, kvs(resp.Array, "kefir-engine", "chain"))), // RESP2; the VR group's nodes
 		rng(200, 299, node(5, kvs(resp.Map, "hostname", "h", "kefir-engine", "chain"))),                                     // RESP3
 		rng(300, 16383, node(6, kvs(resp.Map, "hostname", "h"))),
 	}}
@@ -256,4 +259,81 @@ func chainServed(t *testing.T, nodes []*server.Server) []float64 {
 		out = append(out, sum)
 	}
 	return out
+}
+
+// TestChainReadsInAMixedCluster: a cluster of a VR group (slots 0-8191)
+// and a chain group (8192-16383, kefir server --chain-groups), both on
+// nodes 1-3. A client dialed to node 1 with WithChainReads spreads the
+// linearizable reads of the chain's keys over the chain's three members
+// (from the map), and sends the VR group's to its leader only (a VR
+// follower serves none). Without the map's kefir-engine metadata (or
+// without the client reading it) the chain's reads go to its head alone.
+func TestChainReadsInAMixedCluster(t *testing.T) {
+	groups := []kcluster.GroupSpec{
+		{ID: 1, Members: []uint64{1, 2, 3}, Slots: []kcluster.SlotRange{{Start: 0, End: 8191}}},
+		{ID: 2, Members: []uint64{1, 2, 3}, Slots: []kcluster.SlotRange{{Start: 8192, End: 16383}}},
+	}
+	nodes := startNodes(t, func(c *server.Config) {
+		c.Groups = groups
+		c.ChainGroups = []kcluster.GroupID{2}
+		c.OpenChainReplica = vrshard.OpenChainGroup(vrshard.ChainStoreOptions{})
+	})
+	keys := keysOf(groups, 30)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var wire wireLog
+	c, err := Dial(ctx, clientAddrs(nodes)[:1], WithChainReads(true), WithRetryUnavailable(10*time.Second),
+		func(o *options) { o.wrapConn = wire.wrap })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if c.rt == nil {
+		t.Fatal("the client does not route by the cluster's map")
+	}
+	// Every key written (through the groups' leaders), and every chain
+	// member serving strong reads (its lease: a member without one answers
+	// -MOVED, and that read goes to the head).
+	for _, ks := range keys {
+		for _, k := range ks {
+			if err := c.Put(ctx, k, []byte("v"+k)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if !testgroup.Until(10*time.Second, 20*time.Millisecond, func() bool {
+		m := c.rt.m.Load()
+		g := m.owner[keySlot(keys[1][0])]
+		return g >= 0 && m.groups[g].chain
+	}) {
+		t.Fatal("the client's map does not name group 2 a chain")
+	}
+	for gi, ks := range keys {
+		wire.reset()
+		for range 3 {
+			for _, k := range ks {
+				v, err := c.Get(ctx, k, WithConsistency(Linearizable))
+				if err != nil || string(v) != "v"+k {
+					t.Fatalf("GET %s = %q, %v", k, v, err)
+				}
+			}
+		}
+		var at []int
+		for _, a := range clientAddrs(nodes) {
+			at = append(at, wire.count(a, "linearizable"))
+		}
+		t.Logf("group %d: linearizable reads sent to each node %v", gi+1, at)
+		sent := 0
+		for _, n := range at {
+			if n > 0 {
+				sent++
+			}
+		}
+		if gi == 0 && sent != 1 {
+			t.Fatalf("the VR group's linearizable reads went to %d nodes (%v): want its leader only", sent, at)
+		}
+		if gi == 1 && sent != 3 {
+			t.Fatalf("the chain's linearizable reads went to %d nodes (%v): want all three members", sent, at)
+		}
+	}
 }

@@ -401,7 +401,8 @@ func rawCall(ctx context.Context, cn *conn, words ...string) (resp.Value, error)
 
 // parse reads a CLUSTER SLOTS reply: [start, end, [host, port, id, …]
 // (the master: the group's leader), [host, port, …] (its replicas)…] per
-// range. Ranges with the same nodes in the same order are one group's.
+// range. Ranges with the same nodes in the same order (and the same
+// engine) are one group's.
 func (r *router) parse(v resp.Value) (*slotMap, error) {
 	if v.Kind != resp.Array {
 		return nil, fmt.Errorf("want an array, got %s", v.Kind)
@@ -428,7 +429,9 @@ func (r *router) parse(v resp.Value) (*slotMap, error) {
 			addrs = append(addrs, net.JoinHostPort(string(n.Elems[0].Str), strconv.FormatInt(n.Elems[1].Int, 10)))
 			chain = chain || chainNode(n)
 		}
-		key := strings.Join(addrs, ",")
+		// A chain and a VR group on the same nodes, head and leader the
+		// same, are two groups here: their strong reads go different ways.
+		key := strings.Join(addrs, ",") + "," + strconv.FormatBool(chain)
 		g, ok := index[key]
 		if !ok {
 			g = int16(len(m.groups))
