@@ -123,13 +123,17 @@ run() {
 	c1=$(cpu)
 	# Where the members' strong reads went (their counters over the run,
 	# the load included): clean, at the tail's version, sent to the tail,
-	# of those after a failed query or a long wait, waited at the tail.
+	# of those after a failed query or a long wait, waited at the tail; of
+	# the version reads, those answered from a held update and those that
+	# waited for this member's apply, and the version queries sent (0 on a
+	# build without the counters).
 	for i in 1 2 3; do
 		curl -s "http://127.0.0.1:$((BASE + 19 + i))/metrics" | awk -v n="n$i" '
 			/^kefir_chain_reads_clean_total/ {c=$2} /^kefir_chain_reads_version_total/ {v=$2}
 			/^kefir_chain_reads_to_tail_total/ {t=$2} /^kefir_chain_reads_version_fallbacks_total/ {f=$2}
-			/^kefir_chain_reads_waited_total/ {w=$2}
-			END {printf "  %s: clean %d, version %d, to tail %d (fallbacks %d), waited %d\n", n, c, v, t, f, w}'
+			/^kefir_chain_reads_waited_total/ {w=$2} /^kefir_chain_reads_held_total/ {h=$2}
+			/^kefir_chain_version_queries_sent_total/ {q=$2} /^kefir_chain_reads_version_waited_total/ {vw=$2}
+			END {printf "  %s: clean %d, version %d (held %d, waited for apply %d, queries %d), to tail %d (fallbacks %d), waited %d\n", n, c, v, h, vw, q, t, f, w}'
 	done
 	t1=$(tailstat)
 	python3 - "$name" "$((c1 - c0))" "$(getconf CLK_TCK)" "$(cut -d' ' -f1 /proc/loadavg)" "$WORK" "$t0" "$t1" <<'PY' | tee -a "$WORK/results"

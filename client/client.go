@@ -91,17 +91,23 @@ func WithRetryUnavailable(d time.Duration) Option {
 func WithReplicaReads(on bool) Option { return func(o *options) { o.leaderReadsOnly = !on } }
 
 // WithChainReads says whether strong reads — linearizable, bounded, and
-// reads at the node's default level — are spread round robin over every
-// address given to Dial as well (default false; only with more than one
-// address). For a chain group (kefir server --engine chain) under SU or
-// AUSI, whose every member serves them (CRAQ, docs/chain.md): give Dial
-// the chain's members. A member answers a read of a key with no update in
+// reads at the node's default level — are spread round robin over a chain
+// group's members as well (default false). For a chain group (kefir server
+// --engine chain, or a chain group of a cluster) under SU or AUSI, whose
+// every member serves them (CRAQ, docs/chain.md). The client learns the
+// members from the cluster map (CLUSTER SLOTS, whose nodes of a chain group
+// say kefir-engine chain): Dial with one member's address is enough, and
+// the members follow the map as it changes. In a cluster of several groups
+// only the reads of a chain group's keys are spread; a VR group's go to its
+// leader. With WithCluster(false), or against a node whose map names no
+// chain, they are spread over the addresses given to Dial instead (more
+// than one), as before. A member answers a read of a key with no update in
 // flight there at once; one with an update in flight asks the tail for its
 // version or forwards the read to the tail, itself; a member that cannot
 // serve it yet (no lease) answers -MOVED and that read alone goes the
-// leader's way. Against a VR group it only adds a redirect to two reads in
-// three: a follower serves no linearizable read. Independent of
-// WithReplicaReads, which covers the weaker levels.
+// leader's way. Against a VR group spread over Dial's addresses it only adds
+// a redirect to two reads in three: a follower serves no linearizable read.
+// Independent of WithReplicaReads, which covers the weaker levels.
 func WithChainReads(on bool) Option { return func(o *options) { o.chainReads = on } }
 
 // maxMoves bounds how many -MOVED redirects one call follows.
@@ -360,13 +366,21 @@ func (c *Client) spreads(req *request) bool {
 	if req.write {
 		return false
 	}
-	if c.opts.chainReads {
-		switch req.opts.consistency.Kind {
-		case 0, level.Linearizable, level.BoundedVersions, level.BoundedTime:
-			return true
-		}
+	return c.chainStrong(req) || (!c.opts.leaderReadsOnly && replicaRead(req))
+}
+
+// chainStrong reports whether req is a strong read that WithChainReads
+// spreads over a chain's members: linearizable, bounded, or at the node's
+// default level.
+func (c *Client) chainStrong(req *request) bool {
+	if req.write || !c.opts.chainReads {
+		return false
 	}
-	return !c.opts.leaderReadsOnly && replicaRead(req)
+	switch req.opts.consistency.Kind {
+	case 0, level.Linearizable, level.BoundedVersions, level.BoundedTime:
+		return true
+	}
+	return false
 }
 
 // replicaConn returns replica slot i's connection, dialing it if needed. It
@@ -502,7 +516,10 @@ func (c *Client) do(ctx context.Context, req *request) (owned bool, err error) {
 				slot = int(keySlot(key))
 			}
 			p = c.rt.route(slot)
-			if !c.opts.leaderReadsOnly && clusterReplicaRead(req) {
+			// A member of the key's group first: for the reads any
+			// replica may answer, and with WithChainReads for strong
+			// reads of a chain group's key (every member serves them).
+			if (!c.opts.leaderReadsOnly && clusterReplicaRead(req)) || (c.chainStrong(req) && c.rt.chain(slot)) {
 				if rp := c.rt.replica(slot); rp != nil && rp != p {
 					if done, owned, err := c.doReplicaAt(ctx, req, rp); done {
 						return owned, err

@@ -82,7 +82,18 @@ type mapGroup struct {
 	leader  *pool
 	members []*pool
 	rr      *atomic.Uint32
+	// chain: the group is a chain (its nodes' metadata say kefir-engine
+	// chain), whose every member serves strong reads under SU and AUSI:
+	// WithChainReads spreads them over members.
+	chain bool
 }
+
+// The node metadata CLUSTER SLOTS gives a chain group's members (the
+// server's ClusterEngineField and kv.EngineChain; TestEngineFieldAgrees).
+const (
+	engineField = "kefir-engine"
+	engineChain = "chain"
+)
 
 // refreshPause spaces refreshes asked for while one runs: a burst of
 // -MOVED replies (every call in flight to a group whose leader changed)
@@ -102,7 +113,7 @@ func (c *Client) startRouting(ctx context.Context) error {
 	}
 	enabled, known := clusterEnabled(ctx, cn)
 	if c.opts.cluster == 0 && !(known && enabled) {
-		return nil
+		return c.startChainRouting(ctx)
 	}
 	if c.opts.nilext != nil {
 		return errors.New("kefir: WithNilext does not go with slot routing (a cluster of several groups has no nilext fast path; WithCluster(false) to keep one group's)")
@@ -111,6 +122,28 @@ func (c *Client) startRouting(ctx context.Context) error {
 	m, err := r.fetch(ctx, c.addrs)
 	if err != nil {
 		return fmt.Errorf("kefir: reading the cluster's slot map: %w", err)
+	}
+	r.m.Store(m)
+	c.rt = r
+	return nil
+}
+
+// startChainRouting: with WithChainReads against a single group (no
+// cluster), the client routes by the group's map as WithCluster(true) does
+// — where a chain's strong reads are spread over the members the map names
+// (a chain group's nodes say so) — if the map names a chain; else nothing
+// changes (the strong reads are spread over the addresses given to Dial).
+// A node that gives no map (an older one, a refusal) changes nothing
+// either: the map is how the client learns the chain, not a requirement.
+func (c *Client) startChainRouting(ctx context.Context) error {
+	if !c.opts.chainReads || c.opts.nilext != nil {
+		return nil
+	}
+	r := &router{c: c, nodes: map[string]*pool{}, stop: make(chan struct{})}
+	m, err := r.fetch(ctx, c.addrs)
+	if err != nil || !m.chainGroups() {
+		r.close()
+		return nil
 	}
 	r.m.Store(m)
 	c.rt = r
@@ -368,7 +401,8 @@ func rawCall(ctx context.Context, cn *conn, words ...string) (resp.Value, error)
 
 // parse reads a CLUSTER SLOTS reply: [start, end, [host, port, id, …]
 // (the master: the group's leader), [host, port, …] (its replicas)…] per
-// range. Ranges with the same nodes in the same order are one group's.
+// range. Ranges with the same nodes in the same order (and the same
+// engine) are one group's.
 func (r *router) parse(v resp.Value) (*slotMap, error) {
 	if v.Kind != resp.Array {
 		return nil, fmt.Errorf("want an array, got %s", v.Kind)
@@ -387,18 +421,22 @@ func (r *router) parse(v resp.Value) (*slotMap, error) {
 			return nil, fmt.Errorf("range %d-%d out of 0-%d", start, end, keyslot.N-1)
 		}
 		var addrs []string
+		chain := false
 		for _, n := range e.Elems[2:] {
 			if n.Kind != resp.Array || len(n.Elems) < 2 || n.Elems[1].Kind != resp.Int {
 				return nil, fmt.Errorf("malformed node %s", n.String())
 			}
 			addrs = append(addrs, net.JoinHostPort(string(n.Elems[0].Str), strconv.FormatInt(n.Elems[1].Int, 10)))
+			chain = chain || chainNode(n)
 		}
-		key := strings.Join(addrs, ",")
+		// A chain and a VR group on the same nodes, head and leader the
+		// same, are two groups here: their strong reads go different ways.
+		key := strings.Join(addrs, ",") + "," + strconv.FormatBool(chain)
 		g, ok := index[key]
 		if !ok {
 			g = int16(len(m.groups))
 			index[key] = g
-			mg := mapGroup{rr: new(atomic.Uint32)}
+			mg := mapGroup{rr: new(atomic.Uint32), chain: chain}
 			for _, a := range addrs {
 				mg.members = append(mg.members, r.node(a))
 			}
@@ -410,6 +448,42 @@ func (r *router) parse(v resp.Value) (*slotMap, error) {
 		}
 	}
 	return m, nil
+}
+
+// chainNode reports whether a CLUSTER SLOTS node entry ([host, port, id,
+// metadata]) says its group is a chain. The metadata is a map: RESP3's, or
+// RESP2's array of key, value, key, value.
+func chainNode(n resp.Value) bool {
+	if len(n.Elems) < 4 {
+		return false
+	}
+	md := n.Elems[3]
+	if md.Kind != resp.Map && md.Kind != resp.Array {
+		return false
+	}
+	for i := 0; i+1 < len(md.Elems); i += 2 {
+		if string(md.Elems[i].Str) == engineField && string(md.Elems[i+1].Str) == engineChain {
+			return true
+		}
+	}
+	return false
+}
+
+// chain reports whether the map names slot's group a chain.
+func (r *router) chain(slot int) bool {
+	m := r.m.Load()
+	g := m.owner[slot]
+	return g >= 0 && m.groups[g].chain
+}
+
+// chainGroups reports whether the map names any chain group.
+func (m *slotMap) chainGroups() bool {
+	for i := range m.groups {
+		if m.groups[i].chain {
+			return true
+		}
+	}
+	return false
 }
 
 // clusterReplicaRead reports whether req may go to any member of its key's

@@ -102,7 +102,7 @@ func (m *Multi) Slots() *SlotMap {
 	}
 	idx := map[GroupID]int{}
 	for i, g := range sm.Groups {
-		out.Groups[i] = GroupSpec{ID: g.ID, Members: g.Members}
+		out.Groups[i] = GroupSpec{ID: g.ID, Members: g.Members, Engine: g.Engine}
 		idx[g.ID] = i
 	}
 	for s := 0; s < Slots; s++ {

@@ -319,8 +319,16 @@ type Stats struct {
 	// version, ones sent on whole after all (the query failed or the wait
 	// ran long), and queries this member answered as the tail.
 	ChainVersionReads, ChainVersionFallbacks, ChainVersionAnswers uint64
-	EarlyAcks                                                     uint64
-	OverlayReads                                                  uint64
+	// Of the version reads, those answered from an update held at the
+	// member and not yet applied there (a blind write the tail's version
+	// covers: CRAQ proper); and the version queries the member sent (one
+	// answers every dirty read that waited for it: batched).
+	ChainHeldReads, ChainVersionQueries uint64
+	// Of the version reads, those that waited for the member's apply to
+	// reach the tail's version.
+	ChainVersionWaited uint64
+	EarlyAcks          uint64
+	OverlayReads       uint64
 	// TxEarlyAborts counts the transactions (EXEC, KEFIR.TX commits) this
 	// node answered as aborted as leader without proposing them: their
 	// validation must fail (vrshard txdoom.go).

@@ -95,6 +95,31 @@ func TestChainGroupInACluster(t *testing.T) {
 			}
 		}
 	}
+	// CLUSTER SLOTS names the chain's members so (the Go client's
+	// WithChainReads spreads strong reads over them): every node of group
+	// 2's ranges carries kefir-engine chain, group 1's nodes nothing.
+	cs := dial(t, g.nodes[0])
+	cs.send("CLUSTER", "SLOTS")
+	v, err := cs.rd.ReadValue()
+	if err != nil {
+		t.Fatal(err)
+	}
+	chainRanges := 0
+	for _, r := range v.Elems {
+		inChain := r.Elems[0].Int >= 8192
+		for _, n := range r.Elems[2:] {
+			md := show(n.Elems[3])
+			if want := fmt.Sprintf("[%q, %q]", ClusterEngineField, kv.EngineChain); inChain && md != want || !inChain && md != "[]" {
+				t.Fatalf("CLUSTER SLOTS range %d-%d: node metadata %s (range in the chain: %v)", r.Elems[0].Int, r.Elems[1].Int, md, inChain)
+			}
+		}
+		if inChain {
+			chainRanges++
+		}
+	}
+	if chainRanges == 0 {
+		t.Fatalf("CLUSTER SLOTS names no range of the chain: %s", show(v))
+	}
 	// The chain's writes went through its own log: node 3's member
 	// applied them (not group 1's replica, which gave the slots away).
 	if st, ok := g.nodes[2].multi.GroupState(2); !ok || st.Applied < uint64(len(keys)) {

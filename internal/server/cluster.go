@@ -10,6 +10,7 @@ import (
 
 	"github.com/kefirdb/kefir/internal/cluster"
 	"github.com/kefirdb/kefir/internal/command"
+	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 )
 
@@ -27,6 +28,10 @@ import (
 // that leader, as before, so plain clients (redis-cli without -c) keep
 // working against any node. While no leader is known (a view change) both
 // are forwarded, which waits for one.
+
+// ClusterEngineField is the key of CLUSTER SLOTS' node metadata that names
+// a chain group's engine ("chain"); a VR group's nodes carry no metadata.
+const ClusterEngineField = "kefir-engine"
 
 // clusterGroup is one group as the CLUSTER replies describe it: its slots,
 // its members' client addresses and which member leads (0: none known).
@@ -65,6 +70,9 @@ func (s *Server) clusterView() (groups []clusterGroup, addrs map[uint64]string) 
 	case s.grp != nil:
 		ids := memberIDs(members)
 		cg := clusterGroup{spec: cluster.GroupSpec{ID: 1, Members: ids, Slots: all}}
+		if s.cfg.Chain {
+			cg.spec.Engine = kv.EngineChain // kefir server --engine chain
+		}
 		if st := s.grp.State(); st.Normal {
 			cg.leader = st.Leader
 		}
@@ -177,6 +185,14 @@ func (c *conn) clusterCmd(spec *command.Spec, args [][]byte) error {
 		_ = w.WriteArrayHeader(n)
 		for _, g := range groups {
 			ms := g.ordered()
+			// A chain group's members say so in the node's metadata map
+			// (Redis 7's fourth element, which Redis Cluster clients read
+			// for "hostname" and otherwise ignore): every member of a chain
+			// under SU or AUSI serves strong reads, and the Go client's
+			// WithChainReads spreads them over the group's members
+			// (client/route.go). The chain's head is listed first, as a
+			// VR group's leader is.
+			chain := g.spec.Engine == kv.EngineChain
 			for _, r := range g.spec.Slots {
 				_ = w.WriteArrayHeader(2 + len(ms))
 				_ = w.WriteInt(int64(r.Start))
@@ -187,7 +203,13 @@ func (c *conn) clusterCmd(spec *command.Spec, args [][]byte) error {
 					_ = w.WriteBulkString(host)
 					_ = w.WriteInt(port)
 					_ = w.WriteBulkString(s.nodeName(m))
-					_ = w.WriteMapHeader(0)
+					if chain {
+						_ = w.WriteMapHeader(1)
+						_ = w.WriteBulkString(ClusterEngineField)
+						_ = w.WriteBulkString(kv.EngineChain)
+					} else {
+						_ = w.WriteMapHeader(0)
+					}
 				}
 			}
 		}

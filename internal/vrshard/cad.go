@@ -69,6 +69,11 @@ type keyUpdates struct {
 type updBatch struct {
 	op   uint64
 	keys []string
+	// held (a chain member's, indexChain; nil otherwise): the op is a
+	// blind write, and held[i] is what it leaves keys[i] holding — the
+	// value CRAQ answers a dirty read with once the tail's version covers
+	// op (chainHeldRead).
+	held []overlayEntry
 }
 
 // overlayEntry is a pending early-acknowledged blind write of one key.
@@ -96,6 +101,25 @@ func (u *keyUpdates) add(op uint64, keys [][]byte) {
 		return
 	}
 	b := updBatch{op: op, keys: make([]string, len(keys))}
+	u.mu.Lock()
+	for i, k := range keys {
+		s := string(k)
+		b.keys[i] = s
+		if u.last[s] < op {
+			u.last[s] = op
+		}
+	}
+	u.queue = append(u.queue, b)
+	u.mu.Unlock()
+}
+
+// addHeld is add for a chain member's blind write at op: vals[i] is what
+// it leaves keys[i] holding (heldAtMost).
+func (u *keyUpdates) addHeld(op uint64, keys [][]byte, vals []overlayEntry) {
+	if len(keys) == 0 {
+		return
+	}
+	b := updBatch{op: op, keys: make([]string, len(keys)), held: vals}
 	u.mu.Lock()
 	for i, k := range keys {
 		s := string(k)
@@ -230,6 +254,44 @@ func (u *keyUpdates) needAtMost(key []byte, v uint64) uint64 {
 		}
 	}
 	return n
+}
+
+// heldAtMost returns, like needAtMost, the highest op up to v writing key
+// (0: none above the pruned point), and if that op was indexed as a blind
+// write (addHeld), the value it leaves key holding (ok). The same op may
+// be in the queue twice — as it arrived, with its value, and again at
+// apply, without — so an equal op with a value wins. A batch found here
+// is the key's latest at most v: the driver's batches are in log order and
+// pruned from the front, so a later one of the key, at most v, cannot have
+// left the queue while this one stayed.
+func (u *keyUpdates) heldAtMost(key []byte, v uint64) (n uint64, e overlayEntry, ok bool) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	s := string(key)
+	if u.last[s] == 0 {
+		return 0, overlayEntry{}, false
+	}
+	for i := range u.queue {
+		b := &u.queue[i]
+		if b.op > v || b.op < n || (b.op == n && ok) {
+			continue
+		}
+		j := len(b.keys) - 1 // the last: MSET k a k b leaves k holding b
+		for j >= 0 && b.keys[j] != s {
+			j--
+		}
+		if j < 0 {
+			continue
+		}
+		n, ok = b.op, b.held != nil
+		if ok {
+			e = b.held[j]
+		}
+	}
+	if !ok {
+		e = overlayEntry{}
+	}
+	return n, e, ok
 }
 
 func (u *keyUpdates) floorOp() uint64 {

@@ -1,6 +1,7 @@
 package vrshard
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -80,7 +81,11 @@ func (r *Replica) indexChain(es []core.Entry) {
 		if err != nil {
 			continue
 		}
-		r.upd.add(e.Op, op.WrittenKeys())
+		if ks, vals := chainBlind(&op, e.Op); vals != nil {
+			r.upd.addHeld(e.Op, ks, vals)
+		} else {
+			r.upd.add(e.Op, op.WrittenKeys())
+		}
 		if op.WritesAll() || kv.IsSlotKind(op.Kind) {
 			// Every key is dirty until it is applied (chainTry: the floor).
 			// A slot-table op too: its keys are the table's, but it changes
@@ -99,6 +104,60 @@ func (r *Replica) indexChain(es []core.Entry) {
 			r.overlay(e.Op, &op, false)
 		}
 	}
+}
+
+// chainBlind returns, for a blind write — one whose effect on each key it
+// writes depends on nothing the key held: a plain SET (NilextEligible: no
+// NX/XX/GET, no KEEPTTL, an expiry still ahead), MSET and DEL — the keys
+// it writes and what it leaves each holding (a copy: the entry's buffers
+// are the log's), for chainHeldRead; nil for anything else (INCR, APPEND,
+// SET NX, a hash write, an expiry change, a script, ...: their value is
+// the key's state at apply, which only the engine computes). A write whose
+// apply would refuse a key (kv.CheckKey) is not blind either: the whole
+// op fails there and leaves every key as it was.
+func chainBlind(op *kv.Op, at uint64) ([][]byte, []overlayEntry) {
+	switch op.Kind {
+	case kv.KindSet:
+		if !NilextEligible(op) || kv.CheckKey(op.Key) != nil {
+			return nil, nil
+		}
+		return [][]byte{op.Key}, []overlayEntry{heldValue(at, op.Value, kv.EncodeMeta(kv.TypeString, op.ExpireAt))}
+	case kv.KindMSet:
+		if !NilextEligible(op) {
+			return nil, nil
+		}
+		ks := make([][]byte, 0, len(op.Keys)/2)
+		vals := make([]overlayEntry, 0, len(op.Keys)/2)
+		for i := 0; i+1 < len(op.Keys); i += 2 {
+			if kv.CheckKey(op.Keys[i]) != nil {
+				return nil, nil
+			}
+			ks = append(ks, op.Keys[i])
+			vals = append(vals, heldValue(at, op.Keys[i+1], nil)) // MSET clears expiries
+		}
+		return ks, vals
+	case kv.KindDel:
+		if len(op.Keys) == 0 {
+			return nil, nil
+		}
+		vals := make([]overlayEntry, len(op.Keys))
+		for i, k := range op.Keys {
+			if kv.CheckKey(k) != nil {
+				return nil, nil
+			}
+			vals[i] = overlayEntry{op: at, tomb: true}
+		}
+		return op.Keys, vals
+	}
+	return nil, nil
+}
+
+func heldValue(at uint64, v, meta []byte) overlayEntry {
+	e := overlayEntry{op: at, value: bytes.Clone(v), meta: bytes.Clone(meta)}
+	if e.value == nil {
+		e.value = []byte{}
+	}
+	return e
 }
 
 // chainOutcome is what a chain member's read check found.
@@ -227,19 +286,19 @@ var ErrNotChainTail = errors.New("vrshard: not this chain's tail")
 // query (above); ok false: it could not, and the read goes to the tail.
 func (r *Replica) chainVersionRead(ctx context.Context, op kv.Op) (res kv.Result, ok bool, err error) {
 	t := r.chainTail.Load()
-	ask := r.opts.AskTail
-	if ask == nil || t == 0 || t == r.cfg.Self {
+	if r.opts.AskTail == nil || t == 0 || t == r.cfg.Self {
 		return kv.Result{}, false, nil
 	}
-	qctx, cancel := context.WithTimeout(ctx, chainVersionAsk)
-	v, err := ask(qctx, t, r.addrs.client(r, t), r.chainEpoch.Load())
-	cancel()
+	v, err := r.askVersion(ctx, t, r.addrs.client(r, t), r.chainEpoch.Load())
 	if err != nil {
 		if ctx.Err() != nil {
 			return kv.Result{}, true, ctx.Err()
 		}
 		r.st.chainVersionFallbacks.Add(1)
 		return kv.Result{}, false, nil
+	}
+	if res, ok, err := r.chainHeldRead(op, v); ok {
+		return res, true, err
 	}
 	need := r.chainNeedAt(&op, v)
 	if mutation.On && r.mut.chainVersionUnchecked {
@@ -248,6 +307,9 @@ func (r *Replica) chainVersionRead(ctx context.Context, op kv.Op) (res kv.Result
 	wait := chainVersionWait
 	if mutation.On && r.mut.chainVersionWait > 0 {
 		wait = r.mut.chainVersionWait
+	}
+	if r.applied.Load() < need {
+		r.st.chainVersionWaited.Add(1) // the acknowledgement still on its way here
 	}
 	done, err := r.untilApplied(ctx, need, wait, nil)
 	if err != nil {
@@ -263,6 +325,73 @@ func (r *Replica) chainVersionRead(ctx context.Context, op kv.Op) (res kv.Result
 		r.st.localReads.Add(1)
 	}
 	return res, true, err
+}
+
+// chainHeldRead answers a read of one key at the tail's version v from the
+// update this member holds and has not applied (CRAQ proper: its store
+// holds the dirty version, and the tail's version makes it the committed
+// one), if the key's latest update at most v is held here and blind
+// (chainBlind): its value is then the key's value at v — committed (at
+// most v), and no older than any write answered before the read began (at
+// most v too, and before it in the log) — without waiting for this
+// member's apply, which the acknowledgement still on its way up would
+// bring. ok false: not such a read; the caller takes the engine's way
+// (chainNeedAt).
+//
+// Only a read of one key (GET, STRLEN, and MGET and EXISTS of one key): a
+// held value is the key's state at exactly v, and the engine's other keys
+// may be at another op, so a read of several keys could return a state no
+// prefix of the log had. Not while an op writing every key or a slot-table
+// op is in flight here (chainDirtyAll above what was applied): such an op
+// at most v overrides the key's update without naming it in the index.
+// Not if the index may miss ops above the commit point (complete: after a
+// restart, below a flush's floor). An update above v — not yet at the tail
+// — is never served: heldAtMost looks at ops up to v only (the mutation
+// chainHeldNewest serves the newest held one).
+func (r *Replica) chainHeldRead(op kv.Op, v uint64) (kv.Result, bool, error) {
+	key, one := oneKeyRead(&op)
+	if !one {
+		return kv.Result{}, false, nil
+	}
+	if mutation.On && r.mut.chainHeldNewest {
+		v = ^uint64(0) // Deliberately broken (tests): the newest held update.
+	}
+	// chainDirtyAll first: every op writing every key that is at most v was
+	// indexed (before it was passed on towards the tail) before the tail
+	// answered, so the load sees it; if it is applied by the load of
+	// applied, every such op is.
+	dirtyAll := r.chainDirtyAll.Load()
+	applied := r.applied.Load()
+	if dirtyAll > applied || !r.upd.complete(r.readable.Load()) {
+		return kv.Result{}, false, nil
+	}
+	n, e, blind := r.upd.heldAtMost(key, v)
+	if n <= applied || !blind {
+		// Applied here (the engine shows it: no wait), or a write whose
+		// value only its apply computes (the wait).
+		return kv.Result{}, false, nil
+	}
+	res, err := r.readWith(op, map[string]overlayEntry{string(key): e})
+	if err == nil {
+		r.st.chainHeldReads.Add(1)
+		r.st.chainVersionReads.Add(1)
+		r.st.localReads.Add(1)
+	}
+	return res, true, err
+}
+
+// oneKeyRead returns the key of a read of one key whose answer is that
+// key's string value or absence (chainHeldRead).
+func oneKeyRead(op *kv.Op) ([]byte, bool) {
+	switch op.Kind {
+	case kv.KindGet, kv.KindStrlen:
+		return op.Key, true
+	case kv.KindMGet, kv.KindExists:
+		if len(op.Keys) == 1 {
+			return op.Keys[0], true
+		}
+	}
+	return nil, false
 }
 
 // chainNeedAt is the op this member must have applied to answer op at the

@@ -131,7 +131,7 @@ func craqInFlight(t *testing.T, dirty bool) error {
 func TestChainReadsAtEveryMemberLinearizable(t *testing.T) {
 	for _, mode := range []chain.Mode{chain.SU, chain.AUSI} {
 		t.Run(mode.String(), func(t *testing.T) {
-			h, st := chainReadHistory(t, mode, false, false)
+			h, st := chainReadHistory(t, mode, nil, false)
 			ok, unknown := summarize(h)
 			t.Logf("%v: %d operations, %d ok, %d unknown; reads at each member %v, served clean %d, sent to the tail %d, waited %d",
 				mode, len(h.Ops), ok, unknown, st.at, st.clean, st.toTail, st.waits)
@@ -154,7 +154,7 @@ func TestChainReadsAtEveryMemberMutation(t *testing.T) {
 	if !mutation.On {
 		t.Skip("needs -tags mutations")
 	}
-	h, _ := chainReadHistory(t, chain.SU, true, false)
+	h, _ := chainReadHistory(t, chain.SU, func(o *Options) { o.mut.chainReadDirty = true }, false)
 	if v := check.Linearizable(h, linOptions()); v.OK {
 		t.Fatal("chainReadDirty: a member serving dirty values, and the history is still linearizable: not caught")
 	}
@@ -169,10 +169,10 @@ func TestChainReadsAtEveryMemberMutation(t *testing.T) {
 func TestChainReadsAtEveryMemberVersionQuery(t *testing.T) {
 	for _, mode := range []chain.Mode{chain.SU, chain.AUSI} {
 		t.Run(mode.String(), func(t *testing.T) {
-			h, st := chainReadHistory(t, mode, false, true)
+			h, st := chainReadHistory(t, mode, nil, true)
 			ok, unknown := summarize(h)
-			t.Logf("%v: %d operations, %d ok, %d unknown; reads at each member %v, served clean %d, at the tail's version %d, sent to the tail %d (after a failed query or a long wait %d), waited %d",
-				mode, len(h.Ops), ok, unknown, st.at, st.clean, st.version, st.toTail, st.fallbacks, st.waits)
+			t.Logf("%v: %d operations, %d ok, %d unknown; reads at each member %v, served clean %d, at the tail's version %d (from a held update %d), sent to the tail %d (after a failed query or a long wait %d), waited %d",
+				mode, len(h.Ops), ok, unknown, st.at, st.clean, st.version, st.held, st.toTail, st.fallbacks, st.waits)
 			if ok < 100 || st.clean == 0 || st.version == 0 {
 				t.Fatalf("%v: too little happened (%d ok, %d clean, %d at the tail's version): the test proves nothing", mode, ok, st.clean, st.version)
 			}
@@ -183,15 +183,29 @@ func TestChainReadsAtEveryMemberVersionQuery(t *testing.T) {
 	}
 }
 
+// TestChainReadsAtEveryMemberHeldNewestMutation: the version-query workload
+// with the mutation chainHeldNewest (a dirty read answered from the newest
+// update held at the member, whatever the tail's version: values not yet
+// committed) is not linearizable.
+func TestChainReadsAtEveryMemberHeldNewestMutation(t *testing.T) {
+	mutation.Require(t)
+	h, st := chainReadHistory(t, chain.SU, func(o *Options) { o.mut.chainHeldNewest = true }, true)
+	if v := check.Linearizable(h, linOptions()); v.OK {
+		t.Fatalf("chainHeldNewest: members serving held updates the tail had not committed (%d held reads), and the history is still linearizable: not caught", st.held)
+	}
+	t.Log("chainHeldNewest: history not linearizable: caught")
+}
+
 type chainReadStats struct {
-	at                                       [3]int
-	clean, toTail, waits, version, fallbacks uint64
+	at                                             [3]int
+	clean, toTail, waits, version, fallbacks, held uint64
 }
 
 // chainReadHistory runs the workload of TestChainReadsAtEveryMemberLinearizable
 // for 2 s and returns its history.
-// With version, the members ask the tail's version for a dirty key.
-func chainReadHistory(t *testing.T, mode chain.Mode, dirty, version bool) (check.History, chainReadStats) {
+// With version, the members ask the tail's version for a dirty key; mut
+// (nil: none) switches a mutation on at every member.
+func chainReadHistory(t *testing.T, mode chain.Mode, mut func(o *Options), version bool) (check.History, chainReadStats) {
 	var q versionQuery
 	slow := newGatedFS(vfs.OS{}) // the middle's log fsyncs
 	if mode == chain.SU {
@@ -201,7 +215,9 @@ func chainReadHistory(t *testing.T, mode chain.Mode, dirty, version bool) (check
 		if i == 1 {
 			o.FS = slow
 		}
-		o.mut.chainReadDirty = dirty
+		if mut != nil {
+			mut(o)
+		}
 		if version {
 			q.tune(i, o)
 		}
@@ -296,6 +312,7 @@ func chainReadHistory(t *testing.T, mode chain.Mode, dirty, version bool) (check
 		st.waits += s.ChainWaits
 		st.version += s.ChainVersionReads
 		st.fallbacks += s.ChainVersionFallbacks
+		st.held += s.ChainHeldReads
 	}
 	return rec.History(), st
 }

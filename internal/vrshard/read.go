@@ -822,7 +822,7 @@ func (r *Replica) Stats() Stats {
 		SnapsLoaded: r.st.snapsLoaded.Load(), Forgets: r.st.forgets.Load(), NilextFast: r.st.nxFast.Load(), NilextFallbacks: r.st.nxFallbacks.Load(),
 		NilextSent: r.st.nxSent.Load(), NilextAcksSent: r.st.nxAcksSent.Load(), NilextSlowReads: r.st.nxSlowReads.Load(),
 		DurabilityWaits: r.st.durWaits.Load(), DurabilityRounds: r.st.durRounds.Load(), FollowerReads: r.st.followerReads.Load(),
-		FollowerRedirects: r.st.followerRedirects.Load(), ChainClean: r.st.chainClean.Load(), ChainToTail: r.st.chainToTail.Load(), ChainWaits: r.st.chainWaits.Load(), ChainVersionReads: r.st.chainVersionReads.Load(), ChainVersionFallbacks: r.st.chainVersionFallbacks.Load(), ChainVersionAnswers: r.st.chainVersionAnswers.Load(), EarlyAcks: r.st.earlyAcks.Load(), OverlayReads: r.st.overlayReads.Load(),
+		FollowerRedirects: r.st.followerRedirects.Load(), ChainClean: r.st.chainClean.Load(), ChainToTail: r.st.chainToTail.Load(), ChainWaits: r.st.chainWaits.Load(), ChainVersionReads: r.st.chainVersionReads.Load(), ChainVersionFallbacks: r.st.chainVersionFallbacks.Load(), ChainVersionAnswers: r.st.chainVersionAnswers.Load(), ChainHeldReads: r.st.chainHeldReads.Load(), ChainVersionQueries: r.st.chainVersionQueries.Load(), ChainVersionWaited: r.st.chainVersionWaited.Load(), EarlyAcks: r.st.earlyAcks.Load(), OverlayReads: r.st.overlayReads.Load(),
 		DeferredReads: r.st.durDeferred.Load(), TxEarlyAborts: r.st.earlyAborts.Load(), TxHolds: r.st.txHolds.Load(), TxHeldAborts: r.st.heldAborts.Load(), TxFreshReads: r.st.freshReads.Load(), ViewChanges: r.vt.viewChanges.Load(), LeaderChanges: r.vt.leaderChanges.Load(),
 		Depositions: r.vt.depositions.Load(), WritesRefusedNoLeader: r.vt.refused.Load(), ExpiredKeys: r.exp.deleted.Load()}
 }

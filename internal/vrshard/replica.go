@@ -369,6 +369,14 @@ type mutations struct {
 	// engine as soon as the tail answered the version query, without
 	// comparing the tail's version with what it applied (chainVersionRead).
 	chainVersionUnchecked bool
+	// chainHeldNewest: a chain member answers a dirty read from the newest
+	// update of the key it holds, whatever the tail's version
+	// (chainHeldRead): a value the tail has not committed.
+	chainHeldNewest bool
+	// chainVersionInFlight: a dirty read that finds a version query in
+	// flight takes its answer, computed perhaps before a write answered
+	// before the read began (askVersion).
+	chainVersionInFlight bool
 	// chainVersionWait (a test hook) replaces chainVersionWait, the bound
 	// on a member's wait to apply up to the tail's version.
 	chainVersionWait time.Duration
@@ -831,6 +839,9 @@ type Replica struct {
 	// is above the commit point every key is dirty here (chainTry). Set on
 	// the driver only.
 	chainDirtyAll atomic.Uint64
+	// asker batches the version queries of concurrent dirty reads
+	// (chainask.go).
+	asker chainAsker
 	// peers: the leader's view of its followers' progress as of the last
 	// tick (publishPeers; nil unless this replica leads a VR group).
 	peers atomic.Pointer[[]kcluster.FollowerState]
@@ -920,6 +931,13 @@ type Replica struct {
 		// failed — an older tail, none reachable — or the wait for this
 		// member's apply ran past chainVersionWait); queries answered as
 		// the tail (ChainVersion).
+		// chainHeldReads: those of the version reads answered from an
+		// update held here, not yet applied (chainHeldRead).
+		// chainVersionQueries: the version queries this member sent (a
+		// batch of dirty reads shares one: chainAsker).
+		// chainVersionWaited: version reads that found the tail's
+		// version ahead of this member's apply and waited for it.
+		chainHeldReads, chainVersionQueries, chainVersionWaited                                                                                   atomic.Uint64
 		chainVersionReads, chainVersionFallbacks, chainVersionAnswers                                                                             atomic.Uint64
 		nxFast, nxFallbacks, nxSent, nxAcksSent, nxSlowReads                                                                                      atomic.Uint64
 		durWaits, durRounds, followerReads, followerRedirects, earlyAcks, overlayReads, durDeferred, earlyAborts, txHolds, heldAborts, freshReads atomic.Uint64
