@@ -2,7 +2,6 @@ package vrshard
 
 import (
 	"math/rand/v2"
-	"sync/atomic"
 	"time"
 
 	"github.com/kefirdb/kefir/internal/frame"
@@ -55,67 +54,17 @@ type executor interface {
 	// expedite makes the log fsync in flight finish now: the driver is
 	// about to wait for its result (awaitSync).
 	expedite()
-	// roundEnd: the driver finished a round of events (run); idle: no
-	// event waits for it.
-	roundEnd(idle bool)
 }
 
 // goroutines is a process's executor: a goroutine per checkpoint, capture
 // or large message (rare), and the replica's long-lived syncer goroutine
 // for the log's fsyncs (one per fsync would be a goroutine per write batch:
 // ARCHITECTURE §1.4).
-//
-// A VR follower's urgent fsync (the leader waits for its prepare-ok: a
-// sync write) is held to the end of the driver's round instead (inline),
-// and the driver runs it itself when no event waits: two goroutine
-// hand-offs fewer per write (driver → syncer, syncer → driver), each a
-// thread wake-up on a loaded machine (docs/design/write-path.md, "Counted
-// per write"). Nothing else changes: the same work runs, one fsync at a
-// time, and its result reaches the driver through syncDone as before, so
-// the core learns a batch is persisted only once the fsync returned. What a
-// held fsync delays is what arrives during it: a prepare that comes then is
-// stepped, written and acknowledged (received) after it, and its own fsync
-// follows, as it would behind the syncer's fsync in flight. When an event
-// already waits at the round's end the syncer runs the fsync, as before.
-type goroutines struct {
-	syncReq chan<- func()
-	inline  func() bool   // whether the fsync starting now may run on the driver
-	held    func()        // the fsync held to the round's end (driver only)
-	inlined atomic.Uint64 // fsyncs the driver ran itself at a round's end (tests)
-}
+type goroutines struct{ syncReq chan<- func() }
 
-func (g *goroutines) goWork(work func()) { go work() }
-
-func (g *goroutines) syncLog(work func()) {
-	if g.inline != nil && g.inline() {
-		g.held = work
-		return
-	}
-	g.syncReq <- work
-}
-
-// expedite runs a held fsync now, on the caller: the driver waits for it
-// (awaitSync), or the driver stopped (drainSync).
-func (g *goroutines) expedite() {
-	if w := g.held; w != nil {
-		g.held = nil
-		w()
-	}
-}
-
-func (g *goroutines) roundEnd(idle bool) {
-	w := g.held
-	if w == nil {
-		return
-	}
-	g.held = nil
-	if idle {
-		g.inlined.Add(1)
-		w()
-		return
-	}
-	g.syncReq <- w
-}
+func (g goroutines) goWork(work func())  { go work() }
+func (g goroutines) syncLog(work func()) { g.syncReq <- work }
+func (goroutines) expedite()             {}
 
 // randomSource draws the host's random numbers (incarnation ids, nonces;
 // Options.Random): the simulator seeds it so that a run replays.

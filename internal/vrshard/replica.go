@@ -545,11 +545,6 @@ type mutations struct {
 	// reported to the core as durable before any fsync covers it, so a
 	// prepare-ok promises entries a crash can still lose.
 	heldAckEarly bool
-	// inlineSyncSkipped: a VR follower's urgent fsync, held for its driver
-	// to run at the end of its round (env.go goroutines), reports its batch
-	// durable without syncing, so its prepare-ok promises a copy a crash can
-	// lose.
-	inlineSyncSkipped bool
 	// forgetTooEarly: the leader's forget entry deletes every client row
 	// (below = applied+1) instead of only those older than its core's
 	// oldest client record: a crash then rebuilds a result the core still
@@ -1009,7 +1004,7 @@ func Open(opts Options) (*Replica, error) {
 		r.step1 = newStepState(r)
 		r.exec = r.step1
 	} else {
-		r.exec = &goroutines{syncReq: r.syncReq, inline: r.inlineSync}
+		r.exec = goroutines{syncReq: r.syncReq}
 	}
 	if ws.empty && opts.Bootstrap && db.LastVersion() > 0 {
 		// The log is gone but the engine is not: this is a replica that lost
@@ -1213,7 +1208,6 @@ func (r *Replica) crash() {
 // no file is closed under them.
 func (r *Replica) drainSync() {
 	if r.syncing != 0 {
-		r.exec.expedite() // a fsync held to the round's end (goroutines)
 		<-r.syncDone
 		r.syncing = 0
 	}
@@ -1341,19 +1335,7 @@ func (r *Replica) run() {
 		}
 		clear(props)
 		props = props[:0]
-		r.exec.roundEnd(len(r.inbox) == 0 && len(r.propc) == 0 && len(r.readc) == 0 && len(r.nxc) == 0)
 	}
-}
-
-// inlineSync reports whether the fsync starting now may run on the driver
-// at the end of its round (goroutines.syncLog): at a VR follower, for a
-// batch that must be synced at once (the leader's sync hint: a sync write's
-// prepare-ok waits for it). Not at the leader, whose driver must keep
-// stepping the followers' prepare-oks while its own fsync runs (its copy
-// is often not the deciding one), nor for a held batch's late fsync (cad
-// writes: their received-acks must not wait behind it), nor in a chain.
-func (r *Replica) inlineSync() bool {
-	return r.opts.Chain == nil && !r.isLeader.Load() && r.gc.urgent > r.synced0
 }
 
 // onTick runs the core's timers at the driver's clock.
@@ -1960,20 +1942,14 @@ func (r *Replica) startSync() {
 	// now: one fsync is in flight at most, and its result was taken.
 	seg, seq := r.wal.seg, r.written
 	q := traceNow()
-	work := func() {
+	r.exec.syncLog(func() {
 		t := traceNow()
 		if cadtraceOn {
 			r.ctr.sample("fsync hand-off driver->syncer", q.ago()-t.ago())
 		}
 		err := seg.Sync()
 		r.syncDone <- syncResult{seq: seq, err: err, d: t.since(), end: traceNow()}
-	}
-	if mutation.On && r.mut.inlineSyncSkipped && r.inlineSync() {
-		// The mutation: a follower's fsync held for its driver reports the
-		// batch durable without running.
-		work = func() { r.syncDone <- syncResult{seq: seq, end: traceNow()} }
-	}
-	r.exec.syncLog(work)
+	})
 }
 
 // syncer runs the log's fsyncs off the driver, one at a time, until syncReq

@@ -54,9 +54,6 @@ func (s *stepState) syncLog(work func()) {
 	s.syncGen++
 }
 
-// roundEnd: the caller completes the fsync in flight (SyncDone).
-func (s *stepState) roundEnd(bool) {}
-
 func (s *stepState) expedite() {
 	if w := s.syncWork; w != nil {
 		s.syncWork = nil
