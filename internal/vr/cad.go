@@ -242,7 +242,7 @@ func (r *Replica) flushAck() {
 	if !hbDue && !progress {
 		return
 	}
-	if !hbDue && !ask && r.receiptOnly(recv, pers, app) {
+	if !hbDue && !ask && r.receiptOnly(recv, pers) {
 		return
 	}
 	c.sent = [4]uint64{r.view, recv, pers, app}
@@ -270,7 +270,7 @@ func (r *Replica) flushAck() {
 // reads, whose active set watches every reply (updateMembers), and never
 // when anything but receipt progressed (view, persisted, applied) or a
 // heartbeat or AskSync wants an answer (flushAck).
-func (r *Replica) receiptOnly(recv, pers, app uint64) bool {
+func (r *Replica) receiptOnly(recv, pers uint64) bool {
 	c := &r.cad
 	return !r.cfg.FollowerReads && c.sent[0] == r.view && pers <= c.sent[2] &&
 		c.hinted[0] == r.view && recv <= c.hinted[1]
