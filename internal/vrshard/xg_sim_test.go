@@ -1172,8 +1172,8 @@ func TestXgSimCatchesMutations(t *testing.T) {
 		{"PrepareSkipsLocks", 1, calm, func(o *xgOptions) { o.kvMut.PrepareSkipsLocks = true }, "the accounts total"},
 		{"readsIgnoreLocks", 6, slowResolves, func(o *xgOptions) { o.readsIgnoreLocks = true }, "txn-strict-serializable: VIOLATED"},
 		{"DecideEarly", 1, calm, func(o *xgOptions) { o.decideEarly = true }, "the accounts total"},
-		{"PushDecidesLocally", 1, faults, func(o *xgOptions) { o.pushLocal = true }, "the accounts total"},
-		{"CollectIgnoresPending", 1, faults, func(o *xgOptions) { o.kvMut.CollectIgnoresPending = true }, "the accounts total"},
+		{"PushDecidesLocally", 6, faults, func(o *xgOptions) { o.pushLocal = true }, "the accounts total"},
+		{"CollectIgnoresPending", 6, faults, func(o *xgOptions) { o.kvMut.CollectIgnoresPending = true }, "the accounts total"},
 		{"noCollect", 1, calm, func(o *xgOptions) { o.noCollect = true }, "decisions not collected after a quiet period"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
