@@ -74,6 +74,7 @@ type cadState struct {
 	leaseView  uint64
 	learnedR   uint64
 	sent       [4]uint64 // view, received, persisted, applied of the last prepare-ok
+	hinted     [2]uint64 // view, last op received in a prepare that asked for a sync (SyncWanted)
 	due        bool      // a heartbeat asks for a prepare-ok
 	dueHB      uint64
 }
@@ -241,6 +242,9 @@ func (r *Replica) flushAck() {
 	if !hbDue && !progress {
 		return
 	}
+	if !hbDue && !ask && r.receiptOnly(recv, pers) {
+		return
+	}
 	c.sent = [4]uint64{r.view, recv, pers, app}
 	c.ackSeq++
 	c.ackRing[c.ackSeq%hbRing] = ackSent{seq: c.ackSeq, at: r.now}
@@ -250,6 +254,26 @@ func (r *Replica) flushAck() {
 		m.Readable = max(recv, 1) // AskSync: non-zero
 	}
 	r.send(r.cfg.LeaderOf(r.view), m)
+}
+
+// receiptOnly reports whether the prepare-ok due now would only tell the
+// leader that entries arrived which its prepares asked this replica to sync
+// at once (SyncWanted: a write at the leader waits for their commit): the
+// host then starts their fsync without holding them, and the prepare-ok
+// that reports them persisted follows, so this one is skipped — one message
+// (a socket write here, a read and a step at the leader) fewer per such
+// write (docs/design/write-path.md, "Counted per write"). Safe: a prepare-ok
+// only ever tells the leader more; what a receipt ack is for is CAD's
+// majority-in-memory acknowledgement (acked, from recv), which the later
+// ack also carries, so a cad write that shares such a prepare with a waited
+// one is acknowledged an fsync later, never wrongly. Not with follower
+// reads, whose active set watches every reply (updateMembers), and never
+// when anything but receipt progressed (view, persisted, applied) or a
+// heartbeat or AskSync wants an answer (flushAck).
+func (r *Replica) receiptOnly(recv, pers uint64) bool {
+	c := &r.cad
+	return !r.cfg.FollowerReads && c.sent[0] == r.view && pers <= c.sent[2] &&
+		c.hinted[0] == r.view && recv <= c.hinted[1]
 }
 
 // learn takes R and the grant from a leader message of the current view.

@@ -142,6 +142,10 @@ func (r *Replica) onPrepare(j int, m *Message) {
 	}
 	r.lastContact = r.now
 	r.appendFrom(j, m)
+	if SyncWanted(m) && r.status == Normal {
+		// Its entries are synced at once: no receipt-only ack (receiptOnly).
+		r.cad.hinted = [2]uint64{r.view, r.lastOp()}
+	}
 	r.learn(m)
 	r.maybeAck(0, false)
 }

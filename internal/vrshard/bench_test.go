@@ -71,6 +71,7 @@ func benchReplicatedWrite(b *testing.B, d level.Durability) {
 				write(0, uint64(i+1))
 			}
 			ls0, fs0 := leader.Stats(), follower.Stats()
+			lt0, ft0 := leader.Transport().Stats().Total, follower.Transport().Stats().Total
 			var next atomic.Int64
 			lats := make([][]time.Duration, writers)
 			var wg sync.WaitGroup
@@ -95,6 +96,7 @@ func benchReplicatedWrite(b *testing.B, d level.Durability) {
 			}
 			b.ReportMetric(float64(failed.Load()), "failed")
 			ls, fs := leader.Stats(), follower.Stats()
+			lt, ft := leader.Transport().Stats().Total, follower.Transport().Stats().Total
 			all := slices.Concat(lats...)
 			slices.Sort(all)
 			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "writes/s")
@@ -102,6 +104,17 @@ func benchReplicatedWrite(b *testing.B, d level.Durability) {
 			b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-us")
 			b.ReportMetric(float64(ls.Applied-ls0.Applied)/float64(max(1, ls.Fsyncs-ls0.Fsyncs)), "ops/fsync")
 			b.ReportMetric(float64(fs.Applied-fs0.Applied)/float64(max(1, fs.Fsyncs-fs0.Fsyncs)), "f-ops/fsync")
+			// What a write costs each side in peer messages and socket
+			// syscalls (docs/design/write-path.md, "Counted per write").
+			perW := func(now, then uint64) float64 { return float64(now-then) / float64(b.N) }
+			b.ReportMetric(perW(lt.Sent, lt0.Sent), "l-sent/w")
+			b.ReportMetric(perW(lt.Batches, lt0.Batches), "l-writes/w")
+			b.ReportMetric(perW(lt.Received, lt0.Received), "l-recv/w")
+			b.ReportMetric(perW(lt.ReadBatches, lt0.ReadBatches), "l-reads/w")
+			b.ReportMetric(perW(ft.Sent, ft0.Sent), "f-sent/w")
+			b.ReportMetric(perW(ft.Batches, ft0.Batches), "f-writes/w")
+			b.ReportMetric(perW(ft.Received, ft0.Received), "f-recv/w")
+			b.ReportMetric(perW(ft.ReadBatches, ft0.ReadBatches), "f-reads/w")
 			if tl := traceTimeline(leader, c.reps[(l+1)%3], c.reps[(l+2)%3]); tl != "" {
 				// -tags cadtrace and KEFIR_CADTRACE=1: the write path's
 				// hand-offs (docs/design/write-path.md).

@@ -1091,12 +1091,12 @@ func TestHostSimCatchesMutations(t *testing.T) {
 	}{
 		{"heldAckEarly", 52, hostSimOptions{}, mutations{heldAckEarly: true}, cadW, ""},
 		{"followerNoRCheck", 1, hostSimOptions{followers: true}, mutations{followerNoRCheck: true}, cadCCM, ""},
-		{"ignoreSession", 1, levels, mutations{ignoreSession: true}, readsW, "session: VIOLATED"},
+		{"ignoreSession", 2, levels, mutations{ignoreSession: true}, readsW, "session: VIOLATED"},
 		{"followerLinearizable", 1, levels, mutations{followerLinearizable: true}, readsW, "bounded-staleness: VIOLATED"},
-		{"expiryClockAhead", 2, ttl, mutations{expiryClockAhead: true}, ttlW, "expiry: VIOLATED"},
+		{"expiryClockAhead", 3, ttl, mutations{expiryClockAhead: true}, ttlW, "expiry: VIOLATED"},
 		{"deferNoWait", 11, hostSimOptions{deferred: true, slowSync: true, powerCuts: true}, mutations{deferNoWait: true}, cadW,
 			"cross-client-monotonic: VIOLATED"},
-		{"directAckEarly", 36, hostSimOptions{nilext: true, direct: true, slowSync: true, powerCuts: true}, mutations{directAckEarly: true}, nxW,
+		{"directAckEarly", 15, hostSimOptions{nilext: true, direct: true, slowSync: true, powerCuts: true}, mutations{directAckEarly: true}, nxW,
 			"linearizable: VIOLATED"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

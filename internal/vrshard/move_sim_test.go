@@ -1592,7 +1592,7 @@ func TestMoveSimCatchesMutations(t *testing.T) {
 		{"slotsReadUnfenced", 1, moveOptions{}, mutations{slotsReadUnfenced: true}, false, lin},
 		{"slotsMovedTwice", 1, retries, mutations{slotsMovedTwice: true}, false, lin},
 		{"staleMap", 1, moveOptions{}, mutations{}, true, routing},
-		{"staleMap/faults", 1, faults, mutations{}, true, routing},
+		{"staleMap/faults", 2, faults, mutations{}, true, routing},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := moveSim(tc.seed, nil, tc.o, nil); err != nil {
