@@ -92,6 +92,10 @@ type Mover struct {
 	// it); 0: watch the beat for two leases before claiming a move
 	// another driver recorded.
 	TakeOver uint64
+	// Rand, if set, draws the token that makes Driver this driver's own
+	// (identify; default: crypto/rand): the move simulation's draws from
+	// its seed, so that a run replays exactly.
+	Rand func() uint64
 
 	conns map[string]*moverConn
 	// noWait is set once a metadata leader answered that it does not hold
@@ -655,21 +659,33 @@ func (mv *Mover) after(step string) {
 }
 
 func (mv *Mover) do(ctx context.Context, args ...string) (resp.Value, error) {
+	return mv.doBytes(ctx, strArgs(args...))
+}
+
+func strArgs(args ...string) [][]byte {
 	bs := make([][]byte, len(args))
 	for i, a := range args {
 		bs[i] = []byte(a)
 	}
-	return mv.doBytes(ctx, bs)
+	return bs
+}
+
+func (mv *Mover) retryFor() time.Duration {
+	if mv.RetryFor == 0 {
+		return 30 * time.Second
+	}
+	return mv.RetryFor
 }
 
 // doBytes sends one command to a seed and follows -MOVED to the group's
 // leader; a failed connection, -UNAVAILABLE and -TRYAGAIN are retried
 // (every step is idempotent) until RetryFor passes.
 func (mv *Mover) doBytes(ctx context.Context, args [][]byte) (resp.Value, error) {
-	retryFor := mv.RetryFor
-	if retryFor == 0 {
-		retryFor = 30 * time.Second
-	}
+	return mv.doFor(ctx, mv.retryFor(), args)
+}
+
+// doFor is doBytes retrying for retryFor.
+func (mv *Mover) doFor(ctx context.Context, retryFor time.Duration, args [][]byte) (resp.Value, error) {
 	deadline := mv.clock().Now().Add(retryFor)
 	pause := 20 * time.Millisecond
 	var last error
