@@ -71,6 +71,9 @@ func (c *simCluster) boot(a int) (join *simJoin, ok bool) {
 	if c.lost[a] {
 		return nil, false
 	}
+	if c.isMeta(a) {
+		return nil, true
+	}
 	if a >= len(c.members)*movesGroupSize {
 		j := c.joined[a]
 		return j, j != nil

@@ -92,6 +92,10 @@ type hostSlotWrite struct {
 	seq  uint64
 	cmd  kcluster.SlotsCmd
 	w    *SteppedWrite
+	// meta: a KEFIR.SLOTS META write (answered its result's Int), or,
+	// from -1, the metadata leader's bootstrap of the map (unanswered;
+	// meta_sim_test.go).
+	meta bool
 }
 
 // simCluster is the cluster of a move simulation: the static map (groups
@@ -127,6 +131,8 @@ type simCluster struct {
 	joined  map[int]*simJoin
 	// retirements counts the replicas that retired (retired).
 	retirements int
+	// meta: the metadata group (moveOptions.meta; nil: none).
+	meta *metaState
 }
 
 func newSimCluster(groups []kcluster.GroupSpec, nodes int) *simCluster {
@@ -244,7 +250,8 @@ func (c *simCluster) leaderOf(k int, g kcluster.GroupID) int {
 func (n *hostNode) onRouted(from sim.Addr, m hostReq) {
 	c := n.cl
 	k := c.node[n.id]
-	id, inFlight := kcluster.SlotOwner(kv.KeySlot([]byte(m.Op.Key)), c.tables(k), c.smap, false)
+	sm, followed := c.routeMap(k)
+	id, inFlight := kcluster.SlotOwner(kv.KeySlot([]byte(m.Op.Key)), c.tables(k), sm, followed)
 	if m.Routed || (uint64(id) == n.group && !inFlight) {
 		n.onClient(from, m)
 		return
@@ -268,7 +275,8 @@ func (n *hostNode) onRouted(from sim.Addr, m hostReq) {
 // a group (TRYAGAIN).
 func (c *simCluster) refused(n *hostNode, m *hostResp) {
 	k := c.node[n.id]
-	id, inFlight, ok := kcluster.RefusalTarget(m.Fence.Slot, kcluster.GroupID(n.group), m.Fence, c.tables(k), c.smap, false)
+	sm, followed := c.routeMap(k)
+	id, inFlight, ok := kcluster.RefusalTarget(m.Fence.Slot, kcluster.GroupID(n.group), m.Fence, c.tables(k), sm, followed)
 	*m = hostResp{Moved: true, Group: int(id), Leader: -1}
 	if ok && !inFlight {
 		m.Leader = c.leaderOf(k, id)
@@ -281,6 +289,10 @@ func (c *simCluster) refused(n *hostNode, m *hostResp) {
 // checked; a replica's first table, all its owned slots).
 func (c *simCluster) stepped(n *hostNode) {
 	c.retired(n) // memb_sim_test.go
+	if c.isMeta(int(n.id)) {
+		c.metaStepped(n) // meta_sim_test.go
+		return
+	}
 	t := n.r.SlotTable()
 	prev := c.tabs[n.id]
 	if t == nil || t == prev || c.ownErr != nil {
@@ -390,6 +402,10 @@ func (n *hostNode) onSlots(from sim.Addr, m moverReq) {
 		n.onGroup(from, m) // memb_sim_test.go
 		return
 	}
+	if len(m.Args) > 1 && strings.EqualFold(string(m.Args[1]), "META") {
+		n.onMeta(from, m) // meta_sim_test.go
+		return
+	}
 	a := simSlots{n}
 	cmd, err := kcluster.SlotsCommand(a, m.Args)
 	if err == nil && cmd.Write {
@@ -424,9 +440,14 @@ func (n *hostNode) flushSlots() {
 		if !done {
 			return false
 		}
-		if err != nil {
+		switch {
+		case x.from < 0:
+			n.booting = false // the map's bootstrap (meta_sim_test.go)
+		case err != nil:
 			n.replySlots(x.from, x.seq, errValue(err))
-		} else {
+		case x.meta:
+			n.replySlots(x.from, x.seq, resp.Value{Kind: resp.Int, Int: res.Int})
+		default:
 			n.replySlots(x.from, x.seq, x.cmd.WriteReply(res))
 		}
 		return true
@@ -864,6 +885,11 @@ type moveOptions struct {
 	// the new member's node never opens it (it does not follow the map).
 	replace                        int
 	replaceKeepsOld, replaceNoJoin bool
+	// meta: the metadata group runs (meta_sim_test.go): the moves are
+	// recorded there under a lease, the nodes route by its map, and a
+	// mover killed mid-move is taken over by the resumer of the node that
+	// leads it (its command is run again only four leases later).
+	meta bool
 }
 
 // moveScale is a scaled-up run's cluster and workload.
@@ -899,6 +925,8 @@ type moveRun struct {
 	// ("": none tried).
 	aborting bool
 	abort    string
+	// killed: the running mover was killed (kill, afterStep's killAfter).
+	killed bool
 	// keys: the workload's keys a scaled run moves; at: the group each
 	// moved slot is at after the moves that finished.
 	keys []string
@@ -955,6 +983,10 @@ func (r *moveRun) next(now time.Duration) (*kcluster.Mover, moverJob) {
 		PagePause: time.Millisecond,
 		RetryFor:  time.Second,
 	}
+	if r.o.meta {
+		mv.Meta, mv.Lease, mv.Driver = true, metaLease, "mover"
+		mv.Rand = func() uint64 { return r.s.Rand().Uint64() }
+	}
 	for k := range r.cl.seeds {
 		mv.Seeds = append(mv.Seeds, nodeAddr(k))
 	}
@@ -976,6 +1008,7 @@ func (r *moveRun) kill(now time.Duration) bool {
 	}
 	r.killAt = 0
 	r.kills++
+	r.killed = true
 	return true
 }
 
@@ -997,8 +1030,17 @@ func (r *moveRun) done(now time.Duration, v any, err error) {
 		r.lastErr = err
 		r.failed = append(r.failed, fmt.Sprintf("%v: %v", r.s.Now(), err))
 		r.nextAt = now + 20*time.Millisecond // run again: it resumes from the tables
+		if r.o.meta && r.killed {
+			// Recorded: the metadata leader's resumer takes the move over
+			// after two leases; the command is run again later, as an
+			// operator reruns it (it finds the move done, or takes it
+			// over itself after watching its beat).
+			r.nextAt = now + 4*metaLease
+		}
+		r.killed = false
 		return
 	}
+	r.killed = false
 	r.lastErr = nil
 	r.running = false
 	for _, rg := range r.rs {
@@ -1017,6 +1059,7 @@ func (r *moveRun) done(now time.Duration, v any, err error) {
 func (r *moveRun) afterStep(step string) (kill bool) {
 	if r.o.killAfter == step && r.moves == 1 && r.resume == 0 {
 		r.kills++
+		r.killed = true
 		return true
 	}
 	if !r.o.leaderCrashes || r.s.Now() >= r.faultsUntil() {
@@ -1082,6 +1125,14 @@ func (r *moveRun) nodeCrashes() {
 func (c *simCluster) addrOf(addr string, args [][]byte) sim.Addr {
 	k, _ := strconv.Atoi(strings.TrimPrefix(addr, "node"))
 	k %= c.nodes
+	if len(args) > 1 && strings.EqualFold(string(args[1]), "META") && c.meta != nil {
+		// The node's metadata replica; a node without one sends the
+		// caller to the group's first member (Multi.hosted's -MOVED).
+		if a := c.replicaAt(k, kcluster.MetaGroupID); a >= 0 {
+			return sim.Addr(a)
+		}
+		return sim.Addr(c.meta.addrs[0])
+	}
 	g, at := kcluster.GroupID(1), 2
 	if len(args) > 0 && strings.EqualFold(string(args[0]), "KEFIR.GROUP") {
 		at = 3
@@ -1154,6 +1205,9 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 		cl = scaleCluster(o.scale.groups, o.scale.nodes)
 		groups, clients, ops, w.Keys = o.scale.groups, o.scale.clients, o.scale.ops, o.scale.keys
 	}
+	if o.meta {
+		cl.addMeta() // meta_sim_test.go
+	}
 	var keys []string
 	for i := range w.Keys {
 		keys = append(keys, fmt.Sprintf("k%d", i), fmt.Sprintf("nk%d", i))
@@ -1188,16 +1242,30 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 		operator = &moverNode{run: repl, cl: cl}
 		movers++
 	}
+	// The metadata leader's resumer: a third coroutine.
+	resumes := &resumeRun{cl: cl, watch: map[int]*kcluster.MoveWatch{}}
+	var resumer *moverNode
+	defer func() {
+		if resumer != nil {
+			resumer.stop()
+		}
+	}()
+	if o.meta {
+		resumer = &moverNode{run: resumes, cl: cl}
+		movers++
+	}
 	moveClients := newMoveClient(hostClientTimeout, cl)
 	so := sim.Options{
 		Replicas: len(cl.node), Clients: clients + movers,
 		NewReplicaBoot: newHostNode(hostSimOptions{mut: o.mut, groupSize: movesGroupSize, cluster: cl}, seed, trueNow),
 		NewClient: func(id sim.Addr, cfg sim.Config) sim.Node {
-			switch int(id) - cfg.Replicas - clients {
-			case 0:
+			switch i := int(id) - cfg.Replicas - clients; {
+			case i == 0:
 				return mover
-			case 1:
+			case i == 1 && operator != nil:
 				return operator
+			case i >= 1:
+				return resumer
 			}
 			return moveClients(id, cfg)
 		},
@@ -1220,7 +1288,7 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 		so.Faults = &f
 	}
 	s = sim.New(so)
-	run.s, cl.s, repl.s = s, s, s
+	run.s, cl.s, repl.s, resumes.s = s, s, s, s
 	if o.replace > 0 {
 		repl.schedule(o.replace, run.faultsUntil())
 	}
@@ -1284,7 +1352,7 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 			}
 			return false
 		}
-		for extra := 0; extra < 40 && (run.running || repl.cur != nil || busy(issued, ops)); extra++ {
+		for extra := 0; extra < 40 && (run.running || repl.cur != nil || (resumer != nil && resumer.co != nil) || busy(issued, ops)); extra++ {
 			s.RunFor(100 * time.Millisecond)
 		}
 		s.RunFor(200 * time.Millisecond)
@@ -1335,6 +1403,12 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 			errs = append(errs, fmt.Errorf("the replacement of group %d's replica %d did not finish 4 s after the faults ended (last error: %v)", cur.g, cur.lost, repl.lastErr))
 		}
 		errs = append(errs, replicationRestored(s, cl))
+		if cl.meta != nil {
+			errs = append(errs, metaSettled(cl, run.rs, run.at))
+			if err := hostAgreeAmong(s, cl.meta.addrs); err != nil {
+				errs = append(errs, fmt.Errorf("the metadata group: %w", err))
+			}
+		}
 		for g, ms := range cl.members {
 			if err := hostAgreeAmong(s, ms); err != nil {
 				errs = append(errs, fmt.Errorf("group %d: %w", g+1, err))
@@ -1354,12 +1428,19 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 		if run.abort != "" {
 			*summary += "; abort: " + run.abort
 		}
+		if o.meta {
+			*summary += fmt.Sprintf("; %d take-overs by the metadata leader (%d finished, %d died with their node), %d maps applied, %d metadata replicas restarted with an older map",
+				resumes.runs, resumes.ok, resumes.deaths, len(cl.meta.obs), cl.meta.back)
+		}
 		if o.replace > 0 {
 			*summary += fmt.Sprintf("; %d replicas replaced (%d lost, %d running; %d retired; %d reruns of the command)",
 				len(repl.replaced), len(repl.replaced)-repl.live, repl.live, cl.retirements, repl.reruns)
 		}
 		if trace != nil {
 			for _, l := range repl.log {
+				fmt.Fprintln(trace, l)
+			}
+			for _, l := range resumes.log {
 				fmt.Fprintln(trace, l)
 			}
 			for _, l := range run.log {
