@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kefirdb/kefir/internal/kv"
+	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/resp"
 )
 
@@ -215,16 +216,23 @@ func (mv *Mover) Move(ctx context.Context, from, to GroupID, rs []kv.SlotRange) 
 		return out, fmt.Errorf("move-slots: slots %s are %s at group %d (peer %d) and %s at group %d (peer %d): not a move from %d to %d this can start or resume",
 			ranges, src.State, from, src.Peer, dst.State, to, dst.Peer, from, to)
 	}
-	if mv.Meta {
-		// The metadata group's record: planned (or taken over) before any
-		// step, under this driver's lease from here on.
+	// The metadata group's record: planned (or taken over) before any
+	// step, under this driver's lease from here on.
+	record := func(stage int) error {
 		pe, err := mv.plan(ctx, from, to, rs, stage, epoch)
 		switch {
 		case errors.Is(err, errNoRecord): // done already: the purge is left
 		case err != nil:
-			return out, err
+			return err
 		default:
 			epoch = pe
+		}
+		return nil
+	}
+	planLate := mutation.On && MultiMut.PlanAfterHandOver.Load()
+	if mv.Meta && !planLate {
+		if err := record(stage); err != nil {
+			return out, err
 		}
 	}
 	out.Epoch = epoch
@@ -301,6 +309,12 @@ func (mv *Mover) Move(ctx context.Context, from, to GroupID, rs []kv.SlotRange) 
 			return out, fmt.Errorf("move-slots: hand-over at group %d: %w", from, err)
 		}
 		mv.after("handover")
+		if mv.Meta && planLate {
+			// Deliberately broken (tests): recorded only now.
+			if err := record(2); err != nil {
+				return out, err
+			}
+		}
 		srcKeys := map[string]bool{}
 		n, _, err := mv.copy(ctx, from, to, ranges, v0, true, srcKeys)
 		out.Final = n

@@ -16,6 +16,7 @@ import (
 	kcluster "github.com/kefirdb/kefir/internal/cluster"
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/resp"
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/sim"
@@ -73,6 +74,10 @@ type metaState struct {
 	obs  []check.MapObservation
 	err  error
 	back int
+	// planned: the epochs of the moves some replica's map recorded in
+	// flight; top: the highest map epoch applied.
+	planned map[uint64]bool
+	top     uint64
 	// routes: by node, the map it routes by and its epoch (never lower:
 	// Multi.adopt), as its replica applied it.
 	routes map[int]*kcluster.SlotMap
@@ -82,7 +87,7 @@ type metaState struct {
 // nodes (kv.DefaultMetaMembers: the lowest ids), at the addresses after the
 // data groups' (before any spare).
 func (c *simCluster) addMeta() {
-	c.meta = &metaState{seen: map[int][2]uint64{}, inc: map[int]*hostNode{}, routes: map[int]*kcluster.SlotMap{}}
+	c.meta = &metaState{seen: map[int][2]uint64{}, inc: map[int]*hostNode{}, planned: map[uint64]bool{}, routes: map[int]*kcluster.SlotMap{}}
 	for k := range movesGroupSize {
 		a := len(c.node)
 		c.meta.addrs = append(c.meta.addrs, a)
@@ -183,6 +188,10 @@ func (c *simCluster) metaStepped(n *hostNode) {
 		}
 	}
 	ms.obs = append(ms.obs, o)
+	ms.top = max(ms.top, cm.Epoch)
+	for _, mv := range cm.Moves {
+		ms.planned[mv.Epoch] = true
+	}
 	if cur := ms.routes[k]; cur == nil || cm.Epoch > cur.Epoch {
 		sm, err := kcluster.SlotMapOf(cm)
 		if err != nil {
@@ -432,6 +441,56 @@ func TestMoveSimMetaTakeOverAfterEachStep(t *testing.T) {
 				}
 				return err
 			})
+		})
+	}
+}
+
+// recorded checks a data group's step of a move at epoch e (a slot
+// migrating or importing), as replica a applied it: the metadata group
+// recorded the move before (a map some replica applied names it in flight,
+// or is at e or later: done or rolled back). The driver plans the move
+// before its first step and takes the answer only once the plan applied at
+// the metadata leader, so a step no applied map knows was sent unrecorded:
+// a driver that died then would leave it to no one.
+func (c *simCluster) recorded(a int, sl uint16, e kv.SlotEntry) {
+	ms := c.meta
+	if ms == nil || c.ownErr != nil || ms.planned[e.Epoch] || ms.top >= e.Epoch {
+		return
+	}
+	c.ownErr = fmt.Errorf("slot %d is %s at group %d's replica %d at epoch %d, a move no map of the metadata group records (maps up to epoch %d)",
+		sl, e.State, c.group[a], a, e.Epoch, ms.top)
+}
+
+// TestMoveSimMetaCatchesMutations: cluster.MultiMut.PlanAfterHandOver, "the
+// metadata record is written after the hand-over instead of before" (a
+// driver that dies before its hand-over leaves the groups mid-move with no
+// record, and no resumer finishes the move), is caught at a seed clean
+// without it, with and without faults, by the check that every step a
+// group applies belongs to a move the metadata group recorded (recorded).
+// Linearizability cannot see it: the source serves the slots until its
+// hand-over, whoever finishes the move.
+func TestMoveSimMetaCatchesMutations(t *testing.T) {
+	mutation.Require(t)
+	const want = "a move no map of the metadata group records"
+	for _, tc := range []struct {
+		name string
+		o    moveOptions
+	}{
+		{"calm", moveOptions{meta: true}},
+		{"faults", moveOptions{meta: true, faults: true, leaderCrashes: true, moverDeaths: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const seed = 1
+			if err := moveSim(seed, nil, tc.o, nil); err != nil {
+				t.Fatalf("seed %d fails without the mutation: %v", seed, err)
+			}
+			o := tc.o
+			o.planLate = true
+			err := moveSim(seed, nil, o, nil)
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Fatalf("seed %d: PlanAfterHandOver not caught by %q: %v", seed, want, err)
+			}
+			t.Logf("caught: %s", firstLine(err))
 		})
 	}
 }

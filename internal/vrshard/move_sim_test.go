@@ -96,6 +96,10 @@ type hostSlotWrite struct {
 	// from -1, the metadata leader's bootstrap of the map (unanswered;
 	// meta_sim_test.go).
 	meta bool
+	// planLate switches cluster.MultiMut.PlanAfterHandOver on for the run
+	// (a recorded move planned only after its hand-over; tests with the
+	// mutations tag only).
+	planLate bool
 }
 
 // simCluster is the cluster of a move simulation: the static map (groups
@@ -301,7 +305,13 @@ func (c *simCluster) stepped(n *hostNode) {
 	c.tabs[n.id] = t
 	for sl := range kv.NumSlots {
 		e := t.Entry(uint16(sl))
-		if e.State != kv.SlotOwned || (prev != nil && prev.Entry(uint16(sl)) == e) {
+		if prev != nil && prev.Entry(uint16(sl)) == e {
+			continue
+		}
+		if e.State == kv.SlotMigrating || e.State == kv.SlotImporting {
+			c.recorded(int(n.id), uint16(sl), e) // meta_sim_test.go
+		}
+		if e.State != kv.SlotOwned {
 			continue
 		}
 		k := [2]uint64{uint64(sl), e.Epoch}
@@ -890,6 +900,10 @@ type moveOptions struct {
 	// mover killed mid-move is taken over by the resumer of the node that
 	// leads it (its command is run again only four leases later).
 	meta bool
+	// planLate switches cluster.MultiMut.PlanAfterHandOver on for the run
+	// (a recorded move planned only after its hand-over; tests with the
+	// mutations tag only).
+	planLate bool
 }
 
 // moveScale is a scaled-up run's cluster and workload.
@@ -1192,6 +1206,10 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 	if o.staleMap {
 		kcluster.MultiMut.StaleMap.Store(true)
 		defer kcluster.MultiMut.StaleMap.Store(false)
+	}
+	if o.planLate {
+		kcluster.MultiMut.PlanAfterHandOver.Store(true)
+		defer kcluster.MultiMut.PlanAfterHandOver.Store(false)
 	}
 	const planEnd = 1600 * time.Millisecond
 	clients, ops := 4, 80
