@@ -373,9 +373,27 @@ func (r *replaceRun) next(now time.Duration) (*kcluster.Mover, moverJob) {
 	for k := range r.cl.seeds {
 		mv.Seeds = append(mv.Seeds, nodeAddr(k))
 	}
-	g, ids := r.cur.g, r.cur.ids
+	g, ids, node, meta := r.cur.g, r.cur.ids, r.cur.node, r.cl.meta != nil
 	return mv, func(ctx context.Context, mv *kcluster.Mover) (any, error) {
-		return mv.ReconfigureGroup(ctx, g, ids)
+		if !meta {
+			return mv.ReconfigureGroup(ctx, g, ids)
+		}
+		// With the metadata group (meta_sim_test.go), as kefir cluster
+		// replace-node on a cluster with a map: the new node recorded
+		// first (ADDNODE: a no-op once there), then the group's
+		// reconfiguration, then its members (SETMEMBERS, compare-and-set
+		// by the group's VR epoch: a rerun's is a no-op).
+		if _, err := mv.AddNode(ctx, uint64(node+1), nodeAddr(node), fmt.Sprintf("peer%d", node)); err != nil {
+			return nil, err
+		}
+		gc, err := mv.ReconfigureGroup(ctx, g, ids)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := mv.SetMembers(ctx, g, gc.Epoch, gc.Members); err != nil {
+			return nil, err
+		}
+		return gc, nil
 	}
 }
 

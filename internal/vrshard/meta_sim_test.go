@@ -357,6 +357,18 @@ func metaSettled(c *simCluster, rs []kv.SlotRange, at map[uint16]kcluster.GroupI
 		return fmt.Errorf("the map (epoch %d) still records the move of %v from group %d to group %d at epoch %d in flight (driver %q, beat %d): it was neither finished nor rolled back",
 			cm.Epoch, mv.Slots, mv.From, mv.To, mv.Epoch, mv.Driver, mv.Beat)
 	}
+	// Each group's members as its last reconfiguration answered them
+	// (SETMEMBERS after a replacement).
+	for gi, ms := range c.members {
+		var want []uint64
+		for _, a := range ms {
+			want = append(want, uint64(c.node[a]+1))
+		}
+		i := slices.IndexFunc(cm.Groups, func(g kv.MapGroup) bool { return g.ID == uint64(gi+1) })
+		if i < 0 || !sameIDs(cm.Groups[i].Members, want) {
+			return fmt.Errorf("the map (epoch %d) does not record group %d's members %v: %+v", cm.Epoch, gi+1, want, cm.Groups)
+		}
+	}
 	sm, err := kcluster.SlotMapOf(cm)
 	if err != nil {
 		return err
@@ -410,6 +422,9 @@ func TestMoveSimMeta(t *testing.T) {
 	}{
 		{"faults", moveOptions{meta: true, faults: true, leaderCrashes: true, moverDeaths: true}, seeds},
 		{"powercuts", moveOptions{meta: true, powerCuts: true, leaderCrashes: true, moverDeaths: true}, seeds / 2},
+		{"replace", moveOptions{meta: true, faults: true, leaderCrashes: true, moverDeaths: true, replace: 1}, seeds / 2},
+		{"9x12", moveOptions{meta: true, scale: &moveScale{nodes: 9, groups: 12, keys: 8, clients: 6, ops: 60, replace: 2}, faults: true, leaderCrashes: true, moverDeaths: true, replace: 2}, seeds / 5},
+		{"drain", moveOptions{meta: true, drain: true, scale: &moveScale{nodes: 9, groups: 12, keys: 8, clients: 6, ops: 60}, faults: true, leaderCrashes: true, moverDeaths: true}, seeds / 5},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sim.Explore(t, 1, max(tc.n, 1), func(seed uint64, trace io.Writer) error {

@@ -96,10 +96,6 @@ type hostSlotWrite struct {
 	// from -1, the metadata leader's bootstrap of the map (unanswered;
 	// meta_sim_test.go).
 	meta bool
-	// planLate switches cluster.MultiMut.PlanAfterHandOver on for the run
-	// (a recorded move planned only after its hand-over; tests with the
-	// mutations tag only).
-	planLate bool
 }
 
 // simCluster is the cluster of a move simulation: the static map (groups
@@ -904,6 +900,10 @@ type moveOptions struct {
 	// (a recorded move planned only after its hand-over; tests with the
 	// mutations tag only).
 	planLate bool
+	// drain: the cluster's last node is replaced as a whole by a new one
+	// through the production planner (cluster.PlanNodeChange) while the
+	// faults last (drain_sim_test.go; with meta).
+	drain bool
 }
 
 // moveScale is a scaled-up run's cluster and workload.
@@ -1272,18 +1272,34 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 		resumer = &moverNode{run: resumes, cl: cl}
 		movers++
 	}
+	// The operator of a drain: a fourth coroutine.
+	var drain *drainRun
+	var drainer *moverNode
+	defer func() {
+		if drainer != nil {
+			drainer.stop()
+		}
+	}()
+	if o.drain {
+		drain = newDrain(cl)
+		drainer = &moverNode{run: drain, cl: cl}
+		movers++
+	}
 	moveClients := newMoveClient(hostClientTimeout, cl)
 	so := sim.Options{
 		Replicas: len(cl.node), Clients: clients + movers,
 		NewReplicaBoot: newHostNode(hostSimOptions{mut: o.mut, groupSize: movesGroupSize, cluster: cl}, seed, trueNow),
 		NewClient: func(id sim.Addr, cfg sim.Config) sim.Node {
-			switch i := int(id) - cfg.Replicas - clients; {
-			case i == 0:
-				return mover
-			case i == 1 && operator != nil:
-				return operator
-			case i >= 1:
-				return resumer
+			// The coroutines after the clients: the mover, then those
+			// the run has of the operator, the resumer and the drainer.
+			if i := int(id) - cfg.Replicas - clients; i >= 0 {
+				var cos []*moverNode
+				for _, co := range []*moverNode{mover, operator, resumer, drainer} {
+					if co != nil {
+						cos = append(cos, co)
+					}
+				}
+				return cos[i]
 			}
 			return moveClients(id, cfg)
 		},
@@ -1309,6 +1325,10 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 	run.s, cl.s, repl.s, resumes.s = s, s, s, s
 	if o.replace > 0 {
 		repl.schedule(o.replace, run.faultsUntil())
+	}
+	if drain != nil {
+		drain.s = s
+		drain.schedule(run.faultsUntil())
 	}
 	if o.powerCuts {
 		s.PowerCuts(run.faultsUntil() - 1) // none at faultsUntil itself
@@ -1370,7 +1390,7 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 			}
 			return false
 		}
-		for extra := 0; extra < 40 && (run.running || repl.cur != nil || (resumer != nil && resumer.co != nil) || busy(issued, ops)); extra++ {
+		for extra := 0; extra < 40 && (run.running || repl.cur != nil || (resumer != nil && resumer.co != nil) || (drain != nil && !drain.done_) || busy(issued, ops)); extra++ {
 			s.RunFor(100 * time.Millisecond)
 		}
 		s.RunFor(200 * time.Millisecond)
@@ -1417,6 +1437,9 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 		if run.running {
 			errs = append(errs, fmt.Errorf("the move %d->%d did not finish 4 s after the faults ended (last error: %v)", run.from, run.to, run.lastErr))
 		}
+		if drain != nil && !drain.done_ {
+			errs = append(errs, fmt.Errorf("the drain of node %d did not finish 4 s after the faults ended (last error: %v)", drain.old+1, drain.lastErr))
+		}
 		if cur := repl.cur; cur != nil {
 			errs = append(errs, fmt.Errorf("the replacement of group %d's replica %d did not finish 4 s after the faults ended (last error: %v)", cur.g, cur.lost, repl.lastErr))
 		}
@@ -1450,6 +1473,9 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 			*summary += fmt.Sprintf("; %d take-overs by the metadata leader (%d finished, %d died with their node), %d maps applied, %d metadata replicas restarted with an older map",
 				resumes.runs, resumes.ok, resumes.deaths, len(cl.meta.obs), cl.meta.back)
 		}
+		if drain != nil {
+			*summary += fmt.Sprintf("; node %d drained to node %d: %t (%d groups, %d reruns of the command)", drain.old+1, drain.nw+1, drain.done_, len(drain.spare), drain.reruns)
+		}
 		if o.replace > 0 {
 			*summary += fmt.Sprintf("; %d replicas replaced (%d lost, %d running; %d retired; %d reruns of the command)",
 				len(repl.replaced), len(repl.replaced)-repl.live, repl.live, cl.retirements, repl.reruns)
@@ -1460,6 +1486,11 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 			}
 			for _, l := range resumes.log {
 				fmt.Fprintln(trace, l)
+			}
+			if drain != nil {
+				for _, l := range drain.log {
+					fmt.Fprintln(trace, l)
+				}
 			}
 			for _, l := range run.log {
 				fmt.Fprintln(trace, l)
