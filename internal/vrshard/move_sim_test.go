@@ -1556,6 +1556,10 @@ func TestMoveSimReplaysExactly(t *testing.T) {
 		{3, moveOptions{faults: true, leaderCrashes: true, moverDeaths: true}},
 		// With a replica replaced: the operator's coroutine beside the mover's.
 		{1, moveOptions{faults: true, leaderCrashes: true, moverDeaths: true, replace: 1}},
+		// With the metadata group: its leader's resumer takes over a killed
+		// mover (seed 3), and a drain: four coroutines.
+		{3, moveOptions{meta: true, faults: true, leaderCrashes: true, moverDeaths: true, replace: 1}},
+		{2, moveOptions{meta: true, drain: true, scale: &moveScale{nodes: 9, groups: 12, keys: 8, clients: 6, ops: 60}, faults: true, leaderCrashes: true, moverDeaths: true}},
 	} {
 		seed, o := tc.seed, tc.o
 		var a, b bytes.Buffer
