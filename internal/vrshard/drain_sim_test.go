@@ -49,9 +49,7 @@ func newDrain(c *simCluster) *drainRun {
 	old := c.nodes - 1
 	var gs []kcluster.GroupID
 	for _, a := range c.hosted[old] {
-		if c.group[a] != kcluster.MetaGroupID {
-			gs = append(gs, c.group[a])
-		}
+		gs = append(gs, c.group[a])
 	}
 	first := len(c.node)
 	c.addSpares(len(gs), true)
@@ -61,6 +59,9 @@ func newDrain(c *simCluster) *drainRun {
 		d.spare[g] = sp
 		c.spares = slices.DeleteFunc(c.spares, func(x int) bool { return x == sp })
 		c.node[sp], c.group[sp] = d.nw, g
+		if g == kcluster.MetaGroupID {
+			c.meta.all = append(c.meta.all, sp)
+		}
 	}
 	return d
 }
@@ -127,8 +128,12 @@ func (d *drainRun) joined(g kcluster.GroupID, gc kcluster.GroupConfig) {
 	for _, id := range gc.Previous {
 		vm.Previous = append(vm.Previous, uint64(c.replicaOn(g, int(id)-1))+1)
 	}
-	c.members[g-1] = members
-	c.setMembers(g, gc.Members)
+	if g == kcluster.MetaGroupID {
+		c.meta.addrs = members
+	} else {
+		c.members[g-1] = members
+		c.setMembers(g, gc.Members)
+	}
 	sp := d.spare[g]
 	if c.joined[sp] != nil {
 		return // a rerun's answer: opened already

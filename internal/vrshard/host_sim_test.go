@@ -370,6 +370,9 @@ func newHostNode(o hostSimOptions, seed uint64, trueNow func() int64) sim.BootFa
 			}
 			if c.isMeta(int(id)) {
 				n.group = kv.MetaGroup // meta_sim_test.go
+				if join != nil {
+					cluster = c.metaCluster()
+				}
 			}
 		}
 		if o.skew > 0 {

@@ -60,9 +60,10 @@ const metaLease = 300 * time.Millisecond
 
 // metaState is the simulation's account of the metadata group.
 type metaState struct {
-	// addrs: the group's replicas (on nodes 1-3); booting: an init in
-	// flight at that replica.
-	addrs []int
+	// addrs: the group's members (replica addresses; first on nodes
+	// 1-3); static: those first three, started with the run; all: every
+	// replica it ever had (a drain of a metadata member adds one).
+	addrs, static, all []int
 	// seen: by replica, the last map record version and epoch it applied
 	// and the incarnation that did (inc); obs: every distinct map applied,
 	// for check.SlotOwners; err: the first map epoch that went down while
@@ -91,6 +92,8 @@ func (c *simCluster) addMeta() {
 	for k := range movesGroupSize {
 		a := len(c.node)
 		c.meta.addrs = append(c.meta.addrs, a)
+		c.meta.static = append(c.meta.static, a)
+		c.meta.all = append(c.meta.all, a)
 		c.node = append(c.node, k)
 		c.group = append(c.group, kcluster.MetaGroupID)
 		c.tabs = append(c.tabs, nil)
@@ -98,7 +101,11 @@ func (c *simCluster) addMeta() {
 	}
 }
 
-func (c *simCluster) isMeta(a int) bool { return c.meta != nil && slices.Contains(c.meta.addrs, a) }
+func (c *simCluster) isMeta(a int) bool { return c.meta != nil && slices.Contains(c.meta.all, a) }
+
+// metaCluster is the metadata group's VR cluster id (a replica's, as
+// newHostNode numbers its first members' block of addresses).
+func (c *simCluster) metaCluster() uint64 { return 7 + uint64(c.meta.static[0]/movesGroupSize) }
 
 // metaMap is the map replica n applied (nil: none yet) and its record's
 // version.
@@ -312,7 +319,7 @@ func (r *resumeRun) next(time.Duration) (*kcluster.Mover, moverJob) {
 
 // kill: the take-over dies with its node's metadata replica.
 func (r *resumeRun) kill(time.Duration) bool {
-	if r.s.Up(r.cl.meta.addrs[r.node]) {
+	if a := r.cl.replicaAt(r.node, kcluster.MetaGroupID); a >= 0 && r.s.Up(a) {
 		return false
 	}
 	r.deaths++
@@ -425,6 +432,9 @@ func TestMoveSimMeta(t *testing.T) {
 		{"replace", moveOptions{meta: true, faults: true, leaderCrashes: true, moverDeaths: true, replace: 1}, seeds / 2},
 		{"9x12", moveOptions{meta: true, scale: &moveScale{nodes: 9, groups: 12, keys: 8, clients: 6, ops: 60, replace: 2}, faults: true, leaderCrashes: true, moverDeaths: true, replace: 2}, seeds / 5},
 		{"drain", moveOptions{meta: true, drain: true, scale: &moveScale{nodes: 9, groups: 12, keys: 8, clients: 6, ops: 60}, faults: true, leaderCrashes: true, moverDeaths: true}, seeds / 5},
+		// Node 3 of three: both data groups and the metadata group move
+		// to a new node 4.
+		{"drainmeta", moveOptions{meta: true, drain: true, faults: true, leaderCrashes: true, moverDeaths: true}, seeds / 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sim.Explore(t, 1, max(tc.n, 1), func(seed uint64, trace io.Writer) error {

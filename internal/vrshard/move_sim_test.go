@@ -1139,7 +1139,9 @@ func (r *moveRun) nodeCrashes() {
 func (c *simCluster) addrOf(addr string, args [][]byte) sim.Addr {
 	k, _ := strconv.Atoi(strings.TrimPrefix(addr, "node"))
 	k %= c.nodes
-	if len(args) > 1 && strings.EqualFold(string(args[1]), "META") && c.meta != nil {
+	metaCmd := len(args) > 1 && strings.EqualFold(string(args[1]), "META") ||
+		len(args) > 3 && strings.EqualFold(string(args[0]), "KEFIR.GROUP") && string(args[3]) == strconv.Itoa(int(kcluster.MetaGroupID))
+	if metaCmd && c.meta != nil {
 		// The node's metadata replica; a node without one sends the
 		// caller to the group's first member (Multi.hosted's -MOVED).
 		if a := c.replicaAt(k, kcluster.MetaGroupID); a >= 0 {
