@@ -13,8 +13,9 @@ import (
 
 // Draining a node in the move simulation (moveOptions.drain, with the
 // metadata group; docs/design/cluster.md §9): while the faults last, the
-// cluster's last node — running, a member of several data groups, none of
-// the metadata group — is replaced as a whole by a new node, as kefir
+// cluster's last node — running, a member of several data groups, and on
+// the small clusters (node 3) of the metadata group too — is replaced as a
+// whole by a new node, as kefir
 // cluster replace-node --old N --new M does on a cluster with a map: the
 // operator (a fourth coroutine, drainRun) reads the map at the metadata
 // leader, plans with the production planner (cluster.PlanNodeChange: every
@@ -24,7 +25,8 @@ import (
 // left. Each group's new member is opened on M once its group answered
 // (Membership.Apply, an empty disk); N's replicas leave their groups and
 // retire, and N is left hosting nothing. The replication auditor then
-// finds every group of N at three members on three nodes, none on N.
+// finds every group of N, the metadata group included, at three members on
+// three nodes, none on N.
 
 // drainRun is the operator of a node's drain.
 type drainRun struct {
@@ -32,15 +34,15 @@ type drainRun struct {
 	cl *simCluster
 	// old: the drained node; nw: the new one (0-based); spare: by group,
 	// the address its new member takes on nw.
-	old, nw int
-	spare   map[kcluster.GroupID]int
-	due     bool
-	running bool
-	done_   bool
-	nextAt  time.Duration
-	reruns  int
-	lastErr error
-	log     []string
+	old, nw  int
+	spare    map[kcluster.GroupID]int
+	due      bool
+	running  bool
+	finished bool
+	nextAt   time.Duration
+	reruns   int
+	lastErr  error
+	log      []string
 }
 
 // newDrain prepares the drain of the cluster's last node: a new node and
@@ -75,7 +77,7 @@ func (d *drainRun) schedule(until time.Duration) {
 }
 
 func (d *drainRun) next(now time.Duration) (*kcluster.Mover, moverJob) {
-	if !d.due || d.running || d.done_ || now < d.nextAt {
+	if !d.due || d.running || d.finished || now < d.nextAt {
 		return nil, nil
 	}
 	d.running = true
@@ -158,6 +160,6 @@ func (d *drainRun) done(now time.Duration, _ any, err error) {
 		d.nextAt = now + 20*time.Millisecond
 		return
 	}
-	d.done_ = true
+	d.finished = true
 	d.log = append(d.log, fmt.Sprintf("%v: node %d drained", d.s.Now(), d.old+1))
 }

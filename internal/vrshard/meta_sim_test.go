@@ -134,7 +134,7 @@ func (n *hostNode) metaVersion() uint64 {
 	return v.Version
 }
 
-// metaLeads reports whether replica n leads its group.
+// leads reports whether replica n leads its group.
 func (n *hostNode) leads() bool { return n.r.failed() == nil && n.r.isLeader.Load() }
 
 // bootMap is the map the group starts with (cluster.BootstrapMap of the

@@ -1392,7 +1392,7 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 			}
 			return false
 		}
-		for extra := 0; extra < 40 && (run.running || repl.cur != nil || (resumer != nil && resumer.co != nil) || (drain != nil && !drain.done_) || busy(issued, ops)); extra++ {
+		for extra := 0; extra < 40 && (run.running || repl.cur != nil || (resumer != nil && resumer.co != nil) || (drain != nil && !drain.finished) || busy(issued, ops)); extra++ {
 			s.RunFor(100 * time.Millisecond)
 		}
 		s.RunFor(200 * time.Millisecond)
@@ -1439,7 +1439,7 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 		if run.running {
 			errs = append(errs, fmt.Errorf("the move %d->%d did not finish 4 s after the faults ended (last error: %v)", run.from, run.to, run.lastErr))
 		}
-		if drain != nil && !drain.done_ {
+		if drain != nil && !drain.finished {
 			errs = append(errs, fmt.Errorf("the drain of node %d did not finish 4 s after the faults ended (last error: %v)", drain.old+1, drain.lastErr))
 		}
 		if cur := repl.cur; cur != nil {
@@ -1476,7 +1476,7 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 				resumes.runs, resumes.ok, resumes.deaths, len(cl.meta.obs), cl.meta.back)
 		}
 		if drain != nil {
-			*summary += fmt.Sprintf("; node %d drained to node %d: %t (%d groups, %d reruns of the command)", drain.old+1, drain.nw+1, drain.done_, len(drain.spare), drain.reruns)
+			*summary += fmt.Sprintf("; node %d drained to node %d: %t (%d groups, %d reruns of the command)", drain.old+1, drain.nw+1, drain.finished, len(drain.spare), drain.reruns)
 		}
 		if o.replace > 0 {
 			*summary += fmt.Sprintf("; %d replicas replaced (%d lost, %d running; %d retired; %d reruns of the command)",
