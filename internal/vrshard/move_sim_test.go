@@ -1379,6 +1379,14 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 		s.After(50*time.Millisecond, restart)
 	}
 	s.After(50*time.Millisecond, restart)
+	// How long past the faults the run goes on for the last move to
+	// finish: 4 s, 8 s with the metadata group (a move whose driver lost
+	// its lease waits two leases for each next driver, and on a lossy
+	// network a driver loses it now and then).
+	window := 40
+	if o.meta {
+		window = 80
+	}
 	h := s.Run()
 	var errs []error
 	if s.Err() == nil {
@@ -1392,7 +1400,7 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 			}
 			return false
 		}
-		for extra := 0; extra < 40 && (run.running || repl.cur != nil || (resumer != nil && resumer.co != nil) || (drain != nil && !drain.finished) || busy(issued, ops)); extra++ {
+		for extra := 0; extra < window && (run.running || repl.cur != nil || (resumer != nil && resumer.co != nil) || (drain != nil && !drain.finished) || busy(issued, ops)); extra++ {
 			s.RunFor(100 * time.Millisecond)
 		}
 		s.RunFor(200 * time.Millisecond)
@@ -1437,7 +1445,7 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 	errs = append(errs, s.Err())
 	if s.Err() == nil {
 		if run.running {
-			errs = append(errs, fmt.Errorf("the move %d->%d did not finish 4 s after the faults ended (last error: %v)", run.from, run.to, run.lastErr))
+			errs = append(errs, fmt.Errorf("the move %d->%d did not finish %v after the faults ended (last error: %v)", run.from, run.to, time.Duration(window)*100*time.Millisecond, run.lastErr))
 		}
 		if drain != nil && !drain.finished {
 			errs = append(errs, fmt.Errorf("the drain of node %d did not finish 4 s after the faults ended (last error: %v)", drain.old+1, drain.lastErr))
