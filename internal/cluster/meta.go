@@ -430,35 +430,72 @@ const DefaultLease = 2 * time.Second
 
 // resumer takes over, at the metadata group's leader, a move in flight
 // whose driver stopped renewing its lease (killed, cut off): it watches the
-// move's beat, and after two leases without a change claims it with the
-// beat it saw and runs Mover.Move, which resumes from the groups' tables.
+// move's beat (MoveWatch), and after two leases without a change claims it
+// with the beat it saw and runs Mover.Move (ResumeMover), which resumes
+// from the groups' tables.
 type resumer struct {
 	mu      sync.Mutex
-	epoch   uint64
-	beat    uint64
-	since   time.Time
+	watch   MoveWatch
 	running bool
 	wg      sync.WaitGroup
+}
+
+// MoveWatch is the resumer's decision, pure (the caller gives the time and
+// the map its replica applied; no clock, goroutine or I/O), so that the
+// move simulation (internal/vrshard, move_sim_test.go) runs the one the
+// node runs: a move in flight is due to be taken over once its beat has
+// not changed for two leases of watching. A watch starts afresh at a new
+// leader (its node's first tick as leader), so a driver is given two whole
+// leases by whichever node watches it.
+type MoveWatch struct {
+	epoch, beat uint64
+	since       time.Time
+}
+
+// Due reports the move of cm to take over now, if any.
+func (w *MoveWatch) Due(now time.Time, cm *kv.ClusterMap, lease time.Duration) (kv.MapMove, bool) {
+	if cm == nil || len(cm.Moves) == 0 {
+		w.epoch = 0
+		return kv.MapMove{}, false
+	}
+	mv := cm.Moves[0]
+	if mv.Epoch != w.epoch || mv.Beat != w.beat {
+		w.epoch, w.beat, w.since = mv.Epoch, mv.Beat, now
+		return kv.MapMove{}, false
+	}
+	if lease <= 0 {
+		lease = DefaultLease
+	}
+	if now.Sub(w.since) < 2*lease {
+		return kv.MapMove{}, false
+	}
+	return mv, true
+}
+
+// Reset forgets what the watch saw (a take-over runs: the next watch
+// starts afresh when it ends).
+func (w *MoveWatch) Reset() { w.epoch = 0 }
+
+// ResumeMover is the driver that takes over rec for node self: it claims
+// the move at the beat its watch saw (TakeOver, no second watch) and holds
+// it under lease like any driver. The caller sets Seeds, credentials and
+// Logf (and, simulated, Transport, Clock and Rand) and runs Move.
+func ResumeMover(self uint64, rec kv.MapMove, lease time.Duration) *Mover {
+	if lease <= 0 {
+		lease = DefaultLease
+	}
+	return &Mover{Meta: true, Lease: lease, Driver: fmt.Sprintf("node %d (resumed)", self), TakeOver: rec.Beat}
 }
 
 func (r *resumer) tick(ctx context.Context, m *Multi, cm *kv.ClusterMap, cfg FollowConfig) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.running || len(cm.Moves) == 0 {
-		r.epoch = 0
+	if r.running {
+		r.watch.Reset()
 		return
 	}
-	mv := cm.Moves[0]
-	now := time.Now()
-	if mv.Epoch != r.epoch || mv.Beat != r.beat {
-		r.epoch, r.beat, r.since = mv.Epoch, mv.Beat, now
-		return
-	}
-	lease := cfg.Lease
-	if lease <= 0 {
-		lease = DefaultLease
-	}
-	if now.Sub(r.since) < 2*lease {
+	mv, due := r.watch.Due(time.Now(), cm, cfg.Lease)
+	if !due {
 		return
 	}
 	r.running = true
@@ -469,12 +506,11 @@ func (r *resumer) tick(ctx context.Context, m *Multi, cm *kv.ClusterMap, cfg Fol
 	}
 	go func() {
 		defer r.wg.Done()
-		d := &Mover{Seeds: cfg.Seeds, Password: cfg.Password, TLS: cfg.TLS, Meta: true, Lease: lease,
-			Driver: fmt.Sprintf("node %d (resumed)", m.self), TakeOver: mv.Beat, Logf: logf}
-		rs := make([]kv.SlotRange, len(mv.Slots))
-		copy(rs, mv.Slots)
+		d := ResumeMover(m.self, mv, cfg.Lease)
+		d.Seeds, d.Password, d.TLS, d.Logf = cfg.Seeds, cfg.Password, cfg.TLS, logf
+		rs := slices.Clone(mv.Slots)
 		logf("metadata: the move of %s from group %d to group %d at epoch %d has had no driver for %v (last driver %q): resuming it",
-			FormatSlotRanges(rs), mv.From, mv.To, mv.Epoch, 2*lease, mv.Driver)
+			FormatSlotRanges(rs), mv.From, mv.To, mv.Epoch, 2*d.Lease, mv.Driver)
 		res, err := d.Move(ctx, GroupID(mv.From), GroupID(mv.To), rs)
 		if err != nil {
 			logf("metadata: resumed move at epoch %d: %v", mv.Epoch, err)
@@ -482,7 +518,8 @@ func (r *resumer) tick(ctx context.Context, m *Multi, cm *kv.ClusterMap, cfg Fol
 			logf("metadata: resumed move at epoch %d done (%s)", res.Epoch, res.Resumed)
 		}
 		r.mu.Lock()
-		r.running, r.epoch = false, 0
+		r.running = false
+		r.watch.Reset()
 		r.mu.Unlock()
 	}()
 }

@@ -153,7 +153,11 @@ func (mv *Mover) identify() {
 	if mv.Driver == "" {
 		mv.Driver = "kefir cluster move-slots"
 	}
-	mv.Driver = fmt.Sprintf("%s #%s", mv.Driver, randomToken()[:12]) // 48 random bits
+	token := randomToken()[:12] // 48 random bits
+	if mv.Rand != nil {
+		token = fmt.Sprintf("%012x", mv.Rand()&(1<<48-1))
+	}
+	mv.Driver = fmt.Sprintf("%s #%s", mv.Driver, token)
 	mv.identified = true
 }
 
@@ -178,10 +182,9 @@ func (mv *Mover) takeRecord(ctx context.Context, from, to GroupID, rs []kv.SlotR
 func (mv *Mover) takeOver(ctx context.Context, rec kv.MapMove) error {
 	if rec.Beat != mv.TakeOver {
 		mv.logf("the move at epoch %d is recorded with driver %q: taking it over if its lease does not move for %v", rec.Epoch, rec.Driver, 2*mv.leaseDur())
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(2 * mv.leaseDur()):
+		// On the Mover's clock (the simulation's, under it).
+		if err := mv.clock().Sleep(ctx, 2*mv.leaseDur()); err != nil {
+			return err
 		}
 		cm, err := mv.MetaMap(ctx)
 		if err != nil {
@@ -208,9 +211,16 @@ func (mv *Mover) takeOver(ctx context.Context, rec kv.MapMove) error {
 // one this driver last set.
 func (mv *Mover) claim(ctx context.Context) error {
 	l := &mv.lease
-	cctx, cancel := context.WithTimeout(ctx, mv.leaseDur())
-	defer cancel()
-	v, err := mv.do(cctx, "KEFIR.SLOTS", "META", "CLAIM", strconv.FormatUint(l.epoch, 10), mv.Driver, strconv.FormatUint(l.beat, 10))
+	// A claim is retried for a lease at most (on the Mover's clock); with
+	// the real clock a hung round trip is cut at the lease too (a
+	// simulated transport times out on its own: a context's timer would
+	// tie the run to the real time it takes).
+	if mv.Clock == nil {
+		cctx, cancel := context.WithTimeout(ctx, mv.leaseDur())
+		defer cancel()
+		ctx = cctx
+	}
+	v, err := mv.doFor(ctx, min(mv.retryFor(), mv.leaseDur()), strArgs("KEFIR.SLOTS", "META", "CLAIM", strconv.FormatUint(l.epoch, 10), mv.Driver, strconv.FormatUint(l.beat, 10)))
 	if err != nil {
 		return fmt.Errorf("%w: %v", errLeaseLost, err)
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kefirdb/kefir/internal/kv"
+	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/resp"
 )
 
@@ -92,6 +93,10 @@ type Mover struct {
 	// it); 0: watch the beat for two leases before claiming a move
 	// another driver recorded.
 	TakeOver uint64
+	// Rand, if set, draws the token that makes Driver this driver's own
+	// (identify; default: crypto/rand): the move simulation's draws from
+	// its seed, so that a run replays exactly.
+	Rand func() uint64
 
 	conns map[string]*moverConn
 	// noWait is set once a metadata leader answered that it does not hold
@@ -211,16 +216,23 @@ func (mv *Mover) Move(ctx context.Context, from, to GroupID, rs []kv.SlotRange) 
 		return out, fmt.Errorf("move-slots: slots %s are %s at group %d (peer %d) and %s at group %d (peer %d): not a move from %d to %d this can start or resume",
 			ranges, src.State, from, src.Peer, dst.State, to, dst.Peer, from, to)
 	}
-	if mv.Meta {
-		// The metadata group's record: planned (or taken over) before any
-		// step, under this driver's lease from here on.
+	// The metadata group's record: planned (or taken over) before any
+	// step, under this driver's lease from here on.
+	record := func(stage int) error {
 		pe, err := mv.plan(ctx, from, to, rs, stage, epoch)
 		switch {
 		case errors.Is(err, errNoRecord): // done already: the purge is left
 		case err != nil:
-			return out, err
+			return err
 		default:
 			epoch = pe
+		}
+		return nil
+	}
+	planLate := mutation.On && MultiMut.PlanAfterHandOver.Load()
+	if mv.Meta && !planLate {
+		if err := record(stage); err != nil {
+			return out, err
 		}
 	}
 	out.Epoch = epoch
@@ -297,6 +309,12 @@ func (mv *Mover) Move(ctx context.Context, from, to GroupID, rs []kv.SlotRange) 
 			return out, fmt.Errorf("move-slots: hand-over at group %d: %w", from, err)
 		}
 		mv.after("handover")
+		if mv.Meta && planLate {
+			// Deliberately broken (tests): recorded only now.
+			if err := record(2); err != nil {
+				return out, err
+			}
+		}
 		srcKeys := map[string]bool{}
 		n, _, err := mv.copy(ctx, from, to, ranges, v0, true, srcKeys)
 		out.Final = n
@@ -655,21 +673,33 @@ func (mv *Mover) after(step string) {
 }
 
 func (mv *Mover) do(ctx context.Context, args ...string) (resp.Value, error) {
+	return mv.doBytes(ctx, strArgs(args...))
+}
+
+func strArgs(args ...string) [][]byte {
 	bs := make([][]byte, len(args))
 	for i, a := range args {
 		bs[i] = []byte(a)
 	}
-	return mv.doBytes(ctx, bs)
+	return bs
+}
+
+func (mv *Mover) retryFor() time.Duration {
+	if mv.RetryFor == 0 {
+		return 30 * time.Second
+	}
+	return mv.RetryFor
 }
 
 // doBytes sends one command to a seed and follows -MOVED to the group's
 // leader; a failed connection, -UNAVAILABLE and -TRYAGAIN are retried
 // (every step is idempotent) until RetryFor passes.
 func (mv *Mover) doBytes(ctx context.Context, args [][]byte) (resp.Value, error) {
-	retryFor := mv.RetryFor
-	if retryFor == 0 {
-		retryFor = 30 * time.Second
-	}
+	return mv.doFor(ctx, mv.retryFor(), args)
+}
+
+// doFor is doBytes retrying for retryFor.
+func (mv *Mover) doFor(ctx context.Context, retryFor time.Duration, args [][]byte) (resp.Value, error) {
 	deadline := mv.clock().Now().Add(retryFor)
 	pause := 20 * time.Millisecond
 	var last error

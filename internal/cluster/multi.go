@@ -547,6 +547,11 @@ type MultiMutations struct {
 	// asking the primary, whose decision may be commit (vrshard
 	// TestXgSimCatchesMutations).
 	PushDecidesLocally atomic.Bool
+	// PlanAfterHandOver: a recorded move (Mover.Meta) is planned in the
+	// metadata group only after its hand-over, not before its first step,
+	// so a driver that dies before then leaves steps no record names and
+	// no resumer finishes (vrshard TestMoveSimMetaCatchesMutations).
+	PlanAfterHandOver atomic.Bool
 }
 
 // MultiMut is the process's MultiMutations (tests only; read under mutation.On).

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -9,8 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/kefirdb/kefir/internal/cluster"
@@ -128,10 +125,6 @@ func (s *Server) nodeTLS() *tls.Config {
 	return c
 }
 
-// maxMapWait bounds how long a map poll is held (ms): a connection's
-// read deadline on the poller's side is longer.
-const maxMapWait = 5000
-
 // waitMetaMap holds a map poll at the metadata leader until the map's
 // epoch is above since, wait passes or the server shuts down
 // (cluster.Multi.WaitMetaMap).
@@ -148,183 +141,43 @@ func (s *Server) stopMetaFollower() {
 }
 
 // metaCmd serves KEFIR.SLOTS META (the metadata group's records of moves,
-// at its leader; elsewhere -MOVED <leader's address>):
-//
-//	KEFIR.SLOTS META MAP [LOCAL|SINCE e [WAIT ms]]  the map as JSON (LOCAL: this node's replica's; SINCE: null unless newer
-//	                                                than epoch e; WAIT: held up to ms, at most 5000, until it is)
-//	KEFIR.SLOTS META PLAN from to ranges epoch driver   MovePlanned: the move's beat
-//	KEFIR.SLOTS META CLAIM epoch driver beat        renew or take over a move's lease: the new beat
-//	KEFIR.SLOTS META DONE epoch                     MoveDone: the map's epoch
-//	KEFIR.SLOTS META ABORT epoch                    the move rolled back: the map's epoch
-//	KEFIR.SLOTS META ADDNODE id client-addr peer-addr   a node joins the map: the map's epoch
-//	KEFIR.SLOTS META SETMEMBERS group epoch id...   a group's members after its reconfiguration
-//	                                                to VR epoch `epoch` (kv.KindMapSetMembers): the map's epoch
-//	KEFIR.SLOTS META ADDGROUP group [ENGINE chain] id...
-//	                                                a new data group with these members (leader
-//	                                                order) and no slots (kv.KindMapAddGroup): the map's epoch
-//	KEFIR.SLOTS META REMOVEGROUP group epoch        a data group of no slots leaves the map, compare-and-set by
-//	                                                the map's epoch (kv.KindMapRemoveGroup): the map's epoch
+// at its leader; elsewhere -MOVED <leader's address>): the subcommands are
+// cluster.MetaCommand's (metacmd.go), the one translation the move
+// simulation runs too; a write's op is proposed at this node's replica of
+// the metadata group, which answers -MOVED where it does not lead.
 func (c *conn) metaCmd(args [][]byte) error {
 	m := c.srv.multi
-	sub := strings.ToUpper(string(args[2]))
-	want := map[string]int{"MAP": 3, "PLAN": 8, "CLAIM": 6, "DONE": 4, "ABORT": 4, "ADDNODE": 6, "SETMEMBERS": 6, "ADDGROUP": 5, "REMOVEGROUP": 5}
-	n, ok := want[sub]
-	if !ok {
-		return errf("ERR unknown subcommand '%s' of KEFIR.SLOTS META (MAP, PLAN, CLAIM, DONE, ABORT, ADDNODE, SETMEMBERS, ADDGROUP, REMOVEGROUP)", strings.ToLower(sub))
-	}
-	if len(args) != n && !(sub == "MAP" && len(args) <= 7) && !((sub == "SETMEMBERS" || sub == "ADDGROUP") && len(args) > n) {
-		return errf("ERR wrong number of arguments for 'kefir.slots|meta|%s' command", strings.ToLower(sub))
-	}
-	u := func(i int) (uint64, error) {
-		v, err := strconv.ParseUint(string(args[i]), 10, 64)
-		if err != nil {
-			return 0, errf("ERR KEFIR.SLOTS META %s: %q is not a number", sub, args[i])
-		}
-		return v, nil
-	}
-	var op kv.Op
-	switch sub {
-	case "MAP":
-		// MAP [LOCAL | SINCE epoch [WAIT ms]]. SINCE is the pollers' form:
-		// a null reply when the map is at that epoch or older, so a node
-		// without a metadata replica does not fetch the whole map every
-		// poll; WAIT holds the reply until the map is newer (a long poll:
-		// the node learns a change when the leader does, not a poll later).
-		local, since, wait := false, uint64(0), uint64(0)
-		switch {
-		case len(args) == 4 && strings.EqualFold(string(args[3]), "LOCAL"):
-			local = true
-		case (len(args) == 5 || len(args) == 7 && strings.EqualFold(string(args[5]), "WAIT")) && strings.EqualFold(string(args[3]), "SINCE"):
-			e, err := u(4)
-			if err != nil {
-				return err
-			}
-			since = e
-			if len(args) == 7 {
-				if wait, err = u(6); err != nil {
-					return err
-				}
-				wait = min(wait, maxMapWait)
-			}
-		case len(args) != 3:
-			return errf("ERR KEFIR.SLOTS META MAP takes LOCAL or SINCE epoch [WAIT ms], not %q", bytes.Join(args[3:], []byte(" ")))
-		}
-		var cm *kv.ClusterMap
-		var err error
-		if wait > 0 && since > 0 && c.mayBlock() {
-			cm, err = c.srv.waitMetaMap(since, time.Duration(wait)*time.Millisecond)
-		} else {
-			cm, err = m.MetaMap(local)
-		}
-		if err != nil {
-			return err
-		}
-		if cm == nil {
-			return errf("TRYAGAIN the metadata group has no map yet (bootstrapping)")
-		}
-		if since > 0 && cm.Epoch <= since {
-			return c.w.WriteNull()
-		}
-		b, err := json.Marshal(cm)
-		if err != nil {
-			return fmt.Errorf("server: the cluster map as JSON: %w", err)
-		}
-		return c.w.WriteBulk(b)
-	case "PLAN":
-		from, err1 := u(3)
-		to, err2 := u(4)
-		epoch, err3 := u(6)
-		for _, err := range []error{err1, err2, err3} {
-			if err != nil {
-				return err
-			}
-		}
-		rs, err := cluster.ParseSlotRanges(string(args[5]))
-		if err != nil {
-			return errf("ERR KEFIR.SLOTS META PLAN: %v", err)
-		}
-		op = kv.Op{Kind: kv.KindMapMovePlan, Key: kv.AppendMapMove(nil, kv.MapMove{From: from, To: to, Slots: rs, Epoch: epoch, Driver: string(args[7])})}
-	case "CLAIM":
-		epoch, err1 := u(3)
-		beat, err2 := u(5)
-		if err1 != nil {
-			return err1
-		}
-		if err2 != nil {
-			return err2
-		}
-		op = kv.Op{Kind: kv.KindMapMoveClaim, Key: kv.AppendMapMove(nil, kv.MapMove{Epoch: epoch, Driver: string(args[4]), Beat: beat})}
-	case "DONE", "ABORT":
-		epoch, err := u(3)
-		if err != nil {
-			return err
-		}
-		op = kv.Op{Kind: kv.KindMapMoveDone, Key: kv.AppendMapMove(nil, kv.MapMove{Epoch: epoch})}
-		if sub == "ABORT" {
-			op.Kind = kv.KindMapMoveAbort
-		}
-	case "ADDNODE":
-		id, err := u(3)
-		if err != nil || id == 0 {
-			return errf("ERR KEFIR.SLOTS META ADDNODE: the node id must be a positive integer")
-		}
-		op = kv.Op{Kind: kv.KindMapAddNode, Key: kv.AppendMapNode(nil, kv.MapNode{ID: id, ClientAddr: string(args[4]), PeerAddr: string(args[5])})}
-	case "SETMEMBERS":
-		mm := kv.MapMembers{}
-		var err error
-		if mm.Group, err = u(3); err != nil {
-			return err
-		}
-		if mm.Epoch, err = u(4); err != nil {
-			return err
-		}
-		for i := 5; i < len(args); i++ {
-			id, err := u(i)
-			if err != nil {
-				return err
-			}
-			mm.Members = append(mm.Members, id)
-		}
-		op = kv.Op{Kind: kv.KindMapSetMembers, Key: kv.AppendMapMembers(nil, mm)}
-	case "ADDGROUP":
-		ag := kv.MapAddGroup{}
-		mm := &ag.MapMembers
-		var err error
-		if mm.Group, err = u(3); err != nil {
-			return err
-		}
-		first := 4
-		if len(args) > 5 && strings.EqualFold(string(args[4]), "ENGINE") {
-			// KEFIR.SLOTS META ADDGROUP g ENGINE chain ids...
-			ag.Engine, first = strings.ToLower(string(args[5])), 6
-			if ag.Engine == "vr" {
-				ag.Engine = kv.EngineVR
-			}
-		}
-		for i := first; i < len(args); i++ {
-			id, err := u(i)
-			if err != nil {
-				return err
-			}
-			mm.Members = append(mm.Members, id)
-		}
-		op = kv.Op{Kind: kv.KindMapAddGroup, Key: kv.AppendMapAddGroup(nil, ag)}
-	case "REMOVEGROUP":
-		g, err := u(3)
-		if err != nil {
-			return err
-		}
-		epoch, err := u(4)
-		if err != nil {
-			return err
-		}
-		op = kv.Op{Kind: kv.KindMapRemoveGroup, Key: kv.AppendMapMembers(nil, kv.MapMembers{Group: g, Epoch: epoch})}
-	}
-	res, err := m.MetaWrite(context.Background(), op)
+	cmd, err := cluster.MetaCommand(args)
 	if err != nil {
 		return err
 	}
-	return c.w.WriteInt(res.Int)
+	if !cmd.Map {
+		res, err := m.MetaWrite(context.Background(), cmd.Op)
+		if err != nil {
+			return err
+		}
+		return c.w.WriteInt(res.Int)
+	}
+	var cm *kv.ClusterMap
+	if cmd.Wait > 0 && cmd.Since > 0 && c.mayBlock() {
+		cm, err = c.srv.waitMetaMap(cmd.Since, time.Duration(cmd.Wait)*time.Millisecond)
+	} else {
+		cm, err = m.MetaMap(cmd.Local)
+	}
+	if err != nil {
+		return err
+	}
+	if cm == nil {
+		return errf("TRYAGAIN the metadata group has no map yet (bootstrapping)")
+	}
+	if cmd.Since > 0 && cm.Epoch <= cmd.Since {
+		return c.w.WriteNull()
+	}
+	b, err := json.Marshal(cm)
+	if err != nil {
+		return fmt.Errorf("server: the cluster map as JSON: %w", err)
+	}
+	return c.w.WriteBulk(b)
 }
 
 // metaInfo is CLUSTER INFO's part about the metadata group at a node that

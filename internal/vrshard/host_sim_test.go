@@ -252,6 +252,7 @@ type hostNode struct {
 	group   uint64
 	slots   []hostSlotWrite
 	reconfs []hostReconf // KEFIR.GROUP RECONFIG in flight (memb_sim_test.go)
+	booting bool         // the map's bootstrap in flight (meta_sim_test.go)
 	// cl is the cluster the replica's node belongs to
 	// (hostSimOptions.cluster; nil: none).
 	cl *simCluster
@@ -366,6 +367,12 @@ func newHostNode(o hostSimOptions, seed uint64, trueNow func() int64) sim.BootFa
 			}
 			if join != nil {
 				n.group, cluster = uint64(join.group), 7+uint64(join.group)-1
+			}
+			if c.isMeta(int(id)) {
+				n.group = kv.MetaGroup // meta_sim_test.go
+				if join != nil {
+					cluster = c.metaCluster()
+				}
 			}
 		}
 		if o.skew > 0 {

@@ -71,6 +71,9 @@ func (c *simCluster) boot(a int) (join *simJoin, ok bool) {
 	if c.lost[a] {
 		return nil, false
 	}
+	if c.meta != nil && slices.Contains(c.meta.static, a) {
+		return nil, true
+	}
 	if a >= len(c.members)*movesGroupSize {
 		j := c.joined[a]
 		return j, j != nil
@@ -167,7 +170,7 @@ func (n *hostNode) onGroup(from sim.Addr, m moverReq) {
 		return
 	}
 	gid, err := strconv.ParseUint(string(args[3]), 10, 32)
-	if err != nil || gid == 0 || gid > uint64(c.groups()) {
+	if err != nil || gid == 0 || (gid > uint64(c.groups()) && gid != uint64(kcluster.MetaGroupID)) {
 		fail("ERR KEFIR.GROUP RECONFIG: group %q is not a group id", args[3])
 		return
 	}
@@ -370,9 +373,27 @@ func (r *replaceRun) next(now time.Duration) (*kcluster.Mover, moverJob) {
 	for k := range r.cl.seeds {
 		mv.Seeds = append(mv.Seeds, nodeAddr(k))
 	}
-	g, ids := r.cur.g, r.cur.ids
+	g, ids, node, meta := r.cur.g, r.cur.ids, r.cur.node, r.cl.meta != nil
 	return mv, func(ctx context.Context, mv *kcluster.Mover) (any, error) {
-		return mv.ReconfigureGroup(ctx, g, ids)
+		if !meta {
+			return mv.ReconfigureGroup(ctx, g, ids)
+		}
+		// With the metadata group (meta_sim_test.go), as kefir cluster
+		// replace-node on a cluster with a map: the new node recorded
+		// first (ADDNODE: a no-op once there), then the group's
+		// reconfiguration, then its members (SETMEMBERS, compare-and-set
+		// by the group's VR epoch: a rerun's is a no-op).
+		if _, err := mv.AddNode(ctx, uint64(node+1), nodeAddr(node), fmt.Sprintf("peer%d", node)); err != nil {
+			return nil, err
+		}
+		gc, err := mv.ReconfigureGroup(ctx, g, ids)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := mv.SetMembers(ctx, g, gc.Epoch, gc.Members); err != nil {
+			return nil, err
+		}
+		return gc, nil
 	}
 }
 
@@ -431,60 +452,75 @@ func (r *replaceRun) done(now time.Duration, v any, err error) {
 // after every crash, partition, power cut and lost replica.
 func replicationRestored(s *sim.Sim, c *simCluster) error {
 	for gi, ms := range c.members {
-		g := gi + 1
-		if len(ms) != movesGroupSize {
-			return fmt.Errorf("group %d: %d members %v, want %d", g, len(ms), ms, movesGroupSize)
-		}
-		want := make([]uint64, len(ms))
-		var nodes, applied []int
-		var epoch uint64
-		for i, a := range ms {
-			want[i] = uint64(a) + 1
-			if slices.Contains(nodes, c.node[a]) {
-				return fmt.Errorf("group %d: members %v: two on node %d", g, ms, c.node[a]+1)
-			}
-			nodes = append(nodes, c.node[a])
-		}
-		up := 0
-		for _, a := range ms {
-			if _, ok := s.Replica(a).(*hostNode); ok {
-				up++
-			}
-		}
-		for i, a := range ms {
-			node, ok := s.Replica(a).(*hostNode)
-			if !ok {
-				what := "down"
-				if c.lost[a] {
-					what = "lost for good"
-				}
-				return fmt.Errorf("group %d: replica %d (node %d) of its configuration %v is %s after the faults ended (replication factor %d of %d)", g, a, c.node[a]+1, want, what, up, movesGroupSize)
-			}
-			r := node.r
-			if err := r.failed(); err != nil {
-				return fmt.Errorf("group %d: replica %d failed: %v", g, a, err)
-			}
-			m, info := hostedGroup{r}.Membership(), r.Info()
-			if i == 0 {
-				epoch = m.Epoch
-			}
-			if m.Epoch != epoch || !sameIDs(m.Members, want) || info.Joining || info.Leaving {
-				return fmt.Errorf("group %d: replica %d is in epoch %d with members %v (joining %t, leaving %t); the group's configuration: epoch %d, %v",
-					g, a, m.Epoch, m.Members, info.Joining, info.Leaving, epoch, want)
-			}
-			applied = append(applied, int(r.applied.Load()))
-		}
-		if slices.Min(applied) != slices.Max(applied) {
-			return fmt.Errorf("group %d: its replicas %v applied ops %v after the faults ended: not every replica holds what the group committed", g, ms, applied)
-		}
-		// A replica that left the configuration retired (and was stopped),
-		// or was lost: none lingers, leaving, in the routing.
-		for a, ga := range c.group {
-			if int(ga) == g && !slices.Contains(ms, a) && !c.lost[a] {
-				return fmt.Errorf("group %d: replica %d left its configuration %v but did not retire after the faults ended", g, a, want)
-			}
+		if err := groupRestored(s, c, kcluster.GroupID(gi+1), ms); err != nil {
+			return err
 		}
 	}
+	if c.meta != nil {
+		// The metadata group too (meta_sim_test.go): its members may
+		// have changed (a drained metadata member).
+		if err := groupRestored(s, c, kcluster.MetaGroupID, c.meta.addrs); err != nil {
+			return fmt.Errorf("the metadata %w", err)
+		}
+	}
+	return nil
+}
+
+// groupRestored is replicationRestored for group g of members ms.
+func groupRestored(s *sim.Sim, c *simCluster, g kcluster.GroupID, ms []int) error {
+	if len(ms) != movesGroupSize {
+		return fmt.Errorf("group %d: %d members %v, want %d", g, len(ms), ms, movesGroupSize)
+	}
+	want := make([]uint64, len(ms))
+	var nodes, applied []int
+	var epoch uint64
+	for i, a := range ms {
+		want[i] = uint64(a) + 1
+		if slices.Contains(nodes, c.node[a]) {
+			return fmt.Errorf("group %d: members %v: two on node %d", g, ms, c.node[a]+1)
+		}
+		nodes = append(nodes, c.node[a])
+	}
+	up := 0
+	for _, a := range ms {
+		if _, ok := s.Replica(a).(*hostNode); ok {
+			up++
+		}
+	}
+	for i, a := range ms {
+		node, ok := s.Replica(a).(*hostNode)
+		if !ok {
+			what := "down"
+			if c.lost[a] {
+				what = "lost for good"
+			}
+			return fmt.Errorf("group %d: replica %d (node %d) of its configuration %v is %s after the faults ended (replication factor %d of %d)", g, a, c.node[a]+1, want, what, up, movesGroupSize)
+		}
+		r := node.r
+		if err := r.failed(); err != nil {
+			return fmt.Errorf("group %d: replica %d failed: %v", g, a, err)
+		}
+		m, info := hostedGroup{r}.Membership(), r.Info()
+		if i == 0 {
+			epoch = m.Epoch
+		}
+		if m.Epoch != epoch || !sameIDs(m.Members, want) || info.Joining || info.Leaving {
+			return fmt.Errorf("group %d: replica %d is in epoch %d with members %v (joining %t, leaving %t); the group's configuration: epoch %d, %v",
+				g, a, m.Epoch, m.Members, info.Joining, info.Leaving, epoch, want)
+		}
+		applied = append(applied, int(r.applied.Load()))
+	}
+	if slices.Min(applied) != slices.Max(applied) {
+		return fmt.Errorf("group %d: its replicas %v applied ops %v after the faults ended: not every replica holds what the group committed", g, ms, applied)
+	}
+	// A replica that left the configuration retired (and was stopped),
+	// or was lost: none lingers, leaving, in the routing.
+	for a, ga := range c.group {
+		if ga == g && !slices.Contains(ms, a) && !c.lost[a] {
+			return fmt.Errorf("group %d: replica %d left its configuration %v but did not retire after the faults ended", g, a, want)
+		}
+	}
+
 	return nil
 }
 

@@ -92,6 +92,10 @@ type hostSlotWrite struct {
 	seq  uint64
 	cmd  kcluster.SlotsCmd
 	w    *SteppedWrite
+	// meta: a KEFIR.SLOTS META write (answered its result's Int), or,
+	// from -1, the metadata leader's bootstrap of the map (unanswered;
+	// meta_sim_test.go).
+	meta bool
 }
 
 // simCluster is the cluster of a move simulation: the static map (groups
@@ -127,6 +131,8 @@ type simCluster struct {
 	joined  map[int]*simJoin
 	// retirements counts the replicas that retired (retired).
 	retirements int
+	// meta: the metadata group (moveOptions.meta; nil: none).
+	meta *metaState
 }
 
 func newSimCluster(groups []kcluster.GroupSpec, nodes int) *simCluster {
@@ -244,7 +250,8 @@ func (c *simCluster) leaderOf(k int, g kcluster.GroupID) int {
 func (n *hostNode) onRouted(from sim.Addr, m hostReq) {
 	c := n.cl
 	k := c.node[n.id]
-	id, inFlight := kcluster.SlotOwner(kv.KeySlot([]byte(m.Op.Key)), c.tables(k), c.smap, false)
+	sm, followed := c.routeMap(k)
+	id, inFlight := kcluster.SlotOwner(kv.KeySlot([]byte(m.Op.Key)), c.tables(k), sm, followed)
 	if m.Routed || (uint64(id) == n.group && !inFlight) {
 		n.onClient(from, m)
 		return
@@ -268,7 +275,8 @@ func (n *hostNode) onRouted(from sim.Addr, m hostReq) {
 // a group (TRYAGAIN).
 func (c *simCluster) refused(n *hostNode, m *hostResp) {
 	k := c.node[n.id]
-	id, inFlight, ok := kcluster.RefusalTarget(m.Fence.Slot, kcluster.GroupID(n.group), m.Fence, c.tables(k), c.smap, false)
+	sm, followed := c.routeMap(k)
+	id, inFlight, ok := kcluster.RefusalTarget(m.Fence.Slot, kcluster.GroupID(n.group), m.Fence, c.tables(k), sm, followed)
 	*m = hostResp{Moved: true, Group: int(id), Leader: -1}
 	if ok && !inFlight {
 		m.Leader = c.leaderOf(k, id)
@@ -281,6 +289,10 @@ func (c *simCluster) refused(n *hostNode, m *hostResp) {
 // checked; a replica's first table, all its owned slots).
 func (c *simCluster) stepped(n *hostNode) {
 	c.retired(n) // memb_sim_test.go
+	if c.isMeta(int(n.id)) {
+		c.metaStepped(n) // meta_sim_test.go
+		return
+	}
 	t := n.r.SlotTable()
 	prev := c.tabs[n.id]
 	if t == nil || t == prev || c.ownErr != nil {
@@ -289,7 +301,13 @@ func (c *simCluster) stepped(n *hostNode) {
 	c.tabs[n.id] = t
 	for sl := range kv.NumSlots {
 		e := t.Entry(uint16(sl))
-		if e.State != kv.SlotOwned || (prev != nil && prev.Entry(uint16(sl)) == e) {
+		if prev != nil && prev.Entry(uint16(sl)) == e {
+			continue
+		}
+		if e.State == kv.SlotMigrating || e.State == kv.SlotImporting {
+			c.recorded(int(n.id), uint16(sl), e) // meta_sim_test.go
+		}
+		if e.State != kv.SlotOwned {
 			continue
 		}
 		k := [2]uint64{uint64(sl), e.Epoch}
@@ -390,6 +408,10 @@ func (n *hostNode) onSlots(from sim.Addr, m moverReq) {
 		n.onGroup(from, m) // memb_sim_test.go
 		return
 	}
+	if len(m.Args) > 1 && strings.EqualFold(string(m.Args[1]), "META") {
+		n.onMeta(from, m) // meta_sim_test.go
+		return
+	}
 	a := simSlots{n}
 	cmd, err := kcluster.SlotsCommand(a, m.Args)
 	if err == nil && cmd.Write {
@@ -424,9 +446,14 @@ func (n *hostNode) flushSlots() {
 		if !done {
 			return false
 		}
-		if err != nil {
+		switch {
+		case x.from < 0:
+			n.booting = false // the map's bootstrap (meta_sim_test.go)
+		case err != nil:
 			n.replySlots(x.from, x.seq, errValue(err))
-		} else {
+		case x.meta:
+			n.replySlots(x.from, x.seq, resp.Value{Kind: resp.Int, Int: res.Int})
+		default:
 			n.replySlots(x.from, x.seq, x.cmd.WriteReply(res))
 		}
 		return true
@@ -864,6 +891,19 @@ type moveOptions struct {
 	// the new member's node never opens it (it does not follow the map).
 	replace                        int
 	replaceKeepsOld, replaceNoJoin bool
+	// meta: the metadata group runs (meta_sim_test.go): the moves are
+	// recorded there under a lease, the nodes route by its map, and a
+	// mover killed mid-move is taken over by the resumer of the node that
+	// leads it (its command is run again only four leases later).
+	meta bool
+	// planLate switches cluster.MultiMut.PlanAfterHandOver on for the run
+	// (a recorded move planned only after its hand-over; tests with the
+	// mutations tag only).
+	planLate bool
+	// drain: the cluster's last node is replaced as a whole by a new one
+	// through the production planner (cluster.PlanNodeChange) while the
+	// faults last (drain_sim_test.go; with meta).
+	drain bool
 }
 
 // moveScale is a scaled-up run's cluster and workload.
@@ -899,6 +939,8 @@ type moveRun struct {
 	// ("": none tried).
 	aborting bool
 	abort    string
+	// killed: the running mover was killed (kill, afterStep's killAfter).
+	killed bool
 	// keys: the workload's keys a scaled run moves; at: the group each
 	// moved slot is at after the moves that finished.
 	keys []string
@@ -955,6 +997,10 @@ func (r *moveRun) next(now time.Duration) (*kcluster.Mover, moverJob) {
 		PagePause: time.Millisecond,
 		RetryFor:  time.Second,
 	}
+	if r.o.meta {
+		mv.Meta, mv.Lease, mv.Driver = true, metaLease, "mover"
+		mv.Rand = func() uint64 { return r.s.Rand().Uint64() }
+	}
 	for k := range r.cl.seeds {
 		mv.Seeds = append(mv.Seeds, nodeAddr(k))
 	}
@@ -976,6 +1022,7 @@ func (r *moveRun) kill(now time.Duration) bool {
 	}
 	r.killAt = 0
 	r.kills++
+	r.killed = true
 	return true
 }
 
@@ -997,8 +1044,17 @@ func (r *moveRun) done(now time.Duration, v any, err error) {
 		r.lastErr = err
 		r.failed = append(r.failed, fmt.Sprintf("%v: %v", r.s.Now(), err))
 		r.nextAt = now + 20*time.Millisecond // run again: it resumes from the tables
+		if r.o.meta && r.killed {
+			// Recorded: the metadata leader's resumer takes the move over
+			// after two leases; the command is run again later, as an
+			// operator reruns it (it finds the move done, or takes it
+			// over itself after watching its beat).
+			r.nextAt = now + 4*metaLease
+		}
+		r.killed = false
 		return
 	}
+	r.killed = false
 	r.lastErr = nil
 	r.running = false
 	for _, rg := range r.rs {
@@ -1017,6 +1073,7 @@ func (r *moveRun) done(now time.Duration, v any, err error) {
 func (r *moveRun) afterStep(step string) (kill bool) {
 	if r.o.killAfter == step && r.moves == 1 && r.resume == 0 {
 		r.kills++
+		r.killed = true
 		return true
 	}
 	if !r.o.leaderCrashes || r.s.Now() >= r.faultsUntil() {
@@ -1082,6 +1139,16 @@ func (r *moveRun) nodeCrashes() {
 func (c *simCluster) addrOf(addr string, args [][]byte) sim.Addr {
 	k, _ := strconv.Atoi(strings.TrimPrefix(addr, "node"))
 	k %= c.nodes
+	metaCmd := len(args) > 1 && strings.EqualFold(string(args[1]), "META") ||
+		len(args) > 3 && strings.EqualFold(string(args[0]), "KEFIR.GROUP") && string(args[3]) == strconv.Itoa(int(kcluster.MetaGroupID))
+	if metaCmd && c.meta != nil {
+		// The node's metadata replica; a node without one sends the
+		// caller to the group's first member (Multi.hosted's -MOVED).
+		if a := c.replicaAt(k, kcluster.MetaGroupID); a >= 0 {
+			return sim.Addr(a)
+		}
+		return sim.Addr(c.meta.addrs[0])
+	}
 	g, at := kcluster.GroupID(1), 2
 	if len(args) > 0 && strings.EqualFold(string(args[0]), "KEFIR.GROUP") {
 		at = 3
@@ -1142,6 +1209,10 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 		kcluster.MultiMut.StaleMap.Store(true)
 		defer kcluster.MultiMut.StaleMap.Store(false)
 	}
+	if o.planLate {
+		kcluster.MultiMut.PlanAfterHandOver.Store(true)
+		defer kcluster.MultiMut.PlanAfterHandOver.Store(false)
+	}
 	const planEnd = 1600 * time.Millisecond
 	clients, ops := 4, 80
 	w := sim.KV{Keys: 3, Get: 4, Put: 4, CAS: 1, Incr: 1, Delete: 1, Dur: level.Sync}
@@ -1153,6 +1224,9 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 	if o.scale != nil {
 		cl = scaleCluster(o.scale.groups, o.scale.nodes)
 		groups, clients, ops, w.Keys = o.scale.groups, o.scale.clients, o.scale.ops, o.scale.keys
+	}
+	if o.meta {
+		cl.addMeta() // meta_sim_test.go
 	}
 	var keys []string
 	for i := range w.Keys {
@@ -1188,16 +1262,46 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 		operator = &moverNode{run: repl, cl: cl}
 		movers++
 	}
+	// The metadata leader's resumer: a third coroutine.
+	resumes := &resumeRun{cl: cl, watch: map[int]*kcluster.MoveWatch{}}
+	var resumer *moverNode
+	defer func() {
+		if resumer != nil {
+			resumer.stop()
+		}
+	}()
+	if o.meta {
+		resumer = &moverNode{run: resumes, cl: cl}
+		movers++
+	}
+	// The operator of a drain: a fourth coroutine.
+	var drain *drainRun
+	var drainer *moverNode
+	defer func() {
+		if drainer != nil {
+			drainer.stop()
+		}
+	}()
+	if o.drain {
+		drain = newDrain(cl)
+		drainer = &moverNode{run: drain, cl: cl}
+		movers++
+	}
 	moveClients := newMoveClient(hostClientTimeout, cl)
 	so := sim.Options{
 		Replicas: len(cl.node), Clients: clients + movers,
 		NewReplicaBoot: newHostNode(hostSimOptions{mut: o.mut, groupSize: movesGroupSize, cluster: cl}, seed, trueNow),
 		NewClient: func(id sim.Addr, cfg sim.Config) sim.Node {
-			switch int(id) - cfg.Replicas - clients {
-			case 0:
-				return mover
-			case 1:
-				return operator
+			// The coroutines after the clients: the mover, then those
+			// the run has of the operator, the resumer and the drainer.
+			if i := int(id) - cfg.Replicas - clients; i >= 0 {
+				var cos []*moverNode
+				for _, co := range []*moverNode{mover, operator, resumer, drainer} {
+					if co != nil {
+						cos = append(cos, co)
+					}
+				}
+				return cos[i]
 			}
 			return moveClients(id, cfg)
 		},
@@ -1220,9 +1324,13 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 		so.Faults = &f
 	}
 	s = sim.New(so)
-	run.s, cl.s, repl.s = s, s, s
+	run.s, cl.s, repl.s, resumes.s = s, s, s, s
 	if o.replace > 0 {
 		repl.schedule(o.replace, run.faultsUntil())
+	}
+	if drain != nil {
+		drain.s = s
+		drain.schedule(run.faultsUntil())
 	}
 	if o.powerCuts {
 		s.PowerCuts(run.faultsUntil() - 1) // none at faultsUntil itself
@@ -1271,6 +1379,14 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 		s.After(50*time.Millisecond, restart)
 	}
 	s.After(50*time.Millisecond, restart)
+	// How long past the faults the run goes on for the last move to
+	// finish: 4 s, 8 s with the metadata group (a move whose driver lost
+	// its lease waits two leases for each next driver, and on a lossy
+	// network a driver loses it now and then).
+	window := 40
+	if o.meta {
+		window = 80
+	}
 	h := s.Run()
 	var errs []error
 	if s.Err() == nil {
@@ -1284,7 +1400,7 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 			}
 			return false
 		}
-		for extra := 0; extra < 40 && (run.running || repl.cur != nil || busy(issued, ops)); extra++ {
+		for extra := 0; extra < window && (run.running || repl.cur != nil || (resumer != nil && resumer.co != nil) || (drain != nil && !drain.finished) || busy(issued, ops)); extra++ {
 			s.RunFor(100 * time.Millisecond)
 		}
 		s.RunFor(200 * time.Millisecond)
@@ -1329,12 +1445,21 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 	errs = append(errs, s.Err())
 	if s.Err() == nil {
 		if run.running {
-			errs = append(errs, fmt.Errorf("the move %d->%d did not finish 4 s after the faults ended (last error: %v)", run.from, run.to, run.lastErr))
+			errs = append(errs, fmt.Errorf("the move %d->%d did not finish %v after the faults ended (last error: %v)", run.from, run.to, time.Duration(window)*100*time.Millisecond, run.lastErr))
+		}
+		if drain != nil && !drain.finished {
+			errs = append(errs, fmt.Errorf("the drain of node %d did not finish 4 s after the faults ended (last error: %v)", drain.old+1, drain.lastErr))
 		}
 		if cur := repl.cur; cur != nil {
 			errs = append(errs, fmt.Errorf("the replacement of group %d's replica %d did not finish 4 s after the faults ended (last error: %v)", cur.g, cur.lost, repl.lastErr))
 		}
 		errs = append(errs, replicationRestored(s, cl))
+		if cl.meta != nil {
+			errs = append(errs, metaSettled(cl, run.rs, run.at))
+			if err := hostAgreeAmong(s, cl.meta.addrs); err != nil {
+				errs = append(errs, fmt.Errorf("the metadata group: %w", err))
+			}
+		}
 		for g, ms := range cl.members {
 			if err := hostAgreeAmong(s, ms); err != nil {
 				errs = append(errs, fmt.Errorf("group %d: %w", g+1, err))
@@ -1354,6 +1479,13 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 		if run.abort != "" {
 			*summary += "; abort: " + run.abort
 		}
+		if o.meta {
+			*summary += fmt.Sprintf("; %d take-overs by the metadata leader (%d finished, %d died with their node), %d maps applied, %d metadata replicas restarted with an older map",
+				resumes.runs, resumes.ok, resumes.deaths, len(cl.meta.obs), cl.meta.back)
+		}
+		if drain != nil {
+			*summary += fmt.Sprintf("; node %d drained to node %d: %t (%d groups, %d reruns of the command)", drain.old+1, drain.nw+1, drain.finished, len(drain.spare), drain.reruns)
+		}
 		if o.replace > 0 {
 			*summary += fmt.Sprintf("; %d replicas replaced (%d lost, %d running; %d retired; %d reruns of the command)",
 				len(repl.replaced), len(repl.replaced)-repl.live, repl.live, cl.retirements, repl.reruns)
@@ -1361,6 +1493,14 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 		if trace != nil {
 			for _, l := range repl.log {
 				fmt.Fprintln(trace, l)
+			}
+			for _, l := range resumes.log {
+				fmt.Fprintln(trace, l)
+			}
+			if drain != nil {
+				for _, l := range drain.log {
+					fmt.Fprintln(trace, l)
+				}
 			}
 			for _, l := range run.log {
 				fmt.Fprintln(trace, l)
@@ -1426,6 +1566,10 @@ func TestMoveSimReplaysExactly(t *testing.T) {
 		{3, moveOptions{faults: true, leaderCrashes: true, moverDeaths: true}},
 		// With a replica replaced: the operator's coroutine beside the mover's.
 		{1, moveOptions{faults: true, leaderCrashes: true, moverDeaths: true, replace: 1}},
+		// With the metadata group: its leader's resumer takes over a killed
+		// mover (seed 3), and a drain: four coroutines.
+		{3, moveOptions{meta: true, faults: true, leaderCrashes: true, moverDeaths: true, replace: 1}},
+		{2, moveOptions{meta: true, drain: true, scale: &moveScale{nodes: 9, groups: 12, keys: 8, clients: 6, ops: 60}, faults: true, leaderCrashes: true, moverDeaths: true}},
 	} {
 		seed, o := tc.seed, tc.o
 		var a, b bytes.Buffer
