@@ -205,8 +205,18 @@ func (mv *Mover) WaitCaughtUp(ctx context.Context, g GroupID, members, previous,
 		}
 		var behind []string
 		if err == nil {
+			// The leader lists every other member of its epoch: the one
+			// member it does not list is itself, which may be one the
+			// change added (view v is led by members[v mod n]) and has
+			// caught up, as it leads.
+			leaderAdded := len(p.Persisted) == len(members)-1
 			for _, id := range added {
-				if got, ok := p.Persisted[id]; !ok || got < p.Start {
+				got, ok := p.Persisted[id]
+				if !ok && leaderAdded {
+					leaderAdded = false
+					continue
+				}
+				if !ok || got < p.Start {
 					behind = append(behind, fmt.Sprintf("node %d (persisted op %d of the epoch's start %d)", id, got, p.Start))
 				}
 			}
