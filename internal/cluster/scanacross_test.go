@@ -184,3 +184,64 @@ func TestScanAcrossNodesAsksAgain(t *testing.T) {
 		t.Fatalf("an error reply: %v after %d calls, want it at once", err, calls)
 	}
 }
+
+// A part whose engine read stopped at kv.MaxScanBytes over keys its group
+// does not serve (an import in progress into it: large values, not served
+// yet) holds few served pairs, or none, and says nothing past its last key
+// ("b" here); the merge drops the other parts' keys after it ("c", "d").
+// The page then has fewer keys than asked and few bytes, which SCAN and
+// KEYS take for the range's end (server rangeEnded: fewer than the limit,
+// not stopped at MaxScanBytes), so "c" and "d" are never returned (review29;
+// fails until the merged result tells its caller it did not end).
+func TestScanAcrossNodesByteBoundPartDoesNotEndTheScan(t *testing.T) {
+	sm, err := NewSlotMap(1, []GroupSpec{
+		{ID: 1, Members: []uint64{1}, Slots: []SlotRange{{Start: 0, End: 8191}}},
+		{ID: 2, Members: []uint64{2}, Slots: []SlotRange{{Start: 8192, End: 16383}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Group 1's served keys: four of its slots' (found, not assumed).
+	var local [][]byte
+	for i := 0; len(local) < 4; i++ {
+		if k := []byte(fmt.Sprintf("k%03d", i)); Slot(k) <= 8191 {
+			local = append(local, k)
+		}
+	}
+	spec, _ := sm.Group(1)
+	n1, err := NewMulti(sm, 1, []Member{{ID: 1, ClientAddr: "n1:1"}, {ID: 2, ClientAddr: "n2:2"}},
+		[]LocalGroup{{Spec: spec, Hosted: Hosted{Replica: &sortedReplica{keys: local, t: kv.NewSlotTable([]kv.SlotRange{{Start: 0, End: 8191}}, 1)},
+			Group: &stateGroup{st: State{Normal: true, Leader: 1}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := local[1] // group 2's engine read stopped at 64 MiB of unserved keys, the last one just after local[1]
+	stop = append(slices.Clone(stop), 0)
+	n1.SetGroupScanAsker(askerFunc(func(_ context.Context, _ string, _ GroupID, op kv.Op, _ level.Consistency) (GroupPart, error) {
+		if bytes.Compare(op.Key, stop) <= 0 {
+			return GroupPart{Res: kv.Result{Kind: kv.ResArray}, Ended: false, Last: stop}, nil
+		}
+		return GroupPart{Res: kv.Result{Kind: kv.ResArray}, Ended: true}, nil
+	}))
+	const limit = 10
+	var got [][]byte
+	op := kv.Op{Kind: kv.KindScan, Limit: limit}
+	for pages := 0; pages < 10; pages++ {
+		res, _, err := n1.Scan(context.Background(), op, level.ConsLinearizable, shard.Session{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		size := 0
+		for i := 0; i < len(res.Array); i += 2 {
+			got = append(got, res.Array[i])
+			size += len(res.Array[i]) + len(res.Array[i+1])
+		}
+		if len(res.Array)/2 < limit && size < kv.MaxScanBytes { // server rangeEnded: the scan ends
+			break
+		}
+		op.Key = append(slices.Clone(res.Array[len(res.Array)-2]), 0)
+	}
+	if !slices.EqualFunc(got, local, bytes.Equal) {
+		t.Fatalf("the scan returned %q, want every served key %q", got, local)
+	}
+}
