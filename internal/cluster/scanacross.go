@@ -36,10 +36,12 @@ import (
 // short by its table would otherwise end the caller's scan early. The
 // merge sorts the parts' pairs and cuts at Limit; the Limit smallest keys
 // of parts that each hold Limit (or all) of their keys from the start are
-// the range's first Limit. A part the engine stopped at kv.MaxScanBytes
-// holds fewer, and says nothing of its keys after the last it reached, so
-// the merge first drops every key past the smallest such point. Every key
-// of every group in the merged range is then in it: SCAN's guarantee.
+// the range's first Limit. A part stops short only at kv.MaxScanBytes of
+// served pairs, and says nothing of its keys after the last it reached, so
+// the merge keeps only keys up to the smallest such point — reading the
+// limiting part on while fewer than Limit lie below it (a short page would
+// read as the range's end). Every key of every group in the merged range
+// is then in it: SCAN's guarantee.
 
 // GroupScanAsker asks the node at client address addr for group id's part
 // of a keyspace scan at level c (KEFIR.GROUPSCAN; the server's Router).
@@ -68,6 +70,7 @@ func (m *Multi) SetGroupScanAsker(a GroupScanAsker) { m.asker = a }
 func servedPart(op kv.Op, t *kv.SlotTable, read func(kv.Op) (kv.Result, error)) (GroupPart, error) {
 	var part GroupPart
 	var pairs [][]byte
+	served := 0 // bytes of the served pairs: only those bound the part
 	for {
 		res, err := read(op)
 		if err != nil {
@@ -80,13 +83,18 @@ func servedPart(op kv.Op, t *kv.SlotTable, read func(kv.Op) (kv.Result, error)) 
 				continue
 			}
 			pairs = append(pairs, res.Array[i], res.Array[i+1])
+			served += len(res.Array[i]) + len(res.Array[i+1])
 		}
 		part.Res = res
 		if len(res.Array) >= 2 {
 			part.Last = res.Array[len(res.Array)-2]
 		}
 		part.Ended = op.Limit <= 0 || (len(res.Array)/2 < op.Limit && size < kv.MaxScanBytes)
-		if part.Ended || len(pairs)/2 >= op.Limit || size >= kv.MaxScanBytes {
+		// A read the engine stopped at kv.MaxScanBytes of unserved keys
+		// (an import in progress) is read on past them: only served bytes
+		// may end a part short, so its short page carries them and does
+		// not read as the range's end.
+		if part.Ended || len(pairs)/2 >= op.Limit || served >= kv.MaxScanBytes {
 			break
 		}
 		op.Key = append(slices.Clip(part.Last), 0) // the first key after it
@@ -117,48 +125,94 @@ func (m *Multi) GroupScan(ctx context.Context, id GroupID, op kv.Op, c level.Con
 // scanAcross is Scan at a node of several groups (above).
 func (m *Multi) scanAcross(ctx context.Context, op kv.Op, c level.Consistency, s shard.Session) (kv.Result, shard.Session, error) {
 	type pair struct{ k, v []byte }
-	var all []pair
-	var bound []byte // the smallest key an unfinished part reached
-	bounded := false
+	type stream struct {
+		read  func(op kv.Op) (GroupPart, error) // from op.Key on
+		pairs []pair
+		ended bool
+		last  []byte
+		gid   uint32
+	}
 	out := kv.Result{Kind: kv.ResArray}
 	after := s
-	for _, spec := range m.smap().Groups {
-		var part GroupPart
-		err := ErrNotLeader
-		g := m.hs().byID[spec.ID]
-		if g != nil {
-			part, err = servedPart(op, g.table(), func(op kv.Op) (kv.Result, error) {
-				return g.h.Replica.Read(ctx, op, c, g.session(s))
-			})
-		}
-		if errors.Is(err, ErrNotLeader) {
-			part, err = m.remotePart(ctx, spec.ID, err, op, c)
-		}
-		if err != nil {
-			return kv.Result{}, s, err
-		}
-		part.Res.Group = spec.gid()
+	var parts []*stream
+	take := func(st *stream, part GroupPart) {
+		part.Res.Group = st.gid
 		after = after.AfterRead(part.Res.Pos())
 		if part.Res.Kind != 0 {
 			out.Kind = part.Res.Kind
 		}
 		for i := 0; i+1 < len(part.Res.Array); i += 2 {
-			all = append(all, pair{part.Res.Array[i], part.Res.Array[i+1]})
+			st.pairs = append(st.pairs, pair{part.Res.Array[i], part.Res.Array[i+1]})
 		}
-		if !part.Ended && (!bounded || bytes.Compare(part.Last, bound) < 0) {
-			bound, bounded = part.Last, true
+		st.ended, st.last = part.Ended, part.Last
+	}
+	for _, spec := range m.smap().Groups {
+		id := spec.ID
+		g := m.hs().byID[id]
+		st := &stream{gid: spec.gid()}
+		remote := func(op kv.Op, refused error) (GroupPart, error) { return m.remotePart(ctx, id, refused, op, c) }
+		st.read = func(op kv.Op) (GroupPart, error) { return remote(op, ErrNotLeader) }
+		part, err := GroupPart{}, error(ErrNotLeader)
+		if g != nil {
+			part, err = servedPart(op, g.table(), func(op kv.Op) (kv.Result, error) {
+				return g.h.Replica.Read(ctx, op, c, g.session(s))
+			})
+			if err == nil {
+				st.read = func(op kv.Op) (GroupPart, error) {
+					return servedPart(op, g.table(), func(op kv.Op) (kv.Result, error) {
+						return g.h.Replica.Read(ctx, op, c, g.session(s))
+					})
+				}
+			}
+		}
+		if errors.Is(err, ErrNotLeader) {
+			part, err = remote(op, err)
+		}
+		if err != nil {
+			return kv.Result{}, s, err
+		}
+		take(st, part)
+		parts = append(parts, st)
+	}
+	// The merged page is exact up to the smallest key an unfinished part
+	// reached (a part says nothing of its keys after its last). If fewer
+	// than Limit keys lie below that point — a part cut short, at
+	// kv.MaxScanBytes, by another node's older build — that part is read
+	// on: a short page would read as the range's end to the caller.
+	var all []pair
+	for {
+		var limiting *stream
+		for _, st := range parts {
+			if !st.ended && (limiting == nil || bytes.Compare(st.last, limiting.last) < 0) {
+				limiting = st
+			}
+		}
+		all = all[:0]
+		size := 0
+		for _, st := range parts {
+			for _, p := range st.pairs {
+				if limiting == nil || bytes.Compare(p.k, limiting.last) <= 0 {
+					all = append(all, p)
+					size += len(p.k) + len(p.v)
+				}
+			}
+		}
+		if limiting == nil || op.Limit <= 0 || len(all) >= op.Limit || size >= kv.MaxScanBytes {
+			break
+		}
+		next := op
+		next.Key = append(slices.Clip(limiting.last), 0)
+		part, err := limiting.read(next)
+		if err != nil {
+			return kv.Result{}, s, err
+		}
+		prev := limiting.last
+		take(limiting, part)
+		if !limiting.ended && bytes.Compare(limiting.last, prev) <= 0 {
+			return kv.Result{}, s, fmt.Errorf("a keyspace scan's part did not advance past %q", prev)
 		}
 	}
 	slices.SortFunc(all, func(a, b pair) int { return bytes.Compare(a.k, b.k) })
-	if bounded {
-		n, _ := slices.BinarySearchFunc(all, bound, func(p pair, k []byte) int {
-			if bytes.Compare(p.k, k) <= 0 {
-				return -1
-			}
-			return 1
-		})
-		all = all[:n]
-	}
 	if op.Limit > 0 && len(all) > op.Limit {
 		all = all[:op.Limit]
 	}
