@@ -86,6 +86,9 @@ func (r *Replica) indexChain(es []core.Entry) {
 		} else {
 			r.upd.add(e.Op, op.WrittenKeys())
 		}
+		if op.Kind == kv.KindTxPrepare && e.Op > r.chainTxPrepared.Load() {
+			r.chainTxPrepared.Store(e.Op)
+		}
 		if op.WritesAll() || kv.IsSlotKind(op.Kind) {
 			// Every key is dirty until it is applied (chainTry: the floor).
 			// A slot-table op too: its keys are the table's, but it changes
@@ -349,6 +352,9 @@ func (r *Replica) chainVersionRead(ctx context.Context, op kv.Op) (res kv.Result
 // — is never served: heldAtMost looks at ops up to v only (the mutation
 // chainHeldNewest serves the newest held one).
 func (r *Replica) chainHeldRead(op kv.Op, v uint64) (kv.Result, bool, error) {
+	if !r.opts.ChainHeldReads {
+		return kv.Result{}, false, nil
+	}
 	key, one := oneKeyRead(&op)
 	if !one {
 		return kv.Result{}, false, nil
@@ -362,7 +368,14 @@ func (r *Replica) chainHeldRead(op kv.Op, v uint64) (kv.Result, bool, error) {
 	// applied, every such op is.
 	dirtyAll := r.chainDirtyAll.Load()
 	applied := r.applied.Load()
-	if dirtyAll > applied || !r.upd.complete(r.readable.Load()) {
+	// A key a prepared cross-group transaction write-locks refuses plain
+	// writes at apply (kv.txLockGate: the entry becomes a no-op), which
+	// the held entry cannot show: while the engine may hold any lock, or a
+	// prepare not applied yet may take one, the engine's way. Read after
+	// applied: a lock the ops up to applied took is visible (the applier
+	// stores it before it publishes applied), and a prepare at most v was
+	// indexed before the tail could answer v (as chainDirtyAll).
+	if dirtyAll > applied || !r.upd.complete(r.readable.Load()) || r.app.txLocked.Load() || r.chainTxPrepared.Load() > applied {
 		return kv.Result{}, false, nil
 	}
 	n, e, blind := r.upd.heldAtMost(key, v)

@@ -29,6 +29,7 @@ type versionQuery struct {
 }
 
 func (q *versionQuery) tune(_ int, o *Options) {
+	o.ChainHeldReads = true // the mechanism under test (off in the node)
 	o.AskTail = func(_ context.Context, tail uint64, _ string, epoch uint64) (uint64, error) {
 		q.calls.Add(1)
 		if d := q.delay.Load(); d > 0 {

@@ -103,6 +103,17 @@ type Options struct {
 	// to the tail. The node sets it (the front door's KEFIR.CHAINVERSION,
 	// cluster.ReplicaSpec.AskTail); nil: dirty reads go to the tail whole.
 	AskTail func(ctx context.Context, tail uint64, addr string, epoch uint64) (uint64, error)
+	// ChainHeldReads lets a version read answer from a held blind update
+	// the tail's version covers, without waiting for this member's apply
+	// (chainHeldRead; CRAQ proper). Off by default, and the node never
+	// sets it: an apply-time refusal the member cannot foresee from the
+	// entry turns a held blind write into a no-op — a Duplicate, a retry
+	// a new head ordered again after an older head's entry (the client
+	// table skips it at apply) — and the member would answer a value that
+	// was never committed (review of session 29). A write to a key a
+	// prepared transaction locks is declined here whatever this says.
+	// Tests of the mechanism set it.
+	ChainHeldReads bool
 	// Nilext turns on the nilext fast path (nilext.go; experimental): the
 	// core's Config.Nilext, the d-log on disk, NilextApply. Every member of
 	// a group must agree on it.
@@ -839,6 +850,12 @@ type Replica struct {
 	// is above the commit point every key is dirty here (chainTry). Set on
 	// the driver only.
 	chainDirtyAll atomic.Uint64
+	// chainTxPrepared is the highest op of a cross-group prepare this
+	// member indexed (indexChain): a prepare may lock a key, making a
+	// later blind write of it a no-op at apply, which the held entry does
+	// not show (chainHeldRead declines while one is above applied). Set on
+	// the driver only.
+	chainTxPrepared atomic.Uint64
 	// asker batches the version queries of concurrent dirty reads
 	// (chainask.go).
 	asker chainAsker
