@@ -241,6 +241,7 @@ func (m *Multi) remotePart(ctx context.Context, id GroupID, refused error, op kv
 	// and waits for a leader, itself).
 	deadline := time.Now().Add(remoteScanFor)
 	pause := 20 * time.Millisecond
+	hops := 0
 	for {
 		if addr == "" {
 			_, addr, _ = m.Leader(id)
@@ -257,6 +258,14 @@ func (m *Multi) remotePart(ctx context.Context, id GroupID, refused error, op kv
 			if errors.As(err, &re) && !retryableReply(re.Msg) {
 				return GroupPart{}, fmt.Errorf("group %d's part of a keyspace scan (asked at %s): %w", id, addr, err)
 			}
+			if re != nil && strings.HasPrefix(re.Msg, "MOVED ") && hops < 3 {
+				// The node asked names the leader: ask it next, at once
+				// (a few hops: two nodes that disagree back off below).
+				if f := strings.Fields(re.Msg); len(f) >= 2 {
+					addr, hops = f[len(f)-1], hops+1
+					continue
+				}
+			}
 		}
 		if time.Now().Add(pause).After(deadline) || ctx.Err() != nil {
 			return GroupPart{}, fmt.Errorf("group %d's part of a keyspace scan (asked at %q): %w", id, addr, err)
@@ -265,7 +274,7 @@ func (m *Multi) remotePart(ctx context.Context, id GroupID, refused error, op kv
 		case <-ctx.Done():
 		case <-time.After(pause):
 		}
-		pause, addr = min(2*pause, 500*time.Millisecond), ""
+		pause, addr, hops = min(2*pause, 500*time.Millisecond), "", 0
 	}
 }
 

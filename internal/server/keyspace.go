@@ -799,6 +799,10 @@ func (c *conn) groupScan(args [][]byte, cons level.Consistency, sess shard.Sessi
 	if err != nil || g == 0 {
 		return errf("ERR KEFIR.GROUPSCAN takes a group id")
 	}
+	if c.inline {
+		c.wouldWait = true // it may wait for the group's leader, or forward: not on an event loop
+		return nil
+	}
 	if len(args) == 3 && eq(args[2], "COUNT") {
 		db, ok := c.srv.multi.Engine(cluster.GroupID(g))
 		if !ok {
@@ -813,10 +817,6 @@ func (c *conn) groupScan(args [][]byte, cons level.Consistency, sess shard.Sessi
 	limit, err := strconv.Atoi(string(args[4]))
 	if err != nil || limit < 0 {
 		return errf("ERR KEFIR.GROUPSCAN takes a non-negative limit")
-	}
-	if c.inline {
-		c.wouldWait = true // it may wait for the group's leader: not on an event loop
-		return nil
 	}
 	op := kv.Op{Kind: kv.KindScan, Key: args[2], Limit: min(limit, shard.DefaultMaxScan)}
 	if len(args[3]) > 0 {

@@ -96,25 +96,10 @@ func newKeyUpdates(floor uint64) *keyUpdates {
 
 // add records that op (appended to the log now) writes keys. Ops arrive in
 // increasing order, except after a truncation.
-func (u *keyUpdates) add(op uint64, keys [][]byte) {
-	if len(keys) == 0 {
-		return
-	}
-	b := updBatch{op: op, keys: make([]string, len(keys))}
-	u.mu.Lock()
-	for i, k := range keys {
-		s := string(k)
-		b.keys[i] = s
-		if u.last[s] < op {
-			u.last[s] = op
-		}
-	}
-	u.queue = append(u.queue, b)
-	u.mu.Unlock()
-}
+func (u *keyUpdates) add(op uint64, keys [][]byte) { u.addHeld(op, keys, nil) }
 
 // addHeld is add for a chain member's blind write at op: vals[i] is what
-// it leaves keys[i] holding (heldAtMost).
+// it leaves keys[i] holding (heldAtMost; nil: add, no values held).
 func (u *keyUpdates) addHeld(op uint64, keys [][]byte, vals []overlayEntry) {
 	if len(keys) == 0 {
 		return
