@@ -634,19 +634,40 @@ func (s *Server) dbSize(ctx context.Context) (int64, error) {
 		if _, ok := s.multi.Engine(g.ID); ok {
 			continue
 		}
-		_, addr, _ := s.multi.Leader(g.ID)
-		if addr == "" {
-			return 0, fmt.Errorf("%w: DBSIZE: no node of group %d is known", cluster.ErrNoLeader, g.ID)
-		}
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		k, err := s.router.AskGroupKeys(cctx, addr, g.ID)
-		cancel()
+		k, err := s.groupKeys(ctx, g.ID)
 		if err != nil {
 			return 0, fmt.Errorf("DBSIZE: %w", err)
 		}
 		n += k
 	}
 	return n, nil
+}
+
+// groupKeys asks a node of group id for its replica's key count, again
+// (of the node the map names by then, backing off) for up to 5 s while no
+// node of it is known or the one asked does not answer: a view change or
+// a node's crash delays DBSIZE rather than failing it.
+func (s *Server) groupKeys(ctx context.Context, id cluster.GroupID) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	pause := 20 * time.Millisecond
+	for {
+		var err error
+		if _, addr, _ := s.multi.Leader(id); addr == "" {
+			err = fmt.Errorf("%w: no node of group %d is known", cluster.ErrNoLeader, id)
+		} else {
+			var k int64
+			if k, err = s.router.AskGroupKeys(ctx, addr, id); err == nil {
+				return k, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return 0, err
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, 500*time.Millisecond)
+	}
 }
 
 // engines are the node's engines: its one, or at a node of several groups

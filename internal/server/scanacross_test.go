@@ -89,3 +89,54 @@ func TestKeyspaceScansAcrossNodes(t *testing.T) {
 		t.Fatalf("KEYS at level session at node 1 (no replica of group 2): %.200s", got)
 	}
 }
+
+// DBSIZE at a node that does not host a group asks a node of it again
+// while that node is down (dbSize → groupKeys): node 3, group 2's only
+// member, stops and comes back half a second later on its data, and a
+// DBSIZE at node 1 sent meanwhile answers every key rather than failing.
+func TestDBSizeWaitsForAGroupsNode(t *testing.T) {
+	g := startGroupWith(t, func(c *Config) {
+		c.Groups = []cluster.GroupSpec{
+			{ID: 1, Members: []uint64{1, 2, 3}, Slots: []cluster.SlotRange{{Start: 0, End: 8191}}},
+			{ID: 2, Members: []uint64{3}, Slots: []cluster.SlotRange{{Start: 8192, End: 16383}}},
+		}
+	})
+	if !testgroup.Until(20*time.Second, 20*time.Millisecond, func() bool {
+		return len(groupLeaders(g, 1)) == 1 && len(groupLeaders(g, 2)) == 1
+	}) {
+		t.Fatal("the groups have no leaders")
+	}
+	w := dial(t, g.nodes[0])
+	for i := range 40 {
+		if got := w.do("SET", fmt.Sprintf("d%02d", i), "v"); got != "OK" {
+			t.Fatalf("SET = %s", got)
+		}
+	}
+	c := dial(t, g.nodes[0])
+	if !testgroup.Until(5*time.Second, 20*time.Millisecond, func() bool { return c.do("DBSIZE") == "(integer) 40" }) {
+		t.Fatalf("DBSIZE = %s before the stop", c.do("DBSIZE"))
+	}
+	cfg := g.cfgs[2]
+	cfg.Bootstrap = false
+	if err := g.nodes[2].Close(); err != nil {
+		t.Fatal(err)
+	}
+	back := make(chan *Server, 1)
+	go func() {
+		time.Sleep(500 * time.Millisecond)
+		s, err := startNode(cfg)
+		if err != nil {
+			t.Error(err)
+			back <- nil
+			return
+		}
+		back <- s
+	}()
+	got := c.do("DBSIZE")
+	if s := <-back; s != nil {
+		t.Cleanup(func() { s.Close() })
+	}
+	if got != "(integer) 40" {
+		t.Fatalf("DBSIZE at node 1 while group 2's node restarts = %s, want 40", got)
+	}
+}
