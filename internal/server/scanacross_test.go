@@ -22,17 +22,7 @@ import (
 // "a keyspace scan needs every group on this node" and counted only group
 // 1's keys.
 func TestKeyspaceScansAcrossNodes(t *testing.T) {
-	g := startGroupWith(t, func(c *Config) {
-		c.Groups = []cluster.GroupSpec{
-			{ID: 1, Members: []uint64{1, 2, 3}, Slots: []cluster.SlotRange{{Start: 0, End: 8191}}},
-			{ID: 2, Members: []uint64{3}, Slots: []cluster.SlotRange{{Start: 8192, End: 16383}}},
-		}
-	})
-	if !testgroup.Until(20*time.Second, 20*time.Millisecond, func() bool {
-		return len(groupLeaders(g, 1)) == 1 && len(groupLeaders(g, 2)) == 1
-	}) {
-		t.Fatal("the groups have no leaders")
-	}
+	g := startGroupOnNode3(t)
 	w := dial(t, g.nodes[0])
 	var want []string
 	in2 := 0
@@ -95,17 +85,7 @@ func TestKeyspaceScansAcrossNodes(t *testing.T) {
 // member, stops and comes back half a second later on its data, and a
 // DBSIZE at node 1 sent meanwhile answers every key rather than failing.
 func TestDBSizeWaitsForAGroupsNode(t *testing.T) {
-	g := startGroupWith(t, func(c *Config) {
-		c.Groups = []cluster.GroupSpec{
-			{ID: 1, Members: []uint64{1, 2, 3}, Slots: []cluster.SlotRange{{Start: 0, End: 8191}}},
-			{ID: 2, Members: []uint64{3}, Slots: []cluster.SlotRange{{Start: 8192, End: 16383}}},
-		}
-	})
-	if !testgroup.Until(20*time.Second, 20*time.Millisecond, func() bool {
-		return len(groupLeaders(g, 1)) == 1 && len(groupLeaders(g, 2)) == 1
-	}) {
-		t.Fatal("the groups have no leaders")
-	}
+	g := startGroupOnNode3(t)
 	w := dial(t, g.nodes[0])
 	for i := range 40 {
 		if got := w.do("SET", fmt.Sprintf("d%02d", i), "v"); got != "OK" {
@@ -139,4 +119,23 @@ func TestDBSizeWaitsForAGroupsNode(t *testing.T) {
 	if got != "(integer) 40" {
 		t.Fatalf("DBSIZE at node 1 while group 2's node restarts = %s, want 40", got)
 	}
+}
+
+// startGroupOnNode3 starts three nodes where group 1 (slots 0-8191) has a
+// replica on each and group 2 (the rest) only on node 3, and waits for both
+// groups' leaders: nodes 1 and 2 host one group of two.
+func startGroupOnNode3(t *testing.T) *group {
+	t.Helper()
+	g := startGroupWith(t, func(c *Config) {
+		c.Groups = []cluster.GroupSpec{
+			{ID: 1, Members: []uint64{1, 2, 3}, Slots: []cluster.SlotRange{{Start: 0, End: 8191}}},
+			{ID: 2, Members: []uint64{3}, Slots: []cluster.SlotRange{{Start: 8192, End: 16383}}},
+		}
+	})
+	if !testgroup.Until(20*time.Second, 20*time.Millisecond, func() bool {
+		return len(groupLeaders(g, 1)) == 1 && len(groupLeaders(g, 2)) == 1
+	}) {
+		t.Fatal("the groups have no leaders")
+	}
+	return g
 }
