@@ -815,7 +815,7 @@ func runClusterMembers(cmd string, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return fmt.Errorf("%s: %w; nothing changed", cmd, err)
 	}
-	if !*force && !sameMembers(cur.Members, memberIDsOf(members)) {
+	if !*force && !cluster.SameIDs(cur.Members, cluster.MemberIDs(members)) {
 		leaving := removed
 		if cmd == "replace-node" {
 			leaving = []uint64{*old}
@@ -922,7 +922,7 @@ func groupsChange(ctx context.Context, cmd string, mv *cluster.Mover, cm *kv.Clu
 			}
 			// A rerun whose change the group already made (the map did not
 			// record it) changes nothing: no wait.
-			if cur, err := gmv.GroupConfigOf(ctx, step.Group); err == nil && !sameMembers(cur.Members, step.Members) {
+			if cur, err := gmv.GroupConfigOf(ctx, step.Group); err == nil && !cluster.SameIDs(cur.Members, step.Members) {
 				logf := func(format string, args ...any) { fmt.Fprintf(stderr, "kefir cluster: "+format+"\n", args...) }
 				if err := gmv.WaitCaughtUp(ctx, step.Group, cur.Members, cur.Previous, leaving, catchUp, logf); err != nil {
 					gmv.Close()
@@ -967,26 +967,4 @@ func groupMembersOf(cm *kv.ClusterMap, g cluster.GroupID) []uint64 {
 		return mg.Members
 	}
 	return nil
-}
-
-// sameMembers reports whether a and b hold the same ids, in any order.
-func sameMembers(a, b []uint64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for _, id := range a {
-		if !slices.Contains(b, id) {
-			return false
-		}
-	}
-	return true
-}
-
-// memberIDsOf is the ids of ms.
-func memberIDsOf(ms []cluster.Member) []uint64 {
-	out := make([]uint64, len(ms))
-	for i, m := range ms {
-		out[i] = m.ID
-	}
-	return out
 }

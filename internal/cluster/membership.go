@@ -320,6 +320,29 @@ func DecodeGroupConfig(v resp.Value) (GroupConfig, error) {
 	return c, nil
 }
 
+// MemberIDs is the ids of ms, in order.
+func MemberIDs(ms []Member) []uint64 {
+	ids := make([]uint64, len(ms))
+	for i, m := range ms {
+		ids[i] = m.ID
+	}
+	return ids
+}
+
+// SameIDs reports whether a and b hold the same ids, in any order (member
+// lists hold each id once).
+func SameIDs(a, b []uint64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for _, x := range a {
+		if !slices.Contains(b, x) {
+			return false
+		}
+	}
+	return true
+}
+
 // ReplaceMembers is the member list that replaces old with nw in c (nw at
 // old's place), or an error naming what is wrong: old not a member, nw's id
 // already one, nw without both addresses.

@@ -68,7 +68,7 @@ func (s *Server) clusterView() (groups []clusterGroup, addrs map[uint64]string) 
 			addrs[n.ID] = n.ClientAddr // CLUSTER MYID is in CLUSTER NODES
 		}
 	case s.grp != nil:
-		ids := memberIDs(members)
+		ids := cluster.MemberIDs(members)
 		cg := clusterGroup{spec: cluster.GroupSpec{ID: 1, Members: ids, Slots: all}}
 		if s.cfg.Chain {
 			cg.spec.Engine = kv.EngineChain // kefir server --engine chain

@@ -82,7 +82,7 @@ const groupsPoll = 50 * time.Millisecond
 // the map named (AddPeer). Nodes of the original list must match as
 // before: a node with another --members is refused.
 func admitRule(static []Member, joined bool) func(node, hash uint64) bool {
-	ids := memberIDs(static)
+	ids := cluster.MemberIDs(static)
 	return func(node, _ uint64) bool { return joined || !slices.Contains(ids, node) }
 }
 
@@ -892,7 +892,7 @@ func (s *Server) openJoinedGroup(tr *transport.Transport, id cluster.GroupID, jr
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return cluster.LocalGroup{}, fmt.Errorf("server: create %s: %w", dir, err)
 		}
-		if err := checkIdentity(dir, replicaIdentity{Cluster: clusterID, Replica: cfg.ReplicaID, Members: memberIDs(ms), Slots: jr.Slots}); err != nil {
+		if err := checkIdentity(dir, replicaIdentity{Cluster: clusterID, Replica: cfg.ReplicaID, Members: cluster.MemberIDs(ms), Slots: jr.Slots}); err != nil {
 			return cluster.LocalGroup{}, err
 		}
 	}
@@ -904,7 +904,7 @@ func (s *Server) openJoinedGroup(tr *transport.Transport, id cluster.GroupID, jr
 	}
 	spec.Cluster, spec.Members, spec.Group, spec.Transport = clusterID, ms, id, tr
 	spec.Bootstrap = false
-	spec.Membership = &cluster.Membership{Epoch: jr.Epoch, Members: memberIDs(ms), Start: jr.Start, Previous: jr.Previous}
+	spec.Membership = &cluster.Membership{Epoch: jr.Epoch, Members: cluster.MemberIDs(ms), Start: jr.Start, Previous: jr.Previous}
 	if jr.Created {
 		// One of the group's first members: VR's first configuration
 		// (as a static group's), started from the list on the first open
@@ -944,7 +944,7 @@ func (s *Server) openJoinedGroup(tr *transport.Transport, id cluster.GroupID, jr
 			return cluster.LocalGroup{}, fmt.Errorf("server: group %d: record its bootstrap in %s: %w", id, filepath.Join(dir, joinFile), err)
 		}
 	}
-	return cluster.LocalGroup{Spec: cluster.GroupSpec{ID: id, Members: memberIDs(ms), Slots: rs}, Hosted: h}, nil
+	return cluster.LocalGroup{Spec: cluster.GroupSpec{ID: id, Members: cluster.MemberIDs(ms), Slots: rs}, Hosted: h}, nil
 }
 
 // groupCmdMulti serves KEFIR.GROUP at a node of several groups:
@@ -1035,7 +1035,7 @@ func (c *conn) groupCmdMulti(args [][]byte) error {
 		return errf("ERR KEFIR.GROUP RECONFIG: %d members: a VR group needs an odd number (2f+1)", len(ids))
 	}
 	cur := rc.Membership()
-	if sameSet(ids, cur.Members) {
+	if cluster.SameIDs(ids, cur.Members) {
 		return c.writeConfig(cur, lg.Hosted.Group.State(), s.multi.Nodes()) // a retry
 	}
 	st := lg.Hosted.Group.State()

@@ -163,7 +163,7 @@ func PrepareJoin(ctx context.Context, cfg Config, logf func(format string, args 
 			cfg.joinedGroups, cfg.Membership = true, nil
 			return cfg, nil
 		}
-		cfg.Membership = &cluster.Membership{Epoch: jr.Epoch, Members: memberIDs(ms), Start: jr.Start, Previous: jr.Previous}
+		cfg.Membership = &cluster.Membership{Epoch: jr.Epoch, Members: cluster.MemberIDs(ms), Start: jr.Start, Previous: jr.Previous}
 		return cfg, nil
 	case !errors.Is(err, os.ErrNotExist):
 		return cfg, fmt.Errorf("server: read %s: %w", p, err)
@@ -232,14 +232,6 @@ func PrepareJoin(ctx context.Context, cfg Config, logf func(format string, args 
 	return cfg, nil
 }
 
-func memberIDs(ms []Member) []uint64 {
-	ids := make([]uint64, len(ms))
-	for i, m := range ms {
-		ids[i] = m.ID
-	}
-	return ids
-}
-
 // memberState is the node's view of its group's membership (nil on a node
 // that does not reconfigure).
 type memberState struct {
@@ -272,9 +264,9 @@ func (s *Server) initMembership() {
 	ms.dir.Store(&dir)
 	s.mem = ms
 	s.syncMembership()
-	if m := rc.Membership(); !slices.Equal(m.Members, memberIDs(s.cfg.Members)) {
+	if m := rc.Membership(); !slices.Equal(m.Members, cluster.MemberIDs(s.cfg.Members)) {
 		s.log.Warn("the group's configuration on disk supersedes --members (the group was reconfigured); runs that one",
-			"epoch", m.Epoch, "members", m.Members, "flag_members", memberIDs(s.cfg.Members))
+			"epoch", m.Epoch, "members", m.Members, "flag_members", cluster.MemberIDs(s.cfg.Members))
 	}
 }
 
@@ -578,8 +570,8 @@ func (s *Server) reconfigure(args [][]byte) (cluster.Membership, error) {
 		return cluster.Membership{}, errf("ERR KEFIR.GROUP RECONFIG: %d members: a VR group needs an odd number (2f+1)", len(want))
 	}
 	cur := ms.rc.Membership()
-	ids := memberIDs(want)
-	if sameSet(ids, cur.Members) {
+	ids := cluster.MemberIDs(want)
+	if cluster.SameIDs(ids, cur.Members) {
 		return cur, nil // a retry of a reconfiguration that happened
 	}
 	var learn []Member
@@ -654,18 +646,6 @@ func (s *Server) notLeaderErr(st cluster.State) error {
 		}
 	}
 	return cluster.ErrNoLeader
-}
-
-func sameSet(a, b []uint64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for _, x := range a {
-		if !slices.Contains(b, x) {
-			return false
-		}
-	}
-	return true
 }
 
 // recordMembers makes the identity file name the group's current members,

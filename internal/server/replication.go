@@ -404,7 +404,7 @@ func (s *Server) replicaInfo() *ReplicaInfo {
 		Lag: opsBehind(in.Commit, in.Applied), Followers: followerLags(in),
 	}
 	if s.mem != nil { // a node of several groups has no one member list
-		out.Members = memberIDs(s.groupMembers())
+		out.Members = cluster.MemberIDs(s.groupMembers())
 	}
 	for _, e := range s.grp.ViewEvents() {
 		out.ViewEvents = append(out.ViewEvents, ViewEventJSON{Time: e.Time.UTC(), Kind: e.Kind, View: e.View, Leader: e.Leader, Reason: e.Reason})
