@@ -154,15 +154,13 @@ func (m *Multi) scanAcross(ctx context.Context, op kv.Op, c level.Consistency, s
 		st.read = func(op kv.Op) (GroupPart, error) { return remote(op, ErrNotLeader) }
 		part, err := GroupPart{}, error(ErrNotLeader)
 		if g != nil {
-			part, err = servedPart(op, g.table(), func(op kv.Op) (kv.Result, error) {
-				return g.h.Replica.Read(ctx, op, c, g.session(s))
-			})
-			if err == nil {
-				st.read = func(op kv.Op) (GroupPart, error) {
-					return servedPart(op, g.table(), func(op kv.Op) (kv.Result, error) {
-						return g.h.Replica.Read(ctx, op, c, g.session(s))
-					})
-				}
+			local := func(op kv.Op) (GroupPart, error) {
+				return servedPart(op, g.table(), func(op kv.Op) (kv.Result, error) {
+					return g.h.Replica.Read(ctx, op, c, g.session(s))
+				})
+			}
+			if part, err = local(op); err == nil {
+				st.read = local
 			}
 		}
 		if errors.Is(err, ErrNotLeader) {
