@@ -40,12 +40,7 @@ func TestChainHeldReadOfARefusedWrite(t *testing.T) {
 	}
 	g.caughtUp(1, 0)
 	g.caughtUp(2, 0)
-	if !testgroup.Until(2*time.Second, 2*time.Millisecond, func() bool {
-		_, err := g.reps[2].ChainVersion(g.reps[0].chainEpoch.Load())
-		return err == nil
-	}) {
-		t.Fatal("the tail never held a lease to answer a version query")
-	}
+	waitTailLease(t, g)
 	before := g.reps[2].applied.Load()
 	h.start(g, set("k", "v2"), shard.ReqID{Client: 5, Seq: 2})
 	if !testgroup.Until(2*time.Second, 2*time.Millisecond, func() bool { return g.reps[2].applied.Load() > before }) {

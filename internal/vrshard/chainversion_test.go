@@ -224,10 +224,7 @@ func versionHeldUpdate(t *testing.T, newest bool) error {
 	// chain's tail may not hold yet: the reads below were then sent to the
 	// tail (a query refused: "member 3 holds no lease"), failing the test
 	// about one run in three.
-	if !testgroup.Until(2*time.Second, 2*time.Millisecond, func() bool {
-		_, err := g.reps[2].ChainVersion(g.reps[0].chainEpoch.Load())
-		return err == nil
-	}) {
+	if !tailLeased(g) {
 		return errors.New("the tail never held a lease to answer a version query")
 	}
 	w := startGatedWrite(g, gate, set("k", "v2"), shard.ReqID{Client: 5, Seq: 2})
@@ -417,12 +414,7 @@ func TestChainVersionQueriesBatched(t *testing.T) {
 	g.write(0, set("k", "v1"), shard.ReqID{Client: 5, Seq: 1})
 	g.caughtUp(1, 0)
 	g.caughtUp(2, 0)
-	if !testgroup.Until(2*time.Second, 2*time.Millisecond, func() bool {
-		_, err := g.reps[2].ChainVersion(g.reps[0].chainEpoch.Load())
-		return err == nil
-	}) {
-		t.Fatal("the tail never held a lease to answer a version query")
-	}
+	waitTailLease(t, g)
 	w := startGatedWrite(g, gate, set("k", "v2"), shard.ReqID{Client: 5, Seq: 2})
 	defer w.finish()
 	if !testgroup.Until(2*time.Second, 2*time.Millisecond, func() bool {
@@ -532,4 +524,22 @@ func versionAfterBegan(inFlight bool) error {
 		return fmt.Errorf("a read that began after the tail's version moved to 2 was answered %d", b.v)
 	}
 	return nil
+}
+
+// waitTailLease waits until the chain's tail (member 3) answers version
+// queries: it does only under its lease, which a new chain's tail may not
+// hold yet (a read sent before then goes to the tail whole).
+func waitTailLease(t *testing.T, g *chainGroup) {
+	t.Helper()
+	if !tailLeased(g) {
+		t.Fatal("the tail never held a lease to answer a version query")
+	}
+}
+
+// tailLeased reports whether the tail answers a version query within 2 s.
+func tailLeased(g *chainGroup) bool {
+	return testgroup.Until(2*time.Second, 2*time.Millisecond, func() bool {
+		_, err := g.reps[2].ChainVersion(g.reps[0].chainEpoch.Load())
+		return err == nil
+	})
 }
