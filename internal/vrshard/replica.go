@@ -1158,7 +1158,8 @@ func Open(opts Options) (*Replica, error) {
 			return nil, err
 		}
 	}
-	r.log.Info("vr replica open", "bootstrap", boot.Bootstrap, "lost_state", boot.LostState,
+	// One line for either engine: the log's component (vr or chain) says which.
+	r.log.Info("replica open", "bootstrap", boot.Bootstrap, "lost_state", boot.LostState,
 		"snapshot_op", ws.snap.Op, "log_entries", len(ws.entries), "view", ws.hs.View,
 		"commit", ws.hs.Commit, "engine_version", db.LastVersion())
 	if opts.Chain != nil && opts.Chain.Store != ChainLog {
