@@ -89,6 +89,8 @@ type localGroup struct {
 	h     Hosted
 	// tab is the replica's slot table, if its engine keeps one (moves.go).
 	tab slotTabler
+	// served caches the slots tab's latest table serves (scanacross.go).
+	served servedSlots
 }
 
 // ErrCrossSlot is Redis Cluster's refusal of a command whose keys hash to
@@ -552,6 +554,10 @@ type MultiMutations struct {
 	// so a driver that dies before then leaves steps no record names and
 	// no resumer finishes (vrshard TestMoveSimMetaCatchesMutations).
 	PlanAfterHandOver atomic.Bool
+	// ScanWindowUnchecked: a keyspace scan's page is returned even when
+	// some slot was served by none of its parts' reads (a move's window
+	// between them), so it may miss that slot's keys (TestScanAcrossAMove).
+	ScanWindowUnchecked atomic.Bool
 }
 
 // MultiMut is the process's MultiMutations (tests only; read under mutation.On).
