@@ -25,11 +25,12 @@ import (
 // not hosted here (a cluster of more nodes than a group has members), or
 // not readable here at that level (a linearizable scan at a node that does
 // not lead the group) — is asked of the group's leader with KEFIR.GROUPSCAN
-// (GroupScan there), on the node's forwarding connections. So any node
-// answers a keyspace scan at any level but session, whatever groups it
-// hosts and leads, as Redis Cluster clients expect (redis-py's
-// RedisCluster sends KEYS and DBSIZE to one node, go-redis's ClusterClient
-// a keyless command to any).
+// (GroupScan there), on the node's forwarding connections — at level
+// session with the session, whose part of the group is read there. So any
+// node answers a keyspace scan at any level, whatever groups it hosts and
+// leads, as Redis Cluster clients expect (redis-py's RedisCluster sends
+// KEYS and DBSIZE to one node, go-redis's ClusterClient a keyless command
+// to any).
 //
 // Each part is a stream of served keys: a group's engine may hold keys of
 // slots it does not serve (being imported, or handed over and not yet
@@ -46,9 +47,10 @@ import (
 // is then in it: SCAN's guarantee.
 
 // GroupScanAsker asks the node at client address addr for group id's part
-// of a keyspace scan at level c (KEFIR.GROUPSCAN; the server's Router).
+// of a keyspace scan at level c (KEFIR.GROUPSCAN; the server's Router), at
+// level session for session s (its part of the group is read there).
 type GroupScanAsker interface {
-	AskGroupScan(ctx context.Context, addr string, id GroupID, op kv.Op, c level.Consistency) (GroupPart, error)
+	AskGroupScan(ctx context.Context, addr string, id GroupID, op kv.Op, c level.Consistency, s shard.Session) (GroupPart, error)
 }
 
 // GroupPart is one group's part of a keyspace scan: its served pairs
@@ -197,9 +199,12 @@ func servedPart(op kv.Op, g *localGroup, read func(kv.Op) (kv.Result, error)) (G
 }
 
 // GroupScan reads group id's part of a keyspace scan at level c at this
-// node (KEFIR.GROUPSCAN, which another node's scan sends): a not-leader
-// error names the node to ask instead (the front door forwards it there).
-func (m *Multi) GroupScan(ctx context.Context, id GroupID, op kv.Op, c level.Consistency) (GroupPart, error) {
+// node (KEFIR.GROUPSCAN, which another node's scan sends), at level session
+// for session s — its part of the group, after its other parts are checked
+// against the groups hosted here (sessionAt), as any read's: the part's
+// version and view advance the asking node's session. A not-leader error
+// names the node to ask instead (the front door forwards it there).
+func (m *Multi) GroupScan(ctx context.Context, id GroupID, op kv.Op, c level.Consistency, s shard.Session) (GroupPart, error) {
 	g := m.hs().byID[id]
 	if g == nil {
 		if _, ok := m.smap().Group(id); !ok {
@@ -208,8 +213,12 @@ func (m *Multi) GroupScan(ctx context.Context, id GroupID, op kv.Op, c level.Con
 		leader, addr, _ := m.Leader(id)
 		return GroupPart{}, &NotLeaderError{Leader: leader, Addr: addr}
 	}
+	gs, err := m.sessionAt(g, c, s)
+	if err != nil {
+		return GroupPart{}, err
+	}
 	part, err := servedPart(op, g, func(op kv.Op) (kv.Result, error) {
-		return g.h.Replica.Read(ctx, op, c, shard.Session{})
+		return g.h.Replica.Read(ctx, op, c, gs)
 	})
 	part.Res.Group = g.spec.gid()
 	return part, err
@@ -373,11 +382,13 @@ func (m *Multi) scanPage(ctx context.Context, op kv.Op, c level.Consistency, s s
 
 // remotePart asks group id's leader for its part (refused: the error the
 // local replica gave, which may name it; the map's idea of the leader
-// otherwise). A session's part of another node's group is not carried
-// there: a keyspace scan at level session needs every group here.
+// otherwise). At level session the session s travels with the request, so
+// the node asked reads the group at the session's part of it (read your
+// writes, whichever node took them); the part's version and view come back
+// and advance the session here (scanPage's take).
 func (m *Multi) remotePart(ctx context.Context, id GroupID, refused error, op kv.Op, c level.Consistency, s shard.Session) (GroupPart, error) {
-	if c.Kind == level.Session {
-		return GroupPart{}, &ReplyError{fmt.Sprintf("ERR a keyspace scan (KEYS, SCAN, KEFIR.SCAN) at level session needs this node to serve every group, and it cannot serve group %d here: scan at another level, or at a node that hosts every group (issue 28)", id)}
+	if c.Kind != level.Session || (mutation.On && MultiMut.ScanSessionNotCarried.Load()) {
+		s = shard.Session{}
 	}
 	if m.asker == nil {
 		return GroupPart{}, &ReplyError{fmt.Sprintf("ERR a keyspace scan at level %s cannot read group %d at this node", c, id)}
@@ -399,7 +410,7 @@ func (m *Multi) remotePart(ctx context.Context, id GroupID, refused error, op kv
 			err = fmt.Errorf("%w: no node of group %d is known", ErrNoLeader, id)
 		} else {
 			var part GroupPart
-			if part, err = m.asker.AskGroupScan(ctx, addr, id, op, c); err == nil {
+			if part, err = m.asker.AskGroupScan(ctx, addr, id, op, c, s); err == nil {
 				return part, nil
 			}
 			var re *ReplyError
@@ -471,14 +482,25 @@ func GroupScanReply(p GroupPart) resp.Value {
 }
 
 // AskGroupScan asks the node at addr for group id's part of a keyspace
-// scan at level c: KEFIR.CALL CONSISTENCY c CMD KEFIR.GROUPSCAN id start end
-// limit, on a pooled forwarding connection (a node that cannot serve it
-// forwards it to the group's leader, as any read).
-func (r *Router) AskGroupScan(ctx context.Context, addr string, id GroupID, op kv.Op, c level.Consistency) (GroupPart, error) {
-	v, err := r.fwd.ask(ctx, addr, []byte("KEFIR.CALL"), []byte("CONSISTENCY"), []byte(c.String()), []byte("CMD"), []byte("KEFIR.GROUPSCAN"),
+// scan at level c: KEFIR.CALL CONSISTENCY c [SESSION token] CMD
+// KEFIR.GROUPSCAN id start end limit, on a pooled forwarding connection (a
+// node that cannot serve it forwards it to the group's leader, as any
+// read). The session goes with it if it has parts (level session); the
+// reply then comes as [token, reply], whose token is not needed here: the
+// part's version and view are the group's advance.
+func (r *Router) AskGroupScan(ctx context.Context, addr string, id GroupID, op kv.Op, c level.Consistency, s shard.Session) (GroupPart, error) {
+	args := [][]byte{[]byte("KEFIR.CALL"), []byte("CONSISTENCY"), []byte(c.String())}
+	if !s.IsZero() {
+		args = append(args, []byte("SESSION"), []byte(s.String()))
+	}
+	args = append(args, []byte("CMD"), []byte("KEFIR.GROUPSCAN"),
 		strconv.AppendUint(nil, uint64(id), 10), op.Key, op.End, strconv.AppendInt(nil, int64(op.Limit), 10))
+	v, err := r.fwd.ask(ctx, addr, args...)
 	if err != nil {
 		return GroupPart{}, err
+	}
+	if v.Kind == resp.Array && len(v.Elems) == 2 && (v.Elems[1].Kind == resp.Array || v.Elems[1].Kind == resp.Error) {
+		v = v.Elems[1] // [token, reply]: KEFIR.CALL SESSION's shape
 	}
 	return parseGroupScanReply(addr, v)
 }

@@ -180,8 +180,8 @@ func TestScanAcrossAMove(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				n1.SetGroupScanAsker(askerFunc(func(ctx context.Context, addr string, id GroupID, op kv.Op, c level.Consistency) (GroupPart, error) {
-					p, err := n2.GroupScan(ctx, id, op, c)
+				n1.SetGroupScanAsker(askerFunc(func(ctx context.Context, addr string, id GroupID, op kv.Op, c level.Consistency, s shard.Session) (GroupPart, error) {
+					p, err := n2.GroupScan(ctx, id, op, c, s)
 					if err != nil {
 						return p, err
 					}
@@ -225,5 +225,113 @@ func TestScanAcrossAMove(t *testing.T) {
 				t.Logf("source %d, remote %v: with ScanWindowUnchecked %d interleavings lose keys", srcID, remote, missed)
 			}
 		}
+	}
+}
+
+// laggingReplica is a group's replica that has applied its log up to
+// version 5 (keys old) and serves a read at level session only once it has
+// applied the session's part of its group (up to version 10, keys new):
+// what waitSession does at a replica behind the session's writes.
+type laggingReplica struct {
+	shard.Replica
+	old, new [][]byte
+}
+
+func (r *laggingReplica) Read(_ context.Context, op kv.Op, c level.Consistency, s shard.Session) (kv.Result, error) {
+	keys, version := r.old, uint64(5)
+	if c.Kind == level.Session && s.Need() > 5 {
+		keys, version = r.new, 10 // waited until applied
+	}
+	var arr [][]byte
+	for _, k := range keys {
+		if bytes.Compare(k, op.Key) >= 0 && (op.End == nil || bytes.Compare(k, op.End) < 0) && (op.Limit <= 0 || len(arr)/2 < op.Limit) {
+			arr = append(arr, k, []byte("v"))
+		}
+	}
+	return kv.Result{Kind: kv.ResArray, Array: arr, Version: version}, nil
+}
+
+func (r *laggingReplica) ReadPaths() shard.ReadPaths { return shard.ReadPaths{} }
+
+// A keyspace scan at level session at a node that does not host a group
+// reads that group's part at another node for the session's part of it
+// (KEFIR.GROUPSCAN under KEFIR.CALL SESSION): a session that wrote a key
+// through node 2 (its group 2 part at version 10) and scans through node 1
+// sees it even where node 2's replica has not applied the write yet (it
+// waits), and its token after the scan has read group 2 up to the part's
+// version. With the session not carried (mutation ScanSessionNotCarried)
+// the replica serves its older state and the write is missing. Before,
+// node 1 refused a scan at level session ("needs this node to serve every
+// group").
+func TestScanAtLevelSessionAcrossNodesReadsYourWrites(t *testing.T) {
+	sm, err := NewSlotMap(1, []GroupSpec{
+		{ID: 1, Members: []uint64{1}, Slots: []SlotRange{{Start: 0, End: 8191}}},
+		{ID: 2, Members: []uint64{2}, Slots: []SlotRange{{Start: 8192, End: 16383}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var in1, old2, written [][]byte
+	for i := 0; len(in1) < 3 || len(old2) < 3 || written == nil; i++ {
+		k := []byte(fmt.Sprintf("s%03d", i))
+		switch {
+		case Slot(k) <= 8191 && len(in1) < 3:
+			in1 = append(in1, k)
+		case Slot(k) > 8191 && len(old2) < 3:
+			old2 = append(old2, k)
+		case Slot(k) > 8191 && written == nil:
+			written = [][]byte{k}
+		}
+	}
+	new2 := append(slices.Clone(old2), written...)
+	slices.SortFunc(new2, bytes.Compare)
+	members := []Member{{ID: 1, ClientAddr: "n1:1"}, {ID: 2, ClientAddr: "n2:2"}}
+	spec1, _ := sm.Group(1)
+	spec2, _ := sm.Group(2)
+	n1, err := NewMulti(sm, 1, members, []LocalGroup{{Spec: spec1, Hosted: Hosted{Replica: &sortedReplica{keys: in1}, Group: &stateGroup{st: State{Normal: true, Leader: 1}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n2, err := NewMulti(sm, 2, members, []LocalGroup{{Spec: spec2, Hosted: Hosted{Replica: &laggingReplica{old: old2, new: new2}, Group: &stateGroup{st: State{Normal: true, Leader: 2}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n1.SetGroupScanAsker(askerFunc(func(ctx context.Context, addr string, id GroupID, op kv.Op, c level.Consistency, s shard.Session) (GroupPart, error) {
+		p, err := n2.GroupScan(ctx, id, op, c, s)
+		if err != nil {
+			return p, err
+		}
+		return parseGroupScanReply(addr, GroupScanReply(p))
+	}))
+	sess := shard.Session{}.AfterWrite(kv.Result{Version: 10, Group: 2}.Pos()) // the write through node 2
+	want := append(slices.Clone(in1), new2...)
+	slices.SortFunc(want, bytes.Compare)
+	scan := func() ([][]byte, shard.Session) {
+		t.Helper()
+		res, after, err := n1.Scan(context.Background(), kv.Op{Kind: kv.KindScan, Limit: 100}, level.Consistency{Kind: level.Session}, sess)
+		if err != nil {
+			t.Fatalf("a scan at level session through node 1: %v", err)
+		}
+		var got [][]byte
+		for i := 0; i < len(res.Array); i += 2 {
+			got = append(got, res.Array[i])
+		}
+		return got, after
+	}
+	got, after := scan()
+	if !slices.EqualFunc(got, want, bytes.Equal) {
+		t.Fatalf("the session's scan through node 1 returned %q, want %q (its write %q included)", got, want, written[0])
+	}
+	if p := after.For(2); p.MaxRead != 10 {
+		t.Fatalf("the token after the scan: group 2's part %+v, want it read up to version 10", p)
+	}
+	if mutation.On {
+		MultiMut.ScanSessionNotCarried.Store(true)
+		got, _ := scan()
+		MultiMut.ScanSessionNotCarried.Store(false)
+		if slices.ContainsFunc(got, func(k []byte) bool { return bytes.Equal(k, written[0]) }) {
+			t.Fatal("ScanSessionNotCarried not caught: the scan saw the session's write")
+		}
+		t.Logf("with ScanSessionNotCarried the scan returned %q, without the session's write %q", got, written[0])
 	}
 }
