@@ -80,20 +80,30 @@ func (s *slotSet) keep(o *slotSet) {
 	}
 }
 
-// servedSlots caches the set of slots a group's table serves (the table
-// is immutable and changes only at a move's steps; a page reads it twice
-// per part read).
-type servedSlots struct{ p atomic.Pointer[tableServed] }
+// servedSlots caches the sets of slots a group's latest tables serve (a
+// table is immutable and changes only at a move's steps; a page reads it
+// twice per part read, and across a move's window before and after differ).
+type servedSlots struct{ p atomic.Pointer[[]*tableServed] }
 
 type tableServed struct {
 	t *kv.SlotTable
 	s slotSet
 }
 
+// servedCached is how many tables servedSlots keeps: a move's steps make
+// three of a group's (before, during, after).
+const servedCached = 4
+
 // of returns the slots t serves.
 func (c *servedSlots) of(t *kv.SlotTable) *slotSet {
-	if x := c.p.Load(); x != nil && x.t == t {
-		return &x.s
+	var old []*tableServed
+	if p := c.p.Load(); p != nil {
+		old = *p
+	}
+	for _, x := range old {
+		if x.t == t {
+			return &x.s
+		}
 	}
 	x := &tableServed{t: t}
 	for slot := range uint16(Slots) {
@@ -101,7 +111,10 @@ func (c *servedSlots) of(t *kv.SlotTable) *slotSet {
 			x.s[slot/64] |= 1 << (slot % 64)
 		}
 	}
-	c.p.Store(x)
+	// A new list, the newest first (a concurrent miss may drop one: it is
+	// computed again when next needed).
+	n := append([]*tableServed{x}, old[:min(len(old), servedCached-1)]...)
+	c.p.Store(&n)
 	return &x.s
 }
 
