@@ -83,7 +83,9 @@ func (s *slotSet) keep(o *slotSet) {
 // servedSlots caches the sets of slots a group's latest tables serve (a
 // table is immutable and changes only at a move's steps; a page reads it
 // twice per part read, and across a move's window before and after differ).
-type servedSlots struct{ p atomic.Pointer[[]*tableServed] }
+type servedSlots struct {
+	p atomic.Pointer[[]*tableServed]
+}
 
 type tableServed struct {
 	t *kv.SlotTable
