@@ -35,10 +35,10 @@ import (
 // session token keeps one position per group's log.
 //
 // What does not span groups yet (docs/cluster.md): the nilext fast path,
-// follower-served cross-client-monotonic reads (CheckConsistency), FLUSHALL,
-// and reads of the whole keyspace
-// (KEYS, SCAN, KEFIR.SCAN), which merge the hosted groups' ordered streams
-// only where this node can serve every group at the read's level.
+// follower-served cross-client-monotonic reads (CheckConsistency) and
+// FLUSHALL. Reads of the whole keyspace (KEYS, SCAN, KEFIR.SCAN) merge
+// every group's ordered stream, asking other nodes for the groups this one
+// cannot serve (scanacross.go).
 type Multi struct {
 	// slots is the map this node routes by when no hosted table knows
 	// better: the static map (--groups), replaced by the metadata group's
@@ -89,6 +89,8 @@ type localGroup struct {
 	h     Hosted
 	// tab is the replica's slot table, if its engine keeps one (moves.go).
 	tab slotTabler
+	// served caches the slots tab's latest table serves (scanacross.go).
+	served servedSlots
 }
 
 // ErrCrossSlot is Redis Cluster's refusal of a command whose keys hash to
@@ -552,6 +554,15 @@ type MultiMutations struct {
 	// so a driver that dies before then leaves steps no record names and
 	// no resumer finishes (vrshard TestMoveSimMetaCatchesMutations).
 	PlanAfterHandOver atomic.Bool
+	// ScanWindowUnchecked: a keyspace scan's page is returned even when
+	// some slot was served by none of its parts' reads (a move's window
+	// between them), so it may miss that slot's keys (TestScanAcrossAMove).
+	ScanWindowUnchecked atomic.Bool
+	// ScanSessionNotCarried: a keyspace scan at level session asks another
+	// node for a group's part without the session, so a replica there that
+	// has not applied the session's writes serves its older state
+	// (TestScanAtLevelSessionAcrossNodesReadsYourWrites).
+	ScanSessionNotCarried atomic.Bool
 }
 
 // MultiMut is the process's MultiMutations (tests only; read under mutation.On).

@@ -8,10 +8,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/resp"
 	"github.com/kefirdb/kefir/internal/shard"
 )
@@ -23,11 +25,12 @@ import (
 // not hosted here (a cluster of more nodes than a group has members), or
 // not readable here at that level (a linearizable scan at a node that does
 // not lead the group) — is asked of the group's leader with KEFIR.GROUPSCAN
-// (GroupScan there), on the node's forwarding connections. So any node
-// answers a keyspace scan at any level but session, whatever groups it
-// hosts and leads, as Redis Cluster clients expect (redis-py's
-// RedisCluster sends KEYS and DBSIZE to one node, go-redis's ClusterClient
-// a keyless command to any).
+// (GroupScan there), on the node's forwarding connections — at level
+// session with the session, whose part of the group is read there. So any
+// node answers a keyspace scan at any level, whatever groups it hosts and
+// leads, as Redis Cluster clients expect (redis-py's RedisCluster sends
+// KEYS and DBSIZE to one node, go-redis's ClusterClient a keyless command
+// to any).
 //
 // Each part is a stream of served keys: a group's engine may hold keys of
 // slots it does not serve (being imported, or handed over and not yet
@@ -44,9 +47,10 @@ import (
 // is then in it: SCAN's guarantee.
 
 // GroupScanAsker asks the node at client address addr for group id's part
-// of a keyspace scan at level c (KEFIR.GROUPSCAN; the server's Router).
+// of a keyspace scan at level c (KEFIR.GROUPSCAN; the server's Router), at
+// level session for session s (its part of the group is read there).
 type GroupScanAsker interface {
-	AskGroupScan(ctx context.Context, addr string, id GroupID, op kv.Op, c level.Consistency) (GroupPart, error)
+	AskGroupScan(ctx context.Context, addr string, id GroupID, op kv.Op, c level.Consistency, s shard.Session) (GroupPart, error)
 }
 
 // GroupPart is one group's part of a keyspace scan: its served pairs
@@ -58,28 +62,133 @@ type GroupPart struct {
 	// Last is the last key the part's reads reached (served or not): the
 	// part says nothing of its keys after it unless Ended.
 	Last []byte
+	// served are the slots whose every key in the part's range the part
+	// holds: those its group served throughout its reads (nil: unknown, a
+	// node of an older build; taken as every slot).
+	served *slotSet
+}
+
+// slotSet is a set of slots, a bit each.
+type slotSet [Slots / 64]uint64
+
+func (s *slotSet) has(slot uint16) bool { return s[slot/64]&(1<<(slot%64)) != 0 }
+
+// keep removes from s the slots not in o.
+func (s *slotSet) keep(o *slotSet) {
+	for i := range s {
+		s[i] &= o[i]
+	}
+}
+
+// servedSlots caches the sets of slots a group's latest tables serve (a
+// table is immutable and changes only at a move's steps; a page reads it
+// twice per part read, and across a move's window before and after differ).
+type servedSlots struct {
+	p atomic.Pointer[[]*tableServed]
+}
+
+type tableServed struct {
+	t *kv.SlotTable
+	s slotSet
+}
+
+// servedCached is how many tables servedSlots keeps: a move's steps make
+// three of a group's (before, during, after).
+const servedCached = 4
+
+// of returns the slots t serves.
+func (c *servedSlots) of(t *kv.SlotTable) *slotSet {
+	var old []*tableServed
+	if p := c.p.Load(); p != nil {
+		old = *p
+	}
+	for _, x := range old {
+		if x.t == t {
+			return &x.s
+		}
+	}
+	x := &tableServed{t: t}
+	for slot := range uint16(Slots) {
+		if t.Entry(slot).State.Serves() {
+			x.s[slot/64] |= 1 << (slot % 64)
+		}
+	}
+	// A new list, the newest first (a concurrent miss may drop one: it is
+	// computed again when next needed).
+	n := append([]*tableServed{x}, old[:min(len(old), servedCached-1)]...)
+	c.p.Store(&n)
+	return &x.s
+}
+
+// ranges returns s as ranges of consecutive slots, in order.
+func (s *slotSet) ranges() []SlotRange {
+	var out []SlotRange
+	for slot := range uint16(Slots) {
+		if !s.has(slot) {
+			continue
+		}
+		if n := len(out); n > 0 && out[n-1].End == slot-1 {
+			out[n-1].End = slot
+		} else {
+			out = append(out, SlotRange{slot, slot})
+		}
+	}
+	return out
 }
 
 // SetGroupScanAsker sets how the node asks other nodes for groups' parts
 // of a keyspace scan (before it serves; nil: only hosted groups are read).
 func (m *Multi) SetGroupScanAsker(a GroupScanAsker) { m.asker = a }
 
-// servedPart reads one group's part of op with read, dropping the keys of
-// slots the group's table t says it does not serve, and reading again past
+// servedPart reads group g's part of op with read, dropping the keys of
+// slots the group's table says it does not serve, and reading again past
 // them until the part has op.Limit served pairs or its range ended.
-func servedPart(op kv.Op, t *kv.SlotTable, read func(kv.Op) (kv.Result, error)) (GroupPart, error) {
+//
+// A slot counts as served by a read only if the table loaded before it and
+// the one loaded after it both serve the slot. The engine applies a batch
+// before its table is published, so a table that serves the slot before
+// the read means the read sees the take-over's state, final copy included
+// (a destination's table loaded only after could name a take-over that
+// came after a read of a partial copy); and a table that still serves it
+// after the read means the hand-over, if the read saw it at all, was not
+// acknowledged yet, so no other group had served a write of the slot (a
+// source's table loaded only before could be older than a read of its
+// purged engine). The part's served set is the slots every read served
+// (a group without a table serves the slots of its spec, --groups: no move
+// ever touched it); the merge reads the page again while some slot is in
+// no part's set (scanAcross).
+func servedPart(op kv.Op, g *localGroup, read func(kv.Op) (kv.Result, error)) (GroupPart, error) {
 	var part GroupPart
 	var pairs [][]byte
 	served := 0 // bytes of the served pairs: only those bound the part
+	var cover slotSet
+	for i := range cover {
+		cover[i] = ^uint64(0)
+	}
 	for {
+		before := g.table()
 		res, err := read(op)
 		if err != nil {
 			return part, err
 		}
+		after := g.table()
+		for i, t := range []*kv.SlotTable{before, after} {
+			if i == 1 && after == before {
+				break // the same table: nothing more to remove
+			}
+			if t == nil {
+				cover.keep((*slotSet)(&g.owned))
+			} else {
+				cover.keep(g.served.of(t))
+			}
+		}
+		serves := func(slot uint16) bool {
+			return (before == nil || before.Entry(slot).State.Serves()) && (after == nil || after.Entry(slot).State.Serves())
+		}
 		size := 0
 		for i := 0; i+1 < len(res.Array); i += 2 {
 			size += len(res.Array[i]) + len(res.Array[i+1])
-			if t != nil && !t.Entry(Slot(res.Array[i])).State.Serves() {
+			if !serves(Slot(res.Array[i])) {
 				continue
 			}
 			pairs = append(pairs, res.Array[i], res.Array[i+1])
@@ -100,13 +209,17 @@ func servedPart(op kv.Op, t *kv.SlotTable, read func(kv.Op) (kv.Result, error)) 
 		op.Key = append(slices.Clip(part.Last), 0) // the first key after it
 	}
 	part.Res.Array = pairs
+	part.served = &cover
 	return part, nil
 }
 
 // GroupScan reads group id's part of a keyspace scan at level c at this
-// node (KEFIR.GROUPSCAN, which another node's scan sends): a not-leader
-// error names the node to ask instead (the front door forwards it there).
-func (m *Multi) GroupScan(ctx context.Context, id GroupID, op kv.Op, c level.Consistency) (GroupPart, error) {
+// node (KEFIR.GROUPSCAN, which another node's scan sends), at level session
+// for session s — its part of the group, after its other parts are checked
+// against the groups hosted here (sessionAt), as any read's: the part's
+// version and view advance the asking node's session. A not-leader error
+// names the node to ask instead (the front door forwards it there).
+func (m *Multi) GroupScan(ctx context.Context, id GroupID, op kv.Op, c level.Consistency, s shard.Session) (GroupPart, error) {
 	g := m.hs().byID[id]
 	if g == nil {
 		if _, ok := m.smap().Group(id); !ok {
@@ -115,15 +228,49 @@ func (m *Multi) GroupScan(ctx context.Context, id GroupID, op kv.Op, c level.Con
 		leader, addr, _ := m.Leader(id)
 		return GroupPart{}, &NotLeaderError{Leader: leader, Addr: addr}
 	}
-	part, err := servedPart(op, g.table(), func(op kv.Op) (kv.Result, error) {
-		return g.h.Replica.Read(ctx, op, c, shard.Session{})
+	gs, err := m.sessionAt(g, c, s)
+	if err != nil {
+		return GroupPart{}, err
+	}
+	part, err := servedPart(op, g, func(op kv.Op) (kv.Result, error) {
+		return g.h.Replica.Read(ctx, op, c, gs)
 	})
 	part.Res.Group = g.spec.gid()
 	return part, err
 }
 
-// scanAcross is Scan at a node of several groups (above).
+// scanAcross is Scan at a node of several groups (above). A page whose
+// parts together did not serve every slot throughout their reads — a slot
+// in a move's window (handed over by its source, not yet taken over by its
+// destination) at some part's read, or taken over only after the
+// destination's part was read and handed over before the source's — may
+// lack that slot's keys, so it is read again, at once and then backing
+// off, as a keyed request for the slot is forwarded again until a group
+// serves it; after remoteScanFor the scan fails (TRYAGAIN) rather than
+// return a page that may miss keys.
 func (m *Multi) scanAcross(ctx context.Context, op kv.Op, c level.Consistency, s shard.Session) (kv.Result, shard.Session, error) {
+	deadline := time.Now().Add(remoteScanFor)
+	pause := time.Duration(0)
+	for {
+		res, after, uncovered, err := m.scanPage(ctx, op, c, s)
+		if err != nil || uncovered < 0 || (mutation.On && MultiMut.ScanWindowUnchecked.Load()) {
+			return res, after, err
+		}
+		if time.Now().Add(pause).After(deadline) || ctx.Err() != nil {
+			return kv.Result{}, s, &ReplyError{fmt.Sprintf("TRYAGAIN a keyspace scan's page was read while slot %d moved, and again for %s: no group served it throughout", uncovered, remoteScanFor)}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(pause):
+		}
+		pause = min(max(2*pause, 20*time.Millisecond), 500*time.Millisecond)
+	}
+}
+
+// scanPage reads one page of a keyspace scan at a node of several groups
+// (scanAcross), and names a slot no part served throughout its reads (-1:
+// none; the page holds every key of every slot in its range).
+func (m *Multi) scanPage(ctx context.Context, op kv.Op, c level.Consistency, s shard.Session) (kv.Result, shard.Session, int, error) {
 	type pair struct{ k, v []byte }
 	type stream struct {
 		read  func(op kv.Op) (GroupPart, error) // from op.Key on
@@ -131,6 +278,7 @@ func (m *Multi) scanAcross(ctx context.Context, op kv.Op, c level.Consistency, s
 		ended bool
 		last  []byte
 		gid   uint32
+		cover slotSet // the slots every read of the part served
 	}
 	out := kv.Result{Kind: kv.ResArray}
 	after := s
@@ -145,17 +293,23 @@ func (m *Multi) scanAcross(ctx context.Context, op kv.Op, c level.Consistency, s
 			st.pairs = append(st.pairs, pair{part.Res.Array[i], part.Res.Array[i+1]})
 		}
 		st.ended, st.last = part.Ended, part.Last
+		if part.served != nil {
+			st.cover.keep(part.served)
+		}
 	}
 	for _, spec := range m.smap().Groups {
 		id := spec.ID
 		g := m.hs().byID[id]
 		st := &stream{gid: spec.gid()}
-		remote := func(op kv.Op, refused error) (GroupPart, error) { return m.remotePart(ctx, id, refused, op, c) }
+		for i := range st.cover {
+			st.cover[i] = ^uint64(0)
+		}
+		remote := func(op kv.Op, refused error) (GroupPart, error) { return m.remotePart(ctx, id, refused, op, c, s) }
 		st.read = func(op kv.Op) (GroupPart, error) { return remote(op, ErrNotLeader) }
 		part, err := GroupPart{}, error(ErrNotLeader)
 		if g != nil {
 			local := func(op kv.Op) (GroupPart, error) {
-				return servedPart(op, g.table(), func(op kv.Op) (kv.Result, error) {
+				return servedPart(op, g, func(op kv.Op) (kv.Result, error) {
 					return g.h.Replica.Read(ctx, op, c, g.session(s))
 				})
 			}
@@ -167,7 +321,7 @@ func (m *Multi) scanAcross(ctx context.Context, op kv.Op, c level.Consistency, s
 			part, err = remote(op, err)
 		}
 		if err != nil {
-			return kv.Result{}, s, err
+			return kv.Result{}, s, -1, err
 		}
 		take(st, part)
 		parts = append(parts, st)
@@ -176,7 +330,9 @@ func (m *Multi) scanAcross(ctx context.Context, op kv.Op, c level.Consistency, s
 	// reached (a part says nothing of its keys after its last). If fewer
 	// than Limit keys lie below that point — a part cut short, at
 	// kv.MaxScanBytes, by another node's older build — that part is read
-	// on: a short page would read as the range's end to the caller.
+	// on: a short page would read as the range's end to the caller. A key
+	// two parts returned (its slot moved between their reads, served by
+	// each at its read) is kept once: it would count twice toward Limit.
 	var all []pair
 	for {
 		var limiting *stream
@@ -186,14 +342,18 @@ func (m *Multi) scanAcross(ctx context.Context, op kv.Op, c level.Consistency, s
 			}
 		}
 		all = all[:0]
-		size := 0
 		for _, st := range parts {
 			for _, p := range st.pairs {
 				if limiting == nil || bytes.Compare(p.k, limiting.last) <= 0 {
 					all = append(all, p)
-					size += len(p.k) + len(p.v)
 				}
 			}
+		}
+		slices.SortFunc(all, func(a, b pair) int { return bytes.Compare(a.k, b.k) })
+		all = slices.CompactFunc(all, func(a, b pair) bool { return bytes.Equal(a.k, b.k) })
+		size := 0
+		for _, p := range all {
+			size += len(p.k) + len(p.v)
 		}
 		if limiting == nil || op.Limit <= 0 || len(all) >= op.Limit || size >= kv.MaxScanBytes {
 			break
@@ -202,15 +362,14 @@ func (m *Multi) scanAcross(ctx context.Context, op kv.Op, c level.Consistency, s
 		next.Key = append(slices.Clip(limiting.last), 0)
 		part, err := limiting.read(next)
 		if err != nil {
-			return kv.Result{}, s, err
+			return kv.Result{}, s, -1, err
 		}
 		prev := limiting.last
 		take(limiting, part)
 		if !limiting.ended && bytes.Compare(limiting.last, prev) <= 0 {
-			return kv.Result{}, s, fmt.Errorf("a keyspace scan's part did not advance past %q", prev)
+			return kv.Result{}, s, -1, fmt.Errorf("a keyspace scan's part did not advance past %q", prev)
 		}
 	}
-	slices.SortFunc(all, func(a, b pair) int { return bytes.Compare(a.k, b.k) })
 	if op.Limit > 0 && len(all) > op.Limit {
 		all = all[:op.Limit]
 	}
@@ -218,16 +377,33 @@ func (m *Multi) scanAcross(ctx context.Context, op kv.Op, c level.Consistency, s
 	for _, p := range all {
 		out.Array = append(out.Array, p.k, p.v)
 	}
-	return out, after, nil
+	var covered slotSet
+	for _, st := range parts {
+		for i := range covered {
+			covered[i] |= st.cover[i]
+		}
+	}
+	for i, w := range covered {
+		if w != ^uint64(0) {
+			for b := range 64 {
+				if w&(1<<b) == 0 {
+					return out, after, i*64 + b, nil
+				}
+			}
+		}
+	}
+	return out, after, -1, nil
 }
 
 // remotePart asks group id's leader for its part (refused: the error the
 // local replica gave, which may name it; the map's idea of the leader
-// otherwise). A session's part of another node's group is not carried
-// there: a keyspace scan at level session needs every group here.
-func (m *Multi) remotePart(ctx context.Context, id GroupID, refused error, op kv.Op, c level.Consistency) (GroupPart, error) {
-	if c.Kind == level.Session {
-		return GroupPart{}, &ReplyError{fmt.Sprintf("ERR a keyspace scan (KEYS, SCAN, KEFIR.SCAN) at level session needs this node to serve every group, and it cannot serve group %d here: scan at another level, or at a node that hosts every group (issue 28)", id)}
+// otherwise). At level session the session s travels with the request, so
+// the node asked reads the group at the session's part of it (read your
+// writes, whichever node took them); the part's version and view come back
+// and advance the session here (scanPage's take).
+func (m *Multi) remotePart(ctx context.Context, id GroupID, refused error, op kv.Op, c level.Consistency, s shard.Session) (GroupPart, error) {
+	if c.Kind != level.Session || (mutation.On && MultiMut.ScanSessionNotCarried.Load()) {
+		s = shard.Session{}
 	}
 	if m.asker == nil {
 		return GroupPart{}, &ReplyError{fmt.Sprintf("ERR a keyspace scan at level %s cannot read group %d at this node", c, id)}
@@ -249,7 +425,7 @@ func (m *Multi) remotePart(ctx context.Context, id GroupID, refused error, op kv
 			err = fmt.Errorf("%w: no node of group %d is known", ErrNoLeader, id)
 		} else {
 			var part GroupPart
-			if part, err = m.asker.AskGroupScan(ctx, addr, id, op, c); err == nil {
+			if part, err = m.asker.AskGroupScan(ctx, addr, id, op, c, s); err == nil {
 				return part, nil
 			}
 			var re *ReplyError
@@ -292,7 +468,10 @@ func retryableReply(msg string) bool {
 }
 
 // GroupScanReply is KEFIR.GROUPSCAN's reply: [version, view (-1: unknown),
-// ended (0|1), last key, [key, value, ...]].
+// ended (0|1), last key, [key, value, ...], [start, end, ...]]: the last,
+// the ranges of slots (inclusive) the part served throughout its reads,
+// from which the asking node tells whether its page may lack a moving
+// slot's keys (scanAcross).
 func GroupScanReply(p GroupPart) resp.Value {
 	view := int64(-1)
 	if p.Res.ViewKnown {
@@ -306,29 +485,63 @@ func GroupScanReply(p GroupPart) resp.Value {
 	for i, b := range p.Res.Array {
 		pairs[i] = resp.Value{Kind: resp.Bulk, Str: b}
 	}
+	var served []resp.Value
+	if p.served != nil {
+		for _, r := range p.served.ranges() {
+			served = append(served, resp.Value{Kind: resp.Int, Int: int64(r.Start)}, resp.Value{Kind: resp.Int, Int: int64(r.End)})
+		}
+	}
 	return resp.Value{Kind: resp.Array, Elems: []resp.Value{
 		{Kind: resp.Int, Int: int64(p.Res.Version)}, {Kind: resp.Int, Int: view}, {Kind: resp.Int, Int: ended},
-		{Kind: resp.Bulk, Str: p.Last}, {Kind: resp.Array, Elems: pairs}}}
+		{Kind: resp.Bulk, Str: p.Last}, {Kind: resp.Array, Elems: pairs}, {Kind: resp.Array, Elems: served}}}
 }
 
 // AskGroupScan asks the node at addr for group id's part of a keyspace
-// scan at level c: KEFIR.CALL CONSISTENCY c CMD KEFIR.GROUPSCAN id start end
-// limit, on a pooled forwarding connection (a node that cannot serve it
-// forwards it to the group's leader, as any read).
-func (r *Router) AskGroupScan(ctx context.Context, addr string, id GroupID, op kv.Op, c level.Consistency) (GroupPart, error) {
-	v, err := r.fwd.ask(ctx, addr, []byte("KEFIR.CALL"), []byte("CONSISTENCY"), []byte(c.String()), []byte("CMD"), []byte("KEFIR.GROUPSCAN"),
+// scan at level c: KEFIR.CALL CONSISTENCY c [SESSION token] CMD
+// KEFIR.GROUPSCAN id start end limit, on a pooled forwarding connection (a
+// node that cannot serve it forwards it to the group's leader, as any
+// read). The session goes with it if it has parts (level session); the
+// reply then comes as [token, reply], whose token is not needed here: the
+// part's version and view are the group's advance.
+func (r *Router) AskGroupScan(ctx context.Context, addr string, id GroupID, op kv.Op, c level.Consistency, s shard.Session) (GroupPart, error) {
+	args := [][]byte{[]byte("KEFIR.CALL"), []byte("CONSISTENCY"), []byte(c.String())}
+	if !s.IsZero() {
+		args = append(args, []byte("SESSION"), []byte(s.String()))
+	}
+	args = append(args, []byte("CMD"), []byte("KEFIR.GROUPSCAN"),
 		strconv.AppendUint(nil, uint64(id), 10), op.Key, op.End, strconv.AppendInt(nil, int64(op.Limit), 10))
+	v, err := r.fwd.ask(ctx, addr, args...)
 	if err != nil {
 		return GroupPart{}, err
 	}
+	if v.Kind == resp.Array && len(v.Elems) == 2 && (v.Elems[1].Kind == resp.Array || v.Elems[1].Kind == resp.Error) {
+		v = v.Elems[1] // [token, reply]: KEFIR.CALL SESSION's shape
+	}
+	return parseGroupScanReply(addr, v)
+}
+
+// parseGroupScanReply reads GroupScanReply's reply v from the node at addr.
+func parseGroupScanReply(addr string, v resp.Value) (GroupPart, error) {
 	if v.Kind == resp.Error {
 		return GroupPart{}, &ReplyError{string(v.Str)}
 	}
 	e := v.Elems
-	if v.Kind != resp.Array || len(e) != 5 || e[0].Kind != resp.Int || e[1].Kind != resp.Int || e[2].Kind != resp.Int || e[4].Kind != resp.Array {
+	if v.Kind != resp.Array || len(e) < 5 || len(e) > 6 || e[0].Kind != resp.Int || e[1].Kind != resp.Int || e[2].Kind != resp.Int || e[4].Kind != resp.Array {
 		return GroupPart{}, fmt.Errorf("KEFIR.GROUPSCAN at %s: unexpected reply", addr)
 	}
 	p := GroupPart{Res: kv.Result{Kind: kv.ResArray, Version: uint64(e[0].Int)}, Ended: e[2].Int == 1, Last: e[3].Str}
+	if len(e) == 6 { // five: a node of an older build, which does not say (taken as every slot)
+		p.served = &slotSet{}
+		r := e[5].Elems
+		for i := 0; i+1 < len(r); i += 2 {
+			if r[i].Kind != resp.Int || r[i+1].Kind != resp.Int || r[i].Int < 0 || r[i].Int > r[i+1].Int || r[i+1].Int >= Slots {
+				return GroupPart{}, fmt.Errorf("KEFIR.GROUPSCAN at %s: a bad range of served slots", addr)
+			}
+			for slot := uint16(r[i].Int); slot <= uint16(r[i+1].Int); slot++ {
+				p.served[slot/64] |= 1 << (slot % 64)
+			}
+		}
+	}
 	if e[1].Int >= 0 {
 		p.Res.View, p.Res.ViewKnown = uint64(e[1].Int), true
 	}

@@ -37,10 +37,10 @@ func (r *sortedReplica) ReadPaths() shard.ReadPaths { return shard.ReadPaths{} }
 
 // askerFunc is a GroupScanAsker: here another Multi's GroupScan, in place
 // of KEFIR.GROUPSCAN over TCP (server TestKeyspaceScansAcrossNodes runs it).
-type askerFunc func(ctx context.Context, addr string, id GroupID, op kv.Op, c level.Consistency) (GroupPart, error)
+type askerFunc func(ctx context.Context, addr string, id GroupID, op kv.Op, c level.Consistency, s shard.Session) (GroupPart, error)
 
-func (f askerFunc) AskGroupScan(ctx context.Context, addr string, id GroupID, op kv.Op, c level.Consistency) (GroupPart, error) {
-	return f(ctx, addr, id, op, c)
+func (f askerFunc) AskGroupScan(ctx context.Context, addr string, id GroupID, op kv.Op, c level.Consistency, s shard.Session) (GroupPart, error) {
+	return f(ctx, addr, id, op, c, s)
 }
 
 // A keyspace scan at a node that hosts group 1 only: group 2's part comes
@@ -105,9 +105,9 @@ func TestScanAcrossNodesReturnsEveryServedKeyOnce(t *testing.T) {
 	}
 	n1, n2 := node(1, 1), node(2, 2)
 	var asked []string
-	n1.SetGroupScanAsker(askerFunc(func(ctx context.Context, addr string, id GroupID, op kv.Op, c level.Consistency) (GroupPart, error) {
+	n1.SetGroupScanAsker(askerFunc(func(ctx context.Context, addr string, id GroupID, op kv.Op, c level.Consistency, s shard.Session) (GroupPart, error) {
 		asked = append(asked, addr)
-		return n2.GroupScan(ctx, id, op, c)
+		return n2.GroupScan(ctx, id, op, c, s)
 	}))
 	for _, limit := range []int{1, 7, 50, 1000} {
 		var got [][]byte
@@ -142,11 +142,6 @@ func TestScanAcrossNodesReturnsEveryServedKeyOnce(t *testing.T) {
 	if len(asked) == 0 || asked[0] != "n2:2" {
 		t.Fatalf("group 2's part was asked at %v, want node 2 (n2:2)", asked)
 	}
-	// At level session a part this node cannot serve is not asked of
-	// another: the session's part of it does not travel.
-	if _, _, err := n1.Scan(context.Background(), kv.Op{Kind: kv.KindScan, Limit: 10}, level.Consistency{Kind: level.Session}, shard.Session{}); err == nil {
-		t.Fatal("a scan at level session across nodes was served")
-	}
 }
 
 // A part's node that fails (a broken connection, no leader yet) is asked
@@ -168,7 +163,7 @@ func TestScanAcrossNodesAsksAgain(t *testing.T) {
 	}
 	var calls int
 	fails := []error{fmt.Errorf("read tcp: connection reset by peer"), &ReplyError{"UNAVAILABLE no leader"}}
-	n1.SetGroupScanAsker(askerFunc(func(context.Context, string, GroupID, kv.Op, level.Consistency) (GroupPart, error) {
+	n1.SetGroupScanAsker(askerFunc(func(context.Context, string, GroupID, kv.Op, level.Consistency, shard.Session) (GroupPart, error) {
 		calls++
 		if calls <= len(fails) {
 			return GroupPart{}, fails[calls-1]
@@ -217,7 +212,7 @@ func TestScanAcrossNodesByteBoundPartDoesNotEndTheScan(t *testing.T) {
 	}
 	stop := local[1] // group 2's engine read stopped at 64 MiB of unserved keys, the last one just after local[1]
 	stop = append(slices.Clone(stop), 0)
-	n1.SetGroupScanAsker(askerFunc(func(_ context.Context, _ string, _ GroupID, op kv.Op, _ level.Consistency) (GroupPart, error) {
+	n1.SetGroupScanAsker(askerFunc(func(_ context.Context, _ string, _ GroupID, op kv.Op, _ level.Consistency, _ shard.Session) (GroupPart, error) {
 		if bytes.Compare(op.Key, stop) <= 0 {
 			return GroupPart{Res: kv.Result{Kind: kv.ResArray}, Ended: false, Last: stop}, nil
 		}

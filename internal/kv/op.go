@@ -292,10 +292,13 @@ func (op *Op) WrittenKeys() [][]byte {
 // the stride between them in the slice (2 for MSET's key, value pairs).
 // Keys is not always keys: a hash op's Keys are its fields (and values), an
 // EVAL's hold its arguments after the Delta declared keys; those route by
-// their user key alone. Other ops name either Key or Keys.
+// their user key alone. A scan names a range, none of its keys: its Key is
+// where the range starts, which may hash to a slot of another group (a
+// SCAN cursor's next key), so a scan is not routed or fenced by it — its
+// callers filter what it returns by slot. Other ops name either Key or Keys.
 func (op *Op) RoutingKeys() (keys [][]byte, step int) {
 	switch {
-	case isSlotKind(op.Kind):
+	case isSlotKind(op.Kind) || op.Kind == KindScan:
 		// Sent to a group by id; an import's keys are its own to check.
 		return nil, 1
 	case isHashWrite(op.Kind) || isHashRead(op.Kind):

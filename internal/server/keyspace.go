@@ -787,10 +787,12 @@ func (t *cursorTable) resume(arg []byte) ([]byte, error) {
 }
 
 // groupScan serves KEFIR.GROUPSCAN group start end limit: one group's part
-// of a keyspace scan at cons, which a node of several groups that cannot
-// serve the group asks of its leader (cluster.Multi.GroupScan; the reply is
-// cluster.GroupScanReply). A node that cannot serve it either forwards it
-// to the leader it knows, as any read.
+// of a keyspace scan at cons (at level session for the session sess, which
+// the asking node sends under KEFIR.CALL SESSION), which a node of several
+// groups that cannot serve the group asks of its leader
+// (cluster.Multi.GroupScan; the reply is cluster.GroupScanReply). A node
+// that cannot serve it either forwards it to the leader it knows, as any
+// read.
 func (c *conn) groupScan(args [][]byte, cons level.Consistency, sess shard.Session, o callOpts) error {
 	if c.srv.multi == nil {
 		return errf("ERR KEFIR.GROUPSCAN needs a node of several groups")
@@ -822,12 +824,23 @@ func (c *conn) groupScan(args [][]byte, cons level.Consistency, sess shard.Sessi
 	if len(args[3]) > 0 {
 		op.End = args[3]
 	}
-	part, err := c.srv.multi.GroupScan(context.Background(), cluster.GroupID(g), op, cons)
+	part, err := c.srv.multi.GroupScan(context.Background(), cluster.GroupID(g), op, cons, sess)
 	if errors.Is(err, cluster.ErrNotLeader) {
 		return c.forwardRead(args, cons, sess, o, err)
 	}
 	if err != nil {
 		return err
+	}
+	// The session advanced by the part's read, as any read's (the asking
+	// node takes the part's version and view from the reply itself; the
+	// token first under KEFIR.CALL SESSION keeps the shape a forwarded
+	// read's reply has, which forwardRead above also writes).
+	after := sess.AfterRead(part.Res.Pos())
+	if o.session {
+		_ = c.w.WriteArrayHeader(2)
+		_ = c.w.WriteBulkString(after.String())
+	} else {
+		c.sess = after
 	}
 	return c.w.WriteValue(cluster.GroupScanReply(part))
 }

@@ -8,6 +8,9 @@ import (
 	"time"
 
 	"github.com/kefirdb/kefir/internal/cluster"
+	"github.com/kefirdb/kefir/internal/kv"
+	"github.com/kefirdb/kefir/internal/mutation"
+	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/testgroup"
 )
 
@@ -17,8 +20,8 @@ import (
 // 3 alone. Nodes 1 and 2 read group 2's part at node 3 (KEFIR.GROUPSCAN),
 // and a node that does not lead group 1 reads its linearizable part at its
 // leader: every node returns all of the keys, once per SCAN iteration
-// (pages of 13), and counts them all. At level session a node that cannot
-// serve every group refuses, saying so. Before, nodes 1 and 2 answered
+// (pages of 13), and counts them all (level session:
+// TestSessionScanAcrossNodes). Before, nodes 1 and 2 answered
 // "a keyspace scan needs every group on this node" and counted only group
 // 1's keys.
 func TestKeyspaceScansAcrossNodes(t *testing.T) {
@@ -73,10 +76,66 @@ func TestKeyspaceScansAcrossNodes(t *testing.T) {
 			t.Fatalf("node %d: RANDOMKEY = %s", i+1, k)
 		}
 	}
+}
+
+// A keyspace scan at level session at a node that does not host a group
+// (node 1; group 2 is on node 3 alone) reads that group's part at its node
+// for the session's part of it: KEFIR.GROUPSCAN under KEFIR.CALL SESSION.
+// A session that wrote a key of group 2 through node 3 sees it in SCAN,
+// KEYS and KEFIR.SCAN through node 1, and its token then has read group 2
+// at least as far as its write. A token whose group 2 part names a write a
+// view change dropped (as TestSessionLostInOneGroupIsLostAtEvery makes one)
+// is lost at node 1's scan too — found at node 3, which judges the part it
+// was sent; with the session not carried (ScanSessionNotCarried) node 3
+// serves it. Before, node 1 refused a scan at level session.
+func TestSessionScanAcrossNodes(t *testing.T) {
+	g := startGroupOnNode3(t)
+	kb := keyOfGroup(2, "mine")
+	w := dial(t, g.nodes[2])
+	w.expect(`KEFIR.CONSISTENCY session => OK`)
+	w.expect(`SET ` + kb + ` v => OK`)
+	tok := strings.Trim(w.do("KEFIR.SESSION"), `"`)
+	written, err := shard.ParseSession(tok)
+	if err != nil || written.For(2).LastWrite == 0 || !written.For(2).WriteViewKnown {
+		t.Fatalf("the writer's token %q: %+v %v", tok, written, err)
+	}
 	c := dial(t, g.nodes[0])
 	c.expect(`KEFIR.CONSISTENCY session => OK`)
-	if got := c.do("KEYS", "*"); !strings.Contains(got, "level session needs this node to serve every group") {
-		t.Fatalf("KEYS at level session at node 1 (no replica of group 2): %.200s", got)
+	c.expect(`KEFIR.SESSION ` + tok + ` => OK`)
+	if got := c.do("KEYS", "*"); !strings.Contains(got, `"`+kb+`"`) {
+		t.Fatalf("KEYS * at node 1 at level session: %.200s, want the session's %s", got, kb)
+	}
+	if r := c.doRaw("SCAN", "0", "COUNT", "100"); !slices.Contains(r.items, kb) {
+		t.Fatalf("SCAN at node 1 at level session: %q, want the session's %s", r.items, kb)
+	}
+	if got := c.do("KEFIR.SCAN", "", "", "LIMIT", "100"); !strings.Contains(got, `"`+kb+`"`) {
+		t.Fatalf("KEFIR.SCAN at node 1 at level session: %.200s", got)
+	}
+	after, err := shard.ParseSession(strings.Trim(c.do("KEFIR.SESSION"), `"`))
+	if err != nil || after.For(2).MaxRead < written.For(2).LastWrite {
+		t.Fatalf("the token after the scans: %+v (%v), want group 2 read up to its write %d", after, err, written.For(2).LastWrite)
+	}
+
+	p := written.For(2)
+	p.WriteView++ // the op went to another view's write
+	lost := shard.Session{}.AfterWrite(kv.Result{Version: p.LastWrite, View: p.WriteView, ViewKnown: true, Group: 2}.Pos())
+	scanLost := func() string {
+		c := dial(t, g.nodes[0])
+		c.expect(`KEFIR.CONSISTENCY session => OK`)
+		c.expect(`KEFIR.SESSION ` + lost.String() + ` => OK`)
+		return c.do("KEYS", "*")
+	}
+	if got := scanLost(); !strings.Contains(got, "lost") {
+		t.Fatalf("KEYS at node 1 with a token whose group 2 part is lost: %.200s, want the lost session's error", got)
+	}
+	if mutation.On {
+		cluster.MultiMut.ScanSessionNotCarried.Store(true)
+		got := scanLost()
+		cluster.MultiMut.ScanSessionNotCarried.Store(false)
+		if strings.Contains(got, "lost") {
+			t.Fatalf("ScanSessionNotCarried not caught: %.200s", got)
+		}
+		t.Logf("with ScanSessionNotCarried node 1 serves the lost session: %.100s", got)
 	}
 }
 
