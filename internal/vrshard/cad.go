@@ -2,6 +2,7 @@ package vrshard
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"slices"
 	"sync"
@@ -615,9 +616,28 @@ func (r *Replica) earlyAcks(acks []vr.Reply) {
 				r.overlay(a.Op, p.op, !p.async)
 			}
 			r.st.earlyAcks.Add(1)
-			p.finish(kv.Result{Kind: kv.ResOK, Version: a.Op}, nil)
+			res := kv.Result{Kind: kv.ResOK, Version: a.Op}
+			// The view goes into the session token, as markAppended's
+			// does: a chain's AU head acknowledges in the Ready that
+			// appends the write, before markAppended, and its entry's view
+			// (the epoch its head numbered it in) is what tells a later
+			// write at that position apart (chainSessionCheck).
+			if v, ok := r.logView(a.Op); ok && !(mutation.On && r.mut.chainSessionUnchecked) {
+				res.View, res.ViewKnown = v, true
+			}
+			p.finish(res, nil)
 		}
 	}
+}
+
+// logView is the view of the log entry at op (driver only): from the
+// entries after the applied op (r.tail), else the applied view history.
+func (r *Replica) logView(op uint64) (uint64, bool) {
+	i, ok := slices.BinarySearchFunc(r.tail, op, func(e vr.Entry, op uint64) int { return cmp.Compare(e.Op, op) })
+	if ok {
+		return r.tail[i].View, true
+	}
+	return r.views.Load().opView(op)
 }
 
 // overlay records a pending blind write (cad: a cad write) the leader

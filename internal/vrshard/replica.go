@@ -556,6 +556,13 @@ type mutations struct {
 	// whose cad or async write a view change dropped is served state
 	// without it once its op number holds another write.
 	noSessionViews bool
+	// chainSessionUnchecked: an early acknowledgement's token carries no
+	// view, and a chain member neither fails a session read whose token is
+	// past the head's history (lost with an earlier head) nor checks a
+	// write's session at the head (chainSessionCheck): the code before
+	// session 30, under which a session that saw an AU head's async write
+	// lost with it was not told.
+	chainSessionUnchecked bool
 	// noLeaderWake: publish does not wake waiting readers when leadership
 	// changes, so a session read waiting at a deposed leader for an op of
 	// its log waits until an apply or RequestTimeout instead of redirecting.
@@ -612,6 +619,9 @@ type proposal struct {
 	ordered, early bool
 	ores           kv.Result
 	oerr           error
+	// sess: the writer's session (shard.WriteReq.Session), which a chain's
+	// head checks before it proposes the write (chainSessionCheck).
+	sess shard.Session
 }
 
 // batchWait is one Apply call's writes. done closes when every write is
@@ -1525,6 +1535,12 @@ func (r *Replica) propose(ps []*proposal) {
 			// request numbered below one of the same client in flight.
 			r.cadSeq++
 			p.req.Client, p.req.ReqNum = r.cadClient, r.cadSeq
+		}
+		if r.opts.Chain != nil && !p.sess.IsZero() {
+			if err := r.chainSessionCheck(p.sess); err != nil {
+				p.finish(kv.Result{}, err)
+				continue
+			}
 		}
 		err := r.core.Propose(now, p.req, p.ack)
 		if errors.Is(err, vr.ErrBusy) {
@@ -2514,6 +2530,7 @@ func (r *Replica) prepareProposal(q *shard.WriteReq, p *proposal, ts int64) (may
 	early := r.answerableEarly(&q.Op)
 	p.ack, p.blind = r.ackPointFor(q, early), NilextEligible(&q.Op)
 	p.async = q.Durability == level.Async
+	p.sess = q.Session
 	p.orderEarly = r.ordersEarly(q, p.ack, early)
 	if p.orderEarly {
 		mayBeEarly = true
