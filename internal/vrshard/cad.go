@@ -666,7 +666,26 @@ func (r *Replica) mustPark(op uint64) bool {
 	return r.opts.FollowerReads && op > r.readable.Load()
 }
 
-// releaseParked sends the parked replies R now covers.
+// chainDurableWrite reports whether q, acknowledged at ack, is a write that
+// asks for durability (sync, the default) on a chain whose mode answers
+// without waiting for a disk (AUSI, AU): its reply waits for the chain's
+// durable point (parkDurable), as SU's every reply does. An AU async write
+// answered early, and cad and async writes answered at commit, keep the
+// mode's answer.
+func (r *Replica) chainDurableWrite(q *shard.WriteReq, ack vr.AckPoint) bool {
+	c := r.opts.Chain
+	return c != nil && c.Mode != chain.SU && ack == vr.AckApplied &&
+		(q.Durability == level.Sync || q.Durability.IsZero()) && !(mutation.On && r.mut.chainSyncAtCommit)
+}
+
+// parkDurable reports whether p's reply at op must wait for the chain's
+// durable point (p.durable; r.durable is the latest Ready's, driver only).
+func (r *Replica) parkDurable(p *proposal, op uint64) bool {
+	return p.durable && op > r.durable
+}
+
+// releaseParked sends the parked replies R (and, for a write asking for
+// durability on a chain, the durable point) now covers.
 func (r *Replica) releaseParked() {
 	if len(r.parked) == 0 {
 		return
@@ -674,7 +693,7 @@ func (r *Replica) releaseParked() {
 	R := r.readable.Load()
 	n := 0
 	for _, pr := range r.parked {
-		if pr.op <= R {
+		if pr.op <= R && (!pr.durable || pr.op <= r.durable) {
 			pr.fin()
 			continue
 		}
