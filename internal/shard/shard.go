@@ -46,8 +46,8 @@ type WriteReq struct {
 	// the write's token would otherwise rise past the loss and hide it from
 	// the session's next read. A VR replica does not check it.
 	Session Session
-	Result     kv.Result
-	Err        error
+	Result  kv.Result
+	Err     error
 
 	deduped bool // answered from the client table
 	reveals bool // the reply reports state the write read (see revealsState)

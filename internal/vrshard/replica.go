@@ -936,11 +936,11 @@ type Replica struct {
 	parked    []parkedReply      // driver only, in op order
 	// durable: the core's durable point (Ready.Durable, a chain's), which
 	// a parked write asking for durability waits for (parkDurable). Driver
-	// only; it only rises while this member heads the chain.
-	durable uint64
-	txApplied []txApplied        // driver only, in op order (txwait.go)
-	backlog   []*proposal        // writes waiting for room in the pipeline, in order
-	nxCool    atomic.Int64       // local Unix ns until which the fast path rests
+	// only; it only rises (committed positions are final).
+	durable   uint64
+	txApplied []txApplied  // driver only, in op order (txwait.go)
+	backlog   []*proposal  // writes waiting for room in the pipeline, in order
+	nxCool    atomic.Int64 // local Unix ns until which the fast path rests
 
 	vt viewTrack // view events (viewlog.go)
 
