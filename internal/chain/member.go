@@ -247,7 +247,8 @@ type Member struct {
 	// DA; at the tail unused), da this member's: every log-datastore
 	// member from here to the tail persisted it (durPoint). Acknowledgements
 	// carry it up the chain (MsgAck's LA, with Done) beside LA, whatever the
-	// mode: under SU it never lags LA, under AUSI and AU it is the point at
+	// mode: under SU it moves with LA (every log member's LA waits for its
+	// disk), under AUSI and AU it is the point at
 	// which a write asking for durability (Kefir's `sync`) is answered by
 	// the host of the head — the answer SU gives every update, given per
 	// request ("Per-request durability" in docs/design/chain.md).
@@ -1215,7 +1216,7 @@ func (m *Member) flush(msg Msg) {
 		m.acked = max(m.acked, mainLU)
 		if m.cfg.Mode == SU {
 			// And durable: under SU the old tail acknowledged them only
-			// once persisted (DA is LA). Under AUSI and AU its durable
+			// once persisted. Under AUSI and AU its durable
 			// point comes with its next acknowledgement (it says it again
 			// when FLUSH relinks it to me).
 			m.dacked = max(m.dacked, mainLU)
