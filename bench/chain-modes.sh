@@ -5,9 +5,11 @@
 # RESP on loopback:
 #   put latency of one client (closed loop), and
 #   throughput of 16 clients,
-# each mode at its level: SU and AUSI `sync` writes (answered at commit),
-# AU `async` writes (answered by the head alone) — and AU at `sync`, which
-# an AU chain answers at commit as AUSI does. Rounds alternate the
+# each mode at its level: SU `sync` writes (answered at commit, every log
+# member's fsync in series), AUSI `async` writes (answered at commit, no disk
+# waited for), AU `async` writes (answered by the head alone) — and AUSI and
+# AU at `sync`, which they answer once every log member fsynced the write
+# (side by side; session 30, "Per-request durability"). Rounds alternate the
 # configurations (the machine is shared); the summary gives each figure's
 # median over the rounds.
 #
@@ -47,6 +49,7 @@ for round in $(seq 1 "$ROUNDS"); do
 	for c in 1 16; do
 		bench "SU sync, $c client(s)" su sync "$c"
 		bench "AUSI sync, $c client(s)" ausi sync "$c"
+		bench "AUSI async, $c client(s)" ausi async "$c"
 		bench "AU async, $c client(s)" au async "$c"
 		bench "AU sync, $c client(s)" au sync "$c"
 	done

@@ -45,6 +45,11 @@ func Check(ms *Master, members map[NodeID]*Member, up func(NodeID) bool) error {
 		if m.la > m.lu {
 			return fmt.Errorf("chain: member %d: LA %s > LU %s", m.cfg.ID, FormatSeq(m.la), FormatSeq(m.lu))
 		}
+		if m.da > m.la {
+			// Durable below means acknowledged below: a host answers a
+			// write at the durable point only once it is committed too.
+			return fmt.Errorf("chain: member %d: DA %s > LA %s", m.cfg.ID, FormatSeq(m.da), FormatSeq(m.la))
+		}
 		if i == 0 {
 			continue
 		}

@@ -191,6 +191,10 @@ type mutations struct {
 	// throughout (the code before outrun): under writes that outrun the
 	// pull it never ends, and the join with it.
 	precopyToEnd bool
+	// durableUnpersisted: a log member's durable point (DA) ignores its own
+	// persistence: a host answers a write asking for durability before
+	// every log member persisted it.
+	durableUnpersisted bool
 }
 
 // Member is one chain member's protocol state for one chain (one key range):
@@ -239,6 +243,16 @@ type Member struct {
 	// the highest received); LA follows it once this member persisted that
 	// far, when its acknowledgement must wait for its log (advance).
 	acked uint64
+	// dacked is the highest update the successor reported durable (its
+	// DA; at the tail unused), da this member's: every log-datastore
+	// member from here to the tail persisted it (durPoint). Acknowledgements
+	// carry it up the chain (MsgAck's LA, with Done) beside LA, whatever the
+	// mode: under SU it moves with LA (every log member's LA waits for its
+	// disk), under AUSI and AU it is the point at
+	// which a write asking for durability (Kefir's `sync`) is answered by
+	// the host of the head — the answer SU gives every update, given per
+	// request ("Per-request durability" in docs/design/chain.md).
+	dacked, da uint64
 
 	// persistReq is the highest sequence number the host was asked to
 	// persist, persisted the highest it confirmed; unbatched counts the
@@ -424,6 +438,7 @@ func (m *Member) Step(msg Msg) {
 			return
 		}
 		m.acked = max(m.acked, msg.Seq)
+		m.dacked = max(m.dacked, succDurable(msg.Done, msg.LA, msg.Seq))
 		m.advance()
 	case MsgPersisted:
 		m.persisted = max(m.persisted, msg.Seq)
@@ -630,19 +645,20 @@ func (m *Member) Step(msg Msg) {
 			// A repeat of the repair that linked us: answer again, keeping
 			// the queues (a joiner's relayed updates may wait there for a
 			// FLUSH that started since the first).
-			m.send(msg.From, Msg{Type: MsgRepairInfo, LA: m.la, LU: m.lu, Epoch: msg.Epoch})
+			m.send(msg.From, Msg{Type: MsgRepairInfo, LA: m.la, LU: m.lu, Epoch: msg.Epoch, Seq: m.da, Done: true})
 			return
 		}
 		m.raise(msg.Epoch)
 		m.pred, m.predEpoch = msg.From, msg.Epoch
 		m.pending = map[NodeID][]Msg{}
-		m.send(msg.From, Msg{Type: MsgRepairInfo, LA: m.la, LU: m.lu, Epoch: msg.Epoch})
+		m.send(msg.From, Msg{Type: MsgRepairInfo, LA: m.la, LU: m.lu, Epoch: msg.Epoch, Seq: m.da, Done: true})
 	case MsgRepairInfo:
 		if !m.repairing || msg.From != m.succ || msg.Epoch != m.repairEpoch {
 			return
 		}
 		m.repairing = false
 		m.acked = max(m.acked, msg.LA)
+		m.dacked = max(m.dacked, succDurable(msg.Done, msg.Seq, msg.LA))
 		m.advance()
 		// Re-send what the new successor may never have got (Listing 1's
 		// CR_MID), including what arrived while repairing — what a log
@@ -972,12 +988,8 @@ func (m *Member) answersOnAck() bool {
 // passes the acknowledgement upstream.
 func (m *Member) advance() {
 	to := min(m.acked, m.ackBound())
-	if to <= m.la {
-		return
-	}
 	old := m.la
-	m.la = to
-	if m.answersOnAck() {
+	if to > old && m.answersOnAck() {
 		i := sort.Search(len(m.log), func(i int) bool { return m.log[i].Seq > old })
 		for _, es := range [][]Entry{m.log[i:], m.tmp} {
 			for _, e := range es { // each in seq order
@@ -990,9 +1002,44 @@ func (m *Member) advance() {
 			}
 		}
 	}
-	if m.pred != 0 {
-		m.send(m.pred, Msg{Type: MsgAck, Seq: m.la})
+	m.la = max(old, to)
+	da := m.durPoint()
+	daMoved := da > m.da
+	m.da = max(m.da, da)
+	if m.pred != 0 && (m.la > old || daMoved) {
+		m.sendAck()
 	}
+}
+
+// sendAck acknowledges LA and DA to the predecessor (Done: the ack says DA).
+func (m *Member) sendAck() {
+	m.send(m.pred, Msg{Type: MsgAck, Seq: m.la, LA: m.da, Done: true})
+}
+
+// durPoint is how far every log-datastore member from here to the tail
+// persisted: the successor's report (at the tail: what it acknowledges), and,
+// on a log member, its own persisted prefix. Memory and buffered-log
+// members wait for nothing here, as under SU (ackBound).
+func (m *Member) durPoint() uint64 {
+	d := m.dacked
+	if m.succ == 0 {
+		d = m.acked // the tail: what it received and acknowledges
+	}
+	if m.cfg.Store == Log && !(mutation.On && m.mut.durableUnpersisted) {
+		d = min(d, m.persisted)
+	}
+	return d
+}
+
+// succDurable is the durable point a successor's acknowledgement (or
+// REPAIR_INFO) reports: d if it says one (said), else its LA la — an
+// older successor that carries no durable point, whose acknowledgement is
+// taken as durable as before (a request's durability is then the mode's).
+func succDurable(said bool, d, la uint64) uint64 {
+	if said {
+		return d
+	}
+	return la
 }
 
 // appendMain applies entries that come straight into the main store
@@ -1167,6 +1214,13 @@ func (m *Member) flush(msg Msg) {
 		// acknowledged, and upstream may have lost the old tail's acks
 		// for it (they stopped being accepted when FLUSH relinked it).
 		m.acked = max(m.acked, mainLU)
+		if m.cfg.Mode == SU {
+			// And durable: under SU the old tail acknowledged them only
+			// once persisted. Under AUSI and AU its durable
+			// point comes with its next acknowledgement (it says it again
+			// when FLUSH relinks it to me).
+			m.dacked = max(m.dacked, mainLU)
+		}
 		m.state = Active
 		m.advance()
 		m.toMaster(Msg{Type: MsgFlushAck, Epoch: msg.Epoch})
@@ -1226,6 +1280,15 @@ func (m *Member) flush(msg Msg) {
 	}
 	m.send(msg.Path[i+1], msg)
 	m.replayPending(pred, predChanged)
+	if predChanged && m.pred != 0 && m.cfg.Mode != SU {
+		// The new predecessor has neither LA nor DA from me: what I
+		// acknowledged before went to the old one. Say both again, or a
+		// durable point reached before the relink would reach the head
+		// only with the next update's acknowledgement. (Under SU DA is LA
+		// at every member — each log member's LA waits for its disk — and
+		// the FLUSH's own rules carry LA.)
+		m.sendAck()
+	}
 }
 
 // logFlush sends the joiner what its pre-copy missed: the entries after its
@@ -1292,6 +1355,10 @@ type Status struct {
 	Repairing  bool
 	// Persisted is how far the host made the log durable.
 	Persisted uint64
+	// DA is how far every log-datastore member from here to the tail
+	// persisted (at the head: how far a write asking for durability may be
+	// answered; docs/design/chain.md, "Per-request durability").
+	DA uint64
 	// Base is how many history entries were compacted away (the log holds
 	// the entries after them: Log of them).
 	Base int
@@ -1301,7 +1368,7 @@ type Status struct {
 func (m *Member) Status() Status {
 	return Status{ID: m.cfg.ID, State: m.state, Epoch: m.epoch, Pred: m.pred, Succ: m.succ,
 		LA: m.la, LU: m.lu, Log: len(m.log), Tmp: len(m.tmp), Repairing: m.repairing, Persisted: m.persisted,
-		Base: m.base.n}
+		Base: m.base.n, DA: m.da}
 }
 
 // History is the member's log, the updates it applied in order after the

@@ -374,6 +374,9 @@ func (m *Multi) Apply(ctx context.Context, reqs []shard.WriteReq) (shard.Pending
 			continue
 		}
 		slots[i], groups[i] = slot, g
+		if !r.Session.IsZero() {
+			r.Session = g.session(r.Session) // the part g's replica checks
+		}
 		if one == nil {
 			one = g
 		} else if one != g {

@@ -199,6 +199,12 @@ type Ready[M any] struct {
 	// exceeds the commit point. A core that acknowledges nothing before
 	// commit sets its commit point; 0: nothing is readable here now.
 	Readable uint64
+	// Durable is how far every log-datastore member persisted (a chain's
+	// durable point at this member, as an op: docs/design/chain.md,
+	// "Per-request durability"); the host answers a write that asks for
+	// durability only once it covers the write. A core that acknowledges
+	// nothing before every disk it promises has it leaves it 0 (VR).
+	Durable uint64
 	// EventualUntil is the host's local time until which this replica may
 	// serve eventual reads from its applied state (0: not now;
 	// math.MaxInt64: no bound). A core without eventual reads leaves it 0.

@@ -742,6 +742,20 @@ func (c *conn) run(spec *command.Spec, args [][]byte, o callOpts) {
 	}
 }
 
+// writeSession is the session a write carries for its replica to check
+// (shard.WriteReq.Session): the call's token (KEFIR.CALL SESSION), or the
+// connection's at the session level; zero for a writer that asked for no
+// session guarantees, whose write must not fail for them.
+func (c *conn) writeSession(o callOpts) shard.Session {
+	switch {
+	case o.session:
+		return o.sess
+	case o.cons.Kind == level.Session || o.cons.IsZero() && c.cons.Kind == level.Session:
+		return c.sess
+	}
+	return shard.Session{}
+}
+
 // queueWrite parses a write into the batch. Arguments alias the reader's buffer,
 // so they are copied into the batch arena.
 func (c *conn) queueWrite(spec *command.Spec, args [][]byte, o callOpts) {
@@ -767,6 +781,7 @@ func (c *conn) queueWrite(spec *command.Spec, args [][]byte, o callOpts) {
 		if w.Durability.IsZero() {
 			w.Durability = c.dur
 		}
+		w.Session = c.writeSession(o)
 		c.noteQueued(spec, args, &w.Op, shape, o)
 		return
 	case spec == execSpec:

@@ -39,8 +39,15 @@ type WriteReq struct {
 	Op         kv.Op
 	Durability level.Durability // zero = the shard's default
 	ID         ReqID
-	Result     kv.Result
-	Err        error
+	// Session is the writer's session when it writes at the session level
+	// (the connection's level, or KEFIR.CALL SESSION), else zero. A chain
+	// member's head refuses the write with ErrSessionLost if the session
+	// saw an update the chain no longer holds (vrshard, chainSessionCheck):
+	// the write's token would otherwise rise past the loss and hide it from
+	// the session's next read. A VR replica does not check it.
+	Session Session
+	Result  kv.Result
+	Err     error
 
 	deduped bool // answered from the client table
 	reveals bool // the reply reports state the write read (see revealsState)

@@ -2,6 +2,7 @@ package vrshard
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"slices"
 	"sync"
@@ -615,9 +616,28 @@ func (r *Replica) earlyAcks(acks []vr.Reply) {
 				r.overlay(a.Op, p.op, !p.async)
 			}
 			r.st.earlyAcks.Add(1)
-			p.finish(kv.Result{Kind: kv.ResOK, Version: a.Op}, nil)
+			res := kv.Result{Kind: kv.ResOK, Version: a.Op}
+			// The view goes into the session token, as markAppended's
+			// does: a chain's AU head acknowledges in the Ready that
+			// appends the write, before markAppended, and its entry's view
+			// (the epoch its head numbered it in) is what tells a later
+			// write at that position apart (chainSessionCheck).
+			if v, ok := r.logView(a.Op); ok && !(mutation.On && r.mut.chainSessionUnchecked) {
+				res.View, res.ViewKnown = v, true
+			}
+			p.finish(res, nil)
 		}
 	}
+}
+
+// logView is the view of the log entry at op (driver only): from the
+// entries after the applied op (r.tail), else the applied view history.
+func (r *Replica) logView(op uint64) (uint64, bool) {
+	i, ok := slices.BinarySearchFunc(r.tail, op, func(e vr.Entry, op uint64) int { return cmp.Compare(e.Op, op) })
+	if ok {
+		return r.tail[i].View, true
+	}
+	return r.views.Load().opView(op)
 }
 
 // overlay records a pending blind write (cad: a cad write) the leader
@@ -646,7 +666,26 @@ func (r *Replica) mustPark(op uint64) bool {
 	return r.opts.FollowerReads && op > r.readable.Load()
 }
 
-// releaseParked sends the parked replies R now covers.
+// chainDurableWrite reports whether q, acknowledged at ack, is a write that
+// asks for durability (sync, the default) on a chain whose mode answers
+// without waiting for a disk (AUSI, AU): its reply waits for the chain's
+// durable point (parkDurable), as SU's every reply does. An AU async write
+// answered early, and cad and async writes answered at commit, keep the
+// mode's answer.
+func (r *Replica) chainDurableWrite(q *shard.WriteReq, ack vr.AckPoint) bool {
+	c := r.opts.Chain
+	return c != nil && c.Mode != chain.SU && ack == vr.AckApplied &&
+		(q.Durability == level.Sync || q.Durability.IsZero()) && !(mutation.On && r.mut.chainSyncAtCommit)
+}
+
+// parkDurable reports whether p's reply at op must wait for the chain's
+// durable point (p.durable; r.durable is the latest Ready's, driver only).
+func (r *Replica) parkDurable(p *proposal, op uint64) bool {
+	return p.durable && op > r.durable
+}
+
+// releaseParked sends the parked replies R (and, for a write asking for
+// durability on a chain, the durable point) now covers.
 func (r *Replica) releaseParked() {
 	if len(r.parked) == 0 {
 		return
@@ -654,7 +693,7 @@ func (r *Replica) releaseParked() {
 	R := r.readable.Load()
 	n := 0
 	for _, pr := range r.parked {
-		if pr.op <= R {
+		if pr.op <= R && (!pr.durable || pr.op <= r.durable) {
 			pr.fin()
 			continue
 		}

@@ -801,6 +801,15 @@ func (c *chainCore) committedLen(hist []chain.Entry) int {
 	return max(bn+n, c.bootCommit)
 }
 
+// durableLen is how many history entries every log member from here to the
+// tail persisted (the core's DA), at most those committed.
+func (c *chainCore) durableLen(hist []chain.Entry) int {
+	s := c.status()
+	bn, _ := c.m.Base()
+	n := sort.Search(len(hist), func(i int) bool { return hist[i].Seq > s.DA })
+	return min(bn+n, c.committedLen(hist))
+}
+
 // total is the member's history length (op numbers: positions), its
 // compacted prefix included.
 func (c *chainCore) total() int {
@@ -954,6 +963,7 @@ func (c *chainCore) Ready() core.Ready[chain.Msg] {
 	// Nothing is acknowledged before it is committed: R is the commit
 	// point; eventual reads run until the master's lease ends.
 	rd.Readable, rd.EventualUntil = uint64(committed), c.EventualUntil()
+	rd.Durable = uint64(c.durableLen(hist))
 	rd.Lease = c.readLease()
 	return rd
 }

@@ -291,37 +291,82 @@ func isRedirectTo(err error, id uint64) bool {
 	return ok && got == id
 }
 
+// modeLatencies runs five writes at each durability of ds at the head of a
+// chain of three log members in mode whose every disk takes extra more per
+// fsync (vfs.SlowSync), one at a time, and returns each durability's mean
+// latency.
+func modeLatencies(t *testing.T, mode chain.Mode, extra time.Duration, mut func(o *Options), ds ...level.Durability) map[level.Durability]time.Duration {
+	g := newModeChain(t, mode, func(i int, o *Options) {
+		o.FS = vfs.SlowSync(vfs.OS{}, extra)
+		if mut != nil {
+			mut(o)
+		}
+	})
+	g.write(0, set("warm", "w"), shard.ReqID{Client: 5, Seq: 1}) // the lease, the links
+	lat := map[level.Durability]time.Duration{}
+	seq := uint64(1)
+	for _, d := range ds {
+		var total time.Duration
+		const n = 5
+		for k := range n {
+			seq++
+			start := time.Now()
+			if err := g.writeOnce(0, set(fmt.Sprint("d", k), "v"), d, shard.ReqID{Client: 5, Seq: seq}, 2*time.Second); err != nil {
+				t.Fatalf("%v: %v write: %v", mode, d, err)
+			}
+			total += time.Since(start)
+		}
+		lat[d] = total / n
+	}
+	for i := range 3 {
+		g.crash(i)
+	}
+	return lat
+}
+
 // TestChainAUSIWaitsForNoDisk: every member's disk takes 100 ms more per
 // fsync (vfs.SlowSync). Under SU a sync write is answered only after every
 // log member fsynced it, one after the other: at least 300 ms. Under AUSI no
 // member's answer or acknowledgement waits for a disk (docs/design/chain.md,
-// "Update modes on the host"): the same write is answered in well under
-// one fsync's time. AUSI's flag ignored (the core left in SU) fails it.
+// "Update modes on the host"): an async write is answered in well under
+// one fsync's time, and so is AU's. A sync write under AUSI and AU is
+// answered only once every log member fsynced it, as under SU, but the
+// members fsync side by side ("Per-request durability"): at least one
+// fsync's time. AUSI's flag ignored (the core left in SU) fails it, and so
+// does the sync write answered at commit (chainSyncAtCommit,
+// TestChainSyncAtCommitMutation).
 func TestChainAUSIWaitsForNoDisk(t *testing.T) {
 	const extra = 100 * time.Millisecond
-	lat := map[chain.Mode]time.Duration{}
-	for _, mode := range []chain.Mode{chain.SU, chain.AUSI} {
-		g := newModeChain(t, mode, func(i int, o *Options) { o.FS = vfs.SlowSync(vfs.OS{}, extra) })
-		g.write(0, set("warm", "w"), shard.ReqID{Client: 5, Seq: 1}) // the lease, the links
-		var total time.Duration
-		const n = 5
-		for k := range n {
-			start := time.Now()
-			g.write(0, set(fmt.Sprint("d", k), "v"), shard.ReqID{Client: 5, Seq: uint64(k + 2)})
-			total += time.Since(start)
+	su := modeLatencies(t, chain.SU, extra, nil, level.Sync)
+	ausi := modeLatencies(t, chain.AUSI, extra, nil, level.Async, level.Sync)
+	au := modeLatencies(t, chain.AU, extra, nil, level.Async, level.Sync)
+	t.Logf("mean write with %v more per fsync: SU sync %v; AUSI async %v, sync %v; AU async %v, sync %v",
+		extra, su[level.Sync], ausi[level.Async], ausi[level.Sync], au[level.Async], au[level.Sync])
+	if su[level.Sync] < 3*extra {
+		t.Fatalf("SU answered a write in %v, under three fsyncs in series (%v): the disk is not slow", su[level.Sync], 3*extra)
+	}
+	for mode, lat := range map[chain.Mode]map[level.Durability]time.Duration{chain.AUSI: ausi, chain.AU: au} {
+		if lat[level.Async] >= extra {
+			t.Fatalf("%v answered an async write in %v: it waited for a disk (one fsync is %v more)", mode, lat[level.Async], extra)
 		}
-		lat[mode] = total / n
-		for i := range 3 {
-			g.crash(i)
+		if lat[level.Sync] < extra {
+			t.Fatalf("%v answered a sync write in %v, under one fsync (%v): it did not wait for the log members' disks", mode, lat[level.Sync], extra)
 		}
 	}
-	t.Logf("mean sync write with %v more per fsync: SU %v, AUSI %v", extra, lat[chain.SU], lat[chain.AUSI])
-	if lat[chain.SU] < 3*extra {
-		t.Fatalf("SU answered a write in %v, under three fsyncs in series (%v): the disk is not slow", lat[chain.SU], 3*extra)
+}
+
+// TestChainSyncAtCommitMutation: with chainSyncAtCommit (a sync write on an
+// AUSI chain answered at commit, the code before session 30) the sync write
+// is answered in under one fsync's time: TestChainAUSIWaitsForNoDisk's
+// assertion catches it.
+func TestChainSyncAtCommitMutation(t *testing.T) {
+	mutation.Require(t)
+	const extra = 100 * time.Millisecond
+	lat := modeLatencies(t, chain.AUSI, extra, func(o *Options) { o.mut.chainSyncAtCommit = true }, level.Sync)
+	if lat[level.Sync] >= extra {
+		t.Fatalf("chainSyncAtCommit: the sync write still took %v: the test would not catch it", lat[level.Sync])
 	}
-	if lat[chain.AUSI] >= extra {
-		t.Fatalf("AUSI answered a write in %v: it waited for a disk (one fsync is %v more)", lat[chain.AUSI], extra)
-	}
+	t.Logf("chainSyncAtCommit: AUSI sync write in %v, under one fsync: caught", lat[level.Sync])
 }
 
 // lateSyncFS is a disk whose every fsync waits d before it reaches the disk
@@ -368,15 +413,16 @@ type lateFileW struct {
 // once a power cut of every member (exactly what was fsynced survives),
 // then the whole chain restarts from its disks. SU answered each of the
 // five only once every log member had fsynced it: all fifteen kept. AUSI
-// answered them with no disk waited for: the ten are kept, the five — the
-// window — are not.
+// answered async writes with no disk waited for: the ten are kept, the five
+// — the window — are not. AUSI's sync writes are answered as SU's, once
+// every log member fsynced them (per-request durability): all kept.
 func TestChainAUSIPowerCut(t *testing.T) {
-	run := func(t *testing.T, mode chain.Mode) (firstMissing, lastMissing int) {
+	run := func(t *testing.T, mode chain.Mode, d level.Durability) (firstMissing, lastMissing int) {
 		mems := [3]*vfs.Mem{vfs.NewMem(), vfs.NewMem(), vfs.NewMem()}
 		g := newModeChain(t, mode, func(i int, o *Options) { o.FS = lateSyncFS{mems[i], 100 * time.Millisecond} })
-		storeWrites(g, 0, 0, 10)
+		storeWritesAt(g, 0, 0, 10, d)
 		time.Sleep(500 * time.Millisecond)
-		storeWrites(g, 0, 10, 5)
+		storeWritesAt(g, 0, 10, 5, d)
 		for i := range 3 {
 			mems[i].CrashAfter(0) // the power goes: every disk operation fails from now on
 		}
@@ -402,12 +448,15 @@ func TestChainAUSIPowerCut(t *testing.T) {
 		all := storeMissing(g, head, 15)
 		return first, all - first
 	}
-	if f, l := run(t, chain.SU); f != 0 || l != 0 {
+	if f, l := run(t, chain.SU, level.Sync); f != 0 || l != 0 {
 		t.Fatalf("SU: a power cut of every member lost %d of the first 10 and %d of the last 5 answered writes; want none", f, l)
 	}
-	f, l := run(t, chain.AUSI)
-	t.Logf("AUSI: a power cut of every member lost %d of the first 10 and %d of the last 5 answered writes", f, l)
+	if f, l := run(t, chain.AUSI, level.Sync); f != 0 || l != 0 {
+		t.Fatalf("AUSI, sync writes: a power cut of every member lost %d of the first 10 and %d of the last 5 answered writes; want none", f, l)
+	}
+	f, l := run(t, chain.AUSI, level.Async)
+	t.Logf("AUSI, async writes: a power cut of every member lost %d of the first 10 and %d of the last 5 answered writes", f, l)
 	if f != 0 || l == 0 {
-		t.Fatalf("AUSI: lost %d of the fsynced 10 and %d of the last 5; want none and a window", f, l)
+		t.Fatalf("AUSI, async writes: lost %d of the fsynced 10 and %d of the last 5; want none and a window", f, l)
 	}
 }

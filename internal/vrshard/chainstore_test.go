@@ -47,8 +47,17 @@ func newStoreChain(t *testing.T, stores [3]ChainStore, flush time.Duration) *cha
 // storeWrites writes n keys s<from>… at the head (node 1 unless head says).
 func storeWrites(g *chainGroup, head, from, n int) {
 	g.t.Helper()
+	storeWritesAt(g, head, from, n, level.Sync)
+}
+
+// storeWritesAt is storeWrites at durability d.
+func storeWritesAt(g *chainGroup, head, from, n int, d level.Durability) {
+	g.t.Helper()
 	for k := from; k < from+n; k++ {
-		g.write(head, set(fmt.Sprint("s", k), fmt.Sprint("v", k)), shard.ReqID{Client: 9, Seq: uint64(k + 1)})
+		g.retry(head, "write", func(ctx context.Context, r *Replica) error {
+			_, err := r.Write(ctx, set(fmt.Sprint("s", k), fmt.Sprint("v", k)), d, shard.ReqID{Client: 9, Seq: uint64(k + 1)})
+			return err
+		})
 	}
 }
 

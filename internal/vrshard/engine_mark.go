@@ -233,6 +233,11 @@ func (r *Replica) checkSessionViews(s shard.Session) error {
 			continue
 		}
 		if view, ok := h.opView(p.v); ok && view != p.view {
+			if r.opts.Chain != nil {
+				// A chain's view is the epoch its head numbered the
+				// update in (chainsession.go).
+				return chainViewLost(p.what, p.v, p.view, view)
+			}
 			return fmt.Errorf("%w: the session %s version %d of view %d, but op %d was committed in view %d (a view change dropped the write before a majority held it); start a new session",
 				shard.ErrSessionLost, p.what, p.v, p.view, p.v, view)
 		}

@@ -589,6 +589,9 @@ func (r *Replica) sessionPastWait(need uint64) error {
 	if !r.isLeader.Load() {
 		return r.redirect()
 	}
+	if err := r.chainHeadLost("needs", need); err != nil {
+		return err // past a chain head's history: lost with an earlier head
+	}
 	if need > r.lastOp.Load() || (mutation.On && r.mut.sessionWaitLimited) {
 		return r.sessionAhead(need)
 	}

@@ -372,6 +372,10 @@ type mutations struct {
 	// chainAUAtCommit: an AU chain's head answers async writes at commit,
 	// as under SU (chainCore.auAtCommit).
 	chainAUAtCommit bool
+	// chainSyncAtCommit: a sync write on an AUSI or AU chain is answered at
+	// commit, its durable point not waited for (the code before session
+	// 30: under AUSI a sync write waited for no disk).
+	chainSyncAtCommit bool
 	// chainReadDirty: a chain member serves a strong read of a key that is
 	// dirty here (an update to it held, not yet committed) from that
 	// update — CRAQ without its version check (indexChain).
@@ -556,6 +560,13 @@ type mutations struct {
 	// whose cad or async write a view change dropped is served state
 	// without it once its op number holds another write.
 	noSessionViews bool
+	// chainSessionUnchecked: an early acknowledgement's token carries no
+	// view, and a chain member neither fails a session read whose token is
+	// past the head's history (lost with an earlier head) nor checks a
+	// write's session at the head (chainSessionCheck): the code before
+	// session 30, under which a session that saw an AU head's async write
+	// lost with it was not told.
+	chainSessionUnchecked bool
 	// noLeaderWake: publish does not wake waiting readers when leadership
 	// changes, so a session read waiting at a deposed leader for an op of
 	// its log waits until an apply or RequestTimeout instead of redirecting.
@@ -604,6 +615,9 @@ type proposal struct {
 	// indexed nor overlaid: nobody may see it before it is applied, and the
 	// front door makes a read of its keys on the same connection wait.
 	orderEarly bool
+	// durable: a sync write on an AUSI or AU chain, answered only once every
+	// log member persisted it (parkDurable).
+	durable bool
 	// The ordered point (Apply returns there; docs/design/cad.md §10), driver
 	// only until it (bw.ordered, or bw.done if that is nil): ordered once the
 	// write is in the leader's log or finished, whichever comes first; early
@@ -612,6 +626,9 @@ type proposal struct {
 	ordered, early bool
 	ores           kv.Result
 	oerr           error
+	// sess: the writer's session (shard.WriteReq.Session), which a chain's
+	// head checks before it proposes the write (chainSessionCheck).
+	sess shard.Session
 }
 
 // batchWait is one Apply call's writes. done closes when every write is
@@ -700,6 +717,9 @@ type parkedReply struct {
 	op  uint64
 	fin func()
 	p   *proposal
+	// durable: a write asking for durability on an AUSI or AU chain, held
+	// until the chain's durable point covers op too (parkDurable).
+	durable bool
 }
 
 type syncResult struct {
@@ -914,9 +934,13 @@ type Replica struct {
 	late      []vr.Entry         // appended, not indexed, not applied (cad.go indexLate)
 	appended  []appendedWrite    // early-ack proposals appended in this Ready
 	parked    []parkedReply      // driver only, in op order
-	txApplied []txApplied        // driver only, in op order (txwait.go)
-	backlog   []*proposal        // writes waiting for room in the pipeline, in order
-	nxCool    atomic.Int64       // local Unix ns until which the fast path rests
+	// durable: the core's durable point (Ready.Durable, a chain's), which
+	// a parked write asking for durability waits for (parkDurable). Driver
+	// only; it only rises (committed positions are final).
+	durable   uint64
+	txApplied []txApplied  // driver only, in op order (txwait.go)
+	backlog   []*proposal  // writes waiting for room in the pipeline, in order
+	nxCool    atomic.Int64 // local Unix ns until which the fast path rests
 
 	vt viewTrack // view events (viewlog.go)
 
@@ -1527,6 +1551,12 @@ func (r *Replica) propose(ps []*proposal) {
 			r.cadSeq++
 			p.req.Client, p.req.ReqNum = r.cadClient, r.cadSeq
 		}
+		if r.opts.Chain != nil && !p.sess.IsZero() {
+			if err := r.chainSessionCheck(p.sess); err != nil {
+				p.finish(kv.Result{}, err)
+				continue
+			}
+		}
 		err := r.core.Propose(now, p.req, p.ack)
 		if errors.Is(err, vr.ErrBusy) {
 			r.backlog = append(r.backlog[:0:0], ps[i:]...)
@@ -1694,6 +1724,12 @@ func (r *Replica) ready() error {
 		// Ready's Committed are applied); the last, empty, Ready's are
 		// those after the round, as its lease is.
 		r.rdReadable, r.rdEventual = rd.Readable, rd.EventualUntil
+		// A chain's durable point, before the replies it may release (at
+		// apply, in handle) and for the parked ones (releaseParked, after
+		// the round), an empty Ready's too: an acknowledgement that moved
+		// only the durable point makes no other change. Committed positions
+		// are final, so it only rises.
+		r.durable = max(r.durable, rd.Durable)
 		extra, urgent := r.ext.readyExtra()
 		if rd.Empty() && !extra {
 			break
@@ -1901,8 +1937,8 @@ func (r *Replica) handle(rd *core.Ready[peerMsg], urgent bool) error {
 			r.ctr.replied(rep.Op)
 		}
 		for _, p := range ps {
-			if !p.blind && r.mustPark(rep.Op) {
-				r.parked = append(r.parked, parkedReply{op: rep.Op, p: p, fin: func() { p.finish(res, opErr) }})
+			if !p.blind && r.mustPark(rep.Op) || r.parkDurable(p, rep.Op) {
+				r.parked = append(r.parked, parkedReply{op: rep.Op, p: p, fin: func() { p.finish(res, opErr) }, durable: p.durable})
 				continue
 			}
 			r.deferTx(p, rep.Op)
@@ -2108,8 +2144,8 @@ func (r *Replica) apply(cs []vr.Committed) error {
 	r.ctr.appliedTo(last)
 	r.trimLate(last)
 	for _, l := range locals {
-		if !l.p.blind && r.mustPark(l.op) {
-			r.parked = append(r.parked, parkedReply{op: l.op, p: l.p, fin: func() { l.p.finish(l.res, l.err) }})
+		if !l.p.blind && r.mustPark(l.op) || r.parkDurable(l.p, l.op) {
+			r.parked = append(r.parked, parkedReply{op: l.op, p: l.p, fin: func() { l.p.finish(l.res, l.err) }, durable: l.p.durable})
 			continue
 		}
 		r.deferTx(l.p, l.op)
@@ -2515,6 +2551,8 @@ func (r *Replica) prepareProposal(q *shard.WriteReq, p *proposal, ts int64) (may
 	early := r.answerableEarly(&q.Op)
 	p.ack, p.blind = r.ackPointFor(q, early), NilextEligible(&q.Op)
 	p.async = q.Durability == level.Async
+	p.sess = q.Session
+	p.durable = r.chainDurableWrite(q, p.ack)
 	p.orderEarly = r.ordersEarly(q, p.ack, early)
 	if p.orderEarly {
 		mayBeEarly = true

@@ -263,6 +263,7 @@ func withMessages[M any](rd *core.Ready[M], msgs []peerMsg) core.Ready[peerMsg] 
 		Entries: rd.Entries, HardState: rd.HardState, Messages: msgs, Committed: rd.Committed,
 		Replies: rd.Replies, ReadStates: rd.ReadStates, SnapshotNeeded: rd.SnapshotNeeded, SnapshotPages: rd.SnapshotPages,
 		Errors: rd.Errors, Acks: rd.Acks, Lease: rd.Lease, Readable: rd.Readable, EventualUntil: rd.EventualUntil,
+		Durable: rd.Durable,
 	}
 }
 

@@ -23,11 +23,11 @@ type chainMasterProc struct {
 	logs bytes.Buffer
 }
 
-func startChainMaster(t *testing.T, id int, addr, members string) *chainMasterProc {
+func startChainMaster(t *testing.T, id int, addr, members string, args ...string) *chainMasterProc {
 	t.Helper()
 	p := &chainMasterProc{}
-	p.cmd = exec.Command(cluster.Binary(t), "chain-master", "--id", strconv.Itoa(id), "--peer-addr", addr,
-		"--members", members, "--cluster-id", "4242", "--cluster-secret", groupSecret)
+	p.cmd = exec.Command(cluster.Binary(t), append([]string{"chain-master", "--id", strconv.Itoa(id), "--peer-addr", addr,
+		"--members", members, "--cluster-id", "4242", "--cluster-secret", groupSecret}, args...)...)
 	out, err := p.cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,8 @@ import (
 	"github.com/kefirdb/kefir/client"
 	"github.com/kefirdb/kefir/internal/check"
 	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/testgroup"
+	"github.com/kefirdb/kefir/test/e2e/cluster"
 )
 
 // A chain of three `kefir server --engine chain --chain-mode ausi` processes
@@ -182,4 +184,70 @@ func presentEventual(t *testing.T, addr string, acked map[string]string) int {
 		}
 	}
 	return n
+}
+
+// TestChainAUSessionLostOverRESP: a Go client's session over RESP on an AU
+// chain of three processes with a standalone master (a hosted one would
+// lose its metadata majority with the two members killed here). The
+// middle member is SIGKILLed; the session
+// writes `async` at once (the head answers it alone: its successor is
+// gone) and the head is SIGKILLed before the master repairs the chain, so
+// the write dies with it. The survivor, a chain of one, tells the session
+// on its next session read and on its next write
+// (client.ErrSessionLost), while a fresh session reads and writes as usual
+// (docs/design/chain.md, "Sessions on the host").
+func TestChainAUSessionLostOverRESP(t *testing.T) {
+	g := newGroup(t)
+	masterAddr := cluster.FreeAddr(t)
+	startChainMaster(t, 9, masterAddr, g.members, "--chain-mode", "au")
+	g.start("--engine", "chain", "--chain-master", "9@"+masterAddr, "--chain-mode", "au")
+	head := g.settledLeader(-1)
+	c := dialGroup(t, g.addrs())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.Put(ctx, "warm", []byte("w")); err != nil {
+		t.Fatalf("sync put: %v", err)
+	}
+	if head != 0 {
+		t.Fatalf("the new chain's head is n%d, want n1 (the chain is n1, n2, n3)", head+1)
+	}
+	const mid = 1
+	s := c.Session()
+	g.nodes[mid].Kill()
+	if err := s.Put(ctx, "a", []byte("A"), client.WithDurability(client.Async)); err != nil {
+		t.Fatalf("the session's async put with the middle down: %v", err)
+	}
+	tok := s.Token()
+	g.nodes[head].Kill()
+	if !strings.HasPrefix(tok, "v2.") {
+		t.Fatalf("the session's token after the head's early answer is %q: no epoch", tok)
+	}
+	// Until the master repairs the chain (its failure timeout) the
+	// survivor redirects to the dead head: the client's error then is not
+	// the session's, and the test asks again.
+	var err error
+	testgroup.Until(20*time.Second, 100*time.Millisecond, func() bool {
+		rctx, rcancel := context.WithTimeout(ctx, 3*time.Second)
+		defer rcancel()
+		var v []byte
+		v, err = s.Get(rctx, "a", client.WithConsistency(client.SessionConsistency))
+		if err == nil {
+			t.Fatalf("the session read %q after the head died with its write (token %s)", v, tok)
+		}
+		return errors.Is(err, client.ErrSessionLost)
+	})
+	if !errors.Is(err, client.ErrSessionLost) {
+		t.Fatalf("the session's read after the head died with its write (token %s): %v; want ErrSessionLost", tok, err)
+	}
+	if err := s.Put(ctx, "b", []byte("B"), client.WithDurability(client.Async)); !errors.Is(err, client.ErrSessionLost) {
+		t.Fatalf("the session's write after its loss: %v; want ErrSessionLost", err)
+	}
+	fresh := c.Session()
+	if err := fresh.Put(ctx, "c", []byte("C"), client.WithDurability(client.Async)); err != nil {
+		t.Fatalf("a fresh session's write: %v", err)
+	}
+	if v, err := fresh.Get(ctx, "c", client.WithConsistency(client.SessionConsistency)); err != nil || string(v) != "C" {
+		t.Fatalf("a fresh session's read of its write: %q, %v", v, err)
+	}
+	t.Logf("token %s: read and write refused as lost; a fresh session served", tok)
 }
