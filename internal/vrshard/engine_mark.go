@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/kefirdb/kefir/internal/core"
 	"github.com/kefirdb/kefir/internal/kv"
+	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/shard"
 	"github.com/kefirdb/kefir/internal/storage"
 )
@@ -212,6 +214,55 @@ func (r *Replica) stampView(res *kv.Result) {
 // change dropped in group A is lost everywhere, in particular at the group
 // the write's key moved to, which cannot judge A's part itself.
 func (r *Replica) SessionViews(s shard.Session) error { return r.sessionViews(s) }
+
+// writeSessionCheck fails a session write at the leader (driver only, before
+// the write is proposed) whose session saw a write a view change dropped:
+// the write's token would otherwise rise past the lost version, and the
+// session's next read would check only the new write's (version, view) —
+// committed, so the read would be served without the session's own lost
+// write, silently (docs/consistency.md, "Session tokens"). Each version the
+// token names with its view is judged against this leader's log:
+//   - an entry at that op, applied or not, of another view: its op number
+//     went to another write;
+//   - no entry at that op, the op past the log's end, from an earlier view:
+//     the view change that made this leader chose a log without it (VR's
+//     new view starts from a log holding every committed op), and the ops
+//     past that log's end are numbered afresh.
+//
+// A version from this view or a later one past the log is not judged (the
+// token is ahead: reads say so, writes go on); a version without a view
+// (v1 tokens, versions applied before the views were recorded) neither.
+func (r *Replica) writeSessionCheck(s shard.Session) error {
+	if mutation.On && r.mut.writeSessionUnchecked {
+		return nil
+	}
+	if !r.isLeader.Load() || core.Status(r.status.Load()) != core.Normal {
+		return nil // the core refuses the proposal; no judgement from a log that is not the view's
+	}
+	view, last := r.lastHS.View, r.lastOp.Load()
+	for _, p := range [2]struct {
+		what  string
+		v     uint64
+		view  uint64
+		known bool
+	}{{"wrote", s.LastWrite, s.WriteView, s.WriteViewKnown}, {"read", s.MaxRead, s.ReadView, s.ReadViewKnown}} {
+		if p.v == 0 || !p.known || p.view > view {
+			continue
+		}
+		if at, ok := r.logView(p.v); ok {
+			if at != p.view {
+				return fmt.Errorf("%w: the session %s version %d of view %d, but op %d is of view %d here (a view change dropped the write before a majority held it); start a new session",
+					shard.ErrSessionLost, p.what, p.v, p.view, p.v, at)
+			}
+			continue
+		}
+		if p.v > last && p.view < view {
+			return fmt.Errorf("%w: the session %s version %d of view %d, but the log of view %d ends at %d (a view change dropped the write before a majority held it); start a new session",
+				shard.ErrSessionLost, p.what, p.v, p.view, view, last)
+		}
+	}
+	return nil
+}
 
 // checkSessionViews fails a session whose token names, at a version this
 // replica has applied, a view other than the one its op there was ordered

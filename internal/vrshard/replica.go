@@ -567,6 +567,12 @@ type mutations struct {
 	// session 30, under which a session that saw an AU head's async write
 	// lost with it was not told.
 	chainSessionUnchecked bool
+	// writeSessionUnchecked: a VR leader proposes a session write without
+	// judging the session's token (writeSessionCheck), as before session
+	// 30: a session that writes again after its cad or async write was
+	// dropped has its token raised past the loss, and its next read of the
+	// lost key is served without it.
+	writeSessionUnchecked bool
 	// noLeaderWake: publish does not wake waiting readers when leadership
 	// changes, so a session read waiting at a deposed leader for an op of
 	// its log waits until an apply or RequestTimeout instead of redirecting.
@@ -1551,8 +1557,12 @@ func (r *Replica) propose(ps []*proposal) {
 			r.cadSeq++
 			p.req.Client, p.req.ReqNum = r.cadClient, r.cadSeq
 		}
-		if r.opts.Chain != nil && !p.sess.IsZero() {
-			if err := r.chainSessionCheck(p.sess); err != nil {
+		if !p.sess.IsZero() {
+			check := r.writeSessionCheck
+			if r.opts.Chain != nil {
+				check = r.chainSessionCheck
+			}
+			if err := check(p.sess); err != nil {
 				p.finish(kv.Result{}, err)
 				continue
 			}

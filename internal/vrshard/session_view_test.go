@@ -66,12 +66,56 @@ func droppedWriteSessionHistory(t *testing.T, d level.Durability, broken bool) (
 	if broken {
 		mutation.Require(t)
 	}
+	rec := check.NewRecorder(nil)
+	c, sess, res := dropSessionWrite(t, d, rec, func(o *Options) { o.mut.noSessionViews = broken })
+	ctx := context.Background()
+
+	// Another client's write takes the lost write's op number in the new view.
+	var other kv.Result
+	var err error
+	testgroup.Until(15*time.Second, 20*time.Millisecond, func() bool {
+		other, err = c.write(set("y", "theirs"), shard.ReqID{Client: 200, Seq: 1}, 15*time.Second)
+		return err == nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other.Version != res.Version {
+		t.Fatalf("the new view gave op %d to the next write, not the lost write's op %d: the scenario did not reproduce", other.Version, res.Version)
+	}
+	c.waitApplied(other.Version, 10*time.Second)
+
+	nl := c.leader(5 * time.Second)
+	var errs []error
+	for _, i := range []int{nl, (nl + 1) % 3} {
+		r := rec.Invoke(check.Op{Client: 0, Kind: check.Get, Key: "x", Cons: level.ConsSession})
+		got, err := c.reps[i].Read(ctx, get("x"), level.ConsSession, sess)
+		errs = append(errs, err)
+		switch {
+		case err != nil:
+			rec.Fail(r)
+		default:
+			rec.Complete(r, check.Result{Found: got.Kind == kv.ResBulk, Value: string(got.Bulk), Version: got.Version, Node: i})
+		}
+		if err == nil && !broken {
+			t.Logf("replica %d served the session: %+v", c.ids[i], got)
+		}
+	}
+	return rec.History(), errs
+}
+
+// dropSessionWrite is the scenario's first part: a session's (client 0's,
+// recorded in rec) write of x at durability d (cad or async) acknowledged
+// from the memory of the leader and one follower, both then power cut before
+// any fsync, while the third replica was cut off; the two restart and the
+// group elects a leader whose log ends before the write. It returns the
+// group, the session's token (naming the lost write) and the write's result.
+func dropSessionWrite(t *testing.T, d level.Durability, rec *check.Recorder, tune func(*Options)) (*cluster, shard.Session, kv.Result) {
 	c, gates, mems := gatedCluster(t, func(o *Options) {
 		o.RequestTimeout = 2 * time.Second
-		o.mut.noSessionViews = broken
+		tune(o)
 	})
 	t.Cleanup(gates.release)
-	rec := check.NewRecorder(nil)
 	ctx := context.Background()
 	l := c.leader(5 * time.Second)
 	f1, f2 := (l+1)%3, (l+2)%3
@@ -119,38 +163,7 @@ func droppedWriteSessionHistory(t *testing.T, d level.Durability, broken bool) (
 		c.open(i, false, nil)
 	}
 	cut(false)
-
-	// Another client's write takes the lost write's op number in the new view.
-	var other kv.Result
-	testgroup.Until(15*time.Second, 20*time.Millisecond, func() bool {
-		other, err = c.write(set("y", "theirs"), shard.ReqID{Client: 200, Seq: 1}, 15*time.Second)
-		return err == nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if other.Version != res.Version {
-		t.Fatalf("the new view gave op %d to the next write, not the lost write's op %d: the scenario did not reproduce", other.Version, res.Version)
-	}
-	c.waitApplied(other.Version, 10*time.Second)
-
-	nl := c.leader(5 * time.Second)
-	var errs []error
-	for _, i := range []int{nl, (nl + 1) % 3} {
-		r := rec.Invoke(check.Op{Client: 0, Kind: check.Get, Key: "x", Cons: level.ConsSession})
-		got, err := c.reps[i].Read(ctx, get("x"), level.ConsSession, sess)
-		errs = append(errs, err)
-		switch {
-		case err != nil:
-			rec.Fail(r)
-		default:
-			rec.Complete(r, check.Result{Found: got.Kind == kv.ResBulk, Value: string(got.Bulk), Version: got.Version, Node: i})
-		}
-		if err == nil && !broken {
-			t.Logf("replica %d served the session: %+v", c.ids[i], got)
-		}
-	}
-	return rec.History(), errs
+	return c, sess, res
 }
 
 // Tokens: v1 stays v1 (a single node, views unknown); a known view makes a
@@ -221,4 +234,83 @@ func TestSessionHistoryWithPowerCutsBreaksSessionsWithoutTheViewCheck(t *testing
 		}
 	}
 	t.Fatal("cad writes lost in power cuts with session reads passed the session checker in every seed without the view check: the schedule cannot see the bug")
+}
+
+// A session that writes again after its cad write was dropped, before any
+// read told it, is told at that write (writeSessionCheck): the write's
+// token would rise past the lost version, and the session's next read of
+// the lost key would be served without it, with no error. Two cases: the
+// new view's log already gave the lost write's op number to another write
+// (its entry's view differs), and it has not reached that op yet (the op is
+// past the new leader's log, from an earlier view). With the check off
+// (writeSessionUnchecked) the first case shows the harm: the write is
+// accepted at the op after the lost one, the token names it (committed, of
+// the new view) instead of the lost one, and the session reads x as absent
+// without an error. (Given the lost op number itself, the token keeps the
+// lost write's view — versions tie — and the next read still tells.)
+func TestSessionWriteAfterALostWriteIsRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		taken  bool // another client's write took the lost op number first
+		broken bool
+	}{
+		{"op taken by another write", true, false},
+		{"op past the new log", false, false},
+		{"op taken by another write, unchecked", true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.broken {
+				mutation.Require(t)
+			}
+			c, sess, res := dropSessionWrite(t, level.CAD, check.NewRecorder(nil), func(o *Options) { o.mut.writeSessionUnchecked = tc.broken })
+			if tc.taken {
+				testgroup.Until(15*time.Second, 20*time.Millisecond, func() bool {
+					other, err := c.write(set("y", "theirs"), shard.ReqID{Client: 200, Seq: 1}, 15*time.Second)
+					if err == nil && other.Version != res.Version {
+						t.Fatalf("the other write got op %d, not the lost write's %d: the scenario did not reproduce", other.Version, res.Version)
+					}
+					return err == nil
+				})
+			}
+			// The session's next write, at whichever replica leads now.
+			var werr error
+			var after shard.Session
+			testgroup.Until(15*time.Second, 20*time.Millisecond, func() bool {
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				defer cancel()
+				r := c.reps[c.leader(5*time.Second)]
+				reqs := [1]shard.WriteReq{{Op: set("z", "mine too"), Durability: level.Sync, ID: shard.ReqID{Client: 100, Seq: 2}, Session: sess}}
+				p, err := r.Apply(ctx, reqs[:])
+				if err == nil {
+					err = reqs[0].Err
+				}
+				if err == nil {
+					err = r.Wait(ctx, p)
+				}
+				werr = err
+				if err == nil {
+					after = sess.AfterWrite(reqs[0].Result.Pos())
+				}
+				return err == nil || errors.Is(err, shard.ErrSessionLost)
+			})
+			if !tc.broken {
+				if !errors.Is(werr, shard.ErrSessionLost) {
+					t.Fatalf("the session's write after its lost write: %v; want ErrSessionLost", werr)
+				}
+				t.Logf("refused: %v", werr)
+				return
+			}
+			if werr != nil {
+				t.Fatalf("unchecked: the session's write failed (%v): the test would not show the harm", werr)
+			}
+			got, err := c.reps[c.leader(5*time.Second)].Read(context.Background(), get("x"), level.ConsSession, after)
+			if err != nil {
+				t.Fatalf("unchecked: the session read after the write failed (%v), want it served without the lost write", err)
+			}
+			if got.Kind == kv.ResBulk && string(got.Bulk) == "mine" {
+				t.Fatalf("unchecked: x read back as the lost write's value: the write was not lost")
+			}
+			t.Logf("unchecked: token %q; the session's read of x served without its own write (%v): what the check prevents", after, got.Kind)
+		})
+	}
 }
