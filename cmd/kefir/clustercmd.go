@@ -899,13 +899,13 @@ func groupsChange(ctx context.Context, cmd string, mv *cluster.Mover, cm *kv.Clu
 	var out []done
 	for _, step := range plan {
 		if step.Chain {
-			mapEpoch, err := chainChange(ctx, cmd, mv, step, stderr)
+			members, mapEpoch, err := chainChange(ctx, cmd, mv, step, stderr)
 			if err != nil {
 				return err
 			}
-			out = append(out, done{Group: uint64(step.Group), Members: step.Members, MapEpoch: mapEpoch})
+			out = append(out, done{Group: uint64(step.Group), Members: members, MapEpoch: mapEpoch})
 			if !asJSON {
-				fmt.Fprintf(stdout, "chain group %d is %v (head first); map epoch %d\n", step.Group, step.Members, mapEpoch)
+				fmt.Fprintf(stdout, "chain group %d is %v (head first); map epoch %d\n", step.Group, members, mapEpoch)
 			}
 			continue
 		}
@@ -978,13 +978,14 @@ func groupsChange(ctx context.Context, cmd string, mv *cluster.Mover, cm *kv.Clu
 // --join, opens an empty member and is joined before the tail; the old one
 // is then failed and retires — and the command waits until the map's member
 // list, which follows the chain's record, has step.Join and not step.Leave
-// (a rerun finds it so at once). It returns the map's epoch then.
-func chainChange(ctx context.Context, cmd string, mv *cluster.Mover, step cluster.GroupChange, stderr io.Writer) (uint64, error) {
+// (a rerun finds it so at once). It returns the chain's members and the
+// map's epoch then.
+func chainChange(ctx context.Context, cmd string, mv *cluster.Mover, step cluster.GroupChange, stderr io.Writer) ([]uint64, uint64, error) {
 	var cm *kv.ClusterMap
 	for attempt := 0; ; attempt++ {
 		var err error
 		if cm, err = mv.MetaMap(ctx); err != nil {
-			return 0, fmt.Errorf("%s: chain group %d: %w (rerun the command to finish)", cmd, step.Group, err)
+			return nil, 0, fmt.Errorf("%s: chain group %d: %w (rerun the command to finish)", cmd, step.Group, err)
 		}
 		if cluster.ChainChangeDone(cm, step) {
 			break
@@ -996,7 +997,7 @@ func chainChange(ctx context.Context, cmd string, mv *cluster.Mover, step cluste
 			break
 		}
 		if !strings.Contains(err.Error(), "plan it again") || attempt >= 5 {
-			return 0, fmt.Errorf("%s: %w (rerun the command to finish)", cmd, err)
+			return nil, 0, fmt.Errorf("%s: %w (rerun the command to finish)", cmd, err)
 		}
 	}
 	last := groupMembersOf(cm, step.Group)
@@ -1004,7 +1005,7 @@ func chainChange(ctx context.Context, cmd string, mv *cluster.Mover, step cluste
 		select {
 		case <-ctx.Done():
 			g, _ := cm.Group(uint64(step.Group))
-			return 0, fmt.Errorf("%s: chain group %d is %v (joining %v), not yet %v: %w; is every new node running (kefir server --join)? rerun the command to wait again",
+			return nil, 0, fmt.Errorf("%s: chain group %d is %v (joining %v), not yet %v: %w; is every new node running (kefir server --join)? rerun the command to wait again",
 				cmd, step.Group, g.Members, g.Joining, step.Members, ctx.Err())
 		case <-time.After(200 * time.Millisecond):
 		}
@@ -1018,7 +1019,7 @@ func chainChange(ctx context.Context, cmd string, mv *cluster.Mover, step cluste
 			last = ms
 		}
 	}
-	return cm.Epoch, nil
+	return groupMembersOf(cm, step.Group), cm.Epoch, nil
 }
 
 func groupMembersOf(cm *kv.ClusterMap, g cluster.GroupID) []uint64 {

@@ -635,14 +635,13 @@ func planChain(g kv.MapGroup, join, leave []uint64) (GroupChange, bool) {
 		ch.Join = slices.DeleteFunc(slices.Clone(join), func(id uint64) bool { return !slices.Contains(g.Joining, id) })
 	}
 	ch.Leave = slices.Clone(leave)
-	for _, id := range g.Members {
-		if !slices.Contains(leave, id) {
-			ch.Members = append(ch.Members, id)
-		}
-	}
+	// The master joins a node before the tail (the digest's rule), then
+	// fails the leaving ones.
+	ch.Members = slices.Clone(g.Members)
 	for _, id := range ch.Join {
-		ch.Members = append(ch.Members, id)
+		ch.Members = slices.Insert(ch.Members, max(len(ch.Members)-1, 0), id)
 	}
+	ch.Members = slices.DeleteFunc(ch.Members, func(id uint64) bool { return slices.Contains(leave, id) })
 	return ch, true
 }
 

@@ -191,10 +191,12 @@ func followChain(get Getter, n *ChainConfig, emit Emit) error {
 	if !ok || !g.IsChain() {
 		return nil
 	}
-	// A node the chain now has as a member joined: it is no longer wanted
-	// (KindMapChainWant). A leaving one stays in Leaving (the master never
-	// joins it again).
-	joining := slices.DeleteFunc(slices.Clone(g.Joining), func(id uint64) bool { return slices.Contains(n.Members, id) })
+	// A node the chain now has as a member, its join done, joined: it is
+	// no longer wanted (KindMapChainWant). Not while it is the record's
+	// joiner: a FLUSH puts it in the list, and a failure during the flush
+	// aborts the join, after which the master must still join it. A
+	// leaving one stays in Leaving (the master never joins it again).
+	joining := slices.DeleteFunc(slices.Clone(g.Joining), func(id uint64) bool { return slices.Contains(n.Members, id) && id != n.Joiner })
 	if slices.Equal(g.Members, n.Members) && len(joining) == len(g.Joining) {
 		return nil
 	}

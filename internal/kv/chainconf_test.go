@@ -197,10 +197,19 @@ func TestMapChainWant(t *testing.T) {
 	if res, err := want(replace); err != nil || res.Version != 0 || res.Int != int64(e+1) {
 		t.Fatalf("the same wish again (a stale epoch, a rerun): %+v %v", res, err)
 	}
-	// The master joins 4 (before the tail) and records it: Joining clears,
-	// Leaving stays.
+	// The master's FLUSH puts 4 in the list (before the tail) as the
+	// joiner: still wanted (a failure during the flush aborts the join).
+	// Its flush done, the record drops the joiner: Joining clears, Leaving
+	// stays.
+	flushing := ChainConfig{Group: 3, Epoch: 1, Members: []uint64{1, 2, 4, 3}, Joiner: 4}
+	if _, err := apply(chainOp(KindMapChainSet, flushing, 0)); err != nil {
+		t.Fatal(err)
+	}
+	if g := group(); !slices.Equal(g.Joining, []uint64{4}) || !slices.Equal(g.Members, []uint64{1, 2, 4, 3}) {
+		t.Fatalf("while 4 flushes: %+v", g)
+	}
 	joined := ChainConfig{Group: 3, Epoch: 1, Members: []uint64{1, 2, 4, 3}}
-	if _, err := apply(chainOp(KindMapChainSet, joined, 0)); err != nil {
+	if _, err := apply(chainOp(KindMapChainSet, joined, 1)); err != nil {
 		t.Fatal(err)
 	}
 	if g := group(); g.Joining != nil || !slices.Equal(g.Leaving, []uint64{2}) || !slices.Equal(g.Members, []uint64{1, 2, 4, 3}) {
