@@ -242,6 +242,13 @@ type Master struct {
 	length           int
 	granted          map[uint64]time.Time
 	draining         map[uint64]time.Time
+	// target is the length the wanted changes lead to (countWant): length,
+	// one more per node wanted in, one less per node wanted out, counted
+	// once each (seenJoin, seenLeave; counted: the first count since this
+	// master started acting is done).
+	target              int
+	seenJoin, seenLeave map[uint64]bool
+	counted             bool
 
 	// learnUntil: until when the master only learns the chain from the
 	// heartbeats (zero once it has), with what it learnt.
@@ -376,7 +383,8 @@ func newMaster(cfg Config, now func() time.Time) (*Master, error) {
 		heard: map[uint64]time.Time{}, refused: map[uint64]bool{}, wrongMode: map[uint64]time.Time{},
 		learnUntil: now().Add(cfg.FailAfter), learner: NewLearner(ids),
 		progress: map[uint64]progress{}, committed: &kv.ChainConfig{Group: cfg.Group, Members: slices.Clone(cfg.Members)},
-		length: len(cfg.Members), granted: map[uint64]time.Time{}, draining: map[uint64]time.Time{}}
+		length: len(cfg.Members), granted: map[uint64]time.Time{}, draining: map[uint64]time.Time{},
+		seenJoin: map[uint64]bool{}, seenLeave: map[uint64]bool{}}
 	x.m = x.newCore(ids, 0)
 	if cfg.Meta != nil {
 		// The record is the configuration: nothing to learn, and nothing
@@ -938,7 +946,7 @@ func (x *Master) passive() {
 	clear(x.progress)
 	clear(x.granted)
 	clear(x.draining)
-	x.wanting = false
+	x.wanting, x.counted = false, false
 }
 
 // commit records the master's configuration, if it changed, in the metadata
@@ -1058,6 +1066,44 @@ func (x *Master) tick(now time.Time) {
 	x.flush()
 }
 
+// countWant keeps target, the length the wanted changes lead to: a node
+// newly wanted in adds one (and one whose wish was dropped before it joined
+// takes it back), a node newly wanted out takes one.
+func (x *Master) countWant(members []uint64) {
+	if !x.counted {
+		x.counted, x.target = true, x.length
+		clear(x.seenJoin)
+		clear(x.seenLeave)
+		for _, id := range x.leaving {
+			// Out of the chain already: length (the configured members', or
+			// what a change left) may or may not count it; not counting it
+			// out over-estimates, which truncates no one.
+			x.seenLeave[id] = !slices.Contains(members, id)
+		}
+	}
+	for _, id := range x.joining {
+		if !x.seenJoin[id] && !slices.Contains(members, id) {
+			x.seenJoin[id] = true
+			x.target++
+		}
+	}
+	for id := range x.seenJoin {
+		switch {
+		case slices.Contains(members, id):
+			delete(x.seenJoin, id) // joined: counted for good
+		case !slices.Contains(x.joining, id):
+			delete(x.seenJoin, id) // no longer wanted
+			x.target--
+		}
+	}
+	for _, id := range x.leaving {
+		if !x.seenLeave[id] {
+			x.seenLeave[id] = true
+			x.target--
+		}
+	}
+}
+
 // chainIDs is ids as uint64s.
 func chainIDs(ids []chain.NodeID) []uint64 {
 	out := make([]uint64, len(ids))
@@ -1092,6 +1138,7 @@ func (x *Master) followWant(now time.Time) {
 		return
 	}
 	members := chainIDs(x.m.Members())
+	x.countWant(members)
 	var join, leave []uint64
 	for _, id := range x.joining {
 		if !slices.Contains(members, id) {
@@ -1105,8 +1152,10 @@ func (x *Master) followWant(now time.Time) {
 	}
 	if len(join) == 0 && len(leave) == 0 {
 		if x.wanting {
+			// Not the members' count: a member down at this moment (to be
+			// repaired and joined again) is still one of the chain's.
 			x.wanting = false
-			x.length = len(members)
+			x.length = max(x.target, 1)
 			x.m.SetLength(x.length)
 			clear(x.draining)
 			x.cfg.Logger.Info("chain master: the wanted change of the chain is done", "members", members)

@@ -134,6 +134,9 @@ func wishRun(t *testing.T, joinLeaving bool) {
 	if joinLeaving {
 		return
 	}
+	// Node 3 fails as the change completes: the chain's length stays 3
+	// (its rejoin truncates no one), not the two members left.
+	x.m.Fail(3)
 	tick(d + hb)
 	if x.m.Length() != 3 || x.wanting {
 		t.Fatalf("after the change the chain's length is %d (wanting %v), want 3", x.m.Length(), x.wanting)
