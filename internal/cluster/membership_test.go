@@ -286,6 +286,9 @@ func TestPlanNodeChangeOfChainGroups(t *testing.T) {
 	if plan, err := PlanNodeChange(cm, 4, n5); err != nil || !chainStep(plan, []uint64{}, []uint64{4}, []uint64{3, 5}) || ChainChangeDone(cm, plan[0]) {
 		t.Fatalf("a rerun once 5 joined: %+v %v", plan, err)
 	}
+	if st := (ClusterStatus{Map: cm}).String(); !strings.Contains(st, "2  members [3 5 4] (a chain, head first) (changing: joining [], leaving [4])  leader") {
+		t.Fatalf("kefir cluster status during the change:\n%s", st)
+	}
 	g.Members, g.Joining = []uint64{3}, []uint64{5}
 	if plan, err := PlanNodeChange(cm, 4, n5); err != nil || !chainStep(plan, []uint64{5}, []uint64{4}, []uint64{5, 3}) || ChainChangeDone(cm, plan[0]) {
 		t.Fatalf("a rerun while 5 joins, 4 failed: %+v %v", plan, err)
