@@ -30,7 +30,9 @@ import (
 // A rerun of the command changes nothing. `kefir cluster remove-node --id
 // 6` leaves the chain one shorter, [7 3], and node 6 retires. Every
 // acknowledged write reads back at every live node, and the history is
-// linearizable.
+// linearizable. Node 4 started again on its old directory retires its
+// member and exits 0; node 7 restarts from its directory alone and is
+// joined again.
 func TestGroupsChainReplaceNode(t *testing.T) {
 	g := cluster.StartGroups(t, 5, "1=1,2,3:0-8191;2=4,5,3:8192-16383", "--chain-groups", "2")
 	g.WaitLeaders(20 * time.Second)
@@ -141,4 +143,26 @@ func TestGroupsChainReplaceNode(t *testing.T) {
 	}
 	t.Logf("%d sync writes acknowledged (%d in the chain's slots), every one read back at nodes 1-3 and 7", len(acked), acks())
 	load.CheckLinearizable(t)
+
+	// Node 4, the replaced head, on its old directory with its old flags:
+	// its member restarts as a joiner, the master refuses to join it (the
+	// map removed it), and its node retires it and exits cleanly; node 7
+	// restarts without --join (its directory records the chain).
+	n4 := g.Nodes[3]
+	if err := n4.StartNoWait(); err != nil {
+		t.Fatal(err)
+	}
+	if code := n4.Wait(30 * time.Second); code != 0 || !strings.Contains(n4.Logs(), "its member retires") || !strings.Contains(n4.Logs(), "left every group it hosted") {
+		t.Fatalf("node 4 on its old directory: exit %d, want 0 with the retirement:\n%s", code, n4.Logs())
+	}
+	n7.Args = []string{"--replica-id", "7", "--cluster-secret", "e2e-groups-secret"}
+	n7.Restart()
+	if v, err := cluster.Command(live[0], "SET", keys[0]+"-after", "x"); err != nil || string(v.Str) != "OK" {
+		t.Fatalf("a write to the chain after node 7's restart: %v %q", err, v.Str)
+	}
+	// Restarted, its member lost its place (the chain runs on node 3)
+	// and is joined again, before the tail.
+	if !testgroup.Until(15*time.Second, 20*time.Millisecond, func() bool { return slices.Equal(chainOf(), []uint64{7, 3}) }) {
+		t.Fatalf("the chain after node 7's restart: %v", chainOf())
+	}
 }
